@@ -1,0 +1,104 @@
+"""Errors raised by the synchronous storage layer.
+
+Every error carries a stable string ``code`` that the gateway copies into
+``error.data.code``. The storage layer never imports the gateway: it only
+names what went wrong; the edge decides how to say it on the wire.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class StoreError(Exception):
+    """Base class: a storage operation failed with a stable, documented code."""
+
+    code: str = "INTERNAL"
+    retriable: bool = False
+
+    def __init__(self, message: str, *, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = dict(data or {})
+
+
+class InvalidInput(StoreError):
+    """The request is malformed or violates a documented bound; nothing changed."""
+
+    code = "INVALID_PARAMS"
+
+
+class InvalidId(InvalidInput):
+    """An id that would become a file name (or must match one) is not valid."""
+
+    code = "INVALID_ID"
+
+
+class PayloadTooLarge(InvalidInput):
+    code = "PAYLOAD_TOO_LARGE"
+
+
+class NotFound(StoreError):
+    code = "NOT_FOUND"
+
+
+class SessionNotFound(NotFound):
+    code = "SESSION_NOT_FOUND"
+
+
+class MessageNotFound(NotFound):
+    code = "MESSAGE_NOT_FOUND"
+
+
+class Conflict(StoreError):
+    """The request conflicts with durable state (e.g. a state machine refuses it)."""
+
+    code = "CONFLICT"
+
+
+class IdempotencyConflict(Conflict):
+    """Same idempotency key, different request fingerprint."""
+
+    code = "IDEMPOTENCY_CONFLICT"
+
+
+class LimitExceeded(Conflict):
+    """A documented capacity limit (e.g. 8 queued turns per session) is reached."""
+
+    code = "LIMIT_EXCEEDED"
+
+
+class StorageFull(StoreError):
+    """ENOSPC / EDQUOT / EFBIG: the write was rolled back, nothing acknowledged."""
+
+    code = "STORAGE_FULL"
+    retriable = True
+
+
+class IOFailure(StoreError):
+    """An I/O error (EIO, failed fsync). The file is marked failed until reopened."""
+
+    code = "IO_ERROR"
+
+
+class CorruptData(StoreError):
+    """Durable data failed validation (digest mismatch, unreadable database...)."""
+
+    code = "CORRUPT_DATA"
+
+
+class SchemaTooNew(StoreError):
+    code = "SCHEMA_TOO_NEW"
+
+
+class UnsupportedSQLite(StoreError):
+    code = "UNSUPPORTED_SQLITE"
+
+
+def classify_os_error(exc: OSError, what: str) -> StoreError:
+    """Map an OSError from a write path to StorageFull or IOFailure."""
+    import errno
+
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return StorageFull(f"{what}: no space left ({exc.strerror})", data={"errno": exc.errno})
+    return IOFailure(f"{what}: {exc.strerror or exc}", data={"errno": exc.errno})
