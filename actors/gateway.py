@@ -1,0 +1,161 @@
+"""The WebSocket JSON-RPC gateway: handshake checks, connection cap, serving.
+
+The gateway only translates between the wire and the dispatcher (ARCHITECTURE.md
+"Gateway and protocol"). Pieces:
+
+- ``gateway_types``      GatewayConfig, CallContext, Dispatcher, GatewayStatistics
+- ``gateway_handshake``  pure Origin / Host checks of the upgrade request
+- ``gateway_connection`` one connection: hello, requests, writer, event pumps
+- this module            listening, refusing (403 / 503), counting, statistics
+
+Usage::
+
+    port = await nursery.start(serve_gateway, config, dispatcher, bus)
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from functools import partial
+
+import trio
+from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
+
+from actors.events import EventBus
+from actors.gateway_connection import Counters, GatewayConnection
+from actors.gateway_handshake import check_upgrade
+from actors.gateway_types import CallContext, Dispatcher, GatewayConfig, GatewayStatistics
+
+__all__ = [
+    "Gateway",
+    "GatewayConfig",
+    "GatewayStatistics",
+    "CallContext",
+    "Dispatcher",
+    "serve_gateway",
+]
+
+logger = logging.getLogger(__name__)
+
+# trio-websocket's own inbound message queue per connection; our reader drains it
+# promptly, and in-flight limits give the real backpressure.
+_INBOUND_QUEUE = 1
+
+
+def _request_host(request: WebSocketRequest) -> str | None:
+    """The ``Host`` header of the upgrade request.
+
+    wsproto keeps Host out of ``request.headers`` and stores it on the underlying
+    ``wsproto.events.Request``; trio-websocket 0.12 has no public accessor, so we
+    read it there and fail closed if that ever changes. h11 already refuses a
+    request with several Host headers.
+    """
+    event = getattr(request, "_event", None)
+    host = getattr(event, "host", None)
+    return host if isinstance(host, str) else None
+
+
+class Gateway:
+    """Serves :class:`GatewayConnection`s; one instance per host."""
+
+    def __init__(self, config: GatewayConfig, dispatcher: Dispatcher, bus: EventBus) -> None:
+        self._config = config
+        self._dispatcher = dispatcher
+        self._bus = bus
+        self._counters = Counters()
+        self._connections: dict[int, GatewayConnection] = {}
+        self._ids = itertools.count(1)
+        self._admitted = 0  # accepted or being accepted (counts toward the cap)
+        self._port: int | None = None
+
+    @property
+    def port(self) -> int | None:
+        return self._port
+
+    async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen; ``task_status.started(bound_port)`` once listening; run until cancelled."""
+        config = self._config
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(
+                partial(
+                    serve_websocket,
+                    self._handle,
+                    config.host,
+                    config.port,
+                    None,
+                    message_queue_size=_INBOUND_QUEUE,
+                    max_message_size=config.max_frame_bytes,
+                    connect_timeout=config.handshake_timeout,
+                    disconnect_timeout=config.close_timeout,
+                )
+            )
+            self._port = server.port  # raises if bound to more than one listener
+            logger.info("gateway listening on %s:%d", config.host, self._port)
+            task_status.started(self._port)
+
+    async def _refuse(self, request: WebSocketRequest, status: int, reason: str) -> None:
+        self._counters.rejected_total += 1
+        logger.info("gateway refused a handshake from %s: %d %s", request.remote, status, reason)
+        try:
+            await request.reject(status, body=reason.encode("utf-8"))
+        except ConnectionClosed:
+            pass
+
+    async def _handle(self, request: WebSocketRequest) -> None:
+        refusal = check_upgrade(
+            request.headers,
+            _request_host(request),
+            port=self._port,
+            allowed_origins=self._config.allowed_origins,
+        )
+        if refusal is not None:
+            await self._refuse(request, refusal.status, refusal.reason)
+            return
+        if self._admitted >= self._config.max_connections:
+            await self._refuse(request, 503, "too many connections")
+            return
+        self._admitted += 1
+        connection_id = next(self._ids)
+        try:
+            try:
+                ws = await request.accept()
+            except ConnectionClosed:
+                return
+            self._counters.accepted_total += 1
+            conn = GatewayConnection(ws, connection_id, self._config, self._dispatcher, self._bus, self._counters)
+            self._connections[connection_id] = conn
+            await conn.run()
+        except Exception:
+            # A bug in one connection must not take the host down.
+            logger.exception("gateway connection %d failed", connection_id)
+        finally:
+            self._connections.pop(connection_id, None)
+            self._admitted -= 1
+
+    def connection(self, connection_id: int) -> GatewayConnection | None:
+        return self._connections.get(connection_id)
+
+    def statistics(self) -> GatewayStatistics:
+        conns = list(self._connections.values())
+        return GatewayStatistics(
+            connections=len(conns),
+            accepted_total=self._counters.accepted_total,
+            rejected_total=self._counters.rejected_total,
+            slow_consumer_closes=self._counters.slow_consumer_closes,
+            overflow_closes=self._counters.overflow_closes,
+            outbound_queued=sum(c.outbound_queued() for c in conns),
+            peak_outbound_queued=self._counters.peak_outbound_queued,
+            in_flight=sum(c.in_flight() for c in conns),
+        )
+
+
+async def serve_gateway(
+    config: GatewayConfig,
+    dispatcher: Dispatcher,
+    bus: EventBus,
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run a :class:`Gateway`; ``task_status.started(bound_port)`` once listening."""
+    await Gateway(config, dispatcher, bus).serve(task_status=task_status)

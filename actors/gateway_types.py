@@ -1,0 +1,86 @@
+"""Gateway configuration, per-connection call context and the dispatcher contract."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import trio
+
+__all__ = ["GatewayConfig", "CallContext", "Dispatcher", "GatewayStatistics", "PROTOCOL_VERSION"]
+
+PROTOCOL_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatewayConfig:
+    host: str = "127.0.0.1"
+    port: int = 0
+    token: str  # compared with hmac.compare_digest
+    # Exact match; requests without Origin (non-browser) are allowed; "null" and
+    # IP-literal origins are always refused.
+    allowed_origins: frozenset[str] = field(default_factory=frozenset)
+    # Bigger message -> close 1009 (trio-websocket measures len(): chars for text).
+    max_frame_bytes: int = 4 * 1024 * 1024
+    max_params_bytes: int = 2 * 1024 * 1024  # -> PAYLOAD_TOO_LARGE, connection stays
+    max_batch: int = 1000
+    outbound_queue: int = 256  # per connection; a full queue closes it (1008 slow consumer)
+    max_in_flight: int = 256  # per connection; reading waits beyond it
+    max_connections: int = 256
+    max_subscriptions: int = 64  # per connection
+    handshake_timeout: float = 10.0
+    hello_timeout: float = 10.0
+    close_timeout: float = 5.0  # bound on the closing handshake
+
+    def __post_init__(self) -> None:
+        if not self.token:
+            raise ValueError("GatewayConfig.token must not be empty")
+        for name in ("max_frame_bytes", "max_params_bytes", "max_batch", "outbound_queue",
+                     "max_in_flight", "max_connections", "max_subscriptions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"GatewayConfig.{name} must be >= 1")
+
+    def __repr__(self) -> str:  # never print the token
+        return (f"GatewayConfig(host={self.host!r}, port={self.port}, "
+                f"allowed_origins={sorted(self.allowed_origins)!r}, ...)")
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """Who is calling: fixed per connection after ``host.hello``."""
+
+    connection_id: int
+    client_id: str
+    client_kind: str
+    protocol: int
+
+
+class Dispatcher(Protocol):
+    async def dispatch(
+        self,
+        method: str,
+        params: Any,
+        ctx: CallContext,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> Any:
+        """Run ``method``. Call ``task_status.started()`` as soon as the request is
+        enqueued to its actor (the ordering point); return a JSON-able result or raise
+        (``protocol.errors.MethodNotFound`` for an unknown method)."""
+        ...
+
+    def hello(self, ctx: CallContext) -> dict[str, Any]:
+        """Extra fields for the ``host.hello`` result (``bootId``, ``hostVersion``...)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayStatistics:
+    connections: int
+    accepted_total: int
+    rejected_total: int
+    slow_consumer_closes: int
+    overflow_closes: int
+    outbound_queued: int  # sum over live connections
+    peak_outbound_queued: int  # max depth any connection's queue reached
+    in_flight: int

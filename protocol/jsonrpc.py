@@ -1,0 +1,160 @@
+"""JSON-RPC 2.0 envelopes: pure validation of decoded frames and response building.
+
+No I/O. The gateway decodes a text frame (``store.jsonio.loads_strict``), hands the
+value to :func:`parse_message` and gets back either one :class:`Call` / :class:`Invalid`
+item or a list of them (a batch). Responses are built as dicts and serialized with
+:func:`encode` (orjson), one array frame per batch via :func:`encode_batch`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, Union
+
+import orjson
+
+from protocol.errors import INTERNAL_MESSAGE, RpcErrorCode, error_object
+
+__all__ = [
+    "Call",
+    "Invalid",
+    "Item",
+    "RequestId",
+    "NO_ID",
+    "parse_message",
+    "parse_item",
+    "success",
+    "error",
+    "error_for_code",
+    "notification",
+    "encode",
+    "encode_batch",
+]
+
+RequestId = Union[str, int, None]
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
+_MAX_ID_CHARS: Final = 256
+_MAX_METHOD_CHARS: Final = 256
+
+
+class _NoId:
+    """Marker for "the request has no id member" (a notification)."""
+
+    def __repr__(self) -> str:
+        return "NO_ID"
+
+
+NO_ID: Final = _NoId()
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A well-formed request (``is_notification`` when it has no ``id``)."""
+
+    method: str
+    params: Any  # dict, list or None (absent)
+    id: RequestId | _NoId
+
+    @property
+    def is_notification(self) -> bool:
+        return self.id is NO_ID
+
+    @property
+    def response_id(self) -> RequestId:
+        return None if isinstance(self.id, _NoId) else self.id
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """An envelope that is not a valid request; answered with -32600 (id if usable)."""
+
+    id: RequestId
+    reason: str
+
+
+Item = Union[Call, Invalid]
+
+
+def _valid_id(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return _INT64_MIN <= value <= _INT64_MAX
+    if isinstance(value, str):
+        return len(value) <= _MAX_ID_CHARS
+    return False
+
+
+def parse_item(value: Any) -> Item:
+    """Validate one request object of a frame (or batch)."""
+    if not isinstance(value, dict):
+        return Invalid(None, "request must be a JSON object")
+    has_id = "id" in value
+    raw_id = value.get("id")
+    usable_id: RequestId = raw_id if has_id and _valid_id(raw_id) else None
+    if has_id and not _valid_id(raw_id):
+        return Invalid(None, "id must be a string, an integer (int64) or null")
+    if value.get("jsonrpc") != "2.0":
+        return Invalid(usable_id, 'member "jsonrpc" must be exactly "2.0"')
+    method = value.get("method")
+    if not isinstance(method, str) or not method or len(method) > _MAX_METHOD_CHARS:
+        return Invalid(usable_id, 'member "method" must be a non-empty string')
+    params = value.get("params")
+    if "params" in value and not isinstance(params, (dict, list)):
+        return Invalid(usable_id, 'member "params" must be an object or an array')
+    return Call(method=method, params=params, id=raw_id if has_id else NO_ID)
+
+
+def parse_message(value: Any, *, max_batch: int) -> Item | list[Item]:
+    """Validate a decoded frame: one request, or a non-empty batch of at most ``max_batch``."""
+    if isinstance(value, list):
+        if not value:
+            return Invalid(None, "empty batch")
+        if len(value) > max_batch:
+            return Invalid(None, f"batch of {len(value)} requests exceeds the limit of {max_batch}")
+        return [parse_item(entry) for entry in value]
+    return parse_item(value)
+
+
+def success(request_id: RequestId, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def error(request_id: RequestId, exc: BaseException) -> dict[str, Any]:
+    """Error response for ``exc`` (mapped by :func:`protocol.errors.error_object`)."""
+    return {"jsonrpc": "2.0", "id": request_id, "error": error_object(exc)}
+
+
+def error_for_code(
+    request_id: RequestId, code: str, message: str, data: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    spec = RpcErrorCode.spec(code)
+    body: dict[str, Any] = dict(data or {})
+    body["code"] = code
+    body["retriable"] = spec.retriable
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": spec.numeric, "message": message, "data": body}}
+
+
+def notification(method: str, params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": method, "params": params}
+
+
+def _internal(request_id: RequestId) -> bytes:
+    return orjson.dumps(error_for_code(request_id, RpcErrorCode.INTERNAL, INTERNAL_MESSAGE))
+
+
+def encode(response: dict[str, Any]) -> bytes:
+    """Serialize one response; an unserializable result becomes a -32603 error."""
+    try:
+        return orjson.dumps(response)
+    except (TypeError, orjson.JSONEncodeError):
+        request_id = response.get("id")
+        return _internal(request_id if _valid_id(request_id) else None)
+
+
+def encode_batch(responses: list[dict[str, Any]]) -> bytes:
+    """Serialize a batch's responses as ONE JSON array."""
+    return b"[" + b",".join(encode(response) for response in responses) + b"]"

@@ -1,0 +1,329 @@
+"""A small typed async client for the host's WebSocket JSON-RPC gateway.
+
+::
+
+    info = read_host_info(data_dir)
+    async with open_client(info.url, info.token, client_id="cli-1") as client:
+        sessions = await client.call("sessions.list", {})
+        await client.subscribe(["session.*"])
+        async for event in client:
+            ...
+
+One reader task routes responses to their callers and events to a bounded queue.
+If events are not consumed, the queue fills, the reader waits, and the host
+eventually closes the connection (1013/1008); resubscribe with the last cursor.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator, Sequence
+
+import orjson
+import trio
+from trio_websocket import ConnectionClosed, WebSocketConnection, open_websocket_url
+
+__all__ = [
+    "ClientClosed",
+    "ClientEvent",
+    "HostClient",
+    "HostInfo",
+    "HostInfoError",
+    "RpcError",
+    "open_client",
+    "read_host_info",
+]
+
+PROTOCOL_VERSION = 1
+
+
+class RpcError(Exception):
+    """The host answered with a JSON-RPC error."""
+
+    def __init__(self, code: int, data_code: str, message: str, data: dict[str, Any]) -> None:
+        super().__init__(f"{data_code} ({code}): {message}")
+        self.code = code
+        self.data_code = data_code
+        self.message = message
+        self.data = data
+
+    @property
+    def retriable(self) -> bool:
+        return bool(self.data.get("retriable", False))
+
+    @classmethod
+    def from_wire(cls, err: Any) -> "RpcError":
+        if not isinstance(err, dict):
+            return cls(-32603, "INTERNAL", "malformed error object", {})
+        data = err.get("data") if isinstance(err.get("data"), dict) else {}
+        code = err.get("code")
+        return cls(
+            code if isinstance(code, int) else -32603,
+            str(data.get("code", "UNKNOWN")),
+            str(err.get("message", "")),
+            data,
+        )
+
+
+class ClientClosed(Exception):
+    """The connection is closed (by us, the host, or the network)."""
+
+    def __init__(self, code: int | None, reason: str | None) -> None:
+        super().__init__(f"connection closed (code={code}, reason={reason!r})")
+        self.code = code
+        self.reason = reason
+
+
+class HostInfoError(Exception):
+    """``host.json`` or the token file is missing or unreadable."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostInfo:
+    url: str
+    token: str
+    pid: int
+
+    def __repr__(self) -> str:  # never print the token
+        return f"HostInfo(url={self.url!r}, pid={self.pid})"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientEvent:
+    topic: str
+    cursor: int
+    subscription_id: int
+    data: Any
+    session_id: str | None = None
+
+
+def read_host_info(data_dir: str | Path) -> HostInfo:
+    """Read ``<dataDir>/host.json`` and the token file it names (blocking file I/O)."""
+    root = Path(data_dir)
+    try:
+        info = json.loads((root / "host.json").read_text("utf-8"))
+        token_file = Path(info["tokenFile"])
+        if not token_file.is_absolute():
+            token_file = root / token_file
+        token = token_file.read_text("utf-8").strip()
+        url, pid = info["url"], info["pid"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise HostInfoError(f"cannot read host info in {root}: {exc}") from None
+    if not isinstance(url, str) or not isinstance(pid, int) or not token:
+        raise HostInfoError(f"host info in {root} is malformed")
+    return HostInfo(url=url, token=token, pid=pid)
+
+
+class _Slot:
+    """Caller-owned one-shot reply slot."""
+
+    def __init__(self) -> None:
+        self._done = trio.Event()
+        self._response: dict[str, Any] | None = None
+        self._closed: ClientClosed | None = None
+
+    def set(self, response: dict[str, Any]) -> None:
+        if not self._done.is_set():
+            self._response = response
+            self._done.set()
+
+    def fail(self, exc: ClientClosed) -> None:
+        if not self._done.is_set():
+            self._closed = exc
+            self._done.set()
+
+    async def wait(self) -> dict[str, Any]:
+        await self._done.wait()
+        if self._response is None:
+            assert self._closed is not None
+            raise self._closed
+        return self._response
+
+
+def _unwrap(response: dict[str, Any]) -> Any:
+    if "error" in response:
+        raise RpcError.from_wire(response["error"])
+    return response.get("result")
+
+
+class HostClient:
+    """Use :func:`open_client` to get one."""
+
+    def __init__(self, ws: WebSocketConnection, event_queue: int) -> None:
+        self._ws = ws
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Slot] = {}
+        self._events_send, self._events_recv = trio.open_memory_channel[ClientEvent](event_queue)
+        self._closed: ClientClosed | None = None
+        self.hello: dict[str, Any] = {}
+
+    # -- requests --------------------------------------------------------------
+    def _request(self, method: str, params: Any, request_id: int | None) -> dict[str, Any]:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        if request_id is not None:
+            message["id"] = request_id
+        return message
+
+    async def _send(self, payload: Any) -> None:
+        if self._closed is not None:
+            raise self._closed
+        try:
+            await self._ws.send_message(orjson.dumps(payload).decode("utf-8"))
+        except ConnectionClosed as exc:
+            raise self._close_error(exc) from None
+
+    async def call(self, method: str, params: Any = None) -> Any:
+        """Send one request and return its result; raises :class:`RpcError`."""
+        request_id = next(self._ids)
+        slot = self._pending[request_id] = _Slot()
+        try:
+            await self._send(self._request(method, params, request_id))
+            return _unwrap(await slot.wait())
+        finally:
+            self._pending.pop(request_id, None)
+
+    async def batch(self, calls: Sequence[tuple[str, Any]]) -> list[Any]:
+        """Send a batch; returns results in order, an :class:`RpcError` in place of each failure."""
+        ids = [next(self._ids) for _ in calls]
+        slots = [_Slot() for _ in calls]
+        self._pending.update(zip(ids, slots))
+        try:
+            await self._send([self._request(m, p, i) for (m, p), i in zip(calls, ids)])
+            results: list[Any] = []
+            for slot in slots:
+                try:
+                    results.append(_unwrap(await slot.wait()))
+                except RpcError as exc:
+                    results.append(exc)
+            return results
+        finally:
+            for request_id in ids:
+                self._pending.pop(request_id, None)
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        """Send a notification (no response)."""
+        await self._send(self._request(method, params, None))
+
+    async def send_raw(self, frame: str | bytes) -> None:
+        """Send a raw frame (diagnostics and tests)."""
+        if self._closed is not None:
+            raise self._closed
+        try:
+            await self._ws.send_message(frame)
+        except ConnectionClosed as exc:
+            raise self._close_error(exc) from None
+
+    # -- events ----------------------------------------------------------------
+    async def subscribe(
+        self, topics: Sequence[str], *, session_id: str | None = None, cursor: int | None = None
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"topics": list(topics)}
+        if session_id is not None:
+            params["sessionId"] = session_id
+        if cursor is not None:
+            params["cursor"] = cursor
+        result: dict[str, Any] = await self.call("events.subscribe", params)
+        return result
+
+    async def next_event(self) -> ClientEvent:
+        try:
+            return await self._events_recv.receive()
+        except trio.EndOfChannel:
+            raise self._closed or ClientClosed(None, None) from None
+
+    def __aiter__(self) -> HostClient:
+        return self
+
+    async def __anext__(self) -> ClientEvent:
+        try:
+            return await self.next_event()
+        except ClientClosed:
+            raise StopAsyncIteration from None
+
+    @property
+    def closed(self) -> ClientClosed | None:
+        return self._closed
+
+    # -- reader ----------------------------------------------------------------
+    def _close_error(self, exc: ConnectionClosed) -> ClientClosed:
+        if self._closed is None:
+            reason = exc.reason
+            self._closed = ClientClosed(reason.code if reason else None, reason.reason if reason else None)
+        return self._closed
+
+    async def _route(self, message: Any) -> None:
+        if isinstance(message, list):
+            for item in message:
+                await self._route(item)
+            return
+        if not isinstance(message, dict):
+            return
+        if message.get("method") == "event" and "id" not in message:
+            params = message.get("params") or {}
+            await self._events_send.send(
+                ClientEvent(
+                    topic=params.get("topic", ""),
+                    cursor=params.get("cursor", 0),
+                    subscription_id=params.get("subscriptionId", 0),
+                    data=params.get("data"),
+                    session_id=params.get("sessionId"),
+                )
+            )
+            return
+        request_id = message.get("id")
+        slot = self._pending.get(request_id) if isinstance(request_id, int) else None
+        if slot is not None:
+            slot.set(message)
+
+    async def _reader(self) -> None:
+        async with self._events_send:
+            try:
+                while True:
+                    frame = await self._ws.get_message()
+                    try:
+                        message = orjson.loads(frame)
+                    except orjson.JSONDecodeError:
+                        continue
+                    await self._route(message)
+            except ConnectionClosed as exc:
+                closed = self._close_error(exc)
+                for slot in list(self._pending.values()):
+                    slot.fail(closed)
+
+
+@asynccontextmanager
+async def open_client(
+    url: str,
+    token: str,
+    *,
+    client_id: str,
+    client_kind: str = "cli",
+    origin: str | None = None,
+    event_queue: int = 1024,
+    max_message_size: int = 64 * 1024 * 1024,
+) -> AsyncIterator[HostClient]:
+    """Connect, send ``host.hello`` and yield a :class:`HostClient`."""
+    headers = [(b"Origin", origin.encode("ascii"))] if origin is not None else None
+    user_error: BaseException | None = None
+    async with open_websocket_url(url, extra_headers=headers, max_message_size=max_message_size) as ws:
+        client = HostClient(ws, event_queue)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client._reader)
+            try:
+                client.hello = await client.call(
+                    "host.hello",
+                    {"token": token, "clientId": client_id, "clientKind": client_kind, "protocol": PROTOCOL_VERSION},
+                )
+                yield client
+            except BaseException as exc:  # re-raised below, outside the nursery (no group wrapping)
+                user_error = exc
+            finally:
+                nursery.cancel_scope.cancel()
+    if user_error is not None:
+        raise user_error
