@@ -1,0 +1,139 @@
+"""Durable file primitives (RELIABILITY.md §2 rules 4-6).
+
+Synchronous; callers run these in a worker thread. Every create, rename and
+unlink is followed by an fsync of the parent directory, because without it a
+new or replaced file can vanish after a power cut together with its acked
+content.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+
+from .errors import classify_os_error
+from .faults import NO_FAULTS, Faults
+
+__all__ = [
+    "TEMP_MARKER",
+    "atomic_write",
+    "fsync_dir",
+    "open_nofollow",
+    "remove_file_durable",
+    "sweep_temp_files",
+    "write_all",
+]
+
+TEMP_MARKER = ".tmp."
+"""Temp files are named ``<name>.tmp.<hex>``; boot removes stray ones."""
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """fsync a directory so a create/rename/unlink inside it is durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def open_nofollow(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
+    """``os.open`` that refuses to follow a symlink at the last path component."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """Write every byte, looping over short writes (they are real: RELIABILITY §2.2)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:  # pragma: no cover - os.write raises instead
+            raise OSError(errno.EIO, "write returned 0 bytes")
+        view = view[written:]
+
+
+def _parent(path: str) -> str:
+    return os.path.dirname(os.path.abspath(path))
+
+
+def atomic_write(
+    path: str | os.PathLike[str],
+    data: bytes,
+    *,
+    faults: Faults = NO_FAULTS,
+    point_prefix: str = "rewrite",
+) -> None:
+    """Replace ``path`` with ``data``: the file is wholly old or wholly new, never a mix.
+
+    Sibling temp ``<name>.tmp.<hex>`` (``O_EXCL``, 0600) → write → fsync →
+    ``os.replace`` → fsync the directory. On an ``OSError`` the temp file is
+    removed and :class:`~store.errors.StorageFull` / :class:`~store.errors.IOFailure`
+    is raised. Any other exception (an injected crash) leaves the temp file for
+    :func:`sweep_temp_files`, exactly as a real crash would.
+    """
+    target = os.fspath(path)
+    directory = _parent(target)
+    tmp = f"{target}{TEMP_MARKER}{secrets.token_hex(6)}"
+    renamed = False
+    try:
+        fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.fchmod(fd, 0o600)  # the umask cannot be trusted to leave 0600
+            write_all(fd, data)
+            faults.point(f"{point_prefix}.after_tmp_write")
+            os.fsync(fd)
+            faults.point(f"{point_prefix}.after_tmp_fsync")
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+        renamed = True
+        faults.point(f"{point_prefix}.after_rename")
+        faults.point(f"{point_prefix}.before_dirsync")
+        fsync_dir(directory)
+    except OSError as exc:
+        if not renamed:
+            _unlink_quietly(tmp)
+        raise classify_os_error(exc, f"atomic write of {target}") from exc
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # best effort: boot's sweep_temp_files removes what is left
+
+
+def sweep_temp_files(directory: str | os.PathLike[str]) -> list[str]:
+    """Remove stray ``*.tmp.*`` files left by interrupted atomic writes; return their paths.
+
+    Only entries directly in ``directory`` are considered; subdirectories are
+    never entered or removed. Used at boot, before anything writes.
+    """
+    removed: list[str] = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if TEMP_MARKER not in entry.name or entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                continue
+            removed.append(entry.path)
+    if removed:
+        fsync_dir(directory)
+    return removed
+
+
+def remove_file_durable(path: str | os.PathLike[str]) -> bool:
+    """Unlink ``path`` and fsync its directory. Returns False if it did not exist."""
+    target = os.fspath(path)
+    try:
+        try:
+            os.unlink(target)
+        except FileNotFoundError:
+            return False
+        fsync_dir(_parent(target))
+    except OSError as exc:
+        raise classify_os_error(exc, f"remove {target}") from exc
+    return True

@@ -1,0 +1,242 @@
+"""JSON in and out of the storage layer.
+
+Two directions with different contracts:
+
+* :func:`loads_strict` parses *client input*. It accepts only what the
+  transcript writer can always encode again (RELIABILITY.md rule 12): no
+  ``NaN``/``Infinity``, no duplicate object keys, no lone surrogates, no invalid
+  UTF-8, bounded nesting and bounded integer size. orjson does the parsing (it
+  already rejects NaN, lone surrogates and bad UTF-8, and stops at depth 1024
+  without recursion); the remaining checks run as C-speed passes over the raw
+  text with the string contents blanked out.
+* :func:`dumps_line` / :func:`loads_line` write and read one transcript line
+  (docs/DESIGN.md "Transcript file format"): orjson, ``type`` first, ``id``
+  second, ``\\n`` terminated.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from .errors import InvalidInput
+
+__all__ = [
+    "StrictJSONError",
+    "dumps_line",
+    "loads_line",
+    "loads_strict",
+    "now_rfc3339",
+]
+
+# bytes.translate tables for the structural pre-scan.
+_NON_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+_BRACES_TO_BRACKETS = bytes.maketrans(b"{}", b"[]")
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+# orjson loses precision above 64 bits (it returns a float); any run of 20+
+# digits outside strings sends the document down the exact (stdlib) path.
+_LONG_DIGIT_RUN = b"0" * 20
+# An integer token (not a fraction or exponent part) in the structural text.
+_INT_TOKEN_RE = re.compile(rb"(?<![0-9.eE+\-])-?[0-9]+(?![0-9.eE])")
+
+
+class StrictJSONError(InvalidInput):
+    """Client JSON was malformed or outside the strict profile; nothing changed."""
+
+    code = "PARSE_ERROR"
+
+
+def _fail(message: str) -> StrictJSONError:
+    return StrictJSONError(f"invalid JSON: {message}")
+
+
+def _structure(raw: bytes) -> bytes:
+    """The text of a *valid* JSON document with every string literal removed.
+
+    Escaped backslashes and escaped quotes can only occur inside strings, so
+    deleting them leaves every remaining ``"`` a string delimiter; splitting on
+    ``"`` then alternates outside/inside. All C-speed, no per-character loop.
+    """
+    if b"\\" in raw:
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    return b"".join(raw.split(b'"')[0::2])
+
+
+def _nesting_exceeds(structure: bytes, max_depth: int) -> bool:
+    """True if the container nesting of ``structure`` is deeper than ``max_depth``.
+
+    Each pass deletes the innermost empty containers (``bytes.replace`` does not
+    rescan its own output), so the number of passes is the depth; we stop after
+    ``max_depth`` passes. Only valid JSON reaches here: brackets balance.
+    """
+    brackets = structure.translate(_BRACES_TO_BRACKETS, _NON_BRACKETS)
+    if len(brackets) // 2 <= max_depth:
+        return False
+    for _ in range(max_depth):
+        brackets = brackets.replace(b"[]", b"")
+        if not brackets:
+            return False
+    return True
+
+
+def _reject_constant(name: str) -> Any:
+    raise _fail(f"{name} is not allowed")
+
+
+def _pairs_no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _fail(f"duplicate object key {key[:80]!r}")
+            seen.add(key)
+    return result
+
+
+def _exact_parse(text: bytes, max_int_digits: int) -> Any:
+    """Slow exact path for documents holding integers beyond 64 bits."""
+
+    def parse_int(token: str) -> int:
+        digits = len(token) - (token[0] == "-")
+        if digits > max_int_digits:
+            raise _fail(f"integer with {digits} digits (limit {max_int_digits})")
+        return int(token)
+
+    return json.loads(
+        text.decode("utf-8"),
+        object_pairs_hook=_pairs_no_duplicates,
+        parse_constant=_reject_constant,
+        parse_int=parse_int,
+    )
+
+
+def loads_strict(data: bytes | str, *, max_depth: int = 64, max_int_digits: int = 64) -> Any:
+    """Parse untrusted JSON under the strict profile, or raise :class:`StrictJSONError`.
+
+    Rejects NaN/Infinity, duplicate object keys (at any depth), lone surrogates
+    (escaped or raw), invalid UTF-8, nesting deeper than ``max_depth`` containers
+    (``[]`` is depth 1; orjson itself stops at 1024 without recursion) and
+    integers longer than ``max_int_digits`` digits. Integers beyond 64 bits are
+    returned exactly (orjson would round them to floats); note that
+    :func:`dumps_line` only writes 64-bit integers.
+    """
+    if isinstance(data, str):
+        try:
+            raw = data.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise _fail(f"lone surrogate at character {exc.start}") from None
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        raw = bytes(data)
+    else:
+        raise _fail(f"expected bytes or str, got {type(data).__name__}")
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise _fail(str(exc)) from None
+
+    structure = _structure(raw)
+    if _nesting_exceeds(structure, max_depth):
+        raise _fail(f"nesting deeper than {max_depth}")
+    if b":" in structure and _has_duplicate_keys(raw, structure, value):
+        _raise_duplicate_key(raw)
+    if _LONG_DIGIT_RUN in structure.translate(_DIGITS_TO_ZERO):
+        for match in _INT_TOKEN_RE.finditer(structure):
+            token = match.group()
+            digits = len(token) - token.startswith(b"-")
+            if digits > max_int_digits:
+                raise _fail(f"integer with {digits} digits (limit {max_int_digits})")
+        value = _exact_parse(raw, max_int_digits)
+    return value
+
+
+def _has_duplicate_keys(raw: bytes, structure: bytes, value: Any) -> bool:
+    """Did orjson's keep-last merge drop keys? Compare key counts, not keys.
+
+    Every ':' outside strings separates a key from its value, so the input holds
+    ``structure.count(":")`` keys. orjson's re-encoding of ``value`` holds one
+    key per surviving entry. Colons inside strings cancel out between the two
+    texts unless the input spelled one as an escape (``\\u003a``); then count
+    the re-encoding's structure too.
+    """
+    keys_in = structure.count(b":")
+    again = orjson.dumps(value)
+    if b"\\u003" in raw:
+        keys_out = _structure(again).count(b":")
+    else:
+        keys_out = keys_in - (raw.count(b":") - again.count(b":"))
+    return keys_out != keys_in
+
+
+def _raise_duplicate_key(raw: bytes) -> None:
+    """Find and report the duplicate key (slow path, only when one exists)."""
+    json.loads(raw.decode("utf-8"), object_pairs_hook=_pairs_no_duplicates)
+    raise _fail("duplicate object key")
+
+
+def _ordered(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    keys = iter(record)
+    first = next(keys, None)
+    if first != "type":
+        if "type" not in record:
+            raise InvalidInput("transcript line needs a 'type' key")
+    elif "id" not in record or next(keys, None) == "id":
+        return record
+    out: dict[str, Any] = {"type": record["type"]}
+    if "id" in record:
+        out["id"] = record["id"]
+    for key, value in record.items():
+        if key not in out:
+            out[key] = value
+    return out
+
+
+def _find_non_finite(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
+
+
+def dumps_line(record: Mapping[str, Any]) -> bytes:
+    """Encode one transcript line: ``type`` first, ``id`` second, ``\\n`` at the end."""
+    ordered = _ordered(record)
+    try:
+        line = orjson.dumps(ordered, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError as exc:  # orjson.JSONEncodeError subclasses TypeError
+        raise InvalidInput(f"record cannot be encoded as a transcript line: {exc}") from None
+    # orjson writes NaN/Infinity as null; only look for them when a null is present.
+    if b"null" in line and _find_non_finite(ordered):
+        raise InvalidInput("record cannot be encoded as a transcript line: NaN/Infinity")
+    return line
+
+
+def loads_line(line: bytes) -> dict[str, Any]:
+    """Parse one transcript line; ``ValueError`` if it is not a JSON object."""
+    value = orjson.loads(line)
+    if not isinstance(value, dict):
+        raise ValueError(f"transcript line is a {type(value).__name__}, not an object")
+    return value
+
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def now_rfc3339(ms: int) -> str:
+    """Unix milliseconds as RFC3339 with milliseconds and ``Z``: ``2026-07-26T09:00:00.000Z``."""
+    seconds, millis = divmod(int(ms), 1000)
+    moment = _EPOCH + _dt.timedelta(seconds=seconds)
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{millis:03d}Z"
