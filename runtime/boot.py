@@ -1,0 +1,179 @@
+"""Boot: everything that must happen before a single request is served.
+
+lock → open/migrate the index (quarantine + rebuild a corrupt one) →
+maintenance transaction (interruption fence, retention) → finish interrupted
+deletes and sweep temp files → reconcile every transcript with the index →
+in-flight checkpoint sweep → scratch sweep. Synchronous: the supervisor runs
+it in a worker thread before it starts any actor or opens the gateway.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import orjson
+
+from runtime.datadir import DataDir
+from store import index
+from store.database import open_writer
+from store.errors import StoreError
+from store.faults import Faults
+from store.fence import interruption_fence, retention
+from store.fsutil import sweep_temp_files
+from store.ids import SESSION_ID_RE
+from store.reconcile import apply_plan, plan_reconcile
+
+InflightSweep = Callable[[sqlite3.Connection, DataDir, int], dict[str, Any]]
+
+
+@dataclass
+class BootResult:
+    conn: sqlite3.Connection
+    boot_id: str
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def load_or_create_token(data_dir: DataDir) -> str:
+    """256-bit token in ``host.token`` (0600, created with O_EXCL, then fchmod)."""
+    path = data_dir.token_path
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        st = os.stat(path, follow_symlinks=False)
+        if st.st_mode & 0o077:
+            os.chmod(path, 0o600)
+        token = path.read_text().strip()
+        if len(token) >= 32:
+            return token
+        os.unlink(path)
+        return load_or_create_token(data_dir)
+    try:
+        os.fchmod(fd, 0o600)
+        token = secrets.token_hex(32)
+        os.write(fd, token.encode() + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return token
+
+
+def _session_ids_on_disk(data_dir: DataDir) -> tuple[set[str], set[str]]:
+    live: set[str] = set()
+    deleted: set[str] = set()
+    for name in os.listdir(data_dir.sessions_dir):
+        if name.endswith(".jsonl.deleted"):
+            sid = name[: -len(".jsonl.deleted")]
+            if SESSION_ID_RE.fullmatch(sid):
+                deleted.add(sid)
+        elif name.endswith(".jsonl") and not name.endswith(".revisions.jsonl"):
+            sid = name[: -len(".jsonl")]
+            if SESSION_ID_RE.fullmatch(sid):
+                live.add(sid)
+    return live, deleted
+
+
+def run_boot(
+    data_dir: DataDir,
+    *,
+    faults: Faults,
+    now_ms: Callable[[], int],
+    audit_retention_days: int = 90,
+    inflight_sweep: InflightSweep | None = None,
+) -> BootResult:
+    from actors.session import finish_delete  # the same delete tail the actor runs
+
+    t0 = time.perf_counter()
+    boot_id = secrets.token_hex(8)
+    report: dict[str, Any] = {"bootId": boot_id}
+    conn, open_report = open_writer(
+        data_dir.db_path, quarantine_dir=data_dir.quarantine_dir, now_ms=now_ms(), faults=faults
+    )
+    report["database"] = _as_dict(open_report)
+    now = now_ms()
+    # 1. maintenance transaction: the fence, retention, notification cap
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        report["fence"] = interruption_fence(conn, now_ms=now, boot_id=boot_id)
+        report["retention"] = retention(conn, now_ms=now, audit_days=audit_retention_days)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("PRAGMA incremental_vacuum")
+    # 2. interrupted deletes, stray temp files
+    live, deleted = _session_ids_on_disk(data_dir)
+    for sid in deleted:
+        conn.execute("BEGIN IMMEDIATE")
+        index.delete_session_rows(conn, sid)
+        conn.execute("COMMIT")
+        finish_delete(data_dir, sid)
+        live.discard(sid)
+    report["finishedDeletes"] = sorted(deleted)
+    report["tempFilesRemoved"] = len(sweep_temp_files(data_dir.sessions_dir))
+    # 3. reconcile the index with every transcript (and every row with its file)
+    rows = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT id, indexed_len, file_epoch FROM sessions")}
+    reconciled: dict[str, int] = {"clean": 0, "tail": 0, "full": 0, "missing": 0, "restoredRows": 0,
+                                  "indexedMessages": 0, "removedRows": 0, "errors": 0}
+    errors: list[dict[str, str]] = []
+    for sid in sorted(live | set(rows)):
+        indexed_len, epoch = rows.get(sid, (0, None))
+        try:
+            plan = plan_reconcile(data_dir.transcript(sid), indexed_len or 0, epoch)
+            reconciled[plan.kind] += 1
+            if plan.kind == "clean" and sid in rows:
+                continue
+            if plan.kind == "missing":
+                continue
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                out = apply_plan(conn, sid, plan, now_ms=now)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            reconciled["restoredRows"] += int(out["restoredRow"])
+            reconciled["indexedMessages"] += out["indexed"]
+            reconciled["removedRows"] += out["removed"]
+        except (StoreError, sqlite3.Error, ValueError, OSError) as exc:
+            reconciled["errors"] += 1
+            errors.append({"sessionId": sid, "error": f"{type(exc).__name__}: {exc}"})
+    report["reconcile"] = reconciled
+    if errors:
+        report["reconcileErrors"] = errors[:50]
+    # 4. in-flight checkpoints whose final row never landed
+    if inflight_sweep is not None:
+        report["inflight"] = inflight_sweep(conn, data_dir, now)
+    # 5. scratch / review snapshots of sessions that no longer exist
+    existing = {r[0] for r in conn.execute("SELECT id FROM sessions")}
+    swept = 0
+    for root in (data_dir.scratch_root, data_dir.review_changes_dir):
+        for name in os.listdir(root):
+            if name not in existing:
+                shutil.rmtree(root / name, ignore_errors=True)
+                swept += 1
+    report["scratchSwept"] = swept
+    report["durationMs"] = round((time.perf_counter() - t0) * 1000, 2)
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute(
+        "INSERT INTO boot_reports(boot_id, started_at, report_json) VALUES (?, ?, ?)",
+        (boot_id, now, orjson.dumps(report).decode()),
+    )
+    conn.execute("DELETE FROM boot_reports WHERE boot_id NOT IN "
+                 "(SELECT boot_id FROM boot_reports ORDER BY started_at DESC LIMIT 50)")
+    conn.execute("COMMIT")
+    return BootResult(conn=conn, boot_id=boot_id, report=report)
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    if hasattr(obj, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return {k: (str(v) if not isinstance(v, (int, float, bool, str, type(None), list)) else v)
+                for k, v in asdict(obj).items()}
+    return {"value": str(obj)}

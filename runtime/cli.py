@@ -1,0 +1,151 @@
+"""``pi-host``: run the host, or talk to a running one.
+
+    pi-host serve [--data-dir D] [--port N] [--host H] [--allow-origin O ...]
+    pi-host status | sessions | show SESSION [--limit N] | search QUERY [--data-dir D]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+import trio
+
+from runtime.config import DEFAULT_PORT, HostConfig
+from runtime.datadir import DataDir, DataDirLocked
+
+log = logging.getLogger("pi_host")
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="pi-host", description="pi-host: durable local store for agent sessions")
+    ap.add_argument("--data-dir", help="data directory (default: $PI_DESKTOP_DATA_DIR or ~/.pi-desktop)")
+    sub = ap.add_subparsers(dest="command")
+    serve = sub.add_parser("serve", help="run the host in the foreground")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--allow-origin", action="append", default=[], help="browser Origin to accept")
+    serve.add_argument("--idle-timeout", type=float, default=300.0, help="session actor idle passivation (s)")
+    serve.add_argument("--synchronous", choices=["FULL", "NORMAL"], default=None,
+                       help="force one SQLite synchronous mode (benchmarks)")
+    serve.add_argument("--quiet", action="store_true", help="no human log lines on stderr")
+    sub.add_parser("status", help="host.status of the running host")
+    sub.add_parser("sessions", help="list sessions")
+    show = sub.add_parser("show", help="print a session's newest messages")
+    show.add_argument("session")
+    show.add_argument("--limit", type=int, default=20)
+    search = sub.add_parser("search", help="search every session")
+    search.add_argument("query")
+    search.add_argument("--limit", type=int, default=20)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    data_dir = DataDir.resolve(args.data_dir, os.environ)
+    command = args.command or "serve"
+    if command == "serve":
+        if not hasattr(args, "port"):
+            args = _parser().parse_args([*(argv or sys.argv[1:]), "serve"])
+        return _serve(args, data_dir)
+    return trio.run(_client_command, command, args, data_dir)
+
+
+def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
+    from runtime.host import run_host
+    from runtime.logs import setup_logging
+    from runtime.supervisor import RestartIntensityExceeded
+
+    data_dir.ensure()
+    setup_logging(data_dir.logs_dir, stderr=not args.quiet)
+    config = HostConfig(
+        data_dir=data_dir,
+        host=args.host,
+        port=args.port,
+        allowed_origins=frozenset(args.allow_origin),
+        session_idle_timeout=args.idle_timeout,
+        synchronous=args.synchronous,
+    )
+
+    async def main_async() -> None:
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(run_host, config)
+            print(f"pi-host listening on {running.url} (data dir {data_dir.root})", flush=True)
+            log.info("listening", extra={"url": running.url, "dataDir": str(data_dir.root)})
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    log.info("shutting down", extra={"signal": int(signum)})
+                    nursery.cancel_scope.cancel()
+                    break
+
+    try:
+        trio.run(main_async)
+    except DataDirLocked as exc:
+        print(f"pi-host: {exc}", file=sys.stderr)
+        return 3
+    except RestartIntensityExceeded as exc:
+        log.error("restart intensity exceeded; shutting down", extra={"error": str(exc)})
+        print(f"pi-host: actors kept crashing, shut down: {exc}", file=sys.stderr)
+        return 4
+    except BaseExceptionGroup as group:  # noqa: F821 - py3.11 builtin
+        locked = group.subgroup(DataDirLocked)
+        if locked is not None:
+            print(f"pi-host: {locked.exceptions[0]}", file=sys.stderr)
+            return 3
+        if group.subgroup(RestartIntensityExceeded) is not None:
+            print("pi-host: actors kept crashing, shut down", file=sys.stderr)
+            return 4
+        raise
+    print("pi-host stopped cleanly", file=sys.stderr)
+    return 0
+
+
+async def _client_command(command: str, args: argparse.Namespace, data_dir: DataDir) -> int:
+    from runtime.client import RpcError, open_client, read_host_info
+
+    try:
+        info = read_host_info(data_dir.root)
+    except (OSError, ValueError) as exc:
+        print(f"pi-host: no running host found in {data_dir.root} ({exc})", file=sys.stderr)
+        return 2
+    try:
+        async with open_client(info.url, info.token, client_id=f"cli-{os.getpid()}", client_kind="cli") as c:
+            if command == "status":
+                _print(await c.call("host.status", {}))
+            elif command == "sessions":
+                res = await c.call("session.list", {"limit": 200})
+                for s in res["sessions"]:
+                    title = s.get("title") or "(untitled)"
+                    print(f"{s['id']}  {s['messageCount']:>6} msgs  {title}")
+            elif command == "show":
+                res = await c.call("session.get", {"sessionId": args.session, "messageLimit": args.limit})
+                print(f"# {res['session'].get('title') or res['session']['id']}  "
+                      f"(messages {res['messageStart']}-{res['messageEnd']} of {res['totalMessages']})")
+                for m in res["messages"]:
+                    text = " ".join(b.get("text", "") for b in m.get("blocks", []) if b.get("type") == "text")
+                    if not text:
+                        text = ", ".join(b.get("type", "?") for b in m.get("blocks", []))
+                    print(f"[{m.get('seq')}] {m.get('role')}: {text}")
+            elif command == "search":
+                res = await c.call("search.sessions", {"query": args.query, "limit": args.limit})
+                for r in res["results"]:
+                    print(f"{r['sessionId']}  {r.get('messageMatches', 0)} matches  {r.get('title') or ''}")
+                    for snip in r.get("snippets", []):
+                        print(f"    [{snip.get('seq')}] {snip.get('role')}: {snip.get('snippet')}")
+    except RpcError as exc:
+        print(f"pi-host: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Host configuration: one frozen object built by the CLI and passed down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from runtime.datadir import DataDir
+
+DEFAULT_PORT = 7777
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    data_dir: DataDir
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    allowed_origins: frozenset[str] = field(default_factory=frozenset)
+    session_idle_timeout: float = 300.0
+    max_sessions_active: int = 2048
+    ask_timeout: float = 60.0
+    db_batch_limit: int = 512
+    db_mailbox: int = 4096
+    session_mailbox: int = 512
+    session_batch_limit: int = 256
+    read_pool_size: int = 4
+    faults_spec: str | None = None
+    audit_retention_days: int = 90
+    restart_intensity: int = 20
+    restart_period: float = 10.0
+    synchronous: str | None = None  # None = FULL/NORMAL chosen per batch; "FULL"/"NORMAL" forces one
+    max_frame_bytes: int = 16 * 1024 * 1024
+    max_params_bytes: int = 8 * 1024 * 1024
+    log_to_stderr: bool = True

@@ -1,0 +1,158 @@
+"""Data directory resolution, layout and the one-host-per-directory lock."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from store.ids import validate_session_id
+
+SUBDIRS = (
+    "sessions",
+    "secrets",
+    "config-sync",
+    "attachments",
+    "plugins",
+    "logs",
+    "cache",
+    "crash-dumps",
+    "review-changes",
+    "scratch",
+    "quarantine",
+)
+
+
+class DataDirLocked(RuntimeError):
+    """Another host already owns this data directory."""
+
+
+@dataclass(frozen=True)
+class DataDir:
+    root: Path
+
+    @classmethod
+    def resolve(cls, flag: str | None, env: Mapping[str, str]) -> "DataDir":
+        """``--data-dir`` > ``PI_DESKTOP_DATA_DIR`` > ``~/.pi-desktop``, made absolute."""
+        raw = flag or env.get("PI_DESKTOP_DATA_DIR") or os.path.join(
+            env.get("HOME") or os.path.expanduser("~"), ".pi-desktop"
+        )
+        return cls(Path(os.path.abspath(os.path.expanduser(raw))))
+
+    def ensure(self) -> None:
+        """Create the directory tree of seed §2 with owner-only permissions."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+        for name in SUBDIRS:
+            path = self.root / name
+            path.mkdir(mode=0o700, exist_ok=True)
+            os.chmod(path, 0o700)
+
+    # files -----------------------------------------------------------------
+    @property
+    def db_path(self) -> Path:
+        return self.root / "pi.sqlite"
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.root / "sessions"
+
+    @property
+    def scratch_root(self) -> Path:
+        return self.root / "scratch"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def quarantine_dir(self) -> Path:
+        return self.root / "quarantine"
+
+    @property
+    def attachments_dir(self) -> Path:
+        return self.root / "attachments"
+
+    @property
+    def secrets_dir(self) -> Path:
+        return self.root / "secrets"
+
+    @property
+    def review_changes_dir(self) -> Path:
+        return self.root / "review-changes"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "host.lock"
+
+    @property
+    def token_path(self) -> Path:
+        return self.root / "host.token"
+
+    @property
+    def host_json_path(self) -> Path:
+        return self.root / "host.json"
+
+    @property
+    def clean_shutdown_path(self) -> Path:
+        return self.root / "clean-shutdown"
+
+    # per session (ids validated before any path is built) -------------------
+    def transcript(self, session_id: str) -> Path:
+        return self.sessions_dir / f"{validate_session_id(session_id)}.jsonl"
+
+    def deleted_transcript(self, session_id: str) -> Path:
+        return self.sessions_dir / f"{validate_session_id(session_id)}.jsonl.deleted"
+
+    def revisions(self, session_id: str) -> Path:
+        return self.sessions_dir / f"{validate_session_id(session_id)}.revisions.jsonl"
+
+    def inflight(self, session_id: str) -> Path:
+        return self.sessions_dir / f"{validate_session_id(session_id)}.inflight.json"
+
+    def scratch(self, session_id: str) -> Path:
+        return self.scratch_root / validate_session_id(session_id)
+
+    def review_changes(self, session_id: str) -> Path:
+        return self.review_changes_dir / validate_session_id(session_id)
+
+
+class DataDirLock:
+    """An exclusive ``flock`` on ``host.lock``; the kernel drops it on SIGKILL."""
+
+    def __init__(self, data_dir: DataDir) -> None:
+        self._data_dir = data_dir
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        path = self._data_dir.lock_path
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                owner = ""
+                try:
+                    owner = path.read_text().strip()
+                except OSError:
+                    pass
+                raise DataDirLocked(
+                    f"data directory {self._data_dir.root} is already in use by another "
+                    f"pi-host{f' (pid {owner})' if owner else ''}"
+                ) from None
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self._fd)
+                self._fd = None

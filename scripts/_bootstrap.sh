@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Shared bootstrap: create .venv with Python 3.11+ and install pi-host into it.
+# Re-installs when pyproject.toml changes (a stamp holds its hash).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+PY="${PYTHON:-}"
+if [ -z "$PY" ]; then
+  for cand in python3.13 python3.12 python3.11 python3; do
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+      PY="$cand"; break
+    fi
+  done
+fi
+if [ -z "$PY" ]; then
+  echo "pi-host needs Python 3.11 or newer on PATH" >&2; exit 1
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "creating $VENV ..." >&2
+  "$PY" -m venv "$VENV"
+fi
+STAMP="$VENV/.pi-host-installed"
+WANT="$(cat "$ROOT/pyproject.toml" | "$VENV/bin/python" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
+  echo "installing pi-host and its dependencies into .venv ..." >&2
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[test]" >&2
+  echo "$WANT" > "$STAMP"
+fi

@@ -1,0 +1,68 @@
+"""Boot maintenance transaction (seed §3): the interruption fence and retention.
+
+Runs once before anything is served. Nothing is ever replayed: running turns
+become ``aborted`` (with an audit record each), pending plan approvals and
+queued/running executions become ``interrupted``, retention pruning runs, and
+the notification cap is repaired.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import orjson
+
+NOTIFICATION_CAP = 200
+DAY_MS = 86_400_000
+
+
+def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -> dict[str, Any]:
+    running = conn.execute("SELECT id, session_id FROM turns WHERE status = 'running'").fetchall()
+    for turn_id, session_id in running:
+        conn.execute(
+            "INSERT INTO audit_log(ts, kind, session_id, payload_json) VALUES (?, 'turn_interrupted', ?, ?)",
+            (now_ms, session_id, orjson.dumps({"turnId": turn_id, "bootId": boot_id,
+                                               "reason": "host restarted"}).decode()),
+        )
+    conn.execute(
+        "UPDATE turns SET status = 'aborted', error_code = COALESCE(error_code, 'INTERRUPTED'), ended_at = ? "
+        "WHERE status = 'running'",
+        (now_ms,),
+    )
+    pending = conn.execute(
+        "UPDATE plan_approvals SET status = 'interrupted', updated_at = ?, resolved_at = ? "
+        "WHERE status = 'pending'",
+        (now_ms, now_ms),
+    ).rowcount
+    executions = conn.execute(
+        "UPDATE plan_approvals SET execution_state = 'interrupted', updated_at = ? "
+        "WHERE execution_state IN ('queued', 'running')",
+        (now_ms,),
+    ).rowcount
+    conn.execute(
+        "UPDATE session_collaboration_messages SET status = 'interrupted', updated_at = ? "
+        "WHERE status = 'running' OR (status = 'queued' AND NOT EXISTS "
+        "(SELECT 1 FROM turn_queue q WHERE q.session_message_id = session_collaboration_messages.id))",
+        (now_ms,),
+    )
+    return {"abortedTurns": [t for t, _ in running], "interruptedApprovals": pending,
+            "interruptedExecutions": executions}
+
+
+def retention(conn: sqlite3.Connection, *, now_ms: int, audit_days: int = 90) -> dict[str, Any]:
+    audit = conn.execute("DELETE FROM audit_log WHERE ts < ?", (now_ms - audit_days * DAY_MS,)).rowcount
+    runs = conn.execute(
+        "DELETE FROM task_runs WHERE id IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER "
+        "(PARTITION BY task_id ORDER BY started_at DESC) AS rn FROM task_runs) WHERE rn > 100)"
+    ).rowcount
+    notes = prune_notifications(conn)
+    return {"auditPruned": audit, "taskRunsPruned": runs, "notificationsPruned": notes}
+
+
+def prune_notifications(conn: sqlite3.Connection, cap: int = NOTIFICATION_CAP) -> int:
+    return conn.execute(
+        "DELETE FROM notifications WHERE id NOT IN (SELECT id FROM notifications "
+        "ORDER BY created_at DESC, id DESC LIMIT ?)",
+        (cap,),
+    ).rowcount

@@ -1,0 +1,493 @@
+"""SQL operations on the derived index (sessions, messages, compactions, receipts).
+
+Every function takes a ``sqlite3.Connection`` and runs inside the caller's
+transaction (the DB writer wraps each request in a SAVEPOINT). Nothing here
+opens files: callers pass parsed transcript records with their byte spans.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import orjson
+
+from .errors import Conflict, IdempotencyConflict, SessionNotFound
+from .records import extract_text, rfc3339_to_ms, tool_info
+
+SESSION_COLUMNS = (
+    "id, title, project_id, provider_id, model_id, mode, thinking_level, permission_mode, "
+    "source, deleted_at, pinned, last_seq, created_at, updated_at, indexed_len, file_epoch"
+)
+
+
+@dataclass(frozen=True)
+class IndexRecord:
+    """A transcript message line to index: its record and the byte span of the line."""
+
+    record: Mapping[str, Any]
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
+class CompactionRecord:
+    record: Mapping[str, Any]
+    offset: int
+    length: int
+
+
+# ---------------------------------------------------------------------------
+# sessions
+
+
+def session_row(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | None:
+    cur = conn.execute(
+        f"SELECT {SESSION_COLUMNS}, (SELECT path FROM projects p WHERE p.id = s.project_id) "
+        "FROM sessions s WHERE id = ?",
+        (session_id,),
+    )
+    row = cur.fetchone()
+    return _session_dict(row) if row else None
+
+
+def require_session(conn: sqlite3.Connection, session_id: str) -> dict[str, Any]:
+    row = session_row(conn, session_id)
+    if row is None:
+        raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
+    return row
+
+
+def _session_dict(row: Sequence[Any]) -> dict[str, Any]:
+    (sid, title, project_id, provider_id, model_id, mode, thinking, permission, source,
+     deleted_at, pinned, last_seq, created_at, updated_at, indexed_len, file_epoch, project_path) = row
+    return {
+        "id": sid,
+        "title": title,
+        "projectId": project_id,
+        "projectPath": project_path,
+        "providerId": provider_id,
+        "modelId": model_id,
+        "mode": mode,
+        "thinkingLevel": thinking,
+        "permissionMode": permission,
+        "source": source,
+        "deletedAt": deleted_at,
+        "pinned": bool(pinned),
+        "messageCount": last_seq,
+        "createdAt": created_at,
+        "updatedAt": updated_at,
+        "_indexedLen": indexed_len,
+        "_fileEpoch": file_epoch,
+    }
+
+
+def public_session(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if not k.startswith("_")}
+
+
+def normalize_project_path(path: str) -> str:
+    p = path.strip().replace("\\", "/")
+    while len(p) > 1 and p.endswith("/"):
+        p = p[:-1]
+    return p
+
+
+def upsert_project(conn: sqlite3.Connection, path: str, now_ms: int) -> int:
+    norm = normalize_project_path(path)
+    name = norm.rsplit("/", 1)[-1] or norm
+    conn.execute(
+        "INSERT INTO projects(path, name, created_at, last_opened_at) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT(path) DO UPDATE SET last_opened_at = excluded.last_opened_at",
+        (norm, name, now_ms, now_ms),
+    )
+    row = conn.execute("SELECT id FROM projects WHERE path = ?", (norm,)).fetchone()
+    return int(row[0])
+
+
+SESSION_SETTINGS = {
+    "providerId": "provider_id",
+    "modelId": "model_id",
+    "mode": "mode",
+    "thinkingLevel": "thinking_level",
+    "permissionMode": "permission_mode",
+}
+
+
+def insert_session(
+    conn: sqlite3.Connection,
+    session_id: str,
+    *,
+    now_ms: int,
+    created_at_ms: int | None = None,
+    title: str = "",
+    project_path: str | None = None,
+    settings: Mapping[str, Any] | None = None,
+    file_epoch: str | None = None,
+    indexed_len: int = 0,
+    source: str | None = None,
+) -> dict[str, Any]:
+    if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
+        raise Conflict(f"session {session_id} already exists", data={"sessionId": session_id})
+    project_id = upsert_project(conn, project_path, now_ms) if project_path else None
+    cols = ["id", "title", "project_id", "created_at", "updated_at", "file_epoch", "indexed_len", "source"]
+    vals: list[Any] = [session_id, title, project_id, created_at_ms or now_ms, created_at_ms or now_ms,
+                       file_epoch, indexed_len, source]
+    for key, col in SESSION_SETTINGS.items():
+        if settings and settings.get(key) is not None:
+            cols.append(col)
+            vals.append(settings[key])
+    conn.execute(
+        f"INSERT INTO sessions({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", vals
+    )
+    return require_session(conn, session_id)
+
+
+def update_session_settings(
+    conn: sqlite3.Connection, session_id: str, settings: Mapping[str, Any], *, now_ms: int
+) -> dict[str, Any]:
+    require_session(conn, session_id)
+    sets: list[str] = []
+    vals: list[Any] = []
+    for key, col in SESSION_SETTINGS.items():
+        if key in settings:
+            sets.append(f"{col} = ?")
+            vals.append(settings[key])
+    if "projectPath" in settings:
+        path = settings["projectPath"]
+        sets.append("project_id = ?")
+        vals.append(upsert_project(conn, path, now_ms) if path else None)
+    if "title" in settings:
+        sets.append("title = ?")
+        vals.append(settings["title"])
+    if sets:
+        conn.execute(f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?", (*vals, session_id))
+    return require_session(conn, session_id)
+
+
+def rename_session(conn: sqlite3.Connection, session_id: str, title: str) -> dict[str, Any]:
+    """Rename without touching ``updated_at`` (seed §4.5)."""
+    require_session(conn, session_id)
+    conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id))
+    return require_session(conn, session_id)
+
+
+def delete_session_rows(conn: sqlite3.Connection, session_id: str) -> bool:
+    cur = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+    return cur.rowcount > 0
+
+
+def list_sessions(
+    conn: sqlite3.Connection, *, limit: int, cursor: tuple[int, str] | None, project_id: int | None = None
+) -> tuple[list[dict[str, Any]], tuple[int, str] | None]:
+    where = ["s.deleted_at IS NULL"]
+    args: list[Any] = []
+    if project_id is not None:
+        where.append("s.project_id = ?")
+        args.append(project_id)
+    if cursor is not None:
+        where.append("(s.updated_at < ? OR (s.updated_at = ? AND s.id < ?))")
+        args.extend([cursor[0], cursor[0], cursor[1]])
+    sql = (
+        f"SELECT {', '.join('s.' + c.strip() for c in SESSION_COLUMNS.split(','))}, "
+        "(SELECT path FROM projects p WHERE p.id = s.project_id) FROM sessions s "
+        f"WHERE {' AND '.join(where)} ORDER BY s.updated_at DESC, s.id DESC LIMIT ?"
+    )
+    rows = conn.execute(sql, (*args, limit + 1)).fetchall()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    items = [_session_dict(r) for r in rows]
+    next_cursor = (items[-1]["updatedAt"], items[-1]["id"]) if more and items else None
+    return items, next_cursor
+
+
+# ---------------------------------------------------------------------------
+# messages
+
+
+def lookup_ids(conn: sqlite3.Connection, ids: Iterable[str]) -> dict[str, tuple[str, int, int, int]]:
+    """``id -> (session_id, seq, line_offset, line_len)`` for the ids the index holds."""
+    out: dict[str, tuple[str, int, int, int]] = {}
+    id_list = list(dict.fromkeys(ids))
+    for start in range(0, len(id_list), 500):
+        chunk = id_list[start : start + 500]
+        marks = ",".join("?" for _ in chunk)
+        for row in conn.execute(
+            f"SELECT id, session_id, seq, line_offset, line_len FROM messages WHERE id IN ({marks})", chunk
+        ):
+            out[row[0]] = (row[1], row[2], row[3], row[4])
+    return out
+
+
+def _turn_ref(conn: sqlite3.Connection, turn_id: Any) -> str | None:
+    if not isinstance(turn_id, str):
+        return None
+    row = conn.execute("SELECT id FROM turns WHERE id = ?", (turn_id,)).fetchone()
+    return row[0] if row else None
+
+
+def message_ref(session_id: str, seq: int, record: Mapping[str, Any], turn_id: str | None) -> dict[str, Any]:
+    return {
+        "id": record["id"],
+        "sessionId": session_id,
+        "seq": seq,
+        "turnId": turn_id,
+        "role": record.get("role"),
+        "createdAt": record.get("createdAt"),
+    }
+
+
+def index_messages(
+    conn: sqlite3.Connection,
+    session_id: str,
+    items: Sequence[IndexRecord],
+    *,
+    indexed_len: int,
+    file_epoch: str | None,
+    now_ms: int,
+    touch: bool = True,
+) -> list[dict[str, Any]]:
+    """Index appended message lines (in file order).
+
+    A line whose id the session already holds replaces that row's content and
+    span in place (same seq, same turn). New ids get the next seq from
+    ``last_seq`` (O(1), RETURNING). Receipts carried in ``meta.receipt`` are
+    recorded in the same transaction. Returns one MessageRef per item.
+    """
+    refs: list[dict[str, Any]] = []
+    existing = lookup_ids(conn, (it.record["id"] for it in items))
+    for item in items:
+        rec = item.record
+        mid = rec["id"]
+        text = extract_text(rec)
+        tool_name, is_error = tool_info(rec)
+        created = rfc3339_to_ms(rec.get("createdAt"), now_ms)
+        prior = existing.get(mid)
+        if prior is not None:
+            owner, seq, _, _ = prior
+            if owner != session_id:
+                raise Conflict(f"message id {mid} belongs to another session", data={"messageId": mid})
+            conn.execute(
+                "UPDATE messages SET text = ?, tool_name = ?, is_error = ?, line_offset = ?, line_len = ? "
+                "WHERE id = ?",
+                (text, tool_name, int(is_error), item.offset, item.length, mid),
+            )
+            turn = conn.execute("SELECT turn_id FROM messages WHERE id = ?", (mid,)).fetchone()[0]
+        else:
+            row = conn.execute(
+                "UPDATE sessions SET last_seq = last_seq + 1 WHERE id = ? RETURNING last_seq", (session_id,)
+            ).fetchone()
+            if row is None:
+                raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
+            seq = int(row[0])
+            turn = _turn_ref(conn, rec.get("turnId"))
+            conn.execute(
+                "INSERT INTO messages(id, session_id, turn_id, seq, role, tool_name, is_error, text, "
+                "created_at, line_offset, line_len) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (mid, session_id, turn, seq, rec.get("role"), tool_name, int(is_error), text, created,
+                 item.offset, item.length),
+            )
+            existing[mid] = (session_id, seq, item.offset, item.length)
+        ref = message_ref(session_id, seq, rec, turn)
+        receipt = (rec.get("meta") or {}).get("receipt") if isinstance(rec.get("meta"), Mapping) else None
+        if isinstance(receipt, Mapping):
+            store_receipt_if_absent(
+                conn,
+                client_id=str(receipt.get("clientId")),
+                submission_id=str(receipt.get("submissionId")),
+                method="session.appendMessage",
+                fingerprint=str(receipt.get("fingerprint")),
+                response={"message": ref, "replayed": False},
+                session_id=session_id,
+                now_ms=now_ms,
+            )
+        refs.append(ref)
+    sets = "indexed_len = ?, file_epoch = ?"
+    args: list[Any] = [indexed_len, file_epoch]
+    if touch and items:
+        sets += ", updated_at = MAX(updated_at, ?)"
+        args.append(now_ms)
+    conn.execute(f"UPDATE sessions SET {sets} WHERE id = ?", (*args, session_id))
+    return refs
+
+
+def index_compactions(conn: sqlite3.Connection, session_id: str, items: Sequence[CompactionRecord], now_ms: int) -> None:
+    for item in items:
+        rec = item.record
+        conn.execute(
+            "INSERT OR REPLACE INTO compactions(session_id, id, through_message_id, first_kept_message_id, "
+            "line_offset, line_len, created_at) VALUES (?,?,?,?,?,?,?)",
+            (session_id, str(rec.get("id")), rec.get("throughMessageId"), rec.get("firstKeptMessageId"),
+             item.offset, item.length, rfc3339_to_ms(rec.get("createdAt"), now_ms)),
+        )
+
+
+def set_deleted(conn: sqlite3.Connection, session_id: str, message_id: str, deleted: bool) -> int:
+    cur = conn.execute(
+        "UPDATE messages SET deleted = ? WHERE session_id = ? AND id = ?", (int(deleted), session_id, message_id)
+    )
+    return cur.rowcount
+
+
+def set_index_mark(conn: sqlite3.Connection, session_id: str, indexed_len: int, file_epoch: str | None) -> None:
+    conn.execute("UPDATE sessions SET indexed_len = ?, file_epoch = ? WHERE id = ?", (indexed_len, file_epoch, session_id))
+
+
+def clear_session_index(conn: sqlite3.Connection, session_id: str) -> None:
+    conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+    conn.execute("DELETE FROM compactions WHERE session_id = ?", (session_id,))
+    conn.execute("UPDATE sessions SET last_seq = 0, indexed_len = 0 WHERE id = ?", (session_id,))
+
+
+def reindex_session(
+    conn: sqlite3.Connection,
+    session_id: str,
+    messages: Sequence[IndexRecord],
+    compactions: Sequence[CompactionRecord],
+    deleted_ids: Iterable[str],
+    *,
+    indexed_len: int,
+    file_epoch: str | None,
+    now_ms: int,
+    turn_overrides: Mapping[str, str] | None = None,
+) -> None:
+    """Replace every index row of a session with rows for ``messages`` (a rewrite or rebuild).
+
+    Each surviving message keeps its owning turn: the turn recorded in the old
+    row wins over the line's ``turnId`` (``turn_overrides`` first of all).
+    """
+    old_turns = dict(
+        conn.execute("SELECT id, turn_id FROM messages WHERE session_id = ? AND turn_id IS NOT NULL", (session_id,))
+    )
+    if turn_overrides:
+        old_turns.update(turn_overrides)
+    clear_session_index(conn, session_id)
+    rows = []
+    for seq, item in enumerate(messages, start=1):
+        rec = item.record
+        tool_name, is_error = tool_info(rec)
+        turn = _turn_ref(conn, old_turns.get(rec["id"]) or rec.get("turnId"))
+        rows.append(
+            (rec["id"], session_id, turn, seq, rec.get("role"), tool_name, int(is_error), extract_text(rec),
+             rfc3339_to_ms(rec.get("createdAt"), now_ms), item.offset, item.length)
+        )
+    conn.executemany(
+        "INSERT INTO messages(id, session_id, turn_id, seq, role, tool_name, is_error, text, created_at, "
+        "line_offset, line_len) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        rows,
+    )
+    for item in messages:
+        receipt = item.record.get("meta", {}).get("receipt") if isinstance(item.record.get("meta"), Mapping) else None
+        if isinstance(receipt, Mapping):
+            seq = conn.execute("SELECT seq, turn_id FROM messages WHERE id = ?", (item.record["id"],)).fetchone()
+            store_receipt_if_absent(
+                conn,
+                client_id=str(receipt.get("clientId")),
+                submission_id=str(receipt.get("submissionId")),
+                method="session.appendMessage",
+                fingerprint=str(receipt.get("fingerprint")),
+                response={"message": message_ref(session_id, seq[0], item.record, seq[1]), "replayed": False},
+                session_id=session_id,
+                now_ms=now_ms,
+            )
+    index_compactions(conn, session_id, compactions, now_ms)
+    for mid in deleted_ids:
+        set_deleted(conn, session_id, mid, True)
+    conn.execute(
+        "UPDATE sessions SET last_seq = ?, indexed_len = ?, file_epoch = ? WHERE id = ?",
+        (len(messages), indexed_len, file_epoch, session_id),
+    )
+
+
+def window_rows(
+    conn: sqlite3.Connection, session_id: str, start: int, end: int
+) -> list[tuple[int, str, int, int, int, str | None]]:
+    """Rows for positions ``[start, end)`` (seq = position + 1): seq, id, offset, len, deleted, turn."""
+    return conn.execute(
+        "SELECT seq, id, line_offset, line_len, deleted, turn_id FROM messages "
+        "WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
+        (session_id, start, end),
+    ).fetchall()
+
+
+def position_of(conn: sqlite3.Connection, session_id: str, message_id: str) -> int | None:
+    row = conn.execute(
+        "SELECT seq FROM messages WHERE session_id = ? AND id = ?", (session_id, message_id)
+    ).fetchone()
+    return int(row[0]) - 1 if row else None
+
+
+def compaction_rows(conn: sqlite3.Connection, session_id: str) -> list[tuple[str, str | None, int, int]]:
+    """Compactions whose ``throughMessageId`` anchor still exists, oldest first."""
+    return conn.execute(
+        "SELECT c.id, c.through_message_id, c.line_offset, c.line_len FROM compactions c "
+        "WHERE c.session_id = ? AND (c.through_message_id IS NULL OR EXISTS "
+        "(SELECT 1 FROM messages m WHERE m.session_id = c.session_id AND m.id = c.through_message_id)) "
+        "ORDER BY c.line_offset",
+        (session_id,),
+    ).fetchall()
+
+
+# ---------------------------------------------------------------------------
+# command receipts (seed 000 §2.4)
+
+
+def fingerprint(method: str, params: Mapping[str, Any]) -> str:
+    """SHA-256 of method + params without transport identity or the submission id."""
+    clean = {k: v for k, v in params.items() if k not in ("submissionId",)}
+    body = orjson.dumps([method, clean], option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(body).hexdigest()
+
+
+def get_receipt(conn: sqlite3.Connection, client_id: str, submission_id: str) -> dict[str, Any] | None:
+    row = conn.execute(
+        "SELECT method, status, response_json, fingerprint FROM command_receipts "
+        "WHERE client_id = ? AND submission_id = ?",
+        (client_id, submission_id),
+    ).fetchone()
+    if row is None:
+        return None
+    return {
+        "method": row[0],
+        "status": row[1],
+        "response": orjson.loads(row[2]) if row[2] else None,
+        "fingerprint": row[3],
+    }
+
+
+def check_receipt(
+    conn: sqlite3.Connection, client_id: str, submission_id: str, method: str, fp: str
+) -> dict[str, Any] | None:
+    """Return the stored response for a matching retry, raise on a conflicting one, else None."""
+    found = get_receipt(conn, client_id, submission_id)
+    if found is None:
+        return None
+    if found["fingerprint"] != fp or found["method"] != method:
+        raise IdempotencyConflict(
+            f"submissionId {submission_id} was already used for a different request",
+            data={"submissionId": submission_id, "method": found["method"]},
+        )
+    return found
+
+
+def store_receipt_if_absent(
+    conn: sqlite3.Connection,
+    *,
+    client_id: str,
+    submission_id: str,
+    method: str,
+    fingerprint: str,
+    response: Any,
+    session_id: str | None,
+    now_ms: int,
+    status: str = "completed",
+) -> None:
+    """Insert a completed receipt; an existing one is never overwritten."""
+    conn.execute(
+        "INSERT OR IGNORE INTO command_receipts(client_id, submission_id, method, status, response_json, "
+        "fingerprint, session_id, created_at) VALUES (?,?,?,?,?,?,?,?)",
+        (client_id, submission_id, method, status, orjson.dumps(response).decode(), fingerprint,
+         session_id, now_ms),
+    )

@@ -1,0 +1,202 @@
+"""Compare a transcript file with what the index says it covers, and plan the repair.
+
+The index records, per session, the transcript ``epoch`` (a token in the header
+that changes whenever the whole file is rewritten) and ``indexed_len`` (bytes
+of the file its rows cover). A clean boot is one header read and one ``stat``
+per session; a longer file with the same epoch is indexed from ``indexed_len``;
+anything else (other epoch, shorter file) is reindexed in full.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .index import CompactionRecord, IndexRecord
+from .jsonio import loads_line
+
+
+@dataclass
+class TailScan:
+    """Complete lines from a start offset to the last complete line."""
+
+    start: int
+    end: int
+    messages: list[IndexRecord] = field(default_factory=list)
+    compactions: list[CompactionRecord] = field(default_factory=list)
+    tombstones: dict[str, bool] = field(default_factory=dict)
+    session_info: dict[str, Any] | None = None
+    header: dict[str, Any] | None = None
+    bad_lines: list[int] = field(default_factory=list)
+    unknown_lines: int = 0
+    torn_tail_bytes: int = 0
+
+
+@dataclass
+class ReconcilePlan:
+    kind: str  # "clean" | "tail" | "full" | "missing"
+    file_len: int = 0
+    epoch: str | None = None
+    scan: TailScan | None = None
+
+
+def read_header(path: Path) -> dict[str, Any] | None:
+    """Parse the first line (the session header); None if absent or unreadable."""
+    try:
+        with open(path, "rb") as fh:
+            line = fh.readline(1 << 20)
+    except FileNotFoundError:
+        return None
+    if not line.endswith(b"\n"):
+        return None
+    try:
+        rec = loads_line(line)
+    except ValueError:
+        return None
+    return rec if rec.get("type") == "session" else None
+
+
+def scan_from(path: Path, start: int) -> TailScan:
+    """Parse every complete line from byte ``start`` (which must be a line start)."""
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        data = fh.read()
+    scan = TailScan(start=start, end=start)
+    pos = 0
+    n = len(data)
+    while pos < n:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            scan.torn_tail_bytes = n - pos
+            break
+        line = data[pos : nl + 1]
+        offset = start + pos
+        pos = nl + 1
+        scan.end = start + pos
+        try:
+            rec = loads_line(line)
+        except ValueError:
+            if data[pos - 1 :].strip(b"\x00\n") == b"" and line.strip(b"\x00\n") == b"":
+                scan.torn_tail_bytes = n - (pos - len(line))
+                scan.end = offset
+                break
+            scan.bad_lines.append(offset)
+            continue
+        kind = rec.get("type")
+        if kind == "message" and isinstance(rec.get("id"), str):
+            scan.messages.append(IndexRecord(rec, offset, len(line)))
+        elif kind == "compaction":
+            scan.compactions.append(CompactionRecord(rec, offset, len(line)))
+        elif kind == "tombstone" and isinstance(rec.get("messageId"), str):
+            scan.tombstones[rec["messageId"]] = bool(rec.get("deleted", True))
+        elif kind == "session_info":
+            scan.session_info = {**(scan.session_info or {}), **rec}
+        elif kind == "session" and offset == 0:
+            scan.header = rec
+        else:
+            scan.unknown_lines += 1
+    return scan
+
+
+def dedupe(messages: list[IndexRecord]) -> list[IndexRecord]:
+    """Keep-last content at first position (the transcript reader rule)."""
+    order: dict[str, int] = {}
+    out: list[IndexRecord] = []
+    for item in messages:
+        mid = item.record["id"]
+        if mid in order:
+            out[order[mid]] = item
+        else:
+            order[mid] = len(out)
+            out.append(item)
+    return out
+
+
+def plan_reconcile(path: Path, indexed_len: int, file_epoch: str | None) -> ReconcilePlan:
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        return ReconcilePlan(kind="missing")
+    header = read_header(path)
+    epoch = header.get("epoch") if header else None
+    if header is not None and epoch == file_epoch and indexed_len > 0 and size >= indexed_len:
+        if size == indexed_len:
+            return ReconcilePlan(kind="clean", file_len=size, epoch=epoch)
+        scan = scan_from(path, indexed_len)
+        if scan.end == indexed_len:
+            return ReconcilePlan(kind="clean", file_len=indexed_len, epoch=epoch, scan=scan)
+        return ReconcilePlan(kind="tail", file_len=scan.end, epoch=epoch, scan=scan)
+    scan = scan_from(path, 0)
+    return ReconcilePlan(kind="full", file_len=scan.end, epoch=(scan.header or {}).get("epoch"), scan=scan)
+
+
+def session_info_settings(info: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not info:
+        return {}
+    keys = ("title", "projectPath", "providerId", "modelId", "mode", "thinkingLevel", "permissionMode")
+    return {k: info[k] for k in keys if k in info}
+
+
+def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) -> dict[str, Any]:
+    """Bring the index in line with the transcript (runs in the DB writer's transaction).
+
+    Returns a small report: ``{"kind", "restoredRow", "indexed", "removed"}``.
+    """
+    from . import index
+
+    report: dict[str, Any] = {"kind": plan.kind, "restoredRow": False, "indexed": 0, "removed": 0}
+    row = index.session_row(conn, session_id)
+    scan = plan.scan
+    if plan.kind in ("clean", "missing") or scan is None:
+        if row is not None and plan.kind == "clean" and row["_indexedLen"] != plan.file_len:
+            index.set_index_mark(conn, session_id, plan.file_len, plan.epoch)
+        return report
+    settings = session_info_settings(scan.session_info)
+    if row is None:
+        header = scan.header or {}
+        from .records import rfc3339_to_ms
+
+        created = rfc3339_to_ms(header.get("createdAt"), now_ms)
+        index.insert_session(
+            conn,
+            session_id,
+            now_ms=now_ms,
+            created_at_ms=created,
+            title=str(settings.get("title") or ""),
+            project_path=settings.get("projectPath"),
+            settings=settings,
+            file_epoch=plan.epoch,
+        )
+        report["restoredRow"] = True
+    elif settings:
+        index.update_session_settings(conn, session_id, settings, now_ms=now_ms)
+    if plan.kind == "full":
+        before = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)).fetchone()[0]
+        msgs = dedupe(scan.messages)
+        deleted = [mid for mid, flag in scan.tombstones.items() if flag]
+        index.reindex_session(
+            conn, session_id, msgs, scan.compactions, deleted,
+            indexed_len=plan.file_len, file_epoch=plan.epoch, now_ms=now_ms,
+        )
+        report["indexed"] = len(msgs)
+        report["removed"] = max(0, before - len(msgs))
+        if msgs:
+            last = conn.execute(
+                "SELECT MAX(created_at) FROM messages WHERE session_id = ?", (session_id,)
+            ).fetchone()[0]
+            if last is not None:
+                conn.execute(
+                    "UPDATE sessions SET updated_at = MAX(updated_at, ?) WHERE id = ?", (last, session_id)
+                )
+    else:
+        index.index_messages(
+            conn, session_id, scan.messages, indexed_len=plan.file_len, file_epoch=plan.epoch,
+            now_ms=now_ms, touch=False,
+        )
+        index.index_compactions(conn, session_id, scan.compactions, now_ms)
+        for mid, flag in scan.tombstones.items():
+            index.set_deleted(conn, session_id, mid, flag)
+        report["indexed"] = len(scan.messages)
+    return report

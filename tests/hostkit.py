@@ -1,0 +1,101 @@
+"""Test helpers: run a host in-process or as a real subprocess, and talk to it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import trio
+
+from runtime.client import HostClient, open_client
+from runtime.config import HostConfig
+from runtime.datadir import DataDir
+from runtime.host import RunningHost, run_host
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_config(root: Path, **overrides: Any) -> HostConfig:
+    cfg = HostConfig(data_dir=DataDir(root), port=0, session_idle_timeout=60.0, ask_timeout=30.0)
+    return replace(cfg, **overrides)
+
+
+@asynccontextmanager
+async def inprocess_host(root: Path, **overrides: Any) -> AsyncIterator[RunningHost]:
+    """A real host (boot, actors, gateway) inside this trio run; stopped on exit."""
+    async with trio.open_nursery() as nursery:
+        running: RunningHost = await nursery.start(run_host, test_config(root, **overrides))
+        try:
+            yield running
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def client_for(running: RunningHost, client_id: str = "test-client", kind: str = "test") -> AsyncIterator[HostClient]:
+    async with open_client(running.url, running.token, client_id=client_id, client_kind=kind) as c:
+        yield c
+
+
+@dataclass
+class HostProcess:
+    proc: subprocess.Popen[bytes]
+    data_dir: Path
+    url: str
+    token: str
+
+    def kill9(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def terminate(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+
+def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None = None,
+                       timeout: float = 60) -> HostProcess:
+    """Start ``pi-host serve --port 0`` as a subprocess and wait for its ``host.json``."""
+    host_json = data_dir / "host.json"
+    old_pid = None
+    if host_json.exists():
+        try:
+            old_pid = json.loads(host_json.read_text()).get("pid")
+        except ValueError:
+            pass
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runtime.cli", "--data-dir", str(data_dir), "serve", "--port", "0", "--quiet",
+         *extra],
+        cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise RuntimeError(f"host exited with {proc.returncode}: {err.decode()[-3000:]}")
+        try:
+            info = json.loads(host_json.read_text())
+            if info.get("pid") == proc.pid and info.get("pid") != old_pid:
+                token = (data_dir / "host.token").read_text().strip()
+                return HostProcess(proc, data_dir, info["url"], token)
+        except (FileNotFoundError, ValueError):
+            pass
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("host did not write host.json in time")
+
+
+def msg(mid: str, text: str, role: str = "user", **extra: Any) -> dict[str, Any]:
+    return {"id": mid, "role": role, "blocks": [{"type": "text", "text": text}], **extra}
