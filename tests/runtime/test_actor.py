@@ -1,0 +1,358 @@
+"""The actor kernel: ask/tell, bounded mailbox, stop/kill semantics, batching, passivation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from runtime.actor import (
+    Actor,
+    ActorCrashed,
+    ActorError,
+    ActorStopped,
+    AskTimeout,
+    Busy,
+    Envelope,
+    Fatal,
+    InternalBug,
+    ReplySlot,
+)
+from tests.runtime.actor_testing import Probe, actor_running, no_leaked_actor_tasks, spawn
+
+__all__ = ["no_leaked_actor_tasks"]  # autouse fixture
+
+
+async def test_error_codes() -> None:
+    assert ActorStopped("x").code == "ACTOR_RESTARTED"
+    assert ActorCrashed("x").code == "ACTOR_RESTARTED"
+    assert Busy("x").code == "BUSY"
+    assert AskTimeout("x").code == "TIMEOUT"
+    assert InternalBug("x").code == "INTERNAL"
+    assert all(issubclass(e, ActorError) for e in (ActorStopped, ActorCrashed, Busy, AskTimeout, InternalBug))
+    assert ActorStopped("x").retriable and ActorCrashed("x").retriable
+
+
+async def test_reply_slot_first_wins_and_late_reply_on_abandoned_slot_is_dropped() -> None:
+    slot = ReplySlot()
+    assert slot.set_result(1) is True
+    assert slot.set_result(2) is False
+    assert slot.set_exception(ValueError()) is False
+    await slot.wait()
+    assert slot.unwrap() == 1
+
+    failed = ReplySlot()
+    assert failed.set_exception(KeyError("k")) is True
+    with pytest.raises(KeyError):
+        failed.unwrap()
+
+    gone = ReplySlot()
+    gone.abandon()
+    assert gone.set_result("late") is False
+    assert not gone.done
+    with pytest.raises(InternalBug):
+        gone.unwrap()
+
+
+async def test_ask_reply_and_orderly_exit() -> None:
+    actor = Probe("a")
+    async with actor_running(actor):
+        assert actor.state == "running"
+        assert await actor.ask("ping") == ("pong", 1)
+        assert await actor.ask(("effect", 7)) == 7
+    stats = actor.statistics()
+    assert stats.state == "stopped"
+    assert stats.handled == 2
+    assert actor.log == [("start", "a", 1), ("stop", "a", 1), ("stopped", "a", 1)]
+
+
+async def test_exception_in_handle_goes_to_asker_and_actor_keeps_running() -> None:
+    actor = Probe("a")
+    async with actor_running(actor):
+        with pytest.raises(ValueError, match="boom"):
+            await actor.ask("boom")
+        assert actor.state == "running"
+        assert await actor.ask("ping") == ("pong", 1)
+        assert actor.statistics().handled == 2
+
+
+async def test_full_mailbox_makes_tell_wait_and_nowait_calls_busy() -> None:
+    actor = Probe("a", mailbox_size=2)
+    gate = trio.Event()
+    async with actor_running(actor) as nursery:
+        first = spawn(nursery, actor.ask, ("block", gate))
+        await trio.testing.wait_all_tasks_blocked()  # the actor is inside handle()
+        actor.tell_nowait(("effect", 1))
+        actor.tell_nowait(("effect", 2))
+        assert actor.statistics().mailbox_depth == 2
+        with pytest.raises(Busy):
+            actor.tell_nowait(("effect", 3))
+        with pytest.raises(Busy):
+            await actor.ask_or_busy(("effect", 3))
+
+        parked = spawn(nursery, actor.tell, ("effect", 4))
+        await trio.testing.wait_all_tasks_blocked()
+        assert parked == {}  # still waiting for room: backpressure
+        assert actor.statistics().senders_waiting == 1
+
+        gate.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert parked == {"value": None}
+        assert first == {"value": "unblocked"}
+        assert await actor.ask("ping") == ("pong", 1)
+        assert actor.effects == 3  # 1, 2 and the parked 4; the Busy ones never entered
+        stats = actor.statistics()
+        assert stats.peak_depth == 2
+        assert stats.mailbox_depth == 0
+
+
+async def test_orderly_stop_finishes_current_message_and_fails_queued_asks() -> None:
+    actor = Probe("a", mailbox_size=2)
+    gate = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(actor.run, name="actor:a")
+        current = spawn(nursery, actor.ask, ("block", gate))
+        await trio.testing.wait_all_tasks_blocked()
+        queued = [spawn(nursery, actor.ask, ("effect", i)) for i in range(2)]
+        await trio.testing.wait_all_tasks_blocked()
+        parked = spawn(nursery, actor.ask, ("effect", 99))  # mailbox full: waits for room
+        await trio.testing.wait_all_tasks_blocked()
+
+        actor.stop()
+        await trio.testing.wait_all_tasks_blocked()
+        assert actor.state == "stopping"
+        assert isinstance(parked["error"], ActorStopped)
+        assert parked["error"].enqueued is False
+        with pytest.raises(ActorStopped) as refused:
+            await actor.ask("ping")
+        assert refused.value.enqueued is False
+
+        gate.set()
+        await actor.wait_exited()
+    assert current == {"value": "unblocked"}
+    for box in queued:
+        assert isinstance(box["error"], ActorStopped)
+        assert box["error"].enqueued is True
+    assert actor.effects == 0
+    assert actor.state == "stopped"
+    assert ("stopped", "a", 1) in actor.log
+
+
+async def test_kill_at_await_point_fails_in_flight_and_queued_asks_with_crashed() -> None:
+    actor = Probe("a")
+    never = trio.Event()
+    with pytest.RaisesGroup(ActorCrashed):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(actor.run, name="actor:a")
+            in_flight = spawn(nursery, actor.ask, ("block", never))
+            await trio.testing.wait_all_tasks_blocked()
+            queued = spawn(nursery, actor.ask, ("effect", 1))
+            told = spawn(nursery, actor.tell, ("effect", 2))
+            await trio.testing.wait_all_tasks_blocked()
+            actor.kill()
+            await actor.wait_exited()
+    assert isinstance(in_flight["error"], ActorCrashed)
+    assert isinstance(queued["error"], ActorCrashed)
+    assert queued["error"].enqueued is True
+    assert told == {"value": None}
+    stats = actor.statistics()
+    assert stats.state == "crashed"
+    assert stats.dropped_tells == 1
+    assert ("stop", "a", 1) not in actor.log  # a kill skips on_stop
+    with pytest.raises(ActorCrashed) as late:
+        await actor.ask("ping")
+    assert late.value.enqueued is False
+
+
+async def test_fatal_crashes_actor_and_asker_gets_actor_crashed() -> None:
+    actor = Probe("a")
+    async with trio.open_nursery() as askers:  # not cancelled by the actor's crash
+        with pytest.RaisesGroup(Fatal):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(actor.run, name="actor:a")
+                box = spawn(askers, actor.ask, "fatal")
+                await actor.wait_exited()
+    assert isinstance(box["error"], ActorCrashed)
+    assert isinstance(box["error"].__cause__, Fatal)
+    assert actor.state == "crashed"
+
+
+async def test_failing_tell_crashes_actor() -> None:
+    actor = Probe("a")
+    with pytest.RaisesGroup(ValueError):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(actor.run, name="actor:a")
+            await actor.tell("boom")
+            await actor.wait_exited()
+    assert actor.state == "crashed"
+
+
+async def test_cancelled_asker_parked_for_room_has_no_effect(autojump_clock: trio.testing.MockClock) -> None:
+    actor = Probe("a", mailbox_size=1)
+    gate = trio.Event()
+    async with actor_running(actor) as nursery:
+        spawn(nursery, actor.ask, ("block", gate))
+        await trio.testing.wait_all_tasks_blocked()
+        actor.tell_nowait(("effect", "filler"))
+        with trio.CancelScope() as cs:
+            cs.deadline = trio.current_time() + 1  # parks in send, then gets cancelled
+            await actor.ask(("effect", "cancelled"))
+        assert cs.cancelled_caught
+        gate.set()
+        assert await actor.ask("ping") == ("pong", 1)
+        assert actor.effects == 1  # only the filler
+
+
+async def test_cancelled_asker_waiting_for_reply_takes_effect_once_and_reply_is_dropped(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    actor = Probe("a")
+    gate = trio.Event()
+    async with actor_running(actor) as nursery:
+        spawn(nursery, actor.ask, ("block", gate))
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.move_on_after(1) as cs:
+            await actor.ask(("effect", "enqueued"))  # enqueued, then waits for its reply
+        assert cs.cancelled_caught
+        gate.set()
+        assert await actor.ask("ping") == ("pong", 1)
+        assert actor.effects == 1
+        assert actor.statistics().dropped_replies == 1
+
+
+class SlowEffect(Actor):
+    """Counts an effect after a few checkpoints, so cancellation can land anywhere."""
+
+    def __init__(self) -> None:
+        super().__init__("slow", mailbox_size=1)
+        self.effects = 0
+
+    async def handle(self, msg: Any) -> Any:
+        for _ in range(3):
+            await trio.lowlevel.checkpoint()
+        self.effects += 1
+        return msg
+
+
+@pytest.mark.parametrize("ticks", range(12))
+async def test_cancelling_an_asker_at_any_point_gives_zero_or_one_effect(ticks: int) -> None:
+    actor = SlowEffect()
+    async with actor_running(actor) as nursery:
+        actor.tell_nowait("occupy")  # so the ask may have to wait for room
+        box: dict[str, Any] = {}
+
+        async def asker(cs: trio.CancelScope) -> None:
+            with cs:
+                box["value"] = await actor.ask("x")
+
+        cs = trio.CancelScope()
+        nursery.start_soon(asker, cs)
+        for _ in range(ticks):
+            await trio.lowlevel.checkpoint()
+        cs.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        await actor.ask("barrier")  # everything enqueued before has been handled
+        effects_of_x = actor.effects - 2  # minus "occupy" and "barrier"
+        assert effects_of_x in (0, 1)
+        if "value" in box:
+            assert effects_of_x == 1
+
+
+class Batcher(Probe):
+    def __init__(self) -> None:
+        super().__init__("batcher", mailbox_size=64, batch_limit=64)
+        self.batch_sizes: list[int] = []
+
+    async def handle_batch(self, batch: list[Envelope]) -> None:
+        self.batch_sizes.append(len(batch))
+        await super().handle_batch(batch)
+
+
+async def test_asks_waiting_while_busy_are_handed_to_one_handle_batch() -> None:
+    actor = Batcher()
+    gate = trio.Event()
+    async with actor_running(actor) as nursery:
+        spawn(nursery, actor.ask, ("block", gate))
+        await trio.testing.wait_all_tasks_blocked()
+        boxes = [spawn(nursery, actor.ask, ("effect", i)) for i in range(10)]
+        await trio.testing.wait_all_tasks_blocked()
+        assert actor.statistics().mailbox_depth == 10
+        gate.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert actor.batch_sizes == [1, 10]
+        assert [box["value"] for box in boxes] == list(range(10))
+        stats = actor.statistics()
+        assert (stats.batches, stats.largest_batch, stats.handled) == (2, 10, 11)
+
+
+class ForgetfulBatch(Actor):
+    batch_limit = 8
+
+    async def handle_batch(self, batch: list[Envelope]) -> None:
+        first = batch[0]
+        assert first.reply is not None
+        if isinstance(first.msg, trio.Event):
+            await first.msg.wait()
+        first.reply.set_result(("only the first", len(batch)))
+
+
+async def test_handle_batch_that_forgets_a_reply_yields_internal_bug_not_a_hang() -> None:
+    actor = ForgetfulBatch("forgetful")
+    gate = trio.Event()
+    async with actor_running(actor) as nursery:
+        blocker = spawn(nursery, actor.ask, gate)
+        await trio.testing.wait_all_tasks_blocked()
+        boxes = [spawn(nursery, actor.ask, i) for i in range(3)]
+        await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+        await trio.testing.wait_all_tasks_blocked()
+    assert blocker == {"value": ("only the first", 1)}
+    replied = [box for box in boxes if "value" in box]
+    assert replied == [{"value": ("only the first", 3)}]
+    failed = [box["error"] for box in boxes if "error" in box]
+    assert len(failed) == 2 and all(isinstance(err, InternalBug) for err in failed)
+
+
+async def test_ask_timeout_in_virtual_time(autojump_clock: trio.testing.MockClock) -> None:
+    actor = Probe("a")
+    gate = trio.Event()
+    async with actor_running(actor):
+        start = trio.current_time()
+        with pytest.raises(AskTimeout):
+            await actor.ask(("block", gate), timeout=5)
+        assert trio.current_time() - start == pytest.approx(5)
+        gate.set()
+        assert await actor.ask("ping", timeout=5) == ("pong", 1)
+        assert actor.statistics().dropped_replies == 1
+
+
+async def test_idle_passivation_only_inbound_messages_reset_timer(autojump_clock: trio.testing.MockClock) -> None:
+    actor = Probe("a", idle_timeout=10)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(actor.run, name="actor:a")
+        await trio.sleep(9)
+        assert await actor.ask("ping") == ("pong", 1)  # resets the idle timer
+        last_message = trio.current_time()
+        await trio.sleep(9)
+        assert actor.state == "running"
+        await actor.wait_exited()
+        assert trio.current_time() - last_message == pytest.approx(10)
+    assert actor.state == "passivated"
+    assert actor.log[-2:] == [("stop", "a", 1), ("stopped", "a", 1)]
+    with pytest.raises(ActorStopped) as refused:
+        await actor.ask("ping")
+    assert refused.value.enqueued is False
+
+
+async def test_run_twice_is_a_bug() -> None:
+    actor = Probe("a")
+    async with actor_running(actor):
+        with pytest.raises(InternalBug):
+            await actor.run()
+
+
+async def test_mailbox_must_be_bounded() -> None:
+    with pytest.raises(ValueError):
+        Probe("a", mailbox_size=0)
