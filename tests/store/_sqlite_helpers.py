@@ -1,0 +1,90 @@
+"""Shared helpers for the SQLite schema/database/migration tests."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+from store.database import apply_pragmas
+from store.schema import apply_schema
+
+NOW_MS = 1_700_000_000_000
+
+
+def connect_plain(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def build_db(path: Path, statements: Sequence[str], version: int) -> None:
+    """A real database file at ``version`` holding exactly ``statements``."""
+    conn = connect_plain(path)
+    try:
+        apply_pragmas(conn)
+        apply_schema(conn, statements=statements, version=version)
+    finally:
+        conn.close()
+
+
+def add_session(
+    conn: sqlite3.Connection, sid: str, texts: Sequence[str | None], *, now: int = NOW_MS
+) -> list[int]:
+    """Insert a session with one message per text; returns the message mids."""
+    conn.execute(
+        "INSERT INTO sessions(id, title, created_at, updated_at) VALUES (?, ?, ?, ?)",
+        (sid, f"title {sid}", now, now),
+    )
+    mids = []
+    for seq, text in enumerate(texts, start=1):
+        cur = conn.execute(
+            "INSERT INTO messages(id, session_id, seq, role, text, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (f"{sid}-m{seq}", sid, seq, "user" if text is not None else "tool", text, now),
+        )
+        assert cur.lastrowid is not None
+        mids.append(cur.lastrowid)
+    conn.execute("UPDATE sessions SET last_seq = ? WHERE id = ?", (len(texts), sid))
+    return mids
+
+
+def fts_hits(conn: sqlite3.Connection, needle: str) -> list[str]:
+    """Message ids whose text the trigram index matches (quoted literal)."""
+    literal = '"' + needle.replace('"', '""') + '"'
+    rows = conn.execute(
+        "SELECT m.id FROM messages_fts JOIN messages m ON m.mid = messages_fts.rowid"
+        " WHERE messages_fts MATCH ? ORDER BY m.mid",
+        (literal,),
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def fts_rowids(conn: sqlite3.Connection, needle: str) -> list[int]:
+    """Raw FTS rowids for a match (no join: stale index entries would show)."""
+    literal = '"' + needle.replace('"', '""') + '"'
+    return [
+        row[0]
+        for row in conn.execute(
+            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid",
+            (literal,),
+        )
+    ]
+
+
+def schema_objects(conn: sqlite3.Connection) -> set[tuple[str, str, str]]:
+    return {
+        (row[0], row[1], row[2] or "")
+        for row in conn.execute("SELECT type, name, sql FROM sqlite_master")
+    }
+
+
+def user_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def listing(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
