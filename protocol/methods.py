@@ -1,0 +1,450 @@
+"""The method registry: every JSON-RPC method, its models and its metadata.
+
+The gateway looks a method up in :data:`METHODS`, validates params with
+:func:`parse_params`, and serialises what the actor returned with
+:func:`dump_result`. Error codes are the stable ``error.data.code`` strings
+(``protocol/errors.py`` owns their numeric codes and retriability).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import BaseModel
+
+from . import models as m
+from .models_common import MutatingParams
+
+PROTOCOL_VERSION = 1
+EVENT_METHOD = "event"
+
+
+@dataclass(frozen=True, slots=True)
+class MethodSpec:
+    name: str
+    params_model: type[BaseModel]
+    result_model: type[BaseModel]
+    mutating: bool
+    summary: str
+    errors: tuple[str, ...]
+
+
+def _codes(*groups: tuple[str, ...]) -> tuple[str, ...]:
+    """Concatenate code groups, first occurrence wins."""
+    return tuple(dict.fromkeys(code for group in groups for code in group))
+
+
+# Every method can fail these ways.
+_ANY = ("INVALID_PARAMS", "INTERNAL")
+# Work handed to an actor (mailbox full, no reply in time, actor died).
+_ACTOR = ("BUSY", "TIMEOUT", "ACTOR_RESTARTED", "SHUTTING_DOWN")
+_DB_READ = _codes(_ANY, _ACTOR, ("CORRUPT_DATA",))
+_DB_WRITE = _codes(_DB_READ, ("IDEMPOTENCY_CONFLICT", "STORAGE_FULL", "IO_ERROR"))
+_SESSION_READ = _codes(_DB_READ, ("INVALID_ID", "SESSION_NOT_FOUND", "IO_ERROR"))
+_SESSION_WRITE = _codes(
+    _SESSION_READ, ("IDEMPOTENCY_CONFLICT", "STORAGE_FULL", "PAYLOAD_TOO_LARGE")
+)
+_PAGED = ("CURSOR_EXPIRED",)
+
+
+def _spec(
+    name: str,
+    params: type[BaseModel],
+    result: type[BaseModel],
+    summary: str,
+    errors: tuple[str, ...],
+) -> MethodSpec:
+    mutating = issubclass(params, MutatingParams)
+    return MethodSpec(name, params, result, mutating, summary, errors)
+
+
+_SPECS: tuple[MethodSpec, ...] = (
+    # -- host ---------------------------------------------------------------
+    _spec(
+        "host.hello",
+        m.HelloParams,
+        m.HelloResult,
+        "Authenticate the connection. Must be the first request.",
+        (
+            "INVALID_PARAMS",
+            "UNAUTHENTICATED",
+            "UNSUPPORTED_PROTOCOL",
+            "ALREADY_AUTHENTICATED",
+            "INTERNAL",
+        ),
+    ),
+    _spec(
+        "host.status",
+        m.StatusParams,
+        m.StatusResult,
+        "Versions, uptime, actor and DB-writer statistics, boot recovery report.",
+        _codes(_ANY, _ACTOR),
+    ),
+    # -- sessions -----------------------------------------------------------
+    _spec(
+        "session.create",
+        m.SessionCreateParams,
+        m.SessionSummary,
+        "Create an empty session (header line + index row).",
+        _codes(_DB_WRITE, ("INVALID_ID", "CONFLICT")),
+    ),
+    _spec(
+        "session.list",
+        m.SessionListParams,
+        m.SessionListResult,
+        "Sessions by updatedAt, newest first; trashed sessions excluded.",
+        _codes(_DB_READ, _PAGED),
+    ),
+    _spec(
+        "session.get",
+        m.SessionGetParams,
+        m.SessionGetResult,
+        "A bounded window of the transcript plus every valid compaction.",
+        _codes(_SESSION_READ, ("MESSAGE_NOT_FOUND",)),
+    ),
+    _spec(
+        "session.appendMessage",
+        m.AppendMessageParams,
+        m.AppendMessageResult,
+        "Append one message (durable before the reply); replays are no-ops.",
+        _codes(_SESSION_WRITE, ("CONFLICT", "PERMISSION_DENIED")),
+    ),
+    _spec(
+        "session.rename",
+        m.SessionRenameParams,
+        m.SessionSummary,
+        "Set the title (trimmed, 1-80 characters); updatedAt is unchanged.",
+        _SESSION_WRITE,
+    ),
+    _spec(
+        "session.update",
+        m.SessionUpdateParams,
+        m.SessionSummary,
+        "Change provider/model, mode, thinking level, permission mode or project.",
+        _codes(_SESSION_WRITE, ("CONFLICT",)),
+    ),
+    _spec(
+        "session.delete",
+        m.SessionDeleteParams,
+        m.SessionDeleteResult,
+        "Delete the session, its index rows and both transcript files.",
+        _SESSION_WRITE,
+    ),
+    # -- events -------------------------------------------------------------
+    _spec(
+        "events.subscribe",
+        m.SubscribeParams,
+        m.SubscribeResult,
+        "Receive 'event' notifications for topics, optionally resuming at a cursor.",
+        _codes(_ANY, ("INVALID_ID", "CURSOR_EXPIRED", "LIMIT_EXCEEDED")),
+    ),
+    _spec(
+        "events.unsubscribe",
+        m.UnsubscribeParams,
+        m.OkResult,
+        "Stop a subscription of this connection.",
+        _codes(_ANY, ("NOT_FOUND",)),
+    ),
+    # -- turns --------------------------------------------------------------
+    _spec(
+        "session.startTurn",
+        m.StartTurnParams,
+        m.Turn,
+        "Record a running turn, optionally with its run environment snapshot.",
+        _codes(_SESSION_WRITE, ("CONFLICT", "PLAN_REQUIRES_INTERACTIVE_SESSION")),
+    ),
+    _spec(
+        "session.endTurn",
+        m.EndTurnParams,
+        m.EndTurnResult,
+        "Finish a turn (completed/aborted/error) and maybe create its notification.",
+        _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT")),
+    ),
+    _spec(
+        "session.turnEnvironment",
+        m.TurnEnvironmentParams,
+        m.TurnEnvironmentResult,
+        "Read a turn's environment snapshot back, digest verified.",
+        _codes(_DB_READ, ("NOT_FOUND",)),
+    ),
+    _spec(
+        "session.saveInflightMessage",
+        m.SaveInflightParams,
+        m.SaveInflightResult,
+        "Checkpoint the streaming assistant reply (atomic replace).",
+        _SESSION_WRITE,
+    ),
+    # -- notifications ------------------------------------------------------
+    _spec(
+        "notifications.list",
+        m.NotificationsListParams,
+        m.NotificationsListResult,
+        "The notification inbox, newest first, with the unread count.",
+        _codes(_DB_READ, _PAGED),
+    ),
+    _spec(
+        "notifications.markRead",
+        m.NotificationsMarkReadParams,
+        m.UpdatedResult,
+        "Mark notifications read (idempotent).",
+        _DB_WRITE,
+    ),
+    _spec(
+        "notifications.markAllRead",
+        m.NotificationsMarkAllReadParams,
+        m.UpdatedResult,
+        "Mark every notification read.",
+        _DB_WRITE,
+    ),
+    _spec(
+        "notifications.clear",
+        m.NotificationsClearParams,
+        m.DeletedResult,
+        "Delete the given notifications, or all of them.",
+        _DB_WRITE,
+    ),
+    # -- queue --------------------------------------------------------------
+    _spec(
+        "session.queuePush",
+        m.QueuePushParams,
+        m.QueuePushResult,
+        "Queue a prompt behind the active turn (at most 8 per session).",
+        _codes(_SESSION_WRITE, ("LIMIT_EXCEEDED",)),
+    ),
+    _spec(
+        "session.queueList",
+        m.QueueListParams,
+        m.QueueState,
+        "The session's queue in delivery order and whether it is held.",
+        _SESSION_READ,
+    ),
+    _spec(
+        "session.queueRemove",
+        m.QueueEntryParams,
+        m.QueueState,
+        "Remove one entry; the others keep their positions.",
+        _codes(_SESSION_WRITE, ("NOT_FOUND",)),
+    ),
+    _spec(
+        "session.queuePrioritize",
+        m.QueueEntryParams,
+        m.QueueState,
+        "'Send now': deliver this entry before unpromoted ones.",
+        _codes(_SESSION_WRITE, ("NOT_FOUND",)),
+    ),
+    _spec(
+        "session.queueReorder",
+        m.QueueReorderParams,
+        m.QueueState,
+        "Swap an unpromoted entry with its neighbour.",
+        _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT")),
+    ),
+    _spec(
+        "session.queueAttach",
+        m.QueueControllerParams,
+        m.QueueState,
+        "Become the session's queue controller; releases a held queue.",
+        _codes(_SESSION_WRITE, ("CONFLICT",)),
+    ),
+    _spec(
+        "session.queueTake",
+        m.QueueControllerParams,
+        m.QueueTakeResult,
+        "Hand out the next entry after a terminal turn event (controller only).",
+        _codes(_SESSION_WRITE, ("CONFLICT",)),
+    ),
+    # -- artifacts ----------------------------------------------------------
+    _spec(
+        "artifacts.list",
+        m.ArtifactsListParams,
+        m.ArtifactsListResult,
+        "Files sessions produced, newest first.",
+        _codes(_DB_READ, _PAGED, ("INVALID_ID",)),
+    ),
+    # -- revisions and rewrites --------------------------------------------
+    _spec(
+        "session.saveActiveRevision",
+        m.SaveActiveRevisionParams,
+        m.RevisionResult,
+        "Archive the live branch of a regenerate family (reference line).",
+        _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND",)),
+    ),
+    _spec(
+        "session.activateRevision",
+        m.ActivateRevisionParams,
+        m.ActivateRevisionResult,
+        "Switch the live transcript to an archived branch.",
+        _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND", "NOT_FOUND")),
+    ),
+    _spec(
+        "session.listRevisions",
+        m.ListRevisionsParams,
+        m.ListRevisionsResult,
+        "Archived branches, per family.",
+        _SESSION_READ,
+    ),
+    _spec(
+        "session.truncateFrom",
+        m.TruncateFromParams,
+        m.TruncateFromResult,
+        "Cut the transcript at a named message (regenerate, edit, retry).",
+        _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND",)),
+    ),
+    _spec(
+        "session.replaceMessages",
+        m.ReplaceMessagesParams,
+        m.SessionResult,
+        "Atomically rewrite the whole transcript with these messages.",
+        _SESSION_WRITE,
+    ),
+    _spec(
+        "session.appendCompaction",
+        m.AppendCompactionParams,
+        m.AppendCompactionResult,
+        "Append a model-context checkpoint line.",
+        _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND",)),
+    ),
+    _spec(
+        "session.fork",
+        m.ForkParams,
+        m.SessionSummary,
+        "Copy the transcript (or a prefix) into a new independent session.",
+        _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND",)),
+    ),
+    _spec(
+        "session.deleteMessage",
+        m.MessageIdParams,
+        m.TombstoneResult,
+        "Hide a message with a tombstone line (reversible).",
+        _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND",)),
+    ),
+    _spec(
+        "session.restoreMessage",
+        m.MessageIdParams,
+        m.TombstoneResult,
+        "Undo deleteMessage.",
+        _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND",)),
+    ),
+    _spec(
+        "session.tree",
+        m.SessionReadParams,
+        m.TreeResult,
+        "The conversation tree: live transcript plus archived branches.",
+        _SESSION_READ,
+    ),
+    _spec(
+        "session.context",
+        m.SessionReadParams,
+        m.ContextResult,
+        "Provider-neutral model context (buildSessionContext).",
+        _SESSION_READ,
+    ),
+    # -- search -------------------------------------------------------------
+    _spec(
+        "search.sessions",
+        m.SearchSessionsParams,
+        m.SearchSessionsResult,
+        "Find sessions by title, project path and message text.",
+        _codes(_DB_READ, _PAGED),
+    ),
+    _spec(
+        "search.query",
+        m.SearchQueryParams,
+        m.SearchQueryResult,
+        "Find messages (optionally within one session).",
+        _codes(_DB_READ, _PAGED, ("INVALID_ID",)),
+    ),
+    # -- settings -----------------------------------------------------------
+    _spec(
+        "settings.get",
+        m.SettingsGetParams,
+        m.SettingsGetResult,
+        "Read one key of a kv namespace.",
+        _DB_READ,
+    ),
+    _spec(
+        "settings.set",
+        m.SettingsSetParams,
+        m.SettingsSetResult,
+        "Write one key of a kv namespace (durable before the reply).",
+        _codes(_DB_WRITE, ("PAYLOAD_TOO_LARGE",)),
+    ),
+)
+
+METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec in _SPECS})
+EVENTS: Mapping[str, type[BaseModel]] = m.EVENT_PAYLOADS
+
+
+def get_spec(method: str) -> MethodSpec:
+    """The spec of ``method``; ``KeyError`` if unknown (→ METHOD_NOT_FOUND)."""
+    return METHODS[method]
+
+
+def parse_params(method: str, raw: Any) -> BaseModel:
+    """Validate the params of ``method``.
+
+    ``raw`` is the decoded JSON ``params`` (omitted params count as ``{}``).
+    Raises ``KeyError`` for an unknown method and ``pydantic.ValidationError``
+    (→ INVALID_PARAMS, with field-level ``errors()``) for bad params.
+    """
+    spec = METHODS[method]
+    return spec.params_model.model_validate({} if raw is None else raw)
+
+
+def dump_result(method: str, obj: Any) -> dict[str, Any]:
+    """Serialise what a handler returned as the JSON ``result`` of ``method``.
+
+    ``obj`` may be the result model, another model, or a plain mapping; it is
+    validated against the result model (a mismatch is a host bug and raises
+    ``pydantic.ValidationError``). camelCase keys, ``None`` values omitted.
+    """
+    model = METHODS[method].result_model
+    if not isinstance(obj, model):
+        if isinstance(obj, BaseModel):
+            obj = obj.model_dump(by_alias=True)
+        obj = model.model_validate(obj)
+    return obj.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def dump_event(
+    topic: str,
+    data: Any,
+    *,
+    cursor: int,
+    subscription_id: str,
+    session_id: str | None = None,
+) -> dict[str, Any]:
+    """The ``params`` of an ``event`` notification for ``topic``.
+
+    ``data`` is validated against the topic's payload model (``KeyError`` for
+    an unknown topic).
+    """
+    payload_model = EVENTS[topic]
+    if not isinstance(data, payload_model):
+        if isinstance(data, BaseModel):
+            data = data.model_dump(by_alias=True)
+        data = payload_model.model_validate(data)
+    params = m.EventParams(
+        topic=topic,  # type: ignore[arg-type]  # checked by the Literal
+        cursor=cursor,
+        subscription_id=subscription_id,
+        session_id=session_id,
+        data=data.model_dump(mode="json", by_alias=True, exclude_none=True),
+    )
+    return params.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+__all__ = [
+    "EVENTS",
+    "EVENT_METHOD",
+    "METHODS",
+    "MethodSpec",
+    "PROTOCOL_VERSION",
+    "dump_event",
+    "dump_result",
+    "get_spec",
+    "parse_params",
+]

@@ -1,0 +1,162 @@
+"""Shared building blocks of the wire models: base classes, scalar types, limits.
+
+Wire conventions (README "Conventions"):
+
+* camelCase on the wire (``sessionId``); snake_case names are accepted too.
+* Params are strict: unknown keys fail (``extra_forbidden``), and no type
+  coercion happens (``"50"`` is not an integer).
+* Results tolerate extra keys so the host can grow a result without a protocol
+  bump; ``None`` values are omitted when a result is serialised.
+* Fields ending in ``At`` are integer Unix milliseconds, except inside
+  transcript records (messages, compactions), which keep the RFC 3339 string
+  written in the transcript file.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.alias_generators import to_camel
+
+from store.ids import SESSION_ID_RE, WIRE_ID_RE
+
+# ---------------------------------------------------------------------------
+# Limits (documented in README; the gateway separately caps frame size).
+
+MAX_BLOCKS_PER_MESSAGE = 4096
+MAX_MESSAGES_PER_REPLACE = 100_000
+MAX_RETAINED_TAIL = 1000
+MAX_ATTACHMENTS = 64
+MAX_IDS_PER_CALL = 1000
+MAX_TOPICS = 16
+MAX_TEXT_FIELD = 1_000_000  # queued prompt content, settings keys are far smaller
+MAX_TITLE_CHARS = 80
+MAX_PATH_CHARS = 4096
+MAX_REF_CHARS = 200
+MAX_CURSOR_CHARS = 512
+MAX_QUERY_CHARS = 500
+MAX_TOKEN_CHARS = 512
+
+# ---------------------------------------------------------------------------
+# Base classes
+
+
+class WireModel(BaseModel):
+    """Common config: camelCase aliases, snake_case accepted, immutable."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+    )
+
+
+class Params(WireModel):
+    """Method params: strict types, unknown keys rejected."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Record(Params):
+    """A record a client sends inside params (message, compaction): strict too."""
+
+
+class Result(WireModel):
+    """Method results and event payloads: extra keys allowed and kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class MutatingParams(Params):
+    """Params of a mutating method: an optional command receipt key.
+
+    With the connection's ``clientId`` it keys a receipt; a retry with the same
+    key returns the stored response (ARCHITECTURE "Command receipts").
+    """
+
+    submission_id: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = (
+        Field(
+            default=None,
+            description="Command receipt key (1-200 chars). A retry with the same "
+            "clientId + submissionId returns the stored response.",
+        )
+    )
+
+
+# ---------------------------------------------------------------------------
+# Scalar types
+
+SessionId = Annotated[
+    str,
+    StringConstraints(pattern=SESSION_ID_RE.pattern),
+    Field(description="Session id (becomes a file name)."),
+]
+WireId = Annotated[
+    str,
+    StringConstraints(pattern=WIRE_ID_RE.pattern),
+    Field(description="Message/turn/entry id."),
+]
+Ref = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_REF_CHARS),
+    Field(description="Loose reference (provider id, model id, principal): 1-200 chars."),
+]
+Cursor = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_CURSOR_CHARS),
+    Field(description="Opaque pagination cursor returned as nextCursor."),
+]
+ProjectPath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS)]
+ErrorCode = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+TimestampMs = Annotated[int, Field(ge=0, description="Unix time in milliseconds.")]
+Count = Annotated[int, Field(ge=0)]
+
+_RFC3339 = (
+    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
+)
+Rfc3339 = Annotated[
+    str,
+    StringConstraints(pattern=_RFC3339),
+    Field(description="RFC 3339 timestamp, as written in the transcript file."),
+]
+
+
+def _check_title(value: str) -> str:
+    trimmed = value.strip()
+    if not 1 <= len(trimmed) <= MAX_TITLE_CHARS:
+        raise ValueError(f"title must be 1-{MAX_TITLE_CHARS} characters after trimming")
+    return trimmed
+
+
+Title = Annotated[
+    str,
+    StringConstraints(max_length=4 * MAX_TITLE_CHARS),
+    AfterValidator(_check_title),
+    Field(description="Trimmed, 1-80 Unicode code points."),
+]
+JsonObject = dict[str, Any]
+
+# ---------------------------------------------------------------------------
+# Vocabularies (seed 003 §4.5, §4.6, §4.14)
+
+Role = Literal["user", "assistant", "tool", "system"]
+Mode = Literal["plan", "agent", "goal"]
+ThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "xhigh", "max", "omit"]
+PermissionMode = Literal["inherit", "ask", "accept-edits", "auto"]
+TurnStatus = Literal["running", "completed", "aborted", "error"]
+TerminalTurnStatus = Literal["completed", "aborted", "error"]
+NotificationKind = Literal["task.completed", "task.failed"]
+ClientKind = Literal["ui", "agent", "cli", "test"]
+ArtifactOp = Literal["write", "edit", "delete"]
+TruncateMode = Literal["regenerate", "edit", "retry"]
+Topic = Literal[
+    "session.created",
+    "session.updated",
+    "session.deleted",
+    "session.message",
+    "session.queue",
+    "notification.created",
+    "turn.started",
+    "turn.ended",
+]

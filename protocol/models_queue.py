@@ -1,0 +1,87 @@
+"""Params and results: the host-owned turn queue (seed 003 §4.6b)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints
+
+from .models_common import (
+    MAX_ATTACHMENTS,
+    MAX_TEXT_FIELD,
+    JsonObject,
+    MutatingParams,
+    Params,
+    PermissionMode,
+    Ref,
+    Result,
+    SessionId,
+    WireId,
+)
+from .models_records import QueueEntry
+
+MAX_QUEUE_ENTRIES = 8
+
+
+class QueuePushParams(MutatingParams):
+    session_id: SessionId
+    principal: Ref = Field(description="Who queued it; scopes idempotencyKey.")
+    idempotency_key: Ref | None = Field(
+        default=None,
+        description="Same principal + key returns the same entry; a different "
+        "input fails with IDEMPOTENCY_CONFLICT.",
+    )
+    content: Annotated[str, StringConstraints(max_length=MAX_TEXT_FIELD)]
+    attachments: list[JsonObject] | None = Field(default=None, max_length=MAX_ATTACHMENTS)
+    permission_mode: PermissionMode
+
+
+class QueuePushResult(Result):
+    entry: QueueEntry
+    replayed: bool
+
+
+class QueueListParams(Params):
+    session_id: SessionId
+
+
+class QueueState(Result):
+    """The session's queue in delivery order: promoted entries first (by
+    priority), then by position."""
+
+    entries: list[QueueEntry] = Field(max_length=MAX_QUEUE_ENTRIES)
+    held: bool = Field(description="True until a controller attaches after a restart.")
+    controller_id: str | None = None
+
+
+class QueueEntryParams(MutatingParams):
+    session_id: SessionId
+    entry_id: WireId
+
+
+class QueueReorderParams(QueueEntryParams):
+    direction: Literal["up", "down"]
+
+
+class QueueControllerParams(MutatingParams):
+    session_id: SessionId
+    controller_id: WireId
+
+
+class QueueTakeResult(Result):
+    entry: QueueEntry | None = Field(
+        default=None, description="Absent when the queue is empty, held or a turn is running."
+    )
+
+
+__all__ = [
+    "MAX_QUEUE_ENTRIES",
+    "QueueControllerParams",
+    "QueueEntryParams",
+    "QueueListParams",
+    "QueuePushParams",
+    "QueuePushResult",
+    "QueueReorderParams",
+    "QueueState",
+    "QueueTakeResult",
+]

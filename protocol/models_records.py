@@ -1,0 +1,235 @@
+"""Record shapes shared by several methods and events.
+
+Client-sent records (``TranscriptMessage``, ``Compaction``) are strict: they
+end up in the transcript file. Host-produced projections (``SessionSummary``,
+``UiMessage``, ``Turn`` ...) are results: extra keys are kept.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import ConfigDict, Field, StringConstraints, field_validator
+
+from .blocks import Blocks
+from .models_common import (
+    MAX_ATTACHMENTS,
+    MAX_RETAINED_TAIL,
+    Count,
+    ErrorCode,
+    JsonObject,
+    Mode,
+    NotificationKind,
+    PermissionMode,
+    Record,
+    Ref,
+    Result,
+    Rfc3339,
+    Role,
+    SessionId,
+    ThinkingLevel,
+    TimestampMs,
+    TurnStatus,
+    WireId,
+)
+
+RESERVED_META_KEYS: frozenset[str] = frozenset({"receipt"})
+
+# ---------------------------------------------------------------------------
+# Client-sent transcript records
+
+
+class TranscriptMessage(Record):
+    """A message as stored in the transcript file (seed 003 §2.1): lossless."""
+
+    id: WireId
+    role: Role
+    blocks: Blocks
+    created_at: Rfc3339 | None = Field(
+        default=None, description="RFC 3339; the host stamps the current time when absent."
+    )
+    tool_name: Ref | None = None
+    turn_id: WireId | None = None
+    meta: JsonObject | None = Field(
+        default=None,
+        description="Parsed metadata: usage, modelId, providerId, status, error, "
+        "revision fields, steering, parentToolCallId, agentName ... "
+        "'receipt' is reserved for the host.",
+    )
+
+    @field_validator("meta")
+    @classmethod
+    def _no_reserved_meta(cls, meta: JsonObject | None) -> JsonObject | None:
+        if meta:
+            reserved = RESERVED_META_KEYS.intersection(meta)
+            if reserved:
+                raise ValueError(f"meta.{min(reserved)} is reserved for the host")
+        return meta
+
+
+class Compaction(Record):
+    """A model-context checkpoint line (seed 003 §2.1)."""
+
+    id: WireId
+    summary: str
+    first_kept_message_id: WireId | None = None
+    through_message_id: WireId = Field(description="Durable transcript boundary.")
+    tokens_before: Count
+    retained_tail: list[JsonObject] = Field(
+        default_factory=list,
+        max_length=MAX_RETAINED_TAIL,
+        description="Message records kept after the summary (at most the latest "
+        "user message for an active turn; empty after a completed turn).",
+    )
+    provider_id: Ref | None = None
+    model_id: Ref | None = None
+    created_at: Rfc3339 | None = None
+    details: JsonObject | None = Field(
+        default=None,
+        description="retainedTailMode, retainedReasoning, fallback, generation, family ...",
+    )
+
+
+# ---------------------------------------------------------------------------
+# Host-produced projections
+
+
+class SessionSummary(Result):
+    id: SessionId
+    title: str
+    project_id: int | None = None
+    project_path: str | None = None
+    provider_id: str | None = None
+    model_id: str | None = None
+    mode: Mode
+    thinking_level: ThinkingLevel
+    permission_mode: PermissionMode
+    message_count: Count = Field(description="Durable message count (sessions.last_seq).")
+    created_at: TimestampMs
+    updated_at: TimestampMs
+    pinned: bool = False
+    deleted_at: TimestampMs | None = None
+
+
+class MessageRef(Result):
+    """Where an appended message landed in the index."""
+
+    id: str
+    session_id: SessionId
+    seq: int = Field(ge=1, description="Per-session ordinal (position + 1).")
+    turn_id: str | None = None
+    role: Role
+    created_at: TimestampMs
+
+
+class UiMessage(Result):
+    """A message projected for display; content may be capped (contentLimit)."""
+
+    id: str
+    role: Role
+    blocks: list[JsonObject]
+    created_at: str | None = None
+    position: Count | None = Field(
+        default=None, description="0-based physical position in the transcript."
+    )
+    tool_name: str | None = None
+    turn_id: str | None = None
+    meta: JsonObject | None = None
+    steering: bool | None = None
+    truncated: bool | None = Field(
+        default=None, description="True when contentLimit capped this projection."
+    )
+    deleted: bool | None = Field(default=None, description="Tombstoned (hidden from context).")
+
+
+class CompactionView(Result):
+    """A still-valid compaction checkpoint as returned to clients."""
+
+    id: str
+    summary: str
+    first_kept_message_id: str | None = None
+    through_message_id: str
+    tokens_before: Count
+    retained_tail: list[JsonObject] = Field(default_factory=list)
+    provider_id: str | None = None
+    model_id: str | None = None
+    created_at: str | None = None
+    details: JsonObject | None = None
+
+
+class Turn(Result):
+    id: str
+    session_id: SessionId
+    status: TurnStatus
+    provider_id: str | None = None
+    model_id: str | None = None
+    started_at: TimestampMs
+    ended_at: TimestampMs | None = None
+    error_code: str | None = None
+    input_tokens: Count = 0
+    output_tokens: Count = 0
+    usage: JsonObject | None = Field(default=None, description="Full provider usage.")
+    environment_digest: str | None = Field(
+        default=None, description="SHA-256 (hex) of the stored RunEnvironmentSnapshot."
+    )
+
+
+class Notification(Result):
+    id: str
+    kind: NotificationKind
+    session_id: SessionId
+    session_title: str = Field(description="Snapshot at creation; may be empty.")
+    turn_id: str
+    error_code: ErrorCode | None = None
+    created_at: TimestampMs
+    read_at: TimestampMs | None = None
+
+
+class QueueEntry(Result):
+    id: str
+    session_id: SessionId
+    principal: str
+    idempotency_key: str | None = None
+    input_hash: str
+    content: str
+    attachments: list[JsonObject] = Field(default_factory=list, max_length=MAX_ATTACHMENTS)
+    permission_mode: PermissionMode
+    position: int = Field(description="Per-session, only grows.")
+    priority: int | None = Field(default=None, description="Set by queuePrioritize.")
+    created_at: TimestampMs
+
+
+class RevisionInfo(Result):
+    root_user_id: str
+    revision_index: int = Field(ge=1)
+    is_active: bool
+    message_count: Count
+    created_at: TimestampMs
+
+
+class Usage(Record):
+    """Per-turn usage rollup; provider-specific keys are kept as given."""
+
+    model_config = ConfigDict(extra="allow")
+
+    input_tokens: Count | None = None
+    output_tokens: Count | None = None
+
+
+Sha256Hex = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+
+__all__ = [
+    "Compaction",
+    "CompactionView",
+    "MessageRef",
+    "Notification",
+    "QueueEntry",
+    "RESERVED_META_KEYS",
+    "RevisionInfo",
+    "SessionSummary",
+    "Sha256Hex",
+    "TranscriptMessage",
+    "Turn",
+    "UiMessage",
+    "Usage",
+]

@@ -1,0 +1,229 @@
+"""Params and results: turns, run environment snapshots, in-flight checkpoints,
+notifications."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+from pydantic.alias_generators import to_camel
+
+from .models_common import (
+    MAX_IDS_PER_CALL,
+    Count,
+    Cursor,
+    ErrorCode,
+    JsonObject,
+    MutatingParams,
+    Params,
+    Record,
+    Ref,
+    Result,
+    SessionId,
+    TerminalTurnStatus,
+    WireId,
+)
+from .models_records import Notification, Sha256Hex, TranscriptMessage, Turn, Usage
+
+# ---------------------------------------------------------------------------
+# Run environment snapshot (seed 000 §4)
+
+# Keys that would hold a secret value. Checked (case-insensitively, ignoring
+# "-" and "_") inside ``connection`` and ``executionBindings``, where a
+# credential would otherwise end up; tool schemas may legitimately describe
+# fields with these names and are not scanned.
+SECRET_KEYS: frozenset[str] = frozenset(
+    {
+        "apikey",
+        "password",
+        "secret",
+        "clientsecret",
+        "token",
+        "accesstoken",
+        "refreshtoken",
+        "authorization",
+        "bearer",
+        "privatekey",
+    }
+)
+_MAX_SCAN_DEPTH = 16
+
+
+def _find_secret_key(value: Any, path: str, depth: int = 0) -> str | None:
+    if depth > _MAX_SCAN_DEPTH:
+        return None
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            here = f"{path}.{key}"
+            normalized = key.replace("-", "").replace("_", "").lower()
+            if normalized in SECRET_KEYS and isinstance(inner, str) and inner:
+                return here
+            found = _find_secret_key(inner, here, depth + 1)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            found = _find_secret_key(inner, f"{path}[{index}]", depth + 1)
+            if found:
+                return found
+    return None
+
+
+class RunEnvironmentSnapshot(Record):
+    """Everything a turn ran with, frozen before execution. Credential
+    *references* only: secret values are refused."""
+
+    version: Literal[1]
+    connection: JsonObject = Field(default_factory=dict, description="Provider endpoint.")
+    model: JsonObject = Field(default_factory=dict)
+    parameters: JsonObject = Field(default_factory=dict)
+    system_prompt: str = ""
+    skills: list[JsonObject] = Field(default_factory=list, max_length=1024)
+    tool_schemas: list[JsonObject] = Field(default_factory=list, max_length=4096)
+    execution_bindings: JsonObject = Field(default_factory=dict)
+    permission_policy: JsonObject = Field(default_factory=dict)
+    credential_refs: list[WireId] = Field(default_factory=list, max_length=64)
+    capabilities: JsonObject = Field(default_factory=dict, description="Capability/pricing.")
+
+    @field_validator("connection", "execution_bindings")
+    @classmethod
+    def _no_secret_values(cls, value: JsonObject, info: ValidationInfo) -> JsonObject:
+        found = _find_secret_key(value, to_camel(info.field_name or "snapshot"))
+        if found:
+            raise ValueError(
+                f"{found} looks like a secret value: store a credential reference "
+                "in credentialRefs instead"
+            )
+        return value
+
+
+class RunEnvironmentView(Result):
+    """A stored snapshot as read back (digest verified)."""
+
+    version: int
+    connection: JsonObject = Field(default_factory=dict)
+    model: JsonObject = Field(default_factory=dict)
+    parameters: JsonObject = Field(default_factory=dict)
+    system_prompt: str = ""
+    skills: list[JsonObject] = Field(default_factory=list)
+    tool_schemas: list[JsonObject] = Field(default_factory=list)
+    execution_bindings: JsonObject = Field(default_factory=dict)
+    permission_policy: JsonObject = Field(default_factory=dict)
+    credential_refs: list[str] = Field(default_factory=list)
+    capabilities: JsonObject = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------
+# Turns
+
+
+class StartTurnParams(MutatingParams):
+    session_id: SessionId
+    turn_id: WireId | None = Field(default=None, description="Generated when absent.")
+    provider_id: Ref | None = None
+    model_id: Ref | None = None
+    environment: RunEnvironmentSnapshot | None = None
+
+
+class EndTurnParams(MutatingParams):
+    session_id: SessionId
+    turn_id: WireId
+    status: TerminalTurnStatus
+    error_code: ErrorCode | None = None
+    usage: Usage | None = None
+    create_notification: bool = Field(
+        default=True,
+        description="Insert a task.completed/task.failed notification "
+        "(never for aborted). Pass false when the session is on screen.",
+    )
+
+
+class EndTurnResult(Result):
+    turn: Turn
+    notification: Notification | None = Field(
+        default=None, description="Present only when this call created it."
+    )
+
+
+class TurnEnvironmentParams(Params):
+    turn_id: WireId
+
+
+class TurnEnvironmentResult(Result):
+    version: int
+    digest: Sha256Hex
+    snapshot: RunEnvironmentView
+
+
+# ---------------------------------------------------------------------------
+# In-flight checkpoints (seed 003 §2.1, D299)
+
+
+class SaveInflightParams(MutatingParams):
+    session_id: SessionId
+    turn_id: WireId
+    message: TranscriptMessage
+
+
+class SaveInflightResult(Result):
+    saved: bool
+    reason: Literal["empty", "already_indexed"] | None = None
+
+
+# ---------------------------------------------------------------------------
+# Notifications (seed 003 §4.14)
+
+
+class NotificationsListParams(Params):
+    unread_only: bool = False
+    limit: int = Field(default=50, ge=1, le=200)
+    cursor: Cursor | None = None
+
+
+class NotificationsListResult(Result):
+    notifications: list[Notification] = Field(description="Newest first.")
+    unread_count: Count
+    next_cursor: str | None = None
+
+
+class NotificationsMarkReadParams(MutatingParams):
+    ids: list[WireId] = Field(min_length=1, max_length=MAX_IDS_PER_CALL)
+
+
+class NotificationsMarkAllReadParams(MutatingParams):
+    pass
+
+
+class UpdatedResult(Result):
+    updated: Count = Field(description="Rows whose readAt changed (idempotent).")
+
+
+class NotificationsClearParams(MutatingParams):
+    ids: list[WireId] | None = Field(
+        default=None, max_length=MAX_IDS_PER_CALL, description="All notifications when absent."
+    )
+
+
+class DeletedResult(Result):
+    deleted: Count
+
+
+__all__ = [
+    "DeletedResult",
+    "EndTurnParams",
+    "EndTurnResult",
+    "NotificationsClearParams",
+    "NotificationsListParams",
+    "NotificationsListResult",
+    "NotificationsMarkAllReadParams",
+    "NotificationsMarkReadParams",
+    "RunEnvironmentSnapshot",
+    "RunEnvironmentView",
+    "SECRET_KEYS",
+    "SaveInflightParams",
+    "SaveInflightResult",
+    "StartTurnParams",
+    "TurnEnvironmentParams",
+    "TurnEnvironmentResult",
+    "UpdatedResult",
+]

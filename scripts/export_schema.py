@@ -1,0 +1,711 @@
+#!/usr/bin/env python3
+"""Export the wire protocol: ``protocol/schema.json`` and the generated part of
+``protocol/README.md``.
+
+    python scripts/export_schema.py           # rewrite both files
+    python scripts/export_schema.py --check   # exit 1 if either is out of date
+
+Both outputs are deterministic (sorted keys, registry order), so a diff means
+the models changed. ``tests/protocol/test_schema_drift.py`` runs the same
+builders in memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # running as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from pydantic import BaseModel  # noqa: E402
+from pydantic.json_schema import JsonSchemaMode, models_json_schema  # noqa: E402
+
+from protocol.blocks import BLOCK_MODELS, block_json_schema  # noqa: E402
+from protocol.errors import RpcErrorCode  # noqa: E402
+from protocol.methods import (  # noqa: E402
+    EVENT_METHOD,
+    EVENTS,
+    METHODS,
+    PROTOCOL_VERSION,
+    dump_event,
+)
+from protocol.models import EventParams  # noqa: E402
+
+SCHEMA_PATH = ROOT / "protocol" / "schema.json"
+README_PATH = ROOT / "protocol" / "README.md"
+BEGIN = "<!-- BEGIN GENERATED REFERENCE (scripts/export_schema.py) -->"
+END = "<!-- END GENERATED REFERENCE -->"
+REF_PREFIX = "#/$defs/"
+
+# ---------------------------------------------------------------------------
+# schema.json
+
+
+def _all_models() -> list[tuple[type[BaseModel], JsonSchemaMode]]:
+    pairs: list[tuple[type[BaseModel], JsonSchemaMode]] = []
+    for spec in METHODS.values():
+        pairs.append((spec.params_model, "validation"))
+        pairs.append((spec.result_model, "serialization"))
+    pairs.extend((model, "serialization") for model in EVENTS.values())
+    pairs.append((EventParams, "serialization"))
+    pairs.extend((model, "validation") for model in BLOCK_MODELS.values())
+    return list(dict.fromkeys(pairs))
+
+
+def build_schema() -> dict[str, Any]:
+    """The whole protocol as one JSON document (key order not yet sorted)."""
+    keys, top = models_json_schema(_all_models(), ref_template=REF_PREFIX + "{model}")
+
+    def ref(model: type[BaseModel], mode: JsonSchemaMode) -> dict[str, Any]:
+        return dict(keys[(model, mode)])
+
+    defs: dict[str, Any] = dict(top.get("$defs", {}))
+    defs["Block"] = block_json_schema()
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "pi-host wire protocol",
+        "protocolVersion": PROTOCOL_VERSION,
+        "methods": {
+            spec.name: {
+                "summary": spec.summary,
+                "mutating": spec.mutating,
+                "errors": list(spec.errors),
+                "params": ref(spec.params_model, "validation"),
+                "result": ref(spec.result_model, "serialization"),
+            }
+            for spec in METHODS.values()
+        },
+        "events": {
+            "method": EVENT_METHOD,
+            "params": ref(EventParams, "serialization"),
+            "topics": {topic: ref(model, "serialization") for topic, model in EVENTS.items()},
+        },
+        "blocks": {
+            "block": {"$ref": REF_PREFIX + "Block"},
+            "known": {name: ref(model, "validation") for name, model in BLOCK_MODELS.items()},
+        },
+        "$defs": defs,
+    }
+
+
+def render_schema(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# README reference section
+
+
+def _def_name(schema: Mapping[str, Any]) -> str | None:
+    target = schema.get("$ref")
+    if isinstance(target, str) and target.startswith(REF_PREFIX):
+        return target[len(REF_PREFIX) :]
+    return None
+
+
+def _type_str(schema: Mapping[str, Any]) -> str:
+    name = _def_name(schema)
+    if name:
+        return f"[{name}](#{name.lower()})"
+    if "const" in schema:
+        return json.dumps(schema["const"])
+    if "enum" in schema:
+        return " \\| ".join(json.dumps(v) for v in schema["enum"])
+    if "anyOf" in schema:
+        parts = [_type_str(s) for s in schema["anyOf"] if s.get("type") != "null"]
+        return " \\| ".join(parts) if parts else "null"
+    kind = schema.get("type")
+    if kind == "array":
+        items = schema.get("items", {})
+        return f"{_type_str(items) if items else 'any'}[]"
+    if kind == "object":
+        return "object"
+    if isinstance(kind, str):
+        return kind
+    return "any"
+
+
+def _constraints(schema: Mapping[str, Any]) -> list[str]:
+    if "anyOf" in schema:
+        found: list[str] = []
+        for option in schema["anyOf"]:
+            found.extend(_constraints(option))
+        return found
+    notes: list[str] = []
+    for key, label in (
+        ("minimum", "≥"),
+        ("maximum", "≤"),
+        ("minLength", "min length"),
+        ("maxLength", "max length"),
+        ("minItems", "min items"),
+        ("maxItems", "max items"),
+    ):
+        if key in schema:
+            notes.append(f"{label} {schema[key]}")
+    if "pattern" in schema:
+        notes.append(f"`{schema['pattern']}`")
+    return notes
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.replace("|", "\\|").split())
+
+
+def _field_table(model_schema: Mapping[str, Any]) -> list[str]:
+    props: Mapping[str, Any] = model_schema.get("properties", {})
+    if not props:
+        return ["_(no fields)_", ""]
+    required = set(model_schema.get("required", ()))
+    lines = ["| field | type | required | description |", "|---|---|---|---|"]
+    for name, prop in props.items():
+        notes = _constraints(prop)
+        if "default" in prop and prop["default"] is not None:
+            notes.append(f"default `{json.dumps(prop['default'])}`")
+        desc = prop.get("description", "")
+        if not desc and "anyOf" in prop:
+            desc = next((o.get("description", "") for o in prop["anyOf"] if "description" in o), "")
+        text = desc
+        if notes:
+            text = f"{text} ({', '.join(notes)})" if text else ", ".join(notes)
+        lines.append(
+            f"| `{name}` | {_type_str(prop)} | {'yes' if name in required else ''} | {_cell(text)} |"
+        )
+    lines.append("")
+    return lines
+
+
+def _json_block(value: Any) -> list[str]:
+    return ["```json", json.dumps(value, ensure_ascii=False, indent=None), "```"]
+
+
+def _example_lines(method: str, params: Any, result: Any) -> list[str]:
+    request = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+    response = {"jsonrpc": "2.0", "id": 7, "result": result}
+    return ["Example:", "", *_json_block(request), *_json_block(response), ""]
+
+
+def _error_section() -> list[str]:
+    lines = [
+        "### Error codes",
+        "",
+        "| `error.data.code` | `error.code` | retriable | meaning |",
+        "|---|---|---|---|",
+    ]
+    table = RpcErrorCode.TABLE
+    for code in (*ERROR_MEANINGS, *(c for c in table if c not in ERROR_MEANINGS)):
+        spec = RpcErrorCode.spec(code)
+        retriable = "yes" if spec.retriable else "no"
+        lines.append(
+            f"| `{code}` | {spec.numeric} | {retriable} | {_cell(ERROR_MEANINGS.get(code, ''))} |"
+        )
+    lines.append("")
+    return lines
+
+
+def render_reference(doc: Mapping[str, Any]) -> str:
+    """The generated part of README.md: errors, methods, events, records, blocks."""
+    defs: Mapping[str, Any] = doc["$defs"]
+    lines: list[str] = [BEGIN, "", *_error_section(), "## Methods", ""]
+    for name, entry in doc["methods"].items():
+        spec = METHODS[name]
+        params_name = _def_name(entry["params"]) or ""
+        result_name = _def_name(entry["result"]) or ""
+        kind = (
+            "mutating — accepts `submissionId`"
+            if spec.mutating
+            else "read-only / connection state"
+        )
+        lines += [f"### `{name}`", "", f"{spec.summary} _({kind})_", ""]
+        lines += [f"**Params** (`{params_name}`):", "", *_field_table(defs[params_name])]
+        lines += [f"**Result**: [{result_name}](#{result_name.lower()})", ""]
+        lines += ["**Errors**: " + ", ".join(f"`{c}`" for c in spec.errors), ""]
+        params, result = EXAMPLES[name]
+        lines += _example_lines(name, params, result)
+
+    lines += ["## Events", "", "Notification `params` (`EventParams`):", ""]
+    lines += _field_table(defs["EventParams"])
+    lines += ["| topic | `data` |", "|---|---|"]
+    for topic, ref in doc["events"]["topics"].items():
+        lines.append(f"| `{topic}` | {_type_str(ref)} |")
+    lines += ["", "Examples (`params` of the notification):", ""]
+    for cursor, (topic, data) in enumerate(EVENT_EXAMPLES.items(), start=1040):
+        params = dump_event(topic, data, cursor=cursor, subscription_id="sub_1", session_id="s_4f2a")
+        lines += [f"`{topic}`:", "", *_json_block(params), ""]
+
+    lines += ["## Records", "", "Results, nested records and event payloads, A-Z.", ""]
+    for def_name in sorted(defs):
+        if def_name == "Block" or def_name.endswith("Params"):
+            continue
+        schema = defs[def_name]
+        lines += [f"### {def_name}", ""]
+        description = schema.get("description")
+        if description:
+            lines += [" ".join(description.split()), ""]
+        if def_name in BLOCK_MODELS_BY_TITLE:
+            lines += ["_Other keys are kept unchanged._", ""]
+        elif schema.get("additionalProperties") is True:
+            lines += ["_More keys may appear; ignore the ones you do not know._", ""]
+        lines += _field_table(schema)
+
+    lines += ["## Block vocabulary", ""]
+    lines += [" ".join(defs["Block"]["description"].split()), ""]
+    lines += ["| `type` | record |", "|---|---|"]
+    for block_type, ref in doc["blocks"]["known"].items():
+        lines.append(f"| `{block_type}` | {_type_str(ref)} |")
+    lines += ["", END]
+    return "\n".join(lines) + "\n"
+
+
+BLOCK_MODELS_BY_TITLE = frozenset(model.__name__ for model in BLOCK_MODELS.values())
+
+
+def splice_readme(readme: str, reference: str) -> str:
+    """Replace the generated section of ``readme`` (or fail if markers are missing)."""
+    start = readme.find(BEGIN)
+    stop = readme.find(END)
+    if start < 0 or stop < start:
+        raise ValueError(f"README is missing the {BEGIN!r} ... {END!r} markers")
+    return readme[:start] + reference + readme[stop + len(END) + 1 :]
+
+
+# ---------------------------------------------------------------------------
+# Reference data: error meanings and one example per method. Examples are
+# validated against the models by tests/protocol/test_models.py.
+
+ERROR_MEANINGS: dict[str, str] = {
+    "PARSE_ERROR": "The frame is not valid strict JSON (NaN, duplicate keys, lone surrogates, too deep).",
+    "INVALID_REQUEST": "Not a JSON-RPC 2.0 request object (or an empty batch).",
+    "METHOD_NOT_FOUND": "No such method.",
+    "INVALID_PARAMS": "Params failed validation; `error.data.errors` lists `{loc, msg, type}` per field.",
+    "INVALID_ID": "An id (session id, message id ...) does not match its pattern.",
+    "PAYLOAD_TOO_LARGE": "Frame, params or a stored structure is over its size limit.",
+    "UNAUTHENTICATED": "The first request was not a valid `host.hello`; the connection closes.",
+    "SESSION_NOT_FOUND": "No session with that id.",
+    "MESSAGE_NOT_FOUND": "No message with that id in the session (a cut or anchor is never guessed).",
+    "NOT_FOUND": "Another named thing (turn, queue entry, revision, subscription) does not exist.",
+    "CONFLICT": "The request conflicts with current state (e.g. id already exists, reorder of a promoted entry).",
+    "IDEMPOTENCY_CONFLICT": "`submissionId` (or queue `idempotencyKey`) reused with a different request.",
+    "LIMIT_EXCEEDED": "A documented capacity limit is reached (8 queued turns per session ...).",
+    "BUSY": "The target actor's mailbox is full. Retry after a short backoff.",
+    "TIMEOUT": "No reply in time; the effect may or may not have happened. Retry with the same `submissionId`.",
+    "ACTOR_RESTARTED": "The actor handling the request crashed and was restarted. Retry with the same `submissionId`.",
+    "STORAGE_FULL": "Disk full; nothing was acknowledged. Retry once space is freed.",
+    "IO_ERROR": "An I/O error (e.g. failed fsync); the session's storage is marked failed until reopened.",
+    "CORRUPT_DATA": "Durable data failed validation (digest mismatch, unreadable record).",
+    "CURSOR_EXPIRED": "The pagination or event cursor is no longer valid; start again without it.",
+    "PLAN_REQUIRES_INTERACTIVE_SESSION": "A Plan/Goal run was started unattended; switch the session to agent mode.",
+    "PERMISSION_DENIED": "The caller may not change this session or record.",
+    "INTERNAL": "A host bug. The message is generic; details are in the host log.",
+    "UNSUPPORTED_PROTOCOL": "`host.hello` asked for a protocol version the host does not speak.",
+    "ALREADY_AUTHENTICATED": "`host.hello` sent twice on one connection.",
+    "SHUTTING_DOWN": "The host is stopping; reconnect to the next instance (see `host.json`).",
+    "SCHEMA_TOO_NEW": "The database was written by a newer host.",
+    "UNSUPPORTED_SQLITE": "The SQLite library is too old (trigram tokenizer needs 3.34+).",
+}
+
+_SESSION = {
+    "id": "s_4f2a",
+    "title": "Refactor the parser",
+    "projectId": 3,
+    "projectPath": "/home/ada/src/parser",
+    "providerId": "anthropic",
+    "modelId": "claude-sonnet-4",
+    "mode": "agent",
+    "thinkingLevel": "medium",
+    "permissionMode": "inherit",
+    "messageCount": 12,
+    "createdAt": 1785056400000,
+    "updatedAt": 1785056712000,
+    "pinned": False,
+}
+_TURN = {
+    "id": "t_9",
+    "sessionId": "s_4f2a",
+    "status": "running",
+    "providerId": "anthropic",
+    "modelId": "claude-sonnet-4",
+    "startedAt": 1785056700000,
+    "inputTokens": 0,
+    "outputTokens": 0,
+}
+_ENDED_TURN = {
+    **_TURN,
+    "status": "completed",
+    "endedAt": 1785056712000,
+    "inputTokens": 1830,
+    "outputTokens": 412,
+    "usage": {"inputTokens": 1830, "outputTokens": 412, "cacheRead": 1024},
+}
+_NOTIFICATION = {
+    "id": "n_31",
+    "kind": "task.completed",
+    "sessionId": "s_4f2a",
+    "sessionTitle": "Refactor the parser",
+    "turnId": "t_9",
+    "createdAt": 1785056712000,
+}
+_ENTRY = {
+    "id": "q_2",
+    "sessionId": "s_4f2a",
+    "principal": "ui",
+    "idempotencyKey": "k-17",
+    "inputHash": "9b74c9897bac770ffc029102a200c5de",
+    "content": "Now add tests",
+    "attachments": [],
+    "permissionMode": "ask",
+    "position": 2,
+    "createdAt": 1785056705000,
+}
+_USER_MESSAGE = {
+    "id": "m_1",
+    "role": "user",
+    "createdAt": "2026-07-26T09:00:00.000Z",
+    "blocks": [{"type": "text", "text": "Split the tokenizer out of parser.py"}],
+}
+_ASSISTANT_MESSAGE = {
+    "id": "m_2",
+    "role": "assistant",
+    "createdAt": "2026-07-26T09:00:04.120Z",
+    "turnId": "t_9",
+    "blocks": [
+        {"type": "thinking", "text": "The tokenizer is the first 80 lines."},
+        {"type": "text", "text": "Done: tokenizer.py now holds the lexer."},
+    ],
+    "meta": {"usage": {"input": 1830, "output": 412}, "modelId": "claude-sonnet-4"},
+}
+_COMPACTION = {
+    "id": "cp_1",
+    "summary": "The user asked to split the tokenizer; done in tokenizer.py.",
+    "firstKeptMessageId": "m_2",
+    "throughMessageId": "m_2",
+    "tokensBefore": 91700,
+    "retainedTail": [],
+    "details": {"retainedTailMode": "completed_turn"},
+}
+_REVISION = {
+    "rootUserId": "m_1",
+    "revisionIndex": 1,
+    "isActive": True,
+    "messageCount": 3,
+    "createdAt": 1785056712000,
+}
+_MESSAGE_REF = {
+    "id": "m_2",
+    "sessionId": "s_4f2a",
+    "seq": 2,
+    "turnId": "t_9",
+    "role": "assistant",
+    "createdAt": 1785056404120,
+}
+
+EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "host.hello": (
+        {"token": "3f1c…e9", "clientId": "ui-7d2e", "clientKind": "ui", "protocol": 1},
+        {"protocol": 1, "hostVersion": "0.1.0", "bootId": "b_51c0", "serverTime": 1785056400000},
+    ),
+    "host.status": (
+        {},
+        {
+            "version": "0.1.0",
+            "bootId": "b_51c0",
+            "startedAt": 1785056000000,
+            "uptimeMs": 400000,
+            "actors": {"sessions": 3, "total": 7, "restarts": 0},
+            "dbWriter": {"queueDepth": 0, "peakDepth": 14, "batches": 912},
+            "dataDirBytes": 48213004,
+            "boot": {"durationMs": 84, "cleanShutdown": True, "sessionsScanned": 41},
+        },
+    ),
+    "session.create": (
+        {"title": "Refactor the parser", "projectPath": "/home/ada/src/parser", "submissionId": "c-1"},
+        {**_SESSION, "messageCount": 0, "updatedAt": 1785056400000},
+    ),
+    "session.list": (
+        {"limit": 2},
+        {"sessions": [_SESSION], "nextCursor": "eyJ1IjoxNzg1MDU2NzEyMDAwfQ"},
+    ),
+    "session.get": (
+        {"sessionId": "s_4f2a", "messageLimit": 2, "contentLimit": 2000},
+        {
+            "session": _SESSION,
+            "messages": [{**_USER_MESSAGE, "position": 10}, {**_ASSISTANT_MESSAGE, "position": 11}],
+            "compactions": [_COMPACTION],
+            "messageStart": 10,
+            "messageEnd": 12,
+            "hasMoreBefore": True,
+            "hasMoreAfter": False,
+            "totalMessages": 12,
+        },
+    ),
+    "session.appendMessage": (
+        {"sessionId": "s_4f2a", "message": _ASSISTANT_MESSAGE, "submissionId": "out-118"},
+        {"message": _MESSAGE_REF, "replayed": False},
+    ),
+    "session.rename": (
+        {"sessionId": "s_4f2a", "title": "  Parser refactor  "},
+        {**_SESSION, "title": "Parser refactor"},
+    ),
+    "session.update": (
+        {"sessionId": "s_4f2a", "modelId": "claude-opus-4", "thinkingLevel": "high"},
+        {**_SESSION, "modelId": "claude-opus-4", "thinkingLevel": "high"},
+    ),
+    "session.delete": ({"sessionId": "s_4f2a"}, {"sessionId": "s_4f2a", "deleted": True}),
+    "events.subscribe": (
+        {"topics": ["session.message", "turn.ended"], "sessionId": "s_4f2a", "cursor": 1041},
+        {"subscriptionId": "sub_1", "cursor": 1045},
+    ),
+    "events.unsubscribe": ({"subscriptionId": "sub_1"}, {"ok": True}),
+    "session.startTurn": (
+        {
+            "sessionId": "s_4f2a",
+            "turnId": "t_9",
+            "providerId": "anthropic",
+            "modelId": "claude-sonnet-4",
+            "environment": {
+                "version": 1,
+                "connection": {"baseUrl": "https://api.anthropic.com", "apiStyle": "messages"},
+                "model": {"id": "claude-sonnet-4", "contextWindow": 200000},
+                "parameters": {"maxTokens": 8192},
+                "systemPrompt": "You are a careful coding agent.",
+                "credentialRefs": ["secret:provider/anthropic"],
+            },
+        },
+        {**_TURN, "environmentDigest": "5d41402abc4b2a76b9719d911017c592" * 2},
+    ),
+    "session.endTurn": (
+        {
+            "sessionId": "s_4f2a",
+            "turnId": "t_9",
+            "status": "completed",
+            "usage": {"inputTokens": 1830, "outputTokens": 412, "cacheRead": 1024},
+        },
+        {"turn": _ENDED_TURN, "notification": _NOTIFICATION},
+    ),
+    "session.turnEnvironment": (
+        {"turnId": "t_9"},
+        {
+            "version": 1,
+            "digest": "5d41402abc4b2a76b9719d911017c592" * 2,
+            "snapshot": {
+                "version": 1,
+                "connection": {"baseUrl": "https://api.anthropic.com", "apiStyle": "messages"},
+                "model": {"id": "claude-sonnet-4", "contextWindow": 200000},
+                "parameters": {"maxTokens": 8192},
+                "systemPrompt": "You are a careful coding agent.",
+                "skills": [],
+                "toolSchemas": [{"name": "Write", "parameters": {"type": "object"}}],
+                "executionBindings": {"cwd": "/home/ada/src/parser"},
+                "permissionPolicy": {"mode": "ask"},
+                "credentialRefs": ["secret:provider/anthropic"],
+                "capabilities": {"vision": True},
+            },
+        },
+    ),
+    "session.saveInflightMessage": (
+        {
+            "sessionId": "s_4f2a",
+            "turnId": "t_9",
+            "message": {**_ASSISTANT_MESSAGE, "meta": {"status": "streaming"}},
+        },
+        {"saved": True},
+    ),
+    "notifications.list": (
+        {"unreadOnly": True, "limit": 20},
+        {"notifications": [_NOTIFICATION], "unreadCount": 1},
+    ),
+    "notifications.markRead": ({"ids": ["n_31"]}, {"updated": 1}),
+    "notifications.markAllRead": ({}, {"updated": 4}),
+    "notifications.clear": ({"ids": ["n_31"]}, {"deleted": 1}),
+    "session.queuePush": (
+        {
+            "sessionId": "s_4f2a",
+            "principal": "ui",
+            "idempotencyKey": "k-17",
+            "content": "Now add tests",
+            "permissionMode": "ask",
+        },
+        {"entry": _ENTRY, "replayed": False},
+    ),
+    "session.queueList": ({"sessionId": "s_4f2a"}, {"entries": [_ENTRY], "held": False, "controllerId": "agent-1"}),
+    "session.queueRemove": ({"sessionId": "s_4f2a", "entryId": "q_2"}, {"entries": [], "held": False}),
+    "session.queuePrioritize": (
+        {"sessionId": "s_4f2a", "entryId": "q_2"},
+        {"entries": [{**_ENTRY, "priority": 1}], "held": False},
+    ),
+    "session.queueReorder": (
+        {"sessionId": "s_4f2a", "entryId": "q_2", "direction": "up"},
+        {"entries": [_ENTRY], "held": False},
+    ),
+    "session.queueAttach": (
+        {"sessionId": "s_4f2a", "controllerId": "agent-1"},
+        {"entries": [_ENTRY], "held": False, "controllerId": "agent-1"},
+    ),
+    "session.queueTake": ({"sessionId": "s_4f2a", "controllerId": "agent-1"}, {"entry": _ENTRY}),
+    "artifacts.list": (
+        {"sessionId": "s_4f2a", "limit": 1},
+        {
+            "artifacts": [
+                {
+                    "sessionId": "s_4f2a",
+                    "path": "/home/ada/src/parser/tokenizer.py",
+                    "op": "write",
+                    "turnId": "t_9",
+                    "updatedAt": 1785056710000,
+                }
+            ],
+            "nextCursor": "YXJ0OjI",
+        },
+    ),
+    "session.saveActiveRevision": ({"sessionId": "s_4f2a", "rootUserId": "m_1"}, {"revision": _REVISION}),
+    "session.activateRevision": (
+        {"sessionId": "s_4f2a", "rootUserId": "m_1", "revisionIndex": 1},
+        {"session": _SESSION, "revisions": [_REVISION, {**_REVISION, "revisionIndex": 2, "isActive": False}]},
+    ),
+    "session.listRevisions": ({"sessionId": "s_4f2a", "rootUserId": "m_1"}, {"revisions": [_REVISION]}),
+    "session.truncateFrom": (
+        {"sessionId": "s_4f2a", "messageId": "m_2", "mode": "regenerate"},
+        {"session": {**_SESSION, "messageCount": 11}, "removed": 1},
+    ),
+    "session.replaceMessages": (
+        {"sessionId": "s_4f2a", "messages": [_USER_MESSAGE]},
+        {"session": {**_SESSION, "messageCount": 1}},
+    ),
+    "session.appendCompaction": ({"sessionId": "s_4f2a", "compaction": _COMPACTION}, {"compaction": _COMPACTION}),
+    "session.fork": (
+        {"sessionId": "s_4f2a", "throughMessageId": "m_1", "title": "Parser, take two"},
+        {**_SESSION, "id": "s_77b0", "title": "Parser, take two", "messageCount": 1},
+    ),
+    "session.deleteMessage": ({"sessionId": "s_4f2a", "messageId": "m_2"}, {"messageId": "m_2", "deleted": True}),
+    "session.restoreMessage": ({"sessionId": "s_4f2a", "messageId": "m_2"}, {"messageId": "m_2", "deleted": False}),
+    "session.tree": (
+        {"sessionId": "s_4f2a"},
+        {
+            "nodes": [
+                {"id": "m_1", "role": "user", "active": True, "deleted": False, "preview": "Split the tokenizer"},
+                {
+                    "id": "m_2",
+                    "parentId": "m_1",
+                    "role": "assistant",
+                    "revisionIndex": 2,
+                    "active": True,
+                    "deleted": False,
+                    "preview": "Done: tokenizer.py now holds…",
+                },
+                {
+                    "id": "m_2a",
+                    "parentId": "m_1",
+                    "role": "assistant",
+                    "revisionIndex": 1,
+                    "active": False,
+                    "deleted": False,
+                    "preview": "I could not find parser.py",
+                },
+            ],
+            "activeLeafId": "m_2",
+        },
+    ),
+    "session.context": (
+        {"sessionId": "s_4f2a"},
+        {"messages": [_USER_MESSAGE, {k: v for k, v in _ASSISTANT_MESSAGE.items() if k != "meta"}]},
+    ),
+    "search.sessions": (
+        {"query": "tokenizer", "limit": 10},
+        {
+            "results": [
+                {
+                    "sessionId": "s_4f2a",
+                    "title": "Refactor the parser",
+                    "projectPath": "/home/ada/src/parser",
+                    "titleMatch": False,
+                    "projectMatch": False,
+                    "messageMatches": 2,
+                    "snippets": [
+                        {"messageId": "m_1", "role": "user", "seq": 1, "snippet": "Split the tokenizer out of…"}
+                    ],
+                }
+            ],
+            "totalSessions": 1,
+            "totalMessageMatches": 2,
+        },
+    ),
+    "search.query": (
+        {"query": "tokenizer", "sessionId": "s_4f2a"},
+        {
+            "results": [
+                {
+                    "sessionId": "s_4f2a",
+                    "messageId": "m_2",
+                    "role": "assistant",
+                    "seq": 2,
+                    "snippet": "Done: tokenizer.py now holds…",
+                    "createdAt": 1785056404120,
+                }
+            ]
+        },
+    ),
+    "settings.get": (
+        {"key": "largePasteThreshold"},
+        {"ns": "app", "key": "largePasteThreshold", "value": 600, "updatedAt": 1785056000000},
+    ),
+    "settings.set": (
+        {"ns": "ui", "key": "sidebarWidth", "value": 280, "submissionId": "set-4"},
+        {"ns": "ui", "key": "sidebarWidth", "updatedAt": 1785056401000},
+    ),
+}
+
+EVENT_EXAMPLES: dict[str, dict[str, Any]] = {
+    "session.created": {"session": _SESSION},
+    "session.updated": {"session": _SESSION},
+    "session.deleted": {"sessionId": "s_4f2a"},
+    "session.message": {"message": _MESSAGE_REF, "replaced": False},
+    "session.queue": {"sessionId": "s_4f2a", "entries": [_ENTRY], "held": False},
+    "notification.created": {"notification": _NOTIFICATION},
+    "turn.started": {"turn": _TURN},
+    "turn.ended": {"turn": _ENDED_TURN, "notification": _NOTIFICATION},
+}
+
+
+# ---------------------------------------------------------------------------
+# CLI
+
+
+def outputs() -> dict[Path, str]:
+    """Every generated file and its expected content."""
+    doc = build_schema()
+    readme = README_PATH.read_text(encoding="utf-8")
+    return {
+        SCHEMA_PATH: render_schema(doc),
+        README_PATH: splice_readme(readme, render_reference(doc)),
+    }
+
+
+def _stale(expected: Mapping[Path, str]) -> Iterable[Path]:
+    for path, text in expected.items():
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            yield path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--check", action="store_true", help="fail if a generated file is stale")
+    args = parser.parse_args(argv)
+    expected = outputs()
+    stale = list(_stale(expected))
+    if args.check:
+        for path in stale:
+            print(f"stale: {path.relative_to(ROOT)} (run scripts/export_schema.py)", file=sys.stderr)
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(expected[path], encoding="utf-8")
+        print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
