@@ -256,6 +256,21 @@ class OpenReport:
     archived_version: int | None = None
     backups: list[Path] = field(default_factory=list)
 
+    def to_dict(self) -> dict[str, object]:
+        """JSON-safe form (paths as strings, camelCase keys) for the boot report."""
+        return {
+            "dbPath": str(self.db_path),
+            "schemaVersion": self.schema_version,
+            "createdFresh": self.created_fresh,
+            "rebuilt": self.rebuilt,
+            "quarantined": [str(p) for p in self.quarantined],
+            "corruption": self.corruption,
+            "migratedFrom": self.migrated_from,
+            "archivedTo": None if self.archived_to is None else str(self.archived_to),
+            "archivedVersion": self.archived_version,
+            "backups": [str(p) for p in self.backups],
+        }
+
 
 def _connect_writer(db_path: Path) -> sqlite3.Connection:
     if not db_path.exists():

@@ -9,6 +9,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
+import orjson
 import pytest
 
 from store.database import (
@@ -161,6 +162,8 @@ def test_corrupt_database_is_quarantined_and_a_fresh_one_opens(
     finally:
         conn.close()
     assert stat.S_IMODE((tmp_path / "quarantine").stat().st_mode) == 0o700
+    as_json = orjson.loads(orjson.dumps(report.to_dict()))
+    assert as_json["rebuilt"] is True and as_json["quarantined"] == [str(expected)]
 
 
 def test_corrupt_database_with_wal_quarantines_all_its_files(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from store.database import apply_pragmas, open_writer
+from store.database import OpenReport, apply_pragmas, open_writer
 from store.errors import SchemaTooNew
 from store.faults import Faults
 from store.migrations import (
@@ -36,7 +36,7 @@ from ._sqlite_helpers import (
 )
 
 
-def _open(root: Path, now_ms: int = NOW_MS):  # type: ignore[no-untyped-def]
+def _open(root: Path, now_ms: int = NOW_MS) -> tuple[sqlite3.Connection, OpenReport]:
     return open_writer(root / "pi.sqlite", quarantine_dir=root / "quarantine", now_ms=now_ms)
 
 
