@@ -46,7 +46,7 @@ from store.errors import InvalidInput, StoreError
 from store.ids import validate_session_id, validate_wire_id
 from store.jsonio import loads_strict
 
-__all__ = ["GatewayConnection", "Counters"]
+__all__ = ["GatewayConnection", "Counters", "close_transport"]
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +142,20 @@ def _decode(message: str) -> Any:
         raise RpcFailure(RpcErrorCode.PARSE_ERROR, f"invalid JSON: {type(exc).__name__}") from None
 
 
+async def close_transport(ws: WebSocketConnection) -> None:
+    """Close the TCP stream under ``ws`` (idempotent).
+
+    trio-websocket 0.12 leaves the stream open when the WebSocket was already
+    closed by the library (1009 on an oversized message) or by the peer before
+    TCP EOF, and its ``aclose()`` then returns early: the socket would linger
+    until garbage collection. There is no public accessor, so reach for the
+    stream and fail quietly if the attribute ever disappears.
+    """
+    stream = getattr(ws, "_stream", None)
+    if isinstance(stream, trio.abc.AsyncResource):
+        await trio.aclose_forcefully(stream)
+
+
 class GatewayConnection:
     """Serves one accepted WebSocket until the peer leaves or we close it."""
 
@@ -199,6 +213,7 @@ class GatewayConnection:
             code, reason = self._close_reason or (1000, "")
             with trio.CancelScope(deadline=trio.current_time() + self._config.close_timeout, shield=True):
                 await self._ws.aclose(code, reason)
+                await close_transport(self._ws)
 
     def close(self, code: int, reason: str) -> None:
         """Close now (first reason wins); queued output is dropped."""

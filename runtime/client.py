@@ -311,19 +311,33 @@ async def open_client(
     """Connect, send ``host.hello`` and yield a :class:`HostClient`."""
     headers = [(b"Origin", origin.encode("ascii"))] if origin is not None else None
     user_error: BaseException | None = None
-    async with open_websocket_url(url, extra_headers=headers, max_message_size=max_message_size) as ws:
-        client = HostClient(ws, event_queue)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(client._reader)
-            try:
-                client.hello = await client.call(
-                    "host.hello",
-                    {"token": token, "clientId": client_id, "clientKind": client_kind, "protocol": PROTOCOL_VERSION},
-                )
-                yield client
-            except BaseException as exc:  # re-raised below, outside the nursery (no group wrapping)
-                user_error = exc
-            finally:
-                nursery.cancel_scope.cancel()
+    opened: list[WebSocketConnection] = []
+    try:
+        async with open_websocket_url(url, extra_headers=headers, max_message_size=max_message_size) as ws:
+            opened.append(ws)
+            client = HostClient(ws, event_queue)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(client._reader)
+                try:
+                    client.hello = await client.call(
+                        "host.hello",
+                        {"token": token, "clientId": client_id, "clientKind": client_kind, "protocol": PROTOCOL_VERSION},
+                    )
+                    yield client
+                except BaseException as exc:  # re-raised below, outside the nursery (no group wrapping)
+                    user_error = exc
+                finally:
+                    nursery.cancel_scope.cancel()
+    finally:
+        for ws in opened:
+            await _close_transport(ws)
     if user_error is not None:
         raise user_error
+
+
+async def _close_transport(ws: WebSocketConnection) -> None:
+    """trio-websocket 0.12 leaves the client's TCP stream open when the host closed
+    first; close it (idempotent) so no socket lingers until garbage collection."""
+    stream = getattr(ws, "_stream", None)
+    if isinstance(stream, trio.abc.AsyncResource):
+        await trio.aclose_forcefully(stream)

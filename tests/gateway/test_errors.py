@@ -1,0 +1,129 @@
+"""protocol/errors.py and protocol/jsonrpc.py: pure mapping and envelope validation."""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+import pydantic
+import pytest
+
+from protocol.errors import INTERNAL_MESSAGE, MethodNotFound, RpcErrorCode, RpcFailure, error_object
+from protocol.jsonrpc import NO_ID, Call, Invalid, encode, encode_batch, parse_message, success
+from store.errors import IdempotencyConflict, InvalidId, PayloadTooLarge, SessionNotFound, StorageFull
+from store.jsonio import StrictJSONError
+from tests.gateway.conftest import SECRET, CodedError
+
+
+class _M(pydantic.BaseModel):
+    a: int
+    b: str
+
+
+@pytest.mark.parametrize(
+    ("exc", "numeric", "code", "retriable"),
+    [
+        (SessionNotFound("no such session"), -32002, "SESSION_NOT_FOUND", False),
+        (IdempotencyConflict("same key, other payload"), -32003, "IDEMPOTENCY_CONFLICT", False),
+        (InvalidId("bad id"), -32602, "INVALID_ID", False),
+        (PayloadTooLarge("too big"), -32006, "PAYLOAD_TOO_LARGE", False),
+        (StorageFull("disk full"), -32005, "STORAGE_FULL", True),
+        (CodedError("BUSY", "mailbox full"), -32004, "BUSY", True),
+        (CodedError("TIMEOUT", "ask timed out"), -32004, "TIMEOUT", True),
+        (CodedError("ACTOR_RESTARTED", "crashed"), -32004, "ACTOR_RESTARTED", True),
+        (CodedError("SOMETHING_NEW", "x"), -32000, "SOMETHING_NEW", False),
+        (MethodNotFound("nope.nope"), -32601, "METHOD_NOT_FOUND", False),
+        (StrictJSONError("bad json"), -32700, "PARSE_ERROR", False),
+        (RpcFailure("UNAUTHENTICATED", "who are you"), -32001, "UNAUTHENTICATED", False),
+    ],
+)
+def test_coded_exceptions_map_by_code(exc: Exception, numeric: int, code: str, retriable: bool) -> None:
+    obj = error_object(exc)
+    assert obj["code"] == numeric
+    assert obj["data"]["code"] == code
+    assert obj["data"]["retriable"] is retriable
+    assert obj["message"] == str(exc)
+
+
+def test_error_data_is_copied_but_cannot_override_code() -> None:
+    exc = SessionNotFound("gone", data={"sessionId": "s1", "code": "SPOOF", "obj": object()})
+    obj = error_object(exc)
+    assert obj["data"] == {"sessionId": "s1", "code": "SESSION_NOT_FOUND", "retriable": False}
+
+
+def test_validation_error_is_invalid_params_with_compact_errors() -> None:
+    with pytest.raises(pydantic.ValidationError) as info:
+        _M.model_validate({"a": "x" * 10, "b": 3})
+    obj = error_object(info.value)
+    assert obj["code"] == -32602
+    assert obj["data"]["code"] == "INVALID_PARAMS"
+    errors = obj["data"]["errors"]
+    assert {e["loc"] for e in errors} == {"a", "b"}
+    assert all(set(e) == {"loc", "msg", "type"} for e in errors)
+    assert "xxxxxxxxxx" not in orjson.dumps(obj).decode()  # input values are not echoed
+
+
+def test_unexpected_exception_is_internal_without_details(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR):
+        obj = error_object(RuntimeError(SECRET))
+    assert obj == {"code": -32603, "message": INTERNAL_MESSAGE, "data": {"code": "INTERNAL", "retriable": False}}
+    assert SECRET not in orjson.dumps(obj).decode()
+    assert any(SECRET in (r.exc_text or "") or r.exc_info for r in caplog.records)  # logged, not sent
+
+
+def test_single_exception_group_is_unwrapped() -> None:
+    obj = error_object(ExceptionGroup("g", [SessionNotFound("x")]))
+    assert obj["data"]["code"] == "SESSION_NOT_FOUND"
+    many = error_object(ExceptionGroup("g", [SessionNotFound("x"), ValueError("y")]))
+    assert many["code"] == -32603
+
+
+def test_base_exceptions_are_never_mapped() -> None:
+    with pytest.raises(KeyboardInterrupt):
+        error_object(KeyboardInterrupt())
+
+
+def test_table_has_documented_numeric_ranges() -> None:
+    for code, spec in RpcErrorCode.TABLE.items():
+        assert spec.numeric in (-32700, -32600, -32601, -32602, -32603) or -32099 <= spec.numeric <= -32000, code
+
+
+@pytest.mark.parametrize(
+    ("value", "reason_part"),
+    [
+        ("text", "JSON object"),
+        ({"method": "x", "id": 1}, "jsonrpc"),
+        ({"jsonrpc": "1.0", "method": "x", "id": 1}, "jsonrpc"),
+        ({"jsonrpc": "2.0", "id": 1}, "method"),
+        ({"jsonrpc": "2.0", "method": 5, "id": 1}, "method"),
+        ({"jsonrpc": "2.0", "method": "x", "id": 1, "params": "str"}, "params"),
+        ({"jsonrpc": "2.0", "method": "x", "id": 1.5}, "id"),
+        ({"jsonrpc": "2.0", "method": "x", "id": True}, "id"),
+        ({"jsonrpc": "2.0", "method": "x", "id": [1]}, "id"),
+        ({"jsonrpc": "2.0", "method": "x", "id": 2**70}, "id"),
+    ],
+)
+def test_invalid_envelopes(value: object, reason_part: str) -> None:
+    item = parse_message(value, max_batch=10)
+    assert isinstance(item, Invalid)
+    assert reason_part in item.reason
+
+
+def test_valid_envelopes_and_batches() -> None:
+    call = parse_message({"jsonrpc": "2.0", "method": "m", "id": "a", "params": [1]}, max_batch=10)
+    assert call == Call(method="m", params=[1], id="a")
+    note = parse_message({"jsonrpc": "2.0", "method": "m"}, max_batch=10)
+    assert isinstance(note, Call) and note.is_notification and note.id is NO_ID and note.response_id is None
+    null_id = parse_message({"jsonrpc": "2.0", "method": "m", "id": None}, max_batch=10)
+    assert isinstance(null_id, Call) and not null_id.is_notification
+    batch = parse_message([{"jsonrpc": "2.0", "method": "m", "id": 1}, 7], max_batch=10)
+    assert isinstance(batch, list) and isinstance(batch[0], Call) and isinstance(batch[1], Invalid)
+    assert isinstance(parse_message([], max_batch=10), Invalid)
+    assert isinstance(parse_message([{}] * 11, max_batch=10), Invalid)
+
+
+def test_unserializable_result_becomes_internal_error() -> None:
+    data = orjson.loads(encode(success(3, {"x": object()})))
+    assert data["id"] == 3 and data["error"]["code"] == -32603
+    batch = orjson.loads(encode_batch([success(1, 1), success(2, {1, 2})]))
+    assert batch[0]["result"] == 1 and batch[1]["error"]["code"] == -32603

@@ -1,0 +1,202 @@
+"""JSON-RPC over a real socket: error codes, the connection stays usable, batches, limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+import trio
+import trio.testing
+from trio_websocket import ConnectionClosed, WebSocketConnection
+
+from tests.gateway.conftest import SECRET, Harness, connect, frame, hello, recv, start_gateway
+
+
+def req(request_id: Any, method: str, params: Any = None) -> str:
+    body: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        body["params"] = params
+    return frame(body)
+
+
+async def roundtrip(ws: WebSocketConnection, message: str | bytes) -> Any:
+    await ws.send_message(message)
+    return await recv(ws)
+
+
+async def assert_usable(ws: WebSocketConnection) -> None:
+    assert (await roundtrip(ws, req("ping", "echo", {"ok": True}))) == {"jsonrpc": "2.0", "id": "ping", "result": {"ok": True}}
+
+
+BAD_FRAMES = [
+    ("{bad json", -32700, "PARSE_ERROR"),
+    ('{"jsonrpc":"2.0","id":1,"method":"echo","params":{"a":1,"a":2}}', -32700, "PARSE_ERROR"),  # duplicate keys
+    ('{"jsonrpc":"2.0","id":1,"method":"echo","params":[NaN]}', -32700, "PARSE_ERROR"),
+    ('{"jsonrpc":"2.0","id":1,"method":"echo","params":' + "[" * 200 + "]" * 200 + "}", -32700, "PARSE_ERROR"),
+    ('{"jsonrpc":"2.0","id":1,"method":"echo","params":[' + "9" * 5000 + "]}", -32700, "PARSE_ERROR"),
+    ("[]", -32600, "INVALID_REQUEST"),
+    ("42", -32600, "INVALID_REQUEST"),
+    ('{"id":1,"method":"echo"}', -32600, "INVALID_REQUEST"),
+    ('{"jsonrpc":"2.0","id":{"x":1},"method":"echo"}', -32600, "INVALID_REQUEST"),
+    ('{"jsonrpc":"2.0","id":1,"method":"echo","params":"scalar"}', -32600, "INVALID_REQUEST"),
+]
+
+
+@pytest.mark.parametrize(("message", "numeric", "code"), BAD_FRAMES)
+async def test_bad_frames_get_right_code_and_connection_stays(harness: Harness, message: str, numeric: int, code: str) -> None:
+    with trio.fail_after(10):
+        async with connect(harness.url) as ws:
+            await hello(ws)
+            response = await roundtrip(ws, message)
+            assert response["error"]["code"] == numeric
+            assert response["error"]["data"]["code"] == code
+            await assert_usable(ws)
+    assert harness.dispatcher.enqueued == [{"ok": True}]  # nothing bad reached the dispatcher
+
+
+async def test_binary_frame_is_invalid_request(harness: Harness) -> None:
+    with trio.fail_after(10):
+        async with connect(harness.url) as ws:
+            await hello(ws)
+            response = await roundtrip(ws, req(1, "echo", {}).encode())
+            assert (response["id"], response["error"]["code"]) == (None, -32600)
+            await assert_usable(ws)
+
+
+async def test_application_errors_map_to_codes(harness: Harness) -> None:
+    expected = {
+        "nope.nothing": (-32601, "METHOD_NOT_FOUND", False),
+        "fail.session": (-32002, "SESSION_NOT_FOUND", False),
+        "fail.full": (-32005, "STORAGE_FULL", True),
+        "fail.busy": (-32004, "BUSY", True),
+        "fail.restarted": (-32004, "ACTOR_RESTARTED", True),
+        "fail.unexpected": (-32603, "INTERNAL", False),
+    }
+    with trio.fail_after(10):
+        async with connect(harness.url) as ws:
+            await hello(ws)
+            for method, (numeric, code, retriable) in expected.items():
+                raw = await ws.send_message(req(method, method, {})) or await ws.get_message()
+                response = orjson.loads(raw)
+                assert response["id"] == method
+                assert response["error"]["code"] == numeric
+                assert response["error"]["data"]["code"] == code
+                assert response["error"]["data"]["retriable"] is retriable
+                assert SECRET not in raw and "Traceback" not in raw
+            await assert_usable(ws)
+
+
+async def test_invalid_params_from_validation_error(harness: Harness) -> None:
+    with trio.fail_after(10):
+        async with connect(harness.url) as ws:
+            await hello(ws)
+            response = await roundtrip(ws, req(5, "validate", {"sessionId": 3}))
+            error = response["error"]
+            assert error["code"] == -32602 and error["data"]["code"] == "INVALID_PARAMS"
+            assert {e["loc"] for e in error["data"]["errors"]} == {"sessionId", "limit"}
+            await assert_usable(ws)
+
+
+async def test_notification_gets_no_response(harness: Harness) -> None:
+    with trio.fail_after(10):
+        async with connect(harness.url) as ws:
+            await hello(ws)
+            await ws.send_message(frame({"jsonrpc": "2.0", "method": "echo", "params": {"note": 1}}))
+            await ws.send_message(frame({"jsonrpc": "2.0", "method": "fail.unexpected", "params": {}}))
+            await ws.send_message(frame([{"jsonrpc": "2.0", "method": "echo", "params": {"note": 2}}]))
+            while len(harness.dispatcher.enqueued) < 2:
+                await trio.testing.wait_all_tasks_blocked()
+            await trio.testing.wait_all_tasks_blocked()  # the notifications' tasks are done
+            # Any response to them would have been queued before this ping's response.
+            await assert_usable(ws)
+    assert harness.dispatcher.enqueued == [{"note": 1}, {"note": 2}, {"ok": True}]
+
+
+async def test_batch_one_frame_and_enqueue_order(harness: Harness) -> None:
+    n = 40
+    batch = [{"jsonrpc": "2.0", "id": i, "method": "record", "params": {"n": i}} for i in range(n)]
+    batch.insert(7, {"jsonrpc": "2.0", "method": "record", "params": {"n": 1000}})  # notification
+    batch.insert(3, {"jsonrpc": "1.0", "id": "bad", "method": "x"})
+    with trio.fail_after(10):
+        async with connect(harness.url) as ws:
+            await hello(ws)
+            response = await roundtrip(ws, frame(batch))
+            assert isinstance(response, list)  # one array frame
+            assert [r.get("id") for r in response] == [0, 1, 2, "bad", *range(3, n)]
+            assert [r["result"] for r in response if "result" in r] == list(range(n))
+            assert response[3]["error"]["code"] == -32600
+            await assert_usable(ws)
+    # 'record' finishes in reverse order, yet requests reached the dispatcher in arrival order.
+    assert harness.dispatcher.enqueued[:n + 1] == [*range(7), 1000, *range(7, n)]
+
+
+async def test_batch_over_limit_is_invalid_request(nursery: trio.Nursery) -> None:
+    h = await start_gateway(nursery, max_batch=5)
+    with trio.fail_after(10):
+        async with connect(h.url) as ws:
+            await hello(ws)
+            batch = [{"jsonrpc": "2.0", "id": i, "method": "echo"} for i in range(6)]
+            response = await roundtrip(ws, frame(batch))
+            assert response["error"]["code"] == -32600 and response["id"] is None
+            await assert_usable(ws)
+    assert h.dispatcher.enqueued == [{"ok": True}]
+
+
+async def test_params_over_limit_is_payload_too_large(nursery: trio.Nursery) -> None:
+    h = await start_gateway(nursery, max_params_bytes=200, max_frame_bytes=10_000)
+    with trio.fail_after(10):
+        async with connect(h.url) as ws:
+            await hello(ws)
+            response = await roundtrip(ws, req(1, "echo", {"blob": "x" * 500}))
+            assert response["error"]["code"] == -32006
+            assert response["error"]["data"] == {"code": "PAYLOAD_TOO_LARGE", "retriable": False, "limit": 200}
+            await assert_usable(ws)
+    assert h.dispatcher.enqueued == [{"ok": True}]
+
+
+async def test_oversized_frame_closes_1009_and_host_stays_up(nursery: trio.Nursery) -> None:
+    h = await start_gateway(nursery, max_frame_bytes=1000)
+    with trio.fail_after(10):
+        async with connect(h.url) as ws:
+            await hello(ws)
+            await ws.send_message(req(1, "echo", {"blob": "x" * 2000}))
+            with pytest.raises(ConnectionClosed) as info:
+                await ws.get_message()
+            assert info.value.reason.code == 1009
+        async with connect(h.url) as again:
+            await hello(again)
+            await assert_usable(again)
+    assert h.dispatcher.enqueued == [{"ok": True}]
+
+
+async def test_in_flight_is_bounded(nursery: trio.Nursery) -> None:
+    """With max_in_flight=2, the third request waits; reading resumes when one completes."""
+    h = await start_gateway(nursery, max_in_flight=2)
+    gate = trio.Event()
+    original = h.dispatcher.dispatch
+
+    async def gated(method: str, params: Any, ctx: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> Any:
+        if method == "wait":
+            h.dispatcher.enqueued.append(params)
+            task_status.started()
+            await gate.wait()
+            return params
+        return await original(method, params, ctx, task_status=task_status)
+
+    h.dispatcher.dispatch = gated  # type: ignore[method-assign]
+    with trio.fail_after(10):
+        async with connect(h.url) as ws:
+            await hello(ws)
+            for i in range(3):
+                await ws.send_message(req(i, "wait", [i]))
+            while h.gateway.statistics().in_flight < 2:
+                await trio.testing.wait_all_tasks_blocked()
+            await trio.testing.wait_all_tasks_blocked()
+            assert h.dispatcher.enqueued == [[0], [1]]
+            assert h.gateway.statistics().in_flight == 2
+            gate.set()
+            got = sorted([(await recv(ws))["id"] for _ in range(3)])
+            assert got == [0, 1, 2]
+            assert h.dispatcher.enqueued == [[0], [1], [2]]
+
