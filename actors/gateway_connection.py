@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
 import orjson
+import pydantic
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
-from actors.events import EventBus, InvalidTopics, Subscription, SubscriberOverflow
+from actors.events import EventBus, Subscription, SubscriberOverflow
 from actors.gateway_types import PROTOCOL_VERSION, CallContext, Dispatcher, GatewayConfig
 from protocol.errors import RpcErrorCode, RpcFailure
+from protocol.models import HelloParams, SubscribeParams, UnsubscribeParams
 from protocol.jsonrpc import (
     Call,
     Invalid,
@@ -43,7 +45,7 @@ from protocol.jsonrpc import (
     success,
 )
 from store.errors import InvalidInput, StoreError
-from store.ids import validate_session_id, validate_wire_id
+from store.ids import validate_session_id
 from store.jsonio import loads_strict
 
 __all__ = ["GatewayConnection", "Counters", "close_transport"]
@@ -52,7 +54,6 @@ logger = logging.getLogger(__name__)
 
 CLOSE_POLICY = 1008  # policy violation: unauthenticated, slow consumer
 CLOSE_TRY_AGAIN = 1013  # event subscriber overflowed: resubscribe with cursor
-_MAX_CLIENT_KIND = 32
 
 
 @dataclass
@@ -179,7 +180,7 @@ class GatewayConnection:
         self._progress = trio.Event()
         self._in_flight = trio.Semaphore(config.max_in_flight)
         self._ctx: CallContext | None = None
-        self._subs: dict[int, tuple[Subscription, trio.CancelScope]] = {}
+        self._subs: dict[str, tuple[Subscription, trio.CancelScope]] = {}
         self._scope = trio.CancelScope()
         self._close_reason: tuple[int, str] | None = None
         self._nursery: trio.Nursery | None = None
@@ -305,22 +306,19 @@ class GatewayConnection:
         params = item.params
         token = params.get("token") if isinstance(params, dict) else None
         if not isinstance(token, str) or not hmac.compare_digest(
-            token.encode("utf-8"), self._config.token.encode("utf-8")
+            token.encode("utf-8", "surrogatepass"), self._config.token.encode("utf-8", "surrogatepass")
         ):
             return refuse(request_id, "invalid token")
-        assert isinstance(params, dict)
         try:
-            client_id = validate_wire_id(params.get("clientId"), "clientId")
-        except StoreError as exc:
+            hello = HelloParams.model_validate(params)
+        except pydantic.ValidationError as exc:
             return None, error(request_id, exc)
-        kind = params.get("clientKind")
-        if not isinstance(kind, str) or not kind or len(kind) > _MAX_CLIENT_KIND or not kind.isprintable():
-            return None, error_for_code(request_id, RpcErrorCode.INVALID_PARAMS, "clientKind must be a short printable string")
-        if params.get("protocol") != PROTOCOL_VERSION or isinstance(params.get("protocol"), bool):
+        if hello.protocol != PROTOCOL_VERSION:
             return None, error_for_code(
-                request_id, "UNSUPPORTED_PROTOCOL", f"unsupported protocol {params.get('protocol')!r}",
+                request_id, "UNSUPPORTED_PROTOCOL", f"unsupported protocol {hello.protocol}",
                 {"supported": [PROTOCOL_VERSION]},
             )
+        client_id, kind = hello.client_id, hello.client_kind
         ctx = CallContext(connection_id=self.id, client_id=client_id, client_kind=kind, protocol=PROTOCOL_VERSION)
         try:
             extra = dict(self._dispatcher.hello(ctx))
@@ -400,38 +398,32 @@ class GatewayConnection:
 
     # -- events --------------------------------------------------------------
     def _subscribe(self, params: Any, after: list[Callable[[], None]]) -> dict[str, Any]:
-        if not isinstance(params, dict):
-            raise InvalidTopics("events.subscribe params must be an object {topics, sessionId?, cursor?}")
-        topics = params.get("topics")
-        if not isinstance(topics, list):
-            raise InvalidTopics("topics must be a list of strings")
-        session_id = params.get("sessionId")
-        if session_id is not None:
-            session_id = validate_session_id(session_id)
+        if isinstance(params, dict) and params.get("sessionId") is not None:
+            validate_session_id(params["sessionId"])  # INVALID_ID before any other check
+        request = SubscribeParams.model_validate(params)
         if len(self._subs) >= self._config.max_subscriptions:
             raise RpcFailure("LIMIT_EXCEEDED", f"at most {self._config.max_subscriptions} subscriptions per connection")
-        sub = self._bus.subscribe(topics, session_id=session_id, cursor=params.get("cursor"))
+        sub = self._bus.subscribe(request.topics, session_id=request.session_id, cursor=request.cursor)
+        sub_id = f"sub-{sub.id}"
         scope = trio.CancelScope()
         ready = trio.Event()
-        self._subs[sub.id] = (sub, scope)
+        self._subs[sub_id] = (sub, scope)
         assert self._nursery is not None
-        self._nursery.start_soon(self._pump, sub, scope, ready)
+        self._nursery.start_soon(self._pump, sub, sub_id, scope, ready)
         after.append(ready.set)  # events flow only after the response was queued
-        return {"subscriptionId": sub.id, "cursor": sub.start_cursor}
+        return {"subscriptionId": sub_id, "cursor": sub.start_cursor}
 
     def _unsubscribe(self, params: Any) -> dict[str, Any]:
-        sub_id = params.get("subscriptionId") if isinstance(params, dict) else None
-        if not isinstance(sub_id, int) or isinstance(sub_id, bool):
-            raise RpcFailure(RpcErrorCode.INVALID_PARAMS, "subscriptionId must be an integer")
+        sub_id = UnsubscribeParams.model_validate(params).subscription_id
         entry = self._subs.pop(sub_id, None)
         if entry is None:
-            raise RpcFailure("NOT_FOUND", f"no subscription {sub_id} on this connection")
+            raise RpcFailure("NOT_FOUND", f"no subscription {sub_id!r} on this connection", data={"subscriptionId": sub_id})
         sub, scope = entry
         sub.close()
         scope.cancel()
-        return {"subscriptionId": sub_id, "unsubscribed": True}
+        return {"ok": True}
 
-    async def _pump(self, sub: Subscription, scope: trio.CancelScope, ready: trio.Event) -> None:
+    async def _pump(self, sub: Subscription, sub_id: str, scope: trio.CancelScope, ready: trio.Event) -> None:
         with scope:
             await ready.wait()
             async with trio.open_nursery() as watch:
@@ -442,7 +434,7 @@ class GatewayConnection:
                         params: dict[str, Any] = {
                             "topic": event.topic,
                             "cursor": event.cursor,
-                            "subscriptionId": sub.id,
+                            "subscriptionId": sub_id,
                             "data": event.data,
                         }
                         if event.session_id is not None:

@@ -78,7 +78,7 @@ class ClientClosed(Exception):
         self.reason = reason
 
 
-class HostInfoError(Exception):
+class HostInfoError(OSError):
     """``host.json`` or the token file is missing or unreadable."""
 
 
@@ -96,7 +96,7 @@ class HostInfo:
 class ClientEvent:
     topic: str
     cursor: int
-    subscription_id: int
+    subscription_id: str
     data: Any
     session_id: str | None = None
 
@@ -270,7 +270,7 @@ class HostClient:
                 ClientEvent(
                     topic=params.get("topic", ""),
                     cursor=params.get("cursor", 0),
-                    subscription_id=params.get("subscriptionId", 0),
+                    subscription_id=str(params.get("subscriptionId", "")),
                     data=params.get("data"),
                     session_id=params.get("sessionId"),
                 )

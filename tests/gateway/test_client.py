@@ -32,12 +32,12 @@ async def test_call_batch_notify_and_errors(harness: Harness) -> None:
 async def test_events_via_client(harness: Harness) -> None:
     with trio.fail_after(10):
         async with open_client(harness.url, TOKEN, client_id="cli-2") as client:
-            sub = await client.subscribe(["t"], session_id="s1")
-            harness.bus.publish("t", {"n": 1}, session_id="s1")
-            harness.bus.publish("t", {"n": 2}, session_id="s2")
-            harness.bus.publish("t", {"n": 3}, session_id="s1")
+            sub = await client.subscribe(["session.message"], session_id="s1")
+            harness.bus.publish("session.message", {"n": 1}, session_id="s1")
+            harness.bus.publish("session.message", {"n": 2}, session_id="s2")
+            harness.bus.publish("session.message", {"n": 3}, session_id="s1")
             first = await client.next_event()
-            assert (first.topic, first.data, first.session_id, first.subscription_id) == ("t", {"n": 1}, "s1", sub["subscriptionId"])
+            assert (first.topic, first.data, first.session_id, first.subscription_id) == ("session.message", {"n": 1}, "s1", sub["subscriptionId"])
             async for event in client:
                 assert event.data == {"n": 3} and event.cursor == 3
                 break

@@ -18,22 +18,22 @@ async def subscribe(ws: WebSocketConnection, params: dict[str, Any], request_id:
 
 
 async def test_subscriber_sees_every_event_in_order(harness: Harness) -> None:
-    harness.bus.publish("session.appended", {"before": True})
+    harness.bus.publish("session.message", {"before": True})
     with trio.fail_after(10):
         async with connect(harness.url) as ws:
             await hello(ws)
-            response = await subscribe(ws, {"topics": ["session.*"]})
+            response = await subscribe(ws, {"topics": ["session.message", "session.created"]})
             sub_id = response["result"]["subscriptionId"]
             assert response["result"]["cursor"] == 1
             for i in range(50):
-                harness.bus.publish("session.appended", {"i": i}, session_id="s1")
-                harness.bus.publish("other.topic", {"i": i})
+                harness.bus.publish("session.message", {"i": i}, session_id="s1")
+                harness.bus.publish("turn.started", {"i": i})
             notes = [await recv(ws) for _ in range(50)]
     assert all(n["method"] == "event" and "id" not in n for n in notes)
     params = [n["params"] for n in notes]
     assert [p["data"]["i"] for p in params] == list(range(50))
     assert [p["cursor"] for p in params] == list(range(2, 101, 2))
-    assert {(p["topic"], p["subscriptionId"], p["sessionId"]) for p in params} == {("session.appended", sub_id, "s1")}
+    assert {(p["topic"], p["subscriptionId"], p["sessionId"]) for p in params} == {("session.message", sub_id, "s1")}
 
 
 async def test_resume_by_cursor_is_gap_free_across_connections(harness: Harness) -> None:
@@ -41,17 +41,17 @@ async def test_resume_by_cursor_is_gap_free_across_connections(harness: Harness)
     with trio.fail_after(10):
         async with connect(harness.url) as ws:
             await hello(ws)
-            await subscribe(ws, {"topics": ["t"]})
+            await subscribe(ws, {"topics": ["session.message"]})
             for i in range(10):
-                harness.bus.publish("t", {"i": i})
+                harness.bus.publish("session.message", {"i": i})
             seen += [(await recv(ws))["params"]["cursor"] for _ in range(6)]
         for i in range(10, 20):  # published while disconnected
-            harness.bus.publish("t", {"i": i})
+            harness.bus.publish("session.message", {"i": i})
         async with connect(harness.url) as ws:
             await hello(ws)
-            response = await subscribe(ws, {"topics": ["t"], "cursor": seen[-1]})
+            response = await subscribe(ws, {"topics": ["session.message"], "cursor": seen[-1]})
             assert "result" in response
-            harness.bus.publish("t", {"i": 20})
+            harness.bus.publish("session.message", {"i": 20})
             seen += [(await recv(ws))["params"]["cursor"] for _ in range(15)]
     assert seen == list(range(1, 22))
 
@@ -59,24 +59,28 @@ async def test_resume_by_cursor_is_gap_free_across_connections(harness: Harness)
 async def test_expired_cursor_and_unsubscribe(nursery: trio.Nursery) -> None:
     h = await start_gateway(nursery, bus=EventBus(backlog=3))
     for i in range(10):
-        h.bus.publish("t", {"i": i})
+        h.bus.publish("session.message", {"i": i})
     with trio.fail_after(10):
         async with connect(h.url) as ws:
             await hello(ws)
-            expired = await subscribe(ws, {"topics": ["t"], "cursor": 2})
+            expired = await subscribe(ws, {"topics": ["session.message"], "cursor": 2})
             assert expired["error"]["code"] == -32007
             assert expired["error"]["data"]["code"] == "CURSOR_EXPIRED"
-            bad = await subscribe(ws, {"topics": "t"}, request_id=2)
+            bad = await subscribe(ws, {"topics": "session.message"}, request_id=2)
             assert bad["error"]["code"] == -32602
-            bad_sid = await subscribe(ws, {"topics": ["t"], "sessionId": "../etc"}, request_id=3)
+            unknown = await subscribe(ws, {"topics": ["session.*"]}, request_id=22)
+            assert unknown["error"]["data"]["code"] == "INVALID_PARAMS"
+            bad_sid = await subscribe(ws, {"topics": ["session.message"], "sessionId": "../etc"}, request_id=3)
             assert bad_sid["error"]["data"]["code"] == "INVALID_ID"
-            ok = await subscribe(ws, {"topics": ["t"]}, request_id=4)
+            ok = await subscribe(ws, {"topics": ["session.message"]}, request_id=4)
             sub_id = ok["result"]["subscriptionId"]
             assert h.bus.statistics().subscribers == 1
             await ws.send_message(frame({"jsonrpc": "2.0", "id": 5, "method": "events.unsubscribe", "params": {"subscriptionId": sub_id}}))
-            assert (await recv(ws))["result"]["unsubscribed"] is True
+            assert (await recv(ws))["result"] == {"ok": True}
+            await ws.send_message(frame({"jsonrpc": "2.0", "id": 55, "method": "events.unsubscribe", "params": {"subscriptionId": sub_id}}))
+            assert (await recv(ws))["error"]["data"]["code"] == "NOT_FOUND"
             assert h.bus.statistics().subscribers == 0
-            h.bus.publish("t", {"after": True})
+            h.bus.publish("session.message", {"after": True})
             await ws.send_message(frame({"jsonrpc": "2.0", "id": 6, "method": "echo", "params": [6]}))
             assert (await recv(ws))["id"] == 6  # no event arrived in between
 
@@ -94,11 +98,11 @@ async def test_slow_event_consumer_is_closed_and_memory_bounded(nursery: trio.Nu
         # message_queue_size=1 and we never call get_message: the client stops reading the socket.
         async with connect(h.url, message_queue_size=1, max_message_size=2**30) as ws:
             await hello(ws)
-            await subscribe(ws, {"topics": ["t"]})
+            await subscribe(ws, {"topics": ["session.message"]})
             published = 0
             while h.gateway.statistics().overflow_closes == 0:
                 assert published < 5000, "never disconnected"
-                bus.publish("t", blob)
+                bus.publish("session.message", blob)
                 published += 1
                 await trio.testing.wait_all_tasks_blocked()
                 stats = h.gateway.statistics()

@@ -9,7 +9,7 @@ from trio.testing import wait_all_tasks_blocked
 from trio_websocket import ConnectionClosed
 
 from actors.gateway_handshake import check_host, check_origin
-from tests.gateway.conftest import Harness, connect, frame, hello, hello_frame, raw_upgrade, recv, start_gateway
+from tests.gateway.conftest import TOKEN, Harness, connect, frame, hello, hello_frame, raw_upgrade, recv, start_gateway
 
 APP = "https://app.example"
 
@@ -146,3 +146,34 @@ async def test_connection_cap_refuses_with_503(nursery: trio.Nursery) -> None:
             async with connect(h.url) as c:  # a freed slot is reusable
                 await hello(c)
         assert h.gateway.statistics().rejected_total == 1
+
+
+@pytest.mark.parametrize(
+    ("params", "code"),
+    [
+        ({"clientId": "c1", "clientKind": "browser-ext", "protocol": 1}, "INVALID_PARAMS"),
+        ({"clientId": "a b\n", "clientKind": "cli", "protocol": 1}, "INVALID_PARAMS"),
+        ({"clientId": "c1", "clientKind": "cli", "protocol": 2}, "UNSUPPORTED_PROTOCOL"),
+        ({"clientId": "c1", "clientKind": "cli", "protocol": 1, "token": "LONE-SURROGATE"}, "UNAUTHENTICATED"),
+    ],
+)
+async def test_bad_hello_params_close(harness: Harness, params: dict[str, object], code: str) -> None:
+    body = {"token": TOKEN, **params}
+    with trio.fail_after(10):
+        async with connect(harness.url) as ws:
+            text = frame({"jsonrpc": "2.0", "id": 1, "method": "host.hello", "params": body})
+            await ws.send_message(text.replace("LONE-SURROGATE", "\\ud800"))
+            response = await recv(ws)
+            assert response["error"]["data"]["code"] == code
+            with pytest.raises(ConnectionClosed):
+                await ws.get_message()
+
+
+async def test_silent_tcp_client_is_dropped_at_handshake_timeout(nursery: trio.Nursery) -> None:
+    h = await start_gateway(nursery, handshake_timeout=0.05)
+    with trio.fail_after(10):
+        stream = await trio.open_tcp_stream("127.0.0.1", h.port)
+        async with stream:
+            await stream.send_all(b"GET / HTTP/1.1\r\n")  # slowloris: never finishes the request
+            assert await stream.receive_some(4096) == b""  # the server hung up
+    assert h.gateway.statistics().accepted_total == 0
