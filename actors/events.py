@@ -203,6 +203,7 @@ class Subscription:
         """Unsubscribe (idempotent). Pending receivers get ``EndOfChannel``."""
         self._bus._remove(self)
         self._send.close()
+        self._recv.close()
         self._replay.clear()
 
     def statistics(self) -> SubscriptionStatistics:

@@ -440,12 +440,21 @@ class GatewayConnection:
                         if event.session_id is not None:
                             params["sessionId"] = event.session_id
                         await self._wait_event_room()
-                        self.deliver(encode(notification("event", params)))
+                        self.deliver(self._encode_event(params))
                 except trio.EndOfChannel:
                     pass
                 except SubscriberOverflow:
                     self._overflowed(sub)
                 watch.cancel_scope.cancel()
+
+    def _encode_event(self, params: dict[str, Any]) -> bytes:
+        try:
+            return orjson.dumps(notification("event", params))
+        except (TypeError, orjson.JSONEncodeError):
+            # Keep the cursor sequence gap-free: send the event without its data.
+            logger.error("event %s (cursor %s) has unserializable data", params["topic"], params["cursor"])
+            params = {**params, "data": {"error": RpcErrorCode.INTERNAL, "message": "event data could not be serialized"}}
+            return orjson.dumps(notification("event", params))
 
     async def _watch_overflow(self, sub: Subscription) -> None:
         await sub.wait_overflowed()

@@ -135,12 +135,12 @@ class RpcFailure(Exception):
 class MethodNotFound(RpcFailure):
     """The dispatcher does not know ``method`` (JSON-RPC -32601)."""
 
+    _PREFIX = "method not found: "
+
     def __init__(self, method: str) -> None:
-        super().__init__(
-            RpcErrorCode.METHOD_NOT_FOUND,
-            f"method not found: {method[:100]!r}",
-            data={"method": method[:100]},
-        )
+        # Tolerate callers that pass a ready-made message instead of the method name.
+        method = method.removeprefix(self._PREFIX)[:100]
+        super().__init__(RpcErrorCode.METHOD_NOT_FOUND, f"{self._PREFIX}{method}", data={"method": method})
 
 
 def _json_safe(data: Mapping[str, Any]) -> dict[str, Any]:

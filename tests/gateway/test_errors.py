@@ -127,3 +127,8 @@ def test_unserializable_result_becomes_internal_error() -> None:
     assert data["id"] == 3 and data["error"]["code"] == -32603
     batch = orjson.loads(encode_batch([success(1, 1), success(2, {1, 2})]))
     assert batch[0]["result"] == 1 and batch[1]["error"]["code"] == -32603
+
+
+def test_method_not_found_message() -> None:
+    assert MethodNotFound("a.b").message == "method not found: a.b"
+    assert MethodNotFound("method not found: a.b").data == {"method": "a.b"}

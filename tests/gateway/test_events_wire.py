@@ -134,3 +134,15 @@ async def test_client_not_reading_responses_is_closed_as_slow_consumer(nursery: 
     stats = h.gateway.statistics()
     assert stats.slow_consumer_closes == 1
     assert stats.peak_outbound_queued <= 4
+
+
+async def test_unserializable_event_keeps_cursor_sequence(harness: Harness) -> None:
+    with trio.fail_after(10):
+        async with connect(harness.url) as ws:
+            await hello(ws)
+            await subscribe(ws, {"topics": ["session.message"]})
+            harness.bus.publish("session.message", {"bad": object()})
+            harness.bus.publish("session.message", {"good": 1})
+            first, second = (await recv(ws))["params"], (await recv(ws))["params"]
+    assert (first["cursor"], first["data"]["error"]) == (1, "INTERNAL")
+    assert (second["cursor"], second["data"]) == (2, {"good": 1})
