@@ -123,7 +123,8 @@ def loads_strict(data: bytes | str, *, max_depth: int = 64, max_int_digits: int 
     Rejects NaN/Infinity, duplicate object keys (at any depth), lone surrogates
     (escaped or raw), invalid UTF-8, nesting deeper than ``max_depth`` containers
     (``[]`` is depth 1; orjson itself stops at 1024 without recursion) and
-    integers longer than ``max_int_digits`` digits. Integers beyond 64 bits are
+    integers longer than ``max_int_digits`` digits (orjson caps this at 309:
+    longer integers overflow its float path). Integers beyond 64 bits are
     returned exactly (orjson would round them to floats); note that
     :func:`dumps_line` only writes 64-bit integers.
     """
@@ -139,6 +140,8 @@ def loads_strict(data: bytes | str, *, max_depth: int = 64, max_int_digits: int 
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if "infinity" in str(exc):  # an integer of 310+ digits overflows the float path
+            _check_int_digits(_structure(raw), max_int_digits)
         raise _fail(str(exc)) from None
 
     structure = _structure(raw)
@@ -147,13 +150,17 @@ def loads_strict(data: bytes | str, *, max_depth: int = 64, max_int_digits: int 
     if b":" in structure and _has_duplicate_keys(raw, structure, value):
         _raise_duplicate_key(raw)
     if _LONG_DIGIT_RUN in structure.translate(_DIGITS_TO_ZERO):
-        for match in _INT_TOKEN_RE.finditer(structure):
-            token = match.group()
-            digits = len(token) - token.startswith(b"-")
-            if digits > max_int_digits:
-                raise _fail(f"integer with {digits} digits (limit {max_int_digits})")
+        _check_int_digits(structure, max_int_digits)
         value = _exact_parse(raw, max_int_digits)
     return value
+
+
+def _check_int_digits(structure: bytes, max_int_digits: int) -> None:
+    for match in _INT_TOKEN_RE.finditer(structure):
+        token = match.group()
+        digits = len(token) - token.startswith(b"-")
+        if digits > max_int_digits:
+            raise _fail(f"integer with {digits} digits (limit {max_int_digits})")
 
 
 def _has_duplicate_keys(raw: bytes, structure: bytes, value: Any) -> bool:
@@ -186,7 +193,7 @@ def _ordered(record: Mapping[str, Any]) -> Mapping[str, Any]:
     if first != "type":
         if "type" not in record:
             raise InvalidInput("transcript line needs a 'type' key")
-    elif "id" not in record or next(keys, None) == "id":
+    elif isinstance(record, dict) and ("id" not in record or next(keys, None) == "id"):
         return record
     out: dict[str, Any] = {"type": record["type"]}
     if "id" in record:

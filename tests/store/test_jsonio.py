@@ -173,6 +173,12 @@ def test_dumps_line_key_order_and_newline() -> None:
     assert dumps_line({"type": "message", "id": "x"}) == b'{"type":"message","id":"x"}\n'
 
 
+def test_dumps_line_accepts_any_mapping() -> None:
+    from types import MappingProxyType
+
+    assert dumps_line(MappingProxyType({"type": "m", "id": "1"})) == b'{"type":"m","id":"1"}\n'
+
+
 def test_dumps_line_writes_utf8_not_escapes() -> None:
     assert dumps_line({"type": "m", "t": "héllo\n"}) == '{"type":"m","t":"héllo\\n"}\n'.encode()
 
