@@ -34,6 +34,11 @@ class QueuePushParams(MutatingParams):
     content: Annotated[str, StringConstraints(max_length=MAX_TEXT_FIELD)]
     attachments: list[JsonObject] | None = Field(default=None, max_length=MAX_ATTACHMENTS)
     permission_mode: PermissionMode
+    session_message_id: WireId | None = Field(
+        default=None,
+        description="Binds the admission to its session collaboration ledger row "
+        "(seed 003 §4.6c); part of the idempotency check.",
+    )
 
 
 class QueuePushResult(Result):
@@ -71,6 +76,9 @@ class QueueControllerParams(MutatingParams):
 class QueueTakeResult(Result):
     entry: QueueEntry | None = Field(
         default=None, description="Absent when the queue is empty, held or a turn is running."
+    )
+    reason: Literal["held", "empty", "turnRunning"] | None = Field(
+        default=None, description="Why no entry was handed out."
     )
 
 

@@ -196,6 +196,9 @@ class QueueEntry(Result):
     permission_mode: PermissionMode
     position: int = Field(description="Per-session, only grows.")
     priority: int | None = Field(default=None, description="Set by queuePrioritize.")
+    session_message_id: str | None = Field(
+        default=None, description="Collaboration ledger row this admission is bound to."
+    )
     created_at: TimestampMs
 
 
