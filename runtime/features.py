@@ -12,12 +12,18 @@ from typing import Any, Callable, Mapping
 def feature_handlers() -> dict[str, Any]:
     """``Custom.kind`` → ``async handler(actor, request)`` for session actors."""
     handlers: dict[str, Any] = {}
+    from actors.session_queue import queue_handlers
+
+    handlers.update(queue_handlers())
     return handlers
 
 
 def feature_methods(**deps: Any) -> dict[str, Any]:
     """JSON-RPC method name → ``async handler(p, raw, ctx, model)``."""
     methods: dict[str, Any] = {}
+    from runtime.methods_queue import queue_methods
+
+    methods.update(queue_methods(**deps))
     return methods
 
 

@@ -1,0 +1,485 @@
+"""The host-owned turn queue (seed 003 §4.6b, D375 / ADR 0213 / ADR 0265).
+
+Synchronous and sans-I/O in the h11 style: :func:`load` reads a session's
+queue into an immutable :class:`Snapshot`; a pure ``plan_*`` function checks
+the requested transition against :data:`TRANSITIONS` and the snapshot and
+returns a :class:`Plan` (a list of effects) or raises a :class:`StoreError`;
+only then :func:`apply` writes the effects. Nothing is written for a refused
+operation. The ``push``/``remove``/... helpers run load → plan → apply on a
+connection that is already inside the caller's transaction (the DB writer's
+SAVEPOINT), so an operation and its command receipt commit together.
+
+Rules:
+
+* ``position`` is per session and only grows. The session's high-water mark is
+  kept in ``kv(ns='queue', key=<session id>)`` so removing or taking the last
+  entry never lets its position be reused.
+* ``principal`` + ``idempotency_key`` make a retried push return the same
+  entry; the same key with another input hash (or another
+  ``session_message_id``) fails with ``IDEMPOTENCY_CONFLICT``. The same kv row
+  remembers the last :data:`CONSUMED_KEYS_KEPT` keys whose entries were taken
+  or removed, so a late retry of an already delivered push is answered as a
+  replay instead of queueing the prompt twice.
+* At most :data:`MAX_ENTRIES` entries per session (``LIMIT_EXCEEDED``).
+* Delivery order: promoted entries (``priority`` set) first in click order
+  (priority ascending), then the rest by position.
+* ``prioritize`` writes ``MAX(priority) + 1`` within the session; an entry that
+  is already promoted keeps its place (a repeated click changes nothing).
+* ``reorder`` swaps the position values of an unpromoted entry and its
+  adjacent unpromoted neighbour; it refuses promoted entries and moves past
+  either end (``CONFLICT``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Literal, Mapping, Sequence
+
+import orjson
+
+from store.errors import (
+    Conflict,
+    CorruptData,
+    IdempotencyConflict,
+    InvalidInput,
+    LimitExceeded,
+    NotFound,
+)
+from store.faults import NO_FAULTS, Faults
+
+MAX_ENTRIES: Final = 8
+CONSUMED_KEYS_KEPT: Final = 64
+KV_NS: Final = "queue"
+MAX_PRINCIPAL: Final = 200
+PERMISSION_MODES: Final = frozenset({"inherit", "ask", "accept-edits", "auto"})
+
+EntryState = Literal["queued", "promoted"]
+Operation = Literal["remove", "prioritize", "reorder", "take"]
+GONE: Final = "gone"
+
+TRANSITIONS: Final[Mapping[tuple[EntryState, Operation], str]] = {
+    ("queued", "remove"): GONE,
+    ("promoted", "remove"): GONE,
+    ("queued", "take"): GONE,
+    ("promoted", "take"): GONE,
+    ("queued", "prioritize"): "promoted",
+    ("promoted", "prioritize"): "promoted",  # no-op: keeps its click order
+    ("queued", "reorder"): "queued",
+    # ("promoted", "reorder") is absent: refused with CONFLICT.
+}
+"""Which operation an entry in a given state accepts, and the state it leaves it in."""
+
+_COLUMNS = (
+    "id, session_id, principal, idempotency_key, input_hash, content, attachments_json, "
+    "permission_mode, position, priority, session_message_id, created_at"
+)
+
+
+# ---------------------------------------------------------------------------
+# values
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: str
+    session_id: str
+    principal: str
+    idempotency_key: str | None
+    input_hash: str
+    content: str
+    attachments: tuple[Mapping[str, Any], ...]
+    permission_mode: str
+    position: int
+    priority: int | None
+    session_message_id: str | None
+    created_at: int
+
+    @property
+    def state(self) -> EntryState:
+        return "queued" if self.priority is None else "promoted"
+
+    def to_wire(self) -> dict[str, Any]:
+        """The ``QueueEntry`` wire shape (camelCase)."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "sessionId": self.session_id,
+            "principal": self.principal,
+            "idempotencyKey": self.idempotency_key,
+            "inputHash": self.input_hash,
+            "content": self.content,
+            "attachments": [dict(a) for a in self.attachments],
+            "permissionMode": self.permission_mode,
+            "position": self.position,
+            "priority": self.priority,
+            "createdAt": self.created_at,
+        }
+        if self.session_message_id is not None:
+            out["sessionMessageId"] = self.session_message_id
+        return out
+
+
+@dataclass(frozen=True)
+class Consumed:
+    """An idempotency key whose entry already left the queue (taken or removed)."""
+
+    principal: str
+    idempotency_key: str
+    input_hash: str
+    entry_id: str
+    position: int
+    session_message_id: str | None
+    created_at: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"principal": self.principal, "key": self.idempotency_key, "inputHash": self.input_hash,
+                "id": self.entry_id, "position": self.position, "sessionMessageId": self.session_message_id,
+                "createdAt": self.created_at}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Consumed":
+        return cls(str(data["principal"]), str(data["key"]), str(data["inputHash"]), str(data["id"]),
+                   int(data["position"]), data.get("sessionMessageId"), int(data["createdAt"]))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One session's queue: entries in delivery order plus its kv ledger."""
+
+    session_id: str
+    entries: tuple[Entry, ...]
+    high_water: int
+    consumed: tuple[Consumed, ...] = ()
+
+    def find(self, entry_id: str) -> Entry:
+        for entry in self.entries:
+            if entry.id == entry_id:
+                return entry
+        raise NotFound(
+            f"queue entry {entry_id} is not in session {self.session_id}'s queue",
+            data={"sessionId": self.session_id, "entryId": entry_id},
+        )
+
+
+@dataclass(frozen=True)
+class PushInput:
+    principal: str
+    content: str
+    permission_mode: str
+    idempotency_key: str | None = None
+    attachments: tuple[Mapping[str, Any], ...] = ()
+    session_message_id: str | None = None
+
+
+# effects ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Insert:
+    entry: Entry
+
+
+@dataclass(frozen=True)
+class Delete:
+    entry_id: str
+
+
+@dataclass(frozen=True)
+class SetPriority:
+    entry_id: str
+    priority: int
+
+
+@dataclass(frozen=True)
+class SetPosition:
+    entry_id: str
+    position: int
+
+
+@dataclass(frozen=True)
+class WriteLedger:
+    high_water: int
+    consumed: tuple[Consumed, ...]
+
+
+Effect = Insert | Delete | SetPriority | SetPosition | WriteLedger
+
+
+@dataclass(frozen=True)
+class Plan:
+    effects: tuple[Effect, ...] = ()
+    entry: Entry | None = None  # the entry the operation was about (pushed, taken, removed...)
+    replayed: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.effects)
+
+
+# ---------------------------------------------------------------------------
+# pure helpers
+
+
+def delivery_key(entry: Entry) -> tuple[int, int, int]:
+    if entry.priority is not None:
+        return (0, entry.priority, entry.position)
+    return (1, entry.position, 0)
+
+
+def delivery_order(entries: Sequence[Entry]) -> tuple[Entry, ...]:
+    return tuple(sorted(entries, key=delivery_key))
+
+
+def input_hash(content: str, attachments: Sequence[Mapping[str, Any]] | None, permission_mode: str) -> str:
+    """SHA-256 of the canonical (content, attachments, permissionMode); key order does not matter."""
+    body = orjson.dumps(
+        {"content": content, "attachments": [dict(a) for a in attachments or ()], "permissionMode": permission_mode},
+        option=orjson.OPT_SORT_KEYS,
+    )
+    return hashlib.sha256(body).hexdigest()
+
+
+def transition(entry: Entry, op: Operation) -> str:
+    """The state ``op`` leaves ``entry`` in, or CONFLICT when the table refuses it."""
+    target = TRANSITIONS.get((entry.state, op))
+    if target is None:
+        raise Conflict(
+            f"queue entry {entry.id} is {entry.state}; {op} is not allowed for a {entry.state} entry"
+            + (" (promoted entries are delivered in click order and cannot be reordered)" if op == "reorder" else ""),
+            data={"sessionId": entry.session_id, "entryId": entry.id, "state": entry.state, "operation": op},
+        )
+    return target
+
+
+def validate_push(inp: PushInput) -> None:
+    if not isinstance(inp.principal, str) or not 1 <= len(inp.principal) <= MAX_PRINCIPAL:
+        raise InvalidInput(f"principal must be a 1-{MAX_PRINCIPAL} character string", data={"field": "principal"})
+    if inp.idempotency_key is not None and (
+        not isinstance(inp.idempotency_key, str) or not 1 <= len(inp.idempotency_key) <= MAX_PRINCIPAL
+    ):
+        raise InvalidInput(f"idempotencyKey must be a 1-{MAX_PRINCIPAL} character string",
+                           data={"field": "idempotencyKey"})
+    if not isinstance(inp.content, str):
+        raise InvalidInput("content must be a string", data={"field": "content"})
+    if inp.permission_mode not in PERMISSION_MODES:
+        raise InvalidInput(f"permissionMode must be one of {sorted(PERMISSION_MODES)}",
+                           data={"field": "permissionMode"})
+    if not all(isinstance(a, Mapping) for a in inp.attachments):
+        raise InvalidInput("attachments must be JSON objects", data={"field": "attachments"})
+
+
+def _remember(snap: Snapshot, entry: Entry) -> tuple[Consumed, ...]:
+    if entry.idempotency_key is None:
+        return snap.consumed
+    item = Consumed(entry.principal, entry.idempotency_key, entry.input_hash, entry.id, entry.position,
+                    entry.session_message_id, entry.created_at)
+    kept = tuple(c for c in snap.consumed
+                 if (c.principal, c.idempotency_key) != (entry.principal, entry.idempotency_key))
+    return (kept + (item,))[-CONSUMED_KEYS_KEPT:]
+
+
+def _check_same_input(found_hash: str, found_smid: str | None, h: str, inp: PushInput, sid: str) -> None:
+    if found_hash != h or found_smid != inp.session_message_id:
+        raise IdempotencyConflict(
+            f"idempotencyKey {inp.idempotency_key!r} of principal {inp.principal!r} was already used in "
+            f"session {sid} for a different prompt",
+            data={"sessionId": sid, "principal": inp.principal, "idempotencyKey": inp.idempotency_key},
+        )
+
+
+# ---------------------------------------------------------------------------
+# planners (pure: snapshot in, plan out; raise before anything is written)
+
+
+def plan_push(snap: Snapshot, inp: PushInput, *, new_id: str, now_ms: int) -> Plan:
+    validate_push(inp)
+    h = input_hash(inp.content, inp.attachments, inp.permission_mode)
+    sid = snap.session_id
+    if inp.idempotency_key is not None:
+        for entry in snap.entries:
+            if (entry.principal, entry.idempotency_key) == (inp.principal, inp.idempotency_key):
+                _check_same_input(entry.input_hash, entry.session_message_id, h, inp, sid)
+                return Plan(entry=entry, replayed=True)
+        for c in snap.consumed:
+            if (c.principal, c.idempotency_key) == (inp.principal, inp.idempotency_key):
+                _check_same_input(c.input_hash, c.session_message_id, h, inp, sid)
+                # Same input hash ⇒ same content/attachments/mode as the original push.
+                gone = Entry(c.entry_id, sid, c.principal, c.idempotency_key, c.input_hash, inp.content,
+                             tuple(inp.attachments), inp.permission_mode, c.position, None,
+                             c.session_message_id, c.created_at)
+                return Plan(entry=gone, replayed=True)
+    if len(snap.entries) >= MAX_ENTRIES:
+        raise LimitExceeded(
+            f"session {sid} already has {len(snap.entries)} queued prompts (at most {MAX_ENTRIES}); "
+            "remove one or wait until one is delivered",
+            data={"sessionId": sid, "limit": MAX_ENTRIES},
+        )
+    if any(e.id == new_id for e in snap.entries):
+        raise Conflict(f"queue entry id {new_id} already exists", data={"entryId": new_id})
+    position = snap.high_water + 1
+    entry = Entry(new_id, sid, inp.principal, inp.idempotency_key, h, inp.content, tuple(inp.attachments),
+                  inp.permission_mode, position, None, inp.session_message_id, now_ms)
+    return Plan(effects=(Insert(entry), WriteLedger(position, snap.consumed)), entry=entry)
+
+
+def plan_remove(snap: Snapshot, entry_id: str) -> Plan:
+    entry = snap.find(entry_id)
+    transition(entry, "remove")
+    return Plan(effects=(Delete(entry.id), WriteLedger(snap.high_water, _remember(snap, entry))), entry=entry)
+
+
+def plan_prioritize(snap: Snapshot, entry_id: str) -> Plan:
+    entry = snap.find(entry_id)
+    transition(entry, "prioritize")
+    if entry.state == "promoted":
+        return Plan(entry=entry)
+    top = max((e.priority for e in snap.entries if e.priority is not None), default=0)
+    return Plan(effects=(SetPriority(entry.id, top + 1),), entry=replace(entry, priority=top + 1))
+
+
+def plan_reorder(snap: Snapshot, entry_id: str, direction: str) -> Plan:
+    if direction not in ("up", "down"):
+        raise InvalidInput("direction must be 'up' or 'down'", data={"field": "direction"})
+    entry = snap.find(entry_id)
+    transition(entry, "reorder")
+    line = sorted((e for e in snap.entries if e.state == "queued"), key=lambda e: e.position)
+    i = next(k for k, e in enumerate(line) if e.id == entry.id)
+    j = i - 1 if direction == "up" else i + 1
+    if not 0 <= j < len(line):
+        edge = "first" if direction == "up" else "last"
+        raise Conflict(
+            f"queue entry {entry.id} is already the {edge} unpromoted entry; it cannot move {direction}",
+            data={"sessionId": snap.session_id, "entryId": entry.id, "direction": direction},
+        )
+    other = line[j]
+    return Plan(effects=(SetPosition(entry.id, other.position), SetPosition(other.id, entry.position)),
+                entry=replace(entry, position=other.position))
+
+
+def plan_take(snap: Snapshot) -> Plan:
+    """Hand out the first entry in delivery order (an empty plan when the queue is empty)."""
+    if not snap.entries:
+        return Plan()
+    entry = snap.entries[0]
+    transition(entry, "take")
+    return Plan(effects=(Delete(entry.id), WriteLedger(snap.high_water, _remember(snap, entry))), entry=entry)
+
+
+# ---------------------------------------------------------------------------
+# SQL
+
+
+def _entry(row: Sequence[Any]) -> Entry:
+    try:
+        attachments = tuple(orjson.loads(row[6])) if row[6] else ()
+    except orjson.JSONDecodeError as exc:
+        raise CorruptData(f"queue entry {row[0]} has unreadable attachments_json: {exc}") from None
+    return Entry(row[0], row[1], row[2], row[3], row[4], row[5], attachments, row[7], int(row[8]),
+                 None if row[9] is None else int(row[9]), row[10], int(row[11]))
+
+
+def list_entries(conn: sqlite3.Connection, session_id: str) -> tuple[Entry, ...]:
+    rows = conn.execute(f"SELECT {_COLUMNS} FROM turn_queue WHERE session_id = ?", (session_id,)).fetchall()
+    return delivery_order([_entry(r) for r in rows])
+
+
+def _read_ledger(conn: sqlite3.Connection, session_id: str) -> tuple[int, tuple[Consumed, ...]]:
+    row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = ?", (KV_NS, session_id)).fetchone()
+    if row is None:
+        return 0, ()
+    try:
+        data = orjson.loads(row[0])
+        return int(data.get("highWater", 0)), tuple(Consumed.from_json(c) for c in data.get("consumed", ()))
+    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise CorruptData(f"queue ledger of session {session_id} is unreadable: {exc}") from None
+
+
+def load(conn: sqlite3.Connection, session_id: str) -> Snapshot:
+    entries = list_entries(conn, session_id)
+    floor, consumed = _read_ledger(conn, session_id)
+    high = max([floor, *(e.position for e in entries)])
+    return Snapshot(session_id, entries, high, consumed)
+
+
+def apply(conn: sqlite3.Connection, session_id: str, plan: Plan, *, now_ms: int, faults: Faults = NO_FAULTS) -> None:
+    """Write a plan's effects (inside the caller's transaction)."""
+    for i, effect in enumerate(plan.effects):
+        if i:
+            faults.point("queue.between_effects")
+        if isinstance(effect, Insert):
+            e = effect.entry
+            conn.execute(
+                f"INSERT INTO turn_queue({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (e.id, e.session_id, e.principal, e.idempotency_key, e.input_hash, e.content,
+                 orjson.dumps([dict(a) for a in e.attachments]).decode() if e.attachments else None,
+                 e.permission_mode, e.position, e.priority, e.session_message_id, e.created_at),
+            )
+        elif isinstance(effect, Delete):
+            conn.execute("DELETE FROM turn_queue WHERE id = ? AND session_id = ?", (effect.entry_id, session_id))
+        elif isinstance(effect, SetPriority):
+            conn.execute("UPDATE turn_queue SET priority = ? WHERE id = ? AND session_id = ?",
+                         (effect.priority, effect.entry_id, session_id))
+        elif isinstance(effect, SetPosition):
+            conn.execute("UPDATE turn_queue SET position = ? WHERE id = ? AND session_id = ?",
+                         (effect.position, effect.entry_id, session_id))
+        elif isinstance(effect, WriteLedger):
+            value = {"highWater": effect.high_water, "consumed": [c.to_json() for c in effect.consumed]}
+            conn.execute(
+                "INSERT INTO kv(ns, key, value_json, updated_at) VALUES (?,?,?,?) ON CONFLICT(ns, key) "
+                "DO UPDATE SET value_json = excluded.value_json, updated_at = excluded.updated_at",
+                (KV_NS, session_id, orjson.dumps(value).decode(), now_ms),
+            )
+    faults.point("queue.after_apply")
+
+
+def forget_session(conn: sqlite3.Connection, session_id: str) -> None:
+    """Drop the session's ledger (its entries go with the session row by FK cascade)."""
+    conn.execute("DELETE FROM kv WHERE ns = ? AND key = ?", (KV_NS, session_id))
+
+
+# ---------------------------------------------------------------------------
+# one-call operations (load → plan → apply in the caller's transaction)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    plan: Plan
+    entries: tuple[Entry, ...] = field(default=())  # the queue afterwards, delivery order
+
+
+def _run(conn: sqlite3.Connection, session_id: str, plan: Plan, now_ms: int, faults: Faults) -> Outcome:
+    if plan.changed:
+        apply(conn, session_id, plan, now_ms=now_ms, faults=faults)
+    return Outcome(plan, list_entries(conn, session_id))
+
+
+def push(conn: sqlite3.Connection, session_id: str, inp: PushInput, *, new_id: str, now_ms: int,
+         faults: Faults = NO_FAULTS) -> Outcome:
+    return _run(conn, session_id, plan_push(load(conn, session_id), inp, new_id=new_id, now_ms=now_ms),
+                now_ms, faults)
+
+
+def remove(conn: sqlite3.Connection, session_id: str, entry_id: str, *, now_ms: int,
+           faults: Faults = NO_FAULTS) -> Outcome:
+    return _run(conn, session_id, plan_remove(load(conn, session_id), entry_id), now_ms, faults)
+
+
+def prioritize(conn: sqlite3.Connection, session_id: str, entry_id: str, *, now_ms: int,
+               faults: Faults = NO_FAULTS) -> Outcome:
+    return _run(conn, session_id, plan_prioritize(load(conn, session_id), entry_id), now_ms, faults)
+
+
+def reorder(conn: sqlite3.Connection, session_id: str, entry_id: str, direction: str, *, now_ms: int,
+            faults: Faults = NO_FAULTS) -> Outcome:
+    return _run(conn, session_id, plan_reorder(load(conn, session_id), entry_id, direction), now_ms, faults)
+
+
+def take(conn: sqlite3.Connection, session_id: str, *, now_ms: int, faults: Faults = NO_FAULTS) -> Outcome:
+    return _run(conn, session_id, plan_take(load(conn, session_id)), now_ms, faults)
+
+
+def has_running_turn(conn: sqlite3.Connection, session_id: str) -> bool:
+    row = conn.execute("SELECT 1 FROM turns WHERE session_id = ? AND status = 'running' LIMIT 1",
+                       (session_id,)).fetchone()
+    return row is not None
