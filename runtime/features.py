@@ -15,6 +15,12 @@ def feature_handlers() -> dict[str, Any]:
     from actors.session_queue import queue_handlers
 
     handlers.update(queue_handlers())
+    from actors.session_revisions import HANDLERS as revision_handlers
+
+    handlers.update(revision_handlers)
+    from runtime.methods_turns import turn_handlers
+
+    handlers.update(turn_handlers())
     return handlers
 
 
@@ -24,11 +30,25 @@ def feature_methods(**deps: Any) -> dict[str, Any]:
     from runtime.methods_queue import queue_methods
 
     methods.update(queue_methods(**deps))
+    from runtime.methods_revisions import revision_methods
+
+    methods.update(revision_methods(**deps))
+    from runtime.methods_turns import turn_methods
+
+    methods.update(turn_methods(**deps))
     return methods
 
 
 def inflight_boot_sweep(conn: Any, data_dir: Any, now_ms: int) -> dict[str, Any]:
-    return {"promoted": 0}
+    """Boot step 4: promote leftover in-flight checkpoints (store/inflight.py)."""
+    import os
+
+    from store.faults import Faults
+    from store.inflight import sweep
+
+    return sweep(conn, sessions_dir=data_dir.sessions_dir, quarantine_dir=data_dir.quarantine_dir,
+                 transcript_path=data_dir.transcript, now_ms=now_ms,
+                 faults=Faults.parse(os.environ.get("RT_CRASHPOINT")))
 
 
 Registration = Callable[..., Mapping[str, Any]]

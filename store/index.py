@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import orjson
 
+from . import artifacts
 from .errors import Conflict, IdempotencyConflict, SessionNotFound
 from .records import extract_text, rfc3339_to_ms, tool_info
 
@@ -221,6 +222,10 @@ def lookup_ids(conn: sqlite3.Connection, ids: Iterable[str]) -> dict[str, tuple[
     return out
 
 
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def _turn_ref(conn: sqlite3.Connection, turn_id: Any) -> str | None:
     if not isinstance(turn_id, str):
         return None
@@ -291,6 +296,9 @@ def index_messages(
             )
             existing[mid] = (session_id, seq, item.offset, item.length)
         ref = message_ref(session_id, seq, rec, turn)
+        if artifacts.may_have_effects(rec):
+            # Write/Edit results: artifacts + tool_execute audit in this same transaction (seed §4.10).
+            artifacts.record_effects(conn, session_id, rec, turn or _str_or_none(rec.get("turnId")), now_ms)
         receipt = (rec.get("meta") or {}).get("receipt") if isinstance(rec.get("meta"), Mapping) else None
         if isinstance(receipt, Mapping):
             store_receipt_if_absent(
@@ -378,6 +386,11 @@ def reindex_session(
         "line_offset, line_len) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
         rows,
     )
+    for item, row in zip(messages, rows):
+        if artifacts.may_have_effects(item.record):
+            # A rebuild restores missing artifact rows only (no audit rows, nothing overwritten).
+            artifacts.record_effects(conn, session_id, item.record, row[2] or _str_or_none(item.record.get("turnId")),
+                                     now_ms, audit=False)
     for item in messages:
         receipt = item.record.get("meta", {}).get("receipt") if isinstance(item.record.get("meta"), Mapping) else None
         if isinstance(receipt, Mapping):

@@ -1,0 +1,169 @@
+"""Artifacts (seed 003 §4.10) and their ``tool_execute`` audit rows (§4.13). SQL only.
+
+A successful Write/Edit tool result — a ``tool_call`` block named Write/Edit
+(or any tool whose block, args or message meta declare ``fileEffects``) with
+status ok/success and a path in ``args.path``/``args.file_path`` — upserts
+``artifacts(session_id, path, op, turn_id, updated_at)`` and appends one
+``audit_log`` row of kind ``tool_execute``. :func:`record_effects` is called
+by ``store.index.index_messages`` so both land in the same transaction as the
+result's index row. Paths inside the session's scratch directory are not
+artifacts (they are still audited).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import orjson
+
+TOOL_OPS: Mapping[str, str] = {"write": "write", "edit": "edit", "multiedit": "edit", "delete": "delete"}
+OPS = ("write", "edit", "delete")
+SUCCESS = frozenset({"ok", "success", "succeeded", "completed"})
+PATH_KEYS = ("path", "file_path", "filePath")
+
+
+@dataclass(frozen=True)
+class ToolEffect:
+    call_id: str | None
+    tool: str
+    effects: tuple[tuple[str, str], ...]  # (path, op)
+
+
+def _declared(value: Any) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if not isinstance(value, list):
+        return out
+    for item in value:
+        if isinstance(item, Mapping) and isinstance(item.get("path"), str) and item["path"]:
+            op = item.get("op", "write")
+            out.append((item["path"], op if op in OPS else "write"))
+    return out
+
+
+def tool_effects(record: Mapping[str, Any]) -> list[ToolEffect]:
+    """File effects of the successful tool calls in a message record."""
+    blocks = record.get("blocks")
+    if not isinstance(blocks, list):
+        return []
+    meta = record.get("meta") if isinstance(record.get("meta"), Mapping) else {}
+    out: list[ToolEffect] = []
+    for block in blocks:
+        if not isinstance(block, Mapping) or block.get("type") != "tool_call":
+            continue
+        status = block.get("status")
+        if not isinstance(status, str) or status.lower() not in SUCCESS or block.get("isError") is True:
+            continue
+        name = block.get("name") if isinstance(block.get("name"), str) else record.get("toolName")
+        name = name if isinstance(name, str) else ""
+        args = block.get("args") if isinstance(block.get("args"), Mapping) else {}
+        effects = _declared(block.get("fileEffects")) or _declared(args.get("fileEffects"))
+        if not effects and len(blocks) == 1:
+            effects = _declared(meta.get("fileEffects"))
+        op = TOOL_OPS.get(name.lower())
+        if not effects and op is not None:
+            path = next((args[k] for k in PATH_KEYS if isinstance(args.get(k), str) and args[k]), None)
+            if path is not None:
+                effects = [(path, op)]
+        if effects:
+            call_id = block.get("callId") if isinstance(block.get("callId"), str) else None
+            out.append(ToolEffect(call_id, name, tuple(effects)))
+    return out
+
+
+def may_have_effects(record: Mapping[str, Any]) -> bool:
+    """Cheap pre-check for the append hot path."""
+    blocks = record.get("blocks")
+    return isinstance(blocks, list) and any(
+        isinstance(b, Mapping) and b.get("type") == "tool_call" for b in blocks
+    )
+
+
+def scratch_dir(conn: sqlite3.Connection, session_id: str) -> str | None:
+    """``<data dir>/scratch/<session>``, derived from the index file's location (None in memory)."""
+    for _, name, file in conn.execute("PRAGMA database_list"):
+        if name == "main" and file:
+            return os.path.join(os.path.dirname(file), "scratch", session_id)
+    return None
+
+
+def _inside(path: str, directory: str | None) -> bool:
+    if directory is None:
+        return False
+    norm = os.path.normpath(path)
+    return norm == directory or norm.startswith(directory + os.sep)
+
+
+def record_effects(
+    conn: sqlite3.Connection,
+    session_id: str,
+    record: Mapping[str, Any],
+    turn_id: str | None,
+    now_ms: int,
+    *,
+    audit: bool = True,
+    scratch: str | None = None,
+) -> int:
+    """Upsert artifacts (+ one audit row per tool call). Returns artifacts written.
+
+    ``audit=False`` (index rebuilds) only restores missing artifact rows and
+    never overwrites newer ones.
+    """
+    found = tool_effects(record)
+    if not found:
+        return 0
+    scratch = scratch if scratch is not None else scratch_dir(conn, session_id)
+    scratch = os.path.normpath(scratch) if scratch else None
+    written = 0
+    for effect in found:
+        kept = [(p, op) for p, op in effect.effects if not _inside(p, scratch)]
+        for path, op in kept:
+            if audit:
+                conn.execute(
+                    "INSERT INTO artifacts(session_id, path, op, turn_id, updated_at) VALUES (?,?,?,?,?) "
+                    "ON CONFLICT(session_id, path) DO UPDATE SET op = excluded.op, "
+                    "turn_id = excluded.turn_id, updated_at = excluded.updated_at",
+                    (session_id, path, op, turn_id, now_ms),
+                )
+            else:
+                conn.execute(
+                    "INSERT OR IGNORE INTO artifacts(session_id, path, op, turn_id, updated_at) VALUES (?,?,?,?,?)",
+                    (session_id, path, op, turn_id, now_ms),
+                )
+            written += 1
+        if audit:
+            payload = {"tool": effect.tool, "callId": effect.call_id, "messageId": record.get("id"),
+                       "turnId": turn_id,
+                       "effects": [{"path": p, "op": op, "artifact": (p, op) in kept} for p, op in effect.effects]}
+            conn.execute(
+                "INSERT INTO audit_log(ts, kind, session_id, payload_json) VALUES (?, 'tool_execute', ?, ?)",
+                (now_ms, session_id, orjson.dumps(payload).decode()),
+            )
+    return written
+
+
+def list_artifacts(
+    conn: sqlite3.Connection, *, session_id: str | None, limit: int, cursor: Sequence[Any] | None
+) -> tuple[list[dict[str, Any]], list[Any] | None]:
+    """Newest ``updated_at`` first (ties by session, path); per session or global."""
+    where: list[str] = []
+    args: list[Any] = []
+    if session_id is not None:
+        where.append("session_id = ?")
+        args.append(session_id)
+    if cursor is not None:
+        ts, sid, path = cursor
+        where.append("(updated_at < ? OR (updated_at = ? AND (session_id < ? OR (session_id = ? AND path < ?))))")
+        args += [ts, ts, sid, sid, path]
+    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    rows = conn.execute(
+        f"SELECT session_id, path, op, turn_id, updated_at FROM artifacts {clause} "
+        "ORDER BY updated_at DESC, session_id DESC, path DESC LIMIT ?",
+        (*args, limit + 1),
+    ).fetchall()
+    more = len(rows) > limit
+    items = [{"sessionId": r[0], "path": r[1], "op": r[2], "turnId": r[3], "updatedAt": r[4]} for r in rows[:limit]]
+    nxt = [items[-1]["updatedAt"], items[-1]["sessionId"], items[-1]["path"]] if more and items else None
+    return items, nxt

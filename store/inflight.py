@@ -1,0 +1,260 @@
+"""In-flight checkpoints (seed 003 §2.1, D299/D327) and their boot promotion.
+
+``sessions/<id>.inflight.json`` holds the assistant reply currently streaming
+in a session as one ``{schema, sessionId, turnId, savedAt, message}`` object,
+replaced atomically (temp + fsync + rename + dirsync) on every save. It is
+transient: the final row's append removes it, a completed/error turn end
+removes it once its id is indexed as a settled row, and the boot sweep
+promotes a leftover whose final row never landed. Synchronous, no trio.
+
+Promotion order (crash-safe, deduplicating): append the promoted line to the
+transcript (file first, fsync) → index it in one transaction (the normal
+reconcile of the file tail, plus an audit record) → remove the checkpoint. A
+crash anywhere in between leaves the checkpoint; the next sweep finds the id
+indexed as a settled row and only removes it, and a line appended twice is
+deduplicated keep-last at the first position like every other repeated id.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping
+
+import orjson
+
+from . import index
+from .errors import CorruptData, StoreError
+from .faults import NO_FAULTS, Faults
+from .fsutil import atomic_write, fsync_dir, remove_file_durable
+from .ids import SESSION_ID_RE
+from .jsonio import dumps_line, loads_line
+from .records import is_streaming
+from .reconcile import apply_plan, plan_reconcile
+from .transcript import TranscriptWriter, read_spans
+
+SCHEMA = 1
+SUFFIX = ".inflight.json"
+MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024
+
+IndexedState = Literal["absent", "streaming", "settled"]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    session_id: str
+    turn_id: str
+    saved_at: int
+    message: dict[str, Any]
+
+    @property
+    def message_id(self) -> str:
+        return str(self.message.get("id"))
+
+
+# ---------------------------------------------------------------------------
+# the file
+
+
+def has_visible_content(message: Mapping[str, Any]) -> bool:
+    """False for an empty reply: no blocks, or only text/thinking blocks without text."""
+    for block in message.get("blocks") or ():
+        if not isinstance(block, Mapping):
+            continue
+        if block.get("type") in ("text", "thinking"):
+            text = block.get("text")
+            if isinstance(text, str) and text.strip():
+                return True
+            continue
+        return True  # tool calls, attachments, unknown block kinds are content
+    return False
+
+
+def encode(session_id: str, turn_id: str, saved_at_ms: int, message: Mapping[str, Any]) -> bytes:
+    body = {"schema": SCHEMA, "sessionId": session_id, "turnId": turn_id, "savedAt": saved_at_ms,
+            "message": dict(message)}
+    try:
+        return orjson.dumps(body)
+    except TypeError as exc:
+        raise CorruptData(f"checkpoint cannot be encoded: {exc}") from None
+
+
+def write_checkpoint(
+    path: str | os.PathLike[str],
+    session_id: str,
+    turn_id: str,
+    saved_at_ms: int,
+    message: Mapping[str, Any],
+    *,
+    faults: Faults = NO_FAULTS,
+) -> None:
+    """Atomically replace the checkpoint (wholly old or wholly new after a crash)."""
+    atomic_write(path, encode(session_id, turn_id, saved_at_ms, message), faults=faults,
+                 point_prefix="inflight")
+
+
+def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint | None:
+    """The checkpoint, None when there is none; ``CorruptData`` when it cannot be interpreted."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_CHECKPOINT_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    if len(data) > MAX_CHECKPOINT_BYTES:
+        raise CorruptData(f"checkpoint {os.fspath(path)} is larger than {MAX_CHECKPOINT_BYTES} bytes")
+    try:
+        body = loads_line(data)
+    except ValueError as exc:
+        raise CorruptData(f"checkpoint {os.fspath(path)} is not a JSON object: {exc}") from None
+    msg = body.get("message")
+    if (body.get("schema") != SCHEMA or not isinstance(msg, dict) or not isinstance(msg.get("id"), str)
+            or not isinstance(body.get("sessionId"), str) or not isinstance(body.get("turnId"), str)):
+        raise CorruptData(f"checkpoint {os.fspath(path)} does not have the schema-{SCHEMA} shape")
+    saved = body.get("savedAt")
+    return Checkpoint(body["sessionId"], body["turnId"], saved if isinstance(saved, int) else 0, msg)
+
+
+def checkpoint_message_id(path: str | os.PathLike[str]) -> str | None:
+    try:
+        cp = read_checkpoint(path)
+    except CorruptData:
+        return None
+    return None if cp is None else cp.message_id
+
+
+def remove_checkpoint(path: str | os.PathLike[str]) -> bool:
+    return remove_file_durable(path)
+
+
+# ---------------------------------------------------------------------------
+# what the index holds for the checkpoint's message
+
+
+def line_state(blob: bytes | None) -> IndexedState:
+    """Classify the indexed transcript line of a message id (None = not indexed)."""
+    if blob is None:
+        return "absent"
+    try:
+        rec = loads_line(blob)
+    except ValueError:
+        return "absent"  # a stale span: treat as not landed, promotion dedupes by id
+    return "streaming" if is_streaming(rec) else "settled"
+
+
+def indexed_state(conn: sqlite3.Connection, session_id: str, transcript: Path, message_id: str) -> IndexedState:
+    found = index.lookup_ids(conn, [message_id]).get(message_id)
+    if found is None or found[0] != session_id:
+        return "absent"
+    try:
+        blob = read_spans(transcript, [(found[2], found[3])])[0]
+    except StoreError:
+        return "absent"
+    return line_state(blob)
+
+
+def promoted_record(cp: Checkpoint, *, turn_completed: bool) -> dict[str, Any]:
+    """The transcript record a leftover checkpoint becomes (complete or aborted)."""
+    msg = dict(cp.message)
+    rec: dict[str, Any] = {"type": "message", "id": msg.pop("id")}
+    msg.pop("type", None)
+    rec.update(msg)
+    rec.setdefault("turnId", cp.turn_id)
+    meta = dict(msg["meta"]) if isinstance(msg.get("meta"), Mapping) else {}
+    meta.pop("receipt", None)
+    if turn_completed:
+        meta["status"] = "completed"
+        meta.pop("interrupted", None)
+    else:
+        meta["status"] = "aborted"
+        meta["interrupted"] = True
+    meta["recoveredFrom"] = "inflight"
+    rec["meta"] = meta
+    return rec
+
+
+# ---------------------------------------------------------------------------
+# boot sweep
+
+
+def _quarantine(path: Path, quarantine_dir: Path, now_ms: int) -> str:
+    target = quarantine_dir / f"{path.name}.{now_ms}"
+    os.replace(path, target)
+    fsync_dir(path.parent)
+    return str(target)
+
+
+def sweep(
+    conn: sqlite3.Connection,
+    *,
+    sessions_dir: Path,
+    quarantine_dir: Path,
+    transcript_path: Callable[[str], Path],
+    now_ms: int,
+    faults: Faults = NO_FAULTS,
+) -> dict[str, Any]:
+    """Settle every leftover checkpoint (boot, after reconcile; ``conn`` in autocommit mode)."""
+    report: dict[str, Any] = {"promoted": 0, "promotedIds": [], "removed": 0, "quarantined": [], "errors": []}
+    names = sorted(n for n in os.listdir(sessions_dir) if n.endswith(SUFFIX))
+    for name in names:
+        sid = name[: -len(SUFFIX)]
+        if not SESSION_ID_RE.fullmatch(sid):
+            continue
+        path = sessions_dir / name
+        try:
+            _settle(conn, sid, path, quarantine_dir, transcript_path(sid), now_ms, faults, report)
+        except (StoreError, sqlite3.Error, OSError) as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            report["errors"].append({"sessionId": sid, "error": f"{type(exc).__name__}: {exc}"})
+    return report
+
+
+def _settle(conn: sqlite3.Connection, sid: str, path: Path, quarantine_dir: Path, transcript: Path,
+            now_ms: int, faults: Faults, report: dict[str, Any]) -> None:
+    try:
+        cp = read_checkpoint(path)
+    except CorruptData:
+        report["quarantined"].append(_quarantine(path, quarantine_dir, now_ms))
+        return
+    if cp is None:
+        return
+    exists = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is not None
+    if cp.session_id != sid or not exists or not transcript.exists():
+        report["quarantined"].append(_quarantine(path, quarantine_dir, now_ms))
+        return
+    if indexed_state(conn, sid, transcript, cp.message_id) == "settled":
+        remove_checkpoint(path)  # the final row landed; the checkpoint is stale
+        report["removed"] += 1
+        return
+    status = conn.execute("SELECT status FROM turns WHERE id = ? AND session_id = ?",
+                          (cp.turn_id, sid)).fetchone()
+    rec = promoted_record(cp, turn_completed=bool(status and status[0] == "completed"))
+    line = dumps_line(rec)
+    writer = TranscriptWriter.open(transcript, faults=faults)
+    try:
+        writer.append([line])
+    finally:
+        writer.close()
+    faults.point("inflight.after_append")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        row = conn.execute("SELECT indexed_len, file_epoch FROM sessions WHERE id = ?", (sid,)).fetchone()
+        plan = plan_reconcile(transcript, int(row[0] or 0), row[1])
+        apply_plan(conn, sid, plan, now_ms=now_ms)
+        conn.execute(
+            "INSERT INTO audit_log(ts, kind, session_id, payload_json) VALUES (?, 'inflight_promoted', ?, ?)",
+            (now_ms, sid, orjson.dumps({"messageId": cp.message_id, "turnId": cp.turn_id,
+                                        "status": rec["meta"]["status"], "savedAt": cp.saved_at}).decode()),
+        )
+        faults.point("inflight.before_commit")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    faults.point("inflight.before_remove")
+    remove_checkpoint(path)
+    report["promoted"] += 1
+    report["promotedIds"].append({"sessionId": sid, "messageId": cp.message_id, "status": rec["meta"]["status"]})

@@ -1,0 +1,105 @@
+"""The durable notification inbox (seed 003 §4.14, D117). SQL only.
+
+One row per terminal (completed/error) turn, inserted by ``session.endTurn``
+in the same transaction as the turn update, then the global newest-200 cap
+is enforced in that transaction too. List / mark-read / mark-all-read / clear
+touch the ``notifications`` table only: never sessions, turns or transcripts.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, Sequence
+
+from .fence import NOTIFICATION_CAP, prune_notifications
+from .ids import new_id
+
+_COLUMNS = "id, kind, session_id, session_title, turn_id, error_code, created_at, read_at"
+
+
+def _note(row: Sequence[Any]) -> dict[str, Any]:
+    nid, kind, sid, title, turn_id, error_code, created, read_at = row
+    return {"id": nid, "kind": kind, "sessionId": sid, "sessionTitle": title, "turnId": turn_id,
+            "errorCode": error_code, "createdAt": created, "readAt": read_at}
+
+
+def insert_for_turn(
+    conn: sqlite3.Connection,
+    *,
+    session_id: str,
+    turn_id: str,
+    kind: str,
+    error_code: str | None,
+    now_ms: int,
+    cap: int = NOTIFICATION_CAP,
+) -> dict[str, Any] | None:
+    """Insert the turn's notification unless one exists; prune to ``cap``. The new row, or None."""
+    title_row = conn.execute("SELECT title FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    title = title_row[0] if title_row else ""
+    nid = new_id("n_")
+    cur = conn.execute(
+        f"INSERT INTO notifications({_COLUMNS}) VALUES (?,?,?,?,?,?,?,NULL) ON CONFLICT(turn_id) DO NOTHING",
+        (nid, kind, session_id, title, turn_id, error_code, now_ms),
+    )
+    if cur.rowcount == 0:
+        return None
+    prune_notifications(conn, cap)
+    row = conn.execute(f"SELECT {_COLUMNS} FROM notifications WHERE id = ?", (nid,)).fetchone()
+    # A row older than the 200 newest (clock skew) is pruned at once: nothing was kept.
+    return _note(row) if row else None
+
+
+def list_notifications(
+    conn: sqlite3.Connection, *, unread_only: bool, limit: int, cursor: tuple[int, str] | None
+) -> tuple[list[dict[str, Any]], tuple[int, str] | None, int]:
+    """Newest first by (created_at DESC, id DESC). Returns (page, next cursor, unread count)."""
+    where: list[str] = []
+    args: list[Any] = []
+    if unread_only:
+        where.append("read_at IS NULL")
+    if cursor is not None:
+        where.append("(created_at < ? OR (created_at = ? AND id < ?))")
+        args += [cursor[0], cursor[0], cursor[1]]
+    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM notifications {clause} ORDER BY created_at DESC, id DESC LIMIT ?",
+        (*args, limit + 1),
+    ).fetchall()
+    more = len(rows) > limit
+    items = [_note(r) for r in rows[:limit]]
+    nxt = (items[-1]["createdAt"], items[-1]["id"]) if more and items else None
+    return items, nxt, unread_count(conn)
+
+
+def unread_count(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT COUNT(*) FROM notifications WHERE read_at IS NULL").fetchone()[0])
+
+
+def mark_read(conn: sqlite3.Connection, ids: Sequence[str], now_ms: int) -> int:
+    """Idempotent: ``read_at`` changes only from NULL. Returns rows changed."""
+    changed = 0
+    unique = list(dict.fromkeys(ids))
+    for start in range(0, len(unique), 500):
+        chunk = unique[start : start + 500]
+        marks = ",".join("?" for _ in chunk)
+        changed += conn.execute(
+            f"UPDATE notifications SET read_at = ? WHERE read_at IS NULL AND id IN ({marks})", (now_ms, *chunk)
+        ).rowcount
+    return changed
+
+
+def mark_all_read(conn: sqlite3.Connection, now_ms: int) -> int:
+    return conn.execute("UPDATE notifications SET read_at = ? WHERE read_at IS NULL", (now_ms,)).rowcount
+
+
+def clear(conn: sqlite3.Connection, ids: Sequence[str] | None) -> int:
+    """Delete the given notifications (all when ``ids`` is None). Returns rows deleted."""
+    if ids is None:
+        return conn.execute("DELETE FROM notifications").rowcount
+    deleted = 0
+    unique = list(dict.fromkeys(ids))
+    for start in range(0, len(unique), 500):
+        chunk = unique[start : start + 500]
+        marks = ",".join("?" for _ in chunk)
+        deleted += conn.execute(f"DELETE FROM notifications WHERE id IN ({marks})", chunk).rowcount
+    return deleted

@@ -1,0 +1,174 @@
+"""Turn rows (seed 003 §4.6): start, terminal update with usage rollup, projection.
+
+SQL only, inside the caller's transaction. A turn is ``running`` until its
+first terminal update (``completed | aborted | error``); after that it is
+settled: repeating the same terminal status is a no-op (no second
+notification), a different one is refused with ``CONFLICT`` (a stale
+response, e.g. after the boot fence aborted the turn).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import orjson
+
+from . import notifications
+from .errors import Conflict, InvalidInput, NotFound
+from .snapshots import PreparedSnapshot, store_snapshot
+
+TERMINAL = ("completed", "aborted", "error")
+INTERRUPTED = "INTERRUPTED"  # error_code the boot fence gives the turns it aborts
+
+_COLUMNS = (
+    "t.id, t.session_id, t.status, t.provider_id, t.model_id, t.error_code, t.input_tokens, "
+    "t.output_tokens, t.usage_json, t.started_at, t.ended_at, "
+    "(SELECT digest FROM run_snapshots r WHERE r.turn_id = t.id)"
+)
+
+
+@dataclass(frozen=True)
+class EndOutcome:
+    turn: dict[str, Any]
+    notification: dict[str, Any] | None
+    changed: bool
+
+
+def _turn_dict(row: tuple[Any, ...]) -> dict[str, Any]:
+    (tid, sid, status, provider, model, error_code, tin, tout, usage_json, started, ended, digest) = row
+    return {
+        "id": tid,
+        "sessionId": sid,
+        "status": status,
+        "providerId": provider,
+        "modelId": model,
+        "errorCode": error_code,
+        "inputTokens": tin,
+        "outputTokens": tout,
+        "usage": orjson.loads(usage_json) if usage_json else None,
+        "startedAt": started,
+        "endedAt": ended,
+        "environmentDigest": digest,
+    }
+
+
+def get_turn(conn: sqlite3.Connection, turn_id: str) -> dict[str, Any] | None:
+    row = conn.execute(f"SELECT {_COLUMNS} FROM turns t WHERE t.id = ?", (turn_id,)).fetchone()
+    return _turn_dict(row) if row else None
+
+
+def require_turn(conn: sqlite3.Connection, session_id: str, turn_id: str) -> dict[str, Any]:
+    turn = get_turn(conn, turn_id)
+    if turn is None or turn["sessionId"] != session_id:
+        raise NotFound(f"turn {turn_id} not found in session {session_id}",
+                       data={"sessionId": session_id, "turnId": turn_id})
+    return turn
+
+
+def start_turn(
+    conn: sqlite3.Connection,
+    *,
+    session_id: str,
+    turn_id: str,
+    provider_id: str | None,
+    model_id: str | None,
+    snapshot: PreparedSnapshot | None,
+    now_ms: int,
+) -> tuple[dict[str, Any], bool]:
+    """Insert a ``running`` turn. Returns (turn, created).
+
+    Starting an id again in the same session while it is still running with
+    the same snapshot returns the existing row (a retry); anything else is a
+    CONFLICT. Provider/model default to the session's current binding (the
+    snapshot at run time).
+    """
+    existing = get_turn(conn, turn_id)
+    if existing is not None:
+        same = (existing["sessionId"] == session_id and existing["status"] == "running"
+                and existing["environmentDigest"] == (snapshot.digest if snapshot else None))
+        if same:
+            return existing, False
+        raise Conflict(
+            f"turn {turn_id} already exists ({existing['status']} in session {existing['sessionId']})",
+            data={"turnId": turn_id, "status": existing["status"]},
+        )
+    if provider_id is None or model_id is None:
+        row = conn.execute("SELECT provider_id, model_id FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        if row is not None:
+            provider_id = provider_id if provider_id is not None else row[0]
+            model_id = model_id if model_id is not None else row[1]
+    conn.execute(
+        "INSERT INTO turns(id, session_id, status, provider_id, model_id, started_at) "
+        "VALUES (?, ?, 'running', ?, ?, ?)",
+        (turn_id, session_id, provider_id, model_id, now_ms),
+    )
+    if snapshot is not None:
+        store_snapshot(conn, turn_id, snapshot, now_ms)
+    turn = get_turn(conn, turn_id)
+    assert turn is not None
+    return turn, True
+
+
+def _token(usage: Mapping[str, Any], *keys: str) -> int:
+    for key in keys:
+        value = usage.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return 0
+
+
+def end_turn(
+    conn: sqlite3.Connection,
+    *,
+    session_id: str,
+    turn_id: str,
+    status: str,
+    error_code: str | None,
+    usage: Mapping[str, Any] | None,
+    create_notification: bool,
+    now_ms: int,
+) -> EndOutcome:
+    """Settle a turn; for completed/error (and ``create_notification``) insert its notification.
+
+    Everything happens in the caller's transaction: the turn update, the
+    notification insert (at most one per turn: ``turn_id`` is UNIQUE) and the
+    newest-200 prune.
+    """
+    if status not in TERMINAL:
+        raise InvalidInput(f"status must be one of {', '.join(TERMINAL)}", data={"field": "status"})
+    if status == "completed" and error_code is not None:
+        raise InvalidInput("errorCode is only valid for an error or aborted turn", data={"field": "errorCode"})
+    turn = require_turn(conn, session_id, turn_id)
+    if turn["status"] != "running":
+        if turn["status"] != status:
+            raise Conflict(
+                f"turn {turn_id} already ended as {turn['status']}; a later {status} update is stale",
+                data={"turnId": turn_id, "status": turn["status"]},
+            )
+        return EndOutcome(turn, None, False)
+    sets = ["status = ?", "ended_at = ?", "error_code = ?"]
+    args: list[Any] = [status, now_ms, error_code]
+    if usage is not None:
+        sets += ["input_tokens = ?", "output_tokens = ?", "usage_json = ?"]
+        args += [_token(usage, "inputTokens", "input_tokens", "input"),
+                 _token(usage, "outputTokens", "output_tokens", "output"),
+                 orjson.dumps(dict(usage)).decode()]
+    conn.execute(f"UPDATE turns SET {', '.join(sets)} WHERE id = ? AND status = 'running'", (*args, turn_id))
+    note = None
+    if create_notification and status != "aborted":
+        note = notifications.insert_for_turn(
+            conn, session_id=session_id, turn_id=turn_id,
+            kind="task.completed" if status == "completed" else "task.failed",
+            error_code=error_code if status == "error" else None, now_ms=now_ms,
+        )
+    settled = get_turn(conn, turn_id)
+    assert settled is not None
+    return EndOutcome(settled, note, True)
+
+
+def turn_status(conn: sqlite3.Connection, turn_id: str) -> tuple[str, str | None, str] | None:
+    """``(status, error_code, session_id)`` of a turn, or None."""
+    row = conn.execute("SELECT status, error_code, session_id FROM turns WHERE id = ?", (turn_id,)).fetchone()
+    return (row[0], row[1], row[2]) if row else None
