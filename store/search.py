@@ -1,0 +1,285 @@
+"""Session discovery and message search over the SQLite index (seed 003 §4.8).
+
+``search_sessions`` (``search.sessions``) and ``search_messages``
+(``search.query``) share one matching rule, the literal predicate of
+:mod:`store.search_text`: a user or assistant message matches when its indexed
+``text`` (final answer text only; thinking is never indexed, tool rows have
+NULL text) contains the query under Unicode lowercase folding. Tombstoned
+messages (``deleted = 1``) and sessions in the trash (``deleted_at`` set) never
+match. Subagent rows (§4.7a) are ordinary rows and match like any other.
+
+How SQL finds the matches (every path returns exactly the predicate's set):
+
+* ≥ 3 characters, all ASCII or caseless (CJK, digits, punctuation): the
+  trigram index ``messages_fts`` with a quoted literal phrase gives candidates,
+  each verified in SQL with ``instr(lower(text), folded)`` (SQLite's ``lower``
+  is ASCII-only, exact for such queries) and, for the few texts holding ``İ``
+  or ``K`` (the only non-ASCII characters that lower to ASCII), with the
+  Python predicate.
+* Shorter queries: the same verification as a scan over ``messages.text``.
+* Queries whose case mapping is non-ASCII (``ÄPFEL``, ``ΣΟΦΙΑ``): the Python
+  predicate (registered with ``create_function``) over ``messages.text``,
+  because the trigram tokenizer's own case folding differs from ours.
+
+Nothing here writes: both functions work on read-only connections and run
+their statements in one read transaction (a consistent snapshot) unless the
+caller already has one open.
+
+Paging is keyset-based (see :mod:`store.search_cursor`): sessions are ordered
+by most recent activity ``(updated_at DESC, id DESC)`` and messages newest
+first ``(created_at DESC, mid DESC)``; a new session or message sorts before
+any outstanding cursor, so it never shifts a page boundary. (A session whose
+``updated_at`` changes while a client pages moves like any recency-ordered
+list.) Counts (``messageMatches``, ``totalSessions``,
+``totalMessageMatches``) cover every match, not just the page.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from .errors import InvalidInput, SessionNotFound
+from .ids import validate_session_id
+from .search_cursor import decode_cursor, encode_cursor, query_fingerprint
+from .search_text import (
+    QueryPlan,
+    find_literal,
+    fold_contains,
+    literal_predicate,
+    normalize_query,
+    plan_query,
+    snippet,
+)
+
+__all__ = [
+    "MAX_MESSAGE_LIMIT",
+    "MAX_SESSION_LIMIT",
+    "MAX_SNIPPETS_PER_SESSION",
+    "SEARCHABLE_ROLES",
+    "find_literal",
+    "literal_predicate",
+    "normalize_query",
+    "search_messages",
+    "search_sessions",
+    "snippet",
+]
+
+SEARCHABLE_ROLES = ("user", "assistant")
+MAX_SESSION_LIMIT = 100
+MAX_MESSAGE_LIMIT = 500
+MAX_SNIPPETS_PER_SESSION = 10
+SNIPPET_WIDTH = 120
+
+_FOLD_FN = "pihost_fold_contains"
+_ROLES_SQL = "(" + ", ".join(f"'{r}'" for r in SEARCHABLE_ROLES) + ")"
+_LIVE_MESSAGE = (
+    f"m.role IN {_ROLES_SQL} AND m.deleted = 0 AND m.text IS NOT NULL "
+    "AND m.session_id NOT IN (SELECT id FROM sessions WHERE deleted_at IS NOT NULL)"
+)
+_FTS_CANDIDATES = "m.mid IN (SELECT rowid FROM messages_fts WHERE messages_fts MATCH :fts)"
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidInput(f"{name} must be an integer in {low}..{high}", data={"field": name})
+    return value
+
+
+def _match_sql(column: str, plan: QueryPlan) -> str:
+    """A SQL boolean that is true exactly when ``column`` matches the query."""
+    if not plan.plain:
+        return f"{_FOLD_FN}({column}, :fq)"
+    if not plan.needs_lower:
+        return f"instr({column}, :fq) > 0"
+    expr = f"instr(lower({column}), :fq) > 0"
+    if plan.hazard_chars:
+        has = " OR ".join(f"instr({column}, :hz{i}) > 0" for i in range(len(plan.hazard_chars)))
+        expr = f"({expr} OR (({has}) AND {_FOLD_FN}({column}, :fq)))"
+    return expr
+
+
+def _params(plan: QueryPlan) -> dict[str, Any]:
+    params: dict[str, Any] = {"fq": plan.folded, "fts": plan.fts}
+    for i, ch in enumerate(plan.hazard_chars):
+        params[f"hz{i}"] = ch
+    return params
+
+
+@contextmanager
+def _read_snapshot(conn: sqlite3.Connection) -> Iterator[None]:
+    """Register the predicate and run the block in one read transaction."""
+    conn.create_function(_FOLD_FN, 2, fold_contains, deterministic=True)
+    if conn.in_transaction:
+        yield
+        return
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("ROLLBACK")  # read-only work: nothing to keep
+
+
+def search_sessions(
+    conn: sqlite3.Connection,
+    query: str,
+    *,
+    limit: int = 20,
+    cursor: str | None = None,
+    snippets_per_session: int = 3,
+) -> dict[str, Any]:
+    """``search.sessions``: sessions whose messages, title or project match.
+
+    Returns ``{results: [{sessionId, title, projectPath, titleMatch,
+    projectMatch, messageMatches, snippets: [{messageId, role, seq,
+    snippet}]}], totalSessions, totalMessageMatches, nextCursor}``.
+    ``messageMatches`` counts every matching user/assistant message of the
+    session; ``titleMatch``/``projectMatch`` (title, project path or name) are
+    reported separately and never counted as messages. Snippets are the
+    session's first matching messages in transcript order (``seq``).
+    """
+    q = normalize_query(query)
+    _check_int("limit", limit, 1, MAX_SESSION_LIMIT)
+    _check_int("snippetsPerSession", snippets_per_session, 0, MAX_SNIPPETS_PER_SESSION)
+    plan = plan_query(q)
+    fingerprint = query_fingerprint("sessions", plan.folded)
+    after = decode_cursor(cursor, "sessions", fingerprint, (int, str)) if cursor is not None else None
+    params = _params(plan)
+    source = f"{_FTS_CANDIDATES} AND " if plan.fts else ""
+    with _read_snapshot(conn):
+        counts: dict[str, int] = dict(
+            conn.execute(
+                f"SELECT m.session_id, count(*) FROM messages AS m "
+                f"WHERE {source}{_LIVE_MESSAGE} AND {_match_sql('m.text', plan)} "
+                "GROUP BY m.session_id",
+                params,
+            ).fetchall()
+        )
+        sessions = conn.execute(
+            f"SELECT s.id, s.title, s.updated_at, p.path, {_match_sql('s.title', plan)}, "
+            f"({_match_sql('p.path', plan)}) OR ({_match_sql('p.name', plan)}) "
+            "FROM sessions AS s LEFT JOIN projects AS p ON p.id = s.project_id "
+            "WHERE s.deleted_at IS NULL",
+            params,
+        ).fetchall()
+        matched = [
+            (int(updated), sid, title, path, bool(tm), bool(pm), counts.get(sid, 0))
+            for sid, title, updated, path, tm, pm in sessions
+            if tm or pm or counts.get(sid, 0) > 0
+        ]
+        matched.sort(key=lambda e: (e[0], e[1]), reverse=True)
+        remaining = matched
+        if after is not None:
+            key = (after[0], after[1])
+            remaining = [e for e in matched if (e[0], e[1]) < key]
+        page = remaining[:limit]
+        results = []
+        for updated, sid, title, path, tm, pm, n in page:
+            snippets = (
+                _session_snippets(conn, sid, plan, params, snippets_per_session)
+                if n > 0 and snippets_per_session > 0
+                else []
+            )
+            results.append(
+                {
+                    "sessionId": sid,
+                    "title": title,
+                    "projectPath": path,
+                    "titleMatch": tm,
+                    "projectMatch": pm,
+                    "messageMatches": n,
+                    "snippets": snippets,
+                }
+            )
+    next_cursor = None
+    if len(remaining) > limit:
+        last = page[-1]
+        next_cursor = encode_cursor("sessions", fingerprint, [last[0], last[1]])
+    return {
+        "results": results,
+        "totalSessions": len(matched),
+        "totalMessageMatches": sum(e[6] for e in matched),
+        "nextCursor": next_cursor,
+    }
+
+
+def _session_snippets(
+    conn: sqlite3.Connection, session_id: str, plan: QueryPlan, params: dict[str, Any], n: int
+) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        f"SELECT m.id, m.role, m.seq, m.text FROM messages AS m "
+        f"WHERE m.session_id = :sid AND {_LIVE_MESSAGE} AND {_match_sql('m.text', plan)} "
+        "ORDER BY m.seq LIMIT :n",
+        {**params, "sid": session_id, "n": n},
+    ).fetchall()
+    return [
+        {"messageId": mid, "role": role, "seq": seq, "snippet": snippet(text, plan.query, width=SNIPPET_WIDTH)}
+        for mid, role, seq, text in rows
+    ]
+
+
+def search_messages(
+    conn: sqlite3.Connection,
+    query: str,
+    *,
+    session_id: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    """``search.query``: matching messages, newest first.
+
+    Returns ``{results: [{sessionId, messageId, role, seq, snippet,
+    createdAt}], nextCursor}`` (``createdAt`` in integer ms, as in the index).
+    With ``session_id``, only that session (SessionNotFound if it does not
+    exist or is in the trash); the session's rows are scanned directly, which
+    is cheaper than the global trigram index for one session.
+    """
+    q = normalize_query(query)
+    _check_int("limit", limit, 1, MAX_MESSAGE_LIMIT)
+    if session_id is not None:
+        validate_session_id(session_id)
+    plan = plan_query(q)
+    fingerprint = query_fingerprint("messages", plan.folded, session_id)
+    after = decode_cursor(cursor, "messages", fingerprint, (int, int)) if cursor is not None else None
+    params = {**_params(plan), "sid": session_id, "lim": limit + 1}
+    where = [_LIVE_MESSAGE, _match_sql("m.text", plan)]
+    if session_id is not None:
+        where.insert(0, "m.session_id = :sid")
+    elif plan.fts:
+        where.insert(0, _FTS_CANDIDATES)
+    if after is not None:
+        where.append("(m.created_at, m.mid) < (:after_at, :after_mid)")
+        params["after_at"], params["after_mid"] = after
+    with _read_snapshot(conn):
+        if session_id is not None:
+            live = conn.execute(
+                "SELECT 1 FROM sessions WHERE id = ? AND deleted_at IS NULL", (session_id,)
+            ).fetchone()
+            if live is None:
+                raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
+        rows = conn.execute(
+            "SELECT m.mid, m.id, m.session_id, m.role, m.seq, m.text, m.created_at FROM messages AS m "
+            f"WHERE {' AND '.join(where)} ORDER BY m.created_at DESC, m.mid DESC LIMIT :lim",
+            params,
+        ).fetchall()
+    page = rows[:limit]
+    next_cursor = None
+    if len(rows) > limit:
+        last = page[-1]
+        next_cursor = encode_cursor("messages", fingerprint, [int(last[6]), int(last[0])])
+    return {
+        "results": [
+            {
+                "sessionId": sid,
+                "messageId": msg_id,
+                "role": role,
+                "seq": seq,
+                "snippet": snippet(text, plan.query, width=SNIPPET_WIDTH),
+                "createdAt": created,
+            }
+            for _, msg_id, sid, role, seq, text, created in page
+        ],
+        "nextCursor": next_cursor,
+    }
