@@ -1,0 +1,473 @@
+"""Regenerate history: the append-only ``<id>.revisions.jsonl`` file and its index rows.
+
+File format (seed 003 §2.1, §4.9, D105/D109/D307, ADR 0060), one JSON object per line::
+
+    {"type":"revision","rootUserId":"u1","revisionIndex":1,"createdAt":"…",
+     "messages":[…message records…],"turns":{"<messageId>":"<turnId>"}}
+    {"type":"revision_live","rootUserId":"u2","revisionIndex":2,"createdAt":"…"}
+
+* A *branch* is the transcript suffix rooted at a user turn. ``revision`` stores
+  a branch that has left (or is about to leave) the transcript; ``revision_live``
+  names the branch that is the live suffix right now, in constant size.
+* The last record for ``(rootUserId, revisionIndex)`` wins (a refresh is one
+  more line). The file is never rewritten; switching only flips ``is_active``
+  in the index.
+* A legacy file holds only ``revision`` lines and reads back message for
+  message. Unknown line kinds and a torn trailing line are skipped.
+
+The family key of a live user message is ``meta.revisionRootId`` when present,
+else its id. Its pager stamp (``revisionCount``, ``activeRevision``,
+``revisionRootId``) is presentation metadata on the root's own line.
+
+The SQL half keeps ``message_revisions`` (one row per branch) in line with the
+file and with the live root stamps. Synchronous; no trio.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from .errors import StoreError, classify_os_error, IOFailure
+from .faults import NO_FAULTS, Faults
+from .fsutil import fsync_dir, open_nofollow, write_all
+from .jsonio import dumps_line, loads_line
+from .records import meta_of, ms_to_rfc3339, rfc3339_to_ms
+
+REVISION = "revision"
+REVISION_LIVE = "revision_live"
+
+Key = tuple[str, int]
+
+
+# --------------------------------------------------------------------------- lines
+
+
+def revision_line(
+    root_user_id: str,
+    revision_index: int,
+    messages: Sequence[Mapping[str, Any]],
+    turns: Mapping[str, str],
+    *,
+    created_at_ms: int,
+) -> bytes:
+    """A full branch payload (the branch is leaving, or has left, the transcript)."""
+    ids = {m.get("id") for m in messages}
+    return dumps_line({
+        "type": REVISION,
+        "rootUserId": root_user_id,
+        "revisionIndex": revision_index,
+        "createdAt": ms_to_rfc3339(created_at_ms),
+        "messages": [dict(m) for m in messages],
+        "turns": {k: v for k, v in turns.items() if k in ids},
+    })
+
+
+def revision_live_line(root_user_id: str, revision_index: int, *, created_at_ms: int) -> bytes:
+    """A constant-size reference to the branch that is the live transcript suffix."""
+    return dumps_line({
+        "type": REVISION_LIVE,
+        "rootUserId": root_user_id,
+        "revisionIndex": revision_index,
+        "createdAt": ms_to_rfc3339(created_at_ms),
+    })
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class RevisionEntry:
+    root_user_id: str
+    revision_index: int
+    live: bool
+    created_at: str
+    messages: tuple[dict[str, Any], ...] = ()
+    """Empty for a ``revision_live`` reference (resolve it with :func:`resolve`)."""
+    turns: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> Key:
+        return (self.root_user_id, self.revision_index)
+
+
+@dataclass
+class RevisionFile:
+    entries: dict[Key, RevisionEntry] = field(default_factory=dict)
+    """Last record per (rootUserId, revisionIndex)."""
+    first_seen_ms: dict[Key, int] = field(default_factory=dict)
+    bad_lines: int = 0
+    unknown_lines: int = 0
+    torn_tail: bool = False
+
+    def family(self, root_user_id: str) -> list[RevisionEntry]:
+        return sorted((e for e in self.entries.values() if e.root_user_id == root_user_id),
+                      key=lambda e: e.revision_index)
+
+    def get(self, root_user_id: str, revision_index: int) -> RevisionEntry | None:
+        return self.entries.get((root_user_id, revision_index))
+
+    def live_refs(self) -> set[Key]:
+        return {k for k, e in self.entries.items() if e.live}
+
+
+def _entry(rec: Mapping[str, Any]) -> RevisionEntry | None:
+    kind = rec.get("type")
+    root = rec.get("rootUserId")
+    idx = rec.get("revisionIndex")
+    if kind not in (REVISION, REVISION_LIVE) or not isinstance(root, str) or not root:
+        return None
+    if not isinstance(idx, int) or isinstance(idx, bool) or idx < 1:
+        return None
+    created = rec.get("createdAt") if isinstance(rec.get("createdAt"), str) else ""
+    if kind == REVISION_LIVE:
+        return RevisionEntry(root, idx, True, created)
+    msgs = rec.get("messages")
+    if not isinstance(msgs, list):
+        return None
+    kept = tuple(m for m in msgs if isinstance(m, dict) and isinstance(m.get("id"), str))
+    turns = rec.get("turns")
+    turn_map = {k: v for k, v in turns.items() if isinstance(v, str)} if isinstance(turns, dict) else {}
+    return RevisionEntry(root, idx, False, created, kept, turn_map)
+
+
+def parse_revisions(data: bytes) -> RevisionFile:
+    out = RevisionFile()
+    pos = 0
+    while True:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            out.torn_tail = pos < len(data)
+            return out
+        line = data[pos:nl]
+        pos = nl + 1
+        if not line.strip(b"\x00 \t\r"):
+            continue
+        try:
+            rec = loads_line(line)
+        except ValueError:
+            out.bad_lines += 1
+            continue
+        if rec.get("type") not in (REVISION, REVISION_LIVE):
+            out.unknown_lines += 1
+            continue
+        entry = _entry(rec)
+        if entry is None:
+            out.bad_lines += 1
+            continue
+        out.entries[entry.key] = entry
+        out.first_seen_ms.setdefault(entry.key, rfc3339_to_ms(entry.created_at, 0))
+
+
+def read_revisions(path: str | os.PathLike[str]) -> RevisionFile:
+    """Read the whole file; a missing file is an empty history."""
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return RevisionFile()
+    except OSError as exc:
+        raise classify_os_error(exc, f"read revisions {os.fspath(path)}") from exc
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return parse_revisions(b"".join(chunks))
+
+
+# --------------------------------------------------------------------------- appending
+
+
+def append_revision_lines(
+    path: str | os.PathLike[str], lines: Sequence[bytes], *, faults: Faults = NO_FAULTS
+) -> int:
+    """Append complete lines durably (create + dir fsync on first use). Returns the new length.
+
+    A torn trailing line left by a crash is cut back to the last newline first,
+    so a new line never lands glued to garbage. On a write error the file is
+    truncated back to its previous length; a failed fsync is reported, never
+    retried.
+    """
+    target = os.fspath(path)
+    data = b"".join(lines)
+    if not data:
+        return os.stat(target).st_size if os.path.exists(target) else 0
+    for line in lines:
+        if not line.endswith(b"\n") or line.count(b"\n") != 1:
+            raise ValueError("each revisions line must end with exactly one newline")
+    created = False
+    try:
+        try:
+            fd = open_nofollow(target, os.O_RDWR | os.O_APPEND)
+        except FileNotFoundError:
+            fd = open_nofollow(target, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
+            os.fchmod(fd, 0o600)
+            created = True
+    except OSError as exc:
+        raise classify_os_error(exc, f"open revisions {target}") from exc
+    try:
+        size = os.fstat(fd).st_size
+        pre = _repair_tail(fd, size)
+        try:
+            write_all(fd, data)
+            faults.point("revisions.after_write")
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, pre)
+            except OSError:
+                pass
+            raise classify_os_error(exc, f"append to {target}") from exc
+        try:
+            os.fdatasync(fd)
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, pre)
+            except OSError:
+                pass
+            raise IOFailure(f"fsync of {target} failed ({exc.strerror or exc}); the revision is not durable",
+                            data={"path": target, "errno": exc.errno}) from exc
+        if created:
+            fsync_dir(os.path.dirname(os.path.abspath(target)))
+        return pre + len(data)
+    except StoreError:
+        raise
+    except OSError as exc:
+        raise classify_os_error(exc, f"append to {target}") from exc
+    finally:
+        os.close(fd)
+
+
+def _repair_tail(fd: int, size: int) -> int:
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    start = size
+    while start > 0:
+        take = min(65536, start)
+        start -= take
+        chunk = os.pread(fd, take, start)
+        nl = chunk.rfind(b"\n")
+        if nl >= 0:
+            keep = start + nl + 1
+            os.ftruncate(fd, keep)
+            os.fsync(fd)
+            return keep
+    os.ftruncate(fd, 0)
+    os.fsync(fd)
+    return 0
+
+
+# --------------------------------------------------------------------------- families and stamps
+
+
+@dataclass(frozen=True)
+class Stamp:
+    count: int | None
+    active: int | None
+    root: str | None
+
+
+def family_of(record: Mapping[str, Any]) -> str:
+    root = meta_of(record).get("revisionRootId")
+    return root if isinstance(root, str) and root else str(record["id"])
+
+
+def stamp_of(record: Mapping[str, Any]) -> Stamp:
+    meta = meta_of(record)
+
+    def num(key: str) -> int | None:
+        v = meta.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    root = meta.get("revisionRootId")
+    return Stamp(num("revisionCount"), num("activeRevision"), root if isinstance(root, str) else None)
+
+
+def with_stamp(record: Mapping[str, Any], *, count: int, active: int, root: str) -> dict[str, Any]:
+    """The root line with its pager meta set (every other key unchanged)."""
+    meta = dict(meta_of(record))
+    meta["revisionCount"] = count
+    meta["activeRevision"] = active
+    meta["revisionRootId"] = root
+    out = dict(record)
+    out["meta"] = meta
+    return out
+
+
+def find_root(messages: Sequence[Mapping[str, Any]], root_user_id: str) -> int | None:
+    """Position of the live root of a family: a user message whose family key is ``root_user_id``."""
+    fallback = None
+    for i, rec in enumerate(messages):
+        if rec.get("role") != "user":
+            continue
+        if family_of(rec) == root_user_id:
+            return i
+        if fallback is None and rec.get("id") == root_user_id:
+            fallback = i
+    return fallback
+
+
+def root_before(messages: Sequence[Mapping[str, Any]], pos: int) -> int | None:
+    """The nearest user message at or before ``pos`` (the root of the branch holding it)."""
+    for i in range(min(pos, len(messages) - 1), -1, -1):
+        if messages[i].get("role") == "user":
+            return i
+    return None
+
+
+def live_stamps(messages: Iterable[Mapping[str, Any]]) -> dict[str, int | None]:
+    """family → the active variant its live root is stamped with (None: unsaved/unstamped)."""
+    out: dict[str, int | None] = {}
+    for rec in messages:
+        if rec.get("role") != "user":
+            continue
+        fam = family_of(rec)
+        if fam not in out:  # the first root of a family is its live root (find_root)
+            out[fam] = stamp_of(rec).active
+    return out
+
+
+@dataclass(frozen=True)
+class Branch:
+    root_user_id: str
+    revision_index: int
+    messages: list[dict[str, Any]]
+    turns: dict[str, str]
+    live: bool
+
+
+def resolve(
+    entry: RevisionEntry, live_messages: Sequence[Mapping[str, Any]], live_turns: Mapping[str, str]
+) -> Branch | None:
+    """The branch an entry names. A reference resolves to the live suffix (None if not live)."""
+    if not entry.live:
+        return Branch(entry.root_user_id, entry.revision_index, [dict(m) for m in entry.messages],
+                      dict(entry.turns), False)
+    pos = find_root(live_messages, entry.root_user_id)
+    if pos is None:
+        return None
+    msgs = [dict(m) for m in live_messages[pos:]]
+    ids = {m["id"] for m in msgs}
+    return Branch(entry.root_user_id, entry.revision_index, msgs,
+                  {k: v for k, v in live_turns.items() if k in ids}, True)
+
+
+# --------------------------------------------------------------------------- index rows (message_revisions)
+
+
+def row_id(session_id: str, root_user_id: str, revision_index: int) -> str:
+    return f"{session_id}/{root_user_id}/{revision_index}"
+
+
+def revision_rows(conn: Any, session_id: str, root_user_id: str | None = None) -> list[dict[str, Any]]:
+    sql = ("SELECT root_user_id, revision_index, is_active, message_count, created_at FROM message_revisions "
+           "WHERE session_id = ?")
+    args: list[Any] = [session_id]
+    if root_user_id is not None:
+        sql += " AND root_user_id = ?"
+        args.append(root_user_id)
+    sql += " ORDER BY root_user_id, revision_index"
+    return [
+        {"rootUserId": r[0], "revisionIndex": r[1], "isActive": bool(r[2]), "messageCount": r[3],
+         "createdAt": r[4]}
+        for r in conn.execute(sql, args)
+    ]
+
+
+def upsert_row(
+    conn: Any, session_id: str, root_user_id: str, revision_index: int, *, message_count: int, now_ms: int,
+    active: bool | None = None,
+) -> None:
+    """Insert a branch row or refresh its ``message_count``; ``active=True`` makes it the family's one."""
+    conn.execute(
+        "INSERT INTO message_revisions(id, session_id, root_user_id, revision_index, is_active, message_count, "
+        "created_at) VALUES (?,?,?,?,0,?,?) ON CONFLICT(session_id, root_user_id, revision_index) "
+        "DO UPDATE SET message_count = excluded.message_count",
+        (row_id(session_id, root_user_id, revision_index), session_id, root_user_id, revision_index,
+         message_count, now_ms),
+    )
+    if active is True:
+        set_active(conn, session_id, root_user_id, revision_index)
+    elif active is False:
+        conn.execute(
+            "UPDATE message_revisions SET is_active = 0 WHERE session_id = ? AND root_user_id = ? "
+            "AND revision_index = ?", (session_id, root_user_id, revision_index))
+
+
+def set_active(conn: Any, session_id: str, root_user_id: str, revision_index: int | None) -> None:
+    """Exactly the named variant of the family is active (none when ``revision_index`` is None)."""
+    conn.execute(
+        "UPDATE message_revisions SET is_active = CASE WHEN revision_index = ? THEN 1 ELSE 0 END "
+        "WHERE session_id = ? AND root_user_id = ?",
+        (revision_index if revision_index is not None else -1, session_id, root_user_id),
+    )
+
+
+def sync_active(conn: Any, session_id: str, stamps: Mapping[str, int | None]) -> None:
+    """``is_active`` follows the live transcript: a family's stamped variant if its root is live."""
+    families = [r[0] for r in conn.execute(
+        "SELECT DISTINCT root_user_id FROM message_revisions WHERE session_id = ?", (session_id,))]
+    for fam in families:
+        set_active(conn, session_id, fam, stamps.get(fam))
+
+
+def rows_from_file(
+    rf: RevisionFile, live_messages: Sequence[Mapping[str, Any]]
+) -> list[tuple[str, int, int, int]]:
+    """``(root, index, message_count, created_at_ms)`` for every branch the file names."""
+    out = []
+    for key, entry in sorted(rf.entries.items()):
+        if entry.live:
+            pos = find_root(live_messages, entry.root_user_id)
+            count = 0 if pos is None else len(live_messages) - pos
+        else:
+            count = len(entry.messages)
+        out.append((key[0], key[1], count, rf.first_seen_ms.get(key, 0)))
+    return out
+
+
+def restore_rows(
+    conn: Any, session_id: str, rf: RevisionFile, live_messages: Sequence[Mapping[str, Any]], now_ms: int
+) -> int:
+    """Insert rows the index lost (a crash or a rebuilt database); existing rows are kept."""
+    added = 0
+    for root, idx, count, created in rows_from_file(rf, live_messages):
+        cur = conn.execute(
+            "INSERT OR IGNORE INTO message_revisions(id, session_id, root_user_id, revision_index, is_active, "
+            "message_count, created_at) VALUES (?,?,?,?,0,?,?)",
+            (row_id(session_id, root, idx), session_id, root, idx, count, created or now_ms),
+        )
+        added += cur.rowcount
+    return added
+
+
+__all__ = [
+    "Branch",
+    "REVISION",
+    "REVISION_LIVE",
+    "RevisionEntry",
+    "RevisionFile",
+    "Stamp",
+    "append_revision_lines",
+    "family_of",
+    "find_root",
+    "live_stamps",
+    "parse_revisions",
+    "read_revisions",
+    "resolve",
+    "restore_rows",
+    "revision_line",
+    "revision_live_line",
+    "revision_rows",
+    "root_before",
+    "rows_from_file",
+    "set_active",
+    "stamp_of",
+    "sync_active",
+    "upsert_row",
+    "with_stamp",
+]

@@ -1,0 +1,189 @@
+"""Revisions through the real gateway (seed 003 §4.9, §11.13)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import trio
+
+from runtime.client import RpcError
+from store.revisions import read_revisions
+from tests.hostkit import client_for, inprocess_host, msg
+from tests.revisions.helpers import (
+    assert_index_matches_file,
+    full,
+    ids,
+    query,
+    revision_kinds,
+    revisions_path,
+    turn,
+)
+
+
+def meta_of(got: dict, mid: str) -> dict:
+    return next(m for m in got["messages"] if m["id"] == mid).get("meta") or {}
+
+
+async def test_regenerate_save_switch_and_restart(tmp_path):
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "rev"}))["id"]
+            await turn(c, sid, "u0", "a0")
+            await turn(c, sid, "u1", "a1")
+            r = await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            assert r["revision"] == {**r["revision"], "rootUserId": "u1", "revisionIndex": 1, "isActive": True,
+                                     "messageCount": 2}
+            assert revision_kinds(tmp_path, sid) == {("u1", 1): True}
+            got = await full(c, sid)
+            assert meta_of(got, "u1") == {"revisionCount": 1, "activeRevision": 1, "revisionRootId": "u1"}
+            assert ids(got) == ["u0", "a0", "u1", "a1"]
+            # regenerate a1: the discarded tail is stored in full over variant 1
+            t = await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+            assert t["removed"] == 1 and t["session"]["messageCount"] == 3
+            assert revision_kinds(tmp_path, sid) == {("u1", 1): False}
+            got = await full(c, sid)
+            assert ids(got) == ["u0", "a0", "u1"]
+            assert meta_of(got, "u1")["activeRevision"] == 2 and meta_of(got, "u1")["revisionCount"] == 2
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a1b", "second", role="assistant")})
+            r = await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            assert r["revision"]["revisionIndex"] == 2
+            revs = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+            assert [(x["revisionIndex"], x["isActive"], x["messageCount"]) for x in revs] == [(1, False, 2), (2, True, 2)]
+            assert_index_matches_file(tmp_path, sid)
+    # restart: variants survive, the live root reloads with its pager stamp
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            got = await full(c, sid)
+            assert ids(got) == ["u0", "a0", "u1", "a1b"]
+            assert meta_of(got, "u1") == {"revisionCount": 2, "activeRevision": 2, "revisionRootId": "u1"}
+            before = revisions_path(tmp_path, sid).read_bytes()
+            inode = os.stat(revisions_path(tmp_path, sid)).st_ino
+            a = await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 1})
+            assert [(x["revisionIndex"], x["isActive"]) for x in a["revisions"]] == [(1, True), (2, False)]
+            got = await full(c, sid)
+            assert ids(got) == ["u0", "a0", "u1", "a1"]
+            assert meta_of(got, "u1")["activeRevision"] == 1 and meta_of(got, "u1")["revisionCount"] == 2
+            after = revisions_path(tmp_path, sid).read_bytes()
+            # never rewritten: the old bytes are untouched, the live branch was appended in full
+            assert after.startswith(before) and os.stat(revisions_path(tmp_path, sid)).st_ino == inode
+            assert revision_kinds(tmp_path, sid) == {("u1", 1): False, ("u1", 2): False}
+            assert_index_matches_file(tmp_path, sid)
+            # switching back and forth between stored variants adds nothing
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 2})
+            stable = revisions_path(tmp_path, sid).read_bytes()
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 1})
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 2})
+            assert revisions_path(tmp_path, sid).read_bytes() == stable
+            assert ids(await full(c, sid)) == ["u0", "a0", "u1", "a1b"]
+            # the last_seq counter follows the rewritten transcript
+            assert (await c.call("session.get", {"sessionId": sid}))["session"]["messageCount"] == 4
+            with pytest.raises(RpcError) as err:
+                await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 9})
+            assert err.value.data_code == "NOT_FOUND"
+
+
+async def test_repeated_turns_over_live_branch_add_constant_reference_lines(tmp_path):
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a1b", "x", role="assistant")})
+            sizes = []
+            for i in range(8):
+                await turn(c, sid, f"u{i + 2}", f"a{i + 2}", "x" * 200)
+                await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+                sizes.append(os.path.getsize(revisions_path(tmp_path, sid)))
+            growth = {b - a for a, b in zip(sizes, sizes[1:])}
+            assert len(growth) == 1 and growth.pop() < 200
+            revs = (await c.call("session.listRevisions", {"sessionId": sid, "rootUserId": "u1"}))["revisions"]
+            assert revs[-1]["messageCount"] == 2 + 2 * 8 and revs[-1]["isActive"]
+            assert len(revs) == 2  # refreshed, never duplicated
+
+
+async def test_failed_turn_variant_is_its_own_new_variant(tmp_path):
+    """D307: a stamped variant with no index row yet is stored as a new variant, never over another."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+            # the regenerated reply fails before saveActiveRevision; the user regenerates again
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("e1", "boom", role="assistant")})
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "e1", "mode": "retry"})
+            rf = read_revisions(revisions_path(tmp_path, sid))
+            assert [m["id"] for m in rf.get("u1", 1).messages] == ["u1", "a1"]
+            assert [m["id"] for m in rf.get("u1", 2).messages] == ["u1", "e1"]
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a1c", "ok", role="assistant")})
+            r = await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            assert r["revision"]["revisionIndex"] == 3
+            got = await full(c, sid)
+            assert meta_of(got, "u1")["revisionCount"] == 3
+
+
+async def test_edited_prompt_joins_its_family_and_pager_restores_any_branch(tmp_path):
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await turn(c, sid, "u2", "a2")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u2"})
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            # edit u1: cut at the root itself; both live references must be stored in full first
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u1", "mode": "edit"})
+            assert revision_kinds(tmp_path, sid) == {("u1", 1): False, ("u2", 1): False}
+            assert ids(await full(c, sid)) == []
+            edited = msg("u1x", "edited", meta={"revisionRootId": "u1"})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": edited})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a1x", "r", role="assistant")})
+            r = await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            assert r["revision"]["revisionIndex"] == 2
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 1})
+            got = await full(c, sid)
+            assert ids(got) == ["u1", "a1", "u2", "a2"]
+            assert meta_of(got, "u2")["activeRevision"] == 1
+            revs = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+            assert {(x["rootUserId"], x["revisionIndex"]): x["isActive"] for x in revs} == {
+                ("u1", 1): True, ("u1", 2): False, ("u2", 1): True}
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 2})
+            assert ids(await full(c, sid)) == ["u1x", "a1x"]
+            revs = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+            assert {(x["rootUserId"], x["revisionIndex"]): x["isActive"] for x in revs} == {
+                ("u1", 1): False, ("u1", 2): True, ("u2", 1): False}
+            assert_index_matches_file(tmp_path, sid)
+
+
+async def test_save_unknown_root_is_message_not_found(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            with pytest.raises(RpcError) as err:
+                await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "nope"})
+            assert err.value.data_code == "MESSAGE_NOT_FOUND"
+            assert not revisions_path(tmp_path, sid).exists()
+
+
+async def test_lost_revision_rows_are_rebuilt_from_files(tmp_path):
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a1b", "x", role="assistant")})
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+    import sqlite3
+
+    conn = sqlite3.connect(tmp_path / "pi.sqlite")
+    conn.execute("DELETE FROM message_revisions")
+    conn.commit()
+    conn.close()
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            revs = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+            assert [(x["revisionIndex"], x["isActive"], x["messageCount"]) for x in revs] == [(1, False, 2), (2, True, 2)]
+    assert query(tmp_path, "SELECT COUNT(*) FROM message_revisions")[0][0] == 2
