@@ -1,0 +1,183 @@
+"""truncateFrom, replaceMessages and appendCompaction through the real gateway (seed 003 §2.1, §5)."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from runtime.client import RpcError
+from tests.hostkit import client_for, inprocess_host, msg
+from tests.revisions.helpers import (
+    assert_index_matches_file,
+    full,
+    ids,
+    query,
+    revision_kinds,
+    transcript_path,
+    turn,
+)
+
+
+def cp(cid: str, through: str, **extra: object) -> dict:
+    return {"id": cid, "summary": f"summary {cid}", "throughMessageId": through, "tokensBefore": 100, **extra}
+
+
+async def test_truncate_unknown_message_cuts_nothing(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            before = transcript_path(tmp_path, sid).read_bytes()
+            with pytest.raises(RpcError) as err:
+                await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "zz", "mode": "regenerate"})
+            assert err.value.data_code == "MESSAGE_NOT_FOUND"
+            assert transcript_path(tmp_path, sid).read_bytes() == before
+
+
+async def test_truncate_aborts_running_turn_and_drops_inflight(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            started = await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            assert started["status"] == "running"
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("u2", "again")})
+            inflight = tmp_path / "sessions" / f"{sid}.inflight.json"
+            inflight.write_bytes(b'{"schema":1,"message":{"id":"x"}}')
+            r = await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u2"})
+            assert r["removed"] == 1 and r["session"]["messageCount"] == 2
+            assert query(tmp_path, "SELECT status FROM turns WHERE id = 't1'") == [("aborted",)]
+            assert not inflight.exists()
+            assert ids(await full(c, sid)) == ["u1", "a1"]
+            assert_index_matches_file(tmp_path, sid)
+            # the next append after a rewrite continues the sequence
+            a = await c.call("session.appendMessage", {"sessionId": sid, "message": msg("u3", "next")})
+            assert a["message"]["seq"] == 3
+            assert_index_matches_file(tmp_path, sid)
+
+
+async def test_rewrite_keeps_owning_turns(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("u1", "q")})
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
+                                                   "message": msg("a1", "a", role="assistant")})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("u2", "q2")})
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u2"})
+            rows = query(tmp_path, "SELECT id, turn_id FROM messages WHERE session_id = ? ORDER BY seq", sid)
+            assert rows == [("u1", "t1"), ("a1", "t1")]
+
+
+async def test_compaction_append_chain_and_rewrite_validity(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await turn(c, sid, "u2", "a2")
+            with pytest.raises(RpcError) as err:
+                await c.call("session.appendCompaction", {"sessionId": sid, "compaction": cp("c0", "nope")})
+            assert err.value.data_code == "MESSAGE_NOT_FOUND"
+            before = transcript_path(tmp_path, sid).read_bytes()
+            r = await c.call("session.appendCompaction", {"sessionId": sid, "compaction": cp(
+                "c1", "a1", firstKeptMessageId="u1", retainedTail=[msg("u1", "q"), msg("x", "y", role="assistant")])})
+            # appended after its boundary, messages untouched; a legacy tail → its latest user message
+            after = transcript_path(tmp_path, sid).read_bytes()
+            assert after.startswith(before)
+            assert [m["id"] for m in r["compaction"]["retainedTail"]] == ["u1"]
+            assert r["compaction"]["details"]["retainedTailMode"] == "active_turn"
+            await c.call("session.appendCompaction", {"sessionId": sid, "compaction": cp(
+                "c2", "a2", details={"retainedTailMode": "completed_turn", "generation": 7, "family": "f"})})
+            got = await full(c, sid)
+            assert [x["id"] for x in got["compactions"]] == ["c1", "c2"]  # oldest first
+            assert got["compactions"][1]["details"]["generation"] == 7
+            assert ids(got) == ["u1", "a1", "u2", "a2"]
+            # a retry with the same content is a no-op; different content conflicts
+            again = await c.call("session.appendCompaction", {"sessionId": sid, "compaction": cp(
+                "c2", "a2", details={"retainedTailMode": "completed_turn", "generation": 7, "family": "f"})})
+            assert again["compaction"]["id"] == "c2"
+            with pytest.raises(RpcError) as err:
+                await c.call("session.appendCompaction", {"sessionId": sid, "compaction": cp("c2", "a1")})
+            assert err.value.data_code == "CONFLICT"
+            # a rewrite keeps every checkpoint still valid and drops the one whose anchor vanished
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u2"})
+            got = await full(c, sid)
+            assert [x["id"] for x in got["compactions"]] == ["c1"]
+            body = transcript_path(tmp_path, sid).read_text()
+            assert '"id":"c2"' not in body and body.count('"type":"compaction"') == 1
+            assert_index_matches_file(tmp_path, sid)
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            got = await full(c, sid)
+            assert [x["id"] for x in got["compactions"]] == ["c1"]
+
+
+async def test_compaction_rules_rejected(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            bad = [
+                cp("c1", "a1", retainedTail=[msg("u1", "q")], details={"retainedTailMode": "completed_turn"}),
+                cp("c1", "a1", retainedTail=[msg("a", "q", role="assistant")],
+                   details={"retainedTailMode": "active_turn"}),
+                cp("c1", "a1", details={"retainedTailMode": "sometimes"}),
+                cp("c1", "a1", details={"fallback": "llm"}),
+            ]
+            for comp in bad:
+                with pytest.raises(RpcError) as err:
+                    await c.call("session.appendCompaction", {"sessionId": sid, "compaction": comp})
+                assert err.value.data_code == "INVALID_PARAMS", comp
+            assert '"compaction"' not in transcript_path(tmp_path, sid).read_text()
+
+
+async def test_replace_messages_archives_dropped_live_branch(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "keep me"}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await turn(c, sid, "u2", "a2", "needle")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u2"})
+            await c.call("session.appendCompaction", {"sessionId": sid, "compaction": cp("c1", "a1")})
+            r = await c.call("session.replaceMessages", {"sessionId": sid, "messages": [
+                msg("u1", "q u1 edited"), msg("a1", "a a1", role="assistant")]})
+            assert r["session"]["messageCount"] == 2 and r["session"]["title"] == "keep me"
+            # the root turn with a live reference was deleted: its branch is stored in full first
+            assert revision_kinds(tmp_path, sid) == {("u2", 1): False}
+            got = await full(c, sid)
+            assert ids(got) == ["u1", "a1"] and got["messages"][0]["blocks"][0]["text"] == "q u1 edited"
+            assert [x["id"] for x in got["compactions"]] == ["c1"]
+            revs = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+            assert [(x["rootUserId"], x["isActive"]) for x in revs] == [("u2", False)]
+            assert_index_matches_file(tmp_path, sid)
+            with pytest.raises(RpcError) as err:
+                await c.call("session.replaceMessages", {"sessionId": sid, "messages": [{"id": "x", "role": "bot",
+                                                                                          "blocks": []}]})
+            assert err.value.data_code == "INVALID_PARAMS"
+            assert ids(await full(c, sid)) == ["u1", "a1"]
+    # metadata survives a rebuild from the rewritten file (session_info carried forward)
+    (tmp_path / "pi.sqlite").unlink()
+    for extra in ("pi.sqlite-wal", "pi.sqlite-shm"):
+        (tmp_path / extra).unlink(missing_ok=True)
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            got = await full(c, sid)
+            assert got["session"]["title"] == "keep me" and ids(got) == ["u1", "a1"]
+
+
+async def test_receipts_make_rewrites_idempotent(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await turn(c, sid, "u2", "a2")
+            p = {"sessionId": sid, "messageId": "u2", "submissionId": "s1"}
+            first = await c.call("session.truncateFrom", p)
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("u3", "later")})
+            again = await c.call("session.truncateFrom", p)
+            assert again == first
+            assert ids(await full(c, sid)) == ["u1", "a1", "u3"]
+            with pytest.raises(RpcError) as err:
+                await c.call("session.truncateFrom", {**p, "messageId": "u1"})
+            assert err.value.data_code == "IDEMPOTENCY_CONFLICT"

@@ -1,0 +1,200 @@
+"""Unit tests for store/revisions.py, store/rewrite.py and store/compaction.py (pure, no trio)."""
+
+from __future__ import annotations
+
+import os
+
+import orjson
+import pytest
+
+from store.compaction import normalize_compaction, normalize_on_read, split_valid
+from store.errors import InvalidInput
+from store.faults import Faults, InjectedFault
+from store.jsonio import dumps_line
+from store.reconcile import dedupe, scan_from
+from store.revisions import (
+    append_revision_lines,
+    find_root,
+    live_stamps,
+    parse_revisions,
+    read_revisions,
+    resolve,
+    revision_line,
+    revision_live_line,
+    rows_from_file,
+    with_stamp,
+)
+from store.rewrite import apply_rewrite, load_live, plan_rewrite
+from store.transcript import create_transcript
+
+
+def m(mid: str, role: str = "user", **extra: object) -> dict:
+    return {"type": "message", "id": mid, "role": role, "createdAt": "2026-01-01T00:00:00.000Z",
+            "blocks": [{"type": "text", "text": f"text {mid}"}], **extra}
+
+
+# ---------------------------------------------------------------- revisions file
+
+
+def test_legacy_file_reads_back_message_for_message(tmp_path):
+    legacy = [
+        {"rootUserId": "u1", "revisionIndex": 1, "createdAt": "2025-01-01T00:00:00Z", "type": "revision",
+         "messages": [m("u1"), m("a1", "assistant", meta={"usage": {"in": 3}})]},
+        {"type": "revision", "rootUserId": "u1", "revisionIndex": 2, "createdAt": "2025-01-02T00:00:00Z",
+         "messages": [m("u1"), m("a1b", "assistant")], "turns": {"a1b": "t2"}},
+    ]
+    path = tmp_path / "s.revisions.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in legacy))
+    rf = read_revisions(path)
+    assert [e.revision_index for e in rf.family("u1")] == [1, 2]
+    for rec, entry in zip(legacy, rf.family("u1")):
+        assert list(entry.messages) == rec["messages"] and not entry.live
+    assert rf.get("u1", 2).turns == {"a1b": "t2"}
+
+
+def test_last_record_wins_and_reference_resolves_to_live_suffix():
+    data = b"".join([
+        revision_line("u1", 1, [m("u1"), m("a1", "assistant")], {}, created_at_ms=1000),
+        revision_live_line("u1", 2, created_at_ms=2000),
+        b'{"type":"future_kind","x":1}\n',
+        revision_line("u1", 1, [m("u1"), m("a1", "assistant"), m("u9")], {"a1": "t1"}, created_at_ms=3000),
+        b'{"type":"revision","rootUserId":"u1","revisio',  # torn tail
+    ])
+    rf = parse_revisions(data)
+    assert rf.torn_tail and rf.unknown_lines == 1
+    assert [x["id"] for x in rf.get("u1", 1).messages] == ["u1", "a1", "u9"]
+    assert rf.first_seen_ms[("u1", 1)] == 1000
+    live = [m("u0"), m("a0", "assistant"), m("u1"), m("a1c", "assistant")]
+    branch = resolve(rf.get("u1", 2), live, {"a1c": "t3", "a0": "t0"})
+    assert branch is not None and [x["id"] for x in branch.messages] == ["u1", "a1c"]
+    assert branch.turns == {"a1c": "t3"}
+    assert rows_from_file(rf, live) == [("u1", 1, 3, 1000), ("u1", 2, 2, 2000)]
+    assert resolve(rf.get("u1", 2), [m("u0")], {}) is None
+
+
+def test_reference_line_is_constant_size():
+    sizes = {len(revision_live_line("0b0e1234-aaaa-bbbb-cccc-0123456789ab", i, created_at_ms=1_700_000_000_000 + i))
+             for i in range(1, 10)}
+    assert len(sizes) == 1 and sizes.pop() < 160
+
+
+def test_append_repairs_torn_tail_and_rolls_back(tmp_path):
+    path = tmp_path / "s.revisions.jsonl"
+    first = revision_live_line("u1", 1, created_at_ms=1)
+    append_revision_lines(path, [first])
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    with open(path, "ab") as fh:
+        fh.write(b'{"type":"revision_live","root')  # a crash mid-append
+    second = revision_live_line("u1", 2, created_at_ms=2)
+    n = append_revision_lines(path, [second])
+    assert path.read_bytes() == first + second and n == len(first + second)
+    faults = Faults()
+    faults.add("revisions.after_write", action="eio")
+    with pytest.raises(Exception) as err:
+        append_revision_lines(path, [revision_live_line("u1", 3, created_at_ms=3)], faults=faults)
+    assert getattr(err.value, "code", None) == "IO_ERROR"
+    assert path.read_bytes() == first + second
+
+
+def test_families_and_stamps():
+    live = [m("u1"), m("a1", "assistant"), m("u2x", meta={"revisionRootId": "u2", "activeRevision": 3}),
+            m("a2", "assistant")]
+    assert find_root(live, "u2") == 2 and find_root(live, "u1") == 0 and find_root(live, "zz") is None
+    assert live_stamps(live) == {"u1": None, "u2": 3}
+    stamped = with_stamp(live[0], count=2, active=2, root="u1")
+    assert stamped["meta"] == {"revisionCount": 2, "activeRevision": 2, "revisionRootId": "u1"}
+    assert stamped["blocks"] == live[0]["blocks"] and "meta" not in live[0]
+
+
+# ---------------------------------------------------------------- rewrite planning
+
+
+def test_plan_keeps_valid_compactions_after_their_boundary_in_order(tmp_path):
+    msgs = [m("u1"), m("a1", "assistant"), m("u2"), m("a2", "assistant")]
+    comps = [
+        {"type": "compaction", "id": "c1", "throughMessageId": "a2", "summary": "s"},
+        {"type": "compaction", "id": "c2", "throughMessageId": "a1", "summary": "s"},
+        {"type": "compaction", "id": "gone", "throughMessageId": "a9", "summary": "s"},
+    ]
+    tomb = {"a1": {"type": "tombstone", "id": "t1", "messageId": "a1", "deleted": True}}
+    info = {"type": "session_info", "title": "T"}
+    plan = plan_rewrite(msgs, comps, tombstones=tomb, session_info=info)
+    assert plan.dropped_compactions == ["gone"] and plan.deleted_ids == ["a1"]
+    kinds = [orjson.loads(line)["type"] + ":" + str(orjson.loads(line).get("id")) for line in plan.body]
+    assert kinds == ["message:u1", "message:a1", "tombstone:t1", "message:u2", "message:a2",
+                     "compaction:c1", "compaction:c2", "session_info:None"]
+    path = tmp_path / "s.jsonl"
+    create_transcript(path, "s", 1000)
+    out = apply_rewrite(path, "s", 1000, plan)
+    data = path.read_bytes()
+    assert out.file_len == len(data)
+    for item in out.messages + out.compactions:
+        assert orjson.loads(data[item.offset:item.offset + item.length]) == item.record
+    scan = scan_from(path, 0)
+    assert [x.record["id"] for x in dedupe(scan.messages)] == ["u1", "a1", "u2", "a2"]
+    live = load_live(path)
+    assert live.ids == ["u1", "a1", "u2", "a2"] and live.session_info["title"] == "T"
+    assert live.epoch == out.epoch and live.created_at_ms == 1000
+    with pytest.raises(ValueError):
+        plan_rewrite([m("u1"), m("u1")])
+
+
+def test_rewrite_crash_before_rename_leaves_old_file(tmp_path):
+    path = tmp_path / "s.jsonl"
+    create_transcript(path, "s", 1000)
+    before = path.read_bytes()
+    faults = Faults()
+    faults.add("rewrite.after_tmp_fsync", action="raise")
+    with pytest.raises(InjectedFault):
+        apply_rewrite(path, "s", 1000, plan_rewrite([m("u1")]), faults=faults)
+    assert path.read_bytes() == before
+
+
+# ---------------------------------------------------------------- compaction records
+
+
+def test_normalize_compaction_rules():
+    rec = normalize_compaction({"id": "c1", "summary": "s", "throughMessageId": "a1", "tokensBefore": 5,
+                                "retainedTail": [m("u0"), m("u1"), m("a1", "assistant")]}, now_ms=0)
+    assert list(rec)[:2] == ["type", "id"] and rec["type"] == "compaction"
+    assert [x["id"] for x in rec["retainedTail"]] == ["u1"]
+    assert rec["details"]["retainedTailMode"] == "active_turn"
+    empty = normalize_compaction({"id": "c", "summary": "s", "throughMessageId": "a", "tokensBefore": 0}, now_ms=0)
+    assert empty["retainedTail"] == [] and empty["details"]["retainedTailMode"] == "completed_turn"
+    long = normalize_compaction({"id": "c", "summary": "s", "throughMessageId": "a", "tokensBefore": 0,
+                                 "retainedTail": [{"id": "u", "role": "user",
+                                                   "blocks": [{"type": "text", "text": "x" * 70_000}]}],
+                                 "details": {"retainedTailMode": "active_turn"}}, now_ms=0)
+    tail = long["retainedTail"][0]
+    assert len(tail["blocks"][0]["text"]) == 64_000 and tail["blocks"][0]["truncated"] is True
+    assert tail["meta"]["retainedTruncated"] is True
+    reasoning = normalize_compaction({"id": "c", "summary": "s", "throughMessageId": "a", "tokensBefore": 0,
+                                      "details": {"retainedReasoning": [
+                                          {"role": "assistant", "blocks": [
+                                              {"type": "thinking", "text": "t"}, {"type": "tool_call", "callId": "x"},
+                                              {"type": "text", "text": "y"}]}] + [{"text": str(i)} for i in range(30)]}},
+                                     now_ms=0)
+    rr = reasoning["details"]["retainedReasoning"]
+    assert len(rr) == 16 and rr[-1] == {"text": "29"}
+    fb = normalize_compaction({"id": "c", "summary": "short", "throughMessageId": "a", "tokensBefore": 0,
+                               "details": {"fallback": "retained_tail"}}, now_ms=0)
+    assert fb["details"]["fallback"] == "retained_tail"
+    for bad in ({"fallback": "retained_tail", "_summary": "x" * 5000}, {"retainedTailMode": "x"},
+                {"fallback": "summary"}):
+        summary = bad.pop("_summary", "s")
+        with pytest.raises(InvalidInput):
+            normalize_compaction({"id": "c", "summary": summary, "throughMessageId": "a", "tokensBefore": 0,
+                                  "details": bad}, now_ms=0)
+    with pytest.raises(InvalidInput):
+        normalize_compaction({"id": "c", "summary": "s", "throughMessageId": "a", "tokensBefore": -1}, now_ms=0)
+    dumps_line(rec)
+
+
+def test_legacy_records_normalized_on_read_and_validity_per_record():
+    legacy = {"type": "compaction", "id": "c", "throughMessageId": "a1",
+              "retainedTail": [m("u1"), m("a1", "assistant")]}
+    assert [x["id"] for x in normalize_on_read(legacy)["retainedTail"]] == ["u1"]
+    modern = {**legacy, "retainedTail": [m("u1")], "details": {"retainedTailMode": "active_turn"}}
+    assert normalize_on_read(modern) == modern
+    kept, dropped = split_valid([legacy, {**legacy, "id": "d", "throughMessageId": "zz"}], ["u1", "a1"])
+    assert [x["id"] for x in kept] == ["c"] and [x["id"] for x in dropped] == ["d"]
