@@ -105,7 +105,8 @@ def run_boot(
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-    conn.execute("PRAGMA incremental_vacuum")
+    # sqlite3.execute steps a row-less PRAGMA once (= one page); executescript steps it to the end.
+    conn.executescript("PRAGMA incremental_vacuum;")
     # 2. interrupted deletes, stray temp files
     live, deleted = _session_ids_on_disk(data_dir)
     for sid in deleted:

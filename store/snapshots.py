@@ -29,24 +29,17 @@ SUPPORTED_VERSIONS = frozenset({SNAPSHOT_VERSION})
 MAX_SNAPSHOT_BYTES = 1024 * 1024
 MAX_SNAPSHOT_DEPTH = 32
 
-SECRET_KEYS: frozenset[str] = frozenset(
-    {
-        "apikey",
-        "password",
-        "passwd",
-        "secret",
-        "clientsecret",
-        "token",
-        "accesstoken",
-        "refreshtoken",
-        "idtoken",
-        "authorization",
-        "bearer",
-        "privatekey",
-        "secretkey",
-        "sessiontoken",
-    }
+# A key names a secret when, lower-cased without "-"/"_", it equals one of these or
+# ends with one (``X-Api-Key``, ``OPENAI_API_KEY``, ``client_secret``) ...
+SECRET_SUFFIXES: tuple[str, ...] = (
+    "apikey", "password", "passwd", "secret", "accesstoken", "refreshtoken", "authtoken", "idtoken",
+    "sessiontoken", "bearertoken", "privatekey", "secretkey", "bearer",
 )
+SECRET_KEYS: frozenset[str] = frozenset({*SECRET_SUFFIXES, "token", "authorization", "cookie"})
+# ... and, where credentials would end up (endpoint and execution bindings), any
+# key ending in "token" (``GITHUB_TOKEN``); elsewhere "token" must match exactly
+# (``eosToken: "</s>"`` is a sampling parameter, not a credential).
+CREDENTIAL_SECTIONS = frozenset({"connection", "executionBindings"})
 # Sections whose content is descriptive (schemas, instructions), not configuration.
 UNSCANNED_SECTIONS = frozenset({"toolSchemas", "skills", "systemPrompt"})
 
@@ -91,21 +84,28 @@ def _normalized_key(key: str) -> str:
     return key.replace("-", "").replace("_", "").lower()
 
 
+def is_secret_key(key: str, *, credential_section: bool) -> bool:
+    norm = _normalized_key(key)
+    if norm in SECRET_KEYS or norm.endswith(SECRET_SUFFIXES):
+        return True
+    return credential_section and norm.endswith("token")
+
+
 def find_secret(snapshot: Mapping[str, Any]) -> str | None:
     """Path of the first key that looks like it holds a secret value, else None."""
-    stack: list[tuple[Any, str]] = [
-        (value, key) for key, value in snapshot.items() if key not in UNSCANNED_SECTIONS
+    stack: list[tuple[Any, str, bool]] = [
+        (value, key, key in CREDENTIAL_SECTIONS) for key, value in snapshot.items() if key not in UNSCANNED_SECTIONS
     ]
     while stack:
-        value, path = stack.pop()
+        value, path, cred = stack.pop()
         if isinstance(value, dict):
             for key, inner in value.items():
                 here = f"{path}.{key}"
-                if _normalized_key(str(key)) in SECRET_KEYS and isinstance(inner, str) and inner:
+                if isinstance(inner, str) and inner and is_secret_key(str(key), credential_section=cred):
                     return here
-                stack.append((inner, here))
+                stack.append((inner, here, cred))
         elif isinstance(value, list):
-            stack.extend((inner, f"{path}[{i}]") for i, inner in enumerate(value))
+            stack.extend((inner, f"{path}[{i}]", cred) for i, inner in enumerate(value))
         elif isinstance(value, str) and value.lower().startswith("bearer ") and len(value) > 16:
             return path
     return None

@@ -1,0 +1,215 @@
+"""In-flight checkpoint rules (D299, D327) and the steering replacement rules, one test each."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import trio
+
+from tests.hostkit import client_for, inprocess_host, msg
+from tests.turns.turnkit import assistant, end, new_session, rpc_error, start
+
+
+def ckpt(root: Path, sid: str) -> Path:
+    return root / "sessions" / f"{sid}.inflight.json"
+
+
+async def save(c, sid, tid, message):
+    return await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": tid, "message": message})
+
+
+def index_row(root: Path, mid: str):
+    conn = sqlite3.connect(root / "pi.sqlite")
+    try:
+        return conn.execute("SELECT seq, turn_id, text FROM messages WHERE id = ?", (mid,)).fetchone()
+    finally:
+        conn.close()
+
+
+async def setup(c):
+    sid = await new_session(c)
+    await start(c, sid, "t1")
+    await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("u1", "question")})
+    return sid
+
+
+async def test_save_replaces_the_checkpoint_atomically(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await setup(c)
+            assert await save(c, sid, "t1", assistant("a1", "partial")) == {"saved": True}
+            assert await save(c, sid, "t1", assistant("a1", "partial and more", "streaming")) == {"saved": True}
+            body = json.loads(ckpt(tmp_path, sid).read_bytes())
+            assert body["schema"] == 1 and body["sessionId"] == sid and body["turnId"] == "t1"
+            assert isinstance(body["savedAt"], int)
+            assert body["message"]["id"] == "a1" and body["message"]["blocks"][0]["text"] == "partial and more"
+            assert oct(os.stat(ckpt(tmp_path, sid)).st_mode & 0o777) == "0o600"
+            assert [n for n in os.listdir(tmp_path / "sessions") if ".tmp." in n] == []
+            # the checkpoint never reaches the transcript or the index
+            assert b"partial" not in (tmp_path / "sessions" / f"{sid}.jsonl").read_bytes()
+            assert index_row(tmp_path, "a1") is None
+
+
+async def test_empty_message_is_a_no_op(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await setup(c)
+            empty = {"id": "a1", "role": "assistant", "blocks": [{"type": "text", "text": "  "},
+                                                                 {"type": "thinking", "text": ""}]}
+            assert await save(c, sid, "t1", empty) == {"saved": False, "reason": "empty"}
+            assert await save(c, sid, "t1", {"id": "a1", "role": "assistant", "blocks": []}) == {
+                "saved": False, "reason": "empty"}
+            assert not ckpt(tmp_path, sid).exists()
+
+
+async def test_final_append_with_same_id_removes_it(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await setup(c)
+            await save(c, sid, "t1", assistant("a1", "partial"))
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("x1", "other")})
+            assert ckpt(tmp_path, sid).exists()  # another id does not remove it
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
+                                                   "message": assistant("a1", "final answer")})
+            assert not ckpt(tmp_path, sid).exists()
+
+
+async def test_late_checkpoint_for_an_indexed_id_is_dropped(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await setup(c)
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
+                                                   "message": assistant("a1", "final answer")})
+            late = await save(c, sid, "t1", assistant("a1", "final ans"))
+            assert late == {"saved": False, "reason": "already_indexed"}
+            assert not ckpt(tmp_path, sid).exists()
+
+
+async def test_end_turn_completed_keeps_an_unindexed_checkpoint(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await setup(c)
+            await save(c, sid, "t1", assistant("a1", "the whole reply"))
+            await end(c, sid, "t1")
+            assert ckpt(tmp_path, sid).exists()  # left for the outbox's append or boot
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
+                                                   "message": assistant("a1", "the whole reply")})
+            assert not ckpt(tmp_path, sid).exists()
+
+
+async def test_end_turn_completed_or_error_removes_a_checkpoint_whose_id_is_indexed(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            for status in ("completed", "error"):
+                sid = await setup(c)
+                await save(c, sid, "t1", assistant("a1" + status, "reply"))
+                # the final row's index commit lands but the append fails right after it, so the
+                # append path never removes the checkpoint
+                host.faults.add("index.after_commit", nth=host.faults.hits("index.after_commit") + 1)
+                await rpc_error(c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
+                                                                 "message": assistant("a1" + status, "reply")}))
+                host.faults.clear()
+                assert index_row(tmp_path, "a1" + status) is not None and ckpt(tmp_path, sid).exists()
+                await end(c, sid, "t1", status)
+                assert not ckpt(tmp_path, sid).exists(), status
+                await c.call("session.delete", {"sessionId": sid})
+
+
+async def test_end_turn_aborted_never_touches_the_checkpoint(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await setup(c)
+            await save(c, sid, "t1", assistant("a1", "reply so far"))
+            before = ckpt(tmp_path, sid).read_bytes()
+            await end(c, sid, "t1", "aborted")
+            assert ckpt(tmp_path, sid).read_bytes() == before
+            # the runtime's own aborted final row is what removes it
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
+                                                   "message": assistant("a1", "reply so far", "aborted")})
+            assert not ckpt(tmp_path, sid).exists()
+
+
+async def test_checkpoint_validation(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await setup(c)
+            err = await rpc_error(save(c, sid, "t1", msg("u2", "user text")))
+            assert err.data_code == "INVALID_PARAMS"
+            err = await rpc_error(save(c, sid, "nope", assistant("a1", "x")))
+            assert err.data_code == "NOT_FOUND"
+            other = await new_session(c)
+            err = await rpc_error(save(c, other, "t1", assistant("a1", "x")))
+            assert err.data_code == "NOT_FOUND"
+
+
+# ---------------------------------------------------------------------- steering
+
+
+async def test_streaming_row_keeps_accepting_checkpoints_including_empty_reservation(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await setup(c)
+            reservation = {"id": "a1", "role": "assistant", "blocks": [], "meta": {"status": "streaming"}}
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": reservation})
+            assert await save(c, sid, "t1", reservation) == {"saved": True}
+            assert ckpt(tmp_path, sid).exists()
+            # the provisional streaming row arriving again does not remove the checkpoint
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": reservation})
+            assert await save(c, sid, "t1", assistant("a1", "growing", "streaming")) == {"saved": True}
+            assert json.loads(ckpt(tmp_path, sid).read_bytes())["message"]["blocks"][0]["text"] == "growing"
+
+
+async def test_terminal_assistant_replaces_streaming_row_in_place(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await setup(c)
+            first = await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
+                                                           "message": assistant("a1", "thinking so far", "streaming")})
+            await save(c, sid, "t1", assistant("a1", "thinking so far and more", "streaming"))
+            steer = await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
+                                                           "message": msg("s1", "also do X", meta={"steering": True})})
+            final = await c.call("session.appendMessage", {"sessionId": sid, "message":
+                                                           assistant("a1", "settled answer", "completed")})
+            assert final["replayed"] is False
+            assert final["message"]["seq"] == first["message"]["seq"] and final["message"]["turnId"] == "t1"
+            assert steer["message"]["seq"] == first["message"]["seq"] + 1
+            got = await c.call("session.get", {"sessionId": sid})
+            assert [m["id"] for m in got["messages"]] == ["u1", "a1", "s1"]
+            assert got["messages"][1]["blocks"][0]["text"] == "settled answer"
+            assert index_row(tmp_path, "a1") == (first["message"]["seq"], "t1", "settled answer")
+            assert not ckpt(tmp_path, sid).exists()
+
+
+async def test_late_partial_snapshot_cannot_overwrite_settled_result(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await setup(c)
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
+                                                   "message": assistant("a1", "partial", "streaming")})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": assistant("a1", "settled", "completed")})
+            late = await c.call("session.appendMessage", {"sessionId": sid,
+                                                          "message": assistant("a1", "partial longer", "streaming")})
+            assert late["replayed"] is True
+            assert await save(c, sid, "t1", assistant("a1", "partial longer", "streaming")) == {
+                "saved": False, "reason": "already_indexed"}
+            got = await c.call("session.get", {"sessionId": sid})
+            assert got["messages"][1]["blocks"][0]["text"] == "settled"
+            assert index_row(tmp_path, "a1")[2] == "settled"
+
+
+async def test_duplicate_terminal_snapshot_cannot_overwrite_settled_result(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await setup(c)
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
+                                                   "message": assistant("a1", "partial", "streaming")})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": assistant("a1", "settled", "completed")})
+            dup = await c.call("session.appendMessage", {"sessionId": sid,
+                                                         "message": assistant("a1", "another ending", "completed")})
+            assert dup["replayed"] is True
+            got = await c.call("session.get", {"sessionId": sid})
+            assert got["messages"][1]["blocks"][0]["text"] == "settled"
+            assert index_row(tmp_path, "a1")[2] == "settled"

@@ -1,0 +1,254 @@
+"""store.turns / store.notifications / store.artifacts against a real index database (no trio)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import orjson
+import pytest
+
+from runtime.boot import run_boot
+from runtime.datadir import DataDir
+from store import artifacts, index, notifications, turns
+from store.database import open_writer
+from store.errors import Conflict, InvalidInput, NotFound
+from store.faults import NO_FAULTS
+from store.fence import retention
+from store.snapshots import prepare_snapshot
+
+NOW = 1_700_000_000_000
+
+
+def open_db(tmp_path) -> sqlite3.Connection:
+    conn, _ = open_writer(tmp_path / "pi.sqlite", quarantine_dir=tmp_path / "quarantine", now_ms=NOW)
+    return conn
+
+
+@pytest.fixture
+def conn(tmp_path):
+    c = open_db(tmp_path)
+    c.execute("INSERT INTO sessions(id, title, provider_id, model_id, created_at, updated_at) "
+              "VALUES ('s1', 'Title', 'p', 'm', 1, 1)")
+    yield c
+    c.close()
+
+
+def start(conn, tid, sid="s1", **kw):
+    return turns.start_turn(conn, session_id=sid, turn_id=tid, provider_id=kw.get("provider"),
+                            model_id=kw.get("model"), snapshot=kw.get("snapshot"), now_ms=kw.get("now", NOW))
+
+
+def end(conn, tid, status="completed", *, note=True, now=NOW + 5, error_code=None, usage=None):
+    return turns.end_turn(conn, session_id="s1", turn_id=tid, status=status, error_code=error_code,
+                          usage=usage, create_notification=note, now_ms=now)
+
+
+def test_start_turn_snapshots_session_binding_and_is_retry_safe(conn):
+    turn, created = start(conn, "t1")
+    assert created and (turn["providerId"], turn["modelId"], turn["status"]) == ("p", "m", "running")
+    again, created = start(conn, "t1")
+    assert not created and again == turn
+    with pytest.raises(Conflict):
+        start(conn, "t1", snapshot=prepare_snapshot({"version": 1}))  # different snapshot
+    explicit, _ = start(conn, "t2", provider="p2", model="m2")
+    assert (explicit["providerId"], explicit["modelId"]) == ("p2", "m2")
+
+
+def test_end_turn_usage_rollup_and_settled_rules(conn):
+    start(conn, "t1")
+    out = end(conn, "t1", usage={"inputTokens": 12, "outputTokens": 3, "cacheRead": 9})
+    assert out.changed and out.notification is not None
+    row = conn.execute("SELECT status, input_tokens, output_tokens, usage_json, ended_at FROM turns").fetchone()
+    assert row[:3] == ("completed", 12, 3) and orjson.loads(row[3])["cacheRead"] == 9 and row[4] == NOW + 5
+    repeat = end(conn, "t1", now=NOW + 9)
+    assert not repeat.changed and repeat.notification is None and repeat.turn["endedAt"] == NOW + 5
+    with pytest.raises(Conflict):
+        end(conn, "t1", "aborted")
+    with pytest.raises(NotFound):
+        end(conn, "nope")
+    start(conn, "t2")
+    with pytest.raises(InvalidInput):
+        end(conn, "t2", error_code="X")  # completed carries no error code
+    with pytest.raises(InvalidInput):
+        end(conn, "t2", "running")
+
+
+def test_notification_kinds_and_at_most_one_per_turn(conn):
+    for tid in ("t1", "t2", "t3"):
+        start(conn, tid)
+    assert end(conn, "t1").notification["kind"] == "task.completed"
+    failed = end(conn, "t2", "error", error_code="E").notification
+    assert failed["kind"] == "task.failed" and failed["errorCode"] == "E" and failed["sessionTitle"] == "Title"
+    assert end(conn, "t3", "aborted").notification is None
+    # even a direct second insert for the same turn is refused by UNIQUE(turn_id)
+    assert notifications.insert_for_turn(conn, session_id="s1", turn_id="t1", kind="task.completed",
+                                         error_code=None, now_ms=NOW) is None
+    assert conn.execute("SELECT COUNT(*) FROM notifications").fetchone()[0] == 2
+
+
+def test_newest_200_cap_after_every_insert(conn):
+    for i in range(205):
+        start(conn, f"t{i}")
+        end(conn, f"t{i}", now=NOW + i)
+        count = conn.execute("SELECT COUNT(*) FROM notifications").fetchone()[0]
+        assert count == min(i + 1, 200)
+    oldest = conn.execute("SELECT MIN(created_at) FROM notifications").fetchone()[0]
+    assert oldest == NOW + 5
+    # turns are never touched by the prune
+    assert conn.execute("SELECT COUNT(*) FROM turns WHERE status = 'completed'").fetchone()[0] == 205
+
+
+def test_cap_is_repaired_at_boot_and_survives_restart(tmp_path):
+    data = DataDir(tmp_path)
+    data.ensure()
+    conn = open_db(tmp_path)
+    conn.execute("INSERT INTO sessions(id, created_at, updated_at) VALUES ('s1', 1, 1)")
+    for i in range(230):  # e.g. rows written by an older build without the cap
+        conn.execute("INSERT INTO turns(id, session_id, status, started_at) VALUES (?, 's1', 'completed', 1)",
+                     (f"t{i}",))
+        conn.execute("INSERT INTO notifications(id, kind, session_id, session_title, turn_id, created_at) "
+                     "VALUES (?, 'task.completed', 's1', '', ?, ?)", (f"n{i:03d}", f"t{i}", NOW + i))
+    conn.close()
+    boot = run_boot(data, faults=NO_FAULTS, now_ms=lambda: NOW + 1000)
+    assert boot.report["retention"]["notificationsPruned"] == 30
+    boot.conn.close()
+    conn = open_db(tmp_path)
+    ids = [r[0] for r in conn.execute("SELECT id FROM notifications ORDER BY created_at DESC")]
+    assert len(ids) == 200 and ids[0] == "n229" and ids[-1] == "n030"
+    conn.close()
+
+
+def test_inbox_queries_use_the_documented_indexes(conn):
+    plan = " ".join(str(r) for r in conn.execute(
+        "EXPLAIN QUERY PLAN SELECT id FROM notifications ORDER BY created_at DESC, id DESC LIMIT 50"))
+    assert "idx_notifications_created" in plan
+    plan = " ".join(str(r) for r in conn.execute(
+        "EXPLAIN QUERY PLAN SELECT COUNT(*) FROM notifications WHERE read_at IS NULL"))
+    assert "idx_notifications_unread" in plan
+
+
+def test_mark_read_mark_all_and_clear(conn):
+    for i in range(4):
+        start(conn, f"t{i}")
+        end(conn, f"t{i}", now=NOW + i)
+    ids = [n["id"] for n in notifications.list_notifications(conn, unread_only=False, limit=10, cursor=None)[0]]
+    assert notifications.mark_read(conn, [ids[0], ids[0], "missing"], NOW + 50) == 1
+    assert notifications.mark_read(conn, [ids[0]], NOW + 60) == 0
+    items, _, unread = notifications.list_notifications(conn, unread_only=True, limit=10, cursor=None)
+    assert unread == 3 and ids[0] not in [n["id"] for n in items]
+    assert notifications.mark_all_read(conn, NOW + 70) == 3
+    assert notifications.mark_all_read(conn, NOW + 80) == 0
+    read_at = conn.execute("SELECT read_at FROM notifications WHERE id = ?", (ids[0],)).fetchone()[0]
+    assert read_at == NOW + 50  # never rewritten
+    assert notifications.clear(conn, [ids[1]]) == 1
+    assert notifications.clear(conn, None) == 3
+    assert conn.execute("SELECT COUNT(*) FROM turns").fetchone()[0] == 4
+
+
+# ---------------------------------------------------------------------- artifacts
+
+
+def tool(mid, name, status="ok", *, args=None, turn="t1", **block):
+    return {"type": "message", "id": mid, "role": "tool", "turnId": turn, "toolName": name,
+            "blocks": [{"type": "tool_call", "callId": f"c-{mid}", "name": name, "args": args or {},
+                        "status": status, **block}]}
+
+
+def test_tool_effects_detection():
+    eff = artifacts.tool_effects
+    assert eff(tool("m", "Write", args={"path": "/w/a.py"}))[0].effects == (("/w/a.py", "write"),)
+    assert eff(tool("m", "Edit", "success", args={"file_path": "/w/b.py"}))[0].effects == (("/w/b.py", "edit"),)
+    assert eff(tool("m", "Write", "error", args={"path": "/w/a.py"})) == []
+    assert eff(tool("m", "Write", "denied", args={"path": "/w/a.py"})) == []
+    assert eff(tool("m", "Write", None, args={"path": "/w/a.py"})) == []
+    assert eff(tool("m", "Read", args={"path": "/w/a.py"})) == []
+    assert eff(tool("m", "Write", args={})) == []
+    declared = tool("m", "plugin.gen", fileEffects=[{"path": "/w/x", "op": "delete"}, {"path": "/w/y"}])
+    assert eff(declared)[0].effects == (("/w/x", "delete"), ("/w/y", "write"))
+
+
+def test_upsert_keeps_one_row_per_file_and_excludes_scratch(conn):
+    scratch = "/data/scratch/s1"
+    n = artifacts.record_effects(conn, "s1", tool("m1", "Write", args={"path": "/w/a.py"}), "t1", NOW,
+                                 scratch=scratch)
+    assert n == 1
+    artifacts.record_effects(conn, "s1", tool("m2", "Edit", args={"path": "/w/a.py"}), "t2", NOW + 1, scratch=scratch)
+    artifacts.record_effects(conn, "s1", tool("m3", "Write", args={"path": scratch + "/tmp.txt"}), "t2", NOW + 2,
+                             scratch=scratch)
+    rows = conn.execute("SELECT path, op, turn_id, updated_at FROM artifacts").fetchall()
+    assert rows == [("/w/a.py", "edit", "t2", NOW + 1)]
+    audits = [orjson.loads(r[0]) for r in conn.execute(
+        "SELECT payload_json FROM audit_log WHERE kind = 'tool_execute' ORDER BY id")]
+    assert len(audits) == 3 and audits[2]["effects"] == [{"path": scratch + "/tmp.txt", "op": "write",
+                                                           "artifact": False}]
+    assert audits[0]["messageId"] == "m1" and audits[0]["tool"] == "Write" and audits[0]["callId"] == "c-m1"
+
+
+def test_index_insert_artifact_and_audit_share_the_transaction(conn):
+    conn.execute("BEGIN")
+    index.index_messages(conn, "s1", [index.IndexRecord(tool("m1", "Write", args={"path": "/w/a"}), 100, 10)],
+                         indexed_len=110, file_epoch="e", now_ms=NOW)
+    assert conn.execute("SELECT COUNT(*) FROM artifacts").fetchone()[0] == 1
+    conn.execute("ROLLBACK")
+    counts = [conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("messages", "artifacts", "audit_log")]
+    assert counts == [0, 0, 0]
+
+
+def test_rebuild_restores_missing_artifacts_without_audit_or_overwrite(conn):
+    conn.execute("INSERT INTO artifacts VALUES ('s1', '/w/new', 'edit', 't9', ?)", (NOW + 99,))
+    recs = [index.IndexRecord(tool("m1", "Write", args={"path": "/w/a"}), 100, 10),
+            index.IndexRecord(tool("m2", "Write", args={"path": "/w/new"}), 110, 10)]
+    index.reindex_session(conn, "s1", recs, [], [], indexed_len=120, file_epoch="e", now_ms=NOW)
+    rows = dict((r[0], (r[1], r[2])) for r in conn.execute("SELECT path, op, updated_at FROM artifacts"))
+    assert rows == {"/w/a": ("write", NOW), "/w/new": ("edit", NOW + 99)}
+    assert conn.execute("SELECT COUNT(*) FROM audit_log").fetchone()[0] == 0
+
+
+def test_list_artifacts_per_session_and_global_with_cursor(conn):
+    conn.execute("INSERT INTO sessions(id, created_at, updated_at) VALUES ('s2', 1, 1)")
+    for i in range(5):
+        sid = "s1" if i % 2 == 0 else "s2"
+        conn.execute("INSERT INTO artifacts VALUES (?, ?, 'write', NULL, ?)", (sid, f"/w/f{i}", NOW + i // 2))
+    seen = []
+    cursor = None
+    while True:
+        items, cursor = artifacts.list_artifacts(conn, session_id=None, limit=2, cursor=cursor)
+        seen += [(a["sessionId"], a["path"]) for a in items]
+        if cursor is None:
+            break
+    assert len(seen) == 5 and len(set(seen)) == 5
+    times = [conn.execute("SELECT updated_at FROM artifacts WHERE path = ?", (p,)).fetchone()[0] for _, p in seen]
+    assert times == sorted(times, reverse=True)
+    mine, _ = artifacts.list_artifacts(conn, session_id="s1", limit=10, cursor=None)
+    assert {a["path"] for a in mine} == {"/w/f0", "/w/f2", "/w/f4"}
+
+
+def test_audit_retention_prunes_old_rows(conn):
+    day = 86_400_000
+    conn.execute("INSERT INTO audit_log(ts, kind) VALUES (?, 'tool_execute')", (NOW - 91 * day,))
+    conn.execute("INSERT INTO audit_log(ts, kind) VALUES (?, 'tool_execute')", (NOW - 89 * day,))
+    assert retention(conn, now_ms=NOW)["auditPruned"] == 1
+    conn.execute("INSERT INTO audit_log(ts, kind) VALUES (?, 'tool_execute')", (NOW - 10 * day,))
+    assert retention(conn, now_ms=NOW, audit_days=7)["auditPruned"] == 2
+
+
+def test_boot_prunes_audit_by_configured_retention_then_vacuums(tmp_path):
+    data = DataDir(tmp_path)
+    data.ensure()
+    conn = open_db(tmp_path)
+    day = 86_400_000
+    blob = "x" * 4000
+    conn.execute("BEGIN")
+    for i in range(300):
+        conn.execute("INSERT INTO audit_log(ts, kind, payload_json) VALUES (?, 'tool_execute', ?)",
+                     (NOW - (40 if i < 290 else 1) * day, orjson.dumps({"pad": blob}).decode()))
+    conn.execute("COMMIT")
+    conn.close()
+    boot = run_boot(data, faults=NO_FAULTS, now_ms=lambda: NOW, audit_retention_days=30)
+    try:
+        assert boot.report["retention"]["auditPruned"] == 290
+        assert boot.conn.execute("SELECT COUNT(*) FROM audit_log").fetchone()[0] == 10
+        assert boot.conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
+        assert boot.conn.execute("PRAGMA freelist_count").fetchone()[0] == 0  # the freed pages were returned
+    finally:
+        boot.conn.close()
