@@ -41,6 +41,7 @@ Handler = Callable[[SessionActor, Custom], Awaitable[Any]]
 
 @dataclass
 class ControllerSlot:
+    session_created_at: Any = None  # a deleted and re-created session id starts held again
     controller_id: str | None = None
 
     @property
@@ -54,18 +55,16 @@ class QueueControl:
     def __init__(self) -> None:
         self._slots: dict[str, ControllerSlot] = {}
 
-    def slot(self, session_id: str) -> ControllerSlot:
+    def slot(self, session_id: str, session_created_at: Any) -> ControllerSlot:
         found = self._slots.get(session_id)
-        if found is None:
-            found = self._slots[session_id] = ControllerSlot()
+        if found is None or found.session_created_at != session_created_at:
+            found = self._slots[session_id] = ControllerSlot(session_created_at)
         return found
-
-    def forget(self, session_id: str) -> None:
-        self._slots.pop(session_id, None)
 
 
 def _slot(control: QueueControl, actor: SessionActor) -> ControllerSlot:
-    slot = control.slot(actor.sid)
+    """The session's controller slot (call after ``actor.ensure_ready()``)."""
+    slot = control.slot(actor.sid, (actor.row or {}).get("createdAt"))
     actor.feature_state[FEATURE_KEY] = slot
     return slot
 

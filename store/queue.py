@@ -13,7 +13,9 @@ Rules:
 
 * ``position`` is per session and only grows. The session's high-water mark is
   kept in ``kv(ns='queue', key=<session id>)`` so removing or taking the last
-  entry never lets its position be reused.
+  entry never lets its position be reused. The ledger records the session's
+  ``created_at``; a ledger left behind by a deleted session with the same id
+  is ignored (kv has no foreign key to cascade).
 * ``principal`` + ``idempotency_key`` make a retried push return the same
   entry; the same key with another input hash (or another
   ``session_message_id``) fails with ``IDEMPOTENCY_CONFLICT``. The same kv row
@@ -46,6 +48,7 @@ from store.errors import (
     InvalidInput,
     LimitExceeded,
     NotFound,
+    SessionNotFound,
 )
 from store.faults import NO_FAULTS, Faults
 
@@ -151,6 +154,7 @@ class Snapshot:
     entries: tuple[Entry, ...]
     high_water: int
     consumed: tuple[Consumed, ...] = ()
+    session_created_at: int | None = None  # ties the kv ledger to this incarnation of the session id
 
     def find(self, entry_id: str) -> Entry:
         for entry in self.entries:
@@ -201,6 +205,7 @@ class SetPosition:
 class WriteLedger:
     high_water: int
     consumed: tuple[Consumed, ...]
+    session_created_at: int | None = None
 
 
 Effect = Insert | Delete | SetPriority | SetPosition | WriteLedger
@@ -279,6 +284,10 @@ def _remember(snap: Snapshot, entry: Entry) -> tuple[Consumed, ...]:
     return (kept + (item,))[-CONSUMED_KEYS_KEPT:]
 
 
+def _ledger_after(snap: Snapshot, gone: Entry) -> WriteLedger:
+    return WriteLedger(snap.high_water, _remember(snap, gone), snap.session_created_at)
+
+
 def _check_same_input(found_hash: str, found_smid: str | None, h: str, inp: PushInput, sid: str) -> None:
     if found_hash != h or found_smid != inp.session_message_id:
         raise IdempotencyConflict(
@@ -320,13 +329,13 @@ def plan_push(snap: Snapshot, inp: PushInput, *, new_id: str, now_ms: int) -> Pl
     position = snap.high_water + 1
     entry = Entry(new_id, sid, inp.principal, inp.idempotency_key, h, inp.content, tuple(inp.attachments),
                   inp.permission_mode, position, None, inp.session_message_id, now_ms)
-    return Plan(effects=(Insert(entry), WriteLedger(position, snap.consumed)), entry=entry)
+    return Plan(effects=(Insert(entry), WriteLedger(position, snap.consumed, snap.session_created_at)), entry=entry)
 
 
 def plan_remove(snap: Snapshot, entry_id: str) -> Plan:
     entry = snap.find(entry_id)
     transition(entry, "remove")
-    return Plan(effects=(Delete(entry.id), WriteLedger(snap.high_water, _remember(snap, entry))), entry=entry)
+    return Plan(effects=(Delete(entry.id), _ledger_after(snap, entry)), entry=entry)
 
 
 def plan_prioritize(snap: Snapshot, entry_id: str) -> Plan:
@@ -363,7 +372,7 @@ def plan_take(snap: Snapshot) -> Plan:
         return Plan()
     entry = snap.entries[0]
     transition(entry, "take")
-    return Plan(effects=(Delete(entry.id), WriteLedger(snap.high_water, _remember(snap, entry))), entry=entry)
+    return Plan(effects=(Delete(entry.id), _ledger_after(snap, entry)), entry=entry)
 
 
 # ---------------------------------------------------------------------------
@@ -384,22 +393,33 @@ def list_entries(conn: sqlite3.Connection, session_id: str) -> tuple[Entry, ...]
     return delivery_order([_entry(r) for r in rows])
 
 
-def _read_ledger(conn: sqlite3.Connection, session_id: str) -> tuple[int, tuple[Consumed, ...]]:
+def _read_ledger(
+    conn: sqlite3.Connection, session_id: str, session_created_at: int | None
+) -> tuple[int, tuple[Consumed, ...]]:
     row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = ?", (KV_NS, session_id)).fetchone()
     if row is None:
         return 0, ()
     try:
         data = orjson.loads(row[0])
-        return int(data.get("highWater", 0)), tuple(Consumed.from_json(c) for c in data.get("consumed", ()))
+        high = int(data.get("highWater", 0))
+        consumed = tuple(Consumed.from_json(c) for c in data.get("consumed", ()))
+        owner = data.get("sessionCreatedAt")
     except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
         raise CorruptData(f"queue ledger of session {session_id} is unreadable: {exc}") from None
+    if owner != session_created_at:
+        return 0, ()  # left over from a deleted session that had the same id
+    return high, consumed
 
 
 def load(conn: sqlite3.Connection, session_id: str) -> Snapshot:
     entries = list_entries(conn, session_id)
-    floor, consumed = _read_ledger(conn, session_id)
+    row = conn.execute("SELECT created_at FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if row is None:
+        raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
+    created = int(row[0])
+    floor, consumed = _read_ledger(conn, session_id, created)
     high = max([floor, *(e.position for e in entries)])
-    return Snapshot(session_id, entries, high, consumed)
+    return Snapshot(session_id, entries, high, consumed, created)
 
 
 def apply(conn: sqlite3.Connection, session_id: str, plan: Plan, *, now_ms: int, faults: Faults = NO_FAULTS) -> None:
@@ -424,7 +444,8 @@ def apply(conn: sqlite3.Connection, session_id: str, plan: Plan, *, now_ms: int,
             conn.execute("UPDATE turn_queue SET position = ? WHERE id = ? AND session_id = ?",
                          (effect.position, effect.entry_id, session_id))
         elif isinstance(effect, WriteLedger):
-            value = {"highWater": effect.high_water, "consumed": [c.to_json() for c in effect.consumed]}
+            value = {"highWater": effect.high_water, "consumed": [c.to_json() for c in effect.consumed],
+                     "sessionCreatedAt": effect.session_created_at}
             conn.execute(
                 "INSERT INTO kv(ns, key, value_json, updated_at) VALUES (?,?,?,?) ON CONFLICT(ns, key) "
                 "DO UPDATE SET value_json = excluded.value_json, updated_at = excluded.updated_at",

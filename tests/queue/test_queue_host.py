@@ -228,6 +228,24 @@ async def test_deleting_the_session_cascades_its_entries(tmp_path) -> None:
             assert info.value.data_code == "SESSION_NOT_FOUND"
 
 
+async def test_a_recreated_session_id_starts_held_with_an_empty_queue(tmp_path) -> None:
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c:
+            sid = "same-id"
+            old = await c.call("session.create", {"sessionId": sid, "title": "one"})
+            await push(c, sid, "a", idempotencyKey="k1")
+            await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
+            await c.call("session.delete", {"sessionId": sid})
+            new = await c.call("session.create", {"sessionId": sid, "title": "two"})
+            # The ledger and the controller slot are tied to the session's createdAt (ms), and
+            # five durable round trips separate the two creates.
+            assert new["createdAt"] != old["createdAt"]
+            state = await listing(c, sid)
+            assert state["entries"] == [] and state["held"] is True
+            fresh = await push(c, sid, "a", idempotencyKey="k1")
+            assert fresh["replayed"] is False and fresh["entry"]["position"] == 1
+
+
 async def test_unknown_session_is_session_not_found(tmp_path) -> None:
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:

@@ -9,7 +9,15 @@ import orjson
 import pytest
 
 from store import queue
-from store.errors import Conflict, CorruptData, IdempotencyConflict, InvalidInput, LimitExceeded, NotFound
+from store.errors import (
+    Conflict,
+    CorruptData,
+    IdempotencyConflict,
+    InvalidInput,
+    LimitExceeded,
+    NotFound,
+    SessionNotFound,
+)
 from store.faults import Faults, InjectedFault
 from tests.queue.conftest import NOW_MS
 
@@ -233,7 +241,26 @@ def test_deleting_the_session_cascades_its_entries(db: sqlite3.Connection) -> No
     assert db.execute("SELECT count(*) FROM turn_queue WHERE session_id = 's1'").fetchone()[0] == 0
     assert [e.content for e in queue.list_entries(db, "s2")] == ["b"]
     queue.forget_session(db, "s1")
-    assert queue.load(db, "s1").high_water == 0
+    assert db.execute("SELECT count(*) FROM kv WHERE ns = 'queue' AND key = 's1'").fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM kv WHERE ns = 'queue' AND key = 's2'").fetchone()[0] == 1
+
+
+def test_a_recreated_session_id_does_not_inherit_the_old_ledger(db: sqlite3.Connection) -> None:
+    push(db, content="a", key="k1")
+    push(db, content="b")
+    queue.take(db, "s1", now_ms=NOW_MS)
+    db.execute("DELETE FROM sessions WHERE id = 's1'")  # the kv ledger stays behind (no FK)
+    db.execute("INSERT INTO sessions(id, title, created_at, updated_at) VALUES ('s1', 'again', ?, ?)",
+               (NOW_MS + 1, NOW_MS + 1))
+    fresh = push(db, content="a", key="k1")
+    assert not fresh.plan.replayed and fresh.plan.entry is not None and fresh.plan.entry.position == 1
+
+
+def test_unknown_session_is_refused_before_any_write(db: sqlite3.Connection) -> None:
+    before = db.total_changes
+    with pytest.raises(SessionNotFound):
+        push(db, "ghost")
+    assert db.total_changes == before
 
 
 def test_unreadable_ledger_is_corrupt_data(db: sqlite3.Connection) -> None:
