@@ -246,6 +246,22 @@ async def test_a_recreated_session_id_starts_held_with_an_empty_queue(tmp_path) 
             assert fresh["replayed"] is False and fresh["entry"]["position"] == 1
 
 
+async def test_a_failed_push_leaves_neither_entry_nor_receipt(tmp_path) -> None:
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await new_session(c)
+            host.faults.add("queue.after_apply", nth=1, action="raise")
+            with pytest.raises(RpcError):
+                await push(c, sid, "a", submissionId="sub-1", idempotencyKey="k1")
+            assert await contents(c, sid) == []
+            receipts = await host.api.reads.run(
+                lambda conn: conn.execute("SELECT count(*) FROM command_receipts").fetchone()[0])
+            assert receipts == 0
+            retry = await push(c, sid, "a", submissionId="sub-1", idempotencyKey="k1")
+            assert retry["replayed"] is False and retry["entry"]["position"] == 1
+            assert await contents(c, sid) == ["a"]
+
+
 async def test_unknown_session_is_session_not_found(tmp_path) -> None:
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
