@@ -1,0 +1,76 @@
+"""Every rewrite survives SIGKILL at every step (subprocess host + RT_CRASHPOINT).
+
+One scenario runs three rewrites in order (truncateFrom, activateRevision,
+replaceMessages); arming a crash point at hit N kills the host inside the Nth
+rewrite. After a reboot the transcript is wholly the old or wholly the new
+one, and the index (rows, search text, compactions, revision rows) matches it.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+import trio
+
+from runtime.client import open_client
+from tests.hostkit import client_for, inprocess_host, msg, start_host_process
+from tests.revisions.helpers import assert_index_matches_file, file_message_ids, full, ids, query
+
+POINTS = ["rewrite.after_tmp_write", "rewrite.after_tmp_fsync", "rewrite.after_rename",
+          "rewrite.before_dirsync", "rewrite.before_reindex"]
+SID = "crash-s1"
+
+# (ids before, ids after) for rewrite #1, #2, #3 of the scenario below
+STATES = [
+    (["u1", "a1", "u2", "a2"], ["u1", "a1", "u2"]),
+    (["u1", "a1", "u2", "a2b"], ["u1", "a1", "u2", "a2"]),
+    (["u1", "a1", "u2", "a2"], ["u1", "a1"]),
+]
+
+
+async def _scenario(c) -> None:
+    await c.call("session.create", {"sessionId": SID, "title": "crash"})
+    for mid, role in (("u1", "user"), ("a1", "assistant"), ("u2", "user"), ("a2", "assistant")):
+        await c.call("session.appendMessage", {"sessionId": SID, "message": msg(mid, f"text {mid}", role=role)})
+    await c.call("session.appendCompaction", {"sessionId": SID, "compaction": {
+        "id": "c1", "summary": "s", "throughMessageId": "a1", "tokensBefore": 1}})
+    await c.call("session.saveActiveRevision", {"sessionId": SID, "rootUserId": "u2"})
+    await c.call("session.truncateFrom", {"sessionId": SID, "messageId": "a2", "mode": "regenerate"})
+    await c.call("session.appendMessage", {"sessionId": SID, "message": msg("a2b", "text a2b", role="assistant")})
+    await c.call("session.saveActiveRevision", {"sessionId": SID, "rootUserId": "u2"})
+    await c.call("session.activateRevision", {"sessionId": SID, "rootUserId": "u2", "revisionIndex": 1})
+    await c.call("session.replaceMessages", {"sessionId": SID, "messages": [
+        msg("u1", "text u1"), msg("a1", "text a1", role="assistant")]})
+
+
+@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("nth", [1, 2, 3])
+async def test_sigkill_during_rewrite(tmp_path, point, nth):
+    proc = start_host_process(tmp_path, env={"RT_CRASHPOINT": f"{point}:{nth}:kill"})
+    try:
+        with trio.fail_after(30):
+            with pytest.raises(Exception):  # the host dies under the call
+                async with open_client(proc.url, proc.token, client_id="crash") as c:
+                    await _scenario(c)
+        assert proc.proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        proc.kill9()
+        proc.proc.communicate()  # closes the pipes
+    before, after = STATES[nth - 1]
+    on_disk = file_message_ids(tmp_path, SID)
+    assert on_disk in (before, after)  # wholly old or wholly new
+    if point in ("rewrite.after_rename", "rewrite.before_dirsync", "rewrite.before_reindex"):
+        assert on_disk == after
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            got = await full(c, SID)
+            assert ids(got) == on_disk
+            assert [x["id"] for x in got["compactions"]] == ["c1"]
+            revs = (await c.call("session.listRevisions", {"sessionId": SID}))["revisions"]
+            stamps = {m["id"]: (m.get("meta") or {}).get("activeRevision") for m in got["messages"]}
+            for r in revs:
+                assert r["isActive"] == (stamps.get("u2") == r["revisionIndex"]), (r, stamps)
+    assert_index_matches_file(tmp_path, SID)
+    fts = query(tmp_path, "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'text'")[0][0]
+    assert fts == len(on_disk)
