@@ -87,6 +87,7 @@ def test_notification_kinds_and_at_most_one_per_turn(conn):
 
 
 def test_newest_200_cap_after_every_insert(conn):
+    conn.execute("BEGIN")  # one commit: the test is about the in-transaction prune
     for i in range(205):
         start(conn, f"t{i}")
         end(conn, f"t{i}", now=NOW + i)
@@ -102,12 +103,14 @@ def test_cap_is_repaired_at_boot_and_survives_restart(tmp_path):
     data = DataDir(tmp_path)
     data.ensure()
     conn = open_db(tmp_path)
+    conn.execute("BEGIN")
     conn.execute("INSERT INTO sessions(id, created_at, updated_at) VALUES ('s1', 1, 1)")
     for i in range(230):  # e.g. rows written by an older build without the cap
         conn.execute("INSERT INTO turns(id, session_id, status, started_at) VALUES (?, 's1', 'completed', 1)",
                      (f"t{i}",))
         conn.execute("INSERT INTO notifications(id, kind, session_id, session_title, turn_id, created_at) "
                      "VALUES (?, 'task.completed', 's1', '', ?, ?)", (f"n{i:03d}", f"t{i}", NOW + i))
+    conn.execute("COMMIT")
     conn.close()
     boot = run_boot(data, faults=NO_FAULTS, now_ms=lambda: NOW + 1000)
     assert boot.report["retention"]["notificationsPruned"] == 30
