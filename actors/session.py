@@ -37,6 +37,7 @@ from actors.session_msgs import (
 from runtime.actor import Actor, Envelope
 from runtime.datadir import DataDir
 from store import index
+from store.compaction import normalize_on_read
 from store.errors import (
     Conflict,
     InvalidInput,
@@ -609,7 +610,7 @@ class SessionActor(Actor):
                 rec.setdefault("turnId", r[5])
             bypass = target_pos is not None and r[0] - 1 == target_pos and rec.get("role") in ("user", "assistant")
             messages.append(rec if bypass else cap_content(rec, req.content_limit))
-        compactions = [wire_record(_safe_loads(b)) for b in blobs[len(rows):]]
+        compactions = [wire_record(normalize_on_read(_safe_loads(b))) for b in blobs[len(rows):]]
         result: dict[str, Any] = {
             "session": index.public_session(row),
             "messages": messages,

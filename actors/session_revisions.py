@@ -28,7 +28,7 @@ from store.compaction import normalize_compaction, normalize_on_read
 from store.errors import Conflict, CorruptData, InvalidInput, MessageNotFound, NotFound
 from store.fsutil import remove_file_durable
 from store.jsonio import dumps_line, loads_line
-from store.records import normalize_message, receipt_of, wire_record, with_receipt
+from store.records import normalize_message, receipt_of, rfc3339_to_ms, wire_record, with_receipt
 from store.revisions import (
     append_revision_lines,
     family_of,
@@ -256,7 +256,8 @@ async def _save(actor: SessionActor, req: Custom) -> Any:
         actor.needs_catchup = True
         raise
     if item is not None:
-        ref = index.message_ref(sid, pos + 1, stamped_rec, None)
+        ref = {**index.message_ref(sid, pos + 1, stamped_rec, None),
+               "createdAt": rfc3339_to_ms(stamped_rec.get("createdAt"), now)}
         actor.publish("session.message", {"message": ref, "record": wire_record(stamped_rec), "replaced": True})
     return result
 

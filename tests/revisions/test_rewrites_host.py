@@ -181,3 +181,43 @@ async def test_receipts_make_rewrites_idempotent(tmp_path):
             with pytest.raises(RpcError) as err:
                 await c.call("session.truncateFrom", {**p, "messageId": "u1"})
             assert err.value.data_code == "IDEMPOTENCY_CONFLICT"
+
+
+async def test_results_match_the_wire_models(tmp_path):
+    from protocol.methods import METHODS
+
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            calls = [
+                ("session.appendCompaction", {"sessionId": sid, "compaction": cp("c1", "a1")}),
+                ("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"}),
+                ("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"}),
+                ("session.appendMessage", {"sessionId": sid, "message": msg("a1b", "b", role="assistant")}),
+                ("session.listRevisions", {"sessionId": sid}),
+                ("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 1}),
+                ("session.replaceMessages", {"sessionId": sid, "messages": [msg("u1", "q")]}),
+            ]
+            for method, params in calls:
+                result = await c.call(method, params)
+                if method.startswith("session.appendMessage"):
+                    continue  # not this feature's method
+                METHODS[method].result_model.model_validate(result)
+
+
+async def test_legacy_compaction_line_is_normalized_on_read(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+    legacy = (b'{"type":"compaction","id":"old","summary":"s","throughMessageId":"a1","tokensBefore":1,'
+              b'"retainedTail":[{"id":"u1","role":"user","blocks":[]},{"id":"a1","role":"assistant","blocks":[]}]}\n')
+    with open(transcript_path(tmp_path, sid), "ab") as fh:
+        fh.write(legacy)
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            got = await full(c, sid)
+            (comp,) = got["compactions"]
+            assert [m["id"] for m in comp["retainedTail"]] == ["u1"]
+            assert comp["details"]["retainedTailMode"] == "active_turn"
