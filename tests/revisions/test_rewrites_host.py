@@ -221,3 +221,24 @@ async def test_legacy_compaction_line_is_normalized_on_read(tmp_path):
             (comp,) = got["compactions"]
             assert [m["id"] for m in comp["retainedTail"]] == ["u1"]
             assert comp["details"]["retainedTailMode"] == "active_turn"
+
+
+async def test_failure_between_rewrite_and_reindex_heals_on_next_request(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await turn(c, sid, "u2", "a2")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u2"})
+            host.faults.add("rewrite.before_reindex", nth=1, action="raise")
+            with pytest.raises(RpcError):
+                await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a2", "mode": "regenerate"})
+            got = await full(c, sid)
+            assert ids(got) == ["u1", "a1", "u2"]
+            assert_index_matches_file(tmp_path, sid)
+            revs = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+            assert [(x["revisionIndex"], x["isActive"]) for x in revs] == [(1, False)]
+            a = await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a2b", "x", role="assistant")})
+            assert a["message"]["seq"] == 4
+            r = await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u2"})
+            assert r["revision"]["revisionIndex"] == 2
