@@ -70,6 +70,10 @@ async def save_inflight(actor: SessionActor, req: Custom) -> Any:
     rec = normalize_message(p["message"], now_ms=actor.now(), turn_id=turn_id)
     if rec.get("role") != "assistant":
         raise InvalidInput("only an assistant reply can be checkpointed", data={"field": "message.role"})
+    owner = (await actor.read(index.lookup_ids, [rec["id"]])).get(rec["id"])
+    if owner is not None and owner[0] != actor.sid:
+        # the append path remaps an id owned by another session (D444); the checkpoint follows it
+        rec = {**rec, "id": inflight.remapped_id(actor.sid, rec["id"])}
     state = await indexed_state(actor, rec["id"])
     result: dict[str, Any]
     if state == "settled":

@@ -154,6 +154,11 @@ def indexed_state(conn: sqlite3.Connection, session_id: str, transcript: Path, m
     return line_state(blob)
 
 
+def remapped_id(session_id: str, message_id: str) -> str:
+    """The id the append path gives a message whose id another session owns (D444)."""
+    return f"{session_id}:{message_id}"
+
+
 def promoted_record(cp: Checkpoint, *, turn_completed: bool) -> dict[str, Any]:
     """The transcript record a leftover checkpoint becomes (complete or aborted)."""
     msg = dict(cp.message)
@@ -224,6 +229,10 @@ def _settle(conn: sqlite3.Connection, sid: str, path: Path, quarantine_dir: Path
     if cp.session_id != sid or not exists or not transcript.exists():
         report["quarantined"].append(_quarantine(path, quarantine_dir, now_ms))
         return
+    owner = index.lookup_ids(conn, [cp.message_id]).get(cp.message_id)
+    if owner is not None and owner[0] != sid:
+        cp = Checkpoint(cp.session_id, cp.turn_id, cp.saved_at,
+                        {**cp.message, "id": remapped_id(sid, cp.message_id)})
     if indexed_state(conn, sid, transcript, cp.message_id) == "settled":
         remove_checkpoint(path)  # the final row landed; the checkpoint is stale
         report["removed"] += 1

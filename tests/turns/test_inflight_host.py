@@ -213,3 +213,19 @@ async def test_duplicate_terminal_snapshot_cannot_overwrite_settled_result(tmp_p
             got = await c.call("session.get", {"sessionId": sid})
             assert got["messages"][1]["blocks"][0]["text"] == "settled"
             assert index_row(tmp_path, "a1")[2] == "settled"
+
+
+async def test_checkpoint_follows_the_cross_session_id_remap(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            first = await setup(c)
+            await c.call("session.appendMessage", {"sessionId": first, "turnId": "t1",
+                                                   "message": assistant("a1", "done")})
+            second = await new_session(c)
+            await start(c, second, "t2")
+            assert await save(c, second, "t2", assistant("a1", "partial")) == {"saved": True}
+            assert json.loads(ckpt(tmp_path, second).read_bytes())["message"]["id"] == f"{second}:a1"
+            r = await c.call("session.appendMessage", {"sessionId": second, "turnId": "t2",
+                                                       "message": assistant("a1", "final")})
+            assert r["message"]["id"] == f"{second}:a1"
+            assert not ckpt(tmp_path, second).exists()
