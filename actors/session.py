@@ -537,7 +537,7 @@ class SessionActor(Actor):
                 outcomes[i] = result
             await self.after_append([rec for _, rec, _ in written])
         if replays:
-            rows = await self.read(index.lookup_ids, [m for _, m in replays])
+            rows = await self.read(index.message_refs, [m for _, m in replays])
             for i, mid in replays:
                 if outcomes[i] is not None:
                     continue
@@ -545,9 +545,7 @@ class SessionActor(Actor):
                 if found is None:
                     outcomes[i] = MessageNotFound(f"message {mid} vanished during append")
                     continue
-                turn = await self.read(_turn_of, mid)
-                outcomes[i] = {"message": {"id": mid, "sessionId": self.sid, "seq": found[1], "turnId": turn,
-                                           "role": None, "createdAt": None}, "replayed": True}
+                outcomes[i] = {"message": found, "replayed": True}
         if refs:
             self.row = await self.read(index.session_row, self.sid)
             for ref, (_, rec, _) in zip(refs, written):
@@ -656,11 +654,6 @@ def _safe_loads(blob: bytes) -> dict[str, Any]:
         return loads_line(blob)
     except ValueError:
         return {"type": "message", "id": None, "corrupt": True}
-
-
-def _turn_of(conn: Any, mid: str) -> str | None:
-    row = conn.execute("SELECT turn_id FROM messages WHERE id = ?", (mid,)).fetchone()
-    return row[0] if row else None
 
 
 def _window_query(conn: Any, sid: str, start: int, end: int) -> tuple[list[Any], list[Any]]:

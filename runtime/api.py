@@ -12,8 +12,11 @@ import base64
 import time
 from typing import Any, Awaitable, Callable, Mapping
 
+import logging
+
 import orjson
 import trio
+from pydantic import ValidationError
 
 from actors.db_reader import ReadPool
 from actors.events import EventBus
@@ -31,7 +34,8 @@ from actors.session_msgs import (
     UpdateSession,
 )
 from protocol.errors import MethodNotFound
-from protocol.methods import METHODS, parse_params
+from runtime.actor import InternalBug
+from protocol.methods import METHODS, dump_result, parse_params
 from store import index
 from store.errors import InvalidInput
 from store.ids import new_id
@@ -39,6 +43,8 @@ from store.ids import new_id
 Handler = Callable[[dict[str, Any], Mapping[str, Any], CallContext, Any], Awaitable[Any]]
 
 VERSION = "0.1.0"
+
+log = logging.getLogger("pi_host")
 
 
 def encode_cursor(value: Any) -> str:
@@ -105,7 +111,7 @@ class HostApi:
     ) -> Any:
         handler = self.handlers.get(method)
         if handler is None or method not in METHODS:
-            raise MethodNotFound(f"method not found: {method}")
+            raise MethodNotFound(method)
         raw = params if params is not None else {}
         model = parse_params(method, raw)
         p = model.model_dump(by_alias=True, exclude_none=True)
@@ -115,7 +121,13 @@ class HostApi:
         # Ordering point: from here to the actor's mailbox nothing yields, so
         # requests are enqueued in the order they arrived.
         task_status.started()
-        return await handler(p, raw if isinstance(raw, Mapping) else {}, ctx, model)
+        result = await handler(p, raw if isinstance(raw, Mapping) else {}, ctx, model)
+        try:
+            return dump_result(method, result)
+        except ValidationError as exc:
+            # Our own answer does not fit the documented model: a host bug, not bad params.
+            log.error("result of %s does not match its model: %s", method, exc)
+            raise InternalBug(f"result of {method} does not match the protocol model") from None
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
@@ -208,7 +220,7 @@ class HostApi:
 
     async def _settings_set(self, p: Mapping[str, Any], raw: Mapping[str, Any], ctx: CallContext, _m: Any) -> Any:
         ns, key = p.get("ns", "app"), p["key"]
-        value = raw.get("value")
+        value = raw.get("value") if isinstance(raw, Mapping) else None
         receipt = self.receipt("settings.set", p, raw, ctx)
         now = self.now_ms()
         result = {"ns": ns, "key": key, "value": value, "updatedAt": now}

@@ -85,6 +85,7 @@ def run_boot(
     now_ms: Callable[[], int],
     audit_retention_days: int = 90,
     inflight_sweep: InflightSweep | None = None,
+    clean_shutdown: bool | None = None,
 ) -> BootResult:
     from actors.session import finish_delete  # the same delete tail the actor runs
 
@@ -94,7 +95,7 @@ def run_boot(
     conn, open_report = open_writer(
         data_dir.db_path, quarantine_dir=data_dir.quarantine_dir, now_ms=now_ms(), faults=faults
     )
-    report["database"] = _as_dict(open_report)
+    report["database"] = open_report.to_dict()
     now = now_ms()
     # 1. maintenance transaction: the fence, retention, notification cap
     conn.execute("BEGIN IMMEDIATE")
@@ -159,7 +160,15 @@ def run_boot(
                 shutil.rmtree(root / name, ignore_errors=True)
                 swept += 1
     report["scratchSwept"] = swept
-    report["durationMs"] = round((time.perf_counter() - t0) * 1000, 2)
+    report["durationMs"] = int((time.perf_counter() - t0) * 1000)
+    # Summary figures (protocol BootReport); the detailed sections stay alongside.
+    report["cleanShutdown"] = clean_shutdown
+    report["sessionsScanned"] = sum(reconciled[k] for k in ("clean", "tail", "full", "missing"))
+    report["indexRowsAdded"] = reconciled["indexedMessages"]
+    report["indexRowsRemoved"] = reconciled["removedRows"]
+    report["inflightPromoted"] = int((report.get("inflight") or {}).get("promoted", 0))
+    report["turnsAborted"] = len(report["fence"]["abortedTurns"])
+    report["dbRebuilt"] = bool(open_report.rebuilt)
     conn.execute("BEGIN IMMEDIATE")
     conn.execute(
         "INSERT INTO boot_reports(boot_id, started_at, report_json) VALUES (?, ?, ?)",
@@ -169,12 +178,3 @@ def run_boot(
                  "(SELECT boot_id FROM boot_reports ORDER BY started_at DESC LIMIT 50)")
     conn.execute("COMMIT")
     return BootResult(conn=conn, boot_id=boot_id, report=report)
-
-
-def _as_dict(obj: Any) -> dict[str, Any]:
-    if hasattr(obj, "__dataclass_fields__"):
-        from dataclasses import asdict
-
-        return {k: (str(v) if not isinstance(v, (int, float, bool, str, type(None), list)) else v)
-                for k, v in asdict(obj).items()}
-    return {"value": str(obj)}

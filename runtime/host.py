@@ -74,12 +74,13 @@ async def run_host(
     lock.acquire()
     faults = Faults.parse(config.faults_spec or os.environ.get("RT_CRASHPOINT"))
     try:
+        clean = await trio.to_thread.run_sync(data_dir.clean_shutdown_path.exists)
         await trio.to_thread.run_sync(remove_file_durable, data_dir.clean_shutdown_path)
         token = await trio.to_thread.run_sync(load_or_create_token, data_dir)
         boot = await trio.to_thread.run_sync(
             lambda: run_boot(data_dir, faults=faults, now_ms=now_ms,
                              audit_retention_days=config.audit_retention_days,
-                             inflight_sweep=inflight_boot_sweep)
+                             inflight_sweep=inflight_boot_sweep, clean_shutdown=clean)
         )
         log.info("boot finished", extra={"report": boot.report})
         reads = ReadPool(data_dir.db_path, size=config.read_pool_size)

@@ -240,8 +240,22 @@ def message_ref(session_id: str, seq: int, record: Mapping[str, Any], turn_id: s
         "seq": seq,
         "turnId": turn_id,
         "role": record.get("role"),
-        "createdAt": record.get("createdAt"),
+        "createdAt": rfc3339_to_ms(record.get("createdAt"), 0),
     }
+
+
+def message_refs(conn: sqlite3.Connection, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """MessageRefs for ids already in the index (idempotent replays)."""
+    out: dict[str, dict[str, Any]] = {}
+    id_list = list(dict.fromkeys(ids))
+    for start in range(0, len(id_list), 500):
+        chunk = id_list[start : start + 500]
+        marks = ",".join("?" for _ in chunk)
+        for mid, sid, seq, turn, role, created in conn.execute(
+            f"SELECT id, session_id, seq, turn_id, role, created_at FROM messages WHERE id IN ({marks})", chunk
+        ):
+            out[mid] = {"id": mid, "sessionId": sid, "seq": seq, "turnId": turn, "role": role, "createdAt": created}
+    return out
 
 
 def index_messages(
