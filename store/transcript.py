@@ -13,6 +13,11 @@ Durability protocol (RELIABILITY.md §2):
 * open for append: repair the tail first, quarantining torn bytes in
   ``<name>.torn-<ms>`` so the next append never lands on garbage;
 * rewrite: :func:`store.fsutil.atomic_write` (old or new file, never a mix).
+
+Fault points: ``create.after_write``, ``create.before_dirsync``,
+``repair.after_quarantine``, ``append.before_write``, ``append.after_write``,
+``append.after_fsync``, ``rewrite.after_tmp_write``, ``rewrite.after_tmp_fsync``,
+``rewrite.after_rename``, ``rewrite.before_dirsync``.
 """
 
 from __future__ import annotations
