@@ -229,3 +229,21 @@ async def test_checkpoint_follows_the_cross_session_id_remap(tmp_path):
                                                        "message": assistant("a1", "final")})
             assert r["message"]["id"] == f"{second}:a1"
             assert not ckpt(tmp_path, second).exists()
+
+
+async def test_failed_checkpoint_write_leaves_the_previous_checkpoint(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await setup(c)
+            await save(c, sid, "t1", assistant("a1", "version one"))
+            host.faults.add("inflight.after_tmp_fsync", nth=host.faults.hits("inflight.after_tmp_fsync") + 1,
+                            action="eio")
+            err = await rpc_error(save(c, sid, "t1", assistant("a1", "version two")))
+            host.faults.clear()
+            assert err.data_code == "IO_ERROR"
+            body = json.loads(ckpt(tmp_path, sid).read_bytes())
+            assert body["message"]["blocks"][0]["text"] == "version one"
+            assert [n for n in os.listdir(tmp_path / "sessions") if ".tmp." in n] == []
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
+                                                   "message": assistant("a1", "final")})
+            assert not ckpt(tmp_path, sid).exists()

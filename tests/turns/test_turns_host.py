@@ -185,3 +185,30 @@ async def test_notification_cascade_on_session_delete(tmp_path):
             await c.call("session.delete", {"sessionId": gone})
             listed = await c.call("notifications.list", {})
             assert [n["turnId"] for n in listed["notifications"]] == ["tk"]
+
+
+async def test_turn_update_and_notification_commit_together(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await new_session(c)
+            await start(c, sid, "t1")
+            host.faults.add("index.before_commit", nth=1, action="raise")
+            await rpc_error(end(c, sid, "t1"))
+            host.faults.clear()
+            listed = await c.call("notifications.list", {})
+            assert listed["notifications"] == [] and listed["unreadCount"] == 0
+            retry = await end(c, sid, "t1")  # the turn was still running: nothing half-applied
+            assert retry["turn"]["status"] == "completed" and retry["notification"]["turnId"] == "t1"
+            assert len((await c.call("notifications.list", {}))["notifications"]) == 1
+
+
+async def test_end_turn_receipt_replays_the_original_response(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await new_session(c)
+            await start(c, sid, "t1")
+            params = {"sessionId": sid, "turnId": "t1", "status": "completed", "submissionId": "end-1"}
+            first = await c.call("session.endTurn", params)
+            second = await c.call("session.endTurn", params)
+            assert second == first and first["notification"]["turnId"] == "t1"
+            assert len((await c.call("notifications.list", {}))["notifications"]) == 1
