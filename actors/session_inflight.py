@@ -83,7 +83,8 @@ async def save_inflight(actor: SessionActor, req: Custom) -> Any:
     else:
         path = actor.deps.data_dir.inflight(actor.sid)
         actor.feature_state[_KEY] = _UNKNOWN  # unknown until the replace is known to have happened
-        await actor.io(lambda: inflight.write_checkpoint(path, actor.sid, turn_id, actor.now(), rec,
+        saved_at = actor.now()
+        await actor.io(lambda: inflight.write_checkpoint(path, actor.sid, turn_id, saved_at, rec,
                                                          faults=actor.deps.faults))
         actor.feature_state[_KEY] = rec["id"]
         result = {"saved": True}
