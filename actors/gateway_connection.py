@@ -136,7 +136,7 @@ def _params_size(params: Any) -> int:
 def _decode(message: str) -> Any:
     """Decode one text frame; every failure is a PARSE_ERROR."""
     try:
-        return loads_strict(message)
+        return loads_strict(message, max_int_digits=18)  # every accepted int must fit the int64 transcript encoder
     except InvalidInput:
         raise
     except (ValueError, RecursionError, TypeError) as exc:

@@ -35,7 +35,7 @@ from actors.session_msgs import (
 )
 from protocol.errors import MethodNotFound
 from runtime.actor import InternalBug
-from protocol.methods import METHODS, dump_result, parse_params
+from protocol.methods import METHODS, parse_params
 from store import index
 from store.errors import InvalidInput
 from store.ids import new_id
@@ -75,7 +75,12 @@ class HostApi:
         boot_id: str,
         now_ms: Callable[[], int],
         extra_handlers: Mapping[str, Handler] | None = None,
+        validate_results: bool = False,
     ) -> None:
+        # Tests run with validate_results=True: every answer is checked against its
+        # documented result model. The wire carries the handler's answer as is
+        # (transcript records stay byte-for-byte what was stored).
+        self.validate_results = validate_results
         self.registry = registry
         self.reads = reads
         self.db = db
@@ -122,8 +127,11 @@ class HostApi:
         # requests are enqueued in the order they arrived.
         task_status.started()
         result = await handler(p, raw if isinstance(raw, Mapping) else {}, ctx, model)
+        if not self.validate_results:
+            return result
         try:
-            return dump_result(method, result)
+            METHODS[method].result_model.model_validate(result)
+            return result
         except ValidationError as exc:
             # Our own answer does not fit the documented model: a host bug, not bad params.
             log.error("result of %s does not match its model: %s", method, exc)

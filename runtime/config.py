@@ -31,3 +31,4 @@ class HostConfig:
     max_frame_bytes: int = 16 * 1024 * 1024
     max_params_bytes: int = 8 * 1024 * 1024
     log_to_stderr: bool = True
+    validate_results: bool = False  # check every result against its protocol model (tests)

@@ -136,7 +136,7 @@ async def run_host(
                     }
 
                 api = HostApi(registry=registry, reads=reads, db=db, bus=bus, status=status,
-                              boot_id=boot.boot_id, now_ms=now_ms,
+                              boot_id=boot.boot_id, now_ms=now_ms, validate_results=config.validate_results,
                               extra_handlers=feature_methods(registry=registry, reads=reads, db=db, bus=bus,
                                                              now_ms=now_ms, data_dir=data_dir))
                 gw_config = GatewayConfig(

@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_config(root: Path, **overrides: Any) -> HostConfig:
-    cfg = HostConfig(data_dir=DataDir(root), port=0, session_idle_timeout=60.0, ask_timeout=30.0)
+    cfg = HostConfig(data_dir=DataDir(root), port=0, session_idle_timeout=60.0, ask_timeout=30.0,
+                     validate_results=True)
     return replace(cfg, **overrides)
 
 
