@@ -12,8 +12,8 @@ How SQL finds the matches (every path returns exactly the predicate's set):
 
 * ≥ 3 characters, all ASCII or caseless (CJK, digits, punctuation): the
   trigram index ``messages_fts`` with a quoted literal phrase gives candidates,
-  each verified in SQL with ``instr(lower(text), folded)`` (SQLite's ``lower``
-  is ASCII-only, exact for such queries) and, for the few texts holding ``İ``
+  each verified in SQL with ``text LIKE '%folded%'`` (escaped; SQLite's LIKE
+  folds ASCII case only, which is exact for such queries) and, for the few texts holding ``İ``
   or ``K`` (the only non-ASCII characters that lower to ASCII), with the
   Python predicate.
 * Shorter queries: the same verification as a scan over ``messages.text``.
@@ -39,7 +39,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import InvalidInput, SessionNotFound
 from .ids import validate_session_id
@@ -94,7 +94,8 @@ def _match_sql(column: str, plan: QueryPlan) -> str:
         return f"{_FOLD_FN}({column}, :fq)"
     if not plan.needs_lower:
         return f"instr({column}, :fq) > 0"
-    expr = f"instr(lower({column}), :fq) > 0"
+    # LIKE folds ASCII case only, exactly like lower(), without copying the text.
+    expr = f"{column} LIKE :like ESCAPE '\\'"
     if plan.hazard_chars:
         has = " OR ".join(f"instr({column}, :hz{i}) > 0" for i in range(len(plan.hazard_chars)))
         expr = f"({expr} OR (({has}) AND {_FOLD_FN}({column}, :fq)))"
@@ -102,7 +103,8 @@ def _match_sql(column: str, plan: QueryPlan) -> str:
 
 
 def _params(plan: QueryPlan) -> dict[str, Any]:
-    params: dict[str, Any] = {"fq": plan.folded, "fts": plan.fts}
+    like = plan.folded.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    params: dict[str, Any] = {"fq": plan.folded, "fts": plan.fts, "like": f"%{like}%"}
     for i, ch in enumerate(plan.hazard_chars):
         params[f"hz{i}"] = ch
     return params
@@ -149,75 +151,141 @@ def search_sessions(
     params = _params(plan)
     source = f"{_FTS_CANDIDATES} AND " if plan.fts else ""
     with _read_snapshot(conn):
+        # NOT INDEXED: a scan must read the table in rowid order, not walk the
+        # (session_id, seq) index and look every row up; rowid lookups of FTS
+        # candidates are still allowed.
         counts: dict[str, int] = dict(
             conn.execute(
-                f"SELECT m.session_id, count(*) FROM messages AS m "
+                f"SELECT m.session_id, count(*) FROM messages AS m NOT INDEXED "
                 f"WHERE {source}{_LIVE_MESSAGE} AND {_match_sql('m.text', plan)} "
                 "GROUP BY m.session_id",
                 params,
             ).fetchall()
         )
-        sessions = conn.execute(
-            f"SELECT s.id, s.title, s.updated_at, p.path, {_match_sql('s.title', plan)}, "
+        rows = conn.execute(
+            f"SELECT s.id, s.title, s.updated_at, s.last_seq, p.path, {_match_sql('s.title', plan)}, "
             f"({_match_sql('p.path', plan)}) OR ({_match_sql('p.name', plan)}) "
             "FROM sessions AS s LEFT JOIN projects AS p ON p.id = s.project_id "
             "WHERE s.deleted_at IS NULL",
             params,
         ).fetchall()
         matched = [
-            (int(updated), sid, title, path, bool(tm), bool(pm), counts.get(sid, 0))
-            for sid, title, updated, path, tm, pm in sessions
+            _SessionHit(int(updated), sid, title, path, bool(tm), bool(pm), counts.get(sid, 0), int(last_seq))
+            for sid, title, updated, last_seq, path, tm, pm in rows
             if tm or pm or counts.get(sid, 0) > 0
         ]
-        matched.sort(key=lambda e: (e[0], e[1]), reverse=True)
+        matched.sort(key=lambda h: (h.updated_at, h.session_id), reverse=True)
         remaining = matched
         if after is not None:
             key = (after[0], after[1])
-            remaining = [e for e in matched if (e[0], e[1]) < key]
+            remaining = [h for h in matched if (h.updated_at, h.session_id) < key]
         page = remaining[:limit]
-        results = []
-        for updated, sid, title, path, tm, pm, n in page:
-            snippets = (
-                _session_snippets(conn, sid, plan, params, snippets_per_session)
-                if n > 0 and snippets_per_session > 0
-                else []
-            )
-            results.append(
-                {
-                    "sessionId": sid,
-                    "title": title,
-                    "projectPath": path,
-                    "titleMatch": tm,
-                    "projectMatch": pm,
-                    "messageMatches": n,
-                    "snippets": snippets,
-                }
-            )
+        snippets = _page_snippets(
+            conn, page, plan, params, snippets_per_session, sum(h.message_matches for h in matched)
+        )
+    results = [
+        {
+            "sessionId": h.session_id,
+            "title": h.title,
+            "projectPath": h.project_path,
+            "titleMatch": h.title_match,
+            "projectMatch": h.project_match,
+            "messageMatches": h.message_matches,
+            "snippets": snippets.get(h.session_id, []),
+        }
+        for h in page
+    ]
     next_cursor = None
     if len(remaining) > limit:
         last = page[-1]
-        next_cursor = encode_cursor("sessions", fingerprint, [last[0], last[1]])
+        next_cursor = encode_cursor("sessions", fingerprint, [last.updated_at, last.session_id])
     return {
         "results": results,
         "totalSessions": len(matched),
-        "totalMessageMatches": sum(e[6] for e in matched),
+        "totalMessageMatches": sum(h.message_matches for h in matched),
         "nextCursor": next_cursor,
     }
 
 
-def _session_snippets(
-    conn: sqlite3.Connection, session_id: str, plan: QueryPlan, params: dict[str, Any], n: int
-) -> list[dict[str, Any]]:
-    rows = conn.execute(
-        f"SELECT m.id, m.role, m.seq, m.text FROM messages AS m "
-        f"WHERE m.session_id = :sid AND {_LIVE_MESSAGE} AND {_match_sql('m.text', plan)} "
-        "ORDER BY m.seq LIMIT :n",
-        {**params, "sid": session_id, "n": n},
-    ).fetchall()
-    return [
-        {"messageId": mid, "role": role, "seq": seq, "snippet": snippet(text, plan.query, width=SNIPPET_WIDTH)}
-        for mid, role, seq, text in rows
-    ]
+class _SessionHit(NamedTuple):
+    updated_at: int
+    session_id: str
+    title: str
+    project_path: str | None
+    title_match: bool
+    project_match: bool
+    message_matches: int
+    last_seq: int
+
+
+# Relative cost of one trigram candidate in the shared snippet pass, against one
+# row of a per-session ordered scan (both are a row lookup plus a LIKE).
+_FTS_PASS_COST_PER_MATCH = 1.0
+
+
+def _page_snippets(
+    conn: sqlite3.Connection,
+    page: list[_SessionHit],
+    plan: QueryPlan,
+    params: dict[str, Any],
+    n: int,
+    total_matches: int,
+) -> dict[str, list[dict[str, Any]]]:
+    """The first ``n`` matching messages (by seq) of each page session.
+
+    Two ways to get them: scan the session in seq order until ``n`` matches
+    (expected ``(n + 1) * last_seq / matches`` rows: cheap when matches are
+    dense), or one pass over the trigram candidates for several sessions at once
+    (cost about the total match count: cheap when the query is selective). The
+    sessions whose scans would cost most are moved to the shared pass while that
+    lowers the estimated total.
+    """
+    if n <= 0:
+        return {}
+    wanted = [h for h in page if h.message_matches > 0]
+    scan_cost = {h.session_id: (n + 1) * max(h.last_seq, 1) / h.message_matches for h in wanted}
+    sparse: set[str] = set()
+    if plan.fts and wanted:
+        pass_cost = _FTS_PASS_COST_PER_MATCH * total_matches
+        by_cost = sorted(scan_cost, key=lambda sid: scan_cost[sid], reverse=True)
+        rest = sum(scan_cost.values())
+        best, best_k = rest, 0
+        for k, sid in enumerate(by_cost, start=1):
+            rest -= scan_cost[sid]
+            if pass_cost + rest < best:
+                best, best_k = pass_cost + rest, k
+        sparse = set(by_cost[:best_k])
+    rows: list[tuple[str, str, str, int, str]] = []
+    for h in wanted:
+        if h.session_id not in sparse:
+            rows.extend(
+                conn.execute(
+                    f"SELECT m.session_id, m.id, m.role, m.seq, m.text FROM messages AS m "
+                    f"WHERE m.session_id = :sid AND {_LIVE_MESSAGE} AND {_match_sql('m.text', plan)} "
+                    "ORDER BY m.seq LIMIT :n",
+                    {**params, "sid": h.session_id, "n": n},
+                ).fetchall()
+            )
+    if sparse:
+        names = {f"sp{i}": sid for i, sid in enumerate(sorted(sparse))}
+        rows.extend(
+            conn.execute(
+                "SELECT session_id, id, role, seq, text FROM ("
+                "SELECT m.session_id, m.id, m.role, m.seq, m.text, "
+                "row_number() OVER (PARTITION BY m.session_id ORDER BY m.seq) AS rn "
+                f"FROM messages AS m NOT INDEXED WHERE {_FTS_CANDIDATES} "
+                f"AND m.session_id IN ({', '.join(':' + k for k in names)}) "
+                f"AND {_LIVE_MESSAGE} AND {_match_sql('m.text', plan)}"
+                ") WHERE rn <= :n ORDER BY session_id, seq",
+                {**params, **names, "n": n},
+            ).fetchall()
+        )
+    out: dict[str, list[dict[str, Any]]] = {}
+    for sid, msg_id, role, seq, text in rows:
+        out.setdefault(sid, []).append(
+            {"messageId": msg_id, "role": role, "seq": seq, "snippet": snippet(text, plan.query, width=SNIPPET_WIDTH)}
+        )
+    return out
 
 
 def search_messages(

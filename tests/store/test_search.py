@@ -280,6 +280,25 @@ def test_counts_every_match_before_paging(corpus: Corpus, conn: sqlite3.Connecti
     assert search_sessions(conn, "s ", limit=1, cursor=None)["totalMessageMatches"] == 31
 
 
+def test_snippets_of_a_long_session_with_sparse_matches(corpus: Corpus, conn: sqlite3.Connection) -> None:
+    # 1,500 rows and 5 matches: the first 3 matches come from one pass over the
+    # trigram candidates rather than a scan of the whole session.
+    long = corpus.session()
+    match_seqs = [100, 400, 700, 1000, 1300]
+    for seq in range(1, 1501):
+        corpus.message(long, "zeppelin %d" % seq if seq in match_seqs else "filler %d" % seq,
+                       deleted=seq == 1000)
+    dense = corpus.session()
+    for seq in range(1, 11):
+        corpus.message(dense, "zeppelin dense %d" % seq)
+    res = search_sessions(conn, "ZEPPELIN", snippets_per_session=3)
+    by_id = {r["sessionId"]: r for r in res["results"]}
+    assert by_id[long]["messageMatches"] == 4
+    assert [s["seq"] for s in by_id[long]["snippets"]] == [100, 400, 700]
+    assert [s["seq"] for s in by_id[dense]["snippets"]] == [1, 2, 3]
+    assert res["totalMessageMatches"] == 14
+
+
 def test_deleted_sessions_tombstones_tools_system_and_thinking_never_match(
     corpus: Corpus, conn: sqlite3.Connection
 ) -> None:

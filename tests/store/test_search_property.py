@@ -8,12 +8,15 @@ ASCII ``lower`` + ``instr``, Python predicate) is compared with the scan.
 from __future__ import annotations
 
 import sqlite3
+import contextlib
 from dataclasses import dataclass
+from unittest import mock
 from typing import Any
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+import store.search as search_module
 from store.search import (
     MAX_MESSAGE_LIMIT,
     literal_predicate,
@@ -37,6 +40,8 @@ ROLES = ("user", "assistant", "tool", "system")
 # from non-ASCII (İ → i + U+0307, K → k) and their neighbours, so the cases where
 # SQLite's folding and ours disagree come up often instead of almost never.
 HAZARD_ALPHABET = "abiIİıkKK x"
+# Characters the trigram path handles (ASCII and caseless CJK).
+PLAIN_ALPHABET = "abcABC xyz 09%_\"\\数据库连接"
 
 texts = st.text(alphabet=ALPHABET, min_size=0, max_size=40) | st.text(alphabet=HAZARD_ALPHABET, max_size=20)
 
@@ -58,22 +63,26 @@ class Sess:
     messages: tuple[Msg, ...]
 
 
-msg_st = st.builds(
-    Msg,
-    role=st.sampled_from(ROLES),
-    text=texts,
-    deleted=st.sampled_from([False, False, False, True]),
-    created_at=st.integers(1, 30),
-)
-sess_st = st.builds(
-    Sess,
-    title=texts,
-    project=st.none() | texts.map(lambda t: "/p/" + t),
-    trashed=st.sampled_from([False, False, False, True]),
-    updated_at=st.integers(1, 20),
-    messages=st.lists(msg_st, max_size=6).map(tuple),
-)
-corpus_st = st.lists(sess_st, min_size=1, max_size=6)
+def corpus_st(theme: str) -> st.SearchStrategy[list[Sess]]:
+    """Sessions whose texts often share ``theme``, so a query drawn from it
+    matches several messages of a session (counts, paging, snippet limits)."""
+    themed = texts | st.builds(lambda a, b: a + theme + b, texts, texts)
+    msg_st = st.builds(
+        Msg,
+        role=st.sampled_from(ROLES),
+        text=themed,
+        deleted=st.sampled_from([False, False, False, True]),
+        created_at=st.integers(1, 30),
+    )
+    sess_st = st.builds(
+        Sess,
+        title=themed,
+        project=st.none() | texts.map(lambda t: "/p/" + t),
+        trashed=st.sampled_from([False, False, False, True]),
+        updated_at=st.integers(1, 20),
+        messages=st.lists(msg_st, max_size=6).map(tuple),
+    )
+    return st.lists(sess_st, min_size=1, max_size=6)
 
 
 def _ascii_skeleton(s: str) -> str:
@@ -88,9 +97,13 @@ QUERY_TRANSFORMS = (lambda s: s, str.upper, str.lower, str.swapcase, _ascii_skel
 
 @st.composite
 def corpus_and_query(draw: st.DrawFn) -> tuple[list[Sess], str]:
-    sessions = draw(corpus_st)
+    theme = draw(st.text(alphabet=ALPHABET, min_size=3, max_size=8) | st.text(alphabet=PLAIN_ALPHABET, min_size=3, max_size=8))
+    sessions = draw(corpus_st(theme))
     pool = [m.text for s in sessions for m in s.messages if m.text] + [s.title for s in sessions if s.title]
-    if pool and draw(st.booleans()):
+    pick = draw(st.sampled_from(("theme", "corpus", "random")))
+    if pick == "theme":
+        query = draw(st.sampled_from(QUERY_TRANSFORMS))(theme)
+    elif pick == "corpus" and pool:
         source = draw(st.sampled_from(pool))
         start = draw(st.integers(0, len(source) - 1))
         end = draw(st.integers(start + 1, min(len(source), start + 12)))
@@ -168,12 +181,16 @@ PROPERTY_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_ch
 
 
 @PROPERTY_SETTINGS
-@given(corpus_and_query(), st.integers(1, 3), st.integers(0, 3))
-def test_search_sessions_equals_brute_force(data: tuple[list[Sess], str], limit: int, snippets: int) -> None:
+@given(corpus_and_query(), st.integers(1, 3), st.integers(0, 3), st.sampled_from([0.0, 1e9]))
+def test_search_sessions_equals_brute_force(
+    data: tuple[list[Sess], str], limit: int, snippets: int, pass_cost: float
+) -> None:
     sessions, raw_query = data
     query = normalize_query(raw_query)
     b = build(sessions)
-    try:
+    # Snippets come either from ordered per-session scans or from one pass over
+    # the trigram candidates, depending on match density: exercise both.
+    with mock.patch.object(search_module, "_FTS_PASS_COST_PER_MATCH", pass_cost), contextlib.closing(b.conn):
         expected = brute_sessions(b, query, snippets)
         got: list[dict[str, Any]] = []
         cursor = None
@@ -187,8 +204,6 @@ def test_search_sessions_equals_brute_force(data: tuple[list[Sess], str], limit:
             if cursor is None:
                 break
         assert got == expected
-    finally:
-        b.conn.close()
 
 
 @PROPERTY_SETTINGS
