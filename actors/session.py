@@ -553,16 +553,10 @@ class SessionActor(Actor):
         return outcomes
 
     async def after_append(self, records: Sequence[Mapping[str, Any]]) -> None:
-        """Remove the in-flight checkpoint when its final row has landed (D299)."""
-        inflight = self.deps.data_dir.inflight(self.sid)
+        """Let features react to rows that just landed (the in-flight module removes its checkpoint)."""
         hook = self.deps.features.get("__after_append__")
         if hook is not None:
             await hook(self, Custom("__after_append__", {"records": list(records)}))
-            return
-        ids = {r["id"] for r in records}
-        data = await self.io(_read_inflight_id, inflight)
-        if data is not None and data in ids:
-            await self.io(remove_file_durable, inflight)
 
     # ------------------------------------------------------------------ reads
     async def _get(self, req: GetWindow) -> Any:
@@ -658,16 +652,6 @@ def _safe_loads(blob: bytes) -> dict[str, Any]:
 
 def _window_query(conn: Any, sid: str, start: int, end: int) -> tuple[list[Any], list[Any]]:
     return index.window_rows(conn, sid, start, end), index.compaction_rows(conn, sid)
-
-
-def _read_inflight_id(path: Path) -> str | None:
-    try:
-        with open(path, "rb") as fh:
-            data = loads_line(fh.read())
-    except (FileNotFoundError, ValueError):
-        return None
-    msg = data.get("message") if isinstance(data, dict) else None
-    return msg.get("id") if isinstance(msg, dict) else None
 
 
 def find_tool_call_line(path: Path, call_id: str) -> dict[str, Any] | None:
