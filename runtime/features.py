@@ -36,6 +36,9 @@ def feature_methods(**deps: Any) -> dict[str, Any]:
     from runtime.methods_turns import turn_methods
 
     methods.update(turn_methods(**deps))
+    from runtime.methods_search import search_methods
+
+    methods.update(search_methods(**deps))
     return methods
 
 

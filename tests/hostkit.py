@@ -99,4 +99,5 @@ def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None =
 
 
 def msg(mid: str, text: str, role: str = "user", **extra: Any) -> dict[str, Any]:
+    """A message record; ``blocks=`` in ``extra`` replaces the single text block."""
     return {"id": mid, "role": role, "blocks": [{"type": "text", "text": text}], **extra}
