@@ -68,6 +68,18 @@ class LimitExceeded(Conflict):
     code = "LIMIT_EXCEEDED"
 
 
+class PlanRequiresInteractiveSession(Conflict):
+    """A scheduled/unattended run of a Plan or Goal task or session (seed 003 §4.11)."""
+
+    code = "PLAN_REQUIRES_INTERACTIVE_SESSION"
+
+
+class PermissionDenied(StoreError):
+    """The calling client may not do this (e.g. read a secret value)."""
+
+    code = "PERMISSION_DENIED"
+
+
 class StorageFull(StoreError):
     """ENOSPC / EDQUOT / EFBIG: the write was rolled back, nothing acknowledged."""
 
