@@ -1,0 +1,358 @@
+"""Shared pieces of ``scripts/bench``: sizes, targets, message corpus, raw fsync
+loop, in-process and subprocess hosts, machine info.
+
+Every section module (``bench_appends``, ``bench_windows``, ``bench_gateway``)
+returns a :class:`Section`: absolute figures plus the ratios that matter, each
+ratio compared with its target (PASS/MISS, never an exception).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import random
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, AsyncIterator, Mapping, Sequence
+
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # running as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from actors.gateway_types import CallContext  # noqa: E402
+from runtime.config import HostConfig  # noqa: E402
+from runtime.datadir import DataDir  # noqa: E402
+from runtime.host import RunningHost, run_host  # noqa: E402
+from store.jsonio import dumps_line  # noqa: E402
+from store.records import normalize_message  # noqa: E402
+
+# ----------------------------------------------------------------------------- sizes
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much work each section does. ``full`` is the default, ``quick`` is CI-sized."""
+
+    name: str
+    raw_appends: int                      # raw write+fdatasync loop iterations
+    session_appends: int                  # one session, one append at a time
+    sessions: int                         # concurrent sessions (issue 2: 50)
+    appends_per_session: int              # per concurrent session
+    window_sizes: tuple[int, int, int]    # messages in the small / medium / large session
+    window_reps: int                      # timed newest-50 reads per session (warm)
+    cold_reps: int                        # reads after the first one in the fresh process
+    sync_appends: int                     # appends per synchronous mode
+    sync_settings: int                    # settings.set calls per synchronous mode
+    gw_appends: int                       # one WebSocket client, sequential appends
+    gw_clients: int                       # concurrent clients (issue 3: 50)
+    gw_calls_per_client: int              # per client, for appends and host.status
+    gw_batches: int                       # JSON-RPC batches of 64 appends
+    search_messages: int
+    search_sessions: int
+    search_queries: int
+    search_reps: int
+    search_brute: int
+    revision_turns: int
+    revision_bytes: int
+
+
+SIZES: Mapping[str, Sizes] = MappingProxyType({
+    "full": Sizes("full", raw_appends=2000, session_appends=2000, sessions=50, appends_per_session=40,
+                  window_sizes=(50, 5_000, 50_000), window_reps=60, cold_reps=20, sync_appends=1000,
+                  sync_settings=1000, gw_appends=1000, gw_clients=50, gw_calls_per_client=40, gw_batches=100,
+                  search_messages=1_000_000, search_sessions=5_000, search_queries=20, search_reps=3,
+                  search_brute=5, revision_turns=40, revision_bytes=2048),
+    "quick": Sizes("quick", raw_appends=300, session_appends=300, sessions=50, appends_per_session=6,
+                   window_sizes=(50, 2_000, 10_000), window_reps=30, cold_reps=10, sync_appends=200,
+                   sync_settings=200, gw_appends=200, gw_clients=50, gw_calls_per_client=6, gw_batches=20,
+                   search_messages=20_000, search_sessions=100, search_queries=10, search_reps=2,
+                   search_brute=3, revision_turns=40, revision_bytes=2048),
+    # For the smoke test only: every code path, seconds of work.
+    "tiny": Sizes("tiny", raw_appends=30, session_appends=30, sessions=5, appends_per_session=4,
+                  window_sizes=(50, 200, 600), window_reps=5, cold_reps=3, sync_appends=20,
+                  sync_settings=20, gw_appends=20, gw_clients=5, gw_calls_per_client=4, gw_batches=3,
+                  search_messages=2_000, search_sessions=20, search_queries=3, search_reps=1,
+                  search_brute=2, revision_turns=4, revision_bytes=256),
+})
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Target:
+    """One measured ratio against its goal. ``op`` is ">=" or "<="."""
+
+    name: str
+    measured: float | None
+    op: str
+    goal: float
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        if self.measured is None or not math.isfinite(self.measured):
+            return False
+        return self.measured >= self.goal if self.op == ">=" else self.measured <= self.goal
+
+    @property
+    def verdict(self) -> str:
+        return "PASS" if self.passed else "MISS"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "measured": rnd(self.measured), "verdict": self.verdict}
+
+    def line(self) -> str:
+        shown = "n/a" if self.measured is None else f"{self.measured:.3g}"
+        return f"  [{self.verdict}] {self.name}: {shown} (target {self.op} {self.goal:g}){'  ' + self.detail if self.detail else ''}"
+
+
+@dataclass
+class Section:
+    key: str
+    title: str
+    figures: dict[str, Any] = field(default_factory=dict)
+    targets: list[Target] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    error: str | None = None
+    skipped: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"title": self.title, "seconds": round(self.seconds, 2), "figures": self.figures,
+                "targets": [t.to_json() for t in self.targets], "notes": self.notes,
+                "error": self.error, "skipped": self.skipped}
+
+
+def rnd(value: float | None, digits: int = 3) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return float(f"{value:.{digits}g}") if abs(value) < 10 ** digits else round(value)
+
+
+def ratio(a: float, b: float) -> float | None:
+    return a / b if b > 0 else None
+
+
+def pct(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile."""
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, math.ceil(p / 100 * len(s)) - 1))
+    return s[k]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+# ----------------------------------------------------------------------------- corpus
+
+_WORDS: tuple[str, ...] = tuple((
+    "the session index message transcript append durable fsync window offset reader writer actor "
+    "trio sqlite query tool result assistant user file path build test error value return config "
+    "request response batch commit journal page cache layout restart cold warm byte line json parse "
+    "function class module import async await nursery cancel scope deadline retry receipt token"
+).split())
+
+
+class Corpus:
+    """Deterministic realistic messages: 300 B-3 KB text (log-uniform), ~20 % tool rows."""
+
+    def __init__(self, seed: int = 1) -> None:
+        self._rng = random.Random(seed)
+        self._pool = " ".join(self._rng.choice(_WORDS) for _ in range(20_000))
+
+    def _text(self, lo: int = 300, hi: int = 3000) -> str:
+        n = int(math.exp(self._rng.uniform(math.log(lo), math.log(hi))))
+        start = self._rng.randrange(0, len(self._pool) - n)
+        return self._pool[start:start + n]
+
+    def message(self, mid: str, i: int) -> dict[str, Any]:
+        r = self._rng.random()
+        if r < 0.1:  # assistant tool call
+            return {"id": mid, "role": "assistant", "blocks": [
+                {"type": "text", "text": self._text(200, 800)},
+                {"type": "tool_call", "callId": f"c-{mid}", "name": "Read",
+                 "input": {"path": f"/src/pkg/mod{i % 97}.py"}}]}
+        if r < 0.2:  # tool result row
+            return {"id": mid, "role": "tool", "toolName": "Read", "blocks": [
+                {"type": "tool_result", "callId": f"c-{mid}", "content": self._text()}]}
+        return {"id": mid, "role": "user" if r < 0.5 else "assistant",
+                "blocks": [{"type": "text", "text": self._text()}]}
+
+    def messages(self, prefix: str, n: int) -> list[dict[str, Any]]:
+        return [self.message(f"{prefix}-{i:06d}", i) for i in range(n)]
+
+
+def encoded_lines(messages: Sequence[dict[str, Any]]) -> list[bytes]:
+    """The transcript lines the host writes for these messages (same encoder, same normalisation)."""
+    now = int(time.time() * 1000)
+    return [dumps_line(normalize_message(m, now_ms=now)) for m in messages]
+
+
+# ----------------------------------------------------------------------------- raw loop
+
+
+class RawLoop:
+    """The baseline: one ``write`` + ``fdatasync`` per line, appending to a fresh file.
+
+    Call :meth:`run` in rounds interleaved with the measured workload so both
+    see the same disk weather (the bench machine may be shared and noisy).
+    """
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / "bench-raw-baseline.bin"  # not *.jsonl: boot must not see a session
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        os.write(self._fd, b'{"type":"session"}\n')
+        os.fdatasync(self._fd)
+        self.appends = 0
+        self.bytes = 0
+        self.seconds = 0.0
+
+    def run(self, lines: Sequence[bytes]) -> float:
+        t0 = time.perf_counter()
+        for line in lines:
+            os.write(self._fd, line)
+            os.fdatasync(self._fd)
+        secs = time.perf_counter() - t0
+        self.appends += len(lines)
+        self.bytes += sum(len(b) for b in lines)
+        self.seconds += secs
+        return secs
+
+    @property
+    def per_sec(self) -> float:
+        return self.appends / self.seconds if self.seconds > 0 else math.nan
+
+    def close(self) -> None:
+        os.close(self._fd)
+        self.path.unlink(missing_ok=True)
+
+    def figures(self) -> dict[str, Any]:
+        return {"appends": self.appends, "bytes": self.bytes, "perSec": rnd(self.per_sec)}
+
+
+def chunks(items: Sequence[Any], rounds: int) -> list[Sequence[Any]]:
+    """Split ``items`` into ``rounds`` contiguous, nearly equal parts (no empty part)."""
+    rounds = max(1, min(rounds, len(items)))
+    step, extra = divmod(len(items), rounds)
+    out: list[Sequence[Any]] = []
+    pos = 0
+    for r in range(rounds):
+        n = step + (1 if r < extra else 0)
+        out.append(items[pos:pos + n])
+        pos += n
+    return out
+
+
+# ----------------------------------------------------------------------------- hosts
+
+
+def host_config(root: Path, **overrides: Any) -> HostConfig:
+    base = dict(data_dir=DataDir(root), port=0, session_idle_timeout=3600.0, ask_timeout=300.0)
+    base.update(overrides)
+    return HostConfig(**base)
+
+
+@asynccontextmanager
+async def inprocess_host(root: Path, **overrides: Any) -> AsyncIterator[RunningHost]:
+    """The real host (boot, actors, gateway) inside this trio run; cleanly stopped on exit."""
+    async with trio.open_nursery() as nursery:
+        running: RunningHost = await nursery.start(run_host, host_config(root, **overrides))
+        try:
+            yield running
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+def call_context(client_id: str = "bench") -> CallContext:
+    return CallContext(connection_id=0, client_id=client_id, client_kind="bench", protocol=1)
+
+
+@dataclass
+class HostProcess:
+    proc: subprocess.Popen[bytes]
+    url: str
+    token: str
+
+    def stop(self, timeout: float = 60) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(timeout=timeout)
+
+
+def start_host_process(data_dir: Path, *extra: str, timeout: float = 120) -> HostProcess:
+    """``pi-host serve --port 0`` as a subprocess; returns once its ``host.json`` names it."""
+    host_json = data_dir / "host.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runtime.cli", "--data-dir", str(data_dir), "serve", "--port", "0", "--quiet", *extra],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            raise RuntimeError(f"host exited with {proc.returncode}: {err[-3000:]}")
+        try:
+            info = json.loads(host_json.read_text())
+            if info.get("pid") == proc.pid:
+                return HostProcess(proc, info["url"], (data_dir / "host.token").read_text().strip())
+        except (FileNotFoundError, ValueError):
+            pass
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"host in {data_dir} did not write host.json within {timeout}s")
+
+
+# ----------------------------------------------------------------------------- machine
+
+
+def filesystem_of(path: Path) -> dict[str, str]:
+    """Mount point, type and device of the filesystem holding ``path`` (from /proc/mounts)."""
+    target = os.path.realpath(path)
+    best = {"mount": "?", "type": "unknown", "device": "?"}
+    try:
+        with open("/proc/mounts", encoding="utf-8") as fh:
+            for line in fh:
+                dev, mnt, fstype, *_ = line.split()
+                mnt = mnt.replace("\\040", " ")
+                inside = target == mnt or target.startswith(mnt.rstrip("/") + "/")
+                if inside and len(mnt) >= len(best["mount"] if best["mount"] != "?" else ""):
+                    best = {"mount": mnt, "type": fstype, "device": dev}
+    except OSError:
+        pass
+    return best
+
+
+def machine_info(bench_dir: Path) -> dict[str, Any]:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "benchDir": str(bench_dir),
+        "filesystem": filesystem_of(bench_dir),
+        "gitCommit": commit,
+    }

@@ -1,0 +1,164 @@
+"""Newest-50 window reads (issue 2): warm host, and the first read in a fresh process.
+
+The sessions are built through the real write path: an in-process host whose
+session actor receives ``AppendMessage`` asks in groups (everything waiting in
+its mailbox is written with one write + one fsync + one index batch). Then the
+host stops cleanly, a ``pi-host serve`` subprocess starts on the same data
+directory and the first ``session.get`` (newest 50) of each session is timed
+over WebSocket. The baseline is parsing the whole transcript file with orjson,
+line by line, in this process.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+
+from bench_common import (
+    Corpus,
+    Section,
+    Sizes,
+    Target,
+    call_context,
+    inprocess_host,
+    median,
+    ratio,
+    rnd,
+    start_host_process,
+)
+from actors.session_msgs import AppendMessage, CreateSession
+from runtime.client import open_client
+from runtime.host import RunningHost
+
+WINDOW = 50
+GROUP = 256  # asks in flight at once while building: the session actor's batch limit
+WARM_TARGET = 2.0
+COLD_TARGET = 20.0
+PARSE_REPS = 3
+
+
+def _sid(n: int) -> str:
+    return f"win{n}"
+
+
+async def _build(host: RunningHost, sid: str, n: int, corpus: Corpus) -> None:
+    await host.registry.ask(sid, CreateSession(title=f"window {n}"))
+    for start in range(0, n, GROUP):
+        batch = [corpus.message(f"{sid}-{i:06d}", i) for i in range(start, min(n, start + GROUP))]
+        async with trio.open_nursery() as nursery:
+            for m in batch:
+                nursery.start_soon(host.registry.ask, sid, AppendMessage(message=m))
+
+
+async def _get(host: RunningHost, sid: str, expect_total: int) -> float:
+    t0 = time.perf_counter()
+    got = await host.api.dispatch("session.get", {"sessionId": sid, "messageLimit": WINDOW}, call_context())
+    secs = time.perf_counter() - t0
+    _check(got, expect_total)
+    return secs
+
+
+def _check(got: dict[str, Any], expect_total: int) -> None:
+    if got["totalMessages"] != expect_total or len(got["messages"]) != min(WINDOW, expect_total):
+        raise AssertionError(f"window read returned {len(got['messages'])} of {got['totalMessages']} messages, "
+                             f"expected {min(WINDOW, expect_total)} of {expect_total}")
+
+
+async def _build_and_read_warm(root: Path, sizes: Sizes) -> dict[str, Any]:
+    corpus = Corpus(seed=17)
+    build: dict[int, float] = {}
+    warm: dict[int, list[float]] = {}
+    async with inprocess_host(root) as host:
+        for n in sizes.window_sizes:
+            t0 = time.perf_counter()
+            await _build(host, _sid(n), n, corpus)
+            build[n] = time.perf_counter() - t0
+        for n in sizes.window_sizes:
+            for _ in range(3):  # warm-up
+                await _get(host, _sid(n), n)
+        # interleave the sessions so disk/CPU noise hits each the same way
+        for n in sizes.window_sizes:
+            warm[n] = []
+        for _ in range(sizes.window_reps):
+            for n in sizes.window_sizes:
+                warm[n].append(await _get(host, _sid(n), n))
+    return {"build": build, "warm": warm}
+
+
+def _parse_whole_file(path: Path) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    lines = 0
+    with open(path, "rb") as fh:
+        for line in fh:
+            orjson.loads(line)
+            lines += 1
+    return time.perf_counter() - t0, lines
+
+
+async def _cold_reads(url: str, token: str, sizes: Sizes) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    async with open_client(url, token, client_id="bench-cold") as client:
+        for n in sorted(sizes.window_sizes, reverse=True):  # the largest is the process's very first read
+            t0 = time.perf_counter()
+            got = await client.call("session.get", {"sessionId": _sid(n), "messageLimit": WINDOW})
+            first = time.perf_counter() - t0
+            _check(got, n)
+            again = []
+            for _ in range(sizes.cold_reps):
+                t0 = time.perf_counter()
+                got = await client.call("session.get", {"sessionId": _sid(n), "messageLimit": WINDOW})
+                again.append(time.perf_counter() - t0)
+                _check(got, n)
+            out[n] = {"first": first, "after": median(again)}
+    return out
+
+
+def run_windows(sizes: Sizes, work: Path) -> Section:
+    sec = Section("windows", f"Newest-{WINDOW} window reads (warm host, fresh process after restart)")
+    root = work / "windows"
+    got = trio.run(_build_and_read_warm, root, sizes)
+    small, *_ = sizes.window_sizes
+    warm_med = {n: median(v) for n, v in got["warm"].items()}
+    parse: dict[int, dict[str, Any]] = {}
+    for n in sizes.window_sizes:
+        path = root / "sessions" / f"{_sid(n)}.jsonl"
+        runs = [_parse_whole_file(path) for _ in range(PARSE_REPS)]
+        parse[n] = {"seconds": median([r[0] for r in runs]), "lines": runs[0][1], "bytes": path.stat().st_size}
+    t0 = time.perf_counter()
+    proc = start_host_process(root)
+    start_secs = time.perf_counter() - t0
+    try:
+        cold = trio.run(_cold_reads, proc.url, proc.token, sizes)
+    finally:
+        proc.stop()
+    sessions: dict[str, Any] = {}
+    for n in sizes.window_sizes:
+        sessions[str(n)] = {
+            "fileMB": rnd(parse[n]["bytes"] / 2**20),
+            "buildMsgsPerSec": rnd(n / got["build"][n]),
+            "warmMedianMs": rnd(warm_med[n] * 1000),
+            "warmRatioToSmall": rnd(ratio(warm_med[n], warm_med[small])),
+            "coldFirstGetMs": rnd(cold[n]["first"] * 1000),
+            "freshProcessLaterGetMs": rnd(cold[n]["after"] * 1000),
+            "parseWholeFileMs": rnd(parse[n]["seconds"] * 1000),
+            "coldSpeedupVsParse": rnd(ratio(parse[n]["seconds"], cold[n]["first"])),
+        }
+    sec.figures = {"window": WINDOW, "warmReps": sizes.window_reps, "hostStartSecs": rnd(start_secs),
+                   "sessions": sessions}
+    for n in sizes.window_sizes[1:]:
+        sec.targets.append(Target(f"warm newest-{WINDOW}, {n} msgs / {small} msgs (time)",
+                                  ratio(warm_med[n], warm_med[small]), "<=", WARM_TARGET))
+    for n in sizes.window_sizes[1:]:
+        sec.targets.append(Target(f"fresh process first get, {n} msgs: parse-whole-file time / get time",
+                                  ratio(parse[n]["seconds"], cold[n]["first"]), ">=", COLD_TARGET))
+    sec.notes = [
+        "warm: HostApi.dispatch('session.get', messageLimit=50) in-process, median of the reps, sessions interleaved",
+        "fresh process: `pi-host serve` subprocess on the same data dir after a clean stop; first session.get over "
+        "WebSocket (largest session first), timed from send to reply; the OS page cache is not dropped",
+        "messages 300 B-3 KB of text, ~10 % assistant tool calls, ~10 % tool result rows",
+    ]
+    return sec

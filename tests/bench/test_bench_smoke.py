@@ -1,0 +1,156 @@
+"""The whole benchmark at tiny sizes: every section runs, every figure and target is reported.
+
+Never asserts on speed (machines are noisy): only that the report is complete,
+consistent and honest (PASS/MISS derived from the measured ratio).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from bench_common import Target, chunks  # noqa: E402
+
+SEARCH_KINDS = ("3char", "8char", "cjk", "2char", "nohit")
+
+
+def _get(tree: dict[str, Any], dotted: str) -> Any:
+    node: Any = tree
+    for part in dotted.split("."):
+        assert isinstance(node, dict) and part in node, f"missing figure {dotted!r}"
+        node = node[part]
+    return node
+
+
+def _positive(tree: dict[str, Any], dotted: str) -> float:
+    value = _get(tree, dotted)
+    assert isinstance(value, (int, float)) and not isinstance(value, bool), f"{dotted} = {value!r}"
+    assert math.isfinite(value) and value > 0, f"{dotted} = {value!r}"
+    return float(value)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("bench") / "out"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench.py"), "--size", "tiny", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    data = json.loads((out / "report.json").read_text())
+    data["_markdown"] = (out / "report.md").read_text()
+    data["_stdout"] = proc.stdout
+    assert not (out / "work").exists(), "the scratch data directory is removed unless --keep-work"
+    return data
+
+
+def test_every_section_ran_without_error(report: dict[str, Any]) -> None:
+    assert report["meta"]["complete"] is True
+    assert list(report["sections"]) == ["appends", "windows", "synchronous", "gateway", "search", "revisions"]
+    for key, sec in report["sections"].items():
+        assert sec["error"] is None, f"{key}: {sec['error']}"
+    revisions_script = REPO / "scripts" / "bench_revisions.py"
+    assert (report["sections"]["revisions"]["skipped"] is None) == revisions_script.exists()
+
+
+def test_machine_info_and_wall_time(report: dict[str, Any]) -> None:
+    meta = report["meta"]
+    assert meta["size"] == "tiny" and meta["wallSeconds"] > 0
+    machine = meta["machine"]
+    assert machine["cores"] >= 1 and machine["python"] and machine["sqlite"]
+    assert machine["filesystem"]["type"] not in ("", None)
+
+
+def test_append_and_gateway_figures(report: dict[str, Any]) -> None:
+    s = report["sections"]
+    for fig in ("raw.perSec", "oneSession.perSec", "oneSession.ratioToRaw", "concurrentSessions.aggregatePerSec",
+                "concurrentSessions.ratioToRaw"):
+        _positive(s["appends"]["figures"], fig)
+    g = s["gateway"]["figures"]
+    for fig in ("raw.perSec", "oneClient.p50ms", "oneClient.p99ms", "oneClient.perSec", "oneClient.ratioToRaw",
+                "concurrentClients.appendsPerSec", "concurrentClients.hostStatusPerSec",
+                "concurrentClients.ratioAppendToStatus", "batches.messagesPerSec"):
+        _positive(g, fig)
+    assert _get(g, "oneClient.p99ms") >= _get(g, "oneClient.p50ms")
+    # the ratio is the quotient of the two figures printed next to it
+    ratio = _get(s["appends"]["figures"], "oneSession.perSec") / _get(s["appends"]["figures"], "raw.perSec")
+    assert ratio == pytest.approx(_get(s["appends"]["figures"], "oneSession.ratioToRaw"), rel=0.02)
+
+
+def test_window_figures(report: dict[str, Any]) -> None:
+    figs = report["sections"]["windows"]["figures"]
+    assert set(figs["sessions"]) == {"50", "200", "600"}
+    for n in ("50", "200", "600"):
+        for fig in ("fileMB", "warmMedianMs", "warmRatioToSmall", "coldFirstGetMs", "freshProcessLaterGetMs",
+                    "parseWholeFileMs", "coldSpeedupVsParse", "buildMsgsPerSec"):
+            _positive(figs, f"sessions.{n}.{fig}")
+    assert _get(figs, "sessions.50.warmRatioToSmall") == 1.0
+    assert _get(figs, "sessions.600.fileMB") > _get(figs, "sessions.50.fileMB")
+
+
+def test_synchronous_modes_really_differ(report: dict[str, Any]) -> None:
+    figs = report["sections"]["synchronous"]["figures"]
+    for mode in ("FULL", "NORMAL", "auto"):
+        _positive(figs, f"modes.{mode}.appendsPerSec")
+        _positive(figs, f"modes.{mode}.settingsSetPerSec")
+    _positive(figs, "appendCostFullOverNormal")
+    _positive(figs, "settingsCostFullOverNormal")
+    # the forced mode is the one every commit used
+    assert figs["modes"]["FULL"]["normalCommits"] == 0 and figs["modes"]["FULL"]["fullCommits"] > 0
+    assert figs["modes"]["NORMAL"]["fullCommits"] == 0 and figs["modes"]["NORMAL"]["normalCommits"] > 0
+    assert figs["modes"]["auto"]["fullCommits"] > 0 and figs["modes"]["auto"]["normalCommits"] > 0
+
+
+def test_search_and_revisions_figures(report: dict[str, Any]) -> None:
+    search = report["sections"]["search"]["figures"]
+    _positive(search, "build.indexBuildMsgsPerSec")
+    for kind in SEARCH_KINDS:
+        for fig in ("p50ms", "p95ms", "speedupP50"):
+            _positive(search, f"searchSessions.{kind}.{fig}")
+    assert search["countsAgreeWithBruteForce"] is True
+    if report["sections"]["revisions"]["skipped"] is None:
+        rev = report["sections"]["revisions"]["figures"]
+        _positive(rev, "steadyGrowthBytesPerTurn")
+        assert len(rev["revisionsBytesAfterEachTurn"]) == rev["turns"]
+
+
+def test_targets_are_complete_and_honest(report: dict[str, Any]) -> None:
+    expected = {"appends": 1, "windows": 4, "synchronous": 0, "gateway": 3, "search": 9}
+    if report["sections"]["revisions"]["skipped"] is None:
+        expected["revisions"] = 1
+    for key, count in expected.items():
+        targets = report["sections"][key]["targets"]
+        assert len(targets) == count, (key, targets)
+        for t in targets:
+            again = Target(t["name"], t["measured"], t["op"], t["goal"])
+            assert t["verdict"] == again.verdict
+            assert t["name"] in report["_markdown"]
+            assert f"[{t['verdict']}] {t['name']}" in report["_stdout"]
+    for sec in report["sections"].values():
+        assert f"## {sec['title']}" in report["_markdown"]
+
+
+def test_target_verdicts() -> None:
+    assert Target("r", 0.7, ">=", 0.7).verdict == "PASS"
+    assert Target("r", 0.69, ">=", 0.7).verdict == "MISS"
+    assert Target("t", 2.0, "<=", 2.0).verdict == "PASS"
+    assert Target("t", 2.1, "<=", 2.0).verdict == "MISS"
+    assert Target("none", None, ">=", 1.0).verdict == "MISS"
+    assert Target("nan", math.nan, "<=", 1.0).verdict == "MISS"
+
+
+def test_chunks_partition_in_order() -> None:
+    items = list(range(23))
+    parts = chunks(items, 10)
+    assert len(parts) == 10 and all(parts)
+    assert [x for p in parts for x in p] == items
+    assert chunks([1, 2], 10) == [[1], [2]]
