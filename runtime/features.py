@@ -21,6 +21,9 @@ def feature_handlers() -> dict[str, Any]:
     from runtime.methods_turns import turn_handlers
 
     handlers.update(turn_handlers())
+    from actors.session_history import HANDLERS as history_handlers
+
+    handlers.update(history_handlers)
     return handlers
 
 
@@ -39,6 +42,9 @@ def feature_methods(**deps: Any) -> dict[str, Any]:
     from runtime.methods_search import search_methods
 
     methods.update(search_methods(**deps))
+    from runtime.methods_history import history_methods
+
+    methods.update(history_methods(**deps))
     return methods
 
 

@@ -1,0 +1,286 @@
+"""Derived views of a transcript: the model context and the conversation tree.
+
+Both are pure functions of what the files hold (the deduped live messages, the
+compaction records, the tombstones and the archived revision branches); the
+session actor reads the files and calls them. Nothing here is stored.
+
+**Model context** (seed 000 §4 ``buildSessionContext``, seed 003 §2.1, §4.7a):
+
+* skipped: tombstoned messages, ``system`` notices, and subagent-attributed
+  rows (``meta.parentToolCallId`` or ``meta.agentName``) — the parent only ever
+  saw the delegate's report, which is the ``Task`` tool result;
+* the newest *valid* compaction checkpoint (its ``throughMessageId`` still
+  exists) starts the context: one summary message (role ``user``, a single
+  text block holding the summary, ``compactionSummary: true``), then the
+  checkpoint's ``retainedTail`` (minus entries the kept range below already
+  holds in full, and minus tombstoned/attributed ones), then the transcript
+  from ``firstKeptMessageId`` (inclusive) when that message exists, else from
+  the message after ``throughMessageId``;
+* blocks are provider-neutral: ``text``, ``tool_call`` and ``attachment``
+  blocks are kept as stored; ``thinking`` blocks are dropped unless replay is
+  asked for — by the message (``meta.replayReasoning: true``) or by the block
+  itself carrying provider replay state (``signature``, ``redacted`` or
+  ``replay``) — and then appear as ``{"type": "reasoning", ...}``; every other
+  block type (``hostedSearch``, unknown types) is display-only and dropped. A
+  message left with no blocks is dropped.
+
+**Tree** (seed 000 §1, §3): live messages are a chain whose ``parentId`` is the
+previous *visible* message (children of a tombstoned node reconnect to its
+visible ancestor; the tombstoned node itself stays, as a leaf, marked
+``deleted``). An archived revision branch is a chain hanging off the parent of
+its root user message; siblings are ordered by revision index (the live root
+carries its stamped ``activeRevision``; an unsaved live variant sorts last).
+Archived node ids are ``rev:<rootUserId>:<revisionIndex>:<messageId>`` (unique
+even where a branch shares message ids with the live transcript); every node
+also carries ``messageId``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from .compaction import normalize_on_read, split_valid
+from .records import extract_text, meta_of
+from .revisions import family_of, find_root, live_stamps
+
+CONTEXT_BLOCK_TYPES = ("text", "tool_call", "attachment")
+REPLAY_KEYS = ("signature", "redacted", "replay")
+PREVIEW_CHARS = 120
+
+
+# --------------------------------------------------------------------------- model context
+
+
+def is_attributed(record: Mapping[str, Any]) -> bool:
+    """A subagent row (seed 003 §4.7a)."""
+    meta = meta_of(record)
+    return any(isinstance(meta.get(k), str) and meta.get(k) for k in ("parentToolCallId", "agentName"))
+
+
+def in_context(record: Mapping[str, Any], tombstoned: set[str] | frozenset[str]) -> bool:
+    return (
+        record.get("id") not in tombstoned
+        and record.get("role") != "system"
+        and not is_attributed(record)
+    )
+
+
+def context_blocks(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    replay = meta_of(record).get("replayReasoning") is True
+    out: list[dict[str, Any]] = []
+    for block in record.get("blocks") or ():
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if kind in CONTEXT_BLOCK_TYPES:
+            out.append(dict(block))
+        elif kind == "thinking" and (replay or any(k in block for k in REPLAY_KEYS)):
+            out.append({**block, "type": "reasoning"})
+    return out
+
+
+def context_message(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The provider-neutral projection of one record (None when nothing is left)."""
+    blocks = context_blocks(record)
+    if not blocks:
+        return None
+    out: dict[str, Any] = {"id": record.get("id"), "role": record.get("role"), "blocks": blocks}
+    for key in ("toolName", "turnId", "createdAt"):
+        if isinstance(record.get(key), str):
+            out[key] = record[key]
+    return out
+
+
+def newest_valid(
+    compactions: Sequence[Mapping[str, Any]], message_ids: Iterable[str]
+) -> dict[str, Any] | None:
+    kept, _ = split_valid(compactions, message_ids)
+    return normalize_on_read(kept[-1]) if kept else None
+
+
+def build_session_context(
+    records: Sequence[Mapping[str, Any]],
+    compactions: Sequence[Mapping[str, Any]],
+    tombstoned_ids: Iterable[str],
+) -> dict[str, Any]:
+    """``{"messages": [...], "compaction": record | None}`` for the live transcript.
+
+    ``records`` are the deduped live messages in order; ``compactions`` the
+    checkpoint records in file order (invalid ones are ignored here).
+    """
+    tombstoned = frozenset(tombstoned_ids)
+    positions = {rec["id"]: i for i, rec in enumerate(records)}
+    checkpoint = newest_valid(compactions, positions)
+    out: list[dict[str, Any]] = []
+    start = 0
+    if checkpoint is not None:
+        first_kept = checkpoint.get("firstKeptMessageId")
+        if isinstance(first_kept, str) and first_kept in positions:
+            start = positions[first_kept]
+        else:
+            start = positions[checkpoint["throughMessageId"]] + 1
+        summary: dict[str, Any] = {
+            "id": checkpoint.get("id"),
+            "role": "user",
+            "blocks": [{"type": "text", "text": checkpoint.get("summary", "")}],
+            "compactionSummary": True,
+        }
+        if isinstance(checkpoint.get("createdAt"), str):
+            summary["createdAt"] = checkpoint["createdAt"]
+        out.append(summary)
+        kept_ids = {rec["id"] for rec in records[start:]}
+        for tail in checkpoint.get("retainedTail") or ():
+            if not isinstance(tail, Mapping) or tail.get("id") in kept_ids or not in_context(tail, tombstoned):
+                continue
+            msg = context_message(tail)
+            if msg is not None:
+                out.append(msg)
+    for rec in records[start:]:
+        if not in_context(rec, tombstoned):
+            continue
+        msg = context_message(rec)
+        if msg is not None:
+            out.append(msg)
+    return {"messages": out, "compaction": checkpoint}
+
+
+# --------------------------------------------------------------------------- tree
+
+
+@dataclass(frozen=True)
+class StoredBranch:
+    """One revisions-file entry: a full archived branch, or a live reference (no payload)."""
+
+    root_user_id: str
+    revision_index: int
+    messages: Sequence[Mapping[str, Any]]
+    live: bool = False
+
+
+def preview(record: Mapping[str, Any], limit: int = PREVIEW_CHARS) -> str:
+    text = extract_text(record)
+    if text is None:
+        names = [b.get("name") for b in record.get("blocks") or ()
+                 if isinstance(b, Mapping) and b.get("type") == "tool_call" and isinstance(b.get("name"), str)]
+        tool = record.get("toolName")
+        text = tool if isinstance(tool, str) else ", ".join(names)
+    flat = " ".join(text.split())
+    return flat[:limit]
+
+
+def archived_node_id(root_user_id: str, revision_index: int, message_id: str) -> str:
+    return f"rev:{root_user_id}:{revision_index}:{message_id}"
+
+
+def _node(rec: Mapping[str, Any], node_id: str, parent: str | None, *, active: bool, deleted: bool,
+          revision_index: int | None) -> dict[str, Any]:
+    node: dict[str, Any] = {
+        "id": node_id,
+        "messageId": rec.get("id"),
+        "parentId": parent,
+        "role": rec.get("role"),
+        "active": active,
+        "deleted": deleted,
+        "preview": preview(rec),
+    }
+    if revision_index is not None:
+        node["revisionIndex"] = revision_index
+    return node
+
+
+def build_tree(
+    records: Sequence[Mapping[str, Any]],
+    tombstoned_ids: Iterable[str],
+    branches: Sequence[StoredBranch] = (),
+) -> dict[str, Any]:
+    """``{"nodes": [...], "activeLeafId": ...}``: parents before children, siblings by revision index."""
+    tombstoned = frozenset(tombstoned_ids)
+    stamps = live_stamps(records)
+    nodes: list[dict[str, Any]] = []
+    parent_of_root: dict[str, str | None] = {}  # family -> parent node id of its (first) root seen
+    visible: str | None = None
+    seen_families: set[str] = set()
+    for rec in records:
+        deleted = rec.get("id") in tombstoned
+        rev = None
+        if rec.get("role") == "user":
+            fam = family_of(rec)
+            if fam not in seen_families:
+                seen_families.add(fam)
+                rev = stamps.get(fam)
+                parent_of_root[fam] = visible
+        nodes.append(_node(rec, str(rec["id"]), visible, active=not deleted, deleted=deleted, revision_index=rev))
+        if not deleted:
+            visible = str(rec["id"])
+    active_leaf = visible
+    # archived branches: skip live references and the stored copy of the variant that is live now
+    archived = [
+        b for b in branches
+        if not b.live and b.messages
+        and not (stamps.get(b.root_user_id) == b.revision_index and find_root(records, b.root_user_id) is not None)
+    ]
+    archived.sort(key=lambda b: (b.root_user_id, b.revision_index))
+    pending = list(archived)
+    # A branch whose root is not live may hang inside another archived branch: resolve iteratively.
+    while pending:
+        progressed = False
+        rest: list[StoredBranch] = []
+        for b in pending:
+            if b.root_user_id in parent_of_root:
+                _add_branch(nodes, parent_of_root, b, parent_of_root[b.root_user_id])
+                progressed = True
+            else:
+                rest.append(b)
+        if not progressed:
+            for b in rest:  # the root is nowhere: a separate top-level chain
+                _add_branch(nodes, parent_of_root, b, None)
+            break
+        pending = rest
+    return {"nodes": _ordered(nodes), "activeLeafId": active_leaf}
+
+
+def _add_branch(nodes: list[dict[str, Any]], parent_of_root: dict[str, str | None], b: StoredBranch,
+                attach: str | None) -> None:
+    parent = attach
+    for rec in b.messages:
+        node_id = archived_node_id(b.root_user_id, b.revision_index, str(rec.get("id")))
+        if rec.get("role") == "user":
+            parent_of_root.setdefault(family_of(rec), parent)
+        nodes.append(_node(rec, node_id, parent, active=False, deleted=False, revision_index=b.revision_index))
+        parent = node_id
+
+
+def _ordered(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pre-order walk: parents before children; siblings by revision index, then insertion order."""
+    children: dict[str | None, list[tuple[int, dict[str, Any]]]] = {}
+    ids = {n["id"] for n in nodes}
+    for i, n in enumerate(nodes):
+        parent = n["parentId"] if n["parentId"] in ids else None
+        children.setdefault(parent, []).append((i, n))
+    big = 1 << 62
+    for kids in children.values():
+        kids.sort(key=lambda item: (item[1].get("revisionIndex", big) if item[1].get("revisionIndex") is not None
+                                    else big, item[0]))
+    out: list[dict[str, Any]] = []
+    stack: list[dict[str, Any]] = [n for _, n in reversed(children.get(None, []))]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(n for _, n in reversed(children.get(node["id"], [])))
+    return out
+
+
+__all__ = [
+    "CONTEXT_BLOCK_TYPES",
+    "StoredBranch",
+    "archived_node_id",
+    "build_session_context",
+    "build_tree",
+    "context_blocks",
+    "context_message",
+    "in_context",
+    "is_attributed",
+    "newest_valid",
+    "preview",
+]

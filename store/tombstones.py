@@ -1,0 +1,83 @@
+"""Message tombstones (seed 000 §3.3): hide a message without rewriting the file.
+
+A tombstone is one transcript line::
+
+    {"type":"tombstone","id":"<tombstone id>","messageId":"m1","deleted":true,"createdAt":"…"}
+
+``deleted: false`` is a restore. The newest line per ``messageId`` wins, so
+delete and restore are both O(1) appends. The index mirrors the state in
+``messages.deleted`` (search and model context skip those rows); boot
+reconcile rebuilds the flag from the lines.
+
+A whole-file rewrite keeps only the state of surviving messages: it writes one
+``deleted: true`` line after each surviving tombstoned message
+(:func:`tombstone_lines_for`) and drops the history of restores. Pure
+functions, no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+from .jsonio import dumps_line
+from .records import ms_to_rfc3339
+
+TOMBSTONE = "tombstone"
+
+
+def tombstone_record(tombstone_id: str, message_id: str, deleted: bool, *, created_at_ms: int) -> dict[str, Any]:
+    """The line record (``type`` first, ``id`` second, as every line)."""
+    return {
+        "type": TOMBSTONE,
+        "id": tombstone_id,
+        "messageId": message_id,
+        "deleted": deleted,
+        "createdAt": ms_to_rfc3339(created_at_ms),
+    }
+
+
+def tombstone_line(tombstone_id: str, message_id: str, deleted: bool, *, created_at_ms: int) -> bytes:
+    return dumps_line(tombstone_record(tombstone_id, message_id, deleted, created_at_ms=created_at_ms))
+
+
+def deleted_ids(tombstones: Mapping[str, Mapping[str, Any] | bool]) -> set[str]:
+    """Message ids whose newest tombstone says ``deleted`` (a record or a plain flag per id)."""
+    out: set[str] = set()
+    for mid, value in tombstones.items():
+        flag = value if isinstance(value, bool) else value.get("deleted", True) is True
+        if flag:
+            out.add(mid)
+    return out
+
+
+def tombstone_lines_for(
+    records: Sequence[Mapping[str, Any]],
+    deleted: Iterable[str],
+    *,
+    created_at_ms: int = 0,
+    id_for: Any = None,
+) -> list[tuple[str, bytes]]:
+    """``(messageId, line)`` for each record in ``records`` whose id is in ``deleted``, in record order.
+
+    What a rewrite writes right after each surviving tombstoned message, so a
+    rebuild from the new file restores the flag. ``id_for(message_id)`` names
+    the tombstone (default ``t-<messageId>``).
+    """
+    wanted = set(deleted)
+    out: list[tuple[str, bytes]] = []
+    for rec in records:
+        mid = rec.get("id")
+        if not isinstance(mid, str) or mid not in wanted:
+            continue
+        tid = id_for(mid) if id_for is not None else f"t-{mid}"
+        out.append((mid, tombstone_line(tid, mid, True, created_at_ms=created_at_ms)))
+    return out
+
+
+__all__ = [
+    "TOMBSTONE",
+    "deleted_ids",
+    "tombstone_line",
+    "tombstone_lines_for",
+    "tombstone_record",
+]
