@@ -63,6 +63,7 @@ from store.transcript import TranscriptWriter, create_transcript, read_spans
 FeatureHandler = Callable[["SessionActor", Custom], Awaitable[Any]]
 
 MAX_TITLE = 80
+EVENT_RECORD_MAX = 64 * 1024  # bigger records are announced by ref only (the event backlog is bounded by count)
 DEFAULT_WINDOW = 100
 MAX_WINDOW = 1000
 
@@ -429,15 +430,18 @@ class SessionActor(Actor):
         self.deleted = False
         await self.ensure_exists_for_append()
         outcomes: list[Any] = [None] * len(reqs)
-        # 1. receipts (retries return the stored terminal response)
-        for i, req in enumerate(reqs):
-            try:
-                replay = await self.check_receipt(req.receipt)
-            except StoreError as exc:
-                outcomes[i] = exc
-                continue
-            if replay is not None:
-                outcomes[i] = replay
+        # 1. one read for receipts (a retry gets the stored terminal response) and for ids
+        #    already held by this or another session (replay, D444 remap, steering)
+        candidates: list[str] = []
+        for req in reqs:
+            raw_id = req.message.get("id") if isinstance(req.message, Mapping) else None
+            if isinstance(raw_id, str):
+                candidates += [raw_id, f"{self.sid}:{raw_id}"]
+        keys = [req.receipt for req in reqs]
+        receipts, known = await self.read(_append_preflight, keys, candidates)
+        for i, found in enumerate(receipts):
+            if found is not None:
+                outcomes[i] = found
         now = self.now()
         pending: list[tuple[int, dict[str, Any], str | None]] = []
         for i, req in enumerate(reqs):
@@ -452,10 +456,6 @@ class SessionActor(Actor):
         if not pending:
             return outcomes
         # 2. ids: same-session replay, cross-session remap (D444), steering replacement
-        candidates: list[str] = []
-        for _, rec, _ in pending:
-            candidates += [rec["id"], f"{self.sid}:{rec['id']}"]
-        known = await self.read(index.lookup_ids, candidates)
         to_write: list[tuple[int, dict[str, Any], str | None]] = []
         seen_in_batch: dict[str, dict[str, Any]] = {}
         replays: list[tuple[int, str]] = []
@@ -547,9 +547,15 @@ class SessionActor(Actor):
                     continue
                 outcomes[i] = {"message": found, "replayed": True}
         if refs:
-            self.row = await self.read(index.session_row, self.sid)
-            for ref, (_, rec, _) in zip(refs, written):
-                self.publish("session.message", {"message": ref, "record": wire_record(rec)})
+            if self.row is not None:
+                self.row["messageCount"] = max([self.row["messageCount"], *(r["seq"] for r in refs)])
+                self.row["updatedAt"] = max(self.row["updatedAt"], now)
+                self.row["_indexedLen"] = self.file_len
+            for ref, (_, rec, _), line in zip(refs, written, lines):
+                data: dict[str, Any] = {"message": ref}
+                if len(line) <= EVENT_RECORD_MAX:
+                    data["record"] = wire_record(rec)
+                self.publish("session.message", data)
         return outcomes
 
     async def after_append(self, records: Sequence[Mapping[str, Any]]) -> None:
@@ -641,6 +647,24 @@ def _deliver(env: Envelope, outcome: Any) -> None:
         env.reply.set_exception(outcome)
     else:
         env.reply.set_result(outcome)
+
+
+def _append_preflight(
+    conn: Any, keys: Sequence[ReceiptKey | None], candidates: Sequence[str]
+) -> tuple[list[Any], dict[str, tuple[str, int, int, int]]]:
+    """Receipts of a group of appends and the ids the index already holds, in one read."""
+    receipts: list[Any] = []
+    for key in keys:
+        if key is None:
+            receipts.append(None)
+            continue
+        try:
+            found = index.check_receipt(conn, key.client_id, key.submission_id, key.method, key.fingerprint)
+        except StoreError as exc:
+            receipts.append(exc)
+            continue
+        receipts.append(None if found is None else found["response"])
+    return receipts, index.lookup_ids(conn, candidates)
 
 
 def _safe_loads(blob: bytes) -> dict[str, Any]:
