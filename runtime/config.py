@@ -25,8 +25,11 @@ class HostConfig:
     read_pool_size: int = 4
     faults_spec: str | None = None
     audit_retention_days: int = 90
-    restart_intensity: int = 20
+    restart_intensity: int = 20  # core actors (db-writer): past this many restarts per period the host exits
     restart_period: float = 10.0
+    # Session actors are many and rebuilt from their files; a burst of session crashes is
+    # answered per request (ACTOR_RESTARTED), only a storm this large escalates.
+    session_restart_intensity: int = 1000
     synchronous: str | None = None  # None = FULL/NORMAL chosen per batch; "FULL"/"NORMAL" forces one
     max_frame_bytes: int = 16 * 1024 * 1024
     max_params_bytes: int = 8 * 1024 * 1024

@@ -97,7 +97,7 @@ async def run_host(
                 )
                 db = DbHandle(lambda op: writer_ref.ask(op, timeout=config.ask_timeout))
                 sessions = DynamicSupervisor(
-                    intensity=config.restart_intensity, period=config.restart_period,
+                    intensity=config.session_restart_intensity, period=config.restart_period,
                     max_children=config.max_sessions_active,
                 )
                 await nursery.start(sessions.run)
