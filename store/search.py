@@ -327,8 +327,10 @@ def search_messages(
             ).fetchone()
             if live is None:
                 raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
+        # One session: its (session_id, seq) index. Everything: rowid order / lookups.
+        table = "messages AS m" if session_id is not None else "messages AS m NOT INDEXED"
         rows = conn.execute(
-            "SELECT m.mid, m.id, m.session_id, m.role, m.seq, m.text, m.created_at FROM messages AS m "
+            f"SELECT m.mid, m.id, m.session_id, m.role, m.seq, m.text, m.created_at FROM {table} "
             f"WHERE {' AND '.join(where)} ORDER BY m.created_at DESC, m.mid DESC LIMIT :lim",
             params,
         ).fetchall()
