@@ -70,7 +70,7 @@ class Remapper:
 
     def __post_init__(self) -> None:
         self._path_re = re.compile(
-            rf"(?:^|(?<=[/\\]))scratch([/\\]){re.escape(self.source_id)}([/\\]){PASTED}\2"
+            rf"(?<![A-Za-z0-9_.\-])scratch([/\\]){re.escape(self.source_id)}([/\\]){PASTED}\2"
         )
 
     def message_id(self, old: str) -> str:

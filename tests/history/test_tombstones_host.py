@@ -1,0 +1,163 @@
+"""session.deleteMessage / session.restoreMessage through the real gateway (seed 000 §3.3)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import trio
+
+from runtime.client import RpcError
+from store.jsonio import loads_line
+from tests.hostkit import client_for, inprocess_host, msg
+from tests.revisions.helpers import query, transcript_path, turn
+
+
+def deleted_flags(root, sid):  # type: ignore[no-untyped-def]
+    return dict(query(root, "SELECT id, deleted FROM messages WHERE session_id = ? ORDER BY seq", sid))
+
+
+def lines(root, sid):  # type: ignore[no-untyped-def]
+    return [loads_line(x) for x in transcript_path(root, sid).read_bytes().splitlines(keepends=True)]
+
+
+async def search_ids(c, text: str, sid: str | None = None) -> list[str]:  # type: ignore[no-untyped-def]
+    params = {"query": text} if sid is None else {"query": text, "sessionId": sid}
+    return [h["messageId"] for h in (await c.call("search.query", params))["results"]]
+
+
+async def test_delete_appends_one_line_and_flags_the_row(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1", "zebra")
+            before = transcript_path(tmp_path, sid).read_bytes()
+            r = await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "a1"})
+            assert r == {"messageId": "a1", "deleted": True}
+            after = transcript_path(tmp_path, sid).read_bytes()
+            assert after.startswith(before)  # O(1): an append, no rewrite
+            tomb = loads_line(after[len(before):])
+            assert tomb["type"] == "tombstone" and tomb["messageId"] == "a1" and tomb["deleted"] is True
+            assert isinstance(tomb["id"], str) and isinstance(tomb["createdAt"], str)
+            assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 1}
+            got = await c.call("session.get", {"sessionId": sid, "full": True})
+            assert [m.get("deleted", False) for m in got["messages"]] == [False, True]
+            ctx = await c.call("session.context", {"sessionId": sid})
+            assert [m["id"] for m in ctx["messages"]] == ["u1"]
+            # asking again for the state it has writes nothing
+            await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "a1"})
+            assert transcript_path(tmp_path, sid).read_bytes() == after
+            r = await c.call("session.restoreMessage", {"sessionId": sid, "messageId": "a1"})
+            assert r == {"messageId": "a1", "deleted": False}
+            assert lines(tmp_path, sid)[-1]["deleted"] is False
+            assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 0}
+            ctx = await c.call("session.context", {"sessionId": sid})
+            assert [m["id"] for m in ctx["messages"]] == ["u1", "a1"]
+
+
+async def test_unknown_message_is_message_not_found(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            other = (await c.call("session.create", {}))["id"]
+            await turn(c, other, "x1", "y1")
+            before = transcript_path(tmp_path, sid).read_bytes()
+            for method in ("session.deleteMessage", "session.restoreMessage"):
+                for mid in ("nope", "x1"):  # x1 belongs to another session
+                    with pytest.raises(RpcError) as err:
+                        await c.call(method, {"sessionId": sid, "messageId": mid})
+                    assert err.value.data_code == "MESSAGE_NOT_FOUND"
+            assert transcript_path(tmp_path, sid).read_bytes() == before
+            with pytest.raises(RpcError) as err:
+                await c.call("session.deleteMessage", {"sessionId": "missing", "messageId": "x1"})
+            assert err.value.data_code == "SESSION_NOT_FOUND"
+
+
+async def test_search_stops_finding_tombstoned_messages(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1", "platypus")
+            assert sorted(await search_ids(c, "platypus")) == ["a1", "u1"]
+            await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "u1"})
+            assert await search_ids(c, "platypus") == ["a1"]
+            assert await search_ids(c, "platypus", sid) == ["a1"]
+            hits = (await c.call("search.sessions", {"query": "platypus"}))["results"]
+            assert [s["messageId"] for s in hits[0]["snippets"]] == ["a1"]
+            await c.call("session.restoreMessage", {"sessionId": sid, "messageId": "u1"})
+            assert sorted(await search_ids(c, "platypus")) == ["a1", "u1"]
+
+
+async def test_receipt_replays_the_stored_answer(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            p = {"sessionId": sid, "messageId": "u1", "submissionId": "sub-1"}
+            assert (await c.call("session.deleteMessage", p))["deleted"] is True
+            await c.call("session.restoreMessage", {"sessionId": sid, "messageId": "u1"})
+            size = os.path.getsize(transcript_path(tmp_path, sid))
+            # the retry answers from the receipt; it does not delete again
+            assert (await c.call("session.deleteMessage", p))["deleted"] is True
+            assert os.path.getsize(transcript_path(tmp_path, sid)) == size
+            assert deleted_flags(tmp_path, sid)["u1"] == 0
+            with pytest.raises(RpcError) as err:
+                await c.call("session.deleteMessage", {**p, "messageId": "a1"})
+            assert err.value.data_code == "IDEMPOTENCY_CONFLICT"
+
+
+async def test_flags_rebuilt_from_the_file_after_the_index_is_lost(tmp_path):
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1", "wombat")
+            await turn(c, sid, "u2", "a2", "wombat")
+            await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "a1"})
+            await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "u2"})
+            await c.call("session.restoreMessage", {"sessionId": sid, "messageId": "u2"})
+            await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "a2"})
+        for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+            (tmp_path / name).unlink(missing_ok=True)
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 1, "u2": 0, "a2": 1}
+            got = await c.call("session.get", {"sessionId": sid, "full": True})
+            assert [m["id"] for m in got["messages"] if m.get("deleted")] == ["a1", "a2"]
+            assert sorted(await search_ids(c, "wombat")) == ["u1", "u2"]
+
+
+async def test_lost_index_update_is_caught_up_from_the_tail(tmp_path):
+    """The tombstone line is durable before the index op; a failed op heals on the next request."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            host.faults.add("index.before_commit", nth=1, action="raise")
+            with pytest.raises(RpcError):
+                await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "a1"})
+            host.faults.clear()
+            assert lines(tmp_path, sid)[-1]["type"] == "tombstone"
+            got = await c.call("session.get", {"sessionId": sid, "full": True})
+            assert [m.get("deleted", False) for m in got["messages"]] == [False, True]
+            assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 1}
+
+
+async def test_rewrites_carry_tombstones_of_surviving_messages(tmp_path):
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await turn(c, sid, "u2", "a2")
+            await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "a1"})
+            await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "a2"})
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a2", "mode": "regenerate"})
+            kinds = [(x["type"], x.get("messageId")) for x in lines(tmp_path, sid)[1:]]
+            assert ("tombstone", "a1") in kinds and ("tombstone", "a2") not in kinds
+            assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 1, "u2": 0}
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a2b", "again", role="assistant")})
+        for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+            (tmp_path / name).unlink(missing_ok=True)
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 1, "u2": 0, "a2b": 0}
+            # the archived branch comes back without its tombstone: the flag belongs to the live transcript
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u2", "revisionIndex": 1})
+            assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 1, "u2": 0, "a2": 0}
