@@ -1,0 +1,86 @@
+"""session.tree and session.context through the real gateway, over real revisions and checkpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.client import RpcError
+from tests.hostkit import client_for, inprocess_host, msg
+from tests.revisions.helpers import turn
+
+
+def by_id(tree: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {n["id"]: n for n in tree["nodes"]}
+
+
+async def test_tree_shows_regenerated_variants_as_siblings(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await turn(c, sid, "u2", "a2")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u2"})
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a2", "mode": "regenerate"})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a2b", "b", role="assistant")})
+            tree = await c.call("session.tree", {"sessionId": sid})
+            nodes = by_id(tree)
+            assert [n["id"] for n in tree["nodes"]] == ["u1", "a1", "rev:u2:1:u2", "rev:u2:1:a2", "u2", "a2b"]
+            assert nodes["rev:u2:1:u2"]["parentId"] == "a1" and nodes["u2"]["parentId"] == "a1"
+            assert nodes["rev:u2:1:u2"]["revisionIndex"] == 1 and nodes["u2"]["revisionIndex"] == 2
+            assert [n["id"] for n in tree["nodes"] if n["active"]] == ["u1", "a1", "u2", "a2b"]
+            assert tree["activeLeafId"] == "a2b"
+            # switching back: the stored copy of the now-live variant is not shown twice
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u2", "revisionIndex": 1})
+            tree = await c.call("session.tree", {"sessionId": sid})
+            assert [n["id"] for n in tree["nodes"]] == ["u1", "a1", "u2", "a2", "rev:u2:2:u2", "rev:u2:2:a2b"]
+            assert tree["activeLeafId"] == "a2"
+            assert by_id(tree)["u2"]["revisionIndex"] == 1
+            # a tombstone turns its node into a leaf; the child reconnects to the visible ancestor
+            await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "u2"})
+            nodes = by_id(await c.call("session.tree", {"sessionId": sid}))
+            assert nodes["u2"]["deleted"] and not nodes["u2"]["active"]
+            assert nodes["a2"]["parentId"] == "a1" and nodes["a2"]["active"]
+
+
+async def test_context_follows_the_newest_checkpoint_and_skips_hidden_rows(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("n1", "notice", role="system")})
+            await turn(c, sid, "u2", "a2")
+            await c.call("session.appendMessage", {"sessionId": sid, "message": {
+                "id": "a3", "role": "assistant", "meta": {"replayReasoning": True},
+                "blocks": [{"type": "thinking", "text": "think"}, {"type": "text", "text": "answer"}]}})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg(
+                "s1", "delegate row", role="assistant", meta={"agentName": "reviewer"})})
+            ctx = await c.call("session.context", {"sessionId": sid})
+            assert [m["id"] for m in ctx["messages"]] == ["u1", "a1", "u2", "a2", "a3"]
+            assert ctx["messages"][-1]["blocks"] == [{"type": "reasoning", "text": "think"},
+                                                     {"type": "text", "text": "answer"}]
+            assert ctx.get("compaction") is None
+            await c.call("session.appendCompaction", {"sessionId": sid, "compaction": {
+                "id": "c1", "summary": "first", "throughMessageId": "a1", "tokensBefore": 5}})
+            await c.call("session.appendCompaction", {"sessionId": sid, "compaction": {
+                "id": "c2", "summary": "second", "throughMessageId": "a2", "tokensBefore": 9,
+                "retainedTail": [msg("u2", "q u2 (bounded)")],
+                "details": {"retainedTailMode": "active_turn"}}})
+            ctx = await c.call("session.context", {"sessionId": sid})
+            assert ctx["compaction"]["id"] == "c2"
+            assert [m["id"] for m in ctx["messages"]] == ["c2", "u2", "a3"]
+            assert ctx["messages"][0]["blocks"][0]["text"] == "second"
+            assert ctx["messages"][1]["blocks"][0]["text"] == "q u2 (bounded)"
+            # cutting the newest checkpoint's boundary away makes the older one the active checkpoint
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u2"})
+            ctx = await c.call("session.context", {"sessionId": sid})
+            assert ctx["compaction"]["id"] == "c1"
+            assert [m["id"] for m in ctx["messages"]] == ["c1"]  # only the system notice followed a1
+            with pytest.raises(RpcError) as err:
+                await c.call("session.context", {"sessionId": "nope"})
+            assert err.value.data_code == "SESSION_NOT_FOUND"
+            with pytest.raises(RpcError) as err:
+                await c.call("session.tree", {"sessionId": "nope"})
+            assert err.value.data_code == "SESSION_NOT_FOUND"
