@@ -1,0 +1,375 @@
+"""The shared invariant checker (RELIABILITY.md §4): a history against what the host shows.
+
+Pure: :func:`check` takes the :class:`~scripts.chaos_history.History` of a run
+and an :class:`Observation` of the host's state (gathered by
+``scripts/chaos_observe.py``) and returns a :class:`Report` in Jepsen's set
+checker words:
+
+* **lost**       – acknowledged, but absent (or stale) afterwards;
+* **duplicated** – one effect visible more than once;
+* **recovered**  – not acknowledged (indeterminate), but present once;
+* **unexpected** – present but never attempted, or present although its removal
+  was acknowledged / its attempt failed definitely.
+
+Plus *problems*: every other broken invariant (index ≠ transcript, a message at
+the wrong position, a turn still running after a restart, a checkpoint left
+behind, search missing a message, ``integrity_check`` not ok). The run is valid
+only if lost, duplicated, unexpected and problems are all empty.
+
+Workload conventions the checker relies on (``scripts/chaos_workload.py``):
+
+=============  =====================  ===========================================
+``f``          ``key``                ``value``
+=============  =====================  ===========================================
+create         session id             sid, title
+append         message id             sid, role, text, turnId?
+checkpoint     ``<mid>#<n>``          sid, mid, turnId, text, n
+start_turn     turn id                sid
+end_turn       turn id                sid, status, notify
+queue_push     idempotency key        sid, content
+queue_remove   idempotency key        sid, entryId
+rename         ``<sid>#<n>``          sid, title
+settings_set   ``<setting>#<n>``      setting, value
+=============  =====================  ===========================================
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from scripts.chaos_history import WRITE_KINDS, History, Op, Outcome, outcomes
+
+NOTIFICATION_CAP = 200
+TOKEN_RE = re.compile(r"zq[0-9a-f]{12}")
+ABSENT: Any = object()
+"""Observed value of a setting that is not set."""
+
+
+@dataclass
+class ObservedMessage:
+    id: str
+    role: str
+    text: str
+    seq: int | None = None
+
+
+@dataclass
+class ObservedSession:
+    messages: list[ObservedMessage]
+    """``session.get`` with ``full: true``, in transcript order."""
+    file_ids: list[str]
+    """Message ids as the transcript reader sees them (deduped, in order)."""
+    index_rows: list[tuple[str, int]]
+    """``(id, seq)`` rows of the index, ordered by seq (read-only SQLite)."""
+    title: str | None
+    queue_keys: list[str]
+    """Idempotency keys of the session's queue entries (``session.queueList``)."""
+    bad_lines: int = 0
+
+
+@dataclass
+class Observation:
+    sessions: dict[str, ObservedSession]
+    turns: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """turn id → (session id, status)."""
+    notifications: dict[str, int] = field(default_factory=dict)
+    """turn id → number of notifications for it."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """setting key → value (``ABSENT`` when unset)."""
+    search: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    """token → ``(sessionId, messageId)`` hits; only tokens the observer searched."""
+    integrity: str = "ok"
+    leftover_checkpoints: dict[str, str] = field(default_factory=dict)
+    """message id → session id of in-flight checkpoints found on disk before this boot."""
+    inflight_left: list[str] = field(default_factory=list)
+    """sessions that still have an in-flight checkpoint file after boot."""
+    after_restart: bool = False
+    """True when the host was restarted since the last operation (fence + sweep ran)."""
+
+
+@dataclass
+class Report:
+    attempted: int = 0
+    acknowledged: int = 0
+    lost: set[str] = field(default_factory=set)
+    duplicated: set[str] = field(default_factory=set)
+    recovered: set[str] = field(default_factory=set)
+    unexpected: set[str] = field(default_factory=set)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not (self.lost or self.duplicated or self.unexpected or self.problems)
+
+    def summary(self) -> str:
+        return (f"attempted={self.attempted} acknowledged={self.acknowledged} lost={len(self.lost)} "
+                f"duplicated={len(self.duplicated)} recovered={len(self.recovered)} "
+                f"unexpected={len(self.unexpected)} problems={len(self.problems)}")
+
+
+def _by_kind(found: dict[tuple[str, str], Outcome], kind: str) -> list[Outcome]:
+    return [o for (f, _), o in found.items() if f == kind]
+
+
+def check(history: History | Iterable[Op], obs: Observation) -> Report:
+    ops = history.ops if isinstance(history, History) else list(history)
+    found = outcomes(ops)
+    report = Report()
+    writes = [o for o in found.values() if o.f in WRITE_KINDS]
+    report.attempted = len(writes)
+    report.acknowledged = sum(1 for o in writes if o.status == "acked")
+    if obs.integrity != "ok":
+        report.problems.append(f"PRAGMA integrity_check: {obs.integrity}")
+    _check_sessions_consistent(obs, report)
+    _check_messages(found, obs, report)
+    _check_turns(found, obs, report)
+    _check_notifications(found, obs, report)
+    _check_queue(found, obs, report)
+    _check_registers(found, obs, report)
+    return report
+
+
+# ---------------------------------------------------------------------------- index vs transcript
+
+
+def _check_sessions_consistent(obs: Observation, report: Report) -> None:
+    for sid, s in obs.sessions.items():
+        index_ids = [mid for mid, _ in s.index_rows]
+        if index_ids != s.file_ids:
+            report.problems.append(
+                f"{sid}: index ids != transcript ids ({len(index_ids)} rows vs {len(s.file_ids)} records; "
+                f"first difference at {_first_diff(index_ids, s.file_ids)})")
+        bad_seq = [(mid, seq, pos) for pos, (mid, seq) in enumerate(s.index_rows) if seq != pos + 1]
+        if bad_seq:
+            report.problems.append(f"{sid}: index seq != position+1 for {bad_seq[:3]}")
+        get_ids = [m.id for m in s.messages]
+        if get_ids != s.file_ids:
+            report.problems.append(
+                f"{sid}: session.get ids != transcript ids (first difference at {_first_diff(get_ids, s.file_ids)})")
+        if s.bad_lines:
+            report.problems.append(f"{sid}: {s.bad_lines} unparsable line(s) inside the transcript")
+    if obs.inflight_left:
+        report.problems.append(f"in-flight checkpoints left after boot: {sorted(obs.inflight_left)}")
+
+
+def _first_diff(a: list[str], b: list[str]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+# ---------------------------------------------------------------------------- messages
+
+
+def _check_messages(found: dict[tuple[str, str], Outcome], obs: Observation, report: Report) -> None:
+    appends = {o.key: o for o in _by_kind(found, "append")}
+    checkpoints: dict[str, list[Outcome]] = {}
+    for o in _by_kind(found, "checkpoint"):
+        checkpoints.setdefault(str(o.value["mid"]), []).append(o)
+    attempted: dict[str, str] = {mid: str(o.value["sid"]) for mid, o in appends.items()}
+    for mid, cps in checkpoints.items():
+        attempted.setdefault(mid, str(cps[0].value["sid"]))
+    # The checkpoint file holds a session's last saved reply: the newest checkpoint op
+    # of each session, if one of its message's checkpoints was acknowledged, must
+    # survive a restart (promoted by the boot sweep, or settled by its final append).
+    newest: dict[str, Outcome] = {}
+    for cps in checkpoints.values():
+        for o in cps:
+            sid = str(o.value["sid"])
+            if sid not in newest or o.first_invoke > newest[sid].first_invoke:
+                newest[sid] = o
+    durable_cp = {str(o.value["mid"]) for o in newest.values()
+                  if any(c.status == "acked" for c in checkpoints[str(o.value["mid"])])}
+    observed: dict[str, tuple[str, int, ObservedMessage, int]] = {}  # mid → (sid, position, msg, count)
+    for sid, s in obs.sessions.items():
+        counts = Counter(m.id for m in s.messages)
+        for pos, m in enumerate(s.messages):
+            if m.id not in observed:
+                observed[m.id] = (sid, pos, m, counts[m.id])
+            if m.id not in attempted:
+                report.unexpected.add(f"message:{sid}/{m.id}")
+    for mid, sid in attempted.items():
+        name = f"message:{sid}/{mid}"
+        app = appends.get(mid)
+        cps = sorted(checkpoints.get(mid, []), key=lambda o: int(o.value["n"]))
+        seen = observed.get(mid)
+        if seen is not None and seen[0] != sid:
+            report.unexpected.add(f"{name} (found in session {seen[0]})")
+            continue
+        must_exist = (app is not None and app.status == "acked") or mid in obs.leftover_checkpoints or (
+            obs.after_restart and mid in durable_cp)
+        if seen is None:
+            if must_exist:
+                report.lost.add(name)
+            continue
+        _, pos, msg, count = seen
+        if count > 1:
+            report.duplicated.add(name)
+        if app is not None and app.status == "failed" and not cps:
+            report.unexpected.add(f"{name} (its append failed definitely)")
+        if not must_exist:
+            report.recovered.add(name)
+        # position: an acknowledged append said where it landed
+        if app is not None and app.status == "acked":
+            seq = ((app.result or {}).get("message") or {}).get("seq")
+            if seq is not None and seq != pos + 1:
+                report.problems.append(f"{name}: acknowledged at seq {seq} but found at position {pos}")
+        # content: the final text, or a checkpoint at or after the last acknowledged one
+        allowed = _allowed_texts(app, cps)
+        if allowed is not None and msg.text not in allowed:
+            if app is not None and app.status == "acked" and not (app.result or {}).get("replayed") and not cps:
+                report.lost.add(f"{name} (content)")
+            else:
+                report.problems.append(f"{name}: text {msg.text[:60]!r} is none of the {len(allowed)} allowed")
+        # search finds it
+        for token in set(TOKEN_RE.findall(msg.text)):
+            hits = obs.search.get(token)
+            if hits is None:
+                continue
+            if hits.count((sid, mid)) != 1 or len(hits) != 1:
+                report.problems.append(f"{name}: search for {token} returned {hits[:3]}")
+
+
+def _allowed_texts(app: Outcome | None, cps: list[Outcome]) -> set[str] | None:
+    if app is not None and app.status == "acked" and not (app.result or {}).get("replayed"):
+        return {str(app.value["text"])}
+    allowed: set[str] = set()
+    if app is not None and app.status != "failed":
+        allowed.add(str(app.value["text"]))
+    last_acked = max((int(c.value["n"]) for c in cps if c.status == "acked"), default=-1)
+    for c in cps:
+        if int(c.value["n"]) >= last_acked and c.status != "failed":
+            allowed.add(str(c.value["text"]))
+    if not cps and app is not None and app.status == "acked":
+        allowed.add(str(app.value["text"]))
+    return allowed or None
+
+
+# ---------------------------------------------------------------------------- turns
+
+
+def _check_turns(found: dict[tuple[str, str], Outcome], obs: Observation, report: Report) -> None:
+    ends = {o.key: o for o in _by_kind(found, "end_turn")}
+    starts = {o.key: o for o in _by_kind(found, "start_turn")}
+    for tid, start in starts.items():
+        name = f"turn:{start.value['sid']}/{tid}"
+        seen = obs.turns.get(tid)
+        end = ends.get(tid)
+        status = seen[1] if seen else None
+        if seen is None:
+            if start.status == "acked":
+                report.lost.add(name)
+            continue
+        if start.status != "acked":
+            report.recovered.add(name)
+        if end is not None and end.status == "acked":
+            want = ((end.result or {}).get("turn") or {}).get("status", end.value["status"])
+            if status != want:
+                report.lost.add(f"{name} (status {status}, acknowledged {want})")
+            continue
+        allowed = {"aborted"} if obs.after_restart else {"running"}
+        if end is not None and end.status != "failed":
+            allowed.add(str(end.value["status"]))
+        if status not in allowed:
+            report.problems.append(f"{name}: status {status}, expected one of {sorted(allowed)}")
+    for tid, (sid, status) in obs.turns.items():
+        if tid not in starts:
+            report.unexpected.add(f"turn:{sid}/{tid}")
+        elif obs.after_restart and status == "running":
+            report.problems.append(f"turn:{sid}/{tid} still running after a restart")
+
+
+def _check_notifications(found: dict[tuple[str, str], Outcome], obs: Observation, report: Report) -> None:
+    ends = sorted(_by_kind(found, "end_turn"), key=lambda o: o.first_invoke)
+    notifying = [o for o in ends if o.status != "failed" and o.value.get("notify")
+                 and o.value["status"] in ("completed", "error")]
+    keys = {o.key for o in notifying}
+    for tid, count in obs.notifications.items():
+        if count > 1:
+            report.duplicated.add(f"notification:{tid}")
+        if tid not in keys and count:
+            report.unexpected.add(f"notification:{tid}")
+    for o in notifying:
+        if o.status != "acked" or "notification" not in (o.result or {}):
+            continue
+        newer = sum(1 for n in notifying if n.first_invoke > (o.ack_index or 0))
+        if newer >= NOTIFICATION_CAP - 8:
+            continue  # may have been pruned by the newest-200 cap
+        if obs.notifications.get(o.key, 0) == 0:
+            report.lost.add(f"notification:{o.key}")
+
+
+# ---------------------------------------------------------------------------- queue
+
+
+def _check_queue(found: dict[tuple[str, str], Outcome], obs: Observation, report: Report) -> None:
+    pushes = {o.key: o for o in _by_kind(found, "queue_push")}
+    removes = {o.key: o for o in _by_kind(found, "queue_remove")}
+    seen: Counter[str] = Counter()
+    where: dict[str, str] = {}
+    for sid, s in obs.sessions.items():
+        for key in s.queue_keys:
+            seen[key] += 1
+            where[key] = sid
+    for key, count in seen.items():
+        if key not in pushes:
+            report.unexpected.add(f"queue:{where[key]}/{key}")
+    for key, push in pushes.items():
+        name = f"queue:{push.value['sid']}/{key}"
+        count = seen.get(key, 0)
+        if count > 1:
+            report.duplicated.add(name)
+        rm = removes.get(key)
+        if rm is not None and rm.status == "acked":
+            if count:
+                report.unexpected.add(f"{name} (its removal was acknowledged)")
+            continue
+        if push.status == "acked":
+            if count == 0 and rm is None:
+                report.lost.add(name)
+        elif push.status == "failed":
+            if count:
+                report.unexpected.add(f"{name} (its push failed definitely)")
+        elif count:
+            report.recovered.add(name)
+
+
+# ---------------------------------------------------------------------------- registers
+
+
+def _check_registers(found: dict[tuple[str, str], Outcome], obs: Observation, report: Report) -> None:
+    """Last-writer-wins registers: a session's title and each setting key."""
+    titles: dict[str, list[Outcome]] = {}
+    for o in _by_kind(found, "rename"):
+        titles.setdefault(str(o.value["sid"]), []).append(o)
+    creates = {o.key: o for o in _by_kind(found, "create")}
+    for sid, ops in titles.items():
+        if sid not in obs.sessions:
+            continue
+        initial = creates[sid].value.get("title") if sid in creates else ABSENT
+        _register(f"title:{sid}", ops, "title", initial, obs.sessions[sid].title, report)
+    settings: dict[str, list[Outcome]] = {}
+    for o in _by_kind(found, "settings_set"):
+        settings.setdefault(str(o.value["setting"]), []).append(o)
+    for key, ops in settings.items():
+        _register(f"setting:{key}", ops, "value", ABSENT, obs.settings.get(key, ABSENT), report)
+
+
+def _register(name: str, ops: list[Outcome], field_name: str, initial: Any, observed: Any,
+              report: Report) -> None:
+    ops = sorted(ops, key=lambda o: o.first_invoke)
+    acked = [i for i, o in enumerate(ops) if o.status == "acked"]
+    start = acked[-1] if acked else 0
+    allowed = [o.value[field_name] for o in ops[start:] if o.status != "failed"]
+    if not acked:
+        allowed.append(initial)
+    if not any(observed is a or observed == a for a in allowed):
+        shown = "absent" if observed is ABSENT else repr(observed)
+        report.lost.add(f"{name} (observed {shown}, allowed {len(allowed)} values from op {start})")
+
+
+__all__ = ["ABSENT", "Observation", "ObservedMessage", "ObservedSession", "Report", "TOKEN_RE", "check"]

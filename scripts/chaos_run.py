@@ -1,0 +1,419 @@
+"""Chaos runs against a real host: SIGKILL cycles, actor kills, ext4 power cuts.
+
+::
+
+    scripts/chaos                                  # process mode, 5 cycles, random seed
+    scripts/chaos --mode process --cycles 200 --seed 7
+    scripts/chaos --mode actors --cycles 3 --kills 12
+    scripts/chaos --mode powercut --cycles 10      # root: loop-mounted ext4 image
+
+* **process** – a subprocess host (``tests/hostkit.start_host_process``) runs the
+  workload (``scripts/chaos_workload.py``); it is SIGKILLed at a random moment
+  (sometimes it kills itself first at a named crash point, ``RT_CRASHPOINT``,
+  which may also fire during the next boot's recovery), restarted, verified.
+* **actors** – an in-process host; the DB-writer and session actors are killed
+  at random moments while clients retry with the same ``submissionId``; the host
+  must keep serving. A final clean restart is verified too.
+* **powercut** – process mode with the data directory on a loop-mounted ext4
+  image: SIGKILL, then ``EXT4_IOC_SHUTDOWN`` without a journal flush, remount.
+
+After every restart the checker (``scripts/chaos_checker.py``) verifies the
+whole history so far; indeterminate appends and queue pushes are then retried
+with the same ``submissionId`` and a sample of acknowledged requests is
+replayed (stored receipts must not change). The seed (``--seed``) drives every
+random choice; timing still varies between runs. The LAST line is
+``cycles=N acknowledged=A lost=L duplicated=D``; the exit status is non-zero on
+any loss, duplicate, unexpected effect or broken invariant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import trio
+
+from runtime.client import ClientClosed, open_client
+from scripts.chaos_checker import Report, check
+from scripts.chaos_history import History
+from scripts.chaos_observe import ObserveNotes, observe, queue_entry_ids, scan_checkpoints
+from scripts.chaos_powercut import LoopMount
+from scripts.chaos_workload import HostGone, Worker, WorkloadConfig, make_workers
+from tests.hostkit import HostProcess, inprocess_host, start_host_process
+
+CRASH_POINTS: tuple[str, ...] = (
+    "append.after_write", "append.after_fsync", "index.before_commit", "index.after_commit",
+    "queue.between_effects", "queue.after_apply", "inflight.after_tmp_fsync", "inflight.after_rename",
+    "inflight.before_dirsync",
+)
+BOOT_CRASH_POINTS: tuple[str, ...] = ("inflight.after_append", "inflight.before_commit", "inflight.before_remove")
+CHECKER_CLIENT = "chaos-checker"
+
+
+@dataclass
+class RunConfig:
+    mode: str = "process"
+    cycles: int = 5
+    seed: int = 0
+    sessions: int = 4
+    workdir: Path | None = None
+    keep: bool = False
+    run_time: tuple[float, float] = (0.3, 2.0)
+    crashpoint_rate: float = 0.3
+    kills: int = 12
+    max_kills_per_10s: int = 15
+    receipt_sample: int = 4
+    search_sample: int = 40
+    image_mb: int = 64
+    verbose: bool = True
+
+
+@dataclass
+class Totals:
+    cycles: int = 0
+    acknowledged: int = 0
+    attempted: int = 0
+    lost: set[str] = field(default_factory=set)
+    duplicated: set[str] = field(default_factory=set)
+    recovered: set[str] = field(default_factory=set)
+    unexpected: set[str] = field(default_factory=set)
+    problems: dict[str, int] = field(default_factory=dict)
+    crashpoints: Counter[str] = field(default_factory=Counter)
+    boot_crashes: int = 0
+    actor_kills: int = 0
+    retried: int = 0
+    receipts_replayed: int = 0
+    checks: int = 0
+
+    @property
+    def valid(self) -> bool:
+        return not (self.lost or self.duplicated or self.unexpected or self.problems)
+
+    def add(self, report: Report) -> None:
+        self.checks += 1
+        self.acknowledged, self.attempted = report.acknowledged, report.attempted
+        self.lost |= report.lost
+        self.duplicated |= report.duplicated
+        self.recovered |= report.recovered
+        self.unexpected |= report.unexpected
+        for p in report.problems:
+            self.problems.setdefault(p, self.cycles)
+
+    def problem(self, text: str) -> None:
+        self.problems.setdefault(text, self.cycles)
+
+    def last_line(self) -> str:
+        return (f"cycles={self.cycles} acknowledged={self.acknowledged} lost={len(self.lost)} "
+                f"duplicated={len(self.duplicated)}")
+
+
+class Runner:
+    def __init__(self, cfg: RunConfig, workdir: Path, out: Callable[[str], None] = print) -> None:
+        self.cfg = cfg
+        self.workdir = workdir
+        self.out = out
+        self.rng = random.Random(cfg.seed)
+        self.history = History()
+        wl = WorkloadConfig(sessions=cfg.sessions, retry_retriable=cfg.mode == "actors")
+        self.workers = make_workers(self.history, wl, self.rng.getrandbits(64), prefix=f"chaos{cfg.seed % 10000}-s")
+        self.notes = ObserveNotes()
+        self.totals = Totals()
+
+    def log(self, text: str) -> None:
+        if self.cfg.verbose:
+            self.out(text)
+
+    # ------------------------------------------------------------------ shared steps
+    async def verify(self, url: str, token: str, data_dir: Path, *, after_restart: bool,
+                     leftover: dict[str, str], full: bool = False) -> Report:
+        async with open_client(url, token, client_id=CHECKER_CLIENT, client_kind="test") as c:
+            obs = await observe(c, self.workers, data_dir, after_restart=after_restart, leftover=leftover,
+                                notes=self.notes, rng=self.rng, search_sample=None if full else self.cfg.search_sample)
+            if after_restart:
+                status = await c.call("host.status", {})
+                boot = status.get("boot") or {}
+                self.log(f"  boot: promoted={boot.get('inflightPromoted')} aborted={boot.get('turnsAborted')} "
+                         f"indexRowsAdded={boot.get('indexRowsAdded')} cleanShutdown={boot.get('cleanShutdown')}")
+            report = check(self.history, obs)
+            self.totals.add(report)
+            entries = await queue_entry_ids(c, [w.sid for w in self.workers])
+        for w in self.workers:  # the workers' queue model follows what the host (verified) holds
+            w.queue = dict(entries.get(w.sid, {}))
+        self.log(f"  check: {report.summary()} leftoverCheckpoints={len(leftover)}")
+        for line in sorted(report.lost)[:5] + sorted(report.duplicated)[:5] + sorted(report.unexpected)[:5]:
+            self.log(f"    ! {line}")
+        for p in report.problems[:10]:
+            self.log(f"    ! {p}")
+        return report
+
+    async def retry_and_replay(self, url: str, token: str) -> None:
+        async def one(w: Worker) -> None:
+            try:
+                async with open_client(url, token, client_id=w.client_id, client_kind="test") as c:
+                    self.totals.retried += await w.retry_pending(c)
+                    mismatches = await w.replay_receipts(c, self.cfg.receipt_sample)
+                    self.totals.receipts_replayed += min(self.cfg.receipt_sample, len(w.acked))
+                    for m in mismatches:
+                        self.totals.problem(f"receipt replay: {m}")
+            except (HostGone, ClientClosed, OSError) as exc:
+                # an armed crash point fired during the retries: the next cycle starts with a dead host
+                self.log(f"  {w.name}: host died during retries ({type(exc).__name__})")
+
+        async with trio.open_nursery() as n:
+            for w in self.workers:
+                n.start_soon(one, w)
+
+    async def drive(self, w: Worker, url: str, token: str, stop: trio.Event) -> None:
+        try:
+            async with open_client(url, token, client_id=w.client_id, client_kind="test") as c:
+                await w.run(c, stop)
+        except Exception as exc:  # noqa: BLE001 - the host died under us: this worker's cycle is over
+            self.log(f"  {w.name}: connection ended ({type(exc).__name__})")
+
+    async def setup(self, url: str, token: str) -> None:
+        for w in self.workers:
+            async with open_client(url, token, client_id=w.client_id, client_kind="test") as c:
+                await w.create(c)
+
+    def check_definite_failures(self) -> None:
+        for w in self.workers:
+            bad = w.failures.get("IDEMPOTENCY_CONFLICT", 0)
+            if bad:
+                self.totals.problem(f"{w.name}: {bad} IDEMPOTENCY_CONFLICT on identical retries")
+
+    # ------------------------------------------------------------------ process / powercut
+    async def start(self, data_dir: Path, spec: str | None) -> HostProcess:
+        env = {"RT_CRASHPOINT": spec} if spec else {"RT_CRASHPOINT": ""}
+        try:
+            return await trio.to_thread.run_sync(lambda: start_host_process(data_dir, env=env))
+        except RuntimeError as exc:
+            if not spec:
+                raise
+            self.totals.boot_crashes += 1
+            self.log(f"  boot died at crash point {spec} ({str(exc).splitlines()[0][:80]}); booting again")
+            return await trio.to_thread.run_sync(lambda: start_host_process(data_dir, env={"RT_CRASHPOINT": ""}))
+
+    def pick_crashpoint(self) -> str | None:
+        if self.rng.random() >= self.cfg.crashpoint_rate:
+            return None
+        if self.rng.random() < 0.2:
+            point, nth = self.rng.choice(BOOT_CRASH_POINTS), 1
+        else:
+            point, nth = self.rng.choice(CRASH_POINTS), self.rng.randint(1, 12)
+        self.totals.crashpoints[point] += 1
+        return f"{point}:{nth}:kill"
+
+    async def run_processes(self, disk: LoopMount | None) -> None:
+        data_dir = (disk.mountpoint if disk else self.workdir) / "data"
+        host = await self.start(data_dir, None)
+        try:
+            await self.setup(host.url, host.token)
+            await self.verify(host.url, host.token, data_dir, after_restart=False, leftover={})
+            spec = self.pick_crashpoint()
+            if spec:
+                await self.kill(host, disk)
+                host = await self.start(data_dir, spec)
+            for cycle in range(1, self.cfg.cycles + 1):
+                self.history.cycle = cycle
+                duration = self.rng.uniform(*self.cfg.run_time)
+                self.log(f"cycle {cycle}: workload {duration:.2f}s" + (f" crashpoint={spec}" if spec else ""))
+                stop = trio.Event()
+                async with trio.open_nursery() as n:
+                    for w in self.workers:
+                        n.start_soon(self.drive, w, host.url, host.token, stop)
+                    deadline = trio.current_time() + duration
+                    while trio.current_time() < deadline and host.proc.poll() is None:
+                        await trio.sleep(0.01)
+                    died_itself = host.proc.poll() is not None
+                    await self.kill(host, disk)
+                    n.cancel_scope.cancel()
+                if died_itself:
+                    self.log("  host killed itself at its crash point")
+                self.totals.cycles = cycle
+                leftover = await trio.to_thread.run_sync(scan_checkpoints, data_dir / "sessions")
+                spec = self.pick_crashpoint()
+                host = await self.start(data_dir, spec)
+                await self.verify(host.url, host.token, data_dir, after_restart=True, leftover=leftover)
+                await self.retry_and_replay(host.url, host.token)
+            # final: a clean restart, then everything (every search token) once more
+            self.log("final: clean shutdown, restart, full verification")
+            await trio.to_thread.run_sync(host.terminate)
+            _close_pipes(host)
+            leftover = await trio.to_thread.run_sync(scan_checkpoints, data_dir / "sessions")
+            host = await self.start(data_dir, None)
+            await self.verify(host.url, host.token, data_dir, after_restart=True, leftover=leftover, full=True)
+        finally:
+            await trio.to_thread.run_sync(host.kill9)
+            _close_pipes(host)
+
+    async def kill(self, host: HostProcess, disk: LoopMount | None) -> None:
+        await trio.to_thread.run_sync(host.kill9)
+        _close_pipes(host)
+        if disk is not None:
+            await trio.to_thread.run_sync(disk.cut)
+            await trio.to_thread.run_sync(disk.remount)
+
+    # ------------------------------------------------------------------ actors
+    async def run_actors(self) -> None:
+        data_dir = self.workdir / "data"
+        async with inprocess_host(data_dir) as host:
+            await self.setup(host.url, host.token)
+            for cycle in range(1, self.cfg.cycles + 1):
+                self.history.cycle = cycle
+                stop = trio.Event()
+                kills: list[str] = []
+                async with trio.open_nursery() as n:
+                    for w in self.workers:
+                        n.start_soon(self.drive, w, host.url, host.token, stop)
+                    await self.killer(host, kills)
+                    stop.set()
+                self.totals.actor_kills += len(kills)
+                self.totals.cycles = cycle
+                self.log(f"cycle {cycle}: {len(kills)} actor kills ({Counter(k.split(':')[0] for k in kills)})")
+                await self.retry_and_replay(host.url, host.token)
+                await self.verify(host.url, host.token, data_dir, after_restart=False, leftover={})
+                status = await _status(host.url, host.token)
+                self.log(f"  host serving: restarts={status['actors']['restarts']}")
+        self.log("final: clean shutdown, restart, full verification")
+        leftover = await trio.to_thread.run_sync(scan_checkpoints, data_dir / "sessions")
+        async with inprocess_host(data_dir) as host:
+            await self.verify(host.url, host.token, data_dir, after_restart=True, leftover=leftover, full=True)
+
+    async def killer(self, host: Any, kills: list[str]) -> None:
+        """Kill the DB writer or a busy session's actor at a random point of an in-flight request."""
+        recent: list[float] = []
+        while len(kills) < self.cfg.kills:
+            await trio.sleep(self.rng.uniform(0.03, 0.3))
+            now = trio.current_time()
+            recent = [t for t in recent if now - t < 10.0]
+            if len(recent) >= self.cfg.max_kills_per_10s:  # stay under the supervisor's restart intensity
+                await trio.sleep(10.0 - (now - recent[0]))
+                continue
+            busy: list[Worker] = []
+            for _ in range(2000):  # wait (in ~1 ms steps) for requests to be in flight
+                busy = [w for w in self.workers if w.in_flight]
+                if busy:
+                    break
+                await trio.sleep(0.001)
+            # land somewhere inside the request: before, during or after its fsync / DB commit
+            for _ in range(self.rng.randrange(4)):
+                await trio.sleep(0)
+            if self.rng.random() < 0.3 or not busy:
+                target = "db-writer"
+            else:
+                target = f"session:{self.rng.choice(busy).sid}"
+            if host.kill_actor(target):
+                kills.append(target)
+                recent.append(trio.current_time())
+
+    # ------------------------------------------------------------------ entry
+    async def run(self) -> Totals:
+        t0 = time.monotonic()
+        self.log(f"chaos mode={self.cfg.mode} seed={self.cfg.seed} cycles={self.cfg.cycles} "
+                 f"sessions={self.cfg.sessions} dir={self.workdir}")
+        try:
+            if self.cfg.mode == "actors":
+                await self.run_actors()
+            elif self.cfg.mode == "powercut":
+                disk = LoopMount(self.workdir / "disk.img", self.workdir / "mnt", size_mb=self.cfg.image_mb)
+                await trio.to_thread.run_sync(disk.create)
+                try:
+                    await self.run_processes(disk)
+                finally:
+                    await trio.to_thread.run_sync(disk.destroy)
+            else:
+                await self.run_processes(None)
+        finally:
+            self.check_definite_failures()
+            self.history.dump(self.workdir / "history.jsonl")
+        t = self.totals
+        fails = Counter()
+        for w in self.workers:
+            fails.update(w.failures)
+        self.out(f"seed={self.cfg.seed} mode={self.cfg.mode} wall={time.monotonic() - t0:.1f}s "
+                 f"attempted={t.attempted} infoOps={sum(1 for op in self.history.ops if op.type == 'info')} "
+                 f"recovered={len(t.recovered)} unexpected={len(t.unexpected)} "
+                 f"problems={len(t.problems)} retried={t.retried} receiptsReplayed={t.receipts_replayed} "
+                 f"actorKills={t.actor_kills} crashpoints={sum(t.crashpoints.values())} bootCrashes={t.boot_crashes} "
+                 f"searchVia={self.notes.search_via!r} searched={self.notes.searched} "
+                 f"definiteFailures={dict(fails)}")
+        for name in sorted(t.lost)[:20]:
+            self.out(f"LOST {name}")
+        for name in sorted(t.duplicated)[:20]:
+            self.out(f"DUPLICATED {name}")
+        for name in sorted(t.unexpected)[:20]:
+            self.out(f"UNEXPECTED {name}")
+        for text, cycle in list(t.problems.items())[:20]:
+            self.out(f"PROBLEM (cycle {cycle}) {text}")
+        self.out(t.last_line())
+        return t
+
+
+async def _status(url: str, token: str) -> dict[str, Any]:
+    async with open_client(url, token, client_id=CHECKER_CLIENT, client_kind="test") as c:
+        result: dict[str, Any] = await c.call("host.status", {})
+        return result
+
+
+def _close_pipes(host: HostProcess) -> None:
+    for pipe in (host.proc.stdout, host.proc.stderr):
+        if pipe is not None and not pipe.closed:
+            pipe.close()
+
+
+def parse_args(argv: Sequence[str]) -> RunConfig:
+    ap = argparse.ArgumentParser(prog="scripts/chaos", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mode", choices=("process", "actors", "powercut"), default="process")
+    ap.add_argument("--cycles", type=int, default=5, help="kill/restart cycles (actors: kill rounds)")
+    ap.add_argument("--seed", type=int, default=None, help="RNG seed (default: random, printed)")
+    ap.add_argument("--sessions", type=int, default=4)
+    ap.add_argument("--kills", type=int, default=12, help="actors mode: actor kills per round")
+    ap.add_argument("--run-min", type=float, default=0.3, help="shortest workload before a kill (s)")
+    ap.add_argument("--run-max", type=float, default=2.0, help="longest workload before a kill (s)")
+    ap.add_argument("--crashpoint-rate", type=float, default=0.3,
+                    help="share of host starts armed with a random RT_CRASHPOINT")
+    ap.add_argument("--image-mb", type=int, default=64, help="powercut: size of the ext4 image")
+    ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a new temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory even when the run passes")
+    ap.add_argument("--quiet", action="store_true", help="only the summary lines")
+    a = ap.parse_args(argv)
+    seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1, 2**31)
+    return RunConfig(mode=a.mode, cycles=a.cycles, seed=seed, sessions=a.sessions, workdir=a.dir, keep=a.keep,
+                     run_time=(a.run_min, a.run_max), crashpoint_rate=a.crashpoint_rate, kills=a.kills,
+                     image_mb=a.image_mb, verbose=not a.quiet)
+
+
+def run(cfg: RunConfig, out: Callable[[str], None] = print) -> Totals:
+    """Run one chaos configuration (blocking; starts its own trio loop)."""
+    made = cfg.workdir is None
+    workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{cfg.mode}-")) if made else Path(cfg.workdir)  # type: ignore[arg-type]
+    workdir.mkdir(parents=True, exist_ok=True)
+    totals = trio.run(Runner(cfg, workdir, out).run)
+    if totals.valid and made and not cfg.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    elif not totals.valid:
+        out(f"work directory kept for inspection: {workdir} (history.jsonl)")
+    return totals
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    cfg = parse_args(sys.argv[1:] if argv is None else argv)
+    totals = run(cfg, lambda line: print(line, flush=True))
+    # the last line stays the figure line: print it again after a possible "kept" note
+    if not totals.valid:
+        print(totals.last_line(), flush=True)
+    return 0 if totals.valid else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
