@@ -10,6 +10,7 @@ Split by area to keep modules small:
 * :mod:`protocol.models_queue`   the turn queue
 * :mod:`protocol.models_history` revisions, rewrites, compaction, fork, tree, context
 * :mod:`protocol.models_misc`    events.subscribe, artifacts, search, settings
+* :mod:`protocol.models_store`   secrets, attachments, scheduled tasks, plan approvals, projects
 * :mod:`protocol.models_events`  event notification payloads
 """
 
@@ -29,6 +30,8 @@ from .models_records import *  # noqa: F403
 from .models_records import __all__ as _records_all
 from .models_session import *  # noqa: F403
 from .models_session import __all__ as _session_all
+from .models_store import *  # noqa: F403
+from .models_store import __all__ as _store_all
 from .models_turns import *  # noqa: F403
 from .models_turns import __all__ as _turns_all
 
@@ -49,5 +52,6 @@ __all__ = [
     *_queue_all,
     *_records_all,
     *_session_all,
+    *_store_all,
     *_turns_all,
 ]

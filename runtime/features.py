@@ -24,6 +24,9 @@ def feature_handlers() -> dict[str, Any]:
     from actors.session_history import HANDLERS as history_handlers
 
     handlers.update(history_handlers)
+    from runtime.methods_store import store_handlers
+
+    handlers.update(store_handlers())
     return handlers
 
 
@@ -45,6 +48,9 @@ def feature_methods(**deps: Any) -> dict[str, Any]:
     from runtime.methods_history import history_methods
 
     methods.update(history_methods(**deps))
+    from runtime.methods_store import store_methods
+
+    methods.update(store_methods(**deps))
     return methods
 
 

@@ -37,6 +37,13 @@ BRIEF_METHODS = {
     "session.tree", "session.context",
     "search.sessions", "search.query",
     "settings.get", "settings.set",
+    "secrets.set", "secrets.get", "secrets.delete", "secrets.list",
+    "attachments.put", "attachments.importFile", "attachments.ref", "attachments.estimate",
+    "attachments.gc",
+    "tasks.create", "tasks.update", "tasks.delete", "tasks.list", "tasks.get", "tasks.runs",
+    "tasks.startRun", "tasks.finishRun",
+    "plans.submit", "plans.pending", "plans.respond",
+    "projects.list", "projects.remove",
 }  # fmt: skip
 
 
@@ -81,6 +88,8 @@ def test_mutating_flags_match_intent() -> None:
         "notifications.list", "session.queueList", "artifacts.list",
         "session.listRevisions", "session.tree", "session.context",
         "search.sessions", "search.query", "settings.get",
+        "secrets.get", "secrets.list", "attachments.estimate", "tasks.list", "tasks.get",
+        "tasks.runs", "plans.pending", "projects.list",
     }  # fmt: skip
 
 

@@ -1,0 +1,287 @@
+"""Plan/Goal approvals: immutable Markdown artifacts + ``plan_approvals`` rows (seed 003 §4.6a).
+
+Submission writes the exact Markdown bytes to a new, unique
+``<workspaceRoot>/.pi/<kind>/<stamp>-<random>.md`` (``O_CREAT|O_EXCL``, fsync,
+directory fsync; an existing file is never replaced), then inserts one
+``pending`` row carrying the relative path, SHA-256 and size. A session has at
+most one pending row (unique partial index); a stale pending row past its
+``expires_at`` is expired first.
+
+Approval re-verifies the artifact (path shape, no symlinks, size, hash), then
+in one transaction: ``status = approved``, a fresh ``execution_id``,
+``execution_state = queued``, ``sessions.mode = agent`` and the explicit
+permission mode. Reject/expiry leave the session in its contract mode. Any
+response to a row that is no longer pending (answered, expired, or
+``interrupted`` by the boot fence) is a ``CONFLICT``: nothing from before a
+restart is ever replayed.
+
+File functions run in a worker thread; SQL functions inside a DB call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import sqlite3
+import stat
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge, classify_os_error
+from .faults import NO_FAULTS, Faults
+from .fsutil import fsync_dir, write_all
+
+__all__ = [
+    "Artifact",
+    "KINDS",
+    "MAX_MARKDOWN_BYTES",
+    "approve",
+    "expire_stale",
+    "get_request",
+    "insert_pending",
+    "list_pending",
+    "reject",
+    "verify_artifact",
+    "write_artifact",
+]
+
+KINDS = ("plan", "goal")
+PERMISSION_TARGETS = ("ask", "accept-edits", "auto")
+MAX_MARKDOWN_BYTES = 1024 * 1024
+_REL_RE = re.compile(r"^\.pi/(plan|goal)/[A-Za-z0-9_-]{1,80}\.md$")
+_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class Artifact:
+    relative_path: str
+    sha256: str
+    size: int
+
+
+def _check_root(workspace_root: str) -> str:
+    if not os.path.isabs(workspace_root):
+        raise InvalidInput("workspaceRoot must be an absolute path", data={"field": "workspaceRoot"})
+    try:
+        st = os.stat(workspace_root)
+    except FileNotFoundError:
+        raise NotFound(f"workspace {workspace_root} does not exist", data={"workspaceRoot": workspace_root}) from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise InvalidInput(f"workspace {workspace_root} is not a directory", data={"field": "workspaceRoot"})
+    return workspace_root
+
+
+def _ensure_real_dir(path: str) -> None:
+    """Create ``path`` (fsyncing its parent) or accept it only if it is a real directory, not a symlink."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        try:
+            os.mkdir(path, 0o755)
+        except FileExistsError:
+            pass
+        else:
+            fsync_dir(os.path.dirname(path))
+        st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise Conflict(f"{path} is not a directory (symlinks are refused)", data={"path": path})
+
+
+def write_artifact(workspace_root: str, kind: str, markdown: bytes, *, faults: Faults = NO_FAULTS,
+                   now_ms: int | None = None) -> Artifact:
+    """Write the exact bytes to a new unique file; returns its relative path, SHA-256 and size."""
+    if kind not in KINDS:
+        raise InvalidInput("kind must be plan or goal", data={"field": "kind"})
+    if len(markdown) > MAX_MARKDOWN_BYTES:
+        raise PayloadTooLarge(f"markdown is larger than {MAX_MARKDOWN_BYTES} bytes", data={"field": "markdown"})
+    root = _check_root(workspace_root)
+    try:
+        pi_dir = os.path.join(root, ".pi")
+        kind_dir = os.path.join(pi_dir, kind)
+        _ensure_real_dir(pi_dir)
+        _ensure_real_dir(kind_dir)
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime((now_ms or int(time.time() * 1000)) / 1000))
+        while True:
+            name = f"{stamp}-{secrets.token_hex(6)}.md"
+            path = os.path.join(kind_dir, name)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            except FileExistsError:
+                continue  # never reuse a name: artifacts are immutable
+            break
+        try:
+            try:
+                write_all(fd, markdown)
+                faults.point("plans.artifact.after_write")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_dir(kind_dir)
+        except OSError:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            raise
+    except OSError as exc:
+        raise classify_os_error(exc, f"write {kind} artifact in {root}") from exc
+    return Artifact(f".pi/{kind}/{name}", hashlib.sha256(markdown).hexdigest(), len(markdown))
+
+
+def remove_artifact(workspace_root: str, relative_path: str) -> None:
+    """Undo a write whose row could not be inserted (best effort)."""
+    if _REL_RE.fullmatch(relative_path):
+        try:
+            os.unlink(os.path.join(workspace_root, relative_path))
+        except OSError:
+            pass
+
+
+def verify_artifact(workspace_root: str, relative_path: str | None, sha256: str | None, size: int | None) -> None:
+    """The artifact must still be exactly what was submitted (path shape, no symlink, size, hash)."""
+    def bad(reason: str) -> CorruptData:
+        return CorruptData(f"plan artifact {relative_path!r} failed verification: {reason}",
+                           data={"path": relative_path, "reason": reason})
+
+    if not relative_path or not _REL_RE.fullmatch(relative_path) or sha256 is None or size is None:
+        raise bad("no valid artifact recorded")
+    root = _check_root(workspace_root)
+    for part in (".pi", relative_path.rsplit("/", 1)[0]):
+        try:
+            if not stat.S_ISDIR(os.lstat(os.path.join(root, part)).st_mode):
+                raise bad(f"{part} is not a real directory")
+        except FileNotFoundError:
+            raise bad("file is missing") from None
+    try:
+        fd = os.open(os.path.join(root, relative_path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise bad("file is missing") from None
+    except OSError as exc:
+        raise bad(f"cannot open ({exc.strerror})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise bad("not a regular file")
+        digest, total = hashlib.sha256(), 0
+        while chunk := os.read(fd, _CHUNK):
+            digest.update(chunk)
+            total += len(chunk)
+    finally:
+        os.close(fd)
+    if total != size:
+        raise bad(f"size changed ({total} bytes, expected {size})")
+    if digest.hexdigest() != sha256:
+        raise bad("content hash changed")
+
+
+# -- SQL ---------------------------------------------------------------------
+
+_COLS = ("request_id, session_id, turn_id, tool_call_id, kind, title, question, status, action, "
+         "target_permission_mode, created_at, updated_at, expires_at, resolved_at, error_code, "
+         "artifact_relative_path, artifact_sha256, artifact_size_bytes, version, execution_id, execution_state")
+_KEYS = ("requestId", "sessionId", "turnId", "toolCallId", "kind", "title", "question", "status", "action",
+         "targetPermissionMode", "createdAt", "updatedAt", "expiresAt", "resolvedAt", "errorCode",
+         "artifactPath", "artifactSha256", "artifactSize", "version", "executionId", "executionState")
+
+
+def _row(row: tuple[Any, ...]) -> dict[str, Any]:
+    return {k: v for k, v in zip(_KEYS, row) if v is not None}
+
+
+def get_request(conn: sqlite3.Connection, request_id: str) -> dict[str, Any]:
+    row = conn.execute(f"SELECT {_COLS} FROM plan_approvals WHERE request_id = ?", (request_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"approval request {request_id} not found", data={"requestId": request_id})
+    return _row(row)
+
+
+def markdown_of(conn: sqlite3.Connection, request_id: str) -> str:
+    row = conn.execute("SELECT plan_json FROM plan_approvals WHERE request_id = ?", (request_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"approval request {request_id} not found", data={"requestId": request_id})
+    return str(row[0])
+
+
+def list_pending(conn: sqlite3.Connection, session_id: str | None = None) -> list[dict[str, Any]]:
+    """Only ``pending`` rows (terminal ones are never rehydrated), with the original ``expires_at``."""
+    sql = f"SELECT {_COLS} FROM plan_approvals WHERE status = 'pending'"
+    args: tuple[Any, ...] = ()
+    if session_id is not None:
+        sql += " AND session_id = ?"
+        args = (session_id,)
+    return [_row(r) for r in conn.execute(sql + " ORDER BY created_at DESC, request_id", args)]
+
+
+def expire_stale(conn: sqlite3.Connection, session_id: str, now_ms: int) -> int:
+    """A pending row past its deadline becomes ``expired`` (the session stays in its contract mode)."""
+    return conn.execute(
+        "UPDATE plan_approvals SET status = 'expired', updated_at = ?, resolved_at = ?, error_code = 'EXPIRED' "
+        "WHERE session_id = ? AND status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?",
+        (now_ms, now_ms, session_id, now_ms)).rowcount
+
+
+def pending_of(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | None:
+    rows = list_pending(conn, session_id)
+    return rows[0] if rows else None
+
+
+def insert_pending(conn: sqlite3.Connection, *, request_id: str, session_id: str, turn_id: str, tool_call_id: str,
+                   kind: str, markdown: str, title: str, question: str, artifact: Artifact,
+                   expires_at: int | None, now_ms: int) -> dict[str, Any]:
+    expire_stale(conn, session_id, now_ms)
+    existing = pending_of(conn, session_id)
+    if existing is not None:
+        raise Conflict(f"session {session_id} already has a pending {existing['kind']} approval",
+                       data={"sessionId": session_id, "requestId": existing["requestId"]})
+    if conn.execute("SELECT 1 FROM plan_approvals WHERE tool_call_id = ?", (tool_call_id,)).fetchone():
+        raise Conflict(f"tool call {tool_call_id} already submitted a proposal", data={"toolCallId": tool_call_id})
+    conn.execute(
+        "INSERT INTO plan_approvals(request_id, session_id, turn_id, tool_call_id, kind, plan_json, title, question, "
+        "status, created_at, updated_at, expires_at, artifact_relative_path, artifact_sha256, artifact_size_bytes) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
+        (request_id, session_id, turn_id, tool_call_id, kind, markdown, title, question, now_ms, now_ms,
+         expires_at, artifact.relative_path, artifact.sha256, artifact.size))
+    return get_request(conn, request_id)
+
+
+def require_pending(conn: sqlite3.Connection, request_id: str, now_ms: int) -> dict[str, Any]:
+    """The row, if it may still be answered; ``CONFLICT`` for a stale response."""
+    row = get_request(conn, request_id)
+    if row["status"] == "pending" and row.get("expiresAt") is not None and row["expiresAt"] <= now_ms:
+        expire_stale(conn, row["sessionId"], now_ms)
+        row = get_request(conn, request_id)
+    if row["status"] != "pending":
+        raise Conflict(f"approval request {request_id} is {row['status']}, not pending: a stale response is refused",
+                       data={"requestId": request_id, "status": row["status"]})
+    return row
+
+
+def approve(conn: sqlite3.Connection, request_id: str, *, target_permission_mode: str | None, execution_id: str,
+            now_ms: int) -> dict[str, Any]:
+    """One transaction: approved + queued execution, session → agent + explicit permission mode."""
+    if target_permission_mode is not None and target_permission_mode not in PERMISSION_TARGETS:
+        raise InvalidInput("targetPermissionMode must be ask, accept-edits or auto",
+                           data={"field": "targetPermissionMode"})
+    row = require_pending(conn, request_id, now_ms)
+    conn.execute(
+        "UPDATE plan_approvals SET status = 'approved', action = 'approve', target_permission_mode = ?, "
+        "resolved_at = ?, updated_at = ?, execution_id = ?, execution_state = 'queued', version = version + 1 "
+        "WHERE request_id = ? AND status = 'pending'",
+        (target_permission_mode, now_ms, now_ms, execution_id, request_id))
+    if target_permission_mode is None:
+        conn.execute("UPDATE sessions SET mode = 'agent' WHERE id = ?", (row["sessionId"],))
+    else:
+        conn.execute("UPDATE sessions SET mode = 'agent', permission_mode = ? WHERE id = ?",
+                     (target_permission_mode, row["sessionId"]))
+    return get_request(conn, request_id)
+
+
+def reject(conn: sqlite3.Connection, request_id: str, *, now_ms: int) -> dict[str, Any]:
+    """Close the gate; the session stays in its contract mode."""
+    require_pending(conn, request_id, now_ms)
+    conn.execute(
+        "UPDATE plan_approvals SET status = 'rejected', action = 'reject', resolved_at = ?, updated_at = ?, "
+        "version = version + 1 WHERE request_id = ? AND status = 'pending'", (now_ms, now_ms, request_id))
+    return get_request(conn, request_id)

@@ -1,0 +1,285 @@
+"""Scheduled tasks and their run history (seed 003 §4.11, §8, §11.6, §11.19).
+
+``scheduled_tasks`` rows keep the durable fields as columns and everything
+else (operating mode, schedule, weekdays, workspacePath, permissionMode,
+providerId/modelId, thinkingLevel, nextRunAt) in ``config_json``; the wire
+``mode`` is a normalized projection of ``config.mode`` (``chat`` → ``plan``,
+absent → ``agent``). ``task_runs`` keeps at most :data:`RUNS_KEPT` runs per
+task: every new run prunes in its own transaction (boot prunes too, see
+``store/fence.retention``).
+
+A run of a task, or in a session, whose mode is a contract mode (``plan`` or
+``goal``) is refused with ``PLAN_REQUIRES_INTERACTIVE_SESSION`` before any row
+is written: an unattended path can never show or auto-approve a proposal.
+
+Pure SQL on a connection the caller owns; no trio.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime, timedelta
+from typing import Any, Mapping
+
+import orjson
+
+from .errors import Conflict, InvalidInput, NotFound, PlanRequiresInteractiveSession, SessionNotFound
+
+__all__ = [
+    "CADENCES",
+    "CONTRACT_MODES",
+    "RUNS_KEPT",
+    "create_task",
+    "delete_task",
+    "finish_run",
+    "get_task",
+    "list_runs",
+    "list_tasks",
+    "next_run_at",
+    "normalize_config",
+    "start_run",
+    "update_task",
+]
+
+CADENCES = ("manual", "hourly", "daily", "weekly")
+MODES = ("plan", "goal", "agent")
+CONTRACT_MODES = ("plan", "goal")
+RUN_STATUSES = ("completed", "aborted", "error")
+RUNS_KEPT = 100
+HOUR_MS = 3_600_000
+_PERMISSION_MODES = ("inherit", "ask", "accept-edits", "auto")
+_THINKING = ("off", "minimal", "low", "medium", "high", "xhigh", "max", "omit")
+MAX_CONFIG_BYTES = 64 * 1024
+
+
+def _bad(message: str, field: str) -> InvalidInput:
+    return InvalidInput(message, data={"field": field})
+
+
+def normalize_mode(value: Any) -> str:
+    if value is None:
+        return "agent"
+    if value == "chat":  # legacy value (seed §7): chat means plan
+        return "plan"
+    if value not in MODES:
+        raise _bad(f"mode must be one of {', '.join(MODES)}", "config.mode")
+    return str(value)
+
+
+def normalize_config(config: Mapping[str, Any] | None, cadence: str) -> dict[str, Any]:
+    """Validate the known keys of ``config_json``; unknown keys are kept as sent."""
+    out = dict(config or {})
+    out["mode"] = normalize_mode(out.get("mode"))
+    schedule = out.get("schedule")
+    if schedule is not None:
+        if not isinstance(schedule, Mapping):
+            raise _bad("schedule must be an object", "config.schedule")
+        for key, lo, hi in (("hour", 0, 23), ("minute", 0, 59), ("weekday", 0, 6)):
+            v = schedule.get(key)
+            if v is not None and (type(v) is not int or not lo <= v <= hi):
+                raise _bad(f"schedule.{key} must be an integer in {lo}..{hi}", f"config.schedule.{key}")
+    weekdays = out.get("weekdays")
+    if weekdays is not None:
+        if (not isinstance(weekdays, list) or not 1 <= len(weekdays) <= 7
+                or any(type(d) is not int or not 0 <= d <= 6 for d in weekdays)
+                or len(set(weekdays)) != len(weekdays)):
+            raise _bad("weekdays must be 1-7 unique integers in 0..6", "config.weekdays")
+    if out.get("permissionMode") is not None and out["permissionMode"] not in _PERMISSION_MODES:
+        raise _bad(f"permissionMode must be one of {', '.join(_PERMISSION_MODES)}", "config.permissionMode")
+    if out.get("thinkingLevel") is not None and out["thinkingLevel"] not in _THINKING:
+        raise _bad(f"thinkingLevel must be one of {', '.join(_THINKING)}", "config.thinkingLevel")
+    if (out.get("providerId") is None) != (out.get("modelId") is None):
+        raise _bad("providerId and modelId must be set together", "config.modelId")
+    if cadence not in CADENCES:
+        raise _bad(f"cadence must be one of {', '.join(CADENCES)}", "cadence")
+    if len(orjson.dumps(out)) > MAX_CONFIG_BYTES:
+        raise _bad(f"config is larger than {MAX_CONFIG_BYTES} bytes", "config")
+    return out
+
+
+def next_run_at(cadence: str, config: Mapping[str, Any], now_ms: int, tz: Any = None) -> int | None:
+    """Next due time: hourly = now + 1 h; daily/weekly at schedule hour:minute in local time."""
+    if cadence == "hourly":
+        return now_ms + HOUR_MS
+    schedule = config.get("schedule")
+    if cadence not in ("daily", "weekly") or not isinstance(schedule, Mapping):
+        return None  # manual, or a legacy task without a schedule: unarmed
+    now = datetime.fromtimestamp(now_ms / 1000, tz=tz).astimezone(tz)
+    hour, minute = int(schedule.get("hour", 0)), int(schedule.get("minute", 0))
+    if cadence == "daily":
+        days = set(range(7))
+    else:
+        wd = config.get("weekdays")
+        days = set(wd) if isinstance(wd, list) else {int(schedule.get("weekday", 0))}
+    for offset in range(8):
+        day = (now + timedelta(days=offset)).replace(hour=hour, minute=minute, second=0, microsecond=0)
+        # weekday numbering 0..6 = Sunday..Saturday (JS getDay, as the desktop app stores it)
+        if (day.isoweekday() % 7) in days and day > now:
+            return int(day.timestamp() * 1000)
+    return None  # pragma: no cover - 8 days always contain a matching day
+
+
+_TASK_COLS = "id, title, prompt, cadence, enabled, project_id, config_json, last_run_at, created_at, updated_at"
+
+
+def _task(row: tuple[Any, ...]) -> dict[str, Any]:
+    tid, title, prompt, cadence, enabled, project_id, config_json, last_run, created, updated = row
+    config = orjson.loads(config_json)
+    out: dict[str, Any] = {"id": tid, "title": title, "prompt": prompt, "cadence": cadence,
+                           "enabled": bool(enabled), "mode": normalize_mode(config.get("mode")),
+                           "config": config, "createdAt": created, "updatedAt": updated}
+    if project_id is not None:
+        out["projectId"] = project_id
+    if last_run is not None:
+        out["lastRunAt"] = last_run
+    if isinstance(config.get("nextRunAt"), int):
+        out["nextRunAt"] = config["nextRunAt"]
+    return out
+
+
+def get_task(conn: sqlite3.Connection, task_id: str) -> dict[str, Any]:
+    row = conn.execute(f"SELECT {_TASK_COLS} FROM scheduled_tasks WHERE id = ?", (task_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"task {task_id} not found", data={"taskId": task_id})
+    return _task(row)
+
+
+def list_tasks(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    return [_task(r) for r in conn.execute(f"SELECT {_TASK_COLS} FROM scheduled_tasks ORDER BY created_at, id")]
+
+
+def _check_project(conn: sqlite3.Connection, project_id: int | None) -> None:
+    if project_id is not None and conn.execute("SELECT 1 FROM projects WHERE id = ?", (project_id,)).fetchone() is None:
+        raise NotFound(f"project {project_id} not found", data={"projectId": project_id})
+
+
+def create_task(conn: sqlite3.Connection, *, task_id: str, title: str, prompt: str, cadence: str = "manual",
+                enabled: bool = True, project_id: int | None = None, config: Mapping[str, Any] | None = None,
+                now_ms: int) -> dict[str, Any]:
+    cfg = normalize_config(config, cadence)
+    cfg.pop("nextRunAt", None)
+    nxt = next_run_at(cadence, cfg, now_ms)
+    if nxt is not None:
+        cfg["nextRunAt"] = nxt
+    _check_project(conn, project_id)
+    try:
+        conn.execute(
+            f"INSERT INTO scheduled_tasks({_TASK_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+            (task_id, title, prompt, cadence, int(enabled), project_id, orjson.dumps(cfg).decode(), now_ms, now_ms))
+    except sqlite3.IntegrityError:
+        raise Conflict(f"task {task_id} already exists", data={"taskId": task_id}) from None
+    return get_task(conn, task_id)
+
+
+def update_task(conn: sqlite3.Connection, task_id: str, patch: Mapping[str, Any], *, now_ms: int) -> dict[str, Any]:
+    """Apply the given fields (``config`` replaces the whole object); recomputes ``nextRunAt``."""
+    cur = get_task(conn, task_id)
+    cadence = patch.get("cadence", cur["cadence"])
+    config = dict(patch["config"]) if "config" in patch else dict(cur["config"])
+    if "mode" in patch:
+        config["mode"] = patch["mode"]
+    cfg = normalize_config(config, cadence)
+    cfg.pop("nextRunAt", None)
+    nxt = next_run_at(cadence, cfg, now_ms)
+    if nxt is not None:
+        cfg["nextRunAt"] = nxt
+    project_id = patch["projectId"] if "projectId" in patch else cur.get("projectId")
+    _check_project(conn, project_id)
+    conn.execute(
+        "UPDATE scheduled_tasks SET title = ?, prompt = ?, cadence = ?, enabled = ?, project_id = ?, "
+        "config_json = ?, updated_at = ? WHERE id = ?",
+        (patch.get("title", cur["title"]), patch.get("prompt", cur["prompt"]), cadence,
+         int(patch.get("enabled", cur["enabled"])), project_id, orjson.dumps(cfg).decode(), now_ms, task_id))
+    return get_task(conn, task_id)
+
+
+def delete_task(conn: sqlite3.Connection, task_id: str) -> bool:
+    """Delete the task and (cascade) its run history."""
+    if conn.execute("DELETE FROM scheduled_tasks WHERE id = ?", (task_id,)).rowcount == 0:
+        raise NotFound(f"task {task_id} not found", data={"taskId": task_id})
+    return True
+
+
+# -- runs --------------------------------------------------------------------
+
+_RUN_COLS = "id, task_id, session_id, status, error_code, started_at, ended_at"
+
+
+def _run(row: tuple[Any, ...]) -> dict[str, Any]:
+    rid, tid, sid, status, err, started, ended = row
+    out: dict[str, Any] = {"id": rid, "taskId": tid, "status": status, "startedAt": started}
+    for key, value in (("sessionId", sid), ("errorCode", err), ("endedAt", ended)):
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def get_run(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
+    row = conn.execute(f"SELECT {_RUN_COLS} FROM task_runs WHERE id = ?", (run_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"task run {run_id} not found", data={"runId": run_id})
+    return _run(row)
+
+
+def list_runs(conn: sqlite3.Connection, task_id: str, *, limit: int = RUNS_KEPT) -> list[dict[str, Any]]:
+    get_task(conn, task_id)
+    return [_run(r) for r in conn.execute(
+        f"SELECT {_RUN_COLS} FROM task_runs WHERE task_id = ? ORDER BY started_at DESC, id DESC LIMIT ?",
+        (task_id, limit))]
+
+
+def check_runnable(conn: sqlite3.Connection, task: Mapping[str, Any], session_id: str | None) -> None:
+    """§11.19: a Plan/Goal task or session cannot run unattended (nothing written)."""
+    if task["mode"] in CONTRACT_MODES:
+        raise PlanRequiresInteractiveSession(
+            f"task {task['id']} is in {task['mode']} mode: a {task['mode']} needs an interactive session "
+            "to show and approve its proposal; switch the task to agent mode first",
+            data={"taskId": task["id"], "mode": task["mode"]})
+    if session_id is not None:
+        row = conn.execute("SELECT mode FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        if row is None:
+            raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
+        if row[0] in CONTRACT_MODES:
+            raise PlanRequiresInteractiveSession(
+                f"session {session_id} is in {row[0]} mode; switch it to agent mode before an unattended run",
+                data={"sessionId": session_id, "mode": row[0]})
+
+
+def start_run(conn: sqlite3.Connection, *, task_id: str, run_id: str, session_id: str | None,
+              now_ms: int) -> dict[str, Any]:
+    task = get_task(conn, task_id)
+    check_runnable(conn, task, session_id)
+    if conn.execute("SELECT 1 FROM task_runs WHERE task_id = ? AND status = 'running'", (task_id,)).fetchone():
+        raise Conflict(f"task {task_id} already has a running run", data={"taskId": task_id})
+    try:
+        conn.execute(f"INSERT INTO task_runs({_RUN_COLS}) VALUES (?, ?, ?, 'running', NULL, ?, NULL)",
+                     (run_id, task_id, session_id, now_ms))
+    except sqlite3.IntegrityError:
+        raise Conflict(f"task run {run_id} already exists", data={"runId": run_id}) from None
+    config = dict(task["config"])
+    nxt = next_run_at(task["cadence"], config, now_ms)
+    if nxt is not None:
+        config["nextRunAt"] = nxt
+    conn.execute("UPDATE scheduled_tasks SET last_run_at = ?, config_json = ? WHERE id = ?",
+                 (now_ms, orjson.dumps(config).decode(), task_id))
+    prune_runs(conn, task_id)
+    return get_run(conn, run_id)
+
+
+def prune_runs(conn: sqlite3.Connection, task_id: str, keep: int = RUNS_KEPT) -> int:
+    return conn.execute(
+        "DELETE FROM task_runs WHERE task_id = ? AND id NOT IN (SELECT id FROM task_runs WHERE task_id = ? "
+        "ORDER BY started_at DESC, id DESC LIMIT ?)", (task_id, task_id, keep)).rowcount
+
+
+def finish_run(conn: sqlite3.Connection, *, run_id: str, status: str, error_code: str | None,
+               now_ms: int) -> dict[str, Any]:
+    if status not in RUN_STATUSES:
+        raise _bad(f"status must be one of {', '.join(RUN_STATUSES)}", "status")
+    run = get_run(conn, run_id)
+    if run["status"] != "running":
+        raise Conflict(f"task run {run_id} already ended ({run['status']})",
+                       data={"runId": run_id, "status": run["status"]})
+    conn.execute("UPDATE task_runs SET status = ?, error_code = ?, ended_at = ? WHERE id = ?",
+                 (status, error_code, now_ms, run_id))
+    return get_run(conn, run_id)
