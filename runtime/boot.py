@@ -117,7 +117,9 @@ def run_boot(
         finish_delete(data_dir, sid)
         live.discard(sid)
     report["finishedDeletes"] = sorted(deleted)
-    report["tempFilesRemoved"] = len(sweep_temp_files(data_dir.sessions_dir))
+    report["tempFilesRemoved"] = sum(
+        len(sweep_temp_files(d)) for d in (data_dir.sessions_dir, data_dir.secrets_dir, data_dir.attachments_dir)
+    )
     # 3. reconcile the index with every transcript (and every row with its file)
     rows = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT id, indexed_len, file_epoch FROM sessions")}
     reconciled: dict[str, int] = {"clean": 0, "tail": 0, "full": 0, "missing": 0, "restoredRows": 0,

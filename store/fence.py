@@ -40,6 +40,12 @@ def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -
         "WHERE execution_state IN ('queued', 'running')",
         (now_ms,),
     ).rowcount
+    # Scheduled-task runs that were running: aborted, never resumed (seed §4.11, no replay).
+    runs = conn.execute(
+        "UPDATE task_runs SET status = 'aborted', error_code = COALESCE(error_code, 'INTERRUPTED'), ended_at = ? "
+        "WHERE status = 'running'",
+        (now_ms,),
+    ).rowcount
     conn.execute(
         "UPDATE session_collaboration_messages SET status = 'interrupted', updated_at = ? "
         "WHERE status = 'running' OR (status = 'queued' AND NOT EXISTS "
@@ -47,7 +53,7 @@ def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -
         (now_ms,),
     )
     return {"abortedTurns": [t for t, _ in running], "interruptedApprovals": pending,
-            "interruptedExecutions": executions}
+            "interruptedExecutions": executions, "abortedTaskRuns": runs}
 
 
 def retention(conn: sqlite3.Connection, *, now_ms: int, audit_days: int = 90) -> dict[str, Any]:
