@@ -1,0 +1,59 @@
+"""CI-sized chaos runs through ``scripts/chaos_run.py`` (the same code as ``scripts/chaos``).
+
+Each run drives real WebSocket clients against a real host, kills it (or its
+actors, or its disk) and checks the whole history after every restart. The
+seed is fixed so a failure replays the same choices (timing still varies).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import trio
+
+from scripts.chaos_powercut import probe
+from scripts.chaos_run import RunConfig, Runner
+
+LAST_LINE = re.compile(r"^cycles=(\d+) acknowledged=(\d+) lost=(\d+) duplicated=(\d+)$")
+
+
+async def _run(tmp_path, **kw) -> tuple[object, list[str]]:
+    lines: list[str] = []
+    runner = Runner(RunConfig(**kw), tmp_path, out=lines.append)
+    with trio.fail_after(150):  # a hang guard, not a timing assertion
+        totals = await runner.run()
+    return totals, lines
+
+
+def _assert_clean(totals, lines: list[str], cycles: int) -> None:
+    detail = "\n".join(lines[-30:])
+    assert totals.valid, detail
+    m = LAST_LINE.match(lines[-1])
+    assert m, detail
+    assert int(m.group(1)) == cycles
+    assert int(m.group(2)) > 0
+    assert (m.group(3), m.group(4)) == ("0", "0")
+    assert totals.checks >= cycles + 1
+
+
+async def test_process_mode_sigkill_cycles(tmp_path) -> None:
+    totals, lines = await _run(tmp_path, mode="process", cycles=3, seed=11, run_time=(0.4, 1.2),
+                               crashpoint_rate=0.5)
+    _assert_clean(totals, lines, 3)
+    assert totals.receipts_replayed > 0
+
+
+async def test_actor_mode_kills_db_writer_and_session_actors(tmp_path) -> None:
+    totals, lines = await _run(tmp_path, mode="actors", cycles=1, seed=12, kills=12)
+    _assert_clean(totals, lines, 1)
+    assert totals.actor_kills >= 10
+
+
+async def test_powercut_mode_ext4_shutdown(tmp_path) -> None:
+    reason = await trio.to_thread.run_sync(probe, tmp_path)
+    if reason:
+        pytest.skip(reason)
+    totals, lines = await _run(tmp_path, mode="powercut", cycles=2, seed=13, run_time=(0.4, 1.2),
+                               crashpoint_rate=0.0, image_mb=32)
+    _assert_clean(totals, lines, 2)

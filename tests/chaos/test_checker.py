@@ -1,0 +1,191 @@
+"""The checker itself: a checker that cannot fail proves nothing.
+
+Synthetic histories against synthetic observations; every kind of violation
+the chaos runs look for must be reported under its own name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scripts.chaos_checker import ABSENT, Observation, ObservedMessage, ObservedSession, check
+from scripts.chaos_history import History, outcomes
+
+SID = "s1"
+
+
+def _append(h: History, mid: str, text: str, outcome: str, seq: int | None = None, replayed: bool = False) -> None:
+    op = h.invoke("w0", "append", mid, {"sid": SID, "role": "user", "text": text})
+    result: Any = {"message": {"id": mid, "seq": seq}, "replayed": replayed} if outcome == "ok" else {"code": "X"}
+    h.complete(op, outcome, result)  # type: ignore[arg-type]
+
+
+def _session(ids: list[str], texts: dict[str, str] | None = None, **kw: Any) -> ObservedSession:
+    texts = texts or {}
+    msgs = [ObservedMessage(mid, "user", texts.get(mid, f"text {mid}"), i + 1) for i, mid in enumerate(ids)]
+    file_ids = kw.pop("file_ids", [m for m in dict.fromkeys(ids)])
+    index_rows = kw.pop("index_rows", [(mid, i + 1) for i, mid in enumerate(file_ids)])
+    return ObservedSession(messages=msgs, file_ids=file_ids, index_rows=index_rows, title=kw.pop("title", None),
+                           queue_keys=kw.pop("queue_keys", []))
+
+
+def _history_three() -> History:
+    h = History()
+    _append(h, "m1", "text m1", "ok", seq=1)
+    _append(h, "m2", "text m2", "ok", seq=2)
+    _append(h, "m3", "text m3", "ok", seq=3)
+    return h
+
+
+def test_a_clean_history_is_valid() -> None:
+    report = check(_history_three(), Observation({SID: _session(["m1", "m2", "m3"])}))
+    assert report.valid, report
+    assert report.acknowledged == 3 and report.attempted == 3
+
+
+def test_lost_and_duplicated_writes_are_reported() -> None:
+    h = _history_three()
+    # m2 acknowledged but gone; m3 shows up twice
+    obs = Observation({SID: _session(["m1", "m3", "m3"], file_ids=["m1", "m3"])})
+    report = check(h, obs)
+    assert not report.valid
+    assert report.lost == {f"message:{SID}/m2"}
+    assert report.duplicated == {f"message:{SID}/m3"}
+
+
+def test_indeterminate_attempts_may_be_absent_or_recovered_once() -> None:
+    h = _history_three()
+    _append(h, "m4", "text m4", "info")
+    _append(h, "m5", "text m5", "info")
+    report = check(h, Observation({SID: _session(["m1", "m2", "m3", "m4"])}))
+    assert report.valid, report
+    assert report.recovered == {f"message:{SID}/m4"}
+    twice = check(h, Observation({SID: _session(["m1", "m2", "m3", "m4", "m4"], file_ids=["m1", "m2", "m3", "m4"])}))
+    assert twice.duplicated == {f"message:{SID}/m4"}
+
+
+def test_a_retry_acknowledges_the_same_key_once() -> None:
+    h = _history_three()
+    _append(h, "m4", "text m4", "info")
+    _append(h, "m4", "text m4", "ok", seq=4)  # the retry with the same submissionId
+    found = outcomes(h.ops)[("append", "m4")]
+    assert found.status == "acked" and found.attempts == 2
+    assert check(h, Observation({SID: _session(["m1", "m2", "m3", "m4"])})).valid
+    assert check(h, Observation({SID: _session(["m1", "m2", "m3"])})).lost == {f"message:{SID}/m4"}
+
+
+def test_unexpected_messages_wrong_positions_and_changed_text() -> None:
+    h = _history_three()
+    report = check(h, Observation({SID: _session(["m1", "m2", "m3", "ghost"])}))
+    assert report.unexpected == {f"message:{SID}/ghost"}
+    moved = check(h, Observation({SID: _session(["m2", "m1", "m3"])}))
+    assert any("acknowledged at seq 1 but found at position 1" in p for p in moved.problems)
+    changed = check(h, Observation({SID: _session(["m1", "m2", "m3"], texts={"m2": "something else"})}))
+    assert changed.lost == {f"message:{SID}/m2 (content)"}
+
+
+def test_index_must_equal_transcript() -> None:
+    h = _history_three()
+    missing_row = check(h, Observation({SID: _session(["m1", "m2", "m3"], index_rows=[("m1", 1), ("m3", 2)])}))
+    assert any("index ids != transcript ids" in p for p in missing_row.problems)
+    bad_seq = check(h, Observation({SID: _session(["m1", "m2", "m3"], index_rows=[("m1", 1), ("m2", 2), ("m3", 5)])}))
+    assert any("seq != position+1" in p for p in bad_seq.problems)
+    corrupt = check(h, Observation({SID: _session(["m1", "m2", "m3"])}, integrity="*** page 3 is never used"))
+    assert any("integrity_check" in p for p in corrupt.problems)
+
+
+def test_search_must_find_every_message_once() -> None:
+    h = History()
+    op = h.invoke("w0", "append", "m1", {"sid": SID, "role": "user", "text": "hi zq0123456789ab"})
+    h.complete(op, "ok", {"message": {"id": "m1", "seq": 1}, "replayed": False})
+    sess = _session(["m1"], texts={"m1": "hi zq0123456789ab"})
+    assert check(h, Observation({SID: sess}, search={"zq0123456789ab": [(SID, "m1")]})).valid
+    missed = check(h, Observation({SID: sess}, search={"zq0123456789ab": []}))
+    assert any("search for zq0123456789ab" in p for p in missed.problems)
+
+
+def _turn(h: History, tid: str, *, start: str = "ok", end: str | None = None, status: str = "completed") -> None:
+    op = h.invoke("w0", "start_turn", tid, {"sid": SID})
+    h.complete(op, start, {"id": tid, "status": "running"})  # type: ignore[arg-type]
+    if end is not None:
+        op = h.invoke("w0", "end_turn", tid, {"sid": SID, "status": status, "notify": True})
+        result = {"turn": {"id": tid, "status": status}, "notification": {"turnId": tid}}
+        h.complete(op, end, result if end == "ok" else None)  # type: ignore[arg-type]
+
+
+def test_running_turns_must_be_aborted_after_a_restart() -> None:
+    h = History()
+    _turn(h, "t1", end="ok")
+    _turn(h, "t2")  # running when the host died
+    _turn(h, "t3", end="info")  # its end may or may not have landed
+    good = Observation({SID: _session([])}, turns={"t1": (SID, "completed"), "t2": (SID, "aborted"),
+                                                  "t3": (SID, "completed")},
+                       notifications={"t1": 1, "t3": 1}, after_restart=True)
+    assert check(h, good).valid
+    still = Observation({SID: _session([])}, turns={"t1": (SID, "completed"), "t2": (SID, "running"),
+                                                   "t3": (SID, "aborted")},
+                        notifications={"t1": 1}, after_restart=True)
+    assert any("t2" in p for p in check(h, still).problems)
+    lost_end = Observation({SID: _session([])}, turns={"t1": (SID, "aborted"), "t2": (SID, "aborted")},
+                           notifications={"t1": 1}, after_restart=True)
+    assert any(name.startswith("turn:s1/t1") for name in check(h, lost_end).lost)
+    lost_turn = Observation({SID: _session([])}, turns={"t1": (SID, "completed")}, notifications={"t1": 1},
+                            after_restart=True)
+    assert f"turn:{SID}/t2" in check(h, lost_turn).lost
+
+
+def test_notifications_lost_or_duplicated() -> None:
+    h = History()
+    _turn(h, "t1", end="ok")
+    report = check(h, Observation({SID: _session([])}, turns={"t1": (SID, "completed")}, notifications={}))
+    assert report.lost == {"notification:t1"}
+    report = check(h, Observation({SID: _session([])}, turns={"t1": (SID, "completed")}, notifications={"t1": 2}))
+    assert report.duplicated == {"notification:t1"}
+
+
+def _checkpoint(h: History, mid: str, n: int, text: str, outcome: str) -> None:
+    op = h.invoke("w0", "checkpoint", f"{mid}#{n}", {"sid": SID, "mid": mid, "turnId": "t1", "text": text, "n": n})
+    h.complete(op, outcome, {"saved": True} if outcome == "ok" else None)  # type: ignore[arg-type]
+
+
+def test_leftover_checkpoint_promoted_once_with_no_acked_text_lost() -> None:
+    h = History()
+    _turn(h, "t1")
+    _checkpoint(h, "a1", 0, "reply", "ok")
+    _checkpoint(h, "a1", 1, "reply w1", "ok")
+    _checkpoint(h, "a1", 2, "reply w1 w2", "info")
+    base = {"turns": {"t1": (SID, "aborted")}, "after_restart": True, "leftover_checkpoints": {"a1": SID}}
+    assert check(h, Observation({SID: _session(["a1"], texts={"a1": "reply w1 w2"})}, **base)).valid
+    assert check(h, Observation({SID: _session(["a1"], texts={"a1": "reply w1"})}, **base)).valid
+    stale = check(h, Observation({SID: _session(["a1"], texts={"a1": "reply"})}, **base))
+    assert any("none of the" in p for p in stale.problems)  # an acknowledged checkpoint's text was lost
+    assert check(h, Observation({SID: _session([])}, **base)).lost == {f"message:{SID}/a1"}
+    double = check(h, Observation({SID: _session(["a1", "a1"], file_ids=["a1"], texts={"a1": "reply w1"})}, **base))
+    assert double.duplicated == {f"message:{SID}/a1"}
+    left = check(h, Observation({SID: _session(["a1"], texts={"a1": "reply w1"})}, inflight_left=[SID], **base))
+    assert any("left after boot" in p for p in left.problems)
+
+
+def test_queue_entries_lost_duplicated_or_resurrected() -> None:
+    h = History()
+    for key, outcome in (("q1", "ok"), ("q2", "ok"), ("q3", "info")):
+        op = h.invoke("w0", "queue_push", key, {"sid": SID, "content": key})
+        h.complete(op, outcome, {"entry": {"id": key}} if outcome == "ok" else None)  # type: ignore[arg-type]
+    op = h.invoke("w0", "queue_remove", "q2", {"sid": SID, "entryId": "q2"})
+    h.complete(op, "ok", {})
+    assert check(h, Observation({SID: _session([], queue_keys=["q1", "q3"])})).valid
+    report = check(h, Observation({SID: _session([], queue_keys=["q3", "q3", "q2"])}))
+    assert report.lost == {f"queue:{SID}/q1"}
+    assert report.duplicated == {f"queue:{SID}/q3"}
+    assert any("q2" in name for name in report.unexpected)
+
+
+def test_registers_keep_the_last_acknowledged_write() -> None:
+    h = History()
+    for n, outcome in ((1, "ok"), (2, "ok"), (3, "info")):
+        op = h.invoke("w0", "settings_set", f"k#{n}", {"setting": "k", "value": {"n": n}})
+        h.complete(op, outcome, {} if outcome == "ok" else None)  # type: ignore[arg-type]
+    for value in ({"n": 2}, {"n": 3}):
+        assert check(h, Observation({}, settings={"k": value})).valid
+    assert check(h, Observation({}, settings={"k": {"n": 1}})).lost
+    assert check(h, Observation({}, settings={"k": ABSENT})).lost
