@@ -229,3 +229,23 @@ def test_full_process_restart_interrupts_approvals(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         _close_pipes(proc)
+
+
+async def test_failed_approval_commit_leaves_the_session_in_its_contract_mode(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host) as c:
+            sid = await _plan_session(c, ws)
+            req = await c.call("plans.submit", _submit(sid, ws, "c1"))
+            host.faults.add("index.before_commit", nth=1, action="raise")
+            with pytest.raises(RpcError):
+                await c.call("plans.respond", {"requestId": req["requestId"], "action": "approve"})
+            host.faults.clear()
+            got = await c.call("session.get", {"sessionId": sid})  # catch-up applies the newest session_info
+            assert got["session"]["mode"] == "plan"
+            assert (await c.call("plans.pending", {}))["pending"][0]["requestId"] == req["requestId"]
+            out = await c.call("plans.respond", {"requestId": req["requestId"], "action": "approve"})
+            assert out["session"]["mode"] == "agent"
+        async with inprocess_host(tmp_path / "data") as host, client_for(host) as c:
+            assert (await c.call("session.get", {"sessionId": sid}))["session"]["mode"] == "agent"
