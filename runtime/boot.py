@@ -9,6 +9,7 @@ it in a worker thread before it starts any actor or opens the gateway.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shutil
@@ -27,7 +28,9 @@ from store.faults import Faults
 from store.fence import interruption_fence, retention
 from store.fsutil import sweep_temp_files
 from store.ids import SESSION_ID_RE
-from store.reconcile import apply_plan, plan_reconcile
+from store.reconcile import TailScan, apply_plan, plan_reconcile
+
+log = logging.getLogger("pi_host")
 
 InflightSweep = Callable[[sqlite3.Connection, DataDir, int], dict[str, Any]]
 
@@ -78,6 +81,22 @@ def _session_ids_on_disk(data_dir: DataDir) -> tuple[set[str], set[str]]:
     return live, deleted
 
 
+def _count_damage(sid: str, scan: TailScan | None, counts: dict[str, int], damaged: list[dict[str, Any]]) -> None:
+    """Torn tails, unparsable mid-file lines and unknown line kinds are skipped, never silent:
+    counted in the boot report and logged (RELIABILITY §4 row 4)."""
+    if scan is None:
+        return
+    torn = scan.torn_tail_bytes > 0
+    counts["tornTails"] += int(torn)
+    counts["badLines"] += len(scan.bad_lines)
+    counts["unknownLines"] += scan.unknown_lines
+    if scan.bad_lines or torn:
+        entry = {"sessionId": sid, "badLines": len(scan.bad_lines), "badLineOffsets": scan.bad_lines[:10],
+                 "tornTailBytes": scan.torn_tail_bytes}
+        damaged.append(entry)
+        log.warning("transcript of %s has damaged lines (skipped)", sid, extra={"damage": entry})
+
+
 def run_boot(
     data_dir: DataDir,
     *,
@@ -123,13 +142,16 @@ def run_boot(
     # 3. reconcile the index with every transcript (and every row with its file)
     rows = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT id, indexed_len, file_epoch FROM sessions")}
     reconciled: dict[str, int] = {"clean": 0, "tail": 0, "full": 0, "missing": 0, "restoredRows": 0,
-                                  "indexedMessages": 0, "removedRows": 0, "errors": 0}
+                                  "indexedMessages": 0, "removedRows": 0, "errors": 0,
+                                  "tornTails": 0, "badLines": 0, "unknownLines": 0}
     errors: list[dict[str, str]] = []
+    damaged: list[dict[str, Any]] = []
     for sid in sorted(live | set(rows)):
         indexed_len, epoch = rows.get(sid, (0, None))
         try:
             plan = plan_reconcile(data_dir.transcript(sid), indexed_len or 0, epoch)
             reconciled[plan.kind] += 1
+            _count_damage(sid, plan.scan, reconciled, damaged)
             if plan.kind == "clean" and sid in rows:
                 continue
             if plan.kind == "missing":
@@ -148,6 +170,8 @@ def run_boot(
             reconciled["errors"] += 1
             errors.append({"sessionId": sid, "error": f"{type(exc).__name__}: {exc}"})
     report["reconcile"] = reconciled
+    if damaged:
+        report["damagedTranscripts"] = damaged[:50]
     if errors:
         report["reconcileErrors"] = errors[:50]
     # 4. in-flight checkpoints whose final row never landed
@@ -171,6 +195,7 @@ def run_boot(
     report["inflightPromoted"] = int((report.get("inflight") or {}).get("promoted", 0))
     report["turnsAborted"] = len(report["fence"]["abortedTurns"])
     report["dbRebuilt"] = bool(open_report.rebuilt)
+    report["tornTails"] = reconciled["tornTails"]
     conn.execute("BEGIN IMMEDIATE")
     conn.execute(
         "INSERT INTO boot_reports(boot_id, started_at, report_json) VALUES (?, ?, ?)",

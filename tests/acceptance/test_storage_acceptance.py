@@ -332,6 +332,9 @@ async def test_torn_trailing_line(tmp_path: Path, tail: bytes) -> None:
         with open(path, "ab") as fh:
             fh.write(tail)
         async with inprocess_host(root) as host, client_for(host) as c:
+            assert host.boot.report["tornTails"] == 1
+            assert host.boot.report["damagedTranscripts"] == [
+                {"sessionId": "s1", "badLines": 0, "badLineOffsets": [], "tornTailBytes": len(tail)}]
             got = await _full(c, "s1")
             assert [m["id"] for m in got["messages"]] == ["m0", "m1", "m2"]
             r = await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("m3", "after repair")})
@@ -360,6 +363,7 @@ async def test_unknown_line_kinds_skipped_and_duplicate_ids_keep_last(tmp_path: 
         created = loads_line(path.read_bytes().splitlines(keepends=True)[-1])["createdAt"]
         extra = [
             dumps_line({"type": "martian_from_the_future", "id": "x1", "payload": {"m1": "not a message"}}),
+            b'{"type":"message","id":"m9",oops not json}\n',  # a bad line mid-file: skipped and reported
             dumps_line({"type": "message", "id": "m1", "role": "user", "createdAt": created,
                         "blocks": [{"type": "text", "text": "m1 rewritten later, kept"}]}),
             dumps_line({"type": "message", "id": "m3", "role": "user", "createdAt": created,
@@ -369,11 +373,15 @@ async def test_unknown_line_kinds_skipped_and_duplicate_ids_keep_last(tmp_path: 
         with open(path, "ab") as fh:
             fh.write(b"".join(extra))
         async with inprocess_host(root) as host, client_for(host) as c:
+            counts = {k: host.boot.report["reconcile"][k] for k in ("badLines", "unknownLines", "tornTails")}
+            damaged = host.boot.report["damagedTranscripts"]
             got = await _full(c, "s1")
             found = _search_ids(root, "rewritten later")
             stale = _search_ids(root, "text 1")
             on_file = _file_messages(path)
             r = await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("m4", "next")})
+    assert counts == {"badLines": 1, "unknownLines": 2, "tornTails": 0}
+    assert [(d["sessionId"], d["badLines"]) for d in damaged] == [("s1", 1)]
     assert [m["id"] for m in got["messages"]] == ["m0", "m1", "m2", "m3"]
     assert got["messages"][1]["blocks"][0]["text"] == "m1 rewritten later, kept"
     assert _strip_seq(got["messages"]) == on_file
