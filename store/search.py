@@ -79,7 +79,18 @@ _LIVE_MESSAGE = (
     f"m.role IN {_ROLES_SQL} AND m.deleted = 0 AND m.text IS NOT NULL "
     "AND m.session_id NOT IN (SELECT id FROM sessions WHERE deleted_at IS NOT NULL)"
 )
-_FTS_CANDIDATES = "m.mid IN (SELECT rowid FROM messages_fts WHERE messages_fts MATCH :fts)"
+# Trigram candidates drive the loop (CROSS JOIN keeps that order) and each one
+# is looked up by rowid; a scan reads the table in rowid order (NOT INDEXED: not
+# via the (session_id, seq) index plus a lookup per row).
+_FROM_FTS = (
+    "messages_fts CROSS JOIN messages AS m NOT INDEXED ON m.mid = messages_fts.rowid "
+    "WHERE messages_fts MATCH :fts AND"
+)
+_FROM_SCAN = "messages AS m NOT INDEXED WHERE"
+
+
+def _from_where(plan: QueryPlan) -> str:
+    return _FROM_FTS if plan.fts else _FROM_SCAN
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> int:
@@ -149,15 +160,11 @@ def search_sessions(
     fingerprint = query_fingerprint("sessions", plan.folded)
     after = decode_cursor(cursor, "sessions", fingerprint, (int, str)) if cursor is not None else None
     params = _params(plan)
-    source = f"{_FTS_CANDIDATES} AND " if plan.fts else ""
     with _read_snapshot(conn):
-        # NOT INDEXED: a scan must read the table in rowid order, not walk the
-        # (session_id, seq) index and look every row up; rowid lookups of FTS
-        # candidates are still allowed.
         counts: dict[str, int] = dict(
             conn.execute(
-                f"SELECT m.session_id, count(*) FROM messages AS m NOT INDEXED "
-                f"WHERE {source}{_LIVE_MESSAGE} AND {_match_sql('m.text', plan)} "
+                f"SELECT m.session_id, count(*) FROM {_from_where(plan)} "
+                f"{_LIVE_MESSAGE} AND {_match_sql('m.text', plan)} "
                 "GROUP BY m.session_id",
                 params,
             ).fetchall()
@@ -273,8 +280,8 @@ def _page_snippets(
                 "SELECT session_id, id, role, seq, text FROM ("
                 "SELECT m.session_id, m.id, m.role, m.seq, m.text, "
                 "row_number() OVER (PARTITION BY m.session_id ORDER BY m.seq) AS rn "
-                f"FROM messages AS m NOT INDEXED WHERE {_FTS_CANDIDATES} "
-                f"AND m.session_id IN ({', '.join(':' + k for k in names)}) "
+                f"FROM {_FROM_FTS} "
+                f"m.session_id IN ({', '.join(':' + k for k in names)}) "
                 f"AND {_LIVE_MESSAGE} AND {_match_sql('m.text', plan)}"
                 ") WHERE rn <= :n ORDER BY session_id, seq",
                 {**params, **names, "n": n},
@@ -314,9 +321,10 @@ def search_messages(
     params = {**_params(plan), "sid": session_id, "lim": limit + 1}
     where = [_LIVE_MESSAGE, _match_sql("m.text", plan)]
     if session_id is not None:
-        where.insert(0, "m.session_id = :sid")
-    elif plan.fts:
-        where.insert(0, _FTS_CANDIDATES)
+        # One session: its (session_id, seq) index beats the global trigram index.
+        source = "messages AS m WHERE m.session_id = :sid AND"
+    else:
+        source = _from_where(plan)
     if after is not None:
         where.append("(m.created_at, m.mid) < (:after_at, :after_mid)")
         params["after_at"], params["after_mid"] = after
@@ -327,11 +335,9 @@ def search_messages(
             ).fetchone()
             if live is None:
                 raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
-        # One session: its (session_id, seq) index. Everything: rowid order / lookups.
-        table = "messages AS m" if session_id is not None else "messages AS m NOT INDEXED"
         rows = conn.execute(
-            f"SELECT m.mid, m.id, m.session_id, m.role, m.seq, m.text, m.created_at FROM {table} "
-            f"WHERE {' AND '.join(where)} ORDER BY m.created_at DESC, m.mid DESC LIMIT :lim",
+            f"SELECT m.mid, m.id, m.session_id, m.role, m.seq, m.text, m.created_at FROM {source} "
+            f"{' AND '.join(where)} ORDER BY m.created_at DESC, m.mid DESC LIMIT :lim",
             params,
         ).fetchall()
     page = rows[:limit]
