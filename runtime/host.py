@@ -138,7 +138,7 @@ async def run_host(
                 api = HostApi(registry=registry, reads=reads, db=db, bus=bus, status=status,
                               boot_id=boot.boot_id, now_ms=now_ms, validate_results=config.validate_results,
                               extra_handlers=feature_methods(registry=registry, reads=reads, db=db, bus=bus,
-                                                             now_ms=now_ms, data_dir=data_dir))
+                                                             now_ms=now_ms, data_dir=data_dir, faults=faults))
                 gw_config = GatewayConfig(
                     host=config.host, port=config.port, token=token,
                     allowed_origins=config.allowed_origins,
