@@ -18,11 +18,9 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed
 
-from runtime.client import HostClient, RpcError, open_client
+from runtime.client import RpcError, open_client
 from tests.gateway.conftest import connect, raw_upgrade
 from tests.hostkit import REPO, HostProcess, msg, start_host_process
-
-pytestmark = pytest.mark.filterwarnings("error")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 import trio
 

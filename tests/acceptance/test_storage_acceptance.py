@@ -12,7 +12,6 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 import trio
 
