@@ -140,7 +140,11 @@ class SessionReadParams(Params):
 
 
 class TreeNode(Result):
-    id: str
+    id: str = Field(
+        description="Node id: the message id on the live transcript; "
+        "rev:<rootUserId>:<revisionIndex>:<messageId> in an archived branch."
+    )
+    message_id: str | None = Field(default=None, description="The transcript message this node shows.")
     parent_id: str | None = None
     role: Role
     revision_index: int | None = Field(default=None, ge=1)
@@ -159,10 +163,15 @@ class ContextMessage(Result):
 
     id: str
     role: Role
-    blocks: list[JsonObject]
+    blocks: list[JsonObject] = Field(
+        description="text, tool_call and attachment blocks; thinking only as 'reasoning' when replay is asked for."
+    )
     tool_name: str | None = None
     turn_id: str | None = None
     created_at: str | None = None
+    compaction_summary: bool | None = Field(
+        default=None, description="The checkpoint's summary (id = the compaction id), first in the list."
+    )
 
 
 class ContextResult(Result):
