@@ -93,7 +93,7 @@ async def _set_deleted(actor: SessionActor, req: Custom, deleted: bool) -> Any:
     except BaseException:
         actor.needs_catchup = True
         raise
-    actor.publish("session.message", {"message": state["ref"], "deleted": deleted, "tombstone": True})
+    actor.publish("session.message", {"message": state["ref"], "deleted": deleted})
     return result
 
 

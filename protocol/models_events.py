@@ -46,6 +46,10 @@ class SessionMessageEvent(Result):
     replaced: bool = Field(
         default=False, description="A terminal row replaced a streaming row of the same id."
     )
+    deleted: bool | None = Field(
+        default=None,
+        description="Set when a tombstone line changed the message's state (deleteMessage/restoreMessage).",
+    )
 
 
 class SessionQueueEvent(QueueState):

@@ -55,6 +55,19 @@ async def test_delete_appends_one_line_and_flags_the_row(tmp_path):
             assert [m["id"] for m in ctx["messages"]] == ["u1", "a1"]
 
 
+async def test_tombstone_publishes_a_session_message_event(tmp_path):
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c, client_for(host, "watcher") as w:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await w.subscribe(["session.message"], session_id=sid)
+            await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "a1"})
+            await c.call("session.restoreMessage", {"sessionId": sid, "messageId": "a1"})
+            seen = [await w.next_event(), await w.next_event()]
+            assert [(e.data["message"]["id"], e.data["message"]["seq"], e.data["deleted"]) for e in seen] == [
+                ("a1", 2, True), ("a1", 2, False)]
+
+
 async def test_unknown_message_is_message_not_found(tmp_path):
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
