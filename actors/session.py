@@ -47,6 +47,7 @@ from store.errors import (
     StoreError,
 )
 from store.faults import Faults
+from store.queue import forget_session as forget_queue
 from store.fsutil import fsync_dir, remove_file_durable
 from store.jsonio import dumps_line, loads_line
 from store.records import (
@@ -405,6 +406,7 @@ class SessionActor(Actor):
 
         def op(conn: Any) -> Any:
             index.delete_session_rows(conn, self.sid)
+            forget_queue(conn, self.sid)
             self.store_receipt(conn, req.receipt, result, self.sid, now)
             return result
 
