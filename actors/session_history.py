@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import trio
 
+from actors.session import validate_title
 from actors.session_msgs import Custom
 from store import index
 from store.context import StoredBranch, build_session_context, build_tree
 from store.errors import MessageNotFound
-from store.fork import plan_fork, remove_child_files, resolve_pasted, copy_pasted, write_child_transcript
+from store.fork import copy_pasted, plan_fork, remove_child_files, resolve_pasted, write_child_transcript
 from store.ids import new_id
 from store.records import ms_to_rfc3339, wire_record
 from store.revisions import read_revisions
@@ -110,8 +111,6 @@ async def fork(actor: SessionActor, req: Custom) -> Any:
     faults = actor.deps.faults
     title = req.params.get("title")
     if title is not None:
-        from actors.session import validate_title
-
         title = validate_title(title)
     else:
         title = row.get("title") or ""
