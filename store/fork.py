@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .compaction import split_valid
-from .errors import MessageNotFound, StoreError, classify_os_error
+from .errors import Conflict, MessageNotFound, StoreError, classify_os_error
 from .faults import NO_FAULTS, Faults
 from .fsutil import atomic_write, fsync_dir, open_nofollow, remove_file_durable, write_all
 from .index import CompactionRecord, IndexRecord
@@ -222,8 +222,6 @@ def write_child_transcript(
     """Temp + fsync + rename + dir fsync (fault points ``fork.*``); never replaces an existing file."""
     target = os.fspath(path)
     if os.path.lexists(target):
-        from .errors import Conflict
-
         raise Conflict(f"transcript for fork child {child_id} already exists", data={"sessionId": child_id})
     line, header = header_line(child_id, created_at_ms)
     atomic_write(target, b"".join([line, *plan.body]), faults=faults, point_prefix="fork")

@@ -17,7 +17,7 @@ functions, no I/O.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .jsonio import dumps_line
 from .records import ms_to_rfc3339
@@ -55,7 +55,7 @@ def tombstone_lines_for(
     deleted: Iterable[str],
     *,
     created_at_ms: int = 0,
-    id_for: Any = None,
+    id_for: Callable[[str], str] | None = None,
 ) -> list[tuple[str, bytes]]:
     """``(messageId, line)`` for each record in ``records`` whose id is in ``deleted``, in record order.
 
