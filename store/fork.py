@@ -52,6 +52,8 @@ DROPPED_META = ("receipt", "revisionCount", "activeRevision", "revisionRootId")
 PASTED = "pasted"
 _NAME_END = re.compile(r"[\n\r\t\"'<>|`]")
 _TRAILING = ".,;:!?)]}"
+MAX_REF_CHARS = 1024
+"""A referenced name is looked for in at most this many characters after ``pasted/``."""
 
 
 def derived_id(child_id: str, kind: str, old_id: str) -> str:
@@ -89,10 +91,11 @@ class Remapper:
             pieces.append(value[last:match.start()])
             pieces.append(f"scratch{sep}{self.child_id}{sep}{PASTED}{match.group(2)}")
             last = match.end()
-            rest = value[last:]
+            rest = value[last: last + MAX_REF_CHARS]
             end = _NAME_END.search(rest)
-            if rest[: end.start() if end else len(rest)]:
-                self.pasted_refs.add(rest[: end.start() if end else len(rest)])
+            ref = rest[: end.start() if end else len(rest)]
+            if ref:
+                self.pasted_refs.add(ref)
         if not pieces:
             return value
         pieces.append(value[last:])
