@@ -27,12 +27,20 @@ class ReadPool:
         self._limiter = trio.CapacityLimiter(size)
         self._closed = False
 
-    def _take(self) -> sqlite3.Connection:
-        if self._free:
-            return self._free.pop()
+    def warm(self) -> None:
+        """Open every connection now (blocking; run in a thread at startup), not on first use."""
+        while len(self._all) < self._size:
+            self._free.append(self._open())
+
+    def _open(self) -> sqlite3.Connection:
         conn = open_reader(self._db_path)
         self._all.append(conn)
         return conn
+
+    def _take(self) -> sqlite3.Connection:
+        if self._free:
+            return self._free.pop()
+        return self._open()
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:

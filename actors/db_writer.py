@@ -59,6 +59,7 @@ class DbWriter(Actor):
     ) -> None:
         super().__init__(name, mailbox_size=mailbox_size)
         self.batch_limit = batch_limit
+        self.linger_ticks = 2  # sessions committing at the same moment share one transaction
         self._conn = conn
         self._faults = faults
         self._limiter = trio.CapacityLimiter(1)

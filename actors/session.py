@@ -110,6 +110,7 @@ class SessionActor(Actor):
         super().__init__(f"session:{session_id}", mailbox_size=deps.mailbox_size)
         self.batch_limit = deps.batch_limit
         self.idle_timeout = deps.idle_timeout
+        self.linger_ticks = 3  # a JSON-RPC batch or a burst of clients lands in one group commit
         self.sid = session_id
         self.deps = deps
         self.path: Path = deps.data_dir.transcript(session_id)

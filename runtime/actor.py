@@ -211,6 +211,7 @@ class Actor:
 
     batch_limit: int = 1
     idle_timeout: float | None = None
+    linger_ticks: int = 0  # see _linger: scheduler ticks to wait for more messages before a batch
 
     def __init__(
         self,
@@ -459,12 +460,33 @@ class Actor:
                     return not self._stop_requested
                 first = got
             batch = [first]
-            while len(batch) < limit:
-                try:
-                    batch.append(self._recv.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
+            self._drain_into(batch, limit)
+            if self.linger_ticks and len(batch) < limit:
+                await self._linger(batch, limit)
             await self._dispatch(batch)
+
+    def _drain_into(self, batch: list[Envelope], limit: int) -> int:
+        added = 0
+        while len(batch) < limit:
+            try:
+                batch.append(self._recv.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+            added += 1
+        return added
+
+    async def _linger(self, batch: list[Envelope], limit: int) -> None:
+        """Group commit: while producers keep enqueueing, give them a few scheduler ticks.
+
+        Stops after ``linger_ticks`` consecutive ticks brought nothing new, so a lone
+        message waits only that many ticks (microseconds), while a burst (a JSON-RPC
+        batch, many clients) lands in one batch.
+        """
+        self._counters.in_flight = batch
+        quiet = 0
+        while quiet < self.linger_ticks and len(batch) < limit:
+            await trio.lowlevel.checkpoint()
+            quiet = 0 if self._drain_into(batch, limit) else quiet + 1
 
     async def _wait_for_message(self) -> Envelope | None:
         """Block for the next message; ``None`` when closed or idle for too long."""

@@ -22,7 +22,7 @@ class HostConfig:
     db_mailbox: int = 4096
     session_mailbox: int = 512
     session_batch_limit: int = 256
-    read_pool_size: int = 4
+    read_pool_size: int = 12
     faults_spec: str | None = None
     audit_retention_days: int = 90
     restart_intensity: int = 20  # core actors (db-writer): past this many restarts per period the host exits

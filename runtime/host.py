@@ -84,6 +84,7 @@ async def run_host(
         )
         log.info("boot finished", extra={"report": boot.report})
         reads = ReadPool(data_dir.db_path, size=config.read_pool_size)
+        await trio.to_thread.run_sync(reads.warm)
         bus = EventBus()
         db_stats = DbWriterStats()
         try:
