@@ -159,4 +159,7 @@ Topic = Literal[
     "notification.created",
     "turn.started",
     "turn.ended",
+    "task.due",
+    "plan.requested",
+    "plan.resolved",
 ]

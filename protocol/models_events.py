@@ -11,12 +11,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .models_common import Count, JsonObject, Result, SessionId, Topic
+from .models_common import (
+    Count,
+    JsonObject,
+    Mode,
+    PermissionMode,
+    Result,
+    SessionId,
+    ThinkingLevel,
+    TimestampMs,
+    Topic,
+)
 from .models_queue import QueueState
 from .models_records import MessageRef, Notification, SessionSummary, Turn
+from .models_store import PlanApproval
 
 
 class EventParams(Result):
@@ -71,6 +83,50 @@ class TurnEndedEvent(Result):
     notification: Notification | None = None
 
 
+class TaskDueEvent(Result):
+    """A scheduled task's slot came due and the host started run ``runId`` (status ``running``).
+
+    For the agent sidecar: create the session/turn, run ``prompt``, then call
+    ``tasks.finishRun``. Sent at most once; a run still ``running`` when the
+    host restarts is aborted by the boot fence (``tasks.runs`` shows it). Plan
+    and goal tasks are never announced: their slot is recorded as an ``error``
+    run with ``PLAN_REQUIRES_INTERACTIVE_SESSION``.
+    """
+
+    task_id: str
+    run_id: str
+    title: str
+    prompt: str
+    mode: Mode = Field(description="Always agent: plan/goal tasks never run unattended.")
+    project_id: int | None = None
+    provider_id: str | None = Field(default=None, description="Task-owned model override (with modelId).")
+    model_id: str | None = None
+    permission_mode: PermissionMode | None = None
+    thinking_level: ThinkingLevel | None = None
+    workspace_path: str | None = None
+    scheduled_for: TimestampMs = Field(description="The nextRunAt slot that fired (earlier after downtime).")
+    started_at: TimestampMs
+
+
+class PlanRequestedEvent(Result):
+    """plans.submit stored a pending plan/goal approval (the same row plans.pending returns)."""
+
+    approval: PlanApproval
+
+
+class PlanResolvedEvent(Result):
+    """A pending approval left ``pending``.
+
+    Approvals interrupted by a restart are not announced (no client is
+    subscribed before the gateway opens): after a reconnect, ``plans.pending``
+    is the rehydration path - a row missing from it is no longer answerable.
+    """
+
+    request_id: str
+    session_id: SessionId
+    status: Literal["approved", "rejected", "expired"]
+
+
 EVENT_PAYLOADS: Mapping[str, type[BaseModel]] = MappingProxyType(
     {
         "session.created": SessionEvent,
@@ -81,6 +137,9 @@ EVENT_PAYLOADS: Mapping[str, type[BaseModel]] = MappingProxyType(
         "notification.created": NotificationEvent,
         "turn.started": TurnStartedEvent,
         "turn.ended": TurnEndedEvent,
+        "task.due": TaskDueEvent,
+        "plan.requested": PlanRequestedEvent,
+        "plan.resolved": PlanResolvedEvent,
     }
 )
 
@@ -88,10 +147,13 @@ __all__ = [
     "EVENT_PAYLOADS",
     "EventParams",
     "NotificationEvent",
+    "PlanRequestedEvent",
+    "PlanResolvedEvent",
     "SessionDeletedEvent",
     "SessionEvent",
     "SessionMessageEvent",
     "SessionQueueEvent",
+    "TaskDueEvent",
     "TurnEndedEvent",
     "TurnStartedEvent",
 ]

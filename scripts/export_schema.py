@@ -794,6 +794,13 @@ EVENT_EXAMPLES: dict[str, dict[str, Any]] = {
     "notification.created": {"notification": _NOTIFICATION},
     "turn.started": {"turn": _TURN},
     "turn.ended": {"turn": _ENDED_TURN, "notification": _NOTIFICATION},
+    "task.due": {"taskId": "task_7c1e", "runId": "run_01", "title": "Weekly digest",
+                 "prompt": "Summarize this week's commits", "mode": "agent", "projectId": 3,
+                 "providerId": "anthropic", "modelId": "claude-sonnet", "permissionMode": "ask",
+                 "workspacePath": "/home/ada/src/parser", "scheduledFor": 1785133800000,
+                 "startedAt": 1785133800000},
+    "plan.requested": {"approval": EXAMPLES["plans.submit"][1]},
+    "plan.resolved": {"requestId": "plan_5e0d", "sessionId": "s_4f2a", "status": "approved"},
 }
 
 
