@@ -1,9 +1,9 @@
 """The supervisor's top level: boot, start actors, open the gateway, shut down cleanly.
 
 Order (hypercorn's "listeners only after startup"): lock → boot recovery (in a
-worker thread; nothing served) → DB writer → session registry → gateway →
-``host.json``. Shutdown runs in reverse: gateway closed, session actors
-stopped (writers closed), DB writer drained, connection closed, clean-shutdown
+worker thread; nothing served) → DB writer → scheduler → session registry →
+gateway → ``host.json``. Shutdown runs in reverse: gateway closed, session
+actors stopped (writers closed), scheduler stopped, DB writer drained, connection closed, clean-shutdown
 marker written.
 """
 
@@ -24,13 +24,14 @@ from actors.events import EventBus
 from actors.gateway import Gateway
 from actors.gateway_types import GatewayConfig
 from actors.registry import SessionRegistry
+from actors.scheduler import Scheduler, tasks_changed
 from actors.session import DbHandle, SessionDeps
 from runtime.api import VERSION, HostApi, wall_ms
 from runtime.boot import BootResult, load_or_create_token, run_boot
 from runtime.config import HostConfig
 from runtime.datadir import DataDirLock
 from runtime.features import feature_handlers, feature_methods, inflight_boot_sweep
-from runtime.supervisor import ChildSpec, DynamicSupervisor, Supervisor
+from runtime.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
 from store.faults import Faults
 from store.fsutil import atomic_write, remove_file_durable
 
@@ -52,9 +53,10 @@ class RunningHost:
     api: HostApi
     bus: EventBus
     faults: Faults
+    scheduler: ActorRef | None = None
 
     def kill_actor(self, name: str) -> bool:
-        """Chaos hook: crash an actor by name ("db-writer" or "session:<id>")."""
+        """Chaos hook: crash an actor by name ("db-writer", "scheduler" or "session:<id>")."""
         if name.startswith("session:"):
             return self.registry.kill(name.split(":", 1)[1])
         return bool(self.supervisor.kill(name))
@@ -97,6 +99,10 @@ async def run_host(
                         faults=faults, stats=db_stats, force_synchronous=config.synchronous))
                 )
                 db = DbHandle(lambda op: writer_ref.ask(op, timeout=config.ask_timeout))
+                scheduler_ref = await supervisor.start_child(
+                    ChildSpec("scheduler", lambda: Scheduler(db=db, reads=reads, bus=bus, now_ms=now_ms,
+                                                             faults=faults))
+                )
                 sessions = DynamicSupervisor(
                     intensity=config.session_restart_intensity, period=config.restart_period,
                     max_children=config.max_sessions_active,
@@ -139,7 +145,8 @@ async def run_host(
                 api = HostApi(registry=registry, reads=reads, db=db, bus=bus, status=status,
                               boot_id=boot.boot_id, now_ms=now_ms, validate_results=config.validate_results,
                               extra_handlers=feature_methods(registry=registry, reads=reads, db=db, bus=bus,
-                                                             now_ms=now_ms, data_dir=data_dir, faults=faults))
+                                                             now_ms=now_ms, data_dir=data_dir, faults=faults,
+                                                             scheduler=tasks_changed(scheduler_ref.tell_nowait)))
                 gw_config = GatewayConfig(
                     host=config.host, port=config.port, token=token,
                     allowed_origins=config.allowed_origins,
@@ -155,7 +162,7 @@ async def run_host(
                 )
                 running = RunningHost(config=config, port=port, url=url, token=token, boot=boot,
                                       registry=registry, supervisor=supervisor, sessions=sessions, api=api,
-                                      bus=bus, faults=faults)
+                                      bus=bus, faults=faults, scheduler=scheduler_ref)
                 task_status.started(running)
                 try:
                     await trio.sleep_forever()
