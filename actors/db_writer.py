@@ -11,6 +11,7 @@ DB-only state commits with ``FULL`` (ARCHITECTURE.md "Durability").
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -24,13 +25,50 @@ from store.faults import NO_FAULTS, Faults
 _CORRUPT_MARKERS = ("malformed", "not a database", "disk image", "corrupt")
 
 
+class FileNotDurable(IOFailure):
+    """The transcript write an index op was gated on failed: the op was rolled back."""
+
+
+class Gate:
+    """The file half of a two-phase append.
+
+    A session actor runs its index op and its transcript write+fsync at the
+    same time; the DB writer executes the op but COMMITs only after the gate
+    opened (the lines are durable). A failed write fails the gate and the op is
+    rolled back, so an index row never commits ahead of its transcript line.
+    """
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._error: BaseException | None = None
+
+    def open(self) -> None:
+        self._event.set()
+
+    def fail(self, exc: BaseException) -> None:
+        if not self._event.is_set():
+            self._error = exc
+            self._event.set()
+
+    def wait(self, timeout: float) -> BaseException | None:
+        """Blocking (worker thread): None once open, else the reason it failed."""
+        if not self._event.wait(timeout):
+            return TimeoutError(f"transcript write not durable after {timeout}s")
+        return self._error
+
+
 @dataclass(frozen=True)
 class DbOp:
-    """One request: ``fn(conn)`` runs inside the batch transaction under its own SAVEPOINT."""
+    """One request: ``fn(conn)`` runs inside the batch transaction under its own SAVEPOINT.
+
+    With a ``gate`` the batch commits only after the gate opened; a failed gate
+    rolls the op back (the rest of the batch is redone without it).
+    """
 
     fn: Callable[[sqlite3.Connection], Any]
     durable: bool = True
     label: str = ""
+    gate: Gate | None = None
 
 
 @dataclass
@@ -60,6 +98,7 @@ class DbWriter(Actor):
         super().__init__(name, mailbox_size=mailbox_size)
         self.batch_limit = batch_limit
         self.linger_ticks = 2  # sessions committing at the same moment share one transaction
+        self.gate_timeout = 120.0
         self._conn = conn
         self._faults = faults
         self._limiter = trio.CapacityLimiter(1)
@@ -110,28 +149,23 @@ class DbWriter(Actor):
         conn = self._conn
         started = time.perf_counter()
         mode = self._force_sync or ("FULL" if any(op.durable for op in ops) else "NORMAL")
-        results: list[tuple[bool, Any]] = []
         try:
             if mode != self._sync_mode:
                 conn.execute(f"PRAGMA synchronous = {mode}")
                 self._sync_mode = mode
-            conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             return exc
         try:
-            for op in ops:
-                conn.execute("SAVEPOINT op")
-                try:
-                    value = op.fn(conn)
-                except Exception as exc:  # noqa: BLE001 - delivered to that one asker
-                    conn.execute("ROLLBACK TO op")
-                    conn.execute("RELEASE op")
-                    results.append((False, _wrap_db_error(exc)))
-                    if isinstance(exc, sqlite3.DatabaseError) and _is_corruption(exc):
-                        raise
-                else:
-                    conn.execute("RELEASE op")
-                    results.append((True, value))
+            results = self._execute(ops)
+            failed = self._wait_gates(ops)
+            if failed:
+                # A gated transcript write failed: nothing of this batch is committed yet.
+                # Roll back and redo the batch without the ops whose file half failed.
+                conn.execute("ROLLBACK")
+                keep = [i for i in range(len(ops)) if i not in failed]
+                redo = self._execute([ops[i] for i in keep])
+                results = [(False, FileNotDurable(f"transcript write failed: {failed[i]}")) if i in failed
+                           else redo[keep.index(i)] for i in range(len(ops))]
             self._faults.point("index.before_commit")
             conn.execute("COMMIT")
             self._faults.point("index.after_commit")
@@ -157,6 +191,35 @@ class DbWriter(Actor):
             self.stats.normal_commits += 1
         self.stats.last_batch_ms = (time.perf_counter() - started) * 1000
         return results
+
+    def _execute(self, ops: list[DbOp]) -> list[tuple[bool, Any]]:
+        """BEGIN and run every op under its own SAVEPOINT (no commit)."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        results: list[tuple[bool, Any]] = []
+        for op in ops:
+            conn.execute("SAVEPOINT op")
+            try:
+                value = op.fn(conn)
+            except Exception as exc:  # noqa: BLE001 - delivered to that one asker
+                conn.execute("ROLLBACK TO op")
+                conn.execute("RELEASE op")
+                results.append((False, _wrap_db_error(exc)))
+                if isinstance(exc, sqlite3.DatabaseError) and _is_corruption(exc):
+                    raise
+            else:
+                conn.execute("RELEASE op")
+                results.append((True, value))
+        return results
+
+    def _wait_gates(self, ops: list[DbOp]) -> dict[int, BaseException]:
+        failed: dict[int, BaseException] = {}
+        for i, op in enumerate(ops):
+            if op.gate is not None:
+                err = op.gate.wait(self.gate_timeout)
+                if err is not None:
+                    failed[i] = err
+        return failed
 
 
 def _wrap_db_error(exc: Exception) -> Exception:

@@ -22,7 +22,7 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 import trio
 
 from actors.db_reader import ReadPool
-from actors.db_writer import DbOp
+from actors.db_writer import DbOp, Gate
 from actors.events import EventBus
 from actors.session_msgs import (
     AppendMessage,
@@ -39,6 +39,7 @@ from runtime.datadir import DataDir
 from store import index
 from store.compaction import normalize_on_read
 from store.errors import (
+    StorageFull,
     Conflict,
     InvalidInput,
     IOFailure,
@@ -75,8 +76,10 @@ class DbHandle:
     def __init__(self, ask: Callable[[DbOp], Awaitable[Any]]) -> None:
         self._ask = ask
 
-    async def write(self, fn: Callable[[Any], Any], *, durable: bool = True, label: str = "") -> Any:
-        return await self._ask(DbOp(fn, durable=durable, label=label))
+    async def write(
+        self, fn: Callable[[Any], Any], *, durable: bool = True, label: str = "", gate: Gate | None = None
+    ) -> Any:
+        return await self._ask(DbOp(fn, durable=durable, label=label, gate=gate))
 
 
 @dataclass
@@ -215,6 +218,66 @@ class SessionActor(Actor):
             pos += len(line)
         self.file_len = new_len
         return offsets, new_len
+
+    async def write_and_index(
+        self,
+        lines: Sequence[bytes],
+        make_op: Callable[[list[int], int], Callable[[Any], Any]],
+        *,
+        durable: bool = False,
+    ) -> tuple[list[int], int, Any]:
+        """Append lines and commit their index op, overlapping the fsync with the SQL work.
+
+        The op runs in the DB writer while the lines are written and fsynced; the
+        DB writer commits only once the write is durable (a :class:`Gate`), so the
+        order *file durable → index committed → reply* holds, at roughly the cost
+        of the slower of the two instead of their sum.
+        """
+        writer = await self.open_writer()
+        pre = writer.length
+        offsets: list[int] = []
+        pos = pre
+        for line in lines:
+            offsets.append(pos)
+            pos += len(line)
+        new_len = pos
+        gate = Gate()
+        op = make_op(offsets, new_len)
+        box: dict[str, Any] = {}
+
+        async def index_task() -> None:
+            try:
+                box["value"] = await self.deps.db.write(op, durable=durable, gate=gate)
+            except Exception as exc:  # noqa: BLE001 - re-raised below, after the write's outcome
+                box["index_error"] = exc
+
+        async def write_task() -> None:
+            try:
+                box["written"] = await self.io(_append_then_open, writer, list(lines), gate)
+            except Exception as exc:  # noqa: BLE001 - re-raised below
+                box["write_error"] = exc
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(index_task)
+                nursery.start_soon(write_task)
+        finally:
+            gate.fail(IOFailure("append abandoned before the write finished"))  # no-op once opened
+        if "write_error" in box:
+            exc = box["write_error"]
+            if isinstance(exc, IOFailure) and not isinstance(exc, StorageFull):
+                self.storage_failed = exc
+            if "index_error" not in box or not isinstance(box["index_error"], (IOFailure,)):
+                self.needs_catchup = True
+            raise exc
+        if box["written"] != (pre, new_len):
+            self.needs_catchup = True
+            raise IOFailure(f"transcript append landed at {box['written']}, expected {(pre, new_len)}")
+        self.file_len = new_len
+        if "index_error" in box:
+            self.needs_catchup = True
+            raise box["index_error"]
+        return offsets, new_len, box["value"]
 
     async def check_receipt(self, key: ReceiptKey | None) -> Any | None:
         """Stored terminal response for a matching retry; raises IDEMPOTENCY_CONFLICT on mismatch."""
@@ -521,18 +584,15 @@ class SessionActor(Actor):
             written.append((i, rec, remapped_from))
         refs: list[dict[str, Any]] = []
         if lines:
-            offsets, new_len = await self.write_lines(lines)
-            items = [index.IndexRecord(rec, off, len(line)) for (_, rec, _), off, line in zip(written, offsets, lines)]
             epoch = self.epoch
-            try:
-                refs = await self.db(
-                    lambda conn: index.index_messages(conn, self.sid, items, indexed_len=new_len,
-                                                      file_epoch=epoch, now_ms=now),
-                    durable=False,
-                )
-            except BaseException:
-                self.needs_catchup = True
-                raise
+
+            def make_op(offsets: list[int], new_len: int) -> Callable[[Any], Any]:
+                items = [index.IndexRecord(rec, off, len(line))
+                         for (_, rec, _), off, line in zip(written, offsets, lines)]
+                return lambda conn: index.index_messages(conn, self.sid, items, indexed_len=new_len,
+                                                         file_epoch=epoch, now_ms=now)
+
+            _, _, refs = await self.write_and_index(lines, make_op, durable=False)
             for (i, rec, remapped_from), ref in zip(written, refs):
                 result: dict[str, Any] = {"message": ref, "replayed": False}
                 if remapped_from is not None:
@@ -701,6 +761,17 @@ def read_spans_coalesced(path: Path, spans: Sequence[tuple[int, int]]) -> list[b
             out.append(bytes(view[pos : pos + length]))
             pos += length
     return out
+
+
+def _append_then_open(writer: TranscriptWriter, lines: list[bytes], gate: Gate) -> tuple[int, int]:
+    """Worker thread: append + fsync, then let the gated index op commit (or fail it)."""
+    try:
+        result = writer.append(lines)
+    except BaseException as exc:
+        gate.fail(exc)
+        raise
+    gate.open()
+    return result
 
 
 def _safe_loads(blob: bytes) -> dict[str, Any]:
