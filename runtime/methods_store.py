@@ -4,10 +4,14 @@
   (in a worker thread), then one DB transaction with the command receipt. A
   retry with a stored receipt returns before the file step. Writers of each
   store are serialized by a lock owned by this registration (no module state).
-* ``tasks.*`` are DB-only: effect + receipt in one durable transaction.
+* ``tasks.*`` are DB-only: effect + receipt in one durable transaction; a
+  change (create/update/delete/startRun) wakes the scheduler actor.
 * ``plans.submit`` / ``plans.respond`` are session-routed (they read and change
   the session's mode): the artifact file / ``session_info`` line is written by
-  the session actor before the approval transaction.
+  the session actor before the approval transaction. After the commit they
+  publish ``plan.requested`` (the pending row) and ``plan.resolved``
+  (approved/rejected/expired); rows the boot fence interrupts are not
+  announced - ``plans.pending`` is the rehydration path.
 * ``projects.remove`` deletes each owned session through its session actor
   (exactly ``session.delete``), then the project row in a last transaction.
 
@@ -97,10 +101,14 @@ async def submit_plan(actor: SessionActor, req: Custom) -> Any:
         return result
 
     try:
-        return await actor.db(op, durable=True)
+        result = await actor.db(op, durable=True)
     except StoreError:
         await actor.io(plans.remove_artifact, root, artifact.relative_path)
         raise
+    if existing is not None:  # it was past its deadline: insert_pending expired it in the same transaction
+        _publish_resolved(actor, existing["requestId"], "expired")
+    actor.publish("plan.requested", {"approval": result})
+    return result
 
 
 async def respond_plan(actor: SessionActor, req: Custom) -> Any:
@@ -117,6 +125,8 @@ async def respond_plan(actor: SessionActor, req: Custom) -> Any:
     if current["status"] == "pending" and current.get("expiresAt") is not None and current["expiresAt"] <= now:
         await actor.db(lambda conn: plans.expire_stale(conn, actor.sid, now), durable=True)
         current = await actor.read(plans.get_request, request_id)
+        if current["status"] == "expired":
+            _publish_resolved(actor, request_id, "expired")
     if current["status"] != "pending":
         raise Conflict(f"approval request {request_id} is {current['status']}, not pending: a stale response "
                        "is refused", data={"requestId": request_id, "status": current["status"]})
@@ -127,7 +137,9 @@ async def respond_plan(actor: SessionActor, req: Custom) -> Any:
             SessionActor.store_receipt(conn, req.receipt, result, actor.sid, now)
             return result
 
-        return await actor.db(reject_op, durable=True)
+        rejected = await actor.db(reject_op, durable=True)
+        _publish_resolved(actor, request_id, rejected["approval"]["status"])
+        return rejected
     root = row.get("projectPath")
     if not root:
         raise CorruptData(f"session {actor.sid} lost its project; the artifact cannot be verified",
@@ -156,7 +168,13 @@ async def respond_plan(actor: SessionActor, req: Custom) -> Any:
         raise
     await actor.refresh_row()
     actor.publish("session.updated", {"session": result["session"]})
+    _publish_resolved(actor, request_id, result["approval"]["status"])
     return result
+
+
+def _publish_resolved(actor: SessionActor, request_id: str, status: str) -> None:
+    """``plan.resolved`` after the commit. Boot interruptions are not announced: ``plans.pending`` rehydrates."""
+    actor.publish("plan.resolved", {"requestId": request_id, "sessionId": actor.sid, "status": status})
 
 
 async def _undo_mode_line(actor: SessionActor, request_id: str, before: Mapping[str, Any]) -> None:
@@ -178,8 +196,9 @@ async def _undo_mode_line(actor: SessionActor, request_id: str, before: Mapping[
 
 
 def store_methods(*, registry: Any, reads: Any, db: Any, now_ms: Callable[[], int], data_dir: Any,
-                  faults: Faults | None = None, **_: Any) -> dict[str, Handler]:
-    """JSON-RPC method name → handler."""
+                  faults: Faults | None = None, scheduler: Callable[[], None] | None = None,
+                  **_: Any) -> dict[str, Handler]:
+    """JSON-RPC method name → handler. ``scheduler()`` wakes the scheduler after a task change."""
     faults = faults if faults is not None else Faults.parse(os.environ.get("RT_CRASHPOINT"))
     vault = secret_store.SecretStore(data_dir.secrets_dir, faults=faults)
     blobs = attachments.AttachmentFiles(data_dir.attachments_dir, faults=faults)
@@ -222,6 +241,19 @@ def store_methods(*, registry: Any, reads: Any, db: Any, now_ms: Callable[[], in
             receipt = HostApi.receipt(method, p, raw, ctx)
             now = now_ms()
             return await db.write(with_receipt(receipt, now, lambda conn: fn(conn, p, raw, now)), durable=True)
+
+        return handler
+
+    def task_write(method: str, fn: Callable[[Any, dict[str, Any], Mapping[str, Any], int], Any]) -> Handler:
+        """``db_only`` + wake the scheduler (also after a failure: the effect may have committed)."""
+        inner = db_only(method, fn)
+
+        async def handler(p: dict[str, Any], raw: Mapping[str, Any], ctx: CallContext, m: Any) -> Any:
+            try:
+                return await inner(p, raw, ctx, m)
+            finally:
+                if scheduler is not None:
+                    scheduler()
 
         return handler
 
@@ -423,15 +455,15 @@ def store_methods(*, registry: Any, reads: Any, db: Any, now_ms: Callable[[], in
         "attachments.ref": attachments_ref,
         "attachments.estimate": read_only(lambda conn, p: attachments.estimate(conn).to_wire()),
         "attachments.gc": attachments_gc,
-        "tasks.create": db_only("tasks.create", task_create),
-        "tasks.update": db_only("tasks.update", task_update),
-        "tasks.delete": db_only("tasks.delete", lambda conn, p, raw, now: {
+        "tasks.create": task_write("tasks.create", task_create),
+        "tasks.update": task_write("tasks.update", task_update),
+        "tasks.delete": task_write("tasks.delete", lambda conn, p, raw, now: {
             "taskId": p["taskId"], "deleted": tasks.delete_task(conn, p["taskId"])}),
         "tasks.list": task_read(lambda conn, p: {"tasks": tasks.list_tasks(conn)}),
         "tasks.get": task_read(lambda conn, p: tasks.get_task(conn, p["taskId"])),
         "tasks.runs": task_read(lambda conn, p: {"runs": tasks.list_runs(conn, p["taskId"],
                                                                           limit=int(p.get("limit", 100)))}),
-        "tasks.startRun": db_only("tasks.startRun", task_start),
+        "tasks.startRun": task_write("tasks.startRun", task_start),
         "tasks.finishRun": db_only("tasks.finishRun", task_finish),
         "plans.submit": plans_submit,
         "plans.pending": read_only(lambda conn, p: {"pending": plans.list_pending(conn, p.get("sessionId"))}),
