@@ -81,6 +81,9 @@ class BootReport(Result):
     turns_aborted: Count | None = None
     temp_files_removed: Count | None = None
     db_rebuilt: bool | None = None
+    secrets_meta_rebuilt: Count | None = Field(
+        default=None, description="secrets_meta rows restored from the secrets/*.sec file headers."
+    )
 
 
 class StatusResult(Result):

@@ -2,9 +2,10 @@
 
 lock → open/migrate the index (quarantine + rebuild a corrupt one) →
 maintenance transaction (interruption fence, retention) → finish interrupted
-deletes and sweep temp files → reconcile every transcript with the index →
-in-flight checkpoint sweep → scratch sweep. Synchronous: the supervisor runs
-it in a worker thread before it starts any actor or opens the gateway.
+deletes and sweep temp files → ``secrets_meta`` from the secret files →
+reconcile every transcript with the index → in-flight checkpoint sweep →
+scratch sweep. Synchronous: the supervisor runs it in a worker thread before it
+starts any actor or opens the gateway.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from store.fence import interruption_fence, retention
 from store.fsutil import sweep_temp_files
 from store.ids import SESSION_ID_RE
 from store.reconcile import TailScan, apply_plan, plan_reconcile
+from store.secrets_meta_rebuild import rebuild_secrets_meta
 
 log = logging.getLogger("pi_host")
 
@@ -97,6 +99,24 @@ def _count_damage(sid: str, scan: TailScan | None, counts: dict[str, int], damag
         log.warning("transcript of %s has damaged lines (skipped)", sid, extra={"damage": entry})
 
 
+def _secrets_meta_step(conn: sqlite3.Connection, data_dir: DataDir, *, db_rebuilt: bool) -> dict[str, Any]:
+    """Rebuild/repair ``secrets_meta`` in one transaction; an unreadable directory is reported, not fatal."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        out = rebuild_secrets_meta(conn, data_dir.secrets_dir, db_rebuilt=db_rebuilt)
+        conn.execute("COMMIT")
+    except OSError as exc:
+        conn.execute("ROLLBACK")
+        log.warning("secrets_meta rebuild skipped: %s", exc)
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    if out["added"] or out["removed"] or out["skipped"]:
+        log.info("secrets_meta repaired from secrets/ files", extra={"secrets": out})
+    return out
+
+
 def run_boot(
     data_dir: DataDir,
     *,
@@ -139,6 +159,9 @@ def run_boot(
     report["tempFilesRemoved"] = sum(
         len(sweep_temp_files(d)) for d in (data_dir.sessions_dir, data_dir.secrets_dir, data_dir.attachments_dir)
     )
+    # 2b. secrets_meta from the secrets/*.sec headers (full rebuild after an index rebuild)
+    report["secrets"] = _secrets_meta_step(conn, data_dir,
+                                           db_rebuilt=bool(open_report.rebuilt or open_report.created_fresh))
     # 3. reconcile the index with every transcript (and every row with its file)
     rows = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT id, indexed_len, file_epoch FROM sessions")}
     reconciled: dict[str, int] = {"clean": 0, "tail": 0, "full": 0, "missing": 0, "restoredRows": 0,
@@ -196,6 +219,7 @@ def run_boot(
     report["turnsAborted"] = len(report["fence"]["abortedTurns"])
     report["dbRebuilt"] = bool(open_report.rebuilt)
     report["tornTails"] = reconciled["tornTails"]
+    report["secretsMetaRebuilt"] = int(report["secrets"].get("added", 0))
     conn.execute("BEGIN IMMEDIATE")
     conn.execute(
         "INSERT INTO boot_reports(boot_id, started_at, report_json) VALUES (?, ?, ?)",
