@@ -28,7 +28,7 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from actors.events import EventBus, Subscription, SubscriberOverflow
-from actors.gateway_types import PROTOCOL_VERSION, CallContext, Dispatcher, GatewayConfig
+from actors.gateway_types import BATCH_POSITION, PROTOCOL_VERSION, CallContext, Dispatcher, GatewayConfig
 from protocol.errors import RpcErrorCode, RpcFailure
 from protocol.models import HelloParams, SubscribeParams, UnsubscribeParams
 from protocol.jsonrpc import (
@@ -350,7 +350,11 @@ class GatewayConnection:
         if isinstance(parsed, list):
             sink: _Sink = _BatchSink(self, len(parsed))
             for index, item in enumerate(parsed):
-                await self._start(item, sink, index, size, nursery)
+                token = BATCH_POSITION.set((index, len(parsed)))
+                try:
+                    await self._start(item, sink, index, size, nursery)
+                finally:
+                    BATCH_POSITION.reset(token)
         else:
             await self._start(parsed, _SingleSink(self), 0, size, nursery)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -43,6 +44,14 @@ class GatewayConfig:
     def __repr__(self) -> str:  # never print the token
         return (f"GatewayConfig(host={self.host!r}, port={self.port}, "
                 f"allowed_origins={sorted(self.allowed_origins)!r}, ...)")
+
+
+BATCH_POSITION: ContextVar[tuple[int, int] | None] = ContextVar("pi_host_batch_position", default=None)
+"""(index, size) of the request inside its JSON-RPC batch frame, seen by the dispatcher.
+
+Set by the gateway in the task that starts each batch item (child tasks inherit
+the context), so a dispatcher can tell an actor that more of the same batch is
+about to arrive (group commit), without widening the Dispatcher protocol."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -312,6 +312,9 @@ class SessionActor(Actor):
         rec["updatedAt"] = ms_to_rfc3339(self.now())
         return dumps_line(rec)
 
+    def expects_more(self, batch: list[Envelope]) -> bool:
+        return bool(getattr(batch[-1].msg, "more", False))
+
     # ------------------------------------------------------------------ dispatch
     async def handle(self, msg: Any) -> Any:
         if isinstance(msg, GetWindow):

@@ -29,6 +29,7 @@ class AppendMessage:
     message: Mapping[str, Any]
     turn_id: str | None = None
     receipt: ReceiptKey | None = None
+    more: bool = False  # more appends of the same JSON-RPC batch follow (group commit hint)
 
 
 @dataclass(frozen=True)

@@ -212,6 +212,8 @@ class Actor:
     batch_limit: int = 1
     idle_timeout: float | None = None
     linger_ticks: int = 0  # see _linger: scheduler ticks to wait for more messages before a batch
+    linger_max_ticks: int = 2000
+    linger_max_seconds: float = 0.02
 
     def __init__(
         self,
@@ -480,13 +482,26 @@ class Actor:
 
         Stops after ``linger_ticks`` consecutive ticks brought nothing new, so a lone
         message waits only that many ticks (microseconds), while a burst (a JSON-RPC
-        batch, many clients) lands in one batch.
+        batch, many clients) lands in one batch. While :meth:`expects_more` says the
+        newest message announced followers, it keeps waiting, bounded by
+        ``linger_max_ticks`` and ``linger_max_seconds``.
         """
         self._counters.in_flight = batch
         quiet = 0
-        while quiet < self.linger_ticks and len(batch) < limit:
+        ticks = 0
+        deadline = trio.current_time() + self.linger_max_seconds
+        while len(batch) < limit and ticks < self.linger_max_ticks:
+            if quiet >= self.linger_ticks and not self.expects_more(batch):
+                break
+            if quiet >= self.linger_ticks and trio.current_time() > deadline:
+                break
             await trio.lowlevel.checkpoint()
+            ticks += 1
             quiet = 0 if self._drain_into(batch, limit) else quiet + 1
+
+    def expects_more(self, batch: list[Envelope]) -> bool:
+        """Override: True when the newest message says more of its kind is on the way."""
+        return False
 
     async def _wait_for_message(self) -> Envelope | None:
         """Block for the next message; ``None`` when closed or idle for too long."""

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from actors.db_reader import ReadPool
 from actors.events import EventBus
-from actors.gateway_types import CallContext
+from actors.gateway_types import BATCH_POSITION, CallContext
 from actors.registry import SessionRegistry
 from actors.session import DbHandle
 from actors.session_msgs import (
@@ -193,8 +193,10 @@ class HostApi:
 
     async def _append(self, p: Mapping[str, Any], raw: Mapping[str, Any], ctx: CallContext, _m: Any) -> Any:
         key = self.receipt("session.appendMessage", p, raw, ctx)
+        position = BATCH_POSITION.get()
+        more = position is not None and position[0] < position[1] - 1
         return await self.registry.ask(
-            p["sessionId"], AppendMessage(message=raw["message"], turn_id=p.get("turnId"), receipt=key)
+            p["sessionId"], AppendMessage(message=raw["message"], turn_id=p.get("turnId"), receipt=key, more=more)
         )
 
     async def _rename(self, p: Mapping[str, Any], raw: Mapping[str, Any], ctx: CallContext, _m: Any) -> Any:
