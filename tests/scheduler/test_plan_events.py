@@ -1,0 +1,113 @@
+"""``plan.requested`` / ``plan.resolved`` events through the gateway (seed 003 §4.6a, §11.17-18)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from protocol.methods import dump_event
+from runtime.client import HostClient, RpcError
+from tests.hostkit import client_for
+from tests.scheduler.hostclock import SetClock, host_at
+from tests.scheduler.schedkit import BASE, MINUTE
+
+TOPICS = ["plan.requested", "plan.resolved"]
+
+
+def _submit(sid: str, ws: Path, call_id: str, kind: str = "plan", **extra: Any) -> dict[str, Any]:
+    return {"sessionId": sid, "turnId": "t1", "toolCallId": call_id, "kind": kind, "markdown": f"# {call_id}\n",
+            "title": "Split the tokenizer", "question": "Proceed?", "workspaceRoot": str(ws), **extra}
+
+
+async def _events(c: HostClient, n: int) -> list[tuple[str, str | None, Any]]:
+    """The next ``n`` events, each checked against its payload model."""
+    out = []
+    with trio.fail_after(10):
+        for _ in range(n):
+            ev = await c.next_event()
+            dump_event(ev.topic, ev.data, cursor=ev.cursor, subscription_id=ev.subscription_id)
+            out.append((ev.topic, ev.session_id, ev.data))
+    return out
+
+
+async def _no_more_events(c: HostClient) -> None:
+    """Nothing else was sent: a marker event published after everything else arrives first."""
+    sid = (await c.call("session.create", {"title": "marker"}))["id"]
+    await c.call("session.delete", {"sessionId": sid})
+    with trio.fail_after(10):
+        ev = await c.next_event()
+    assert ev.topic == "session.deleted", ev
+
+
+async def test_submit_and_responses_publish_plan_events(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    clock = SetClock(BASE)
+    with trio.fail_after(60):
+        async with host_at(tmp_path / "data", clock) as host, client_for(host, "ui", kind="ui") as c:
+            sid = (await c.call("session.create", {"title": "p", "projectPath": str(ws), "mode": "plan"}))["id"]
+            await c.subscribe([*TOPICS, "session.deleted"])
+            first = await c.call("plans.submit", _submit(sid, ws, "call-1", submissionId="sub-1"))
+            assert await c.call("plans.submit", _submit(sid, ws, "call-1", submissionId="sub-1")) == first  # retry
+            rejected = await c.call("plans.respond", {"requestId": first["requestId"], "action": "reject"})
+            second = await c.call("plans.submit", _submit(sid, ws, "call-2"))
+            approved = await c.call("plans.respond", {"requestId": second["requestId"], "action": "approve",
+                                                      "targetPermissionMode": "ask"})
+            assert approved["session"]["mode"] == "agent"
+            assert await _events(c, 4) == [
+                ("plan.requested", sid, {"approval": first}),
+                ("plan.resolved", sid, {"requestId": first["requestId"], "sessionId": sid, "status": "rejected"}),
+                ("plan.requested", sid, {"approval": second}),
+                ("plan.resolved", sid, {"requestId": second["requestId"], "sessionId": sid, "status": "approved"}),
+            ]
+            assert rejected["approval"]["status"] == "rejected"
+            with pytest.raises(RpcError) as stale:  # a stale response publishes nothing
+                await c.call("plans.respond", {"requestId": first["requestId"], "action": "approve"})
+            assert stale.value.data_code == "CONFLICT"
+            await _no_more_events(c)
+
+
+async def test_expired_approvals_publish_plan_resolved(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    clock = SetClock(BASE)
+    with trio.fail_after(60):
+        async with host_at(tmp_path / "data", clock) as host, client_for(host, "ui", kind="ui") as c:
+            sid = (await c.call("session.create", {"title": "g", "projectPath": str(ws), "mode": "goal"}))["id"]
+            await c.subscribe([*TOPICS, "session.deleted"])
+            old = await c.call("plans.submit", _submit(sid, ws, "g-1", "goal", expiresAt=BASE + MINUTE))
+            clock.ms = BASE + 2 * MINUTE
+            new = await c.call("plans.submit", _submit(sid, ws, "g-2", "goal", expiresAt=BASE + 3 * MINUTE))
+            clock.ms = BASE + 4 * MINUTE
+            with pytest.raises(RpcError) as late:
+                await c.call("plans.respond", {"requestId": new["requestId"], "action": "approve"})
+            assert late.value.data_code == "CONFLICT"
+            assert await _events(c, 4) == [
+                ("plan.requested", sid, {"approval": old}),
+                ("plan.resolved", sid, {"requestId": old["requestId"], "sessionId": sid, "status": "expired"}),
+                ("plan.requested", sid, {"approval": new}),
+                ("plan.resolved", sid, {"requestId": new["requestId"], "sessionId": sid, "status": "expired"}),
+            ]
+            await _no_more_events(c)
+
+
+async def test_restart_interruptions_are_rehydrated_with_plans_pending(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    clock = SetClock(BASE)
+    with trio.fail_after(60):
+        async with host_at(tmp_path / "data", clock) as host, client_for(host, "ui", kind="ui") as c:
+            sid = (await c.call("session.create", {"title": "p", "projectPath": str(ws), "mode": "plan"}))["id"]
+            pending = await c.call("plans.submit", _submit(sid, ws, "call-1"))
+            assert (await c.call("plans.pending", {}))["pending"] == [pending]
+        async with host_at(tmp_path / "data", clock) as host, client_for(host, "ui", kind="ui") as c:
+            assert host.boot.report["fence"]["interruptedApprovals"] == 1
+            await c.subscribe([*TOPICS, "session.deleted"], cursor=0)  # everything this boot published
+            assert (await c.call("plans.pending", {}))["pending"] == []  # the rehydration path
+            await _no_more_events(c)  # the interruption itself is not announced
+            with pytest.raises(RpcError) as stale:
+                await c.call("plans.respond", {"requestId": pending["requestId"], "action": "approve"})
+            assert stale.value.data_code == "CONFLICT"
