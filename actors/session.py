@@ -145,7 +145,9 @@ class SessionActor(Actor):
         self.deps.bus.publish(topic, data, session_id=self.sid)
 
     async def on_start(self) -> None:
-        self.row = await self.read(index.session_row, self.sid)
+        # Nothing to load: the first request catches the index up with the file
+        # (``needs_catchup``), and a cold ``session.get`` does that in the same read.
+        return None
 
     async def on_stop(self) -> None:
         if self.writer is not None:
@@ -632,36 +634,39 @@ class SessionActor(Actor):
 
     # ------------------------------------------------------------------ reads
     async def _get(self, req: GetWindow) -> Any:
-        row = await self.ensure_ready()
-        total = int(row["messageCount"])
         limit = req.limit
         if limit is not None and not 1 <= limit <= MAX_WINDOW:
             raise InvalidInput(f"messageLimit must be 1-{MAX_WINDOW}", data={"field": "messageLimit"})
         if req.content_limit is not None and req.content_limit < 1:
             raise InvalidInput("contentLimit must be positive", data={"field": "contentLimit"})
-        target_pos: int | None = None
-        if req.around is not None:
-            target_pos = await self.read(index.position_of, self.sid, req.around)
-            if target_pos is None:
-                raise MessageNotFound(
-                    f"message {req.around} is not in session {self.sid}",
-                    data={"sessionId": self.sid, "messageId": req.around},
-                )
-            lim = limit or 50
-            start = max(0, target_pos - lim // 2)
-            end = min(total, start + lim)
-            start = max(0, end - lim)
-        elif req.start is not None:
-            if req.start < 0:
-                raise InvalidInput("messageStart must be >= 0", data={"field": "messageStart"})
-            start = min(req.start, total)
-            end = total if limit is None else min(total, start + limit)
-        else:
-            end = total if req.before is None else max(0, min(req.before, total))
-            if req.before is not None and req.before < 0:
-                raise InvalidInput("messageBefore must be >= 0", data={"field": "messageBefore"})
-            start = 0 if limit is None else max(0, end - limit)
-        rows, comps = await self.read(_window_query, self.sid, start, end)
+        if req.start is not None and req.start < 0:
+            raise InvalidInput("messageStart must be >= 0", data={"field": "messageStart"})
+        if req.before is not None and req.before < 0:
+            raise InvalidInput("messageBefore must be >= 0", data={"field": "messageBefore"})
+        if self.deleted:
+            raise SessionNotFound(f"session {self.sid} was deleted", data={"sessionId": self.sid})
+        window: _Window | None = None
+        if self.needs_catchup:
+            # Cold open: session row, file check and the window in ONE read; the
+            # common clean case needs nothing else before reading the window's bytes.
+            window = await self.read(_cold_window, self.sid, self.path, req)
+            if window.row is not None and window.plan_kind == "clean":
+                self.row, self.file_len, self.epoch = window.row, window.file_len, window.epoch
+                self.needs_catchup = False
+            else:
+                window = None
+        if window is None:
+            await self.ensure_ready()
+            window = await self.read(_warm_window, self.sid, int(self.row["messageCount"]), req)  # type: ignore[index]
+        if window.missing_target:
+            raise MessageNotFound(
+                f"message {req.around} is not in session {self.sid}",
+                data={"sessionId": self.sid, "messageId": req.around},
+            )
+        row = self.row
+        assert row is not None
+        total, start, end, target_pos = window.total, window.start, window.end, window.target_pos
+        rows, comps = window.rows, window.compactions
         spans = [(r[2], r[3]) for r in rows] + [(c[2], c[3]) for c in comps]
         blobs = await self.io(read_spans_coalesced, self.path, spans)
         messages: list[dict[str, Any]] = []
@@ -784,8 +789,65 @@ def _safe_loads(blob: bytes) -> dict[str, Any]:
         return {"type": "message", "id": None, "corrupt": True}
 
 
-def _window_query(conn: Any, sid: str, start: int, end: int) -> tuple[list[Any], list[Any]]:
-    return index.window_rows(conn, sid, start, end), index.compaction_rows(conn, sid)
+@dataclass
+class _Window:
+    total: int = 0
+    start: int = 0
+    end: int = 0
+    target_pos: int | None = None
+    missing_target: bool = False
+    rows: list[Any] = field(default_factory=list)
+    compactions: list[Any] = field(default_factory=list)
+    row: dict[str, Any] | None = None
+    plan_kind: str = ""
+    file_len: int = 0
+    epoch: str | None = None
+
+
+def window_bounds(total: int, req: GetWindow, target_pos: int | None) -> tuple[int, int]:
+    """Physical positions ``[start, end)`` of the window a request asks for (seed §5)."""
+    limit = req.limit
+    if target_pos is not None:
+        lim = limit or 50
+        start = max(0, target_pos - lim // 2)
+        end = min(total, start + lim)
+        return max(0, end - lim), end
+    if req.start is not None:
+        start = min(req.start, total)
+        return start, total if limit is None else min(total, start + limit)
+    end = total if req.before is None else max(0, min(req.before, total))
+    return (0 if limit is None else max(0, end - limit)), end
+
+
+def _warm_window(conn: Any, sid: str, total: int, req: GetWindow) -> _Window:
+    """Read pool: target position, bounds, window rows and the compaction chain in one snapshot."""
+    w = _Window(total=total)
+    if req.around is not None:
+        w.target_pos = index.position_of(conn, sid, req.around)
+        if w.target_pos is None:
+            w.missing_target = True
+            return w
+    w.start, w.end = window_bounds(total, req, w.target_pos)
+    w.rows = index.window_rows(conn, sid, w.start, w.end)
+    w.compactions = index.compaction_rows(conn, sid)
+    return w
+
+
+def _cold_window(conn: Any, sid: str, path: Path, req: GetWindow) -> _Window:
+    """Read pool, first request of an actor: row + clean-file check + window, one snapshot."""
+    conn.execute("BEGIN")
+    try:
+        row = index.session_row(conn, sid)
+        if row is None:
+            return _Window()
+        plan = plan_reconcile(path, row["_indexedLen"], row["_fileEpoch"])
+        if plan.kind != "clean" or plan.file_len != row["_indexedLen"]:
+            return _Window(row=row, plan_kind=plan.kind)
+        w = _warm_window(conn, sid, int(row["messageCount"]), req)
+        w.row, w.plan_kind, w.file_len, w.epoch = row, plan.kind, plan.file_len, plan.epoch
+        return w
+    finally:
+        conn.execute("ROLLBACK")
 
 
 def find_tool_call_line(path: Path, call_id: str) -> dict[str, Any] | None:
