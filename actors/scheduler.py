@@ -6,7 +6,9 @@ tasks in memory (re-read from the DB on start and on every
 mailbox wait is bounded by ``trio.move_on_at`` on the next wake-up, which
 delivers a :class:`Tick`. A wake-up also happens at least every
 ``max_sleep`` seconds so a wall-clock step (suspend/resume, NTP) is noticed;
-such a wake-up only compares two integers.
+each wake-up re-reads the earliest slot (one small read; writes happen only
+when something is due), so a lost tell delays a change by at most
+``max_sleep``.
 
 Time: ``now_ms()`` (injected wall clock) decides what is due; trio's clock
 does the sleeping. Tests run it under ``autojump_clock`` with
@@ -114,15 +116,14 @@ class Scheduler(Actor):
     # -- actor hooks ----------------------------------------------------------
 
     async def on_start(self) -> None:
-        self._next_due = await self._reads.run(schedule.next_due_at)
+        await self._refresh()
 
     async def handle(self, msg: Any) -> Any:
-        if isinstance(msg, TasksChanged):
-            self._next_due = await self._reads.run(schedule.next_due_at)
-        elif isinstance(msg, SchedulerStatus):
+        if isinstance(msg, SchedulerStatus):
             return {"nextDueAt": self._next_due, "failures": self._failures, **self._counts}
-        elif not isinstance(msg, Tick):
+        if not isinstance(msg, (TasksChanged, Tick)):
             raise TypeError(f"scheduler got {type(msg).__name__}")
+        await self._refresh()
         await self._fire_due()
         return None
 
@@ -136,6 +137,14 @@ class Scheduler(Actor):
         return Envelope(Tick())
 
     # -- scheduling -------------------------------------------------------------
+
+    async def _refresh(self) -> None:
+        """Re-read the earliest armed slot (also on every timer wake-up: a lost tell only delays)."""
+        try:
+            self._next_due = await self._reads.run(schedule.next_due_at)
+        except Exception as exc:  # noqa: BLE001 - resync through the next fire attempt instead
+            log.warning("scheduler: reading the next due time failed (%s: %s)", type(exc).__name__, exc)
+            self._next_due = self._now_ms()
 
     def _wake_at(self) -> float:
         now_t = trio.current_time()
