@@ -256,6 +256,9 @@ class TasksFinishRunParams(MutatingParams):
     run_id: WireId
     status: Literal["completed", "aborted", "error"]
     error_code: ErrorCode | None = None
+    session_id: SessionId | None = Field(
+        default=None, description="The session the agent created for this run (links its transcript)."
+    )
 
 
 # ---------------------------------------------------------------------------

@@ -399,7 +399,7 @@ def store_methods(*, registry: Any, reads: Any, db: Any, now_ms: Callable[[], in
 
     def task_finish(conn: Any, p: dict[str, Any], raw: Mapping[str, Any], now: int) -> Any:
         return tasks.finish_run(conn, run_id=p["runId"], status=p["status"], error_code=p.get("errorCode"),
-                                now_ms=now)
+                                session_id=p.get("sessionId"), now_ms=now)
 
     # -- plans ---------------------------------------------------------------
     async def plans_submit(p: dict[str, Any], raw: Mapping[str, Any], ctx: CallContext, _m: Any) -> Any:

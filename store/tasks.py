@@ -179,8 +179,15 @@ def update_task(conn: sqlite3.Connection, task_id: str, patch: Mapping[str, Any]
     if "mode" in patch:
         config["mode"] = patch["mode"]
     cfg = normalize_config(config, cadence)
+    old_cfg = dict(cur["config"])
+    kept = old_cfg.get("nextRunAt")
     cfg.pop("nextRunAt", None)
-    nxt = next_run_at(cadence, cfg, now_ms)
+    enabled = bool(patch.get("enabled", cur["enabled"]))
+    schedule_keys = ("schedule", "weekdays", "calendarConfigured")
+    rescheduled = (cadence != cur["cadence"] or enabled != bool(cur["enabled"])
+                   or any(cfg.get(k) != old_cfg.get(k) for k in schedule_keys))
+    # Renaming or editing the prompt keeps the armed slot; a schedule change recomputes it.
+    nxt = kept if (not rescheduled and isinstance(kept, int)) else next_run_at(cadence, cfg, now_ms)
     if nxt is not None:
         cfg["nextRunAt"] = nxt
     project_id = patch["projectId"] if "projectId" in patch else cur.get("projectId")
@@ -273,13 +280,17 @@ def prune_runs(conn: sqlite3.Connection, task_id: str, keep: int = RUNS_KEPT) ->
 
 
 def finish_run(conn: sqlite3.Connection, *, run_id: str, status: str, error_code: str | None,
-               now_ms: int) -> dict[str, Any]:
+               now_ms: int, session_id: str | None = None) -> dict[str, Any]:
     if status not in RUN_STATUSES:
         raise _bad(f"status must be one of {', '.join(RUN_STATUSES)}", "status")
     run = get_run(conn, run_id)
     if run["status"] != "running":
         raise Conflict(f"task run {run_id} already ended ({run['status']})",
                        data={"runId": run_id, "status": run["status"]})
+    if session_id is not None:
+        if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+            raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
+        conn.execute("UPDATE task_runs SET session_id = ? WHERE id = ?", (session_id, run_id))
     conn.execute("UPDATE task_runs SET status = ?, error_code = ?, ended_at = ? WHERE id = ?",
                  (status, error_code, now_ms, run_id))
     return get_run(conn, run_id)
