@@ -172,6 +172,10 @@ class SessionActor(Actor):
         plan = await self.io(plan_reconcile, self.path, indexed, epoch)
         report = None
         if plan.kind == "missing":
+            if row is not None and (row["_indexedLen"] or row["messageCount"]):
+                now = self.now()
+                report = await self.db(lambda conn: apply_plan(conn, self.sid, plan, now_ms=now), durable=True)
+                row = await self.read(index.session_row, self.sid)
             self.file_len, self.epoch = 0, None
         else:
             if plan.kind != "clean" or row is None or indexed != plan.file_len:
@@ -197,6 +201,8 @@ class SessionActor(Actor):
                 data={"sessionId": self.sid},
             )
         if self.writer is None:
+            if self.row is not None and not await self.io(os.path.exists, self.path):
+                await self._recreate_transcript()
             self.writer = await self.io(lambda: TranscriptWriter.open(self.path, faults=self.deps.faults))
             if self.writer.length != self.file_len:
                 # A torn tail was quarantined (or the file grew): re-derive the index mark.
@@ -204,6 +210,21 @@ class SessionActor(Actor):
                 self.file_len = self.writer.length
                 self.epoch = self.writer.epoch
         return self.writer
+
+    async def _recreate_transcript(self) -> None:
+        """The row exists but its transcript vanished: start a new file that records the settings."""
+        assert self.row is not None
+        now = self.now()
+        created = int(self.row.get("createdAt") or now)
+        info = self.session_info_line(self.settings_snapshot(self.row))
+
+        def make() -> None:
+            create_transcript(self.path, self.sid, created, faults=self.deps.faults)
+            with TranscriptWriter.open(self.path, faults=self.deps.faults) as writer:
+                writer.append([info])
+
+        await self.io(make)
+        self.needs_catchup = True  # the next catch-up indexes the new file from its header
 
     async def write_lines(self, lines: Sequence[bytes]) -> tuple[list[int], int]:
         """Append lines durably (one write, one fsync). Returns each line's offset and the new length."""
@@ -668,7 +689,7 @@ class SessionActor(Actor):
         total, start, end, target_pos = window.total, window.start, window.end, window.target_pos
         rows, comps = window.rows, window.compactions
         spans = [(r[2], r[3]) for r in rows] + [(c[2], c[3]) for c in comps]
-        blobs = await self.io(read_spans_coalesced, self.path, spans)
+        blobs = await self.io(read_spans_coalesced, self.path, spans) if spans else []
         messages: list[dict[str, Any]] = []
         for r, blob in zip(rows, blobs[: len(rows)]):
             rec = wire_record(_safe_loads(blob))

@@ -177,7 +177,7 @@ def run_boot(
             _count_damage(sid, plan.scan, reconciled, damaged)
             if plan.kind == "clean" and sid in rows:
                 continue
-            if plan.kind == "missing":
+            if plan.kind == "missing" and sid in rows and not rows[sid][0]:
                 continue
             conn.execute("BEGIN IMMEDIATE")
             try:

@@ -149,7 +149,17 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
     report: dict[str, Any] = {"kind": plan.kind, "restoredRow": False, "indexed": 0, "removed": 0}
     row = index.session_row(conn, session_id)
     scan = plan.scan
-    if plan.kind in ("clean", "missing") or scan is None:
+    if plan.kind == "missing":
+        # The transcript is gone (the source of truth has no messages): the index
+        # must not claim any. The row (title, settings) stays; the next append
+        # starts a new file.
+        if row is not None and (row["_indexedLen"] or row["messageCount"]):
+            before = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)).fetchone()[0]
+            index.clear_session_index(conn, session_id)
+            index.set_index_mark(conn, session_id, 0, None)
+            report["removed"] = before
+        return report
+    if plan.kind == "clean" or scan is None:
         if row is not None and plan.kind == "clean" and row["_indexedLen"] != plan.file_len:
             index.set_index_mark(conn, session_id, plan.file_len, plan.epoch)
         return report
