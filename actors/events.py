@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final, Iterable
+from typing import Any, Final
 
 import trio
 
@@ -132,7 +133,7 @@ class Subscription:
     topics: frozenset[str]
     session_id: str | None
     start_cursor: int  # bus head when subscribed; replayed events come before it
-    _bus: "EventBus"
+    _bus: EventBus
     _send: trio.MemorySendChannel[Event]
     _recv: trio.MemoryReceiveChannel[Event]
     _capacity: int

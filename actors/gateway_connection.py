@@ -19,18 +19,18 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 import orjson
 import pydantic
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
-from actors.events import EventBus, Subscription, SubscriberOverflow
+from actors.events import EventBus, SubscriberOverflow, Subscription
 from actors.gateway_types import BATCH_POSITION, PROTOCOL_VERSION, CallContext, Dispatcher, GatewayConfig
 from protocol.errors import RpcErrorCode, RpcFailure
-from protocol.models import HelloParams, SubscribeParams, UnsubscribeParams
 from protocol.jsonrpc import (
     Call,
     Invalid,
@@ -44,6 +44,7 @@ from protocol.jsonrpc import (
     parse_message,
     success,
 )
+from protocol.models import HelloParams, SubscribeParams, UnsubscribeParams
 from store.errors import InvalidInput, StoreError
 from store.ids import validate_session_id
 from store.jsonio import loads_strict

@@ -9,8 +9,8 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 from urllib.parse import urlsplit
 
 __all__ = ["Refusal", "check_origin", "check_host", "check_upgrade"]

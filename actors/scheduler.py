@@ -28,9 +28,10 @@ retried with exponential backoff, never in a tight loop.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import trio
 

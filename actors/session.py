@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 import trio
 
@@ -39,18 +40,19 @@ from runtime.datadir import DataDir
 from store import index
 from store.compaction import normalize_on_read
 from store.errors import (
-    StorageFull,
     Conflict,
     InvalidInput,
     IOFailure,
     MessageNotFound,
     SessionNotFound,
+    StorageFull,
     StoreError,
 )
 from store.faults import Faults
-from store.queue import forget_session as forget_queue
 from store.fsutil import fsync_dir, remove_file_durable
 from store.jsonio import dumps_line, loads_line
+from store.queue import forget_session as forget_queue
+from store.reconcile import apply_plan, plan_reconcile, read_header
 from store.records import (
     cap_content,
     is_streaming,
@@ -59,7 +61,6 @@ from store.records import (
     wire_record,
     with_receipt,
 )
-from store.reconcile import apply_plan, plan_reconcile, read_header
 from store.transcript import TranscriptWriter, create_transcript, read_spans
 
 FeatureHandler = Callable[["SessionActor", Custom], Awaitable[Any]]

@@ -12,7 +12,8 @@ actor and boot write the file; boot runs before any actor exists).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from actors.session import SessionActor
 from actors.session_msgs import Custom

@@ -14,9 +14,10 @@ points at the session's :class:`ControllerSlot` in that book.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
 
 from actors.session import SessionActor
 from actors.session_msgs import Custom

@@ -20,7 +20,8 @@ Per-session state in ``actor.feature_state``: ``revisions.synced`` (rows and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from actors.session_msgs import Custom
 from store import index

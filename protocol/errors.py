@@ -38,9 +38,10 @@ generic message (the traceback is logged, never sent).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final, Mapping
+from typing import Any, Final
 
 import orjson
 from pydantic import ValidationError

@@ -9,10 +9,10 @@ them once, at the edge.
 from __future__ import annotations
 
 import base64
-import time
-from typing import Any, Awaitable, Callable, Mapping
-
 import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import orjson
 import trio
@@ -34,8 +34,8 @@ from actors.session_msgs import (
     UpdateSession,
 )
 from protocol.errors import MethodNotFound
-from runtime.actor import InternalBug
 from protocol.methods import METHODS, parse_params
+from runtime.actor import InternalBug
 from store import index
 from store.errors import InvalidInput
 from store.ids import new_id

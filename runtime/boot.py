@@ -16,8 +16,9 @@ import secrets
 import shutil
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 

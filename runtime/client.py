@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Sequence
+from typing import Any
 
 import orjson
 import trio
@@ -56,7 +57,7 @@ class RpcError(Exception):
         return bool(self.data.get("retriable", False))
 
     @classmethod
-    def from_wire(cls, err: Any) -> "RpcError":
+    def from_wire(cls, err: Any) -> RpcError:
         if not isinstance(err, dict):
             return cls(-32603, "INTERNAL", "malformed error object", {})
         data = err.get("data") if isinstance(err.get("data"), dict) else {}

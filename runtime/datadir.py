@@ -35,7 +35,7 @@ class DataDir:
     root: Path
 
     @classmethod
-    def resolve(cls, flag: str | None, env: Mapping[str, str]) -> "DataDir":
+    def resolve(cls, flag: str | None, env: Mapping[str, str]) -> DataDir:
         """``--data-dir`` > ``PI_DESKTOP_DATA_DIR`` > ``~/.pi-desktop``, made absolute."""
         raw = flag or env.get("PI_DESKTOP_DATA_DIR") or os.path.join(
             env.get("HOME") or os.path.expanduser("~"), ".pi-desktop"

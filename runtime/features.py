@@ -6,7 +6,8 @@ so the core session actor and dispatcher stay small.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 
 def feature_handlers() -> dict[str, Any]:

@@ -8,7 +8,8 @@ of the SOURCE session's actor, which creates the child itself.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from actors.gateway_types import CallContext
 from actors.session_msgs import Custom

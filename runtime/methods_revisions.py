@@ -8,7 +8,8 @@ compaction record) are taken from the client's raw params.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from actors.gateway_types import CallContext
 from actors.session_msgs import Custom

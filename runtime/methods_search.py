@@ -6,7 +6,8 @@ every acknowledged append committed its index row before its reply.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from store.search import search_messages, search_sessions
 

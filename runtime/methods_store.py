@@ -29,7 +29,8 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import trio
 

@@ -8,7 +8,8 @@ transcripts. Registered through ``runtime/features.py``.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from actors.gateway_types import CallContext
 from actors.session_inflight import after_append, save_inflight

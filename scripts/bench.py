@@ -24,10 +24,11 @@ import shutil
 import sys
 import time
 import traceback
-from datetime import datetime, timezone
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any
 
 SCRIPTS = Path(__file__).resolve().parent
 if str(SCRIPTS) not in sys.path:
@@ -135,7 +136,7 @@ def run(size: Sizes, out: Path, work: Path, only: Sequence[str], keep_work: bool
         shutil.rmtree(work)
     work.mkdir(parents=True)
     report: dict[str, Any] = {
-        "meta": {"size": size.name, "startedAt": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "meta": {"size": size.name, "startedAt": datetime.now(UTC).isoformat(timespec="seconds"),
                  "wallSeconds": 0.0, "complete": False, "machine": machine_info(work),
                  "command": " ".join(sys.argv)},
         "sections": {},

@@ -10,11 +10,11 @@ same directory as the transcripts.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import trio
-
 from bench_common import (
     Corpus,
     RawLoop,
@@ -22,12 +22,13 @@ from bench_common import (
     Sizes,
     Target,
     call_context,
+    chunks,
     encoded_lines,
     inprocess_host,
-    chunks,
     ratio,
     rnd,
 )
+
 from actors.session_msgs import AppendMessage, CreateSession, GetWindow
 from runtime.host import RunningHost
 

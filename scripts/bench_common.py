@@ -18,11 +18,12 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, AsyncIterator, Mapping, Sequence
+from typing import Any
 
 import trio
 

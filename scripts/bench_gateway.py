@@ -11,24 +11,25 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import trio
-
 from bench_common import (
     Corpus,
     RawLoop,
     Section,
     Sizes,
     Target,
+    chunks,
     encoded_lines,
     pct,
-    chunks,
     ratio,
     rnd,
     start_host_process,
 )
+
 from runtime.client import HostClient, RpcError, open_client
 
 BATCH = 64

@@ -17,7 +17,6 @@ from typing import Any
 
 import orjson
 import trio
-
 from bench_common import (
     Corpus,
     Section,
@@ -30,6 +29,7 @@ from bench_common import (
     rnd,
     start_host_process,
 )
+
 from actors.session_msgs import AppendMessage, CreateSession
 from runtime.client import open_client
 from runtime.host import RunningHost

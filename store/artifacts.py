@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import orjson
 

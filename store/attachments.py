@@ -33,9 +33,10 @@ import re
 import secrets
 import sqlite3
 import stat
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, TypeVar
+from typing import TypeVar
 
 from .errors import InvalidInput, NotFound, PayloadTooLarge, SessionNotFound, classify_os_error
 from .faults import NO_FAULTS, Faults

@@ -23,8 +23,9 @@ Rules kept here:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from .errors import InvalidInput
 from .ids import validate_wire_id

@@ -37,8 +37,9 @@ also carries ``messageId``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from .compaction import normalize_on_read, split_valid
 from .records import extract_text, meta_of

@@ -43,7 +43,7 @@ class Faults:
     enabled: bool = True
 
     @classmethod
-    def parse(cls, spec: str | None) -> "Faults":
+    def parse(cls, spec: str | None) -> Faults:
         if not spec:
             return cls(enabled=False)
         rules: list[_Rule] = []

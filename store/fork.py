@@ -34,8 +34,9 @@ import os
 import re
 import shutil
 import stat
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .compaction import split_valid
 from .errors import Conflict, MessageNotFound, StoreError, classify_os_error

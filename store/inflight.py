@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal
 
 import orjson
 
@@ -31,8 +32,8 @@ from .faults import NO_FAULTS, Faults
 from .fsutil import atomic_write, fsync_dir, remove_file_durable
 from .ids import SESSION_ID_RE
 from .jsonio import dumps_line, loads_line
-from .records import is_streaming
 from .reconcile import apply_plan, plan_reconcile
+from .records import is_streaming
 from .transcript import TranscriptWriter, read_spans
 
 SCHEMA = 1

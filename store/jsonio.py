@@ -239,7 +239,7 @@ def loads_line(line: bytes) -> dict[str, Any]:
     return value
 
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 
 
 def now_rfc3339(ms: int) -> str:

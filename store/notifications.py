@@ -9,7 +9,8 @@ touch the ``notifications`` table only: never sessions, turns or transcripts.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .fence import NOTIFICATION_CAP, prune_notifications
 from .ids import new_id

@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Literal, Mapping, Sequence
+from typing import Any, Final, Literal
 
 import orjson
 
@@ -141,7 +142,7 @@ class Consumed:
                 "createdAt": self.created_at}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Consumed":
+    def from_json(cls, data: Mapping[str, Any]) -> Consumed:
         return cls(str(data["principal"]), str(data["key"]), str(data["inputHash"]), str(data["id"]),
                    int(data["position"]), data.get("sessionMessageId"), int(data["createdAt"]))
 

@@ -10,9 +10,10 @@ anything else (other epoch, shorter file) is reindexed in full.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .index import CompactionRecord, IndexRecord
 from .jsonio import loads_line

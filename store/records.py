@@ -8,8 +8,9 @@ projected onto the wire. Pure functions, no I/O.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Any, Mapping
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from .errors import InvalidInput
 from .ids import validate_wire_id
@@ -19,7 +20,7 @@ MAX_BLOCKS = 10_000
 
 
 def ms_to_rfc3339(ms: int) -> str:
-    dt = datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc)
+    dt = datetime.fromtimestamp(ms / 1000.0, tz=UTC)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
@@ -32,7 +33,7 @@ def rfc3339_to_ms(value: object, default: int) -> int:
     except ValueError:
         return default
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp() * 1000)
 
 

@@ -26,10 +26,11 @@ file and with the live root stamps. Synchronous; no trio.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
-from .errors import StoreError, classify_os_error, IOFailure
+from .errors import IOFailure, StoreError, classify_os_error
 from .faults import NO_FAULTS, Faults
 from .fsutil import fsync_dir, open_nofollow, write_all
 from .jsonio import dumps_line, loads_line

@@ -22,8 +22,9 @@ the index always ends up matching the file.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from .compaction import split_valid
 from .faults import NO_FAULTS, Faults

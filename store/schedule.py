@@ -25,8 +25,9 @@ Pure SQL on a connection the caller owns; no trio.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal
 
 import orjson
 

@@ -18,8 +18,9 @@ Pure SQL on a connection the caller owns; no trio.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any, Mapping
+from typing import Any
 
 import orjson
 

@@ -17,7 +17,8 @@ functions, no I/O.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from .jsonio import dumps_line
 from .records import ms_to_rfc3339

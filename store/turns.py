@@ -10,8 +10,9 @@ response, e.g. after the boot fence aborted the turn).
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import orjson
 

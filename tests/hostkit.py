@@ -8,10 +8,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import trio
 

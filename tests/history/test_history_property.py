@@ -18,8 +18,9 @@ from __future__ import annotations
 import sqlite3
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import hypothesis.strategies as st
 import pytest

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from store.errors import InvalidInput
 from store.jsonio import StrictJSONError, dumps_line, loads_line, loads_strict, now_rfc3339
 
-
 # ----------------------------------------------------------------- loads_strict: rejections
 
 

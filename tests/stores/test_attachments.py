@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from runtime.client import RpcError
 from store import attachments as a
 from store.errors import NotFound, PayloadTooLarge, SessionNotFound
 from store.faults import Faults, InjectedFault
-from runtime.client import RpcError
 from tests.hostkit import client_for, inprocess_host
 from tests.stores.conftest import NOW, add_session, tx
 

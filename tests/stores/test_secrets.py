@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from runtime.client import RpcError
 from store import secrets as s
 from store.errors import CorruptData, NotFound
 from tests.hostkit import client_for, inprocess_host
-from runtime.client import RpcError
 
 NOW = 1_785_056_400_000
 

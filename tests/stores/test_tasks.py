@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -120,7 +120,7 @@ def test_contract_session_is_refused_in_store(conn: sqlite3.Connection) -> None:
 
 
 def test_next_run_at() -> None:
-    utc = timezone.utc
+    utc = UTC
     now = int(datetime(2026, 7, 29, 9, 0, tzinfo=utc).timestamp() * 1000)  # a Wednesday
     assert tasks.next_run_at("hourly", {}, now, utc) == now + tasks.HOUR_MS
     assert tasks.next_run_at("manual", {"schedule": {"hour": 1}}, now, utc) is None
