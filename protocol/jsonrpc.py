@@ -9,7 +9,7 @@ item or a list of them (a batch). Responses are built as dicts and serialized wi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final, Union
+from typing import Any, Final
 
 import orjson
 
@@ -31,7 +31,7 @@ __all__ = [
     "encode_batch",
 ]
 
-RequestId = Union[str, int, None]
+RequestId = str | int | None
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 _MAX_ID_CHARS: Final = 256
@@ -73,7 +73,7 @@ class Invalid:
     reason: str
 
 
-Item = Union[Call, Invalid]
+Item = Call | Invalid
 
 
 def _valid_id(value: Any) -> bool:

@@ -561,11 +561,11 @@ def dump_result(method: str, obj: Any) -> dict[str, Any]:
     ``pydantic.ValidationError``). camelCase keys, ``None`` values omitted.
     """
     model = METHODS[method].result_model
-    if not isinstance(obj, model):
-        if isinstance(obj, BaseModel):
-            obj = obj.model_dump(by_alias=True)
-        obj = model.model_validate(obj)
-    return obj.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if isinstance(obj, model):
+        result = obj
+    else:
+        result = model.model_validate(obj.model_dump(by_alias=True) if isinstance(obj, BaseModel) else obj)
+    return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def dump_event(

@@ -49,7 +49,8 @@ def tool_effects(record: Mapping[str, Any]) -> list[ToolEffect]:
     blocks = record.get("blocks")
     if not isinstance(blocks, list):
         return []
-    meta = record.get("meta") if isinstance(record.get("meta"), Mapping) else {}
+    raw_meta = record.get("meta")
+    meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
     out: list[ToolEffect] = []
     for block in blocks:
         if not isinstance(block, Mapping) or block.get("type") != "tool_call":
@@ -59,7 +60,8 @@ def tool_effects(record: Mapping[str, Any]) -> list[ToolEffect]:
             continue
         name = block.get("name") if isinstance(block.get("name"), str) else record.get("toolName")
         name = name if isinstance(name, str) else ""
-        args = block.get("args") if isinstance(block.get("args"), Mapping) else {}
+        raw_args = block.get("args")
+        args: Mapping[str, Any] = raw_args if isinstance(raw_args, Mapping) else {}
         effects = _declared(block.get("fileEffects")) or _declared(args.get("fileEffects"))
         if not effects and len(blocks) == 1:
             effects = _declared(meta.get("fileEffects"))

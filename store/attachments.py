@@ -36,7 +36,7 @@ import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from .errors import InvalidInput, NotFound, PayloadTooLarge, SessionNotFound, classify_os_error
 from .faults import NO_FAULTS, Faults
@@ -324,10 +324,13 @@ def missing_bytes(conn: sqlite3.Connection, present: set[str]) -> list[str]:
             if r[0] not in present]
 
 
-WriteTx = Callable[[Callable[[sqlite3.Connection], T]], T]
+class WriteTx(Protocol):
+    """Runs ``fn(conn)`` in one committed write transaction and returns its value."""
+
+    def __call__(self, fn: Callable[[sqlite3.Connection], T], /) -> T: ...
 
 
-def collect(files: AttachmentFiles, write: WriteTx[object], *, budget: int | None,
+def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
             active_session_id: str | None,
             finalize: Callable[[sqlite3.Connection, dict[str, object]], object] | None = None) -> object:
     """Budget eviction + repair, in the durable order described in the module doc.
@@ -352,7 +355,7 @@ def collect(files: AttachmentFiles, write: WriteTx[object], *, budget: int | Non
         orphans = sorted(present - known_blobs(conn))
         return victims, pending_evictions(conn), orphans, freed
 
-    victims, marked, orphans, freed = write(step1)  # type: ignore[misc]
+    victims, marked, orphans, freed = write(step1)
     faults.point("attachments.gc.after_mark")
     for sha in [*marked, *orphans]:
         files.delete(sha)

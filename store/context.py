@@ -162,8 +162,8 @@ class StoredBranch:
 def preview(record: Mapping[str, Any], limit: int = PREVIEW_CHARS) -> str:
     text = extract_text(record)
     if text is None:
-        names = [b.get("name") for b in record.get("blocks") or ()
-                 if isinstance(b, Mapping) and b.get("type") == "tool_call" and isinstance(b.get("name"), str)]
+        names = [name for b in record.get("blocks") or ()
+                 if isinstance(b, Mapping) and b.get("type") == "tool_call" and isinstance(name := b.get("name"), str)]
         tool = record.get("toolName")
         text = tool if isinstance(tool, str) else ", ".join(names)
     flat = " ".join(text.split())

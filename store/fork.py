@@ -204,7 +204,7 @@ def plan_fork(
     included = {str(m["id"]) for m in prefix}
     remap = Remapper(source_id, child_id)
     new_msgs = [remap.message(m) for m in prefix]
-    id_map = {str(old["id"]): str(new["id"]) for old, new in zip(prefix, new_msgs)}
+    id_map = {str(old["id"]): str(new["id"]) for old, new in zip(prefix, new_msgs, strict=True)}
     kept, dropped = split_valid(compactions, included)
     new_comps = [remap.compaction(c, included) for c in kept]
     tombs: dict[str, dict[str, Any]] = {}
@@ -230,8 +230,11 @@ def write_child_transcript(
     line, header = header_line(child_id, created_at_ms)
     atomic_write(target, b"".join([line, *plan.body]), faults=faults, point_prefix="fork")
     base = header.length
-    msgs = [IndexRecord(rec, base + off, n) for rec, (off, n) in zip(plan.messages, plan.message_spans)]
-    comps = [CompactionRecord(rec, base + off, n) for rec, (off, n) in zip(plan.compactions, plan.compaction_spans)]
+    msgs = [IndexRecord(rec, base + off, n) for rec, (off, n) in zip(plan.messages, plan.message_spans, strict=True)]
+    comps = [
+        CompactionRecord(rec, base + off, n)
+        for rec, (off, n) in zip(plan.compactions, plan.compaction_spans, strict=True)
+    ]
     total = base + sum(len(b) for b in plan.body)
     return Rewritten(header.epoch, total, msgs, comps, list(plan.deleted_ids))
 

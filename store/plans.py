@@ -187,7 +187,7 @@ _KEYS = ("requestId", "sessionId", "turnId", "toolCallId", "kind", "title", "que
 
 
 def _row(row: tuple[Any, ...]) -> dict[str, Any]:
-    return {k: v for k, v in zip(_KEYS, row) if v is not None}
+    return {k: v for k, v in zip(_KEYS, row, strict=True) if v is not None}
 
 
 def get_request(conn: sqlite3.Connection, request_id: str) -> dict[str, Any]:

@@ -121,7 +121,8 @@ def _entry(rec: Mapping[str, Any]) -> RevisionEntry | None:
         return None
     if not isinstance(idx, int) or isinstance(idx, bool) or idx < 1:
         return None
-    created = rec.get("createdAt") if isinstance(rec.get("createdAt"), str) else ""
+    raw_created = rec.get("createdAt")
+    created = raw_created if isinstance(raw_created, str) else ""
     if kind == REVISION_LIVE:
         return RevisionEntry(root, idx, True, created)
     msgs = rec.get("messages")

@@ -123,7 +123,7 @@ def plan_rewrite(
     kept, dropped = split_valid(compactions, ids)
     after = _placement(messages, kept)
     by_pos: dict[int, list[Mapping[str, Any]]] = {}
-    for rec, at in zip(kept, after):
+    for rec, at in zip(kept, after, strict=True):
         by_pos.setdefault(at, []).append(rec)
     body: list[bytes] = []
     offset = 0
@@ -184,8 +184,11 @@ def apply_rewrite(
     """Atomically replace the transcript with ``plan`` (fault points ``rewrite.*``)."""
     header = rewrite_transcript(path, session_id, created_at_ms, plan.body, faults=faults)
     base = header.length
-    msgs = [IndexRecord(rec, base + off, n) for rec, (off, n) in zip(plan.messages, plan.message_spans)]
-    comps = [CompactionRecord(rec, base + off, n) for rec, (off, n) in zip(plan.compactions, plan.compaction_spans)]
+    msgs = [IndexRecord(rec, base + off, n) for rec, (off, n) in zip(plan.messages, plan.message_spans, strict=True)]
+    comps = [
+        CompactionRecord(rec, base + off, n)
+        for rec, (off, n) in zip(plan.compactions, plan.compaction_spans, strict=True)
+    ]
     total = base + sum(len(line) for line in plan.body)
     return Rewritten(header.epoch, total, msgs, comps, list(plan.deleted_ids))
 

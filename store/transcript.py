@@ -577,7 +577,7 @@ def _read_all(path: str) -> bytes:
     except OSError as exc:
         raise open_error(exc, path, "read transcript") from exc
     try:
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             chunk = os.read(fd, 1 << 20)
             if not chunk:
