@@ -135,7 +135,7 @@ class DbWriter(Actor):
             results: list[tuple[bool, Any]] = [(False, IOFailure(f"index commit failed: {outcome}"))] * len(envs)
         else:
             results = outcome
-        for env, (ok, value) in zip(envs, results):
+        for env, (ok, value) in zip(envs, results, strict=True):
             if env.reply is None:
                 continue
             if ok:

@@ -275,7 +275,8 @@ class GatewayConnection:
             with trio.fail_after(self._config.hello_timeout):
                 message = await self._ws.get_message()
         except trio.TooSlowError:
-            self.deliver(encode(error_for_code(None, RpcErrorCode.UNAUTHENTICATED, "no host.hello within the hello timeout")))
+            self.deliver(encode(error_for_code(
+                None, RpcErrorCode.UNAUTHENTICATED, "no host.hello within the hello timeout")))
             await self._finish(CLOSE_POLICY, "hello timeout")
             return
         except ConnectionClosed:
@@ -339,7 +340,8 @@ class GatewayConnection:
 
     async def _on_frame(self, message: str | bytes, nursery: trio.Nursery) -> None:
         if isinstance(message, bytes):
-            self.deliver(encode(error_for_code(None, RpcErrorCode.INVALID_REQUEST, "binary frames are not accepted; send JSON text")))
+            self.deliver(encode(error_for_code(
+                None, RpcErrorCode.INVALID_REQUEST, "binary frames are not accepted; send JSON text")))
             return
         try:
             value = _decode(message)
@@ -422,7 +424,8 @@ class GatewayConnection:
         sub_id = UnsubscribeParams.model_validate(params).subscription_id
         entry = self._subs.pop(sub_id, None)
         if entry is None:
-            raise RpcFailure("NOT_FOUND", f"no subscription {sub_id!r} on this connection", data={"subscriptionId": sub_id})
+            raise RpcFailure("NOT_FOUND", f"no subscription {sub_id!r} on this connection",
+                             data={"subscriptionId": sub_id})
         sub, scope = entry
         sub.close()
         scope.cancel()
@@ -458,7 +461,8 @@ class GatewayConnection:
         except (TypeError, orjson.JSONEncodeError):
             # Keep the cursor sequence gap-free: send the event without its data.
             logger.error("event %s (cursor %s) has unserializable data", params["topic"], params["cursor"])
-            params = {**params, "data": {"error": RpcErrorCode.INTERNAL, "message": "event data could not be serialized"}}
+            params = {**params,
+                      "data": {"error": RpcErrorCode.INTERNAL, "message": "event data could not be serialized"}}
             return orjson.dumps(notification("event", params))
 
     async def _watch_overflow(self, sub: Subscription) -> None:

@@ -18,7 +18,7 @@ import shutil
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, TypeVarTuple
 
 import trio
 
@@ -62,6 +62,9 @@ from store.records import (
     with_receipt,
 )
 from store.transcript import TranscriptWriter, create_transcript, read_spans
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 FeatureHandler = Callable[["SessionActor", Custom], Awaitable[Any]]
 
@@ -129,7 +132,7 @@ class SessionActor(Actor):
         self.feature_state: dict[str, Any] = {}  # feature modules keep per-session state here
 
     # ------------------------------------------------------------------ plumbing
-    async def io(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def io(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """Run blocking file I/O in this actor's own worker thread."""
         return await trio.to_thread.run_sync(fn, *args, limiter=self._io)
 
@@ -375,7 +378,7 @@ class SessionActor(Actor):
                 except Exception as exc:  # noqa: BLE001 - e.g. ActorCrashed from the DB writer
                     self.needs_catchup = True
                     outcomes = [exc] * len(group)
-                for env, outcome in zip(group, outcomes):
+                for env, outcome in zip(group, outcomes, strict=True):
                     _deliver(env, outcome)
                 i = j
                 continue
@@ -581,7 +584,7 @@ class SessionActor(Actor):
         if existing_spans:
             ids = list(existing_spans)
             blobs = await self.io(read_spans, self.path, [existing_spans[m] for m in ids])
-            existing_recs = {m: _safe_loads(b) for m, b in zip(ids, blobs)}
+            existing_recs = {m: _safe_loads(b) for m, b in zip(ids, blobs, strict=True)}
             resolved: list[tuple[int, dict[str, Any], str | None]] = []
             for i, rec, remapped_from in to_write:
                 if "__maybe_replace__" in rec:
@@ -615,12 +618,12 @@ class SessionActor(Actor):
 
             def make_op(offsets: list[int], new_len: int) -> Callable[[Any], Any]:
                 items = [index.IndexRecord(rec, off, len(line))
-                         for (_, rec, _), off, line in zip(written, offsets, lines)]
+                         for (_, rec, _), off, line in zip(written, offsets, lines, strict=True)]
                 return lambda conn: index.index_messages(conn, self.sid, items, indexed_len=new_len,
                                                          file_epoch=epoch, now_ms=now)
 
             _, _, refs = await self.write_and_index(lines, make_op, durable=False)
-            for (i, rec, remapped_from), ref in zip(written, refs):
+            for (i, _rec, remapped_from), ref in zip(written, refs, strict=True):
                 result: dict[str, Any] = {"message": ref, "replayed": False}
                 if remapped_from is not None:
                     result["remappedFrom"] = remapped_from
@@ -641,7 +644,7 @@ class SessionActor(Actor):
                 self.row["messageCount"] = max([self.row["messageCount"], *(r["seq"] for r in refs)])
                 self.row["updatedAt"] = max(self.row["updatedAt"], now)
                 self.row["_indexedLen"] = self.file_len
-            for ref, (_, rec, _), line in zip(refs, written, lines):
+            for ref, (_, rec, _), line in zip(refs, written, lines, strict=True):
                 data: dict[str, Any] = {"message": ref}
                 if len(line) <= EVENT_RECORD_MAX:
                     data["record"] = wire_record(rec)
@@ -692,7 +695,7 @@ class SessionActor(Actor):
         spans = [(r[2], r[3]) for r in rows] + [(c[2], c[3]) for c in comps]
         blobs = await self.io(read_spans_coalesced, self.path, spans) if spans else []
         messages: list[dict[str, Any]] = []
-        for r, blob in zip(rows, blobs[: len(rows)]):
+        for r, blob in zip(rows, blobs[: len(rows)], strict=True):
             rec = wire_record(_safe_loads(blob))
             if r[4]:
                 rec["deleted"] = True
@@ -783,7 +786,7 @@ def read_spans_coalesced(path: Path, spans: Sequence[tuple[int, int]]) -> list[b
         return read_spans(path, spans)
     out: list[bytes] = []
     pieces = iter(spans)
-    for (_, total), blob in zip(merged, read_spans(path, merged)):
+    for (_, total), blob in zip(merged, read_spans(path, merged), strict=True):
         view = memoryview(blob)
         pos = 0
         while pos < total:

@@ -28,10 +28,11 @@ _UNKNOWN = object()
 
 async def cached_checkpoint_id(actor: SessionActor) -> str | None:
     cached = actor.feature_state.get(_KEY, _UNKNOWN)
-    if cached is _UNKNOWN:
-        cached = await actor.io(inflight.checkpoint_message_id, actor.deps.data_dir.inflight(actor.sid))
-        actor.feature_state[_KEY] = cached
-    return cached  # type: ignore[return-value]
+    if cached is None or isinstance(cached, str):
+        return cached
+    found = await actor.io(inflight.checkpoint_message_id, actor.deps.data_dir.inflight(actor.sid))
+    actor.feature_state[_KEY] = found
+    return found
 
 
 async def remove(actor: SessionActor) -> bool:

@@ -168,7 +168,7 @@ def normalize_details(raw: Any, tail: list[Any], limits: CompactionLimits) -> tu
 
 
 def normalize_compaction(
-    raw: Mapping[str, Any], *, now_ms: int, limits: CompactionLimits = DEFAULT_LIMITS
+    raw: object, *, now_ms: int, limits: CompactionLimits = DEFAULT_LIMITS
 ) -> dict[str, Any]:
     """The canonical ``compaction`` line record for an incoming checkpoint.
 
