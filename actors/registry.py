@@ -23,7 +23,7 @@ class SessionRegistry:
     def _factory(self, session_id: str) -> Any:
         return lambda: SessionActor(session_id, self._deps)
 
-    async def ask(self, session_id: str, msg: Any, *, timeout: float | None = None) -> Any:
+    async def ask(self, session_id: str, msg: Any, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - the actor API's own deadline: raises AskTimeout (wire TIMEOUT), not Cancelled
         sid = validate_session_id(session_id)
         ref = await self._sup.get_or_start(sid, self._factory(sid))
         return await ref.ask(msg, timeout=timeout if timeout is not None else self._ask_timeout)

@@ -340,7 +340,7 @@ class Actor:
 
     # -- sending --------------------------------------------------------------
 
-    async def ask(self, msg: Any, *, timeout: float | None = None) -> Any:
+    async def ask(self, msg: Any, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - the actor API's own deadline: raises AskTimeout (wire TIMEOUT), not Cancelled
         """Send ``msg`` (waiting for room) and wait for the reply.
 
         The whole operation is bounded by ``timeout`` (:class:`AskTimeout`).
@@ -349,7 +349,7 @@ class Actor:
         """
         return await self._ask(msg, timeout, wait_for_room=True)
 
-    async def ask_or_busy(self, msg: Any, *, timeout: float | None = None) -> Any:
+    async def ask_or_busy(self, msg: Any, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - the actor API's own deadline: raises AskTimeout (wire TIMEOUT), not Cancelled
         """Like :meth:`ask`, but raise :class:`Busy` instead of waiting for room."""
         return await self._ask(msg, timeout, wait_for_room=False)
 
@@ -384,7 +384,7 @@ class Actor:
 
     # -- internals: sending -----------------------------------------------------
 
-    async def _ask(self, msg: Any, timeout: float | None, *, wait_for_room: bool) -> Any:
+    async def _ask(self, msg: Any, timeout: float | None, *, wait_for_room: bool) -> Any:  # noqa: ASYNC109 - the actor API's own deadline: raises AskTimeout (wire TIMEOUT), not Cancelled
         slot = ReplySlot()
         env = Envelope(msg, slot)
         scope = trio.move_on_after(timeout) if timeout is not None else trio.CancelScope()

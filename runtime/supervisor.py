@@ -380,11 +380,11 @@ class ActorRef:
         child = self._sup._children.get(self.name)
         return None if child is None or child.gone else child.actor
 
-    async def ask(self, msg: Any, *, timeout: float | None = None) -> Any:
+    async def ask(self, msg: Any, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - the actor API's own deadline: raises AskTimeout (wire TIMEOUT), not Cancelled
         """Ask the current incarnation; waits for the next one if it is between incarnations."""
         return await self._ask(msg, timeout, wait_for_room=True)
 
-    async def ask_or_busy(self, msg: Any, *, timeout: float | None = None) -> Any:
+    async def ask_or_busy(self, msg: Any, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - the actor API's own deadline: raises AskTimeout (wire TIMEOUT), not Cancelled
         return await self._ask(msg, timeout, wait_for_room=False)
 
     async def tell(self, msg: Any) -> None:
@@ -405,7 +405,7 @@ class ActorRef:
             raise ActorStopped(f"supervisor {self._sup.name!r}: child {self.name!r} is not running")
         actor.tell_nowait(msg)
 
-    async def _ask(self, msg: Any, timeout: float | None, *, wait_for_room: bool) -> Any:
+    async def _ask(self, msg: Any, timeout: float | None, *, wait_for_room: bool) -> Any:  # noqa: ASYNC109 - the actor API's own deadline: raises AskTimeout (wire TIMEOUT), not Cancelled
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         stale: Actor | None = None
         while True:
