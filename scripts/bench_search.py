@@ -44,7 +44,7 @@ if str(ROOT) not in sys.path:  # running as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from store.database import apply_pragmas, open_reader  # noqa: E402
-from store.schema import apply_schema  # noqa: E402
+from store.schema import apply_schema, message_mid  # noqa: E402
 from store.search import literal_predicate, normalize_query, search_sessions  # noqa: E402
 
 P95_TARGET_MS = 100.0
@@ -168,8 +168,13 @@ class Samples:
                 bucket[j] = text
 
 
-def _rows(cfg: Config, vocab: Vocabulary, rng: random.Random, samples: Samples) -> Iterator[tuple[Any, ...]]:
-    """Message rows (mid, id, session_id, seq, role, tool_name, text, created_at, deleted)."""
+def _rows(
+    cfg: Config, vocab: Vocabulary, rng: random.Random, samples: Samples, ordinals: dict[str, int]
+) -> Iterator[tuple[Any, ...]]:
+    """Message rows (mid, id, session_id, seq, role, tool_name, text, created_at, deleted).
+
+    ``mid`` is ``(ordinal << 24) + seq`` as the schema requires (``ordinals``:
+    session id → ``sessions.ordinal``)."""
     per_session = [1] * cfg.sessions
     # Skewed session sizes: a few long sessions, many short ones.
     weights = [rng.paretovariate(1.2) for _ in range(cfg.sessions)]
@@ -180,7 +185,7 @@ def _rows(cfg: Config, vocab: Vocabulary, rng: random.Random, samples: Samples) 
     rng.shuffle(order)  # sessions interleave over time, like real use
     seen_ascii = seen_cjk = 0
     t0 = 1_700_000_000_000
-    for mid, sidx in enumerate(order, start=1):
+    for n, sidx in enumerate(order, start=1):
         seqs[sidx] += 1
         r = rng.random()
         deleted = 0
@@ -202,7 +207,9 @@ def _rows(cfg: Config, vocab: Vocabulary, rng: random.Random, samples: Samples) 
                 seen_ascii += 1
                 samples.offer(rng, samples.ascii, text, seen_ascii)
             deleted = int(rng.random() < 0.005)
-        yield (mid, f"m{mid:09d}", f"s{sidx:06d}", seqs[sidx], role, tool, text, t0 + mid * 1000, deleted)
+        sid = f"s{sidx:06d}"
+        yield (message_mid(ordinals[sid], seqs[sidx]), f"m{n:09d}", sid, seqs[sidx], role, tool, text,
+               t0 + n * 1000, deleted)
 
 
 def build_database(cfg: Config, db_path: Path, rng: random.Random) -> tuple[dict[str, Any], Samples, Vocabulary]:
@@ -232,7 +239,8 @@ def build_database(cfg: Config, db_path: Path, rng: random.Random) -> tuple[dict
         conn.execute("COMMIT")
         gen_time = 0.0
         t_insert = time.perf_counter()
-        rows = _rows(cfg, vocab, rng, samples)
+        ordinals = dict(conn.execute("SELECT id, ordinal FROM sessions").fetchall())
+        rows = _rows(cfg, vocab, rng, samples, ordinals)
         text_bytes = 0
         while True:
             g0 = time.perf_counter()

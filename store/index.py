@@ -15,8 +15,9 @@ from typing import Any, Iterable, Mapping, Sequence
 import orjson
 
 from . import artifacts
-from .errors import Conflict, IdempotencyConflict, SessionNotFound
+from .errors import Conflict, IdempotencyConflict, LimitExceeded, SessionNotFound
 from .records import extract_text, rfc3339_to_ms, tool_info
+from .schema import MAX_SEQ, message_mid
 
 SESSION_COLUMNS = (
     "id, title, project_id, provider_id, model_id, mode, thinking_level, permission_mode, "
@@ -296,17 +297,19 @@ def index_messages(
             turn = conn.execute("SELECT turn_id FROM messages WHERE id = ?", (mid,)).fetchone()[0]
         else:
             row = conn.execute(
-                "UPDATE sessions SET last_seq = last_seq + 1 WHERE id = ? RETURNING last_seq", (session_id,)
+                "UPDATE sessions SET last_seq = last_seq + 1 WHERE id = ? RETURNING last_seq, ordinal",
+                (session_id,),
             ).fetchone()
             if row is None:
                 raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
             seq = int(row[0])
+            _check_seq(session_id, seq)
             turn = _turn_ref(conn, rec.get("turnId"))
             conn.execute(
-                "INSERT INTO messages(id, session_id, turn_id, seq, role, tool_name, is_error, text, "
-                "created_at, line_offset, line_len) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (mid, session_id, turn, seq, rec.get("role"), tool_name, int(is_error), text, created,
-                 item.offset, item.length),
+                "INSERT INTO messages(mid, id, session_id, turn_id, seq, role, tool_name, is_error, text, "
+                "created_at, line_offset, line_len) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (message_mid(int(row[1]), seq), mid, session_id, turn, seq, rec.get("role"), tool_name,
+                 int(is_error), text, created, item.offset, item.length),
             )
             existing[mid] = (session_id, seq, item.offset, item.length)
         ref = message_ref(session_id, seq, rec, turn)
@@ -357,6 +360,22 @@ def set_index_mark(conn: sqlite3.Connection, session_id: str, indexed_len: int, 
     conn.execute("UPDATE sessions SET indexed_len = ?, file_epoch = ? WHERE id = ?", (indexed_len, file_epoch, session_id))
 
 
+def _session_ordinal(conn: sqlite3.Connection, session_id: str) -> int:
+    row = conn.execute("SELECT ordinal FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if row is None or row[0] is None:
+        raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
+    return int(row[0])
+
+
+def _check_seq(session_id: str, seq: int) -> None:
+    """A session holds at most MAX_SEQ messages (``mid`` keeps seq in 24 bits)."""
+    if seq > MAX_SEQ:
+        raise LimitExceeded(
+            f"session {session_id} cannot hold more than {MAX_SEQ} messages",
+            data={"sessionId": session_id, "max": MAX_SEQ},
+        )
+
+
 def clear_session_index(conn: sqlite3.Connection, session_id: str) -> None:
     conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
     conn.execute("DELETE FROM compactions WHERE session_id = ?", (session_id,))
@@ -385,6 +404,8 @@ def reindex_session(
     )
     if turn_overrides:
         old_turns.update(turn_overrides)
+    ordinal = _session_ordinal(conn, session_id)
+    _check_seq(session_id, len(messages))
     clear_session_index(conn, session_id)
     rows = []
     for seq, item in enumerate(messages, start=1):
@@ -392,18 +413,18 @@ def reindex_session(
         tool_name, is_error = tool_info(rec)
         turn = _turn_ref(conn, old_turns.get(rec["id"]) or rec.get("turnId"))
         rows.append(
-            (rec["id"], session_id, turn, seq, rec.get("role"), tool_name, int(is_error), extract_text(rec),
-             rfc3339_to_ms(rec.get("createdAt"), now_ms), item.offset, item.length)
+            (message_mid(ordinal, seq), rec["id"], session_id, turn, seq, rec.get("role"), tool_name, int(is_error),
+             extract_text(rec), rfc3339_to_ms(rec.get("createdAt"), now_ms), item.offset, item.length)
         )
     conn.executemany(
-        "INSERT INTO messages(id, session_id, turn_id, seq, role, tool_name, is_error, text, created_at, "
-        "line_offset, line_len) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        "INSERT INTO messages(mid, id, session_id, turn_id, seq, role, tool_name, is_error, text, created_at, "
+        "line_offset, line_len) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
         rows,
     )
     for item, row in zip(messages, rows):
         if artifacts.may_have_effects(item.record):
             # A rebuild restores missing artifact rows only (no audit rows, nothing overwritten).
-            artifacts.record_effects(conn, session_id, item.record, row[2] or _str_or_none(item.record.get("turnId")),
+            artifacts.record_effects(conn, session_id, item.record, row[3] or _str_or_none(item.record.get("turnId")),
                                      now_ms, audit=False)
     for item in messages:
         receipt = item.record.get("meta", {}).get("receipt") if isinstance(item.record.get("meta"), Mapping) else None

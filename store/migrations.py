@@ -34,7 +34,22 @@ from pathlib import Path
 
 from .errors import IOFailure, SchemaTooNew, StoreError, classify_os_error
 from .faults import NO_FAULTS, Faults
-from .schema import DDL, DDL_V20, SCHEMA_VERSION, V21_ADDITIONS, apply_schema
+from .schema import (
+    DDL,
+    DDL_V20,
+    DDL_V21,
+    MAX_SEQ,
+    MID_SEQ_BITS,
+    SCHEMA_VERSION,
+    V21_ADDITIONS,
+    V22_MESSAGE_TRIGGERS,
+    V22_MESSAGES_FTS,
+    V22_SEARCH_HAZARD,
+    V22_SESSIONS,
+    apply_schema,
+    hazard_sql,
+    searchable_sql,
+)
 
 FIRST_MIGRATABLE_VERSION = 20
 """The oldest ``user_version`` the step chain upgrades in place."""
@@ -73,6 +88,60 @@ def _v21_boot_reports(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _v22_search_layout(conn: sqlite3.Connection) -> None:
+    """Number the sessions, renumber ``messages.mid``, rebuild the search index.
+
+    ``messages`` is rebuilt (rename, create with the unchanged DDL, copy in new
+    mid order, drop) instead of updated in place: an in-place update of the
+    INTEGER PRIMARY KEY could collide with not-yet-renumbered rows, and a copy
+    in key order writes the table once, sequentially. Rows of sessions that no
+    longer exist (foreign key violations) have no ordinal and are dropped; the
+    index is derived from the transcripts anyway.
+    """
+    too_long = conn.execute(
+        "SELECT session_id, seq FROM messages WHERE seq NOT BETWEEN 1 AND ? LIMIT 1", (MAX_SEQ,)
+    ).fetchone()
+    if too_long is not None:
+        raise MigrationFailed(
+            f"session {too_long[0]} has a message at seq {too_long[1]}; v22 supports 1..{MAX_SEQ}"
+        )
+    for trigger in ("messages_ai", "messages_ad", "messages_au"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    conn.execute("DROP TABLE IF EXISTS messages_fts")
+    conn.execute(V22_SESSIONS[0])  # ALTER TABLE sessions ADD COLUMN ordinal
+    conn.execute(
+        "UPDATE sessions SET ordinal = o.n FROM (SELECT id, row_number() OVER "
+        "(ORDER BY created_at, id) AS n FROM sessions) AS o WHERE o.id = sessions.id"
+    )
+    for statement in V22_SESSIONS[1:]:
+        conn.execute(statement)
+    messages_sql = next(s for s in DDL if s.startswith("CREATE TABLE messages ("))
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(messages)")]
+    conn.execute("DROP INDEX IF EXISTS idx_messages_turn")
+    conn.execute("ALTER TABLE messages RENAME TO messages_v21")
+    conn.execute(messages_sql)
+    rest = ", ".join(f"m.{c}" for c in columns if c != "mid")
+    conn.execute(
+        f"INSERT INTO messages(mid, {', '.join(c for c in columns if c != 'mid')}) "
+        f"SELECT (s.ordinal << {MID_SEQ_BITS}) + m.seq AS new_mid, {rest} "
+        "FROM messages_v21 AS m JOIN sessions AS s ON s.id = m.session_id ORDER BY new_mid"
+    )
+    conn.execute("DROP TABLE messages_v21")
+    conn.execute(next(s for s in DDL if s.startswith("CREATE INDEX idx_messages_turn")))
+    conn.execute(V22_MESSAGES_FTS)
+    conn.execute(
+        f"INSERT INTO messages_fts(rowid, text) SELECT m.mid, m.text FROM messages AS m "
+        f"WHERE {searchable_sql('m')} ORDER BY m.mid"
+    )
+    conn.execute(V22_SEARCH_HAZARD)
+    conn.execute(
+        f"INSERT INTO search_hazard(mid) SELECT m.mid FROM messages AS m "
+        f"WHERE {searchable_sql('m')} AND {hazard_sql('m')}"
+    )
+    for statement in V22_MESSAGE_TRIGGERS:
+        conn.execute(statement)
+
+
 STEPS: tuple[MigrationStep, ...] = (
     MigrationStep(
         to_version=21,
@@ -80,17 +149,22 @@ STEPS: tuple[MigrationStep, ...] = (
         destructive=False,
         apply=_v21_boot_reports,
     ),
+    MigrationStep(
+        to_version=22,
+        description="search layout: session ordinals, session-ordered mids, searchable-only FTS",
+        destructive=True,
+        apply=_v22_search_layout,
+    ),
 )
 """The production chain, ordered by ``to_version`` (immutable on purpose)."""
 
 
 def ddl_for_version(version: int) -> tuple[str, ...]:
-    """The DDL of a layout this build knows exactly (20 and ``SCHEMA_VERSION``)."""
-    if version == SCHEMA_VERSION:
-        return DDL
-    if version == 20:
-        return DDL_V20
-    raise ValueError(f"no DDL kept for schema version {version} (known: 20, {SCHEMA_VERSION})")
+    """The DDL of a layout this build knows exactly (20, 21 and ``SCHEMA_VERSION``)."""
+    known = {20: DDL_V20, 21: DDL_V21, SCHEMA_VERSION: DDL}
+    if version not in known:
+        raise ValueError(f"no DDL kept for schema version {version} (known: {', '.join(map(str, known))})")
+    return known[version]
 
 
 class OpenAction(Enum):

@@ -13,6 +13,13 @@ Version history kept here (older layouts are archived, never migrated; see
   transcript offsets on ``messages``/``sessions``, ``compactions``,
   ``command_receipts``, ``run_snapshots``, ``attachment_blobs``/``_refs``.
 * v21 — adds ``boot_reports`` and ``idx_messages_turn`` (additive).
+* v22 — search layout (seed §4.8 at 1M messages): ``sessions.ordinal`` (a
+  unique, never-NULL number per session), ``messages.mid = (ordinal << 24) +
+  seq`` (enforced by triggers, so a session's rows are one rowid range and the
+  owning session of a trigram hit is ``rowid >> 24``), ``messages_fts`` becomes
+  contentless and holds exactly the searchable rows (user/assistant, text not
+  NULL, not tombstoned), ``search_hazard`` lists the searchable rows whose text
+  holds a character the trigram folding treats differently from ours.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-SCHEMA_VERSION = 21
+from .search_text import TRIGRAM_TEXT_HAZARDS
+
+SCHEMA_VERSION = 22
 
 # --- seed §4.1 – §4.5 -------------------------------------------------------
 
@@ -516,61 +525,173 @@ _IDX_MESSAGES_TURN = (
 )
 
 
+# --- v22: search layout ---------------------------------------------------------
+
+MID_SEQ_BITS = 24
+MAX_SEQ = (1 << MID_SEQ_BITS) - 1
+"""Largest ``seq`` a session can hold: ``mid`` keeps it in its low 24 bits."""
+
+_SESSIONS_ORDINAL = "ALTER TABLE sessions ADD COLUMN ordinal INTEGER"
+_IDX_SESSIONS_ORDINAL = "CREATE UNIQUE INDEX idx_sessions_ordinal ON sessions(ordinal)"
+# Every session gets the next ordinal when inserted without one (MAX is one
+# index probe). A deleted session's rows are gone with it (ON DELETE CASCADE),
+# so reusing the largest ordinal after its session is deleted is harmless.
+_TRIGGER_SESSIONS_ORDINAL = """
+CREATE TRIGGER sessions_ordinal AFTER INSERT ON sessions WHEN new.ordinal IS NULL
+  BEGIN UPDATE sessions SET ordinal = (SELECT IFNULL(MAX(ordinal), 0) + 1 FROM sessions)
+        WHERE id = new.id; END
+"""
+
+_MID_OK = (
+    f"new.seq BETWEEN 1 AND {MAX_SEQ} AND new.mid IS "
+    f"((SELECT ordinal FROM sessions WHERE id = new.session_id) << {MID_SEQ_BITS}) + new.seq"
+)
+_MID_ERROR = (
+    "messages.mid must be (sessions.ordinal << 24) + seq with 1 <= seq <= 16777215 "
+    "(store.index computes it)"
+)
+_TRIGGERS_MID = (
+    f"""CREATE TRIGGER messages_mid_insert BEFORE INSERT ON messages WHEN NOT ({_MID_OK})
+  BEGIN SELECT RAISE(ABORT, '{_MID_ERROR}'); END""",
+    f"""CREATE TRIGGER messages_mid_update BEFORE UPDATE OF mid, seq, session_id ON messages
+  WHEN NOT ({_MID_OK})
+  BEGIN SELECT RAISE(ABORT, '{_MID_ERROR}'); END""",
+)
+
+# Contentless: the index holds exactly the searchable rows (not a mirror of
+# ``messages``), so 'rebuild' is impossible by construction; a removal must
+# pass the exact indexed text, which the triggers take from the OLD row.
+_MESSAGES_FTS_V22 = """
+CREATE VIRTUAL TABLE messages_fts USING fts5(
+  text,
+  content='',
+  tokenize='trigram'
+)
+"""
+
+_SEARCH_HAZARD = "CREATE TABLE search_hazard (mid INTEGER PRIMARY KEY)"
+
+
+def searchable_sql(row: str) -> str:
+    """SQL true when ``row`` (``new``/``old``/a table alias) belongs in ``messages_fts``."""
+    return f"{row}.text IS NOT NULL AND {row}.role IN ('user', 'assistant') AND {row}.deleted = 0"
+
+
+def hazard_sql(row: str) -> str:
+    """SQL true when ``row``'s text holds a character of TRIGRAM_TEXT_HAZARDS."""
+    return "(" + " OR ".join(f"instr({row}.text, char({ord(ch)})) > 0" for ch in TRIGRAM_TEXT_HAZARDS) + ")"
+
+
+def _fts_in(row: str) -> str:
+    return (
+        f"INSERT INTO messages_fts(rowid, text) SELECT {row}.mid, {row}.text WHERE {searchable_sql(row)};\n"
+        f"    INSERT INTO search_hazard(mid) SELECT {row}.mid WHERE {searchable_sql(row)} AND {hazard_sql(row)};"
+    )
+
+
+def _fts_out(row: str) -> str:
+    return (
+        f"INSERT INTO messages_fts(messages_fts, rowid, text) SELECT 'delete', {row}.mid, {row}.text "
+        f"WHERE {searchable_sql(row)};\n"
+        f"    DELETE FROM search_hazard WHERE mid = {row}.mid;"
+    )
+
+
+_TRIGGERS_FTS_V22 = (
+    f"""CREATE TRIGGER messages_ai AFTER INSERT ON messages WHEN {searchable_sql('new')}
+  BEGIN
+    {_fts_in('new')}
+  END""",
+    f"""CREATE TRIGGER messages_ad AFTER DELETE ON messages WHEN {searchable_sql('old')}
+  BEGIN
+    {_fts_out('old')}
+  END""",
+    f"""CREATE TRIGGER messages_au AFTER UPDATE OF text, role, deleted ON messages
+  BEGIN
+    {_fts_out('old')}
+    {_fts_in('new')}
+  END""",
+)
+
+
 def _strip(statements: Sequence[str]) -> tuple[str, ...]:
     return tuple(statement.strip() for statement in statements)
 
 
-DDL_V20: tuple[str, ...] = _strip(
-    (
-        _KV,
-        _PROJECTS,
-        _PROVIDERS,
-        _IDX_PROVIDERS_OWNER,
-        _MODELS,
-        _SESSIONS,
-        *_IDX_SESSIONS,
-        _SESSION_IMPORT_ORIGINS,
-        _IDX_SESSION_IMPORT_ORIGINS,
-        _TURNS,
-        *_IDX_TURNS,
-        _PLAN_APPROVALS,
-        *_IDX_PLAN_APPROVALS,
-        _TURN_QUEUE,
-        *_IDX_TURN_QUEUE,
-        _COLLAB_LINKS,
-        _COLLAB_MESSAGES,
-        *_IDX_COLLAB,
-        _MESSAGES,
-        _MESSAGES_FTS,
-        *_TRIGGERS_FTS,
-        _MESSAGE_REVISIONS,
-        _IDX_MESSAGE_REVISIONS,
-        _ARTIFACTS,
-        _IDX_ARTIFACTS,
-        _SCHEDULED_TASKS,
-        _TASK_RUNS,
-        _IDX_TASK_RUNS,
-        _SECRETS_META,
-        _AUDIT_LOG,
-        *_IDX_AUDIT,
-        _NOTIFICATIONS,
-        *_IDX_NOTIFICATIONS,
-        _COMPACTIONS,
-        _COMMAND_RECEIPTS,
-        *_IDX_COMMAND_RECEIPTS,
-        _RUN_SNAPSHOTS,
-        _ATTACHMENT_BLOBS,
-        _ATTACHMENT_REFS,
-        *_IDX_ATTACHMENTS,
-    )
+_DDL_V20_PARTS: tuple[str, ...] = (
+    _KV,
+    _PROJECTS,
+    _PROVIDERS,
+    _IDX_PROVIDERS_OWNER,
+    _MODELS,
+    _SESSIONS,
+    *_IDX_SESSIONS,
+    _SESSION_IMPORT_ORIGINS,
+    _IDX_SESSION_IMPORT_ORIGINS,
+    _TURNS,
+    *_IDX_TURNS,
+    _PLAN_APPROVALS,
+    *_IDX_PLAN_APPROVALS,
+    _TURN_QUEUE,
+    *_IDX_TURN_QUEUE,
+    _COLLAB_LINKS,
+    _COLLAB_MESSAGES,
+    *_IDX_COLLAB,
+    _MESSAGES,
+    _MESSAGES_FTS,
+    *_TRIGGERS_FTS,
+    _MESSAGE_REVISIONS,
+    _IDX_MESSAGE_REVISIONS,
+    _ARTIFACTS,
+    _IDX_ARTIFACTS,
+    _SCHEDULED_TASKS,
+    _TASK_RUNS,
+    _IDX_TASK_RUNS,
+    _SECRETS_META,
+    _AUDIT_LOG,
+    *_IDX_AUDIT,
+    _NOTIFICATIONS,
+    *_IDX_NOTIFICATIONS,
+    _COMPACTIONS,
+    _COMMAND_RECEIPTS,
+    *_IDX_COMMAND_RECEIPTS,
+    _RUN_SNAPSHOTS,
+    _ATTACHMENT_BLOBS,
+    _ATTACHMENT_REFS,
+    *_IDX_ATTACHMENTS,
 )
-"""The v20 layout: everything below except ``boot_reports`` and ``idx_messages_turn``."""
+
+DDL_V20: tuple[str, ...] = _strip(_DDL_V20_PARTS)
+"""The v20 layout: v21 without ``boot_reports`` and ``idx_messages_turn``."""
 
 V21_ADDITIONS: tuple[str, ...] = _strip((_BOOT_REPORTS, _IDX_MESSAGES_TURN))
 """What the v20→v21 step creates (additive)."""
 
-DDL: tuple[str, ...] = DDL_V20 + V21_ADDITIONS
+DDL_V21: tuple[str, ...] = DDL_V20 + V21_ADDITIONS
+"""The v21 layout."""
+
+V22_SESSIONS: tuple[str, ...] = _strip((_SESSIONS_ORDINAL, _IDX_SESSIONS_ORDINAL, _TRIGGER_SESSIONS_ORDINAL))
+"""v22 on ``sessions``: the ordinal column, its unique index, its allocation trigger."""
+
+V22_MESSAGES_FTS: str = _MESSAGES_FTS_V22.strip()
+V22_SEARCH_HAZARD: str = _SEARCH_HAZARD
+V22_MESSAGE_TRIGGERS: tuple[str, ...] = _strip((*_TRIGGERS_MID, *_TRIGGERS_FTS_V22))
+"""v22 triggers on ``messages``: mid encoding checks, searchable-only FTS sync."""
+
+DDL: tuple[str, ...] = (
+    *_strip(p for p in _DDL_V20_PARTS if p != _MESSAGES_FTS and p not in _TRIGGERS_FTS),
+    *V21_ADDITIONS,
+    *V22_SESSIONS,
+    V22_MESSAGES_FTS,
+    V22_SEARCH_HAZARD,
+    *V22_MESSAGE_TRIGGERS,
+)
 """The full current DDL (``SCHEMA_VERSION``), in creation order."""
+
+
+def message_mid(ordinal: int, seq: int) -> int:
+    """``messages.mid`` of a session's ``seq`` (see v22 in the module docstring)."""
+    return (ordinal << MID_SEQ_BITS) + seq
 
 
 def apply_schema(

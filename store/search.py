@@ -11,11 +11,19 @@ match. Subagent rows (§4.7a) are ordinary rows and match like any other.
 How SQL finds the matches (every path returns exactly the predicate's set):
 
 * ≥ 3 characters, all ASCII or caseless (CJK, digits, punctuation): the
-  trigram index ``messages_fts`` with a quoted literal phrase gives candidates,
-  each verified in SQL with ``text LIKE '%folded%'`` (escaped; SQLite's LIKE
-  folds ASCII case only, which is exact for such queries) and, for the few texts holding ``İ``
-  or ``K`` (the only non-ASCII characters that lower to ASCII), with the
-  Python predicate.
+  trigram index ``messages_fts`` (schema v22: it holds exactly the searchable
+  rows, and ``rowid >> 24`` is the owning session's ``ordinal``) with a quoted
+  literal phrase. A trigram phrase match IS the predicate for such queries
+  (SQLite folds ASCII case like ``lower()``), except for texts holding one of
+  ``search_text.TRIGRAM_TEXT_HAZARDS`` (listed in ``search_hazard``), which
+  are checked with the Python predicate. ``search.sessions`` therefore counts
+  from the FTS doclist alone: no row lookups, no text read, except for the
+  hazard rows and the snippets of the returned page.
+  (A query holding one of ``TRIGRAM_QUERY_HAZARDS`` has every candidate
+  verified in SQL with ``text LIKE '%folded%'`` (escaped; SQLite's LIKE
+  folds ASCII case only) and, for the few texts holding ``İ`` or ``K`` (the
+  only non-ASCII characters that lower to ASCII), with the Python predicate;
+  ``search.query`` uses that verification for every trigram query.)
 * Shorter queries: the same verification as a scan over ``messages.text``.
 * Queries whose case mapping is non-ASCII (``ÄPFEL``, ``ΣΟΦΙΑ``): the Python
   predicate (registered with ``create_function``) over ``messages.text``,
@@ -36,13 +44,16 @@ list.) Counts (``messageMatches``, ``totalSessions``,
 
 from __future__ import annotations
 
+import bisect
 import sqlite3
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from .errors import InvalidInput, SessionNotFound
 from .ids import validate_session_id
+from .schema import MID_SEQ_BITS
 from .search_cursor import decode_cursor, encode_cursor, query_fingerprint
 from .search_text import (
     QueryPlan,
@@ -161,24 +172,31 @@ def search_sessions(
     after = decode_cursor(cursor, "sessions", fingerprint, (int, str)) if cursor is not None else None
     params = _params(plan)
     with _read_snapshot(conn):
-        counts: dict[str, int] = dict(
-            conn.execute(
-                f"SELECT m.session_id, count(*) FROM {_from_where(plan)} "
-                f"{_LIVE_MESSAGE} AND {_match_sql('m.text', plan)} "
-                "GROUP BY m.session_id",
-                params,
-            ).fetchall()
-        )
         rows = conn.execute(
             f"SELECT s.id, s.title, s.updated_at, s.last_seq, p.path, {_match_sql('s.title', plan)}, "
-            f"({_match_sql('p.path', plan)}) OR ({_match_sql('p.name', plan)}) "
+            f"({_match_sql('p.path', plan)}) OR ({_match_sql('p.name', plan)}), s.ordinal "
             "FROM sessions AS s LEFT JOIN projects AS p ON p.id = s.project_id "
             "WHERE s.deleted_at IS NULL",
             params,
         ).fetchall()
+        hits: list[int] | None = None
+        if plan.fts_exact:
+            hits = _exact_hits(conn, plan)
+            by_ordinal = Counter(mid >> MID_SEQ_BITS for mid in hits)
+            counts = {r[0]: by_ordinal[r[7]] for r in rows if r[7] in by_ordinal}
+        else:
+            counts = dict(
+                conn.execute(
+                    f"SELECT m.session_id, count(*) FROM {_from_where(plan)} "
+                    f"{_LIVE_MESSAGE} AND {_match_sql('m.text', plan)} "
+                    "GROUP BY m.session_id",
+                    params,
+                ).fetchall()
+            )
         matched = [
-            _SessionHit(int(updated), sid, title, path, bool(tm), bool(pm), counts.get(sid, 0), int(last_seq))
-            for sid, title, updated, last_seq, path, tm, pm in rows
+            _SessionHit(int(updated), sid, title, path, bool(tm), bool(pm), counts.get(sid, 0), int(last_seq),
+                        ordinal)
+            for sid, title, updated, last_seq, path, tm, pm, ordinal in rows
             if tm or pm or counts.get(sid, 0) > 0
         ]
         matched.sort(key=lambda h: (h.updated_at, h.session_id), reverse=True)
@@ -187,9 +205,12 @@ def search_sessions(
             key = (after[0], after[1])
             remaining = [h for h in matched if (h.updated_at, h.session_id) < key]
         page = remaining[:limit]
-        snippets = _page_snippets(
-            conn, page, plan, params, snippets_per_session, sum(h.message_matches for h in matched)
-        )
+        if hits is not None:
+            snippets = _snippets_from_hits(conn, page, plan, hits, snippets_per_session)
+        else:
+            snippets = _page_snippets(
+                conn, page, plan, params, snippets_per_session, sum(h.message_matches for h in matched)
+            )
     results = [
         {
             "sessionId": h.session_id,
@@ -223,6 +244,63 @@ class _SessionHit(NamedTuple):
     project_match: bool
     message_matches: int
     last_seq: int
+    ordinal: int | None
+
+
+def _exact_hits(conn: sqlite3.Connection, plan: QueryPlan) -> list[int]:
+    """The mids (ascending) of every searchable message matching a ``fts_exact`` plan.
+
+    Trashed sessions are NOT filtered here (callers map ``mid >> 24`` to live
+    sessions). Only hits listed in ``search_hazard`` are read and checked.
+    """
+    hits = [
+        r[0]
+        for r in conn.execute(
+            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid", (plan.fts,)
+        )
+    ]
+    if not hits:
+        return hits
+    hazard = {r[0] for r in conn.execute("SELECT mid FROM search_hazard")}
+    suspects = [mid for mid in hits if mid in hazard] if hazard else []
+    if not suspects:
+        return hits
+    pred = literal_predicate(plan.query)
+    rejected: set[int] = set()
+    for start in range(0, len(suspects), 500):
+        chunk = suspects[start : start + 500]
+        marks = ",".join("?" for _ in chunk)
+        for mid, text in conn.execute(f"SELECT mid, text FROM messages WHERE mid IN ({marks})", chunk):
+            if not pred(text):
+                rejected.add(mid)
+    return [mid for mid in hits if mid not in rejected] if rejected else hits
+
+
+def _snippets_from_hits(
+    conn: sqlite3.Connection, page: list[_SessionHit], plan: QueryPlan, hits: list[int], n: int
+) -> dict[str, list[dict[str, Any]]]:
+    """The first ``n`` matching messages (by seq) of each page session, from the
+    sorted exact hits: a session's rows are the mid range of its ordinal."""
+    if n <= 0:
+        return {}
+    wanted: list[int] = []
+    for h in page:
+        if h.message_matches <= 0 or h.ordinal is None:
+            continue
+        lo = h.ordinal << MID_SEQ_BITS
+        i = bisect.bisect_left(hits, lo)
+        wanted.extend(mid for mid in hits[i : i + n] if mid < lo + (1 << MID_SEQ_BITS))
+    if not wanted:
+        return {}
+    marks = ",".join("?" for _ in wanted)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for sid, msg_id, role, seq, text in conn.execute(
+        f"SELECT session_id, id, role, seq, text FROM messages WHERE mid IN ({marks}) ORDER BY mid", wanted
+    ):
+        out.setdefault(sid, []).append(
+            {"messageId": msg_id, "role": role, "seq": seq, "snippet": snippet(text, plan.query, width=SNIPPET_WIDTH)}
+        )
+    return out
 
 
 # Relative cost of one trigram candidate in the shared snippet pass, against one

@@ -50,6 +50,21 @@ MAX_QUERY_CHARS = 500
 ASCII_LOWERING_NON_ASCII: dict[str, str] = {"\u0130": "i\u0307", "\u212a": "k"}
 CASELESS_LOWER_TARGETS: frozenset[str] = frozenset({"\u0307"})
 
+# Where SQLite's trigram tokenizer folding (its built-in Unicode tables) and
+# :func:`fold` disagree in a way a plain query can see. Facts about the linked
+# SQLite and the running Python; a test recomputes both over every code point.
+#
+# TRIGRAM_TEXT_HAZARDS: characters c with sqlite_fold(c) != fold(c) where either
+# side is a character a plain query can contain: İ (ours: "i" + U+0307, SQLite:
+# itself), ſ (ours: itself, SQLite: "s"), and the noncharacters U+FFFE/U+FFFF
+# (SQLite reads them as U+FFFD). A text without them matches a plain query
+# (without TRIGRAM_QUERY_HAZARDS) exactly when the trigram phrase matches it;
+# rows holding one are listed in ``search_hazard`` and checked with the predicate.
+# TRIGRAM_QUERY_HAZARDS: plain query characters that SQLite folds to something
+# else; a query holding one has every trigram candidate checked.
+TRIGRAM_TEXT_HAZARDS: tuple[str, ...] = ("\u0130", "\u017f", "\ufffe", "\uffff")
+TRIGRAM_QUERY_HAZARDS: frozenset[str] = frozenset({"\ufffe", "\uffff"})
+
 _ELLIPSIS = "\u2026"
 _WHITESPACE_TO_SPACE = str.maketrans({"\n": " ", "\r": " ", "\t": " ", "\v": " ", "\f": " "})
 
@@ -120,6 +135,11 @@ class QueryPlan:
     ``fts``: an FTS5 MATCH expression (quoted literal phrases) whose results are
     a superset of the predicate's matches, or None when the trigram index
     cannot be used (fewer than 3 characters, or not plain).
+
+    ``fts_exact``: the trigram hits ARE the predicate's matches, except rows
+    listed in ``search_hazard`` (texts holding a TRIGRAM_TEXT_HAZARDS
+    character), which must be checked with the predicate. False when the query
+    holds a TRIGRAM_QUERY_HAZARDS character (every hit must be checked).
     """
 
     query: str
@@ -128,6 +148,7 @@ class QueryPlan:
     needs_lower: bool
     hazard_chars: tuple[str, ...]
     fts: str | None
+    fts_exact: bool = False
 
 
 def _fts_phrase(s: str) -> str:
@@ -152,7 +173,8 @@ def plan_query(query: str) -> QueryPlan:
         fts = _fts_phrase(folded)
         if folded.endswith("i"):
             fts += " OR " + _fts_phrase(folded[:-1] + "\u0130")
-    return QueryPlan(query, folded, plain, needs_lower, tuple(hazards), fts)
+    fts_exact = fts is not None and not any(ch in TRIGRAM_QUERY_HAZARDS for ch in folded)
+    return QueryPlan(query, folded, plain, needs_lower, tuple(hazards), fts, fts_exact)
 
 
 def _fold_offsets(text: str) -> list[int] | None:

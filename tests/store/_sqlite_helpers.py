@@ -35,11 +35,14 @@ def add_session(
         "INSERT INTO sessions(id, title, created_at, updated_at) VALUES (?, ?, ?, ?)",
         (sid, f"title {sid}", now, now),
     )
+    has_ordinal = any(row[1] == "ordinal" for row in conn.execute("PRAGMA table_info(sessions)"))
     mids = []
     for seq, text in enumerate(texts, start=1):
+        # v22+: mid = (ordinal << 24) + seq (enforced by a trigger); older layouts: rowid.
+        mid_sql = "(SELECT ordinal FROM sessions WHERE id = ?2) * 16777216 + ?3" if has_ordinal else "NULL"
         cur = conn.execute(
-            "INSERT INTO messages(id, session_id, seq, role, text, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO messages(mid, id, session_id, seq, role, text, created_at)"
+            f" VALUES ({mid_sql}, ?1, ?2, ?3, ?4, ?5, ?6)",
             (f"{sid}-m{seq}", sid, seq, "user" if text is not None else "tool", text, now),
         )
         assert cur.lastrowid is not None

@@ -2,7 +2,7 @@
 
 Rows are inserted the way the indexer leaves them: ``text`` is the final answer
 text (``store.records.extract_text``: no thinking, NULL for tool rows), ``seq``
-comes from ``sessions.last_seq``, and the FTS triggers of the real schema keep
+comes from ``sessions.last_seq``, ``mid`` is ``(sessions.ordinal << 24) + seq``, and the FTS triggers of the real schema keep
 ``messages_fts`` in sync.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from store.records import extract_text
-from store.schema import apply_schema
+from store.schema import apply_schema, message_mid
 
 
 def open_db(path: Path | str = ":memory:") -> sqlite3.Connection:
@@ -88,10 +88,11 @@ class Corpus:
             "WHERE id = ? RETURNING last_seq",
             (now, session_id),
         ).fetchone()
+        (ordinal,) = self.conn.execute("SELECT ordinal FROM sessions WHERE id = ?", (session_id,)).fetchone()
         cur = self.conn.execute(
-            "INSERT INTO messages(id, session_id, seq, role, tool_name, text, created_at, deleted) "
-            "VALUES (?,?,?,?,?,?,?,?)",
-            (record["id"], session_id, seq, role, "Read" if role == "tool" else None,
+            "INSERT INTO messages(mid, id, session_id, seq, role, tool_name, text, created_at, deleted) "
+            "VALUES (?,?,?,?,?,?,?,?,?)",
+            (message_mid(ordinal, seq), record["id"], session_id, seq, role, "Read" if role == "tool" else None,
              extract_text(record), now, int(deleted)),
         )
         assert cur.lastrowid is not None

@@ -1,4 +1,4 @@
-"""Version handling: resets (seed §11.5), the v20→v21 chain, backups, rollback."""
+"""Version handling: resets (seed §11.5), the v20→v21→v22 chain, backups, rollback."""
 
 from __future__ import annotations
 
@@ -95,12 +95,16 @@ def test_classify_and_archive_names() -> None:
 
 def test_ddl_for_version_20_is_21_without_boot_reports_and_turn_index() -> None:
     v20 = ddl_for_version(20)
+    v21 = ddl_for_version(21)
     assert ddl_for_version(SCHEMA_VERSION) == DDL
-    assert len(DDL) - len(v20) == 2
+    assert len(v21) - len(v20) == 2 and v21[: len(v20)] == v20
     assert not any("boot_reports" in s or "idx_messages_turn" in s for s in v20)
+    assert not any("ordinal" in s or "search_hazard" in s for s in v21)
+    assert any("ordinal" in s for s in DDL) and any("search_hazard" in s for s in DDL)
     with pytest.raises(ValueError, match="no DDL kept"):
         ddl_for_version(7)
-    assert [s.to_version for s in STEPS] == [21]
+    assert [s.to_version for s in STEPS] == [21, 22]
+    assert [s.destructive for s in STEPS] == [False, True]
 
 
 def test_pre_v7_database_is_archived_as_v6_bak_and_a_fresh_file_starts(tmp_path: Path) -> None:
@@ -173,12 +177,13 @@ def test_an_existing_archive_is_never_overwritten(tmp_path: Path) -> None:
     assert (tmp_path / "pi.sqlite.v6.bak").read_bytes() == b"an older archive"
 
 
-def test_v20_database_migrates_to_v21_keeping_its_data(tmp_path: Path) -> None:
+def test_v20_database_migrates_to_current_keeping_its_data(tmp_path: Path) -> None:
     _v20_with_data(tmp_path / "pi.sqlite")
     conn, report = _open(tmp_path)
     try:
         assert report.migrated_from == 20 and report.schema_version == SCHEMA_VERSION
-        assert not report.created_fresh and not report.rebuilt and report.backups == []
+        assert not report.created_fresh and not report.rebuilt
+        assert report.backups == [tmp_path / "pi.sqlite.v21.bak"]  # before the destructive v22 step
         assert user_version(conn) == SCHEMA_VERSION
         assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 2
         assert conn.execute("SELECT value_json FROM kv").fetchone() == ('{"a":1}',)
@@ -223,11 +228,11 @@ def test_destructive_step_gets_a_readable_backup_first(
     stale = tmp_path / f"pi.sqlite.v20.bak.tmp-{NOW_MS - 1}"
     stale.write_bytes(b"half-written backup from a crash")
     step = MigrationStep(21, "rebuild kv without ui rows", True, _rebuild_kv_dropping_ui)
-    result = migrate(v20_conn, tmp_path / "pi.sqlite", [step], now_ms=NOW_MS)
+    result = migrate(v20_conn, tmp_path / "pi.sqlite", [step, STEPS[1]], now_ms=NOW_MS)
 
     backup = tmp_path / "pi.sqlite.v20.bak"
-    assert result.backups == [backup] and result.applied == [21]
-    assert user_version(v20_conn) == 21
+    assert result.backups == [backup, tmp_path / "pi.sqlite.v21.bak"] and result.applied == [21, 22]
+    assert user_version(v20_conn) == SCHEMA_VERSION
     assert v20_conn.execute("SELECT ns FROM kv ORDER BY ns").fetchall() == [("app",)]
     assert v20_conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1  # restored
     assert not (tmp_path / "pi.sqlite.v20.bak-wal").exists()
@@ -257,7 +262,7 @@ def test_failing_step_rolls_back_and_leaves_v20_authoritative(
     before = schema_objects(v20_conn)
     step = MigrationStep(21, "breaks", destructive, _half_then_fail)
     with pytest.raises(MigrationFailed, match="step blew up mid-way") as info:
-        migrate(v20_conn, tmp_path / "pi.sqlite", [step], now_ms=NOW_MS)
+        migrate(v20_conn, tmp_path / "pi.sqlite", [step, STEPS[1]], now_ms=NOW_MS)
     assert info.value.code == "MIGRATION_FAILED"
     assert "v20" in str(info.value)
     assert not v20_conn.in_transaction
@@ -270,7 +275,7 @@ def test_failing_step_rolls_back_and_leaves_v20_authoritative(
     assert (tmp_path / "pi.sqlite.v20.bak").exists() == destructive
 
     # once the step is fixed, the same file migrates
-    assert migrate(v20_conn, tmp_path / "pi.sqlite", now_ms=NOW_MS).applied == [21]
+    assert migrate(v20_conn, tmp_path / "pi.sqlite", now_ms=NOW_MS).applied == [21, 22]
 
 
 def test_fault_before_commit_rolls_back_the_real_step(

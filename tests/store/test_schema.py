@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from store.database import apply_pragmas
-from store.schema import DDL, SCHEMA_VERSION, apply_schema
+from store.schema import DDL, MAX_SEQ, SCHEMA_VERSION, apply_schema, message_mid
+from store.search_text import TRIGRAM_TEXT_HAZARDS
 
 from ._sqlite_helpers import NOW_MS, add_session, connect_plain, fts_hits, fts_rowids, user_version
 
@@ -22,7 +23,7 @@ SEED_TABLES = {
 }  # fmt: skip
 OUR_TABLES = {
     "compactions", "command_receipts", "run_snapshots", "attachment_blobs",
-    "attachment_refs", "boot_reports",
+    "attachment_refs", "boot_reports", "search_hazard",
 }  # fmt: skip
 SEED_INDEXES = {
     "idx_providers_owner", "idx_sessions_updated", "idx_sessions_project",
@@ -35,6 +36,7 @@ SEED_INDEXES = {
     "idx_audit_session", "idx_notifications_created", "idx_notifications_unread",
 }  # fmt: skip
 SEED_TRIGGERS = {"messages_ai", "messages_ad", "messages_au"}
+OUR_TRIGGERS = {"messages_mid_insert", "messages_mid_update", "sessions_ordinal"}
 
 
 @pytest.fixture
@@ -63,14 +65,14 @@ def _columns(conn: sqlite3.Connection, table: str) -> dict[str, tuple[str, int, 
 
 
 def test_fresh_schema_has_every_seed_table_index_and_trigger(db: sqlite3.Connection) -> None:
-    assert user_version(db) == SCHEMA_VERSION == 21
+    assert user_version(db) == SCHEMA_VERSION == 22
     tables = _names(db, "table")
     fts_shadow = {t for t in tables if t.startswith("messages_fts_")}
     assert tables - fts_shadow == SEED_TABLES | OUR_TABLES
-    assert SEED_INDEXES | {"idx_messages_turn"} <= _names(db, "index")
-    assert _names(db, "trigger") == SEED_TRIGGERS
+    assert SEED_INDEXES | {"idx_messages_turn", "idx_sessions_ordinal"} <= _names(db, "index")
+    assert _names(db, "trigger") == SEED_TRIGGERS | OUR_TRIGGERS
     fts_sql = db.execute("SELECT sql FROM sqlite_master WHERE name = 'messages_fts'").fetchone()[0]
-    assert "tokenize='trigram'" in fts_sql and "content='messages'" in fts_sql
+    assert "tokenize='trigram'" in fts_sql and "content=''" in fts_sql
     assert db.execute("PRAGMA foreign_key_check").fetchall() == []
     assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
 
@@ -130,7 +132,7 @@ def test_fts_follows_insert_update_and_delete_for_ascii_and_cjk(db: sqlite3.Conn
     assert fts_hits(db, "天气很好") == ["s1-m2"]
     assert fts_hits(db, "公园散") == ["s1-m2"]
     # a tool row (text NULL) is not indexed and does not break the triggers
-    assert db.execute("SELECT count(*) FROM messages_fts").fetchone()[0] == 3
+    assert db.execute("SELECT count(*) FROM messages_fts").fetchone()[0] == 2
 
     db.execute("UPDATE messages SET text = ? WHERE mid = ?", ("数据库迁移已经完成", mids[1]))
     assert fts_hits(db, "天气很好") == []
@@ -215,3 +217,78 @@ def test_apply_schema_needs_autocommit_connection(tmp_path: Path) -> None:
             apply_schema(conn)
     finally:
         conn.close()
+
+
+def _fts_state(db: sqlite3.Connection) -> tuple[set[int], set[int]]:
+    """(rowids in messages_fts, mids in search_hazard)."""
+    fts = {r[0] for r in db.execute("SELECT rowid FROM messages_fts")}
+    hazard = {r[0] for r in db.execute("SELECT mid FROM search_hazard")}
+    return fts, hazard
+
+
+def _expected_fts_state(db: sqlite3.Connection) -> tuple[set[int], set[int]]:
+    rows = db.execute("SELECT mid, role, text, deleted FROM messages").fetchall()
+    live = {mid: text for mid, role, text, deleted in rows
+            if text is not None and role in ("user", "assistant") and not deleted}
+    return set(live), {mid for mid, text in live.items() if any(ch in text for ch in TRIGRAM_TEXT_HAZARDS)}
+
+
+def test_sessions_get_ordinals_and_mids_encode_ordinal_and_seq(db: sqlite3.Connection) -> None:
+    a = add_session(db, "a", ["one", "two"])
+    b = add_session(db, "b", ["three"])
+    ordinals = dict(db.execute("SELECT id, ordinal FROM sessions").fetchall())
+    assert ordinals == {"a": 1, "b": 2}
+    assert a == [message_mid(1, 1), message_mid(1, 2)] == [(1 << 24) + 1, (1 << 24) + 2]
+    assert b == [message_mid(2, 1)]
+    explicit = "INSERT INTO sessions(id, ordinal, created_at, updated_at) VALUES ('c', 40, 1, 1)"
+    db.execute(explicit)
+    db.execute("INSERT INTO sessions(id, created_at, updated_at) VALUES ('d', 1, 1)")
+    assert db.execute("SELECT ordinal FROM sessions WHERE id = 'd'").fetchone() == (41,)
+    with pytest.raises(sqlite3.IntegrityError):
+        db.execute("UPDATE sessions SET ordinal = 1 WHERE id = 'b'")  # unique
+
+
+@pytest.mark.parametrize(
+    ("mid", "seq"),
+    [(None, 1), ((1 << 24) + 2, 1), ((2 << 24) + 1, 1), (1 << 24, 0), ((1 << 24) + MAX_SEQ + 1, MAX_SEQ + 1)],
+)
+def test_a_message_row_with_a_wrong_mid_is_refused(db: sqlite3.Connection, mid: int | None, seq: int) -> None:
+    add_session(db, "a", [])
+    with pytest.raises(sqlite3.IntegrityError, match="messages.mid must be"):
+        db.execute(
+            "INSERT INTO messages(mid, id, session_id, seq, role, text, created_at) VALUES (?, 'm', 'a', ?, 'user', 'x', 1)",
+            (mid, seq),
+        )
+    db.execute(
+        "INSERT INTO messages(mid, id, session_id, seq, role, text, created_at) VALUES (?, 'm', 'a', ?, 'user', 'x', 1)",
+        (message_mid(1, MAX_SEQ), MAX_SEQ),
+    )
+    with pytest.raises(sqlite3.IntegrityError, match="messages.mid must be"):
+        db.execute("UPDATE messages SET seq = 5 WHERE id = 'm'")
+
+
+def test_fts_holds_exactly_the_searchable_rows_through_every_change(db: sqlite3.Connection) -> None:
+    mids = add_session(db, "s", ["plain text", "İstanbul trip", "ſtreet", None, "noncharacter \uffff here"])
+    tool = db.execute("SELECT mid FROM messages WHERE text IS NULL").fetchone()[0]
+    assert _fts_state(db) == _expected_fts_state(db)
+    assert _fts_state(db)[1] == {mids[1], mids[2], mids[4]}
+    changes = [
+        ("UPDATE messages SET deleted = 1 WHERE mid = ?", (mids[1],)),  # out of the index
+        ("UPDATE messages SET deleted = 0 WHERE mid = ?", (mids[1],)),  # back in
+        ("UPDATE messages SET role = 'system' WHERE mid = ?", (mids[0],)),
+        ("UPDATE messages SET role = 'assistant' WHERE mid = ?", (mids[0],)),
+        ("UPDATE messages SET text = 'tool result' WHERE mid = ?", (tool,)),  # tool role: still out
+        ("UPDATE messages SET role = 'user' WHERE mid = ?", (tool,)),  # now searchable
+        ("UPDATE messages SET text = 'no hazard now' WHERE mid = ?", (mids[2],)),
+        ("UPDATE messages SET text = 'KELVIN İ' WHERE mid = ?", (mids[0],)),
+        ("UPDATE messages SET deleted = 1, text = 'gone ſ' WHERE mid = ?", (mids[4],)),
+        ("UPDATE messages SET line_offset = 7 WHERE mid = ?", (mids[1],)),  # not a searched column
+        ("DELETE FROM messages WHERE mid = ?", (mids[1],)),
+        ("DELETE FROM messages WHERE mid = ?", (mids[4],)),
+    ]
+    for sql, args in changes:
+        db.execute(sql, args)
+        assert _fts_state(db) == _expected_fts_state(db), sql
+        db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")
+    assert fts_rowids(db, "street") == [] and fts_rowids(db, "tool res") == [tool]
+    assert fts_rowids(db, "kelvin") == [mids[0]]
