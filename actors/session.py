@@ -681,8 +681,8 @@ class SessionActor(Actor):
             else:
                 window = None
         if window is None:
-            await self.ensure_ready()
-            window = await self.read(_warm_window, self.sid, int(self.row["messageCount"]), req)  # type: ignore[index]
+            ready = await self.ensure_ready()
+            window = await self.read(_warm_window, self.sid, int(ready["messageCount"]), req)
         if window.missing_target:
             raise MessageNotFound(
                 f"message {req.around} is not in session {self.sid}",

@@ -18,21 +18,21 @@ from __future__ import annotations
 
 from .blocks import BLOCK_MODELS, KNOWN_BLOCK_TYPES, Block, Blocks, check_block
 from .models_common import MutatingParams, Params, Record, Result, WireModel
-from .models_events import *  # noqa: F403
+from .models_events import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_events import __all__ as _events_all
-from .models_history import *  # noqa: F403
+from .models_history import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_history import __all__ as _history_all
-from .models_misc import *  # noqa: F403
+from .models_misc import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_misc import __all__ as _misc_all
-from .models_queue import *  # noqa: F403
+from .models_queue import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_queue import __all__ as _queue_all
-from .models_records import *  # noqa: F403
+from .models_records import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_records import __all__ as _records_all
-from .models_session import *  # noqa: F403
+from .models_session import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_session import __all__ as _session_all
-from .models_store import *  # noqa: F403
+from .models_store import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_store import __all__ as _store_all
-from .models_turns import *  # noqa: F403
+from .models_turns import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_turns import __all__ as _turns_all
 
 __all__ = [

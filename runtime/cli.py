@@ -92,7 +92,7 @@ def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         log.error("restart intensity exceeded; shutting down", extra={"error": str(exc)})
         print(f"pi-host: actors kept crashing, shut down: {exc}", file=sys.stderr)
         return 4
-    except BaseExceptionGroup as group:  # noqa: F821 - py3.11 builtin
+    except BaseExceptionGroup as group:
         locked = group.subgroup(DataDirLocked)
         if locked is not None:
             print(f"pi-host: {locked.exceptions[0]}", file=sys.stderr)

@@ -60,7 +60,8 @@ class RpcError(Exception):
     def from_wire(cls, err: Any) -> RpcError:
         if not isinstance(err, dict):
             return cls(-32603, "INTERNAL", "malformed error object", {})
-        data = err.get("data") if isinstance(err.get("data"), dict) else {}
+        raw_data = err.get("data")
+        data: dict[str, Any] = raw_data if isinstance(raw_data, dict) else {}
         code = err.get("code")
         return cls(
             code if isinstance(code, int) else -32603,
@@ -193,9 +194,9 @@ class HostClient:
         """Send a batch; returns results in order, an :class:`RpcError` in place of each failure."""
         ids = [next(self._ids) for _ in calls]
         slots = [_Slot() for _ in calls]
-        self._pending.update(zip(ids, slots))
+        self._pending.update(zip(ids, slots, strict=True))
         try:
-            await self._send([self._request(m, p, i) for (m, p), i in zip(calls, ids)])
+            await self._send([self._request(m, p, i) for (m, p), i in zip(calls, ids, strict=True)])
             results: list[Any] = []
             for slot in slots:
                 try:
@@ -322,7 +323,8 @@ async def open_client(
                 try:
                     client.hello = await client.call(
                         "host.hello",
-                        {"token": token, "clientId": client_id, "clientKind": client_kind, "protocol": PROTOCOL_VERSION},
+                        {"token": token, "clientId": client_id, "clientKind": client_kind,
+                         "protocol": PROTOCOL_VERSION},
                     )
                     yield client
                 except BaseException as exc:  # re-raised below, outside the nursery (no group wrapping)

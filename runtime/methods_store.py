@@ -369,10 +369,10 @@ def store_methods(*, registry: Any, reads: Any, db: Any, now_ms: Callable[[], in
         def write(fn: Callable[[Any], Any]) -> Any:
             return trio.from_thread.run(lambda: db.write(fn, durable=True))
 
-        def finalize(conn: Any, result: dict[str, Any]) -> dict[str, Any]:
+        def finalize(conn: Any, result: dict[str, Any]) -> Any:  # a raced retry's stored response, or ``out``
             out = {"evicted": result["evicted"], "freedBytes": result["freedBytes"],
                    "orphansRemoved": result["orphansRemoved"], "estimate": attachments.estimate(conn).to_wire()}
-            return with_receipt(receipt, now, lambda _c: out)(conn)  # type: ignore[no-any-return]
+            return with_receipt(receipt, now, lambda _c: out)(conn)
 
         async with blob_lock:
             return await in_blobs(lambda: attachments.collect(
@@ -389,7 +389,8 @@ def store_methods(*, registry: Any, reads: Any, db: Any, now_ms: Callable[[], in
                                  now_ms=now)
 
     def task_update(conn: Any, p: dict[str, Any], raw: Mapping[str, Any], now: int) -> Any:
-        patch = {k: p[k] for k in ("title", "prompt", "cadence", "enabled", "projectId", "mode") if k in p}
+        fields = ("title", "prompt", "cadence", "enabled", "projectId", "mode")
+        patch: dict[str, Any] = {k: p[k] for k in fields if k in p}
         if raw.get("config") is not None:
             patch["config"] = dict(raw["config"])
         return tasks.update_task(conn, p["taskId"], patch, now_ms=now)

@@ -48,7 +48,8 @@ def turn_methods(*, registry: Any, reads: Any, db: Any, bus: Any, now_ms: Callab
                ) -> Handler:
         async def handler(p: dict[str, Any], raw: Mapping[str, Any], ctx: CallContext, model: Any) -> Any:
             params = build(p, raw, model)
-            return await registry.ask(p["sessionId"], Custom(kind, params, receipt=HostApi.receipt(method, p, raw, ctx)))
+            receipt = HostApi.receipt(method, p, raw, ctx)
+            return await registry.ask(p["sessionId"], Custom(kind, params, receipt=receipt))
 
         return handler
 

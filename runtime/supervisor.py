@@ -140,7 +140,7 @@ class Supervisor:
                 await trio.sleep_forever()
         finally:
             self._nursery = None
-            if self._state != "failed":
+            if self._state != "failed":  # type: ignore[comparison-overlap]  # _give_up() sets it while we await
                 self._state = "closed"
             self._exited.set()
         if self._failure is not None:
