@@ -34,8 +34,8 @@ SCRIPTS = Path(__file__).resolve().parent
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
-from bench_common import ROOT, SIZES, Section, Sizes, Target, machine_info, rnd  # noqa: E402
-from bench_report import render_markdown  # noqa: E402
+from bench_common import ROOT, SIZES, Section, Sizes, Target, machine_info, rnd  # noqa: E402 - after the sys.path setup above
+from bench_report import render_markdown  # noqa: E402 - after the sys.path setup above
 
 SectionFn = Callable[[Sizes, Path], Section]
 SECTION_KEYS = ("appends", "windows", "synchronous", "gateway", "search", "revisions")

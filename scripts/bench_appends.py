@@ -61,7 +61,7 @@ async def _drive_appends(root: Path, one: list[dict[str, Any]], multi: dict[str,
     async with inprocess_host(root) as host:
         await _create(host, "one", corpus)
         one_secs = 0.0
-        for msgs, raw_lines in zip(chunks(one, ROUNDS), chunks(lines, ROUNDS)):
+        for msgs, raw_lines in zip(chunks(one, ROUNDS), chunks(lines, ROUNDS), strict=True):
             await trio.to_thread.run_sync(raw.run, raw_lines)
             one_secs += await _sequential(host, "one", msgs)
         for sid in multi:

@@ -31,12 +31,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # running as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from actors.gateway_types import CallContext  # noqa: E402
-from runtime.config import HostConfig  # noqa: E402
-from runtime.datadir import DataDir  # noqa: E402
-from runtime.host import RunningHost, run_host  # noqa: E402
-from store.jsonio import dumps_line  # noqa: E402
-from store.records import normalize_message  # noqa: E402
+from actors.gateway_types import CallContext  # noqa: E402 - after the sys.path setup above
+from runtime.config import HostConfig  # noqa: E402 - after the sys.path setup above
+from runtime.datadir import DataDir  # noqa: E402 - after the sys.path setup above
+from runtime.host import RunningHost, run_host  # noqa: E402 - after the sys.path setup above
+from store.jsonio import dumps_line  # noqa: E402 - after the sys.path setup above
+from store.records import normalize_message  # noqa: E402 - after the sys.path setup above
 
 # ----------------------------------------------------------------------------- sizes
 
@@ -115,7 +115,8 @@ class Target:
 
     def line(self) -> str:
         shown = "n/a" if self.measured is None else f"{self.measured:.3g}"
-        return f"  [{self.verdict}] {self.name}: {shown} (target {self.op} {self.goal:g}){'  ' + self.detail if self.detail else ''}"
+        detail = f"  {self.detail}" if self.detail else ""
+        return f"  [{self.verdict}] {self.name}: {shown} (target {self.op} {self.goal:g}){detail}"
 
 
 @dataclass

@@ -56,7 +56,7 @@ async def _one_client(url: str, token: str, msgs: Sequence[dict[str, Any]], corp
     lines = encoded_lines(msgs)
     async with open_client(url, token, client_id="bench-one") as c:
         await _prepare(c, "gw-one", corpus)
-        for part, raw_lines in zip(chunks(msgs, ROUNDS), chunks(lines, ROUNDS)):
+        for part, raw_lines in zip(chunks(msgs, ROUNDS), chunks(lines, ROUNDS), strict=True):
             await trio.to_thread.run_sync(raw.run, raw_lines)
             for m in part:
                 t0 = time.perf_counter()

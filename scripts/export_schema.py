@@ -23,19 +23,19 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # running as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from pydantic import BaseModel  # noqa: E402
-from pydantic.json_schema import JsonSchemaMode, models_json_schema  # noqa: E402
+from pydantic import BaseModel  # noqa: E402 - after the sys.path setup above
+from pydantic.json_schema import JsonSchemaMode, models_json_schema  # noqa: E402 - after the sys.path setup above
 
-from protocol.blocks import BLOCK_MODELS, block_json_schema  # noqa: E402
-from protocol.errors import RpcErrorCode  # noqa: E402
-from protocol.methods import (  # noqa: E402
+from protocol.blocks import BLOCK_MODELS, block_json_schema  # noqa: E402 - after the sys.path setup above
+from protocol.errors import RpcErrorCode  # noqa: E402 - after the sys.path setup above
+from protocol.methods import (  # noqa: E402 - after the sys.path setup above
     EVENT_METHOD,
     EVENTS,
     METHODS,
     PROTOCOL_VERSION,
     dump_event,
 )
-from protocol.models import EventParams  # noqa: E402
+from protocol.models import EventParams  # noqa: E402 - after the sys.path setup above
 
 SCHEMA_PATH = ROOT / "protocol" / "schema.json"
 README_PATH = ROOT / "protocol" / "README.md"
