@@ -19,15 +19,15 @@ How SQL finds the matches (every path returns exactly the predicate's set):
   are checked with the Python predicate. ``search.sessions`` therefore counts
   from the FTS doclist alone: no row lookups, no text read, except for the
   hazard rows and the snippets of the returned page.
-  (A query holding one of ``TRIGRAM_QUERY_HAZARDS`` has every candidate
-  verified in SQL with ``text LIKE '%folded%'`` (escaped; SQLite's LIKE
+  ``search.query`` needs row data anyway (newest-first order) and verifies
+  each candidate in SQL with ``text LIKE '%folded%'`` (escaped; SQLite's LIKE
   folds ASCII case only) and, for the few texts holding ``İ`` or ``K`` (the
-  only non-ASCII characters that lower to ASCII), with the Python predicate;
-  ``search.query`` uses that verification for every trigram query.)
+  only non-ASCII characters that lower to ASCII), with the Python predicate.
 * Shorter queries: the same verification as a scan over ``messages.text``.
-* Queries whose case mapping is non-ASCII (``ÄPFEL``, ``ΣΟΦΙΑ``): the Python
-  predicate (registered with ``create_function``) over ``messages.text``,
-  because the trigram tokenizer's own case folding differs from ours.
+* Queries whose case mapping is non-ASCII (``ÄPFEL``, ``ΣΟΦΙΑ``), or that hold
+  U+FFFD..U+FFFF (SQLite reads all three as U+FFFD): the Python predicate
+  (registered with ``create_function``) over ``messages.text``, because the
+  trigram tokenizer's own case folding differs from ours.
 
 Nothing here writes: both functions work on read-only connections and run
 their statements in one read transaction (a consistent snapshot) unless the

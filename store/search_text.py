@@ -50,20 +50,20 @@ MAX_QUERY_CHARS = 500
 ASCII_LOWERING_NON_ASCII: dict[str, str] = {"\u0130": "i\u0307", "\u212a": "k"}
 CASELESS_LOWER_TARGETS: frozenset[str] = frozenset({"\u0307"})
 
+# SQLite's UTF-8 reader (LIKE, the trigram tokenizer) turns the noncharacters
+# U+FFFE/U+FFFF into U+FFFD, so SQL cannot tell these three apart: a query
+# holding one is matched by the Python predicate alone (never "plain").
+SQLITE_UTF8_REPLACED: frozenset[str] = frozenset({"\ufffd", "\ufffe", "\uffff"})
+
 # Where SQLite's trigram tokenizer folding (its built-in Unicode tables) and
-# :func:`fold` disagree in a way a plain query can see. Facts about the linked
-# SQLite and the running Python; a test recomputes both over every code point.
-#
-# TRIGRAM_TEXT_HAZARDS: characters c with sqlite_fold(c) != fold(c) where either
-# side is a character a plain query can contain: İ (ours: "i" + U+0307, SQLite:
-# itself), ſ (ours: itself, SQLite: "s"), and the noncharacters U+FFFE/U+FFFF
-# (SQLite reads them as U+FFFD). A text without them matches a plain query
-# (without TRIGRAM_QUERY_HAZARDS) exactly when the trigram phrase matches it;
-# rows holding one are listed in ``search_hazard`` and checked with the predicate.
-# TRIGRAM_QUERY_HAZARDS: plain query characters that SQLite folds to something
-# else; a query holding one has every trigram candidate checked.
-TRIGRAM_TEXT_HAZARDS: tuple[str, ...] = ("\u0130", "\u017f", "\ufffe", "\uffff")
-TRIGRAM_QUERY_HAZARDS: frozenset[str] = frozenset({"\ufffe", "\uffff"})
+# :func:`fold` disagree in a way a plain query can see: characters c with
+# sqlite_fold(c) != fold(c) where either side holds a character a plain query
+# can contain. İ (ours: "i" + U+0307, SQLite: itself) and ſ (ours: itself,
+# SQLite: "s"). A text without them matches a plain query exactly when the
+# trigram phrase matches it; searchable rows holding one are listed in
+# ``search_hazard`` and checked with the predicate. A fact about the linked
+# SQLite and the running Python: a test recomputes it over every code point.
+TRIGRAM_TEXT_HAZARDS: tuple[str, ...] = ("\u0130", "\u017f")
 
 _ELLIPSIS = "\u2026"
 _WHITESPACE_TO_SPACE = str.maketrans({"\n": " ", "\r": " ", "\t": " ", "\v": " ", "\f": " "})
@@ -138,8 +138,8 @@ class QueryPlan:
 
     ``fts_exact``: the trigram hits ARE the predicate's matches, except rows
     listed in ``search_hazard`` (texts holding a TRIGRAM_TEXT_HAZARDS
-    character), which must be checked with the predicate. False when the query
-    holds a TRIGRAM_QUERY_HAZARDS character (every hit must be checked).
+    character), which must be checked with the predicate. Holds whenever
+    ``fts`` is set; a separate name so callers say which property they rely on.
     """
 
     query: str
@@ -157,7 +157,7 @@ def _fts_phrase(s: str) -> str:
 
 def plan_query(query: str) -> QueryPlan:
     folded = fold(query)
-    plain = all(ord(ch) < 128 or _is_caseless(ch) for ch in folded)
+    plain = all(ord(ch) < 128 or (_is_caseless(ch) and ch not in SQLITE_UTF8_REPLACED) for ch in folded)
     needs_lower = plain and any("a" <= ch <= "z" for ch in folded)
     hazards: list[str] = []
     if plain:
@@ -173,8 +173,7 @@ def plan_query(query: str) -> QueryPlan:
         fts = _fts_phrase(folded)
         if folded.endswith("i"):
             fts += " OR " + _fts_phrase(folded[:-1] + "\u0130")
-    fts_exact = fts is not None and not any(ch in TRIGRAM_QUERY_HAZARDS for ch in folded)
-    return QueryPlan(query, folded, plain, needs_lower, tuple(hazards), fts, fts_exact)
+    return QueryPlan(query, folded, plain, needs_lower, tuple(hazards), fts, fts is not None)
 
 
 def _fold_offsets(text: str) -> list[int] | None:
