@@ -42,7 +42,9 @@ async def inprocess_host(root: Path, **overrides: Any) -> AsyncIterator[RunningH
 
 
 @asynccontextmanager
-async def client_for(running: RunningHost, client_id: str = "test-client", kind: str = "test") -> AsyncIterator[HostClient]:
+async def client_for(
+    running: RunningHost, client_id: str = "test-client", kind: str = "test"
+) -> AsyncIterator[HostClient]:
     async with open_client(running.url, running.token, client_id=client_id, client_kind=kind) as c:
         yield c
 

@@ -165,7 +165,8 @@ async def test_oversized_frame_refused_host_survives(host: HostProcess) -> None:
             assert (await c.call("session.get", {"sessionId": s["id"]}))["totalMessages"] == 0
         async with connect(host.url, max_message_size=64 * 1024 * 1024) as ws:
             assert "result" in await _raw_call(ws, _hello(host.token))
-            frame = '{"jsonrpc":"2.0","id":1,"method":"host.status","params":{"pad":"' + "y" * (17 * 1024 * 1024) + '"}}'
+            pad = "y" * (17 * 1024 * 1024)
+            frame = '{"jsonrpc":"2.0","id":1,"method":"host.status","params":{"pad":"' + pad + '"}}'
             with pytest.raises(ConnectionClosed) as closed:
                 await ws.send_message(frame)
                 await ws.get_message()

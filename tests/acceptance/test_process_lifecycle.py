@@ -69,8 +69,8 @@ def _rich_messages(n: int) -> list[dict[str, Any]]:
                             {"type": "text", "text": "tool output"}]}
         else:
             m = {"id": f"f{i}", "role": "user",
-                 "blocks": [{"type": "attachment", "kind": "image", "name": "diagram.png", "ref": "attachments/" + "ab" * 32,
-                             "mimeType": "image/png", "size": 4096},
+                 "blocks": [{"type": "attachment", "kind": "image", "name": "diagram.png",
+                             "ref": "attachments/" + "ab" * 32, "mimeType": "image/png", "size": 4096},
                             {"type": "text", "text": f"see attached {i}"}]}
         out.append(m)
     return out
@@ -152,13 +152,13 @@ async def test_restart_returns_the_same_bytes(tmp_path: Path) -> None:
     full = before[-1]
     assert full["totalMessages"] == 40 and [m["seq"] for m in full["messages"]] == list(range(1, 41))
     # What the client sent comes back exactly (plus the host-filled createdAt).
-    for got, want in zip(full["messages"], sent):
+    for got, want in zip(full["messages"], sent, strict=True):
         assert {k: v for k, v in got.items() if k not in ("seq", "createdAt", "type")} == want
     # session.get full == the transcript file's message lines.
     assert _without_seq(full["messages"]) == _file_records(transcript)
     # The windows are slices of the same records; the content cap touched only the projection.
     by_id = {m["id"]: m for m in full["messages"]}
-    for spec, window in zip(WINDOWS, before):
+    for spec, window in zip(WINDOWS, before, strict=True):
         if spec.get("contentLimit"):
             assert all(len(b.get("text", "")) <= 4 for m in window["messages"] for b in m["blocks"]
                        if b["type"] == "text")

@@ -31,6 +31,11 @@ def _data(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
+def _tree_without_db(base: Path) -> list[Path]:
+    """Every path under ``base`` (relative), the SQLite files aside."""
+    return sorted(p.relative_to(base) for p in base.rglob("*") if "pi.sqlite" not in p.name)
+
+
 def _transcript(root: Path, sid: str) -> Path:
     return root / "sessions" / f"{sid}.jsonl"
 
@@ -172,7 +177,8 @@ async def test_window_read_touches_only_the_window(tmp_path: Path, monkeypatch: 
         assert nbytes == _line_bytes(root, sid, ids), key
         assert preads == 1, key  # the 50 lines are adjacent: one sequential read
     # Independent of the session's size: the same bytes for 50 and for 5,000 messages.
-    assert measured["big-cold"][0] == measured["small-cold"][0] == measured["big-warm"][0], {k: v[:2] for k, v in measured.items()}
+    assert measured["big-cold"][0] == measured["small-cold"][0] == measured["big-warm"][0], {
+        k: v[:2] for k, v in measured.items()}
 
 
 async def test_full_load_needs_no_message_content_sql(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -227,7 +233,7 @@ async def test_invalid_session_ids_refused_before_any_path(tmp_path: Path) -> No
             for path, body in sentinels.items():
                 if body is not None:
                     path.write_bytes(body)
-            listing = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "pi.sqlite" not in p.name)
+            listing = await trio.to_thread.run_sync(_tree_without_db, tmp_path)
             for bad in BAD_IDS:
                 calls = [
                     ("session.create", {"sessionId": bad}),
@@ -242,7 +248,7 @@ async def test_invalid_session_ids_refused_before_any_path(tmp_path: Path) -> No
                         await c.call(method, params)
                     assert err.value.data_code in ("INVALID_ID", "INVALID_PARAMS"), (bad, method, err.value)
             assert (await c.call("session.list", {}))["sessions"] == []
-            after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "pi.sqlite" not in p.name)
+            after = await trio.to_thread.run_sync(_tree_without_db, tmp_path)
     assert after == listing
     assert (root / "x.jsonl").read_bytes() == b"inside root\n"
     assert (tmp_path / "x.jsonl").read_bytes() == b"outside root\n"
@@ -328,8 +334,8 @@ async def test_torn_trailing_line(tmp_path: Path, tail: bytes) -> None:
                 await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(f"m{i}", f"text {i}")})
         path = _transcript(root, "s1")
         good = path.read_bytes()
-        with open(path, "ab") as fh:
-            fh.write(tail)
+        async with await trio.open_file(path, "ab") as fh:
+            await fh.write(tail)
         async with inprocess_host(root) as host, client_for(host) as c:
             assert host.boot.report["tornTails"] == 1
             assert host.boot.report["damagedTranscripts"] == [
@@ -369,8 +375,8 @@ async def test_unknown_line_kinds_skipped_and_duplicate_ids_keep_last(tmp_path: 
                         "blocks": [{"type": "text", "text": "text 3"}]}),
             dumps_line({"type": "zzz"}),
         ]
-        with open(path, "ab") as fh:
-            fh.write(b"".join(extra))
+        async with await trio.open_file(path, "ab") as fh:
+            await fh.write(b"".join(extra))
         async with inprocess_host(root) as host, client_for(host) as c:
             counts = {k: host.boot.report["reconcile"][k] for k in ("badLines", "unknownLines", "tornTails")}
             damaged = host.boot.report["damagedTranscripts"]
@@ -443,8 +449,8 @@ async def test_corrupt_index_is_quarantined_and_rebuilt(tmp_path: Path) -> None:
     root = _data(tmp_path)
     with trio.fail_after(90):
         before = await _populate(root)
-        with open(root / "pi.sqlite", "r+b") as fh:
-            fh.write(b"this is not an SQLite database header at all!!" * 4)
+        async with await trio.open_file(root / "pi.sqlite", "r+b") as fh:
+            await fh.write(b"this is not an SQLite database header at all!!" * 4)
         after, report = await _observe(root)
     assert report["dbRebuilt"] is True and report["database"]["corruption"]
     assert [Path(p).parent for p in report["database"]["quarantined"]] == [root / "quarantine"] * len(

@@ -37,7 +37,8 @@ async def test_events_via_client(harness: Harness) -> None:
             harness.bus.publish("session.message", {"n": 2}, session_id="s2")
             harness.bus.publish("session.message", {"n": 3}, session_id="s1")
             first = await client.next_event()
-            assert (first.topic, first.data, first.session_id, first.subscription_id) == ("session.message", {"n": 1}, "s1", sub["subscriptionId"])
+            assert (first.topic, first.data, first.session_id, first.subscription_id) == (
+                "session.message", {"n": 1}, "s1", sub["subscriptionId"])
             async for event in client:
                 assert event.data == {"n": 3} and event.cursor == 3
                 break

@@ -75,9 +75,10 @@ async def test_expired_cursor_and_unsubscribe(nursery: trio.Nursery) -> None:
             ok = await subscribe(ws, {"topics": ["session.message"]}, request_id=4)
             sub_id = ok["result"]["subscriptionId"]
             assert h.bus.statistics().subscribers == 1
-            await ws.send_message(frame({"jsonrpc": "2.0", "id": 5, "method": "events.unsubscribe", "params": {"subscriptionId": sub_id}}))
+            unsubscribe = {"jsonrpc": "2.0", "method": "events.unsubscribe", "params": {"subscriptionId": sub_id}}
+            await ws.send_message(frame({**unsubscribe, "id": 5}))
             assert (await recv(ws))["result"] == {"ok": True}
-            await ws.send_message(frame({"jsonrpc": "2.0", "id": 55, "method": "events.unsubscribe", "params": {"subscriptionId": sub_id}}))
+            await ws.send_message(frame({**unsubscribe, "id": 55}))
             assert (await recv(ws))["error"]["data"]["code"] == "NOT_FOUND"
             assert h.bus.statistics().subscribers == 0
             h.bus.publish("session.message", {"after": True})

@@ -34,7 +34,8 @@ def test_check_host_accepts_loopback_with_port(host: str) -> None:
     assert check_host(host, 4000) is None
 
 
-@pytest.mark.parametrize("host", [None, "rebind.example:4000", "127.0.0.1:4001", "127.0.0.1", "localhost6:4000", "0.0.0.0:4000"])
+@pytest.mark.parametrize(
+    "host", [None, "rebind.example:4000", "127.0.0.1:4001", "127.0.0.1", "localhost6:4000", "0.0.0.0:4000"])
 def test_check_host_refuses(host: str | None) -> None:
     refusal = check_host(host, 4000)
     assert refusal is not None and refusal.status == 403

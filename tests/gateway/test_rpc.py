@@ -26,7 +26,8 @@ async def roundtrip(ws: WebSocketConnection, message: str | bytes) -> Any:
 
 
 async def assert_usable(ws: WebSocketConnection) -> None:
-    assert (await roundtrip(ws, req("ping", "echo", {"ok": True}))) == {"jsonrpc": "2.0", "id": "ping", "result": {"ok": True}}
+    reply = await roundtrip(ws, req("ping", "echo", {"ok": True}))
+    assert reply == {"jsonrpc": "2.0", "id": "ping", "result": {"ok": True}}
 
 
 BAD_FRAMES = [
@@ -44,7 +45,9 @@ BAD_FRAMES = [
 
 
 @pytest.mark.parametrize(("message", "numeric", "code"), BAD_FRAMES)
-async def test_bad_frames_get_right_code_and_connection_stays(harness: Harness, message: str, numeric: int, code: str) -> None:
+async def test_bad_frames_get_right_code_and_connection_stays(
+    harness: Harness, message: str, numeric: int, code: str
+) -> None:
     with trio.fail_after(10):
         async with connect(harness.url) as ws:
             await hello(ws)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import trio
 
-from runtime.client import RpcError, open_client
+from runtime.client import ClientClosed, RpcError, open_client
 from store.fork import derived_id
 from tests.hostkit import client_for, inprocess_host, msg, start_host_process
 from tests.revisions.helpers import assert_index_matches_file, full, query, revisions_path, transcript_path, turn
@@ -217,7 +217,7 @@ async def test_sigkill_during_fork_gives_no_child_or_a_whole_one(tmp_path, point
                 (pasted / "a.txt").write_text("A")
                 await c.call("session.appendMessage", {"sessionId": "src", "message": msg("u1", f"{pasted}/a.txt")})
                 await c.call("session.appendMessage", {"sessionId": "src", "message": msg("a1", "x", role="assistant")})
-                with pytest.raises(Exception):  # the host dies under the call
+                with pytest.raises(ClientClosed):  # the host dies under the call
                     await c.call("session.fork", {"sessionId": "src"})
         assert proc.proc.wait(timeout=30) == -signal.SIGKILL
     finally:

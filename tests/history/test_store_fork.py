@@ -61,7 +61,7 @@ def test_ids_and_tool_call_ids_are_remapped_consistently() -> None:
     new = plan.plan.messages
     old_ids = [x["id"] for x in msgs]
     assert [x["id"] for x in new] == [derived_id(CHILD, "message", i) for i in old_ids]
-    assert plan.id_map == dict(zip(old_ids, [x["id"] for x in new]))
+    assert plan.id_map == dict(zip(old_ids, [x["id"] for x in new], strict=True))
     assert not set(plan.id_map.values()) & set(old_ids)
     call = new[1]["blocks"][1]["callId"]
     assert call == derived_id(CHILD, "call", "call-1") != "call-1"

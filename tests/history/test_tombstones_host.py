@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import trio
 
@@ -109,10 +107,10 @@ async def test_receipt_replays_the_stored_answer(tmp_path):
             p = {"sessionId": sid, "messageId": "u1", "submissionId": "sub-1"}
             assert (await c.call("session.deleteMessage", p))["deleted"] is True
             await c.call("session.restoreMessage", {"sessionId": sid, "messageId": "u1"})
-            size = os.path.getsize(transcript_path(tmp_path, sid))
+            size = (await trio.Path(transcript_path(tmp_path, sid)).stat()).st_size
             # the retry answers from the receipt; it does not delete again
             assert (await c.call("session.deleteMessage", p))["deleted"] is True
-            assert os.path.getsize(transcript_path(tmp_path, sid)) == size
+            assert (await trio.Path(transcript_path(tmp_path, sid)).stat()).st_size == size
             assert deleted_flags(tmp_path, sid)["u1"] == 0
             with pytest.raises(RpcError) as err:
                 await c.call("session.deleteMessage", {**p, "messageId": "a1"})

@@ -302,7 +302,8 @@ def test_title_is_trimmed_and_counts_code_points() -> None:
 
 
 def test_environment_snapshot_refuses_secret_values() -> None:
-    env: dict[str, Any] = {"version": 1, "connection": {"baseUrl": "https://x", "headers": {"Authorization": "Bearer sk-1"}}}
+    env: dict[str, Any] = {"version": 1,
+                           "connection": {"baseUrl": "https://x", "headers": {"Authorization": "Bearer sk-1"}}}
     with pytest.raises(ValidationError) as exc:
         parse_params("session.startTurn", {"sessionId": "s1", "environment": env})
     assert _errors(exc) == [(("environment", "connection"), "value_error")]

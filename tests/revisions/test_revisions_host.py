@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from itertools import pairwise
 
 import pytest
 import trio
@@ -49,7 +50,8 @@ async def test_regenerate_save_switch_and_restart(tmp_path):
             r = await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
             assert r["revision"]["revisionIndex"] == 2
             revs = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
-            assert [(x["revisionIndex"], x["isActive"], x["messageCount"]) for x in revs] == [(1, False, 2), (2, True, 2)]
+            assert [(x["revisionIndex"], x["isActive"], x["messageCount"]) for x in revs] == [
+                (1, False, 2), (2, True, 2)]
             assert_index_matches_file(tmp_path, sid)
     # restart: variants survive, the live root reloads with its pager stamp
     with trio.fail_after(60):
@@ -95,8 +97,8 @@ async def test_repeated_turns_over_live_branch_add_constant_reference_lines(tmp_
             for i in range(8):
                 await turn(c, sid, f"u{i + 2}", f"a{i + 2}", "x" * 200)
                 await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
-                sizes.append(os.path.getsize(revisions_path(tmp_path, sid)))
-            growth = {b - a for a, b in zip(sizes, sizes[1:])}
+                sizes.append((await trio.Path(revisions_path(tmp_path, sid)).stat()).st_size)
+            growth = {b - a for a, b in pairwise(sizes)}
             assert len(growth) == 1 and growth.pop() < 200
             revs = (await c.call("session.listRevisions", {"sessionId": sid, "rootUserId": "u1"}))["revisions"]
             assert revs[-1]["messageCount"] == 2 + 2 * 8 and revs[-1]["isActive"]
@@ -185,5 +187,6 @@ async def test_lost_revision_rows_are_rebuilt_from_files(tmp_path):
     with trio.fail_after(60):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             revs = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
-            assert [(x["revisionIndex"], x["isActive"], x["messageCount"]) for x in revs] == [(1, False, 2), (2, True, 2)]
+            assert [(x["revisionIndex"], x["isActive"], x["messageCount"]) for x in revs] == [
+                (1, False, 2), (2, True, 2)]
     assert query(tmp_path, "SELECT COUNT(*) FROM message_revisions")[0][0] == 2

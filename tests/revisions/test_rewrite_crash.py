@@ -13,7 +13,7 @@ import signal
 import pytest
 import trio
 
-from runtime.client import open_client
+from runtime.client import ClientClosed, open_client
 from tests.hostkit import client_for, inprocess_host, msg, start_host_process
 from tests.revisions.helpers import assert_index_matches_file, file_message_ids, full, ids, query
 
@@ -50,7 +50,7 @@ async def test_sigkill_during_rewrite(tmp_path, point, nth):
     proc = start_host_process(tmp_path, env={"RT_CRASHPOINT": f"{point}:{nth}:kill"})
     try:
         with trio.fail_after(30):
-            with pytest.raises(Exception):  # the host dies under the call
+            with pytest.raises(ClientClosed):  # the host dies under the call
                 async with open_client(proc.url, proc.token, client_id="crash") as c:
                     await _scenario(c)
         assert proc.proc.wait(timeout=30) == -signal.SIGKILL

@@ -213,8 +213,8 @@ async def test_legacy_compaction_line_is_normalized_on_read(tmp_path):
             await turn(c, sid, "u1", "a1")
     legacy = (b'{"type":"compaction","id":"old","summary":"s","throughMessageId":"a1","tokensBefore":1,'
               b'"retainedTail":[{"id":"u1","role":"user","blocks":[]},{"id":"a1","role":"assistant","blocks":[]}]}\n')
-    with open(transcript_path(tmp_path, sid), "ab") as fh:
-        fh.write(legacy)
+    async with await trio.open_file(transcript_path(tmp_path, sid), "ab") as fh:
+        await fh.write(legacy)
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             got = await full(c, sid)

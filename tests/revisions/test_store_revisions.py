@@ -47,7 +47,7 @@ def test_legacy_file_reads_back_message_for_message(tmp_path):
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in legacy))
     rf = read_revisions(path)
     assert [e.revision_index for e in rf.family("u1")] == [1, 2]
-    for rec, entry in zip(legacy, rf.family("u1")):
+    for rec, entry in zip(legacy, rf.family("u1"), strict=True):
         assert list(entry.messages) == rec["messages"] and not entry.live
     assert rf.get("u1", 2).turns == {"a1b": "t2"}
 
@@ -168,11 +168,11 @@ def test_normalize_compaction_rules():
     tail = long["retainedTail"][0]
     assert len(tail["blocks"][0]["text"]) == 64_000 and tail["blocks"][0]["truncated"] is True
     assert tail["meta"]["retainedTruncated"] is True
+    reasoning_in = [{"role": "assistant", "blocks": [
+        {"type": "thinking", "text": "t"}, {"type": "tool_call", "callId": "x"}, {"type": "text", "text": "y"}]}]
     reasoning = normalize_compaction({"id": "c", "summary": "s", "throughMessageId": "a", "tokensBefore": 0,
-                                      "details": {"retainedReasoning": [
-                                          {"role": "assistant", "blocks": [
-                                              {"type": "thinking", "text": "t"}, {"type": "tool_call", "callId": "x"},
-                                              {"type": "text", "text": "y"}]}] + [{"text": str(i)} for i in range(30)]}},
+                                      "details": {"retainedReasoning": reasoning_in + [
+                                          {"text": str(i)} for i in range(30)]}},
                                      now_ms=0)
     rr = reasoning["details"]["retainedReasoning"]
     assert len(rr) == 16 and rr[-1] == {"text": "29"}

@@ -91,9 +91,9 @@ class VirtualWall:
 
 @asynccontextmanager
 async def running_scheduler(db: LoopDb, clock: Callable[[], int], *, faults: Faults = NO_FAULTS,
-                            config: SchedulerConfig = SchedulerConfig()) -> AsyncIterator[tuple[Scheduler, EventBus]]:
+                            config: SchedulerConfig | None = None) -> AsyncIterator[tuple[Scheduler, EventBus]]:
     bus = EventBus()
-    sched = Scheduler(db=db, reads=db, bus=bus, now_ms=clock, faults=faults, config=config)
+    sched = Scheduler(db=db, reads=db, bus=bus, now_ms=clock, faults=faults, config=config or SchedulerConfig())
     async with trio.open_nursery() as nursery:
         await nursery.start(sched.run)
         try:

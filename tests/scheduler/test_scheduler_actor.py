@@ -277,7 +277,7 @@ def test_a_slot_that_cannot_advance_is_disarmed_not_looped(tmp_path: Path) -> No
 
         def corrupt(c: sqlite3.Connection) -> None:  # a hand-edited row: daily, armed, but no schedule
             c.execute("UPDATE scheduled_tasks SET config_json = ? WHERE id = 't'",
-                            ('{"mode": "agent", "nextRunAt": %d}' % (BASE - 1),))
+                            (f'{{"mode": "agent", "nextRunAt": {BASE - 1}}}',))
 
         db.tx(corrupt)
         batch = db.tx(lambda c: schedule.fire_due(c, now_ms=BASE, new_run_id=lambda: "r1"))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -147,9 +146,10 @@ async def test_sigkill_inside_the_fire_transaction_never_double_fires(tmp_path: 
         conn.execute("UPDATE scheduled_tasks SET config_json = ? WHERE id = 't'", (json.dumps(config),))
     conn.close()
     env = {**os.environ, "RT_CRASHPOINT": f"{schedule.FIRE_POINT}:1:kill"}
-    crashed = subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "--data-dir", str(tmp_path), "serve", "--port", "0", "--quiet"],
-        cwd=REPO, env=env, capture_output=True, timeout=60)
+    with trio.fail_after(60):
+        crashed = await trio.run_process(
+            [sys.executable, "-m", "runtime.cli", "--data-dir", str(tmp_path), "serve", "--port", "0", "--quiet"],
+            cwd=REPO, env=env, capture_stdout=True, capture_stderr=True, check=False)
     assert crashed.returncode == -9  # killed inside the transaction that starts the run
     config, runs = _db_task(tmp_path, "t")
     assert (config["nextRunAt"], runs) == (missed, 0)  # neither the run nor the advance survived
@@ -157,7 +157,7 @@ async def test_sigkill_inside_the_fire_transaction_never_double_fires(tmp_path: 
     try:
         async with open_client(proc.url, proc.token, client_id="t", client_kind="test") as c:
             with trio.fail_after(20):
-                while not (history := (await c.call("tasks.runs", {"taskId": "t"}))["runs"]):
+                while not (history := (await c.call("tasks.runs", {"taskId": "t"}))["runs"]):  # noqa: ASYNC110 - polls another process over RPC; no local event exists
                     await trio.sleep(0.05)
             task = await c.call("tasks.get", {"taskId": "t"})
             assert len(history) == 1 and history[0]["status"] == "running"

@@ -19,7 +19,8 @@ T0 = 1785056400000
 
 
 def message(mid: str, text: str = "hi", **extra: Any) -> bytes:
-    return dumps_line({"type": "message", "id": mid, "role": "user", "blocks": [{"type": "text", "text": text}], **extra})
+    return dumps_line(
+        {"type": "message", "id": mid, "role": "user", "blocks": [{"type": "text", "text": text}], **extra})
 
 
 # ----------------------------------------------------------------- classify_line
@@ -75,7 +76,8 @@ def test_classify_line_ignores_a_value_that_looks_like_a_key() -> None:
 keys = st.text(max_size=6)
 nested = st.recursive(
     st.none() | st.integers(-(10**6), 10**6) | st.text(max_size=8),
-    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.sampled_from(["type", "id", "x", '"', "\\"]) | keys, c, max_size=3),
+    lambda c: st.lists(c, max_size=3)
+    | st.dictionaries(st.sampled_from(["type", "id", "x", '"', "\\"]) | keys, c, max_size=3),
     max_leaves=12,
 )
 

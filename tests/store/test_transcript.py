@@ -134,7 +134,8 @@ def test_append_requires_single_complete_lines(writer: TranscriptWriter, bad: by
     assert writer.length == before and not writer.failed
 
 
-@pytest.mark.parametrize(("action", "error", "code"), [("enospc", StorageFull, "STORAGE_FULL"), ("eio", IOFailure, "IO_ERROR")])
+@pytest.mark.parametrize(
+    ("action", "error", "code"), [("enospc", StorageFull, "STORAGE_FULL"), ("eio", IOFailure, "IO_ERROR")])
 def test_append_rolls_back_on_write_error(
     session: Path, action: str, error: type[Exception], code: str
 ) -> None:
@@ -333,7 +334,7 @@ def test_torn_tail_at_every_offset_and_kind(ram_session: Path) -> None:
         assert [m.id for m in t.messages] == BASE_IDS, (kind, k)
         assert t.torn_tail and t.valid_length == len(base) and t.bad_lines == 0, (kind, k)
         # the writer quarantines exactly the torn bytes, then truncates
-        with TranscriptWriter.open(session, clock_ms=lambda: 1000 + n) as w:
+        with TranscriptWriter.open(session, clock_ms=lambda n=n: 1000 + n) as w:
             repair = w.last_repair
             assert repair is not None, (kind, k)
             assert (repair.original_length, repair.valid_length) == (len(base) + k, len(base))

@@ -14,7 +14,7 @@ import trio
 
 from runtime.client import RpcError
 from store import attachments as a
-from store.errors import NotFound, PayloadTooLarge, SessionNotFound
+from store.errors import InvalidInput, NotFound, PayloadTooLarge, SessionNotFound
 from store.faults import Faults, InjectedFault
 from tests.hostkit import client_for, inprocess_host
 from tests.stores.conftest import NOW, add_session, tx
@@ -66,7 +66,7 @@ def test_import_streams_and_hashes_large_files(tmp_path: Path, conn: sqlite3.Con
     with pytest.raises(PayloadTooLarge):
         f.import_file(src, max_bytes=1 << 20)
     os.symlink(src, tmp_path / "link")
-    with pytest.raises(Exception):
+    with pytest.raises(InvalidInput):  # O_NOFOLLOW: a symlink is refused, not followed
         f.import_file(tmp_path / "link", max_bytes=10 << 20)
     assert [n for n in os.listdir(f.directory) if ".tmp." in n] == []  # failed imports leave no temp file
 
@@ -127,7 +127,7 @@ def test_crash_between_marking_and_deleting_leaves_no_dangling_reference(
     add_session(conn, "s")
     blobs = [put(conn, f, bytes([i]) * 10, NOW + i) for i in range(4)]
     for i, sha in enumerate(blobs):
-        tx(conn)(lambda c: a.record_ref(c, sha, "s", f"m{i}", NOW + i))
+        tx(conn)(lambda c, sha=sha, i=i: a.record_ref(c, sha, "s", f"m{i}", NOW + i))
     faults.add(point, nth=1, action="raise")
     with pytest.raises(InjectedFault):
         a.collect(f, tx(conn), budget=15, active_session_id=None)

@@ -21,6 +21,11 @@ def store(tmp_path: Path) -> s.SecretStore:
     return s.SecretStore(tmp_path / "secrets")
 
 
+def _db_bytes(root: Path) -> bytes:
+    """The SQLite database with its -wal/-shm files, concatenated."""
+    return b"".join(p.read_bytes() for p in root.iterdir() if p.name.startswith("pi.sqlite"))
+
+
 def test_round_trip_versions_and_key_file(tmp_path: Path) -> None:
     st = store(tmp_path)
     assert st.set("provider/anthropic", "sk-ant-é✓", now_ms=NOW) == 1
@@ -213,7 +218,7 @@ async def test_secrets_rpc_values_never_reach_sqlite(tmp_path: Path) -> None:
                     await cli.call("secrets.get", {"ref": "provider/x"})
                 assert exc.value.data_code == "PERMISSION_DENIED"
                 assert len((await cli.call("secrets.list", {}))["secrets"]) == 1
-    blob = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("pi.sqlite"))
+    blob = await trio.to_thread.run_sync(_db_bytes, tmp_path)
     assert b"provider/x" in blob  # the bookkeeping is there ...
     assert value.encode() not in blob and b"VERY-SECRET" not in blob  # ... the value is not
     for p in (tmp_path / "secrets").iterdir():

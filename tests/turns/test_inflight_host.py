@@ -189,7 +189,8 @@ async def test_late_partial_snapshot_cannot_overwrite_settled_result(tmp_path):
             sid = await setup(c)
             await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
                                                    "message": assistant("a1", "partial", "streaming")})
-            await c.call("session.appendMessage", {"sessionId": sid, "message": assistant("a1", "settled", "completed")})
+            await c.call("session.appendMessage",
+                         {"sessionId": sid, "message": assistant("a1", "settled", "completed")})
             late = await c.call("session.appendMessage", {"sessionId": sid,
                                                           "message": assistant("a1", "partial longer", "streaming")})
             assert late["replayed"] is True
@@ -206,7 +207,8 @@ async def test_duplicate_terminal_snapshot_cannot_overwrite_settled_result(tmp_p
             sid = await setup(c)
             await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
                                                    "message": assistant("a1", "partial", "streaming")})
-            await c.call("session.appendMessage", {"sessionId": sid, "message": assistant("a1", "settled", "completed")})
+            await c.call("session.appendMessage",
+                         {"sessionId": sid, "message": assistant("a1", "settled", "completed")})
             dup = await c.call("session.appendMessage", {"sessionId": sid,
                                                          "message": assistant("a1", "another ending", "completed")})
             assert dup["replayed"] is True

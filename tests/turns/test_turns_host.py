@@ -20,7 +20,8 @@ async def test_start_turn_snapshots_provider_and_model_and_links_messages(tmp_pa
             sid = await new_session(c)
             await c.call("session.update", {"sessionId": sid, "providerId": "p1", "modelId": "m1"})
             # a message naming a turn that does not exist yet is not linked
-            early = await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("u0", "hi")})
+            early = await c.call("session.appendMessage",
+                                 {"sessionId": sid, "turnId": "t1", "message": msg("u0", "hi")})
             assert early["message"].get("turnId") is None
             turn = await start(c, sid, "t1")
             assert turn["status"] == "running" and turn["providerId"] == "p1" and turn["modelId"] == "m1"
