@@ -2,8 +2,8 @@
 
 Rows are inserted the way the indexer leaves them: ``text`` is the final answer
 text (``store.records.extract_text``: no thinking, NULL for tool rows), ``seq``
-comes from ``sessions.last_seq``, ``mid`` is ``(sessions.ordinal << 24) + seq``, and the FTS triggers of the real schema keep
-``messages_fts`` in sync.
+comes from ``sessions.last_seq``, ``mid`` is ``(sessions.ordinal << 24) + seq``, and
+the FTS triggers of the real schema keep ``messages_fts`` in sync.
 """
 
 from __future__ import annotations
