@@ -19,11 +19,12 @@ How SQL finds the matches (every path returns exactly the predicate's set):
   are checked with the Python predicate. ``search.sessions`` therefore counts
   from the FTS doclist alone: no row lookups, no text read, except for the
   hazard rows and the snippets of the returned page.
-  ``search.query`` needs row data anyway (newest-first order) and verifies
-  each candidate in SQL with ``text LIKE '%folded%'`` (escaped; SQLite's LIKE
-  folds ASCII case only) and, for the few texts holding ``İ`` or ``K`` (the
-  only non-ASCII characters that lower to ASCII), with the Python predicate.
-* Shorter queries: the same verification as a scan over ``messages.text``.
+  ``search.query`` looks up each hit's row for its newest-first order but
+  reads no text except for hazard rows.
+* Shorter queries: a scan over ``messages.text`` verified in SQL with
+  ``text LIKE '%folded%'`` (escaped; SQLite's LIKE folds ASCII case only) or
+  ``instr`` and, for the few texts holding ``İ`` or ``K`` (the only non-ASCII
+  characters that lower to ASCII), with the Python predicate.
 * Queries whose case mapping is non-ASCII (``ÄPFEL``, ``ΣΟΦΙΑ``), or that hold
   U+FFFD..U+FFFF (SQLite reads all three as U+FFFD): the Python predicate
   (registered with ``create_function``) over ``messages.text``, because the
@@ -386,8 +387,11 @@ def search_messages(
     Returns ``{results: [{sessionId, messageId, role, seq, snippet,
     createdAt}], nextCursor}`` (``createdAt`` in integer ms, as in the index).
     With ``session_id``, only that session (SessionNotFound if it does not
-    exist or is in the trash); the session's rows are scanned directly, which
-    is cheaper than the global trigram index for one session.
+    exist or is in the trash): trigram queries read the session's mid range
+    of the trigram index, other queries scan the session's rows.
+    Newest-first order needs every hit's ``created_at`` (mids follow sessions,
+    not time), so a global trigram query still looks up each hit's row; only
+    hazard rows are checked against the text.
     """
     q = normalize_query(query)
     _check_int("limit", limit, 1, MAX_MESSAGE_LIMIT)
@@ -397,11 +401,22 @@ def search_messages(
     fingerprint = query_fingerprint("messages", plan.folded, session_id)
     after = decode_cursor(cursor, "messages", fingerprint, (int, int)) if cursor is not None else None
     params = {**_params(plan), "sid": session_id, "lim": limit + 1}
-    where = [_LIVE_MESSAGE, _match_sql("m.text", plan)]
-    if session_id is not None:
+    if plan.fts_exact:
+        # Trigram hits are searchable rows that match, except hazard rows.
+        where = [f"(m.mid NOT IN (SELECT mid FROM search_hazard) OR {_FOLD_FN}(m.text, :fq))"]
+        source = _FROM_FTS
+        if session_id is None:
+            where.append("m.session_id NOT IN (SELECT id FROM sessions WHERE deleted_at IS NOT NULL)")
+        else:
+            # One session: the mid range of its ordinal (FTS5 seeks to it).
+            source += " messages_fts.rowid >= :lo AND messages_fts.rowid < :hi AND"
+            params["lo"] = params["hi"] = 0
+    elif session_id is not None:
         # One session: its (session_id, seq) index beats the global trigram index.
+        where = [_LIVE_MESSAGE, _match_sql("m.text", plan)]
         source = "messages AS m WHERE m.session_id = :sid AND"
     else:
+        where = [_LIVE_MESSAGE, _match_sql("m.text", plan)]
         source = _from_where(plan)
     if after is not None:
         where.append("(m.created_at, m.mid) < (:after_at, :after_mid)")
@@ -409,10 +424,13 @@ def search_messages(
     with _read_snapshot(conn):
         if session_id is not None:
             live = conn.execute(
-                "SELECT 1 FROM sessions WHERE id = ? AND deleted_at IS NULL", (session_id,)
+                "SELECT ordinal FROM sessions WHERE id = ? AND deleted_at IS NULL", (session_id,)
             ).fetchone()
             if live is None:
                 raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
+            if "lo" in params:
+                params["lo"] = int(live[0]) << MID_SEQ_BITS
+                params["hi"] = (int(live[0]) + 1) << MID_SEQ_BITS
         rows = conn.execute(
             f"SELECT m.mid, m.id, m.session_id, m.role, m.seq, m.text, m.created_at FROM {source} "
             f"{' AND '.join(where)} ORDER BY m.created_at DESC, m.mid DESC LIMIT :lim",

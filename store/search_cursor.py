@@ -17,7 +17,7 @@ from typing import Any
 
 from .errors import InvalidInput
 
-_VERSION = 1
+_VERSION = 2  # 2: schema v22 renumbered messages.mid, which search.query cursors hold
 
 
 def query_fingerprint(kind: str, *parts: str | None) -> str:
