@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import bisect
 import sqlite3
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
@@ -120,8 +119,10 @@ def _match_sql(column: str, plan: QueryPlan) -> str:
     # LIKE folds ASCII case only, exactly like lower(), without copying the text.
     expr = f"{column} LIKE :like ESCAPE '\\'"
     if plan.hazard_chars:
+        # CASE, not OR/AND: in a result column SQLite evaluates both operands of
+        # OR/AND, which would call the Python predicate for every row.
         has = " OR ".join(f"instr({column}, :hz{i}) > 0" for i in range(len(plan.hazard_chars)))
-        expr = f"({expr} OR (({has}) AND {_FOLD_FN}({column}, :fq)))"
+        expr = f"(CASE WHEN {expr} THEN 1 WHEN {has} THEN {_FOLD_FN}({column}, :fq) ELSE 0 END)"
     return expr
 
 
@@ -183,8 +184,7 @@ def search_sessions(
         hits: list[int] | None = None
         if plan.fts_exact:
             hits = _exact_hits(conn, plan)
-            by_ordinal = Counter(mid >> MID_SEQ_BITS for mid in hits)
-            counts = {r[0]: by_ordinal[r[7]] for r in rows if r[7] in by_ordinal}
+            counts = _counts_by_session(hits, [(r[0], r[7]) for r in rows])
         else:
             counts = dict(
                 conn.execute(
@@ -275,6 +275,21 @@ def _exact_hits(conn: sqlite3.Connection, plan: QueryPlan) -> list[int]:
             if not pred(text):
                 rejected.add(mid)
     return [mid for mid in hits if mid not in rejected] if rejected else hits
+
+
+def _counts_by_session(hits: list[int], sessions: list[tuple[str, int | None]]) -> dict[str, int]:
+    """Matches per session from the sorted hits: a session's hits are the run
+    inside its ordinal's mid range (two binary searches, whatever the hit count)."""
+    counts: dict[str, int] = {}
+    if not hits:
+        return counts
+    for sid, ordinal in sessions:
+        if ordinal is None:
+            continue
+        lo = bisect.bisect_left(hits, ordinal << MID_SEQ_BITS)
+        if lo < len(hits) and hits[lo] >> MID_SEQ_BITS == ordinal:
+            counts[sid] = bisect.bisect_left(hits, (ordinal + 1) << MID_SEQ_BITS, lo) - lo
+    return counts
 
 
 def _snippets_from_hits(
