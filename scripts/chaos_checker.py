@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from scripts.chaos_history import WRITE_KINDS, History, Op, Outcome, outcomes
 
@@ -156,7 +157,7 @@ def _check_sessions_consistent(obs: Observation, report: Report) -> None:
 
 
 def _first_diff(a: list[str], b: list[str]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):  # lists may differ in length; tail handled below
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
@@ -315,7 +316,7 @@ def _check_queue(found: dict[tuple[str, str], Outcome], obs: Observation, report
         for key in s.queue_keys:
             seen[key] += 1
             where[key] = sid
-    for key, count in seen.items():
+    for key in seen:
         if key not in pushes:
             report.unexpected.add(f"queue:{where[key]}/{key}")
     for key, push in pushes.items():

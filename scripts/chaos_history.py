@@ -16,9 +16,10 @@ attempt failed, indeterminate otherwise. No trio, no I/O (except :meth:`History.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 import orjson
 

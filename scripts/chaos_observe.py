@@ -10,9 +10,10 @@ while the workload is paused, so the three views describe the same state.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import trio
 
@@ -20,8 +21,8 @@ from runtime.client import HostClient, RpcError
 from scripts.chaos_checker import ABSENT, TOKEN_RE, Observation, ObservedMessage, ObservedSession
 from scripts.chaos_workload import SETTINGS_NS, Worker
 from store.database import open_reader
-from store.inflight import SUFFIX, read_checkpoint
 from store.errors import StoreError
+from store.inflight import SUFFIX, read_checkpoint
 from store.search import search_messages
 from store.transcript import read_transcript
 
@@ -154,7 +155,7 @@ async def _search(client: HostClient, data_dir: Path, tokens: Sequence[str],
                   notes: ObserveNotes) -> dict[str, list[tuple[str, str]]]:
     out: dict[str, list[tuple[str, str]]] = {}
     if notes.search_via == "search.query":
-        for i, token in enumerate(tokens):
+        for token in tokens:
             try:
                 res = await client.call("search.query", {"query": token, "limit": 50})
             except RpcError as exc:

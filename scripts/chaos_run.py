@@ -36,11 +36,13 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import trio
+import trio.lowlevel
 
 from runtime.client import ClientClosed, open_client
 from scripts.chaos_checker import Report, check
@@ -231,7 +233,8 @@ class Runner:
                     for w in self.workers:
                         n.start_soon(self.drive, w, host.url, host.token, stop)
                     deadline = trio.current_time() + duration
-                    while trio.current_time() < deadline and host.proc.poll() is None:
+                    # polls a child process's exit status: there is no event to wait on
+                    while trio.current_time() < deadline and host.proc.poll() is None:  # noqa: ASYNC110
                         await trio.sleep(0.01)
                     died_itself = host.proc.poll() is not None
                     await self.kill(host, disk)
@@ -306,7 +309,7 @@ class Runner:
                 await trio.sleep(0.001)
             # land somewhere inside the request: before, during or after its fsync / DB commit
             for _ in range(self.rng.randrange(4)):
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()
             if self.rng.random() < 0.3 or not busy:
                 target = "db-writer"
             else:

@@ -259,8 +259,9 @@ class Worker:
     async def rename(self, client: HostClient) -> None:
         n = self._next("rename")
         title = f"chaos {self.sid} #{n}"
+        params = {"sessionId": self.sid, "title": title, "submissionId": f"ren-{self.sid}-{n}"}
         await self.call(client, "rename", f"{self.sid}#{n}", {"sid": self.sid, "title": title},
-                        "session.rename", {"sessionId": self.sid, "title": title, "submissionId": f"ren-{self.sid}-{n}"})
+                        "session.rename", params)
 
     # ------------------------------------------------------------------ after a restart
     async def retry_pending(self, client: HostClient) -> int:

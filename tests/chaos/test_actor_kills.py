@@ -8,6 +8,7 @@ import random
 from collections import Counter
 
 import trio
+import trio.lowlevel
 
 from runtime.client import HostClient, RpcError
 from store.database import open_reader
@@ -60,10 +61,11 @@ async def test_acked_appends_survive_actor_kills_exactly_once(tmp_path) -> None:
                 # writers keep appending until the last kill landed
                 while len(kills) < KILLS and not done.is_set():
                     await trio.sleep(rng.uniform(0.005, 0.05))
-                    while not state["in_flight"] and not done.is_set():
+                    # chaos timing: spin until some request is in flight, then strike at a random tick
+                    while not state["in_flight"] and not done.is_set():  # noqa: ASYNC110
                         await trio.sleep(0.001)
                     for _ in range(rng.randrange(6)):  # a random await point inside the request
-                        await trio.sleep(0)
+                        await trio.lowlevel.checkpoint()
                     target = "db-writer" if len(kills) % 3 == 0 else rng.choice(targets[1:])
                     if host.kill_actor(target):
                         kills.append(target)
