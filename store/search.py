@@ -100,10 +100,6 @@ _FROM_FTS = (
 _FROM_SCAN = "messages AS m NOT INDEXED WHERE"
 
 
-def _from_where(plan: QueryPlan) -> str:
-    return _FROM_FTS if plan.fts else _FROM_SCAN
-
-
 def _check_int(name: str, value: object, low: int, high: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise InvalidInput(f"{name} must be an integer in {low}..{high}", data={"field": name})
@@ -188,7 +184,7 @@ def search_sessions(
         else:
             counts = dict(
                 conn.execute(
-                    f"SELECT m.session_id, count(*) FROM {_from_where(plan)} "
+                    f"SELECT m.session_id, count(*) FROM {_FROM_SCAN} "
                     f"{_LIVE_MESSAGE} AND {_match_sql('m.text', plan)} "
                     "GROUP BY m.session_id",
                     params,
@@ -209,9 +205,7 @@ def search_sessions(
         if hits is not None:
             snippets = _snippets_from_hits(conn, page, plan, hits, snippets_per_session)
         else:
-            snippets = _page_snippets(
-                conn, page, plan, params, snippets_per_session, sum(h.message_matches for h in matched)
-            )
+            snippets = _page_snippets(conn, page, plan, params, snippets_per_session)
     results = [
         {
             "sessionId": h.session_id,
@@ -262,8 +256,18 @@ def _exact_hits(conn: sqlite3.Connection, plan: QueryPlan) -> list[int]:
     ]
     if not hits:
         return hits
-    hazard = {r[0] for r in conn.execute("SELECT mid FROM search_hazard")}
-    suspects = [mid for mid in hits if mid in hazard] if hazard else []
+    n_hazard = conn.execute("SELECT count(*) FROM search_hazard").fetchone()[0]
+    if n_hazard == 0:
+        return hits
+    if n_hazard <= len(hits):  # read the (smaller) hazard list
+        hazard = {r[0] for r in conn.execute("SELECT mid FROM search_hazard")}
+        suspects = [mid for mid in hits if mid in hazard]
+    else:  # probe the hazard list for each hit
+        suspects = []
+        for start in range(0, len(hits), 500):
+            chunk = hits[start : start + 500]
+            marks = ",".join("?" for _ in chunk)
+            suspects.extend(r[0] for r in conn.execute(f"SELECT mid FROM search_hazard WHERE mid IN ({marks})", chunk))
     if not suspects:
         return hits
     pred = literal_predicate(plan.query)
@@ -319,73 +323,32 @@ def _snippets_from_hits(
     return out
 
 
-# Relative cost of one trigram candidate in the shared snippet pass, against one
-# row of a per-session ordered scan (both are a row lookup plus a LIKE).
-_FTS_PASS_COST_PER_MATCH = 1.0
-
-
 def _page_snippets(
     conn: sqlite3.Connection,
     page: list[_SessionHit],
     plan: QueryPlan,
     params: dict[str, Any],
     n: int,
-    total_matches: int,
 ) -> dict[str, list[dict[str, Any]]]:
-    """The first ``n`` matching messages (by seq) of each page session.
-
-    Two ways to get them: scan the session in seq order until ``n`` matches
-    (expected ``(n + 1) * last_seq / matches`` rows: cheap when matches are
-    dense), or one pass over the trigram candidates for several sessions at once
-    (cost about the total match count: cheap when the query is selective). The
-    sessions whose scans would cost most are moved to the shared pass while that
-    lowers the estimated total.
-    """
+    """The first ``n`` matching messages (by seq) of each page session, for
+    queries the trigram index cannot answer: each session scanned in seq order
+    until ``n`` matches."""
     if n <= 0:
         return {}
-    wanted = [h for h in page if h.message_matches > 0]
-    scan_cost = {h.session_id: (n + 1) * max(h.last_seq, 1) / h.message_matches for h in wanted}
-    sparse: set[str] = set()
-    if plan.fts and wanted:
-        pass_cost = _FTS_PASS_COST_PER_MATCH * total_matches
-        by_cost = sorted(scan_cost, key=lambda sid: scan_cost[sid], reverse=True)
-        rest = sum(scan_cost.values())
-        best, best_k = rest, 0
-        for k, sid in enumerate(by_cost, start=1):
-            rest -= scan_cost[sid]
-            if pass_cost + rest < best:
-                best, best_k = pass_cost + rest, k
-        sparse = set(by_cost[:best_k])
-    rows: list[tuple[str, str, str, int, str]] = []
-    for h in wanted:
-        if h.session_id not in sparse:
-            rows.extend(
-                conn.execute(
-                    f"SELECT m.session_id, m.id, m.role, m.seq, m.text FROM messages AS m "
-                    f"WHERE m.session_id = :sid AND {_LIVE_MESSAGE} AND {_match_sql('m.text', plan)} "
-                    "ORDER BY m.seq LIMIT :n",
-                    {**params, "sid": h.session_id, "n": n},
-                ).fetchall()
-            )
-    if sparse:
-        names = {f"sp{i}": sid for i, sid in enumerate(sorted(sparse))}
-        rows.extend(
-            conn.execute(
-                "SELECT session_id, id, role, seq, text FROM ("
-                "SELECT m.session_id, m.id, m.role, m.seq, m.text, "
-                "row_number() OVER (PARTITION BY m.session_id ORDER BY m.seq) AS rn "
-                f"FROM {_FROM_FTS} "
-                f"m.session_id IN ({', '.join(':' + k for k in names)}) "
-                f"AND {_LIVE_MESSAGE} AND {_match_sql('m.text', plan)}"
-                ") WHERE rn <= :n ORDER BY session_id, seq",
-                {**params, **names, "n": n},
-            ).fetchall()
-        )
     out: dict[str, list[dict[str, Any]]] = {}
-    for sid, msg_id, role, seq, text in rows:
-        out.setdefault(sid, []).append(
-            {"messageId": msg_id, "role": role, "seq": seq, "snippet": snippet(text, plan.query, width=SNIPPET_WIDTH)}
-        )
+    for h in page:
+        if h.message_matches <= 0:
+            continue
+        for sid, msg_id, role, seq, text in conn.execute(
+            f"SELECT m.session_id, m.id, m.role, m.seq, m.text FROM messages AS m "
+            f"WHERE m.session_id = :sid AND {_LIVE_MESSAGE} AND {_match_sql('m.text', plan)} "
+            "ORDER BY m.seq LIMIT :n",
+            {**params, "sid": h.session_id, "n": n},
+        ):
+            out.setdefault(sid, []).append(
+                {"messageId": msg_id, "role": role, "seq": seq,
+                 "snippet": snippet(text, plan.query, width=SNIPPET_WIDTH)}
+            )
     return out
 
 
@@ -432,7 +395,7 @@ def search_messages(
         source = "messages AS m WHERE m.session_id = :sid AND"
     else:
         where = [_LIVE_MESSAGE, _match_sql("m.text", plan)]
-        source = _from_where(plan)
+        source = _FROM_SCAN
     if after is not None:
         where.append("(m.created_at, m.mid) < (:after_at, :after_mid)")
         params["after_at"], params["after_mid"] = after
