@@ -170,17 +170,25 @@ def search_sessions(
     after = decode_cursor(cursor, "sessions", fingerprint, (int, str)) if cursor is not None else None
     params = _params(plan)
     with _read_snapshot(conn):
-        rows = conn.execute(
-            f"SELECT s.id, s.title, s.updated_at, s.last_seq, p.path, {_match_sql('s.title', plan)}, "
-            f"({_match_sql('p.path', plan)}) OR ({_match_sql('p.name', plan)}), s.ordinal "
-            "FROM sessions AS s LEFT JOIN projects AS p ON p.id = s.project_id "
-            "WHERE s.deleted_at IS NULL",
-            params,
-        ).fetchall()
+        title_match = _match_sql("s.title", plan)
+        project_match = f"(({_match_sql('p.path', plan)}) OR ({_match_sql('p.name', plan)}))"
+        # Title/project matches are few: filtered in SQL, not fetched for every session.
+        flagged = {
+            sid: (bool(tm), bool(pm))
+            for sid, tm, pm in conn.execute(
+                f"SELECT s.id, {title_match}, {project_match} "
+                "FROM sessions AS s LEFT JOIN projects AS p ON p.id = s.project_id "
+                f"WHERE s.deleted_at IS NULL AND ({title_match} OR {project_match})",
+                params,
+            )
+        }
         hits: list[int] | None = None
+        live: list[tuple[str, int, int | None]] = []  # (id, updated_at, ordinal) of every live session
         if plan.fts_exact:
             hits = _exact_hits(conn, plan)
-            counts = _counts_by_session(hits, [(r[0], r[7]) for r in rows])
+            if hits:
+                live = conn.execute("SELECT id, updated_at, ordinal FROM sessions WHERE deleted_at IS NULL").fetchall()
+            counts = _counts_by_session(hits, [(sid, ordinal) for sid, _, ordinal in live])
         else:
             counts = dict(
                 conn.execute(
@@ -190,11 +198,12 @@ def search_sessions(
                     params,
                 ).fetchall()
             )
+        if (counts or flagged) and not live:
+            live = conn.execute("SELECT id, updated_at, ordinal FROM sessions WHERE deleted_at IS NULL").fetchall()
         matched = [
-            _SessionHit(int(updated), sid, title, path, bool(tm), bool(pm), counts.get(sid, 0), int(last_seq),
-                        ordinal)
-            for sid, title, updated, last_seq, path, tm, pm, ordinal in rows
-            if tm or pm or counts.get(sid, 0) > 0
+            _SessionHit(int(updated), sid, *flagged.get(sid, (False, False)), counts.get(sid, 0), ordinal)
+            for sid, updated, ordinal in live
+            if sid in flagged or sid in counts
         ]
         matched.sort(key=lambda h: (h.updated_at, h.session_id), reverse=True)
         remaining = matched
@@ -202,6 +211,7 @@ def search_sessions(
             key = (after[0], after[1])
             remaining = [h for h in matched if (h.updated_at, h.session_id) < key]
         page = remaining[:limit]
+        labels = _titles_and_paths(conn, [h.session_id for h in page])
         if hits is not None:
             snippets = _snippets_from_hits(conn, page, plan, hits, snippets_per_session)
         else:
@@ -209,8 +219,8 @@ def search_sessions(
     results = [
         {
             "sessionId": h.session_id,
-            "title": h.title,
-            "projectPath": h.project_path,
+            "title": labels[h.session_id][0],
+            "projectPath": labels[h.session_id][1],
             "titleMatch": h.title_match,
             "projectMatch": h.project_match,
             "messageMatches": h.message_matches,
@@ -233,13 +243,25 @@ def search_sessions(
 class _SessionHit(NamedTuple):
     updated_at: int
     session_id: str
-    title: str
-    project_path: str | None
     title_match: bool
     project_match: bool
     message_matches: int
-    last_seq: int
     ordinal: int | None
+
+
+def _titles_and_paths(conn: sqlite3.Connection, session_ids: list[str]) -> dict[str, tuple[str, str | None]]:
+    """``id -> (title, project path)`` for the sessions of one page."""
+    if not session_ids:
+        return {}
+    marks = ",".join("?" for _ in session_ids)
+    return {
+        sid: (title, path)
+        for sid, title, path in conn.execute(
+            "SELECT s.id, s.title, p.path FROM sessions AS s LEFT JOIN projects AS p ON p.id = s.project_id "
+            f"WHERE s.id IN ({marks})",
+            session_ids,
+        )
+    }
 
 
 def _exact_hits(conn: sqlite3.Connection, plan: QueryPlan) -> list[int]:
