@@ -258,7 +258,8 @@ def build_database(cfg: Config, db_path: Path, rng: random.Random) -> tuple[dict
             conn.execute("COMMIT")
         conn.execute("BEGIN")
         conn.execute(
-            "UPDATE sessions SET last_seq = (SELECT coalesce(max(seq), 0) FROM messages m WHERE m.session_id = sessions.id), "
+            "UPDATE sessions SET "
+            "last_seq = (SELECT coalesce(max(seq), 0) FROM messages m WHERE m.session_id = sessions.id), "
             "updated_at = (SELECT coalesce(max(created_at), 0) FROM messages m WHERE m.session_id = sessions.id)"
         )
         trashed = [(f"s{i:06d}",) for i in rng.sample(range(cfg.sessions), max(1, cfg.sessions // 100))]
@@ -285,7 +286,8 @@ def build_database(cfg: Config, db_path: Path, rng: random.Random) -> tuple[dict
 def _sizes(conn: sqlite3.Connection, db_path: Path) -> dict[str, Any]:
     db = db_path.stat().st_size
     wal = Path(f"{db_path}-wal")
-    out: dict[str, Any] = {"dbFileMB": round(db / 2**20, 1), "walFileMB": round((wal.stat().st_size if wal.exists() else 0) / 2**20, 1)}
+    wal_bytes = wal.stat().st_size if wal.exists() else 0
+    out: dict[str, Any] = {"dbFileMB": round(db / 2**20, 1), "walFileMB": round(wal_bytes / 2**20, 1)}
     try:
         per = dict(conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name").fetchall())
     except sqlite3.Error:
@@ -331,7 +333,9 @@ def make_queries(cfg: Config, samples: Samples, vocab: Vocabulary, rng: random.R
     no_hit_letters = "qxzjv"
     return {
         "3char": distinct(from_word(3)),
-        "8char": distinct(lambda: _window(rng, rng.choice(samples.ascii), 8, lambda w: " " in w.strip() or w.isalpha())),
+        "8char": distinct(
+            lambda: _window(rng, rng.choice(samples.ascii), 8, lambda w: " " in w.strip() or w.isalpha())
+        ),
         "cjk": distinct(lambda: _window(rng, rng.choice(samples.cjk), rng.choice((3, 4)),
                                          lambda w: all(ord(c) > 0x2E80 and c not in "，。" for c in w))),
         "2char": distinct(from_word(2)),

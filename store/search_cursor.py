@@ -53,7 +53,7 @@ def decode_cursor(cursor: str, kind: str, fingerprint: str, types: tuple[type, .
     if not (
         isinstance(key, list)
         and len(key) == len(types)
-        and all(isinstance(v, t) and not isinstance(v, bool) for v, t in zip(key, types))
+        and all(isinstance(v, t) and not isinstance(v, bool) for v, t in zip(key, types, strict=True))
     ):
         raise bad
     return key

@@ -248,6 +248,12 @@ def test_sessions_get_ordinals_and_mids_encode_ordinal_and_seq(db: sqlite3.Conne
         db.execute("UPDATE sessions SET ordinal = 1 WHERE id = 'b'")  # unique
 
 
+_INSERT_M = (
+    "INSERT INTO messages(mid, id, session_id, seq, role, text, created_at) "
+    "VALUES (?, 'm', 'a', ?, 'user', 'x', 1)"
+)
+
+
 @pytest.mark.parametrize(
     ("mid", "seq"),
     [(None, 1), ((1 << 24) + 2, 1), ((2 << 24) + 1, 1), (1 << 24, 0), ((1 << 24) + MAX_SEQ + 1, MAX_SEQ + 1)],
@@ -255,14 +261,8 @@ def test_sessions_get_ordinals_and_mids_encode_ordinal_and_seq(db: sqlite3.Conne
 def test_a_message_row_with_a_wrong_mid_is_refused(db: sqlite3.Connection, mid: int | None, seq: int) -> None:
     add_session(db, "a", [])
     with pytest.raises(sqlite3.IntegrityError, match="messages.mid must be"):
-        db.execute(
-            "INSERT INTO messages(mid, id, session_id, seq, role, text, created_at) VALUES (?, 'm', 'a', ?, 'user', 'x', 1)",
-            (mid, seq),
-        )
-    db.execute(
-        "INSERT INTO messages(mid, id, session_id, seq, role, text, created_at) VALUES (?, 'm', 'a', ?, 'user', 'x', 1)",
-        (message_mid(1, MAX_SEQ), MAX_SEQ),
-    )
+        db.execute(_INSERT_M, (mid, seq))
+    db.execute(_INSERT_M, (message_mid(1, MAX_SEQ), MAX_SEQ))
     with pytest.raises(sqlite3.IntegrityError, match="messages.mid must be"):
         db.execute("UPDATE messages SET seq = 5 WHERE id = 'm'")
 

@@ -286,11 +286,11 @@ def test_snippets_of_a_long_session_with_sparse_matches(corpus: Corpus, conn: sq
     long = corpus.session()
     match_seqs = [100, 400, 700, 1000, 1300]
     for seq in range(1, 1501):
-        corpus.message(long, "zeppelin %d" % seq if seq in match_seqs else "filler %d" % seq,
+        corpus.message(long, f"zeppelin {seq}" if seq in match_seqs else f"filler {seq}",
                        deleted=seq == 1000)
     dense = corpus.session()
     for seq in range(1, 11):
-        corpus.message(dense, "zeppelin dense %d" % seq)
+        corpus.message(dense, f"zeppelin dense {seq}")
     res = search_sessions(conn, "ZEPPELIN", snippets_per_session=3)
     by_id = {r["sessionId"]: r for r in res["results"]}
     assert by_id[long]["messageMatches"] == 4

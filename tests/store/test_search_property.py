@@ -7,8 +7,8 @@ ASCII ``lower`` + ``instr``, Python predicate) is compared with the scan.
 
 from __future__ import annotations
 
-import sqlite3
 import contextlib
+import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,7 +95,9 @@ QUERY_TRANSFORMS = (lambda s: s, str.upper, str.lower, str.swapcase, _ascii_skel
 
 @st.composite
 def corpus_and_query(draw: st.DrawFn) -> tuple[list[Sess], str]:
-    theme = draw(st.text(alphabet=ALPHABET, min_size=3, max_size=8) | st.text(alphabet=PLAIN_ALPHABET, min_size=3, max_size=8))
+    theme = draw(
+        st.text(alphabet=ALPHABET, min_size=3, max_size=8) | st.text(alphabet=PLAIN_ALPHABET, min_size=3, max_size=8)
+    )
     sessions = draw(corpus_st(theme))
     pool = [m.text for s in sessions for m in s.messages if m.text] + [s.title for s in sessions if s.title]
     pick = draw(st.sampled_from(("theme", "corpus", "random")))
