@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import orjson
 
@@ -285,10 +286,15 @@ def index_messages(
         tool_name, is_error = tool_info(rec)
         created = rfc3339_to_ms(rec.get("createdAt"), now_ms)
         prior = existing.get(mid)
+        if prior is not None and prior[0] != session_id:
+            # Two sessions appended the same new id at the same moment (both checked
+            # before either committed). The line keeps its id; the index row takes the
+            # D444 spelling, so the index can always catch up with the file.
+            mid = f"{session_id}:{mid}"
+            rec = {**rec, "id": mid}
+            prior = existing.get(mid) or lookup_ids(conn, [mid]).get(mid)
         if prior is not None:
-            owner, seq, _, _ = prior
-            if owner != session_id:
-                raise Conflict(f"message id {mid} belongs to another session", data={"messageId": mid})
+            _, seq, _, _ = prior
             conn.execute(
                 "UPDATE messages SET text = ?, tool_name = ?, is_error = ?, line_offset = ?, line_len = ? "
                 "WHERE id = ?",
@@ -338,7 +344,9 @@ def index_messages(
     return refs
 
 
-def index_compactions(conn: sqlite3.Connection, session_id: str, items: Sequence[CompactionRecord], now_ms: int) -> None:
+def index_compactions(
+    conn: sqlite3.Connection, session_id: str, items: Sequence[CompactionRecord], now_ms: int
+) -> None:
     for item in items:
         rec = item.record
         conn.execute(
@@ -357,7 +365,9 @@ def set_deleted(conn: sqlite3.Connection, session_id: str, message_id: str, dele
 
 
 def set_index_mark(conn: sqlite3.Connection, session_id: str, indexed_len: int, file_epoch: str | None) -> None:
-    conn.execute("UPDATE sessions SET indexed_len = ?, file_epoch = ? WHERE id = ?", (indexed_len, file_epoch, session_id))
+    conn.execute(
+        "UPDATE sessions SET indexed_len = ?, file_epoch = ? WHERE id = ?", (indexed_len, file_epoch, session_id)
+    )
 
 
 def _session_ordinal(conn: sqlite3.Connection, session_id: str) -> int:
@@ -407,6 +417,14 @@ def reindex_session(
     ordinal = _session_ordinal(conn, session_id)
     _check_seq(session_id, len(messages))
     clear_session_index(conn, session_id)
+    # Ids another session already holds (a race between two first appends, or files
+    # copied by hand) are indexed under the D444 spelling instead of failing the rebuild.
+    taken = {mid for mid, (owner, *_rest) in lookup_ids(conn, (it.record["id"] for it in messages)).items()
+             if owner != session_id}
+    if taken:
+        messages = [IndexRecord({**it.record, "id": f"{session_id}:{it.record['id']}"}, it.offset, it.length)
+                    if it.record["id"] in taken else it for it in messages]
+        deleted_ids = [f"{session_id}:{mid}" if mid in taken else mid for mid in deleted_ids]
     rows = []
     for seq, item in enumerate(messages, start=1):
         rec = item.record
@@ -421,7 +439,7 @@ def reindex_session(
         "line_offset, line_len) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
         rows,
     )
-    for item, row in zip(messages, rows):
+    for item, row in zip(messages, rows, strict=True):
         if artifacts.may_have_effects(item.record):
             # A rebuild restores missing artifact rows only (no audit rows, nothing overwritten).
             artifacts.record_effects(conn, session_id, item.record, row[3] or _str_or_none(item.record.get("turnId")),

@@ -319,7 +319,7 @@ def _user_version(conn: sqlite3.Connection) -> int:
 
 
 def _has_schema(conn: sqlite3.Connection) -> bool:
-    return conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
+    return int(conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]) > 0
 
 
 def plan_steps(current: int, steps: Sequence[MigrationStep]) -> list[MigrationStep]:
@@ -331,14 +331,14 @@ def plan_steps(current: int, steps: Sequence[MigrationStep]) -> list[MigrationSt
         by_version[step.to_version] = step
     chain: list[MigrationStep] = []
     for version in range(current + 1, SCHEMA_VERSION + 1):
-        step = by_version.get(version)
-        if step is None:
+        found = by_version.get(version)
+        if found is None:
             raise MigrationFailed(
                 f"no migration step from schema version {version - 1} to {version} "
                 f"(database is at {current}, this build needs {SCHEMA_VERSION})",
                 data={"found": current, "supported": SCHEMA_VERSION},
             )
-        chain.append(step)
+        chain.append(found)
     return chain
 
 

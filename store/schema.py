@@ -679,7 +679,7 @@ V22_MESSAGE_TRIGGERS: tuple[str, ...] = _strip((*_TRIGGERS_MID, *_TRIGGERS_FTS_V
 """v22 triggers on ``messages``: mid encoding checks, searchable-only FTS sync."""
 
 DDL: tuple[str, ...] = (
-    *_strip(p for p in _DDL_V20_PARTS if p != _MESSAGES_FTS and p not in _TRIGGERS_FTS),
+    *_strip(tuple(p for p in _DDL_V20_PARTS if p != _MESSAGES_FTS and p not in _TRIGGERS_FTS)),
     *V21_ADDITIONS,
     *V22_SESSIONS,
     V22_MESSAGES_FTS,

@@ -1,0 +1,50 @@
+"""Two sessions that wrote the same new message id before either committed never wedge the index."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from store import index
+from store.index import IndexRecord
+from store.schema import apply_schema
+
+
+@pytest.fixture
+def conn(tmp_path: Path) -> sqlite3.Connection:
+    c = sqlite3.connect(tmp_path / "i.sqlite", isolation_level=None)
+    c.execute("PRAGMA foreign_keys = ON")
+    apply_schema(c)
+    for sid in ("a", "b"):
+        index.insert_session(c, sid, now_ms=1)
+    return c
+
+
+def _rec(mid: str, text: str) -> IndexRecord:
+    return IndexRecord({"type": "message", "id": mid, "role": "user", "blocks": [{"type": "text", "text": text}]},
+                       100, 50)
+
+
+def _ids(conn: sqlite3.Connection, sid: str) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT id FROM messages WHERE session_id = ? ORDER BY seq", (sid,))]
+
+
+def test_tail_index_of_a_colliding_id_takes_the_session_spelling(conn: sqlite3.Connection) -> None:
+    index.index_messages(conn, "a", [_rec("x", "from a")], indexed_len=150, file_epoch="e", now_ms=2)
+    refs = index.index_messages(conn, "b", [_rec("x", "from b")], indexed_len=150, file_epoch="e", now_ms=3)
+    assert refs[0]["id"] == "b:x" and refs[0]["seq"] == 1
+    assert _ids(conn, "a") == ["x"] and _ids(conn, "b") == ["b:x"]
+    # the same line indexed again (catch-up after a crash) is a replacement, not a second row
+    again = index.index_messages(conn, "b", [_rec("x", "from b, v2")], indexed_len=200, file_epoch="e", now_ms=4)
+    assert again[0]["seq"] == 1 and _ids(conn, "b") == ["b:x"]
+
+
+def test_full_reindex_with_a_colliding_id_succeeds(conn: sqlite3.Connection) -> None:
+    index.index_messages(conn, "a", [_rec("x", "from a")], indexed_len=150, file_epoch="e", now_ms=2)
+    index.reindex_session(conn, "b", [_rec("y", "one"), _rec("x", "two")], [], ["x"],
+                          indexed_len=300, file_epoch="f", now_ms=5)
+    assert _ids(conn, "b") == ["y", "b:x"]
+    assert conn.execute("SELECT deleted FROM messages WHERE id = 'b:x'").fetchone()[0] == 1
+    assert _ids(conn, "a") == ["x"]
