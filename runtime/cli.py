@@ -23,10 +23,14 @@ log = logging.getLogger("pi_host")
 
 
 def _parser() -> argparse.ArgumentParser:
+    data_dir_help = "data directory (default: $PI_DESKTOP_DATA_DIR or ~/.pi-desktop)"
     ap = argparse.ArgumentParser(prog="pi-host", description="pi-host: durable local store for agent sessions")
-    ap.add_argument("--data-dir", help="data directory (default: $PI_DESKTOP_DATA_DIR or ~/.pi-desktop)")
+    ap.add_argument("--data-dir", help=data_dir_help)
+    # --data-dir is accepted before or after the command (`pi-host serve --data-dir D`).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", default=argparse.SUPPRESS, help=data_dir_help)
     sub = ap.add_subparsers(dest="command")
-    serve = sub.add_parser("serve", help="run the host in the foreground")
+    serve = sub.add_parser("serve", help="run the host in the foreground", parents=[common])
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--allow-origin", action="append", default=[], help="browser Origin to accept")
@@ -34,12 +38,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--synchronous", choices=["FULL", "NORMAL"], default=None,
                        help="force one SQLite synchronous mode (benchmarks)")
     serve.add_argument("--quiet", action="store_true", help="no human log lines on stderr")
-    sub.add_parser("status", help="host.status of the running host")
-    sub.add_parser("sessions", help="list sessions")
-    show = sub.add_parser("show", help="print a session's newest messages")
+    sub.add_parser("status", help="host.status of the running host", parents=[common])
+    sub.add_parser("sessions", help="list sessions", parents=[common])
+    show = sub.add_parser("show", help="print a session's newest messages", parents=[common])
     show.add_argument("session")
     show.add_argument("--limit", type=int, default=20)
-    search = sub.add_parser("search", help="search every session")
+    search = sub.add_parser("search", help="search every session", parents=[common])
     search.add_argument("query")
     search.add_argument("--limit", type=int, default=20)
     return ap
