@@ -183,16 +183,8 @@ def search_sessions(
             )
         }
         hits: list[int] | None = None
-        rejected: set[int] | None = None
         live: list[tuple[str, int, int | None]] = []  # (id, updated_at, ordinal) of every live session
-        exact = _exact_counts(conn, plan) if plan.fts_exact else None
-        if exact is not None:
-            # Counted inside SQLite per session range; no hit crosses into Python.
-            by_ordinal, rejected = exact
-            if by_ordinal:
-                live = conn.execute("SELECT id, updated_at, ordinal FROM sessions WHERE deleted_at IS NULL").fetchall()
-            counts = {sid: by_ordinal[o] for sid, _, o in live if o is not None and by_ordinal.get(o, 0) > 0}
-        elif plan.fts_exact:
+        if plan.fts_exact:
             hits = _exact_hits(conn, plan)
             if hits:
                 live = conn.execute("SELECT id, updated_at, ordinal FROM sessions WHERE deleted_at IS NULL").fetchall()
@@ -220,9 +212,7 @@ def search_sessions(
             remaining = [h for h in matched if (h.updated_at, h.session_id) < key]
         page = remaining[:limit]
         labels = _titles_and_paths(conn, [h.session_id for h in page])
-        if rejected is not None:
-            snippets = _snippets_by_range(conn, page, plan, rejected, snippets_per_session)
-        elif hits is not None:
+        if hits is not None:
             snippets = _snippets_from_hits(conn, page, plan, hits, snippets_per_session)
         else:
             snippets = _page_snippets(conn, page, plan, params, snippets_per_session)
@@ -272,71 +262,6 @@ def _titles_and_paths(conn: sqlite3.Connection, session_ids: list[str]) -> dict[
             session_ids,
         )
     }
-
-
-HAZARD_PROBE_MAX = 5_000
-"""Above this many hazard rows, verifying them one by one costs more than reading every hit."""
-
-
-def _exact_counts(conn: sqlite3.Connection, plan: QueryPlan) -> tuple[dict[int, int], set[int]] | None:
-    """Hits per session ordinal, counted by SQLite over the doclist, minus the hazard
-    rows the literal predicate rejects (returned too, for snippets). ``None`` when
-    the hazard list is too long to verify row by row (use :func:`_exact_hits`)."""
-    n_hazard = int(conn.execute("SELECT count(*) FROM search_hazard").fetchone()[0])
-    if n_hazard > HAZARD_PROBE_MAX:
-        return None
-    counts: dict[int, int] = dict(
-        conn.execute(
-            f"SELECT rowid >> {MID_SEQ_BITS}, count(*) FROM messages_fts WHERE messages_fts MATCH ? GROUP BY 1",
-            (plan.fts,),
-        ).fetchall()
-    )
-    rejected: set[int] = set()
-    if n_hazard and counts:
-        pred = literal_predicate(plan.query)
-        hazard_rows = conn.execute("SELECT h.mid, m.text FROM search_hazard AS h JOIN messages AS m ON m.mid = h.mid")
-        for mid, text in hazard_rows.fetchall():
-            if (mid >> MID_SEQ_BITS) not in counts or pred(text):
-                continue
-            is_hit = conn.execute(
-                "SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? AND rowid = ?", (plan.fts, mid)
-            ).fetchone()
-            if is_hit:
-                rejected.add(mid)
-                counts[mid >> MID_SEQ_BITS] -= 1
-    return counts, rejected
-
-
-def _snippets_by_range(
-    conn: sqlite3.Connection, page: list[_SessionHit], plan: QueryPlan, rejected: set[int], n: int
-) -> dict[str, list[dict[str, Any]]]:
-    """The first ``n`` matching messages of each page session: a rowid-range query on
-    the index per session (its rows are one mid range), skipping rejected hazard rows."""
-    if n <= 0:
-        return {}
-    wanted: list[int] = []
-    for h in page:
-        if h.message_matches <= 0 or h.ordinal is None:
-            continue
-        lo = h.ordinal << MID_SEQ_BITS
-        extra = sum(1 for mid in rejected if lo <= mid < lo + (1 << MID_SEQ_BITS))
-        rows = conn.execute(
-            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? AND rowid >= ? AND rowid < ? "
-            "ORDER BY rowid LIMIT ?",
-            (plan.fts, lo, lo + (1 << MID_SEQ_BITS), n + extra),
-        ).fetchall()
-        wanted.extend([r[0] for r in rows if r[0] not in rejected][:n])
-    if not wanted:
-        return {}
-    marks = ",".join("?" for _ in wanted)
-    out: dict[str, list[dict[str, Any]]] = {}
-    for sid, msg_id, role, seq, text in conn.execute(
-        f"SELECT session_id, id, role, seq, text FROM messages WHERE mid IN ({marks}) ORDER BY mid", wanted
-    ):
-        out.setdefault(sid, []).append(
-            {"messageId": msg_id, "role": role, "seq": seq, "snippet": snippet(text, plan.query, width=SNIPPET_WIDTH)}
-        )
-    return out
 
 
 def _exact_hits(conn: sqlite3.Connection, plan: QueryPlan) -> list[int]:
