@@ -69,7 +69,7 @@ Ts = TypeVarTuple("Ts")
 FeatureHandler = Callable[["SessionActor", Custom], Awaitable[Any]]
 
 MAX_TITLE = 80
-EVENT_RECORD_MAX = 64 * 1024  # bigger records are announced by ref only (the event backlog is bounded by count)
+EVENT_RECORD_MAX = 8 * 1024  # bigger records are announced by ref only: the 10,000-event backlog stays ~80 MB at worst
 DEFAULT_WINDOW = 100
 MAX_WINDOW = 1000
 
