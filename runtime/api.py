@@ -154,15 +154,10 @@ class HostApi:
         if sid is None:
             if key is not None:
                 # A retry without an explicit id must land on the same session.
-                found = await self.reads.run(index.get_receipt, key.client_id, key.submission_id)
-                if found is not None and found["fingerprint"] == key.fingerprint:
-                    return found["response"]
+                found = await self.reads.run(index.check_receipt, key.client_id, key.submission_id, key.method,
+                                             key.fingerprint)
                 if found is not None:
-                    from store.errors import IdempotencyConflict
-
-                    raise IdempotencyConflict(
-                        f"submissionId {key.submission_id} was already used for a different request"
-                    )
+                    return found["response"]
             sid = new_id()
         settings = {k: p[k] for k in ("providerId", "modelId", "mode", "thinkingLevel", "permissionMode") if k in p}
         req = CreateSession(title=p.get("title", ""), project_path=p.get("projectPath"), settings=settings,

@@ -20,12 +20,12 @@ from typing import NamedTuple
 
 from .errors import IOFailure, UnsupportedSQLite, classify_os_error
 from .faults import NO_FAULTS, Faults
+from .fsutil import fsync_dir
 from .migrations import (
     SIDECAR_SUFFIXES,
     OpenAction,
     classify,
     free_path,
-    fsync_dir,
     migrate,
     move_db_family,
     reset_database,

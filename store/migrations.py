@@ -34,6 +34,7 @@ from pathlib import Path
 
 from .errors import IOFailure, SchemaTooNew, StoreError, classify_os_error
 from .faults import NO_FAULTS, Faults
+from .fsutil import fsync_dir
 from .schema import (
     DDL,
     DDL_V20,
@@ -203,14 +204,6 @@ def schema_too_new(db_path: Path, found: int) -> SchemaTooNew:
 
 
 # --- file helpers (shared with store.database's quarantine) -------------------
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def free_path(base: Path, now_ms: int) -> Path:

@@ -14,14 +14,14 @@ from typing import Any
 
 from .errors import InvalidInput
 from .ids import validate_wire_id
+from .jsonio import now_rfc3339
 
 ROLES = ("user", "assistant", "tool", "system")
 MAX_BLOCKS = 10_000
 
 
-def ms_to_rfc3339(ms: int) -> str:
-    dt = datetime.fromtimestamp(ms / 1000.0, tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+ms_to_rfc3339 = now_rfc3339
+"""Unix ms → the RFC 3339 spelling transcript files use (one implementation: store.jsonio)."""
 
 
 def rfc3339_to_ms(value: object, default: int) -> int:
