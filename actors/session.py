@@ -682,7 +682,7 @@ class SessionActor(Actor):
                 window = None
         if window is None:
             ready = await self.ensure_ready()
-            window = await self.read(_warm_window, self.sid, int(ready["messageCount"]), req)
+            window = await self.read(_warm_window, self.sid, self.path, int(ready["messageCount"]), req)
         if window.missing_target:
             raise MessageNotFound(
                 f"message {req.around} is not in session {self.sid}",
@@ -691,9 +691,7 @@ class SessionActor(Actor):
         row = self.row
         assert row is not None
         total, start, end, target_pos = window.total, window.start, window.end, window.target_pos
-        rows, comps = window.rows, window.compactions
-        spans = [(r[2], r[3]) for r in rows] + [(c[2], c[3]) for c in comps]
-        blobs = await self.io(read_spans_coalesced, self.path, spans) if spans else []
+        rows, blobs = window.rows, window.blobs
         messages: list[dict[str, Any]] = []
         for r, blob in zip(rows, blobs[: len(rows)], strict=True):
             rec = wire_record(_safe_loads(blob))
@@ -827,6 +825,7 @@ class _Window:
     plan_kind: str = ""
     file_len: int = 0
     epoch: str | None = None
+    blobs: list[bytes] = field(default_factory=list)  # the rows' lines, then the compactions' lines
 
 
 def window_bounds(total: int, req: GetWindow, target_pos: int | None) -> tuple[int, int]:
@@ -844,8 +843,15 @@ def window_bounds(total: int, req: GetWindow, target_pos: int | None) -> tuple[i
     return (0 if limit is None else max(0, end - limit)), end
 
 
-def _warm_window(conn: Any, sid: str, total: int, req: GetWindow) -> _Window:
-    """Read pool: target position, bounds, window rows and the compaction chain in one snapshot."""
+def _warm_window(conn: Any, sid: str, path: Path, total: int, req: GetWindow) -> _Window:
+    """Read pool: target position, bounds, window rows, the compaction chain and their
+    lines' bytes, in one snapshot and one worker-thread hop.
+
+    The bytes are read in the same call (not in a second hop) because on a busy
+    machine each hop to a worker thread costs as much as the read itself; the
+    session actor is the transcript's only writer and awaits this call, so the
+    offsets cannot move underneath it.
+    """
     w = _Window(total=total)
     if req.around is not None:
         w.target_pos = index.position_of(conn, sid, req.around)
@@ -855,6 +861,9 @@ def _warm_window(conn: Any, sid: str, total: int, req: GetWindow) -> _Window:
     w.start, w.end = window_bounds(total, req, w.target_pos)
     w.rows = index.window_rows(conn, sid, w.start, w.end)
     w.compactions = index.compaction_rows(conn, sid)
+    spans = [(r[2], r[3]) for r in w.rows] + [(c[2], c[3]) for c in w.compactions]
+    if spans:
+        w.blobs = read_spans_coalesced(path, spans)
     return w
 
 
@@ -868,7 +877,7 @@ def _cold_window(conn: Any, sid: str, path: Path, req: GetWindow) -> _Window:
         plan = plan_reconcile(path, row["_indexedLen"], row["_fileEpoch"])
         if plan.kind != "clean" or plan.file_len != row["_indexedLen"]:
             return _Window(row=row, plan_kind=plan.kind)
-        w = _warm_window(conn, sid, int(row["messageCount"]), req)
+        w = _warm_window(conn, sid, path, int(row["messageCount"]), req)
         w.row, w.plan_kind, w.file_len, w.epoch = row, plan.kind, plan.file_len, plan.epoch
         return w
     finally:

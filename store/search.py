@@ -18,7 +18,13 @@ How SQL finds the matches (every path returns exactly the predicate's set):
   ``search_text.TRIGRAM_TEXT_HAZARDS`` (listed in ``search_hazard``), which
   are checked with the Python predicate. ``search.sessions`` therefore counts
   from the FTS doclist alone: no row lookups, no text read, except for the
-  hazard rows and the snippets of the returned page.
+  hazard rows and the snippets of the returned page. A 3-character query (one
+  trigram) is counted per session inside SQLite (the hits' ``rowid >> 24``
+  joined into one string and counted by a C ``Counter``), and each page
+  session's first hits come from a rowid-range read of the same doclist; a
+  longer phrase (a costlier position merge, far fewer hits) is read once and
+  every hit's rowid counted in Python. With many candidate sessions the
+  session rows are read in page order only until the page is full.
   ``search.query`` looks up each hit's row for its newest-first order but
   reads no text except for hazard rows.
 * Shorter queries: a scan over ``messages.text`` verified in SQL with
@@ -47,6 +53,7 @@ from __future__ import annotations
 
 import bisect
 import sqlite3
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
@@ -174,48 +181,21 @@ def search_sessions(
         project_match = f"(({_match_sql('p.path', plan)}) OR ({_match_sql('p.name', plan)}))"
         # Title/project matches are few: filtered in SQL, not fetched for every session.
         flagged = {
-            sid: (bool(tm), bool(pm))
-            for sid, tm, pm in conn.execute(
-                f"SELECT s.id, {title_match}, {project_match} "
+            sid: _Flag(bool(tm), bool(pm), ordinal)
+            for sid, tm, pm, ordinal in conn.execute(
+                f"SELECT s.id, {title_match}, {project_match}, s.ordinal "
                 "FROM sessions AS s LEFT JOIN projects AS p ON p.id = s.project_id "
                 f"WHERE s.deleted_at IS NULL AND ({title_match} OR {project_match})",
                 params,
             )
         }
-        hits: list[int] | None = None
-        live: list[tuple[str, int, int | None]] = []  # (id, updated_at, ordinal) of every live session
         if plan.fts_exact:
-            hits = _exact_hits(conn, plan)
-            if hits:
-                live = conn.execute("SELECT id, updated_at, ordinal FROM sessions WHERE deleted_at IS NULL").fetchall()
-            counts = _counts_by_session(hits, [(sid, ordinal) for sid, _, ordinal in live])
+            found = _trigram_matches(conn, plan)
         else:
-            counts = dict(
-                conn.execute(
-                    f"SELECT m.session_id, count(*) FROM {_FROM_SCAN} "
-                    f"{_LIVE_MESSAGE} AND {_match_sql('m.text', plan)} "
-                    "GROUP BY m.session_id",
-                    params,
-                ).fetchall()
-            )
-        if (counts or flagged) and not live:
-            live = conn.execute("SELECT id, updated_at, ordinal FROM sessions WHERE deleted_at IS NULL").fetchall()
-        matched = [
-            _SessionHit(int(updated), sid, *flagged.get(sid, (False, False)), counts.get(sid, 0), ordinal)
-            for sid, updated, ordinal in live
-            if sid in flagged or sid in counts
-        ]
-        matched.sort(key=lambda h: (h.updated_at, h.session_id), reverse=True)
-        remaining = matched
-        if after is not None:
-            key = (after[0], after[1])
-            remaining = [h for h in matched if (h.updated_at, h.session_id) < key]
-        page = remaining[:limit]
+            found = _scan_matches(conn, plan, params)
+        matched, page, remaining_more = _matched_page(conn, found.counts, flagged, after, limit)
         labels = _titles_and_paths(conn, [h.session_id for h in page])
-        if hits is not None:
-            snippets = _snippets_from_hits(conn, page, plan, hits, snippets_per_session)
-        else:
-            snippets = _page_snippets(conn, page, plan, params, snippets_per_session)
+        snippets = found.snippets(conn, page, snippets_per_session)
     results = [
         {
             "sessionId": h.session_id,
@@ -229,13 +209,13 @@ def search_sessions(
         for h in page
     ]
     next_cursor = None
-    if len(remaining) > limit:
+    if remaining_more:
         last = page[-1]
         next_cursor = encode_cursor("sessions", fingerprint, [last.updated_at, last.session_id])
     return {
         "results": results,
-        "totalSessions": len(matched),
-        "totalMessageMatches": sum(h.message_matches for h in matched),
+        "totalSessions": matched.sessions,
+        "totalMessageMatches": matched.messages,
         "nextCursor": next_cursor,
     }
 
@@ -247,6 +227,201 @@ class _SessionHit(NamedTuple):
     project_match: bool
     message_matches: int
     ordinal: int | None
+
+
+class _Flag(NamedTuple):
+    """A live session whose title or project matches (``ordinal`` links it to its message matches)."""
+
+    title: bool
+    project: bool
+    ordinal: int | None
+
+
+class _Totals(NamedTuple):
+    sessions: int
+    messages: int
+
+
+# A 3-character query is ONE trigram: its doclist is cheap to read, so it is read
+# twice (per-session counts in C, then a rowid range per page session for the
+# snippets) instead of handing every hit to Python. Longer phrases cost a
+# position merge of several doclists per read and usually hit far fewer rows:
+# one read, every hit's rowid.
+_COUNTS_MODE_MAX_CHARS = 3
+# Counts mode checks hazard rows with one rowid probe of the trigram index each;
+# past this many hazard rows the hits are filtered in Python instead.
+_HAZARD_PROBE_MAX = 1000
+# Up to this many candidate sessions their rows are fetched by key; past it the
+# sessions are read in page order until the page is full.
+_PAGE_BY_KEY_MAX = 500
+
+
+class _Found:
+    """Message matches per session ordinal, and how to read a page's snippets.
+
+    Exactly one source: ``hits`` (every matching mid, ascending), or trigram
+    counts (``rejected``: hazard hits the predicate refused), or a scan
+    (``params``: the query's SQL parameters).
+    """
+
+    def __init__(
+        self,
+        plan: QueryPlan,
+        counts: dict[int, int],
+        *,
+        hits: list[int] | None = None,
+        rejected: frozenset[int] = frozenset(),
+        params: dict[str, Any] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.counts = counts
+        self.hits = hits
+        self.rejected = rejected
+        self.params = params
+
+    def snippets(self, conn: sqlite3.Connection, page: list[_SessionHit], n: int) -> dict[str, list[dict[str, Any]]]:
+        """The first ``n`` matching messages (by seq) of each page session."""
+        if n <= 0:
+            return {}
+        if self.params is not None:
+            return _page_snippets(conn, page, self.plan, self.params, n)
+        wanted: list[int] = []
+        for h in page:
+            if h.message_matches <= 0 or h.ordinal is None:
+                continue
+            lo = h.ordinal << MID_SEQ_BITS
+            hi = lo + (1 << MID_SEQ_BITS)
+            if self.hits is not None:
+                i = bisect.bisect_left(self.hits, lo)
+                wanted.extend(mid for mid in self.hits[i : i + n] if mid < hi)
+                continue
+            skip = sum(1 for mid in self.rejected if lo <= mid < hi)
+            rows = conn.execute(
+                "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? AND rowid >= ? AND rowid < ? "
+                "ORDER BY rowid LIMIT ?",
+                (self.plan.fts, lo, hi, n + skip),
+            )
+            wanted.extend([r[0] for r in rows if r[0] not in self.rejected][:n])
+        return _snippet_rows(conn, self.plan, wanted)
+
+
+def _trigram_matches(conn: sqlite3.Connection, plan: QueryPlan) -> _Found:
+    """Matches of a ``fts_exact`` plan (trashed sessions are NOT filtered here)."""
+    if len(plan.folded) <= _COUNTS_MODE_MAX_CHARS:
+        n_hazard = conn.execute("SELECT count(*) FROM search_hazard").fetchone()[0]
+        if n_hazard <= _HAZARD_PROBE_MAX:
+            return _trigram_counts(conn, plan, n_hazard)
+    hits = _exact_hits(conn, plan)
+    return _Found(plan, _counts_of_hits(hits), hits=hits)
+
+
+def _trigram_counts(conn: sqlite3.Connection, plan: QueryPlan, n_hazard: int) -> _Found:
+    """Per-ordinal counts without handing each hit to Python: SQLite concatenates
+    the hits' ordinals (``rowid >> 24``) and a C ``Counter`` counts them."""
+    blob = conn.execute(
+        f"SELECT group_concat(rowid >> {MID_SEQ_BITS}) FROM messages_fts WHERE messages_fts MATCH ?", (plan.fts,)
+    ).fetchone()[0]
+    if not blob:
+        return _Found(plan, {})
+    counts = {int(ordinal): n for ordinal, n in Counter(blob.split(",")).items()}
+    rejected: set[int] = set()
+    if n_hazard:
+        suspects = [
+            r[0]
+            for r in conn.execute(
+                "SELECT rowid FROM messages_fts "
+                "WHERE messages_fts MATCH ? AND rowid IN (SELECT mid FROM search_hazard)",
+                (plan.fts,),
+            )
+        ]
+        rejected = _rejected_hazards(conn, plan, suspects)
+        for mid in rejected:
+            ordinal = mid >> MID_SEQ_BITS
+            counts[ordinal] -= 1
+            if counts[ordinal] <= 0:
+                del counts[ordinal]
+    return _Found(plan, counts, rejected=frozenset(rejected))
+
+
+def _scan_matches(conn: sqlite3.Connection, plan: QueryPlan, params: dict[str, Any]) -> _Found:
+    """Matches of a query the trigram index cannot answer: one scan of the live rows."""
+    counts = dict(
+        conn.execute(
+            f"SELECT m.mid >> {MID_SEQ_BITS}, count(*) FROM {_FROM_SCAN} "
+            f"{_LIVE_MESSAGE} AND {_match_sql('m.text', plan)} GROUP BY 1",
+            params,
+        ).fetchall()
+    )
+    return _Found(plan, counts, params=params)
+
+
+def _counts_of_hits(hits: list[int]) -> dict[int, int]:
+    """Matches per ordinal from sorted hits: one binary search per session with hits."""
+    counts: dict[int, int] = {}
+    i = 0
+    while i < len(hits):
+        ordinal = hits[i] >> MID_SEQ_BITS
+        j = bisect.bisect_left(hits, (ordinal + 1) << MID_SEQ_BITS, i)
+        counts[ordinal] = j - i
+        i = j
+    return counts
+
+
+def _matched_page(
+    conn: sqlite3.Connection,
+    counts: dict[int, int],
+    flagged: dict[str, _Flag],
+    after: tuple[Any, ...] | list[Any] | None,
+    limit: int,
+) -> tuple[_Totals, list[_SessionHit], bool]:
+    """Totals over every live matched session, the page after the cursor, and
+    whether more follow. Sessions order by ``(updated_at, id)`` descending."""
+    if not counts and not flagged:
+        return _Totals(0, 0), [], False
+    key = (after[0], after[1]) if after is not None else None
+
+    def hit(sid: str, updated: int, ordinal: int | None) -> _SessionHit:
+        flag = flagged.get(sid)
+        n = counts.get(ordinal, 0) if ordinal is not None else 0
+        return _SessionHit(int(updated), sid, bool(flag and flag.title), bool(flag and flag.project), n, ordinal)
+
+    if len(counts) + len(flagged) <= _PAGE_BY_KEY_MAX:
+        rows: list[tuple[str, int, int | None]] = []
+        ordinals = list(counts)
+        for start in range(0, len(ordinals), 500):
+            chunk = ordinals[start : start + 500]
+            marks = ",".join("?" for _ in chunk)
+            rows += conn.execute(
+                f"SELECT id, updated_at, ordinal FROM sessions WHERE deleted_at IS NULL AND ordinal IN ({marks})",
+                chunk,
+            ).fetchall()
+        seen = {r[0] for r in rows}
+        extra = [sid for sid in flagged if sid not in seen]
+        if extra:
+            marks = ",".join("?" for _ in extra)
+            rows += conn.execute(
+                f"SELECT id, updated_at, ordinal FROM sessions WHERE id IN ({marks})", extra
+            ).fetchall()
+        matched = sorted((hit(*r) for r in rows), key=lambda h: (h.updated_at, h.session_id), reverse=True)
+        totals = _Totals(len(matched), sum(h.message_matches for h in matched))
+        remaining = matched if key is None else [h for h in matched if (h.updated_at, h.session_id) < key]
+        return totals, remaining[:limit], len(remaining) > limit
+    live = {r[0] for r in conn.execute("SELECT ordinal FROM sessions WHERE deleted_at IS NULL AND ordinal IS NOT NULL")}
+    live_counts = {o: n for o, n in counts.items() if o in live}
+    flagged_only = sum(1 for f in flagged.values() if f.ordinal not in live_counts)
+    totals = _Totals(len(live_counts) + flagged_only, sum(live_counts.values()))
+    sql = "SELECT id, updated_at, ordinal FROM sessions WHERE deleted_at IS NULL"
+    args: tuple[Any, ...] = ()
+    if key is not None:
+        sql += " AND (updated_at, id) < (?, ?)"
+        args = key
+    page: list[_SessionHit] = []
+    for sid, updated, ordinal in conn.execute(sql + " ORDER BY updated_at DESC, id DESC", args):
+        if ordinal in live_counts or sid in flagged:
+            if len(page) == limit:
+                return totals, page, True
+            page.append(hit(sid, updated, ordinal))
+    return totals, page, False
 
 
 def _titles_and_paths(conn: sqlite3.Connection, session_ids: list[str]) -> dict[str, tuple[str, str | None]]:
@@ -267,17 +442,17 @@ def _titles_and_paths(conn: sqlite3.Connection, session_ids: list[str]) -> dict[
 def _exact_hits(conn: sqlite3.Connection, plan: QueryPlan) -> list[int]:
     """The mids (ascending) of every searchable message matching a ``fts_exact`` plan.
 
-    Trashed sessions are NOT filtered here (callers map ``mid >> 24`` to live
-    sessions). Only hits listed in ``search_hazard`` are read and checked.
+    Trashed sessions are NOT filtered here (callers keep live sessions' ordinals).
+    Only hits listed in ``search_hazard`` are read and checked. SQLite joins the
+    rowids into one string (one row crosses into Python, not one per hit).
     """
-    hits = [
-        r[0]
-        for r in conn.execute(
-            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid", (plan.fts,)
-        )
-    ]
-    if not hits:
-        return hits
+    blob = conn.execute(
+        "SELECT group_concat(rowid) FROM messages_fts WHERE messages_fts MATCH ?", (plan.fts,)
+    ).fetchone()[0]
+    if not blob:
+        return []
+    hits = [int(x) for x in blob.split(",")]
+    hits.sort()  # already ascending as FTS5 returns them; cheap insurance for the bisects
     n_hazard = conn.execute("SELECT count(*) FROM search_hazard").fetchone()[0]
     if n_hazard == 0:
         return hits
@@ -290,8 +465,14 @@ def _exact_hits(conn: sqlite3.Connection, plan: QueryPlan) -> list[int]:
             chunk = hits[start : start + 500]
             marks = ",".join("?" for _ in chunk)
             suspects.extend(r[0] for r in conn.execute(f"SELECT mid FROM search_hazard WHERE mid IN ({marks})", chunk))
+    rejected = _rejected_hazards(conn, plan, suspects)
+    return [mid for mid in hits if mid not in rejected] if rejected else hits
+
+
+def _rejected_hazards(conn: sqlite3.Connection, plan: QueryPlan, suspects: list[int]) -> set[int]:
+    """The hazard hits whose text does NOT satisfy the predicate."""
     if not suspects:
-        return hits
+        return set()
     pred = literal_predicate(plan.query)
     rejected: set[int] = set()
     for start in range(0, len(suspects), 500):
@@ -300,48 +481,22 @@ def _exact_hits(conn: sqlite3.Connection, plan: QueryPlan) -> list[int]:
         for mid, text in conn.execute(f"SELECT mid, text FROM messages WHERE mid IN ({marks})", chunk):
             if not pred(text):
                 rejected.add(mid)
-    return [mid for mid in hits if mid not in rejected] if rejected else hits
+    return rejected
 
 
-def _counts_by_session(hits: list[int], sessions: list[tuple[str, int | None]]) -> dict[str, int]:
-    """Matches per session from the sorted hits: a session's hits are the run
-    inside its ordinal's mid range (two binary searches, whatever the hit count)."""
-    counts: dict[str, int] = {}
-    if not hits:
-        return counts
-    for sid, ordinal in sessions:
-        if ordinal is None:
-            continue
-        lo = bisect.bisect_left(hits, ordinal << MID_SEQ_BITS)
-        if lo < len(hits) and hits[lo] >> MID_SEQ_BITS == ordinal:
-            counts[sid] = bisect.bisect_left(hits, (ordinal + 1) << MID_SEQ_BITS, lo) - lo
-    return counts
-
-
-def _snippets_from_hits(
-    conn: sqlite3.Connection, page: list[_SessionHit], plan: QueryPlan, hits: list[int], n: int
-) -> dict[str, list[dict[str, Any]]]:
-    """The first ``n`` matching messages (by seq) of each page session, from the
-    sorted exact hits: a session's rows are the mid range of its ordinal."""
-    if n <= 0:
-        return {}
-    wanted: list[int] = []
-    for h in page:
-        if h.message_matches <= 0 or h.ordinal is None:
-            continue
-        lo = h.ordinal << MID_SEQ_BITS
-        i = bisect.bisect_left(hits, lo)
-        wanted.extend(mid for mid in hits[i : i + n] if mid < lo + (1 << MID_SEQ_BITS))
-    if not wanted:
-        return {}
-    marks = ",".join("?" for _ in wanted)
+def _snippet_rows(conn: sqlite3.Connection, plan: QueryPlan, wanted: list[int]) -> dict[str, list[dict[str, Any]]]:
+    """Snippets of the given mids, grouped by session, in mid (= seq) order."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for sid, msg_id, role, seq, text in conn.execute(
-        f"SELECT session_id, id, role, seq, text FROM messages WHERE mid IN ({marks}) ORDER BY mid", wanted
-    ):
-        out.setdefault(sid, []).append(
-            {"messageId": msg_id, "role": role, "seq": seq, "snippet": snippet(text, plan.query, width=SNIPPET_WIDTH)}
-        )
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        marks = ",".join("?" for _ in chunk)
+        for sid, msg_id, role, seq, text in conn.execute(
+            f"SELECT session_id, id, role, seq, text FROM messages WHERE mid IN ({marks}) ORDER BY mid", chunk
+        ):
+            out.setdefault(sid, []).append(
+                {"messageId": msg_id, "role": role, "seq": seq,
+                 "snippet": snippet(text, plan.query, width=SNIPPET_WIDTH)}
+            )
     return out
 
 

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+import store.search as search_module
 from store.search import (
     MAX_MESSAGE_LIMIT,
+    MAX_SNIPPETS_PER_SESSION,
     literal_predicate,
     normalize_query,
     search_messages,
@@ -202,6 +206,54 @@ def test_search_sessions_equals_brute_force(data: tuple[list[Sess], str], limit:
         assert got == expected
 
 
+# store.search picks how it gathers trigram matches by query length, hazard-row
+# count and number of candidate sessions; each mode is forced here on the same
+# random corpora, so every path is held to the brute-force scan.
+SEARCH_MODES = {
+    "every hit read, sessions by key": {"_COUNTS_MODE_MAX_CHARS": 0, "_PAGE_BY_KEY_MAX": 10**9},
+    "counts in SQL, sessions streamed": {"_COUNTS_MODE_MAX_CHARS": 10**9, "_PAGE_BY_KEY_MAX": 0},
+    "every hit read, sessions streamed": {"_COUNTS_MODE_MAX_CHARS": 0, "_PAGE_BY_KEY_MAX": 0},
+    "too many hazard rows to probe": {"_COUNTS_MODE_MAX_CHARS": 10**9, "_HAZARD_PROBE_MAX": -1},
+}
+
+
+@pytest.mark.parametrize("mode", list(SEARCH_MODES))
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(corpus_and_query(), st.integers(1, 3), st.integers(0, 3))
+def test_every_search_mode_equals_brute_force(
+    mode: str, data: tuple[list[Sess], str], limit: int, snippets: int
+) -> None:
+    sessions, raw_query = data
+    query = normalize_query(raw_query)
+    b = build(sessions)
+    with contextlib.closing(b.conn), contextlib.ExitStack() as patches:
+        for name, value in SEARCH_MODES[mode].items():
+            patches.enter_context(_patched(search_module, name, value))
+        expected = brute_sessions(b, query, snippets)
+        got: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            res = search_sessions(b.conn, raw_query, limit=limit, cursor=cursor, snippets_per_session=snippets)
+            assert (res["totalSessions"], res["totalMessageMatches"]) == (
+                len(expected), sum(r["messageMatches"] for r in expected))
+            got.extend(res["results"])
+            cursor = res["nextCursor"]
+            if cursor is None:
+                break
+        assert got == expected
+
+
+@contextlib.contextmanager
+def _patched(module: Any, name: str, value: Any) -> Iterator[None]:
+    assert hasattr(module, name), name
+    old = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, old)
+
+
 @PROPERTY_SETTINGS
 @given(corpus_and_query(), st.integers(1, 4))
 def test_search_messages_equals_brute_force(data: tuple[list[Sess], str], limit: int) -> None:
@@ -267,9 +319,12 @@ hazard_bodies = st.builds(
 ) | st.text(alphabet=HAZARD_ALPHABET, min_size=1, max_size=20)
 
 
+@pytest.mark.parametrize("mode", ["default", *SEARCH_MODES])
 @PROPERTY_SETTINGS
 @given(st.lists(hazard_bodies, min_size=1, max_size=6), st.data())
-def test_trigram_path_agrees_with_predicate_on_case_hazards(bodies: list[str], data: st.DataObject) -> None:
+def test_trigram_path_agrees_with_predicate_on_case_hazards(
+    mode: str, bodies: list[str], data: st.DataObject
+) -> None:
     source = data.draw(st.sampled_from(bodies))
     hazards = [i + 1 for i, ch in enumerate(source) if ch in "İKſ"]
     # Often end the query right after a hazard character (where İ can match).
@@ -280,10 +335,28 @@ def test_trigram_path_agrees_with_predicate_on_case_hazards(bodies: list[str], d
     assume(query.strip() != "")
     messages = tuple(Msg("user", body, False, i) for i, body in enumerate(bodies))
     b = build([Sess("", None, False, 1, messages)])
-    try:
+    with contextlib.closing(b.conn), contextlib.ExitStack() as patches:
+        for name, value in SEARCH_MODES.get(mode, {}).items():
+            patches.enter_context(_patched(search_module, name, value))
         got = [r["messageId"] for r in search_messages(b.conn, query, limit=MAX_MESSAGE_LIMIT)["results"]]
         assert got == brute_messages(b, normalize_query(query))
-        res = search_sessions(b.conn, query)
+        res = search_sessions(b.conn, query, snippets_per_session=MAX_SNIPPETS_PER_SESSION)
         assert res["totalMessageMatches"] == len(got)
-    finally:
-        b.conn.close()
+        shown = [s["messageId"] for r in res["results"] for s in r["snippets"]]
+        assert shown == sorted(got, key=lambda m: [r[0] for r in b.sessions[0][5]].index(m))[:MAX_SNIPPETS_PER_SESSION]
+
+
+@pytest.mark.parametrize("mode", ["default", *SEARCH_MODES])
+@pytest.mark.parametrize("query", ["asb", "asbx"])
+def test_a_rejected_hazard_hit_is_neither_counted_nor_shown(mode: str, query: str) -> None:
+    # SQLite's trigram folding reads ſ (long s) as "s"; the search predicate does not.
+    texts = ["aſbx before", "asbx first real match", "aſbx again", "asbx second"]
+    b = build([Sess("", None, False, 1, tuple(Msg("user", t, False, i) for i, t in enumerate(texts)))])
+    with contextlib.closing(b.conn), contextlib.ExitStack() as patches:
+        for name, value in SEARCH_MODES.get(mode, {}).items():
+            patches.enter_context(_patched(search_module, name, value))
+        res = search_sessions(b.conn, query, snippets_per_session=1)
+        assert (res["totalSessions"], res["totalMessageMatches"]) == (1, 2)
+        assert [s["seq"] for s in res["results"][0]["snippets"]] == [2]
+        res = search_sessions(b.conn, query, snippets_per_session=2)
+        assert [s["seq"] for s in res["results"][0]["snippets"]] == [2, 4]
