@@ -31,6 +31,9 @@ from bench_common import (
 )
 
 from runtime.client import HostClient, RpcError, open_client
+from store import index
+from store.database import open_writer
+from store.records import normalize_message
 
 BATCH = 64
 ONE_CLIENT_TARGET = 0.45
@@ -58,6 +61,7 @@ async def _one_client(url: str, token: str, msgs: Sequence[dict[str, Any]], corp
         await _prepare(c, "gw-one", corpus)
         for part, raw_lines in zip(chunks(msgs, ROUNDS), chunks(lines, ROUNDS), strict=True):
             await trio.to_thread.run_sync(raw.run, raw_lines)
+            await raw.run_hopped(raw_lines)
             for m in part:
                 t0 = time.perf_counter()
                 await c.call("session.appendMessage", _append("gw-one", m))
@@ -125,6 +129,35 @@ async def _batches(url: str, token: str, batches: list[list[dict[str, Any]]], co
     return secs
 
 
+def index_only_rate(root: Path, batches: Sequence[Sequence[dict[str, Any]]]) -> float:
+    """Messages/s of the DB writer's SQL alone for these batches: the real schema
+    (trigram FTS triggers included) and ``index.index_messages``, one transaction
+    per batch, ``synchronous=NORMAL`` as for derived rows; no file, no gateway.
+    The index commit precedes every reply (read-your-writes), so this bounds
+    acknowledged appends on this CPU whatever the rest of the host does."""
+    root.mkdir(parents=True, exist_ok=True)
+    conn, _ = open_writer(root / "index-only.sqlite", quarantine_dir=root / "q", now_ms=1, synchronous="NORMAL")
+    try:
+        conn.execute("BEGIN")
+        index.insert_session(conn, "index-only", now_ms=1)
+        conn.execute("COMMIT")
+        records = [[normalize_message(m, now_ms=1) for m in group] for group in batches]
+        offset = 0
+        t0 = time.perf_counter()
+        for group in records:
+            items = []
+            for rec in group:
+                items.append(index.IndexRecord(rec, offset, 100))
+                offset += 100
+            conn.execute("BEGIN")
+            index.index_messages(conn, "index-only", items, indexed_len=offset, file_epoch=None, now_ms=1)
+            conn.execute("COMMIT")
+        secs = time.perf_counter() - t0
+    finally:
+        conn.close()
+    return sum(len(g) for g in batches) / secs
+
+
 def run_gateway(sizes: Sizes, work: Path) -> Section:
     sec = Section("gateway", "Gateway (pi-host serve subprocess, WebSocket JSON-RPC)")
     corpus = Corpus(seed=19)
@@ -138,7 +171,11 @@ def run_gateway(sizes: Sizes, work: Path) -> Section:
     try:
         lat = trio.run(_one_client, proc.url, proc.token, one, corpus, raw)
         conc = trio.run(_concurrent, proc.url, proc.token, multi, sizes.gw_calls_per_client, corpus)
+        batch_lines = [encoded_lines(group) for group in batches]
+        half = len(batch_lines) // 2
+        raw.run_grouped(batch_lines[:half])
         batch_secs = trio.run(_batches, proc.url, proc.token, batches, corpus)
+        raw.run_grouped(batch_lines[half:])
     finally:
         raw.close()
         proc.stop()
@@ -147,19 +184,25 @@ def run_gateway(sizes: Sizes, work: Path) -> Section:
     conc_append = n_multi / conc["appendSecs"]
     conc_status = n_multi / conc["statusSecs"]
     batch_rate = sizes.gw_batches * BATCH / batch_secs
+    index_rate = index_only_rate(root / "index-only", batches)
     sec.figures = {
         "raw": raw.figures(),
         "oneClient": {"appends": len(lat), "p50ms": rnd(pct(lat, 50) * 1000), "p99ms": rnd(pct(lat, 99) * 1000),
-                      "perSec": rnd(one_rate), "ratioToRaw": rnd(ratio(one_rate, raw.per_sec))},
+                      "perSec": rnd(one_rate), "ratioToRaw": rnd(ratio(one_rate, raw.per_sec)),
+                      "ratioToRawViaWorkerThread": rnd(ratio(one_rate, raw.hopped_per_sec))},
         "concurrentClients": {"clients": sizes.gw_clients, "callsPerClient": sizes.gw_calls_per_client,
                               "appendsPerSec": rnd(conc_append), "hostStatusPerSec": rnd(conc_status),
                               "ratioAppendToStatus": rnd(ratio(conc_append, conc_status)),
                               "appendRatioToRaw": rnd(ratio(conc_append, raw.per_sec))},
         "batches": {"batchSize": BATCH, "batches": sizes.gw_batches, "messagesPerSec": rnd(batch_rate),
                     "ratioToRaw": rnd(ratio(batch_rate, raw.per_sec)),
-                    # the best any design can do on this disk: one fdatasync per batch and nothing else
-                    "oneFsyncPerBatchCeiling": rnd(raw.per_sec * BATCH),
-                    "ratioToCeiling": rnd(ratio(batch_rate, raw.per_sec * BATCH))},
+                    # the best any design can do on this disk: one write of the batch's own bytes and
+                    # one fdatasync per batch, nothing else
+                    "rawBatchWriteCeiling": rnd(raw.grouped_lines_per_sec),
+                    "ratioToCeiling": rnd(ratio(batch_rate, raw.grouped_lines_per_sec)),
+                    "ceilingToTarget": rnd(ratio(raw.grouped_lines_per_sec, BATCH_TARGET)),
+                    "indexSqlOnlyPerSec": rnd(index_rate),
+                    "indexSqlOnlyToTarget": rnd(ratio(index_rate, BATCH_TARGET))},
     }
     sec.targets = [
         Target("one client appends/s / raw write+fdatasync loop", ratio(one_rate, raw.per_sec), ">=",
@@ -170,7 +213,12 @@ def run_gateway(sizes: Sizes, work: Path) -> Section:
     ]
     sec.notes = [
         f"raw loop in the host's transcripts directory, alternating with the one-client appends in {ROUNDS} rounds",
-        f"batch ceiling = raw fdatasyncs/s x {BATCH}: a batch cannot be faster than one fdatasync on this disk",
+        f"batch ceiling = the same {BATCH} encoded lines per batch written with one write + one fdatasync in a "
+        "tight loop (half before, half after the host's batches): no design can acknowledge those bytes faster "
+        "on this disk; ceilingToTarget < 1 means the target is out of reach here for messages of this size",
+        "indexSqlOnly: the same batches through index.index_messages on a scratch database (real schema, "
+        "trigram FTS triggers, one transaction per batch, no file or gateway work); the index commits before "
+        "each reply, so appends cannot be acknowledged faster than this on this CPU",
         "host.status walks the data directory in a worker thread (it is the no-op reference of issue 3)",
     ]
     return sec
