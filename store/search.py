@@ -178,14 +178,18 @@ def search_sessions(
     params = _params(plan)
     with _read_snapshot(conn):
         title_match = _match_sql("s.title", plan)
-        project_match = f"(({_match_sql('p.path', plan)}) OR ({_match_sql('p.name', plan)}))"
-        # Title/project matches are few: filtered in SQL, not fetched for every session.
+        # Projects are matched once each (a set computed once per statement), not
+        # once per session; titles once per session. Title/project matches are
+        # few: filtered in SQL, not fetched for every session.
+        in_project = (
+            "s.project_id IN (SELECT p.id FROM projects AS p "
+            f"WHERE ({_match_sql('p.path', plan)}) OR ({_match_sql('p.name', plan)}))"
+        )
         flagged = {
             sid: _Flag(bool(tm), bool(pm), ordinal)
             for sid, tm, pm, ordinal in conn.execute(
-                f"SELECT s.id, {title_match}, {project_match}, s.ordinal "
-                "FROM sessions AS s LEFT JOIN projects AS p ON p.id = s.project_id "
-                f"WHERE s.deleted_at IS NULL AND ({title_match} OR {project_match})",
+                f"SELECT s.id, {title_match}, {in_project}, s.ordinal FROM sessions AS s "
+                f"WHERE s.deleted_at IS NULL AND ({title_match} OR {in_project})",
                 params,
             )
         }
