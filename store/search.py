@@ -56,6 +56,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .errors import InvalidInput, SessionNotFound
@@ -260,6 +261,7 @@ _HAZARD_PROBE_MAX = 1000
 _PAGE_BY_KEY_MAX = 500
 
 
+@dataclass(frozen=True)
 class _Found:
     """Message matches per session ordinal, and how to read a page's snippets.
 
@@ -268,20 +270,11 @@ class _Found:
     (``params``: the query's SQL parameters).
     """
 
-    def __init__(
-        self,
-        plan: QueryPlan,
-        counts: dict[int, int],
-        *,
-        hits: list[int] | None = None,
-        rejected: frozenset[int] = frozenset(),
-        params: dict[str, Any] | None = None,
-    ) -> None:
-        self.plan = plan
-        self.counts = counts
-        self.hits = hits
-        self.rejected = rejected
-        self.params = params
+    plan: QueryPlan
+    counts: dict[int, int]
+    hits: list[int] | None = None
+    rejected: frozenset[int] = frozenset()
+    params: dict[str, Any] | None = None
 
     def snippets(self, conn: sqlite3.Connection, page: list[_SessionHit], n: int) -> dict[str, list[dict[str, Any]]]:
         """The first ``n`` matching messages (by seq) of each page session."""
