@@ -35,6 +35,7 @@ from actors.gateway_types import CallContext  # noqa: E402 - after the sys.path 
 from runtime.config import HostConfig  # noqa: E402 - after the sys.path setup above
 from runtime.datadir import DataDir  # noqa: E402 - after the sys.path setup above
 from runtime.host import RunningHost, run_host  # noqa: E402 - after the sys.path setup above
+from store.fsutil import write_all  # noqa: E402 - after the sys.path setup above
 from store.jsonio import dumps_line  # noqa: E402 - after the sys.path setup above
 from store.records import normalize_message  # noqa: E402 - after the sys.path setup above
 
@@ -238,9 +239,7 @@ class RawLoop:
         return secs
 
     def _write_durably(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view):]
+        write_all(self._fd, data)
         os.fdatasync(self._fd)
 
     async def run_hopped(self, lines: Sequence[bytes]) -> float:
