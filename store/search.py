@@ -304,11 +304,10 @@ class _Found:
 
 def _trigram_matches(conn: sqlite3.Connection, plan: QueryPlan) -> _Found:
     """Matches of a ``fts_exact`` plan (trashed sessions are NOT filtered here)."""
-    if len(plan.folded) <= _COUNTS_MODE_MAX_CHARS:
-        n_hazard = conn.execute("SELECT count(*) FROM search_hazard").fetchone()[0]
-        if n_hazard <= _HAZARD_PROBE_MAX:
-            return _trigram_counts(conn, plan, n_hazard)
-    hits = _exact_hits(conn, plan)
+    n_hazard = int(conn.execute("SELECT count(*) FROM search_hazard").fetchone()[0])
+    if len(plan.folded) <= _COUNTS_MODE_MAX_CHARS and n_hazard <= _HAZARD_PROBE_MAX:
+        return _trigram_counts(conn, plan, n_hazard)
+    hits = _exact_hits(conn, plan, n_hazard)
     return _Found(plan, _counts_of_hits(hits), hits=hits)
 
 
@@ -436,11 +435,11 @@ def _titles_and_paths(conn: sqlite3.Connection, session_ids: list[str]) -> dict[
     }
 
 
-def _exact_hits(conn: sqlite3.Connection, plan: QueryPlan) -> list[int]:
+def _exact_hits(conn: sqlite3.Connection, plan: QueryPlan, n_hazard: int) -> list[int]:
     """The mids (ascending) of every searchable message matching a ``fts_exact`` plan.
 
     Trashed sessions are NOT filtered here (callers keep live sessions' ordinals).
-    Only hits listed in ``search_hazard`` are read and checked. SQLite joins the
+    Only hits listed in ``search_hazard`` (``n_hazard`` rows) are read and checked. SQLite joins the
     rowids into one string (one row crosses into Python, not one per hit).
     """
     blob = conn.execute(
@@ -450,7 +449,6 @@ def _exact_hits(conn: sqlite3.Connection, plan: QueryPlan) -> list[int]:
         return []
     hits = [int(x) for x in blob.split(",")]
     hits.sort()  # already ascending as FTS5 returns them; cheap insurance for the bisects
-    n_hazard = conn.execute("SELECT count(*) FROM search_hazard").fetchone()[0]
     if n_hazard == 0:
         return hits
     if n_hazard <= len(hits):  # read the (smaller) hazard list
