@@ -19,6 +19,7 @@ from . import artifacts
 from .errors import Conflict, IdempotencyConflict, LimitExceeded, SessionNotFound
 from .records import extract_text, rfc3339_to_ms, tool_info
 from .schema import MAX_SEQ, message_mid
+from .sql_lists import in_chunks
 
 SESSION_COLUMNS = (
     "id, title, project_id, provider_id, model_id, mode, thinking_level, permission_mode, "
@@ -214,9 +215,7 @@ def lookup_ids(conn: sqlite3.Connection, ids: Iterable[str]) -> dict[str, tuple[
     """``id -> (session_id, seq, line_offset, line_len)`` for the ids the index holds."""
     out: dict[str, tuple[str, int, int, int]] = {}
     id_list = list(dict.fromkeys(ids))
-    for start in range(0, len(id_list), 500):
-        chunk = id_list[start : start + 500]
-        marks = ",".join("?" for _ in chunk)
+    for marks, chunk in in_chunks(id_list):
         for row in conn.execute(
             f"SELECT id, session_id, seq, line_offset, line_len FROM messages WHERE id IN ({marks})", chunk
         ):
@@ -250,9 +249,7 @@ def message_refs(conn: sqlite3.Connection, ids: Iterable[str]) -> dict[str, dict
     """MessageRefs for ids already in the index (idempotent replays)."""
     out: dict[str, dict[str, Any]] = {}
     id_list = list(dict.fromkeys(ids))
-    for start in range(0, len(id_list), 500):
-        chunk = id_list[start : start + 500]
-        marks = ",".join("?" for _ in chunk)
+    for marks, chunk in in_chunks(id_list):
         for mid, sid, seq, turn, role, created in conn.execute(
             f"SELECT id, session_id, seq, turn_id, role, created_at FROM messages WHERE id IN ({marks})", chunk
         ):

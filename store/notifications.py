@@ -14,6 +14,7 @@ from typing import Any
 
 from .fence import NOTIFICATION_CAP, prune_notifications
 from .ids import new_id
+from .sql_lists import in_chunks
 
 _COLUMNS = "id, kind, session_id, session_title, turn_id, error_code, created_at, read_at"
 
@@ -80,9 +81,7 @@ def mark_read(conn: sqlite3.Connection, ids: Sequence[str], now_ms: int) -> int:
     """Idempotent: ``read_at`` changes only from NULL. Returns rows changed."""
     changed = 0
     unique = list(dict.fromkeys(ids))
-    for start in range(0, len(unique), 500):
-        chunk = unique[start : start + 500]
-        marks = ",".join("?" for _ in chunk)
+    for marks, chunk in in_chunks(unique):
         changed += conn.execute(
             f"UPDATE notifications SET read_at = ? WHERE read_at IS NULL AND id IN ({marks})", (now_ms, *chunk)
         ).rowcount
@@ -99,8 +98,6 @@ def clear(conn: sqlite3.Connection, ids: Sequence[str] | None) -> int:
         return conn.execute("DELETE FROM notifications").rowcount
     deleted = 0
     unique = list(dict.fromkeys(ids))
-    for start in range(0, len(unique), 500):
-        chunk = unique[start : start + 500]
-        marks = ",".join("?" for _ in chunk)
+    for marks, chunk in in_chunks(unique):
         deleted += conn.execute(f"DELETE FROM notifications WHERE id IN ({marks})", chunk).rowcount
     return deleted

@@ -72,6 +72,7 @@ from .search_text import (
     plan_query,
     snippet,
 )
+from .sql_lists import in_chunks
 
 __all__ = [
     "MAX_MESSAGE_LIMIT",
@@ -384,9 +385,7 @@ def _matched_page(
     if len(counts) + len(flagged) <= _PAGE_BY_KEY_MAX:
         rows: list[tuple[str, int, int | None]] = []
         ordinals = list(counts)
-        for start in range(0, len(ordinals), 500):
-            chunk = ordinals[start : start + 500]
-            marks = ",".join("?" for _ in chunk)
+        for marks, chunk in in_chunks(ordinals):
             rows += conn.execute(
                 f"SELECT id, updated_at, ordinal FROM sessions WHERE deleted_at IS NULL AND ordinal IN ({marks})",
                 chunk,
@@ -456,9 +455,7 @@ def _exact_hits(conn: sqlite3.Connection, plan: QueryPlan, n_hazard: int) -> lis
         suspects = [mid for mid in hits if mid in hazard]
     else:  # probe the hazard list for each hit
         suspects = []
-        for start in range(0, len(hits), 500):
-            chunk = hits[start : start + 500]
-            marks = ",".join("?" for _ in chunk)
+        for marks, chunk in in_chunks(hits):
             suspects.extend(r[0] for r in conn.execute(f"SELECT mid FROM search_hazard WHERE mid IN ({marks})", chunk))
     rejected = _rejected_hazards(conn, plan, suspects)
     return [mid for mid in hits if mid not in rejected] if rejected else hits
@@ -470,9 +467,7 @@ def _rejected_hazards(conn: sqlite3.Connection, plan: QueryPlan, suspects: list[
         return set()
     pred = literal_predicate(plan.query)
     rejected: set[int] = set()
-    for start in range(0, len(suspects), 500):
-        chunk = suspects[start : start + 500]
-        marks = ",".join("?" for _ in chunk)
+    for marks, chunk in in_chunks(suspects):
         for mid, text in conn.execute(f"SELECT mid, text FROM messages WHERE mid IN ({marks})", chunk):
             if not pred(text):
                 rejected.add(mid)
@@ -482,9 +477,7 @@ def _rejected_hazards(conn: sqlite3.Connection, plan: QueryPlan, suspects: list[
 def _snippet_rows(conn: sqlite3.Connection, plan: QueryPlan, wanted: list[int]) -> dict[str, list[dict[str, Any]]]:
     """Snippets of the given mids, grouped by session, in mid (= seq) order."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for start in range(0, len(wanted), 500):
-        chunk = wanted[start : start + 500]
-        marks = ",".join("?" for _ in chunk)
+    for marks, chunk in in_chunks(wanted):
         for sid, msg_id, role, seq, text in conn.execute(
             f"SELECT session_id, id, role, seq, text FROM messages WHERE mid IN ({marks}) ORDER BY mid", chunk
         ):
