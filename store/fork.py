@@ -42,8 +42,7 @@ from .compaction import split_valid
 from .errors import Conflict, MessageNotFound, StoreError, classify_os_error
 from .faults import NO_FAULTS, Faults
 from .fsutil import atomic_write, fsync_dir, open_nofollow, remove_file_durable, write_all
-from .index import CompactionRecord, IndexRecord
-from .rewrite import RewritePlan, Rewritten, plan_rewrite
+from .rewrite import RewritePlan, Rewritten, plan_rewrite, rewritten
 from .tombstones import tombstone_record
 from .transcript import header_line
 
@@ -229,14 +228,7 @@ def write_child_transcript(
         raise Conflict(f"transcript for fork child {child_id} already exists", data={"sessionId": child_id})
     line, header = header_line(child_id, created_at_ms)
     atomic_write(target, b"".join([line, *plan.body]), faults=faults, point_prefix="fork")
-    base = header.length
-    msgs = [IndexRecord(rec, base + off, n) for rec, (off, n) in zip(plan.messages, plan.message_spans, strict=True)]
-    comps = [
-        CompactionRecord(rec, base + off, n)
-        for rec, (off, n) in zip(plan.compactions, plan.compaction_spans, strict=True)
-    ]
-    total = base + sum(len(b) for b in plan.body)
-    return Rewritten(header.epoch, total, msgs, comps, list(plan.deleted_ids))
+    return rewritten(plan, header.epoch, header.length)
 
 
 def _candidates(ref: str) -> list[str]:

@@ -183,14 +183,19 @@ def apply_rewrite(
 ) -> Rewritten:
     """Atomically replace the transcript with ``plan`` (fault points ``rewrite.*``)."""
     header = rewrite_transcript(path, session_id, created_at_ms, plan.body, faults=faults)
-    base = header.length
-    msgs = [IndexRecord(rec, base + off, n) for rec, (off, n) in zip(plan.messages, plan.message_spans, strict=True)]
+    return rewritten(plan, header.epoch, header.length)
+
+
+def rewritten(plan: RewritePlan, epoch: str | None, header_len: int) -> Rewritten:
+    """What a file made of a header of ``header_len`` bytes followed by ``plan.body`` holds."""
+    msgs = [IndexRecord(rec, header_len + off, n)
+            for rec, (off, n) in zip(plan.messages, plan.message_spans, strict=True)]
     comps = [
-        CompactionRecord(rec, base + off, n)
+        CompactionRecord(rec, header_len + off, n)
         for rec, (off, n) in zip(plan.compactions, plan.compaction_spans, strict=True)
     ]
-    total = base + sum(len(line) for line in plan.body)
-    return Rewritten(header.epoch, total, msgs, comps, list(plan.deleted_ids))
+    total = header_len + sum(len(line) for line in plan.body)
+    return Rewritten(epoch, total, msgs, comps, list(plan.deleted_ids))
 
 
 def reindex(
