@@ -206,11 +206,16 @@ class Actor:
 
     * ``batch_limit``  - most envelopes handed to one ``handle_batch`` (default 1);
     * ``idle_timeout`` - seconds without an inbound message after which the
-      actor passivates (exits normally, state ``passivated``); ``None`` = never.
+      actor passivates (exits normally, state ``passivated``); ``None`` = never;
+    * ``idle_work_after`` - seconds of an empty mailbox after which
+      :meth:`on_idle` runs; ``None`` (default) = never. ``idle_work_interval``
+      is the pause between two calls while ``on_idle`` keeps returning True.
     """
 
     batch_limit: int = 1
     idle_timeout: float | None = None
+    idle_work_after: float | None = None
+    idle_work_interval: float = 0.0
     linger_ticks: int = 0  # see _linger: scheduler ticks to wait for more messages before a batch
     linger_max_ticks: int = 2000
     linger_max_seconds: float = 0.02
@@ -240,6 +245,7 @@ class Actor:
         self._stop_requested = False
         self._exited = trio.Event()
         self._counters = _Counters()
+        self._idle_work_due = True  # on_idle may have work once after start and after every batch
 
     # -- hooks for subclasses -------------------------------------------------
 
@@ -248,6 +254,17 @@ class Actor:
 
     async def on_stop(self) -> None:
         """Runs on an orderly exit (stop, passivation) only; crashes skip it."""
+
+    async def on_idle(self) -> bool:
+        """Background work while the mailbox is empty (see ``idle_work_after``).
+
+        Runs in the actor's own task, so never concurrently with a batch; a
+        message that arrives meanwhile waits until it returns. Return True to
+        be called again after ``idle_work_interval`` if the mailbox is still
+        empty; after False it runs again only once another batch was handled.
+        An exception crashes the actor like one from a tell.
+        """
+        return False
 
     async def handle(self, msg: Any) -> Any:
         """Handle one message; the return value is the reply to an ask."""
@@ -504,14 +521,28 @@ class Actor:
         return False
 
     async def _wait_for_message(self) -> Envelope | None:
-        """Block for the next message; ``None`` when closed or idle for too long."""
+        """Block for the next message; ``None`` when closed or idle for too long.
+
+        While waiting, runs :meth:`on_idle` once the mailbox stayed empty for
+        ``idle_work_after`` seconds (and again every ``idle_work_interval`` while
+        it asks for more). Idle work does not postpone passivation.
+        """
         idle = self.idle_timeout
-        with trio.move_on_after(idle) if idle is not None else trio.CancelScope():
-            try:
-                return await self._recv.receive()
-            except trio.EndOfChannel:
+        passivate_at = trio.current_time() + idle if idle is not None else math.inf
+        delay = self.idle_work_after
+        while True:
+            work_at = math.inf
+            if delay is not None and self._idle_work_due:
+                work_at = trio.current_time() + delay
+            with trio.move_on_at(min(passivate_at, work_at)):
+                try:
+                    return await self._recv.receive()
+                except trio.EndOfChannel:
+                    return None
+            if trio.current_time() >= passivate_at or self._stop_requested:
                 return None
-        return None
+            self._idle_work_due = await self.on_idle()
+            delay = self.idle_work_interval
 
     async def _dispatch(self, batch: list[Envelope]) -> None:
         c = self._counters
@@ -532,6 +563,7 @@ class Actor:
                 env.reply.set_exception(
                     InternalBug(f"actor {self.name!r}: handle_batch returned without replying to an ask")
                 )
+        self._idle_work_due = True
         c.handled += len(batch)
         c.batches += 1
         c.largest_batch = max(c.largest_batch, len(batch))

@@ -356,3 +356,75 @@ async def test_run_twice_is_a_bug() -> None:
 async def test_mailbox_must_be_bounded() -> None:
     with pytest.raises(ValueError):
         Probe("a", mailbox_size=0)
+
+
+class IdleWorker(Probe):
+    """A probe whose ``on_idle`` records when it ran and does ``work`` more steps."""
+
+    def __init__(self, name: str, *, work: int, **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self.work = work
+        self.idle_calls: list[float] = []
+
+    async def on_idle(self) -> bool:
+        self.idle_calls.append(trio.current_time())
+        self.work = max(0, self.work - 1)
+        return self.work > 0
+
+
+async def test_idle_work_runs_after_a_quiet_mailbox_until_done(autojump_clock: trio.testing.MockClock) -> None:
+    actor = IdleWorker("a", work=3)
+    actor.idle_work_after = 5.0
+    actor.idle_work_interval = 1.0
+    async with actor_running(actor):
+        start = trio.current_time()
+        await trio.sleep(4)
+        assert actor.idle_calls == []  # not yet quiet for 5 s
+        await trio.sleep(100)
+        # once after 5 s of quiet, then every 1 s while it reports more work, then never again
+        assert [t - start for t in actor.idle_calls] == pytest.approx([5.0, 6.0, 7.0])
+        assert actor.state == "running"
+
+
+async def test_idle_work_resumes_only_after_a_batch_and_never_interrupts_messages(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    actor = IdleWorker("a", work=1)
+    actor.idle_work_after = 5.0
+    async with actor_running(actor):
+        await trio.sleep(50)
+        assert len(actor.idle_calls) == 1  # nothing to do after the first call
+        for _ in range(10):  # a message every 2 s keeps the mailbox from being quiet for 5 s
+            assert await actor.ask("ping") == ("pong", 1)
+            await trio.sleep(2)
+        assert len(actor.idle_calls) == 1
+        last = trio.current_time()
+        await trio.sleep(50)
+        # the batches re-armed it: one more call, 5 s after the last message
+        assert len(actor.idle_calls) == 2
+        assert actor.idle_calls[1] - last == pytest.approx(3.0)  # last ask was 2 s before `last`
+
+
+async def test_idle_work_does_not_postpone_passivation(autojump_clock: trio.testing.MockClock) -> None:
+    actor = IdleWorker("a", work=1_000, idle_timeout=10)
+    actor.idle_work_after = 1.0
+    actor.idle_work_interval = 1.0
+    async with trio.open_nursery() as nursery:
+        start = trio.current_time()
+        await nursery.start(actor.run, name="actor:a")
+        await actor.wait_exited()
+    assert actor.state == "passivated"
+    assert trio.current_time() - start == pytest.approx(10)
+    assert 8 <= len(actor.idle_calls) <= 10
+
+
+async def test_idle_work_failure_crashes_the_actor(autojump_clock: trio.testing.MockClock) -> None:
+    class Broken(Probe):
+        async def on_idle(self) -> bool:
+            raise RuntimeError("idle work failed")
+
+    actor = Broken("a")
+    actor.idle_work_after = 1.0
+    with pytest.raises(RuntimeError, match="idle work failed"):
+        await actor.run()
+    assert actor.state == "crashed"
