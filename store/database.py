@@ -32,6 +32,7 @@ from .migrations import (
     schema_too_new,
 )
 from .schema import SCHEMA_VERSION
+from .search_upkeep import tune_index
 
 MIN_SQLITE_VERSION = (3, 34, 0)
 """First SQLite with the FTS5 trigram tokenizer."""
@@ -342,6 +343,7 @@ def open_writer(
     try:
         apply_pragmas(conn, synchronous=synchronous)
         result = migrate(conn, db_path, now_ms=now_ms, faults=faults)
+        tune_index(conn)  # FTS5 options of the search index (idempotent)
         if result.created_fresh:
             fsync_dir(db_path.parent)
     except BaseException as exc:
