@@ -6,6 +6,12 @@ per request (a failing request rolls back alone), commits once, then replies
 to each. A batch made only of derived-index writes (rows that boot can rebuild
 from transcripts) commits with ``synchronous=NORMAL``; any batch holding
 DB-only state commits with ``FULL`` (ARCHITECTURE.md "Durability").
+
+Idle upkeep: once the mailbox has stayed empty for ``upkeep_after`` seconds
+(after a batch, and once after start), the writer folds the search index's
+segments together with bounded FTS5 merge steps (``store.search_upkeep``),
+one small ``NORMAL`` transaction each, until there is nothing left to merge.
+A request that arrives meanwhile waits for the current step only.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import trio
 from runtime.actor import Actor, Envelope, Fatal
 from store.errors import IOFailure, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
+from store.search_upkeep import merge_step
 
 _CORRUPT_MARKERS = ("malformed", "not a database", "disk image", "corrupt")
 
@@ -82,6 +89,9 @@ class DbWriterStats:
     failed_commits: int = 0
     last_batch_ms: float = 0.0
     sync_modes: dict[str, int] = field(default_factory=dict)
+    upkeep_steps: int = 0
+    upkeep_failures: int = 0
+    upkeep_ms: float = 0.0
 
 
 class DbWriter(Actor):
@@ -95,9 +105,11 @@ class DbWriter(Actor):
         faults: Faults = NO_FAULTS,
         stats: DbWriterStats | None = None,
         force_synchronous: str | None = None,
+        upkeep_after: float | None = None,
     ) -> None:
         super().__init__(name, mailbox_size=mailbox_size)
         self.batch_limit = batch_limit
+        self.idle_work_after = upkeep_after  # None: no idle upkeep
         self.linger_ticks = 2  # sessions committing at the same moment share one transaction
         self.gate_timeout = 120.0
         self._conn = conn
@@ -113,6 +125,39 @@ class DbWriter(Actor):
     def _reset(self) -> None:
         if self._conn.in_transaction:
             self._conn.rollback()
+
+    async def on_idle(self) -> bool:
+        outcome = await trio.to_thread.run_sync(self._upkeep_step, limiter=self._limiter)
+        if isinstance(outcome, BaseException):
+            if _is_corruption(outcome):
+                raise Fatal(outcome)
+            return False  # disk full, I/O error: try again after the next batch
+        return outcome
+
+    def _upkeep_step(self) -> bool | BaseException:
+        """One search-index merge step in its own transaction (worker thread)."""
+        conn = self._conn
+        started = time.perf_counter()
+        mode = self._force_sync or "NORMAL"  # derived rows only
+        try:
+            if mode != self._sync_mode:
+                conn.execute(f"PRAGMA synchronous = {mode}")
+                self._sync_mode = mode
+            conn.execute("BEGIN IMMEDIATE")
+            merged = merge_step(conn)
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            try:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            self.stats.upkeep_failures += 1
+            return exc
+        if merged:
+            self.stats.upkeep_steps += 1
+        self.stats.upkeep_ms += (time.perf_counter() - started) * 1000
+        return merged
 
     async def handle(self, msg: Any) -> Any:  # pragma: no cover - handle_batch is used
         raise NotImplementedError

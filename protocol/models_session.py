@@ -66,6 +66,13 @@ class DbWriterStats(Result):
     queue_depth: Count
     peak_depth: Count
     batches: Count
+    ops: Count | None = None
+    max_batch: Count | None = None
+    full_commits: Count | None = None
+    normal_commits: Count | None = None
+    search_upkeep_steps: Count | None = Field(
+        default=None, description="Idle merge steps of the search index since start (store/search_upkeep.py)."
+    )
 
 
 class BootReport(Result):

@@ -31,6 +31,8 @@ class HostConfig:
     # answered per request (ACTOR_RESTARTED), only a storm this large escalates.
     session_restart_intensity: int = 1000
     synchronous: str | None = None  # None = FULL/NORMAL chosen per batch; "FULL"/"NORMAL" forces one
+    # Seconds the DB writer must be idle before it merges search index segments (None = never).
+    search_upkeep_after: float | None = 2.0
     max_frame_bytes: int = 16 * 1024 * 1024
     max_params_bytes: int = 8 * 1024 * 1024
     log_to_stderr: bool = True

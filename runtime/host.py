@@ -97,7 +97,8 @@ async def run_host(
                 writer_ref = await supervisor.start_child(
                     ChildSpec("db-writer", lambda: DbWriter(
                         boot.conn, mailbox_size=config.db_mailbox, batch_limit=config.db_batch_limit,
-                        faults=faults, stats=db_stats, force_synchronous=config.synchronous))
+                        faults=faults, stats=db_stats, force_synchronous=config.synchronous,
+                        upkeep_after=config.search_upkeep_after))
                 )
                 db = DbHandle(lambda op: writer_ref.ask(op, timeout=config.ask_timeout))
                 scheduler_ref = await supervisor.start_child(
@@ -138,7 +139,8 @@ async def run_host(
                         "dbWriter": {"queueDepth": depth, "peakDepth": peak, "batches": db_stats.batches,
                                      "ops": db_stats.ops, "maxBatch": db_stats.max_batch,
                                      "fullCommits": db_stats.full_commits,
-                                     "normalCommits": db_stats.normal_commits},
+                                     "normalCommits": db_stats.normal_commits,
+                                     "searchUpkeepSteps": db_stats.upkeep_steps},
                         "dataDirBytes": size,
                         "boot": boot.report,
                     }
