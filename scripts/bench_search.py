@@ -13,6 +13,13 @@ triggers included) in bulk transactions, then measures ``search_sessions``
 brute-force scan (every text through the same Python predicate) for a subset of
 the same queries, checking that both count the same matches.
 
+The index gets the FTS5 options the host's writer sets (``tune_index``). After
+the build, the latencies are measured once "as built", then the DB writer's
+idle upkeep (``store.search_upkeep.merge_step`` until it reports nothing to
+do, one transaction per step, as a host does once its writer has been idle)
+runs and everything is measured again; the targets are judged on the second
+measurement, and both are reported.
+
 Prints the figures as JSON, writes ``DIR/bench_search.json`` and returns the
 dict from :func:`run` (``scripts/bench`` imports it).
 Targets reported against: p95 < 100 ms for queries of 3+ characters, and
@@ -46,6 +53,7 @@ if str(ROOT) not in sys.path:  # running as a script from anywhere
 from store.database import apply_pragmas, open_reader  # noqa: E402
 from store.schema import apply_schema, message_mid  # noqa: E402
 from store.search import literal_predicate, normalize_query, search_sessions  # noqa: E402
+from store.search_upkeep import merge_step, segment_count, tune_index  # noqa: E402
 
 P95_TARGET_MS = 100.0
 SPEEDUP_TARGET = 50.0
@@ -219,6 +227,7 @@ def build_database(cfg: Config, db_path: Path, rng: random.Random) -> tuple[dict
     try:
         apply_pragmas(conn, synchronous="NORMAL")  # derived index rows: NORMAL is allowed
         apply_schema(conn)
+        tune_index(conn)  # as the host's writer does when it opens the database
         t_start = time.perf_counter()
         conn.execute("BEGIN")
         n_projects = max(1, cfg.sessions // 50)
@@ -370,7 +379,33 @@ def brute_force(conn: sqlite3.Connection, query: str) -> tuple[int, int]:
     return sum(per.values()), len(set(per) | titles)
 
 
-def measure(cfg: Config, db_path: Path, queries: dict[str, list[str]]) -> dict[str, Any]:
+def idle_upkeep(db_path: Path) -> dict[str, Any]:
+    """What the host's DB writer does when idle: merge steps until none is left."""
+    conn = sqlite3.connect(str(db_path), isolation_level=None)
+    try:
+        apply_pragmas(conn, synchronous="NORMAL")
+        before = segment_count(conn)
+        steps = 0
+        longest = 0.0
+        t0 = time.perf_counter()
+        while True:
+            t = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            merged = merge_step(conn)
+            conn.execute("COMMIT")
+            longest = max(longest, time.perf_counter() - t)
+            if not merged:
+                break
+            steps += 1
+        seconds = time.perf_counter() - t0
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return {"steps": steps, "seconds": round(seconds, 1), "longestStepMs": round(longest * 1000, 1),
+                "segmentsBefore": before, "segmentsAfter": segment_count(conn)}
+    finally:
+        conn.close()
+
+
+def measure(cfg: Config, db_path: Path, queries: dict[str, list[str]], *, brute: bool = True) -> dict[str, Any]:
     conn = open_reader(db_path)
     try:
         search_sessions(conn, "warm up the page cache")  # first touch of the FTS pages
@@ -392,7 +427,7 @@ def measure(cfg: Config, db_path: Path, queries: dict[str, list[str]]) -> dict[s
             brute_ms: list[float] = []
             fast_ms: list[float] = []
             mismatches = []
-            for q in qs[: cfg.brute_queries]:
+            for q in qs[: cfg.brute_queries if brute else 0]:
                 t = time.perf_counter()
                 n_msgs, n_sessions = brute_force(conn, q)
                 brute_ms.append((time.perf_counter() - t) * 1000)
@@ -409,8 +444,8 @@ def measure(cfg: Config, db_path: Path, queries: dict[str, list[str]]) -> dict[s
                 "medianMessageMatches": statistics.median(matches),
                 "maxMessageMatches": max(matches),
                 "bruteQueries": len(brute_ms),
-                "bruteP50ms": round(_pct(brute_ms, 50), 1),
-                "speedupP50": round(_pct(brute_ms, 50) / max(_pct(fast_ms, 50), 1e-6), 1),
+                "bruteP50ms": round(_pct(brute_ms, 50), 1) if brute_ms else None,
+                "speedupP50": round(_pct(brute_ms, 50) / max(_pct(fast_ms, 50), 1e-6), 1) if brute_ms else None,
                 "countMismatchesVsBrute": mismatches,
             }
         return out
@@ -442,6 +477,8 @@ def run(
     t0 = time.perf_counter()
     build, samples, vocab = build_database(cfg, db_path, rng)
     qs = make_queries(cfg, samples, vocab, rng)
+    as_built = measure(cfg, db_path, qs, brute=False)
+    upkeep = idle_upkeep(db_path)
     latency = measure(cfg, db_path, qs)
     long_kinds = ("3char", "8char", "cjk", "nohit")
     result = {
@@ -450,6 +487,8 @@ def run(
         "sqlite": sqlite3.sqlite_version,
         "cpus": os.cpu_count(),
         "build": build,
+        "idleUpkeep": upkeep,
+        "asBuilt": {k: {"p50ms": v["p50ms"], "p95ms": v["p95ms"], "maxms": v["maxms"]} for k, v in as_built.items()},
         "searchSessions": latency,
         "targets": {
             "p95Under100msFor3PlusChars": {k: latency[k]["p95ms"] < P95_TARGET_MS for k in long_kinds},
