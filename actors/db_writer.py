@@ -28,7 +28,7 @@ import trio
 from runtime.actor import Actor, Envelope, Fatal
 from store.errors import IOFailure, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
-from store.search_upkeep import merge_step
+from store.search_upkeep import upkeep_step
 
 _CORRUPT_MARKERS = ("malformed", "not a database", "disk image", "corrupt")
 
@@ -144,7 +144,7 @@ class DbWriter(Actor):
                 conn.execute(f"PRAGMA synchronous = {mode}")
                 self._sync_mode = mode
             conn.execute("BEGIN IMMEDIATE")
-            merged = merge_step(conn)
+            merged = upkeep_step(conn)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             try:

@@ -15,7 +15,7 @@ the same queries, checking that both count the same matches.
 
 The index gets the FTS5 options the host's writer sets (``tune_index``). After
 the build, the latencies are measured once "as built", then the DB writer's
-idle upkeep (``store.search_upkeep.merge_step`` until it reports nothing to
+idle upkeep (``store.search_upkeep.upkeep_step`` until it reports nothing to
 do, one transaction per step, as a host does once its writer has been idle)
 runs and everything is measured again; the targets are judged on the second
 measurement, and both are reported.
@@ -53,7 +53,7 @@ if str(ROOT) not in sys.path:  # running as a script from anywhere
 from store.database import apply_pragmas, open_reader  # noqa: E402
 from store.schema import apply_schema, message_mid  # noqa: E402
 from store.search import literal_predicate, normalize_query, search_sessions  # noqa: E402
-from store.search_upkeep import merge_step, segment_count, tune_index  # noqa: E402
+from store.search_upkeep import segment_count, tune_index, upkeep_step  # noqa: E402
 
 P95_TARGET_MS = 100.0
 SPEEDUP_TARGET = 50.0
@@ -391,7 +391,7 @@ def idle_upkeep(db_path: Path) -> dict[str, Any]:
         while True:
             t = time.perf_counter()
             conn.execute("BEGIN IMMEDIATE")
-            merged = merge_step(conn)
+            merged = upkeep_step(conn)
             conn.execute("COMMIT")
             longest = max(longest, time.perf_counter() - t)
             if not merged:

@@ -12,20 +12,28 @@ documented knobs:
   instead of FTS5's default 4,050 bytes (fewer page reads per long doclist)
   and ``usermerge`` 2, so that an explicit ``merge`` folds any level that
   holds two segments.
-* :func:`merge_step` (run by the DB writer when it has been idle, see
-  ``actors.db_writer``): one bounded FTS5 ``merge`` of at most about
-  ``MERGE_PAGES`` leaf pages; it reports whether there was anything to do,
-  so the caller stops once the index holds at most one segment per level.
+* :func:`upkeep_step` (run by the DB writer when it has been idle, see
+  ``actors.db_writer``): one bounded FTS5 ``merge`` of about ``MERGE_PAGES``
+  leaf pages; it reports whether there was anything to do, so the caller stops
+  when the work is done. Two kinds of merge, chosen from the index's structure
+  record (:func:`read_structure`): when the segments other than the largest
+  hold at least ``FULL_MERGE_FRACTION`` of the pages, a step of a merge of
+  every segment into one (FTS5 ``merge`` with a negative budget, resumable
+  across transactions); otherwise a step of folding any level that holds two
+  segments (positive budget, ``usermerge`` 2). The fraction bounds the cost:
+  the whole index is rewritten once per 2 % of growth, in idle time only.
 
-Measured at 1,000,000 messages (``docs/bench/report.md``): 8-character phrase
-queries made only of the most common trigrams cost about 10 % less after the
-idle merges, and the larger leaves take another 5–15 % off. Neither changes
-what a query returns.
+What it buys, measured on the bench's 1,000,000 messages: a phrase of common
+trigrams reads each trigram's doclist in every segment, and the per-row merge
+across segments costs as much as the extra data; 3 segments (5 % of the pages
+outside the largest) made such 8-character phrases 11–15 % slower than one
+segment, 18 segments 25–30 % slower. Nothing here changes what a query returns.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
 
 LEAF_PAGE_BYTES = 32_000
 """FTS5 ``pgsz`` (its maximum is 64 KiB); only segments written after the change use it."""
@@ -34,7 +42,7 @@ USERMERGE = 2
 """FTS5 ``usermerge``: a ``merge`` command folds a level once it holds this many segments."""
 
 MERGE_PAGES = 32
-"""Leaf pages one :func:`merge_step` writes at most (FTS5 finishes the doclist it is in)."""
+"""Leaf pages one :func:`upkeep_step` asks FTS5 to write (it finishes the doclist it is in)."""
 
 _TUNING = {"pgsz": LEAF_PAGE_BYTES, "usermerge": USERMERGE}
 
@@ -59,39 +67,105 @@ def tune_index(conn: sqlite3.Connection) -> bool:
     return changed
 
 
-def merge_step(conn: sqlite3.Connection, pages: int = MERGE_PAGES) -> bool:
-    """One incremental FTS5 merge of at most about ``pages`` leaf pages.
+FULL_MERGE_FRACTION = 0.02
+"""Merge every segment into one once the others hold this share of the index's pages."""
 
-    Returns True when it merged something (call again), False when no level
-    holds ``USERMERGE`` segments (nothing to do). FTS5 documents the test: a
-    ``merge`` that did work changes more than one row (``total_changes``).
-    Must run inside the caller's write transaction; a rollback undoes it.
+@dataclass(frozen=True)
+class Structure:
+    """The index's segments, as FTS5's structure record lists them."""
+
+    levels: tuple[tuple[int, tuple[int, ...]], ...]
+    """Per level: (segments of an unfinished merge, leaf pages of each segment)."""
+
+    @property
+    def segments(self) -> int:
+        return sum(len(pages) for _, pages in self.levels)
+
+    @property
+    def pages(self) -> int:
+        return sum(sum(pages) for _, pages in self.levels)
+
+    @property
+    def largest(self) -> int:
+        return max((max(pages) for _, pages in self.levels if pages), default=0)
+
+    @property
+    def merging(self) -> bool:
+        return any(n for n, _ in self.levels)
+
+
+def read_structure(conn: sqlite3.Connection) -> Structure | None:
+    """Decode FTS5's structure record (``messages_fts_data`` row 10).
+
+    The layout (fts5_index.c, ``fts5StructureDecode``): a 4-byte cookie, then
+    varints: levels, segments, write counter; per level: segments being
+    merged, segments; per segment: id, first page, last page. ``None`` when
+    the record does not decode exactly to that layout (a newer FTS5 writes a
+    version marker and more fields per segment): callers then only use the
+    merges FTS5 plans itself.
     """
-    if pages < 1:
-        raise ValueError(f"pages must be >= 1, got {pages}")
-    before = conn.total_changes
-    conn.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES ('merge', ?)", (pages,))
-    return conn.total_changes - before >= 2
+    row = conn.execute("SELECT block FROM messages_fts_data WHERE id = 10").fetchone()
+    if row is None or not isinstance(row[0], bytes):
+        return None
+    buf: bytes = row[0]
+    if len(buf) < 7 or buf[4:8] == b"\xff\x00\x00\x01":  # too short / FTS5_STRUCTURE_V2
+        return None
+    try:
+        n_levels, pos = _varint(buf, 4)
+        n_segments, pos = _varint(buf, pos)
+        _writes, pos = _varint(buf, pos)
+        levels = []
+        for _ in range(n_levels):
+            n_merge, pos = _varint(buf, pos)
+            n_seg, pos = _varint(buf, pos)
+            pages = []
+            for _ in range(n_seg):
+                _segid, pos = _varint(buf, pos)
+                first, pos = _varint(buf, pos)
+                last, pos = _varint(buf, pos)
+                if last < first:
+                    return None
+                pages.append(last - first + 1)
+            if n_merge > n_seg:
+                return None
+            levels.append((n_merge, tuple(pages)))
+    except IndexError:
+        return None
+    structure = Structure(tuple(levels))
+    if pos != len(buf) or structure.segments != n_segments:
+        return None
+    return structure
 
 
 def segment_count(conn: sqlite3.Connection) -> int | None:
-    """How many segments the index holds, read from FTS5's structure record.
+    """How many segments the index holds (None: unknown structure layout)."""
+    structure = read_structure(conn)
+    return structure.segments if structure is not None else None
 
-    For reports and tests only (nothing decides on it). ``None`` when the
-    record has a layout this reader does not know (newer FTS5 versions).
+
+def wants_full_merge(structure: Structure) -> bool:
+    """True when the segments other than the largest are worth merging into it."""
+    if structure.segments <= 1:
+        return False
+    outside = structure.pages - structure.largest
+    return outside >= FULL_MERGE_FRACTION * structure.pages
+
+
+def upkeep_step(conn: sqlite3.Connection, pages: int = MERGE_PAGES) -> bool:
+    """One bounded merge step (see the module docstring); True when it merged something.
+
+    Must run inside the caller's write transaction; a rollback undoes it. An
+    unfinished merge is always continued first (FTS5 resumes it whatever the
+    sign of the budget).
     """
-    row = conn.execute("SELECT block FROM messages_fts_data WHERE id = 10").fetchone()
-    if row is None or not isinstance(row[0], bytes) or len(row[0]) < 5:
-        return None
-    block: bytes = row[0]
-    if block[4:8] == b"\xff\x00\x00\x01":  # FTS5_STRUCTURE_V2 marker (SQLite 3.45+)
-        return None
-    try:
-        _levels, pos = _varint(block, 4)
-        segments, _ = _varint(block, pos)
-    except IndexError:
-        return None
-    return segments
+    if pages < 1:
+        raise ValueError(f"pages must be >= 1, got {pages}")
+    structure = read_structure(conn)
+    full = structure is not None and not structure.merging and wants_full_merge(structure)
+    before = conn.total_changes
+    conn.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES ('merge', ?)", (-pages if full else pages,))
+    # FTS5 documents the test: a 'merge' that did work changes more than one row.
+    return conn.total_changes - before >= 2
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:

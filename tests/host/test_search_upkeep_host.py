@@ -61,7 +61,7 @@ async def test_idle_writer_merges_segments_without_changing_results(tmp_path: Pa
                     break
                 steps = now
             merged = _segments(tmp_path)
-            assert fragmented is not None and merged is not None and merged < fragmented
+            assert fragmented is not None and fragmented > 1 and merged == 1
             assert await _results(c) == before
             # writes after the merges are acknowledged and found at once
             await c.call("session.appendMessage", {"sessionId": sessions[0], "message": msg("late", "zebra 検索")})

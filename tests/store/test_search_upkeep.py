@@ -10,7 +10,17 @@ import pytest
 
 from store.database import open_reader, open_writer
 from store.search import search_messages, search_sessions
-from store.search_upkeep import LEAF_PAGE_BYTES, USERMERGE, merge_step, segment_count, tune_index
+from store.search_upkeep import (
+    FULL_MERGE_FRACTION,
+    LEAF_PAGE_BYTES,
+    USERMERGE,
+    Structure,
+    read_structure,
+    segment_count,
+    tune_index,
+    upkeep_step,
+    wants_full_merge,
+)
 from tests.store.search_corpus import Corpus, open_db
 
 WORDS = ["alpha", "beta", "gamma", "delta", "the", "to", "of", "search", "index", "merge", "日本語", "検索"]
@@ -67,7 +77,7 @@ def test_the_writer_tunes_new_and_existing_databases(tmp_path: Path) -> None:
         conn.close()
 
 
-def test_merge_steps_fold_segments_and_change_no_result(tmp_path: Path) -> None:
+def test_upkeep_merges_a_fragmented_index_into_one_segment_and_changes_no_result(tmp_path: Path) -> None:
     conn = _fragmented(tmp_path)
     before = _everything(conn)
     segments_before = segment_count(conn)
@@ -76,17 +86,16 @@ def test_merge_steps_fold_segments_and_change_no_result(tmp_path: Path) -> None:
     steps = 0
     while True:
         conn.execute("BEGIN IMMEDIATE")
-        merged = merge_step(conn, pages=2)
+        merged = upkeep_step(conn, pages=2)
         conn.execute("COMMIT")
         if not merged:
             break
         steps += 1
         assert steps < 10_000
-    segments_after = segment_count(conn)
-    assert steps >= 2  # small steps: the work really was split
-    assert segments_after is not None and segments_after < segments_before
+    assert steps >= 1
+    assert segment_count(conn) == 1  # everything merged into one segment
     conn.execute("BEGIN IMMEDIATE")
-    assert merge_step(conn) is False  # nothing left to do
+    assert upkeep_step(conn) is False  # nothing left to do
     conn.execute("COMMIT")
     conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")  # raises if damaged
     assert _everything(conn) == before
@@ -97,22 +106,22 @@ def test_merge_steps_fold_segments_and_change_no_result(tmp_path: Path) -> None:
         reader.close()
 
 
-def test_a_rolled_back_merge_step_leaves_the_index_as_it_was(tmp_path: Path) -> None:
+def test_a_rolled_back_upkeep_step_leaves_the_index_as_it_was(tmp_path: Path) -> None:
     conn = _fragmented(tmp_path)
     tune_index(conn)
     before = _everything(conn)
     segments = segment_count(conn)
     conn.execute("BEGIN IMMEDIATE")
-    assert merge_step(conn, pages=4) is True
+    assert upkeep_step(conn, pages=4) is True
     conn.execute("ROLLBACK")
     assert segment_count(conn) == segments
     assert _everything(conn) == before
 
 
-def test_merge_step_refuses_a_non_positive_budget(tmp_path: Path) -> None:
+def test_upkeep_step_refuses_a_non_positive_budget(tmp_path: Path) -> None:
     conn = open_db(tmp_path / "t.sqlite")
     with pytest.raises(ValueError, match="pages must be >= 1"):
-        merge_step(conn, pages=0)
+        upkeep_step(conn, pages=0)
 
 
 def test_segment_count_of_an_empty_index_and_an_unknown_layout(tmp_path: Path) -> None:
@@ -120,3 +129,55 @@ def test_segment_count_of_an_empty_index_and_an_unknown_layout(tmp_path: Path) -
     assert segment_count(conn) == 0
     conn.execute("UPDATE messages_fts_data SET block = X'00000000FF000001' WHERE id = 10")
     assert segment_count(conn) is None
+
+
+def _upkeep_until_done(conn: sqlite3.Connection) -> int:
+    steps = 0
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        merged = upkeep_step(conn, pages=4)
+        conn.execute("COMMIT")
+        if not merged:
+            return steps
+        steps += 1
+        assert steps < 100_000
+
+
+def test_writes_after_a_full_merge_are_merged_again(tmp_path: Path) -> None:
+    conn = _fragmented(tmp_path)
+    tune_index(conn)
+    _upkeep_until_done(conn)
+    assert segment_count(conn) == 1
+    corpus = Corpus(conn)
+    sid = corpus.session("late-session", title="late")
+    for i in range(30):  # one transaction each: new small segments
+        corpus.message(sid, f"late message {i} about gamma", msg_id=f"late-{i}")
+    assert (segment_count(conn) or 0) > 1
+    before = _everything(conn)
+    assert _upkeep_until_done(conn) > 0
+    assert segment_count(conn) == 1
+    assert _everything(conn) == before
+    assert _upkeep_until_done(conn) == 0  # and then nothing is left to do
+
+
+def test_full_merge_policy() -> None:
+    one = Structure(((0, (1000,)),))
+    assert not wants_full_merge(one)
+    small = Structure(((0, (1,)), (0, ()), (0, (1000,))))
+    assert not wants_full_merge(small)  # 0.1 % outside the largest
+    outside = int(1000 * FULL_MERGE_FRACTION / (1 - FULL_MERGE_FRACTION)) + 1
+    grown = Structure(((0, (outside,)), (0, (1000,))))
+    assert wants_full_merge(grown)
+    below = Structure(((0, (1, 1)), (0, (3,)), (0, (1000,))))
+    assert not wants_full_merge(below)  # 0.5 %: level merges only (the level holding two segments)
+    assert grown.segments == 2 and grown.largest == 1000 and not grown.merging
+    assert Structure(((2, (5, 5)),)).merging
+
+
+def test_read_structure_refuses_a_record_it_cannot_decode_exactly(tmp_path: Path) -> None:
+    conn = _fragmented(tmp_path)
+    good = conn.execute("SELECT block FROM messages_fts_data WHERE id = 10").fetchone()[0]
+    assert read_structure(conn) is not None
+    for bad in (good + b"\x00", good[:-1], good[:4] + b"\xff\x00\x00\x01" + good[4:]):
+        conn.execute("UPDATE messages_fts_data SET block = ? WHERE id = 10", (bad,))
+        assert read_structure(conn) is None
