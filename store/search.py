@@ -23,7 +23,10 @@ How SQL finds the matches (every path returns exactly the predicate's set):
   joined into one string and counted by a C ``Counter``), and each page
   session's first hits come from a rowid-range read of the same doclist; a
   longer phrase (a costlier position merge, far fewer hits) is read once and
-  every hit's rowid counted in Python. With many candidate sessions the
+  every hit's rowid counted in Python; from 5 characters on, the phrase is
+  usually rewritten to an exactly equivalent ``NEAR`` of its two halves that
+  leaves its most common trigram unread (``_fts_expression``,
+  ``search_text.near_rewrite``). With many candidate sessions the
   session rows are read in page order only until the page is full.
   ``search.query`` looks up each hit's row for its newest-first order but
   reads no text except for hazard rows.
@@ -67,9 +70,12 @@ from .search_text import (
     QueryPlan,
     find_literal,
     fold_contains,
+    fts_phrase,
     literal_predicate,
+    near_rewrite,
     normalize_query,
     plan_query,
+    skippable_trigrams,
     snippet,
 )
 from .sql_lists import in_chunks
@@ -260,6 +266,11 @@ _HAZARD_PROBE_MAX = 1000
 # Up to this many candidate sessions their rows are fetched by key; past it the
 # sessions are read in page order until the page is full.
 _PAGE_BY_KEY_MAX = 500
+# Phrases of 5+ characters leave their costliest skippable trigram out (see
+# _fts_expression); the choice samples each candidate trigram's hits among the
+# newest 1/_SAMPLE_SHARE of the sessions, for at most _SAMPLE_MAX candidates.
+_SAMPLE_SHARE = 64
+_SAMPLE_MAX = 8
 
 
 @dataclass(frozen=True)
@@ -301,6 +312,44 @@ class _Found:
             )
             wanted.extend([r[0] for r in rows if r[0] not in self.rejected][:n])
         return _snippet_rows(conn, self.plan, wanted)
+
+
+def _fts_expression(conn: sqlite3.Connection, plan: QueryPlan) -> str:
+    """``plan.fts``, with each phrase that allows it rewritten to skip one trigram.
+
+    A phrase query reads the doclist of every trigram; one made only of common
+    trigrams (``"t to the"``) reads hundreds of thousands of rows for each.
+    :func:`store.search_text.near_rewrite` gives an exactly equivalent
+    ``NEAR`` that does not read one of them; this picks the one with the most
+    hits in a sample of the index (the newest sessions' rowid range), so the
+    most expensive doclist is the one left out. Same rows, less reading.
+    """
+    assert plan.fts is not None
+    parts: list[str] = []
+    sample_from: int | None = None
+    for phrase in plan.fts_phrases:
+        options = skippable_trigrams(phrase)
+        if not options:
+            parts.append(fts_phrase(phrase))
+            continue
+        if len(options) > _SAMPLE_MAX:
+            step = len(options) / _SAMPLE_MAX
+            options = [options[int(i * step)] for i in range(_SAMPLE_MAX)]
+        if sample_from is None:
+            top = conn.execute("SELECT max(ordinal) FROM sessions").fetchone()[0] or 0
+            sample_from = max(0, int(top) - max(1, int(top) // _SAMPLE_SHARE) + 1) << MID_SEQ_BITS
+        best, best_hits = options[0], -1
+        for i in options:
+            hits = conn.execute(
+                "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ? AND rowid >= ?",
+                (fts_phrase(phrase[i : i + 3]), sample_from),
+            ).fetchone()[0]
+            if hits > best_hits:
+                best, best_hits = i, hits
+        rewritten = near_rewrite(phrase, best)
+        assert rewritten is not None
+        parts.append(rewritten)
+    return " OR ".join(parts)
 
 
 def _trigram_matches(conn: sqlite3.Connection, plan: QueryPlan) -> _Found:
@@ -442,7 +491,7 @@ def _exact_hits(conn: sqlite3.Connection, plan: QueryPlan, n_hazard: int) -> lis
     rowids into one string (one row crosses into Python, not one per hit).
     """
     blob = conn.execute(
-        "SELECT group_concat(rowid) FROM messages_fts WHERE messages_fts MATCH ?", (plan.fts,)
+        "SELECT group_concat(rowid) FROM messages_fts WHERE messages_fts MATCH ?", (_fts_expression(conn, plan),)
     ).fetchone()[0]
     if not blob:
         return []
@@ -574,6 +623,8 @@ def search_messages(
             if "lo" in params:
                 params["lo"] = int(live[0]) << MID_SEQ_BITS
                 params["hi"] = (int(live[0]) + 1) << MID_SEQ_BITS
+        if plan.fts_exact and session_id is None:
+            params["fts"] = _fts_expression(conn, plan)
         rows = conn.execute(
             f"SELECT m.mid, m.id, m.session_id, m.role, m.seq, m.text, m.created_at FROM {source} "
             f"{' AND '.join(where)} ORDER BY m.created_at DESC, m.mid DESC LIMIT :lim",

@@ -149,10 +149,49 @@ class QueryPlan:
     hazard_chars: tuple[str, ...]
     fts: str | None
     fts_exact: bool = False
+    fts_phrases: tuple[str, ...] = ()
+    """The folded strings whose quoted phrases, OR-ed, make ``fts``."""
 
 
-def _fts_phrase(s: str) -> str:
+def fts_phrase(s: str) -> str:
+    """``s`` as an FTS5 string literal (a phrase of its trigrams)."""
     return '"' + s.replace('"', '""') + '"'
+
+
+def near_rewrite(phrase: str, skip: int) -> str | None:
+    """An FTS5 expression equivalent to the trigram phrase ``phrase`` that does
+    not read the trigram starting at character ``skip``, or None if that
+    cannot be proven.
+
+    The phrase's trigrams sit at consecutive token positions 0..k-1 (the
+    trigram tokenizer emits one token per character). ``NEAR(A B, 1)`` with
+    ``A = phrase[:skip+2]`` (tokens 0..skip-1) and ``B = phrase[skip+1:]``
+    (tokens skip+1..k-1) matches when B starts ``d`` tokens after A with
+    ``-(len B + 1) <= d <= len A + 1`` (FTS5's window: every phrase starts at
+    most its length plus 1 before the last one to start). At ``d = len A + 1``
+    A and B cover every character of the phrase, so the skipped trigram is
+    there too: a phrase match. Every other allowed ``d`` makes A and B share at
+    least one character; if each of those overlaps disagrees somewhere, no text
+    can hold A and B that way, and the NEAR matches exactly the phrase's rows.
+    Checked against real FTS5 tables in ``tests/store/test_search_near.py``.
+    """
+    k = len(phrase) - 2
+    if not 1 <= skip <= k - 2:
+        return None
+    a, b = phrase[: skip + 2], phrase[skip + 1 :]
+    la, lb = len(a) - 2, len(b) - 2
+    for d in range(-(lb + 1), la + 2):
+        if d == la + 1:
+            continue
+        lo, hi = max(0, d), min(len(a), d + len(b))
+        if lo >= hi or all(a[x] == b[x - d] for x in range(lo, hi)):
+            return None
+    return f"NEAR({fts_phrase(a)} {fts_phrase(b)}, 1)"
+
+
+def skippable_trigrams(phrase: str) -> list[int]:
+    """Positions whose trigram :func:`near_rewrite` can leave out of ``phrase``."""
+    return [i for i in range(1, len(phrase) - 3) if near_rewrite(phrase, i) is not None]
 
 
 def plan_query(query: str) -> QueryPlan:
@@ -165,15 +204,15 @@ def plan_query(query: str) -> QueryPlan:
             if any(ch in folded for ch in lowered if ord(ch) < 128):
                 hazards.append(src)
     fts: str | None = None
+    phrases: tuple[str, ...] = ()
     if plain and len(folded) >= 3:
         # The trigram tokenizer folds case with SQLite's own (simple) Unicode
         # folding, which maps K to k but leaves İ alone. In folded text İ is
         # "i" + U+0307; a plain query never contains U+0307, so İ can only take
         # part in a match as the query's LAST character: add that phrase too.
-        fts = _fts_phrase(folded)
-        if folded.endswith("i"):
-            fts += " OR " + _fts_phrase(folded[:-1] + "\u0130")
-    return QueryPlan(query, folded, plain, needs_lower, tuple(hazards), fts, fts is not None)
+        phrases = (folded, folded[:-1] + "\u0130") if folded.endswith("i") else (folded,)
+        fts = " OR ".join(fts_phrase(p) for p in phrases)
+    return QueryPlan(query, folded, plain, needs_lower, tuple(hazards), fts, fts is not None, phrases)
 
 
 def _fold_offsets(text: str) -> list[int] | None:
