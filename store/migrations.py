@@ -39,6 +39,7 @@ from .schema import (
     DDL,
     DDL_V20,
     DDL_V21,
+    DDL_V22,
     MAX_SEQ,
     MID_SEQ_BITS,
     SCHEMA_VERSION,
@@ -47,6 +48,7 @@ from .schema import (
     V22_MESSAGES_FTS,
     V22_SEARCH_HAZARD,
     V22_SESSIONS,
+    V23_ADDITIONS,
     apply_schema,
     hazard_sql,
     searchable_sql,
@@ -143,6 +145,11 @@ def _v22_search_layout(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _v23_created_index(conn: sqlite3.Connection) -> None:
+    for statement in V23_ADDITIONS:
+        conn.execute(statement)
+
+
 STEPS: tuple[MigrationStep, ...] = (
     MigrationStep(
         to_version=21,
@@ -156,13 +163,19 @@ STEPS: tuple[MigrationStep, ...] = (
         destructive=True,
         apply=_v22_search_layout,
     ),
+    MigrationStep(
+        to_version=23,
+        description="index messages by created_at (newest-first message search)",
+        destructive=False,
+        apply=_v23_created_index,
+    ),
 )
 """The production chain, ordered by ``to_version`` (immutable on purpose)."""
 
 
 def ddl_for_version(version: int) -> tuple[str, ...]:
-    """The DDL of a layout this build knows exactly (20, 21 and ``SCHEMA_VERSION``)."""
-    known = {20: DDL_V20, 21: DDL_V21, SCHEMA_VERSION: DDL}
+    """The DDL of a layout this build knows exactly (20, 21, 22 and ``SCHEMA_VERSION``)."""
+    known = {20: DDL_V20, 21: DDL_V21, 22: DDL_V22, SCHEMA_VERSION: DDL}
     if version not in known:
         raise ValueError(f"no DDL kept for schema version {version} (known: {', '.join(map(str, known))})")
     return known[version]

@@ -20,6 +20,10 @@ Version history kept here (older layouts are archived, never migrated; see
   contentless and holds exactly the searchable rows (user/assistant, text not
   NULL, not tombstoned), ``search_hazard`` lists the searchable rows whose text
   holds a character the trigram folding treats differently from ours.
+* v23 — ``idx_messages_created`` on ``messages(created_at)`` (additive): a
+  global ``search.query`` for a trigram in a large share of all messages walks
+  it newest first and asks the trigram index about each row, instead of
+  looking up every hit's row to sort them.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from collections.abc import Sequence
 
 from .search_text import TRIGRAM_TEXT_HAZARDS
 
-SCHEMA_VERSION = 22
+SCHEMA_VERSION = 23
 
 # --- seed §4.1 – §4.5 -------------------------------------------------------
 
@@ -525,6 +529,9 @@ _IDX_MESSAGES_TURN = (
 )
 
 
+_IDX_MESSAGES_CREATED = "CREATE INDEX idx_messages_created ON messages(created_at)"
+
+
 # --- v22: search layout ---------------------------------------------------------
 
 MID_SEQ_BITS = 24
@@ -678,7 +685,7 @@ V22_SEARCH_HAZARD: str = _SEARCH_HAZARD
 V22_MESSAGE_TRIGGERS: tuple[str, ...] = _strip((*_TRIGGERS_MID, *_TRIGGERS_FTS_V22))
 """v22 triggers on ``messages``: mid encoding checks, searchable-only FTS sync."""
 
-DDL: tuple[str, ...] = (
+DDL_V22: tuple[str, ...] = (
     *_strip(tuple(p for p in _DDL_V20_PARTS if p != _MESSAGES_FTS and p not in _TRIGGERS_FTS)),
     *V21_ADDITIONS,
     *V22_SESSIONS,
@@ -686,6 +693,12 @@ DDL: tuple[str, ...] = (
     V22_SEARCH_HAZARD,
     *V22_MESSAGE_TRIGGERS,
 )
+"""The v22 layout."""
+
+V23_ADDITIONS: tuple[str, ...] = (_IDX_MESSAGES_CREATED,)
+"""What the v22→v23 step creates (additive)."""
+
+DDL: tuple[str, ...] = DDL_V22 + V23_ADDITIONS
 """The full current DDL (``SCHEMA_VERSION``), in creation order."""
 
 

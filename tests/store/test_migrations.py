@@ -1,4 +1,4 @@
-"""Version handling: resets (seed §11.5), the v20→v21→v22 chain, backups, rollback."""
+"""Version handling: resets (seed §11.5), the v20→v21→v22→v23 chain, backups, rollback."""
 
 from __future__ import annotations
 
@@ -103,8 +103,9 @@ def test_ddl_for_version_20_is_21_without_boot_reports_and_turn_index() -> None:
     assert any("ordinal" in s for s in DDL) and any("search_hazard" in s for s in DDL)
     with pytest.raises(ValueError, match="no DDL kept"):
         ddl_for_version(7)
-    assert [s.to_version for s in STEPS] == [21, 22]
-    assert [s.destructive for s in STEPS] == [False, True]
+    assert [s.to_version for s in STEPS] == [21, 22, 23]
+    assert [s.destructive for s in STEPS] == [False, True, False]
+    assert ddl_for_version(22) + ("CREATE INDEX idx_messages_created ON messages(created_at)",) == DDL
 
 
 def test_pre_v7_database_is_archived_as_v6_bak_and_a_fresh_file_starts(tmp_path: Path) -> None:
@@ -228,10 +229,10 @@ def test_destructive_step_gets_a_readable_backup_first(
     stale = tmp_path / f"pi.sqlite.v20.bak.tmp-{NOW_MS - 1}"
     stale.write_bytes(b"half-written backup from a crash")
     step = MigrationStep(21, "rebuild kv without ui rows", True, _rebuild_kv_dropping_ui)
-    result = migrate(v20_conn, tmp_path / "pi.sqlite", [step, STEPS[1]], now_ms=NOW_MS)
+    result = migrate(v20_conn, tmp_path / "pi.sqlite", [step, *STEPS[1:]], now_ms=NOW_MS)
 
     backup = tmp_path / "pi.sqlite.v20.bak"
-    assert result.backups == [backup, tmp_path / "pi.sqlite.v21.bak"] and result.applied == [21, 22]
+    assert result.backups == [backup, tmp_path / "pi.sqlite.v21.bak"] and result.applied == [21, 22, 23]
     assert user_version(v20_conn) == SCHEMA_VERSION
     assert v20_conn.execute("SELECT ns FROM kv ORDER BY ns").fetchall() == [("app",)]
     assert v20_conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1  # restored
@@ -262,7 +263,7 @@ def test_failing_step_rolls_back_and_leaves_v20_authoritative(
     before = schema_objects(v20_conn)
     step = MigrationStep(21, "breaks", destructive, _half_then_fail)
     with pytest.raises(MigrationFailed, match="step blew up mid-way") as info:
-        migrate(v20_conn, tmp_path / "pi.sqlite", [step, STEPS[1]], now_ms=NOW_MS)
+        migrate(v20_conn, tmp_path / "pi.sqlite", [step, *STEPS[1:]], now_ms=NOW_MS)
     assert info.value.code == "MIGRATION_FAILED"
     assert "v20" in str(info.value)
     assert not v20_conn.in_transaction
@@ -275,7 +276,7 @@ def test_failing_step_rolls_back_and_leaves_v20_authoritative(
     assert (tmp_path / "pi.sqlite.v20.bak").exists() == destructive
 
     # once the step is fixed, the same file migrates
-    assert migrate(v20_conn, tmp_path / "pi.sqlite", now_ms=NOW_MS).applied == [21, 22]
+    assert migrate(v20_conn, tmp_path / "pi.sqlite", now_ms=NOW_MS).applied == [21, 22, 23]
 
 
 def test_fault_before_commit_rolls_back_the_real_step(

@@ -65,11 +65,11 @@ def _columns(conn: sqlite3.Connection, table: str) -> dict[str, tuple[str, int, 
 
 
 def test_fresh_schema_has_every_seed_table_index_and_trigger(db: sqlite3.Connection) -> None:
-    assert user_version(db) == SCHEMA_VERSION == 22
+    assert user_version(db) == SCHEMA_VERSION == 23
     tables = _names(db, "table")
     fts_shadow = {t for t in tables if t.startswith("messages_fts_")}
     assert tables - fts_shadow == SEED_TABLES | OUR_TABLES
-    assert SEED_INDEXES | {"idx_messages_turn", "idx_sessions_ordinal"} <= _names(db, "index")
+    assert SEED_INDEXES | {"idx_messages_turn", "idx_sessions_ordinal", "idx_messages_created"} <= _names(db, "index")
     assert _names(db, "trigger") == SEED_TRIGGERS | OUR_TRIGGERS
     fts_sql = db.execute("SELECT sql FROM sqlite_master WHERE name = 'messages_fts'").fetchone()[0]
     assert "tokenize='trigram'" in fts_sql and "content=''" in fts_sql
