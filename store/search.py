@@ -55,6 +55,7 @@ list.) Counts (``messageMatches``, ``totalSessions``,
 from __future__ import annotations
 
 import bisect
+import math
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator
@@ -271,6 +272,14 @@ _PAGE_BY_KEY_MAX = 500
 # newest 1/_SAMPLE_SHARE of the sessions, for at most _SAMPLE_MAX candidates.
 _SAMPLE_SHARE = 64
 _SAMPLE_MAX = 8
+# search.query (global) for a trigram query of at most _WALK_MAX_CHARS characters
+# with many hits: walk idx_messages_created newest first, asking the trigram index
+# about each row, instead of looking up every hit's row to sort them. A walked
+# row costs about _WALK_ROW_COST hit lookups (measured at 1M messages: ~60 µs vs
+# ~1.7 µs); see _dense for the rule.
+_WALK_MAX_CHARS = 3
+_WALK_ROW_COST = 35
+_WALK_MIN_HITS = 1000
 
 
 @dataclass(frozen=True)
@@ -566,6 +575,27 @@ def _page_snippets(
     return out
 
 
+def _dense(conn: sqlite3.Connection, plan: QueryPlan, fts: str, limit: int) -> bool:
+    """Is walking ``idx_messages_created`` cheaper than looking up every hit?
+
+    With ``h`` hits among ``n`` messages a page of ``limit`` takes about
+    ``(limit + 1) * n / h`` walked rows, each costing ``_WALK_ROW_COST`` hit
+    lookups, against ``h`` lookups: walk when ``h * h > _WALK_ROW_COST * (limit
+    + 1) * n``. Hits are counted only up to that bound (``LIMIT``), so the
+    answer costs at most that many doclist entries. ``sum(last_seq)`` counts
+    every message (tool rows and trashed sessions too): an overestimate, so the
+    walk is chosen only when it surely pays.
+    """
+    if len(plan.folded) > _WALK_MAX_CHARS:
+        return False
+    total = int(conn.execute("SELECT coalesce(sum(last_seq), 0) FROM sessions").fetchone()[0])
+    need = max(_WALK_MIN_HITS, math.isqrt(_WALK_ROW_COST * (limit + 1) * total) + 1)
+    found = conn.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? LIMIT ?)", (fts, need)
+    ).fetchone()[0]
+    return bool(found >= need)
+
+
 def search_messages(
     conn: sqlite3.Connection,
     query: str,
@@ -582,8 +612,11 @@ def search_messages(
     exist or is in the trash): trigram queries read the session's mid range
     of the trigram index, other queries scan the session's rows.
     Newest-first order needs every hit's ``created_at`` (mids follow sessions,
-    not time), so a global trigram query still looks up each hit's row; only
-    hazard rows are checked against the text.
+    not time), so a global trigram query looks up each hit's row; only hazard
+    rows are checked against the text. Except for a query that matches a large
+    share of all messages (``"the"``): then walking ``idx_messages_created``
+    newest first and asking the trigram index about each row finds a page
+    after about ``limit / share`` rows (see ``_dense``).
     """
     q = normalize_query(query)
     _check_int("limit", limit, 1, MAX_MESSAGE_LIMIT)
@@ -625,6 +658,13 @@ def search_messages(
                 params["hi"] = (int(live[0]) + 1) << MID_SEQ_BITS
         if plan.fts_exact and session_id is None:
             params["fts"] = _fts_expression(conn, plan)
+            if _dense(conn, plan, params["fts"], limit):
+                source = (
+                    "messages AS m INDEXED BY idx_messages_created WHERE EXISTS (SELECT 1 FROM messages_fts "
+                    "WHERE messages_fts MATCH :fts AND messages_fts.rowid = m.mid) AND"
+                )
+                if after is not None:
+                    where.append("m.created_at <= :after_at")  # the walk starts at the cursor
         rows = conn.execute(
             f"SELECT m.mid, m.id, m.session_id, m.role, m.seq, m.text, m.created_at FROM {source} "
             f"{' AND '.join(where)} ORDER BY m.created_at DESC, m.mid DESC LIMIT :lim",
