@@ -52,7 +52,7 @@ if str(ROOT) not in sys.path:  # running as a script from anywhere
 
 from store.database import apply_pragmas, open_reader  # noqa: E402
 from store.schema import apply_schema, message_mid  # noqa: E402
-from store.search import literal_predicate, normalize_query, search_sessions  # noqa: E402
+from store.search import literal_predicate, normalize_query, search_messages, search_sessions  # noqa: E402
 from store.search_upkeep import segment_count, tune_index, upkeep_step  # noqa: E402
 
 P95_TARGET_MS = 100.0
@@ -405,6 +405,24 @@ def idle_upkeep(db_path: Path) -> dict[str, Any]:
         conn.close()
 
 
+def measure_messages(db_path: Path, queries: dict[str, list[str]]) -> dict[str, Any]:
+    """``search.query`` (global, newest first, limit 50): p50/p95 of one run per query (no target)."""
+    conn = open_reader(db_path)
+    try:
+        out: dict[str, Any] = {}
+        for kind in KINDS:
+            times = []
+            for q in queries[kind]:
+                t = time.perf_counter()
+                search_messages(conn, q, limit=50)
+                times.append((time.perf_counter() - t) * 1000)
+            out[kind] = {"p50ms": round(_pct(times, 50), 2), "p95ms": round(_pct(times, 95), 2),
+                         "maxms": round(max(times), 2)}
+        return out
+    finally:
+        conn.close()
+
+
 def measure(cfg: Config, db_path: Path, queries: dict[str, list[str]], *, brute: bool = True) -> dict[str, Any]:
     conn = open_reader(db_path)
     try:
@@ -480,6 +498,7 @@ def run(
     as_built = measure(cfg, db_path, qs, brute=False)
     upkeep = idle_upkeep(db_path)
     latency = measure(cfg, db_path, qs)
+    messages_latency = measure_messages(db_path, qs)
     long_kinds = ("3char", "8char", "cjk", "nohit")
     result = {
         "bench": "search",
@@ -490,6 +509,7 @@ def run(
         "idleUpkeep": upkeep,
         "asBuilt": {k: {"p50ms": v["p50ms"], "p95ms": v["p95ms"], "maxms": v["maxms"]} for k, v in as_built.items()},
         "searchSessions": latency,
+        "searchQuery": messages_latency,
         "targets": {
             "p95Under100msFor3PlusChars": {k: latency[k]["p95ms"] < P95_TARGET_MS for k in long_kinds},
             "atLeast50xBruteForce": {k: latency[k]["speedupP50"] >= SPEEDUP_TARGET for k in long_kinds},
