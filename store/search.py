@@ -29,7 +29,8 @@ How SQL finds the matches (every path returns exactly the predicate's set):
   ``search_text.near_rewrite``). With many candidate sessions the
   session rows are read in page order only until the page is full.
   ``search.query`` looks up each hit's row for its newest-first order but
-  reads no text except for hazard rows.
+  reads no text except for hazard rows; a trigram with very many hits instead
+  walks ``idx_messages_created`` newest first (``_dense``).
 * Shorter queries: a scan over ``messages.text`` verified in SQL with
   ``text LIKE '%folded%'`` (escaped; SQLite's LIKE folds ASCII case only) or
   ``instr`` and, for the few texts holding ``İ`` or ``K`` (the only non-ASCII
@@ -333,7 +334,8 @@ def _fts_expression(conn: sqlite3.Connection, plan: QueryPlan) -> str:
     hits in a sample of the index (the newest sessions' rowid range), so the
     most expensive doclist is the one left out. Same rows, less reading.
     """
-    assert plan.fts is not None
+    if not plan.fts_phrases:
+        raise ValueError("not a trigram query plan")
     parts: list[str] = []
     sample_from: int | None = None
     for phrase in plan.fts_phrases:
@@ -355,9 +357,7 @@ def _fts_expression(conn: sqlite3.Connection, plan: QueryPlan) -> str:
             ).fetchone()[0]
             if hits > best_hits:
                 best, best_hits = i, hits
-        rewritten = near_rewrite(phrase, best)
-        assert rewritten is not None
-        parts.append(rewritten)
+        parts.append(near_rewrite(phrase, best) or fts_phrase(phrase))
     return " OR ".join(parts)
 
 
