@@ -145,7 +145,9 @@ class DbWriter(Actor):
                 self._sync_mode = mode
             conn.execute("BEGIN IMMEDIATE")
             merged = upkeep_step(conn)
+            self._faults.point("upkeep.before_commit")
             conn.execute("COMMIT")
+            self._faults.point("upkeep.after_commit")
         except sqlite3.Error as exc:
             try:
                 if conn.in_transaction:

@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--idle-timeout", type=float, default=300.0, help="session actor idle passivation (s)")
     serve.add_argument("--synchronous", choices=["FULL", "NORMAL"], default=None,
                        help="force one SQLite synchronous mode (benchmarks)")
+    serve.add_argument("--search-upkeep-after", type=float, default=2.0, metavar="SECONDS",
+                       help="merge search index segments once the DB writer is idle this long (0 = never)")
     serve.add_argument("--quiet", action="store_true", help="no human log lines on stderr")
     sub.add_parser("status", help="host.status of the running host", parents=[common])
     sub.add_parser("sessions", help="list sessions", parents=[common])
@@ -74,6 +76,7 @@ def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         allowed_origins=frozenset(args.allow_origin),
         session_idle_timeout=args.idle_timeout,
         synchronous=args.synchronous,
+        search_upkeep_after=args.search_upkeep_after if args.search_upkeep_after > 0 else None,
     )
 
     async def main_async() -> None:
