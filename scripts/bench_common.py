@@ -112,7 +112,10 @@ class Target:
         return "PASS" if self.passed else "MISS"
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "measured": rnd(self.measured), "verdict": self.verdict}
+        # The exact value: a rounded one could sit on the other side of the goal
+        # than the verdict (1.0004 shown as 1.0 against "<= 1"). Reports round for display.
+        exact = self.measured if self.measured is not None and math.isfinite(self.measured) else None
+        return {**asdict(self), "measured": exact, "verdict": self.verdict}
 
     def line(self) -> str:
         shown = "n/a" if self.measured is None else f"{self.measured:.3g}"

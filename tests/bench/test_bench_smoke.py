@@ -139,6 +139,13 @@ def test_targets_are_complete_and_honest(report: dict[str, Any]) -> None:
         assert f"## {sec['title']}" in report["_markdown"]
 
 
+def test_a_stored_target_reproduces_its_verdict_at_the_goal() -> None:
+    for measured, op, goal in ((1.0004, "<=", 1.0), (0.69996, ">=", 0.7), (100.00001, "<=", 100.0)):
+        stored = Target("t", measured, op, goal).to_json()
+        assert stored["verdict"] == "MISS"
+        assert Target("t", stored["measured"], op, goal).verdict == stored["verdict"]
+
+
 def test_target_verdicts() -> None:
     assert Target("r", 0.7, ">=", 0.7).verdict == "PASS"
     assert Target("r", 0.69, ">=", 0.7).verdict == "MISS"
