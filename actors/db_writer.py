@@ -138,22 +138,15 @@ class DbWriter(Actor):
         """One search-index merge step in its own transaction (worker thread)."""
         conn = self._conn
         started = time.perf_counter()
-        mode = self._force_sync or "NORMAL"  # derived rows only
         try:
-            if mode != self._sync_mode:
-                conn.execute(f"PRAGMA synchronous = {mode}")
-                self._sync_mode = mode
+            self._use_synchronous(self._force_sync or "NORMAL")  # derived rows only
             conn.execute("BEGIN IMMEDIATE")
             merged = upkeep_step(conn)
             self._faults.point("upkeep.before_commit")
             conn.execute("COMMIT")
             self._faults.point("upkeep.after_commit")
         except sqlite3.Error as exc:
-            try:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
+            self._rollback_quietly()
             self.stats.upkeep_failures += 1
             return exc
         if merged:
@@ -198,9 +191,7 @@ class DbWriter(Actor):
         started = time.perf_counter()
         mode = self._force_sync or ("FULL" if any(op.durable for op in ops) else "NORMAL")
         try:
-            if mode != self._sync_mode:
-                conn.execute(f"PRAGMA synchronous = {mode}")
-                self._sync_mode = mode
+            self._use_synchronous(mode)
         except sqlite3.Error as exc:
             return exc
         try:
@@ -218,11 +209,7 @@ class DbWriter(Actor):
             conn.execute("COMMIT")
             self._faults.point("index.after_commit")
         except BaseException as exc:  # noqa: BLE001 - returned so the actor can fail every asker
-            try:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
+            self._rollback_quietly()
             self.stats.failed_commits += 1
             if isinstance(exc, OSError):
                 return classify_os_error(exc, "index commit")
@@ -239,6 +226,19 @@ class DbWriter(Actor):
             self.stats.normal_commits += 1
         self.stats.last_batch_ms = (time.perf_counter() - started) * 1000
         return results
+
+    def _use_synchronous(self, mode: str) -> None:
+        if mode != self._sync_mode:
+            self._conn.execute(f"PRAGMA synchronous = {mode}")
+            self._sync_mode = mode
+
+    def _rollback_quietly(self) -> None:
+        """After a failure: end any open transaction (a failing ROLLBACK changes nothing more)."""
+        try:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
 
     def _execute(self, ops: list[DbOp]) -> list[tuple[bool, Any]]:
         """BEGIN and run every op under its own SAVEPOINT (no commit)."""

@@ -55,6 +55,18 @@ def _everything(conn: sqlite3.Connection) -> list[object]:
     return out
 
 
+def _upkeep_until_done(conn: sqlite3.Connection) -> int:
+    steps = 0
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        merged = upkeep_step(conn, pages=4)
+        conn.execute("COMMIT")
+        if not merged:
+            return steps
+        steps += 1
+        assert steps < 100_000
+
+
 def test_tune_index_sets_fts5_options_once(tmp_path: Path) -> None:
     conn = open_db(tmp_path / "t.sqlite")
     assert "pgsz" not in _config(conn)
@@ -83,16 +95,7 @@ def test_upkeep_merges_a_fragmented_index_into_one_segment_and_changes_no_result
     segments_before = segment_count(conn)
     assert segments_before is not None and segments_before >= 4
     tune_index(conn)
-    steps = 0
-    while True:
-        conn.execute("BEGIN IMMEDIATE")
-        merged = upkeep_step(conn, pages=2)
-        conn.execute("COMMIT")
-        if not merged:
-            break
-        steps += 1
-        assert steps < 10_000
-    assert steps >= 1
+    assert _upkeep_until_done(conn) >= 1
     assert segment_count(conn) == 1  # everything merged into one segment
     conn.execute("BEGIN IMMEDIATE")
     assert upkeep_step(conn) is False  # nothing left to do
@@ -129,18 +132,6 @@ def test_segment_count_of_an_empty_index_and_an_unknown_layout(tmp_path: Path) -
     assert segment_count(conn) == 0
     conn.execute("UPDATE messages_fts_data SET block = X'00000000FF000001' WHERE id = 10")
     assert segment_count(conn) is None
-
-
-def _upkeep_until_done(conn: sqlite3.Connection) -> int:
-    steps = 0
-    while True:
-        conn.execute("BEGIN IMMEDIATE")
-        merged = upkeep_step(conn, pages=4)
-        conn.execute("COMMIT")
-        if not merged:
-            return steps
-        steps += 1
-        assert steps < 100_000
 
 
 def test_writes_after_a_full_merge_are_merged_again(tmp_path: Path) -> None:
