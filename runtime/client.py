@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import ssl
+import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -26,7 +28,7 @@ from typing import Any
 
 import orjson
 import trio
-from trio_websocket import ConnectionClosed, WebSocketConnection, open_websocket_url
+from trio_websocket import ConnectionClosed, HandshakeError, WebSocketConnection, wrap_client_stream
 
 __all__ = [
     "ClientClosed",
@@ -299,6 +301,10 @@ class HostClient:
                     slot.fail(closed)
 
 
+_CONNECT_TIMEOUT = 60.0
+_CLOSE_TIMEOUT = 5.0
+
+
 @asynccontextmanager
 async def open_client(
     url: str,
@@ -313,10 +319,8 @@ async def open_client(
     """Connect, send ``host.hello`` and yield a :class:`HostClient`."""
     headers = [(b"Origin", origin.encode("ascii"))] if origin is not None else None
     user_error: BaseException | None = None
-    opened: list[WebSocketConnection] = []
     try:
-        async with open_websocket_url(url, extra_headers=headers, max_message_size=max_message_size) as ws:
-            opened.append(ws)
+        async with _websocket(url, headers, max_message_size) as ws:
             client = HostClient(ws, event_queue)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(client._reader)
@@ -331,16 +335,51 @@ async def open_client(
                     user_error = exc
                 finally:
                     nursery.cancel_scope.cancel()
-    finally:
-        for ws in opened:
-            await _close_transport(ws)
+    except BaseExceptionGroup as group:
+        # the connection's reader task failed (a refused handshake): one error, not a group
+        handshake = group.subgroup((HandshakeError, ConnectionClosed))
+        if handshake is None or handshake.exceptions != group.exceptions or len(group.exceptions) != 1:
+            raise
+        cause = group.exceptions[0]
+        raise ClientClosed(None, f"handshake failed: {cause!r}") from cause
     if user_error is not None:
         raise user_error
 
 
-async def _close_transport(ws: WebSocketConnection) -> None:
-    """trio-websocket 0.12 leaves the client's TCP stream open when the host closed
-    first; close it (idempotent) so no socket lingers until garbage collection."""
-    stream = getattr(ws, "_stream", None)
-    if isinstance(stream, trio.abc.AsyncResource):
+@asynccontextmanager
+async def _websocket(
+    url: str, headers: list[tuple[bytes, bytes]] | None, max_message_size: int
+) -> AsyncIterator[WebSocketConnection]:
+    """A client WebSocket on a TCP stream this function owns and always closes.
+
+    trio-websocket 0.12's ``open_websocket_url`` leaves its TCP stream open
+    when the host goes away first or the connect is cancelled mid-handshake
+    (a socket left to garbage collection); here the stream is opened first
+    and closed on every way out.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("ws", "wss") or not parts.hostname:
+        raise ValueError(f"not a ws:// or wss:// URL: {url!r}")
+    secure = parts.scheme == "wss"
+    port = parts.port or (443 if secure else 80)
+    resource = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    host_header = parts.hostname if port in (80, 443) else f"{parts.hostname}:{port}"
+    with trio.fail_after(_CONNECT_TIMEOUT):
+        if secure:
+            stream: trio.abc.Stream = await trio.open_ssl_over_tcp_stream(
+                parts.hostname, port, ssl_context=ssl.create_default_context(), https_compatible=True)
+        else:
+            stream = await trio.open_tcp_stream(parts.hostname, port)
+    try:
+        async with trio.open_nursery() as nursery:
+            with trio.fail_after(_CONNECT_TIMEOUT):
+                ws = await wrap_client_stream(nursery, stream, host_header, resource,  # type: ignore[arg-type]
+                                              extra_headers=headers, max_message_size=max_message_size)
+            try:
+                yield ws
+            finally:
+                with trio.move_on_after(_CLOSE_TIMEOUT):
+                    await ws.aclose()  # the close handshake (skipped when cancelled)
+                nursery.cancel_scope.cancel()
+    finally:
         await trio.aclose_forcefully(stream)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import gc
+
+import pytest
 import trio
 
+from runtime.client import ClientClosed, open_client
 from tests.hostkit import client_for, inprocess_host, msg
 
 
@@ -41,3 +45,14 @@ async def test_a_jsonrpc_batch_of_appends_is_one_group_commit(tmp_path, monkeypa
             results = await c.batch(calls)
             assert [r["message"]["seq"] for r in results] == list(range(1, 65))
             assert host.faults.hits("append.after_fsync") - before == 1
+
+
+async def test_client_refused_at_the_handshake_gets_client_closed_and_leaks_no_socket(tmp_path) -> None:
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host:
+            with pytest.raises(ClientClosed, match="handshake failed"):
+                async with open_client(host.url, host.token, client_id="evil", origin="http://evil.example"):
+                    raise AssertionError("a foreign Origin must be refused before the body runs")
+            async with open_client(host.url, host.token, client_id="ok") as c:  # and the host still serves
+                assert (await c.call("host.status", {}))["version"]
+    gc.collect()  # a socket left open would warn here (warnings are errors in this suite)
