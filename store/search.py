@@ -271,8 +271,8 @@ _PAGE_BY_KEY_MAX = 500
 # Phrases of 5+ characters leave their costliest skippable trigram out (see
 # _fts_expression); the choice samples each candidate trigram's hits among the
 # newest 1/_SAMPLE_SHARE of the sessions, for at most _SAMPLE_MAX candidates.
-_SAMPLE_SHARE = 64
-_SAMPLE_MAX = 8
+_SAMPLE_SHARE = 256
+_SAMPLE_MAX = 6
 # search.query (global) for a trigram query of at most _WALK_MAX_CHARS characters
 # with many hits: walk idx_messages_created newest first, asking the trigram index
 # about each row, instead of looking up every hit's row to sort them. A walked
