@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import os
 import platform
 import random
@@ -49,6 +48,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # running as a script from anywhere
     sys.path.insert(0, str(ROOT))
+
+from bench_common import pct as _pct  # noqa: E402
 
 from store.database import apply_pragmas, open_reader  # noqa: E402
 from store.schema import apply_schema, message_mid  # noqa: E402
@@ -352,10 +353,9 @@ def make_queries(cfg: Config, samples: Samples, vocab: Vocabulary, rng: random.R
     }
 
 
-def _pct(values: Sequence[float], p: float) -> float:
-    s = sorted(values)
-    k = max(0, min(len(s) - 1, math.ceil(p / 100 * len(s)) - 1))
-    return s[k]
+def _latency(times_ms: Sequence[float]) -> dict[str, float]:
+    return {"p50ms": round(_pct(times_ms, 50), 2), "p95ms": round(_pct(times_ms, 95), 2),
+            "maxms": round(max(times_ms), 2)}
 
 
 def brute_force(conn: sqlite3.Connection, query: str) -> tuple[int, int]:
@@ -416,8 +416,7 @@ def measure_messages(db_path: Path, queries: dict[str, list[str]]) -> dict[str, 
                 t = time.perf_counter()
                 search_messages(conn, q, limit=50)
                 times.append((time.perf_counter() - t) * 1000)
-            out[kind] = {"p50ms": round(_pct(times, 50), 2), "p95ms": round(_pct(times, 95), 2),
-                         "maxms": round(max(times), 2)}
+            out[kind] = _latency(times)
         return out
     finally:
         conn.close()
@@ -456,9 +455,7 @@ def measure(cfg: Config, db_path: Path, queries: dict[str, list[str]], *, brute:
             out[kind] = {
                 "queries": len(qs),
                 "examples": qs[:5],
-                "p50ms": round(_pct(times, 50), 2),
-                "p95ms": round(_pct(times, 95), 2),
-                "maxms": round(max(times), 2),
+                **_latency(times),
                 "medianMessageMatches": statistics.median(matches),
                 "maxMessageMatches": max(matches),
                 "bruteQueries": len(brute_ms),
@@ -507,7 +504,7 @@ def run(
         "cpus": os.cpu_count(),
         "build": build,
         "idleUpkeep": upkeep,
-        "asBuilt": {k: {"p50ms": v["p50ms"], "p95ms": v["p95ms"], "maxms": v["maxms"]} for k, v in as_built.items()},
+        "asBuilt": {k: {f: v[f] for f in ("p50ms", "p95ms", "maxms")} for k, v in as_built.items()},
         "searchSessions": latency,
         "searchQuery": messages_latency,
         "targets": {
