@@ -74,10 +74,9 @@ from .search_text import (
     fold_contains,
     fts_phrase,
     literal_predicate,
-    near_rewrite,
+    near_rewrites,
     normalize_query,
     plan_query,
-    skippable_trigrams,
     snippet,
 )
 from .sql_lists import in_chunks
@@ -115,6 +114,12 @@ _FROM_FTS = (
     "WHERE messages_fts MATCH :fts AND"
 )
 _FROM_SCAN = "messages AS m NOT INDEXED WHERE"
+# Newest first through idx_messages_created, each row asked of the trigram index
+# (search.query for a trigram with very many hits, see _dense).
+_FROM_CREATED_WALK = (
+    "messages AS m INDEXED BY idx_messages_created WHERE EXISTS (SELECT 1 FROM messages_fts "
+    "WHERE messages_fts MATCH :fts AND messages_fts.rowid = m.mid) AND"
+)
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> int:
@@ -339,10 +344,11 @@ def _fts_expression(conn: sqlite3.Connection, plan: QueryPlan) -> str:
     parts: list[str] = []
     sample_from: int | None = None
     for phrase in plan.fts_phrases:
-        options = skippable_trigrams(phrase)
-        if not options:
+        rewrites = near_rewrites(phrase)
+        if not rewrites:
             parts.append(fts_phrase(phrase))
             continue
+        options = list(rewrites)
         if len(options) > _SAMPLE_MAX:
             step = len(options) / _SAMPLE_MAX
             options = [options[int(i * step)] for i in range(_SAMPLE_MAX)]
@@ -357,7 +363,7 @@ def _fts_expression(conn: sqlite3.Connection, plan: QueryPlan) -> str:
             ).fetchone()[0]
             if hits > best_hits:
                 best, best_hits = i, hits
-        parts.append(near_rewrite(phrase, best) or fts_phrase(phrase))
+        parts.append(rewrites[best])
     return " OR ".join(parts)
 
 
@@ -659,10 +665,7 @@ def search_messages(
         if plan.fts_exact and session_id is None:
             params["fts"] = _fts_expression(conn, plan)
             if _dense(conn, plan, params["fts"], limit):
-                source = (
-                    "messages AS m INDEXED BY idx_messages_created WHERE EXISTS (SELECT 1 FROM messages_fts "
-                    "WHERE messages_fts MATCH :fts AND messages_fts.rowid = m.mid) AND"
-                )
+                source = _FROM_CREATED_WALK
                 if after is not None:
                     where.append("m.created_at <= :after_at")  # the walk starts at the cursor
         rows = conn.execute(

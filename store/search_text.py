@@ -189,9 +189,14 @@ def near_rewrite(phrase: str, skip: int) -> str | None:
     return f"NEAR({fts_phrase(a)} {fts_phrase(b)}, 1)"
 
 
-def skippable_trigrams(phrase: str) -> list[int]:
-    """Positions whose trigram :func:`near_rewrite` can leave out of ``phrase``."""
-    return [i for i in range(1, len(phrase) - 3) if near_rewrite(phrase, i) is not None]
+def near_rewrites(phrase: str) -> dict[int, str]:
+    """Every proven :func:`near_rewrite` of ``phrase``, by the position of the trigram it leaves out."""
+    out: dict[int, str] = {}
+    for i in range(1, len(phrase) - 3):
+        rewritten = near_rewrite(phrase, i)
+        if rewritten is not None:
+            out[i] = rewritten
+    return out
 
 
 def plan_query(query: str) -> QueryPlan:
