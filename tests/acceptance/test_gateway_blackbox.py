@@ -245,7 +245,7 @@ def _cli(host: HostProcess, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-async def test_cli_status_sessions_show(host: HostProcess) -> None:
+async def test_cli_status_sessions_show_search(host: HostProcess) -> None:
     with trio.fail_after(60):
         async with _client(host) as c:
             s = await c.call("session.create", {"title": "cli tour"})
@@ -267,6 +267,13 @@ async def test_cli_status_sessions_show(host: HostProcess) -> None:
         assert lines[1:] == ["[5] user: line 4", "[6] user: line 5"]
         missing = await trio.to_thread.run_sync(_cli, host, "show", "no-such-session")
         assert missing.returncode != 0 and "SESSION_NOT_FOUND" in missing.stderr
+        found = await trio.to_thread.run_sync(_cli, host, "search", "LINE 4")
+        assert found.returncode == 0, found.stderr
+        assert found.stdout.splitlines() == [f"{s['id']}  1 matches  cli tour", "    [5] user: line 4"]
+        nothing = await trio.to_thread.run_sync(_cli, host, "search", "no such words")
+        assert nothing.returncode == 0 and nothing.stdout == ""
+        empty = await trio.to_thread.run_sync(_cli, host, "search", "")
+        assert empty.returncode != 0 and "INVALID_PARAMS" in empty.stderr
         await _still_serving(host)
 
 
