@@ -25,7 +25,7 @@ from typing import Any
 
 import trio
 
-from runtime.actor import Actor, Envelope, Fatal
+from runtime.kernel.actor import Actor, Envelope, Fatal
 from store.errors import IOFailure, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.search_upkeep import upkeep_step

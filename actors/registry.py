@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.session import SessionActor, SessionDeps
-from runtime.supervisor import DynamicSupervisor
+from runtime.kernel.supervisor import DynamicSupervisor
 from store.ids import validate_session_id
 
 

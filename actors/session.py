@@ -35,7 +35,7 @@ from actors.session_msgs import (
     RenameSession,
     UpdateSession,
 )
-from runtime.actor import Actor, Envelope
+from runtime.kernel.actor import Actor, Envelope
 from runtime.datadir import DataDir
 from store import index
 from store.compaction import normalize_on_read

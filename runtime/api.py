@@ -35,7 +35,7 @@ from actors.session_msgs import (
 )
 from protocol.errors import MethodNotFound
 from protocol.methods import METHODS, parse_params
-from runtime.actor import InternalBug
+from runtime.kernel.actor import InternalBug
 from store import index
 from store.errors import InvalidInput
 from store.ids import new_id

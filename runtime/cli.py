@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
     from runtime.host import run_host
     from runtime.logs import setup_logging
-    from runtime.supervisor import RestartIntensityExceeded
+    from runtime.kernel.supervisor import RestartIntensityExceeded
 
     data_dir.ensure()
     setup_logging(data_dir.logs_dir, stderr=not args.quiet)

@@ -32,7 +32,7 @@ from runtime.boot import BootResult, load_or_create_token, run_boot
 from runtime.config import HostConfig
 from runtime.datadir import DataDirLock
 from runtime.features import feature_handlers, feature_methods, inflight_boot_sweep
-from runtime.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
+from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
 from store.faults import Faults
 from store.fsutil import atomic_write, remove_file_durable
 

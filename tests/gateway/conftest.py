@@ -30,7 +30,7 @@ class _Model(pydantic.BaseModel):
 
 
 class CodedError(Exception):
-    """Stands in for runtime.actor errors (ActorCrashed, Busy, AskTimeout): a string .code."""
+    """Stands in for runtime.kernel.actor errors (ActorCrashed, Busy, AskTimeout): a string .code."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)

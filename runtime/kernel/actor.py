@@ -6,10 +6,15 @@ loop that takes a message, drains whatever else is already waiting (up to
 
 * ``await ask(msg)``         send (waiting for room: backpressure), await one reply;
 * ``await ask_or_busy(msg)`` like ``ask`` but fails with :class:`Busy` on a full mailbox;
-* ``await tell(msg)`` / ``tell_nowait(msg)`` fire and forget (``Busy`` when full).
+* ``await tell(msg)`` / ``tell_nowait(msg)`` fire and forget (``Busy`` when full);
+* ``await post(msg, reply)`` / ``post_nowait(msg, reply)`` send with a reply the
+  caller owns (a callback), returning as soon as the message is in the mailbox.
 
-Every ask carries a caller-owned one-shot :class:`ReplySlot`. Whatever way the
-actor exits, every slot still pending (in flight or queued) is failed:
+Every ask carries a caller-owned one-shot :class:`ReplySlot`; ``post(msg, reply)``
+carries any :class:`Reply`, e.g. a :class:`CallbackReply` that hands the outcome
+to a function (the request pipeline answers a request that way, with no task
+waiting per request). Whatever way the actor exits, every reply still pending
+(in flight or queued) is failed:
 :class:`ActorStopped` after an orderly stop or passivation, :class:`ActorCrashed`
 after a crash or a kill. A reply that arrives after the caller gave up lands in
 an abandoned slot and is dropped (counted in :meth:`Actor.statistics`).
@@ -29,11 +34,16 @@ the next incarnation); ``True`` means it was accepted and then failed.
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
+import outcome
 import trio
+
+log = logging.getLogger("pi_host.kernel")
 
 ActorState = Literal["starting", "running", "stopping", "stopped", "crashed", "passivated"]
 _TERMINAL: frozenset[str] = frozenset({"stopped", "crashed", "passivated"})
@@ -160,12 +170,65 @@ class ReplySlot:
         return self._value
 
 
+class Reply(Protocol):
+    """A one-shot reply: the first ``set_*`` wins and returns True, later ones return False."""
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def abandoned(self) -> bool: ...
+
+    def set_result(self, value: Any) -> bool: ...
+
+    def set_exception(self, exc: BaseException) -> bool: ...
+
+
+class CallbackReply:
+    """A reply delivered by calling ``fn(outcome)`` once, in the thread that replies.
+
+    ``fn`` runs inside the replying actor's task: it must be quick and must not
+    raise (an exception from it is logged as a bug and swallowed, so a faulty
+    callback can never crash the actor that answered).
+    """
+
+    __slots__ = ("_fn", "_done")
+
+    def __init__(self, fn: Callable[[outcome.Outcome[Any]], None]) -> None:
+        self._fn = fn
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    @property
+    def abandoned(self) -> bool:
+        return False
+
+    def set_result(self, value: Any) -> bool:
+        return self._deliver(outcome.Value(value))
+
+    def set_exception(self, exc: BaseException) -> bool:
+        return self._deliver(outcome.Error(exc))
+
+    def _deliver(self, result: outcome.Outcome[Any]) -> bool:
+        if self._done:
+            return False
+        self._done = True
+        try:
+            self._fn(result)
+        except Exception:  # noqa: BLE001 - a reply callback must never crash the replying actor
+            log.exception("reply callback failed")
+        return True
+
+
 @dataclass(slots=True)
 class Envelope:
     """A message in a mailbox; ``reply`` is ``None`` for a tell."""
 
     msg: Any
-    reply: ReplySlot | None = None
+    reply: Reply | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +268,9 @@ class Actor:
     set them after ``super().__init__``:
 
     * ``batch_limit``  - most envelopes handed to one ``handle_batch`` (default 1);
+    * ``drain_on_stop`` - on an orderly stop, handle what is already in the
+      mailbox before exiting (default False: queued messages fail with
+      :class:`ActorStopped`);
     * ``idle_timeout`` - seconds without an inbound message after which the
       actor passivates (exits normally, state ``passivated``); ``None`` = never;
     * ``idle_work_after`` - seconds of an empty mailbox after which
@@ -216,6 +282,7 @@ class Actor:
     idle_timeout: float | None = None
     idle_work_after: float | None = None
     idle_work_interval: float = 0.0
+    drain_on_stop: bool = False  # True: an orderly stop handles everything already queued first
     linger_ticks: int = 0  # see _linger: scheduler ticks to wait for more messages before a batch
     linger_max_ticks: int = 2000
     linger_max_seconds: float = 0.02
@@ -338,7 +405,8 @@ class Actor:
         self._finish(ending, None)
 
     def stop(self) -> None:
-        """Orderly stop: refuse new messages, finish the current batch, fail the rest."""
+        """Orderly stop: refuse new messages, finish the current batch, then fail the
+        rest (or, with ``drain_on_stop``, handle the rest first)."""
         if self._state in _TERMINAL or self._stop_requested:
             return
         self._stop_requested = True
@@ -377,6 +445,18 @@ class Actor:
     def tell_nowait(self, msg: Any) -> None:
         """Send without a reply; raise :class:`Busy` if the mailbox is full."""
         self._send_nowait(Envelope(msg))
+
+    async def post(self, msg: Any, reply: Reply) -> None:
+        """Send with a caller-owned ``reply``, waiting for room; return once it is enqueued.
+
+        Atomic like :meth:`tell`: cancelled (or the actor gone) before the send
+        completed, the message was not enqueued and ``reply`` is untouched.
+        """
+        await self._send_waiting(Envelope(msg, reply))
+
+    def post_nowait(self, msg: Any, reply: Reply) -> None:
+        """Like :meth:`post`, but raise :class:`Busy` instead of waiting for room."""
+        self._send_nowait(Envelope(msg, reply))
 
     def statistics(self) -> ActorStatistics:
         chan = self._recv.statistics()
@@ -467,7 +547,7 @@ class Actor:
             raise InternalBug(f"actor {self.name!r}: batch_limit must be >= 1, got {limit}")
         while True:
             await trio.lowlevel.checkpoint()
-            if self._stop_requested:
+            if self._stop_requested and not self.drain_on_stop:
                 return False
             try:
                 first = self._recv.receive_nowait()
@@ -568,7 +648,7 @@ class Actor:
         c.batches += 1
         c.largest_batch = max(c.largest_batch, len(batch))
 
-    def _deliver(self, slot: ReplySlot, *, value: Any = None, error: BaseException | None = None) -> None:
+    def _deliver(self, slot: Reply, *, value: Any = None, error: BaseException | None = None) -> None:
         accepted = slot.set_exception(error) if error is not None else slot.set_result(value)
         if not accepted and slot.abandoned:
             self._counters.dropped_replies += 1

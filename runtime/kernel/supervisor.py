@@ -5,7 +5,7 @@
 actor is ready). One *keeper* task per child runs incarnation after
 incarnation:
 
-* crash (exception, :class:`~runtime.actor.Fatal`, ``kill``): restarted unless
+* crash (exception, :class:`~runtime.kernel.actor.Fatal`, ``kill``): restarted unless
   the child is ``temporary``;
 * normal exit (stop, passivation): restarted only if ``permanent``;
 * an explicit ``stop_child``/``aclose`` is never restarted.
@@ -18,7 +18,7 @@ supervisor gives up: all children are cancelled and ``run`` raises
 :class:`ActorRef` is a handle by name that survives restarts. An ask that hits
 an incarnation which is going away *before* its message was enqueued waits
 for the next incarnation (bounded by the ask's timeout); if no incarnation
-will come it fails with :class:`~runtime.actor.ActorStopped`.
+will come it fails with :class:`~runtime.kernel.actor.ActorStopped`.
 
 :class:`DynamicSupervisor` keeps many short-lived children by key
 (``get_or_start``); a child that passivates or stops is forgotten and started
@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 import trio
 
-from runtime.actor import Actor, ActorCrashed, ActorState, ActorStopped, AskTimeout, Busy, InternalBug
+from runtime.kernel.actor import Actor, ActorCrashed, ActorState, ActorStopped, AskTimeout, Busy, InternalBug, Reply
 
 RestartType = Literal["permanent", "transient", "temporary"]
 SupervisorState = Literal["new", "running", "closing", "closed", "failed"]
@@ -397,6 +397,29 @@ class ActorRef:
                 if exc.enqueued:
                     raise
                 stale = actor
+
+    async def post(self, msg: Any, reply: Reply) -> None:
+        """Enqueue ``msg`` with a caller-owned reply at the current incarnation (waiting for room).
+
+        Like :meth:`ask`, a message that never entered a going-away incarnation's
+        mailbox is offered to the next one.
+        """
+        stale: Actor | None = None
+        while True:
+            actor = await self._sup._acquire(self.name, stale, self._factory)
+            try:
+                return await actor.post(msg, reply)
+            except (ActorStopped, ActorCrashed) as exc:
+                if exc.enqueued:
+                    raise
+                stale = actor
+
+    def post_nowait(self, msg: Any, reply: Reply) -> None:
+        """Post to the current incarnation now; ``ActorStopped`` if there is none, ``Busy`` if full."""
+        actor = self.current()
+        if actor is None:
+            raise ActorStopped(f"supervisor {self._sup.name!r}: child {self.name!r} is not running")
+        actor.post_nowait(msg, reply)
 
     def tell_nowait(self, msg: Any) -> None:
         """Tell the current incarnation now; ``ActorStopped`` if there is none, ``Busy`` if full."""
