@@ -17,7 +17,6 @@ A request that arrives meanwhile waits for the current step only.
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,57 +25,20 @@ from typing import Any
 import trio
 
 from runtime.kernel.actor import Actor, Envelope, Fatal
-from store.errors import IOFailure, StoreError, classify_os_error
+from store.errors import Conflict, IOFailure, StorageFull, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.search_upkeep import upkeep_step
 
 _CORRUPT_MARKERS = ("malformed", "not a database", "disk image", "corrupt")
 
 
-class FileNotDurable(IOFailure):
-    """The transcript write an index op was gated on failed: the op was rolled back."""
-
-
-class Gate:
-    """The file half of a two-phase append.
-
-    A session actor runs its index op and its transcript write+fsync at the
-    same time; the DB writer executes the op but COMMITs only after the gate
-    opened (the lines are durable). A failed write fails the gate and the op is
-    rolled back, so an index row never commits ahead of its transcript line.
-    """
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._error: BaseException | None = None
-
-    def open(self) -> None:
-        self._event.set()
-
-    def fail(self, exc: BaseException) -> None:
-        if not self._event.is_set():
-            self._error = exc
-            self._event.set()
-
-    def wait(self, timeout: float) -> BaseException | None:
-        """Blocking (worker thread): None once open, else the reason it failed."""
-        if not self._event.wait(timeout):
-            return TimeoutError(f"transcript write not durable after {timeout}s")
-        return self._error
-
-
 @dataclass(frozen=True)
 class DbOp:
-    """One request: ``fn(conn)`` runs inside the batch transaction under its own SAVEPOINT.
-
-    With a ``gate`` the batch commits only after the gate opened; a failed gate
-    rolls the op back (the rest of the batch is redone without it).
-    """
+    """One request: ``fn(conn)`` runs inside the batch transaction under its own SAVEPOINT."""
 
     fn: Callable[[sqlite3.Connection], Any]
     durable: bool = True
     label: str = ""
-    gate: Gate | None = None
 
 
 @dataclass
@@ -111,7 +73,7 @@ class DbWriter(Actor):
         self.batch_limit = batch_limit
         self.idle_work_after = upkeep_after  # None: no idle upkeep
         self.linger_ticks = 2  # sessions committing at the same moment share one transaction
-        self.gate_timeout = 120.0
+        self.drain_on_stop = True  # a stop commits what is already queued (index rows of acknowledged appends)
         self._conn = conn
         self._faults = faults
         self._limiter = trio.CapacityLimiter(1)
@@ -196,15 +158,6 @@ class DbWriter(Actor):
             return exc
         try:
             results = self._execute(ops)
-            failed = self._wait_gates(ops)
-            if failed:
-                # A gated transcript write failed: nothing of this batch is committed yet.
-                # Roll back and redo the batch without the ops whose file half failed.
-                conn.execute("ROLLBACK")
-                keep = [i for i in range(len(ops)) if i not in failed]
-                redo = self._execute([ops[i] for i in keep])
-                results = [(False, FileNotDurable(f"transcript write failed: {failed[i]}")) if i in failed
-                           else redo[keep.index(i)] for i in range(len(ops))]
             self._faults.point("index.before_commit")
             conn.execute("COMMIT")
             self._faults.point("index.after_commit")
@@ -260,26 +213,13 @@ class DbWriter(Actor):
                 results.append((True, value))
         return results
 
-    def _wait_gates(self, ops: list[DbOp]) -> dict[int, BaseException]:
-        failed: dict[int, BaseException] = {}
-        for i, op in enumerate(ops):
-            if op.gate is not None:
-                err = op.gate.wait(self.gate_timeout)
-                if err is not None:
-                    failed[i] = err
-        return failed
-
 
 def _wrap_db_error(exc: Exception) -> Exception:
     if isinstance(exc, StoreError):
         return exc
     if isinstance(exc, sqlite3.IntegrityError):
-        from store.errors import Conflict
-
         return Conflict(f"constraint failed: {exc}")
     if isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc):
-        from store.errors import StorageFull
-
         return StorageFull(f"database: {exc}")
     return exc
 

@@ -8,6 +8,7 @@ from pydantic import Field, StringConstraints, model_validator
 
 from .models_common import (
     MAX_TOKEN_CHARS,
+    MAX_WINDOW,
     ClientKind,
     Count,
     Cursor,
@@ -149,7 +150,7 @@ class SessionGetParams(SessionIdParams):
     message_before: int | None = Field(
         default=None, ge=0, description="Exclusive physical end of the window."
     )
-    message_limit: int | None = Field(default=None, ge=1, le=5000)
+    message_limit: int | None = Field(default=None, ge=1, le=MAX_WINDOW)
     content_limit: int | None = Field(
         default=None, ge=1, description="Cap on each projected message's text (characters)."
     )

@@ -26,16 +26,27 @@ from runtime.datadir import DataDir
 from store import index
 from store.database import open_writer
 from store.errors import StoreError
-from store.faults import Faults
+from store.faults import NO_FAULTS, Faults
 from store.fence import interruption_fence, retention
 from store.fsutil import sweep_temp_files
 from store.ids import SESSION_ID_RE
-from store.reconcile import TailScan, apply_plan, plan_reconcile
+from store.inflight import sweep as sweep_inflight
+from store.plans import sweep_intents
+from store.queue import forget_session as forget_queue
+from store.reconcile import TailScan, apply_plan, plan_reconcile, restore_receipt
 from store.secrets_meta_rebuild import rebuild_secrets_meta
+from store.session_files import finish_delete, pending_deletes
 
 log = logging.getLogger("pi_host")
 
 InflightSweep = Callable[[sqlite3.Connection, DataDir, int], dict[str, Any]]
+
+
+def inflight_boot_sweep(conn: sqlite3.Connection, data_dir: DataDir, now_ms: int, *,
+                        faults: Faults = NO_FAULTS) -> dict[str, Any]:
+    """Boot step 4: promote leftover in-flight checkpoints (``store/inflight.py``)."""
+    return sweep_inflight(conn, sessions_dir=data_dir.sessions_dir, quarantine_dir=data_dir.quarantine_dir,
+                          transcript_path=data_dir.transcript, now_ms=now_ms, faults=faults)
 
 
 @dataclass
@@ -69,19 +80,34 @@ def load_or_create_token(data_dir: DataDir) -> str:
     return token
 
 
-def _session_ids_on_disk(data_dir: DataDir) -> tuple[set[str], set[str]]:
+def _session_ids_on_disk(data_dir: DataDir) -> set[str]:
     live: set[str] = set()
-    deleted: set[str] = set()
     for name in os.listdir(data_dir.sessions_dir):
-        if name.endswith(".jsonl.deleted"):
-            sid = name[: -len(".jsonl.deleted")]
-            if SESSION_ID_RE.fullmatch(sid):
-                deleted.add(sid)
-        elif name.endswith(".jsonl") and not name.endswith(".revisions.jsonl"):
+        if name.endswith(".jsonl") and not name.endswith(".revisions.jsonl"):
             sid = name[: -len(".jsonl")]
             if SESSION_ID_RE.fullmatch(sid):
                 live.add(sid)
-    return live, deleted
+    return live
+
+
+def _finish_deletes(conn: sqlite3.Connection, data_dir: DataDir, now: int) -> list[str]:
+    """Deletes that began before the crash: rows and the receipt (from the marker) first, then files."""
+    done: list[str] = []
+    for pending in pending_deletes(data_dir.sessions_dir):
+        sid = pending.session_id
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            index.delete_session_rows(conn, sid)
+            forget_queue(conn, sid)
+            if pending.receipt is not None:
+                restore_receipt(conn, sid, {**pending.receipt, "method": "session.delete"}, now_ms=now)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        finish_delete(data_dir.session_paths(sid))
+        done.append(sid)
+    return sorted(done)
 
 
 def _count_damage(sid: str, scan: TailScan | None, counts: dict[str, int], damaged: list[dict[str, Any]]) -> None:
@@ -127,8 +153,8 @@ def run_boot(
     inflight_sweep: InflightSweep | None = None,
     clean_shutdown: bool | None = None,
 ) -> BootResult:
-    from actors.session import finish_delete  # the same delete tail the actor runs
-
+    """Recover the data directory before anything is served (``inflight_sweep``: tests inject
+    their own; the default is :func:`inflight_boot_sweep` with ``faults``)."""
     t0 = time.perf_counter()
     boot_id = secrets.token_hex(8)
     report: dict[str, Any] = {"bootId": boot_id}
@@ -148,15 +174,17 @@ def run_boot(
         raise
     # sqlite3.execute steps a row-less PRAGMA once (= one page); executescript steps it to the end.
     conn.executescript("PRAGMA incremental_vacuum;")
-    # 2. interrupted deletes, stray temp files
-    live, deleted = _session_ids_on_disk(data_dir)
-    for sid in deleted:
-        conn.execute("BEGIN IMMEDIATE")
-        index.delete_session_rows(conn, sid)
+    # 2. interrupted deletes (their receipts restored from the markers), interrupted plan
+    #    submissions (an artifact no row records is removed), stray temp files
+    report["finishedDeletes"] = _finish_deletes(conn, data_dir, now)
+    live = _session_ids_on_disk(data_dir)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        report["planIntents"] = sweep_intents(conn, data_dir.sessions_dir)
         conn.execute("COMMIT")
-        finish_delete(data_dir, sid)
-        live.discard(sid)
-    report["finishedDeletes"] = sorted(deleted)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
     report["tempFilesRemoved"] = sum(
         len(sweep_temp_files(d)) for d in (data_dir.sessions_dir, data_dir.secrets_dir, data_dir.attachments_dir)
     )
@@ -201,6 +229,8 @@ def run_boot(
     # 4. in-flight checkpoints whose final row never landed
     if inflight_sweep is not None:
         report["inflight"] = inflight_sweep(conn, data_dir, now)
+    else:
+        report["inflight"] = inflight_boot_sweep(conn, data_dir, now, faults=faults)
     # 5. scratch / review snapshots of sessions that no longer exist
     existing = {r[0] for r in conn.execute("SELECT id FROM sessions")}
     swept = 0

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from store.ids import validate_session_id
+from store.plans import INTENT_SUFFIX
 from store.session_files import DELETE_MARKER_SUFFIX, SessionPaths
 
 SUBDIRS = (
@@ -133,6 +134,7 @@ class DataDir:
             inflight=self.inflight(sid),
             delete_marker=self.delete_marker(sid),
             legacy_deleted=self.deleted_transcript(sid),
+            plan_intent=self.sessions_dir / f"{sid}{INTENT_SUFFIX}",
             scratch=self.scratch(sid),
             review_changes=self.review_changes(sid),
         )

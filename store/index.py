@@ -512,3 +512,16 @@ def store_append_receipt(
     if key is None or not isinstance(carried, Mapping):
         return
     receipts.store(conn, key, append_response(ref, carried), session_id=session_id, now_ms=now_ms)
+
+
+def compaction_span(conn: sqlite3.Connection, session_id: str, compaction_id: str) -> tuple[int, int] | None:
+    """Byte span of the newest line holding compaction ``compaction_id`` of the session."""
+    row = conn.execute(
+        "SELECT line_offset, line_len FROM compactions WHERE session_id = ? AND id = ? ORDER BY line_offset DESC",
+        (session_id, compaction_id),
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row else None
+
+
+def set_project_id(conn: sqlite3.Connection, session_id: str, project_id: int | None) -> None:
+    conn.execute("UPDATE sessions SET project_id = ? WHERE id = ?", (project_id, session_id))

@@ -52,6 +52,7 @@ class SessionPaths:
     inflight: Path
     delete_marker: Path
     legacy_deleted: Path
+    plan_intent: Path
     scratch: Path
     review_changes: Path
 
@@ -72,7 +73,7 @@ def write_delete_marker(paths: SessionPaths, receipt: Mapping[str, Any] | None) 
 
 def finish_delete(paths: SessionPaths) -> None:
     """Last step of a delete (also run by boot for an interrupted one): every file, the marker last."""
-    for path in (paths.legacy_deleted, paths.transcript, paths.revisions, paths.inflight):
+    for path in (paths.legacy_deleted, paths.transcript, paths.revisions, paths.inflight, paths.plan_intent):
         remove_file_durable(path)
     for directory in (paths.scratch, paths.review_changes):
         shutil.rmtree(directory, ignore_errors=True)

@@ -28,6 +28,7 @@ __all__ = [
     "WindowRequest",
     "find_tool_call_line",
     "navigation_call_id",
+    "navigation_parent",
     "project",
     "read_cold",
     "read_spans_coalesced",
@@ -194,6 +195,12 @@ def navigation_call_id(result: Mapping[str, Any], target_pos: int) -> str | None
     meta = (target or {}).get("meta") or {}
     call_id = meta.get("parentToolCallId") if isinstance(meta, Mapping) else None
     return call_id if isinstance(call_id, str) else None
+
+
+def navigation_parent(path: Path, call_id: str, content_limit: int | None) -> dict[str, Any] | None:
+    """The owning Task row of a nested target, capped like the window (``None`` if absent)."""
+    found = find_tool_call_line(path, call_id)
+    return None if found is None else cap_content(wire_record(found), content_limit)
 
 
 def find_tool_call_line(path: Path, call_id: str) -> dict[str, Any] | None:

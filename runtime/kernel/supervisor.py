@@ -121,6 +121,7 @@ class Supervisor:
         self._restarts = 0
         self._failure: RestartIntensityExceeded | None = None
         self._exited = trio.Event()
+        self._final_states: dict[str, ActorState] = {}
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -146,26 +147,30 @@ class Supervisor:
         if self._failure is not None:
             raise self._failure
 
-    async def aclose(self, *, grace: float) -> None:
+    async def aclose(self, *, grace: float) -> dict[str, ActorState]:
         """Stop children in reverse start order: stop, wait (``grace`` in total), cancel.
 
+        Returns how each child it stopped ended (``stopped`` for an orderly
+        stop, even after the hard cancel; ``crashed`` if it died meanwhile).
         Idempotent; a second call waits for the first. Never raises the
         supervisor's own failure (``run`` does).
         """
         if self._state == "new":
             self._state = "closed"
             self._exited.set()
-            return
+            return {}
         if self._state != "running":
             await self._exited.wait()
-            return
+            return dict(self._final_states)
         self._state = "closing"
         deadline = trio.current_time() + grace
         for child in reversed(list(self._children.values())):
             await self._stop(child, deadline)
+            self._final_states[child.spec.name] = child.actor.state
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
         await self._exited.wait()
+        return dict(self._final_states)
 
     # -- children ---------------------------------------------------------------
 
