@@ -69,6 +69,8 @@ class SessionOp:
 
     handler: SessionHandler
     mutating: bool
+    name: str = ""
+    """The wire method (names the fault points ``<name>.before_commit`` / ``<name>.after_commit``)."""
     ready_check: bool = True
     """False: the handler establishes the session itself (create makes it, get reads it cold)."""
     group: GroupHandler | None = None
@@ -180,13 +182,14 @@ class SessionActor(Actor):
         try:
             if self.poisoned:
                 await self.rebuild()
-            ctx = SessionContext(self, call.caller, call.receipt)
-            if op.ready_check:
-                await ctx.ensure_ready()
+            ctx = SessionContext(self, call.caller, call.receipt, op.name)
             if op.mutating and call.receipt is not None:
+                # Before the existence check: the answer of a completed delete is still its answer.
                 found = await self.deps.reads.run(receipts.check, call.receipt)
                 if found is not None:
                     return found["response"]
+            if op.ready_check:
+                await ctx.ensure_ready()
             result = await op.handler(ctx, call.params, call.receipt)
             if call.receipt is not None and op.mutating and ctx.committed is not _UNSET and ctx.committed != result:
                 raise InternalBug(f"{type(call.params).__name__}: the handler answered something other than "
@@ -202,7 +205,7 @@ class SessionActor(Actor):
         try:
             if self.poisoned:
                 await self.rebuild()
-            ctx = SessionContext(self, calls[0].caller, None)
+            ctx = SessionContext(self, calls[0].caller, None, op.name)
             await ctx.ensure_ready()
             outcomes = await op.group(ctx, calls)
             if len(outcomes) != len(calls):
@@ -287,12 +290,13 @@ _UNSET: Any = object()
 class SessionContext:
     """What a session handler may do: read, write lines, commit, publish. Never the actor's fields."""
 
-    __slots__ = ("_actor", "caller", "receipt", "committed")
+    __slots__ = ("_actor", "caller", "receipt", "method", "committed")
 
-    def __init__(self, actor: SessionActor, caller: CallContext, receipt: ReceiptKey | None) -> None:
+    def __init__(self, actor: SessionActor, caller: CallContext, receipt: ReceiptKey | None, method: str = "") -> None:
         self._actor = actor
         self.caller = caller
         self.receipt = receipt
+        self.method = method
         self.committed: Any = _UNSET
 
     # -- identity and services
@@ -425,15 +429,17 @@ class SessionContext:
 
         Its value is the response; a handler with a receipt returns exactly it.
         """
-        key, sid, now = self.receipt, self.sid, self.now()
+        key, sid, now, faults, method = self.receipt, self.sid, self.now(), self.faults, self.method
 
         def op(conn: Any) -> T:
             value = fn(conn)
             if key is not None:
                 receipts.store(conn, key, value, session_id=sid, now_ms=now)
+            faults.point(f"{method}.before_commit")
             return value
 
         value = await self.db(op, durable=durable or key is not None)
+        faults.point(f"{method}.after_commit")
         self.committed = value
         return value
 

@@ -104,10 +104,12 @@ class ReadContext:
 class HostContext:
     """A multi-step method: services, the caller, and a receipt-carrying final commit."""
 
-    def __init__(self, services: Services, caller: CallContext, receipt: ReceiptKey | None) -> None:
+    def __init__(self, services: Services, caller: CallContext, receipt: ReceiptKey | None,
+                 method: str = "") -> None:
         self.services = services
         self.caller = caller
         self.receipt = receipt
+        self.method = method
         self.committed: Any = None
 
     def now(self) -> int:
@@ -122,7 +124,7 @@ class HostContext:
     def with_receipt(self, fn: Callable[[sqlite3.Connection], T], *,
                      session_id: str | None = None) -> Callable[[sqlite3.Connection], T]:
         """``fn`` as the effect's transaction body plus the receipt row (a raced retry gets the stored one)."""
-        key, now = self.receipt, self.now()
+        key, now, faults, method = self.receipt, self.now(), self.services.faults, self.method
 
         def op(conn: sqlite3.Connection) -> Any:
             if key is not None:
@@ -132,6 +134,7 @@ class HostContext:
             value = fn(conn)
             if key is not None:
                 receipts.store(conn, key, value, session_id=session_id, now_ms=now)
+            faults.point(f"{method}.before_commit")
             self.committed = value
             return value
 
@@ -140,6 +143,7 @@ class HostContext:
     async def commit(self, fn: Callable[[sqlite3.Connection], T], *, session_id: str | None = None) -> T:
         """The effect's transaction plus the receipt row, durably; its value is the response."""
         value: T = await self.services.db.write(self.with_receipt(fn, session_id=session_id), durable=True)
+        self.services.faults.point(f"{self.method}.after_commit")
         self.committed = value
         return value
 

@@ -26,7 +26,7 @@ import collections
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,7 @@ from runtime.handlers.queue import QueueControl
 from runtime.handlers.secrets import Vault
 from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
 from runtime.pipeline import Pipeline
+from runtime.routes import ROUTES, Route
 from store.faults import Faults
 from store.fsutil import atomic_write, remove_file_durable
 
@@ -127,8 +128,12 @@ async def run_host(
     *,
     task_status: trio.TaskStatus[RunningHost] = trio.TASK_STATUS_IGNORED,
     now_ms: Callable[[], int] = wall_ms,
+    routes: Mapping[str, Route] = ROUTES,
 ) -> None:
-    """Run a host until its :class:`Shutdown` is requested (or the task is cancelled)."""
+    """Run a host until its :class:`Shutdown` is requested (or the task is cancelled).
+
+    ``routes``: the route table (an embedding application or a test may wrap handlers).
+    """
     data_dir = config.data_dir
     started_at = now_ms()
     t0 = time.monotonic()
@@ -187,7 +192,7 @@ async def run_host(
                 )
                 registry = SessionRegistry(deps, sessions)
                 services.sessions = registry
-                pipeline = Pipeline(services, validate_results=config.validate_results)
+                pipeline = Pipeline(services, routes=routes, validate_results=config.validate_results)
                 await nursery.start(pipeline.run)
 
                 async def status() -> dict[str, Any]:

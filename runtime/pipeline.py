@@ -136,7 +136,7 @@ class Pipeline:
                 raise InternalBug(f"route {name!r} has no wire method in protocol/methods.py")
             op = None
             if route.via is Via.SESSION:
-                op = SessionOp(route.handler, spec.mutating, ready_check=route.ready_check, group=route.group)
+                op = SessionOp(route.handler, spec.mutating, name, ready_check=route.ready_check, group=route.group)
             self._bound[name] = _Bound(route, spec, op)
         self._in_flight = 0
         self._idle = trio.Event()
@@ -255,7 +255,7 @@ class Pipeline:
         if route.via is Via.READS:
             nursery.start_soon(self._read, route, params, caller, answer)
         else:
-            nursery.start_soon(self._host, route, params, key, caller, answer)
+            nursery.start_soon(self._host, bound.spec.name, route, params, key, caller, answer)
 
     async def _read(self, route: Route, params: Any, caller: CallContext, answer: _Answer) -> None:
         services = self.services
@@ -272,9 +272,9 @@ class Pipeline:
         else:
             answer(outcome.Value(result))
 
-    async def _host(self, route: Route, params: Any, key: ReceiptKey | None, caller: CallContext,
+    async def _host(self, method: str, route: Route, params: Any, key: ReceiptKey | None, caller: CallContext,
                     answer: _Answer) -> None:
-        ctx = HostContext(self.services, caller, key)
+        ctx = HostContext(self.services, caller, key, method)
         try:
             if key is not None:
                 found = await self.services.reads.run(receipts.check, key)

@@ -196,10 +196,21 @@ def sweep_intents(conn: sqlite3.Connection, sessions_dir: str | os.PathLike[str]
 
 
 def _remove_if_ours(intent: dict[str, Any]) -> None:
-    """Remove the artifact an interrupted submission published, if it is exactly the bytes it wrote."""
+    """Remove what an interrupted submission left: its temporary file, and the artifact it
+    published if it is exactly the bytes it wrote."""
     root, rel = intent.get("workspaceRoot"), intent.get("relativePath")
     if not isinstance(root, str) or not isinstance(rel, str) or not _REL_RE.fullmatch(rel):
         return
+    folder, name = os.path.split(os.path.join(root, rel))
+    try:
+        leftovers = [n for n in os.listdir(folder) if n.startswith(f"{name}.tmp.")]
+    except OSError:
+        leftovers = []
+    for leftover in leftovers:  # the name carries a random part: only this submission made it
+        try:
+            os.unlink(os.path.join(folder, leftover))
+        except OSError:
+            pass
     try:
         verify_artifact(root, rel, intent.get("sha256"), intent.get("size"))
     except (CorruptData, StoreError):
