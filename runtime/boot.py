@@ -24,12 +24,13 @@ import orjson
 
 from runtime.datadir import DataDir
 from store import index
-from store.database import open_writer
+from store.database import incremental_vacuum, open_writer, transaction
 from store.errors import StoreError
 from store.faults import NO_FAULTS, Faults
-from store.fence import interruption_fence, retention
+from store.fence import interruption_fence, record_boot_report, retention
 from store.fsutil import sweep_temp_files
 from store.ids import SESSION_ID_RE
+from store.index import index_marks, session_ids
 from store.inflight import sweep as sweep_inflight
 from store.plans import sweep_intents
 from store.queue import forget_session as forget_queue
@@ -95,16 +96,11 @@ def _finish_deletes(conn: sqlite3.Connection, data_dir: DataDir, now: int) -> li
     done: list[str] = []
     for pending in pending_deletes(data_dir.sessions_dir):
         sid = pending.session_id
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with transaction(conn):
             index.delete_session_rows(conn, sid)
             forget_queue(conn, sid)
             if pending.receipt is not None:
                 restore_receipt(conn, sid, {**pending.receipt, "method": "session.delete"}, now_ms=now)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
         finish_delete(data_dir.session_paths(sid))
         done.append(sid)
     return sorted(done)
@@ -128,17 +124,12 @@ def _count_damage(sid: str, scan: TailScan | None, counts: dict[str, int], damag
 
 def _secrets_meta_step(conn: sqlite3.Connection, data_dir: DataDir, *, db_rebuilt: bool) -> dict[str, Any]:
     """Rebuild/repair ``secrets_meta`` in one transaction; an unreadable directory is reported, not fatal."""
-    conn.execute("BEGIN IMMEDIATE")
     try:
-        out = rebuild_secrets_meta(conn, data_dir.secrets_dir, db_rebuilt=db_rebuilt)
-        conn.execute("COMMIT")
+        with transaction(conn):
+            out = rebuild_secrets_meta(conn, data_dir.secrets_dir, db_rebuilt=db_rebuilt)
     except OSError as exc:
-        conn.execute("ROLLBACK")
         log.warning("secrets_meta rebuild skipped: %s", exc)
         return {"error": f"{type(exc).__name__}: {exc}"}
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
     if out["added"] or out["removed"] or out["skipped"]:
         log.info("secrets_meta repaired from secrets/ files", extra={"secrets": out})
     return out
@@ -164,27 +155,16 @@ def run_boot(
     report["database"] = open_report.to_dict()
     now = now_ms()
     # 1. maintenance transaction: the fence, retention, notification cap
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with transaction(conn):
         report["fence"] = interruption_fence(conn, now_ms=now, boot_id=boot_id)
         report["retention"] = retention(conn, now_ms=now, audit_days=audit_retention_days)
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    # sqlite3.execute steps a row-less PRAGMA once (= one page); executescript steps it to the end.
-    conn.executescript("PRAGMA incremental_vacuum;")
+    incremental_vacuum(conn)
     # 2. interrupted deletes (their receipts restored from the markers), interrupted plan
     #    submissions (an artifact no row records is removed), stray temp files
     report["finishedDeletes"] = _finish_deletes(conn, data_dir, now)
     live = _session_ids_on_disk(data_dir)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with transaction(conn):
         report["planIntents"] = sweep_intents(conn, data_dir.sessions_dir)
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
     report["tempFilesRemoved"] = sum(
         len(sweep_temp_files(d)) for d in (data_dir.sessions_dir, data_dir.secrets_dir, data_dir.attachments_dir)
     )
@@ -192,7 +172,7 @@ def run_boot(
     report["secrets"] = _secrets_meta_step(conn, data_dir,
                                            db_rebuilt=bool(open_report.rebuilt or open_report.created_fresh))
     # 3. reconcile the index with every transcript (and every row with its file)
-    rows = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT id, indexed_len, file_epoch FROM sessions")}
+    rows = index_marks(conn)
     reconciled: dict[str, int] = {"clean": 0, "tail": 0, "full": 0, "missing": 0, "restoredRows": 0,
                                   "indexedMessages": 0, "removedRows": 0, "errors": 0,
                                   "tornTails": 0, "badLines": 0, "unknownLines": 0}
@@ -208,13 +188,8 @@ def run_boot(
                 continue
             if plan.kind == "missing" and sid in rows and not rows[sid][0]:
                 continue
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with transaction(conn):
                 out = apply_plan(conn, sid, plan, now_ms=now)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
             reconciled["restoredRows"] += int(out["restoredRow"])
             reconciled["indexedMessages"] += out["indexed"]
             reconciled["removedRows"] += out["removed"]
@@ -232,7 +207,7 @@ def run_boot(
     else:
         report["inflight"] = inflight_boot_sweep(conn, data_dir, now, faults=faults)
     # 5. scratch / review snapshots of sessions that no longer exist
-    existing = {r[0] for r in conn.execute("SELECT id FROM sessions")}
+    existing = session_ids(conn)
     swept = 0
     for root in (data_dir.scratch_root, data_dir.review_changes_dir):
         for name in os.listdir(root):
@@ -251,12 +226,6 @@ def run_boot(
     report["dbRebuilt"] = bool(open_report.rebuilt)
     report["tornTails"] = reconciled["tornTails"]
     report["secretsMetaRebuilt"] = int(report["secrets"].get("added", 0))
-    conn.execute("BEGIN IMMEDIATE")
-    conn.execute(
-        "INSERT INTO boot_reports(boot_id, started_at, report_json) VALUES (?, ?, ?)",
-        (boot_id, now, orjson.dumps(report).decode()),
-    )
-    conn.execute("DELETE FROM boot_reports WHERE boot_id NOT IN "
-                 "(SELECT boot_id FROM boot_reports ORDER BY started_at DESC LIMIT 50)")
-    conn.execute("COMMIT")
+    with transaction(conn):
+        record_boot_report(conn, boot_id, now, orjson.dumps(report).decode())
     return BootResult(conn=conn, boot_id=boot_id, report=report)

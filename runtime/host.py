@@ -52,6 +52,7 @@ from runtime.handlers.secrets import Vault
 from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
 from runtime.pipeline import Pipeline
 from runtime.routes import ROUTES, Route
+from store.database import close_writer
 from store.faults import Faults
 from store.fsutil import atomic_write, remove_file_durable
 
@@ -254,7 +255,7 @@ async def run_host(
         finally:
             reads.close()
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(_close_conn, boot.conn)
+                await trio.to_thread.run_sync(close_writer, boot.conn)
                 await trio.to_thread.run_sync(_write_clean_marker, data_dir, now_ms(), ended)
     finally:
         lock.release()
@@ -285,16 +286,6 @@ async def _shut_down(config: HostConfig, shutdown: Shutdown, gateway: Gateway, p
 async def _cancel_on(event: trio.Event, scope: trio.CancelScope) -> None:
     await event.wait()
     scope.cancel()
-
-
-def _close_conn(conn: Any) -> None:
-    try:
-        if conn.in_transaction:
-            conn.rollback()
-        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-    except Exception:  # noqa: BLE001 - best effort on shutdown
-        pass
-    conn.close()
 
 
 def _read_clean_marker(data_dir: Any) -> dict[str, Any] | None:

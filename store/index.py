@@ -525,3 +525,17 @@ def compaction_span(conn: sqlite3.Connection, session_id: str, compaction_id: st
 
 def set_project_id(conn: sqlite3.Connection, session_id: str, project_id: int | None) -> None:
     conn.execute("UPDATE sessions SET project_id = ? WHERE id = ?", (project_id, session_id))
+
+
+def touch_session(conn: sqlite3.Connection, session_id: str, now_ms: int) -> None:
+    """``updated_at`` moves forward to ``now_ms`` (never back)."""
+    conn.execute("UPDATE sessions SET updated_at = MAX(updated_at, ?) WHERE id = ?", (now_ms, session_id))
+
+
+def index_marks(conn: sqlite3.Connection) -> dict[str, tuple[int, str | None]]:
+    """Every session's high-water mark: ``id -> (indexed_len, file_epoch)``."""
+    return {r[0]: (int(r[1] or 0), r[2]) for r in conn.execute("SELECT id, indexed_len, file_epoch FROM sessions")}
+
+
+def session_ids(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT id FROM sessions")}

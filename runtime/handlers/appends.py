@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from actors.session import SessionCall, SessionContext
+from actors.session import SessionCall
+from actors.session_context import SessionContext
 from protocol import models as m
 from protocol.limits import EVENT_RECORD_MAX
 from runtime.handlers import inflight

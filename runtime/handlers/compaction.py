@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.session import SessionContext
+from actors.session_context import SessionContext
 from protocol import models as m
 from store import index
 from store.compaction import normalize_compaction, normalize_on_read

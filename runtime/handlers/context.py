@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.session import SessionContext
+from actors.session_context import SessionContext
 from protocol import models as m
 from store.context import StoredBranch, build_session_context, build_tree
 from store.receipts import ReceiptKey

@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from actors.session import SessionContext
+from actors.session_context import SessionContext
 from protocol import models as m
 from store import index
 from store.fork import copy_pasted, plan_fork, remove_child_files, resolve_pasted, write_child_transcript

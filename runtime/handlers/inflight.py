@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actors.session import SessionContext
+from actors.session_context import SessionContext
 from protocol import models as m
 from store import index, inflight, turns
 from store.errors import Conflict, InvalidInput, NotFound

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from actors.session import SessionContext
+from actors.session_context import SessionContext
 from protocol import models as m
 from store import queue
 from store.errors import Conflict

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from actors.session import SessionContext
+from actors.session_context import SessionContext
 from protocol import models as m
 from store import index
 from store.errors import Conflict, CorruptData, InvalidInput, MessageNotFound, NotFound
@@ -52,6 +52,7 @@ from store.revisions import (
 )
 from store.rewrite import LiveTranscript, RewritePlan, apply_rewrite, load_live, plan_rewrite, reindex, turn_map
 from store.transcript import read_spans
+from store.turns import abort_running
 
 __all__ = ["activate", "list_revisions", "replace_messages", "save_active", "snapshot", "truncate_from"]
 
@@ -164,7 +165,7 @@ async def commit_rewrite(
 
     def op(conn: Any) -> Any:
         reindex(conn, sid, rewritten, now_ms=now, turn_overrides=turn_overrides)
-        conn.execute("UPDATE sessions SET updated_at = MAX(updated_at, ?) WHERE id = ?", (now, sid))
+        index.touch_session(conn, sid, now)
         for root, idx, msgs, _ in archives:
             upsert_row(conn, sid, root, idx, message_count=len(msgs), now_ms=now)
         sync_active(conn, sid, stamps)
@@ -382,8 +383,7 @@ async def truncate_from(ctx: SessionContext, p: m.TruncateFromParams, key: Recei
     await ctx.io(remove_file_durable, ctx.paths.inflight)
 
     def finish(conn: Any, now: int) -> Any:
-        conn.execute("UPDATE turns SET status = 'aborted', ended_at = ? WHERE session_id = ? AND status = 'running'",
-                     (now, sid))
+        abort_running(conn, sid, now)
         return {"session": _session(conn, sid), "removed": removed}
 
     return await commit_rewrite(ctx, live, plan, finish, archives=archives, receipt_extra={"removed": removed})

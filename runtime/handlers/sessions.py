@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from actors.session import SessionContext
+from actors.session_context import SessionContext
 from protocol import models as m
 from protocol.limits import DEFAULT_WINDOW
 from runtime.context import ReadContext, Services

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.session import SessionContext
+from actors.session_context import SessionContext
 from protocol import models as m
 from store import index
 from store.errors import MessageNotFound

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.session import SessionContext
+from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.context import ReadContext
 from runtime.handlers import inflight
 from store import turns
-from store.errors import NotFound
 from store.ids import new_id
 from store.receipts import ReceiptKey
 from store.snapshots import load_snapshot, prepare_snapshot
@@ -74,6 +73,5 @@ async def end_turn(ctx: SessionContext, p: m.EndTurnParams, key: ReceiptKey | No
 
 
 def turn_environment(ctx: ReadContext, p: m.TurnEnvironmentParams) -> Any:
-    if ctx.conn.execute("SELECT 1 FROM turns WHERE id = ?", (p.turn_id,)).fetchone() is None:
-        raise NotFound(f"turn {p.turn_id} not found", data={"turnId": p.turn_id})
+    turns.require_turn_exists(ctx.conn, p.turn_id)
     return load_snapshot(ctx.conn, p.turn_id)

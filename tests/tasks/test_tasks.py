@@ -13,8 +13,8 @@ from runtime.client import RpcError
 from store import tasks
 from store.errors import InvalidInput, PlanRequiresInteractiveSession
 from store.fence import interruption_fence
+from tests.dbkit import NOW, add_session
 from tests.hostkit import client_for, inprocess_host
-from tests.stores.conftest import NOW, add_session
 
 
 async def _error(call: object) -> RpcError:

@@ -16,8 +16,8 @@ from runtime.client import RpcError
 from store import attachments as a
 from store.errors import InvalidInput, NotFound, PayloadTooLarge, SessionNotFound
 from store.faults import Faults, InjectedFault
+from tests.dbkit import NOW, add_session, tx
 from tests.hostkit import client_for, inprocess_host
-from tests.stores.conftest import NOW, add_session, tx
 
 
 def files(tmp_path: Path, faults: Faults | None = None) -> a.AttachmentFiles:

@@ -12,8 +12,8 @@ import trio
 from runtime.client import RpcError
 from store import projects
 from store.errors import Conflict
+from tests.dbkit import NOW, add_session
 from tests.hostkit import client_for, inprocess_host, msg
-from tests.stores.conftest import NOW, add_session
 
 
 async def test_remove_deletes_owned_sessions_and_memory_never_the_folder(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Shared fixtures: a fresh schema database for the pure store tests."""
+"""A fresh schema database for the pure store tests of each capability (``conn`` fixture, helpers)."""
 
 from __future__ import annotations
 
