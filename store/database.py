@@ -42,6 +42,7 @@ BUSY_TIMEOUT_MS = 5000
 CACHE_SIZE_KIB = 16000
 READER_MMAP_BYTES = 256 * 1024 * 1024
 SYNCHRONOUS_MODES = {"FULL": 2, "NORMAL": 1}
+_AUTO_VACUUM_INCREMENTAL = 2
 
 # Primary result codes that mean "the file is damaged" (anything else, such as
 # SQLITE_BUSY or SQLITE_IOERR, is an environment problem and never quarantines).
@@ -108,7 +109,11 @@ def apply_pragmas(
     a fresh file is created.
     """
     mode = _check_synchronous(synchronous)
-    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    # Only when it is not set already: assigning it, even to its current value,
+    # rewrites the header page (change counter), and a refused migration must
+    # leave the file byte for byte as it was.
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != _AUTO_VACUUM_INCREMENTAL:
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
     journal = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     if str(journal).lower() != "wal":
         raise IOFailure(f"could not switch the database to WAL journal mode (got {journal!r})")
