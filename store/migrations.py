@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from .attachment_adopt import mark_pending
 from .errors import IOFailure, SchemaTooNew, StoreError, classify_os_error
 from .faults import NO_FAULTS, Faults
 from .fsutil import fsync_dir
@@ -203,9 +204,12 @@ def _v20_from_seed(conn: sqlite3.Connection) -> None:
     (``compactions``, ``command_receipts``, ``run_snapshots``,
     ``attachment_blobs``/``_refs``) are created; tables we do not know are
     left alone. The new offsets start empty (``indexed_len = 0``), so the
-    first boot reindexes every session from its transcript.
+    first boot reindexes every session from its transcript; the seed's
+    ``attachments/`` files have no rows yet, so the step asks boot to adopt
+    them (``store.attachment_adopt``).
     """
     converge(conn, DDL_V20)
+    mark_pending(conn)
 
 
 SEED_BRIDGE = MigrationStep(
