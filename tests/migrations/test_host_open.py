@@ -19,10 +19,19 @@ import pytest
 import trio
 
 from runtime.client import open_client
+from runtime.datadir import DataDir
+from store.doctor import run_doctor
 from store.schema import SCHEMA_VERSION
 from tests.hostkit import HostProcess, start_host_process
 from tests.migrations.dbcheck import sqlite3_cli
-from tests.migrations.seedkit import VERSIONS, after_boot, assert_rows_present, build_seed_dir, expected_rows
+from tests.migrations.seedkit import (
+    ATTACHMENT_SHA,
+    VERSIONS,
+    after_boot,
+    assert_rows_present,
+    build_seed_dir,
+    expected_rows,
+)
 
 
 def _stop(host: HostProcess) -> None:
@@ -88,6 +97,14 @@ def test_serve_opens_a_seed_data_directory_without_losing_a_byte(tmp_path: Path,
     finally:
         conn.close()
     assert seed.file_bytes() == seed.files, "a transcript or another file was touched"
+    conn = sqlite3.connect(seed.db)
+    try:  # the seed's attachment files got their rows (else the attachment GC would take them for orphans)
+        assert conn.execute("SELECT sha256 FROM attachment_blobs").fetchall() == [(ATTACHMENT_SHA,)]
+        assert conn.execute("SELECT count(*) FROM kv WHERE ns = 'pi-host'").fetchone()[0] == 0
+    finally:
+        conn.close()
+    checked = run_doctor(DataDir(data), repair=False, now_ms=0)
+    assert checked.exit_code == 0, [(f.check, f.subject) for f in checked.findings]
     first = _boot_report(seed.db)
     assert first["database"]["migratedFrom"] == version
     for name in first["database"]["backups"]:
