@@ -140,6 +140,12 @@ def session_info_settings(info: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: info[k] for k in keys if k in info}
 
 
+def imported_source(info: Mapping[str, Any] | None) -> str | None:
+    """The ``source`` an import wrote into the session_info line (kept across an index rebuild)."""
+    value = (info or {}).get("source")
+    return value if isinstance(value, str) and value else None
+
+
 def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) -> dict[str, Any]:
     """Bring the index in line with the transcript (runs in the DB writer's transaction).
 
@@ -179,6 +185,7 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
             project_path=settings.get("projectPath"),
             settings=settings,
             file_epoch=plan.epoch,
+            source=imported_source(scan.session_info),
         )
         report["restoredRow"] = True
     elif settings:

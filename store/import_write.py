@@ -1,0 +1,672 @@
+"""Writing an imported session: transcript first, one index transaction second (seed 003 §5, §4.5).
+
+For each session an importer yields, in order:
+
+1. **stage** (file I/O, no database writes): the records stream into a new
+   transcript ``<sid>.jsonl.tmp.<hex>`` (header, the records, a
+   ``session_info`` line with the title, project path and ``source``) — or, for
+   a session imported before, only the records that are new or whose line
+   differs from the one the transcript holds (same id → readers keep the last
+   line in place) go to a staging file. Nothing is visible yet; a refusal or a
+   crash leaves only a temp file that boot sweeps.
+2. **publish**: the new transcript is hard-linked to ``<sid>.jsonl`` (never
+   over an existing file) and the directory fsynced; staged lines are appended
+   with one write loop and one ``fdatasync``.
+3. **index** (one transaction, the caller's): the session row (``source``,
+   title, project upserted from the cwd by normalized path, created/updated
+   times of the conversation), the index rows of exactly the lines written
+   (streamed back from the file in batches), the attachment refs, and the
+   ``session_import_origins`` row holding the source files' fingerprints and
+   the historical values (model, provider, cwd) that never become bindings.
+4. **undo** on any failure after publish: the new transcript is removed, or
+   the appended bytes are truncated away — never a half-imported session.
+
+A re-import whose source files are byte-identical to the fingerprints in the
+origin row is ``unchanged`` without parsing. A grown file is parsed again and
+only its new lines (plus replacements of records that changed, e.g. a tool call
+whose result arrived) are appended. The staging file and ``<sid>.jsonl`` are
+owned by the session's actor in a running host: stage/publish/undo of an
+existing session must run there (the DB step in the DB writer).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from . import attachments, index, reconcile
+from .attachments import AttachmentFiles
+from .errors import Conflict, StoreError, classify_os_error
+from .faults import NO_FAULTS, Faults
+from .fsutil import TEMP_MARKER, fsync_dir, open_nofollow, remove_file_durable, write_all
+from .ids import validate_session_id
+from .importers import discover, parse
+from .importers.common import (
+    DEFAULT_LIMITS,
+    BlobRef,
+    BlobSink,
+    ImportLimits,
+    ParseContext,
+    Refused,
+    SessionMeta,
+    SessionReport,
+    SourceUnit,
+    stamp,
+)
+from .importers.reader import LineReader
+from .jsonio import dumps_line, loads_line
+from .transcript import header_line, read_first_line
+
+__all__ = [
+    "HOST_IMPORTER",
+    "ImportSummary",
+    "ImportTarget",
+    "StagedImport",
+    "apply_index",
+    "import_root",
+    "import_unit",
+    "publish",
+    "stage",
+    "undo",
+]
+
+HOST_IMPORTER = ""
+"""``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""
+INDEX_BATCH = 512
+_WRITE_BUFFER = 1 << 20
+
+Spans = Callable[[Sequence[str]], Mapping[str, tuple[int, int]]]
+
+
+@dataclass(frozen=True)
+class ImportTarget:
+    """Where imported sessions go (configuration, passed in)."""
+
+    sessions_dir: Path
+    attachments: AttachmentFiles | None = None
+    limits: ImportLimits = DEFAULT_LIMITS
+    faults: Faults = field(default_factory=lambda: NO_FAULTS)
+
+    def transcript(self, session_id: str) -> Path:
+        return self.sessions_dir / f"{validate_session_id(session_id)}.jsonl"
+
+
+@dataclass
+class StagedImport:
+    unit: SourceUnit
+    report: SessionReport
+    meta: SessionMeta
+    kind: str
+    """``new`` | ``append`` | ``unchanged``."""
+    transcript: Path
+    temp: Path | None = None
+    epoch: str | None = None
+    pre_length: int = 0
+    """Transcript length before the append (0 for a new transcript)."""
+    body_start: int = 0
+    """Offset of the first written line in the published transcript."""
+    body_end: int = 0
+    """Offset just past the last written record line."""
+    file_end: int = 0
+    """Length of the published transcript (a new one ends with its session_info line)."""
+    blobs: list[tuple[BlobRef, str]] = field(default_factory=list)
+    identity: tuple[int, int] | None = None
+    published: bool = False
+
+
+# --------------------------------------------------------------------------- what the index knows
+
+
+def existing_spans(conn: sqlite3.Connection, session_id: str) -> Spans:
+    """``ids -> (line_offset, line_len)`` of the newest line holding each id (messages and checkpoints)."""
+
+    def lookup(ids: Sequence[str]) -> Mapping[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for i in range(0, len(ids), 500):
+            chunk = list(ids[i : i + 500])
+            marks = ",".join("?" * len(chunk))
+            for mid, off, ln in conn.execute(
+                f"SELECT id, line_offset, line_len FROM messages WHERE session_id = ? AND id IN ({marks})",
+                (session_id, *chunk),
+            ):
+                if off is not None:
+                    out[mid] = (off, ln)
+            for cid, off, ln in conn.execute(
+                f"SELECT id, MAX(line_offset), line_len FROM compactions WHERE session_id = ? AND id IN ({marks}) "
+                "GROUP BY id",
+                (session_id, *chunk),
+            ):
+                out[cid] = (off, ln)
+        return out
+
+    return lookup
+
+
+def origin_row(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | None:
+    row = conn.execute(
+        "SELECT plugin_id, source_id, external_id, source_label, origin_json, created_at "
+        "FROM session_import_origins WHERE session_id = ?", (session_id,)).fetchone()
+    if row is None:
+        return None
+    try:
+        origin = orjson.loads(row[4]) if row[4] else {}
+    except orjson.JSONDecodeError:
+        origin = {}
+    return {"pluginId": row[0], "sourceId": row[1], "externalId": row[2], "label": row[3],
+            "origin": origin if isinstance(origin, dict) else {}, "createdAt": row[5]}
+
+
+def _fingerprint(path: Path, consumed: int) -> str | None:
+    """SHA-256 of the first ``consumed`` bytes (None when the file is shorter or unreadable)."""
+    import hashlib
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        digest = hashlib.sha256()
+        left = consumed
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                return None
+            digest.update(chunk)
+            left -= len(chunk)
+        return digest.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def sources_unchanged(unit: SourceUnit, origin: Mapping[str, Any] | None) -> bool:
+    """True when every source file still holds exactly the bytes the last import consumed."""
+    if not origin:
+        return False
+    files = origin.get("files")
+    if not isinstance(files, Mapping) or set(files) != {str(p) for p in unit.files}:
+        return False
+    for path in unit.files:
+        seen = files[str(path)]
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return False
+        if not isinstance(seen, Mapping) or st.st_size != seen.get("size") or st.st_mtime_ns != seen.get("mtimeNs"):
+            return False
+        if _fingerprint(path, int(seen.get("consumed", -1))) != seen.get("sha256"):
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------- stage
+
+
+class _Out:
+    """Buffered writer of transcript lines to a new file (O_EXCL, 0600), tracking its length."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.fd = open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600) if path is not None else None
+        if self.fd is not None:
+            os.fchmod(self.fd, 0o600)
+        self.buf: list[bytes] = []
+        self.buffered = 0
+        self.length = 0
+
+    def write(self, line: bytes) -> None:
+        self.length += len(line)
+        if self.fd is None:
+            return
+        self.buf.append(line)
+        self.buffered += len(line)
+        if self.buffered >= _WRITE_BUFFER:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.fd is not None and self.buf:
+            write_all(self.fd, b"".join(self.buf))
+        self.buf, self.buffered = [], 0
+
+    def close(self, *, sync: bool) -> tuple[int, int] | None:
+        if self.fd is None:
+            return None
+        try:
+            self.flush()
+            if sync:
+                os.fsync(self.fd)
+            st = os.fstat(self.fd)
+            return st.st_dev, st.st_ino
+        finally:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _temp_name(transcript: Path, tag: str) -> Path:
+    return transcript.with_name(f"{transcript.name}{tag}{TEMP_MARKER}{secrets.token_hex(6)}")
+
+
+def _session_info(meta: SessionMeta) -> bytes:
+    rec: dict[str, Any] = {"type": "session_info", "title": meta.title}
+    if meta.cwd:
+        rec["projectPath"] = meta.cwd
+    rec["source"] = meta.source
+    rec["updatedAt"] = stamp(meta.updated_ms)
+    return dumps_line(rec)
+
+
+def _old_line(fd: int, span: tuple[int, int]) -> bytes:
+    offset, length = span
+    data = os.pread(fd, length, offset)
+    while len(data) < length:
+        more = os.pread(fd, length - len(data), offset + len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
+def stage(
+    unit: SourceUnit,
+    target: ImportTarget,
+    *,
+    spans: Spans | None,
+    dry_run: bool = False,
+    created_ms: Callable[[], int] | None = None,
+) -> StagedImport:
+    """Parse ``unit`` and write what must be written to a temp file (see the module doc).
+
+    ``spans`` is None for a session the index does not know (a new transcript),
+    else the lookup of the lines the transcript already holds. Raises
+    :class:`Refused` (nothing left behind) or a :class:`StoreError` for I/O.
+    """
+    sid = unit.session_id
+    transcript = target.transcript(sid)
+    sink = BlobSink(target.attachments.put_bytes if target.attachments is not None and not dry_run else None)
+    parsed = parse(unit, ParseContext(target.limits, sink))
+    try:
+        return _stage(unit, target, parsed, sink, transcript, spans=spans, dry_run=dry_run, created_ms=created_ms)
+    except Refused as exc:
+        exc.report = parsed.report.refuse(exc.code, exc.message)
+        raise
+
+
+def _stage(unit: SourceUnit, target: ImportTarget, parsed: Any, sink: BlobSink, transcript: Path, *,
+           spans: Spans | None, dry_run: bool, created_ms: Callable[[], int] | None) -> StagedImport:
+    sid = unit.session_id
+    kind = "new" if spans is None else "append"
+    temp = None if dry_run else _temp_name(transcript, "" if kind == "new" else ".import")
+    try:
+        out = _Out(temp)
+    except OSError as exc:
+        raise classify_os_error(exc, f"create {temp}") from exc
+    staged = StagedImport(unit, parsed.report, parsed.meta, kind, transcript, temp)
+    ok = False
+    try:
+        if kind == "new":
+            _write_new(parsed.records, out, staged, created_ms)
+        else:
+            assert spans is not None
+            _write_changes(parsed.records, out, staged, spans)
+        staged.identity = out.close(sync=kind == "new")
+        staged.blobs = list(sink.stored)
+        ok = True
+    except OSError as exc:
+        raise classify_os_error(exc, f"stage import of {sid}") from exc
+    finally:
+        if not ok:
+            try:
+                out.close(sync=False)
+            except OSError:
+                pass
+            if temp is not None:
+                _unlink(temp)
+    if kind == "append":
+        staged.body_end = staged.file_end = staged.pre_length + out.length
+    return staged
+
+
+def _write_new(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImport,
+               created_ms: Callable[[], int] | None) -> None:
+    first = next(records, None)
+    if first is None:
+        raise Refused("EMPTY_SESSION", "the session holds no messages")
+    meta = staged.meta
+    created = meta.created_ms if meta.created_ms is not None else (created_ms() if created_ms else 0)
+    header, parsed_header = header_line(staged.unit.session_id, created)
+    staged.epoch = parsed_header.epoch
+    out.write(header)
+    staged.body_start = len(header)
+    out.write(dumps_line(first))
+    count = 1
+    for record in records:
+        out.write(dumps_line(record))
+        count += 1
+    staged.report.new_records = count
+    staged.body_end = out.length
+    out.write(_session_info(meta))
+    staged.file_end = out.length
+
+
+def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImport, spans: Spans) -> None:
+    """Write only records whose line the transcript does not already hold, byte for byte."""
+    try:
+        fd = open_nofollow(staged.transcript, os.O_RDONLY)
+    except OSError as exc:
+        raise classify_os_error(exc, f"read {staged.transcript}") from exc
+    try:
+        staged.pre_length = os.fstat(fd).st_size
+        staged.body_start = staged.pre_length
+        batch: list[tuple[dict[str, Any], bytes]] = []
+        written: dict[str, bytes] = {}
+
+        def flush() -> None:
+            known = spans([r["id"] for r, _ in batch])
+            for record, line in batch:
+                rid = record["id"]
+                if rid in written:
+                    if written[rid] != line:
+                        out.write(line)
+                        written[rid] = line
+                    continue
+                span = known.get(rid)
+                if span is not None and _old_line(fd, span) == line:
+                    staged.report.unchanged_records += 1
+                    continue
+                if span is not None:
+                    staged.report.replaced_records += 1
+                else:
+                    staged.report.new_records += 1
+                out.write(line)
+                if len(written) < 100_000:
+                    written[rid] = line
+            batch.clear()
+
+        for record in records:
+            batch.append((record, dumps_line(record)))
+            if len(batch) >= INDEX_BATCH:
+                flush()
+        flush()
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- publish / undo
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def publish(staged: StagedImport, *, faults: Faults = NO_FAULTS) -> None:
+    """Make the staged lines part of the transcript (step 2)."""
+    assert staged.temp is not None
+    if staged.kind == "new":
+        try:
+            os.link(staged.temp, staged.transcript)
+        except FileExistsError:
+            _unlink(staged.temp)
+            raise Conflict(f"transcript {staged.transcript} appeared while importing",
+                           data={"sessionId": staged.unit.session_id}) from None
+        except OSError as exc:
+            _unlink(staged.temp)
+            raise classify_os_error(exc, f"publish {staged.transcript}") from exc
+        staged.published = True
+        _unlink(staged.temp)
+        faults.point("import.after_link")
+        fsync_dir(staged.transcript.parent)
+        return
+    try:
+        _append_file(staged, faults)
+    finally:
+        _unlink(staged.temp)
+
+
+def _append_file(staged: StagedImport, faults: Faults) -> None:
+    assert staged.temp is not None
+    length = staged.body_end - staged.body_start
+    if length == 0:
+        return
+    try:
+        fd = open_nofollow(staged.transcript, os.O_WRONLY | os.O_APPEND)
+    except OSError as exc:
+        raise classify_os_error(exc, f"open {staged.transcript}") from exc
+    try:
+        if os.fstat(fd).st_size != staged.pre_length:
+            raise Conflict(f"transcript {staged.transcript} changed while importing",
+                           data={"sessionId": staged.unit.session_id})
+        src = os.open(staged.temp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        staged.published = True
+        try:
+            while chunk := os.read(src, _WRITE_BUFFER):
+                write_all(fd, chunk)
+            faults.point("import.after_append_write")
+            os.fdatasync(fd)
+        except OSError as exc:
+            _truncate(fd, staged.pre_length)
+            staged.published = False
+            raise classify_os_error(exc, f"append to {staged.transcript}") from exc
+        finally:
+            os.close(src)
+    finally:
+        os.close(fd)
+
+
+def _truncate(fd: int, length: int) -> None:
+    try:
+        os.ftruncate(fd, length)
+        os.fsync(fd)
+    except OSError:
+        pass
+
+
+def undo(staged: StagedImport) -> None:
+    """Take back a published import whose index step failed (step 4). Never touches foreign bytes."""
+    if staged.temp is not None:
+        _unlink(staged.temp)
+    if not staged.published:
+        return
+    if staged.kind == "new":
+        try:
+            st = os.stat(staged.transcript, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if (st.st_dev, st.st_ino) == staged.identity:
+            remove_file_durable(staged.transcript)
+    else:
+        fd = open_nofollow(staged.transcript, os.O_WRONLY)
+        try:
+            if os.fstat(fd).st_size == staged.body_end:
+                _truncate(fd, staged.pre_length)
+        finally:
+            os.close(fd)
+    staged.published = False
+
+
+# --------------------------------------------------------------------------- index
+
+
+def _index_lines(staged: StagedImport, limits: ImportLimits) -> Iterator[tuple[int, list[Any], list[Any]]]:
+    """Batches of (end offset, message IndexRecords, CompactionRecords) read back from the transcript."""
+    reader = LineReader(staged.transcript, max_line_bytes=limits.max_line_bytes, start=staged.body_start,
+                        end=staged.body_end)
+    msgs: list[Any] = []
+    comps: list[Any] = []
+    end = staged.body_start
+    for line in reader:
+        if line.data is None:
+            raise StoreError(f"{staged.transcript}: a written line is over the line limit")
+        rec = loads_line(line.data)
+        end = line.offset + line.length
+        if rec.get("type") == "message":
+            msgs.append(index.IndexRecord(rec, line.offset, line.length))
+        elif rec.get("type") == "compaction":
+            comps.append(index.CompactionRecord(rec, line.offset, line.length))
+        if len(msgs) >= INDEX_BATCH:
+            yield end, msgs, comps
+            msgs, comps = [], []
+    yield end, msgs, comps
+
+
+def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) -> None:
+    """Step 3, inside the caller's transaction."""
+    sid = staged.unit.session_id
+    meta = staged.meta
+    if staged.kind == "new":
+        index.insert_session(conn, sid, now_ms=now_ms, created_at_ms=meta.created_ms or now_ms,
+                             title=meta.title, project_path=meta.cwd, file_epoch=staged.epoch, source=meta.source)
+    else:
+        row = index.require_session(conn, sid)
+        staged.epoch = row["_fileEpoch"]
+    if staged.body_end > staged.body_start:
+        for end, msgs, comps in _index_lines(staged, DEFAULT_LIMITS):
+            index.index_messages(conn, sid, msgs, indexed_len=end, file_epoch=staged.epoch, now_ms=now_ms,
+                                 touch=False, audit_effects=False)
+            index.index_compactions(conn, sid, comps, now_ms)
+        index.set_index_mark(conn, sid, staged.file_end, staged.epoch)
+    last = conn.execute("SELECT MAX(created_at) FROM messages WHERE session_id = ?", (sid,)).fetchone()[0]
+    if last is not None:
+        conn.execute("UPDATE sessions SET updated_at = MAX(updated_at, ?) WHERE id = ?", (last, sid))
+    for blob, message_id in staged.blobs:
+        attachments.record_blob(conn, blob.sha256, blob.size, blob.mime_type, now_ms)
+        attachments.record_ref(conn, blob.sha256, sid, message_id, now_ms)
+    write_origin(conn, staged, now_ms=now_ms)
+
+
+def write_origin(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) -> None:
+    meta = staged.meta
+    files = {f.path: {"size": f.size, "mtimeNs": f.mtime_ns, "consumed": f.consumed, "sha256": f.sha256}
+             for f in staged.report.files if f.sha256}
+    origin: dict[str, Any] = {"files": files, "projectPath": meta.cwd, "title": meta.title, **meta.history}
+    if meta.thinking_level:
+        origin["thinkingLevel"] = meta.thinking_level
+    conn.execute(
+        "INSERT INTO session_import_origins(plugin_id, source_id, external_id, session_id, source_label, "
+        "origin_json, created_at) VALUES (?,?,?,?,?,?,?) ON CONFLICT(session_id) DO UPDATE SET "
+        "source_label = excluded.source_label, origin_json = excluded.origin_json",
+        (HOST_IMPORTER, meta.source, meta.external_id, staged.unit.session_id, meta.label or meta.source,
+         orjson.dumps(origin).decode(), now_ms),
+    )
+
+
+# --------------------------------------------------------------------------- one session, a whole root
+
+
+def _tx(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        out = fn(conn)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return out
+
+
+def _catch_up(conn: sqlite3.Connection, target: ImportTarget, sid: str, row: Mapping[str, Any] | None,
+              now_ms: int) -> None:
+    """Bring the index in line with an existing transcript before comparing against it."""
+    path = target.transcript(sid)
+    if not path.exists():
+        return
+    if row is not None:
+        fd = open_nofollow(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            first = read_first_line(fd)
+        finally:
+            os.close(fd)
+        header = loads_line(first) if first else {}
+        if row["_indexedLen"] == size and row["_fileEpoch"] == header.get("epoch"):
+            return
+    plan = reconcile.plan_reconcile(path, row["_indexedLen"] if row else 0, row["_fileEpoch"] if row else None)
+    _tx(conn, lambda c: reconcile.apply_plan(c, sid, plan, now_ms=now_ms))
+
+
+def import_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarget, *, now_ms: int,
+                dry_run: bool = False) -> SessionReport:
+    """Import one session (stage → publish → one transaction → report). Never raises for bad input."""
+    sid = unit.session_id
+    report = SessionReport(unit.source, unit.external_id, sid)
+    row = index.session_row(conn, sid)
+    if row is not None and row["source"] != unit.source:
+        return report.refuse("CONFLICT", f"session {sid} exists and was not imported from {unit.source}")
+    origin = origin_row(conn, sid)
+    if row is not None and origin is not None and sources_unchanged(unit, origin["origin"]):
+        report.status = "unchanged"
+        return report
+    if not dry_run:
+        try:
+            _catch_up(conn, target, sid, row, now_ms)
+        except (StoreError, OSError, ValueError) as exc:
+            return report.refuse("INDEX_CATCH_UP_FAILED", str(exc))
+        row = index.session_row(conn, sid)
+    spans = existing_spans(conn, sid) if row is not None else None
+    try:
+        staged = stage(unit, target, spans=spans, dry_run=dry_run, created_ms=lambda: now_ms)
+    except Refused as exc:
+        return exc.report if exc.report is not None else report.refuse(exc.code, exc.message)
+    except OSError as exc:
+        return report.refuse("READ_ERROR", str(exc))
+    except StoreError as exc:
+        return report.refuse(exc.code, exc.message)
+    report = staged.report
+    changed = staged.body_end > staged.body_start
+    status = "new" if staged.kind == "new" else ("updated" if changed else "unchanged")
+    if dry_run:
+        report.status = f"would-{status}" if status != "unchanged" else "unchanged"
+        return report
+    report.appended_bytes = staged.body_end - staged.body_start
+    try:
+        if changed:
+            publish(staged, faults=target.faults)
+        _tx(conn, lambda c: apply_index(c, staged, now_ms=now_ms))
+    except StoreError as exc:
+        undo(staged)
+        return report.refuse(exc.code, exc.message)
+    except BaseException:
+        undo(staged)
+        raise
+    report.status = status
+    return report
+
+
+@dataclass
+class ImportSummary:
+    sessions: list[SessionReport] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for rep in self.sessions:
+            out[rep.status] = out.get(rep.status, 0) + 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"counts": self.counts(), "sessions": [r.to_dict() for r in self.sessions]}
+
+
+def import_root(conn: sqlite3.Connection, source: str, root: Path, target: ImportTarget, *, now_ms: Callable[[], int],
+                dry_run: bool = False, progress: Callable[[int, SessionReport], None] | None = None,
+                units: Iterable[SourceUnit] | None = None) -> ImportSummary:
+    """Import every session under ``root`` (one transaction per session); ``progress`` after each."""
+    summary = ImportSummary()
+    try:
+        found = units if units is not None else discover(source, Path(os.path.abspath(root)))
+        for n, unit in enumerate(found, start=1):
+            rep = import_unit(conn, unit, target, now_ms=now_ms(), dry_run=dry_run)
+            summary.sessions.append(rep)
+            if progress is not None:
+                progress(n, rep)
+    except OSError as exc:
+        rep = SessionReport(source).refuse("READ_ERROR", f"cannot list {root}: {exc.strerror or exc}")
+        summary.sessions.append(rep)
+    return summary
