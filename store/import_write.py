@@ -58,10 +58,12 @@ from .importers.common import (
     SessionMeta,
     SessionReport,
     SourceUnit,
+    join_id,
     stamp,
 )
 from .importers.reader import LineReader
 from .jsonio import dumps_line, loads_line
+from .tombstones import tombstone_line
 from .transcript import header_line, read_first_line
 
 __all__ = [
@@ -279,11 +281,14 @@ def stage(
     spans: Spans | None,
     dry_run: bool = False,
     created_ms: Callable[[], int] | None = None,
+    live_ids: Callable[[], Iterable[str]] | None = None,
 ) -> StagedImport:
     """Parse ``unit`` and write what must be written to a temp file (see the module doc).
 
     ``spans`` is None for a session the index does not know (a new transcript),
-    else the lookup of the lines the transcript already holds. Raises
+    else the lookup of the lines the transcript already holds; ``live_ids``
+    lists the session's visible message ids (for a source that follows a
+    branch, those no longer on it get a tombstone line). Raises
     :class:`Refused` (nothing left behind) or a :class:`StoreError` for I/O.
     """
     sid = unit.session_id
@@ -291,14 +296,16 @@ def stage(
     sink = BlobSink(target.attachments.put_bytes if target.attachments is not None and not dry_run else None)
     parsed = parse(unit, ParseContext(target.limits, sink))
     try:
-        return _stage(unit, target, parsed, sink, transcript, spans=spans, dry_run=dry_run, created_ms=created_ms)
+        return _stage(unit, target, parsed, sink, transcript, spans=spans, dry_run=dry_run, created_ms=created_ms,
+                      live_ids=live_ids)
     except Refused as exc:
         exc.report = parsed.report.refuse(exc.code, exc.message)
         raise
 
 
 def _stage(unit: SourceUnit, target: ImportTarget, parsed: Any, sink: BlobSink, transcript: Path, *,
-           spans: Spans | None, dry_run: bool, created_ms: Callable[[], int] | None) -> StagedImport:
+           spans: Spans | None, dry_run: bool, created_ms: Callable[[], int] | None,
+           live_ids: Callable[[], Iterable[str]] | None = None) -> StagedImport:
     sid = unit.session_id
     kind = "new" if spans is None else "append"
     temp = None if dry_run else _temp_name(transcript, "" if kind == "new" else ".import")
@@ -313,7 +320,7 @@ def _stage(unit: SourceUnit, target: ImportTarget, parsed: Any, sink: BlobSink, 
             _write_new(parsed.records, out, staged, created_ms)
         else:
             assert spans is not None
-            _write_changes(parsed.records, out, staged, spans)
+            _write_changes(parsed.records, out, staged, spans, live_ids if parsed.follows_branch else None)
         staged.identity = out.close(sync=kind == "new")
         staged.blobs = list(sink.stored)
         ok = True
@@ -354,7 +361,8 @@ def _write_new(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImpor
     staged.file_end = out.length
 
 
-def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImport, spans: Spans) -> None:
+def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImport, spans: Spans,
+                   live_ids: Callable[[], Iterable[str]] | None) -> None:
     """Write only records whose line the transcript does not already hold, byte for byte."""
     try:
         fd = open_nofollow(staged.transcript, os.O_RDONLY)
@@ -388,11 +396,21 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
                     written[rid] = line
             batch.clear()
 
+        on_branch: set[str] | None = set() if live_ids is not None else None
         for record in records:
             batch.append((record, dumps_line(record)))
+            if on_branch is not None and record.get("type") == "message":
+                on_branch.add(record["id"])
             if len(batch) >= INDEX_BATCH:
                 flush()
         flush()
+        if live_ids is not None and on_branch is not None:
+            when = staged.meta.updated_ms or 0
+            for mid in live_ids():
+                if mid not in on_branch:
+                    tid = join_id(staged.unit.session_id, "off-branch", mid.rsplit(":", 1)[-1])
+                    out.write(tombstone_line(tid, mid, True, created_at_ms=when))
+                    staged.report.hidden_off_branch += 1
     finally:
         os.close(fd)
 
@@ -495,12 +513,14 @@ def undo(staged: StagedImport) -> None:
 # --------------------------------------------------------------------------- index
 
 
-def _index_lines(staged: StagedImport, limits: ImportLimits) -> Iterator[tuple[int, list[Any], list[Any]]]:
-    """Batches of (end offset, message IndexRecords, CompactionRecords) read back from the transcript."""
+def _index_lines(staged: StagedImport,
+                 limits: ImportLimits) -> Iterator[tuple[int, list[Any], list[Any], list[tuple[str, bool]]]]:
+    """Batches of (end offset, message IndexRecords, CompactionRecords, tombstones) read back from the file."""
     reader = LineReader(staged.transcript, max_line_bytes=limits.max_line_bytes, start=staged.body_start,
                         end=staged.body_end)
     msgs: list[Any] = []
     comps: list[Any] = []
+    tombs: list[tuple[str, bool]] = []
     end = staged.body_start
     for line in reader:
         if line.data is None:
@@ -511,10 +531,12 @@ def _index_lines(staged: StagedImport, limits: ImportLimits) -> Iterator[tuple[i
             msgs.append(index.IndexRecord(rec, line.offset, line.length))
         elif rec.get("type") == "compaction":
             comps.append(index.CompactionRecord(rec, line.offset, line.length))
+        elif rec.get("type") == "tombstone":
+            tombs.append((str(rec.get("messageId")), rec.get("deleted", True) is not False))
         if len(msgs) >= INDEX_BATCH:
-            yield end, msgs, comps
-            msgs, comps = [], []
-    yield end, msgs, comps
+            yield end, msgs, comps, tombs
+            msgs, comps, tombs = [], [], []
+    yield end, msgs, comps, tombs
 
 
 def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) -> None:
@@ -528,10 +550,12 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
         row = index.require_session(conn, sid)
         staged.epoch = row["_fileEpoch"]
     if staged.body_end > staged.body_start:
-        for end, msgs, comps in _index_lines(staged, DEFAULT_LIMITS):
+        for end, msgs, comps, tombs in _index_lines(staged, DEFAULT_LIMITS):
             index.index_messages(conn, sid, msgs, indexed_len=end, file_epoch=staged.epoch, now_ms=now_ms,
                                  touch=False, audit_effects=False)
             index.index_compactions(conn, sid, comps, now_ms)
+            for mid, flag in tombs:
+                index.set_deleted(conn, sid, mid, flag)
         index.set_index_mark(conn, sid, staged.file_end, staged.epoch)
     last = conn.execute("SELECT MAX(created_at) FROM messages WHERE session_id = ?", (sid,)).fetchone()[0]
     if last is not None:
@@ -611,8 +635,15 @@ def import_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarget
             return report.refuse("INDEX_CATCH_UP_FAILED", str(exc))
         row = index.session_row(conn, sid)
     spans = existing_spans(conn, sid) if row is not None else None
+
+    def live_ids() -> Iterator[str]:
+        for (mid,) in conn.execute("SELECT id FROM messages WHERE session_id = ? AND deleted = 0 ORDER BY seq",
+                                   (sid,)):
+            yield mid
+
     try:
-        staged = stage(unit, target, spans=spans, dry_run=dry_run, created_ms=lambda: now_ms)
+        staged = stage(unit, target, spans=spans, dry_run=dry_run, created_ms=lambda: now_ms,
+                       live_ids=live_ids if row is not None else None)
     except Refused as exc:
         return exc.report if exc.report is not None else report.refuse(exc.code, exc.message)
     except OSError as exc:

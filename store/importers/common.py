@@ -389,6 +389,7 @@ class Slot:
     drained: bool = False
     replacement: bool = False
     """A second line for an id already written (readers keep the last one in place)."""
+    dropped: bool = False
 
 
 class Emitter:
@@ -422,6 +423,14 @@ class Emitter:
         else:
             slot.record = record
 
+    def discard(self, slot: Slot) -> bool:
+        """Take back a slot not written yet (False when it already was)."""
+        if slot.drained:
+            return False
+        slot.dropped = True
+        slot.held = False
+        return True
+
     def ready(self) -> Iterator[Slot]:
         queue = self._queue
         while queue:
@@ -434,7 +443,8 @@ class Emitter:
             queue.popleft()
             self._weight -= head.weight
             head.drained = True
-            yield head
+            if not head.dropped:
+                yield head
 
     def finish(self) -> Iterator[Slot]:
         for slot in self._queue:
@@ -467,6 +477,9 @@ class Parsed:
     meta: SessionMeta
     report: SessionReport
     records: Iterator[dict[str, Any]]
+    follows_branch: bool = False
+    """The source is a tree whose current branch is the conversation (pi): on a re-import, messages
+    imported before that are no longer on the branch are hidden with tombstones."""
 
 
 def finalize(slots: Iterator[Slot], report: SessionReport, limits: ImportLimits) -> Iterator[dict[str, Any]]:

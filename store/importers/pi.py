@@ -96,7 +96,7 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
         return LineReader(path, max_line_bytes=limits.max_line_bytes, chunk=limits.read_chunk)
 
     conv = PiConverter(ctx, meta, report, file, lambda key: join_id(sid, key))
-    return Parsed(meta, report, finalize(conv.run(reader), report, limits))
+    return Parsed(meta, report, finalize(conv.run(reader), report, limits), follows_branch=True)
 
 
 @dataclass

@@ -74,6 +74,8 @@ class SessionReport:
     replay_dropped: int = 0
     forced_flushes: int = 0
     off_branch: int = 0
+    hidden_off_branch: int = 0
+    """Messages imported before that left the current branch: tombstoned by this import."""
     skipped_blocks: Counter[str] = field(default_factory=Counter)
     new_records: int = 0
     replaced_records: int = 0
@@ -97,6 +99,7 @@ class SessionReport:
             "compactions": self.compactions, "compactionsDropped": self.compactions_dropped,
             "attributed": self.attributed, "attachments": self.attachments, "replayDropped": self.replay_dropped,
             "forcedFlushes": self.forced_flushes, "offBranch": self.off_branch,
+            "hiddenOffBranch": self.hidden_off_branch,
             "skippedBlocks": _counter_dict(self.skipped_blocks), "newRecords": self.new_records,
             "replacedRecords": self.replaced_records, "unchangedRecords": self.unchanged_records,
             "appendedBytes": self.appended_bytes, "files": [f.to_dict() for f in self.files],
