@@ -137,6 +137,8 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
             conv = _FileConverter(ctx, meta, report, shared, sid, path, primary=index == 0)
             yield from conv.run()
             if index == 0 and not shared.recognized:
+                if conv.file.lines == conv.file.blank_lines:
+                    raise Refused("EMPTY_SESSION", f"{path} holds no complete line")
                 raise Refused("NOT_A_SESSION_FILE", f"{path} is not a Claude Code transcript")
 
     return Parsed(meta, report, finalize(records(), report, ctx.limits))

@@ -149,6 +149,8 @@ class _Converter:
                 break
             yield from self.emitter.ready()
         if not self.recognized:
+            if self.file.lines == self.file.blank_lines:
+                raise Refused("EMPTY_SESSION", f"{self.path} holds no complete line")
             raise Refused("NOT_A_SESSION_FILE", f"{self.path} is not a Codex rollout")
         self.close_group()
         self.report.unpaired_tool_calls += len(self.pending)
