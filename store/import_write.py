@@ -54,6 +54,7 @@ from .importers.common import (
     BlobSink,
     ImportLimits,
     ParseContext,
+    Parsed,
     Refused,
     SessionMeta,
     SessionReport,
@@ -102,11 +103,11 @@ class ImportTarget:
 
 @dataclass
 class StagedImport:
-    unit: SourceUnit
+    session_id: str
     report: SessionReport
     meta: SessionMeta
     kind: str
-    """``new`` | ``append`` | ``unchanged``."""
+    """``new`` | ``append``."""
     transcript: Path
     temp: Path | None = None
     epoch: str | None = None
@@ -121,6 +122,10 @@ class StagedImport:
     blobs: list[tuple[BlobRef, str]] = field(default_factory=list)
     identity: tuple[int, int] | None = None
     published: bool = False
+    plugin_id: str = HOST_IMPORTER
+    project_id: int | None = None
+    """A plugin import's explicit, host-created project (host imports bind ``meta.cwd`` instead)."""
+    project_path: str | None = None
 
 
 # --------------------------------------------------------------------------- what the index knows
@@ -254,11 +259,21 @@ def _temp_name(transcript: Path, tag: str) -> Path:
     return transcript.with_name(f"{transcript.name}{tag}{TEMP_MARKER}{secrets.token_hex(6)}")
 
 
-def _session_info(meta: SessionMeta) -> bytes:
+def origin_record(staged: StagedImport) -> dict[str, Any]:
+    """Who imported the session and from where (also in the session_info line: survives an index rebuild)."""
+    meta = staged.meta
+    return {"pluginId": staged.plugin_id, "sourceId": meta.source, "externalId": meta.external_id,
+            "label": meta.label or meta.source, "history": {"projectPath": meta.cwd, **meta.history}}
+
+
+def _session_info(staged: StagedImport) -> bytes:
+    meta = staged.meta
     rec: dict[str, Any] = {"type": "session_info", "title": meta.title}
-    if meta.cwd:
-        rec["projectPath"] = meta.cwd
+    bound = staged.project_path if staged.plugin_id != HOST_IMPORTER else meta.cwd
+    if bound:
+        rec["projectPath"] = bound
     rec["source"] = meta.source
+    rec["importOrigin"] = origin_record(staged)
     rec["updatedAt"] = stamp(meta.updated_ms)
     return dumps_line(rec)
 
@@ -289,31 +304,49 @@ def stage(
     else the lookup of the lines the transcript already holds; ``live_ids``
     lists the session's visible message ids (for a source that follows a
     branch, those no longer on it get a tombstone line). Raises
-    :class:`Refused` (nothing left behind) or a :class:`StoreError` for I/O.
+    :class:`Refused` (nothing left behind, ``exc.report`` set) or a
+    :class:`StoreError` for I/O.
     """
-    sid = unit.session_id
-    transcript = target.transcript(sid)
     sink = BlobSink(target.attachments.put_bytes if target.attachments is not None and not dry_run else None)
     parsed = parse(unit, ParseContext(target.limits, sink))
+    return stage_parsed(parsed, unit.session_id, target, sink=sink, spans=spans, dry_run=dry_run,
+                        created_ms=created_ms, live_ids=live_ids)
+
+
+def stage_parsed(
+    parsed: Parsed,
+    session_id: str,
+    target: ImportTarget,
+    *,
+    sink: BlobSink,
+    spans: Spans | None,
+    dry_run: bool = False,
+    created_ms: Callable[[], int] | None = None,
+    live_ids: Callable[[], Iterable[str]] | None = None,
+    plugin_id: str = HOST_IMPORTER,
+    project: tuple[int, str] | None = None,
+) -> StagedImport:
+    """:func:`stage` for records from any producer (an importer, a plugin's messages)."""
     try:
-        return _stage(unit, target, parsed, sink, transcript, spans=spans, dry_run=dry_run, created_ms=created_ms,
-                      live_ids=live_ids)
+        return _stage(parsed, session_id, target, sink, spans=spans, dry_run=dry_run, created_ms=created_ms,
+                      live_ids=live_ids, plugin_id=plugin_id, project=project)
     except Refused as exc:
         exc.report = parsed.report.refuse(exc.code, exc.message)
         raise
 
 
-def _stage(unit: SourceUnit, target: ImportTarget, parsed: Any, sink: BlobSink, transcript: Path, *,
-           spans: Spans | None, dry_run: bool, created_ms: Callable[[], int] | None,
-           live_ids: Callable[[], Iterable[str]] | None = None) -> StagedImport:
-    sid = unit.session_id
+def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, spans: Spans | None, dry_run: bool,
+           created_ms: Callable[[], int] | None, live_ids: Callable[[], Iterable[str]] | None, plugin_id: str,
+           project: tuple[int, str] | None) -> StagedImport:
+    transcript = target.transcript(sid)
     kind = "new" if spans is None else "append"
     temp = None if dry_run else _temp_name(transcript, "" if kind == "new" else ".import")
     try:
         out = _Out(temp)
     except OSError as exc:
         raise classify_os_error(exc, f"create {temp}") from exc
-    staged = StagedImport(unit, parsed.report, parsed.meta, kind, transcript, temp)
+    staged = StagedImport(sid, parsed.report, parsed.meta, kind, transcript, temp, plugin_id=plugin_id,
+                          project_id=project[0] if project else None, project_path=project[1] if project else None)
     ok = False
     try:
         if kind == "new":
@@ -346,7 +379,7 @@ def _write_new(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImpor
         raise Refused("EMPTY_SESSION", "the session holds no messages")
     meta = staged.meta
     created = meta.created_ms if meta.created_ms is not None else (created_ms() if created_ms else 0)
-    header, parsed_header = header_line(staged.unit.session_id, created)
+    header, parsed_header = header_line(staged.session_id, created)
     staged.epoch = parsed_header.epoch
     out.write(header)
     staged.body_start = len(header)
@@ -357,7 +390,7 @@ def _write_new(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImpor
         count += 1
     staged.report.new_records = count
     staged.body_end = out.length
-    out.write(_session_info(meta))
+    out.write(_session_info(staged))
     staged.file_end = out.length
 
 
@@ -408,7 +441,7 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
             when = staged.meta.updated_ms or 0
             for mid in live_ids():
                 if mid not in on_branch:
-                    tid = join_id(staged.unit.session_id, "off-branch", mid.rsplit(":", 1)[-1])
+                    tid = join_id(staged.session_id, "off-branch", mid.rsplit(":", 1)[-1])
                     out.write(tombstone_line(tid, mid, True, created_at_ms=when))
                     staged.report.hidden_off_branch += 1
     finally:
@@ -434,7 +467,7 @@ def publish(staged: StagedImport, *, faults: Faults = NO_FAULTS) -> None:
         except FileExistsError:
             _unlink(staged.temp)
             raise Conflict(f"transcript {staged.transcript} appeared while importing",
-                           data={"sessionId": staged.unit.session_id}) from None
+                           data={"sessionId": staged.session_id}) from None
         except OSError as exc:
             _unlink(staged.temp)
             raise classify_os_error(exc, f"publish {staged.transcript}") from exc
@@ -461,7 +494,7 @@ def _append_file(staged: StagedImport, faults: Faults) -> None:
     try:
         if os.fstat(fd).st_size != staged.pre_length:
             raise Conflict(f"transcript {staged.transcript} changed while importing",
-                           data={"sessionId": staged.unit.session_id})
+                           data={"sessionId": staged.session_id})
         src = os.open(staged.temp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         staged.published = True
         try:
@@ -541,11 +574,15 @@ def _index_lines(staged: StagedImport,
 
 def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) -> None:
     """Step 3, inside the caller's transaction."""
-    sid = staged.unit.session_id
+    sid = staged.session_id
     meta = staged.meta
     if staged.kind == "new":
+        host = staged.plugin_id == HOST_IMPORTER
         index.insert_session(conn, sid, now_ms=now_ms, created_at_ms=meta.created_ms or now_ms,
-                             title=meta.title, project_path=meta.cwd, file_epoch=staged.epoch, source=meta.source)
+                             title=meta.title, project_path=meta.cwd if host else None, file_epoch=staged.epoch,
+                             source=meta.source)
+        if staged.project_id is not None:
+            conn.execute("UPDATE sessions SET project_id = ? WHERE id = ?", (staged.project_id, sid))
     else:
         row = index.require_session(conn, sid)
         staged.epoch = row["_fileEpoch"]
@@ -573,12 +610,18 @@ def write_origin(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int)
     origin: dict[str, Any] = {"files": files, "projectPath": meta.cwd, "title": meta.title, **meta.history}
     if meta.thinking_level:
         origin["thinkingLevel"] = meta.thinking_level
+    upsert_origin(conn, staged.plugin_id, meta.source, meta.external_id, staged.session_id,
+                  meta.label or meta.source, origin, now_ms)
+
+
+def upsert_origin(conn: sqlite3.Connection, plugin_id: str, source_id: str, external_id: str, session_id: str,
+                  label: str, origin: Mapping[str, Any], now_ms: int) -> None:
+    """The ``session_import_origins`` row of a session (one per session; the history is JSON)."""
     conn.execute(
         "INSERT INTO session_import_origins(plugin_id, source_id, external_id, session_id, source_label, "
         "origin_json, created_at) VALUES (?,?,?,?,?,?,?) ON CONFLICT(session_id) DO UPDATE SET "
         "source_label = excluded.source_label, origin_json = excluded.origin_json",
-        (HOST_IMPORTER, meta.source, meta.external_id, staged.unit.session_id, meta.label or meta.source,
-         orjson.dumps(origin).decode(), now_ms),
+        (plugin_id, source_id, external_id, session_id, label, orjson.dumps(origin).decode(), now_ms),
     )
 
 
