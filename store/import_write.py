@@ -439,8 +439,9 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
         flush()
         if live_ids is not None and on_branch is not None:
             when = staged.meta.updated_ms or 0
+            own = f"{staged.session_id}:"  # messages a host client appended later are never hidden
             for mid in live_ids():
-                if mid not in on_branch:
+                if mid.startswith(own) and mid not in on_branch:
                     tid = join_id(staged.session_id, "off-branch", mid.rsplit(":", 1)[-1])
                     out.write(tombstone_line(tid, mid, True, created_at_ms=when))
                     staged.report.hidden_off_branch += 1
