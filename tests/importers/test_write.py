@@ -16,13 +16,14 @@ from typing import Any
 
 import pytest
 
-from store import import_write, reconcile
+from store import import_write, index, reconcile
 from store.fsutil import sweep_temp_files
 from store.import_write import ImportTarget, import_root, import_unit, publish, stage
 from store.importers import IMPORTERS
 from store.importers.common import ImportLimits, SourceUnit, session_id_for
+from store.jsonio import dumps_line
 from store.search import search_messages
-from store.transcript import read_transcript
+from store.transcript import TranscriptWriter, read_transcript
 from tests.importers import gen
 from tests.samplekit import NOW, open_db, rows, samples_dir, tx
 
@@ -92,10 +93,19 @@ def test_a_pi_session_that_switched_branch_hides_what_left_the_branch(tmp_path: 
     path.write_bytes(b"".join(lines[:5]))  # pi's leaf is "gone": the detour is the current branch
     first = import_unit(db, unit("pi", path), target, now_ms=NOW)
     assert [m["blocks"][0]["text"] for m in visible(target, first.session_id)] == ["keep me", "abandoned", "gone"]
+    # the user also continued the imported session in this host
+    host_msg = {"type": "message", "id": "host-added-1", "role": "user", "createdAt": "2026-05-01T00:00:00.000Z",
+                "blocks": [{"type": "text", "text": "asked in pi-host"}]}
+    with TranscriptWriter.open(target.transcript(first.session_id)) as writer:
+        off, end = writer.append([dumps_line(host_msg)])
+    tx(db, lambda c: index.index_messages(c, first.session_id, [index.IndexRecord(host_msg, off, end - off)],
+                                          indexed_len=end, file_epoch=index.require_session(
+                                              c, first.session_id)["_fileEpoch"], now_ms=NOW))
     path.write_bytes(b"".join(lines))  # the user went back in /tree and continued from "keep me"
     grown = import_unit(db, unit("pi", path), target, now_ms=NOW + 1)
     assert grown.status == "updated" and grown.hidden_off_branch == 2 and grown.off_branch == 2
-    assert [m["blocks"][0]["text"] for m in visible(target, first.session_id)] == ["keep me", "continue here"]
+    assert [m["blocks"][0]["text"] for m in visible(target, first.session_id)] == [
+        "keep me", "asked in pi-host", "continue here"]
     assert search_messages(db, "abandoned", session_id=first.session_id)["results"] == []
     assert rows(db, "SELECT COUNT(*) FROM messages WHERE session_id = ? AND deleted = 1", first.session_id) == [(2,)]
 
