@@ -7,7 +7,7 @@
 Generates ``~/.claude/projects``-shaped files (streamed to disk, so generating
 costs no memory): prompts, replies split over several lines per API response,
 thinking with signatures, tool calls with results of log-normal sizes, a few
-subagent files. Then ``store.import_write.import_root`` imports the whole tree
+subagent files. Then ``store.imports.import_root`` imports the whole tree
 into a fresh data directory (transcripts, SQLite index with FTS5, origin
 rows) and the script reports messages/s, MB/s of source read, and the process's
 peak RSS (``ru_maxrss``) measured in a child process that does only the import,
@@ -130,7 +130,8 @@ def _import_child(projects: str, data_dir: str) -> None:
 
     from store.attachments import AttachmentFiles
     from store.database import apply_pragmas
-    from store.import_write import ImportTarget, import_root
+    from store.import_write import ImportTarget
+    from store.imports import import_root
     from store.schema import apply_schema
 
     root = Path(data_dir)

@@ -18,8 +18,9 @@ import pytest
 from store import index
 from store.attachments import AttachmentFiles
 from store.export import ExportOptions, export_session, secret_values
-from store.import_write import ImportTarget, import_unit
+from store.import_write import ImportTarget
 from store.importers import IMPORTERS
+from store.imports import import_unit
 from store.jsonio import dumps_line
 from store.secrets import SecretStore, upsert_meta
 from store.snapshots import prepare_snapshot, store_snapshot

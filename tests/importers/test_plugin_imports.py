@@ -11,8 +11,9 @@ import pytest
 
 from store import index, reconcile
 from store.errors import Conflict, InvalidInput, NotFound, PermissionDenied, SessionNotFound
-from store.import_write import ImportTarget, import_unit
+from store.import_write import ImportTarget
 from store.importers import IMPORTERS
+from store.imports import import_unit
 from store.plugin_imports import PluginImport, import_plugin_session, list_plugin_sessions, require_owned
 from store.search import search_messages, search_sessions
 from store.transcript import read_transcript

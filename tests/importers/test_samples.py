@@ -22,9 +22,10 @@ import pytest
 
 from protocol.blocks import check_block
 from store.context import build_session_context, is_attributed
-from store.import_write import HOST_IMPORTER, ImportTarget, import_unit, origin_row
+from store.import_write import HOST_IMPORTER, ImportTarget
 from store.importers import IMPORTERS
 from store.importers.common import SourceUnit
+from store.imports import import_unit, origin_row
 from store.records import extract_text, normalize_message
 from store.search import search_messages
 from store.transcript import read_transcript

@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 
-from store import import_write, index, reconcile
+from store import imports, index, reconcile
 from store.fsutil import sweep_temp_files
-from store.import_write import ImportTarget, import_root, import_unit, publish, stage
+from store.import_write import ImportTarget, publish, stage
 from store.importers import IMPORTERS
 from store.importers.common import ImportLimits, SourceUnit, session_id_for
+from store.imports import import_root, import_unit
 from store.jsonio import dumps_line
 from store.search import search_messages
 from store.transcript import TranscriptWriter, read_transcript
@@ -235,7 +236,7 @@ def test_an_unchanged_source_is_not_even_parsed(tmp_path: Path, db: sqlite3.Conn
     def no_parse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("an unchanged source must not be parsed")
 
-    monkeypatch.setattr(import_write, "parse", no_parse)
+    monkeypatch.setattr(imports, "stage", no_parse)
     assert import_unit(db, unit("codex", path), target, now_ms=NOW).status == "unchanged"
 
 
