@@ -1,14 +1,18 @@
 """A small pool of read-only SQLite connections used from worker threads.
 
-WAL readers never block the writer. Each call borrows one connection for the
-duration of one function run in a thread; the pool size bounds both
-connections and threads.
+WAL readers never block the writer. :meth:`ReadPool.run` borrows one
+connection for one function run in a worker thread; :meth:`ReadPool.borrow`
+lends one to code that is already in a worker thread (a session actor folds
+its read into the same hop as its file write). The pool size bounds the
+connections; a thread that finds none free waits for one.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,55 +23,70 @@ from store.database import open_reader
 T = TypeVar("T")
 
 
+class PoolClosed(RuntimeError):
+    code = "SHUTTING_DOWN"
+    retriable = True
+
+
 class ReadPool:
     def __init__(self, db_path: Path, *, size: int = 4) -> None:
         self._db_path = db_path
         self._size = size
         self._free: list[sqlite3.Connection] = []
         self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(size)
         self._limiter = trio.CapacityLimiter(size)
         self._closed = False
 
     def warm(self) -> None:
         """Open every connection now (blocking; run in a thread at startup), not on first use."""
-        while len(self._all) < self._size:
-            self._free.append(self._open())
+        with self._lock:
+            while len(self._all) < self._size:
+                conn = open_reader(self._db_path)
+                self._all.append(conn)
+                self._free.append(conn)
 
-    def _open(self) -> sqlite3.Connection:
-        conn = open_reader(self._db_path)
-        self._all.append(conn)
-        return conn
-
-    def _take(self) -> sqlite3.Connection:
-        if self._free:
-            return self._free.pop()
-        return self._open()
+    @contextmanager
+    def borrow(self) -> Iterator[sqlite3.Connection]:
+        """A connection for the calling worker thread (blocking until one is free)."""
+        if self._closed:
+            raise PoolClosed("read pool closed")
+        self._slots.acquire()
+        try:
+            with self._lock:
+                conn = self._free.pop() if self._free else None
+            if conn is None:
+                conn = open_reader(self._db_path)
+                with self._lock:
+                    self._all.append(conn)
+            try:
+                yield conn
+            finally:
+                # Each read is its own snapshot: no implicit transaction may linger.
+                if conn.in_transaction:
+                    conn.rollback()
+                with self._lock:
+                    self._free.append(conn)
+        finally:
+            self._slots.release()
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:
-            raise RuntimeError("read pool closed")
+            raise PoolClosed("read pool closed")
         async with self._limiter:
-            conn = self._take()
-            try:
-                return await trio.to_thread.run_sync(_call, fn, conn, args)
-            finally:
-                self._free.append(conn)
+            return await trio.to_thread.run_sync(self._call, fn, args)
+
+    def _call(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        with self.borrow() as conn:
+            return fn(conn, *args)
 
     def close(self) -> None:
         self._closed = True
-        for conn in self._all:
+        with self._lock:
+            conns, self._all, self._free = self._all, [], []
+        for conn in conns:
             try:
                 conn.close()
             except sqlite3.Error:
                 pass
-        self._all.clear()
-        self._free.clear()
-
-
-def _call(fn: Callable[..., T], conn: sqlite3.Connection, args: tuple[Any, ...]) -> T:
-    # Each read is its own snapshot: make sure no implicit transaction lingers.
-    try:
-        return fn(conn, *args)
-    finally:
-        if conn.in_transaction:
-            conn.rollback()

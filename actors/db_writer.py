@@ -12,86 +12,36 @@ Idle upkeep: once the mailbox has stayed empty for ``upkeep_after`` seconds
 segments together with bounded FTS5 merge steps (``store.search_upkeep``),
 one small ``NORMAL`` transaction each, until there is nothing left to merge.
 A request that arrives meanwhile waits for the current step only.
+
+The transaction mechanics (savepoints, the commit, the error codes) are
+``store/group_commit.py``; this actor decides when a batch runs.
 """
 
 from __future__ import annotations
 
 import sqlite3
-import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 
-from runtime.actor import Actor, Envelope, Fatal
-from store.errors import IOFailure, StoreError, classify_os_error
+from runtime.kernel.actor import Actor, Envelope, Fatal
 from store.faults import NO_FAULTS, Faults
-from store.search_upkeep import upkeep_step
+from store.group_commit import GroupCommit, GroupStats, is_corruption
 
-_CORRUPT_MARKERS = ("malformed", "not a database", "disk image", "corrupt")
+DbWriterStats = GroupStats
 
-
-class FileNotDurable(IOFailure):
-    """The transcript write an index op was gated on failed: the op was rolled back."""
-
-
-class Gate:
-    """The file half of a two-phase append.
-
-    A session actor runs its index op and its transcript write+fsync at the
-    same time; the DB writer executes the op but COMMITs only after the gate
-    opened (the lines are durable). A failed write fails the gate and the op is
-    rolled back, so an index row never commits ahead of its transcript line.
-    """
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._error: BaseException | None = None
-
-    def open(self) -> None:
-        self._event.set()
-
-    def fail(self, exc: BaseException) -> None:
-        if not self._event.is_set():
-            self._error = exc
-            self._event.set()
-
-    def wait(self, timeout: float) -> BaseException | None:
-        """Blocking (worker thread): None once open, else the reason it failed."""
-        if not self._event.wait(timeout):
-            return TimeoutError(f"transcript write not durable after {timeout}s")
-        return self._error
+__all__ = ["DbOp", "DbWriter", "DbWriterStats"]
 
 
 @dataclass(frozen=True)
 class DbOp:
-    """One request: ``fn(conn)`` runs inside the batch transaction under its own SAVEPOINT.
-
-    With a ``gate`` the batch commits only after the gate opened; a failed gate
-    rolls the op back (the rest of the batch is redone without it).
-    """
+    """One request: ``fn(conn)`` runs inside the batch transaction under its own SAVEPOINT."""
 
     fn: Callable[[sqlite3.Connection], Any]
     durable: bool = True
     label: str = ""
-    gate: Gate | None = None
-
-
-@dataclass
-class DbWriterStats:
-    batches: int = 0
-    ops: int = 0
-    full_commits: int = 0
-    normal_commits: int = 0
-    max_batch: int = 0
-    failed_commits: int = 0
-    last_batch_ms: float = 0.0
-    sync_modes: dict[str, int] = field(default_factory=dict)
-    upkeep_steps: int = 0
-    upkeep_failures: int = 0
-    upkeep_ms: float = 0.0
 
 
 class DbWriter(Actor):
@@ -111,70 +61,37 @@ class DbWriter(Actor):
         self.batch_limit = batch_limit
         self.idle_work_after = upkeep_after  # None: no idle upkeep
         self.linger_ticks = 2  # sessions committing at the same moment share one transaction
-        self.gate_timeout = 120.0
-        self._conn = conn
-        self._faults = faults
+        self.drain_on_stop = True  # a stop commits what is already queued (index rows of acknowledged appends)
+        self._commit = GroupCommit(conn, faults=faults, force_synchronous=force_synchronous, stats=stats)
         self._limiter = trio.CapacityLimiter(1)
-        self._sync_mode: str | None = None
-        self._force_sync = force_synchronous
-        self.stats = stats if stats is not None else DbWriterStats()
+        self.stats = self._commit.stats
 
     async def on_start(self) -> None:
-        await trio.to_thread.run_sync(self._reset, limiter=self._limiter)
-
-    def _reset(self) -> None:
-        if self._conn.in_transaction:
-            self._conn.rollback()
+        await trio.to_thread.run_sync(self._commit.reset, limiter=self._limiter)
 
     async def on_idle(self) -> bool:
-        outcome = await trio.to_thread.run_sync(self._upkeep_step, limiter=self._limiter)
+        outcome = await trio.to_thread.run_sync(self._commit.upkeep, limiter=self._limiter)
         if isinstance(outcome, BaseException):
-            if _is_corruption(outcome):
+            if is_corruption(outcome):
                 raise Fatal(outcome)
             return False  # disk full, I/O error: try again after the next batch
         return outcome
-
-    def _upkeep_step(self) -> bool | BaseException:
-        """One search-index merge step in its own transaction (worker thread)."""
-        conn = self._conn
-        started = time.perf_counter()
-        try:
-            self._use_synchronous(self._force_sync or "NORMAL")  # derived rows only
-            conn.execute("BEGIN IMMEDIATE")
-            merged = upkeep_step(conn)
-            self._faults.point("upkeep.before_commit")
-            conn.execute("COMMIT")
-            self._faults.point("upkeep.after_commit")
-        except sqlite3.Error as exc:
-            self._rollback_quietly()
-            self.stats.upkeep_failures += 1
-            return exc
-        if merged:
-            self.stats.upkeep_steps += 1
-        self.stats.upkeep_ms += (time.perf_counter() - started) * 1000
-        return merged
 
     async def handle(self, msg: Any) -> Any:  # pragma: no cover - handle_batch is used
         raise NotImplementedError
 
     async def handle_batch(self, batch: list[Envelope]) -> None:
-        ops: list[DbOp] = []
+        envs: list[Envelope] = []
         for env in batch:
-            if not isinstance(env.msg, DbOp):
-                if env.reply is not None:
-                    env.reply.set_exception(TypeError(f"db-writer got {type(env.msg).__name__}, not DbOp"))
-                continue
-            ops.append(env.msg)
-        envs = [env for env in batch if isinstance(env.msg, DbOp)]
-        if not ops:
+            if isinstance(env.msg, DbOp):
+                envs.append(env)
+            elif env.reply is not None:
+                env.reply.set_exception(TypeError(f"db-writer got {type(env.msg).__name__}, not DbOp"))
+        if not envs:
             return
-        outcome = await trio.to_thread.run_sync(self._run_batch, ops, limiter=self._limiter)
-        fatal: BaseException | None = None
-        if isinstance(outcome, BaseException):
-            fatal = outcome
-            results: list[tuple[bool, Any]] = [(False, IOFailure(f"index commit failed: {outcome}"))] * len(envs)
-        else:
-            results = outcome
+        outcome = await trio.to_thread.run_sync(self._commit.run, [env.msg for env in envs], limiter=self._limiter)
+        results: list[tuple[bool, Any]] = [(False, outcome)] * len(envs) if isinstance(outcome, BaseException) \
+            else outcome
         for env, (ok, value) in zip(envs, results, strict=True):
             if env.reply is None:
                 continue
@@ -182,108 +99,5 @@ class DbWriter(Actor):
                 env.reply.set_result(value)
             else:
                 env.reply.set_exception(value)
-        if fatal is not None and _is_corruption(fatal):
-            raise Fatal(fatal)
-
-    # runs in the actor's worker thread -------------------------------------
-    def _run_batch(self, ops: list[DbOp]) -> list[tuple[bool, Any]] | BaseException:
-        conn = self._conn
-        started = time.perf_counter()
-        mode = self._force_sync or ("FULL" if any(op.durable for op in ops) else "NORMAL")
-        try:
-            self._use_synchronous(mode)
-        except sqlite3.Error as exc:
-            return exc
-        try:
-            results = self._execute(ops)
-            failed = self._wait_gates(ops)
-            if failed:
-                # A gated transcript write failed: nothing of this batch is committed yet.
-                # Roll back and redo the batch without the ops whose file half failed.
-                conn.execute("ROLLBACK")
-                keep = [i for i in range(len(ops)) if i not in failed]
-                redo = self._execute([ops[i] for i in keep])
-                results = [(False, FileNotDurable(f"transcript write failed: {failed[i]}")) if i in failed
-                           else redo[keep.index(i)] for i in range(len(ops))]
-            self._faults.point("index.before_commit")
-            conn.execute("COMMIT")
-            self._faults.point("index.after_commit")
-        except BaseException as exc:  # noqa: BLE001 - returned so the actor can fail every asker
-            self._rollback_quietly()
-            self.stats.failed_commits += 1
-            if isinstance(exc, OSError):
-                return classify_os_error(exc, "index commit")
-            if not isinstance(exc, Exception):
-                raise
-            return exc
-        self.stats.batches += 1
-        self.stats.ops += len(ops)
-        self.stats.max_batch = max(self.stats.max_batch, len(ops))
-        self.stats.sync_modes[mode] = self.stats.sync_modes.get(mode, 0) + 1
-        if mode == "FULL":
-            self.stats.full_commits += 1
-        else:
-            self.stats.normal_commits += 1
-        self.stats.last_batch_ms = (time.perf_counter() - started) * 1000
-        return results
-
-    def _use_synchronous(self, mode: str) -> None:
-        if mode != self._sync_mode:
-            self._conn.execute(f"PRAGMA synchronous = {mode}")
-            self._sync_mode = mode
-
-    def _rollback_quietly(self) -> None:
-        """After a failure: end any open transaction (a failing ROLLBACK changes nothing more)."""
-        try:
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
-
-    def _execute(self, ops: list[DbOp]) -> list[tuple[bool, Any]]:
-        """BEGIN and run every op under its own SAVEPOINT (no commit)."""
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        results: list[tuple[bool, Any]] = []
-        for op in ops:
-            conn.execute("SAVEPOINT op")
-            try:
-                value = op.fn(conn)
-            except Exception as exc:  # noqa: BLE001 - delivered to that one asker
-                conn.execute("ROLLBACK TO op")
-                conn.execute("RELEASE op")
-                results.append((False, _wrap_db_error(exc)))
-                if isinstance(exc, sqlite3.DatabaseError) and _is_corruption(exc):
-                    raise
-            else:
-                conn.execute("RELEASE op")
-                results.append((True, value))
-        return results
-
-    def _wait_gates(self, ops: list[DbOp]) -> dict[int, BaseException]:
-        failed: dict[int, BaseException] = {}
-        for i, op in enumerate(ops):
-            if op.gate is not None:
-                err = op.gate.wait(self.gate_timeout)
-                if err is not None:
-                    failed[i] = err
-        return failed
-
-
-def _wrap_db_error(exc: Exception) -> Exception:
-    if isinstance(exc, StoreError):
-        return exc
-    if isinstance(exc, sqlite3.IntegrityError):
-        from store.errors import Conflict
-
-        return Conflict(f"constraint failed: {exc}")
-    if isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc):
-        from store.errors import StorageFull
-
-        return StorageFull(f"database: {exc}")
-    return exc
-
-
-def _is_corruption(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return isinstance(exc, sqlite3.DatabaseError) and any(m in text for m in _CORRUPT_MARKERS)
+        if isinstance(outcome, BaseException) and is_corruption(outcome):
+            raise Fatal(outcome)

@@ -68,6 +68,7 @@ class Gateway:
         self._ids = itertools.count(1)
         self._admitted = 0  # accepted or being accepted (counts toward the cap)
         self._port: int | None = None
+        self._closing = False
 
     @property
     def port(self) -> int | None:
@@ -112,6 +113,9 @@ class Gateway:
         if refusal is not None:
             await self._refuse(request, refusal.status, refusal.reason)
             return
+        if self._closing:
+            await self._refuse(request, 503, "the host is shutting down")
+            return
         if self._admitted >= self._config.max_connections:
             await self._refuse(request, 503, "too many connections")
             return
@@ -132,6 +136,15 @@ class Gateway:
         finally:
             self._connections.pop(connection_id, None)
             self._admitted -= 1
+
+    def stop_accepting(self) -> None:
+        """Shutdown, first step: every new handshake is refused (503); open connections go on."""
+        self._closing = True
+
+    def close_connections(self, code: int, reason: str) -> None:
+        """Close every open connection once what is queued for it was sent."""
+        for conn in list(self._connections.values()):
+            conn.close_after_queued(code, reason)
 
     def connection(self, connection_id: int) -> GatewayConnection | None:
         return self._connections.get(connection_id)

@@ -1,9 +1,12 @@
 """One accepted gateway connection: hello, frame reading, request tasks, writer, events.
 
 Tasks per connection (all in one nursery inside one cancel scope):
-- the *reader* (``_serve``): reads frames in order; each request is started with
-  ``await nursery.start(...)`` so requests reach their actors in arrival order;
-  at most ``max_in_flight`` requests run at once (reading waits beyond that);
+- the *reader* (``_serve``): reads frames in order and submits each request to
+  the dispatcher itself, in frame order (``submit`` returns once the request is
+  in its target's mailbox: the ordering point), with no task per request: the
+  answer comes back through a reply callback that encodes it and queues it;
+  at most ``max_in_flight`` requests are unanswered at once (reading waits
+  beyond that);
 - one *writer*: drains the bounded outbound queue into the socket;
 - one *pump* per event subscription, forwarding bus events as notifications.
 
@@ -24,12 +27,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
+import outcome
 import pydantic
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from actors.events import EventBus, SubscriberOverflow, Subscription
-from actors.gateway_types import BATCH_POSITION, PROTOCOL_VERSION, CallContext, Dispatcher, GatewayConfig
+from actors.gateway_types import PROTOCOL_VERSION, CallContext, Dispatcher, GatewayConfig
 from protocol.errors import RpcErrorCode, RpcFailure
 from protocol.jsonrpc import (
     Call,
@@ -55,6 +59,8 @@ logger = logging.getLogger(__name__)
 
 CLOSE_POLICY = 1008  # policy violation: unauthenticated, slow consumer
 CLOSE_TRY_AGAIN = 1013  # event subscriber overflowed: resubscribe with cursor
+CLOSE_GOING_AWAY = 1001  # the host is shutting down
+_CONNECTION_METHODS = frozenset({"host.hello", "events.subscribe", "events.unsubscribe"})
 
 
 @dataclass
@@ -74,19 +80,6 @@ class _CloseAfter:
 
     code: int
     reason: str
-
-
-class _StartOnce:
-    """A ``task_status`` that may be started by the dispatcher, or by us afterwards."""
-
-    def __init__(self, task_status: trio.TaskStatus[None]) -> None:
-        self._task_status = task_status
-        self.done = False
-
-    def started(self, value: None = None) -> None:
-        if not self.done:
-            self.done = True
-            self._task_status.started()
 
 
 class _Sink(Protocol):
@@ -223,6 +216,13 @@ class GatewayConnection:
             self._close_reason = (code, reason)
         self._scope.cancel()
 
+    def close_after_queued(self, code: int, reason: str) -> None:
+        """Send what is already queued (answers included), then close with ``code``."""
+        try:
+            self._out_send.send_nowait(_CloseAfter(code, reason))
+        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            self.close(code, reason)
+
     async def _finish(self, code: int, reason: str) -> None:
         """Send what is queued, then close with ``code`` (bounded by close_timeout)."""
         try:
@@ -352,16 +352,13 @@ class GatewayConnection:
         size = len(message)
         if isinstance(parsed, list):
             sink: _Sink = _BatchSink(self, len(parsed))
+            last = len(parsed) - 1
             for index, item in enumerate(parsed):
-                token = BATCH_POSITION.set((index, len(parsed)))
-                try:
-                    await self._start(item, sink, index, size, nursery)
-                finally:
-                    BATCH_POSITION.reset(token)
+                await self._start(item, sink, index, size, more=index < last)
         else:
-            await self._start(parsed, _SingleSink(self), 0, size, nursery)
+            await self._start(parsed, _SingleSink(self), 0, size, more=False)
 
-    async def _start(self, item: Item, sink: _Sink, index: int, frame_size: int, nursery: trio.Nursery) -> None:
+    async def _start(self, item: Item, sink: _Sink, index: int, frame_size: int, *, more: bool) -> None:
         if isinstance(item, Invalid):
             sink.put(index, error_for_code(item.id, RpcErrorCode.INVALID_REQUEST, item.reason), ())
             return
@@ -372,36 +369,49 @@ class GatewayConnection:
             )
             sink.put(index, None if item.is_notification else response, ())
             return
-        await self._in_flight.acquire()
-        await nursery.start(self._run_call, item, sink, index)
-
-    async def _run_call(
-        self, call: Call, sink: _Sink, index: int, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        status = _StartOnce(task_status)
-        after: list[Callable[[], None]] = []
-        try:
+        if item.method in _CONNECTION_METHODS:
+            after: list[Callable[[], None]] = []
             try:
-                result = await self._call(call, status, after)
-                response = success(call.response_id, result)
+                result = self._connection_call(item, after)
+                response = success(item.response_id, result)
             except Exception as exc:
-                response = error(call.response_id, exc)
-            status.started()
-            sink.put(index, None if call.is_notification else response, after)
-        finally:
-            self._in_flight.release()
+                response = error(item.response_id, exc)
+            sink.put(index, None if item.is_notification else response, after)
+            return
+        await self._in_flight.acquire()
+        answered = False
 
-    async def _call(self, call: Call, status: _StartOnce, after: list[Callable[[], None]]) -> Any:
+        def reply(result: outcome.Outcome[Any]) -> None:
+            nonlocal answered
+            if answered:
+                return
+            answered = True
+            self._in_flight.release()
+            if isinstance(result, outcome.Value):
+                response = success(item.response_id, result.value)
+            else:
+                assert isinstance(result, outcome.Error)
+                response = error(item.response_id, result.error)
+            sink.put(index, None if item.is_notification else response, ())
+
+        assert self._ctx is not None
+        try:
+            await self._dispatcher.submit(item.method, item.params, self._ctx, reply, more=more)
+        except BaseException as exc:
+            if not answered:
+                if isinstance(exc, Exception):
+                    reply(outcome.Error(exc))
+                else:
+                    answered = True
+                    self._in_flight.release()
+            raise
+
+    def _connection_call(self, call: Call, after: list[Callable[[], None]]) -> Any:
         if call.method == "host.hello":
             raise RpcFailure("ALREADY_AUTHENTICATED", "host.hello was already accepted on this connection")
         if call.method == "events.subscribe":
-            status.started()
             return self._subscribe(call.params, after)
-        if call.method == "events.unsubscribe":
-            status.started()
-            return self._unsubscribe(call.params)
-        assert self._ctx is not None
-        return await self._dispatcher.dispatch(call.method, call.params, self._ctx, task_status=status)
+        return self._unsubscribe(call.params)
 
     # -- events --------------------------------------------------------------
     def _subscribe(self, params: Any, after: list[Callable[[], None]]) -> dict[str, Any]:

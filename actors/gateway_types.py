@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from contextvars import ContextVar
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import trio
+import outcome
 
-__all__ = ["GatewayConfig", "CallContext", "Dispatcher", "GatewayStatistics", "PROTOCOL_VERSION"]
+__all__ = ["GatewayConfig", "CallContext", "Dispatcher", "GatewayStatistics", "PROTOCOL_VERSION", "Reply"]
 
 PROTOCOL_VERSION = 1
 
@@ -46,14 +46,6 @@ class GatewayConfig:
                 f"allowed_origins={sorted(self.allowed_origins)!r}, ...)")
 
 
-BATCH_POSITION: ContextVar[tuple[int, int] | None] = ContextVar("pi_host_batch_position", default=None)
-"""(index, size) of the request inside its JSON-RPC batch frame, seen by the dispatcher.
-
-Set by the gateway in the task that starts each batch item (child tasks inherit
-the context), so a dispatcher can tell an actor that more of the same batch is
-about to arrive (group commit), without widening the Dispatcher protocol."""
-
-
 @dataclass(frozen=True, slots=True)
 class CallContext:
     """Who is calling: fixed per connection after ``host.hello``."""
@@ -64,18 +56,16 @@ class CallContext:
     protocol: int
 
 
+Reply = Callable[[outcome.Outcome[Any]], None]
+"""Called exactly once with a request's outcome (in the trio thread, possibly before ``submit`` returns)."""
+
+
 class Dispatcher(Protocol):
-    async def dispatch(
-        self,
-        method: str,
-        params: Any,
-        ctx: CallContext,
-        *,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> Any:
-        """Run ``method``. Call ``task_status.started()`` as soon as the request is
-        enqueued to its actor (the ordering point); return a JSON-able result or raise
-        (``protocol.errors.MethodNotFound`` for an unknown method)."""
+    async def submit(self, method: str, params: Any, ctx: CallContext, reply: Reply, *, more: bool = False) -> None:
+        """Start ``method``: return once the request reached its target's mailbox (the ordering
+        point; requests of one connection are submitted in frame order) or was answered.
+        ``reply`` gets a JSON-able result or an exception to translate. ``more``: further
+        requests of the same JSON-RPC batch follow (a group-commit hint)."""
         ...
 
     def hello(self, ctx: CallContext) -> dict[str, Any]:

@@ -10,28 +10,22 @@ from __future__ import annotations
 from typing import Any
 
 from actors.session import SessionActor, SessionDeps
-from runtime.supervisor import DynamicSupervisor
+from runtime.kernel.supervisor import ActorRef, DynamicSupervisor
 from store.ids import validate_session_id
 
 
 class SessionRegistry:
-    def __init__(self, deps: SessionDeps, supervisor: DynamicSupervisor, *, ask_timeout: float = 60.0) -> None:
+    def __init__(self, deps: SessionDeps, supervisor: DynamicSupervisor) -> None:
         self._deps = deps
         self._sup = supervisor
-        self._ask_timeout = ask_timeout
 
     def _factory(self, session_id: str) -> Any:
         return lambda: SessionActor(session_id, self._deps)
 
-    async def ask(self, session_id: str, msg: Any, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - the actor API's own deadline: raises AskTimeout (wire TIMEOUT), not Cancelled
+    async def ref(self, session_id: str) -> ActorRef:
+        """The session's actor (started if needed): ``post`` to it enqueues without further waiting."""
         sid = validate_session_id(session_id)
-        ref = await self._sup.get_or_start(sid, self._factory(sid))
-        return await ref.ask(msg, timeout=timeout if timeout is not None else self._ask_timeout)
-
-    async def warm(self, session_id: str) -> None:
-        """Start the session's actor if needed, so a following ``ask`` enqueues without yielding."""
-        sid = validate_session_id(session_id)
-        await self._sup.get_or_start(sid, self._factory(sid))
+        return await self._sup.get_or_start(sid, self._factory(sid))
 
     def kill(self, session_id: str) -> bool:
         """Chaos hook: crash the session's actor at its current await point."""

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 import trio
 
-from runtime.actor import Actor, ActorError, Envelope
+from runtime.kernel.actor import Actor, ActorError, Envelope
 from store import schedule
 from store.faults import NO_FAULTS, Faults
 from store.ids import new_id

@@ -13,7 +13,8 @@ numeric        string codes                                                retri
 -32700         PARSE_ERROR                                                 no
 -32600         INVALID_REQUEST                                             no
 -32601         METHOD_NOT_FOUND                                            no
--32602         INVALID_PARAMS, INVALID_ID, UNSUPPORTED_PROTOCOL            no
+-32602         INVALID_PARAMS, INVALID_ID, INVALID_CURSOR,             no
+               UNSUPPORTED_PROTOCOL
 -32603         INTERNAL                                                    no
 -32000         (any other string code an exception carries)                no
 -32001         UNAUTHENTICATED                                             no
@@ -91,6 +92,7 @@ class RpcErrorCode:
             "METHOD_NOT_FOUND": RpcErrorSpec(-32601, False),
             "INVALID_PARAMS": RpcErrorSpec(-32602, False),
             "INVALID_ID": RpcErrorSpec(-32602, False),
+            "INVALID_CURSOR": RpcErrorSpec(-32602, False),
             "UNSUPPORTED_PROTOCOL": RpcErrorSpec(-32602, False),
             "INTERNAL": RpcErrorSpec(-32603, False),
             "UNAUTHENTICATED": RpcErrorSpec(-32001, False),

@@ -1,37 +1,73 @@
 """All wire models in one namespace (re-exports of the ``models_*`` modules).
 
-Split by area to keep modules small:
+One module per capability, the same word as its handlers (``runtime/handlers/<capability>.py``)
+and its storage (``store/<capability>.py``) where those exist:
 
-* :mod:`protocol.models_common`  base classes, scalar types, vocabularies, limits
-* :mod:`protocol.blocks`         the open block vocabulary
-* :mod:`protocol.models_records` shared records (messages, sessions, turns ...)
-* :mod:`protocol.models_session` host.*, session lifecycle, windows, appends
-* :mod:`protocol.models_turns`   turns, environment snapshots, in-flight, notifications
-* :mod:`protocol.models_queue`   the turn queue
-* :mod:`protocol.models_history` revisions, rewrites, compaction, fork, tree, context
-* :mod:`protocol.models_misc`    events.subscribe, artifacts, search, settings
-* :mod:`protocol.models_store`   secrets, attachments, scheduled tasks, plan approvals, projects
-* :mod:`protocol.models_events`  event notification payloads
+* :mod:`protocol.models_common`   base classes, scalar types, vocabularies (limits: :mod:`protocol.limits`)
+* :mod:`protocol.blocks`          the open block vocabulary
+* :mod:`protocol.models_records`  shared records (messages, sessions, turns ...)
+* :mod:`protocol.models_host`     host.hello, host.status
+* :mod:`protocol.models_session`  session lifecycle and windows
+* :mod:`protocol.models_appends`  session.appendMessage
+* :mod:`protocol.models_turns`    turns and run environment snapshots
+* :mod:`protocol.models_inflight` in-flight checkpoints
+* :mod:`protocol.models_notifications` the inbox
+* :mod:`protocol.models_queue`    the turn queue
+* :mod:`protocol.models_revisions` regenerate branches and rewrites
+* :mod:`protocol.models_compaction`, ``models_fork``, ``models_tombstones``, ``models_context``
+* :mod:`protocol.models_subscriptions` events.subscribe; :mod:`protocol.models_events` event payloads
+* :mod:`protocol.models_artifacts`, ``models_search``, ``models_settings``
+* :mod:`protocol.models_secrets`, ``models_attachments``, ``models_tasks``, ``models_plans``, ``models_projects``
 """
 
 from __future__ import annotations
 
 from .blocks import BLOCK_MODELS, KNOWN_BLOCK_TYPES, Block, Blocks, check_block
+from .models_appends import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_appends import __all__ as _appends_all
+from .models_artifacts import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_artifacts import __all__ as _artifacts_all
+from .models_attachments import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_attachments import __all__ as _attachments_all
 from .models_common import MutatingParams, Params, Record, Result, WireModel
+from .models_compaction import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_compaction import __all__ as _compaction_all
+from .models_context import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_context import __all__ as _context_all
 from .models_events import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_events import __all__ as _events_all
-from .models_history import *  # noqa: F403 - re-export facade; __all__ below lists every name
-from .models_history import __all__ as _history_all
-from .models_misc import *  # noqa: F403 - re-export facade; __all__ below lists every name
-from .models_misc import __all__ as _misc_all
+from .models_fork import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_fork import __all__ as _fork_all
+from .models_host import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_host import __all__ as _host_all
+from .models_inflight import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_inflight import __all__ as _inflight_all
+from .models_notifications import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_notifications import __all__ as _notifications_all
+from .models_plans import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_plans import __all__ as _plans_all
+from .models_projects import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_projects import __all__ as _projects_all
 from .models_queue import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_queue import __all__ as _queue_all
 from .models_records import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_records import __all__ as _records_all
+from .models_revisions import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_revisions import __all__ as _revisions_all
+from .models_search import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_search import __all__ as _search_all
+from .models_secrets import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_secrets import __all__ as _secrets_all
 from .models_session import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_session import __all__ as _session_all
-from .models_store import *  # noqa: F403 - re-export facade; __all__ below lists every name
-from .models_store import __all__ as _store_all
+from .models_settings import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_settings import __all__ as _settings_all
+from .models_subscriptions import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_subscriptions import __all__ as _subscriptions_all
+from .models_tasks import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_tasks import __all__ as _tasks_all
+from .models_tombstones import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_tombstones import __all__ as _tombstones_all
 from .models_turns import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_turns import __all__ as _turns_all
 
@@ -46,12 +82,27 @@ __all__ = [
     "Result",
     "WireModel",
     "check_block",
+    *_appends_all,
+    *_artifacts_all,
+    *_attachments_all,
+    *_compaction_all,
+    *_context_all,
     *_events_all,
-    *_history_all,
-    *_misc_all,
+    *_fork_all,
+    *_host_all,
+    *_inflight_all,
+    *_notifications_all,
+    *_plans_all,
+    *_projects_all,
     *_queue_all,
     *_records_all,
+    *_revisions_all,
+    *_search_all,
+    *_secrets_all,
     *_session_all,
-    *_store_all,
+    *_settings_all,
+    *_subscriptions_all,
+    *_tasks_all,
+    *_tombstones_all,
     *_turns_all,
 ]

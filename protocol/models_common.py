@@ -22,21 +22,40 @@ from pydantic.alias_generators import to_camel
 from store.ids import SESSION_ID_RE, WIRE_ID_RE
 
 # ---------------------------------------------------------------------------
-# Limits (documented in README; the gateway separately caps frame size).
+# Limits: defined once in protocol/limits.py (the storage layer imports them too).
+from .limits import (  # noqa: E402 - re-exported for the models
+    MAX_ATTACHMENTS,
+    MAX_BLOCKS_PER_MESSAGE,
+    MAX_CURSOR_CHARS,
+    MAX_IDS_PER_CALL,
+    MAX_MESSAGES_PER_REPLACE,
+    MAX_PATH_CHARS,
+    MAX_QUERY_CHARS,
+    MAX_REF_CHARS,
+    MAX_RETAINED_TAIL,
+    MAX_TEXT_FIELD,
+    MAX_TITLE_CHARS,
+    MAX_TOKEN_CHARS,
+    MAX_TOPICS,
+    MAX_WINDOW,
+)
 
-MAX_BLOCKS_PER_MESSAGE = 4096
-MAX_MESSAGES_PER_REPLACE = 100_000
-MAX_RETAINED_TAIL = 1000
-MAX_ATTACHMENTS = 64
-MAX_IDS_PER_CALL = 1000
-MAX_TOPICS = 16
-MAX_TEXT_FIELD = 1_000_000  # queued prompt content, settings keys are far smaller
-MAX_TITLE_CHARS = 80
-MAX_PATH_CHARS = 4096
-MAX_REF_CHARS = 200
-MAX_CURSOR_CHARS = 512
-MAX_QUERY_CHARS = 500
-MAX_TOKEN_CHARS = 512
+__all__ = [
+    "MAX_ATTACHMENTS",
+    "MAX_BLOCKS_PER_MESSAGE",
+    "MAX_CURSOR_CHARS",
+    "MAX_IDS_PER_CALL",
+    "MAX_MESSAGES_PER_REPLACE",
+    "MAX_PATH_CHARS",
+    "MAX_QUERY_CHARS",
+    "MAX_REF_CHARS",
+    "MAX_RETAINED_TAIL",
+    "MAX_TEXT_FIELD",
+    "MAX_TITLE_CHARS",
+    "MAX_TOKEN_CHARS",
+    "MAX_TOPICS",
+    "MAX_WINDOW",
+]
 
 # ---------------------------------------------------------------------------
 # Base classes

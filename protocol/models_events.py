@@ -26,9 +26,9 @@ from .models_common import (
     TimestampMs,
     Topic,
 )
+from .models_plans import PlanApproval
 from .models_queue import QueueState
 from .models_records import MessageRef, Notification, SessionSummary, Turn
-from .models_store import PlanApproval
 
 
 class EventParams(Result):

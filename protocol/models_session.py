@@ -1,14 +1,13 @@
-"""Params and results: host.*, session lifecycle, window reads, appends."""
+"""Params and results: session lifecycle (create, list, rename, update, delete) and window reads."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import Field, model_validator
 
 from .models_common import (
-    MAX_TOKEN_CHARS,
-    ClientKind,
+    MAX_WINDOW,
     Count,
     Cursor,
     Mode,
@@ -20,89 +19,14 @@ from .models_common import (
     Result,
     SessionId,
     ThinkingLevel,
-    TimestampMs,
     Title,
     WireId,
 )
 from .models_records import (
     CompactionView,
-    MessageRef,
     SessionSummary,
-    TranscriptMessage,
     UiMessage,
 )
-
-# ---------------------------------------------------------------------------
-# host.*
-
-
-class HelloParams(Params):
-    token: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TOKEN_CHARS)] = Field(
-        description="Contents of <dataDir>/host.token."
-    )
-    client_id: WireId = Field(description="Stable per client install; keys command receipts.")
-    client_kind: ClientKind
-    protocol: int = Field(ge=1, description="Protocol version the client speaks.")
-
-
-class HelloResult(Result):
-    protocol: int
-    host_version: str
-    boot_id: str
-    server_time: TimestampMs
-
-
-class StatusParams(Params):
-    pass
-
-
-class ActorStats(Result):
-    sessions: Count = Field(description="Live session actors.")
-    total: Count = Field(description="All live actors.")
-    restarts: Count = Field(description="Restarts since boot.")
-
-
-class DbWriterStats(Result):
-    queue_depth: Count
-    peak_depth: Count
-    batches: Count
-    ops: Count | None = None
-    max_batch: Count | None = None
-    full_commits: Count | None = None
-    normal_commits: Count | None = None
-    search_upkeep_steps: Count | None = Field(
-        default=None, description="Idle merge steps of the search index since start (store/search_upkeep.py)."
-    )
-
-
-class BootReport(Result):
-    """What boot recovery found and repaired. Keys may grow."""
-
-    duration_ms: Count | None = None
-    clean_shutdown: bool | None = None
-    sessions_scanned: Count | None = None
-    index_rows_added: Count | None = None
-    index_rows_removed: Count | None = None
-    torn_tails: Count | None = None
-    inflight_promoted: Count | None = None
-    turns_aborted: Count | None = None
-    temp_files_removed: Count | None = None
-    db_rebuilt: bool | None = None
-    secrets_meta_rebuilt: Count | None = Field(
-        default=None, description="secrets_meta rows restored from the secrets/*.sec file headers."
-    )
-
-
-class StatusResult(Result):
-    version: str
-    boot_id: str
-    started_at: TimestampMs
-    uptime_ms: Count
-    actors: ActorStats
-    db_writer: DbWriterStats
-    data_dir_bytes: Count
-    boot: BootReport
-
 
 # ---------------------------------------------------------------------------
 # Session lifecycle
@@ -149,7 +73,7 @@ class SessionGetParams(SessionIdParams):
     message_before: int | None = Field(
         default=None, ge=0, description="Exclusive physical end of the window."
     )
-    message_limit: int | None = Field(default=None, ge=1, le=5000)
+    message_limit: int | None = Field(default=None, ge=1, le=MAX_WINDOW)
     content_limit: int | None = Field(
         default=None, ge=1, description="Cap on each projected message's text (characters)."
     )
@@ -226,40 +150,7 @@ class SessionDeleteResult(Result):
     deleted: Literal[True] = True
 
 
-# ---------------------------------------------------------------------------
-# Appends
-
-
-class AppendMessageParams(MutatingParams):
-    session_id: SessionId
-    message: TranscriptMessage
-    turn_id: WireId | None = Field(
-        default=None, description="Owning turn; must equal message.turnId when both are given."
-    )
-
-    @model_validator(mode="after")
-    def _same_turn(self) -> AppendMessageParams:
-        inner = self.message.turn_id
-        if self.turn_id is not None and inner is not None and inner != self.turn_id:
-            raise ValueError("turnId and message.turnId differ")
-        return self
-
-
-class AppendMessageResult(Result):
-    message: MessageRef
-    replayed: bool = Field(description="True when this id was already stored (no new line).")
-    remapped_from: str | None = Field(
-        default=None,
-        description="Original id when the host stored the message as {sessionId}:{id}.",
-    )
-
-
 __all__ = [
-    "AppendMessageParams",
-    "AppendMessageResult",
-    "BootReport",
-    "HelloParams",
-    "HelloResult",
     "SessionCreateParams",
     "SessionDeleteParams",
     "SessionDeleteResult",
@@ -270,6 +161,4 @@ __all__ = [
     "SessionListResult",
     "SessionRenameParams",
     "SessionUpdateParams",
-    "StatusParams",
-    "StatusResult",
 ]

@@ -1,5 +1,4 @@
-"""Params and results: turns, run environment snapshots, in-flight checkpoints,
-notifications."""
+"""Params and results: turns and their run environment snapshots (seed 003 §4.6, seed 000 §4)."""
 
 from __future__ import annotations
 
@@ -9,9 +8,6 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
 from .models_common import (
-    MAX_IDS_PER_CALL,
-    Count,
-    Cursor,
     ErrorCode,
     JsonObject,
     MutatingParams,
@@ -23,7 +19,7 @@ from .models_common import (
     TerminalTurnStatus,
     WireId,
 )
-from .models_records import Notification, Sha256Hex, TranscriptMessage, Turn, Usage
+from .models_records import Notification, Sha256Hex, Turn, Usage
 
 # ---------------------------------------------------------------------------
 # Run environment snapshot (seed 000 §4)
@@ -155,75 +151,13 @@ class TurnEnvironmentResult(Result):
     snapshot: RunEnvironmentView
 
 
-# ---------------------------------------------------------------------------
-# In-flight checkpoints (seed 003 §2.1, D299)
-
-
-class SaveInflightParams(MutatingParams):
-    session_id: SessionId
-    turn_id: WireId
-    message: TranscriptMessage
-
-
-class SaveInflightResult(Result):
-    saved: bool
-    reason: Literal["empty", "already_indexed"] | None = None
-
-
-# ---------------------------------------------------------------------------
-# Notifications (seed 003 §4.14)
-
-
-class NotificationsListParams(Params):
-    unread_only: bool = False
-    limit: int = Field(default=50, ge=1, le=200)
-    cursor: Cursor | None = None
-
-
-class NotificationsListResult(Result):
-    notifications: list[Notification] = Field(description="Newest first.")
-    unread_count: Count
-    next_cursor: str | None = None
-
-
-class NotificationsMarkReadParams(MutatingParams):
-    ids: list[WireId] = Field(min_length=1, max_length=MAX_IDS_PER_CALL)
-
-
-class NotificationsMarkAllReadParams(MutatingParams):
-    pass
-
-
-class UpdatedResult(Result):
-    updated: Count = Field(description="Rows whose readAt changed (idempotent).")
-
-
-class NotificationsClearParams(MutatingParams):
-    ids: list[WireId] | None = Field(
-        default=None, max_length=MAX_IDS_PER_CALL, description="All notifications when absent."
-    )
-
-
-class DeletedResult(Result):
-    deleted: Count
-
-
 __all__ = [
-    "DeletedResult",
     "EndTurnParams",
     "EndTurnResult",
-    "NotificationsClearParams",
-    "NotificationsListParams",
-    "NotificationsListResult",
-    "NotificationsMarkAllReadParams",
-    "NotificationsMarkReadParams",
     "RunEnvironmentSnapshot",
     "RunEnvironmentView",
     "SECRET_KEYS",
-    "SaveInflightParams",
-    "SaveInflightResult",
     "StartTurnParams",
     "TurnEnvironmentParams",
     "TurnEnvironmentResult",
-    "UpdatedResult",
 ]

@@ -24,18 +24,30 @@ import orjson
 
 from runtime.datadir import DataDir
 from store import index
-from store.database import open_writer
+from store.database import incremental_vacuum, open_writer, transaction
 from store.errors import StoreError
-from store.faults import Faults
-from store.fence import interruption_fence, retention
+from store.faults import NO_FAULTS, Faults
+from store.fence import interruption_fence, record_boot_report, retention
 from store.fsutil import sweep_temp_files
 from store.ids import SESSION_ID_RE
-from store.reconcile import TailScan, apply_plan, plan_reconcile
+from store.index import index_marks, session_ids
+from store.inflight import sweep as sweep_inflight
+from store.plans import sweep_intents
+from store.queue import forget_session as forget_queue
+from store.reconcile import TailScan, apply_plan, plan_reconcile, restore_receipt
 from store.secrets_meta_rebuild import rebuild_secrets_meta
+from store.session_files import finish_delete, pending_deletes
 
 log = logging.getLogger("pi_host")
 
 InflightSweep = Callable[[sqlite3.Connection, DataDir, int], dict[str, Any]]
+
+
+def inflight_boot_sweep(conn: sqlite3.Connection, data_dir: DataDir, now_ms: int, *,
+                        faults: Faults = NO_FAULTS) -> dict[str, Any]:
+    """Boot step 4: promote leftover in-flight checkpoints (``store/inflight.py``)."""
+    return sweep_inflight(conn, sessions_dir=data_dir.sessions_dir, quarantine_dir=data_dir.quarantine_dir,
+                          transcript_path=data_dir.transcript, now_ms=now_ms, faults=faults)
 
 
 @dataclass
@@ -69,19 +81,29 @@ def load_or_create_token(data_dir: DataDir) -> str:
     return token
 
 
-def _session_ids_on_disk(data_dir: DataDir) -> tuple[set[str], set[str]]:
+def _session_ids_on_disk(data_dir: DataDir) -> set[str]:
     live: set[str] = set()
-    deleted: set[str] = set()
     for name in os.listdir(data_dir.sessions_dir):
-        if name.endswith(".jsonl.deleted"):
-            sid = name[: -len(".jsonl.deleted")]
-            if SESSION_ID_RE.fullmatch(sid):
-                deleted.add(sid)
-        elif name.endswith(".jsonl") and not name.endswith(".revisions.jsonl"):
+        if name.endswith(".jsonl") and not name.endswith(".revisions.jsonl"):
             sid = name[: -len(".jsonl")]
             if SESSION_ID_RE.fullmatch(sid):
                 live.add(sid)
-    return live, deleted
+    return live
+
+
+def _finish_deletes(conn: sqlite3.Connection, data_dir: DataDir, now: int) -> list[str]:
+    """Deletes that began before the crash: rows and the receipt (from the marker) first, then files."""
+    done: list[str] = []
+    for pending in pending_deletes(data_dir.sessions_dir):
+        sid = pending.session_id
+        with transaction(conn):
+            index.delete_session_rows(conn, sid)
+            forget_queue(conn, sid)
+            if pending.receipt is not None:
+                restore_receipt(conn, sid, {**pending.receipt, "method": "session.delete"}, now_ms=now)
+        finish_delete(data_dir.session_paths(sid))
+        done.append(sid)
+    return sorted(done)
 
 
 def _count_damage(sid: str, scan: TailScan | None, counts: dict[str, int], damaged: list[dict[str, Any]]) -> None:
@@ -102,17 +124,12 @@ def _count_damage(sid: str, scan: TailScan | None, counts: dict[str, int], damag
 
 def _secrets_meta_step(conn: sqlite3.Connection, data_dir: DataDir, *, db_rebuilt: bool) -> dict[str, Any]:
     """Rebuild/repair ``secrets_meta`` in one transaction; an unreadable directory is reported, not fatal."""
-    conn.execute("BEGIN IMMEDIATE")
     try:
-        out = rebuild_secrets_meta(conn, data_dir.secrets_dir, db_rebuilt=db_rebuilt)
-        conn.execute("COMMIT")
+        with transaction(conn):
+            out = rebuild_secrets_meta(conn, data_dir.secrets_dir, db_rebuilt=db_rebuilt)
     except OSError as exc:
-        conn.execute("ROLLBACK")
         log.warning("secrets_meta rebuild skipped: %s", exc)
         return {"error": f"{type(exc).__name__}: {exc}"}
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
     if out["added"] or out["removed"] or out["skipped"]:
         log.info("secrets_meta repaired from secrets/ files", extra={"secrets": out})
     return out
@@ -127,8 +144,8 @@ def run_boot(
     inflight_sweep: InflightSweep | None = None,
     clean_shutdown: bool | None = None,
 ) -> BootResult:
-    from actors.session import finish_delete  # the same delete tail the actor runs
-
+    """Recover the data directory before anything is served (``inflight_sweep``: tests inject
+    their own; the default is :func:`inflight_boot_sweep` with ``faults``)."""
     t0 = time.perf_counter()
     boot_id = secrets.token_hex(8)
     report: dict[str, Any] = {"bootId": boot_id}
@@ -138,25 +155,16 @@ def run_boot(
     report["database"] = open_report.to_dict()
     now = now_ms()
     # 1. maintenance transaction: the fence, retention, notification cap
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with transaction(conn):
         report["fence"] = interruption_fence(conn, now_ms=now, boot_id=boot_id)
         report["retention"] = retention(conn, now_ms=now, audit_days=audit_retention_days)
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    # sqlite3.execute steps a row-less PRAGMA once (= one page); executescript steps it to the end.
-    conn.executescript("PRAGMA incremental_vacuum;")
-    # 2. interrupted deletes, stray temp files
-    live, deleted = _session_ids_on_disk(data_dir)
-    for sid in deleted:
-        conn.execute("BEGIN IMMEDIATE")
-        index.delete_session_rows(conn, sid)
-        conn.execute("COMMIT")
-        finish_delete(data_dir, sid)
-        live.discard(sid)
-    report["finishedDeletes"] = sorted(deleted)
+    incremental_vacuum(conn)
+    # 2. interrupted deletes (their receipts restored from the markers), interrupted plan
+    #    submissions (an artifact no row records is removed), stray temp files
+    report["finishedDeletes"] = _finish_deletes(conn, data_dir, now)
+    live = _session_ids_on_disk(data_dir)
+    with transaction(conn):
+        report["planIntents"] = sweep_intents(conn, data_dir.sessions_dir)
     report["tempFilesRemoved"] = sum(
         len(sweep_temp_files(d)) for d in (data_dir.sessions_dir, data_dir.secrets_dir, data_dir.attachments_dir)
     )
@@ -164,7 +172,7 @@ def run_boot(
     report["secrets"] = _secrets_meta_step(conn, data_dir,
                                            db_rebuilt=bool(open_report.rebuilt or open_report.created_fresh))
     # 3. reconcile the index with every transcript (and every row with its file)
-    rows = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT id, indexed_len, file_epoch FROM sessions")}
+    rows = index_marks(conn)
     reconciled: dict[str, int] = {"clean": 0, "tail": 0, "full": 0, "missing": 0, "restoredRows": 0,
                                   "indexedMessages": 0, "removedRows": 0, "errors": 0,
                                   "tornTails": 0, "badLines": 0, "unknownLines": 0}
@@ -180,13 +188,8 @@ def run_boot(
                 continue
             if plan.kind == "missing" and sid in rows and not rows[sid][0]:
                 continue
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with transaction(conn):
                 out = apply_plan(conn, sid, plan, now_ms=now)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
             reconciled["restoredRows"] += int(out["restoredRow"])
             reconciled["indexedMessages"] += out["indexed"]
             reconciled["removedRows"] += out["removed"]
@@ -201,8 +204,10 @@ def run_boot(
     # 4. in-flight checkpoints whose final row never landed
     if inflight_sweep is not None:
         report["inflight"] = inflight_sweep(conn, data_dir, now)
+    else:
+        report["inflight"] = inflight_boot_sweep(conn, data_dir, now, faults=faults)
     # 5. scratch / review snapshots of sessions that no longer exist
-    existing = {r[0] for r in conn.execute("SELECT id FROM sessions")}
+    existing = session_ids(conn)
     swept = 0
     for root in (data_dir.scratch_root, data_dir.review_changes_dir):
         for name in os.listdir(root):
@@ -221,12 +226,6 @@ def run_boot(
     report["dbRebuilt"] = bool(open_report.rebuilt)
     report["tornTails"] = reconciled["tornTails"]
     report["secretsMetaRebuilt"] = int(report["secrets"].get("added", 0))
-    conn.execute("BEGIN IMMEDIATE")
-    conn.execute(
-        "INSERT INTO boot_reports(boot_id, started_at, report_json) VALUES (?, ?, ?)",
-        (boot_id, now, orjson.dumps(report).decode()),
-    )
-    conn.execute("DELETE FROM boot_reports WHERE boot_id NOT IN "
-                 "(SELECT boot_id FROM boot_reports ORDER BY started_at DESC LIMIT 50)")
-    conn.execute("COMMIT")
+    with transaction(conn):
+        record_boot_report(conn, boot_id, now, orjson.dumps(report).decode())
     return BootResult(conn=conn, boot_id=boot_id, report=report)

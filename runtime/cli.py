@@ -64,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
     from runtime.host import run_host
+    from runtime.kernel.supervisor import RestartIntensityExceeded
     from runtime.logs import setup_logging
-    from runtime.supervisor import RestartIntensityExceeded
 
     data_dir.ensure()
     setup_logging(data_dir.logs_dir, stderr=not args.quiet)
@@ -80,15 +80,19 @@ def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
     )
 
     async def main_async() -> None:
-        async with trio.open_nursery() as nursery:
-            running = await nursery.start(run_host, config)
-            print(f"pi-host listening on {running.url} (data dir {data_dir.root})", flush=True)
-            log.info("listening", extra={"url": running.url, "dataDir": str(data_dir.root)})
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for signum in signals:
-                    log.info("shutting down", extra={"signal": int(signum)})
-                    nursery.cancel_scope.cancel()
-                    break
+        # The receiver is open before the host starts and stays open through the
+        # shutdown: the first signal asks for an orderly stop, a second one hurries it.
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def host(*, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+                    await run_host(config, task_status=task_status)
+                    nursery.cancel_scope.cancel()  # the host stopped: stop forwarding signals too
+
+                running = await nursery.start(host)
+                print(f"pi-host listening on {running.url} (data dir {data_dir.root})", flush=True)
+                log.info("listening", extra={"url": running.url, "dataDir": str(data_dir.root)})
+                nursery.start_soon(_forward_signals, signals, running.shutdown)
 
     try:
         trio.run(main_async)
@@ -110,6 +114,19 @@ def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         raise
     print("pi-host stopped cleanly", file=sys.stderr)
     return 0
+
+
+async def _forward_signals(signals: Any, shutdown: Any) -> None:
+    count = 0
+    async for signum in signals:
+        count += 1
+        if count == 1:
+            log.info("shutting down", extra={"signal": int(signum)})
+            print("pi-host: shutting down (a second signal skips the waits)", file=sys.stderr, flush=True)
+            shutdown.request()
+        else:
+            log.info("shutting down now", extra={"signal": int(signum)})
+            shutdown.hurry()
 
 
 async def _client_command(command: str, args: argparse.Namespace, data_dir: DataDir) -> int:

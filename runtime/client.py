@@ -194,11 +194,27 @@ class HostClient:
 
     async def batch(self, calls: Sequence[tuple[str, Any]]) -> list[Any]:
         """Send a batch; returns results in order, an :class:`RpcError` in place of each failure."""
+        return await self._many(calls, one_frame=True)
+
+    async def pipelined(self, calls: Sequence[tuple[str, Any]]) -> list[Any]:
+        """Send each call as its own frame, back to back, before reading any answer.
+
+        Returns results in order, an :class:`RpcError` in place of each failure.
+        The host runs a connection's requests in the order its frames arrive.
+        """
+        return await self._many(calls, one_frame=False)
+
+    async def _many(self, calls: Sequence[tuple[str, Any]], *, one_frame: bool) -> list[Any]:
         ids = [next(self._ids) for _ in calls]
         slots = [_Slot() for _ in calls]
         self._pending.update(zip(ids, slots, strict=True))
         try:
-            await self._send([self._request(m, p, i) for (m, p), i in zip(calls, ids, strict=True)])
+            requests = [self._request(m, p, i) for (m, p), i in zip(calls, ids, strict=True)]
+            if one_frame:
+                await self._send(requests)
+            else:
+                for request in requests:
+                    await self._send(request)
             results: list[Any] = []
             for slot in slots:
                 try:

@@ -36,4 +36,8 @@ class HostConfig:
     max_frame_bytes: int = 16 * 1024 * 1024
     max_params_bytes: int = 8 * 1024 * 1024
     log_to_stderr: bool = True
+    # Shutdown: requests in flight get this long to finish; then each actor gets
+    # shutdown_grace seconds after its stop request before it is cancelled.
+    shutdown_deadline: float = 10.0
+    shutdown_grace: float = 5.0
     validate_results: bool = False  # check every result against its protocol model (tests)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from store.ids import validate_session_id
+from store.plans import INTENT_SUFFIX
+from store.session_files import DELETE_MARKER_SUFFIX, SessionPaths
 
 SUBDIRS = (
     "sessions",
@@ -105,7 +107,11 @@ class DataDir:
         return self.sessions_dir / f"{validate_session_id(session_id)}.jsonl"
 
     def deleted_transcript(self, session_id: str) -> Path:
+        """Where an older build renamed a transcript while deleting it."""
         return self.sessions_dir / f"{validate_session_id(session_id)}.jsonl.deleted"
+
+    def delete_marker(self, session_id: str) -> Path:
+        return self.sessions_dir / f"{validate_session_id(session_id)}{DELETE_MARKER_SUFFIX}"
 
     def revisions(self, session_id: str) -> Path:
         return self.sessions_dir / f"{validate_session_id(session_id)}.revisions.jsonl"
@@ -118,6 +124,20 @@ class DataDir:
 
     def review_changes(self, session_id: str) -> Path:
         return self.review_changes_dir / validate_session_id(session_id)
+
+    def session_paths(self, session_id: str) -> SessionPaths:
+        sid = validate_session_id(session_id)
+        return SessionPaths(
+            session_id=sid,
+            transcript=self.transcript(sid),
+            revisions=self.revisions(sid),
+            inflight=self.inflight(sid),
+            delete_marker=self.delete_marker(sid),
+            legacy_deleted=self.deleted_transcript(sid),
+            plan_intent=self.sessions_dir / f"{sid}{INTENT_SUFFIX}",
+            scratch=self.scratch(sid),
+            review_changes=self.review_changes(sid),
+        )
 
 
 class DataDirLock:

@@ -1,19 +1,33 @@
-"""The supervisor's top level: boot, start actors, open the gateway, shut down cleanly.
+"""The composition root: boot, start actors, open the gateway, shut down in order.
 
-Order (hypercorn's "listeners only after startup"): lock → boot recovery (in a
-worker thread; nothing served) → DB writer → scheduler → session registry →
-gateway → ``host.json``. Shutdown runs in reverse: gateway closed, session
-actors stopped (writers closed), scheduler stopped, DB writer drained, connection closed, clean-shutdown
-marker written.
+Start (hypercorn's "listeners only after startup"): lock → boot recovery (in a
+worker thread; nothing served) → DB writer → scheduler → session actors →
+request pipeline → gateway → ``host.json``.
+
+Shutdown (:class:`Shutdown`; the CLI requests it on SIGINT/SIGTERM):
+
+1. the gateway refuses new connections and the pipeline answers every new
+   request ``SHUTTING_DOWN``;
+2. requests already in flight finish, within ``config.shutdown_deadline``
+   (default 10 s); their answers are sent, then the connections close (1001);
+3. actors stop in reverse start order — session actors (their transcript
+   writers closed), the scheduler, the DB writer (which first commits what is
+   queued) — each with a stop request, a bounded wait, then a hard cancel;
+4. the database closes and the ``clean-shutdown`` marker is written, with how
+   every actor ended (``boot.previousShutdown`` of the next boot reports it).
+
+A second signal (:meth:`Shutdown.hurry`) cuts every wait short; the steps
+still run, so the marker is still written.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -23,20 +37,64 @@ from actors.db_reader import ReadPool
 from actors.db_writer import DbWriter, DbWriterStats
 from actors.events import EventBus
 from actors.gateway import Gateway
-from actors.gateway_types import GatewayConfig
+from actors.gateway_connection import CLOSE_GOING_AWAY
+from actors.gateway_types import CallContext, GatewayConfig, Reply
 from actors.registry import SessionRegistry
 from actors.scheduler import Scheduler, tasks_changed
 from actors.session import DbHandle, SessionDeps
-from runtime.api import VERSION, HostApi, wall_ms
 from runtime.boot import BootResult, load_or_create_token, run_boot
 from runtime.config import HostConfig
+from runtime.context import Services
 from runtime.datadir import DataDirLock
-from runtime.features import feature_handlers, feature_methods, inflight_boot_sweep
-from runtime.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
+from runtime.handlers.attachments import Blobs
+from runtime.handlers.queue import QueueControl
+from runtime.handlers.secrets import Vault
+from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
+from runtime.pipeline import Pipeline
+from runtime.routes import ROUTES, Route
+from store.database import close_writer
 from store.faults import Faults
 from store.fsutil import atomic_write, remove_file_durable
 
+VERSION = "0.1.0"
+
 log = logging.getLogger("pi_host")
+
+__all__ = ["RunningHost", "Shutdown", "VERSION", "run_host", "wall_ms"]
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Shutdown:
+    """How a running host is asked to stop: :meth:`request` once, :meth:`hurry` to cut the waits."""
+
+    requested: trio.Event = field(default_factory=trio.Event)
+    hurried: trio.Event = field(default_factory=trio.Event)
+
+    def request(self) -> None:
+        self.requested.set()
+
+    def hurry(self) -> None:
+        self.requested.set()
+        self.hurried.set()
+
+
+class HostDispatcher:
+    """The gateway's view of the host: the pipeline, plus what ``host.hello`` answers."""
+
+    def __init__(self, pipeline: Pipeline, boot_id: str, now_ms: Callable[[], int]) -> None:
+        self._pipeline = pipeline
+        self._boot_id = boot_id
+        self._now_ms = now_ms
+
+    def hello(self, ctx: CallContext) -> dict[str, Any]:
+        return {"hostVersion": VERSION, "bootId": self._boot_id, "serverTime": self._now_ms()}
+
+    async def submit(self, method: str, params: Any, ctx: CallContext, reply: Reply, *, more: bool = False) -> None:
+        await self._pipeline.submit(method, params, ctx, reply, more=more)
 
 
 @dataclass
@@ -51,9 +109,12 @@ class RunningHost:
     registry: SessionRegistry
     supervisor: Supervisor
     sessions: DynamicSupervisor
-    api: HostApi
+    pipeline: Pipeline
+    services: Services
     bus: EventBus
     faults: Faults
+    gateway: Gateway
+    shutdown: Shutdown
     scheduler: ActorRef | None = None
 
     def kill_actor(self, name: str) -> bool:
@@ -68,7 +129,12 @@ async def run_host(
     *,
     task_status: trio.TaskStatus[RunningHost] = trio.TASK_STATUS_IGNORED,
     now_ms: Callable[[], int] = wall_ms,
+    routes: Mapping[str, Route] = ROUTES,
 ) -> None:
+    """Run a host until its :class:`Shutdown` is requested (or the task is cancelled).
+
+    ``routes``: the route table (an embedding application or a test may wrap handlers).
+    """
     data_dir = config.data_dir
     started_at = now_ms()
     t0 = time.monotonic()
@@ -76,15 +142,18 @@ async def run_host(
     lock = DataDirLock(data_dir)
     lock.acquire()
     faults = Faults.parse(config.faults_spec or os.environ.get("RT_CRASHPOINT"))
+    ended: dict[str, int] = {}
     try:
-        clean = await trio.to_thread.run_sync(data_dir.clean_shutdown_path.exists)
+        clean = await trio.to_thread.run_sync(_read_clean_marker, data_dir)
         await trio.to_thread.run_sync(remove_file_durable, data_dir.clean_shutdown_path)
         token = await trio.to_thread.run_sync(load_or_create_token, data_dir)
         boot = await trio.to_thread.run_sync(
             lambda: run_boot(data_dir, faults=faults, now_ms=now_ms,
                              audit_retention_days=config.audit_retention_days,
-                             inflight_sweep=inflight_boot_sweep, clean_shutdown=clean)
+                             clean_shutdown=clean is not None)
         )
+        if clean is not None:
+            boot.report["previousShutdown"] = clean
         log.info("boot finished", extra={"report": boot.report})
         reads = ReadPool(data_dir.db_path, size=config.read_pool_size)
         await trio.to_thread.run_sync(reads.warm)
@@ -110,18 +179,28 @@ async def run_host(
                     max_children=config.max_sessions_active,
                 )
                 await nursery.start(sessions.run)
-                deps = SessionDeps(
+                services = Services(
                     data_dir=data_dir, db=db, reads=reads, bus=bus, faults=faults, now_ms=now_ms,
-                    features=feature_handlers(), idle_timeout=config.session_idle_timeout,
+                    writer=writer_ref, wake_scheduler=tasks_changed(scheduler_ref.tell_nowait),
+                    extra={"queue": QueueControl(),
+                           "vault": Vault(data_dir.secrets_dir, faults=faults),
+                           "blobs": Blobs(data_dir.attachments_dir, faults=faults)},
+                )
+                deps = SessionDeps(
+                    paths=data_dir.session_paths, db=db, reads=reads, bus=bus, faults=faults, now_ms=now_ms,
+                    services=services, idle_timeout=config.session_idle_timeout,
                     mailbox_size=config.session_mailbox, batch_limit=config.session_batch_limit,
                 )
-                registry = SessionRegistry(deps, sessions, ask_timeout=config.ask_timeout)
+                registry = SessionRegistry(deps, sessions)
+                services.sessions = registry
+                pipeline = Pipeline(services, routes=routes, validate_results=config.validate_results)
+                await nursery.start(pipeline.run)
 
                 async def status() -> dict[str, Any]:
                     size = await trio.to_thread.run_sync(_dir_size, data_dir.root)
                     sup_stats = supervisor.statistics()
                     sess_stats = sessions.statistics()
-                    writer_actor = writer_ref.current() if hasattr(writer_ref, "current") else None
+                    writer_actor = writer_ref.current()
                     depth = peak = 0
                     if writer_actor is not None:
                         st = writer_actor.statistics()
@@ -132,30 +211,27 @@ async def run_host(
                         "startedAt": started_at,
                         "uptimeMs": int((time.monotonic() - t0) * 1000),
                         "actors": {
-                            "sessions": _count(sess_stats, "children"),
-                            "total": _count(sess_stats, "children") + _count(sup_stats, "children"),
-                            "restarts": _count(sess_stats, "restarts") + _count(sup_stats, "restarts"),
+                            "sessions": len(sess_stats.children),
+                            "total": len(sess_stats.children) + len(sup_stats.children),
+                            "restarts": sess_stats.restarts + sup_stats.restarts,
                         },
                         "dbWriter": {"queueDepth": depth, "peakDepth": peak, "batches": db_stats.batches,
                                      "ops": db_stats.ops, "maxBatch": db_stats.max_batch,
                                      "fullCommits": db_stats.full_commits,
                                      "normalCommits": db_stats.normal_commits,
                                      "searchUpkeepSteps": db_stats.upkeep_steps},
+                        "pipeline": {"inFlight": pipeline.in_flight, **pipeline.book.statistics()},
                         "dataDirBytes": size,
                         "boot": boot.report,
                     }
 
-                api = HostApi(registry=registry, reads=reads, db=db, bus=bus, status=status,
-                              boot_id=boot.boot_id, now_ms=now_ms, validate_results=config.validate_results,
-                              extra_handlers=feature_methods(registry=registry, reads=reads, db=db, bus=bus,
-                                                             now_ms=now_ms, data_dir=data_dir, faults=faults,
-                                                             scheduler=tasks_changed(scheduler_ref.tell_nowait)))
+                services.status = status
                 gw_config = GatewayConfig(
                     host=config.host, port=config.port, token=token,
                     allowed_origins=config.allowed_origins,
                     max_frame_bytes=config.max_frame_bytes, max_params_bytes=config.max_params_bytes,
                 )
-                gateway = Gateway(gw_config, api, bus)
+                gateway = Gateway(gw_config, HostDispatcher(pipeline, boot.boot_id, now_ms), bus)
                 port = await nursery.start(gateway.serve)
                 url = f"ws://{_url_host(config.host)}:{port}"
                 info = {"pid": os.getpid(), "url": url, "tokenFile": str(data_dir.token_path),
@@ -163,40 +239,71 @@ async def run_host(
                 await trio.to_thread.run_sync(
                     lambda: atomic_write(data_dir.host_json_path, orjson.dumps(info, option=orjson.OPT_INDENT_2))
                 )
+                shutdown = Shutdown()
                 running = RunningHost(config=config, port=port, url=url, token=token, boot=boot,
-                                      registry=registry, supervisor=supervisor, sessions=sessions, api=api,
-                                      bus=bus, faults=faults, scheduler=scheduler_ref)
+                                      registry=registry, supervisor=supervisor, sessions=sessions,
+                                      pipeline=pipeline, services=services, bus=bus, faults=faults,
+                                      gateway=gateway,
+                                      shutdown=shutdown, scheduler=scheduler_ref)
                 task_status.started(running)
                 try:
-                    await trio.sleep_forever()
+                    await shutdown.requested.wait()
                 finally:
                     with trio.CancelScope(shield=True):
-                        with trio.move_on_after(10):
-                            await sessions.aclose(grace=5.0)
-                            await supervisor.aclose(grace=5.0)
+                        ended = await _shut_down(config, shutdown, gateway, pipeline, sessions, supervisor)
                     nursery.cancel_scope.cancel()
         finally:
             reads.close()
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(_close_conn, boot.conn)
-                await trio.to_thread.run_sync(_write_clean_marker, data_dir, now_ms())
+                await trio.to_thread.run_sync(close_writer, boot.conn)
+                await trio.to_thread.run_sync(_write_clean_marker, data_dir, now_ms(), ended)
     finally:
         lock.release()
 
 
-def _close_conn(conn: Any) -> None:
-    try:
-        if conn.in_transaction:
-            conn.rollback()
-        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-    except Exception:  # noqa: BLE001 - best effort on shutdown
-        pass
-    conn.close()
+async def _shut_down(config: HostConfig, shutdown: Shutdown, gateway: Gateway, pipeline: Pipeline,
+                     sessions: DynamicSupervisor, supervisor: Supervisor) -> dict[str, int]:
+    """Steps 1-3 of the module docstring. Returns how many actors ended in each state."""
+    gateway.stop_accepting()
+    pipeline.close()
+    with trio.move_on_after(config.shutdown_deadline) as drain:
+        async with trio.open_nursery() as watch:
+            watch.start_soon(_cancel_on, shutdown.hurried, drain)
+            await pipeline.drained()
+            watch.cancel_scope.cancel()
+    if pipeline.in_flight:
+        log.warning("shutdown: %d request(s) still in flight after the deadline", pipeline.in_flight)
+    gateway.close_connections(CLOSE_GOING_AWAY, "the host is shutting down")
+    grace = 0.0 if shutdown.hurried.is_set() else config.shutdown_grace
+    states: collections.Counter[str] = collections.Counter()
+    with trio.move_on_after(2 * grace + 5):
+        states.update((await sessions.aclose(grace=grace)).values())
+        states.update((await supervisor.aclose(grace=grace)).values())
+    log.info("shutdown: actors ended", extra={"actors": dict(states)})
+    return dict(states)
 
 
-def _write_clean_marker(data_dir: Any, now: int) -> None:
+async def _cancel_on(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+def _read_clean_marker(data_dir: Any) -> dict[str, Any] | None:
+    """The previous run's clean-shutdown record, or None after a crash."""
     try:
-        atomic_write(data_dir.clean_shutdown_path, orjson.dumps({"at": now}))
+        raw = data_dir.clean_shutdown_path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        value = orjson.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _write_clean_marker(data_dir: Any, now: int, actors: dict[str, int]) -> None:
+    try:
+        atomic_write(data_dir.clean_shutdown_path, orjson.dumps({"at": now, "actors": actors}))
         remove_file_durable(data_dir.host_json_path)
     except OSError:
         pass
@@ -211,15 +318,6 @@ def _dir_size(root: Any) -> int:
             except OSError:
                 pass
     return total
-
-
-def _count(stats: Any, name: str) -> int:
-    value = getattr(stats, name, None)
-    if value is None and isinstance(stats, dict):
-        value = stats.get(name)
-    if isinstance(value, (list, tuple, dict)):
-        return len(value)
-    return int(value or 0)
 
 
 def _url_host(host: str) -> str:

@@ -1,8 +1,8 @@
 """Durable appends (issue 2) and the cost of SQLite ``synchronous=FULL`` vs ``NORMAL``.
 
-Appends go through an in-process host's session registry (``AppendMessage``
-asks: the session actor's real write path, file + fdatasync, then the index
-batch, then the reply), one awaited at a time. The raw baseline writes the
+Appends go through an in-process host's request pipeline (``session.appendMessage``
+calls: validation, the session actor's real write path, file + fdatasync, then
+the index batch, then the reply), one awaited at a time. The raw baseline writes the
 same encoded lines with one ``write`` + ``fdatasync`` each to a file in the
 same directory as the transcripts.
 """
@@ -29,7 +29,6 @@ from bench_common import (
     rnd,
 )
 
-from actors.session_msgs import AppendMessage, CreateSession, GetWindow
 from runtime.host import RunningHost
 
 ONE_SESSION_TARGET = 0.7
@@ -38,20 +37,20 @@ ROUNDS = 10  # raw loop and host appends alternate in this many rounds
 
 
 async def _create(host: RunningHost, sid: str, corpus: Corpus) -> None:
-    await host.registry.ask(sid, CreateSession(title=f"bench {sid}"))
+    await host.pipeline.call("session.create", {"sessionId": sid, "title": f"bench {sid}"}, call_context())
     for m in corpus.messages(f"{sid}-warm", WARMUP):  # first append pays the actor start + catch-up
-        await host.registry.ask(sid, AppendMessage(message=m))
+        await host.pipeline.call("session.appendMessage", {"sessionId": sid, "message": m}, call_context())
 
 
 async def _sequential(host: RunningHost, sid: str, messages: Sequence[dict[str, Any]]) -> float:
     t0 = time.perf_counter()
     for m in messages:
-        await host.registry.ask(sid, AppendMessage(message=m))
+        await host.pipeline.call("session.appendMessage", {"sessionId": sid, "message": m}, call_context())
     return time.perf_counter() - t0
 
 
 async def _total(host: RunningHost, sid: str) -> int:
-    got = await host.registry.ask(sid, GetWindow(limit=1))
+    got = await host.pipeline.call("session.get", {"sessionId": sid, "messageLimit": 1}, call_context())
     return int(got["totalMessages"])
 
 
@@ -132,10 +131,10 @@ async def _drive_sync(root: Path, mode: str | None, msgs: list[dict[str, Any]], 
         ctx = call_context()
         t0 = time.perf_counter()
         for i in range(settings):
-            await host.api.dispatch("settings.set", {"ns": "bench", "key": f"k{i % 16}",
+            await host.pipeline.call("settings.set", {"ns": "bench", "key": f"k{i % 16}",
                                                      "value": {"i": i, "theme": "dark"}}, ctx)
         settings_secs = time.perf_counter() - t0
-        status = await host.api.dispatch("host.status", {}, ctx)
+        status = await host.pipeline.call("host.status", {}, ctx)
     return {"appendSecs": append_secs, "settingsSecs": settings_secs,
             "fullCommits": status["dbWriter"]["fullCommits"], "normalCommits": status["dbWriter"]["normalCommits"]}
 

@@ -1,7 +1,7 @@
 """Newest-50 window reads (issue 2): warm host, and the first read in a fresh process.
 
 The sessions are built through the real write path: an in-process host whose
-session actor receives ``AppendMessage`` asks in groups (everything waiting in
+session actor receives ``session.appendMessage`` calls in groups (everything waiting in
 its mailbox is written with one write + one fsync + one index batch). Then the
 host stops cleanly, a ``pi-host serve`` subprocess starts on the same data
 directory and the first ``session.get`` (newest 50) of each session is timed
@@ -30,7 +30,6 @@ from bench_common import (
     start_host_process,
 )
 
-from actors.session_msgs import AppendMessage, CreateSession
 from runtime.client import open_client
 from runtime.host import RunningHost
 
@@ -47,17 +46,18 @@ def _sid(n: int) -> str:
 
 
 async def _build(host: RunningHost, sid: str, n: int, corpus: Corpus) -> None:
-    await host.registry.ask(sid, CreateSession(title=f"window {n}"))
+    await host.pipeline.call("session.create", {"sessionId": sid, "title": f"window {n}"}, call_context())
     for start in range(0, n, GROUP):
         batch = [corpus.message(f"{sid}-{i:06d}", i) for i in range(start, min(n, start + GROUP))]
         async with trio.open_nursery() as nursery:
             for m in batch:
-                nursery.start_soon(host.registry.ask, sid, AppendMessage(message=m))
+                nursery.start_soon(host.pipeline.call, "session.appendMessage", {"sessionId": sid, "message": m},
+                                   call_context())
 
 
 async def _get(host: RunningHost, sid: str, expect_total: int) -> float:
     t0 = time.perf_counter()
-    got = await host.api.dispatch("session.get", {"sessionId": sid, "messageLimit": WINDOW}, call_context())
+    got = await host.pipeline.call("session.get", {"sessionId": sid, "messageLimit": WINDOW}, call_context())
     secs = time.perf_counter() - t0
     _check(got, expect_total)
     return secs
@@ -176,7 +176,7 @@ def run_windows(sizes: Sizes, work: Path) -> Section:
         sec.targets.append(Target(f"fresh process first get over WebSocket, {n} msgs: parse time / get time",
                                   ratio(parse[n]["seconds"], cold[n]["first"]), ">=", COLD_TARGET))
     sec.notes = [
-        "warm: HostApi.dispatch('session.get', messageLimit=50) in-process, median of the reps, sessions interleaved",
+        "warm: the pipeline('session.get', messageLimit=50) in-process, median of the reps, sessions interleaved",
         "fresh process: `pi-host serve` subprocess on the same data dir after a clean stop; first session.get over "
         "WebSocket (largest session first), timed from send to reply; the OS page cache is not dropped",
         "fresh host (in-process): a new host instance on the same data dir; each session's first get starts "

@@ -284,6 +284,7 @@ ERROR_MEANINGS: dict[str, str] = {
     "METHOD_NOT_FOUND": "No such method.",
     "INVALID_PARAMS": "Params failed validation; `error.data.errors` lists `{loc, msg, type}` per field.",
     "INVALID_ID": "An id (session id, message id ...) does not match its pattern.",
+    "INVALID_CURSOR": "A paging cursor this host did not issue for this list and query (forged, foreign or stale).",
     "PAYLOAD_TOO_LARGE": "Frame, params or a stored structure is over its size limit.",
     "UNAUTHENTICATED": "The first request was not a valid `host.hello`; the connection closes.",
     "SESSION_NOT_FOUND": "No session with that id.",

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -404,3 +406,33 @@ __all__ = [
     "quarantine_database",
     "set_synchronous",
 ]
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any exception (boot's own transactions)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def close_writer(conn: sqlite3.Connection) -> None:
+    """Shutdown: end any transaction, checkpoint the WAL if nobody reads, close (best effort)."""
+    try:
+        if conn.in_transaction:
+            conn.rollback()
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    except sqlite3.Error:
+        pass
+    conn.close()
+
+
+def incremental_vacuum(conn: sqlite3.Connection) -> None:
+    """Give freed pages back to the file system (``auto_vacuum = INCREMENTAL``)."""
+    # sqlite3.execute steps a row-less PRAGMA once (= one page); executescript steps it to the end.
+    conn.executescript("PRAGMA incremental_vacuum;")

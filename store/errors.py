@@ -34,6 +34,12 @@ class InvalidId(InvalidInput):
     code = "INVALID_ID"
 
 
+class InvalidCursor(InvalidInput):
+    """A paging cursor that this host did not issue for this list (forged, foreign or stale)."""
+
+    code = "INVALID_CURSOR"
+
+
 class PayloadTooLarge(InvalidInput):
     code = "PAYLOAD_TOO_LARGE"
 

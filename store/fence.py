@@ -72,3 +72,12 @@ def prune_notifications(conn: sqlite3.Connection, cap: int = NOTIFICATION_CAP) -
         "ORDER BY created_at DESC, id DESC LIMIT ?)",
         (cap,),
     ).rowcount
+
+
+def record_boot_report(conn: sqlite3.Connection, boot_id: str, now_ms: int, report_json: str,
+                       keep: int = 50) -> None:
+    """The boot's report, keeping the newest ``keep`` (``host.status`` shows the current one)."""
+    conn.execute("INSERT INTO boot_reports(boot_id, started_at, report_json) VALUES (?, ?, ?)",
+                 (boot_id, now_ms, report_json))
+    conn.execute("DELETE FROM boot_reports WHERE boot_id NOT IN "
+                 "(SELECT boot_id FROM boot_reports ORDER BY started_at DESC LIMIT ?)", (keep,))

@@ -220,14 +220,26 @@ def plan_fork(
 
 
 def write_child_transcript(
-    path: str | os.PathLike[str], child_id: str, created_at_ms: int, plan: RewritePlan, *, faults: Faults = NO_FAULTS
+    path: str | os.PathLike[str],
+    child_id: str,
+    created_at_ms: int,
+    plan: RewritePlan,
+    *,
+    receipt: Mapping[str, Any] | None = None,
+    faults: Faults = NO_FAULTS,
 ) -> Rewritten:
-    """Temp + fsync + rename + dir fsync (fault points ``fork.*``); never replaces an existing file."""
+    """Temp + fsync + link + dir fsync (fault points ``fork.*``); never replaces an existing file.
+
+    ``receipt``: the fork request's receipt record, carried in the child's header.
+    """
     target = os.fspath(path)
     if os.path.lexists(target):
         raise Conflict(f"transcript for fork child {child_id} already exists", data={"sessionId": child_id})
-    line, header = header_line(child_id, created_at_ms)
-    atomic_write(target, b"".join([line, *plan.body]), faults=faults, point_prefix="fork")
+    line, header = header_line(child_id, created_at_ms, receipt=receipt)
+    try:
+        atomic_write(target, b"".join([line, *plan.body]), faults=faults, point_prefix="fork", exclusive=True)
+    except Conflict:
+        raise Conflict(f"transcript for fork child {child_id} already exists", data={"sessionId": child_id}) from None
     return rewritten(plan, header.epoch, header.length)
 
 

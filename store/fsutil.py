@@ -12,7 +12,7 @@ import errno
 import os
 import secrets
 
-from .errors import classify_os_error
+from .errors import Conflict, classify_os_error
 from .faults import NO_FAULTS, Faults
 
 __all__ = [
@@ -63,8 +63,13 @@ def atomic_write(
     *,
     faults: Faults = NO_FAULTS,
     point_prefix: str = "rewrite",
+    exclusive: bool = False,
 ) -> None:
     """Replace ``path`` with ``data``: the file is wholly old or wholly new, never a mix.
+
+    With ``exclusive`` the file must not exist yet: it is published with
+    ``link`` instead of ``replace`` (:class:`~store.errors.Conflict` if the name
+    is taken), so it appears whole or not at all and never overwrites.
 
     Sibling temp ``<name>.tmp.<hex>`` (``O_EXCL``, 0600) → write → fsync →
     ``os.replace`` → fsync the directory. On an ``OSError`` the temp file is
@@ -86,8 +91,17 @@ def atomic_write(
             faults.point(f"{point_prefix}.after_tmp_fsync")
         finally:
             os.close(fd)
-        os.replace(tmp, target)
-        renamed = True
+        if exclusive:
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                _unlink_quietly(tmp)
+                raise Conflict(f"{target} already exists", data={"path": target}) from None
+            renamed = True
+            _unlink_quietly(tmp)
+        else:
+            os.replace(tmp, target)
+            renamed = True
         faults.point(f"{point_prefix}.after_rename")
         faults.point(f"{point_prefix}.before_dirsync")
         fsync_dir(directory)

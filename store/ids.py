@@ -5,6 +5,7 @@ Applied before any path is built (RELIABILITY.md row 14): no path traversal, eve
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 
@@ -38,3 +39,13 @@ def validate_wire_id(value: object, field: str = "id") -> str:
 def new_id(prefix: str = "") -> str:
     """A fresh random id (128 bits, url-safe), valid as a session id."""
     return prefix + secrets.token_hex(16)
+
+
+def derived_id(*parts: str, prefix: str = "") -> str:
+    """A deterministic id from ``parts`` (128 bits of SHA-256), valid as a session id.
+
+    Used where a retry must land on the same new object: a session created or
+    forked by a request with a receipt key gets its id from that key.
+    """
+    digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return prefix + digest

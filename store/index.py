@@ -7,16 +7,13 @@ opens files: callers pass parsed transcript records with their byte spans.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from . import artifacts
-from .errors import Conflict, IdempotencyConflict, LimitExceeded, SessionNotFound
+from . import artifacts, receipts
+from .errors import Conflict, CorruptData, LimitExceeded, SessionNotFound
 from .records import extract_text, rfc3339_to_ms, tool_info
 from .schema import MAX_SEQ, message_mid
 from .sql_lists import in_chunks
@@ -34,6 +31,8 @@ class IndexRecord:
     record: Mapping[str, Any]
     offset: int
     length: int
+    seq: int | None = None
+    """The seq its session actor acknowledged for a new id (checked: never silently renumbered)."""
 
 
 @dataclass(frozen=True)
@@ -309,6 +308,11 @@ def index_messages(
             if row is None:
                 raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
             seq = int(row[0])
+            if item.seq is not None and item.seq != seq:
+                raise CorruptData(
+                    f"session {session_id}: line {item.offset} was acknowledged as seq {item.seq} but the index "
+                    f"would give it {seq}; the index is behind its transcript",
+                    data={"sessionId": session_id, "seq": item.seq, "indexSeq": seq})
             _check_seq(session_id, seq)
             turn = _turn_ref(conn, rec.get("turnId"))
             conn.execute(
@@ -323,18 +327,7 @@ def index_messages(
             # Write/Edit results: artifacts + tool_execute audit in this same transaction (seed §4.10).
             artifacts.record_effects(conn, session_id, rec, turn or _str_or_none(rec.get("turnId")), now_ms,
                                      audit=audit_effects)
-        receipt = (rec.get("meta") or {}).get("receipt") if isinstance(rec.get("meta"), Mapping) else None
-        if isinstance(receipt, Mapping):
-            store_receipt_if_absent(
-                conn,
-                client_id=str(receipt.get("clientId")),
-                submission_id=str(receipt.get("submissionId")),
-                method="session.appendMessage",
-                fingerprint=str(receipt.get("fingerprint")),
-                response={"message": ref, "replayed": False},
-                session_id=session_id,
-                now_ms=now_ms,
-            )
+        store_append_receipt(conn, session_id, rec, ref, now_ms)
         refs.append(ref)
     sets = "indexed_len = ?, file_epoch = ?"
     args: list[Any] = [indexed_len, file_epoch]
@@ -445,20 +438,9 @@ def reindex_session(
             # A rebuild restores missing artifact rows only (no audit rows, nothing overwritten).
             artifacts.record_effects(conn, session_id, item.record, row[3] or _str_or_none(item.record.get("turnId")),
                                      now_ms, audit=False)
-    for item in messages:
-        receipt = item.record.get("meta", {}).get("receipt") if isinstance(item.record.get("meta"), Mapping) else None
-        if isinstance(receipt, Mapping):
-            seq = conn.execute("SELECT seq, turn_id FROM messages WHERE id = ?", (item.record["id"],)).fetchone()
-            store_receipt_if_absent(
-                conn,
-                client_id=str(receipt.get("clientId")),
-                submission_id=str(receipt.get("submissionId")),
-                method="session.appendMessage",
-                fingerprint=str(receipt.get("fingerprint")),
-                response={"message": message_ref(session_id, seq[0], item.record, seq[1]), "replayed": False},
-                session_id=session_id,
-                now_ms=now_ms,
-            )
+    for item, row in zip(messages, rows, strict=True):
+        store_append_receipt(conn, session_id, item.record, message_ref(session_id, row[4], item.record, row[3]),
+                             now_ms)
     index_compactions(conn, session_id, compactions, now_ms)
     for mid in deleted_ids:
         set_deleted(conn, session_id, mid, True)
@@ -479,11 +461,29 @@ def window_rows(
     ).fetchall()
 
 
+def client_spellings(session_id: str, message_id: str) -> tuple[str, str]:
+    """The ids a client's message id may be stored under in its session: as chosen, or D444-remapped."""
+    return message_id, f"{session_id}:{message_id}"
+
+
+def resolve_id(conn: sqlite3.Connection, session_id: str, message_id: str) -> str | None:
+    """The stored id of the client's ``message_id`` in ``session_id`` (its own spelling first), or None."""
+    for candidate in client_spellings(session_id, message_id):
+        row = conn.execute("SELECT 1 FROM messages WHERE session_id = ? AND id = ?", (session_id, candidate)).fetchone()
+        if row is not None:
+            return candidate
+    return None
+
+
 def position_of(conn: sqlite3.Connection, session_id: str, message_id: str) -> int | None:
-    row = conn.execute(
-        "SELECT seq FROM messages WHERE session_id = ? AND id = ?", (session_id, message_id)
-    ).fetchone()
-    return int(row[0]) - 1 if row else None
+    """0-based position of the client's ``message_id`` in the session (D444 spelling resolved)."""
+    for candidate in client_spellings(session_id, message_id):
+        row = conn.execute(
+            "SELECT seq FROM messages WHERE session_id = ? AND id = ?", (session_id, candidate)
+        ).fetchone()
+        if row is not None:
+            return int(row[0]) - 1
+    return None
 
 
 def compaction_rows(conn: sqlite3.Connection, session_id: str) -> list[tuple[str, str | None, int, int]]:
@@ -497,64 +497,49 @@ def compaction_rows(conn: sqlite3.Connection, session_id: str) -> list[tuple[str
     ).fetchall()
 
 
-# ---------------------------------------------------------------------------
-# command receipts (seed 000 §2.4)
+def append_response(ref: Mapping[str, Any], receipt: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``session.appendMessage`` result for a written line (``remappedFrom`` from its receipt)."""
+    out: dict[str, Any] = {"message": dict(ref), "replayed": False}
+    extra = receipt.get("extra") if receipt is not None else None
+    if isinstance(extra, Mapping) and isinstance(extra.get("remappedFrom"), str):
+        out["remappedFrom"] = extra["remappedFrom"]
+    return out
 
 
-def fingerprint(method: str, params: Mapping[str, Any]) -> str:
-    """SHA-256 of method + params without transport identity or the submission id."""
-    clean = {k: v for k, v in params.items() if k not in ("submissionId",)}
-    body = orjson.dumps([method, clean], option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(body).hexdigest()
-
-
-def get_receipt(conn: sqlite3.Connection, client_id: str, submission_id: str) -> dict[str, Any] | None:
-    row = conn.execute(
-        "SELECT method, status, response_json, fingerprint FROM command_receipts "
-        "WHERE client_id = ? AND submission_id = ?",
-        (client_id, submission_id),
-    ).fetchone()
-    if row is None:
-        return None
-    return {
-        "method": row[0],
-        "status": row[1],
-        "response": orjson.loads(row[2]) if row[2] else None,
-        "fingerprint": row[3],
-    }
-
-
-def check_receipt(
-    conn: sqlite3.Connection, client_id: str, submission_id: str, method: str, fp: str
-) -> dict[str, Any] | None:
-    """Return the stored response for a matching retry, raise on a conflicting one, else None."""
-    found = get_receipt(conn, client_id, submission_id)
-    if found is None:
-        return None
-    if found["fingerprint"] != fp or found["method"] != method:
-        raise IdempotencyConflict(
-            f"submissionId {submission_id} was already used for a different request",
-            data={"submissionId": submission_id, "method": found["method"]},
-        )
-    return found
-
-
-def store_receipt_if_absent(
-    conn: sqlite3.Connection,
-    *,
-    client_id: str,
-    submission_id: str,
-    method: str,
-    fingerprint: str,
-    response: Any,
-    session_id: str | None,
-    now_ms: int,
-    status: str = "completed",
+def store_append_receipt(
+    conn: sqlite3.Connection, session_id: str, rec: Mapping[str, Any], ref: Mapping[str, Any], now_ms: int
 ) -> None:
-    """Insert a completed receipt; an existing one is never overwritten."""
-    conn.execute(
-        "INSERT OR IGNORE INTO command_receipts(client_id, submission_id, method, status, response_json, "
-        "fingerprint, session_id, created_at) VALUES (?,?,?,?,?,?,?,?)",
-        (client_id, submission_id, method, status, orjson.dumps(response).decode(), fingerprint,
-         session_id, now_ms),
-    )
+    """The receipt a message line carries in ``meta.receipt`` (if any), as a row (never overwritten)."""
+    meta = rec.get("meta")
+    carried = meta.get("receipt") if isinstance(meta, Mapping) else None
+    key = receipts.key_of_record(carried, default_method="session.appendMessage")
+    if key is None or not isinstance(carried, Mapping):
+        return
+    receipts.store(conn, key, append_response(ref, carried), session_id=session_id, now_ms=now_ms)
+
+
+def compaction_span(conn: sqlite3.Connection, session_id: str, compaction_id: str) -> tuple[int, int] | None:
+    """Byte span of the newest line holding compaction ``compaction_id`` of the session."""
+    row = conn.execute(
+        "SELECT line_offset, line_len FROM compactions WHERE session_id = ? AND id = ? ORDER BY line_offset DESC",
+        (session_id, compaction_id),
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row else None
+
+
+def set_project_id(conn: sqlite3.Connection, session_id: str, project_id: int | None) -> None:
+    conn.execute("UPDATE sessions SET project_id = ? WHERE id = ?", (project_id, session_id))
+
+
+def touch_session(conn: sqlite3.Connection, session_id: str, now_ms: int) -> None:
+    """``updated_at`` moves forward to ``now_ms`` (never back)."""
+    conn.execute("UPDATE sessions SET updated_at = MAX(updated_at, ?) WHERE id = ?", (now_ms, session_id))
+
+
+def index_marks(conn: sqlite3.Connection) -> dict[str, tuple[int, str | None]]:
+    """Every session's high-water mark: ``id -> (indexed_len, file_epoch)``."""
+    return {r[0]: (int(r[1] or 0), r[2]) for r in conn.execute("SELECT id, indexed_len, file_epoch FROM sessions")}
+
+
+def session_ids(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT id FROM sessions")}

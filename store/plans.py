@@ -30,12 +30,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge, classify_os_error
+import orjson
+
+from .errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge, StoreError, classify_os_error
 from .faults import NO_FAULTS, Faults
-from .fsutil import fsync_dir, write_all
+from .fsutil import atomic_write, fsync_dir, remove_file_durable, write_all
 
 __all__ = [
     "Artifact",
+    "INTENT_SUFFIX",
     "KINDS",
     "MAX_MARKDOWN_BYTES",
     "approve",
@@ -44,8 +47,10 @@ __all__ = [
     "insert_pending",
     "list_pending",
     "reject",
+    "sweep_intents",
     "verify_artifact",
     "write_artifact",
+    "write_intent",
 ]
 
 KINDS = ("plan", "goal")
@@ -53,6 +58,7 @@ PERMISSION_TARGETS = ("ask", "accept-edits", "auto")
 MAX_MARKDOWN_BYTES = 1024 * 1024
 _REL_RE = re.compile(r"^\.pi/(plan|goal)/[A-Za-z0-9_-]{1,80}\.md$")
 _CHUNK = 1 << 16
+INTENT_SUFFIX = ".plan-intent.json"
 
 
 @dataclass(frozen=True)
@@ -90,28 +96,38 @@ def _ensure_real_dir(path: str) -> None:
         raise Conflict(f"{path} is not a directory (symlinks are refused)", data={"path": path})
 
 
+def artifact_name(kind: str, now_ms: int | None = None) -> str:
+    """A fresh relative path ``.pi/<kind>/<stamp>-<random>.md`` (chosen before anything is written)."""
+    if kind not in KINDS:
+        raise InvalidInput("kind must be plan or goal", data={"field": "kind"})
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime((now_ms or int(time.time() * 1000)) / 1000))
+    return f".pi/{kind}/{stamp}-{secrets.token_hex(6)}.md"
+
+
 def write_artifact(workspace_root: str, kind: str, markdown: bytes, *, faults: Faults = NO_FAULTS,
-                   now_ms: int | None = None) -> Artifact:
-    """Write the exact bytes to a new unique file; returns its relative path, SHA-256 and size."""
+                   now_ms: int | None = None, relative_path: str | None = None) -> Artifact:
+    """Write the exact bytes to a new unique file; returns its relative path, SHA-256 and size.
+
+    The bytes go to a temporary sibling first (fsynced), then are published
+    under the final name with ``link`` (never replacing a file) and the
+    directory is fsynced: the artifact exists whole or not at all.
+    """
     if kind not in KINDS:
         raise InvalidInput("kind must be plan or goal", data={"field": "kind"})
     if len(markdown) > MAX_MARKDOWN_BYTES:
         raise PayloadTooLarge(f"markdown is larger than {MAX_MARKDOWN_BYTES} bytes", data={"field": "markdown"})
     root = _check_root(workspace_root)
+    rel = relative_path or artifact_name(kind, now_ms)
+    if not _REL_RE.fullmatch(rel) or not rel.startswith(f".pi/{kind}/"):
+        raise InvalidInput(f"artifact path {rel!r} is not a {kind} artifact path", data={"field": "relativePath"})
     try:
         pi_dir = os.path.join(root, ".pi")
         kind_dir = os.path.join(pi_dir, kind)
         _ensure_real_dir(pi_dir)
         _ensure_real_dir(kind_dir)
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime((now_ms or int(time.time() * 1000)) / 1000))
-        while True:
-            name = f"{stamp}-{secrets.token_hex(6)}.md"
-            path = os.path.join(kind_dir, name)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-            except FileExistsError:
-                continue  # never reuse a name: artifacts are immutable
-            break
+        path = os.path.join(root, rel)
+        tmp = f"{path}.tmp.{secrets.token_hex(6)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
             try:
                 write_all(fd, markdown)
@@ -119,16 +135,91 @@ def write_artifact(workspace_root: str, kind: str, markdown: bytes, *, faults: F
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise Conflict(f"artifact {rel} already exists; artifacts are immutable",
+                               data={"relativePath": rel}) from None
+            finally:
+                os.unlink(tmp)
             fsync_dir(kind_dir)
         except OSError:
             try:
-                os.unlink(path)
+                os.unlink(tmp)
             except OSError:
                 pass
             raise
     except OSError as exc:
         raise classify_os_error(exc, f"write {kind} artifact in {root}") from exc
-    return Artifact(f".pi/{kind}/{name}", hashlib.sha256(markdown).hexdigest(), len(markdown))
+    return Artifact(rel, hashlib.sha256(markdown).hexdigest(), len(markdown))
+
+
+# -- submission intents: the receipt of the file effect (ARCHITECTURE.md "Receipts ride with their effect")
+
+
+def write_intent(path: str | os.PathLike[str], *, request_id: str, session_id: str, workspace_root: str,
+                 artifact: Artifact) -> None:
+    """Before the artifact is published: which file this submission is about to create.
+
+    If the host dies before the approval row commits, boot finds the intent
+    with no row and removes the artifact (:func:`sweep_intents`): a plan
+    file no row records never survives a crash, and the retried submission
+    runs once, on a clean slate.
+    """
+    body = {"type": "plan_intent", "requestId": request_id, "sessionId": session_id,
+            "workspaceRoot": workspace_root, "relativePath": artifact.relative_path,
+            "sha256": artifact.sha256, "size": artifact.size}
+    atomic_write(path, orjson.dumps(body) + b"\n", point_prefix="plans.intent")
+
+
+def sweep_intents(conn: sqlite3.Connection, sessions_dir: str | os.PathLike[str]) -> dict[str, int]:
+    """Boot: finish every submission that was interrupted (row present) or undo it (no row)."""
+    kept = removed = 0
+    for name in sorted(os.listdir(sessions_dir)):
+        if not name.endswith(INTENT_SUFFIX):
+            continue
+        path = os.path.join(sessions_dir, name)
+        try:
+            with open(path, "rb") as fh:
+                intent = orjson.loads(fh.read(1 << 16))
+        except (OSError, ValueError):
+            intent = None
+        if isinstance(intent, dict) and isinstance(intent.get("requestId"), str):
+            row = conn.execute("SELECT 1 FROM plan_approvals WHERE request_id = ?", (intent["requestId"],)).fetchone()
+            if row is None:
+                _remove_if_ours(intent)
+                removed += 1
+            else:
+                kept += 1
+        remove_file_durable(path)
+    return {"artifactsKept": kept, "artifactsRemoved": removed}
+
+
+def _remove_if_ours(intent: dict[str, Any]) -> None:
+    """Remove what an interrupted submission left: its temporary file, and the artifact it
+    published if it is exactly the bytes it wrote."""
+    root, rel = intent.get("workspaceRoot"), intent.get("relativePath")
+    if not isinstance(root, str) or not isinstance(rel, str) or not _REL_RE.fullmatch(rel):
+        return
+    folder, name = os.path.split(os.path.join(root, rel))
+    try:
+        leftovers = [n for n in os.listdir(folder) if n.startswith(f"{name}.tmp.")]
+    except OSError:
+        leftovers = []
+    for leftover in leftovers:  # the name carries a random part: only this submission made it
+        try:
+            os.unlink(os.path.join(folder, leftover))
+        except OSError:
+            pass
+    try:
+        verify_artifact(root, rel, intent.get("sha256"), intent.get("size"))
+    except (CorruptData, StoreError):
+        return  # not the file this submission wrote (or gone): never remove a foreign file
+    remove_artifact(root, rel)
+    try:
+        fsync_dir(os.path.dirname(os.path.join(root, rel)))
+    except OSError:
+        pass
 
 
 def remove_artifact(workspace_root: str, relative_path: str) -> None:
@@ -285,3 +376,7 @@ def reject(conn: sqlite3.Connection, request_id: str, *, now_ms: int) -> dict[st
         "UPDATE plan_approvals SET status = 'rejected', action = 'reject', resolved_at = ?, updated_at = ?, "
         "version = version + 1 WHERE request_id = ? AND status = 'pending'", (now_ms, now_ms, request_id))
     return get_request(conn, request_id)
+
+
+def sha256_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

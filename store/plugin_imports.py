@@ -32,6 +32,8 @@ from typing import Any
 
 import orjson
 
+from protocol.limits import MAX_BLOCKS_PER_MESSAGE as MAX_BLOCKS
+
 from . import index
 from .errors import InvalidInput, NotFound, PermissionDenied, SessionNotFound, StoreError
 from .ids import new_id
@@ -49,7 +51,7 @@ from .importers.common import (
     to_ms,
 )
 from .importers.common import Slot as _Slot
-from .records import MAX_BLOCKS, normalize_message
+from .records import normalize_message
 
 __all__ = [
     "MAX_PLUGIN_MESSAGES",

@@ -17,8 +17,11 @@ from typing import Any
 
 import orjson
 
+from . import index, receipts
 from .index import CompactionRecord, IndexRecord
 from .jsonio import loads_line
+from .records import rfc3339_to_ms
+from .revisions import revision_rows
 
 
 @dataclass
@@ -171,11 +174,14 @@ def restore_import_origin(conn: Any, session_id: str, info: Mapping[str, Any] | 
 def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) -> dict[str, Any]:
     """Bring the index in line with the transcript (runs in the DB writer's transaction).
 
-    Returns a small report: ``{"kind", "restoredRow", "indexed", "removed"}``.
-    """
-    from . import index
+    A receipt the file's header carries (the transcript was created, forked or
+    rewritten by a request with a ``submissionId``) gets its row back if the
+    database lost it, so a retry after a crash is answered from it.
 
-    report: dict[str, Any] = {"kind": plan.kind, "restoredRow": False, "indexed": 0, "removed": 0}
+    Returns a small report: ``{"kind", "restoredRow", "indexed", "removed", "restoredReceipt"}``.
+    """
+    report: dict[str, Any] = {"kind": plan.kind, "restoredRow": False, "indexed": 0, "removed": 0,
+                              "restoredReceipt": False}
     row = index.session_row(conn, session_id)
     scan = plan.scan
     if plan.kind == "missing":
@@ -195,8 +201,6 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
     settings = session_info_settings(scan.session_info)
     if row is None:
         header = scan.header or {}
-        from .records import rfc3339_to_ms
-
         created = rfc3339_to_ms(header.get("createdAt"), now_ms)
         index.insert_session(
             conn,
@@ -240,4 +244,50 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
         for mid, flag in scan.tombstones.items():
             index.set_deleted(conn, session_id, mid, flag)
         report["indexed"] = len(scan.messages)
+    if scan.header is not None and scan.header.get("receipt") is not None:
+        report["restoredReceipt"] = restore_receipt(conn, session_id, scan.header["receipt"], now_ms=now_ms)
     return report
+
+
+def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any | None:
+    """The terminal response of a file-carried receipt, from the state its file left behind.
+
+    ``None`` when the method's response cannot be rebuilt from that state
+    (then no row is restored and a retry runs the request again).
+    """
+    method = rec.get("method")
+    raw_extra = rec.get("extra")
+    extra: Mapping[str, Any] = raw_extra if isinstance(raw_extra, Mapping) else {}
+    if method == "session.delete":
+        return {"sessionId": session_id, "deleted": True}
+    row = index.session_row(conn, session_id)
+    if row is None:
+        return None
+    summary = index.public_session(row)
+    if method in ("session.create", "session.fork"):
+        return summary
+    if method == "session.replaceMessages":
+        return {"session": summary}
+    if method == "session.truncateFrom":
+        removed = extra.get("removed")
+        if not isinstance(removed, int) or isinstance(removed, bool):
+            return None
+        return {"session": summary, "removed": removed}
+    if method == "session.activateRevision":
+        root = extra.get("rootUserId")
+        if not isinstance(root, str):
+            return None
+        return {"session": summary, "revisions": revision_rows(conn, session_id, root)}
+    return None
+
+
+def restore_receipt(conn: Any, session_id: str, rec: Any, *, now_ms: int) -> bool:
+    """Rebuild the row of a receipt a file carries, if the database lost it. True if a row was added."""
+    key = receipts.key_of_record(rec)
+    if key is None or receipts.get(conn, key.client_id, key.submission_id) is not None:
+        return False
+    response = rebuild_response(conn, session_id, rec)
+    if response is None:
+        return False
+    receipts.store(conn, key, response, session_id=session_id, now_ms=now_ms)
+    return True

@@ -12,12 +12,13 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from protocol.limits import MAX_BLOCKS_PER_MESSAGE
+
 from .errors import InvalidInput
 from .ids import validate_wire_id
 from .jsonio import now_rfc3339
 
 ROLES = ("user", "assistant", "tool", "system")
-MAX_BLOCKS = 10_000
 
 
 ms_to_rfc3339 = now_rfc3339
@@ -50,8 +51,9 @@ def normalize_message(raw: Mapping[str, Any], *, now_ms: int, turn_id: str | Non
     if role not in ROLES:
         raise InvalidInput(f"message.role must be one of {', '.join(ROLES)}", data={"field": "message.role"})
     blocks = raw.get("blocks")
-    if not isinstance(blocks, list) or len(blocks) > MAX_BLOCKS:
-        raise InvalidInput("message.blocks must be a list of at most 10000 blocks", data={"field": "message.blocks"})
+    if not isinstance(blocks, list) or len(blocks) > MAX_BLOCKS_PER_MESSAGE:
+        raise InvalidInput(f"message.blocks must be a list of at most {MAX_BLOCKS_PER_MESSAGE} blocks",
+                           data={"field": "message.blocks"})
     for i, block in enumerate(blocks):
         if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
             raise InvalidInput(f"message.blocks[{i}] must be an object with a string 'type'",

@@ -179,10 +179,15 @@ def apply_rewrite(
     created_at_ms: int,
     plan: RewritePlan,
     *,
+    receipt: Mapping[str, Any] | None = None,
     faults: Faults = NO_FAULTS,
 ) -> Rewritten:
-    """Atomically replace the transcript with ``plan`` (fault points ``rewrite.*``)."""
-    header = rewrite_transcript(path, session_id, created_at_ms, plan.body, faults=faults)
+    """Atomically replace the transcript with ``plan`` (fault points ``rewrite.*``).
+
+    ``receipt``: the receipt record of the request that rewrites the file; it
+    rides in the new header (``store/receipts.py``).
+    """
+    header = rewrite_transcript(path, session_id, created_at_ms, plan.body, receipt=receipt, faults=faults)
     return rewritten(plan, header.epoch, header.length)
 
 

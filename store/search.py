@@ -44,7 +44,7 @@ Nothing here writes: both functions work on read-only connections and run
 their statements in one read transaction (a consistent snapshot) unless the
 caller already has one open.
 
-Paging is keyset-based (see :mod:`store.search_cursor`): sessions are ordered
+Paging is keyset-based (see :mod:`store.cursors`): sessions are ordered
 by most recent activity ``(updated_at DESC, id DESC)`` and messages newest
 first ``(created_at DESC, mid DESC)``; a new session or message sorts before
 any outstanding cursor, so it never shifts a page boundary. (A session whose
@@ -64,10 +64,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from .cursors import decode_cursor, encode_cursor, query_fingerprint
 from .errors import InvalidInput, SessionNotFound
 from .ids import validate_session_id
 from .schema import MID_SEQ_BITS
-from .search_cursor import decode_cursor, encode_cursor, query_fingerprint
 from .search_text import (
     QueryPlan,
     find_literal,

@@ -82,3 +82,15 @@ __all__ = [
     "tombstone_lines_for",
     "tombstone_record",
 ]
+
+
+def message_state(conn: Any, session_id: str, message_id: str) -> dict[str, Any] | None:
+    """The index's view of one message: its MessageRef and whether it is tombstoned."""
+    row = conn.execute(
+        "SELECT seq, role, created_at, turn_id, deleted FROM messages WHERE session_id = ? AND id = ?",
+        (session_id, message_id),
+    ).fetchone()
+    if row is None:
+        return None
+    return {"ref": {"id": message_id, "sessionId": session_id, "seq": row[0], "role": row[1], "createdAt": row[2],
+                    "turnId": row[3]}, "deleted": bool(row[4])}

@@ -6,7 +6,8 @@ the session actor calls it from its worker thread and owns the only
 
 Durability protocol (RELIABILITY.md §2):
 
-* create: ``O_EXCL`` 0600, header line, fsync file, fsync directory;
+* create: temp file (0600) with the header and first lines, fsync, published with
+  ``link`` (never overwrites), fsync directory;
 * append: one ``O_APPEND`` writer, loop over short writes, ``fdatasync``; on a
   write error truncate back to the pre-append length; a failed fsync is never
   retried (fsyncgate) and poisons the writer until the file is reopened;
@@ -14,7 +15,8 @@ Durability protocol (RELIABILITY.md §2):
   ``<name>.torn-<ms>`` so the next append never lands on garbage;
 * rewrite: :func:`store.fsutil.atomic_write` (old or new file, never a mix).
 
-Fault points: ``create.after_write``, ``create.before_dirsync``,
+Fault points: ``create.after_tmp_write``, ``create.after_tmp_fsync``,
+``create.after_rename``, ``create.before_dirsync``,
 ``repair.after_quarantine``, ``append.before_write``, ``append.after_write``,
 ``append.after_fsync``, ``rewrite.after_tmp_write``, ``rewrite.after_tmp_fsync``,
 ``rewrite.after_rename``, ``rewrite.before_dirsync``.
@@ -26,7 +28,7 @@ import errno
 import os
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +42,7 @@ from .errors import (
     classify_os_error,
 )
 from .faults import NO_FAULTS, Faults
-from .fsutil import atomic_write, fsync_dir, open_nofollow, remove_file_durable, write_all
+from .fsutil import atomic_write, fsync_dir, open_nofollow, write_all
 from .ids import validate_session_id
 from .jsonio import dumps_line, loads_line, now_rfc3339
 
@@ -87,20 +89,28 @@ class TranscriptHeader:
     """Bytes of the header line, newline included (= offset of the first body line)."""
 
 
-def header_line(session_id: str, created_at_ms: int) -> tuple[bytes, TranscriptHeader]:
-    """A new header line with a fresh epoch, and its parsed form."""
+def header_line(
+    session_id: str, created_at_ms: int, *, receipt: Mapping[str, Any] | None = None
+) -> tuple[bytes, TranscriptHeader]:
+    """A new header line with a fresh epoch, and its parsed form.
+
+    ``receipt`` is the command receipt of the request that (re)wrote the whole
+    file (``store.receipts.file_record``): it rides in the header so boot can
+    restore it with the file (ARCHITECTURE.md "Receipts ride with their effect").
+    """
     validate_session_id(session_id)
     created_at = now_rfc3339(created_at_ms)
     epoch = secrets.token_hex(8)
-    line = dumps_line(
-        {
-            "type": "session",
-            "schema": SCHEMA,
-            "sessionId": session_id,
-            "createdAt": created_at,
-            "epoch": epoch,
-        }
-    )
+    record: dict[str, Any] = {
+        "type": "session",
+        "schema": SCHEMA,
+        "sessionId": session_id,
+        "createdAt": created_at,
+        "epoch": epoch,
+    }
+    if receipt is not None:
+        record["receipt"] = dict(receipt)
+    line = dumps_line(record)
     return line, TranscriptHeader(session_id, created_at, epoch, SCHEMA, len(line))
 
 
@@ -176,33 +186,23 @@ def create_transcript(
     session_id: str,
     created_at_ms: int,
     *,
+    body_lines: Sequence[bytes] = (),
+    receipt: Mapping[str, Any] | None = None,
     faults: Faults = NO_FAULTS,
 ) -> TranscriptHeader:
-    """Create a new transcript holding only its header. Never overwrites (``Conflict``)."""
+    """Create a new transcript: header (with ``receipt``) + ``body_lines``. Never overwrites (``Conflict``).
+
+    The file is written under a temporary name, fsynced and published with a
+    hard link (then the directory is fsynced), so it appears whole — header and
+    first lines together — or not at all. Fault points ``create.after_tmp_write``,
+    ``create.after_tmp_fsync``, ``create.after_rename``, ``create.before_dirsync``.
+    """
+    _check_lines(body_lines)
     target = os.fspath(path)
-    line, header = header_line(session_id, created_at_ms)
-    try:
-        fd = open_nofollow(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        raise Conflict(f"transcript already exists: {target}", data={"path": target}) from None
-    except OSError as exc:
-        raise open_error(exc, target, "create transcript") from exc
-    try:
-        try:
-            os.fchmod(fd, 0o600)
-            write_all(fd, line)
-            faults.point("create.after_write")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        faults.point("create.before_dirsync")
-        fsync_dir(os.path.dirname(os.path.abspath(target)))
-    except OSError as exc:
-        try:
-            remove_file_durable(target)
-        except StoreError:
-            pass  # the original error is the one to report
-        raise classify_os_error(exc, f"create transcript {target}") from exc
+    if os.path.lexists(target):
+        raise Conflict(f"transcript already exists: {target}", data={"path": target})
+    line, header = header_line(session_id, created_at_ms, receipt=receipt)
+    atomic_write(target, b"".join([line, *body_lines]), faults=faults, point_prefix="create", exclusive=True)
     return header
 
 
@@ -212,15 +212,16 @@ def rewrite_transcript(
     created_at_ms: int,
     body_lines: Sequence[bytes],
     *,
+    receipt: Mapping[str, Any] | None = None,
     faults: Faults = NO_FAULTS,
 ) -> TranscriptHeader:
-    """Atomically replace the whole file: new header (new epoch) + ``body_lines``.
+    """Atomically replace the whole file: new header (new epoch, ``receipt``) + ``body_lines``.
 
     Any open :class:`TranscriptWriter` on the old file must be closed first and
     a new one opened afterwards (appends through the old one are refused).
     """
     _check_lines(body_lines)
-    line, header = header_line(session_id, created_at_ms)
+    line, header = header_line(session_id, created_at_ms, receipt=receipt)
     atomic_write(path, b"".join([line, *body_lines]), faults=faults, point_prefix="rewrite")
     return header
 

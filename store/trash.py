@@ -5,15 +5,14 @@ hidden from session lists (:func:`store.index.list_sessions`), search
 (:mod:`store.search` skips ``deleted_at`` sessions) and plugin reads
 (:mod:`store.plugin_imports`), while its transcript, index rows and import
 origin stay untouched, so :func:`restore_session` brings it back exactly.
-Only a trashed session can be purged; purge removes it for good, in the same
-durable order as ``session.delete``:
+Only a trashed session can be purged; purge removes it for good with the
+delete protocol of :mod:`store.session_files` (a crash at any step never
+resurrects the session):
 
-1. :func:`mark_for_purge` renames the transcript to ``<sid>.jsonl.deleted``
-   (directory fsynced), so no boot can resurrect it;
+1. ``write_delete_marker`` — ``<sid>.deleting`` (boot finishes from here on);
 2. one transaction: :func:`purge_rows` deletes the session row, and with it
    (cascades) the messages, checkpoints, origin row, turns, queue...;
-3. :func:`finish_purge` removes the files (also run by boot for an
-   interrupted purge, which sees the ``.deleted`` marker).
+3. ``finish_delete`` removes the files, the marker last.
 
 With ``plugin_id`` every call is scoped to the sessions that plugin imported
 (another plugin's or the host's session is ``PERMISSION_DENIED``). SQL runs in
@@ -22,24 +21,16 @@ the caller's transaction; the file steps run in a worker thread.
 
 from __future__ import annotations
 
-import os
-import shutil
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from . import index
 from .errors import Conflict, PermissionDenied
-from .fsutil import fsync_dir, remove_file_durable
-from .ids import validate_session_id
+from .session_files import SessionPaths, finish_delete, write_delete_marker
 
 __all__ = [
-    "SessionFiles",
-    "finish_purge",
     "list_trashed",
-    "mark_for_purge",
     "owner_of",
     "purge_rows",
     "purge_session",
@@ -105,54 +96,18 @@ def list_trashed(conn: sqlite3.Connection, *, plugin_id: str | None = None, limi
     return out
 
 
-@dataclass(frozen=True)
-class SessionFiles:
-    """Every file and directory a session owns (the runtime's DataDir builds it)."""
-
-    transcript: Path
-    deleted_marker: Path
-    revisions: Path
-    inflight: Path
-    scratch: Path
-    review_changes: Path
-
-    @classmethod
-    def in_data_dir(cls, root: Path, session_id: str) -> SessionFiles:
-        sid = validate_session_id(session_id)
-        sessions = root / "sessions"
-        return cls(sessions / f"{sid}.jsonl", sessions / f"{sid}.jsonl.deleted", sessions / f"{sid}.revisions.jsonl",
-                   sessions / f"{sid}.inflight.json", root / "scratch" / sid, root / "review-changes" / sid)
-
-
-def mark_for_purge(files: SessionFiles) -> bool:
-    """Step 1: move the transcript aside so nothing can bring the session back."""
-    if not os.path.lexists(files.transcript):
-        return False
-    os.replace(files.transcript, files.deleted_marker)
-    fsync_dir(files.transcript.parent)
-    return True
-
-
-def finish_purge(files: SessionFiles) -> None:
-    """Step 3: remove what is left (idempotent)."""
-    for path in (files.deleted_marker, files.transcript, files.revisions, files.inflight):
-        remove_file_durable(path)
-    for directory in (files.scratch, files.review_changes):
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-def purge_session(conn: sqlite3.Connection, files: SessionFiles, session_id: str, *,
-                  plugin_id: str | None = None,
+def purge_session(conn: sqlite3.Connection, paths: SessionPaths, *, plugin_id: str | None = None,
                   write: Callable[[Callable[[sqlite3.Connection], Any]], Any] | None = None) -> dict[str, Any]:
     """All three steps in order (tests, the CLI without a host). ``write`` runs one transaction."""
+    session_id = paths.session_id
     run = write or (lambda fn: _tx(conn, fn))
     _scoped(conn, session_id, plugin_id)  # refuse before touching any file
     if index.require_session(conn, session_id)["deletedAt"] is None:
         raise Conflict(f"session {session_id} is not in the trash: trash it before purging",
                        data={"sessionId": session_id})
-    mark_for_purge(files)
+    write_delete_marker(paths, None)
     result = run(lambda c: purge_rows(c, session_id, plugin_id=plugin_id))
-    finish_purge(files)
+    finish_delete(paths)
     return dict(result)
 
 

@@ -173,3 +173,16 @@ def turn_status(conn: sqlite3.Connection, turn_id: str) -> tuple[str, str | None
     """``(status, error_code, session_id)`` of a turn, or None."""
     row = conn.execute("SELECT status, error_code, session_id FROM turns WHERE id = ?", (turn_id,)).fetchone()
     return (row[0], row[1], row[2]) if row else None
+
+
+def abort_running(conn: sqlite3.Connection, session_id: str, now_ms: int) -> int:
+    """A rewrite cut the reply a running turn was producing: the turn ends ``aborted``."""
+    return conn.execute(
+        "UPDATE turns SET status = 'aborted', ended_at = ? WHERE session_id = ? AND status = 'running'",
+        (now_ms, session_id),
+    ).rowcount
+
+
+def require_turn_exists(conn: sqlite3.Connection, turn_id: str) -> None:
+    if conn.execute("SELECT 1 FROM turns WHERE id = ?", (turn_id,)).fetchone() is None:
+        raise NotFound(f"turn {turn_id} not found", data={"turnId": turn_id})

@@ -37,9 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from protocol.limits import MAX_BLOCKS_PER_MESSAGE as MAX_BLOCKS
+
 from ..ids import SESSION_ID_RE, WIRE_ID_RE
 from ..jsonio import now_rfc3339
-from ..records import MAX_BLOCKS, ROLES, rfc3339_to_ms
+from ..records import ROLES, rfc3339_to_ms
 from ..schema import MAX_SEQ
 from .reader import Line, LineReader, file_report, open_source, parse_object, peek_field, read_json_file
 from .report import FileReport, SessionReport

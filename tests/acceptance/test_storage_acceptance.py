@@ -16,9 +16,9 @@ import pytest
 import trio
 
 import actors.db_reader
-import actors.session
 import store.reconcile
 import store.transcript
+import store.windows
 from runtime.client import HostClient, RpcError
 from store.jsonio import dumps_line, loads_line
 from store.records import wire_record
@@ -111,7 +111,7 @@ class _Reads:
         self.pread_calls = 0
         self.span_calls: list[list[tuple[int, int]]] = []
         self.whole_file_scans = 0
-        real_pread, real_spans = os.pread, actors.session.read_spans
+        real_pread, real_spans = os.pread, store.windows.read_spans
         real_scan, real_read = store.reconcile.scan_from, store.transcript.read_transcript
 
         def pread(fd: int, n: int, offset: int) -> bytes:
@@ -133,7 +133,7 @@ class _Reads:
             return real_read(path)
 
         monkeypatch.setattr(os, "pread", pread)
-        monkeypatch.setattr(actors.session, "read_spans", spans)
+        monkeypatch.setattr(store.windows, "read_spans", spans)
         monkeypatch.setattr(store.reconcile, "scan_from", scan)
         monkeypatch.setattr(store.transcript, "read_transcript", read_all)
 
@@ -525,8 +525,8 @@ def test_coalesced_span_reads_match_single_reads(tmp_path: Path, monkeypatch: py
     path.write_bytes(b"".join(lines))
     offsets = [sum(len(x) for x in lines[:i]) for i in range(len(lines))]
     spans = [(offsets[i], len(lines[i])) for i in [0, 1, 2, 5, 6, 30, 3, 4, 39, 38, 7, 8, 9]]
-    assert actors.session.read_spans_coalesced(path, spans) == store.transcript.read_spans(path, spans)
-    assert actors.session.read_spans_coalesced(path, []) == []
-    monkeypatch.setattr(actors.session, "MAX_COALESCED_READ", 60)
+    assert store.windows.read_spans_coalesced(path, spans) == store.transcript.read_spans(path, spans)
+    assert store.windows.read_spans_coalesced(path, []) == []
+    monkeypatch.setattr(store.windows, "MAX_COALESCED_READ", 60)
     spans = [(offsets[i], len(lines[i])) for i in range(20)]
-    assert actors.session.read_spans_coalesced(path, spans) == [bytes(x) for x in lines[:20]]
+    assert store.windows.read_spans_coalesced(path, spans) == [bytes(x) for x in lines[:20]]

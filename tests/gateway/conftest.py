@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import outcome
 import pydantic
 import pytest
 import trio
@@ -30,7 +31,7 @@ class _Model(pydantic.BaseModel):
 
 
 class CodedError(Exception):
-    """Stands in for runtime.actor errors (ActorCrashed, Busy, AskTimeout): a string .code."""
+    """Stands in for runtime.kernel.actor errors (ActorCrashed, Busy, AskTimeout): a string .code."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -43,30 +44,37 @@ class FakeDispatcher:
 
     enqueued: list[Any] = field(default_factory=list)
     contexts: list[CallContext] = field(default_factory=list)
+    nursery: trio.Nursery | None = None
 
     def hello(self, ctx: CallContext) -> dict[str, Any]:
         return {"bootId": "boot-1", "hostVersion": "test"}
 
-    async def dispatch(
-        self,
-        method: str,
-        params: Any,
-        ctx: CallContext,
-        *,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> Any:
+    async def submit(self, method: str, params: Any, ctx: CallContext, reply: Any, *, more: bool = False) -> None:
+        """Enqueue synchronously (the ordering point), answer later through ``reply``."""
         self.contexts.append(ctx)
-        if method == "echo":
-            self.enqueued.append(params)
-            task_status.started()
-            return params
         if method == "record":
             # Enqueue, then finish in REVERSE order: later requests complete first.
             self.enqueued.append(params["n"])
-            task_status.started()
-            for _ in range(max(0, 50 - params["n"])):
-                await trio.lowlevel.checkpoint()
-            return params["n"]
+            assert self.nursery is not None
+            self.nursery.start_soon(self._finish_record, params["n"], reply)
+            return
+        if method == "echo":
+            self.enqueued.append(params)
+        try:
+            value = self._answer(method, params)
+        except Exception as exc:
+            reply(outcome.Error(exc))
+        else:
+            reply(outcome.Value(value))
+
+    async def _finish_record(self, n: int, reply: Any) -> None:
+        for _ in range(max(0, 50 - n)):
+            await trio.lowlevel.checkpoint()
+        reply(outcome.Value(n))
+
+    def _answer(self, method: str, params: Any) -> Any:
+        if method == "echo":
+            return params
         if method == "validate":
             return _Model.model_validate(params).model_dump()
         if method == "fail.session":
@@ -100,7 +108,7 @@ async def start_gateway(
 ) -> Harness:
     config = GatewayConfig(token=TOKEN, **overrides)
     bus = bus or EventBus()
-    dispatcher = FakeDispatcher()
+    dispatcher = FakeDispatcher(nursery=nursery)
     gateway = Gateway(config, dispatcher, bus)
     port = await nursery.start(gateway.serve)
     return Harness(gateway, bus, dispatcher, port, config)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import outcome
 import pytest
 import trio
 import trio.testing
@@ -177,17 +178,20 @@ async def test_in_flight_is_bounded(nursery: trio.Nursery) -> None:
     """With max_in_flight=2, the third request waits; reading resumes when one completes."""
     h = await start_gateway(nursery, max_in_flight=2)
     gate = trio.Event()
-    original = h.dispatcher.dispatch
+    original = h.dispatcher.submit
 
-    async def gated(method: str, params: Any, ctx: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> Any:
+    async def answer_when_open(params: Any, reply: Any) -> None:
+        await gate.wait()
+        reply(outcome.Value(params))
+
+    async def gated(method: str, params: Any, ctx: Any, reply: Any, *, more: bool = False) -> None:
         if method == "wait":
             h.dispatcher.enqueued.append(params)
-            task_status.started()
-            await gate.wait()
-            return params
-        return await original(method, params, ctx, task_status=task_status)
+            nursery.start_soon(answer_when_open, params, reply)
+            return
+        await original(method, params, ctx, reply, more=more)
 
-    h.dispatcher.dispatch = gated  # type: ignore[method-assign]
+    h.dispatcher.submit = gated  # type: ignore[method-assign]
     with trio.fail_after(10):
         async with connect(h.url) as ws:
             await hello(ws)

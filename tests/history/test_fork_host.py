@@ -50,7 +50,7 @@ async def test_fork_copies_the_live_transcript_and_settings(tmp_path):
             await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "u2"})
             await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u2"})
             # a pending approval row of the source is never copied
-            await host.api.db.write(lambda conn: conn.execute(
+            await host.services.db.write(lambda conn: conn.execute(
                 "INSERT INTO plan_approvals(request_id, session_id, turn_id, tool_call_id, plan_json, status, "
                 "created_at, updated_at) VALUES ('r1', ?, 'T1', 'call-1', '{}', 'pending', 0, 0)", (sid,)))
             src_bytes = transcript_path(tmp_path, sid).read_bytes()

@@ -16,8 +16,9 @@ from store.importers import IMPORTERS
 from store.imports import import_unit
 from store.plugin_imports import PluginImport, import_plugin_session, list_plugin_sessions, require_owned
 from store.search import search_messages, search_sessions
+from store.session_files import SessionPaths
 from store.transcript import read_transcript
-from store.trash import SessionFiles, list_trashed, purge_session, restore_session, trash_session
+from store.trash import list_trashed, purge_session, restore_session, trash_session
 from tests.importers import gen
 from tests.samplekit import NOW, rows, tx
 
@@ -38,8 +39,10 @@ def request(**overrides: Any) -> PluginImport:
     return PluginImport(**base)
 
 
-def files(target: ImportTarget, sid: str) -> SessionFiles:
-    return SessionFiles.in_data_dir(target.sessions_dir.parent, sid)
+def files(target: ImportTarget, sid: str) -> SessionPaths:
+    from runtime.datadir import DataDir
+
+    return DataDir(target.sessions_dir.parent).session_paths(sid)
 
 
 def test_seed_11_20_plugin_imports(db: sqlite3.Connection, target: ImportTarget) -> None:
@@ -90,7 +93,7 @@ def test_seed_11_20_plugin_imports(db: sqlite3.Connection, target: ImportTarget)
     assert [s["id"] for s in list_plugin_sessions(db, "other-plugin")] == [other_plugin["sessionId"]]
     # recoverable trash before purge
     with pytest.raises(Conflict):
-        purge_session(db, files(target, sid), sid, plugin_id="chat-export")
+        purge_session(db, files(target, sid), plugin_id="chat-export")
     tx(db, lambda c: trash_session(c, sid, now_ms=NOW + 10, plugin_id="chat-export"))
     with pytest.raises(SessionNotFound):
         require_owned(db, "chat-export", sid)
@@ -100,8 +103,8 @@ def test_seed_11_20_plugin_imports(db: sqlite3.Connection, target: ImportTarget)
     assert require_owned(db, "chat-export", sid)["deletedAt"] is None
     tx(db, lambda c: trash_session(c, sid, now_ms=NOW + 20, plugin_id="chat-export"))
     with pytest.raises(PermissionDenied):
-        purge_session(db, files(target, sid), sid, plugin_id="other-plugin")
-    assert purge_session(db, files(target, sid), sid, plugin_id="chat-export") == {"sessionId": sid, "purged": True}
+        purge_session(db, files(target, sid), plugin_id="other-plugin")
+    assert purge_session(db, files(target, sid), plugin_id="chat-export") == {"sessionId": sid, "purged": True}
     assert not target.transcript(sid).exists()
     assert rows(db, "SELECT COUNT(*) FROM session_import_origins WHERE session_id = ?", sid) == [(0,)]
     assert rows(db, "SELECT COUNT(*) FROM messages WHERE session_id = ?", sid) == [(0,)]
@@ -175,12 +178,12 @@ def test_trash_hides_from_lists_and_search_and_restore_brings_it_back(tmp_path: 
     assert listed() == [sid] and search_messages(db, "zebra")["results"]
     # purge: only from the trash, then the row, the origin, the index rows and the files go
     with pytest.raises(Conflict):
-        purge_session(db, files(target, sid), sid)
+        purge_session(db, files(target, sid))
     tx(db, lambda c: trash_session(c, sid, now_ms=NOW + 3))
     scratch = files(target, sid).scratch
     scratch.mkdir(parents=True)
     (scratch / "note.txt").write_text("x")
-    purge_session(db, files(target, sid), sid)
+    purge_session(db, files(target, sid))
     assert not target.transcript(sid).exists() and not scratch.exists()
     assert rows(db, "SELECT COUNT(*) FROM sessions") == [(0,)]
     assert rows(db, "SELECT COUNT(*) FROM messages") == [(0,)]

@@ -35,7 +35,7 @@ async def contents(c: HostClient, sid: str) -> list[str]:
 
 
 async def set_turn(host: RunningHost, sid: str, tid: str, status: str) -> None:
-    await host.api.db.write(
+    await host.services.db.write(
         lambda conn: conn.execute(
             "INSERT INTO turns(id, session_id, status, started_at) VALUES (?, ?, ?, 0) "
             "ON CONFLICT(id) DO UPDATE SET status = excluded.status", (tid, sid, status)),
@@ -78,7 +78,7 @@ async def test_push_receipt_replays_the_stored_response(tmp_path) -> None:
             again = await push(c, sid, "go", submissionId="sub-1")
             assert again == first
             assert await contents(c, sid) == ["go"]
-            row = await host.api.reads.run(
+            row = await host.services.reads.run(
                 lambda conn: conn.execute("SELECT method FROM command_receipts WHERE submission_id = 'sub-1'")
                 .fetchone())
             assert row == ("session.queuePush",)
@@ -219,7 +219,7 @@ async def test_deleting_the_session_cascades_its_entries(tmp_path) -> None:
             await push(c, sid, "a")
             await push(c, other, "b")
             await c.call("session.delete", {"sessionId": sid})
-            count = await host.api.reads.run(
+            count = await host.services.reads.run(
                 lambda conn: conn.execute("SELECT session_id, count(*) FROM turn_queue GROUP BY session_id")
                 .fetchall())
             assert count == [(other, 1)]
@@ -254,7 +254,7 @@ async def test_a_failed_push_leaves_neither_entry_nor_receipt(tmp_path) -> None:
             with pytest.raises(RpcError):
                 await push(c, sid, "a", submissionId="sub-1", idempotencyKey="k1")
             assert await contents(c, sid) == []
-            receipts = await host.api.reads.run(
+            receipts = await host.services.reads.run(
                 lambda conn: conn.execute("SELECT count(*) FROM command_receipts").fetchone()[0])
             assert receipts == 0
             retry = await push(c, sid, "a", submissionId="sub-1", idempotencyKey="k1")

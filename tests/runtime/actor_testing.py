@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import trio
 
-from runtime.actor import Actor, Fatal
-from runtime.supervisor import Supervisor
+from runtime.kernel.actor import Actor, Fatal
+from runtime.kernel.supervisor import Supervisor
 
 TASK_PREFIXES = ("actor:", "supervisor:")
 

@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from runtime.actor import (
+from runtime.kernel.actor import (
     Actor,
     ActorCrashed,
     ActorError,

@@ -8,8 +8,8 @@ import pytest
 import trio
 import trio.testing
 
-from runtime.actor import Actor, ActorCrashed, ActorStopped, AskTimeout, Busy
-from runtime.supervisor import ChildSpec, DynamicSupervisor, RestartIntensityExceeded, Supervisor
+from runtime.kernel.actor import Actor, ActorCrashed, ActorStopped, AskTimeout, Busy
+from runtime.kernel.supervisor import ChildSpec, DynamicSupervisor, RestartIntensityExceeded, Supervisor
 from tests.runtime.actor_testing import Probe, live_actor_tasks, no_leaked_actor_tasks, spawn, supervisor_running
 
 __all__ = ["no_leaked_actor_tasks"]  # autouse fixture

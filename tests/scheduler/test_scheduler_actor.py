@@ -18,7 +18,7 @@ import trio.testing
 
 from actors.events import EventBus
 from actors.scheduler import Scheduler, SchedulerConfig, SchedulerStatus, TasksChanged
-from runtime.supervisor import ChildSpec, Supervisor
+from runtime.kernel.supervisor import ChildSpec, Supervisor
 from store import schedule, tasks
 from store.faults import Faults
 from tests.scheduler.schedkit import (

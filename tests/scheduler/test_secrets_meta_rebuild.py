@@ -13,9 +13,9 @@ import trio
 
 from store import secrets as secret_store
 from store.secrets_meta_rebuild import rebuild_secrets_meta, scan_secret_files
+from tests.dbkit import NOW
 from tests.hostkit import client_for, inprocess_host
 from tests.scheduler.schedkit import open_db
-from tests.stores.conftest import NOW
 
 
 def _vault(root: Path) -> secret_store.SecretStore:

@@ -104,7 +104,7 @@ def test_create_validates_session_id(tmp_path: Path) -> None:
 
 def test_create_failure_removes_the_partial_file(tmp_path: Path) -> None:
     faults = Faults()
-    faults.add("create.after_write", 1, "enospc")
+    faults.add("create.after_tmp_write", 1, "enospc")
     with pytest.raises(StorageFull):
         create_transcript(tmp_path / "s.jsonl", "s", T0, faults=faults)
     assert list(tmp_path.iterdir()) == []

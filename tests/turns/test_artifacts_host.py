@@ -48,7 +48,7 @@ async def test_write_and_edit_results_become_artifacts(tmp_path):
             assert paths == {"/w/a.py", "/w/z.md"}
             assert counts(tmp_path) == (2, 4)  # Write, Edit, scratch Write (audited, not an artifact), other
             err = await rpc_error(c.call("artifacts.list", {"cursor": "bm90LWEtY3Vyc29y"}))
-            assert err.data_code == "INVALID_PARAMS"
+            assert err.data_code == "INVALID_CURSOR"  # a cursor this host never issued (issue 18)
 
 
 async def test_fault_before_commit_leaves_neither_then_catch_up_restores_both_once(tmp_path):

@@ -1,0 +1,230 @@
+"""What a session handler may do inside its session actor: :class:`SessionContext`.
+
+Handlers get one per call. They read (one snapshot on the read pool, or in the
+actor's own worker thread together with a file step), append lines durably,
+commit (the effect's transaction with the call's receipt), publish events and
+keep per-incarnation memos — never the actor's fields. A failed handler
+poisons the actor (``actors/session.py``), which rebuilds from the transcript
+before the next call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
+
+from actors.gateway_types import CallContext
+from store import index, receipts
+from store.errors import SessionNotFound, StoreError
+from store.faults import Faults
+from store.jsonio import dumps_line
+from store.receipts import ReceiptKey
+from store.records import ms_to_rfc3339
+from store.session_files import SessionPaths
+from store.transcript import TranscriptWriter
+
+if TYPE_CHECKING:
+    from actors.session import SessionActor
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+__all__ = ["SETTING_KEYS", "SessionContext", "UNSET", "session_info_line", "settings_of"]
+
+SETTING_KEYS = ("title", "projectPath", "providerId", "modelId", "mode", "thinkingLevel", "permissionMode")
+
+
+UNSET: Any = object()
+"""``SessionContext.committed`` before the handler committed anything."""
+
+
+class SessionContext:
+    """What a session handler may do: read, write lines, commit, publish. Never the actor's fields."""
+
+    __slots__ = ("_actor", "caller", "receipt", "method", "committed")
+
+    def __init__(self, actor: SessionActor, caller: CallContext, receipt: ReceiptKey | None, method: str = "") -> None:
+        self._actor = actor
+        self.caller = caller
+        self.receipt = receipt
+        self.method = method
+        self.committed: Any = UNSET
+
+    # -- identity and services
+    @property
+    def sid(self) -> str:
+        return self._actor.sid
+
+    @property
+    def paths(self) -> SessionPaths:
+        return self._actor.paths
+
+    @property
+    def faults(self) -> Faults:
+        return self._actor.deps.faults
+
+    @property
+    def services(self) -> Any:
+        return self._actor.deps.services
+
+    @property
+    def cache(self) -> dict[str, Any]:
+        """Per-incarnation memo (cleared when the actor is poisoned): derived, never authoritative."""
+        return self._actor.known.cache
+
+    def now(self) -> int:
+        return self._actor.deps.now_ms()
+
+    # -- the session's state
+    @property
+    def row(self) -> dict[str, Any]:
+        row = self._actor.known.row
+        if row is None:
+            raise SessionNotFound(f"session {self.sid} not found", data={"sessionId": self.sid})
+        return row
+
+    @property
+    def exists(self) -> bool:
+        return self._actor.known.row is not None and not self._actor.known.deleted
+
+    @property
+    def file_len(self) -> int:
+        return self._actor.known.file_len
+
+    @property
+    def epoch(self) -> str | None:
+        return self._actor.known.epoch
+
+    async def ensure_ready(self) -> dict[str, Any]:
+        """The session exists and the index covers every durable line; its row."""
+        st = self._actor.known
+        if st.deleted:
+            raise SessionNotFound(f"session {self.sid} was deleted", data={"sessionId": self.sid})
+        if st.needs_catchup:
+            await self._actor.catch_up()
+        return self.row
+
+    async def catch_up(self) -> dict[str, Any] | None:
+        """Re-derive the row from the index after reconciling it with the transcript."""
+        await self._actor.catch_up()
+        return self._actor.known.row
+
+    async def refresh_row(self) -> dict[str, Any]:
+        self._actor.known.row = await self.read(index.session_row, self.sid)
+        return self.row
+
+    def adopt_window_state(self, row: dict[str, Any], file_len: int, epoch: str | None) -> None:
+        """A cold read proved the index clean for the file: take its row instead of catching up."""
+        st = self._actor.known
+        st.row, st.file_len, st.epoch, st.needs_catchup = row, file_len, epoch, False
+
+    @property
+    def needs_catchup(self) -> bool:
+        return self._actor.known.needs_catchup
+
+    def forget_session(self) -> None:
+        """The session is gone (deleted): refuse everything but a create until then."""
+        st = self._actor.known
+        st.row, st.deleted, st.file_len, st.epoch = None, True, 0, None
+        st.cache.clear()
+
+    def undelete(self) -> None:
+        st = self._actor.known
+        st.deleted = False
+        st.needs_catchup = True
+
+    def mark_stale(self) -> None:
+        """Something changed that the in-memory state may not reflect: rebuild before the next call."""
+        self._actor.poisoned = True
+
+    def appended(self, file_len: int, last_seq: int, updated_at: int) -> None:
+        """Lines this handler wrote through :meth:`writer` are durable and indexed."""
+        st = self._actor.known
+        st.file_len = file_len
+        row = st.row
+        if row is not None:
+            row["messageCount"] = max(int(row["messageCount"]), last_seq)
+            row["updatedAt"] = max(int(row["updatedAt"]), updated_at)
+            row["_indexedLen"] = file_len
+
+    def note_rewritten(self, file_len: int, epoch: str | None) -> None:
+        st = self._actor.known
+        st.file_len, st.epoch = file_len, epoch
+
+    # -- I/O
+    async def io(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
+        """Blocking file work in this actor's own worker thread."""
+        return await self._actor.io(fn, *args)
+
+    async def io_with_reader(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(conn, *args)`` in this actor's worker thread with a read connection (one hop for both)."""
+        reads = self._actor.deps.reads
+
+        def run() -> T:
+            with reads.borrow() as conn:
+                return fn(conn, *args)
+
+        return await self._actor.io(run)
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(conn, *args)`` on a read-pool connection (one snapshot)."""
+        return await self._actor.deps.reads.run(fn, *args)
+
+    async def db(self, fn: Callable[[Any], T], *, durable: bool = True) -> T:
+        """One op in the DB writer's next transaction (no receipt: see :meth:`commit`)."""
+        result: T = await self._actor.deps.db.write(fn, durable=durable)
+        return result
+
+    async def commit(self, fn: Callable[[Any], T], *, durable: bool = True) -> T:
+        """The effect's transaction: ``fn(conn)`` plus this call's receipt row, atomically.
+
+        Its value is the response; a handler with a receipt returns exactly it.
+        """
+        key, sid, now, faults, method = self.receipt, self.sid, self.now(), self.faults, self.method
+
+        def op(conn: Any) -> T:
+            value = fn(conn)
+            if key is not None:
+                receipts.store(conn, key, value, session_id=sid, now_ms=now)
+            faults.point(f"{method}.before_commit")
+            return value
+
+        value = await self.db(op, durable=durable or key is not None)
+        faults.point(f"{method}.after_commit")
+        self.committed = value
+        return value
+
+    async def writer(self) -> TranscriptWriter:
+        return await self._actor.open_writer()
+
+    async def write_lines(self, lines: Sequence[bytes]) -> tuple[list[int], int]:
+        """Append lines durably (one write, one fdatasync): each line's offset and the new length."""
+        return await self._actor.write_lines(lines)
+
+    async def close_writer(self) -> None:
+        """Before a whole-file rewrite: no append may go through the old file's descriptor."""
+        await self._actor.close_writer()
+
+    def storage_failed(self, exc: StoreError) -> None:
+        self._actor.known.storage_failed = exc
+
+    # -- events
+    def publish(self, topic: str, data: dict[str, Any], *, session_id: str | None = None) -> None:
+        self._actor.deps.bus.publish(topic, data, session_id=session_id or self.sid)
+
+    # -- session_info lines
+    def settings(self) -> dict[str, Any]:
+        return settings_of(self.row)
+
+    def session_info_line(self, settings: Mapping[str, Any]) -> bytes:
+        return session_info_line(settings, self.now())
+
+
+def settings_of(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The session metadata a ``session_info`` line records (a rebuilt index keeps it)."""
+    return {key: row.get(key, "" if key == "title" else None) for key in SETTING_KEYS}
+
+
+def session_info_line(settings: Mapping[str, Any], now_ms: int) -> bytes:
+    rec: dict[str, Any] = {"type": "session_info", **settings, "updatedAt": ms_to_rfc3339(now_ms)}
+    return dumps_line(rec)

@@ -1,0 +1,43 @@
+"""Params and results: artifacts.list (seed 003 §4.10)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from .models_common import (
+    ArtifactOp,
+    Cursor,
+    Params,
+    Result,
+    SessionId,
+    TimestampMs,
+)
+
+# ---------------------------------------------------------------------------
+# Artifacts (seed 003 §4.10)
+
+
+class ArtifactsListParams(Params):
+    session_id: SessionId | None = None
+    limit: int = Field(default=100, ge=1, le=500)
+    cursor: Cursor | None = None
+
+
+class Artifact(Result):
+    session_id: SessionId
+    path: str
+    op: ArtifactOp
+    turn_id: str | None = None
+    updated_at: TimestampMs
+
+
+class ArtifactsListResult(Result):
+    artifacts: list[Artifact] = Field(description="Newest updatedAt first.")
+    next_cursor: str | None = None
+
+
+__all__ = [
+    "Artifact",
+    "ArtifactsListParams",
+    "ArtifactsListResult",
+]

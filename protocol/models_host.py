@@ -1,0 +1,99 @@
+"""Params and results: host.hello, host.status."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, StringConstraints
+
+from .models_common import (
+    MAX_TOKEN_CHARS,
+    ClientKind,
+    Count,
+    Params,
+    Result,
+    TimestampMs,
+    WireId,
+)
+
+# ---------------------------------------------------------------------------
+# host.*
+
+
+class HelloParams(Params):
+    token: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TOKEN_CHARS)] = Field(
+        description="Contents of <dataDir>/host.token."
+    )
+    client_id: WireId = Field(description="Stable per client install; keys command receipts.")
+    client_kind: ClientKind
+    protocol: int = Field(ge=1, description="Protocol version the client speaks.")
+
+
+class HelloResult(Result):
+    protocol: int
+    host_version: str
+    boot_id: str
+    server_time: TimestampMs
+
+
+class StatusParams(Params):
+    pass
+
+
+class ActorStats(Result):
+    sessions: Count = Field(description="Live session actors.")
+    total: Count = Field(description="All live actors.")
+    restarts: Count = Field(description="Restarts since boot.")
+
+
+class DbWriterStats(Result):
+    queue_depth: Count
+    peak_depth: Count
+    batches: Count
+    ops: Count | None = None
+    max_batch: Count | None = None
+    full_commits: Count | None = None
+    normal_commits: Count | None = None
+    search_upkeep_steps: Count | None = Field(
+        default=None, description="Idle merge steps of the search index since start (store/search_upkeep.py)."
+    )
+
+
+class BootReport(Result):
+    """What boot recovery found and repaired. Keys may grow."""
+
+    duration_ms: Count | None = None
+    clean_shutdown: bool | None = None
+    sessions_scanned: Count | None = None
+    index_rows_added: Count | None = None
+    index_rows_removed: Count | None = None
+    torn_tails: Count | None = None
+    inflight_promoted: Count | None = None
+    turns_aborted: Count | None = None
+    temp_files_removed: Count | None = None
+    db_rebuilt: bool | None = None
+    secrets_meta_rebuilt: Count | None = Field(
+        default=None, description="secrets_meta rows restored from the secrets/*.sec file headers."
+    )
+
+
+class StatusResult(Result):
+    version: str
+    boot_id: str
+    started_at: TimestampMs
+    uptime_ms: Count
+    actors: ActorStats
+    db_writer: DbWriterStats
+    data_dir_bytes: Count
+    boot: BootReport
+
+
+__all__ = [
+    "ActorStats",
+    "BootReport",
+    "DbWriterStats",
+    "HelloParams",
+    "HelloResult",
+    "StatusParams",
+    "StatusResult",
+]

@@ -1,0 +1,96 @@
+"""Params and results: plan/goal approvals, plans.* (seed 003 §4.6a)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints
+
+from .models_attachments import Sha256
+from .models_common import (
+    Count,
+    MutatingParams,
+    Params,
+    ProjectPath,
+    Result,
+    SessionId,
+    TimestampMs,
+    WireId,
+)
+from .models_records import SessionSummary
+
+# ---------------------------------------------------------------------------
+# Plan / goal approvals (seed 003 §4.6a)
+
+ProposalKind = Literal["plan", "goal"]
+TargetPermissionMode = Literal["ask", "accept-edits", "auto"]
+
+
+class PlansSubmitParams(MutatingParams):
+    session_id: SessionId
+    turn_id: WireId
+    tool_call_id: WireId
+    kind: ProposalKind
+    markdown: str = Field(min_length=1, max_length=1024 * 1024,
+                          description="Written byte-for-byte (UTF-8) to .pi/<kind>/<unique>.md.")
+    title: Annotated[str, StringConstraints(max_length=200)] = ""
+    question: Annotated[str, StringConstraints(max_length=2000)] = ""
+    workspace_root: ProjectPath = Field(description="Absolute; must be the session's project path.")
+    expires_at: TimestampMs | None = Field(default=None, description="Absolute deadline (kept as sent).")
+
+
+class PlanApproval(Result):
+    request_id: str
+    session_id: SessionId
+    turn_id: str
+    tool_call_id: str
+    kind: ProposalKind
+    title: str
+    question: str
+    status: Literal["pending", "approved", "changes_requested", "rejected", "expired", "interrupted"]
+    action: str | None = None
+    target_permission_mode: TargetPermissionMode | None = None
+    created_at: TimestampMs
+    updated_at: TimestampMs
+    expires_at: TimestampMs | None = None
+    resolved_at: TimestampMs | None = None
+    error_code: str | None = None
+    artifact_path: str = Field(description="Relative to the workspace: .pi/<kind>/<unique>.md")
+    artifact_sha256: Sha256
+    artifact_size: Count
+    version: int
+    execution_id: str | None = None
+    execution_state: Literal["queued", "running", "completed", "interrupted"] | None = None
+
+
+class PlansPendingParams(Params):
+    session_id: SessionId | None = None
+
+
+class PlansPendingResult(Result):
+    pending: list[PlanApproval] = Field(description="Only pending rows; terminal ones are never rehydrated.")
+
+
+class PlansRespondParams(MutatingParams):
+    request_id: WireId
+    action: Literal["approve", "reject"]
+    target_permission_mode: TargetPermissionMode | None = Field(
+        default=None, description="Approve only: the session's explicit permission mode from now on."
+    )
+
+
+class PlansRespondResult(Result):
+    approval: PlanApproval
+    session: SessionSummary
+
+
+__all__ = [
+    "PlanApproval",
+    "PlansPendingParams",
+    "PlansPendingResult",
+    "PlansRespondParams",
+    "PlansRespondResult",
+    "PlansSubmitParams",
+    "ProposalKind",
+    "TargetPermissionMode",
+]

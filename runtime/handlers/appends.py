@@ -1,0 +1,87 @@
+"""``session.appendMessage``: a group of appends, one write + one fdatasync + one index op.
+
+The session actor hands every append that waited in its mailbox together to
+:func:`append_group`. In ONE hop to the actor's worker thread it reads what
+the index knows (stored receipts, held ids — ``store.appends.gather``), plans
+each request purely (``store.appends.plan_appends``: replay, D444 remap,
+steering replacement, refusal), and writes + fdatasyncs the planned lines,
+each carrying its receipt in ``meta.receipt``. The index op follows; every
+request gets its own answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from actors.session import SessionCall
+from actors.session_context import SessionContext
+from protocol import models as m
+from protocol.limits import EVENT_RECORD_MAX
+from runtime.handlers import inflight
+from store import index
+from store.appends import AppendPlan, AppendRequest, Refuse, Replay, Write, gather, plan_appends
+from store.errors import IOFailure, StorageFull
+from store.receipts import ReceiptKey
+from store.records import wire_record
+
+__all__ = ["append", "append_group"]
+
+
+async def append(ctx: SessionContext, p: m.AppendMessageParams, key: ReceiptKey | None) -> Any:
+    """One append (the route's group handler is what the actor runs)."""
+    raise NotImplementedError("session.appendMessage runs as a group: see append_group")
+
+
+def request_of(call: SessionCall) -> AppendRequest:
+    params: m.AppendMessageParams = call.params
+    return AppendRequest(params.message.model_dump(by_alias=True, exclude_unset=True), params.turn_id, call.receipt)
+
+
+async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> list[Any]:
+    requests = [request_of(call) for call in calls]
+    writer = await ctx.writer()
+    sid, path, now = ctx.sid, ctx.paths.transcript, ctx.now()
+    last_seq = int(ctx.row["messageCount"])
+
+    def step(conn: Any) -> tuple[AppendPlan, int, int]:
+        known = gather(conn, path, sid, requests)
+        plan = plan_appends(sid, requests, known, last_seq=last_seq, now_ms=now)
+        lines = plan.lines
+        if not lines:
+            return plan, writer.length, writer.length
+        first, new_len = writer.append(lines)
+        return plan, first, new_len
+
+    try:
+        plan, first, new_len = await ctx.io_with_reader(step)
+    except IOFailure as exc:
+        if not isinstance(exc, StorageFull):
+            ctx.storage_failed(exc)
+        raise
+    writes = plan.writes
+    if writes:
+        epoch = ctx.epoch
+        items = []
+        offset = first
+        for w in writes:
+            items.append(index.IndexRecord(w.record, offset, len(w.line), None if w.replace else w.seq))
+            offset += len(w.line)
+        await ctx.db(lambda conn: index.index_messages(conn, sid, items, indexed_len=new_len, file_epoch=epoch,
+                                                       now_ms=now), durable=False)
+        ctx.appended(new_len, plan.last_seq, now)
+        await inflight.after_append(ctx, [w.record for w in writes])
+        for w in writes:
+            data: dict[str, Any] = {"message": w.ref}
+            if len(w.line) <= EVENT_RECORD_MAX:
+                data["record"] = wire_record(w.record)
+            ctx.publish("session.message", data)
+    return [_answer(o) for o in plan.outcomes]
+
+
+def _answer(outcome: Write | Replay | Refuse) -> Any:
+    if isinstance(outcome, Write):
+        return outcome.response()
+    if isinstance(outcome, Replay):
+        return outcome.response
+    return outcome.error

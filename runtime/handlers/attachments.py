@@ -1,0 +1,115 @@
+"""Attachments (seed 000 §2.3, §5): content-addressed blobs under ``attachments/<sha256>``.
+
+``put`` / ``importFile`` write the blob first (hashing while copying, in the
+blob store's own worker thread; writers serialized by its lock), then one
+transaction with the index row and the receipt. A blob is named by its
+content, so a retry after a crash between the two writes the same bytes to
+the same name and gets the same answer: the effect happens once; a blob whose
+row never landed is an orphan that ``attachments.gc`` removes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import trio
+
+from protocol import models as m
+from runtime.context import HostContext, ReadContext, WriterContext
+from store import attachments
+from store.errors import InvalidInput, PayloadTooLarge
+from store.faults import Faults
+from store.receipts import ReceiptKey
+
+T = TypeVar("T")
+
+__all__ = ["Blobs", "estimate", "gc", "import_file", "put", "ref"]
+
+SERVICE = "blobs"
+
+
+class Blobs:
+    """The blob files with their one writer lock and their own worker thread."""
+
+    def __init__(self, directory: Any, *, faults: Faults) -> None:
+        self.files = attachments.AttachmentFiles(directory, faults=faults)
+        self.lock = trio.Lock()
+        self._thread = trio.CapacityLimiter(1)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._thread)
+
+
+def _blob_result(sha: str, size: int, name: str | None, mime: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"ref": attachments.ref_for(sha), "sha256": sha, "size": size}
+    if name is not None:
+        out["name"] = name
+    if mime is not None:
+        out["mimeType"] = mime
+    return out
+
+
+async def _store(ctx: HostContext, write: Callable[[], tuple[str, int]], name: str | None,
+                 mime: str | None) -> Any:
+    blobs: Blobs = ctx.services.get(SERVICE)
+    async with blobs.lock:
+        sha, size = await blobs.run(write)
+        now = ctx.now()
+
+        def effect(conn: Any) -> Any:
+            attachments.record_blob(conn, sha, size, mime, now)
+            return _blob_result(sha, size, name, mime)
+
+        return await ctx.commit(effect)
+
+
+async def put(ctx: HostContext, p: m.AttachmentsPutParams, key: ReceiptKey | None) -> Any:
+    try:
+        data = base64.b64decode(p.data_base64, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidInput("dataBase64 is not valid base64", data={"field": "dataBase64"}) from None
+    if len(data) > attachments.MAX_PUT_BYTES:
+        raise PayloadTooLarge(f"attachment is larger than {attachments.MAX_PUT_BYTES} bytes; use "
+                              "attachments.importFile", data={"field": "dataBase64"})
+    blobs: Blobs = ctx.services.get(SERVICE)
+    return await _store(ctx, lambda: blobs.files.put_bytes(data), p.name, p.mime_type)
+
+
+async def import_file(ctx: HostContext, p: m.AttachmentsImportParams, key: ReceiptKey | None) -> Any:
+    blobs: Blobs = ctx.services.get(SERVICE)
+    budget = await ctx.read(attachments.budget_bytes)
+    return await _store(ctx, lambda: blobs.files.import_file(p.path, max_bytes=budget), p.name, p.mime_type)
+
+
+def ref(ctx: WriterContext, p: m.AttachmentsRefParams, key: ReceiptKey | None) -> Any:
+    created = attachments.record_ref(ctx.conn, p.sha256, p.session_id, p.message_id, ctx.now)
+    out: dict[str, Any] = {"sha256": p.sha256, "sessionId": p.session_id, "created": created}
+    if p.message_id is not None:
+        out["messageId"] = p.message_id
+    return out
+
+
+def estimate(ctx: ReadContext, p: m.AttachmentsEstimateParams) -> Any:
+    return attachments.estimate(ctx.conn).to_wire()
+
+
+async def gc(ctx: HostContext, p: m.AttachmentsGcParams, key: ReceiptKey | None) -> Any:
+    """Evict over budget (never the active session's), refs before bytes; repair orphans and lost bytes."""
+    blobs: Blobs = ctx.services.get(SERVICE)
+    db = ctx.services.db
+
+    def write(fn: Callable[[Any], Any]) -> Any:
+        return trio.from_thread.run(lambda: db.write(fn, durable=True))
+
+    def finalize(conn: Any, result: dict[str, Any]) -> Any:
+        out = {"evicted": result["evicted"], "freedBytes": result["freedBytes"],
+               "orphansRemoved": result["orphansRemoved"], "estimate": attachments.estimate(conn).to_wire()}
+        return ctx.with_receipt(lambda _conn: out)(conn)
+
+    async with blobs.lock:
+        return await blobs.run(lambda: attachments.collect(blobs.files, write, budget=None,
+                                                           active_session_id=p.active_session_id,
+                                                           finalize=finalize))

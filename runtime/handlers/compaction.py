@@ -1,0 +1,55 @@
+"""``session.appendCompaction``: a model-context checkpoint line (seed 003 §2.1).
+
+The line is authoritative (boot rebuilds the ``compactions`` row from it); only
+a receipt needs a durable commit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.session_context import SessionContext
+from protocol import models as m
+from store import index
+from store.compaction import normalize_compaction, normalize_on_read
+from store.errors import Conflict, MessageNotFound
+from store.jsonio import dumps_line, loads_line
+from store.receipts import ReceiptKey
+from store.records import wire_record
+from store.transcript import read_spans
+
+__all__ = ["append_compaction"]
+
+
+async def append_compaction(ctx: SessionContext, p: m.AppendCompactionParams, key: ReceiptKey | None) -> Any:
+    sid = ctx.sid
+    rec = normalize_compaction(p.compaction.model_dump(by_alias=True, exclude_unset=True), now_ms=ctx.now())
+    for name in ("throughMessageId", "firstKeptMessageId"):
+        anchor = rec.get(name)
+        if anchor is None:
+            continue
+        stored = await ctx.read(index.resolve_id, sid, anchor)
+        if stored is None:
+            raise MessageNotFound(f"compaction {name} {anchor} is not in session {sid}",
+                                  data={"sessionId": sid, "messageId": anchor})
+        rec[name] = stored
+    existing = await ctx.read(index.compaction_span, sid, rec["id"])
+    if existing is not None:
+        stored_rec = loads_line((await ctx.io(read_spans, ctx.paths.transcript, [existing]))[0])
+        if ({k: v for k, v in stored_rec.items() if k != "createdAt"}
+                != {k: v for k, v in rec.items() if k != "createdAt"}):
+            raise Conflict(f"compaction {rec['id']} already exists with different content",
+                           data={"sessionId": sid, "compactionId": rec["id"]})
+        result = {"compaction": wire_record(normalize_on_read(stored_rec))}
+        return await ctx.commit(lambda conn: result) if key is not None else result
+    line = dumps_line(rec)
+    offsets, new_len = await ctx.write_lines([line])
+    epoch, now = ctx.epoch, ctx.now()
+    result = {"compaction": wire_record(normalize_on_read(rec))}
+
+    def op(conn: Any) -> Any:
+        index.index_compactions(conn, sid, [index.CompactionRecord(rec, offsets[0], len(line))], now)
+        index.set_index_mark(conn, sid, new_len, epoch)
+        return result
+
+    return await ctx.commit(op, durable=False)

@@ -1,0 +1,162 @@
+"""Plan/goal approvals (seed 003 §4.6a): immutable Markdown artifacts + ``plan_approvals`` rows.
+
+Both are session-routed (they read and change the session's mode); a
+response is routed to the session its request belongs to.
+
+``plans.submit``: an *intent* sidecar naming the artifact about to be written
+(``sessions/<id>.plan-intent.json``, fsynced) → the artifact (temp + link,
+never replacing) → the pending row + receipt in one transaction → the intent
+removed. A crash before the row commits leaves an intent without a row; boot
+removes that artifact (``store.plans.sweep_intents``), so no plan file without
+its row survives, and the retried submission runs once.
+
+After the commit they publish ``plan.requested`` (the pending row) and
+``plan.resolved`` (approved/rejected/expired); rows the boot fence interrupts
+are not announced — ``plans.pending`` is the rehydration path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from actors.session_context import SessionContext
+from protocol import models as m
+from runtime.context import ReadContext, Services
+from store import index, plans
+from store.errors import Conflict, CorruptData, InvalidInput, StoreError
+from store.fsutil import remove_file_durable
+from store.ids import new_id
+from store.receipts import ReceiptKey
+
+__all__ = ["pending", "respond", "respond_target", "submit"]
+
+
+async def submit(ctx: SessionContext, p: m.PlansSubmitParams, key: ReceiptKey | None) -> Any:
+    row = ctx.row
+    kind = p.kind
+    root = row.get("projectPath")
+    if not root:
+        raise InvalidInput(f"session {ctx.sid} has no project: a {kind} artifact needs the session's workspace",
+                           data={"field": "workspaceRoot"})
+    if index.normalize_project_path(p.workspace_root) != root:
+        raise Conflict(f"workspaceRoot is not session {ctx.sid}'s project ({root})",
+                       data={"field": "workspaceRoot", "projectPath": root})
+    if row.get("mode") != kind:
+        raise Conflict(f"session {ctx.sid} is in {row.get('mode')} mode; a {kind} is submitted in {kind} mode",
+                       data={"sessionId": ctx.sid, "mode": row.get("mode")})
+    now = ctx.now()
+    existing = await ctx.read(plans.pending_of, ctx.sid)
+    if existing is not None and (existing.get("expiresAt") is None or existing["expiresAt"] > now):
+        raise Conflict(f"session {ctx.sid} already has a pending {existing['kind']} approval",
+                       data={"sessionId": ctx.sid, "requestId": existing["requestId"]})
+    markdown = p.markdown.encode("utf-8")
+    request_id = new_id("plan_")
+    planned = plans.Artifact(plans.artifact_name(kind, now), plans.sha256_of(markdown), len(markdown))
+    intent, faults, sid = ctx.paths.plan_intent, ctx.faults, ctx.sid
+    await ctx.io(lambda: plans.write_intent(intent, request_id=request_id, session_id=sid, workspace_root=root,
+                                            artifact=planned))
+    artifact = await ctx.io(lambda: plans.write_artifact(root, kind, markdown, faults=faults, now_ms=now,
+                                                         relative_path=planned.relative_path))
+    await ctx.io(faults.point, "plans.before_row")
+
+    def op(conn: Any) -> Any:
+        return plans.insert_pending(
+            conn, request_id=request_id, session_id=sid, turn_id=p.turn_id, tool_call_id=p.tool_call_id,
+            kind=kind, markdown=p.markdown, title=p.title, question=p.question, artifact=artifact,
+            expires_at=p.expires_at, now_ms=now)
+
+    try:
+        result = await ctx.commit(op)
+    except StoreError:
+        await ctx.io(plans.remove_artifact, root, artifact.relative_path)
+        await ctx.io(remove_file_durable, intent)
+        raise
+    await ctx.io(remove_file_durable, intent)
+    if existing is not None:  # it was past its deadline: insert_pending expired it in the same transaction
+        _publish_resolved(ctx, existing["requestId"], "expired")
+    ctx.publish("plan.requested", {"approval": result})
+    return result
+
+
+async def respond_target(services: Services, p: m.PlansRespondParams, key: ReceiptKey | None) -> str:
+    """The session a response goes to: the one its request belongs to."""
+    request = await services.reads.run(plans.get_request, p.request_id)
+    return str(request["sessionId"])
+
+
+async def respond(ctx: SessionContext, p: m.PlansRespondParams, key: ReceiptKey | None) -> Any:
+    row = ctx.row
+    request_id = p.request_id
+    now = ctx.now()
+    current = await ctx.read(plans.get_request, request_id)
+    if current["sessionId"] != ctx.sid:
+        raise Conflict(f"approval request {request_id} belongs to another session", data={"requestId": request_id})
+    if current["status"] == "pending" and current.get("expiresAt") is not None and current["expiresAt"] <= now:
+        sid = ctx.sid
+        await ctx.db(lambda conn: plans.expire_stale(conn, sid, now), durable=True)
+        current = await ctx.read(plans.get_request, request_id)
+        if current["status"] == "expired":
+            _publish_resolved(ctx, request_id, "expired")
+    if current["status"] != "pending":
+        raise Conflict(f"approval request {request_id} is {current['status']}, not pending: a stale response "
+                       "is refused", data={"requestId": request_id, "status": current["status"]})
+    sid = ctx.sid
+    if p.action == "reject":
+        def reject_op(conn: Any) -> Any:
+            approval = plans.reject(conn, request_id, now_ms=now)
+            return {"approval": approval, "session": index.public_session(index.require_session(conn, sid))}
+
+        rejected = await ctx.commit(reject_op)
+        _publish_resolved(ctx, request_id, rejected["approval"]["status"])
+        return rejected
+    root = row.get("projectPath")
+    if not root:
+        raise CorruptData(f"session {ctx.sid} lost its project; the artifact cannot be verified",
+                          data={"requestId": request_id})
+    await ctx.io(plans.verify_artifact, root, current.get("artifactPath"), current.get("artifactSha256"),
+                 current.get("artifactSize"))
+    target = p.target_permission_mode
+    before = ctx.settings()
+    after = {**before, "mode": "agent", **({"permissionMode": target} if target else {})}
+    _, new_len = await ctx.write_lines([ctx.session_info_line(after)])
+    epoch = ctx.epoch
+    execution_id = new_id("exec_")
+
+    def approve_op(conn: Any) -> Any:
+        approval = plans.approve(conn, request_id, target_permission_mode=target, execution_id=execution_id,
+                                 now_ms=now)
+        index.set_index_mark(conn, sid, new_len, epoch)
+        return {"approval": approval, "session": index.public_session(index.require_session(conn, sid))}
+
+    try:
+        result = await ctx.commit(approve_op)
+    except Exception:
+        await _undo_mode_line(ctx, request_id, before)
+        raise
+    await ctx.refresh_row()
+    ctx.publish("session.updated", {"session": result["session"]})
+    _publish_resolved(ctx, request_id, result["approval"]["status"])
+    return result
+
+
+def pending(ctx: ReadContext, p: m.PlansPendingParams) -> Any:
+    return {"pending": plans.list_pending(ctx.conn, p.session_id)}
+
+
+def _publish_resolved(ctx: SessionContext, request_id: str, status: str) -> None:
+    """``plan.resolved`` after the commit. Boot interruptions are not announced: ``plans.pending`` rehydrates."""
+    ctx.publish("plan.resolved", {"requestId": request_id, "sessionId": ctx.sid, "status": status})
+
+
+async def _undo_mode_line(ctx: SessionContext, request_id: str, before: Mapping[str, Any]) -> None:
+    """The approval did not commit: put the previous settings back as the newest session_info line.
+
+    If it did commit (only the reply was lost), nothing is undone.
+    """
+    try:
+        state = await ctx.read(plans.get_request, request_id)
+        if state["status"] != "approved":
+            await ctx.write_lines([ctx.session_info_line(dict(before))])
+    except StoreError:
+        pass  # the rebuild before the next request re-derives the row from the transcript

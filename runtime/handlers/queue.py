@@ -1,0 +1,195 @@
+"""The host-owned turn queue (seed 003 §4.6b): ``session.queue*``.
+
+Queue rows are DB-only state: every change is one durable commit holding the
+queue change and its command receipt (``store/queue.py`` plans each change
+purely, load → plan → apply).
+
+Who drives a queue is in-memory state: the controller (the agent sidecar)
+that attached in *this host process*. It lives in a :class:`QueueControl`
+book made once per host (``Services.extra["queue"]``), not in the actor, so
+an idle session actor that passivates, or one that crashes and restarts,
+keeps its controller; a host restart starts every queue ``held`` again until
+a controller attaches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from actors.session_context import SessionContext
+from protocol import models as m
+from store import queue
+from store.errors import Conflict
+from store.ids import new_id
+from store.receipts import ReceiptKey
+
+__all__ = ["QueueControl", "attach", "list_queue", "prioritize", "push", "remove", "reorder", "take"]
+
+SERVICE = "queue"
+TOPIC = "session.queue"
+CONTROLLER_KIND = "agent"
+
+
+@dataclass
+class ControllerSlot:
+    session_created_at: Any = None  # a deleted and re-created session id starts held again
+    controller_id: str | None = None
+
+    @property
+    def held(self) -> bool:
+        return self.controller_id is None
+
+
+class QueueControl:
+    """Per-host book of queue controllers (one slot per session that was asked about)."""
+
+    def __init__(self) -> None:
+        self._slots: dict[str, ControllerSlot] = {}
+
+    def slot(self, session_id: str, session_created_at: Any) -> ControllerSlot:
+        found = self._slots.get(session_id)
+        if found is None or found.session_created_at != session_created_at:
+            found = self._slots[session_id] = ControllerSlot(session_created_at)
+        return found
+
+    def forget(self, session_id: str) -> None:
+        self._slots.pop(session_id, None)
+
+
+def _slot(ctx: SessionContext) -> ControllerSlot:
+    control: QueueControl = ctx.services.get(SERVICE)
+    return control.slot(ctx.sid, ctx.row.get("createdAt"))
+
+
+def queue_state(slot: ControllerSlot, entries: tuple[queue.Entry, ...]) -> dict[str, Any]:
+    """The ``QueueState`` wire shape."""
+    state: dict[str, Any] = {"entries": [e.to_wire() for e in entries], "held": slot.held}
+    if slot.controller_id is not None:
+        state["controllerId"] = slot.controller_id
+    return state
+
+
+def _publish(ctx: SessionContext, state: Mapping[str, Any]) -> None:
+    ctx.publish(TOPIC, {**state, "sessionId": ctx.sid})
+
+
+async def push(ctx: SessionContext, p: m.QueuePushParams, key: ReceiptKey | None) -> Any:
+    slot = _slot(ctx)
+    inp = queue.PushInput(
+        principal=p.principal,
+        content=p.content,
+        permission_mode=p.permission_mode,
+        idempotency_key=p.idempotency_key,
+        attachments=tuple(p.attachments or ()),
+        session_message_id=p.session_message_id,
+    )
+    entry_id = "q_" + new_id()
+    now, sid, faults = ctx.now(), ctx.sid, ctx.faults
+    outcome: list[queue.Outcome] = []
+
+    def op(conn: Any) -> dict[str, Any]:
+        out = queue.push(conn, sid, inp, new_id=entry_id, now_ms=now, faults=faults)
+        assert out.plan.entry is not None
+        outcome.append(out)
+        return {"entry": out.plan.entry.to_wire(), "replayed": out.plan.replayed}
+
+    result = await ctx.commit(op)
+    if outcome[0].plan.changed:
+        _publish(ctx, queue_state(slot, outcome[0].entries))
+    return result
+
+
+async def list_queue(ctx: SessionContext, p: m.QueueListParams, key: ReceiptKey | None) -> Any:
+    slot = _slot(ctx)
+    return queue_state(slot, await ctx.read(queue.list_entries, ctx.sid))
+
+
+async def _edit(ctx: SessionContext, run: Callable[[Any, str, int], queue.Outcome]) -> Any:
+    slot = _slot(ctx)
+    now, sid = ctx.now(), ctx.sid
+    changed: list[bool] = []
+
+    def op(conn: Any) -> dict[str, Any]:
+        out = run(conn, sid, now)
+        changed.append(out.plan.changed)
+        return queue_state(slot, out.entries)
+
+    state = await ctx.commit(op)
+    if changed[0]:
+        _publish(ctx, state)
+    return state
+
+
+async def remove(ctx: SessionContext, p: m.QueueEntryParams, key: ReceiptKey | None) -> Any:
+    faults = ctx.faults
+    return await _edit(ctx, lambda conn, sid, now: queue.remove(conn, sid, p.entry_id, now_ms=now, faults=faults))
+
+
+async def prioritize(ctx: SessionContext, p: m.QueueEntryParams, key: ReceiptKey | None) -> Any:
+    faults = ctx.faults
+    return await _edit(ctx, lambda conn, sid, now: queue.prioritize(conn, sid, p.entry_id, now_ms=now, faults=faults))
+
+
+async def reorder(ctx: SessionContext, p: m.QueueReorderParams, key: ReceiptKey | None) -> Any:
+    faults = ctx.faults
+    return await _edit(ctx, lambda conn, sid, now: queue.reorder(conn, sid, p.entry_id, p.direction, now_ms=now,
+                                                                 faults=faults))
+
+
+async def attach(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey | None) -> Any:
+    """Become the controller (the last attach wins); releases a held queue.
+
+    The controller is this host process's memory; the receipt (a row, so a
+    retry with the same key is answered from it) records the answer given.
+    """
+    kind = ctx.caller.client_kind
+    if kind != CONTROLLER_KIND:
+        raise Conflict(
+            f"only a sidecar connected with clientKind {CONTROLLER_KIND!r} may control a session queue "
+            f"(this connection is {kind!r})",
+            data={"sessionId": ctx.sid, "clientKind": kind},
+        )
+    slot = _slot(ctx)
+    changed = slot.controller_id != p.controller_id
+    slot.controller_id = p.controller_id
+    state = queue_state(slot, await ctx.read(queue.list_entries, ctx.sid))
+    if key is not None:
+        state = await ctx.commit(lambda conn: state)
+    if changed:
+        _publish(ctx, state)
+    return state
+
+
+async def take(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey | None) -> Any:
+    """Hand out the next entry, removing it in the same transaction as its receipt.
+
+    Nothing while the queue is held or a turn is running (``reason`` says
+    which); a caller that is not the attached controller gets CONFLICT.
+    """
+    slot = _slot(ctx)
+    if slot.held:
+        return {"entry": None, "reason": "held"}
+    if slot.controller_id != p.controller_id:
+        raise Conflict(
+            f"{p.controller_id} is not the queue controller of session {ctx.sid} "
+            f"(the controller is {slot.controller_id})",
+            data={"sessionId": ctx.sid, "controllerId": p.controller_id},
+        )
+    now, sid, faults = ctx.now(), ctx.sid, ctx.faults
+    taken: list[queue.Outcome] = []
+
+    def op(conn: Any) -> dict[str, Any]:
+        if queue.has_running_turn(conn, sid):
+            return {"entry": None, "reason": "turnRunning"}
+        out = queue.take(conn, sid, now_ms=now, faults=faults)
+        if out.plan.entry is None:
+            return {"entry": None, "reason": "empty"}
+        taken.append(out)
+        return {"entry": out.plan.entry.to_wire()}
+
+    result = await ctx.commit(op)
+    if taken:
+        _publish(ctx, queue_state(slot, taken[0].entries))
+    return result

@@ -1,0 +1,423 @@
+"""Regenerate branches and whole-transcript rewrites (seed 003 §4.9, §5).
+
+``session.saveActiveRevision`` / ``activateRevision`` / ``listRevisions`` and
+the rewrites ``session.truncateFrom`` / ``replaceMessages``. Each runs inside
+the session actor and keeps the write order of docs/DESIGN.md: files first
+(revisions line and/or transcript, each fsynced), index transaction second,
+reply last.
+
+A rewrite (:func:`commit_rewrite`) is: archive every branch that is about to
+leave the transcript (a full ``revision`` line, so no ``revision_live``
+reference is ever stranded) → atomic transcript rewrite (new epoch; the
+request's receipt rides in the new header) → one DB transaction (reindex with
+owning turns, branch rows, ``is_active`` from the new root stamps, receipt).
+A crash between the rewrite and the reindex is healed by the next catch-up
+(the epoch differs, so it reindexes in full and restores the receipt from
+the header), and :func:`ensure_synced` re-derives the branch rows and
+``is_active`` from the files once per actor incarnation.
+
+Per-incarnation memo in ``ctx.cache``: ``revisions.synced`` (rows and
+``is_active`` match the files) and ``revisions.liveRefs`` (the
+``(root, index)`` pairs whose newest record is a ``revision_live`` reference).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from actors.session_context import SessionContext
+from protocol import models as m
+from store import index
+from store.errors import Conflict, CorruptData, InvalidInput, MessageNotFound, NotFound
+from store.fsutil import remove_file_durable
+from store.jsonio import dumps_line, loads_line
+from store.receipts import ReceiptKey, file_record
+from store.records import normalize_message, receipt_of, rfc3339_to_ms, wire_record, with_receipt
+from store.revisions import (
+    append_revision_lines,
+    family_of,
+    find_root,
+    live_stamps,
+    read_revisions,
+    restore_rows,
+    revision_line,
+    revision_live_line,
+    revision_rows,
+    root_before,
+    stamp_of,
+    sync_active,
+    upsert_row,
+    with_stamp,
+)
+from store.rewrite import LiveTranscript, RewritePlan, apply_rewrite, load_live, plan_rewrite, reindex, turn_map
+from store.transcript import read_spans
+from store.turns import abort_running
+
+__all__ = ["activate", "list_revisions", "replace_messages", "save_active", "snapshot", "truncate_from"]
+
+SYNCED = "revisions.synced"
+LIVE_REFS = "revisions.liveRefs"
+ARCHIVE_MODES = ("regenerate", "retry", "edit")
+
+Archive = tuple[str, int, list[dict[str, Any]], dict[str, str]]
+"""(rootUserId, revisionIndex, branch messages, turns) to store as a full ``revision`` line."""
+
+
+# ---------------------------------------------------------------------- shared steps
+
+
+async def snapshot(ctx: SessionContext) -> LiveTranscript:
+    created = int(ctx.row.get("createdAt") or 0)
+    path = ctx.paths.transcript
+    return await ctx.io(lambda: load_live(path, default_created_ms=created))
+
+
+def resolve_position(live: LiveTranscript, session_id: str, message_id: str) -> int | None:
+    """The client's message id in the live transcript: as chosen, else its D444 spelling."""
+    pos = live.position(message_id)
+    return pos if pos is not None else live.position(f"{session_id}:{message_id}")
+
+
+async def ensure_synced(ctx: SessionContext, live: LiveTranscript | None = None) -> LiveTranscript | None:
+    """Once per actor incarnation: branch rows the index lost come back, ``is_active`` follows the stamps."""
+    if ctx.cache.get(SYNCED):
+        return live
+    live = live or await snapshot(ctx)
+    rf = await ctx.io(read_revisions, ctx.paths.revisions)
+    stamps = live_stamps(live.messages)
+    sid, now, messages = ctx.sid, ctx.now(), live.messages
+
+    def op(conn: Any) -> None:
+        restore_rows(conn, sid, rf, messages, now)
+        sync_active(conn, sid, stamps)
+
+    await ctx.db(op, durable=True)
+    ctx.cache[LIVE_REFS] = rf.live_refs()
+    ctx.cache[SYNCED] = True
+    return live
+
+
+def _live_refs(ctx: SessionContext) -> set[tuple[str, int]]:
+    refs = ctx.cache.setdefault(LIVE_REFS, set())
+    assert isinstance(refs, set)
+    return refs
+
+
+async def archive(ctx: SessionContext, items: Sequence[Archive]) -> None:
+    """Append full ``revision`` lines (one write, one fsync) and forget their live references."""
+    if not items:
+        return
+    now = ctx.now()
+    lines = [revision_line(root, idx, msgs, turns, created_at_ms=now) for root, idx, msgs, turns in items]
+    path, faults = ctx.paths.revisions, ctx.faults
+    await ctx.io(lambda: append_revision_lines(path, lines, faults=faults))
+    refs = _live_refs(ctx)
+    for root, idx, _, _ in items:
+        refs.discard((root, idx))
+
+
+def dropped_live_branches(
+    ctx: SessionContext, old: Sequence[Mapping[str, Any]], new_ids: set[str], handled: set[tuple[str, int]],
+    turns: Mapping[str, str],
+) -> list[Archive]:
+    """archive_dropped_live_branches: every referenced live branch whose root the rewrite deletes."""
+    out: list[Archive] = []
+    for root, idx in sorted(_live_refs(ctx)):
+        if (root, idx) in handled:
+            continue
+        pos = find_root(old, root)
+        if pos is None or old[pos]["id"] in new_ids:
+            continue
+        branch = [dict(m) for m in old[pos:]]
+        out.append((root, idx, branch, {k: v for k, v in turns.items() if any(m["id"] == k for m in branch)}))
+    return out
+
+
+def plan_for(live: LiveTranscript, messages: Sequence[Mapping[str, Any]]) -> RewritePlan:
+    return plan_rewrite(messages, live.compactions, tombstones=live.tombstones, session_info=live.session_info)
+
+
+async def commit_rewrite(
+    ctx: SessionContext,
+    live: LiveTranscript,
+    plan: RewritePlan,
+    finish: Callable[[Any, int], Any],
+    *,
+    archives: Sequence[Archive] = (),
+    turn_overrides: Mapping[str, str] | None = None,
+    receipt_extra: Mapping[str, Any] | None = None,
+) -> Any:
+    """Archive → atomic rewrite (receipt in the header) → one reindex transaction.
+
+    Returns ``finish(conn, now)``'s value: the response, stored with the receipt.
+    """
+    await archive(ctx, archives)
+    await ctx.close_writer()
+    receipt = file_record(ctx.receipt, **dict(receipt_extra or {})) if ctx.receipt is not None else None
+    path, sid, faults = ctx.paths.transcript, ctx.sid, ctx.faults
+    rewritten = await ctx.io(lambda: apply_rewrite(path, sid, live.created_at_ms, plan, receipt=receipt,
+                                                   faults=faults))
+    ctx.note_rewritten(rewritten.file_len, rewritten.epoch)
+    await ctx.io(faults.point, "rewrite.before_reindex")
+    stamps = live_stamps(plan.messages)
+    now = ctx.now()
+
+    def op(conn: Any) -> Any:
+        reindex(conn, sid, rewritten, now_ms=now, turn_overrides=turn_overrides)
+        index.touch_session(conn, sid, now)
+        for root, idx, msgs, _ in archives:
+            upsert_row(conn, sid, root, idx, message_count=len(msgs), now_ms=now)
+        sync_active(conn, sid, stamps)
+        return finish(conn, now)
+
+    result = await ctx.commit(op)
+    row = await ctx.refresh_row()
+    ctx.publish("session.updated", {"session": index.public_session(row)})
+    return result
+
+
+def _session(conn: Any, sid: str) -> dict[str, Any]:
+    return index.public_session(index.require_session(conn, sid))
+
+
+def _next_index(rows: Sequence[Mapping[str, Any]]) -> int:
+    return max((int(r["revisionIndex"]) for r in rows), default=0) + 1
+
+
+# ---------------------------------------------------------------------- session.saveActiveRevision
+
+
+async def resolve_family(ctx: SessionContext, root_user_id: str) -> str:
+    """The family key as stored: the client's id, or its D444 spelling when that is what this session holds."""
+    return await ctx.read(index.resolve_id, ctx.sid, root_user_id) or root_user_id
+
+
+async def _locate_root(ctx: SessionContext, family: str) -> tuple[int, dict[str, Any], int]:
+    """(position, newest root record, live message count) — index fast path, full read otherwise."""
+    sid = ctx.sid
+    total = int((await ctx.refresh_row())["messageCount"])
+    hit = (await ctx.read(index.lookup_ids, [family])).get(family)
+    if hit is not None and hit[0] == sid:
+        blob = (await ctx.io(read_spans, ctx.paths.transcript, [(hit[2], hit[3])]))[0]
+        rec = loads_line(blob)
+        if rec.get("role") == "user" and family_of(rec) == family:
+            return hit[1] - 1, rec, total
+    live = await snapshot(ctx)
+    pos = find_root(live.messages, family)
+    if pos is None:
+        raise MessageNotFound(f"no live user message roots revision family {family} in session {sid}",
+                              data={"sessionId": sid, "messageId": family})
+    return pos, live.messages[pos], len(live.messages)
+
+
+async def save_active(ctx: SessionContext, p: m.SaveActiveRevisionParams, key: ReceiptKey | None) -> Any:
+    await ensure_synced(ctx)
+    sid = ctx.sid
+    pos, root, total = await _locate_root(ctx, await resolve_family(ctx, p.root_user_id))
+    family = family_of(root)
+    rows = await ctx.read(revision_rows, sid, family)
+    known = {int(r["revisionIndex"]) for r in rows}
+    stamped = stamp_of(root).active
+    # D307: refresh the stamped variant; a stamped variant with no row yet is its own new variant.
+    idx = stamped if stamped in known else _next_index(rows)
+    count = len(known | {idx})
+    message_count = total - pos
+    now = ctx.now()
+    # 1. the pager stamp: a same-id replacement line (keep-last at first position), only if it changes
+    stamped_rec = with_stamp(root, count=count, active=idx, root=family)
+    item: index.IndexRecord | None = None
+    new_len = ctx.file_len
+    if stamped_rec != root:
+        line = dumps_line(stamped_rec)
+        offsets, new_len = await ctx.write_lines([line])
+        item = index.IndexRecord(stamped_rec, offsets[0], len(line))
+    # 2. the constant-size reference line
+    path, faults = ctx.paths.revisions, ctx.faults
+    await ctx.io(lambda: append_revision_lines(path, [revision_live_line(family, idx, created_at_ms=now)],
+                                               faults=faults))
+    _live_refs(ctx).add((family, idx))
+    epoch = ctx.epoch
+
+    # 3. index: the root row's span, the branch row (+ is_active flip), the receipt
+    def op(conn: Any) -> Any:
+        if item is not None:
+            index.index_messages(conn, sid, [item], indexed_len=new_len, file_epoch=epoch, now_ms=now, touch=False)
+        upsert_row(conn, sid, family, idx, message_count=message_count, now_ms=now, active=True)
+        info = next(r for r in revision_rows(conn, sid, family) if r["revisionIndex"] == idx)
+        return {"revision": info}
+
+    result = await ctx.commit(op)
+    if item is not None:
+        ref = {**index.message_ref(sid, pos + 1, stamped_rec, None),
+               "createdAt": rfc3339_to_ms(stamped_rec.get("createdAt"), now)}
+        ctx.publish("session.message", {"message": ref, "record": wire_record(stamped_rec), "replaced": True})
+    return result
+
+
+# ---------------------------------------------------------------------- session.listRevisions
+
+
+async def list_revisions(ctx: SessionContext, p: m.ListRevisionsParams, key: ReceiptKey | None) -> Any:
+    await ensure_synced(ctx)
+    return {"revisions": await ctx.read(revision_rows, ctx.sid, p.root_user_id)}
+
+
+# ---------------------------------------------------------------------- session.activateRevision
+
+
+async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: ReceiptKey | None) -> Any:
+    live = await snapshot(ctx)
+    await ensure_synced(ctx, live)
+    sid = ctx.sid
+    target_idx = p.revision_index
+    rpos = find_root(live.messages, await resolve_family(ctx, p.root_user_id))
+    if rpos is None:
+        raise MessageNotFound(f"no live user message roots revision family {p.root_user_id} in session {sid}",
+                              data={"sessionId": sid, "messageId": p.root_user_id})
+    root = live.messages[rpos]
+    family = family_of(root)
+    rf = await ctx.io(read_revisions, ctx.paths.revisions)
+    target = rf.get(family, target_idx)
+    if target is None:
+        raise NotFound(f"revision {target_idx} of family {family} does not exist",
+                       data={"sessionId": sid, "rootUserId": family, "revisionIndex": target_idx})
+    rows = await ctx.read(revision_rows, sid, family)
+    known = {int(r["revisionIndex"]) for r in rows} | {e.revision_index for e in rf.family(family)}
+    stamped = stamp_of(root).active
+    current = stamped if stamped in known else None
+    if current == target_idx:
+        # already live: nothing is rewritten (the receipt, if any, is a row)
+        summary = index.public_session(await ctx.refresh_row())
+        result = {"session": summary, "revisions": rows}
+        return await ctx.commit(lambda conn: result) if key is not None else result
+    if target.live:
+        raise CorruptData(
+            f"revision {target_idx} of family {family} is only a live reference but is not the live branch",
+            data={"sessionId": sid, "rootUserId": family, "revisionIndex": target_idx})
+    live_idx = current if current is not None else max(known, default=0) + 1
+    turns = await ctx.read(turn_map, sid)
+    live_branch = [dict(msg) for msg in live.messages[rpos:]]
+    branch_ids = {msg["id"] for msg in live_branch}
+    # 1. materialize the live branch as a full revision line first (it is about to leave),
+    #    unless the file already holds exactly this branch for its variant
+    stored = rf.get(family, live_idx)
+    archives: list[Archive] = []
+    if stored is None or stored.live or _unstamped(stored.messages) != _unstamped(live_branch):
+        archives.append((family, live_idx, live_branch, {k: v for k, v in turns.items() if k in branch_ids}))
+    restored = [dict(msg) for msg in target.messages]
+    if restored and restored[0].get("role") == "user":
+        restored[0] = with_stamp(restored[0], count=len(known | {live_idx}), active=target_idx, root=family)
+    merged: dict[str, dict[str, Any]] = {}
+    for rec in live.messages[:rpos] + restored:
+        merged[rec["id"]] = rec  # keep-last content at first position (the reader rule)
+    new_msgs = list(merged.values())
+    await _check_foreign_ids(ctx, [msg["id"] for msg in restored])
+    archives += dropped_live_branches(ctx, live.messages, set(merged), {(family, live_idx)}, turns)
+    plan = plan_for(live, new_msgs)
+
+    def finish(conn: Any, now: int) -> Any:
+        return {"session": _session(conn, sid), "revisions": revision_rows(conn, sid, family)}
+
+    return await commit_rewrite(ctx, live, plan, finish, archives=archives, turn_overrides=dict(target.turns),
+                                receipt_extra={"rootUserId": family})
+
+
+def _unstamped(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Messages without the pager stamp (presentation metadata a restore sets afresh)."""
+    out = []
+    for msg in messages:
+        rec = dict(msg)
+        meta = rec.get("meta")
+        if isinstance(meta, Mapping):
+            rec["meta"] = {k: v for k, v in meta.items() if k not in ("revisionCount", "activeRevision")}
+        out.append(rec)
+    return out
+
+
+async def _check_foreign_ids(ctx: SessionContext, ids: Sequence[str]) -> None:
+    known = await ctx.read(index.lookup_ids, ids)
+    foreign = sorted(mid for mid, hit in known.items() if hit[0] != ctx.sid)
+    if foreign:
+        raise Conflict(f"message id {foreign[0]} belongs to another session",
+                       data={"sessionId": ctx.sid, "messageId": foreign[0]})
+
+
+# ---------------------------------------------------------------------- session.truncateFrom
+
+
+async def truncate_from(ctx: SessionContext, p: m.TruncateFromParams, key: ReceiptKey | None) -> Any:
+    live = await snapshot(ctx)
+    await ensure_synced(ctx, live)
+    sid = ctx.sid
+    pos = resolve_position(live, sid, p.message_id)
+    if pos is None:
+        raise MessageNotFound(f"message {p.message_id} is not in session {sid}; nothing was cut",
+                              data={"sessionId": sid, "messageId": p.message_id})
+    old = live.messages
+    new_msgs = [dict(msg) for msg in old[:pos]]
+    turns = await ctx.read(turn_map, sid)
+    archives: list[Archive] = []
+    handled: set[tuple[str, int]] = set()
+    if p.mode in ARCHIVE_MODES:
+        rpos = root_before(old, pos)
+        if rpos is not None:
+            root = old[rpos]
+            family = family_of(root)
+            rows = await ctx.read(revision_rows, sid, family)
+            known = {int(r["revisionIndex"]) for r in rows}
+            stamped = stamp_of(root).active
+            idx = stamped if stamped in known else _next_index(rows)  # refresh, or mint an inactive variant
+            branch = [dict(msg) for msg in old[rpos:]]
+            ids = {msg["id"] for msg in branch}
+            archives.append((family, idx, branch, {k: v for k, v in turns.items() if k in ids}))
+            handled.add((family, idx))
+            if rpos < pos:  # the root stays: its pager now counts the variant about to be generated
+                after = known | {idx}
+                new_msgs[rpos] = with_stamp(root, count=len(after) + 1, active=max(after) + 1, root=family)
+    archives += dropped_live_branches(ctx, old, {msg["id"] for msg in new_msgs}, handled, turns)
+    plan = plan_for(live, new_msgs)
+    removed = len(old) - pos
+    # The in-flight checkpoint belongs to the reply being cut; drop it before the rewrite so the
+    # boot sweep can never promote it back after the cut.
+    await ctx.io(remove_file_durable, ctx.paths.inflight)
+
+    def finish(conn: Any, now: int) -> Any:
+        abort_running(conn, sid, now)
+        return {"session": _session(conn, sid), "removed": removed}
+
+    return await commit_rewrite(ctx, live, plan, finish, archives=archives, receipt_extra={"removed": removed})
+
+
+# ---------------------------------------------------------------------- session.replaceMessages
+
+
+async def replace_messages(ctx: SessionContext, p: m.ReplaceMessagesParams, key: ReceiptKey | None) -> Any:
+    now = ctx.now()
+    recs: list[dict[str, Any]] = []
+    for i, msg in enumerate(p.messages):
+        try:
+            recs.append(normalize_message(msg.model_dump(by_alias=True, exclude_unset=True), now_ms=now))
+        except InvalidInput as exc:
+            exc.data.setdefault("index", i)
+            raise
+    ids = [r["id"] for r in recs]
+    await _check_foreign_ids(ctx, ids)
+    live = await snapshot(ctx)
+    await ensure_synced(ctx, live)
+    old_by_id = {msg["id"]: msg for msg in live.messages}
+    for i, rec in enumerate(recs):
+        carried = receipt_of(old_by_id.get(rec["id"], {}))
+        if carried is not None and receipt_of(rec) is None:
+            recs[i] = with_receipt(rec, carried)  # keep the append's receipt durable in its line
+    for rec in recs:
+        dumps_line(rec)  # an unencodable message fails here, before anything changed
+    turns = await ctx.read(turn_map, ctx.sid)
+    archives = dropped_live_branches(ctx, live.messages, set(ids), set(), turns)
+    plan = plan_for(live, recs)
+    sid = ctx.sid
+
+    def finish(conn: Any, now_ms: int) -> Any:
+        return {"session": _session(conn, sid)}
+
+    return await commit_rewrite(ctx, live, plan, finish, archives=archives)

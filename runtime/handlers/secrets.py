@@ -1,0 +1,93 @@
+"""Secrets (seed 003 §4.12, §10): encrypted files under ``secrets/``, bookkeeping in ``secrets_meta``.
+
+``secrets.set`` / ``delete`` change a file first (in the vault's own worker
+thread, writers serialized by the vault's lock), then one transaction with the
+``secrets_meta`` row and the receipt. A retry after a crash between the two
+re-runs the request (writing the same value again is the same effect).
+Receipts of ``secrets.set`` fingerprint the value with a keyed MAC (machine
+key), so no receipt row can leak or confirm a guessed value.
+
+``secrets.get`` returns a value only to ``agent`` and ``ui`` clients (the
+sidecar needs provider keys, the Settings UI shows them); ``cli``/``test``
+clients get ``PERMISSION_DENIED``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import trio
+
+from protocol import models as m
+from runtime.context import HostContext, ReadContext, Services
+from store import receipts
+from store import secrets as secret_store
+from store.errors import PermissionDenied
+from store.faults import Faults
+from store.receipts import ReceiptKey
+
+T = TypeVar("T")
+
+__all__ = ["Vault", "delete", "fingerprint", "get", "list_secrets", "set_secret"]
+
+SERVICE = "vault"
+SECRET_READERS = frozenset({"agent", "ui"})
+
+
+class Vault:
+    """The secret store with its one writer lock and its own worker thread."""
+
+    def __init__(self, directory: Any, *, faults: Faults) -> None:
+        self.store = secret_store.SecretStore(directory, faults=faults)
+        self.lock = trio.Lock()
+        self._thread = trio.CapacityLimiter(1)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._thread)
+
+
+async def fingerprint(services: Services, method: str, raw: Mapping[str, Any]) -> str:
+    """The request without its value, plus a keyed MAC of the value."""
+    vault: Vault = services.get(SERVICE)
+    value = raw.get("value")
+    mac = await vault.run(vault.store.value_mac, value) if isinstance(value, str) else None
+    shown = {k: v for k, v in raw.items() if k != "value"}
+    return receipts.fingerprint(method, {**shown, "valueMac": mac})
+
+
+async def set_secret(ctx: HostContext, p: m.SecretsSetParams, key: ReceiptKey | None) -> Any:
+    vault: Vault = ctx.services.get(SERVICE)
+    secret_store.validate_ref(p.ref)
+    async with vault.lock:
+        now = ctx.now()
+        version = await vault.run(lambda: vault.store.set(p.ref, p.value, now_ms=now))
+
+        def effect(conn: Any) -> Any:
+            secret_store.upsert_meta(conn, p.ref, owner_kind=p.owner_kind, owner_id=p.owner_id, kind=p.kind,
+                                     now_ms=now)
+            return {"ref": p.ref, "updatedAt": now, "version": version}
+
+        return await ctx.commit(effect)
+
+
+async def get(ctx: HostContext, p: m.SecretsRefParams, key: ReceiptKey | None) -> Any:
+    if ctx.caller.client_kind not in SECRET_READERS:
+        raise PermissionDenied(f"client kind {ctx.caller.client_kind!r} may not read secret values "
+                               f"(only {', '.join(sorted(SECRET_READERS))})")
+    vault: Vault = ctx.services.get(SERVICE)
+    stored = await vault.run(vault.store.get, p.ref)
+    return {"ref": stored.ref, "value": stored.value}
+
+
+async def delete(ctx: HostContext, p: m.SecretsDeleteParams, key: ReceiptKey | None) -> Any:
+    vault: Vault = ctx.services.get(SERVICE)
+    ref = secret_store.validate_ref(p.ref)
+    async with vault.lock:
+        now = ctx.now()
+        removed = await vault.run(lambda: vault.store.delete(ref, now_ms=now))  # file first: the value is gone
+        return await ctx.commit(lambda conn: {"ref": ref, "deleted": secret_store.delete_meta(conn, ref) or removed})
+
+
+def list_secrets(ctx: ReadContext, p: m.SecretsListParams) -> Any:
+    return {"secrets": secret_store.list_meta(ctx.conn, owner_kind=p.owner_kind, owner_id=p.owner_id)}

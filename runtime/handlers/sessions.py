@@ -1,0 +1,177 @@
+"""``session.create`` / ``get`` / ``list`` / ``rename`` / ``update`` / ``delete``.
+
+Files first, index second, reply last. The receipts of the file-first methods
+ride in the file they write: ``session.create`` in the new transcript's header
+(written whole, with its first ``session_info`` line), ``session.delete`` in the
+delete marker written before anything is removed (``store/session_files.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from actors.session_context import SessionContext
+from protocol import models as m
+from protocol.limits import DEFAULT_WINDOW
+from runtime.context import ReadContext, Services
+from store import cursors, index, queue, windows
+from store.errors import Conflict, MessageNotFound
+from store.ids import derived_id, new_id
+from store.receipts import ReceiptKey, file_record
+from store.reconcile import apply_plan, plan_reconcile
+from store.session_files import finish_delete, write_delete_marker
+from store.transcript import create_transcript
+
+__all__ = ["create", "create_target", "delete", "get", "list_sessions", "rename", "update"]
+
+
+# ---------------------------------------------------------------------- create
+
+
+async def create_target(services: Services, p: m.SessionCreateParams, key: ReceiptKey | None) -> str:
+    """The new session's id: the client's, else derived from the receipt key (a retry after a
+    crash lands on the same session), else fresh."""
+    if p.session_id is not None:
+        return p.session_id
+    if key is not None:
+        return derived_id("session", key.client_id, key.submission_id)
+    return new_id()
+
+
+async def create(ctx: SessionContext, p: m.SessionCreateParams, key: ReceiptKey | None) -> Any:
+    ctx.undelete()  # an id whose session was deleted may be created again
+    if await ctx.catch_up() is not None:
+        raise Conflict(f"session {ctx.sid} already exists", data={"sessionId": ctx.sid})
+    path = ctx.paths.transcript
+    if await ctx.io(os.path.lexists, path):
+        raise Conflict(f"a transcript for {ctx.sid} exists but has no valid session header",
+                       data={"sessionId": ctx.sid})
+    settings: dict[str, Any] = {"title": p.title or "", "projectPath": p.project_path}
+    for name, value in (("providerId", p.provider_id), ("modelId", p.model_id), ("mode", p.mode),
+                        ("thinkingLevel", p.thinking_level), ("permissionMode", p.permission_mode)):
+        if value is not None:
+            settings[name] = value
+    now = ctx.now()
+    info = ctx.session_info_line(settings)
+    receipt = file_record(key) if key is not None else None
+    faults = ctx.faults
+    await ctx.io(lambda: create_transcript(path, ctx.sid, now, body_lines=[info], receipt=receipt, faults=faults))
+    await ctx.io(faults.point, "create.before_index")
+    sid = ctx.sid
+
+    def op(conn: Any) -> Any:
+        apply_plan(conn, sid, plan_reconcile(path, 0, None), now_ms=now)
+        return index.public_session(index.require_session(conn, sid))
+
+    result = await ctx.commit(op)
+    await ctx.catch_up()
+    ctx.publish("session.created", {"session": result})
+    return result
+
+
+# ---------------------------------------------------------------------- reads
+
+
+def window_request(p: m.SessionGetParams, client_kind: str) -> windows.WindowRequest:
+    if p.full:
+        limit = None
+    elif p.message_limit is not None:
+        limit = p.message_limit
+    else:
+        limit = None if client_kind == "agent" else DEFAULT_WINDOW  # the sidecar reads whole transcripts
+    return windows.WindowRequest(before=p.message_before, start=p.message_end, limit=limit,
+                                 content_limit=p.content_limit, around=p.message_around)
+
+
+async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None) -> Any:
+    req = window_request(p, ctx.caller.client_kind)
+    path = ctx.paths.transcript
+    window: windows.Window | None = None
+    if ctx.needs_catchup:
+        # Cold open: session row, file check and the window in ONE read; the common
+        # clean case needs nothing else before reading the window's bytes.
+        window = await ctx.read(windows.read_cold, ctx.sid, path, req)
+        if window.row is not None and window.plan_kind == "clean":
+            ctx.adopt_window_state(window.row, window.file_len, window.epoch)
+        else:
+            window = None
+    if window is None:
+        row = await ctx.ensure_ready()
+        window = await ctx.read(windows.read_warm, ctx.sid, path, int(row["messageCount"]), req)
+    if window.missing_target:
+        raise MessageNotFound(f"message {req.around} is not in session {ctx.sid}",
+                              data={"sessionId": ctx.sid, "messageId": req.around})
+    result = windows.project(window, ctx.row, req)
+    if window.target_pos is not None:
+        call_id = windows.navigation_call_id(result, window.target_pos)
+        if call_id is not None:
+            parent = await ctx.io(windows.navigation_parent, path, call_id, req.content_limit)
+            if parent is not None:
+                result["navigationParent"] = parent
+    return result
+
+
+def list_sessions(ctx: ReadContext, p: m.SessionListParams) -> Any:
+    fp = cursors.query_fingerprint("session.list", str(p.project_id))
+    after = cursors.decode_cursor(p.cursor, "sessions.list", fp, (int, str)) if p.cursor else None
+    items, nxt = index.list_sessions(ctx.conn, limit=p.limit, cursor=(after[0], after[1]) if after else None,
+                                     project_id=p.project_id)
+    return {"sessions": [index.public_session(r) for r in items],
+            "nextCursor": cursors.encode_cursor("sessions.list", fp, list(nxt)) if nxt else None}
+
+
+# ---------------------------------------------------------------------- metadata
+
+
+async def rename(ctx: SessionContext, p: m.SessionRenameParams, key: ReceiptKey | None) -> Any:
+    return await _write_settings(ctx, {**ctx.settings(), "title": p.title}, rename=True)
+
+
+async def update(ctx: SessionContext, p: m.SessionUpdateParams, key: ReceiptKey | None) -> Any:
+    changes = p.model_dump(by_alias=True, exclude_none=True, exclude={"session_id", "submission_id"})
+    return await _write_settings(ctx, {**ctx.settings(), **changes}, rename=False)
+
+
+async def _write_settings(ctx: SessionContext, info: dict[str, Any], *, rename: bool) -> Any:
+    """A ``session_info`` line (so a rebuilt index keeps the metadata), then the row."""
+    _, new_len = await ctx.write_lines([ctx.session_info_line(info)])
+    now, epoch, sid = ctx.now(), ctx.epoch, ctx.sid
+
+    def op(conn: Any) -> Any:
+        if rename:
+            index.rename_session(conn, sid, info["title"])
+        else:
+            index.update_session_settings(conn, sid, {k: v for k, v in info.items() if k != "title"}, now_ms=now)
+        index.set_index_mark(conn, sid, new_len, epoch)
+        return index.public_session(index.require_session(conn, sid))
+
+    result = await ctx.commit(op)
+    await ctx.refresh_row()
+    ctx.publish("session.updated", {"session": result})
+    return result
+
+
+# ---------------------------------------------------------------------- delete
+
+
+async def delete(ctx: SessionContext, p: m.SessionDeleteParams, key: ReceiptKey | None) -> Any:
+    """Marker (with the receipt) → rows → files (``store/session_files.py``)."""
+    paths = ctx.paths
+    receipt = file_record(key) if key is not None else None
+    await ctx.close_writer()
+    await ctx.io(write_delete_marker, paths, receipt)
+    await ctx.io(ctx.faults.point, "delete.after_marker")
+    sid = ctx.sid
+
+    def op(conn: Any) -> Any:
+        index.delete_session_rows(conn, sid)
+        queue.forget_session(conn, sid)
+        return {"sessionId": sid, "deleted": True}
+
+    result = await ctx.commit(op)
+    await ctx.io(ctx.faults.point, "delete.before_files")
+    await ctx.io(finish_delete, paths)
+    ctx.forget_session()
+    ctx.publish("session.deleted", {"sessionId": sid})
+    return result

@@ -1,0 +1,54 @@
+"""``session.deleteMessage`` / ``restoreMessage``: a reversible tombstone line (seed 000 §3.3).
+
+One ``tombstone`` line (write + fsync), then ``messages.deleted`` and the index
+mark in one DB op, reply last. Asking for the state a message already has
+writes nothing. The line is authoritative (a tail catch-up re-applies it);
+only a receipt needs a durable commit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.session_context import SessionContext
+from protocol import models as m
+from store import index
+from store.errors import MessageNotFound
+from store.ids import new_id
+from store.receipts import ReceiptKey
+from store.tombstones import message_state, tombstone_line
+
+__all__ = ["delete_message", "restore_message"]
+
+
+async def delete_message(ctx: SessionContext, p: m.MessageIdParams, key: ReceiptKey | None) -> Any:
+    return await _set_deleted(ctx, p, True)
+
+
+async def restore_message(ctx: SessionContext, p: m.MessageIdParams, key: ReceiptKey | None) -> Any:
+    return await _set_deleted(ctx, p, False)
+
+
+async def _set_deleted(ctx: SessionContext, p: m.MessageIdParams, deleted: bool) -> Any:
+    sid = ctx.sid
+    stored = await ctx.read(index.resolve_id, sid, p.message_id)
+    state = await ctx.read(message_state, sid, stored) if stored is not None else None
+    if stored is None or state is None:
+        raise MessageNotFound(f"message {p.message_id} is not in session {sid}",
+                              data={"sessionId": sid, "messageId": p.message_id})
+    result = {"messageId": p.message_id, "deleted": deleted}
+    now = ctx.now()
+    if state["deleted"] == deleted:
+        return await ctx.commit(lambda conn: result) if ctx.receipt is not None else result
+    line = tombstone_line(new_id("t"), stored, deleted, created_at_ms=now)
+    _, new_len = await ctx.write_lines([line])
+    epoch = ctx.epoch
+
+    def op(conn: Any) -> Any:
+        index.set_deleted(conn, sid, stored, deleted)
+        index.set_index_mark(conn, sid, new_len, epoch)
+        return result
+
+    result = await ctx.commit(op, durable=False)
+    ctx.publish("session.message", {"message": state["ref"], "deleted": deleted})
+    return result

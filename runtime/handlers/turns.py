@@ -1,0 +1,77 @@
+"""Turns: ``session.startTurn`` (with its run environment snapshot), ``endTurn``, ``turnEnvironment``.
+
+Start and end are DB-only writes inside the session actor (one durable commit
+holding the effect and the receipt). ``endTurn`` settles the turn and, for
+completed/error, inserts the notification and prunes to 200 in that same
+transaction; afterwards a completed/error end removes the in-flight
+checkpoint when its id is already indexed as a settled row (D327).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.session_context import SessionContext
+from protocol import models as m
+from runtime.context import ReadContext
+from runtime.handlers import inflight
+from store import turns
+from store.ids import new_id
+from store.receipts import ReceiptKey
+from store.snapshots import load_snapshot, prepare_snapshot
+
+__all__ = ["end_turn", "start_turn", "turn_environment"]
+
+
+def _clean(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+async def start_turn(ctx: SessionContext, p: m.StartTurnParams, key: ReceiptKey | None) -> Any:
+    # Every field, defaults included, nothing dropped: this is what gets digested.
+    env = p.environment.model_dump(mode="json", by_alias=True) if p.environment is not None else None
+    snapshot = prepare_snapshot(env) if env is not None else None
+    turn_id = p.turn_id or new_id("t_")
+    now, sid = ctx.now(), ctx.sid
+    created: list[bool] = []
+
+    def op(conn: Any) -> dict[str, Any]:
+        turn, was_created = turns.start_turn(conn, session_id=sid, turn_id=turn_id, provider_id=p.provider_id,
+                                             model_id=p.model_id, snapshot=snapshot, now_ms=now)
+        created.append(was_created)
+        return _clean(turn)
+
+    result = await ctx.commit(op)
+    if created and created[0]:
+        ctx.publish("turn.started", {"turn": result})
+    return result
+
+
+async def end_turn(ctx: SessionContext, p: m.EndTurnParams, key: ReceiptKey | None) -> Any:
+    usage = p.usage.model_dump(by_alias=True, exclude_unset=True) if p.usage is not None else None
+    now, sid = ctx.now(), ctx.sid
+    changed: list[bool] = []
+
+    def op(conn: Any) -> dict[str, Any]:
+        outcome = turns.end_turn(conn, session_id=sid, turn_id=p.turn_id, status=p.status,
+                                 error_code=p.error_code, usage=usage,
+                                 create_notification=p.create_notification, now_ms=now)
+        changed.append(outcome.changed)
+        result: dict[str, Any] = {"turn": _clean(outcome.turn)}
+        if outcome.notification is not None:
+            result["notification"] = _clean(outcome.notification)
+        return result
+
+    result = await ctx.commit(op)
+    if p.status in ("completed", "error"):
+        await inflight.settle_on_turn_end(ctx)
+    if changed and changed[0]:
+        ctx.publish("turn.ended", result)
+        if "notification" in result:
+            ctx.publish("notification.created", {"notification": result["notification"]})
+    return result
+
+
+def turn_environment(ctx: ReadContext, p: m.TurnEnvironmentParams) -> Any:
+    turns.require_turn_exists(ctx.conn, p.turn_id)
+    return load_snapshot(ctx.conn, p.turn_id)

@@ -1,0 +1,326 @@
+"""The request pipeline: one path from a decoded request to its target and back.
+
+For every wire method (``runtime/routes.py`` says where each one goes) the
+pipeline does what all of them share, once:
+
+1. **validate** the params with the method's model (``protocol/methods.py``;
+   limits live beside the models) — handlers receive the model, never a dict;
+2. **receipts**: a mutating request with a ``submissionId`` gets a key
+   (clientId, submissionId, method, fingerprint) and *claims* it before its
+   effect (``runtime/receipts.py``): a concurrent duplicate waits and is answered
+   from the first; the target answers a completed one from the database before
+   running anything; the terminal response is stored with the effect (by the
+   target: ``ctx.commit`` in the same transaction, or the file the effect writes);
+3. **ordering**: :meth:`Pipeline.submit` returns once the request is in its
+   target's mailbox (a session actor, the DB writer) — the gateway submits the
+   requests of one connection in frame order, so they reach their targets in
+   that order whatever a handler later awaits;
+4. **answers** come back through a reply callback, once: no task waits per
+   request. In test mode every result is validated against its result model;
+5. **shutdown**: after :meth:`Pipeline.close` every new request is answered
+   ``SHUTTING_DOWN``; :meth:`Pipeline.drained` waits for those in flight.
+
+Errors are never translated here: the gateway maps exceptions to wire codes
+(``protocol/errors.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import outcome
+import trio
+from pydantic import BaseModel, ValidationError
+
+from actors.db_reader import PoolClosed
+from actors.db_writer import DbOp
+from actors.gateway_types import CallContext, Reply
+from actors.session import SessionCall, SessionOp
+from protocol.errors import MethodNotFound
+from protocol.methods import METHODS, MethodSpec
+from runtime.context import HostContext, ReadContext, Services, WriterContext, WriterResult
+from runtime.kernel.actor import ActorCrashed, ActorStopped, CallbackReply, InternalBug
+from runtime.receipts import Claim, ReceiptBook, Replayed
+from runtime.routes import ROUTES, Pinned, Route, Via
+from store import receipts
+from store.receipts import ReceiptKey
+
+__all__ = ["Pipeline", "ShuttingDown"]
+
+log = logging.getLogger("pi_host")
+
+
+class ShuttingDown(Exception):
+    """The host is shutting down: the request was not run (retriable, on the next host)."""
+
+    code = "SHUTTING_DOWN"
+    retriable = True
+
+    def __init__(self, message: str = "the host is shutting down; retry once it is back") -> None:
+        super().__init__(message)
+        self.message = message
+        self.data: dict[str, Any] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    route: Route
+    spec: MethodSpec
+    op: SessionOp | None
+
+
+class _Answer:
+    """The one reply of one request: settles its receipt claim, checks the result, counts it out."""
+
+    __slots__ = ("_pipeline", "_bound", "_reply", "claim", "done")
+
+    def __init__(self, pipeline: Pipeline, bound: _Bound, reply: Reply) -> None:
+        self._pipeline = pipeline
+        self._bound = bound
+        self._reply = reply
+        self.claim: Claim | None = None
+        self.done = False
+
+    def __call__(self, result: outcome.Outcome[Any]) -> None:
+        if self.done:
+            return
+        self.done = True
+        pipeline = self._pipeline
+        pipeline._finished()
+        if isinstance(result, outcome.Value):
+            value, pin = result.value, None
+            if isinstance(value, Pinned):
+                value, pin = value.response, value.seq
+            if pipeline.validate_results:
+                value = _checked(self._bound.spec, value)
+            if self.claim is not None:
+                if isinstance(value, BaseException):
+                    self.claim.release()
+                else:
+                    self.claim.complete(value, pin_until=pin)
+            self._reply(outcome.Error(value) if isinstance(value, BaseException) else outcome.Value(value))
+            return
+        assert isinstance(result, outcome.Error)
+        error = result.error
+        if self.claim is not None:
+            self.claim.release()
+        if pipeline.closing and isinstance(error, (ActorStopped, ActorCrashed, PoolClosed, trio.Cancelled)):
+            error = ShuttingDown()
+        self._reply(outcome.Error(error))
+
+
+def _checked(spec: MethodSpec, value: Any) -> Any:
+    try:
+        spec.result_model.model_validate(value)
+    except ValidationError as exc:
+        # Our own answer does not fit the documented model: a host bug, not bad params.
+        log.error("result of %s does not match its model: %s", spec.name, exc)
+        return InternalBug(f"result of {spec.name} does not match the protocol model")
+    return value
+
+
+class Pipeline:
+    def __init__(self, services: Services, *, routes: Mapping[str, Route] = ROUTES,
+                 book: ReceiptBook | None = None, validate_results: bool = False) -> None:
+        self.services = services
+        self.book = book if book is not None else ReceiptBook()
+        self.validate_results = validate_results
+        self.closing = False
+        self._bound: dict[str, _Bound] = {}
+        for name, route in routes.items():
+            spec = METHODS.get(name)
+            if spec is None:
+                raise InternalBug(f"route {name!r} has no wire method in protocol/methods.py")
+            op = None
+            if route.via is Via.SESSION:
+                op = SessionOp(route.handler, spec.mutating, name, ready_check=route.ready_check, group=route.group)
+            self._bound[name] = _Bound(route, spec, op)
+        self._in_flight = 0
+        self._idle = trio.Event()
+        self._idle.set()
+        self._nursery: trio.Nursery | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the tasks of read and multi-step requests until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    def close(self) -> None:
+        """From now on every new request is answered ``SHUTTING_DOWN``."""
+        self.closing = True
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    async def drained(self) -> None:
+        """Wait until every request submitted so far has been answered."""
+        while self._in_flight:
+            await self._idle.wait()
+
+    def _finished(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
+
+    # -- requests ----------------------------------------------------------------
+    def routes(self) -> Mapping[str, Route]:
+        return {name: b.route for name, b in self._bound.items()}
+
+    async def submit(self, method: str, raw: Any, caller: CallContext, reply: Reply, *, more: bool = False) -> None:
+        if self.closing:
+            reply(outcome.Error(ShuttingDown()))
+            return
+        bound = self._bound.get(method)
+        if bound is None or bound.route.via is Via.CONNECTION:
+            reply(outcome.Error(MethodNotFound(method)))
+            return
+        try:
+            params = bound.spec.params_model.model_validate({} if raw is None else raw)
+        except ValidationError as exc:
+            reply(outcome.Error(exc))
+            return
+        self._in_flight += 1
+        self._idle = trio.Event()
+        answer = _Answer(self, bound, reply)
+        try:
+            key = await self._key(bound, method, params, raw, caller)
+            if key is not None:
+                got = await self.book.claim(key)
+                if isinstance(got, Replayed):
+                    answer(outcome.Value(got.response))
+                    return
+                answer.claim = got
+            await self._dispatch(bound, params, key, caller, answer, more)
+        except Exception as exc:
+            answer(outcome.Error(exc))
+        except BaseException:
+            if not answer.done:
+                answer(outcome.Error(ShuttingDown("the request was cancelled before it was run")))
+            raise
+
+    async def call(self, method: str, raw: Any, caller: CallContext) -> Any:
+        """Submit and wait for the answer (in-process callers: tests, benchmarks, the scheduler)."""
+        done = trio.Event()
+        box: list[outcome.Outcome[Any]] = []
+
+        def reply(result: outcome.Outcome[Any]) -> None:
+            box.append(result)
+            done.set()
+
+        await self.submit(method, raw, caller, reply)
+        await done.wait()
+        return box[0].unwrap()
+
+    async def _key(self, bound: _Bound, method: str, params: BaseModel, raw: Any,
+                   caller: CallContext) -> ReceiptKey | None:
+        submission = getattr(params, "submission_id", None)
+        if not bound.spec.mutating or submission is None:
+            return None
+        shown = raw if isinstance(raw, Mapping) else {}
+        if bound.route.fingerprint is not None:
+            fp = await bound.route.fingerprint(self.services, method, shown)
+        else:
+            fp = receipts.fingerprint(method, shown)
+        return ReceiptKey(caller.client_id, str(submission), method, fp)
+
+    async def _dispatch(self, bound: _Bound, params: Any, key: ReceiptKey | None, caller: CallContext,
+                        answer: _Answer, more: bool) -> None:
+        route = bound.route
+        services = self.services
+        if route.via is Via.SESSION:
+            assert bound.op is not None
+            if route.session is not None:
+                sid = await route.session(services, params, key)
+            else:
+                sid = params.session_id
+            ref = await services.sessions.ref(sid)
+            await ref.post(SessionCall(bound.op, params, key, caller, more), CallbackReply(answer))
+            return
+        if route.via is Via.WRITER:
+            now = services.now_ms()
+            op = DbOp(_writer_op(route.handler, params, key, caller, now, services.wake_scheduler), durable=True,
+                      label=bound.spec.name)
+            await services.db_ref().post(op, CallbackReply(_after_commit(services, answer)))
+            return
+        nursery = self._nursery
+        if nursery is None:
+            raise ShuttingDown()
+        if route.via is Via.READS:
+            nursery.start_soon(self._read, route, params, caller, answer)
+        else:
+            nursery.start_soon(self._host, bound.spec.name, route, params, key, caller, answer)
+
+    async def _read(self, route: Route, params: Any, caller: CallContext, answer: _Answer) -> None:
+        services = self.services
+        try:
+            if route.barrier:
+                await services.index_barrier()
+            now = services.now_ms()
+            result = await services.reads.run(lambda conn: route.handler(ReadContext(conn, now, caller), params))
+        except Exception as exc:
+            answer(outcome.Error(exc))
+        except BaseException:
+            answer(outcome.Error(ShuttingDown()))
+            raise
+        else:
+            answer(outcome.Value(result))
+
+    async def _host(self, method: str, route: Route, params: Any, key: ReceiptKey | None, caller: CallContext,
+                    answer: _Answer) -> None:
+        ctx = HostContext(self.services, caller, key, method)
+        try:
+            if key is not None:
+                found = await self.services.reads.run(receipts.check, key)
+                if found is not None:
+                    answer(outcome.Value(found["response"]))
+                    return
+            result = await route.handler(ctx, params, key)
+            if key is not None and ctx.committed is not None and ctx.committed != result:
+                raise InternalBug(f"{route.handler.__name__} answered something other than its stored response")
+        except Exception as exc:
+            answer(outcome.Error(exc))
+        except BaseException:
+            answer(outcome.Error(ShuttingDown()))
+            raise
+        else:
+            answer(outcome.Value(result))
+
+
+def _writer_op(handler: Callable[..., Any], params: Any, key: ReceiptKey | None, caller: CallContext,
+               now: int, wake_scheduler: Callable[[], None]) -> Callable[[Any], WriterResult]:
+    """A DB-only method as one op of the writer's batch: replay check, effect, receipt row."""
+
+    def op(conn: Any) -> WriterResult:
+        if key is not None:
+            found = receipts.check(conn, key)
+            if found is not None:
+                return WriterResult(found["response"], [], [])
+        ctx = WriterContext(conn, now, caller, wake_scheduler)
+        value = handler(ctx, params, key)
+        if key is not None:
+            receipts.store(conn, key, value, session_id=None, now_ms=now)
+        return WriterResult(value, ctx.events, ctx.after)
+
+    return op
+
+
+def _after_commit(services: Services, answer: _Answer) -> Callable[[outcome.Outcome[Any]], None]:
+    def done(result: outcome.Outcome[Any]) -> None:
+        if isinstance(result, outcome.Value) and isinstance(result.value, WriterResult):
+            committed = result.value
+            for topic, data, session_id in committed.events:
+                services.bus.publish(topic, data, session_id=session_id)
+            for fn in committed.after:
+                fn()
+            answer(outcome.Value(committed.value))
+            return
+        answer(result)
+
+    return done

@@ -1,0 +1,143 @@
+"""Receipt claims: one effect per ``(clientId, submissionId)``, even for requests in flight.
+
+The database (``store/receipts.py``) holds completed receipts; this book holds
+what the database cannot say yet:
+
+* a request with a key *claims* it before its effect runs. A second request
+  with the same key that arrives meanwhile waits for the first and is then
+  answered from it (or refused with ``IDEMPOTENCY_CONFLICT`` when it is a
+  different request); so two concurrent requests with one key — on one
+  session or on two — run the effect once;
+* a completed claim keeps the terminal response until the database surely
+  holds the receipt (``pin`` until an index sequence covers it: an append's
+  receipt rides in its line and reaches ``command_receipts`` with the index
+  rows), then it is *retired*; a bounded number of recent unpinned answers
+  stay for cheap replays;
+* a failed request releases its claim: a waiter (or a later retry) runs the
+  request itself.
+
+Single trio thread, no locks. Bounded: claims in flight are bounded by the
+requests in flight, pinned ones by the index lag bound, the rest by ``keep``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from store.receipts import ReceiptKey, conflict
+
+__all__ = ["Claim", "ReceiptBook", "Replayed"]
+
+_Id = tuple[str, str]
+
+
+@dataclass
+class _Entry:
+    key: ReceiptKey
+    done: bool = False
+    response: Any = None
+    pinned_until: int | None = None
+    finished: trio.Event = field(default_factory=trio.Event)
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """The key's request already completed here: answer with ``response``."""
+
+    response: Any
+
+
+class Claim:
+    """The right to run the request of ``key``; settle it exactly once."""
+
+    __slots__ = ("_book", "_entry", "_settled")
+
+    def __init__(self, book: ReceiptBook, entry: _Entry) -> None:
+        self._book = book
+        self._entry = entry
+        self._settled = False
+
+    @property
+    def key(self) -> ReceiptKey:
+        return self._entry.key
+
+    def complete(self, response: Any, *, pin_until: int | None = None) -> None:
+        """The request succeeded with ``response`` (durable in the database, or at ``pin_until``)."""
+        if self._settled:
+            return
+        self._settled = True
+        self._book._complete(self._entry, response, pin_until)
+
+    def release(self) -> None:
+        """The request failed: forget the claim; a waiter runs the request itself."""
+        if self._settled:
+            return
+        self._settled = True
+        self._book._release(self._entry)
+
+
+class ReceiptBook:
+    def __init__(self, *, keep: int = 4096) -> None:
+        self._entries: dict[_Id, _Entry] = {}
+        self._recent: OrderedDict[_Id, None] = OrderedDict()  # done and unpinned, oldest first
+        self._pinned: dict[_Id, int] = {}
+        self._keep = keep
+
+    async def claim(self, key: ReceiptKey) -> Claim | Replayed:
+        """Claim ``key``, or wait for the request holding it and replay its answer.
+
+        Raises ``IDEMPOTENCY_CONFLICT`` when the key is held (or was answered
+        here) for a different request.
+        """
+        ident = (key.client_id, key.submission_id)
+        while True:
+            entry = self._entries.get(ident)
+            if entry is None:
+                entry = _Entry(key)
+                self._entries[ident] = entry
+                return Claim(self, entry)
+            if entry.key.fingerprint != key.fingerprint or entry.key.method != key.method:
+                raise conflict(key, entry.key.method)
+            if entry.done:
+                return Replayed(entry.response)
+            await entry.finished.wait()
+
+    def retire_through(self, seq: int) -> None:
+        """Every pinned answer whose receipt row the index now holds (``seq`` covered) may go."""
+        if not self._pinned:
+            return
+        for ident, until in list(self._pinned.items()):
+            if until <= seq:
+                del self._pinned[ident]
+                self._remember(ident)
+
+    def statistics(self) -> dict[str, int]:
+        running = sum(1 for e in self._entries.values() if not e.done)
+        return {"running": running, "pinned": len(self._pinned), "recent": len(self._recent)}
+
+    # -- internals -------------------------------------------------------------
+    def _complete(self, entry: _Entry, response: Any, pin_until: int | None) -> None:
+        entry.done = True
+        entry.response = response
+        ident = (entry.key.client_id, entry.key.submission_id)
+        if pin_until is not None:
+            self._pinned[ident] = pin_until
+        else:
+            self._remember(ident)
+        entry.finished.set()
+
+    def _remember(self, ident: _Id) -> None:
+        self._recent[ident] = None
+        while len(self._recent) > self._keep:
+            old, _ = self._recent.popitem(last=False)
+            self._entries.pop(old, None)
+
+    def _release(self, entry: _Entry) -> None:
+        ident = (entry.key.client_id, entry.key.submission_id)
+        if self._entries.get(ident) is entry:
+            del self._entries[ident]
+        entry.finished.set()

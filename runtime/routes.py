@@ -1,0 +1,186 @@
+"""The route table: where every wire method goes and which handler runs it.
+
+One line per method. The wire contract (params model, result model, whether
+it mutates, its errors) is ``protocol/methods.py``; a route adds the target:
+
+* ``on_session``  — the session actor named by ``params.session_id`` (or by
+  ``session=``): the handler ``(SessionContext, params, receipt)`` runs inside
+  that actor, serialized with every other request of the session;
+* ``in_writer``   — a DB-only method: ``(WriterContext, params, receipt)`` runs
+  inside the DB writer's batch transaction, receipt row included;
+* ``from_reads``  — a read: ``(ReadContext, params)`` on one read-pool snapshot,
+  after the index barrier when ``barrier=True``;
+* ``on_host``     — several steps (a file in a worker thread, then a
+  transaction; or several session actors): ``(HostContext, params, receipt)``;
+* ``on_connection`` — served by the gateway connection itself.
+
+``tests/pipeline`` checks the table against the wire registry (every method
+routed, every handler typed with its method's params model) and generates the
+receipt and pipelining tests from it, so a new method cannot skip them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from runtime.handlers import (
+    appends,
+    artifacts,
+    attachments,
+    compaction,
+    context,
+    fork,
+    host,
+    inflight,
+    notifications,
+    plans,
+    projects,
+    queue,
+    revisions,
+    search,
+    secrets,
+    sessions,
+    settings,
+    tasks,
+    tombstones,
+    turns,
+)
+
+__all__ = ["ROUTES", "Pinned", "Route", "Via"]
+
+
+class Via(enum.Enum):
+    SESSION = "session"
+    WRITER = "writer"
+    READS = "reads"
+    HOST = "host"
+    CONNECTION = "connection"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    via: Via
+    handler: Any = None
+    group: Any = None
+    """SESSION: consecutive calls in the actor's mailbox are handled together by ``group(ctx, calls)``."""
+    session: Callable[..., Awaitable[str]] | None = None
+    """SESSION: ``(services, params, receipt) -> session id`` when it is not ``params.session_id``."""
+    ready_check: bool = True
+    """SESSION: False when the handler establishes the session itself (create makes it; get reads it cold)."""
+    barrier: bool = False
+    """READS: wait until the index covers every append acknowledged before the read arrived."""
+    fingerprint: Callable[..., Awaitable[str]] | None = None
+    """``(services, method, raw params) -> fingerprint`` when the plain one would hold a secret."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pinned:
+    """A response whose receipt reaches the database only with index sequence ``seq``."""
+
+    response: Any
+    seq: int
+
+
+def on_session(handler: Any, **options: Any) -> Route:
+    return Route(Via.SESSION, handler, **options)
+
+
+def in_writer(handler: Any) -> Route:
+    return Route(Via.WRITER, handler)
+
+
+def from_reads(handler: Any, *, barrier: bool = False) -> Route:
+    return Route(Via.READS, handler, barrier=barrier)
+
+
+def on_host(handler: Any, **options: Any) -> Route:
+    return Route(Via.HOST, handler, **options)
+
+
+def on_connection() -> Route:
+    return Route(Via.CONNECTION)
+
+
+ROUTES: Mapping[str, Route] = MappingProxyType({
+    # host and connection
+    "host.hello":                  on_connection(),
+    "host.status":                 on_host(host.status),
+    "events.subscribe":            on_connection(),
+    "events.unsubscribe":          on_connection(),
+    # sessions
+    "session.create":              on_session(sessions.create, session=sessions.create_target, ready_check=False),
+    "session.list":                from_reads(sessions.list_sessions, barrier=True),
+    "session.get":                 on_session(sessions.get, ready_check=False),
+    "session.appendMessage":       on_session(appends.append, group=appends.append_group),
+    "session.rename":              on_session(sessions.rename),
+    "session.update":              on_session(sessions.update),
+    "session.delete":              on_session(sessions.delete),
+    # turns, in-flight checkpoints, notifications, artifacts
+    "session.startTurn":           on_session(turns.start_turn),
+    "session.endTurn":             on_session(turns.end_turn),
+    "session.turnEnvironment":     from_reads(turns.turn_environment),
+    "session.saveInflightMessage": on_session(inflight.save),
+    "notifications.list":          from_reads(notifications.list_notifications),
+    "notifications.markRead":      in_writer(notifications.mark_read),
+    "notifications.markAllRead":   in_writer(notifications.mark_all_read),
+    "notifications.clear":         in_writer(notifications.clear),
+    "artifacts.list":              from_reads(artifacts.list_artifacts, barrier=True),
+    # the turn queue
+    "session.queuePush":           on_session(queue.push),
+    "session.queueList":           on_session(queue.list_queue),
+    "session.queueRemove":         on_session(queue.remove),
+    "session.queuePrioritize":     on_session(queue.prioritize),
+    "session.queueReorder":        on_session(queue.reorder),
+    "session.queueAttach":         on_session(queue.attach),
+    "session.queueTake":           on_session(queue.take),
+    # revisions, rewrites, compaction
+    "session.saveActiveRevision":  on_session(revisions.save_active),
+    "session.activateRevision":    on_session(revisions.activate),
+    "session.listRevisions":       on_session(revisions.list_revisions),
+    "session.truncateFrom":        on_session(revisions.truncate_from),
+    "session.replaceMessages":     on_session(revisions.replace_messages),
+    "session.appendCompaction":    on_session(compaction.append_compaction),
+    # tombstones, fork, derived views
+    "session.fork":                on_session(fork.fork),
+    "session.deleteMessage":       on_session(tombstones.delete_message),
+    "session.restoreMessage":      on_session(tombstones.restore_message),
+    "session.tree":                on_session(context.tree),
+    "session.context":             on_session(context.context),
+    # search
+    "search.sessions":             from_reads(search.sessions, barrier=True),
+    "search.query":                from_reads(search.query, barrier=True),
+    # secrets
+    "secrets.set":                 on_host(secrets.set_secret, fingerprint=secrets.fingerprint),
+    "secrets.get":                 on_host(secrets.get),
+    "secrets.delete":              on_host(secrets.delete),
+    "secrets.list":                from_reads(secrets.list_secrets),
+    # attachments
+    "attachments.put":             on_host(attachments.put),
+    "attachments.importFile":      on_host(attachments.import_file),
+    "attachments.ref":             in_writer(attachments.ref),
+    "attachments.estimate":        from_reads(attachments.estimate),
+    "attachments.gc":              on_host(attachments.gc),
+    # scheduled tasks
+    "tasks.create":                in_writer(tasks.create),
+    "tasks.update":                in_writer(tasks.update),
+    "tasks.delete":                in_writer(tasks.delete),
+    "tasks.list":                  from_reads(tasks.list_tasks),
+    "tasks.get":                   from_reads(tasks.get),
+    "tasks.runs":                  from_reads(tasks.runs),
+    "tasks.startRun":              in_writer(tasks.start_run),
+    "tasks.finishRun":             in_writer(tasks.finish_run),
+    # plan / goal approvals
+    "plans.submit":                on_session(plans.submit),
+    "plans.pending":               from_reads(plans.pending),
+    "plans.respond":               on_session(plans.respond, session=plans.respond_target),
+    # projects
+    "projects.list":               from_reads(projects.list_projects),
+    "projects.remove":             on_host(projects.remove),
+    # settings
+    "settings.get":                from_reads(settings.get),
+    "settings.set":                in_writer(settings.set_value),
+})

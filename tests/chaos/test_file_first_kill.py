@@ -1,0 +1,167 @@
+"""SIGKILL between a file effect and its database commit, for every file-first method.
+
+For each method and each named fault point between its file step and the
+commit of its transaction (and right after that commit, before the reply):
+the host SIGKILLs itself there (``RT_CRASHPOINT``), is restarted, and the
+client retries with the same ``submissionId``. The retry must succeed, a
+further retry must get the identical answer, and the effect must have
+happened exactly once (one session, one fork, one artifact, one line...): no
+second session, no lost delete acknowledgement, no orphan artifact.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.client import ClientClosed, RpcError, open_client
+from tests.hostkit import HostProcess, start_host_process
+from tests.pipeline.scenarios import SCENARIOS, Vars, count
+
+Count = Callable[[Path, Vars], int]
+
+
+def messages_of(root: Path, v: Vars) -> int:
+    conn = sqlite3.connect(f"file:{root / 'pi.sqlite'}?mode=ro", uri=True)
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (v["sid"],)).fetchone()[0])
+    finally:
+        conn.close()
+
+
+def transcript_files(root: Path, v: Vars) -> int:
+    return sum(1 for p in (root / "sessions").iterdir() if p.name.endswith(".jsonl")
+               and not p.name.endswith(".revisions.jsonl"))
+
+
+# method -> (fault points between the file and the commit, how one effect shows)
+CASES: dict[str, tuple[tuple[str, ...], Count | None]] = {
+    "session.create": (("create.after_tmp_fsync", "create.after_rename", "create.before_index",
+                        "session.create.before_commit", "session.create.after_commit"), transcript_files),
+    "session.fork": (("fork.after_rename", "fork.before_index", "session.fork.before_commit",
+                      "session.fork.after_commit"), transcript_files),
+    "session.delete": (("delete.after_marker", "session.delete.before_commit", "session.delete.after_commit",
+                        "delete.before_files"), count("SELECT COUNT(*) FROM sessions")),
+    "session.truncateFrom": (("rewrite.after_rename", "rewrite.before_reindex", "session.truncateFrom.before_commit",
+                              "session.truncateFrom.after_commit"), messages_of),
+    "session.replaceMessages": (("rewrite.after_rename", "rewrite.before_reindex",
+                                 "session.replaceMessages.before_commit", "session.replaceMessages.after_commit"),
+                                messages_of),
+    "session.activateRevision": (("revisions.after_write", "rewrite.after_rename", "rewrite.before_reindex",
+                                  "session.activateRevision.before_commit", "session.activateRevision.after_commit"),
+                                 None),
+    "plans.submit": (("plans.artifact.after_write", "plans.before_row", "plans.submit.before_commit",
+                      "plans.submit.after_commit"), None),
+    "attachments.importFile": (("attachments.import.before_fsync", "attachments.importFile.before_commit",
+                                "attachments.importFile.after_commit"), None),
+    "session.appendMessage": (("append.after_write", "append.after_fsync", "index.before_commit",
+                               "index.after_commit"), None),
+}
+
+
+def _client(proc: HostProcess, kind: str) -> Any:
+    return open_client(proc.url, proc.token, client_id="chaos-file", client_kind=kind)
+
+
+def _stop(proc: HostProcess) -> None:
+    proc.terminate()
+    proc.proc.communicate(timeout=30)
+
+
+# The session rows of these scenarios hold absolute paths (a project root): set up in place.
+IN_PLACE = {"plans.submit"}
+
+
+def _setup(method: str, root: Path) -> Vars:
+    """The scenario's state, made by a real host that then stops cleanly."""
+    proc = start_host_process(root)
+    try:
+        async def setup() -> Vars:
+            async with _client(proc, SCENARIOS[method].kind) as c:
+                return await SCENARIOS[method].setup(c, root)
+
+        return trio.run(setup)
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Vars]]:
+    """One data directory per method with its scenario's state, made once (copied per case)."""
+    out: dict[str, tuple[Path, Vars]] = {}
+    base = tmp_path_factory.mktemp("file-first")
+    for method in CASES:
+        if method in IN_PLACE:
+            continue
+        root = base / method / "data"
+        root.parent.mkdir()
+        out[method] = (root, _setup(method, root))
+    return out
+
+
+def _copy(src: Path, dst: Path) -> None:
+    """The data directory and its sibling folders (workspace, files) the scenario made."""
+    for item in src.parent.iterdir():
+        shutil.copytree(item, dst.parent / item.name, symlinks=True)
+
+
+def _rebase(v: Vars, old: Path, new: Path) -> Vars:
+    return {k: (val.replace(str(old.parent), str(new.parent)) if isinstance(val, str) else val) for k, val in v.items()}
+
+
+@pytest.mark.parametrize(("method", "point"), [(m, p) for m, (points, _) in CASES.items() for p in points])
+async def test_sigkill_between_file_and_commit_then_retry(tmp_path: Path, prepared: dict[str, tuple[Path, Vars]],
+                                                          method: str, point: str) -> None:
+    root = tmp_path / "data"
+    if method in IN_PLACE:
+        v = await trio.to_thread.run_sync(_setup, method, root)
+    else:
+        src, v0 = prepared[method]
+        _copy(src, root)
+        v = _rebase(v0, src, root)
+    scenario = SCENARIOS[method]
+    points, effect = CASES[method]
+    params = {**scenario.params(v), "submissionId": f"chaos-{method}"}
+    before = effect(root, v) if effect else None
+    crashing = start_host_process(root, env={"RT_CRASHPOINT": f"{point}:1"})
+    with trio.fail_after(60):
+        with pytest.raises((ClientClosed, OSError)):
+            async with _client(crashing, scenario.kind) as c:
+                await c.call(method, params)
+        await trio.to_thread.run_sync(lambda: crashing.proc.communicate(timeout=30))
+        assert crashing.proc.returncode == -9, f"the host did not die at {point}"
+        again = start_host_process(root)
+        try:
+            async with _client(again, scenario.kind) as c:
+                first = await c.call(method, params)
+                assert await c.call(method, params) == first
+                if effect is not None:
+                    assert before is not None
+                    assert abs(effect(root, v) - before) == 1, f"{method} at {point}: not exactly one effect"
+                await _check_effect(c, root, method, v, first)
+        finally:
+            _stop(again)
+
+
+async def _check_effect(c: Any, root: Path, method: str, v: Vars, first: Any) -> None:
+    if method == "plans.submit":
+        folder = Path(v["ws"]) / ".pi" / "plan"
+        files = sorted(p.name for p in folder.iterdir() if not p.name.endswith(".tmp")) if folder.exists() else []
+        assert files == [first["artifactPath"].rsplit("/", 1)[1]], "an artifact no approval row records survived"
+        assert not any(".tmp." in p.name for p in folder.iterdir())
+    if method == "session.delete":
+        with pytest.raises(RpcError) as err:
+            await c.call("session.get", {"sessionId": v["sid"]})
+        assert err.value.data_code == "SESSION_NOT_FOUND"
+    if method in ("session.create", "session.fork"):
+        got = await c.call("session.get", {"sessionId": first["id"]})
+        assert got["session"]["id"] == first["id"]
+    if method == "session.appendMessage":
+        got = await c.call("session.get", {"sessionId": v["sid"], "full": True})
+        assert [m["id"] for m in got["messages"]].count("m1") == 1

@@ -1,0 +1,47 @@
+"""A fresh schema database for the pure store tests of each capability (``conn`` fixture, helpers)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from store.database import apply_pragmas
+from store.schema import apply_schema
+
+T = TypeVar("T")
+NOW = 1_785_056_400_000
+
+
+@pytest.fixture
+def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
+    c = sqlite3.connect(tmp_path / "pi.sqlite", isolation_level=None)
+    apply_pragmas(c)
+    apply_schema(c)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def tx(conn: sqlite3.Connection) -> Callable[[Callable[[sqlite3.Connection], T]], T]:
+    """``write(fn)``: run ``fn`` in one committed transaction (what the DB writer does)."""
+    def write(fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            out = fn(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return out
+
+    return write
+
+
+def add_session(conn: sqlite3.Connection, sid: str, *, mode: str = "agent", project_id: Any = None) -> None:
+    conn.execute("INSERT INTO sessions(id, title, mode, project_id, created_at, updated_at) VALUES (?,?,?,?,?,?)",
+                 (sid, sid, mode, project_id, NOW, NOW))

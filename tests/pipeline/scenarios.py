@@ -1,0 +1,338 @@
+"""One scenario per mutating wire method: the state it needs, a valid request, a different one.
+
+``tests/pipeline/test_receipts.py`` runs every scenario through the receipt
+checks, and fails when a mutating method of the route table has none: a new
+method cannot skip them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import sqlite3
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runtime.client import HostClient
+from store.errors import NotFound
+from store.secrets import SecretStore
+from tests.hostkit import msg
+
+Vars = dict[str, Any]
+Setup = Callable[[HostClient, Path], Awaitable[Vars]]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    setup: Setup
+    params: Callable[[Vars], dict[str, Any]]
+    other: Callable[[Vars], tuple[str, dict[str, Any]]]
+    """A *different* request sent with the same submissionId (another method is fine)."""
+    kind: str = "test"
+    count: Callable[[Path, Vars], int] | None = None
+    """A number one effect moves by exactly one (rows, lines, files, a version counter)."""
+
+
+# ---------------------------------------------------------------------- building blocks
+
+
+async def new_session(c: HostClient, **fields: Any) -> str:
+    return str((await c.call("session.create", {"title": "scenario", **fields}))["id"])
+
+
+async def append(c: HostClient, sid: str, mid: str, text: str = "hello", role: str = "user") -> None:
+    await c.call("session.appendMessage", {"sessionId": sid, "message": msg(mid, text, role=role)})
+
+
+def rows(root: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(f"file:{root / 'pi.sqlite'}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
+
+
+def count(sql: str) -> Callable[[Path, Vars], int]:
+    return lambda root, v: int(rows(root, sql)[0][0])
+
+
+async def nothing(c: HostClient, root: Path) -> Vars:
+    return {}
+
+
+async def one_session(c: HostClient, root: Path) -> Vars:
+    return {"sid": await new_session(c)}
+
+
+async def with_message(c: HostClient, root: Path) -> Vars:
+    sid = await new_session(c)
+    await append(c, sid, "m1")
+    await append(c, sid, "m2", "second")
+    return {"sid": sid}
+
+
+async def with_turn(c: HostClient, root: Path) -> Vars:
+    sid = await new_session(c)
+    await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+    return {"sid": sid}
+
+
+async def with_notification(c: HostClient, root: Path) -> Vars:
+    v = await with_turn(c, root)
+    await c.call("session.endTurn", {"sessionId": v["sid"], "turnId": "t1", "status": "completed"})
+    v["nid"] = (await c.call("notifications.list", {}))["notifications"][0]["id"]
+    return v
+
+
+async def with_entries(c: HostClient, root: Path) -> Vars:
+    sid = await new_session(c)
+    out = {"sid": sid}
+    for name in ("e1", "e2"):
+        pushed = await c.call("session.queuePush", {"sessionId": sid, "principal": "p", "content": name,
+                                                    "permissionMode": "ask"})
+        out[name] = pushed["entry"]["id"]
+    return out
+
+
+async def with_controller(c: HostClient, root: Path) -> Vars:
+    v = await with_entries(c, root)
+    await c.call("session.queueAttach", {"sessionId": v["sid"], "controllerId": "ctl"})
+    return v
+
+
+async def with_turns(c: HostClient, root: Path) -> Vars:
+    sid = await new_session(c)
+    for u, a in (("u0", "a0"), ("u1", "a1")):
+        await append(c, sid, u, f"q {u}")
+        await append(c, sid, a, f"a {a}", role="assistant")
+    return {"sid": sid}
+
+
+async def with_variants(c: HostClient, root: Path) -> Vars:
+    v = await with_turns(c, root)
+    sid = v["sid"]
+    await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+    await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+    await append(c, sid, "a1b", "second", role="assistant")
+    await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+    return v
+
+
+async def with_tombstone(c: HostClient, root: Path) -> Vars:
+    v = await with_message(c, root)
+    await c.call("session.deleteMessage", {"sessionId": v["sid"], "messageId": "m1"})
+    await c.call("session.deleteMessage", {"sessionId": v["sid"], "messageId": "m2"})
+    return v
+
+
+async def with_secret(c: HostClient, root: Path) -> Vars:
+    await c.call("secrets.set", {"ref": "k1", "value": "v1"})
+    await c.call("secrets.set", {"ref": "k2", "value": "v2"})
+    return {}
+
+
+DATA = base64.b64encode(b"attachment bytes").decode()
+
+
+async def with_blob(c: HostClient, root: Path) -> Vars:
+    v = await one_session(c, root)
+    put = await c.call("attachments.put", {"name": "a.txt", "mimeType": "text/plain", "dataBase64": DATA})
+    v["sha"] = put["sha256"]
+    return v
+
+
+async def with_files(c: HostClient, root: Path) -> Vars:
+    folder = root.parent / f"{root.name}-files"
+    folder.mkdir()
+    (folder / "one.txt").write_bytes(b"one")
+    (folder / "two.txt").write_bytes(b"two")
+    return {"folder": str(folder)}
+
+
+async def with_task(c: HostClient, root: Path) -> Vars:
+    t1 = await c.call("tasks.create", {"title": "t", "prompt": "p"})
+    t2 = await c.call("tasks.create", {"title": "t2", "prompt": "p2"})
+    return {"task": t1["id"], "task2": t2["id"]}
+
+
+async def with_run(c: HostClient, root: Path) -> Vars:
+    v = await with_task(c, root)
+    v["run"] = (await c.call("tasks.startRun", {"taskId": v["task"]}))["id"]
+    return v
+
+
+def _workspace(root: Path) -> Path:
+    ws = root.parent / f"{root.name}-ws"
+    ws.mkdir(exist_ok=True)
+    return ws
+
+
+async def with_plan_session(c: HostClient, root: Path) -> Vars:
+    ws = _workspace(root)
+    return {"sid": await new_session(c, projectPath=str(ws), mode="plan"), "ws": str(ws)}
+
+
+def submit_params(v: Vars, markdown: str = "# Plan\n\nDo it.\n") -> dict[str, Any]:
+    return {"sessionId": v["sid"], "turnId": "t1", "toolCallId": "call1", "kind": "plan", "markdown": markdown,
+            "workspaceRoot": v["ws"]}
+
+
+async def with_plan(c: HostClient, root: Path) -> Vars:
+    v = await with_plan_session(c, root)
+    v["request"] = (await c.call("plans.submit", submit_params(v)))["requestId"]
+    return v
+
+
+async def with_projects(c: HostClient, root: Path) -> Vars:
+    a, b = _workspace(root) / "a", _workspace(root) / "b"
+    a.mkdir()
+    b.mkdir()
+    await new_session(c, projectPath=str(a))
+    await new_session(c, projectPath=str(b))
+    projects = {p["path"]: p["id"] for p in (await c.call("projects.list", {}))["projects"]}
+    return {"a": projects[str(a)], "b": projects[str(b)]}
+
+
+def artifact_files(root: Path, v: Vars) -> int:
+    folder = Path(v["ws"]) / ".pi" / "plan"
+    return len(list(folder.iterdir())) if folder.exists() else 0
+
+
+def transcript_lines(mid: str) -> Callable[[Path, Vars], int]:
+    def lines(root: Path, v: Vars) -> int:
+        path = root / "sessions" / f"{v['sid']}.jsonl"
+        return sum(1 for line in path.read_bytes().splitlines() if f'"id":"{mid}"'.encode() in line)
+
+    return lines
+
+
+def blob_digest() -> str:
+    return hashlib.sha256(b"attachment bytes").hexdigest()
+
+
+def secret_version(ref: str) -> Callable[[Path, Vars], int]:
+    """How many times the secret's file was written (its authenticated version counter)."""
+    def version(root: Path, v: Vars) -> int:
+        try:
+            return SecretStore(root / "secrets").get(ref).version
+        except NotFound:
+            return 0
+
+    return version
+
+
+# ---------------------------------------------------------------------- the table
+
+S = Scenario
+
+SCENARIOS: dict[str, Scenario] = {
+    "session.create": S(nothing, lambda v: {"title": "A"}, lambda v: ("session.create", {"title": "B"}),
+                        count=count("SELECT COUNT(*) FROM sessions")),
+    "session.appendMessage": S(
+        one_session, lambda v: {"sessionId": v["sid"], "message": msg("m1", "x")},
+        lambda v: ("session.appendMessage", {"sessionId": v["sid"], "message": msg("m2", "y")}),
+        count=transcript_lines("m1")),
+    "session.rename": S(one_session, lambda v: {"sessionId": v["sid"], "title": "New"},
+                        lambda v: ("session.rename", {"sessionId": v["sid"], "title": "Other"})),
+    "session.update": S(one_session, lambda v: {"sessionId": v["sid"], "modelId": "m1"},
+                        lambda v: ("session.update", {"sessionId": v["sid"], "modelId": "m2"})),
+    "session.delete": S(one_session, lambda v: {"sessionId": v["sid"]},
+                        lambda v: ("session.rename", {"sessionId": v["sid"], "title": "x"})),
+    "session.startTurn": S(one_session, lambda v: {"sessionId": v["sid"], "turnId": "t1"},
+                           lambda v: ("session.startTurn", {"sessionId": v["sid"], "turnId": "t2"}),
+                           count=count("SELECT COUNT(*) FROM turns")),
+    "session.endTurn": S(with_turn, lambda v: {"sessionId": v["sid"], "turnId": "t1", "status": "completed"},
+                         lambda v: ("session.endTurn", {"sessionId": v["sid"], "turnId": "t1", "status": "error"}),
+                         count=count("SELECT COUNT(*) FROM notifications")),
+    "session.saveInflightMessage": S(
+        with_turn, lambda v: {"sessionId": v["sid"], "turnId": "t1", "message": msg("a1", "partial", "assistant")},
+        lambda v: ("session.saveInflightMessage",
+                   {"sessionId": v["sid"], "turnId": "t1", "message": msg("a1", "more", "assistant")})),
+    "notifications.markRead": S(with_notification, lambda v: {"ids": [v["nid"]]},
+                                lambda v: ("notifications.markRead", {"ids": [v["nid"], "other"]})),
+    "notifications.markAllRead": S(with_notification, lambda v: {}, lambda v: ("notifications.clear", {})),
+    "notifications.clear": S(with_notification, lambda v: {"ids": [v["nid"]]},
+                             lambda v: ("notifications.clear", {})),
+    "session.queuePush": S(
+        one_session, lambda v: {"sessionId": v["sid"], "principal": "p", "content": "hi", "permissionMode": "ask"},
+        lambda v: ("session.queuePush",
+                   {"sessionId": v["sid"], "principal": "p", "content": "bye", "permissionMode": "ask"}),
+        count=count("SELECT COUNT(*) FROM turn_queue")),
+    "session.queueRemove": S(with_entries, lambda v: {"sessionId": v["sid"], "entryId": v["e1"]},
+                             lambda v: ("session.queueRemove", {"sessionId": v["sid"], "entryId": v["e2"]})),
+    "session.queuePrioritize": S(with_entries, lambda v: {"sessionId": v["sid"], "entryId": v["e2"]},
+                                 lambda v: ("session.queuePrioritize", {"sessionId": v["sid"], "entryId": v["e1"]})),
+    "session.queueReorder": S(
+        with_entries, lambda v: {"sessionId": v["sid"], "entryId": v["e2"], "direction": "up"},
+        lambda v: ("session.queueReorder", {"sessionId": v["sid"], "entryId": v["e2"], "direction": "down"})),
+    "session.queueAttach": S(one_session, lambda v: {"sessionId": v["sid"], "controllerId": "ctl"},
+                             lambda v: ("session.queueAttach", {"sessionId": v["sid"], "controllerId": "ctl2"}),
+                             kind="agent"),
+    "session.queueTake": S(with_controller, lambda v: {"sessionId": v["sid"], "controllerId": "ctl"},
+                           lambda v: ("session.queueAttach", {"sessionId": v["sid"], "controllerId": "ctl"}),
+                           kind="agent", count=count("SELECT COUNT(*) FROM turn_queue")),
+    "session.saveActiveRevision": S(
+        with_turns, lambda v: {"sessionId": v["sid"], "rootUserId": "u1"},
+        lambda v: ("session.saveActiveRevision", {"sessionId": v["sid"], "rootUserId": "u0"}),
+        count=count("SELECT COUNT(*) FROM message_revisions")),
+    "session.activateRevision": S(
+        with_variants, lambda v: {"sessionId": v["sid"], "rootUserId": "u1", "revisionIndex": 1},
+        lambda v: ("session.activateRevision", {"sessionId": v["sid"], "rootUserId": "u1", "revisionIndex": 2})),
+    "session.truncateFrom": S(with_turns, lambda v: {"sessionId": v["sid"], "messageId": "a1"},
+                              lambda v: ("session.truncateFrom", {"sessionId": v["sid"], "messageId": "u1"})),
+    "session.replaceMessages": S(
+        with_message, lambda v: {"sessionId": v["sid"], "messages": [msg("r1", "one")]},
+        lambda v: ("session.replaceMessages", {"sessionId": v["sid"], "messages": [msg("r2", "two")]})),
+    "session.appendCompaction": S(
+        with_message,
+        lambda v: {"sessionId": v["sid"], "compaction": {"id": "c1", "summary": "s", "throughMessageId": "m1",
+                                                         "tokensBefore": 10}},
+        lambda v: ("session.appendCompaction", {"sessionId": v["sid"], "compaction": {
+            "id": "c1", "summary": "other", "throughMessageId": "m1", "tokensBefore": 10}}),
+        count=count("SELECT COUNT(*) FROM compactions")),
+    "session.fork": S(with_message, lambda v: {"sessionId": v["sid"]},
+                      lambda v: ("session.fork", {"sessionId": v["sid"], "title": "T"}),
+                      count=count("SELECT COUNT(*) FROM sessions")),
+    "session.deleteMessage": S(with_message, lambda v: {"sessionId": v["sid"], "messageId": "m1"},
+                               lambda v: ("session.deleteMessage", {"sessionId": v["sid"], "messageId": "m2"})),
+    "session.restoreMessage": S(with_tombstone, lambda v: {"sessionId": v["sid"], "messageId": "m1"},
+                                lambda v: ("session.restoreMessage", {"sessionId": v["sid"], "messageId": "m2"})),
+    "secrets.set": S(nothing, lambda v: {"ref": "k", "value": "v"},
+                     lambda v: ("secrets.set", {"ref": "k", "value": "w"}), count=secret_version("k")),
+    "secrets.delete": S(with_secret, lambda v: {"ref": "k1"}, lambda v: ("secrets.delete", {"ref": "k2"})),
+    "attachments.put": S(
+        nothing, lambda v: {"name": "a.txt", "mimeType": "text/plain", "dataBase64": DATA},
+        lambda v: ("attachments.put", {"name": "b.txt", "mimeType": "text/plain", "dataBase64": DATA}),
+        count=count("SELECT COUNT(*) FROM attachment_blobs")),
+    "attachments.importFile": S(
+        with_files, lambda v: {"path": v["folder"] + "/one.txt", "name": "one.txt"},
+        lambda v: ("attachments.importFile", {"path": v["folder"] + "/two.txt", "name": "two.txt"}),
+        count=count("SELECT COUNT(*) FROM attachment_blobs")),
+    "attachments.ref": S(with_blob, lambda v: {"sha256": v["sha"], "sessionId": v["sid"]},
+                         lambda v: ("attachments.ref", {"sha256": v["sha"], "sessionId": v["sid"], "messageId": "m"}),
+                         count=count("SELECT COUNT(*) FROM attachment_refs")),
+    "attachments.gc": S(with_blob, lambda v: {}, lambda v: ("attachments.gc", {"activeSessionId": v["sid"]})),
+    "tasks.create": S(nothing, lambda v: {"title": "t", "prompt": "p"},
+                      lambda v: ("tasks.create", {"title": "t", "prompt": "other"}),
+                      count=count("SELECT COUNT(*) FROM scheduled_tasks")),
+    "tasks.update": S(with_task, lambda v: {"taskId": v["task"], "title": "x"},
+                      lambda v: ("tasks.update", {"taskId": v["task"], "title": "y"})),
+    "tasks.delete": S(with_task, lambda v: {"taskId": v["task"]},
+                      lambda v: ("tasks.delete", {"taskId": v["task2"]})),
+    "tasks.startRun": S(with_task, lambda v: {"taskId": v["task"]},
+                        lambda v: ("tasks.startRun", {"taskId": v["task2"]}),
+                        count=count("SELECT COUNT(*) FROM task_runs")),
+    "tasks.finishRun": S(with_run, lambda v: {"runId": v["run"], "status": "completed"},
+                         lambda v: ("tasks.finishRun", {"runId": v["run"], "status": "error"})),
+    "plans.submit": S(with_plan_session, submit_params,
+                      lambda v: ("plans.submit", submit_params(v, "# Other plan\n")), count=artifact_files),
+    "plans.respond": S(with_plan, lambda v: {"requestId": v["request"], "action": "reject"},
+                       lambda v: ("plans.respond", {"requestId": v["request"], "action": "approve"})),
+    "projects.remove": S(with_projects, lambda v: {"projectId": v["a"]},
+                         lambda v: ("projects.remove", {"projectId": v["b"]}),
+                         count=count("SELECT COUNT(*) FROM projects")),
+    "settings.set": S(nothing, lambda v: {"key": "k", "value": 1},
+                      lambda v: ("settings.set", {"key": "k", "value": 2})),
+}
