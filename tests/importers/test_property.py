@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sqlite3
 import tempfile
@@ -26,7 +27,7 @@ from hypothesis import strategies as st
 from store.attachments import AttachmentFiles
 from store.import_write import ImportTarget
 from store.importers import IMPORTERS
-from store.importers.common import ParseContext, Refused, SourceUnit
+from store.importers.common import ImportLimits, ParseContext, Refused, SourceUnit
 from store.imports import import_root, import_unit
 from store.transcript import read_transcript
 from tests.importers import gen
@@ -110,9 +111,12 @@ def visible_rows(conn: sqlite3.Connection, sid: str) -> list[Any]:
 
 
 @SETTINGS
-@given(fmt=st.sampled_from(FORMATS), conv=gen.conversations())
-def test_generated_transcript_imports_to_the_intended_messages(fmt: str, conv: list[gen.Event]) -> None:
-    with workspace() as (root, conn, target):
+@given(fmt=st.sampled_from(FORMATS), conv=gen.conversations(), window=st.sampled_from([1, 2, 1024]))
+def test_generated_transcript_imports_to_the_intended_messages(fmt: str, conv: list[gen.Event], window: int) -> None:
+    """``window`` bounds the look-behind that pairs calls with results: past it a call is written without
+    its result and the result comes as a replacement line; readers see the same messages either way."""
+    with workspace() as (root, conn, base):
+        target = dataclasses.replace(base, limits=ImportLimits(max_pending_records=window))
         rep = import_unit(conn, only_unit(fmt, write(fmt, conv, root)), target, now_ms=NOW)
         want_msgs, want_comps = gen.expected(conv)
         assert rep.status == "new", rep.to_dict()
