@@ -24,6 +24,7 @@ import orjson
 
 from runtime.datadir import DataDir
 from store import index
+from store.attachment_adopt import adopt_pending
 from store.database import incremental_vacuum, open_writer, transaction
 from store.errors import StoreError
 from store.faults import NO_FAULTS, Faults
@@ -154,6 +155,8 @@ def run_boot(
     )
     report["database"] = open_report.to_dict()
     now = now_ms()
+    # seed-era attachment files get their rows once, after the migration asked for it
+    report["attachmentsAdopted"] = adopt_pending(conn, data_dir.attachments_dir, now_ms=now)
     # 1. maintenance transaction: the fence, retention, notification cap
     with transaction(conn):
         report["fence"] = interruption_fence(conn, now_ms=now, boot_id=boot_id)

@@ -2,6 +2,8 @@
 
     pi-host serve [--data-dir D] [--port N] [--host H] [--allow-origin O ...]
     pi-host status | sessions | show SESSION [--limit N] | search QUERY [--data-dir D]
+    pi-host doctor [--repair] [--json] [--data-dir D]   (offline; exit 0 clean, 1 repairable/repaired,
+                                                        2 damage it cannot repair, 3 refused: host running)
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     search = sub.add_parser("search", help="search every session", parents=[common])
     search.add_argument("query")
     search.add_argument("--limit", type=int, default=20)
+    doctor = sub.add_parser("doctor", help="check a stopped host's data directory (exit 0 clean, 1 repairable "
+                            "or repaired, 2 damage it cannot repair, 3 refused)", parents=[common])
+    doctor.add_argument("--repair", action="store_true", help="repair what can be repaired from the files")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     return ap
 
 
@@ -59,7 +65,40 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, "port"):
             args = _parser().parse_args([*(argv or sys.argv[1:]), "serve"])
         return _serve(args, data_dir)
+    if command == "doctor":
+        return _doctor(args, data_dir)
     return trio.run(_client_command, command, args, data_dir)
+
+
+def _doctor(args: argparse.Namespace, data_dir: DataDir) -> int:
+    """Offline check (and repair) under the data directory's lock: a running host makes it refuse."""
+    import time
+
+    from runtime.datadir import DataDirLock
+    from runtime.doctor_cli import ProgressBar, render, render_json
+    from store.doctor import run_doctor
+
+    if not data_dir.root.is_dir():
+        print(f"pi-host doctor: {data_dir.root} is not a directory", file=sys.stderr)
+        return 3
+    lock = DataDirLock(data_dir)
+    try:
+        lock.acquire()
+    except DataDirLocked as exc:
+        print(f"pi-host doctor: refusing: {exc}; stop it first (doctor works on a stopped host's data)",
+              file=sys.stderr)
+        return 3
+    try:
+        bar = ProgressBar(sys.stdout) if sys.stdout.isatty() and not args.json else None
+        try:
+            report = run_doctor(data_dir, repair=args.repair, now_ms=time.time_ns() // 1_000_000, progress=bar)
+        finally:
+            if bar is not None:
+                bar.clear()
+    finally:
+        lock.release()
+    print(render_json(report) if args.json else render(report))
+    return report.exit_code
 
 
 def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:

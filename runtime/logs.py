@@ -1,16 +1,57 @@
-"""Logging: NDJSON records to ``<dataDir>/logs/host.ndjson``, human lines to stderr."""
+"""Logging: NDJSON records to ``<dataDir>/logs/host.ndjson``, human lines to stderr.
+
+The NDJSON file rotates at the file layer (seed 003 §8, D082) within the
+bounds of a :class:`LogRotation` passed in as configuration:
+
+* a file is rotated before a record would take it past ``max_bytes``, and
+  once its first record is older than ``max_age_s``;
+* a rotated file is renamed ``host.ndjson.<UTC start time>`` (names sort by
+  age) and a new ``host.ndjson`` is started;
+* rotated files beyond the newest ``keep_files``, and rotated files that were
+  started more than ``keep_days`` ago (the time in their name), are deleted.
+
+So the host's log never takes more than ``(keep_files + 1) × max_bytes`` and
+holds at most ``keep_days`` of history. Only ``host.ndjson`` and its rotated
+``host.ndjson.<stamp>`` files are ever touched: other files in ``logs/`` (the
+app's and the agent's own logs) and everything outside it are not. Log files
+are created 0600 (``O_CREAT`` with mode 0600, then ``fchmod``: the umask
+cannot be trusted). A log write that fails is reported by :mod:`logging` and
+never breaks the host.
+"""
 
 from __future__ import annotations
 
+import calendar
 import logging
+import os
+import re
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 _STD_ATTRS = set(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
+
+LOG_NAME = "host.ndjson"
+_ROTATED_RE = re.compile(rf"^{re.escape(LOG_NAME)}\.(\d{{8}}T\d{{6}}\.\d{{3}}Z)(?:-\d+)?$")
+
+
+@dataclass(frozen=True)
+class LogRotation:
+    """Size and age bounds of the host's NDJSON log (defaults: 10 MiB, 1 day per file; 10 files, 14 days)."""
+
+    max_bytes: int = 10 * 1024 * 1024
+    max_age_s: float = 86_400.0
+    keep_files: int = 10
+    keep_days: float = 14.0
+
+    def __post_init__(self) -> None:
+        if self.max_bytes < 1024 or self.max_age_s <= 0 or self.keep_files < 1 or self.keep_days <= 0:
+            raise ValueError(f"log rotation bounds out of range: {self}")
 
 
 class NdjsonFormatter(logging.Formatter):
@@ -29,13 +70,133 @@ class NdjsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
-def setup_logging(logs_dir: Path, *, stderr: bool = True, level: int = logging.INFO) -> list[logging.Handler]:
+def _open_log(path: Path) -> int:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o600)
+    return fd
+
+
+def _stamp(seconds: float) -> str:
+    ms = int(seconds * 1000)
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+
+
+def _parse_stamp(stamp: str) -> float:
+    """Inverse of :func:`_stamp` (UTC)."""
+    whole = calendar.timegm(time.strptime(stamp[:15], "%Y%m%dT%H%M%S"))
+    return whole + int(stamp[16:19]) / 1000
+
+
+def _first_record_time(path: Path) -> float | None:
+    """When the file's first record was written (its ``ts``), or None for an empty/unreadable file."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(1 << 16)
+        ts = orjson.loads(first).get("ts")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return ts / 1000 if isinstance(ts, int | float) else None
+
+
+class RotatingNdjsonHandler(logging.Handler):
+    """One NDJSON line per record into ``<dir>/host.ndjson``, rotated within :class:`LogRotation`."""
+
+    def __init__(self, logs_dir: Path, rotation: LogRotation, *, clock: Callable[[], float] = time.time) -> None:
+        super().__init__()
+        self.directory = Path(logs_dir)
+        self.path = self.directory / LOG_NAME
+        self.rotation = rotation
+        self._clock = clock
+        self._fd: int | None = None
+        self._size = 0
+        self._started: float | None = None
+        self._open()
+
+    def _open(self) -> None:
+        self._fd = _open_log(self.path)
+        self._size = os.fstat(self._fd).st_size
+        self._started = _first_record_time(self.path) if self._size else None
+        if self._size and self._started is None:
+            self._started = os.stat(self.path).st_mtime
+
+    def _reopen(self) -> int:
+        self._open()
+        if self._fd is None:
+            raise OSError(f"cannot open {self.path}")
+        return self._fd
+
+    def rotated_files(self) -> list[Path]:
+        """The rotated files, oldest first."""
+        return sorted(self.directory / n for n in os.listdir(self.directory) if _ROTATED_RE.fullmatch(n))
+
+    def _rotate(self, now: float) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        base = self.directory / f"{LOG_NAME}.{_stamp(self._started if self._started is not None else now)}"
+        target, n = base, 1
+        while target.exists():
+            target = base.with_name(f"{base.name}-{n}")
+            n += 1
+        os.rename(self.path, target)
+        self._open()
+        self._prune(now)
+
+    def _prune(self, now: float) -> None:
+        rotated = self.rotated_files()
+        doomed = set(rotated[: max(0, len(rotated) - self.rotation.keep_files)])
+        cutoff = now - self.rotation.keep_days * 86_400
+        for path in rotated:
+            match = _ROTATED_RE.fullmatch(path.name)
+            if match is not None and _parse_stamp(match.group(1)) < cutoff:
+                doomed.add(path)
+        for path in doomed:
+            path.unlink(missing_ok=True)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = (self.format(record) + "\n").encode("utf-8")
+            now = self._clock()
+            if self._size and (
+                self._size + len(line) > self.rotation.max_bytes
+                or (self._started is not None and now - self._started >= self.rotation.max_age_s)
+            ):
+                self._rotate(now)
+            fd = self._fd if self._fd is not None else self._reopen()
+            view = memoryview(line)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            if not self._size:
+                self._started = now
+            self._size += len(line)
+        except Exception:
+            self.handleError(record)
+
+    def close(self) -> None:
+        self.acquire()
+        try:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+        finally:
+            self.release()
+        super().close()
+
+
+def setup_logging(
+    logs_dir: Path,
+    *,
+    stderr: bool = True,
+    level: int = logging.INFO,
+    rotation: LogRotation | None = None,
+) -> list[logging.Handler]:
     root = logging.getLogger("pi_host")
     root.setLevel(level)
     root.propagate = False
     handlers: list[logging.Handler] = []
     logs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    file_handler = logging.FileHandler(logs_dir / "host.ndjson", encoding="utf-8")
+    file_handler = RotatingNdjsonHandler(logs_dir, rotation or LogRotation())
     file_handler.setFormatter(NdjsonFormatter())
     handlers.append(file_handler)
     if stderr:

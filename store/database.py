@@ -32,6 +32,7 @@ from .migrations import (
     move_db_family,
     reset_database,
     schema_too_new,
+    schema_unknown,
 )
 from .schema import SCHEMA_VERSION
 from .search_upkeep import tune_index
@@ -43,6 +44,7 @@ BUSY_TIMEOUT_MS = 5000
 CACHE_SIZE_KIB = 16000
 READER_MMAP_BYTES = 256 * 1024 * 1024
 SYNCHRONOUS_MODES = {"FULL": 2, "NORMAL": 1}
+_AUTO_VACUUM_INCREMENTAL = 2
 
 # Primary result codes that mean "the file is damaged" (anything else, such as
 # SQLITE_BUSY or SQLITE_IOERR, is an environment problem and never quarantines).
@@ -109,7 +111,11 @@ def apply_pragmas(
     a fresh file is created.
     """
     mode = _check_synchronous(synchronous)
-    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    # Only when it is not set already: assigning it, even to its current value,
+    # rewrites the header page (change counter), and a refused migration must
+    # leave the file byte for byte as it was.
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != _AUTO_VACUUM_INCREMENTAL:
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
     journal = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     if str(journal).lower() != "wal":
         raise IOFailure(f"could not switch the database to WAL journal mode (got {journal!r})")
@@ -259,6 +265,8 @@ class OpenReport:
     archived_to: Path | None = None
     archived_version: int | None = None
     backups: list[Path] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+    """The versions each applied migration step reached, in order."""
 
     def to_dict(self) -> dict[str, object]:
         """JSON-safe form (paths as strings, camelCase keys) for the boot report."""
@@ -273,6 +281,7 @@ class OpenReport:
             "archivedTo": None if self.archived_to is None else str(self.archived_to),
             "archivedVersion": self.archived_version,
             "backups": [str(p) for p in self.backups],
+            "steps": list(self.steps),
         }
 
 
@@ -304,14 +313,17 @@ def open_writer(
     now_ms: int,
     faults: Faults = NO_FAULTS,
     synchronous: str = "FULL",
+    platform: str | None = None,
 ) -> tuple[sqlite3.Connection, OpenReport]:
     """Open (creating, quarantining, archiving or migrating as needed) the writer.
 
     Steps: support check → if the file exists, a read-only probe: damage →
     quarantine and start fresh; ``user_version`` newer than this build →
-    :class:`SchemaTooNew` (nothing written); a version we cannot migrate →
-    archive (reset) and start fresh → writer connection (autocommit,
-    ``check_same_thread=False``) → PRAGMAs → :func:`store.migrations.migrate`.
+    :class:`SchemaTooNew`, a number no release wrote → ``SchemaUnknown``
+    (nothing written); a pre-v7 version → archive (reset) and start fresh →
+    writer connection (autocommit, ``check_same_thread=False``) → PRAGMAs →
+    :func:`store.migrations.migrate` (the seed's chain and ours; ``platform``
+    picks the shell catalog the guarded seed step checks, default: this one).
     A leftover ``-wal``/``-journal`` without its database is quarantined too:
     it must never be replayed into a fresh file.
     """
@@ -330,6 +342,8 @@ def open_writer(
             action = classify(probe.user_version, probe.has_schema)
             if action is OpenAction.TOO_NEW:
                 raise schema_too_new(db_path, probe.user_version)
+            if action is OpenAction.UNKNOWN:
+                raise schema_unknown(db_path, probe.user_version)
             if action is OpenAction.RESET:
                 report.archived_to = reset_database(
                     db_path, probe.user_version, now_ms=now_ms, faults=faults
@@ -344,7 +358,7 @@ def open_writer(
     conn = _connect_writer(db_path)
     try:
         apply_pragmas(conn, synchronous=synchronous)
-        result = migrate(conn, db_path, now_ms=now_ms, faults=faults)
+        result = migrate(conn, db_path, now_ms=now_ms, faults=faults, platform=platform)
         tune_index(conn)  # FTS5 options of the search index (idempotent)
         if result.created_fresh:
             fsync_dir(db_path.parent)
@@ -358,6 +372,7 @@ def open_writer(
     report.created_fresh = result.created_fresh
     report.schema_version = result.to_version
     report.backups = list(result.backups)
+    report.steps = list(result.applied)
     if result.applied:
         report.migrated_from = result.from_version
     return conn, report

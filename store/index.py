@@ -401,11 +401,18 @@ def reindex_session(
     """Replace every index row of a session with rows for ``messages`` (a rewrite or rebuild).
 
     Each surviving message keeps its owning turn: the turn recorded in the old
-    row wins over the line's ``turnId`` (``turn_overrides`` first of all).
+    row wins over the line's ``turnId`` (``turn_overrides`` first of all). A
+    line without ``createdAt`` (older writers left it off tool lines) keeps
+    the old row's time instead of taking "now".
     """
-    old_turns = dict(
-        conn.execute("SELECT id, turn_id FROM messages WHERE session_id = ? AND turn_id IS NOT NULL", (session_id,))
-    )
+    old_turns: dict[str, str] = {}
+    old_created: dict[str, int] = {}
+    for mid, turn_id, created in conn.execute(
+        "SELECT id, turn_id, created_at FROM messages WHERE session_id = ?", (session_id,)
+    ):
+        if turn_id is not None:
+            old_turns[mid] = turn_id
+        old_created[mid] = created
     if turn_overrides:
         old_turns.update(turn_overrides)
     ordinal = _session_ordinal(conn, session_id)
@@ -426,7 +433,8 @@ def reindex_session(
         turn = _turn_ref(conn, old_turns.get(rec["id"]) or rec.get("turnId"))
         rows.append(
             (message_mid(ordinal, seq), rec["id"], session_id, turn, seq, rec.get("role"), tool_name, int(is_error),
-             extract_text(rec), rfc3339_to_ms(rec.get("createdAt"), now_ms), item.offset, item.length)
+             extract_text(rec), rfc3339_to_ms(rec.get("createdAt"), old_created.get(rec["id"], now_ms)),
+             item.offset, item.length)
         )
     conn.executemany(
         "INSERT INTO messages(mid, id, session_id, turn_id, seq, role, tool_name, is_error, text, created_at, "

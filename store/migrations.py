@@ -1,17 +1,28 @@
-"""Our migration chain, keyed by ``PRAGMA user_version`` (seed 003 §7).
+"""The migration chain, keyed by ``PRAGMA user_version`` (seed 003 §7).
 
 What happens to a database depends only on its ``user_version`` (see
-:func:`classify`):
+:func:`classify`; docs/DESIGN.md "Schema versions" maps every number to its
+layout):
 
 * 0 and no schema objects  → fresh install: the full DDL at ``SCHEMA_VERSION``.
 * 1–6                      → seed D119 breaking reset: archived as ``<db>.v6.bak``.
-* 7–19 (seed-era layouts we cannot migrate), or 0 with foreign schema objects
-                           → the same reset, archived as ``<db>.v<n>.bak``.
-* 20 … SCHEMA_VERSION-1    → the ordered :data:`STEPS`, each in ONE transaction,
-                             an exact readable ``<db>.v<n>.bak`` before any
-                             destructive step.
+* 0 with foreign schema objects → the same reset, archived as ``<db>.v0.bak``.
+* 7–11, 14–17 (the seed's layouts) and 20 … SCHEMA_VERSION-1 (ours)
+                           → walked in place, one step per transaction:
+                             the seed's 7→8, 8/9/10→11 (guarded), 11→14,
+                             14→15, 15→16, 16→17, then ours 17→20 (the
+                             seed layout becomes ours), 20→21, 21→22, 22→23.
+                             Every step marked ``backup`` first checkpoints
+                             the WAL and writes an exact, verified
+                             ``<db>.v<from>.bak``.
+* 12, 13, 18, 19           → numbers no release wrote: :class:`SchemaUnknown`,
+                             file untouched.
 * SCHEMA_VERSION           → plain open.
 * > SCHEMA_VERSION         → :class:`~store.errors.SchemaTooNew`; file untouched.
+
+Fault points (``store.faults``): ``migrate.<from>_<to>.after_backup``,
+``.before_commit`` and ``.after_commit`` for every step, plus the generic
+``migrate.after_backup`` / ``migrate.before_commit``.
 
 The reset is a file operation (the old file is renamed, not rewritten), so it
 happens before the writer connection opens (:func:`reset_database`);
@@ -32,6 +43,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from .attachment_adopt import mark_pending
 from .errors import IOFailure, SchemaTooNew, StoreError, classify_os_error
 from .faults import NO_FAULTS, Faults
 from .fsutil import fsync_dir
@@ -53,6 +65,18 @@ from .schema import (
     hazard_sql,
     searchable_sql,
 )
+from .schema_rebuild import converge
+from .seed_migrations import (
+    current_platform,
+    guarded_step,
+    plan_guarded,
+    step_7_to_8,
+    step_11_to_14,
+    step_14_to_15,
+    step_15_to_16,
+    step_16_to_17,
+)
+from .seed_schemas import LAST_SEED_VERSION, SEED_GAPS, SEED_VERSIONS
 
 FIRST_MIGRATABLE_VERSION = 20
 """The oldest ``user_version`` the step chain upgrades in place."""
@@ -69,21 +93,42 @@ class MigrationFailed(StoreError):
     code = "MIGRATION_FAILED"
 
 
+class SchemaUnknown(StoreError):
+    """A ``user_version`` no release ever wrote (12, 13, 18, 19): refused, file untouched."""
+
+    code = "SCHEMA_UNKNOWN"
+
+
 @dataclass(frozen=True)
 class MigrationStep:
-    """One structural change from ``to_version - 1`` to ``to_version``.
+    """One structural change from ``from_versions`` (default ``to_version - 1``) to ``to_version``.
 
     ``apply`` runs inside the step's transaction and must neither commit nor
     roll back. ``destructive`` steps (anything that drops, rebuilds or rewrites
-    existing rows) get a WAL checkpoint and an exact backup first, and run
-    with foreign key enforcement off (table rebuilds) plus a
-    ``foreign_key_check`` before commit.
+    existing rows) run with foreign key enforcement off (table rebuilds) plus a
+    ``foreign_key_check`` before commit. A step with ``backup`` (default: when
+    destructive) gets a WAL checkpoint and an exact backup of its starting
+    version first. ``verify`` adds a ``quick_check`` and ``foreign_key_check``
+    before the commit. ``preflight`` is a read-only check the engine runs
+    before the chain's first write, so that a refusal leaves the file as it was.
     """
 
     to_version: int
     description: str
     destructive: bool
     apply: Callable[[sqlite3.Connection], None]
+    from_versions: tuple[int, ...] = ()
+    backup: bool | None = None
+    verify: bool = False
+    preflight: Callable[[sqlite3.Connection], None] | None = None
+
+    @property
+    def sources(self) -> tuple[int, ...]:
+        return self.from_versions or (self.to_version - 1,)
+
+    @property
+    def takes_backup(self) -> bool:
+        return self.destructive if self.backup is None else self.backup
 
 
 def _v21_boot_reports(conn: sqlite3.Connection) -> None:
@@ -150,6 +195,33 @@ def _v23_created_index(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _v20_from_seed(conn: sqlite3.Connection) -> None:
+    """Seed v17 → our v20: every table to its v20 definition, every row kept.
+
+    Tables whose definition differs (``sessions`` gains ``indexed_len`` /
+    ``file_epoch``, ``messages`` its transcript offsets and ``deleted`` flag,
+    ``turn_queue`` its column order) are rebuilt; our additions
+    (``compactions``, ``command_receipts``, ``run_snapshots``,
+    ``attachment_blobs``/``_refs``) are created; tables we do not know are
+    left alone. The new offsets start empty (``indexed_len = 0``), so the
+    first boot reindexes every session from its transcript; the seed's
+    ``attachments/`` files have no rows yet, so the step asks boot to adopt
+    them (``store.attachment_adopt``).
+    """
+    converge(conn, DDL_V20)
+    mark_pending(conn)
+
+
+SEED_BRIDGE = MigrationStep(
+    to_version=20,
+    description="seed v17 layout → host v20 (tables rebuilt to their v20 definition, our tables added)",
+    destructive=True,
+    apply=_v20_from_seed,
+    from_versions=(LAST_SEED_VERSION,),
+    verify=True,
+)
+"""Where the seed's history (… 17) joins ours (20 …)."""
+
 STEPS: tuple[MigrationStep, ...] = (
     MigrationStep(
         to_version=21,
@@ -170,7 +242,38 @@ STEPS: tuple[MigrationStep, ...] = (
         apply=_v23_created_index,
     ),
 )
-"""The production chain, ordered by ``to_version`` (immutable on purpose)."""
+"""This host's own steps, 20 → 21 → 22 → 23 (immutable on purpose)."""
+
+
+def seed_steps(platform: str | None = None) -> tuple[MigrationStep, ...]:
+    """The seed's chain (§7) for a platform (the guarded step checks the shell catalog of it)."""
+    where = platform or current_platform()
+
+    def guarded(conn: sqlite3.Connection) -> None:
+        guarded_step(conn, where)
+
+    def guarded_preflight(conn: sqlite3.Connection) -> None:
+        plan_guarded(conn, where)
+
+    return (
+        MigrationStep(8, "seed v7 → v8: the first plan_approvals table", False, step_7_to_8, backup=True,
+                      verify=True),
+        MigrationStep(11, "seed guarded v8→v11: chat → plan, settings/tasks/shell validated, plan_approvals "
+                      "artifact, execution and kind fields", True, guarded,
+                      from_versions=(8, 9, 10), verify=True, preflight=guarded_preflight),
+        MigrationStep(14, "seed v11 → v14: sessions.deleted_at, session_import_origins", False, step_11_to_14,
+                      from_versions=(11,), backup=True, verify=True),
+        MigrationStep(15, "seed v14 → v15: turn_queue", False, step_14_to_15, backup=True, verify=True),
+        MigrationStep(16, "seed v15 → v16: collaboration ledger, turn_queue.session_message_id", False,
+                      step_15_to_16, backup=True, verify=True),
+        MigrationStep(17, "seed v16 → v17: providers.owner_plugin_id", False, step_16_to_17, backup=True,
+                      verify=True),
+    )
+
+
+def chain_steps(platform: str | None = None) -> tuple[MigrationStep, ...]:
+    """Every step this build knows: the seed's, the bridge, then ours."""
+    return (*seed_steps(platform), SEED_BRIDGE, *STEPS)
 
 
 def ddl_for_version(version: int) -> tuple[str, ...]:
@@ -187,6 +290,7 @@ class OpenAction(Enum):
     UPGRADE = "upgrade"
     RESET = "reset"
     TOO_NEW = "too_new"
+    UNKNOWN = "unknown"
 
 
 def classify(user_version: int, has_schema: bool) -> OpenAction:
@@ -195,17 +299,29 @@ def classify(user_version: int, has_schema: bool) -> OpenAction:
         return OpenAction.TOO_NEW
     if user_version == SCHEMA_VERSION:
         return OpenAction.CURRENT
-    if user_version >= FIRST_MIGRATABLE_VERSION:
+    if user_version >= FIRST_MIGRATABLE_VERSION or user_version in SEED_VERSIONS:
         return OpenAction.UPGRADE
     if user_version == 0 and not has_schema:
         return OpenAction.FRESH
-    return OpenAction.RESET
+    if user_version == 0 or 1 <= user_version <= LAST_PRE_V7_VERSION:
+        return OpenAction.RESET
+    return OpenAction.UNKNOWN
 
 
 def archive_name(db_name: str, user_version: int) -> str:
     """``pi.sqlite.v6.bak`` for versions 1–6, ``pi.sqlite.v<n>.bak`` otherwise."""
     shown = LAST_PRE_V7_VERSION if 1 <= user_version <= LAST_PRE_V7_VERSION else user_version
     return f"{db_name}.v{shown}.bak"
+
+
+def schema_unknown(db_path: Path, found: int) -> SchemaUnknown:
+    seed = ", ".join(str(v) for v in SEED_VERSIONS)
+    return SchemaUnknown(
+        f"{db_path} has schema version {found}, which no pi-desktop release wrote (seed versions: {seed}; "
+        f"this host's own: {FIRST_MIGRATABLE_VERSION}-{SCHEMA_VERSION}); refusing to open it, the file is "
+        f"left untouched",
+        data={"found": found, "supported": SCHEMA_VERSION, "path": str(db_path), "gaps": list(SEED_GAPS)},
+    )
 
 
 def schema_too_new(db_path: Path, found: int) -> SchemaTooNew:
@@ -329,22 +445,29 @@ def _has_schema(conn: sqlite3.Connection) -> bool:
 
 
 def plan_steps(current: int, steps: Sequence[MigrationStep]) -> list[MigrationStep]:
-    """The contiguous steps from ``current`` to ``SCHEMA_VERSION`` (or MigrationFailed)."""
-    by_version: dict[int, MigrationStep] = {}
+    """The steps from ``current`` to ``SCHEMA_VERSION``, each starting where the last ended.
+
+    Raises :class:`MigrationFailed` (before anything is written) when a
+    version on the way has no step or two steps start from one version.
+    """
+    by_source: dict[int, MigrationStep] = {}
     for step in steps:
-        if step.to_version in by_version:
-            raise MigrationFailed(f"two migration steps lead to version {step.to_version}")
-        by_version[step.to_version] = step
+        for source in step.sources:
+            if source in by_source:
+                raise MigrationFailed(f"two migration steps start from version {source}")
+            by_source[source] = step
     chain: list[MigrationStep] = []
-    for version in range(current + 1, SCHEMA_VERSION + 1):
-        found = by_version.get(version)
-        if found is None:
+    version = current
+    while version < SCHEMA_VERSION:
+        found = by_source.get(version)
+        if found is None or found.to_version <= version:
             raise MigrationFailed(
-                f"no migration step from schema version {version - 1} to {version} "
+                f"no migration step from schema version {version} to {version + 1} "
                 f"(database is at {current}, this build needs {SCHEMA_VERSION})",
                 data={"found": current, "supported": SCHEMA_VERSION},
             )
         chain.append(found)
+        version = found.to_version
     return chain
 
 
@@ -413,9 +536,41 @@ def _verify_backup(path: Path, version: int) -> None:
         )
 
 
+def _step_name(from_version: int, step: MigrationStep) -> str:
+    return f"migrate.{from_version}_{step.to_version}"
+
+
+def _failure(step: MigrationStep, from_version: int, exc: BaseException, *, what: str,
+             authoritative: int | None = None) -> MigrationFailed:
+    data: dict[str, object] = {"from": from_version, "to": step.to_version}
+    inner = getattr(exc, "data", None)
+    if isinstance(inner, dict):
+        data.update({k: v for k, v in inner.items() if k not in data})
+    kept = from_version if authoritative is None else authoritative
+    return MigrationFailed(
+        f"migration v{from_version}→v{step.to_version} ({step.description}) {what}; "
+        f"schema v{kept} stays authoritative: {exc}",
+        data=data,
+    )
+
+
+def _verify(conn: sqlite3.Connection) -> None:
+    problems = conn.execute("PRAGMA quick_check").fetchmany(5)
+    if problems != [("ok",)]:
+        raise MigrationFailed(f"quick_check after step: {problems!r}")
+
+
+def _foreign_key_check(conn: sqlite3.Connection) -> None:
+    violations = conn.execute("PRAGMA foreign_key_check").fetchmany(5)
+    if violations:
+        shown = ", ".join(f"{t} rowid {r} → {p}" for t, r, p, _fk in violations)
+        raise MigrationFailed(f"foreign key violations after step: {shown}")
+
+
 def _run_step(
     conn: sqlite3.Connection, step: MigrationStep, from_version: int, faults: Faults
 ) -> None:
+    name = _step_name(from_version, step)
     fk_was_on = bool(conn.execute("PRAGMA foreign_keys").fetchone()[0])
     if step.destructive and fk_was_on:
         conn.execute("PRAGMA foreign_keys = OFF")
@@ -425,45 +580,47 @@ def _run_step(
             step.apply(conn)
             if not conn.in_transaction:
                 raise MigrationFailed("the step ended its transaction itself")
-            if step.destructive:
-                violations = conn.execute("PRAGMA foreign_key_check").fetchmany(5)
-                if violations:
-                    raise MigrationFailed(f"foreign key violations after step: {violations!r}")
+            if step.destructive or step.verify:
+                _foreign_key_check(conn)
+            if step.verify:
+                _verify(conn)
             faults.point("migrate.before_commit")
+            faults.point(f"{name}.before_commit")
             conn.execute(f"PRAGMA user_version = {int(step.to_version)}")
             conn.execute("COMMIT")
         except BaseException as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             if isinstance(exc, Exception):
-                raise MigrationFailed(
-                    f"migration v{from_version}→v{step.to_version} ({step.description}) "
-                    f"failed and was rolled back; schema v{from_version} stays "
-                    f"authoritative: {exc}",
-                    data={"from": from_version, "to": step.to_version},
-                ) from exc
+                raise _failure(step, from_version, exc, what="failed and was rolled back") from exc
             raise
     finally:
         if step.destructive and fk_was_on:
             conn.execute("PRAGMA foreign_keys = ON")
+    faults.point(f"{name}.after_commit")
 
 
 def migrate(
     conn: sqlite3.Connection,
     db_path: Path,
-    steps: Sequence[MigrationStep] = STEPS,
+    steps: Sequence[MigrationStep] | None = None,
     *,
     now_ms: int,
     faults: Faults = NO_FAULTS,
+    platform: str | None = None,
 ) -> MigrationResult:
     """Bring the writer connection's database to ``SCHEMA_VERSION``.
 
     ``conn`` is the writer (``isolation_level=None``, PRAGMAs applied). Fresh
     databases get the full DDL in one transaction; older migratable ones walk
-    ``steps``; each step commits its own ``user_version``, so a failure leaves
-    the database at the last committed version. Versions that need a reset
-    raise :class:`MigrationFailed` (run :func:`reset_database` first); newer
-    ones raise :class:`SchemaTooNew` without writing anything.
+    ``steps`` (default: :func:`chain_steps` for ``platform``); each step
+    commits its own ``user_version``, so a failure leaves the database at the
+    last committed version, never between two. Every ``preflight`` of the
+    chain runs after the first backup and before the first write, so an input
+    the guarded step would refuse leaves the file exactly as it was. Versions
+    that need a reset raise :class:`MigrationFailed` (run
+    :func:`reset_database` first); newer ones raise :class:`SchemaTooNew`,
+    unknown ones :class:`SchemaUnknown`, without writing anything.
     """
     db_path = Path(db_path)
     current = _user_version(conn)
@@ -471,6 +628,8 @@ def migrate(
     result = MigrationResult(from_version=current, to_version=current)
     if action is OpenAction.TOO_NEW:
         raise schema_too_new(db_path, current)
+    if action is OpenAction.UNKNOWN:
+        raise schema_unknown(db_path, current)
     if action is OpenAction.CURRENT:
         return result
     if action is OpenAction.RESET:
@@ -485,14 +644,29 @@ def migrate(
         result.to_version = SCHEMA_VERSION
         result.created_fresh = True
         return result
-    chain = plan_steps(current, steps)
+    chain = plan_steps(current, chain_steps(platform) if steps is None else steps)
     _remove_stale_backup_temps(db_path)
-    for step in chain:
-        if step.destructive:
+    for position, step in enumerate(chain):
+        if step.takes_backup:
             result.backups.append(backup_database(conn, db_path, current, now_ms=now_ms))
             faults.point("migrate.after_backup")
+            faults.point(f"{_step_name(current, step)}.after_backup")
+        if position == 0:
+            _preflight(conn, chain, current)
         _run_step(conn, step, current, faults)
         current = step.to_version
         result.applied.append(current)
         result.to_version = current
     return result
+
+
+def _preflight(conn: sqlite3.Connection, chain: Sequence[MigrationStep], start: int) -> None:
+    version = start
+    for step in chain:
+        if step.preflight is not None:
+            try:
+                step.preflight(conn)
+            except Exception as exc:
+                raise _failure(step, version, exc, what="refused before any change",
+                               authoritative=start) from exc
+        version = step.to_version

@@ -17,7 +17,10 @@ Two uses at boot:
 * repair (every other boot) - a crash between ``secrets.set``'s file write and
   its row leaves a file without a row (added); one between ``secrets.delete``'s
   unlink and its row delete leaves a row without a file (removed). Rows of
-  another backend are never touched.
+  another backend are never touched, and neither is a row whose ciphertext
+  is still in the seed's own layout (``secrets/<sha256(ref)>``, no suffix: a
+  data directory a seed-era pi-desktop wrote): this store cannot read that
+  format, but the bytes are there, so the bookkeeping stays with them.
 
 Pure file + SQL code on a connection the caller owns; no trio.
 """
@@ -113,8 +116,11 @@ def rebuild_secrets_meta(conn: sqlite3.Connection, directory: str | os.PathLike[
                 "VALUES (?, 'provider', NULL, 'api_key', ?, ?)", (f.ref, BACKEND, f.mtime_ms)).rowcount
     removed = 0
     for ref in sorted(rows - on_disk):
-        if (Path(directory) / (hashlib.sha256(ref.encode("utf-8")).hexdigest() + ".sec")).exists():
+        digest = hashlib.sha256(ref.encode("utf-8")).hexdigest()
+        if (Path(directory) / f"{digest}.sec").exists():
             continue  # its file is there but unreadable/tampered: keep the row, secrets.get reports it
+        if (Path(directory) / digest).exists():
+            continue  # a seed-layout ciphertext: kept with its row (see the module docstring)
         removed += conn.execute("DELETE FROM secrets_meta WHERE secret_ref = ?", (ref,)).rowcount
     return {"rebuilt": bool(files) and (db_rebuilt or empty), "files": len(files), "added": added,
             "removed": removed, "skipped": skipped}

@@ -1,0 +1,83 @@
+"""Give every attachment file that has no ``attachment_blobs`` row one (seed-era data directories).
+
+A seed-era pi-desktop keeps content-addressed blobs in ``attachments/<sha256>``
+and refers to them from transcript blocks, but its database has no
+``attachment_blobs`` table (seed 003 §2, §4.7). Without a row, this host's
+attachment GC takes such a file for an orphan of an interrupted put and deletes
+it. Boot runs :func:`adopt_unindexed_blobs` once, right after the migration
+from a seed version; ``pi-host doctor --repair`` runs it for any file it finds
+without a row. A file whose bytes do not hash to its name is left alone (and
+reported by doctor). Runs inside the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sqlite3
+from pathlib import Path
+
+_SHA_NAME = re.compile(r"^[0-9a-f]{64}$")
+_CHUNK = 1 << 20
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def blob_files(directory: Path) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(directory) if _SHA_NAME.fullmatch(n) and (directory / n).is_file())
+    except FileNotFoundError:
+        return []
+
+
+def adopt_blob(conn: sqlite3.Connection, directory: Path, sha: str, now_ms: int) -> bool:
+    """Insert the row of one verified file (``last_used_at`` = its mtime); True if a row was added."""
+    st = os.stat(directory / sha, follow_symlinks=False)
+    used = min(now_ms, st.st_mtime_ns // 1_000_000)
+    return conn.execute(
+        "INSERT OR IGNORE INTO attachment_blobs(sha256, size_bytes, mime_type, created_at, last_used_at) "
+        "VALUES (?, ?, NULL, ?, ?)", (sha, st.st_size, used, used)).rowcount == 1
+
+
+def adopt_unindexed_blobs(conn: sqlite3.Connection, directory: Path, *, now_ms: int) -> dict[str, int]:
+    known = {r[0] for r in conn.execute("SELECT sha256 FROM attachment_blobs")}
+    adopted = mismatched = 0
+    for sha in blob_files(directory):
+        if sha in known:
+            continue
+        if file_sha256(directory / sha) != sha:
+            mismatched += 1
+            continue
+        adopted += int(adopt_blob(conn, directory, sha, now_ms))
+    return {"adopted": adopted, "mismatched": mismatched}
+
+
+PENDING_KEY = ("pi-host", "adoptSeedAttachments")
+"""kv row the seed v17 → v20 migration step writes; boot adopts the files and removes it in one transaction,
+so a crash between the migration and the adoption only delays the adoption to the next boot."""
+
+
+def mark_pending(conn: sqlite3.Connection) -> None:
+    conn.execute("INSERT OR REPLACE INTO kv(ns, key, value_json, updated_at) VALUES (?, ?, 'true', 0)", PENDING_KEY)
+
+
+def adopt_pending(conn: sqlite3.Connection, directory: Path, *, now_ms: int) -> dict[str, int] | None:
+    """At boot: adopt the seed-era attachment files if the migration asked for it (one transaction)."""
+    if conn.execute("SELECT 1 FROM kv WHERE ns = ? AND key = ?", PENDING_KEY).fetchone() is None:
+        return None
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        out = adopt_unindexed_blobs(conn, directory, now_ms=now_ms)
+        conn.execute("DELETE FROM kv WHERE ns = ? AND key = ?", PENDING_KEY)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return out

@@ -1,0 +1,160 @@
+"""The host's NDJSON log rotates at the file layer within its size and age bounds (seed 003 §8)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.logs import LOG_NAME, LogRotation, NdjsonFormatter, RotatingNdjsonHandler, setup_logging
+
+DAY = 86_400.0
+
+
+class Clock:
+    def __init__(self, now: float = 1_780_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def logger() -> Iterator[logging.Logger]:
+    log = logging.getLogger("pi_host.test_rotation")
+    log.propagate = False
+    log.setLevel(logging.INFO)
+    yield log
+    for h in list(log.handlers):
+        log.removeHandler(h)
+        h.close()
+
+
+def _handler(logs: Path, logger: logging.Logger, rotation: LogRotation, clock: Clock) -> RotatingNdjsonHandler:
+    handler = RotatingNdjsonHandler(logs, rotation, clock=clock)
+    handler.setFormatter(NdjsonFormatter())
+    logger.addHandler(handler)
+    return handler
+
+
+def _records(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_defaults_are_the_documented_bounds() -> None:
+    assert LogRotation() == LogRotation(max_bytes=10 * 1024 * 1024, max_age_s=86_400.0, keep_files=10,
+                                        keep_days=14.0)
+    with pytest.raises(ValueError):
+        LogRotation(max_bytes=0)
+
+
+def test_a_file_rotates_before_it_would_pass_max_bytes(tmp_path: Path, logger: logging.Logger) -> None:
+    clock = Clock()
+    handler = _handler(tmp_path, logger, LogRotation(max_bytes=2048, keep_files=50), clock)
+    for i in range(100):
+        logger.info("record %03d %s", i, "x" * 60)
+        clock.now += 1
+    files = [*handler.rotated_files(), tmp_path / LOG_NAME]
+    assert len(files) > 3
+    assert all(p.stat().st_size <= 2048 for p in files)
+    # every record exactly once, in order, across the rotated files (oldest first) and the live one
+    messages = [r["msg"] for p in files for r in _records(p)]
+    assert messages == [f"record {i:03d} {'x' * 60}" for i in range(100)]
+
+
+def test_a_file_rotates_once_its_first_record_is_older_than_max_age(tmp_path: Path,
+                                                                   logger: logging.Logger) -> None:
+    clock = Clock()
+    handler = _handler(tmp_path, logger, LogRotation(max_age_s=3600), clock)
+    logger.info("first")
+    clock.now += 3599
+    logger.info("same file")
+    assert handler.rotated_files() == []
+    clock.now += 1
+    logger.info("new file")
+    (rotated,) = handler.rotated_files()
+    assert [r["msg"] for r in _records(rotated)] == ["first", "same file"]
+    assert [r["msg"] for r in _records(tmp_path / LOG_NAME)] == ["new file"]
+    assert rotated.name.startswith(f"{LOG_NAME}.2026")  # named by the UTC time its first record was written
+
+
+def test_an_old_file_left_by_the_last_run_rotates_on_the_first_record(tmp_path: Path,
+                                                                      logger: logging.Logger) -> None:
+    clock = Clock()
+    (tmp_path / LOG_NAME).write_text(json.dumps({"ts": int((clock.now - 2 * DAY) * 1000), "msg": "old"}) + "\n")
+    handler = _handler(tmp_path, logger, LogRotation(), clock)
+    logger.info("after restart")
+    assert [[r["msg"] for r in _records(p)] for p in handler.rotated_files()] == [["old"]]
+
+
+def test_only_keep_files_rotated_files_are_kept(tmp_path: Path, logger: logging.Logger) -> None:
+    clock = Clock()
+    handler = _handler(tmp_path, logger, LogRotation(max_bytes=1024, keep_files=3), clock)
+    for i in range(200):
+        logger.info("line %d %s", i, "y" * 80)
+        clock.now += 1
+    assert len(handler.rotated_files()) == 3
+    total = sum(p.stat().st_size for p in tmp_path.iterdir())
+    assert total <= 4 * 1024
+    assert _records(tmp_path / LOG_NAME)[-1]["msg"] == f"line 199 {'y' * 80}"  # the newest are kept
+
+
+def test_rotated_files_older_than_keep_days_are_deleted(tmp_path: Path, logger: logging.Logger) -> None:
+    clock = Clock()
+    handler = _handler(tmp_path, logger, LogRotation(max_age_s=DAY, keep_days=3), clock)
+    for day in range(6):
+        logger.info("day %d", day)
+        clock.now += DAY
+    logger.info("today")
+    kept = [[r["msg"] for r in _records(p)] for p in handler.rotated_files()]
+    assert kept == [["day 3"], ["day 4"], ["day 5"]]  # started less than 3 days before "today"
+    assert [r["msg"] for r in _records(tmp_path / LOG_NAME)] == ["today"]
+
+
+def test_log_files_are_created_0600_whatever_the_umask(tmp_path: Path, logger: logging.Logger) -> None:
+    old = os.umask(0)
+    try:
+        clock = Clock()
+        handler = _handler(tmp_path, logger, LogRotation(max_bytes=1024), clock)
+        for i in range(40):
+            logger.info("line %d %s", i, "z" * 50)
+    finally:
+        os.umask(old)
+    for path in [*handler.rotated_files(), tmp_path / LOG_NAME]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+def test_rotation_touches_no_other_file(tmp_path: Path, logger: logging.Logger) -> None:
+    """Other logs (the app's, the agent's) and look-alike names stay; nothing outside logs/ is visited."""
+    others = {"app/main.ndjson": b"electron\n", "agent/run.ndjson": b"agent\n", "host.ndjson.bak": b"mine\n",
+              "host.ndjson.notes": b"notes\n"}
+    for rel, data in others.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+        os.utime(tmp_path / rel, (0, 0))  # very old: an age sweep would take them
+    clock = Clock()
+    _handler(tmp_path, logger, LogRotation(max_bytes=1024, keep_files=1, keep_days=1), clock)
+    for i in range(100):
+        logger.info("line %d %s", i, "w" * 80)
+        clock.now += DAY
+    assert {rel: (tmp_path / rel).read_bytes() for rel in others} == others
+
+
+def test_setup_logging_writes_host_ndjson_with_the_given_bounds(tmp_path: Path) -> None:
+    handlers = setup_logging(tmp_path, stderr=False, rotation=LogRotation(max_bytes=4096))
+    try:
+        (file_handler,) = handlers
+        assert isinstance(file_handler, RotatingNdjsonHandler) and file_handler.rotation.max_bytes == 4096
+        logging.getLogger("pi_host").info("hello", extra={"sessionId": "s1"})
+        (record,) = _records(tmp_path / LOG_NAME)
+        assert record["msg"] == "hello" and record["sessionId"] == "s1"
+    finally:
+        root = logging.getLogger("pi_host")
+        for h in handlers:
+            root.removeHandler(h)
+            h.close()

@@ -1,0 +1,146 @@
+"""The guarded v8→v11 step fails closed on every malformed input seed 003 §7 names.
+
+For each one: the database file is byte for byte what it was, the backup of the
+starting version exists and is an exact readable copy, and ``pi-host serve``
+exits non-zero with a message that names the offending row. Once the row is
+fixed, the same file migrates.
+"""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store.database import open_writer
+from store.migrations import MigrationFailed
+from store.schema import SCHEMA_VERSION
+from tests.hostkit import REPO, start_host_process
+from tests.migrations.dbcheck import dump, sha256, sqlite3_cli, user_version
+from tests.migrations.seedkit import SeedDir, build_seed_dir
+
+Rows = dict[str, list[dict[str, Any]]]
+
+
+def _settings(rows: Rows) -> dict[str, Any]:
+    return next(r for r in rows["kv"] if (r["ns"], r["key"]) == ("app", "settings"))
+
+
+def bad_settings_json(rows: Rows) -> None:
+    _settings(rows)["value_json"] = '{"defaultMode": "chat", "language": '
+
+
+def settings_not_an_object(rows: Rows) -> None:
+    _settings(rows)["value_json"] = '["defaultMode", "chat"]'
+
+
+def bad_task_config(rows: Rows) -> None:
+    rows["scheduled_tasks"][1]["config_json"] = "{mode: chat}"
+
+
+def invalid_session_mode(rows: Rows) -> None:
+    rows["sessions"][2]["mode"] = "autopilot"
+
+
+def invalid_task_mode(rows: Rows) -> None:
+    rows["scheduled_tasks"][3]["config_json"] = '{"mode": "turbo", "extension": {"mode": "chat"}}'
+
+
+def invalid_default_mode(rows: Rows) -> None:
+    _settings(rows)["value_json"] = '{"defaultMode": "cruise"}'
+
+
+def unknown_shell(rows: Rows) -> None:
+    _settings(rows)["value_json"] = '{"defaultMode": "chat", "defaultCommandShell": "tcsh-9000"}'
+
+
+def wrong_platform_shell(rows: Rows) -> None:
+    _settings(rows)["value_json"] = '{"defaultMode": "chat", "defaultCommandShell": "cmd"}'
+
+
+# (break the fixture, text the refusal must contain: the row and what is wrong with it)
+CASES: dict[str, tuple[Callable[[Rows], None], str]] = {
+    "bad-app-settings-json": (bad_settings_json, "kv row (ns='app', key='settings'): the app settings value is not "
+                                                 "valid JSON"),
+    "app-settings-not-an-object": (settings_not_an_object, "kv row (ns='app', key='settings'): the app settings "
+                                                           "value must be a JSON object"),
+    "bad-task-config-json": (bad_task_config, "scheduled_tasks row id='task-hourly': config_json is not valid JSON"),
+    "invalid-session-mode": (invalid_session_mode, "sessions row id='s-gamma': mode 'autopilot' is not one of"),
+    "invalid-task-mode": (invalid_task_mode, "scheduled_tasks row id='task-weekly': config_json mode 'turbo'"),
+    "invalid-default-mode": (invalid_default_mode, "kv row (ns='app', key='settings'): defaultMode 'cruise'"),
+    "unknown-shell": (unknown_shell, "defaultCommandShell 'tcsh-9000' is not a known shell id for linux"),
+    "wrong-platform-shell": (wrong_platform_shell, "defaultCommandShell 'cmd' is a shell of win32, not of linux"),
+}
+
+
+def _broken(root: Path, version: int, case: str) -> SeedDir:
+    return build_seed_dir(root, version, tweak=CASES[case][0])
+
+
+@pytest.mark.parametrize("version", [7, 8, 9, 10])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_guarded_step_refuses_leaving_the_file_untouched(tmp_path: Path, case: str, version: int) -> None:
+    seed = _broken(tmp_path, version, case)
+    digest, before = sha256(seed.db), dump(seed.db)
+    with pytest.raises(MigrationFailed) as info:
+        open_writer(seed.db, quarantine_dir=tmp_path / "quarantine", now_ms=1, platform="linux")
+    message = str(info.value)
+    assert CASES[case][1] in message
+    assert f"schema v{version} stays authoritative" in message
+    assert info.value.code == "MIGRATION_FAILED"
+    assert sha256(seed.db) == digest, "the refused file changed"
+    assert not Path(f"{seed.db}-wal").exists() or Path(f"{seed.db}-wal").stat().st_size == 0
+    backup = tmp_path / f"pi.sqlite.v{version}.bak"
+    assert sorted(p.name for p in tmp_path.iterdir() if ".bak" in p.name) == [backup.name]
+    assert sqlite3_cli(backup, "PRAGMA integrity_check; PRAGMA user_version;") == ["ok", str(version)]
+    assert dump(backup) == before
+    assert seed.file_bytes() == seed.files
+
+
+def _serve(data: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "--data-dir", str(data), "serve", "--port", "0", "--quiet"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_pi_host_serve_exits_non_zero_naming_the_row(tmp_path: Path, case: str) -> None:
+    seed = _broken(tmp_path / "data", 8, case)
+    digest, before = sha256(seed.db), dump(seed.db)
+    done = _serve(seed.root)
+    assert done.returncode != 0
+    assert CASES[case][1] in done.stderr, done.stderr[-3000:]
+    assert "MigrationFailed" in done.stderr and "schema v8 stays authoritative" in done.stderr
+    assert sha256(seed.db) == digest
+    backup = seed.root / "pi.sqlite.v8.bak"
+    assert sqlite3_cli(backup, "PRAGMA user_version;") == ["8"] and dump(backup) == before
+    assert seed.file_bytes() == seed.files
+    assert not (seed.root / "host.json").exists()
+
+
+def test_fixing_the_row_lets_the_same_file_migrate(tmp_path: Path) -> None:
+    seed = _broken(tmp_path / "data", 9, "invalid-session-mode")
+    assert _serve(seed.root).returncode != 0
+    conn = sqlite3.connect(seed.db)
+    conn.execute("UPDATE sessions SET mode = 'chat' WHERE id = 's-gamma'")
+    conn.commit()
+    conn.close()
+    host = start_host_process(seed.root)
+    host.proc.send_signal(signal.SIGTERM)
+    host.proc.communicate(timeout=60)
+    assert host.proc.returncode == 0
+    assert user_version(seed.db) == SCHEMA_VERSION
+    conn = sqlite3.connect(seed.db)
+    try:
+        assert conn.execute("SELECT mode FROM sessions WHERE id = 's-gamma'").fetchone() == ("plan",)
+    finally:
+        conn.close()
+    # the refused attempt's backup and the successful one's are both kept
+    assert {p.name for p in seed.root.iterdir() if p.name.startswith("pi.sqlite.v9.bak")} >= {"pi.sqlite.v9.bak"}
