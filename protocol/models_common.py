@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
-from store.ids import SESSION_ID_RE, WIRE_ID_RE
+from store.ids import NATIVE_SESSION_ID_RE, PLUGIN_ID_RE, SESSION_ID_RE, SESSION_REF_RE, WIRE_ID_RE
 
 # ---------------------------------------------------------------------------
 # Limits: defined once in protocol/limits.py (the storage layer imports them too).
@@ -111,6 +111,17 @@ SessionId = Annotated[
     StringConstraints(pattern=SESSION_ID_RE.pattern),
     Field(description="Session id (becomes a file name)."),
 ]
+NativeSessionId = Annotated[
+    str,
+    StringConstraints(pattern=NATIVE_SESSION_ID_RE.pattern),
+    Field(description="A native pi session (`native-pi:<pi id>`, read-only, seed §12); never a file name here."),
+]
+SessionRef = Annotated[
+    str,
+    StringConstraints(pattern=SESSION_REF_RE.pattern),
+    Field(description="A host session id, or a native pi session id (`native-pi:...`) where the method "
+          "supports native sessions."),
+]
 WireId = Annotated[
     str,
     StringConstraints(pattern=WIRE_ID_RE.pattern),
@@ -120,6 +131,11 @@ Ref = Annotated[
     str,
     StringConstraints(min_length=1, max_length=MAX_REF_CHARS),
     Field(description="Loose reference (provider id, model id, principal): 1-200 chars."),
+]
+PluginId = Annotated[
+    str,
+    StringConstraints(pattern=PLUGIN_ID_RE.pattern),
+    Field(description="A plugin's id: 1-64 characters from [A-Za-z0-9._-], starting with a letter or digit."),
 ]
 Cursor = Annotated[
     str,
@@ -166,7 +182,7 @@ PermissionMode = Literal["inherit", "ask", "accept-edits", "auto"]
 TurnStatus = Literal["running", "completed", "aborted", "error"]
 TerminalTurnStatus = Literal["completed", "aborted", "error"]
 NotificationKind = Literal["task.completed", "task.failed"]
-ClientKind = Literal["ui", "agent", "cli", "test"]
+ClientKind = Literal["ui", "agent", "cli", "test", "plugin"]
 ArtifactOp = Literal["write", "edit", "delete"]
 TruncateMode = Literal["regenerate", "edit", "retry"]
 Topic = Literal[
@@ -181,4 +197,5 @@ Topic = Literal[
     "task.due",
     "plan.requested",
     "plan.resolved",
+    "import.progress",
 ]

@@ -4,7 +4,12 @@ For every wire method (``runtime/routes.py`` says where each one goes) the
 pipeline does what all of them share, once:
 
 1. **validate** the params with the method's model (``protocol/methods.py``;
-   limits live beside the models) — handlers receive the model, never a dict;
+   limits live beside the models) — handlers receive the model, never a dict.
+   Before that, a native pi session id (``native-pi:...``) is refused with
+   ``UNSUPPORTED_FOR_NATIVE_SESSION`` by every route without a ``native``
+   handler; a session route with one sends native ids there (a host task: no
+   session actor, no path is built from the id). After it, a plugin caller's
+   request is checked against its scope (``runtime/plugin_scope.py``);
 2. **receipts**: a mutating request with a ``submissionId`` gets a key
    (clientId, submissionId, method, fingerprint) and *claims* it before its
    effect (``runtime/receipts.py``): a concurrent duplicate waits and is answered
@@ -27,7 +32,7 @@ Errors are never translated here: the gateway maps exceptions to wire codes
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,9 +48,11 @@ from protocol.errors import MethodNotFound
 from protocol.methods import METHODS, MethodSpec
 from runtime.context import HostContext, ReadContext, Services, WriterContext, WriterResult
 from runtime.kernel.actor import ActorCrashed, ActorStopped, CallbackReply, InternalBug
+from runtime.plugin_scope import authorize
 from runtime.receipts import Claim, ReceiptBook, Replayed
 from runtime.routes import ROUTES, Pinned, Route, Via
 from store import receipts
+from store.native_pi import is_native_id, unsupported_for_native
 from store.receipts import ReceiptKey
 
 __all__ = ["Pipeline", "ShuttingDown"]
@@ -181,6 +188,9 @@ class Pipeline:
         if bound is None or bound.route.via is Via.CONNECTION:
             reply(outcome.Error(MethodNotFound(method)))
             return
+        if bound.route.native is None and is_native_id(raw.get("sessionId") if isinstance(raw, Mapping) else None):
+            reply(outcome.Error(unsupported_for_native(method, raw["sessionId"])))
+            return
         try:
             params = bound.spec.params_model.model_validate({} if raw is None else raw)
         except ValidationError as exc:
@@ -190,6 +200,8 @@ class Pipeline:
         self._idle = trio.Event()
         answer = _Answer(self, bound, reply)
         try:
+            if caller.plugin_id is not None:
+                await authorize(self.services, method, bound.route.via is Via.SESSION, params, caller)
             key = await self._key(bound, method, params, raw, caller)
             if key is not None:
                 got = await self.book.claim(key)
@@ -240,6 +252,9 @@ class Pipeline:
                 sid = await route.session(services, params, key)
             else:
                 sid = params.session_id
+            if route.native is not None and is_native_id(sid):
+                self._start(self._host, bound.spec.name, Route(Via.HOST, route.native), params, key, caller, answer)
+                return
             ref = await services.sessions.ref(sid)
             await ref.post(SessionCall(bound.op, params, key, caller, more), CallbackReply(answer))
             return
@@ -249,13 +264,16 @@ class Pipeline:
                       label=bound.spec.name)
             await services.db_ref().post(op, CallbackReply(_after_commit(services, answer)))
             return
+        if route.via is Via.READS:
+            self._start(self._read, route, params, caller, answer)
+        else:
+            self._start(self._host, bound.spec.name, route, params, key, caller, answer)
+
+    def _start(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         nursery = self._nursery
         if nursery is None:
             raise ShuttingDown()
-        if route.via is Via.READS:
-            nursery.start_soon(self._read, route, params, caller, answer)
-        else:
-            nursery.start_soon(self._host, bound.spec.name, route, params, key, caller, answer)
+        nursery.start_soon(fn, *args)
 
     async def _read(self, route: Route, params: Any, caller: CallContext, answer: _Answer) -> None:
         services = self.services

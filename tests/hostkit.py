@@ -43,9 +43,13 @@ async def inprocess_host(root: Path, **overrides: Any) -> AsyncIterator[RunningH
 
 @asynccontextmanager
 async def client_for(
-    running: RunningHost, client_id: str = "test-client", kind: str = "test"
+    running: RunningHost, client_id: str = "test-client", kind: str = "test", plugin_id: str | None = None
 ) -> AsyncIterator[HostClient]:
-    async with open_client(running.url, running.token, client_id=client_id, client_kind=kind) as c:
+    """A connection; ``kind="plugin"`` connects as plugin ``plugin_id`` (default ``test-plugin``)."""
+    if kind == "plugin" and plugin_id is None:
+        plugin_id = "test-plugin"
+    async with open_client(running.url, running.token, client_id=client_id, client_kind=kind,
+                           plugin_id=plugin_id) as c:
         yield c
 
 

@@ -1,4 +1,4 @@
-"""``session.create`` / ``get`` / ``list`` / ``rename`` / ``update`` / ``delete``.
+"""``session.create`` / ``get`` / ``rename`` / ``update`` / ``delete`` (``session.list``: ``native_pi.py``).
 
 Files first, index second, reply last. The receipts of the file-first methods
 ride in the file they write: ``session.create`` in the new transcript's header
@@ -14,8 +14,8 @@ from typing import Any
 from actors.session_context import SessionContext
 from protocol import models as m
 from protocol.limits import DEFAULT_WINDOW
-from runtime.context import ReadContext, Services
-from store import cursors, index, queue, windows
+from runtime.context import Services
+from store import index, queue, windows
 from store.errors import Conflict, MessageNotFound
 from store.ids import derived_id, new_id
 from store.receipts import ReceiptKey, file_record
@@ -23,7 +23,7 @@ from store.reconcile import apply_plan, plan_reconcile
 from store.session_files import finish_delete, write_delete_marker
 from store.transcript import create_transcript
 
-__all__ = ["create", "create_target", "delete", "get", "list_sessions", "rename", "update"]
+__all__ = ["create", "create_target", "delete", "get", "rename", "update", "window_request"]
 
 
 # ---------------------------------------------------------------------- create
@@ -110,15 +110,6 @@ async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None
             if parent is not None:
                 result["navigationParent"] = parent
     return result
-
-
-def list_sessions(ctx: ReadContext, p: m.SessionListParams) -> Any:
-    fp = cursors.query_fingerprint("session.list", str(p.project_id))
-    after = cursors.decode_cursor(p.cursor, "sessions.list", fp, (int, str)) if p.cursor else None
-    items, nxt = index.list_sessions(ctx.conn, limit=p.limit, cursor=(after[0], after[1]) if after else None,
-                                     project_id=p.project_id)
-    return {"sessions": [index.public_session(r) for r in items],
-            "nextCursor": cursors.encode_cursor("sessions.list", fp, list(nxt)) if nxt else None}
 
 
 # ---------------------------------------------------------------------- metadata

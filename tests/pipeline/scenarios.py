@@ -19,6 +19,7 @@ from runtime.client import HostClient
 from store.errors import NotFound
 from store.secrets import SecretStore
 from tests.hostkit import msg
+from tests.importers import gen
 
 Vars = dict[str, Any]
 Setup = Callable[[HostClient, Path], Awaitable[Vars]]
@@ -223,6 +224,22 @@ def secret_version(ref: str) -> Callable[[Path, Vars], int]:
     return version
 
 
+async def with_claude_root(c: HostClient, root: Path) -> Vars:
+    """A Claude Code projects tree with one session (import.sessions)."""
+    folder = root.parent / f"{root.name}-claude" / "-work-demo"
+    folder.mkdir(parents=True)
+    conv = [gen.User("import me"), gen.Response((("text", "imported answer"),), ())]
+    (folder / "5a1e0000-0000-4000-8000-000000000001.jsonl").write_bytes(
+        b"".join(gen.claude_code_lines(conv, session="5a1e0000-0000-4000-8000-000000000001")))
+    return {"root": str(folder.parent)}
+
+
+async def with_trashed(c: HostClient, root: Path) -> Vars:
+    v = await with_message(c, root)
+    await c.call("sessions.trash", {"sessionId": v["sid"]})
+    return v
+
+
 # ---------------------------------------------------------------------- the table
 
 S = Scenario
@@ -335,4 +352,20 @@ SCENARIOS: dict[str, Scenario] = {
                          count=count("SELECT COUNT(*) FROM projects")),
     "settings.set": S(nothing, lambda v: {"key": "k", "value": 1},
                       lambda v: ("settings.set", {"key": "k", "value": 2})),
+    "import.sessions": S(with_claude_root, lambda v: {"source": "claude-code", "root": v["root"]},
+                         lambda v: ("import.sessions", {"source": "claude-code", "root": v["root"], "dryRun": True}),
+                         count=count("SELECT COUNT(*) FROM sessions")),
+    "plugins.importSession": S(
+        nothing, lambda v: {"sourceId": "chat", "externalId": "e1", "messages": [msg("m1", "from a plugin")]},
+        lambda v: ("plugins.importSession", {"sourceId": "chat", "externalId": "e2", "messages": [msg("m1", "x")]}),
+        kind="plugin", count=count("SELECT COUNT(*) FROM session_import_origins")),
+    "sessions.trash": S(with_message, lambda v: {"sessionId": v["sid"]},
+                        lambda v: ("sessions.restore", {"sessionId": v["sid"]}),
+                        count=count("SELECT COUNT(*) FROM sessions WHERE deleted_at IS NOT NULL")),
+    "sessions.restore": S(with_trashed, lambda v: {"sessionId": v["sid"]},
+                          lambda v: ("sessions.trash", {"sessionId": v["sid"]}),
+                          count=count("SELECT COUNT(*) FROM sessions WHERE deleted_at IS NOT NULL")),
+    "sessions.purge": S(with_trashed, lambda v: {"sessionId": v["sid"]},
+                        lambda v: ("sessions.restore", {"sessionId": v["sid"]}),
+                        count=count("SELECT COUNT(*) FROM sessions")),
 }

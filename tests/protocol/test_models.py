@@ -44,6 +44,8 @@ BRIEF_METHODS = {
     "tasks.startRun", "tasks.finishRun",
     "plans.submit", "plans.pending", "plans.respond",
     "projects.list", "projects.remove",
+    "import.sessions", "plugins.importSession", "plugins.listSessions",
+    "sessions.trash", "sessions.restore", "sessions.purge", "sessions.listTrashed", "session.export",
 }  # fmt: skip
 
 
@@ -90,6 +92,7 @@ def test_mutating_flags_match_intent() -> None:
         "search.sessions", "search.query", "settings.get",
         "secrets.get", "secrets.list", "attachments.estimate", "tasks.list", "tasks.get",
         "tasks.runs", "plans.pending", "projects.list",
+        "plugins.listSessions", "sessions.listTrashed", "session.export",
     }  # fmt: skip
 
 
