@@ -67,6 +67,8 @@ class Sizes:
     search_brute: int
     revision_turns: int
     revision_bytes: int
+    import_mb: float = 1024.0             # generated Claude Code projects tree (issue 15: 1 GB)
+    import_sessions: int = 64
 
 
 SIZES: Mapping[str, Sizes] = MappingProxyType({
@@ -74,18 +76,18 @@ SIZES: Mapping[str, Sizes] = MappingProxyType({
                   window_sizes=(50, 5_000, 50_000), window_reps=60, cold_reps=20, sync_appends=1000,
                   sync_settings=1000, gw_appends=1000, gw_clients=50, gw_calls_per_client=40, gw_batches=100,
                   search_messages=1_000_000, search_sessions=5_000, search_queries=20, search_reps=3,
-                  search_brute=5, revision_turns=40, revision_bytes=2048),
+                  search_brute=5, revision_turns=40, revision_bytes=2048, import_mb=1024.0, import_sessions=64),
     "quick": Sizes("quick", raw_appends=300, session_appends=300, sessions=50, appends_per_session=6,
                    window_sizes=(50, 2_000, 10_000), window_reps=30, cold_reps=10, sync_appends=200,
                    sync_settings=200, gw_appends=200, gw_clients=50, gw_calls_per_client=6, gw_batches=20,
                    search_messages=20_000, search_sessions=100, search_queries=10, search_reps=2,
-                   search_brute=3, revision_turns=40, revision_bytes=2048),
+                   search_brute=3, revision_turns=40, revision_bytes=2048, import_mb=20.0, import_sessions=8),
     # For the smoke test only: every code path, seconds of work.
     "tiny": Sizes("tiny", raw_appends=30, session_appends=30, sessions=5, appends_per_session=4,
                   window_sizes=(50, 200, 600), window_reps=5, cold_reps=3, sync_appends=20,
                   sync_settings=20, gw_appends=20, gw_clients=5, gw_calls_per_client=4, gw_batches=3,
                   search_messages=2_000, search_sessions=20, search_queries=3, search_reps=1,
-                  search_brute=2, revision_turns=4, revision_bytes=256),
+                  search_brute=2, revision_turns=4, revision_bytes=256, import_mb=2.0, import_sessions=4),
 })
 
 # ----------------------------------------------------------------------------- results

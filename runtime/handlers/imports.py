@@ -18,7 +18,9 @@ actor (``store/imports.py`` decides, ``store/import_write.py`` writes):
    transcript (its ``session_info`` line carries ``source`` and the origin), so
    boot rebuilds whatever a power cut takes;
 5. *undo* if 3 or 4 failed: the new transcript is removed, or the appended
-   bytes truncated — never a half-imported session.
+   bytes truncated — never a half-imported session. (When the index step timed
+   out its outcome is unknown: the complete lines stay and the session's next
+   catch-up indexes them from the file.)
 
 Blobs found in a source are written while the blob store's lock is held (until
 their rows are in), so ``attachments.gc`` never takes them for orphans. An actor
@@ -47,6 +49,7 @@ from actors.session_context import SessionContext
 from protocol import models as m
 from protocol.limits import MAX_IMPORT_REPORTS, MAX_IMPORT_SESSIONS
 from runtime.context import HostContext
+from runtime.kernel.actor import AskTimeout
 from store import index
 from store.attachments import AttachmentFiles
 from store.errors import InvalidInput, NotFound, StoreError, classify_os_error
@@ -110,6 +113,12 @@ async def import_unit(ctx: SessionContext, call: UnitCall, key: ReceiptKey | Non
             await _undo(ctx, staged)
             ctx.mark_stale()
             return refuse_after(prepared, exc)
+        except AskTimeout:
+            # The index step's outcome is unknown: keep the published (complete, fsynced) lines; the
+            # next call's catch-up indexes them from the file either way, and a re-import finds them.
+            ctx.mark_stale()
+            return prepared.report.refuse("TIMEOUT", "the index step did not answer in time; the transcript "
+                                          "is kept and is indexed from the file on the session's next use")
         except BaseException:
             with trio.CancelScope(shield=True):
                 await _undo(ctx, staged)

@@ -23,6 +23,10 @@ TREE = "native-pi:tree-session"
 STUB = "native-pi:019e19b4-eb48-746a-aa6b-8dfcfa37954b"
 
 
+def find(root: Path, pattern: str) -> Path:
+    return next(root.rglob(pattern))
+
+
 async def code_of(c: HostClient, method: str, params: dict[str, Any]) -> str:
     with pytest.raises(RpcError) as err:
         await c.call(method, params)
@@ -64,7 +68,7 @@ async def test_native_sessions_are_merged_into_session_list_read_only(tmp_path: 
 
 
 async def test_get_reads_the_current_branch_of_a_snapshot(tmp_path: Path, root: Path) -> None:
-    path = next(root.rglob("*_tree.jsonl"))
+    path = find(root, "*_tree.jsonl")
     torn = path.read_bytes() + b'{"type":"message","id":"eabc","parentId":"e0000007","message":{"role":"u'
     path.write_bytes(torn)
     with trio.fail_after(60):
@@ -146,7 +150,7 @@ def db_rows(root: Path, sql: str) -> list[tuple[Any, ...]]:
 
 async def test_fork_writes_one_child_and_a_retry_finds_it(tmp_path: Path, root: Path) -> None:
     data = tmp_path / "data"
-    parent = next(root.rglob("*stub_provider*.jsonl"))
+    parent = find(root, "*stub_provider*.jsonl")
     before = tree_state(root)
     params = {"sessionId": STUB, "title": "Forked here", "submissionId": "fork-1"}
     with trio.fail_after(60):
