@@ -29,6 +29,7 @@ __all__ = ["ImportBar", "render_summary", "resolve_root", "run_import"]
 
 BAR_WIDTH = 30
 MIN_REDRAW_S = 0.05
+FINAL_EVENT_WAIT_S = 2.0
 
 
 def _mb(n: int) -> str:
@@ -95,11 +96,15 @@ async def run_import(client: HostClient, source: str, root: str, *, dry_run: boo
     result: dict[str, Any] = {}
     if bar is not None:
         await client.subscribe(["import.progress"])
+    finished = trio.Event()
     async with trio.open_nursery() as nursery:
         if bar is not None:
-            nursery.start_soon(_follow, client, import_id, bar)
+            nursery.start_soon(_follow, client, import_id, bar, finished)
         try:
             result = await client.call("import.sessions", params)
+            if bar is not None:  # the last event was sent before the answer: draw it
+                with trio.move_on_after(FINAL_EVENT_WAIT_S):
+                    await finished.wait()
         finally:
             nursery.cancel_scope.cancel()
             if bar is not None:
@@ -108,8 +113,11 @@ async def run_import(client: HostClient, source: str, root: str, *, dry_run: boo
     return 1 if result.get("counts", {}).get("refused") else 0
 
 
-async def _follow(client: HostClient, import_id: str, bar: ImportBar) -> None:
+async def _follow(client: HostClient, import_id: str, bar: ImportBar, finished: trio.Event) -> None:
     async for event in client:
         if event.topic == "import.progress" and isinstance(event.data, dict) \
                 and event.data.get("importId") == import_id:
             bar(event.data)
+            if event.data.get("finished"):
+                finished.set()
+                return
