@@ -41,10 +41,10 @@ from actors.gateway_types import CallContext, Reply
 from actors.session import SessionCall, SessionOp
 from protocol.errors import MethodNotFound
 from protocol.methods import METHODS, MethodSpec
-from runtime.context import HostContext, ReadContext, Services, WriterContext, WriterResult
+from runtime.context import HostContext, Pinned, ReadContext, Services, WriterContext, WriterResult
 from runtime.kernel.actor import ActorCrashed, ActorStopped, CallbackReply, InternalBug
 from runtime.receipts import Claim, ReceiptBook, Replayed
-from runtime.routes import ROUTES, Pinned, Route, Via
+from runtime.routes import ROUTES, Route, Via
 from store import receipts
 from store.receipts import ReceiptKey
 

@@ -50,7 +50,7 @@ from runtime.handlers import (
     turns,
 )
 
-__all__ = ["ROUTES", "Pinned", "Route", "Via"]
+__all__ = ["ROUTES", "Route", "Via"]
 
 
 class Via(enum.Enum):
@@ -75,14 +75,6 @@ class Route:
     """READS: wait until the index covers every append acknowledged before the read arrived."""
     fingerprint: Callable[..., Awaitable[str]] | None = None
     """``(services, method, raw params) -> fingerprint`` when the plain one would hold a secret."""
-
-
-@dataclass(frozen=True, slots=True)
-class Pinned:
-    """A response whose receipt reaches the database only with index sequence ``seq``."""
-
-    response: Any
-    seq: int
 
 
 def on_session(handler: Any, **options: Any) -> Route:

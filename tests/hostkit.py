@@ -104,3 +104,9 @@ def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None =
 def msg(mid: str, text: str, role: str = "user", **extra: Any) -> dict[str, Any]:
     """A message record; ``blocks=`` in ``extra`` replaces the single text block."""
     return {"id": mid, "role": role, "blocks": [{"type": "text", "text": text}], **extra}
+
+
+async def index_caught_up(host: RunningHost) -> None:
+    """Wait until the index covers every acknowledged append (appends are acknowledged before
+    their index rows commit): a fault armed on the next DB commit then hits the next request's."""
+    await host.services.index_log.barrier()
