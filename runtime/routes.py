@@ -124,7 +124,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     # sessions
     "session.create":              on_session(sessions.create, session=sessions.create_target, ready_check=False),
     "session.list":                from_reads(sessions.list_sessions, barrier=True),
-    "session.get":                 on_session(sessions.get, ready_check=False),
+    "session.get":                 on_session(sessions.get, ready_check=False, plugins=True),
     "session.appendMessage":       on_session(appends.append, group=appends.append_group),
     "session.rename":              on_session(sessions.rename),
     "session.update":              on_session(sessions.update),

@@ -301,7 +301,8 @@ ERROR_MEANINGS: dict[str, str] = {
     "CORRUPT_DATA": "Durable data failed validation (digest mismatch, unreadable record).",
     "CURSOR_EXPIRED": "The pagination or event cursor is no longer valid; start again without it.",
     "PLAN_REQUIRES_INTERACTIVE_SESSION": "A Plan/Goal run was started unattended; switch the session to agent mode.",
-    "PERMISSION_DENIED": "The caller may not do this (a plugin outside what it owns, a user editing a plugin's row ...).",
+    "PERMISSION_DENIED": "The caller may not do this (a plugin outside what it owns, a user editing a plugin's "
+                         "row ...).",
     "INTERNAL": "A host bug. The message is generic; details are in the host log.",
     "UNSUPPORTED_PROTOCOL": "`host.hello` asked for a protocol version the host does not speak.",
     "ALREADY_AUTHENTICATED": "`host.hello` sent twice on one connection.",

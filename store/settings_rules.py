@@ -373,7 +373,7 @@ def plan_write(ns: str, current: Mapping[str, Any], changes: Mapping[str, Any], 
     rules = rules_for(ns)
     if rules.kind == "owned":
         key = next(iter(changes), "")
-        raise InvalidInput(f"namespace {ns} is host-owned: use {rules.owner}",
+        raise InvalidInput(f"{ns}.{key}: namespace {ns} is host-owned, written by {rules.owner}",
                            data={"field": key, "ns": ns, "owner": rules.owner})
     for key in changes:
         if not isinstance(key, str) or not 1 <= len(key) <= MAX_SETTING_KEY_CHARS:
@@ -453,14 +453,14 @@ def _plan_app(stored: Any, changes: Mapping[str, Any], platform: str) -> KvPlan:
             blob.pop(key, None)
         else:
             blob[key] = checked
+    first = next(iter(changes), "")
     if len(blob) > MAX_APP_SETTINGS_KEYS:
-        raise InvalidInput(f"the app settings hold at most {MAX_APP_SETTINGS_KEYS} keys",
-                           data={"field": next(iter(changes), ""), "ns": APP_NS})
+        raise InvalidInput(f"{first}: the app settings hold at most {MAX_APP_SETTINGS_KEYS} keys",
+                           data={"field": first, "ns": APP_NS})
     size = _size(blob)
     if size > MAX_APP_SETTINGS_BYTES:
-        raise PayloadTooLarge(f"the app settings would be {size} bytes, at most {MAX_APP_SETTINGS_BYTES}",
-                              data={"field": next(iter(changes), ""), "ns": APP_NS,
-                                    "limit": MAX_APP_SETTINGS_BYTES})
+        raise PayloadTooLarge(f"{first}: the app settings would be {size} bytes, at most {MAX_APP_SETTINGS_BYTES}",
+                              data={"field": first, "ns": APP_NS, "limit": MAX_APP_SETTINGS_BYTES})
     plan.changed = sorted(k for k in set(raw) | set(blob) if k not in blob or k not in raw or raw[k] != blob[k])
     if plan.changed or not isinstance(stored, dict):
         plan.rows[APP_SETTINGS_KEY] = blob if blob else DELETE
