@@ -209,3 +209,12 @@ async def test_hello_requires_a_plugin_id_with_the_plugin_kind_only(tmp_path: Pa
             async with open_client(host.url, host.token, client_id="x", client_kind="plugin",
                                    plugin_id="acme.tools_2") as c:
                 assert (await c.call("settings.getAll", {"ns": "plugin:acme.tools_2"}))["values"] == {}
+
+
+def test_the_routes_open_to_plugins_are_exactly_these() -> None:
+    """Opening a route to plugins is deliberate: its handler must scope them with require_owner."""
+    from runtime.routes import ROUTES
+
+    assert {name for name, route in ROUTES.items() if route.plugins} == {
+        "settings.get", "settings.getAll", "settings.set", "settings.update", "settings.delete",
+        "providers.list", "providers.get", "providers.sync", "models.list", "session.get"}
