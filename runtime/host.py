@@ -48,6 +48,7 @@ from runtime.config import HostConfig
 from runtime.context import Services
 from runtime.datadir import DataDirLock
 from runtime.handlers.attachments import Blobs
+from runtime.handlers.plugins import PluginRegistry
 from runtime.handlers.queue import QueueControl
 from runtime.handlers.secrets import Vault
 from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
@@ -186,7 +187,9 @@ async def run_host(
                     writer=writer_ref, index_log=index_log, wake_scheduler=tasks_changed(scheduler_ref.tell_nowait),
                     extra={"queue": QueueControl(),
                            "vault": Vault(data_dir.secrets_dir, faults=faults),
-                           "blobs": Blobs(data_dir.attachments_dir, faults=faults)},
+                           "blobs": Blobs(data_dir.attachments_dir, faults=faults),
+                           "plugins": PluginRegistry(data_dir.root / "plugins"),
+                           "providers.lock": trio.Lock()},
                 )
                 deps = SessionDeps(
                     paths=data_dir.session_paths, db=db, reads=reads, bus=bus, faults=faults, now_ms=now_ms,

@@ -45,7 +45,10 @@ async def inprocess_host(root: Path, **overrides: Any) -> AsyncIterator[RunningH
 async def client_for(
     running: RunningHost, client_id: str = "test-client", kind: str = "test"
 ) -> AsyncIterator[HostClient]:
-    async with open_client(running.url, running.token, client_id=client_id, client_kind=kind) as c:
+    """``kind="plugin:<id>"`` connects as that plugin (clientKind plugin with its pluginId)."""
+    plugin_id = kind.removeprefix("plugin:") if kind.startswith("plugin:") else None
+    async with open_client(running.url, running.token, client_id=client_id,
+                           client_kind="plugin" if plugin_id else kind, plugin_id=plugin_id) as c:
         yield c
 
 
