@@ -55,7 +55,7 @@ class CallContext:
     client_kind: str
     protocol: int
     plugin_id: str | None = None
-    """Set for ``clientKind: "plugin"`` (host.hello ``pluginId``): what it may touch is scoped to it."""
+    """Set for ``clientKind: "plugin"``: what the connection may touch is scoped to it."""
 
 
 Reply = Callable[[outcome.Outcome[Any]], None]

@@ -19,6 +19,8 @@ and its storage (``store/<capability>.py``) where those exist:
 * :mod:`protocol.models_artifacts`, ``models_search``, ``models_settings``
 * :mod:`protocol.models_secrets`, ``models_attachments``, ``models_tasks``, ``models_plans``, ``models_projects``
 * :mod:`protocol.models_imports`, ``models_plugin_imports``, ``models_trash``, ``models_export`` (history in and out)
+* :mod:`protocol.models_workspace`, ``models_project_groups``, ``models_providers``, ``models_catalog``,
+  ``models_plugins``, ``models_config_sync`` (configuration)
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ from .models_artifacts import *  # noqa: F403 - re-export facade; __all__ below 
 from .models_artifacts import __all__ as _artifacts_all
 from .models_attachments import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_attachments import __all__ as _attachments_all
+from .models_catalog import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_catalog import __all__ as _catalog_all
 from .models_common import MutatingParams, Params, Record, Result, WireModel
 from .models_compaction import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_compaction import __all__ as _compaction_all
+from .models_config_sync import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_context import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_context import __all__ as _context_all
 from .models_events import *  # noqa: F403 - re-export facade; __all__ below lists every name
@@ -53,8 +58,11 @@ from .models_plans import *  # noqa: F403 - re-export facade; __all__ below list
 from .models_plans import __all__ as _plans_all
 from .models_plugin_imports import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_plugin_imports import __all__ as _plugin_imports_all
+from .models_plugins import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_project_groups import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_projects import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_projects import __all__ as _projects_all
+from .models_providers import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_queue import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_queue import __all__ as _queue_all
 from .models_records import *  # noqa: F403 - re-export facade; __all__ below lists every name
@@ -79,6 +87,7 @@ from .models_trash import *  # noqa: F403 - re-export facade; __all__ below list
 from .models_trash import __all__ as _trash_all
 from .models_turns import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_turns import __all__ as _turns_all
+from .models_workspace import *  # noqa: F403 - re-export facade; __all__ below lists every name
 
 __all__ = [
     "BLOCK_MODELS",
@@ -118,4 +127,5 @@ __all__ = [
     *_tombstones_all,
     *_trash_all,
     *_turns_all,
+    *_catalog_all,
 ]

@@ -132,17 +132,17 @@ Ref = Annotated[
     StringConstraints(min_length=1, max_length=MAX_REF_CHARS),
     Field(description="Loose reference (provider id, model id, principal): 1-200 chars."),
 ]
-PluginId = Annotated[
-    str,
-    StringConstraints(pattern=PLUGIN_ID_RE.pattern),
-    Field(description="A plugin's id: 1-64 characters from [A-Za-z0-9._-], starting with a letter or digit."),
-]
 Cursor = Annotated[
     str,
     StringConstraints(min_length=1, max_length=MAX_CURSOR_CHARS),
     Field(description="Opaque pagination cursor returned as nextCursor."),
 ]
 ProjectPath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS)]
+PluginId = Annotated[
+    str,
+    StringConstraints(pattern=PLUGIN_ID_RE.pattern),
+    Field(description="Plugin id (1-64 of A-Z a-z 0-9 _ . -, starting with a letter or digit)."),
+]
 ErrorCode = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 TimestampMs = Annotated[int, Field(ge=0, description="Unix time in milliseconds.")]
 Count = Annotated[int, Field(ge=0)]
@@ -197,5 +197,8 @@ Topic = Literal[
     "task.due",
     "plan.requested",
     "plan.resolved",
+    "settings.changed",
+    "providers.changed",
+    "models.changed",
     "import.progress",
 ]

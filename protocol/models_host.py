@@ -30,12 +30,12 @@ class HelloParams(Params):
     protocol: int = Field(ge=1, description="Protocol version the client speaks.")
     plugin_id: PluginId | None = Field(
         default=None,
-        description="Required with clientKind plugin (and only then): the plugin's reads and writes are "
-        "scoped to what it owns (its imported sessions).",
+        description="Required with clientKind plugin (and only then): the connection's reads and writes are "
+        "scoped to what that plugin owns.",
     )
 
     @model_validator(mode="after")
-    def _plugin_id_with_plugin_kind(self) -> HelloParams:
+    def _plugin_identity(self) -> HelloParams:
         if (self.client_kind == "plugin") != (self.plugin_id is not None):
             raise ValueError("pluginId is required with clientKind plugin, and only with it")
         return self

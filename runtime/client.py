@@ -333,7 +333,7 @@ async def open_client(
     event_queue: int = 1024,
     max_message_size: int = 64 * 1024 * 1024,
 ) -> AsyncIterator[HostClient]:
-    """Connect, send ``host.hello`` and yield a :class:`HostClient`."""
+    """Connect, send ``host.hello`` and yield a :class:`HostClient` (``plugin_id`` with ``client_kind="plugin"``)."""
     headers = [(b"Origin", origin.encode("ascii"))] if origin is not None else None
     user_error: BaseException | None = None
     try:

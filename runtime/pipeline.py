@@ -8,8 +8,7 @@ pipeline does what all of them share, once:
    Before that, a native pi session id (``native-pi:...``) is refused with
    ``UNSUPPORTED_FOR_NATIVE_SESSION`` by every route without a ``native``
    handler; a session route with one sends native ids there (a host task: no
-   session actor, no path is built from the id). After it, a plugin caller's
-   request is checked against its scope (``runtime/plugin_scope.py``);
+   session actor, no path is built from the id);
 2. **receipts**: a mutating request with a ``submissionId`` gets a key
    (clientId, submissionId, method, fingerprint) and *claims* it before its
    effect (``runtime/receipts.py``): a concurrent duplicate waits and is answered
@@ -46,12 +45,12 @@ from actors.gateway_types import CallContext, Reply
 from actors.session import SessionCall, SessionOp
 from protocol.errors import MethodNotFound
 from protocol.methods import METHODS, MethodSpec
-from runtime.context import HostContext, ReadContext, Services, WriterContext, WriterResult
+from runtime.context import HostContext, Pinned, ReadContext, Services, WriterContext, WriterResult
 from runtime.kernel.actor import ActorCrashed, ActorStopped, CallbackReply, InternalBug
-from runtime.plugin_scope import authorize
 from runtime.receipts import Claim, ReceiptBook, Replayed
-from runtime.routes import ROUTES, Pinned, Route, Via
+from runtime.routes import ROUTES, Route, Via
 from store import receipts
+from store.errors import PermissionDenied
 from store.native_pi import is_native_id, unsupported_for_native
 from store.receipts import ReceiptKey
 
@@ -196,12 +195,15 @@ class Pipeline:
         except ValidationError as exc:
             reply(outcome.Error(exc))
             return
+        if caller.plugin_id is not None and not bound.route.plugins:
+            # A plugin reaches only the routes opened to it; their handlers scope what it owns.
+            reply(outcome.Error(PermissionDenied(f"a plugin connection may not call {method}",
+                                                 data={"method": method, "pluginId": caller.plugin_id})))
+            return
         self._in_flight += 1
         self._idle = trio.Event()
         answer = _Answer(self, bound, reply)
         try:
-            if caller.plugin_id is not None:
-                await authorize(self.services, method, bound.route.via is Via.SESSION, params, caller)
             key = await self._key(bound, method, params, raw, caller)
             if key is not None:
                 got = await self.book.claim(key)

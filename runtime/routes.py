@@ -31,7 +31,9 @@ from runtime.handlers import (
     appends,
     artifacts,
     attachments,
+    catalog,
     compaction,
+    config_sync,
     context,
     export,
     fork,
@@ -42,7 +44,10 @@ from runtime.handlers import (
     notifications,
     plans,
     plugin_imports,
+    plugins,
+    project_groups,
     projects,
+    providers,
     queue,
     revisions,
     search,
@@ -53,9 +58,10 @@ from runtime.handlers import (
     tombstones,
     trash,
     turns,
+    workspace,
 )
 
-__all__ = ["ROUTES", "Pinned", "Route", "Via"]
+__all__ = ["ROUTES", "Route", "Via"]
 
 
 class Via(enum.Enum):
@@ -83,26 +89,22 @@ class Route:
     native: Any = None
     """SESSION: the host handler ``(HostContext, params, receipt)`` for a native pi session id
     (``native-pi:...``, seed §12); a route without one refuses such ids (UNSUPPORTED_FOR_NATIVE_SESSION)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Pinned:
-    """A response whose receipt reaches the database only with index sequence ``seq``."""
-
-    response: Any
-    seq: int
+    plugins: bool = False
+    """Open to plugin connections (``clientKind: "plugin"``); the handler scopes what a plugin
+    sees and changes to what it owns (``runtime/handlers/plugins.require_owner``). Every other
+    route answers a plugin ``PERMISSION_DENIED``."""
 
 
 def on_session(handler: Any, **options: Any) -> Route:
     return Route(Via.SESSION, handler, **options)
 
 
-def in_writer(handler: Any) -> Route:
-    return Route(Via.WRITER, handler)
+def in_writer(handler: Any, **options: Any) -> Route:
+    return Route(Via.WRITER, handler, **options)
 
 
-def from_reads(handler: Any, *, barrier: bool = False) -> Route:
-    return Route(Via.READS, handler, barrier=barrier)
+def from_reads(handler: Any, *, barrier: bool = False, **options: Any) -> Route:
+    return Route(Via.READS, handler, barrier=barrier, **options)
 
 
 def on_host(handler: Any, **options: Any) -> Route:
@@ -121,8 +123,8 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "events.unsubscribe":          on_connection(),
     # sessions
     "session.create":              on_session(sessions.create, session=sessions.create_target, ready_check=False),
-    "session.list":                on_host(native_pi.list_sessions),  # host sessions + native pi ones (§12)
-    "session.get":                 on_session(sessions.get, ready_check=False, native=native_pi.get),
+    "session.list":                on_host(native_pi.list_sessions, plugins=True),  # + native pi sessions (§12)
+    "session.get":                 on_session(sessions.get, ready_check=False, native=native_pi.get, plugins=True),
     "session.appendMessage":       on_session(appends.append, group=appends.append_group),
     "session.rename":              on_session(sessions.rename),
     "session.update":              on_session(sessions.update),
@@ -189,15 +191,48 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "projects.list":               from_reads(projects.list_projects),
     "projects.remove":             on_host(projects.remove),
     # settings
-    "settings.get":                from_reads(settings.get),
-    "settings.set":                in_writer(settings.set_value),
+    "settings.get":                from_reads(settings.get, plugins=True),
+    "settings.set":                in_writer(settings.set_value, plugins=True),
+    # configuration (issue 13): settings, workspace, groups, providers, models, plugins, config sync
+    "settings.getAll":             from_reads(settings.get_all, plugins=True),
+    "settings.update":             in_writer(settings.update, plugins=True),
+    "settings.delete":             in_writer(settings.delete, plugins=True),
+    "workspace.open":              in_writer(workspace.open_workspace),
+    "workspace.get":               from_reads(workspace.get),
+    "session.resolvePath":         from_reads(workspace.resolve_path),
+    "projects.pin":                in_writer(projects.pin),
+    "projectGroups.list":          from_reads(project_groups.list_groups),
+    "projectGroups.get":           from_reads(project_groups.get),
+    "projectGroups.save":          in_writer(project_groups.save),
+    "projectGroups.delete":        in_writer(project_groups.delete),
+    "projectGroups.setMemory":     in_writer(project_groups.set_memory),
+    "projectGroups.setInstructions": in_writer(project_groups.set_instructions),
+    "providers.list":              from_reads(providers.list_providers, plugins=True),
+    "providers.get":               from_reads(providers.get, plugins=True),
+    "providers.create":            on_host(providers.create, fingerprint=providers.fingerprint),
+    "providers.update":            on_host(providers.update, fingerprint=providers.fingerprint),
+    "providers.delete":            on_host(providers.delete),
+    "providers.reorder":           in_writer(providers.reorder),
+    "providers.sync":              in_writer(providers.sync, plugins=True),
+    "models.list":                 from_reads(catalog.list_models, plugins=True),
+    "models.add":                  in_writer(catalog.add),
+    "models.remove":               in_writer(catalog.remove),
+    "models.refresh":              on_host(catalog.refresh),
+    "plugins.list":                on_host(plugins.list_plugins),
+    "plugins.register":            on_host(plugins.register),
+    "plugins.setEnabled":          on_host(plugins.set_enabled),
+    "plugins.uninstall":           on_host(plugins.uninstall),
+    "configSync.get":              on_host(config_sync.get),
+    "configSync.configure":        on_host(config_sync.configure, fingerprint=config_sync.fingerprint),
+    "configSync.export":           on_host(config_sync.export),
+    "configSync.apply":            on_host(config_sync.apply),
     # history in and out: imports, plugin imports, trash, export (each imported session in its actor)
     "import.sessions":             on_host(imports.import_sessions),
-    "plugins.importSession":       on_host(plugin_imports.import_session),
-    "plugins.listSessions":        from_reads(plugin_imports.list_sessions, barrier=True),
-    "sessions.trash":              on_session(trash.trash),
-    "sessions.restore":            on_session(trash.restore),
-    "sessions.purge":              on_session(trash.purge),
-    "sessions.listTrashed":        from_reads(trash.list_trash, barrier=True),
-    "session.export":              on_session(export.export, native=export.export_native_session),
+    "plugins.importSession":       on_host(plugin_imports.import_session, plugins=True),
+    "plugins.listSessions":        from_reads(plugin_imports.list_sessions, barrier=True, plugins=True),
+    "sessions.trash":              on_session(trash.trash, plugins=True),
+    "sessions.restore":            on_session(trash.restore, plugins=True),
+    "sessions.purge":              on_session(trash.purge, plugins=True),
+    "sessions.listTrashed":        from_reads(trash.list_trash, barrier=True, plugins=True),
+    "session.export":              on_session(export.export, native=export.export_native_session, plugins=True),
 })

@@ -17,10 +17,10 @@ SESSION_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 NATIVE_SESSION_ID_RE = re.compile(r"^native-pi:[A-Za-z0-9_\-.@+=]{1,120}$")
 # Either kind, where a method accepts both (the routing splits them before anything else happens).
 SESSION_REF_RE = re.compile(r"^(?:[A-Za-z0-9_-]{1,64}|native-pi:[A-Za-z0-9_\-.@+=]{1,120})$")
-# A plugin's id (host.hello ``pluginId``; the owner of its imported sessions).
-PLUGIN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Message / turn / other wire ids: printable, bounded, no control characters.
 WIRE_ID_RE = re.compile(r"^[A-Za-z0-9_\-:.@+=/]{1,200}$")
+PLUGIN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+"""Plugin ids (they name the ``plugin:<id>`` kv namespace)."""
 
 
 def validate_session_id(value: object) -> str:

@@ -45,11 +45,14 @@ async def inprocess_host(root: Path, **overrides: Any) -> AsyncIterator[RunningH
 async def client_for(
     running: RunningHost, client_id: str = "test-client", kind: str = "test", plugin_id: str | None = None
 ) -> AsyncIterator[HostClient]:
-    """A connection; ``kind="plugin"`` connects as plugin ``plugin_id`` (default ``test-plugin``)."""
-    if kind == "plugin" and plugin_id is None:
+    """A connection. ``kind="plugin:<id>"`` connects as that plugin (clientKind plugin with its pluginId);
+    so does ``kind="plugin"`` with ``plugin_id`` (default ``test-plugin``)."""
+    if kind.startswith("plugin:"):
+        plugin_id = kind.removeprefix("plugin:")
+    elif kind == "plugin" and plugin_id is None:
         plugin_id = "test-plugin"
-    async with open_client(running.url, running.token, client_id=client_id, client_kind=kind,
-                           plugin_id=plugin_id) as c:
+    async with open_client(running.url, running.token, client_id=client_id,
+                           client_kind="plugin" if plugin_id else kind, plugin_id=plugin_id) as c:
         yield c
 
 
@@ -108,3 +111,9 @@ def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None =
 def msg(mid: str, text: str, role: str = "user", **extra: Any) -> dict[str, Any]:
     """A message record; ``blocks=`` in ``extra`` replaces the single text block."""
     return {"id": mid, "role": role, "blocks": [{"type": "text", "text": text}], **extra}
+
+
+async def index_caught_up(host: RunningHost) -> None:
+    """Wait until the index covers every acknowledged append (appends are acknowledged before
+    their index rows commit): a fault armed on the next DB commit then hits the next request's."""
+    await host.services.index_log.barrier()

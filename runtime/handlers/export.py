@@ -22,10 +22,13 @@ from actors.session_context import SessionContext
 from protocol import models as m
 from protocol.limits import MAX_EXPORT_INLINE_BYTES
 from runtime.context import HostContext
+from store import index
 from store.errors import PermissionDenied
 from store.export import ExportOptions, ExportReport, InlineBuffer, export_session, export_to_new_file, secret_values
 from store.native_pi_views import NativeCatalog, export_native
 from store.receipts import ReceiptKey
+
+from .plugin_imports import scope_session
 
 __all__ = ["export", "export_native_session"]
 
@@ -63,6 +66,8 @@ async def _secrets(read: Callable[..., Any], services: Any, include: bool) -> tu
 
 
 async def export(ctx: SessionContext, p: m.SessionExportParams, key: ReceiptKey | None) -> Any:
+    await scope_session(ctx.read, ctx.caller, ctx.sid)
+    await ctx.read(index.session_row, ctx.sid)  # the index covers every append acknowledged before this
     services = ctx.services
     values = await _secrets(ctx.read, services, p.include_secrets)
     options = _options(p, ctx.caller.plugin_id, values, services.get(BLOBS), ctx.now())
@@ -75,6 +80,7 @@ async def export(ctx: SessionContext, p: m.SessionExportParams, key: ReceiptKey 
 
 
 async def export_native_session(ctx: HostContext, p: m.SessionExportParams, key: ReceiptKey | None) -> Any:
+    await scope_session(ctx.read, ctx.caller, p.session_id)  # a plugin owns no native session
     services = ctx.services
     catalog: NativeCatalog = services.get(NATIVE)
     values = await _secrets(ctx.read, services, p.include_secrets)

@@ -32,6 +32,7 @@ from store.ids import derived_id
 from store.native_pi_views import NativeCatalog, native_summary, native_window
 from store.receipts import ReceiptKey
 
+from .plugin_imports import scope_session
 from .sessions import window_request
 
 __all__ = ["fork", "get", "list_sessions"]
@@ -66,6 +67,7 @@ async def list_sessions(ctx: HostContext, p: m.SessionListParams, key: ReceiptKe
 
 
 async def get(ctx: HostContext, p: m.SessionGetParams, key: ReceiptKey | None) -> Any:
+    await scope_session(ctx.read, ctx.caller, p.session_id)  # a plugin owns no native session
     req = window_request(p, ctx.caller.client_kind)
     session = await ctx.in_thread(_catalog(ctx).get, p.session_id)
     return native_window(session, req)

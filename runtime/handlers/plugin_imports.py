@@ -19,6 +19,7 @@ link and the commit, boot indexes the orphan transcript with its origin (the
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,9 +31,10 @@ from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.context import HostContext, ReadContext
 from store import index
-from store.errors import Conflict, PermissionDenied
+from store.errors import Conflict, PermissionDenied, SessionNotFound
 from store.ids import derived_id, new_id
 from store.import_write import ImportTarget, publish, undo
+from store.native_pi import is_native_id
 from store.plugin_imports import (
     PluginImport,
     bound_project,
@@ -41,11 +43,33 @@ from store.plugin_imports import (
     list_plugin_sessions,
     stage_plugin_import,
 )
+from store.plugins import session_owner
 from store.receipts import ReceiptKey
 
 from .imports import SERVICE as IMPORTS
+from .plugins import require_owner
 
-__all__ = ["IMPORT_SESSION", "import_session", "list_sessions", "require_plugin"]
+__all__ = ["IMPORT_SESSION", "import_session", "list_sessions", "require_plugin", "scope_session"]
+
+
+async def scope_session(read: Callable[..., Awaitable[Any]], caller: CallContext, session_id: str, *,
+                        trashed_ok: bool = False) -> None:
+    """A plugin caller reaches only a session it imported (``require_owner``), and not while it is in the
+    trash (``SESSION_NOT_FOUND``) unless ``trashed_ok``. Other callers reach every session."""
+    if caller.plugin_id is None:
+        return
+    if is_native_id(session_id):
+        raise PermissionDenied(f"native session {session_id} does not belong to plugin {caller.plugin_id}",
+                               data={"pluginId": caller.plugin_id})
+
+    def look(conn: Any) -> tuple[str | None, bool]:
+        row = index.session_row(conn, session_id)
+        return session_owner(conn, session_id), bool(row is not None and row["deletedAt"] is not None)
+
+    owner, trashed = await read(look)
+    require_owner(caller, owner, what=f"session {session_id}")
+    if trashed and not trashed_ok:
+        raise SessionNotFound(f"session {session_id} is in the trash", data={"sessionId": session_id})
 
 
 def require_plugin(caller: CallContext, method: str) -> str:

@@ -23,6 +23,8 @@ from store.reconcile import apply_plan, plan_reconcile
 from store.session_files import finish_delete, write_delete_marker
 from store.transcript import create_transcript
 
+from .plugin_imports import scope_session
+
 __all__ = ["create", "create_target", "delete", "get", "rename", "update", "window_request"]
 
 
@@ -85,6 +87,7 @@ def window_request(p: m.SessionGetParams, client_kind: str) -> windows.WindowReq
 
 
 async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None) -> Any:
+    await scope_session(ctx.read, ctx.caller, ctx.sid)  # a plugin reads only the sessions it imported
     req = window_request(p, ctx.caller.client_kind)
     path = ctx.paths.transcript
     window: windows.Window | None = None

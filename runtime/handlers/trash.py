@@ -7,8 +7,8 @@ trash) removes it for good with the delete protocol: the ``.deleting`` marker
 carrying the receipt → rows (cascades: messages, origin...) → files, marker
 last; boot finishes a purge a crash interrupted and restores its receipt.
 All three run in the session's actor (serialized with its writes). A plugin
-caller reaches only the sessions it imported (``runtime/plugin_scope.py``
-checks before the request runs; the store re-checks in the transaction).
+caller (the routes are open to plugins) reaches only the sessions it imported:
+the store checks the owner in the transaction (``store/trash.py``, ``plugin_id``).
 """
 
 from __future__ import annotations

@@ -115,3 +115,16 @@ async def test_export_files_are_new_files_and_plugins_get_no_secrets(tmp_path: P
                 with pytest.raises(RpcError) as err:
                     await plugin.call("session.export", params)
                 assert err.value.data_code == "PERMISSION_DENIED"
+
+
+async def test_an_export_right_after_appends_holds_them(tmp_path: Path) -> None:
+    """Appends are acknowledged before their index commit: the export waits until the index covers them."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "ui", kind="ui") as c:
+            sid = (await c.call("session.create", {"title": "fresh"}))["id"]
+            calls = [("session.appendMessage", {"sessionId": sid, "message": msg(f"m{i}", f"line {i}")})
+                     for i in range(20)]
+            answers = await c.pipelined([*calls, ("session.export", {"sessionId": sid, "format": "jsonl",
+                                                                        "includeSecrets": True})])
+            lines = [json.loads(line) for line in answers[-1]["content"].splitlines()]
+            assert [ln["id"] for ln in lines if ln["type"] == "message"] == [f"m{i}" for i in range(20)]
