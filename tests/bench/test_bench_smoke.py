@@ -70,20 +70,50 @@ def test_machine_info_and_wall_time(report: dict[str, Any]) -> None:
     assert machine["filesystem"]["type"] not in ("", None)
 
 
+def _quotient(figs: dict[str, Any], ratio: str, num: str, den: str) -> None:
+    """The ratio is the quotient of the two figures it names (up to rounding)."""
+    assert _get(figs, ratio) == pytest.approx(_positive(figs, num) / _positive(figs, den), rel=0.02), ratio
+
+
+def _target(sec: dict[str, Any], prefix: str) -> dict[str, Any]:
+    found = [t for t in sec["targets"] if t["name"].startswith(prefix)]
+    assert len(found) == 1, (prefix, [t["name"] for t in sec["targets"]])
+    return found[0]
+
+
+def test_append_figures_against_the_baselines(report: dict[str, Any]) -> None:
+    sec = report["sections"]["appends"]
+    figs = sec["figures"]
+    for fig in ("raw.perSec", "raw.cpuMsPerAppend", "raw.viaWorkerThreadPerSec", "raw.viaWorkerThreadCpuMsPerAppend",
+                "sqliteSession.oneSessionPerSec", "sqliteSession.oneSessionCpuMsPerAppend",
+                "sqliteSession.concurrentAggregatePerSec", "sqliteSession.concurrentCpuMsPerAppend",
+                "oneSession.perSec", "oneSession.cpuMsPerAppend", "oneSession.ratioToRaw",
+                "concurrentSessions.aggregatePerSec", "concurrentSessions.cpuMsPerAppend",
+                "concurrentSessions.ratioToRaw", "concurrentSessions.ratioToSqliteSession"):
+        _positive(figs, fig)
+    assert figs["sqliteSession"]["journalMode"] == "wal" and figs["sqliteSession"]["synchronous"] == "FULL"
+    assert figs["sqliteSession"]["concurrentSessions"] == figs["concurrentSessions"]["sessions"]
+    _quotient(figs, "oneSession.ratioToRaw", "oneSession.perSec", "raw.perSec")
+    _quotient(figs, "oneSession.ratioToSqliteSession", "oneSession.perSec", "sqliteSession.oneSessionPerSec")
+    _quotient(figs, "oneSession.ratioToRawViaWorkerThread", "oneSession.perSec", "raw.viaWorkerThreadPerSec")
+    _quotient(figs, "concurrentSessions.ratioToSqliteSession", "concurrentSessions.aggregatePerSec",
+              "sqliteSession.concurrentAggregatePerSec")
+    vs_sqlite = _target(sec, "one session / SQLiteSession")
+    assert (vs_sqlite["op"], vs_sqlite["goal"]) == (">=", 1.25)
+    assert vs_sqlite["measured"] == pytest.approx(_get(figs, "oneSession.ratioToSqliteSession"), rel=0.02)
+    vs_hop = _target(sec, "one session / raw write+fdatasync loop via one worker-thread hop")
+    assert (vs_hop["op"], vs_hop["goal"]) == (">=", 0.8)
+    assert vs_hop["measured"] == pytest.approx(_get(figs, "oneSession.ratioToRawViaWorkerThread"), rel=0.02)
+
+
 def test_append_and_gateway_figures(report: dict[str, Any]) -> None:
     s = report["sections"]
-    for fig in ("raw.perSec", "oneSession.perSec", "oneSession.ratioToRaw", "concurrentSessions.aggregatePerSec",
-                "concurrentSessions.ratioToRaw"):
-        _positive(s["appends"]["figures"], fig)
     g = s["gateway"]["figures"]
     for fig in ("raw.perSec", "oneClient.p50ms", "oneClient.p99ms", "oneClient.perSec", "oneClient.ratioToRaw",
                 "concurrentClients.appendsPerSec", "concurrentClients.hostStatusPerSec",
                 "concurrentClients.ratioAppendToStatus", "batches.messagesPerSec"):
         _positive(g, fig)
     assert _get(g, "oneClient.p99ms") >= _get(g, "oneClient.p50ms")
-    # the ratio is the quotient of the two figures printed next to it
-    ratio = _get(s["appends"]["figures"], "oneSession.perSec") / _get(s["appends"]["figures"], "raw.perSec")
-    assert ratio == pytest.approx(_get(s["appends"]["figures"], "oneSession.ratioToRaw"), rel=0.02)
 
 
 def test_window_figures(report: dict[str, Any]) -> None:
@@ -124,7 +154,7 @@ def test_search_and_revisions_figures(report: dict[str, Any]) -> None:
 
 
 def test_targets_are_complete_and_honest(report: dict[str, Any]) -> None:
-    expected = {"appends": 1, "windows": 6, "synchronous": 0, "gateway": 3, "search": 9}
+    expected = {"appends": 2, "windows": 6, "synchronous": 0, "gateway": 3, "search": 9}
     if report["sections"]["revisions"]["skipped"] is None:
         expected["revisions"] = 1
     for key, count in expected.items():
