@@ -40,6 +40,7 @@ from bench_common import (
     inprocess_host,
     ratio,
     rnd,
+    rounds_of,
 )
 
 from runtime.host import RunningHost
@@ -72,13 +73,6 @@ async def _concurrently(host: RunningHost, work: Mapping[str, Sequence[dict[str,
 async def _total(host: RunningHost, sid: str) -> int:
     got = await host.pipeline.call("session.get", {"sessionId": sid, "messageLimit": 1}, call_context())
     return int(got["totalMessages"])
-
-
-def rounds_of(work: Mapping[str, Sequence[Any]], rounds: int) -> list[dict[str, Sequence[Any]]]:
-    """``work`` (per session) cut into ``rounds`` parts, each part a slice of every session's list."""
-    n = min((len(v) for v in work.values()), default=0)
-    parts = {sid: chunks(msgs, min(rounds, n)) for sid, msgs in work.items()}
-    return [{sid: p[r] for sid, p in parts.items()} for r in range(min(rounds, n))]
 
 
 async def _drive_appends(root: Path, one: list[dict[str, Any]], multi: dict[str, list[dict[str, Any]]],

@@ -386,6 +386,14 @@ def chunks(items: Sequence[Any], rounds: int) -> list[Sequence[Any]]:
     return out
 
 
+def rounds_of(work: Mapping[str, Sequence[Any]], rounds: int) -> list[dict[str, Sequence[Any]]]:
+    """``work`` (per session) cut into ``rounds`` parts, each part a slice of every session's list."""
+    n = min((len(v) for v in work.values()), default=0)
+    parts = {sid: chunks(msgs, min(rounds, n)) for sid, msgs in work.items()}
+    return [{sid: p[r] for sid, p in parts.items()} for r in range(min(rounds, n))]
+
+
+
 # ----------------------------------------------------------------------------- hosts
 
 
