@@ -18,7 +18,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from bench_common import Target, chunks  # noqa: E402
+from bench_common import Target, chunks, rounds_of  # noqa: E402
+from bench_history import decode_result, encoded_payload  # noqa: E402
 
 SEARCH_KINDS = ("3char", "8char", "cjk", "2char", "nohit")
 
@@ -55,7 +56,8 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_every_section_ran_without_error(report: dict[str, Any]) -> None:
     assert report["meta"]["complete"] is True
-    assert list(report["sections"]) == ["appends", "windows", "synchronous", "gateway", "search", "revisions"]
+    assert list(report["sections"]) == ["appends", "windows", "synchronous", "gateway", "history", "search",
+                                        "revisions"]
     for key, sec in report["sections"].items():
         assert sec["error"] is None, f"{key}: {sec['error']}"
     revisions_script = REPO / "scripts" / "bench_revisions.py"
@@ -146,6 +148,58 @@ def test_gateway_figures_against_the_baselines(report: dict[str, Any]) -> None:
     assert "index commits behind a read barrier" in " ".join(sec["notes"])
 
 
+def test_whole_history_figures(report: dict[str, Any]) -> None:
+    sec = report["sections"]["history"]
+    figs = sec["figures"]
+    assert _get(figs, "session.messages") == 300 and _positive(figs, "session.fileMB") > 0
+    for fig in ("session.buildMsgsPerSec", "inProcess.firstReadMs", "inProcess.medianMs",
+                "inProcess.parseWholeFileMs", "webSocket.freshProcessFirstReadMs", "webSocket.medianMs",
+                "webSocket.parseWholeFileMs", "webSocket.ratioToInProcess"):
+        _positive(figs, fig)
+    _quotient(figs, "inProcess.ratioToParse", "inProcess.medianMs", "inProcess.parseWholeFileMs")
+    _quotient(figs, "webSocket.ratioToParse", "webSocket.medianMs", "webSocket.parseWholeFileMs")
+    if _get(figs, "inProcess.preEncoded"):  # the call returned JSON text: decoding it is a second figure
+        assert _positive(figs, "inProcess.includingDecodeMs") >= _get(figs, "inProcess.medianMs")
+        _quotient(figs, "inProcess.includingDecodeRatioToParse", "inProcess.includingDecodeMs",
+                  "inProcess.parseWholeFileMs")
+    else:
+        assert "includingDecodeMs" not in figs["inProcess"] and _get(figs, "inProcess.resultType") == "dict"
+    for prefix, goal, fig in (("whole history in-process", 1.0, "inProcess.ratioToParse"),
+                              ("whole history over WebSocket", 1.5, "webSocket.ratioToParse")):
+        t = _target(sec, prefix)
+        assert (t["op"], t["goal"]) == ("<=", goal)
+        assert t["measured"] == pytest.approx(_get(figs, fig), rel=0.02)
+
+
+def test_append_paths_side_by_side_table(report: dict[str, Any]) -> None:
+    md = report["_markdown"]
+    table = md[md.index("## Append paths side by side"):]
+    table = table[:table.index("\n## ", 1)]
+    appends, gateway = report["sections"]["appends"]["figures"], report["sections"]["gateway"]["figures"]
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if line.startswith("| ")}
+    assert f"{_get(appends, 'oneSession.perSec'):g}" in rows["pi-host in-process"]
+    assert f"{_get(appends, 'oneSession.ratioToSqliteSession'):g}" in rows["pi-host in-process"]
+    assert f"{_get(gateway, 'oneClient.cpuMsPerAppend'):g}" in rows["pi-host over WebSocket (host + client CPU)"]
+    assert f"{_get(appends, 'sqliteSession.oneSessionPerSec'):g}" in rows["SQLiteSession baseline (appends section)"]
+    assert f"{_get(appends, 'raw.viaWorkerThreadPerSec'):g}" in rows["raw loop, one worker-thread hop per append"]
+
+
+def test_history_results_are_decoded_whatever_their_form() -> None:
+    value = {"messages": [{"id": "a"}], "totalMessages": 1}
+    text = json.dumps(value).encode()
+
+    class Raw:
+        raw = text
+
+    class Data:
+        data = memoryview(text)
+
+    assert encoded_payload(value) is None and decode_result(value) is value
+    for form in (text, bytearray(text), memoryview(text), text.decode(), Raw(), Data()):
+        assert encoded_payload(form) is not None
+        assert decode_result(form) == value
+
+
 def test_window_figures(report: dict[str, Any]) -> None:
     figs = report["sections"]["windows"]["figures"]
     assert set(figs["sessions"]) == {"50", "200", "600"}
@@ -184,7 +238,7 @@ def test_search_and_revisions_figures(report: dict[str, Any]) -> None:
 
 
 def test_targets_are_complete_and_honest(report: dict[str, Any]) -> None:
-    expected = {"appends": 2, "windows": 6, "synchronous": 0, "gateway": 3, "search": 9}
+    expected = {"appends": 2, "windows": 6, "synchronous": 0, "gateway": 3, "history": 2, "search": 9}
     if report["sections"]["revisions"]["skipped"] is None:
         expected["revisions"] = 1
     for key, count in expected.items():
@@ -221,3 +275,11 @@ def test_chunks_partition_in_order() -> None:
     assert len(parts) == 10 and all(parts)
     assert [x for p in parts for x in p] == items
     assert chunks([1, 2], 10) == [[1], [2]]
+
+
+def test_rounds_cut_every_session_alike() -> None:
+    work = {"a": list(range(7)), "b": list(range(100, 107))}
+    rounds = rounds_of(work, 3)
+    assert len(rounds) == 3 and all(set(r) == {"a", "b"} for r in rounds)
+    assert [x for r in rounds for x in r["a"]] == work["a"] and [x for r in rounds for x in r["b"]] == work["b"]
+    assert len(rounds_of(work, 10)) == 7
