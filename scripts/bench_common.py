@@ -1,8 +1,8 @@
-"""Shared pieces of ``scripts/bench``: sizes, targets, message corpus, raw fsync
-loop, in-process and subprocess hosts, machine info.
+"""Shared pieces of ``scripts/bench``: sizes, targets, wall and CPU meters, message
+corpus, raw fsync loop, rounds, in-process and subprocess hosts, machine info.
 
-Every section module (``bench_appends``, ``bench_windows``, ``bench_gateway``)
-returns a :class:`Section`: absolute figures plus the ratios that matter, each
+Every section module (``bench_appends``, ``bench_windows``, ``bench_gateway``,
+``bench_history``) returns a :class:`Section`: absolute figures plus the ratios that matter, each
 ratio compared with its target (PASS/MISS, never an exception).
 """
 
@@ -220,15 +220,6 @@ class Meter:
 
     def other_cpu_ms_per_op(self) -> float:
         return self.other_cpu / self.ops * 1000 if self.ops else math.nan
-
-    def figures(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"appends": self.ops, "perSec": rnd(self.per_sec),
-                               "cpuMsPerAppend": rnd(self.cpu_ms_per_op())}
-        if self.pid is not None:
-            out["hostCpuMsPerAppend"] = rnd(self.other_cpu_ms_per_op())
-            out["clientCpuMsPerAppend"] = out.pop("cpuMsPerAppend")
-            out["cpuMsPerAppend"] = rnd(self.other_cpu_ms_per_op() + self.cpu_ms_per_op())
-        return out
 
 
 # ----------------------------------------------------------------------------- corpus
