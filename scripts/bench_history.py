@@ -13,13 +13,15 @@ Then its whole history is read
 
 each against the time to parse the whole transcript file with orjson, line by line,
 in the same process, the two alternating rep by rep (median of the reps). Every
-reply is checked: all messages, the first and last ids.
+reply is checked: all messages, in the transcript's order (first and last ids
+included).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,9 @@ SID = "history"
 GROUP = 256  # asks in flight at once while building: the session actor's batch limit
 IN_PROCESS_TARGET = 1.0
 WEBSOCKET_TARGET = 1.5
+UPKEEP_AFTER = 0.25  # seconds without writes before the DB writer merges the search index (host default 2)
+QUIET_SECS = 1.0     # no merge step for this long: the index is merged, reads are timed on a quiet host
+QUIET_DEADLINE = 600.0
 _ENCODED = (bytes, bytearray, memoryview, str)
 
 
@@ -79,13 +84,42 @@ def decode_result(result: Any) -> Any:
     return result if payload is None else orjson.loads(payload)
 
 
-def check_history(got: Any, n: int) -> None:
-    """The reply holds the whole session: ``n`` messages, the first and the last by id."""
+def transcript_ids(path: Path) -> list[str]:
+    """Message ids in file order (a grouped build interleaves each group's appends)."""
+    ids: list[str] = []
+    with open(path, "rb") as fh:
+        for line in fh:
+            rec = orjson.loads(line)
+            if rec.get("type") == "message":
+                ids.append(rec["id"])
+    return ids
+
+
+def check_history(got: Any, ids: list[str]) -> None:
+    """The reply holds the whole session: every message, in file order (so the first and the last too)."""
     msgs = got["messages"]
-    first, last = (msgs[0].get("id"), msgs[-1].get("id")) if msgs else (None, None)
-    if got["totalMessages"] != n or len(msgs) != n or first != _mid(0) or last != _mid(n - 1):
+    seen = [m.get("id") for m in msgs]
+    if got["totalMessages"] != len(ids) or seen != ids:
+        ends = (seen[0], seen[-1]) if seen else (None, None)
         raise AssertionError(f"whole-history read returned {len(msgs)} of {got['totalMessages']} messages "
-                             f"({first}..{last}), expected {n} ({_mid(0)}..{_mid(n - 1)})")
+                             f"({ends[0]}..{ends[1]}), expected {len(ids)} ({ids[0]}..{ids[-1]})")
+
+
+async def wait_upkeep_done(status: Callable[[], Awaitable[Any]]) -> tuple[int, float]:
+    """Wait until the DB writer's idle upkeep (FTS5 merges of what the build left) has stopped:
+    its step count unchanged for ``QUIET_SECS``. Returns (steps, seconds waited)."""
+    t0 = time.perf_counter()
+    last, since = -1, t0
+    while True:
+        steps = int((await status())["dbWriter"]["searchUpkeepSteps"])
+        now = time.perf_counter()
+        if steps != last:
+            last, since = steps, now
+        elif now - since >= QUIET_SECS:
+            return steps, now - t0
+        if now - t0 > QUIET_DEADLINE:
+            raise AssertionError(f"search upkeep still merging after {QUIET_DEADLINE} s ({steps} steps)")
+        await trio.sleep(0.1)
 
 
 def parse_whole_file(path: Path) -> tuple[float, int]:
@@ -116,11 +150,15 @@ async def _in_process(root: Path, n: int, reps: int) -> dict[str, Any]:
     path = root / "sessions" / f"{SID}.jsonl"
     decode: list[float] = []
     kinds: set[str] = set()
-    async with inprocess_host(root) as host:
+    async with inprocess_host(root, search_upkeep_after=UPKEEP_AFTER) as host:
         t0 = time.perf_counter()
         await _build(host, SID, n, Corpus(seed=23))
         build = time.perf_counter() - t0
         await host.services.index_log.barrier()
+        steps, quiet = await wait_upkeep_done(partial(host.pipeline.call, "host.status", {}, call_context()))
+        ids = await trio.to_thread.run_sync(transcript_ids, path)
+        if sorted(ids) != [_mid(i) for i in range(n)]:
+            raise AssertionError(f"the transcript holds {len(ids)} messages, not the {n} appended")
         params = {"sessionId": SID, "full": True}
 
         async def read() -> float:
@@ -132,28 +170,28 @@ async def _in_process(root: Path, n: int, reps: int) -> dict[str, Any]:
                 t1 = time.perf_counter()
                 got = decode_result(got)
                 decode.append(time.perf_counter() - t1)
-            check_history(got, n)
+            check_history(got, ids)
             return secs
 
-        t0 = time.perf_counter()
-        await read()  # warm-up: the first read after the build
-        first = time.perf_counter() - t0
+        first = await read()  # warm-up: the first read after the build
         decode.clear()
         parse, reads = await _alternate(path, reps, read)
     return {"buildSecs": build, "first": first, "parse": parse, "reads": reads, "decode": decode,
-            "resultTypes": sorted(kinds)}
+            "resultTypes": sorted(kinds), "upkeepSteps": steps, "upkeepWaitSecs": quiet, "ids": ids}
 
 
-async def _websocket(url: str, token: str, path: Path, file_bytes: int, n: int, reps: int) -> dict[str, Any]:
+async def _websocket(url: str, token: str, path: Path, file_bytes: int, ids: list[str],
+                     reps: int) -> dict[str, Any]:
     limit = 4 * file_bytes + (64 << 20)  # the reply is about the file's size; room to spare
     async with open_client(url, token, client_id="bench-history", max_message_size=limit) as client:
+        await wait_upkeep_done(partial(client.call, "host.status", {}))
         params = {"sessionId": SID, "full": True}
 
         async def read() -> float:
             t0 = time.perf_counter()
             got = await client.call("session.get", params)
             secs = time.perf_counter() - t0
-            check_history(got, n)
+            check_history(got, ids)
             return secs
 
         first = await read()  # the fresh process's first read: its actor starts, the layout is read cold
@@ -167,9 +205,10 @@ def run_history(sizes: Sizes, work: Path) -> Section:
     root = work / "history"
     inproc = trio.run(_in_process, root, n, sizes.history_reps)
     path = root / "sessions" / f"{SID}.jsonl"
-    proc = start_host_process(root)
+    proc = start_host_process(root, "--search-upkeep-after", str(UPKEEP_AFTER))
     try:
-        ws = trio.run(_websocket, proc.url, proc.token, path, path.stat().st_size, n, sizes.history_reps)
+        ws = trio.run(_websocket, proc.url, proc.token, path, path.stat().st_size, inproc["ids"],
+                      sizes.history_reps)
     finally:
         proc.stop()
     in_parse, in_read = median(inproc["parse"]), median(inproc["reads"])
@@ -189,7 +228,8 @@ def run_history(sizes: Sizes, work: Path) -> Section:
         in_process["includingDecodeRatioToParse"] = rnd(ratio(with_decode, in_parse))
     sec.figures = {
         "session": {"messages": n, "fileMB": rnd(path.stat().st_size / 2**20), "buildSecs": rnd(inproc["buildSecs"]),
-                    "buildMsgsPerSec": rnd(n / inproc["buildSecs"]), "reps": sizes.history_reps},
+                    "buildMsgsPerSec": rnd(n / inproc["buildSecs"]), "reps": sizes.history_reps,
+                    "searchUpkeepSteps": inproc["upkeepSteps"], "upkeepWaitSecs": rnd(inproc["upkeepWaitSecs"])},
         "inProcess": in_process,
         "webSocket": {"freshProcessFirstReadMs": rnd(ws["first"] * 1000), "medianMs": rnd(ws_read * 1000),
                       "parseWholeFileMs": rnd(ws_parse * 1000), "ratioToParse": rnd(ratio(ws_read, ws_parse)),
@@ -210,7 +250,10 @@ def run_history(sizes: Sizes, work: Path) -> Section:
         "WebSocket: a pi-host serve subprocess on the same data directory after the in-process host stopped "
         "cleanly; timed from send to the reply decoded by runtime.client; freshProcessFirstReadMs is its first "
         "read (actor start, cold layout); the OS page cache is not dropped",
-        "every reply is checked: totalMessages and the number of messages equal the session's, first and "
-        "last message ids match what was appended",
+        f"reads are timed on a quiet host: both hosts run with search_upkeep_after={UPKEEP_AFTER} s and the "
+        f"timing starts once no FTS5 merge step happened for {QUIET_SECS} s (the build's index merged, as an "
+        "idle host leaves it; upkeepWaitSecs is that wait)",
+        "every reply is checked: totalMessages equals the session's message count and the reply's message ids "
+        "are the transcript's, in file order (first and last included); the transcript holds every id appended",
     ]
     return sec
