@@ -5,8 +5,9 @@ actor receives ``session.appendMessage`` calls in groups, as ``bench_windows`` d
 Then its whole history is read
 
 * in-process: ``host.pipeline.call("session.get", {"sessionId": ..., "full": True})``,
-  timed as the call returns (a dict, or a pre-encoded JSON value; then "including
-  decode" adds decoding it to Python objects, reported without a target);
+  timed as the handler's result comes back (a dict, or a pre-encoded JSON value:
+  then ``decode=False`` where the pipeline would decode it, and "including decode"
+  adds decoding it to Python objects, reported without a target);
 * over WebSocket: a ``pi-host serve`` subprocess on the same data directory after
   the in-process host stopped, ``runtime.client`` ``call(...)``, timed from send to the
   decoded reply;
@@ -19,6 +20,7 @@ included).
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -76,6 +78,14 @@ def encoded_payload(result: Any) -> Any:
         if isinstance(inner, _ENCODED):
             return inner
     return None
+
+
+def as_returned(call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """``pipeline.call`` returning a pre-encoded result as the handler made it (``decode=False``,
+    where the pipeline offers to decode it for in-process callers), else ``call`` itself."""
+    if "decode" in inspect.signature(call).parameters:
+        return partial(call, decode=False)
+    return call
 
 
 def decode_result(result: Any) -> Any:
@@ -160,10 +170,11 @@ async def _in_process(root: Path, n: int, reps: int) -> dict[str, Any]:
         if sorted(ids) != [_mid(i) for i in range(n)]:
             raise AssertionError(f"the transcript holds {len(ids)} messages, not the {n} appended")
         params = {"sessionId": SID, "full": True}
+        call = as_returned(host.pipeline.call)
 
         async def read() -> float:
             t0 = time.perf_counter()
-            got = await host.pipeline.call("session.get", params, call_context())
+            got = await call("session.get", params, call_context())
             secs = time.perf_counter() - t0
             kinds.add(type(got).__name__)
             if encoded_payload(got) is not None:
