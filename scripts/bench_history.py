@@ -4,10 +4,12 @@ The session is built through the real write path (an in-process host whose sessi
 actor receives ``session.appendMessage`` calls in groups, as ``bench_windows`` does).
 Then its whole history is read
 
-* in-process: ``host.pipeline.call("session.get", {"sessionId": ..., "full": True})``,
-  timed as the handler's result comes back (a dict, or a pre-encoded JSON value:
-  then ``decode=False`` where the pipeline would decode it, and "including decode"
-  adds decoding it to Python objects, reported without a target);
+* in-process: ``host.pipeline.call("session.get", {"sessionId": ..., "full": True},
+  decode=False)``, timed as the handler's result comes back (``protocol.jsonrpc.Encoded``,
+  the reply encoded once from the transcript's bytes; any bytes-like value or one
+  with ``.raw``/``.data`` counts as pre-encoded, a dict is taken as it is); "including
+  decode" adds decoding it to Python objects (what ``pipeline.call`` does by
+  default for in-process callers), reported without a target;
 * over WebSocket: a ``pi-host serve`` subprocess on the same data directory after
   the in-process host stopped, ``runtime.client`` ``call(...)``, timed from send to the
   decoded reply;
@@ -20,7 +22,6 @@ included).
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -78,14 +79,6 @@ def encoded_payload(result: Any) -> Any:
         if isinstance(inner, _ENCODED):
             return inner
     return None
-
-
-def as_returned(call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    """``pipeline.call`` returning a pre-encoded result as the handler made it (``decode=False``,
-    where the pipeline offers to decode it for in-process callers), else ``call`` itself."""
-    if "decode" in inspect.signature(call).parameters:
-        return partial(call, decode=False)
-    return call
 
 
 def decode_result(result: Any) -> Any:
@@ -170,11 +163,10 @@ async def _in_process(root: Path, n: int, reps: int) -> dict[str, Any]:
         if sorted(ids) != [_mid(i) for i in range(n)]:
             raise AssertionError(f"the transcript holds {len(ids)} messages, not the {n} appended")
         params = {"sessionId": SID, "full": True}
-        call = as_returned(host.pipeline.call)
 
         async def read() -> float:
             t0 = time.perf_counter()
-            got = await call("session.get", params, call_context())
+            got = await host.pipeline.call("session.get", params, call_context(), decode=False)
             secs = time.perf_counter() - t0
             kinds.add(type(got).__name__)
             if encoded_payload(got) is not None:
@@ -256,8 +248,8 @@ def run_history(sizes: Sizes, work: Path) -> Section:
         "parse: open the transcript and orjson.loads every line (header included), in the process that times "
         "the read (the bench process, also for WebSocket: it is the client); parse and read alternate rep by "
         f"rep, order flipped every rep; medians of {sizes.history_reps} reps after one warm-up read",
-        "in-process: pipeline.call('session.get', full=True) timed as it returns; when the result comes "
-        "pre-encoded (bytes-like or .raw/.data), includingDecode adds orjson-decoding it (no target)",
+        "in-process: pipeline.call('session.get', full=True, decode=False) timed as it returns (resultType); "
+        "when the result comes pre-encoded, includingDecode adds orjson-decoding it (no target)",
         "WebSocket: a pi-host serve subprocess on the same data directory after the in-process host stopped "
         "cleanly; timed from send to the reply decoded by runtime.client; freshProcessFirstReadMs is its first "
         "read (actor start, cold layout); the OS page cache is not dropped",

@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 
+from protocol.jsonrpc import Encoded
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
 from bench_common import Target, chunks, rounds_of  # noqa: E402
-from bench_history import as_returned, decode_result, encoded_payload  # noqa: E402
+from bench_history import decode_result, encoded_payload  # noqa: E402
 
 SEARCH_KINDS = ("3char", "8char", "cjk", "2char", "nohit")
 
@@ -195,20 +197,9 @@ def test_history_results_are_decoded_whatever_their_form() -> None:
         data = memoryview(text)
 
     assert encoded_payload(value) is None and decode_result(value) is value
-    for form in (text, bytearray(text), memoryview(text), text.decode(), Raw(), Data()):
+    for form in (text, bytearray(text), memoryview(text), text.decode(), Raw(), Data(), Encoded(text)):
         assert encoded_payload(form) is not None
         assert decode_result(form) == value
-
-
-async def test_whole_history_is_timed_as_the_handler_returned_it() -> None:
-    async def decoding(method: str, *, decode: bool = True) -> Any:
-        return {"decoded": decode}
-
-    async def plain(method: str) -> Any:
-        return {"plain": True}
-
-    assert await as_returned(decoding)("session.get") == {"decoded": False}
-    assert await as_returned(plain)("session.get") == {"plain": True}
 
 
 def test_window_figures(report: dict[str, Any]) -> None:
