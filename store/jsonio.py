@@ -16,10 +16,10 @@ Two directions with different contracts:
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import math
 import re
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -239,11 +239,8 @@ def loads_line(line: bytes) -> dict[str, Any]:
     return value
 
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
-
-
 def now_rfc3339(ms: int) -> str:
     """Unix milliseconds as RFC3339 with milliseconds and ``Z``: ``2026-07-26T09:00:00.000Z``."""
     seconds, millis = divmod(int(ms), 1000)
-    moment = _EPOCH + _dt.timedelta(seconds=seconds)
-    return f"{moment:%Y-%m-%dT%H:%M:%S}.{millis:03d}Z"
+    t = time.gmtime(seconds)  # half the cost of datetime arithmetic and format (one call per appended message)
+    return f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{millis:03d}Z"
