@@ -177,6 +177,13 @@ _SPECS: tuple[MethodSpec, ...] = (
         "Checkpoint the streaming assistant reply (atomic replace).",
         _SESSION_WRITE,
     ),
+    _spec(
+        "session.recoverInflight",
+        m.RecoverInflightParams,
+        m.RecoverInflightResult,
+        "The sidecar is gone: settle the leftover checkpoint as the boot sweep would; a running turn ends aborted.",
+        _codes(_SESSION_WRITE, ("CONFLICT",)),
+    ),
     # -- notifications ------------------------------------------------------
     _spec(
         "notifications.list",

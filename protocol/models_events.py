@@ -26,6 +26,7 @@ from .models_common import (
     TimestampMs,
     Topic,
 )
+from .models_inflight import InflightMessage
 from .models_plans import PlanApproval
 from .models_queue import QueueState
 from .models_records import MessageRef, Notification, SessionSummary, Turn
@@ -39,6 +40,11 @@ class EventParams(Result):
     subscription_id: str
     session_id: SessionId | None = None
     data: JsonObject
+    transient: bool | None = Field(
+        default=None,
+        description="A live preview (session.inflight): not numbered (cursor repeats the newest one "
+        "you got), coalesced and throttled per subscriber, never replayed.",
+    )
 
 
 class SessionEvent(Result):
@@ -127,6 +133,16 @@ class PlanResolvedEvent(Result):
     status: Literal["approved", "rejected", "expired"]
 
 
+class SessionInflightEvent(InflightMessage):
+    """A checkpoint of the reply streaming in the session (transient: see ``EventParams.transient``).
+
+    Per subscriber and message the newest checkpoint wins and at most one is
+    sent per 250 ms; the final ``session.message`` of the same id follows, and
+    a preview never comes after it. A UI that connects mid-reply gets the
+    current one from ``session.get`` (``inflight``).
+    """
+
+
 EVENT_PAYLOADS: Mapping[str, type[BaseModel]] = MappingProxyType(
     {
         "session.created": SessionEvent,
@@ -140,6 +156,7 @@ EVENT_PAYLOADS: Mapping[str, type[BaseModel]] = MappingProxyType(
         "task.due": TaskDueEvent,
         "plan.requested": PlanRequestedEvent,
         "plan.resolved": PlanResolvedEvent,
+        "session.inflight": SessionInflightEvent,
     }
 )
 
@@ -151,6 +168,7 @@ __all__ = [
     "PlanResolvedEvent",
     "SessionDeletedEvent",
     "SessionEvent",
+    "SessionInflightEvent",
     "SessionMessageEvent",
     "SessionQueueEvent",
     "TaskDueEvent",

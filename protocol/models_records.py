@@ -140,6 +140,14 @@ class UiMessage(Result):
         default=None, description="True when contentLimit capped this projection."
     )
     deleted: bool | None = Field(default=None, description="Tombstoned (hidden from context).")
+    inflight: bool | None = Field(
+        default=None, description="A streaming reply's checkpoint, not (yet) a transcript row."
+    )
+    session_message: JsonObject | None = Field(
+        default=None,
+        description="Collaboration provenance (meta.sessionMessage, written by the host): "
+        "this user row is a delivery from another session, not human input.",
+    )
 
 
 class CompactionView(Result):

@@ -22,6 +22,7 @@ from .models_common import (
     Title,
     WireId,
 )
+from .models_inflight import InflightMessage
 from .models_records import (
     CompactionView,
     SessionSummary,
@@ -116,6 +117,11 @@ class SessionGetResult(Result):
     total_messages: Count
     navigation_parent: UiMessage | None = Field(
         default=None, description="Owning Task row of a nested messageAround target."
+    )
+    inflight: InflightMessage | None = Field(
+        default=None,
+        description="Newest window only (hasMoreAfter false): the reply streaming right now, after the "
+        "indexed rows; absent once its final row landed.",
     )
 
 

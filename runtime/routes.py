@@ -124,6 +124,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "session.endTurn":             on_session(turns.end_turn),
     "session.turnEnvironment":     from_reads(turns.turn_environment),
     "session.saveInflightMessage": on_session(inflight.save),
+    "session.recoverInflight":     on_session(inflight.recover),
     "notifications.list":          from_reads(notifications.list_notifications),
     "notifications.markRead":      in_writer(notifications.mark_read),
     "notifications.markAllRead":   in_writer(notifications.mark_all_read),

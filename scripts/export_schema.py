@@ -404,6 +404,20 @@ _MESSAGE_REF = {
     "role": "assistant",
     "createdAt": 1785056404120,
 }
+_INFLIGHT = {
+    "sessionId": "s_4f2a",
+    "turnId": "t_10",
+    "savedAt": 1785056701500,
+    "message": {
+        "type": "message",
+        "id": "m_14",
+        "role": "assistant",
+        "createdAt": "2026-07-26T09:05:01.200Z",
+        "turnId": "t_10",
+        "blocks": [{"type": "text", "text": "Reading parser.py: the tokenizer starts at"}],
+        "inflight": True,
+    },
+}
 
 EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "host.hello": (
@@ -442,6 +456,7 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             "hasMoreBefore": True,
             "hasMoreAfter": False,
             "totalMessages": 12,
+            "inflight": _INFLIGHT,
         },
     ),
     "session.appendMessage": (
@@ -515,6 +530,15 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             "message": {**_ASSISTANT_MESSAGE, "meta": {"status": "streaming"}},
         },
         {"saved": True},
+    ),
+    "session.recoverInflight": (
+        {"sessionId": "s_4f2a", "turnId": "t_10", "submissionId": "lost-t_10"},
+        {
+            "action": "promoted",
+            "message": {**_MESSAGE_REF, "id": "m_14", "seq": 14, "turnId": "t_10", "createdAt": 1785056701200},
+            "turn": {**_TURN, "id": "t_10", "status": "aborted", "errorCode": "SIDECAR_LOST",
+                     "endedAt": 1785056702000},
+        },
     ),
     "notifications.list": (
         {"unreadOnly": True, "limit": 20},
@@ -802,6 +826,7 @@ EVENT_EXAMPLES: dict[str, dict[str, Any]] = {
                  "startedAt": 1785133800000},
     "plan.requested": {"approval": EXAMPLES["plans.submit"][1]},
     "plan.resolved": {"requestId": "plan_5e0d", "sessionId": "s_4f2a", "status": "approved"},
+    "session.inflight": _INFLIGHT,
 }
 
 

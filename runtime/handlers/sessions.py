@@ -15,6 +15,7 @@ from actors.session_context import SessionContext
 from protocol import models as m
 from protocol.limits import DEFAULT_WINDOW
 from runtime.context import ReadContext, Services
+from runtime.handlers import inflight
 from store import cursors, index, queue, windows
 from store.errors import Conflict, MessageNotFound
 from store.ids import derived_id, new_id
@@ -103,6 +104,10 @@ async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None
         raise MessageNotFound(f"message {req.around} is not in session {ctx.sid}",
                               data={"sessionId": ctx.sid, "messageId": req.around})
     result = windows.project(window, ctx.row, req)
+    if window.end >= window.total:
+        live = await inflight.current(ctx, req.content_limit)
+        if live is not None:
+            result["inflight"] = live
     if window.target_pos is not None:
         call_id = windows.navigation_call_id(result, window.target_pos)
         if call_id is not None:

@@ -79,6 +79,13 @@ async def with_turn(c: HostClient, root: Path) -> Vars:
     return {"sid": sid}
 
 
+async def with_checkpoint(c: HostClient, root: Path) -> Vars:
+    v = await with_turn(c, root)
+    await c.call("session.saveInflightMessage", {"sessionId": v["sid"], "turnId": "t1",
+                                                 "message": msg("a1", "partial", "assistant")})
+    return v
+
+
 async def with_notification(c: HostClient, root: Path) -> Vars:
     v = await with_turn(c, root)
     await c.call("session.endTurn", {"sessionId": v["sid"], "turnId": "t1", "status": "completed"})
@@ -250,6 +257,10 @@ SCENARIOS: dict[str, Scenario] = {
         with_turn, lambda v: {"sessionId": v["sid"], "turnId": "t1", "message": msg("a1", "partial", "assistant")},
         lambda v: ("session.saveInflightMessage",
                    {"sessionId": v["sid"], "turnId": "t1", "message": msg("a1", "more", "assistant")})),
+    "session.recoverInflight": S(
+        with_checkpoint, lambda v: {"sessionId": v["sid"], "turnId": "t1"},
+        lambda v: ("session.recoverInflight", {"sessionId": v["sid"]}),
+        count=count("SELECT COUNT(*) FROM messages")),
     "notifications.markRead": S(with_notification, lambda v: {"ids": [v["nid"]]},
                                 lambda v: ("notifications.markRead", {"ids": [v["nid"], "other"]})),
     "notifications.markAllRead": S(with_notification, lambda v: {}, lambda v: ("notifications.clear", {})),
