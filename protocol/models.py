@@ -18,6 +18,7 @@ and its storage (``store/<capability>.py``) where those exist:
 * :mod:`protocol.models_subscriptions` events.subscribe; :mod:`protocol.models_events` event payloads
 * :mod:`protocol.models_artifacts`, ``models_search``, ``models_settings``
 * :mod:`protocol.models_secrets`, ``models_attachments``, ``models_tasks``, ``models_plans``, ``models_projects``
+* :mod:`protocol.models_approvals` pending user requests (approvals, interactions, permission rules)
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from __future__ import annotations
 from .blocks import BLOCK_MODELS, KNOWN_BLOCK_TYPES, Block, Blocks, check_block
 from .models_appends import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_appends import __all__ as _appends_all
+from .models_approvals import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_approvals import __all__ as _approvals_all
 from .models_artifacts import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_artifacts import __all__ as _artifacts_all
 from .models_attachments import *  # noqa: F403 - re-export facade; __all__ below lists every name
@@ -83,6 +86,7 @@ __all__ = [
     "WireModel",
     "check_block",
     *_appends_all,
+    *_approvals_all,
     *_artifacts_all,
     *_attachments_all,
     *_compaction_all,

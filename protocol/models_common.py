@@ -182,4 +182,9 @@ Topic = Literal[
     "plan.requested",
     "plan.resolved",
     "session.inflight",
+    "approval.requested",
+    "approval.resolved",
+    "interaction.requested",
+    "interaction.resolved",
+    "plan.execution",
 ]

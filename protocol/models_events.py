@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from .models_approvals import ApprovalRequest, InteractionRequest, PermissionRule
 from .models_common import (
     Count,
     JsonObject,
@@ -133,6 +134,12 @@ class PlanResolvedEvent(Result):
     status: Literal["approved", "rejected", "expired"]
 
 
+class PlanExecutionEvent(Result):
+    """An approved plan/goal's execution moved (queued → running → completed | failed | cancelled)."""
+
+    approval: PlanApproval
+
+
 class SessionInflightEvent(InflightMessage):
     """A checkpoint of the reply streaming in the session (transient: see ``EventParams.transient``).
 
@@ -141,6 +148,33 @@ class SessionInflightEvent(InflightMessage):
     a preview never comes after it. A UI that connects mid-reply gets the
     current one from ``session.get`` (``inflight``).
     """
+
+
+class ApprovalRequestedEvent(Result):
+    """A sidecar asked for a tool permission; answer with ``approvals.respond`` (UIs)."""
+
+    request: ApprovalRequest
+
+
+class ApprovalResolvedEvent(Result):
+    """An approval left ``pending`` (answered, expired, or cancelled by its turn's end), or a rule
+    answered a new one at once. The requesting sidecar waits for this (subscribe with its sessionId).
+    Requests a restart interrupted are not announced: ``approvals.pending`` rehydrates."""
+
+    request: ApprovalRequest
+    rule: PermissionRule | None = None
+
+
+class InteractionRequestedEvent(Result):
+    """A sidecar asked the user a question; answer with ``interactions.respond``."""
+
+    request: InteractionRequest
+
+
+class InteractionResolvedEvent(Result):
+    """An interaction left ``pending`` (answered, expired, cancelled)."""
+
+    request: InteractionRequest
 
 
 EVENT_PAYLOADS: Mapping[str, type[BaseModel]] = MappingProxyType(
@@ -157,13 +191,23 @@ EVENT_PAYLOADS: Mapping[str, type[BaseModel]] = MappingProxyType(
         "plan.requested": PlanRequestedEvent,
         "plan.resolved": PlanResolvedEvent,
         "session.inflight": SessionInflightEvent,
+        "plan.execution": PlanExecutionEvent,
+        "approval.requested": ApprovalRequestedEvent,
+        "approval.resolved": ApprovalResolvedEvent,
+        "interaction.requested": InteractionRequestedEvent,
+        "interaction.resolved": InteractionResolvedEvent,
     }
 )
 
 __all__ = [
+    "ApprovalRequestedEvent",
+    "ApprovalResolvedEvent",
     "EVENT_PAYLOADS",
+    "InteractionRequestedEvent",
+    "InteractionResolvedEvent",
     "EventParams",
     "NotificationEvent",
+    "PlanExecutionEvent",
     "PlanRequestedEvent",
     "PlanResolvedEvent",
     "SessionDeletedEvent",

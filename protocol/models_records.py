@@ -7,7 +7,7 @@ end up in the transcript file. Host-produced projections (``SessionSummary``,
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, field_validator
 
@@ -94,6 +94,13 @@ class Compaction(Record):
 # Host-produced projections
 
 
+class LatestTurn(Result):
+    id: str
+    status: TurnStatus
+    error_code: str | None = None
+    ended_at: TimestampMs | None = None
+
+
 class SessionSummary(Result):
     id: SessionId
     title: str
@@ -109,6 +116,17 @@ class SessionSummary(Result):
     updated_at: TimestampMs
     pinned: bool = False
     deleted_at: TimestampMs | None = None
+    state: Literal["awaiting_approval", "queued", "running", "planning"] | None = Field(
+        default=None,
+        description="Projected (seed §4.5): a pending plan/goal approval → awaiting_approval; its approved "
+        "execution queued/running → that; else planning in plan/goal mode; absent for an idle agent session.",
+    )
+    contract_kind: Literal["plan", "goal"] | None = Field(
+        default=None, description="The kind of contract the state is about."
+    )
+    latest_turn: LatestTurn | None = Field(
+        default=None, description="The newest turn (failed/aborted badges); absent before the first turn."
+    )
 
 
 class MessageRef(Result):
@@ -232,6 +250,7 @@ Sha256Hex = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 __all__ = [
     "Compaction",
     "CompactionView",
+    "LatestTurn",
     "MessageRef",
     "Notification",
     "QueueEntry",

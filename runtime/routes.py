@@ -29,6 +29,7 @@ from typing import Any
 
 from runtime.handlers import (
     appends,
+    approvals,
     artifacts,
     attachments,
     compaction,
@@ -178,6 +179,17 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "plans.submit":                on_session(plans.submit),
     "plans.pending":               from_reads(plans.pending),
     "plans.respond":               on_session(plans.respond, session=plans.respond_target),
+    "plans.startExecution":        on_session(plans.start_execution),
+    "plans.finishExecution":       on_session(plans.finish_execution),
+    # pending user requests: tool permissions and questions
+    "approvals.request":           on_session(approvals.request_approval),
+    "approvals.pending":           from_reads(approvals.pending_approvals),
+    "approvals.respond":           on_session(approvals.respond_approval),
+    "approvals.rules":             from_reads(approvals.rules),
+    "approvals.removeRule":        in_writer(approvals.remove_rule),
+    "interactions.request":        on_session(approvals.request_interaction),
+    "interactions.pending":        from_reads(approvals.pending_interactions),
+    "interactions.respond":        on_session(approvals.respond_interaction),
     # projects
     "projects.list":               from_reads(projects.list_projects),
     "projects.remove":             on_host(projects.remove),

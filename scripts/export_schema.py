@@ -419,6 +419,65 @@ _INFLIGHT = {
     },
 }
 
+_APPROVAL_OPTIONS = [
+    {"id": "allow_once", "label": "Allow once", "decision": "allow", "remember": "once"},
+    {"id": "allow_project", "label": "Always allow in this project", "decision": "allow", "remember": "project"},
+    {"id": "allow_session", "label": "Always allow in this session", "decision": "allow", "remember": "session"},
+    {"id": "deny", "label": "Deny", "decision": "deny", "remember": "once"},
+]
+_APPROVAL = {
+    "kind": "approval",
+    "requestId": "apr_7b21",
+    "sessionId": "s_4f2a",
+    "turnId": "t_10",
+    "toolCallId": "call_3",
+    "tool": "Bash",
+    "argsSummary": "pytest -q tests/parser",
+    "risk": "medium",
+    "options": _APPROVAL_OPTIONS,
+    "requestedBy": "sidecar-1",
+    "status": "pending",
+    "createdAt": 1785056702000,
+    "updatedAt": 1785056702000,
+    "expiresAt": 1785057002000,
+}
+_RULE = {
+    "id": "rule_apr_7b21",
+    "scope": "project",
+    "projectId": 3,
+    "tool": "Bash",
+    "decision": "allow",
+    "sourceRequestId": "apr_7b21",
+    "createdAt": 1785056709000,
+}
+_ALLOWED = {**_APPROVAL, "status": "allowed", "optionId": "allow_project", "ruleId": "rule_apr_7b21",
+            "respondedBy": "ui-7d2e", "updatedAt": 1785056709000, "resolvedAt": 1785056709000}
+_INTERACTION = {
+    "kind": "interaction",
+    "requestId": "ask_19c4",
+    "sessionId": "s_4f2a",
+    "turnId": "t_10",
+    "toolCallId": "call_4",
+    "question": "Keep the old tokenizer API as a shim?",
+    "choices": [{"id": "yes", "label": "Yes, keep a shim"}, {"id": "no", "label": "No, update the callers"}],
+    "multiple": False,
+    "allowFreeText": True,
+    "requestedBy": "sidecar-1",
+    "status": "pending",
+    "createdAt": 1785056712000,
+    "updatedAt": 1785056712000,
+}
+_ANSWERED = {**_INTERACTION, "status": "answered", "answer": {"choiceIds": ["no"], "text": "and bump the version"},
+             "respondedBy": "ui-7d2e", "updatedAt": 1785056720000, "resolvedAt": 1785056720000}
+
+_PLAN_APPROVED = {"requestId": "plan_5e0d", "sessionId": "s_4f2a", "turnId": "t_9", "toolCallId": "call_3",
+                  "kind": "plan", "title": "Split the tokenizer", "question": "Proceed?",
+                  "status": "approved", "action": "approve", "targetPermissionMode": "accept-edits",
+                  "createdAt": 1785056400000, "updatedAt": 1785056500000, "expiresAt": 1785060000000,
+                  "resolvedAt": 1785056500000, "artifactPath": ".pi/plan/20260726-090000-3f9a0c1b2d4e.md",
+                  "artifactSha256": "5d41402abc4b2a76b9719d911017c5925d41402abc4b2a76b9719d911017c592",
+                  "artifactSize": 34, "version": 2, "executionId": "exec_22a1", "executionState": "queued"}
+
 EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "host.hello": (
         {"token": "3f1c…e9", "clientId": "ui-7d2e", "clientKind": "ui", "protocol": 1},
@@ -790,14 +849,48 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "plans.respond": (
         {"requestId": "plan_5e0d", "action": "approve", "targetPermissionMode": "accept-edits",
          "submissionId": "ans-1"},
-        {"approval": {"requestId": "plan_5e0d", "sessionId": "s_4f2a", "turnId": "t_9", "toolCallId": "call_3",
-                      "kind": "plan", "title": "Split the tokenizer", "question": "Proceed?",
-                      "status": "approved", "action": "approve", "targetPermissionMode": "accept-edits",
-                      "createdAt": 1785056400000, "updatedAt": 1785056500000, "expiresAt": 1785060000000,
-                      "resolvedAt": 1785056500000, "artifactPath": ".pi/plan/20260726-090000-3f9a0c1b2d4e.md",
-                      "artifactSha256": "5d41402abc4b2a76b9719d911017c5925d41402abc4b2a76b9719d911017c592",
-                      "artifactSize": 34, "version": 2, "executionId": "exec_81b2", "executionState": "queued"},
-         "session": {**_SESSION, "mode": "agent", "permissionMode": "accept-edits"}},
+        {"approval": _PLAN_APPROVED,
+         "session": {**_SESSION, "mode": "agent", "permissionMode": "accept-edits", "state": "queued",
+                     "contractKind": "plan"}},
+    ),
+    "plans.startExecution": (
+        {"sessionId": "s_4f2a", "executionId": "exec_22a1", "turnId": "t_11"},
+        {"approval": {**_PLAN_APPROVED, "executionState": "running", "executionTurnId": "t_11",
+                      "executionStartedAt": 1785056800000, "updatedAt": 1785056800000},
+         "session": {**_SESSION, "state": "running", "contractKind": "plan"}},
+    ),
+    "plans.finishExecution": (
+        {"sessionId": "s_4f2a", "executionId": "exec_22a1", "turnId": "t_11", "outcome": "completed"},
+        {"approval": {**_PLAN_APPROVED, "executionState": "completed", "executionTurnId": "t_11",
+                      "executionStartedAt": 1785056800000, "executionEndedAt": 1785056900000,
+                      "updatedAt": 1785056900000},
+         "session": {**_SESSION, "latestTurn": {"id": "t_11", "status": "completed", "endedAt": 1785056900000}}},
+    ),
+    "approvals.request": (
+        {"sessionId": "s_4f2a", "turnId": "t_10", "toolCallId": "call_3", "tool": "Bash",
+         "argsSummary": "pytest -q tests/parser", "risk": "medium", "expiresAt": 1785057002000,
+         "submissionId": "ask-call_3"},
+        {"request": _APPROVAL},
+    ),
+    "approvals.pending": ({"sessionId": "s_4f2a"}, {"pending": [_APPROVAL]}),
+    "approvals.respond": (
+        {"sessionId": "s_4f2a", "requestId": "apr_7b21", "optionId": "allow_project", "submissionId": "ui-a-17"},
+        {"request": _ALLOWED, "rule": _RULE},
+    ),
+    "approvals.rules": ({"sessionId": "s_4f2a"}, {"rules": [_RULE]}),
+    "approvals.removeRule": ({"ruleId": "rule_apr_7b21"}, {"removed": True}),
+    "interactions.request": (
+        {"sessionId": "s_4f2a", "turnId": "t_10", "toolCallId": "call_4",
+         "question": "Keep the old tokenizer API as a shim?",
+         "choices": [{"id": "yes", "label": "Yes, keep a shim"}, {"id": "no", "label": "No, update the callers"}],
+         "allowFreeText": True},
+        {"request": _INTERACTION},
+    ),
+    "interactions.pending": ({}, {"pending": [_INTERACTION]}),
+    "interactions.respond": (
+        {"sessionId": "s_4f2a", "requestId": "ask_19c4",
+         "answer": {"choiceIds": ["no"], "text": "and bump the version"}},
+        {"request": _ANSWERED},
     ),
     "projects.list": (
         {},
@@ -826,7 +919,13 @@ EVENT_EXAMPLES: dict[str, dict[str, Any]] = {
                  "startedAt": 1785133800000},
     "plan.requested": {"approval": EXAMPLES["plans.submit"][1]},
     "plan.resolved": {"requestId": "plan_5e0d", "sessionId": "s_4f2a", "status": "approved"},
+    "plan.execution": {"approval": {**_PLAN_APPROVED, "executionState": "running", "executionTurnId": "t_11",
+                                    "executionStartedAt": 1785056800000, "updatedAt": 1785056800000}},
     "session.inflight": _INFLIGHT,
+    "approval.requested": {"request": _APPROVAL},
+    "approval.resolved": {"request": _ALLOWED, "rule": _RULE},
+    "interaction.requested": {"request": _INTERACTION},
+    "interaction.resolved": {"request": _ANSWERED},
 }
 
 

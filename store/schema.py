@@ -573,6 +573,7 @@ CREATE TABLE interactions (
   tool_call_id    TEXT,
   question        TEXT NOT NULL,
   choices_json    TEXT NOT NULL DEFAULT '[]',
+  multiple        INTEGER NOT NULL DEFAULT 0,
   allow_free_text INTEGER NOT NULL DEFAULT 0,
   requested_by    TEXT NOT NULL,
   status          TEXT NOT NULL CHECK (status IN

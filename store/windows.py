@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import index
+from . import approvals, index, session_state
 from .compaction import normalize_on_read
 from .jsonio import loads_line
 from .reconcile import plan_reconcile
@@ -66,6 +66,10 @@ class Window:
     epoch: str | None = None
     blobs: list[bytes] = field(default_factory=list)
     """The rows' lines, then the compactions' lines."""
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    """Settled approvals/interactions of the window's turns (``store/approvals.py``)."""
+    projection: dict[str, Any] | None = None
+    """The session's derived summary fields as of this snapshot (``store/session_state.py``)."""
 
 
 def read_spans_coalesced(path: Path, spans: Sequence[tuple[int, int]]) -> list[bytes]:
@@ -129,6 +133,11 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
     w.start, w.end = window_bounds(total, req, w.target_pos)
     w.rows = index.window_rows(conn, sid, w.start, w.end)
     w.compactions = index.compaction_rows(conn, sid)
+    turns = {r[5] for r in w.rows if r[5] is not None}
+    if turns:
+        w.decisions = approvals.decisions_for_turns(conn, sid, turns)
+    mode = conn.execute("SELECT mode FROM sessions WHERE id = ?", (sid,)).fetchone()
+    w.projection = session_state.projections(conn, {sid: mode[0] if mode else "agent"})[sid]
     spans = [(r[2], r[3]) for r in w.rows] + [(c[2], c[3]) for c in w.compactions]
     if spans:
         w.blobs = read_spans_coalesced(path, spans)
@@ -177,8 +186,12 @@ def project(window: Window, session_row: Mapping[str, Any], req: WindowRequest) 
         bypass = target is not None and r[0] - 1 == target and rec.get("role") in ("user", "assistant")
         messages.append(rec if bypass else cap_content(rec, req.content_limit))
     compactions = [wire_record(normalize_on_read(_safe_loads(b))) for b in window.blobs[len(window.rows):]]
-    return {
-        "session": index.public_session(session_row),
+    summary = index.public_session(session_row)
+    if window.projection is not None:  # what the snapshot says now, not what the actor cached
+        summary = {k: v for k, v in summary.items() if k not in ("state", "contractKind", "latestTurn")}
+        summary.update(window.projection)
+    out = {
+        "session": summary,
         "messages": messages,
         "compactions": compactions,
         "messageStart": window.start,
@@ -187,6 +200,9 @@ def project(window: Window, session_row: Mapping[str, Any], req: WindowRequest) 
         "hasMoreAfter": window.end < window.total,
         "totalMessages": window.total,
     }
+    if window.decisions:
+        out["decisions"] = window.decisions
+    return out
 
 
 def navigation_call_id(result: Mapping[str, Any], target_pos: int) -> str | None:

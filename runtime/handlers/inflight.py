@@ -28,7 +28,7 @@ from actors.events import Event
 from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.handlers.host_lines import append_record
-from store import index, inflight, turns
+from store import approvals, index, inflight, turns
 from store.errors import Conflict, CorruptData, InvalidInput, NotFound
 from store.receipts import ReceiptKey
 from store.records import cap_content, is_streaming, normalize_message, wire_record
@@ -188,6 +188,7 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
                        data={"sessionId": sid, "turnId": cp.turn_id})
     turn_id = p.turn_id or (cp.turn_id if cp is not None else None)
     ended: list[dict[str, Any]] = []
+    cancelled: list[dict[str, Any]] = []
 
     def end_turn(conn: Any) -> dict[str, Any] | None:
         if turn_id is None:
@@ -199,6 +200,8 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
             out = turns.end_turn(conn, session_id=sid, turn_id=turn_id, status="aborted",
                                  error_code=SIDECAR_LOST, usage=None, create_notification=False, now_ms=now)
             ended.append(out.turn)
+            cancelled.extend(approvals.get_request(conn, kind, rid)
+                             for kind, rid in approvals.cancel_for_turn(conn, sid, turn_id, now))
             return out.turn
         return turns.get_turn(conn, turn_id)
 
@@ -232,6 +235,8 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
             end_turn(conn), None))
     if ended:
         ctx.publish("turn.ended", {"turn": result["turn"]})
+        for row in cancelled:
+            ctx.publish(f"{row['kind']}.resolved", {"request": row})
     return result
 
 

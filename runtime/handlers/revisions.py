@@ -135,7 +135,8 @@ def dropped_live_branches(
 
 
 def plan_for(live: LiveTranscript, messages: Sequence[Mapping[str, Any]]) -> RewritePlan:
-    return plan_rewrite(messages, live.compactions, tombstones=live.tombstones, session_info=live.session_info)
+    return plan_rewrite(messages, live.compactions, tombstones=live.tombstones, session_info=live.session_info,
+                        decisions=live.decisions)
 
 
 async def commit_rewrite(

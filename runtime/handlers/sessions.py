@@ -15,7 +15,7 @@ from actors.session_context import SessionContext
 from protocol import models as m
 from protocol.limits import DEFAULT_WINDOW
 from runtime.context import ReadContext, Services
-from runtime.handlers import inflight
+from runtime.handlers import inflight, plans
 from store import cursors, index, queue, windows
 from store.errors import Conflict, MessageNotFound
 from store.ids import derived_id, new_id
@@ -134,6 +134,7 @@ async def rename(ctx: SessionContext, p: m.SessionRenameParams, key: ReceiptKey 
 
 
 async def update(ctx: SessionContext, p: m.SessionUpdateParams, key: ReceiptKey | None) -> Any:
+    await plans.check_mode_change(ctx, p.mode)
     changes = p.model_dump(by_alias=True, exclude_none=True, exclude={"session_id", "submission_id"})
     return await _write_settings(ctx, {**ctx.settings(), **changes}, rename=False)
 

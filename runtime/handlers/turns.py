@@ -4,7 +4,9 @@ Start and end are DB-only writes inside the session actor (one durable commit
 holding the effect and the receipt). ``endTurn`` settles the turn and, for
 completed/error, inserts the notification and prunes to 200 in that same
 transaction; afterwards a completed/error end removes the in-flight
-checkpoint when its id is already indexed as a settled row (D327).
+checkpoint when its id is already indexed as a settled row (D327). A turn's
+end cancels the approvals and interactions it still had pending, and ends a plan
+execution it was running that it did not finish itself.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from typing import Any
 from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.context import ReadContext
-from runtime.handlers import inflight
-from store import turns
+from runtime.handlers import approvals as user_requests
+from runtime.handlers import inflight, plans
+from store import approvals, index, turns
+from store import plans as plan_rows
 from store.ids import new_id
 from store.receipts import ReceiptKey
 from store.snapshots import load_snapshot, prepare_snapshot
@@ -51,12 +55,21 @@ async def end_turn(ctx: SessionContext, p: m.EndTurnParams, key: ReceiptKey | No
     usage = p.usage.model_dump(by_alias=True, exclude_unset=True) if p.usage is not None else None
     now, sid = ctx.now(), ctx.sid
     changed: list[bool] = []
+    cancelled: list[dict[str, Any]] = []
+    executions: list[dict[str, Any]] = []
+    summary: list[dict[str, Any]] = []
 
     def op(conn: Any) -> dict[str, Any]:
         outcome = turns.end_turn(conn, session_id=sid, turn_id=p.turn_id, status=p.status,
                                  error_code=p.error_code, usage=usage,
                                  create_notification=p.create_notification, now_ms=now)
         changed.append(outcome.changed)
+        if outcome.changed:  # what the turn still asked the user can no longer be answered
+            cancelled.extend(approvals.get_request(conn, kind, rid)
+                             for kind, rid in approvals.cancel_for_turn(conn, sid, p.turn_id, now))
+            executions.extend(plan_rows.settle_for_turn(conn, sid, p.turn_id, p.status, p.error_code, now))
+            if executions:
+                summary.append(index.public_session(index.require_session(conn, sid)))
         result: dict[str, Any] = {"turn": _clean(outcome.turn)}
         if outcome.notification is not None:
             result["notification"] = _clean(outcome.notification)
@@ -69,6 +82,8 @@ async def end_turn(ctx: SessionContext, p: m.EndTurnParams, key: ReceiptKey | No
         ctx.publish("turn.ended", result)
         if "notification" in result:
             ctx.publish("notification.created", {"notification": result["notification"]})
+        user_requests.publish_cancelled(ctx, cancelled)
+        plans.publish_executions(ctx, executions, summary[0] if summary else None)
     return result
 
 

@@ -26,7 +26,9 @@ async def _pending(sub: Subscription) -> list[Event]:
             return got
 
 
-async def test_first_preview_goes_out_at_once_then_the_newest_per_interval(autojump_clock: trio.testing.MockClock) -> None:
+async def test_first_preview_goes_out_at_once_then_the_newest_per_interval(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     bus = EventBus(transient_interval=0.25)
     sub = bus.subscribe(["preview"])
     bus.publish_transient("preview", {"text": "a"}, key="m1")

@@ -23,7 +23,8 @@ from tests.hostkit import REPO, start_host_process
 from tests.migrations.dbcheck import file_layout, host_layout, open_copy, seed_layout, user_version
 from tests.migrations.seedkit import after_boot, assert_rows_present, build_seed_dir, expected_rows
 
-CHAIN_FROM_7 = [(7, 8), (8, 11), (11, 14), (14, 15), (15, 16), (16, 17), (17, 20), (20, 21), (21, 22), (22, 23), (23, 24)]
+CHAIN_FROM_7 = [(7, 8), (8, 11), (11, 14), (14, 15), (15, 16), (16, 17), (17, 20), (20, 21), (21, 22), (22, 23),
+                (23, 24)]
 TAKES_BACKUP = {7, 8, 11, 14, 15, 16, 17, 21}
 
 

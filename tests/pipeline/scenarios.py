@@ -86,6 +86,37 @@ async def with_checkpoint(c: HostClient, root: Path) -> Vars:
     return v
 
 
+async def with_approval(c: HostClient, root: Path) -> Vars:
+    v = await with_turn(c, root)
+    asked = await c.call("approvals.request", {"sessionId": v["sid"], "turnId": "t1", "tool": "Bash", "risk": "low"})
+    v["request"] = asked["request"]["requestId"]
+    return v
+
+
+async def with_rules(c: HostClient, root: Path) -> Vars:
+    v = await with_turn(c, root)
+    for n, tool in enumerate(("Bash", "Edit")):
+        asked = await c.call("approvals.request", {"sessionId": v["sid"], "turnId": "t1", "tool": tool,
+                                                   "risk": "low"})
+        answered = await c.call("approvals.respond", {"sessionId": v["sid"], "optionId": "allow_session",
+                                                      "requestId": asked["request"]["requestId"]})
+        v[f"rule{n}"] = answered["rule"]["id"]
+    return v
+
+
+async def with_interaction(c: HostClient, root: Path) -> Vars:
+    v = await with_turn(c, root)
+    asked = await c.call("interactions.request", {"sessionId": v["sid"], "turnId": "t1", "question": "Which?",
+                                                  "allowFreeText": True})
+    v["request"] = asked["request"]["requestId"]
+    return v
+
+
+def decision_lines(root: Path, v: Vars) -> int:
+    path = root / "sessions" / f"{v['sid']}.jsonl"
+    return sum(1 for line in path.read_bytes().splitlines() if line.startswith(b'{"type":"approval_decision"'))
+
+
 async def with_notification(c: HostClient, root: Path) -> Vars:
     v = await with_turn(c, root)
     await c.call("session.endTurn", {"sessionId": v["sid"], "turnId": "t1", "status": "completed"})
@@ -189,6 +220,21 @@ def submit_params(v: Vars, markdown: str = "# Plan\n\nDo it.\n") -> dict[str, An
 async def with_plan(c: HostClient, root: Path) -> Vars:
     v = await with_plan_session(c, root)
     v["request"] = (await c.call("plans.submit", submit_params(v)))["requestId"]
+    return v
+
+
+async def with_execution(c: HostClient, root: Path) -> Vars:
+    v = await with_plan(c, root)
+    approved = await c.call("plans.respond", {"requestId": v["request"], "action": "approve"})
+    v["execution"] = approved["approval"]["executionId"]
+    for tid in ("t2", "t3"):
+        await c.call("session.startTurn", {"sessionId": v["sid"], "turnId": tid})
+    return v
+
+
+async def with_running_execution(c: HostClient, root: Path) -> Vars:
+    v = await with_execution(c, root)
+    await c.call("plans.startExecution", {"sessionId": v["sid"], "executionId": v["execution"], "turnId": "t2"})
     return v
 
 
@@ -341,6 +387,35 @@ SCENARIOS: dict[str, Scenario] = {
                       lambda v: ("plans.submit", submit_params(v, "# Other plan\n")), count=artifact_files),
     "plans.respond": S(with_plan, lambda v: {"requestId": v["request"], "action": "reject"},
                        lambda v: ("plans.respond", {"requestId": v["request"], "action": "approve"})),
+    "plans.startExecution": S(
+        with_execution, lambda v: {"sessionId": v["sid"], "executionId": v["execution"], "turnId": "t2"},
+        lambda v: ("plans.startExecution", {"sessionId": v["sid"], "executionId": v["execution"], "turnId": "t3"})),
+    "plans.finishExecution": S(
+        with_running_execution,
+        lambda v: {"sessionId": v["sid"], "executionId": v["execution"], "turnId": "t2", "outcome": "completed"},
+        lambda v: ("plans.finishExecution", {"sessionId": v["sid"], "executionId": v["execution"], "turnId": "t2",
+                                             "outcome": "failed"})),
+    "approvals.request": S(
+        with_turn, lambda v: {"sessionId": v["sid"], "turnId": "t1", "tool": "Bash", "risk": "low"},
+        lambda v: ("approvals.request", {"sessionId": v["sid"], "turnId": "t1", "tool": "Edit", "risk": "low"}),
+        count=count("SELECT COUNT(*) FROM approvals")),
+    "approvals.respond": S(
+        with_approval, lambda v: {"sessionId": v["sid"], "requestId": v["request"], "optionId": "allow_once"},
+        lambda v: ("approvals.respond", {"sessionId": v["sid"], "requestId": v["request"], "optionId": "deny"}),
+        count=decision_lines),
+    "approvals.removeRule": S(with_rules, lambda v: {"ruleId": v["rule0"]},
+                              lambda v: ("approvals.removeRule", {"ruleId": v["rule1"]}),
+                              count=count("SELECT COUNT(*) FROM permission_rules")),
+    "interactions.request": S(
+        with_turn, lambda v: {"sessionId": v["sid"], "turnId": "t1", "question": "Q?", "allowFreeText": True},
+        lambda v: ("interactions.request", {"sessionId": v["sid"], "turnId": "t1", "question": "Other?",
+                                            "allowFreeText": True}),
+        count=count("SELECT COUNT(*) FROM interactions")),
+    "interactions.respond": S(
+        with_interaction, lambda v: {"sessionId": v["sid"], "requestId": v["request"], "answer": {"text": "yes"}},
+        lambda v: ("interactions.respond", {"sessionId": v["sid"], "requestId": v["request"],
+                                            "answer": {"text": "no"}}),
+        count=decision_lines),
     "projects.remove": S(with_projects, lambda v: {"projectId": v["a"]},
                          lambda v: ("projects.remove", {"projectId": v["b"]}),
                          count=count("SELECT COUNT(*) FROM projects")),

@@ -45,9 +45,15 @@ BRIEF_METHODS = {
     "plans.submit", "plans.pending", "plans.respond",
     "projects.list", "projects.remove",
 }  # fmt: skip
+COLLABORATION_READS = {
+    "approvals.pending", "approvals.rules", "interactions.pending",
+}  # fmt: skip
 # issue 16: live replies, pending user requests, plan execution, collaboration, usage
 COLLABORATION_METHODS = {
     "session.recoverInflight",
+    "approvals.request", "approvals.pending", "approvals.respond", "approvals.rules", "approvals.removeRule",
+    "interactions.request", "interactions.pending", "interactions.respond",
+    "plans.startExecution", "plans.finishExecution",
 }  # fmt: skip
 
 
@@ -94,7 +100,7 @@ def test_mutating_flags_match_intent() -> None:
         "search.sessions", "search.query", "settings.get",
         "secrets.get", "secrets.list", "attachments.estimate", "tasks.list", "tasks.get",
         "tasks.runs", "plans.pending", "projects.list",
-    }  # fmt: skip
+    } | COLLABORATION_READS  # fmt: skip
 
 
 def test_registry_is_immutable() -> None:
