@@ -134,6 +134,10 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
     w.rows = index.window_rows(conn, sid, w.start, w.end)
     w.compactions = index.compaction_rows(conn, sid)
     turns = {r[5] for r in w.rows if r[5] is not None}
+    if w.end >= total:  # the newest window: also the turns that have no row yet (asked before replying)
+        turns.update(r[0] for r in conn.execute(
+            "SELECT id FROM turns WHERE session_id = ? AND started_at >= COALESCE((SELECT MAX(m.created_at) FROM "
+            "messages m WHERE m.session_id = ? AND m.seq = ?), 0)", (sid, sid, total)))
     if turns:
         w.decisions = approvals.decisions_for_turns(conn, sid, turns)
     mode = conn.execute("SELECT mode FROM sessions WHERE id = ?", (sid,)).fetchone()
