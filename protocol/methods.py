@@ -580,6 +580,28 @@ _SPECS: tuple[MethodSpec, ...] = (
         "End an execution from its turn (completed | failed | cancelled); a queued one can only be cancelled.",
         _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT")),
     ),
+    # -- usage (seed 003 §4.6) ------------------------------------------------
+    _spec(
+        "usage.session",
+        m.UsageSessionParams,
+        m.UsageSessionResult,
+        "A session's tokens and cost: totals and one rollup per provider/model.",
+        _codes(_DB_READ, ("SESSION_NOT_FOUND",)),
+    ),
+    _spec(
+        "usage.history",
+        m.UsageHistoryParams,
+        m.UsageHistoryResult,
+        "Tokens and cost per day of the turns that ended in the last N days (idx_turns_ended_at).",
+        _codes(_DB_READ, ("SESSION_NOT_FOUND",)),
+    ),
+    _spec(
+        "session.listTurns",
+        m.ListTurnsParams,
+        m.ListTurnsResult,
+        "A session's turns, newest first, with status, usage and retry lineage (retryOf).",
+        _codes(_DB_READ, ("SESSION_NOT_FOUND", "INVALID_CURSOR")),
+    ),
     # -- projects (seed 003 §4.2) ----------------------------------------------
     _spec(
         "projects.list",

@@ -18,6 +18,7 @@ and its storage (``store/<capability>.py``) where those exist:
 * :mod:`protocol.models_subscriptions` events.subscribe; :mod:`protocol.models_events` event payloads
 * :mod:`protocol.models_artifacts`, ``models_search``, ``models_settings``
 * :mod:`protocol.models_secrets`, ``models_attachments``, ``models_tasks``, ``models_plans``, ``models_projects``
+* :mod:`protocol.models_usage` token and cost rollups
 * :mod:`protocol.models_approvals` pending user requests (approvals, interactions, permission rules)
 """
 
@@ -73,6 +74,8 @@ from .models_tombstones import *  # noqa: F403 - re-export facade; __all__ below
 from .models_tombstones import __all__ as _tombstones_all
 from .models_turns import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_turns import __all__ as _turns_all
+from .models_usage import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_usage import __all__ as _usage_all
 
 __all__ = [
     "BLOCK_MODELS",
@@ -109,4 +112,5 @@ __all__ = [
     *_tasks_all,
     *_tombstones_all,
     *_turns_all,
+    *_usage_all,
 ]

@@ -198,6 +198,10 @@ class Turn(Result):
     environment_digest: str | None = Field(
         default=None, description="SHA-256 (hex) of the stored RunEnvironmentSnapshot."
     )
+    cost_micros: Count = Field(
+        default=0, description="usage.cost.total in millionths of the provider's currency unit."
+    )
+    retry_of: str | None = Field(default=None, description="The earlier turn this one retries (lineage).")
 
 
 class Notification(Result):

@@ -119,6 +119,9 @@ class StartTurnParams(MutatingParams):
     provider_id: Ref | None = None
     model_id: Ref | None = None
     environment: RunEnvironmentSnapshot | None = None
+    retry_of: WireId | None = Field(
+        default=None, description="An ended turn of this session that this one retries (retry lineage)."
+    )
 
 
 class EndTurnParams(MutatingParams):

@@ -49,6 +49,7 @@ from runtime.handlers import (
     tasks,
     tombstones,
     turns,
+    usage,
 )
 
 __all__ = ["ROUTES", "Pinned", "Route", "Via"]
@@ -190,6 +191,10 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "interactions.request":        on_session(approvals.request_interaction),
     "interactions.pending":        from_reads(approvals.pending_interactions),
     "interactions.respond":        on_session(approvals.respond_interaction),
+    # usage
+    "usage.session":               from_reads(usage.session_usage),
+    "usage.history":               from_reads(usage.history),
+    "session.listTurns":           from_reads(usage.list_turns),
     # projects
     "projects.list":               from_reads(projects.list_projects),
     "projects.remove":             on_host(projects.remove),

@@ -334,6 +334,7 @@ _TURN = {
     "startedAt": 1785056700000,
     "inputTokens": 0,
     "outputTokens": 0,
+    "costMicros": 0,
 }
 _ENDED_TURN = {
     **_TURN,
@@ -341,7 +342,8 @@ _ENDED_TURN = {
     "endedAt": 1785056712000,
     "inputTokens": 1830,
     "outputTokens": 412,
-    "usage": {"inputTokens": 1830, "outputTokens": 412, "cacheRead": 1024},
+    "usage": {"inputTokens": 1830, "outputTokens": 412, "cacheRead": 1024, "cost": {"total": 0.0117}},
+    "costMicros": 11700,
 }
 _NOTIFICATION = {
     "id": "n_31",
@@ -865,6 +867,30 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                       "executionStartedAt": 1785056800000, "executionEndedAt": 1785056900000,
                       "updatedAt": 1785056900000},
          "session": {**_SESSION, "latestTurn": {"id": "t_11", "status": "completed", "endedAt": 1785056900000}}},
+    ),
+    "usage.session": (
+        {"sessionId": "s_4f2a"},
+        {"sessionId": "s_4f2a",
+         "total": {"turns": 14, "inputTokens": 48210, "outputTokens": 9120, "costMicros": 412300, "failedTurns": 1,
+                   "abortedTurns": 2},
+         "byModel": [{"providerId": "anthropic", "modelId": "claude-sonnet-4", "turns": 12, "inputTokens": 40110,
+                      "outputTokens": 8020, "costMicros": 370100, "failedTurns": 1, "abortedTurns": 2},
+                     {"providerId": "anthropic", "modelId": "claude-haiku-4", "turns": 2, "inputTokens": 8100,
+                      "outputTokens": 1100, "costMicros": 42200, "failedTurns": 0, "abortedTurns": 0}]},
+    ),
+    "usage.history": (
+        {"days": 7, "utcOffsetMinutes": 120},
+        {"days": [{"day": "2026-07-25", "turns": 9, "inputTokens": 30100, "outputTokens": 5200, "costMicros": 261000,
+                   "failedTurns": 0, "abortedTurns": 1},
+                  {"day": "2026-07-26", "turns": 5, "inputTokens": 18110, "outputTokens": 3920, "costMicros": 151300,
+                   "failedTurns": 1, "abortedTurns": 1}]},
+    ),
+    "session.listTurns": (
+        {"sessionId": "s_4f2a", "limit": 2},
+        {"turns": [{**_ENDED_TURN, "id": "t_10", "retryOf": "t_9", "startedAt": 1785056713000,
+                    "endedAt": 1785056730000},
+                   {**_ENDED_TURN, "status": "error", "errorCode": "RATE_LIMITED"}],
+         "nextCursor": "WzIsInR1cm5zIiwiOWQxZSIsWzE3ODUwNTY3MDAwMDAsInRfOSJdXQ"},
     ),
     "approvals.request": (
         {"sessionId": "s_4f2a", "turnId": "t_10", "toolCallId": "call_3", "tool": "Bash",

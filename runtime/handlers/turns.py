@@ -41,7 +41,8 @@ async def start_turn(ctx: SessionContext, p: m.StartTurnParams, key: ReceiptKey 
 
     def op(conn: Any) -> dict[str, Any]:
         turn, was_created = turns.start_turn(conn, session_id=sid, turn_id=turn_id, provider_id=p.provider_id,
-                                             model_id=p.model_id, snapshot=snapshot, now_ms=now)
+                                             model_id=p.model_id, snapshot=snapshot, now_ms=now,
+                                             retry_of=p.retry_of)
         created.append(was_created)
         return _clean(turn)
 

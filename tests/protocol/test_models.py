@@ -47,6 +47,7 @@ BRIEF_METHODS = {
 }  # fmt: skip
 COLLABORATION_READS = {
     "approvals.pending", "approvals.rules", "interactions.pending",
+    "usage.session", "usage.history", "session.listTurns",
 }  # fmt: skip
 # issue 16: live replies, pending user requests, plan execution, collaboration, usage
 COLLABORATION_METHODS = {
@@ -54,6 +55,7 @@ COLLABORATION_METHODS = {
     "approvals.request", "approvals.pending", "approvals.respond", "approvals.rules", "approvals.removeRule",
     "interactions.request", "interactions.pending", "interactions.respond",
     "plans.startExecution", "plans.finishExecution",
+    "usage.session", "usage.history", "session.listTurns",
 }  # fmt: skip
 
 
