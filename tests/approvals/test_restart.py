@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+
 import trio
 
 from runtime.client import RpcError, open_client
