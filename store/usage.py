@@ -69,7 +69,8 @@ def history(conn: sqlite3.Connection, *, now_ms: int, days: int, utc_offset_minu
     offset = utc_offset_minutes * 60_000
     today = (now_ms + offset) // DAY_MS
     since = (today - days + 1) * DAY_MS - offset
-    where, args = "ended_at >= ?", list[Any]([since])
+    where = "ended_at >= ?"
+    args: list[Any] = [since]
     if session_id is not None:
         where += " AND session_id = ?"
         args.append(session_id)
@@ -89,7 +90,8 @@ def _iso_day(day: int) -> str:
 def list_turns(conn: sqlite3.Connection, session_id: str, *, limit: int,
                before: tuple[int, str] | None) -> tuple[list[str], tuple[int, str] | None]:
     """Turn ids of a session, newest first (keyset paging on (started_at, id))."""
-    where, args = "session_id = ?", list[Any]([session_id])
+    where = "session_id = ?"
+    args: list[Any] = [session_id]
     if before is not None:
         where += " AND (started_at < ? OR (started_at = ? AND id < ?))"
         args += [before[0], before[0], before[1]]
