@@ -299,14 +299,14 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.TruncateFromParams,
         m.TruncateFromResult,
         "Cut the transcript at a named message (regenerate, edit, retry).",
-        _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND",)),
+        _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND", "PERMISSION_DENIED")),
     ),
     _spec(
         "session.replaceMessages",
         m.ReplaceMessagesParams,
         m.SessionResult,
         "Atomically rewrite the whole transcript with these messages.",
-        _SESSION_WRITE,
+        _codes(_SESSION_WRITE, ("PERMISSION_DENIED",)),
     ),
     _spec(
         "session.appendCompaction",
@@ -579,6 +579,49 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.PlanExecutionResult,
         "End an execution from its turn (completed | failed | cancelled); a queued one can only be cancelled.",
         _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT")),
+    ),
+    # -- the session collaboration ledger (seed 003 §4.6c) -------------------
+    _spec(
+        "collab.deliver",
+        m.CollabDeliverParams,
+        m.CollabDeliverResult,
+        "Deliver a task/message from one session to another: ledger row + the target's queue admission, at once.",
+        _codes(_SESSION_WRITE, ("CONFLICT", "LIMIT_EXCEEDED", "PERMISSION_DENIED")),
+    ),
+    _spec(
+        "collab.begin",
+        m.CollabBeginParams,
+        m.CollabBeginResult,
+        "The target's running turn begins a delivery: turnId bound, the input row written with its provenance.",
+        _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT", "PERMISSION_DENIED")),
+    ),
+    _spec(
+        "collab.settle",
+        m.CollabSettleParams,
+        m.CollabSettleResult,
+        "Settle a running delivery from its turn; at most one completion callback is queued for the source.",
+        _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT")),
+    ),
+    _spec(
+        "collab.cancel",
+        m.CollabCancelParams,
+        m.CollabCancelResult,
+        "Cancel a queued or running delivery (its queue admission goes; the target session stays).",
+        _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT")),
+    ),
+    _spec(
+        "collab.list",
+        m.CollabListParams,
+        m.CollabListResult,
+        "Deliveries, newest first (a session's incoming/outgoing; available: false for a deleted end).",
+        _codes(_DB_READ, ("INVALID_CURSOR",)),
+    ),
+    _spec(
+        "collab.get",
+        m.CollabGetParams,
+        m.CollabDelivery,
+        "One delivery with both ends (available: false once a session is gone).",
+        _codes(_DB_READ, ("NOT_FOUND",)),
     ),
     # -- usage (seed 003 §4.6) ------------------------------------------------
     _spec(

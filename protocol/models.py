@@ -19,6 +19,7 @@ and its storage (``store/<capability>.py``) where those exist:
 * :mod:`protocol.models_artifacts`, ``models_search``, ``models_settings``
 * :mod:`protocol.models_secrets`, ``models_attachments``, ``models_tasks``, ``models_plans``, ``models_projects``
 * :mod:`protocol.models_usage` token and cost rollups
+* :mod:`protocol.models_collab` the session collaboration ledger
 * :mod:`protocol.models_approvals` pending user requests (approvals, interactions, permission rules)
 """
 
@@ -33,6 +34,8 @@ from .models_artifacts import *  # noqa: F403 - re-export facade; __all__ below 
 from .models_artifacts import __all__ as _artifacts_all
 from .models_attachments import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_attachments import __all__ as _attachments_all
+from .models_collab import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_collab import __all__ as _collab_all
 from .models_common import MutatingParams, Params, Record, Result, WireModel
 from .models_compaction import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_compaction import __all__ as _compaction_all
@@ -92,6 +95,7 @@ __all__ = [
     *_approvals_all,
     *_artifacts_all,
     *_attachments_all,
+    *_collab_all,
     *_compaction_all,
     *_context_all,
     *_events_all,

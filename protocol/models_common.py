@@ -187,4 +187,5 @@ Topic = Literal[
     "interaction.requested",
     "interaction.resolved",
     "plan.execution",
+    "collab.delivery",
 ]

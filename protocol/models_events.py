@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from .models_approvals import ApprovalRequest, InteractionRequest, PermissionRule
+from .models_collab import CollabDelivery
 from .models_common import (
     Count,
     JsonObject,
@@ -140,6 +141,12 @@ class PlanExecutionEvent(Result):
     approval: PlanApproval
 
 
+class CollabDeliveryEvent(Result):
+    """A delivery was created or moved (sent once with the target's and once with the source's sessionId)."""
+
+    delivery: CollabDelivery
+
+
 class SessionInflightEvent(InflightMessage):
     """A checkpoint of the reply streaming in the session (transient: see ``EventParams.transient``).
 
@@ -192,6 +199,7 @@ EVENT_PAYLOADS: Mapping[str, type[BaseModel]] = MappingProxyType(
         "plan.resolved": PlanResolvedEvent,
         "session.inflight": SessionInflightEvent,
         "plan.execution": PlanExecutionEvent,
+        "collab.delivery": CollabDeliveryEvent,
         "approval.requested": ApprovalRequestedEvent,
         "approval.resolved": ApprovalResolvedEvent,
         "interaction.requested": InteractionRequestedEvent,
@@ -202,6 +210,7 @@ EVENT_PAYLOADS: Mapping[str, type[BaseModel]] = MappingProxyType(
 __all__ = [
     "ApprovalRequestedEvent",
     "ApprovalResolvedEvent",
+    "CollabDeliveryEvent",
     "EVENT_PAYLOADS",
     "InteractionRequestedEvent",
     "InteractionResolvedEvent",

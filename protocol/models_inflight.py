@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .models_common import (
     MutatingParams,
@@ -13,7 +13,7 @@ from .models_common import (
     TimestampMs,
     WireId,
 )
-from .models_records import MessageRef, TranscriptMessage, Turn, UiMessage
+from .models_records import MessageRef, TranscriptMessage, Turn, UiMessage, refuse_host_meta
 
 # ---------------------------------------------------------------------------
 # In-flight checkpoints (seed 003 §2.1, D299)
@@ -23,6 +23,11 @@ class SaveInflightParams(MutatingParams):
     session_id: SessionId
     turn_id: WireId
     message: TranscriptMessage
+
+    @model_validator(mode="after")
+    def _no_forged_provenance(self) -> SaveInflightParams:
+        refuse_host_meta(self.message)
+        return self
 
 
 class SaveInflightResult(Result):

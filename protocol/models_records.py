@@ -34,6 +34,16 @@ from .models_common import (
 )
 
 RESERVED_META_KEYS: frozenset[str] = frozenset({"receipt"})
+HOST_META_KEYS: frozenset[str] = frozenset({"sessionMessage"})
+"""Written by the host only (collaboration provenance): refused in a client's new message."""
+
+
+def refuse_host_meta(message: TranscriptMessage) -> TranscriptMessage:
+    """A client cannot forge host-written metadata (``meta.sessionMessage``) in a message it sends."""
+    if message.meta and HOST_META_KEYS.intersection(message.meta):
+        raise ValueError("meta.sessionMessage is collaboration provenance the host writes (collab.begin); "
+                         "a client cannot set it")
+    return message
 
 # ---------------------------------------------------------------------------
 # Client-sent transcript records
@@ -258,6 +268,7 @@ __all__ = [
     "MessageRef",
     "Notification",
     "QueueEntry",
+    "HOST_META_KEYS",
     "RESERVED_META_KEYS",
     "RevisionInfo",
     "SessionSummary",
@@ -266,4 +277,5 @@ __all__ = [
     "Turn",
     "UiMessage",
     "Usage",
+    "refuse_host_meta",
 ]

@@ -32,6 +32,7 @@ from runtime.handlers import (
     approvals,
     artifacts,
     attachments,
+    collab,
     compaction,
     context,
     fork,
@@ -191,6 +192,13 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "interactions.request":        on_session(approvals.request_interaction),
     "interactions.pending":        from_reads(approvals.pending_interactions),
     "interactions.respond":        on_session(approvals.respond_interaction),
+    # the session collaboration ledger
+    "collab.deliver":              on_session(collab.deliver, session=collab.deliver_target),
+    "collab.begin":                on_session(collab.begin),
+    "collab.settle":               on_session(collab.settle),
+    "collab.cancel":               on_session(collab.cancel, session=collab.cancel_target),
+    "collab.list":                 from_reads(collab.list_deliveries),
+    "collab.get":                  from_reads(collab.get),
     # usage
     "usage.session":               from_reads(usage.session_usage),
     "usage.history":               from_reads(usage.history),

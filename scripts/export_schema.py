@@ -480,6 +480,33 @@ _PLAN_APPROVED = {"requestId": "plan_5e0d", "sessionId": "s_4f2a", "turnId": "t_
                   "artifactSha256": "5d41402abc4b2a76b9719d911017c5925d41402abc4b2a76b9719d911017c592",
                   "artifactSize": 34, "version": 2, "executionId": "exec_22a1", "executionState": "queued"}
 
+_DELIVERY = {
+    "id": "col_5a1c",
+    "pluginId": "team-lead",
+    "kind": "task",
+    "content": "Review the tokenizer split in parser.py and list risky call sites",
+    "status": "queued",
+    "notifyOnCompletion": True,
+    "idempotencyKey": "review-17",
+    "remainingHops": 4,
+    "permissionCeiling": "accept-edits",
+    "createdAt": 1785056800000,
+    "updatedAt": 1785056800000,
+    "source": {"sessionId": "s_4f2a", "title": "Refactor the parser", "available": True},
+    "target": {"sessionId": "s_9c07", "title": "Reviewer", "available": True},
+}
+_DELIVERY_RUNNING = {**_DELIVERY, "status": "running", "turnId": "t_40", "updatedAt": 1785056805000}
+_DELIVERY_DONE = {**_DELIVERY_RUNNING, "status": "completed", "result": "Three call sites use the old API: …",
+                  "updatedAt": 1785056900000, "callbackId": "col_77e0"}
+_CALLBACK = {
+    "id": "col_77e0", "pluginId": "team-lead", "kind": "completion",
+    "content": "[completed] Three call sites use the old API: …", "status": "queued", "notifyOnCompletion": False,
+    "replyToMessageId": "col_5a1c", "idempotencyKey": "completion:col_5a1c", "remainingHops": 0,
+    "permissionCeiling": "accept-edits", "createdAt": 1785056900000, "updatedAt": 1785056900000,
+    "source": {"sessionId": "s_9c07", "title": "Reviewer", "available": True},
+    "target": {"sessionId": "s_4f2a", "title": "Refactor the parser", "available": True},
+}
+
 EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "host.hello": (
         {"token": "3f1c…e9", "clientId": "ui-7d2e", "clientKind": "ui", "protocol": 1},
@@ -868,6 +895,39 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                       "updatedAt": 1785056900000},
          "session": {**_SESSION, "latestTurn": {"id": "t_11", "status": "completed", "endedAt": 1785056900000}}},
     ),
+    "collab.deliver": (
+        {"pluginId": "team-lead", "sourceSessionId": "s_4f2a", "targetSessionId": "s_9c07", "kind": "task",
+         "content": "Review the tokenizer split in parser.py and list risky call sites",
+         "notifyOnCompletion": True, "idempotencyKey": "review-17"},
+        {"delivery": _DELIVERY, "replayed": False,
+         "entry": {**_ENTRY, "id": "q_9", "sessionId": "s_9c07", "principal": "plugin:team-lead",
+                   "idempotencyKey": "collab:col_5a1c", "content": _DELIVERY["content"],
+                   "permissionMode": "accept-edits", "position": 1,
+                   "sessionMessageId": "col_5a1c", "createdAt": 1785056800000}},
+    ),
+    "collab.begin": (
+        {"sessionId": "s_9c07", "deliveryId": "col_5a1c", "turnId": "t_40"},
+        {"delivery": _DELIVERY_RUNNING,
+         "message": {"id": "collab-col_5a1c", "sessionId": "s_9c07", "seq": 1, "turnId": "t_40", "role": "user",
+                     "createdAt": 1785056805000}},
+    ),
+    "collab.settle": (
+        {"sessionId": "s_9c07", "deliveryId": "col_5a1c", "turnId": "t_40", "status": "completed",
+         "result": "Three call sites use the old API: …"},
+        {"delivery": _DELIVERY_DONE, "callback": _CALLBACK},
+    ),
+    "collab.cancel": (
+        {"deliveryId": "col_5a1c"},
+        {"delivery": {**_DELIVERY, "status": "cancelled", "updatedAt": 1785056803000}},
+    ),
+    "collab.list": (
+        {"sessionId": "s_4f2a", "direction": "incoming"},
+        {"deliveries": [_CALLBACK]},
+    ),
+    "collab.get": (
+        {"deliveryId": "col_5a1c"},
+        {**_DELIVERY_DONE, "source": {"sessionId": "s_4f2a", "title": "Refactor the parser", "available": False}},
+    ),
     "usage.session": (
         {"sessionId": "s_4f2a"},
         {"sessionId": "s_4f2a",
@@ -952,6 +1012,7 @@ EVENT_EXAMPLES: dict[str, dict[str, Any]] = {
     "approval.resolved": {"request": _ALLOWED, "rule": _RULE},
     "interaction.requested": {"request": _INTERACTION},
     "interaction.resolved": {"request": _ANSWERED},
+    "collab.delivery": {"delivery": _DELIVERY_RUNNING},
 }
 
 

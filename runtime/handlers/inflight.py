@@ -27,6 +27,7 @@ from typing import Any
 from actors.events import Event
 from actors.session_context import SessionContext
 from protocol import models as m
+from runtime.handlers import collab
 from runtime.handlers.host_lines import append_record
 from store import approvals, index, inflight, turns
 from store.errors import Conflict, CorruptData, InvalidInput, NotFound
@@ -189,6 +190,7 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
     turn_id = p.turn_id or (cp.turn_id if cp is not None else None)
     ended: list[dict[str, Any]] = []
     cancelled: list[dict[str, Any]] = []
+    deliveries: list[Any] = []
 
     def end_turn(conn: Any) -> dict[str, Any] | None:
         if turn_id is None:
@@ -202,6 +204,7 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
             ended.append(out.turn)
             cancelled.extend(approvals.get_request(conn, kind, rid)
                              for kind, rid in approvals.cancel_for_turn(conn, sid, turn_id, now))
+            deliveries.append(collab.settle_for_turn(conn, sid, turn_id, "aborted", SIDECAR_LOST, now, ctx.faults))
             return out.turn
         return turns.get_turn(conn, turn_id)
 
@@ -237,6 +240,8 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
         ctx.publish("turn.ended", {"turn": result["turn"]})
         for row in cancelled:
             ctx.publish(f"{row['kind']}.resolved", {"request": row})
+        for changed, owners in deliveries:
+            collab.publish(ctx, changed, owners)
     return result
 
 

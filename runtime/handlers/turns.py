@@ -6,7 +6,7 @@ completed/error, inserts the notification and prunes to 200 in that same
 transaction; afterwards a completed/error end removes the in-flight
 checkpoint when its id is already indexed as a settled row (D327). A turn's
 end cancels the approvals and interactions it still had pending, and ends a plan
-execution it was running that it did not finish itself.
+execution or a collaboration delivery it was running that it did not settle itself.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.context import ReadContext
 from runtime.handlers import approvals as user_requests
-from runtime.handlers import inflight, plans
+from runtime.handlers import collab, inflight, plans
 from store import approvals, index, turns
 from store import plans as plan_rows
 from store.ids import new_id
@@ -59,6 +59,8 @@ async def end_turn(ctx: SessionContext, p: m.EndTurnParams, key: ReceiptKey | No
     cancelled: list[dict[str, Any]] = []
     executions: list[dict[str, Any]] = []
     summary: list[dict[str, Any]] = []
+    deliveries: list[Any] = []
+    faults = ctx.faults
 
     def op(conn: Any) -> dict[str, Any]:
         outcome = turns.end_turn(conn, session_id=sid, turn_id=p.turn_id, status=p.status,
@@ -69,6 +71,7 @@ async def end_turn(ctx: SessionContext, p: m.EndTurnParams, key: ReceiptKey | No
             cancelled.extend(approvals.get_request(conn, kind, rid)
                              for kind, rid in approvals.cancel_for_turn(conn, sid, p.turn_id, now))
             executions.extend(plan_rows.settle_for_turn(conn, sid, p.turn_id, p.status, p.error_code, now))
+            deliveries.append(collab.settle_for_turn(conn, sid, p.turn_id, p.status, p.error_code, now, faults))
             if executions:
                 summary.append(index.public_session(index.require_session(conn, sid)))
         result: dict[str, Any] = {"turn": _clean(outcome.turn)}
@@ -85,6 +88,8 @@ async def end_turn(ctx: SessionContext, p: m.EndTurnParams, key: ReceiptKey | No
             ctx.publish("notification.created", {"notification": result["notification"]})
         user_requests.publish_cancelled(ctx, cancelled)
         plans.publish_executions(ctx, executions, summary[0] if summary else None)
+        for moved, owners in deliveries:
+            collab.publish(ctx, moved, owners)
     return result
 
 

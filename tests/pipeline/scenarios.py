@@ -238,6 +238,30 @@ async def with_running_execution(c: HostClient, root: Path) -> Vars:
     return v
 
 
+def deliver_params(v: Vars, key: str = "k1", content: str = "review this") -> dict[str, Any]:
+    return {"pluginId": "pl", "sourceSessionId": v["src"], "targetSessionId": v["sid"], "kind": "task",
+            "content": content, "idempotencyKey": key, "notifyOnCompletion": True}
+
+
+async def with_two_sessions(c: HostClient, root: Path) -> Vars:
+    return {"src": await new_session(c), "sid": await new_session(c)}  # sid: the target (its actor runs it)
+
+
+async def with_delivery(c: HostClient, root: Path) -> Vars:
+    v = await with_two_sessions(c, root)
+    v["delivery"] = (await c.call("collab.deliver", deliver_params(v)))["delivery"]["id"]
+    v["delivery2"] = (await c.call("collab.deliver", deliver_params(v, "k2", "and this")))["delivery"]["id"]
+    for tid in ("t1", "t2"):
+        await c.call("session.startTurn", {"sessionId": v["sid"], "turnId": tid})
+    return v
+
+
+async def with_begun_delivery(c: HostClient, root: Path) -> Vars:
+    v = await with_delivery(c, root)
+    await c.call("collab.begin", {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t1"})
+    return v
+
+
 async def with_projects(c: HostClient, root: Path) -> Vars:
     a, b = _workspace(root) / "a", _workspace(root) / "b"
     a.mkdir()
@@ -395,6 +419,23 @@ SCENARIOS: dict[str, Scenario] = {
         lambda v: {"sessionId": v["sid"], "executionId": v["execution"], "turnId": "t2", "outcome": "completed"},
         lambda v: ("plans.finishExecution", {"sessionId": v["sid"], "executionId": v["execution"], "turnId": "t2",
                                              "outcome": "failed"})),
+    "collab.deliver": S(with_two_sessions, deliver_params,
+                        lambda v: ("collab.deliver", deliver_params(v, content="something else")),
+                        count=count("SELECT COUNT(*) FROM session_collaboration_messages")),
+    "collab.begin": S(
+        with_delivery, lambda v: {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t1"},
+        lambda v: ("collab.begin", {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t2"}),
+        count=count("SELECT COUNT(*) FROM messages")),
+    "collab.settle": S(
+        with_begun_delivery,
+        lambda v: {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t1", "status": "completed",
+                   "result": "done"},
+        lambda v: ("collab.settle", {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t1",
+                                     "status": "failed", "error": "no"}),
+        count=count("SELECT COUNT(*) FROM session_collaboration_messages WHERE kind = 'completion'")),
+    "collab.cancel": S(with_delivery, lambda v: {"deliveryId": v["delivery"]},
+                       lambda v: ("collab.cancel", {"deliveryId": v["delivery2"]}),
+                       count=count("SELECT COUNT(*) FROM turn_queue")),
     "approvals.request": S(
         with_turn, lambda v: {"sessionId": v["sid"], "turnId": "t1", "tool": "Bash", "risk": "low"},
         lambda v: ("approvals.request", {"sessionId": v["sid"], "turnId": "t1", "tool": "Edit", "risk": "low"}),

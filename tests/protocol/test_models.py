@@ -47,7 +47,7 @@ BRIEF_METHODS = {
 }  # fmt: skip
 COLLABORATION_READS = {
     "approvals.pending", "approvals.rules", "interactions.pending",
-    "usage.session", "usage.history", "session.listTurns",
+    "usage.session", "usage.history", "session.listTurns", "collab.list", "collab.get",
 }  # fmt: skip
 # issue 16: live replies, pending user requests, plan execution, collaboration, usage
 COLLABORATION_METHODS = {
@@ -56,6 +56,7 @@ COLLABORATION_METHODS = {
     "interactions.request", "interactions.pending", "interactions.respond",
     "plans.startExecution", "plans.finishExecution",
     "usage.session", "usage.history", "session.listTurns",
+    "collab.deliver", "collab.begin", "collab.settle", "collab.cancel", "collab.list", "collab.get",
 }  # fmt: skip
 
 
