@@ -623,6 +623,14 @@ _SPECS: tuple[MethodSpec, ...] = (
         "One delivery with both ends (available: false once a session is gone).",
         _codes(_DB_READ, ("NOT_FOUND",)),
     ),
+    _spec(
+        "session.verifyEnvironment",
+        m.VerifyEnvironmentParams,
+        m.VerifyEnvironmentResult,
+        "Before recovering a turn: its snapshot (digest checked) must still bind to the current provider, "
+        "session and credential references; drift is ENVIRONMENT_DRIFT, a rotated secret passes.",
+        _codes(_DB_READ, ("SESSION_NOT_FOUND", "NOT_FOUND", "ENVIRONMENT_DRIFT")),
+    ),
     # -- usage (seed 003 §4.6) ------------------------------------------------
     _spec(
         "usage.session",

@@ -154,8 +154,23 @@ class TurnEnvironmentResult(Result):
     snapshot: RunEnvironmentView
 
 
+class VerifyEnvironmentParams(Params):
+    session_id: SessionId
+    turn_id: WireId
+
+
+class VerifyEnvironmentResult(Result):
+    """The snapshot still binds: the same provider connection, session bindings and credential references."""
+
+    turn_id: str
+    digest: Sha256Hex
+    version: int
+
+
 __all__ = [
     "EndTurnParams",
+    "VerifyEnvironmentParams",
+    "VerifyEnvironmentResult",
     "EndTurnResult",
     "RunEnvironmentSnapshot",
     "RunEnvironmentView",

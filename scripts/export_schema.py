@@ -293,6 +293,8 @@ ERROR_MEANINGS: dict[str, str] = {
     "CONFLICT": "The request conflicts with current state (e.g. id already exists, reorder of a promoted entry).",
     "IDEMPOTENCY_CONFLICT": "`submissionId` (or queue `idempotencyKey`) reused with a different request.",
     "LIMIT_EXCEEDED": "A documented capacity limit is reached (8 queued turns per session ...).",
+    "ENVIRONMENT_DRIFT": "A turn's run environment snapshot no longer matches the provider, the session or its "
+    "credential references (`error.data.drift` lists `{field, snapshot, current}`); a rotated secret is not drift.",
     "BUSY": "The target actor's mailbox is full. Retry after a short backoff.",
     "TIMEOUT": "No reply in time; the effect may or may not have happened. Retry with the same `submissionId`.",
     "ACTOR_RESTARTED": "The actor handling the request crashed and was restarted. Retry with the same `submissionId`.",
@@ -927,6 +929,10 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "collab.get": (
         {"deliveryId": "col_5a1c"},
         {**_DELIVERY_DONE, "source": {"sessionId": "s_4f2a", "title": "Refactor the parser", "available": False}},
+    ),
+    "session.verifyEnvironment": (
+        {"sessionId": "s_4f2a", "turnId": "t_9"},
+        {"turnId": "t_9", "digest": "4f1c0b9d2e6a7c3b8a5d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d", "version": 1},
     ),
     "usage.session": (
         {"sessionId": "s_4f2a"},

@@ -18,13 +18,13 @@ from protocol import models as m
 from runtime.context import ReadContext
 from runtime.handlers import approvals as user_requests
 from runtime.handlers import collab, inflight, plans
-from store import approvals, index, turns
+from store import approvals, bindings, index, turns
 from store import plans as plan_rows
 from store.ids import new_id
 from store.receipts import ReceiptKey
 from store.snapshots import load_snapshot, prepare_snapshot
 
-__all__ = ["end_turn", "start_turn", "turn_environment"]
+__all__ = ["end_turn", "start_turn", "turn_environment", "verify_environment"]
 
 
 def _clean(d: dict[str, Any]) -> dict[str, Any]:
@@ -96,3 +96,8 @@ async def end_turn(ctx: SessionContext, p: m.EndTurnParams, key: ReceiptKey | No
 def turn_environment(ctx: ReadContext, p: m.TurnEnvironmentParams) -> Any:
     turns.require_turn_exists(ctx.conn, p.turn_id)
     return load_snapshot(ctx.conn, p.turn_id)
+
+
+def verify_environment(ctx: ReadContext, p: m.VerifyEnvironmentParams) -> Any:
+    """Recovery's gate (seed 000 §4): the snapshot's bindings against the current state (``store/bindings.py``)."""
+    return bindings.verify(ctx.conn, p.session_id, p.turn_id)

@@ -48,6 +48,7 @@ BRIEF_METHODS = {
 COLLABORATION_READS = {
     "approvals.pending", "approvals.rules", "interactions.pending",
     "usage.session", "usage.history", "session.listTurns", "collab.list", "collab.get",
+    "session.verifyEnvironment",
 }  # fmt: skip
 # issue 16: live replies, pending user requests, plan execution, collaboration, usage
 COLLABORATION_METHODS = {
@@ -57,6 +58,7 @@ COLLABORATION_METHODS = {
     "plans.startExecution", "plans.finishExecution",
     "usage.session", "usage.history", "session.listTurns",
     "collab.deliver", "collab.begin", "collab.settle", "collab.cancel", "collab.list", "collab.get",
+    "session.verifyEnvironment",
 }  # fmt: skip
 
 
