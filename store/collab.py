@@ -10,7 +10,8 @@ transaction:
 from       event                                           to
 =========  ==============================================  ==========================
 (new)      ``collab.deliver`` (ceiling and hops checked)   queued + queue admission
-queued     the target's turn begins it                     running (``turn_id`` set)
+queued     the target's turn begins it                     running (``turn_id`` set; an
+                                                           admission not yet taken goes)
 running    it is settled (or its turn ends)                completed / failed
 queued /   ``collab.cancel``                               cancelled (the admission is
 running                                                    removed; the session stays)
@@ -332,14 +333,27 @@ def check_begin(conn: sqlite3.Connection, delivery_id: str, target: str, turn_id
     return row, False
 
 
-def begin(conn: sqlite3.Connection, delivery_id: str, target: str, turn_id: str, now_ms: int) -> dict[str, Any]:
-    """queued → running in ``turn_id`` (a running turn of the target); the ceiling is checked again."""
+def _drop_admission(conn: sqlite3.Connection, changed: Changed, target: str, delivery_id: str, now_ms: int,
+                    faults: Faults) -> None:
+    for (entry_id,) in conn.execute("SELECT id FROM turn_queue WHERE session_id = ? AND session_message_id = ?",
+                                    (target, delivery_id)).fetchall():
+        changed.queues[target] = queue.remove(conn, target, entry_id, now_ms=now_ms, faults=faults).entries
+
+
+def begin(conn: sqlite3.Connection, delivery_id: str, target: str, turn_id: str, now_ms: int, *,
+          faults: Faults = NO_FAULTS) -> tuple[dict[str, Any], Changed]:
+    """queued → running in ``turn_id`` (a running turn of the target); the ceiling is checked again.
+    An admission still in the queue (the controller did not take it) is consumed: it has begun."""
+    changed = Changed()
     row, already = check_begin(conn, delivery_id, target, turn_id)
     if already:
-        return row
+        return row, changed
     conn.execute("UPDATE session_collaboration_messages SET status = 'running', turn_id = ?, updated_at = ? "
                  "WHERE id = ? AND status = 'queued'", (turn_id, now_ms, delivery_id))
-    return get(conn, delivery_id)
+    _drop_admission(conn, changed, target, delivery_id, now_ms, faults)
+    started = get(conn, delivery_id)
+    changed.deliveries.append(started)
+    return started, changed
 
 
 def _projection(status: str, result: str | None, error: str | None) -> str:
@@ -430,9 +444,7 @@ def cancel(conn: sqlite3.Connection, delivery_id: str, target: str, *, now_ms: i
     if row["status"] not in ("queued", "running"):
         raise Conflict(f"delivery {delivery_id} already ended ({row['status']})",
                        data={"deliveryId": delivery_id, "status": row["status"]})
-    for (entry_id,) in conn.execute("SELECT id FROM turn_queue WHERE session_id = ? AND session_message_id = ?",
-                                    (target, delivery_id)).fetchall():
-        changed.queues[target] = queue.remove(conn, target, entry_id, now_ms=now_ms, faults=faults).entries
+    _drop_admission(conn, changed, target, delivery_id, now_ms, faults)
     conn.execute("UPDATE session_collaboration_messages SET status = 'cancelled', updated_at = ? WHERE id = ?",
                  (now_ms, delivery_id))
     cancelled = get(conn, delivery_id)

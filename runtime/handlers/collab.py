@@ -90,11 +90,13 @@ async def begin(ctx: SessionContext, p: m.CollabBeginParams, key: ReceiptKey | N
     """queued → running in the target's turn, and the input row with its provenance."""
     sid, now = ctx.sid, ctx.now()
     row, already = await ctx.read(collab.check_begin, p.delivery_id, sid, p.turn_id)  # refused before any write
-    started: list[dict[str, Any]] = []
+    faults = ctx.faults
+    effects: list[tuple[Changed, dict[str, Any]]] = []
 
     def respond(conn: Any, ref: dict[str, Any]) -> dict[str, Any]:
-        started.append(collab.begin(conn, p.delivery_id, sid, p.turn_id, now))
-        return {"delivery": started[0], "message": ref}
+        started, changed = collab.begin(conn, p.delivery_id, sid, p.turn_id, now, faults=faults)
+        effects.append((changed, _queue_owners(conn, changed)))
+        return {"delivery": started, "message": ref}
 
     mid = collab.input_message_id(p.delivery_id)
     held = (await ctx.read(index.message_refs, [mid])).get(mid)
@@ -105,8 +107,8 @@ async def begin(ctx: SessionContext, p: m.CollabBeginParams, key: ReceiptKey | N
                   "turnId": p.turn_id, "blocks": [{"type": "text", "text": row["content"]}],
                   "meta": {"sessionMessage": collab.provenance(row)}}
         result, _ = await append_record(ctx, record, respond)
-    if not already:
-        publish(ctx, Changed(deliveries=[started[0]]), {})
+    if not already and effects:
+        publish(ctx, *effects[0])
     return result
 
 

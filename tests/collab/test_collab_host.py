@@ -141,6 +141,8 @@ async def test_begin_binds_the_actual_turn_and_writes_the_input_with_its_provena
             began = await begin(c, tgt, d["id"], "t1")
             assert began["delivery"]["status"] == "running" and began["delivery"]["turnId"] == "t1"
             assert began["message"]["turnId"] == "t1" and began["message"]["role"] == "user"
+            assert rows(tmp_path, "SELECT COUNT(*) FROM turn_queue WHERE session_message_id = ?", d["id"]) == \
+                [(0,)]  # the admission it was not taken from is consumed: it has begun
             assert await begin(c, tgt, d["id"], "t1") == began  # a retry: the same, no second line
             assert rows(tmp_path, "SELECT COUNT(*) FROM messages WHERE session_id = ?", tgt) == [(1,)]
             page = await ui.call("session.get", {"sessionId": tgt})
