@@ -21,6 +21,8 @@ and its storage (``store/<capability>.py``) where those exist:
 * :mod:`protocol.models_usage` token and cost rollups
 * :mod:`protocol.models_collab` the session collaboration ledger
 * :mod:`protocol.models_approvals` pending user requests (approvals, interactions, permission rules)
+* :mod:`protocol.models_workspace`, ``models_project_groups``, ``models_providers``, ``models_catalog``,
+  ``models_plugins``, ``models_config_sync`` (configuration)
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ from .models_artifacts import *  # noqa: F403 - re-export facade; __all__ below 
 from .models_artifacts import __all__ as _artifacts_all
 from .models_attachments import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_attachments import __all__ as _attachments_all
+from .models_catalog import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_catalog import __all__ as _catalog_all
 from .models_collab import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_collab import __all__ as _collab_all
 from .models_common import MutatingParams, Params, Record, Result, WireModel
 from .models_compaction import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_compaction import __all__ as _compaction_all
+from .models_config_sync import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_context import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_context import __all__ as _context_all
 from .models_events import *  # noqa: F403 - re-export facade; __all__ below lists every name
@@ -53,8 +58,11 @@ from .models_notifications import *  # noqa: F403 - re-export facade; __all__ be
 from .models_notifications import __all__ as _notifications_all
 from .models_plans import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_plans import __all__ as _plans_all
+from .models_plugins import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_project_groups import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_projects import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_projects import __all__ as _projects_all
+from .models_providers import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_queue import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_queue import __all__ as _queue_all
 from .models_records import *  # noqa: F403 - re-export facade; __all__ below lists every name
@@ -79,6 +87,7 @@ from .models_turns import *  # noqa: F403 - re-export facade; __all__ below list
 from .models_turns import __all__ as _turns_all
 from .models_usage import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_usage import __all__ as _usage_all
+from .models_workspace import *  # noqa: F403 - re-export facade; __all__ below lists every name
 
 __all__ = [
     "BLOCK_MODELS",
@@ -117,4 +126,5 @@ __all__ = [
     *_tombstones_all,
     *_turns_all,
     *_usage_all,
+    *_catalog_all,
 ]

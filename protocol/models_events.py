@@ -182,6 +182,25 @@ class InteractionResolvedEvent(Result):
     """An interaction left ``pending`` (answered, expired, cancelled)."""
 
     request: InteractionRequest
+class SettingsChangedEvent(Result):
+    """Keys of a kv namespace changed (settings.*, workspace.open, providers.reorder, projectGroups.*,
+    plugins.uninstall, configSync.*). Names only, never values: read them with settings.get.
+    An empty ``keys`` list means "many keys changed": reload the namespace."""
+
+    ns: str
+    keys: list[str]
+
+
+class ProvidersChangedEvent(Result):
+    """Provider rows were created, edited, deleted, synced by a plugin or released (empty: reload all)."""
+
+    provider_ids: list[str]
+
+
+class ModelsChangedEvent(Result):
+    """The model catalog of a provider changed (models.add / remove / refresh)."""
+
+    provider_id: str
 
 
 EVENT_PAYLOADS: Mapping[str, type[BaseModel]] = MappingProxyType(
@@ -204,6 +223,9 @@ EVENT_PAYLOADS: Mapping[str, type[BaseModel]] = MappingProxyType(
         "approval.resolved": ApprovalResolvedEvent,
         "interaction.requested": InteractionRequestedEvent,
         "interaction.resolved": InteractionResolvedEvent,
+        "settings.changed": SettingsChangedEvent,
+        "providers.changed": ProvidersChangedEvent,
+        "models.changed": ModelsChangedEvent,
     }
 )
 
@@ -215,15 +237,18 @@ __all__ = [
     "InteractionRequestedEvent",
     "InteractionResolvedEvent",
     "EventParams",
+    "ModelsChangedEvent",
     "NotificationEvent",
     "PlanExecutionEvent",
     "PlanRequestedEvent",
     "PlanResolvedEvent",
+    "ProvidersChangedEvent",
     "SessionDeletedEvent",
     "SessionEvent",
     "SessionInflightEvent",
     "SessionMessageEvent",
     "SessionQueueEvent",
+    "SettingsChangedEvent",
     "TaskDueEvent",
     "TurnEndedEvent",
     "TurnStartedEvent",

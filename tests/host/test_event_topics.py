@@ -25,9 +25,13 @@ async def test_every_topic_is_published_and_validated(tmp_path: Path, monkeypatc
     seen: set[str] = set()
     real = runtime.host.validate_event
 
+    due = trio.Event()
+
     def recording(topic: str, data: dict[str, Any]) -> None:
         real(topic, data)  # raises on a payload that does not match
         seen.add(topic)
+        if topic == "task.due":
+            due.set()
 
     monkeypatch.setattr(runtime.host, "validate_event", recording)
     ws = tmp_path / "ws"
@@ -67,6 +71,5 @@ async def test_every_topic_is_published_and_validated(tmp_path: Path, monkeypatc
             await host.scheduler.tell(Tick())
             await c.call("session.delete", {"sessionId": other})
             with trio.fail_after(10):
-                while "task.due" not in seen:
-                    await trio.sleep(0.01)
+                await due.wait()
     assert seen == set(EVENTS), f"never published: {sorted(set(EVENTS) - seen)}"
