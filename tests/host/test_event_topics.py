@@ -65,6 +65,11 @@ async def test_every_topic_is_published_and_validated(tmp_path: Path, monkeypatc
             await c.call("collab.deliver", {"pluginId": "p", "sourceSessionId": other, "targetSessionId": sid,
                                             "kind": "message", "content": "hi", "idempotencyKey": "k"})
             await c.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "completed"})
+            await ui.call("settings.set", {"ns": "ui", "key": "sidebarWidth", "value": 280})
+            await ui.call("providers.create", {"id": "openrouter", "name": "OpenRouter",
+                                               "baseUrl": "https://openrouter.ai/api/v1"})
+            await ui.call("models.add", {"providerId": "openrouter", "modelId": "my/finetune",
+                                         "displayName": "My finetune"})
             await c.call("tasks.create", {"taskId": "t", "title": "T", "prompt": "p", "cadence": "hourly"})
             clock.ms = BASE + HOUR
             assert host.scheduler is not None

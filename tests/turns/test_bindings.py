@@ -84,3 +84,12 @@ async def test_recovery_check_on_a_host(tmp_path: Path) -> None:
             await start(c, sid, "t2")
             err = await rpc_error(c.call("session.verifyEnvironment", {"sessionId": sid, "turnId": "t2"}))
             assert err.data_code == "NOT_FOUND"  # no snapshot to recover from
+            # the provider's connection, through providers.*
+            await c.call("providers.create", {"id": "openrouter", "name": "OpenRouter",
+                                              "baseUrl": "https://openrouter.ai/api/v1"})
+            await start(c, sid, "t3", environment={"version": 1, "connection": {
+                "providerId": "openrouter", "baseUrl": "https://openrouter.ai/api/v1"}})
+            await c.call("session.verifyEnvironment", {"sessionId": sid, "turnId": "t3"})
+            await c.call("providers.update", {"providerId": "openrouter", "baseUrl": "https://proxy.example/v1"})
+            err = await rpc_error(c.call("session.verifyEnvironment", {"sessionId": sid, "turnId": "t3"}))
+            assert [d["field"] for d in err.data["drift"]] == ["connection.baseUrl"]
