@@ -188,7 +188,9 @@ async def test_recover_inflight_only_removes_a_checkpoint_whose_final_row_landed
         async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c:
             sid = await setup(c)
             await save(c, sid, "t1", assistant("a1", "reply"))
-            host.faults.add("index.after_commit", nth=host.faults.hits("index.after_commit") + 1)
+            # the final row's line is durable but the append fails right after its fsync, so the
+            # append path never removes the checkpoint; the next request indexes the line
+            host.faults.add("append.after_fsync", nth=host.faults.hits("append.after_fsync") + 1)
             await rpc_error(c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
                                                              "message": assistant("a1", "reply")}))
             host.faults.clear()
