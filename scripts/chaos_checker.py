@@ -38,8 +38,8 @@ lc_delete      lifecycle key          life, sid
 approval_req…  tool call id           sid, turnId (``approval_request``)
 approval_res…  tool call id           sid, option, requestId (``approval_respond``)
 collab_deliver idempotency key        src, tgt, notify
-collab_begin   delivery id            sid, did, turnId
-collab_settle  delivery id            sid, did, turnId, kind, notify, src
+collab_begin   ``<did>@<turnId>``     sid, did, turnId
+collab_settle  ``<did>@<turnId>``     sid, did, turnId, kind, notify, src
 =============  =====================  ===========================================
 
 Collaboration: a delivery exists once per (source, key) when acknowledged,
@@ -511,25 +511,28 @@ def _check_collab(found: dict[tuple[str, str], Outcome], obs: Observation, repor
         if d["kind"] == "completion" and d["replyTo"] not in obs.deliveries:
             report.problems.append(f"{name}: a completion of an unknown delivery {d['replyTo']}")
     for begin in _by_kind(found, "collab_begin"):
-        d = obs.deliveries.get(begin.key)
+        did = str(begin.value["did"])
+        d = obs.deliveries.get(did)
         if begin.status != "acked" or d is None:
             continue
         if d["turnId"] != begin.value["turnId"] or d["status"] == "queued":
-            report.lost.add(f"delivery:{begin.key} begin (turn {d['turnId']}, status {d['status']})")
-        if inputs[begin.key] != 1:
-            report.lost.add(f"delivery:{begin.key} input row ({inputs[begin.key]} rows)")
+            report.lost.add(f"delivery:{did} begin in {begin.value['turnId']} (turn {d['turnId']}, "
+                            f"status {d['status']})")
+        if inputs[did] != 1:
+            report.lost.add(f"delivery:{did} input row ({inputs[did]} rows)")
     for settle in _by_kind(found, "collab_settle"):
-        d = obs.deliveries.get(settle.key)
+        did = str(settle.value["did"])
+        d = obs.deliveries.get(did)
         if settle.status != "acked" or d is None:
             continue
         if d["status"] != "completed":
-            report.lost.add(f"delivery:{settle.key} settlement (status {d['status']})")
+            report.lost.add(f"delivery:{did} settlement (status {d['status']})")
         wants = settle.value["notify"] and settle.value["kind"] != "completion" and \
             str(settle.value["src"]) in obs.sessions
-        if wants and callbacks[settle.key] != 1:
-            report.lost.add(f"delivery:{settle.key} callback")
-        if not wants and callbacks[settle.key]:
-            report.unexpected.add(f"delivery:{settle.key}: a callback nobody asked for")
+        if wants and callbacks[did] != 1:
+            report.lost.add(f"delivery:{did} callback")
+        if not wants and callbacks[did]:
+            report.unexpected.add(f"delivery:{did}: a callback nobody asked for")
 
 
 # ---------------------------------------------------------------------------- approvals

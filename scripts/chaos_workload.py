@@ -288,14 +288,16 @@ class Worker:
         tid = f"{self.sid}.w{n}"
         await self.call(client, "start_turn", tid, {"sid": self.sid}, "session.startTurn",
                         {"sessionId": self.sid, "turnId": tid, "submissionId": f"start-{tid}"})
-        await self.call(client, "collab_begin", did, {"sid": self.sid, "did": did, "turnId": tid}, "collab.begin",
-                        {"sessionId": self.sid, "deliveryId": did, "turnId": tid, "submissionId": f"beg-{did}"})
-        await self.call(client, "collab_settle", did,
+        # keyed per attempt: a begin the host lost (killed) is begun again by a later turn
+        await self.call(client, "collab_begin", f"{did}@{tid}", {"sid": self.sid, "did": did, "turnId": tid},
+                        "collab.begin", {"sessionId": self.sid, "deliveryId": did, "turnId": tid,
+                                         "submissionId": f"beg-{did}@{tid}"})
+        await self.call(client, "collab_settle", f"{did}@{tid}",
                         {"sid": self.sid, "did": did, "turnId": tid, "kind": d["kind"],
                          "notify": d["notifyOnCompletion"], "src": d["source"]["sessionId"]},
                         "collab.settle", {"sessionId": self.sid, "deliveryId": did, "turnId": tid,
                                           "status": "completed", "result": f"done {did}",
-                                          "submissionId": f"stl-{did}"})
+                                          "submissionId": f"stl-{did}@{tid}"})
         await self.call(client, "end_turn", tid, {"sid": self.sid, "status": "completed", "notify": False},
                         "session.endTurn", {"sessionId": self.sid, "turnId": tid, "status": "completed",
                                             "createNotification": False, "submissionId": f"end-{tid}"})

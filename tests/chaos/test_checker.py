@@ -206,9 +206,10 @@ def test_collaboration_deliveries_lost_duplicated_or_called_back_twice() -> None
     _op(h, "collab_deliver", "k1", {"src": "a", "tgt": SID, "notify": True})
     _op(h, "collab_deliver", "k2", {"src": "a", "tgt": SID, "notify": True})
     _op(h, "collab_deliver", "k3", {"src": "a", "tgt": SID, "notify": False}, "fail")
-    _op(h, "collab_begin", "d1", {"sid": SID, "did": "d1", "turnId": "t1"})
-    _op(h, "collab_settle", "d1", {"sid": SID, "did": "d1", "turnId": "t1", "kind": "task", "notify": True,
-                                   "src": "a"})
+    _op(h, "collab_begin", "d1@t0", {"sid": SID, "did": "d1", "turnId": "t0"}, "info")  # lost with the host
+    _op(h, "collab_begin", "d1@t1", {"sid": SID, "did": "d1", "turnId": "t1"})  # begun again, by t1
+    _op(h, "collab_settle", "d1@t1", {"sid": SID, "did": "d1", "turnId": "t1", "kind": "task", "notify": True,
+                                      "src": "a"})
     sessions = {SID: _session([], index_rows=[("collab-d1", 1)], file_ids=["collab-d1"]), "a": _session([])}
     sessions[SID].messages = [ObservedMessage("collab-d1", "user", "task", 1)]
     clean = Observation(sessions, deliveries={
