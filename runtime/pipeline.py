@@ -27,7 +27,7 @@ Errors are never translated here: the gateway maps exceptions to wire codes
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,7 @@ from actors.db_writer import DbOp
 from actors.gateway_types import CallContext, Reply
 from actors.session import SessionCall, SessionOp
 from protocol.errors import MethodNotFound
+from protocol.jsonrpc import Encoded
 from protocol.methods import METHODS, MethodSpec
 from runtime.context import HostContext, Pinned, ReadContext, Services, WriterContext, WriterResult
 from runtime.kernel.actor import ActorCrashed, ActorStopped, CallbackReply, InternalBug
@@ -115,7 +116,7 @@ class _Answer:
 
 def _checked(spec: MethodSpec, value: Any) -> Any:
     try:
-        spec.result_model.model_validate(value)
+        spec.result_model.model_validate(value.decode() if isinstance(value, Encoded) else value)
     except ValidationError as exc:
         # Our own answer does not fit the documented model: a host bug, not bad params.
         log.error("result of %s does not match its model: %s", spec.name, exc)
@@ -211,8 +212,11 @@ class Pipeline:
                 answer(outcome.Error(ShuttingDown("the request was cancelled before it was run")))
             raise
 
-    async def call(self, method: str, raw: Any, caller: CallContext) -> Any:
-        """Submit and wait for the answer (in-process callers: tests, benchmarks, the scheduler)."""
+    async def call(self, method: str, raw: Any, caller: CallContext, *, decode: bool = True) -> Any:
+        """Submit and wait for the answer (in-process callers: tests, benchmarks, the scheduler).
+
+        A result the handler encoded already (:class:`protocol.jsonrpc.Encoded`) is decoded
+        unless ``decode=False`` (then it is returned as the gateway would send it)."""
         done = trio.Event()
         box: list[outcome.Outcome[Any]] = []
 
@@ -222,7 +226,8 @@ class Pipeline:
 
         await self.submit(method, raw, caller, reply)
         await done.wait()
-        return box[0].unwrap()
+        value = box[0].unwrap()
+        return value.decode() if decode and isinstance(value, Encoded) else value
 
     async def _key(self, bound: _Bound, method: str, params: BaseModel, raw: Any,
                    caller: CallContext) -> ReceiptKey | None:
@@ -265,38 +270,43 @@ class Pipeline:
 
     async def _read(self, route: Route, params: Any, caller: CallContext, answer: _Answer) -> None:
         services = self.services
-        try:
+
+        async def work() -> Any:
             if route.barrier:
                 await services.index_barrier()
             now = services.now_ms()
-            result = await services.reads.run(lambda conn: route.handler(ReadContext(conn, now, caller), params))
-        except Exception as exc:
-            answer(outcome.Error(exc))
-        except BaseException:
-            answer(outcome.Error(ShuttingDown()))
-            raise
-        else:
-            answer(outcome.Value(result))
+            return await services.reads.run(lambda conn: route.handler(ReadContext(conn, now, caller), params))
+
+        await _answer_with(answer, work)
 
     async def _host(self, method: str, route: Route, params: Any, key: ReceiptKey | None, caller: CallContext,
                     answer: _Answer) -> None:
         ctx = HostContext(self.services, caller, key, method)
-        try:
+
+        async def work() -> Any:
             if key is not None:
                 found = await self.services.reads.run(receipts.check, key)
                 if found is not None:
-                    answer(outcome.Value(found["response"]))
-                    return
+                    return found["response"]
             result = await route.handler(ctx, params, key)
             if key is not None and ctx.committed is not None and ctx.committed != result:
                 raise InternalBug(f"{route.handler.__name__} answered something other than its stored response")
-        except Exception as exc:
-            answer(outcome.Error(exc))
-        except BaseException:
-            answer(outcome.Error(ShuttingDown()))
-            raise
-        else:
-            answer(outcome.Value(result))
+            return result
+
+        await _answer_with(answer, work)
+
+
+async def _answer_with(answer: _Answer, work: Callable[[], Awaitable[Any]]) -> None:
+    """Run ``work`` and answer with its result or error; a cancellation answers ``SHUTTING_DOWN``."""
+    try:
+        result = await work()
+    except Exception as exc:
+        answer(outcome.Error(exc))
+    except BaseException:
+        answer(outcome.Error(ShuttingDown()))
+        raise
+    else:
+        answer(outcome.Value(result))
 
 
 def _writer_op(handler: Callable[..., Any], params: Any, key: ReceiptKey | None, caller: CallContext,

@@ -16,7 +16,10 @@ from typing import Any
 
 from .sql_lists import in_chunks
 
-__all__ = ["projections", "with_projection"]
+__all__ = ["DERIVED", "projections", "with_projection"]
+
+DERIVED = ("state", "contractKind", "latestTurn")
+"""The summary fields this module derives."""
 
 _STATE_RANK = {"awaiting_approval": 0, "running": 1, "queued": 2}
 
@@ -54,6 +57,6 @@ def with_projection(conn: sqlite3.Connection, rows: Iterable[dict[str, Any]]) ->
     rows = list(rows)
     found = projections(conn, {r["id"]: r.get("mode") or "agent" for r in rows})
     for row in rows:
-        for key in ("state", "contractKind", "latestTurn"):
+        for key in DERIVED:
             row.pop(key, None)
         row.update(found.get(row["id"], {}))
