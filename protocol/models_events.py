@@ -28,6 +28,7 @@ from .models_common import (
     TimestampMs,
     Topic,
 )
+from .models_imports import ImportProgress
 from .models_inflight import InflightMessage
 from .models_plans import PlanApproval
 from .models_queue import QueueState
@@ -226,6 +227,7 @@ EVENT_PAYLOADS: Mapping[str, type[BaseModel]] = MappingProxyType(
         "settings.changed": SettingsChangedEvent,
         "providers.changed": ProvidersChangedEvent,
         "models.changed": ModelsChangedEvent,
+        "import.progress": ImportProgress,
     }
 )
 

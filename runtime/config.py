@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from runtime.datadir import DataDir
 
@@ -49,3 +50,5 @@ class HostConfig:
     validate_results: bool = False  # check every result and event payload against its protocol model (tests)
     # session.inflight previews reach one subscriber at most this often per message (seconds).
     inflight_event_interval: float = 0.25
+    # A pi session root (~/.pi/agent/sessions) listed read-only as native-pi:<id> sessions (seed §12); None: none.
+    native_pi_root: Path | None = None
