@@ -70,6 +70,9 @@ async def test_every_topic_is_published_and_validated(tmp_path: Path, monkeypatc
                                                "baseUrl": "https://openrouter.ai/api/v1"})
             await ui.call("models.add", {"providerId": "openrouter", "modelId": "my/finetune",
                                          "displayName": "My finetune"})
+            empty = tmp_path / "nothing-to-import"
+            empty.mkdir()
+            await ui.call("import.sessions", {"source": "claude-code", "root": str(empty)})
             await c.call("tasks.create", {"taskId": "t", "title": "T", "prompt": "p", "cadence": "hourly"})
             clock.ms = BASE + HOUR
             assert host.scheduler is not None
