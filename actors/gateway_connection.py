@@ -458,6 +458,8 @@ class GatewayConnection:
                         }
                         if event.session_id is not None:
                             params["sessionId"] = event.session_id
+                        if event.transient:
+                            params["transient"] = True
                         await self._wait_event_room()
                         self.deliver(self._encode_event(params))
                 except trio.EndOfChannel:

@@ -18,6 +18,9 @@ and its storage (``store/<capability>.py``) where those exist:
 * :mod:`protocol.models_subscriptions` events.subscribe; :mod:`protocol.models_events` event payloads
 * :mod:`protocol.models_artifacts`, ``models_search``, ``models_settings``
 * :mod:`protocol.models_secrets`, ``models_attachments``, ``models_tasks``, ``models_plans``, ``models_projects``
+* :mod:`protocol.models_usage` token and cost rollups
+* :mod:`protocol.models_collab` the session collaboration ledger
+* :mod:`protocol.models_approvals` pending user requests (approvals, interactions, permission rules)
 * :mod:`protocol.models_imports`, ``models_plugin_imports``, ``models_trash``, ``models_export`` (history in and out)
 * :mod:`protocol.models_workspace`, ``models_project_groups``, ``models_providers``, ``models_catalog``,
   ``models_plugins``, ``models_config_sync`` (configuration)
@@ -28,12 +31,16 @@ from __future__ import annotations
 from .blocks import BLOCK_MODELS, KNOWN_BLOCK_TYPES, Block, Blocks, check_block
 from .models_appends import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_appends import __all__ as _appends_all
+from .models_approvals import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_approvals import __all__ as _approvals_all
 from .models_artifacts import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_artifacts import __all__ as _artifacts_all
 from .models_attachments import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_attachments import __all__ as _attachments_all
 from .models_catalog import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_catalog import __all__ as _catalog_all
+from .models_collab import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_collab import __all__ as _collab_all
 from .models_common import MutatingParams, Params, Record, Result, WireModel
 from .models_compaction import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_compaction import __all__ as _compaction_all
@@ -87,6 +94,8 @@ from .models_trash import *  # noqa: F403 - re-export facade; __all__ below list
 from .models_trash import __all__ as _trash_all
 from .models_turns import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_turns import __all__ as _turns_all
+from .models_usage import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_usage import __all__ as _usage_all
 from .models_workspace import *  # noqa: F403 - re-export facade; __all__ below lists every name
 
 __all__ = [
@@ -101,8 +110,10 @@ __all__ = [
     "WireModel",
     "check_block",
     *_appends_all,
+    *_approvals_all,
     *_artifacts_all,
     *_attachments_all,
+    *_collab_all,
     *_compaction_all,
     *_context_all,
     *_events_all,
@@ -127,5 +138,6 @@ __all__ = [
     *_tombstones_all,
     *_trash_all,
     *_turns_all,
+    *_usage_all,
     *_catalog_all,
 ]

@@ -35,6 +35,16 @@ from .models_common import (
 )
 
 RESERVED_META_KEYS: frozenset[str] = frozenset({"receipt"})
+HOST_META_KEYS: frozenset[str] = frozenset({"sessionMessage"})
+"""Written by the host only (collaboration provenance): refused in a client's new message."""
+
+
+def refuse_host_meta(message: TranscriptMessage) -> TranscriptMessage:
+    """A client cannot forge host-written metadata (``meta.sessionMessage``) in a message it sends."""
+    if message.meta and HOST_META_KEYS.intersection(message.meta):
+        raise ValueError("meta.sessionMessage is collaboration provenance the host writes (collab.begin); "
+                         "a client cannot set it")
+    return message
 
 # ---------------------------------------------------------------------------
 # Client-sent transcript records
@@ -95,6 +105,13 @@ class Compaction(Record):
 # Host-produced projections
 
 
+class LatestTurn(Result):
+    id: str
+    status: TurnStatus
+    error_code: str | None = None
+    ended_at: TimestampMs | None = None
+
+
 class NativeInfo(Result):
     """What a native pi session is (seed 003 §12)."""
 
@@ -123,6 +140,17 @@ class SessionSummary(Result):
     deleted_at: TimestampMs | None = Field(default=None, description="Set while the session is in the trash.")
     source: str | None = Field(default=None, description="Import origin (null for sessions made here).")
     native: NativeInfo | None = None
+    state: Literal["awaiting_approval", "queued", "running", "planning"] | None = Field(
+        default=None,
+        description="Projected (seed §4.5): a pending plan/goal approval → awaiting_approval; its approved "
+        "execution queued/running → that; else planning in plan/goal mode; absent for an idle agent session.",
+    )
+    contract_kind: Literal["plan", "goal"] | None = Field(
+        default=None, description="The kind of contract the state is about."
+    )
+    latest_turn: LatestTurn | None = Field(
+        default=None, description="The newest turn (failed/aborted badges); absent before the first turn."
+    )
 
 
 class MessageRef(Result):
@@ -154,6 +182,14 @@ class UiMessage(Result):
         default=None, description="True when contentLimit capped this projection."
     )
     deleted: bool | None = Field(default=None, description="Tombstoned (hidden from context).")
+    inflight: bool | None = Field(
+        default=None, description="A streaming reply's checkpoint, not (yet) a transcript row."
+    )
+    session_message: JsonObject | None = Field(
+        default=None,
+        description="Collaboration provenance (meta.sessionMessage, written by the host): "
+        "this user row is a delivery from another session, not human input.",
+    )
 
 
 class CompactionView(Result):
@@ -186,6 +222,10 @@ class Turn(Result):
     environment_digest: str | None = Field(
         default=None, description="SHA-256 (hex) of the stored RunEnvironmentSnapshot."
     )
+    cost_micros: Count = Field(
+        default=0, description="usage.cost.total in millionths of the provider's currency unit."
+    )
+    retry_of: str | None = Field(default=None, description="The earlier turn this one retries (lineage).")
 
 
 class Notification(Result):
@@ -238,9 +278,11 @@ Sha256Hex = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 __all__ = [
     "Compaction",
     "CompactionView",
+    "LatestTurn",
     "MessageRef",
     "Notification",
     "QueueEntry",
+    "HOST_META_KEYS",
     "RESERVED_META_KEYS",
     "RevisionInfo",
     "NativeInfo",
@@ -250,4 +292,5 @@ __all__ = [
     "Turn",
     "UiMessage",
     "Usage",
+    "refuse_host_meta",
 ]

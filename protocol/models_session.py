@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from .models_approvals import UserRequest
 from .models_common import (
     MAX_WINDOW,
     Count,
@@ -23,6 +24,7 @@ from .models_common import (
     Title,
     WireId,
 )
+from .models_inflight import InflightMessage
 from .models_records import (
     CompactionView,
     SessionSummary,
@@ -121,6 +123,16 @@ class SessionGetResult(Result):
     total_messages: Count
     navigation_parent: UiMessage | None = Field(
         default=None, description="Owning Task row of a nested messageAround target."
+    )
+    decisions: list[UserRequest] | None = Field(
+        default=None,
+        description="Approvals and interactions of the window's turns that are no longer pending (answered, "
+        "expired, cancelled, interrupted), oldest first; the answers are approval_decision lines in the transcript.",
+    )
+    inflight: InflightMessage | None = Field(
+        default=None,
+        description="Newest window only (hasMoreAfter false): the reply streaming right now, after the "
+        "indexed rows; absent once its final row landed.",
     )
 
 

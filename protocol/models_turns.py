@@ -119,6 +119,9 @@ class StartTurnParams(MutatingParams):
     provider_id: Ref | None = None
     model_id: Ref | None = None
     environment: RunEnvironmentSnapshot | None = None
+    retry_of: WireId | None = Field(
+        default=None, description="An ended turn of this session that this one retries (retry lineage)."
+    )
 
 
 class EndTurnParams(MutatingParams):
@@ -151,8 +154,23 @@ class TurnEnvironmentResult(Result):
     snapshot: RunEnvironmentView
 
 
+class VerifyEnvironmentParams(Params):
+    session_id: SessionId
+    turn_id: WireId
+
+
+class VerifyEnvironmentResult(Result):
+    """The snapshot still binds: the same provider connection, session bindings and credential references."""
+
+    turn_id: str
+    digest: Sha256Hex
+    version: int
+
+
 __all__ = [
     "EndTurnParams",
+    "VerifyEnvironmentParams",
+    "VerifyEnvironmentResult",
     "EndTurnResult",
     "RunEnvironmentSnapshot",
     "RunEnvironmentView",

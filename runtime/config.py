@@ -47,6 +47,8 @@ class HostConfig:
     # shutdown_grace seconds after its stop request before it is cancelled.
     shutdown_deadline: float = 10.0
     shutdown_grace: float = 5.0
-    validate_results: bool = False  # check every result against its protocol model (tests)
+    validate_results: bool = False  # check every result and event payload against its protocol model (tests)
+    # session.inflight previews reach one subscriber at most this often per message (seconds).
+    inflight_event_interval: float = 0.25
     # A pi session root (~/.pi/agent/sessions) listed read-only as native-pi:<id> sessions (seed §12); None: none.
     native_pi_root: Path | None = None

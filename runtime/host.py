@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 import trio
+from pydantic import ValidationError
 
 from actors.db_reader import ReadPool
 from actors.db_writer import DbWriter, DbWriterStats
@@ -43,15 +44,18 @@ from actors.index_log import IndexLog
 from actors.registry import SessionRegistry
 from actors.scheduler import Scheduler, tasks_changed
 from actors.session import DbHandle, SessionDeps
+from protocol.methods import EVENTS
 from runtime.boot import BootResult, load_or_create_token, run_boot
 from runtime.config import HostConfig
 from runtime.context import Services
 from runtime.datadir import DataDirLock
+from runtime.handlers import inflight
 from runtime.handlers.attachments import Blobs
 from runtime.handlers.imports import Imports
 from runtime.handlers.plugins import PluginRegistry
 from runtime.handlers.queue import QueueControl
 from runtime.handlers.secrets import Vault
+from runtime.kernel.actor import InternalBug
 from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
 from runtime.pipeline import Pipeline
 from runtime.routes import ROUTES, Route
@@ -69,6 +73,18 @@ __all__ = ["RunningHost", "Shutdown", "VERSION", "run_host", "wall_ms"]
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
+
+
+def validate_event(topic: str, data: dict[str, Any]) -> None:
+    """Test hosts: every published payload must match its topic's protocol model."""
+    model = EVENTS.get(topic)
+    if model is None:
+        raise InternalBug(f"event topic {topic!r} is not in the protocol (protocol/models_events.py)")
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        log.error("event %s does not match its model: %s", topic, exc)
+        raise InternalBug(f"event {topic} does not match the protocol model {model.__name__}") from None
 
 
 @dataclass
@@ -161,7 +177,8 @@ async def run_host(
         log.info("boot finished", extra={"report": boot.report})
         reads = ReadPool(data_dir.db_path, size=config.read_pool_size)
         await trio.to_thread.run_sync(reads.warm)
-        bus = EventBus()
+        bus = EventBus(transient_interval=config.inflight_event_interval, supersedes=inflight.supersedes,
+                       validate=validate_event if config.validate_results else None)
         db_stats = DbWriterStats()
         index_log = IndexLog(max_lag_bytes=config.index_lag_bytes, max_lag_ops=config.index_lag_ops)
         try:

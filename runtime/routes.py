@@ -29,9 +29,11 @@ from typing import Any
 
 from runtime.handlers import (
     appends,
+    approvals,
     artifacts,
     attachments,
     catalog,
+    collab,
     compaction,
     config_sync,
     context,
@@ -58,6 +60,7 @@ from runtime.handlers import (
     tombstones,
     trash,
     turns,
+    usage,
     workspace,
 )
 
@@ -133,7 +136,9 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "session.startTurn":           on_session(turns.start_turn),
     "session.endTurn":             on_session(turns.end_turn),
     "session.turnEnvironment":     from_reads(turns.turn_environment),
+    "session.verifyEnvironment":   from_reads(turns.verify_environment),
     "session.saveInflightMessage": on_session(inflight.save),
+    "session.recoverInflight":     on_session(inflight.recover),
     "notifications.list":          from_reads(notifications.list_notifications),
     "notifications.markRead":      in_writer(notifications.mark_read),
     "notifications.markAllRead":   in_writer(notifications.mark_all_read),
@@ -187,6 +192,28 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "plans.submit":                on_session(plans.submit),
     "plans.pending":               from_reads(plans.pending),
     "plans.respond":               on_session(plans.respond, session=plans.respond_target),
+    "plans.startExecution":        on_session(plans.start_execution),
+    "plans.finishExecution":       on_session(plans.finish_execution),
+    # pending user requests: tool permissions and questions
+    "approvals.request":           on_session(approvals.request_approval),
+    "approvals.pending":           from_reads(approvals.pending_approvals),
+    "approvals.respond":           on_session(approvals.respond_approval),
+    "approvals.rules":             from_reads(approvals.rules),
+    "approvals.removeRule":        in_writer(approvals.remove_rule),
+    "interactions.request":        on_session(approvals.request_interaction),
+    "interactions.pending":        from_reads(approvals.pending_interactions),
+    "interactions.respond":        on_session(approvals.respond_interaction),
+    # the session collaboration ledger
+    "collab.deliver":              on_session(collab.deliver, session=collab.deliver_target),
+    "collab.begin":                on_session(collab.begin),
+    "collab.settle":               on_session(collab.settle),
+    "collab.cancel":               on_session(collab.cancel, session=collab.cancel_target),
+    "collab.list":                 from_reads(collab.list_deliveries),
+    "collab.get":                  from_reads(collab.get),
+    # usage
+    "usage.session":               from_reads(usage.session_usage),
+    "usage.history":               from_reads(usage.history),
+    "session.listTurns":           from_reads(usage.list_turns),
     # projects
     "projects.list":               from_reads(projects.list_projects),
     "projects.remove":             on_host(projects.remove),

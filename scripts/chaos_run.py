@@ -349,6 +349,10 @@ class Runner:
                  f"actorKills={t.actor_kills} crashpoints={sum(t.crashpoints.values())} bootCrashes={t.boot_crashes} "
                  f"searchVia={self.notes.search_via!r} searched={self.notes.searched} "
                  f"definiteFailures={dict(fails)}")
+        acked = Counter(op.f for op in self.history.ops if op.type == "ok")
+        self.out("acknowledged collaboration and approvals: " + " ".join(
+            f"{f}={acked[f]}" for f in ("collab_deliver", "collab_begin", "collab_settle", "approval_request",
+                                        "approval_respond")))
         for name in sorted(t.lost)[:20]:
             self.out(f"LOST {name}")
         for name in sorted(t.duplicated)[:20]:

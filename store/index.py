@@ -16,6 +16,7 @@ from . import artifacts, receipts
 from .errors import Conflict, CorruptData, LimitExceeded, SessionNotFound
 from .records import extract_text, rfc3339_to_ms, tool_info
 from .schema import MAX_SEQ, message_mid
+from .session_state import with_projection
 from .sql_lists import in_chunks
 
 SESSION_COLUMNS = (
@@ -53,7 +54,11 @@ def session_row(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | N
         (session_id,),
     )
     row = cur.fetchone()
-    return _session_dict(row) if row else None
+    if not row:
+        return None
+    out = _session_dict(row)
+    with_projection(conn, [out])
+    return out
 
 
 def require_session(conn: sqlite3.Connection, session_id: str) -> dict[str, Any]:
@@ -207,6 +212,7 @@ def list_sessions(
     more = len(rows) > limit
     rows = rows[:limit]
     items = [_session_dict(r) for r in rows]
+    with_projection(conn, items)
     next_cursor = (items[-1]["updatedAt"], items[-1]["id"]) if more and items else None
     return items, next_cursor
 

@@ -101,6 +101,8 @@ def scan_from(path: Path, start: int) -> TailScan:
             scan.session_info = {**(scan.session_info or {}), **rec}
         elif kind == "session" and offset == 0:
             scan.header = rec
+        elif kind == "approval_decision":
+            pass  # a user's decision (store/approvals.py): the database holds its state
         else:
             scan.unknown_lines += 1
     return scan

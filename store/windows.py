@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import index
+from . import approvals, index, session_state
 from .jsonio import loads_line
 from .reconcile import plan_reconcile
 from .records import cap_content, wire_record
 from .transcript import read_spans
-from .window_reply import encode_window
+from .window_reply import encode_window, with_field
 
 __all__ = [
     "MAX_COALESCED_READ",
@@ -131,8 +131,19 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
     rows = index.window_spans(conn, sid, w.start, w.end)
     compactions = index.compaction_rows(conn, sid)
     lines = read_spans_coalesced(path, [(c[2], c[3]) for c in compactions]) if compactions else []
-    w.reply, w.target = encode_window(path, index.public_session(session), rows, lines, start=w.start, end=w.end,
+    # the summary's derived fields as this snapshot has them, not as the actor cached them
+    summary = {k: v for k, v in index.public_session(session).items() if k not in session_state.DERIVED}
+    summary.update(session_state.projections(conn, {sid: str(session.get("mode") or "agent")})[sid])
+    w.reply, w.target = encode_window(path, summary, rows, lines, start=w.start, end=w.end,
                                       total=total, content_limit=req.content_limit, target_pos=w.target_pos)
+    turns = {r[4] for r in rows if r[4] is not None}
+    if w.end >= total:  # the newest window: also the turns that have no row yet (asked before replying)
+        turns.update(r[0] for r in conn.execute(
+            "SELECT id FROM turns WHERE session_id = ? AND started_at >= COALESCE((SELECT MAX(m.created_at) FROM "
+            "messages m WHERE m.session_id = ? AND m.seq = ?), 0)", (sid, sid, total)))
+    decisions = approvals.decisions_for_turns(conn, sid, turns) if turns else []
+    if decisions:
+        w.reply = with_field(w.reply, "decisions", decisions)
     return w
 
 

@@ -16,6 +16,7 @@ from protocol import models as m
 from protocol.jsonrpc import Encoded
 from protocol.limits import DEFAULT_WINDOW
 from runtime.context import Services
+from runtime.handlers import inflight, plans
 from store import index, queue, windows
 from store.errors import Conflict, MessageNotFound
 from store.ids import derived_id, new_id
@@ -108,6 +109,10 @@ async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None
         raise MessageNotFound(f"message {req.around} is not in session {ctx.sid}",
                               data={"sessionId": ctx.sid, "messageId": req.around})
     reply = window.reply
+    if window.end >= window.total:  # the newest window: the reply streaming right now, after the rows
+        live = await inflight.current(ctx, req.content_limit)
+        if live is not None:
+            reply = with_field(reply, "inflight", live)
     call_id = windows.navigation_call_id(window.target)
     if call_id is not None:
         parent = await ctx.io(windows.navigation_parent, path, call_id, req.content_limit)
@@ -124,6 +129,7 @@ async def rename(ctx: SessionContext, p: m.SessionRenameParams, key: ReceiptKey 
 
 
 async def update(ctx: SessionContext, p: m.SessionUpdateParams, key: ReceiptKey | None) -> Any:
+    await plans.check_mode_change(ctx, p.mode)
     changes = p.model_dump(by_alias=True, exclude_none=True, exclude={"session_id", "submission_id"})
     return await _write_settings(ctx, {**ctx.settings(), **changes}, rename=False)
 

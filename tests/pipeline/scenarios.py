@@ -81,6 +81,44 @@ async def with_turn(c: HostClient, root: Path) -> Vars:
     return {"sid": sid}
 
 
+async def with_checkpoint(c: HostClient, root: Path) -> Vars:
+    v = await with_turn(c, root)
+    await c.call("session.saveInflightMessage", {"sessionId": v["sid"], "turnId": "t1",
+                                                 "message": msg("a1", "partial", "assistant")})
+    return v
+
+
+async def with_approval(c: HostClient, root: Path) -> Vars:
+    v = await with_turn(c, root)
+    asked = await c.call("approvals.request", {"sessionId": v["sid"], "turnId": "t1", "tool": "Bash", "risk": "low"})
+    v["request"] = asked["request"]["requestId"]
+    return v
+
+
+async def with_rules(c: HostClient, root: Path) -> Vars:
+    v = await with_turn(c, root)
+    for n, tool in enumerate(("Bash", "Edit")):
+        asked = await c.call("approvals.request", {"sessionId": v["sid"], "turnId": "t1", "tool": tool,
+                                                   "risk": "low"})
+        answered = await c.call("approvals.respond", {"sessionId": v["sid"], "optionId": "allow_session",
+                                                      "requestId": asked["request"]["requestId"]})
+        v[f"rule{n}"] = answered["rule"]["id"]
+    return v
+
+
+async def with_interaction(c: HostClient, root: Path) -> Vars:
+    v = await with_turn(c, root)
+    asked = await c.call("interactions.request", {"sessionId": v["sid"], "turnId": "t1", "question": "Which?",
+                                                  "allowFreeText": True})
+    v["request"] = asked["request"]["requestId"]
+    return v
+
+
+def decision_lines(root: Path, v: Vars) -> int:
+    path = root / "sessions" / f"{v['sid']}.jsonl"
+    return sum(1 for line in path.read_bytes().splitlines() if line.startswith(b'{"type":"approval_decision"'))
+
+
 async def with_notification(c: HostClient, root: Path) -> Vars:
     v = await with_turn(c, root)
     await c.call("session.endTurn", {"sessionId": v["sid"], "turnId": "t1", "status": "completed"})
@@ -184,6 +222,45 @@ def submit_params(v: Vars, markdown: str = "# Plan\n\nDo it.\n") -> dict[str, An
 async def with_plan(c: HostClient, root: Path) -> Vars:
     v = await with_plan_session(c, root)
     v["request"] = (await c.call("plans.submit", submit_params(v)))["requestId"]
+    return v
+
+
+async def with_execution(c: HostClient, root: Path) -> Vars:
+    v = await with_plan(c, root)
+    approved = await c.call("plans.respond", {"requestId": v["request"], "action": "approve"})
+    v["execution"] = approved["approval"]["executionId"]
+    for tid in ("t2", "t3"):
+        await c.call("session.startTurn", {"sessionId": v["sid"], "turnId": tid})
+    return v
+
+
+async def with_running_execution(c: HostClient, root: Path) -> Vars:
+    v = await with_execution(c, root)
+    await c.call("plans.startExecution", {"sessionId": v["sid"], "executionId": v["execution"], "turnId": "t2"})
+    return v
+
+
+def deliver_params(v: Vars, key: str = "k1", content: str = "review this") -> dict[str, Any]:
+    return {"pluginId": "pl", "sourceSessionId": v["src"], "targetSessionId": v["sid"], "kind": "task",
+            "content": content, "idempotencyKey": key, "notifyOnCompletion": True}
+
+
+async def with_two_sessions(c: HostClient, root: Path) -> Vars:
+    return {"src": await new_session(c), "sid": await new_session(c)}  # sid: the target (its actor runs it)
+
+
+async def with_delivery(c: HostClient, root: Path) -> Vars:
+    v = await with_two_sessions(c, root)
+    v["delivery"] = (await c.call("collab.deliver", deliver_params(v)))["delivery"]["id"]
+    v["delivery2"] = (await c.call("collab.deliver", deliver_params(v, "k2", "and this")))["delivery"]["id"]
+    for tid in ("t1", "t2"):
+        await c.call("session.startTurn", {"sessionId": v["sid"], "turnId": tid})
+    return v
+
+
+async def with_begun_delivery(c: HostClient, root: Path) -> Vars:
+    v = await with_delivery(c, root)
+    await c.call("collab.begin", {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t1"})
     return v
 
 
@@ -322,6 +399,10 @@ SCENARIOS: dict[str, Scenario] = {
         with_turn, lambda v: {"sessionId": v["sid"], "turnId": "t1", "message": msg("a1", "partial", "assistant")},
         lambda v: ("session.saveInflightMessage",
                    {"sessionId": v["sid"], "turnId": "t1", "message": msg("a1", "more", "assistant")})),
+    "session.recoverInflight": S(
+        with_checkpoint, lambda v: {"sessionId": v["sid"], "turnId": "t1"},
+        lambda v: ("session.recoverInflight", {"sessionId": v["sid"]}),
+        count=count("SELECT COUNT(*) FROM messages")),
     "notifications.markRead": S(with_notification, lambda v: {"ids": [v["nid"]]},
                                 lambda v: ("notifications.markRead", {"ids": [v["nid"], "other"]})),
     "notifications.markAllRead": S(with_notification, lambda v: {}, lambda v: ("notifications.clear", {})),
@@ -402,6 +483,52 @@ SCENARIOS: dict[str, Scenario] = {
                       lambda v: ("plans.submit", submit_params(v, "# Other plan\n")), count=artifact_files),
     "plans.respond": S(with_plan, lambda v: {"requestId": v["request"], "action": "reject"},
                        lambda v: ("plans.respond", {"requestId": v["request"], "action": "approve"})),
+    "plans.startExecution": S(
+        with_execution, lambda v: {"sessionId": v["sid"], "executionId": v["execution"], "turnId": "t2"},
+        lambda v: ("plans.startExecution", {"sessionId": v["sid"], "executionId": v["execution"], "turnId": "t3"})),
+    "plans.finishExecution": S(
+        with_running_execution,
+        lambda v: {"sessionId": v["sid"], "executionId": v["execution"], "turnId": "t2", "outcome": "completed"},
+        lambda v: ("plans.finishExecution", {"sessionId": v["sid"], "executionId": v["execution"], "turnId": "t2",
+                                             "outcome": "failed"})),
+    "collab.deliver": S(with_two_sessions, deliver_params,
+                        lambda v: ("collab.deliver", deliver_params(v, content="something else")),
+                        count=count("SELECT COUNT(*) FROM session_collaboration_messages")),
+    "collab.begin": S(
+        with_delivery, lambda v: {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t1"},
+        lambda v: ("collab.begin", {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t2"}),
+        count=count("SELECT COUNT(*) FROM messages")),
+    "collab.settle": S(
+        with_begun_delivery,
+        lambda v: {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t1", "status": "completed",
+                   "result": "done"},
+        lambda v: ("collab.settle", {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t1",
+                                     "status": "failed", "error": "no"}),
+        count=count("SELECT COUNT(*) FROM session_collaboration_messages WHERE kind = 'completion'")),
+    "collab.cancel": S(with_delivery, lambda v: {"deliveryId": v["delivery"]},
+                       lambda v: ("collab.cancel", {"deliveryId": v["delivery2"]}),
+                       count=count("SELECT COUNT(*) FROM turn_queue")),
+    "approvals.request": S(
+        with_turn, lambda v: {"sessionId": v["sid"], "turnId": "t1", "tool": "Bash", "risk": "low"},
+        lambda v: ("approvals.request", {"sessionId": v["sid"], "turnId": "t1", "tool": "Edit", "risk": "low"}),
+        count=count("SELECT COUNT(*) FROM approvals")),
+    "approvals.respond": S(
+        with_approval, lambda v: {"sessionId": v["sid"], "requestId": v["request"], "optionId": "allow_once"},
+        lambda v: ("approvals.respond", {"sessionId": v["sid"], "requestId": v["request"], "optionId": "deny"}),
+        count=decision_lines),
+    "approvals.removeRule": S(with_rules, lambda v: {"ruleId": v["rule0"]},
+                              lambda v: ("approvals.removeRule", {"ruleId": v["rule1"]}),
+                              count=count("SELECT COUNT(*) FROM permission_rules")),
+    "interactions.request": S(
+        with_turn, lambda v: {"sessionId": v["sid"], "turnId": "t1", "question": "Q?", "allowFreeText": True},
+        lambda v: ("interactions.request", {"sessionId": v["sid"], "turnId": "t1", "question": "Other?",
+                                            "allowFreeText": True}),
+        count=count("SELECT COUNT(*) FROM interactions")),
+    "interactions.respond": S(
+        with_interaction, lambda v: {"sessionId": v["sid"], "requestId": v["request"], "answer": {"text": "yes"}},
+        lambda v: ("interactions.respond", {"sessionId": v["sid"], "requestId": v["request"],
+                                            "answer": {"text": "no"}}),
+        count=decision_lines),
     "projects.remove": S(with_projects, lambda v: {"projectId": v["a"]},
                          lambda v: ("projects.remove", {"projectId": v["b"]}),
                          count=count("SELECT COUNT(*) FROM projects")),
