@@ -181,4 +181,5 @@ Topic = Literal[
     "task.due",
     "plan.requested",
     "plan.resolved",
+    "session.inflight",
 ]

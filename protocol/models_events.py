@@ -127,6 +127,19 @@ class PlanResolvedEvent(Result):
     status: Literal["approved", "rejected", "expired"]
 
 
+class SessionInflightEvent(Result):
+    """A checkpoint of a streaming reply was saved (``session.saveInflightMessage``).
+
+    ``message`` is the whole partial reply so far (not a delta): a UI shows it
+    in place of the previous one with the same id until the final
+    ``session.message`` for that id arrives. One event per saved checkpoint.
+    """
+
+    turn_id: str
+    message: JsonObject = Field(description="The checkpointed assistant record (id, role, blocks, ...).")
+    saved_at: TimestampMs
+
+
 EVENT_PAYLOADS: Mapping[str, type[BaseModel]] = MappingProxyType(
     {
         "session.created": SessionEvent,
@@ -140,6 +153,7 @@ EVENT_PAYLOADS: Mapping[str, type[BaseModel]] = MappingProxyType(
         "task.due": TaskDueEvent,
         "plan.requested": PlanRequestedEvent,
         "plan.resolved": PlanResolvedEvent,
+        "session.inflight": SessionInflightEvent,
     }
 )
 
@@ -151,6 +165,7 @@ __all__ = [
     "PlanResolvedEvent",
     "SessionDeletedEvent",
     "SessionEvent",
+    "SessionInflightEvent",
     "SessionMessageEvent",
     "SessionQueueEvent",
     "TaskDueEvent",

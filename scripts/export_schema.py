@@ -802,6 +802,9 @@ EVENT_EXAMPLES: dict[str, dict[str, Any]] = {
                  "startedAt": 1785133800000},
     "plan.requested": {"approval": EXAMPLES["plans.submit"][1]},
     "plan.resolved": {"requestId": "plan_5e0d", "sessionId": "s_4f2a", "status": "approved"},
+    "session.inflight": {"turnId": "t_9", "savedAt": 1785056403500,
+                         "message": {"id": "m_3", "role": "assistant", "turnId": "t_9",
+                                     "blocks": [{"type": "text", "text": "The parser reads one li"}]}},
 }
 
 

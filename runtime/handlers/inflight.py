@@ -26,6 +26,7 @@ from store.transcript import read_spans
 __all__ = ["after_append", "save", "settle_on_turn_end"]
 
 _KEY = "inflight.messageId"
+LIVE_TOPIC = "session.inflight"  # one event per saved checkpoint: the partial reply so far
 _UNKNOWN = object()
 
 
@@ -73,6 +74,7 @@ async def save(ctx: SessionContext, p: m.SaveInflightParams, key: ReceiptKey | N
         rec = {**rec, "id": inflight.remapped_id(ctx.sid, rec["id"])}
     state = await indexed_state(ctx, rec["id"])
     result: dict[str, Any]
+    live: dict[str, Any] | None = None
     if state == "settled":
         result = {"saved": False, "reason": "already_indexed"}
     elif state == "absent" and not inflight.has_visible_content(rec):
@@ -84,9 +86,12 @@ async def save(ctx: SessionContext, p: m.SaveInflightParams, key: ReceiptKey | N
         await ctx.io(lambda: inflight.write_checkpoint(path, sid, turn_id, saved_at, rec, faults=faults))
         ctx.cache[_KEY] = rec["id"]
         result = {"saved": True}
+        live = {"turnId": turn_id, "message": rec, "savedAt": saved_at}
     if key is not None:
         # The checkpoint file is the effect (rewriting it is idempotent); the receipt is a row.
-        return await ctx.commit(lambda conn: result)
+        result = await ctx.commit(lambda conn: result)
+    if live is not None:
+        ctx.publish(LIVE_TOPIC, live)
     return result
 
 
