@@ -31,8 +31,10 @@ class HelloParams(Params):
 
 class HelloResult(Result):
     protocol: int
+    client_id: str = Field(description="The clientId this connection authenticated with.")
+    connection_id: int = Field(description="This connection's number on the host (logs, statistics).")
     host_version: str
-    boot_id: str
+    boot_id: str = Field(description="New at every host start: event cursors of another bootId do not resume.")
     server_time: TimestampMs
 
 
@@ -77,6 +79,13 @@ class BootReport(Result):
     )
 
 
+class PipelineStats(Result):
+    in_flight: Count = Field(description="Requests submitted and not yet answered.")
+    running: Count = Field(description="Receipt claims whose first attempt is still running.")
+    pinned: Count = Field(description="Completed receipts held in memory until the index covers them.")
+    recent: Count = Field(description="Completed receipts remembered for fast replays.")
+
+
 class StatusResult(Result):
     version: str
     boot_id: str
@@ -84,6 +93,7 @@ class StatusResult(Result):
     uptime_ms: Count
     actors: ActorStats
     db_writer: DbWriterStats
+    pipeline: PipelineStats
     data_dir_bytes: Count
     boot: BootReport
 
@@ -94,6 +104,7 @@ __all__ = [
     "DbWriterStats",
     "HelloParams",
     "HelloResult",
+    "PipelineStats",
     "StatusParams",
     "StatusResult",
 ]

@@ -7,7 +7,7 @@ end up in the transcript file. Host-produced projections (``SessionSummary``,
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, field_validator
 
@@ -104,6 +104,7 @@ class SessionSummary(Result):
     mode: Mode
     thinking_level: ThinkingLevel
     permission_mode: PermissionMode
+    source: str | None = Field(default=None, description="Where the session came from (null: created here).")
     message_count: Count = Field(description="Durable message count (sessions.last_seq).")
     created_at: TimestampMs
     updated_at: TimestampMs
@@ -125,12 +126,13 @@ class MessageRef(Result):
 class UiMessage(Result):
     """A message projected for display; content may be capped (contentLimit)."""
 
+    type: Literal["message"] | None = Field(default=None, description="The transcript line kind.")
     id: str
     role: Role
     blocks: list[JsonObject]
     created_at: str | None = None
-    position: Count | None = Field(
-        default=None, description="0-based physical position in the transcript."
+    seq: int | None = Field(
+        default=None, ge=1, description="Per-session ordinal: the 0-based physical position in the transcript + 1."
     )
     tool_name: str | None = None
     turn_id: str | None = None
@@ -145,6 +147,7 @@ class UiMessage(Result):
 class CompactionView(Result):
     """A still-valid compaction checkpoint as returned to clients."""
 
+    type: Literal["compaction"] | None = Field(default=None, description="The transcript line kind.")
     id: str
     summary: str
     first_kept_message_id: str | None = None

@@ -45,6 +45,7 @@ class SettingsSetParams(MutatingParams):
 class SettingsSetResult(Result):
     ns: str
     key: str
+    value: Any = Field(description="The value as stored.")
     updated_at: TimestampMs
 
 

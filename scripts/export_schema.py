@@ -408,7 +408,8 @@ _MESSAGE_REF = {
 EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "host.hello": (
         {"token": "3f1c…e9", "clientId": "ui-7d2e", "clientKind": "ui", "protocol": 1},
-        {"protocol": 1, "hostVersion": "0.1.0", "bootId": "b_51c0", "serverTime": 1785056400000},
+        {"protocol": 1, "clientId": "ui-7d2e", "connectionId": 4, "hostVersion": "0.1.0", "bootId": "b_51c0",
+         "serverTime": 1785056400000},
     ),
     "host.status": (
         {},
@@ -419,6 +420,7 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             "uptimeMs": 400000,
             "actors": {"sessions": 3, "total": 7, "restarts": 0},
             "dbWriter": {"queueDepth": 0, "peakDepth": 14, "batches": 912},
+            "pipeline": {"inFlight": 0, "running": 0, "pinned": 0, "recent": 37},
             "dataDirBytes": 48213004,
             "boot": {"durationMs": 84, "cleanShutdown": True, "sessionsScanned": 41},
         },
@@ -656,7 +658,7 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "settings.set": (
         {"ns": "ui", "key": "sidebarWidth", "value": 280, "submissionId": "set-4"},
-        {"ns": "ui", "key": "sidebarWidth", "updatedAt": 1785056401000},
+        {"ns": "ui", "key": "sidebarWidth", "value": 280, "updatedAt": 1785056401000},
     ),
     # -- secrets, attachments, tasks, plans, projects (runtime/methods_store.py)
     "secrets.set": (

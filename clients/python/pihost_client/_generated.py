@@ -177,6 +177,7 @@ class Compaction(TypedDict):
 
 class CompactionView(TypedDict):
     """A still-valid compaction checkpoint as returned to clients."""
+    type: NotRequired[Literal["compaction"] | None]
     id: str
     summary: str
     firstKeptMessageId: NotRequired[str | None]
@@ -261,6 +262,8 @@ class HelloParams(TypedDict):
 
 class HelloResult(TypedDict):
     protocol: int
+    clientId: str
+    connectionId: int
     hostVersion: str
     bootId: str
     serverTime: int
@@ -365,6 +368,13 @@ class NotificationsMarkReadParams(TypedDict):
 
 class OkResult(TypedDict):
     ok: bool
+
+
+class PipelineStats(TypedDict):
+    inFlight: int
+    running: int
+    pinned: int
+    recent: int
 
 
 class PlanApproval(TypedDict):
@@ -810,6 +820,7 @@ class SessionSummary(TypedDict):
     mode: Literal["plan", "agent", "goal"]
     thinkingLevel: Literal["off", "minimal", "low", "medium", "high", "xhigh", "max", "omit"]
     permissionMode: Literal["inherit", "ask", "accept-edits", "auto"]
+    source: NotRequired[str | None]
     messageCount: int
     createdAt: int
     updatedAt: int
@@ -850,6 +861,7 @@ class SettingsSetParams(TypedDict):
 class SettingsSetResult(TypedDict):
     ns: str
     key: str
+    value: Any
     updatedAt: int
 
 
@@ -880,6 +892,7 @@ class StatusResult(TypedDict):
     uptimeMs: int
     actors: ActorStats
     dbWriter: DbWriterStats
+    pipeline: PipelineStats
     dataDirBytes: int
     boot: BootReport
 
@@ -1103,11 +1116,12 @@ class TurnStartedEvent(TypedDict):
 
 class UiMessage(TypedDict):
     """A message projected for display; content may be capped (contentLimit)."""
+    type: NotRequired[Literal["message"] | None]
     id: str
     role: Literal["user", "assistant", "tool", "system"]
     blocks: list[Block]
     createdAt: NotRequired[str | None]
-    position: NotRequired[int | None]
+    seq: NotRequired[int | None]
     toolName: NotRequired[str | None]
     turnId: NotRequired[str | None]
     meta: NotRequired[JsonObject | None]

@@ -219,6 +219,8 @@ export interface Compaction {
 
 /** A still-valid compaction checkpoint as returned to clients. */
 export interface CompactionView {
+  /** The transcript line kind. */
+  type?: "compaction" | null;
   id: string;
   summary: string;
   firstKeptMessageId?: string | null;
@@ -319,7 +321,12 @@ export interface HelloParams {
 
 export interface HelloResult {
   protocol: number;
+  /** The clientId this connection authenticated with. */
+  clientId: string;
+  /** This connection's number on the host (logs, statistics). */
+  connectionId: number;
   hostVersion: string;
+  /** New at every host start: event cursors of another bootId do not resume. */
   bootId: string;
   /** Unix time in milliseconds. */
   serverTime: number;
@@ -444,6 +451,17 @@ export interface NotificationsMarkReadParams {
 
 export interface OkResult {
   ok: boolean;
+}
+
+export interface PipelineStats {
+  /** Requests submitted and not yet answered. */
+  inFlight: number;
+  /** Receipt claims whose first attempt is still running. */
+  running: number;
+  /** Completed receipts held in memory until the index covers them. */
+  pinned: number;
+  /** Completed receipts remembered for fast replays. */
+  recent: number;
 }
 
 export interface PlanApproval {
@@ -993,6 +1011,8 @@ export interface SessionSummary {
   mode: "plan" | "agent" | "goal";
   thinkingLevel: "off" | "minimal" | "low" | "medium" | "high" | "xhigh" | "max" | "omit";
   permissionMode: "inherit" | "ask" | "accept-edits" | "auto";
+  /** Where the session came from (null: created here). */
+  source?: string | null;
   /** Durable message count (sessions.last_seq). */
   messageCount: number;
   /** Unix time in milliseconds. */
@@ -1043,6 +1063,8 @@ export interface SettingsSetParams {
 export interface SettingsSetResult {
   ns: string;
   key: string;
+  /** The value as stored. */
+  value: unknown;
   /** Unix time in milliseconds. */
   updatedAt: number;
 }
@@ -1077,6 +1099,7 @@ export interface StatusResult {
   uptimeMs: number;
   actors: ActorStats;
   dbWriter: DbWriterStats;
+  pipeline: PipelineStats;
   dataDirBytes: number;
   boot: BootReport;
 }
@@ -1352,12 +1375,14 @@ export interface TurnStartedEvent {
 
 /** A message projected for display; content may be capped (contentLimit). */
 export interface UiMessage {
+  /** The transcript line kind. */
+  type?: "message" | null;
   id: string;
   role: "user" | "assistant" | "tool" | "system";
   blocks: Block[];
   createdAt?: string | null;
-  /** 0-based physical position in the transcript. */
-  position?: number | null;
+  /** Per-session ordinal: the 0-based physical position in the transcript + 1. */
+  seq?: number | null;
   toolName?: string | null;
   turnId?: string | null;
   meta?: JsonObject | null;
