@@ -34,8 +34,8 @@ from tests.hostkit import client_for, inprocess_host
 from tests.pipeline import scenarios as sc
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "protocol" / "schema.json").read_text("utf-8"))
-OPEN_DEFS = {"Block", *(m.__name__ for m in BLOCK_MODELS.values()), "HostedSearchRound", "HostedSearchSource", "BootReport",
-             "ToolTokenUsage", "Usage", "RunEnvironmentView"}
+OPEN_DEFS = {"Block", *(m.__name__ for m in BLOCK_MODELS.values()), "HostedSearchRound", "HostedSearchSource",
+             "BootReport", "ToolTokenUsage", "Usage", "RunEnvironmentView"}
 """Records open by contract (blocks keep unknown keys, usage keeps provider keys, the boot report grows)."""
 
 
@@ -150,7 +150,7 @@ def _failure(method: str, result: Any) -> str | None:
 
 async def _run(c_for: Callable[[str], Any], method: str, setup: sc.Setup, params: Callable[[sc.Vars], dict[str, Any]],
                kind: str, root: Path) -> str | None:
-    root.mkdir(parents=True, exist_ok=True)
+    await trio.Path(root).mkdir(parents=True, exist_ok=True)
     async with c_for(kind) as c:
         v = await setup(c, root)
         result = await c.call(method, params(v))
