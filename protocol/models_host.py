@@ -86,6 +86,19 @@ class PipelineStats(Result):
     recent: Count = Field(description="Completed receipts remembered for fast replays.")
 
 
+class LoginCodeParams(Params):
+    pass
+
+
+class LoginCodeResult(Result):
+    """A one-time code the browser inspector exchanges for the token (``POST /login``)."""
+
+    code: str = Field(description="Valid once, for expiresInMs.")
+    expires_in_ms: Count
+    url: str = Field(description="The inspector with the code in its fragment (never sent to a server; "
+                     "the page removes it from the address bar at once).")
+
+
 class StatusResult(Result):
     version: str
     boot_id: str
@@ -103,6 +116,8 @@ __all__ = [
     "BootReport",
     "DbWriterStats",
     "HelloParams",
+    "LoginCodeParams",
+    "LoginCodeResult",
     "HelloResult",
     "PipelineStats",
     "StatusParams",

@@ -38,6 +38,7 @@ from actors.db_writer import DbWriter, DbWriterStats
 from actors.events import EventBus
 from actors.gateway import Gateway
 from actors.gateway_connection import CLOSE_GOING_AWAY
+from actors.gateway_http import HttpSite, LoginCodes, load_static
 from actors.gateway_types import CallContext, GatewayConfig, Reply
 from actors.registry import SessionRegistry
 from actors.scheduler import Scheduler, tasks_changed
@@ -47,6 +48,7 @@ from runtime.config import HostConfig
 from runtime.context import Services
 from runtime.datadir import DataDirLock
 from runtime.handlers.attachments import Blobs
+from runtime.handlers.host import INSPECTOR_URL, LOGIN_CODES
 from runtime.handlers.queue import QueueControl
 from runtime.handlers.secrets import Vault
 from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
@@ -184,7 +186,8 @@ async def run_host(
                     writer=writer_ref, wake_scheduler=tasks_changed(scheduler_ref.tell_nowait),
                     extra={"queue": QueueControl(),
                            "vault": Vault(data_dir.secrets_dir, faults=faults),
-                           "blobs": Blobs(data_dir.attachments_dir, faults=faults)},
+                           "blobs": Blobs(data_dir.attachments_dir, faults=faults),
+                           LOGIN_CODES: LoginCodes(time.monotonic)},
                 )
                 deps = SessionDeps(
                     paths=data_dir.session_paths, db=db, reads=reads, bus=bus, faults=faults, now_ms=now_ms,
@@ -231,9 +234,13 @@ async def run_host(
                     allowed_origins=config.allowed_origins,
                     max_frame_bytes=config.max_frame_bytes, max_params_bytes=config.max_params_bytes,
                 )
-                gateway = Gateway(gw_config, HostDispatcher(pipeline, boot.boot_id, now_ms), bus)
+                static = await trio.to_thread.run_sync(load_static)
+                site = HttpSite(token=token, codes=services.get(LOGIN_CODES), ready=lambda: gateway.accepting,
+                                static=static)
+                gateway = Gateway(gw_config, HostDispatcher(pipeline, boot.boot_id, now_ms), bus, site)
                 port = await nursery.start(gateway.serve)
                 url = f"ws://{_url_host(config.host)}:{port}"
+                services.extra[INSPECTOR_URL] = f"http://{_url_host(config.host)}:{port}"
                 info = {"pid": os.getpid(), "url": url, "tokenFile": str(data_dir.token_path),
                         "startedAt": started_at, "bootId": boot.boot_id, "version": VERSION}
                 await trio.to_thread.run_sync(

@@ -411,6 +411,11 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"protocol": 1, "clientId": "ui-7d2e", "connectionId": 4, "hostVersion": "0.1.0", "bootId": "b_51c0",
          "serverTime": 1785056400000},
     ),
+    "host.createLoginCode": (
+        {},
+        {"code": "Jc3u9kqR0bVZ2xTt1w8yQm4nHs6dLp0a", "expiresInMs": 60000,
+         "url": "http://127.0.0.1:7777/#code=Jc3u9kqR0bVZ2xTt1w8yQm4nHs6dLp0a"},
+    ),
     "host.status": (
         {},
         {

@@ -99,6 +99,7 @@ EVERYTHING: sc.Setup = once(with_everything)
 
 READS: dict[str, Read] = {
     "host.status": (sc.nothing, lambda v: {}, "test"),
+    "host.createLoginCode": (sc.nothing, lambda v: {}, "cli"),
     "session.list": (EVERYTHING, lambda v: {"limit": 50}, "test"),
     "session.get": (EVERYTHING, lambda v: {"sessionId": v["sid"], "messageLimit": 3, "contentLimit": 4}, "test"),
     "session.turnEnvironment": (EVERYTHING, lambda v: {"turnId": "tr1"}, "test"),

@@ -300,6 +300,17 @@ class ListRevisionsResult(TypedDict):
     revisions: list[RevisionInfo]
 
 
+class LoginCodeParams(TypedDict):
+    pass
+
+
+class LoginCodeResult(TypedDict):
+    """A one-time code the browser inspector exchanges for the token (``POST /login``)."""
+    code: str
+    expiresInMs: int
+    url: str
+
+
 class MessageIdParams(TypedDict):
     submissionId: NotRequired[str | None]
     sessionId: str
@@ -1218,6 +1229,11 @@ class HostMethods:
         """``host.status``: Versions, uptime, actor and DB-writer statistics, boot recovery report."""
         params: dict[str, Any] = {}
         return cast(StatusResult, await self._call("host.status", params, False))
+
+    async def create_login_code(self) -> LoginCodeResult:
+        """``host.createLoginCode``: A one-time login code for the browser inspector (what `pi-host open` uses)."""
+        params: dict[str, Any] = {}
+        return cast(LoginCodeResult, await self._call("host.createLoginCode", params, False))
 
 
 class SessionMethods:

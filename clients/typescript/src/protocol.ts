@@ -367,6 +367,18 @@ export interface ListRevisionsResult {
   revisions: RevisionInfo[];
 }
 
+export interface LoginCodeParams {
+}
+
+/** A one-time code the browser inspector exchanges for the token (``POST /login``). */
+export interface LoginCodeResult {
+  /** Valid once, for expiresInMs. */
+  code: string;
+  expiresInMs: number;
+  /** The inspector with the code in its fragment (never sent to a server; the page removes it from the address bar at once). */
+  url: string;
+}
+
 export interface MessageIdParams {
   /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
   submissionId?: string | null;
@@ -1413,6 +1425,8 @@ export interface Usage {
 export interface Methods {
   /** Versions, uptime, actor and DB-writer statistics, boot recovery report. */
   "host.status": { params: StatusParams; result: StatusResult };
+  /** A one-time login code for the browser inspector (what `pi-host open` uses). */
+  "host.createLoginCode": { params: LoginCodeParams; result: LoginCodeResult };
   /** Create an empty session (header line + index row). (mutating: accepts submissionId) */
   "session.create": { params: SessionCreateParams; result: SessionSummary };
   /** Sessions by updatedAt, newest first; trashed sessions excluded. */
