@@ -133,12 +133,17 @@ class OpenAIModel:
                             break
                         anyio.from_thread.run(send.send, json.loads(data))
                 anyio.from_thread.run(send.send, None)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                return  # the reader stopped listening (cancelled or failed)
             except (OSError, ValueError, urllib.error.URLError) as exc:
-                anyio.from_thread.run(send.send, exc)
+                try:
+                    anyio.from_thread.run(send.send, exc)
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    return
 
         calls: dict[int, dict[str, Any]] = {}
         usage = (0, 0)
-        async with anyio.create_task_group() as tg:
+        async with send, anyio.create_task_group() as tg:
             tg.start_soon(lambda: anyio.to_thread.run_sync(pump))
             async with recv:
                 async for item in recv:
