@@ -94,7 +94,7 @@ async def test_inspector_logs_in_lists_pages_searches_and_streams(tmp_path: Path
                 # a live reply: checkpoints stream in, then the final message replaces them
                 await page.click(f"#sessions li[data-id='{short}']")
                 await page.wait("document.querySelectorAll('#messages .msg').length === 1")
-                assert "and milk" in await page.eval("document.getElementById('queue').textContent")
+                await page.wait("document.getElementById('queue').textContent.includes('and milk')")
                 await c.call("session.startTurn", {"sessionId": short, "turnId": "live-turn"})
                 for partial in ("Milk is", "Milk is on the list", "Milk is on the list, next to"):
                     await c.call("session.saveInflightMessage", {"sessionId": short, "turnId": "live-turn",
