@@ -33,7 +33,7 @@ from actors.gateway_types import CallContext
 from actors.session_context import UNSET, SessionContext, session_info_line, settings_of
 from runtime.kernel.actor import Actor, Envelope, InternalBug
 from store import index, receipts
-from store.errors import IOFailure, StorageFull, StoreError
+from store.errors import IOFailure, SessionNotFound, StorageFull, StoreError
 from store.faults import Faults
 from store.receipts import ReceiptKey
 from store.reconcile import apply_plan, plan_reconcile
@@ -202,7 +202,10 @@ class SessionActor(Actor):
             if self.poisoned:
                 await self.rebuild()
             ctx = SessionContext(self, calls[0].caller, None, op.name)
-            await ctx.ensure_ready()
+            try:
+                await ctx.ensure_ready()
+            except SessionNotFound as gone:
+                return await self._answer_from_receipts(calls, gone)
             outcomes = await op.group(ctx, calls)
             if len(outcomes) != len(calls):
                 raise InternalBug("a group handler must answer every call")
@@ -210,6 +213,26 @@ class SessionActor(Actor):
         except Exception as exc:
             self.poisoned = True
             return [exc] * len(calls)
+
+    async def _answer_from_receipts(self, calls: list[SessionCall], gone: SessionNotFound) -> list[Any]:
+        """The session is gone: a retry of a call that completed before is still answered from its
+        receipt; everything else is ``SESSION_NOT_FOUND``."""
+        keys = [call.receipt for call in calls]
+
+        def lookup(conn: Any) -> list[Any]:
+            out: list[Any] = []
+            for key in keys:
+                try:
+                    found = receipts.check(conn, key) if key is not None else None
+                except StoreError as exc:
+                    out.append(exc)
+                    continue
+                out.append(gone if found is None else found["response"])
+            return out
+
+        if not any(keys):
+            return [gone] * len(calls)
+        return await self.deps.reads.run(lookup)
 
     # ------------------------------------------------------------------ state (used by SessionContext)
     async def io(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:

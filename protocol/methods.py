@@ -116,7 +116,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         "session.appendMessage",
         m.AppendMessageParams,
         m.AppendMessageResult,
-        "Append one message (durable before the reply); replays are no-ops.",
+        "Append one message to an existing session (durable before the reply); replays are no-ops.",
         _codes(_SESSION_WRITE, ("CONFLICT", "PERMISSION_DENIED")),
     ),
     _spec(

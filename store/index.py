@@ -265,6 +265,7 @@ def index_messages(
     file_epoch: str | None,
     now_ms: int,
     touch: bool = True,
+    audit_effects: bool = True,
 ) -> list[dict[str, Any]]:
     """Index appended message lines (in file order).
 
@@ -272,6 +273,8 @@ def index_messages(
     span in place (same seq, same turn). New ids get the next seq from
     ``last_seq`` (O(1), RETURNING). Receipts carried in ``meta.receipt`` are
     recorded in the same transaction. Returns one MessageRef per item.
+    ``audit_effects=False`` records Write/Edit artifacts without ``tool_execute``
+    audit rows (imported history: this host executed nothing).
     """
     refs: list[dict[str, Any]] = []
     existing = lookup_ids(conn, (it.record["id"] for it in items))
@@ -322,7 +325,8 @@ def index_messages(
         ref = message_ref(session_id, seq, rec, turn)
         if artifacts.may_have_effects(rec):
             # Write/Edit results: artifacts + tool_execute audit in this same transaction (seed §4.10).
-            artifacts.record_effects(conn, session_id, rec, turn or _str_or_none(rec.get("turnId")), now_ms)
+            artifacts.record_effects(conn, session_id, rec, turn or _str_or_none(rec.get("turnId")), now_ms,
+                                     audit=audit_effects)
         store_append_receipt(conn, session_id, rec, ref, now_ms)
         refs.append(ref)
     sets = "indexed_len = ?, file_epoch = ?"

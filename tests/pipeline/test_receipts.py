@@ -79,3 +79,22 @@ async def test_receipt(tmp_path: Path, method: str) -> None:
             state = probe.state(root)  # after boot (its fence may have changed rows, e.g. interrupted approvals)
             assert await again.call(method, params) == first, f"{method}: the receipt did not survive a restart"
             assert probe.state(root) == state
+
+
+@pytest.mark.parametrize("method", ["session.appendMessage", "session.rename", "session.truncateFrom"])
+async def test_a_retry_after_the_session_was_deleted_is_answered_from_its_receipt(tmp_path: Path,
+                                                                                   method: str) -> None:
+    """A completed request's answer outlives its session (and the host process)."""
+    scenario = SCENARIOS[method]
+    root = tmp_path / "data"
+    with trio.fail_after(60):
+        async with inprocess_host(root) as host, client_for(host, "same") as c:
+            v = await scenario.setup(c, root)
+            params = {**scenario.params(v), "submissionId": "before-delete"}
+            first = await c.call(method, params)
+            await c.call("session.delete", {"sessionId": v["sid"]})
+        async with inprocess_host(root) as host, client_for(host, "same") as c:
+            assert await c.call(method, params) == first
+            with pytest.raises(RpcError) as err:
+                await c.call(method, {**params, "submissionId": "after-delete"})
+            assert err.value.data_code == "SESSION_NOT_FOUND"

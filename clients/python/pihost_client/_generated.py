@@ -1295,7 +1295,7 @@ class SessionMethods:
         return cast(SessionGetResult, await self._call("session.get", params, False))
 
     async def append_message(self, *, session_id: str, message: TranscriptMessage, submission_id: str | None = None, turn_id: str | None = None) -> AppendMessageResult:
-        """``session.appendMessage``: Append one message (durable before the reply); replays are no-ops. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``session.appendMessage``: Append one message to an existing session (durable before the reply); replays are no-ops. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["sessionId"] = session_id
         params["message"] = message

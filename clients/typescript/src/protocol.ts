@@ -1433,7 +1433,7 @@ export interface Methods {
   "session.list": { params: SessionListParams; result: SessionListResult };
   /** A bounded window of the transcript plus every valid compaction. */
   "session.get": { params: SessionGetParams; result: SessionGetResult };
-  /** Append one message (durable before the reply); replays are no-ops. (mutating: accepts submissionId) */
+  /** Append one message to an existing session (durable before the reply); replays are no-ops. (mutating: accepts submissionId) */
   "session.appendMessage": { params: AppendMessageParams; result: AppendMessageResult };
   /** Set the title (trimmed, 1-80 characters); updatedAt is unchanged. (mutating: accepts submissionId) */
   "session.rename": { params: SessionRenameParams; result: SessionSummary };
