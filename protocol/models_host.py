@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, model_validator
 
 from .models_common import (
     MAX_TOKEN_CHARS,
     ClientKind,
     Count,
     Params,
+    PluginId,
     Result,
     TimestampMs,
     WireId,
@@ -27,6 +28,17 @@ class HelloParams(Params):
     client_id: WireId = Field(description="Stable per client install; keys command receipts.")
     client_kind: ClientKind
     protocol: int = Field(ge=1, description="Protocol version the client speaks.")
+    plugin_id: PluginId | None = Field(
+        default=None,
+        description="Required with clientKind plugin (and only then): the connection's reads and writes are "
+        "scoped to what that plugin owns.",
+    )
+
+    @model_validator(mode="after")
+    def _plugin_identity(self) -> HelloParams:
+        if (self.client_kind == "plugin") != (self.plugin_id is not None):
+            raise ValueError("pluginId is required with clientKind plugin, and only with it")
+        return self
 
 
 class HelloResult(Result):
@@ -99,6 +111,21 @@ class LoginCodeResult(Result):
                      "the page removes it from the address bar at once).")
 
 
+class IndexStats(Result):
+    """How far the index trails acknowledged appends (the read barrier's bookkeeping)."""
+
+    acknowledged: Count = Field(description="Appends acknowledged since start (host-wide sequence).")
+    covered: Count = Field(description="Highest sequence the index's committed batches cover.")
+    lag_ops: Count
+    lag_bytes: Count
+    max_lag_ops: Count = Field(description="The largest lag seen since start.")
+    max_lag_bytes: Count
+    read_waits: Count = Field(description="Reads that waited for the index to cover earlier appends.")
+    append_stalls: Count = Field(description="Appends that waited because the lag reached its bound.")
+    bound_ops: Count = Field(description="The lag bound: appends wait beyond it.")
+    bound_bytes: Count
+
+
 class StatusResult(Result):
     version: str
     boot_id: str
@@ -107,6 +134,7 @@ class StatusResult(Result):
     actors: ActorStats
     db_writer: DbWriterStats
     pipeline: PipelineStats
+    index: IndexStats | None = None
     data_dir_bytes: Count
     boot: BootReport
 
@@ -119,6 +147,7 @@ __all__ = [
     "LoginCodeParams",
     "LoginCodeResult",
     "HelloResult",
+    "IndexStats",
     "PipelineStats",
     "StatusParams",
     "StatusResult",

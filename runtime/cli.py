@@ -7,6 +7,8 @@
     pi-host open                         the browser inspector, logged in with a one-time code
     pi-host agent ... | chat [SESSION]   the reference sidecar and the terminal chat (pihost-client)
     pi-host completion bash|zsh          shell completion
+    pi-host settings get [KEY] | set KEY JSON | delete KEY  [--ns NS]   (app: a field of the settings blob)
+    pi-host providers | models [--provider ID]
     pi-host doctor [--repair] [--json] [--data-dir D]   (offline; exit 0 clean, 1 repairable/repaired,
                                                         2 damage it cannot repair, 3 refused: host running)
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import json
 import logging
 import os
 import signal
@@ -59,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="merge search index segments once the DB writer is idle this long (0 = never)")
     serve.add_argument("--quiet", action="store_true", help="no human log lines on stderr")
     _add_client_commands(sub, common)
+    _config_parsers(sub, common)
     doctor = sub.add_parser("doctor", help="check a stopped host's data directory (exit 0 clean, 1 repairable "
                             "or repaired, 2 damage it cannot repair, 3 refused)", parents=[common])
     doctor.add_argument("--repair", action="store_true", help="repair what can be repaired from the files")
@@ -98,6 +102,24 @@ def _add_client_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     completion.add_argument("shell", choices=["bash", "zsh"])
 
 
+def _config_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``settings get|set|delete``, ``providers``, ``models``."""
+    cfg = sub.add_parser("settings", help="read or change settings (kv namespaces)", parents=[common])
+    verbs = cfg.add_subparsers(dest="verb", required=True)
+    get = verbs.add_parser("get", help="one key, or every key of the namespace", parents=[common])
+    get.add_argument("key", nargs="?")
+    put = verbs.add_parser("set", help="set KEY to a JSON value (a bare word is a string)", parents=[common])
+    put.add_argument("key")
+    put.add_argument("value")
+    rm = verbs.add_parser("delete", help="remove KEY", parents=[common])
+    rm.add_argument("key")
+    for verb in (get, put, rm):
+        verb.add_argument("--ns", default="app", help="namespace (default app: the settings blob)")
+    sub.add_parser("providers", help="list providers (never their keys)", parents=[common])
+    models = sub.add_parser("models", help="list the model catalog", parents=[common])
+    models.add_argument("--provider", help="one provider's models")
+
+
 def main(argv: list[str] | None = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     delegated = _delegated(raw)
@@ -127,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         from runtime.cli_open import open_inspector
 
         return open_inspector(data_dir, print_only=bool(args.print))
+    if command in ("settings", "providers", "models"):
+        return trio.run(_config_client, command, args, data_dir)
     from runtime.cli_client import run_client_command
 
     code: int = run_client_command(command, args, data_dir)
@@ -274,6 +298,65 @@ async def _forward_signals(signals: Any, shutdown: Any) -> None:
         else:
             log.info("shutting down now", extra={"signal": int(signum)})
             shutdown.hurry()
+
+
+async def _config_client(command: str, args: argparse.Namespace, data_dir: DataDir) -> int:
+    """``settings`` / ``providers`` / ``models`` on the running host."""
+    from runtime.cli_client import find_host, print_rpc_error
+    from runtime.client import ClientClosed, RpcError, open_client, read_host_info
+
+    state = find_host(data_dir)
+    if not state.running:
+        print(f"pi-host: {state.problem}", file=sys.stderr)
+        return 2
+    try:
+        info = read_host_info(data_dir.root)
+        async with open_client(info.url, info.token, client_id=f"cli-{os.getpid()}", client_kind="cli") as c:
+            await _config_command(c, command, args)
+    except RpcError as exc:
+        print_rpc_error(exc)
+        return 1
+    except (ClientClosed, OSError) as exc:
+        print(f"pi-host: the host did not answer ({exc})", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _json_arg(text: str) -> Any:
+    """A JSON value; anything that is not JSON is taken as a string (``set language en``)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+async def _config_command(c: Any, command: str, args: argparse.Namespace) -> None:
+    if command == "settings":
+        if args.verb == "get" and args.key is None:
+            _print((await c.call("settings.getAll", {"ns": args.ns}))["values"])
+        elif args.verb == "get":
+            _print((await c.call("settings.get", {"ns": args.ns, "key": args.key})).get("value"))
+        elif args.verb == "set":
+            res = await c.call("settings.set", {"ns": args.ns, "key": args.key, "value": _json_arg(args.value)})
+            _print(res.get("value"))
+        else:
+            res = await c.call("settings.delete", {"ns": args.ns, "key": args.key})
+            print("deleted" if res["deleted"] else "not set")
+    elif command == "providers":
+        for p in (await c.call("providers.list", {}))["providers"]:
+            key = "key set" if p["hasApiKey"] else "no key"
+            owner = f"  (plugin {p['ownerPluginId']})" if p.get("ownerPluginId") else ""
+            state = "" if p["enabled"] else "  disabled"
+            print(f"{p['id']}  {p['name']}  {p.get('baseUrl') or '-'}  {key}{state}{owner}")
+    else:
+        params = {"providerId": args.provider} if args.provider else {}
+        for mdl in (await c.call("models.list", params))["models"]:
+            flags = " deprecated" if mdl["deprecated"] else ""
+            print(f"{mdl['providerId']}/{mdl['modelId']}  {mdl['displayName']}  [{mdl['source']}]{flags}")
+
+
+def _print(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, ensure_ascii=False))
 
 
 if __name__ == "__main__":

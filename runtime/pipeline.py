@@ -41,11 +41,12 @@ from actors.gateway_types import CallContext, Reply
 from actors.session import SessionCall, SessionOp
 from protocol.errors import MethodNotFound
 from protocol.methods import METHODS, MethodSpec
-from runtime.context import HostContext, ReadContext, Services, WriterContext, WriterResult
+from runtime.context import HostContext, Pinned, ReadContext, Services, WriterContext, WriterResult
 from runtime.kernel.actor import ActorCrashed, ActorStopped, CallbackReply, InternalBug
 from runtime.receipts import Claim, ReceiptBook, Replayed
-from runtime.routes import ROUTES, Pinned, Route, Via
+from runtime.routes import ROUTES, Route, Via
 from store import receipts
+from store.errors import PermissionDenied
 from store.receipts import ReceiptKey
 
 __all__ = ["Pipeline", "ShuttingDown"]
@@ -185,6 +186,11 @@ class Pipeline:
             params = bound.spec.params_model.model_validate({} if raw is None else raw)
         except ValidationError as exc:
             reply(outcome.Error(exc))
+            return
+        if caller.plugin_id is not None and not bound.route.plugins:
+            # A plugin reaches only the routes opened to it; their handlers scope what it owns.
+            reply(outcome.Error(PermissionDenied(f"a plugin connection may not call {method}",
+                                                 data={"method": method, "pluginId": caller.plugin_id})))
             return
         self._in_flight += 1
         self._idle = trio.Event()

@@ -29,7 +29,7 @@ from store.receipts import ReceiptKey
 
 T = TypeVar("T")
 
-__all__ = ["Vault", "delete", "fingerprint", "get", "list_secrets", "set_secret"]
+__all__ = ["Vault", "delete", "fingerprint", "fingerprint_hiding", "get", "list_secrets", "set_secret"]
 
 SERVICE = "vault"
 SECRET_READERS = frozenset({"agent", "ui"})
@@ -49,11 +49,18 @@ class Vault:
 
 async def fingerprint(services: Services, method: str, raw: Mapping[str, Any]) -> str:
     """The request without its value, plus a keyed MAC of the value."""
+    return await fingerprint_hiding(services, method, raw, ("value",))
+
+
+async def fingerprint_hiding(services: Services, method: str, raw: Mapping[str, Any],
+                             fields: tuple[str, ...]) -> str:
+    """The request with each secret field in ``fields`` replaced by a keyed MAC of it (``<field>Mac``)."""
     vault: Vault = services.get(SERVICE)
-    value = raw.get("value")
-    mac = await vault.run(vault.store.value_mac, value) if isinstance(value, str) else None
-    shown = {k: v for k, v in raw.items() if k != "value"}
-    return receipts.fingerprint(method, {**shown, "valueMac": mac})
+    shown = {k: v for k, v in raw.items() if k not in fields}
+    for name in fields:
+        value = raw.get(name)
+        shown[f"{name}Mac"] = await vault.run(vault.store.value_mac, value) if isinstance(value, str) else value
+    return receipts.fingerprint(method, shown)
 
 
 async def set_secret(ctx: HostContext, p: m.SecretsSetParams, key: ReceiptKey | None) -> Any:

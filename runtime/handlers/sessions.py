@@ -18,10 +18,13 @@ from runtime.context import ReadContext, Services
 from store import cursors, index, queue, windows
 from store.errors import Conflict, MessageNotFound
 from store.ids import derived_id, new_id
+from store.plugins import session_owner
 from store.receipts import ReceiptKey, file_record
 from store.reconcile import apply_plan, plan_reconcile
 from store.session_files import finish_delete, write_delete_marker
 from store.transcript import create_transcript
+
+from .plugins import require_owner
 
 __all__ = ["create", "create_target", "delete", "get", "list_sessions", "rename", "update"]
 
@@ -85,6 +88,8 @@ def window_request(p: m.SessionGetParams, client_kind: str) -> windows.WindowReq
 
 
 async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None) -> Any:
+    if ctx.caller.plugin_id is not None:  # a plugin reads only the sessions it imported
+        require_owner(ctx.caller, await ctx.read(session_owner, ctx.sid), what=f"session {ctx.sid}")
     req = window_request(p, ctx.caller.client_kind)
     path = ctx.paths.transcript
     window: windows.Window | None = None

@@ -312,6 +312,7 @@ class Actor:
         self._stop_requested = False
         self._exited = trio.Event()
         self._counters = _Counters()
+        self._room = trio.Event()  # set (and replaced) whenever the loop takes messages out
         self._idle_work_due = True  # on_idle may have work once after start and after every batch
 
     # -- hooks for subclasses -------------------------------------------------
@@ -458,6 +459,12 @@ class Actor:
         """Like :meth:`post`, but raise :class:`Busy` instead of waiting for room."""
         self._send_nowait(Envelope(msg, reply))
 
+    async def wait_room(self) -> None:
+        """Return once the mailbox has room (a following ``*_nowait`` can still find it full)."""
+        while self._recv.statistics().current_buffer_used >= self._mailbox_size and self._state not in _TERMINAL:
+            await self._room.wait()
+        await trio.lowlevel.checkpoint()
+
     def statistics(self) -> ActorStatistics:
         chan = self._recv.statistics()
         c = self._counters
@@ -560,6 +567,8 @@ class Actor:
                 first = got
             batch = [first]
             self._drain_into(batch, limit)
+            self._room.set()
+            self._room = trio.Event()
             if self.linger_ticks and len(batch) < limit:
                 await self._linger(batch, limit)
             await self._dispatch(batch)
@@ -681,6 +690,7 @@ class Actor:
 
     def _finish(self, state: ActorState, cause: BaseException | None) -> None:
         self._state = state
+        self._room.set()  # nobody waits for room in a mailbox that is gone
         self._send.close()  # parked senders get ClosedResourceError -> _closed_error()
         self._fail_queued(ActorCrashed if state == "crashed" else ActorStopped, cause)
         self._recv.close()

@@ -419,6 +419,11 @@ class ActorRef:
                     raise
                 stale = actor
 
+    async def wait_room(self) -> None:
+        """Wait for an incarnation (if between two) and for room in its mailbox."""
+        actor = await self._sup._acquire(self.name, None, self._factory)
+        await actor.wait_room()
+
     def post_nowait(self, msg: Any, reply: Reply) -> None:
         """Post to the current incarnation now; ``ActorStopped`` if there is none, ``Busy`` if full."""
         actor = self.current()

@@ -79,6 +79,12 @@ async def with_everything(c: HostClient, root: Path) -> sc.Vars:
     await c.call("settings.set", {"key": "theme", "value": {"dark": True}})
     await c.call("attachments.put", {"name": "a.txt", "mimeType": "text/plain", "dataBase64": sc.DATA})
     v["plan"] = await sc.with_plan(c, root / "plan")
+    await sc.with_user_models(c, root)
+    v.update(await sc.with_groups(c, root))
+    await sc.with_plugins(c, root)
+    v.update(await sc.with_files(c, root))
+    await c.call("workspace.open", {"path": v["folder"]})
+    v["rooted"] = await sc.new_session(c, projectPath=v["folder"])
     v["sid"] = sid
     return v
 
@@ -120,6 +126,16 @@ READS: dict[str, Read] = {
     "plans.pending": (EVERYTHING, lambda v: {}, "test"),
     "projects.list": (EVERYTHING, lambda v: {}, "test"),
     "settings.get": (EVERYTHING, lambda v: {"key": "theme"}, "test"),
+    "settings.getAll": (EVERYTHING, lambda v: {"ns": "app"}, "test"),
+    "configSync.get": (EVERYTHING, lambda v: {}, "test"),
+    "models.list": (EVERYTHING, lambda v: {"providerId": "p1"}, "test"),
+    "plugins.list": (EVERYTHING, lambda v: {}, "test"),
+    "projectGroups.get": (EVERYTHING, lambda v: {"groupId": v["g1"]}, "test"),
+    "projectGroups.list": (EVERYTHING, lambda v: {}, "test"),
+    "providers.get": (EVERYTHING, lambda v: {"providerId": "p1"}, "test"),
+    "providers.list": (EVERYTHING, lambda v: {}, "test"),
+    "session.resolvePath": (EVERYTHING, lambda v: {"sessionId": v["rooted"], "path": "src/a.py"}, "test"),
+    "workspace.get": (EVERYTHING, lambda v: {}, "test"),
 }
 
 

@@ -161,6 +161,11 @@ class BootReport(TypedDict):
     secretsMetaRebuilt: NotRequired[int | None]
 
 
+class BundleInfo(TypedDict):
+    bytes: int
+    writtenAt: int
+
+
 class Compaction(TypedDict):
     """A model-context checkpoint line (seed 003 §2.1)."""
     id: str
@@ -188,6 +193,67 @@ class CompactionView(TypedDict):
     modelId: NotRequired[str | None]
     createdAt: NotRequired[str | None]
     details: NotRequired[JsonObject | None]
+
+
+class ConfigSyncApplied(TypedDict):
+    settings: int
+    providers: int
+    models: int
+    projects: int
+    projectGroups: int
+    memory: int
+
+
+class ConfigSyncApplyParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    bundleBase64: str
+
+
+class ConfigSyncApplyResult(TypedDict):
+    sha256: str
+    applied: ConfigSyncApplied
+
+
+class ConfigSyncConfigureParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    enabled: NotRequired[bool | None]
+    webdavUrl: NotRequired[str | None]
+    webdavUsername: NotRequired[str | None]
+    remoteDir: NotRequired[str | None]
+    webdavPassword: NotRequired[str | None]
+    vaultKey: NotRequired[str | None]
+
+
+class ConfigSyncExportParams(TypedDict):
+    submissionId: NotRequired[str | None]
+
+
+class ConfigSyncExportResult(TypedDict):
+    bundleBase64: str
+    sha256: str
+    bytes: int
+    exportedAt: int
+
+
+class ConfigSyncGetParams(TypedDict):
+    pass
+
+
+class ConfigSyncSettings(TypedDict):
+    enabled: NotRequired[bool]
+    webdavUrl: NotRequired[str | None]
+    webdavUsername: NotRequired[str | None]
+    remoteDir: NotRequired[str | None]
+    vaultKeyRef: NotRequired[str | None]
+    webdavPasswordRef: NotRequired[str | None]
+
+
+class ConfigSyncState(TypedDict):
+    settings: ConfigSyncSettings
+    hasVaultKey: bool
+    hasWebdavPassword: bool
+    pending: NotRequired[BundleInfo | None]
+    base: NotRequired[BundleInfo | None]
 
 
 class ContextMessage(TypedDict):
@@ -239,7 +305,7 @@ class EndTurnResult(TypedDict):
 
 class EventParams(TypedDict):
     """``params`` of an ``event`` notification."""
-    topic: Literal["session.created", "session.updated", "session.deleted", "session.message", "session.queue", "notification.created", "turn.started", "turn.ended", "task.due", "plan.requested", "plan.resolved", "session.inflight"]
+    topic: Literal["session.created", "session.updated", "session.deleted", "session.message", "session.queue", "notification.created", "turn.started", "turn.ended", "task.due", "plan.requested", "plan.resolved", "settings.changed", "providers.changed", "models.changed", "session.inflight"]
     cursor: int
     subscriptionId: str
     sessionId: NotRequired[str | None]
@@ -256,8 +322,9 @@ class ForkParams(TypedDict):
 class HelloParams(TypedDict):
     token: str
     clientId: str
-    clientKind: Literal["ui", "agent", "cli", "test"]
+    clientKind: Literal["ui", "agent", "cli", "test", "plugin"]
     protocol: int
+    pluginId: NotRequired[str | None]
 
 
 class HelloResult(TypedDict):
@@ -291,6 +358,20 @@ class HostedSearchSource(TypedDict):
     title: NotRequired[str | None]
 
 
+class IndexStats(TypedDict):
+    """How far the index trails acknowledged appends (the read barrier's bookkeeping)."""
+    acknowledged: int
+    covered: int
+    lagOps: int
+    lagBytes: int
+    maxLagOps: int
+    maxLagBytes: int
+    readWaits: int
+    appendStalls: int
+    boundOps: int
+    boundBytes: int
+
+
 class ListRevisionsParams(TypedDict):
     sessionId: str
     rootUserId: NotRequired[str | None]
@@ -309,6 +390,20 @@ class LoginCodeResult(TypedDict):
     code: str
     expiresInMs: int
     url: str
+
+
+class Memory(TypedDict):
+    format: str
+    entries: list[MemoryEntry]
+    content: str
+    updatedAt: NotRequired[int | None]
+    legacy: NotRequired[bool | None]
+
+
+class MemoryEntry(TypedDict):
+    id: str
+    title: str
+    content: str
 
 
 class MessageIdParams(TypedDict):
@@ -334,6 +429,73 @@ class MessageSearchHit(TypedDict):
     seq: int
     snippet: str
     createdAt: int
+
+
+class Model(TypedDict):
+    providerId: str
+    modelId: str
+    displayName: str
+    source: Literal["bundled", "discovered", "user"]
+    capabilities: list[str]
+    contextWindow: NotRequired[int | None]
+    maxOutputTokens: NotRequired[int | None]
+    deprecated: bool
+    updatedAt: int
+
+
+class ModelResult(TypedDict):
+    model: Model
+
+
+class ModelsAddParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    providerId: str
+    modelId: str
+    displayName: NotRequired[str | None]
+    capabilities: NotRequired[list[str]]
+    contextWindow: NotRequired[int | None]
+    maxOutputTokens: NotRequired[int | None]
+
+
+class ModelsChangedEvent(TypedDict):
+    """The model catalog of a provider changed (models.add / remove / refresh)."""
+    providerId: str
+
+
+class ModelsListParams(TypedDict):
+    providerId: NotRequired[str | None]
+
+
+class ModelsListResult(TypedDict):
+    models: list[Model]
+
+
+class ModelsRefreshParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    providerId: str
+    timeoutMs: NotRequired[int]
+
+
+class ModelsRefreshResult(TypedDict):
+    providerId: str
+    refreshedAt: int
+    listed: int
+    added: int
+    updated: int
+    userKept: int
+    deprecated: list[str]
+
+
+class ModelsRemoveParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    providerId: str
+    modelId: str
+
+
+class ModelsRemoveResult(TypedDict):
+    providerId: str
+    modelId: str
+    deleted: bool
 
 
 class Notification(TypedDict):
@@ -457,6 +619,55 @@ class PlansSubmitParams(TypedDict):
     expiresAt: NotRequired[int | None]
 
 
+class PluginEntry(TypedDict):
+    id: str
+    name: NotRequired[str | None]
+    version: NotRequired[str | None]
+    enabled: NotRequired[bool | None]
+    source: NotRequired[str | None]
+    installedAt: NotRequired[int | None]
+    updatedAt: NotRequired[int | None]
+
+
+class PluginResult(TypedDict):
+    plugin: PluginEntry
+
+
+class PluginsListParams(TypedDict):
+    pass
+
+
+class PluginsListResult(TypedDict):
+    plugins: list[PluginEntry]
+
+
+class PluginsRegisterParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    pluginId: str
+    name: str
+    version: str
+    enabled: NotRequired[bool]
+    source: NotRequired[str | None]
+
+
+class PluginsSetEnabledParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    pluginId: str
+    enabled: bool
+
+
+class PluginsUninstallParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    pluginId: str
+
+
+class PluginsUninstallResult(TypedDict):
+    pluginId: str
+    registryEntryRemoved: bool
+    settingsRemoved: list[str]
+    providersReleased: list[str]
+
+
 class Project(TypedDict):
     id: int
     path: str
@@ -467,12 +678,95 @@ class Project(TypedDict):
     sessionCount: int
 
 
+class ProjectGroup(TypedDict):
+    id: str
+    name: str
+    roots: list[str]
+    primaryRoot: str
+    detachedPaths: NotRequired[list[str] | None]
+    legacy: NotRequired[bool | None]
+    createdAt: int
+    updatedAt: int
+
+
+class ProjectGroupResult(TypedDict):
+    group: ProjectGroup
+
+
+class ProjectGroupsDeleteParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    groupId: str
+
+
+class ProjectGroupsDeleteResult(TypedDict):
+    groupId: str
+    deleted: bool
+
+
+class ProjectGroupsGetParams(TypedDict):
+    groupId: str
+
+
+class ProjectGroupsGetResult(TypedDict):
+    group: ProjectGroup
+    memory: Memory
+    instructions: NotRequired[str | None]
+
+
+class ProjectGroupsInstructionsResult(TypedDict):
+    groupId: str
+    instructions: NotRequired[str | None]
+
+
+class ProjectGroupsListParams(TypedDict):
+    pass
+
+
+class ProjectGroupsListResult(TypedDict):
+    groups: list[ProjectGroup]
+
+
+class ProjectGroupsMemoryResult(TypedDict):
+    groupId: str
+    memory: Memory
+
+
+class ProjectGroupsSaveParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    groupId: NotRequired[str | None]
+    name: str
+    roots: list[str]
+    primaryRoot: NotRequired[str | None]
+
+
+class ProjectGroupsSetInstructionsParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    groupId: str
+    instructions: str
+
+
+class ProjectGroupsSetMemoryParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    groupId: str
+    memory: Any
+
+
+class ProjectResult(TypedDict):
+    project: Project
+
+
 class ProjectsListParams(TypedDict):
     pass
 
 
 class ProjectsListResult(TypedDict):
     projects: list[Project]
+
+
+class ProjectsPinParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    projectId: int
+    pinned: bool
 
 
 class ProjectsRemoveParams(TypedDict):
@@ -484,6 +778,121 @@ class ProjectsRemoveResult(TypedDict):
     projectId: int
     path: str
     deletedSessions: list[str]
+
+
+class Provider(TypedDict):
+    id: str
+    name: str
+    vendorKey: str
+    type: str
+    protocol: str
+    apiStyle: NotRequired[str | None]
+    authKind: str
+    baseUrl: NotRequired[str | None]
+    enabled: bool
+    defaultModelId: NotRequired[str | None]
+    config: JsonObject
+    hasApiKey: bool
+    secretRef: NotRequired[str | None]
+    ownerPluginId: NotRequired[str | None]
+    createdAt: int
+    updatedAt: int
+
+
+class ProviderDeclaration(TypedDict):
+    name: str
+    vendorKey: NotRequired[str | None]
+    type: NotRequired[str | None]
+    protocol: NotRequired[str | None]
+    apiStyle: NotRequired[str | None]
+    authKind: NotRequired[str | None]
+    baseUrl: NotRequired[str | None]
+    enabled: NotRequired[bool | None]
+    defaultModelId: NotRequired[str | None]
+    config: NotRequired[JsonObject | None]
+    id: str
+
+
+class ProviderResult(TypedDict):
+    provider: Provider
+
+
+class ProvidersChangedEvent(TypedDict):
+    """Provider rows were created, edited, deleted, synced by a plugin or released (empty: reload all)."""
+    providerIds: list[str]
+
+
+class ProvidersCreateParams(TypedDict):
+    name: str
+    vendorKey: NotRequired[str | None]
+    type: NotRequired[str | None]
+    protocol: NotRequired[str | None]
+    apiStyle: NotRequired[str | None]
+    authKind: NotRequired[str | None]
+    baseUrl: NotRequired[str | None]
+    enabled: NotRequired[bool | None]
+    defaultModelId: NotRequired[str | None]
+    config: NotRequired[JsonObject | None]
+    submissionId: NotRequired[str | None]
+    id: NotRequired[str | None]
+    apiKey: NotRequired[str | None]
+
+
+class ProvidersDeleteParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    providerId: str
+
+
+class ProvidersDeleteResult(TypedDict):
+    providerId: str
+    deleted: bool
+
+
+class ProvidersGetParams(TypedDict):
+    providerId: str
+
+
+class ProvidersListParams(TypedDict):
+    pass
+
+
+class ProvidersListResult(TypedDict):
+    providers: list[Provider]
+
+
+class ProvidersReorderParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    providerIds: list[str]
+
+
+class ProvidersReorderResult(TypedDict):
+    providerIds: list[str]
+
+
+class ProvidersSyncParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    providers: list[ProviderDeclaration]
+
+
+class ProvidersSyncResult(TypedDict):
+    providers: list[Provider]
+    removed: list[str]
+
+
+class ProvidersUpdateParams(TypedDict):
+    name: NotRequired[str | None]
+    vendorKey: NotRequired[str | None]
+    type: NotRequired[str | None]
+    protocol: NotRequired[str | None]
+    apiStyle: NotRequired[str | None]
+    authKind: NotRequired[str | None]
+    baseUrl: NotRequired[str | None]
+    enabled: NotRequired[bool | None]
+    defaultModelId: NotRequired[str | None]
+    config: NotRequired[JsonObject | None]
+    submissionId: NotRequired[str | None]
+    providerId: str
+    apiKey: NotRequired[str | None]
 
 
 class QueueControllerParams(TypedDict):
@@ -807,6 +1216,19 @@ class SessionRenameParams(TypedDict):
     title: str
 
 
+class SessionResolvePathParams(TypedDict):
+    sessionId: str
+    path: NotRequired[str | None]
+
+
+class SessionResolvePathResult(TypedDict):
+    sessionId: str
+    projectId: NotRequired[int | None]
+    root: NotRequired[str | None]
+    path: NotRequired[str | None]
+    insideRoot: NotRequired[bool | None]
+
+
 class SessionResult(TypedDict):
     session: SessionSummary
 
@@ -850,6 +1272,35 @@ class SessionUpdateParams(TypedDict):
     projectPath: NotRequired[str | None]
 
 
+class SettingsChangedEvent(TypedDict):
+    """Keys of a kv namespace changed (settings.*, workspace.open, providers.reorder, projectGroups.*, plugins.uninstall, configSync.*). Names only, never values: read them with settings.get. An empty ``keys`` list means "many keys changed": reload the namespace."""
+    ns: str
+    keys: list[str]
+
+
+class SettingsDeleteParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    ns: NotRequired[str]
+    key: str
+
+
+class SettingsDeleteResult(TypedDict):
+    ns: str
+    key: str
+    deleted: bool
+    changed: list[str]
+
+
+class SettingsGetAllParams(TypedDict):
+    ns: NotRequired[str]
+
+
+class SettingsGetAllResult(TypedDict):
+    ns: str
+    values: JsonObject
+    updatedAt: NotRequired[int | None]
+
+
 class SettingsGetParams(TypedDict):
     ns: NotRequired[str]
     key: str
@@ -872,7 +1323,21 @@ class SettingsSetParams(TypedDict):
 class SettingsSetResult(TypedDict):
     ns: str
     key: str
-    value: Any
+    value: NotRequired[Any]
+    changed: NotRequired[list[str]]
+    updatedAt: int
+
+
+class SettingsUpdateParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    ns: NotRequired[str]
+    values: JsonObject
+
+
+class SettingsUpdateResult(TypedDict):
+    ns: str
+    values: JsonObject
+    changed: list[str]
     updatedAt: int
 
 
@@ -904,12 +1369,13 @@ class StatusResult(TypedDict):
     actors: ActorStats
     dbWriter: DbWriterStats
     pipeline: PipelineStats
+    index: NotRequired[IndexStats | None]
     dataDirBytes: int
     boot: BootReport
 
 
 class SubscribeParams(TypedDict):
-    topics: list[Literal["session.created", "session.updated", "session.deleted", "session.message", "session.queue", "notification.created", "turn.started", "turn.ended", "task.due", "plan.requested", "plan.resolved", "session.inflight"]]
+    topics: list[Literal["session.created", "session.updated", "session.deleted", "session.message", "session.queue", "notification.created", "turn.started", "turn.ended", "task.due", "plan.requested", "plan.resolved", "settings.changed", "providers.changed", "models.changed", "session.inflight"]]
     sessionId: NotRequired[str | None]
     cursor: NotRequired[int | None]
 
@@ -1155,6 +1621,21 @@ class Usage(TypedDict):
     outputTokens: NotRequired[int | None]
 
 
+class WorkspaceGetParams(TypedDict):
+    pass
+
+
+class WorkspaceOpenParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    path: str
+    name: NotRequired[str | None]
+
+
+class WorkspaceResult(TypedDict):
+    currentProjectId: NotRequired[int | None]
+    project: NotRequired[Project | None]
+
+
 MUTATING: frozenset[str] = frozenset({
     "session.create",
     "session.appendMessage",
@@ -1196,6 +1677,28 @@ MUTATING: frozenset[str] = frozenset({
     "plans.respond",
     "projects.remove",
     "settings.set",
+    "settings.update",
+    "settings.delete",
+    "workspace.open",
+    "projects.pin",
+    "projectGroups.save",
+    "projectGroups.delete",
+    "projectGroups.setMemory",
+    "projectGroups.setInstructions",
+    "providers.create",
+    "providers.update",
+    "providers.delete",
+    "providers.reorder",
+    "providers.sync",
+    "models.add",
+    "models.remove",
+    "models.refresh",
+    "plugins.register",
+    "plugins.setEnabled",
+    "plugins.uninstall",
+    "configSync.configure",
+    "configSync.export",
+    "configSync.apply",
 })
 """Routed methods that accept a ``submissionId``."""
 
@@ -1211,12 +1714,15 @@ EVENT_PAYLOADS: Mapping[str, type] = {
     "task.due": TaskDueEvent,
     "plan.requested": PlanRequestedEvent,
     "plan.resolved": PlanResolvedEvent,
+    "settings.changed": SettingsChangedEvent,
+    "providers.changed": ProvidersChangedEvent,
+    "models.changed": ModelsChangedEvent,
     "session.inflight": SessionInflightEvent,
 }
 """Topic → the ``TypedDict`` of its ``data``."""
 
-Topic = Literal["session.created", "session.updated", "session.deleted", "session.message", "session.queue", "notification.created", "turn.started", "turn.ended", "task.due", "plan.requested", "plan.resolved", "session.inflight"]
-RETRIABLE_CODES: frozenset[str] = frozenset({"BUSY", "TIMEOUT", "ACTOR_RESTARTED", "SHUTTING_DOWN", "STORAGE_FULL"})
+Topic = Literal["session.created", "session.updated", "session.deleted", "session.message", "session.queue", "notification.created", "turn.started", "turn.ended", "task.due", "plan.requested", "plan.resolved", "settings.changed", "providers.changed", "models.changed", "session.inflight"]
+RETRIABLE_CODES: frozenset[str] = frozenset({"BUSY", "TIMEOUT", "ACTOR_RESTARTED", "SHUTTING_DOWN", "STORAGE_FULL", "PROVIDER_TIMEOUT", "PROVIDER_UNREACHABLE"})
 
 
 class HostMethods:
@@ -1556,6 +2062,14 @@ class SessionMethods:
         params: dict[str, Any] = {}
         params["sessionId"] = session_id
         return cast(ContextResult, await self._call("session.context", params, False))
+
+    async def resolve_path(self, *, session_id: str, path: str | None = None) -> SessionResolvePathResult:
+        """``session.resolvePath``: A session's own persisted project root (never the visible workspace) and a path resolved against it."""
+        params: dict[str, Any] = {}
+        params["sessionId"] = session_id
+        if path is not None:
+            params["path"] = path
+        return cast(SessionResolvePathResult, await self._call("session.resolvePath", params, False))
 
 
 class NotificationsMethods:
@@ -1911,6 +2425,15 @@ class ProjectsMethods:
             params["submissionId"] = submission_id
         return cast(ProjectsRemoveResult, await self._call("projects.remove", params, True))
 
+    async def pin(self, *, project_id: int, pinned: bool, submission_id: str | None = None) -> ProjectResult:
+        """``projects.pin``: Pin or unpin a project row. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["projectId"] = project_id
+        params["pinned"] = pinned
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        return cast(ProjectResult, await self._call("projects.pin", params, True))
+
 
 class SettingsMethods:
     """``settings.*`` methods."""
@@ -1919,7 +2442,7 @@ class SettingsMethods:
         self._call = call
 
     async def get(self, *, key: str, ns: str | None = None) -> SettingsGetResult:
-        """``settings.get``: Read one key of a kv namespace."""
+        """``settings.get``: Read one key of a kv namespace (app: one field of the settings blob, normalized)."""
         params: dict[str, Any] = {}
         params["key"] = key
         if ns is not None:
@@ -1927,7 +2450,7 @@ class SettingsMethods:
         return cast(SettingsGetResult, await self._call("settings.get", params, False))
 
     async def set(self, *, key: str, value: Any, submission_id: str | None = None, ns: str | None = None) -> SettingsSetResult:
-        """``settings.set``: Write one key of a kv namespace (durable before the reply). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``settings.set``: Write one key of a kv namespace, by its rules (app: one field of the settings blob, merged). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["key"] = key
         params["value"] = value
@@ -1936,6 +2459,353 @@ class SettingsMethods:
         if ns is not None:
             params["ns"] = ns
         return cast(SettingsSetResult, await self._call("settings.set", params, True))
+
+    async def get_all(self, *, ns: str | None = None) -> SettingsGetAllResult:
+        """``settings.getAll``: Every key of a small namespace (app: the normalized settings blob, defaults filled in)."""
+        params: dict[str, Any] = {}
+        if ns is not None:
+            params["ns"] = ns
+        return cast(SettingsGetAllResult, await self._call("settings.getAll", params, False))
+
+    async def update(self, *, values: JsonObject, submission_id: str | None = None, ns: str | None = None) -> SettingsUpdateResult:
+        """``settings.update``: Write several keys of one namespace at once (merged; all or none). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["values"] = values
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if ns is not None:
+            params["ns"] = ns
+        return cast(SettingsUpdateResult, await self._call("settings.update", params, True))
+
+    async def delete(self, *, key: str, submission_id: str | None = None, ns: str | None = None) -> SettingsDeleteResult:
+        """``settings.delete``: Remove one key (app: one field of the settings blob). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["key"] = key
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if ns is not None:
+            params["ns"] = ns
+        return cast(SettingsDeleteResult, await self._call("settings.delete", params, True))
+
+
+class WorkspaceMethods:
+    """``workspace.*`` methods."""
+
+    def __init__(self, call: CallFn) -> None:
+        self._call = call
+
+    async def open(self, *, path: str, submission_id: str | None = None, name: str | None = None) -> WorkspaceResult:
+        """``workspace.open``: Upsert the project by its canonical path and make it the visible workspace (kv(app, currentProjectId)). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["path"] = path
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if name is not None:
+            params["name"] = name
+        return cast(WorkspaceResult, await self._call("workspace.open", params, True))
+
+    async def get(self) -> WorkspaceResult:
+        """``workspace.get``: The visible workspace (restores currentProjectId; changes nothing)."""
+        params: dict[str, Any] = {}
+        return cast(WorkspaceResult, await self._call("workspace.get", params, False))
+
+
+class ProjectgroupsMethods:
+    """``projectGroups.*`` methods."""
+
+    def __init__(self, call: CallFn) -> None:
+        self._call = call
+
+    async def list(self) -> ProjectGroupsListResult:
+        """``projectGroups.list``: Stored project groups, then path projects projected as legacy single-root groups."""
+        params: dict[str, Any] = {}
+        return cast(ProjectGroupsListResult, await self._call("projectGroups.list", params, False))
+
+    async def get(self, *, group_id: str) -> ProjectGroupsGetResult:
+        """``projectGroups.get``: One group with its memory and instructions."""
+        params: dict[str, Any] = {}
+        params["groupId"] = group_id
+        return cast(ProjectGroupsGetResult, await self._call("projectGroups.get", params, False))
+
+    async def save(self, *, name: str, roots: builtins.list[str], submission_id: str | None = None, group_id: str | None = None, primary_root: str | None = None) -> ProjectGroupResult:
+        """``projectGroups.save``: Create a group or replace its name, roots and primary root (removed roots become detached paths). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["name"] = name
+        params["roots"] = roots
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if group_id is not None:
+            params["groupId"] = group_id
+        if primary_root is not None:
+            params["primaryRoot"] = primary_root
+        return cast(ProjectGroupResult, await self._call("projectGroups.save", params, True))
+
+    async def delete(self, *, group_id: str, submission_id: str | None = None) -> ProjectGroupsDeleteResult:
+        """``projectGroups.delete``: Delete a group record with its memory and instructions (sessions and files stay). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["groupId"] = group_id
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        return cast(ProjectGroupsDeleteResult, await self._call("projectGroups.delete", params, True))
+
+    async def set_memory(self, *, group_id: str, memory: Any, submission_id: str | None = None) -> ProjectGroupsMemoryResult:
+        """``projectGroups.setMemory``: Set a group's memory (entries-v1 or text, at most 32 KiB of content; empty removes it). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["groupId"] = group_id
+        params["memory"] = memory
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        return cast(ProjectGroupsMemoryResult, await self._call("projectGroups.setMemory", params, True))
+
+    async def set_instructions(self, *, group_id: str, instructions: str, submission_id: str | None = None) -> ProjectGroupsInstructionsResult:
+        """``projectGroups.setInstructions``: Set a group's shared instructions (at most 32 KiB; blank removes them). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["groupId"] = group_id
+        params["instructions"] = instructions
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        return cast(ProjectGroupsInstructionsResult, await self._call("projectGroups.setInstructions", params, True))
+
+
+class ProvidersMethods:
+    """``providers.*`` methods."""
+
+    def __init__(self, call: CallFn) -> None:
+        self._call = call
+
+    async def list(self) -> ProvidersListResult:
+        """``providers.list``: Provider rows in display order (a plugin sees only its own); never an API key."""
+        params: dict[str, Any] = {}
+        return cast(ProvidersListResult, await self._call("providers.list", params, False))
+
+    async def get(self, *, provider_id: str) -> ProviderResult:
+        """``providers.get``: One provider row; never its API key."""
+        params: dict[str, Any] = {}
+        params["providerId"] = provider_id
+        return cast(ProviderResult, await self._call("providers.get", params, False))
+
+    async def create(self, *, name: str, vendor_key: str | None = None, type: str | None = None, protocol: str | None = None, api_style: str | None = None, auth_kind: str | None = None, base_url: str | None = None, enabled: bool | None = None, default_model_id: str | None = None, config: JsonObject | None = None, submission_id: str | None = None, id: str | None = None, api_key: str | None = None) -> ProviderResult:
+        """``providers.create``: Create a user provider; its apiKey goes to the secret store only. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["name"] = name
+        if vendor_key is not None:
+            params["vendorKey"] = vendor_key
+        if type is not None:
+            params["type"] = type
+        if protocol is not None:
+            params["protocol"] = protocol
+        if api_style is not None:
+            params["apiStyle"] = api_style
+        if auth_kind is not None:
+            params["authKind"] = auth_kind
+        if base_url is not None:
+            params["baseUrl"] = base_url
+        if enabled is not None:
+            params["enabled"] = enabled
+        if default_model_id is not None:
+            params["defaultModelId"] = default_model_id
+        if config is not None:
+            params["config"] = config
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if id is not None:
+            params["id"] = id
+        if api_key is not None:
+            params["apiKey"] = api_key
+        return cast(ProviderResult, await self._call("providers.create", params, True))
+
+    async def update(self, *, provider_id: str, name: str | None = None, vendor_key: str | None = None, type: str | None = None, protocol: str | None = None, api_style: str | None = None, auth_kind: str | None = None, base_url: str | None = None, enabled: bool | None = None, default_model_id: str | None = None, config: JsonObject | None = None, submission_id: str | None = None, api_key: str | None = None) -> ProviderResult:
+        """``providers.update``: Edit a user provider (not a plugin's row); apiKey replaces or (null) removes the stored key. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["providerId"] = provider_id
+        if name is not None:
+            params["name"] = name
+        if vendor_key is not None:
+            params["vendorKey"] = vendor_key
+        if type is not None:
+            params["type"] = type
+        if protocol is not None:
+            params["protocol"] = protocol
+        if api_style is not None:
+            params["apiStyle"] = api_style
+        if auth_kind is not None:
+            params["authKind"] = auth_kind
+        if base_url is not None:
+            params["baseUrl"] = base_url
+        if enabled is not None:
+            params["enabled"] = enabled
+        if default_model_id is not None:
+            params["defaultModelId"] = default_model_id
+        if config is not None:
+            params["config"] = config
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if api_key is not None:
+            params["apiKey"] = api_key
+        return cast(ProviderResult, await self._call("providers.update", params, True))
+
+    async def delete(self, *, provider_id: str, submission_id: str | None = None) -> ProvidersDeleteResult:
+        """``providers.delete``: Delete a user provider, its models and its stored key. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["providerId"] = provider_id
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        return cast(ProvidersDeleteResult, await self._call("providers.delete", params, True))
+
+    async def reorder(self, *, provider_ids: builtins.list[str], submission_id: str | None = None) -> ProvidersReorderResult:
+        """``providers.reorder``: Set the display order (kv(app, providers.order)). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["providerIds"] = provider_ids
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        return cast(ProvidersReorderResult, await self._call("providers.reorder", params, True))
+
+    async def sync(self, *, providers: builtins.list[ProviderDeclaration], submission_id: str | None = None) -> ProvidersSyncResult:
+        """``providers.sync``: A plugin declares its providers: its rows are upserted, the ones it no longer declares deleted. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["providers"] = providers
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        return cast(ProvidersSyncResult, await self._call("providers.sync", params, True))
+
+
+class ModelsMethods:
+    """``models.*`` methods."""
+
+    def __init__(self, call: CallFn) -> None:
+        self._call = call
+
+    async def list(self, *, provider_id: str | None = None) -> ModelsListResult:
+        """``models.list``: The model catalog (one provider's, or all; a plugin sees its own providers' models)."""
+        params: dict[str, Any] = {}
+        if provider_id is not None:
+            params["providerId"] = provider_id
+        return cast(ModelsListResult, await self._call("models.list", params, False))
+
+    async def add(self, *, provider_id: str, model_id: str, submission_id: str | None = None, display_name: str | None = None, capabilities: builtins.list[str] | None = None, context_window: int | None = None, max_output_tokens: int | None = None) -> ModelResult:
+        """``models.add``: Add (or take over) a model as source=user; refreshes never overwrite it. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["providerId"] = provider_id
+        params["modelId"] = model_id
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if display_name is not None:
+            params["displayName"] = display_name
+        if capabilities is not None:
+            params["capabilities"] = capabilities
+        if context_window is not None:
+            params["contextWindow"] = context_window
+        if max_output_tokens is not None:
+            params["maxOutputTokens"] = max_output_tokens
+        return cast(ModelResult, await self._call("models.add", params, True))
+
+    async def remove(self, *, provider_id: str, model_id: str, submission_id: str | None = None) -> ModelsRemoveResult:
+        """``models.remove``: Remove a user-added model (discovered ones are managed by models.refresh). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["providerId"] = provider_id
+        params["modelId"] = model_id
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        return cast(ModelsRemoveResult, await self._call("models.remove", params, True))
+
+    async def refresh(self, *, provider_id: str, submission_id: str | None = None, timeout_ms: int | None = None) -> ModelsRefreshResult:
+        """``models.refresh``: Fetch GET {baseUrl}/models with the provider's key; upsert discovered rows (user rows untouched). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["providerId"] = provider_id
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if timeout_ms is not None:
+            params["timeoutMs"] = timeout_ms
+        return cast(ModelsRefreshResult, await self._call("models.refresh", params, True))
+
+
+class PluginsMethods:
+    """``plugins.*`` methods."""
+
+    def __init__(self, call: CallFn) -> None:
+        self._call = call
+
+    async def list(self) -> PluginsListResult:
+        """``plugins.list``: The entries of plugins/registry.json."""
+        params: dict[str, Any] = {}
+        return cast(PluginsListResult, await self._call("plugins.list", params, False))
+
+    async def register(self, *, plugin_id: str, name: str, version: str, submission_id: str | None = None, enabled: bool | None = None, source: str | None = None) -> PluginResult:
+        """``plugins.register``: Add or update a plugin's registry entry (the file is replaced atomically). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["pluginId"] = plugin_id
+        params["name"] = name
+        params["version"] = version
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if enabled is not None:
+            params["enabled"] = enabled
+        if source is not None:
+            params["source"] = source
+        return cast(PluginResult, await self._call("plugins.register", params, True))
+
+    async def set_enabled(self, *, plugin_id: str, enabled: bool, submission_id: str | None = None) -> PluginResult:
+        """``plugins.setEnabled``: Enable or disable a registered plugin. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["pluginId"] = plugin_id
+        params["enabled"] = enabled
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        return cast(PluginResult, await self._call("plugins.setEnabled", params, True))
+
+    async def uninstall(self, *, plugin_id: str, submission_id: str | None = None) -> PluginsUninstallResult:
+        """``plugins.uninstall``: Remove the registry entry, delete kv(plugin:<id>) in one statement, release its provider rows. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["pluginId"] = plugin_id
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        return cast(PluginsUninstallResult, await self._call("plugins.uninstall", params, True))
+
+
+class ConfigsyncMethods:
+    """``configSync.*`` methods."""
+
+    def __init__(self, call: CallFn) -> None:
+        self._call = call
+
+    async def get(self) -> ConfigSyncState:
+        """``configSync.get``: Sync settings (refs only, never a secret) and which bundles exist."""
+        params: dict[str, Any] = {}
+        return cast(ConfigSyncState, await self._call("configSync.get", params, False))
+
+    async def configure(self, *, submission_id: str | None = None, enabled: bool | None = None, webdav_url: str | None = None, webdav_username: str | None = None, remote_dir: str | None = None, webdav_password: str | None = None, vault_key: str | None = None) -> ConfigSyncState:
+        """``configSync.configure``: Set sync settings; the WebDAV password and the vault key go to the secret store. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if enabled is not None:
+            params["enabled"] = enabled
+        if webdav_url is not None:
+            params["webdavUrl"] = webdav_url
+        if webdav_username is not None:
+            params["webdavUsername"] = webdav_username
+        if remote_dir is not None:
+            params["remoteDir"] = remote_dir
+        if webdav_password is not None:
+            params["webdavPassword"] = webdav_password
+        if vault_key is not None:
+            params["vaultKey"] = vault_key
+        return cast(ConfigSyncState, await self._call("configSync.configure", params, True))
+
+    async def export(self, *, submission_id: str | None = None) -> ConfigSyncExportResult:
+        """``configSync.export``: Encrypt the portable configuration into a bundle (written to config-sync/pending.bin). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        return cast(ConfigSyncExportResult, await self._call("configSync.export", params, True))
+
+    async def apply(self, *, bundle_base64: str, submission_id: str | None = None) -> ConfigSyncApplyResult:
+        """``configSync.apply``: Verify, decrypt and merge a bundle in one transaction; a tampered or foreign-keyed one changes nothing. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["bundleBase64"] = bundle_base64
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        return cast(ConfigSyncApplyResult, await self._call("configSync.apply", params, True))
 
 
 class GeneratedMethods:
@@ -1953,3 +2823,9 @@ class GeneratedMethods:
         self.plans = PlansMethods(call)
         self.projects = ProjectsMethods(call)
         self.settings = SettingsMethods(call)
+        self.workspace = WorkspaceMethods(call)
+        self.projectGroups = ProjectgroupsMethods(call)
+        self.providers = ProvidersMethods(call)
+        self.models = ModelsMethods(call)
+        self.plugins = PluginsMethods(call)
+        self.configSync = ConfigsyncMethods(call)

@@ -199,6 +199,12 @@ export interface BootReport {
   secretsMetaRebuilt?: number | null;
 }
 
+export interface BundleInfo {
+  bytes: number;
+  /** Unix time in milliseconds. */
+  writtenAt: number;
+}
+
 /** A model-context checkpoint line (seed 003 §2.1). */
 export interface Compaction {
   /** Message/turn/entry id. */
@@ -231,6 +237,77 @@ export interface CompactionView {
   modelId?: string | null;
   createdAt?: string | null;
   details?: JsonObject | null;
+}
+
+export interface ConfigSyncApplied {
+  settings: number;
+  providers: number;
+  models: number;
+  projects: number;
+  projectGroups: number;
+  memory: number;
+}
+
+export interface ConfigSyncApplyParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  bundleBase64: string;
+}
+
+export interface ConfigSyncApplyResult {
+  sha256: string;
+  applied: ConfigSyncApplied;
+}
+
+export interface ConfigSyncConfigureParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  enabled?: boolean | null;
+  webdavUrl?: string | null;
+  webdavUsername?: string | null;
+  remoteDir?: string | null;
+  /** Kept in the secret store; null removes it. */
+  webdavPassword?: string | null;
+  /** Another device's bundle key (32 bytes, base64). Absent: one is generated when none exists yet. */
+  vaultKey?: string | null;
+}
+
+export interface ConfigSyncExportParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+}
+
+export interface ConfigSyncExportResult {
+  /** The encrypted, authenticated bundle (also written to pending.bin). */
+  bundleBase64: string;
+  sha256: string;
+  bytes: number;
+  /** Unix time in milliseconds. */
+  exportedAt: number;
+}
+
+export interface ConfigSyncGetParams {
+}
+
+export interface ConfigSyncSettings {
+  enabled?: boolean;
+  webdavUrl?: string | null;
+  webdavUsername?: string | null;
+  remoteDir?: string | null;
+  /** Secret-store ref of the bundle key. */
+  vaultKeyRef?: string | null;
+  /** Secret-store ref of the WebDAV password. */
+  webdavPasswordRef?: string | null;
+}
+
+export interface ConfigSyncState {
+  settings: ConfigSyncSettings;
+  hasVaultKey: boolean;
+  hasWebdavPassword: boolean;
+  /** config-sync/pending.bin (the last export). */
+  pending?: BundleInfo | null;
+  /** config-sync/base.bin (the last applied bundle). */
+  base?: BundleInfo | null;
 }
 
 /** Provider-neutral message for the model. */
@@ -291,7 +368,7 @@ export interface EndTurnResult {
 
 /** ``params`` of an ``event`` notification. */
 export interface EventParams {
-  topic: "session.created" | "session.updated" | "session.deleted" | "session.message" | "session.queue" | "notification.created" | "turn.started" | "turn.ended" | "task.due" | "plan.requested" | "plan.resolved" | "session.inflight";
+  topic: "session.created" | "session.updated" | "session.deleted" | "session.message" | "session.queue" | "notification.created" | "turn.started" | "turn.ended" | "task.due" | "plan.requested" | "plan.resolved" | "settings.changed" | "providers.changed" | "models.changed" | "session.inflight";
   /** Host-wide, strictly increasing; resume with it. */
   cursor: number;
   subscriptionId: string;
@@ -314,9 +391,11 @@ export interface HelloParams {
   token: string;
   /** Stable per client install; keys command receipts. */
   clientId: string;
-  clientKind: "ui" | "agent" | "cli" | "test";
+  clientKind: "ui" | "agent" | "cli" | "test" | "plugin";
   /** Protocol version the client speaks. */
   protocol: number;
+  /** Required with clientKind plugin (and only then): the connection's reads and writes are scoped to what that plugin owns. */
+  pluginId?: string | null;
 }
 
 export interface HelloResult {
@@ -356,6 +435,26 @@ export interface HostedSearchSource {
   title?: string | null;
 }
 
+/** How far the index trails acknowledged appends (the read barrier's bookkeeping). */
+export interface IndexStats {
+  /** Appends acknowledged since start (host-wide sequence). */
+  acknowledged: number;
+  /** Highest sequence the index's committed batches cover. */
+  covered: number;
+  lagOps: number;
+  lagBytes: number;
+  /** The largest lag seen since start. */
+  maxLagOps: number;
+  maxLagBytes: number;
+  /** Reads that waited for the index to cover earlier appends. */
+  readWaits: number;
+  /** Appends that waited because the lag reached its bound. */
+  appendStalls: number;
+  /** The lag bound: appends wait beyond it. */
+  boundOps: number;
+  boundBytes: number;
+}
+
 export interface ListRevisionsParams {
   /** Session id (becomes a file name). */
   sessionId: string;
@@ -377,6 +476,23 @@ export interface LoginCodeResult {
   expiresInMs: number;
   /** The inspector with the code in its fragment (never sent to a server; the page removes it from the address bar at once). */
   url: string;
+}
+
+export interface Memory {
+  /** entries-v1 */
+  format: string;
+  entries: MemoryEntry[];
+  /** Derived plain text (what the runtime loads), at most 32 KiB. */
+  content: string;
+  updatedAt?: number | null;
+  /** Stored as plain text by an older build. */
+  legacy?: boolean | null;
+}
+
+export interface MemoryEntry {
+  id: string;
+  title: string;
+  content: string;
 }
 
 export interface MessageIdParams {
@@ -410,6 +526,88 @@ export interface MessageSearchHit {
   snippet: string;
   /** Unix time in milliseconds. */
   createdAt: number;
+}
+
+export interface Model {
+  providerId: string;
+  modelId: string;
+  displayName: string;
+  source: "bundled" | "discovered" | "user";
+  capabilities: string[];
+  contextWindow?: number | null;
+  maxOutputTokens?: number | null;
+  /** A discovered model the provider no longer lists (kept), or flagged by it. */
+  deprecated: boolean;
+  /** Unix time in milliseconds. */
+  updatedAt: number;
+}
+
+export interface ModelResult {
+  model: Model;
+}
+
+export interface ModelsAddParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Message/turn/entry id. */
+  providerId: string;
+  /** Loose reference (provider id, model id, principal): 1-200 chars. */
+  modelId: string;
+  displayName?: string | null;
+  capabilities?: string[];
+  contextWindow?: number | null;
+  maxOutputTokens?: number | null;
+}
+
+/** The model catalog of a provider changed (models.add / remove / refresh). */
+export interface ModelsChangedEvent {
+  providerId: string;
+}
+
+export interface ModelsListParams {
+  providerId?: string | null;
+}
+
+export interface ModelsListResult {
+  models: Model[];
+}
+
+export interface ModelsRefreshParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Message/turn/entry id. */
+  providerId: string;
+  /** Bound on the whole HTTP exchange. */
+  timeoutMs?: number;
+}
+
+export interface ModelsRefreshResult {
+  providerId: string;
+  /** Unix time in milliseconds. */
+  refreshedAt: number;
+  /** Models in the provider's reply. */
+  listed: number;
+  added: number;
+  updated: number;
+  /** Listed models whose user row was left unchanged. */
+  userKept: number;
+  /** Discovered models no longer listed: kept, flagged deprecated. */
+  deprecated: string[];
+}
+
+export interface ModelsRemoveParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Message/turn/entry id. */
+  providerId: string;
+  /** Loose reference (provider id, model id, principal): 1-200 chars. */
+  modelId: string;
+}
+
+export interface ModelsRemoveResult {
+  providerId: string;
+  modelId: string;
+  deleted: boolean;
 }
 
 export interface Notification {
@@ -561,6 +759,64 @@ export interface PlansSubmitParams {
   expiresAt?: number | null;
 }
 
+export interface PluginEntry {
+  id: string;
+  name?: string | null;
+  version?: string | null;
+  enabled?: boolean | null;
+  source?: string | null;
+  installedAt?: number | null;
+  updatedAt?: number | null;
+}
+
+export interface PluginResult {
+  plugin: PluginEntry;
+}
+
+export interface PluginsListParams {
+}
+
+export interface PluginsListResult {
+  /** Every entry of plugins/registry.json, by id. */
+  plugins: PluginEntry[];
+}
+
+export interface PluginsRegisterParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Plugin id (1-64 of A-Z a-z 0-9 _ . -, starting with a letter or digit). */
+  pluginId: string;
+  name: string;
+  version: string;
+  enabled?: boolean;
+  /** Where it came from (a path, a URL, a store id). */
+  source?: string | null;
+}
+
+export interface PluginsSetEnabledParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Plugin id (1-64 of A-Z a-z 0-9 _ . -, starting with a letter or digit). */
+  pluginId: string;
+  enabled: boolean;
+}
+
+export interface PluginsUninstallParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Plugin id (1-64 of A-Z a-z 0-9 _ . -, starting with a letter or digit). */
+  pluginId: string;
+}
+
+export interface PluginsUninstallResult {
+  pluginId: string;
+  registryEntryRemoved: boolean;
+  /** Keys of kv(plugin:<id>), deleted in one statement. */
+  settingsRemoved: string[];
+  /** The plugin's provider rows, now the user's. */
+  providersReleased: string[];
+}
+
 export interface Project {
   id: number;
   path: string;
@@ -573,12 +829,110 @@ export interface Project {
   sessionCount: number;
 }
 
+export interface ProjectGroup {
+  /** project:<projectId> for a legacy single-root projection. */
+  id: string;
+  name: string;
+  /** Ordered canonical roots. */
+  roots: string[];
+  primaryRoot: string;
+  /** Roots removed from the group (kept). */
+  detachedPaths?: string[] | null;
+  /** A path project projected as a group (read-only). */
+  legacy?: boolean | null;
+  /** Unix time in milliseconds. */
+  createdAt: number;
+  /** Unix time in milliseconds. */
+  updatedAt: number;
+}
+
+export interface ProjectGroupResult {
+  group: ProjectGroup;
+}
+
+export interface ProjectGroupsDeleteParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  groupId: string;
+}
+
+export interface ProjectGroupsDeleteResult {
+  groupId: string;
+  deleted: boolean;
+}
+
+export interface ProjectGroupsGetParams {
+  groupId: string;
+}
+
+export interface ProjectGroupsGetResult {
+  group: ProjectGroup;
+  memory: Memory;
+  instructions?: string | null;
+}
+
+export interface ProjectGroupsInstructionsResult {
+  groupId: string;
+  instructions?: string | null;
+}
+
+export interface ProjectGroupsListParams {
+}
+
+export interface ProjectGroupsListResult {
+  /** Stored groups by name, then legacy projections. */
+  groups: ProjectGroup[];
+}
+
+export interface ProjectGroupsMemoryResult {
+  groupId: string;
+  memory: Memory;
+}
+
+export interface ProjectGroupsSaveParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Absent: create a group. */
+  groupId?: string | null;
+  name: string;
+  roots: string[];
+  /** Default: the first root. */
+  primaryRoot?: string | null;
+}
+
+export interface ProjectGroupsSetInstructionsParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  groupId: string;
+  /** Blank removes them; at most 32 KiB. */
+  instructions: string;
+}
+
+export interface ProjectGroupsSetMemoryParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  groupId: string;
+  /** Text, or {"format": "entries-v1", "entries": [{id?, title?, content}]}. */
+  memory: unknown;
+}
+
+export interface ProjectResult {
+  project: Project;
+}
+
 export interface ProjectsListParams {
 }
 
 export interface ProjectsListResult {
   /** Most recently opened first. */
   projects: Project[];
+}
+
+export interface ProjectsPinParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  projectId: number;
+  pinned: boolean;
 }
 
 export interface ProjectsRemoveParams {
@@ -592,6 +946,160 @@ export interface ProjectsRemoveResult {
   path: string;
   /** Sessions deleted with it (rows and files). */
   deletedSessions: string[];
+}
+
+export interface Provider {
+  id: string;
+  name: string;
+  vendorKey: string;
+  type: string;
+  protocol: string;
+  apiStyle?: string | null;
+  authKind: string;
+  baseUrl?: string | null;
+  enabled: boolean;
+  defaultModelId?: string | null;
+  config: JsonObject;
+  /** An API key is in the secret store (never returned by providers.*). */
+  hasApiKey: boolean;
+  /** Its secret-store ref (secrets.get, for the sidecar). */
+  secretRef?: string | null;
+  /** Set on rows a plugin declared (providers.sync). */
+  ownerPluginId?: string | null;
+  /** Unix time in milliseconds. */
+  createdAt: number;
+  /** Unix time in milliseconds. */
+  updatedAt: number;
+}
+
+export interface ProviderDeclaration {
+  name: string;
+  /** Default custom. */
+  vendorKey?: string | null;
+  /** Default openai_compatible. */
+  type?: string | null;
+  /** Default openai_compatible. */
+  protocol?: string | null;
+  apiStyle?: string | null;
+  /** Default api_key_and_base_url. */
+  authKind?: string | null;
+  /** http(s) URL; models.refresh calls {baseUrl}/models. */
+  baseUrl?: string | null;
+  enabled?: boolean | null;
+  defaultModelId?: string | null;
+  /** Provider config (headers, compatibility ...), at most 64 KiB; a credential anywhere in it is INVALID_PARAMS: keys go to apiKey. */
+  config?: JsonObject | null;
+  /** Message/turn/entry id. */
+  id: string;
+}
+
+export interface ProviderResult {
+  provider: Provider;
+}
+
+/** Provider rows were created, edited, deleted, synced by a plugin or released (empty: reload all). */
+export interface ProvidersChangedEvent {
+  providerIds: string[];
+}
+
+export interface ProvidersCreateParams {
+  name: string;
+  /** Default custom. */
+  vendorKey?: string | null;
+  /** Default openai_compatible. */
+  type?: string | null;
+  /** Default openai_compatible. */
+  protocol?: string | null;
+  apiStyle?: string | null;
+  /** Default api_key_and_base_url. */
+  authKind?: string | null;
+  /** http(s) URL; models.refresh calls {baseUrl}/models. */
+  baseUrl?: string | null;
+  enabled?: boolean | null;
+  defaultModelId?: string | null;
+  /** Provider config (headers, compatibility ...), at most 64 KiB; a credential anywhere in it is INVALID_PARAMS: keys go to apiKey. */
+  config?: JsonObject | null;
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Default: derived from the receipt key, else random. */
+  id?: string | null;
+  /** Stored encrypted in the secret store, never in SQLite. */
+  apiKey?: string | null;
+}
+
+export interface ProvidersDeleteParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Message/turn/entry id. */
+  providerId: string;
+}
+
+export interface ProvidersDeleteResult {
+  providerId: string;
+  deleted: boolean;
+}
+
+export interface ProvidersGetParams {
+  /** Message/turn/entry id. */
+  providerId: string;
+}
+
+export interface ProvidersListParams {
+}
+
+export interface ProvidersListResult {
+  /** In display order (providers.reorder), then creation order. */
+  providers: Provider[];
+}
+
+export interface ProvidersReorderParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** The display order; every id must exist. */
+  providerIds: string[];
+}
+
+export interface ProvidersReorderResult {
+  providerIds: string[];
+}
+
+export interface ProvidersSyncParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Every provider the plugin declares now. */
+  providers: ProviderDeclaration[];
+}
+
+export interface ProvidersSyncResult {
+  /** The plugin's rows after the sync. */
+  providers: Provider[];
+  /** Rows of the plugin it no longer declares (deleted). */
+  removed: string[];
+}
+
+export interface ProvidersUpdateParams {
+  name?: string | null;
+  /** Default custom. */
+  vendorKey?: string | null;
+  /** Default openai_compatible. */
+  type?: string | null;
+  /** Default openai_compatible. */
+  protocol?: string | null;
+  apiStyle?: string | null;
+  /** Default api_key_and_base_url. */
+  authKind?: string | null;
+  /** http(s) URL; models.refresh calls {baseUrl}/models. */
+  baseUrl?: string | null;
+  enabled?: boolean | null;
+  defaultModelId?: string | null;
+  /** Provider config (headers, compatibility ...), at most 64 KiB; a credential anywhere in it is INVALID_PARAMS: keys go to apiKey. */
+  config?: JsonObject | null;
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Message/turn/entry id. */
+  providerId: string;
+  /** A new key; null removes the stored key; absent keeps it. */
+  apiKey?: string | null;
 }
 
 export interface QueueControllerParams {
@@ -997,6 +1505,25 @@ export interface SessionRenameParams {
   title: string;
 }
 
+export interface SessionResolvePathParams {
+  /** Session id (becomes a file name). */
+  sessionId: string;
+  /** Relative paths resolve against the session's root. */
+  path?: string | null;
+}
+
+export interface SessionResolvePathResult {
+  sessionId: string;
+  /** The session's persisted project (its tool root). */
+  projectId?: number | null;
+  /** That project's path; never the visible workspace. */
+  root?: string | null;
+  /** The requested path, absolute and folded ('.', '..'). */
+  path?: string | null;
+  /** Whether path stays under root. */
+  insideRoot?: boolean | null;
+}
+
 export interface SessionResult {
   session: SessionSummary;
 }
@@ -1048,16 +1575,52 @@ export interface SessionUpdateParams {
   projectPath?: string | null;
 }
 
+/** Keys of a kv namespace changed (settings.*, workspace.open, providers.reorder, projectGroups.*, plugins.uninstall, configSync.*). Names only, never values: read them with settings.get. An empty ``keys`` list means "many keys changed": reload the namespace. */
+export interface SettingsChangedEvent {
+  ns: string;
+  keys: string[];
+}
+
+export interface SettingsDeleteParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** kv namespace: app, ui, cache, plugin:<id>, projectMemory ... */
+  ns?: string;
+  key: string;
+}
+
+export interface SettingsDeleteResult {
+  ns: string;
+  key: string;
+  /** False when the key was not set. */
+  deleted: boolean;
+  changed: string[];
+}
+
+export interface SettingsGetAllParams {
+  /** kv namespace: app, ui, cache, plugin:<id>, projectMemory ... */
+  ns?: string;
+}
+
+export interface SettingsGetAllResult {
+  ns: string;
+  /** Every key of the namespace (app: the normalized settings blob). */
+  values: JsonObject;
+  /** Newest write to the namespace. */
+  updatedAt?: number | null;
+}
+
 export interface SettingsGetParams {
   /** kv namespace: app, ui, cache, plugin:<id>, projectMemory ... */
   ns?: string;
+  /** In `app`, a field of the settings blob (`settings` = the whole blob). */
   key: string;
 }
 
 export interface SettingsGetResult {
   ns: string;
   key: string;
-  /** Absent when the key is not set. */
+  /** Absent when the key is not set (app fields read their default). */
   value?: unknown;
   updatedAt?: number | null;
 }
@@ -1068,15 +1631,35 @@ export interface SettingsSetParams {
   /** kv namespace: app, ui, cache, plugin:<id>, projectMemory ... */
   ns?: string;
   key: string;
-  /** Any JSON value. */
+  /** Any JSON value the namespace's rules accept. */
   value: unknown;
 }
 
 export interface SettingsSetResult {
   ns: string;
   key: string;
-  /** The value as stored. */
-  value: unknown;
+  /** The value now stored (absent: the write stored no key). */
+  value?: unknown;
+  /** Keys whose stored value changed. */
+  changed?: string[];
+  /** Unix time in milliseconds. */
+  updatedAt: number;
+}
+
+export interface SettingsUpdateParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** kv namespace: app, ui, cache, plugin:<id>, projectMemory ... */
+  ns?: string;
+  /** Keys to set (merged into what is stored), all or none. */
+  values: JsonObject;
+}
+
+export interface SettingsUpdateResult {
+  ns: string;
+  /** Each requested key's value now (null: no key stored). */
+  values: JsonObject;
+  changed: string[];
   /** Unix time in milliseconds. */
   updatedAt: number;
 }
@@ -1112,12 +1695,13 @@ export interface StatusResult {
   actors: ActorStats;
   dbWriter: DbWriterStats;
   pipeline: PipelineStats;
+  index?: IndexStats | null;
   dataDirBytes: number;
   boot: BootReport;
 }
 
 export interface SubscribeParams {
-  topics: ("session.created" | "session.updated" | "session.deleted" | "session.message" | "session.queue" | "notification.created" | "turn.started" | "turn.ended" | "task.due" | "plan.requested" | "plan.resolved" | "session.inflight")[];
+  topics: ("session.created" | "session.updated" | "session.deleted" | "session.message" | "session.queue" | "notification.created" | "turn.started" | "turn.ended" | "task.due" | "plan.requested" | "plan.resolved" | "settings.changed" | "providers.changed" | "models.changed" | "session.inflight")[];
   /** Only events of this session (all sessions when absent). */
   sessionId?: string | null;
   /** Resume after this event cursor; CURSOR_EXPIRED if too old. */
@@ -1421,6 +2005,25 @@ export interface Usage {
   outputTokens?: number | null;
 }
 
+export interface WorkspaceGetParams {
+}
+
+export interface WorkspaceOpenParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Absolute; stored canonical (trimmed, '/' separators, no trailing '/'). */
+  path: string;
+  /** Display name (default: the last path component). */
+  name?: string | null;
+}
+
+export interface WorkspaceResult {
+  /** kv(app, currentProjectId). */
+  currentProjectId?: number | null;
+  /** Absent when no (existing) project is selected. */
+  project?: Project | null;
+}
+
 /** Every routed method: its params and its result. */
 export interface Methods {
   /** Versions, uptime, actor and DB-writer statistics, boot recovery report. */
@@ -1543,10 +2146,74 @@ export interface Methods {
   "projects.list": { params: ProjectsListParams; result: ProjectsListResult };
   /** Delete a project's sessions (rows and files), its row and project memory; never its folder. (mutating: accepts submissionId) */
   "projects.remove": { params: ProjectsRemoveParams; result: ProjectsRemoveResult };
-  /** Read one key of a kv namespace. */
+  /** Read one key of a kv namespace (app: one field of the settings blob, normalized). */
   "settings.get": { params: SettingsGetParams; result: SettingsGetResult };
-  /** Write one key of a kv namespace (durable before the reply). (mutating: accepts submissionId) */
+  /** Write one key of a kv namespace, by its rules (app: one field of the settings blob, merged). (mutating: accepts submissionId) */
   "settings.set": { params: SettingsSetParams; result: SettingsSetResult };
+  /** Every key of a small namespace (app: the normalized settings blob, defaults filled in). */
+  "settings.getAll": { params: SettingsGetAllParams; result: SettingsGetAllResult };
+  /** Write several keys of one namespace at once (merged; all or none). (mutating: accepts submissionId) */
+  "settings.update": { params: SettingsUpdateParams; result: SettingsUpdateResult };
+  /** Remove one key (app: one field of the settings blob). (mutating: accepts submissionId) */
+  "settings.delete": { params: SettingsDeleteParams; result: SettingsDeleteResult };
+  /** Upsert the project by its canonical path and make it the visible workspace (kv(app, currentProjectId)). (mutating: accepts submissionId) */
+  "workspace.open": { params: WorkspaceOpenParams; result: WorkspaceResult };
+  /** The visible workspace (restores currentProjectId; changes nothing). */
+  "workspace.get": { params: WorkspaceGetParams; result: WorkspaceResult };
+  /** A session's own persisted project root (never the visible workspace) and a path resolved against it. */
+  "session.resolvePath": { params: SessionResolvePathParams; result: SessionResolvePathResult };
+  /** Pin or unpin a project row. (mutating: accepts submissionId) */
+  "projects.pin": { params: ProjectsPinParams; result: ProjectResult };
+  /** Stored project groups, then path projects projected as legacy single-root groups. */
+  "projectGroups.list": { params: ProjectGroupsListParams; result: ProjectGroupsListResult };
+  /** One group with its memory and instructions. */
+  "projectGroups.get": { params: ProjectGroupsGetParams; result: ProjectGroupsGetResult };
+  /** Create a group or replace its name, roots and primary root (removed roots become detached paths). (mutating: accepts submissionId) */
+  "projectGroups.save": { params: ProjectGroupsSaveParams; result: ProjectGroupResult };
+  /** Delete a group record with its memory and instructions (sessions and files stay). (mutating: accepts submissionId) */
+  "projectGroups.delete": { params: ProjectGroupsDeleteParams; result: ProjectGroupsDeleteResult };
+  /** Set a group's memory (entries-v1 or text, at most 32 KiB of content; empty removes it). (mutating: accepts submissionId) */
+  "projectGroups.setMemory": { params: ProjectGroupsSetMemoryParams; result: ProjectGroupsMemoryResult };
+  /** Set a group's shared instructions (at most 32 KiB; blank removes them). (mutating: accepts submissionId) */
+  "projectGroups.setInstructions": { params: ProjectGroupsSetInstructionsParams; result: ProjectGroupsInstructionsResult };
+  /** Provider rows in display order (a plugin sees only its own); never an API key. */
+  "providers.list": { params: ProvidersListParams; result: ProvidersListResult };
+  /** One provider row; never its API key. */
+  "providers.get": { params: ProvidersGetParams; result: ProviderResult };
+  /** Create a user provider; its apiKey goes to the secret store only. (mutating: accepts submissionId) */
+  "providers.create": { params: ProvidersCreateParams; result: ProviderResult };
+  /** Edit a user provider (not a plugin's row); apiKey replaces or (null) removes the stored key. (mutating: accepts submissionId) */
+  "providers.update": { params: ProvidersUpdateParams; result: ProviderResult };
+  /** Delete a user provider, its models and its stored key. (mutating: accepts submissionId) */
+  "providers.delete": { params: ProvidersDeleteParams; result: ProvidersDeleteResult };
+  /** Set the display order (kv(app, providers.order)). (mutating: accepts submissionId) */
+  "providers.reorder": { params: ProvidersReorderParams; result: ProvidersReorderResult };
+  /** A plugin declares its providers: its rows are upserted, the ones it no longer declares deleted. (mutating: accepts submissionId) */
+  "providers.sync": { params: ProvidersSyncParams; result: ProvidersSyncResult };
+  /** The model catalog (one provider's, or all; a plugin sees its own providers' models). */
+  "models.list": { params: ModelsListParams; result: ModelsListResult };
+  /** Add (or take over) a model as source=user; refreshes never overwrite it. (mutating: accepts submissionId) */
+  "models.add": { params: ModelsAddParams; result: ModelResult };
+  /** Remove a user-added model (discovered ones are managed by models.refresh). (mutating: accepts submissionId) */
+  "models.remove": { params: ModelsRemoveParams; result: ModelsRemoveResult };
+  /** Fetch GET {baseUrl}/models with the provider's key; upsert discovered rows (user rows untouched). (mutating: accepts submissionId) */
+  "models.refresh": { params: ModelsRefreshParams; result: ModelsRefreshResult };
+  /** The entries of plugins/registry.json. */
+  "plugins.list": { params: PluginsListParams; result: PluginsListResult };
+  /** Add or update a plugin's registry entry (the file is replaced atomically). (mutating: accepts submissionId) */
+  "plugins.register": { params: PluginsRegisterParams; result: PluginResult };
+  /** Enable or disable a registered plugin. (mutating: accepts submissionId) */
+  "plugins.setEnabled": { params: PluginsSetEnabledParams; result: PluginResult };
+  /** Remove the registry entry, delete kv(plugin:<id>) in one statement, release its provider rows. (mutating: accepts submissionId) */
+  "plugins.uninstall": { params: PluginsUninstallParams; result: PluginsUninstallResult };
+  /** Sync settings (refs only, never a secret) and which bundles exist. */
+  "configSync.get": { params: ConfigSyncGetParams; result: ConfigSyncState };
+  /** Set sync settings; the WebDAV password and the vault key go to the secret store. (mutating: accepts submissionId) */
+  "configSync.configure": { params: ConfigSyncConfigureParams; result: ConfigSyncState };
+  /** Encrypt the portable configuration into a bundle (written to config-sync/pending.bin). (mutating: accepts submissionId) */
+  "configSync.export": { params: ConfigSyncExportParams; result: ConfigSyncExportResult };
+  /** Verify, decrypt and merge a bundle in one transaction; a tampered or foreign-keyed one changes nothing. (mutating: accepts submissionId) */
+  "configSync.apply": { params: ConfigSyncApplyParams; result: ConfigSyncApplyResult };
 }
 export type MethodName = keyof Methods;
 export type ParamsOf<M extends MethodName> = Methods[M]["params"];
@@ -1593,6 +2260,28 @@ export const MUTATING_METHODS = [
   "plans.respond",
   "projects.remove",
   "settings.set",
+  "settings.update",
+  "settings.delete",
+  "workspace.open",
+  "projects.pin",
+  "projectGroups.save",
+  "projectGroups.delete",
+  "projectGroups.setMemory",
+  "projectGroups.setInstructions",
+  "providers.create",
+  "providers.update",
+  "providers.delete",
+  "providers.reorder",
+  "providers.sync",
+  "models.add",
+  "models.remove",
+  "models.refresh",
+  "plugins.register",
+  "plugins.setEnabled",
+  "plugins.uninstall",
+  "configSync.configure",
+  "configSync.export",
+  "configSync.apply",
 ] as const;
 
 /** Event payloads (`params.data` of an `event` notification), by topic. */
@@ -1608,6 +2297,9 @@ export interface Events {
   "task.due": TaskDueEvent;
   "plan.requested": PlanRequestedEvent;
   "plan.resolved": PlanResolvedEvent;
+  "settings.changed": SettingsChangedEvent;
+  "providers.changed": ProvidersChangedEvent;
+  "models.changed": ModelsChangedEvent;
   "session.inflight": SessionInflightEvent;
 }
 export type Topic = keyof Events;
@@ -1645,6 +2337,10 @@ export type ErrorCode =
   | "UNSUPPORTED_SQLITE"
   | "PAYLOAD_TOO_LARGE"
   | "CURSOR_EXPIRED"
-  | "PERMISSION_DENIED";
+  | "PERMISSION_DENIED"
+  | "PROVIDER_TIMEOUT"
+  | "PROVIDER_UNREACHABLE"
+  | "PROVIDER_UNAUTHORIZED"
+  | "PROVIDER_BAD_REPLY";
 /** Codes where retrying the same request (same submissionId) can succeed. */
-export const RETRIABLE_CODES = ["BUSY", "TIMEOUT", "ACTOR_RESTARTED", "SHUTTING_DOWN", "STORAGE_FULL"] as const;
+export const RETRIABLE_CODES = ["BUSY", "TIMEOUT", "ACTOR_RESTARTED", "SHUTTING_DOWN", "STORAGE_FULL", "PROVIDER_TIMEOUT", "PROVIDER_UNREACHABLE"] as const;
