@@ -280,6 +280,7 @@ async def test_delete_removes_index_entries_and_every_session_file(tmp_path: Pat
             files = [_transcript(root, sid), root / "sessions" / f"{sid}.revisions.jsonl",
                      root / "sessions" / f"{sid}.inflight.json"]
             assert all(p.exists() for p in files), [p for p in files if not p.exists()]
+            await c.call("search.query", {"query": "platypus"})  # the read barrier: the index covers every ack
             assert sorted(_search_ids(root, "platypus")) == ["a1", "k1", "u1"]
             await c.call("session.delete", {"sessionId": sid})
             assert not [p for p in files if p.exists()]

@@ -235,7 +235,7 @@ def _complete(script: str, words: list[str], data: Path | None = None) -> list[s
 def test_shell_completion(tmp_path: Path) -> None:
     script = cli("completion", "bash").stdout
     assert "complete -F _pi_host pi-host" in script
-    assert set(_complete(script, ["pi-host", "se"])) == {"serve", "sessions", "search"}
+    assert set(_complete(script, ["pi-host", "se"])) == {"serve", "sessions", "search", "settings"}
     assert "--limit" in _complete(script, ["pi-host", "show", "--l"])
     assert "--allow-origin" in _complete(script, ["pi-host", "--data-dir", "/x", "serve", "--a"])
     data = tmp_path / "data"
