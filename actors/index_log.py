@@ -14,6 +14,9 @@ so the DB writer's mailbox holds index ops in sequence order. Each op's reply
   append in another session still sees them (D444) before the index does.
 * The lag is bounded in bytes and in operations: past either bound new appends
   wait (:meth:`wait_room`), so memory and catch-up time stay bounded.
+* While nobody waits (:meth:`wanted` is False) the DB writer may hold index ops
+  back a few milliseconds to commit more of them at once; ``on_wanted``
+  callbacks run the moment a reader or a stalled append starts waiting.
 * ``on_covered`` callbacks run as sequences are covered (the pipeline retires
   receipt claims that were pinned until their row is in the database).
 
@@ -73,6 +76,7 @@ class IndexLog:
     _waits: int = 0
     _stalls: int = 0
     _on_covered: list[Callable[[int], None]] = field(default_factory=list)
+    _on_wanted: list[Callable[[], None]] = field(default_factory=list)
 
     # -- appends ---------------------------------------------------------------
     def enqueue(self, nbytes: int, held: Mapping[str, Any] | None = None) -> int:
@@ -100,6 +104,7 @@ class IndexLog:
         """Backpressure: wait while the index trails by more than the bounds."""
         if self.full():
             self._stalls += 1
+            self._want()
         while self.full():
             await self._room.wait()
 
@@ -137,6 +142,17 @@ class IndexLog:
     def on_covered(self, fn: Callable[[int], None]) -> None:
         self._on_covered.append(fn)
 
+    def on_wanted(self, fn: Callable[[], None]) -> None:
+        self._on_wanted.append(fn)
+
+    def wanted(self) -> bool:
+        """True while a read waits for the index or an append waits for room."""
+        return bool(self._waiters) or self.full()
+
+    def _want(self) -> None:
+        for fn in self._on_wanted:
+            fn()
+
     # -- reads -------------------------------------------------------------------
     async def wait_covered(self, seq: int) -> None:
         """Wait until sequence ``seq`` is covered (returns at once when it already is)."""
@@ -145,6 +161,7 @@ class IndexLog:
         self._waits += 1
         event = trio.Event()
         heapq.heappush(self._waiters, (seq, next(self._tie), event))
+        self._want()
         await event.wait()
 
     async def barrier(self) -> None:

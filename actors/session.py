@@ -126,7 +126,7 @@ class SessionActor(Actor):
         super().__init__(f"session:{session_id}", mailbox_size=deps.mailbox_size)
         self.batch_limit = deps.batch_limit
         self.idle_timeout = deps.idle_timeout
-        self.linger_ticks = 3  # a JSON-RPC batch or a burst of clients lands in one group commit
+        self.linger_ticks = 1  # a burst of clients lands in one group commit; a JSON-RPC batch says "more"
         self.sid = session_id
         self.deps = deps
         self.paths = deps.paths(session_id)

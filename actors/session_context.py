@@ -193,7 +193,6 @@ class SessionContext:
         log, writer = actor.deps.index_log, actor.deps.writer
         await log.wait_room()
         while True:
-            await writer.wait_room()
             seq = log.acknowledged + 1
 
             def settled(result: outcome.Outcome[Any], seq: int = seq) -> None:
@@ -204,6 +203,7 @@ class SessionContext:
             try:
                 writer.post_nowait(DbOp(fn, durable=False, label="index"), CallbackReply(settled))
             except Busy:
+                await writer.wait_room()  # full mailbox: wait, then take the sequence afresh
                 continue
             break
         taken = log.enqueue(nbytes, held)

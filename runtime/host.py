@@ -172,8 +172,10 @@ async def run_host(
                     ChildSpec("db-writer", lambda: DbWriter(
                         boot.conn, mailbox_size=config.db_mailbox, batch_limit=config.db_batch_limit,
                         faults=faults, stats=db_stats, force_synchronous=config.synchronous,
-                        upkeep_after=config.search_upkeep_after))
+                        upkeep_after=config.search_upkeep_after,
+                        index_hold=config.index_hold, index_wanted=index_log.wanted))
                 )
+                index_log.on_wanted(writer_ref.wake)
                 db = DbHandle(lambda op: writer_ref.ask(op, timeout=config.ask_timeout))
                 scheduler_ref = await supervisor.start_child(
                     ChildSpec("scheduler", lambda: Scheduler(db=db, reads=reads, bus=bus, now_ms=now_ms,

@@ -431,6 +431,12 @@ class ActorRef:
             raise ActorStopped(f"supervisor {self._sup.name!r}: child {self.name!r} is not running")
         actor.post_nowait(msg, reply)
 
+    def wake(self) -> None:
+        """End the current incarnation's hold, if it holds a batch (see ``Actor.wake``)."""
+        actor = self.current()
+        if actor is not None:
+            actor.wake()
+
     def tell_nowait(self, msg: Any) -> None:
         """Tell the current incarnation now; ``ActorStopped`` if there is none, ``Busy`` if full."""
         actor = self.current()

@@ -84,3 +84,24 @@ async def test_every_acknowledged_append_is_read_back_at_once(tmp_path_factory: 
             lag = host.services.index_log.statistics()
     assert problems == []
     assert lag.max_lag_ops >= 1  # the index did trail the acknowledgements
+
+
+async def test_index_rows_nobody_reads_are_held_and_a_read_ends_the_hold_at_once(tmp_path: Path) -> None:
+    """With a hold far longer than the test may take, sequential appends share index commits,
+    and each read that needs the index wakes the DB writer instead of waiting for the hold."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data", index_hold=3600.0) as host, client_for(host, "hold") as c:
+            writer = host.services.writer.current()
+            assert writer is not None
+            sid = (await c.call("session.create", {"sessionId": "held", "title": "held"}))["id"]
+            await host.services.index_log.barrier()
+            before = writer.statistics().batches
+            for k in range(20):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"h{k}", f"tokhold{k}q")})
+            lag = host.services.index_log.statistics()
+            assert lag.lag_ops >= 1  # still held: nobody has read yet
+            found = await c.call("search.sessions", {"query": "tokhold19q"})
+            assert [r["sessionId"] for r in found["results"]] == [sid]
+            got = await c.call("session.get", {"sessionId": sid, "messageLimit": 1})
+            assert got["totalMessages"] == 20
+            assert writer.statistics().batches - before <= 3  # 20 index ops, not 20 transactions
