@@ -101,7 +101,11 @@ class IndexLog:
         return len(self._entries) >= self.max_lag_ops or self._lag_bytes >= self.max_lag_bytes
 
     async def wait_room(self) -> None:
-        """Backpressure: wait while the index trails by more than the bounds."""
+        """Backpressure: wait while the index trails by more than the bounds.
+
+        Always a cancellation point (trio's convention), even with room: a killed session
+        actor stops here, before it posts the index op of lines it has just made durable."""
+        await trio.lowlevel.checkpoint_if_cancelled()
         if self.full():
             self._stalls += 1
             self._want()

@@ -40,6 +40,7 @@ from actors.db_writer import DbOp
 from actors.gateway_types import CallContext, Reply
 from actors.session import SessionCall, SessionOp
 from protocol.errors import MethodNotFound
+from protocol.jsonrpc import Encoded
 from protocol.methods import METHODS, MethodSpec
 from runtime.context import HostContext, Pinned, ReadContext, Services, WriterContext, WriterResult
 from runtime.kernel.actor import ActorCrashed, ActorStopped, CallbackReply, InternalBug
@@ -115,7 +116,7 @@ class _Answer:
 
 def _checked(spec: MethodSpec, value: Any) -> Any:
     try:
-        spec.result_model.model_validate(value)
+        spec.result_model.model_validate(value.decode() if isinstance(value, Encoded) else value)
     except ValidationError as exc:
         # Our own answer does not fit the documented model: a host bug, not bad params.
         log.error("result of %s does not match its model: %s", spec.name, exc)
@@ -211,8 +212,11 @@ class Pipeline:
                 answer(outcome.Error(ShuttingDown("the request was cancelled before it was run")))
             raise
 
-    async def call(self, method: str, raw: Any, caller: CallContext) -> Any:
-        """Submit and wait for the answer (in-process callers: tests, benchmarks, the scheduler)."""
+    async def call(self, method: str, raw: Any, caller: CallContext, *, decode: bool = True) -> Any:
+        """Submit and wait for the answer (in-process callers: tests, benchmarks, the scheduler).
+
+        A result the handler encoded already (:class:`protocol.jsonrpc.Encoded`) is decoded
+        unless ``decode=False`` (then it is returned as the gateway would send it)."""
         done = trio.Event()
         box: list[outcome.Outcome[Any]] = []
 
@@ -222,7 +226,8 @@ class Pipeline:
 
         await self.submit(method, raw, caller, reply)
         await done.wait()
-        return box[0].unwrap()
+        value = box[0].unwrap()
+        return value.decode() if decode and isinstance(value, Encoded) else value
 
     async def _key(self, bound: _Bound, method: str, params: BaseModel, raw: Any,
                    caller: CallContext) -> ReceiptKey | None:

@@ -469,6 +469,16 @@ def window_rows(
     ).fetchall()
 
 
+def window_spans(conn: sqlite3.Connection, session_id: str, start: int, end: int) -> list[tuple[int, int, int, int,
+                                                                                                 str | None]]:
+    """What a window reply needs of positions ``[start, end)``: seq, offset, len, deleted, turn."""
+    return conn.execute(
+        "SELECT seq, line_offset, line_len, deleted, turn_id FROM messages "
+        "WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
+        (session_id, start, end),
+    ).fetchall()
+
+
 def client_spellings(session_id: str, message_id: str) -> tuple[str, str]:
     """The ids a client's message id may be stored under in its session: as chosen, or D444-remapped."""
     return message_id, f"{session_id}:{message_id}"

@@ -3,24 +3,25 @@
 A window is served from the index's byte spans (``messages.line_offset`` /
 ``line_len``): one read snapshot for the rows and the compaction chain, then
 one sequential read of exactly the window's lines, so opening the newest page
-of a 50,000-message session costs what a 50-message one costs. Everything
-here is synchronous and runs in a read-pool thread; :func:`project` is pure.
+of a 50,000-message session costs what a 50-message one costs. The reply is
+encoded in the same call, from the lines' own bytes (``store/window_reply.py``).
+Everything here is synchronous and runs in a read-pool thread.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import index
-from .compaction import normalize_on_read
 from .jsonio import loads_line
 from .reconcile import plan_reconcile
 from .records import cap_content, wire_record
 from .transcript import read_spans
+from .window_reply import encode_window
 
 __all__ = [
     "MAX_COALESCED_READ",
@@ -29,7 +30,6 @@ __all__ = [
     "find_tool_call_line",
     "navigation_call_id",
     "navigation_parent",
-    "project",
     "read_cold",
     "read_spans_coalesced",
     "read_warm",
@@ -58,14 +58,14 @@ class Window:
     end: int = 0
     target_pos: int | None = None
     missing_target: bool = False
-    rows: list[Any] = field(default_factory=list)
-    compactions: list[Any] = field(default_factory=list)
     row: dict[str, Any] | None = None
     plan_kind: str = ""
     file_len: int = 0
     epoch: str | None = None
-    blobs: list[bytes] = field(default_factory=list)
-    """The rows' lines, then the compactions' lines."""
+    reply: bytes = b""
+    """The encoded ``session.get`` result (``store/window_reply.py``)."""
+    target: dict[str, Any] | None = None
+    """The projected ``messageAround`` target."""
 
 
 def read_spans_coalesced(path: Path, spans: Sequence[tuple[int, int]]) -> list[bytes]:
@@ -113,8 +113,9 @@ def window_bounds(total: int, req: WindowRequest, target_pos: int | None) -> tup
     return (0 if limit is None else max(0, end - limit)), end
 
 
-def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: WindowRequest) -> Window:
-    """Target position, bounds, window rows, the compaction chain and their lines, in one snapshot.
+def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: WindowRequest,
+              session: Mapping[str, Any]) -> Window:
+    """Target position, bounds, window rows, the compaction chain, and the encoded reply, in one snapshot.
 
     The bytes are read in the same call (not in a second worker-thread hop):
     the session actor is the transcript's only writer and awaits this call,
@@ -127,11 +128,11 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
             w.missing_target = True
             return w
     w.start, w.end = window_bounds(total, req, w.target_pos)
-    w.rows = index.window_rows(conn, sid, w.start, w.end)
-    w.compactions = index.compaction_rows(conn, sid)
-    spans = [(r[2], r[3]) for r in w.rows] + [(c[2], c[3]) for c in w.compactions]
-    if spans:
-        w.blobs = read_spans_coalesced(path, spans)
+    rows = index.window_spans(conn, sid, w.start, w.end)
+    compactions = index.compaction_rows(conn, sid)
+    lines = read_spans_coalesced(path, [(c[2], c[3]) for c in compactions]) if compactions else []
+    w.reply, w.target = encode_window(path, index.public_session(session), rows, lines, start=w.start, end=w.end,
+                                      total=total, content_limit=req.content_limit, target_pos=w.target_pos)
     return w
 
 
@@ -149,49 +150,15 @@ def read_cold(conn: sqlite3.Connection, sid: str, path: Path, req: WindowRequest
         plan = plan_reconcile(path, row["_indexedLen"], row["_fileEpoch"])
         if plan.kind != "clean" or plan.file_len != row["_indexedLen"]:
             return Window(row=row, plan_kind=plan.kind)
-        w = read_warm(conn, sid, path, int(row["messageCount"]), req)
+        w = read_warm(conn, sid, path, int(row["messageCount"]), req, row)
         w.row, w.plan_kind, w.file_len, w.epoch = row, plan.kind, plan.file_len, plan.epoch
         return w
     finally:
         conn.execute("ROLLBACK")
 
 
-def _safe_loads(blob: bytes) -> dict[str, Any]:
-    try:
-        return loads_line(blob)
-    except ValueError:
-        return {"type": "message", "id": None, "corrupt": True}
-
-
-def project(window: Window, session_row: Mapping[str, Any], req: WindowRequest) -> dict[str, Any]:
-    """The ``session.get`` result for a window that was read (pure)."""
-    messages: list[dict[str, Any]] = []
-    target = window.target_pos
-    for r, blob in zip(window.rows, window.blobs[: len(window.rows)], strict=True):
-        rec = wire_record(_safe_loads(blob))
-        if r[4]:
-            rec["deleted"] = True
-        rec["seq"] = r[0]
-        if r[5] is not None:
-            rec.setdefault("turnId", r[5])
-        bypass = target is not None and r[0] - 1 == target and rec.get("role") in ("user", "assistant")
-        messages.append(rec if bypass else cap_content(rec, req.content_limit))
-    compactions = [wire_record(normalize_on_read(_safe_loads(b))) for b in window.blobs[len(window.rows):]]
-    return {
-        "session": index.public_session(session_row),
-        "messages": messages,
-        "compactions": compactions,
-        "messageStart": window.start,
-        "messageEnd": window.end,
-        "hasMoreBefore": window.start > 0,
-        "hasMoreAfter": window.end < window.total,
-        "totalMessages": window.total,
-    }
-
-
-def navigation_call_id(result: Mapping[str, Any], target_pos: int) -> str | None:
+def navigation_call_id(target: Mapping[str, Any] | None) -> str | None:
     """The ``parentToolCallId`` of a ``messageAround`` target (a subagent-attributed row), if any."""
-    target = next((m for m in result["messages"] if m.get("seq") == target_pos + 1), None)
     meta = (target or {}).get("meta") or {}
     call_id = meta.get("parentToolCallId") if isinstance(meta, Mapping) else None
     return call_id if isinstance(call_id, str) else None

@@ -13,6 +13,7 @@ from typing import Any
 
 from actors.session_context import SessionContext
 from protocol import models as m
+from protocol.jsonrpc import Encoded
 from protocol.limits import DEFAULT_WINDOW
 from runtime.context import ReadContext, Services
 from store import cursors, index, queue, windows
@@ -23,6 +24,7 @@ from store.receipts import ReceiptKey, file_record
 from store.reconcile import apply_plan, plan_reconcile
 from store.session_files import finish_delete, write_delete_marker
 from store.transcript import create_transcript
+from store.window_reply import with_field
 
 from .plugins import require_owner
 
@@ -103,18 +105,17 @@ async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None
             window = None
     if window is None:
         row = await ctx.ensure_ready()
-        window = await ctx.read(windows.read_warm, ctx.sid, path, int(row["messageCount"]), req)
+        window = await ctx.read(windows.read_warm, ctx.sid, path, int(row["messageCount"]), req, row)
     if window.missing_target:
         raise MessageNotFound(f"message {req.around} is not in session {ctx.sid}",
                               data={"sessionId": ctx.sid, "messageId": req.around})
-    result = windows.project(window, ctx.row, req)
-    if window.target_pos is not None:
-        call_id = windows.navigation_call_id(result, window.target_pos)
-        if call_id is not None:
-            parent = await ctx.io(windows.navigation_parent, path, call_id, req.content_limit)
-            if parent is not None:
-                result["navigationParent"] = parent
-    return result
+    reply = window.reply
+    call_id = windows.navigation_call_id(window.target)
+    if call_id is not None:
+        parent = await ctx.io(windows.navigation_parent, path, call_id, req.content_limit)
+        if parent is not None:
+            reply = with_field(reply, "navigationParent", parent)
+    return Encoded(reply)  # encoded once from the lines' own bytes; the gateway sends it as it is
 
 
 def list_sessions(ctx: ReadContext, p: m.SessionListParams) -> Any:
