@@ -8,7 +8,8 @@ for ``session.list`` and ``search.sessions`` answer here, on that
 connection, so the output is the one a running host would print. ``show``
 reads the window through the index when it covers the transcript, and from
 the transcript file itself when the index trails it (after a crash, boot
-would catch it up).
+would catch it up); ``sessions`` counts such a session's messages from its
+file too.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import errno
 import fcntl
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -31,6 +33,7 @@ from runtime.handlers import search, sessions
 from store import index, windows
 from store.database import open_offline_reader, schema_version
 from store.errors import StoreError
+from store.reconcile import plan_reconcile
 from store.records import wire_record
 from store.schema import SCHEMA_VERSION
 from store.transcript import read_transcript
@@ -80,7 +83,9 @@ def read_offline(data_dir: DataDir, command: str, args: argparse.Namespace) -> d
             ctx = ReadContext(conn, int(time.time() * 1000), _CALLER)
             try:
                 if command == "sessions":
-                    return dict(sessions.list_sessions(ctx, m.SessionListParams(limit=args.limit)))
+                    listed = dict(sessions.list_sessions(ctx, m.SessionListParams(limit=args.limit)))
+                    listed["sessions"] = [_caught_up(conn, data_dir, s) for s in listed["sessions"]]
+                    return listed
                 if command == "search":
                     return dict(search.sessions(ctx, m.SearchSessionsParams(query=args.query, limit=args.limit)))
                 return _show(conn, data_dir, args)
@@ -88,6 +93,15 @@ def read_offline(data_dir: DataDir, command: str, args: argparse.Namespace) -> d
                 raise _rpc_error(exc) from None
         finally:
             conn.close()
+
+
+def _caught_up(conn: Any, data_dir: DataDir, summary: dict[str, Any]) -> dict[str, Any]:
+    """A session whose index trails its transcript (a host was killed) counts the file's messages."""
+    row = index.session_row(conn, summary["id"])
+    path = data_dir.transcript(summary["id"])
+    if row is None or plan_reconcile(path, row["_indexedLen"], row["_fileEpoch"]).kind in ("clean", "missing"):
+        return summary
+    return {**summary, "messageCount": len(read_transcript(path).messages)}
 
 
 def _show(conn: Any, data_dir: DataDir, args: argparse.Namespace) -> dict[str, Any]:
@@ -99,7 +113,8 @@ def _show(conn: Any, data_dir: DataDir, args: argparse.Namespace) -> dict[str, A
         index.require_session(conn, sid)  # SESSION_NOT_FOUND
     assert window.row is not None
     if window.plan_kind == "clean":
-        return windows.project(window, window.row, req)
+        reply: dict[str, Any] = json.loads(window.reply)  # the encoded session.get result
+        return reply
     # The index trails the file (a host was killed): the transcript is the source of truth.
     transcript = read_transcript(path)
     total = len(transcript.messages)
