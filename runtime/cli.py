@@ -7,6 +7,8 @@
     pi-host open                         the browser inspector, logged in with a one-time code
     pi-host agent ... | chat [SESSION]   the reference sidecar and the terminal chat (pihost-client)
     pi-host completion bash|zsh          shell completion
+    pi-host import claude-code|codex|pi|opencode|pi-host [PATH] [--dry-run] [--json]
+    pi-host export SESSION [--format md|html|jsonl] [--out FILE] [--include-thinking] [--include-secrets]
     pi-host settings get [KEY] | set KEY JSON | delete KEY  [--ns NS]   (app: a field of the settings blob)
     pi-host providers | models [--provider ID]
     pi-host doctor [--repair] [--json] [--data-dir D]   (offline; exit 0 clean, 1 repairable/repaired,
@@ -28,6 +30,7 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -38,6 +41,7 @@ from runtime.datadir import DataDir, DataDirLocked
 from runtime.host import VERSION
 from runtime.kernel.supervisor import RestartIntensityExceeded
 from store.errors import StoreError
+from store.importers import SOURCES
 
 log = logging.getLogger("pi_host")
 
@@ -60,8 +64,22 @@ def _parser() -> argparse.ArgumentParser:
                        help="force one SQLite synchronous mode (benchmarks)")
     serve.add_argument("--search-upkeep-after", type=float, default=2.0, metavar="SECONDS",
                        help="merge search index segments once the DB writer is idle this long (0 = never)")
+    serve.add_argument("--native-pi-root", metavar="DIR", default=None,
+                       help="list the pi sessions under DIR read-only as native-pi:<id> sessions")
     serve.add_argument("--quiet", action="store_true", help="no human log lines on stderr")
     _add_client_commands(sub, common)
+    imp = sub.add_parser("import", help="import another agent's sessions into the running host", parents=[common])
+    imp.add_argument("source", choices=list(SOURCES))
+    imp.add_argument("path", nargs="?", default=None, help="default: the tool's usual root")
+    imp.add_argument("--dry-run", action="store_true", help="parse and report; write nothing")
+    imp.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    exp = sub.add_parser("export", help="export a session (secrets and thinking left out unless asked)",
+                         parents=[common])
+    exp.add_argument("session")
+    exp.add_argument("--format", choices=["md", "html", "jsonl"], default="md")
+    exp.add_argument("--out", default=None, metavar="FILE", help="a new file (default: stdout)")
+    exp.add_argument("--include-thinking", action="store_true")
+    exp.add_argument("--include-secrets", action="store_true")
     _config_parsers(sub, common)
     doctor = sub.add_parser("doctor", help="check a stopped host's data directory (exit 0 clean, 1 repairable "
                             "or repaired, 2 damage it cannot repair, 3 refused)", parents=[common])
@@ -149,6 +167,14 @@ def main(argv: list[str] | None = None) -> int:
         from runtime.cli_open import open_inspector
 
         return open_inspector(data_dir, print_only=bool(args.print))
+    if command in ("import", "export"):
+        from runtime.import_cli import resolve_root
+
+        if command == "import":
+            args.root = resolve_root(args.source, args.path)
+        if command == "export" and args.out is not None:
+            args.out = os.path.abspath(args.out)
+        return trio.run(_config_client, command, args, data_dir)
     if command in ("settings", "providers", "models"):
         return trio.run(_config_client, command, args, data_dir)
     from runtime.cli_client import run_client_command
@@ -226,6 +252,7 @@ def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         session_idle_timeout=args.idle_timeout,
         synchronous=args.synchronous,
         search_upkeep_after=args.search_upkeep_after if args.search_upkeep_after > 0 else None,
+        native_pi_root=Path(args.native_pi_root).resolve() if args.native_pi_root else None,
     )
 
     async def main_async() -> None:
@@ -301,7 +328,7 @@ async def _forward_signals(signals: Any, shutdown: Any) -> None:
 
 
 async def _config_client(command: str, args: argparse.Namespace, data_dir: DataDir) -> int:
-    """``settings`` / ``providers`` / ``models`` on the running host."""
+    """``settings`` / ``providers`` / ``models`` / ``import`` / ``export`` on the running host."""
     from runtime.cli_client import find_host, print_rpc_error
     from runtime.client import ClientClosed, RpcError, open_client, read_host_info
 
@@ -312,6 +339,19 @@ async def _config_client(command: str, args: argparse.Namespace, data_dir: DataD
     try:
         info = read_host_info(data_dir.root)
         async with open_client(info.url, info.token, client_id=f"cli-{os.getpid()}", client_kind="cli") as c:
+            if command == "import":
+                from runtime.import_cli import run_import
+
+                code: int = await run_import(c, args.source, args.root, dry_run=args.dry_run, as_json=args.json,
+                                             out=sys.stdout)
+                return code
+            if command == "export":
+                from runtime.export_cli import run_export
+
+                code = await run_export(c, args.session, fmt=args.format, out_file=args.out,
+                                        include_thinking=args.include_thinking,
+                                        include_secrets=args.include_secrets, out=sys.stdout)
+                return code
             await _config_command(c, command, args)
     except RpcError as exc:
         print_rpc_error(exc)

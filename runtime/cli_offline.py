@@ -5,7 +5,8 @@ read (a host takes it exclusive, so none can start writing meanwhile, and
 while one holds it this refuses), and SQLite is opened read-only
 (``store.database.open_offline_reader``). The same handlers the host runs
 for ``session.list`` and ``search.sessions`` answer here, on that
-connection, so the output is the one a running host would print. ``show``
+connection (``sessions`` lists the index's sessions, without native pi ones), so the
+output is the one a running host would print. ``show``
 reads the window through the index when it covers the transcript, and from
 the transcript file itself when the index trails it (after a crash, boot
 would catch it up); ``sessions`` counts such a session's messages from its
@@ -29,7 +30,7 @@ from protocol import models as m
 from runtime.client import RpcError
 from runtime.context import ReadContext
 from runtime.datadir import DataDir
-from runtime.handlers import search, sessions
+from runtime.handlers import search
 from store import index, windows
 from store.database import open_offline_reader, schema_version
 from store.errors import StoreError
@@ -83,9 +84,9 @@ def read_offline(data_dir: DataDir, command: str, args: argparse.Namespace) -> d
             ctx = ReadContext(conn, int(time.time() * 1000), _CALLER)
             try:
                 if command == "sessions":
-                    listed = dict(sessions.list_sessions(ctx, m.SessionListParams(limit=args.limit)))
-                    listed["sessions"] = [_caught_up(conn, data_dir, s) for s in listed["sessions"]]
-                    return listed
+                    items, _more = index.list_sessions(conn, limit=args.limit, cursor=None, project_id=None)
+                    return {"sessions": [_caught_up(conn, data_dir, index.public_session(r)) for r in items],
+                            "nextCursor": None}  # the newest --limit sessions; no paging offline
                 if command == "search":
                     return dict(search.sessions(ctx, m.SearchSessionsParams(query=args.query, limit=args.limit)))
                 return _show(conn, data_dir, args)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from runtime.datadir import DataDir
 
@@ -47,3 +48,5 @@ class HostConfig:
     shutdown_deadline: float = 10.0
     shutdown_grace: float = 5.0
     validate_results: bool = False  # check every result against its protocol model (tests)
+    # A pi session root (~/.pi/agent/sessions) listed read-only as native-pi:<id> sessions (seed §12); None: none.
+    native_pi_root: Path | None = None

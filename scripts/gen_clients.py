@@ -66,6 +66,11 @@ def _is_block_item(schema: Mapping[str, Any]) -> bool:
             and isinstance(props, dict) and list(props) == ["type"])
 
 
+def area_attr(area: str) -> str:
+    """The client attribute of a method area (``import.*`` → ``client.import_``)."""
+    return area + "_" if keyword.iskeyword(area) else area
+
+
 def _snake(name: str) -> str:
     out = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
     return out + "_" if keyword.iskeyword(out) else out
@@ -249,8 +254,8 @@ def _py_typeddict(name: str, schema: Mapping[str, Any]) -> list[str]:
     for prop, sub in props.items():
         annotation = py_type(sub, field=prop)
         fields.append((prop, annotation if prop in required else f"NotRequired[{annotation}]"))
-    if any(keyword.iskeyword(prop) for prop, _ in fields):
-        body = ", ".join(f"{json.dumps(p)}: {json.dumps(t)}" for p, t in fields)
+    if any(keyword.iskeyword(prop) or not prop.isidentifier() for prop, _ in fields):
+        body = ", ".join(f"{json.dumps(p)}: {t}" for p, t in fields)
         return [f"{name} = TypedDict({json.dumps(name)}, {{{body}}})"]
     lines = [f"class {name}(TypedDict):"]
     lines += _py_doc(schema.get("description"), "    ")
@@ -340,7 +345,7 @@ def render_py(doc: Mapping[str, Any]) -> str:
         out.append("")
     out += ["class GeneratedMethods:", '    """One attribute per area: ``client.session.get(...)``."""', "",
             "    def __init__(self, call: CallFn) -> None:"]
-    out += [f"        self.{area} = {area.capitalize()}Methods(call)" for area in areas]
+    out += [f"        self.{area_attr(area)} = {area.capitalize()}Methods(call)" for area in areas]
     out.append("")
     return "\n".join(out)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from protocol.methods import METHODS
 from runtime.routes import ROUTES, Via
-from scripts.gen_clients import PY_PATH, TS_PATH, outputs, routed_methods
+from scripts.gen_clients import PY_PATH, TS_PATH, area_attr, outputs, routed_methods
 
 
 def test_committed_sdk_types_are_current() -> None:
@@ -23,7 +23,7 @@ def test_every_routed_method_has_a_typed_wrapper_and_a_methods_entry() -> None:
     for method in routed:
         area, verb = method.split(".", 1)
         attr = "".join("_" + c.lower() if c.isupper() else c for c in verb)
-        assert callable(getattr(getattr(api, area), attr)), method
+        assert callable(getattr(getattr(api, area_attr(area)), attr)), method
         spec = METHODS[method]
         assert f'"{method}": {{ params: {spec.params_model.__name__}; result: {spec.result_model.__name__} }}' in ts
         assert (method in gen.MUTATING) is spec.mutating

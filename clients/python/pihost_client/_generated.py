@@ -305,7 +305,7 @@ class EndTurnResult(TypedDict):
 
 class EventParams(TypedDict):
     """``params`` of an ``event`` notification."""
-    topic: Literal["session.created", "session.updated", "session.deleted", "session.message", "session.queue", "notification.created", "turn.started", "turn.ended", "task.due", "plan.requested", "plan.resolved", "settings.changed", "providers.changed", "models.changed", "session.inflight"]
+    topic: Literal["session.created", "session.updated", "session.deleted", "session.message", "session.queue", "notification.created", "turn.started", "turn.ended", "task.due", "plan.requested", "plan.resolved", "settings.changed", "providers.changed", "models.changed", "import.progress", "session.inflight"]
     cursor: int
     subscriptionId: str
     sessionId: NotRequired[str | None]
@@ -313,6 +313,7 @@ class EventParams(TypedDict):
 
 
 class ForkParams(TypedDict):
+    """Fork a host session, or a native pi session (`native-pi:...`: one new v3 child in its directory)."""
     submissionId: NotRequired[str | None]
     sessionId: str
     throughMessageId: NotRequired[str | None]
@@ -358,6 +359,64 @@ class HostedSearchSource(TypedDict):
     title: NotRequired[str | None]
 
 
+ImportCounts = TypedDict("ImportCounts", {"new": NotRequired[int], "updated": NotRequired[int], "unchanged": NotRequired[int], "refused": NotRequired[int], "would-new": NotRequired[int], "would-updated": NotRequired[int]})
+
+
+class ImportProgress(TypedDict):
+    """``import.progress``: one per session done, and a last one with ``finished: true``."""
+    importId: str
+    source: str
+    root: str
+    dryRun: bool
+    done: int
+    total: int
+    counts: ImportCounts
+    messages: int
+    sourceBytes: int
+    totalBytes: int
+    sessionId: NotRequired[str | None]
+    status: NotRequired[str | None]
+    reason: NotRequired[str | None]
+    finished: NotRequired[bool]
+
+
+class ImportSessionReport(TypedDict):
+    """One session's report (store/importers/report.py); more counters may appear."""
+    source: str
+    externalId: str
+    sessionId: str
+    status: Literal["new", "updated", "unchanged", "refused", "would-new", "would-updated"]
+    reason: NotRequired[str | None]
+    message: NotRequired[str | None]
+    messages: dict[str, int]
+    toolCalls: NotRequired[int]
+    toolResults: NotRequired[int]
+    thinkingBlocks: NotRequired[int]
+    compactions: NotRequired[int]
+    attributed: NotRequired[int]
+
+
+class ImportSessionsParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    source: Literal["claude-code", "codex", "pi", "opencode", "pi-host"]
+    root: NotRequired[str | None]
+    dryRun: NotRequired[bool]
+    importId: NotRequired[str | None]
+
+
+class ImportSessionsResult(TypedDict):
+    importId: str
+    source: str
+    root: str
+    dryRun: bool
+    total: int
+    counts: ImportCounts
+    messages: int
+    sourceBytes: int
+    sessions: list[ImportSessionReport]
+    truncated: bool
+
+
 class IndexStats(TypedDict):
     """How far the index trails acknowledged appends (the read barrier's bookkeeping)."""
     acknowledged: int
@@ -379,6 +438,14 @@ class ListRevisionsParams(TypedDict):
 
 class ListRevisionsResult(TypedDict):
     revisions: list[RevisionInfo]
+
+
+class ListTrashedParams(TypedDict):
+    limit: NotRequired[int]
+
+
+class ListTrashedResult(TypedDict):
+    sessions: list[SessionSummary]
 
 
 class LoginCodeParams(TypedDict):
@@ -496,6 +563,12 @@ class ModelsRemoveResult(TypedDict):
     providerId: str
     modelId: str
     deleted: bool
+
+
+class NativeInfo(TypedDict):
+    """What a native pi session is (seed 003 §12)."""
+    version: int
+    readOnly: NotRequired[Literal[True]]
 
 
 class Notification(TypedDict):
@@ -629,8 +702,69 @@ class PluginEntry(TypedDict):
     updatedAt: NotRequired[int | None]
 
 
+class PluginImportHistory(TypedDict):
+    """What the plugin knows of the session elsewhere: kept in the origin row, never a binding."""
+    projectPath: NotRequired[str | None]
+    modelId: NotRequired[str | None]
+    providerId: NotRequired[str | None]
+
+
+class PluginImportSessionParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    sourceId: str
+    externalId: str
+    messages: list[TranscriptMessage]
+    title: NotRequired[str | None]
+    projectId: NotRequired[int | None]
+    history: NotRequired[PluginImportHistory | None]
+    sourceLabel: NotRequired[str | None]
+
+
+class PluginImportSessionResult(TypedDict):
+    sessionId: str
+    created: bool
+    messageCount: int
+
+
+class PluginListSessionsParams(TypedDict):
+    sourceId: NotRequired[str | None]
+    includeTrashed: NotRequired[bool]
+    limit: NotRequired[int]
+
+
+class PluginListSessionsResult(TypedDict):
+    sessions: list[PluginSession]
+
+
 class PluginResult(TypedDict):
     plugin: PluginEntry
+
+
+class PluginSession(TypedDict):
+    id: str
+    title: str
+    projectId: NotRequired[int | None]
+    projectPath: NotRequired[str | None]
+    providerId: NotRequired[str | None]
+    modelId: NotRequired[str | None]
+    mode: Literal["plan", "agent", "goal"]
+    thinkingLevel: Literal["off", "minimal", "low", "medium", "high", "xhigh", "max", "omit"]
+    permissionMode: Literal["inherit", "ask", "accept-edits", "auto"]
+    messageCount: int
+    createdAt: int
+    updatedAt: int
+    pinned: NotRequired[bool]
+    deletedAt: NotRequired[int | None]
+    source: NotRequired[str | None]
+    native: NotRequired[NativeInfo | None]
+    origin: PluginSessionOrigin
+
+
+class PluginSessionOrigin(TypedDict):
+    sourceId: str
+    externalId: str
+    label: NotRequired[str | None]
+    history: JsonObject
 
 
 class PluginsListParams(TypedDict):
@@ -895,6 +1029,11 @@ class ProvidersUpdateParams(TypedDict):
     apiKey: NotRequired[str | None]
 
 
+class PurgeResult(TypedDict):
+    sessionId: str
+    purged: NotRequired[Literal[True]]
+
+
 class QueueControllerParams(TypedDict):
     submissionId: NotRequired[str | None]
     sessionId: str
@@ -1150,8 +1289,28 @@ class SessionEvent(TypedDict):
     session: SessionSummary
 
 
+class SessionExportParams(TypedDict):
+    sessionId: str
+    format: NotRequired[Literal["md", "html", "jsonl"]]
+    includeThinking: NotRequired[bool]
+    includeSecrets: NotRequired[bool]
+    outPath: NotRequired[str | None]
+
+
+class SessionExportResult(TypedDict):
+    format: str
+    content: NotRequired[str | None]
+    path: NotRequired[str | None]
+    bytes: int
+    messages: int
+    compactions: int
+    environments: int
+    redactions: int
+    thinkingOmitted: int
+
+
 class SessionGetParams(TypedDict):
-    """A bounded window of the transcript (seed 003 §5). At most one anchor: `messageBefore` (backward paging, exclusive end), `messageAround` (centre on a message id) or `messageEnd` (forward paging: the window starts at a previous response's `messageEnd`). Without an anchor the newest window is returned. Positions are 0-based physical message positions in the transcript file."""
+    """A bounded window of the transcript (seed 003 §5). ``sessionId`` may be a native pi session (`native-pi:...`): the window is then read from an immutable snapshot of its file, on its current branch. At most one anchor: `messageBefore` (backward paging, exclusive end), `messageAround` (centre on a message id) or `messageEnd` (forward paging: the window starts at a previous response's `messageEnd`). Without an anchor the newest window is returned. Positions are 0-based physical message positions in the transcript file."""
     sessionId: str
     messageBefore: NotRequired[int | None]
     messageLimit: NotRequired[int | None]
@@ -1244,6 +1403,7 @@ class SessionSearchResult(TypedDict):
 
 
 class SessionSummary(TypedDict):
+    """A session. ``source`` badges an imported one (claude-code, codex, pi, opencode, pi-host, a plugin's source id); ``source: "native-pi"`` with ``native`` set is a native pi session, read-only, whose id is a `native-pi:...` id (it has no host settings: ``mode``/``permissionMode`` are the host defaults)."""
     id: str
     title: str
     projectId: NotRequired[int | None]
@@ -1253,12 +1413,13 @@ class SessionSummary(TypedDict):
     mode: Literal["plan", "agent", "goal"]
     thinkingLevel: Literal["off", "minimal", "low", "medium", "high", "xhigh", "max", "omit"]
     permissionMode: Literal["inherit", "ask", "accept-edits", "auto"]
-    source: NotRequired[str | None]
     messageCount: int
     createdAt: int
     updatedAt: int
     pinned: NotRequired[bool]
     deletedAt: NotRequired[int | None]
+    source: NotRequired[str | None]
+    native: NotRequired[NativeInfo | None]
 
 
 class SessionUpdateParams(TypedDict):
@@ -1375,7 +1536,7 @@ class StatusResult(TypedDict):
 
 
 class SubscribeParams(TypedDict):
-    topics: list[Literal["session.created", "session.updated", "session.deleted", "session.message", "session.queue", "notification.created", "turn.started", "turn.ended", "task.due", "plan.requested", "plan.resolved", "settings.changed", "providers.changed", "models.changed", "session.inflight"]]
+    topics: list[Literal["session.created", "session.updated", "session.deleted", "session.message", "session.queue", "notification.created", "turn.started", "turn.ended", "task.due", "plan.requested", "plan.resolved", "settings.changed", "providers.changed", "models.changed", "import.progress", "session.inflight"]]
     sessionId: NotRequired[str | None]
     cursor: NotRequired[int | None]
 
@@ -1526,6 +1687,15 @@ class TranscriptMessage(TypedDict):
     toolName: NotRequired[str | None]
     turnId: NotRequired[str | None]
     meta: NotRequired[JsonObject | None]
+
+
+class TrashParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    sessionId: str
+
+
+class TrashResult(TypedDict):
+    session: SessionSummary
 
 
 class TreeNode(TypedDict):
@@ -1699,6 +1869,11 @@ MUTATING: frozenset[str] = frozenset({
     "configSync.configure",
     "configSync.export",
     "configSync.apply",
+    "import.sessions",
+    "plugins.importSession",
+    "sessions.trash",
+    "sessions.restore",
+    "sessions.purge",
 })
 """Routed methods that accept a ``submissionId``."""
 
@@ -1717,11 +1892,12 @@ EVENT_PAYLOADS: Mapping[str, type] = {
     "settings.changed": SettingsChangedEvent,
     "providers.changed": ProvidersChangedEvent,
     "models.changed": ModelsChangedEvent,
+    "import.progress": ImportProgress,
     "session.inflight": SessionInflightEvent,
 }
 """Topic → the ``TypedDict`` of its ``data``."""
 
-Topic = Literal["session.created", "session.updated", "session.deleted", "session.message", "session.queue", "notification.created", "turn.started", "turn.ended", "task.due", "plan.requested", "plan.resolved", "settings.changed", "providers.changed", "models.changed", "session.inflight"]
+Topic = Literal["session.created", "session.updated", "session.deleted", "session.message", "session.queue", "notification.created", "turn.started", "turn.ended", "task.due", "plan.requested", "plan.resolved", "settings.changed", "providers.changed", "models.changed", "import.progress", "session.inflight"]
 RETRIABLE_CODES: frozenset[str] = frozenset({"BUSY", "TIMEOUT", "ACTOR_RESTARTED", "SHUTTING_DOWN", "STORAGE_FULL", "PROVIDER_TIMEOUT", "PROVIDER_UNREACHABLE"})
 
 
@@ -2070,6 +2246,20 @@ class SessionMethods:
         if path is not None:
             params["path"] = path
         return cast(SessionResolvePathResult, await self._call("session.resolvePath", params, False))
+
+    async def export(self, *, session_id: str, format: Literal["md", "html", "jsonl"] | None = None, include_thinking: bool | None = None, include_secrets: bool | None = None, out_path: str | None = None) -> SessionExportResult:
+        """``session.export``: Markdown, a self-contained HTML page or this host's JSONL; secrets and thinking excluded by default."""
+        params: dict[str, Any] = {}
+        params["sessionId"] = session_id
+        if format is not None:
+            params["format"] = format
+        if include_thinking is not None:
+            params["includeThinking"] = include_thinking
+        if include_secrets is not None:
+            params["includeSecrets"] = include_secrets
+        if out_path is not None:
+            params["outPath"] = out_path
+        return cast(SessionExportResult, await self._call("session.export", params, False))
 
 
 class NotificationsMethods:
@@ -2761,6 +2951,35 @@ class PluginsMethods:
             params["submissionId"] = submission_id
         return cast(PluginsUninstallResult, await self._call("plugins.uninstall", params, True))
 
+    async def import_session(self, *, source_id: str, external_id: str, messages: builtins.list[TranscriptMessage], submission_id: str | None = None, title: str | None = None, project_id: int | None = None, history: PluginImportHistory | None = None, source_label: str | None = None) -> PluginImportSessionResult:
+        """``plugins.importSession``: A plugin imports one session (host-generated id; pluginId + sourceId + externalId is idempotent). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["sourceId"] = source_id
+        params["externalId"] = external_id
+        params["messages"] = messages
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if title is not None:
+            params["title"] = title
+        if project_id is not None:
+            params["projectId"] = project_id
+        if history is not None:
+            params["history"] = history
+        if source_label is not None:
+            params["sourceLabel"] = source_label
+        return cast(PluginImportSessionResult, await self._call("plugins.importSession", params, True))
+
+    async def list_sessions(self, *, source_id: str | None = None, include_trashed: bool | None = None, limit: int | None = None) -> PluginListSessionsResult:
+        """``plugins.listSessions``: The calling plugin's imported sessions with their origin (trashed ones only when asked)."""
+        params: dict[str, Any] = {}
+        if source_id is not None:
+            params["sourceId"] = source_id
+        if include_trashed is not None:
+            params["includeTrashed"] = include_trashed
+        if limit is not None:
+            params["limit"] = limit
+        return cast(PluginListSessionsResult, await self._call("plugins.listSessions", params, False))
+
 
 class ConfigsyncMethods:
     """``configSync.*`` methods."""
@@ -2808,6 +3027,65 @@ class ConfigsyncMethods:
         return cast(ConfigSyncApplyResult, await self._call("configSync.apply", params, True))
 
 
+class ImportMethods:
+    """``import.*`` methods."""
+
+    def __init__(self, call: CallFn) -> None:
+        self._call = call
+
+    async def sessions(self, *, source: Literal["claude-code", "codex", "pi", "opencode", "pi-host"], submission_id: str | None = None, root: str | None = None, dry_run: bool | None = None, import_id: str | None = None) -> ImportSessionsResult:
+        """``import.sessions``: Import every session of another agent under a root (one transaction per session; import.progress events); a re-import appends only what is new. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["source"] = source
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if root is not None:
+            params["root"] = root
+        if dry_run is not None:
+            params["dryRun"] = dry_run
+        if import_id is not None:
+            params["importId"] = import_id
+        return cast(ImportSessionsResult, await self._call("import.sessions", params, True))
+
+
+class SessionsMethods:
+    """``sessions.*`` methods."""
+
+    def __init__(self, call: CallFn) -> None:
+        self._call = call
+
+    async def trash(self, *, session_id: str, submission_id: str | None = None) -> TrashResult:
+        """``sessions.trash``: Move a session to the trash: hidden from lists, plugin reads and search; nothing is removed. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["sessionId"] = session_id
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        return cast(TrashResult, await self._call("sessions.trash", params, True))
+
+    async def restore(self, *, session_id: str, submission_id: str | None = None) -> TrashResult:
+        """``sessions.restore``: Bring a session back from the trash, exactly as it was. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["sessionId"] = session_id
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        return cast(TrashResult, await self._call("sessions.restore", params, True))
+
+    async def purge(self, *, session_id: str, submission_id: str | None = None) -> PurgeResult:
+        """``sessions.purge``: Remove a trashed session for good: its rows, transcript and origin. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["sessionId"] = session_id
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        return cast(PurgeResult, await self._call("sessions.purge", params, True))
+
+    async def list_trashed(self, *, limit: int | None = None) -> ListTrashedResult:
+        """``sessions.listTrashed``: Sessions in the trash, most recently trashed first (a plugin sees only its own)."""
+        params: dict[str, Any] = {}
+        if limit is not None:
+            params["limit"] = limit
+        return cast(ListTrashedResult, await self._call("sessions.listTrashed", params, False))
+
+
 class GeneratedMethods:
     """One attribute per area: ``client.session.get(...)``."""
 
@@ -2829,3 +3107,5 @@ class GeneratedMethods:
         self.models = ModelsMethods(call)
         self.plugins = PluginsMethods(call)
         self.configSync = ConfigsyncMethods(call)
+        self.import_ = ImportMethods(call)
+        self.sessions = SessionsMethods(call)

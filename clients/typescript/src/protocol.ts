@@ -368,7 +368,7 @@ export interface EndTurnResult {
 
 /** ``params`` of an ``event`` notification. */
 export interface EventParams {
-  topic: "session.created" | "session.updated" | "session.deleted" | "session.message" | "session.queue" | "notification.created" | "turn.started" | "turn.ended" | "task.due" | "plan.requested" | "plan.resolved" | "settings.changed" | "providers.changed" | "models.changed" | "session.inflight";
+  topic: "session.created" | "session.updated" | "session.deleted" | "session.message" | "session.queue" | "notification.created" | "turn.started" | "turn.ended" | "task.due" | "plan.requested" | "plan.resolved" | "settings.changed" | "providers.changed" | "models.changed" | "import.progress" | "session.inflight";
   /** Host-wide, strictly increasing; resume with it. */
   cursor: number;
   subscriptionId: string;
@@ -376,10 +376,11 @@ export interface EventParams {
   data: JsonObject;
 }
 
+/** Fork a host session, or a native pi session (`native-pi:...`: one new v3 child in its directory). */
 export interface ForkParams {
   /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
   submissionId?: string | null;
-  /** Session id (becomes a file name). */
+  /** A host session id, or a native pi session id (`native-pi:...`) where the method supports native sessions. */
   sessionId: string;
   /** Copy the prefix through this message; whole transcript when absent. */
   throughMessageId?: string | null;
@@ -435,6 +436,88 @@ export interface HostedSearchSource {
   title?: string | null;
 }
 
+/** Sessions by outcome (``would-new`` / ``would-updated`` in a dry run). */
+export interface ImportCounts {
+  new?: number;
+  updated?: number;
+  unchanged?: number;
+  refused?: number;
+  would-new?: number;
+  would-updated?: number;
+}
+
+/** ``import.progress``: one per session done, and a last one with ``finished: true``. */
+export interface ImportProgress {
+  /** Message/turn/entry id. */
+  importId: string;
+  source: string;
+  root: string;
+  dryRun: boolean;
+  done: number;
+  total: number;
+  counts: ImportCounts;
+  messages: number;
+  sourceBytes: number;
+  /** Bytes of every source file found (the progress bar's 100 %). */
+  totalBytes: number;
+  /** The session just done. */
+  sessionId?: string | null;
+  status?: string | null;
+  reason?: string | null;
+  finished?: boolean;
+}
+
+/** One session's report (store/importers/report.py); more counters may appear. */
+export interface ImportSessionReport {
+  source: string;
+  externalId: string;
+  sessionId: string;
+  status: "new" | "updated" | "unchanged" | "refused" | "would-new" | "would-updated";
+  /** A refusal's stable code (NOT_A_SESSION_FILE, ...). */
+  reason?: string | null;
+  message?: string | null;
+  /** Messages by role. */
+  messages: { [key: string]: number };
+  toolCalls?: number;
+  toolResults?: number;
+  thinkingBlocks?: number;
+  compactions?: number;
+  /** Subagent / sidechain rows. */
+  attributed?: number;
+}
+
+export interface ImportSessionsParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** claude-code (~/.claude/projects), codex (~/.codex/sessions), pi (~/.pi/agent/sessions), opencode (~/.local/share/opencode), pi-host (this host's JSONL export; root required). */
+  source: "claude-code" | "codex" | "pi" | "opencode" | "pi-host";
+  /** Absolute path of the directory (or single file) to import; default: the tool's usual root as the host process sees it (the tool's own environment overrides honoured). */
+  root?: string | null;
+  /** Parse and report; write nothing. */
+  dryRun?: boolean;
+  /** Echoed in every import.progress event of this import (the host makes one when absent). */
+  importId?: string | null;
+}
+
+export interface ImportSessionsResult {
+  /** Message/turn/entry id. */
+  importId: string;
+  source: string;
+  root: string;
+  dryRun: boolean;
+  /** Sessions found under the root. */
+  total: number;
+  counts: ImportCounts;
+  /** Messages in the sessions imported (or that would be). */
+  messages: number;
+  /** Bytes of source files read. */
+  sourceBytes: number;
+  /** Per-session reports, refused ones first; at most 1000. */
+  sessions: ImportSessionReport[];
+  /** More sessions were reported than `sessions` holds. */
+  truncated: boolean;
+}
+
 /** How far the index trails acknowledged appends (the read barrier's bookkeeping). */
 export interface IndexStats {
   /** Appends acknowledged since start (host-wide sequence). */
@@ -464,6 +547,15 @@ export interface ListRevisionsParams {
 
 export interface ListRevisionsResult {
   revisions: RevisionInfo[];
+}
+
+export interface ListTrashedParams {
+  limit?: number;
+}
+
+export interface ListTrashedResult {
+  /** Most recently trashed first. */
+  sessions: SessionSummary[];
 }
 
 export interface LoginCodeParams {
@@ -608,6 +700,13 @@ export interface ModelsRemoveResult {
   providerId: string;
   modelId: string;
   deleted: boolean;
+}
+
+/** What a native pi session is (seed 003 §12). */
+export interface NativeInfo {
+  /** pi session format version (1-3). */
+  version: number;
+  readOnly?: true;
 }
 
 export interface Notification {
@@ -769,8 +868,85 @@ export interface PluginEntry {
   updatedAt?: number | null;
 }
 
+/** What the plugin knows of the session elsewhere: kept in the origin row, never a binding. */
+export interface PluginImportHistory {
+  projectPath?: string | null;
+  modelId?: string | null;
+  providerId?: string | null;
+}
+
+export interface PluginImportSessionParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** The plugin's source (its idempotency key is pluginId + sourceId + externalId). */
+  sourceId: string;
+  /** Loose reference (provider id, model id, principal): 1-200 chars. */
+  externalId: string;
+  /** The session's messages, in order (ids are the plugin's; the host prefixes them with the new session id). */
+  messages: TranscriptMessage[];
+  title?: string | null;
+  /** A project the host created (projects.list); the only binding an import may set. */
+  projectId?: number | null;
+  history?: PluginImportHistory | null;
+  /** Badge text (default sourceId). */
+  sourceLabel?: string | null;
+}
+
+export interface PluginImportSessionResult {
+  /** Generated by the host. */
+  sessionId: string;
+  /** False: this key was imported before; nothing was written. */
+  created: boolean;
+  messageCount: number;
+}
+
+export interface PluginListSessionsParams {
+  sourceId?: string | null;
+  includeTrashed?: boolean;
+  limit?: number;
+}
+
+export interface PluginListSessionsResult {
+  /** The calling plugin's imported sessions, newest first. */
+  sessions: PluginSession[];
+}
+
 export interface PluginResult {
   plugin: PluginEntry;
+}
+
+export interface PluginSession {
+  /** A host session id, or a native pi session id (`native-pi:...`) where the method supports native sessions. */
+  id: string;
+  title: string;
+  projectId?: number | null;
+  projectPath?: string | null;
+  providerId?: string | null;
+  modelId?: string | null;
+  mode: "plan" | "agent" | "goal";
+  thinkingLevel: "off" | "minimal" | "low" | "medium" | "high" | "xhigh" | "max" | "omit";
+  permissionMode: "inherit" | "ask" | "accept-edits" | "auto";
+  /** Durable message count (sessions.last_seq). */
+  messageCount: number;
+  /** Unix time in milliseconds. */
+  createdAt: number;
+  /** Unix time in milliseconds. */
+  updatedAt: number;
+  pinned?: boolean;
+  /** Set while the session is in the trash. */
+  deletedAt?: number | null;
+  /** Import origin (null for sessions made here). */
+  source?: string | null;
+  native?: NativeInfo | null;
+  origin: PluginSessionOrigin;
+}
+
+export interface PluginSessionOrigin {
+  sourceId: string;
+  externalId: string;
+  label?: string | null;
+  /** The origin row's history (projectPath, modelId, providerId...). */
+  history: JsonObject;
 }
 
 export interface PluginsListParams {
@@ -1102,6 +1278,12 @@ export interface ProvidersUpdateParams {
   apiKey?: string | null;
 }
 
+export interface PurgeResult {
+  /** Session id (becomes a file name). */
+  sessionId: string;
+  purged?: true;
+}
+
 export interface QueueControllerParams {
   /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
   submissionId?: string | null;
@@ -1419,9 +1601,37 @@ export interface SessionEvent {
   session: SessionSummary;
 }
 
-/** A bounded window of the transcript (seed 003 §5). At most one anchor: `messageBefore` (backward paging, exclusive end), `messageAround` (centre on a message id) or `messageEnd` (forward paging: the window starts at a previous response's `messageEnd`). Without an anchor the newest window is returned. Positions are 0-based physical message positions in the transcript file. */
+export interface SessionExportParams {
+  /** A host session id, or a native pi session id (`native-pi:...`) where the method supports native sessions. */
+  sessionId: string;
+  /** md; html (one self-contained page: no network fetch, images inlined); jsonl (this host's transcript format, which import.sessions source pi-host reads back). */
+  format?: "md" | "html" | "jsonl";
+  /** Thinking blocks are left out unless asked. */
+  includeThinking?: boolean;
+  /** Secrets are excluded by default: credential references, secret-named values and every value the secret store holds are redacted unless this is true (not allowed to plugins). */
+  includeSecrets?: boolean;
+  /** Absolute path of a new file the host writes the export to (never an existing file: CONFLICT); without it the export is answered inline, up to 16777216 bytes. */
+  outPath?: string | null;
+}
+
+export interface SessionExportResult {
+  format: string;
+  /** The export (UTF-8 text), when no outPath was given. */
+  content?: string | null;
+  /** The file written, with outPath. */
+  path?: string | null;
+  bytes: number;
+  messages: number;
+  compactions: number;
+  environments: number;
+  /** Secrets, credential references and secret-named values removed. */
+  redactions: number;
+  thinkingOmitted: number;
+}
+
+/** A bounded window of the transcript (seed 003 §5). ``sessionId`` may be a native pi session (`native-pi:...`): the window is then read from an immutable snapshot of its file, on its current branch. At most one anchor: `messageBefore` (backward paging, exclusive end), `messageAround` (centre on a message id) or `messageEnd` (forward paging: the window starts at a previous response's `messageEnd`). Without an anchor the newest window is returned. Positions are 0-based physical message positions in the transcript file. */
 export interface SessionGetParams {
-  /** Session id (becomes a file name). */
+  /** A host session id, or a native pi session id (`native-pi:...`) where the method supports native sessions. */
   sessionId: string;
   /** Exclusive physical end of the window. */
   messageBefore?: number | null;
@@ -1539,8 +1749,9 @@ export interface SessionSearchResult {
   snippets: Snippet[];
 }
 
+/** A session. ``source`` badges an imported one (claude-code, codex, pi, opencode, pi-host, a plugin's source id); ``source: "native-pi"`` with ``native`` set is a native pi session, read-only, whose id is a `native-pi:...` id (it has no host settings: ``mode``/``permissionMode`` are the host defaults). */
 export interface SessionSummary {
-  /** Session id (becomes a file name). */
+  /** A host session id, or a native pi session id (`native-pi:...`) where the method supports native sessions. */
   id: string;
   title: string;
   projectId?: number | null;
@@ -1550,8 +1761,6 @@ export interface SessionSummary {
   mode: "plan" | "agent" | "goal";
   thinkingLevel: "off" | "minimal" | "low" | "medium" | "high" | "xhigh" | "max" | "omit";
   permissionMode: "inherit" | "ask" | "accept-edits" | "auto";
-  /** Where the session came from (null: created here). */
-  source?: string | null;
   /** Durable message count (sessions.last_seq). */
   messageCount: number;
   /** Unix time in milliseconds. */
@@ -1559,7 +1768,11 @@ export interface SessionSummary {
   /** Unix time in milliseconds. */
   updatedAt: number;
   pinned?: boolean;
+  /** Set while the session is in the trash. */
   deletedAt?: number | null;
+  /** Import origin (null for sessions made here). */
+  source?: string | null;
+  native?: NativeInfo | null;
 }
 
 export interface SessionUpdateParams {
@@ -1701,7 +1914,7 @@ export interface StatusResult {
 }
 
 export interface SubscribeParams {
-  topics: ("session.created" | "session.updated" | "session.deleted" | "session.message" | "session.queue" | "notification.created" | "turn.started" | "turn.ended" | "task.due" | "plan.requested" | "plan.resolved" | "settings.changed" | "providers.changed" | "models.changed" | "session.inflight")[];
+  topics: ("session.created" | "session.updated" | "session.deleted" | "session.message" | "session.queue" | "notification.created" | "turn.started" | "turn.ended" | "task.due" | "plan.requested" | "plan.resolved" | "settings.changed" | "providers.changed" | "models.changed" | "import.progress" | "session.inflight")[];
   /** Only events of this session (all sessions when absent). */
   sessionId?: string | null;
   /** Resume after this event cursor; CURSOR_EXPIRED if too old. */
@@ -1889,6 +2102,18 @@ export interface TranscriptMessage {
   turnId?: string | null;
   /** Parsed metadata: usage, modelId, providerId, status, error, revision fields, steering, parentToolCallId, agentName ... 'receipt' is reserved for the host. */
   meta?: JsonObject | null;
+}
+
+export interface TrashParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Session id (becomes a file name). */
+  sessionId: string;
+}
+
+export interface TrashResult {
+  /** deletedAt is set while it is in the trash. */
+  session: SessionSummary;
 }
 
 export interface TreeNode {
@@ -2214,6 +2439,22 @@ export interface Methods {
   "configSync.export": { params: ConfigSyncExportParams; result: ConfigSyncExportResult };
   /** Verify, decrypt and merge a bundle in one transaction; a tampered or foreign-keyed one changes nothing. (mutating: accepts submissionId) */
   "configSync.apply": { params: ConfigSyncApplyParams; result: ConfigSyncApplyResult };
+  /** Import every session of another agent under a root (one transaction per session; import.progress events); a re-import appends only what is new. (mutating: accepts submissionId) */
+  "import.sessions": { params: ImportSessionsParams; result: ImportSessionsResult };
+  /** A plugin imports one session (host-generated id; pluginId + sourceId + externalId is idempotent). (mutating: accepts submissionId) */
+  "plugins.importSession": { params: PluginImportSessionParams; result: PluginImportSessionResult };
+  /** The calling plugin's imported sessions with their origin (trashed ones only when asked). */
+  "plugins.listSessions": { params: PluginListSessionsParams; result: PluginListSessionsResult };
+  /** Move a session to the trash: hidden from lists, plugin reads and search; nothing is removed. (mutating: accepts submissionId) */
+  "sessions.trash": { params: TrashParams; result: TrashResult };
+  /** Bring a session back from the trash, exactly as it was. (mutating: accepts submissionId) */
+  "sessions.restore": { params: TrashParams; result: TrashResult };
+  /** Remove a trashed session for good: its rows, transcript and origin. (mutating: accepts submissionId) */
+  "sessions.purge": { params: TrashParams; result: PurgeResult };
+  /** Sessions in the trash, most recently trashed first (a plugin sees only its own). */
+  "sessions.listTrashed": { params: ListTrashedParams; result: ListTrashedResult };
+  /** Markdown, a self-contained HTML page or this host's JSONL; secrets and thinking excluded by default. */
+  "session.export": { params: SessionExportParams; result: SessionExportResult };
 }
 export type MethodName = keyof Methods;
 export type ParamsOf<M extends MethodName> = Methods[M]["params"];
@@ -2282,6 +2523,11 @@ export const MUTATING_METHODS = [
   "configSync.configure",
   "configSync.export",
   "configSync.apply",
+  "import.sessions",
+  "plugins.importSession",
+  "sessions.trash",
+  "sessions.restore",
+  "sessions.purge",
 ] as const;
 
 /** Event payloads (`params.data` of an `event` notification), by topic. */
@@ -2300,6 +2546,7 @@ export interface Events {
   "settings.changed": SettingsChangedEvent;
   "providers.changed": ProvidersChangedEvent;
   "models.changed": ModelsChangedEvent;
+  "import.progress": ImportProgress;
   "session.inflight": SessionInflightEvent;
 }
 export type Topic = keyof Events;
@@ -2326,6 +2573,7 @@ export type ErrorCode =
   | "LIMIT_EXCEEDED"
   | "PLAN_REQUIRES_INTERACTIVE_SESSION"
   | "ALREADY_AUTHENTICATED"
+  | "UNSUPPORTED_FOR_NATIVE_SESSION"
   | "BUSY"
   | "TIMEOUT"
   | "ACTOR_RESTARTED"
