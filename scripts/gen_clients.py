@@ -135,7 +135,8 @@ def _ts_interface(name: str, schema: Mapping[str, Any], *, params: bool) -> list
     for prop, sub in props.items():
         lines += _ts_doc(sub.get("description"), "  ")
         optional = "" if prop in required else "?"
-        lines.append(f"  {prop}{optional}: {ts_type(sub, field=prop)};")
+        key = prop if re.fullmatch(r"[A-Za-z_$][A-Za-z0-9_$]*", prop) else json.dumps(prop)
+        lines.append(f"  {key}{optional}: {ts_type(sub, field=prop)};")
     if name in BLOCK_DEFS:
         lines.append("  /** Other keys are kept unchanged. */")
         lines.append("  [key: string]: unknown;")

@@ -35,8 +35,9 @@ from tests.pipeline import scenarios as sc
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "protocol" / "schema.json").read_text("utf-8"))
 OPEN_DEFS = {"Block", *(m.__name__ for m in BLOCK_MODELS.values()), "HostedSearchRound", "HostedSearchSource",
-             "BootReport", "ToolTokenUsage", "Usage", "RunEnvironmentView"}
-"""Records open by contract (blocks keep unknown keys, usage keeps provider keys, the boot report grows)."""
+             "BootReport", "ToolTokenUsage", "Usage", "RunEnvironmentView", "ImportSessionReport"}
+"""Records open by contract (blocks keep unknown keys, usage keeps provider keys, the boot report and an
+import's per-session report grow counters)."""
 
 
 def closed_defs() -> dict[str, Any]:
@@ -85,8 +86,15 @@ async def with_everything(c: HostClient, root: Path) -> sc.Vars:
     v.update(await sc.with_files(c, root))
     await c.call("workspace.open", {"path": v["folder"]})
     v["rooted"] = await sc.new_session(c, projectPath=v["folder"])
+    await sc.with_trashed(c, root)
     v["sid"] = sid
     return v
+
+
+async def with_plugin_session(c: HostClient, root: Path) -> sc.Vars:
+    await c.call("plugins.importSession", {"sourceId": "chat", "externalId": "e1",
+                                           "messages": [sc.msg("m1", "from a plugin")]})
+    return {}
 
 
 def once(setup: sc.Setup) -> sc.Setup:
@@ -136,6 +144,9 @@ READS: dict[str, Read] = {
     "providers.list": (EVERYTHING, lambda v: {}, "test"),
     "session.resolvePath": (EVERYTHING, lambda v: {"sessionId": v["rooted"], "path": "src/a.py"}, "test"),
     "workspace.get": (EVERYTHING, lambda v: {}, "test"),
+    "session.export": (EVERYTHING, lambda v: {"sessionId": v["sid"], "format": "md"}, "test"),
+    "sessions.listTrashed": (EVERYTHING, lambda v: {}, "test"),
+    "plugins.listSessions": (with_plugin_session, lambda v: {}, "plugin:acme"),
 }
 
 
@@ -152,6 +163,14 @@ def test_closed_schema_rejects_an_undeclared_key() -> None:
     jsonschema.Draft202012Validator(ui).validate(good)
     errors = list(jsonschema.Draft202012Validator(ui).iter_errors({**good, "undeclaredField": 1}))
     assert errors and "undeclaredField" in errors[0].message
+
+
+def _client(host: Any, kind: str) -> Any:
+    """``kind`` is a clientKind, or ``plugin:<id>`` for a plugin connection (the scenarios' spelling)."""
+    if kind.startswith("plugin:"):
+        plugin = kind.split(":", 1)[1]
+        return client_for(host, client_id=f"results-{plugin}", kind="plugin", plugin_id=plugin)
+    return client_for(host, client_id=f"results-{kind}", kind=kind)
 
 
 def _failure(method: str, result: Any) -> str | None:
@@ -179,7 +198,7 @@ async def test_every_result_validates_against_its_model_and_the_committed_schema
     with trio.fail_after(240):
         async with inprocess_host(tmp_path / "data") as host:
             def c_for(kind: str) -> Any:
-                return client_for(host, client_id=f"results-{kind}", kind=kind)
+                return _client(host, kind)
 
             async with c_for("test") as c:
                 failures.append(_failure("host.hello", c.hello))
@@ -194,7 +213,7 @@ async def test_every_result_validates_against_its_model_and_the_committed_schema
                 continue
             async with inprocess_host(tmp_path / f"data-{method}") as host:
                 def c_for(kind: str) -> Any:
-                    return client_for(host, client_id=f"results-{kind}", kind=kind)
+                    return _client(host, kind)
 
                 failures.append(await _run(c_for, method, scenario.setup, scenario.params, scenario.kind,
                                            tmp_path / method))

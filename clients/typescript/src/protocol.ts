@@ -442,8 +442,8 @@ export interface ImportCounts {
   updated?: number;
   unchanged?: number;
   refused?: number;
-  would-new?: number;
-  would-updated?: number;
+  "would-new"?: number;
+  "would-updated"?: number;
 }
 
 /** ``import.progress``: one per session done, and a last one with ``finished: true``. */
