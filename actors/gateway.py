@@ -6,6 +6,7 @@ The gateway only translates between the wire and the dispatcher (ARCHITECTURE.md
 - ``gateway_types``      GatewayConfig, CallContext, Dispatcher, GatewayStatistics
 - ``gateway_handshake``  pure Origin / Host checks of the upgrade request
 - ``gateway_connection`` one connection: hello, requests, writer, event pumps
+- ``gateway_http``       plain HTTP on the same port (health, readiness, the inspector)
 - this module            listening, refusing (403 / 503), counting, statistics
 
 Usage::
@@ -17,14 +18,14 @@ from __future__ import annotations
 
 import itertools
 import logging
-from functools import partial
 
 import trio
-from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
+from trio_websocket import ConnectionClosed, WebSocketRequest, wrap_server_stream
 
 from actors.events import EventBus
 from actors.gateway_connection import Counters, GatewayConnection
 from actors.gateway_handshake import check_upgrade
+from actors.gateway_http import HttpSite, PrefixedStream, is_websocket_upgrade, read_head
 from actors.gateway_types import CallContext, Dispatcher, GatewayConfig, GatewayStatistics
 
 __all__ = [
@@ -60,8 +61,10 @@ def _request_host(request: WebSocketRequest) -> str | None:
 class Gateway:
     """Serves :class:`GatewayConnection`s; one instance per host."""
 
-    def __init__(self, config: GatewayConfig, dispatcher: Dispatcher, bus: EventBus) -> None:
+    def __init__(self, config: GatewayConfig, dispatcher: Dispatcher, bus: EventBus,
+                 site: HttpSite | None = None) -> None:
         self._config = config
+        self._site = site
         self._dispatcher = dispatcher
         self._bus = bus
         self._counters = Counters()
@@ -78,24 +81,48 @@ class Gateway:
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen; ``task_status.started(bound_port)`` once listening; run until cancelled."""
         config = self._config
+        listeners = await trio.open_tcp_listeners(config.port, host=config.host)
+        if len(listeners) != 1:
+            for listener in listeners:
+                await listener.aclose()
+            raise RuntimeError(f"{config.host!r} resolves to {len(listeners)} addresses; give one address")
         async with trio.open_nursery() as nursery:
-            server = await nursery.start(
-                partial(
-                    serve_websocket,
-                    self._handle,
-                    config.host,
-                    config.port,
-                    None,
-                    message_queue_size=_INBOUND_QUEUE,
-                    max_message_size=config.max_frame_bytes,
-                    receive_buffer_size=_RECEIVE_BUFFER,
-                    connect_timeout=config.handshake_timeout,
-                    disconnect_timeout=config.close_timeout,
-                )
-            )
-            self._port = server.port  # raises if bound to more than one listener
+            await nursery.start(trio.serve_listeners, self._handle_stream, listeners)
+            self._port = listeners[0].socket.getsockname()[1]
             logger.info("gateway listening on %s:%d", config.host, self._port)
             task_status.started(self._port)
+
+    @property
+    def accepting(self) -> bool:
+        return not self._closing
+
+    async def _handle_stream(self, stream: trio.SocketStream) -> None:
+        """One TCP connection: plain HTTP is answered by the site, an upgrade becomes a WebSocket."""
+        config = self._config
+        try:
+            with trio.fail_after(config.handshake_timeout):
+                head = await read_head(stream)
+        except (trio.TooSlowError, EOFError, ValueError, trio.BrokenResourceError, OSError):
+            await trio.aclose_forcefully(stream)
+            return
+        if self._site is not None and not is_websocket_upgrade(head):
+            await self._site.serve(stream, head, self._port, config.handshake_timeout)
+            return
+        prefixed = PrefixedStream(stream, head)
+        async with trio.open_nursery() as nursery:
+            with trio.move_on_after(config.handshake_timeout) as connect_scope:
+                request = await wrap_server_stream(nursery, prefixed, message_queue_size=_INBOUND_QUEUE,
+                                                   max_message_size=config.max_frame_bytes,
+                                                   receive_buffer_size=_RECEIVE_BUFFER)
+            if connect_scope.cancelled_caught:
+                nursery.cancel_scope.cancel()
+                await trio.aclose_forcefully(stream)
+                return
+            try:
+                await self._handle(request)
+            finally:
+                nursery.cancel_scope.cancel()  # the connection's reader task
+                await trio.aclose_forcefully(stream)
 
     async def _refuse(self, request: WebSocketRequest, status: int, reason: str) -> None:
         self._counters.rejected_total += 1

@@ -84,6 +84,13 @@ _SPECS: tuple[MethodSpec, ...] = (
         "Versions, uptime, actor and DB-writer statistics, boot recovery report.",
         _codes(_ANY, _ACTOR),
     ),
+    _spec(
+        "host.createLoginCode",
+        m.LoginCodeParams,
+        m.LoginCodeResult,
+        "A one-time login code for the browser inspector (what `pi-host open` uses).",
+        _codes(_ANY, _ACTOR),
+    ),
     # -- sessions -----------------------------------------------------------
     _spec(
         "session.create",

@@ -183,6 +183,8 @@ class InteractionResolvedEvent(Result):
     """An interaction left ``pending`` (answered, expired, cancelled)."""
 
     request: InteractionRequest
+
+
 class SettingsChangedEvent(Result):
     """Keys of a kv namespace changed (settings.*, workspace.open, providers.reorder, projectGroups.*,
     plugins.uninstall, configSync.*). Names only, never values: read them with settings.get.

@@ -43,8 +43,10 @@ class HelloParams(Params):
 
 class HelloResult(Result):
     protocol: int
+    client_id: str = Field(description="The clientId this connection authenticated with.")
+    connection_id: int = Field(description="This connection's number on the host (logs, statistics).")
     host_version: str
-    boot_id: str
+    boot_id: str = Field(description="New at every host start: event cursors of another bootId do not resume.")
     server_time: TimestampMs
 
 
@@ -89,6 +91,41 @@ class BootReport(Result):
     )
 
 
+class PipelineStats(Result):
+    in_flight: Count = Field(description="Requests submitted and not yet answered.")
+    running: Count = Field(description="Receipt claims whose first attempt is still running.")
+    pinned: Count = Field(description="Completed receipts held in memory until the index covers them.")
+    recent: Count = Field(description="Completed receipts remembered for fast replays.")
+
+
+class LoginCodeParams(Params):
+    pass
+
+
+class LoginCodeResult(Result):
+    """A one-time code the browser inspector exchanges for the token (``POST /login``)."""
+
+    code: str = Field(description="Valid once, for expiresInMs.")
+    expires_in_ms: Count
+    url: str = Field(description="The inspector with the code in its fragment (never sent to a server; "
+                     "the page removes it from the address bar at once).")
+
+
+class IndexStats(Result):
+    """How far the index trails acknowledged appends (the read barrier's bookkeeping)."""
+
+    acknowledged: Count = Field(description="Appends acknowledged since start (host-wide sequence).")
+    covered: Count = Field(description="Highest sequence the index's committed batches cover.")
+    lag_ops: Count
+    lag_bytes: Count
+    max_lag_ops: Count = Field(description="The largest lag seen since start.")
+    max_lag_bytes: Count
+    read_waits: Count = Field(description="Reads that waited for the index to cover earlier appends.")
+    append_stalls: Count = Field(description="Appends that waited because the lag reached its bound.")
+    bound_ops: Count = Field(description="The lag bound: appends wait beyond it.")
+    bound_bytes: Count
+
+
 class StatusResult(Result):
     version: str
     boot_id: str
@@ -96,6 +133,8 @@ class StatusResult(Result):
     uptime_ms: Count
     actors: ActorStats
     db_writer: DbWriterStats
+    pipeline: PipelineStats
+    index: IndexStats | None = None
     data_dir_bytes: Count
     boot: BootReport
 
@@ -105,7 +144,11 @@ __all__ = [
     "BootReport",
     "DbWriterStats",
     "HelloParams",
+    "LoginCodeParams",
+    "LoginCodeResult",
     "HelloResult",
+    "IndexStats",
+    "PipelineStats",
     "StatusParams",
     "StatusResult",
 ]

@@ -167,12 +167,13 @@ class MessageRef(Result):
 class UiMessage(Result):
     """A message projected for display; content may be capped (contentLimit)."""
 
+    type: Literal["message"] | None = Field(default=None, description="The transcript line kind.")
     id: str
     role: Role
     blocks: list[JsonObject]
     created_at: str | None = None
-    position: Count | None = Field(
-        default=None, description="0-based physical position in the transcript."
+    seq: int | None = Field(
+        default=None, ge=1, description="Per-session ordinal: the 0-based physical position in the transcript + 1."
     )
     tool_name: str | None = None
     turn_id: str | None = None
@@ -195,6 +196,7 @@ class UiMessage(Result):
 class CompactionView(Result):
     """A still-valid compaction checkpoint as returned to clients."""
 
+    type: Literal["compaction"] | None = Field(default=None, description="The transcript line kind.")
     id: str
     summary: str
     first_kept_message_id: str | None = None

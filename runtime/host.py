@@ -39,6 +39,7 @@ from actors.db_writer import DbWriter, DbWriterStats
 from actors.events import EventBus
 from actors.gateway import Gateway
 from actors.gateway_connection import CLOSE_GOING_AWAY
+from actors.gateway_http import HttpSite, LoginCodes, load_static
 from actors.gateway_types import CallContext, GatewayConfig, Reply
 from actors.index_log import IndexLog
 from actors.registry import SessionRegistry
@@ -51,6 +52,7 @@ from runtime.context import Services
 from runtime.datadir import DataDirLock
 from runtime.handlers import inflight
 from runtime.handlers.attachments import Blobs
+from runtime.handlers.host import INSPECTOR_URL, LOGIN_CODES
 from runtime.handlers.imports import Imports
 from runtime.handlers.plugins import PluginRegistry
 from runtime.handlers.queue import QueueControl
@@ -213,7 +215,8 @@ async def run_host(
                            "imports": Imports(data_dir.sessions_dir, blobs.files, faults=faults),
                            "native": NativeCatalog(config.native_pi_root),
                            "plugins": PluginRegistry(data_dir.root / "plugins"),
-                           "providers.lock": trio.Lock()},
+                           "providers.lock": trio.Lock(),
+                           LOGIN_CODES: LoginCodes(time.monotonic)},
                 )
                 deps = SessionDeps(
                     paths=data_dir.session_paths, db=db, reads=reads, bus=bus, faults=faults, now_ms=now_ms,
@@ -263,9 +266,13 @@ async def run_host(
                     allowed_origins=config.allowed_origins,
                     max_frame_bytes=config.max_frame_bytes, max_params_bytes=config.max_params_bytes,
                 )
-                gateway = Gateway(gw_config, HostDispatcher(pipeline, boot.boot_id, now_ms), bus)
+                static = await trio.to_thread.run_sync(load_static)
+                site = HttpSite(token=token, codes=services.get(LOGIN_CODES), ready=lambda: gateway.accepting,
+                                static=static)
+                gateway = Gateway(gw_config, HostDispatcher(pipeline, boot.boot_id, now_ms), bus, site)
                 port = await nursery.start(gateway.serve)
                 url = f"ws://{_url_host(config.host)}:{port}"
+                services.extra[INSPECTOR_URL] = f"http://{_url_host(config.host)}:{port}"
                 info = {"pid": os.getpid(), "url": url, "tokenFile": str(data_dir.token_path),
                         "startedAt": started_at, "bootId": boot.boot_id, "version": VERSION}
                 await trio.to_thread.run_sync(

@@ -122,6 +122,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     # host and connection
     "host.hello":                  on_connection(),
     "host.status":                 on_host(host.status),
+    "host.createLoginCode":        on_host(host.create_login_code),
     "events.subscribe":            on_connection(),
     "events.unsubscribe":          on_connection(),
     # sessions

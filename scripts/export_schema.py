@@ -551,7 +551,13 @@ _IMPORT_REFUSED = {
 EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "host.hello": (
         {"token": "3f1c…e9", "clientId": "ui-7d2e", "clientKind": "ui", "protocol": 1},
-        {"protocol": 1, "hostVersion": "0.1.0", "bootId": "b_51c0", "serverTime": 1785056400000},
+        {"protocol": 1, "clientId": "ui-7d2e", "connectionId": 4, "hostVersion": "0.1.0", "bootId": "b_51c0",
+         "serverTime": 1785056400000},
+    ),
+    "host.createLoginCode": (
+        {},
+        {"code": "Jc3u9kqR0bVZ2xTt1w8yQm4nHs6dLp0a", "expiresInMs": 60000,
+         "url": "http://127.0.0.1:7777/#code=Jc3u9kqR0bVZ2xTt1w8yQm4nHs6dLp0a"},
     ),
     "host.status": (
         {},
@@ -562,6 +568,7 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             "uptimeMs": 400000,
             "actors": {"sessions": 3, "total": 7, "restarts": 0},
             "dbWriter": {"queueDepth": 0, "peakDepth": 14, "batches": 912},
+            "pipeline": {"inFlight": 0, "running": 0, "pinned": 0, "recent": 37},
             "dataDirBytes": 48213004,
             "boot": {"durationMs": 84, "cleanShutdown": True, "sessionsScanned": 41},
         },

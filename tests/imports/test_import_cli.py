@@ -106,7 +106,7 @@ def test_import_draws_a_progress_bar_only_on_a_terminal(tmp_path: Path, host: Ho
 
 def test_without_a_host_the_cli_says_so(tmp_path: Path) -> None:
     out = cli(tmp_path / "nothing-here", "import", "pi", str(tmp_path))
-    assert out.returncode == 2 and "no running host" in out.stderr
+    assert out.returncode == 2 and "no host is running" in out.stderr  # the one line every client command prints
 
 
 def test_export_to_stdout_and_to_a_new_file(tmp_path: Path, host: HostProcess) -> None:
