@@ -8,7 +8,7 @@ opens files: callers pass parsed transcript records with their byte spans.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -463,6 +463,29 @@ def window_rows(
         "WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
         (session_id, start, end),
     ).fetchall()
+
+
+def window_bytes(conn: sqlite3.Connection, session_id: str, start: int, end: int) -> tuple[int, int]:
+    """``(rows, transcript bytes)`` of positions ``[start, end)``, without reading a row."""
+    count, size = conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM(line_len), 0) FROM messages WHERE session_id = ? AND seq > ? AND seq <= ?",
+        (session_id, start, end),
+    ).fetchone()
+    return int(count), int(size)
+
+
+def iter_window_rows(
+    conn: sqlite3.Connection, session_id: str, start: int, end: int, *, newest_first: bool
+) -> Iterator[tuple[int, str, int, int, int, str | None]]:
+    """The rows of ``window_rows``, lazily, oldest or newest first (a byte-bounded page stops early)."""
+    order = "DESC" if newest_first else "ASC"
+    cursor = conn.execute(
+        "SELECT seq, id, line_offset, line_len, deleted, turn_id FROM messages "
+        f"WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq {order}",
+        (session_id, start, end),
+    )
+    while batch := cursor.fetchmany(512):
+        yield from batch
 
 
 def client_spellings(session_id: str, message_id: str) -> tuple[str, str]:

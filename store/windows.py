@@ -17,6 +17,7 @@ from typing import Any
 
 from . import index
 from .compaction import normalize_on_read
+from .errors import PayloadTooLarge
 from .jsonio import loads_line
 from .reconcile import plan_reconcile
 from .records import cap_content, wire_record
@@ -49,6 +50,8 @@ class WindowRequest:
     """``None``: the whole transcript."""
     content_limit: int | None = None
     around: str | None = None
+    max_bytes: int | None = None
+    """Byte budget of the window's transcript lines (``None``: unbounded): see :func:`fit_budget`."""
 
 
 @dataclass
@@ -127,12 +130,90 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
             w.missing_target = True
             return w
     w.start, w.end = window_bounds(total, req, w.target_pos)
-    w.rows = index.window_rows(conn, sid, w.start, w.end)
     w.compactions = index.compaction_rows(conn, sid)
+    if req.max_bytes is None:
+        w.rows = index.window_rows(conn, sid, w.start, w.end)
+    else:
+        w.rows = fit_budget(conn, sid, w, req)
+        if w.rows:
+            w.start, w.end = w.rows[0][0] - 1, w.rows[-1][0]
     spans = [(r[2], r[3]) for r in w.rows] + [(c[2], c[3]) for c in w.compactions]
     if spans:
         w.blobs = read_spans_coalesced(path, spans)
     return w
+
+
+PER_MESSAGE_OVERHEAD = 64
+"""Bytes a projected message may add to its transcript line (``seq``, ``deleted``, ``turnId``, commas)."""
+_PAGING = ["messageBefore", "messageEnd", "messageLimit", "maxBytes"]
+
+
+def fit_budget(conn: sqlite3.Connection, sid: str, w: Window, req: WindowRequest) -> list[Any]:
+    """The rows of ``[w.start, w.end)`` whose lines fit ``req.max_bytes``, decided from the index alone.
+
+    The budget counts the transcript bytes the reply is built from (every
+    message line plus the compaction lines a window always carries), so the
+    host never reads more than it may send. A window that does not fit is cut
+    to a page: the newest messages for a backward window, the oldest for a
+    forward one (``messageEnd``), the nearest ones for ``messageAround`` — the
+    result's ``messageStart``/``messageEnd``/``hasMore*`` say where to go on. A
+    request for the whole transcript that does not fit, or a page that cannot
+    hold even one message, is ``PAYLOAD_TOO_LARGE`` naming the paging params.
+    """
+    budget = req.max_bytes
+    assert budget is not None
+    fixed = 512 + sum(int(c[3]) for c in w.compactions)
+    if fixed > budget:
+        raise PayloadTooLarge(
+            f"the session's compaction checkpoints alone are {fixed} bytes, over the reply budget of {budget}",
+            data={"limit": budget, "size": fixed, "field": "maxBytes"})
+    count, size = index.window_bytes(conn, sid, w.start, w.end)
+    if fixed + size + count * PER_MESSAGE_OVERHEAD <= budget:
+        return index.window_rows(conn, sid, w.start, w.end)
+    whole = req.limit is None and req.start is None and req.before is None and req.around is None
+    if whole:
+        raise PayloadTooLarge(
+            f"the whole transcript is {fixed + size} bytes, over the reply limit of {budget}: read it in pages "
+            "(messageEnd with messageLimit or maxBytes, starting at 0, until hasMoreAfter is false)",
+            data={"limit": budget, "size": fixed + size, "messages": count, "paging": _PAGING})
+    room = budget - fixed
+    if req.around is not None and w.target_pos is not None:
+        rows = _around(conn, sid, w, room)
+    else:
+        rows = []
+        for row in index.iter_window_rows(conn, sid, w.start, w.end, newest_first=req.start is None):
+            room -= int(row[3]) + PER_MESSAGE_OVERHEAD
+            if room < 0:
+                break
+            rows.append(row)
+        if req.start is None:
+            rows.reverse()
+    if not rows:
+        raise PayloadTooLarge(
+            f"one message of this window is larger than the reply budget of {budget} bytes",
+            data={"limit": budget, "field": "maxBytes", "paging": _PAGING})
+    return rows
+
+
+def _around(conn: sqlite3.Connection, sid: str, w: Window, room: int) -> list[Any]:
+    """The target first, then its neighbours alternately (older, newer) while they fit."""
+    assert w.target_pos is not None
+    target = w.target_pos + 1  # seq
+    by_seq = {int(r[0]): r for r in index.window_rows(conn, sid, w.start, w.end)}
+    picked: list[Any] = []
+    older, newer = target, target + 1
+    while older > w.start or newer <= w.end:
+        for seq in (older, newer):
+            row = by_seq.get(seq)
+            if row is None:
+                continue
+            cost = int(row[3]) + PER_MESSAGE_OVERHEAD
+            if cost > room:
+                return sorted(picked)
+            room -= cost
+            picked.append(row)
+        older, newer = older - 1, newer + 1
+    return sorted(picked)
 
 
 def read_cold(conn: sqlite3.Connection, sid: str, path: Path, req: WindowRequest) -> Window:

@@ -13,7 +13,7 @@ from typing import Any
 
 from actors.session_context import SessionContext
 from protocol import models as m
-from protocol.limits import DEFAULT_WINDOW
+from protocol.limits import DEFAULT_WINDOW, MAX_REPLY_BYTES
 from runtime.context import ReadContext, Services
 from store import cursors, index, queue, windows
 from store.errors import Conflict, MessageNotFound
@@ -81,7 +81,8 @@ def window_request(p: m.SessionGetParams, client_kind: str) -> windows.WindowReq
     else:
         limit = None if client_kind == "agent" else DEFAULT_WINDOW  # the sidecar reads whole transcripts
     return windows.WindowRequest(before=p.message_before, start=p.message_end, limit=limit,
-                                 content_limit=p.content_limit, around=p.message_around)
+                                 content_limit=p.content_limit, around=p.message_around,
+                                 max_bytes=p.max_bytes or MAX_REPLY_BYTES)
 
 
 async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None) -> Any:
