@@ -19,7 +19,7 @@ from typing import Any
 import trio
 
 from runtime.config import DEFAULT_PORT, HostConfig
-from runtime.datadir import DataDir, DataDirLocked
+from runtime.datadir import DataDir, DataDirLocked, DataDirUnsafe
 
 log = logging.getLogger("pi_host")
 
@@ -106,7 +106,11 @@ def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
     from runtime.kernel.supervisor import RestartIntensityExceeded
     from runtime.logs import setup_logging
 
-    data_dir.ensure()
+    try:
+        data_dir.ensure()
+    except DataDirUnsafe as exc:
+        print(f"pi-host: {exc}", file=sys.stderr)
+        return 2
     setup_logging(data_dir.logs_dir, stderr=not args.quiet)
     config = HostConfig(
         data_dir=data_dir,
@@ -138,6 +142,9 @@ def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
     except DataDirLocked as exc:
         print(f"pi-host: {exc}", file=sys.stderr)
         return 3
+    except DataDirUnsafe as exc:
+        print(f"pi-host: {exc}", file=sys.stderr)
+        return 2
     except RestartIntensityExceeded as exc:
         log.error("restart intensity exceeded; shutting down", extra={"error": str(exc)})
         print(f"pi-host: actors kept crashing, shut down: {exc}", file=sys.stderr)
@@ -147,6 +154,10 @@ def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         if locked is not None:
             print(f"pi-host: {locked.exceptions[0]}", file=sys.stderr)
             return 3
+        unsafe = group.subgroup(DataDirUnsafe)
+        if unsafe is not None:
+            print(f"pi-host: {unsafe.exceptions[0]}", file=sys.stderr)
+            return 2
         if group.subgroup(RestartIntensityExceeded) is not None:
             print("pi-host: actors kept crashing, shut down", file=sys.stderr)
             return 4

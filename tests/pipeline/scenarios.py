@@ -148,7 +148,8 @@ async def with_files(c: HostClient, root: Path) -> Vars:
     folder.mkdir()
     (folder / "one.txt").write_bytes(b"one")
     (folder / "two.txt").write_bytes(b"two")
-    return {"folder": str(folder)}
+    sid = (await c.call("session.create", {"title": "files", "projectPath": str(folder)}))["id"]
+    return {"folder": str(folder), "sid": sid}  # importFile reads only under the session's project
 
 
 async def with_task(c: HostClient, root: Path) -> Vars:
@@ -307,8 +308,9 @@ SCENARIOS: dict[str, Scenario] = {
         lambda v: ("attachments.put", {"name": "b.txt", "mimeType": "text/plain", "dataBase64": DATA}),
         count=count("SELECT COUNT(*) FROM attachment_blobs")),
     "attachments.importFile": S(
-        with_files, lambda v: {"path": v["folder"] + "/one.txt", "name": "one.txt"},
-        lambda v: ("attachments.importFile", {"path": v["folder"] + "/two.txt", "name": "two.txt"}),
+        with_files, lambda v: {"path": v["folder"] + "/one.txt", "name": "one.txt", "sessionId": v["sid"]},
+        lambda v: ("attachments.importFile", {"path": v["folder"] + "/two.txt", "name": "two.txt",
+                                              "sessionId": v["sid"]}),
         count=count("SELECT COUNT(*) FROM attachment_blobs")),
     "attachments.ref": S(with_blob, lambda v: {"sha256": v["sha"], "sessionId": v["sid"]},
                          lambda v: ("attachments.ref", {"sha256": v["sha"], "sessionId": v["sid"], "messageId": "m"}),
