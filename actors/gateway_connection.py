@@ -156,7 +156,8 @@ def _params_size(params: Any) -> int:
 def _decode(message: str) -> Any:
     """Decode one text frame; every failure is a PARSE_ERROR."""
     try:
-        return loads_strict(message, max_int_digits=18)  # every accepted int must fit the int64 transcript encoder
+        # every accepted integer must fit int64: the transcript encoder and SQLite store it losslessly
+        return loads_strict(message, max_int_digits=20, int64=True)
     except InvalidInput:
         raise
     except (ValueError, RecursionError, TypeError) as exc:

@@ -301,7 +301,7 @@ SCENARIOS: dict[str, Scenario] = {
     "session.restoreMessage": S(with_tombstone, lambda v: {"sessionId": v["sid"], "messageId": "m1"},
                                 lambda v: ("session.restoreMessage", {"sessionId": v["sid"], "messageId": "m2"})),
     "secrets.set": S(nothing, lambda v: {"ref": "k", "value": "v"},
-                     lambda v: ("secrets.set", {"ref": "k", "value": "w"}), count=secret_version("k")),
+                     lambda v: ("secrets.set", {"ref": "k2", "value": "v"}), count=secret_version("k")),
     "secrets.delete": S(with_secret, lambda v: {"ref": "k1"}, lambda v: ("secrets.delete", {"ref": "k2"})),
     "attachments.put": S(
         nothing, lambda v: {"name": "a.txt", "mimeType": "text/plain", "dataBase64": DATA},
