@@ -159,7 +159,7 @@ class SecretStore:
                         f"secret key file {self.key_path} is missing but {len(orphans)} encrypted secret(s) exist: "
                         "refusing to create a new key, which would make them unreadable. Restore .machine-key "
                         "from a backup; or, to give them up, move the secrets/*.sec files away and set the "
-                        "secrets again", data={"reason": "missing_key", "secrets": len(orphans)})
+                        "secrets again", data={"reason": "missing_key", "secrets": len(orphans)}) from None
                 self._create_key()
                 self._key = self._load_key()
         return self._key
