@@ -42,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--search-upkeep-after", type=float, default=2.0, metavar="SECONDS",
                        help="merge search index segments once the DB writer is idle this long (0 = never)")
     serve.add_argument("--quiet", action="store_true", help="no human log lines on stderr")
+    serve.add_argument("--import-root", action="append", default=[], metavar="DIR",
+                       help="a folder attachments.importFile may read (besides the session's project and scratch/)")
+    serve.add_argument("--disk-warn-below", type=int, default=512 * 1024 * 1024, metavar="BYTES",
+                       help="host.status warns when the data directory's disk has less free space")
     sub.add_parser("status", help="host.status of the running host", parents=[common])
     sub.add_parser("sessions", help="list sessions", parents=[common])
     show = sub.add_parser("show", help="print a session's newest messages", parents=[common])
@@ -120,6 +124,8 @@ def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         session_idle_timeout=args.idle_timeout,
         synchronous=args.synchronous,
         search_upkeep_after=args.search_upkeep_after if args.search_upkeep_after > 0 else None,
+        import_roots=tuple(os.path.abspath(r) for r in args.import_root),
+        disk_warn_below_bytes=args.disk_warn_below,
     )
 
     async def main_async() -> None:

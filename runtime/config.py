@@ -41,3 +41,11 @@ class HostConfig:
     shutdown_deadline: float = 10.0
     shutdown_grace: float = 5.0
     validate_results: bool = False  # check every result against its protocol model (tests)
+    # host.status warns when the data directory's disk has less free space than this.
+    disk_warn_below_bytes: int = 512 * 1024 * 1024
+    # Folders attachments.importFile may read besides the session's project and scratch/.
+    import_roots: tuple[str, ...] = ()
+    # Per connection: encoded bytes waiting for the socket before a client that does not
+    # read is closed (1008), and connections that have not said host.hello yet.
+    max_outbound_bytes: int = 64 * 1024 * 1024
+    max_unauthenticated: int = 32

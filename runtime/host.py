@@ -184,7 +184,8 @@ async def run_host(
                     writer=writer_ref, wake_scheduler=tasks_changed(scheduler_ref.tell_nowait),
                     extra={"queue": QueueControl(),
                            "vault": Vault(data_dir.secrets_dir, faults=faults),
-                           "blobs": Blobs(data_dir.attachments_dir, faults=faults)},
+                           "blobs": Blobs(data_dir.attachments_dir, faults=faults,
+                                          import_roots=config.import_roots)},
                 )
                 deps = SessionDeps(
                     paths=data_dir.session_paths, db=db, reads=reads, bus=bus, faults=faults, now_ms=now_ms,
@@ -222,6 +223,8 @@ async def run_host(
                                      "searchUpkeepSteps": db_stats.upkeep_steps},
                         "pipeline": {"inFlight": pipeline.in_flight, **pipeline.book.statistics()},
                         "dataDirBytes": size,
+                        "disk": await trio.to_thread.run_sync(_disk, data_dir.root, config.disk_warn_below_bytes),
+                        "gateway": _gateway_stats(gateway),
                         "boot": boot.report,
                     }
 
@@ -230,6 +233,7 @@ async def run_host(
                     host=config.host, port=config.port, token=token,
                     allowed_origins=config.allowed_origins,
                     max_frame_bytes=config.max_frame_bytes, max_params_bytes=config.max_params_bytes,
+                    max_outbound_bytes=config.max_outbound_bytes, max_unauthenticated=config.max_unauthenticated,
                 )
                 gateway = Gateway(gw_config, HostDispatcher(pipeline, boot.boot_id, now_ms), bus)
                 port = await nursery.start(gateway.serve)
@@ -307,6 +311,24 @@ def _write_clean_marker(data_dir: Any, now: int, actors: dict[str, int]) -> None
         remove_file_durable(data_dir.host_json_path)
     except OSError:
         pass
+
+
+def _disk(root: Any, warn_below: int) -> dict[str, Any]:
+    """Free space of the data directory's disk (``statvfs``), with a warning under ``warn_below``."""
+    st = os.statvfs(root)
+    free = st.f_bavail * st.f_frsize
+    if free < warn_below:
+        log.warning("the data directory's disk has %d bytes free (warning below %d)", free, warn_below)
+    return {"freeBytes": free, "totalBytes": st.f_blocks * st.f_frsize, "warnBelowBytes": warn_below,
+            "warning": free < warn_below}
+
+
+def _gateway_stats(gateway: Gateway) -> dict[str, Any]:
+    st = gateway.statistics()
+    return {"connections": st.connections, "unauthenticated": st.unauthenticated,
+            "evictedUnauthenticated": st.evicted_unauthenticated, "slowConsumerCloses": st.slow_consumer_closes,
+            "outboundBytes": st.outbound_bytes, "peakOutboundBytes": st.peak_outbound_bytes,
+            "oversizedReplies": st.oversized_replies}
 
 
 def _dir_size(root: Any) -> int:
