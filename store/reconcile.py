@@ -9,6 +9,7 @@ anything else (other epoch, shorter file) is reindexed in full.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator, Mapping
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import index, receipts
-from .errors import CorruptData
+from .errors import CorruptData, classify_os_error
 from .fsutil import open_nofollow
 from .index import CompactionRecord, IndexRecord
 from .jsonio import loads_line
@@ -61,6 +62,8 @@ def _open_transcript(path: Path) -> int:
     except FileNotFoundError:
         raise
     except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENXIO):
+            raise classify_os_error(exc, f"read transcript {path}") from None
         raise CorruptData(f"transcript {path} is a symbolic link or not a regular file: refused, not read "
                           f"({exc.strerror or exc})",
                           data={"path": str(path), "reason": "not_a_regular_file"}) from None
