@@ -125,7 +125,8 @@ def _fast_path(ws: WebSocketConnection) -> tuple[trio.abc.Stream, trio.StrictFIF
     """trio-websocket 0.12's stream and send lock, if this connection exposes them (no extensions)."""
     stream = getattr(ws, "_stream", None)
     lock = getattr(ws, "_stream_lock", None)
-    proto = getattr(getattr(ws, "_wsproto", None), "_proto", None)
+    connection = getattr(getattr(ws, "_wsproto", None), "connection", None)  # wsproto.WSConnection
+    proto = getattr(connection, "_proto", None)  # its FrameProtocol
     if not isinstance(stream, trio.abc.Stream) or not isinstance(lock, trio.StrictFIFOLock):
         return None
     if proto is None or getattr(proto, "extensions", None):
