@@ -25,6 +25,7 @@ from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
 from actors.events import EventBus
 from actors.gateway_connection import Counters, GatewayConnection
 from actors.gateway_handshake import check_upgrade
+from actors.gateway_outbound import ByteBudget, SharedBytes
 from actors.gateway_types import CallContext, Dispatcher, GatewayConfig, GatewayStatistics
 
 __all__ = [
@@ -66,6 +67,8 @@ class Gateway:
         self._counters = Counters()
         self._connections: dict[int, GatewayConnection] = {}
         self._ids = itertools.count(1)
+        self._work = ByteBudget(config.max_host_work_bytes)  # window reads in flight, all connections
+        self._outbound = SharedBytes(config.max_host_outbound_bytes)  # frames queued, all connections
         self._accepting = 0  # handshakes being accepted (count toward the unauthenticated cap)
         self._unauthenticated: dict[int, GatewayConnection] = {}  # oldest first
         self._authenticated: set[int] = set()
@@ -132,7 +135,8 @@ class Gateway:
             self._accepting -= 1
             accepting = False
             self._counters.accepted_total += 1
-            conn = GatewayConnection(ws, connection_id, self._config, self._dispatcher, self._bus, self._counters)
+            conn = GatewayConnection(ws, connection_id, self._config, self._dispatcher, self._bus, self._counters,
+                                     self._work, self._outbound)
             conn.on_authenticated = self._admit_authenticated
             self._connections[connection_id] = conn
             self._unauthenticated[connection_id] = conn

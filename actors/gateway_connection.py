@@ -43,7 +43,16 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from actors.events import EventBus, SubscriberOverflow, Subscription
-from actors.gateway_outbound import ByteBudget, CloseAfter, Frame, Outbound, PeerGone, RequestRate, send_text
+from actors.gateway_outbound import (
+    ByteBudget,
+    CloseAfter,
+    Frame,
+    Outbound,
+    PeerGone,
+    RequestRate,
+    SharedBytes,
+    send_text,
+)
 from actors.gateway_types import PROTOCOL_VERSION, CallContext, Dispatcher, GatewayConfig
 from protocol.errors import RpcErrorCode, RpcFailure
 from protocol.jsonrpc import (
@@ -59,7 +68,7 @@ from protocol.jsonrpc import (
     success,
 )
 from protocol.models import HelloParams, SubscribeParams, UnsubscribeParams
-from protocol.reply_budget import BatchRefused, batch_budgets, declared_bytes
+from protocol.reply_budget import BatchRefused, batch_budgets, carries_content, declared_bytes
 from store.errors import InvalidInput, StoreError
 from store.ids import validate_session_id
 from store.jsonio import loads_strict
@@ -89,16 +98,18 @@ class Counters:
 
 
 class _Sink(Protocol):
-    def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]]) -> None: ...
+    def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]], *,
+            content: bool = False) -> None: ...
 
 
 class _SingleSink:
     def __init__(self, conn: GatewayConnection) -> None:
         self._conn = conn
 
-    def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]]) -> None:
+    def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]], *,
+            content: bool = False) -> None:
         if response is not None:
-            data = self._conn.encode_reply(response)
+            data = self._conn.encode_reply(response, content=content)
             self._conn.deliver(Frame((data,), len(data)))
         for callback in after:
             callback()
@@ -116,16 +127,21 @@ class _BatchSink:
         self._budget = budget
         self._bytes = 2  # the brackets
 
-    def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]]) -> None:
+    def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]], *,
+            content: bool = False) -> None:
+        conn = self._conn
         if response is not None:
-            data = self._conn.encode_reply(response)
-            if self._bytes + len(data) + 1 > self._budget:
-                self._conn.counted_oversized()
+            data = conn.encode_reply(response, content=content)
+            over_batch = self._bytes + len(data) + 1 > self._budget
+            if over_batch or not conn.hold_pieces(len(data)):
+                conn.counted_oversized()
+                what = "the batch's replies exceed" if over_batch else "the connection's unsent batch replies exceed"
                 data = encode(error_for_code(
                     response.get("id"), RpcErrorCode.PAYLOAD_TOO_LARGE,
-                    f"the batch's replies exceed {self._budget} bytes; this entry was not answered in it: "
+                    f"{what} {self._budget} bytes; this entry was not answered in it: "
                     "send it again on its own or with a smaller maxBytes / messageLimit",
                     {"limit": self._budget, "size": len(data)}))
+                conn.hold_pieces(len(data), force=True)
             self._slots[index] = data
             self._bytes += len(data) + 1
         self._after.extend(after)
@@ -134,6 +150,7 @@ class _BatchSink:
             return
         pieces = [r for r in self._slots if r is not None]
         self._slots = []
+        conn.release_pieces(sum(len(p) for p in pieces))
         if pieces:
             chunks: list[bytes] = [b"["]
             for n, piece in enumerate(pieces):
@@ -144,6 +161,11 @@ class _BatchSink:
             self._conn.deliver(Frame(tuple(chunks), sum(len(c) for c in chunks)))
         for callback in self._after:
             callback()
+
+
+def trim(data: bytes) -> bytes:
+    """A copy of ``data`` that owns exactly ``len(data)`` bytes (see ``GatewayConnection.encode_reply``)."""
+    return bytes(memoryview(data))
 
 
 def _params_size(params: Any) -> int:
@@ -189,6 +211,8 @@ class GatewayConnection:
         dispatcher: Dispatcher,
         bus: EventBus,
         counters: Counters,
+        shared_work: ByteBudget | None = None,
+        shared_outbound: SharedBytes | None = None,
     ) -> None:
         self.id = connection_id
         self._ws = ws
@@ -196,11 +220,15 @@ class GatewayConnection:
         self._dispatcher = dispatcher
         self._bus = bus
         self._counters = counters
-        self._out = Outbound(max_bytes=config.max_outbound_bytes, max_frames=config.outbound_queue)
+        self._out = Outbound(max_bytes=config.max_outbound_bytes, max_frames=config.outbound_queue,
+                             shared=shared_outbound)
         self._work = ByteBudget(config.max_work_bytes)
+        self._shared_work = shared_work if shared_work is not None else ByteBudget(config.max_host_work_bytes)
         self._rate = RequestRate(config.max_request_rate, max(config.max_request_rate, config.max_batch))
         self._in_flight = trio.Semaphore(config.max_in_flight)
         self.on_authenticated: Callable[[GatewayConnection], str | None] | None = None
+        self._pieces = 0  # encoded replies held by batches not yet complete (all of this connection's)
+        self._pieces_freed = trio.Event()
         self.zero_copy_frames = 0
         self._ctx: CallContext | None = None
         self._subs: dict[str, tuple[Subscription, trio.CancelScope]] = {}
@@ -271,18 +299,43 @@ class GatewayConnection:
         self.close(code, reason)
 
     # -- outbound ------------------------------------------------------------
-    def encode_reply(self, response: dict[str, Any]) -> bytes:
-        """Encode once; a reply over the reply cap is answered ``PAYLOAD_TOO_LARGE`` instead."""
-        data = encode(response)
+    def encode_reply(self, response: dict[str, Any], *, content: bool = False) -> bytes:
+        """Encode once; a reply over the reply cap is answered ``PAYLOAD_TOO_LARGE`` instead.
+
+        orjson returns its output buffer as it grew it, which holds up to 16 times
+        the length of the longest string it wrote (measured: a 33 KB reply keeps
+        519 KB, a 16 MiB string 265 MB). A reply may wait in a batch or in the
+        outbound queue, where only its length is counted, so it is trimmed to its
+        length first (one memcpy; the oversized buffer is freed at once).
+        """
+        data = encode(response, big_strings=content)
         cap = self._config.max_reply_bytes
         if len(data) <= cap:
-            return data
+            return trim(data)
         self.counted_oversized()
         logger.warning("connection %d: a %d-byte reply exceeds the reply cap (%d)", self.id, len(data), cap)
         return encode(error_for_code(
             response.get("id"), RpcErrorCode.PAYLOAD_TOO_LARGE,
             f"the reply would be {len(data)} bytes, over the limit of {cap}: ask for less (page with a "
             "cursor, messageLimit/maxBytes, or a smaller limit)", {"limit": cap, "size": len(data)}))
+
+    def hold_pieces(self, n: int, *, force: bool = False) -> bool:
+        """Count ``n`` bytes of a batch's encoded reply as held; False if they do not fit the
+        connection's batch budget (its incomplete batches together, not each one)."""
+        if not force and self._pieces and self._pieces + n > self._config.max_batch_reply_bytes:
+            return False
+        self._pieces += n
+        return True
+
+    def release_pieces(self, n: int) -> None:
+        self._pieces = max(0, self._pieces - n)
+        self._pieces_freed.set()
+        self._pieces_freed = trio.Event()
+
+    async def _wait_pieces(self) -> None:
+        """Backpressure: no new frame while incomplete batches hold a batch budget of replies."""
+        while self._pieces >= self._config.max_batch_reply_bytes // 2:
+            await self._pieces_freed.wait()
 
     def counted_oversized(self) -> None:
         self._counters.oversized_replies += 1
@@ -349,7 +402,7 @@ class GatewayConnection:
         await self._read_loop(nursery)
 
     def _deliver_small(self, response: dict[str, Any]) -> None:
-        data = encode(response)
+        data = trim(encode(response))
         self.deliver(Frame((data,), len(data)))
 
     def _authenticate(self, message: str | bytes) -> tuple[CallContext | None, dict[str, Any]]:
@@ -402,6 +455,7 @@ class GatewayConnection:
             await self._on_frame(message, nursery)
 
     async def _on_frame(self, message: str | bytes, nursery: trio.Nursery) -> None:
+        await self._wait_pieces()
         if isinstance(message, bytes):
             self._deliver_small(error_for_code(
                 None, RpcErrorCode.INVALID_REQUEST, "binary frames are not accepted; send JSON text"))
@@ -464,9 +518,15 @@ class GatewayConnection:
         if budget is not None and isinstance(params, dict) and "maxBytes" not in params:
             params = {**params, "maxBytes": budget}  # this entry's share of the batch's reply budget
         reserved = declared_bytes(item.method, params)
+        content = carries_content(item.method)  # a read: its result may hold long transcript texts
         await self._in_flight.acquire()
         try:
             await self._work.acquire(reserved)
+            try:
+                await self._shared_work.acquire(reserved)
+            except BaseException:
+                self._work.release(reserved)
+                raise
         except BaseException:
             self._in_flight.release()
             raise
@@ -479,12 +539,13 @@ class GatewayConnection:
             answered = True
             self._in_flight.release()
             self._work.release(reserved)
+            self._shared_work.release(reserved)
             if isinstance(result, outcome.Value):
                 response = success(item.response_id, result.value)
             else:
                 assert isinstance(result, outcome.Error)
                 response = error(item.response_id, result.error)
-            sink.put(index, None if item.is_notification else response, ())
+            sink.put(index, None if item.is_notification else response, (), content=content)
 
         assert self._ctx is not None
         try:
@@ -497,6 +558,7 @@ class GatewayConnection:
                     answered = True
                     self._in_flight.release()
                     self._work.release(reserved)
+                    self._shared_work.release(reserved)
             raise
 
     def _connection_call(self, call: Call, after: list[Callable[[], None]]) -> Any:
@@ -551,7 +613,7 @@ class GatewayConnection:
                         if event.session_id is not None:
                             params["sessionId"] = event.session_id
                         await self._wait_event_room()
-                        data = self._encode_event(params)
+                        data = trim(self._encode_event(params))
                         self.deliver(Frame((data,), len(data)))
                 except trio.EndOfChannel:
                     pass

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
-__all__ = ["ByteBudget", "CloseAfter", "Frame", "Outbound", "PeerGone", "RequestRate", "send_text"]
+__all__ = ["ByteBudget", "CloseAfter", "Frame", "Outbound", "PeerGone", "RequestRate", "SharedBytes", "send_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +51,23 @@ class PeerGone(Exception):
     """The socket broke or the WebSocket was closed while a frame was being written."""
 
 
-class Outbound:
-    """A queue of frames bounded by bytes (``max_bytes``) and by count (``max_frames``)."""
+class SharedBytes:
+    """Bytes queued by every connection together, bounded by ``limit`` (host-wide)."""
 
-    def __init__(self, *, max_bytes: int, max_frames: int) -> None:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.peak = 0
+
+
+class Outbound:
+    """A queue of frames bounded by bytes (``max_bytes``) and by count (``max_frames``); with ``shared``,
+    also by the host-wide total (a connection that still has unread frames may not push it past its limit)."""
+
+    def __init__(self, *, max_bytes: int, max_frames: int, shared: SharedBytes | None = None) -> None:
         self.max_bytes = max_bytes
         self.max_frames = max_frames
+        self._shared = shared
         self._items: deque[Frame | CloseAfter] = deque()
         self.queued_bytes = 0
         self.peak_bytes = 0
@@ -72,12 +83,18 @@ class Outbound:
         """Queue ``item``; ``False`` if it does not fit (the consumer is too slow) or the queue is closed."""
         if self._closed:
             return False
+        shared = self._shared
         if isinstance(item, Frame) and self._items:
             if self.queued_bytes + item.size > self.max_bytes or len(self._items) >= self.max_frames:
+                return False
+            if shared is not None and shared.held + item.size > shared.limit:
                 return False
         self._items.append(item)
         if isinstance(item, Frame):
             self.queued_bytes += item.size
+            if shared is not None:
+                shared.held += item.size
+                shared.peak = max(shared.peak, shared.held)
         self.peak_bytes = max(self.peak_bytes, self.queued_bytes)
         self.peak_frames = max(self.peak_frames, len(self._items))
         self._ready.set()
@@ -99,6 +116,8 @@ class Outbound:
         item = self._items.popleft()
         if isinstance(item, Frame):
             self.queued_bytes -= item.size
+            if self._shared is not None:
+                self._shared.held -= item.size
         self._progress.set()
         self._progress = trio.Event()
         return item
@@ -107,6 +126,8 @@ class Outbound:
         """Drop what is queued; wake the writer (``EndOfChannel``) and every waiter."""
         self._closed = True
         self._items.clear()
+        if self._shared is not None:
+            self._shared.held -= self.queued_bytes
         self.queued_bytes = 0
         self._ready.set()
         self._progress.set()

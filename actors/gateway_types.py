@@ -29,13 +29,17 @@ class GatewayConfig:
     max_batch: int = 1000
     # Per connection, encoded bytes waiting for the socket: past it the client is not
     # reading and is closed (1008 slow consumer). Frames are counted too, loosely.
-    max_outbound_bytes: int = 64 * 1024 * 1024
+    max_outbound_bytes: int = 32 * 1024 * 1024
     outbound_queue: int = 1024  # frames
     max_reply_bytes: int = MAX_REPLY_BYTES  # any one reply; a bigger one becomes PAYLOAD_TOO_LARGE
     max_batch_reply_bytes: int = MAX_BATCH_REPLY_BYTES  # one batch's replies together
     # Per connection, bytes that window and whole-transcript reads in flight may read
     # (each reserves its budget before it runs; reading frames waits beyond it).
-    max_work_bytes: int = 32 * 1024 * 1024
+    max_work_bytes: int = 16 * 1024 * 1024
+    max_host_work_bytes: int = 32 * 1024 * 1024  # the same, all connections together
+    # Encoded bytes queued by all connections together: past it, a connection with unread
+    # frames is closed as a slow consumer (one with an empty queue may always send one frame).
+    max_host_outbound_bytes: int = 64 * 1024 * 1024
     max_in_flight: int = 256  # per connection; reading waits beyond it
     max_request_rate: float = 50_000.0  # requests per second per connection (token bucket); reading waits
     max_connections: int = 256  # authenticated connections
@@ -50,7 +54,8 @@ class GatewayConfig:
             raise ValueError("GatewayConfig.token must not be empty")
         for name in ("max_frame_bytes", "max_params_bytes", "max_batch", "outbound_queue",
                      "max_in_flight", "max_connections", "max_subscriptions", "max_outbound_bytes",
-                     "max_reply_bytes", "max_batch_reply_bytes", "max_work_bytes", "max_unauthenticated"):
+                     "max_reply_bytes", "max_batch_reply_bytes", "max_work_bytes", "max_unauthenticated",
+                     "max_host_work_bytes", "max_host_outbound_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewayConfig.{name} must be >= 1")
 

@@ -21,7 +21,7 @@ from typing import Any
 from .limits import MAX_BATCH_REPLY_BYTES, MAX_REPLY_BYTES, MAX_WHOLE_READ_BYTES, MIN_BATCH_SHARE_BYTES
 from .methods import METHODS
 
-__all__ = ["BUDGETED", "WHOLE_READS", "BatchRefused", "batch_budgets", "declared_bytes"]
+__all__ = ["BUDGETED", "WHOLE_READS", "BatchRefused", "batch_budgets", "carries_content", "declared_bytes"]
 
 BUDGETED: frozenset[str] = frozenset(
     name for name, spec in METHODS.items() if "max_bytes" in spec.params_model.model_fields
@@ -29,6 +29,14 @@ BUDGETED: frozenset[str] = frozenset(
 """Methods whose params have ``maxBytes``."""
 WHOLE_READS: frozenset[str] = frozenset({"session.context", "session.tree"})
 """Methods that read a whole transcript (refused beyond ``MAX_WHOLE_READ_BYTES``)."""
+
+
+_READS: frozenset[str] = frozenset(name for name, spec in METHODS.items() if not spec.mutating)
+
+
+def carries_content(method: str) -> bool:
+    """Reads may answer with long texts (transcripts, prompts, plans); mutations answer with summaries."""
+    return method in _READS
 
 
 class BatchRefused(Exception):

@@ -109,6 +109,7 @@ def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
     from runtime.host import run_host
     from runtime.kernel.supervisor import RestartIntensityExceeded
     from runtime.logs import setup_logging
+    from runtime.process import raise_fd_limit, tune_allocator
 
     try:
         data_dir.ensure()
@@ -116,6 +117,8 @@ def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         print(f"pi-host: {exc}", file=sys.stderr)
         return 2
     setup_logging(data_dir.logs_dir, stderr=not args.quiet)
+    tune_allocator()
+    raise_fd_limit()
     config = HostConfig(
         data_dir=data_dir,
         host=args.host,

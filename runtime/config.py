@@ -47,5 +47,5 @@ class HostConfig:
     import_roots: tuple[str, ...] = ()
     # Per connection: encoded bytes waiting for the socket before a client that does not
     # read is closed (1008), and connections that have not said host.hello yet.
-    max_outbound_bytes: int = 64 * 1024 * 1024
+    max_outbound_bytes: int = 32 * 1024 * 1024
     max_unauthenticated: int = 32

@@ -465,15 +465,6 @@ def window_rows(
     ).fetchall()
 
 
-def window_bytes(conn: sqlite3.Connection, session_id: str, start: int, end: int) -> tuple[int, int]:
-    """``(rows, transcript bytes)`` of positions ``[start, end)``, without reading a row."""
-    count, size = conn.execute(
-        "SELECT COUNT(*), COALESCE(SUM(line_len), 0) FROM messages WHERE session_id = ? AND seq > ? AND seq <= ?",
-        (session_id, start, end),
-    ).fetchone()
-    return int(count), int(size)
-
-
 def iter_window_rows(
     conn: sqlite3.Connection, session_id: str, start: int, end: int, *, newest_first: bool
 ) -> Iterator[tuple[int, str, int, int, int, str | None]]:

@@ -10,7 +10,7 @@ here is synchronous and runs in a read-pool thread; :func:`project` is pure.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,39 +167,51 @@ def fit_budget(conn: sqlite3.Connection, sid: str, w: Window, req: WindowRequest
         raise PayloadTooLarge(
             f"the session's compaction checkpoints alone are {fixed} bytes, over the reply budget of {budget}",
             data={"limit": budget, "size": fixed, "field": "maxBytes"})
-    count, size = index.window_bytes(conn, sid, w.start, w.end)
-    if fixed + size + count * PER_MESSAGE_OVERHEAD <= budget:
-        return index.window_rows(conn, sid, w.start, w.end)
-    whole = req.limit is None and req.start is None and req.before is None and req.around is None
-    if whole:
-        raise PayloadTooLarge(
-            f"the whole transcript is {fixed + size} bytes, over the reply limit of {budget}: read it in pages "
-            "(messageEnd with messageLimit or maxBytes, starting at 0, until hasMoreAfter is false)",
-            data={"limit": budget, "size": fixed + size, "messages": count, "paging": _PAGING})
     room = budget - fixed
-    if req.around is not None and w.target_pos is not None:
-        rows = _around(conn, sid, w, room)
+    whole = req.limit is None and req.start is None and req.before is None and req.around is None
+    if req.limit is not None:
+        # a bounded window (at most MAX_WINDOW rows): its rows are read anyway
+        rows = index.window_rows(conn, sid, w.start, w.end)
+        if sum(int(r[3]) + PER_MESSAGE_OVERHEAD for r in rows) <= room:
+            return rows
+        if req.around is not None and w.target_pos is not None:
+            rows = _around(rows, w, room)
+        else:
+            rows = _cut(reversed(rows) if req.start is None else iter(rows), room)
     else:
-        rows = []
-        for row in index.iter_window_rows(conn, sid, w.start, w.end, newest_first=req.start is None):
-            room -= int(row[3]) + PER_MESSAGE_OVERHEAD
-            if room < 0:
-                break
-            rows.append(row)
-        if req.start is None:
-            rows.reverse()
+        # no limit: never more rows than the budget holds
+        newest_first = req.start is None and not whole
+        rows = _cut(index.iter_window_rows(conn, sid, w.start, w.end, newest_first=newest_first), room)
+        if len(rows) == w.end - w.start:
+            return sorted(rows)
+        if whole:
+            raise PayloadTooLarge(
+                f"the whole transcript ({w.end - w.start} messages) is over the reply limit of {budget} bytes: read "
+                "it in pages (messageEnd with messageLimit or maxBytes, starting at 0, until hasMoreAfter is false)",
+                data={"limit": budget, "messages": w.end - w.start, "paging": _PAGING})
     if not rows:
         raise PayloadTooLarge(
             f"one message of this window is larger than the reply budget of {budget} bytes",
             data={"limit": budget, "field": "maxBytes", "paging": _PAGING})
-    return rows
+    return sorted(rows)
 
 
-def _around(conn: sqlite3.Connection, sid: str, w: Window, room: int) -> list[Any]:
+def _cut(rows: Iterable[Any], room: int) -> list[Any]:
+    """Rows in the order given while their lines fit ``room`` bytes."""
+    kept: list[Any] = []
+    for row in rows:
+        room -= int(row[3]) + PER_MESSAGE_OVERHEAD
+        if room < 0:
+            break
+        kept.append(row)
+    return kept
+
+
+def _around(rows: Sequence[Any], w: Window, room: int) -> list[Any]:
     """The target first, then its neighbours alternately (older, newer) while they fit."""
     assert w.target_pos is not None
+    by_seq = {int(r[0]): r for r in rows}
     target = w.target_pos + 1  # seq
-    by_seq = {int(r[0]): r for r in index.window_rows(conn, sid, w.start, w.end)}
     picked: list[Any] = []
     older, newer = target, target + 1
     while older > w.start or newer <= w.end:

@@ -61,6 +61,16 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+def rss_parts(pid: int) -> dict[str, int]:
+    """``VmRSS``, ``RssAnon`` (heap: what the host allocated), ``RssFile`` (mapped files: SQLite's mmap)."""
+    out: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key = line.split(":", 1)[0]
+        if key in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
+            out[key] = int(line.split()[1]) * 1024
+    return out
+
+
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
