@@ -9,6 +9,7 @@ here is synchronous and runs in a read-pool thread; :func:`project` is pure.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from .errors import PayloadTooLarge
 from .jsonio import loads_line
 from .reconcile import plan_reconcile
 from .records import cap_content, wire_record
-from .transcript import read_spans
+from .transcript import read_spans, read_transcript
 
 __all__ = [
     "MAX_COALESCED_READ",
@@ -171,13 +172,7 @@ def fit_budget(conn: sqlite3.Connection, sid: str, w: Window, req: WindowRequest
     whole = req.limit is None and req.start is None and req.before is None and req.around is None
     if req.limit is not None:
         # a bounded window (at most MAX_WINDOW rows): its rows are read anyway
-        rows = index.window_rows(conn, sid, w.start, w.end)
-        if sum(int(r[3]) + PER_MESSAGE_OVERHEAD for r in rows) <= room:
-            return rows
-        if req.around is not None and w.target_pos is not None:
-            rows = _around(rows, w, room)
-        else:
-            rows = _cut(reversed(rows) if req.start is None else iter(rows), room)
+        rows = _fit_rows(index.window_rows(conn, sid, w.start, w.end), w, req, room)
     else:
         # no limit: never more rows than the budget holds
         newest_first = req.start is None and not whole
@@ -194,6 +189,51 @@ def fit_budget(conn: sqlite3.Connection, sid: str, w: Window, req: WindowRequest
             f"one message of this window is larger than the reply budget of {budget} bytes",
             data={"limit": budget, "field": "maxBytes", "paging": _PAGING})
     return sorted(rows)
+
+
+def _fit_rows(rows: list[Any], w: Window, req: WindowRequest, room: int) -> list[Any]:
+    if sum(int(r[3]) + PER_MESSAGE_OVERHEAD for r in rows) <= room:
+        return rows
+    if req.around is not None and w.target_pos is not None:
+        return _around(rows, w, room)
+    return _cut(reversed(rows) if req.start is None else iter(rows), room)
+
+
+def read_file_window(path: Path, req: WindowRequest, *, max_file_bytes: int) -> Window:
+    """The window read from the transcript alone, without the index (while the index cannot catch up
+    with the file: a full disk refuses its commit). Bounded: a transcript over ``max_file_bytes`` is
+    ``PAYLOAD_TOO_LARGE``. Positions are the deduped file order, as the index would have them."""
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        return Window()
+    if size > max_file_bytes:
+        raise PayloadTooLarge(f"the transcript ({size} bytes) cannot be read without its index, which is behind "
+                              "while the disk is full; retry once space is freed",
+                              data={"size": size, "limit": max_file_bytes})
+    t = read_transcript(path)
+    w = Window(total=len(t.messages))
+    if req.around is not None:
+        w.target_pos = t.positions.get(req.around)
+        if w.target_pos is None:
+            w.missing_target = True
+            return w
+    w.start, w.end = window_bounds(w.total, req, w.target_pos)
+    deleted = t.deleted_ids
+    rows = [(i + 1, e.id, e.offset, e.length, int(e.id in deleted), e.record.get("turnId"))
+            for i, e in enumerate(t.messages[w.start:w.end], start=w.start)]
+    ids = set(t.positions)
+    w.compactions = [(c.id, c.record.get("throughMessageId"), c.offset, c.length) for c in t.compactions
+                     if c.record.get("throughMessageId") is None or c.record.get("throughMessageId") in ids]
+    if req.max_bytes is not None:
+        rows = _fit_rows(rows, w, req, req.max_bytes - 512 - sum(int(c[3]) for c in w.compactions))
+        if rows:
+            w.start, w.end = rows[0][0] - 1, rows[-1][0]
+    w.rows = rows
+    spans = [(r[2], r[3]) for r in rows] + [(c[2], c[3]) for c in w.compactions]
+    if spans:
+        w.blobs = read_spans_coalesced(path, spans)
+    return w
 
 
 def _cut(rows: Iterable[Any], room: int) -> list[Any]:

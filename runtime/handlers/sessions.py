@@ -13,10 +13,10 @@ from typing import Any
 
 from actors.session_context import SessionContext
 from protocol import models as m
-from protocol.limits import DEFAULT_WINDOW, MAX_REPLY_BYTES
+from protocol.limits import DEFAULT_WINDOW, MAX_REPLY_BYTES, MAX_WHOLE_READ_BYTES
 from runtime.context import ReadContext, Services
 from store import cursors, index, queue, windows
-from store.errors import Conflict, MessageNotFound
+from store.errors import Conflict, MessageNotFound, StorageFull
 from store.ids import derived_id, new_id
 from store.receipts import ReceiptKey, file_record
 from store.reconcile import apply_plan, plan_reconcile
@@ -98,7 +98,12 @@ async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None
         else:
             window = None
     if window is None:
-        row = await ctx.ensure_ready()
+        try:
+            row = await ctx.ensure_ready()
+        except StorageFull:
+            # The index must catch up with the file first and the disk is full: reads keep
+            # working, served from the transcript alone (bounded), until space is freed.
+            return await _get_from_file(ctx, req)
         window = await ctx.read(windows.read_warm, ctx.sid, path, int(row["messageCount"]), req)
     if window.missing_target:
         raise MessageNotFound(f"message {req.around} is not in session {ctx.sid}",
@@ -111,6 +116,16 @@ async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None
             if parent is not None:
                 result["navigationParent"] = parent
     return result
+
+
+async def _get_from_file(ctx: SessionContext, req: windows.WindowRequest) -> Any:
+    session_row = await ctx.read(index.require_session, ctx.sid)
+    window = await ctx.io(lambda: windows.read_file_window(ctx.paths.transcript, req,
+                                                           max_file_bytes=MAX_WHOLE_READ_BYTES))
+    if window.missing_target:
+        raise MessageNotFound(f"message {req.around} is not in session {ctx.sid}",
+                              data={"sessionId": ctx.sid, "messageId": req.around})
+    return windows.project(window, session_row, req)
 
 
 def list_sessions(ctx: ReadContext, p: m.SessionListParams) -> Any:
