@@ -56,15 +56,25 @@ class DbWriter(Actor):
         stats: DbWriterStats | None = None,
         force_synchronous: str | None = None,
         upkeep_after: float | None = None,
+        index_hold: float = 0.0,
+        index_wanted: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(name, mailbox_size=mailbox_size)
         self.batch_limit = batch_limit
         self.idle_work_after = upkeep_after  # None: no idle upkeep
         self.linger_ticks = 2  # sessions committing at the same moment share one transaction
+        self.hold_seconds = index_hold
+        self._index_wanted = index_wanted or (lambda: True)
         self.drain_on_stop = True  # a stop commits what is already queued (index rows of acknowledged appends)
         self._commit = GroupCommit(conn, faults=faults, force_synchronous=force_synchronous, stats=stats)
         self._limiter = trio.CapacityLimiter(1)
         self.stats = self._commit.stats
+
+    def may_hold(self, batch: list[Envelope]) -> bool:
+        return not self._index_wanted() and all(_holdable(env.msg) for env in batch)
+
+    def ends_hold(self, msg: Any) -> bool:
+        return not _holdable(msg)
 
     async def on_start(self) -> None:
         await trio.to_thread.run_sync(self._commit.reset, limiter=self._limiter)
@@ -101,3 +111,7 @@ class DbWriter(Actor):
                 env.reply.set_exception(value)
         if isinstance(outcome, BaseException) and is_corruption(outcome):
             raise Fatal(outcome)
+
+
+def _holdable(msg: Any) -> bool:
+    return isinstance(msg, DbOp) and not msg.durable and msg.label == "index"

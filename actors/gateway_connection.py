@@ -437,7 +437,8 @@ class GatewayConnection:
                 {"supported": [PROTOCOL_VERSION]},
             )
         client_id, kind = hello.client_id, hello.client_kind
-        ctx = CallContext(connection_id=self.id, client_id=client_id, client_kind=kind, protocol=PROTOCOL_VERSION)
+        ctx = CallContext(connection_id=self.id, client_id=client_id, client_kind=kind, protocol=PROTOCOL_VERSION,
+                          plugin_id=hello.plugin_id)
         try:
             extra = dict(self._dispatcher.hello(ctx))
         except Exception as exc:

@@ -72,6 +72,8 @@ class CallContext:
     client_id: str
     client_kind: str
     protocol: int
+    plugin_id: str | None = None
+    """Set for ``clientKind: "plugin"``: what the connection may touch is scoped to it."""
 
 
 Reply = Callable[[outcome.Outcome[Any]], None]

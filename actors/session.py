@@ -30,10 +30,11 @@ from actors.db_reader import ReadPool
 from actors.db_writer import DbOp
 from actors.events import EventBus
 from actors.gateway_types import CallContext
+from actors.index_log import IndexLog
 from actors.session_context import UNSET, SessionContext, session_info_line, settings_of
 from runtime.kernel.actor import Actor, Envelope, InternalBug
 from store import index, receipts
-from store.errors import IOFailure, StorageFull, StoreError
+from store.errors import IOFailure, SessionNotFound, StorageFull, StoreError
 from store.faults import Faults
 from store.receipts import ReceiptKey
 from store.reconcile import apply_plan, plan_reconcile
@@ -93,6 +94,10 @@ class SessionDeps:
     bus: EventBus
     faults: Faults
     now_ms: Callable[[], int]
+    index_log: IndexLog
+    """Appends are acknowledged before their index rows commit; reads wait on this."""
+    writer: Any
+    """The DB writer's ``ActorRef`` (index ops are posted to it without waiting for them)."""
     services: Any = None
     """Per-host state handlers share (queue controllers, ...); opaque to the actor."""
     idle_timeout: float | None = 300.0
@@ -111,6 +116,8 @@ class _State:
     needs_catchup: bool = True
     deleted: bool = False
     storage_failed: StoreError | None = None
+    index_seq: int = 0
+    """The index log sequence of this session's newest append (its reads wait for it)."""
     cache: dict[str, Any] = field(default_factory=dict)
 
 
@@ -119,7 +126,7 @@ class SessionActor(Actor):
         super().__init__(f"session:{session_id}", mailbox_size=deps.mailbox_size)
         self.batch_limit = deps.batch_limit
         self.idle_timeout = deps.idle_timeout
-        self.linger_ticks = 3  # a JSON-RPC batch or a burst of clients lands in one group commit
+        self.linger_ticks = 1  # a burst of clients lands in one group commit; a JSON-RPC batch says "more"
         self.sid = session_id
         self.deps = deps
         self.paths = deps.paths(session_id)
@@ -145,7 +152,8 @@ class SessionActor(Actor):
         """The only way out of POISONED: forget what we knew; the transcript decides again."""
         await self.close_writer()
         failed = self.known.storage_failed  # a failed fsync stays failed until the host restarts
-        self.known = _State(storage_failed=failed)
+        seq = self.known.index_seq  # index ops already sent still count for this session's reads
+        self.known = _State(storage_failed=failed, index_seq=seq)
         self.poisoned = False
 
     # ------------------------------------------------------------------ dispatch
@@ -181,7 +189,7 @@ class SessionActor(Actor):
             ctx = SessionContext(self, call.caller, call.receipt, op.name)
             if op.mutating and call.receipt is not None:
                 # Before the existence check: the answer of a completed delete is still its answer.
-                found = await self.deps.reads.run(receipts.check, call.receipt)
+                found = await self.read(receipts.check, call.receipt)
                 if found is not None:
                     return found["response"]
             if op.ready_check:
@@ -202,7 +210,10 @@ class SessionActor(Actor):
             if self.poisoned:
                 await self.rebuild()
             ctx = SessionContext(self, calls[0].caller, None, op.name)
-            await ctx.ensure_ready()
+            try:
+                await ctx.ensure_ready()
+            except SessionNotFound as gone:
+                return await self._answer_from_receipts(calls, gone)
             outcomes = await op.group(ctx, calls)
             if len(outcomes) != len(calls):
                 raise InternalBug("a group handler must answer every call")
@@ -211,13 +222,38 @@ class SessionActor(Actor):
             self.poisoned = True
             return [exc] * len(calls)
 
+    async def _answer_from_receipts(self, calls: list[SessionCall], gone: SessionNotFound) -> list[Any]:
+        """The session is gone: a retry of a call that completed before is still answered from its
+        receipt; everything else is ``SESSION_NOT_FOUND``."""
+        keys = [call.receipt for call in calls]
+
+        def lookup(conn: Any) -> list[Any]:
+            out: list[Any] = []
+            for key in keys:
+                try:
+                    found = receipts.check(conn, key) if key is not None else None
+                except StoreError as exc:
+                    out.append(exc)
+                    continue
+                out.append(gone if found is None else found["response"])
+            return out
+
+        if not any(keys):
+            return [gone] * len(calls)
+        return await self.read(lookup)
+
     # ------------------------------------------------------------------ state (used by SessionContext)
     async def io(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._io)
 
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """A read-pool snapshot that sees every append this session acknowledged."""
+        await self.deps.index_log.wait_covered(self.known.index_seq)
+        return await self.deps.reads.run(fn, *args)
+
     async def catch_up(self) -> None:
         st = self.known
-        row = await self.deps.reads.run(index.session_row, self.sid)
+        row = await self.read(index.session_row, self.sid)
         indexed = row["_indexedLen"] if row else 0
         epoch = row["_fileEpoch"] if row else None
         path = self.paths.transcript
@@ -228,7 +264,7 @@ class SessionActor(Actor):
         if needs_apply:
             now = self.deps.now_ms()
             await self.deps.db.write(lambda conn: apply_plan(conn, self.sid, plan, now_ms=now), durable=True)
-            row = await self.deps.reads.run(index.session_row, self.sid)
+            row = await self.read(index.session_row, self.sid)
         st.file_len, st.epoch = (0, None) if plan.kind == "missing" else (plan.file_len, plan.epoch)
         st.row = row
         st.needs_catchup = False

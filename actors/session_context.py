@@ -13,7 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
 
+import outcome
+
+from actors.db_writer import DbOp
 from actors.gateway_types import CallContext
+from actors.index_log import IndexLog
+from runtime.kernel.actor import Busy, CallbackReply
 from store import index, receipts
 from store.errors import SessionNotFound, StoreError
 from store.faults import Faults
@@ -66,6 +71,10 @@ class SessionContext:
     @property
     def services(self) -> Any:
         return self._actor.deps.services
+
+    @property
+    def index_log(self) -> IndexLog:
+        return self._actor.deps.index_log
 
     @property
     def cache(self) -> dict[str, Any]:
@@ -167,8 +176,40 @@ class SessionContext:
         return await self._actor.io(run)
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(conn, *args)`` on a read-pool connection (one snapshot)."""
-        return await self._actor.deps.reads.run(fn, *args)
+        """``fn(conn, *args)`` on a read-pool connection (one snapshot), after the index covers
+        every append this session acknowledged."""
+        return await self._actor.read(fn, *args)
+
+    async def index_later(self, fn: Callable[[Any], Any], *, nbytes: int, held: Mapping[str, Any]) -> int:
+        """Send the index op of lines already durable to the DB writer without waiting for it.
+
+        Returns its index log sequence: the lines' receipts are in the database once it is
+        covered. Waits first while the index trails by more than its bounds (backpressure).
+        The sequence is taken in the same synchronous step as the op enters the writer's
+        mailbox, so the mailbox holds index ops in sequence order. An op that fails (even
+        its fallback) marks this actor for a rebuild from the transcript.
+        """
+        actor = self._actor
+        log, writer = actor.deps.index_log, actor.deps.writer
+        await log.wait_room()
+        while True:
+            seq = log.acknowledged + 1
+
+            def settled(result: outcome.Outcome[Any], seq: int = seq) -> None:
+                if isinstance(result, outcome.Error):
+                    actor.poisoned = True
+                log.settle(seq)
+
+            try:
+                writer.post_nowait(DbOp(fn, durable=False, label="index"), CallbackReply(settled))
+            except Busy:
+                await writer.wait_room()  # full mailbox: wait, then take the sequence afresh
+                continue
+            break
+        taken = log.enqueue(nbytes, held)
+        assert taken == seq, "index log sequence taken out of step with the writer's mailbox"
+        actor.known.index_seq = seq
+        return seq
 
     async def db(self, fn: Callable[[Any], T], *, durable: bool = True) -> T:
         """One op in the DB writer's next transaction (no receipt: see :meth:`commit`)."""

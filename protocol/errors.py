@@ -28,6 +28,8 @@ numeric        string codes                                                retri
 -32006         PAYLOAD_TOO_LARGE                                           no
 -32007         CURSOR_EXPIRED                                              no
 -32008         PERMISSION_DENIED                                           no
+-32009         PROVIDER_TIMEOUT (yes), PROVIDER_UNREACHABLE (yes),         see row
+               PROVIDER_UNAUTHORIZED, PROVIDER_BAD_REPLY
 =============  ==========================================================  =========
 
 This module does no I/O and imports neither trio nor the store: anything with a
@@ -118,6 +120,10 @@ class RpcErrorCode:
             "CURSOR_EXPIRED": RpcErrorSpec(-32007, False),
             "PERMISSION_DENIED": RpcErrorSpec(-32008, False),
             "RESOURCE_EXHAUSTED": RpcErrorSpec(-32004, True),
+            "PROVIDER_TIMEOUT": RpcErrorSpec(-32009, True),
+            "PROVIDER_UNREACHABLE": RpcErrorSpec(-32009, True),
+            "PROVIDER_UNAUTHORIZED": RpcErrorSpec(-32009, False),
+            "PROVIDER_BAD_REPLY": RpcErrorSpec(-32009, False),
         }
     )
 

@@ -18,6 +18,7 @@ from protocol.errors import INTERNAL_MESSAGE, RpcErrorCode, error_object
 
 __all__ = [
     "Call",
+    "Encoded",
     "Invalid",
     "Item",
     "RequestId",
@@ -33,6 +34,19 @@ __all__ = [
 ]
 
 RequestId = str | int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A result already encoded as JSON (``session.get`` windows, built from the transcript's own
+    bytes): the gateway sends it as it is, never decoded and re-encoded."""
+
+    data: bytes
+
+    def decode(self) -> Any:
+        return orjson.loads(self.data)
+
+
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 _MAX_ID_CHARS: Final = 256
@@ -121,6 +135,8 @@ def parse_message(value: Any, *, max_batch: int) -> Item | list[Item]:
 
 
 def success(request_id: RequestId, result: Any) -> dict[str, Any]:
+    if isinstance(result, Encoded):
+        result = orjson.Fragment(result.data)
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
 

@@ -30,6 +30,42 @@ MAX_WINDOW: Final = 5000
 EVENT_RECORD_MAX: Final = 8 * 1024
 """A ``session.message`` event carries the record only up to this many bytes (else by ref only)."""
 
+# -- configuration (settings, providers, the model catalog, projects, plugins, config sync)
+MAX_SETTING_KEY_CHARS: Final = 512
+MAX_SETTINGS_PER_UPDATE: Final = 100
+"""Keys one ``settings.update`` may change at once."""
+MAX_APP_SETTINGS_BYTES: Final = 256 * 1024
+"""The ``kv(app, settings)`` blob, serialized."""
+MAX_APP_SETTINGS_KEYS: Final = 500
+MAX_UI_VALUE_BYTES: Final = 64 * 1024
+MAX_UI_KEYS: Final = 500
+MAX_CACHE_VALUE_BYTES: Final = 16 * 1024
+MAX_CACHE_KEYS: Final = 200
+MAX_PLUGIN_VALUE_BYTES: Final = 64 * 1024
+MAX_PLUGIN_KEYS: Final = 256
+"""Keys of one ``plugin:<id>`` namespace."""
+MAX_OTHER_VALUE_BYTES: Final = 256 * 1024
+MAX_OTHER_KEYS: Final = 1000
+MAX_RECENT_MODELS: Final = 20
+"""``kv(cache, recentModels)``: the bounded most-recently-used model list."""
+LARGE_PASTE_DEFAULT: Final = 600
+LARGE_PASTE_MIN: Final = 1
+LARGE_PASTE_MAX: Final = 1_000_000
+PROMPT_TEMPLATE_MAX_CHARS: Final = 8000
+"""``PROMPT_ENHANCEMENT_TEMPLATE_MAX_LENGTH`` (code points)."""
+MAX_MEMORY_BYTES: Final = 32 * 1024
+"""Project (and group) memory: the derived plain content, UTF-8."""
+MAX_MEMORY_ENTRIES: Final = 200
+MAX_GROUP_ROOTS: Final = 64
+MAX_PROVIDERS: Final = 1000
+MAX_PROVIDER_CONFIG_BYTES: Final = 64 * 1024
+MAX_MODELS_PER_PROVIDER: Final = 5000
+MAX_MODEL_LIST_BYTES: Final = 8 * 1024 * 1024
+"""Largest ``GET {baseUrl}/models`` body models.refresh reads."""
+DEFAULT_REFRESH_TIMEOUT_MS: Final = 15_000
+MAX_BUNDLE_BYTES: Final = 4 * 1024 * 1024
+"""A config-sync bundle (ciphertext)."""
+
 # -- reply budgets (protocol/README.md "Limits"; the gateway enforces them on encoded bytes)
 MAX_REPLY_BYTES: Final = 16 * 1024 * 1024
 """Largest single reply. Also the default and the maximum ``maxBytes`` of a window read."""

@@ -18,6 +18,8 @@ and its storage (``store/<capability>.py``) where those exist:
 * :mod:`protocol.models_subscriptions` events.subscribe; :mod:`protocol.models_events` event payloads
 * :mod:`protocol.models_artifacts`, ``models_search``, ``models_settings``
 * :mod:`protocol.models_secrets`, ``models_attachments``, ``models_tasks``, ``models_plans``, ``models_projects``
+* :mod:`protocol.models_workspace`, ``models_project_groups``, ``models_providers``, ``models_catalog``,
+  ``models_plugins``, ``models_config_sync`` (configuration)
 """
 
 from __future__ import annotations
@@ -29,9 +31,12 @@ from .models_artifacts import *  # noqa: F403 - re-export facade; __all__ below 
 from .models_artifacts import __all__ as _artifacts_all
 from .models_attachments import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_attachments import __all__ as _attachments_all
+from .models_catalog import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_catalog import __all__ as _catalog_all
 from .models_common import MutatingParams, Params, Record, Result, WireModel
 from .models_compaction import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_compaction import __all__ as _compaction_all
+from .models_config_sync import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_context import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_context import __all__ as _context_all
 from .models_events import *  # noqa: F403 - re-export facade; __all__ below lists every name
@@ -46,8 +51,11 @@ from .models_notifications import *  # noqa: F403 - re-export facade; __all__ be
 from .models_notifications import __all__ as _notifications_all
 from .models_plans import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_plans import __all__ as _plans_all
+from .models_plugins import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_project_groups import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_projects import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_projects import __all__ as _projects_all
+from .models_providers import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_queue import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_queue import __all__ as _queue_all
 from .models_records import *  # noqa: F403 - re-export facade; __all__ below lists every name
@@ -70,6 +78,7 @@ from .models_tombstones import *  # noqa: F403 - re-export facade; __all__ below
 from .models_tombstones import __all__ as _tombstones_all
 from .models_turns import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_turns import __all__ as _turns_all
+from .models_workspace import *  # noqa: F403 - re-export facade; __all__ below lists every name
 
 __all__ = [
     "BLOCK_MODELS",
@@ -105,4 +114,5 @@ __all__ = [
     *_tasks_all,
     *_tombstones_all,
     *_turns_all,
+    *_catalog_all,
 ]

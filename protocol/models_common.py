@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
-from store.ids import SESSION_ID_RE, WIRE_ID_RE
+from store.ids import PLUGIN_ID_RE, SESSION_ID_RE, WIRE_ID_RE
 
 # ---------------------------------------------------------------------------
 # Limits: defined once in protocol/limits.py (the storage layer imports them too).
@@ -145,6 +145,11 @@ def _check_fs_path(value: str) -> str:
 ProjectPath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS),
                         AfterValidator(_check_fs_path)]
 FsPath = Annotated[str, StringConstraints(min_length=2, max_length=MAX_PATH_CHARS), AfterValidator(_check_fs_path)]
+PluginId = Annotated[
+    str,
+    StringConstraints(pattern=PLUGIN_ID_RE.pattern),
+    Field(description="Plugin id (1-64 of A-Z a-z 0-9 _ . -, starting with a letter or digit)."),
+]
 ErrorCode = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 TimestampMs = Annotated[int, Field(ge=0, description="Unix time in milliseconds.")]
 Count = Annotated[int, Field(ge=0)]
@@ -184,7 +189,7 @@ PermissionMode = Literal["inherit", "ask", "accept-edits", "auto"]
 TurnStatus = Literal["running", "completed", "aborted", "error"]
 TerminalTurnStatus = Literal["completed", "aborted", "error"]
 NotificationKind = Literal["task.completed", "task.failed"]
-ClientKind = Literal["ui", "agent", "cli", "test"]
+ClientKind = Literal["ui", "agent", "cli", "test", "plugin"]
 ArtifactOp = Literal["write", "edit", "delete"]
 TruncateMode = Literal["regenerate", "edit", "retry"]
 Topic = Literal[
@@ -199,4 +204,7 @@ Topic = Literal[
     "task.due",
     "plan.requested",
     "plan.resolved",
+    "settings.changed",
+    "providers.changed",
+    "models.changed",
 ]

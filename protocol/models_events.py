@@ -127,6 +127,27 @@ class PlanResolvedEvent(Result):
     status: Literal["approved", "rejected", "expired"]
 
 
+class SettingsChangedEvent(Result):
+    """Keys of a kv namespace changed (settings.*, workspace.open, providers.reorder, projectGroups.*,
+    plugins.uninstall, configSync.*). Names only, never values: read them with settings.get.
+    An empty ``keys`` list means "many keys changed": reload the namespace."""
+
+    ns: str
+    keys: list[str]
+
+
+class ProvidersChangedEvent(Result):
+    """Provider rows were created, edited, deleted, synced by a plugin or released (empty: reload all)."""
+
+    provider_ids: list[str]
+
+
+class ModelsChangedEvent(Result):
+    """The model catalog of a provider changed (models.add / remove / refresh)."""
+
+    provider_id: str
+
+
 EVENT_PAYLOADS: Mapping[str, type[BaseModel]] = MappingProxyType(
     {
         "session.created": SessionEvent,
@@ -140,19 +161,25 @@ EVENT_PAYLOADS: Mapping[str, type[BaseModel]] = MappingProxyType(
         "task.due": TaskDueEvent,
         "plan.requested": PlanRequestedEvent,
         "plan.resolved": PlanResolvedEvent,
+        "settings.changed": SettingsChangedEvent,
+        "providers.changed": ProvidersChangedEvent,
+        "models.changed": ModelsChangedEvent,
     }
 )
 
 __all__ = [
     "EVENT_PAYLOADS",
     "EventParams",
+    "ModelsChangedEvent",
     "NotificationEvent",
     "PlanRequestedEvent",
     "PlanResolvedEvent",
+    "ProvidersChangedEvent",
     "SessionDeletedEvent",
     "SessionEvent",
     "SessionMessageEvent",
     "SessionQueueEvent",
+    "SettingsChangedEvent",
     "TaskDueEvent",
     "TurnEndedEvent",
     "TurnStartedEvent",

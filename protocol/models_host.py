@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, model_validator
 
 from .models_common import (
     MAX_TOKEN_CHARS,
     ClientKind,
     Count,
     Params,
+    PluginId,
     Result,
     TimestampMs,
     WireId,
@@ -27,6 +28,17 @@ class HelloParams(Params):
     client_id: WireId = Field(description="Stable per client install; keys command receipts.")
     client_kind: ClientKind
     protocol: int = Field(ge=1, description="Protocol version the client speaks.")
+    plugin_id: PluginId | None = Field(
+        default=None,
+        description="Required with clientKind plugin (and only then): the connection's reads and writes are "
+        "scoped to what that plugin owns.",
+    )
+
+    @model_validator(mode="after")
+    def _plugin_identity(self) -> HelloParams:
+        if (self.client_kind == "plugin") != (self.plugin_id is not None):
+            raise ValueError("pluginId is required with clientKind plugin, and only with it")
+        return self
 
 
 class HelloResult(Result):

@@ -44,8 +44,19 @@ class ProjectsRemoveResult(Result):
     deleted_sessions: list[str] = Field(description="Sessions deleted with it (rows and files).")
 
 
+class ProjectsPinParams(MutatingParams):
+    project_id: int = Field(ge=1)
+    pinned: bool
+
+
+class ProjectResult(Result):
+    project: Project
+
+
 __all__ = [
     "Project",
+    "ProjectResult",
+    "ProjectsPinParams",
     "ProjectsListParams",
     "ProjectsListResult",
     "ProjectsRemoveParams",

@@ -1,4 +1,4 @@
-"""Params and results: settings.get / settings.set (the kv table, seed 003 §4.1)."""
+"""Params and results: settings.* (the kv table, seed 003 §4.1; rules: store/settings_rules.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints
 
+from .limits import MAX_SETTING_KEY_CHARS, MAX_SETTINGS_PER_UPDATE
 from .models_common import (
     MutatingParams,
     Params,
@@ -21,38 +22,81 @@ Namespace = Annotated[
     StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,100}$"),
     Field(description="kv namespace: app, ui, cache, plugin:<id>, projectMemory ..."),
 ]
-SettingKey = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+SettingKey = Annotated[str, StringConstraints(min_length=1, max_length=MAX_SETTING_KEY_CHARS)]
 
 
 class SettingsGetParams(Params):
     ns: Namespace = "app"
-    key: SettingKey
+    key: SettingKey = Field(description="In `app`, a field of the settings blob (`settings` = the whole blob).")
 
 
 class SettingsGetResult(Result):
     ns: str
     key: str
-    value: Any = Field(default=None, description="Absent when the key is not set.")
+    value: Any = Field(default=None, description="Absent when the key is not set (app fields read their default).")
     updated_at: TimestampMs | None = None
+
+
+class SettingsGetAllParams(Params):
+    ns: Namespace = "app"
+
+
+class SettingsGetAllResult(Result):
+    ns: str
+    values: dict[str, Any] = Field(description="Every key of the namespace (app: the normalized settings blob).")
+    updated_at: TimestampMs | None = Field(default=None, description="Newest write to the namespace.")
 
 
 class SettingsSetParams(MutatingParams):
     ns: Namespace = "app"
     key: SettingKey
-    value: Any = Field(description="Any JSON value.")
+    value: Any = Field(description="Any JSON value the namespace's rules accept.")
 
 
 class SettingsSetResult(Result):
     ns: str
     key: str
+    value: Any = Field(default=None, description="The value now stored (absent: the write stored no key).")
+    changed: list[str] = Field(default_factory=list, description="Keys whose stored value changed.")
     updated_at: TimestampMs
+
+
+class SettingsUpdateParams(MutatingParams):
+    ns: Namespace = "app"
+    values: dict[SettingKey, Any] = Field(min_length=1, max_length=MAX_SETTINGS_PER_UPDATE,
+                                          description="Keys to set (merged into what is stored), all or none.")
+
+
+class SettingsUpdateResult(Result):
+    ns: str
+    values: dict[str, Any] = Field(description="Each requested key's value now (null: no key stored).")
+    changed: list[str]
+    updated_at: TimestampMs
+
+
+class SettingsDeleteParams(MutatingParams):
+    ns: Namespace = "app"
+    key: SettingKey
+
+
+class SettingsDeleteResult(Result):
+    ns: str
+    key: str
+    deleted: bool = Field(description="False when the key was not set.")
+    changed: list[str]
 
 
 __all__ = [
     "Namespace",
     "SettingKey",
+    "SettingsDeleteParams",
+    "SettingsDeleteResult",
+    "SettingsGetAllParams",
+    "SettingsGetAllResult",
     "SettingsGetParams",
     "SettingsGetResult",
     "SettingsSetParams",
     "SettingsSetResult",
+    "SettingsUpdateParams",
+    "SettingsUpdateResult",
 ]

@@ -2,6 +2,8 @@
 
     pi-host serve [--data-dir D] [--port N] [--host H] [--allow-origin O ...]
     pi-host status | sessions | show SESSION [--limit N] | search QUERY [--data-dir D]
+    pi-host settings get [KEY] | set KEY JSON | delete KEY  [--ns NS]   (app: a field of the settings blob)
+    pi-host providers | models [--provider ID]
     pi-host doctor [--repair] [--json] [--data-dir D]   (offline; exit 0 clean, 1 repairable/repaired,
                                                         2 damage it cannot repair, 3 refused: host running)
 """
@@ -54,11 +56,30 @@ def _parser() -> argparse.ArgumentParser:
     search = sub.add_parser("search", help="search every session", parents=[common])
     search.add_argument("query")
     search.add_argument("--limit", type=int, default=20)
+    _config_parsers(sub, common)
     doctor = sub.add_parser("doctor", help="check a stopped host's data directory (exit 0 clean, 1 repairable "
                             "or repaired, 2 damage it cannot repair, 3 refused)", parents=[common])
     doctor.add_argument("--repair", action="store_true", help="repair what can be repaired from the files")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     return ap
+
+
+def _config_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``settings get|set|delete``, ``providers``, ``models``."""
+    cfg = sub.add_parser("settings", help="read or change settings (kv namespaces)", parents=[common])
+    verbs = cfg.add_subparsers(dest="verb", required=True)
+    get = verbs.add_parser("get", help="one key, or every key of the namespace", parents=[common])
+    get.add_argument("key", nargs="?")
+    put = verbs.add_parser("set", help="set KEY to a JSON value (a bare word is a string)", parents=[common])
+    put.add_argument("key")
+    put.add_argument("value")
+    rm = verbs.add_parser("delete", help="remove KEY", parents=[common])
+    rm.add_argument("key")
+    for verb in (get, put, rm):
+        verb.add_argument("--ns", default="app", help="namespace (default app: the settings blob)")
+    sub.add_parser("providers", help="list providers (never their keys)", parents=[common])
+    models = sub.add_parser("models", help="list the model catalog", parents=[common])
+    models.add_argument("--provider", help="one provider's models")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,10 +241,45 @@ async def _client_command(command: str, args: argparse.Namespace, data_dir: Data
                     print(f"{r['sessionId']}  {r.get('messageMatches', 0)} matches  {r.get('title') or ''}")
                     for snip in r.get("snippets", []):
                         print(f"    [{snip.get('seq')}] {snip.get('role')}: {snip.get('snippet')}")
+            elif command in ("settings", "providers", "models"):
+                await _config_command(c, command, args)
     except RpcError as exc:
         print(f"pi-host: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _json_arg(text: str) -> Any:
+    """A JSON value; anything that is not JSON is taken as a string (``set language en``)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+async def _config_command(c: Any, command: str, args: argparse.Namespace) -> None:
+    if command == "settings":
+        if args.verb == "get" and args.key is None:
+            _print((await c.call("settings.getAll", {"ns": args.ns}))["values"])
+        elif args.verb == "get":
+            _print((await c.call("settings.get", {"ns": args.ns, "key": args.key})).get("value"))
+        elif args.verb == "set":
+            res = await c.call("settings.set", {"ns": args.ns, "key": args.key, "value": _json_arg(args.value)})
+            _print(res.get("value"))
+        else:
+            res = await c.call("settings.delete", {"ns": args.ns, "key": args.key})
+            print("deleted" if res["deleted"] else "not set")
+    elif command == "providers":
+        for p in (await c.call("providers.list", {}))["providers"]:
+            key = "key set" if p["hasApiKey"] else "no key"
+            owner = f"  (plugin {p['ownerPluginId']})" if p.get("ownerPluginId") else ""
+            state = "" if p["enabled"] else "  disabled"
+            print(f"{p['id']}  {p['name']}  {p.get('baseUrl') or '-'}  {key}{state}{owner}")
+    else:
+        params = {"providerId": args.provider} if args.provider else {}
+        for mdl in (await c.call("models.list", params))["models"]:
+            flags = " deprecated" if mdl["deprecated"] else ""
+            print(f"{mdl['providerId']}/{mdl['modelId']}  {mdl['displayName']}  [{mdl['source']}]{flags}")
 
 
 def _print(obj: Any) -> None:

@@ -328,11 +328,12 @@ async def open_client(
     *,
     client_id: str,
     client_kind: str = "cli",
+    plugin_id: str | None = None,
     origin: str | None = None,
     event_queue: int = 1024,
     max_message_size: int = 64 * 1024 * 1024,
 ) -> AsyncIterator[HostClient]:
-    """Connect, send ``host.hello`` and yield a :class:`HostClient`."""
+    """Connect, send ``host.hello`` and yield a :class:`HostClient` (``plugin_id`` with ``client_kind="plugin"``)."""
     headers = [(b"Origin", origin.encode("ascii"))] if origin is not None else None
     user_error: BaseException | None = None
     try:
@@ -341,11 +342,11 @@ async def open_client(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(client._reader)
                 try:
-                    client.hello = await client.call(
-                        "host.hello",
-                        {"token": token, "clientId": client_id, "clientKind": client_kind,
-                         "protocol": PROTOCOL_VERSION},
-                    )
+                    hello: dict[str, Any] = {"token": token, "clientId": client_id, "clientKind": client_kind,
+                                             "protocol": PROTOCOL_VERSION}
+                    if plugin_id is not None:
+                        hello["pluginId"] = plugin_id
+                    client.hello = await client.call("host.hello", hello)
                     yield client
                 except BaseException as exc:  # re-raised below, outside the nursery (no group wrapping)
                     user_error = exc

@@ -36,6 +36,12 @@ class HostConfig:
     max_frame_bytes: int = 16 * 1024 * 1024
     max_params_bytes: int = 8 * 1024 * 1024
     log_to_stderr: bool = True
+    # Appends are acknowledged after their transcript fsync; their index rows may trail by at
+    # most this much (bytes of lines, operations) before new appends wait.
+    index_lag_bytes: int = 64 * 1024 * 1024
+    index_lag_ops: int = 50_000
+    # Seconds the DB writer may hold index rows nobody reads yet, to commit more at once (0 = never).
+    index_hold: float = 0.005
     # Shutdown: requests in flight get this long to finish; then each actor gets
     # shutdown_grace seconds after its stop request before it is cancelled.
     shutdown_deadline: float = 10.0

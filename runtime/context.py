@@ -22,6 +22,7 @@ import trio
 from actors.db_reader import ReadPool
 from actors.events import EventBus
 from actors.gateway_types import CallContext
+from actors.index_log import IndexLog
 from actors.session import DbHandle, SessionCall, SessionOp
 from runtime.datadir import DataDir
 from runtime.kernel.actor import CallbackReply
@@ -32,7 +33,7 @@ from store.session_files import SessionPaths
 
 T = TypeVar("T")
 
-__all__ = ["HostContext", "ReadContext", "Services", "WriterContext", "WriterResult"]
+__all__ = ["HostContext", "Pinned", "ReadContext", "Services", "WriterContext", "WriterResult"]
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Services:
     now_ms: Callable[[], int]
     writer: Any
     """The DB writer's ``ActorRef`` (the pipeline posts DB-only requests to it)."""
+    index_log: IndexLog
     sessions: Any = None
     """``actors.registry.SessionRegistry`` (set once it exists)."""
     status: Callable[[], Awaitable[dict[str, Any]]] | None = None
@@ -64,9 +66,9 @@ class Services:
         return self.writer
 
     async def index_barrier(self) -> None:
-        """Wait until the index covers every append acknowledged so far (a no-op while appends
-        are acknowledged only after their index commit)."""
-        await trio.lowlevel.checkpoint()
+        """Wait until the index covers every append acknowledged before this call (read-your-writes
+        for index-backed reads: lists, search)."""
+        await self.index_log.barrier()
 
 
 @dataclass
@@ -85,6 +87,15 @@ class WriterContext:
 
     def after_commit(self, fn: Callable[[], None]) -> None:
         self.after.append(fn)
+
+
+@dataclass(frozen=True, slots=True)
+class Pinned:
+    """An answer whose receipt reaches the database only with index log sequence ``seq``
+    (an append's receipt rides in its line): the pipeline keeps it for retries until then."""
+
+    response: Any
+    seq: int
 
 
 @dataclass(frozen=True, slots=True)

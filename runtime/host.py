@@ -39,6 +39,7 @@ from actors.events import EventBus
 from actors.gateway import Gateway
 from actors.gateway_connection import CLOSE_GOING_AWAY
 from actors.gateway_types import CallContext, GatewayConfig, Reply
+from actors.index_log import IndexLog
 from actors.registry import SessionRegistry
 from actors.scheduler import Scheduler, tasks_changed
 from actors.session import DbHandle, SessionDeps
@@ -47,6 +48,7 @@ from runtime.config import HostConfig
 from runtime.context import Services
 from runtime.datadir import DataDirLock
 from runtime.handlers.attachments import Blobs
+from runtime.handlers.plugins import PluginRegistry
 from runtime.handlers.queue import QueueControl
 from runtime.handlers.secrets import Vault
 from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
@@ -159,6 +161,7 @@ async def run_host(
         await trio.to_thread.run_sync(reads.warm)
         bus = EventBus()
         db_stats = DbWriterStats()
+        index_log = IndexLog(max_lag_bytes=config.index_lag_bytes, max_lag_ops=config.index_lag_ops)
         try:
             async with trio.open_nursery() as nursery:
                 supervisor = Supervisor(intensity=config.restart_intensity, period=config.restart_period)
@@ -167,8 +170,10 @@ async def run_host(
                     ChildSpec("db-writer", lambda: DbWriter(
                         boot.conn, mailbox_size=config.db_mailbox, batch_limit=config.db_batch_limit,
                         faults=faults, stats=db_stats, force_synchronous=config.synchronous,
-                        upkeep_after=config.search_upkeep_after))
+                        upkeep_after=config.search_upkeep_after,
+                        index_hold=config.index_hold, index_wanted=index_log.wanted))
                 )
+                index_log.on_wanted(writer_ref.wake)
                 db = DbHandle(lambda op: writer_ref.ask(op, timeout=config.ask_timeout))
                 scheduler_ref = await supervisor.start_child(
                     ChildSpec("scheduler", lambda: Scheduler(db=db, reads=reads, bus=bus, now_ms=now_ms,
@@ -181,20 +186,24 @@ async def run_host(
                 await nursery.start(sessions.run)
                 services = Services(
                     data_dir=data_dir, db=db, reads=reads, bus=bus, faults=faults, now_ms=now_ms,
-                    writer=writer_ref, wake_scheduler=tasks_changed(scheduler_ref.tell_nowait),
+                    writer=writer_ref, index_log=index_log, wake_scheduler=tasks_changed(scheduler_ref.tell_nowait),
                     extra={"queue": QueueControl(),
                            "vault": Vault(data_dir.secrets_dir, faults=faults),
                            "blobs": Blobs(data_dir.attachments_dir, faults=faults,
-                                          import_roots=config.import_roots)},
+                                          import_roots=config.import_roots),
+                           "plugins": PluginRegistry(data_dir.root / "plugins"),
+                           "providers.lock": trio.Lock()},
                 )
                 deps = SessionDeps(
                     paths=data_dir.session_paths, db=db, reads=reads, bus=bus, faults=faults, now_ms=now_ms,
+                    index_log=index_log, writer=writer_ref,
                     services=services, idle_timeout=config.session_idle_timeout,
                     mailbox_size=config.session_mailbox, batch_limit=config.session_batch_limit,
                 )
                 registry = SessionRegistry(deps, sessions)
                 services.sessions = registry
                 pipeline = Pipeline(services, routes=routes, validate_results=config.validate_results)
+                index_log.on_covered(pipeline.book.retire_through)
                 await nursery.start(pipeline.run)
 
                 async def status() -> dict[str, Any]:
@@ -222,6 +231,7 @@ async def run_host(
                                      "normalCommits": db_stats.normal_commits,
                                      "searchUpkeepSteps": db_stats.upkeep_steps},
                         "pipeline": {"inFlight": pipeline.in_flight, **pipeline.book.statistics()},
+                        "index": _index_status(index_log),
                         "dataDirBytes": size,
                         "disk": await trio.to_thread.run_sync(_disk, data_dir.root, config.disk_warn_below_bytes),
                         "gateway": _gateway_stats(gateway),
@@ -290,6 +300,13 @@ async def _shut_down(config: HostConfig, shutdown: Shutdown, gateway: Gateway, p
 async def _cancel_on(event: trio.Event, scope: trio.CancelScope) -> None:
     await event.wait()
     scope.cancel()
+
+
+def _index_status(log: IndexLog) -> dict[str, Any]:
+    st = log.statistics()
+    return {"acknowledged": st.acknowledged, "covered": st.covered, "lagOps": st.lag_ops, "lagBytes": st.lag_bytes,
+            "maxLagOps": st.max_lag_ops, "maxLagBytes": st.max_lag_bytes, "readWaits": st.waits,
+            "appendStalls": st.stalls, "boundOps": log.max_lag_ops, "boundBytes": log.max_lag_bytes}
 
 
 def _read_clean_marker(data_dir: Any) -> dict[str, Any] | None:

@@ -40,12 +40,14 @@ from actors.db_writer import DbOp
 from actors.gateway_types import CallContext, Reply
 from actors.session import SessionCall, SessionOp
 from protocol.errors import MethodNotFound
+from protocol.jsonrpc import Encoded
 from protocol.methods import METHODS, MethodSpec
-from runtime.context import HostContext, ReadContext, Services, WriterContext, WriterResult
+from runtime.context import HostContext, Pinned, ReadContext, Services, WriterContext, WriterResult
 from runtime.kernel.actor import ActorCrashed, ActorStopped, CallbackReply, InternalBug
 from runtime.receipts import Claim, ReceiptBook, Replayed
-from runtime.routes import ROUTES, Pinned, Route, Via
+from runtime.routes import ROUTES, Route, Via
 from store import receipts
+from store.errors import PermissionDenied
 from store.receipts import ReceiptKey
 
 __all__ = ["Pipeline", "ShuttingDown"]
@@ -114,7 +116,7 @@ class _Answer:
 
 def _checked(spec: MethodSpec, value: Any) -> Any:
     try:
-        spec.result_model.model_validate(value)
+        spec.result_model.model_validate(value.decode() if isinstance(value, Encoded) else value)
     except ValidationError as exc:
         # Our own answer does not fit the documented model: a host bug, not bad params.
         log.error("result of %s does not match its model: %s", spec.name, exc)
@@ -186,6 +188,11 @@ class Pipeline:
         except ValidationError as exc:
             reply(outcome.Error(exc))
             return
+        if caller.plugin_id is not None and not bound.route.plugins:
+            # A plugin reaches only the routes opened to it; their handlers scope what it owns.
+            reply(outcome.Error(PermissionDenied(f"a plugin connection may not call {method}",
+                                                 data={"method": method, "pluginId": caller.plugin_id})))
+            return
         self._in_flight += 1
         self._idle = trio.Event()
         answer = _Answer(self, bound, reply)
@@ -205,8 +212,11 @@ class Pipeline:
                 answer(outcome.Error(ShuttingDown("the request was cancelled before it was run")))
             raise
 
-    async def call(self, method: str, raw: Any, caller: CallContext) -> Any:
-        """Submit and wait for the answer (in-process callers: tests, benchmarks, the scheduler)."""
+    async def call(self, method: str, raw: Any, caller: CallContext, *, decode: bool = True) -> Any:
+        """Submit and wait for the answer (in-process callers: tests, benchmarks, the scheduler).
+
+        A result the handler encoded already (:class:`protocol.jsonrpc.Encoded`) is decoded
+        unless ``decode=False`` (then it is returned as the gateway would send it)."""
         done = trio.Event()
         box: list[outcome.Outcome[Any]] = []
 
@@ -216,7 +226,8 @@ class Pipeline:
 
         await self.submit(method, raw, caller, reply)
         await done.wait()
-        return box[0].unwrap()
+        value = box[0].unwrap()
+        return value.decode() if decode and isinstance(value, Encoded) else value
 
     async def _key(self, bound: _Bound, method: str, params: BaseModel, raw: Any,
                    caller: CallContext) -> ReceiptKey | None:

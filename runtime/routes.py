@@ -31,14 +31,19 @@ from runtime.handlers import (
     appends,
     artifacts,
     attachments,
+    catalog,
     compaction,
+    config_sync,
     context,
     fork,
     host,
     inflight,
     notifications,
     plans,
+    plugins,
+    project_groups,
     projects,
+    providers,
     queue,
     revisions,
     search,
@@ -48,9 +53,10 @@ from runtime.handlers import (
     tasks,
     tombstones,
     turns,
+    workspace,
 )
 
-__all__ = ["ROUTES", "Pinned", "Route", "Via"]
+__all__ = ["ROUTES", "Route", "Via"]
 
 
 class Via(enum.Enum):
@@ -75,26 +81,22 @@ class Route:
     """READS: wait until the index covers every append acknowledged before the read arrived."""
     fingerprint: Callable[..., Awaitable[str]] | None = None
     """``(services, method, raw params) -> fingerprint`` when the plain one would hold a secret."""
-
-
-@dataclass(frozen=True, slots=True)
-class Pinned:
-    """A response whose receipt reaches the database only with index sequence ``seq``."""
-
-    response: Any
-    seq: int
+    plugins: bool = False
+    """Open to plugin connections (``clientKind: "plugin"``); the handler scopes what a plugin
+    sees and changes to what it owns (``runtime/handlers/plugins.require_owner``). Every other
+    route answers a plugin ``PERMISSION_DENIED``."""
 
 
 def on_session(handler: Any, **options: Any) -> Route:
     return Route(Via.SESSION, handler, **options)
 
 
-def in_writer(handler: Any) -> Route:
-    return Route(Via.WRITER, handler)
+def in_writer(handler: Any, **options: Any) -> Route:
+    return Route(Via.WRITER, handler, **options)
 
 
-def from_reads(handler: Any, *, barrier: bool = False) -> Route:
-    return Route(Via.READS, handler, barrier=barrier)
+def from_reads(handler: Any, *, barrier: bool = False, **options: Any) -> Route:
+    return Route(Via.READS, handler, barrier=barrier, **options)
 
 
 def on_host(handler: Any, **options: Any) -> Route:
@@ -114,7 +116,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     # sessions
     "session.create":              on_session(sessions.create, session=sessions.create_target, ready_check=False),
     "session.list":                from_reads(sessions.list_sessions, barrier=True),
-    "session.get":                 on_session(sessions.get, ready_check=False),
+    "session.get":                 on_session(sessions.get, ready_check=False, plugins=True),
     "session.appendMessage":       on_session(appends.append, group=appends.append_group),
     "session.rename":              on_session(sessions.rename),
     "session.update":              on_session(sessions.update),
@@ -181,6 +183,39 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "projects.list":               from_reads(projects.list_projects),
     "projects.remove":             on_host(projects.remove),
     # settings
-    "settings.get":                from_reads(settings.get),
-    "settings.set":                in_writer(settings.set_value),
+    "settings.get":                from_reads(settings.get, plugins=True),
+    "settings.set":                in_writer(settings.set_value, plugins=True),
+    # configuration (issue 13): settings, workspace, groups, providers, models, plugins, config sync
+    "settings.getAll":             from_reads(settings.get_all, plugins=True),
+    "settings.update":             in_writer(settings.update, plugins=True),
+    "settings.delete":             in_writer(settings.delete, plugins=True),
+    "workspace.open":              in_writer(workspace.open_workspace),
+    "workspace.get":               from_reads(workspace.get),
+    "session.resolvePath":         from_reads(workspace.resolve_path),
+    "projects.pin":                in_writer(projects.pin),
+    "projectGroups.list":          from_reads(project_groups.list_groups),
+    "projectGroups.get":           from_reads(project_groups.get),
+    "projectGroups.save":          in_writer(project_groups.save),
+    "projectGroups.delete":        in_writer(project_groups.delete),
+    "projectGroups.setMemory":     in_writer(project_groups.set_memory),
+    "projectGroups.setInstructions": in_writer(project_groups.set_instructions),
+    "providers.list":              from_reads(providers.list_providers, plugins=True),
+    "providers.get":               from_reads(providers.get, plugins=True),
+    "providers.create":            on_host(providers.create, fingerprint=providers.fingerprint),
+    "providers.update":            on_host(providers.update, fingerprint=providers.fingerprint),
+    "providers.delete":            on_host(providers.delete),
+    "providers.reorder":           in_writer(providers.reorder),
+    "providers.sync":              in_writer(providers.sync, plugins=True),
+    "models.list":                 from_reads(catalog.list_models, plugins=True),
+    "models.add":                  in_writer(catalog.add),
+    "models.remove":               in_writer(catalog.remove),
+    "models.refresh":              on_host(catalog.refresh),
+    "plugins.list":                on_host(plugins.list_plugins),
+    "plugins.register":            on_host(plugins.register),
+    "plugins.setEnabled":          on_host(plugins.set_enabled),
+    "plugins.uninstall":           on_host(plugins.uninstall),
+    "configSync.get":              on_host(config_sync.get),
+    "configSync.configure":        on_host(config_sync.configure, fingerprint=config_sync.fingerprint),
+    "configSync.export":           on_host(config_sync.export),
+    "configSync.apply":            on_host(config_sync.apply),
 })

@@ -30,7 +30,18 @@ queue_push     idempotency key        sid, content
 queue_remove   idempotency key        sid, entryId
 rename         ``<sid>#<n>``          sid, title
 settings_set   ``<setting>#<n>``      setting, value
+lc_create      lifecycle key          title (= the key)
+lc_append      ``<key>/m<i>``         life, sid, mid
+lc_truncate    lifecycle key          life, sid (cuts from message 2)
+lc_fork        lifecycle key          life, title (``<key> fork``)
+lc_delete      lifecycle key          life, sid
 =============  =====================  ===========================================
+
+A *lifecycle* is a scratch session driven through the file-first methods
+(each step only after the one before was acknowledged): its session must
+exist exactly once unless its delete was acknowledged (then: never), its fork
+exactly once when acknowledged, its messages as the acknowledged appends and
+truncation leave them.
 """
 
 from __future__ import annotations
@@ -89,6 +100,10 @@ class Observation:
     """sessions that still have an in-flight checkpoint file after boot."""
     after_restart: bool = False
     """True when the host was restarted since the last operation (fence + sweep ran)."""
+    titles: dict[str, int] = field(default_factory=dict)
+    """title → how many sessions carry it (every session the host lists)."""
+    lives: dict[str, list[str]] = field(default_factory=dict)
+    """lifecycle key → message ids of the session titled with it (when exactly one is)."""
 
 
 @dataclass
@@ -130,7 +145,46 @@ def check(history: History | Iterable[Op], obs: Observation) -> Report:
     _check_notifications(found, obs, report)
     _check_queue(found, obs, report)
     _check_registers(found, obs, report)
+    _check_lifecycles(found, obs, report)
     return report
+
+
+def _check_lifecycles(found: dict[tuple[str, str], Outcome], obs: Observation, report: Report) -> None:
+    for create in _by_kind(found, "lc_create"):
+        key = create.key
+        delete, trunc, fork = (found.get((f, key)) for f in ("lc_delete", "lc_truncate", "lc_fork"))
+        present = obs.titles.get(key, 0)
+        tag = f"lifecycle {key}"
+        if present > 1:
+            report.duplicated.add(f"{tag}: {present} sessions")
+        elif delete is not None and delete.status == "acked":
+            if present:
+                report.unexpected.add(f"{tag}: present after its delete was acknowledged")
+        elif create.status == "acked" and not present and (delete is None or delete.status == "failed"):
+            report.lost.add(f"{tag}: the acknowledged session is gone")
+        elif create.status != "acked" and present:
+            report.recovered.add(tag)
+        forks = obs.titles.get(f"{key} fork", 0)
+        if forks > 1:
+            report.duplicated.add(f"{tag}: {forks} forks")
+        elif fork is not None and fork.status == "acked" and forks == 0:
+            report.lost.add(f"{tag}: the acknowledged fork is gone")
+        elif fork is None and forks:
+            report.unexpected.add(f"{tag}: a fork nobody asked for")
+        ids = obs.lives.get(key)
+        if present != 1 or ids is None:
+            continue
+        if len(ids) != len(set(ids)):
+            report.duplicated.add(f"{tag}: a message twice in {ids}")
+        for i in (1, 2):
+            app = found.get(("lc_append", f"{key}/m{i}"))
+            mid = app.value.get("mid") if app is not None else None
+            cut = i == 2 and trunc is not None and trunc.status == "acked"
+            if mid is not None and cut and mid in ids:
+                report.unexpected.add(f"{tag}: {mid} survived an acknowledged truncateFrom")
+            uncut = trunc is None or trunc.status == "failed"
+            if mid is not None and app is not None and app.status == "acked" and mid not in ids and (i == 1 or uncut):
+                report.lost.add(f"{tag}: acknowledged {mid} is missing")
 
 
 # ---------------------------------------------------------------------------- index vs transcript

@@ -18,7 +18,7 @@ import random
 import re
 import sqlite3
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from protocol.methods import METHODS
 
-__all__ = ["FuzzReport", "frames", "fuzz_host", "method_names", "params_strategy", "verify"]
+__all__ = ["FuzzReport", "Pools", "frames", "fuzz_host", "iter_frames", "method_names", "params_strategy", "verify"]
 
 _SKIP = frozenset({"host.hello"})
 _PATH_KEYS = frozenset({"projectPath", "workspaceRoot", "path"})
@@ -209,8 +209,17 @@ def _realistic(params: dict[str, Any], pools: Pools, rng: random.Random) -> dict
 
 def frames(count: int, *, seed: int, pools: Pools) -> list[str]:
     """``count`` text frames: about a third valid-shaped, the rest mutated; some batches."""
+    return list(iter_frames(count, seed=seed, pools=pools))
+
+
+def iter_frames(count: int, *, seed: int, pools: Pools) -> Iterator[str]:
+    """:func:`frames`, rendered one at a time (a long run never holds them all: some are megabytes).
+    The params are drawn now (Hypothesis), the frames rendered as they are taken."""
+    return _rendered(_draw(count), count, random.Random(seed), pools)
+
+
+def _draw(count: int) -> list[tuple[str, dict[str, Any]]]:
     names = method_names()
-    rng = random.Random(seed)
     drawn: list[tuple[str, dict[str, Any]]] = []
     per_method = max(1, count // len(names) + 1)
     for name in names:
@@ -228,11 +237,17 @@ def frames(count: int, *, seed: int, pools: Pools) -> list[str]:
         except Exception as exc:
             raise RuntimeError(f"cannot generate params for {name}: {exc}") from exc
         drawn.extend((name, p) for p in got)
+    return drawn
+
+
+def _rendered(drawn: list[tuple[str, dict[str, Any]]], count: int, rng: random.Random,
+              pools: Pools) -> Iterator[str]:
     rng.shuffle(drawn)
-    out: list[str] = []
+    made = 0
     request_id = 0
     i = 0
-    while len(out) < count:
+    while made < count:
+        made += 1
         name, params = drawn[i % len(drawn)]
         i += 1
         params = _realistic(params, pools, rng)
@@ -245,10 +260,9 @@ def frames(count: int, *, seed: int, pools: Pools) -> list[str]:
             batch = [{"jsonrpc": "2.0", "id": request_id + n, "method": name, "params": params}
                      for n in range(rng.choice([2, 10, 50]))]
             request_id += len(batch)
-            out.append(orjson.dumps(batch).decode())
+            yield orjson.dumps(batch).decode()
             continue
-        out.append(_render({"jsonrpc": "2.0", "id": request_id, "method": name, "params": params}, raw))
-    return out
+        yield _render({"jsonrpc": "2.0", "id": request_id, "method": name, "params": params}, raw)
 
 
 # ---------------------------------------------------------------------------------- run and verify
@@ -292,31 +306,31 @@ def record(report: FuzzReport, frame: str, message: Any) -> None:
                 report.internal_samples.append(frame[:300])
 
 
-async def fuzz_host(url: str, token: str, frame_list: list[str], report: FuzzReport,
+async def fuzz_host(url: str, token: str, frame_list: Iterable[str], report: FuzzReport,
                     on_progress: Callable[[int], None] | None = None) -> None:
     """Send every frame (one at a time, reading its answer), reconnecting when the host closes us."""
-    from tests.hostile.wire import raw_connection
+    from tests.hostile.wire import hello_frame, raw_connection
 
     kinds = ["ui", "agent", "cli", "test"]
+    pending = iter(frame_list)
+    frame: str | None = next(pending, None)
     sent = 0
-    while sent < len(frame_list):
+    while frame is not None:
         try:
             async with raw_connection(url, None, max_message_size=64 * 1024 * 1024) as ws:
-                from tests.hostile.wire import hello_frame
-
                 await ws.send_message(hello_frame(token, f"fuzz-{report.reconnects}", kinds[report.reconnects % 4]))
                 await ws.get_message()
-                while sent < len(frame_list):
-                    frame = frame_list[sent]
+                while frame is not None:
+                    current, frame = frame, next(pending, None)
                     sent += 1
                     report.frames += 1
-                    await ws.send_message(frame)
-                    record(report, frame, orjson.loads(await ws.get_message()))
+                    await ws.send_message(current)
+                    record(report, current, orjson.loads(await ws.get_message()))
                     if on_progress is not None and sent % 1000 == 0:
                         on_progress(sent)
         except Exception as exc:  # noqa: BLE001 - the host closed the connection (1009, 1008): reconnect
             report.reconnects += 1
-            if report.reconnects > max(100, len(frame_list) // 20):
+            if report.reconnects > max(100, sent // 20):
                 report.problems.append(f"too many reconnects; last: {type(exc).__name__}: {exc}")
                 return
 

@@ -28,7 +28,7 @@ OpType = Literal["invoke", "ok", "fail", "info"]
 # Operation kinds that change state (counted as "acknowledged writes").
 WRITE_KINDS: frozenset[str] = frozenset({
     "create", "append", "checkpoint", "start_turn", "end_turn", "queue_push", "queue_remove",
-    "rename", "settings_set",
+    "rename", "settings_set", "lc_create", "lc_append", "lc_truncate", "lc_fork", "lc_delete",
 })
 
 

@@ -146,9 +146,36 @@ async def observe(
         tokens = new + rng.sample(old, min(search_sample, len(old)))
     search = await _search(client, data_dir, tokens, notes)
     notes.checked_tokens.update(tokens)
+    titles, lives = await _lifecycles(client, workers)
     return Observation(sessions=sessions, turns=db["turns"], notifications=db["notifications"], settings=settings,
                        search=search, integrity=db["integrity"], leftover_checkpoints=dict(leftover),
-                       inflight_left=left, after_restart=after_restart)
+                       inflight_left=left, after_restart=after_restart, titles=titles, lives=lives)
+
+
+async def _lifecycles(client: HostClient, workers: Sequence[Worker]) -> tuple[dict[str, int], dict[str, list[str]]]:
+    """Every session's title (all pages of ``session.list``), and the messages of lifecycle sessions."""
+    titles: dict[str, int] = {}
+    by_title: dict[str, str] = {}
+    cursor: str | None = None
+    while True:
+        params: dict[str, Any] = {"limit": 500}
+        if cursor:
+            params["cursor"] = cursor
+        page = await client.call("session.list", params)
+        for s in page["sessions"]:
+            title = s.get("title") or ""
+            titles[title] = titles.get(title, 0) + 1
+            by_title[title] = s["id"]
+        cursor = page.get("nextCursor")
+        if not cursor:
+            break
+    lives: dict[str, list[str]] = {}
+    for w in workers:
+        for key in w.lives:
+            if titles.get(key) == 1:
+                got = await client.call("session.get", {"sessionId": by_title[key], "full": True})
+                lives[key] = [m["id"] for m in got["messages"]]
+    return titles, lives
 
 
 async def _search(client: HostClient, data_dir: Path, tokens: Sequence[str],

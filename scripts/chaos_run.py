@@ -51,7 +51,7 @@ import trio.lowlevel
 from runtime.client import ClientClosed, open_client
 from scripts.chaos_checker import Report, check
 from scripts.chaos_fuzz import FuzzReport, Pools, fuzz_host, verify
-from scripts.chaos_fuzz import frames as fuzz_frames
+from scripts.chaos_fuzz import iter_frames as iter_fuzz_frames
 from scripts.chaos_history import History
 from scripts.chaos_observe import ObserveNotes, observe, queue_entry_ids, scan_checkpoints
 from scripts.chaos_powercut import LoopMount
@@ -439,9 +439,8 @@ async def _fuzz(cfg: RunConfig, workdir: Path, out: Callable[[str], None]) -> Fu
                         "id": mid, "role": "user", "blocks": [{"type": "text", "text": f"fuzz text {j}"}]}})
                     pools.messages.append(mid)
         out(f"fuzz seed={cfg.seed} frames={cfg.frames}: generating")
-        frame_list = await trio.to_thread.run_sync(lambda: fuzz_frames(cfg.frames, seed=cfg.seed, pools=pools))
-        out(f"generated {len(frame_list)} frames in {time.monotonic() - t0:.0f}s; sending")
-        await fuzz_host(host.url, host.token, frame_list, report,
+        frame_iter = await trio.to_thread.run_sync(lambda: iter_fuzz_frames(cfg.frames, seed=cfg.seed, pools=pools))
+        await fuzz_host(host.url, host.token, frame_iter, report,
                         on_progress=(lambda n: out(f"  {n} frames, internal={report.internal}")
                                      if cfg.verbose and n % 10_000 == 0 else None))
         if host.proc.poll() is not None:

@@ -3,13 +3,16 @@
 A worker loops over a seeded mix of operations on its session — user appends
 (with ``submissionId``), turns (``startTurn`` → in-flight checkpoints every
 few hundred ms → final assistant append → ``endTurn`` with a notification),
-queue pushes with idempotency keys and removals, renames and ``settings.set``
-— and records every call in the shared :class:`History` as invoke → ok / fail
-/ info. Worker state (counters, pending retries) survives host restarts; the
-connection does not: :meth:`Worker.run` returns when the host goes away.
+queue pushes with idempotency keys and removals, renames, ``settings.set``, and
+*lifecycles* of scratch sessions through the file-first methods (``session.create``
+without an id → two appends → maybe ``truncateFrom`` → maybe ``fork`` → maybe
+``delete``, every step with a ``submissionId``) — and records every call in
+the shared :class:`History` as invoke → ok / fail / info. Worker state
+(counters, pending retries) survives host restarts; the connection does not:
+:meth:`Worker.run` returns when the host goes away.
 
 After a restart :meth:`Worker.retry_pending` re-sends every indeterminate
-append and queue push with the *same* ``clientId`` + ``submissionId`` and
+append, queue push and lifecycle step with the *same* ``clientId`` + ``submissionId`` and
 params (the retry must yield exactly one effect), and :meth:`Worker.replay_receipts`
 re-sends a sample of acknowledged requests, whose stored response must come
 back unchanged (receipts are DB-only state).
@@ -34,6 +37,9 @@ DEFINITE_ERRORS: frozenset[str] = frozenset({
 })
 # Indeterminate errors a client retries with the same submissionId while the host lives.
 RETRIABLE_ERRORS: frozenset[str] = frozenset({"ACTOR_RESTARTED", "BUSY", "TIMEOUT"})
+# Operations retried with their submissionId after a restart (their outcome was unknown).
+RETRIED_KINDS: frozenset[str] = frozenset({
+    "append", "queue_push", "lc_create", "lc_append", "lc_truncate", "lc_fork", "lc_delete"})
 MAX_QUEUE = 6  # stay under the host's 8-entry cap even with indeterminate pushes
 SETTINGS_NS = "chaos"
 
@@ -82,6 +88,8 @@ class Worker:
     """Indeterminate appends / queue pushes to retry after a restart."""
     acked: list[Pending] = field(default_factory=list)
     """A sample of acknowledged receipts (bounded) for replay checks."""
+    lives: dict[str, str] = field(default_factory=dict)
+    """lifecycle key → the session its ``session.create`` made."""
     failures: dict[str, int] = field(default_factory=dict)
     in_flight: int = 0
     """Calls sent and not yet answered (the actor-mode killer aims at these)."""
@@ -141,7 +149,7 @@ class Worker:
             return result
 
     def _remember(self, f: str, key: str, value: dict[str, Any], method: str, params: dict[str, Any]) -> None:
-        if f in ("append", "queue_push"):
+        if f in RETRIED_KINDS:
             self.pending[(f, key)] = Pending(f, key, value, method, params)
 
     # ------------------------------------------------------------------ setup
@@ -168,16 +176,18 @@ class Worker:
     async def step(self, client: HostClient, stop: trio.Event) -> None:
         r = self.rng.random()
         try:
-            if r < 0.45:
+            if r < 0.42:
                 await self.append_user(client)
-            elif r < 0.65:
+            elif r < 0.60:
                 await self.turn(client, stop)
-            elif r < 0.82:
+            elif r < 0.75:
                 await self.queue_op(client)
-            elif r < 0.92:
+            elif r < 0.84:
                 await self.set_setting(client)
-            else:
+            elif r < 0.90:
                 await self.rename(client)
+            else:
+                await self.lifecycle(client)
         except (Indeterminate, RpcError):
             pass
 
@@ -262,6 +272,32 @@ class Worker:
         params = {"sessionId": self.sid, "title": title, "submissionId": f"ren-{self.sid}-{n}"}
         await self.call(client, "rename", f"{self.sid}#{n}", {"sid": self.sid, "title": title},
                         "session.rename", params)
+
+    async def lifecycle(self, client: HostClient) -> None:
+        """A scratch session through the file-first methods; a step runs only after the one before
+        was acknowledged (an interrupted step is retried with its key after the restart)."""
+        n = self._next("life")
+        key = f"{self.sid}.l{n}"
+        created = await self.call(client, "lc_create", key, {"title": key}, "session.create",
+                                  {"title": key, "submissionId": f"lcc-{key}"})
+        sid = created["id"]
+        self.lives[key] = sid
+        for i in (1, 2):
+            mid = f"{sid}.m{i}"
+            await self.call(client, "lc_append", f"{key}/m{i}", {"life": key, "sid": sid, "mid": mid},
+                            "session.appendMessage",
+                            {"sessionId": sid, "submissionId": f"lca-{key}-{i}",
+                             "message": {"id": mid, "role": "user", "blocks": [{"type": "text", "text": f"l{i}"}]}})
+        if self.rng.random() < 0.5:
+            await self.call(client, "lc_truncate", key, {"life": key, "sid": sid}, "session.truncateFrom",
+                            {"sessionId": sid, "messageId": f"{sid}.m2", "submissionId": f"lct-{key}"})
+        if self.rng.random() < 0.4:
+            title = f"{key} fork"
+            await self.call(client, "lc_fork", key, {"life": key, "title": title}, "session.fork",
+                            {"sessionId": sid, "title": title, "submissionId": f"lcf-{key}"})
+        if self.rng.random() < 0.6:
+            await self.call(client, "lc_delete", key, {"life": key, "sid": sid}, "session.delete",
+                            {"sessionId": sid, "submissionId": f"lcd-{key}"})
 
     # ------------------------------------------------------------------ after a restart
     async def retry_pending(self, client: HostClient) -> int:

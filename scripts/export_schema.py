@@ -302,13 +302,18 @@ ERROR_MEANINGS: dict[str, str] = {
     "CORRUPT_DATA": "Durable data failed validation (digest mismatch, unreadable record).",
     "CURSOR_EXPIRED": "The pagination or event cursor is no longer valid; start again without it.",
     "PLAN_REQUIRES_INTERACTIVE_SESSION": "A Plan/Goal run was started unattended; switch the session to agent mode.",
-    "PERMISSION_DENIED": "The caller may not change this session or record.",
+    "PERMISSION_DENIED": "The caller may not do this (a plugin outside what it owns, a user editing a plugin's "
+                         "row ...).",
     "INTERNAL": "A host bug. The message is generic; details are in the host log.",
     "UNSUPPORTED_PROTOCOL": "`host.hello` asked for a protocol version the host does not speak.",
     "ALREADY_AUTHENTICATED": "`host.hello` sent twice on one connection.",
     "SHUTTING_DOWN": "The host is stopping; reconnect to the next instance (see `host.json`).",
     "SCHEMA_TOO_NEW": "The database was written by a newer host.",
     "UNSUPPORTED_SQLITE": "The SQLite library is too old (trigram tokenizer needs 3.34+).",
+    "PROVIDER_UNAUTHORIZED": "The provider refused the API key (HTTP 401/403); nothing was written.",
+    "PROVIDER_TIMEOUT": "The provider did not answer within timeoutMs; nothing was written. Retry later.",
+    "PROVIDER_UNREACHABLE": "No connection to the provider (refused, DNS, TLS, proxy); nothing was written.",
+    "PROVIDER_BAD_REPLY": "The provider's answer is not a model list (status, JSON, shape); nothing was written.",
 }
 
 _SESSION = {
@@ -405,6 +410,26 @@ _MESSAGE_REF = {
     "role": "assistant",
     "createdAt": 1785056404120,
 }
+
+_PROJECT = {"id": 3, "path": "/home/ada/src/parser", "name": "parser", "pinned": False,
+            "createdAt": 1785056000000, "lastOpenedAt": 1785056400000, "sessionCount": 2}
+_GROUP = {"id": "g-5e0d", "name": "Parser", "roots": ["/home/ada/src/parser", "/home/ada/src/lexer"],
+          "primaryRoot": "/home/ada/src/parser", "createdAt": 1785056400000, "updatedAt": 1785056400000}
+_MEMORY = {"format": "entries-v1", "entries": [{"id": "e1", "title": "Build", "content": "make -j4"}],
+           "content": "## Build\n\nmake -j4", "updatedAt": 1785056400000}
+_PROVIDER = {"id": "openrouter", "name": "OpenRouter", "vendorKey": "custom", "type": "openai_compatible",
+             "protocol": "openai_compatible", "authKind": "api_key_and_base_url",
+             "baseUrl": "https://openrouter.ai/api/v1", "enabled": True,
+             "config": {"headers": {"HTTP-Referer": "https://pi.desktop"}}, "hasApiKey": True,
+             "secretRef": "provider/openrouter", "createdAt": 1785056400000, "updatedAt": 1785056400000}
+_MODEL = {"providerId": "openrouter", "modelId": "anthropic/claude-sonnet-4", "displayName": "Claude Sonnet 4",
+          "source": "discovered", "capabilities": [], "contextWindow": 200000, "maxOutputTokens": 64000,
+          "deprecated": False, "updatedAt": 1785056400000}
+_PLUGIN = {"id": "acme.tools", "name": "Acme tools", "version": "1.2.0", "enabled": True,
+           "installedAt": 1785056400000, "updatedAt": 1785056400000}
+_SYNC_STATE = {"settings": {"enabled": True, "webdavUrl": "https://dav.example/pi", "webdavUsername": "ada",
+                            "vaultKeyRef": "configSync/vaultKey", "webdavPasswordRef": "configSync/webdavPassword"},
+               "hasVaultKey": True, "hasWebdavPassword": True}
 
 EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "host.hello": (
@@ -657,7 +682,7 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "settings.set": (
         {"ns": "ui", "key": "sidebarWidth", "value": 280, "submissionId": "set-4"},
-        {"ns": "ui", "key": "sidebarWidth", "updatedAt": 1785056401000},
+        {"ns": "ui", "key": "sidebarWidth", "value": 280, "changed": ["sidebarWidth"], "updatedAt": 1785056401000},
     ),
     # -- secrets, attachments, tasks, plans, projects (runtime/methods_store.py)
     "secrets.set": (
@@ -785,6 +810,119 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"projectId": 3, "submissionId": "rm-3"},
         {"projectId": 3, "path": "/home/ada/src/parser", "deletedSessions": ["s_4f2a", "s_77b0"]},
     ),
+    # -- configuration (issue 13)
+    "settings.getAll": (
+        {"ns": "app"},
+        {"ns": "app", "values": {"largePasteThreshold": 600, "thinkingDisplayMode": "compact",
+                                 "defaultMode": "agent"}, "updatedAt": 1785056401000},
+    ),
+    "settings.update": (
+        {"values": {"largePasteThreshold": 1200, "promptEnhancementUserTemplate": "   "}, "submissionId": "set-5"},
+        {"ns": "app", "values": {"largePasteThreshold": 1200, "promptEnhancementUserTemplate": None},
+         "changed": ["largePasteThreshold"], "updatedAt": 1785056402000},
+    ),
+    "settings.delete": (
+        {"ns": "ui", "key": "sidebarWidth"},
+        {"ns": "ui", "key": "sidebarWidth", "deleted": True, "changed": ["sidebarWidth"]},
+    ),
+    "workspace.open": (
+        {"path": "/home/ada/src/parser/", "submissionId": "ws-1"},
+        {"currentProjectId": 3, "project": _PROJECT},
+    ),
+    "workspace.get": ({}, {"currentProjectId": 3, "project": _PROJECT}),
+    "session.resolvePath": (
+        {"sessionId": "s_4f2a", "path": "src/../README.md"},
+        {"sessionId": "s_4f2a", "projectId": 3, "root": "/home/ada/src/parser",
+         "path": "/home/ada/src/parser/README.md", "insideRoot": True},
+    ),
+    "projects.pin": ({"projectId": 3, "pinned": True}, {"project": {**_PROJECT, "pinned": True}}),
+    "projectGroups.list": ({}, {"groups": [_GROUP]}),
+    "projectGroups.get": (
+        {"groupId": "g-5e0d"},
+        {"group": _GROUP, "memory": _MEMORY, "instructions": "Run the tests of both roots."},
+    ),
+    "projectGroups.save": (
+        {"name": "Parser", "roots": ["/home/ada/src/parser", "/home/ada/src/lexer"], "submissionId": "grp-1"},
+        {"group": _GROUP},
+    ),
+    "projectGroups.delete": ({"groupId": "g-5e0d"}, {"groupId": "g-5e0d", "deleted": True}),
+    "projectGroups.setMemory": (
+        {"groupId": "g-5e0d", "memory": {"format": "entries-v1",
+                                         "entries": [{"title": "Build", "content": "make -j4"}]}},
+        {"groupId": "g-5e0d", "memory": _MEMORY},
+    ),
+    "projectGroups.setInstructions": (
+        {"groupId": "g-5e0d", "instructions": "Run the tests of both roots."},
+        {"groupId": "g-5e0d", "instructions": "Run the tests of both roots."},
+    ),
+    "providers.list": ({}, {"providers": [_PROVIDER]}),
+    "providers.get": ({"providerId": "openrouter"}, {"provider": _PROVIDER}),
+    "providers.create": (
+        {"id": "openrouter", "name": "OpenRouter", "baseUrl": "https://openrouter.ai/api/v1", "apiKey": "sk-or-…",
+         "config": {"headers": {"HTTP-Referer": "https://pi.desktop"}}, "submissionId": "prov-1"},
+        {"provider": _PROVIDER},
+    ),
+    "providers.update": (
+        {"providerId": "openrouter", "defaultModelId": "anthropic/claude-sonnet-4"},
+        {"provider": {**_PROVIDER, "defaultModelId": "anthropic/claude-sonnet-4"}},
+    ),
+    "providers.delete": ({"providerId": "openrouter"}, {"providerId": "openrouter", "deleted": True}),
+    "providers.reorder": (
+        {"providerIds": ["openrouter", "local-llama"]}, {"providerIds": ["openrouter", "local-llama"]},
+    ),
+    "providers.sync": (
+        {"providers": [{"id": "acme-gateway", "name": "Acme gateway", "baseUrl": "https://llm.acme.example/v1"}]},
+        {"providers": [{"id": "acme-gateway", "name": "Acme gateway", "vendorKey": "custom",
+                        "type": "openai_compatible", "protocol": "openai_compatible",
+                        "authKind": "api_key_and_base_url", "baseUrl": "https://llm.acme.example/v1",
+                        "enabled": True, "config": {}, "hasApiKey": False, "ownerPluginId": "acme.tools",
+                        "createdAt": 1785056400000, "updatedAt": 1785056400000}], "removed": []},
+    ),
+    "models.list": ({"providerId": "openrouter"}, {"models": [_MODEL]}),
+    "models.add": (
+        {"providerId": "openrouter", "modelId": "my/finetune", "displayName": "My finetune",
+         "contextWindow": 32768},
+        {"model": {"providerId": "openrouter", "modelId": "my/finetune", "displayName": "My finetune",
+                   "source": "user", "capabilities": [], "contextWindow": 32768, "deprecated": False,
+                   "updatedAt": 1785056400000}},
+    ),
+    "models.remove": (
+        {"providerId": "openrouter", "modelId": "my/finetune"},
+        {"providerId": "openrouter", "modelId": "my/finetune", "deleted": True},
+    ),
+    "models.refresh": (
+        {"providerId": "openrouter", "submissionId": "refresh-1"},
+        {"providerId": "openrouter", "refreshedAt": 1785056400000, "listed": 312, "added": 310, "updated": 0,
+         "userKept": 2, "deprecated": []},
+    ),
+    "plugins.list": ({}, {"plugins": [_PLUGIN]}),
+    "plugins.register": (
+        {"pluginId": "acme.tools", "name": "Acme tools", "version": "1.2.0"}, {"plugin": _PLUGIN},
+    ),
+    "plugins.setEnabled": (
+        {"pluginId": "acme.tools", "enabled": False},
+        {"plugin": {**_PLUGIN, "enabled": False, "updatedAt": 1785056500000}},
+    ),
+    "plugins.uninstall": (
+        {"pluginId": "acme.tools", "submissionId": "un-1"},
+        {"pluginId": "acme.tools", "registryEntryRemoved": True, "settingsRemoved": ["lastSync", "token.ref"],
+         "providersReleased": ["acme-gateway"]},
+    ),
+    "configSync.get": ({}, _SYNC_STATE),
+    "configSync.configure": (
+        {"enabled": True, "webdavUrl": "https://dav.example/pi", "webdavUsername": "ada", "webdavPassword": "…"},
+        _SYNC_STATE,
+    ),
+    "configSync.export": (
+        {"submissionId": "export-1"},
+        {"bundleBase64": "UElDRkcwMQo…", "sha256": "5d41402abc4b2a76b9719d911017c5925d41402abc4b2a76b9719d911017c592",
+         "bytes": 2048, "exportedAt": 1785056400000},
+    ),
+    "configSync.apply": (
+        {"bundleBase64": "UElDRkcwMQo…", "submissionId": "apply-1"},
+        {"sha256": "5d41402abc4b2a76b9719d911017c5925d41402abc4b2a76b9719d911017c592",
+         "applied": {"settings": 3, "providers": 1, "models": 0, "projects": 2, "projectGroups": 1, "memory": 1}},
+    ),
 }
 
 EVENT_EXAMPLES: dict[str, dict[str, Any]] = {
@@ -803,6 +941,9 @@ EVENT_EXAMPLES: dict[str, dict[str, Any]] = {
                  "startedAt": 1785133800000},
     "plan.requested": {"approval": EXAMPLES["plans.submit"][1]},
     "plan.resolved": {"requestId": "plan_5e0d", "sessionId": "s_4f2a", "status": "approved"},
+    "settings.changed": {"ns": "app", "keys": ["largePasteThreshold"]},
+    "providers.changed": {"providerIds": ["openrouter"]},
+    "models.changed": {"providerId": "openrouter"},
 }
 
 

@@ -41,9 +41,11 @@ from typing import Any
 
 from . import receipts
 from .errors import StoreError
-from .index import message_ref
+from .group_commit import is_corruption
+from .index import IndexRecord, index_messages, message_ref, session_row
 from .jsonio import dumps_line, loads_line
 from .receipts import ReceiptKey
+from .reconcile import apply_plan, plan_reconcile
 from .records import is_streaming, normalize_message, with_receipt
 from .sql_lists import in_chunks
 from .transcript import read_spans
@@ -58,6 +60,7 @@ __all__ = [
     "Replay",
     "Write",
     "gather",
+    "index_appended",
     "plan_appends",
 ]
 
@@ -286,3 +289,36 @@ def _may_replace(requests: Sequence[AppendRequest], held_id: str, session_id: st
         if req.message.get("role") == "assistant" and not streaming:
             return True
     return False
+
+
+def index_appended(
+    conn: sqlite3.Connection,
+    session_id: str,
+    path: Path,
+    items: Sequence[IndexRecord],
+    *,
+    indexed_len: int,
+    file_epoch: str | None,
+    now_ms: int,
+) -> str:
+    """The DB writer's half of an acknowledged append group: index its lines.
+
+    If that fails (the index drifted from the file, a constraint...), the
+    session's index is brought in line with its transcript instead — the file
+    is the source of truth and already holds the lines. Returns which of the
+    two happened. A corrupt database is not masked: it propagates.
+    """
+    conn.execute("SAVEPOINT index_appended")
+    try:
+        index_messages(conn, session_id, items, indexed_len=indexed_len, file_epoch=file_epoch, now_ms=now_ms)
+    except Exception as exc:
+        conn.execute("ROLLBACK TO index_appended")
+        conn.execute("RELEASE index_appended")
+        if isinstance(exc, sqlite3.DatabaseError) and is_corruption(exc):
+            raise
+        row = session_row(conn, session_id)
+        plan = plan_reconcile(path, int(row["_indexedLen"]) if row else 0, row["_fileEpoch"] if row else None)
+        apply_plan(conn, session_id, plan, now_ms=now_ms)
+        return "reconciled"
+    conn.execute("RELEASE index_appended")
+    return "indexed"

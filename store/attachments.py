@@ -5,7 +5,7 @@ second put of the same bytes writes nothing); ``attachment_blobs`` has one row
 per blob (size, MIME type, last use, eviction mark) and ``attachment_refs``
 records which session/message references it.
 
-Budget eviction (default 200 MB, ``kv(app, attachmentBudgetBytes)`` overrides)
+Budget eviction (default 200 MB, the app settings' ``attachmentBudgetBytes`` overrides)
 removes the least recently used blobs **not referenced by the active session**
 until usage is back under the budget, in three durable steps:
 
@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
+
+import orjson
 
 from .errors import InvalidInput, NotFound, PayloadTooLarge, PermissionDenied, SessionNotFound, classify_os_error
 from .faults import NO_FAULTS, Faults
@@ -196,14 +198,20 @@ def _unlink_quietly(path: Path) -> None:
 
 
 def budget_bytes(conn: sqlite3.Connection, default: int = DEFAULT_BUDGET_BYTES) -> int:
-    row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = ?", BUDGET_SETTING).fetchone()
-    if row is None:
-        return default
-    try:
-        value = int(row[0])
-    except ValueError:
-        return default
-    return value if value > 0 else default
+    """``attachmentBudgetBytes`` of the app settings blob (an older build's own row as a fallback)."""
+    for key in ("settings", BUDGET_SETTING[1]):
+        row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = ?", (BUDGET_SETTING[0], key)).fetchone()
+        if row is None:
+            continue
+        try:
+            value = orjson.loads(row[0])
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            value = value.get(BUDGET_SETTING[1])
+        if type(value) is int and value > 0:
+            return value
+    return default
 
 
 def record_blob(conn: sqlite3.Connection, sha: str, size: int, mime_type: str | None, now_ms: int) -> None:

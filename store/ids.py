@@ -14,6 +14,8 @@ from .errors import InvalidId
 SESSION_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # Message / turn / other wire ids: printable, bounded, no control characters.
 WIRE_ID_RE = re.compile(r"^[A-Za-z0-9_\-:.@+=/]{1,200}$")
+PLUGIN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+"""Plugin ids (they name the ``plugin:<id>`` kv namespace)."""
 
 
 def validate_session_id(value: object) -> str:

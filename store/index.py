@@ -265,6 +265,7 @@ def index_messages(
     file_epoch: str | None,
     now_ms: int,
     touch: bool = True,
+    audit_effects: bool = True,
 ) -> list[dict[str, Any]]:
     """Index appended message lines (in file order).
 
@@ -272,6 +273,8 @@ def index_messages(
     span in place (same seq, same turn). New ids get the next seq from
     ``last_seq`` (O(1), RETURNING). Receipts carried in ``meta.receipt`` are
     recorded in the same transaction. Returns one MessageRef per item.
+    ``audit_effects=False`` records Write/Edit artifacts without ``tool_execute``
+    audit rows (imported history: this host executed nothing).
     """
     refs: list[dict[str, Any]] = []
     existing = lookup_ids(conn, (it.record["id"] for it in items))
@@ -322,7 +325,8 @@ def index_messages(
         ref = message_ref(session_id, seq, rec, turn)
         if artifacts.may_have_effects(rec):
             # Write/Edit results: artifacts + tool_execute audit in this same transaction (seed §4.10).
-            artifacts.record_effects(conn, session_id, rec, turn or _str_or_none(rec.get("turnId")), now_ms)
+            artifacts.record_effects(conn, session_id, rec, turn or _str_or_none(rec.get("turnId")), now_ms,
+                                     audit=audit_effects)
         store_append_receipt(conn, session_id, rec, ref, now_ms)
         refs.append(ref)
     sets = "indexed_len = ?, file_epoch = ?"
@@ -465,13 +469,23 @@ def window_rows(
     ).fetchall()
 
 
-def iter_window_rows(
+def window_spans(conn: sqlite3.Connection, session_id: str, start: int, end: int) -> list[tuple[int, int, int, int,
+                                                                                                 str | None]]:
+    """What a window reply needs of positions ``[start, end)``: seq, offset, len, deleted, turn."""
+    return conn.execute(
+        "SELECT seq, line_offset, line_len, deleted, turn_id FROM messages "
+        "WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
+        (session_id, start, end),
+    ).fetchall()
+
+
+def iter_window_spans(
     conn: sqlite3.Connection, session_id: str, start: int, end: int, *, newest_first: bool
-) -> Iterator[tuple[int, str, int, int, int, str | None]]:
-    """The rows of ``window_rows``, lazily, oldest or newest first (a byte-bounded page stops early)."""
+) -> Iterator[tuple[int, int, int, int, str | None]]:
+    """The rows of ``window_spans``, lazily, oldest or newest first (a byte-bounded page stops early)."""
     order = "DESC" if newest_first else "ASC"
     cursor = conn.execute(
-        "SELECT seq, id, line_offset, line_len, deleted, turn_id FROM messages "
+        "SELECT seq, line_offset, line_len, deleted, turn_id FROM messages "
         f"WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq {order}",
         (session_id, start, end),
     )

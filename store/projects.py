@@ -16,7 +16,7 @@ import orjson
 
 from .errors import Conflict, NotFound
 
-__all__ = ["get_project", "list_projects", "remove_project_row", "session_ids"]
+__all__ = ["get_project", "list_projects", "pin_project", "remove_project_row", "session_ids"]
 
 MEMORY_NS = "projectMemory"
 
@@ -70,3 +70,9 @@ def remove_project_row(conn: sqlite3.Connection, project_id: int) -> dict[str, A
             conn.execute("DELETE FROM kv WHERE ns = 'app' AND key = 'currentProjectId'")
     conn.execute("DELETE FROM projects WHERE id = ?", (project_id,))
     return project
+
+
+def pin_project(conn: sqlite3.Connection, project_id: int, pinned: bool) -> dict[str, Any]:
+    get_project(conn, project_id)
+    conn.execute("UPDATE projects SET pinned = ? WHERE id = ?", (1 if pinned else 0, project_id))
+    return get_project(conn, project_id)

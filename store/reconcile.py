@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from . import index, receipts
 from .errors import CorruptData, classify_os_error
 from .fsutil import open_nofollow
@@ -214,6 +216,32 @@ def session_info_settings(info: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: info[k] for k in keys if k in info}
 
 
+def imported_source(info: Mapping[str, Any] | None) -> str | None:
+    """The ``source`` an import wrote into the session_info line (kept across an index rebuild)."""
+    value = (info or {}).get("source")
+    return value if isinstance(value, str) and value else None
+
+
+def restore_import_origin(conn: Any, session_id: str, info: Mapping[str, Any] | None, *, now_ms: int) -> bool:
+    """Re-create the session_import_origins row an import recorded in its session_info line."""
+    origin = (info or {}).get("importOrigin")
+    if not isinstance(origin, Mapping):
+        return False
+    keys = ("pluginId", "sourceId", "externalId")
+    if not all(isinstance(origin.get(k), str) for k in keys):
+        return False
+    raw = origin.get("history")
+    history: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    label = origin.get("label") if isinstance(origin.get("label"), str) else None
+    conn.execute(
+        "INSERT OR IGNORE INTO session_import_origins(plugin_id, source_id, external_id, session_id, source_label, "
+        "origin_json, created_at) VALUES (?,?,?,?,?,?,?)",
+        (origin["pluginId"], origin["sourceId"], origin["externalId"], session_id, label,
+         orjson.dumps(dict(history)).decode(), now_ms),
+    )
+    return True
+
+
 def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) -> dict[str, Any]:
     """Bring the index in line with the transcript (runs in the DB writer's transaction).
 
@@ -254,7 +282,9 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
             project_path=settings.get("projectPath"),
             settings=settings,
             file_epoch=plan.epoch,
+            source=imported_source(scan.session_info),
         )
+        restore_import_origin(conn, session_id, scan.session_info, now_ms=now_ms)
         report["restoredRow"] = True
     elif settings:
         index.update_session_settings(conn, session_id, settings, now_ms=now_ms)

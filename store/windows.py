@@ -3,8 +3,9 @@
 A window is served from the index's byte spans (``messages.line_offset`` /
 ``line_len``): one read snapshot for the rows and the compaction chain, then
 one sequential read of exactly the window's lines, so opening the newest page
-of a 50,000-message session costs what a 50-message one costs. Everything
-here is synchronous and runs in a read-pool thread; :func:`project` is pure.
+of a 50,000-message session costs what a 50-message one costs. The reply is
+encoded in the same call, from the lines' own bytes (``store/window_reply.py``).
+Everything here is synchronous and runs in a read-pool thread.
 """
 
 from __future__ import annotations
@@ -12,17 +13,17 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import index
-from .compaction import normalize_on_read
 from .errors import PayloadTooLarge
 from .jsonio import loads_line
 from .reconcile import plan_reconcile
 from .records import cap_content, wire_record
 from .transcript import read_spans, read_transcript
+from .window_reply import encode_window
 
 __all__ = [
     "MAX_COALESCED_READ",
@@ -31,7 +32,6 @@ __all__ = [
     "find_tool_call_line",
     "navigation_call_id",
     "navigation_parent",
-    "project",
     "read_cold",
     "read_spans_coalesced",
     "read_warm",
@@ -62,14 +62,14 @@ class Window:
     end: int = 0
     target_pos: int | None = None
     missing_target: bool = False
-    rows: list[Any] = field(default_factory=list)
-    compactions: list[Any] = field(default_factory=list)
     row: dict[str, Any] | None = None
     plan_kind: str = ""
     file_len: int = 0
     epoch: str | None = None
-    blobs: list[bytes] = field(default_factory=list)
-    """The rows' lines, then the compactions' lines."""
+    reply: bytes = b""
+    """The encoded ``session.get`` result (``store/window_reply.py``)."""
+    target: dict[str, Any] | None = None
+    """The projected ``messageAround`` target."""
 
 
 def read_spans_coalesced(path: Path, spans: Sequence[tuple[int, int]]) -> list[bytes]:
@@ -117,8 +117,9 @@ def window_bounds(total: int, req: WindowRequest, target_pos: int | None) -> tup
     return (0 if limit is None else max(0, end - limit)), end
 
 
-def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: WindowRequest) -> Window:
-    """Target position, bounds, window rows, the compaction chain and their lines, in one snapshot.
+def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: WindowRequest,
+              session: Mapping[str, Any]) -> Window:
+    """Target position, bounds, window rows, the compaction chain, and the encoded reply, in one snapshot.
 
     The bytes are read in the same call (not in a second worker-thread hop):
     the session actor is the transcript's only writer and awaits this call,
@@ -131,25 +132,27 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
             w.missing_target = True
             return w
     w.start, w.end = window_bounds(total, req, w.target_pos)
-    w.compactions = index.compaction_rows(conn, sid)
+    compactions = index.compaction_rows(conn, sid)
     if req.max_bytes is None:
-        w.rows = index.window_rows(conn, sid, w.start, w.end)
+        rows = index.window_spans(conn, sid, w.start, w.end)
     else:
-        w.rows = fit_budget(conn, sid, w, req)
-        if w.rows:
-            w.start, w.end = w.rows[0][0] - 1, w.rows[-1][0]
-    spans = [(r[2], r[3]) for r in w.rows] + [(c[2], c[3]) for c in w.compactions]
-    if spans:
-        w.blobs = read_spans_coalesced(path, spans)
+        rows = fit_budget(conn, sid, w, req, sum(int(c[3]) for c in compactions))
+        if rows:
+            w.start, w.end = rows[0][0] - 1, rows[-1][0]
+    lines = read_spans_coalesced(path, [(c[2], c[3]) for c in compactions]) if compactions else []
+    w.reply, w.target = encode_window(path, index.public_session(session), rows, lines, start=w.start, end=w.end,
+                                      total=total, content_limit=req.content_limit, target_pos=w.target_pos)
     return w
 
 
 PER_MESSAGE_OVERHEAD = 64
 """Bytes a projected message may add to its transcript line (``seq``, ``deleted``, ``turnId``, commas)."""
 _PAGING = ["messageBefore", "messageEnd", "messageLimit", "maxBytes"]
+_LEN = 2  # index of the line length in a window_spans row
 
 
-def fit_budget(conn: sqlite3.Connection, sid: str, w: Window, req: WindowRequest) -> list[Any]:
+def fit_budget(conn: sqlite3.Connection, sid: str, w: Window, req: WindowRequest,
+               compaction_bytes: int) -> list[Any]:
     """The rows of ``[w.start, w.end)`` whose lines fit ``req.max_bytes``, decided from the index alone.
 
     The budget counts the transcript bytes the reply is built from (every
@@ -160,23 +163,22 @@ def fit_budget(conn: sqlite3.Connection, sid: str, w: Window, req: WindowRequest
     result's ``messageStart``/``messageEnd``/``hasMore*`` say where to go on. A
     request for the whole transcript that does not fit, or a page that cannot
     hold even one message, is ``PAYLOAD_TOO_LARGE`` naming the paging params.
+    A window without a limit never reads more rows than the budget holds.
     """
     budget = req.max_bytes
     assert budget is not None
-    fixed = 512 + sum(int(c[3]) for c in w.compactions)
+    fixed = 512 + compaction_bytes
     if fixed > budget:
         raise PayloadTooLarge(
             f"the session's compaction checkpoints alone are {fixed} bytes, over the reply budget of {budget}",
             data={"limit": budget, "size": fixed, "field": "maxBytes"})
     room = budget - fixed
     whole = req.limit is None and req.start is None and req.before is None and req.around is None
-    if req.limit is not None:
-        # a bounded window (at most MAX_WINDOW rows): its rows are read anyway
-        rows = _fit_rows(index.window_rows(conn, sid, w.start, w.end), w, req, room)
+    if req.limit is not None:  # at most MAX_WINDOW rows: read them, then cut
+        rows = _fit_rows(index.window_spans(conn, sid, w.start, w.end), w, req, room)
     else:
-        # no limit: never more rows than the budget holds
         newest_first = req.start is None and not whole
-        rows = _cut(index.iter_window_rows(conn, sid, w.start, w.end, newest_first=newest_first), room)
+        rows = _cut(index.iter_window_spans(conn, sid, w.start, w.end, newest_first=newest_first), room)
         if len(rows) == w.end - w.start:
             return sorted(rows)
         if whole:
@@ -192,55 +194,18 @@ def fit_budget(conn: sqlite3.Connection, sid: str, w: Window, req: WindowRequest
 
 
 def _fit_rows(rows: list[Any], w: Window, req: WindowRequest, room: int) -> list[Any]:
-    if sum(int(r[3]) + PER_MESSAGE_OVERHEAD for r in rows) <= room:
+    if sum(int(r[_LEN]) + PER_MESSAGE_OVERHEAD for r in rows) <= room:
         return rows
     if req.around is not None and w.target_pos is not None:
         return _around(rows, w, room)
     return _cut(reversed(rows) if req.start is None else iter(rows), room)
 
 
-def read_file_window(path: Path, req: WindowRequest, *, max_file_bytes: int) -> Window:
-    """The window read from the transcript alone, without the index (while the index cannot catch up
-    with the file: a full disk refuses its commit). Bounded: a transcript over ``max_file_bytes`` is
-    ``PAYLOAD_TOO_LARGE``. Positions are the deduped file order, as the index would have them."""
-    try:
-        size = os.stat(path).st_size
-    except FileNotFoundError:
-        return Window()
-    if size > max_file_bytes:
-        raise PayloadTooLarge(f"the transcript ({size} bytes) cannot be read without its index, which is behind "
-                              "while the disk is full; retry once space is freed",
-                              data={"size": size, "limit": max_file_bytes})
-    t = read_transcript(path)
-    w = Window(total=len(t.messages))
-    if req.around is not None:
-        w.target_pos = t.positions.get(req.around)
-        if w.target_pos is None:
-            w.missing_target = True
-            return w
-    w.start, w.end = window_bounds(w.total, req, w.target_pos)
-    deleted = t.deleted_ids
-    rows = [(i + 1, e.id, e.offset, e.length, int(e.id in deleted), e.record.get("turnId"))
-            for i, e in enumerate(t.messages[w.start:w.end], start=w.start)]
-    ids = set(t.positions)
-    w.compactions = [(c.id, c.record.get("throughMessageId"), c.offset, c.length) for c in t.compactions
-                     if c.record.get("throughMessageId") is None or c.record.get("throughMessageId") in ids]
-    if req.max_bytes is not None:
-        rows = _fit_rows(rows, w, req, req.max_bytes - 512 - sum(int(c[3]) for c in w.compactions))
-        if rows:
-            w.start, w.end = rows[0][0] - 1, rows[-1][0]
-    w.rows = rows
-    spans = [(r[2], r[3]) for r in rows] + [(c[2], c[3]) for c in w.compactions]
-    if spans:
-        w.blobs = read_spans_coalesced(path, spans)
-    return w
-
-
 def _cut(rows: Iterable[Any], room: int) -> list[Any]:
     """Rows in the order given while their lines fit ``room`` bytes."""
     kept: list[Any] = []
     for row in rows:
-        room -= int(row[3]) + PER_MESSAGE_OVERHEAD
+        room -= int(row[_LEN]) + PER_MESSAGE_OVERHEAD
         if room < 0:
             break
         kept.append(row)
@@ -259,13 +224,51 @@ def _around(rows: Sequence[Any], w: Window, room: int) -> list[Any]:
             row = by_seq.get(seq)
             if row is None:
                 continue
-            cost = int(row[3]) + PER_MESSAGE_OVERHEAD
+            cost = int(row[_LEN]) + PER_MESSAGE_OVERHEAD
             if cost > room:
                 return sorted(picked)
             room -= cost
             picked.append(row)
         older, newer = older - 1, newer + 1
     return sorted(picked)
+
+
+def read_file_window(path: Path, req: WindowRequest, session: Mapping[str, Any], *,
+                     max_file_bytes: int) -> Window:
+    """The window read from the transcript alone, without the index (while the index cannot catch up
+    with the file: a full disk refuses its commit). Bounded: a transcript over ``max_file_bytes`` is
+    ``PAYLOAD_TOO_LARGE``. Positions are the deduped file order, as the index would have them."""
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        size = 0
+    if size > max_file_bytes:
+        raise PayloadTooLarge(f"the transcript ({size} bytes) cannot be read without its index, which is behind "
+                              "while the disk is full; retry once space is freed",
+                              data={"size": size, "limit": max_file_bytes})
+    t = read_transcript(path) if size else None
+    messages = t.messages if t is not None else []
+    w = Window(total=len(messages))
+    if req.around is not None:
+        w.target_pos = t.positions.get(req.around) if t is not None else None
+        if w.target_pos is None:
+            w.missing_target = True
+            return w
+    w.start, w.end = window_bounds(w.total, req, w.target_pos)
+    deleted = t.deleted_ids if t is not None else frozenset()
+    rows = [(i + 1, e.offset, e.length, int(e.id in deleted), e.record.get("turnId"))
+            for i, e in enumerate(messages[w.start:w.end], start=w.start)]
+    ids = set(t.positions) if t is not None else set()
+    comps = [c for c in (t.compactions if t is not None else [])
+             if c.record.get("throughMessageId") is None or c.record.get("throughMessageId") in ids]
+    if req.max_bytes is not None:
+        rows = _fit_rows(rows, w, req, req.max_bytes - 512 - sum(c.length for c in comps))
+        if rows:
+            w.start, w.end = rows[0][0] - 1, rows[-1][0]
+    lines = read_spans_coalesced(path, [(c.offset, c.length) for c in comps]) if comps else []
+    w.reply, w.target = encode_window(path, index.public_session(session), rows, lines, start=w.start, end=w.end,
+                                      total=w.total, content_limit=req.content_limit, target_pos=w.target_pos)
+    return w
 
 
 def read_cold(conn: sqlite3.Connection, sid: str, path: Path, req: WindowRequest) -> Window:
@@ -282,49 +285,15 @@ def read_cold(conn: sqlite3.Connection, sid: str, path: Path, req: WindowRequest
         plan = plan_reconcile(path, row["_indexedLen"], row["_fileEpoch"])
         if plan.kind != "clean" or plan.file_len != row["_indexedLen"]:
             return Window(row=row, plan_kind=plan.kind)
-        w = read_warm(conn, sid, path, int(row["messageCount"]), req)
+        w = read_warm(conn, sid, path, int(row["messageCount"]), req, row)
         w.row, w.plan_kind, w.file_len, w.epoch = row, plan.kind, plan.file_len, plan.epoch
         return w
     finally:
         conn.execute("ROLLBACK")
 
 
-def _safe_loads(blob: bytes) -> dict[str, Any]:
-    try:
-        return loads_line(blob)
-    except ValueError:
-        return {"type": "message", "id": None, "corrupt": True}
-
-
-def project(window: Window, session_row: Mapping[str, Any], req: WindowRequest) -> dict[str, Any]:
-    """The ``session.get`` result for a window that was read (pure)."""
-    messages: list[dict[str, Any]] = []
-    target = window.target_pos
-    for r, blob in zip(window.rows, window.blobs[: len(window.rows)], strict=True):
-        rec = wire_record(_safe_loads(blob))
-        if r[4]:
-            rec["deleted"] = True
-        rec["seq"] = r[0]
-        if r[5] is not None:
-            rec.setdefault("turnId", r[5])
-        bypass = target is not None and r[0] - 1 == target and rec.get("role") in ("user", "assistant")
-        messages.append(rec if bypass else cap_content(rec, req.content_limit))
-    compactions = [wire_record(normalize_on_read(_safe_loads(b))) for b in window.blobs[len(window.rows):]]
-    return {
-        "session": index.public_session(session_row),
-        "messages": messages,
-        "compactions": compactions,
-        "messageStart": window.start,
-        "messageEnd": window.end,
-        "hasMoreBefore": window.start > 0,
-        "hasMoreAfter": window.end < window.total,
-        "totalMessages": window.total,
-    }
-
-
-def navigation_call_id(result: Mapping[str, Any], target_pos: int) -> str | None:
+def navigation_call_id(target: Mapping[str, Any] | None) -> str | None:
     """The ``parentToolCallId`` of a ``messageAround`` target (a subagent-attributed row), if any."""
-    target = next((m for m in result["messages"] if m.get("seq") == target_pos + 1), None)
     meta = (target or {}).get("meta") or {}
     call_id = meta.get("parentToolCallId") if isinstance(meta, Mapping) else None
     return call_id if isinstance(call_id, str) else None

@@ -45,7 +45,10 @@ async def inprocess_host(root: Path, **overrides: Any) -> AsyncIterator[RunningH
 async def client_for(
     running: RunningHost, client_id: str = "test-client", kind: str = "test"
 ) -> AsyncIterator[HostClient]:
-    async with open_client(running.url, running.token, client_id=client_id, client_kind=kind) as c:
+    """``kind="plugin:<id>"`` connects as that plugin (clientKind plugin with its pluginId)."""
+    plugin_id = kind.removeprefix("plugin:") if kind.startswith("plugin:") else None
+    async with open_client(running.url, running.token, client_id=client_id,
+                           client_kind="plugin" if plugin_id else kind, plugin_id=plugin_id) as c:
         yield c
 
 
@@ -104,3 +107,9 @@ def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None =
 def msg(mid: str, text: str, role: str = "user", **extra: Any) -> dict[str, Any]:
     """A message record; ``blocks=`` in ``extra`` replaces the single text block."""
     return {"id": mid, "role": role, "blocks": [{"type": "text", "text": text}], **extra}
+
+
+async def index_caught_up(host: RunningHost) -> None:
+    """Wait until the index covers every acknowledged append (appends are acknowledged before
+    their index rows commit): a fault armed on the next DB commit then hits the next request's."""
+    await host.services.index_log.barrier()

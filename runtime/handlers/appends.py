@@ -2,11 +2,13 @@
 
 The session actor hands every append that waited in its mailbox together to
 :func:`append_group`. In ONE hop to the actor's worker thread it reads what
-the index knows (stored receipts, held ids — ``store.appends.gather``), plans
-each request purely (``store.appends.plan_appends``: replay, D444 remap,
-steering replacement, refusal), and writes + fdatasyncs the planned lines,
-each carrying its receipt in ``meta.receipt``. The index op follows; every
-request gets its own answer.
+the index knows (stored receipts, held ids — ``store.appends.gather``, plus
+what the index log holds of ids acknowledged but not indexed yet), plans each
+request purely (``store.appends.plan_appends``: replay, D444 remap, steering
+replacement, refusal), and writes + fdatasyncs the planned lines, each carrying
+its receipt in ``meta.receipt``. Then every request is answered: the index op
+goes to the DB writer without being awaited (``ctx.index_later``), and reads
+that need the index wait for it (ARCHITECTURE.md "Read barriers").
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from actors.session import SessionCall
 from actors.session_context import SessionContext
 from protocol import models as m
 from protocol.limits import EVENT_RECORD_MAX
+from runtime.context import Pinned
 from runtime.handlers import inflight
 from store import index
-from store.appends import AppendPlan, AppendRequest, Refuse, Replay, Write, gather, plan_appends
+from store.appends import AppendPlan, AppendRequest, Held, Refuse, Replay, Write, gather, index_appended, plan_appends
 from store.errors import IOFailure, StorageFull
 from store.receipts import ReceiptKey
-from store.records import wire_record
+from store.records import is_streaming, wire_record
 
 __all__ = ["append", "append_group"]
 
@@ -44,8 +47,12 @@ async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> lis
     sid, path, now = ctx.sid, ctx.paths.transcript, ctx.now()
     last_seq = int(ctx.row["messageCount"])
 
+    log = ctx.index_log
+    candidates = [mid for r in requests if isinstance(mid := r.message.get("id"), str)]
+    pending = log.held([*candidates, *(f"{sid}:{m}" for m in candidates)])
+
     def step(conn: Any) -> tuple[AppendPlan, int, int]:
-        known = gather(conn, path, sid, requests)
+        known = gather(conn, path, sid, requests, pending=pending)
         plan = plan_appends(sid, requests, known, last_seq=last_seq, now_ms=now)
         lines = plan.lines
         if not lines:
@@ -60,15 +67,20 @@ async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> lis
             ctx.storage_failed(exc)
         raise
     writes = plan.writes
+    seq = 0
     if writes:
         epoch = ctx.epoch
         items = []
+        held: dict[str, Held] = {}
         offset = first
         for w in writes:
             items.append(index.IndexRecord(w.record, offset, len(w.line), None if w.replace else w.seq))
+            held[w.record["id"]] = Held(sid, w.ref, is_streaming(w.record))
             offset += len(w.line)
-        await ctx.db(lambda conn: index.index_messages(conn, sid, items, indexed_len=new_len, file_epoch=epoch,
-                                                       now_ms=now), durable=False)
+        # Acknowledged now (the lines are durable); the index catches up behind the read barrier.
+        seq = await ctx.index_later(
+            lambda conn: index_appended(conn, sid, path, items, indexed_len=new_len, file_epoch=epoch, now_ms=now),
+            nbytes=new_len - first, held=held)
         ctx.appended(new_len, plan.last_seq, now)
         await inflight.after_append(ctx, [w.record for w in writes])
         for w in writes:
@@ -76,12 +88,14 @@ async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> lis
             if len(w.line) <= EVENT_RECORD_MAX:
                 data["record"] = wire_record(w.record)
             ctx.publish("session.message", data)
-    return [_answer(o) for o in plan.outcomes]
+    return [_answer(o, seq) for o in plan.outcomes]
 
 
-def _answer(outcome: Write | Replay | Refuse) -> Any:
+def _answer(outcome: Write | Replay | Refuse, seq: int) -> Any:
     if isinstance(outcome, Write):
-        return outcome.response()
+        # Its receipt reaches command_receipts with the index rows: the pipeline keeps the
+        # answer for retries until the index covers ``seq``.
+        return Pinned(outcome.response(), seq)
     if isinstance(outcome, Replay):
         return outcome.response
     return outcome.error

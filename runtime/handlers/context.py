@@ -2,7 +2,8 @@
 
 Pure views (``store/context.py``) over one full read of the transcript (and
 the revisions file for the tree), served by the session actor so they see
-every acknowledged line.
+every acknowledged line; read and built in one worker-thread hop (never on
+the event loop: a long session is seconds of work).
 """
 
 from __future__ import annotations
@@ -17,37 +18,49 @@ from store.errors import PayloadTooLarge
 from store.receipts import ReceiptKey
 from store.records import wire_record
 from store.revisions import read_revisions
+from store.rewrite import load_live
 from store.tombstones import deleted_ids
-
-from .revisions import snapshot
 
 __all__ = ["context", "tree"]
 
 
-async def _whole_read(ctx: SessionContext, method: str) -> Any:
-    """The live transcript, read whole: refused beyond ``MAX_WHOLE_READ_BYTES`` before a byte is read."""
+async def _check_whole_read(ctx: SessionContext, method: str) -> None:
+    """A whole-transcript read is refused beyond ``MAX_WHOLE_READ_BYTES`` before a byte is read."""
     await ctx.ensure_ready()
     if ctx.file_len > MAX_WHOLE_READ_BYTES:
         raise PayloadTooLarge(
             f"{method} reads the whole transcript ({ctx.file_len} bytes), over the limit of {MAX_WHOLE_READ_BYTES}: "
             "read it in pages with session.get (messageEnd + maxBytes), or compact the session",
             data={"limit": MAX_WHOLE_READ_BYTES, "size": ctx.file_len, "paging": ["messageEnd", "maxBytes"]})
-    return await snapshot(ctx)
 
 
 async def context(ctx: SessionContext, p: m.SessionReadParams, key: ReceiptKey | None) -> Any:
-    live = await _whole_read(ctx, "session.context")
-    built = build_session_context(live.messages, live.compactions, deleted_ids(live.tombstones))
-    checkpoint = built["compaction"]
-    return {
-        "messages": built["messages"],
-        "compaction": wire_record(checkpoint) if checkpoint is not None else None,
-    }
+    await _check_whole_read(ctx, "session.context")
+    created = int(ctx.row.get("createdAt") or 0)
+    path = ctx.paths.transcript
+
+    def build() -> dict[str, Any]:  # in the actor's worker thread: a long session is seconds of work
+        live = load_live(path, default_created_ms=created)
+        built = build_session_context(live.messages, live.compactions, deleted_ids(live.tombstones))
+        checkpoint = built["compaction"]
+        return {
+            "messages": built["messages"],
+            "compaction": wire_record(checkpoint) if checkpoint is not None else None,
+        }
+
+    return await ctx.io(build)
 
 
 async def tree(ctx: SessionContext, p: m.SessionReadParams, key: ReceiptKey | None) -> Any:
-    live = await _whole_read(ctx, "session.tree")
-    rf = await ctx.io(read_revisions, ctx.paths.revisions)
-    branches = [StoredBranch(e.root_user_id, e.revision_index, e.messages, e.live)
-                for _, e in sorted(rf.entries.items())]
-    return build_tree(live.messages, deleted_ids(live.tombstones), branches)
+    await _check_whole_read(ctx, "session.tree")
+    created = int(ctx.row.get("createdAt") or 0)
+    paths = ctx.paths
+
+    def build() -> Any:  # one worker-thread hop for both files and the tree
+        live = load_live(paths.transcript, default_created_ms=created)
+        rf = read_revisions(paths.revisions)
+        branches = [StoredBranch(e.root_user_id, e.revision_index, e.messages, e.live)
+                    for _, e in sorted(rf.entries.items())]
+        return build_tree(live.messages, deleted_ids(live.tombstones), branches)
+
+    return await ctx.io(build)

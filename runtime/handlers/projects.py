@@ -12,20 +12,24 @@ from typing import Any
 
 from actors.session import SessionOp
 from protocol import models as m
-from runtime.context import HostContext, ReadContext
+from runtime.context import HostContext, ReadContext, WriterContext
 from store import projects
 from store.errors import Conflict, SessionNotFound
 from store.receipts import ReceiptKey
 
 from .sessions import delete as delete_session
 
-__all__ = ["list_projects", "remove"]
+__all__ = ["list_projects", "pin", "remove"]
 
 _DELETE = SessionOp(delete_session, mutating=True)
 
 
 def list_projects(ctx: ReadContext, p: m.ProjectsListParams) -> Any:
     return {"projects": projects.list_projects(ctx.conn)}
+
+
+def pin(ctx: WriterContext, p: m.ProjectsPinParams, key: ReceiptKey | None) -> Any:
+    return {"project": projects.pin_project(ctx.conn, p.project_id, p.pinned)}
 
 
 async def remove(ctx: HostContext, p: m.ProjectsRemoveParams, key: ReceiptKey | None) -> Any:

@@ -34,7 +34,7 @@ from store.receipts import ReceiptKey
 
 T = TypeVar("T")
 
-__all__ = ["Vault", "delete", "fingerprint", "get", "list_secrets", "set_secret"]
+__all__ = ["Vault", "delete", "fingerprint", "fingerprint_hiding", "get", "list_secrets", "set_secret"]
 
 SERVICE = "vault"
 SECRET_READERS = frozenset({"agent", "ui"})
@@ -54,8 +54,20 @@ class Vault:
 
 async def fingerprint(services: Services, method: str, raw: Mapping[str, Any]) -> str:
     """A keyed MAC of the request without its value: the answer to a replay cannot depend on the value."""
+    return await fingerprint_hiding(services, method, raw, ("value",))
+
+
+async def fingerprint_hiding(services: Services, method: str, raw: Mapping[str, Any],
+                             fields: tuple[str, ...]) -> str:
+    """A keyed MAC (machine key) of the request *without* the secret ``fields``.
+
+    A replayed ``submissionId`` is then answered from its receipt whatever those
+    fields hold (a different secret is not written), and a conflict (another
+    non-secret field) never says whether a guessed secret was right; the stored
+    fingerprint cannot be tested offline either.
+    """
     vault: Vault = services.get(SERVICE)
-    shown = {k: v for k, v in raw.items() if k != "value"}
+    shown = {k: v for k, v in raw.items() if k not in fields}
     plain = receipts.fingerprint(method, shown)
     return await vault.run(vault.store.keyed_fingerprint, plain.encode("ascii"))
 

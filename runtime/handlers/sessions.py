@@ -13,15 +13,20 @@ from typing import Any
 
 from actors.session_context import SessionContext
 from protocol import models as m
+from protocol.jsonrpc import Encoded
 from protocol.limits import DEFAULT_WINDOW, MAX_REPLY_BYTES, MAX_WHOLE_READ_BYTES
 from runtime.context import ReadContext, Services
 from store import cursors, index, queue, windows
 from store.errors import Conflict, MessageNotFound, StorageFull
 from store.ids import derived_id, new_id
+from store.plugins import session_owner
 from store.receipts import ReceiptKey, file_record
 from store.reconcile import apply_plan, plan_reconcile
 from store.session_files import finish_delete, write_delete_marker
 from store.transcript import create_transcript
+from store.window_reply import with_field
+
+from .plugins import require_owner
 
 __all__ = ["create", "create_target", "delete", "get", "list_sessions", "rename", "update"]
 
@@ -86,6 +91,8 @@ def window_request(p: m.SessionGetParams, client_kind: str) -> windows.WindowReq
 
 
 async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None) -> Any:
+    if ctx.caller.plugin_id is not None:  # a plugin reads only the sessions it imported
+        require_owner(ctx.caller, await ctx.read(session_owner, ctx.sid), what=f"session {ctx.sid}")
     req = window_request(p, ctx.caller.client_kind)
     path = ctx.paths.transcript
     window: windows.Window | None = None
@@ -104,28 +111,27 @@ async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None
             # The index must catch up with the file first and the disk is full: reads keep
             # working, served from the transcript alone (bounded), until space is freed.
             return await _get_from_file(ctx, req)
-        window = await ctx.read(windows.read_warm, ctx.sid, path, int(row["messageCount"]), req)
+        window = await ctx.read(windows.read_warm, ctx.sid, path, int(row["messageCount"]), req, row)
     if window.missing_target:
         raise MessageNotFound(f"message {req.around} is not in session {ctx.sid}",
                               data={"sessionId": ctx.sid, "messageId": req.around})
-    result = windows.project(window, ctx.row, req)
-    if window.target_pos is not None:
-        call_id = windows.navigation_call_id(result, window.target_pos)
-        if call_id is not None:
-            parent = await ctx.io(windows.navigation_parent, path, call_id, req.content_limit)
-            if parent is not None:
-                result["navigationParent"] = parent
-    return result
+    reply = window.reply
+    call_id = windows.navigation_call_id(window.target)
+    if call_id is not None:
+        parent = await ctx.io(windows.navigation_parent, path, call_id, req.content_limit)
+        if parent is not None:
+            reply = with_field(reply, "navigationParent", parent)
+    return Encoded(reply)  # encoded once from the lines' own bytes; the gateway sends it as it is
 
 
 async def _get_from_file(ctx: SessionContext, req: windows.WindowRequest) -> Any:
     session_row = await ctx.read(index.require_session, ctx.sid)
-    window = await ctx.io(lambda: windows.read_file_window(ctx.paths.transcript, req,
+    window = await ctx.io(lambda: windows.read_file_window(ctx.paths.transcript, req, session_row,
                                                            max_file_bytes=MAX_WHOLE_READ_BYTES))
     if window.missing_target:
         raise MessageNotFound(f"message {req.around} is not in session {ctx.sid}",
                               data={"sessionId": ctx.sid, "messageId": req.around})
-    return windows.project(window, session_row, req)
+    return Encoded(window.reply)
 
 
 def list_sessions(ctx: ReadContext, p: m.SessionListParams) -> Any:

@@ -273,6 +273,8 @@ class Actor:
       :class:`ActorStopped`);
     * ``idle_timeout`` - seconds without an inbound message after which the
       actor passivates (exits normally, state ``passivated``); ``None`` = never;
+    * ``hold_seconds`` - how long a batch that :meth:`may_hold` approves waits
+      for more messages (default 0: never); see :meth:`_hold`;
     * ``idle_work_after`` - seconds of an empty mailbox after which
       :meth:`on_idle` runs; ``None`` (default) = never. ``idle_work_interval``
       is the pause between two calls while ``on_idle`` keeps returning True.
@@ -286,6 +288,7 @@ class Actor:
     linger_ticks: int = 0  # see _linger: scheduler ticks to wait for more messages before a batch
     linger_max_ticks: int = 2000
     linger_max_seconds: float = 0.02
+    hold_seconds: float = 0.0  # see _hold: how long a batch :meth:`may_hold` says may wait for company
 
     def __init__(
         self,
@@ -312,7 +315,9 @@ class Actor:
         self._stop_requested = False
         self._exited = trio.Event()
         self._counters = _Counters()
+        self._room = trio.Event()  # set (and replaced) whenever the loop takes messages out
         self._idle_work_due = True  # on_idle may have work once after start and after every batch
+        self._hold_wake: trio.Event | None = None  # set while a batch is held (see _hold)
 
     # -- hooks for subclasses -------------------------------------------------
 
@@ -412,6 +417,7 @@ class Actor:
         self._stop_requested = True
         self._state = "stopping"
         self._send.close()
+        self.wake()
 
     def kill(self) -> None:
         """Chaos hook: cancel the actor at its current await point (crash semantics)."""
@@ -457,6 +463,12 @@ class Actor:
     def post_nowait(self, msg: Any, reply: Reply) -> None:
         """Like :meth:`post`, but raise :class:`Busy` instead of waiting for room."""
         self._send_nowait(Envelope(msg, reply))
+
+    async def wait_room(self) -> None:
+        """Return once the mailbox has room (a following ``*_nowait`` can still find it full)."""
+        while self._recv.statistics().current_buffer_used >= self._mailbox_size and self._state not in _TERMINAL:
+            await self._room.wait()
+        await trio.lowlevel.checkpoint()
 
     def statistics(self) -> ActorStatistics:
         chan = self._recv.statistics()
@@ -513,10 +525,11 @@ class Actor:
                 await self._send.send(env)
             except trio.ClosedResourceError:
                 raise self._closed_error() from None
+            self._entered(env)
         except trio.ClosedResourceError:
             raise self._closed_error() from None
         else:
-            self._note_depth(self._recv.statistics().current_buffer_used)
+            self._entered(env)
             await trio.lowlevel.cancel_shielded_checkpoint()
 
     def _send_nowait(self, env: Envelope) -> None:
@@ -527,7 +540,15 @@ class Actor:
             raise Busy(f"actor {self.name!r}: mailbox full ({self._mailbox_size} messages)") from None
         except trio.ClosedResourceError:
             raise self._closed_error() from None
-        self._note_depth(self._recv.statistics().current_buffer_used)
+        self._entered(env)
+
+    def _entered(self, env: Envelope) -> None:
+        """``env`` is in the mailbox: note the depth; end a hold it must not wait behind."""
+        depth = self._recv.statistics().current_buffer_used
+        self._note_depth(depth)
+        wake = self._hold_wake
+        if wake is not None and (depth + len(self._counters.in_flight) >= self.batch_limit or self.ends_hold(env.msg)):
+            wake.set()
 
     def _closed_error(self) -> ActorError:
         if self._state == "crashed":
@@ -560,8 +581,12 @@ class Actor:
                 first = got
             batch = [first]
             self._drain_into(batch, limit)
+            self._room.set()
+            self._room = trio.Event()
             if self.linger_ticks and len(batch) < limit:
                 await self._linger(batch, limit)
+            if self.hold_seconds and len(batch) < limit and self.may_hold(batch):
+                await self._hold(batch, limit)
             await self._dispatch(batch)
 
     def _drain_into(self, batch: list[Envelope], limit: int) -> int:
@@ -599,6 +624,40 @@ class Actor:
     def expects_more(self, batch: list[Envelope]) -> bool:
         """Override: True when the newest message says more of its kind is on the way."""
         return False
+
+    def may_hold(self, batch: list[Envelope]) -> bool:
+        """Override: True when nobody waits for this batch, so it may wait for company (see :meth:`_hold`)."""
+        return False
+
+    def ends_hold(self, msg: Any) -> bool:
+        """Override: True when ``msg``, arriving during a hold, must be handled now."""
+        return True
+
+    def wake(self) -> None:
+        """End a hold now (someone started waiting for the held batch); no-op otherwise."""
+        if self._hold_wake is not None:
+            self._hold_wake.set()
+
+    async def _hold(self, batch: list[Envelope], limit: int) -> None:
+        """Let a batch nobody waits for wait up to ``hold_seconds`` for more messages.
+
+        Unlike :meth:`_linger` (a few scheduler ticks), a hold sleeps: one wakeup
+        at the end instead of one per tick. It ends early on :meth:`wake`, on a
+        message :meth:`ends_hold` says must not wait, when the mailbox holds a
+        full batch, and on stop. Then whatever arrived joins the batch.
+        """
+        self._counters.in_flight = batch
+        wake = self._hold_wake = trio.Event()
+        try:
+            if self._stop_requested:
+                return
+            with trio.move_on_after(self.hold_seconds):
+                await wake.wait()
+        finally:
+            self._hold_wake = None
+        self._drain_into(batch, limit)
+        self._room.set()
+        self._room = trio.Event()
 
     async def _wait_for_message(self) -> Envelope | None:
         """Block for the next message; ``None`` when closed or idle for too long.
@@ -681,6 +740,7 @@ class Actor:
 
     def _finish(self, state: ActorState, cause: BaseException | None) -> None:
         self._state = state
+        self._room.set()  # nobody waits for room in a mailbox that is gone
         self._send.close()  # parked senders get ClosedResourceError -> _closed_error()
         self._fail_queued(ActorCrashed if state == "crashed" else ActorStopped, cause)
         self._recv.close()

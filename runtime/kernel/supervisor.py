@@ -419,12 +419,23 @@ class ActorRef:
                     raise
                 stale = actor
 
+    async def wait_room(self) -> None:
+        """Wait for an incarnation (if between two) and for room in its mailbox."""
+        actor = await self._sup._acquire(self.name, None, self._factory)
+        await actor.wait_room()
+
     def post_nowait(self, msg: Any, reply: Reply) -> None:
         """Post to the current incarnation now; ``ActorStopped`` if there is none, ``Busy`` if full."""
         actor = self.current()
         if actor is None:
             raise ActorStopped(f"supervisor {self._sup.name!r}: child {self.name!r} is not running")
         actor.post_nowait(msg, reply)
+
+    def wake(self) -> None:
+        """End the current incarnation's hold, if it holds a batch (see ``Actor.wake``)."""
+        actor = self.current()
+        if actor is not None:
+            actor.wake()
 
     def tell_nowait(self, msg: Any) -> None:
         """Tell the current incarnation now; ``ActorStopped`` if there is none, ``Busy`` if full."""

@@ -24,7 +24,7 @@ from store.jsonio import dumps_line, loads_line
 from store.records import wire_record
 from store.schema import SCHEMA_VERSION
 from store.search import search_messages
-from tests.hostkit import client_for, inprocess_host, msg
+from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 
 
 def _data(tmp_path: Path) -> Path:
@@ -280,6 +280,7 @@ async def test_delete_removes_index_entries_and_every_session_file(tmp_path: Pat
             files = [_transcript(root, sid), root / "sessions" / f"{sid}.revisions.jsonl",
                      root / "sessions" / f"{sid}.inflight.json"]
             assert all(p.exists() for p in files), [p for p in files if not p.exists()]
+            await index_caught_up(host)  # the raw database read below does not pass a read barrier
             assert sorted(_search_ids(root, "platypus")) == ["a1", "k1", "u1"]
             await c.call("session.delete", {"sessionId": sid})
             assert not [p for p in files if p.exists()]
@@ -385,6 +386,7 @@ async def test_unknown_line_kinds_skipped_and_duplicate_ids_keep_last(tmp_path: 
             stale = _search_ids(root, "text 1")
             on_file = _file_messages(path)
             r = await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("m4", "next")})
+            await index_caught_up(host)  # before the raw database read below
     assert counts == {"badLines": 1, "unknownLines": 2, "tornTails": 0}
     assert [(d["sessionId"], d["badLines"]) for d in damaged] == [("s1", 1)]
     assert [m["id"] for m in got["messages"]] == ["m0", "m1", "m2", "m3"]

@@ -11,7 +11,7 @@ import trio
 
 from runtime.client import ClientClosed, RpcError, open_client
 from store.fork import derived_id
-from tests.hostkit import client_for, inprocess_host, msg, start_host_process
+from tests.hostkit import client_for, index_caught_up, inprocess_host, msg, start_host_process
 from tests.revisions.helpers import assert_index_matches_file, full, query, revisions_path, transcript_path, turn
 
 SETTINGS = {"providerId": "anthropic", "modelId": "claude-x", "mode": "plan", "thinkingLevel": "high",
@@ -70,6 +70,7 @@ async def test_fork_copies_the_live_transcript_and_settings(tmp_path):
             assert call == derived_id(cid, "call", "call-1")
             assert got["messages"][2]["meta"] == {"parentToolCallId": call, "agentName": "reviewer"}
             assert "meta" not in got["messages"][3]  # the source's revision pager stamp is not copied
+            await index_caught_up(host)
             assert_index_matches_file(tmp_path, cid)
             assert query(tmp_path, "SELECT COUNT(*) FROM plan_approvals WHERE session_id = ?", cid) == [(0,)]
             assert query(tmp_path, "SELECT COUNT(*) FROM turns WHERE session_id = ?", cid) == [(0,)]
@@ -91,6 +92,7 @@ async def test_fork_copies_the_live_transcript_and_settings(tmp_path):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             again = await full(c, cid)
             assert len(again["messages"]) == 6 and again["session"]["mode"] == "plan"
+            await index_caught_up(host)
             assert_index_matches_file(tmp_path, cid)
 
 
@@ -123,6 +125,7 @@ async def test_message_scoped_fork_and_checkpoints(tmp_path):
             with pytest.raises(RpcError) as err:
                 await c.call("session.fork", {"sessionId": "missing"})
             assert err.value.data_code == "SESSION_NOT_FOUND"
+            await index_caught_up(host)
             assert len(query(tmp_path, "SELECT id FROM sessions")) == 3
 
 
@@ -175,6 +178,7 @@ async def test_failed_fork_leaves_no_child_files_or_rows(tmp_path, point):
             pasted.mkdir(parents=True)
             (pasted / "a.txt").write_text("A")
             await c.call("session.appendMessage", {"sessionId": sid, "message": msg("u1", f"see {pasted}/a.txt")})
+            await index_caught_up(host)
             files, sessions = session_files(tmp_path), query(tmp_path, "SELECT id FROM sessions")
             scratch = sorted(p.name for p in (tmp_path / "scratch").iterdir())
             host.faults.add(point, nth=1, action="raise")
@@ -182,6 +186,7 @@ async def test_failed_fork_leaves_no_child_files_or_rows(tmp_path, point):
                 await c.call("session.fork", {"sessionId": sid})
             host.faults.clear()
             assert session_files(tmp_path) == files
+            await index_caught_up(host)
             assert query(tmp_path, "SELECT id FROM sessions") == sessions
             assert sorted(p.name for p in (tmp_path / "scratch").iterdir()) == scratch
             assert query(tmp_path, "SELECT COUNT(*) FROM messages") == [(1,)]
@@ -199,6 +204,7 @@ async def test_fork_retry_with_the_same_submission_returns_the_same_child(tmp_pa
             first = await c.call("session.fork", p)
             second = await c.call("session.fork", p)
             assert first["id"] == second["id"]
+            await index_caught_up(host)
             assert len(query(tmp_path, "SELECT id FROM sessions")) == 2
             with pytest.raises(RpcError) as err:
                 await c.call("session.fork", {**p, "throughMessageId": "u1"})
@@ -225,6 +231,7 @@ async def test_sigkill_during_fork_gives_no_child_or_a_whole_one(tmp_path, point
         proc.proc.communicate()
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            await index_caught_up(host)
             rows = [r[0] for r in query(tmp_path, "SELECT id FROM sessions ORDER BY id")]
             others = [r for r in rows if r != "src"]
             scratch = sorted(p.name for p in (tmp_path / "scratch").iterdir())
@@ -240,4 +247,5 @@ async def test_sigkill_during_fork_gives_no_child_or_a_whole_one(tmp_path, point
             for key, value in SETTINGS.items():
                 assert got["session"][key] == value
             assert (tmp_path / "scratch" / cid / "pasted" / "a.txt").read_text() == "A"
+            await index_caught_up(host)
             assert_index_matches_file(tmp_path, cid)

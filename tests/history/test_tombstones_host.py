@@ -7,7 +7,7 @@ import trio
 
 from runtime.client import RpcError
 from store.jsonio import loads_line
-from tests.hostkit import client_for, inprocess_host, msg
+from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 from tests.revisions.helpers import query, transcript_path, turn
 
 
@@ -37,6 +37,7 @@ async def test_delete_appends_one_line_and_flags_the_row(tmp_path):
             tomb = loads_line(after[len(before):])
             assert tomb["type"] == "tombstone" and tomb["messageId"] == "a1" and tomb["deleted"] is True
             assert isinstance(tomb["id"], str) and isinstance(tomb["createdAt"], str)
+            await index_caught_up(host)
             assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 1}
             got = await c.call("session.get", {"sessionId": sid, "full": True})
             assert [m.get("deleted", False) for m in got["messages"]] == [False, True]
@@ -48,6 +49,7 @@ async def test_delete_appends_one_line_and_flags_the_row(tmp_path):
             r = await c.call("session.restoreMessage", {"sessionId": sid, "messageId": "a1"})
             assert r == {"messageId": "a1", "deleted": False}
             assert lines(tmp_path, sid)[-1]["deleted"] is False
+            await index_caught_up(host)
             assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 0}
             ctx = await c.call("session.context", {"sessionId": sid})
             assert [m["id"] for m in ctx["messages"]] == ["u1", "a1"]
@@ -111,6 +113,7 @@ async def test_receipt_replays_the_stored_answer(tmp_path):
             # the retry answers from the receipt; it does not delete again
             assert (await c.call("session.deleteMessage", p))["deleted"] is True
             assert (await trio.Path(transcript_path(tmp_path, sid)).stat()).st_size == size
+            await index_caught_up(host)
             assert deleted_flags(tmp_path, sid)["u1"] == 0
             with pytest.raises(RpcError) as err:
                 await c.call("session.deleteMessage", {**p, "messageId": "a1"})
@@ -130,6 +133,7 @@ async def test_flags_rebuilt_from_the_file_after_the_index_is_lost(tmp_path):
         for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
             (tmp_path / name).unlink(missing_ok=True)
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            await index_caught_up(host)
             assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 1, "u2": 0, "a2": 1}
             got = await c.call("session.get", {"sessionId": sid, "full": True})
             assert [m["id"] for m in got["messages"] if m.get("deleted")] == ["a1", "a2"]
@@ -142,6 +146,7 @@ async def test_lost_index_update_is_caught_up_from_the_tail(tmp_path):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             sid = (await c.call("session.create", {}))["id"]
             await turn(c, sid, "u1", "a1")
+            await index_caught_up(host)
             host.faults.add("index.before_commit", nth=1, action="raise")
             with pytest.raises(RpcError):
                 await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "a1"})
@@ -149,6 +154,7 @@ async def test_lost_index_update_is_caught_up_from_the_tail(tmp_path):
             assert lines(tmp_path, sid)[-1]["type"] == "tombstone"
             got = await c.call("session.get", {"sessionId": sid, "full": True})
             assert [m.get("deleted", False) for m in got["messages"]] == [False, True]
+            await index_caught_up(host)
             assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 1}
 
 
@@ -163,12 +169,15 @@ async def test_rewrites_carry_tombstones_of_surviving_messages(tmp_path):
             await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a2", "mode": "regenerate"})
             kinds = [(x["type"], x.get("messageId")) for x in lines(tmp_path, sid)[1:]]
             assert ("tombstone", "a1") in kinds and ("tombstone", "a2") not in kinds
+            await index_caught_up(host)
             assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 1, "u2": 0}
             await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a2b", "again", role="assistant")})
         for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
             (tmp_path / name).unlink(missing_ok=True)
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            await index_caught_up(host)
             assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 1, "u2": 0, "a2b": 0}
             # the archived branch comes back without its tombstone: the flag belongs to the live transcript
             await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u2", "revisionIndex": 1})
+            await index_caught_up(host)
             assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 1, "u2": 0, "a2": 0}

@@ -6,7 +6,7 @@ import sqlite3
 
 import trio
 
-from tests.hostkit import client_for, inprocess_host, msg
+from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 
 
 def _rows(root, sid):
@@ -23,6 +23,7 @@ async def test_vanished_transcript_is_reconciled_and_appends_recreate_it(tmp_pat
             sid = (await c.call("session.create", {"title": "keep me"}))["id"]
             for i in range(3):
                 await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"m{i}", f"t{i}")})
+            await index_caught_up(host)  # the rows are in the index before the file vanishes
         (tmp_path / "sessions" / f"{sid}.jsonl").unlink()
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             assert host.boot.report["indexRowsRemoved"] == 3

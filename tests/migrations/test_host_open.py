@@ -161,7 +161,9 @@ def test_seed_11_5_serve_archives_a_pre_v7_database_and_reindexes_the_transcript
     assert sqlite3_cli(data / "pi.sqlite.v6.bak", "PRAGMA user_version; SELECT count(*) FROM sessions;") == [
         "5", "4"]
     assert [m["id"] for m in seen["alpha"]["messages"]] == ["m-a1", "m-a2", "m-a3", "m-a4", "m-a5"]
-    assert seen["settings"]["value"] is None  # §7: settings are not carried over a breaking reset
+    # §7: settings are not carried over a breaking reset (nothing stored; reads give the defaults)
+    assert "updatedAt" not in seen["settings"]
+    assert seen["settings"]["value"] == {"largePasteThreshold": 600, "thinkingDisplayMode": "detailed"}
     assert seed.file_bytes() == seed.files
     host = start_host_process(data)
     _stop(host)

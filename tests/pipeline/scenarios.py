@@ -19,6 +19,7 @@ from runtime.client import HostClient
 from store.errors import NotFound
 from store.secrets import SecretStore
 from tests.hostkit import msg
+from tests.httpkit import FakeProvider, Reply
 
 Vars = dict[str, Any]
 Setup = Callable[[HostClient, Path], Awaitable[Vars]]
@@ -224,6 +225,60 @@ def secret_version(ref: str) -> Callable[[Path, Vars], int]:
     return version
 
 
+async def with_ui_keys(c: HostClient, root: Path) -> Vars:
+    await c.call("settings.update", {"ns": "ui", "values": {"k1": 1, "k2": 2}})
+    return {}
+
+
+async def with_groups(c: HostClient, root: Path) -> Vars:
+    g1 = await c.call("projectGroups.save", {"name": "one", "roots": ["/work/one"]})
+    g2 = await c.call("projectGroups.save", {"name": "two", "roots": ["/work/two"]})
+    return {"g1": g1["group"]["id"], "g2": g2["group"]["id"]}
+
+
+async def with_providers(c: HostClient, root: Path) -> Vars:
+    await c.call("providers.create", {"id": "p1", "name": "one", "apiKey": "key-one"})
+    await c.call("providers.create", {"id": "p2", "name": "two"})
+    return {}
+
+
+async def with_user_models(c: HostClient, root: Path) -> Vars:
+    await with_providers(c, root)
+    for mid in ("m1", "m2"):
+        await c.call("models.add", {"providerId": "p1", "modelId": mid})
+    return {}
+
+
+async def with_model_server(c: HostClient, root: Path) -> Vars:
+    server = FakeProvider(Reply(models=[{"id": "gpt-a"}, {"id": "gpt-b"}], api_key="key-one"), lifetime=90)
+    await c.call("providers.create", {"id": "p1", "name": "one", "apiKey": "key-one", "baseUrl": server.base_url})
+    return {"server": server}
+
+
+async def with_plugins(c: HostClient, root: Path) -> Vars:
+    for pid in ("acme", "beta"):
+        await c.call("plugins.register", {"pluginId": pid, "name": pid, "version": "1"})
+        await c.call("settings.set", {"ns": f"plugin:{pid}", "key": "k", "value": pid})
+    return {}
+
+
+async def with_sync_key(c: HostClient, root: Path) -> Vars:
+    await c.call("configSync.configure", {"enabled": True})
+    await c.call("settings.set", {"key": "largePasteThreshold", "value": 900})
+    return {}
+
+
+async def with_bundles(c: HostClient, root: Path) -> Vars:
+    await with_sync_key(c, root)
+    first = (await c.call("configSync.export", {}))["bundleBase64"]
+    second = (await c.call("configSync.export", {}))["bundleBase64"]
+    return {"b1": first, "b2": second}
+
+
+def kv_rows(ns: str) -> Callable[[Path, Vars], int]:
+    return lambda root, v: int(rows(root, "SELECT COUNT(*) FROM kv WHERE ns = ?", ns)[0][0])
+
+
 # ---------------------------------------------------------------------- the table
 
 S = Scenario
@@ -337,4 +392,65 @@ SCENARIOS: dict[str, Scenario] = {
                          count=count("SELECT COUNT(*) FROM projects")),
     "settings.set": S(nothing, lambda v: {"key": "k", "value": 1},
                       lambda v: ("settings.set", {"key": "k", "value": 2})),
+    # configuration (issue 13)
+    "settings.update": S(nothing, lambda v: {"ns": "ui", "values": {"a": 1}},
+                         lambda v: ("settings.update", {"ns": "ui", "values": {"a": 2}}), count=kv_rows("ui")),
+    "settings.delete": S(with_ui_keys, lambda v: {"ns": "ui", "key": "k1"},
+                         lambda v: ("settings.delete", {"ns": "ui", "key": "k2"}), count=kv_rows("ui")),
+    "workspace.open": S(with_files, lambda v: {"path": v["folder"]},
+                        lambda v: ("workspace.open", {"path": v["folder"] + "/sub"}),
+                        count=count("SELECT COUNT(*) FROM projects")),
+    "projects.pin": S(with_projects, lambda v: {"projectId": v["a"], "pinned": True},
+                      lambda v: ("projects.pin", {"projectId": v["b"], "pinned": True}),
+                      count=count("SELECT COUNT(*) FROM projects WHERE pinned = 1")),
+    "projectGroups.save": S(nothing, lambda v: {"name": "G", "roots": ["/work/g"]},
+                            lambda v: ("projectGroups.save", {"name": "H", "roots": ["/work/h"]}),
+                            count=kv_rows("projectGroups")),
+    "projectGroups.delete": S(with_groups, lambda v: {"groupId": v["g1"]},
+                              lambda v: ("projectGroups.delete", {"groupId": v["g2"]}),
+                              count=kv_rows("projectGroups")),
+    "projectGroups.setMemory": S(with_groups, lambda v: {"groupId": v["g1"], "memory": "remember"},
+                                 lambda v: ("projectGroups.setMemory", {"groupId": v["g1"], "memory": "other"}),
+                                 count=kv_rows("projectGroupMemory")),
+    "projectGroups.setInstructions": S(
+        with_groups, lambda v: {"groupId": v["g1"], "instructions": "be brief"},
+        lambda v: ("projectGroups.setInstructions", {"groupId": v["g1"], "instructions": "be long"}),
+        count=kv_rows("projectGroupInstructions")),
+    "providers.create": S(nothing, lambda v: {"id": "p1", "name": "one", "apiKey": "sk-1"},
+                          lambda v: ("providers.create", {"id": "p1", "name": "one", "apiKey": "sk-2"}),
+                          count=count("SELECT COUNT(*) FROM providers")),
+    "providers.update": S(with_providers, lambda v: {"providerId": "p1", "apiKey": "key-new"},
+                          lambda v: ("providers.update", {"providerId": "p1", "apiKey": "key-other"}),
+                          count=secret_version("provider/p1")),
+    "providers.delete": S(with_providers, lambda v: {"providerId": "p1"},
+                          lambda v: ("providers.delete", {"providerId": "p2"}),
+                          count=count("SELECT COUNT(*) FROM providers")),
+    "providers.reorder": S(with_providers, lambda v: {"providerIds": ["p2", "p1"]},
+                           lambda v: ("providers.reorder", {"providerIds": ["p1", "p2"]})),
+    "providers.sync": S(nothing, lambda v: {"providers": [{"id": "a1", "name": "A"}]},
+                        lambda v: ("providers.sync", {"providers": [{"id": "a2", "name": "B"}]}),
+                        kind="plugin:acme", count=count("SELECT COUNT(*) FROM providers")),
+    "models.add": S(with_providers, lambda v: {"providerId": "p1", "modelId": "m1"},
+                    lambda v: ("models.add", {"providerId": "p1", "modelId": "m2"}),
+                    count=count("SELECT COUNT(*) FROM models")),
+    "models.remove": S(with_user_models, lambda v: {"providerId": "p1", "modelId": "m1"},
+                       lambda v: ("models.remove", {"providerId": "p1", "modelId": "m2"}),
+                       count=count("SELECT COUNT(*) FROM models")),
+    "models.refresh": S(with_model_server, lambda v: {"providerId": "p1"},
+                        lambda v: ("models.refresh", {"providerId": "p1", "timeoutMs": 5000}),
+                        count=kv_rows("cache")),
+    "plugins.register": S(nothing, lambda v: {"pluginId": "acme", "name": "Acme", "version": "1"},
+                          lambda v: ("plugins.register", {"pluginId": "acme", "name": "Acme", "version": "2"})),
+    "plugins.setEnabled": S(with_plugins, lambda v: {"pluginId": "acme", "enabled": False},
+                            lambda v: ("plugins.setEnabled", {"pluginId": "beta", "enabled": False})),
+    "plugins.uninstall": S(with_plugins, lambda v: {"pluginId": "acme"},
+                           lambda v: ("plugins.uninstall", {"pluginId": "beta"}),
+                           count=count("SELECT COUNT(*) FROM kv WHERE ns LIKE 'plugin:%'")),
+    "configSync.configure": S(nothing, lambda v: {"enabled": True, "webdavPassword": "pw-1"},
+                              lambda v: ("configSync.configure", {"enabled": True, "webdavPassword": "pw-2"}),
+                              count=secret_version("configSync/webdavPassword")),
+    "configSync.export": S(with_sync_key, lambda v: {},
+                           lambda v: ("configSync.configure", {"enabled": False})),
+    "configSync.apply": S(with_bundles, lambda v: {"bundleBase64": v["b1"]},
+                          lambda v: ("configSync.apply", {"bundleBase64": v["b2"]})),
 }

@@ -19,7 +19,7 @@ import trio
 from protocol.methods import METHODS
 from runtime.client import RpcError
 from runtime.routes import ROUTES, Via
-from tests.hostkit import client_for, inprocess_host
+from tests.hostkit import client_for, index_caught_up, inprocess_host
 from tests.pipeline import probe
 from tests.pipeline.scenarios import SCENARIOS
 
@@ -65,17 +65,41 @@ async def test_receipt(tmp_path: Path, method: str) -> None:
                 if scenario.count:
                     assert before is not None and once is not None
                     assert abs(once - before) == 1, f"{method}: {before} -> {once}: not exactly one effect"
+                await index_caught_up(host)
                 state = probe.state(root)
                 assert await a.call(method, params) == first
+                await index_caught_up(host)
                 assert probe.state(root) == state, f"{method}: a retry changed the data directory"
                 other_method, other = scenario.other(v)
                 with pytest.raises(RpcError) as err:
                     await b.call(other_method, {**other, **key})
                 assert err.value.data_code == "IDEMPOTENCY_CONFLICT"
+                await index_caught_up(host)
                 assert probe.state(root) == state, f"{method}: a conflicting request changed the data directory"
                 if scenario.count:
                     assert scenario.count(root, v) == once
         async with inprocess_host(root) as host, client_for(host, "same", kind=scenario.kind) as again:
+            await index_caught_up(host)
             state = probe.state(root)  # after boot (its fence may have changed rows, e.g. interrupted approvals)
             assert await again.call(method, params) == first, f"{method}: the receipt did not survive a restart"
+            await index_caught_up(host)
             assert probe.state(root) == state
+
+
+@pytest.mark.parametrize("method", ["session.appendMessage", "session.rename", "session.truncateFrom"])
+async def test_a_retry_after_the_session_was_deleted_is_answered_from_its_receipt(tmp_path: Path,
+                                                                                   method: str) -> None:
+    """A completed request's answer outlives its session (and the host process)."""
+    scenario = SCENARIOS[method]
+    root = tmp_path / "data"
+    with trio.fail_after(60):
+        async with inprocess_host(root) as host, client_for(host, "same") as c:
+            v = await scenario.setup(c, root)
+            params = {**scenario.params(v), "submissionId": "before-delete"}
+            first = await c.call(method, params)
+            await c.call("session.delete", {"sessionId": v["sid"]})
+        async with inprocess_host(root) as host, client_for(host, "same") as c:
+            assert await c.call(method, params) == first
+            with pytest.raises(RpcError) as err:
+                await c.call(method, {**params, "submissionId": "after-delete"})
+            assert err.value.data_code == "SESSION_NOT_FOUND"

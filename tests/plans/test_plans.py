@@ -16,7 +16,7 @@ import trio
 from runtime.client import RpcError, open_client
 from store import plans
 from store.errors import Conflict, CorruptData
-from tests.hostkit import client_for, inprocess_host, start_host_process
+from tests.hostkit import client_for, index_caught_up, inprocess_host, start_host_process
 
 MARKDOWN = "# Plan ✓\r\n\r\n1. Split the tokenizer  \n2. Add tests\t\n\n```py\nx = '\\u00e9'\n```\n"
 REL_RE = re.compile(r"^\.pi/(plan|goal)/[A-Za-z0-9_-]+\.md$")
@@ -238,6 +238,7 @@ async def test_failed_approval_commit_leaves_the_session_in_its_contract_mode(tm
         async with inprocess_host(tmp_path / "data") as host, client_for(host) as c:
             sid = await _plan_session(c, ws)
             req = await c.call("plans.submit", _submit(sid, ws, "c1"))
+            await index_caught_up(host)
             host.faults.add("index.before_commit", nth=1, action="raise")
             with pytest.raises(RpcError):
                 await c.call("plans.respond", {"requestId": req["requestId"], "action": "approve"})

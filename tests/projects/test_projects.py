@@ -34,7 +34,7 @@ async def test_remove_deletes_owned_sessions_and_memory_never_the_folder(tmp_pat
             assert by_path[str(ws)]["sessionCount"] == 2 and by_path[str(ws)]["name"] == "ws"
             await c.call("settings.set", {"ns": "projectMemory", "key": str(ws), "value": "remember me"})
             await c.call("settings.set", {"ns": "projectMemory", "key": str(other), "value": "other memory"})
-            await c.call("settings.set", {"ns": "app", "key": "currentProjectId", "value": pid})
+            assert (await c.call("workspace.open", {"path": str(ws)}))["currentProjectId"] == pid
             task = await c.call("tasks.create", {"title": "t", "prompt": "p", "projectId": pid})
             blob = await c.call("attachments.put", {"name": "a", "mimeType": "text/plain",
                                                     "dataBase64": base64.b64encode(b"att").decode()})
@@ -48,7 +48,7 @@ async def test_remove_deletes_owned_sessions_and_memory_never_the_folder(tmp_pat
                 assert not (data / "sessions" / f"{sid}.jsonl").exists()
             assert [p["path"] for p in (await c.call("projects.list", {}))["projects"]] == [str(other)]
             assert (await c.call("settings.get", {"ns": "projectMemory", "key": str(ws)}))["value"] is None
-            assert (await c.call("settings.get", {"ns": "projectMemory", "key": str(other)}))["value"] \
+            assert (await c.call("settings.get", {"ns": "projectMemory", "key": str(other)}))["value"]["content"] \
                 == "other memory"
             assert (await c.call("settings.get", {"ns": "app", "key": "currentProjectId"}))["value"] is None
             assert "projectId" not in await c.call("tasks.get", {"taskId": task["id"]})

@@ -44,6 +44,16 @@ BRIEF_METHODS = {
     "tasks.startRun", "tasks.finishRun",
     "plans.submit", "plans.pending", "plans.respond",
     "projects.list", "projects.remove",
+    # configuration (issue 13)
+    "settings.getAll", "settings.update", "settings.delete",
+    "workspace.open", "workspace.get", "session.resolvePath", "projects.pin",
+    "projectGroups.list", "projectGroups.get", "projectGroups.save", "projectGroups.delete",
+    "projectGroups.setMemory", "projectGroups.setInstructions",
+    "providers.list", "providers.get", "providers.create", "providers.update", "providers.delete",
+    "providers.reorder", "providers.sync",
+    "models.list", "models.add", "models.remove", "models.refresh",
+    "plugins.list", "plugins.register", "plugins.setEnabled", "plugins.uninstall",
+    "configSync.get", "configSync.configure", "configSync.export", "configSync.apply",
 }  # fmt: skip
 
 
@@ -90,6 +100,8 @@ def test_mutating_flags_match_intent() -> None:
         "search.sessions", "search.query", "settings.get",
         "secrets.get", "secrets.list", "attachments.estimate", "tasks.list", "tasks.get",
         "tasks.runs", "plans.pending", "projects.list",
+        "settings.getAll", "workspace.get", "session.resolvePath", "projectGroups.list", "projectGroups.get",
+        "providers.list", "providers.get", "models.list", "plugins.list", "configSync.get",
     }  # fmt: skip
 
 

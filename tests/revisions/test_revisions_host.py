@@ -10,7 +10,7 @@ import trio
 
 from runtime.client import RpcError
 from store.revisions import read_revisions
-from tests.hostkit import client_for, inprocess_host, msg
+from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 from tests.revisions.helpers import (
     assert_index_matches_file,
     full,
@@ -52,6 +52,7 @@ async def test_regenerate_save_switch_and_restart(tmp_path):
             revs = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
             assert [(x["revisionIndex"], x["isActive"], x["messageCount"]) for x in revs] == [
                 (1, False, 2), (2, True, 2)]
+            await index_caught_up(host)
             assert_index_matches_file(tmp_path, sid)
     # restart: variants survive, the live root reloads with its pager stamp
     with trio.fail_after(60):
@@ -70,6 +71,7 @@ async def test_regenerate_save_switch_and_restart(tmp_path):
             # never rewritten: the old bytes are untouched, the live branch was appended in full
             assert after.startswith(before) and os.stat(revisions_path(tmp_path, sid)).st_ino == inode
             assert revision_kinds(tmp_path, sid) == {("u1", 1): False, ("u1", 2): False}
+            await index_caught_up(host)
             assert_index_matches_file(tmp_path, sid)
             # switching back and forth between stored variants adds nothing
             await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 2})
@@ -155,6 +157,7 @@ async def test_edited_prompt_joins_its_family_and_pager_restores_any_branch(tmp_
             revs = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
             assert {(x["rootUserId"], x["revisionIndex"]): x["isActive"] for x in revs} == {
                 ("u1", 1): False, ("u1", 2): True, ("u2", 1): False}
+            await index_caught_up(host)
             assert_index_matches_file(tmp_path, sid)
 
 

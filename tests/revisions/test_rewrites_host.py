@@ -6,7 +6,7 @@ import pytest
 import trio
 
 from runtime.client import RpcError
-from tests.hostkit import client_for, inprocess_host, msg
+from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 from tests.revisions.helpers import (
     assert_index_matches_file,
     full,
@@ -46,13 +46,16 @@ async def test_truncate_aborts_running_turn_and_drops_inflight(tmp_path):
             inflight.write_bytes(b'{"schema":1,"message":{"id":"x"}}')
             r = await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u2"})
             assert r["removed"] == 1 and r["session"]["messageCount"] == 2
+            await index_caught_up(host)
             assert query(tmp_path, "SELECT status FROM turns WHERE id = 't1'") == [("aborted",)]
             assert not inflight.exists()
             assert ids(await full(c, sid)) == ["u1", "a1"]
+            await index_caught_up(host)
             assert_index_matches_file(tmp_path, sid)
             # the next append after a rewrite continues the sequence
             a = await c.call("session.appendMessage", {"sessionId": sid, "message": msg("u3", "next")})
             assert a["message"]["seq"] == 3
+            await index_caught_up(host)
             assert_index_matches_file(tmp_path, sid)
 
 
@@ -66,6 +69,7 @@ async def test_rewrite_keeps_owning_turns(tmp_path):
                                                    "message": msg("a1", "a", role="assistant")})
             await c.call("session.appendMessage", {"sessionId": sid, "message": msg("u2", "q2")})
             await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u2"})
+            await index_caught_up(host)
             rows = query(tmp_path, "SELECT id, turn_id FROM messages WHERE session_id = ? ORDER BY seq", sid)
             assert rows == [("u1", "t1"), ("a1", "t1")]
 
@@ -106,6 +110,7 @@ async def test_compaction_append_chain_and_rewrite_validity(tmp_path):
             assert [x["id"] for x in got["compactions"]] == ["c1"]
             body = transcript_path(tmp_path, sid).read_text()
             assert '"id":"c2"' not in body and body.count('"type":"compaction"') == 1
+            await index_caught_up(host)
             assert_index_matches_file(tmp_path, sid)
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
@@ -150,6 +155,7 @@ async def test_replace_messages_archives_dropped_live_branch(tmp_path):
             assert [x["id"] for x in got["compactions"]] == ["c1"]
             revs = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
             assert [(x["rootUserId"], x["isActive"]) for x in revs] == [("u2", False)]
+            await index_caught_up(host)
             assert_index_matches_file(tmp_path, sid)
             with pytest.raises(RpcError) as err:
                 await c.call("session.replaceMessages", {"sessionId": sid, "messages": [{"id": "x", "role": "bot",
@@ -235,6 +241,7 @@ async def test_failure_between_rewrite_and_reindex_heals_on_next_request(tmp_pat
                 await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a2", "mode": "regenerate"})
             got = await full(c, sid)
             assert ids(got) == ["u1", "a1", "u2"]
+            await index_caught_up(host)
             assert_index_matches_file(tmp_path, sid)
             revs = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
             assert [(x["revisionIndex"], x["isActive"]) for x in revs] == [(1, False)]

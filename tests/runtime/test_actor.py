@@ -428,3 +428,68 @@ async def test_idle_work_failure_crashes_the_actor(autojump_clock: trio.testing.
     with pytest.raises(RuntimeError, match="idle work failed"):
         await actor.run()
     assert actor.state == "crashed"
+
+
+class Holder(Batcher):
+    """Holds batches of ``("effect", x)`` for 1 s; ``("urgent", x)`` ends a hold."""
+
+    hold_seconds = 1.0
+
+    def __init__(self, batch_limit: int = 64) -> None:
+        super().__init__()
+        self.batch_limit = batch_limit
+        self.handled_at: list[float] = []
+
+    def may_hold(self, batch: list[Envelope]) -> bool:
+        return all(env.msg[0] == "effect" for env in batch)
+
+    def ends_hold(self, msg: Any) -> bool:
+        return bool(msg[0] != "effect")
+
+    async def handle(self, msg: Any) -> Any:
+        self.handled_at.append(trio.current_time())
+        return msg[1] if msg[0] == "urgent" else await super().handle(msg)
+
+
+async def test_a_held_batch_waits_for_company_then_runs_as_one(autojump_clock: trio.abc.Clock) -> None:
+    actor = Holder()
+    async with actor_running(actor) as nursery:
+        start = trio.current_time()
+        first = spawn(nursery, actor.ask, ("effect", 0))
+        await trio.sleep(0.3)
+        assert "value" not in first  # held, not lost
+        later = [spawn(nursery, actor.ask, ("effect", i)) for i in (1, 2)]
+        await trio.sleep(1.0)
+        assert actor.batch_sizes == [3]
+        assert actor.handled_at[0] - start == pytest.approx(1.0)
+        assert [first["value"], *(b["value"] for b in later)] == [0, 1, 2]
+
+
+async def test_a_hold_ends_on_wake_on_an_urgent_message_on_a_full_batch_and_on_stop(
+        autojump_clock: trio.abc.Clock) -> None:
+    actor = Holder(batch_limit=4)
+    async with actor_running(actor) as nursery:
+        t0 = trio.current_time()
+        spawn(nursery, actor.ask, ("effect", 0))
+        await trio.sleep(0.1)
+        actor.wake()  # a reader now waits for it
+        await trio.testing.wait_all_tasks_blocked()
+        assert actor.batch_sizes == [1] and actor.handled_at[-1] - t0 == pytest.approx(0.1)
+
+        spawn(nursery, actor.ask, ("effect", 1))
+        await trio.sleep(0.1)
+        urgent = spawn(nursery, actor.ask, ("urgent", "now"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert actor.batch_sizes == [1, 2] and urgent["value"] == "now"
+
+        boxes = [spawn(nursery, actor.ask, ("effect", i)) for i in range(4)]
+        await trio.testing.wait_all_tasks_blocked()
+        assert actor.batch_sizes == [1, 2, 4]  # a full batch does not wait
+        assert [b["value"] for b in boxes] == [0, 1, 2, 3]
+
+        t1 = trio.current_time()
+        last = spawn(nursery, actor.ask, ("effect", 9))
+        await trio.sleep(0.1)
+        actor.stop()
+        await trio.testing.wait_all_tasks_blocked()
+        assert last["value"] == 9 and trio.current_time() - t1 == pytest.approx(0.1)

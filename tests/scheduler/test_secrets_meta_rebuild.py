@@ -14,7 +14,7 @@ import trio
 from store import secrets as secret_store
 from store.secrets_meta_rebuild import rebuild_secrets_meta, scan_secret_files
 from tests.dbkit import NOW
-from tests.hostkit import client_for, inprocess_host
+from tests.hostkit import client_for, index_caught_up, inprocess_host
 from tests.scheduler.schedkit import open_db
 
 
@@ -96,6 +96,7 @@ async def test_a_set_that_crashed_before_its_row_is_listed_after_restart(tmp_pat
     with trio.fail_after(60):
         async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as c:
             await c.call("secrets.set", {"ref": "provider/a", "value": "1"})
+            await index_caught_up(host)
             host.faults.add("index.before_commit", nth=1, action="raise")  # file written, row not committed
             try:
                 await c.call("secrets.set", {"ref": "provider/b", "value": "2"})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import trio
 
-from tests.hostkit import client_for, inprocess_host
+from tests.hostkit import client_for, index_caught_up, inprocess_host
 from tests.turns.turnkit import new_session, rpc_error, start
 
 
@@ -46,6 +46,7 @@ async def test_write_and_edit_results_become_artifacts(tmp_path):
             rest = await c.call("artifacts.list", {"limit": 5, "cursor": everything["nextCursor"]})
             paths = {a["path"] for a in everything["artifacts"] + rest["artifacts"]}
             assert paths == {"/w/a.py", "/w/z.md"}
+            await index_caught_up(host)
             assert counts(tmp_path) == (2, 4)  # Write, Edit, scratch Write (audited, not an artifact), other
             err = await rpc_error(c.call("artifacts.list", {"cursor": "bm90LWEtY3Vyc29y"}))
             assert err.data_code == "INVALID_CURSOR"  # a cursor this host never issued (issue 18)
@@ -55,13 +56,18 @@ async def test_fault_before_commit_leaves_neither_then_catch_up_restores_both_on
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             sid = await new_session(c)
+            await index_caught_up(host)
             host.faults.add("index.before_commit", nth=1, action="raise")
-            await rpc_error(c.call("session.appendMessage", {"sessionId": sid, "message": tool("m1", "Write", "/w/a")}))
+            # acknowledged once the line is durable; its index commit (rows, artifact, audit) then fails
+            first = await c.call("session.appendMessage", {"sessionId": sid, "message": tool("m1", "Write", "/w/a")})
+            assert first["replayed"] is False
+            await index_caught_up(host)
             host.faults.clear()
             assert counts(tmp_path) == (0, 0)  # neither the artifact nor its audit row
             # the transcript line was durable: the next request catches the index up, both appear together
             again = await c.call("session.appendMessage", {"sessionId": sid, "message": tool("m1", "Write", "/w/a")})
             assert again["replayed"] is True
+            await index_caught_up(host)
             assert counts(tmp_path) == (1, 1)
             listed = await c.call("artifacts.list", {"sessionId": sid})
             assert [a["path"] for a in listed["artifacts"]] == ["/w/a"]
@@ -75,6 +81,7 @@ async def test_artifacts_survive_restart_and_cascade_with_session(tmp_path):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             listed = await c.call("artifacts.list", {})
             assert [a["path"] for a in listed["artifacts"]] == ["/w/a"]
+            await index_caught_up(host)
             assert counts(tmp_path) == (1, 1)
             await c.call("session.delete", {"sessionId": sid})
             assert (await c.call("artifacts.list", {}))["artifacts"] == []

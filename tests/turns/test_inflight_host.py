@@ -9,7 +9,7 @@ from pathlib import Path
 
 import trio
 
-from tests.hostkit import client_for, inprocess_host, msg
+from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 from tests.turns.turnkit import assistant, end, new_session, rpc_error, start
 
 
@@ -50,6 +50,7 @@ async def test_save_replaces_the_checkpoint_atomically(tmp_path):
             assert [n for n in os.listdir(tmp_path / "sessions") if ".tmp." in n] == []
             # the checkpoint never reaches the transcript or the index
             assert b"partial" not in (tmp_path / "sessions" / f"{sid}.jsonl").read_bytes()
+            await index_caught_up(host)
             assert index_row(tmp_path, "a1") is None
 
 
@@ -106,12 +107,14 @@ async def test_end_turn_completed_or_error_removes_a_checkpoint_whose_id_is_inde
             for status in ("completed", "error"):
                 sid = await setup(c)
                 await save(c, sid, "t1", assistant("a1" + status, "reply"))
-                # the final row's index commit lands but the append fails right after it, so the
-                # append path never removes the checkpoint
-                host.faults.add("index.after_commit", nth=host.faults.hits("index.after_commit") + 1)
+                # the final row's line is durable but the append fails right after its fsync, so the
+                # append path never removes the checkpoint; the next request indexes the line
+                host.faults.add("append.after_fsync", nth=host.faults.hits("append.after_fsync") + 1)
                 await rpc_error(c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
                                                                  "message": assistant("a1" + status, "reply")}))
                 host.faults.clear()
+                await c.call("session.get", {"sessionId": sid})
+                await index_caught_up(host)
                 assert index_row(tmp_path, "a1" + status) is not None and ckpt(tmp_path, sid).exists()
                 await end(c, sid, "t1", status)
                 assert not ckpt(tmp_path, sid).exists(), status
@@ -179,6 +182,7 @@ async def test_terminal_assistant_replaces_streaming_row_in_place(tmp_path):
             got = await c.call("session.get", {"sessionId": sid})
             assert [m["id"] for m in got["messages"]] == ["u1", "a1", "s1"]
             assert got["messages"][1]["blocks"][0]["text"] == "settled answer"
+            await index_caught_up(host)
             assert index_row(tmp_path, "a1") == (first["message"]["seq"], "t1", "settled answer")
             assert not ckpt(tmp_path, sid).exists()
 
@@ -198,6 +202,7 @@ async def test_late_partial_snapshot_cannot_overwrite_settled_result(tmp_path):
                 "saved": False, "reason": "already_indexed"}
             got = await c.call("session.get", {"sessionId": sid})
             assert got["messages"][1]["blocks"][0]["text"] == "settled"
+            await index_caught_up(host)
             assert index_row(tmp_path, "a1")[2] == "settled"
 
 
@@ -214,6 +219,7 @@ async def test_duplicate_terminal_snapshot_cannot_overwrite_settled_result(tmp_p
             assert dup["replayed"] is True
             got = await c.call("session.get", {"sessionId": sid})
             assert got["messages"][1]["blocks"][0]["text"] == "settled"
+            await index_caught_up(host)
             assert index_row(tmp_path, "a1")[2] == "settled"
 
 

@@ -15,7 +15,7 @@ from runtime.client import open_client
 from runtime.datadir import DataDir
 from store.faults import NO_FAULTS, Faults, InjectedFault
 from store.inflight import sweep
-from tests.hostkit import client_for, inprocess_host, msg, start_host_process
+from tests.hostkit import client_for, index_caught_up, inprocess_host, msg, start_host_process
 from tests.turns.turnkit import assistant, end, new_session, rpc_error, start
 
 
@@ -75,6 +75,7 @@ async def test_leftover_of_a_completed_turn_is_promoted_complete(tmp_path):
             assert a1["id"] == "a1" and a1["turnId"] == "t1" and a1["meta"]["status"] == "completed"
             assert a1["blocks"][0]["text"] == "the reply so far" and "interrupted" not in a1["meta"]
             assert not ckpt(tmp_path, sid).exists()
+            await index_caught_up(host)
             assert db_rows(tmp_path, "SELECT turn_id FROM messages WHERE id = 'a1'") == [("t1",)]
             assert db_rows(tmp_path, "SELECT status FROM turns WHERE id = 't1'") == [("completed",)]
 
@@ -90,6 +91,7 @@ async def test_leftover_of_a_running_turn_is_promoted_aborted_under_the_aborted_
             assert [m["id"] for m in got["messages"]] == ["u1", "a1"]
             meta = got["messages"][1]["meta"]
             assert meta["status"] == "aborted" and meta["interrupted"] is True
+            await index_caught_up(host)
             assert db_rows(tmp_path, "SELECT status, error_code FROM turns") == [("aborted", "INTERRUPTED")]
             assert db_rows(tmp_path, "SELECT turn_id FROM messages WHERE id = 'a1'") == [("t1",)]
             kinds = [k for (k,) in db_rows(tmp_path, "SELECT kind FROM audit_log ORDER BY id")]
@@ -127,6 +129,7 @@ async def test_steering_leftover_replaces_the_streaming_row_in_its_position(tmp_
             assert [m["id"] for m in got["messages"]] == ["u1", "a1", "s1"]
             assert got["messages"][1]["blocks"][0]["text"] == "the reply so far"
             assert got["messages"][1]["meta"]["status"] == "aborted"
+            await index_caught_up(host)
             assert db_rows(tmp_path, "SELECT seq, turn_id, text FROM messages WHERE id = 'a1'") == [
                 (seq_before[0][0], "t1", "the reply so far")]
             assert not ckpt(tmp_path, sid).exists()
@@ -155,6 +158,7 @@ async def test_crash_during_boot_promotion_promotes_once(tmp_path, point):
             assert [m["id"] for m in got["messages"]] == ["u1", "a1"]
             assert got["messages"][1]["meta"]["status"] == "aborted"
             assert not ckpt(tmp_path, sid).exists()
+            await index_caught_up(host)
             assert db_rows(tmp_path, "SELECT COUNT(*) FROM messages WHERE id = 'a1'") == [(1,)]
             # at most one extra (identical, deduplicated keep-last) line for the re-promotion
             lines = message_lines(tmp_path, sid, "a1")

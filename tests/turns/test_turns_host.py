@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import trio
 
-from tests.hostkit import client_for, inprocess_host, msg
+from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 from tests.turns.turnkit import end, new_session, rpc_error, start
 
 
@@ -193,6 +193,7 @@ async def test_turn_update_and_notification_commit_together(tmp_path):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             sid = await new_session(c)
             await start(c, sid, "t1")
+            await index_caught_up(host)
             host.faults.add("index.before_commit", nth=1, action="raise")
             await rpc_error(end(c, sid, "t1"))
             host.faults.clear()

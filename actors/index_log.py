@@ -1,0 +1,179 @@
+"""The index log: appends are acknowledged before their index rows commit, reads still see them.
+
+ARCHITECTURE.md "Read barriers". An append is acknowledged once its line is
+durable (write + fdatasync); its index op goes to the DB writer in the same
+synchronous step as it is given a host-wide sequence number (:meth:`IndexLog.enqueue`),
+so the DB writer's mailbox holds index ops in sequence order. Each op's reply
+(after its batch committed, or when it failed) settles its sequence
+(:meth:`IndexLog.settle`); the *covered* sequence is the longest settled prefix.
+
+* A read that needs the index waits until every append acknowledged before it
+  arrived is covered (:meth:`IndexLog.barrier`); a session's own reads wait only
+  for that session's last sequence (:meth:`IndexLog.wait_covered`).
+* Ids of acknowledged-but-not-yet-indexed messages stay here (:meth:`held`) so an
+  append in another session still sees them (D444) before the index does.
+* The lag is bounded in bytes and in operations: past either bound new appends
+  wait (:meth:`wait_room`), so memory and catch-up time stay bounded.
+* While nobody waits (:meth:`wanted` is False) the DB writer may hold index ops
+  back a few milliseconds to commit more of them at once; ``on_wanted``
+  callbacks run the moment a reader or a stalled append starts waiting.
+* ``on_covered`` callbacks run as sequences are covered (the pipeline retires
+  receipt claims that were pinned until their row is in the database).
+
+Single trio thread; no locks. After a crash nothing here survives and nothing
+needs to: boot reconciles the index with the transcripts.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+__all__ = ["IndexLog", "IndexLogStatistics"]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexLogStatistics:
+    acknowledged: int
+    covered: int
+    lag_ops: int
+    lag_bytes: int
+    max_lag_ops: int
+    max_lag_bytes: int
+    waits: int
+    stalls: int
+
+
+@dataclass
+class _Entry:
+    nbytes: int
+    held: tuple[str, ...]
+    settled: bool = False
+
+
+@dataclass
+class IndexLog:
+    max_lag_bytes: int = 64 * 1024 * 1024
+    max_lag_ops: int = 50_000
+    acknowledged: int = 0
+    """Highest sequence handed out (its index op is in the DB writer's mailbox)."""
+    covered_seq: int = 0
+    """Highest sequence whose index op committed (or was settled otherwise)."""
+    _entries: dict[int, _Entry] = field(default_factory=dict)
+    _held: dict[str, Any] = field(default_factory=dict)
+    _held_by: dict[str, int] = field(default_factory=dict)
+    _waiters: list[tuple[int, int, trio.Event]] = field(default_factory=list)
+    _tie: Any = field(default_factory=itertools.count)
+    _room: trio.Event = field(default_factory=trio.Event)
+    _lag_bytes: int = 0
+    _peak_ops: int = 0
+    _peak_bytes: int = 0
+    _waits: int = 0
+    _stalls: int = 0
+    _on_covered: list[Callable[[int], None]] = field(default_factory=list)
+    _on_wanted: list[Callable[[], None]] = field(default_factory=list)
+
+    # -- appends ---------------------------------------------------------------
+    def enqueue(self, nbytes: int, held: Mapping[str, Any] | None = None) -> int:
+        """The next sequence, for an index op the caller enqueues in this same synchronous step."""
+        self.acknowledged += 1
+        seq = self.acknowledged
+        ids = tuple(held or ())
+        self._entries[seq] = _Entry(nbytes, ids)
+        for mid in ids:
+            self._held[mid] = held[mid]  # type: ignore[index]
+            self._held_by[mid] = seq
+        self._lag_bytes += nbytes
+        self._peak_ops = max(self._peak_ops, len(self._entries))
+        self._peak_bytes = max(self._peak_bytes, self._lag_bytes)
+        return seq
+
+    def held(self, ids: Iterable[str]) -> dict[str, Any]:
+        """What the not-yet-indexed appends hold of ``ids`` (``store.appends.Held`` values)."""
+        return {mid: self._held[mid] for mid in ids if mid in self._held}
+
+    def full(self) -> bool:
+        return len(self._entries) >= self.max_lag_ops or self._lag_bytes >= self.max_lag_bytes
+
+    async def wait_room(self) -> None:
+        """Backpressure: wait while the index trails by more than the bounds.
+
+        Always a cancellation point (trio's convention), even with room: a killed session
+        actor stops here, before it posts the index op of lines it has just made durable."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self.full():
+            self._stalls += 1
+            self._want()
+        while self.full():
+            await self._room.wait()
+
+    # -- the DB writer -----------------------------------------------------------
+    def settle(self, seq: int) -> None:
+        """Index op ``seq`` is done: committed, or failed (its session then catches up from its
+        transcript). The covered sequence advances over every settled prefix."""
+        entry = self._entries.get(seq)
+        if entry is None:
+            return
+        entry.settled = True
+        advanced = self.covered_seq
+        while True:
+            nxt = self._entries.get(advanced + 1)
+            if nxt is None or not nxt.settled:
+                break
+            advanced += 1
+            del self._entries[advanced]
+            self._lag_bytes -= nxt.nbytes
+            for mid in nxt.held:
+                if self._held_by.get(mid) == advanced:
+                    del self._held_by[mid]
+                    del self._held[mid]
+        if advanced == self.covered_seq:
+            return
+        self.covered_seq = advanced
+        while self._waiters and self._waiters[0][0] <= advanced:
+            heapq.heappop(self._waiters)[2].set()
+        if not self.full():
+            self._room.set()
+            self._room = trio.Event()
+        for fn in self._on_covered:
+            fn(advanced)
+
+    def on_covered(self, fn: Callable[[int], None]) -> None:
+        self._on_covered.append(fn)
+
+    def on_wanted(self, fn: Callable[[], None]) -> None:
+        self._on_wanted.append(fn)
+
+    def wanted(self) -> bool:
+        """True while a read waits for the index or an append waits for room."""
+        return bool(self._waiters) or self.full()
+
+    def _want(self) -> None:
+        for fn in self._on_wanted:
+            fn()
+
+    # -- reads -------------------------------------------------------------------
+    async def wait_covered(self, seq: int) -> None:
+        """Wait until sequence ``seq`` is covered (returns at once when it already is)."""
+        if seq <= self.covered_seq:
+            return
+        self._waits += 1
+        event = trio.Event()
+        heapq.heappush(self._waiters, (seq, next(self._tie), event))
+        self._want()
+        await event.wait()
+
+    async def barrier(self) -> None:
+        """Wait until every append acknowledged before this call is in the index."""
+        await self.wait_covered(self.acknowledged)
+
+    def statistics(self) -> IndexLogStatistics:
+        return IndexLogStatistics(
+            acknowledged=self.acknowledged, covered=self.covered_seq, lag_ops=len(self._entries),
+            lag_bytes=self._lag_bytes, max_lag_ops=self._peak_ops, max_lag_bytes=self._peak_bytes,
+            waits=self._waits, stalls=self._stalls)

@@ -1,0 +1,83 @@
+"""Params and results: models.* — the model catalog (seed 003 §4.4)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .limits import DEFAULT_REFRESH_TIMEOUT_MS
+from .models_common import Count, MutatingParams, Params, Ref, Result, TimestampMs, WireId
+
+
+class Model(Result):
+    provider_id: str
+    model_id: str
+    display_name: str
+    source: Literal["bundled", "discovered", "user"]
+    capabilities: list[str]
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    deprecated: bool = Field(description="A discovered model the provider no longer lists (kept), or flagged by it.")
+    updated_at: TimestampMs
+
+
+class ModelsListParams(Params):
+    provider_id: WireId | None = None
+
+
+class ModelsListResult(Result):
+    models: list[Model]
+
+
+class ModelsAddParams(MutatingParams):
+    provider_id: WireId
+    model_id: Ref
+    display_name: Ref | None = None
+    capabilities: list[Ref] = Field(default_factory=list, max_length=64)
+    context_window: int | None = Field(default=None, ge=1, le=1 << 40)
+    max_output_tokens: int | None = Field(default=None, ge=1, le=1 << 40)
+
+
+class ModelResult(Result):
+    model: Model
+
+
+class ModelsRemoveParams(MutatingParams):
+    provider_id: WireId
+    model_id: Ref
+
+
+class ModelsRemoveResult(Result):
+    provider_id: str
+    model_id: str
+    deleted: bool
+
+
+class ModelsRefreshParams(MutatingParams):
+    provider_id: WireId
+    timeout_ms: int = Field(default=DEFAULT_REFRESH_TIMEOUT_MS, ge=100, le=120_000,
+                            description="Bound on the whole HTTP exchange.")
+
+
+class ModelsRefreshResult(Result):
+    provider_id: str
+    refreshed_at: TimestampMs
+    listed: Count = Field(description="Models in the provider's reply.")
+    added: Count
+    updated: Count
+    user_kept: Count = Field(description="Listed models whose user row was left unchanged.")
+    deprecated: list[str] = Field(description="Discovered models no longer listed: kept, flagged deprecated.")
+
+
+__all__ = [
+    "Model",
+    "ModelResult",
+    "ModelsAddParams",
+    "ModelsListParams",
+    "ModelsListResult",
+    "ModelsRefreshParams",
+    "ModelsRefreshResult",
+    "ModelsRemoveParams",
+    "ModelsRemoveResult",
+]

@@ -1,0 +1,129 @@
+"""The model catalog (seed 003 §4.4): ``models.list`` / ``add`` / ``remove`` / ``refresh``.
+
+``models.refresh {providerId}`` asks the provider for its models over its
+OpenAI-compatible ``GET {baseUrl}/models`` (``Authorization: Bearer <key>``
+from the secret store, the provider's ``config.headers``, the app's
+``networkProxy``), with httpx on trio (through anyio) and one deadline for the
+whole exchange. Only a readable 2xx reply reaches the database: a refused key
+(``PROVIDER_UNAUTHORIZED``), no answer in time (``PROVIDER_TIMEOUT``), no
+connection (``PROVIDER_UNREACHABLE``) or a body that is not a model list
+(``PROVIDER_BAD_REPLY``, also any other status) writes nothing. Then one
+transaction upserts the discovered rows (``store/catalog.apply_refresh``: user
+rows are never touched), the refresh stamp and the receipt; a retry repeats
+the fetch and the same upsert (idempotent by construction).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import trio
+
+from protocol import models as m
+from protocol.limits import MAX_MODEL_LIST_BYTES
+from runtime.context import HostContext, ReadContext, WriterContext
+from store import catalog, providers
+from store import settings as kv
+from store.errors import InvalidInput, NotFound
+from store.receipts import ReceiptKey
+from store.seed_migrations import current_platform
+from store.settings_rules import APP_NS, APP_SETTINGS_KEY, clean_app
+
+from .plugins import require_owner
+from .secrets import SERVICE as VAULT
+from .secrets import Vault
+
+__all__ = ["add", "fetch_model_list", "list_models", "refresh", "remove"]
+
+TOPIC = "models.changed"
+
+
+def list_models(ctx: ReadContext, p: m.ModelsListParams) -> Any:
+    plugin = ctx.caller.plugin_id
+    if plugin is None:
+        return {"models": catalog.list_models(ctx.conn, p.provider_id)}
+    if p.provider_id is not None:
+        row = providers.get_provider(ctx.conn, p.provider_id)
+        require_owner(ctx.caller, row["ownerPluginId"], what=f"provider {p.provider_id}")
+        return {"models": catalog.list_models(ctx.conn, p.provider_id)}
+    own = [r["id"] for r in providers.list_providers(ctx.conn, owner=plugin)]
+    return {"models": catalog.list_models(ctx.conn, providers=own) if own else []}
+
+
+def add(ctx: WriterContext, p: m.ModelsAddParams, key: ReceiptKey | None) -> Any:
+    model = catalog.upsert_user_model(ctx.conn, p.provider_id, p.model_id, display_name=p.display_name,
+                                      capabilities=list(p.capabilities), context_window=p.context_window,
+                                      max_output_tokens=p.max_output_tokens, now_ms=ctx.now)
+    ctx.publish(TOPIC, {"providerId": p.provider_id})
+    return {"model": model}
+
+
+def remove(ctx: WriterContext, p: m.ModelsRemoveParams, key: ReceiptKey | None) -> Any:
+    deleted = catalog.delete_user_model(ctx.conn, p.provider_id, p.model_id)
+    if deleted:
+        ctx.publish(TOPIC, {"providerId": p.provider_id})
+    return {"providerId": p.provider_id, "modelId": p.model_id, "deleted": deleted}
+
+
+def _target(conn: Any, provider_id: str) -> tuple[dict[str, Any], Any]:
+    row = providers.get_provider(conn, provider_id)
+    found = kv.get_value(conn, APP_NS, APP_SETTINGS_KEY)
+    proxy = clean_app(found[0] if found else None, current_platform()).get("networkProxy")
+    return row, proxy
+
+
+async def fetch_model_list(url: str, headers: dict[str, str], *, timeout_s: float, proxy: Any) -> bytes:
+    """GET ``url``: the body of a 2xx reply (at most ``MAX_MODEL_LIST_BYTES``), else a clear error."""
+    proxy_url, trust_env = catalog.proxy_for(urlsplit(url).hostname or "", proxy)
+    try:
+        with trio.fail_after(timeout_s):
+            async with httpx.AsyncClient(timeout=timeout_s, proxy=proxy_url, trust_env=trust_env,
+                                         follow_redirects=False) as client:
+                async with client.stream("GET", url, headers=headers) as reply:
+                    if reply.status_code in (401, 403):
+                        raise catalog.ProviderUnauthorized(
+                            f"the provider refused the API key (HTTP {reply.status_code})",
+                            data={"status": reply.status_code})
+                    if not 200 <= reply.status_code < 300:
+                        raise catalog.BadProviderReply(f"the provider answered HTTP {reply.status_code}",
+                                                       data={"status": reply.status_code})
+                    body = bytearray()
+                    async for chunk in reply.aiter_bytes():
+                        body += chunk
+                        if len(body) > MAX_MODEL_LIST_BYTES:
+                            raise catalog.BadProviderReply(
+                                f"the provider's model list is larger than {MAX_MODEL_LIST_BYTES} bytes")
+                    return bytes(body)
+    except (trio.TooSlowError, httpx.TimeoutException):
+        raise catalog.ProviderTimeout(f"the provider did not answer within {timeout_s:g} s",
+                                      data={"timeoutMs": int(timeout_s * 1000)}) from None
+    except httpx.TransportError as exc:  # connect, read, proxy and protocol errors
+        raise catalog.ProviderUnreachable(f"cannot reach the provider: {type(exc).__name__}",
+                                          data={"error": type(exc).__name__}) from None
+
+
+async def refresh(ctx: HostContext, p: m.ModelsRefreshParams, key: ReceiptKey | None) -> Any:
+    pid = p.provider_id
+    row, proxy = await ctx.read(_target, pid)
+    base = row.get("baseUrl")
+    if not base:
+        raise InvalidInput(f"provider {pid!r} has no baseUrl to list models from", data={"field": "baseUrl"})
+    headers = {"Accept": "application/json", **row["config"].get("headers", {})}
+    ref = row.get("secretRef")
+    if ref is not None:
+        vault: Vault = ctx.services.get(VAULT)
+        try:
+            secret = await vault.run(vault.store.get, ref)
+        except NotFound:
+            secret = None
+        if secret is not None:
+            headers["Authorization"] = f"Bearer {secret.value}"
+    body = await fetch_model_list(base.rstrip("/") + "/models", headers, timeout_s=p.timeout_ms / 1000,
+                                  proxy=proxy)
+    found = catalog.parse_model_list(body)
+    now = ctx.now()
+    stamp = await ctx.commit(lambda conn: {"providerId": pid, **catalog.apply_refresh(conn, pid, found, now)})
+    ctx.publish(TOPIC, {"providerId": pid})
+    return stamp

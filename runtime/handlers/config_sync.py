@@ -1,0 +1,159 @@
+"""Portable configuration sync (seed 003 §1.3): settings, export and apply of encrypted bundles.
+
+* ``configSync.configure``: the WebDAV password and the vault key go to the
+  secret store first (vault thread, vault lock), then ``kv(configSync,
+  settings)`` (refs only) and the ``secrets_meta`` rows commit with the receipt;
+  re-running after a crash writes the same secrets again.
+* ``configSync.export``: the portable document is read in one snapshot,
+  encrypted (``store/config_sync``), written to ``config-sync/pending.bin``
+  (temp + rename), and returned; the receipt (with the bundle) commits last, so
+  a retry after a crash exports again (a fresh nonce: a new, equally valid bundle).
+* ``configSync.apply``: the bundle is verified and decrypted with this host's
+  vault key before anything is written (a flipped byte or another key's bundle
+  is ``CORRUPT_DATA`` and changes nothing), merged in ONE transaction with the
+  receipt, then kept as ``config-sync/base.bin``. Applying the same bundle again
+  changes nothing more (idempotent by construction).
+
+No method returns the files themselves or a secret value.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from protocol import models as m
+from runtime.context import HostContext, Services
+from store import config_sync as sync
+from store import secrets as secret_store
+from store.errors import Conflict, InvalidInput, NotFound
+from store.receipts import ReceiptKey
+from store.seed_migrations import current_platform
+from store.settings import get_value, set_value
+
+from .secrets import SERVICE as VAULT
+from .secrets import Vault, fingerprint_hiding
+
+__all__ = ["apply", "configure", "export", "fingerprint", "get"]
+
+_FIELDS = {"enabled": "enabled", "webdav_url": "webdavUrl", "webdav_username": "webdavUsername",
+           "remote_dir": "remoteDir"}
+
+
+async def fingerprint(services: Services, method: str, raw: Mapping[str, Any]) -> str:
+    """The request with the WebDAV password and the vault key as keyed MACs."""
+    return await fingerprint_hiding(services, method, raw, ("webdavPassword", "vaultKey"))
+
+
+def _settings(conn: Any) -> dict[str, Any]:
+    found = get_value(conn, *sync.SETTINGS_KEY)
+    value = found[0] if found else None
+    return dict(value) if isinstance(value, dict) else {"enabled": False}
+
+
+async def get(ctx: HostContext, p: m.ConfigSyncGetParams, key: ReceiptKey | None) -> Any:
+    vault: Vault = ctx.services.get(VAULT)
+    directory = ctx.services.data_dir.root / "config-sync"
+    settings = await ctx.read(_settings)
+    out: dict[str, Any] = {
+        "settings": settings,
+        "hasVaultKey": await vault.run(vault.store.exists, sync.VAULT_KEY_REF),
+        "hasWebdavPassword": await vault.run(vault.store.exists, sync.PASSWORD_REF),
+    }
+    for name, label in ((sync.PENDING_FILE, "pending"), (sync.BASE_FILE, "base")):
+        info = await ctx.in_thread(sync.bundle_info, directory, name)
+        if info is not None:
+            out[label] = info
+    return out
+
+
+async def configure(ctx: HostContext, p: m.ConfigSyncConfigureParams, key: ReceiptKey | None) -> Any:
+    vault: Vault = ctx.services.get(VAULT)
+    sent = p.model_fields_set
+    if p.webdav_url is not None and not p.webdav_url.startswith(("http://", "https://")):
+        raise InvalidInput("webdavUrl must be an http:// or https:// URL", data={"field": "webdavUrl"})
+    if p.vault_key is not None:
+        sync.decode_vault_key(p.vault_key)
+    now = ctx.now()
+    async with vault.lock:
+        if "webdav_password" in sent:
+            if p.webdav_password is not None:
+                await vault.run(lambda: vault.store.set(sync.PASSWORD_REF, p.webdav_password or "", now_ms=now))
+            else:
+                await vault.run(lambda: vault.store.delete(sync.PASSWORD_REF, now_ms=now))
+        if p.vault_key is not None:
+            await vault.run(lambda: vault.store.set(sync.VAULT_KEY_REF, p.vault_key or "", now_ms=now))
+        elif not await vault.run(vault.store.exists, sync.VAULT_KEY_REF):
+            fresh = sync.new_vault_key()
+            await vault.run(lambda: vault.store.set(sync.VAULT_KEY_REF, fresh, now_ms=now))
+        has_password = await vault.run(vault.store.exists, sync.PASSWORD_REF)
+
+    def effect(conn: Any) -> Any:
+        settings = _settings(conn)
+        for attr, wire in _FIELDS.items():
+            if attr in sent:
+                value = getattr(p, attr)
+                if value is None:
+                    settings.pop(wire, None)
+                else:
+                    settings[wire] = value
+        settings["vaultKeyRef"] = sync.VAULT_KEY_REF
+        secret_store.upsert_meta(conn, sync.VAULT_KEY_REF, owner_kind="configSync", owner_id=None,
+                                 kind="vault_key", now_ms=now)
+        if has_password:
+            settings["webdavPasswordRef"] = sync.PASSWORD_REF
+            secret_store.upsert_meta(conn, sync.PASSWORD_REF, owner_kind="configSync", owner_id=None,
+                                     kind="password", now_ms=now)
+        else:
+            settings.pop("webdavPasswordRef", None)
+            secret_store.delete_meta(conn, sync.PASSWORD_REF)
+        set_value(conn, *sync.SETTINGS_KEY, settings, now)
+        return {"settings": settings, "hasVaultKey": True, "hasWebdavPassword": has_password}
+
+    result = await ctx.commit(effect)
+    ctx.publish("settings.changed", {"ns": sync.SETTINGS_KEY[0], "keys": [sync.SETTINGS_KEY[1]]})
+    return result
+
+
+async def _vault_key(ctx: HostContext) -> bytes:
+    vault: Vault = ctx.services.get(VAULT)
+    try:
+        stored = await vault.run(vault.store.get, sync.VAULT_KEY_REF)
+    except NotFound:
+        raise Conflict("config sync has no vault key yet: call configSync.configure first",
+                       data={"reason": "not_configured"}) from None
+    return sync.decode_vault_key(stored.value)
+
+
+async def export(ctx: HostContext, p: m.ConfigSyncExportParams, key: ReceiptKey | None) -> Any:
+    vault_key = await _vault_key(ctx)
+    now = ctx.now()
+    doc = await ctx.read(sync.export_portable, now, current_platform())
+    blob = sync.encode_bundle(vault_key, doc)
+    directory = ctx.services.data_dir.root / "config-sync"
+    await ctx.in_thread(sync.write_bundle, directory, sync.PENDING_FILE, blob)
+    result = {"bundleBase64": base64.b64encode(blob).decode("ascii"), "sha256": hashlib.sha256(blob).hexdigest(),
+              "bytes": len(blob), "exportedAt": now}
+    return await ctx.commit(lambda conn: result)
+
+
+async def apply(ctx: HostContext, p: m.ConfigSyncApplyParams, key: ReceiptKey | None) -> Any:
+    try:
+        blob = base64.b64decode(p.bundle_base64, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidInput("bundleBase64 is not base64", data={"field": "bundleBase64"}) from None
+    vault_key = await _vault_key(ctx)
+    doc = sync.decode_bundle(vault_key, blob)  # refuses before anything is written
+    now, platform = ctx.now(), current_platform()
+    digest = hashlib.sha256(blob).hexdigest()
+    result = await ctx.commit(lambda conn: {"sha256": digest,
+                                            "applied": sync.apply_portable(conn, doc, now, platform)})
+    directory = ctx.services.data_dir.root / "config-sync"
+    await ctx.in_thread(sync.write_bundle, directory, sync.BASE_FILE, blob)
+    for ns in ("app", "projectMemory", "projectGroups"):
+        ctx.publish("settings.changed", {"ns": ns, "keys": []})
+    ctx.publish("providers.changed", {"providerIds": []})
+    return result

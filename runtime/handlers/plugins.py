@@ -1,0 +1,142 @@
+"""Plugins: who owns what (:func:`require_owner`), the registry file, uninstall (seed 003 §4.1, §11.8).
+
+A plugin connects with ``clientKind: "plugin"`` and its ``pluginId``
+(``host.hello``). The pipeline lets it reach only routes opened to plugins
+(``Route.plugins``); those handlers scope it with :func:`require_owner`, the
+one rule for plugin-owned data:
+
+* ``kv(plugin:<id>)`` — ``settings.*`` (``handlers/settings.require_namespace``);
+* provider rows with ``owner_plugin_id`` — ``providers.*``;
+* imported sessions (``session_import_origins.plugin_id``) — read the owner with
+  ``store.plugins.session_owner`` and call ``require_owner(caller, owner,
+  what=f"session {sid}")`` before touching the session.
+
+``plugins.register`` / ``setEnabled`` / ``uninstall`` replace
+``plugins/registry.json`` whole (temp file + rename), serialized by the
+registry's lock; each write is idempotent by construction (the same request
+writes the same entry), so a retry after a crash between the file and the
+receipt's transaction repeats the file step harmlessly. ``plugins.uninstall``
+then deletes ``kv(plugin:<id>)`` in one statement and releases the plugin's
+provider rows to the user, in one transaction with its receipt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+from actors.gateway_types import CallContext
+from protocol import models as m
+from runtime.context import HostContext
+from store import plugins as plugin_store
+from store.errors import NotFound, PermissionDenied
+from store.receipts import ReceiptKey
+
+T = TypeVar("T")
+
+__all__ = ["PluginRegistry", "list_plugins", "register", "require_owner", "set_enabled", "uninstall"]
+
+SERVICE = "plugins"
+
+
+def require_owner(caller: CallContext, owner: str | None, *, what: str, user_may_change: bool = True) -> None:
+    """Refuse (``PERMISSION_DENIED``) a caller that does not own ``what``.
+
+    ``owner`` is the plugin id that owns the data (None: the user's). A plugin
+    connection may read and change only data its own id owns. A user
+    connection (any other kind) may touch everything, unless
+    ``user_may_change=False``: then it may not change plugin-owned data
+    (provider rows a plugin declared are refreshed by that plugin only).
+    """
+    if caller.plugin_id is not None:
+        if owner != caller.plugin_id:
+            raise PermissionDenied(f"{what} does not belong to plugin {caller.plugin_id}",
+                                   data={"pluginId": caller.plugin_id})
+    elif not user_may_change and owner is not None:
+        raise PermissionDenied(f"{what} is owned by plugin {owner}; only that plugin changes it",
+                               data={"ownerPluginId": owner})
+
+
+class PluginRegistry:
+    """``plugins/registry.json`` with its one writer lock and worker thread."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.lock = trio.Lock()
+        self._thread = trio.CapacityLimiter(1)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._thread)
+
+    async def change(self, edit: Callable[[dict[str, Any]], tuple[dict[str, Any], Any]]) -> Any:
+        """Read, edit and replace the registry under the lock; returns what ``edit`` reports."""
+        async with self.lock:
+            doc = await self.run(plugin_store.read_registry, self.directory)
+            new, report = edit(doc)
+            if new != doc:
+                await self.run(plugin_store.write_registry, self.directory, new)
+            return report
+
+
+async def list_plugins(ctx: HostContext, p: m.PluginsListParams, key: ReceiptKey | None) -> Any:
+    registry: PluginRegistry = ctx.services.get(SERVICE)
+    doc = await registry.run(plugin_store.read_registry, registry.directory)
+    return {"plugins": plugin_store.registry_entries(doc)}
+
+
+async def register(ctx: HostContext, p: m.PluginsRegisterParams, key: ReceiptKey | None) -> Any:
+    registry: PluginRegistry = ctx.services.get(SERVICE)
+    plugin_store.validate_plugin_id(p.plugin_id)
+    fields: dict[str, Any] = {"name": p.name, "version": p.version, "enabled": p.enabled}
+    if p.source is not None:
+        fields["source"] = p.source
+    now = ctx.now()
+
+    def edit(doc: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        old = doc["plugins"].get(p.plugin_id)
+        if old is not None and all(old.get(k) == v for k, v in fields.items()):
+            return doc, old  # the same registration again: nothing to write
+        new = plugin_store.with_entry(doc, p.plugin_id, fields, now)
+        return new, new["plugins"][p.plugin_id]
+
+    entry = await registry.change(edit)
+    return await ctx.commit(lambda conn: {"plugin": {**entry, "id": p.plugin_id}})
+
+
+async def set_enabled(ctx: HostContext, p: m.PluginsSetEnabledParams, key: ReceiptKey | None) -> Any:
+    registry: PluginRegistry = ctx.services.get(SERVICE)
+    now = ctx.now()
+
+    def edit(doc: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        old = doc["plugins"].get(p.plugin_id)
+        if old is None:
+            return doc, None
+        if old.get("enabled") is p.enabled:
+            return doc, old
+        new = plugin_store.with_entry(doc, p.plugin_id, {"enabled": p.enabled}, now)
+        return new, new["plugins"][p.plugin_id]
+
+    entry = await registry.change(edit)
+    if entry is None:
+        raise NotFound(f"plugin {p.plugin_id!r} is not registered", data={"pluginId": p.plugin_id})
+    return await ctx.commit(lambda conn: {"plugin": {**entry, "id": p.plugin_id}})
+
+
+async def uninstall(ctx: HostContext, p: m.PluginsUninstallParams, key: ReceiptKey | None) -> Any:
+    registry: PluginRegistry = ctx.services.get(SERVICE)
+    plugin_id = plugin_store.validate_plugin_id(p.plugin_id)
+    removed = await registry.change(lambda doc: plugin_store.without_entry(doc, plugin_id))
+
+    def effect(conn: Any) -> Any:
+        return {"pluginId": plugin_id, "registryEntryRemoved": removed, **plugin_store.forget_plugin(conn, plugin_id)}
+
+    result = await ctx.commit(effect)
+    if result["settingsRemoved"]:
+        ctx.publish("settings.changed", {"ns": plugin_store.plugin_namespace(plugin_id),
+                                         "keys": result["settingsRemoved"]})
+    if result["providersReleased"]:
+        ctx.publish("providers.changed", {"providerIds": result["providersReleased"]})
+    return result

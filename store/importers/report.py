@@ -1,0 +1,106 @@
+"""Import reports: per source file and per session (what the CLI's --json prints)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["FileReport", "SessionReport"]
+
+
+def _counter_dict(counter: Counter[str]) -> dict[str, int]:
+    return dict(sorted(counter.items()))
+
+
+@dataclass
+class FileReport:
+    """What one source file held and what the importer did with it."""
+
+    path: str
+    size: int = 0
+    consumed: int = 0
+    """Bytes up to the end of the last complete line (what a re-import compares)."""
+    sha256: str = ""
+    """SHA-256 of the consumed bytes."""
+    mtime_ns: int = 0
+    lines: int = 0
+    blank_lines: int = 0
+    bad_lines: int = 0
+    oversized_lines: int = 0
+    torn_tail_bytes: int = 0
+    roots: int = 0
+    dangling_parents: int = 0
+    record_types: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+    """Known record kinds that hold nothing this host stores (hooks, snapshots, queue ops...)."""
+    unknown: Counter[str] = field(default_factory=Counter)
+    """Record kinds the importer does not know (counted and skipped, never an error)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path, "size": self.size, "consumed": self.consumed, "lines": self.lines,
+            "blankLines": self.blank_lines, "badLines": self.bad_lines, "oversizedLines": self.oversized_lines,
+            "tornTailBytes": self.torn_tail_bytes, "roots": self.roots, "danglingParents": self.dangling_parents,
+            "recordTypes": _counter_dict(self.record_types), "skipped": _counter_dict(self.skipped),
+            "unknown": _counter_dict(self.unknown),
+        }
+
+
+@dataclass
+class SessionReport:
+    """The per-session (per-file for single-file tools) import report."""
+
+    source: str
+    external_id: str = ""
+    session_id: str = ""
+    status: str = "pending"
+    """``new`` | ``updated`` | ``unchanged`` | ``refused`` (``would-*`` in a dry run)."""
+    reason: str | None = None
+    message: str | None = None
+    messages: Counter[str] = field(default_factory=Counter)
+    """Messages produced, by role."""
+    tool_calls: int = 0
+    tool_results: int = 0
+    """Tool calls that got their result."""
+    unpaired_tool_calls: int = 0
+    orphan_results: int = 0
+    thinking_blocks: int = 0
+    compactions: int = 0
+    compactions_dropped: int = 0
+    attributed: int = 0
+    """Subagent / sidechain rows (meta.parentToolCallId / meta.agentName)."""
+    attachments: int = 0
+    replay_dropped: int = 0
+    forced_flushes: int = 0
+    off_branch: int = 0
+    hidden_off_branch: int = 0
+    """Messages imported before that left the current branch: tombstoned by this import."""
+    skipped_blocks: Counter[str] = field(default_factory=Counter)
+    new_records: int = 0
+    replaced_records: int = 0
+    unchanged_records: int = 0
+    appended_bytes: int = 0
+    files: list[FileReport] = field(default_factory=list)
+
+    def refuse(self, code: str, message: str) -> SessionReport:
+        self.status = "refused"
+        self.reason = code
+        self.message = message
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source, "externalId": self.external_id, "sessionId": self.session_id,
+            "status": self.status, "reason": self.reason, "message": self.message,
+            "messages": _counter_dict(self.messages), "toolCalls": self.tool_calls,
+            "toolResults": self.tool_results, "unpairedToolCalls": self.unpaired_tool_calls,
+            "orphanResults": self.orphan_results, "thinkingBlocks": self.thinking_blocks,
+            "compactions": self.compactions, "compactionsDropped": self.compactions_dropped,
+            "attributed": self.attributed, "attachments": self.attachments, "replayDropped": self.replay_dropped,
+            "forcedFlushes": self.forced_flushes, "offBranch": self.off_branch,
+            "hiddenOffBranch": self.hidden_off_branch,
+            "skippedBlocks": _counter_dict(self.skipped_blocks), "newRecords": self.new_records,
+            "replacedRecords": self.replaced_records, "unchangedRecords": self.unchanged_records,
+            "appendedBytes": self.appended_bytes, "files": [f.to_dict() for f in self.files],
+        }

@@ -1,0 +1,122 @@
+"""Recoverable trash: ``sessions.trash`` / ``sessions.restore`` / ``sessions.purge`` (seed 003 §4.5, §11.20).
+
+Trash is the ``sessions.deleted_at`` host timestamp. A trashed session is
+hidden from session lists (:func:`store.index.list_sessions`), search
+(:mod:`store.search` skips ``deleted_at`` sessions) and plugin reads
+(:mod:`store.plugin_imports`), while its transcript, index rows and import
+origin stay untouched, so :func:`restore_session` brings it back exactly.
+Only a trashed session can be purged; purge removes it for good with the
+delete protocol of :mod:`store.session_files` (a crash at any step never
+resurrects the session):
+
+1. ``write_delete_marker`` — ``<sid>.deleting`` (boot finishes from here on);
+2. one transaction: :func:`purge_rows` deletes the session row, and with it
+   (cascades) the messages, checkpoints, origin row, turns, queue...;
+3. ``finish_delete`` removes the files, the marker last.
+
+With ``plugin_id`` every call is scoped to the sessions that plugin imported
+(another plugin's or the host's session is ``PERMISSION_DENIED``). SQL runs in
+the caller's transaction; the file steps run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+from . import index
+from .errors import Conflict, PermissionDenied
+from .session_files import SessionPaths, finish_delete, write_delete_marker
+
+__all__ = [
+    "list_trashed",
+    "owner_of",
+    "purge_rows",
+    "purge_session",
+    "restore_session",
+    "trash_session",
+]
+
+
+def owner_of(conn: sqlite3.Connection, session_id: str) -> str | None:
+    """The plugin that imported a session (``""`` for the host's importers), None when not imported."""
+    row = conn.execute("SELECT plugin_id FROM session_import_origins WHERE session_id = ?", (session_id,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _scoped(conn: sqlite3.Connection, session_id: str, plugin_id: str | None) -> dict[str, Any]:
+    row = index.require_session(conn, session_id)
+    if plugin_id is not None and owner_of(conn, session_id) != plugin_id:
+        raise PermissionDenied(f"session {session_id} was not imported by plugin {plugin_id}",
+                               data={"sessionId": session_id, "pluginId": plugin_id})
+    return row
+
+
+def trash_session(conn: sqlite3.Connection, session_id: str, *, now_ms: int,
+                  plugin_id: str | None = None) -> dict[str, Any]:
+    """Hide a session (idempotent: trashing it again keeps the first ``deleted_at``)."""
+    _scoped(conn, session_id, plugin_id)
+    conn.execute("UPDATE sessions SET deleted_at = ? WHERE id = ? AND deleted_at IS NULL", (now_ms, session_id))
+    return index.public_session(index.require_session(conn, session_id))
+
+
+def restore_session(conn: sqlite3.Connection, session_id: str, *, plugin_id: str | None = None) -> dict[str, Any]:
+    """Bring a trashed session back (a session not in the trash is left as it is)."""
+    _scoped(conn, session_id, plugin_id)
+    conn.execute("UPDATE sessions SET deleted_at = NULL WHERE id = ?", (session_id,))
+    return index.public_session(index.require_session(conn, session_id))
+
+
+def purge_rows(conn: sqlite3.Connection, session_id: str, *, plugin_id: str | None = None) -> dict[str, Any]:
+    """Step 2: delete the rows of a trashed session (``CONFLICT`` unless it is in the trash)."""
+    row = _scoped(conn, session_id, plugin_id)
+    if row["deletedAt"] is None:
+        raise Conflict(f"session {session_id} is not in the trash: trash it before purging",
+                       data={"sessionId": session_id})
+    index.delete_session_rows(conn, session_id)
+    return {"sessionId": session_id, "purged": True}
+
+
+def list_trashed(conn: sqlite3.Connection, *, plugin_id: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+    """Trashed sessions, most recently trashed first (a plugin sees only its own)."""
+    sql = ("SELECT s.id FROM sessions s LEFT JOIN session_import_origins o ON o.session_id = s.id "
+           "WHERE s.deleted_at IS NOT NULL")
+    args: list[Any] = []
+    if plugin_id is not None:
+        sql += " AND o.plugin_id = ?"
+        args.append(plugin_id)
+    sql += " ORDER BY s.deleted_at DESC, s.id LIMIT ?"
+    args.append(limit)
+    out = []
+    for (sid,) in conn.execute(sql, args).fetchall():
+        row = index.session_row(conn, sid)
+        if row is not None:
+            out.append(index.public_session(row))
+    return out
+
+
+def purge_session(conn: sqlite3.Connection, paths: SessionPaths, *, plugin_id: str | None = None,
+                  write: Callable[[Callable[[sqlite3.Connection], Any]], Any] | None = None) -> dict[str, Any]:
+    """All three steps in order (tests, the CLI without a host). ``write`` runs one transaction."""
+    session_id = paths.session_id
+    run = write or (lambda fn: _tx(conn, fn))
+    _scoped(conn, session_id, plugin_id)  # refuse before touching any file
+    if index.require_session(conn, session_id)["deletedAt"] is None:
+        raise Conflict(f"session {session_id} is not in the trash: trash it before purging",
+                       data={"sessionId": session_id})
+    write_delete_marker(paths, None)
+    result = run(lambda c: purge_rows(c, session_id, plugin_id=plugin_id))
+    finish_delete(paths)
+    return dict(result)
+
+
+def _tx(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        out = fn(conn)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return out

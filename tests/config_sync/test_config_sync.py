@@ -1,0 +1,178 @@
+"""Portable configuration sync (seed 003 §1.3): bundles between two data directories, tampering refused."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.client import HostClient, RpcError
+from store import config_sync as sync
+from store.errors import CorruptData
+from tests.hostkit import client_for, inprocess_host
+from tests.pipeline import probe
+
+KEY = "sk-never-travels-4b1f"
+
+
+async def _err(call: Any) -> RpcError:
+    with pytest.raises(RpcError) as exc:
+        await call
+    return exc.value
+
+
+async def _fill(c: HostClient, tmp: Path) -> None:
+    await c.call("settings.update", {"values": {"largePasteThreshold": 1500, "thinkingDisplayMode": "compact",
+                                                "promptEnhancementUserTemplate": "Better: {{draft}}"}})
+    await c.call("settings.set", {"ns": "ui", "key": "sidebarWidth", "value": 300})  # not portable
+    await c.call("providers.create", {"id": "or", "name": "OpenRouter", "baseUrl": "https://openrouter.ai/api/v1",
+                                      "apiKey": KEY, "config": {"headers": {"HTTP-Referer": "https://pi"}}})
+    await c.call("providers.create", {"id": "local", "name": "Local", "baseUrl": "http://127.0.0.1:8080/v1"})
+    await c.call("providers.reorder", {"providerIds": ["local", "or"]})
+    await c.call("models.add", {"providerId": "or", "modelId": "my/model", "displayName": "Mine"})
+    project = (await c.call("workspace.open", {"path": str(tmp / "parser")}))["project"]
+    await c.call("projects.pin", {"projectId": project["id"], "pinned": True})
+    await c.call("settings.set", {"ns": "projectMemory", "key": str(tmp / "parser"), "value": "use pnpm"})
+    group = (await c.call("projectGroups.save", {"name": "Parser", "roots": [str(tmp / "parser"),
+                                                                             str(tmp / "lexer")]}))["group"]
+    await c.call("projectGroups.setMemory", {"groupId": group["id"], "memory": "shared memory"})
+    await c.call("projectGroups.setInstructions", {"groupId": group["id"], "instructions": "run both suites"})
+
+
+async def _portable(c: HostClient) -> dict[str, Any]:
+    providers = (await c.call("providers.list", {}))["providers"]
+    groups = (await c.call("projectGroups.list", {}))["groups"]
+    stored = [g for g in groups if not g.get("legacy")]
+    return {
+        "settings": (await c.call("settings.getAll", {"ns": "app"}))["values"],
+        "providers": [{k: v for k, v in p.items() if k not in ("createdAt", "updatedAt", "hasApiKey", "secretRef")}
+                      for p in providers],
+        "models": [{k: v for k, v in m.items() if k != "updatedAt"}
+                   for m in (await c.call("models.list", {}))["models"]],
+        "projects": sorted((p["path"], p["name"], p["pinned"])
+                           for p in (await c.call("projects.list", {}))["projects"]),
+        "groups": [{k: v for k, v in g.items() if k not in ("createdAt", "updatedAt")} for g in stored],
+        "groupDetails": [{k: (v if k != "memory" else v["content"]) for k, v in
+                          (await c.call("projectGroups.get", {"groupId": g["id"]})).items() if k != "group"}
+                         for g in stored],
+        "memory": (await c.call("settings.get", {"ns": "projectMemory", "key": stored[0]["roots"][0]}))["value"][
+            "content"] if stored else None,
+    }
+
+
+async def test_a_bundle_round_trips_between_two_data_directories(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    with trio.fail_after(60):
+        async with inprocess_host(a) as host, client_for(host, kind="ui") as c:
+            state = await c.call("configSync.configure", {"enabled": True, "webdavUrl": "https://dav.example/pi",
+                                                          "webdavUsername": "ada", "webdavPassword": "dav-secret"})
+            assert state["hasVaultKey"] and state["hasWebdavPassword"]
+            assert state["settings"]["vaultKeyRef"] == "configSync/vaultKey"
+            await _fill(c, tmp_path)
+            exported = await c.call("configSync.export", {"submissionId": "exp-1"})
+            vault_key = (await c.call("secrets.get", {"ref": "configSync/vaultKey"}))["value"]
+            expected = await _portable(c)
+            got = await c.call("configSync.get", {})
+            assert got["pending"]["bytes"] == exported["bytes"] and "base" not in got
+            assert "dav-secret" not in repr(got) and vault_key not in repr(got)
+        bundle = base64.b64decode(exported["bundleBase64"])
+        assert (a / "config-sync" / "pending.bin").read_bytes() == bundle
+        for secret in (KEY, "dav-secret", "use pnpm", "Better: {{draft}}"):
+            assert secret.encode() not in bundle  # the bundle is ciphertext
+        async with inprocess_host(b) as host, client_for(host, kind="ui") as c:
+            await c.call("configSync.configure", {"vaultKey": vault_key})
+            out = await c.call("configSync.apply", {"bundleBase64": exported["bundleBase64"], "submissionId": "ap"})
+            assert out["applied"]["providers"] == 2 and out["applied"]["projects"] == 1
+            assert await _portable(c) == expected
+            assert (await c.call("settings.get", {"ns": "ui", "key": "sidebarWidth"}))["value"] is None
+            providers = {p["id"]: p for p in (await c.call("providers.list", {}))["providers"]}
+            assert providers["or"]["hasApiKey"] is False  # secrets never travel
+            assert (b / "config-sync" / "base.bin").read_bytes() == bundle
+            again = await c.call("configSync.apply", {"bundleBase64": exported["bundleBase64"]})
+            assert await _portable(c) == expected and again["sha256"] == out["sha256"]
+    key = KEY.encode()
+    assert not [p for p in b.rglob("*") if p.is_file() and key in p.read_bytes()]
+
+
+async def test_a_flipped_byte_or_a_foreign_key_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with trio.fail_after(60):
+        async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
+            await c.call("configSync.configure", {})
+            await _fill(c, tmp_path)
+            blob = base64.b64decode((await c.call("configSync.export", {}))["bundleBase64"])
+            await c.call("settings.set", {"key": "largePasteThreshold", "value": 42})  # after the export
+            state = probe.state(data)
+            head = len(sync.MAGIC) + sync.KEY_ID_BYTES
+            positions = {"magic": 0, "key id": len(sync.MAGIC), "nonce": head, "ciphertext": head + 20,
+                         "tag": len(blob) - 1}
+            for where, i in positions.items():
+                bad = bytearray(blob)
+                bad[i] ^= 0x01
+                err = await _err(c.call("configSync.apply", {"bundleBase64": base64.b64encode(bad).decode()}))
+                assert err.data_code == "CORRUPT_DATA", where
+                assert err.data["reason"] == ("foreign_key" if where == "key id" else "tampered"), where
+                assert probe.state(data) == state, f"a bundle with a flipped {where} byte changed something"
+            truncated = base64.b64encode(blob[:-5]).decode()
+            assert (await _err(c.call("configSync.apply", {"bundleBase64": truncated}))).data_code == "CORRUPT_DATA"
+            foreign = sync.encode_bundle(base64.b64decode(sync.new_vault_key()), {"schema": 1, "settings": {}})
+            err = await _err(c.call("configSync.apply", {"bundleBase64": base64.b64encode(foreign).decode()}))
+            assert (err.data_code, err.data["reason"]) == ("CORRUPT_DATA", "foreign_key")
+            assert (await _err(c.call("configSync.apply", {"bundleBase64": "not base64!"}))).data_code \
+                == "INVALID_PARAMS"
+            assert probe.state(data) == state
+            assert (await c.call("settings.get", {"key": "largePasteThreshold"}))["value"] == 42
+
+
+async def test_export_and_apply_need_a_vault_key(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with trio.fail_after(30):
+        async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
+            state = probe.state(data)
+            assert (await _err(c.call("configSync.export", {}))).data_code == "CONFLICT"
+            assert (await _err(c.call("configSync.apply", {"bundleBase64": "AAAA"}))).data_code == "CONFLICT"
+            assert (await _err(c.call("configSync.configure", {"vaultKey": "A" * 44}))).data_code == "INVALID_PARAMS"
+            assert probe.state(data) == state
+            assert (await c.call("configSync.get", {}))["hasVaultKey"] is False
+
+
+async def test_a_bundle_that_breaks_a_rule_is_refused_whole(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with trio.fail_after(30):
+        async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
+            await c.call("configSync.configure", {})
+            key = base64.b64decode((await c.call("secrets.get", {"ref": sync.VAULT_KEY_REF}))["value"])
+            state = probe.state(data)
+            for doc in (
+                {"schema": 1, "providers": [{"id": "p", "name": "P", "config": {"apiKey": "sk-x"}}]},
+                {"schema": 1, "projects": [{"path": "/p"}], "projectMemory": {"/p": "x" * 40000}},
+                {"schema": 1, "projectGroupInstructions": {"g-unknown": "text"}},
+                {"schema": 1, "projects": [{"path": "/ok"}], "models": [{"providerId": "missing", "modelId": "m"}]},
+            ):
+                blob = base64.b64encode(sync.encode_bundle(key, doc)).decode()
+                with pytest.raises(RpcError):
+                    await c.call("configSync.apply", {"bundleBase64": blob})
+                assert probe.state(data) == state, doc
+
+
+def test_every_single_bit_flip_of_a_bundle_is_detected() -> None:
+    key = base64.b64decode(sync.new_vault_key())
+    blob = sync.encode_bundle(key, {"schema": 1, "settings": {"largePasteThreshold": 900}})
+    assert sync.decode_bundle(key, blob)["settings"] == {"largePasteThreshold": 900}
+    for i in range(len(blob)):
+        for bit in range(8):
+            bad = bytearray(blob)
+            bad[i] ^= 1 << bit
+            with pytest.raises(CorruptData):
+                sync.decode_bundle(key, bytes(bad))
+
+
+def test_bundle_files_are_written_whole(tmp_path: Path) -> None:
+    sync.write_bundle(tmp_path / "config-sync", sync.PENDING_FILE, b"one")
+    sync.write_bundle(tmp_path / "config-sync", sync.PENDING_FILE, b"two")
+    assert [p.name for p in (tmp_path / "config-sync").iterdir()] == ["pending.bin"]
+    assert (tmp_path / "config-sync" / "pending.bin").read_bytes() == b"two"
+    assert (tmp_path / "config-sync" / "pending.bin").stat().st_mode & 0o777 == 0o600

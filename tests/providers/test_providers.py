@@ -1,0 +1,232 @@
+"""Providers and the model catalog against a real HTTP server on 127.0.0.1 (seed 003 §4.3, §4.4, §10)."""
+
+from __future__ import annotations
+
+import base64
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.client import HostClient, RpcError
+from store.secrets import SecretStore
+from tests.hostkit import client_for, inprocess_host
+from tests.httpkit import FakeProvider, Reply
+from tests.pipeline import probe
+
+KEY = "sk-test-9f1c3a7d5e2b4c6a8e0d"
+MODELS = [{"id": "gpt-a", "object": "model"}, {"id": "gpt-b", "name": "GPT B", "context_length": 128000},
+          {"id": "mine", "object": "model"}]
+
+
+async def _err(call: Any) -> RpcError:
+    with pytest.raises(RpcError) as exc:
+        await call
+    return exc.value
+
+
+def _rows(root: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(f"file:{root / 'pi.sqlite'}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
+
+
+async def _provider(c: HostClient, server: FakeProvider, pid: str = "local", **extra: Any) -> dict[str, Any]:
+    params = {"id": pid, "name": "Local", "baseUrl": server.base_url, "apiKey": KEY, **extra}
+    return dict((await c.call("providers.create", params))["provider"])
+
+
+async def test_provider_crud_never_returns_the_key_and_keeps_it_only_in_the_secret_store(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with trio.fail_after(60), FakeProvider(Reply(models=MODELS, api_key=KEY)) as server:
+        async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
+            created = await _provider(c, server, config={"headers": {"HTTP-Referer": "https://pi.desktop"}})
+            assert created["hasApiKey"] is True and created["secretRef"] == "provider/local"
+            assert KEY not in repr(created)
+            assert (await c.call("providers.get", {"providerId": "local"}))["provider"] == created
+            await c.call("models.refresh", {"providerId": "local"})
+            assert server.requests == [("/v1/models", f"Bearer {KEY}")]
+            updated = (await c.call("providers.update", {"providerId": "local", "name": "Renamed",
+                                                         "defaultModelId": "gpt-a"}))["provider"]
+            assert updated["name"] == "Renamed" and updated["hasApiKey"] is True
+            listed = (await c.call("providers.list", {}))["providers"]
+            assert KEY not in repr(listed)
+            assert (await c.call("secrets.get", {"ref": "provider/local"}))["value"] == KEY  # the UI/sidecar path
+        async with inprocess_host(data) as host:
+            pass  # a restart: the WAL is folded into pi.sqlite, logs are written
+    key = KEY.encode()
+    found = [str(p.relative_to(data)) for p in data.rglob("*") if p.is_file() and key in p.read_bytes()]
+    assert found == [], f"the API key is in plain text in {found}"
+    for encoded in (base64.b64encode(key), key.hex().encode()):
+        assert not [p for p in data.rglob("*") if p.is_file() and encoded in p.read_bytes()]
+    assert SecretStore(data / "secrets").get("provider/local").value == KEY  # ciphertext that decrypts
+    assert _rows(data, "SELECT secret_ref FROM providers") == [("provider/local",)]
+
+
+async def test_a_removed_key_is_gone_and_a_deleted_provider_takes_its_models_and_key(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with trio.fail_after(60), FakeProvider(Reply(models=MODELS)) as server:
+        async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
+            await _provider(c, server)
+            await c.call("models.refresh", {"providerId": "local"})
+            cleared = (await c.call("providers.update", {"providerId": "local", "apiKey": None}))["provider"]
+            assert cleared["hasApiKey"] is False and "secretRef" not in cleared
+            assert not SecretStore(data / "secrets").exists("provider/local")
+            await c.call("providers.update", {"providerId": "local", "apiKey": "sk-second"})
+            assert (await c.call("providers.delete", {"providerId": "local"})) == {"providerId": "local",
+                                                                                  "deleted": True}
+            assert (await c.call("models.list", {}))["models"] == []
+            assert not SecretStore(data / "secrets").exists("provider/local")
+            assert (await c.call("secrets.list", {}))["secrets"] == []
+            assert (await _err(c.call("providers.get", {"providerId": "local"}))).data_code == "NOT_FOUND"
+
+
+@pytest.mark.parametrize(("config", "field"), [
+    ({"apiKey": "sk-x"}, "config.apiKey"),
+    ({"headers": {"Authorization": "Bearer sk-x"}}, "config.headers.Authorization"),
+    ({"headers": {"x-api-key": "sk-x"}}, "config.headers.x-api-key"),
+    ({"nested": {"client_secret": "s"}}, "config.nested.client_secret"),
+    ({"headers": {"bad name": "v"}}, "config.headers.bad name"),
+    ({"headers": {"X-Ok": "two\nlines"}}, "config.headers.X-Ok"),
+    ({"headers": ["X-A"]}, "config.headers"),
+    ({"timeoutMs": 5}, "config.timeoutMs"),
+])
+async def test_provider_config_is_validated_and_a_refusal_changes_nothing(tmp_path: Path, config: dict[str, Any],
+                                                                         field: str) -> None:
+    data = tmp_path / "data"
+    with trio.fail_after(30):
+        async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
+            await c.call("providers.create", {"id": "keep", "name": "Keep"})
+            state = probe.state(data)
+            err = await _err(c.call("providers.create", {"id": "p", "name": "P", "config": config, "apiKey": "k"}))
+            assert err.data_code == "INVALID_PARAMS" and err.data["field"] == field
+            err = await _err(c.call("providers.update", {"providerId": "keep", "config": config}))
+            assert err.data_code == "INVALID_PARAMS"
+            bad_url = await _err(c.call("providers.create", {"id": "q", "name": "Q", "baseUrl": "ftp://x"}))
+            assert bad_url.data_code == "INVALID_PARAMS"
+            creds = await _err(c.call("providers.create", {"id": "q", "name": "Q", "baseUrl": "https://u:p@x/v1"}))
+            assert creds.data_code == "INVALID_PARAMS"
+            assert probe.state(data) == state
+
+
+async def test_reorder_owns_the_display_order(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, kind="ui") as c:
+            for pid in ("a", "b", "c"):
+                await c.call("providers.create", {"id": pid, "name": pid.upper()})
+
+            async def order() -> list[str]:
+                return [p["id"] for p in (await c.call("providers.list", {}))["providers"]]
+
+            assert await order() == ["a", "b", "c"]  # no saved order: creation order
+            await c.call("providers.reorder", {"providerIds": ["c", "a"]})
+            assert await order() == ["c", "a", "b"]  # ids it does not name follow
+            await c.call("providers.create", {"id": "d", "name": "D"})
+            assert await order() == ["c", "a", "b", "d"]  # new ids follow the saved ones
+            await c.call("providers.delete", {"providerId": "c"})
+            assert await order() == ["a", "b", "d"]  # a deleted id is ignored
+            assert (await c.call("settings.get", {"key": "providers.order"}))["value"] == ["c", "a"]
+            assert (await _err(c.call("providers.reorder", {"providerIds": ["x"]}))).data_code == "NOT_FOUND"
+            assert (await _err(c.call("providers.reorder", {"providerIds": ["a", "a"]}))).data_code \
+                == "INVALID_PARAMS"
+            owned = await _err(c.call("settings.set", {"key": "providers.order", "value": ["b"]}))
+            assert owned.data_code == "INVALID_PARAMS"
+
+
+async def test_refresh_upserts_discovered_rows_and_a_user_row_survives_ten_refreshes(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with trio.fail_after(60), FakeProvider(Reply(models=MODELS, api_key=KEY)) as server:
+        async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
+            await _provider(c, server)
+            user = (await c.call("models.add", {"providerId": "local", "modelId": "mine", "displayName": "My model",
+                                                "contextWindow": 4096, "capabilities": ["tools"]}))["model"]
+            row = _rows(data, "SELECT * FROM models WHERE model_id = 'mine'")
+            first = await c.call("models.refresh", {"providerId": "local"})
+            assert (first["listed"], first["added"], first["userKept"]) == (3, 2, 1)
+            for i in range(10):
+                if i == 5:
+                    server.reply.models = [*MODELS[1:], {"id": "gpt-c"}]  # gpt-a leaves the list
+                await c.call("models.refresh", {"providerId": "local"})
+            assert _rows(data, "SELECT * FROM models WHERE model_id = 'mine'") == row, "a refresh touched a user row"
+            models = {m["modelId"]: m for m in (await c.call("models.list", {"providerId": "local"}))["models"]}
+            assert models["mine"] == user
+            assert models["gpt-b"]["displayName"] == "GPT B" and models["gpt-b"]["contextWindow"] == 128000
+            assert models["gpt-a"]["source"] == "discovered" and models["gpt-a"]["deprecated"] is True  # kept
+            assert models["gpt-c"]["deprecated"] is False
+            server.reply.models = MODELS
+            await c.call("models.refresh", {"providerId": "local"})
+            back = {m["modelId"]: m for m in (await c.call("models.list", {}))["models"]}
+            assert back["gpt-a"]["deprecated"] is False
+            stamp = (await c.call("settings.get", {"ns": "cache", "key": "modelRefresh:local"}))["value"]
+            assert stamp["listed"] == 3 and stamp["userKept"] == 1
+            removed = await _err(c.call("models.remove", {"providerId": "local", "modelId": "gpt-a"}))
+            assert removed.data_code == "INVALID_PARAMS"  # discovered rows are the refresh's
+            assert (await c.call("models.remove", {"providerId": "local", "modelId": "mine"}))["deleted"] is True
+            assert len(server.requests) == 12
+
+
+@pytest.mark.parametrize(("reply", "code"), [
+    (Reply(models=MODELS, api_key="another-key"), "PROVIDER_UNAUTHORIZED"),
+    (Reply(status=403), "PROVIDER_UNAUTHORIZED"),
+    (Reply(delay=5.0), "PROVIDER_TIMEOUT"),
+    (Reply(body=b"<html>not json</html>"), "PROVIDER_BAD_REPLY"),
+    (Reply(body=b'{"models": []}'), "PROVIDER_BAD_REPLY"),
+    (Reply(body=b'{"data": [{"name": "no id"}]}'), "PROVIDER_BAD_REPLY"),
+    (Reply(body=b'{"data": [{"id": 7}]}'), "PROVIDER_BAD_REPLY"),
+    (Reply(body=b'{"data": "x"}'), "PROVIDER_BAD_REPLY"),
+    (Reply(status=500), "PROVIDER_BAD_REPLY"),
+], ids=["401", "403", "timeout", "not-json", "no-data", "entry-without-id", "id-not-text", "data-not-list", "500"])
+async def test_a_failed_refresh_is_a_clear_error_and_writes_nothing(tmp_path: Path, reply: Reply, code: str) -> None:
+    data = tmp_path / "data"
+    with trio.fail_after(60), FakeProvider(Reply(models=MODELS)) as server:
+        async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
+            await _provider(c, server)
+            await c.call("models.refresh", {"providerId": "local"})  # something stored already
+            state = probe.state(data)
+            server.reply = reply
+            err = await _err(c.call("models.refresh", {"providerId": "local", "timeoutMs": 500,
+                                                       "submissionId": "r-1"}))
+            assert err.data_code == code, err
+            assert probe.state(data) == state, f"a failed refresh ({code}) wrote something"
+            server.reply = Reply(models=MODELS)  # the same key may be retried once the provider is back
+            assert (await c.call("models.refresh", {"providerId": "local", "timeoutMs": 500,
+                                                    "submissionId": "r-1"}))["listed"] == 3
+
+
+async def test_an_unreachable_provider_is_retriable_and_writes_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with trio.fail_after(30):
+        server = FakeProvider()
+        base = server.base_url
+        server.close()  # nothing listens on that port now
+        async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
+            await c.call("providers.create", {"id": "gone", "name": "Gone", "baseUrl": base})
+            state = probe.state(data)
+            err = await _err(c.call("models.refresh", {"providerId": "gone"}))
+            assert err.data_code == "PROVIDER_UNREACHABLE" and err.retriable
+            assert probe.state(data) == state
+            await c.call("providers.create", {"id": "nourl", "name": "No URL"})
+            assert (await _err(c.call("models.refresh", {"providerId": "nourl"}))).data_code == "INVALID_PARAMS"
+
+
+async def test_refresh_goes_through_the_configured_proxy(tmp_path: Path) -> None:
+    """networkProxy mode manual: the request goes to the proxy (here the fake, which sees the full URL)."""
+    closed = FakeProvider()
+    target = closed.base_url  # a loopback port nothing listens on any more
+    closed.close()
+    with trio.fail_after(30), FakeProvider(Reply(models=MODELS)) as proxy:
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, kind="ui") as c:
+            proxy_url = proxy.base_url.removesuffix("/v1")
+            await c.call("settings.set", {"key": "networkProxy", "value": {"mode": "manual", "url": proxy_url}})
+            await c.call("providers.create", {"id": "far", "name": "Far", "baseUrl": target})
+            err = await _err(c.call("models.refresh", {"providerId": "far"}))
+            assert proxy.requests and proxy.requests[0][0] == f"{target}/models"
+            assert err.data_code == "PROVIDER_BAD_REPLY"  # the fake proxy answers 404 for a full URL
+            await c.call("settings.set", {"key": "networkProxy", "value": {
+                "mode": "manual", "url": proxy_url, "bypass": ["127.0.0.1"]}})
+            assert (await _err(c.call("models.refresh", {"providerId": "far"}))).data_code == "PROVIDER_UNREACHABLE"
+            assert len(proxy.requests) == 1

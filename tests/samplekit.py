@@ -1,0 +1,118 @@
+"""The third-party session samples (``../shared/samples``): where they are, and proof they stay unmodified.
+
+The samples live beside the repository (``<some parent>/shared/samples``); the
+``PI_HOST_SAMPLES`` environment variable overrides the search. Every test that
+reads them goes through :func:`samples_dir`, and :func:`assert_checksums`
+verifies each file against ``SHA256SUMS`` (importers only ever read them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from store.attachments import AttachmentFiles
+from store.database import apply_pragmas
+from store.import_write import ImportTarget
+from store.schema import apply_schema
+
+REPO = Path(__file__).resolve().parents[1]
+NOW = 1_785_056_400_000
+T = TypeVar("T")
+
+
+def find_samples() -> Path | None:
+    override = os.environ.get("PI_HOST_SAMPLES")
+    if override:
+        return Path(override)
+    for parent in REPO.parents:
+        candidate = parent / "shared" / "samples"
+        if (candidate / "SHA256SUMS").is_file():
+            return candidate
+    return None
+
+
+def samples_dir() -> Path:
+    found = find_samples()
+    if found is None:
+        pytest.skip("the shared session samples (../shared/samples with SHA256SUMS) are not on this machine")
+    return found
+
+
+def checksums(root: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in (root / "SHA256SUMS").read_text().splitlines():
+        if line.strip():
+            digest, name = line.split(None, 1)
+            out[name.strip()] = digest
+    return out
+
+
+def assert_checksums(root: Path) -> int:
+    """Every file listed in SHA256SUMS still has its checksum; returns how many were checked."""
+    listed = checksums(root)
+    assert listed, "SHA256SUMS lists no file"
+    for name, digest in listed.items():
+        actual = hashlib.sha256((root / name).read_bytes()).hexdigest()
+        assert actual == digest, f"sample {name} was modified"
+    return len(listed)
+
+
+def sample_files(source: str) -> list[Path]:
+    root = samples_dir()
+    return sorted(root.joinpath(name) for name in checksums(root) if name.startswith(f"{source}/"))
+
+
+def open_db(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    apply_pragmas(conn)
+    apply_schema(conn)
+    return conn
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[sqlite3.Connection]:
+    conn = open_db(tmp_path / "pi.sqlite")
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> ImportTarget:
+    sessions = tmp_path / "sessions"
+    blobs = tmp_path / "attachments"
+    sessions.mkdir()
+    blobs.mkdir()
+    return ImportTarget(sessions, AttachmentFiles(blobs))
+
+
+@pytest.fixture(scope="session", autouse=False)
+def untouched_samples() -> Iterator[Path]:
+    """The samples directory, checked against SHA256SUMS before and after the tests that use it."""
+    root = samples_dir()
+    assert_checksums(root)
+    yield root
+    assert_checksums(root)
+
+
+def tx(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        out = fn(conn)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return out
+
+
+def rows(conn: sqlite3.Connection, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    return conn.execute(sql, args).fetchall()

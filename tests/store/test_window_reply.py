@@ -1,0 +1,168 @@
+"""``store.window_reply``: the encoded ``session.get`` reply equals the parse-and-project reference.
+
+The reference below is written independently of the module: every line parsed,
+the receipt stripped from ``meta``, the deleted flag, ``seq``, ``turnId`` (only
+where the line has none), the content cap (not for the ``messageAround``
+target), a corrupt line shown as a placeholder. Hypothesis draws lines that hit
+every reason the byte path must fall back to parsing, and lines that must not.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store.jsonio import dumps_line
+from store.window_reply import MAX_CHUNK, encode_window, with_field
+
+SESSION = {"id": "s", "title": "t", "messageCount": 0}
+TEXTS = st.sampled_from(["hi", "x" * 40, 'quoted "seq" and "receipt" and "turnId"', "日本語テキスト", "a\\b\nc",
+                         "}", '","seq":9}'])
+
+
+def _reference(lines: list[bytes], rows: list[tuple[Any, ...]], content_limit: int | None,
+               target_pos: int | None) -> list[dict[str, Any]]:
+    out = []
+    for line, row in zip(lines, rows, strict=True):
+        try:
+            rec = orjson.loads(line)
+            if not isinstance(rec, dict):
+                raise ValueError
+        except ValueError:
+            rec = {"type": "message", "id": None, "corrupt": True}
+        meta = rec.get("meta")
+        if isinstance(meta, dict) and "receipt" in meta:
+            rest = {k: v for k, v in meta.items() if k != "receipt"}
+            if rest:
+                rec["meta"] = rest
+            else:
+                del rec["meta"]
+        if row[3]:
+            rec["deleted"] = True
+        rec["seq"] = row[0]
+        if row[4] is not None and "turnId" not in rec:
+            rec["turnId"] = row[4]
+        whole = target_pos is not None and row[0] - 1 == target_pos and rec.get("role") in ("user", "assistant")
+        if content_limit and not whole and isinstance(rec.get("blocks"), list):
+            blocks = []
+            for block in rec["blocks"]:
+                if isinstance(block, dict):
+                    text = block.get("text")
+                    if isinstance(text, str) and len(text) > content_limit:
+                        block = {**block, "text": text[:content_limit], "truncated": True, "fullLength": len(text)}
+                    result = block.get("result")
+                    if isinstance(result, str) and len(result) > content_limit:
+                        block = {**block, "result": result[:content_limit], "truncated": True}
+                blocks.append(block)
+            rec["blocks"] = blocks
+        out.append(rec)
+    return out
+
+
+@st.composite
+def _line(draw: st.DrawFn, i: int) -> bytes:
+    kind = draw(st.sampled_from(["plain", "receipt", "meta", "metafirst", "seq", "turn", "nested", "result",
+                                 "other", "zeroed", "torn", "glued", "array"]))
+    rec: dict[str, Any] = {"type": "message", "id": f"m{i}", "role": draw(st.sampled_from(["user", "assistant",
+                                                                                             "tool"])),
+                           "blocks": [{"type": "text", "text": draw(TEXTS)}]}
+    if kind == "receipt":
+        rec["meta"] = {"receipt": {"c": "cli", "s": f"sub{i}", "f": "ab"}}
+    elif kind == "meta":
+        rec["meta"] = {"receipt": {"c": "x"}, "parentToolCallId": "call-1", "status": "done"}
+    elif kind == "seq":
+        rec["seq"] = 999
+    elif kind == "turn":
+        rec["turnId"] = "own-turn"
+    elif kind == "metafirst":  # a client's own meta, placed before the blocks
+        rec = {"type": "message", "id": f"m{i}", "meta": {"receipt": {"c": "x"}, "k": 1}, "role": "user",
+               "blocks": rec["blocks"]}
+    elif kind == "nested":
+        rec["blocks"].append({"type": "tool_call", "callId": "c", "name": "n",
+                              "input": {"seq": 1, "turnId": "t", "receipt": {"x": 1}, "meta": {"receipt": 2}}})
+        if draw(st.booleans()):
+            rec["meta"] = {"receipt": {"c": "cli"}, "note": ',"meta":{'}
+    elif kind == "result":
+        rec["blocks"] = [{"type": "tool_result", "callId": "c", "result": draw(TEXTS)}]
+    if kind == "zeroed":  # a block of zeros where the line was (same length)
+        return b"\x00" * len(dumps_line(rec))
+    if kind == "torn":  # the line lost its end
+        return dumps_line(rec)[: draw(st.integers(1, 20))]
+    if kind == "glued":  # the newline between two lines lost
+        return dumps_line(rec)[:-1] + dumps_line({**rec, "id": f"g{i}"})
+    if kind == "array":
+        return b"[1,2]\n"
+    line = dumps_line(rec)
+    if kind == "other":  # not in the host's own key order: parsed, never spliced
+        line = orjson.dumps({"id": rec["id"], **rec}) + b"\n"
+    return line if draw(st.booleans()) else line[:-1]  # the last line of a file may lack its newline
+
+
+@st.composite
+def _window(draw: st.DrawFn) -> tuple[list[bytes], list[tuple[Any, ...]], int | None, int | None]:
+    n = draw(st.integers(0, 12))
+    lines = [draw(_line(i)) for i in range(n)]
+    rows = []
+    offset = 0
+    for i, line in enumerate(lines):
+        deleted = int(draw(st.booleans()) and draw(st.booleans()))
+        turn = draw(st.sampled_from([None, "t1", 'quo"te']))
+        rows.append((i + 1, offset, len(line), deleted, turn))
+        offset += len(line)
+    limit = draw(st.sampled_from([None, 1, 5, 30, 10_000]))
+    target = draw(st.sampled_from([None, *range(n)]))
+    return lines, rows, limit, target
+
+
+@settings(max_examples=300, deadline=None)
+@given(window=_window())
+def test_the_encoded_reply_is_the_parsed_projection(tmp_path_factory: Any, window: Any) -> None:
+    lines, rows, limit, target = window
+    path = Path(tmp_path_factory.mktemp("w")) / "s.jsonl"
+    # a line without its newline only makes sense last; the others get theirs back
+    body = [ln if ln.endswith(b"\n") or k == len(lines) - 1 else ln + b"\n" for k, ln in enumerate(lines)]
+    rows = [(r[0], sum(len(b) for b in body[:k]), len(body[k]), r[3], r[4]) for k, r in enumerate(rows)]
+    path.write_bytes(b"".join(body))
+    reply, found = encode_window(path, SESSION, rows, [], start=0, end=len(rows), total=len(rows) + 3,
+                                 content_limit=limit, target_pos=target)
+    got = orjson.loads(reply)
+    want = _reference(body, rows, limit, target)
+    assert got["messages"] == want
+    assert got["session"] == SESSION and got["compactions"] == []
+    assert (got["messageStart"], got["messageEnd"], got["totalMessages"]) == (0, len(rows), len(rows) + 3)
+    assert got["hasMoreAfter"] is True and got["hasMoreBefore"] is False
+    if target is not None:
+        assert found == want[target]
+    else:
+        assert found is None
+
+
+def test_reads_in_chunks_and_keeps_lines_that_cross_no_chunk_boundary(tmp_path: Path) -> None:
+    big = "y" * (MAX_CHUNK // 3)
+    lines = [dumps_line({"type": "message", "id": f"b{i}", "role": "user", "blocks": [{"type": "text", "text": big}]})
+             for i in range(7)]
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"".join(lines))
+    rows, offset = [], 0
+    for i, line in enumerate(lines):
+        rows.append((i + 1, offset, len(line), 0, None))
+        offset += len(line)
+    reply, _ = encode_window(path, SESSION, rows, [], start=0, end=7, total=7, content_limit=None)
+    got = orjson.loads(reply)["messages"]
+    assert [(m["id"], m["seq"], len(m["blocks"][0]["text"])) for m in got] == [(f"b{i}", i + 1, len(big))
+                                                                               for i in range(7)]
+
+
+def test_compactions_and_an_extra_field(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    comp = dumps_line({"type": "compaction", "id": "c1", "summary": "so far", "firstKeptId": "m1",
+                       "meta": {"receipt": {"c": "a", "s": "b", "f": "c"}}})
+    path.write_bytes(comp)
+    reply, _ = encode_window(path, SESSION, [], [comp], start=0, end=0, total=0, content_limit=None)
+    got = orjson.loads(with_field(reply, "navigationParent", {"id": "p"}))
+    assert got["messages"] == [] and got["navigationParent"] == {"id": "p"}
+    assert [c["id"] for c in got["compactions"]] == ["c1"] and "meta" not in got["compactions"][0]
