@@ -27,19 +27,23 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-__all__ = ["CREDENTIAL_NAMES", "CREDENTIAL_SUFFIXES", "find_credential", "is_credential_name",
+__all__ = ["CREDENTIAL_NAMES", "CREDENTIAL_SUFFIXES", "QUERY_NAMES", "find_credential", "is_credential_name",
            "is_credential_value"]
 
 CREDENTIAL_NAMES: frozenset[str] = frozenset({
     "key", "apikey", "token", "secret", "password", "passwd", "pwd", "passphrase",
     "authorization", "proxyauthorization", "authentication", "cookie", "setcookie", "credential",
-    "credentials", "bearer", "sig", "signature", "xamzsignature", "xamzcredential", "xamzsecuritytoken",
+    "credentials", "bearer", "xamzcredential", "xamzsecuritytoken",
     "sessiontoken", "privatekey", "clientsecret", "accesskey", "secretkey",
 })
+# In a URL's query string a signature is a credential too (presigned URLs); as a key it is not
+# (a thinking block's ``signature`` is the model's, not a secret).
+QUERY_NAMES: frozenset[str] = frozenset({"sig", "signature", "xamzsignature", "googsignature", "accesstoken",
+                                         "authtoken", "apikey", "key", "token", "code"})
 CREDENTIAL_SUFFIXES: tuple[str, ...] = (
     "apikey", "password", "passwd", "secret", "accesstoken", "refreshtoken", "authtoken", "idtoken",
     "sessiontoken", "bearertoken", "privatekey", "secretkey", "accesskey", "authorization", "cookie",
-    "credential", "credentials", "signature", "bearer",
+    "credential", "credentials", "bearer",
 )
 # Where credentials would end up, any name ending like these is one too (``GITHUB_TOKEN``,
 # ``azureKey``); elsewhere they must match exactly (``eosToken: "</s>"``, ``topKey`` are not).
@@ -82,10 +86,10 @@ def _url_credential(value: str) -> str | None:
     if parts.password:
         return "a password in the URL"
     for name, _ in parse_qsl(parts.query, keep_blank_values=False):
-        if is_credential_name(name):
+        if is_credential_name(name) or _norm(name) in QUERY_NAMES:
             return f"the query parameter {name!r}"
     for name, _ in parse_qsl(parts.fragment, keep_blank_values=False):
-        if is_credential_name(name):
+        if is_credential_name(name) or _norm(name) in QUERY_NAMES:
             return f"the fragment parameter {name!r}"
     return None
 

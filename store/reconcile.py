@@ -78,10 +78,16 @@ def read_header(path: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     try:
-        head = os.pread(fd, 1 << 20, 0)
+        head = b""
+        nl = -1
+        while nl < 0 and len(head) < 1 << 20:  # the header line only, in small reads
+            chunk = os.read(fd, 4096 if not head else len(head))
+            if not chunk:
+                break
+            head += chunk
+            nl = head.find(b"\n")
     finally:
         os.close(fd)
-    nl = head.find(b"\n")
     if nl < 0:
         return None
     line = head[: nl + 1]
@@ -99,8 +105,9 @@ def _lines(fd: int, start: int, size: int) -> Iterator[tuple[int, bytes | None, 
     pos = start
     carry = b""
     skipping = False
+    os.lseek(fd, start, os.SEEK_SET)
     while pos < size:
-        chunk = os.pread(fd, min(_SCAN_CHUNK, size - pos), pos)
+        chunk = os.read(fd, min(_SCAN_CHUNK, size - pos))
         if not chunk:
             break
         data = carry + chunk if carry else chunk

@@ -86,7 +86,7 @@ def is_secret_key(key: str, *, credential_section: bool) -> bool:
     return is_credential_name(key, credential_section=credential_section)
 
 
-def find_secret(snapshot: Mapping[str, Any]) -> str | None:
+def find_secret_detail(snapshot: Mapping[str, Any]) -> str | None:
     """``"<path>: <why>"`` of the first value that looks like a credential (by its name or its shape)."""
     for key, value in snapshot.items():
         if key in UNSCANNED_SECTIONS:
@@ -95,6 +95,12 @@ def find_secret(snapshot: Mapping[str, Any]) -> str | None:
         if found is not None:
             return found
     return None
+
+
+def find_secret(snapshot: Mapping[str, Any]) -> str | None:
+    """Path of the first value that looks like a credential, else None."""
+    found = find_secret_detail(snapshot)
+    return None if found is None else found.partition(": ")[0]
 
 
 def prepare_snapshot(snapshot: Mapping[str, Any], *, max_bytes: int = MAX_SNAPSHOT_BYTES) -> PreparedSnapshot:
@@ -110,7 +116,7 @@ def prepare_snapshot(snapshot: Mapping[str, Any], *, max_bytes: int = MAX_SNAPSH
     if depth_of(snapshot) > MAX_SNAPSHOT_DEPTH:
         raise InvalidInput(f"environment is nested deeper than {MAX_SNAPSHOT_DEPTH} levels",
                            data={"field": "environment"})
-    secret = find_secret(snapshot)
+    secret = find_secret_detail(snapshot)
     if secret is not None:
         where, _, why = secret.partition(": ")
         raise InvalidInput(

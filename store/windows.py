@@ -173,6 +173,8 @@ def fit_budget(conn: sqlite3.Connection, sid: str, w: Window, req: WindowRequest
             f"the session's compaction checkpoints alone are {fixed} bytes, over the reply budget of {budget}",
             data={"limit": budget, "size": fixed, "field": "maxBytes"})
     room = budget - fixed
+    if w.start >= w.end:
+        return []
     whole = req.limit is None and req.start is None and req.before is None and req.around is None
     if req.limit is not None:  # at most MAX_WINDOW rows: read them, then cut
         rows = _fit_rows(index.window_spans(conn, sid, w.start, w.end), w, req, room)
@@ -261,7 +263,7 @@ def read_file_window(path: Path, req: WindowRequest, session: Mapping[str, Any],
     ids = set(t.positions) if t is not None else set()
     comps = [c for c in (t.compactions if t is not None else [])
              if c.record.get("throughMessageId") is None or c.record.get("throughMessageId") in ids]
-    if req.max_bytes is not None:
+    if req.max_bytes is not None and rows:
         rows = _fit_rows(rows, w, req, req.max_bytes - 512 - sum(c.length for c in comps))
         if rows:
             w.start, w.end = rows[0][0] - 1, rows[-1][0]
