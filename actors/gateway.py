@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 # trio-websocket's own inbound message queue per connection; our reader drains it
 # promptly, and in-flight limits give the real backpressure.
 _INBOUND_QUEUE = 1
+_RECEIVE_BUFFER = 64 * 1024  # bytes per socket read (trio-websocket's 4 KiB default makes a 1 MB batch 250 reads)
 
 
 def _request_host(request: WebSocketRequest) -> str | None:
@@ -92,6 +93,7 @@ class Gateway:
                     None,
                     message_queue_size=_INBOUND_QUEUE,
                     max_message_size=config.max_frame_bytes,
+                    receive_buffer_size=_RECEIVE_BUFFER,
                     connect_timeout=config.handshake_timeout,
                     disconnect_timeout=config.close_timeout,
                 )

@@ -8,6 +8,7 @@ item or a list of them (a batch). Responses are built as dicts and serialized wi
 
 from __future__ import annotations
 
+import gc
 import json
 from dataclasses import dataclass
 from typing import Any, Final
@@ -31,6 +32,7 @@ __all__ = [
     "notification",
     "encode",
     "encode_batch",
+    "loads_large",
 ]
 
 RequestId = str | int | None
@@ -44,7 +46,25 @@ class Encoded:
     data: bytes
 
     def decode(self) -> Any:
-        return orjson.loads(self.data)
+        return loads_large(self.data)
+
+
+LARGE_JSON = 1024 * 1024
+"""Above this many bytes :func:`loads_large` decodes with the garbage collector paused."""
+
+
+def loads_large(data: bytes | str) -> Any:
+    """``orjson.loads``; for a large document (a whole-history reply) with the cyclic garbage
+    collector paused: the decode allocates objects by the hundred thousand, each allocation
+    burst triggers a collection that walks everything decoded so far, and none of it can be
+    garbage yet. Doubles as fast on a 50,000-message reply."""
+    if len(data) < LARGE_JSON or not gc.isenabled():
+        return orjson.loads(data)
+    gc.disable()
+    try:
+        return orjson.loads(data)
+    finally:
+        gc.enable()
 
 
 _INT64_MIN: Final = -(2**63)

@@ -27,7 +27,7 @@ Errors are never translated here: the gateway maps exceptions to wire codes
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -270,38 +270,43 @@ class Pipeline:
 
     async def _read(self, route: Route, params: Any, caller: CallContext, answer: _Answer) -> None:
         services = self.services
-        try:
+
+        async def work() -> Any:
             if route.barrier:
                 await services.index_barrier()
             now = services.now_ms()
-            result = await services.reads.run(lambda conn: route.handler(ReadContext(conn, now, caller), params))
-        except Exception as exc:
-            answer(outcome.Error(exc))
-        except BaseException:
-            answer(outcome.Error(ShuttingDown()))
-            raise
-        else:
-            answer(outcome.Value(result))
+            return await services.reads.run(lambda conn: route.handler(ReadContext(conn, now, caller), params))
+
+        await _answer_with(answer, work)
 
     async def _host(self, method: str, route: Route, params: Any, key: ReceiptKey | None, caller: CallContext,
                     answer: _Answer) -> None:
         ctx = HostContext(self.services, caller, key, method)
-        try:
+
+        async def work() -> Any:
             if key is not None:
                 found = await self.services.reads.run(receipts.check, key)
                 if found is not None:
-                    answer(outcome.Value(found["response"]))
-                    return
+                    return found["response"]
             result = await route.handler(ctx, params, key)
             if key is not None and ctx.committed is not None and ctx.committed != result:
                 raise InternalBug(f"{route.handler.__name__} answered something other than its stored response")
-        except Exception as exc:
-            answer(outcome.Error(exc))
-        except BaseException:
-            answer(outcome.Error(ShuttingDown()))
-            raise
-        else:
-            answer(outcome.Value(result))
+            return result
+
+        await _answer_with(answer, work)
+
+
+async def _answer_with(answer: _Answer, work: Callable[[], Awaitable[Any]]) -> None:
+    """Run ``work`` and answer with its result or error; a cancellation answers ``SHUTTING_DOWN``."""
+    try:
+        result = await work()
+    except Exception as exc:
+        answer(outcome.Error(exc))
+    except BaseException:
+        answer(outcome.Error(ShuttingDown()))
+        raise
+    else:
+        answer(outcome.Value(result))
 
 
 def _writer_op(handler: Callable[..., Any], params: Any, key: ReceiptKey | None, caller: CallContext,

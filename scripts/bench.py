@@ -5,10 +5,13 @@
     scripts/bench --quick              # CI-sized
     scripts/bench --out DIR --only appends,gateway
 
-Sections: durable appends (in-process) · newest-50 window reads (warm and in
-a fresh process) · SQLite synchronous FULL vs NORMAL · WebSocket gateway ·
-search (``scripts/bench_search.py``) · revisions growth
-(``scripts/bench_revisions.py``, when present). Writes ``DIR/report.json`` and
+Sections: durable appends (in-process, against the raw fsync loop and the
+``SQLiteSession`` baseline of ``scripts/bench_baselines.py``) · newest-50 window
+reads (warm and in a fresh process) · SQLite synchronous FULL vs NORMAL ·
+WebSocket gateway (the same baselines, JSON-RPC batches and the index catching
+up) · whole-history reads (``scripts/bench_history.py``) · search
+(``scripts/bench_search.py``) · revisions growth (``scripts/bench_revisions.py``,
+when present). Every rate has its CPU per operation next to it. Writes ``DIR/report.json`` and
 ``DIR/report.md`` (default ``bench-results/``), after every section, so a long
 run leaves a partial report. Targets are printed as PASS/MISS next to the
 measured ratio; a MISS never fails the run, a section that crashes does
@@ -38,7 +41,7 @@ from bench_common import ROOT, SIZES, Section, Sizes, Target, machine_info, rnd 
 from bench_report import render_markdown  # noqa: E402 - after the sys.path setup above
 
 SectionFn = Callable[[Sizes, Path], Section]
-SECTION_KEYS = ("appends", "windows", "synchronous", "gateway", "search", "revisions")
+SECTION_KEYS = ("appends", "windows", "synchronous", "gateway", "history", "search", "revisions")
 
 
 def _load_script(name: str) -> ModuleType | None:
@@ -125,10 +128,11 @@ def run_revisions(sizes: Sizes, work: Path) -> Section:
 def _sections() -> dict[str, SectionFn]:
     from bench_appends import run_appends, run_synchronous
     from bench_gateway import run_gateway
+    from bench_history import run_history
     from bench_windows import run_windows
 
     return {"appends": run_appends, "windows": run_windows, "synchronous": run_synchronous,
-            "gateway": run_gateway, "search": run_search, "revisions": run_revisions}
+            "gateway": run_gateway, "history": run_history, "search": run_search, "revisions": run_revisions}
 
 
 def _write(out: Path, report: dict[str, Any]) -> None:

@@ -1,8 +1,8 @@
-"""Shared pieces of ``scripts/bench``: sizes, targets, message corpus, raw fsync
-loop, in-process and subprocess hosts, machine info.
+"""Shared pieces of ``scripts/bench``: sizes, targets, wall and CPU meters, message
+corpus, raw fsync loop, rounds, in-process and subprocess hosts, machine info.
 
-Every section module (``bench_appends``, ``bench_windows``, ``bench_gateway``)
-returns a :class:`Section`: absolute figures plus the ratios that matter, each
+Every section module (``bench_appends``, ``bench_windows``, ``bench_gateway``,
+``bench_history``) returns a :class:`Section`: absolute figures plus the ratios that matter, each
 ratio compared with its target (PASS/MISS, never an exception).
 """
 
@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -67,6 +67,8 @@ class Sizes:
     search_brute: int
     revision_turns: int
     revision_bytes: int
+    history_messages: int                 # the whole-history session (issue 12: 50,000)
+    history_reps: int                     # timed whole-history reads per path, alternating with the parse
 
 
 SIZES: Mapping[str, Sizes] = MappingProxyType({
@@ -74,18 +76,18 @@ SIZES: Mapping[str, Sizes] = MappingProxyType({
                   window_sizes=(50, 5_000, 50_000), window_reps=60, cold_reps=20, sync_appends=1000,
                   sync_settings=1000, gw_appends=1000, gw_clients=50, gw_calls_per_client=40, gw_batches=100,
                   search_messages=1_000_000, search_sessions=5_000, search_queries=20, search_reps=3,
-                  search_brute=5, revision_turns=40, revision_bytes=2048),
+                  search_brute=5, revision_turns=40, revision_bytes=2048, history_messages=50_000, history_reps=5),
     "quick": Sizes("quick", raw_appends=300, session_appends=300, sessions=50, appends_per_session=6,
                    window_sizes=(50, 2_000, 10_000), window_reps=30, cold_reps=10, sync_appends=200,
                    sync_settings=200, gw_appends=200, gw_clients=50, gw_calls_per_client=6, gw_batches=20,
                    search_messages=20_000, search_sessions=100, search_queries=10, search_reps=2,
-                   search_brute=3, revision_turns=40, revision_bytes=2048),
+                   search_brute=3, revision_turns=40, revision_bytes=2048, history_messages=10_000, history_reps=3),
     # For the smoke test only: every code path, seconds of work.
     "tiny": Sizes("tiny", raw_appends=30, session_appends=30, sessions=5, appends_per_session=4,
                   window_sizes=(50, 200, 600), window_reps=5, cold_reps=3, sync_appends=20,
                   sync_settings=20, gw_appends=20, gw_clients=5, gw_calls_per_client=4, gw_batches=3,
                   search_messages=2_000, search_sessions=20, search_queries=3, search_reps=1,
-                  search_brute=2, revision_turns=4, revision_bytes=256),
+                  search_brute=2, revision_turns=4, revision_bytes=256, history_messages=300, history_reps=2),
 })
 
 # ----------------------------------------------------------------------------- results
@@ -161,6 +163,65 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 
 
+# ----------------------------------------------------------------------------- CPU and wall time
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of another process, all its threads (``/proc/<pid>/stat``,
+    clock-tick resolution)."""
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        data = fh.read()
+    fields = data[data.rindex(b")") + 2:].split()  # fields[0] is field 3 (state): utime is 14, stime 15
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Meter:
+    """Wall and CPU seconds summed over the measured segments of one workload.
+
+    ``cpu`` is this process's CPU time (``time.process_time``: every thread, so worker
+    threads count); with ``pid`` set, ``other_cpu`` is that process's (a host subprocess).
+    """
+
+    pid: int | None = None
+    ops: int = 0
+    seconds: float = 0.0
+    cpu: float = 0.0
+    other_cpu: float = 0.0
+
+    def _cpu_now(self) -> tuple[float, float]:
+        other = process_cpu_seconds(self.pid) if self.pid is not None else 0.0
+        return time.process_time(), other
+
+    async def measure(self, ops: int, work: Callable[[], Awaitable[Any]],
+                      settle: Callable[[], Awaitable[Any]] | None = None) -> float:
+        """Run ``work`` (``ops`` operations) and add its wall and CPU time. ``settle`` runs after the
+        wall clock stops and before the CPU clocks do: work the operations left behind (the index
+        committing after the replies) is charged to them, not to whatever is measured next."""
+        c0, o0 = self._cpu_now()
+        t0 = time.perf_counter()
+        await work()
+        secs = time.perf_counter() - t0
+        if settle is not None:
+            await settle()
+        c1, o1 = self._cpu_now()
+        self.ops += ops
+        self.seconds += secs
+        self.cpu += c1 - c0
+        self.other_cpu += o1 - o0
+        return secs
+
+    @property
+    def per_sec(self) -> float:
+        return self.ops / self.seconds if self.seconds > 0 else math.nan
+
+    def cpu_ms_per_op(self) -> float:
+        return self.cpu / self.ops * 1000 if self.ops else math.nan
+
+    def other_cpu_ms_per_op(self) -> float:
+        return self.other_cpu / self.ops * 1000 if self.ops else math.nan
+
+
 # ----------------------------------------------------------------------------- corpus
 
 _WORDS: tuple[str, ...] = tuple((
@@ -225,17 +286,21 @@ class RawLoop:
         self.appends = 0
         self.bytes = 0
         self.seconds = 0.0
+        self.cpu = 0.0
         self.hop_appends = 0
         self.hop_seconds = 0.0
+        self.hop_cpu = 0.0
         self.groups = 0
         self.grouped_lines = 0
         self.grouped_seconds = 0.0
 
     def run(self, lines: Sequence[bytes]) -> float:
+        c0 = time.process_time()
         t0 = time.perf_counter()
         for line in lines:
             self._write_durably(line)
         secs = time.perf_counter() - t0
+        self.cpu += time.process_time() - c0
         self.appends += len(lines)
         self.bytes += sum(len(b) for b in lines)
         self.seconds += secs
@@ -249,10 +314,12 @@ class RawLoop:
         """The same loop driven from trio, each write+fdatasync in a worker thread:
         one thread hop per append, the least any host that keeps fsync off its
         event loop pays. Its rate is the floor figure next to the raw one."""
+        c0 = time.process_time()
         t0 = time.perf_counter()
         for line in lines:
             await trio.to_thread.run_sync(self._write_durably, line)
         secs = time.perf_counter() - t0
+        self.hop_cpu += time.process_time() - c0
         self.hop_appends += len(lines)
         self.hop_seconds += secs
         return secs
@@ -286,9 +353,11 @@ class RawLoop:
         self.path.unlink(missing_ok=True)
 
     def figures(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"appends": self.appends, "bytes": self.bytes, "perSec": rnd(self.per_sec)}
+        out: dict[str, Any] = {"appends": self.appends, "bytes": self.bytes, "perSec": rnd(self.per_sec),
+                               "cpuMsPerAppend": rnd(self.cpu / self.appends * 1000 if self.appends else None)}
         if self.hop_appends:
             out["viaWorkerThreadPerSec"] = rnd(self.hopped_per_sec)
+            out["viaWorkerThreadCpuMsPerAppend"] = rnd(self.hop_cpu / self.hop_appends * 1000)
         if self.groups:
             out["groups"] = self.groups
             out["groupedLinesPerSec"] = rnd(self.grouped_lines_per_sec)
@@ -308,11 +377,19 @@ def chunks(items: Sequence[Any], rounds: int) -> list[Sequence[Any]]:
     return out
 
 
+def rounds_of(work: Mapping[str, Sequence[Any]], rounds: int) -> list[dict[str, Sequence[Any]]]:
+    """``work`` (per session) cut into ``rounds`` parts, each part a slice of every session's list."""
+    n = min((len(v) for v in work.values()), default=0)
+    parts = {sid: chunks(msgs, min(rounds, n)) for sid, msgs in work.items()}
+    return [{sid: p[r] for sid, p in parts.items()} for r in range(min(rounds, n))]
+
+
+
 # ----------------------------------------------------------------------------- hosts
 
 
 def host_config(root: Path, **overrides: Any) -> HostConfig:
-    base = dict(data_dir=DataDir(root), port=0, session_idle_timeout=3600.0, ask_timeout=300.0)
+    base: dict[str, Any] = dict(data_dir=DataDir(root), port=0, session_idle_timeout=3600.0, ask_timeout=300.0)
     base.update(overrides)
     return HostConfig(**base)
 

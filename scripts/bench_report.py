@@ -1,4 +1,10 @@
-"""Render the benchmark report (a JSON-able dict) as Markdown."""
+"""Render the benchmark report (a JSON-able dict) as Markdown.
+
+After the summary of targets comes one side-by-side table of the append paths (the
+raw loop, ``SQLiteSession``, pi-host in-process and over WebSocket: appends/s for one
+session and for N at once, each with its CPU per append), built from the
+``appends`` and ``gateway`` sections' figures; then every section in turn.
+"""
 
 from __future__ import annotations
 
@@ -59,6 +65,48 @@ def _targets_table(targets: list[Mapping[str, Any]]) -> list[str]:
                    for t in targets])
 
 
+def _row(label: str, one: Mapping[str, Any] | None, one_rate: str, many: Mapping[str, Any] | None, many_rate: str,
+         one_cpu: str = "cpuMsPerAppend", many_cpu: str = "cpuMsPerAppend",
+         one_ratio: str | None = None, many_ratio: str | None = None) -> list[str]:
+    def get(d: Mapping[str, Any] | None, key: str | None) -> str:
+        return "" if d is None or key is None else _fmt(d.get(key))
+    return [label, get(one, one_rate), get(one, one_ratio), get(one, one_cpu),
+            get(many, many_rate), get(many, many_ratio), get(many, many_cpu)]
+
+
+def _stores_table(sections: Mapping[str, Any]) -> list[str]:
+    """The append paths side by side (issue 12's table), from the appends and gateway figures."""
+    rows: list[list[str]] = []
+    sessions = ""
+    for key, where in (("appends", "in-process"), ("gateway", "over WebSocket")):
+        figs = (sections.get(key) or {}).get("figures") or {}
+        raw, lite = figs.get("raw"), figs.get("sqliteSession")
+        if not isinstance(raw, Mapping) or not isinstance(lite, Mapping):
+            continue
+        sessions = str(lite.get("concurrentSessions", sessions))
+        if key == "appends":
+            rows.append(_row("raw write+fdatasync loop", raw, "perSec", None, ""))
+            rows.append(_row("raw loop, one worker-thread hop per append", raw, "viaWorkerThreadPerSec", None, "",
+                             one_cpu="viaWorkerThreadCpuMsPerAppend"))
+        rows.append(_row(f"SQLiteSession baseline ({key} section)", lite, "oneSessionPerSec", lite,
+                         "concurrentAggregatePerSec", "oneSessionCpuMsPerAppend", "concurrentCpuMsPerAppend"))
+        if key == "appends":
+            rows.append(_row(f"pi-host {where}", figs.get("oneSession"), "perSec", figs.get("concurrentSessions"),
+                             "aggregatePerSec", one_ratio="ratioToSqliteSession", many_ratio="ratioToSqliteSession"))
+        else:
+            rows.append(_row(f"pi-host {where} (host + client CPU)", figs.get("oneClient"), "perSec",
+                             figs.get("concurrentClients"), "appendsPerSec", one_ratio="ratioToSqliteSession",
+                             many_ratio="ratioToSqliteSession"))
+    if not rows:
+        return []
+    header = ["store", "appends/s, 1 session", "x SQLiteSession", "CPU ms/append", f"{sessions} sessions at once",
+              "x SQLiteSession", "CPU ms/append"]
+    return ["## Append paths side by side", "",
+            "One append awaited at a time per session, one fsync each; ratios against the SQLiteSession baseline "
+            "measured in the same section, in rounds alternating with the host.", "",
+            *_table(header, rows), ""]
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     meta = report["meta"]
     machine = meta["machine"]
@@ -85,6 +133,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     else:
         lines.append("No targets measured.")
     lines.append("")
+    lines += _stores_table(report["sections"])
     for sec in report["sections"].values():
         lines += [f"## {sec['title']}", "", f"Section time {sec['seconds']} s.", ""]
         if sec.get("skipped"):

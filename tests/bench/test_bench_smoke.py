@@ -15,10 +15,13 @@ from typing import Any
 
 import pytest
 
+from protocol.jsonrpc import Encoded
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from bench_common import Target, chunks  # noqa: E402
+from bench_common import Target, chunks, rounds_of  # noqa: E402
+from bench_history import decode_result, encoded_payload  # noqa: E402
 
 SEARCH_KINDS = ("3char", "8char", "cjk", "2char", "nohit")
 
@@ -55,7 +58,8 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_every_section_ran_without_error(report: dict[str, Any]) -> None:
     assert report["meta"]["complete"] is True
-    assert list(report["sections"]) == ["appends", "windows", "synchronous", "gateway", "search", "revisions"]
+    assert list(report["sections"]) == ["appends", "windows", "synchronous", "gateway", "history", "search",
+                                        "revisions"]
     for key, sec in report["sections"].items():
         assert sec["error"] is None, f"{key}: {sec['error']}"
     revisions_script = REPO / "scripts" / "bench_revisions.py"
@@ -70,20 +74,132 @@ def test_machine_info_and_wall_time(report: dict[str, Any]) -> None:
     assert machine["filesystem"]["type"] not in ("", None)
 
 
-def test_append_and_gateway_figures(report: dict[str, Any]) -> None:
-    s = report["sections"]
-    for fig in ("raw.perSec", "oneSession.perSec", "oneSession.ratioToRaw", "concurrentSessions.aggregatePerSec",
-                "concurrentSessions.ratioToRaw"):
-        _positive(s["appends"]["figures"], fig)
-    g = s["gateway"]["figures"]
-    for fig in ("raw.perSec", "oneClient.p50ms", "oneClient.p99ms", "oneClient.perSec", "oneClient.ratioToRaw",
-                "concurrentClients.appendsPerSec", "concurrentClients.hostStatusPerSec",
-                "concurrentClients.ratioAppendToStatus", "batches.messagesPerSec"):
+def _quotient(figs: dict[str, Any], ratio: str, num: str, den: str) -> None:
+    """The ratio is the quotient of the two figures it names (up to rounding)."""
+    assert _get(figs, ratio) == pytest.approx(_positive(figs, num) / _positive(figs, den), rel=0.02), ratio
+
+
+def _target(sec: dict[str, Any], prefix: str) -> dict[str, Any]:
+    found = [t for t in sec["targets"] if t["name"].startswith(prefix)]
+    assert len(found) == 1, (prefix, [t["name"] for t in sec["targets"]])
+    return found[0]
+
+
+def test_append_figures_against_the_baselines(report: dict[str, Any]) -> None:
+    sec = report["sections"]["appends"]
+    figs = sec["figures"]
+    for fig in ("raw.perSec", "raw.cpuMsPerAppend", "raw.viaWorkerThreadPerSec", "raw.viaWorkerThreadCpuMsPerAppend",
+                "sqliteSession.oneSessionPerSec", "sqliteSession.oneSessionCpuMsPerAppend",
+                "sqliteSession.concurrentAggregatePerSec", "sqliteSession.concurrentCpuMsPerAppend",
+                "oneSession.perSec", "oneSession.cpuMsPerAppend", "oneSession.ratioToRaw",
+                "concurrentSessions.aggregatePerSec", "concurrentSessions.cpuMsPerAppend",
+                "concurrentSessions.ratioToRaw", "concurrentSessions.ratioToSqliteSession"):
+        _positive(figs, fig)
+    assert figs["sqliteSession"]["journalMode"] == "wal" and figs["sqliteSession"]["synchronous"] == "FULL"
+    assert figs["sqliteSession"]["concurrentSessions"] == figs["concurrentSessions"]["sessions"]
+    _quotient(figs, "oneSession.ratioToRaw", "oneSession.perSec", "raw.perSec")
+    _quotient(figs, "oneSession.ratioToSqliteSession", "oneSession.perSec", "sqliteSession.oneSessionPerSec")
+    _quotient(figs, "oneSession.ratioToRawViaWorkerThread", "oneSession.perSec", "raw.viaWorkerThreadPerSec")
+    _quotient(figs, "concurrentSessions.ratioToSqliteSession", "concurrentSessions.aggregatePerSec",
+              "sqliteSession.concurrentAggregatePerSec")
+    vs_sqlite = _target(sec, "one session / SQLiteSession")
+    assert (vs_sqlite["op"], vs_sqlite["goal"]) == (">=", 1.25)
+    assert vs_sqlite["measured"] == pytest.approx(_get(figs, "oneSession.ratioToSqliteSession"), rel=0.02)
+    vs_hop = _target(sec, "one session / raw write+fdatasync loop via one worker-thread hop")
+    assert (vs_hop["op"], vs_hop["goal"]) == (">=", 0.8)
+    assert vs_hop["measured"] == pytest.approx(_get(figs, "oneSession.ratioToRawViaWorkerThread"), rel=0.02)
+
+
+def test_gateway_figures_against_the_baselines(report: dict[str, Any]) -> None:
+    sec = report["sections"]["gateway"]
+    g = sec["figures"]
+    for fig in ("raw.perSec", "sqliteSession.oneSessionPerSec", "sqliteSession.oneSessionCpuMsPerAppend",
+                "sqliteSession.concurrentAggregatePerSec", "sqliteSession.concurrentCpuMsPerAppend",
+                "oneClient.p50ms", "oneClient.p99ms", "oneClient.perSec", "oneClient.ratioToRaw",
+                "oneClient.hostCpuMsPerAppend", "oneClient.cpuMsPerAppend",
+                "concurrentClients.appendsPerSec", "concurrentClients.p50ms", "concurrentClients.hostCpuMsPerAppend",
+                "concurrentClients.cpuMsPerAppend", "concurrentClients.hostStatusPerSec",
+                "concurrentClients.ratioAppendToStatus", "batches.messagesPerSec", "batches.rawBatchWriteCeiling",
+                "batches.indexSqlOnlyPerSec", "batchesIndexCatchUp.sustainedSearchCaughtUpPerSec",
+                "batchesIndexCatchUp.lastAckToSearchFindsSecs"):
         _positive(g, fig)
+    for fig in ("oneClient.clientCpuMsPerAppend", "concurrentClients.clientCpuMsPerAppend"):
+        assert _get(g, fig) >= 0  # clock-tick resolution: a tiny run may see no tick
     assert _get(g, "oneClient.p99ms") >= _get(g, "oneClient.p50ms")
-    # the ratio is the quotient of the two figures printed next to it
-    ratio = _get(s["appends"]["figures"], "oneSession.perSec") / _get(s["appends"]["figures"], "raw.perSec")
-    assert ratio == pytest.approx(_get(s["appends"]["figures"], "oneSession.ratioToRaw"), rel=0.02)
+    assert _get(g, "oneClient.cpuMsPerAppend") == pytest.approx(
+        _get(g, "oneClient.hostCpuMsPerAppend") + _get(g, "oneClient.clientCpuMsPerAppend"), rel=0.02, abs=0.002)
+    _quotient(g, "oneClient.ratioToSqliteSession", "oneClient.perSec", "sqliteSession.oneSessionPerSec")
+    _quotient(g, "concurrentClients.ratioToSqliteSession", "concurrentClients.appendsPerSec",
+              "sqliteSession.concurrentAggregatePerSec")
+    _quotient(g, "concurrentClients.ratioAppendToStatus", "concurrentClients.appendsPerSec",
+              "concurrentClients.hostStatusPerSec")
+    # search caught up after the last acknowledgement: the sustained rate is below the acknowledged one
+    assert _get(g, "batchesIndexCatchUp.sustainedSearchCaughtUpPerSec") <= _get(g, "batches.messagesPerSec")
+    assert _get(g, "batchesIndexCatchUp.searchCalls") >= 1
+    for fig in ("indexMaxLagOps", "appendStalls"):
+        assert _get(g, f"batchesIndexCatchUp.{fig}") >= 0
+    one = _target(sec, "one client / SQLiteSession")
+    assert (one["op"], one["goal"]) == (">=", 1.0)
+    assert one["measured"] == pytest.approx(_get(g, "oneClient.ratioToSqliteSession"), rel=0.02)
+    many = _target(sec, f"{_get(g, 'concurrentClients.clients')} clients on")
+    assert (many["op"], many["goal"]) == (">=", 2.0)
+    assert many["measured"] == pytest.approx(_get(g, "concurrentClients.ratioToSqliteSession"), rel=0.02)
+    batches = _target(sec, "batches of 64 appends")
+    assert (batches["op"], batches["goal"]) == (">=", 20_000)
+    assert batches["measured"] == pytest.approx(_get(g, "batches.messagesPerSec"), rel=0.02)
+    assert "index commits behind a read barrier" in " ".join(sec["notes"])
+
+
+def test_whole_history_figures(report: dict[str, Any]) -> None:
+    sec = report["sections"]["history"]
+    figs = sec["figures"]
+    assert _get(figs, "session.messages") == 300 and _positive(figs, "session.fileMB") > 0
+    for fig in ("session.buildMsgsPerSec", "inProcess.firstReadMs", "inProcess.medianMs",
+                "inProcess.parseWholeFileMs", "webSocket.freshProcessFirstReadMs", "webSocket.medianMs",
+                "webSocket.parseWholeFileMs", "webSocket.ratioToInProcess"):
+        _positive(figs, fig)
+    _quotient(figs, "inProcess.ratioToParse", "inProcess.medianMs", "inProcess.parseWholeFileMs")
+    _quotient(figs, "webSocket.ratioToParse", "webSocket.medianMs", "webSocket.parseWholeFileMs")
+    if _get(figs, "inProcess.preEncoded"):  # the call returned JSON text: decoding it is a second figure
+        assert _positive(figs, "inProcess.includingDecodeMs") >= _get(figs, "inProcess.medianMs")
+        _quotient(figs, "inProcess.includingDecodeRatioToParse", "inProcess.includingDecodeMs",
+                  "inProcess.parseWholeFileMs")
+    else:
+        assert "includingDecodeMs" not in figs["inProcess"] and _get(figs, "inProcess.resultType") == "dict"
+    for prefix, goal, fig in (("whole history in-process", 1.0, "inProcess.ratioToParse"),
+                              ("whole history over WebSocket", 1.5, "webSocket.ratioToParse")):
+        t = _target(sec, prefix)
+        assert (t["op"], t["goal"]) == ("<=", goal)
+        assert t["measured"] == pytest.approx(_get(figs, fig), rel=0.02)
+
+
+def test_append_paths_side_by_side_table(report: dict[str, Any]) -> None:
+    md = report["_markdown"]
+    table = md[md.index("## Append paths side by side"):]
+    table = table[:table.index("\n## ", 1)]
+    appends, gateway = report["sections"]["appends"]["figures"], report["sections"]["gateway"]["figures"]
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if line.startswith("| ")}
+    assert f"{_get(appends, 'oneSession.perSec'):g}" in rows["pi-host in-process"]
+    assert f"{_get(appends, 'oneSession.ratioToSqliteSession'):g}" in rows["pi-host in-process"]
+    assert f"{_get(gateway, 'oneClient.cpuMsPerAppend'):g}" in rows["pi-host over WebSocket (host + client CPU)"]
+    assert f"{_get(appends, 'sqliteSession.oneSessionPerSec'):g}" in rows["SQLiteSession baseline (appends section)"]
+    assert f"{_get(appends, 'raw.viaWorkerThreadPerSec'):g}" in rows["raw loop, one worker-thread hop per append"]
+
+
+def test_history_results_are_decoded_whatever_their_form() -> None:
+    value = {"messages": [{"id": "a"}], "totalMessages": 1}
+    text = json.dumps(value).encode()
+
+    class Raw:
+        raw = text
+
+    class Data:
+        data = memoryview(text)
+
+    assert encoded_payload(value) is None and decode_result(value) is value
+    for form in (text, bytearray(text), memoryview(text), text.decode(), Raw(), Data(), Encoded(text)):
+        assert encoded_payload(form) is not None
+        assert decode_result(form) == value
 
 
 def test_window_figures(report: dict[str, Any]) -> None:
@@ -124,7 +240,7 @@ def test_search_and_revisions_figures(report: dict[str, Any]) -> None:
 
 
 def test_targets_are_complete_and_honest(report: dict[str, Any]) -> None:
-    expected = {"appends": 1, "windows": 6, "synchronous": 0, "gateway": 3, "search": 9}
+    expected = {"appends": 2, "windows": 6, "synchronous": 0, "gateway": 3, "history": 2, "search": 9}
     if report["sections"]["revisions"]["skipped"] is None:
         expected["revisions"] = 1
     for key, count in expected.items():
@@ -161,3 +277,11 @@ def test_chunks_partition_in_order() -> None:
     assert len(parts) == 10 and all(parts)
     assert [x for p in parts for x in p] == items
     assert chunks([1, 2], 10) == [[1], [2]]
+
+
+def test_rounds_cut_every_session_alike() -> None:
+    work = {"a": list(range(7)), "b": list(range(100, 107))}
+    rounds = rounds_of(work, 3)
+    assert len(rounds) == 3 and all(set(r) == {"a", "b"} for r in rounds)
+    assert [x for r in rounds for x in r["a"]] == work["a"] and [x for r in rounds for x in r["b"]] == work["b"]
+    assert len(rounds_of(work, 10)) == 7

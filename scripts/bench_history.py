@@ -1,0 +1,262 @@
+"""Whole-history reads (issue 12): ``session.get`` with ``full: true`` of one large session.
+
+The session is built through the real write path (an in-process host whose session
+actor receives ``session.appendMessage`` calls in groups, as ``bench_windows`` does).
+Then its whole history is read
+
+* in-process: ``host.pipeline.call("session.get", {"sessionId": ..., "full": True},
+  decode=False)``, timed as the handler's result comes back (``protocol.jsonrpc.Encoded``,
+  the reply encoded once from the transcript's bytes; any bytes-like value or one
+  with ``.raw``/``.data`` counts as pre-encoded, a dict is taken as it is); "including
+  decode" adds decoding it to Python objects (what ``pipeline.call`` does by
+  default for in-process callers), reported without a target;
+* over WebSocket: a ``pi-host serve`` subprocess on the same data directory after
+  the in-process host stopped, ``runtime.client`` ``call(...)``, timed from send to the
+  decoded reply;
+
+each against the time to parse the whole transcript file with orjson, line by line,
+in the same process, the two alternating rep by rep (median of the reps). Every
+reply is checked: all messages, in the transcript's order (first and last ids
+included).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+from bench_common import (
+    Corpus,
+    Section,
+    Sizes,
+    Target,
+    call_context,
+    inprocess_host,
+    median,
+    ratio,
+    rnd,
+    start_host_process,
+)
+
+from runtime.client import open_client
+from runtime.host import RunningHost
+
+SID = "history"
+GROUP = 256  # asks in flight at once while building: the session actor's batch limit
+IN_PROCESS_TARGET = 1.0
+WEBSOCKET_TARGET = 1.5
+UPKEEP_AFTER = 0.25  # seconds without writes before the DB writer merges the search index (host default 2)
+QUIET_SECS = 1.0     # no merge step for this long: the index is merged, reads are timed on a quiet host
+QUIET_DEADLINE = 600.0
+_ENCODED = (bytes, bytearray, memoryview, str)
+
+
+def _mid(i: int) -> str:
+    return f"{SID}-{i:06d}"
+
+
+async def _build(host: RunningHost, sid: str, n: int, corpus: Corpus) -> None:
+    await host.pipeline.call("session.create", {"sessionId": sid, "title": f"history {n}"}, call_context())
+    for start in range(0, n, GROUP):
+        batch = [corpus.message(_mid(i), i) for i in range(start, min(n, start + GROUP))]
+        async with trio.open_nursery() as nursery:
+            for m in batch:
+                nursery.start_soon(host.pipeline.call, "session.appendMessage", {"sessionId": sid, "message": m},
+                                   call_context())
+
+
+def encoded_payload(result: Any) -> Any:
+    """The JSON text of a pre-encoded result (bytes-like, or held in ``.raw`` / ``.data``), else None."""
+    if isinstance(result, _ENCODED):
+        return result
+    for attr in ("raw", "data"):
+        inner = getattr(result, attr, None)
+        if isinstance(inner, _ENCODED):
+            return inner
+    return None
+
+
+def decode_result(result: Any) -> Any:
+    """The result as Python objects: decoded if it came pre-encoded, as it is otherwise."""
+    payload = encoded_payload(result)
+    return result if payload is None else orjson.loads(payload)
+
+
+def transcript_ids(path: Path) -> list[str]:
+    """Message ids in file order (a grouped build interleaves each group's appends)."""
+    ids: list[str] = []
+    with open(path, "rb") as fh:
+        for line in fh:
+            rec = orjson.loads(line)
+            if rec.get("type") == "message":
+                ids.append(rec["id"])
+    return ids
+
+
+def check_history(got: Any, ids: list[str]) -> None:
+    """The reply holds the whole session: every message, in file order (so the first and the last too)."""
+    msgs = got["messages"]
+    seen = [m.get("id") for m in msgs]
+    if got["totalMessages"] != len(ids) or seen != ids:
+        ends = (seen[0], seen[-1]) if seen else (None, None)
+        raise AssertionError(f"whole-history read returned {len(msgs)} of {got['totalMessages']} messages "
+                             f"({ends[0]}..{ends[1]}), expected {len(ids)} ({ids[0]}..{ids[-1]})")
+
+
+async def wait_upkeep_done(status: Callable[[], Awaitable[Any]]) -> tuple[int, float]:
+    """Wait until the DB writer's idle upkeep (FTS5 merges of what the build left) has stopped:
+    its step count unchanged for ``QUIET_SECS``. Returns (steps, seconds waited)."""
+    t0 = time.perf_counter()
+    last, since = -1, t0
+    while True:
+        steps = int((await status())["dbWriter"]["searchUpkeepSteps"])
+        now = time.perf_counter()
+        if steps != last:
+            last, since = steps, now
+        elif now - since >= QUIET_SECS:
+            return steps, now - t0
+        if now - t0 > QUIET_DEADLINE:
+            raise AssertionError(f"search upkeep still merging after {QUIET_DEADLINE} s ({steps} steps)")
+        await trio.sleep(0.1)
+
+
+def parse_whole_file(path: Path) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    lines = 0
+    with open(path, "rb") as fh:
+        for line in fh:
+            orjson.loads(line)
+            lines += 1
+    return time.perf_counter() - t0, lines
+
+
+async def _alternate(path: Path, reps: int, read: Callable[[], Awaitable[float]]) -> tuple[list[float], list[float]]:
+    """``reps`` rounds of (parse the file, one timed read), the order flipping every round."""
+    parse: list[float] = []
+    reads: list[float] = []
+    for r in range(reps):
+        if r % 2:
+            reads.append(await read())
+            parse.append(parse_whole_file(path)[0])
+        else:
+            parse.append(parse_whole_file(path)[0])
+            reads.append(await read())
+    return parse, reads
+
+
+async def _in_process(root: Path, n: int, reps: int) -> dict[str, Any]:
+    path = root / "sessions" / f"{SID}.jsonl"
+    decode: list[float] = []
+    kinds: set[str] = set()
+    async with inprocess_host(root, search_upkeep_after=UPKEEP_AFTER) as host:
+        t0 = time.perf_counter()
+        await _build(host, SID, n, Corpus(seed=23))
+        build = time.perf_counter() - t0
+        await host.services.index_log.barrier()
+        steps, quiet = await wait_upkeep_done(partial(host.pipeline.call, "host.status", {}, call_context()))
+        ids = await trio.to_thread.run_sync(transcript_ids, path)
+        if sorted(ids) != [_mid(i) for i in range(n)]:
+            raise AssertionError(f"the transcript holds {len(ids)} messages, not the {n} appended")
+        params = {"sessionId": SID, "full": True}
+
+        async def read() -> float:
+            t0 = time.perf_counter()
+            got = await host.pipeline.call("session.get", params, call_context(), decode=False)
+            secs = time.perf_counter() - t0
+            kinds.add(type(got).__name__)
+            if encoded_payload(got) is not None:
+                t1 = time.perf_counter()
+                got = decode_result(got)
+                decode.append(time.perf_counter() - t1)
+            check_history(got, ids)
+            return secs
+
+        first = await read()  # warm-up: the first read after the build
+        decode.clear()
+        parse, reads = await _alternate(path, reps, read)
+    return {"buildSecs": build, "first": first, "parse": parse, "reads": reads, "decode": decode,
+            "resultTypes": sorted(kinds), "upkeepSteps": steps, "upkeepWaitSecs": quiet, "ids": ids}
+
+
+async def _websocket(url: str, token: str, path: Path, file_bytes: int, ids: list[str],
+                     reps: int) -> dict[str, Any]:
+    limit = 4 * file_bytes + (64 << 20)  # the reply is about the file's size; room to spare
+    async with open_client(url, token, client_id="bench-history", max_message_size=limit) as client:
+        await wait_upkeep_done(partial(client.call, "host.status", {}))
+        params = {"sessionId": SID, "full": True}
+
+        async def read() -> float:
+            t0 = time.perf_counter()
+            got = await client.call("session.get", params)
+            secs = time.perf_counter() - t0
+            check_history(got, ids)
+            return secs
+
+        first = await read()  # the fresh process's first read: its actor starts, the layout is read cold
+        parse, reads = await _alternate(path, reps, read)
+    return {"first": first, "parse": parse, "reads": reads}
+
+
+def run_history(sizes: Sizes, work: Path) -> Section:
+    n = sizes.history_messages
+    sec = Section("history", f"Whole-history read of a {n:,}-message session (session.get full)")
+    root = work / "history"
+    inproc = trio.run(_in_process, root, n, sizes.history_reps)
+    path = root / "sessions" / f"{SID}.jsonl"
+    proc = start_host_process(root, "--search-upkeep-after", str(UPKEEP_AFTER))
+    try:
+        ws = trio.run(_websocket, proc.url, proc.token, path, path.stat().st_size, inproc["ids"],
+                      sizes.history_reps)
+    finally:
+        proc.stop()
+    in_parse, in_read = median(inproc["parse"]), median(inproc["reads"])
+    ws_parse, ws_read = median(ws["parse"]), median(ws["reads"])
+    pre_encoded = bool(inproc["decode"])
+    in_process: dict[str, Any] = {
+        "resultType": ", ".join(inproc["resultTypes"]),
+        "preEncoded": pre_encoded,
+        "firstReadMs": rnd(inproc["first"] * 1000),
+        "medianMs": rnd(in_read * 1000),
+        "parseWholeFileMs": rnd(in_parse * 1000),
+        "ratioToParse": rnd(ratio(in_read, in_parse)),
+    }
+    if pre_encoded:
+        with_decode = median([r + d for r, d in zip(inproc["reads"], inproc["decode"], strict=True)])
+        in_process["includingDecodeMs"] = rnd(with_decode * 1000)
+        in_process["includingDecodeRatioToParse"] = rnd(ratio(with_decode, in_parse))
+    sec.figures = {
+        "session": {"messages": n, "fileMB": rnd(path.stat().st_size / 2**20), "buildSecs": rnd(inproc["buildSecs"]),
+                    "buildMsgsPerSec": rnd(n / inproc["buildSecs"]), "reps": sizes.history_reps,
+                    "searchUpkeepSteps": inproc["upkeepSteps"], "upkeepWaitSecs": rnd(inproc["upkeepWaitSecs"])},
+        "inProcess": in_process,
+        "webSocket": {"freshProcessFirstReadMs": rnd(ws["first"] * 1000), "medianMs": rnd(ws_read * 1000),
+                      "parseWholeFileMs": rnd(ws_parse * 1000), "ratioToParse": rnd(ratio(ws_read, ws_parse)),
+                      "ratioToInProcess": rnd(ratio(ws_read, in_read))},
+    }
+    sec.targets = [
+        Target(f"whole history in-process, {n:,} msgs / parse the file with orjson (time)", ratio(in_read, in_parse),
+               "<=", IN_PROCESS_TARGET),
+        Target(f"whole history over WebSocket, {n:,} msgs / parse the file with orjson (time)",
+               ratio(ws_read, ws_parse), "<=", WEBSOCKET_TARGET),
+    ]
+    sec.notes = [
+        "parse: open the transcript and orjson.loads every line (header included), in the process that times "
+        "the read (the bench process, also for WebSocket: it is the client); parse and read alternate rep by "
+        f"rep, order flipped every rep; medians of {sizes.history_reps} reps after one warm-up read",
+        "in-process: pipeline.call('session.get', full=True, decode=False) timed as it returns (resultType); "
+        "when the result comes pre-encoded, includingDecode adds orjson-decoding it (no target)",
+        "WebSocket: a pi-host serve subprocess on the same data directory after the in-process host stopped "
+        "cleanly; timed from send to the reply decoded by runtime.client; freshProcessFirstReadMs is its first "
+        "read (actor start, cold layout); the OS page cache is not dropped",
+        f"reads are timed on a quiet host: both hosts run with search_upkeep_after={UPKEEP_AFTER} s and the "
+        f"timing starts once no FTS5 merge step happened for {QUIET_SECS} s (the build's index merged, as an "
+        "idle host leaves it; upkeepWaitSecs is that wait)",
+        "every reply is checked: totalMessages equals the session's message count and the reply's message ids "
+        "are the transcript's, in file order (first and last included); the transcript holds every id appended",
+    ]
+    return sec
