@@ -65,6 +65,14 @@ MAX_MODEL_LIST_BYTES: Final = 8 * 1024 * 1024
 DEFAULT_REFRESH_TIMEOUT_MS: Final = 15_000
 MAX_BUNDLE_BYTES: Final = 4 * 1024 * 1024
 """A config-sync bundle (ciphertext)."""
+MAX_IMPORT_SESSIONS: Final = 100_000
+"""Sessions one ``import.sessions`` call imports (the rest is reported refused: import a subdirectory)."""
+MAX_IMPORT_REPORTS: Final = 1000
+"""Per-session reports an ``import.sessions`` result carries (refused ones first)."""
+MAX_PLUGIN_MESSAGES: Final = 100_000
+"""Messages of one ``plugins.importSession`` (the params size cap usually binds first)."""
+MAX_EXPORT_INLINE_BYTES: Final = 16 * 1024 * 1024
+"""A ``session.export`` answered inline; a larger export needs ``outPath``."""
 
 # -- reply budgets (protocol/README.md "Limits"; the gateway enforces them on encoded bytes)
 MAX_REPLY_BYTES: Final = 16 * 1024 * 1024

@@ -43,7 +43,8 @@ _ANY = ("INVALID_PARAMS", "INTERNAL", "PAYLOAD_TOO_LARGE")
 _ACTOR = ("BUSY", "TIMEOUT", "ACTOR_RESTARTED", "SHUTTING_DOWN", "RESOURCE_EXHAUSTED")
 _DB_READ = _codes(_ANY, _ACTOR, ("CORRUPT_DATA",))
 _DB_WRITE = _codes(_DB_READ, ("IDEMPOTENCY_CONFLICT", "STORAGE_FULL", "IO_ERROR"))
-_SESSION_READ = _codes(_DB_READ, ("INVALID_ID", "SESSION_NOT_FOUND", "IO_ERROR"))
+# A native pi session id (`native-pi:...`) is refused by every session method that does not support it.
+_SESSION_READ = _codes(_DB_READ, ("INVALID_ID", "SESSION_NOT_FOUND", "IO_ERROR", "UNSUPPORTED_FOR_NATIVE_SESSION"))
 _SESSION_WRITE = _codes(
     _SESSION_READ, ("IDEMPOTENCY_CONFLICT", "STORAGE_FULL", "PAYLOAD_TOO_LARGE")
 )
@@ -756,6 +757,64 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.ConfigSyncApplyResult,
         "Verify, decrypt and merge a bundle in one transaction; a tampered or foreign-keyed one changes nothing.",
         _codes(_DB_WRITE, ("CONFLICT", "NOT_FOUND", "PAYLOAD_TOO_LARGE", "LIMIT_EXCEEDED")),
+    ),
+    # -- history in and out: imports, plugin imports, trash, export (seed 003 §4.5, §10.4, §12) --------
+    _spec(
+        "import.sessions",
+        m.ImportSessionsParams,
+        m.ImportSessionsResult,
+        "Import every session of another agent under a root (one transaction per session; import.progress "
+        "events); a re-import appends only what is new.",
+        _codes(_DB_WRITE, ("NOT_FOUND", "PAYLOAD_TOO_LARGE", "PERMISSION_DENIED")),
+    ),
+    _spec(
+        "plugins.importSession",
+        m.PluginImportSessionParams,
+        m.PluginImportSessionResult,
+        "A plugin imports one session (host-generated id; pluginId + sourceId + externalId is idempotent).",
+        _codes(_DB_WRITE, ("NOT_FOUND", "PAYLOAD_TOO_LARGE", "PERMISSION_DENIED")),
+    ),
+    _spec(
+        "plugins.listSessions",
+        m.PluginListSessionsParams,
+        m.PluginListSessionsResult,
+        "The calling plugin's imported sessions with their origin (trashed ones only when asked).",
+        _codes(_DB_READ, ("PERMISSION_DENIED",)),
+    ),
+    _spec(
+        "sessions.trash",
+        m.TrashParams,
+        m.TrashResult,
+        "Move a session to the trash: hidden from lists, plugin reads and search; nothing is removed.",
+        _codes(_SESSION_WRITE, ("PERMISSION_DENIED",)),
+    ),
+    _spec(
+        "sessions.restore",
+        m.TrashParams,
+        m.TrashResult,
+        "Bring a session back from the trash, exactly as it was.",
+        _codes(_SESSION_WRITE, ("PERMISSION_DENIED",)),
+    ),
+    _spec(
+        "sessions.purge",
+        m.TrashParams,
+        m.PurgeResult,
+        "Remove a trashed session for good: its rows, transcript and origin.",
+        _codes(_SESSION_WRITE, ("CONFLICT", "PERMISSION_DENIED")),
+    ),
+    _spec(
+        "sessions.listTrashed",
+        m.ListTrashedParams,
+        m.ListTrashedResult,
+        "Sessions in the trash, most recently trashed first (a plugin sees only its own).",
+        _DB_READ,
+    ),
+    _spec(
+        "session.export",
+        m.SessionExportParams,
+        m.SessionExportResult,
+        "Markdown, a self-contained HTML page or this host's JSONL; secrets and thinking excluded by default.",
+        _codes(_SESSION_READ, ("CONFLICT", "PAYLOAD_TOO_LARGE", "PERMISSION_DENIED")),
     ),
 )
 

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
-from store.ids import PLUGIN_ID_RE, SESSION_ID_RE, WIRE_ID_RE
+from store.ids import NATIVE_SESSION_ID_RE, PLUGIN_ID_RE, SESSION_ID_RE, SESSION_REF_RE, WIRE_ID_RE
 
 # ---------------------------------------------------------------------------
 # Limits: defined once in protocol/limits.py (the storage layer imports them too).
@@ -115,6 +115,17 @@ SessionId = Annotated[
     StringConstraints(pattern=SESSION_ID_RE.pattern),
     Field(description="Session id (becomes a file name)."),
 ]
+NativeSessionId = Annotated[
+    str,
+    StringConstraints(pattern=NATIVE_SESSION_ID_RE.pattern),
+    Field(description="A native pi session (`native-pi:<pi id>`, read-only, seed §12); never a file name here."),
+]
+SessionRef = Annotated[
+    str,
+    StringConstraints(pattern=SESSION_REF_RE.pattern),
+    Field(description="A host session id, or a native pi session id (`native-pi:...`) where the method "
+          "supports native sessions."),
+]
 WireId = Annotated[
     str,
     StringConstraints(pattern=WIRE_ID_RE.pattern),
@@ -207,4 +218,5 @@ Topic = Literal[
     "settings.changed",
     "providers.changed",
     "models.changed",
+    "import.progress",
 ]

@@ -26,6 +26,7 @@ from .models_common import (
     TimestampMs,
     Topic,
 )
+from .models_imports import ImportProgress
 from .models_plans import PlanApproval
 from .models_queue import QueueState
 from .models_records import MessageRef, Notification, SessionSummary, Turn
@@ -164,6 +165,7 @@ EVENT_PAYLOADS: Mapping[str, type[BaseModel]] = MappingProxyType(
         "settings.changed": SettingsChangedEvent,
         "providers.changed": ProvidersChangedEvent,
         "models.changed": ModelsChangedEvent,
+        "import.progress": ImportProgress,
     }
 )
 

@@ -7,7 +7,7 @@ end up in the transcript file. Host-produced projections (``SessionSummary``,
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, field_validator
 
@@ -27,6 +27,7 @@ from .models_common import (
     Rfc3339,
     Role,
     SessionId,
+    SessionRef,
     ThinkingLevel,
     TimestampMs,
     TurnStatus,
@@ -94,8 +95,19 @@ class Compaction(Record):
 # Host-produced projections
 
 
+class NativeInfo(Result):
+    """What a native pi session is (seed 003 §12)."""
+
+    version: int = Field(description="pi session format version (1-3).")
+    read_only: Literal[True] = True
+
+
 class SessionSummary(Result):
-    id: SessionId
+    """A session. ``source`` badges an imported one (claude-code, codex, pi, opencode, pi-host, a plugin's
+    source id); ``source: "native-pi"`` with ``native`` set is a native pi session, read-only, whose id is a
+    `native-pi:...` id (it has no host settings: ``mode``/``permissionMode`` are the host defaults)."""
+
+    id: SessionRef
     title: str
     project_id: int | None = None
     project_path: str | None = None
@@ -108,7 +120,9 @@ class SessionSummary(Result):
     created_at: TimestampMs
     updated_at: TimestampMs
     pinned: bool = False
-    deleted_at: TimestampMs | None = None
+    deleted_at: TimestampMs | None = Field(default=None, description="Set while the session is in the trash.")
+    source: str | None = Field(default=None, description="Import origin (null for sessions made here).")
+    native: NativeInfo | None = None
 
 
 class MessageRef(Result):
@@ -229,6 +243,7 @@ __all__ = [
     "QueueEntry",
     "RESERVED_META_KEYS",
     "RevisionInfo",
+    "NativeInfo",
     "SessionSummary",
     "Sha256Hex",
     "TranscriptMessage",

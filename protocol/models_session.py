@@ -19,6 +19,7 @@ from .models_common import (
     Ref,
     Result,
     SessionId,
+    SessionRef,
     ThinkingLevel,
     Title,
     WireId,
@@ -61,8 +62,11 @@ class SessionIdParams(Params):
     session_id: SessionId
 
 
-class SessionGetParams(SessionIdParams):
+class SessionGetParams(Params):
     """A bounded window of the transcript (seed 003 §5).
+
+    ``sessionId`` may be a native pi session (`native-pi:...`): the window is then
+    read from an immutable snapshot of its file, on its current branch.
 
     At most one anchor: `messageBefore` (backward paging, exclusive end),
     `messageAround` (centre on a message id) or `messageEnd` (forward
@@ -71,6 +75,7 @@ class SessionGetParams(SessionIdParams):
     physical message positions in the transcript file.
     """
 
+    session_id: SessionRef
     message_before: int | None = Field(
         default=None, ge=0, description="Exclusive physical end of the window."
     )

@@ -101,7 +101,7 @@ def _finish_deletes(conn: sqlite3.Connection, data_dir: DataDir, now: int) -> li
             index.delete_session_rows(conn, sid)
             forget_queue(conn, sid)
             if pending.receipt is not None:
-                restore_receipt(conn, sid, {**pending.receipt, "method": "session.delete"}, now_ms=now)
+                restore_receipt(conn, sid, {"method": "session.delete", **pending.receipt}, now_ms=now)
         finish_delete(data_dir.session_paths(sid))
         done.append(sid)
     return sorted(done)

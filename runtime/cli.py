@@ -2,6 +2,8 @@
 
     pi-host serve [--data-dir D] [--port N] [--host H] [--allow-origin O ...]
     pi-host status | sessions | show SESSION [--limit N] | search QUERY [--data-dir D]
+    pi-host import claude-code|codex|pi|opencode|pi-host [PATH] [--dry-run] [--json]
+    pi-host export SESSION [--format md|html|jsonl] [--out FILE] [--include-thinking] [--include-secrets]
     pi-host settings get [KEY] | set KEY JSON | delete KEY  [--ns NS]   (app: a field of the settings blob)
     pi-host providers | models [--provider ID]
     pi-host doctor [--repair] [--json] [--data-dir D]   (offline; exit 0 clean, 1 repairable/repaired,
@@ -16,12 +18,14 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import trio
 
 from runtime.config import DEFAULT_PORT, HostConfig
 from runtime.datadir import DataDir, DataDirLocked, DataDirUnsafe
+from store.importers import SOURCES
 
 log = logging.getLogger("pi_host")
 
@@ -43,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="force one SQLite synchronous mode (benchmarks)")
     serve.add_argument("--search-upkeep-after", type=float, default=2.0, metavar="SECONDS",
                        help="merge search index segments once the DB writer is idle this long (0 = never)")
+    serve.add_argument("--native-pi-root", metavar="DIR", default=None,
+                       help="list the pi sessions under DIR read-only as native-pi:<id> sessions")
     serve.add_argument("--quiet", action="store_true", help="no human log lines on stderr")
     serve.add_argument("--import-root", action="append", default=[], metavar="DIR",
                        help="a folder attachments.importFile may read (besides the session's project and scratch/)")
@@ -56,6 +62,18 @@ def _parser() -> argparse.ArgumentParser:
     search = sub.add_parser("search", help="search every session", parents=[common])
     search.add_argument("query")
     search.add_argument("--limit", type=int, default=20)
+    imp = sub.add_parser("import", help="import another agent's sessions into the running host", parents=[common])
+    imp.add_argument("source", choices=list(SOURCES))
+    imp.add_argument("path", nargs="?", default=None, help="default: the tool's usual root")
+    imp.add_argument("--dry-run", action="store_true", help="parse and report; write nothing")
+    imp.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    exp = sub.add_parser("export", help="export a session (secrets and thinking left out unless asked)",
+                         parents=[common])
+    exp.add_argument("session")
+    exp.add_argument("--format", choices=["md", "html", "jsonl"], default="md")
+    exp.add_argument("--out", default=None, metavar="FILE", help="a new file (default: stdout)")
+    exp.add_argument("--include-thinking", action="store_true")
+    exp.add_argument("--include-secrets", action="store_true")
     _config_parsers(sub, common)
     doctor = sub.add_parser("doctor", help="check a stopped host's data directory (exit 0 clean, 1 repairable "
                             "or repaired, 2 damage it cannot repair, 3 refused)", parents=[common])
@@ -92,6 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args, data_dir)
     if command == "doctor":
         return _doctor(args, data_dir)
+    if command == "import":
+        from runtime.import_cli import resolve_root
+
+        args.root = resolve_root(args.source, args.path)
+    if command == "export" and args.out is not None:
+        args.out = os.path.abspath(args.out)
     return trio.run(_client_command, command, args, data_dir)
 
 
@@ -150,6 +174,7 @@ def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         search_upkeep_after=args.search_upkeep_after if args.search_upkeep_after > 0 else None,
         import_roots=tuple(os.path.abspath(r) for r in args.import_root),
         disk_warn_below_bytes=args.disk_warn_below,
+        native_pi_root=Path(args.native_pi_root).resolve() if args.native_pi_root else None,
     )
 
     async def main_async() -> None:
@@ -235,6 +260,17 @@ async def _client_command(command: str, args: argparse.Namespace, data_dir: Data
                     if not text:
                         text = ", ".join(b.get("type", "?") for b in m.get("blocks", []))
                     print(f"[{m.get('seq')}] {m.get('role')}: {text}")
+            elif command == "import":
+                from runtime.import_cli import run_import
+
+                return await run_import(c, args.source, args.root, dry_run=args.dry_run, as_json=args.json,
+                                        out=sys.stdout)
+            elif command == "export":
+                from runtime.export_cli import run_export
+
+                return await run_export(c, args.session, fmt=args.format, out_file=args.out,
+                                        include_thinking=args.include_thinking,
+                                        include_secrets=args.include_secrets, out=sys.stdout)
             elif command == "search":
                 res = await c.call("search.sessions", {"query": args.query, "limit": args.limit})
                 for r in res["results"]:

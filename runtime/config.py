@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from runtime.datadir import DataDir
 
@@ -55,3 +56,5 @@ class HostConfig:
     # read is closed (1008), and connections that have not said host.hello yet.
     max_outbound_bytes: int = 32 * 1024 * 1024
     max_unauthenticated: int = 32
+    # A pi session root (~/.pi/agent/sessions) listed read-only as native-pi:<id> sessions (seed §12); None: none.
+    native_pi_root: Path | None = None

@@ -48,6 +48,7 @@ from runtime.config import HostConfig
 from runtime.context import Services
 from runtime.datadir import DataDirLock
 from runtime.handlers.attachments import Blobs
+from runtime.handlers.imports import Imports
 from runtime.handlers.plugins import PluginRegistry
 from runtime.handlers.queue import QueueControl
 from runtime.handlers.secrets import Vault
@@ -57,6 +58,7 @@ from runtime.routes import ROUTES, Route
 from store.database import close_writer
 from store.faults import Faults
 from store.fsutil import atomic_write, remove_file_durable
+from store.native_pi_views import NativeCatalog
 
 VERSION = "0.1.0"
 
@@ -184,13 +186,15 @@ async def run_host(
                     max_children=config.max_sessions_active,
                 )
                 await nursery.start(sessions.run)
+                blobs = Blobs(data_dir.attachments_dir, faults=faults, import_roots=config.import_roots)
                 services = Services(
                     data_dir=data_dir, db=db, reads=reads, bus=bus, faults=faults, now_ms=now_ms,
                     writer=writer_ref, index_log=index_log, wake_scheduler=tasks_changed(scheduler_ref.tell_nowait),
                     extra={"queue": QueueControl(),
                            "vault": Vault(data_dir.secrets_dir, faults=faults),
-                           "blobs": Blobs(data_dir.attachments_dir, faults=faults,
-                                          import_roots=config.import_roots),
+                           "blobs": blobs,
+                           "imports": Imports(data_dir.sessions_dir, blobs.files, faults=faults),
+                           "native": NativeCatalog(config.native_pi_root),
                            "plugins": PluginRegistry(data_dir.root / "plugins"),
                            "providers.lock": trio.Lock()},
                 )

@@ -35,11 +35,15 @@ from runtime.handlers import (
     compaction,
     config_sync,
     context,
+    export,
     fork,
     host,
+    imports,
     inflight,
+    native_pi,
     notifications,
     plans,
+    plugin_imports,
     plugins,
     project_groups,
     projects,
@@ -52,6 +56,7 @@ from runtime.handlers import (
     settings,
     tasks,
     tombstones,
+    trash,
     turns,
     workspace,
 )
@@ -81,6 +86,9 @@ class Route:
     """READS: wait until the index covers every append acknowledged before the read arrived."""
     fingerprint: Callable[..., Awaitable[str]] | None = None
     """``(services, method, raw params) -> fingerprint`` when the plain one would hold a secret."""
+    native: Any = None
+    """SESSION: the host handler ``(HostContext, params, receipt)`` for a native pi session id
+    (``native-pi:...``, seed §12); a route without one refuses such ids (UNSUPPORTED_FOR_NATIVE_SESSION)."""
     plugins: bool = False
     """Open to plugin connections (``clientKind: "plugin"``); the handler scopes what a plugin
     sees and changes to what it owns (``runtime/handlers/plugins.require_owner``). Every other
@@ -115,8 +123,8 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "events.unsubscribe":          on_connection(),
     # sessions
     "session.create":              on_session(sessions.create, session=sessions.create_target, ready_check=False),
-    "session.list":                from_reads(sessions.list_sessions, barrier=True),
-    "session.get":                 on_session(sessions.get, ready_check=False, plugins=True),
+    "session.list":                on_host(native_pi.list_sessions, plugins=True),  # + native pi sessions (§12)
+    "session.get":                 on_session(sessions.get, ready_check=False, native=native_pi.get, plugins=True),
     "session.appendMessage":       on_session(appends.append, group=appends.append_group),
     "session.rename":              on_session(sessions.rename),
     "session.update":              on_session(sessions.update),
@@ -147,7 +155,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "session.replaceMessages":     on_session(revisions.replace_messages),
     "session.appendCompaction":    on_session(compaction.append_compaction),
     # tombstones, fork, derived views
-    "session.fork":                on_session(fork.fork),
+    "session.fork":                on_session(fork.fork, native=native_pi.fork),
     "session.deleteMessage":       on_session(tombstones.delete_message),
     "session.restoreMessage":      on_session(tombstones.restore_message),
     "session.tree":                on_session(context.tree),
@@ -218,4 +226,13 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "configSync.configure":        on_host(config_sync.configure, fingerprint=config_sync.fingerprint),
     "configSync.export":           on_host(config_sync.export),
     "configSync.apply":            on_host(config_sync.apply),
+    # history in and out: imports, plugin imports, trash, export (each imported session in its actor)
+    "import.sessions":             on_host(imports.import_sessions),
+    "plugins.importSession":       on_host(plugin_imports.import_session, plugins=True),
+    "plugins.listSessions":        from_reads(plugin_imports.list_sessions, barrier=True, plugins=True),
+    "sessions.trash":              on_session(trash.trash, plugins=True),
+    "sessions.restore":            on_session(trash.restore, plugins=True),
+    "sessions.purge":              on_session(trash.purge, plugins=True),
+    "sessions.listTrashed":        from_reads(trash.list_trash, barrier=True, plugins=True),
+    "session.export":              on_session(export.export, native=export.export_native_session, plugins=True),
 })

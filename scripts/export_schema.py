@@ -314,6 +314,8 @@ ERROR_MEANINGS: dict[str, str] = {
     "PROVIDER_TIMEOUT": "The provider did not answer within timeoutMs; nothing was written. Retry later.",
     "PROVIDER_UNREACHABLE": "No connection to the provider (refused, DNS, TLS, proxy); nothing was written.",
     "PROVIDER_BAD_REPLY": "The provider's answer is not a model list (status, JSON, shape); nothing was written.",
+    "UNSUPPORTED_FOR_NATIVE_SESSION": "The method does not apply to a native pi session (`native-pi:...`, owned by "
+    "pi): only session.list, session.get, session.fork and session.export do; fork it to change it.",
 }
 
 _SESSION = {
@@ -430,6 +432,18 @@ _PLUGIN = {"id": "acme.tools", "name": "Acme tools", "version": "1.2.0", "enable
 _SYNC_STATE = {"settings": {"enabled": True, "webdavUrl": "https://dav.example/pi", "webdavUsername": "ada",
                             "vaultKeyRef": "configSync/vaultKey", "webdavPasswordRef": "configSync/webdavPassword"},
                "hasVaultKey": True, "hasWebdavPassword": True}
+_IMPORT_COUNTS = {"new": 1, "updated": 0, "unchanged": 0, "refused": 1, "would-new": 0, "would-updated": 0}
+_IMPORT_REPORT = {
+    "source": "claude-code", "externalId": "7f3c2e1a-9b8d-4c6e-a5f4-3e2d1c0b9a87",
+    "sessionId": "cc-1d4e8f0a2b3c5d6e7f8091a2b3c4d5e6", "status": "new",
+    "messages": {"assistant": 51, "user": 45}, "toolCalls": 22, "toolResults": 22, "thinkingBlocks": 9,
+    "compactions": 1, "attributed": 4, "unpairedToolCalls": 0, "newRecords": 97,
+}
+_IMPORT_REFUSED = {
+    "source": "claude-code", "externalId": "notes", "sessionId": "cc-0b9a8c7d6e5f40312233445566778899",
+    "status": "refused", "reason": "NOT_A_SESSION_FILE", "message": "no line of the file is a Claude Code record",
+    "messages": {}, "toolCalls": 0, "toolResults": 0, "thinkingBlocks": 0, "compactions": 0, "attributed": 0,
+}
 
 EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "host.hello": (
@@ -923,6 +937,47 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"sha256": "5d41402abc4b2a76b9719d911017c5925d41402abc4b2a76b9719d911017c592",
          "applied": {"settings": 3, "providers": 1, "models": 0, "projects": 2, "projectGroups": 1, "memory": 1}},
     ),
+    "import.sessions": (
+        {"source": "claude-code", "root": "/home/ada/.claude/projects", "importId": "imp-1", "submissionId": "i-1"},
+        {"importId": "imp-1", "source": "claude-code", "root": "/home/ada/.claude/projects", "dryRun": False,
+         "total": 2, "counts": _IMPORT_COUNTS, "messages": 96, "sourceBytes": 482113,
+         "sessions": [_IMPORT_REFUSED, _IMPORT_REPORT], "truncated": False},
+    ),
+    "plugins.importSession": (
+        {"sourceId": "chatlog", "externalId": "conv-81", "title": "Parser ideas", "history":
+         {"projectPath": "/elsewhere/parser", "modelId": "gpt-x"}, "messages": [_USER_MESSAGE],
+         "submissionId": "pi-1"},
+        {"sessionId": "pl-5b1e0c9a7d3f42e8a1b6c0d9e8f7a6b5", "created": True, "messageCount": 1},
+    ),
+    "plugins.listSessions": (
+        {"sourceId": "chatlog"},
+        {"sessions": [{**{k: v for k, v in _SESSION.items() if k not in ("projectId", "projectPath", "providerId",
+                                                                         "modelId")},
+                       "id": "pl-5b1e0c9a7d3f42e8a1b6c0d9e8f7a6b5", "source": "chatlog",
+                       "origin": {"sourceId": "chatlog", "externalId": "conv-81", "label": "chatlog",
+                                  "history": {"projectPath": "/elsewhere/parser", "modelId": "gpt-x"}}}]},
+    ),
+    "sessions.trash": (
+        {"sessionId": "s_4f2a", "submissionId": "tr-1"},
+        {"session": {**_SESSION, "deletedAt": 1785056800000}},
+    ),
+    "sessions.restore": (
+        {"sessionId": "s_4f2a", "submissionId": "rs-1"},
+        {"session": _SESSION},
+    ),
+    "sessions.purge": (
+        {"sessionId": "s_4f2a", "submissionId": "pg-1"},
+        {"sessionId": "s_4f2a", "purged": True},
+    ),
+    "sessions.listTrashed": (
+        {"limit": 20},
+        {"sessions": [{**_SESSION, "deletedAt": 1785056800000}]},
+    ),
+    "session.export": (
+        {"sessionId": "s_4f2a", "format": "md"},
+        {"format": "md", "content": "# Refactor the parser\n\n**User** ...", "bytes": 4120, "messages": 12,
+         "compactions": 1, "environments": 0, "redactions": 2, "thinkingOmitted": 3},
+    ),
 }
 
 EVENT_EXAMPLES: dict[str, dict[str, Any]] = {
@@ -944,6 +999,10 @@ EVENT_EXAMPLES: dict[str, dict[str, Any]] = {
     "settings.changed": {"ns": "app", "keys": ["largePasteThreshold"]},
     "providers.changed": {"providerIds": ["openrouter"]},
     "models.changed": {"providerId": "openrouter"},
+    "import.progress": {"importId": "imp-1", "source": "claude-code", "root": "/home/ada/.claude/projects",
+                        "dryRun": False, "done": 1, "total": 2, "counts": {**_IMPORT_COUNTS, "refused": 0},
+                        "messages": 96, "sourceBytes": 480100, "totalBytes": 482113,
+                        "sessionId": "cc-1d4e8f0a2b3c5d6e7f8091a2b3c4d5e6", "status": "new", "finished": False},
 }
 
 

@@ -183,10 +183,15 @@ def delete_session_rows(conn: sqlite3.Connection, session_id: str) -> bool:
 
 
 def list_sessions(
-    conn: sqlite3.Connection, *, limit: int, cursor: tuple[int, str] | None, project_id: int | None = None
+    conn: sqlite3.Connection, *, limit: int, cursor: tuple[int, str] | None, project_id: int | None = None,
+    owner_plugin: str | None = None,
 ) -> tuple[list[dict[str, Any]], tuple[int, str] | None]:
+    """Sessions not in the trash, newest ``updated_at`` first; ``owner_plugin``: only that plugin's imports."""
     where = ["s.deleted_at IS NULL"]
     args: list[Any] = []
+    if owner_plugin is not None:
+        where.append("EXISTS (SELECT 1 FROM session_import_origins o WHERE o.session_id = s.id AND o.plugin_id = ?)")
+        args.append(owner_plugin)
     if project_id is not None:
         where.append("s.project_id = ?")
         args.append(project_id)

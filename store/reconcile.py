@@ -338,6 +338,8 @@ def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any 
     extra: Mapping[str, Any] = raw_extra if isinstance(raw_extra, Mapping) else {}
     if method == "session.delete":
         return {"sessionId": session_id, "deleted": True}
+    if method == "sessions.purge":
+        return {"sessionId": session_id, "purged": True}
     row = index.session_row(conn, session_id)
     if row is None:
         return None

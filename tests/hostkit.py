@@ -43,10 +43,14 @@ async def inprocess_host(root: Path, **overrides: Any) -> AsyncIterator[RunningH
 
 @asynccontextmanager
 async def client_for(
-    running: RunningHost, client_id: str = "test-client", kind: str = "test"
+    running: RunningHost, client_id: str = "test-client", kind: str = "test", plugin_id: str | None = None
 ) -> AsyncIterator[HostClient]:
-    """``kind="plugin:<id>"`` connects as that plugin (clientKind plugin with its pluginId)."""
-    plugin_id = kind.removeprefix("plugin:") if kind.startswith("plugin:") else None
+    """A connection. ``kind="plugin:<id>"`` connects as that plugin (clientKind plugin with its pluginId);
+    so does ``kind="plugin"`` with ``plugin_id`` (default ``test-plugin``)."""
+    if kind.startswith("plugin:"):
+        plugin_id = kind.removeprefix("plugin:")
+    elif kind == "plugin" and plugin_id is None:
+        plugin_id = "test-plugin"
     async with open_client(running.url, running.token, client_id=client_id,
                            client_kind="plugin" if plugin_id else kind, plugin_id=plugin_id) as c:
         yield c

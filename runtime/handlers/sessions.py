@@ -1,4 +1,4 @@
-"""``session.create`` / ``get`` / ``list`` / ``rename`` / ``update`` / ``delete``.
+"""``session.create`` / ``get`` / ``rename`` / ``update`` / ``delete`` (``session.list``: ``native_pi.py``).
 
 Files first, index second, reply last. The receipts of the file-first methods
 ride in the file they write: ``session.create`` in the new transcript's header
@@ -15,20 +15,19 @@ from actors.session_context import SessionContext
 from protocol import models as m
 from protocol.jsonrpc import Encoded
 from protocol.limits import DEFAULT_WINDOW, MAX_REPLY_BYTES, MAX_WHOLE_READ_BYTES
-from runtime.context import ReadContext, Services
-from store import cursors, index, queue, windows
+from runtime.context import Services
+from store import index, queue, windows
 from store.errors import Conflict, MessageNotFound, StorageFull
 from store.ids import derived_id, new_id
-from store.plugins import session_owner
 from store.receipts import ReceiptKey, file_record
 from store.reconcile import apply_plan, plan_reconcile
 from store.session_files import finish_delete, write_delete_marker
 from store.transcript import create_transcript
 from store.window_reply import with_field
 
-from .plugins import require_owner
+from .plugin_imports import scope_session
 
-__all__ = ["create", "create_target", "delete", "get", "list_sessions", "rename", "update"]
+__all__ = ["create", "create_target", "delete", "get", "rename", "update", "window_request"]
 
 
 # ---------------------------------------------------------------------- create
@@ -91,8 +90,7 @@ def window_request(p: m.SessionGetParams, client_kind: str) -> windows.WindowReq
 
 
 async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None) -> Any:
-    if ctx.caller.plugin_id is not None:  # a plugin reads only the sessions it imported
-        require_owner(ctx.caller, await ctx.read(session_owner, ctx.sid), what=f"session {ctx.sid}")
+    await scope_session(ctx.read, ctx.caller, ctx.sid)  # a plugin reads only the sessions it imported
     req = window_request(p, ctx.caller.client_kind)
     path = ctx.paths.transcript
     window: windows.Window | None = None
@@ -132,15 +130,6 @@ async def _get_from_file(ctx: SessionContext, req: windows.WindowRequest) -> Any
         raise MessageNotFound(f"message {req.around} is not in session {ctx.sid}",
                               data={"sessionId": ctx.sid, "messageId": req.around})
     return Encoded(window.reply)
-
-
-def list_sessions(ctx: ReadContext, p: m.SessionListParams) -> Any:
-    fp = cursors.query_fingerprint("session.list", str(p.project_id))
-    after = cursors.decode_cursor(p.cursor, "sessions.list", fp, (int, str)) if p.cursor else None
-    items, nxt = index.list_sessions(ctx.conn, limit=p.limit, cursor=(after[0], after[1]) if after else None,
-                                     project_id=p.project_id)
-    return {"sessions": [index.public_session(r) for r in items],
-            "nextCursor": cursors.encode_cursor("sessions.list", fp, list(nxt)) if nxt else None}
 
 
 # ---------------------------------------------------------------------- metadata

@@ -20,6 +20,7 @@ from store.errors import NotFound
 from store.secrets import SecretStore
 from tests.hostkit import msg
 from tests.httpkit import FakeProvider, Reply
+from tests.importers import gen
 
 Vars = dict[str, Any]
 Setup = Callable[[HostClient, Path], Awaitable[Vars]]
@@ -284,6 +285,22 @@ def kv_rows(ns: str) -> Callable[[Path, Vars], int]:
     return lambda root, v: int(rows(root, "SELECT COUNT(*) FROM kv WHERE ns = ?", ns)[0][0])
 
 
+async def with_claude_root(c: HostClient, root: Path) -> Vars:
+    """A Claude Code projects tree with one session (import.sessions)."""
+    folder = root.parent / f"{root.name}-claude" / "-work-demo"
+    folder.mkdir(parents=True)
+    conv = [gen.User("import me"), gen.Response((("text", "imported answer"),), ())]
+    (folder / "5a1e0000-0000-4000-8000-000000000001.jsonl").write_bytes(
+        b"".join(gen.claude_code_lines(conv, session="5a1e0000-0000-4000-8000-000000000001")))
+    return {"root": str(folder.parent)}
+
+
+async def with_trashed(c: HostClient, root: Path) -> Vars:
+    v = await with_message(c, root)
+    await c.call("sessions.trash", {"sessionId": v["sid"]})
+    return v
+
+
 # ---------------------------------------------------------------------- the table
 
 S = Scenario
@@ -459,4 +476,20 @@ SCENARIOS: dict[str, Scenario] = {
                            lambda v: ("configSync.configure", {"enabled": False})),
     "configSync.apply": S(with_bundles, lambda v: {"bundleBase64": v["b1"]},
                           lambda v: ("configSync.apply", {"bundleBase64": v["b2"]})),
+    "import.sessions": S(with_claude_root, lambda v: {"source": "claude-code", "root": v["root"]},
+                         lambda v: ("import.sessions", {"source": "claude-code", "root": v["root"], "dryRun": True}),
+                         count=count("SELECT COUNT(*) FROM sessions")),
+    "plugins.importSession": S(
+        nothing, lambda v: {"sourceId": "chat", "externalId": "e1", "messages": [msg("m1", "from a plugin")]},
+        lambda v: ("plugins.importSession", {"sourceId": "chat", "externalId": "e2", "messages": [msg("m1", "x")]}),
+        kind="plugin:test-plugin", count=count("SELECT COUNT(*) FROM session_import_origins")),
+    "sessions.trash": S(with_message, lambda v: {"sessionId": v["sid"]},
+                        lambda v: ("sessions.restore", {"sessionId": v["sid"]}),
+                        count=count("SELECT COUNT(*) FROM sessions WHERE deleted_at IS NOT NULL")),
+    "sessions.restore": S(with_trashed, lambda v: {"sessionId": v["sid"]},
+                          lambda v: ("sessions.trash", {"sessionId": v["sid"]}),
+                          count=count("SELECT COUNT(*) FROM sessions WHERE deleted_at IS NOT NULL")),
+    "sessions.purge": S(with_trashed, lambda v: {"sessionId": v["sid"]},
+                        lambda v: ("sessions.restore", {"sessionId": v["sid"]}),
+                        count=count("SELECT COUNT(*) FROM sessions")),
 }

@@ -54,6 +54,8 @@ BRIEF_METHODS = {
     "models.list", "models.add", "models.remove", "models.refresh",
     "plugins.list", "plugins.register", "plugins.setEnabled", "plugins.uninstall",
     "configSync.get", "configSync.configure", "configSync.export", "configSync.apply",
+    "import.sessions", "plugins.importSession", "plugins.listSessions",
+    "sessions.trash", "sessions.restore", "sessions.purge", "sessions.listTrashed", "session.export",
 }  # fmt: skip
 
 
@@ -102,6 +104,7 @@ def test_mutating_flags_match_intent() -> None:
         "tasks.runs", "plans.pending", "projects.list",
         "settings.getAll", "workspace.get", "session.resolvePath", "projectGroups.list", "projectGroups.get",
         "providers.list", "providers.get", "models.list", "plugins.list", "configSync.get",
+        "plugins.listSessions", "sessions.listTrashed", "session.export",
     }  # fmt: skip
 
 
