@@ -6,8 +6,9 @@ nesting, a lone surrogate, ``NaN``, a duplicate key, an integer outside int64, a
 key, a forged cursor. Frames are sent one request (sometimes a batch) at a time on an authenticated
 connection; every answer is read and checked. After the run (:func:`verify`): the host is alive and
 no actor crashed, ``PRAGMA integrity_check`` is ``ok``, every transcript line parses, and no answer
-was ``INTERNAL``. Paths in params are kept under a sandbox folder, so a fuzzed project or workspace
-can never make the host write outside it.
+was ``INTERNAL``. Paths in params (projects, workspaces, import roots, export targets) are kept under a sandbox
+folder and URLs point at a closed local port, so a fuzzed request can never make the host read or
+write outside the sandbox or reach the network.
 
 Used by ``tests/hostile/test_fuzz.py`` (CI-sized) and ``scripts/chaos --mode fuzz --frames N``.
 """
@@ -32,7 +33,9 @@ from protocol.methods import METHODS
 __all__ = ["FuzzReport", "Pools", "frames", "fuzz_host", "iter_frames", "method_names", "params_strategy", "verify"]
 
 _SKIP = frozenset({"host.hello"})
-_PATH_KEYS = frozenset({"projectPath", "workspaceRoot", "path"})
+_PATH_KEYS = frozenset({"projectPath", "workspaceRoot", "path", "root", "roots", "primaryRoot", "outPath",
+                        "remoteDir"})
+_URL_KEYS = frozenset({"baseUrl", "webdavUrl"})
 _MAX_DEPTH = 6
 
 
@@ -166,6 +169,10 @@ def _sandboxed(params: Any, sandbox: str) -> Any:
         for k, v in params.items():
             if k in _PATH_KEYS and isinstance(v, str):
                 v = f"{sandbox}/{v.lstrip('/')}" if v else v
+            elif k in _PATH_KEYS and isinstance(v, list):
+                v = [f"{sandbox}/{x.lstrip('/')}" if isinstance(x, str) and x else x for x in v]
+            elif k in _URL_KEYS and isinstance(v, str):
+                v = f"http://127.0.0.1:9/{v[:200]}"  # the discard port: refused at once, never the network
             out[k] = _sandboxed(v, sandbox) if isinstance(v, (dict, list)) else v
         return out
     if isinstance(params, list):
