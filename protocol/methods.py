@@ -37,10 +37,10 @@ def _codes(*groups: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(code for group in groups for code in group))
 
 
-# Every method can fail these ways.
-_ANY = ("INVALID_PARAMS", "INTERNAL")
-# Work handed to an actor (mailbox full, no reply in time, actor died).
-_ACTOR = ("BUSY", "TIMEOUT", "ACTOR_RESTARTED", "SHUTTING_DOWN")
+# Every method can fail these ways (PAYLOAD_TOO_LARGE: a reply over the reply cap).
+_ANY = ("INVALID_PARAMS", "INTERNAL", "PAYLOAD_TOO_LARGE")
+# Work handed to an actor (mailbox full, no reply in time, actor died, out of file descriptors).
+_ACTOR = ("BUSY", "TIMEOUT", "ACTOR_RESTARTED", "SHUTTING_DOWN", "RESOURCE_EXHAUSTED")
 _DB_READ = _codes(_ANY, _ACTOR, ("CORRUPT_DATA",))
 _DB_WRITE = _codes(_DB_READ, ("IDEMPOTENCY_CONFLICT", "STORAGE_FULL", "IO_ERROR"))
 # A native pi session id (`native-pi:...`) is refused by every session method that does not support it.

@@ -29,9 +29,12 @@ from .limits import (  # noqa: E402 - re-exported for the models
     MAX_CURSOR_CHARS,
     MAX_IDS_PER_CALL,
     MAX_MESSAGES_PER_REPLACE,
+    MAX_PATH_BYTES,
     MAX_PATH_CHARS,
+    MAX_PATH_COMPONENT_BYTES,
     MAX_QUERY_CHARS,
     MAX_REF_CHARS,
+    MAX_REPLY_BYTES,
     MAX_RETAINED_TAIL,
     MAX_TEXT_FIELD,
     MAX_TITLE_CHARS,
@@ -49,6 +52,7 @@ __all__ = [
     "MAX_PATH_CHARS",
     "MAX_QUERY_CHARS",
     "MAX_REF_CHARS",
+    "MAX_REPLY_BYTES",
     "MAX_RETAINED_TAIL",
     "MAX_TEXT_FIELD",
     "MAX_TITLE_CHARS",
@@ -137,7 +141,21 @@ Cursor = Annotated[
     StringConstraints(min_length=1, max_length=MAX_CURSOR_CHARS),
     Field(description="Opaque pagination cursor returned as nextCursor."),
 ]
-ProjectPath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS)]
+def _check_fs_path(value: str) -> str:
+    """No NUL, at most 4096 UTF-8 bytes, no component over 255 bytes (else INVALID_PARAMS, not an OSError)."""
+    if "\x00" in value:
+        raise ValueError("a path must not contain a NUL character")
+    raw = value.encode("utf-8", "surrogatepass")
+    if len(raw) > MAX_PATH_BYTES:
+        raise ValueError(f"a path must be at most {MAX_PATH_BYTES} bytes of UTF-8")
+    if any(len(part) > MAX_PATH_COMPONENT_BYTES for part in raw.split(b"/")):
+        raise ValueError(f"a path component must be at most {MAX_PATH_COMPONENT_BYTES} bytes")
+    return value
+
+
+ProjectPath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS),
+                        AfterValidator(_check_fs_path)]
+FsPath = Annotated[str, StringConstraints(min_length=2, max_length=MAX_PATH_CHARS), AfterValidator(_check_fs_path)]
 PluginId = Annotated[
     str,
     StringConstraints(pattern=PLUGIN_ID_RE.pattern),

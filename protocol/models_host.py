@@ -126,6 +126,23 @@ class IndexStats(Result):
     bound_bytes: Count
 
 
+class DiskStats(Result):
+    free_bytes: Count = Field(description="Bytes an unprivileged writer can still use on the data directory's disk.")
+    total_bytes: Count
+    warn_below_bytes: Count = Field(description="The threshold (serve --disk-warn-below, default 512 MiB).")
+    warning: bool = Field(description="freeBytes is under the threshold: writes may soon be STORAGE_FULL.")
+
+
+class GatewayStats(Result):
+    connections: Count
+    unauthenticated: Count = Field(description="Connections that have not said host.hello yet.")
+    evicted_unauthenticated: Count = Field(description="Silent connections closed to admit newer ones.")
+    slow_consumer_closes: Count
+    outbound_bytes: Count = Field(description="Encoded bytes waiting for sockets, all connections.")
+    peak_outbound_bytes: Count
+    oversized_replies: Count = Field(description="Replies answered PAYLOAD_TOO_LARGE by the reply caps.")
+
+
 class StatusResult(Result):
     version: str
     boot_id: str
@@ -136,6 +153,8 @@ class StatusResult(Result):
     pipeline: PipelineStats
     index: IndexStats | None = None
     data_dir_bytes: Count
+    disk: DiskStats | None = None
+    gateway: GatewayStats | None = None
     boot: BootReport
 
 
@@ -143,6 +162,8 @@ __all__ = [
     "ActorStats",
     "BootReport",
     "DbWriterStats",
+    "DiskStats",
+    "GatewayStats",
     "HelloParams",
     "LoginCodeParams",
     "LoginCodeResult",

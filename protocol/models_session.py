@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from .models_approvals import UserRequest
 from .models_common import (
+    MAX_REPLY_BYTES,
     MAX_WINDOW,
     Count,
     Cursor,
@@ -91,6 +92,15 @@ class SessionGetParams(Params):
         description="Forward paging: start the window at this physical position.",
     )
     full: bool = Field(default=False, description="Whole transcript, no content cap.")
+    max_bytes: int | None = Field(
+        default=None,
+        ge=1024,
+        le=MAX_REPLY_BYTES,
+        description="Byte budget of the window (its transcript lines; default and maximum 16 MiB). A window "
+        "that does not fit is cut to a page of whole messages (newest for a backward window, oldest for "
+        "messageEnd); the whole transcript (full, or no limit) over the budget is PAYLOAD_TOO_LARGE: page it "
+        "with messageEnd.",
+    )
 
     @model_validator(mode="after")
     def _one_anchor(self) -> SessionGetParams:

@@ -37,7 +37,7 @@ import trio
 
 from protocol.methods import PROTOCOL_VERSION
 from runtime.config import DEFAULT_PORT, HostConfig
-from runtime.datadir import DataDir, DataDirLocked
+from runtime.datadir import DataDir, DataDirLocked, DataDirUnsafe
 from runtime.host import VERSION
 from runtime.kernel.supervisor import RestartIntensityExceeded
 from store.errors import StoreError
@@ -67,6 +67,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--native-pi-root", metavar="DIR", default=None,
                        help="list the pi sessions under DIR read-only as native-pi:<id> sessions")
     serve.add_argument("--quiet", action="store_true", help="no human log lines on stderr")
+    serve.add_argument("--import-root", action="append", default=[], metavar="DIR",
+                       help="a folder attachments.importFile may read (besides the session's project and scratch/)")
+    serve.add_argument("--disk-warn-below", type=int, default=512 * 1024 * 1024, metavar="BYTES",
+                       help="host.status warns when the data directory's disk has less free space")
     _add_client_commands(sub, common)
     imp = sub.add_parser("import", help="import another agent's sessions into the running host", parents=[common])
     imp.add_argument("source", choices=list(SOURCES))
@@ -238,12 +242,19 @@ def _doctor(args: argparse.Namespace, data_dir: DataDir) -> int:
 def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
     from runtime.host import run_host
     from runtime.logs import setup_logging
+    from runtime.process import raise_fd_limit, tune_allocator
 
     if args.data_dir is None and not os.environ.get("PI_DESKTOP_DATA_DIR"):
         print(f"pi-host: serving the default data directory {data_dir.root} (the desktop app's data); "
               "--data-dir DIR serves another", file=sys.stderr, flush=True)
-    data_dir.ensure()
+    try:
+        data_dir.ensure()
+    except DataDirUnsafe as exc:
+        print(f"pi-host: {exc}", file=sys.stderr)
+        return 2
     setup_logging(data_dir.logs_dir, stderr=not args.quiet)
+    tune_allocator()
+    raise_fd_limit()
     config = HostConfig(
         data_dir=data_dir,
         host=args.host,
@@ -252,6 +263,8 @@ def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         session_idle_timeout=args.idle_timeout,
         synchronous=args.synchronous,
         search_upkeep_after=args.search_upkeep_after if args.search_upkeep_after > 0 else None,
+        import_roots=tuple(os.path.abspath(r) for r in args.import_root),
+        disk_warn_below_bytes=args.disk_warn_below,
         native_pi_root=Path(args.native_pi_root).resolve() if args.native_pi_root else None,
     )
 
@@ -276,7 +289,7 @@ def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         log.error("restart intensity exceeded; shutting down", extra={"error": str(exc)})
         print(f"pi-host: actors kept crashing, shut down: {exc}", file=sys.stderr)
         return 4
-    except (DataDirLocked, StoreError, OSError, BaseExceptionGroup) as exc:
+    except (DataDirLocked, DataDirUnsafe, StoreError, OSError, BaseExceptionGroup) as exc:
         code = _serve_failure(exc, args)
         if code is None:
             raise
@@ -292,6 +305,10 @@ def _serve_failure(exc: BaseException, args: argparse.Namespace) -> int | None:
         if isinstance(leaf, DataDirLocked):
             print(f"pi-host: {leaf}", file=sys.stderr)
             return 3
+    for leaf in leaves:
+        if isinstance(leaf, DataDirUnsafe):
+            print(f"pi-host: {leaf}", file=sys.stderr)
+            return 2
     for leaf in leaves:
         if isinstance(leaf, RestartIntensityExceeded):
             print("pi-host: actors kept crashing, shut down", file=sys.stderr)

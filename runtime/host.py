@@ -205,7 +205,7 @@ async def run_host(
                     max_children=config.max_sessions_active,
                 )
                 await nursery.start(sessions.run)
-                blobs = Blobs(data_dir.attachments_dir, faults=faults)
+                blobs = Blobs(data_dir.attachments_dir, faults=faults, import_roots=config.import_roots)
                 services = Services(
                     data_dir=data_dir, db=db, reads=reads, bus=bus, faults=faults, now_ms=now_ms,
                     writer=writer_ref, index_log=index_log, wake_scheduler=tasks_changed(scheduler_ref.tell_nowait),
@@ -257,6 +257,8 @@ async def run_host(
                         "pipeline": {"inFlight": pipeline.in_flight, **pipeline.book.statistics()},
                         "index": _index_status(index_log),
                         "dataDirBytes": size,
+                        "disk": await trio.to_thread.run_sync(_disk, data_dir.root, config.disk_warn_below_bytes),
+                        "gateway": _gateway_stats(gateway),
                         "boot": boot.report,
                     }
 
@@ -265,6 +267,7 @@ async def run_host(
                     host=config.host, port=config.port, token=token,
                     allowed_origins=config.allowed_origins,
                     max_frame_bytes=config.max_frame_bytes, max_params_bytes=config.max_params_bytes,
+                    max_outbound_bytes=config.max_outbound_bytes, max_unauthenticated=config.max_unauthenticated,
                 )
                 static = await trio.to_thread.run_sync(load_static)
                 site = HttpSite(token=token, codes=services.get(LOGIN_CODES), ready=lambda: gateway.accepting,
@@ -353,6 +356,24 @@ def _write_clean_marker(data_dir: Any, now: int, actors: dict[str, int]) -> None
         remove_file_durable(data_dir.host_json_path)
     except OSError:
         pass
+
+
+def _disk(root: Any, warn_below: int) -> dict[str, Any]:
+    """Free space of the data directory's disk (``statvfs``), with a warning under ``warn_below``."""
+    st = os.statvfs(root)
+    free = st.f_bavail * st.f_frsize
+    if free < warn_below:
+        log.warning("the data directory's disk has %d bytes free (warning below %d)", free, warn_below)
+    return {"freeBytes": free, "totalBytes": st.f_blocks * st.f_frsize, "warnBelowBytes": warn_below,
+            "warning": free < warn_below}
+
+
+def _gateway_stats(gateway: Gateway) -> dict[str, Any]:
+    st = gateway.statistics()
+    return {"connections": st.connections, "unauthenticated": st.unauthenticated,
+            "evictedUnauthenticated": st.evicted_unauthenticated, "slowConsumerCloses": st.slow_consumer_closes,
+            "outboundBytes": st.outbound_bytes, "peakOutboundBytes": st.peak_outbound_bytes,
+            "oversizedReplies": st.oversized_replies}
 
 
 def _dir_size(root: Any) -> int:

@@ -300,6 +300,7 @@ ERROR_MEANINGS: dict[str, str] = {
     "ACTOR_RESTARTED": "The actor handling the request crashed and was restarted. Retry with the same `submissionId`.",
     "STORAGE_FULL": "Disk full; nothing was acknowledged. Retry once space is freed.",
     "IO_ERROR": "An I/O error (e.g. failed fsync); the session's storage is marked failed until reopened.",
+    "RESOURCE_EXHAUSTED": "The host ran out of file descriptors for this request; nothing changed. Retry shortly.",
     "CORRUPT_DATA": "Durable data failed validation (digest mismatch, unreadable record).",
     "CURSOR_EXPIRED": "The pagination or event cursor is no longer valid; start again without it.",
     "PLAN_REQUIRES_INTERACTIVE_SESSION": "A Plan/Goal run was started unattended; switch the session to agent mode.",

@@ -8,7 +8,7 @@ opens files: callers pass parsed transcript records with their byte spans.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -488,6 +488,20 @@ def window_spans(conn: sqlite3.Connection, session_id: str, start: int, end: int
         "WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
         (session_id, start, end),
     ).fetchall()
+
+
+def iter_window_spans(
+    conn: sqlite3.Connection, session_id: str, start: int, end: int, *, newest_first: bool
+) -> Iterator[tuple[int, int, int, int, str | None]]:
+    """The rows of ``window_spans``, lazily, oldest or newest first (a byte-bounded page stops early)."""
+    order = "DESC" if newest_first else "ASC"
+    cursor = conn.execute(
+        "SELECT seq, line_offset, line_len, deleted, turn_id FROM messages "
+        f"WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq {order}",
+        (session_id, start, end),
+    )
+    while batch := cursor.fetchmany(512):
+        yield from batch
 
 
 def client_spellings(session_id: str, message_id: str) -> tuple[str, str]:

@@ -35,6 +35,7 @@ import orjson
 from .errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge, StoreError, classify_os_error
 from .faults import NO_FAULTS, Faults
 from .fsutil import atomic_write, fsync_dir, remove_file_durable, write_all
+from .safe_open import check_path, open_regular, open_under, path_error, read_bounded
 
 __all__ = [
     "Artifact",
@@ -69,12 +70,13 @@ class Artifact:
 
 
 def _check_root(workspace_root: str) -> str:
-    if not os.path.isabs(workspace_root):
-        raise InvalidInput("workspaceRoot must be an absolute path", data={"field": "workspaceRoot"})
+    check_path(workspace_root, field="workspaceRoot")
     try:
         st = os.stat(workspace_root)
     except FileNotFoundError:
         raise NotFound(f"workspace {workspace_root} does not exist", data={"workspaceRoot": workspace_root}) from None
+    except OSError as exc:
+        raise path_error(exc, workspace_root, field="workspaceRoot", what="open workspace") from None
     if not stat.S_ISDIR(st.st_mode):
         raise InvalidInput(f"workspace {workspace_root} is not a directory", data={"field": "workspaceRoot"})
     return workspace_root
@@ -180,9 +182,12 @@ def sweep_intents(conn: sqlite3.Connection, sessions_dir: str | os.PathLike[str]
             continue
         path = os.path.join(sessions_dir, name)
         try:
-            with open(path, "rb") as fh:
-                intent = orjson.loads(fh.read(1 << 16))
-        except (OSError, ValueError):
+            fd = open_regular(path, max_bytes=1 << 16)
+            try:
+                intent = orjson.loads(read_bounded(fd, 1 << 16, path=path))
+            finally:
+                os.close(fd)
+        except (OSError, ValueError, StoreError):
             intent = None
         if isinstance(intent, dict) and isinstance(intent.get("requestId"), str):
             row = conn.execute("SELECT 1 FROM plan_approvals WHERE request_id = ?", (intent["requestId"],)).fetchone()
@@ -240,25 +245,22 @@ def verify_artifact(workspace_root: str, relative_path: str | None, sha256: str 
     if not relative_path or not _REL_RE.fullmatch(relative_path) or sha256 is None or size is None:
         raise bad("no valid artifact recorded")
     root = _check_root(workspace_root)
-    for part in (".pi", relative_path.rsplit("/", 1)[0]):
-        try:
-            if not stat.S_ISDIR(os.lstat(os.path.join(root, part)).st_mode):
-                raise bad(f"{part} is not a real directory")
-        except FileNotFoundError:
-            raise bad("file is missing") from None
+    # Walk from the workspace without following a symlink, open non-blocking (an agent can
+    # write the workspace: a FIFO or device put in the artifact's place must not block the
+    # session actor), fstat before reading, and never read more than one byte past its size.
     try:
-        fd = os.open(os.path.join(root, relative_path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
+        fd = open_under(os.path.join(root, relative_path), [root], max_bytes=None, field="artifactPath")
+    except NotFound:
         raise bad("file is missing") from None
-    except OSError as exc:
-        raise bad(f"cannot open ({exc.strerror})") from None
+    except StoreError as exc:
+        raise bad(exc.message) from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise bad("not a regular file")
         digest, total = hashlib.sha256(), 0
-        while chunk := os.read(fd, _CHUNK):
+        while total <= size and (chunk := os.read(fd, min(_CHUNK, size + 1 - total))):
             digest.update(chunk)
             total += len(chunk)
+    except OSError as exc:
+        raise bad(f"cannot read ({exc.strerror})") from None
     finally:
         os.close(fd)
     if total != size:

@@ -75,7 +75,7 @@ class HostProcess:
 
 
 def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None = None,
-                       timeout: float = 60) -> HostProcess:
+                       timeout: float = 60, preexec_fn: Any = None) -> HostProcess:
     """Start ``pi-host serve --port 0`` as a subprocess and wait for its ``host.json``."""
     host_json = data_dir / "host.json"
     old_pid = None
@@ -89,7 +89,7 @@ def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None =
     proc = subprocess.Popen(
         [sys.executable, "-m", "runtime.cli", "--data-dir", str(data_dir), "serve", "--port", "0", "--quiet",
          *extra],
-        cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=preexec_fn,
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -14,11 +14,11 @@ from typing import Any
 from actors.session_context import SessionContext
 from protocol import models as m
 from protocol.jsonrpc import Encoded
-from protocol.limits import DEFAULT_WINDOW
+from protocol.limits import DEFAULT_WINDOW, MAX_REPLY_BYTES, MAX_WHOLE_READ_BYTES
 from runtime.context import Services
 from runtime.handlers import inflight, plans
 from store import index, queue, windows
-from store.errors import Conflict, MessageNotFound
+from store.errors import Conflict, MessageNotFound, StorageFull
 from store.ids import derived_id, new_id
 from store.receipts import ReceiptKey, file_record
 from store.reconcile import apply_plan, plan_reconcile
@@ -86,7 +86,8 @@ def window_request(p: m.SessionGetParams, client_kind: str) -> windows.WindowReq
     else:
         limit = None if client_kind == "agent" else DEFAULT_WINDOW  # the sidecar reads whole transcripts
     return windows.WindowRequest(before=p.message_before, start=p.message_end, limit=limit,
-                                 content_limit=p.content_limit, around=p.message_around)
+                                 content_limit=p.content_limit, around=p.message_around,
+                                 max_bytes=p.max_bytes or MAX_REPLY_BYTES)
 
 
 async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None) -> Any:
@@ -103,7 +104,12 @@ async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None
         else:
             window = None
     if window is None:
-        row = await ctx.ensure_ready()
+        try:
+            row = await ctx.ensure_ready()
+        except StorageFull:
+            # The index must catch up with the file first and the disk is full: reads keep
+            # working, served from the transcript alone (bounded), until space is freed.
+            return await _get_from_file(ctx, req)
         window = await ctx.read(windows.read_warm, ctx.sid, path, int(row["messageCount"]), req, row)
     if window.missing_target:
         raise MessageNotFound(f"message {req.around} is not in session {ctx.sid}",
@@ -119,6 +125,16 @@ async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None
         if parent is not None:
             reply = with_field(reply, "navigationParent", parent)
     return Encoded(reply)  # encoded once from the lines' own bytes; the gateway sends it as it is
+
+
+async def _get_from_file(ctx: SessionContext, req: windows.WindowRequest) -> Any:
+    session_row = await ctx.read(index.require_session, ctx.sid)
+    window = await ctx.io(lambda: windows.read_file_window(ctx.paths.transcript, req, session_row,
+                                                           max_file_bytes=MAX_WHOLE_READ_BYTES))
+    if window.missing_target:
+        raise MessageNotFound(f"message {req.around} is not in session {ctx.sid}",
+                              data={"sessionId": ctx.sid, "messageId": req.around})
+    return Encoded(window.reply)
 
 
 # ---------------------------------------------------------------------- metadata

@@ -84,7 +84,7 @@ def _stop(proc: HostProcess) -> None:
 
 
 # The session rows of these scenarios hold absolute paths (a project root): set up in place.
-IN_PLACE = {"plans.submit"}
+IN_PLACE = {"plans.submit", "attachments.importFile"}  # their session rows hold the absolute project path
 
 
 def _setup(method: str, root: Path) -> Vars:

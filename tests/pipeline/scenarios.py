@@ -191,6 +191,12 @@ async def with_files(c: HostClient, root: Path) -> Vars:
     return {"folder": str(folder)}
 
 
+async def with_project_files(c: HostClient, root: Path) -> Vars:
+    v = await with_files(c, root)
+    v["sid"] = (await c.call("session.create", {"title": "files", "projectPath": v["folder"]}))["id"]
+    return v  # importFile reads only under the session's project
+
+
 async def with_task(c: HostClient, root: Path) -> Vars:
     t1 = await c.call("tasks.create", {"title": "t", "prompt": "p"})
     t2 = await c.call("tasks.create", {"title": "t2", "prompt": "p2"})
@@ -453,15 +459,16 @@ SCENARIOS: dict[str, Scenario] = {
     "session.restoreMessage": S(with_tombstone, lambda v: {"sessionId": v["sid"], "messageId": "m1"},
                                 lambda v: ("session.restoreMessage", {"sessionId": v["sid"], "messageId": "m2"})),
     "secrets.set": S(nothing, lambda v: {"ref": "k", "value": "v"},
-                     lambda v: ("secrets.set", {"ref": "k", "value": "w"}), count=secret_version("k")),
+                     lambda v: ("secrets.set", {"ref": "k2", "value": "v"}), count=secret_version("k")),
     "secrets.delete": S(with_secret, lambda v: {"ref": "k1"}, lambda v: ("secrets.delete", {"ref": "k2"})),
     "attachments.put": S(
         nothing, lambda v: {"name": "a.txt", "mimeType": "text/plain", "dataBase64": DATA},
         lambda v: ("attachments.put", {"name": "b.txt", "mimeType": "text/plain", "dataBase64": DATA}),
         count=count("SELECT COUNT(*) FROM attachment_blobs")),
     "attachments.importFile": S(
-        with_files, lambda v: {"path": v["folder"] + "/one.txt", "name": "one.txt"},
-        lambda v: ("attachments.importFile", {"path": v["folder"] + "/two.txt", "name": "two.txt"}),
+        with_project_files, lambda v: {"path": v["folder"] + "/one.txt", "name": "one.txt", "sessionId": v["sid"]},
+        lambda v: ("attachments.importFile", {"path": v["folder"] + "/two.txt", "name": "two.txt",
+                                              "sessionId": v["sid"]}),
         count=count("SELECT COUNT(*) FROM attachment_blobs")),
     "attachments.ref": S(with_blob, lambda v: {"sha256": v["sha"], "sessionId": v["sid"]},
                          lambda v: ("attachments.ref", {"sha256": v["sha"], "sessionId": v["sid"], "messageId": "m"}),
@@ -559,10 +566,11 @@ SCENARIOS: dict[str, Scenario] = {
         lambda v: ("projectGroups.setInstructions", {"groupId": v["g1"], "instructions": "be long"}),
         count=kv_rows("projectGroupInstructions")),
     "providers.create": S(nothing, lambda v: {"id": "p1", "name": "one", "apiKey": "sk-1"},
-                          lambda v: ("providers.create", {"id": "p1", "name": "one", "apiKey": "sk-2"}),
+                          # a secret alone never makes a request "different" (a replay must not confirm it)
+                          lambda v: ("providers.create", {"id": "p1", "name": "two", "apiKey": "sk-1"}),
                           count=count("SELECT COUNT(*) FROM providers")),
     "providers.update": S(with_providers, lambda v: {"providerId": "p1", "apiKey": "key-new"},
-                          lambda v: ("providers.update", {"providerId": "p1", "apiKey": "key-other"}),
+                          lambda v: ("providers.update", {"providerId": "p2", "apiKey": "key-new"}),
                           count=secret_version("provider/p1")),
     "providers.delete": S(with_providers, lambda v: {"providerId": "p1"},
                           lambda v: ("providers.delete", {"providerId": "p2"}),
@@ -589,7 +597,7 @@ SCENARIOS: dict[str, Scenario] = {
                            lambda v: ("plugins.uninstall", {"pluginId": "beta"}),
                            count=count("SELECT COUNT(*) FROM kv WHERE ns LIKE 'plugin:%'")),
     "configSync.configure": S(nothing, lambda v: {"enabled": True, "webdavPassword": "pw-1"},
-                              lambda v: ("configSync.configure", {"enabled": True, "webdavPassword": "pw-2"}),
+                              lambda v: ("configSync.configure", {"enabled": False, "webdavPassword": "pw-1"}),
                               count=secret_version("configSync/webdavPassword")),
     "configSync.export": S(with_sync_key, lambda v: {},
                            lambda v: ("configSync.configure", {"enabled": False})),

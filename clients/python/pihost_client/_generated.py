@@ -222,6 +222,7 @@ class AttachmentsGcResult(TypedDict):
 class AttachmentsImportParams(TypedDict):
     submissionId: NotRequired[str | None]
     path: str
+    sessionId: NotRequired[str | None]
     name: NotRequired[str | None]
     mimeType: NotRequired[str | None]
 
@@ -493,6 +494,13 @@ class DeletedResult(TypedDict):
     deleted: int
 
 
+class DiskStats(TypedDict):
+    freeBytes: int
+    totalBytes: int
+    warnBelowBytes: int
+    warning: bool
+
+
 class EndTurnParams(TypedDict):
     submissionId: NotRequired[str | None]
     sessionId: str
@@ -524,6 +532,16 @@ class ForkParams(TypedDict):
     sessionId: str
     throughMessageId: NotRequired[str | None]
     title: NotRequired[str | None]
+
+
+class GatewayStats(TypedDict):
+    connections: int
+    unauthenticated: int
+    evictedUnauthenticated: int
+    slowConsumerCloses: int
+    outboundBytes: int
+    peakOutboundBytes: int
+    oversizedReplies: int
 
 
 class HelloParams(TypedDict):
@@ -1702,6 +1720,7 @@ class SessionGetParams(TypedDict):
     messageAround: NotRequired[str | None]
     messageEnd: NotRequired[int | None]
     full: NotRequired[bool]
+    maxBytes: NotRequired[int | None]
 
 
 class SessionGetResult(TypedDict):
@@ -1923,6 +1942,8 @@ class StatusResult(TypedDict):
     pipeline: PipelineStats
     index: NotRequired[IndexStats | None]
     dataDirBytes: int
+    disk: NotRequired[DiskStats | None]
+    gateway: NotRequired[GatewayStats | None]
     boot: BootReport
 
 
@@ -2362,7 +2383,7 @@ EVENT_PAYLOADS: Mapping[str, type] = {
 """Topic → the ``TypedDict`` of its ``data``."""
 
 Topic = Literal["session.created", "session.updated", "session.deleted", "session.message", "session.queue", "notification.created", "turn.started", "turn.ended", "task.due", "plan.requested", "plan.resolved", "session.inflight", "plan.execution", "collab.delivery", "approval.requested", "approval.resolved", "interaction.requested", "interaction.resolved", "settings.changed", "providers.changed", "models.changed", "import.progress"]
-RETRIABLE_CODES: frozenset[str] = frozenset({"BUSY", "TIMEOUT", "ACTOR_RESTARTED", "SHUTTING_DOWN", "STORAGE_FULL", "PROVIDER_TIMEOUT", "PROVIDER_UNREACHABLE"})
+RETRIABLE_CODES: frozenset[str] = frozenset({"BUSY", "TIMEOUT", "ACTOR_RESTARTED", "SHUTTING_DOWN", "STORAGE_FULL", "RESOURCE_EXHAUSTED", "PROVIDER_TIMEOUT", "PROVIDER_UNREACHABLE"})
 
 
 class HostMethods:
@@ -2422,7 +2443,7 @@ class SessionMethods:
             params["projectId"] = project_id
         return cast(SessionListResult, await self._call("session.list", params, False))
 
-    async def get(self, *, session_id: str, message_before: int | None = None, message_limit: int | None = None, content_limit: int | None = None, message_around: str | None = None, message_end: int | None = None, full: bool | None = None) -> SessionGetResult:
+    async def get(self, *, session_id: str, message_before: int | None = None, message_limit: int | None = None, content_limit: int | None = None, message_around: str | None = None, message_end: int | None = None, full: bool | None = None, max_bytes: int | None = None) -> SessionGetResult:
         """``session.get``: A bounded window of the transcript plus every valid compaction."""
         params: dict[str, Any] = {}
         params["sessionId"] = session_id
@@ -2438,6 +2459,8 @@ class SessionMethods:
             params["messageEnd"] = message_end
         if full is not None:
             params["full"] = full
+        if max_bytes is not None:
+            params["maxBytes"] = max_bytes
         return cast(SessionGetResult, await self._call("session.get", params, False))
 
     async def append_message(self, *, session_id: str, message: TranscriptMessage, submission_id: str | None = None, turn_id: str | None = None) -> AppendMessageResult:
@@ -2905,12 +2928,14 @@ class AttachmentsMethods:
             params["submissionId"] = submission_id
         return cast(AttachmentBlob, await self._call("attachments.put", params, True))
 
-    async def import_file(self, *, path: str, submission_id: str | None = None, name: str | None = None, mime_type: str | None = None) -> AttachmentBlob:
+    async def import_file(self, *, path: str, submission_id: str | None = None, session_id: str | None = None, name: str | None = None, mime_type: str | None = None) -> AttachmentBlob:
         """``attachments.importFile``: Copy a local file into the blob store as a stream (hash while copying). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["path"] = path
         if submission_id is not None:
             params["submissionId"] = submission_id
+        if session_id is not None:
+            params["sessionId"] = session_id
         if name is not None:
             params["name"] = name
         if mime_type is not None:

@@ -279,8 +279,10 @@ export interface AttachmentsGcResult {
 export interface AttachmentsImportParams {
   /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
   submissionId?: string | null;
-  /** Absolute path of a regular file; copied and hashed as a stream. */
+  /** Absolute path of a regular file under an allowed folder: the session's project (with sessionId), the data directory's scratch/, or a folder the host was configured with (serve --import-root). Symlinks below the folder are not followed; copied and hashed as a stream. */
   path: string;
+  /** The session the file is for: its project folder may be read. */
+  sessionId?: string | null;
   name?: string | null;
   mimeType?: string | null;
 }
@@ -615,6 +617,16 @@ export interface DeletedResult {
   deleted: number;
 }
 
+export interface DiskStats {
+  /** Bytes an unprivileged writer can still use on the data directory's disk. */
+  freeBytes: number;
+  totalBytes: number;
+  /** The threshold (serve --disk-warn-below, default 512 MiB). */
+  warnBelowBytes: number;
+  /** freeBytes is under the threshold: writes may soon be STORAGE_FULL. */
+  warning: boolean;
+}
+
 export interface EndTurnParams {
   /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
   submissionId?: string | null;
@@ -656,6 +668,20 @@ export interface ForkParams {
   /** Copy the prefix through this message; whole transcript when absent. */
   throughMessageId?: string | null;
   title?: string | null;
+}
+
+export interface GatewayStats {
+  connections: number;
+  /** Connections that have not said host.hello yet. */
+  unauthenticated: number;
+  /** Silent connections closed to admit newer ones. */
+  evictedUnauthenticated: number;
+  slowConsumerCloses: number;
+  /** Encoded bytes waiting for sockets, all connections. */
+  outboundBytes: number;
+  peakOutboundBytes: number;
+  /** Replies answered PAYLOAD_TOO_LARGE by the reply caps. */
+  oversizedReplies: number;
 }
 
 export interface HelloParams {
@@ -2128,6 +2154,8 @@ export interface SessionGetParams {
   messageEnd?: number | null;
   /** Whole transcript, no content cap. */
   full?: boolean;
+  /** Byte budget of the window (its transcript lines; default and maximum 16 MiB). A window that does not fit is cut to a page of whole messages (newest for a backward window, oldest for messageEnd); the whole transcript (full, or no limit) over the budget is PAYLOAD_TOO_LARGE: page it with messageEnd. */
+  maxBytes?: number | null;
 }
 
 export interface SessionGetResult {
@@ -2408,6 +2436,8 @@ export interface StatusResult {
   pipeline: PipelineStats;
   index?: IndexStats | null;
   dataDirBytes: number;
+  disk?: DiskStats | null;
+  gateway?: GatewayStats | null;
   boot: BootReport;
 }
 
@@ -3218,9 +3248,10 @@ export type ErrorCode =
   | "PAYLOAD_TOO_LARGE"
   | "CURSOR_EXPIRED"
   | "PERMISSION_DENIED"
+  | "RESOURCE_EXHAUSTED"
   | "PROVIDER_TIMEOUT"
   | "PROVIDER_UNREACHABLE"
   | "PROVIDER_UNAUTHORIZED"
   | "PROVIDER_BAD_REPLY";
 /** Codes where retrying the same request (same submissionId) can succeed. */
-export const RETRIABLE_CODES = ["BUSY", "TIMEOUT", "ACTOR_RESTARTED", "SHUTTING_DOWN", "STORAGE_FULL", "PROVIDER_TIMEOUT", "PROVIDER_UNREACHABLE"] as const;
+export const RETRIABLE_CODES = ["BUSY", "TIMEOUT", "ACTOR_RESTARTED", "SHUTTING_DOWN", "STORAGE_FULL", "RESOURCE_EXHAUSTED", "PROVIDER_TIMEOUT", "PROVIDER_UNREACHABLE"] as const;
