@@ -100,6 +100,8 @@ class Event:
     cursor: int
     data: dict[str, Any]
     session_id: str | None = None
+    transient: bool = False
+    """A live preview (``session.inflight``): not numbered, its cursor repeats the newest numbered one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +177,8 @@ class _Connection:
             if sub is not None:
                 data = params.get("data")
                 await sub._deliver(Event(str(params.get("topic", "")), int(params.get("cursor", 0)),
-                                         data if isinstance(data, dict) else {}, params.get("sessionId")))
+                                         data if isinstance(data, dict) else {}, params.get("sessionId"),
+                                         params.get("transient") is True))
             return
         request_id = item.get("id")
         slot = self._slots.get(request_id) if isinstance(request_id, int) else None
@@ -203,7 +206,7 @@ class Subscription:
         self.closed = False
 
     async def _deliver(self, item: Event | Resync) -> None:
-        if isinstance(item, Event):
+        if isinstance(item, Event) and not item.transient:
             if self.cursor is not None and item.cursor <= self.cursor:
                 return  # already delivered before a reconnect
             self.cursor = item.cursor
