@@ -111,6 +111,26 @@ def once(setup: sc.Setup) -> sc.Setup:
 
 EVERYTHING: sc.Setup = once(with_everything)
 
+
+async def with_requests(c: HostClient, root: Path) -> sc.Vars:
+    """A running turn with a pending approval, a rule, a pending question and a begun delivery."""
+    v = {"sid": await sc.new_session(c), "src": await sc.new_session(c)}
+    await c.call("session.startTurn", {"sessionId": v["sid"], "turnId": "rq1", "environment": {
+        "version": 1, "model": {"id": "fake"}, "systemPrompt": "be brief"}})
+    await c.call("approvals.request", {"sessionId": v["sid"], "turnId": "rq1", "tool": "Bash", "risk": "low"})
+    asked = await c.call("approvals.request", {"sessionId": v["sid"], "turnId": "rq1", "tool": "Edit",
+                                               "risk": "low"})
+    await c.call("approvals.respond", {"sessionId": v["sid"], "optionId": "allow_session",
+                                       "requestId": asked["request"]["requestId"]})
+    await c.call("interactions.request", {"sessionId": v["sid"], "turnId": "rq1", "question": "Which?",
+                                          "choices": [{"id": "a", "label": "A"}], "allowFreeText": True})
+    v["delivery"] = (await c.call("collab.deliver", sc.deliver_params(v)))["delivery"]["id"]
+    await c.call("collab.begin", {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "rq1"})
+    return v
+
+
+REQUESTS: sc.Setup = once(with_requests)
+
 READS: dict[str, Read] = {
     "host.status": (sc.nothing, lambda v: {}, "test"),
     "host.createLoginCode": (sc.nothing, lambda v: {}, "cli"),
@@ -147,6 +167,15 @@ READS: dict[str, Read] = {
     "session.export": (EVERYTHING, lambda v: {"sessionId": v["sid"], "format": "md"}, "test"),
     "sessions.listTrashed": (EVERYTHING, lambda v: {}, "test"),
     "plugins.listSessions": (with_plugin_session, lambda v: {}, "plugin:acme"),
+    "approvals.pending": (REQUESTS, lambda v: {"sessionId": v["sid"]}, "test"),
+    "approvals.rules": (REQUESTS, lambda v: {}, "test"),
+    "interactions.pending": (REQUESTS, lambda v: {}, "test"),
+    "collab.list": (REQUESTS, lambda v: {"sessionId": v["sid"]}, "test"),
+    "collab.get": (REQUESTS, lambda v: {"deliveryId": v["delivery"]}, "test"),
+    "session.listTurns": (EVERYTHING, lambda v: {"sessionId": v["sid"]}, "test"),
+    "session.verifyEnvironment": (REQUESTS, lambda v: {"sessionId": v["sid"], "turnId": "rq1"}, "test"),
+    "usage.session": (EVERYTHING, lambda v: {"sessionId": v["sid"]}, "test"),
+    "usage.history": (EVERYTHING, lambda v: {"days": 7}, "test"),
 }
 
 
