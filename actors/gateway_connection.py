@@ -95,6 +95,7 @@ class Counters:
     peak_outbound_bytes: int = 0
     oversized_replies: int = 0
     evicted_unauthenticated: int = 0
+    evicted_heads: int = 0
 
 
 class _Sink(Protocol):
