@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 
 from protocol.methods import METHODS
 
-__all__ = ["FuzzReport", "Pools", "frames", "fuzz_host", "iter_frames", "method_names", "params_strategy", "verify"]
+__all__ = ["FuzzReport", "Pools", "frames", "fuzz_host", "iter_frames", "method_names", "params_strategy", "seed_pools",
+           "verify"]
 
 _SKIP = frozenset({"host.hello"})
 _PATH_KEYS = frozenset({"projectPath", "workspaceRoot", "path", "root", "roots", "primaryRoot", "outPath",
@@ -40,7 +41,10 @@ _MAX_DEPTH = 6
 
 
 def method_names() -> list[str]:
-    return sorted(name for name in METHODS if name not in _SKIP)
+    """Every routed method (the route table, so a newly routed method is fuzzed without a change here)."""
+    from runtime.routes import ROUTES
+
+    return sorted(name for name in ROUTES if name not in _SKIP)
 
 
 # ---------------------------------------------------------------------------------- schema -> strategy
@@ -202,6 +206,52 @@ class Pools:
     sessions: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     sandbox: str = "/nonexistent"
+    ids: dict[str, list[str]] = field(default_factory=dict)
+    """Other ids by param name (``turnId``, ``requestId``, ``deliveryId``, ``executionId``, ``ruleId``)."""
+
+
+async def seed_pools(c: Any, pools: Pools, sessions: int = 4, messages: int = 3) -> None:
+    """Fixture state for the fuzzer on a fresh host (``c``: a connected ``HostClient``): sessions with
+    messages, and one of each of issue 16's pending things (an approval and its rules, an interaction,
+    a plan request and its execution, a collaboration delivery), so fuzzed requests reach past "not
+    found" into those handlers. Everything is made under ``pools.sandbox``."""
+    from tests.hostkit import msg
+
+    sandbox = Path(pools.sandbox)
+    for i in range(sessions):
+        project = sandbox / f"p{i}"
+        project.mkdir(exist_ok=True)
+        sid = (await c.call("session.create", {"title": f"fuzz {i}", "projectPath": str(project),
+                                               "mode": "plan" if i % 2 else "agent"}))["id"]
+        pools.sessions.append(sid)
+        for j in range(messages):
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"f{i}-{j}", f"fuzz text {j}")})
+            pools.messages.append(f"f{i}-{j}")
+    ids = pools.ids
+    agent, plan = pools.sessions[0], pools.sessions[1]
+    await c.call("session.startTurn", {"sessionId": agent, "turnId": "ft1"})
+    for tool in ("Bash", "Edit"):
+        asked = await c.call("approvals.request", {"sessionId": agent, "turnId": "ft1", "tool": tool, "risk": "low"})
+        ids.setdefault("requestId", []).append(asked["request"]["requestId"])
+    answered = await c.call("approvals.respond", {"sessionId": agent, "requestId": ids["requestId"][0],
+                                                  "optionId": "allow_session"})
+    ids["ruleId"] = [answered["rule"]["id"]]
+    asked = await c.call("interactions.request", {"sessionId": agent, "turnId": "ft1", "question": "Which?",
+                                                  "allowFreeText": True})
+    ids["requestId"].append(asked["request"]["requestId"])
+    submitted = await c.call("plans.submit", {"sessionId": plan, "turnId": "ft2", "toolCallId": "call1", "kind": "plan",
+                                              "markdown": "# Plan\n\nDo it.\n", "title": "Plan", "question": "Ok?",
+                                              "workspaceRoot": str(sandbox / "p1")})
+    ids["requestId"].append(submitted["requestId"])
+    approved = await c.call("plans.respond", {"requestId": submitted["requestId"], "action": "approve"})
+    ids["executionId"] = [approved["approval"]["executionId"]]
+    await c.call("session.startTurn", {"sessionId": plan, "turnId": "ft3"})
+    if len(pools.sessions) >= 4:
+        delivered = await c.call("collab.deliver", {
+            "pluginId": "fuzz", "sourceSessionId": pools.sessions[2], "targetSessionId": pools.sessions[3],
+            "kind": "task", "content": "review this", "idempotencyKey": "fuzz-1", "notifyOnCompletion": True})
+        ids["deliveryId"] = [delivered["delivery"]["id"]]
+    ids["turnId"] = ["ft1", "ft2", "ft3"]
 
 
 def _realistic(params: dict[str, Any], pools: Pools, rng: random.Random) -> dict[str, Any]:
@@ -211,6 +261,9 @@ def _realistic(params: dict[str, Any], pools: Pools, rng: random.Random) -> dict
     for key in ("messageId", "messageAround", "fromMessageId", "throughMessageId"):
         if key in out and pools.messages and rng.random() < 0.6:
             out[key] = rng.choice(pools.messages)
+    for key, known in pools.ids.items():
+        if key in out and known and rng.random() < 0.6:
+            out[key] = rng.choice(known)
     return out
 
 
