@@ -201,3 +201,28 @@ async def test_hello_deadline_is_short(tmp_path: Path) -> None:
                 assert answer["error"]["data"]["code"] == "UNAUTHENTICATED"
                 assert trio.current_time() - start <= 6.0
                 await close_transport(ws)
+
+
+async def test_request_rate_is_bounded_per_connection(nursery: trio.Nursery) -> None:
+    """"Per-connection request rate ... bounds": a connection pipelining 80 requests at 20 per second
+    (burst 20) waits about 3 s for the last answer, while another connection is answered at once."""
+    from tests.gateway.conftest import connect, frame, hello, start_gateway
+
+    h = await start_gateway(nursery, max_request_rate=20.0, max_batch=10)
+    with trio.fail_after(30):
+        async with connect(h.url) as flood, connect(h.url) as other:
+            await hello(flood)
+            await hello(other)
+            start = trio.current_time()
+            for i in range(80):
+                await flood.send_message(frame({"jsonrpc": "2.0", "id": i, "method": "echo", "params": [i]}))
+            await trio.sleep(0.5)
+            t0 = trio.current_time()
+            await other.send_message(frame({"jsonrpc": "2.0", "id": "x", "method": "echo", "params": ["x"]}))
+            assert orjson.loads(await other.get_message())["id"] == "x"
+            other_latency = trio.current_time() - t0
+            ids = [orjson.loads(await flood.get_message())["id"] for _ in range(80)]
+            elapsed = trio.current_time() - start
+    assert sorted(ids) == list(range(80))
+    assert 2.7 <= elapsed < 10, elapsed
+    assert other_latency < 0.5, other_latency
