@@ -40,6 +40,9 @@ class GatewayConfig:
     # Encoded bytes queued by all connections together: past it, a connection with unread
     # frames is closed as a slow consumer (one with an empty queue may always send one frame).
     max_host_outbound_bytes: int = 64 * 1024 * 1024
+    # Per connection: a frame the socket has not taken for this long (the peer reads nothing)
+    # closes the connection as a slow consumer, however few bytes are queued.
+    send_stall_timeout: float = 30.0
     max_in_flight: int = 256  # per connection; reading waits beyond it
     max_request_rate: float = 50_000.0  # requests per second per connection (token bucket); reading waits
     max_connections: int = 256  # authenticated connections

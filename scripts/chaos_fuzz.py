@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from trio_websocket import ConnectionClosed
 
 from protocol.methods import METHODS
 
@@ -336,6 +338,7 @@ class FuzzReport:
     crashes: int = 0
     poisoned: int = 0
     reconnects: int = 0
+    events: int = 0  # event notifications received (a fuzzed events.subscribe), not answers
     codes: Counter[str] = field(default_factory=Counter)
     internal_samples: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -367,27 +370,55 @@ def record(report: FuzzReport, frame: str, message: Any) -> None:
 
 
 async def fuzz_host(url: str, token: str, frame_list: Iterable[str], report: FuzzReport,
-                    on_progress: Callable[[int], None] | None = None) -> None:
-    """Send every frame (one at a time, reading its answer), reconnecting when the host closes us."""
+                    on_progress: Callable[[int], None] | None = None, *, answer_timeout: float = 120.0) -> None:
+    """Send every frame (one at a time, waiting for its answer), reconnecting when the host closes us.
+
+    A reader task drains the socket all the time: event notifications (a fuzzed ``events.subscribe``
+    asks for them) are counted and dropped, answers are handed over. Reading only after each send
+    deadlocked against the host's backpressure once events were flowing (both sides blocked in a
+    send). A frame with no answer within ``answer_timeout`` is a problem (a hang), not a wait forever.
+    """
     from tests.hostile.wire import hello_frame, raw_connection
 
     kinds = ["ui", "agent", "cli", "test"]
     pending = iter(frame_list)
     frame: str | None = next(pending, None)
     sent = 0
+
+    async def drain(ws: Any, out: trio.MemorySendChannel[Any]) -> None:
+        async with out:
+            try:
+                while True:
+                    message = orjson.loads(await ws.get_message())
+                    if isinstance(message, dict) and "method" in message and "id" not in message:
+                        report.events += 1
+                        continue
+                    await out.send(message)
+            except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+
     while frame is not None:
         try:
             async with raw_connection(url, None, max_message_size=64 * 1024 * 1024) as ws:
                 await ws.send_message(hello_frame(token, f"fuzz-{report.reconnects}", kinds[report.reconnects % 4]))
                 await ws.get_message()
-                while frame is not None:
-                    current, frame = frame, next(pending, None)
-                    sent += 1
-                    report.frames += 1
-                    await ws.send_message(current)
-                    record(report, current, orjson.loads(await ws.get_message()))
-                    if on_progress is not None and sent % 1000 == 0:
-                        on_progress(sent)
+                answers_in, answers_out = trio.open_memory_channel[Any](16)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(drain, ws, answers_in)
+                    while frame is not None:
+                        current, frame = frame, next(pending, None)
+                        sent += 1
+                        report.frames += 1
+                        await ws.send_message(current)
+                        with trio.move_on_after(answer_timeout) as waited:
+                            answer = await answers_out.receive()  # EndOfChannel: closed by the host
+                        if waited.cancelled_caught:
+                            report.problems.append(f"no answer within {answer_timeout:g} s to {current[:300]}")
+                            return
+                        record(report, current, answer)
+                        if on_progress is not None and sent % 1000 == 0:
+                            on_progress(sent)
+                    nursery.cancel_scope.cancel()
         except Exception as exc:  # noqa: BLE001 - the host closed the connection (1009, 1008): reconnect
             report.reconnects += 1
             if report.reconnects > max(100, sent // 20):
