@@ -92,7 +92,7 @@ def scan_from(path: Path, start: int) -> TailScan:
             continue
         kind = rec.get("type")
         if kind == "message" and isinstance(rec.get("id"), str):
-            scan.messages.append(IndexRecord(rec, offset, len(line)))
+            scan.messages.append(IndexRecord(rec, offset, len(line), line=line))
         elif kind == "compaction":
             scan.compactions.append(CompactionRecord(rec, offset, len(line)))
         elif kind == "tombstone" and isinstance(rec.get("messageId"), str):

@@ -24,6 +24,11 @@ Version history kept here (older layouts are archived, never migrated; see
   global ``search.query`` for a trigram in a large share of all messages walks
   it newest first and asks the trigram index about each row, instead of
   looking up every hit's row to sort them.
+* v24 — ``messages.wire_cut`` and ``messages.line_crc`` (additive, NULL for
+  rows indexed before): how many leading bytes of the message's line a
+  ``session.get`` reply sends as they are, and the line's CRC-32, so a window
+  reply reuses the line's bytes without parsing or scanning them
+  (``store/window_reply.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from collections.abc import Sequence
 
 from .search_text import TRIGRAM_TEXT_HAZARDS
 
-SCHEMA_VERSION = 23
+SCHEMA_VERSION = 24
 
 # --- seed §4.1 – §4.5 -------------------------------------------------------
 
@@ -698,7 +703,16 @@ DDL_V22: tuple[str, ...] = (
 V23_ADDITIONS: tuple[str, ...] = (_IDX_MESSAGES_CREATED,)
 """What the v22→v23 step creates (additive)."""
 
-DDL: tuple[str, ...] = DDL_V22 + V23_ADDITIONS
+DDL_V23: tuple[str, ...] = DDL_V22 + V23_ADDITIONS
+"""The v23 layout."""
+
+V24_ADDITIONS: tuple[str, ...] = (
+    "ALTER TABLE messages ADD COLUMN wire_cut INTEGER",
+    "ALTER TABLE messages ADD COLUMN line_crc INTEGER",
+)
+"""What the v23→v24 step adds (nullable columns: older rows take the parsing path)."""
+
+DDL: tuple[str, ...] = DDL_V23 + V24_ADDITIONS
 """The full current DDL (``SCHEMA_VERSION``), in creation order."""
 
 
