@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from runtime.kernel.threads import run_in_thread
 from store.database import open_reader
 
 T = TypeVar("T")
@@ -75,7 +76,7 @@ class ReadPool:
         if self._closed:
             raise PoolClosed("read pool closed")
         async with self._limiter:
-            return await trio.to_thread.run_sync(self._call, fn, args)
+            return await run_in_thread(self._call, fn, args)
 
     def _call(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         with self.borrow() as conn:

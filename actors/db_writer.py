@@ -27,6 +27,7 @@ from typing import Any
 import trio
 
 from runtime.kernel.actor import Actor, Envelope, Fatal
+from runtime.kernel.threads import run_in_thread
 from store.faults import NO_FAULTS, Faults
 from store.group_commit import GroupCommit, GroupStats, is_corruption
 
@@ -99,7 +100,7 @@ class DbWriter(Actor):
                 env.reply.set_exception(TypeError(f"db-writer got {type(env.msg).__name__}, not DbOp"))
         if not envs:
             return
-        outcome = await trio.to_thread.run_sync(self._commit.run, [env.msg for env in envs], limiter=self._limiter)
+        outcome = await run_in_thread(self._commit.run, [env.msg for env in envs])  # one batch at a time
         results: list[tuple[bool, Any]] = [(False, outcome)] * len(envs) if isinstance(outcome, BaseException) \
             else outcome
         for env, (ok, value) in zip(envs, results, strict=True):

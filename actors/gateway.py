@@ -6,6 +6,7 @@ The gateway only translates between the wire and the dispatcher (ARCHITECTURE.md
 - ``gateway_types``      GatewayConfig, CallContext, Dispatcher, GatewayStatistics
 - ``gateway_handshake``  pure Origin / Host checks of the upgrade request
 - ``gateway_connection`` one connection: hello, requests, writer, event pumps
+- ``gateway_http``       plain HTTP on the same port (health, readiness, the inspector)
 - this module            listening, refusing (403 / 503), counting, statistics
 
 Usage::
@@ -17,14 +18,15 @@ from __future__ import annotations
 
 import itertools
 import logging
-from functools import partial
 
 import trio
-from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
+from trio_websocket import ConnectionClosed, WebSocketRequest, wrap_server_stream
 
 from actors.events import EventBus
 from actors.gateway_connection import Counters, GatewayConnection
 from actors.gateway_handshake import check_upgrade
+from actors.gateway_http import HttpSite, PrefixedStream, is_websocket_upgrade, read_head
+from actors.gateway_outbound import ByteBudget, SharedBytes
 from actors.gateway_types import CallContext, Dispatcher, GatewayConfig, GatewayStatistics
 
 __all__ = [
@@ -60,14 +62,20 @@ def _request_host(request: WebSocketRequest) -> str | None:
 class Gateway:
     """Serves :class:`GatewayConnection`s; one instance per host."""
 
-    def __init__(self, config: GatewayConfig, dispatcher: Dispatcher, bus: EventBus) -> None:
+    def __init__(self, config: GatewayConfig, dispatcher: Dispatcher, bus: EventBus,
+                 site: HttpSite | None = None) -> None:
         self._config = config
+        self._site = site
         self._dispatcher = dispatcher
         self._bus = bus
         self._counters = Counters()
         self._connections: dict[int, GatewayConnection] = {}
         self._ids = itertools.count(1)
-        self._admitted = 0  # accepted or being accepted (counts toward the cap)
+        self._work = ByteBudget(config.max_host_work_bytes)  # window reads in flight, all connections
+        self._outbound = SharedBytes(config.max_host_outbound_bytes)  # frames queued, all connections
+        self._accepting = 0  # handshakes being accepted (count toward the unauthenticated cap)
+        self._unauthenticated: dict[int, GatewayConnection] = {}  # oldest first
+        self._authenticated: set[int] = set()
         self._port: int | None = None
         self._closing = False
 
@@ -78,24 +86,48 @@ class Gateway:
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen; ``task_status.started(bound_port)`` once listening; run until cancelled."""
         config = self._config
+        listeners = await trio.open_tcp_listeners(config.port, host=config.host)
+        if len(listeners) != 1:
+            for listener in listeners:
+                await listener.aclose()
+            raise RuntimeError(f"{config.host!r} resolves to {len(listeners)} addresses; give one address")
         async with trio.open_nursery() as nursery:
-            server = await nursery.start(
-                partial(
-                    serve_websocket,
-                    self._handle,
-                    config.host,
-                    config.port,
-                    None,
-                    message_queue_size=_INBOUND_QUEUE,
-                    max_message_size=config.max_frame_bytes,
-                    receive_buffer_size=_RECEIVE_BUFFER,
-                    connect_timeout=config.handshake_timeout,
-                    disconnect_timeout=config.close_timeout,
-                )
-            )
-            self._port = server.port  # raises if bound to more than one listener
+            await nursery.start(trio.serve_listeners, self._handle_stream, listeners)
+            self._port = listeners[0].socket.getsockname()[1]
             logger.info("gateway listening on %s:%d", config.host, self._port)
             task_status.started(self._port)
+
+    @property
+    def accepting(self) -> bool:
+        return not self._closing
+
+    async def _handle_stream(self, stream: trio.SocketStream) -> None:
+        """One TCP connection: plain HTTP is answered by the site, an upgrade becomes a WebSocket."""
+        config = self._config
+        try:
+            with trio.fail_after(config.handshake_timeout):
+                head = await read_head(stream)
+        except (trio.TooSlowError, EOFError, ValueError, trio.BrokenResourceError, OSError):
+            await trio.aclose_forcefully(stream)
+            return
+        if self._site is not None and not is_websocket_upgrade(head):
+            await self._site.serve(stream, head, self._port, config.handshake_timeout)
+            return
+        prefixed = PrefixedStream(stream, head)
+        async with trio.open_nursery() as nursery:
+            with trio.move_on_after(config.handshake_timeout) as connect_scope:
+                request = await wrap_server_stream(nursery, prefixed, message_queue_size=_INBOUND_QUEUE,
+                                                   max_message_size=config.max_frame_bytes,
+                                                   receive_buffer_size=_RECEIVE_BUFFER)
+            if connect_scope.cancelled_caught:
+                nursery.cancel_scope.cancel()
+                await trio.aclose_forcefully(stream)
+                return
+            try:
+                await self._handle(request)
+            finally:
+                nursery.cancel_scope.cancel()  # the connection's reader task
+                await trio.aclose_forcefully(stream)
 
     async def _refuse(self, request: WebSocketRequest, status: int, reason: str) -> None:
         self._counters.rejected_total += 1
@@ -118,26 +150,60 @@ class Gateway:
         if self._closing:
             await self._refuse(request, 503, "the host is shutting down")
             return
-        if self._admitted >= self._config.max_connections:
-            await self._refuse(request, 503, "too many connections")
+        if not self._make_room_unauthenticated():
+            await self._refuse(request, 503, "too many connections are opening; retry")
             return
-        self._admitted += 1
+        self._accepting += 1
         connection_id = next(self._ids)
+        accepting = True
         try:
             try:
                 ws = await request.accept()
             except ConnectionClosed:
                 return
+            self._accepting -= 1
+            accepting = False
             self._counters.accepted_total += 1
-            conn = GatewayConnection(ws, connection_id, self._config, self._dispatcher, self._bus, self._counters)
+            conn = GatewayConnection(ws, connection_id, self._config, self._dispatcher, self._bus, self._counters,
+                                     self._work, self._outbound)
+            conn.on_authenticated = self._admit_authenticated
             self._connections[connection_id] = conn
+            self._unauthenticated[connection_id] = conn
             await conn.run()
         except Exception:
             # A bug in one connection must not take the host down.
             logger.exception("gateway connection %d failed", connection_id)
         finally:
+            self._accepting -= int(accepting)
             self._connections.pop(connection_id, None)
-            self._admitted -= 1
+            self._unauthenticated.pop(connection_id, None)
+            self._authenticated.discard(connection_id)
+
+    def _make_room_unauthenticated(self) -> bool:
+        """Admission before ``host.hello``: its own small cap, separate from authenticated connections.
+
+        When it is full, the oldest connection that has not said hello is closed (it had
+        the longest to do so), so a flood of silent sockets cannot lock an honest client
+        out: a client that says hello at once is never the oldest for long.
+        """
+        cap = self._config.max_unauthenticated
+        while len(self._unauthenticated) + self._accepting >= cap:
+            if not self._unauthenticated:
+                return False  # every slot is a handshake still being accepted
+            oldest_id = next(iter(self._unauthenticated))
+            oldest = self._unauthenticated.pop(oldest_id)
+            self._counters.evicted_unauthenticated += 1
+            oldest.close(1008, "too many connections without host.hello")
+        return True
+
+    def _admit_authenticated(self, conn: GatewayConnection) -> str | None:
+        """``host.hello`` succeeded: move ``conn`` under the authenticated cap (a refusal text if full)."""
+        self._unauthenticated.pop(conn.id, None)
+        if len(self._authenticated) >= self._config.max_connections:
+            self._counters.rejected_total += 1
+            return f"too many connections (at most {self._config.max_connections}); retry later"
+        self._authenticated.add(conn.id)
+        return None
 
     def stop_accepting(self) -> None:
         """Shutdown, first step: every new handshake is refused (503); open connections go on."""
@@ -162,6 +228,11 @@ class Gateway:
             outbound_queued=sum(c.outbound_queued() for c in conns),
             peak_outbound_queued=self._counters.peak_outbound_queued,
             in_flight=sum(c.in_flight() for c in conns),
+            outbound_bytes=sum(c.outbound_bytes() for c in conns),
+            peak_outbound_bytes=self._counters.peak_outbound_bytes,
+            unauthenticated=len(self._unauthenticated),
+            evicted_unauthenticated=self._counters.evicted_unauthenticated,
+            oversized_replies=self._counters.oversized_replies,
         )
 
 

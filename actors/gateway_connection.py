@@ -10,11 +10,21 @@ Tasks per connection (all in one nursery inside one cancel scope):
 - one *writer*: drains the bounded outbound queue into the socket;
 - one *pump* per event subscription, forwarding bus events as notifications.
 
-Responses are offered to the outbound queue with ``send_nowait``: a full queue
-means the client is not reading, and the connection is closed (1008 "slow
-consumer"). Event pumps leave half the queue to responses and wait otherwise; a
-subscriber that falls behind the bus overflows and the connection is closed with
-1013 (the client resubscribes with its last cursor, gap-free).
+Every reply is encoded once (orjson bytes, which are the frame's payload as they
+are: ``gateway_outbound.send_text``) and checked against the reply cap; a batch's
+replies are encoded as each entry completes and counted against the batch's
+budget (an entry past it is answered ``PAYLOAD_TOO_LARGE``), then sent as one
+array frame made of the pieces, never joined. A batch whose declared window
+budgets cannot fit is refused whole before any entry runs
+(``protocol/reply_budget.py``). Window and whole-transcript reads reserve their
+budget from the connection's work budget before they are submitted.
+
+Encoded frames wait in a queue bounded by **bytes** (``max_outbound_bytes``): a
+frame that does not fit means the client is not reading, and the connection is
+closed (1008 "slow consumer"). Event pumps leave half of it to responses and
+wait otherwise; a subscriber that falls behind the bus overflows and the
+connection is closed with 1013 (the client resubscribes with its last cursor,
+gap-free). A token bucket bounds requests per second (reading waits).
 """
 
 from __future__ import annotations
@@ -33,6 +43,16 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from actors.events import EventBus, SubscriberOverflow, Subscription
+from actors.gateway_outbound import (
+    ByteBudget,
+    CloseAfter,
+    Frame,
+    Outbound,
+    PeerGone,
+    RequestRate,
+    SharedBytes,
+    send_text,
+)
 from actors.gateway_types import PROTOCOL_VERSION, CallContext, Dispatcher, GatewayConfig
 from protocol.errors import RpcErrorCode, RpcFailure
 from protocol.jsonrpc import (
@@ -41,7 +61,6 @@ from protocol.jsonrpc import (
     Item,
     RequestId,
     encode,
-    encode_batch,
     error,
     error_for_code,
     notification,
@@ -49,6 +68,7 @@ from protocol.jsonrpc import (
     success,
 )
 from protocol.models import HelloParams, SubscribeParams, UnsubscribeParams
+from protocol.reply_budget import BatchRefused, batch_budgets, carries_content, declared_bytes
 from store.errors import InvalidInput, StoreError
 from store.ids import validate_session_id
 from store.jsonio import loads_strict
@@ -72,52 +92,80 @@ class Counters:
     slow_consumer_closes: int = 0
     overflow_closes: int = 0
     peak_outbound_queued: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class _CloseAfter:
-    """Outbound sentinel: everything queued before it is sent, then close."""
-
-    code: int
-    reason: str
+    peak_outbound_bytes: int = 0
+    oversized_replies: int = 0
+    evicted_unauthenticated: int = 0
 
 
 class _Sink(Protocol):
-    def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]]) -> None: ...
+    def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]], *,
+            content: bool = False) -> None: ...
 
 
 class _SingleSink:
     def __init__(self, conn: GatewayConnection) -> None:
         self._conn = conn
 
-    def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]]) -> None:
+    def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]], *,
+            content: bool = False) -> None:
         if response is not None:
-            self._conn.deliver(encode(response))
+            data = self._conn.encode_reply(response, content=content)
+            self._conn.deliver(Frame((data,), len(data)))
         for callback in after:
             callback()
 
 
 class _BatchSink:
-    """Collects a batch's responses; sends them as ONE array frame when all are done."""
+    """A batch's responses, encoded as each entry completes and counted against the batch budget;
+    sent as ONE array frame of those pieces when all are done (never joined into one copy)."""
 
-    def __init__(self, conn: GatewayConnection, size: int) -> None:
+    def __init__(self, conn: GatewayConnection, size: int, budget: int) -> None:
         self._conn = conn
-        self._slots: list[dict[str, Any] | None] = [None] * size
+        self._slots: list[bytes | None] = [None] * size
         self._remaining = size
         self._after: list[Callable[[], None]] = []
+        self._budget = budget
+        self._bytes = 2  # the brackets
 
-    def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]]) -> None:
-        self._slots[index] = response
+    def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]], *,
+            content: bool = False) -> None:
+        conn = self._conn
+        if response is not None:
+            data = conn.encode_reply(response, content=content)
+            over_batch = self._bytes + len(data) + 1 > self._budget
+            if over_batch or not conn.hold_pieces(len(data)):
+                conn.counted_oversized()
+                what = "the batch's replies exceed" if over_batch else "the connection's unsent batch replies exceed"
+                data = encode(error_for_code(
+                    response.get("id"), RpcErrorCode.PAYLOAD_TOO_LARGE,
+                    f"{what} {self._budget} bytes; this entry was not answered in it: "
+                    "send it again on its own or with a smaller maxBytes / messageLimit",
+                    {"limit": self._budget, "size": len(data)}))
+                conn.hold_pieces(len(data), force=True)
+            self._slots[index] = data
+            self._bytes += len(data) + 1
         self._after.extend(after)
         self._remaining -= 1
         if self._remaining:
             return
-        responses = [r for r in self._slots if r is not None]
+        pieces = [r for r in self._slots if r is not None]
         self._slots = []
-        if responses:
-            self._conn.deliver(encode_batch(responses))
+        conn.release_pieces(sum(len(p) for p in pieces))
+        if pieces:
+            chunks: list[bytes] = [b"["]
+            for n, piece in enumerate(pieces):
+                if n:
+                    chunks.append(b",")
+                chunks.append(piece)
+            chunks.append(b"]")
+            self._conn.deliver(Frame(tuple(chunks), sum(len(c) for c in chunks)))
         for callback in self._after:
             callback()
+
+
+def trim(data: bytes) -> bytes:
+    """A copy of ``data`` that owns exactly ``len(data)`` bytes (see ``GatewayConnection.encode_reply``)."""
+    return bytes(memoryview(data))
 
 
 def _params_size(params: Any) -> int:
@@ -130,7 +178,8 @@ def _params_size(params: Any) -> int:
 def _decode(message: str) -> Any:
     """Decode one text frame; every failure is a PARSE_ERROR."""
     try:
-        return loads_strict(message, max_int_digits=18)  # every accepted int must fit the int64 transcript encoder
+        # every accepted integer must fit int64: the transcript encoder and SQLite store it losslessly
+        return loads_strict(message, max_int_digits=20, int64=True)
     except InvalidInput:
         raise
     except (ValueError, RecursionError, TypeError) as exc:
@@ -162,6 +211,8 @@ class GatewayConnection:
         dispatcher: Dispatcher,
         bus: EventBus,
         counters: Counters,
+        shared_work: ByteBudget | None = None,
+        shared_outbound: SharedBytes | None = None,
     ) -> None:
         self.id = connection_id
         self._ws = ws
@@ -169,10 +220,16 @@ class GatewayConnection:
         self._dispatcher = dispatcher
         self._bus = bus
         self._counters = counters
-        self._out_send, self._out_recv = trio.open_memory_channel[str | _CloseAfter](config.outbound_queue)
-        self._event_room = max(1, config.outbound_queue // 2)
-        self._progress = trio.Event()
+        self._out = Outbound(max_bytes=config.max_outbound_bytes, max_frames=config.outbound_queue,
+                             shared=shared_outbound)
+        self._work = ByteBudget(config.max_work_bytes)
+        self._shared_work = shared_work if shared_work is not None else ByteBudget(config.max_host_work_bytes)
+        self._rate = RequestRate(config.max_request_rate, max(config.max_request_rate, config.max_batch))
         self._in_flight = trio.Semaphore(config.max_in_flight)
+        self.on_authenticated: Callable[[GatewayConnection], str | None] | None = None
+        self._pieces = 0  # encoded replies held by batches not yet complete (all of this connection's)
+        self._pieces_freed = trio.Event()
+        self.zero_copy_frames = 0
         self._ctx: CallContext | None = None
         self._subs: dict[str, tuple[Subscription, trio.CancelScope]] = {}
         self._scope = trio.CancelScope()
@@ -182,7 +239,18 @@ class GatewayConnection:
 
     # -- introspection -------------------------------------------------------
     def outbound_queued(self) -> int:
-        return self._out_send.statistics().current_buffer_used
+        return len(self._out)
+
+    def outbound_bytes(self) -> int:
+        return self._out.queued_bytes
+
+    @property
+    def authenticated(self) -> bool:
+        return self._ctx is not None
+
+    def work_statistics(self) -> tuple[int, int]:
+        """Bytes reserved by reads in flight now, and the most ever reserved at once."""
+        return self._work.held, self._work.peak
 
     def in_flight(self) -> int:
         return self._config.max_in_flight - self._in_flight.value
@@ -218,16 +286,12 @@ class GatewayConnection:
 
     def close_after_queued(self, code: int, reason: str) -> None:
         """Send what is already queued (answers included), then close with ``code``."""
-        try:
-            self._out_send.send_nowait(_CloseAfter(code, reason))
-        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+        if not self._out.offer(CloseAfter(code, reason)):
             self.close(code, reason)
 
     async def _finish(self, code: int, reason: str) -> None:
         """Send what is queued, then close with ``code`` (bounded by close_timeout)."""
-        try:
-            self._out_send.send_nowait(_CloseAfter(code, reason))
-        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+        if not self._out.offer(CloseAfter(code, reason)):
             self.close(code, reason)
             return
         with trio.move_on_after(self._config.close_timeout):
@@ -235,39 +299,83 @@ class GatewayConnection:
         self.close(code, reason)
 
     # -- outbound ------------------------------------------------------------
-    def deliver(self, data: bytes) -> None:
-        """Queue one serialized frame; a full queue closes the connection (1008)."""
-        try:
-            self._out_send.send_nowait(data.decode("utf-8"))
-        except trio.WouldBlock:
-            if self._close_reason is None:
-                self._counters.slow_consumer_closes += 1
-                logger.warning("connection %d: outbound queue full, closing (slow consumer)", self.id)
-            self.close(CLOSE_POLICY, "slow consumer")
+    def encode_reply(self, response: dict[str, Any], *, content: bool = False) -> bytes:
+        """Encode once; a reply over the reply cap is answered ``PAYLOAD_TOO_LARGE`` instead.
+
+        orjson returns its output buffer as it grew it, which holds up to 16 times
+        the length of the longest string it wrote (measured: a 33 KB reply keeps
+        519 KB, a 16 MiB string 265 MB). A reply may wait in a batch or in the
+        outbound queue, where only its length is counted, so it is trimmed to its
+        length first (one memcpy; the oversized buffer is freed at once).
+        """
+        data = encode(response, big_strings=content)
+        cap = self._config.max_reply_bytes
+        if len(data) <= cap:
+            return trim(data)
+        self.counted_oversized()
+        logger.warning("connection %d: a %d-byte reply exceeds the reply cap (%d)", self.id, len(data), cap)
+        return encode(error_for_code(
+            response.get("id"), RpcErrorCode.PAYLOAD_TOO_LARGE,
+            f"the reply would be {len(data)} bytes, over the limit of {cap}: ask for less (page with a "
+            "cursor, messageLimit/maxBytes, or a smaller limit)", {"limit": cap, "size": len(data)}))
+
+    def hold_pieces(self, n: int, *, force: bool = False) -> bool:
+        """Count ``n`` bytes of a batch's encoded reply as held; False if they do not fit the
+        connection's batch budget (its incomplete batches together, not each one)."""
+        if not force and self._pieces and self._pieces + n > self._config.max_batch_reply_bytes:
+            return False
+        self._pieces += n
+        return True
+
+    def release_pieces(self, n: int) -> None:
+        self._pieces = max(0, self._pieces - n)
+        self._pieces_freed.set()
+        self._pieces_freed = trio.Event()
+
+    async def _wait_pieces(self) -> None:
+        """Backpressure: no new frame while incomplete batches hold a batch budget of replies."""
+        while self._pieces >= self._config.max_batch_reply_bytes // 2:
+            await self._pieces_freed.wait()
+
+    def counted_oversized(self) -> None:
+        self._counters.oversized_replies += 1
+
+    def deliver(self, frame: Frame) -> None:
+        """Queue one encoded frame; one that does not fit the byte bound closes the connection (1008)."""
+        if self._close_reason is not None:
             return
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        if not self._out.offer(frame):
+            self._counters.slow_consumer_closes += 1
+            logger.warning("connection %d: %d bytes in %d frames unread, closing (slow consumer)",
+                           self.id, self._out.queued_bytes, len(self._out))
+            self.close(CLOSE_POLICY, "slow consumer")
             return
         depth = self.outbound_queued()
         self.peak_outbound = max(self.peak_outbound, depth)
         self._counters.peak_outbound_queued = max(self._counters.peak_outbound_queued, depth)
+        self._counters.peak_outbound_bytes = max(self._counters.peak_outbound_bytes, self._out.queued_bytes)
 
     async def _writer(self) -> None:
-        async with self._out_recv:
-            async for item in self._out_recv:
-                self._progress.set()
-                self._progress = trio.Event()
-                if isinstance(item, _CloseAfter):
+        try:
+            while True:
+                item = await self._out.get()
+                if isinstance(item, CloseAfter):
                     self.close(item.code, item.reason)
                     return
                 try:
-                    await self._ws.send_message(item)
-                except ConnectionClosed:
+                    fast = await send_text(self._ws, item.chunks, item.size)
+                except PeerGone:
                     self.close(1000, "")
                     return
+                self.zero_copy_frames += int(fast)
+        except trio.EndOfChannel:
+            return
+        finally:
+            self._out.close()
 
     async def _wait_event_room(self) -> None:
-        while self.outbound_queued() >= self._event_room:
-            await self._progress.wait()
+        while not self._out.has_room(0.5):
+            await self._out.wait_progress()
 
     # -- hello ---------------------------------------------------------------
     async def _serve(self, nursery: trio.Nursery) -> None:
@@ -275,19 +383,27 @@ class GatewayConnection:
             with trio.fail_after(self._config.hello_timeout):
                 message = await self._ws.get_message()
         except trio.TooSlowError:
-            self.deliver(encode(error_for_code(
-                None, RpcErrorCode.UNAUTHENTICATED, "no host.hello within the hello timeout")))
+            self._deliver_small(error_for_code(
+                None, RpcErrorCode.UNAUTHENTICATED, "no host.hello within the hello timeout"))
             await self._finish(CLOSE_POLICY, "hello timeout")
             return
         except ConnectionClosed:
             return
         ctx, response = self._authenticate(message)
-        self.deliver(encode(response))
+        if ctx is not None and self.on_authenticated is not None:
+            refusal = self.on_authenticated(self)  # the authenticated connection cap
+            if refusal is not None:
+                ctx, response = None, error_for_code(response.get("id"), "BUSY", refusal)
+        self._deliver_small(response)
         if ctx is None:
             await self._finish(CLOSE_POLICY, "unauthenticated")
             return
         self._ctx = ctx
         await self._read_loop(nursery)
+
+    def _deliver_small(self, response: dict[str, Any]) -> None:
+        data = trim(encode(response))
+        self.deliver(Frame((data,), len(data)))
 
     def _authenticate(self, message: str | bytes) -> tuple[CallContext | None, dict[str, Any]]:
         def refuse(request_id: RequestId, text: str) -> tuple[None, dict[str, Any]]:
@@ -340,26 +456,46 @@ class GatewayConnection:
             await self._on_frame(message, nursery)
 
     async def _on_frame(self, message: str | bytes, nursery: trio.Nursery) -> None:
+        await self._wait_pieces()
         if isinstance(message, bytes):
-            self.deliver(encode(error_for_code(
-                None, RpcErrorCode.INVALID_REQUEST, "binary frames are not accepted; send JSON text")))
+            self._deliver_small(error_for_code(
+                None, RpcErrorCode.INVALID_REQUEST, "binary frames are not accepted; send JSON text"))
             return
         try:
             value = _decode(message)
         except (StoreError, RpcFailure) as exc:
-            self.deliver(encode(error(None, exc)))
+            self._deliver_small(error(None, exc))
             return
         parsed = parse_message(value, max_batch=self._config.max_batch)
         size = len(message)
         if isinstance(parsed, list):
-            sink: _Sink = _BatchSink(self, len(parsed))
+            await self._rate.take(len(parsed))
+            calls = [(item.method, item.params) if isinstance(item, Call) else ("", None) for item in parsed]
+            try:
+                budgets = batch_budgets(calls, limit=self._config.max_batch_reply_bytes)
+            except BatchRefused as exc:
+                self._refuse_batch(parsed, exc)
+                return
+            sink: _Sink = _BatchSink(self, len(parsed), self._config.max_batch_reply_bytes)
             last = len(parsed) - 1
             for index, item in enumerate(parsed):
-                await self._start(item, sink, index, size, more=index < last)
+                await self._start(item, sink, index, size, more=index < last, budget=budgets[index])
         else:
-            await self._start(parsed, _SingleSink(self), 0, size, more=False)
+            await self._rate.take(1)
+            await self._start(parsed, _SingleSink(self), 0, size, more=False, budget=None)
 
-    async def _start(self, item: Item, sink: _Sink, index: int, frame_size: int, *, more: bool) -> None:
+    def _refuse_batch(self, items: list[Item], exc: BatchRefused) -> None:
+        """The whole batch is answered PAYLOAD_TOO_LARGE (each request by its id); nothing ran."""
+        sink = _BatchSink(self, len(items), self._config.max_batch_reply_bytes)
+        for index, item in enumerate(items):
+            if isinstance(item, Call) and item.is_notification:
+                sink.put(index, None, ())
+                continue
+            request_id = item.response_id if isinstance(item, Call) else item.id
+            sink.put(index, error_for_code(request_id, RpcErrorCode.PAYLOAD_TOO_LARGE, exc.message, exc.data), ())
+
+    async def _start(self, item: Item, sink: _Sink, index: int, frame_size: int, *, more: bool,
+                     budget: int | None) -> None:
         if isinstance(item, Invalid):
             sink.put(index, error_for_code(item.id, RpcErrorCode.INVALID_REQUEST, item.reason), ())
             return
@@ -379,7 +515,22 @@ class GatewayConnection:
                 response = error(item.response_id, exc)
             sink.put(index, None if item.is_notification else response, after)
             return
+        params = item.params
+        if budget is not None and isinstance(params, dict) and "maxBytes" not in params:
+            params = {**params, "maxBytes": budget}  # this entry's share of the batch's reply budget
+        reserved = declared_bytes(item.method, params)
+        content = carries_content(item.method)  # a read: its result may hold long transcript texts
         await self._in_flight.acquire()
+        try:
+            await self._work.acquire(reserved)
+            try:
+                await self._shared_work.acquire(reserved)
+            except BaseException:
+                self._work.release(reserved)
+                raise
+        except BaseException:
+            self._in_flight.release()
+            raise
         answered = False
 
         def reply(result: outcome.Outcome[Any]) -> None:
@@ -388,16 +539,18 @@ class GatewayConnection:
                 return
             answered = True
             self._in_flight.release()
+            self._work.release(reserved)
+            self._shared_work.release(reserved)
             if isinstance(result, outcome.Value):
                 response = success(item.response_id, result.value)
             else:
                 assert isinstance(result, outcome.Error)
                 response = error(item.response_id, result.error)
-            sink.put(index, None if item.is_notification else response, ())
+            sink.put(index, None if item.is_notification else response, (), content=content)
 
         assert self._ctx is not None
         try:
-            await self._dispatcher.submit(item.method, item.params, self._ctx, reply, more=more)
+            await self._dispatcher.submit(item.method, params, self._ctx, reply, more=more)
         except BaseException as exc:
             if not answered:
                 if isinstance(exc, Exception):
@@ -405,6 +558,8 @@ class GatewayConnection:
                 else:
                     answered = True
                     self._in_flight.release()
+                    self._work.release(reserved)
+                    self._shared_work.release(reserved)
             raise
 
     def _connection_call(self, call: Call, after: list[Callable[[], None]]) -> Any:
@@ -458,8 +613,11 @@ class GatewayConnection:
                         }
                         if event.session_id is not None:
                             params["sessionId"] = event.session_id
+                        if event.transient:
+                            params["transient"] = True
                         await self._wait_event_room()
-                        self.deliver(self._encode_event(params))
+                        data = trim(self._encode_event(params))
+                        self.deliver(Frame((data,), len(data)))
                 except trio.EndOfChannel:
                     pass
                 except SubscriberOverflow:

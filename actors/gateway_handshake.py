@@ -1,7 +1,10 @@
 """Pure checks of a WebSocket upgrade request (RELIABILITY.md §5, row 13).
 
-- ``Origin``: absent (non-browser client) is allowed; ``null`` and IP-literal
-  origins are always refused; anything else must match the allow-list exactly.
+- ``Origin``: absent (non-browser client) is allowed; the host's own origin
+  (``http://127.0.0.1:PORT``, ``http://localhost:PORT``, ``http://[::1]:PORT``
+  with the bound port: the inspector it serves) is allowed; ``null`` and other
+  IP-literal origins are always refused; anything else must match the
+  allow-list exactly (``--allow-origin``).
 - ``Host``: must be ``127.0.0.1:PORT``, ``localhost:PORT`` or ``[::1]:PORT`` with the
   bound port (DNS-rebinding defence). A missing or repeated header is refused.
 """
@@ -13,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["Refusal", "check_origin", "check_host", "check_upgrade"]
+__all__ = ["Refusal", "check_origin", "check_host", "check_upgrade", "self_origins"]
 
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
@@ -32,6 +35,13 @@ def _is_ip_literal(host: str) -> bool:
     return True
 
 
+def self_origins(port: int | None) -> frozenset[str]:
+    """The origins of the pages this host serves itself (same origin as the gateway)."""
+    if port is None:
+        return frozenset()
+    return frozenset(f"http://{name}:{port}" for name in _LOOPBACK_NAMES)
+
+
 def check_origin(origins: list[str], allowed: frozenset[str]) -> Refusal | None:
     """``origins``: every ``Origin`` header value of the request (usually 0 or 1)."""
     if not origins:
@@ -48,7 +58,8 @@ def check_origin(origins: list[str], allowed: frozenset[str]) -> Refusal | None:
     if not host or _is_ip_literal(host):
         return Refusal(403, "IP-literal or host-less Origin is not allowed")
     if origin not in allowed:
-        return Refusal(403, "Origin not allowed")
+        return Refusal(403, f"Origin {origin} is not allowed; to let that page in, start the host "
+                            f"with --allow-origin {origin}")
     return None
 
 
@@ -79,4 +90,6 @@ def check_upgrade(
                 origins.append(value.decode("ascii"))
             except UnicodeDecodeError:
                 return Refusal(403, "malformed Origin")
+    if len(origins) == 1 and origins[0].strip() in self_origins(port):
+        return None
     return check_origin(origins, allowed_origins)

@@ -8,6 +8,8 @@ from typing import Any, Protocol
 
 import outcome
 
+from protocol.limits import MAX_BATCH_REPLY_BYTES, MAX_REPLY_BYTES
+
 __all__ = ["GatewayConfig", "CallContext", "Dispatcher", "GatewayStatistics", "PROTOCOL_VERSION", "Reply"]
 
 PROTOCOL_VERSION = 1
@@ -25,19 +27,35 @@ class GatewayConfig:
     max_frame_bytes: int = 4 * 1024 * 1024
     max_params_bytes: int = 2 * 1024 * 1024  # -> PAYLOAD_TOO_LARGE, connection stays
     max_batch: int = 1000
-    outbound_queue: int = 256  # per connection; a full queue closes it (1008 slow consumer)
+    # Per connection, encoded bytes waiting for the socket: past it the client is not
+    # reading and is closed (1008 slow consumer). Frames are counted too, loosely.
+    max_outbound_bytes: int = 32 * 1024 * 1024
+    outbound_queue: int = 1024  # frames
+    max_reply_bytes: int = MAX_REPLY_BYTES  # any one reply; a bigger one becomes PAYLOAD_TOO_LARGE
+    max_batch_reply_bytes: int = MAX_BATCH_REPLY_BYTES  # one batch's replies together
+    # Per connection, bytes that window and whole-transcript reads in flight may read
+    # (each reserves its budget before it runs; reading frames waits beyond it).
+    max_work_bytes: int = 16 * 1024 * 1024
+    max_host_work_bytes: int = 32 * 1024 * 1024  # the same, all connections together
+    # Encoded bytes queued by all connections together: past it, a connection with unread
+    # frames is closed as a slow consumer (one with an empty queue may always send one frame).
+    max_host_outbound_bytes: int = 64 * 1024 * 1024
     max_in_flight: int = 256  # per connection; reading waits beyond it
-    max_connections: int = 256
+    max_request_rate: float = 50_000.0  # requests per second per connection (token bucket); reading waits
+    max_connections: int = 256  # authenticated connections
+    max_unauthenticated: int = 32  # connections that have not said host.hello yet (oldest evicted)
     max_subscriptions: int = 64  # per connection
     handshake_timeout: float = 10.0
-    hello_timeout: float = 10.0
+    hello_timeout: float = 5.0
     close_timeout: float = 5.0  # bound on the closing handshake
 
     def __post_init__(self) -> None:
         if not self.token:
             raise ValueError("GatewayConfig.token must not be empty")
         for name in ("max_frame_bytes", "max_params_bytes", "max_batch", "outbound_queue",
-                     "max_in_flight", "max_connections", "max_subscriptions"):
+                     "max_in_flight", "max_connections", "max_subscriptions", "max_outbound_bytes",
+                     "max_reply_bytes", "max_batch_reply_bytes", "max_work_bytes", "max_unauthenticated",
+                     "max_host_work_bytes", "max_host_outbound_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewayConfig.{name} must be >= 1")
 
@@ -85,3 +103,8 @@ class GatewayStatistics:
     outbound_queued: int  # sum over live connections
     peak_outbound_queued: int  # max depth any connection's queue reached
     in_flight: int
+    outbound_bytes: int = 0  # encoded bytes queued, sum over live connections
+    peak_outbound_bytes: int = 0  # max bytes any connection's queue held
+    unauthenticated: int = 0
+    evicted_unauthenticated: int = 0
+    oversized_replies: int = 0

@@ -27,6 +27,20 @@ class SessionRegistry:
         sid = validate_session_id(session_id)
         return await self._sup.get_or_start(sid, self._factory(sid))
 
+    def running(self, session_id: str) -> bool:
+        """Whether the session has a live actor now."""
+        return self._sup.ref(session_id).current() is not None
+
+    def release_if_idle(self, session_id: str) -> bool:
+        """Passivate the session's actor now if nothing waits in its mailbox (an import that went
+        through many sessions leaves none running). A request arriving after this never entered the
+        going-away incarnation's mailbox, so it is offered to the next one: nothing is lost."""
+        actor = self._sup.ref(session_id).current()
+        if actor is None or actor.state != "running" or actor.statistics().mailbox_depth:
+            return False
+        actor.stop()
+        return True
+
     def kill(self, session_id: str) -> bool:
         """Chaos hook: crash the session's actor at its current await point."""
         return bool(self._sup.kill(session_id))

@@ -33,6 +33,7 @@ from actors.gateway_types import CallContext
 from actors.index_log import IndexLog
 from actors.session_context import UNSET, SessionContext, session_info_line, settings_of
 from runtime.kernel.actor import Actor, Envelope, InternalBug
+from runtime.kernel.threads import run_in_thread
 from store import index, receipts
 from store.errors import IOFailure, SessionNotFound, StorageFull, StoreError
 from store.faults import Faults
@@ -244,7 +245,8 @@ class SessionActor(Actor):
 
     # ------------------------------------------------------------------ state (used by SessionContext)
     async def io(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._io)
+        async with self._io:
+            return await run_in_thread(fn, *args)
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         """A read-pool snapshot that sees every append this session acknowledged."""

@@ -20,8 +20,10 @@ numeric        string codes                                                retri
 -32001         UNAUTHENTICATED                                             no
 -32002         NOT_FOUND, SESSION_NOT_FOUND, MESSAGE_NOT_FOUND              no
 -32003         CONFLICT, IDEMPOTENCY_CONFLICT, LIMIT_EXCEEDED,              no
-               PLAN_REQUIRES_INTERACTIVE_SESSION, ALREADY_AUTHENTICATED
--32004         BUSY, TIMEOUT, ACTOR_RESTARTED, SHUTTING_DOWN                yes
+               PLAN_REQUIRES_INTERACTIVE_SESSION, ALREADY_AUTHENTICATED,
+               ENVIRONMENT_DRIFT, UNSUPPORTED_FOR_NATIVE_SESSION
+-32004         BUSY, TIMEOUT, ACTOR_RESTARTED, SHUTTING_DOWN,               yes
+               RESOURCE_EXHAUSTED
 -32005         STORAGE_FULL (yes), IO_ERROR, CORRUPT_DATA, SCHEMA_TOO_NEW,  see row
                UNSUPPORTED_SQLITE
 -32006         PAYLOAD_TOO_LARGE                                           no
@@ -105,7 +107,9 @@ class RpcErrorCode:
             "IDEMPOTENCY_CONFLICT": RpcErrorSpec(-32003, False),
             "LIMIT_EXCEEDED": RpcErrorSpec(-32003, False),
             "PLAN_REQUIRES_INTERACTIVE_SESSION": RpcErrorSpec(-32003, False),
+            "ENVIRONMENT_DRIFT": RpcErrorSpec(-32003, False),
             "ALREADY_AUTHENTICATED": RpcErrorSpec(-32003, False),
+            "UNSUPPORTED_FOR_NATIVE_SESSION": RpcErrorSpec(-32003, False),
             "BUSY": RpcErrorSpec(-32004, True),
             "TIMEOUT": RpcErrorSpec(-32004, True),
             "ACTOR_RESTARTED": RpcErrorSpec(-32004, True),
@@ -118,6 +122,7 @@ class RpcErrorCode:
             "PAYLOAD_TOO_LARGE": RpcErrorSpec(-32006, False),
             "CURSOR_EXPIRED": RpcErrorSpec(-32007, False),
             "PERMISSION_DENIED": RpcErrorSpec(-32008, False),
+            "RESOURCE_EXHAUSTED": RpcErrorSpec(-32004, True),
             "PROVIDER_TIMEOUT": RpcErrorSpec(-32009, True),
             "PROVIDER_UNREACHABLE": RpcErrorSpec(-32009, True),
             "PROVIDER_UNAUTHORIZED": RpcErrorSpec(-32009, False),

@@ -9,6 +9,7 @@ item or a list of them (a batch). Responses are built as dicts and serialized wi
 from __future__ import annotations
 
 import gc
+import json
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -182,11 +183,54 @@ def _internal(request_id: RequestId) -> bytes:
     return orjson.dumps(error_for_code(request_id, RpcErrorCode.INTERNAL, INTERNAL_MESSAGE))
 
 
-def encode(response: dict[str, Any]) -> bytes:
-    """Serialize one response; an unserializable result becomes a -32603 error."""
+BIG_STRING: Final = 256 * 1024
+"""A string this long is encoded on its own (see :func:`encode`)."""
+
+
+def _big_strings_as_fragments(value: Any) -> Any:
+    """``value`` with every string longer than :data:`BIG_STRING` pre-encoded as an ``orjson.Fragment``.
+
+    orjson reserves about 16 bytes of output buffer per character of the string
+    it is writing (a 6 MiB message text costs ~100 MB for a moment); the stdlib
+    encoder needs about its length. Containers are copied only on the path to
+    such a string; everything else is shared.
+    """
+    if isinstance(value, str):
+        if len(value) > BIG_STRING:
+            return orjson.Fragment(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+        return value
+    if isinstance(value, dict):
+        out: dict[Any, Any] | None = None
+        for key, item in value.items():
+            new = _big_strings_as_fragments(item)
+            if new is not item:
+                if out is None:
+                    out = dict(value)
+                out[key] = new
+        return value if out is None else out
+    if isinstance(value, list):
+        items: list[Any] | None = None
+        for i, item in enumerate(value):
+            new = _big_strings_as_fragments(item)
+            if new is not item:
+                if items is None:
+                    items = list(value)
+                items[i] = new
+        return value if items is None else items
+    return value
+
+
+def encode(response: dict[str, Any], *, big_strings: bool = False) -> bytes:
+    """Serialize one response; an unserializable result becomes a -32603 error.
+
+    ``big_strings``: the result may hold long texts (transcript content): they are
+    encoded one by one so the encoder's scratch memory stays near the output size.
+    """
     try:
+        if big_strings:
+            return orjson.dumps(_big_strings_as_fragments(response))
         return orjson.dumps(response)
-    except (TypeError, orjson.JSONEncodeError):
+    except (TypeError, orjson.JSONEncodeError, UnicodeEncodeError):
         request_id = response.get("id")
         return _internal(request_id if _valid_id(request_id) else None)
 

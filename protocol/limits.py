@@ -65,3 +65,26 @@ MAX_MODEL_LIST_BYTES: Final = 8 * 1024 * 1024
 DEFAULT_REFRESH_TIMEOUT_MS: Final = 15_000
 MAX_BUNDLE_BYTES: Final = 4 * 1024 * 1024
 """A config-sync bundle (ciphertext)."""
+MAX_IMPORT_SESSIONS: Final = 100_000
+"""Sessions one ``import.sessions`` call imports (the rest is reported refused: import a subdirectory)."""
+MAX_IMPORT_REPORTS: Final = 1000
+"""Per-session reports an ``import.sessions`` result carries (refused ones first)."""
+MAX_PLUGIN_MESSAGES: Final = 100_000
+"""Messages of one ``plugins.importSession`` (the params size cap usually binds first)."""
+MAX_EXPORT_INLINE_BYTES: Final = 16 * 1024 * 1024
+"""A ``session.export`` answered inline; a larger export needs ``outPath``."""
+
+# -- reply budgets (protocol/README.md "Limits"; the gateway enforces them on encoded bytes)
+MAX_REPLY_BYTES: Final = 16 * 1024 * 1024
+"""Largest single reply. Also the default and the maximum ``maxBytes`` of a window read."""
+MAX_BATCH_REPLY_BYTES: Final = 32 * 1024 * 1024
+"""Largest reply to one JSON-RPC batch (the sum of its entries' replies)."""
+MIN_BATCH_SHARE_BYTES: Final = 32 * 1024
+"""A window read inside a batch without its own ``maxBytes`` gets an equal share of the batch's
+budget, at least this much (else the batch is refused whole before any entry runs)."""
+MAX_WHOLE_READ_BYTES: Final = 16 * 1024 * 1024
+"""``session.context`` / ``session.tree`` read the whole transcript: refused beyond this many bytes."""
+MAX_PATH_BYTES: Final = 4096
+"""A filesystem path in params: UTF-8 bytes in all (PATH_MAX), no NUL."""
+MAX_PATH_COMPONENT_BYTES: Final = 255
+"""One component of such a path (NAME_MAX)."""

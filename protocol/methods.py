@@ -37,13 +37,14 @@ def _codes(*groups: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(code for group in groups for code in group))
 
 
-# Every method can fail these ways.
-_ANY = ("INVALID_PARAMS", "INTERNAL")
-# Work handed to an actor (mailbox full, no reply in time, actor died).
-_ACTOR = ("BUSY", "TIMEOUT", "ACTOR_RESTARTED", "SHUTTING_DOWN")
+# Every method can fail these ways (PAYLOAD_TOO_LARGE: a reply over the reply cap).
+_ANY = ("INVALID_PARAMS", "INTERNAL", "PAYLOAD_TOO_LARGE")
+# Work handed to an actor (mailbox full, no reply in time, actor died, out of file descriptors).
+_ACTOR = ("BUSY", "TIMEOUT", "ACTOR_RESTARTED", "SHUTTING_DOWN", "RESOURCE_EXHAUSTED")
 _DB_READ = _codes(_ANY, _ACTOR, ("CORRUPT_DATA",))
 _DB_WRITE = _codes(_DB_READ, ("IDEMPOTENCY_CONFLICT", "STORAGE_FULL", "IO_ERROR"))
-_SESSION_READ = _codes(_DB_READ, ("INVALID_ID", "SESSION_NOT_FOUND", "IO_ERROR"))
+# A native pi session id (`native-pi:...`) is refused by every session method that does not support it.
+_SESSION_READ = _codes(_DB_READ, ("INVALID_ID", "SESSION_NOT_FOUND", "IO_ERROR", "UNSUPPORTED_FOR_NATIVE_SESSION"))
 _SESSION_WRITE = _codes(
     _SESSION_READ, ("IDEMPOTENCY_CONFLICT", "STORAGE_FULL", "PAYLOAD_TOO_LARGE")
 )
@@ -81,6 +82,13 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.StatusParams,
         m.StatusResult,
         "Versions, uptime, actor and DB-writer statistics, boot recovery report.",
+        _codes(_ANY, _ACTOR),
+    ),
+    _spec(
+        "host.createLoginCode",
+        m.LoginCodeParams,
+        m.LoginCodeResult,
+        "A one-time login code for the browser inspector (what `pi-host open` uses).",
         _codes(_ANY, _ACTOR),
     ),
     # -- sessions -----------------------------------------------------------
@@ -123,7 +131,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         "session.update",
         m.SessionUpdateParams,
         m.SessionSummary,
-        "Change provider/model, mode, thinking level, permission mode or project.",
+        "Change provider/model, mode, thinking level, permission mode or project; a mode change that would "
+        "break a pending plan/goal contract is CONFLICT.",
         _codes(_SESSION_WRITE, ("CONFLICT",)),
     ),
     _spec(
@@ -176,6 +185,13 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.SaveInflightResult,
         "Checkpoint the streaming assistant reply (atomic replace).",
         _SESSION_WRITE,
+    ),
+    _spec(
+        "session.recoverInflight",
+        m.RecoverInflightParams,
+        m.RecoverInflightResult,
+        "The sidecar is gone: settle the leftover checkpoint as the boot sweep would; a running turn ends aborted.",
+        _codes(_SESSION_WRITE, ("CONFLICT",)),
     ),
     # -- notifications ------------------------------------------------------
     _spec(
@@ -291,14 +307,14 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.TruncateFromParams,
         m.TruncateFromResult,
         "Cut the transcript at a named message (regenerate, edit, retry).",
-        _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND",)),
+        _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND", "PERMISSION_DENIED")),
     ),
     _spec(
         "session.replaceMessages",
         m.ReplaceMessagesParams,
         m.SessionResult,
         "Atomically rewrite the whole transcript with these messages.",
-        _SESSION_WRITE,
+        _codes(_SESSION_WRITE, ("PERMISSION_DENIED",)),
     ),
     _spec(
         "session.appendCompaction",
@@ -500,6 +516,150 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.PlansRespondResult,
         "Approve (session → agent, execution queued) or reject; stale responses are CONFLICT.",
         _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT")),
+    ),
+    # -- pending user requests (seed 000 §2) ---------------------------------
+    _spec(
+        "approvals.request",
+        m.ApprovalsRequestParams,
+        m.ApprovalsRequestResult,
+        "A running turn asks for a tool permission: pending, or answered at once by a permission rule.",
+        _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT")),
+    ),
+    _spec(
+        "approvals.pending",
+        m.ApprovalsPendingParams,
+        m.ApprovalsPendingResult,
+        "Pending, unexpired permission requests (one session's or every session's).",
+        _DB_READ,
+    ),
+    _spec(
+        "approvals.respond",
+        m.ApprovalsRespondParams,
+        m.ApprovalsRespondResult,
+        "A UI answers a permission request once (recorded in the transcript); a second or late answer is CONFLICT.",
+        _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT", "PERMISSION_DENIED")),
+    ),
+    _spec(
+        "approvals.rules",
+        m.ApprovalsRulesParams,
+        m.ApprovalsRulesResult,
+        "Stored permission rules (every one, or those that apply to a session).",
+        _codes(_DB_READ, ("SESSION_NOT_FOUND",)),
+    ),
+    _spec(
+        "approvals.removeRule",
+        m.ApprovalsRemoveRuleParams,
+        m.ApprovalsRemoveRuleResult,
+        "Forget a permission rule (later requests for that tool ask again).",
+        _DB_WRITE,
+    ),
+    _spec(
+        "interactions.request",
+        m.InteractionsRequestParams,
+        m.InteractionsRequestResult,
+        "A running turn asks the user a question (choices and/or free text).",
+        _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT")),
+    ),
+    _spec(
+        "interactions.pending",
+        m.InteractionsPendingParams,
+        m.InteractionsPendingResult,
+        "Pending, unexpired questions (one session's or every session's).",
+        _DB_READ,
+    ),
+    _spec(
+        "interactions.respond",
+        m.InteractionsRespondParams,
+        m.InteractionsRespondResult,
+        "A UI answers a question once (recorded in the transcript); a second or late answer is CONFLICT.",
+        _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT", "PERMISSION_DENIED")),
+    ),
+    _spec(
+        "plans.startExecution",
+        m.PlansStartExecutionParams,
+        m.PlanExecutionResult,
+        "An approved plan/goal's execution starts in a running turn (queued → running).",
+        _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT")),
+    ),
+    _spec(
+        "plans.finishExecution",
+        m.PlansFinishExecutionParams,
+        m.PlanExecutionResult,
+        "End an execution from its turn (completed | failed | cancelled); a queued one can only be cancelled.",
+        _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT")),
+    ),
+    # -- the session collaboration ledger (seed 003 §4.6c) -------------------
+    _spec(
+        "collab.deliver",
+        m.CollabDeliverParams,
+        m.CollabDeliverResult,
+        "Deliver a task/message from one session to another: ledger row + the target's queue admission, at once.",
+        _codes(_SESSION_WRITE, ("CONFLICT", "LIMIT_EXCEEDED", "PERMISSION_DENIED")),
+    ),
+    _spec(
+        "collab.begin",
+        m.CollabBeginParams,
+        m.CollabBeginResult,
+        "The target's running turn begins a delivery: turnId bound, the input row written with its provenance.",
+        _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT", "PERMISSION_DENIED")),
+    ),
+    _spec(
+        "collab.settle",
+        m.CollabSettleParams,
+        m.CollabSettleResult,
+        "Settle a running delivery from its turn; at most one completion callback is queued for the source.",
+        _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT")),
+    ),
+    _spec(
+        "collab.cancel",
+        m.CollabCancelParams,
+        m.CollabCancelResult,
+        "Cancel a queued or running delivery (its queue admission goes; the target session stays).",
+        _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT")),
+    ),
+    _spec(
+        "collab.list",
+        m.CollabListParams,
+        m.CollabListResult,
+        "Deliveries, newest first (a session's incoming/outgoing; available: false for a deleted end).",
+        _codes(_DB_READ, ("INVALID_CURSOR",)),
+    ),
+    _spec(
+        "collab.get",
+        m.CollabGetParams,
+        m.CollabDelivery,
+        "One delivery with both ends (available: false once a session is gone).",
+        _codes(_DB_READ, ("NOT_FOUND",)),
+    ),
+    _spec(
+        "session.verifyEnvironment",
+        m.VerifyEnvironmentParams,
+        m.VerifyEnvironmentResult,
+        "Before recovering a turn: its snapshot (digest checked) must still bind to the current provider, "
+        "session and credential references; drift is ENVIRONMENT_DRIFT, a rotated secret passes.",
+        _codes(_DB_READ, ("SESSION_NOT_FOUND", "NOT_FOUND", "ENVIRONMENT_DRIFT")),
+    ),
+    # -- usage (seed 003 §4.6) ------------------------------------------------
+    _spec(
+        "usage.session",
+        m.UsageSessionParams,
+        m.UsageSessionResult,
+        "A session's tokens and cost: totals and one rollup per provider/model.",
+        _codes(_DB_READ, ("SESSION_NOT_FOUND",)),
+    ),
+    _spec(
+        "usage.history",
+        m.UsageHistoryParams,
+        m.UsageHistoryResult,
+        "Tokens and cost per day of the turns that ended in the last N days (idx_turns_ended_at).",
+        _codes(_DB_READ, ("SESSION_NOT_FOUND",)),
+    ),
+    _spec(
+        "session.listTurns",
+        m.ListTurnsParams,
+        m.ListTurnsResult,
+        "A session's turns, newest first, with status, usage and retry lineage (retryOf).",
+        _codes(_DB_READ, ("SESSION_NOT_FOUND", "INVALID_CURSOR")),
     ),
     # -- projects (seed 003 §4.2) ----------------------------------------------
     _spec(
@@ -756,6 +916,64 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.ConfigSyncApplyResult,
         "Verify, decrypt and merge a bundle in one transaction; a tampered or foreign-keyed one changes nothing.",
         _codes(_DB_WRITE, ("CONFLICT", "NOT_FOUND", "PAYLOAD_TOO_LARGE", "LIMIT_EXCEEDED")),
+    ),
+    # -- history in and out: imports, plugin imports, trash, export (seed 003 §4.5, §10.4, §12) --------
+    _spec(
+        "import.sessions",
+        m.ImportSessionsParams,
+        m.ImportSessionsResult,
+        "Import every session of another agent under a root (one transaction per session; import.progress "
+        "events); a re-import appends only what is new.",
+        _codes(_DB_WRITE, ("NOT_FOUND", "PAYLOAD_TOO_LARGE", "PERMISSION_DENIED")),
+    ),
+    _spec(
+        "plugins.importSession",
+        m.PluginImportSessionParams,
+        m.PluginImportSessionResult,
+        "A plugin imports one session (host-generated id; pluginId + sourceId + externalId is idempotent).",
+        _codes(_DB_WRITE, ("NOT_FOUND", "PAYLOAD_TOO_LARGE", "PERMISSION_DENIED")),
+    ),
+    _spec(
+        "plugins.listSessions",
+        m.PluginListSessionsParams,
+        m.PluginListSessionsResult,
+        "The calling plugin's imported sessions with their origin (trashed ones only when asked).",
+        _codes(_DB_READ, ("PERMISSION_DENIED",)),
+    ),
+    _spec(
+        "sessions.trash",
+        m.TrashParams,
+        m.TrashResult,
+        "Move a session to the trash: hidden from lists, plugin reads and search; nothing is removed.",
+        _codes(_SESSION_WRITE, ("PERMISSION_DENIED",)),
+    ),
+    _spec(
+        "sessions.restore",
+        m.TrashParams,
+        m.TrashResult,
+        "Bring a session back from the trash, exactly as it was.",
+        _codes(_SESSION_WRITE, ("PERMISSION_DENIED",)),
+    ),
+    _spec(
+        "sessions.purge",
+        m.TrashParams,
+        m.PurgeResult,
+        "Remove a trashed session for good: its rows, transcript and origin.",
+        _codes(_SESSION_WRITE, ("CONFLICT", "PERMISSION_DENIED")),
+    ),
+    _spec(
+        "sessions.listTrashed",
+        m.ListTrashedParams,
+        m.ListTrashedResult,
+        "Sessions in the trash, most recently trashed first (a plugin sees only its own).",
+        _DB_READ,
+    ),
+    _spec(
+        "session.export",
+        m.SessionExportParams,
+        m.SessionExportResult,
+        "Markdown, a self-contained HTML page or this host's JSONL; secrets and thinking excluded by default.",
+        _codes(_SESSION_READ, ("CONFLICT", "PAYLOAD_TOO_LARGE", "PERMISSION_DENIED")),
     ),
 )
 

@@ -18,6 +18,10 @@ and its storage (``store/<capability>.py``) where those exist:
 * :mod:`protocol.models_subscriptions` events.subscribe; :mod:`protocol.models_events` event payloads
 * :mod:`protocol.models_artifacts`, ``models_search``, ``models_settings``
 * :mod:`protocol.models_secrets`, ``models_attachments``, ``models_tasks``, ``models_plans``, ``models_projects``
+* :mod:`protocol.models_usage` token and cost rollups
+* :mod:`protocol.models_collab` the session collaboration ledger
+* :mod:`protocol.models_approvals` pending user requests (approvals, interactions, permission rules)
+* :mod:`protocol.models_imports`, ``models_plugin_imports``, ``models_trash``, ``models_export`` (history in and out)
 * :mod:`protocol.models_workspace`, ``models_project_groups``, ``models_providers``, ``models_catalog``,
   ``models_plugins``, ``models_config_sync`` (configuration)
 """
@@ -27,12 +31,16 @@ from __future__ import annotations
 from .blocks import BLOCK_MODELS, KNOWN_BLOCK_TYPES, Block, Blocks, check_block
 from .models_appends import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_appends import __all__ as _appends_all
+from .models_approvals import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_approvals import __all__ as _approvals_all
 from .models_artifacts import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_artifacts import __all__ as _artifacts_all
 from .models_attachments import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_attachments import __all__ as _attachments_all
 from .models_catalog import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_catalog import __all__ as _catalog_all
+from .models_collab import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_collab import __all__ as _collab_all
 from .models_common import MutatingParams, Params, Record, Result, WireModel
 from .models_compaction import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_compaction import __all__ as _compaction_all
@@ -41,16 +49,22 @@ from .models_context import *  # noqa: F403 - re-export facade; __all__ below li
 from .models_context import __all__ as _context_all
 from .models_events import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_events import __all__ as _events_all
+from .models_export import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_export import __all__ as _exports_all
 from .models_fork import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_fork import __all__ as _fork_all
 from .models_host import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_host import __all__ as _host_all
+from .models_imports import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_imports import __all__ as _imports_all
 from .models_inflight import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_inflight import __all__ as _inflight_all
 from .models_notifications import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_notifications import __all__ as _notifications_all
 from .models_plans import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_plans import __all__ as _plans_all
+from .models_plugin_imports import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_plugin_imports import __all__ as _plugin_imports_all
 from .models_plugins import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_project_groups import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_projects import *  # noqa: F403 - re-export facade; __all__ below lists every name
@@ -76,8 +90,12 @@ from .models_tasks import *  # noqa: F403 - re-export facade; __all__ below list
 from .models_tasks import __all__ as _tasks_all
 from .models_tombstones import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_tombstones import __all__ as _tombstones_all
+from .models_trash import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_trash import __all__ as _trash_all
 from .models_turns import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_turns import __all__ as _turns_all
+from .models_usage import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_usage import __all__ as _usage_all
 from .models_workspace import *  # noqa: F403 - re-export facade; __all__ below lists every name
 
 __all__ = [
@@ -92,16 +110,21 @@ __all__ = [
     "WireModel",
     "check_block",
     *_appends_all,
+    *_approvals_all,
     *_artifacts_all,
     *_attachments_all,
+    *_collab_all,
     *_compaction_all,
     *_context_all,
     *_events_all,
+    *_exports_all,
     *_fork_all,
     *_host_all,
+    *_imports_all,
     *_inflight_all,
     *_notifications_all,
     *_plans_all,
+    *_plugin_imports_all,
     *_projects_all,
     *_queue_all,
     *_records_all,
@@ -113,6 +136,8 @@ __all__ = [
     *_subscriptions_all,
     *_tasks_all,
     *_tombstones_all,
+    *_trash_all,
     *_turns_all,
+    *_usage_all,
     *_catalog_all,
 ]

@@ -13,6 +13,7 @@ from .models_common import (
 from .models_records import (
     MessageRef,
     TranscriptMessage,
+    refuse_host_meta,
 )
 
 # ---------------------------------------------------------------------------
@@ -25,6 +26,11 @@ class AppendMessageParams(MutatingParams):
     turn_id: WireId | None = Field(
         default=None, description="Owning turn; must equal message.turnId when both are given."
     )
+
+    @model_validator(mode="after")
+    def _no_forged_provenance(self) -> AppendMessageParams:
+        refuse_host_meta(self.message)
+        return self
 
     @model_validator(mode="after")
     def _same_turn(self) -> AppendMessageParams:

@@ -7,8 +7,8 @@ from typing import Annotated
 from pydantic import Field, StringConstraints
 
 from .models_common import (
-    MAX_PATH_CHARS,
     Count,
+    FsPath,
     MutatingParams,
     Params,
     Result,
@@ -35,8 +35,13 @@ class AttachmentsPutParams(MutatingParams):
 
 
 class AttachmentsImportParams(MutatingParams):
-    path: Annotated[str, StringConstraints(min_length=2, max_length=MAX_PATH_CHARS)] = Field(
-        description="Absolute path of a regular file; copied and hashed as a stream."
+    path: FsPath = Field(
+        description="Absolute path of a regular file under an allowed folder: the session's project "
+        "(with sessionId), the data directory's scratch/, or a folder the host was configured with "
+        "(serve --import-root). Symlinks below the folder are not followed; copied and hashed as a stream."
+    )
+    session_id: SessionId | None = Field(
+        default=None, description="The session the file is for: its project folder may be read."
     )
     name: FileName | None = None
     mime_type: MimeType | None = None

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
-from store.ids import PLUGIN_ID_RE, SESSION_ID_RE, WIRE_ID_RE
+from store.ids import NATIVE_SESSION_ID_RE, PLUGIN_ID_RE, SESSION_ID_RE, SESSION_REF_RE, WIRE_ID_RE
 
 # ---------------------------------------------------------------------------
 # Limits: defined once in protocol/limits.py (the storage layer imports them too).
@@ -29,9 +29,12 @@ from .limits import (  # noqa: E402 - re-exported for the models
     MAX_CURSOR_CHARS,
     MAX_IDS_PER_CALL,
     MAX_MESSAGES_PER_REPLACE,
+    MAX_PATH_BYTES,
     MAX_PATH_CHARS,
+    MAX_PATH_COMPONENT_BYTES,
     MAX_QUERY_CHARS,
     MAX_REF_CHARS,
+    MAX_REPLY_BYTES,
     MAX_RETAINED_TAIL,
     MAX_TEXT_FIELD,
     MAX_TITLE_CHARS,
@@ -49,6 +52,7 @@ __all__ = [
     "MAX_PATH_CHARS",
     "MAX_QUERY_CHARS",
     "MAX_REF_CHARS",
+    "MAX_REPLY_BYTES",
     "MAX_RETAINED_TAIL",
     "MAX_TEXT_FIELD",
     "MAX_TITLE_CHARS",
@@ -111,6 +115,17 @@ SessionId = Annotated[
     StringConstraints(pattern=SESSION_ID_RE.pattern),
     Field(description="Session id (becomes a file name)."),
 ]
+NativeSessionId = Annotated[
+    str,
+    StringConstraints(pattern=NATIVE_SESSION_ID_RE.pattern),
+    Field(description="A native pi session (`native-pi:<pi id>`, read-only, seed §12); never a file name here."),
+]
+SessionRef = Annotated[
+    str,
+    StringConstraints(pattern=SESSION_REF_RE.pattern),
+    Field(description="A host session id, or a native pi session id (`native-pi:...`) where the method "
+          "supports native sessions."),
+]
 WireId = Annotated[
     str,
     StringConstraints(pattern=WIRE_ID_RE.pattern),
@@ -126,7 +141,21 @@ Cursor = Annotated[
     StringConstraints(min_length=1, max_length=MAX_CURSOR_CHARS),
     Field(description="Opaque pagination cursor returned as nextCursor."),
 ]
-ProjectPath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS)]
+def _check_fs_path(value: str) -> str:
+    """No NUL, at most 4096 UTF-8 bytes, no component over 255 bytes (else INVALID_PARAMS, not an OSError)."""
+    if "\x00" in value:
+        raise ValueError("a path must not contain a NUL character")
+    raw = value.encode("utf-8", "surrogatepass")
+    if len(raw) > MAX_PATH_BYTES:
+        raise ValueError(f"a path must be at most {MAX_PATH_BYTES} bytes of UTF-8")
+    if any(len(part) > MAX_PATH_COMPONENT_BYTES for part in raw.split(b"/")):
+        raise ValueError(f"a path component must be at most {MAX_PATH_COMPONENT_BYTES} bytes")
+    return value
+
+
+ProjectPath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS),
+                        AfterValidator(_check_fs_path)]
+FsPath = Annotated[str, StringConstraints(min_length=2, max_length=MAX_PATH_CHARS), AfterValidator(_check_fs_path)]
 PluginId = Annotated[
     str,
     StringConstraints(pattern=PLUGIN_ID_RE.pattern),
@@ -186,7 +215,15 @@ Topic = Literal[
     "task.due",
     "plan.requested",
     "plan.resolved",
+    "session.inflight",
+    "approval.requested",
+    "approval.resolved",
+    "interaction.requested",
+    "interaction.resolved",
+    "plan.execution",
+    "collab.delivery",
     "settings.changed",
     "providers.changed",
     "models.changed",
+    "import.progress",
 ]

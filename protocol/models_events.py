@@ -15,6 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from .models_approvals import ApprovalRequest, InteractionRequest, PermissionRule
+from .models_collab import CollabDelivery
 from .models_common import (
     Count,
     JsonObject,
@@ -26,6 +28,8 @@ from .models_common import (
     TimestampMs,
     Topic,
 )
+from .models_imports import ImportProgress
+from .models_inflight import InflightMessage
 from .models_plans import PlanApproval
 from .models_queue import QueueState
 from .models_records import MessageRef, Notification, SessionSummary, Turn
@@ -39,6 +43,11 @@ class EventParams(Result):
     subscription_id: str
     session_id: SessionId | None = None
     data: JsonObject
+    transient: bool | None = Field(
+        default=None,
+        description="A live preview (session.inflight): not numbered (cursor repeats the newest one "
+        "you got), coalesced and throttled per subscriber, never replayed.",
+    )
 
 
 class SessionEvent(Result):
@@ -127,6 +136,55 @@ class PlanResolvedEvent(Result):
     status: Literal["approved", "rejected", "expired"]
 
 
+class PlanExecutionEvent(Result):
+    """An approved plan/goal's execution moved (queued → running → completed | failed | cancelled)."""
+
+    approval: PlanApproval
+
+
+class CollabDeliveryEvent(Result):
+    """A delivery was created or moved (sent once with the target's and once with the source's sessionId)."""
+
+    delivery: CollabDelivery
+
+
+class SessionInflightEvent(InflightMessage):
+    """A checkpoint of the reply streaming in the session (transient: see ``EventParams.transient``).
+
+    Per subscriber and message the newest checkpoint wins and at most one is
+    sent per 250 ms; the final ``session.message`` of the same id follows, and
+    a preview never comes after it. A UI that connects mid-reply gets the
+    current one from ``session.get`` (``inflight``).
+    """
+
+
+class ApprovalRequestedEvent(Result):
+    """A sidecar asked for a tool permission; answer with ``approvals.respond`` (UIs)."""
+
+    request: ApprovalRequest
+
+
+class ApprovalResolvedEvent(Result):
+    """An approval left ``pending`` (answered, expired, or cancelled by its turn's end), or a rule
+    answered a new one at once. The requesting sidecar waits for this (subscribe with its sessionId).
+    Requests a restart interrupted are not announced: ``approvals.pending`` rehydrates."""
+
+    request: ApprovalRequest
+    rule: PermissionRule | None = None
+
+
+class InteractionRequestedEvent(Result):
+    """A sidecar asked the user a question; answer with ``interactions.respond``."""
+
+    request: InteractionRequest
+
+
+class InteractionResolvedEvent(Result):
+    """An interaction left ``pending`` (answered, expired, cancelled)."""
+
+    request: InteractionRequest
+
+
 class SettingsChangedEvent(Result):
     """Keys of a kv namespace changed (settings.*, workspace.open, providers.reorder, projectGroups.*,
     plugins.uninstall, configSync.*). Names only, never values: read them with settings.get.
@@ -161,22 +219,37 @@ EVENT_PAYLOADS: Mapping[str, type[BaseModel]] = MappingProxyType(
         "task.due": TaskDueEvent,
         "plan.requested": PlanRequestedEvent,
         "plan.resolved": PlanResolvedEvent,
+        "session.inflight": SessionInflightEvent,
+        "plan.execution": PlanExecutionEvent,
+        "collab.delivery": CollabDeliveryEvent,
+        "approval.requested": ApprovalRequestedEvent,
+        "approval.resolved": ApprovalResolvedEvent,
+        "interaction.requested": InteractionRequestedEvent,
+        "interaction.resolved": InteractionResolvedEvent,
         "settings.changed": SettingsChangedEvent,
         "providers.changed": ProvidersChangedEvent,
         "models.changed": ModelsChangedEvent,
+        "import.progress": ImportProgress,
     }
 )
 
 __all__ = [
+    "ApprovalRequestedEvent",
+    "ApprovalResolvedEvent",
+    "CollabDeliveryEvent",
     "EVENT_PAYLOADS",
+    "InteractionRequestedEvent",
+    "InteractionResolvedEvent",
     "EventParams",
     "ModelsChangedEvent",
     "NotificationEvent",
+    "PlanExecutionEvent",
     "PlanRequestedEvent",
     "PlanResolvedEvent",
     "ProvidersChangedEvent",
     "SessionDeletedEvent",
     "SessionEvent",
+    "SessionInflightEvent",
     "SessionMessageEvent",
     "SessionQueueEvent",
     "SettingsChangedEvent",

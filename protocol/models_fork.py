@@ -6,14 +6,16 @@ from pydantic import Field
 
 from .models_common import (
     MutatingParams,
-    SessionId,
+    SessionRef,
     Title,
     WireId,
 )
 
 
 class ForkParams(MutatingParams):
-    session_id: SessionId
+    """Fork a host session, or a native pi session (`native-pi:...`: one new v3 child in its directory)."""
+
+    session_id: SessionRef
     through_message_id: WireId | None = Field(
         default=None,
         description="Copy the prefix through this message; whole transcript when absent.",

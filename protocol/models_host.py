@@ -43,8 +43,10 @@ class HelloParams(Params):
 
 class HelloResult(Result):
     protocol: int
+    client_id: str = Field(description="The clientId this connection authenticated with.")
+    connection_id: int = Field(description="This connection's number on the host (logs, statistics).")
     host_version: str
-    boot_id: str
+    boot_id: str = Field(description="New at every host start: event cursors of another bootId do not resume.")
     server_time: TimestampMs
 
 
@@ -89,6 +91,58 @@ class BootReport(Result):
     )
 
 
+class PipelineStats(Result):
+    in_flight: Count = Field(description="Requests submitted and not yet answered.")
+    running: Count = Field(description="Receipt claims whose first attempt is still running.")
+    pinned: Count = Field(description="Completed receipts held in memory until the index covers them.")
+    recent: Count = Field(description="Completed receipts remembered for fast replays.")
+
+
+class LoginCodeParams(Params):
+    pass
+
+
+class LoginCodeResult(Result):
+    """A one-time code the browser inspector exchanges for the token (``POST /login``)."""
+
+    code: str = Field(description="Valid once, for expiresInMs.")
+    expires_in_ms: Count
+    url: str = Field(description="The inspector with the code in its fragment (never sent to a server; "
+                     "the page removes it from the address bar at once).")
+
+
+class IndexStats(Result):
+    """How far the index trails acknowledged appends (the read barrier's bookkeeping)."""
+
+    acknowledged: Count = Field(description="Appends acknowledged since start (host-wide sequence).")
+    covered: Count = Field(description="Highest sequence the index's committed batches cover.")
+    lag_ops: Count
+    lag_bytes: Count
+    max_lag_ops: Count = Field(description="The largest lag seen since start.")
+    max_lag_bytes: Count
+    read_waits: Count = Field(description="Reads that waited for the index to cover earlier appends.")
+    append_stalls: Count = Field(description="Appends that waited because the lag reached its bound.")
+    bound_ops: Count = Field(description="The lag bound: appends wait beyond it.")
+    bound_bytes: Count
+
+
+class DiskStats(Result):
+    free_bytes: Count = Field(description="Bytes an unprivileged writer can still use on the data directory's disk.")
+    total_bytes: Count
+    warn_below_bytes: Count = Field(description="The threshold (serve --disk-warn-below, default 512 MiB).")
+    warning: bool = Field(description="freeBytes is under the threshold: writes may soon be STORAGE_FULL.")
+
+
+class GatewayStats(Result):
+    connections: Count
+    unauthenticated: Count = Field(description="Connections that have not said host.hello yet.")
+    evicted_unauthenticated: Count = Field(description="Silent connections closed to admit newer ones.")
+    slow_consumer_closes: Count
+    outbound_bytes: Count = Field(description="Encoded bytes waiting for sockets, all connections.")
+    peak_outbound_bytes: Count
+    oversized_replies: Count = Field(description="Replies answered PAYLOAD_TOO_LARGE by the reply caps.")
+
+
 class StatusResult(Result):
     version: str
     boot_id: str
@@ -96,7 +150,11 @@ class StatusResult(Result):
     uptime_ms: Count
     actors: ActorStats
     db_writer: DbWriterStats
+    pipeline: PipelineStats
+    index: IndexStats | None = None
     data_dir_bytes: Count
+    disk: DiskStats | None = None
+    gateway: GatewayStats | None = None
     boot: BootReport
 
 
@@ -104,8 +162,14 @@ __all__ = [
     "ActorStats",
     "BootReport",
     "DbWriterStats",
+    "DiskStats",
+    "GatewayStats",
     "HelloParams",
+    "LoginCodeParams",
+    "LoginCodeResult",
     "HelloResult",
+    "IndexStats",
+    "PipelineStats",
     "StatusParams",
     "StatusResult",
 ]

@@ -60,7 +60,14 @@ class PlanApproval(Result):
     artifact_size: Count
     version: int
     execution_id: str | None = None
-    execution_state: Literal["queued", "running", "completed", "interrupted"] | None = None
+    execution_state: Literal["queued", "running", "completed", "failed", "cancelled", "interrupted"] | None = (
+        Field(default=None, description="After approval: queued → running (bound to its turn) → completed | failed "
+              "| cancelled; interrupted by a host restart.")
+    )
+    execution_turn_id: str | None = Field(default=None, description="The turn that runs the execution.")
+    execution_error_code: str | None = None
+    execution_started_at: TimestampMs | None = None
+    execution_ended_at: TimestampMs | None = None
 
 
 class PlansPendingParams(Params):
@@ -84,8 +91,32 @@ class PlansRespondResult(Result):
     session: SessionSummary
 
 
+class PlansStartExecutionParams(MutatingParams):
+    session_id: SessionId
+    execution_id: WireId
+    turn_id: WireId = Field(description="The running turn that executes the approved plan/goal.")
+
+
+class PlansFinishExecutionParams(MutatingParams):
+    session_id: SessionId
+    execution_id: WireId
+    turn_id: WireId | None = Field(
+        default=None, description="The executing turn (required once running; a queued one can only be cancelled)."
+    )
+    outcome: Literal["completed", "failed", "cancelled"]
+    error_code: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+
+
+class PlanExecutionResult(Result):
+    approval: PlanApproval
+    session: SessionSummary
+
+
 __all__ = [
     "PlanApproval",
+    "PlanExecutionResult",
+    "PlansFinishExecutionParams",
+    "PlansStartExecutionParams",
     "PlansPendingParams",
     "PlansPendingResult",
     "PlansRespondParams",

@@ -7,7 +7,7 @@ end up in the transcript file. Host-produced projections (``SessionSummary``,
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, field_validator
 
@@ -27,6 +27,7 @@ from .models_common import (
     Rfc3339,
     Role,
     SessionId,
+    SessionRef,
     ThinkingLevel,
     TimestampMs,
     TurnStatus,
@@ -34,6 +35,16 @@ from .models_common import (
 )
 
 RESERVED_META_KEYS: frozenset[str] = frozenset({"receipt"})
+HOST_META_KEYS: frozenset[str] = frozenset({"sessionMessage"})
+"""Written by the host only (collaboration provenance): refused in a client's new message."""
+
+
+def refuse_host_meta(message: TranscriptMessage) -> TranscriptMessage:
+    """A client cannot forge host-written metadata (``meta.sessionMessage``) in a message it sends."""
+    if message.meta and HOST_META_KEYS.intersection(message.meta):
+        raise ValueError("meta.sessionMessage is collaboration provenance the host writes (collab.begin); "
+                         "a client cannot set it")
+    return message
 
 # ---------------------------------------------------------------------------
 # Client-sent transcript records
@@ -94,8 +105,26 @@ class Compaction(Record):
 # Host-produced projections
 
 
+class LatestTurn(Result):
+    id: str
+    status: TurnStatus
+    error_code: str | None = None
+    ended_at: TimestampMs | None = None
+
+
+class NativeInfo(Result):
+    """What a native pi session is (seed 003 §12)."""
+
+    version: int = Field(description="pi session format version (1-3).")
+    read_only: Literal[True] = True
+
+
 class SessionSummary(Result):
-    id: SessionId
+    """A session. ``source`` badges an imported one (claude-code, codex, pi, opencode, pi-host, a plugin's
+    source id); ``source: "native-pi"`` with ``native`` set is a native pi session, read-only, whose id is a
+    `native-pi:...` id (it has no host settings: ``mode``/``permissionMode`` are the host defaults)."""
+
+    id: SessionRef
     title: str
     project_id: int | None = None
     project_path: str | None = None
@@ -108,7 +137,20 @@ class SessionSummary(Result):
     created_at: TimestampMs
     updated_at: TimestampMs
     pinned: bool = False
-    deleted_at: TimestampMs | None = None
+    deleted_at: TimestampMs | None = Field(default=None, description="Set while the session is in the trash.")
+    source: str | None = Field(default=None, description="Import origin (null for sessions made here).")
+    native: NativeInfo | None = None
+    state: Literal["awaiting_approval", "queued", "running", "planning"] | None = Field(
+        default=None,
+        description="Projected (seed §4.5): a pending plan/goal approval → awaiting_approval; its approved "
+        "execution queued/running → that; else planning in plan/goal mode; absent for an idle agent session.",
+    )
+    contract_kind: Literal["plan", "goal"] | None = Field(
+        default=None, description="The kind of contract the state is about."
+    )
+    latest_turn: LatestTurn | None = Field(
+        default=None, description="The newest turn (failed/aborted badges); absent before the first turn."
+    )
 
 
 class MessageRef(Result):
@@ -125,12 +167,13 @@ class MessageRef(Result):
 class UiMessage(Result):
     """A message projected for display; content may be capped (contentLimit)."""
 
+    type: Literal["message"] | None = Field(default=None, description="The transcript line kind.")
     id: str
     role: Role
     blocks: list[JsonObject]
     created_at: str | None = None
-    position: Count | None = Field(
-        default=None, description="0-based physical position in the transcript."
+    seq: int | None = Field(
+        default=None, ge=1, description="Per-session ordinal: the 0-based physical position in the transcript + 1."
     )
     tool_name: str | None = None
     turn_id: str | None = None
@@ -140,11 +183,20 @@ class UiMessage(Result):
         default=None, description="True when contentLimit capped this projection."
     )
     deleted: bool | None = Field(default=None, description="Tombstoned (hidden from context).")
+    inflight: bool | None = Field(
+        default=None, description="A streaming reply's checkpoint, not (yet) a transcript row."
+    )
+    session_message: JsonObject | None = Field(
+        default=None,
+        description="Collaboration provenance (meta.sessionMessage, written by the host): "
+        "this user row is a delivery from another session, not human input.",
+    )
 
 
 class CompactionView(Result):
     """A still-valid compaction checkpoint as returned to clients."""
 
+    type: Literal["compaction"] | None = Field(default=None, description="The transcript line kind.")
     id: str
     summary: str
     first_kept_message_id: str | None = None
@@ -172,6 +224,10 @@ class Turn(Result):
     environment_digest: str | None = Field(
         default=None, description="SHA-256 (hex) of the stored RunEnvironmentSnapshot."
     )
+    cost_micros: Count = Field(
+        default=0, description="usage.cost.total in millionths of the provider's currency unit."
+    )
+    retry_of: str | None = Field(default=None, description="The earlier turn this one retries (lineage).")
 
 
 class Notification(Result):
@@ -224,15 +280,19 @@ Sha256Hex = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 __all__ = [
     "Compaction",
     "CompactionView",
+    "LatestTurn",
     "MessageRef",
     "Notification",
     "QueueEntry",
+    "HOST_META_KEYS",
     "RESERVED_META_KEYS",
     "RevisionInfo",
+    "NativeInfo",
     "SessionSummary",
     "Sha256Hex",
     "TranscriptMessage",
     "Turn",
     "UiMessage",
     "Usage",
+    "refuse_host_meta",
 ]

@@ -6,7 +6,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from .models_approvals import UserRequest
 from .models_common import (
+    MAX_REPLY_BYTES,
     MAX_WINDOW,
     Count,
     Cursor,
@@ -18,10 +20,12 @@ from .models_common import (
     Ref,
     Result,
     SessionId,
+    SessionRef,
     ThinkingLevel,
     Title,
     WireId,
 )
+from .models_inflight import InflightMessage
 from .models_records import (
     CompactionView,
     SessionSummary,
@@ -60,8 +64,11 @@ class SessionIdParams(Params):
     session_id: SessionId
 
 
-class SessionGetParams(SessionIdParams):
+class SessionGetParams(Params):
     """A bounded window of the transcript (seed 003 §5).
+
+    ``sessionId`` may be a native pi session (`native-pi:...`): the window is then
+    read from an immutable snapshot of its file, on its current branch.
 
     At most one anchor: `messageBefore` (backward paging, exclusive end),
     `messageAround` (centre on a message id) or `messageEnd` (forward
@@ -70,6 +77,7 @@ class SessionGetParams(SessionIdParams):
     physical message positions in the transcript file.
     """
 
+    session_id: SessionRef
     message_before: int | None = Field(
         default=None, ge=0, description="Exclusive physical end of the window."
     )
@@ -84,6 +92,15 @@ class SessionGetParams(SessionIdParams):
         description="Forward paging: start the window at this physical position.",
     )
     full: bool = Field(default=False, description="Whole transcript, no content cap.")
+    max_bytes: int | None = Field(
+        default=None,
+        ge=1024,
+        le=MAX_REPLY_BYTES,
+        description="Byte budget of the window (its transcript lines; default and maximum 16 MiB). A window "
+        "that does not fit is cut to a page of whole messages (newest for a backward window, oldest for "
+        "messageEnd); the whole transcript (full, or no limit) over the budget is PAYLOAD_TOO_LARGE: page it "
+        "with messageEnd.",
+    )
 
     @model_validator(mode="after")
     def _one_anchor(self) -> SessionGetParams:
@@ -116,6 +133,16 @@ class SessionGetResult(Result):
     total_messages: Count
     navigation_parent: UiMessage | None = Field(
         default=None, description="Owning Task row of a nested messageAround target."
+    )
+    decisions: list[UserRequest] | None = Field(
+        default=None,
+        description="Approvals and interactions of the window's turns that are no longer pending (answered, "
+        "expired, cancelled, interrupted), oldest first; the answers are approval_decision lines in the transcript.",
+    )
+    inflight: InflightMessage | None = Field(
+        default=None,
+        description="Newest window only (hasMoreAfter false): the reply streaming right now, after the "
+        "indexed rows; absent once its final row landed.",
     )
 
 

@@ -7,6 +7,8 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
+from store.credentials import CREDENTIAL_NAMES, find_credential
+
 from .models_common import (
     ErrorCode,
     JsonObject,
@@ -24,45 +26,15 @@ from .models_records import Notification, Sha256Hex, Turn, Usage
 # ---------------------------------------------------------------------------
 # Run environment snapshot (seed 000 §4)
 
-# Keys that would hold a secret value. Checked (case-insensitively, ignoring
-# "-" and "_") inside ``connection`` and ``executionBindings``, where a
-# credential would otherwise end up; tool schemas may legitimately describe
-# fields with these names and are not scanned.
-SECRET_KEYS: frozenset[str] = frozenset(
-    {
-        "apikey",
-        "password",
-        "secret",
-        "clientsecret",
-        "token",
-        "accesstoken",
-        "refreshtoken",
-        "authorization",
-        "bearer",
-        "privatekey",
-    }
-)
-_MAX_SCAN_DEPTH = 16
+# Credentials are recognised by name (keys, header names, URL query parameters) and by
+# value shape (``store/credentials.py``); ``connection`` and ``executionBindings`` are checked
+# here, the whole snapshot again by ``store/snapshots.py`` (tool schemas and skills are not
+# scanned: a schema may legitimately describe a ``password`` field).
+SECRET_KEYS: frozenset[str] = CREDENTIAL_NAMES
 
 
 def _find_secret_key(value: Any, path: str, depth: int = 0) -> str | None:
-    if depth > _MAX_SCAN_DEPTH:
-        return None
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            here = f"{path}.{key}"
-            normalized = key.replace("-", "").replace("_", "").lower()
-            if normalized in SECRET_KEYS and isinstance(inner, str) and inner:
-                return here
-            found = _find_secret_key(inner, here, depth + 1)
-            if found:
-                return found
-    elif isinstance(value, list):
-        for index, inner in enumerate(value):
-            found = _find_secret_key(inner, f"{path}[{index}]", depth + 1)
-            if found:
-                return found
-    return None
+    return find_credential(value, path, credential_section=True)
 
 
 class RunEnvironmentSnapshot(Record):
@@ -86,8 +58,9 @@ class RunEnvironmentSnapshot(Record):
     def _no_secret_values(cls, value: JsonObject, info: ValidationInfo) -> JsonObject:
         found = _find_secret_key(value, to_camel(info.field_name or "snapshot"))
         if found:
+            where, _, why = found.partition(": ")
             raise ValueError(
-                f"{found} looks like a secret value: store a credential reference "
+                f"{where} looks like a secret value ({why}): store a credential reference "
                 "in credentialRefs instead"
             )
         return value
@@ -119,6 +92,9 @@ class StartTurnParams(MutatingParams):
     provider_id: Ref | None = None
     model_id: Ref | None = None
     environment: RunEnvironmentSnapshot | None = None
+    retry_of: WireId | None = Field(
+        default=None, description="An ended turn of this session that this one retries (retry lineage)."
+    )
 
 
 class EndTurnParams(MutatingParams):
@@ -151,8 +127,23 @@ class TurnEnvironmentResult(Result):
     snapshot: RunEnvironmentView
 
 
+class VerifyEnvironmentParams(Params):
+    session_id: SessionId
+    turn_id: WireId
+
+
+class VerifyEnvironmentResult(Result):
+    """The snapshot still binds: the same provider connection, session bindings and credential references."""
+
+    turn_id: str
+    digest: Sha256Hex
+    version: int
+
+
 __all__ = [
     "EndTurnParams",
+    "VerifyEnvironmentParams",
+    "VerifyEnvironmentResult",
     "EndTurnResult",
     "RunEnvironmentSnapshot",
     "RunEnvironmentView",

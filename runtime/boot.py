@@ -24,6 +24,7 @@ import orjson
 
 from runtime.datadir import DataDir
 from store import index
+from store.approvals import apply_recorded_decisions
 from store.attachment_adopt import adopt_pending
 from store.database import incremental_vacuum, open_writer, transaction
 from store.errors import StoreError
@@ -101,7 +102,7 @@ def _finish_deletes(conn: sqlite3.Connection, data_dir: DataDir, now: int) -> li
             index.delete_session_rows(conn, sid)
             forget_queue(conn, sid)
             if pending.receipt is not None:
-                restore_receipt(conn, sid, {**pending.receipt, "method": "session.delete"}, now_ms=now)
+                restore_receipt(conn, sid, {"method": "session.delete", **pending.receipt}, now_ms=now)
         finish_delete(data_dir.session_paths(sid))
         done.append(sid)
     return sorted(done)
@@ -159,6 +160,8 @@ def run_boot(
     report["attachmentsAdopted"] = adopt_pending(conn, data_dir.attachments_dir, now_ms=now)
     # 1. maintenance transaction: the fence, retention, notification cap
     with transaction(conn):
+        # an answer whose decision line was fsynced before the host died takes effect, not the fence
+        report["decisionsRecovered"] = apply_recorded_decisions(conn, data_dir.transcript, now)
         report["fence"] = interruption_fence(conn, now_ms=now, boot_id=boot_id)
         report["retention"] = retention(conn, now_ms=now, audit_days=audit_retention_days)
     incremental_vacuum(conn)

@@ -1,27 +1,47 @@
 """``pi-host``: run the host, or talk to a running one.
 
     pi-host serve [--data-dir D] [--port N] [--host H] [--allow-origin O ...]
-    pi-host status | sessions | show SESSION [--limit N] | search QUERY [--data-dir D]
+    pi-host status | sessions | show SESSION | search QUERY  [--json]   (reads work offline too)
+    pi-host follow SESSION [--json]      tail a session's events
+    pi-host stop [--timeout S]           SIGTERM the host, wait for its clean shutdown
+    pi-host open                         the browser inspector, logged in with a one-time code
+    pi-host agent ... | chat [SESSION]   the reference sidecar and the terminal chat (pihost-client)
+    pi-host completion bash|zsh          shell completion
+    pi-host import claude-code|codex|pi|opencode|pi-host [PATH] [--dry-run] [--json]
+    pi-host export SESSION [--format md|html|jsonl] [--out FILE] [--include-thinking] [--include-secrets]
     pi-host settings get [KEY] | set KEY JSON | delete KEY  [--ns NS]   (app: a field of the settings blob)
     pi-host providers | models [--provider ID]
     pi-host doctor [--repair] [--json] [--data-dir D]   (offline; exit 0 clean, 1 repairable/repaired,
                                                         2 damage it cannot repair, 3 refused: host running)
+
+Without a command it prints this help. Exit codes: 0 ok, 1 an error the host
+answered (its code, message and field details are printed), 2 no host, 3 the
+data directory is in use, 4 actors kept crashing, 5 the data directory could
+not be opened (e.g. a refused migration), 6 the port is in use.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import importlib
 import json
 import logging
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import trio
 
+from protocol.methods import PROTOCOL_VERSION
 from runtime.config import DEFAULT_PORT, HostConfig
-from runtime.datadir import DataDir, DataDirLocked
+from runtime.datadir import DataDir, DataDirLocked, DataDirUnsafe
+from runtime.host import VERSION
+from runtime.kernel.supervisor import RestartIntensityExceeded
+from store.errors import StoreError
+from store.importers import SOURCES
 
 log = logging.getLogger("pi_host")
 
@@ -30,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     data_dir_help = "data directory (default: $PI_DESKTOP_DATA_DIR or ~/.pi-desktop)"
     ap = argparse.ArgumentParser(prog="pi-host", description="pi-host: durable local store for agent sessions")
     ap.add_argument("--data-dir", help=data_dir_help)
+    ap.add_argument("--version", action="version", version=f"pi-host {VERSION} (protocol {PROTOCOL_VERSION})")
     # --data-dir is accepted before or after the command (`pi-host serve --data-dir D`).
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data-dir", default=argparse.SUPPRESS, help=data_dir_help)
@@ -43,21 +64,64 @@ def _parser() -> argparse.ArgumentParser:
                        help="force one SQLite synchronous mode (benchmarks)")
     serve.add_argument("--search-upkeep-after", type=float, default=2.0, metavar="SECONDS",
                        help="merge search index segments once the DB writer is idle this long (0 = never)")
+    serve.add_argument("--native-pi-root", metavar="DIR", default=None,
+                       help="list the pi sessions under DIR read-only as native-pi:<id> sessions")
     serve.add_argument("--quiet", action="store_true", help="no human log lines on stderr")
-    sub.add_parser("status", help="host.status of the running host", parents=[common])
-    sub.add_parser("sessions", help="list sessions", parents=[common])
-    show = sub.add_parser("show", help="print a session's newest messages", parents=[common])
-    show.add_argument("session")
-    show.add_argument("--limit", type=int, default=20)
-    search = sub.add_parser("search", help="search every session", parents=[common])
-    search.add_argument("query")
-    search.add_argument("--limit", type=int, default=20)
+    serve.add_argument("--import-root", action="append", default=[], metavar="DIR",
+                       help="a folder attachments.importFile may read (besides the session's project and scratch/)")
+    serve.add_argument("--disk-warn-below", type=int, default=512 * 1024 * 1024, metavar="BYTES",
+                       help="host.status warns when the data directory's disk has less free space")
+    _add_client_commands(sub, common)
+    imp = sub.add_parser("import", help="import another agent's sessions into the running host", parents=[common])
+    imp.add_argument("source", choices=list(SOURCES))
+    imp.add_argument("path", nargs="?", default=None, help="default: the tool's usual root")
+    imp.add_argument("--dry-run", action="store_true", help="parse and report; write nothing")
+    imp.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    exp = sub.add_parser("export", help="export a session (secrets and thinking left out unless asked)",
+                         parents=[common])
+    exp.add_argument("session")
+    exp.add_argument("--format", choices=["md", "html", "jsonl"], default="md")
+    exp.add_argument("--out", default=None, metavar="FILE", help="a new file (default: stdout)")
+    exp.add_argument("--include-thinking", action="store_true")
+    exp.add_argument("--include-secrets", action="store_true")
     _config_parsers(sub, common)
     doctor = sub.add_parser("doctor", help="check a stopped host's data directory (exit 0 clean, 1 repairable "
                             "or repaired, 2 damage it cannot repair, 3 refused)", parents=[common])
     doctor.add_argument("--repair", action="store_true", help="repair what can be repaired from the files")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     return ap
+
+
+def _add_client_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """status / sessions / show / search / follow / stop / open / agent / chat / completion."""
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="print the result as JSON")
+    sub.add_parser("status", help="host.status of the running host", parents=[common, as_json])
+    sessions = sub.add_parser("sessions", help="list sessions (offline when no host runs)", parents=[common, as_json])
+    sessions.add_argument("--limit", type=int, default=200)
+    sessions.add_argument("--ids", action="store_true", help=argparse.SUPPRESS)  # shell completion
+    show = sub.add_parser("show", help="print a session's newest messages (offline when no host runs)",
+                          parents=[common, as_json])
+    show.add_argument("session")
+    show.add_argument("--limit", type=int, default=20)
+    show.add_argument("--before", type=int, default=None, help="page back: end the window before this position")
+    search = sub.add_parser("search", help="search every session (offline when no host runs)",
+                            parents=[common, as_json])
+    search.add_argument("query")
+    search.add_argument("--limit", type=int, default=20)
+    follow = sub.add_parser("follow", help="tail a session's events (Ctrl-C stops)", parents=[common, as_json])
+    follow.add_argument("session")
+    stop = sub.add_parser("stop", help="stop the running host cleanly (SIGTERM, wait for clean-shutdown)",
+                          parents=[common])
+    stop.add_argument("--timeout", type=float, default=30.0, help="seconds to wait")
+    opener = sub.add_parser("open", help="open the browser inspector with a one-time login code", parents=[common])
+    opener.add_argument("--print", action="store_true", help="print the URL instead of starting a browser")
+    for name, text in (("agent", "the reference agent sidecar (see `pi-host agent --help`)"),
+                       ("chat", "a terminal chat (see `pi-host chat --help`)")):
+        delegated = sub.add_parser(name, help=text, add_help=False, parents=[common])
+        delegated.add_argument("rest", nargs=argparse.REMAINDER)
+    completion = sub.add_parser("completion", help="print a shell completion script")
+    completion.add_argument("shell", choices=["bash", "zsh"])
 
 
 def _config_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -79,16 +143,69 @@ def _config_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    delegated = _delegated(raw)
+    if delegated is not None:
+        return delegated
+    parser = _parser()
+    args = parser.parse_args(raw)
+    if args.command is None:
+        parser.print_help()
+        return 2
     data_dir = DataDir.resolve(args.data_dir, os.environ)
-    command = args.command or "serve"
+    command = args.command
     if command == "serve":
-        if not hasattr(args, "port"):
-            args = _parser().parse_args([*(argv or sys.argv[1:]), "serve"])
         return _serve(args, data_dir)
     if command == "doctor":
         return _doctor(args, data_dir)
-    return trio.run(_client_command, command, args, data_dir)
+    if command == "completion":
+        from runtime.cli_completion import completion_script
+
+        print(completion_script(parser, args.shell), end="")
+        return 0
+    if command == "stop":
+        from runtime.cli_client import stop_host
+
+        return stop_host(data_dir, args.timeout)
+    if command == "open":
+        from runtime.cli_open import open_inspector
+
+        return open_inspector(data_dir, print_only=bool(args.print))
+    if command in ("import", "export"):
+        from runtime.import_cli import resolve_root
+
+        if command == "import":
+            args.root = resolve_root(args.source, args.path)
+        if command == "export" and args.out is not None:
+            args.out = os.path.abspath(args.out)
+        return trio.run(_config_client, command, args, data_dir)
+    if command in ("settings", "providers", "models"):
+        return trio.run(_config_client, command, args, data_dir)
+    from runtime.cli_client import run_client_command
+
+    code: int = run_client_command(command, args, data_dir)
+    return code
+
+
+def _delegated(raw: list[str]) -> int | None:
+    """``pi-host [--data-dir D] agent|chat ...`` runs the pihost-client program with the rest."""
+    global_args: list[str] = []
+    i = 0
+    while i < len(raw) and raw[i].startswith("--data-dir"):
+        step = 1 if "=" in raw[i] else 2
+        global_args += raw[i:i + step]
+        i += step
+    if i >= len(raw) or raw[i] not in ("agent", "chat"):
+        return None
+    name, rest = raw[i], raw[i + 1:]
+    try:
+        module = importlib.import_module(f"pihost_client.{name}")
+    except ImportError:
+        print(f"pi-host: `{name}` needs the pihost-client package: pip install -e 'clients/python[chat]'",
+              file=sys.stderr)
+        return 1
+    code: int = module.main([*global_args, *rest])
+    return code
 
 
 def _doctor(args: argparse.Namespace, data_dir: DataDir) -> int:
@@ -124,11 +241,20 @@ def _doctor(args: argparse.Namespace, data_dir: DataDir) -> int:
 
 def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
     from runtime.host import run_host
-    from runtime.kernel.supervisor import RestartIntensityExceeded
     from runtime.logs import setup_logging
+    from runtime.process import raise_fd_limit, tune_allocator
 
-    data_dir.ensure()
+    if args.data_dir is None and not os.environ.get("PI_DESKTOP_DATA_DIR"):
+        print(f"pi-host: serving the default data directory {data_dir.root} (the desktop app's data); "
+              "--data-dir DIR serves another", file=sys.stderr, flush=True)
+    try:
+        data_dir.ensure()
+    except DataDirUnsafe as exc:
+        print(f"pi-host: {exc}", file=sys.stderr)
+        return 2
     setup_logging(data_dir.logs_dir, stderr=not args.quiet)
+    tune_allocator()
+    raise_fd_limit()
     config = HostConfig(
         data_dir=data_dir,
         host=args.host,
@@ -137,6 +263,9 @@ def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         session_idle_timeout=args.idle_timeout,
         synchronous=args.synchronous,
         search_upkeep_after=args.search_upkeep_after if args.search_upkeep_after > 0 else None,
+        import_roots=tuple(os.path.abspath(r) for r in args.import_root),
+        disk_warn_below_bytes=args.disk_warn_below,
+        native_pi_root=Path(args.native_pi_root).resolve() if args.native_pi_root else None,
     )
 
     async def main_async() -> None:
@@ -156,24 +285,50 @@ def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
 
     try:
         trio.run(main_async)
-    except DataDirLocked as exc:
-        print(f"pi-host: {exc}", file=sys.stderr)
-        return 3
     except RestartIntensityExceeded as exc:
         log.error("restart intensity exceeded; shutting down", extra={"error": str(exc)})
         print(f"pi-host: actors kept crashing, shut down: {exc}", file=sys.stderr)
         return 4
-    except BaseExceptionGroup as group:
-        locked = group.subgroup(DataDirLocked)
-        if locked is not None:
-            print(f"pi-host: {locked.exceptions[0]}", file=sys.stderr)
-            return 3
-        if group.subgroup(RestartIntensityExceeded) is not None:
-            print("pi-host: actors kept crashing, shut down", file=sys.stderr)
-            return 4
-        raise
+    except (DataDirLocked, DataDirUnsafe, StoreError, OSError, BaseExceptionGroup) as exc:
+        code = _serve_failure(exc, args)
+        if code is None:
+            raise
+        return code
     print("pi-host stopped cleanly", file=sys.stderr)
     return 0
+
+
+def _serve_failure(exc: BaseException, args: argparse.Namespace) -> int | None:
+    """One line for the ways a start fails that a user can fix; None: a bug (traceback)."""
+    leaves = _leaves(exc)
+    for leaf in leaves:
+        if isinstance(leaf, DataDirLocked):
+            print(f"pi-host: {leaf}", file=sys.stderr)
+            return 3
+    for leaf in leaves:
+        if isinstance(leaf, DataDirUnsafe):
+            print(f"pi-host: {leaf}", file=sys.stderr)
+            return 2
+    for leaf in leaves:
+        if isinstance(leaf, RestartIntensityExceeded):
+            print("pi-host: actors kept crashing, shut down", file=sys.stderr)
+            return 4
+    for leaf in leaves:
+        if isinstance(leaf, StoreError):
+            print(f"pi-host: cannot open the data directory: {leaf.code}: {leaf.message}", file=sys.stderr)
+            return 5
+    for leaf in leaves:
+        if isinstance(leaf, OSError) and leaf.errno == errno.EADDRINUSE:
+            print(f"pi-host: port {args.port} on {args.host} is already in use; stop what listens there "
+                  f"or pick another port (--port 0 picks a free one)", file=sys.stderr)
+            return 6
+    return None
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 async def _forward_signals(signals: Any, shutdown: Any) -> None:
@@ -189,43 +344,38 @@ async def _forward_signals(signals: Any, shutdown: Any) -> None:
             shutdown.hurry()
 
 
-async def _client_command(command: str, args: argparse.Namespace, data_dir: DataDir) -> int:
-    from runtime.client import RpcError, open_client, read_host_info
+async def _config_client(command: str, args: argparse.Namespace, data_dir: DataDir) -> int:
+    """``settings`` / ``providers`` / ``models`` / ``import`` / ``export`` on the running host."""
+    from runtime.cli_client import find_host, print_rpc_error
+    from runtime.client import ClientClosed, RpcError, open_client, read_host_info
 
-    try:
-        info = read_host_info(data_dir.root)
-    except (OSError, ValueError) as exc:
-        print(f"pi-host: no running host found in {data_dir.root} ({exc})", file=sys.stderr)
+    state = find_host(data_dir)
+    if not state.running:
+        print(f"pi-host: {state.problem}", file=sys.stderr)
         return 2
     try:
+        info = read_host_info(data_dir.root)
         async with open_client(info.url, info.token, client_id=f"cli-{os.getpid()}", client_kind="cli") as c:
-            if command == "status":
-                _print(await c.call("host.status", {}))
-            elif command == "sessions":
-                res = await c.call("session.list", {"limit": 200})
-                for s in res["sessions"]:
-                    title = s.get("title") or "(untitled)"
-                    print(f"{s['id']}  {s['messageCount']:>6} msgs  {title}")
-            elif command == "show":
-                res = await c.call("session.get", {"sessionId": args.session, "messageLimit": args.limit})
-                print(f"# {res['session'].get('title') or res['session']['id']}  "
-                      f"(messages {res['messageStart']}-{res['messageEnd']} of {res['totalMessages']})")
-                for m in res["messages"]:
-                    text = " ".join(b.get("text", "") for b in m.get("blocks", []) if b.get("type") == "text")
-                    if not text:
-                        text = ", ".join(b.get("type", "?") for b in m.get("blocks", []))
-                    print(f"[{m.get('seq')}] {m.get('role')}: {text}")
-            elif command == "search":
-                res = await c.call("search.sessions", {"query": args.query, "limit": args.limit})
-                for r in res["results"]:
-                    print(f"{r['sessionId']}  {r.get('messageMatches', 0)} matches  {r.get('title') or ''}")
-                    for snip in r.get("snippets", []):
-                        print(f"    [{snip.get('seq')}] {snip.get('role')}: {snip.get('snippet')}")
-            elif command in ("settings", "providers", "models"):
-                await _config_command(c, command, args)
+            if command == "import":
+                from runtime.import_cli import run_import
+
+                code: int = await run_import(c, args.source, args.root, dry_run=args.dry_run, as_json=args.json,
+                                             out=sys.stdout)
+                return code
+            if command == "export":
+                from runtime.export_cli import run_export
+
+                code = await run_export(c, args.session, fmt=args.format, out_file=args.out,
+                                        include_thinking=args.include_thinking,
+                                        include_secrets=args.include_secrets, out=sys.stdout)
+                return code
+            await _config_command(c, command, args)
     except RpcError as exc:
-        print(f"pi-host: {exc}", file=sys.stderr)
+        print_rpc_error(exc)
         return 1
+    except (ClientClosed, OSError) as exc:
+        print(f"pi-host: the host did not answer ({exc})", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -105,6 +105,8 @@ class ClientEvent:
     subscription_id: str
     data: Any
     session_id: str | None = None
+    transient: bool = False
+    """A live preview (``session.inflight``): coalesced, throttled, not numbered."""
 
 
 def read_host_info(data_dir: str | Path) -> HostInfo:
@@ -295,6 +297,7 @@ class HostClient:
                     subscription_id=str(params.get("subscriptionId", "")),
                     data=params.get("data"),
                     session_id=params.get("sessionId"),
+                    transient=params.get("transient") is True,
                 )
             )
             return

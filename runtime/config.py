@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from runtime.datadir import DataDir
 
@@ -46,4 +47,16 @@ class HostConfig:
     # shutdown_grace seconds after its stop request before it is cancelled.
     shutdown_deadline: float = 10.0
     shutdown_grace: float = 5.0
-    validate_results: bool = False  # check every result against its protocol model (tests)
+    validate_results: bool = False  # check every result and event payload against its protocol model (tests)
+    # session.inflight previews reach one subscriber at most this often per message (seconds).
+    inflight_event_interval: float = 0.25
+    # host.status warns when the data directory's disk has less free space than this.
+    disk_warn_below_bytes: int = 512 * 1024 * 1024
+    # Folders attachments.importFile may read besides the session's project and scratch/.
+    import_roots: tuple[str, ...] = ()
+    # Per connection: encoded bytes waiting for the socket before a client that does not
+    # read is closed (1008), and connections that have not said host.hello yet.
+    max_outbound_bytes: int = 32 * 1024 * 1024
+    max_unauthenticated: int = 32
+    # A pi session root (~/.pi/agent/sessions) listed read-only as native-pi:<id> sessions (seed §12); None: none.
+    native_pi_root: Path | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,10 @@ class DataDirLocked(RuntimeError):
     """Another host already owns this data directory."""
 
 
+class DataDirUnsafe(RuntimeError):
+    """A folder of the data directory is a symlink (or not a folder): refused, never followed or chmod'ed."""
+
+
 @dataclass(frozen=True)
 class DataDir:
     root: Path
@@ -45,13 +50,28 @@ class DataDir:
         return cls(Path(os.path.abspath(os.path.expanduser(raw))))
 
     def ensure(self) -> None:
-        """Create the directory tree of seed §2 with owner-only permissions."""
+        """Create the directory tree of seed §2 with owner-only permissions.
+
+        The root may be a symlink (a data directory kept on another disk); a folder
+        *inside* it that is a symlink or not a directory is refused with
+        :class:`DataDirUnsafe` before anything is opened through it: following it
+        would read, index and chmod files outside the data directory.
+        """
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
         for name in SUBDIRS:
             path = self.root / name
-            path.mkdir(mode=0o700, exist_ok=True)
-            os.chmod(path, 0o700)
+            try:
+                path.mkdir(mode=0o700)
+            except FileExistsError:
+                pass
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode):
+                what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a folder"
+                raise DataDirUnsafe(
+                    f"{path} is {what}: pi-host refuses data-directory folders it would have to follow "
+                    f"out of {self.root} (move the real folder to {path}, or remove the link)")
+            os.chmod(path, 0o700, follow_symlinks=False)
 
     # files -----------------------------------------------------------------
     @property

@@ -32,31 +32,39 @@ from typing import Any
 
 import orjson
 import trio
+from pydantic import ValidationError
 
 from actors.db_reader import ReadPool
 from actors.db_writer import DbWriter, DbWriterStats
 from actors.events import EventBus
 from actors.gateway import Gateway
 from actors.gateway_connection import CLOSE_GOING_AWAY
+from actors.gateway_http import HttpSite, LoginCodes, load_static
 from actors.gateway_types import CallContext, GatewayConfig, Reply
 from actors.index_log import IndexLog
 from actors.registry import SessionRegistry
 from actors.scheduler import Scheduler, tasks_changed
 from actors.session import DbHandle, SessionDeps
+from protocol.methods import EVENTS
 from runtime.boot import BootResult, load_or_create_token, run_boot
 from runtime.config import HostConfig
 from runtime.context import Services
 from runtime.datadir import DataDirLock
+from runtime.handlers import inflight
 from runtime.handlers.attachments import Blobs
+from runtime.handlers.host import INSPECTOR_URL, LOGIN_CODES
+from runtime.handlers.imports import Imports
 from runtime.handlers.plugins import PluginRegistry
 from runtime.handlers.queue import QueueControl
 from runtime.handlers.secrets import Vault
+from runtime.kernel.actor import InternalBug
 from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
 from runtime.pipeline import Pipeline
 from runtime.routes import ROUTES, Route
 from store.database import close_writer
 from store.faults import Faults
 from store.fsutil import atomic_write, remove_file_durable
+from store.native_pi_views import NativeCatalog
 
 VERSION = "0.1.0"
 
@@ -67,6 +75,18 @@ __all__ = ["RunningHost", "Shutdown", "VERSION", "run_host", "wall_ms"]
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
+
+
+def validate_event(topic: str, data: dict[str, Any]) -> None:
+    """Test hosts: every published payload must match its topic's protocol model."""
+    model = EVENTS.get(topic)
+    if model is None:
+        raise InternalBug(f"event topic {topic!r} is not in the protocol (protocol/models_events.py)")
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        log.error("event %s does not match its model: %s", topic, exc)
+        raise InternalBug(f"event {topic} does not match the protocol model {model.__name__}") from None
 
 
 @dataclass
@@ -159,7 +179,8 @@ async def run_host(
         log.info("boot finished", extra={"report": boot.report})
         reads = ReadPool(data_dir.db_path, size=config.read_pool_size)
         await trio.to_thread.run_sync(reads.warm)
-        bus = EventBus()
+        bus = EventBus(transient_interval=config.inflight_event_interval, supersedes=inflight.supersedes,
+                       validate=validate_event if config.validate_results else None)
         db_stats = DbWriterStats()
         index_log = IndexLog(max_lag_bytes=config.index_lag_bytes, max_lag_ops=config.index_lag_ops)
         try:
@@ -184,14 +205,18 @@ async def run_host(
                     max_children=config.max_sessions_active,
                 )
                 await nursery.start(sessions.run)
+                blobs = Blobs(data_dir.attachments_dir, faults=faults, import_roots=config.import_roots)
                 services = Services(
                     data_dir=data_dir, db=db, reads=reads, bus=bus, faults=faults, now_ms=now_ms,
                     writer=writer_ref, index_log=index_log, wake_scheduler=tasks_changed(scheduler_ref.tell_nowait),
                     extra={"queue": QueueControl(),
                            "vault": Vault(data_dir.secrets_dir, faults=faults),
-                           "blobs": Blobs(data_dir.attachments_dir, faults=faults),
+                           "blobs": blobs,
+                           "imports": Imports(data_dir.sessions_dir, blobs.files, faults=faults),
+                           "native": NativeCatalog(config.native_pi_root),
                            "plugins": PluginRegistry(data_dir.root / "plugins"),
-                           "providers.lock": trio.Lock()},
+                           "providers.lock": trio.Lock(),
+                           LOGIN_CODES: LoginCodes(time.monotonic)},
                 )
                 deps = SessionDeps(
                     paths=data_dir.session_paths, db=db, reads=reads, bus=bus, faults=faults, now_ms=now_ms,
@@ -232,6 +257,8 @@ async def run_host(
                         "pipeline": {"inFlight": pipeline.in_flight, **pipeline.book.statistics()},
                         "index": _index_status(index_log),
                         "dataDirBytes": size,
+                        "disk": await trio.to_thread.run_sync(_disk, data_dir.root, config.disk_warn_below_bytes),
+                        "gateway": _gateway_stats(gateway),
                         "boot": boot.report,
                     }
 
@@ -240,10 +267,15 @@ async def run_host(
                     host=config.host, port=config.port, token=token,
                     allowed_origins=config.allowed_origins,
                     max_frame_bytes=config.max_frame_bytes, max_params_bytes=config.max_params_bytes,
+                    max_outbound_bytes=config.max_outbound_bytes, max_unauthenticated=config.max_unauthenticated,
                 )
-                gateway = Gateway(gw_config, HostDispatcher(pipeline, boot.boot_id, now_ms), bus)
+                static = await trio.to_thread.run_sync(load_static)
+                site = HttpSite(token=token, codes=services.get(LOGIN_CODES), ready=lambda: gateway.accepting,
+                                static=static)
+                gateway = Gateway(gw_config, HostDispatcher(pipeline, boot.boot_id, now_ms), bus, site)
                 port = await nursery.start(gateway.serve)
                 url = f"ws://{_url_host(config.host)}:{port}"
+                services.extra[INSPECTOR_URL] = f"http://{_url_host(config.host)}:{port}"
                 info = {"pid": os.getpid(), "url": url, "tokenFile": str(data_dir.token_path),
                         "startedAt": started_at, "bootId": boot.boot_id, "version": VERSION}
                 await trio.to_thread.run_sync(
@@ -324,6 +356,24 @@ def _write_clean_marker(data_dir: Any, now: int, actors: dict[str, int]) -> None
         remove_file_durable(data_dir.host_json_path)
     except OSError:
         pass
+
+
+def _disk(root: Any, warn_below: int) -> dict[str, Any]:
+    """Free space of the data directory's disk (``statvfs``), with a warning under ``warn_below``."""
+    st = os.statvfs(root)
+    free = st.f_bavail * st.f_frsize
+    if free < warn_below:
+        log.warning("the data directory's disk has %d bytes free (warning below %d)", free, warn_below)
+    return {"freeBytes": free, "totalBytes": st.f_blocks * st.f_frsize, "warnBelowBytes": warn_below,
+            "warning": free < warn_below}
+
+
+def _gateway_stats(gateway: Gateway) -> dict[str, Any]:
+    st = gateway.statistics()
+    return {"connections": st.connections, "unauthenticated": st.unauthenticated,
+            "evictedUnauthenticated": st.evicted_unauthenticated, "slowConsumerCloses": st.slow_consumer_closes,
+            "outboundBytes": st.outbound_bytes, "peakOutboundBytes": st.peak_outbound_bytes,
+            "oversizedReplies": st.oversized_replies}
 
 
 def _dir_size(root: Any) -> int:

@@ -184,6 +184,18 @@ class RotatingNdjsonHandler(logging.Handler):
         super().close()
 
 
+OTHER_LOGGERS = ("actors", "runtime", "store", "protocol", "trio", "trio_websocket")
+
+
+def teardown_logging(handlers: list[logging.Handler]) -> None:
+    """Detach and close what :func:`setup_logging` attached (tests)."""
+    for name in ("pi_host", *OTHER_LOGGERS):
+        for h in handlers:
+            logging.getLogger(name).removeHandler(h)
+    for h in handlers:
+        h.close()
+
+
 def setup_logging(
     logs_dir: Path,
     *,
@@ -205,5 +217,14 @@ def setup_logging(
         handlers.append(human)
     for h in handlers:
         root.addHandler(h)
+    # Our other packages log under their module names, trio's accept loop under "trio" (an
+    # EMFILE storm logs a traceback every 0.1 s): all of it goes to the bounded, rotated file,
+    # never to Python's last-resort stderr handler — a full stderr pipe would stall the host.
+    for name in OTHER_LOGGERS:
+        other = logging.getLogger(name)
+        other.propagate = False
+        other.addHandler(file_handler)
+        if name in ("actors", "runtime", "store", "protocol") and len(handlers) > 1:
+            other.addHandler(handlers[1])
     logging.Formatter.converter = time.gmtime
     return handlers

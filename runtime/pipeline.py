@@ -4,7 +4,11 @@ For every wire method (``runtime/routes.py`` says where each one goes) the
 pipeline does what all of them share, once:
 
 1. **validate** the params with the method's model (``protocol/methods.py``;
-   limits live beside the models) — handlers receive the model, never a dict;
+   limits live beside the models) — handlers receive the model, never a dict.
+   Before that, a native pi session id (``native-pi:...``) is refused with
+   ``UNSUPPORTED_FOR_NATIVE_SESSION`` by every route without a ``native``
+   handler; a session route with one sends native ids there (a host task: no
+   session actor, no path is built from the id);
 2. **receipts**: a mutating request with a ``submissionId`` gets a key
    (clientId, submissionId, method, fingerprint) and *claims* it before its
    effect (``runtime/receipts.py``): a concurrent duplicate waits and is answered
@@ -48,6 +52,7 @@ from runtime.receipts import Claim, ReceiptBook, Replayed
 from runtime.routes import ROUTES, Route, Via
 from store import receipts
 from store.errors import PermissionDenied
+from store.native_pi import is_native_id, unsupported_for_native
 from store.receipts import ReceiptKey
 
 __all__ = ["Pipeline", "ShuttingDown"]
@@ -183,6 +188,9 @@ class Pipeline:
         if bound is None or bound.route.via is Via.CONNECTION:
             reply(outcome.Error(MethodNotFound(method)))
             return
+        if bound.route.native is None and is_native_id(raw.get("sessionId") if isinstance(raw, Mapping) else None):
+            reply(outcome.Error(unsupported_for_native(method, raw["sessionId"])))
+            return
         try:
             params = bound.spec.params_model.model_validate({} if raw is None else raw)
         except ValidationError as exc:
@@ -251,6 +259,9 @@ class Pipeline:
                 sid = await route.session(services, params, key)
             else:
                 sid = params.session_id
+            if route.native is not None and is_native_id(sid):
+                self._start(self._host, bound.spec.name, Route(Via.HOST, route.native), params, key, caller, answer)
+                return
             ref = await services.sessions.ref(sid)
             await ref.post(SessionCall(bound.op, params, key, caller, more), CallbackReply(answer))
             return
@@ -260,13 +271,16 @@ class Pipeline:
                       label=bound.spec.name)
             await services.db_ref().post(op, CallbackReply(_after_commit(services, answer)))
             return
+        if route.via is Via.READS:
+            self._start(self._read, route, params, caller, answer)
+        else:
+            self._start(self._host, bound.spec.name, route, params, key, caller, answer)
+
+    def _start(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         nursery = self._nursery
         if nursery is None:
             raise ShuttingDown()
-        if route.via is Via.READS:
-            nursery.start_soon(self._read, route, params, caller, answer)
-        else:
-            nursery.start_soon(self._host, bound.spec.name, route, params, key, caller, answer)
+        nursery.start_soon(fn, *args)
 
     async def _read(self, route: Route, params: Any, caller: CallContext, answer: _Answer) -> None:
         services = self.services

@@ -29,17 +29,23 @@ from typing import Any
 
 from runtime.handlers import (
     appends,
+    approvals,
     artifacts,
     attachments,
     catalog,
+    collab,
     compaction,
     config_sync,
     context,
+    export,
     fork,
     host,
+    imports,
     inflight,
+    native_pi,
     notifications,
     plans,
+    plugin_imports,
     plugins,
     project_groups,
     projects,
@@ -52,7 +58,9 @@ from runtime.handlers import (
     settings,
     tasks,
     tombstones,
+    trash,
     turns,
+    usage,
     workspace,
 )
 
@@ -81,6 +89,9 @@ class Route:
     """READS: wait until the index covers every append acknowledged before the read arrived."""
     fingerprint: Callable[..., Awaitable[str]] | None = None
     """``(services, method, raw params) -> fingerprint`` when the plain one would hold a secret."""
+    native: Any = None
+    """SESSION: the host handler ``(HostContext, params, receipt)`` for a native pi session id
+    (``native-pi:...``, seed §12); a route without one refuses such ids (UNSUPPORTED_FOR_NATIVE_SESSION)."""
     plugins: bool = False
     """Open to plugin connections (``clientKind: "plugin"``); the handler scopes what a plugin
     sees and changes to what it owns (``runtime/handlers/plugins.require_owner``). Every other
@@ -111,12 +122,13 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     # host and connection
     "host.hello":                  on_connection(),
     "host.status":                 on_host(host.status),
+    "host.createLoginCode":        on_host(host.create_login_code),
     "events.subscribe":            on_connection(),
     "events.unsubscribe":          on_connection(),
     # sessions
     "session.create":              on_session(sessions.create, session=sessions.create_target, ready_check=False),
-    "session.list":                from_reads(sessions.list_sessions, barrier=True),
-    "session.get":                 on_session(sessions.get, ready_check=False, plugins=True),
+    "session.list":                on_host(native_pi.list_sessions, plugins=True),  # + native pi sessions (§12)
+    "session.get":                 on_session(sessions.get, ready_check=False, native=native_pi.get, plugins=True),
     "session.appendMessage":       on_session(appends.append, group=appends.append_group),
     "session.rename":              on_session(sessions.rename),
     "session.update":              on_session(sessions.update),
@@ -125,7 +137,9 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "session.startTurn":           on_session(turns.start_turn),
     "session.endTurn":             on_session(turns.end_turn),
     "session.turnEnvironment":     from_reads(turns.turn_environment),
+    "session.verifyEnvironment":   from_reads(turns.verify_environment),
     "session.saveInflightMessage": on_session(inflight.save),
+    "session.recoverInflight":     on_session(inflight.recover),
     "notifications.list":          from_reads(notifications.list_notifications),
     "notifications.markRead":      in_writer(notifications.mark_read),
     "notifications.markAllRead":   in_writer(notifications.mark_all_read),
@@ -147,7 +161,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "session.replaceMessages":     on_session(revisions.replace_messages),
     "session.appendCompaction":    on_session(compaction.append_compaction),
     # tombstones, fork, derived views
-    "session.fork":                on_session(fork.fork),
+    "session.fork":                on_session(fork.fork, native=native_pi.fork),
     "session.deleteMessage":       on_session(tombstones.delete_message),
     "session.restoreMessage":      on_session(tombstones.restore_message),
     "session.tree":                on_session(context.tree),
@@ -179,6 +193,28 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "plans.submit":                on_session(plans.submit),
     "plans.pending":               from_reads(plans.pending),
     "plans.respond":               on_session(plans.respond, session=plans.respond_target),
+    "plans.startExecution":        on_session(plans.start_execution),
+    "plans.finishExecution":       on_session(plans.finish_execution),
+    # pending user requests: tool permissions and questions
+    "approvals.request":           on_session(approvals.request_approval),
+    "approvals.pending":           from_reads(approvals.pending_approvals),
+    "approvals.respond":           on_session(approvals.respond_approval),
+    "approvals.rules":             from_reads(approvals.rules),
+    "approvals.removeRule":        in_writer(approvals.remove_rule),
+    "interactions.request":        on_session(approvals.request_interaction),
+    "interactions.pending":        from_reads(approvals.pending_interactions),
+    "interactions.respond":        on_session(approvals.respond_interaction),
+    # the session collaboration ledger
+    "collab.deliver":              on_session(collab.deliver, session=collab.deliver_target),
+    "collab.begin":                on_session(collab.begin),
+    "collab.settle":               on_session(collab.settle),
+    "collab.cancel":               on_session(collab.cancel, session=collab.cancel_target),
+    "collab.list":                 from_reads(collab.list_deliveries),
+    "collab.get":                  from_reads(collab.get),
+    # usage
+    "usage.session":               from_reads(usage.session_usage),
+    "usage.history":               from_reads(usage.history),
+    "session.listTurns":           from_reads(usage.list_turns),
     # projects
     "projects.list":               from_reads(projects.list_projects),
     "projects.remove":             on_host(projects.remove),
@@ -218,4 +254,13 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "configSync.configure":        on_host(config_sync.configure, fingerprint=config_sync.fingerprint),
     "configSync.export":           on_host(config_sync.export),
     "configSync.apply":            on_host(config_sync.apply),
+    # history in and out: imports, plugin imports, trash, export (each imported session in its actor)
+    "import.sessions":             on_host(imports.import_sessions),
+    "plugins.importSession":       on_host(plugin_imports.import_session, plugins=True),
+    "plugins.listSessions":        from_reads(plugin_imports.list_sessions, barrier=True, plugins=True),
+    "sessions.trash":              on_session(trash.trash, plugins=True),
+    "sessions.restore":            on_session(trash.restore, plugins=True),
+    "sessions.purge":              on_session(trash.purge, plugins=True),
+    "sessions.listTrashed":        from_reads(trash.list_trash, barrier=True, plugins=True),
+    "session.export":              on_session(export.export, native=export.export_native_session, plugins=True),
 })

@@ -11,7 +11,8 @@ reads (warm and in a fresh process) · SQLite synchronous FULL vs NORMAL ·
 WebSocket gateway (the same baselines, JSON-RPC batches and the index catching
 up) · whole-history reads (``scripts/bench_history.py``) · search
 (``scripts/bench_search.py``) · revisions growth (``scripts/bench_revisions.py``,
-when present). Every rate has its CPU per operation next to it. Writes ``DIR/report.json`` and
+when present) · import of a generated Claude Code directory
+(``scripts/bench_import.py``). Every rate has its CPU per operation next to it. Writes ``DIR/report.json`` and
 ``DIR/report.md`` (default ``bench-results/``), after every section, so a long
 run leaves a partial report. Targets are printed as PASS/MISS next to the
 measured ratio; a MISS never fails the run, a section that crashes does
@@ -41,7 +42,7 @@ from bench_common import ROOT, SIZES, Section, Sizes, Target, machine_info, rnd 
 from bench_report import render_markdown  # noqa: E402 - after the sys.path setup above
 
 SectionFn = Callable[[Sizes, Path], Section]
-SECTION_KEYS = ("appends", "windows", "synchronous", "gateway", "history", "search", "revisions")
+SECTION_KEYS = ("appends", "windows", "synchronous", "gateway", "history", "search", "revisions", "import")
 
 
 def _load_script(name: str) -> ModuleType | None:
@@ -125,6 +126,42 @@ def run_revisions(sizes: Sizes, work: Path) -> Section:
     return sec
 
 
+def run_import(sizes: Sizes, work: Path) -> Section:
+    sec = Section("import", "Import (scripts/bench_import.py): a generated Claude Code projects directory")
+    module = _load_script("bench_import")
+    if module is None:
+        sec.skipped = "scripts/bench_import.py is not present"
+        return sec
+    res: dict[str, Any] = module.run(size_mb=sizes.import_mb, sessions=sizes.import_sessions, work=work)
+    goal = float(res["rssTargetMb"])
+    keep = ("messages", "sourceBytes", "importSeconds", "messagesPerSecond", "mbPerSecond", "reimportSeconds",
+            "reimportMbPerSecond", "peakRssMb", "baselineRssMb", "ratioToBulkIndexBuild", "transcriptBytes",
+            "dbBytes", "counts")
+    sec.figures = {"generated": res["generated"], "generateSeconds": res["generateSeconds"],
+                   "bulkIndex": res["bulkIndex"]}
+    for via, label in (("host", "import.sessions on pi-host serve"), ("store", "import_root alone (no host)")):
+        figures = res.get(via)
+        if figures is None:
+            continue
+        sec.figures[via] = {k: (rnd(v) if isinstance(v, float) else v) for k, v in figures.items() if k in keep}
+        sec.targets.append(Target(f"{label}: peak RSS (MB) for {sizes.import_mb:g} MB of sources", figures["peakRssMb"],
+                                  "<=", goal, "bounded memory whatever the size of the directory"))
+    sec.notes = [
+        f"{res['generated']['files']} files, {res['generated']['bytes'] / 2**20:.0f} MB, "
+        f"{res['generated']['lines']:,} lines in {sizes.import_sessions} sessions (a quarter with a subagent file): "
+        "prompts, responses split over several lines, thinking with signatures, tool calls with results of "
+        "log-normal sizes",
+        "host: one import.sessions call over WebSocket (each session in its own actor: stage, link/append, one "
+        "index transaction in the DB writer); peak RSS is the host process's VmHWM (its baseline after boot is "
+        "baselineRssMb); reimport: the same call again on the unchanged tree (fingerprints only)",
+        "store: store.imports.import_root alone in a child process, one connection: the floor under the host path",
+        "ratioToBulkIndexBuild: messages/s of the import over this run's bulk index build rate (bench_search's "
+        "build_database for as many messages: only the index rows, no parsing, no transcript), reported as "
+        "measured",
+    ]
+    return sec
+
+
 def _sections() -> dict[str, SectionFn]:
     from bench_appends import run_appends, run_synchronous
     from bench_gateway import run_gateway
@@ -132,7 +169,8 @@ def _sections() -> dict[str, SectionFn]:
     from bench_windows import run_windows
 
     return {"appends": run_appends, "windows": run_windows, "synchronous": run_synchronous,
-            "gateway": run_gateway, "history": run_history, "search": run_search, "revisions": run_revisions}
+            "gateway": run_gateway, "history": run_history, "search": run_search, "revisions": run_revisions,
+            "import": run_import}
 
 
 def _write(out: Path, report: dict[str, Any]) -> None:

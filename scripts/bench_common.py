@@ -69,6 +69,8 @@ class Sizes:
     revision_bytes: int
     history_messages: int                 # the whole-history session (issue 12: 50,000)
     history_reps: int                     # timed whole-history reads per path, alternating with the parse
+    import_mb: float = 1024.0             # generated Claude Code projects tree (issue 15: 1 GB)
+    import_sessions: int = 64
 
 
 SIZES: Mapping[str, Sizes] = MappingProxyType({
@@ -76,18 +78,21 @@ SIZES: Mapping[str, Sizes] = MappingProxyType({
                   window_sizes=(50, 5_000, 50_000), window_reps=60, cold_reps=20, sync_appends=1000,
                   sync_settings=1000, gw_appends=1000, gw_clients=50, gw_calls_per_client=40, gw_batches=100,
                   search_messages=1_000_000, search_sessions=5_000, search_queries=20, search_reps=3,
-                  search_brute=5, revision_turns=40, revision_bytes=2048, history_messages=50_000, history_reps=5),
+                  search_brute=5, revision_turns=40, revision_bytes=2048, history_messages=50_000, history_reps=5,
+                  import_mb=1024.0, import_sessions=64),
     "quick": Sizes("quick", raw_appends=300, session_appends=300, sessions=50, appends_per_session=6,
                    window_sizes=(50, 2_000, 10_000), window_reps=30, cold_reps=10, sync_appends=200,
                    sync_settings=200, gw_appends=200, gw_clients=50, gw_calls_per_client=6, gw_batches=20,
                    search_messages=20_000, search_sessions=100, search_queries=10, search_reps=2,
-                   search_brute=3, revision_turns=40, revision_bytes=2048, history_messages=10_000, history_reps=3),
+                   search_brute=3, revision_turns=40, revision_bytes=2048, history_messages=10_000, history_reps=3,
+                   import_mb=20.0, import_sessions=8),
     # For the smoke test only: every code path, seconds of work.
     "tiny": Sizes("tiny", raw_appends=30, session_appends=30, sessions=5, appends_per_session=4,
                   window_sizes=(50, 200, 600), window_reps=5, cold_reps=3, sync_appends=20,
                   sync_settings=20, gw_appends=20, gw_clients=5, gw_calls_per_client=4, gw_batches=3,
                   search_messages=2_000, search_sessions=20, search_queries=3, search_reps=1,
-                  search_brute=2, revision_turns=4, revision_bytes=256, history_messages=300, history_reps=2),
+                  search_brute=2, revision_turns=4, revision_bytes=256, history_messages=300, history_reps=2,
+                  import_mb=2.0, import_sessions=4),
 })
 
 # ----------------------------------------------------------------------------- results

@@ -2,21 +2,29 @@
 """Import benchmark: a generated Claude Code projects directory through the real importer.
 
     python scripts/bench_import.py                        # small: 20 MB in 8 sessions
-    python scripts/bench_import.py --size-mb 1024 --sessions 64 --out DIR
+    python scripts/bench_import.py --size-mb 1024 --sessions 64 --out DIR [--via host,store]
 
 Generates ``~/.claude/projects``-shaped files (streamed to disk, so generating
 costs no memory): prompts, replies split over several lines per API response,
 thinking with signatures, tool calls with results of log-normal sizes, a few
-subagent files. Then ``store.imports.import_root`` imports the whole tree
-into a fresh data directory (transcripts, SQLite index with FTS5, origin
-rows) and the script reports messages/s, MB/s of source read, and the process's
-peak RSS (``ru_maxrss``) measured in a child process that does only the import,
-so the generator's memory is not counted. The target is bounded memory: the
-peak RSS must stay under 300 MB whatever the size of the directory; a second
-import of the unchanged tree (the fingerprint check) is timed too.
+subagent files. Then imports the whole tree into a fresh data directory
+(transcripts, SQLite index with FTS5, origin rows), two ways:
+
+* ``host``: ``import.sessions`` over WebSocket on a ``pi-host serve`` process
+  (each session in its actor, index rows through the DB writer) — the peak RSS
+  is the host process's ``VmHWM``;
+* ``store``: ``store.imports.import_root`` alone in a child process (the floor
+  under the host path) — its own ``ru_maxrss``.
+
+Each reports messages/s, MB/s of source read and the peak RSS (the generator's
+memory is never counted). The target is bounded memory: the peak RSS must stay
+under 300 MB whatever the size of the directory. A second import of the
+unchanged tree (the fingerprint check) is timed too, and the message rate is set
+against this machine's bulk index build rate in the same run
+(``bench_search.build_database``: the index rows alone, as many messages).
 
 Prints the figures as JSON, writes ``DIR/bench_import.json`` and returns the
-dict from :func:`run` (``scripts/bench`` may import it).
+dict from :func:`run`; ``scripts/bench`` runs it as its ``import`` section (:func:`run_section`).
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # running as a script from anywhere
     sys.path.insert(0, str(ROOT))
+if str(ROOT / "scripts") not in sys.path:  # bench_common, bench_search
+    sys.path.insert(0, str(ROOT / "scripts"))
 
 RSS_TARGET_MB = 300.0
 WORDS = ("the function returns a value when the request reaches the server and the index answers the query "
@@ -159,29 +169,106 @@ def _import_child(projects: str, data_dir: str) -> None:
     conn.close()
 
 
-def run(*, size_mb: float = 20, sessions: int = 8, out: Path | None = None, keep: bool = False) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="bench-import-"))
+def _proc_status(pid: int) -> dict[str, float]:
+    """VmRSS / VmHWM of a process, in MB (from /proc/<pid>/status)."""
+    out: dict[str, float] = {}
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0]) / 1024
+    return out
+
+
+async def _call_import(url: str, token: str, projects: Path) -> tuple[dict[str, Any], float]:
+    from runtime.client import open_client
+
+    async with open_client(url, token, client_id="bench-import", client_kind="cli") as c:
+        t0 = time.perf_counter()
+        result: dict[str, Any] = await c.call("import.sessions", {"source": "claude-code", "root": str(projects)})
+        return result, time.perf_counter() - t0
+
+
+def _import_via_host(projects: Path, data_dir: Path) -> dict[str, Any]:
+    """``import.sessions`` on a ``pi-host serve`` process: the user's path; the host's own peak RSS."""
+    import trio
+    from bench_common import start_host_process
+
+    data_dir.mkdir(parents=True)
+    proc = start_host_process(data_dir)
+    try:
+        base = _proc_status(proc.proc.pid)
+        first, seconds = trio.run(_call_import, proc.url, proc.token, projects)
+        again, reseconds = trio.run(_call_import, proc.url, proc.token, projects)
+        peak = _proc_status(proc.proc.pid)
+    finally:
+        proc.stop()
+    return {
+        "counts": first["counts"], "again": again["counts"], "messages": first["messages"],
+        "sourceBytes": first["sourceBytes"], "importSeconds": seconds, "reimportSeconds": reseconds,
+        "transcriptBytes": sum(p.stat().st_size for p in (data_dir / "sessions").glob("*.jsonl")),
+        "dbBytes": (data_dir / "pi.sqlite").stat().st_size,
+        "baselineRssMb": base.get("VmRSS", 0.0), "peakRssMb": peak.get("VmHWM", 0.0),
+    }
+
+
+def _import_in_child(projects: Path, data_dir: Path) -> dict[str, Any]:
+    """``store.imports.import_root`` alone in a child process (no host): the floor under the host path."""
+    proc = subprocess.run([sys.executable, __file__, "--child", str(projects), str(data_dir)],
+                          capture_output=True, text=True, check=True, cwd=ROOT)
+    figures: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def _rates(figures: dict[str, Any]) -> dict[str, Any]:
+    mb = figures["sourceBytes"] / (1024 * 1024)
+    return {
+        **figures,
+        "messagesPerSecond": round(figures["messages"] / figures["importSeconds"], 1),
+        "mbPerSecond": round(mb / figures["importSeconds"], 2),
+        "reimportMbPerSecond": round(mb / max(figures["reimportSeconds"], 1e-9), 2),
+        "boundedMemory": figures["peakRssMb"] < RSS_TARGET_MB,
+    }
+
+
+def bulk_index_rate(messages: int, work: Path) -> dict[str, Any]:
+    """The bulk index build rate of this machine in this run (``bench_search.build_database``: messages
+    rows with their FTS5 rows in batches, nothing else), for as many messages as the import wrote."""
+    import bench_search
+
+    n = max(2_000, min(messages, 1_000_000))
+    out = work / "bulk-index"
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = bench_search.Config(n, max(1, n // 200), out, 1, 1, 0, 7)
+    build, _, _ = bench_search.build_database(cfg, out / "bulk.sqlite", random.Random(7))
+    shutil.rmtree(out, ignore_errors=True)
+    return {"messages": n, "indexBuildMsgsPerSec": build["indexBuildMsgsPerSec"]}
+
+
+def run(*, size_mb: float = 20, sessions: int = 8, out: Path | None = None, keep: bool = False,
+        via: Sequence[str] = ("host", "store"), work: Path | None = None) -> dict[str, Any]:
+    """Generate the tree, import it ``via`` the host and/or the store alone, and the bulk index rate."""
+    work = Path(tempfile.mkdtemp(prefix="bench-import-", dir=work))
     try:
         projects = work / "projects"
         gen_t0 = time.perf_counter()
         shape = generate(projects, size_bytes=int(size_mb * 1024 * 1024), sessions=sessions)
         gen_s = time.perf_counter() - gen_t0
-        proc = subprocess.run([sys.executable, __file__, "--child", str(projects), str(work / "data")],
-                              capture_output=True, text=True, check=True, cwd=ROOT)
-        figures = json.loads(proc.stdout.strip().splitlines()[-1])
+        result: dict[str, Any] = {"bench": "import", "source": "claude-code", "generated": shape,
+                                  "generateSeconds": round(gen_s, 2), "rssTargetMb": RSS_TARGET_MB}
+        if "host" in via:
+            result["host"] = _rates(_import_via_host(projects, work / "host-data"))
+        if "store" in via:
+            result["store"] = _rates(_import_in_child(projects, work / "store-data"))
+        messages = max(r["messages"] for k, r in result.items() if k in ("host", "store"))
+        result["bulkIndex"] = bulk_index_rate(messages, work)
+        for key in ("host", "store"):
+            if key in result and result["bulkIndex"]["indexBuildMsgsPerSec"]:
+                result[key]["ratioToBulkIndexBuild"] = round(
+                    result[key]["messagesPerSecond"] / result["bulkIndex"]["indexBuildMsgsPerSec"], 3)
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
-    mb = figures["sourceBytes"] / (1024 * 1024)
-    result = {
-        "bench": "import", "source": "claude-code", "generated": shape, "generateSeconds": round(gen_s, 2),
-        **figures,
-        "messagesPerSecond": round(figures["messages"] / figures["importSeconds"], 1),
-        "mbPerSecond": round(mb / figures["importSeconds"], 2),
-        "reimportMbPerSecond": round(mb / max(figures["reimportSeconds"], 1e-9), 2),
-        "rssTargetMb": RSS_TARGET_MB,
-        "boundedMemory": figures["peakRssMb"] < RSS_TARGET_MB,
-    }
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "bench_import.json").write_text(json.dumps(result, indent=2))
@@ -198,8 +285,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--keep", action="store_true", help="keep the generated tree and data directory")
+    parser.add_argument("--via", default="host,store", help="host (import.sessions on pi-host serve), store "
+                        "(import_root alone in a child process), or both")
     opts = parser.parse_args(args)
-    result = run(size_mb=opts.size_mb, sessions=opts.sessions, out=opts.out, keep=opts.keep)
+    result = run(size_mb=opts.size_mb, sessions=opts.sessions, out=opts.out, keep=opts.keep,
+                 via=[v.strip() for v in opts.via.split(",") if v.strip()])
     print(json.dumps(result, indent=2))
     return result
 

@@ -35,7 +35,22 @@ lc_append      ``<key>/m<i>``         life, sid, mid
 lc_truncate    lifecycle key          life, sid (cuts from message 2)
 lc_fork        lifecycle key          life, title (``<key> fork``)
 lc_delete      lifecycle key          life, sid
+approval_req…  tool call id           sid, turnId (``approval_request``)
+approval_res…  tool call id           sid, option, requestId (``approval_respond``)
+collab_deliver idempotency key        src, tgt, notify
+collab_begin   ``<did>@<turnId>``     sid, did, turnId
+collab_settle  ``<did>@<turnId>``     sid, did, turnId, kind, notify, src
 =============  =====================  ===========================================
+
+Collaboration: a delivery exists once per (source, key) when acknowledged,
+never when its send failed; it has at most one queue admission, none once
+begun; after a restart nothing is running and every queued one still has its
+admission (the rest was interrupted); an acknowledged begin bound its turn and
+wrote exactly one input row; an acknowledged settle left it completed with
+exactly one callback when it asked for one — never two, and never one for a
+completion. Approvals: an acknowledged request has its row; an acknowledged
+answer left the row allowed/denied as chosen and the transcript's decision
+says the same; after a restart nothing is pending.
 
 A *lifecycle* is a scratch session driven through the file-first methods
 (each step only after the one before was acknowledged): its session must
@@ -56,6 +71,7 @@ from scripts.chaos_history import WRITE_KINDS, History, Op, Outcome, outcomes
 
 NOTIFICATION_CAP = 200
 TOKEN_RE = re.compile(r"zq[0-9a-f]{12}")
+COLLAB_INPUT = "collab-"
 ABSENT: Any = object()
 """Observed value of a setting that is not set."""
 
@@ -104,6 +120,14 @@ class Observation:
     """title → how many sessions carry it (every session the host lists)."""
     lives: dict[str, list[str]] = field(default_factory=dict)
     """lifecycle key → message ids of the session titled with it (when exactly one is)."""
+    deliveries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """ledger rows: id → source, target, kind, key, status, turnId, replyTo, notify."""
+    admissions: dict[str, int] = field(default_factory=dict)
+    """delivery id → turn_queue rows bound to it."""
+    approvals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """tool call id → sid, requestId, status."""
+    decisions: dict[str, str] = field(default_factory=dict)
+    """request id → status of its visible approval_decision line."""
 
 
 @dataclass
@@ -146,6 +170,8 @@ def check(history: History | Iterable[Op], obs: Observation) -> Report:
     _check_queue(found, obs, report)
     _check_registers(found, obs, report)
     _check_lifecycles(found, obs, report)
+    _check_collab(found, obs, report)
+    _check_approvals(found, obs, report)
     return report
 
 
@@ -243,6 +269,8 @@ def _check_messages(found: dict[tuple[str, str], Outcome], obs: Observation, rep
     for sid, s in obs.sessions.items():
         counts = Counter(m.id for m in s.messages)
         for pos, m in enumerate(s.messages):
+            if m.id.startswith(COLLAB_INPUT):
+                continue  # a delivery's input row, written by the host: _check_collab
             if m.id not in observed:
                 observed[m.id] = (sid, pos, m, counts[m.id])
             if m.id not in attempted:
@@ -428,3 +456,115 @@ def _register(name: str, ops: list[Outcome], field_name: str, initial: Any, obse
 
 
 __all__ = ["ABSENT", "Observation", "ObservedMessage", "ObservedSession", "Report", "TOKEN_RE", "check"]
+
+
+# ---------------------------------------------------------------------------- collaboration
+
+
+def _check_collab(found: dict[tuple[str, str], Outcome], obs: Observation, report: Report) -> None:
+    by_key: dict[tuple[str, str], list[str]] = {}
+    for did, d in obs.deliveries.items():
+        if d["kind"] != "completion":
+            by_key.setdefault((d["source"], d["key"]), []).append(did)
+    sends = {o.key: o for o in _by_kind(found, "collab_deliver")}
+    for key, send in sends.items():
+        name = f"delivery:{send.value['src']}/{key}"
+        ids = by_key.get((str(send.value["src"]), key), [])
+        if len(ids) > 1:
+            report.duplicated.add(name)
+        if not ids:
+            if send.status == "acked":
+                report.lost.add(name)
+            continue
+        if send.status == "failed":
+            report.unexpected.add(f"{name} (its send failed definitely)")
+        elif send.status != "acked":
+            report.recovered.add(name)
+        if obs.deliveries[ids[0]]["target"] != send.value["tgt"]:
+            report.problems.append(f"{name}: target {obs.deliveries[ids[0]]['target']}, sent to {send.value['tgt']}")
+    for src, key in by_key:
+        if key not in sends:
+            report.unexpected.add(f"delivery:{src}/{key} (never sent)")
+    inputs: Counter[str] = Counter()
+    for s in obs.sessions.values():
+        for mid, _ in s.index_rows:
+            if mid.startswith(COLLAB_INPUT):
+                inputs[mid[len(COLLAB_INPUT):]] += 1
+    callbacks: Counter[str] = Counter(d["replyTo"] for d in obs.deliveries.values() if d["kind"] == "completion")
+    for did, d in obs.deliveries.items():
+        name = f"delivery:{did}"
+        admitted = obs.admissions.get(did, 0)
+        if admitted > 1:
+            report.duplicated.add(f"{name}: {admitted} queue admissions")
+        if d["status"] != "queued" and admitted:
+            report.problems.append(f"{name}: {d['status']} but still admitted to the queue")
+        if obs.after_restart and d["status"] == "running":
+            report.problems.append(f"{name}: running after a restart")
+        if obs.after_restart and d["status"] == "queued" and not admitted:
+            report.problems.append(f"{name}: queued without an admission after a restart (not interrupted)")
+        if inputs[did] > 1:
+            report.duplicated.add(f"{name}: {inputs[did]} input rows")
+        if callbacks[did] > 1:
+            report.duplicated.add(f"{name}: {callbacks[did]} completion callbacks")
+        if d["kind"] == "completion" and callbacks[did]:
+            report.problems.append(f"{name}: a completion called back")
+        if d["kind"] == "completion" and d["replyTo"] not in obs.deliveries:
+            report.problems.append(f"{name}: a completion of an unknown delivery {d['replyTo']}")
+    for begin in _by_kind(found, "collab_begin"):
+        did = str(begin.value["did"])
+        d = obs.deliveries.get(did)
+        if begin.status != "acked" or d is None:
+            continue
+        if d["turnId"] != begin.value["turnId"] or d["status"] == "queued":
+            report.lost.add(f"delivery:{did} begin in {begin.value['turnId']} (turn {d['turnId']}, "
+                            f"status {d['status']})")
+        if inputs[did] != 1:
+            report.lost.add(f"delivery:{did} input row ({inputs[did]} rows)")
+    for settle in _by_kind(found, "collab_settle"):
+        did = str(settle.value["did"])
+        d = obs.deliveries.get(did)
+        if settle.status != "acked" or d is None:
+            continue
+        if d["status"] != "completed":
+            report.lost.add(f"delivery:{did} settlement (status {d['status']})")
+        wants = settle.value["notify"] and settle.value["kind"] != "completion" and \
+            str(settle.value["src"]) in obs.sessions
+        if wants and callbacks[did] != 1:
+            report.lost.add(f"delivery:{did} callback")
+        if not wants and callbacks[did]:
+            report.unexpected.add(f"delivery:{did}: a callback nobody asked for")
+
+
+# ---------------------------------------------------------------------------- approvals
+
+
+def _check_approvals(found: dict[tuple[str, str], Outcome], obs: Observation, report: Report) -> None:
+    asks = {o.key: o for o in _by_kind(found, "approval_request")}
+    answers = {o.key: o for o in _by_kind(found, "approval_respond")}
+    for call_id, row in obs.approvals.items():
+        name = f"approval:{row['sid']}/{call_id}"
+        ask, answer = asks.get(call_id), answers.get(call_id)
+        if ask is None:
+            report.unexpected.add(f"{name} (never asked)")
+            continue
+        if ask.status == "failed":
+            report.unexpected.add(f"{name} (its request failed definitely)")
+        status, shown = row["status"], obs.decisions.get(row["requestId"])
+        if obs.after_restart and status == "pending":
+            report.problems.append(f"{name}: pending after a restart")
+        if status in ("allowed", "denied"):
+            if answer is None or answer.status == "failed":
+                report.unexpected.add(f"{name}: {status} without an answer")
+            elif answer.status != "acked":
+                report.recovered.add(name)
+            if shown != status:
+                report.problems.append(f"{name}: {status}, the transcript's decision says {shown}")
+        elif shown is not None and (obs.after_restart or (answer is not None and answer.status == "acked")):
+            report.problems.append(f"{name}: {status}, but the transcript records a decision ({shown})")
+        if answer is not None and answer.status == "acked":
+            want = "allowed" if answer.value["option"] == "allow_once" else "denied"
+            if status != want:
+                report.lost.add(f"{name}: answer (status {status}, answered {want})")
+    for call_id, ask in asks.items():
+        if ask.status == "acked" and call_id not in obs.approvals:
+            report.lost.add(f"approval:{ask.value['sid']}/{call_id}")

@@ -29,6 +29,7 @@ OpType = Literal["invoke", "ok", "fail", "info"]
 WRITE_KINDS: frozenset[str] = frozenset({
     "create", "append", "checkpoint", "start_turn", "end_turn", "queue_push", "queue_remove",
     "rename", "settings_set", "lc_create", "lc_append", "lc_truncate", "lc_fork", "lc_delete",
+    "approval_request", "approval_respond", "collab_deliver", "collab_begin", "collab_settle",
 })
 
 

@@ -63,12 +63,23 @@ def _db_view(db_path: Path, sids: Sequence[str]) -> dict[str, Any]:
             rows[sid] = [(r[0], int(r[1])) for r in conn.execute(
                 "SELECT id, seq FROM messages WHERE session_id = ? ORDER BY seq", (sid,))]
         turns = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT id, session_id, status FROM turns")}
+        deliveries = {r[0]: {"source": r[1], "target": r[2], "kind": r[3], "key": r[4], "status": r[5],
+                             "turnId": r[6], "replyTo": r[7], "notify": bool(r[8])} for r in conn.execute(
+            "SELECT id, source_session_id, target_session_id, kind, idempotency_key, status, turn_id, "
+            "reply_to_message_id, notify_on_completion FROM session_collaboration_messages")}
+        admissions: dict[str, int] = {}
+        for smid, count in conn.execute("SELECT session_message_id, COUNT(*) FROM turn_queue "
+                                        "WHERE session_message_id IS NOT NULL GROUP BY session_message_id"):
+            admissions[str(smid)] = int(count)
+        approvals = {r[0]: {"sid": r[1], "requestId": r[2], "status": r[3]} for r in conn.execute(
+            "SELECT tool_call_id, session_id, request_id, status FROM approvals WHERE tool_call_id IS NOT NULL")}
         notes: dict[str, int] = {}
         for turn_id, count in conn.execute("SELECT turn_id, COUNT(*) FROM notifications GROUP BY turn_id"):
             notes[str(turn_id)] = int(count)
         conn.execute("COMMIT")
         integrity = "; ".join(str(r[0]) for r in conn.execute("PRAGMA integrity_check"))
-        return {"rows": rows, "turns": turns, "notifications": notes, "integrity": integrity}
+        return {"rows": rows, "turns": turns, "notifications": notes, "integrity": integrity,
+                "deliveries": deliveries, "admissions": admissions, "approvals": approvals}
     finally:
         conn.close()
 
@@ -85,15 +96,17 @@ def _search_direct(db_path: Path, tokens: Sequence[str]) -> dict[str, list[tuple
         conn.close()
 
 
-def _files(sessions_dir: Path, sids: Sequence[str]) -> dict[str, tuple[list[str], int]]:
-    out: dict[str, tuple[list[str], int]] = {}
+def _files(sessions_dir: Path, sids: Sequence[str]) -> dict[str, tuple[list[str], int, dict[str, str]]]:
+    """Per session: message ids, bad lines, and the visible approval decisions (request id → status)."""
+    out: dict[str, tuple[list[str], int, dict[str, str]]] = {}
     for sid in sids:
         path = sessions_dir / f"{sid}.jsonl"
         if not path.exists():
-            out[sid] = ([], 0)
+            out[sid] = ([], 0, {})
             continue
         t = read_transcript(path)
-        out[sid] = ([m.id for m in t.messages], t.bad_lines)
+        shown = {str(d["id"]): str(d.get("status")) for _, d in t.decisions}
+        out[sid] = ([m.id for m in t.messages], t.bad_lines, shown)
     return out
 
 
@@ -121,7 +134,7 @@ async def observe(
                 raise
             continue
         q = await client.call("session.queueList", {"sessionId": sid})
-        queues[sid] = [e.get("idempotencyKey") or e["id"] for e in q["entries"]]
+        queues[sid] = [e.get("idempotencyKey") or e["id"] for e in q["entries"] if not e.get("sessionMessageId")]
     settings: dict[str, Any] = {}
     for w in workers:
         key = f"{w.sid}.k"
@@ -131,11 +144,13 @@ async def observe(
     files = await trio.to_thread.run_sync(_files, data_dir / "sessions", list(gets))
     left = [sid for sid in sids if (data_dir / "sessions" / f"{sid}{SUFFIX}").exists()] if after_restart else []
     all_tokens: list[str] = []
+    decisions: dict[str, str] = {}
     for sid, got in gets.items():
         msgs = [ObservedMessage(m["id"], m["role"], _text(m), m.get("seq")) for m in got["messages"]]
         for m in msgs:
             all_tokens += TOKEN_RE.findall(m.text)
-        file_ids, bad = files[sid]
+        file_ids, bad, seen_decisions = files[sid]
+        decisions.update(seen_decisions)
         sessions[sid] = ObservedSession(messages=msgs, file_ids=file_ids, index_rows=db["rows"].get(sid, []),
                                         title=got["session"].get("title"), queue_keys=queues.get(sid, []),
                                         bad_lines=bad)
@@ -149,7 +164,9 @@ async def observe(
     titles, lives = await _lifecycles(client, workers)
     return Observation(sessions=sessions, turns=db["turns"], notifications=db["notifications"], settings=settings,
                        search=search, integrity=db["integrity"], leftover_checkpoints=dict(leftover),
-                       inflight_left=left, after_restart=after_restart, titles=titles, lives=lives)
+                       inflight_left=left, after_restart=after_restart, titles=titles, lives=lives,
+                       deliveries=db["deliveries"], admissions=db["admissions"], approvals=db["approvals"],
+                       decisions=decisions)
 
 
 async def _lifecycles(client: HostClient, workers: Sequence[Worker]) -> tuple[dict[str, int], dict[str, list[str]]]:
@@ -211,7 +228,8 @@ async def queue_entry_ids(client: HostClient, sids: Sequence[str]) -> dict[str, 
             q = await client.call("session.queueList", {"sessionId": sid})
         except RpcError:
             continue
-        out[sid] = {e["idempotencyKey"]: e["id"] for e in q["entries"] if e.get("idempotencyKey")}
+        out[sid] = {e["idempotencyKey"]: e["id"] for e in q["entries"]
+                    if e.get("idempotencyKey") and not e.get("sessionMessageId")}  # not collab admissions
     return out
 
 

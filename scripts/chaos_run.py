@@ -6,6 +6,7 @@
     scripts/chaos --mode process --cycles 200 --seed 7
     scripts/chaos --mode actors --cycles 3 --kills 12
     scripts/chaos --mode powercut --cycles 10      # root: loop-mounted ext4 image
+    scripts/chaos --mode fuzz --frames 100000      # every method, fuzzed params (scripts/chaos_fuzz.py)
 
 * **process** – a subprocess host (``tests/hostkit.start_host_process``) runs the
   workload (``scripts/chaos_workload.py``); it is SIGKILLed at a random moment
@@ -16,6 +17,9 @@
   must keep serving. A final clean restart is verified too.
 * **powercut** – process mode with the data directory on a loop-mounted ext4
   image: SIGKILL, then ``EXT4_IOC_SHUTDOWN`` without a journal flush, remount.
+* **fuzz** – a subprocess host gets ``--frames`` fuzzed requests over every
+  method (``scripts/chaos_fuzz.py``); its LAST line is
+  ``frames=… internal=… crashes=… poisoned=…`` and any non-zero figure fails.
 
 After every restart the checker (``scripts/chaos_checker.py``) verifies the
 whole history so far; indeterminate appends and queue pushes are then retried
@@ -46,6 +50,8 @@ import trio.lowlevel
 
 from runtime.client import ClientClosed, open_client
 from scripts.chaos_checker import Report, check
+from scripts.chaos_fuzz import FuzzReport, Pools, fuzz_host, verify
+from scripts.chaos_fuzz import iter_frames as iter_fuzz_frames
 from scripts.chaos_history import History
 from scripts.chaos_observe import ObserveNotes, observe, queue_entry_ids, scan_checkpoints
 from scripts.chaos_powercut import LoopMount
@@ -76,6 +82,7 @@ class RunConfig:
     receipt_sample: int = 4
     search_sample: int = 40
     image_mb: int = 64
+    frames: int = 100_000
     verbose: bool = True
 
 
@@ -349,6 +356,10 @@ class Runner:
                  f"actorKills={t.actor_kills} crashpoints={sum(t.crashpoints.values())} bootCrashes={t.boot_crashes} "
                  f"searchVia={self.notes.search_via!r} searched={self.notes.searched} "
                  f"definiteFailures={dict(fails)}")
+        acked = Counter(op.f for op in self.history.ops if op.type == "ok")
+        self.out("acknowledged collaboration and approvals: " + " ".join(
+            f"{f}={acked[f]}" for f in ("collab_deliver", "collab_begin", "collab_settle", "approval_request",
+                                        "approval_respond")))
         for name in sorted(t.lost)[:20]:
             self.out(f"LOST {name}")
         for name in sorted(t.duplicated)[:20]:
@@ -375,7 +386,8 @@ def _close_pipes(host: HostProcess) -> None:
 
 def parse_args(argv: Sequence[str]) -> RunConfig:
     ap = argparse.ArgumentParser(prog="scripts/chaos", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mode", choices=("process", "actors", "powercut"), default="process")
+    ap.add_argument("--mode", choices=("process", "actors", "powercut", "fuzz"), default="process")
+    ap.add_argument("--frames", type=int, default=100_000, help="fuzz mode: fuzzed frames to send")
     ap.add_argument("--cycles", type=int, default=5, help="kill/restart cycles (actors: kill rounds)")
     ap.add_argument("--seed", type=int, default=None, help="RNG seed (default: random, printed)")
     ap.add_argument("--sessions", type=int, default=4)
@@ -392,7 +404,7 @@ def parse_args(argv: Sequence[str]) -> RunConfig:
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1, 2**31)
     return RunConfig(mode=a.mode, cycles=a.cycles, seed=seed, sessions=a.sessions, workdir=a.dir, keep=a.keep,
                      run_time=(a.run_min, a.run_max), crashpoint_rate=a.crashpoint_rate, kills=a.kills,
-                     image_mb=a.image_mb, verbose=not a.quiet)
+                     image_mb=a.image_mb, frames=a.frames, verbose=not a.quiet)
 
 
 def run(cfg: RunConfig, out: Callable[[str], None] = print) -> Totals:
@@ -408,8 +420,68 @@ def run(cfg: RunConfig, out: Callable[[str], None] = print) -> Totals:
     return totals
 
 
+async def _fuzz(cfg: RunConfig, workdir: Path, out: Callable[[str], None]) -> FuzzReport:
+    """Fuzz mode: a subprocess host, fixture sessions, ``cfg.frames`` fuzzed frames, then the checks."""
+    data_dir = workdir / "data"
+    sandbox = workdir / "sandbox"
+    sandbox.mkdir(parents=True, exist_ok=True)
+    host = await trio.to_thread.run_sync(lambda: start_host_process(data_dir, "--quiet"))
+    report = FuzzReport()
+    t0 = time.monotonic()
+    try:
+        pools = Pools(sandbox=str(sandbox))
+        async with open_client(host.url, host.token, client_id="fuzz-setup", client_kind="ui") as c:
+            for i in range(6):
+                project = sandbox / f"p{i}"
+                project.mkdir(exist_ok=True)
+                sid = (await c.call("session.create", {"title": f"fuzz {i}", "projectPath": str(project),
+                                                       "mode": "plan" if i % 2 else "agent"}))["id"]
+                pools.sessions.append(sid)
+                for j in range(5):
+                    mid = f"f{i}-{j}"
+                    await c.call("session.appendMessage", {"sessionId": sid, "message": {
+                        "id": mid, "role": "user", "blocks": [{"type": "text", "text": f"fuzz text {j}"}]}})
+                    pools.messages.append(mid)
+        out(f"fuzz seed={cfg.seed} frames={cfg.frames}: generating")
+        frame_iter = await trio.to_thread.run_sync(lambda: iter_fuzz_frames(cfg.frames, seed=cfg.seed, pools=pools))
+        await fuzz_host(host.url, host.token, frame_iter, report,
+                        on_progress=(lambda n: out(f"  {n} frames, internal={report.internal}")
+                                     if cfg.verbose and n % 10_000 == 0 else None))
+        if host.proc.poll() is not None:
+            report.crashes += 1
+            report.problems.append(f"the host exited with {host.proc.returncode}")
+        else:
+            status = await _status(host.url, host.token)
+            verify(data_dir, report, restarts=int(status["actors"]["restarts"]))
+        out(f"seed={cfg.seed} mode=fuzz wall={time.monotonic() - t0:.1f}s answers={report.answers} "
+            f"reconnects={report.reconnects} codes={dict(report.codes.most_common())}")
+        for sample in report.internal_samples:
+            out(f"INTERNAL after {sample}")
+        for problem in report.problems[:20]:
+            out(f"PROBLEM {problem}")
+    finally:
+        await trio.to_thread.run_sync(host.kill9)
+        _close_pipes(host)
+    return report
+
+
+def run_fuzz(cfg: RunConfig, out: Callable[[str], None] = print) -> FuzzReport:
+    made = cfg.workdir is None
+    workdir = Path(tempfile.mkdtemp(prefix="chaos-fuzz-")) if made else Path(cfg.workdir)  # type: ignore[arg-type]
+    workdir.mkdir(parents=True, exist_ok=True)
+    report = trio.run(_fuzz, cfg, workdir, out)
+    if report.ok and made and not cfg.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    elif not report.ok:
+        out(f"work directory kept for inspection: {workdir}")
+    out(report.last_line())
+    return report
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_args(sys.argv[1:] if argv is None else argv)
+    if cfg.mode == "fuzz":
+        return 0 if run_fuzz(cfg, lambda line: print(line, flush=True)).ok else 1
     totals = run(cfg, lambda line: print(line, flush=True))
     # the last line stays the figure line: print it again after a possible "kept" note
     if not totals.valid:

@@ -39,7 +39,8 @@ DEFINITE_ERRORS: frozenset[str] = frozenset({
 RETRIABLE_ERRORS: frozenset[str] = frozenset({"ACTOR_RESTARTED", "BUSY", "TIMEOUT"})
 # Operations retried with their submissionId after a restart (their outcome was unknown).
 RETRIED_KINDS: frozenset[str] = frozenset({
-    "append", "queue_push", "lc_create", "lc_append", "lc_truncate", "lc_fork", "lc_delete"})
+    "append", "queue_push", "lc_create", "lc_append", "lc_truncate", "lc_fork", "lc_delete", "collab_deliver"})
+COLLAB_PLUGIN = "chaos"
 MAX_QUEUE = 6  # stay under the host's 8-entry cap even with indeterminate pushes
 SETTINGS_NS = "chaos"
 
@@ -81,6 +82,8 @@ class Worker:
     history: History
     config: WorkloadConfig
     client_id: str = ""
+    peers: list[str] = field(default_factory=list)
+    """The other workers' sessions (collaboration targets)."""
     counters: dict[str, int] = field(default_factory=dict)
     queue: dict[str, str] = field(default_factory=dict)
     """idempotency key → entry id of pushes believed present."""
@@ -174,6 +177,8 @@ class Worker:
             return
 
     async def step(self, client: HostClient, stop: trio.Event) -> None:
+        """One seeded operation: appends, turns (checkpoints, a permission prompt and its answer),
+        queue pushes/removals, settings, renames, lifecycles, collaboration deliveries and their work."""
         r = self.rng.random()
         try:
             if r < 0.42:
@@ -184,10 +189,14 @@ class Worker:
                 await self.queue_op(client)
             elif r < 0.84:
                 await self.set_setting(client)
-            elif r < 0.90:
+            elif r < 0.88:
                 await self.rename(client)
-            else:
+            elif r < 0.93:
                 await self.lifecycle(client)
+            elif r < 0.97:
+                await self.collab_send(client)
+            else:
+                await self.collab_work(client)
         except (Indeterminate, RpcError):
             pass
 
@@ -220,6 +229,8 @@ class Worker:
                             "session.saveInflightMessage", params)
             a, b = self.config.checkpoint_interval
             await trio.sleep(self.rng.uniform(a, b))
+        if self.rng.random() < 0.5:
+            await self.permission(client, tid)
         final = " ".join(words + ["done"])
         status = "completed" if self.rng.random() < 0.85 else self.rng.choice(["error", "aborted"])
         params = {"sessionId": self.sid, "turnId": tid, "submissionId": f"app-{mid}",
@@ -234,6 +245,62 @@ class Worker:
             end["errorCode"] = "CHAOS"
         await self.call(client, "end_turn", tid, {"sid": self.sid, "status": status, "notify": True},
                         "session.endTurn", end)
+
+    async def permission(self, client: HostClient, tid: str) -> None:
+        """The turn asks for a tool permission; the worker (as the UI) answers it once."""
+        call_id = f"{tid}.c"
+        asked = await self.call(client, "approval_request", call_id, {"sid": self.sid, "turnId": tid},
+                                "approvals.request",
+                                {"sessionId": self.sid, "turnId": tid, "toolCallId": call_id, "tool": "Bash",
+                                 "argsSummary": "chaos", "risk": "low", "submissionId": f"apr-{call_id}"})
+        option = self.rng.choice(["allow_once", "deny"])
+        rid = asked["request"]["requestId"]
+        await self.call(client, "approval_respond", call_id, {"sid": self.sid, "option": option, "requestId": rid},
+                        "approvals.respond", {"sessionId": self.sid, "requestId": rid, "optionId": option,
+                                              "submissionId": f"ans-{call_id}"})
+
+    async def collab_send(self, client: HostClient) -> None:
+        """A delivery from this session to a peer's (an idempotency key, a submissionId, maybe a callback)."""
+        if not self.peers:
+            return
+        n = self._next("deliver")
+        key = f"{self.sid}.d{n}"
+        target = self.rng.choice(self.peers)
+        notify = self.rng.random() < 0.7
+        params = {"pluginId": COLLAB_PLUGIN, "sourceSessionId": self.sid, "targetSessionId": target, "kind": "task",
+                  "content": f"task {n} from {self.sid}", "idempotencyKey": key, "notifyOnCompletion": notify,
+                  "submissionId": f"dlv-{key}"}
+        await self.call(client, "collab_deliver", key, {"src": self.sid, "tgt": target, "notify": notify},
+                        "collab.deliver", params)
+
+    async def collab_work(self, client: HostClient) -> None:
+        """This session's controller runs the oldest delivery waiting for it: turn → begin → settle → end."""
+        try:
+            waiting = await client.call("collab.list", {"sessionId": self.sid, "direction": "incoming",
+                                                        "status": "queued", "limit": 20})
+        except RpcError:
+            return
+        if not waiting["deliveries"]:
+            return
+        d = waiting["deliveries"][-1]
+        did = d["id"]
+        n = self._next("work")
+        tid = f"{self.sid}.w{n}"
+        await self.call(client, "start_turn", tid, {"sid": self.sid}, "session.startTurn",
+                        {"sessionId": self.sid, "turnId": tid, "submissionId": f"start-{tid}"})
+        # keyed per attempt: a begin the host lost (killed) is begun again by a later turn
+        await self.call(client, "collab_begin", f"{did}@{tid}", {"sid": self.sid, "did": did, "turnId": tid},
+                        "collab.begin", {"sessionId": self.sid, "deliveryId": did, "turnId": tid,
+                                         "submissionId": f"beg-{did}@{tid}"})
+        await self.call(client, "collab_settle", f"{did}@{tid}",
+                        {"sid": self.sid, "did": did, "turnId": tid, "kind": d["kind"],
+                         "notify": d["notifyOnCompletion"], "src": d["source"]["sessionId"]},
+                        "collab.settle", {"sessionId": self.sid, "deliveryId": did, "turnId": tid,
+                                          "status": "completed", "result": f"done {did}",
+                                          "submissionId": f"stl-{did}@{tid}"})
+        await self.call(client, "end_turn", tid, {"sid": self.sid, "status": "completed", "notify": False},
+                        "session.endTurn", {"sessionId": self.sid, "turnId": tid, "status": "completed",
+                                            "createNotification": False, "submissionId": f"end-{tid}"})
 
     async def queue_op(self, client: HostClient) -> None:
         believed = len(self.queue) + sum(1 for (f, _) in self.pending if f == "queue_push")
@@ -340,8 +407,11 @@ def _same_response(method: str, want: Any, got: Any) -> bool:
 
 def make_workers(history: History, config: WorkloadConfig, seed: int, prefix: str) -> list[Worker]:
     master = random.Random(seed)
-    return [Worker(f"w{i}", f"{prefix}{i}", random.Random(master.getrandbits(64)), history, config)
-            for i in range(config.sessions)]
+    workers = [Worker(f"w{i}", f"{prefix}{i}", random.Random(master.getrandbits(64)), history, config)
+               for i in range(config.sessions)]
+    for w in workers:
+        w.peers = [o.sid for o in workers if o is not w]
+    return workers
 
 
 __all__ = ["DEFINITE_ERRORS", "HostGone", "Indeterminate", "Pending", "RETRIABLE_ERRORS", "Worker",

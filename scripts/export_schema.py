@@ -293,11 +293,14 @@ ERROR_MEANINGS: dict[str, str] = {
     "CONFLICT": "The request conflicts with current state (e.g. id already exists, reorder of a promoted entry).",
     "IDEMPOTENCY_CONFLICT": "`submissionId` (or queue `idempotencyKey`) reused with a different request.",
     "LIMIT_EXCEEDED": "A documented capacity limit is reached (8 queued turns per session ...).",
+    "ENVIRONMENT_DRIFT": "A turn's run environment snapshot no longer matches the provider, the session or its "
+    "credential references (`error.data.drift` lists `{field, snapshot, current}`); a rotated secret is not drift.",
     "BUSY": "The target actor's mailbox is full. Retry after a short backoff.",
     "TIMEOUT": "No reply in time; the effect may or may not have happened. Retry with the same `submissionId`.",
     "ACTOR_RESTARTED": "The actor handling the request crashed and was restarted. Retry with the same `submissionId`.",
     "STORAGE_FULL": "Disk full; nothing was acknowledged. Retry once space is freed.",
     "IO_ERROR": "An I/O error (e.g. failed fsync); the session's storage is marked failed until reopened.",
+    "RESOURCE_EXHAUSTED": "The host ran out of file descriptors for this request; nothing changed. Retry shortly.",
     "CORRUPT_DATA": "Durable data failed validation (digest mismatch, unreadable record).",
     "CURSOR_EXPIRED": "The pagination or event cursor is no longer valid; start again without it.",
     "PLAN_REQUIRES_INTERACTIVE_SESSION": "A Plan/Goal run was started unattended; switch the session to agent mode.",
@@ -313,6 +316,8 @@ ERROR_MEANINGS: dict[str, str] = {
     "PROVIDER_TIMEOUT": "The provider did not answer within timeoutMs; nothing was written. Retry later.",
     "PROVIDER_UNREACHABLE": "No connection to the provider (refused, DNS, TLS, proxy); nothing was written.",
     "PROVIDER_BAD_REPLY": "The provider's answer is not a model list (status, JSON, shape); nothing was written.",
+    "UNSUPPORTED_FOR_NATIVE_SESSION": "The method does not apply to a native pi session (`native-pi:...`, owned by "
+    "pi): only session.list, session.get, session.fork and session.export do; fork it to change it.",
 }
 
 _SESSION = {
@@ -339,6 +344,7 @@ _TURN = {
     "startedAt": 1785056700000,
     "inputTokens": 0,
     "outputTokens": 0,
+    "costMicros": 0,
 }
 _ENDED_TURN = {
     **_TURN,
@@ -346,7 +352,8 @@ _ENDED_TURN = {
     "endedAt": 1785056712000,
     "inputTokens": 1830,
     "outputTokens": 412,
-    "usage": {"inputTokens": 1830, "outputTokens": 412, "cacheRead": 1024},
+    "usage": {"inputTokens": 1830, "outputTokens": 412, "cacheRead": 1024, "cost": {"total": 0.0117}},
+    "costMicros": 11700,
 }
 _NOTIFICATION = {
     "id": "n_31",
@@ -409,6 +416,106 @@ _MESSAGE_REF = {
     "role": "assistant",
     "createdAt": 1785056404120,
 }
+_INFLIGHT = {
+    "sessionId": "s_4f2a",
+    "turnId": "t_10",
+    "savedAt": 1785056701500,
+    "message": {
+        "type": "message",
+        "id": "m_14",
+        "role": "assistant",
+        "createdAt": "2026-07-26T09:05:01.200Z",
+        "turnId": "t_10",
+        "blocks": [{"type": "text", "text": "Reading parser.py: the tokenizer starts at"}],
+        "inflight": True,
+    },
+}
+
+_APPROVAL_OPTIONS = [
+    {"id": "allow_once", "label": "Allow once", "decision": "allow", "remember": "once"},
+    {"id": "allow_project", "label": "Always allow in this project", "decision": "allow", "remember": "project"},
+    {"id": "allow_session", "label": "Always allow in this session", "decision": "allow", "remember": "session"},
+    {"id": "deny", "label": "Deny", "decision": "deny", "remember": "once"},
+]
+_APPROVAL = {
+    "kind": "approval",
+    "requestId": "apr_7b21",
+    "sessionId": "s_4f2a",
+    "turnId": "t_10",
+    "toolCallId": "call_3",
+    "tool": "Bash",
+    "argsSummary": "pytest -q tests/parser",
+    "risk": "medium",
+    "options": _APPROVAL_OPTIONS,
+    "requestedBy": "sidecar-1",
+    "status": "pending",
+    "createdAt": 1785056702000,
+    "updatedAt": 1785056702000,
+    "expiresAt": 1785057002000,
+}
+_RULE = {
+    "id": "rule_apr_7b21",
+    "scope": "project",
+    "projectId": 3,
+    "tool": "Bash",
+    "decision": "allow",
+    "sourceRequestId": "apr_7b21",
+    "createdAt": 1785056709000,
+}
+_ALLOWED = {**_APPROVAL, "status": "allowed", "optionId": "allow_project", "ruleId": "rule_apr_7b21",
+            "respondedBy": "ui-7d2e", "updatedAt": 1785056709000, "resolvedAt": 1785056709000}
+_INTERACTION = {
+    "kind": "interaction",
+    "requestId": "ask_19c4",
+    "sessionId": "s_4f2a",
+    "turnId": "t_10",
+    "toolCallId": "call_4",
+    "question": "Keep the old tokenizer API as a shim?",
+    "choices": [{"id": "yes", "label": "Yes, keep a shim"}, {"id": "no", "label": "No, update the callers"}],
+    "multiple": False,
+    "allowFreeText": True,
+    "requestedBy": "sidecar-1",
+    "status": "pending",
+    "createdAt": 1785056712000,
+    "updatedAt": 1785056712000,
+}
+_ANSWERED = {**_INTERACTION, "status": "answered", "answer": {"choiceIds": ["no"], "text": "and bump the version"},
+             "respondedBy": "ui-7d2e", "updatedAt": 1785056720000, "resolvedAt": 1785056720000}
+
+_PLAN_APPROVED = {"requestId": "plan_5e0d", "sessionId": "s_4f2a", "turnId": "t_9", "toolCallId": "call_3",
+                  "kind": "plan", "title": "Split the tokenizer", "question": "Proceed?",
+                  "status": "approved", "action": "approve", "targetPermissionMode": "accept-edits",
+                  "createdAt": 1785056400000, "updatedAt": 1785056500000, "expiresAt": 1785060000000,
+                  "resolvedAt": 1785056500000, "artifactPath": ".pi/plan/20260726-090000-3f9a0c1b2d4e.md",
+                  "artifactSha256": "5d41402abc4b2a76b9719d911017c5925d41402abc4b2a76b9719d911017c592",
+                  "artifactSize": 34, "version": 2, "executionId": "exec_22a1", "executionState": "queued"}
+
+_DELIVERY = {
+    "id": "col_5a1c",
+    "pluginId": "team-lead",
+    "kind": "task",
+    "content": "Review the tokenizer split in parser.py and list risky call sites",
+    "status": "queued",
+    "notifyOnCompletion": True,
+    "idempotencyKey": "review-17",
+    "remainingHops": 4,
+    "permissionCeiling": "accept-edits",
+    "createdAt": 1785056800000,
+    "updatedAt": 1785056800000,
+    "source": {"sessionId": "s_4f2a", "title": "Refactor the parser", "available": True},
+    "target": {"sessionId": "s_9c07", "title": "Reviewer", "available": True},
+}
+_DELIVERY_RUNNING = {**_DELIVERY, "status": "running", "turnId": "t_40", "updatedAt": 1785056805000}
+_DELIVERY_DONE = {**_DELIVERY_RUNNING, "status": "completed", "result": "Three call sites use the old API: …",
+                  "updatedAt": 1785056900000, "callbackId": "col_77e0"}
+_CALLBACK = {
+    "id": "col_77e0", "pluginId": "team-lead", "kind": "completion",
+    "content": "[completed] Three call sites use the old API: …", "status": "queued", "notifyOnCompletion": False,
+    "replyToMessageId": "col_5a1c", "idempotencyKey": "completion:col_5a1c", "remainingHops": 0,
+    "permissionCeiling": "accept-edits", "createdAt": 1785056900000, "updatedAt": 1785056900000,
+    "source": {"sessionId": "s_9c07", "title": "Reviewer", "available": True},
+    "target": {"sessionId": "s_4f2a", "title": "Refactor the parser", "available": True},
+}
 
 _PROJECT = {"id": 3, "path": "/home/ada/src/parser", "name": "parser", "pinned": False,
             "createdAt": 1785056000000, "lastOpenedAt": 1785056400000, "sessionCount": 2}
@@ -429,11 +536,29 @@ _PLUGIN = {"id": "acme.tools", "name": "Acme tools", "version": "1.2.0", "enable
 _SYNC_STATE = {"settings": {"enabled": True, "webdavUrl": "https://dav.example/pi", "webdavUsername": "ada",
                             "vaultKeyRef": "configSync/vaultKey", "webdavPasswordRef": "configSync/webdavPassword"},
                "hasVaultKey": True, "hasWebdavPassword": True}
+_IMPORT_COUNTS = {"new": 1, "updated": 0, "unchanged": 0, "refused": 1, "would-new": 0, "would-updated": 0}
+_IMPORT_REPORT = {
+    "source": "claude-code", "externalId": "7f3c2e1a-9b8d-4c6e-a5f4-3e2d1c0b9a87",
+    "sessionId": "cc-1d4e8f0a2b3c5d6e7f8091a2b3c4d5e6", "status": "new",
+    "messages": {"assistant": 51, "user": 45}, "toolCalls": 22, "toolResults": 22, "thinkingBlocks": 9,
+    "compactions": 1, "attributed": 4, "unpairedToolCalls": 0, "newRecords": 97,
+}
+_IMPORT_REFUSED = {
+    "source": "claude-code", "externalId": "notes", "sessionId": "cc-0b9a8c7d6e5f40312233445566778899",
+    "status": "refused", "reason": "NOT_A_SESSION_FILE", "message": "no line of the file is a Claude Code record",
+    "messages": {}, "toolCalls": 0, "toolResults": 0, "thinkingBlocks": 0, "compactions": 0, "attributed": 0,
+}
 
 EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "host.hello": (
         {"token": "3f1c…e9", "clientId": "ui-7d2e", "clientKind": "ui", "protocol": 1},
-        {"protocol": 1, "hostVersion": "0.1.0", "bootId": "b_51c0", "serverTime": 1785056400000},
+        {"protocol": 1, "clientId": "ui-7d2e", "connectionId": 4, "hostVersion": "0.1.0", "bootId": "b_51c0",
+         "serverTime": 1785056400000},
+    ),
+    "host.createLoginCode": (
+        {},
+        {"code": "Jc3u9kqR0bVZ2xTt1w8yQm4nHs6dLp0a", "expiresInMs": 60000,
+         "url": "http://127.0.0.1:7777/#code=Jc3u9kqR0bVZ2xTt1w8yQm4nHs6dLp0a"},
     ),
     "host.status": (
         {},
@@ -444,6 +569,7 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             "uptimeMs": 400000,
             "actors": {"sessions": 3, "total": 7, "restarts": 0},
             "dbWriter": {"queueDepth": 0, "peakDepth": 14, "batches": 912},
+            "pipeline": {"inFlight": 0, "running": 0, "pinned": 0, "recent": 37},
             "dataDirBytes": 48213004,
             "boot": {"durationMs": 84, "cleanShutdown": True, "sessionsScanned": 41},
         },
@@ -467,6 +593,7 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             "hasMoreBefore": True,
             "hasMoreAfter": False,
             "totalMessages": 12,
+            "inflight": _INFLIGHT,
         },
     ),
     "session.appendMessage": (
@@ -540,6 +667,15 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             "message": {**_ASSISTANT_MESSAGE, "meta": {"status": "streaming"}},
         },
         {"saved": True},
+    ),
+    "session.recoverInflight": (
+        {"sessionId": "s_4f2a", "turnId": "t_10", "submissionId": "lost-t_10"},
+        {
+            "action": "promoted",
+            "message": {**_MESSAGE_REF, "id": "m_14", "seq": 14, "turnId": "t_10", "createdAt": 1785056701200},
+            "turn": {**_TURN, "id": "t_10", "status": "aborted", "errorCode": "SIDECAR_LOST",
+                     "endedAt": 1785056702000},
+        },
     ),
     "notifications.list": (
         {"unreadOnly": True, "limit": 20},
@@ -791,14 +927,109 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "plans.respond": (
         {"requestId": "plan_5e0d", "action": "approve", "targetPermissionMode": "accept-edits",
          "submissionId": "ans-1"},
-        {"approval": {"requestId": "plan_5e0d", "sessionId": "s_4f2a", "turnId": "t_9", "toolCallId": "call_3",
-                      "kind": "plan", "title": "Split the tokenizer", "question": "Proceed?",
-                      "status": "approved", "action": "approve", "targetPermissionMode": "accept-edits",
-                      "createdAt": 1785056400000, "updatedAt": 1785056500000, "expiresAt": 1785060000000,
-                      "resolvedAt": 1785056500000, "artifactPath": ".pi/plan/20260726-090000-3f9a0c1b2d4e.md",
-                      "artifactSha256": "5d41402abc4b2a76b9719d911017c5925d41402abc4b2a76b9719d911017c592",
-                      "artifactSize": 34, "version": 2, "executionId": "exec_81b2", "executionState": "queued"},
-         "session": {**_SESSION, "mode": "agent", "permissionMode": "accept-edits"}},
+        {"approval": _PLAN_APPROVED,
+         "session": {**_SESSION, "mode": "agent", "permissionMode": "accept-edits", "state": "queued",
+                     "contractKind": "plan"}},
+    ),
+    "plans.startExecution": (
+        {"sessionId": "s_4f2a", "executionId": "exec_22a1", "turnId": "t_11"},
+        {"approval": {**_PLAN_APPROVED, "executionState": "running", "executionTurnId": "t_11",
+                      "executionStartedAt": 1785056800000, "updatedAt": 1785056800000},
+         "session": {**_SESSION, "state": "running", "contractKind": "plan"}},
+    ),
+    "plans.finishExecution": (
+        {"sessionId": "s_4f2a", "executionId": "exec_22a1", "turnId": "t_11", "outcome": "completed"},
+        {"approval": {**_PLAN_APPROVED, "executionState": "completed", "executionTurnId": "t_11",
+                      "executionStartedAt": 1785056800000, "executionEndedAt": 1785056900000,
+                      "updatedAt": 1785056900000},
+         "session": {**_SESSION, "latestTurn": {"id": "t_11", "status": "completed", "endedAt": 1785056900000}}},
+    ),
+    "collab.deliver": (
+        {"pluginId": "team-lead", "sourceSessionId": "s_4f2a", "targetSessionId": "s_9c07", "kind": "task",
+         "content": "Review the tokenizer split in parser.py and list risky call sites",
+         "notifyOnCompletion": True, "idempotencyKey": "review-17"},
+        {"delivery": _DELIVERY, "replayed": False,
+         "entry": {**_ENTRY, "id": "q_9", "sessionId": "s_9c07", "principal": "plugin:team-lead",
+                   "idempotencyKey": "collab:col_5a1c", "content": _DELIVERY["content"],
+                   "permissionMode": "accept-edits", "position": 1,
+                   "sessionMessageId": "col_5a1c", "createdAt": 1785056800000}},
+    ),
+    "collab.begin": (
+        {"sessionId": "s_9c07", "deliveryId": "col_5a1c", "turnId": "t_40"},
+        {"delivery": _DELIVERY_RUNNING,
+         "message": {"id": "collab-col_5a1c", "sessionId": "s_9c07", "seq": 1, "turnId": "t_40", "role": "user",
+                     "createdAt": 1785056805000}},
+    ),
+    "collab.settle": (
+        {"sessionId": "s_9c07", "deliveryId": "col_5a1c", "turnId": "t_40", "status": "completed",
+         "result": "Three call sites use the old API: …"},
+        {"delivery": _DELIVERY_DONE, "callback": _CALLBACK},
+    ),
+    "collab.cancel": (
+        {"deliveryId": "col_5a1c"},
+        {"delivery": {**_DELIVERY, "status": "cancelled", "updatedAt": 1785056803000}},
+    ),
+    "collab.list": (
+        {"sessionId": "s_4f2a", "direction": "incoming"},
+        {"deliveries": [_CALLBACK]},
+    ),
+    "collab.get": (
+        {"deliveryId": "col_5a1c"},
+        {**_DELIVERY_DONE, "source": {"sessionId": "s_4f2a", "title": "Refactor the parser", "available": False}},
+    ),
+    "session.verifyEnvironment": (
+        {"sessionId": "s_4f2a", "turnId": "t_9"},
+        {"turnId": "t_9", "digest": "4f1c0b9d2e6a7c3b8a5d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d", "version": 1},
+    ),
+    "usage.session": (
+        {"sessionId": "s_4f2a"},
+        {"sessionId": "s_4f2a",
+         "total": {"turns": 14, "inputTokens": 48210, "outputTokens": 9120, "costMicros": 412300, "failedTurns": 1,
+                   "abortedTurns": 2},
+         "byModel": [{"providerId": "anthropic", "modelId": "claude-sonnet-4", "turns": 12, "inputTokens": 40110,
+                      "outputTokens": 8020, "costMicros": 370100, "failedTurns": 1, "abortedTurns": 2},
+                     {"providerId": "anthropic", "modelId": "claude-haiku-4", "turns": 2, "inputTokens": 8100,
+                      "outputTokens": 1100, "costMicros": 42200, "failedTurns": 0, "abortedTurns": 0}]},
+    ),
+    "usage.history": (
+        {"days": 7, "utcOffsetMinutes": 120},
+        {"days": [{"day": "2026-07-25", "turns": 9, "inputTokens": 30100, "outputTokens": 5200, "costMicros": 261000,
+                   "failedTurns": 0, "abortedTurns": 1},
+                  {"day": "2026-07-26", "turns": 5, "inputTokens": 18110, "outputTokens": 3920, "costMicros": 151300,
+                   "failedTurns": 1, "abortedTurns": 1}]},
+    ),
+    "session.listTurns": (
+        {"sessionId": "s_4f2a", "limit": 2},
+        {"turns": [{**_ENDED_TURN, "id": "t_10", "retryOf": "t_9", "startedAt": 1785056713000,
+                    "endedAt": 1785056730000},
+                   {**_ENDED_TURN, "status": "error", "errorCode": "RATE_LIMITED"}],
+         "nextCursor": "WzIsInR1cm5zIiwiOWQxZSIsWzE3ODUwNTY3MDAwMDAsInRfOSJdXQ"},
+    ),
+    "approvals.request": (
+        {"sessionId": "s_4f2a", "turnId": "t_10", "toolCallId": "call_3", "tool": "Bash",
+         "argsSummary": "pytest -q tests/parser", "risk": "medium", "expiresAt": 1785057002000,
+         "submissionId": "ask-call_3"},
+        {"request": _APPROVAL},
+    ),
+    "approvals.pending": ({"sessionId": "s_4f2a"}, {"pending": [_APPROVAL]}),
+    "approvals.respond": (
+        {"sessionId": "s_4f2a", "requestId": "apr_7b21", "optionId": "allow_project", "submissionId": "ui-a-17"},
+        {"request": _ALLOWED, "rule": _RULE},
+    ),
+    "approvals.rules": ({"sessionId": "s_4f2a"}, {"rules": [_RULE]}),
+    "approvals.removeRule": ({"ruleId": "rule_apr_7b21"}, {"removed": True}),
+    "interactions.request": (
+        {"sessionId": "s_4f2a", "turnId": "t_10", "toolCallId": "call_4",
+         "question": "Keep the old tokenizer API as a shim?",
+         "choices": [{"id": "yes", "label": "Yes, keep a shim"}, {"id": "no", "label": "No, update the callers"}],
+         "allowFreeText": True},
+        {"request": _INTERACTION},
+    ),
+    "interactions.pending": ({}, {"pending": [_INTERACTION]}),
+    "interactions.respond": (
+        {"sessionId": "s_4f2a", "requestId": "ask_19c4",
+         "answer": {"choiceIds": ["no"], "text": "and bump the version"}},
+        {"request": _ANSWERED},
     ),
     "projects.list": (
         {},
@@ -922,6 +1153,47 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"sha256": "5d41402abc4b2a76b9719d911017c5925d41402abc4b2a76b9719d911017c592",
          "applied": {"settings": 3, "providers": 1, "models": 0, "projects": 2, "projectGroups": 1, "memory": 1}},
     ),
+    "import.sessions": (
+        {"source": "claude-code", "root": "/home/ada/.claude/projects", "importId": "imp-1", "submissionId": "i-1"},
+        {"importId": "imp-1", "source": "claude-code", "root": "/home/ada/.claude/projects", "dryRun": False,
+         "total": 2, "counts": _IMPORT_COUNTS, "messages": 96, "sourceBytes": 482113,
+         "sessions": [_IMPORT_REFUSED, _IMPORT_REPORT], "truncated": False},
+    ),
+    "plugins.importSession": (
+        {"sourceId": "chatlog", "externalId": "conv-81", "title": "Parser ideas", "history":
+         {"projectPath": "/elsewhere/parser", "modelId": "gpt-x"}, "messages": [_USER_MESSAGE],
+         "submissionId": "pi-1"},
+        {"sessionId": "pl-5b1e0c9a7d3f42e8a1b6c0d9e8f7a6b5", "created": True, "messageCount": 1},
+    ),
+    "plugins.listSessions": (
+        {"sourceId": "chatlog"},
+        {"sessions": [{**{k: v for k, v in _SESSION.items() if k not in ("projectId", "projectPath", "providerId",
+                                                                         "modelId")},
+                       "id": "pl-5b1e0c9a7d3f42e8a1b6c0d9e8f7a6b5", "source": "chatlog",
+                       "origin": {"sourceId": "chatlog", "externalId": "conv-81", "label": "chatlog",
+                                  "history": {"projectPath": "/elsewhere/parser", "modelId": "gpt-x"}}}]},
+    ),
+    "sessions.trash": (
+        {"sessionId": "s_4f2a", "submissionId": "tr-1"},
+        {"session": {**_SESSION, "deletedAt": 1785056800000}},
+    ),
+    "sessions.restore": (
+        {"sessionId": "s_4f2a", "submissionId": "rs-1"},
+        {"session": _SESSION},
+    ),
+    "sessions.purge": (
+        {"sessionId": "s_4f2a", "submissionId": "pg-1"},
+        {"sessionId": "s_4f2a", "purged": True},
+    ),
+    "sessions.listTrashed": (
+        {"limit": 20},
+        {"sessions": [{**_SESSION, "deletedAt": 1785056800000}]},
+    ),
+    "session.export": (
+        {"sessionId": "s_4f2a", "format": "md"},
+        {"format": "md", "content": "# Refactor the parser\n\n**User** ...", "bytes": 4120, "messages": 12,
+         "compactions": 1, "environments": 0, "redactions": 2, "thinkingOmitted": 3},
+    ),
 }
 
 EVENT_EXAMPLES: dict[str, dict[str, Any]] = {
@@ -940,9 +1212,21 @@ EVENT_EXAMPLES: dict[str, dict[str, Any]] = {
                  "startedAt": 1785133800000},
     "plan.requested": {"approval": EXAMPLES["plans.submit"][1]},
     "plan.resolved": {"requestId": "plan_5e0d", "sessionId": "s_4f2a", "status": "approved"},
+    "plan.execution": {"approval": {**_PLAN_APPROVED, "executionState": "running", "executionTurnId": "t_11",
+                                    "executionStartedAt": 1785056800000, "updatedAt": 1785056800000}},
+    "session.inflight": _INFLIGHT,
+    "approval.requested": {"request": _APPROVAL},
+    "approval.resolved": {"request": _ALLOWED, "rule": _RULE},
+    "interaction.requested": {"request": _INTERACTION},
+    "interaction.resolved": {"request": _ANSWERED},
+    "collab.delivery": {"delivery": _DELIVERY_RUNNING},
     "settings.changed": {"ns": "app", "keys": ["largePasteThreshold"]},
     "providers.changed": {"providerIds": ["openrouter"]},
     "models.changed": {"providerId": "openrouter"},
+    "import.progress": {"importId": "imp-1", "source": "claude-code", "root": "/home/ada/.claude/projects",
+                        "dryRun": False, "done": 1, "total": 2, "counts": {**_IMPORT_COUNTS, "refused": 0},
+                        "messages": 96, "sourceBytes": 480100, "totalBytes": 482113,
+                        "sessionId": "cc-1d4e8f0a2b3c5d6e7f8091a2b3c4d5e6", "status": "new", "finished": False},
 }
 
 

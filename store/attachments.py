@@ -32,7 +32,6 @@ import os
 import re
 import secrets
 import sqlite3
-import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,9 +39,10 @@ from typing import Protocol, TypeVar
 
 import orjson
 
-from .errors import InvalidInput, NotFound, PayloadTooLarge, SessionNotFound, classify_os_error
+from .errors import InvalidInput, NotFound, PayloadTooLarge, PermissionDenied, SessionNotFound, classify_os_error
 from .faults import NO_FAULTS, Faults
 from .fsutil import TEMP_MARKER, fsync_dir, open_nofollow, remove_file_durable, write_all
+from .safe_open import check_path, is_under, open_under
 
 __all__ = [
     "DEFAULT_BUDGET_BYTES",
@@ -108,21 +108,26 @@ class AttachmentFiles:
             raise classify_os_error(exc, "store attachment") from exc
         return sha, len(data)
 
-    def import_file(self, source: str | os.PathLike[str], *, max_bytes: int) -> tuple[str, int]:
-        """Streaming copy of a regular file (hashing as it goes); never loads it whole."""
-        src = os.fspath(source)
-        if not os.path.isabs(src):
-            raise InvalidInput("path must be absolute", data={"field": "path"})
+    def import_file(self, source: str | os.PathLike[str], *, max_bytes: int, roots: Iterable[str],
+                    exclude: Iterable[str] = ()) -> tuple[str, int]:
+        """Streaming copy of a regular file under an allowed root (hashing as it goes); never loads it whole.
+
+        ``roots``: folders the file may be in (reached without following any
+        symlink below them); ``exclude``: folders refused even inside a root (the
+        data directory), unless the root itself lies inside one (its scratch).
+        The file is opened non-blocking and ``fstat``-checked before a byte is
+        read (a FIFO, a device or a directory is ``INVALID_PARAMS``), and it may
+        not be larger than ``max_bytes`` (``PAYLOAD_TOO_LARGE``).
+        """
+        src = check_path(os.fspath(source))
+        root_list = list(roots)
+        excluded = is_under(src, exclude)
+        base = is_under(src, root_list)
+        if excluded is not None and (base is None or is_under(base, [excluded]) is None):
+            raise PermissionDenied(f"{src} is inside the host's data directory; only its scratch folder may be "
+                                   "imported from", data={"field": "path", "path": src})
+        sfd = open_under(src, root_list, max_bytes=max_bytes)
         try:
-            sfd = os.open(src, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            raise NotFound(f"file {src} not found", data={"path": src}) from None
-        except OSError as exc:
-            raise InvalidInput(f"cannot open {src}: {exc.strerror}", data={"path": src}) from None
-        try:
-            st = os.fstat(sfd)
-            if not stat.S_ISREG(st.st_mode):
-                raise InvalidInput(f"{src} is not a regular file", data={"path": src})
             tmp, fd = self._temp()
             try:
                 digest = hashlib.sha256()

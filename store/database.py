@@ -415,10 +415,12 @@ __all__ = [
     "apply_pragmas",
     "check_sqlite_support",
     "checkpoint_wal",
+    "open_offline_reader",
     "open_reader",
     "open_writer",
     "probe_database",
     "quarantine_database",
+    "schema_version",
     "set_synchronous",
 ]
 
@@ -451,3 +453,30 @@ def incremental_vacuum(conn: sqlite3.Connection) -> None:
     """Give freed pages back to the file system (``auto_vacuum = INCREMENTAL``)."""
     # sqlite3.execute steps a row-less PRAGMA once (= one page); executescript steps it to the end.
     conn.executescript("PRAGMA incremental_vacuum;")
+
+
+def open_offline_reader(db_path: Path) -> sqlite3.Connection:
+    """A read-only connection for a CLI while **no host** runs (the caller holds ``host.lock`` shared).
+
+    With a ``-wal`` file present (a host was killed), ``mode=ro`` reads its
+    committed frames; without one the file is opened ``immutable=1``, so no
+    ``-wal``/``-shm`` file is created: nothing in the data directory changes.
+    Raises :class:`IOFailure` when the file is missing or unreadable.
+    """
+    db_path = Path(db_path)
+    if not db_path.is_file():
+        raise IOFailure(f"{db_path} does not exist (no host has run on this data directory)")
+    wal = db_path.with_name(db_path.name + "-wal")
+    uri = _ro_uri(db_path) if wal.exists() else f"{db_path.resolve().as_uri()}?immutable=1"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("PRAGMA trusted_schema = ON")
+    except sqlite3.Error as exc:
+        raise IOFailure(f"cannot open {db_path} read-only: {exc}") from exc
+    return conn
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """``PRAGMA user_version`` (the layout the file holds; ``store/schema.py`` names the current one)."""
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])

@@ -93,6 +93,13 @@ class StorageFull(StoreError):
     retriable = True
 
 
+class ResourceExhausted(StoreError):
+    """The process is out of a resource it needs for this request (file descriptors): retry shortly."""
+
+    code = "RESOURCE_EXHAUSTED"
+    retriable = True
+
+
 class IOFailure(StoreError):
     """An I/O error (EIO, failed fsync). The file is marked failed until reopened."""
 
@@ -114,9 +121,12 @@ class UnsupportedSQLite(StoreError):
 
 
 def classify_os_error(exc: OSError, what: str) -> StoreError:
-    """Map an OSError from a write path to StorageFull or IOFailure."""
+    """Map an OSError from a write path to StorageFull, ResourceExhausted or IOFailure."""
     import errno
 
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         return StorageFull(f"{what}: no space left ({exc.strerror})", data={"errno": exc.errno})
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        return ResourceExhausted(f"{what}: too many open files ({exc.strerror}); retry shortly",
+                                 data={"errno": exc.errno})
     return IOFailure(f"{what}: {exc.strerror or exc}", data={"errno": exc.errno})

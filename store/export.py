@@ -25,27 +25,36 @@ with the ``pi-host`` importer. Rendering of Markdown and HTML lives in
 
 from __future__ import annotations
 
+import io
+import os
 import re
+import secrets
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from . import index
 from .attachments import AttachmentFiles
-from .errors import CorruptData, InvalidInput, NotFound
+from .errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge, classify_os_error
+from .fsutil import fsync_dir
 from .jsonio import dumps_line, loads_line, now_rfc3339
 from .records import wire_record
 from .secrets import SecretStore, list_meta
 from .snapshots import is_secret_key, load_snapshot
 from .transcript import read_spans
 
+T = TypeVar("T")
+
 __all__ = [
     "FORMATS",
+    "InlineBuffer",
+    "export_to_new_file",
     "ExportOptions",
     "ExportReport",
     "Redactor",
+    "export_records",
     "export_session",
     "secret_values",
 ]
@@ -197,40 +206,111 @@ def prepare_record(record: Mapping[str, Any], options: ExportOptions, redactor: 
 def export_session(conn: sqlite3.Connection, transcript: Path, session_id: str, out: BinaryIO,
                    options: ExportOptions) -> ExportReport:
     """Write one session to ``out`` in ``options.format``. The index must cover the transcript."""
-    if options.format not in FORMATS:
-        raise InvalidInput(f"format must be one of {', '.join(FORMATS)}", data={"field": "format"})
+    _check_format(options)
     row = index.require_session(conn, session_id)
     view = SessionView(row, transcript, conn)
+    view.load_checkpoints()
+    session = index.public_session(row)
+    session["messageCount"] = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ? AND deleted = 0",
+                                           (session_id,)).fetchone()[0]
+    orphans = view.checkpoints.pop("", [])
+    return export_records(session, view.records(), orphans, view.environments(), out, options)
+
+
+def export_records(session: Mapping[str, Any], records: Iterable[tuple[dict[str, Any], list[dict[str, Any]]]],
+                   orphan_checkpoints: Iterable[Mapping[str, Any]], environments: Iterable[Mapping[str, Any]],
+                   out: BinaryIO, options: ExportOptions) -> ExportReport:
+    """The export of any session view: its summary, (message, the checkpoints after it) in order,
+    checkpoints without a boundary, then run environments (a native pi session has none)."""
+    _check_format(options)
     report = ExportReport(options.format)
     redactor = Redactor(options.secret_values, enabled=not options.include_secrets)
-    view.load_checkpoints()
     if options.format == "jsonl":
         writer: Any = _JsonlWriter(out, options)
     else:
         from .export_render import HtmlWriter, MarkdownWriter
 
         writer = (MarkdownWriter if options.format == "md" else HtmlWriter)(out, options)
-    session = redactor.value(index.public_session(row))
-    session["messageCount"] = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ? AND deleted = 0",
-                                           (session_id,)).fetchone()[0]
-    writer.begin(session)
-    orphans = view.checkpoints.pop("", [])
-    for cp in orphans:
+    writer.begin(redactor.value(dict(session)))
+    for cp in orphan_checkpoints:
         writer.checkpoint(redactor.value(cp))
         report.compactions += 1
-    for record, checkpoints in view.records():
+    for record, checkpoints in records:
         writer.message(prepare_record(record, options, redactor, report))
         report.messages += 1
         for cp in checkpoints:
             writer.checkpoint(redactor.value(cp))
             report.compactions += 1
-    for env in view.environments():
+    for env in environments:
         writer.environment(redactor.value(env))
         report.environments += 1
     writer.end()
     report.redactions = redactor.count
     report.bytes = writer.written
     return report
+
+
+def _check_format(options: ExportOptions) -> None:
+    if options.format not in FORMATS:
+        raise InvalidInput(f"format must be one of {', '.join(FORMATS)}", data={"field": "format"})
+
+
+# --------------------------------------------------------------------------- where an export goes
+
+
+class InlineBuffer(io.BytesIO):
+    """An in-memory export bounded to ``limit`` bytes (``PAYLOAD_TOO_LARGE`` past it: use a file)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def write(self, data: Any) -> int:
+        if self.tell() + len(data) > self.limit:
+            raise PayloadTooLarge(f"the export is larger than {self.limit} bytes: give outPath to write it to a file",
+                                  data={"limit": self.limit})
+        return super().write(data)
+
+
+def export_to_new_file(path: Path, produce: Callable[[BinaryIO], T]) -> T:
+    """Write an export to a NEW file ``path`` (never over an existing one: ``CONFLICT``).
+
+    ``produce`` streams into a temp file in the same directory (``O_EXCL``, no
+    symlink, 0600), which is fsynced, then hard-linked to ``path`` (``link``
+    never replaces a file) and the directory fsynced; on any failure the temp
+    file is removed and ``path`` does not exist.
+    """
+    if not path.is_absolute():
+        raise InvalidInput("outPath must be an absolute path", data={"field": "outPath"})
+    directory = path.parent
+    if not directory.is_dir():
+        raise NotFound(f"directory {directory} does not exist", data={"field": "outPath"})
+    if os.path.lexists(path):
+        raise Conflict(f"{path} exists; an export never replaces a file", data={"field": "outPath"})
+    temp = directory / f".{path.name}.export-{secrets.token_hex(6)}.tmp"
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise classify_os_error(exc, f"create {temp}") from exc
+    try:
+        with os.fdopen(fd, "wb", buffering=1 << 20) as fh:
+            result = produce(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            raise Conflict(f"{path} appeared while exporting; it was left as it is",
+                           data={"field": "outPath"}) from None
+        fsync_dir(directory)
+        return result
+    except OSError as exc:
+        raise classify_os_error(exc, f"export to {path}") from exc
+    finally:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
 
 
 class _JsonlWriter:

@@ -2,8 +2,9 @@
 
 Runs once before anything is served. Nothing is ever replayed: running turns
 become ``aborted`` (with an audit record each), pending plan approvals and
-queued/running executions become ``interrupted``, retention pruning runs, and
-the notification cap is repaired.
+queued/running executions become ``interrupted``, pending tool-permission
+approvals and interactions become ``interrupted`` (a late answer is refused),
+retention pruning runs, and the notification cap is repaired.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import sqlite3
 from typing import Any
 
 import orjson
+
+from . import approvals
 
 NOTIFICATION_CAP = 200
 DAY_MS = 86_400_000
@@ -36,9 +39,9 @@ def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -
         (now_ms, now_ms),
     ).rowcount
     executions = conn.execute(
-        "UPDATE plan_approvals SET execution_state = 'interrupted', updated_at = ? "
-        "WHERE execution_state IN ('queued', 'running')",
-        (now_ms,),
+        "UPDATE plan_approvals SET execution_state = 'interrupted', execution_outcome = 'interrupted', "
+        "execution_ended_at = ?, updated_at = ? WHERE execution_state IN ('queued', 'running')",
+        (now_ms, now_ms),
     ).rowcount
     # Scheduled-task runs that were running: aborted, never resumed (seed §4.11, no replay).
     runs = conn.execute(
@@ -52,8 +55,11 @@ def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -
         "(SELECT 1 FROM turn_queue q WHERE q.session_message_id = session_collaboration_messages.id))",
         (now_ms,),
     )
+    requests = approvals.interrupt_pending(conn, now_ms)
     return {"abortedTurns": [t for t, _ in running], "interruptedApprovals": pending,
-            "interruptedExecutions": executions, "abortedTaskRuns": runs}
+            "interruptedExecutions": executions, "abortedTaskRuns": runs,
+            "interruptedPermissionRequests": requests["approval"],
+            "interruptedInteractions": requests["interaction"]}
 
 
 def retention(conn: sqlite3.Connection, *, now_ms: int, audit_days: int = 90) -> dict[str, Any]:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import stat
 
 from .errors import Conflict, classify_os_error
 from .faults import NO_FAULTS, Faults
 
 __all__ = [
     "TEMP_MARKER",
+    "NotRegularFile",
     "atomic_write",
     "fsync_dir",
     "open_nofollow",
@@ -38,9 +40,23 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+class NotRegularFile(OSError):
+    """A path the host opens as a data file is a FIFO, a device, a socket or a directory."""
+
+
 def open_nofollow(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
-    """``os.open`` that refuses to follow a symlink at the last path component."""
-    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    """``os.open`` of a *regular file* that never follows a symlink at the last component
+    (``ELOOP``) and never blocks: ``O_NONBLOCK`` makes opening a FIFO or a device return at
+    once (it changes nothing for a regular file), and ``fstat`` refuses anything else
+    (:class:`NotRegularFile`, errno ``ENXIO``) before a byte is read or written."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(errno.ENXIO, "not a regular file", os.fspath(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:

@@ -12,6 +12,11 @@ import secrets
 from .errors import InvalidId
 
 SESSION_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# A native pi session (seed 003 §12): an opaque id that never becomes a file name here (the
+# catalog looks it up in its listing of the configured pi root; no path is built from it).
+NATIVE_SESSION_ID_RE = re.compile(r"^native-pi:[A-Za-z0-9_\-.@+=]{1,120}$")
+# Either kind, where a method accepts both (the routing splits them before anything else happens).
+SESSION_REF_RE = re.compile(r"^(?:[A-Za-z0-9_-]{1,64}|native-pi:[A-Za-z0-9_\-.@+=]{1,120})$")
 # Message / turn / other wire ids: printable, bounded, no control characters.
 WIRE_ID_RE = re.compile(r"^[A-Za-z0-9_\-:.@+=/]{1,200}$")
 PLUGIN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

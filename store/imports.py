@@ -25,13 +25,24 @@ import orjson
 from . import index, reconcile
 from .errors import StoreError
 from .fsutil import open_nofollow
-from .import_write import ImportTarget, Spans, apply_index, publish, stage, undo
+from .import_write import ImportTarget, Spans, StagedImport, apply_index, publish, stage, undo
 from .importers import discover
 from .importers.common import Refused, SessionReport, SourceUnit
 from .jsonio import loads_line
 from .transcript import read_first_line
 
-__all__ = ["ImportSummary", "existing_spans", "import_root", "import_unit", "origin_row", "sources_unchanged"]
+__all__ = [
+    "ImportSummary",
+    "PreparedImport",
+    "existing_spans",
+    "finish",
+    "import_root",
+    "import_unit",
+    "origin_row",
+    "prepare_unit",
+    "refuse_after",
+    "sources_unchanged",
+]
 
 
 # --------------------------------------------------------------------------- what the index knows
@@ -150,24 +161,45 @@ def _catch_up(conn: sqlite3.Connection, target: ImportTarget, sid: str, row: Map
     _tx(conn, lambda c: reconcile.apply_plan(c, sid, plan, now_ms=now_ms))
 
 
-def import_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarget, *, now_ms: int,
-                dry_run: bool = False) -> SessionReport:
-    """Import one session (stage → publish → one transaction → report). Never raises for bad input."""
+@dataclass
+class PreparedImport:
+    """What :func:`prepare_unit` decided: a final report, or staged lines to publish and index."""
+
+    report: SessionReport
+    staged: StagedImport | None = None
+    status: str = ""
+    """What the session becomes once ``staged`` is published and indexed (``new`` | ``updated`` | ``unchanged``)."""
+
+    @property
+    def changed(self) -> bool:
+        return self.staged is not None and self.staged.body_end > self.staged.body_start
+
+
+def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarget, *, now_ms: int,
+                 dry_run: bool = False) -> PreparedImport:
+    """Decide and stage one session's import (reads only: ``conn`` may be a read-only connection).
+
+    Unchanged sources and refusals come back as a final report; otherwise the
+    lines to write are staged (nothing visible yet) and the caller publishes
+    them (:func:`store.import_write.publish`), runs :func:`store.import_write.apply_index`
+    in one transaction and calls :func:`finish` — or :func:`store.import_write.undo`
+    on failure. The index must already cover the transcript (the caller caught it up).
+    Never raises for bad input.
+    """
     sid = unit.session_id
     report = SessionReport(unit.source, unit.external_id, sid)
     row = index.session_row(conn, sid)
     if row is not None and row["source"] != unit.source:
-        return report.refuse("CONFLICT", f"session {sid} exists and was not imported from {unit.source}")
+        return PreparedImport(report.refuse("CONFLICT", f"session {sid} exists and was not imported from "
+                                            f"{unit.source}"))
     origin = origin_row(conn, sid)
-    if row is not None and origin is not None and sources_unchanged(unit, origin["origin"]):
+    try:
+        unchanged = row is not None and origin is not None and sources_unchanged(unit, origin["origin"])
+    except OSError as exc:
+        return PreparedImport(report.refuse("READ_ERROR", str(exc)))
+    if unchanged:
         report.status = "unchanged"
-        return report
-    if not dry_run:
-        try:
-            _catch_up(conn, target, sid, row, now_ms)
-        except (StoreError, OSError, ValueError) as exc:
-            return report.refuse("INDEX_CATCH_UP_FAILED", str(exc))
-        row = index.session_row(conn, sid)
+        return PreparedImport(report)
     spans = existing_spans(conn, sid) if row is not None else None
 
     def live_ids() -> Iterator[str]:
@@ -179,30 +211,58 @@ def import_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarget
         staged = stage(unit, target, spans=spans, dry_run=dry_run, created_ms=lambda: now_ms,
                        live_ids=live_ids if row is not None else None)
     except Refused as exc:
-        return exc.report if exc.report is not None else report.refuse(exc.code, exc.message)
+        return PreparedImport(exc.report if exc.report is not None else report.refuse(exc.code, exc.message))
     except OSError as exc:
-        return report.refuse("READ_ERROR", str(exc))
+        return PreparedImport(report.refuse("READ_ERROR", str(exc)))
     except StoreError as exc:
-        return report.refuse(exc.code, exc.message)
+        return PreparedImport(report.refuse(exc.code, exc.message))
     report = staged.report
     changed = staged.body_end > staged.body_start
     status = "new" if staged.kind == "new" else ("updated" if changed else "unchanged")
     if dry_run:
         report.status = f"would-{status}" if status != "unchanged" else "unchanged"
-        return report
+        return PreparedImport(report)
     report.appended_bytes = staged.body_end - staged.body_start
+    return PreparedImport(report, staged, status)
+
+
+def finish(prepared: PreparedImport) -> SessionReport:
+    """The report of a prepared import that was published and indexed."""
+    prepared.report.status = prepared.status
+    return prepared.report
+
+
+def refuse_after(prepared: PreparedImport, exc: StoreError) -> SessionReport:
+    """The report of a prepared import whose publish or index step failed (the caller undid it)."""
+    return prepared.report.refuse(exc.code, exc.message)
+
+
+def import_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarget, *, now_ms: int,
+                dry_run: bool = False) -> SessionReport:
+    """Import one session on one connection (stage → publish → one transaction → report): the
+    offline path (tests, the benchmark). A running host runs the same steps in the session's actor
+    (``runtime/handlers/imports.py``). Never raises for bad input."""
+    if not dry_run:
+        sid = unit.session_id
+        try:
+            _catch_up(conn, target, sid, index.session_row(conn, sid), now_ms)
+        except (StoreError, OSError, ValueError) as exc:
+            return SessionReport(unit.source, unit.external_id, sid).refuse("INDEX_CATCH_UP_FAILED", str(exc))
+    prepared = prepare_unit(conn, unit, target, now_ms=now_ms, dry_run=dry_run)
+    staged = prepared.staged
+    if staged is None:
+        return prepared.report
     try:
-        if changed:
+        if prepared.changed:
             publish(staged, faults=target.faults)
         _tx(conn, lambda c: apply_index(c, staged, now_ms=now_ms))
     except StoreError as exc:
         undo(staged)
-        return report.refuse(exc.code, exc.message)
+        return refuse_after(prepared, exc)
     except BaseException:
         undo(staged)
         raise
-    report.status = status
-    return report
+    return finish(prepared)
 
 
 @dataclass

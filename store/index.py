@@ -8,7 +8,7 @@ opens files: callers pass parsed transcript records with their byte spans.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,6 +16,7 @@ from . import artifacts, receipts
 from .errors import Conflict, CorruptData, LimitExceeded, SessionNotFound
 from .records import extract_text, rfc3339_to_ms, tool_info
 from .schema import MAX_SEQ, message_mid
+from .session_state import with_projection
 from .sql_lists import in_chunks
 from .window_reply import describe_line
 
@@ -60,7 +61,11 @@ def session_row(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | N
         (session_id,),
     )
     row = cur.fetchone()
-    return _session_dict(row) if row else None
+    if not row:
+        return None
+    out = _session_dict(row)
+    with_projection(conn, [out])
+    return out
 
 
 def require_session(conn: sqlite3.Connection, session_id: str) -> dict[str, Any]:
@@ -190,10 +195,15 @@ def delete_session_rows(conn: sqlite3.Connection, session_id: str) -> bool:
 
 
 def list_sessions(
-    conn: sqlite3.Connection, *, limit: int, cursor: tuple[int, str] | None, project_id: int | None = None
+    conn: sqlite3.Connection, *, limit: int, cursor: tuple[int, str] | None, project_id: int | None = None,
+    owner_plugin: str | None = None,
 ) -> tuple[list[dict[str, Any]], tuple[int, str] | None]:
+    """Sessions not in the trash, newest ``updated_at`` first; ``owner_plugin``: only that plugin's imports."""
     where = ["s.deleted_at IS NULL"]
     args: list[Any] = []
+    if owner_plugin is not None:
+        where.append("EXISTS (SELECT 1 FROM session_import_origins o WHERE o.session_id = s.id AND o.plugin_id = ?)")
+        args.append(owner_plugin)
     if project_id is not None:
         where.append("s.project_id = ?")
         args.append(project_id)
@@ -209,6 +219,7 @@ def list_sessions(
     more = len(rows) > limit
     rows = rows[:limit]
     items = [_session_dict(r) for r in rows]
+    with_projection(conn, items)
     next_cursor = (items[-1]["updatedAt"], items[-1]["id"]) if more and items else None
     return items, next_cursor
 
@@ -486,6 +497,20 @@ def window_spans(conn: sqlite3.Connection, session_id: str, start: int,
         "WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
         (session_id, start, end),
     ).fetchall()
+
+
+def iter_window_spans(
+    conn: sqlite3.Connection, session_id: str, start: int, end: int, *, newest_first: bool
+) -> Iterator[tuple[int, int, int, int, str | None]]:
+    """The rows of ``window_spans``, lazily, oldest or newest first (a byte-bounded page stops early)."""
+    order = "DESC" if newest_first else "ASC"
+    cursor = conn.execute(
+        "SELECT seq, line_offset, line_len, deleted, turn_id FROM messages "
+        f"WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq {order}",
+        (session_id, start, end),
+    )
+    while batch := cursor.fetchmany(512):
+        yield from batch
 
 
 def client_spellings(session_id: str, message_id: str) -> tuple[str, str]:

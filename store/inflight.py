@@ -217,30 +217,76 @@ def sweep(
     return report
 
 
-def _settle(conn: sqlite3.Connection, sid: str, path: Path, quarantine_dir: Path, transcript: Path,
-            now_ms: int, faults: Faults, report: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class Settlement:
+    """What to do with a session's leftover checkpoint (the boot sweep and ``recoverInflight``)."""
+
+    action: Literal["none", "quarantine", "remove", "promote"]
+    checkpoint: Checkpoint | None = None
+    record: dict[str, Any] | None = None
+    """``promote``: the transcript record the checkpoint becomes."""
+
+
+def plan_settlement(conn: sqlite3.Connection, sid: str, path: Path, transcript: Path) -> Settlement:
+    """Decide a leftover checkpoint's fate from what the index holds (reads only).
+
+    * no file → ``none``;
+    * unreadable, another session's, or its session/transcript gone → ``quarantine``;
+    * its message id (or the D444 spelling) is indexed as a settled row → ``remove``;
+    * otherwise ``promote``: complete when its turn completed, else aborted.
+    """
     try:
         cp = read_checkpoint(path)
     except CorruptData:
-        report["quarantined"].append(_quarantine(path, quarantine_dir, now_ms))
-        return
+        return Settlement("quarantine")
     if cp is None:
-        return
+        return Settlement("none")
     exists = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is not None
     if cp.session_id != sid or not exists or not transcript.exists():
-        report["quarantined"].append(_quarantine(path, quarantine_dir, now_ms))
-        return
+        return Settlement("quarantine", cp)
     owner = index.lookup_ids(conn, [cp.message_id]).get(cp.message_id)
     if owner is not None and owner[0] != sid:
         cp = Checkpoint(cp.session_id, cp.turn_id, cp.saved_at,
                         {**cp.message, "id": remapped_id(sid, cp.message_id)})
     if indexed_state(conn, sid, transcript, cp.message_id) == "settled":
+        return Settlement("remove", cp)
+    status = conn.execute("SELECT status FROM turns WHERE id = ? AND session_id = ?",
+                          (cp.turn_id, sid)).fetchone()
+    return Settlement("promote", cp, promoted_record(cp, turn_completed=bool(status and status[0] == "completed")))
+
+
+def quarantine_checkpoint(path: Path, quarantine_dir: Path, now_ms: int) -> str:
+    """Move an unusable checkpoint aside (never deleted); returns where it went."""
+    return _quarantine(path, quarantine_dir, now_ms)
+
+
+def record_promotion(conn: sqlite3.Connection, sid: str, settlement: Settlement, now_ms: int, *,
+                     reason: str = "boot") -> None:
+    """The audit record of a promotion (inside the transaction that indexes the line)."""
+    cp, rec = settlement.checkpoint, settlement.record
+    assert cp is not None and rec is not None
+    conn.execute(
+        "INSERT INTO audit_log(ts, kind, session_id, payload_json) VALUES (?, 'inflight_promoted', ?, ?)",
+        (now_ms, sid, orjson.dumps({"messageId": cp.message_id, "turnId": cp.turn_id,
+                                    "status": rec["meta"]["status"], "savedAt": cp.saved_at,
+                                    "reason": reason}).decode()),
+    )
+
+
+def _settle(conn: sqlite3.Connection, sid: str, path: Path, quarantine_dir: Path, transcript: Path,
+            now_ms: int, faults: Faults, report: dict[str, Any]) -> None:
+    settlement = plan_settlement(conn, sid, path, transcript)
+    if settlement.action == "none":
+        return
+    if settlement.action == "quarantine":
+        report["quarantined"].append(_quarantine(path, quarantine_dir, now_ms))
+        return
+    if settlement.action == "remove":
         remove_checkpoint(path)  # the final row landed; the checkpoint is stale
         report["removed"] += 1
         return
-    status = conn.execute("SELECT status FROM turns WHERE id = ? AND session_id = ?",
-                          (cp.turn_id, sid)).fetchone()
-    rec = promoted_record(cp, turn_completed=bool(status and status[0] == "completed"))
+    cp, rec = settlement.checkpoint, settlement.record
+    assert cp is not None and rec is not None
     line = dumps_line(rec)
     writer = TranscriptWriter.open(transcript, faults=faults)
     try:
@@ -253,11 +299,7 @@ def _settle(conn: sqlite3.Connection, sid: str, path: Path, quarantine_dir: Path
         row = conn.execute("SELECT indexed_len, file_epoch FROM sessions WHERE id = ?", (sid,)).fetchone()
         plan = plan_reconcile(transcript, int(row[0] or 0), row[1])
         apply_plan(conn, sid, plan, now_ms=now_ms)
-        conn.execute(
-            "INSERT INTO audit_log(ts, kind, session_id, payload_json) VALUES (?, 'inflight_promoted', ?, ?)",
-            (now_ms, sid, orjson.dumps({"messageId": cp.message_id, "turnId": cp.turn_id,
-                                        "status": rec["meta"]["status"], "savedAt": cp.saved_at}).decode()),
-        )
+        record_promotion(conn, sid, settlement, now_ms)
         faults.point("inflight.before_commit")
         conn.execute("COMMIT")
     except BaseException:

@@ -82,6 +82,7 @@ __all__ = [
     "is_native_id",
     "list_native",
     "snapshot",
+    "unsupported_for_native",
 ]
 
 NATIVE_PREFIX = "native-pi:"
@@ -102,11 +103,16 @@ def is_native_id(value: object) -> bool:
     return isinstance(value, str) and value.startswith(NATIVE_PREFIX)
 
 
+def unsupported_for_native(method: str, session_id: str) -> UnsupportedForNativeSession:
+    """The refusal of ``method`` for a native session (the request pipeline raises it before validation)."""
+    return UnsupportedForNativeSession(
+        f"{method} is not supported for native pi sessions (they belong to pi; fork one to change it)",
+        data={"sessionId": session_id[:200], "method": method})
+
+
 def check_supported(method: str, session_id: str) -> None:
     if is_native_id(session_id) and method not in SUPPORTED:
-        raise UnsupportedForNativeSession(
-            f"{method} is not supported for native pi sessions (they belong to pi; fork one to change it)",
-            data={"sessionId": session_id, "method": method})
+        raise unsupported_for_native(method, session_id)
 
 
 # --------------------------------------------------------------------------- snapshots
@@ -227,7 +233,7 @@ class NativeListing:
     """native id → canonical file path (host-internal: never sent to a client)."""
 
 
-def _candidates(root: Path) -> Iterator[Path]:
+def candidates(root: Path) -> Iterator[Path]:
     if not root.is_dir():
         return
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
@@ -242,7 +248,7 @@ def _candidates(root: Path) -> Iterator[Path]:
 def list_native(root: Path, *, limits: ImportLimits = DEFAULT_LIMITS) -> NativeListing:
     """Every native session under ``root`` (read-only snapshots; nothing is cached or written)."""
     out = NativeListing()
-    for path in _candidates(root):
+    for path in candidates(root):
         try:
             session = project(snapshot(path), limits=limits)
         except (Refused, StoreError, OSError) as exc:

@@ -35,6 +35,7 @@ import orjson
 from .errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge, StoreError, classify_os_error
 from .faults import NO_FAULTS, Faults
 from .fsutil import atomic_write, fsync_dir, remove_file_durable, write_all
+from .safe_open import check_path, open_regular, open_under, path_error, read_bounded
 
 __all__ = [
     "Artifact",
@@ -69,12 +70,13 @@ class Artifact:
 
 
 def _check_root(workspace_root: str) -> str:
-    if not os.path.isabs(workspace_root):
-        raise InvalidInput("workspaceRoot must be an absolute path", data={"field": "workspaceRoot"})
+    check_path(workspace_root, field="workspaceRoot")
     try:
         st = os.stat(workspace_root)
     except FileNotFoundError:
         raise NotFound(f"workspace {workspace_root} does not exist", data={"workspaceRoot": workspace_root}) from None
+    except OSError as exc:
+        raise path_error(exc, workspace_root, field="workspaceRoot", what="open workspace") from None
     if not stat.S_ISDIR(st.st_mode):
         raise InvalidInput(f"workspace {workspace_root} is not a directory", data={"field": "workspaceRoot"})
     return workspace_root
@@ -180,9 +182,12 @@ def sweep_intents(conn: sqlite3.Connection, sessions_dir: str | os.PathLike[str]
             continue
         path = os.path.join(sessions_dir, name)
         try:
-            with open(path, "rb") as fh:
-                intent = orjson.loads(fh.read(1 << 16))
-        except (OSError, ValueError):
+            fd = open_regular(path, max_bytes=1 << 16)
+            try:
+                intent = orjson.loads(read_bounded(fd, 1 << 16, path=path))
+            finally:
+                os.close(fd)
+        except (OSError, ValueError, StoreError):
             intent = None
         if isinstance(intent, dict) and isinstance(intent.get("requestId"), str):
             row = conn.execute("SELECT 1 FROM plan_approvals WHERE request_id = ?", (intent["requestId"],)).fetchone()
@@ -240,25 +245,22 @@ def verify_artifact(workspace_root: str, relative_path: str | None, sha256: str 
     if not relative_path or not _REL_RE.fullmatch(relative_path) or sha256 is None or size is None:
         raise bad("no valid artifact recorded")
     root = _check_root(workspace_root)
-    for part in (".pi", relative_path.rsplit("/", 1)[0]):
-        try:
-            if not stat.S_ISDIR(os.lstat(os.path.join(root, part)).st_mode):
-                raise bad(f"{part} is not a real directory")
-        except FileNotFoundError:
-            raise bad("file is missing") from None
+    # Walk from the workspace without following a symlink, open non-blocking (an agent can
+    # write the workspace: a FIFO or device put in the artifact's place must not block the
+    # session actor), fstat before reading, and never read more than one byte past its size.
     try:
-        fd = os.open(os.path.join(root, relative_path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
+        fd = open_under(os.path.join(root, relative_path), [root], max_bytes=None, field="artifactPath")
+    except NotFound:
         raise bad("file is missing") from None
-    except OSError as exc:
-        raise bad(f"cannot open ({exc.strerror})") from None
+    except StoreError as exc:
+        raise bad(exc.message) from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise bad("not a regular file")
         digest, total = hashlib.sha256(), 0
-        while chunk := os.read(fd, _CHUNK):
+        while total <= size and (chunk := os.read(fd, min(_CHUNK, size + 1 - total))):
             digest.update(chunk)
             total += len(chunk)
+    except OSError as exc:
+        raise bad(f"cannot read ({exc.strerror})") from None
     finally:
         os.close(fd)
     if total != size:
@@ -271,14 +273,21 @@ def verify_artifact(workspace_root: str, relative_path: str | None, sha256: str 
 
 _COLS = ("request_id, session_id, turn_id, tool_call_id, kind, title, question, status, action, "
          "target_permission_mode, created_at, updated_at, expires_at, resolved_at, error_code, "
-         "artifact_relative_path, artifact_sha256, artifact_size_bytes, version, execution_id, execution_state")
+         "artifact_relative_path, artifact_sha256, artifact_size_bytes, version, execution_id, execution_state, "
+         "execution_turn_id, execution_outcome, execution_error_code, execution_started_at, execution_ended_at")
 _KEYS = ("requestId", "sessionId", "turnId", "toolCallId", "kind", "title", "question", "status", "action",
          "targetPermissionMode", "createdAt", "updatedAt", "expiresAt", "resolvedAt", "errorCode",
-         "artifactPath", "artifactSha256", "artifactSize", "version", "executionId", "executionState")
+         "artifactPath", "artifactSha256", "artifactSize", "version", "executionId", "executionState",
+         "executionTurnId", "_outcome", "executionErrorCode", "executionStartedAt", "executionEndedAt")
+EXECUTION_OUTCOMES = ("completed", "failed", "cancelled")
 
 
 def _row(row: tuple[Any, ...]) -> dict[str, Any]:
-    return {k: v for k, v in zip(_KEYS, row, strict=True) if v is not None}
+    out = {k: v for k, v in zip(_KEYS, row, strict=True) if v is not None}
+    outcome = out.pop("_outcome", None)
+    if outcome is not None:  # the lifecycle's end in full (the seed column only knows completed/interrupted)
+        out["executionState"] = outcome
+    return out
 
 
 def get_request(conn: sqlite3.Connection, request_id: str) -> dict[str, Any]:
@@ -380,3 +389,87 @@ def reject(conn: sqlite3.Connection, request_id: str, *, now_ms: int) -> dict[st
 
 def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+# -- execution lifecycle (seed §4.6a execution fields, bound to the executing turn) ----------
+
+def get_execution(conn: sqlite3.Connection, session_id: str, execution_id: str) -> dict[str, Any]:
+    row = conn.execute(f"SELECT {_COLS} FROM plan_approvals WHERE execution_id = ?", (execution_id,)).fetchone()
+    if row is None or row[1] != session_id:
+        raise NotFound(f"execution {execution_id} not found in session {session_id}",
+                       data={"executionId": execution_id, "sessionId": session_id})
+    return _row(row)
+
+
+def _turn_running(conn: sqlite3.Connection, session_id: str, turn_id: str) -> None:
+    found = conn.execute("SELECT status FROM turns WHERE id = ? AND session_id = ?", (turn_id, session_id)).fetchone()
+    if found is None:
+        raise NotFound(f"turn {turn_id} not found in session {session_id}", data={"turnId": turn_id})
+    if found[0] != "running":
+        raise Conflict(f"turn {turn_id} is {found[0]}: an execution runs in a running turn",
+                       data={"turnId": turn_id, "status": found[0]})
+
+
+def start_execution(conn: sqlite3.Connection, session_id: str, execution_id: str, turn_id: str,
+                    now_ms: int) -> dict[str, Any]:
+    """queued → running, bound to ``turn_id`` (a running turn of the session)."""
+    row = get_execution(conn, session_id, execution_id)
+    if row.get("executionState") != "queued":
+        raise Conflict(f"execution {execution_id} is {row.get('executionState')}, not queued",
+                       data={"executionId": execution_id, "executionState": row.get("executionState")})
+    _turn_running(conn, session_id, turn_id)
+    conn.execute(
+        "UPDATE plan_approvals SET execution_state = 'running', execution_turn_id = ?, execution_started_at = ?, "
+        "updated_at = ? WHERE execution_id = ? AND execution_state = 'queued'",
+        (turn_id, now_ms, now_ms, execution_id))
+    return get_execution(conn, session_id, execution_id)
+
+
+def _end(conn: sqlite3.Connection, execution_id: str, outcome: str, error_code: str | None, now_ms: int) -> None:
+    conn.execute(
+        "UPDATE plan_approvals SET execution_state = ?, execution_outcome = ?, execution_error_code = ?, "
+        "execution_ended_at = ?, updated_at = ? WHERE execution_id = ? AND execution_state IN ('queued', 'running')",
+        ("completed" if outcome == "completed" else "interrupted", outcome, error_code, now_ms, now_ms, execution_id))
+
+
+def finish_execution(conn: sqlite3.Connection, session_id: str, execution_id: str, *, turn_id: str | None,
+                     outcome: str, error_code: str | None, now_ms: int) -> dict[str, Any]:
+    """running → completed | failed | cancelled (by its own turn); queued → cancelled (before it ran)."""
+    if outcome not in EXECUTION_OUTCOMES:
+        raise InvalidInput("outcome must be completed, failed or cancelled", data={"field": "outcome"})
+    row = get_execution(conn, session_id, execution_id)
+    state = row.get("executionState")
+    if state == "queued":
+        if outcome != "cancelled":
+            raise Conflict(f"execution {execution_id} has not started: it can only be cancelled",
+                           data={"executionId": execution_id, "executionState": state})
+    elif state == "running":
+        if turn_id != row.get("executionTurnId"):
+            raise Conflict(f"execution {execution_id} runs in turn {row.get('executionTurnId')}, not {turn_id}",
+                           data={"executionId": execution_id, "turnId": row.get("executionTurnId")})
+    else:
+        raise Conflict(f"execution {execution_id} already ended ({state})",
+                       data={"executionId": execution_id, "executionState": state})
+    _end(conn, execution_id, outcome, error_code, now_ms)
+    return get_execution(conn, session_id, execution_id)
+
+
+def settle_for_turn(conn: sqlite3.Connection, session_id: str, turn_id: str, turn_status: str,
+                    error_code: str | None, now_ms: int) -> list[dict[str, Any]]:
+    """The executing turn ended without finishing its execution: completed → completed,
+    error → failed, aborted → cancelled."""
+    outcome = {"completed": "completed", "error": "failed", "aborted": "cancelled"}[turn_status]
+    ids = [r[0] for r in conn.execute(
+        "SELECT execution_id FROM plan_approvals WHERE session_id = ? AND execution_turn_id = ? "
+        "AND execution_state = 'running'", (session_id, turn_id))]
+    for execution_id in ids:
+        _end(conn, execution_id, outcome, error_code if outcome != "completed" else None, now_ms)
+    return [get_execution(conn, session_id, e) for e in ids]
+
+
+def active_contract(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | None:
+    """The session's pending approval, else its queued/running execution (what a mode change must keep)."""
+    row = conn.execute(
+        f"SELECT {_COLS} FROM plan_approvals WHERE session_id = ? AND (status = 'pending' OR execution_state IN "
+        "('queued', 'running')) ORDER BY status = 'pending' DESC, created_at DESC LIMIT 1", (session_id,)).fetchone()
+    return _row(row) if row else None

@@ -33,11 +33,12 @@ from typing import Any
 import orjson
 
 from protocol.limits import MAX_BLOCKS_PER_MESSAGE as MAX_BLOCKS
+from protocol.limits import MAX_PLUGIN_MESSAGES
 
 from . import index
 from .errors import InvalidInput, NotFound, PermissionDenied, SessionNotFound, StoreError
-from .ids import new_id
-from .import_write import ImportTarget, apply_index, publish, stage_parsed, undo
+from .ids import PLUGIN_ID_RE, new_id
+from .import_write import ImportTarget, StagedImport, apply_index, publish, stage_parsed, undo
 from .importers.common import (
     BlobSink,
     Parsed,
@@ -57,20 +58,24 @@ __all__ = [
     "MAX_PLUGIN_MESSAGES",
     "PluginImport",
     "find_import",
+    "bound_project",
+    "check_request",
+    "commit_plugin_import",
+    "existing_result",
     "import_plugin_session",
     "list_plugin_sessions",
     "require_owned",
+    "stage_plugin_import",
     "validate_plugin_id",
 ]
 
-MAX_PLUGIN_MESSAGES = 100_000
+
 HISTORY_KEYS = ("projectPath", "modelId", "providerId")
-_PLUGIN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _KEY = re.compile(r"^[^\x00-\x1f]{1,200}$")
 
 
 def validate_plugin_id(value: object) -> str:
-    if not isinstance(value, str) or not _PLUGIN_ID.fullmatch(value):
+    if not isinstance(value, str) or not PLUGIN_ID_RE.fullmatch(value):
         raise InvalidInput("pluginId must be 1-64 characters from [A-Za-z0-9._-]", data={"field": "pluginId"})
     return value
 
@@ -124,9 +129,8 @@ def _records(req: PluginImport, sid: str, now_ms: int, meta: SessionMeta) -> Ite
         yield _Slot(record, replacement=replacement)
 
 
-def import_plugin_session(conn: sqlite3.Connection, req: PluginImport, target: ImportTarget, *, now_ms: int,
-                          make_id: Callable[[], str] = lambda: new_id("pl-")) -> dict[str, Any]:
-    """Import (or find again) a plugin's session. Returns ``{sessionId, created, messageCount}``."""
+def check_request(req: PluginImport) -> tuple[str, str, str]:
+    """Validate the request's keys and bounds (``INVALID_PARAMS`` naming the field); its idempotency key."""
     plugin = validate_plugin_id(req.plugin_id)
     source = _key(req.source_id, "sourceId")
     external = _key(req.external_id, "externalId")
@@ -137,17 +141,33 @@ def import_plugin_session(conn: sqlite3.Connection, req: PluginImport, target: I
         if isinstance(blocks, list) and len(blocks) > MAX_BLOCKS:
             raise InvalidInput(f"messages[{i}].blocks holds more than {MAX_BLOCKS} blocks",
                                data={"field": f"messages[{i}].blocks"})
+    return plugin, source, external
+
+
+def existing_result(conn: sqlite3.Connection, req: PluginImport) -> dict[str, Any] | None:
+    """The answer for a key imported before (``created: false``), else None."""
+    plugin, source, external = check_request(req)
     existing = find_import(conn, plugin, source, external)
-    if existing is not None:
-        return {"sessionId": existing, "created": False,
-                "messageCount": index.require_session(conn, existing)["messageCount"]}
-    project: tuple[int, str] | None = None
-    if req.project_id is not None:
-        row = conn.execute("SELECT id, path FROM projects WHERE id = ?", (req.project_id,)).fetchone()
-        if row is None:
-            raise NotFound(f"project {req.project_id} not found", data={"projectId": req.project_id})
-        project = (int(row[0]), str(row[1]))
-    sid = make_id()
+    if existing is None:
+        return None
+    return {"sessionId": existing, "created": False,
+            "messageCount": index.require_session(conn, existing)["messageCount"]}
+
+
+def bound_project(conn: sqlite3.Connection, req: PluginImport) -> tuple[int, str] | None:
+    """The explicit host-created project to bind (``NOT_FOUND`` for an unknown id)."""
+    if req.project_id is None:
+        return None
+    row = conn.execute("SELECT id, path FROM projects WHERE id = ?", (req.project_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"project {req.project_id} not found", data={"projectId": req.project_id})
+    return int(row[0]), str(row[1])
+
+
+def stage_plugin_import(req: PluginImport, sid: str, target: ImportTarget, project: tuple[int, str] | None, *,
+                        now_ms: int) -> StagedImport:
+    """Step 1 (file I/O, no database): the new transcript in a temp file (``INVALID_PARAMS`` if refused)."""
+    plugin, source, external = check_request(req)
     history = {k: req.history[k] for k in HISTORY_KEYS if isinstance(req.history.get(k), str)}
     meta = SessionMeta(source, external, sid, title=clean_title(req.title),
                        label=(req.source_label or source)[:80], history=dict(history))
@@ -155,30 +175,60 @@ def import_plugin_session(conn: sqlite3.Connection, req: PluginImport, target: I
     report = SessionReport(source, external, sid)
     parsed = Parsed(meta, report, finalize(_records(req, sid, now_ms, meta), report, target.limits))
     try:
-        staged = stage_parsed(parsed, sid, target, sink=BlobSink(None), spans=None, created_ms=lambda: now_ms,
-                              plugin_id=plugin, project=project)
+        return stage_parsed(parsed, sid, target, sink=BlobSink(None), spans=None, created_ms=lambda: now_ms,
+                            plugin_id=plugin, project=project)
     except Refused as exc:
         raise InvalidInput(exc.message, data={"field": "messages", "reason": exc.code}) from None
+
+
+def commit_plugin_import(conn: sqlite3.Connection, req: PluginImport, staged: StagedImport, *,
+                         now_ms: int) -> dict[str, Any]:
+    """Step 3, inside the caller's transaction: the rows, unless the key was imported meanwhile.
+
+    ``created: false`` means another import of the same key won the race: nothing was
+    written here, and the caller removes its staged transcript (:func:`store.import_write.undo`).
+    """
+    found = existing_result(conn, req)
+    if found is not None:
+        return found
+    apply_index(conn, staged, now_ms=now_ms)
+    return {"sessionId": staged.session_id, "created": True,
+            "messageCount": sum(staged.report.messages.values())}
+
+
+def import_plugin_session(conn: sqlite3.Connection, req: PluginImport, target: ImportTarget, *, now_ms: int,
+                          make_id: Callable[[], str] = lambda: new_id("pl-")) -> dict[str, Any]:
+    """Import (or find again) a plugin's session on one connection (tests, tools without a host):
+    stage → publish → one transaction → undo on failure. Returns ``{sessionId, created, messageCount}``.
+
+    A running host runs the same steps in the new session's actor (``runtime/handlers/plugin_imports.py``).
+    """
+    found = existing_result(conn, req)
+    if found is not None:
+        return found
+    project = bound_project(conn, req)
+    staged = stage_plugin_import(req, make_id(), target, project, now_ms=now_ms)
     try:
         publish(staged, faults=target.faults)
         conn.execute("BEGIN IMMEDIATE")
         try:
-            apply_index(conn, staged, now_ms=now_ms)
+            result = commit_plugin_import(conn, req, staged, now_ms=now_ms)
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
     except sqlite3.IntegrityError:
         undo(staged)
-        winner = find_import(conn, plugin, source, external)
+        winner = existing_result(conn, req)
         if winner is None:
             raise
-        return {"sessionId": winner, "created": False,
-                "messageCount": index.require_session(conn, winner)["messageCount"]}
+        return winner
     except BaseException:
         undo(staged)
         raise
-    return {"sessionId": sid, "created": True, "messageCount": sum(report.messages.values())}
+    if not result["created"]:
+        undo(staged)
+    return result
 
 
 def require_owned(conn: sqlite3.Connection, plugin_id: str, session_id: str, *,

@@ -9,8 +9,10 @@ anything else (other epoch, shorter file) is reindexed in full.
 
 from __future__ import annotations
 
+import errno
 import os
-from collections.abc import Mapping
+import stat
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,8 @@ from typing import Any
 import orjson
 
 from . import index, receipts
+from .errors import CorruptData, classify_os_error
+from .fsutil import open_nofollow
 from .index import CompactionRecord, IndexRecord
 from .jsonio import loads_line
 from .records import rfc3339_to_ms
@@ -48,15 +52,45 @@ class ReconcilePlan:
     scan: TailScan | None = None
 
 
+_SCAN_CHUNK = 8 << 20
+MAX_LINE_BYTES = 64 << 20
+"""A transcript line longer than this is counted as a bad line and skipped, never buffered whole."""
+
+
+def _open_transcript(path: Path) -> int:
+    """A transcript is a regular file reached without a symlink (a planted link is refused, never followed)."""
+    try:
+        return open_nofollow(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENXIO):
+            raise classify_os_error(exc, f"read transcript {path}") from None
+        raise CorruptData(f"transcript {path} is a symbolic link or not a regular file: refused, not read "
+                          f"({exc.strerror or exc})",
+                          data={"path": str(path), "reason": "not_a_regular_file"}) from None
+
+
 def read_header(path: Path) -> dict[str, Any] | None:
     """Parse the first line (the session header); None if absent or unreadable."""
     try:
-        with open(path, "rb") as fh:
-            line = fh.readline(1 << 20)
+        fd = _open_transcript(path)
     except FileNotFoundError:
         return None
-    if not line.endswith(b"\n"):
+    try:
+        head = b""
+        nl = -1
+        while nl < 0 and len(head) < 1 << 20:  # the header line only, in small reads
+            chunk = os.read(fd, 4096 if not head else len(head))
+            if not chunk:
+                break
+            head += chunk
+            nl = head.find(b"\n")
+    finally:
+        os.close(fd)
+    if nl < 0:
         return None
+    line = head[: nl + 1]
     try:
         rec = loads_line(line)
     except ValueError:
@@ -64,46 +98,88 @@ def read_header(path: Path) -> dict[str, Any] | None:
     return rec if rec.get("type") == "session" else None
 
 
-def scan_from(path: Path, start: int) -> TailScan:
-    """Parse every complete line from byte ``start`` (which must be a line start)."""
-    with open(path, "rb") as fh:
-        fh.seek(start)
-        data = fh.read()
-    scan = TailScan(start=start, end=start)
-    pos = 0
-    n = len(data)
-    while pos < n:
-        nl = data.find(b"\n", pos)
-        if nl < 0:
-            scan.torn_tail_bytes = n - pos
+def _lines(fd: int, start: int, size: int) -> Iterator[tuple[int, bytes | None, bool]]:
+    """``(offset, line, rest_is_blank)`` for each complete line in ``[start, size)``, read in bounded chunks;
+    finally ``(offset, None, ...)`` for a torn tail. A line over ``MAX_LINE_BYTES`` is yielded as ``b""``
+    (a bad line) without being held whole."""
+    pos = start
+    carry = b""
+    skipping = False
+    os.lseek(fd, start, os.SEEK_SET)
+    while pos < size:
+        chunk = os.read(fd, min(_SCAN_CHUNK, size - pos))
+        if not chunk:
             break
-        line = data[pos : nl + 1]
-        offset = start + pos
-        pos = nl + 1
-        scan.end = start + pos
-        try:
-            rec = loads_line(line)
-        except ValueError:
-            if data[pos - 1 :].strip(b"\x00\n") == b"" and line.strip(b"\x00\n") == b"":
-                scan.torn_tail_bytes = n - (pos - len(line))
-                scan.end = offset
+        data = carry + chunk if carry else chunk
+        base = pos - len(carry)
+        pos += len(chunk)
+        at = 0
+        while True:
+            nl = data.find(b"\n", at)
+            if nl < 0:
                 break
-            scan.bad_lines.append(offset)
-            continue
-        kind = rec.get("type")
-        if kind == "message" and isinstance(rec.get("id"), str):
-            scan.messages.append(IndexRecord(rec, offset, len(line), line=line))
-        elif kind == "compaction":
-            scan.compactions.append(CompactionRecord(rec, offset, len(line)))
-        elif kind == "tombstone" and isinstance(rec.get("messageId"), str):
-            scan.tombstones[rec["messageId"]] = bool(rec.get("deleted", True))
-        elif kind == "session_info":
-            scan.session_info = {**(scan.session_info or {}), **rec}
-        elif kind == "session" and offset == 0:
-            scan.header = rec
-        else:
-            scan.unknown_lines += 1
+            if skipping:
+                skipping = False
+                yield base + at, b"", False
+            else:
+                yield base + at, data[at : nl + 1], not data[nl + 1 :].strip(b"\x00\n") and pos >= size
+            at = nl + 1
+        carry = data[at:]
+        if len(carry) > MAX_LINE_BYTES:
+            skipping, carry = True, b""
+    if carry or skipping:
+        yield size - len(carry), None, False
+
+
+def scan_from(path: Path, start: int) -> TailScan:
+    """Parse every complete line from byte ``start`` (which must be a line start).
+
+    The file is opened without following a symlink and read in bounded chunks up
+    to the size ``fstat`` reports when it is opened.
+    """
+    fd = _open_transcript(path)
+    try:
+        size = os.fstat(fd).st_size
+        scan = TailScan(start=start, end=start)
+        for offset, line, rest_blank in _lines(fd, start, size):
+            if line is None:
+                scan.torn_tail_bytes = size - offset
+                break
+            scan.end = offset + len(line)
+            if not line:
+                scan.bad_lines.append(offset)
+                continue
+            try:
+                rec = loads_line(line)
+            except ValueError:
+                if rest_blank and line.strip(b"\x00\n") == b"":
+                    scan.torn_tail_bytes = size - offset
+                    scan.end = offset
+                    break
+                scan.bad_lines.append(offset)
+                continue
+            _take(scan, rec, offset, line)
+    finally:
+        os.close(fd)
     return scan
+
+
+def _take(scan: TailScan, rec: dict[str, Any], offset: int, line: bytes) -> None:
+    kind = rec.get("type")
+    if kind == "message" and isinstance(rec.get("id"), str):
+        scan.messages.append(IndexRecord(rec, offset, len(line), line=line))
+    elif kind == "compaction":
+        scan.compactions.append(CompactionRecord(rec, offset, len(line)))
+    elif kind == "tombstone" and isinstance(rec.get("messageId"), str):
+        scan.tombstones[rec["messageId"]] = bool(rec.get("deleted", True))
+    elif kind == "session_info":
+        scan.session_info = {**(scan.session_info or {}), **rec}
+    elif kind == "session" and offset == 0:
+        scan.header = rec
+    elif kind == "approval_decision":
+        pass  # a user's decision (store/approvals.py): the database holds its state
+    else:
+        scan.unknown_lines += 1
 
 
 def dedupe(messages: list[IndexRecord]) -> list[IndexRecord]:
@@ -122,9 +198,13 @@ def dedupe(messages: list[IndexRecord]) -> list[IndexRecord]:
 
 def plan_reconcile(path: Path, indexed_len: int, file_epoch: str | None) -> ReconcilePlan:
     try:
-        size = os.stat(path).st_size
+        st = os.lstat(path)
     except FileNotFoundError:
         return ReconcilePlan(kind="missing")
+    if not stat.S_ISREG(st.st_mode):
+        raise CorruptData(f"transcript {path} is a symbolic link or not a regular file: refused, not read",
+                          data={"path": str(path), "reason": "not_a_regular_file"})
+    size = st.st_size
     header = read_header(path)
     epoch = header.get("epoch") if header else None
     if header is not None and epoch == file_epoch and indexed_len > 0 and size >= indexed_len:
@@ -260,6 +340,8 @@ def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any 
     extra: Mapping[str, Any] = raw_extra if isinstance(raw_extra, Mapping) else {}
     if method == "session.delete":
         return {"sessionId": session_id, "deleted": True}
+    if method == "sessions.purge":
+        return {"sessionId": session_id, "purged": True}
     row = index.session_row(conn, session_id)
     if row is None:
         return None

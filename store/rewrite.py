@@ -46,6 +46,9 @@ class LiveTranscript:
     tombstones: dict[str, dict[str, Any]] = field(default_factory=dict)
     """messageId → newest tombstone record (deleted true or false)."""
     session_info: dict[str, Any] | None = None
+    decisions: list[tuple[str | None, dict[str, Any]]] = field(default_factory=list)
+    """``approval_decision`` lines with the id of the message they follow (kept by a rewrite
+    while that message survives)."""
     valid_length: int = 0
 
     @property
@@ -71,6 +74,7 @@ def load_live(path: str | os.PathLike[str], *, default_created_ms: int = 0) -> L
         messages=[m.record for m in t.messages],
         compactions=[c.record for c in t.compactions],
         session_info=t.session_info,
+        decisions=list(t.decisions),
         valid_length=t.valid_length,
     )
     for mid, tomb in t.tombstones.items():
@@ -114,8 +118,13 @@ def plan_rewrite(
     *,
     tombstones: Mapping[str, Mapping[str, Any]] | None = None,
     session_info: Mapping[str, Any] | None = None,
+    decisions: Sequence[tuple[str | None, Mapping[str, Any]]] = (),
 ) -> RewritePlan:
-    """Lay out a rewritten body. Messages must have unique ids (the caller decides which)."""
+    """Lay out a rewritten body. Messages must have unique ids (the caller decides which).
+
+    ``decisions`` (``approval_decision`` lines) follow the message they followed
+    before, when it survives (``None``: the body's start); the others go.
+    """
     ids = [m["id"] for m in messages]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
@@ -140,8 +149,17 @@ def plan_rewrite(
         offset += len(line)
         return span
 
+    surviving = set(ids)
+    after_msg: dict[str | None, list[Mapping[str, Any]]] = {}
+    for anchor, rec in decisions:
+        if anchor is None or anchor in surviving:
+            after_msg.setdefault(anchor, []).append(rec)
+    for rec in after_msg.get(None, ()):
+        put(rec)
     for i, rec in enumerate(messages):
         msg_spans.append(put(rec))
+        for decision in after_msg.get(rec["id"], ()):
+            put(decision)
         tomb = (tombstones or {}).get(rec["id"])
         if tomb is not None and tomb.get("deleted", True) is True:
             put(tomb)

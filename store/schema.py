@@ -24,7 +24,14 @@ Version history kept here (older layouts are archived, never migrated; see
   global ``search.query`` for a trigram in a large share of all messages walks
   it newest first and asks the trigram index about each row, instead of
   looking up every hit's row to sort them.
-* v24 — ``messages.wire_cut`` and ``messages.line_crc`` (additive, NULL for
+* v24 — pending user requests and their outcomes (additive): ``approvals``
+  (tool permission prompts), ``interactions`` (ask-the-user questions),
+  ``permission_rules`` (what the user chose to always allow or deny), the
+  execution lifecycle of an approved plan/goal on ``plan_approvals``
+  (``execution_turn_id``, ``execution_outcome`` ...: the seed's
+  ``execution_state`` keeps its own vocabulary), and on ``turns`` the
+  promoted cost (``cost_micros``) and retry lineage (``retry_of``).
+* v25 — ``messages.wire_cut`` and ``messages.line_crc`` (additive, NULL for
   rows indexed before): how many leading bytes of the message's line a
   ``session.get`` reply sends as they are, and the line's CRC-32, so a window
   reply reuses the line's bytes without parsing or scanning them
@@ -38,7 +45,7 @@ from collections.abc import Sequence
 
 from .search_text import TRIGRAM_TEXT_HAZARDS
 
-SCHEMA_VERSION = 24
+SCHEMA_VERSION = 25
 
 # --- seed §4.1 – §4.5 -------------------------------------------------------
 
@@ -536,6 +543,100 @@ _IDX_MESSAGES_TURN = (
 
 _IDX_MESSAGES_CREATED = "CREATE INDEX idx_messages_created ON messages(created_at)"
 
+# --- v24: pending user requests, plan execution, usage -----------------------
+
+# A tool-permission prompt of a running turn (seed 000 §2 approvals).
+_APPROVALS = """
+CREATE TABLE approvals (
+  request_id    TEXT PRIMARY KEY,
+  session_id    TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  turn_id       TEXT NOT NULL,
+  tool_call_id  TEXT,
+  tool          TEXT NOT NULL,
+  args_summary  TEXT NOT NULL DEFAULT '',
+  risk          TEXT NOT NULL CHECK (risk IN ('low', 'medium', 'high')),
+  options_json  TEXT NOT NULL,
+  requested_by  TEXT NOT NULL,
+  status        TEXT NOT NULL CHECK (status IN
+    ('pending', 'allowed', 'denied', 'expired', 'interrupted', 'cancelled')),
+  option_id     TEXT,
+  rule_id       TEXT,
+  responded_by  TEXT,
+  created_at    INTEGER NOT NULL,
+  updated_at    INTEGER NOT NULL,
+  expires_at    INTEGER,
+  resolved_at   INTEGER
+)
+"""
+
+# An ask-the-user question of a running turn (seed 000 §2 interactions).
+_INTERACTIONS = """
+CREATE TABLE interactions (
+  request_id      TEXT PRIMARY KEY,
+  session_id      TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  turn_id         TEXT NOT NULL,
+  tool_call_id    TEXT,
+  question        TEXT NOT NULL,
+  choices_json    TEXT NOT NULL DEFAULT '[]',
+  multiple        INTEGER NOT NULL DEFAULT 0,
+  allow_free_text INTEGER NOT NULL DEFAULT 0,
+  requested_by    TEXT NOT NULL,
+  status          TEXT NOT NULL CHECK (status IN
+    ('pending', 'answered', 'expired', 'interrupted', 'cancelled')),
+  answer_json     TEXT,
+  responded_by    TEXT,
+  created_at      INTEGER NOT NULL,
+  updated_at      INTEGER NOT NULL,
+  expires_at      INTEGER,
+  resolved_at     INTEGER
+)
+"""
+
+# "Always allow this tool in this project": consulted by approvals.request.
+_PERMISSION_RULES = """
+CREATE TABLE permission_rules (
+  id                TEXT PRIMARY KEY,
+  scope             TEXT NOT NULL CHECK (scope IN ('session', 'project', 'global')),
+  session_id        TEXT REFERENCES sessions(id) ON DELETE CASCADE,
+  project_id        INTEGER REFERENCES projects(id) ON DELETE CASCADE,
+  tool              TEXT NOT NULL,
+  decision          TEXT NOT NULL CHECK (decision IN ('allow', 'deny')),
+  source_request_id TEXT,
+  created_at        INTEGER NOT NULL
+)
+"""
+
+_IDX_USER_REQUESTS = (
+    "CREATE INDEX idx_approvals_session ON approvals(session_id, created_at DESC)",
+    "CREATE INDEX idx_approvals_pending ON approvals(created_at DESC) WHERE status = 'pending'",
+    """CREATE UNIQUE INDEX idx_approvals_tool_call
+  ON approvals(session_id, tool_call_id) WHERE tool_call_id IS NOT NULL""",
+    "CREATE INDEX idx_interactions_session ON interactions(session_id, created_at DESC)",
+    "CREATE INDEX idx_interactions_pending ON interactions(created_at DESC) WHERE status = 'pending'",
+    """CREATE UNIQUE INDEX idx_interactions_tool_call
+  ON interactions(session_id, tool_call_id) WHERE tool_call_id IS NOT NULL""",
+    """CREATE UNIQUE INDEX idx_permission_rules_scope
+  ON permission_rules(scope, COALESCE(session_id, ''), COALESCE(project_id, 0), tool)""",
+)
+
+# seed §4.6a keeps execution_state at queued/running/completed/interrupted; the
+# lifecycle bound to the executing turn (completed | failed | cancelled) is
+# recorded beside it (``store/plans.py``).
+_PLAN_EXECUTION_COLUMNS = (
+    "ALTER TABLE plan_approvals ADD COLUMN execution_turn_id TEXT",
+    """ALTER TABLE plan_approvals ADD COLUMN execution_outcome TEXT
+  CHECK (execution_outcome IN ('completed', 'failed', 'cancelled', 'interrupted'))""",
+    "ALTER TABLE plan_approvals ADD COLUMN execution_error_code TEXT",
+    "ALTER TABLE plan_approvals ADD COLUMN execution_started_at INTEGER",
+    "ALTER TABLE plan_approvals ADD COLUMN execution_ended_at INTEGER",
+)
+
+# seed §4.6: "anything filtered or summed is a promoted column by rule".
+_TURN_USAGE_COLUMNS = (
+    "ALTER TABLE turns ADD COLUMN cost_micros INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE turns ADD COLUMN retry_of TEXT",
+)
+
 
 # --- v22: search layout ---------------------------------------------------------
 
@@ -706,13 +807,22 @@ V23_ADDITIONS: tuple[str, ...] = (_IDX_MESSAGES_CREATED,)
 DDL_V23: tuple[str, ...] = DDL_V22 + V23_ADDITIONS
 """The v23 layout."""
 
-V24_ADDITIONS: tuple[str, ...] = (
+V24_ADDITIONS: tuple[str, ...] = _strip((
+    _APPROVALS, _INTERACTIONS, _PERMISSION_RULES, *_IDX_USER_REQUESTS,
+    *_PLAN_EXECUTION_COLUMNS, *_TURN_USAGE_COLUMNS,
+))
+"""What the v23→v24 step creates (additive: new tables, new nullable/defaulted columns)."""
+
+DDL_V24: tuple[str, ...] = DDL_V23 + V24_ADDITIONS
+"""The v24 layout."""
+
+V25_ADDITIONS: tuple[str, ...] = (
     "ALTER TABLE messages ADD COLUMN wire_cut INTEGER",
     "ALTER TABLE messages ADD COLUMN line_crc INTEGER",
 )
-"""What the v23→v24 step adds (nullable columns: older rows take the parsing path)."""
+"""What the v24→v25 step adds (nullable columns: older rows take the parsing path)."""
 
-DDL: tuple[str, ...] = DDL_V23 + V24_ADDITIONS
+DDL: tuple[str, ...] = DDL_V24 + V25_ADDITIONS
 """The full current DDL (``SCHEMA_VERSION``), in creation order."""
 
 

@@ -143,14 +143,34 @@ class SecretStore:
         return self.directory / KEY_FILE
 
     def key(self) -> bytes:
-        """Load (or create once) the machine key; refuse an insecure key file."""
+        """Load (or create once) the machine key; refuse an insecure key file.
+
+        A key is created only while no secret exists: when ``.machine-key`` is gone
+        but ciphertexts are there, minting a new key would silently make every one of
+        them unreadable, so it is ``CORRUPT_DATA`` with a recovery hint instead.
+        """
         if self._key is None:
             try:
                 self._key = self._load_key()
             except FileNotFoundError:
+                orphans = self._ciphertexts()
+                if orphans:
+                    raise CorruptData(
+                        f"secret key file {self.key_path} is missing but {len(orphans)} encrypted secret(s) exist: "
+                        "refusing to create a new key, which would make them unreadable. Restore .machine-key "
+                        "from a backup; or, to give them up, move the secrets/*.sec files away and set the "
+                        "secrets again", data={"reason": "missing_key", "secrets": len(orphans)}) from None
                 self._create_key()
                 self._key = self._load_key()
         return self._key
+
+    def _ciphertexts(self) -> list[str]:
+        try:
+            return sorted(n for n in os.listdir(self.directory) if n.endswith(".sec") or ".sec.tampered-" in n)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise classify_os_error(exc, f"list {self.directory}") from exc
 
     def _load_key(self) -> bytes:
         path = self.key_path
@@ -238,6 +258,10 @@ class SecretStore:
     def value_mac(self, value: str) -> str:
         """Keyed digest of a value: lets receipts tell two values apart without storing either."""
         return hmac.new(self.key(), b"receipt\x00" + value.encode("utf-8"), hashlib.sha256).hexdigest()
+
+    def keyed_fingerprint(self, body: bytes) -> str:
+        """Keyed digest of a request without its value (a receipt fingerprint nobody can test guesses against)."""
+        return hmac.new(self.key(), b"receipt-request\x00" + body, hashlib.sha256).hexdigest()
 
     def _current_version(self, ref: str, now_ms: int) -> int:
         """Version of the file now on disk (0 if none); a tampered file is moved aside, kept."""

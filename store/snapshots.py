@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from .credentials import find_credential, is_credential_name
 from .errors import CorruptData, InvalidInput, NotFound, PayloadTooLarge
 
 SNAPSHOT_VERSION = 1
@@ -81,35 +82,25 @@ def depth_of(value: Any, limit: int = MAX_SNAPSHOT_DEPTH + 1) -> int:
     return deepest
 
 
-def _normalized_key(key: str) -> str:
-    return key.replace("-", "").replace("_", "").lower()
-
-
 def is_secret_key(key: str, *, credential_section: bool) -> bool:
-    norm = _normalized_key(key)
-    if norm in SECRET_KEYS or norm.endswith(SECRET_SUFFIXES):
-        return True
-    return credential_section and norm.endswith("token")
+    return is_credential_name(key, credential_section=credential_section)
+
+
+def find_secret_detail(snapshot: Mapping[str, Any]) -> str | None:
+    """``"<path>: <why>"`` of the first value that looks like a credential (by its name or its shape)."""
+    for key, value in snapshot.items():
+        if key in UNSCANNED_SECTIONS:
+            continue
+        found = find_credential(value, key, credential_section=key in CREDENTIAL_SECTIONS)
+        if found is not None:
+            return found
+    return None
 
 
 def find_secret(snapshot: Mapping[str, Any]) -> str | None:
-    """Path of the first key that looks like it holds a secret value, else None."""
-    stack: list[tuple[Any, str, bool]] = [
-        (value, key, key in CREDENTIAL_SECTIONS) for key, value in snapshot.items() if key not in UNSCANNED_SECTIONS
-    ]
-    while stack:
-        value, path, cred = stack.pop()
-        if isinstance(value, dict):
-            for key, inner in value.items():
-                here = f"{path}.{key}"
-                if isinstance(inner, str) and inner and is_secret_key(str(key), credential_section=cred):
-                    return here
-                stack.append((inner, here, cred))
-        elif isinstance(value, list):
-            stack.extend((inner, f"{path}[{i}]", cred) for i, inner in enumerate(value))
-        elif isinstance(value, str) and value.lower().startswith("bearer ") and len(value) > 16:
-            return path
-    return None
+    """Path of the first value that looks like a credential, else None."""
+    found = find_secret_detail(snapshot)
+    return None if found is None else found.partition(": ")[0]
 
 
 def prepare_snapshot(snapshot: Mapping[str, Any], *, max_bytes: int = MAX_SNAPSHOT_BYTES) -> PreparedSnapshot:
@@ -125,12 +116,13 @@ def prepare_snapshot(snapshot: Mapping[str, Any], *, max_bytes: int = MAX_SNAPSH
     if depth_of(snapshot) > MAX_SNAPSHOT_DEPTH:
         raise InvalidInput(f"environment is nested deeper than {MAX_SNAPSHOT_DEPTH} levels",
                            data={"field": "environment"})
-    secret = find_secret(snapshot)
+    secret = find_secret_detail(snapshot)
     if secret is not None:
+        where, _, why = secret.partition(": ")
         raise InvalidInput(
-            f"environment.{secret} looks like a secret value: store a credential reference "
+            f"environment.{where} looks like a secret value ({why}): store a credential reference "
             "(credentialRefs) instead",
-            data={"field": f"environment.{secret}"},
+            data={"field": f"environment.{where}"},
         )
     body = canonical_bytes(snapshot)
     if len(body) > max_bytes:

@@ -551,6 +551,9 @@ class Transcript:
     tombstones: dict[str, Tombstone] = field(default_factory=dict)
     """Last tombstone per messageId."""
     session_info: dict[str, Any] | None = None
+    decisions: list[tuple[str | None, dict[str, Any]]] = field(default_factory=list)
+    """``approval_decision`` lines (deduped by id, keep-last), each with the id of the message
+    line before it (``None``: before the first message)."""
     bad_line_offsets: list[int] = field(default_factory=list)
     """Complete lines that are not JSON objects, or known kinds missing their ids."""
     unknown_lines: int = 0
@@ -642,6 +645,10 @@ def _take_line(out: Transcript, line: bytes, offset: int, length: int) -> None:
         out.tombstones[mid] = Tombstone(tid if isinstance(tid, str) else "", mid, deleted, offset)
     elif kind == "session_info":
         out.session_info = record
+    elif kind == "approval_decision" and isinstance(record.get("id"), str):
+        anchor = out.messages[-1].id if out.messages else None
+        out.decisions = [(a, d) for a, d in out.decisions if d.get("id") != record["id"]]
+        out.decisions.append((anchor, record))
     elif kind == "session" and offset == 0:
         out.header = parse_header(record, length)
         if out.header is None:

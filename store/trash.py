@@ -30,6 +30,7 @@ from .errors import Conflict, PermissionDenied
 from .session_files import SessionPaths, finish_delete, write_delete_marker
 
 __all__ = [
+    "check_purgeable",
     "list_trashed",
     "owner_of",
     "purge_rows",
@@ -68,12 +69,17 @@ def restore_session(conn: sqlite3.Connection, session_id: str, *, plugin_id: str
     return index.public_session(index.require_session(conn, session_id))
 
 
-def purge_rows(conn: sqlite3.Connection, session_id: str, *, plugin_id: str | None = None) -> dict[str, Any]:
-    """Step 2: delete the rows of a trashed session (``CONFLICT`` unless it is in the trash)."""
+def check_purgeable(conn: sqlite3.Connection, session_id: str, *, plugin_id: str | None = None) -> None:
+    """Before step 1: the caller may purge it and it is in the trash (``CONFLICT`` otherwise)."""
     row = _scoped(conn, session_id, plugin_id)
     if row["deletedAt"] is None:
         raise Conflict(f"session {session_id} is not in the trash: trash it before purging",
                        data={"sessionId": session_id})
+
+
+def purge_rows(conn: sqlite3.Connection, session_id: str, *, plugin_id: str | None = None) -> dict[str, Any]:
+    """Step 2: delete the rows of a trashed session (``CONFLICT`` unless it is in the trash)."""
+    check_purgeable(conn, session_id, plugin_id=plugin_id)
     index.delete_session_rows(conn, session_id)
     return {"sessionId": session_id, "purged": True}
 
@@ -101,10 +107,7 @@ def purge_session(conn: sqlite3.Connection, paths: SessionPaths, *, plugin_id: s
     """All three steps in order (tests, the CLI without a host). ``write`` runs one transaction."""
     session_id = paths.session_id
     run = write or (lambda fn: _tx(conn, fn))
-    _scoped(conn, session_id, plugin_id)  # refuse before touching any file
-    if index.require_session(conn, session_id)["deletedAt"] is None:
-        raise Conflict(f"session {session_id} is not in the trash: trash it before purging",
-                       data={"sessionId": session_id})
+    check_purgeable(conn, session_id, plugin_id=plugin_id)  # refuse before touching any file
     write_delete_marker(paths, None)
     result = run(lambda c: purge_rows(c, session_id, plugin_id=plugin_id))
     finish_delete(paths)

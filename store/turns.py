@@ -19,6 +19,7 @@ import orjson
 from . import notifications
 from .errors import Conflict, InvalidInput, NotFound
 from .snapshots import PreparedSnapshot, store_snapshot
+from .usage import cost_micros
 
 TERMINAL = ("completed", "aborted", "error")
 INTERRUPTED = "INTERRUPTED"  # error_code the boot fence gives the turns it aborts
@@ -26,7 +27,7 @@ INTERRUPTED = "INTERRUPTED"  # error_code the boot fence gives the turns it abor
 _COLUMNS = (
     "t.id, t.session_id, t.status, t.provider_id, t.model_id, t.error_code, t.input_tokens, "
     "t.output_tokens, t.usage_json, t.started_at, t.ended_at, "
-    "(SELECT digest FROM run_snapshots r WHERE r.turn_id = t.id)"
+    "(SELECT digest FROM run_snapshots r WHERE r.turn_id = t.id), t.cost_micros, t.retry_of"
 )
 
 
@@ -38,7 +39,8 @@ class EndOutcome:
 
 
 def _turn_dict(row: tuple[Any, ...]) -> dict[str, Any]:
-    (tid, sid, status, provider, model, error_code, tin, tout, usage_json, started, ended, digest) = row
+    (tid, sid, status, provider, model, error_code, tin, tout, usage_json, started, ended, digest, micros,
+     retry_of) = row
     return {
         "id": tid,
         "sessionId": sid,
@@ -52,6 +54,8 @@ def _turn_dict(row: tuple[Any, ...]) -> dict[str, Any]:
         "startedAt": started,
         "endedAt": ended,
         "environmentDigest": digest,
+        "costMicros": micros,
+        "retryOf": retry_of,
     }
 
 
@@ -77,8 +81,11 @@ def start_turn(
     model_id: str | None,
     snapshot: PreparedSnapshot | None,
     now_ms: int,
+    retry_of: str | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Insert a ``running`` turn. Returns (turn, created).
+
+    ``retry_of`` (retry lineage): an earlier, ended turn of the same session this one retries.
 
     Starting an id again in the same session while it is still running with
     the same snapshot returns the existing row (a retry); anything else is a
@@ -88,7 +95,8 @@ def start_turn(
     existing = get_turn(conn, turn_id)
     if existing is not None:
         same = (existing["sessionId"] == session_id and existing["status"] == "running"
-                and existing["environmentDigest"] == (snapshot.digest if snapshot else None))
+                and existing["environmentDigest"] == (snapshot.digest if snapshot else None)
+                and existing["retryOf"] == retry_of)
         if same:
             return existing, False
         raise Conflict(
@@ -100,10 +108,18 @@ def start_turn(
         if row is not None:
             provider_id = provider_id if provider_id is not None else row[0]
             model_id = model_id if model_id is not None else row[1]
+    if retry_of is not None:
+        earlier = get_turn(conn, retry_of)
+        if earlier is None or earlier["sessionId"] != session_id:
+            raise NotFound(f"turn {retry_of} (retryOf) not found in session {session_id}",
+                           data={"turnId": retry_of, "field": "retryOf"})
+        if earlier["status"] == "running":
+            raise Conflict(f"turn {retry_of} is still running; a retry starts after it ended",
+                           data={"turnId": retry_of, "status": "running"})
     conn.execute(
-        "INSERT INTO turns(id, session_id, status, provider_id, model_id, started_at) "
-        "VALUES (?, ?, 'running', ?, ?, ?)",
-        (turn_id, session_id, provider_id, model_id, now_ms),
+        "INSERT INTO turns(id, session_id, status, provider_id, model_id, started_at, retry_of) "
+        "VALUES (?, ?, 'running', ?, ?, ?, ?)",
+        (turn_id, session_id, provider_id, model_id, now_ms, retry_of),
     )
     if snapshot is not None:
         store_snapshot(conn, turn_id, snapshot, now_ms)
@@ -152,10 +168,10 @@ def end_turn(
     sets = ["status = ?", "ended_at = ?", "error_code = ?"]
     args: list[Any] = [status, now_ms, error_code]
     if usage is not None:
-        sets += ["input_tokens = ?", "output_tokens = ?", "usage_json = ?"]
+        sets += ["input_tokens = ?", "output_tokens = ?", "usage_json = ?", "cost_micros = ?"]
         args += [_token(usage, "inputTokens", "input_tokens", "input"),
                  _token(usage, "outputTokens", "output_tokens", "output"),
-                 orjson.dumps(dict(usage)).decode()]
+                 orjson.dumps(dict(usage)).decode(), cost_micros(usage)]
     conn.execute(f"UPDATE turns SET {', '.join(sets)} WHERE id = ? AND status = 'running'", (*args, turn_id))
     note = None
     if create_notification and status != "aborted":

@@ -10,18 +10,20 @@ Everything here is synchronous and runs in a read-pool thread.
 
 from __future__ import annotations
 
+import os
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import index
+from . import approvals, index, session_state
+from .errors import PayloadTooLarge
 from .jsonio import loads_line
 from .reconcile import plan_reconcile
 from .records import cap_content, wire_record
-from .transcript import read_spans
-from .window_reply import encode_window
+from .transcript import read_spans, read_transcript
+from .window_reply import encode_window, with_field
 
 __all__ = [
     "MAX_COALESCED_READ",
@@ -49,6 +51,8 @@ class WindowRequest:
     """``None``: the whole transcript."""
     content_limit: int | None = None
     around: str | None = None
+    max_bytes: int | None = None
+    """Byte budget of the window's transcript lines (``None``: unbounded): see :func:`fit_budget`."""
 
 
 @dataclass
@@ -128,11 +132,155 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
             w.missing_target = True
             return w
     w.start, w.end = window_bounds(total, req, w.target_pos)
-    rows = index.window_spans(conn, sid, w.start, w.end)
     compactions = index.compaction_rows(conn, sid)
+    if req.max_bytes is None:
+        rows = index.window_spans(conn, sid, w.start, w.end)
+    else:
+        rows = fit_budget(conn, sid, w, req, sum(int(c[3]) for c in compactions))
+        if rows:
+            w.start, w.end = rows[0][0] - 1, rows[-1][0]
     lines = read_spans_coalesced(path, [(c[2], c[3]) for c in compactions]) if compactions else []
-    w.reply, w.target = encode_window(path, index.public_session(session), rows, lines, start=w.start, end=w.end,
+    # the summary's derived fields as this snapshot has them, not as the actor cached them
+    summary = {k: v for k, v in index.public_session(session).items() if k not in session_state.DERIVED}
+    summary.update(session_state.projections(conn, {sid: str(session.get("mode") or "agent")})[sid])
+    w.reply, w.target = encode_window(path, summary, rows, lines, start=w.start, end=w.end,
                                       total=total, content_limit=req.content_limit, target_pos=w.target_pos)
+    turns = {r[4] for r in rows if r[4] is not None}
+    if w.end >= total:  # the newest window: also the turns that have no row yet (asked before replying)
+        turns.update(r[0] for r in conn.execute(
+            "SELECT id FROM turns WHERE session_id = ? AND started_at >= COALESCE((SELECT MAX(m.created_at) FROM "
+            "messages m WHERE m.session_id = ? AND m.seq = ?), 0)", (sid, sid, total)))
+    decisions = approvals.decisions_for_turns(conn, sid, turns) if turns else []
+    if decisions:
+        w.reply = with_field(w.reply, "decisions", decisions)
+    return w
+
+
+PER_MESSAGE_OVERHEAD = 64
+"""Bytes a projected message may add to its transcript line (``seq``, ``deleted``, ``turnId``, commas)."""
+_PAGING = ["messageBefore", "messageEnd", "messageLimit", "maxBytes"]
+_LEN = 2  # index of the line length in a window_spans row
+
+
+def fit_budget(conn: sqlite3.Connection, sid: str, w: Window, req: WindowRequest,
+               compaction_bytes: int) -> list[Any]:
+    """The rows of ``[w.start, w.end)`` whose lines fit ``req.max_bytes``, decided from the index alone.
+
+    The budget counts the transcript bytes the reply is built from (every
+    message line plus the compaction lines a window always carries), so the
+    host never reads more than it may send. A window that does not fit is cut
+    to a page: the newest messages for a backward window, the oldest for a
+    forward one (``messageEnd``), the nearest ones for ``messageAround`` — the
+    result's ``messageStart``/``messageEnd``/``hasMore*`` say where to go on. A
+    request for the whole transcript that does not fit, or a page that cannot
+    hold even one message, is ``PAYLOAD_TOO_LARGE`` naming the paging params.
+    A window without a limit never reads more rows than the budget holds.
+    """
+    budget = req.max_bytes
+    assert budget is not None
+    fixed = 512 + compaction_bytes
+    if fixed > budget:
+        raise PayloadTooLarge(
+            f"the session's compaction checkpoints alone are {fixed} bytes, over the reply budget of {budget}",
+            data={"limit": budget, "size": fixed, "field": "maxBytes"})
+    room = budget - fixed
+    if w.start >= w.end:
+        return []
+    whole = req.limit is None and req.start is None and req.before is None and req.around is None
+    if req.limit is not None:  # at most MAX_WINDOW rows: read them, then cut
+        rows = _fit_rows(index.window_spans(conn, sid, w.start, w.end), w, req, room)
+    else:
+        newest_first = req.start is None and not whole
+        rows = _cut(index.iter_window_spans(conn, sid, w.start, w.end, newest_first=newest_first), room)
+        if len(rows) == w.end - w.start:
+            return sorted(rows)
+        if whole:
+            raise PayloadTooLarge(
+                f"the whole transcript ({w.end - w.start} messages) is over the reply limit of {budget} bytes: read "
+                "it in pages (messageEnd with messageLimit or maxBytes, starting at 0, until hasMoreAfter is false)",
+                data={"limit": budget, "messages": w.end - w.start, "paging": _PAGING})
+    if not rows:
+        raise PayloadTooLarge(
+            f"one message of this window is larger than the reply budget of {budget} bytes",
+            data={"limit": budget, "field": "maxBytes", "paging": _PAGING})
+    return sorted(rows)
+
+
+def _fit_rows(rows: list[Any], w: Window, req: WindowRequest, room: int) -> list[Any]:
+    if sum(int(r[_LEN]) + PER_MESSAGE_OVERHEAD for r in rows) <= room:
+        return rows
+    if req.around is not None and w.target_pos is not None:
+        return _around(rows, w, room)
+    return _cut(reversed(rows) if req.start is None else iter(rows), room)
+
+
+def _cut(rows: Iterable[Any], room: int) -> list[Any]:
+    """Rows in the order given while their lines fit ``room`` bytes."""
+    kept: list[Any] = []
+    for row in rows:
+        room -= int(row[_LEN]) + PER_MESSAGE_OVERHEAD
+        if room < 0:
+            break
+        kept.append(row)
+    return kept
+
+
+def _around(rows: Sequence[Any], w: Window, room: int) -> list[Any]:
+    """The target first, then its neighbours alternately (older, newer) while they fit."""
+    assert w.target_pos is not None
+    by_seq = {int(r[0]): r for r in rows}
+    target = w.target_pos + 1  # seq
+    picked: list[Any] = []
+    older, newer = target, target + 1
+    while older > w.start or newer <= w.end:
+        for seq in (older, newer):
+            row = by_seq.get(seq)
+            if row is None:
+                continue
+            cost = int(row[_LEN]) + PER_MESSAGE_OVERHEAD
+            if cost > room:
+                return sorted(picked)
+            room -= cost
+            picked.append(row)
+        older, newer = older - 1, newer + 1
+    return sorted(picked)
+
+
+def read_file_window(path: Path, req: WindowRequest, session: Mapping[str, Any], *,
+                     max_file_bytes: int) -> Window:
+    """The window read from the transcript alone, without the index (while the index cannot catch up
+    with the file: a full disk refuses its commit). Bounded: a transcript over ``max_file_bytes`` is
+    ``PAYLOAD_TOO_LARGE``. Positions are the deduped file order, as the index would have them."""
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        size = 0
+    if size > max_file_bytes:
+        raise PayloadTooLarge(f"the transcript ({size} bytes) cannot be read without its index, which is behind "
+                              "while the disk is full; retry once space is freed",
+                              data={"size": size, "limit": max_file_bytes})
+    t = read_transcript(path) if size else None
+    messages = t.messages if t is not None else []
+    w = Window(total=len(messages))
+    if req.around is not None:
+        w.target_pos = t.positions.get(req.around) if t is not None else None
+        if w.target_pos is None:
+            w.missing_target = True
+            return w
+    w.start, w.end = window_bounds(w.total, req, w.target_pos)
+    deleted = t.deleted_ids if t is not None else frozenset()
+    rows = [(i + 1, e.offset, e.length, int(e.id in deleted), e.record.get("turnId"))
+            for i, e in enumerate(messages[w.start:w.end], start=w.start)]
+    ids = set(t.positions) if t is not None else set()
+    comps = [c for c in (t.compactions if t is not None else [])
+             if c.record.get("throughMessageId") is None or c.record.get("throughMessageId") in ids]
+    if req.max_bytes is not None and rows:
+        rows = _fit_rows(rows, w, req, req.max_bytes - 512 - sum(c.length for c in comps))
+        if rows:
+            w.start, w.end = rows[0][0] - 1, rows[-1][0]
+    lines = read_spans_coalesced(path, [(c.offset, c.length) for c in comps]) if comps else []
+    w.reply, w.target = encode_window(path, index.public_session(session), rows, lines, start=w.start, end=w.end,
+                                      total=w.total, content_limit=req.content_limit, target_pos=w.target_pos)
     return w
 
 

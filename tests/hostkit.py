@@ -43,10 +43,14 @@ async def inprocess_host(root: Path, **overrides: Any) -> AsyncIterator[RunningH
 
 @asynccontextmanager
 async def client_for(
-    running: RunningHost, client_id: str = "test-client", kind: str = "test"
+    running: RunningHost, client_id: str = "test-client", kind: str = "test", plugin_id: str | None = None
 ) -> AsyncIterator[HostClient]:
-    """``kind="plugin:<id>"`` connects as that plugin (clientKind plugin with its pluginId)."""
-    plugin_id = kind.removeprefix("plugin:") if kind.startswith("plugin:") else None
+    """A connection. ``kind="plugin:<id>"`` connects as that plugin (clientKind plugin with its pluginId);
+    so does ``kind="plugin"`` with ``plugin_id`` (default ``test-plugin``)."""
+    if kind.startswith("plugin:"):
+        plugin_id = kind.removeprefix("plugin:")
+    elif kind == "plugin" and plugin_id is None:
+        plugin_id = "test-plugin"
     async with open_client(running.url, running.token, client_id=client_id,
                            client_kind="plugin" if plugin_id else kind, plugin_id=plugin_id) as c:
         yield c
@@ -71,7 +75,7 @@ class HostProcess:
 
 
 def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None = None,
-                       timeout: float = 60) -> HostProcess:
+                       timeout: float = 60, preexec_fn: Any = None) -> HostProcess:
     """Start ``pi-host serve --port 0`` as a subprocess and wait for its ``host.json``."""
     host_json = data_dir / "host.json"
     old_pid = None
@@ -85,7 +89,7 @@ def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None =
     proc = subprocess.Popen(
         [sys.executable, "-m", "runtime.cli", "--data-dir", str(data_dir), "serve", "--port", "0", "--quiet",
          *extra],
-        cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=preexec_fn,
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import trio
 
 from protocol import models as m
 from runtime.context import HostContext, ReadContext, WriterContext
-from store import attachments
+from store import attachments, index
 from store.errors import InvalidInput, PayloadTooLarge
 from store.faults import Faults
 from store.receipts import ReceiptKey
@@ -34,8 +34,9 @@ SERVICE = "blobs"
 class Blobs:
     """The blob files with their one writer lock and their own worker thread."""
 
-    def __init__(self, directory: Any, *, faults: Faults) -> None:
+    def __init__(self, directory: Any, *, faults: Faults, import_roots: Sequence[str] = ()) -> None:
         self.files = attachments.AttachmentFiles(directory, faults=faults)
+        self.import_roots = tuple(import_roots)
         self.lock = trio.Lock()
         self._thread = trio.CapacityLimiter(1)
 
@@ -79,9 +80,19 @@ async def put(ctx: HostContext, p: m.AttachmentsPutParams, key: ReceiptKey | Non
 
 
 async def import_file(ctx: HostContext, p: m.AttachmentsImportParams, key: ReceiptKey | None) -> Any:
+    """Only files under an allowed folder (``store.safe_open.open_under``): the session's project, the data
+    directory's ``scratch/`` and the configured import roots; never the rest of the data directory."""
     blobs: Blobs = ctx.services.get(SERVICE)
+    data_dir = ctx.services.data_dir
+    roots = [str(data_dir.scratch_root), *blobs.import_roots]
+    if p.session_id is not None:
+        row = await ctx.read(index.require_session, p.session_id)
+        if row.get("projectPath"):
+            roots.insert(0, str(row["projectPath"]))
     budget = await ctx.read(attachments.budget_bytes)
-    return await _store(ctx, lambda: blobs.files.import_file(p.path, max_bytes=budget), p.name, p.mime_type)
+    exclude = [str(data_dir.root)]
+    return await _store(ctx, lambda: blobs.files.import_file(p.path, max_bytes=budget, roots=roots, exclude=exclude),
+                        p.name, p.mime_type)
 
 
 def ref(ctx: WriterContext, p: m.AttachmentsRefParams, key: ReceiptKey | None) -> Any:

@@ -12,7 +12,9 @@ from typing import Any
 
 from actors.session_context import SessionContext
 from protocol import models as m
+from protocol.limits import MAX_WHOLE_READ_BYTES
 from store.context import StoredBranch, build_session_context, build_tree
+from store.errors import PayloadTooLarge
 from store.receipts import ReceiptKey
 from store.records import wire_record
 from store.revisions import read_revisions
@@ -22,7 +24,18 @@ from store.tombstones import deleted_ids
 __all__ = ["context", "tree"]
 
 
+async def _check_whole_read(ctx: SessionContext, method: str) -> None:
+    """A whole-transcript read is refused beyond ``MAX_WHOLE_READ_BYTES`` before a byte is read."""
+    await ctx.ensure_ready()
+    if ctx.file_len > MAX_WHOLE_READ_BYTES:
+        raise PayloadTooLarge(
+            f"{method} reads the whole transcript ({ctx.file_len} bytes), over the limit of {MAX_WHOLE_READ_BYTES}: "
+            "read it in pages with session.get (messageEnd + maxBytes), or compact the session",
+            data={"limit": MAX_WHOLE_READ_BYTES, "size": ctx.file_len, "paging": ["messageEnd", "maxBytes"]})
+
+
 async def context(ctx: SessionContext, p: m.SessionReadParams, key: ReceiptKey | None) -> Any:
+    await _check_whole_read(ctx, "session.context")
     created = int(ctx.row.get("createdAt") or 0)
     path = ctx.paths.transcript
 
@@ -39,6 +52,7 @@ async def context(ctx: SessionContext, p: m.SessionReadParams, key: ReceiptKey |
 
 
 async def tree(ctx: SessionContext, p: m.SessionReadParams, key: ReceiptKey | None) -> Any:
+    await _check_whole_read(ctx, "session.tree")
     created = int(ctx.row.get("createdAt") or 0)
     paths = ctx.paths
 

@@ -8,6 +8,15 @@ checkpoints, including an empty reservation, so crash recovery can settle it.
 
 The checkpoint's message id is memoized in ``ctx.cache`` (only this actor and
 boot write the file; boot runs before any actor exists).
+
+Live replies: every saved checkpoint is offered to subscribers as a
+*transient* ``session.inflight`` event (``actors/events.py``: coalescing per
+message, throttled per subscriber, never replayed; the final ``session.message``
+of the same id drops a pending one), and ``session.get`` returns the current
+checkpoint after the newest window (:func:`current`), so a UI that connects or
+reloads mid-reply shows the partial text. ``session.recoverInflight`` settles a
+checkpoint when the sidecar is gone, with the boot sweep's own decision
+(``store.inflight.plan_settlement``).
 """
 
 from __future__ import annotations
@@ -15,18 +24,47 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from actors.events import Event
 from actors.session_context import SessionContext
 from protocol import models as m
-from store import index, inflight, turns
-from store.errors import Conflict, InvalidInput, NotFound
+from runtime.handlers import collab
+from runtime.handlers.host_lines import append_record
+from store import approvals, index, inflight, turns
+from store.errors import Conflict, CorruptData, InvalidInput, NotFound
 from store.receipts import ReceiptKey
-from store.records import is_streaming, normalize_message
+from store.records import cap_content, is_streaming, normalize_message, wire_record
 from store.transcript import read_spans
 
-__all__ = ["after_append", "save", "settle_on_turn_end"]
+__all__ = ["PREVIEW_TEXT_MAX", "TOPIC", "after_append", "current", "event_key", "recover", "save",
+           "settle_on_turn_end", "supersedes"]
 
 _KEY = "inflight.messageId"
 _UNKNOWN = object()
+TOPIC = "session.inflight"
+PREVIEW_TEXT_MAX = 32_768
+"""Characters per block a ``session.inflight`` preview carries (``session.get`` has the whole reply)."""
+
+
+def event_key(session_id: str, message_id: str) -> str:
+    """The coalescing key of a message's previews."""
+    return f"{session_id}/{message_id}"
+
+
+def supersedes(event: Event) -> str | None:
+    """A ``session.message`` event of a message drops that message's pending preview (bus hook)."""
+    if event.topic != "session.message" or event.session_id is None:
+        return None
+    message = event.data.get("message")
+    mid = message.get("id") if isinstance(message, Mapping) else None
+    return event_key(event.session_id, mid) if isinstance(mid, str) else None
+
+
+def _projection(session_id: str, turn_id: str, saved_at: int, rec: Mapping[str, Any],
+                content_limit: int | None) -> dict[str, Any]:
+    """The ``InflightMessage`` wire shape (event payload and ``session.get`` ``inflight``)."""
+    message = cap_content(wire_record(rec), content_limit)
+    return {"sessionId": session_id, "turnId": turn_id, "savedAt": saved_at,
+            "message": {**message, "inflight": True}}
 
 
 async def cached_checkpoint_id(ctx: SessionContext) -> str | None:
@@ -72,6 +110,7 @@ async def save(ctx: SessionContext, p: m.SaveInflightParams, key: ReceiptKey | N
         # the append path remaps an id owned by another session (D444); the checkpoint follows it
         rec = {**rec, "id": inflight.remapped_id(ctx.sid, rec["id"])}
     state = await indexed_state(ctx, rec["id"])
+    saved_at = ctx.now()
     result: dict[str, Any]
     if state == "settled":
         result = {"saved": False, "reason": "already_indexed"}
@@ -80,13 +119,15 @@ async def save(ctx: SessionContext, p: m.SaveInflightParams, key: ReceiptKey | N
     else:
         path, sid, faults = ctx.paths.inflight, ctx.sid, ctx.faults
         ctx.cache[_KEY] = _UNKNOWN  # unknown until the replace is known to have happened
-        saved_at = ctx.now()
         await ctx.io(lambda: inflight.write_checkpoint(path, sid, turn_id, saved_at, rec, faults=faults))
         ctx.cache[_KEY] = rec["id"]
         result = {"saved": True}
     if key is not None:
         # The checkpoint file is the effect (rewriting it is idempotent); the receipt is a row.
-        return await ctx.commit(lambda conn: result)
+        result = await ctx.commit(lambda conn: result)
+    if result["saved"]:
+        ctx.services.bus.publish_transient(TOPIC, _projection(ctx.sid, turn_id, saved_at, rec, PREVIEW_TEXT_MAX),
+                                           key=event_key(ctx.sid, rec["id"]), session_id=ctx.sid)
     return result
 
 
@@ -111,3 +152,97 @@ async def settle_on_turn_end(ctx: SessionContext) -> bool:
     if await indexed_state(ctx, cid) != "settled":
         return False  # left for the outbox's final append or the boot sweep
     return await remove(ctx)
+
+
+async def current(ctx: SessionContext, content_limit: int | None) -> dict[str, Any] | None:
+    """The reply streaming right now (its checkpoint), unless its final row already landed."""
+    if await cached_checkpoint_id(ctx) is None:
+        return None
+    try:
+        cp = await ctx.io(inflight.read_checkpoint, ctx.paths.inflight)
+    except CorruptData:
+        return None
+    if cp is None or cp.session_id != ctx.sid:
+        return None
+    if await indexed_state(ctx, cp.message_id) == "settled":
+        return None  # stale: the final row landed (the next final append or turn end removes it)
+    return _projection(ctx.sid, cp.turn_id, cp.saved_at, cp.message, content_limit)
+
+
+async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptKey | None) -> Any:
+    """``session.recoverInflight``: the sidecar that streamed into this session is gone.
+
+    The leftover checkpoint is settled exactly as the boot sweep would
+    (``store.inflight.plan_settlement``): promoted as ``completed`` when its
+    turn completed, otherwise as ``aborted`` + ``interrupted`` under its turn;
+    removed when its final row landed; quarantined when unreadable. A turn
+    still ``running`` ends ``aborted`` (``SIDECAR_LOST``) in the same
+    transaction as the promoted line's index row. Idempotent by construction:
+    a retry finds no checkpoint (or its id settled) and changes nothing more;
+    the receipt row rides in that transaction.
+    """
+    paths, sid, now = ctx.paths, ctx.sid, ctx.now()
+    settlement = await ctx.io_with_reader(inflight.plan_settlement, sid, paths.inflight, paths.transcript)
+    cp = settlement.checkpoint
+    if p.turn_id is not None and cp is not None and cp.turn_id != p.turn_id:
+        raise Conflict(f"the checkpoint of session {sid} belongs to turn {cp.turn_id}, not {p.turn_id}",
+                       data={"sessionId": sid, "turnId": cp.turn_id})
+    turn_id = p.turn_id or (cp.turn_id if cp is not None else None)
+    ended: list[dict[str, Any]] = []
+    cancelled: list[dict[str, Any]] = []
+    deliveries: list[Any] = []
+
+    def end_turn(conn: Any) -> dict[str, Any] | None:
+        if turn_id is None:
+            return None
+        status = turns.turn_status(conn, turn_id)
+        if status is None or status[2] != sid:
+            return None
+        if status[0] == "running":
+            out = turns.end_turn(conn, session_id=sid, turn_id=turn_id, status="aborted",
+                                 error_code=SIDECAR_LOST, usage=None, create_notification=False, now_ms=now)
+            ended.append(out.turn)
+            cancelled.extend(approvals.get_request(conn, kind, rid)
+                             for kind, rid in approvals.cancel_for_turn(conn, sid, turn_id, now))
+            deliveries.append(collab.settle_for_turn(conn, sid, turn_id, "aborted", SIDECAR_LOST, now, ctx.faults))
+            return out.turn
+        return turns.get_turn(conn, turn_id)
+
+    def answer(action: str, turn: dict[str, Any] | None, ref: dict[str, Any] | None) -> dict[str, Any]:
+        out: dict[str, Any] = {"action": action}
+        if turn is not None:
+            out["turn"] = {k: v for k, v in turn.items() if v is not None}
+        if ref is not None:
+            out["message"] = ref
+        return out
+
+    if settlement.action == "promote":
+        rec = settlement.record
+        assert rec is not None
+
+        def promote(conn: Any, ref: dict[str, Any]) -> dict[str, Any]:
+            inflight.record_promotion(conn, sid, settlement, now, reason="recoverInflight")
+            return answer("promoted", end_turn(conn), ref)
+
+        result, _ = await append_record(ctx, rec, promote)
+        await remove(ctx)
+    else:
+        if settlement.action == "quarantine":
+            quarantine_dir = ctx.services.data_dir.quarantine_dir
+            await ctx.io(inflight.quarantine_checkpoint, paths.inflight, quarantine_dir, now)
+            ctx.cache[_KEY] = None
+        elif settlement.action == "remove":
+            await remove(ctx)
+        result = await ctx.commit(lambda conn: answer(
+            {"none": "none", "remove": "removed", "quarantine": "quarantined"}[settlement.action],
+            end_turn(conn), None))
+    if ended:
+        ctx.publish("turn.ended", {"turn": result["turn"]})
+        for row in cancelled:
+            ctx.publish(f"{row['kind']}.resolved", {"request": row})
+        for changed, owners in deliveries:
+            collab.publish(ctx, changed, owners)
+    return result
+
+
+SIDECAR_LOST = "SIDECAR_LOST"

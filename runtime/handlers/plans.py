@@ -13,6 +13,15 @@ its row survives, and the retried submission runs once.
 After the commit they publish ``plan.requested`` (the pending row) and
 ``plan.resolved`` (approved/rejected/expired); rows the boot fence interrupts
 are not announced — ``plans.pending`` is the rehydration path.
+
+Execution (§4.6a): an approval queues its execution; ``plans.startExecution``
+binds it to the running turn that executes it (queued → running) and
+``plans.finishExecution`` ends it (completed | failed | cancelled; a queued one
+can only be cancelled). A turn that ends with its execution still running ends
+it too (completed → completed, error → failed, aborted → cancelled). Each move
+publishes ``plan.execution`` and ``session.updated`` (the projected state).
+A mode change that would break a pending contract (``session.update``) is
+refused: see :func:`check_mode_change`.
 """
 
 from __future__ import annotations
@@ -29,7 +38,8 @@ from store.fsutil import remove_file_durable
 from store.ids import new_id
 from store.receipts import ReceiptKey
 
-__all__ = ["pending", "respond", "respond_target", "submit"]
+__all__ = ["check_mode_change", "finish_execution", "pending", "publish_executions", "respond", "respond_target",
+           "start_execution", "submit"]
 
 
 async def submit(ctx: SessionContext, p: m.PlansSubmitParams, key: ReceiptKey | None) -> Any:
@@ -160,3 +170,55 @@ async def _undo_mode_line(ctx: SessionContext, request_id: str, before: Mapping[
             await ctx.write_lines([ctx.session_info_line(dict(before))])
     except StoreError:
         pass  # the rebuild before the next request re-derives the row from the transcript
+
+
+async def _execution(ctx: SessionContext, change: Any) -> Any:
+    sid = ctx.sid
+
+    def op(conn: Any) -> Any:
+        approval = change(conn)
+        return {"approval": approval, "session": index.public_session(index.require_session(conn, sid))}
+
+    result = await ctx.commit(op)
+    publish_executions(ctx, [result["approval"]], result["session"])
+    return result
+
+
+async def start_execution(ctx: SessionContext, p: m.PlansStartExecutionParams, key: ReceiptKey | None) -> Any:
+    sid, now = ctx.sid, ctx.now()
+    return await _execution(ctx, lambda conn: plans.start_execution(conn, sid, p.execution_id, p.turn_id, now))
+
+
+async def finish_execution(ctx: SessionContext, p: m.PlansFinishExecutionParams, key: ReceiptKey | None) -> Any:
+    sid, now = ctx.sid, ctx.now()
+    return await _execution(ctx, lambda conn: plans.finish_execution(
+        conn, sid, p.execution_id, turn_id=p.turn_id, outcome=p.outcome, error_code=p.error_code, now_ms=now))
+
+
+def publish_executions(ctx: SessionContext, approvals: list[dict[str, Any]], session: dict[str, Any] | None) -> None:
+    for approval in approvals:
+        ctx.publish("plan.execution", {"approval": approval})
+    if approvals and session is not None:
+        ctx.publish("session.updated", {"session": session})
+
+
+async def check_mode_change(ctx: SessionContext, mode: str | None) -> None:
+    """``session.update`` may not break a pending contract: a pending plan/goal keeps its mode,
+    an approved execution that is queued or running keeps the session in agent mode."""
+    if mode is None or mode == ctx.row.get("mode"):
+        return
+    contract = await ctx.read(plans.active_contract, ctx.sid)
+    if contract is None:
+        return
+    if contract["status"] == "pending":
+        if mode != contract["kind"]:
+            raise Conflict(
+                f"session {ctx.sid} has a pending {contract['kind']} approval; its mode stays {contract['kind']} "
+                "until the approval is answered or expires",
+                data={"sessionId": ctx.sid, "requestId": contract["requestId"], "state": "awaiting_approval"})
+    elif mode != "agent":
+        raise Conflict(
+            f"session {ctx.sid} is executing an approved {contract['kind']} ({contract['executionState']}); "
+            "it stays in agent mode until the execution ends",
+            data={"sessionId": ctx.sid, "executionId": contract.get("executionId"),
+                  "state": contract["executionState"]})

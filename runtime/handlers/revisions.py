@@ -28,8 +28,8 @@ from typing import Any
 
 from actors.session_context import SessionContext
 from protocol import models as m
-from store import index
-from store.errors import Conflict, CorruptData, InvalidInput, MessageNotFound, NotFound
+from store import collab, index
+from store.errors import Conflict, CorruptData, InvalidInput, MessageNotFound, NotFound, PermissionDenied
 from store.fsutil import remove_file_durable
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey, file_record
@@ -135,7 +135,8 @@ def dropped_live_branches(
 
 
 def plan_for(live: LiveTranscript, messages: Sequence[Mapping[str, Any]]) -> RewritePlan:
-    return plan_rewrite(messages, live.compactions, tombstones=live.tombstones, session_info=live.session_info)
+    return plan_rewrite(messages, live.compactions, tombstones=live.tombstones, session_info=live.session_info,
+                        decisions=live.decisions)
 
 
 async def commit_rewrite(
@@ -355,6 +356,10 @@ async def truncate_from(ctx: SessionContext, p: m.TruncateFromParams, key: Recei
         raise MessageNotFound(f"message {p.message_id} is not in session {sid}; nothing was cut",
                               data={"sessionId": sid, "messageId": p.message_id})
     old = live.messages
+    if p.mode in ("edit", "retry") and collab.is_collaboration_input(old[pos]):
+        raise PermissionDenied(f"message {p.message_id} is collaboration input from another session; it cannot "
+                               f"be {'edited' if p.mode == 'edit' else 'resent'} as the user's own",
+                               data={"sessionId": sid, "messageId": p.message_id})
     new_msgs = [dict(msg) for msg in old[:pos]]
     turns = await ctx.read(turn_map, sid)
     archives: list[Archive] = []
@@ -406,6 +411,7 @@ async def replace_messages(ctx: SessionContext, p: m.ReplaceMessagesParams, key:
     live = await snapshot(ctx)
     await ensure_synced(ctx, live)
     old_by_id = {msg["id"]: msg for msg in live.messages}
+    collab.check_rewrite(old_by_id, recs)  # collaboration input is never stripped, edited or forged
     for i, rec in enumerate(recs):
         carried = receipt_of(old_by_id.get(rec["id"], {}))
         if carried is not None and receipt_of(rec) is None:

@@ -4,8 +4,13 @@
 thread, writers serialized by the vault's lock), then one transaction with the
 ``secrets_meta`` row and the receipt. A retry after a crash between the two
 re-runs the request (writing the same value again is the same effect).
-Receipts of ``secrets.set`` fingerprint the value with a keyed MAC (machine
-key), so no receipt row can leak or confirm a guessed value.
+Receipts of ``secrets.set`` never confirm a value: the fingerprint is a keyed
+MAC (machine key) of the request *without* its value, so whether a replayed
+``submissionId`` carries the same value or another one changes nothing in the
+answer — a retry gets the stored response, a conflict (another ref, owner or
+kind) says nothing about the value, and a receipt row cannot be tested offline.
+A replay with a different value does not write it (reuse a ``submissionId``
+only for a retry).
 
 ``secrets.get`` returns a value only to ``agent`` and ``ui`` clients (the
 sidecar needs provider keys, the Settings UI shows them); ``cli``/``test``
@@ -48,19 +53,23 @@ class Vault:
 
 
 async def fingerprint(services: Services, method: str, raw: Mapping[str, Any]) -> str:
-    """The request without its value, plus a keyed MAC of the value."""
+    """A keyed MAC of the request without its value: the answer to a replay cannot depend on the value."""
     return await fingerprint_hiding(services, method, raw, ("value",))
 
 
 async def fingerprint_hiding(services: Services, method: str, raw: Mapping[str, Any],
                              fields: tuple[str, ...]) -> str:
-    """The request with each secret field in ``fields`` replaced by a keyed MAC of it (``<field>Mac``)."""
+    """A keyed MAC (machine key) of the request *without* the secret ``fields``.
+
+    A replayed ``submissionId`` is then answered from its receipt whatever those
+    fields hold (a different secret is not written), and a conflict (another
+    non-secret field) never says whether a guessed secret was right; the stored
+    fingerprint cannot be tested offline either.
+    """
     vault: Vault = services.get(SERVICE)
     shown = {k: v for k, v in raw.items() if k not in fields}
-    for name in fields:
-        value = raw.get(name)
-        shown[f"{name}Mac"] = await vault.run(vault.store.value_mac, value) if isinstance(value, str) else value
-    return receipts.fingerprint(method, shown)
+    plain = receipts.fingerprint(method, shown)
+    return await vault.run(vault.store.keyed_fingerprint, plain.encode("ascii"))
 
 
 async def set_secret(ctx: HostContext, p: m.SecretsSetParams, key: ReceiptKey | None) -> Any:

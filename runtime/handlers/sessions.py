@@ -1,4 +1,4 @@
-"""``session.create`` / ``get`` / ``list`` / ``rename`` / ``update`` / ``delete``.
+"""``session.create`` / ``get`` / ``rename`` / ``update`` / ``delete`` (``session.list``: ``native_pi.py``).
 
 Files first, index second, reply last. The receipts of the file-first methods
 ride in the file they write: ``session.create`` in the new transcript's header
@@ -14,21 +14,21 @@ from typing import Any
 from actors.session_context import SessionContext
 from protocol import models as m
 from protocol.jsonrpc import Encoded
-from protocol.limits import DEFAULT_WINDOW
-from runtime.context import ReadContext, Services
-from store import cursors, index, queue, windows
-from store.errors import Conflict, MessageNotFound
+from protocol.limits import DEFAULT_WINDOW, MAX_REPLY_BYTES, MAX_WHOLE_READ_BYTES
+from runtime.context import Services
+from runtime.handlers import inflight, plans
+from store import index, queue, windows
+from store.errors import Conflict, MessageNotFound, StorageFull
 from store.ids import derived_id, new_id
-from store.plugins import session_owner
 from store.receipts import ReceiptKey, file_record
 from store.reconcile import apply_plan, plan_reconcile
 from store.session_files import finish_delete, write_delete_marker
 from store.transcript import create_transcript
 from store.window_reply import with_field
 
-from .plugins import require_owner
+from .plugin_imports import scope_session
 
-__all__ = ["create", "create_target", "delete", "get", "list_sessions", "rename", "update"]
+__all__ = ["create", "create_target", "delete", "get", "rename", "update", "window_request"]
 
 
 # ---------------------------------------------------------------------- create
@@ -86,12 +86,12 @@ def window_request(p: m.SessionGetParams, client_kind: str) -> windows.WindowReq
     else:
         limit = None if client_kind == "agent" else DEFAULT_WINDOW  # the sidecar reads whole transcripts
     return windows.WindowRequest(before=p.message_before, start=p.message_end, limit=limit,
-                                 content_limit=p.content_limit, around=p.message_around)
+                                 content_limit=p.content_limit, around=p.message_around,
+                                 max_bytes=p.max_bytes or MAX_REPLY_BYTES)
 
 
 async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None) -> Any:
-    if ctx.caller.plugin_id is not None:  # a plugin reads only the sessions it imported
-        require_owner(ctx.caller, await ctx.read(session_owner, ctx.sid), what=f"session {ctx.sid}")
+    await scope_session(ctx.read, ctx.caller, ctx.sid)  # a plugin reads only the sessions it imported
     req = window_request(p, ctx.caller.client_kind)
     path = ctx.paths.transcript
     window: windows.Window | None = None
@@ -104,12 +104,21 @@ async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None
         else:
             window = None
     if window is None:
-        row = await ctx.ensure_ready()
+        try:
+            row = await ctx.ensure_ready()
+        except StorageFull:
+            # The index must catch up with the file first and the disk is full: reads keep
+            # working, served from the transcript alone (bounded), until space is freed.
+            return await _get_from_file(ctx, req)
         window = await ctx.read(windows.read_warm, ctx.sid, path, int(row["messageCount"]), req, row)
     if window.missing_target:
         raise MessageNotFound(f"message {req.around} is not in session {ctx.sid}",
                               data={"sessionId": ctx.sid, "messageId": req.around})
     reply = window.reply
+    if window.end >= window.total:  # the newest window: the reply streaming right now, after the rows
+        live = await inflight.current(ctx, req.content_limit)
+        if live is not None:
+            reply = with_field(reply, "inflight", live)
     call_id = windows.navigation_call_id(window.target)
     if call_id is not None:
         parent = await ctx.io(windows.navigation_parent, path, call_id, req.content_limit)
@@ -118,13 +127,14 @@ async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None
     return Encoded(reply)  # encoded once from the lines' own bytes; the gateway sends it as it is
 
 
-def list_sessions(ctx: ReadContext, p: m.SessionListParams) -> Any:
-    fp = cursors.query_fingerprint("session.list", str(p.project_id))
-    after = cursors.decode_cursor(p.cursor, "sessions.list", fp, (int, str)) if p.cursor else None
-    items, nxt = index.list_sessions(ctx.conn, limit=p.limit, cursor=(after[0], after[1]) if after else None,
-                                     project_id=p.project_id)
-    return {"sessions": [index.public_session(r) for r in items],
-            "nextCursor": cursors.encode_cursor("sessions.list", fp, list(nxt)) if nxt else None}
+async def _get_from_file(ctx: SessionContext, req: windows.WindowRequest) -> Any:
+    session_row = await ctx.read(index.require_session, ctx.sid)
+    window = await ctx.io(lambda: windows.read_file_window(ctx.paths.transcript, req, session_row,
+                                                           max_file_bytes=MAX_WHOLE_READ_BYTES))
+    if window.missing_target:
+        raise MessageNotFound(f"message {req.around} is not in session {ctx.sid}",
+                              data={"sessionId": ctx.sid, "messageId": req.around})
+    return Encoded(window.reply)
 
 
 # ---------------------------------------------------------------------- metadata
@@ -135,6 +145,7 @@ async def rename(ctx: SessionContext, p: m.SessionRenameParams, key: ReceiptKey 
 
 
 async def update(ctx: SessionContext, p: m.SessionUpdateParams, key: ReceiptKey | None) -> Any:
+    await plans.check_mode_change(ctx, p.mode)
     changes = p.model_dump(by_alias=True, exclude_none=True, exclude={"session_id", "submission_id"})
     return await _write_settings(ctx, {**ctx.settings(), **changes}, rename=False)
 

@@ -4,7 +4,9 @@ Start and end are DB-only writes inside the session actor (one durable commit
 holding the effect and the receipt). ``endTurn`` settles the turn and, for
 completed/error, inserts the notification and prunes to 200 in that same
 transaction; afterwards a completed/error end removes the in-flight
-checkpoint when its id is already indexed as a settled row (D327).
+checkpoint when its id is already indexed as a settled row (D327). A turn's
+end cancels the approvals and interactions it still had pending, and ends a plan
+execution or a collaboration delivery it was running that it did not settle itself.
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ from typing import Any
 from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.context import ReadContext
-from runtime.handlers import inflight
-from store import turns
+from runtime.handlers import approvals as user_requests
+from runtime.handlers import collab, inflight, plans
+from store import approvals, bindings, index, turns
+from store import plans as plan_rows
 from store.ids import new_id
 from store.receipts import ReceiptKey
 from store.snapshots import load_snapshot, prepare_snapshot
 
-__all__ = ["end_turn", "start_turn", "turn_environment"]
+__all__ = ["end_turn", "start_turn", "turn_environment", "verify_environment"]
 
 
 def _clean(d: dict[str, Any]) -> dict[str, Any]:
@@ -37,7 +41,8 @@ async def start_turn(ctx: SessionContext, p: m.StartTurnParams, key: ReceiptKey 
 
     def op(conn: Any) -> dict[str, Any]:
         turn, was_created = turns.start_turn(conn, session_id=sid, turn_id=turn_id, provider_id=p.provider_id,
-                                             model_id=p.model_id, snapshot=snapshot, now_ms=now)
+                                             model_id=p.model_id, snapshot=snapshot, now_ms=now,
+                                             retry_of=p.retry_of)
         created.append(was_created)
         return _clean(turn)
 
@@ -51,12 +56,24 @@ async def end_turn(ctx: SessionContext, p: m.EndTurnParams, key: ReceiptKey | No
     usage = p.usage.model_dump(by_alias=True, exclude_unset=True) if p.usage is not None else None
     now, sid = ctx.now(), ctx.sid
     changed: list[bool] = []
+    cancelled: list[dict[str, Any]] = []
+    executions: list[dict[str, Any]] = []
+    summary: list[dict[str, Any]] = []
+    deliveries: list[Any] = []
+    faults = ctx.faults
 
     def op(conn: Any) -> dict[str, Any]:
         outcome = turns.end_turn(conn, session_id=sid, turn_id=p.turn_id, status=p.status,
                                  error_code=p.error_code, usage=usage,
                                  create_notification=p.create_notification, now_ms=now)
         changed.append(outcome.changed)
+        if outcome.changed:  # what the turn still asked the user can no longer be answered
+            cancelled.extend(approvals.get_request(conn, kind, rid)
+                             for kind, rid in approvals.cancel_for_turn(conn, sid, p.turn_id, now))
+            executions.extend(plan_rows.settle_for_turn(conn, sid, p.turn_id, p.status, p.error_code, now))
+            deliveries.append(collab.settle_for_turn(conn, sid, p.turn_id, p.status, p.error_code, now, faults))
+            if executions:
+                summary.append(index.public_session(index.require_session(conn, sid)))
         result: dict[str, Any] = {"turn": _clean(outcome.turn)}
         if outcome.notification is not None:
             result["notification"] = _clean(outcome.notification)
@@ -69,9 +86,18 @@ async def end_turn(ctx: SessionContext, p: m.EndTurnParams, key: ReceiptKey | No
         ctx.publish("turn.ended", result)
         if "notification" in result:
             ctx.publish("notification.created", {"notification": result["notification"]})
+        user_requests.publish_cancelled(ctx, cancelled)
+        plans.publish_executions(ctx, executions, summary[0] if summary else None)
+        for moved, owners in deliveries:
+            collab.publish(ctx, moved, owners)
     return result
 
 
 def turn_environment(ctx: ReadContext, p: m.TurnEnvironmentParams) -> Any:
     turns.require_turn_exists(ctx.conn, p.turn_id)
     return load_snapshot(ctx.conn, p.turn_id)
+
+
+def verify_environment(ctx: ReadContext, p: m.VerifyEnvironmentParams) -> Any:
+    """Recovery's gate (seed 000 §4): the snapshot's bindings against the current state (``store/bindings.py``)."""
+    return bindings.verify(ctx.conn, p.session_id, p.turn_id)

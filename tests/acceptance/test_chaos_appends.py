@@ -63,12 +63,13 @@ async def test_session_actor_killed_after_fsync_then_retry_yields_one_message(tm
             await c.call("session.appendMessage", {"sessionId": sid, "message": msg("m0", "before")})
             real_point = host.faults.point
             kills: list[str] = []
+            token = trio.lowlevel.current_trio_token()  # the point runs in the session's worker thread
 
             def point(name: str) -> None:
                 real_point(name)
                 if name == "append.after_fsync" and not kills:
                     kills.append(name)
-                    assert trio.from_thread.run_sync(host.kill_actor, f"session:{sid}")
+                    assert trio.from_thread.run_sync(host.kill_actor, f"session:{sid}", trio_token=token)
 
             host.faults.point = point  # type: ignore[method-assign]
             host.faults.enabled = True

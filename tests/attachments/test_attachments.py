@@ -59,15 +59,16 @@ def test_import_streams_and_hashes_large_files(tmp_path: Path, conn: sqlite3.Con
     with open(src, "wb") as out:
         for _ in range(48):  # 3 MiB, several read chunks
             out.write(chunk)
-    sha, size = f.import_file(src, max_bytes=10 << 20)
+    roots = [str(tmp_path)]
+    sha, size = f.import_file(src, max_bytes=10 << 20, roots=roots)
     assert size == 48 << 16 and sha == hashlib.sha256(src.read_bytes()).hexdigest()
     assert f.path(sha).read_bytes() == src.read_bytes()
-    assert f.import_file(src, max_bytes=10 << 20) == (sha, size)  # dedupe
+    assert f.import_file(src, max_bytes=10 << 20, roots=roots) == (sha, size)  # dedupe
     with pytest.raises(PayloadTooLarge):
-        f.import_file(src, max_bytes=1 << 20)
+        f.import_file(src, max_bytes=1 << 20, roots=roots)
     os.symlink(src, tmp_path / "link")
     with pytest.raises(InvalidInput):  # O_NOFOLLOW: a symlink is refused, not followed
-        f.import_file(tmp_path / "link", max_bytes=10 << 20)
+        f.import_file(tmp_path / "link", max_bytes=10 << 20, roots=roots)
     assert [n for n in os.listdir(f.directory) if ".tmp." in n] == []  # failed imports leave no temp file
 
 
@@ -170,9 +171,13 @@ async def test_attachments_over_rpc(tmp_path: Path) -> None:
             sha = hashlib.sha256(data).hexdigest()
             assert put1 == {"ref": f"attachments/{sha}", "sha256": sha, "size": len(data), "name": "a.png",
                             "mimeType": "image/png"}
-            src = tmp_path / "big.bin"
+            project = tmp_path.parent / f"{tmp_path.name}-project"
+            project.mkdir()
+            s3 = (await c.call("session.create", {"title": "three", "projectPath": str(project)}))["id"]
+            src = project / "big.bin"
             src.write_bytes(os.urandom(300_000))
-            big = await c.call("attachments.importFile", {"path": str(src), "mimeType": "application/zip"})
+            big = await c.call("attachments.importFile", {"path": str(src), "mimeType": "application/zip",
+                                                          "sessionId": s3})
             assert big["size"] == 300_000
             assert (tmp_path / "attachments" / big["sha256"]).read_bytes() == src.read_bytes()
             r = await c.call("attachments.ref", {"sha256": sha, "sessionId": s1, "messageId": "m1"})

@@ -59,7 +59,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_every_section_ran_without_error(report: dict[str, Any]) -> None:
     assert report["meta"]["complete"] is True
     assert list(report["sections"]) == ["appends", "windows", "synchronous", "gateway", "history", "search",
-                                        "revisions"]
+                                        "revisions", "import"]
     for key, sec in report["sections"].items():
         assert sec["error"] is None, f"{key}: {sec['error']}"
     revisions_script = REPO / "scripts" / "bench_revisions.py"
@@ -239,8 +239,20 @@ def test_search_and_revisions_figures(report: dict[str, Any]) -> None:
         assert len(rev["revisionsBytesAfterEachTurn"]) == rev["turns"]
 
 
+def test_import_figures(report: dict[str, Any]) -> None:
+    figs = report["sections"]["import"]["figures"]
+    _positive(figs, "generated.bytes")
+    _positive(figs, "bulkIndex.indexBuildMsgsPerSec")
+    for via in ("host", "store"):
+        for fig in ("messages", "messagesPerSecond", "mbPerSecond", "peakRssMb", "reimportMbPerSecond",
+                    "ratioToBulkIndexBuild"):
+            _positive(figs, f"{via}.{fig}")
+        assert figs[via]["counts"]["new"] == 4 and figs[via]["counts"].get("refused", 0) == 0
+    assert figs["host"]["messages"] == figs["store"]["messages"]  # both paths import the same messages
+
+
 def test_targets_are_complete_and_honest(report: dict[str, Any]) -> None:
-    expected = {"appends": 2, "windows": 6, "synchronous": 0, "gateway": 3, "history": 2, "search": 9}
+    expected = {"appends": 2, "windows": 6, "synchronous": 0, "gateway": 3, "history": 2, "search": 9, "import": 2}
     if report["sections"]["revisions"]["skipped"] is None:
         expected["revisions"] = 1
     for key, count in expected.items():

@@ -189,3 +189,77 @@ def test_registers_keep_the_last_acknowledged_write() -> None:
         assert check(h, Observation({}, settings={"k": value})).valid
     assert check(h, Observation({}, settings={"k": {"n": 1}})).lost
     assert check(h, Observation({}, settings={"k": ABSENT})).lost
+
+
+def _op(h: History, f: str, key: str, value: dict[str, Any], outcome: str = "ok", result: Any = None) -> None:
+    op = h.invoke("w0", f, key, value)
+    h.complete(op, outcome, result if outcome == "ok" else {"code": "X"})  # type: ignore[arg-type]
+
+
+def _delivery(source: str, target: str, key: str, status: str, **kw: Any) -> dict[str, Any]:
+    return {"source": source, "target": target, "kind": kw.pop("kind", "task"), "key": key, "status": status,
+            "turnId": kw.pop("turnId", None), "replyTo": kw.pop("replyTo", None), "notify": kw.pop("notify", True)}
+
+
+def test_collaboration_deliveries_lost_duplicated_or_called_back_twice() -> None:
+    h = History()
+    _op(h, "collab_deliver", "k1", {"src": "a", "tgt": SID, "notify": True})
+    _op(h, "collab_deliver", "k2", {"src": "a", "tgt": SID, "notify": True})
+    _op(h, "collab_deliver", "k3", {"src": "a", "tgt": SID, "notify": False}, "fail")
+    _op(h, "collab_begin", "d1@t0", {"sid": SID, "did": "d1", "turnId": "t0"}, "info")  # lost with the host
+    _op(h, "collab_begin", "d1@t1", {"sid": SID, "did": "d1", "turnId": "t1"})  # begun again, by t1
+    _op(h, "collab_settle", "d1@t1", {"sid": SID, "did": "d1", "turnId": "t1", "kind": "task", "notify": True,
+                                      "src": "a"})
+    sessions = {SID: _session([], index_rows=[("collab-d1", 1)], file_ids=["collab-d1"]), "a": _session([])}
+    sessions[SID].messages = [ObservedMessage("collab-d1", "user", "task", 1)]
+    clean = Observation(sessions, deliveries={
+        "d1": _delivery("a", SID, "k1", "completed", turnId="t1"),
+        "c1": _delivery(SID, "a", "completion:d1", "queued", kind="completion", replyTo="d1", notify=False),
+        "d2": _delivery("a", SID, "k2", "queued"),
+    }, admissions={"d2": 1, "c1": 1})
+    assert check(h, clean).valid, check(h, clean)
+    broken = Observation(sessions, deliveries={
+        "d1": _delivery("a", SID, "k1", "completed", turnId="t1"),
+        "c1": _delivery(SID, "a", "completion:d1", "queued", kind="completion", replyTo="d1"),
+        "c2": _delivery(SID, "a", "completion:d1x", "queued", kind="completion", replyTo="d1"),
+        "d3": _delivery("a", SID, "k3", "queued"),
+        "d9": _delivery("a", SID, "k9", "queued"),
+    }, admissions={"d3": 2})
+    report = check(h, broken)
+    assert "delivery:a/k2" in report.lost  # acknowledged, gone
+    assert "delivery:d1: 2 completion callbacks" in report.duplicated
+    assert "delivery:d3: 2 queue admissions" in report.duplicated
+    assert {"delivery:a/k3 (its send failed definitely)", "delivery:a/k9 (never sent)"} <= report.unexpected
+    after = Observation(sessions, after_restart=True, deliveries={
+        "d1": _delivery("a", SID, "k1", "running", turnId="t1"),
+        "d2": _delivery("a", SID, "k2", "queued"),
+    })
+    problems = check(h, after).problems
+    assert any("running after a restart" in p for p in problems)
+    assert any("queued without an admission after a restart" in p for p in problems)
+    assert "delivery:d1 settlement (status running)" in check(h, after).lost
+
+
+def test_approvals_lost_unexpected_or_disagreeing_with_the_transcript() -> None:
+    h = History()
+    _op(h, "approval_request", "c1", {"sid": SID, "turnId": "t1"}, result={"request": {"requestId": "r1"}})
+    _op(h, "approval_respond", "c1", {"sid": SID, "option": "deny", "requestId": "r1"})
+    _op(h, "approval_request", "c2", {"sid": SID, "turnId": "t1"})
+    sessions = {SID: _session([])}
+    ok = Observation(sessions, approvals={"c1": {"sid": SID, "requestId": "r1", "status": "denied"},
+                                          "c2": {"sid": SID, "requestId": "r2", "status": "pending"}},
+                     decisions={"r1": "denied"})
+    assert check(h, ok).valid
+    bad = Observation(sessions, after_restart=True,
+                      approvals={"c1": {"sid": SID, "requestId": "r1", "status": "allowed"},
+                                 "c2": {"sid": SID, "requestId": "r2", "status": "pending"},
+                                 "c3": {"sid": SID, "requestId": "r3", "status": "denied"}},
+                      decisions={"r1": "denied"})
+    report = check(h, bad)
+    assert f"approval:{SID}/c1: answer (status allowed, answered denied)" in report.lost
+    assert f"approval:{SID}/c3 (never asked)" in report.unexpected
+    assert any("pending after a restart" in p for p in report.problems)
+    assert any("the transcript's decision says denied" in p for p in report.problems)
+    assert f"approval:{SID}/c2" not in report.lost
+    gone = Observation(sessions, approvals={})
+    assert {f"approval:{SID}/c1", f"approval:{SID}/c2"} <= check(h, gone).lost

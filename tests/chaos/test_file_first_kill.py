@@ -62,11 +62,20 @@ CASES: dict[str, tuple[tuple[str, ...], Count | None]] = {
                                 "attachments.importFile.after_commit"), None),
     "session.appendMessage": (("append.after_write", "append.after_fsync", "index.before_commit",
                                "index.after_commit"), None),
+    "import.sessions": (("import.after_link", "index.before_commit", "import.sessions.before_commit",
+                         "import.sessions.after_commit"), count("SELECT COUNT(*) FROM sessions")),
+    "plugins.importSession": (("import.after_link", "plugins.importSession.before_commit",
+                               "plugins.importSession.after_commit"),
+                              count("SELECT COUNT(*) FROM session_import_origins")),
+    "sessions.purge": (("purge.after_marker", "sessions.purge.before_commit", "sessions.purge.after_commit",
+                        "purge.before_files"), count("SELECT COUNT(*) FROM sessions")),
 }
 
 
 def _client(proc: HostProcess, kind: str) -> Any:
-    return open_client(proc.url, proc.token, client_id="chaos-file", client_kind=kind)
+    plugin = kind.removeprefix("plugin:") if kind.startswith("plugin:") else None
+    return open_client(proc.url, proc.token, client_id="chaos-file", client_kind="plugin" if plugin else kind,
+                       plugin_id=plugin)
 
 
 def _stop(proc: HostProcess) -> None:
@@ -75,7 +84,7 @@ def _stop(proc: HostProcess) -> None:
 
 
 # The session rows of these scenarios hold absolute paths (a project root): set up in place.
-IN_PLACE = {"plans.submit"}
+IN_PLACE = {"plans.submit", "attachments.importFile"}  # their session rows hold the absolute project path
 
 
 def _setup(method: str, root: Path) -> Vars:
@@ -164,7 +173,13 @@ async def _check_effect(c: Any, root: Path, method: str, v: Vars, first: Any) ->
         files = sorted(p.name for p in folder.iterdir() if not p.name.endswith(".tmp")) if folder.exists() else []
         assert files == [first["artifactPath"].rsplit("/", 1)[1]], "an artifact no approval row records survived"
         assert not any(".tmp." in p.name for p in folder.iterdir())
-    if method == "session.delete":
+    if method in ("import.sessions", "plugins.importSession"):
+        got = (await c.call("session.list", {}))["sessions"]
+        assert len(got) == 1
+        page = await c.call("session.get", {"sessionId": got[0]["id"], "full": True})
+        assert page["totalMessages"] >= 1
+        assert len(list((root / "sessions").glob("*.jsonl"))) == 1
+    if method in ("session.delete", "sessions.purge"):
         with pytest.raises(RpcError) as err:
             await c.call("session.get", {"sessionId": v["sid"]})
         assert err.value.data_code == "SESSION_NOT_FOUND"

@@ -132,16 +132,23 @@ async def test_second_hello_is_refused_but_connection_stays(harness: Harness) ->
             assert (await recv(ws))["result"] == [1]
 
 
-async def test_connection_cap_refuses_with_503(nursery: trio.Nursery) -> None:
+async def test_authenticated_connection_cap_refuses_the_hello(nursery: trio.Nursery) -> None:
+    """The cap counts authenticated connections: the third hello is BUSY and that connection closes."""
     h = await start_gateway(nursery, max_connections=2)
-    host = {"Host": f"127.0.0.1:{h.port}"}
     with trio.fail_after(10):
         async with connect(h.url) as a:
             await hello(a)
             async with connect(h.url) as b:
                 await hello(b)
-                assert await raw_upgrade(h.port, host) == 503
-                assert h.gateway.statistics().connections == 2
+                async with connect(h.url) as extra:
+                    await extra.send_message(hello_frame())
+                    refused = await recv(extra)
+                    assert refused["error"]["data"]["code"] == "BUSY"
+                    assert refused["error"]["data"]["retriable"] is True
+                    with pytest.raises(ConnectionClosed):
+                        await extra.get_message()
+                while h.gateway.statistics().connections > 2:
+                    await wait_all_tasks_blocked()
             while h.gateway.statistics().connections > 1:  # b's handler is finishing
                 await wait_all_tasks_blocked()
             async with connect(h.url) as c:  # a freed slot is reusable

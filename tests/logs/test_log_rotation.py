@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from runtime.logs import LOG_NAME, LogRotation, NdjsonFormatter, RotatingNdjsonHandler, setup_logging
+from runtime.logs import (
+    LOG_NAME,
+    LogRotation,
+    NdjsonFormatter,
+    RotatingNdjsonHandler,
+    setup_logging,
+    teardown_logging,
+)
 
 DAY = 86_400.0
 
@@ -154,7 +161,4 @@ def test_setup_logging_writes_host_ndjson_with_the_given_bounds(tmp_path: Path) 
         (record,) = _records(tmp_path / LOG_NAME)
         assert record["msg"] == "hello" and record["sessionId"] == "s1"
     finally:
-        root = logging.getLogger("pi_host")
-        for h in handlers:
-            root.removeHandler(h)
-            h.close()
+        teardown_logging(handlers)

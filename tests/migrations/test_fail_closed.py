@@ -117,7 +117,8 @@ def test_pi_host_serve_exits_non_zero_naming_the_row(tmp_path: Path, case: str) 
     done = _serve(seed.root)
     assert done.returncode != 0
     assert CASES[case][1] in done.stderr, done.stderr[-3000:]
-    assert "MigrationFailed" in done.stderr and "schema v8 stays authoritative" in done.stderr
+    assert "MIGRATION_FAILED" in done.stderr and "schema v8 stays authoritative" in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr  # one line, no traceback
     assert sha256(seed.db) == digest
     backup = seed.root / "pi.sqlite.v8.bak"
     assert sqlite3_cli(backup, "PRAGMA user_version;") == ["8"] and dump(backup) == before

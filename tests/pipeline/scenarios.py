@@ -20,6 +20,7 @@ from store.errors import NotFound
 from store.secrets import SecretStore
 from tests.hostkit import msg
 from tests.httpkit import FakeProvider, Reply
+from tests.importers import gen
 
 Vars = dict[str, Any]
 Setup = Callable[[HostClient, Path], Awaitable[Vars]]
@@ -78,6 +79,44 @@ async def with_turn(c: HostClient, root: Path) -> Vars:
     sid = await new_session(c)
     await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
     return {"sid": sid}
+
+
+async def with_checkpoint(c: HostClient, root: Path) -> Vars:
+    v = await with_turn(c, root)
+    await c.call("session.saveInflightMessage", {"sessionId": v["sid"], "turnId": "t1",
+                                                 "message": msg("a1", "partial", "assistant")})
+    return v
+
+
+async def with_approval(c: HostClient, root: Path) -> Vars:
+    v = await with_turn(c, root)
+    asked = await c.call("approvals.request", {"sessionId": v["sid"], "turnId": "t1", "tool": "Bash", "risk": "low"})
+    v["request"] = asked["request"]["requestId"]
+    return v
+
+
+async def with_rules(c: HostClient, root: Path) -> Vars:
+    v = await with_turn(c, root)
+    for n, tool in enumerate(("Bash", "Edit")):
+        asked = await c.call("approvals.request", {"sessionId": v["sid"], "turnId": "t1", "tool": tool,
+                                                   "risk": "low"})
+        answered = await c.call("approvals.respond", {"sessionId": v["sid"], "optionId": "allow_session",
+                                                      "requestId": asked["request"]["requestId"]})
+        v[f"rule{n}"] = answered["rule"]["id"]
+    return v
+
+
+async def with_interaction(c: HostClient, root: Path) -> Vars:
+    v = await with_turn(c, root)
+    asked = await c.call("interactions.request", {"sessionId": v["sid"], "turnId": "t1", "question": "Which?",
+                                                  "allowFreeText": True})
+    v["request"] = asked["request"]["requestId"]
+    return v
+
+
+def decision_lines(root: Path, v: Vars) -> int:
+    path = root / "sessions" / f"{v['sid']}.jsonl"
+    return sum(1 for line in path.read_bytes().splitlines() if line.startswith(b'{"type":"approval_decision"'))
 
 
 async def with_notification(c: HostClient, root: Path) -> Vars:
@@ -152,6 +191,12 @@ async def with_files(c: HostClient, root: Path) -> Vars:
     return {"folder": str(folder)}
 
 
+async def with_project_files(c: HostClient, root: Path) -> Vars:
+    v = await with_files(c, root)
+    v["sid"] = (await c.call("session.create", {"title": "files", "projectPath": v["folder"]}))["id"]
+    return v  # importFile reads only under the session's project
+
+
 async def with_task(c: HostClient, root: Path) -> Vars:
     t1 = await c.call("tasks.create", {"title": "t", "prompt": "p"})
     t2 = await c.call("tasks.create", {"title": "t2", "prompt": "p2"})
@@ -183,6 +228,45 @@ def submit_params(v: Vars, markdown: str = "# Plan\n\nDo it.\n") -> dict[str, An
 async def with_plan(c: HostClient, root: Path) -> Vars:
     v = await with_plan_session(c, root)
     v["request"] = (await c.call("plans.submit", submit_params(v)))["requestId"]
+    return v
+
+
+async def with_execution(c: HostClient, root: Path) -> Vars:
+    v = await with_plan(c, root)
+    approved = await c.call("plans.respond", {"requestId": v["request"], "action": "approve"})
+    v["execution"] = approved["approval"]["executionId"]
+    for tid in ("t2", "t3"):
+        await c.call("session.startTurn", {"sessionId": v["sid"], "turnId": tid})
+    return v
+
+
+async def with_running_execution(c: HostClient, root: Path) -> Vars:
+    v = await with_execution(c, root)
+    await c.call("plans.startExecution", {"sessionId": v["sid"], "executionId": v["execution"], "turnId": "t2"})
+    return v
+
+
+def deliver_params(v: Vars, key: str = "k1", content: str = "review this") -> dict[str, Any]:
+    return {"pluginId": "pl", "sourceSessionId": v["src"], "targetSessionId": v["sid"], "kind": "task",
+            "content": content, "idempotencyKey": key, "notifyOnCompletion": True}
+
+
+async def with_two_sessions(c: HostClient, root: Path) -> Vars:
+    return {"src": await new_session(c), "sid": await new_session(c)}  # sid: the target (its actor runs it)
+
+
+async def with_delivery(c: HostClient, root: Path) -> Vars:
+    v = await with_two_sessions(c, root)
+    v["delivery"] = (await c.call("collab.deliver", deliver_params(v)))["delivery"]["id"]
+    v["delivery2"] = (await c.call("collab.deliver", deliver_params(v, "k2", "and this")))["delivery"]["id"]
+    for tid in ("t1", "t2"):
+        await c.call("session.startTurn", {"sessionId": v["sid"], "turnId": tid})
+    return v
+
+
+async def with_begun_delivery(c: HostClient, root: Path) -> Vars:
+    v = await with_delivery(c, root)
+    await c.call("collab.begin", {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t1"})
     return v
 
 
@@ -278,6 +362,22 @@ def kv_rows(ns: str) -> Callable[[Path, Vars], int]:
     return lambda root, v: int(rows(root, "SELECT COUNT(*) FROM kv WHERE ns = ?", ns)[0][0])
 
 
+async def with_claude_root(c: HostClient, root: Path) -> Vars:
+    """A Claude Code projects tree with one session (import.sessions)."""
+    folder = root.parent / f"{root.name}-claude" / "-work-demo"
+    folder.mkdir(parents=True)
+    conv = [gen.User("import me"), gen.Response((("text", "imported answer"),), ())]
+    (folder / "5a1e0000-0000-4000-8000-000000000001.jsonl").write_bytes(
+        b"".join(gen.claude_code_lines(conv, session="5a1e0000-0000-4000-8000-000000000001")))
+    return {"root": str(folder.parent)}
+
+
+async def with_trashed(c: HostClient, root: Path) -> Vars:
+    v = await with_message(c, root)
+    await c.call("sessions.trash", {"sessionId": v["sid"]})
+    return v
+
+
 # ---------------------------------------------------------------------- the table
 
 S = Scenario
@@ -305,6 +405,10 @@ SCENARIOS: dict[str, Scenario] = {
         with_turn, lambda v: {"sessionId": v["sid"], "turnId": "t1", "message": msg("a1", "partial", "assistant")},
         lambda v: ("session.saveInflightMessage",
                    {"sessionId": v["sid"], "turnId": "t1", "message": msg("a1", "more", "assistant")})),
+    "session.recoverInflight": S(
+        with_checkpoint, lambda v: {"sessionId": v["sid"], "turnId": "t1"},
+        lambda v: ("session.recoverInflight", {"sessionId": v["sid"]}),
+        count=count("SELECT COUNT(*) FROM messages")),
     "notifications.markRead": S(with_notification, lambda v: {"ids": [v["nid"]]},
                                 lambda v: ("notifications.markRead", {"ids": [v["nid"], "other"]})),
     "notifications.markAllRead": S(with_notification, lambda v: {}, lambda v: ("notifications.clear", {})),
@@ -355,15 +459,16 @@ SCENARIOS: dict[str, Scenario] = {
     "session.restoreMessage": S(with_tombstone, lambda v: {"sessionId": v["sid"], "messageId": "m1"},
                                 lambda v: ("session.restoreMessage", {"sessionId": v["sid"], "messageId": "m2"})),
     "secrets.set": S(nothing, lambda v: {"ref": "k", "value": "v"},
-                     lambda v: ("secrets.set", {"ref": "k", "value": "w"}), count=secret_version("k")),
+                     lambda v: ("secrets.set", {"ref": "k2", "value": "v"}), count=secret_version("k")),
     "secrets.delete": S(with_secret, lambda v: {"ref": "k1"}, lambda v: ("secrets.delete", {"ref": "k2"})),
     "attachments.put": S(
         nothing, lambda v: {"name": "a.txt", "mimeType": "text/plain", "dataBase64": DATA},
         lambda v: ("attachments.put", {"name": "b.txt", "mimeType": "text/plain", "dataBase64": DATA}),
         count=count("SELECT COUNT(*) FROM attachment_blobs")),
     "attachments.importFile": S(
-        with_files, lambda v: {"path": v["folder"] + "/one.txt", "name": "one.txt"},
-        lambda v: ("attachments.importFile", {"path": v["folder"] + "/two.txt", "name": "two.txt"}),
+        with_project_files, lambda v: {"path": v["folder"] + "/one.txt", "name": "one.txt", "sessionId": v["sid"]},
+        lambda v: ("attachments.importFile", {"path": v["folder"] + "/two.txt", "name": "two.txt",
+                                              "sessionId": v["sid"]}),
         count=count("SELECT COUNT(*) FROM attachment_blobs")),
     "attachments.ref": S(with_blob, lambda v: {"sha256": v["sha"], "sessionId": v["sid"]},
                          lambda v: ("attachments.ref", {"sha256": v["sha"], "sessionId": v["sid"], "messageId": "m"}),
@@ -385,6 +490,52 @@ SCENARIOS: dict[str, Scenario] = {
                       lambda v: ("plans.submit", submit_params(v, "# Other plan\n")), count=artifact_files),
     "plans.respond": S(with_plan, lambda v: {"requestId": v["request"], "action": "reject"},
                        lambda v: ("plans.respond", {"requestId": v["request"], "action": "approve"})),
+    "plans.startExecution": S(
+        with_execution, lambda v: {"sessionId": v["sid"], "executionId": v["execution"], "turnId": "t2"},
+        lambda v: ("plans.startExecution", {"sessionId": v["sid"], "executionId": v["execution"], "turnId": "t3"})),
+    "plans.finishExecution": S(
+        with_running_execution,
+        lambda v: {"sessionId": v["sid"], "executionId": v["execution"], "turnId": "t2", "outcome": "completed"},
+        lambda v: ("plans.finishExecution", {"sessionId": v["sid"], "executionId": v["execution"], "turnId": "t2",
+                                             "outcome": "failed"})),
+    "collab.deliver": S(with_two_sessions, deliver_params,
+                        lambda v: ("collab.deliver", deliver_params(v, content="something else")),
+                        count=count("SELECT COUNT(*) FROM session_collaboration_messages")),
+    "collab.begin": S(
+        with_delivery, lambda v: {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t1"},
+        lambda v: ("collab.begin", {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t2"}),
+        count=count("SELECT COUNT(*) FROM messages")),
+    "collab.settle": S(
+        with_begun_delivery,
+        lambda v: {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t1", "status": "completed",
+                   "result": "done"},
+        lambda v: ("collab.settle", {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t1",
+                                     "status": "failed", "error": "no"}),
+        count=count("SELECT COUNT(*) FROM session_collaboration_messages WHERE kind = 'completion'")),
+    "collab.cancel": S(with_delivery, lambda v: {"deliveryId": v["delivery"]},
+                       lambda v: ("collab.cancel", {"deliveryId": v["delivery2"]}),
+                       count=count("SELECT COUNT(*) FROM turn_queue")),
+    "approvals.request": S(
+        with_turn, lambda v: {"sessionId": v["sid"], "turnId": "t1", "tool": "Bash", "risk": "low"},
+        lambda v: ("approvals.request", {"sessionId": v["sid"], "turnId": "t1", "tool": "Edit", "risk": "low"}),
+        count=count("SELECT COUNT(*) FROM approvals")),
+    "approvals.respond": S(
+        with_approval, lambda v: {"sessionId": v["sid"], "requestId": v["request"], "optionId": "allow_once"},
+        lambda v: ("approvals.respond", {"sessionId": v["sid"], "requestId": v["request"], "optionId": "deny"}),
+        count=decision_lines),
+    "approvals.removeRule": S(with_rules, lambda v: {"ruleId": v["rule0"]},
+                              lambda v: ("approvals.removeRule", {"ruleId": v["rule1"]}),
+                              count=count("SELECT COUNT(*) FROM permission_rules")),
+    "interactions.request": S(
+        with_turn, lambda v: {"sessionId": v["sid"], "turnId": "t1", "question": "Q?", "allowFreeText": True},
+        lambda v: ("interactions.request", {"sessionId": v["sid"], "turnId": "t1", "question": "Other?",
+                                            "allowFreeText": True}),
+        count=count("SELECT COUNT(*) FROM interactions")),
+    "interactions.respond": S(
+        with_interaction, lambda v: {"sessionId": v["sid"], "requestId": v["request"], "answer": {"text": "yes"}},
+        lambda v: ("interactions.respond", {"sessionId": v["sid"], "requestId": v["request"],
+                                            "answer": {"text": "no"}}),
+        count=decision_lines),
     "projects.remove": S(with_projects, lambda v: {"projectId": v["a"]},
                          lambda v: ("projects.remove", {"projectId": v["b"]}),
                          count=count("SELECT COUNT(*) FROM projects")),
@@ -415,10 +566,11 @@ SCENARIOS: dict[str, Scenario] = {
         lambda v: ("projectGroups.setInstructions", {"groupId": v["g1"], "instructions": "be long"}),
         count=kv_rows("projectGroupInstructions")),
     "providers.create": S(nothing, lambda v: {"id": "p1", "name": "one", "apiKey": "sk-1"},
-                          lambda v: ("providers.create", {"id": "p1", "name": "one", "apiKey": "sk-2"}),
+                          # a secret alone never makes a request "different" (a replay must not confirm it)
+                          lambda v: ("providers.create", {"id": "p1", "name": "two", "apiKey": "sk-1"}),
                           count=count("SELECT COUNT(*) FROM providers")),
     "providers.update": S(with_providers, lambda v: {"providerId": "p1", "apiKey": "key-new"},
-                          lambda v: ("providers.update", {"providerId": "p1", "apiKey": "key-other"}),
+                          lambda v: ("providers.update", {"providerId": "p2", "apiKey": "key-new"}),
                           count=secret_version("provider/p1")),
     "providers.delete": S(with_providers, lambda v: {"providerId": "p1"},
                           lambda v: ("providers.delete", {"providerId": "p2"}),
@@ -445,10 +597,26 @@ SCENARIOS: dict[str, Scenario] = {
                            lambda v: ("plugins.uninstall", {"pluginId": "beta"}),
                            count=count("SELECT COUNT(*) FROM kv WHERE ns LIKE 'plugin:%'")),
     "configSync.configure": S(nothing, lambda v: {"enabled": True, "webdavPassword": "pw-1"},
-                              lambda v: ("configSync.configure", {"enabled": True, "webdavPassword": "pw-2"}),
+                              lambda v: ("configSync.configure", {"enabled": False, "webdavPassword": "pw-1"}),
                               count=secret_version("configSync/webdavPassword")),
     "configSync.export": S(with_sync_key, lambda v: {},
                            lambda v: ("configSync.configure", {"enabled": False})),
     "configSync.apply": S(with_bundles, lambda v: {"bundleBase64": v["b1"]},
                           lambda v: ("configSync.apply", {"bundleBase64": v["b2"]})),
+    "import.sessions": S(with_claude_root, lambda v: {"source": "claude-code", "root": v["root"]},
+                         lambda v: ("import.sessions", {"source": "claude-code", "root": v["root"], "dryRun": True}),
+                         count=count("SELECT COUNT(*) FROM sessions")),
+    "plugins.importSession": S(
+        nothing, lambda v: {"sourceId": "chat", "externalId": "e1", "messages": [msg("m1", "from a plugin")]},
+        lambda v: ("plugins.importSession", {"sourceId": "chat", "externalId": "e2", "messages": [msg("m1", "x")]}),
+        kind="plugin:test-plugin", count=count("SELECT COUNT(*) FROM session_import_origins")),
+    "sessions.trash": S(with_message, lambda v: {"sessionId": v["sid"]},
+                        lambda v: ("sessions.restore", {"sessionId": v["sid"]}),
+                        count=count("SELECT COUNT(*) FROM sessions WHERE deleted_at IS NOT NULL")),
+    "sessions.restore": S(with_trashed, lambda v: {"sessionId": v["sid"]},
+                          lambda v: ("sessions.trash", {"sessionId": v["sid"]}),
+                          count=count("SELECT COUNT(*) FROM sessions WHERE deleted_at IS NOT NULL")),
+    "sessions.purge": S(with_trashed, lambda v: {"sessionId": v["sid"]},
+                        lambda v: ("sessions.restore", {"sessionId": v["sid"]}),
+                        count=count("SELECT COUNT(*) FROM sessions")),
 }

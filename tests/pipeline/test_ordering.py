@@ -31,6 +31,7 @@ READS: dict[str, Scenario] = {
     "session.listRevisions": Scenario(one_session, lambda v: {"sessionId": v["sid"]}, lambda v: ("", {})),
     "session.tree": Scenario(one_session, lambda v: {"sessionId": v["sid"]}, lambda v: ("", {})),
     "session.context": Scenario(one_session, lambda v: {"sessionId": v["sid"]}, lambda v: ("", {})),
+    "session.export": Scenario(one_session, lambda v: {"sessionId": v["sid"]}, lambda v: ("", {})),
 }
 
 

@@ -45,3 +45,12 @@ def test_reads_are_not_mutating_and_writer_routes_are() -> None:
             assert not METHODS[name].mutating, name
         if route.via is Via.WRITER:
             assert METHODS[name].mutating, name
+
+
+@pytest.mark.parametrize("name", sorted(n for n, r in ROUTES.items() if r.native is not None))
+def test_native_handlers_are_host_handlers_of_the_methods_params_model(name: str) -> None:
+    route = ROUTES[name]
+    assert route.via is Via.SESSION, f"{name}: a native handler only stands beside a session route"
+    hints = typing.get_type_hints(route.native)
+    args = [v for k, v in hints.items() if k != "return"]
+    assert args[0] is HostContext and args[1] is METHODS[name].params_model, name

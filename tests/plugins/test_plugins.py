@@ -82,7 +82,6 @@ async def test_two_plugins_are_each_denied_the_others_kv_providers_and_sessions(
                     c.call("models.list", {"providerId": f"{other}-gw"}),
                     c.call("session.get", {"sessionId": sessions[other]}),
                     c.call("session.appendMessage", {"sessionId": sessions[other], "message": msg("x", "x")}),
-                    c.call("session.list", {}),
                     c.call("plugins.uninstall", {"pluginId": other}),
                 ):
                     assert (await _err(call)).data_code == "PERMISSION_DENIED"
@@ -90,6 +89,8 @@ async def test_two_plugins_are_each_denied_the_others_kv_providers_and_sessions(
                 assert [p["id"] for p in (await c.call("providers.list", {}))["providers"]] == [f"{pid}-gw"]
                 assert (await c.call("providers.get", {"providerId": f"{pid}-gw"}))["provider"]["name"] == pid
                 assert (await c.call("models.list", {}))["models"] == []
+                # session.list is scoped (issue 15): only the plugin's own imported sessions
+                assert [s["id"] for s in (await c.call("session.list", {}))["sessions"]] == [sessions[pid]]
                 mine = await c.call("session.get", {"sessionId": sessions[pid]})  # its own imported session
                 assert [m["blocks"][0]["text"] for m in mine["messages"]] == [f"from {pid}"]
             # the user path sees everything, and may not change a plugin's row
@@ -217,4 +218,7 @@ def test_the_routes_open_to_plugins_are_exactly_these() -> None:
 
     assert {name for name, route in ROUTES.items() if route.plugins} == {
         "settings.get", "settings.getAll", "settings.set", "settings.update", "settings.delete",
-        "providers.list", "providers.get", "providers.sync", "models.list", "session.get"}
+        "providers.list", "providers.get", "providers.sync", "models.list", "session.get",
+        # issue 15: a plugin's imported sessions (each handler scopes by the owner)
+        "plugins.importSession", "plugins.listSessions", "session.list", "session.export",
+        "sessions.trash", "sessions.restore", "sessions.purge", "sessions.listTrashed"}

@@ -19,7 +19,7 @@ from protocol.methods import EVENTS, METHODS, dump_event, dump_result, parse_par
 from protocol.models_common import MAX_BLOCKS_PER_MESSAGE, MutatingParams
 
 BRIEF_METHODS = {
-    "host.hello", "host.status",
+    "host.hello", "host.status", "host.createLoginCode",
     "session.create", "session.list", "session.get", "session.appendMessage",
     "session.rename", "session.update", "session.delete",
     "events.subscribe", "events.unsubscribe",
@@ -54,6 +54,23 @@ BRIEF_METHODS = {
     "models.list", "models.add", "models.remove", "models.refresh",
     "plugins.list", "plugins.register", "plugins.setEnabled", "plugins.uninstall",
     "configSync.get", "configSync.configure", "configSync.export", "configSync.apply",
+    "import.sessions", "plugins.importSession", "plugins.listSessions",
+    "sessions.trash", "sessions.restore", "sessions.purge", "sessions.listTrashed", "session.export",
+}  # fmt: skip
+COLLABORATION_READS = {
+    "approvals.pending", "approvals.rules", "interactions.pending",
+    "usage.session", "usage.history", "session.listTurns", "collab.list", "collab.get",
+    "session.verifyEnvironment",
+}  # fmt: skip
+# issue 16: live replies, pending user requests, plan execution, collaboration, usage
+COLLABORATION_METHODS = {
+    "session.recoverInflight",
+    "approvals.request", "approvals.pending", "approvals.respond", "approvals.rules", "approvals.removeRule",
+    "interactions.request", "interactions.pending", "interactions.respond",
+    "plans.startExecution", "plans.finishExecution",
+    "usage.session", "usage.history", "session.listTurns",
+    "collab.deliver", "collab.begin", "collab.settle", "collab.cancel", "collab.list", "collab.get",
+    "session.verifyEnvironment",
 }  # fmt: skip
 
 
@@ -74,7 +91,7 @@ def _msg(blocks: list[Any], **extra: Any) -> dict[str, Any]:
 
 
 def test_registry_covers_exactly_the_protocol_methods() -> None:
-    assert set(METHODS) == BRIEF_METHODS
+    assert set(METHODS) == BRIEF_METHODS | COLLABORATION_METHODS
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))
@@ -93,7 +110,7 @@ def test_every_method_has_models_and_metadata(name: str) -> None:
 def test_mutating_flags_match_intent() -> None:
     reads = {name for name, spec in METHODS.items() if not spec.mutating}
     assert reads == {
-        "host.hello", "host.status", "session.list", "session.get",
+        "host.hello", "host.status", "host.createLoginCode", "session.list", "session.get",
         "events.subscribe", "events.unsubscribe", "session.turnEnvironment",
         "notifications.list", "session.queueList", "artifacts.list",
         "session.listRevisions", "session.tree", "session.context",
@@ -102,7 +119,8 @@ def test_mutating_flags_match_intent() -> None:
         "tasks.runs", "plans.pending", "projects.list",
         "settings.getAll", "workspace.get", "session.resolvePath", "projectGroups.list", "projectGroups.get",
         "providers.list", "providers.get", "models.list", "plugins.list", "configSync.get",
-    }  # fmt: skip
+        "plugins.listSessions", "sessions.listTrashed", "session.export",
+    } | COLLABORATION_READS  # fmt: skip
 
 
 def test_registry_is_immutable() -> None:

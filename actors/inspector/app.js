@@ -1,0 +1,329 @@
+// pi-host inspector: plain JavaScript, served by the host on its own port (same origin as the
+// gateway). The token lives only in this page's memory: it is never put in a URL, never stored.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const state = {
+  ws: null, token: null, nextId: 1, pending: new Map(), clientId: "inspector-" + randomHex(6),
+  session: null, start: 0, sessionSub: null, live: new Map(), query: "",
+};
+
+function randomHex(bytes) {
+  const a = new Uint8Array(bytes);
+  crypto.getRandomValues(a);
+  return Array.from(a, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") node.className = v;
+    else if (k.startsWith("data-")) node.setAttribute(k, v);
+    else if (k === "onclick") node.addEventListener("click", v);
+    else node[k] = v;
+  }
+  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return node;
+}
+
+// Untrusted text is only ever inserted as text nodes; <mark> wraps each match of the query.
+function highlighted(text, query) {
+  const frag = document.createDocumentFragment();
+  const q = query.trim().toLowerCase();
+  if (!q) { frag.append(text); return frag; }
+  const lower = text.toLowerCase();
+  let at = 0;
+  for (;;) {
+    const i = lower.indexOf(q, at);
+    if (i < 0) break;
+    frag.append(text.slice(at, i), el("mark", {}, text.slice(i, i + q.length)));
+    at = i + q.length;
+  }
+  frag.append(text.slice(at));
+  return frag;
+}
+
+function setStatus(text, kind) {
+  const s = $("status");
+  s.textContent = text;
+  s.className = "status " + (kind || "");
+}
+
+// -- JSON-RPC over the WebSocket -----------------------------------------------------------
+function call(method, params) {
+  return new Promise((resolve, reject) => {
+    const id = state.nextId++;
+    state.pending.set(id, { resolve, reject });
+    state.ws.send(JSON.stringify({ jsonrpc: "2.0", id, method, params: params || {} }));
+  });
+}
+
+function onFrame(event) {
+  const message = JSON.parse(event.data);
+  for (const item of Array.isArray(message) ? message : [message]) {
+    if (item.method === "event" && item.id === undefined) { onEvent(item.params); continue; }
+    const slot = state.pending.get(item.id);
+    if (!slot) continue;
+    state.pending.delete(item.id);
+    if (item.error) {
+      const data = item.error.data || {};
+      const err = new Error(`${data.code || "ERROR"}: ${item.error.message}`);
+      err.code = data.code;
+      slot.reject(err);
+    } else slot.resolve(item.result);
+  }
+}
+
+function connect(token) {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(`ws://${location.host}/`);
+    state.ws = ws;
+    ws.onmessage = onFrame;
+    ws.onerror = () => reject(new Error("the host refused the connection"));
+    ws.onclose = (ev) => {
+      for (const slot of state.pending.values()) slot.reject(new Error("connection closed"));
+      state.pending.clear();
+      setStatus(`disconnected (${ev.code}${ev.reason ? " " + ev.reason : ""})`, "bad");
+      if (state.token && ev.code !== 1008) setTimeout(() => reconnect(), 1000);
+    };
+    ws.onopen = () => {
+      call("host.hello", { token, clientId: state.clientId, clientKind: "ui", protocol: 1 })
+        .then((hello) => resolve(hello), reject);
+    };
+  });
+}
+
+async function reconnect() {
+  try {
+    await connect(state.token);
+    await afterLogin();
+  } catch (err) {
+    setStatus("reconnecting...", "bad");
+    setTimeout(() => reconnect(), 2000);
+  }
+}
+
+// -- login ---------------------------------------------------------------------------------
+async function login(token) {
+  const hello = await connect(token);
+  state.token = token;
+  $("login").hidden = true;
+  $("app").hidden = false;
+  $("search-form").hidden = false;
+  setStatus(`connected · host ${hello.hostVersion}`, "ok");
+  await afterLogin();
+}
+
+async function afterLogin() {
+  setStatus("connected", "ok");
+  await call("events.subscribe", {
+    topics: ["session.created", "session.updated", "session.deleted", "notification.created",
+             "plan.requested", "plan.resolved"],
+  });
+  await Promise.all([loadSessions(), loadNotifications(), loadApprovals()]);
+  if (state.session) await openSession(state.session, { keepWindow: false });
+}
+
+async function exchangeCode(code) {
+  const response = await fetch("/login", {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ code }),
+    credentials: "omit", cache: "no-store",
+  });
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.error || `login refused (${response.status})`);
+  return body.token;
+}
+
+// -- lists ---------------------------------------------------------------------------------
+async function loadSessions() {
+  const res = await call("session.list", { limit: 200 });
+  const list = $("sessions");
+  list.replaceChildren(...res.sessions.map((s) => el("li", {
+    "data-id": s.id, class: s.id === state.session ? "active" : "", onclick: () => openSession(s.id),
+  }, el("span", { class: "count" }, s.messageCount), s.title || "(untitled)")));
+}
+
+async function loadNotifications() {
+  const res = await call("notifications.list", { limit: 20 });
+  $("unread").textContent = res.unreadCount ? `(${res.unreadCount} unread)` : "";
+  $("notifications").replaceChildren(...res.notifications.map((n) =>
+    el("li", {}, `${n.kind}: ${n.sessionTitle || n.sessionId}`)));
+}
+
+async function loadApprovals() {
+  const res = await call("plans.pending", {});
+  const rows = res.pending;
+  $("approvals").replaceChildren(...(rows.length ? rows.map((a) =>
+    el("li", {}, `${a.kind} in ${a.sessionId}: ${a.title || a.requestId}`)) : [el("li", {}, "none")]));
+}
+
+// -- one session -----------------------------------------------------------------------------
+function blockText(b) {
+  if (b.type === "text") return b.text;
+  if (b.type === "tool_call") return null;
+  if (b.type === "thinking") return "";
+  return `[${b.type}]`;
+}
+
+function renderMessage(m, live) {
+  const tags = [];
+  const meta = m.meta || {};
+  if (meta.interrupted) tags.push(el("span", { class: "tag" }, "interrupted"));
+  if (live) tags.push(el("span", { class: "tag" }, "streaming"));
+  if (m.deleted) tags.push(el("span", { class: "tag" }, "deleted"));
+  const body = [];
+  for (const b of m.blocks || []) {
+    const text = blockText(b);
+    if (text === null) {
+      body.push(el("span", { class: "tool" }, `tool ${b.name}(${JSON.stringify(b.args || {})}) ${b.status || ""}: ` +
+        String(b.result ?? "").slice(0, 300)));
+    } else if (text) body.push(highlighted(text, state.query));
+  }
+  return el("li", { class: `msg ${m.role}${live ? " live" : ""}`, "data-id": m.id, "data-seq": m.seq || "" },
+    el("span", { class: "who" }, `${m.seq ? "#" + m.seq + " " : ""}${m.role}`, ...tags), ...body);
+}
+
+function renderLive() {
+  const shown = new Set(Array.from($("messages").children, (li) => li.dataset.id));
+  $("live").replaceChildren(...Array.from(state.live.values())
+    .filter((m) => !shown.has(m.id)).map((m) => renderMessage(m, true)));
+}
+
+async function openSession(id, opts) {
+  const changed = id !== state.session;
+  state.session = id;
+  for (const li of $("sessions").children) li.classList.toggle("active", li.dataset.id === id);
+  if (changed) state.live.clear();
+  const page = await call("session.get", { sessionId: id, messageLimit: 30 });
+  $("session-title").textContent = page.session.title || id;
+  showWindow(page, false);
+  if (state.sessionSub) {
+    try { await call("events.unsubscribe", { subscriptionId: state.sessionSub }); } catch (err) { /* gone */ }
+  }
+  const sub = await call("events.subscribe", {
+    topics: ["session.message", "session.inflight", "session.queue", "turn.started", "turn.ended"], sessionId: id,
+  });
+  state.sessionSub = sub.subscriptionId;
+  await Promise.all([loadQueue(), loadBranches()]);
+}
+
+function showWindow(page, prepend) {
+  state.start = page.messageStart;
+  const items = page.messages.map((m) => renderMessage(m, false));
+  if (prepend) $("messages").prepend(...items);
+  else $("messages").replaceChildren(...items);
+  $("older").hidden = !page.hasMoreBefore;
+  $("window-info").textContent =
+    `messages ${state.start + 1}–${prepend ? $("messages").children.length + state.start : page.messageEnd} ` +
+    `of ${page.totalMessages}`;
+  $("compactions").replaceChildren(...(page.compactions.length ? page.compactions.map((c) =>
+    el("li", {}, `${c.id}: through ${c.throughMessageId} (${c.tokensBefore} tokens) — ${c.summary}`))
+    : [el("li", {}, "none")]));
+  renderLive();
+}
+
+async function loadOlder() {
+  const page = await call("session.get", { sessionId: state.session, messageBefore: state.start, messageLimit: 30 });
+  showWindow(page, true);
+}
+
+async function loadQueue() {
+  const q = await call("session.queueList", { sessionId: state.session });
+  $("queue").replaceChildren(...(q.entries.length ? q.entries.map((e) => el("li", {}, e.content))
+    : [el("li", {}, q.held ? "empty (held: no agent attached)" : "empty")]));
+}
+
+async function loadBranches() {
+  const r = await call("session.listRevisions", { sessionId: state.session });
+  $("branches").replaceChildren(...(r.revisions.length ? r.revisions.map((b) =>
+    el("li", {}, `${b.rootUserId} #${b.revisionIndex}: ${b.messageCount} messages${b.isActive ? " (live)" : ""}`))
+    : [el("li", {}, "none")]));
+}
+
+// -- events ----------------------------------------------------------------------------------
+function onEvent(ev) {
+  const data = ev.data || {};
+  switch (ev.topic) {
+    case "session.inflight":
+      if (ev.sessionId === state.session && data.message) {
+        state.live.set(data.message.id, data.message);
+        renderLive();
+      }
+      break;
+    case "session.message":
+      if (ev.sessionId === state.session) {
+        state.live.delete(data.message.id);
+        refreshWindow();
+      }
+      break;
+    case "session.queue":
+      if (ev.sessionId === state.session) loadQueue();
+      break;
+    case "turn.ended":
+      if (ev.sessionId === state.session) refreshWindow();
+      break;
+    case "session.created": case "session.updated": case "session.deleted":
+      loadSessions();
+      break;
+    case "notification.created":
+      loadNotifications();
+      break;
+    case "plan.requested": case "plan.resolved":
+      loadApprovals();
+      break;
+  }
+}
+
+let refreshing = null;
+function refreshWindow() {
+  if (refreshing) return;
+  refreshing = setTimeout(async () => {
+    refreshing = null;
+    const page = await call("session.get", { sessionId: state.session, messageLimit: 30 });
+    showWindow(page, false);
+  }, 50);
+}
+
+// -- search ------------------------------------------------------------------------------------
+async function search(query) {
+  state.query = query;
+  const box = $("search-results");
+  if (!query.trim()) { box.hidden = true; return; }
+  const res = await call("search.sessions", { query, limit: 20 });
+  box.hidden = false;
+  box.replaceChildren(el("h2", {}, `${res.totalMessageMatches} matching messages in ${res.totalSessions} sessions`),
+    ...res.results.flatMap((r) => [
+      el("div", { class: "hit", "data-session": r.sessionId, onclick: () => openSession(r.sessionId) },
+        el("strong", {}, highlighted(r.title || r.sessionId, query)), ` — ${r.messageMatches} matches`),
+      ...r.snippets.map((s) => el("div", {
+        class: "hit snippet", "data-session": r.sessionId, onclick: () => openAround(r.sessionId, s.messageId),
+      }, `#${s.seq} ${s.role}: `, highlighted(s.snippet, query))),
+    ]));
+}
+
+async function openAround(sessionId, messageId) {
+  await openSession(sessionId);
+  const page = await call("session.get", { sessionId, messageAround: messageId, messageLimit: 30 });
+  showWindow(page, false);
+}
+
+// -- start -------------------------------------------------------------------------------------
+$("login-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const input = $("token-input");
+  const token = input.value.trim();
+  input.value = "";
+  try { await login(token); } catch (err) { $("login-error").textContent = String(err.message || err); }
+});
+$("search-form").addEventListener("submit", (ev) => { ev.preventDefault(); search($("search-input").value); });
+$("older").addEventListener("click", () => loadOlder());
+
+(async () => {
+  const match = location.hash.match(/^#code=([A-Za-z0-9_-]+)$/);
+  if (match) {
+    history.replaceState(null, "", location.pathname);  // the code leaves the address bar at once
+    try { await login(await exchangeCode(match[1])); } catch (err) {
+      $("login-error").textContent = String(err.message || err);
+    }
+  }
+})();

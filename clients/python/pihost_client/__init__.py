@@ -1,0 +1,34 @@
+"""pihost_client: a typed client for pi-host's WebSocket JSON-RPC protocol (asyncio and trio).
+
+See :mod:`pihost_client.client` for reconnect, resubscribe and retries; the
+typed methods (``client.session.get(...)``) and wire types are generated from
+the host's route table and models (``_generated.py``).
+"""
+
+from __future__ import annotations
+
+from . import _generated as types
+from ._generated import EVENT_PAYLOADS, MUTATING, PROTOCOL_VERSION, RETRIABLE_CODES
+from .client import Client, ConnectionLost, Event, Resync, RpcError, Subscription, connect
+from .hostinfo import HostInfo, HostNotRunning, default_data_dir, read_host_info
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EVENT_PAYLOADS",
+    "MUTATING",
+    "PROTOCOL_VERSION",
+    "RETRIABLE_CODES",
+    "Client",
+    "ConnectionLost",
+    "Event",
+    "HostInfo",
+    "HostNotRunning",
+    "Resync",
+    "RpcError",
+    "Subscription",
+    "connect",
+    "default_data_dir",
+    "read_host_info",
+    "types",
+]

@@ -1,0 +1,200 @@
+"""A small WebSocket client on anyio streams and wsproto (runs under asyncio and trio).
+
+Only what a JSON-RPC client needs: the opening handshake (with optional extra
+headers such as ``Origin``), text messages in both directions (fragments
+joined up to ``max_message_size``), automatic pongs, and the closing
+handshake. One task reads (:meth:`WebSocket.receive`); sends are serialized
+by a lock, so several tasks may call :meth:`WebSocket.send` at once.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import anyio
+import anyio.abc
+from wsproto import ConnectionType, WSConnection
+from wsproto.connection import ConnectionState
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Ping,
+    RejectConnection,
+    RejectData,
+    Request,
+    TextMessage,
+)
+
+__all__ = ["WebSocket", "WebSocketClosed", "connect_websocket"]
+
+_READ_CHUNK = 65536
+
+
+class WebSocketClosed(Exception):
+    """The connection is closed; ``code``/``reason`` from the close frame when there was one."""
+
+    def __init__(self, code: int | None, reason: str | None) -> None:
+        super().__init__(f"connection closed (code={code}, reason={reason!r})")
+        self.code = code
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    host: str
+    port: int
+    host_header: str
+    resource: str
+
+
+def _parse(url: str) -> _Target:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "ws" or not parts.hostname:
+        raise ValueError(f"not a ws:// URL: {url!r}")
+    port = parts.port or 80
+    host_header = parts.hostname if port == 80 else f"{parts.hostname}:{port}"
+    if ":" in parts.hostname:
+        host_header = f"[{parts.hostname}]" + ("" if port == 80 else f":{port}")
+    resource = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return _Target(parts.hostname, port, host_header, resource)
+
+
+class WebSocket:
+    """An open client WebSocket. Use :func:`connect_websocket`."""
+
+    def __init__(self, stream: anyio.abc.ByteStream, ws: WSConnection, max_message_size: int,
+                 leftover: list[TextMessage | BytesMessage | CloseConnection | Ping]) -> None:
+        self._stream = stream
+        self._ws = ws
+        self._max = max_message_size
+        self._send_lock = anyio.Lock()
+        self._pending = leftover
+        self._parts: list[str] = []
+        self._size = 0
+        self._closed: WebSocketClosed | None = None
+
+    @property
+    def closed(self) -> WebSocketClosed | None:
+        return self._closed
+
+    async def send(self, text: str) -> None:
+        if self._closed is not None:
+            raise self._closed
+        await self._write(self._ws.send(TextMessage(data=text)))
+
+    async def _write(self, data: bytes) -> None:
+        async with self._send_lock:
+            try:
+                await self._stream.send(data)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                raise self._mark(1006, f"send failed: {exc!r}") from None
+
+    def _mark(self, code: int | None, reason: str | None) -> WebSocketClosed:
+        if self._closed is None:
+            self._closed = WebSocketClosed(code, reason)
+        return self._closed
+
+    async def receive(self) -> str:
+        """The next complete text message; raises :class:`WebSocketClosed` at the end."""
+        while True:
+            while self._pending:
+                event = self._pending.pop(0)
+                text = await self._handle(event)
+                if text is not None:
+                    return text
+            if self._closed is not None:
+                raise self._closed
+            try:
+                data = await self._stream.receive(_READ_CHUNK)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                raise self._mark(1006, "the connection was lost") from None
+            self._ws.receive_data(data)
+            self._pending.extend(self._ws.events())  # type: ignore[arg-type]
+
+    async def _handle(self, event: object) -> str | None:
+        if isinstance(event, TextMessage):
+            self._parts.append(event.data)
+            self._size += len(event.data)
+            if self._size > self._max:
+                await self.aclose(1009, "message too big")
+                raise self._mark(1009, "message too big")
+            if not event.message_finished:
+                return None
+            text = "".join(self._parts)
+            self._parts, self._size = [], 0
+            return text
+        if isinstance(event, Ping):
+            await self._write(self._ws.send(event.response()))
+            return None
+        if isinstance(event, CloseConnection):
+            closed = self._mark(event.code, event.reason)
+            if self._ws.state is ConnectionState.REMOTE_CLOSING:  # answer the peer's close
+                try:
+                    await self._write(self._ws.send(event.response()))
+                except WebSocketClosed:
+                    pass
+            await self._stream.aclose()
+            raise closed
+        return None  # binary frames and pongs are not part of the protocol
+
+    async def aclose(self, code: int = 1000, reason: str = "") -> None:
+        """Send a close frame (best effort) and close the TCP stream; idempotent."""
+        if self._closed is None and self._ws.state is ConnectionState.OPEN:
+            self._mark(code, reason)
+            with anyio.move_on_after(2, shield=True):
+                try:
+                    async with self._send_lock:
+                        await self._stream.send(self._ws.send(CloseConnection(code=code, reason=reason)))
+                except Exception:  # the peer may be gone already; closing goes on
+                    pass
+        self._mark(code, reason)
+        with anyio.CancelScope(shield=True):
+            await self._stream.aclose()
+
+
+async def connect_websocket(url: str, *, headers: Sequence[tuple[str, str]] = (),
+                            max_message_size: int = 64 * 1024 * 1024,
+                            open_timeout: float = 30.0) -> WebSocket:
+    """Open a TCP connection to ``url`` and complete the WebSocket handshake.
+
+    A refused handshake raises :class:`WebSocketClosed` with the HTTP status as
+    ``code`` and the response body as ``reason``.
+    """
+    target = _parse(url)
+    with anyio.fail_after(open_timeout):
+        stream: anyio.abc.ByteStream = await anyio.connect_tcp(target.host, target.port)
+    try:
+        ws = WSConnection(ConnectionType.CLIENT)
+        extra = [(k.encode("ascii"), v.encode("ascii")) for k, v in headers]
+        with anyio.fail_after(open_timeout):
+            await stream.send(ws.send(Request(host=target.host_header, target=target.resource,
+                                              extra_headers=extra)))
+            status: int | None = None
+            body: list[bytes] = []
+            while True:
+                try:
+                    data = await stream.receive(_READ_CHUNK)
+                except anyio.EndOfStream:
+                    raise WebSocketClosed(status, b"".join(body).decode("utf-8", "replace") or None) from None
+                ws.receive_data(data)
+                events = list(ws.events())
+                for index, event in enumerate(events):
+                    if isinstance(event, AcceptConnection):
+                        rest = [e for e in events[index + 1:]
+                                if isinstance(e, (TextMessage, BytesMessage, CloseConnection, Ping))]
+                        return WebSocket(stream, ws, max_message_size, rest)
+                    if isinstance(event, RejectConnection):
+                        status = event.status_code
+                        if not event.has_body:
+                            raise WebSocketClosed(status, None)
+                    elif isinstance(event, RejectData):
+                        body.append(event.data)
+                        if event.body_finished:
+                            raise WebSocketClosed(status, b"".join(body).decode("utf-8", "replace"))
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await stream.aclose()
+        raise

@@ -1,0 +1,298 @@
+"""The reference agent sidecar: ``pi-host agent`` (or ``pihost-agent``).
+
+It connects as ``clientKind: "agent"``, becomes the queue controller of the
+sessions that get queued turns, and runs each turn the queue hands it:
+
+1. ``session.queueTake`` → ``session.startTurn`` (with a run environment
+   snapshot: model, tool schemas; credential *references* only);
+2. the user's prompt is appended (message id derived from the queue entry,
+   so a retry never duplicates it);
+3. the model's reply streams into ``session.saveInflightMessage`` checkpoints
+   (every ``--checkpoint-every`` seconds; UIs see ``session.inflight``);
+4. tool calls (``read_file``, ``list_dir`` under the session's project root)
+   are run and recorded as ``tool_call`` blocks with their results;
+5. the final assistant message is appended and ``session.endTurn`` records
+   the usage.
+
+When the host restarts mid-turn, the client reconnects; the host has fenced
+the turn and promoted its checkpoint, so the next checkpoint or append is
+refused (``CONFLICT``) and the sidecar drops that turn and goes on with the
+queue. Every mutating call carries a submission id, so a call retried after
+a lost connection takes effect once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+
+from ._generated import Usage
+from .agent_model import FakeModel, Finished, Model, ModelError, OpenAIModel, TextDelta, ToolRequest, Turn
+from .agent_tools import TOOL_SCHEMAS, ToolError, run_tool
+from .client import Client, ConnectionLost, Event, Resync, RpcError, connect
+
+__all__ = ["Sidecar", "main"]
+
+log = logging.getLogger("pihost_agent")
+MAX_TOOL_ROUNDS = 4
+SCAN_SESSIONS = 200
+
+
+def _utc() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+
+
+@dataclass
+class Sidecar:
+    client: Client
+    model: Model
+    controller_id: str
+    checkpoint_every: float = 0.25
+    sessions: set[str] = field(default_factory=set)
+    """Sessions this sidecar controls (re-attached after every reconnect)."""
+    busy: set[str] = field(default_factory=set)
+    again: set[str] = field(default_factory=set)
+    """Sessions woken while their drain task was running: it looks once more before it ends."""
+    turns_done: int = 0
+
+    # -- queue control -----------------------------------------------------------
+    async def attach(self, sid: str) -> dict[str, Any]:
+        state = await self.client.session.queue_attach(session_id=sid, controller_id=self.controller_id)
+        self.sessions.add(sid)
+        return dict(state)
+
+    async def scan(self, tg: anyio.abc.TaskGroup) -> None:
+        """Re-attach known sessions and pick up queued work in the newest ones."""
+        recent = await self.client.session.list(limit=SCAN_SESSIONS)
+        candidates = set(self.sessions)
+        for s in recent["sessions"]:
+            if s["id"] in self.sessions:
+                continue
+            queue = await self.client.session.queue_list(session_id=s["id"])
+            if queue["entries"]:
+                candidates.add(s["id"])
+        for sid in candidates:
+            try:
+                state = await self.attach(sid)
+            except RpcError as exc:
+                if exc.data_code == "SESSION_NOT_FOUND":
+                    self.sessions.discard(sid)
+                    continue
+                raise
+            if state["entries"]:
+                self.wake(tg, sid)
+
+    def wake(self, tg: anyio.abc.TaskGroup, sid: str) -> None:
+        if sid in self.busy:
+            self.again.add(sid)
+            return
+        self.busy.add(sid)
+        tg.start_soon(self._drain, sid)
+
+    async def _drain(self, sid: str) -> None:
+        try:
+            while True:
+                self.again.discard(sid)
+                taken = await self.client.session.queue_take(session_id=sid, controller_id=self.controller_id)
+                entry = taken.get("entry")
+                if entry is None:
+                    if sid in self.again:
+                        continue
+                    return
+                await self.run_turn(sid, dict(entry))
+        except ConnectionLost:
+            return  # the scan after the reconnect picks the session up again
+        except RpcError as exc:
+            log.warning("session %s: %s", sid, exc.describe())
+        finally:
+            self.busy.discard(sid)
+
+    async def on_event(self, tg: anyio.abc.TaskGroup, item: Event | Resync) -> None:
+        if isinstance(item, Resync):
+            await self.scan(tg)
+            return
+        if item.topic != "session.queue":
+            return
+        sid = str(item.data.get("sessionId") or item.session_id or "")
+        if not sid or not item.data.get("entries"):
+            return
+        if item.data.get("controllerId") != self.controller_id:
+            await self.attach(sid)
+        self.wake(tg, sid)
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg, \
+                self.client.subscribe(["session.queue"]) as events:
+            await self.scan(tg)
+            async for item in events:
+                try:
+                    await self.on_event(tg, item)
+                except ConnectionLost:
+                    continue  # the subscription resyncs after the reconnect
+                except RpcError as exc:
+                    log.warning("event %s: %s", getattr(item, "topic", "resync"), exc.describe())
+
+    # -- one turn ------------------------------------------------------------------
+    async def run_turn(self, sid: str, entry: dict[str, Any]) -> None:
+        c = self.client
+        summary = (await c.session.get(session_id=sid, message_limit=1))["session"]
+        root = summary.get("projectPath")
+        turn_id = f"t_{entry['id']}"
+        try:
+            await c.session.start_turn(session_id=sid, turn_id=turn_id, model_id=self.model.name, environment={
+                "version": 1, "model": {"id": self.model.name}, "toolSchemas": list(TOOL_SCHEMAS),
+                "executionBindings": {"projectRoot": root}, "permissionPolicy": {"tools": "read-only"}})
+            await c.session.append_message(session_id=sid, message={
+                "id": f"u_{entry['id']}", "role": "user", "turnId": turn_id, "createdAt": _utc(),
+                "blocks": [{"type": "text", "text": entry["content"]}]})
+            history = await self._history(sid)
+            usage = await self._converse(sid, turn_id, root, history)
+            await c.session.end_turn(session_id=sid, turn_id=turn_id, status="completed", usage=usage,
+                                     create_notification=False)
+            self.turns_done += 1
+        except RpcError as exc:
+            if exc.data_code == "CONFLICT":
+                log.info("turn %s of %s was fenced by a host restart; dropped (%s)", turn_id, sid, exc.message)
+                return
+            await self._fail(sid, turn_id, exc.data_code)
+            raise
+        except ModelError as exc:
+            log.warning("turn %s: model failed: %s", turn_id, exc)
+            await self._fail(sid, turn_id, "MODEL_ERROR")
+
+    async def _fail(self, sid: str, turn_id: str, code: str) -> None:
+        try:
+            await self.client.session.end_turn(session_id=sid, turn_id=turn_id, status="error", error_code=code)
+        except RpcError:
+            pass
+
+    async def _history(self, sid: str) -> list[dict[str, Any]]:
+        ctx = await self.client.session.context(session_id=sid)
+        out: list[dict[str, Any]] = []
+        for m in ctx["messages"]:
+            text = " ".join(str(b.get("text", "")) for b in m["blocks"] if b.get("type") == "text").strip()
+            if text and m["role"] in ("user", "assistant", "system"):
+                out.append({"role": m["role"], "content": text})
+        return out
+
+    async def _converse(self, sid: str, turn_id: str, root: str | None,
+                        history: list[dict[str, Any]]) -> Usage:
+        turn = Turn(messages=list(history), tools=TOOL_SCHEMAS)
+        tokens_in = tokens_out = 0
+        for round_no in range(MAX_TOOL_ROUNDS + 1):
+            reply_id = f"a_{turn_id}_{round_no}"
+            text, requests, finished = await self._stream(sid, turn_id, reply_id, turn)
+            tokens_in += finished.input_tokens
+            tokens_out += finished.output_tokens
+            if not requests or round_no == MAX_TOOL_ROUNDS:
+                await self.client.session.append_message(session_id=sid, message={
+                    "id": reply_id, "role": "assistant", "turnId": turn_id, "createdAt": _utc(),
+                    "blocks": [{"type": "text", "text": text}],
+                    "meta": {"model": self.model.name, "usage": {"inputTokens": finished.input_tokens,
+                                                                  "outputTokens": finished.output_tokens}}})
+                break
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+            for req in requests:
+                started = time.monotonic()
+                try:
+                    result, status = await anyio.to_thread.run_sync(run_tool, req.name, req.args, root), "ok"
+                except ToolError as exc:
+                    result, status = str(exc), "error"
+                blocks.append({"type": "tool_call", "callId": req.call_id, "name": req.name, "args": req.args,
+                               "status": status, "result": result, "completedAt": _utc(),
+                               "durationMs": int((time.monotonic() - started) * 1000)})
+                turn.messages.append({"role": "assistant", "content": None, "tool_calls": [{
+                    "id": req.call_id, "type": "function",
+                    "function": {"name": req.name, "arguments": _json(req.args)}}]})
+                turn.messages.append({"role": "tool", "tool_call_id": req.call_id, "content": result})
+            await self.client.session.append_message(session_id=sid, message={
+                "id": reply_id, "role": "assistant", "turnId": turn_id, "createdAt": _utc(), "blocks": blocks})
+        return {"inputTokens": tokens_in, "outputTokens": tokens_out}
+
+    async def _stream(self, sid: str, turn_id: str, reply_id: str,
+                      turn: Turn) -> tuple[str, list[ToolRequest], Finished]:
+        parts: list[str] = []
+        requests: list[ToolRequest] = []
+        finished = Finished(0, 0)
+        last = time.monotonic()
+        saved = 0
+        async for chunk in self.model.stream(turn):
+            if isinstance(chunk, TextDelta):
+                parts.append(chunk.text)
+            elif isinstance(chunk, ToolRequest):
+                requests.append(chunk)
+            else:
+                finished = chunk
+            now = time.monotonic()
+            if parts and len(parts) != saved and now - last >= self.checkpoint_every:
+                await self.client.session.save_inflight_message(session_id=sid, turn_id=turn_id, message={
+                    "id": reply_id, "role": "assistant", "turnId": turn_id,
+                    "blocks": [{"type": "text", "text": "".join(parts)}]})
+                saved, last = len(parts), now
+        return "".join(parts), requests, finished
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def build_model(args: argparse.Namespace) -> Model:
+    if args.model == "fake":
+        return FakeModel(delay=args.fake_delay, words=args.fake_words)
+    if not args.base_url:
+        raise SystemExit("pi-host agent: a real model needs --base-url (an OpenAI-compatible endpoint)")
+    key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    return OpenAIModel(args.model, base_url=args.base_url, api_key=key)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="pi-host agent", description="the reference agent sidecar")
+    ap.add_argument("--data-dir", help="data directory (default: $PI_DESKTOP_DATA_DIR or ~/.pi-desktop)")
+    ap.add_argument("--model", default="fake", help="'fake' (canned replies, no network) or a model id")
+    ap.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1")
+    ap.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    ap.add_argument("--controller-id", default=None, help="stable id of this sidecar (default: agent-<host>)")
+    ap.add_argument("--session", action="append", default=[], help="also control this session from the start")
+    ap.add_argument("--checkpoint-every", type=float, default=0.25, metavar="SECONDS")
+    ap.add_argument("--fake-delay", type=float, default=0.05, metavar="SECONDS", help="fake model: per word")
+    ap.add_argument("--fake-words", type=int, default=24, help="fake model: words after the echo")
+    return ap
+
+
+async def run(args: argparse.Namespace) -> None:
+    controller = args.controller_id or f"agent-{os.uname().nodename}"
+    async with connect(data_dir=args.data_dir, client_id=controller, client_kind="agent",
+                       connect_timeout=60) as client:
+        sidecar = Sidecar(client, build_model(args), controller, checkpoint_every=args.checkpoint_every,
+                          sessions=set(args.session))
+        print(f"pi-host agent: {controller} connected (model {sidecar.model.name}); waiting for queued turns",
+              flush=True)
+        await sidecar.run()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="pi-host agent: %(message)s", stream=sys.stderr)
+    try:
+        anyio.run(run, args)
+    except KeyboardInterrupt:
+        return 130
+    except ConnectionLost as exc:
+        print(f"pi-host agent: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

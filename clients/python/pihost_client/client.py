@@ -1,0 +1,486 @@
+"""The pi-host client: typed methods, reconnect, resubscribe and receipt-backed retries.
+
+::
+
+    async with connect(data_dir="/tmp/pi-tour", client_id="my-app") as client:
+        s = await client.session.create(title="Tour")
+        async with client.subscribe(["session.message"], session_id=s["id"]) as events:
+            await client.session.append_message(session_id=s["id"], message={...})
+            async for event in events:
+                ...
+
+Runs under asyncio and trio (anyio). What it does for you:
+
+* **Reconnect**: when the connection drops, a background task reconnects
+  with backoff, re-reading ``host.json`` each time when it was given a
+  ``data_dir`` (a restarted host may listen on another port).
+* **Retries backed by receipts**: every mutating call carries a
+  ``submissionId`` (generated when you pass none); when the connection is
+  lost before the answer, or the host answers a retriable error
+  (``TIMEOUT``, ``ACTOR_RESTARTED``, ``BUSY``, ``SHUTTING_DOWN``,
+  ``STORAGE_FULL``), the same request is sent again with the same id, so the
+  host applies it at most once and answers the retry from its receipt.
+* **Resubscribe**: each :class:`Subscription` is re-established on the new
+  connection from the last cursor it delivered. If the host restarted (a new
+  ``bootId``) or no longer holds that history (``CURSOR_EXPIRED``), the
+  subscription yields a :class:`Resync` first: reload what you show, then
+  go on with the events that follow.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import random
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ._generated import MUTATING, PROTOCOL_VERSION, RETRIABLE_CODES, GeneratedMethods
+from ._ws import WebSocket, WebSocketClosed, connect_websocket
+from .hostinfo import HostInfo, read_host_info
+
+__all__ = ["Client", "ConnectionLost", "Event", "Resync", "RpcError", "Subscription", "connect"]
+
+
+class RpcError(Exception):
+    """The host answered with a JSON-RPC error: ``data_code`` is the stable string to branch on."""
+
+    def __init__(self, code: int, data_code: str, message: str, data: dict[str, Any]) -> None:
+        super().__init__(f"{data_code}: {message}")
+        self.code = code
+        self.data_code = data_code
+        self.message = message
+        self.data = data
+
+    @property
+    def retriable(self) -> bool:
+        return self.data_code in RETRIABLE_CODES or bool(self.data.get("retriable", False))
+
+    @property
+    def field_errors(self) -> list[dict[str, Any]]:
+        """``INVALID_PARAMS`` field details: ``[{loc, msg, type}, ...]``."""
+        errors = self.data.get("errors")
+        return [e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else []
+
+    def describe(self) -> str:
+        """One line per problem: the code, the message and each field error."""
+        lines = [f"{self.data_code}: {self.message}"]
+        lines += [f"  {e.get('loc', '?')}: {e.get('msg', '')}" for e in self.field_errors]
+        return "\n".join(lines)
+
+    @classmethod
+    def from_wire(cls, err: Any) -> RpcError:
+        if not isinstance(err, dict):
+            return cls(-32603, "INTERNAL", "malformed error object", {})
+        raw = err.get("data")
+        data: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        code = err.get("code")
+        return cls(code if isinstance(code, int) else -32603, str(data.get("code", "UNKNOWN")),
+                   str(err.get("message", "")), data)
+
+
+class ConnectionLost(Exception):
+    """The connection closed and the client does not (or may no longer) reconnect."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One ``event`` notification. ``data`` matches ``EVENT_PAYLOADS[topic]``."""
+
+    topic: str
+    cursor: int
+    data: dict[str, Any]
+    session_id: str | None = None
+    transient: bool = False
+    """A live preview (``session.inflight``): not numbered, its cursor repeats the newest numbered one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resync:
+    """Events may have been missed (``reason``): reload state, then keep reading."""
+
+    reason: str
+
+
+@dataclass
+class _Slot:
+    event: anyio.Event = field(default_factory=anyio.Event)
+    response: dict[str, Any] | None = None
+    on_result: Callable[[Any], None] | None = None
+
+
+class _Connection:
+    """One WebSocket: a reader task routes answers to slots and events to subscriptions."""
+
+    def __init__(self, ws: WebSocket) -> None:
+        self.ws = ws
+        self._ids = itertools.count(1)
+        self._slots: dict[int, _Slot] = {}
+        self.routes: dict[str, Subscription] = {}
+        self.done = anyio.Event()
+        self.hello: dict[str, Any] = {}
+
+    async def call(self, method: str, params: dict[str, Any], on_result: Callable[[Any], None] | None = None) -> Any:
+        request_id = next(self._ids)
+        slot = self._slots[request_id] = _Slot(on_result=on_result)
+        try:
+            frame = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params},
+                               ensure_ascii=False, allow_nan=False)
+            try:
+                await self.ws.send(frame)
+            except WebSocketClosed as exc:
+                raise ConnectionLost(str(exc)) from None
+            await slot.event.wait()
+            response = slot.response
+            if response is None:
+                raise ConnectionLost(str(self.ws.closed or "connection closed"))
+            if "error" in response:
+                raise RpcError.from_wire(response["error"])
+            return response.get("result")
+        finally:
+            self._slots.pop(request_id, None)
+
+    async def read(self) -> None:
+        try:
+            while True:
+                try:
+                    frame = await self.ws.receive()
+                except WebSocketClosed:
+                    return
+                try:
+                    message = json.loads(frame)
+                except ValueError:
+                    continue
+                for item in message if isinstance(message, list) else [message]:
+                    if isinstance(item, dict):
+                        await self._route(item)
+        finally:
+            self.done.set()
+            for slot in self._slots.values():
+                slot.event.set()
+
+    async def _route(self, item: dict[str, Any]) -> None:
+        if item.get("method") == "event" and "id" not in item:
+            params = item.get("params")
+            if not isinstance(params, dict):
+                return
+            sub = self.routes.get(str(params.get("subscriptionId")))
+            if sub is not None:
+                data = params.get("data")
+                await sub._deliver(Event(str(params.get("topic", "")), int(params.get("cursor", 0)),
+                                         data if isinstance(data, dict) else {}, params.get("sessionId"),
+                                         params.get("transient") is True))
+            return
+        request_id = item.get("id")
+        slot = self._slots.get(request_id) if isinstance(request_id, int) else None
+        if slot is None:
+            return
+        slot.response = item
+        if slot.on_result is not None and "result" in item:
+            slot.on_result(item["result"])  # before the next frame is routed (subscription ids)
+        slot.event.set()
+
+
+class Subscription:
+    """Events of some topics, across reconnects. Iterate it; it yields :class:`Event` and :class:`Resync`."""
+
+    def __init__(self, client: Client, topics: Sequence[str], session_id: str | None, buffer: int) -> None:
+        self._client = client
+        self.topics = list(topics)
+        self.session_id = session_id
+        self.cursor: int | None = None
+        self.boot_id: str | None = None
+        self.wire_id: str | None = None
+        self._send: MemoryObjectSendStream[Event | Resync]
+        self._recv: MemoryObjectReceiveStream[Event | Resync]
+        self._send, self._recv = anyio.create_memory_object_stream[Event | Resync](buffer)
+        self.closed = False
+
+    async def _deliver(self, item: Event | Resync) -> None:
+        if isinstance(item, Event) and not item.transient:
+            if self.cursor is not None and item.cursor <= self.cursor:
+                return  # already delivered before a reconnect
+            self.cursor = item.cursor
+        try:
+            await self._send.send(item)  # a full buffer holds the reader: the host closes a slow consumer
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+
+    def _params(self, boot_id: str) -> dict[str, Any]:
+        params: dict[str, Any] = {"topics": self.topics}
+        if self.session_id is not None:
+            params["sessionId"] = self.session_id
+        if self.cursor is not None and boot_id == self.boot_id:
+            params["cursor"] = self.cursor
+        return params
+
+    async def _attach(self, conn: _Connection) -> None:
+        boot_id = str(conn.hello.get("bootId", ""))
+        resumed = self.boot_id is not None
+        params = self._params(boot_id)
+        if resumed and "cursor" not in params:
+            await self._deliver(Resync("the host restarted" if self.boot_id != boot_id else "resubscribed"))
+            self.cursor = None
+
+        def bind(result: Any) -> None:
+            self.wire_id = str(result["subscriptionId"])
+            conn.routes[self.wire_id] = self
+            if self.cursor is None:
+                self.cursor = int(result.get("cursor", 0))
+
+        try:
+            await conn.call("events.subscribe", params, on_result=bind)
+        except RpcError as exc:
+            if exc.data_code != "CURSOR_EXPIRED":
+                raise
+            await self._deliver(Resync("the host no longer holds the missed events"))
+            self.cursor = None
+            params.pop("cursor", None)
+            await conn.call("events.subscribe", params, on_result=bind)
+        self.boot_id = boot_id
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Event | Resync:
+        try:
+            return await self._recv.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def next(self) -> Event | Resync:
+        return await self._recv.receive()
+
+    async def aclose(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._client._subscriptions.discard(self)
+        conn = self._client._conn
+        if conn is not None and self.wire_id is not None and not conn.done.is_set():
+            conn.routes.pop(self.wire_id, None)
+            try:
+                await conn.call("events.unsubscribe", {"subscriptionId": self.wire_id})
+            except (RpcError, ConnectionLost):
+                pass
+        self._send.close()
+        self._recv.close()
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.aclose()
+
+
+class Client(GeneratedMethods):
+    """A connection to pi-host that heals itself. Use :func:`connect`."""
+
+    def __init__(self, endpoint: Callable[[], HostInfo], *, client_id: str, client_kind: str,
+                 origin: str | None, reconnect: bool, max_attempts: int, backoff: float,
+                 max_backoff: float) -> None:
+        super().__init__(self._call)
+        self._endpoint = endpoint
+        self.client_id = client_id
+        self.client_kind = client_kind
+        self._origin = origin
+        self._reconnect = reconnect
+        self._max_attempts = max_attempts
+        self._backoff = backoff
+        self._max_backoff = max_backoff
+        self._conn: _Connection | None = None
+        self._ready = anyio.Event()
+        self._closing = False
+        self._subscriptions: set[Subscription] = set()
+        self.connects = 0
+        self.last_error: BaseException | None = None
+        self.on_connect: Callable[[dict[str, Any]], None] | None = None
+
+    @property
+    def hello(self) -> dict[str, Any]:
+        return self._conn.hello if self._conn is not None else {}
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and not self._conn.done.is_set()
+
+    # -- the connection loop ---------------------------------------------------
+    def _wake(self) -> None:
+        """Wake every task waiting for a connection (they re-check the state)."""
+        self._ready.set()
+
+    def _rearm(self) -> None:
+        if self._ready.is_set():  # never replace an event somebody waits on unset
+            self._ready = anyio.Event()
+
+    async def _serve(self, ws: WebSocket, token: str) -> None:
+        conn = _Connection(ws)
+        error: BaseException | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(conn.read)
+            try:
+                conn.hello = await conn.call("host.hello", {
+                    "token": token, "clientId": self.client_id,
+                    "clientKind": self.client_kind, "protocol": PROTOCOL_VERSION})
+                for sub in list(self._subscriptions):
+                    await sub._attach(conn)
+                self._conn = conn
+                self.connects += 1
+                if self.on_connect is not None:
+                    self.on_connect(conn.hello)
+                self._wake()
+                await conn.done.wait()
+            except (RpcError, ConnectionLost) as exc:
+                error = exc
+            finally:
+                self._rearm()
+                tg.cancel_scope.cancel()
+                with anyio.CancelScope(shield=True):
+                    await ws.aclose()
+        if error is not None:
+            raise error
+
+    async def _run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        delay = self._backoff
+        try:
+            while not self._closing:
+                try:
+                    info = await anyio.to_thread.run_sync(self._endpoint)
+                    headers = [("Origin", self._origin)] if self._origin else []
+                    ws = await connect_websocket(info.url, headers=headers)
+                except (OSError, WebSocketClosed, TimeoutError) as exc:
+                    self.last_error = exc
+                else:
+                    try:
+                        await self._serve(ws, info.token)
+                        delay = self._backoff
+                    except (RpcError, ConnectionLost) as exc:
+                        self.last_error = exc
+                if not self._reconnect:
+                    return
+                await anyio.sleep(delay * (0.5 + random.random()))
+                delay = min(self._max_backoff, delay * 2)
+        finally:
+            self._closing = True
+            self._wake()
+
+    async def _connection(self) -> _Connection:
+        while True:
+            conn = self._conn
+            if conn is not None and not conn.done.is_set():
+                return conn
+            if self._closing:
+                raise ConnectionLost(f"not connected ({self.last_error or 'the client is closed'})")
+            self._rearm()
+            await self._ready.wait()
+
+    # -- calls -----------------------------------------------------------------
+    async def _call(self, method: str, params: dict[str, Any], mutating: bool) -> Any:
+        if mutating and params.get("submissionId") is None:
+            params = {**params, "submissionId": uuid.uuid4().hex}
+        return await self.call(method, params)
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """Call any method by name; retried like the typed ones (mutating calls need a ``submissionId``
+        in ``params`` to be retried after a lost connection)."""
+        params = dict(params or {})
+        retry_safe = method not in MUTATING or params.get("submissionId") is not None
+        attempt = 0
+        delay = self._backoff
+        while True:
+            attempt += 1
+            conn = await self._connection()
+            try:
+                return await conn.call(method, params)
+            except ConnectionLost:
+                if not (self._reconnect and retry_safe) or attempt >= self._max_attempts:
+                    raise
+            except RpcError as exc:
+                if not (exc.retriable and retry_safe) or attempt >= self._max_attempts:
+                    raise
+                await anyio.sleep(delay)
+                delay = min(self._max_backoff, delay * 2)
+
+    def subscribe(self, topics: Sequence[str], *, session_id: str | None = None,
+                  buffer: int = 1024) -> _SubscribeContext:
+        """``async with client.subscribe([...]) as events: async for ev in events: ...``"""
+        return _SubscribeContext(self, Subscription(self, topics, session_id, buffer))
+
+    async def aclose(self) -> None:
+        for sub in list(self._subscriptions):
+            await sub.aclose()
+        self._closing = True
+        conn = self._conn
+        if conn is not None:
+            await conn.ws.aclose()
+        self._wake()
+
+
+class _SubscribeContext:
+    def __init__(self, client: Client, sub: Subscription) -> None:
+        self._client = client
+        self._sub = sub
+
+    async def __aenter__(self) -> Subscription:
+        self._client._subscriptions.add(self._sub)
+        while True:  # a reconnect attaches it too; a duplicate is dropped by cursor
+            conn = await self._client._connection()
+            try:
+                await self._sub._attach(conn)
+            except ConnectionLost:
+                continue
+            return self._sub
+
+    async def __aexit__(self, *exc: object) -> None:
+        with anyio.CancelScope(shield=True):
+            await self._sub.aclose()
+
+
+@asynccontextmanager
+async def connect(url: str | None = None, token: str | None = None, *,
+                  data_dir: str | os.PathLike[str] | None = None, client_id: str | None = None,
+                  client_kind: str = "ui", origin: str | None = None, reconnect: bool = True,
+                  max_attempts: int = 8, backoff: float = 0.1, max_backoff: float = 2.0,
+                  connect_timeout: float = 30.0) -> AsyncIterator[Client]:
+    """Connect to a host by ``url`` + ``token``, or by its data directory (``host.json``; the
+    default data directory when neither is given). ``client_id`` should be stable per install
+    (it scopes command receipts); a random one is used when absent."""
+    if url is not None:
+        if token is None:
+            raise ValueError("a url needs its token")
+        fixed = HostInfo(url=url, token=token.strip(), pid=0)
+
+        def endpoint() -> HostInfo:
+            return fixed
+    else:
+        def endpoint() -> HostInfo:
+            return read_host_info(data_dir)
+
+    client = Client(endpoint, client_id=client_id or f"py-{uuid.uuid4().hex[:12]}", client_kind=client_kind,
+                    origin=origin, reconnect=reconnect, max_attempts=max_attempts if reconnect else 1,
+                    backoff=backoff, max_backoff=max_backoff if math.isfinite(max_backoff) else 2.0)
+    async with anyio.create_task_group() as tg:
+        await tg.start(client._run)
+        try:
+            with anyio.fail_after(connect_timeout):
+                await client._connection()
+        except TimeoutError:
+            tg.cancel_scope.cancel()
+            raise ConnectionLost(f"could not connect within {connect_timeout} s ({client.last_error})") from None
+        try:
+            yield client
+        finally:
+            with anyio.CancelScope(shield=True):
+                await client.aclose()
+            tg.cancel_scope.cancel()

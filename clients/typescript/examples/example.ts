@@ -1,0 +1,59 @@
+// Type-checked against the generated types by tests/clients/test_typescript.py (tsc --noEmit).
+import { HostClient, RpcError, isKnownBlock, type Block, type AnyEvent, type UiMessage } from "../src/client.js";
+
+function render(block: Block): string {
+  if (!isKnownBlock(block)) return `[${block.type}]`;
+  switch (block.type) {
+    case "text":
+    case "thinking":
+      return block.text;
+    case "tool_call":
+      return `tool ${block.name} (${block.status ?? "running"})`;
+    case "attachment":
+      return `${block.kind}: ${block.name} ${block.mimeType ?? ""}`;
+    case "hostedSearch":
+      return `search: ${block.rounds.length} round(s)`;
+  }
+}
+
+function show(message: UiMessage): string {
+  return `${message.role}: ${message.blocks.map(render).join(" ")}`;
+}
+
+function onEvent(event: AnyEvent): void {
+  switch (event.topic) {
+    case "session.message":
+      console.log("message", event.data.message.seq, event.data.message.role);
+      break;
+    case "session.inflight":
+      console.log("streaming", event.data.turnId, event.data.savedAt);
+      break;
+    case "session.queue":
+      console.log("queue", event.data.entries.length, event.data.held);
+      break;
+    default:
+      console.log(event.topic, event.cursor);
+  }
+}
+
+export async function example(url: string, token: string): Promise<void> {
+  const client = await HostClient.connect({ url, token, clientId: "ts-example", clientKind: "ui", onEvent });
+  const session = await client.call("session.create", { title: "TypeScript", projectPath: "/tmp/demo" });
+  await client.subscribe(["session.message", "session.inflight", "session.queue"], session.id);
+  const appended = await client.call("session.appendMessage", {
+    sessionId: session.id,
+    message: { id: "m1", role: "user", blocks: [{ type: "text", text: "hello" }] },
+  });
+  const seq: number = appended.message.seq;
+  const page = await client.call("session.get", { sessionId: session.id, messageLimit: 20 });
+  page.messages.forEach((m) => console.log(show(m)));
+  const hits = await client.call("search.sessions", { query: "hello", limit: 5 });
+  for (const hit of hits.results) console.log(hit.sessionId, hit.messageMatches);
+  try {
+    await client.call("session.get", { sessionId: "no-such-session" });
+  } catch (err) {
+    if (err instanceof RpcError && err.dataCode === "SESSION_NOT_FOUND") console.log("not found, as expected", seq);
+    else throw err;
+  }
+  client.close();
+}

@@ -1,0 +1,46 @@
+"""Params and results: session.export (seed 003 §10.4)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .limits import MAX_EXPORT_INLINE_BYTES
+from .models_common import Count, Params, ProjectPath, Result, SessionRef
+
+
+class SessionExportParams(Params):
+    session_id: SessionRef
+    format: Literal["md", "html", "jsonl"] = Field(
+        default="md",
+        description="md; html (one self-contained page: no network fetch, images inlined); jsonl (this "
+        "host's transcript format, which import.sessions source pi-host reads back).",
+    )
+    include_thinking: bool = Field(default=False, description="Thinking blocks are left out unless asked.")
+    include_secrets: bool = Field(
+        default=False,
+        description="Secrets are excluded by default: credential references, secret-named values and every "
+        "value the secret store holds are redacted unless this is true (not allowed to plugins).",
+    )
+    out_path: ProjectPath | None = Field(
+        default=None,
+        description="Absolute path of a new file the host writes the export to (never an existing file: "
+        "CONFLICT); without it the export is answered inline, up to "
+        f"{MAX_EXPORT_INLINE_BYTES} bytes.",
+    )
+
+
+class SessionExportResult(Result):
+    format: str
+    content: str | None = Field(default=None, description="The export (UTF-8 text), when no outPath was given.")
+    path: str | None = Field(default=None, description="The file written, with outPath.")
+    bytes: Count
+    messages: Count
+    compactions: Count
+    environments: Count
+    redactions: Count = Field(description="Secrets, credential references and secret-named values removed.")
+    thinking_omitted: Count
+
+
+__all__ = ["SessionExportParams", "SessionExportResult"]

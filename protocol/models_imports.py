@@ -1,0 +1,108 @@
+"""Params and results: import.sessions (other agents' sessions into this host, seed 003 §4.5, §5)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .limits import MAX_IMPORT_REPORTS
+from .models_common import (
+    Count,
+    MutatingParams,
+    ProjectPath,
+    Result,
+    SessionId,
+    WireId,
+)
+
+ImportSource = Literal["claude-code", "codex", "pi", "opencode", "pi-host"]
+
+
+class ImportSessionsParams(MutatingParams):
+    source: ImportSource = Field(
+        description="claude-code (~/.claude/projects), codex (~/.codex/sessions), pi (~/.pi/agent/sessions), "
+        "opencode (~/.local/share/opencode), pi-host (this host's JSONL export; root required)."
+    )
+    root: ProjectPath | None = Field(
+        default=None,
+        description="Absolute path of the directory (or single file) to import; default: the tool's usual "
+        "root as the host process sees it (the tool's own environment overrides honoured).",
+    )
+    dry_run: bool = Field(default=False, description="Parse and report; write nothing.")
+    import_id: WireId | None = Field(
+        default=None,
+        description="Echoed in every import.progress event of this import (the host makes one when absent).",
+    )
+
+
+class ImportCounts(Result):
+    """Sessions by outcome (``would-new`` / ``would-updated`` in a dry run)."""
+
+    new: Count = 0
+    updated: Count = 0
+    unchanged: Count = 0
+    refused: Count = 0
+    would_new: Count = Field(default=0, alias="would-new")
+    would_updated: Count = Field(default=0, alias="would-updated")
+
+
+class ImportSessionReport(Result):
+    """One session's report (store/importers/report.py); more counters may appear."""
+
+    source: str
+    external_id: str
+    session_id: str
+    status: Literal["new", "updated", "unchanged", "refused", "would-new", "would-updated"]
+    reason: str | None = Field(default=None, description="A refusal's stable code (NOT_A_SESSION_FILE, ...).")
+    message: str | None = None
+    messages: dict[str, Count] = Field(description="Messages by role.")
+    tool_calls: Count = 0
+    tool_results: Count = 0
+    thinking_blocks: Count = 0
+    compactions: Count = 0
+    attributed: Count = Field(default=0, description="Subagent / sidechain rows.")
+
+
+class ImportSessionsResult(Result):
+    import_id: WireId
+    source: str
+    root: str
+    dry_run: bool
+    total: Count = Field(description="Sessions found under the root.")
+    counts: ImportCounts
+    messages: Count = Field(description="Messages in the sessions imported (or that would be).")
+    source_bytes: Count = Field(description="Bytes of source files read.")
+    sessions: list[ImportSessionReport] = Field(
+        description=f"Per-session reports, refused ones first; at most {MAX_IMPORT_REPORTS}."
+    )
+    truncated: bool = Field(description="More sessions were reported than `sessions` holds.")
+
+
+class ImportProgress(Result):
+    """``import.progress``: one per session done, and a last one with ``finished: true``."""
+
+    import_id: WireId
+    source: str
+    root: str
+    dry_run: bool
+    done: Count
+    total: Count
+    counts: ImportCounts
+    messages: Count
+    source_bytes: Count
+    total_bytes: Count = Field(description="Bytes of every source file found (the progress bar's 100 %).")
+    session_id: SessionId | None = Field(default=None, description="The session just done.")
+    status: str | None = None
+    reason: str | None = None
+    finished: bool = False
+
+
+__all__ = [
+    "ImportCounts",
+    "ImportProgress",
+    "ImportSessionReport",
+    "ImportSessionsParams",
+    "ImportSessionsResult",
+    "ImportSource",
+]

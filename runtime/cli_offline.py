@@ -1,0 +1,135 @@
+"""Offline reads for the CLI: ``sessions``, ``show``, ``search`` when no host runs.
+
+Read-only: the data directory's ``host.lock`` is taken *shared* for the
+read (a host takes it exclusive, so none can start writing meanwhile, and
+while one holds it this refuses), and SQLite is opened read-only
+(``store.database.open_offline_reader``). The same handlers the host runs
+for ``session.list`` and ``search.sessions`` answer here, on that
+connection (``sessions`` lists the index's sessions, without native pi ones), so the
+output is the one a running host would print. ``show``
+reads the window through the index when it covers the transcript, and from
+the transcript file itself when the index trails it (after a crash, boot
+would catch it up); ``sessions`` counts such a session's messages from its
+file too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from actors.gateway_types import PROTOCOL_VERSION, CallContext
+from protocol import models as m
+from runtime.client import RpcError
+from runtime.context import ReadContext
+from runtime.datadir import DataDir
+from runtime.handlers import search
+from store import index, windows
+from store.database import open_offline_reader, schema_version
+from store.errors import StoreError
+from store.reconcile import plan_reconcile
+from store.records import wire_record
+from store.schema import SCHEMA_VERSION
+from store.transcript import read_transcript
+
+__all__ = ["OfflineRefused", "read_offline"]
+
+_CALLER = CallContext(connection_id=0, client_id="cli-offline", client_kind="cli", protocol=PROTOCOL_VERSION)
+
+
+class OfflineRefused(Exception):
+    """An offline read is not possible (a host holds the lock, no index, another schema)."""
+
+
+@contextmanager
+def _shared_lock(data_dir: DataDir) -> Iterator[None]:
+    try:
+        fd = os.open(data_dir.lock_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise OfflineRefused(f"{data_dir.root} is not a pi-host data directory (no host.lock)") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise OfflineRefused(f"a host holds {data_dir.lock_path}; ask it (is it still booting?)") from None
+            raise
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
+def _rpc_error(exc: StoreError) -> RpcError:
+    return RpcError(0, exc.code, exc.message, {"code": exc.code, **exc.data})
+
+
+def read_offline(data_dir: DataDir, command: str, args: argparse.Namespace) -> dict[str, Any]:
+    with _shared_lock(data_dir):
+        try:
+            conn = open_offline_reader(data_dir.db_path)
+        except StoreError as exc:
+            raise OfflineRefused(exc.message) from None
+        try:
+            version = schema_version(conn)
+            if version != SCHEMA_VERSION:
+                raise OfflineRefused(f"the index is schema v{version}, this build reads v{SCHEMA_VERSION}: "
+                                     "start `pi-host serve` once to migrate it")
+            ctx = ReadContext(conn, int(time.time() * 1000), _CALLER)
+            try:
+                if command == "sessions":
+                    items, _more = index.list_sessions(conn, limit=args.limit, cursor=None, project_id=None)
+                    return {"sessions": [_caught_up(conn, data_dir, index.public_session(r)) for r in items],
+                            "nextCursor": None}  # the newest --limit sessions; no paging offline
+                if command == "search":
+                    return dict(search.sessions(ctx, m.SearchSessionsParams(query=args.query, limit=args.limit)))
+                return _show(conn, data_dir, args)
+            except StoreError as exc:
+                raise _rpc_error(exc) from None
+        finally:
+            conn.close()
+
+
+def _caught_up(conn: Any, data_dir: DataDir, summary: dict[str, Any]) -> dict[str, Any]:
+    """A session whose index trails its transcript (a host was killed) counts the file's messages."""
+    row = index.session_row(conn, summary["id"])
+    path = data_dir.transcript(summary["id"])
+    if row is None or plan_reconcile(path, row["_indexedLen"], row["_fileEpoch"]).kind in ("clean", "missing"):
+        return summary
+    return {**summary, "messageCount": len(read_transcript(path).messages)}
+
+
+def _show(conn: Any, data_dir: DataDir, args: argparse.Namespace) -> dict[str, Any]:
+    sid = args.session
+    path = data_dir.transcript(sid)
+    req = windows.WindowRequest(before=args.before, start=None, limit=args.limit, content_limit=None, around=None)
+    window = windows.read_cold(conn, sid, path, req)
+    if window.row is None:
+        index.require_session(conn, sid)  # SESSION_NOT_FOUND
+    assert window.row is not None
+    if window.plan_kind == "clean":
+        reply: dict[str, Any] = json.loads(window.reply)  # the encoded session.get result
+        return reply
+    # The index trails the file (a host was killed): the transcript is the source of truth.
+    transcript = read_transcript(path)
+    total = len(transcript.messages)
+    end = min(total, args.before) if args.before is not None else total
+    start = max(0, end - args.limit)
+    deleted = transcript.deleted_ids
+    messages = []
+    for pos in range(start, end):
+        entry = transcript.messages[pos]
+        rec = wire_record(entry.record)
+        rec["seq"] = pos + 1
+        if entry.id in deleted:
+            rec["deleted"] = True
+        messages.append(rec)
+    return {"session": index.public_session(window.row), "messages": messages, "compactions": [],
+            "messageStart": start, "messageEnd": end, "hasMoreBefore": start > 0, "hasMoreAfter": end < total,
+            "totalMessages": total}

@@ -1,0 +1,173 @@
+"""``collab.*``: the session collaboration ledger (seed 003 §4.6c; rules in ``store/collab.py``).
+
+Every mutation is routed to the *target* session's actor (a delivery changes the
+target's queue and transcript): ``collab.deliver`` by ``targetSessionId``,
+``collab.begin`` / ``collab.settle`` by ``sessionId`` (the target), and
+``collab.cancel`` by the target its delivery names. A settlement's callback
+admits a completion into the *source*'s queue in the same transaction (queue
+rows are DB-only state, serialized by the DB writer).
+
+``collab.begin`` writes the input line itself — a user row whose
+``meta.sessionMessage`` is the delivery's provenance (``UiMessage.sessionMessage``)
+— line first, then its index row with the ledger change and the receipt
+(``runtime/handlers/host_lines.py``). The line's id is derived from the
+delivery, so a retry after a crash finds it and only commits.
+
+Events after each commit: ``collab.delivery`` (with the target's and with the
+source's session id) and ``session.queue`` for every queue that changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.session_context import SessionContext
+from protocol import models as m
+from runtime.context import ReadContext, Services
+from runtime.handlers.host_lines import append_record
+from runtime.handlers.queue import QueueControl, queue_state
+from store import collab, cursors, index
+from store.collab import Changed
+from store.ids import new_id
+from store.receipts import ReceiptKey
+from store.records import ms_to_rfc3339
+
+__all__ = ["begin", "cancel", "cancel_target", "deliver", "deliver_target", "get", "list_deliveries", "publish",
+           "settle", "settle_for_turn"]
+
+
+async def deliver_target(services: Services, p: m.CollabDeliverParams, key: ReceiptKey | None) -> str:
+    return p.target_session_id
+
+
+def _created_at(conn: Any, session_id: str) -> Any:
+    row = conn.execute("SELECT created_at FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    return row[0] if row else None
+
+
+def _queue_owners(conn: Any, changed: Changed) -> dict[str, Any]:
+    """Each changed queue's session ``created_at`` (the controller book is keyed by it)."""
+    return {sid: _created_at(conn, sid) for sid in changed.queues}
+
+
+def publish(ctx: SessionContext, changed: Changed, owners: dict[str, Any]) -> None:
+    """After the commit: the deliveries to both ends, the queues that changed."""
+    for row in changed.deliveries:
+        ends = {row["target"]["sessionId"], row["source"]["sessionId"]}
+        for sid in sorted(ends):
+            ctx.publish("collab.delivery", {"delivery": row}, session_id=sid)
+    control: QueueControl = ctx.services.get("queue")
+    for sid, entries in changed.queues.items():
+        slot = control.slot(sid, owners.get(sid))
+        ctx.publish("session.queue", {**queue_state(slot, entries), "sessionId": sid}, session_id=sid)
+
+
+async def deliver(ctx: SessionContext, p: m.CollabDeliverParams, key: ReceiptKey | None) -> Any:
+    now, faults = ctx.now(), ctx.faults
+    delivery_id, entry_id = new_id("col_"), "q_" + new_id()
+    effects: list[tuple[Changed, dict[str, Any]]] = []
+
+    def op(conn: Any) -> dict[str, Any]:
+        row, replayed, changed = collab.deliver(
+            conn, delivery_id=delivery_id, entry_id=entry_id, plugin_id=p.plugin_id,
+            source_session_id=p.source_session_id, target_session_id=ctx.sid, kind=p.kind, content=p.content,
+            notify_on_completion=p.notify_on_completion, idempotency_key=p.idempotency_key,
+            remaining_hops=p.remaining_hops, permission_ceiling=p.permission_ceiling, now_ms=now, faults=faults)
+        effects.append((changed, _queue_owners(conn, changed)))
+        out: dict[str, Any] = {"delivery": row, "replayed": replayed}
+        entries = changed.queues.get(ctx.sid, ())
+        entry = next((e for e in entries if e.session_message_id == row["id"]), None)
+        if entry is not None:
+            out["entry"] = entry.to_wire()
+        return out
+
+    result = await ctx.commit(op)
+    publish(ctx, *effects[0])
+    return result
+
+
+async def begin(ctx: SessionContext, p: m.CollabBeginParams, key: ReceiptKey | None) -> Any:
+    """queued → running in the target's turn, and the input row with its provenance."""
+    sid, now = ctx.sid, ctx.now()
+    row, already = await ctx.read(collab.check_begin, p.delivery_id, sid, p.turn_id)  # refused before any write
+    faults = ctx.faults
+    effects: list[tuple[Changed, dict[str, Any]]] = []
+
+    def respond(conn: Any, ref: dict[str, Any]) -> dict[str, Any]:
+        started, changed = collab.begin(conn, p.delivery_id, sid, p.turn_id, now, faults=faults)
+        effects.append((changed, _queue_owners(conn, changed)))
+        return {"delivery": started, "message": ref}
+
+    mid = collab.input_message_id(p.delivery_id)
+    held = (await ctx.read(index.message_refs, [mid])).get(mid)
+    if held is not None and held["sessionId"] == sid:  # a retry after the line landed: only the ledger is left
+        result = await ctx.commit(lambda conn: respond(conn, held))
+    else:
+        record = {"type": "message", "id": mid, "role": "user", "createdAt": ms_to_rfc3339(now),
+                  "turnId": p.turn_id, "blocks": [{"type": "text", "text": row["content"]}],
+                  "meta": {"sessionMessage": collab.provenance(row)}}
+        result, _ = await append_record(ctx, record, respond)
+    if not already and effects:
+        publish(ctx, *effects[0])
+    return result
+
+
+async def settle(ctx: SessionContext, p: m.CollabSettleParams, key: ReceiptKey | None) -> Any:
+    sid, now, faults = ctx.sid, ctx.now(), ctx.faults
+    callback_id, entry_id = new_id("col_"), "q_" + new_id()
+    effects: list[tuple[Changed, dict[str, Any]]] = []
+
+    def op(conn: Any) -> dict[str, Any]:
+        row, changed = collab.settle(conn, p.delivery_id, sid, turn_id=p.turn_id, status=p.status, result=p.result,
+                                     error=p.error, callback_id=callback_id, entry_id=entry_id, now_ms=now,
+                                     faults=faults)
+        effects.append((changed, _queue_owners(conn, changed)))
+        out: dict[str, Any] = {"delivery": row}
+        callback = row.get("callbackId")
+        if callback is not None:
+            out["callback"] = collab.get(conn, callback)
+        return out
+
+    result = await ctx.commit(op)
+    publish(ctx, *effects[0])
+    return result
+
+
+def settle_for_turn(conn: Any, sid: str, turn_id: str, status: str, error_code: str | None, now: int,
+                    faults: Any) -> tuple[Changed, dict[str, Any]]:
+    """Inside a turn end's transaction: the delivery that turn was running ends with it."""
+    changed = collab.settle_for_turn(conn, sid, turn_id, status, error_code,
+                                     new_ids=lambda: (new_id("col_"), "q_" + new_id()), now_ms=now, faults=faults)
+    return changed, _queue_owners(conn, changed)
+
+
+async def cancel_target(services: Services, p: m.CollabCancelParams, key: ReceiptKey | None) -> str:
+    row = await services.reads.run(collab.get, p.delivery_id)
+    return str(row["target"]["sessionId"])
+
+
+async def cancel(ctx: SessionContext, p: m.CollabCancelParams, key: ReceiptKey | None) -> Any:
+    sid, now, faults = ctx.sid, ctx.now(), ctx.faults
+    effects: list[tuple[Changed, dict[str, Any]]] = []
+
+    def op(conn: Any) -> dict[str, Any]:
+        row, changed = collab.cancel(conn, p.delivery_id, sid, now_ms=now, faults=faults)
+        effects.append((changed, _queue_owners(conn, changed)))
+        return {"delivery": row}
+
+    result = await ctx.commit(op)
+    publish(ctx, *effects[0])
+    return result
+
+
+def list_deliveries(ctx: ReadContext, p: m.CollabListParams) -> Any:
+    fp = cursors.query_fingerprint("collab.list", p.session_id, p.direction, p.status)
+    before = cursors.decode_cursor(p.cursor, "collab", fp, (int, str)) if p.cursor else None
+    items, nxt = collab.list_deliveries(ctx.conn, session_id=p.session_id, direction=p.direction, status=p.status,
+                                        limit=p.limit, before=(before[0], before[1]) if before else None)
+    return {"deliveries": items, "nextCursor": cursors.encode_cursor("collab", fp, list(nxt)) if nxt else None}
+
+
+def get(ctx: ReadContext, p: m.CollabGetParams) -> Any:
+    return collab.get(ctx.conn, p.delivery_id)
+

@@ -1,0 +1,34 @@
+"""``usage.session``, ``usage.history``, ``session.listTurns``: rollups of the turns rows (reads)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol import models as m
+from runtime.context import ReadContext
+from store import cursors, index, turns, usage
+
+__all__ = ["history", "list_turns", "session_usage"]
+
+
+def session_usage(ctx: ReadContext, p: m.UsageSessionParams) -> Any:
+    index.require_session(ctx.conn, p.session_id)
+    return usage.session_usage(ctx.conn, p.session_id)
+
+
+def history(ctx: ReadContext, p: m.UsageHistoryParams) -> Any:
+    if p.session_id is not None:
+        index.require_session(ctx.conn, p.session_id)
+    return {"days": usage.history(ctx.conn, now_ms=ctx.now, days=p.days, utc_offset_minutes=p.utc_offset_minutes,
+                                  session_id=p.session_id)}
+
+
+def list_turns(ctx: ReadContext, p: m.ListTurnsParams) -> Any:
+    index.require_session(ctx.conn, p.session_id)
+    fp = cursors.query_fingerprint("session.listTurns", p.session_id)
+    before = cursors.decode_cursor(p.cursor, "turns", fp, (int, str)) if p.cursor else None
+    ids, nxt = usage.list_turns(ctx.conn, p.session_id, limit=p.limit,
+                                before=(before[0], before[1]) if before else None)
+    found = [turns.get_turn(ctx.conn, tid) for tid in ids]
+    return {"turns": [{k: v for k, v in t.items() if v is not None} for t in found if t is not None],
+            "nextCursor": cursors.encode_cursor("turns", fp, list(nxt)) if nxt else None}

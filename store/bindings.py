@@ -1,0 +1,109 @@
+"""Run environment binding checks (seed 000 §4): may a turn's snapshot still be recovered?
+
+Recovery (a sidecar resuming or re-running a turn from its stored
+``RunEnvironmentSnapshot``) must run against the same world the snapshot
+froze. :func:`drift` compares the snapshot's *bindings* with the current state:
+
+* ``connection`` against the provider row it names (``providers``):
+  ``providerId``, ``baseUrl``, ``type``, ``protocol``, ``apiStyle``,
+  ``credentialRef`` (the provider's ``secret_ref``) — only the keys the
+  snapshot holds; a provider that is gone is drift;
+* ``executionBindings`` against the session row: ``sessionId``,
+  ``projectPath`` (normalized), ``providerId``, ``modelId``, ``mode``,
+  ``permissionMode``;
+* every ``credentialRefs`` entry must still exist as a reference
+  (``secrets_meta``). A secret *rotated* behind the same reference (a new
+  value, a new version) is not drift: only references are compared, never
+  values (the snapshot never holds one).
+
+Pure comparison plus the SQL that gathers the current state.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from typing import Any, Final
+
+from .errors import NotFound, StoreError
+from .index import normalize_project_path, require_session
+from .snapshots import load_snapshot
+
+__all__ = ["EnvironmentDrift", "drift", "verify"]
+
+_PROVIDER_KEYS: Final = {"baseUrl": "base_url", "type": "type", "protocol": "protocol", "apiStyle": "api_style",
+                         "credentialRef": "secret_ref"}
+_SESSION_KEYS: Final = ("sessionId", "projectPath", "providerId", "modelId", "mode", "permissionMode")
+
+
+class EnvironmentDrift(StoreError):
+    """The snapshot's bindings no longer match the provider or session: recovery is refused."""
+
+    code = "ENVIRONMENT_DRIFT"
+
+
+def _provider(conn: sqlite3.Connection, provider_id: str) -> dict[str, Any] | None:
+    row = conn.execute("SELECT id, base_url, type, protocol, api_style, secret_ref FROM providers WHERE id = ?",
+                       (provider_id,)).fetchone()
+    if row is None:
+        return None
+    return dict(zip(("id", "base_url", "type", "protocol", "api_style", "secret_ref"), row, strict=True))
+
+
+def drift(snapshot: Mapping[str, Any], *, provider: Mapping[str, Any] | None, provider_id: str | None,
+          session: Mapping[str, Any], refs_present: set[str]) -> list[dict[str, Any]]:
+    """Every binding that differs: ``{field, snapshot, current}`` (pure)."""
+    out: list[dict[str, Any]] = []
+
+    def differs(field: str, want: Any, have: Any) -> None:
+        if want != have:
+            out.append({"field": field, "snapshot": want, "current": have})
+
+    connection = snapshot.get("connection") or {}
+    if isinstance(connection, Mapping) and connection:
+        if provider_id is not None and provider is None:
+            differs("connection.providerId", provider_id, None)
+        elif provider is not None:
+            for key, column in _PROVIDER_KEYS.items():
+                if key in connection:
+                    differs(f"connection.{key}", connection[key], provider.get(column))
+    bindings = snapshot.get("executionBindings") or {}
+    if isinstance(bindings, Mapping):
+        current = {"sessionId": session.get("id"), "projectPath": session.get("projectPath"),
+                   "providerId": session.get("providerId"), "modelId": session.get("modelId"),
+                   "mode": session.get("mode"), "permissionMode": session.get("permissionMode")}
+        for key in _SESSION_KEYS:
+            if key not in bindings:
+                continue
+            want = bindings[key]
+            if key == "projectPath" and isinstance(want, str):
+                want = normalize_project_path(want)
+            differs(f"executionBindings.{key}", want, current[key])
+    for i, ref in enumerate(snapshot.get("credentialRefs") or ()):
+        if ref not in refs_present:
+            out.append({"field": f"credentialRefs[{i}]", "snapshot": ref, "current": None})
+    return out
+
+
+def verify(conn: sqlite3.Connection, session_id: str, turn_id: str) -> dict[str, Any]:
+    """The snapshot of ``turn_id`` (digest verified), checked against the current state; raises on drift."""
+    session = require_session(conn, session_id)
+    turn = conn.execute("SELECT session_id, provider_id FROM turns WHERE id = ?", (turn_id,)).fetchone()
+    if turn is None or turn[0] != session_id:
+        raise NotFound(f"turn {turn_id} not found in session {session_id}", data={"turnId": turn_id})
+    stored = load_snapshot(conn, turn_id)  # NOT_FOUND / CORRUPT_DATA (digest, version, size)
+    snapshot = stored["snapshot"]
+    connection = snapshot.get("connection") or {}
+    provider_id = connection.get("providerId") if isinstance(connection, Mapping) else None
+    provider_id = provider_id if isinstance(provider_id, str) else None
+    refs = [r for r in snapshot.get("credentialRefs") or () if isinstance(r, str)]
+    present = {r[0] for r in conn.execute(
+        f"SELECT secret_ref FROM secrets_meta WHERE secret_ref IN ({','.join('?' * len(refs))})", refs)} if refs \
+        else set()
+    found = drift(snapshot, provider=_provider(conn, provider_id) if provider_id else None, provider_id=provider_id,
+                  session=session, refs_present=present)
+    if found:
+        raise EnvironmentDrift(
+            f"turn {turn_id}'s environment no longer matches: {', '.join(d['field'] for d in found)} changed",
+            data={"turnId": turn_id, "drift": found})
+    return {"turnId": turn_id, "digest": stored["digest"], "version": stored["version"]}

@@ -1,0 +1,484 @@
+"""The session collaboration ledger (seed 003 §4.6c, §11.21): plugin-mediated deliveries.
+
+A delivery (``task`` or ``message``) goes from a source session to a target
+session. Its row in ``session_collaboration_messages`` is the authoritative
+identity and lifecycle record; it is *bound* to a ``turn_queue`` admission of
+the target (``turn_queue.session_message_id``), created in the same
+transaction:
+
+=========  ==============================================  ==========================
+from       event                                           to
+=========  ==============================================  ==========================
+(new)      ``collab.deliver`` (ceiling and hops checked)   queued + queue admission
+queued     the target's turn begins it                     running (``turn_id`` set; an
+                                                           admission not yet taken goes)
+running    it is settled (or its turn ends)                completed / failed
+queued /   ``collab.cancel``                               cancelled (the admission is
+running                                                    removed; the session stays)
+queued /   host restart: running, or queued without an     interrupted (never replayed)
+running    admission (``store/fence.py``)
+=========  ==============================================  ==========================
+
+Rules:
+
+* idempotency: ``(plugin_id, source_session_id, idempotency_key)`` is UNIQUE;
+  a retry returns the original delivery, a changed target, body, kind or
+  callback flag is ``IDEMPOTENCY_CONFLICT``;
+* permission ceiling: the sender's effective permission mode (capped by the
+  delivery it is itself running) is snapshotted; a target whose effective mode
+  exceeds it is refused (``PERMISSION_DENIED``), at delivery and again when the
+  target begins it;
+* hops: a delivery sent by a session that is itself running a delivery is an
+  autonomous chain step: ``remaining_hops`` is the parent's minus one, and a
+  parent with none left cannot forward (``LIMIT_EXCEEDED``);
+* callbacks: settling a delivery with ``notify_on_completion`` creates at most
+  one ``completion`` row back to the source (the partial unique index on
+  ``reply_to_message_id``), holding a bounded projection of the result, bound
+  to an admission in the source's queue; a completion never creates another;
+* provenance: the target's input line carries ``meta.sessionMessage``
+  (:func:`provenance`), written by the host only; :func:`check_rewrite` refuses
+  a rewrite that would strip or edit it.
+
+SQL functions run inside the caller's transaction; the rest is pure.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from . import queue
+from .errors import (
+    Conflict,
+    IdempotencyConflict,
+    InvalidInput,
+    LimitExceeded,
+    NotFound,
+    PermissionDenied,
+    SessionNotFound,
+)
+from .faults import NO_FAULTS, Faults
+from .records import meta_of
+
+__all__ = [
+    "CEILING",
+    "DEFAULT_HOPS",
+    "MAX_HOPS",
+    "RESULT_PROJECTION_CHARS",
+    "Changed",
+    "begin",
+    "cancel",
+    "check_begin",
+    "check_rewrite",
+    "deliver",
+    "effective_permission",
+    "get",
+    "input_message_id",
+    "list_deliveries",
+    "provenance",
+    "settle",
+    "settle_for_turn",
+]
+
+CEILING: Final[Mapping[str, int]] = {"ask": 0, "accept-edits": 1, "auto": 2}
+DEFAULT_HOPS: Final = 4
+MAX_HOPS: Final = 16
+RESULT_PROJECTION_CHARS: Final = 2000
+MAX_RESULT_CHARS: Final = 1_000_000
+DELIVERY_KINDS: Final = ("task", "message")
+_COLS = ("id, plugin_id, source_session_id, source_title, target_session_id, target_title, kind, content, status, "
+         "notify_on_completion, turn_id, reply_to_message_id, idempotency_key, remaining_hops, permission_ceiling, "
+         "result, error, created_at, updated_at")
+
+
+@dataclass
+class Changed:
+    """What a ledger operation changed, for the events the caller publishes after the commit."""
+
+    deliveries: list[dict[str, Any]] = field(default_factory=list)
+    queues: dict[str, tuple[queue.Entry, ...]] = field(default_factory=dict)
+    """session id → its queue afterwards (an admission was added or removed)."""
+
+
+# ---------------------------------------------------------------------------
+# permissions
+
+
+def effective_permission(conn: sqlite3.Connection, session_id: str) -> str:
+    """The session's permission mode, ``inherit`` resolved to the app default (``ask`` if none)."""
+    row = conn.execute("SELECT permission_mode FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if row is None:
+        raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
+    if row[0] in CEILING:
+        return str(row[0])
+    blob = conn.execute("SELECT value_json FROM kv WHERE ns = 'app' AND key = 'settings'").fetchone()
+    try:
+        settings = orjson.loads(blob[0]) if blob else {}
+    except orjson.JSONDecodeError:
+        settings = {}
+    if isinstance(settings, dict):
+        for key in ("defaultPermissionMode", "permissionMode"):
+            if settings.get(key) in CEILING:
+                return str(settings[key])
+    return "ask"
+
+
+def _lower(a: str, b: str) -> str:
+    return a if CEILING[a] <= CEILING[b] else b
+
+
+def _check_ceiling(conn: sqlite3.Connection, target: str, ceiling: str) -> str:
+    mode = effective_permission(conn, target)
+    if CEILING[mode] > CEILING[ceiling]:
+        raise PermissionDenied(
+            f"target session {target} runs with permission mode {mode}, above the sender's ceiling {ceiling}",
+            data={"targetSessionId": target, "targetPermissionMode": mode, "permissionCeiling": ceiling})
+    return mode
+
+
+# ---------------------------------------------------------------------------
+# rows
+
+
+def _exists(conn: sqlite3.Connection, session_id: str) -> bool:
+    return conn.execute("SELECT 1 FROM sessions WHERE id = ? AND deleted_at IS NULL",
+                        (session_id,)).fetchone() is not None
+
+
+def _row(conn: sqlite3.Connection, r: Sequence[Any]) -> dict[str, Any]:
+    (did, plugin, source, source_title, target, target_title, kind, content, status, notify, turn, reply_to,
+     key, hops, ceiling, result, error, created, updated) = r
+    out: dict[str, Any] = {
+        "id": did, "pluginId": plugin, "kind": kind, "content": content, "status": status,
+        "notifyOnCompletion": bool(notify), "turnId": turn, "replyToMessageId": reply_to, "idempotencyKey": key,
+        "remainingHops": hops, "permissionCeiling": ceiling, "result": result, "error": error,
+        "createdAt": created, "updatedAt": updated,
+        "source": {"sessionId": source, "title": source_title, "available": _exists(conn, source)},
+        "target": {"sessionId": target, "title": target_title, "available": _exists(conn, target)},
+    }
+    if kind != "completion":
+        callback = conn.execute("SELECT id FROM session_collaboration_messages WHERE kind = 'completion' "
+                                "AND reply_to_message_id = ?", (did,)).fetchone()
+        if callback is not None:
+            out["callbackId"] = callback[0]
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def get(conn: sqlite3.Connection, delivery_id: str) -> dict[str, Any]:
+    found = conn.execute(f"SELECT {_COLS} FROM session_collaboration_messages WHERE id = ?",
+                         (delivery_id,)).fetchone()
+    if found is None:
+        raise NotFound(f"delivery {delivery_id} not found", data={"deliveryId": delivery_id})
+    return _row(conn, found)
+
+
+def list_deliveries(conn: sqlite3.Connection, *, session_id: str | None, direction: str, status: str | None,
+                    limit: int, before: tuple[int, str] | None) -> tuple[list[dict[str, Any]], tuple[int, str] | None]:
+    """Newest first; ``direction`` incoming (target), outgoing (source) or all (either)."""
+    where: list[str] = []
+    args: list[Any] = []
+    if session_id is not None:
+        if direction == "incoming":
+            where.append("target_session_id = ?")
+            args.append(session_id)
+        elif direction == "outgoing":
+            where.append("source_session_id = ?")
+            args.append(session_id)
+        else:
+            where.append("(target_session_id = ? OR source_session_id = ?)")
+            args += [session_id, session_id]
+    if status is not None:
+        where.append("status = ?")
+        args.append(status)
+    if before is not None:
+        where.append("(created_at < ? OR (created_at = ? AND id < ?))")
+        args += [before[0], before[0], before[1]]
+    sql = f"SELECT {_COLS} FROM session_collaboration_messages"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    rows = conn.execute(sql + " ORDER BY created_at DESC, id DESC LIMIT ?", (*args, limit + 1)).fetchall()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    items = [_row(conn, r) for r in rows]
+    return items, ((items[-1]["createdAt"], items[-1]["id"]) if more and items else None)
+
+
+def _title(conn: sqlite3.Connection, session_id: str) -> str:
+    row = conn.execute("SELECT title FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if row is None:
+        raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
+    return str(row[0])
+
+
+def _admit(conn: sqlite3.Connection, changed: Changed, *, session_id: str, delivery_id: str, plugin_id: str,
+           content: str, permission_mode: str, entry_id: str, now_ms: int, faults: Faults) -> None:
+    """The delivery's turn-queue admission in ``session_id`` (``LIMIT_EXCEEDED`` when it is full)."""
+    inp = queue.PushInput(principal=f"plugin:{plugin_id}", content=content, permission_mode=permission_mode,
+                          idempotency_key=f"collab:{delivery_id}", session_message_id=delivery_id)
+    out = queue.push(conn, session_id, inp, new_id=entry_id, now_ms=now_ms, faults=faults)
+    changed.queues[session_id] = out.entries
+
+
+def _insert(conn: sqlite3.Connection, *, delivery_id: str, plugin_id: str, source: str, target: str, kind: str,
+            content: str, notify: bool, reply_to: str | None, key: str, hops: int, ceiling: str,
+            now_ms: int) -> None:
+    conn.execute(
+        f"INSERT INTO session_collaboration_messages({_COLS}) VALUES (?,?,?,?,?,?,?,?,'queued',?,NULL,?,?,?,?,"
+        "NULL,NULL,?,?)",
+        (delivery_id, plugin_id, source, _title(conn, source), target, _title(conn, target), kind, content,
+         int(notify), reply_to, key, hops, ceiling, now_ms, now_ms))
+
+
+def deliver(conn: sqlite3.Connection, *, delivery_id: str, entry_id: str, plugin_id: str, source_session_id: str,
+            target_session_id: str, kind: str, content: str, notify_on_completion: bool, idempotency_key: str,
+            remaining_hops: int | None, permission_ceiling: str | None, now_ms: int,
+            faults: Faults = NO_FAULTS) -> tuple[dict[str, Any], bool, Changed]:
+    """Create a delivery and its queue admission; a retry returns the original. (row, replayed, changed)."""
+    changed = Changed()
+    if kind not in DELIVERY_KINDS:
+        raise InvalidInput("kind must be task or message (completions are created by the host)",
+                           data={"field": "kind"})
+    found = conn.execute(f"SELECT {_COLS} FROM session_collaboration_messages WHERE plugin_id = ? AND "
+                         "source_session_id = ? AND idempotency_key = ?",
+                         (plugin_id, source_session_id, idempotency_key)).fetchone()
+    if found is not None:
+        row = _row(conn, found)
+        differs = [name for name, same in (
+            ("target", row["target"]["sessionId"] == target_session_id), ("content", row["content"] == content),
+            ("kind", row["kind"] == kind), ("notifyOnCompletion", row["notifyOnCompletion"] == notify_on_completion),
+        ) if not same]
+        if differs:
+            raise IdempotencyConflict(
+                f"idempotencyKey {idempotency_key!r} was already used for another delivery ({', '.join(differs)} "
+                "differ)", data={"deliveryId": row["id"], "differs": differs})
+        return row, True, changed
+    if source_session_id == target_session_id:
+        raise InvalidInput("a session cannot deliver to itself", data={"field": "targetSessionId"})
+    if not _exists(conn, source_session_id):
+        raise SessionNotFound(f"source session {source_session_id} not found",
+                              data={"sessionId": source_session_id})
+    sender = effective_permission(conn, source_session_id)
+    parent = conn.execute(
+        "SELECT id, remaining_hops, permission_ceiling FROM session_collaboration_messages "
+        "WHERE target_session_id = ? AND status = 'running' ORDER BY updated_at DESC LIMIT 1",
+        (source_session_id,)).fetchone()
+    if parent is not None:  # the sender is itself running a delivery: an autonomous chain step
+        if parent[1] <= 0:
+            raise LimitExceeded(f"delivery {parent[0]} has no hops left: session {source_session_id} cannot "
+                                "forward work autonomously", data={"parentDeliveryId": parent[0], "reason": "HOPS"})
+        hops = parent[1] - 1
+        ceiling = _lower(sender, str(parent[2]))
+    else:
+        hops = DEFAULT_HOPS if remaining_hops is None else remaining_hops
+        if not 0 <= hops <= MAX_HOPS:
+            raise InvalidInput(f"remainingHops must be 0..{MAX_HOPS}", data={"field": "remainingHops"})
+        ceiling = sender
+    if permission_ceiling is not None:
+        ceiling = _lower(ceiling, permission_ceiling)
+    mode = _check_ceiling(conn, target_session_id, ceiling)
+    _insert(conn, delivery_id=delivery_id, plugin_id=plugin_id, source=source_session_id, target=target_session_id,
+            kind=kind, content=content, notify=notify_on_completion, reply_to=None, key=idempotency_key,
+            hops=hops, ceiling=ceiling, now_ms=now_ms)
+    _admit(conn, changed, session_id=target_session_id, delivery_id=delivery_id, plugin_id=plugin_id,
+           content=content, permission_mode=mode, entry_id=entry_id, now_ms=now_ms, faults=faults)
+    row = get(conn, delivery_id)
+    changed.deliveries.append(row)
+    return row, False, changed
+
+
+def _require(conn: sqlite3.Connection, delivery_id: str, target: str) -> dict[str, Any]:
+    row = get(conn, delivery_id)
+    if row["target"]["sessionId"] != target:
+        raise NotFound(f"delivery {delivery_id} is not addressed to session {target}",
+                       data={"deliveryId": delivery_id, "sessionId": target})
+    return row
+
+
+def input_message_id(delivery_id: str) -> str:
+    """The id of the target's input line for a delivery (deterministic: a retry finds it)."""
+    return f"collab-{delivery_id}"
+
+
+def provenance(row: Mapping[str, Any]) -> dict[str, Any]:
+    """``meta.sessionMessage`` of the input line: where this user row came from."""
+    out = {"deliveryId": row["id"], "pluginId": row["pluginId"], "kind": row["kind"],
+           "sourceSessionId": row["source"]["sessionId"], "sourceTitle": row["source"]["title"],
+           "remainingHops": row["remainingHops"], "sentAt": row["createdAt"]}
+    if row.get("replyToMessageId"):
+        out["replyToMessageId"] = row["replyToMessageId"]
+    return out
+
+
+def check_begin(conn: sqlite3.Connection, delivery_id: str, target: str, turn_id: str) -> tuple[dict[str, Any], bool]:
+    """May ``turn_id`` begin the delivery? (row, already begun by it); raises otherwise. Reads only."""
+    row = _require(conn, delivery_id, target)
+    if row["status"] == "running" and row.get("turnId") == turn_id:
+        return row, True  # a retry of the same begin
+    if row["status"] != "queued":
+        raise Conflict(f"delivery {delivery_id} is {row['status']}, not queued",
+                       data={"deliveryId": delivery_id, "status": row["status"]})
+    status = conn.execute("SELECT status FROM turns WHERE id = ? AND session_id = ?", (turn_id, target)).fetchone()
+    if status is None:
+        raise NotFound(f"turn {turn_id} not found in session {target}", data={"turnId": turn_id})
+    if status[0] != "running":
+        raise Conflict(f"turn {turn_id} is {status[0]}; a delivery begins in a running turn",
+                       data={"turnId": turn_id, "status": status[0]})
+    if conn.execute("SELECT id FROM session_collaboration_messages WHERE turn_id = ?", (turn_id,)).fetchone():
+        raise Conflict(f"turn {turn_id} already runs another delivery", data={"turnId": turn_id})
+    _check_ceiling(conn, target, row["permissionCeiling"])
+    return row, False
+
+
+def _drop_admission(conn: sqlite3.Connection, changed: Changed, target: str, delivery_id: str, now_ms: int,
+                    faults: Faults) -> None:
+    for (entry_id,) in conn.execute("SELECT id FROM turn_queue WHERE session_id = ? AND session_message_id = ?",
+                                    (target, delivery_id)).fetchall():
+        changed.queues[target] = queue.remove(conn, target, entry_id, now_ms=now_ms, faults=faults).entries
+
+
+def begin(conn: sqlite3.Connection, delivery_id: str, target: str, turn_id: str, now_ms: int, *,
+          faults: Faults = NO_FAULTS) -> tuple[dict[str, Any], Changed]:
+    """queued → running in ``turn_id`` (a running turn of the target); the ceiling is checked again.
+    An admission still in the queue (the controller did not take it) is consumed: it has begun."""
+    changed = Changed()
+    row, already = check_begin(conn, delivery_id, target, turn_id)
+    if already:
+        return row, changed
+    conn.execute("UPDATE session_collaboration_messages SET status = 'running', turn_id = ?, updated_at = ? "
+                 "WHERE id = ? AND status = 'queued'", (turn_id, now_ms, delivery_id))
+    _drop_admission(conn, changed, target, delivery_id, now_ms, faults)
+    started = get(conn, delivery_id)
+    changed.deliveries.append(started)
+    return started, changed
+
+
+def _projection(status: str, result: str | None, error: str | None) -> str:
+    text = result if status == "completed" else (error or "failed")
+    text = text or ""
+    if len(text) > RESULT_PROJECTION_CHARS:
+        text = text[:RESULT_PROJECTION_CHARS] + f"… [{len(text) - RESULT_PROJECTION_CHARS} more characters]"
+    return f"[{status}] {text}".rstrip()
+
+
+def _callback(conn: sqlite3.Connection, changed: Changed, row: Mapping[str, Any], status: str, result: str | None,
+              error: str | None, *, callback_id: str, entry_id: str, now_ms: int, faults: Faults) -> None:
+    """At most one completion row back to the source, bound to an admission in the source's queue."""
+    if row["kind"] == "completion" or not row["notifyOnCompletion"]:
+        return
+    source, target = row["source"]["sessionId"], row["target"]["sessionId"]
+    if not _exists(conn, source):
+        return  # the sender is gone: nothing to call back (the delivery keeps available: false)
+    if conn.execute("SELECT 1 FROM session_collaboration_messages WHERE kind = 'completion' "
+                    "AND reply_to_message_id = ?", (row["id"],)).fetchone():
+        return
+    content = _projection(status, result, error)
+    _insert(conn, delivery_id=callback_id, plugin_id=row["pluginId"], source=target, target=source,
+            kind="completion", content=content, notify=False, reply_to=row["id"], key=f"completion:{row['id']}",
+            hops=0, ceiling=row["permissionCeiling"], now_ms=now_ms)
+    try:
+        mode = effective_permission(conn, source)
+        _admit(conn, changed, session_id=source, delivery_id=callback_id, plugin_id=row["pluginId"],
+               content=content, permission_mode=_lower(mode, row["permissionCeiling"]), entry_id=entry_id,
+               now_ms=now_ms, faults=faults)
+    except LimitExceeded:
+        conn.execute("UPDATE session_collaboration_messages SET status = 'failed', error = 'QUEUE_FULL' "
+                     "WHERE id = ?", (callback_id,))
+    changed.deliveries.append(get(conn, callback_id))
+
+
+def settle(conn: sqlite3.Connection, delivery_id: str, target: str, *, turn_id: str, status: str,
+           result: str | None, error: str | None, callback_id: str, entry_id: str, now_ms: int,
+           faults: Faults = NO_FAULTS) -> tuple[dict[str, Any], Changed]:
+    """running → completed | failed, by its own turn; the completion callback in the same transaction."""
+    if status not in ("completed", "failed"):
+        raise InvalidInput("status must be completed or failed", data={"field": "status"})
+    for name, value in (("result", result), ("error", error)):
+        if value is not None and len(value) > MAX_RESULT_CHARS:
+            raise InvalidInput(f"{name} is longer than {MAX_RESULT_CHARS} characters", data={"field": name})
+    row = _require(conn, delivery_id, target)
+    if row["status"] in ("completed", "failed") and row.get("turnId") == turn_id and row["status"] == status \
+            and row.get("result") == result and row.get("error") == error:
+        return row, Changed()  # a retry of the same settlement
+    if row["status"] != "running":
+        raise Conflict(f"delivery {delivery_id} is {row['status']}, not running",
+                       data={"deliveryId": delivery_id, "status": row["status"]})
+    if row.get("turnId") != turn_id:
+        raise Conflict(f"delivery {delivery_id} runs in turn {row.get('turnId')}, not {turn_id}",
+                       data={"deliveryId": delivery_id, "turnId": row.get("turnId")})
+    changed = Changed()
+    conn.execute("UPDATE session_collaboration_messages SET status = ?, result = ?, error = ?, updated_at = ? "
+                 "WHERE id = ? AND status = 'running'", (status, result, error, now_ms, delivery_id))
+    _callback(conn, changed, row, status, result, error, callback_id=callback_id, entry_id=entry_id,
+              now_ms=now_ms, faults=faults)
+    settled = get(conn, delivery_id)
+    changed.deliveries.insert(0, settled)
+    return settled, changed
+
+
+def settle_for_turn(conn: sqlite3.Connection, target: str, turn_id: str, turn_status: str, error_code: str | None,
+                    *, new_ids: Any, now_ms: int, faults: Faults = NO_FAULTS) -> Changed:
+    """The target's turn ended with its delivery still running: completed → completed, else failed."""
+    found = conn.execute("SELECT id FROM session_collaboration_messages WHERE turn_id = ? AND status = 'running'",
+                         (turn_id,)).fetchone()
+    if found is None:
+        return Changed()
+    status = "completed" if turn_status == "completed" else "failed"
+    callback_id, entry_id = new_ids()
+    _, changed = settle(conn, found[0], target, turn_id=turn_id, status=status, result=None,
+                        error=None if status == "completed" else f"turn {turn_status}: {error_code or 'no result'}",
+                        callback_id=callback_id, entry_id=entry_id, now_ms=now_ms, faults=faults)
+    return changed
+
+
+def cancel(conn: sqlite3.Connection, delivery_id: str, target: str, *, now_ms: int,
+           faults: Faults = NO_FAULTS) -> tuple[dict[str, Any], Changed]:
+    """queued/running → cancelled; a queued one loses its admission. The target session stays."""
+    row = _require(conn, delivery_id, target)
+    changed = Changed()
+    if row["status"] == "cancelled":
+        return row, changed
+    if row["status"] not in ("queued", "running"):
+        raise Conflict(f"delivery {delivery_id} already ended ({row['status']})",
+                       data={"deliveryId": delivery_id, "status": row["status"]})
+    _drop_admission(conn, changed, target, delivery_id, now_ms, faults)
+    conn.execute("UPDATE session_collaboration_messages SET status = 'cancelled', updated_at = ? WHERE id = ?",
+                 (now_ms, delivery_id))
+    cancelled = get(conn, delivery_id)
+    changed.deliveries.append(cancelled)
+    return cancelled, changed
+
+
+# ---------------------------------------------------------------------------
+# provenance of transcript input (pure)
+
+
+def check_rewrite(old: Mapping[str, Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> None:
+    """A rewrite keeps collaboration input exactly: no stripped, edited or forged ``meta.sessionMessage``.
+
+    ``old``: the live transcript's records by id; ``new``: the records the rewrite writes.
+    Dropping a collaboration input line entirely is allowed (it does not become human input).
+    """
+    for rec in new:
+        mine = meta_of(rec).get("sessionMessage")
+        before = old.get(str(rec.get("id")))
+        theirs = meta_of(before).get("sessionMessage") if before is not None else None
+        if theirs is None and mine is None:
+            continue
+        if theirs is None:
+            raise PermissionDenied(f"message {rec.get('id')}: meta.sessionMessage is written by the host "
+                                   "(collab.begin), a client cannot add it", data={"messageId": rec.get("id")})
+        if mine is None:
+            raise PermissionDenied(f"message {rec.get('id')} is collaboration input; its provenance cannot be "
+                                   "stripped", data={"messageId": rec.get("id")})
+        assert before is not None
+        if mine != theirs or rec.get("blocks") != before.get("blocks") or rec.get("role") != before.get("role"):
+            raise PermissionDenied(f"message {rec.get('id')} is collaboration input; it cannot be edited",
+                                   data={"messageId": rec.get("id")})
+
+
+def is_collaboration_input(record: Mapping[str, Any]) -> bool:
+    return isinstance(meta_of(record).get("sessionMessage"), Mapping)

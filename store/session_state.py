@@ -1,0 +1,62 @@
+"""What a session summary derives from other rows: its projected state and its latest turn.
+
+Seed 003 §4.5: a live ``pending`` row in ``plan_approvals`` projects
+``awaiting_approval``; an execution ``queued`` or ``running`` projects that
+state; otherwise a Plan or Goal session is ``planning``; an Agent session with
+no execution has no projected state. The row's ``kind`` (plan | goal) is the
+``contractKind``. §4.6: the latest turn (``idx_turns_session``) gives the
+failed/aborted badge. Both are read, never stored, so they cannot go stale.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .sql_lists import in_chunks
+
+__all__ = ["DERIVED", "projections", "with_projection"]
+
+DERIVED = ("state", "contractKind", "latestTurn")
+"""The summary fields this module derives."""
+
+_STATE_RANK = {"awaiting_approval": 0, "running": 1, "queued": 2}
+
+
+def projections(conn: sqlite3.Connection, modes: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """``session id → {state?, contractKind?, latestTurn?}`` for the sessions in ``modes`` (id → mode)."""
+    out: dict[str, dict[str, Any]] = {sid: {} for sid in modes}
+    ids = list(modes)
+    for marks, chunk in in_chunks(ids):
+        for sid, kind, status, execution in conn.execute(
+            "SELECT session_id, kind, status, execution_state FROM plan_approvals "
+            f"WHERE session_id IN ({marks}) AND (status = 'pending' OR execution_state IN ('queued', 'running'))",
+            chunk,
+        ):
+            state = "awaiting_approval" if status == "pending" else str(execution)
+            held = out[sid].get("state")
+            if held is None or _STATE_RANK[state] < _STATE_RANK[held]:
+                out[sid].update(state=state, contractKind=kind)
+        for sid, tid, status, error_code, ended_at in conn.execute(
+            "SELECT t.session_id, t.id, t.status, t.error_code, t.ended_at FROM turns t "
+            f"WHERE t.session_id IN ({marks}) AND t.id = (SELECT i.id FROM turns i WHERE i.session_id = t.session_id "
+            "ORDER BY i.started_at DESC, i.id DESC LIMIT 1)",
+            chunk,
+        ):
+            latest = {"id": tid, "status": status, "errorCode": error_code, "endedAt": ended_at}
+            out[sid]["latestTurn"] = {k: v for k, v in latest.items() if v is not None}
+    for sid, mode in modes.items():
+        if "state" not in out[sid] and mode in ("plan", "goal"):
+            out[sid].update(state="planning", contractKind=mode)
+    return out
+
+
+def with_projection(conn: sqlite3.Connection, rows: Iterable[dict[str, Any]]) -> None:
+    """Add the derived fields to session rows (in place)."""
+    rows = list(rows)
+    found = projections(conn, {r["id"]: r.get("mode") or "agent" for r in rows})
+    for row in rows:
+        for key in DERIVED:
+            row.pop(key, None)
+        row.update(found.get(row["id"], {}))

@@ -1,0 +1,111 @@
+"""Seed §11.18 extended to every pending user request, on real host processes killed with SIGKILL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from runtime.client import RpcError, open_client
+from tests.hostkit import HostProcess, start_host_process
+from tests.pipeline.scenarios import rows
+
+MARKDOWN = "# Plan\n\n1. Do it\n"
+
+
+def _stop(proc: HostProcess, *, kill: bool) -> None:
+    if kill:
+        proc.kill9()
+    else:
+        proc.terminate()
+    for pipe in (proc.proc.stdout, proc.proc.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+async def test_acceptance_11_18_restart_interrupts_every_pending_request_and_refuses_stale_answers(
+    tmp_path: Path,
+) -> None:
+    """Pending tool permissions, questions, plan approvals and queued/running executions become
+    ``interrupted``; answered ones, rules and decisions stay; no turn is replayed; every late answer
+    is refused and changes nothing."""
+    data, ws = tmp_path / "data", tmp_path / "ws"
+    data.mkdir()
+    ws.mkdir()
+    with trio.fail_after(120):
+        proc = await trio.to_thread.run_sync(start_host_process, data)
+        try:
+            async with open_client(proc.url, proc.token, client_id="sidecar", client_kind="agent") as sc, \
+                    open_client(proc.url, proc.token, client_id="ui", client_kind="ui") as ui:
+                a = (await sc.call("session.create", {"title": "agent", "projectPath": str(ws)}))["id"]
+                await sc.call("session.startTurn", {"sessionId": a, "turnId": "ta"})
+                answered = (await sc.call("approvals.request", {"sessionId": a, "turnId": "ta", "tool": "Read",
+                                                                "risk": "low"}))["request"]["requestId"]
+                await ui.call("approvals.respond", {"sessionId": a, "requestId": answered,
+                                                    "optionId": "allow_project"})
+                waiting = (await sc.call("approvals.request", {"sessionId": a, "turnId": "ta", "tool": "Bash",
+                                                               "risk": "high"}))["request"]["requestId"]
+                question = (await sc.call("interactions.request", {
+                    "sessionId": a, "turnId": "ta", "question": "Which branch?", "allowFreeText": True,
+                }))["request"]["requestId"]
+                b = (await sc.call("session.create", {"title": "plan", "projectPath": str(ws), "mode": "plan"}))["id"]
+                submitted = await sc.call("plans.submit", {"sessionId": b, "turnId": "tb0", "toolCallId": "cb",
+                                                           "kind": "plan", "markdown": MARKDOWN,
+                                                           "workspaceRoot": str(ws)})
+                approved = await ui.call("plans.respond", {"requestId": submitted["requestId"], "action": "approve"})
+                execution = approved["approval"]["executionId"]
+                await sc.call("session.startTurn", {"sessionId": b, "turnId": "tb"})
+                await sc.call("plans.startExecution", {"sessionId": b, "executionId": execution, "turnId": "tb"})
+                c = (await sc.call("session.create", {"title": "goal", "projectPath": str(ws), "mode": "goal"}))["id"]
+                pending_goal = await sc.call("plans.submit", {"sessionId": c, "turnId": "tc0", "toolCallId": "cc",
+                                                              "kind": "goal", "markdown": MARKDOWN,
+                                                              "workspaceRoot": str(ws)})
+                assert (await ui.call("approvals.pending", {}))["pending"][0]["requestId"] == waiting
+        finally:
+            await trio.to_thread.run_sync(lambda: _stop(proc, kill=True))
+        before = rows(data, "SELECT status FROM approvals WHERE request_id = ?", answered)
+        proc = await trio.to_thread.run_sync(start_host_process, data)
+        try:
+            async with open_client(proc.url, proc.token, client_id="ui", client_kind="ui") as ui:
+                fence = (await ui.call("host.status", {}))["boot"]["fence"]
+                assert sorted(fence["abortedTurns"]) == ["ta", "tb"]
+                assert fence["interruptedPermissionRequests"] == 1 and fence["interruptedInteractions"] == 1
+                assert (fence["interruptedApprovals"], fence["interruptedExecutions"]) == (1, 1)
+                assert (await ui.call("approvals.pending", {})) == {"pending": []}
+                assert (await ui.call("interactions.pending", {})) == {"pending": []}
+                assert (await ui.call("plans.pending", {})) == {"pending": []}
+                for method, params in (
+                    ("approvals.respond", {"sessionId": a, "requestId": waiting, "optionId": "allow_once"}),
+                    ("interactions.respond", {"sessionId": a, "requestId": question, "answer": {"text": "main"}}),
+                    ("plans.respond", {"requestId": pending_goal["requestId"], "action": "approve"}),
+                ):
+                    try:
+                        await ui.call(method, params)
+                    except RpcError as exc:
+                        assert exc.data_code == "CONFLICT", method
+                    else:
+                        raise AssertionError(f"{method}: a stale answer was accepted")
+                assert rows(data, "SELECT status FROM approvals WHERE request_id = ?", waiting) == [("interrupted",)]
+                assert rows(data, "SELECT status FROM interactions") == [("interrupted",)]
+                assert rows(data, "SELECT status FROM approvals WHERE request_id = ?", answered) == before
+                page = await ui.call("session.get", {"sessionId": a})
+                assert {d["requestId"]: d["status"] for d in page["decisions"]} == {
+                    answered: "allowed", waiting: "interrupted", question: "interrupted"}
+                sb = (await ui.call("session.get", {"sessionId": b}))["session"]
+                assert sb["mode"] == "agent" and "state" not in sb  # approved, interrupted: stays agent
+                sc_ = (await ui.call("session.get", {"sessionId": c}))["session"]
+                assert (sc_["mode"], sc_["state"]) == ("goal", "planning")  # pending, interrupted: contract mode
+                assert rows(data, "SELECT execution_state, execution_outcome FROM plan_approvals "
+                                  "WHERE execution_id = ?", execution) == [("interrupted", "interrupted")]
+                assert sorted(rows(data, "SELECT id, status FROM turns")) == [("ta", "aborted"), ("tb", "aborted")]
+            async with open_client(proc.url, proc.token, client_id="sidecar", client_kind="agent") as sc:
+                # nothing is replayed: a new turn asks again, and the remembered rule still answers
+                await sc.call("session.startTurn", {"sessionId": a, "turnId": "ta2"})
+                again = await sc.call("approvals.request", {"sessionId": a, "turnId": "ta2", "tool": "Read",
+                                                            "risk": "low"})
+                assert again["request"]["status"] == "allowed" and again["request"]["respondedBy"] == "rule"
+                fresh = await sc.call("approvals.request", {"sessionId": a, "turnId": "ta2", "tool": "Bash",
+                                                            "risk": "high"})
+                assert fresh["request"]["status"] == "pending" and fresh["request"]["requestId"] != waiting
+        finally:
+            await trio.to_thread.run_sync(lambda: _stop(proc, kill=False))

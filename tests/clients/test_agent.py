@@ -1,0 +1,109 @@
+"""The reference sidecar against a real OpenAI-compatible endpoint (a local HTTP server) and its tools."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from pihost_client import Event, connect
+from pihost_client.agent import Sidecar
+from pihost_client.agent_model import OpenAIModel
+from pihost_client.agent_tools import ToolError, run_tool
+from tests.hostkit import inprocess_host
+
+
+def _sse(*chunks: dict[str, Any]) -> bytes:
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+@contextmanager
+def chat_completions() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """``POST /v1/chat/completions`` streaming: a list_dir tool call first, then text naming its result."""
+    seen: list[dict[str, Any]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the http.server API
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+            tool_results = [m for m in body["messages"] if m.get("role") == "tool"]
+            if not tool_results:
+                payload = _sse({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c1", "function": {
+                    "name": "list_dir", "arguments": '{"pa'}}]}}]},
+                    {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'th": "."}'}}]}}]},
+                    {"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 2}})
+            else:
+                payload = _sse({"choices": [{"delta": {"content": "The folder holds "}}]},
+                               {"choices": [{"delta": {"content": tool_results[-1]["content"]}}]},
+                               {"choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 5}})
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+async def test_a_queued_turn_runs_against_an_openai_compatible_endpoint(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "a.txt").write_text("a")
+    with chat_completions() as (base_url, seen), trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, trio.open_nursery() as nursery:
+            async with connect(host.url, host.token, client_id="agent-openai", client_kind="agent") as agent:
+                model = OpenAIModel("gpt-test", base_url=base_url, api_key="sk-local-test")
+                nursery.start_soon(Sidecar(agent, model, "agent-openai").run)
+                async with connect(host.url, host.token, client_id="ui-openai", client_kind="ui") as ui:
+                    sid = (await ui.session.create(title="endpoint", project_path=str(project)))["id"]
+                    async with ui.subscribe(["turn.ended"], session_id=sid) as events:
+                        await ui.session.queue_push(session_id=sid, principal="user", content="what is here?",
+                                                    permission_mode="ask")
+                        ended = await events.next()
+                    assert isinstance(ended, Event) and ended.data["turn"]["status"] == "completed"
+                    assert ended.data["turn"]["inputTokens"] == 31 and ended.data["turn"]["outputTokens"] == 7
+                    page = await ui.session.get(session_id=sid)
+                nursery.cancel_scope.cancel()
+    user, tool_round, final = page["messages"]
+    assert user["blocks"] == [{"type": "text", "text": "what is here?"}]
+    call = tool_round["blocks"][0]
+    assert (call["type"], call["name"], call["args"], call["status"], call["result"]) == (
+        "tool_call", "list_dir", {"path": "."}, "ok", "a.txt")
+    assert final["blocks"] == [{"type": "text", "text": "The folder holds a.txt"}]
+    assert [s["path"] for s in seen] == ["/v1/chat/completions"] * 2
+    assert {s["auth"] for s in seen} == {"Bearer sk-local-test"}
+    assert seen[0]["body"]["stream"] is True and seen[0]["body"]["tools"][0]["function"]["name"] == "read_file"
+    assert seen[1]["body"]["messages"][-1] == {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}
+
+
+def test_tools_stay_inside_the_project_root(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "in.txt").write_text("inside")
+    (tmp_path / "secret.txt").write_text("outside")
+    (root / "link").symlink_to(tmp_path / "secret.txt")
+    assert run_tool("read_file", {"path": "in.txt"}, str(root)) == "inside"
+    assert run_tool("list_dir", {"path": "."}, str(root)) == "in.txt link"
+    for path in ("../secret.txt", "/etc/passwd", "link"):
+        with pytest.raises(ToolError, match="outside the project root"):
+            run_tool("read_file", {"path": path}, str(root))
+    with pytest.raises(ToolError, match="no project root"):
+        run_tool("list_dir", {"path": "."}, None)

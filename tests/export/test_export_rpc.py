@@ -1,0 +1,130 @@
+"""``session.export`` through a real host: every block kind in every format, no secret in any export unless
+asked (never for a plugin), thinking on request, a new file or inline, and the HTML in headless Chromium."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+
+import pytest
+import trio
+
+from runtime.client import HostClient, RpcError
+from tests.export.test_export import PNG, png_pixels_vary, run_chromium
+from tests.hostkit import client_for, inprocess_host, msg
+
+SECRET = "sk-live-rpc-7a6b5c4d3e2f1a0b"
+
+
+async def every_block_kind(c: HostClient) -> str:
+    """A session whose messages hold every block kind, a secret value, a credential ref and an image."""
+    await c.call("secrets.set", {"ref": "secret:provider/openai", "value": SECRET})
+    put = await c.call("attachments.put", {"name": "shot.png", "mimeType": "image/png",
+                                           "dataBase64": base64.b64encode(PNG).decode()})
+    sid = (await c.call("session.create", {"title": "Export over RPC"}))["id"]
+    messages = [
+        msg("u1", f"my key is {SECRET} and <b>markup</b>", blocks=[
+            {"type": "text", "text": f"my key is {SECRET} and <b>markup</b>"},
+            {"type": "attachment", "kind": "image", "name": "shot.png", "ref": put["ref"], "mimeType": "image/png",
+             "size": len(PNG)}]),
+        msg("a1", "", role="assistant", blocks=[
+            {"type": "thinking", "text": "secret musing quokka", "signature": "sig"},
+            {"type": "text", "text": "```python\nprint('rpc export')\n```"}],
+            meta={"modelId": "m", "credentialRef": "secret:provider/openai", "apiKey": "plain-key-value"}),
+        msg("t1", "", role="tool", toolName="Bash", blocks=[
+            {"type": "tool_call", "callId": "c1", "name": "Bash", "args": {"command": f"echo {SECRET}"},
+             "result": "tool output pelican", "status": "ok"}]),
+        msg("gone", "deleted words walrus"),
+    ]
+    for m in messages:
+        await c.call("session.appendMessage", {"sessionId": sid, "message": m})
+    await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "gone"})
+    await c.call("session.appendCompaction", {"sessionId": sid, "compaction": {
+        "id": "cp1", "summary": "summary of the start", "throughMessageId": "a1", "firstKeptMessageId": "t1",
+        "tokensBefore": 10, "retainedTail": []}})
+    return str(sid)
+
+
+@pytest.mark.parametrize("fmt", ["md", "html", "jsonl"])
+async def test_every_block_kind_exports_and_no_secret_leaks(tmp_path: Path, fmt: str) -> None:
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "ui", kind="ui") as c:
+            sid = await every_block_kind(c)
+            out = await c.call("session.export", {"sessionId": sid, "format": fmt})
+            text = out["content"]
+            assert out["messages"] == 3 and out["compactions"] == 1 and out["thinkingOmitted"] == 1
+            for visible in ("markup", "rpc export", "tool output pelican", "summary of the start"):
+                assert visible in text, (fmt, visible)
+            assert SECRET not in text and "plain-key-value" not in text and "secret:provider/openai" not in text
+            assert "quokka" not in text and "walrus" not in text
+            assert out["redactions"] >= 3 and out["bytes"] == len(text.encode())
+            with_all = await c.call("session.export", {"sessionId": sid, "format": fmt, "includeThinking": True,
+                                                       "includeSecrets": True})
+            assert "quokka" in with_all["content"] and SECRET in with_all["content"]
+            if fmt == "html":
+                assert f"data:image/png;base64,{base64.b64encode(PNG).decode()}" in text
+            if fmt == "jsonl":
+                lines = [json.loads(line) for line in text.splitlines()]
+                assert [ln["type"] for ln in lines[:2]] == ["session", "session_info"]
+                assert [ln["id"] for ln in lines if ln["type"] == "message"] == ["u1", "a1", "t1"]
+
+
+async def test_the_exported_page_opens_in_headless_chromium(tmp_path: Path) -> None:
+    with trio.fail_after(120):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "ui", kind="ui") as c:
+            sid = await every_block_kind(c)
+            page = tmp_path / "out" / "export.html"
+            page.parent.mkdir()
+            done = await c.call("session.export", {"sessionId": sid, "format": "html", "outPath": str(page)})
+            assert done["path"] == str(page) and "content" not in done
+    dom = await trio.to_thread.run_sync(run_chromium, ["--dump-dom"], page, tmp_path)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    for visible in ("markup", "rpc export", "tool output pelican", "summary of the start"):
+        assert visible in dom.stdout
+    assert SECRET not in dom.stdout
+    shot = tmp_path / "export.png"
+    result = await trio.to_thread.run_sync(
+        run_chromium, [f"--screenshot={shot}", "--window-size=1100,1400", "--hide-scrollbars"], page, tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert png_pixels_vary(shot.read_bytes())
+    for log in (dom.stderr, result.stderr):
+        assert ":CONSOLE" not in log and "Content Security Policy" not in log
+
+
+async def test_export_files_are_new_files_and_plugins_get_no_secrets(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "ui", kind="ui") as c, \
+                client_for(host, "p", kind="plugin", plugin_id="alpha") as plugin:
+            sid = await every_block_kind(c)
+            target = tmp_path / "exists.md"
+            target.write_text("keep me")
+            for bad, code in ((str(target), "CONFLICT"), ("relative.md", "INVALID_PARAMS"),
+                              (str(tmp_path / "no-dir" / "x.md"), "NOT_FOUND")):
+                with pytest.raises(RpcError) as err:
+                    await c.call("session.export", {"sessionId": sid, "outPath": bad})
+                assert err.value.data_code == code, bad
+            assert target.read_text() == "keep me"
+            assert [n for n in os.listdir(tmp_path) if n.startswith(".")] == []  # no temp file left
+            imported = await plugin.call("plugins.importSession", {
+                "sourceId": "s", "externalId": "e", "messages": [msg("m1", f"plugin text {SECRET}")]})
+            mine = await plugin.call("session.export", {"sessionId": imported["sessionId"]})
+            assert "plugin text" in mine["content"] and SECRET not in mine["content"]
+            for params in ({"sessionId": imported["sessionId"], "includeSecrets": True}, {"sessionId": sid}):
+                with pytest.raises(RpcError) as err:
+                    await plugin.call("session.export", params)
+                assert err.value.data_code == "PERMISSION_DENIED"
+
+
+async def test_an_export_right_after_appends_holds_them(tmp_path: Path) -> None:
+    """Appends are acknowledged before their index commit: the export waits until the index covers them."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "ui", kind="ui") as c:
+            sid = (await c.call("session.create", {"title": "fresh"}))["id"]
+            calls = [("session.appendMessage", {"sessionId": sid, "message": msg(f"m{i}", f"line {i}")})
+                     for i in range(20)]
+            answers = await c.pipelined([*calls, ("session.export", {"sessionId": sid, "format": "jsonl",
+                                                                        "includeSecrets": True})])
+            lines = [json.loads(line) for line in answers[-1]["content"].splitlines()]
+            assert [ln["id"] for ln in lines if ln["type"] == "message"] == [f"m{i}" for i in range(20)]

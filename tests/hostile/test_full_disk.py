@@ -1,0 +1,184 @@
+"""A full disk on a real small filesystem (issue 18 "Full disk" findings): tmpfs and a loop-mounted ext4
+image, as root; skipped with the reason where mounting is not permitted."""
+
+from __future__ import annotations
+
+import base64
+import errno
+import os
+import subprocess
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.client import HostClient, RpcError
+from scripts.chaos_powercut import LoopMount, PowerCutUnavailable, unavailable_reason
+from tests.hostkit import client_for, inprocess_host, msg
+
+
+@contextmanager
+def small_disk(kind: str, where: Path, size_mb: int = 24) -> Iterator[Path]:
+    mnt = where / "mnt"
+    mnt.mkdir()
+    if kind == "tmpfs":
+        if os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs needs root")
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0700", "tmpfs", str(mnt)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"mount -t tmpfs not permitted here: {proc.stderr.strip()}")
+        try:
+            yield mnt
+        finally:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+        return
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    disk = LoopMount(where / "disk.img", mnt, size_mb=size_mb)
+    try:
+        disk.create()
+    except PowerCutUnavailable as exc:
+        pytest.skip(f"loop-mounted ext4 not permitted here: {exc}")
+    try:
+        yield mnt
+    finally:
+        # An in-process host stopped by cancellation (tests/hostkit.inprocess_host) leaves its
+        # session actors' transcript writers open until this process exits: unmount lazily.
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+        disk.mounted = False
+        disk.destroy()
+
+
+def fill(path: Path) -> int:
+    """Write until ENOSPC (down to single bytes); returns the bytes written."""
+    written = 0
+    with open(path, "wb", buffering=0) as fh:
+        for chunk in (1 << 20, 1 << 16, 1 << 12, 1 << 8, 1):
+            block = b"\0" * chunk
+            while True:
+                try:
+                    fh.write(block)
+                    written += chunk
+                except OSError as exc:
+                    assert exc.errno in (errno.ENOSPC, errno.EDQUOT), exc
+                    break
+        try:
+            os.fsync(fh.fileno())
+        except OSError:
+            pass
+    return written
+
+
+Write = Callable[[HostClient, dict[str, Any], int], Awaitable[Any]]
+
+
+def _writes(project: Path) -> dict[str, Write]:
+    """One call of every write kind: transcript lines, new files, rewrites, the revisions file, artifacts,
+    secrets, blobs and DB-only rows. ``v`` holds ids from the setup; ``n`` makes each call distinct."""
+    blob = base64.b64encode(os.urandom(200_000)).decode()
+
+    async def w(c: HostClient, method: str, params: dict[str, Any]) -> Any:
+        return await c.call(method, params)
+
+    return {
+        "session.create": lambda c, v, n: w(c, "session.create", {"title": f"new {n}"}),
+        "session.appendMessage": lambda c, v, n: w(c, "session.appendMessage", {
+            "sessionId": v["sid"], "message": msg(f"full-{n}", "x" * 50_000)}),
+        "session.rename": lambda c, v, n: w(c, "session.rename", {"sessionId": v["sid"], "title": f"t{n}"}),
+        "session.saveInflightMessage": lambda c, v, n: w(c, "session.saveInflightMessage", {
+            "sessionId": v["sid"], "turnId": "turn1", "message": msg(f"in-{n}", "y" * 50_000, role="assistant")}),
+        "session.appendCompaction": lambda c, v, n: w(c, "session.appendCompaction", {
+            "sessionId": v["sid"], "compaction": {"id": f"cp{n}", "summary": "s" * 50_000,
+                                                  "firstKeptMessageId": "a1", "throughMessageId": "a0",
+                                                  "tokensBefore": 10}}),
+        "session.fork": lambda c, v, n: w(c, "session.fork", {"sessionId": v["sid"], "title": f"fork {n}"}),
+        "session.replaceMessages": lambda c, v, n: w(c, "session.replaceMessages", {
+            "sessionId": v["other"], "messages": [msg("r1", "z" * 60_000)]}),
+        "session.deleteMessage": lambda c, v, n: w(c, "session.deleteMessage", {
+            "sessionId": v["sid"], "messageId": "a1"}),
+        "session.queuePush": lambda c, v, n: w(c, "session.queuePush", {
+            "sessionId": v["sid"], "principal": "ui", "content": "q" * 50_000, "permissionMode": "ask"}),
+        "settings.set": lambda c, v, n: w(c, "settings.set", {"ns": "app", "key": f"k{n}", "value": "v" * 50_000}),
+        "secrets.set": lambda c, v, n: w(c, "secrets.set", {"ref": f"provider/{n}", "value": "sk-" + "s" * 40_000}),
+        "attachments.put": lambda c, v, n: w(c, "attachments.put", {"name": "a", "mimeType": "x/y",
+                                                                    "dataBase64": blob}),
+        "tasks.create": lambda c, v, n: w(c, "tasks.create", {"title": f"t{n}", "prompt": "p" * 50_000}),
+        "plans.submit": lambda c, v, n: w(c, "plans.submit", {
+            "sessionId": v["plan"], "turnId": "pt", "toolCallId": f"call-{n}", "kind": "plan",
+            "markdown": "# plan\n" + "m" * 200_000, "title": "T", "question": "Q?",
+            "workspaceRoot": str(project)}),
+    }
+
+
+async def _setup(c: HostClient, project: Path) -> dict[str, Any]:
+    sid = (await c.call("session.create", {"title": "main"}))["id"]
+    for i in range(3):
+        await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"a{i}", f"acked {i} needle")})
+    await c.call("session.startTurn", {"sessionId": sid, "turnId": "turn1"})
+    other = (await c.call("session.create", {"title": "other"}))["id"]
+    await c.call("session.appendMessage", {"sessionId": other, "message": msg("o1", "other")})
+    plan = (await c.call("session.create", {"title": "plan", "projectPath": str(project), "mode": "plan"}))["id"]
+    return {"sid": sid, "other": other, "plan": plan}
+
+
+@pytest.mark.parametrize("kind", ["tmpfs", "ext4"])
+async def test_full_disk_is_storage_full_reads_work_and_writes_recover(tmp_path: Path, kind: str) -> None:
+    """Findings "on a full tmpfs and a full ext4 image ... 30/30 and 20/30 failed writes answered IO_ERROR
+    (not retriable) instead of STORAGE_FULL" and "even session.get failed with 'index commit failed' while
+    the disk was full": every write kind fails with STORAGE_FULL (retriable) or succeeds, never another
+    code; reads keep working; host.status warns; after freeing space every write works; nothing
+    acknowledged is lost across a restart."""
+    with small_disk(kind, tmp_path) as mnt, trio.fail_after(240):
+        data, project = mnt / "data", mnt / "project"
+        project.mkdir()
+        acked: list[str] = ["a0", "a1", "a2"]
+        async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
+            v = await _setup(c, project)
+            writes = _writes(project)
+            filler = mnt / "filler"
+            await trio.to_thread.run_sync(fill, filler)
+            outcomes: dict[str, list[str]] = {}
+            for n in range(3):
+                for name, write in writes.items():
+                    try:
+                        result = await write(c, v, n)
+                        outcomes.setdefault(name, []).append("ok")
+                        if name == "session.appendMessage":
+                            acked.append(f"full-{n}")
+                        del result
+                    except RpcError as exc:
+                        outcomes.setdefault(name, []).append(exc.data_code)
+                        assert exc.data_code == "STORAGE_FULL" and exc.retriable, (name, exc.data_code, exc.message)
+                await trio.to_thread.run_sync(fill, mnt / f"filler-{n}")  # whatever a success freed up
+            refused = {name for name, codes in outcomes.items() if "STORAGE_FULL" in codes}
+            for must in ("session.create", "session.appendMessage", "session.fork", "secrets.set",
+                         "attachments.put", "plans.submit", "session.replaceMessages"):
+                assert must in refused, (must, outcomes[must])
+            # reads keep working while the disk is full
+            got = await c.call("session.get", {"sessionId": v["sid"]})
+            assert [m["id"] for m in got["messages"]][:3] == ["a0", "a1", "a2"]
+            assert (await c.call("session.get", {"sessionId": v["other"], "messageLimit": 5}))["messages"]
+            assert len((await c.call("session.list", {}))["sessions"]) >= 3
+            assert (await c.call("search.query", {"query": "needle"}))["results"]
+            await c.call("settings.get", {"ns": "app", "key": "k0"})
+            await c.call("secrets.list", {})
+            status = await c.call("host.status", {})
+            assert status["disk"]["warning"] is True and status["disk"]["freeBytes"] < 1 << 20
+            # space comes back: every write kind works again
+            for leftover in mnt.glob("filler*"):
+                leftover.unlink()
+            for write in writes.values():
+                await write(c, v, 10)
+
+            acked.append("full-10")
+        async with inprocess_host(data) as host, client_for(host) as c:  # restart: nothing acked lost
+            got = await c.call("session.get", {"sessionId": v["sid"], "messageLimit": 5000})
+            ids = [m["id"] for m in got["messages"]]
+            assert all(mid in ids for mid in acked), (acked, ids)
+            assert (await c.call("host.status", {}))["boot"]["reconcile"]["errors"] == 0
+

@@ -1,0 +1,166 @@
+"""Replies bounded in bytes (issue 18 "Memory" findings), on the gateway and on a real host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import trio
+from trio_websocket import ConnectionClosed
+
+from protocol.limits import MAX_BATCH_REPLY_BYTES, MAX_REPLY_BYTES
+from runtime.client import HostClient, RpcError
+from tests.gateway.conftest import connect, frame, hello, recv, start_gateway
+from tests.hostkit import client_for, inprocess_host, msg
+
+# ---------------------------------------------------------------------------------------- gateway
+
+
+async def test_outbound_queue_is_bounded_by_bytes_not_frames(nursery: trio.Nursery) -> None:
+    """Finding "the outbound queue counts frames, not bytes" (and "60 pipelined calls on a connection that
+    never reads grew RSS by about 1 GB"): with room for 1024 frames but 1 MiB of bytes, a client that
+    pipelines 256 KiB replies without reading is closed once 1 MiB is queued."""
+    h = await start_gateway(nursery, outbound_queue=1024, max_outbound_bytes=1 << 20, close_timeout=0.5,
+                            max_frame_bytes=2**20)
+    blob = {"blob": "y" * 256 * 1024}
+    with trio.fail_after(20):
+        async with connect(h.url, message_queue_size=1, max_message_size=2**30) as ws:
+            await hello(ws)
+            sent = 0
+            try:
+                while h.gateway.statistics().slow_consumer_closes == 0:
+                    assert sent < 200, "never disconnected"
+                    await ws.send_message(frame({"jsonrpc": "2.0", "id": sent, "method": "echo", "params": blob}))
+                    sent += 1
+                    await trio.testing.wait_all_tasks_blocked()
+            except ConnectionClosed:
+                pass
+    stats = h.gateway.statistics()
+    assert stats.slow_consumer_closes == 1
+    assert stats.peak_outbound_bytes <= (1 << 20) + 300 * 1024  # the bound plus the frame that did not fit
+    assert stats.peak_outbound_queued < 10  # far from the 1024-frame bound: bytes decided
+
+
+async def test_each_reply_is_encoded_once_and_sent_as_it_is(nursery: trio.Nursery) -> None:
+    """Finding "batch responses are held whole, encoded to one bytes object, copied to a str and copied
+    again": every frame goes out on the zero-copy path (the orjson bytes are the payload; a batch's
+    pieces are written one after the other, never joined) and the client reads valid JSON."""
+    h = await start_gateway(nursery)
+    with trio.fail_after(10):
+        async with connect(h.url) as ws:
+            await hello(ws)
+            await ws.send_message(frame({"jsonrpc": "2.0", "id": 1, "method": "echo", "params": ["é" * 70000]}))
+            assert (await recv(ws))["result"] == ["é" * 70000]
+            batch = [{"jsonrpc": "2.0", "id": i, "method": "echo", "params": [i, "x" * i]} for i in range(50)]
+            await ws.send_message(frame(batch))
+            answers = await recv(ws)
+            assert sorted(a["id"] for a in answers) == list(range(50))
+            conn = next(iter(h.gateway._connections.values()))
+            assert conn.zero_copy_frames >= 3  # hello, the single reply, the batch
+
+
+async def test_a_reply_over_the_reply_cap_is_payload_too_large(nursery: trio.Nursery) -> None:
+    """Any one reply is capped: over ``max_reply_bytes`` the client gets PAYLOAD_TOO_LARGE for that id."""
+    h = await start_gateway(nursery, max_reply_bytes=100_000, max_frame_bytes=2**20)
+    with trio.fail_after(10):
+        async with connect(h.url) as ws:
+            await hello(ws)
+            await ws.send_message(frame({"jsonrpc": "2.0", "id": 7, "method": "echo", "params": ["z" * 200_000]}))
+            answer = await recv(ws)
+            assert answer["id"] == 7 and answer["error"]["data"]["code"] == "PAYLOAD_TOO_LARGE"
+            assert answer["error"]["data"]["limit"] == 100_000
+            await ws.send_message(frame({"jsonrpc": "2.0", "id": 8, "method": "echo", "params": ["ok"]}))
+            assert (await recv(ws))["result"] == ["ok"]
+    assert h.gateway.statistics().oversized_replies == 1
+
+
+async def test_batch_replies_are_answered_within_the_batch_budget(nursery: trio.Nursery) -> None:
+    """A batch's replies together stay within ``max_batch_reply_bytes``: entries past it are answered
+    PAYLOAD_TOO_LARGE (small), the others whole, all in one array."""
+    h = await start_gateway(nursery, max_batch_reply_bytes=300_000, max_frame_bytes=2**20)
+    with trio.fail_after(10):
+        async with connect(h.url) as ws:
+            await hello(ws)
+            batch = [{"jsonrpc": "2.0", "id": i, "method": "echo", "params": ["q" * 50_000]} for i in range(20)]
+            await ws.send_message(frame(batch))
+            raw = await ws.get_message()
+            assert len(raw) <= 300_000
+            answers = orjson.loads(raw)
+            ok = [a for a in answers if "result" in a]
+            refused = [a for a in answers if "error" in a]
+            assert len(answers) == 20 and 1 <= len(ok) <= 6 and len(refused) == 20 - len(ok)
+            assert {a["error"]["data"]["code"] for a in refused} == {"PAYLOAD_TOO_LARGE"}
+
+
+# ---------------------------------------------------------------------------------------- real host
+
+TEXT = "lorem ipsum dolor sit amet " * 600  # ~16 KB per message
+
+
+async def _big_session(c: HostClient, n: int, text: str = TEXT) -> str:
+    sid = str((await c.call("session.create", {"title": "big"}))["id"])
+    for start in range(0, n, 64):
+        calls = [("session.appendMessage", {"sessionId": sid, "message": msg(f"m{i}", f"{i} {text}")})
+                 for i in range(start, min(n, start + 64))]
+        results = await c.batch(calls)
+        assert not [r for r in results if isinstance(r, RpcError)]
+    return sid
+
+
+async def test_whole_history_read_is_capped_and_streams_in_pages(tmp_path: Path) -> None:
+    """Finding "a whole-history session.get has no byte cap": the whole transcript over the budget is
+    PAYLOAD_TOO_LARGE naming the paging params; paging forward with messageEnd + maxBytes returns every
+    message exactly once; a backward window over the budget is cut to the newest page."""
+    with trio.fail_after(120):
+        async with inprocess_host(tmp_path) as host, client_for(host, kind="agent") as c:
+            sid = await _big_session(c, 300)  # ~5 MB
+            for params in ({"full": True, "maxBytes": 1 << 20}, {"maxBytes": 1 << 20}):  # agent: whole by default
+                with pytest.raises(RpcError) as exc:
+                    await c.call("session.get", {"sessionId": sid, **params})
+                assert exc.value.data_code == "PAYLOAD_TOO_LARGE"
+                assert "messageEnd" in exc.value.data["paging"] and exc.value.data["limit"] == 1 << 20
+            seen: list[str] = []
+            end, pages = 0, 0
+            while True:
+                page = await c.call("session.get", {"sessionId": sid, "messageEnd": end, "maxBytes": 1 << 20})
+                assert len(orjson.dumps(page)) <= 1 << 20
+                seen += [m["id"] for m in page["messages"]]
+                pages += 1
+                end = page["messageEnd"]
+                if not page["hasMoreAfter"]:
+                    break
+            assert seen == [f"m{i}" for i in range(300)] and pages >= 5
+            back = await c.call("session.get", {"sessionId": sid, "messageLimit": 300, "maxBytes": 1 << 20})
+            assert back["messages"][-1]["id"] == "m299" and back["hasMoreBefore"] is True
+            assert back["messageStart"] == 300 - len(back["messages"]) and len(orjson.dumps(back)) <= 1 << 20
+            around = await c.call("session.get", {"sessionId": sid, "messageAround": "m150", "messageLimit": 300,
+                                                  "maxBytes": 200_000})
+            ids = [m["id"] for m in around["messages"]]
+            assert "m150" in ids and 5 <= len(ids) < 20
+            small = await c.call("session.get", {"sessionId": sid, "messageLimit": 3})  # ordinary windows unchanged
+            assert [m["id"] for m in small["messages"]] == ["m297", "m298", "m299"]
+
+
+async def test_batch_of_window_reads_shares_the_batch_budget(tmp_path: Path) -> None:
+    """Finding "one 17.9 KB frame holding a batch of 150 session.get calls on a 9.5 MB session drove the
+    host to 7.2 GB RSS and MemoryError; a 5.9 KB batch of 50 produced a 477 MB reply": the batch's reads
+    share its budget (each a page of its share), its reply stays under MAX_BATCH_REPLY_BYTES; a batch
+    whose declared budgets cannot fit is refused whole before any entry runs."""
+    with trio.fail_after(180):
+        async with inprocess_host(tmp_path) as host, client_for(host, kind="agent") as c:
+            sid = await _big_session(c, 640)  # ~10 MB
+            async with client_for(host, client_id="raw", kind="agent") as raw:
+                results = await raw.batch([("session.get", {"sessionId": sid, "messageLimit": 5000})] * 150)
+            pages = [r for r in results if not isinstance(r, RpcError)]
+            assert len(pages) == 150
+            assert sum(len(orjson.dumps(p)) for p in pages) <= MAX_BATCH_REPLY_BYTES
+            assert all(p["hasMoreBefore"] and p["messages"][-1]["id"] == "m639" for p in pages)
+            # declared budgets that cannot fit: refused whole, the append in the batch never ran
+            calls: list[tuple[str, Any]] = [("session.get", {"sessionId": sid, "maxBytes": MAX_REPLY_BYTES})] * 3
+            calls.append(("session.appendMessage", {"sessionId": sid, "message": msg("never", "x")}))
+            refused = await c.batch(calls)
+            assert all(isinstance(r, RpcError) and r.data_code == "PAYLOAD_TOO_LARGE" for r in refused)
+            last = await c.call("session.get", {"sessionId": sid, "messageLimit": 1})
+            assert last["messages"][0]["id"] == "m639" and last["totalMessages"] == 640

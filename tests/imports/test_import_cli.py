@@ -1,0 +1,135 @@
+"""``pi-host import`` and ``pi-host export`` against a real host process (the host writes every byte)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from store.importers.common import session_id_for
+from tests.hostkit import REPO, HostProcess, start_host_process
+from tests.importers import gen
+
+CONV = [gen.User("find the cli word pelican"), gen.Response((("thinking", "hidden thoughts"),
+                                                             ("text", "the answer is forty-two")), ())]
+
+
+def cli(data: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
+
+
+def on_terminal(data: Path, *args: str) -> tuple[int, str]:
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), *args], cwd=REPO,
+                                stdin=subprocess.DEVNULL, stdout=follower, stderr=follower)
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        code = proc.wait(timeout=120)
+    finally:
+        os.close(leader)
+    return code, b"".join(chunks).decode()
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[HostProcess]:
+    proc = start_host_process(tmp_path / "data")
+    try:
+        yield proc
+    finally:
+        proc.proc.send_signal(signal.SIGTERM)
+        proc.proc.communicate(timeout=60)
+
+
+def claude_home(tmp_path: Path, sessions: int = 3) -> Path:
+    """``$CLAUDE_CONFIG_DIR`` with ``projects/`` holding ``sessions`` sessions and one file that is not one."""
+    home = tmp_path / "claude-home"
+    project = home / "projects" / "-work-cli"
+    project.mkdir(parents=True)
+    for i in range(sessions):
+        name = f"5e550000-0000-4000-8000-00000000000{i}"
+        (project / f"{name}.jsonl").write_bytes(b"".join(gen.claude_code_lines(CONV, session=name)))
+    (project / "not-a-session.jsonl").write_bytes(b'{"hello": "world"}\n')
+    return home
+
+
+def test_import_defaults_to_the_tools_root_and_prints_a_json_summary(tmp_path: Path, host: HostProcess) -> None:
+    home = claude_home(tmp_path)
+    env = {"CLAUDE_CONFIG_DIR": str(home)}
+    dry = cli(host.data_dir, "import", "claude-code", "--dry-run", "--json", env=env)
+    assert dry.returncode == 1, dry.stderr  # one file is refused
+    summary = json.loads(dry.stdout)
+    assert summary["dryRun"] and summary["counts"]["would-new"] == 3 and summary["counts"]["refused"] == 1
+    assert summary["root"] == str(home / "projects")
+    assert not list((host.data_dir / "sessions").glob("*.jsonl"))
+    done = cli(host.data_dir, "import", "claude-code", "--json", env=env)
+    result = json.loads(done.stdout)
+    assert result["counts"]["new"] == 3 and result["counts"]["refused"] == 1
+    refused = [r for r in result["sessions"] if r["status"] == "refused"]
+    assert refused[0]["externalId"] == "not-a-session" and refused[0]["reason"]
+    assert len(list((host.data_dir / "sessions").glob("*.jsonl"))) == 3
+    # searchable at once, through the host
+    found = cli(host.data_dir, "search", "pelican")
+    assert found.returncode == 0 and found.stdout.count("matches") == 3
+    # human summary: the refusal with its reason, then the counts
+    again = cli(host.data_dir, "import", "claude-code", str(home / "projects"))
+    assert "refused not-a-session:" in again.stdout and "3 unchanged" in again.stdout
+
+
+def test_import_draws_a_progress_bar_only_on_a_terminal(tmp_path: Path, host: HostProcess) -> None:
+    home = claude_home(tmp_path, sessions=4)
+    code, shown = on_terminal(host.data_dir, "import", "claude-code", str(home / "projects"))
+    assert code == 1
+    assert "import claude-code [" in shown and "5/5 sessions" in shown
+    assert "imported 5 session(s)" in shown
+    piped = cli(host.data_dir, "import", "claude-code", str(home / "projects"))
+    assert "\r" not in piped.stdout and "[" not in piped.stdout
+    code, as_json = on_terminal(host.data_dir, "import", "claude-code", str(home / "projects"), "--json")
+    assert "import claude-code [" not in as_json and json.loads(as_json)["counts"]["unchanged"] == 4
+
+
+def test_without_a_host_the_cli_says_so(tmp_path: Path) -> None:
+    out = cli(tmp_path / "nothing-here", "import", "pi", str(tmp_path))
+    assert out.returncode == 2 and "no host is running" in out.stderr  # the one line every client command prints
+
+
+def test_export_to_stdout_and_to_a_new_file(tmp_path: Path, host: HostProcess) -> None:
+    home = claude_home(tmp_path, sessions=1)
+    cli(host.data_dir, "import", "claude-code", str(home / "projects"))
+    sid = session_id_for("claude-code", "5e550000-0000-4000-8000-000000000000")
+    md = cli(host.data_dir, "export", sid)
+    assert md.returncode == 0 and "forty-two" in md.stdout and "hidden thoughts" not in md.stdout
+    thinking = cli(host.data_dir, "export", sid, "--include-thinking")
+    assert "hidden thoughts" in thinking.stdout
+    out = tmp_path / "exports" / "s.html"
+    out.parent.mkdir()
+    done = cli(host.data_dir, "export", sid, "--format", "html", "--out", str(out))
+    assert done.returncode == 0 and "exported 2 messages" in done.stderr
+    page = out.read_text()
+    assert page.startswith("<!doctype html>") and "forty-two" in page
+    assert (out.stat().st_mode & 0o777) == 0o600
+    again = cli(host.data_dir, "export", sid, "--format", "jsonl", "--out", str(out))
+    assert again.returncode == 1 and "CONFLICT" in again.stderr
+    assert out.read_text() == page  # never replaced
+    assert sorted(p.name for p in out.parent.iterdir()) == ["s.html"]  # no temp file left
+    # the JSONL export imports back (source pi-host) to the same messages
+    jsonl = tmp_path / "exports" / "s.jsonl"
+    assert cli(host.data_dir, "export", sid, "--format", "jsonl", "--out", str(jsonl)).returncode == 0
+    back = json.loads(cli(host.data_dir, "import", "pi-host", str(jsonl), "--json").stdout)
+    assert back["counts"]["new"] == 1 and back["messages"] == 2
