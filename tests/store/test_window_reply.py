@@ -122,7 +122,7 @@ def _window(draw: st.DrawFn) -> tuple[list[bytes], list[tuple[Any, ...]], int | 
         turn = draw(st.sampled_from([None, "t1", 'quo"te']))
         wire, crc = describe_line(indexed, rec) if rec is not None else (None, None)
         if draw(st.integers(0, 5)) == 0:
-            wire, crc = None, None  # a row indexed before v24
+            wire, crc = None, None  # a row indexed before v25
         rows.append((i + 1, offset, len(held), deleted, turn, wire, crc))
         offset += len(held)
     limit = draw(st.sampled_from([None, 1, 5, 30, 10_000]))
