@@ -501,11 +501,11 @@ def window_spans(conn: sqlite3.Connection, session_id: str, start: int,
 
 def iter_window_spans(
     conn: sqlite3.Connection, session_id: str, start: int, end: int, *, newest_first: bool
-) -> Iterator[tuple[int, int, int, int, str | None]]:
+) -> Iterator[tuple[int, int, int, int, str | None, int | None, int | None]]:
     """The rows of ``window_spans``, lazily, oldest or newest first (a byte-bounded page stops early)."""
     order = "DESC" if newest_first else "ASC"
     cursor = conn.execute(
-        "SELECT seq, line_offset, line_len, deleted, turn_id FROM messages "
+        "SELECT seq, line_offset, line_len, deleted, turn_id, wire_cut, line_crc FROM messages "
         f"WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq {order}",
         (session_id, start, end),
     )
