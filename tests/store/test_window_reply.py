@@ -37,6 +37,8 @@ def _reference(lines: list[bytes], rows: list[tuple[Any, ...]], content_limit: i
         except ValueError:
             rec = {"type": "message", "id": None, "corrupt": True}
         meta = rec.get("meta")
+        if isinstance(meta, dict) and isinstance(meta.get("sessionMessage"), dict):
+            rec["sessionMessage"] = meta["sessionMessage"]
         if isinstance(meta, dict) and "receipt" in meta:
             rest = {k: v for k, v in meta.items() if k != "receipt"}
             if rest:
@@ -69,7 +71,7 @@ def _reference(lines: list[bytes], rows: list[tuple[Any, ...]], content_limit: i
 def _line(draw: st.DrawFn, i: int) -> tuple[bytes, bytes, dict[str, Any] | None]:
     """(the bytes the file holds, the bytes that were indexed, the record they were indexed from)."""
     kind = draw(st.sampled_from(["plain", "receipt", "meta", "metafirst", "seq", "turn", "nested", "result",
-                                 "other", "array"]))
+                                 "other", "array", "provenance"]))
     rec: dict[str, Any] = {"type": "message", "id": f"m{i}", "role": draw(st.sampled_from(["user", "assistant",
                                                                                              "tool"])),
                            "blocks": [{"type": "text", "text": draw(TEXTS)}]}
@@ -91,6 +93,9 @@ def _line(draw: st.DrawFn, i: int) -> tuple[bytes, bytes, dict[str, Any] | None]
             rec["meta"] = {"note": ',"meta":{', "receipt": {"c": "cli"}}
     elif kind == "result":
         rec["blocks"] = [{"type": "tool_result", "callId": "c", "result": draw(TEXTS)}]
+    elif kind == "provenance":  # a collaboration input row: projected as top-level sessionMessage
+        rec["meta"] = {"sessionMessage": {"deliveryId": f"d{i}", "kind": "task"},
+                       **({"receipt": {"c": "x"}} if draw(st.booleans()) else {})}
     if kind == "array":
         return b"[1,2]\n", b"[1,2]\n", None
     line = dumps_line(rec)
