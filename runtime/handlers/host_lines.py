@@ -38,7 +38,7 @@ async def append_record(
     refs: list[dict[str, Any]] = []
 
     def op(conn: Any) -> T:
-        ref = index.index_messages(conn, sid, [index.IndexRecord(record, offsets[0], len(line), None)],
+        ref = index.index_messages(conn, sid, [index.IndexRecord(record, offsets[0], len(line), None, line)],
                                    indexed_len=new_len, file_epoch=epoch, now_ms=now)[0]
         refs.append(ref)
         return respond(conn, ref)
