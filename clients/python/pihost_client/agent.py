@@ -10,7 +10,16 @@ sessions that get queued turns, and runs each turn the queue hands it:
 3. the model's reply streams into ``session.saveInflightMessage`` checkpoints
    (every ``--checkpoint-every`` seconds; UIs see ``session.inflight``);
 4. tool calls (``read_file``, ``list_dir`` under the session's project root)
-   are run and recorded as ``tool_call`` blocks with their results;
+   are run and recorded as ``tool_call`` blocks with their results. Before a
+   tool runs, the sidecar asks for permission through the host
+   (``approvals.request``) and waits for ``approval.resolved``: a UI answers
+   (``pi-host chat``: ``/allow``, ``/always``, ``/deny``), or a permission
+   rule the user stored ("always allow in this project") answers at once. A
+   denied call is recorded with ``status: "denied"`` and the model is told.
+   Whether to ask follows the turn's permission mode (the queue entry's, else
+   the session's; ``auto`` and ``accept-edits`` let these read-only tools
+   run without asking; ``ask`` and ``inherit`` ask). ``--approve auto`` never
+   asks: for unattended demos and tests;
 5. the final assistant message is appended and ``session.endTurn`` records
    the usage.
 
@@ -29,7 +38,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +74,9 @@ class Sidecar:
     again: set[str] = field(default_factory=set)
     """Sessions woken while their drain task was running: it looks once more before it ends."""
     turns_done: int = 0
+    approve: str = "ask"
+    """``ask``: follow the turn's permission mode (ask through the host unless it is auto/accept-edits);
+    ``auto``: run the read-only tools without asking (unattended demos and tests)."""
 
     # -- queue control -----------------------------------------------------------
     async def attach(self, sid: str) -> dict[str, Any]:
@@ -149,15 +161,17 @@ class Sidecar:
         summary = (await c.session.get(session_id=sid, message_limit=1))["session"]
         root = summary.get("projectPath")
         turn_id = f"t_{entry['id']}"
+        mode = permission_mode(entry, summary, self.approve)
         try:
             await c.session.start_turn(session_id=sid, turn_id=turn_id, model_id=self.model.name, environment={
                 "version": 1, "model": {"id": self.model.name}, "toolSchemas": list(TOOL_SCHEMAS),
-                "executionBindings": {"projectRoot": root}, "permissionPolicy": {"tools": "read-only"}})
+                "executionBindings": {"projectRoot": root},
+                "permissionPolicy": {"tools": "read-only", "mode": mode}})
             await c.session.append_message(session_id=sid, message={
                 "id": f"u_{entry['id']}", "role": "user", "turnId": turn_id, "createdAt": _utc(),
                 "blocks": [{"type": "text", "text": entry["content"]}]})
             history = await self._history(sid)
-            usage = await self._converse(sid, turn_id, root, history)
+            usage = await self._converse(sid, turn_id, root, history, mode)
             await c.session.end_turn(session_id=sid, turn_id=turn_id, status="completed", usage=usage,
                                      create_notification=False)
             self.turns_done += 1
@@ -187,7 +201,7 @@ class Sidecar:
         return out
 
     async def _converse(self, sid: str, turn_id: str, root: str | None,
-                        history: list[dict[str, Any]]) -> Usage:
+                        history: list[dict[str, Any]], mode: str) -> Usage:
         turn = Turn(messages=list(history), tools=TOOL_SCHEMAS)
         tokens_in = tokens_out = 0
         for round_no in range(MAX_TOOL_ROUNDS + 1):
@@ -204,11 +218,15 @@ class Sidecar:
                 break
             blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
             for req in requests:
+                allowed, decision = await self._permit(sid, turn_id, mode, req)
                 started = time.monotonic()
-                try:
-                    result, status = await anyio.to_thread.run_sync(run_tool, req.name, req.args, root), "ok"
-                except ToolError as exc:
-                    result, status = str(exc), "error"
+                if not allowed:
+                    result, status = f"the user did not allow {req.name} ({decision})", "denied"
+                else:
+                    try:
+                        result, status = await anyio.to_thread.run_sync(run_tool, req.name, req.args, root), "ok"
+                    except ToolError as exc:
+                        result, status = str(exc), "error"
                 blocks.append({"type": "tool_call", "callId": req.call_id, "name": req.name, "args": req.args,
                                "status": status, "result": result, "completedAt": _utc(),
                                "durationMs": int((time.monotonic() - started) * 1000)})
@@ -219,6 +237,37 @@ class Sidecar:
             await self.client.session.append_message(session_id=sid, message={
                 "id": reply_id, "role": "assistant", "turnId": turn_id, "createdAt": _utc(), "blocks": blocks})
         return {"inputTokens": tokens_in, "outputTokens": tokens_out}
+
+    async def _permit(self, sid: str, turn_id: str, mode: str, req: ToolRequest) -> tuple[bool, str]:
+        """May this tool call run? Asks through the host in ``ask`` mode and waits for the answer.
+
+        Subscribes to ``approval.resolved`` before asking, so the answer cannot be missed. A
+        request a rule answers comes back resolved at once. When the subscription resyncs
+        (events were missed), asking again for the same ``toolCallId`` returns the request as it
+        is now; after a host restart the turn is fenced and that call is ``CONFLICT`` (the turn
+        is dropped, like any fenced turn).
+        """
+        if mode != "ask":
+            return True, mode
+
+        async def ask() -> dict[str, Any]:
+            asked = await self.client.approvals.request(
+                session_id=sid, turn_id=turn_id, tool_call_id=f"{turn_id}.{req.call_id}"[:200], tool=req.name,
+                args_summary=tool_summary(req), risk="low")
+            return dict(asked["request"])
+
+        async with self.client.subscribe(["approval.resolved"], session_id=sid) as events:
+            request = await ask()
+            if request["status"] == "pending":
+                log.info("turn %s: waiting for permission to run %s (request %s)", turn_id, req.name,
+                         request["requestId"])
+            while request["status"] == "pending":
+                item = await events.next()
+                if isinstance(item, Resync):
+                    request = await ask()
+                elif item.data.get("request", {}).get("requestId") == request["requestId"]:
+                    request = dict(item.data["request"])
+        return request["status"] == "allowed", str(request["status"])
 
     async def _stream(self, sid: str, turn_id: str, reply_id: str,
                       turn: Turn) -> tuple[str, list[ToolRequest], Finished]:
@@ -241,6 +290,22 @@ class Sidecar:
                     "blocks": [{"type": "text", "text": "".join(parts)}]})
                 saved, last = len(parts), now
         return "".join(parts), requests, finished
+
+
+def permission_mode(entry: Mapping[str, Any], session: Mapping[str, Any], approve: str) -> str:
+    """``ask`` or what lets the tools run without asking: the queue entry's mode, else the session's."""
+    if approve == "auto":
+        return "auto"
+    for mode in (entry.get("permissionMode"), session.get("permissionMode")):
+        if mode in ("ask", "accept-edits", "auto"):
+            return str(mode)
+    return "ask"
+
+
+def tool_summary(req: ToolRequest) -> str:
+    """What the prompt shows: the tool and its path (never more than a line)."""
+    path = req.args.get("path") if isinstance(req.args, dict) else None
+    return f"{req.name} {path}" if isinstance(path, str) else req.name
 
 
 def _json(value: Any) -> str:
@@ -267,6 +332,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--checkpoint-every", type=float, default=0.25, metavar="SECONDS")
     ap.add_argument("--fake-delay", type=float, default=0.05, metavar="SECONDS", help="fake model: per word")
     ap.add_argument("--fake-words", type=int, default=24, help="fake model: words after the echo")
+    ap.add_argument("--approve", choices=("ask", "auto"), default="ask",
+                    help="ask: before a tool runs, ask through the host (approvals.request) unless the turn's "
+                         "permission mode is auto/accept-edits; auto: never ask (unattended demos and tests)")
     return ap
 
 
@@ -275,7 +343,7 @@ async def run(args: argparse.Namespace) -> None:
     async with connect(data_dir=args.data_dir, client_id=controller, client_kind="agent",
                        connect_timeout=60) as client:
         sidecar = Sidecar(client, build_model(args), controller, checkpoint_every=args.checkpoint_every,
-                          sessions=set(args.session))
+                          sessions=set(args.session), approve=args.approve)
         print(f"pi-host agent: {controller} connected (model {sidecar.model.name}); waiting for queued turns",
               flush=True)
         await sidecar.run()
