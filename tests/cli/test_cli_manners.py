@@ -215,11 +215,32 @@ def test_follow_tails_a_sessions_events(tmp_path: Path) -> None:
         trio.run(more)
         event = json.loads(follow.stdout.readline())
         assert event["topic"] == "session.message" and event["data"]["message"]["id"] == "late"
+
+        async def streaming() -> None:
+            async with open_client(host.url, host.token, client_id="cli-follow-agent", client_kind="agent") as c:
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": "ft"})
+                await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "ft", "message": msg(
+                    "fr", "half a reply", role="assistant")})
+                await c.call("approvals.request", {"sessionId": sid, "turnId": "ft", "tool": "read_file",
+                                                   "argsSummary": "read_file a.txt", "risk": "low"})
+
+        trio.run(streaming)
+        seen = [json.loads(follow.stdout.readline()) for _ in range(3)]
+        by_topic = {e["topic"]: e for e in seen}
+        assert set(by_topic) == {"turn.started", "session.inflight", "approval.requested"}, seen
+        preview = by_topic["session.inflight"]
+        assert preview["transient"] is True and preview["data"]["message"]["inflight"] is True
+        before = [e["cursor"] for e in seen[:seen.index(preview)] if "transient" not in e]
+        assert preview["cursor"] == max(before)  # a preview repeats the newest numbered cursor
+        assert "transient" not in by_topic["turn.started"]
+        assert by_topic["approval.requested"]["data"]["request"]["argsSummary"] == "read_file a.txt"
     finally:
         follow.send_signal(signal.SIGINT)
-        follow.communicate(timeout=30)
+        out, err = follow.communicate(timeout=30)
         host.terminate()
         host.proc.communicate()
+    assert follow.returncode == 0, err
+    assert "Traceback" not in err, err
 
 
 def _complete(script: str, words: list[str], data: Path | None = None) -> list[str]:

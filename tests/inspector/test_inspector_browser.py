@@ -2,7 +2,8 @@
 
 It logs in with a one-time code (``pi-host open``'s URL), lists sessions,
 opens one, pages back, searches with highlighted snippets, shows a live
-in-flight reply and pending approvals and questions (and answers a tool permission); screenshots go to ``test-artifacts/inspector/``. A page from
+in-flight reply and pending approvals and questions (and answers a tool
+permission); screenshots go to ``test-artifacts/inspector/``. A page from
 another origin cannot reach the API: the host refuses its WebSocket and its
 login request, and the page can read neither.
 """
