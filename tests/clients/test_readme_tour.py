@@ -40,6 +40,10 @@ def test_the_readme_starts_with_the_two_commands_then_what_it_is_then_the_tour()
     tour = readme.split("## A 5-minute tour", 1)[1].split("\n## ", 1)[0]
     for command in ("pi-host serve", "doctor", " chat", " agent", " open", " stop", " follow", " search", " show"):
         assert command in tour, command
-    # the tour runs from a folder outside the repository: no repository-relative program paths in it
-    assert ".venv/bin/" not in tour.replace('export PATH="$PWD/.venv/bin:$PATH"', "")
-    assert "./scripts/" not in tour
+    # the tour runs from a folder outside the repository: no repository-relative program paths in its
+    # commands (the first block, run in the repository, puts .venv/bin on PATH and leaves for /tmp/pi-tour)
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", tour, re.S)
+    assert blocks[0].splitlines() == ['export PATH="$PWD/.venv/bin:$PATH"     # pi-host, and a python that has '
+                                      'pihost_client', "mkdir -p /tmp/pi-tour && cd /tmp/pi-tour"]
+    for block in blocks[1:]:
+        assert ".venv/bin/" not in block and "./scripts/" not in block, block
