@@ -16,6 +16,7 @@ import trio
 from pihost_client import Client, Event, connect
 from pihost_client.agent import Sidecar, permission_mode
 from pihost_client.agent_model import FakeModel, OpenAIModel
+from pihost_client.agent_providers import ProviderStore
 from pihost_client.agent_tools import ToolError, run_tool
 from tests.hostkit import inprocess_host
 
@@ -165,6 +166,44 @@ async def test_the_sidecar_asks_before_a_tool_runs_and_obeys_the_answer(tmp_path
                 sid = (await ui.session.create(title="auto", project_path=str(project)))["id"]
                 asked, turn = await _turn(ui, sid, "ls", "ask", None)
                 assert asked == [] and turn["status"] == "completed"
+                nursery.cancel_scope.cancel()
+
+
+async def test_the_endpoint_and_key_come_from_the_hosts_provider_store(tmp_path: Path) -> None:
+    """No --base-url: the session's provider row gives the endpoint, the secret store its key (read per
+    turn, so a rotated key is used by the next turn); the run environment records the connection and
+    the credential reference, and verifies. A session with no provider fails its turn, saying why."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "a.txt").write_text("a")
+    with chat_completions() as (base_url, seen), trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, trio.open_nursery() as nursery:
+            async with connect(host.url, host.token, client_id="agent-store", client_kind="agent") as agent, \
+                    connect(host.url, host.token, client_id="ui-store", client_kind="ui") as ui:
+                provider = (await ui.providers.create(name="Local", base_url=base_url, api_key="sk-from-store",
+                                                      default_model_id="gpt-default"))["provider"]
+                nursery.start_soon(Sidecar(agent, None, "agent-store", providers=ProviderStore(agent),
+                                           approve="auto").run)
+                sid = (await ui.session.create(title="store", project_path=str(project),
+                                               provider_id=provider["id"], model_id="gpt-session"))["id"]
+                _, turn = await _turn(ui, sid, "what is here?", "ask", None)
+                assert turn["status"] == "completed"
+                assert {s["auth"] for s in seen} == {"Bearer sk-from-store"}
+                assert {s["body"]["model"] for s in seen} == {"gpt-session"}
+                env = (await ui.session.turn_environment(turn_id=turn["id"]))["snapshot"]
+                assert env["connection"]["baseUrl"] == base_url
+                assert env["credentialRefs"] == [provider["secretRef"]]
+                assert "sk-from-store" not in repr(env)
+                await ui.session.verify_environment(session_id=sid, turn_id=turn["id"])
+
+                await ui.providers.update(provider_id=provider["id"], api_key="sk-rotated")
+                seen.clear()
+                _, turn = await _turn(ui, sid, "and now?", "ask", None)
+                assert turn["status"] == "completed" and {s["auth"] for s in seen} == {"Bearer sk-rotated"}
+
+                bare = (await ui.session.create(title="no provider"))["id"]
+                _, turn = await _turn(ui, bare, "hello", "ask", None)
+                assert (turn["status"], turn["errorCode"]) == ("error", "MODEL_ERROR")
                 nursery.cancel_scope.cancel()
 
 
