@@ -143,6 +143,8 @@ def test_a_reply_survives_a_host_kill_in_the_chat(tmp_path: Path) -> None:
 
             tmux.type("/search milk")
             screen = tmux.wait(lambda s: "-- search:" in s, "search results")
+            tmux.type("/branches")
+            screen = tmux.wait(lambda s: "-- branches: none (no regenerated replies)" in s, "the branch list")
             tmux.type("/sessions")
             screen = tmux.wait(lambda s: "-- sessions:" in s and "(tmux chat," in s, "the session list")
             (shots / "6-sessions.txt").write_text(screen)
