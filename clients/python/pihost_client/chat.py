@@ -1,7 +1,8 @@
 """``pi-host chat [SESSION]`` (or ``pihost-chat``): a terminal chat on a running host.
 
-A full-screen prompt_toolkit application on asyncio, driving the host with
-:mod:`pihost_client`: the transcript pane shows the session's newest
+A full-screen prompt_toolkit application on asyncio (chosen over textual:
+asyncio-native like the SDK, a small dependency tree, and a plain text pane
+that tmux captures exactly), driving the host with :mod:`pihost_client`: the transcript pane shows the session's newest
 messages and the reply streaming from ``session.inflight`` events; the input
 line queues a turn (``session.queuePush``) for the agent sidecar to run.
 
