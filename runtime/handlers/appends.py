@@ -87,7 +87,7 @@ async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> lis
             data: dict[str, Any] = {"message": w.ref}
             if len(w.line) <= EVENT_RECORD_MAX:
                 data["record"] = wire_record(w.record)
-            ctx.publish("session.message", data)
+            ctx.publish("session.message", data, size=min(len(w.line), EVENT_RECORD_MAX))
     return [_answer(o, seq) for o in plan.outcomes]
 
 

@@ -54,4 +54,4 @@ def publish_message(ctx: SessionContext, record: Mapping[str, Any], ref: Mapping
     data: dict[str, Any] = {"message": dict(ref)}
     if size <= EVENT_RECORD_MAX:
         data["record"] = wire_record(record)
-    ctx.publish("session.message", data)
+    ctx.publish("session.message", data, size=min(size, EVENT_RECORD_MAX))
