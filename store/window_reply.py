@@ -78,8 +78,8 @@ def describe_line(line: bytes, record: Mapping[str, Any]) -> tuple[int | None, i
         return None, crc
     flags = _HAS_TURN if "turnId" in record else 0
     meta = record.get("meta")
-    if isinstance(meta, Mapping) and "sessionMessage" in meta:
-        return None, crc  # wire_record projects collaboration provenance to the top level: parsed
+    if any(key not in record for key in wire_record(record)):
+        return None, crc  # wire_record projects something to the top level (provenance, steering): parsed
     if not isinstance(meta, Mapping) or "receipt" not in meta:
         return (len(line) - 2) << _FLAG_BITS | flags, crc
     if list(record)[-1] != "meta" or list(meta)[-1] != "receipt":  # the host writes both last
