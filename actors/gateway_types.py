@@ -46,7 +46,7 @@ class GatewayConfig:
     max_in_flight: int = 256  # per connection; reading waits beyond it
     max_request_rate: float = 50_000.0  # requests per second per connection (token bucket); reading waits
     max_connections: int = 256  # authenticated connections
-    max_unauthenticated: int = 32  # connections that have not said host.hello yet (oldest evicted)
+    max_unauthenticated: int = 128  # connections that have not said host.hello yet (oldest evicted)
     # TCP connections whose request head is not read yet, or whose plain HTTP request is being
     # answered (oldest evicted): bounds slow, silent and oversized heads before any upgrade.
     max_pending_heads: int = 64

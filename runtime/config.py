@@ -61,6 +61,6 @@ class HostConfig:
     # Per connection: encoded bytes waiting for the socket before a client that does not
     # read is closed (1008), and connections that have not said host.hello yet.
     max_outbound_bytes: int = 32 * 1024 * 1024
-    max_unauthenticated: int = 32
+    max_unauthenticated: int = 128
     # A pi session root (~/.pi/agent/sessions) listed read-only as native-pi:<id> sessions (seed §12); None: none.
     native_pi_root: Path | None = None
