@@ -27,9 +27,10 @@ from typing import Any
 from actors.events import Event
 from actors.session_context import SessionContext
 from protocol import models as m
-from runtime.handlers import collab
+from runtime.handlers import collab, plans
 from runtime.handlers.host_lines import append_record
 from store import approvals, index, inflight, turns
+from store import plans as plan_rows
 from store.errors import Conflict, CorruptData, InvalidInput, NotFound
 from store.receipts import ReceiptKey
 from store.records import cap_content, is_streaming, normalize_message, wire_record
@@ -177,7 +178,9 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
     turn completed, otherwise as ``aborted`` + ``interrupted`` under its turn;
     removed when its final row landed; quarantined when unreadable. A turn
     still ``running`` ends ``aborted`` (``SIDECAR_LOST``) in the same
-    transaction as the promoted line's index row. Idempotent by construction:
+    transaction as the promoted line's index row, with what a turn end settles:
+    its pending requests are cancelled, the plan execution and the delivery it
+    was running end (``cancelled`` / ``failed``). Idempotent by construction:
     a retry finds no checkpoint (or its id settled) and changes nothing more;
     the receipt row rides in that transaction.
     """
@@ -190,6 +193,8 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
     turn_id = p.turn_id or (cp.turn_id if cp is not None else None)
     ended: list[dict[str, Any]] = []
     cancelled: list[dict[str, Any]] = []
+    executions: list[dict[str, Any]] = []
+    summary: list[dict[str, Any]] = []
     deliveries: list[Any] = []
 
     def end_turn(conn: Any) -> dict[str, Any] | None:
@@ -204,6 +209,9 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
             ended.append(out.turn)
             cancelled.extend(approvals.get_request(conn, kind, rid)
                              for kind, rid in approvals.cancel_for_turn(conn, sid, turn_id, now))
+            executions.extend(plan_rows.settle_for_turn(conn, sid, turn_id, "aborted", SIDECAR_LOST, now))
+            if executions:
+                summary.append(index.public_session(index.require_session(conn, sid)))
             deliveries.append(collab.settle_for_turn(conn, sid, turn_id, "aborted", SIDECAR_LOST, now, ctx.faults))
             return out.turn
         return turns.get_turn(conn, turn_id)
@@ -240,6 +248,7 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
         ctx.publish("turn.ended", {"turn": result["turn"]})
         for row in cancelled:
             ctx.publish(f"{row['kind']}.resolved", {"request": row})
+        plans.publish_executions(ctx, executions, summary[0] if summary else None)
         for changed, owners in deliveries:
             collab.publish(ctx, changed, owners)
     return result
