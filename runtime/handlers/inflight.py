@@ -68,6 +68,12 @@ def _projection(session_id: str, turn_id: str, saved_at: int, rec: Mapping[str, 
             "message": {**message, "inflight": True}}
 
 
+def _is_delegate(rec: Mapping[str, Any]) -> bool:
+    """A subagent's reply (seed §4.7a attribution in ``meta``): the parent's checkpoint is its own reply."""
+    meta = rec.get("meta")
+    return isinstance(meta, Mapping) and bool(meta.get("parentToolCallId") or meta.get("agentName"))
+
+
 async def cached_checkpoint_id(ctx: SessionContext) -> str | None:
     cached = ctx.cache.get(_KEY, _UNKNOWN)
     if cached is None or isinstance(cached, str):
@@ -113,7 +119,9 @@ async def save(ctx: SessionContext, p: m.SaveInflightParams, key: ReceiptKey | N
     state = await indexed_state(ctx, rec["id"])
     saved_at = ctx.now()
     result: dict[str, Any]
-    if state == "settled":
+    if _is_delegate(rec):
+        result = {"saved": False, "reason": "delegate"}  # seed §2.1: delegate replies are not checkpointed
+    elif state == "settled":
         result = {"saved": False, "reason": "already_indexed"}
     elif state == "absent" and not inflight.has_visible_content(rec):
         result = {"saved": False, "reason": "empty"}
