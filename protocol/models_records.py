@@ -54,7 +54,9 @@ def strip_steering_provenance(data: Any) -> Any:
     if not isinstance(data, dict):
         return data
     message = data.get("message")
-    meta = message.get("meta") if isinstance(message, dict) else None
+    if not isinstance(message, dict):
+        return data
+    meta = message.get("meta")
     if not isinstance(meta, dict) or meta.get("steering") is not True or not HOST_META_KEYS.intersection(meta):
         return data
     kept = {k: v for k, v in meta.items() if k not in HOST_META_KEYS}
