@@ -27,10 +27,9 @@ from typing import Any
 from actors.events import Event
 from actors.session_context import SessionContext
 from protocol import models as m
-from runtime.handlers import collab, plans
+from runtime.handlers import turn_aftermath
 from runtime.handlers.host_lines import append_record
-from store import approvals, index, inflight, turns
-from store import plans as plan_rows
+from store import index, inflight, turns
 from store.errors import Conflict, CorruptData, InvalidInput, NotFound
 from store.receipts import ReceiptKey
 from store.records import cap_content, is_streaming, normalize_message, wire_record
@@ -200,10 +199,7 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
                        data={"sessionId": sid, "turnId": cp.turn_id})
     turn_id = p.turn_id or (cp.turn_id if cp is not None else None)
     ended: list[dict[str, Any]] = []
-    cancelled: list[dict[str, Any]] = []
-    executions: list[dict[str, Any]] = []
-    summary: list[dict[str, Any]] = []
-    deliveries: list[Any] = []
+    aftermath: list[turn_aftermath.Aftermath] = []
 
     def end_turn(conn: Any) -> dict[str, Any] | None:
         if turn_id is None:
@@ -215,12 +211,7 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
             out = turns.end_turn(conn, session_id=sid, turn_id=turn_id, status="aborted",
                                  error_code=SIDECAR_LOST, usage=None, create_notification=False, now_ms=now)
             ended.append(out.turn)
-            cancelled.extend(approvals.get_request(conn, kind, rid)
-                             for kind, rid in approvals.cancel_for_turn(conn, sid, turn_id, now))
-            executions.extend(plan_rows.settle_for_turn(conn, sid, turn_id, "aborted", SIDECAR_LOST, now))
-            if executions:
-                summary.append(index.public_session(index.require_session(conn, sid)))
-            deliveries.append(collab.settle_for_turn(conn, sid, turn_id, "aborted", SIDECAR_LOST, now, ctx.faults))
+            aftermath.append(turn_aftermath.settle(conn, sid, [turn_id], "aborted", SIDECAR_LOST, now, ctx.faults))
             return out.turn
         return turns.get_turn(conn, turn_id)
 
@@ -254,11 +245,8 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
             end_turn(conn), None))
     if ended:
         ctx.publish("turn.ended", {"turn": result["turn"]})
-        for row in cancelled:
-            ctx.publish(f"{row['kind']}.resolved", {"request": row})
-        plans.publish_executions(ctx, executions, summary[0] if summary else None)
-        for changed, owners in deliveries:
-            collab.publish(ctx, changed, owners)
+        if aftermath:
+            turn_aftermath.publish(ctx, aftermath[-1])
     return result
 
 
