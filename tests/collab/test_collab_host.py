@@ -331,6 +331,9 @@ async def test_startup_holds_admitted_work_and_interrupts_the_rest(tmp_path: Pat
                 await start(c, tgt, "t1")
                 await begin(c, tgt, d["id"], "t1")
         async with inprocess_host(tmp_path) as host, client_for(host, "plugin", kind="agent") as c:
+            fence = (await c.call("host.status", {}))["boot"]["fence"]
+            assert (fence["heldDeliveries"], fence["interruptedDeliveries"], fence["deliveryAdmissions"]) == \
+                ((1, 0, 1) if state == "queued" else (0, 1, 0))
             got = await c.call("collab.get", {"deliveryId": d["id"]})
             if state == "queued":
                 assert got["status"] == "queued"
