@@ -8,7 +8,11 @@ nothing more and its reader learns it (``SubscriberOverflow``,
 client resubscribes with the last cursor it saw, which replays the gap from the
 backlog, or fails with ``CURSOR_EXPIRED`` if the backlog no longer holds it.
 Memory is bounded by ``backlog + subscribers * (subscriber_queue + transient_keys)``
-event references.
+event references, and the backlog also by bytes: ``backlog_bytes`` of the events'
+``size`` (what the publisher says its payload weighs — a ``session.message``
+passes its record's line length — or ``EVENT_BYTES_ESTIMATE``); the oldest events
+leave first, so a burst of large records shortens how far back a client can
+resume instead of growing the host.
 
 **Transient events** (``publish_transient``: live previews such as an in-flight
 checkpoint of a streaming reply) are coalescing and throttled *per subscriber*:
@@ -60,6 +64,7 @@ __all__ = [
     "SubscriberOverflow",
     "InvalidTopics",
     "TRANSIENT_INTERVAL",
+    "EVENT_BYTES_ESTIMATE",
 ]
 
 TRANSIENT_INTERVAL: Final = 0.25
@@ -68,6 +73,8 @@ TRANSIENT_KEYS: Final = 64
 
 MAX_TOPICS: Final = 64
 MAX_TOPIC_CHARS: Final = 128
+EVENT_BYTES_ESTIMATE: Final = 512
+"""What an event weighs in the backlog's byte bound when its publisher does not say (and at least)."""
 
 
 class CursorExpired(Exception):
@@ -112,6 +119,8 @@ class Event:
     session_id: str | None = None
     key: str | None = None
     """Transient events only: the coalescing key (not numbered, never replayed)."""
+    size: int = 0
+    """What the event weighs in the backlog's byte bound (numbered events)."""
 
     @property
     def transient(self) -> bool:
@@ -136,6 +145,8 @@ class EventBusStatistics:
     oldest_cursor: int
     backlog_used: int
     backlog_capacity: int
+    backlog_bytes: int
+    backlog_bytes_capacity: int
     subscribers: int
     published_total: int
     overflowed_total: int
@@ -335,16 +346,20 @@ class EventBus:
         backlog: int = 10_000,
         subscriber_queue: int = 1024,
         *,
+        backlog_bytes: int = 16 * 1024 * 1024,
         transient_interval: float = TRANSIENT_INTERVAL,
         transient_keys: int = TRANSIENT_KEYS,
         supersedes: Callable[[Event], str | None] | None = None,
         validate: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
-        if backlog < 1 or subscriber_queue < 1 or transient_keys < 1:
-            raise ValueError("backlog, subscriber_queue and transient_keys must be >= 1")
+        if backlog < 1 or subscriber_queue < 1 or transient_keys < 1 or backlog_bytes < 1:
+            raise ValueError("backlog, backlog_bytes, subscriber_queue and transient_keys must be >= 1")
         if transient_interval < 0:
             raise ValueError("transient_interval must be >= 0")
-        self._backlog: deque[Event] = deque(maxlen=backlog)
+        self._backlog: deque[Event] = deque()
+        self._backlog_max = backlog
+        self._backlog_bytes_max = backlog_bytes
+        self._backlog_bytes = 0
         self._subscriber_queue = subscriber_queue
         self._transient_interval = transient_interval
         self._transient_keys = transient_keys
@@ -361,13 +376,20 @@ class EventBus:
     def head_cursor(self) -> int:
         return self._head
 
-    def publish(self, topic: str, data: dict[str, Any], *, session_id: str | None = None) -> int:
-        """Record and fan out one event; never blocks. Returns its cursor."""
+    def publish(self, topic: str, data: dict[str, Any], *, session_id: str | None = None,
+                size: int | None = None) -> int:
+        """Record and fan out one event; never blocks. Returns its cursor. ``size``: what its payload
+        weighs in bytes, about (default ``EVENT_BYTES_ESTIMATE``), for the backlog's byte bound."""
         if self._validate is not None:
             self._validate(topic, data)
         self._head += 1
-        event = Event(cursor=self._head, topic=topic, data=data, session_id=session_id)
+        weight = EVENT_BYTES_ESTIMATE if size is None else max(size, EVENT_BYTES_ESTIMATE)
+        event = Event(cursor=self._head, topic=topic, data=data, session_id=session_id, size=weight)
         self._backlog.append(event)
+        self._backlog_bytes += weight
+        while len(self._backlog) > 1 and (len(self._backlog) > self._backlog_max
+                                          or self._backlog_bytes > self._backlog_bytes_max):
+            self._backlog_bytes -= self._backlog.popleft().size
         supersedes = self._supersedes(event) if self._supersedes is not None else None
         for sub in list(self._subscribers.values()):
             if not sub.wants(event):
@@ -433,7 +455,9 @@ class EventBus:
             head_cursor=self._head,
             oldest_cursor=self._oldest(),
             backlog_used=len(self._backlog),
-            backlog_capacity=self._backlog.maxlen or 0,
+            backlog_capacity=self._backlog_max,
+            backlog_bytes=self._backlog_bytes,
+            backlog_bytes_capacity=self._backlog_bytes_max,
             subscribers=len(self._subscribers),
             published_total=self._head,
             overflowed_total=self._overflowed_total,

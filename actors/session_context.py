@@ -250,8 +250,9 @@ class SessionContext:
         self._actor.known.storage_failed = exc
 
     # -- events
-    def publish(self, topic: str, data: dict[str, Any], *, session_id: str | None = None) -> None:
-        self._actor.deps.bus.publish(topic, data, session_id=session_id or self.sid)
+    def publish(self, topic: str, data: dict[str, Any], *, session_id: str | None = None,
+                size: int | None = None) -> None:
+        self._actor.deps.bus.publish(topic, data, session_id=session_id or self.sid, size=size)
 
     # -- session_info lines
     def settings(self) -> dict[str, Any]:

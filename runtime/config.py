@@ -50,6 +50,10 @@ class HostConfig:
     validate_results: bool = False  # check every result and event payload against its protocol model (tests)
     # session.inflight previews reach one subscriber at most this often per message (seconds).
     inflight_event_interval: float = 0.25
+    # The event backlog clients resume from (events.subscribe with a cursor): at most this many
+    # events and about this many bytes of their payloads (the oldest leave first).
+    event_backlog: int = 10_000
+    event_backlog_bytes: int = 16 * 1024 * 1024
     # host.status warns when the data directory's disk has less free space than this.
     disk_warn_below_bytes: int = 512 * 1024 * 1024
     # Folders attachments.importFile may read besides the session's project and scratch/.

@@ -179,7 +179,8 @@ async def run_host(
         log.info("boot finished", extra={"report": boot.report})
         reads = ReadPool(data_dir.db_path, size=config.read_pool_size)
         await trio.to_thread.run_sync(reads.warm)
-        bus = EventBus(transient_interval=config.inflight_event_interval, supersedes=inflight.supersedes,
+        bus = EventBus(backlog=config.event_backlog, backlog_bytes=config.event_backlog_bytes,
+                       transient_interval=config.inflight_event_interval, supersedes=inflight.supersedes,
                        validate=validate_event if config.validate_results else None)
         db_stats = DbWriterStats()
         index_log = IndexLog(max_lag_bytes=config.index_lag_bytes, max_lag_ops=config.index_lag_ops)

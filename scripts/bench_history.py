@@ -1,11 +1,14 @@
-"""Whole-history reads (issue 12): ``session.get`` with ``full: true`` of one large session.
+"""Whole-history reads (issue 12): every message of one large session through ``session.get``.
 
 The session is built through the real write path (an in-process host whose session
 actor receives ``session.appendMessage`` calls in groups, as ``bench_windows`` does).
-Then its whole history is read
+Then its whole history is read the way the protocol allows for a session this large: a
+reply is at most ``MAX_REPLY_BYTES`` (16 MiB), so a whole read is forward pages
+(``messageEnd`` from the previous page, ``messageLimit`` ``MAX_WINDOW``, ``maxBytes``
+``MAX_REPLY_BYTES``) until ``hasMoreAfter`` is false — the same requests a client sends:
 
-* in-process: ``host.pipeline.call("session.get", {"sessionId": ..., "full": True},
-  decode=False)``, timed as the handler's result comes back (``protocol.jsonrpc.Encoded``,
+* in-process: ``host.pipeline.call("session.get", page, decode=False)`` per page, timed as
+  the handler's results come back (``protocol.jsonrpc.Encoded``,
   the reply encoded once from the transcript's bytes; any bytes-like value or one
   with ``.raw``/``.data`` counts as pre-encoded, a dict is taken as it is); "including
   decode" adds decoding it to Python objects (what ``pipeline.call`` does by
@@ -22,6 +25,7 @@ included).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -43,6 +47,7 @@ from bench_common import (
     start_host_process,
 )
 
+from protocol.limits import MAX_REPLY_BYTES, MAX_WINDOW
 from runtime.client import open_client
 from runtime.host import RunningHost
 
@@ -54,6 +59,8 @@ UPKEEP_AFTER = 0.25  # seconds without writes before the DB writer merges the se
 QUIET_SECS = 1.0     # no merge step for this long: the index is merged, reads are timed on a quiet host
 QUIET_DEADLINE = 600.0
 _ENCODED = (bytes, bytearray, memoryview, str)
+PAGE = {"messageLimit": MAX_WINDOW, "maxBytes": MAX_REPLY_BYTES}
+_BOUNDS = re.compile(rb'"messageEnd":(\d+),"hasMoreBefore":(?:true|false),"hasMoreAfter":(true|false)')
 
 
 def _mid(i: int) -> str:
@@ -98,8 +105,40 @@ def transcript_ids(path: Path) -> list[str]:
     return ids
 
 
+def page_bounds(result: Any) -> tuple[int, bool]:
+    """``(messageEnd, hasMoreAfter)`` of one page, read from a pre-encoded reply's own bytes (its last
+    fields) without decoding the page."""
+    payload = encoded_payload(result)
+    if payload is None:
+        return int(result["messageEnd"]), bool(result["hasMoreAfter"])
+    raw = bytes(payload[-512:]) if not isinstance(payload, str) else payload[-512:].encode()
+    found = _BOUNDS.search(raw)
+    if found is None:
+        raise AssertionError("a page's reply does not end with its bounds")
+    return int(found.group(1)), found.group(2) == b"true"
+
+
+async def read_pages(call: Callable[[dict[str, Any]], Awaitable[Any]]) -> list[Any]:
+    """The whole history as forward pages: ``messageEnd`` from each page's end until ``hasMoreAfter`` is
+    false."""
+    pages: list[Any] = []
+    end = 0
+    while True:
+        page = await call({"sessionId": SID, "messageEnd": end, **PAGE})
+        pages.append(page)
+        end, more = page_bounds(page)
+        if not more:
+            return pages
+
+
+def joined(pages: list[Any]) -> dict[str, Any]:
+    """The pages as one history (decoded): their messages in order, the last page's totals."""
+    decoded = [decode_result(p) for p in pages]
+    return {"messages": [m for p in decoded for m in p["messages"]], "totalMessages": decoded[-1]["totalMessages"]}
+
+
 def check_history(got: Any, ids: list[str]) -> None:
-    """The reply holds the whole session: every message, in file order (so the first and the last too)."""
+    """The pages hold the whole session: every message, in file order (so the first and the last too)."""
     msgs = got["messages"]
     seen = [m.get("id") for m in msgs]
     if got["totalMessages"] != len(ids) or seen != ids:
@@ -152,6 +191,7 @@ async def _alternate(path: Path, reps: int, read: Callable[[], Awaitable[float]]
 async def _in_process(root: Path, n: int, reps: int) -> dict[str, Any]:
     path = root / "sessions" / f"{SID}.jsonl"
     decode: list[float] = []
+    counts: list[int] = []
     kinds: set[str] = set()
     async with inprocess_host(root, search_upkeep_after=UPKEEP_AFTER) as host:
         t0 = time.perf_counter()
@@ -162,16 +202,19 @@ async def _in_process(root: Path, n: int, reps: int) -> dict[str, Any]:
         ids = await trio.to_thread.run_sync(transcript_ids, path)
         if sorted(ids) != [_mid(i) for i in range(n)]:
             raise AssertionError(f"the transcript holds {len(ids)} messages, not the {n} appended")
-        params = {"sessionId": SID, "full": True}
+
+        async def page(params: dict[str, Any]) -> Any:
+            return await host.pipeline.call("session.get", params, call_context(), decode=False)
 
         async def read() -> float:
             t0 = time.perf_counter()
-            got = await host.pipeline.call("session.get", params, call_context(), decode=False)
+            pages = await read_pages(page)
             secs = time.perf_counter() - t0
-            kinds.add(type(got).__name__)
-            if encoded_payload(got) is not None:
-                t1 = time.perf_counter()
-                got = decode_result(got)
+            kinds.update(type(p).__name__ for p in pages)
+            counts.append(len(pages))
+            t1 = time.perf_counter()
+            got = joined(pages)
+            if any(encoded_payload(p) is not None for p in pages):
                 decode.append(time.perf_counter() - t1)
             check_history(got, ids)
             return secs
@@ -179,22 +222,24 @@ async def _in_process(root: Path, n: int, reps: int) -> dict[str, Any]:
         first = await read()  # warm-up: the first read after the build
         decode.clear()
         parse, reads = await _alternate(path, reps, read)
-    return {"buildSecs": build, "first": first, "parse": parse, "reads": reads, "decode": decode,
+    return {"buildSecs": build, "first": first, "parse": parse, "reads": reads, "decode": decode, "pages": counts,
             "resultTypes": sorted(kinds), "upkeepSteps": steps, "upkeepWaitSecs": quiet, "ids": ids}
 
 
 async def _websocket(url: str, token: str, path: Path, file_bytes: int, ids: list[str],
                      reps: int) -> dict[str, Any]:
-    limit = 4 * file_bytes + (64 << 20)  # the reply is about the file's size; room to spare
+    limit = 4 * MAX_REPLY_BYTES  # a page is at most MAX_REPLY_BYTES; room to spare
     async with open_client(url, token, client_id="bench-history", max_message_size=limit) as client:
         await wait_upkeep_done(partial(client.call, "host.status", {}))
-        params = {"sessionId": SID, "full": True}
+
+        async def page(params: dict[str, Any]) -> Any:
+            return await client.call("session.get", params)
 
         async def read() -> float:
             t0 = time.perf_counter()
-            got = await client.call("session.get", params)
+            pages = await read_pages(page)
             secs = time.perf_counter() - t0
-            check_history(got, ids)
+            check_history(joined(pages), ids)
             return secs
 
         first = await read()  # the fresh process's first read: its actor starts, the layout is read cold
@@ -204,7 +249,7 @@ async def _websocket(url: str, token: str, path: Path, file_bytes: int, ids: lis
 
 def run_history(sizes: Sizes, work: Path) -> Section:
     n = sizes.history_messages
-    sec = Section("history", f"Whole-history read of a {n:,}-message session (session.get full)")
+    sec = Section("history", f"Whole-history read of a {n:,}-message session (session.get, forward pages)")
     root = work / "history"
     inproc = trio.run(_in_process, root, n, sizes.history_reps)
     path = root / "sessions" / f"{SID}.jsonl"
@@ -219,6 +264,7 @@ def run_history(sizes: Sizes, work: Path) -> Section:
     pre_encoded = bool(inproc["decode"])
     in_process: dict[str, Any] = {
         "resultType": ", ".join(inproc["resultTypes"]),
+        "pages": max(inproc["pages"]) if inproc["pages"] else 0,
         "preEncoded": pre_encoded,
         "firstReadMs": rnd(inproc["first"] * 1000),
         "medianMs": rnd(in_read * 1000),
@@ -248,8 +294,11 @@ def run_history(sizes: Sizes, work: Path) -> Section:
         "parse: open the transcript and orjson.loads every line (header included), in the process that times "
         "the read (the bench process, also for WebSocket: it is the client); parse and read alternate rep by "
         f"rep, order flipped every rep; medians of {sizes.history_reps} reps after one warm-up read",
-        "in-process: pipeline.call('session.get', full=True, decode=False) timed as it returns (resultType); "
-        "when the result comes pre-encoded, includingDecode adds orjson-decoding it (no target)",
+        f"a whole read is forward pages (messageEnd, messageLimit {MAX_WINDOW}, maxBytes {MAX_REPLY_BYTES}: a reply "
+        "is capped at 16 MiB) until hasMoreAfter is false; in-process: pipeline.call('session.get', page, "
+        "decode=False) per page, timed as they return (resultType; a pre-encoded page's messageEnd/hasMoreAfter "
+        "are read from its last bytes); when pages come pre-encoded, includingDecode adds orjson-decoding them "
+        "(no target)",
         "WebSocket: a pi-host serve subprocess on the same data directory after the in-process host stopped "
         "cleanly; timed from send to the reply decoded by runtime.client; freshProcessFirstReadMs is its first "
         "read (actor start, cold layout); the OS page cache is not dropped",

@@ -480,7 +480,8 @@ def _index_lines(staged: StagedImport,
         rec = loads_line(line.data)
         end = line.offset + line.length
         if rec.get("type") == "message":
-            msgs.append(index.IndexRecord(rec, line.offset, line.length))
+            whole = line.data + b"\n" if line.length == len(line.data) + 1 else None  # the line as the file holds it
+            msgs.append(index.IndexRecord(rec, line.offset, line.length, line=whole))
         elif rec.get("type") == "compaction":
             comps.append(index.CompactionRecord(rec, line.offset, line.length))
         elif rec.get("type") == "tombstone":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import artifacts, receipts
@@ -18,6 +18,7 @@ from .records import extract_text, rfc3339_to_ms, tool_info
 from .schema import MAX_SEQ, message_mid
 from .session_state import with_projection
 from .sql_lists import in_chunks
+from .window_reply import describe_line
 
 SESSION_COLUMNS = (
     "id, title, project_id, provider_id, model_id, mode, thinking_level, permission_mode, "
@@ -34,6 +35,12 @@ class IndexRecord:
     length: int
     seq: int | None = None
     """The seq its session actor acknowledged for a new id (checked: never silently renumbered)."""
+    line: bytes | None = None
+    """The line's bytes, when the caller has them: the row then keeps what a window reply needs to
+    send them as they are (``messages.wire_cut``/``line_crc``, ``store/window_reply.py``)."""
+
+    def wire(self) -> tuple[int | None, int | None]:
+        return describe_line(self.line, self.record) if self.line is not None else (None, None)
 
 
 @dataclass(frozen=True)
@@ -303,12 +310,13 @@ def index_messages(
             mid = f"{session_id}:{mid}"
             rec = {**rec, "id": mid}
             prior = existing.get(mid) or lookup_ids(conn, [mid]).get(mid)
+        wire_cut, line_crc = item.wire()
         if prior is not None:
             _, seq, _, _ = prior
             conn.execute(
-                "UPDATE messages SET text = ?, tool_name = ?, is_error = ?, line_offset = ?, line_len = ? "
-                "WHERE id = ?",
-                (text, tool_name, int(is_error), item.offset, item.length, mid),
+                "UPDATE messages SET text = ?, tool_name = ?, is_error = ?, line_offset = ?, line_len = ?, "
+                "wire_cut = ?, line_crc = ? WHERE id = ?",
+                (text, tool_name, int(is_error), item.offset, item.length, wire_cut, line_crc, mid),
             )
             turn = conn.execute("SELECT turn_id FROM messages WHERE id = ?", (mid,)).fetchone()[0]
         else:
@@ -328,9 +336,9 @@ def index_messages(
             turn = _turn_ref(conn, rec.get("turnId"))
             conn.execute(
                 "INSERT INTO messages(mid, id, session_id, turn_id, seq, role, tool_name, is_error, text, "
-                "created_at, line_offset, line_len) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                "created_at, line_offset, line_len, wire_cut, line_crc) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (message_mid(int(row[1]), seq), mid, session_id, turn, seq, rec.get("role"), tool_name,
-                 int(is_error), text, created, item.offset, item.length),
+                 int(is_error), text, created, item.offset, item.length, wire_cut, line_crc),
             )
             existing[mid] = (session_id, seq, item.offset, item.length)
         ref = message_ref(session_id, seq, rec, turn)
@@ -434,7 +442,7 @@ def reindex_session(
     taken = {mid for mid, (owner, *_rest) in lookup_ids(conn, (it.record["id"] for it in messages)).items()
              if owner != session_id}
     if taken:
-        messages = [IndexRecord({**it.record, "id": f"{session_id}:{it.record['id']}"}, it.offset, it.length)
+        messages = [replace(it, record={**it.record, "id": f"{session_id}:{it.record['id']}"})
                     if it.record["id"] in taken else it for it in messages]
         deleted_ids = [f"{session_id}:{mid}" if mid in taken else mid for mid in deleted_ids]
     rows = []
@@ -445,11 +453,11 @@ def reindex_session(
         rows.append(
             (message_mid(ordinal, seq), rec["id"], session_id, turn, seq, rec.get("role"), tool_name, int(is_error),
              extract_text(rec), rfc3339_to_ms(rec.get("createdAt"), old_created.get(rec["id"], now_ms)),
-             item.offset, item.length)
+             item.offset, item.length, *item.wire())
         )
     conn.executemany(
         "INSERT INTO messages(mid, id, session_id, turn_id, seq, role, tool_name, is_error, text, created_at, "
-        "line_offset, line_len) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        "line_offset, line_len, wire_cut, line_crc) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         rows,
     )
     for item, row in zip(messages, rows, strict=True):
@@ -480,11 +488,12 @@ def window_rows(
     ).fetchall()
 
 
-def window_spans(conn: sqlite3.Connection, session_id: str, start: int, end: int) -> list[tuple[int, int, int, int,
-                                                                                                 str | None]]:
-    """What a window reply needs of positions ``[start, end)``: seq, offset, len, deleted, turn."""
+def window_spans(conn: sqlite3.Connection, session_id: str, start: int,
+                 end: int) -> list[tuple[int, int, int, int, str | None, int | None, int | None]]:
+    """What a window reply needs of positions ``[start, end)``: seq, offset, len, deleted, turn,
+    wire cut, line CRC (``store/window_reply.py``)."""
     return conn.execute(
-        "SELECT seq, line_offset, line_len, deleted, turn_id FROM messages "
+        "SELECT seq, line_offset, line_len, deleted, turn_id, wire_cut, line_crc FROM messages "
         "WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
         (session_id, start, end),
     ).fetchall()
@@ -492,11 +501,11 @@ def window_spans(conn: sqlite3.Connection, session_id: str, start: int, end: int
 
 def iter_window_spans(
     conn: sqlite3.Connection, session_id: str, start: int, end: int, *, newest_first: bool
-) -> Iterator[tuple[int, int, int, int, str | None]]:
+) -> Iterator[tuple[int, int, int, int, str | None, int | None, int | None]]:
     """The rows of ``window_spans``, lazily, oldest or newest first (a byte-bounded page stops early)."""
     order = "DESC" if newest_first else "ASC"
     cursor = conn.execute(
-        "SELECT seq, line_offset, line_len, deleted, turn_id FROM messages "
+        "SELECT seq, line_offset, line_len, deleted, turn_id, wire_cut, line_crc FROM messages "
         f"WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq {order}",
         (session_id, start, end),
     )

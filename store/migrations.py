@@ -54,6 +54,7 @@ from .schema import (
     DDL_V21,
     DDL_V22,
     DDL_V23,
+    DDL_V24,
     MAX_SEQ,
     MID_SEQ_BITS,
     SCHEMA_VERSION,
@@ -64,6 +65,7 @@ from .schema import (
     V22_SESSIONS,
     V23_ADDITIONS,
     V24_ADDITIONS,
+    V25_ADDITIONS,
     apply_schema,
     hazard_sql,
     searchable_sql,
@@ -203,6 +205,11 @@ def _v24_user_requests(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _v25_wire_columns(conn: sqlite3.Connection) -> None:
+    for statement in V25_ADDITIONS:
+        conn.execute(statement)
+
+
 def _v20_from_seed(conn: sqlite3.Connection) -> None:
     """Seed v17 → our v20: every table to its v20 definition, every row kept.
 
@@ -255,8 +262,14 @@ STEPS: tuple[MigrationStep, ...] = (
         destructive=False,
         apply=_v24_user_requests,
     ),
+    MigrationStep(
+        to_version=25,
+        description="messages.wire_cut and line_crc (window replies reuse the lines' bytes)",
+        destructive=False,
+        apply=_v25_wire_columns,
+    ),
 )
-"""This host's own steps, 20 → 21 → 22 → 23 → 24 (immutable on purpose)."""
+"""This host's own steps, 20 → 21 → 22 → 23 → 24 → 25 (immutable on purpose)."""
 
 
 def seed_steps(platform: str | None = None) -> tuple[MigrationStep, ...]:
@@ -291,8 +304,8 @@ def chain_steps(platform: str | None = None) -> tuple[MigrationStep, ...]:
 
 
 def ddl_for_version(version: int) -> tuple[str, ...]:
-    """The DDL of a layout this build knows exactly (20, 21, 22, 23 and ``SCHEMA_VERSION``)."""
-    known = {20: DDL_V20, 21: DDL_V21, 22: DDL_V22, 23: DDL_V23, SCHEMA_VERSION: DDL}
+    """The DDL of a layout this build knows exactly (20 … 24 and ``SCHEMA_VERSION``)."""
+    known = {20: DDL_V20, 21: DDL_V21, 22: DDL_V22, 23: DDL_V23, 24: DDL_V24, SCHEMA_VERSION: DDL}
     if version not in known:
         raise ValueError(f"no DDL kept for schema version {version} (known: {', '.join(map(str, known))})")
     return known[version]

@@ -158,18 +158,18 @@ def scan_from(path: Path, start: int) -> TailScan:
                     break
                 scan.bad_lines.append(offset)
                 continue
-            _take(scan, rec, offset, len(line))
+            _take(scan, rec, offset, line)
     finally:
         os.close(fd)
     return scan
 
 
-def _take(scan: TailScan, rec: dict[str, Any], offset: int, length: int) -> None:
+def _take(scan: TailScan, rec: dict[str, Any], offset: int, line: bytes) -> None:
     kind = rec.get("type")
     if kind == "message" and isinstance(rec.get("id"), str):
-        scan.messages.append(IndexRecord(rec, offset, length))
+        scan.messages.append(IndexRecord(rec, offset, len(line), line=line))
     elif kind == "compaction":
-        scan.compactions.append(CompactionRecord(rec, offset, length))
+        scan.compactions.append(CompactionRecord(rec, offset, len(line)))
     elif kind == "tombstone" and isinstance(rec.get("messageId"), str):
         scan.tombstones[rec["messageId"]] = bool(rec.get("deleted", True))
     elif kind == "session_info":

@@ -211,7 +211,12 @@ def apply_rewrite(
 
 def rewritten(plan: RewritePlan, epoch: str | None, header_len: int) -> Rewritten:
     """What a file made of a header of ``header_len`` bytes followed by ``plan.body`` holds."""
-    msgs = [IndexRecord(rec, header_len + off, n)
+    at: dict[int, bytes] = {}
+    pos = 0
+    for body_line in plan.body:
+        at[pos] = body_line
+        pos += len(body_line)
+    msgs = [IndexRecord(rec, header_len + off, n, line=at.get(off) if len(at.get(off, b"")) == n else None)
             for rec, (off, n) in zip(plan.messages, plan.message_spans, strict=True)]
     comps = [
         CompactionRecord(rec, header_len + off, n)

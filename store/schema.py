@@ -31,6 +31,11 @@ Version history kept here (older layouts are archived, never migrated; see
   (``execution_turn_id``, ``execution_outcome`` ...: the seed's
   ``execution_state`` keeps its own vocabulary), and on ``turns`` the
   promoted cost (``cost_micros``) and retry lineage (``retry_of``).
+* v25 — ``messages.wire_cut`` and ``messages.line_crc`` (additive, NULL for
+  rows indexed before): how many leading bytes of the message's line a
+  ``session.get`` reply sends as they are, and the line's CRC-32, so a window
+  reply reuses the line's bytes without parsing or scanning them
+  (``store/window_reply.py``).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from collections.abc import Sequence
 
 from .search_text import TRIGRAM_TEXT_HAZARDS
 
-SCHEMA_VERSION = 24
+SCHEMA_VERSION = 25
 
 # --- seed §4.1 – §4.5 -------------------------------------------------------
 
@@ -808,7 +813,16 @@ V24_ADDITIONS: tuple[str, ...] = _strip((
 ))
 """What the v23→v24 step creates (additive: new tables, new nullable/defaulted columns)."""
 
-DDL: tuple[str, ...] = DDL_V23 + V24_ADDITIONS
+DDL_V24: tuple[str, ...] = DDL_V23 + V24_ADDITIONS
+"""The v24 layout."""
+
+V25_ADDITIONS: tuple[str, ...] = (
+    "ALTER TABLE messages ADD COLUMN wire_cut INTEGER",
+    "ALTER TABLE messages ADD COLUMN line_crc INTEGER",
+)
+"""What the v24→v25 step adds (nullable columns: older rows take the parsing path)."""
+
+DDL: tuple[str, ...] = DDL_V24 + V25_ADDITIONS
 """The full current DDL (``SCHEMA_VERSION``), in creation order."""
 
 

@@ -1,40 +1,33 @@
 """The ``session.get`` reply, encoded once from the transcript's own bytes (seed 003 §5).
 
 A window's message lines are already JSON: the host wrote them with orjson, and
-the index knows each one's offset and length. Most lines reach the client as
-they are, with the index's ``seq`` (and ``turnId``) appended, so a whole-history
-read costs one sequential read of the lines and a few byte scans per line, not
-a parse and a re-encode of every message. The one part of a line that may need
-a change is its top-level ``meta`` (the receipt is stripped from it, as
-``records.wire_record`` does): the host writes ``meta`` last, so only that tail
-is parsed and re-encoded (:func:`_splice_into`).
+the index knows each one's offset and length. When a row is indexed from its
+line's bytes, :func:`describe_line` records two numbers with it
+(``messages.wire_cut``, ``messages.line_crc``): how many leading bytes of the
+line the client sees as they are — everything but a trailing
+``"meta":{"receipt":…}`` (the receipt is the host's; ``records.wire_record``
+strips it) and the closing brace — and the line's CRC-32. A reply then sends
+each line's first ``wire_cut`` bytes, closes ``meta`` where only the receipt
+was cut from it, and appends the index's ``seq`` (and ``turnId`` when the line
+has none): no parse, no scan, one CRC per line.
 
-A line takes the parsing path (:func:`project_line`, exactly the old
-projection) when the bytes do not prove the splice right: a deleted row, a line
-longer than the content cap, the ``messageAround`` target, a line that does not
-start like the host's own message lines, a ``seq`` (or, with a turn, a
-``turnId``) key anywhere before the tail, a tail that does not parse on its
-own. Every check can only send a line to the slow path: a key the change would
-touch shows up as its quoted name in the bytes (string contents have their
-quotes escaped).
+A line takes the parsing path (:func:`project_line`, the projection clients
+always got) when its row has no description (indexed before v24, or without
+its bytes at hand), when the bytes no longer match the CRC (the file changed
+under the index: the parser shows what is there, or a ``corrupt`` placeholder),
+for a deleted row, for a line longer than the content cap, and for the
+``messageAround`` target. :func:`describe_line` itself refuses lines whose
+wire form it cannot prove to be a prefix of the bytes (a top-level ``seq``, a
+receipt not last in a last ``meta``, bytes another encoder wrote).
 
-Damage: the index vouches for the lines it points at (they parsed when they
-were indexed). The byte path still refuses the damage a crash or a disk leaves
-behind — a zeroed block (NUL bytes), a line cut short (no closing brace), lines
-broken apart or run together (newline count, ``}{"type":``) — and sends those
-lines through the parser, which shows an unreadable one as a ``corrupt``
-placeholder like before. A same-length overwrite with other printable bytes is
-outside what these checks see; ``pi-host doctor`` finds it (every line parsed
-against its index row) and repairs the index.
-
-Reads go in chunks of at most :data:`MAX_CHUNK` bytes and the reply grows in
-one buffer, so the memory of a whole-history read is about the reply's size.
-Synchronous and pure of trio: it runs in a read-pool thread.
+Reads go in chunks of at most :data:`MAX_CHUNK` bytes; the reply is joined
+once. Synchronous and pure of trio: it runs in a read-pool thread.
 """
 
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -48,21 +41,57 @@ from .jsonio import loads_line
 from .records import cap_content, wire_record
 from .transcript import open_error
 
-__all__ = ["MAX_CHUNK", "Row", "encode_window", "project_line", "with_field"]
+__all__ = ["MAX_CHUNK", "Row", "describe_line", "encode_window", "project_line", "with_field"]
 
 MAX_CHUNK = 4 * 1024 * 1024
 
-Row = tuple[int, int, int, int, "str | None"]
-"""``index.window_spans``: seq, line offset, line length, deleted, turn id."""
+Row = tuple[int, int, int, int, "str | None", "int | None", "int | None"]
+"""``index.window_spans``: seq, line offset, line length, deleted, turn id, wire cut, line CRC."""
 
 SEQ: Final = 0
 OFFSET: Final = 1
 LENGTH: Final = 2
 DELETED: Final = 3
 TURN: Final = 4
+WIRE: Final = 5
+CRC: Final = 6
 
-_MESSAGE_PREFIX = b'{"type":"message"'
+_HAS_TURN = 1  # wire_cut flags (low bits): the line has its own top-level turnId
+_CLOSE_META = 2  # only the receipt was cut out of meta: close meta again
+_FLAG_BITS = 2
 _CORRUPT: dict[str, Any] = {"type": "message", "id": None, "corrupt": True}
+
+
+def describe_line(line: bytes, record: Mapping[str, Any]) -> tuple[int | None, int]:
+    """``(wire_cut, crc)`` of one message line as written (``record`` parsed from it).
+
+    ``wire_cut`` packs the count of leading bytes a reply sends as they are with two flags
+    (:data:`_HAS_TURN`, :data:`_CLOSE_META`); ``None`` when the wire form is not such a prefix
+    (the reply parses that line). The cut is proven, not guessed: the bytes after it must be
+    exactly what orjson writes for the cut-off part.
+    """
+    crc = zlib.crc32(line)
+    if "seq" in record or not line.endswith(b"}\n"):
+        return None, crc
+    flags = _HAS_TURN if "turnId" in record else 0
+    meta = record.get("meta")
+    if isinstance(meta, Mapping) and "sessionMessage" in meta:
+        return None, crc  # wire_record projects collaboration provenance to the top level: parsed
+    if not isinstance(meta, Mapping) or "receipt" not in meta:
+        return (len(line) - 2) << _FLAG_BITS | flags, crc
+    if list(record)[-1] != "meta" or list(meta)[-1] != "receipt":  # the host writes both last
+        return None, crc
+    try:
+        if len(meta) == 1:
+            tail = b',"meta":' + orjson.dumps(meta) + b"}\n"
+        else:
+            tail = b',"receipt":' + orjson.dumps(meta["receipt"]) + b"}}\n"
+            flags |= _CLOSE_META
+    except orjson.JSONEncodeError:
+        return None, crc
+    if not line.endswith(tail):
+        return None, crc
+    return (len(line) - len(tail)) << _FLAG_BITS | flags, crc
 
 
 def project_line(line: bytes, row: Row, content_limit: int | None, *, target: bool = False) -> dict[str, Any]:
@@ -79,47 +108,6 @@ def project_line(line: bytes, row: Row, content_limit: int | None, *, target: bo
     if target and rec.get("role") in ("user", "assistant"):
         return rec  # the messageAround target is shown whole
     return cap_content(rec, content_limit)
-
-
-def _splice(buf: bytes, view: memoryview, begin: int, stop: int, row: Row,
-            content_limit: int | None) -> list[Any] | None:
-    """The pieces of ``buf[begin:stop]`` (one line, no newline) as the client sees it, from its bytes.
-
-    ``None`` when the line needs the parsing path. A top-level ``meta`` is the only part that may
-    need a change (its receipt): the host writes it last, so the line's tail from the last
-    ``,"meta":{`` is parsed on its own; it parses as one object only if that comma is a top-level
-    one (a nested one leaves closing brackets over, and a string cannot hold the unescaped
-    quotes). Everything before it goes out as it is.
-    """
-    if row[DELETED] or stop - begin < len(_MESSAGE_PREFIX) + 1 or buf[stop - 1] != 0x7D:  # "}"
-        return None
-    if content_limit is not None and stop - begin > content_limit:
-        return None  # a text longer than the cap could be inside
-    if not buf.startswith(_MESSAGE_PREFIX, begin) or buf.find(b'}{"type":', begin, stop) >= 0:
-        return None  # not one of the host's message lines, or two lines run together
-    turn = row[TURN]
-    head_end = stop - 1  # before the record's closing brace
-    pieces: list[Any] = []
-    at = buf.rfind(b',"meta":{', begin, stop)
-    if at >= 0:
-        try:
-            tail = orjson.loads(b"{" + buf[at + 1:stop])
-        except orjson.JSONDecodeError:
-            return None  # the last one is nested: a top-level meta may sit before it
-        if not isinstance(tail, dict) or "seq" in tail or (turn is not None and "turnId" in tail):
-            return None
-        head_end = at
-        rest = wire_record(tail)
-        if rest:
-            pieces.append(b"," + orjson.dumps(rest)[1:-1])
-    if buf.find(b'"seq"', begin, head_end) >= 0 or (turn is not None and buf.find(b'"turnId"', begin, head_end) >= 0):
-        return None  # the key may be a top-level one: let the parser decide
-    pieces.insert(0, view[begin:head_end])
-    if turn is None:
-        pieces.append(b',"seq":%d}' % row[SEQ])
-    else:
-        pieces.append(b',"seq":%d,"turnId":%b}' % (row[SEQ], orjson.dumps(turn)))
-    return pieces
 
 
 def _chunks(rows: Sequence[Row]) -> list[tuple[int, int, int, int]]:
@@ -179,33 +167,36 @@ def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content
         fd = open_nofollow(name, os.O_RDONLY)
     except OSError as exc:
         raise open_error(exc, name, "read transcript") from exc
+    append = pieces.append
+    crc32 = zlib.crc32
     try:
         comma = False
         for lo, hi, offset, size in _chunks(rows):
             buf = _pread_exactly(fd, size, offset, name)
-            # Damage the per-line checks could miss (a zeroed block, a line broken in two)
-            # sends the whole chunk down the parsing path.
-            newlines = (hi - lo) - (0 if buf.endswith(b"\n") else 1)
-            intact = buf.find(b"\x00") < 0 and buf.count(b"\n") == newlines
-            view = memoryview(buf)  # slices of it stay in ``pieces`` until the reply is joined
             pos = 0
             for row in rows[lo:hi]:
-                begin, stop = pos, pos + row[LENGTH]
-                pos = stop
-                if stop > begin and buf[stop - 1] == 0x0A:  # "\n"
-                    stop -= 1
+                seq, _, length, deleted, turn, wire, crc = row
+                begin = pos
+                pos += length
                 if comma:
-                    pieces.append(b",")
+                    append(b",")
                 comma = True
-                is_target = target_pos is not None and row[SEQ] - 1 == target_pos
-                spliced = _splice(buf, view, begin, stop, row, content_limit) if intact and not is_target else None
-                if spliced is not None:
-                    pieces.extend(spliced)
+                is_target = target_pos is not None and seq - 1 == target_pos
+                if (wire is not None and not deleted and not is_target
+                        and (content_limit is None or length <= content_limit) and crc32(buf[begin:pos]) == crc):
+                    append(buf[begin:begin + (wire >> _FLAG_BITS)])
+                    close = b"}" if wire & _CLOSE_META else b""
+                    if turn is None or wire & _HAS_TURN:
+                        append(b'%b,"seq":%d}' % (close, seq))
+                    else:
+                        append(b'%b,"seq":%d,"turnId":%b}' % (close, seq, orjson.dumps(turn)))
                     continue
-                rec = project_line(buf[begin:stop], row, content_limit, target=is_target)
+                line = buf[begin:pos]
+                rec = project_line(line[:-1] if line.endswith(b"\n") else line, row, content_limit,
+                                   target=is_target)
                 if is_target:
                     target = rec
-                pieces.append(orjson.dumps(rec))
+                append(orjson.dumps(rec))
     finally:
         os.close(fd)
     return target

@@ -269,8 +269,8 @@ def read_file_window(path: Path, req: WindowRequest, session: Mapping[str, Any],
             return w
     w.start, w.end = window_bounds(w.total, req, w.target_pos)
     deleted = t.deleted_ids if t is not None else frozenset()
-    rows = [(i + 1, e.offset, e.length, int(e.id in deleted), e.record.get("turnId"))
-            for i, e in enumerate(messages[w.start:w.end], start=w.start)]
+    rows = [(i + 1, e.offset, e.length, int(e.id in deleted), e.record.get("turnId"), None, None)
+            for i, e in enumerate(messages[w.start:w.end], start=w.start)]  # no descriptors: parsed
     ids = set(t.positions) if t is not None else set()
     comps = [c for c in (t.compactions if t is not None else [])
              if c.record.get("throughMessageId") is None or c.record.get("throughMessageId") in ids]

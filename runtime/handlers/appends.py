@@ -74,7 +74,7 @@ async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> lis
         held: dict[str, Held] = {}
         offset = first
         for w in writes:
-            items.append(index.IndexRecord(w.record, offset, len(w.line), None if w.replace else w.seq))
+            items.append(index.IndexRecord(w.record, offset, len(w.line), None if w.replace else w.seq, w.line))
             held[w.record["id"]] = Held(sid, w.ref, is_streaming(w.record))
             offset += len(w.line)
         # Acknowledged now (the lines are durable); the index catches up behind the read barrier.
@@ -87,7 +87,7 @@ async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> lis
             data: dict[str, Any] = {"message": w.ref}
             if len(w.line) <= EVENT_RECORD_MAX:
                 data["record"] = wire_record(w.record)
-            ctx.publish("session.message", data)
+            ctx.publish("session.message", data, size=min(len(w.line), EVENT_RECORD_MAX))
     return [_answer(o, seq) for o in plan.outcomes]
 
 

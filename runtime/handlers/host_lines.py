@@ -38,7 +38,7 @@ async def append_record(
     refs: list[dict[str, Any]] = []
 
     def op(conn: Any) -> T:
-        ref = index.index_messages(conn, sid, [index.IndexRecord(record, offsets[0], len(line), None)],
+        ref = index.index_messages(conn, sid, [index.IndexRecord(record, offsets[0], len(line), None, line)],
                                    indexed_len=new_len, file_epoch=epoch, now_ms=now)[0]
         refs.append(ref)
         return respond(conn, ref)
@@ -54,4 +54,4 @@ def publish_message(ctx: SessionContext, record: Mapping[str, Any], ref: Mapping
     data: dict[str, Any] = {"message": dict(ref)}
     if size <= EVENT_RECORD_MAX:
         data["record"] = wire_record(record)
-    ctx.publish("session.message", data)
+    ctx.publish("session.message", data, size=min(size, EVENT_RECORD_MAX))

@@ -233,7 +233,7 @@ async def save_active(ctx: SessionContext, p: m.SaveActiveRevisionParams, key: R
     if stamped_rec != root:
         line = dumps_line(stamped_rec)
         offsets, new_len = await ctx.write_lines([line])
-        item = index.IndexRecord(stamped_rec, offsets[0], len(line))
+        item = index.IndexRecord(stamped_rec, offsets[0], len(line), line=line)
     # 2. the constant-size reference line
     path, faults = ctx.paths.revisions, ctx.faults
     await ctx.io(lambda: append_revision_lines(path, [revision_live_line(family, idx, created_at_ms=now)],

@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from actors.events import CursorExpired, EventBus, InvalidTopics, SubscriberOverflow, Subscription
+from actors.events import EVENT_BYTES_ESTIMATE, CursorExpired, EventBus, InvalidTopics, SubscriberOverflow, Subscription
 
 
 async def drain(sub: Subscription, n: int) -> list[int]:
@@ -120,3 +120,22 @@ def test_invalid_topics_rejected(topics: object) -> None:
     with pytest.raises(InvalidTopics):
         EventBus().subscribe(topics)  # type: ignore[arg-type]
 
+
+
+async def test_backlog_is_bounded_by_bytes_too() -> None:
+    """A burst of large records shortens how far back a client can resume; it never grows the host."""
+    bus = EventBus(backlog=1000, backlog_bytes=10_000)
+    for _ in range(10):
+        bus.publish("session.message", {"n": 1}, size=4000)
+    stats = bus.statistics()
+    assert (stats.backlog_used, stats.backlog_bytes, stats.oldest_cursor) == (2, 8000, 9)
+    with pytest.raises(CursorExpired):
+        bus.subscribe(["session.message"], cursor=7)
+    bus.subscribe(["session.message"], cursor=8)  # the oldest kept event is 9: replay from 8 works
+    for _ in range(100):  # small events weigh at least EVENT_BYTES_ESTIMATE
+        bus.publish("session.queue", {})
+    stats = bus.statistics()
+    assert stats.backlog_bytes <= 10_000 and stats.backlog_used == 10_000 // EVENT_BYTES_ESTIMATE
+    one = EventBus(backlog=10, backlog_bytes=100)
+    one.publish("session.message", {}, size=1_000_000)  # larger than the bound: the newest stays resumable
+    assert one.statistics().backlog_used == 1

@@ -1,4 +1,4 @@
-"""Version handling: resets (seed §11.5), the v20→v21→v22→v23→v24 chain, backups, rollback.
+"""Version handling: resets (seed §11.5), the v20→v21→v22→v23→v24→v25 chain, backups, rollback.
 
 The seed's own chain (7 … 17) is tested with fixtures built from the seed's DDL
 in ``tests/migrations``."""
@@ -24,7 +24,7 @@ from store.migrations import (
     ddl_for_version,
     migrate,
 )
-from store.schema import DDL, SCHEMA_VERSION, V24_ADDITIONS
+from store.schema import DDL, SCHEMA_VERSION, V24_ADDITIONS, V25_ADDITIONS
 
 from ._sqlite_helpers import (
     NOW_MS,
@@ -110,10 +110,11 @@ def test_ddl_for_version_20_is_21_without_boot_reports_and_turn_index() -> None:
     assert any("ordinal" in s for s in DDL) and any("search_hazard" in s for s in DDL)
     with pytest.raises(ValueError, match="no DDL kept"):
         ddl_for_version(7)
-    assert [s.to_version for s in STEPS] == [21, 22, 23, 24]
-    assert [s.destructive for s in STEPS] == [False, True, False, False]
+    assert [s.to_version for s in STEPS] == [21, 22, 23, 24, 25]
+    assert [s.destructive for s in STEPS] == [False, True, False, False, False]
     assert ddl_for_version(22) + ("CREATE INDEX idx_messages_created ON messages(created_at)",) == ddl_for_version(23)
-    assert ddl_for_version(23) + V24_ADDITIONS == DDL
+    assert ddl_for_version(23) + V24_ADDITIONS == ddl_for_version(24)
+    assert ddl_for_version(24) + V25_ADDITIONS == DDL
 
 
 def test_pre_v7_database_is_archived_as_v6_bak_and_a_fresh_file_starts(tmp_path: Path) -> None:
@@ -238,7 +239,7 @@ def test_destructive_step_gets_a_readable_backup_first(
     result = migrate(v20_conn, tmp_path / "pi.sqlite", [step, *STEPS[1:]], now_ms=NOW_MS)
 
     backup = tmp_path / "pi.sqlite.v20.bak"
-    assert result.backups == [backup, tmp_path / "pi.sqlite.v21.bak"] and result.applied == [21, 22, 23, 24]
+    assert result.backups == [backup, tmp_path / "pi.sqlite.v21.bak"] and result.applied == [21, 22, 23, 24, 25]
     assert user_version(v20_conn) == SCHEMA_VERSION
     assert v20_conn.execute("SELECT ns FROM kv ORDER BY ns").fetchall() == [("app",)]
     assert v20_conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1  # restored
@@ -282,7 +283,7 @@ def test_failing_step_rolls_back_and_leaves_v20_authoritative(
     assert (tmp_path / "pi.sqlite.v20.bak").exists() == destructive
 
     # once the step is fixed, the same file migrates
-    assert migrate(v20_conn, tmp_path / "pi.sqlite", now_ms=NOW_MS).applied == [21, 22, 23, 24]
+    assert migrate(v20_conn, tmp_path / "pi.sqlite", now_ms=NOW_MS).applied == [21, 22, 23, 24, 25]
 
 
 def test_fault_before_commit_rolls_back_the_real_step(
@@ -351,7 +352,7 @@ def test_v23_database_gets_the_v24_tables_and_columns_additively(tmp_path: Path)
     conn, report = _open(tmp_path)
     try:
         assert report.migrated_from == 23 and report.backups == []  # additive: nothing to back up
-        assert user_version(conn) == SCHEMA_VERSION == 24
+        assert user_version(conn) == SCHEMA_VERSION == 25
         assert conn.execute("SELECT input_tokens, cost_micros, retry_of FROM turns").fetchall() == [(7, 0, None)]
         assert conn.execute("SELECT execution_state, execution_outcome, execution_turn_id FROM plan_approvals"
                             ).fetchall() == [("queued", None, None)]
@@ -365,6 +366,34 @@ def test_v23_database_gets_the_v24_tables_and_columns_additively(tmp_path: Path)
         with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
             conn.execute("INSERT INTO permission_rules(id, scope, tool, decision, created_at) "
                          "VALUES ('g2', 'global', 'Read', 'deny', 1)")
+        migrated = schema_objects(conn)
+    finally:
+        conn.close()
+    fresh_root = tmp_path / "fresh"
+    fresh_root.mkdir()
+    fresh, _ = _open(fresh_root)
+    try:
+        assert migrated == schema_objects(fresh)
+    finally:
+        fresh.close()
+
+
+def test_v24_database_gains_the_wire_columns_additively(tmp_path: Path) -> None:
+    """24→25 only adds two nullable columns: rows indexed before keep NULL (their replies take the parsing
+    path), no backup is taken, the layout is a fresh install's."""
+    db = tmp_path / "pi.sqlite"
+    build_db(db, ddl_for_version(24), 24)
+    conn = connect_plain(db)
+    try:
+        add_session(conn, "s1", ["indexed before v25", "and another"])
+    finally:
+        conn.close()
+    conn, report = _open(tmp_path)
+    try:
+        assert report.migrated_from == 24 and report.backups == []
+        assert user_version(conn) == SCHEMA_VERSION == 25
+        assert conn.execute("SELECT seq, wire_cut, line_crc FROM messages ORDER BY seq").fetchall() == [
+            (1, None, None), (2, None, None)]
         migrated = schema_objects(conn)
     finally:
         conn.close()

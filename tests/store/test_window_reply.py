@@ -4,11 +4,13 @@ The reference below is written independently of the module: every line parsed,
 the receipt stripped from ``meta``, the deleted flag, ``seq``, ``turnId`` (only
 where the line has none), the content cap (not for the ``messageAround``
 target), a corrupt line shown as a placeholder. Hypothesis draws lines that hit
-every reason the byte path must fall back to parsing, and lines that must not.
+every reason the byte path must fall back to parsing (and damage done to a line after it was
+indexed: zeroed, torn, overwritten in place, glued to the next), and lines that must not.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.jsonio import dumps_line
-from store.window_reply import MAX_CHUNK, encode_window, with_field
+from store.window_reply import MAX_CHUNK, describe_line, encode_window, with_field
 
 SESSION = {"id": "s", "title": "t", "messageCount": 0}
 TEXTS = st.sampled_from(["hi", "x" * 40, 'quoted "seq" and "receipt" and "turnId"', "日本語テキスト", "a\\b\nc",
@@ -35,6 +37,8 @@ def _reference(lines: list[bytes], rows: list[tuple[Any, ...]], content_limit: i
         except ValueError:
             rec = {"type": "message", "id": None, "corrupt": True}
         meta = rec.get("meta")
+        if isinstance(meta, dict) and isinstance(meta.get("sessionMessage"), dict):
+            rec["sessionMessage"] = meta["sessionMessage"]
         if isinstance(meta, dict) and "receipt" in meta:
             rest = {k: v for k, v in meta.items() if k != "receipt"}
             if rest:
@@ -64,73 +68,83 @@ def _reference(lines: list[bytes], rows: list[tuple[Any, ...]], content_limit: i
 
 
 @st.composite
-def _line(draw: st.DrawFn, i: int) -> bytes:
+def _line(draw: st.DrawFn, i: int) -> tuple[bytes, bytes, dict[str, Any] | None]:
+    """(the bytes the file holds, the bytes that were indexed, the record they were indexed from)."""
     kind = draw(st.sampled_from(["plain", "receipt", "meta", "metafirst", "seq", "turn", "nested", "result",
-                                 "other", "zeroed", "torn", "glued", "array"]))
+                                 "other", "array", "provenance"]))
     rec: dict[str, Any] = {"type": "message", "id": f"m{i}", "role": draw(st.sampled_from(["user", "assistant",
                                                                                              "tool"])),
                            "blocks": [{"type": "text", "text": draw(TEXTS)}]}
     if kind == "receipt":
-        rec["meta"] = {"receipt": {"c": "cli", "s": f"sub{i}", "f": "ab"}}
+        rec["meta"] = {"receipt": {"clientId": "cli", "submissionId": f"sub{i}", "fingerprint": "ab"}}
     elif kind == "meta":
-        rec["meta"] = {"receipt": {"c": "x"}, "parentToolCallId": "call-1", "status": "done"}
+        rec["meta"] = {"parentToolCallId": "call-1", "status": "done", "receipt": {"c": "x"}}
+    elif kind == "metafirst":  # a client's own meta, placed before the blocks
+        rec = {"type": "message", "id": f"m{i}", "meta": {"receipt": {"c": "x"}, "k": 1}, "role": "user",
+               "blocks": rec["blocks"]}
     elif kind == "seq":
         rec["seq"] = 999
     elif kind == "turn":
         rec["turnId"] = "own-turn"
-    elif kind == "metafirst":  # a client's own meta, placed before the blocks
-        rec = {"type": "message", "id": f"m{i}", "meta": {"receipt": {"c": "x"}, "k": 1}, "role": "user",
-               "blocks": rec["blocks"]}
     elif kind == "nested":
         rec["blocks"].append({"type": "tool_call", "callId": "c", "name": "n",
                               "input": {"seq": 1, "turnId": "t", "receipt": {"x": 1}, "meta": {"receipt": 2}}})
         if draw(st.booleans()):
-            rec["meta"] = {"receipt": {"c": "cli"}, "note": ',"meta":{'}
+            rec["meta"] = {"note": ',"meta":{', "receipt": {"c": "cli"}}
     elif kind == "result":
         rec["blocks"] = [{"type": "tool_result", "callId": "c", "result": draw(TEXTS)}]
-    if kind == "zeroed":  # a block of zeros where the line was (same length)
-        return b"\x00" * len(dumps_line(rec))
-    if kind == "torn":  # the line lost its end
-        return dumps_line(rec)[: draw(st.integers(1, 20))]
-    if kind == "glued":  # the newline between two lines lost
-        return dumps_line(rec)[:-1] + dumps_line({**rec, "id": f"g{i}"})
+    elif kind == "provenance":  # a collaboration input row: projected as top-level sessionMessage
+        rec["meta"] = {"sessionMessage": {"deliveryId": f"d{i}", "kind": "task"},
+                       **({"receipt": {"c": "x"}} if draw(st.booleans()) else {})}
     if kind == "array":
-        return b"[1,2]\n"
+        return b"[1,2]\n", b"[1,2]\n", None
     line = dumps_line(rec)
-    if kind == "other":  # not in the host's own key order: parsed, never spliced
-        line = orjson.dumps({"id": rec["id"], **rec}) + b"\n"
-    return line if draw(st.booleans()) else line[:-1]  # the last line of a file may lack its newline
+    if kind == "other":  # another encoder's spacing: described as unusable, parsed
+        line = json.dumps(rec).encode() + b"\n"
+    held = line
+    damage = draw(st.sampled_from(["none"] * 6 + ["zeroed", "torn", "overwritten", "glued"]))
+    if damage == "zeroed":  # a block of zeros where the line was (same length)
+        held = b"\x00" * len(line)
+    elif damage == "torn":  # the line lost its end
+        held = line[: draw(st.integers(1, 20))]
+    elif damage == "overwritten":  # same length, other printable bytes: only the CRC sees it
+        k = draw(st.integers(0, len(line) - 2))
+        held = line[:k] + (b"#" if line[k:k + 1] != b"#" else b"%") + line[k + 1:]
+    elif damage == "glued":  # the newline between two lines lost
+        held = line[:-1] + dumps_line({**rec, "id": f"g{i}"})
+    return held, line, rec
 
 
 @st.composite
 def _window(draw: st.DrawFn) -> tuple[list[bytes], list[tuple[Any, ...]], int | None, int | None]:
     n = draw(st.integers(0, 12))
-    lines = [draw(_line(i)) for i in range(n)]
+    drawn = [draw(_line(i)) for i in range(n)]
+    body = [held for held, _, _ in drawn]
     rows = []
     offset = 0
-    for i, line in enumerate(lines):
+    for i, (held, indexed, rec) in enumerate(drawn):
         deleted = int(draw(st.booleans()) and draw(st.booleans()))
         turn = draw(st.sampled_from([None, "t1", 'quo"te']))
-        rows.append((i + 1, offset, len(line), deleted, turn))
-        offset += len(line)
+        wire, crc = describe_line(indexed, rec) if rec is not None else (None, None)
+        if draw(st.integers(0, 5)) == 0:
+            wire, crc = None, None  # a row indexed before v25
+        rows.append((i + 1, offset, len(held), deleted, turn, wire, crc))
+        offset += len(held)
     limit = draw(st.sampled_from([None, 1, 5, 30, 10_000]))
     target = draw(st.sampled_from([None, *range(n)]))
-    return lines, rows, limit, target
+    return body, rows, limit, target
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(window=_window())
 def test_the_encoded_reply_is_the_parsed_projection(tmp_path_factory: Any, window: Any) -> None:
-    lines, rows, limit, target = window
+    body, rows, limit, target = window
     path = Path(tmp_path_factory.mktemp("w")) / "s.jsonl"
-    # a line without its newline only makes sense last; the others get theirs back
-    body = [ln if ln.endswith(b"\n") or k == len(lines) - 1 else ln + b"\n" for k, ln in enumerate(lines)]
-    rows = [(r[0], sum(len(b) for b in body[:k]), len(body[k]), r[3], r[4]) for k, r in enumerate(rows)]
     path.write_bytes(b"".join(body))
     reply, found = encode_window(path, SESSION, rows, [], start=0, end=len(rows), total=len(rows) + 3,
                                  content_limit=limit, target_pos=target)
     got = orjson.loads(reply)
-    want = _reference(body, rows, limit, target)
+    want = _reference([b[:-1] if b.endswith(b"\n") else b for b in body], rows, limit, target)
     assert got["messages"] == want
     assert got["session"] == SESSION and got["compactions"] == []
     assert (got["messageStart"], got["messageEnd"], got["totalMessages"]) == (0, len(rows), len(rows) + 3)
@@ -141,6 +155,24 @@ def test_the_encoded_reply_is_the_parsed_projection(tmp_path_factory: Any, windo
         assert found is None
 
 
+def test_a_described_line_goes_out_as_its_own_bytes(tmp_path: Path) -> None:
+    """The fast path is taken (not only correct): the reply holds the line's bytes verbatim."""
+    rec = {"type": "message", "id": "m1", "role": "user", "blocks": [{"type": "text", "text": "a  b\u00e9"}],
+           "meta": {"status": "ok", "receipt": {"clientId": "c", "submissionId": "s"}}}
+    line = dumps_line(rec)
+    wire, crc = describe_line(line, rec)
+    assert wire is not None
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(line)
+    reply, _ = encode_window(path, SESSION, [(1, 0, len(line), 0, "t9", wire, crc)], [], start=0, end=1, total=1,
+                             content_limit=None)
+    head = line[: line.index(b',"receipt":')]
+    assert head + b'},"seq":1,"turnId":"t9"}' in reply
+    assert orjson.loads(reply)["messages"][0]["meta"] == {"status": "ok"}
+    for refused in ({**rec, "seq": 3}, {**rec, "meta": {"receipt": {"c": 1}, "status": "ok"}}):
+        assert describe_line(dumps_line(refused), refused)[0] is None
+
+
 def test_reads_in_chunks_and_keeps_lines_that_cross_no_chunk_boundary(tmp_path: Path) -> None:
     big = "y" * (MAX_CHUNK // 3)
     lines = [dumps_line({"type": "message", "id": f"b{i}", "role": "user", "blocks": [{"type": "text", "text": big}]})
@@ -149,7 +181,7 @@ def test_reads_in_chunks_and_keeps_lines_that_cross_no_chunk_boundary(tmp_path: 
     path.write_bytes(b"".join(lines))
     rows, offset = [], 0
     for i, line in enumerate(lines):
-        rows.append((i + 1, offset, len(line), 0, None))
+        rows.append((i + 1, offset, len(line), 0, None, *describe_line(line, orjson.loads(line))))
         offset += len(line)
     reply, _ = encode_window(path, SESSION, rows, [], start=0, end=7, total=7, content_limit=None)
     got = orjson.loads(reply)["messages"]
