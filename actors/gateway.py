@@ -73,6 +73,8 @@ class Gateway:
         self._ids = itertools.count(1)
         self._work = ByteBudget(config.max_host_work_bytes)  # window reads in flight, all connections
         self._outbound = SharedBytes(config.max_host_outbound_bytes)  # frames queued, all connections
+        self._head_ids = itertools.count(1)
+        self._pending_heads: dict[int, trio.CancelScope] = {}  # connections whose request is not read yet, oldest first
         self._accepting = 0  # handshakes being accepted (count toward the unauthenticated cap)
         self._unauthenticated: dict[int, GatewayConnection] = {}  # oldest first
         self._authenticated: set[int] = set()
@@ -105,15 +107,14 @@ class Gateway:
         """One TCP connection: plain HTTP is answered by the site, an upgrade becomes a WebSocket."""
         config = self._config
         try:
-            with trio.fail_after(config.handshake_timeout):
-                head = await read_head(stream)
-        except (trio.TooSlowError, EOFError, ValueError, trio.BrokenResourceError, OSError):
+            prefixed = await self._read_request(stream)
+        except Exception:
+            # Nothing a peer sends before it is a WebSocket may take the listener (and the host) down.
+            logger.exception("gateway: a plain HTTP request failed")
+            prefixed = None
+        if prefixed is None:
             await trio.aclose_forcefully(stream)
             return
-        if self._site is not None and not is_websocket_upgrade(head):
-            await self._site.serve(stream, head, self._port, config.handshake_timeout)
-            return
-        prefixed = PrefixedStream(stream, head)
         async with trio.open_nursery() as nursery:
             with trio.move_on_after(config.handshake_timeout) as connect_scope:
                 request = await wrap_server_stream(nursery, prefixed, message_queue_size=_INBOUND_QUEUE,
@@ -128,6 +129,37 @@ class Gateway:
             finally:
                 nursery.cancel_scope.cancel()  # the connection's reader task
                 await trio.aclose_forcefully(stream)
+
+    async def _read_request(self, stream: trio.SocketStream) -> PrefixedStream | None:
+        """Read the head of a new connection; answer plain HTTP here (``None``), or the stream with the
+        head put back for the WebSocket handshake.
+
+        Until its request is read (and, for plain HTTP, answered) a connection holds one of
+        ``max_pending_heads`` slots, within ``handshake_timeout`` from its accept. When every slot
+        is taken the oldest is closed: a flood of slow or silent sockets, oversized heads or
+        dribbled ``POST /login`` bodies stays bounded in descriptors and memory and cannot lock
+        out a client that sends its head at once (it is never the oldest for long).
+        """
+        config = self._config
+        slot = next(self._head_ids)
+        while len(self._pending_heads) >= config.max_pending_heads:
+            oldest = next(iter(self._pending_heads))
+            self._pending_heads.pop(oldest).cancel()
+            self._counters.evicted_heads += 1
+        scope = trio.CancelScope(deadline=trio.current_time() + config.handshake_timeout)
+        self._pending_heads[slot] = scope
+        try:
+            with scope:
+                head = await read_head(stream)
+                if self._site is not None and not is_websocket_upgrade(head):
+                    await self._site.serve(stream, head, self._port, config.handshake_timeout)
+                    return None
+                return PrefixedStream(stream, head)
+        except (EOFError, ValueError, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return None
+        finally:
+            self._pending_heads.pop(slot, None)
+        return None  # evicted, or out of time
 
     async def _refuse(self, request: WebSocketRequest, status: int, reason: str) -> None:
         self._counters.rejected_total += 1
@@ -233,6 +265,8 @@ class Gateway:
             unauthenticated=len(self._unauthenticated),
             evicted_unauthenticated=self._counters.evicted_unauthenticated,
             oversized_replies=self._counters.oversized_replies,
+            pending_heads=len(self._pending_heads),
+            evicted_heads=self._counters.evicted_heads,
         )
 
 

@@ -95,6 +95,7 @@ class Counters:
     peak_outbound_bytes: int = 0
     oversized_replies: int = 0
     evicted_unauthenticated: int = 0
+    evicted_heads: int = 0
 
 
 class _Sink(Protocol):
@@ -362,12 +363,21 @@ class GatewayConnection:
                 if isinstance(item, CloseAfter):
                     self.close(item.code, item.reason)
                     return
-                try:
-                    fast = await send_text(self._ws, item.chunks, item.size)
-                except PeerGone:
-                    self.close(1000, "")
+                with trio.move_on_after(self._config.send_stall_timeout) as stalled:
+                    try:
+                        fast = await send_text(self._ws, item.chunks, item.size)
+                    except PeerGone:
+                        self.close(1000, "")
+                        return
+                    self.zero_copy_frames += int(fast)
+                if stalled.cancelled_caught:
+                    # The peer has read nothing for that long: closed whatever the bytes queued (a client
+                    # blocked in its own send while we are blocked in ours would hold both forever).
+                    self._counters.slow_consumer_closes += 1
+                    logger.warning("connection %d: one frame unsent for %.0f s, closing (slow consumer)",
+                                   self.id, self._config.send_stall_timeout)
+                    self.close(CLOSE_POLICY, "slow consumer")
                     return
-                self.zero_copy_frames += int(fast)
         except trio.EndOfChannel:
             return
         finally:

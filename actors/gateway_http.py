@@ -225,7 +225,7 @@ class HttpSite:
     def _login(self, body: bytes) -> _Response:
         try:
             payload = json.loads(body or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: 4 KB of "[" nests deeper than json allows
             return _json(400, {"error": "the body must be JSON"})
         code = payload.get("code") if isinstance(payload, dict) else None
         if not isinstance(code, str) or not code or not self._codes.redeem(code):

@@ -40,10 +40,16 @@ class GatewayConfig:
     # Encoded bytes queued by all connections together: past it, a connection with unread
     # frames is closed as a slow consumer (one with an empty queue may always send one frame).
     max_host_outbound_bytes: int = 64 * 1024 * 1024
+    # Per connection: a frame the socket has not taken for this long (the peer reads nothing)
+    # closes the connection as a slow consumer, however few bytes are queued.
+    send_stall_timeout: float = 30.0
     max_in_flight: int = 256  # per connection; reading waits beyond it
     max_request_rate: float = 50_000.0  # requests per second per connection (token bucket); reading waits
     max_connections: int = 256  # authenticated connections
     max_unauthenticated: int = 32  # connections that have not said host.hello yet (oldest evicted)
+    # TCP connections whose request head is not read yet, or whose plain HTTP request is being
+    # answered (oldest evicted): bounds slow, silent and oversized heads before any upgrade.
+    max_pending_heads: int = 64
     max_subscriptions: int = 64  # per connection
     handshake_timeout: float = 10.0
     hello_timeout: float = 5.0
@@ -55,7 +61,7 @@ class GatewayConfig:
         for name in ("max_frame_bytes", "max_params_bytes", "max_batch", "outbound_queue",
                      "max_in_flight", "max_connections", "max_subscriptions", "max_outbound_bytes",
                      "max_reply_bytes", "max_batch_reply_bytes", "max_work_bytes", "max_unauthenticated",
-                     "max_host_work_bytes", "max_host_outbound_bytes"):
+                     "max_pending_heads", "max_host_work_bytes", "max_host_outbound_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewayConfig.{name} must be >= 1")
 
@@ -108,3 +114,5 @@ class GatewayStatistics:
     unauthenticated: int = 0
     evicted_unauthenticated: int = 0
     oversized_replies: int = 0
+    pending_heads: int = 0  # connections whose request head is not read (or plain HTTP answered) yet
+    evicted_heads: int = 0  # of them, closed to make room for a newer one

@@ -142,7 +142,24 @@ def _config_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     models.add_argument("--provider", help="one provider's models")
 
 
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE, what a shell reports for a program whose reader went away."""
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; a reader that goes away (``pi-host sessions | head``) ends it quietly."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a block-buffered pipe fails here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: list[str] | None = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     delegated = _delegated(raw)
     if delegated is not None:

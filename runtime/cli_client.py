@@ -231,7 +231,8 @@ async def _ask(command: str, args: argparse.Namespace, data_dir: DataDir) -> int
 
 # -- follow -------------------------------------------------------------------------------
 FOLLOW_TOPICS = ["session.message", "session.inflight", "session.queue", "session.updated", "session.deleted",
-                 "turn.started", "turn.ended"]
+                 "turn.started", "turn.ended", "approval.requested", "approval.resolved", "interaction.requested",
+                 "interaction.resolved"]
 
 
 def _event_line(topic: str, cursor: int, data: dict[str, Any]) -> str:
@@ -247,6 +248,10 @@ def _event_line(topic: str, cursor: int, data: dict[str, Any]) -> str:
         return f"[{cursor}] {topic} {t.get('id')} {t.get('status')}"
     if topic == "session.queue":
         return f"[{cursor}] {topic} {len(data.get('entries', []))} queued, held={data.get('held')}"
+    if topic.startswith(("approval.", "interaction.")):
+        r = data.get("request", {})
+        what = r.get("argsSummary") or r.get("tool") or r.get("question")
+        return f"[{cursor}] {topic} {r.get('requestId')} {r.get('status')}: {what}"
     return f"[{cursor}] {topic}"
 
 
@@ -274,14 +279,32 @@ def _follow(args: argparse.Namespace, data_dir: DataDir) -> int:
                     if isinstance(item, Resync):
                         line = json.dumps({"resync": item.reason}) if args.json else f"-- resync: {item.reason}"
                     elif isinstance(item, Event):
-                        line = (json.dumps({"topic": item.topic, "cursor": item.cursor, "data": item.data},
-                                           ensure_ascii=False) if args.json
+                        shown: dict[str, Any] = {"topic": item.topic, "cursor": item.cursor, "data": item.data}
+                        if item.transient:  # a preview: its cursor repeats the newest numbered one
+                            shown["transient"] = True
+                        line = (json.dumps(shown, ensure_ascii=False) if args.json
                                 else _event_line(item.topic, item.cursor, item.data))
                     print(line, flush=True)
         return 0
 
+    async def until_interrupted() -> int:
+        """Ctrl-C / SIGTERM cancel the tail at a checkpoint (never a KeyboardInterrupt mid-frame)."""
+        code = 0
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with anyio.create_task_group() as tg:
+                async def run_tail() -> None:
+                    nonlocal code
+                    code = await tail()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(run_tail)
+                async for _ in signals:
+                    tg.cancel_scope.cancel()
+                    break
+        return code
+
     try:
-        return int(anyio.run(tail, backend="trio"))
+        return int(anyio.run(until_interrupted, backend="trio"))
     except KeyboardInterrupt:
         return 0
 

@@ -25,6 +25,7 @@ included).
 
 from __future__ import annotations
 
+import gc
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -165,19 +166,48 @@ async def wait_upkeep_done(status: Callable[[], Awaitable[Any]]) -> tuple[int, f
 
 
 def parse_whole_file(path: Path) -> tuple[float, int]:
+    """The baseline: read the transcript and orjson-parse every line into a list of records (what any
+    reader of a whole history holds at the end), in the caller's process."""
     t0 = time.perf_counter()
-    lines = 0
+    with open(path, "rb") as fh:
+        records = [orjson.loads(line) for line in fh]
+    secs = time.perf_counter() - t0
+    return secs, len(records)
+
+
+def parse_discarding(path: Path) -> float:
+    """The same parse, each record dropped at once (the allocator reuses its memory): reported only."""
+    t0 = time.perf_counter()
     with open(path, "rb") as fh:
         for line in fh:
             orjson.loads(line)
-            lines += 1
-    return time.perf_counter() - t0, lines
+    return time.perf_counter() - t0
 
 
-async def _alternate(path: Path, reps: int, read: Callable[[], Awaitable[float]]) -> tuple[list[float], list[float]]:
+def parse_gc_paused(path: Path) -> float:
+    """The baseline's parse with the cyclic garbage collector paused (no collections while the list
+    grows, as ``protocol.jsonrpc.loads_large`` decodes a large reply): reported only."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        with open(path, "rb") as fh:
+            records = [orjson.loads(line) for line in fh]
+        secs = time.perf_counter() - t0
+    finally:
+        if enabled:
+            gc.enable()
+    del records
+    return secs
+
+
+async def _alternate(path: Path, reps: int, read: Callable[[], Awaitable[float]],
+                     discarding: list[tuple[float, float]] | None) -> tuple[list[float], list[float]]:
     """``reps`` rounds of (parse the file, one timed read), the order flipping every round."""
     parse: list[float] = []
     reads: list[float] = []
+    if discarding is not None:
+        discarding.append((parse_discarding(path), parse_gc_paused(path)))
     for r in range(reps):
         if r % 2:
             reads.append(await read())
@@ -191,6 +221,7 @@ async def _alternate(path: Path, reps: int, read: Callable[[], Awaitable[float]]
 async def _in_process(root: Path, n: int, reps: int) -> dict[str, Any]:
     path = root / "sessions" / f"{SID}.jsonl"
     decode: list[float] = []
+    discarding: list[tuple[float, float]] = []
     counts: list[int] = []
     kinds: set[str] = set()
     async with inprocess_host(root, search_upkeep_after=UPKEEP_AFTER) as host:
@@ -221,8 +252,9 @@ async def _in_process(root: Path, n: int, reps: int) -> dict[str, Any]:
 
         first = await read()  # warm-up: the first read after the build
         decode.clear()
-        parse, reads = await _alternate(path, reps, read)
+        parse, reads = await _alternate(path, reps, read, discarding)
     return {"buildSecs": build, "first": first, "parse": parse, "reads": reads, "decode": decode, "pages": counts,
+            "discarding": discarding,
             "resultTypes": sorted(kinds), "upkeepSteps": steps, "upkeepWaitSecs": quiet, "ids": ids}
 
 
@@ -243,7 +275,7 @@ async def _websocket(url: str, token: str, path: Path, file_bytes: int, ids: lis
             return secs
 
         first = await read()  # the fresh process's first read: its actor starts, the layout is read cold
-        parse, reads = await _alternate(path, reps, read)
+        parse, reads = await _alternate(path, reps, read, None)
     return {"first": first, "parse": parse, "reads": reads}
 
 
@@ -269,6 +301,10 @@ def run_history(sizes: Sizes, work: Path) -> Section:
         "firstReadMs": rnd(inproc["first"] * 1000),
         "medianMs": rnd(in_read * 1000),
         "parseWholeFileMs": rnd(in_parse * 1000),
+        "parseDiscardingEachRecordMs": rnd(inproc["discarding"][0][0] * 1000),
+        "parseGcPausedMs": rnd(inproc["discarding"][0][1] * 1000),
+        "ratioToParseDiscarding": rnd(ratio(in_read, inproc["discarding"][0][0])),
+        "ratioToParseGcPaused": rnd(ratio(in_read, inproc["discarding"][0][1])),
         "ratioToParse": rnd(ratio(in_read, in_parse)),
     }
     if pre_encoded:
@@ -291,8 +327,11 @@ def run_history(sizes: Sizes, work: Path) -> Section:
                ratio(ws_read, ws_parse), "<=", WEBSOCKET_TARGET),
     ]
     sec.notes = [
-        "parse: open the transcript and orjson.loads every line (header included), in the process that times "
-        "the read (the bench process, also for WebSocket: it is the client); parse and read alternate rep by "
+        "parse: open the transcript and orjson.loads every line (header included) into a list of records (what "
+        "a reader of the whole history holds; parseDiscardingEachRecordMs drops each record at once instead, "
+        "parseGcPausedMs keeps them with the garbage collector paused; both once, before the reps, reported "
+        "without a target), in the process that times the read (the bench process, also for "
+        "WebSocket: it is the client); parse and read alternate rep by "
         f"rep, order flipped every rep; medians of {sizes.history_reps} reps after one warm-up read",
         f"a whole read is forward pages (messageEnd, messageLimit {MAX_WINDOW}, maxBytes {MAX_REPLY_BYTES}: a reply "
         "is capped at 16 MiB) until hasMoreAfter is false; in-process: pipeline.call('session.get', page, "

@@ -25,12 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from trio_websocket import ConnectionClosed
 
 from protocol.methods import METHODS
 
-__all__ = ["FuzzReport", "Pools", "frames", "fuzz_host", "iter_frames", "method_names", "params_strategy", "verify"]
+__all__ = ["FuzzReport", "Pools", "frames", "fuzz_host", "iter_frames", "method_names", "params_strategy", "seed_pools",
+           "verify"]
 
 _SKIP = frozenset({"host.hello"})
 _PATH_KEYS = frozenset({"projectPath", "workspaceRoot", "path", "root", "roots", "primaryRoot", "outPath",
@@ -40,7 +43,10 @@ _MAX_DEPTH = 6
 
 
 def method_names() -> list[str]:
-    return sorted(name for name in METHODS if name not in _SKIP)
+    """Every routed method (the route table, so a newly routed method is fuzzed without a change here)."""
+    from runtime.routes import ROUTES
+
+    return sorted(name for name in ROUTES if name not in _SKIP)
 
 
 # ---------------------------------------------------------------------------------- schema -> strategy
@@ -202,6 +208,52 @@ class Pools:
     sessions: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     sandbox: str = "/nonexistent"
+    ids: dict[str, list[str]] = field(default_factory=dict)
+    """Other ids by param name (``turnId``, ``requestId``, ``deliveryId``, ``executionId``, ``ruleId``)."""
+
+
+async def seed_pools(c: Any, pools: Pools, sessions: int = 4, messages: int = 3) -> None:
+    """Fixture state for the fuzzer on a fresh host (``c``: a connected ``HostClient``): sessions with
+    messages, and one of each of issue 16's pending things (an approval and its rules, an interaction,
+    a plan request and its execution, a collaboration delivery), so fuzzed requests reach past "not
+    found" into those handlers. Everything is made under ``pools.sandbox``."""
+    from tests.hostkit import msg
+
+    sandbox = Path(pools.sandbox)
+    for i in range(sessions):
+        project = sandbox / f"p{i}"
+        project.mkdir(exist_ok=True)
+        sid = (await c.call("session.create", {"title": f"fuzz {i}", "projectPath": str(project),
+                                               "mode": "plan" if i % 2 else "agent"}))["id"]
+        pools.sessions.append(sid)
+        for j in range(messages):
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"f{i}-{j}", f"fuzz text {j}")})
+            pools.messages.append(f"f{i}-{j}")
+    ids = pools.ids
+    agent, plan = pools.sessions[0], pools.sessions[1]
+    await c.call("session.startTurn", {"sessionId": agent, "turnId": "ft1"})
+    for tool in ("Bash", "Edit"):
+        asked = await c.call("approvals.request", {"sessionId": agent, "turnId": "ft1", "tool": tool, "risk": "low"})
+        ids.setdefault("requestId", []).append(asked["request"]["requestId"])
+    answered = await c.call("approvals.respond", {"sessionId": agent, "requestId": ids["requestId"][0],
+                                                  "optionId": "allow_session"})
+    ids["ruleId"] = [answered["rule"]["id"]]
+    asked = await c.call("interactions.request", {"sessionId": agent, "turnId": "ft1", "question": "Which?",
+                                                  "allowFreeText": True})
+    ids["requestId"].append(asked["request"]["requestId"])
+    submitted = await c.call("plans.submit", {"sessionId": plan, "turnId": "ft2", "toolCallId": "call1", "kind": "plan",
+                                              "markdown": "# Plan\n\nDo it.\n", "title": "Plan", "question": "Ok?",
+                                              "workspaceRoot": str(sandbox / "p1")})
+    ids["requestId"].append(submitted["requestId"])
+    approved = await c.call("plans.respond", {"requestId": submitted["requestId"], "action": "approve"})
+    ids["executionId"] = [approved["approval"]["executionId"]]
+    await c.call("session.startTurn", {"sessionId": plan, "turnId": "ft3"})
+    if len(pools.sessions) >= 4:
+        delivered = await c.call("collab.deliver", {
+            "pluginId": "fuzz", "sourceSessionId": pools.sessions[2], "targetSessionId": pools.sessions[3],
+            "kind": "task", "content": "review this", "idempotencyKey": "fuzz-1", "notifyOnCompletion": True})
+        ids["deliveryId"] = [delivered["delivery"]["id"]]
+    ids["turnId"] = ["ft1", "ft2", "ft3"]
 
 
 def _realistic(params: dict[str, Any], pools: Pools, rng: random.Random) -> dict[str, Any]:
@@ -211,6 +263,9 @@ def _realistic(params: dict[str, Any], pools: Pools, rng: random.Random) -> dict
     for key in ("messageId", "messageAround", "fromMessageId", "throughMessageId"):
         if key in out and pools.messages and rng.random() < 0.6:
             out[key] = rng.choice(pools.messages)
+    for key, known in pools.ids.items():
+        if key in out and known and rng.random() < 0.6:
+            out[key] = rng.choice(known)
     return out
 
 
@@ -283,6 +338,7 @@ class FuzzReport:
     crashes: int = 0
     poisoned: int = 0
     reconnects: int = 0
+    events: int = 0  # event notifications received (a fuzzed events.subscribe), not answers
     codes: Counter[str] = field(default_factory=Counter)
     internal_samples: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -314,27 +370,55 @@ def record(report: FuzzReport, frame: str, message: Any) -> None:
 
 
 async def fuzz_host(url: str, token: str, frame_list: Iterable[str], report: FuzzReport,
-                    on_progress: Callable[[int], None] | None = None) -> None:
-    """Send every frame (one at a time, reading its answer), reconnecting when the host closes us."""
+                    on_progress: Callable[[int], None] | None = None, *, answer_timeout: float = 120.0) -> None:
+    """Send every frame (one at a time, waiting for its answer), reconnecting when the host closes us.
+
+    A reader task drains the socket all the time: event notifications (a fuzzed ``events.subscribe``
+    asks for them) are counted and dropped, answers are handed over. Reading only after each send
+    deadlocked against the host's backpressure once events were flowing (both sides blocked in a
+    send). A frame with no answer within ``answer_timeout`` is a problem (a hang), not a wait forever.
+    """
     from tests.hostile.wire import hello_frame, raw_connection
 
     kinds = ["ui", "agent", "cli", "test"]
     pending = iter(frame_list)
     frame: str | None = next(pending, None)
     sent = 0
+
+    async def drain(ws: Any, out: trio.MemorySendChannel[Any]) -> None:
+        async with out:
+            try:
+                while True:
+                    message = orjson.loads(await ws.get_message())
+                    if isinstance(message, dict) and "method" in message and "id" not in message:
+                        report.events += 1
+                        continue
+                    await out.send(message)
+            except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+
     while frame is not None:
         try:
             async with raw_connection(url, None, max_message_size=64 * 1024 * 1024) as ws:
                 await ws.send_message(hello_frame(token, f"fuzz-{report.reconnects}", kinds[report.reconnects % 4]))
                 await ws.get_message()
-                while frame is not None:
-                    current, frame = frame, next(pending, None)
-                    sent += 1
-                    report.frames += 1
-                    await ws.send_message(current)
-                    record(report, current, orjson.loads(await ws.get_message()))
-                    if on_progress is not None and sent % 1000 == 0:
-                        on_progress(sent)
+                answers_in, answers_out = trio.open_memory_channel[Any](16)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(drain, ws, answers_in)
+                    while frame is not None:
+                        current, frame = frame, next(pending, None)
+                        sent += 1
+                        report.frames += 1
+                        await ws.send_message(current)
+                        with trio.move_on_after(answer_timeout) as waited:
+                            answer = await answers_out.receive()  # EndOfChannel: closed by the host
+                        if waited.cancelled_caught:
+                            report.problems.append(f"no answer within {answer_timeout:g} s to {current[:300]}")
+                            return
+                        record(report, current, answer)
+                        if on_progress is not None and sent % 1000 == 0:
+                            on_progress(sent)
+                    nursery.cancel_scope.cancel()
         except Exception as exc:  # noqa: BLE001 - the host closed the connection (1009, 1008): reconnect
             report.reconnects += 1
             if report.reconnects > max(100, sent // 20):

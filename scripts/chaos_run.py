@@ -50,7 +50,7 @@ import trio.lowlevel
 
 from runtime.client import ClientClosed, open_client
 from scripts.chaos_checker import Report, check
-from scripts.chaos_fuzz import FuzzReport, Pools, fuzz_host, verify
+from scripts.chaos_fuzz import FuzzReport, Pools, fuzz_host, seed_pools, verify
 from scripts.chaos_fuzz import iter_frames as iter_fuzz_frames
 from scripts.chaos_history import History
 from scripts.chaos_observe import ObserveNotes, observe, queue_entry_ids, scan_checkpoints
@@ -431,17 +431,7 @@ async def _fuzz(cfg: RunConfig, workdir: Path, out: Callable[[str], None]) -> Fu
     try:
         pools = Pools(sandbox=str(sandbox))
         async with open_client(host.url, host.token, client_id="fuzz-setup", client_kind="ui") as c:
-            for i in range(6):
-                project = sandbox / f"p{i}"
-                project.mkdir(exist_ok=True)
-                sid = (await c.call("session.create", {"title": f"fuzz {i}", "projectPath": str(project),
-                                                       "mode": "plan" if i % 2 else "agent"}))["id"]
-                pools.sessions.append(sid)
-                for j in range(5):
-                    mid = f"f{i}-{j}"
-                    await c.call("session.appendMessage", {"sessionId": sid, "message": {
-                        "id": mid, "role": "user", "blocks": [{"type": "text", "text": f"fuzz text {j}"}]}})
-                    pools.messages.append(mid)
+            await seed_pools(c, pools, sessions=6, messages=5)
         out(f"fuzz seed={cfg.seed} frames={cfg.frames}: generating")
         frame_iter = await trio.to_thread.run_sync(lambda: iter_fuzz_frames(cfg.frames, seed=cfg.seed, pools=pools))
         await fuzz_host(host.url, host.token, frame_iter, report,

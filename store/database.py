@@ -30,6 +30,7 @@ from .migrations import (
     free_path,
     migrate,
     move_db_family,
+    refuse_before_writing,
     reset_database,
     schema_too_new,
     schema_unknown,
@@ -285,6 +286,16 @@ class OpenReport:
         }
 
 
+def _in_wal_mode(db_path: Path) -> bool:
+    """The file header says WAL (read/write format version bytes 18-19 are 2)."""
+    try:
+        with db_path.open("rb") as f:
+            header = f.read(20)
+    except OSError as exc:
+        raise classify_os_error(exc, f"reading {db_path}") from exc
+    return len(header) == 20 and header[18:20] == b"\x02\x02"
+
+
 def _connect_writer(db_path: Path) -> sqlite3.Connection:
     if not db_path.exists():
         # Created by us so that the file (and the -wal/-shm SQLite derives
@@ -350,6 +361,10 @@ def open_writer(
                 )
                 report.archived_version = probe.user_version
                 report.rebuilt = True
+            if action is OpenAction.UPGRADE and not _in_wal_mode(db_path):
+                # The writer's PRAGMAs would rewrite the header of a rollback-journal
+                # file: a refusal must be found while the file is still untouched.
+                refuse_before_writing(db_path, now_ms=now_ms, platform=platform)
     elif any(Path(f"{db_path}{s}").exists() for s in SIDECAR_SUFFIXES):
         report.corruption = "journal files without their database"
         report.quarantined = quarantine_database(

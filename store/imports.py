@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,7 +91,7 @@ def origin_row(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | No
 def _fingerprint(path: Path, consumed: int) -> str | None:
     """SHA-256 of the first ``consumed`` bytes (None when the file is shorter or unreadable)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO: never blocks
     except OSError:
         return None
     try:
@@ -119,6 +120,8 @@ def sources_unchanged(unit: SourceUnit, origin: Mapping[str, Any] | None) -> boo
         try:
             st = os.stat(path, follow_symlinks=False)
         except OSError:
+            return False
+        if not stat.S_ISREG(st.st_mode):  # replaced by a FIFO, a device, a folder: read again (and refused)
             return False
         if not isinstance(seen, Mapping) or st.st_size != seen.get("size") or st.st_mtime_ns != seen.get("mtimeNs"):
             return False

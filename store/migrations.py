@@ -499,18 +499,21 @@ def plan_steps(current: int, steps: Sequence[MigrationStep]) -> list[MigrationSt
 
 
 def backup_database(
-    conn: sqlite3.Connection, db_path: Path, version: int, *, now_ms: int
+    conn: sqlite3.Connection, db_path: Path, version: int, *, now_ms: int, checkpoint: bool = True
 ) -> Path:
     """WAL-checkpoint, then write an exact, verified copy to ``<db>.v<version>.bak``.
 
     The copy is made with the SQLite online backup API (page for page), turned
     into a self-contained rollback-journal file, fsynced, verified (opens, same
     ``user_version``, ``quick_check`` ok) and only then renamed into place.
+    ``checkpoint=False``: ``conn`` is a read-only connection to a file that has
+    no WAL (nothing to checkpoint, and the source must not be written).
     """
     db_path = Path(db_path)
-    busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    if busy:
-        raise MigrationFailed(f"cannot checkpoint {db_path} before backup: database busy")
+    if checkpoint:
+        busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy:
+            raise MigrationFailed(f"cannot checkpoint {db_path} before backup: database busy")
     target = free_path(db_path.with_name(f"{db_path.name}.v{version}.bak"), now_ms)
     tmp = target.with_name(f"{target.name}.tmp-{now_ms}")
     try:
@@ -685,6 +688,37 @@ def migrate(
         result.applied.append(current)
         result.to_version = current
     return result
+
+
+def refuse_before_writing(
+    db_path: Path, *, now_ms: int, platform: str | None = None
+) -> None:
+    """Run the chain's preflights on a read-only connection, before the writer touches the file.
+
+    For a database in rollback-journal mode: switching it to WAL (the writer's
+    first PRAGMA) rewrites its header, so an input the guarded step refuses
+    must be found before that, or the refused file would not be byte for byte
+    what it was (seed §7 "fails closed ... pre-migration schema intact"). On a
+    refusal the backup of the starting version is written from the read-only
+    connection (as :func:`migrate` would have) and :class:`MigrationFailed`
+    raised; the database file itself is never opened for writing.
+    """
+    db_path = Path(db_path)
+    conn = sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
+    try:
+        current = _user_version(conn)
+        if classify(current, _has_schema(conn)) is not OpenAction.UPGRADE:
+            return
+        chain = plan_steps(current, chain_steps(platform))
+        try:
+            _preflight(conn, chain, current)
+        except MigrationFailed:
+            if chain and chain[0].takes_backup:
+                _remove_stale_backup_temps(db_path)
+                backup_database(conn, db_path, current, now_ms=now_ms, checkpoint=False)
+            raise
+    finally:
+        conn.close()
 
 
 def _preflight(conn: sqlite3.Connection, chain: Sequence[MigrationStep], start: int) -> None:

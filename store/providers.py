@@ -74,9 +74,19 @@ def secret_ref_for(provider_id: str) -> str:
 def validate_base_url(url: object, field: str = "baseUrl") -> str:
     if not isinstance(url, str) or len(url) > 2048:
         raise InvalidInput(f"{field} must be a URL of at most 2048 characters", data={"field": field})
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):
+        raise InvalidInput(f"{field} must not contain spaces or control characters", data={"field": field})
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:  # an unbalanced "[" (Invalid IPv6 URL)
+        raise InvalidInput(f"{field} is not a valid URL", data={"field": field}) from None
+    if parts.scheme not in ("http", "https") or not host:
         raise InvalidInput(f"{field} must be an http:// or https:// URL with a host", data={"field": field})
+    try:
+        host.encode("idna")  # what the resolver will do: a label over 63 characters fails there
+    except UnicodeError:
+        raise InvalidInput(f"{field} has an invalid host name", data={"field": field}) from None
     if parts.username or parts.password:
         raise InvalidInput(f"{field} must not carry credentials; set apiKey instead", data={"field": field})
     try:

@@ -59,6 +59,9 @@ CRC: Final = 6
 _HAS_TURN = 1  # wire_cut flags (low bits): the line has its own top-level turnId
 _CLOSE_META = 2  # only the receipt was cut out of meta: close meta again
 _FLAG_BITS = 2
+_SEQ_TAILS = {0: b',"seq":%d},', _CLOSE_META: b'},"seq":%d},'}
+_TURN_TAILS = {0: b',"seq":%d,"turnId":%b},', _CLOSE_META: b'},"seq":%d,"turnId":%b},'}
+"""What follows a described line's cut, by its close-meta flag (each message ends with a comma)."""
 _CORRUPT: dict[str, Any] = {"type": "message", "id": None, "corrupt": True}
 
 
@@ -75,8 +78,8 @@ def describe_line(line: bytes, record: Mapping[str, Any]) -> tuple[int | None, i
         return None, crc
     flags = _HAS_TURN if "turnId" in record else 0
     meta = record.get("meta")
-    if isinstance(meta, Mapping) and "sessionMessage" in meta:
-        return None, crc  # wire_record projects collaboration provenance to the top level: parsed
+    if any(key not in record for key in wire_record(record)):
+        return None, crc  # wire_record projects something to the top level (provenance, steering): parsed
     if not isinstance(meta, Mapping) or "receipt" not in meta:
         return (len(line) - 2) << _FLAG_BITS | flags, crc
     if list(record)[-1] != "meta" or list(meta)[-1] != "receipt":  # the host writes both last
@@ -169,34 +172,33 @@ def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content
         raise open_error(exc, name, "read transcript") from exc
     append = pieces.append
     crc32 = zlib.crc32
+    no_target = -1 if target_pos is None else target_pos + 1  # the target's seq (never a real one: -1)
+    cap = content_limit
     try:
-        comma = False
         for lo, hi, offset, size in _chunks(rows):
             buf = _pread_exactly(fd, size, offset, name)
+            view = memoryview(buf)  # slices of it are not copies: the reply's join copies each byte once
             pos = 0
             for row in rows[lo:hi]:
                 seq, _, length, deleted, turn, wire, crc = row
                 begin = pos
                 pos += length
-                if comma:
-                    append(b",")
-                comma = True
-                is_target = target_pos is not None and seq - 1 == target_pos
-                if (wire is not None and not deleted and not is_target
-                        and (content_limit is None or length <= content_limit) and crc32(buf[begin:pos]) == crc):
-                    append(buf[begin:begin + (wire >> _FLAG_BITS)])
-                    close = b"}" if wire & _CLOSE_META else b""
+                # the fast path: a described line, its bytes intact, shown whole
+                if (wire is not None and not deleted and seq != no_target and (cap is None or length <= cap)
+                        and crc32(view[begin:pos]) == crc):
+                    append(view[begin:begin + (wire >> _FLAG_BITS)])
                     if turn is None or wire & _HAS_TURN:
-                        append(b'%b,"seq":%d}' % (close, seq))
+                        append(_SEQ_TAILS[wire & _CLOSE_META] % seq)
                     else:
-                        append(b'%b,"seq":%d,"turnId":%b}' % (close, seq, orjson.dumps(turn)))
+                        append(_TURN_TAILS[wire & _CLOSE_META] % (seq, orjson.dumps(turn)))
                     continue
-                line = buf[begin:pos]
+                line = bytes(view[begin:pos])
                 rec = project_line(line[:-1] if line.endswith(b"\n") else line, row, content_limit,
-                                   target=is_target)
-                if is_target:
+                                   target=seq == no_target)
+                if seq == no_target:
                     target = rec
-                append(orjson.dumps(rec))
+                append(orjson.dumps(rec) + b",")
+        pieces[-1] = pieces[-1][:-1]  # every message ends with a comma: not the last one
     finally:
         os.close(fd)
     return target

@@ -5,7 +5,7 @@
 const $ = (id) => document.getElementById(id);
 const state = {
   ws: null, token: null, nextId: 1, pending: new Map(), clientId: "inspector-" + randomHex(6),
-  session: null, start: 0, sessionSub: null, live: new Map(), query: "",
+  session: null, start: 0, sessionSub: null, live: new Map(), query: "", titles: new Map(),
 };
 
 function randomHex(bytes) {
@@ -118,7 +118,8 @@ async function afterLogin() {
   setStatus("connected", "ok");
   await call("events.subscribe", {
     topics: ["session.created", "session.updated", "session.deleted", "notification.created",
-             "plan.requested", "plan.resolved"],
+             "plan.requested", "plan.resolved", "approval.requested", "approval.resolved",
+             "interaction.requested", "interaction.resolved"],
   });
   await Promise.all([loadSessions(), loadNotifications(), loadApprovals()]);
   if (state.session) await openSession(state.session, { keepWindow: false });
@@ -137,6 +138,7 @@ async function exchangeCode(code) {
 // -- lists ---------------------------------------------------------------------------------
 async function loadSessions() {
   const res = await call("session.list", { limit: 200 });
+  for (const s of res.sessions) state.titles.set(s.id, s.title || "(untitled)");
   const list = $("sessions");
   list.replaceChildren(...res.sessions.map((s) => el("li", {
     "data-id": s.id, class: s.id === state.session ? "active" : "", onclick: () => openSession(s.id),
@@ -151,10 +153,37 @@ async function loadNotifications() {
 }
 
 async function loadApprovals() {
-  const res = await call("plans.pending", {});
-  const rows = res.pending;
-  $("approvals").replaceChildren(...(rows.length ? rows.map((a) =>
-    el("li", {}, `${a.kind} in ${a.sessionId}: ${a.title || a.requestId}`)) : [el("li", {}, "none")]));
+  // Everything waiting for the user: tool permissions (answered here), questions, plans/goals.
+  const [tools, questions, plans] = await Promise.all([
+    call("approvals.pending", {}), call("interactions.pending", {}), call("plans.pending", {}),
+  ]);
+  const rows = [
+    ...tools.pending.map((r) => el("li", { class: "approval", "data-request": r.requestId },
+      `permission in ${titleOf(r.sessionId)}: ${r.argsSummary || r.tool} (risk ${r.risk}) `,
+      ...r.options.map((o) => el("button", {
+        class: `answer ${o.decision}`, "data-option": o.id, title: o.label,
+        onclick: () => answerApproval(r, o.id),
+      }, o.label)))),
+    ...questions.pending.map((r) => el("li", { class: "question", "data-request": r.requestId },
+      `question in ${titleOf(r.sessionId)}: ${r.question}` +
+      (r.choices.length ? ` [${r.choices.map((c) => c.label).join(" / ")}]` : ""))),
+    ...plans.pending.map((a) => el("li", { class: "plan", "data-request": a.requestId },
+      `${a.kind} in ${titleOf(a.sessionId)}: ${a.title || a.requestId}`)),
+  ];
+  $("approvals").replaceChildren(...(rows.length ? rows : [el("li", {}, "none")]));
+}
+
+function titleOf(sessionId) {
+  return state.titles.get(sessionId) || sessionId;
+}
+
+async function answerApproval(request, optionId) {
+  try {
+    await call("approvals.respond", { sessionId: request.sessionId, requestId: request.requestId, optionId });
+  } catch (err) {
+    setStatus(String(err.message || err), "bad");
+  }
+  await loadApprovals();
 }
 
 // -- one session -----------------------------------------------------------------------------
@@ -269,6 +298,8 @@ function onEvent(ev) {
       loadNotifications();
       break;
     case "plan.requested": case "plan.resolved":
+    case "approval.requested": case "approval.resolved":
+    case "interaction.requested": case "interaction.resolved":
       loadApprovals();
       break;
   }

@@ -76,12 +76,24 @@ def _target(conn: Any, provider_id: str) -> tuple[dict[str, Any], Any]:
 
 async def fetch_model_list(url: str, headers: dict[str, str], *, timeout_s: float, proxy: Any) -> bytes:
     """GET ``url``: the body of a 2xx reply (at most ``MAX_MODEL_LIST_BYTES``), else a clear error."""
-    proxy_url, trust_env = catalog.proxy_for(urlsplit(url).hostname or "", proxy)
+    try:
+        proxy_url, trust_env = catalog.proxy_for(urlsplit(url).hostname or "", proxy)
+    except ValueError:  # urlsplit: an unbalanced "[" in the host
+        raise InvalidInput("the provider's baseUrl is not a valid URL", data={"field": "baseUrl"}) from None
     try:
         with trio.fail_after(timeout_s):
             async with httpx.AsyncClient(timeout=timeout_s, proxy=proxy_url, trust_env=trust_env,
                                          follow_redirects=False) as client:
-                async with client.stream("GET", url, headers=headers) as reply:
+                try:
+                    request = client.build_request("GET", url, headers=headers)
+                except (httpx.InvalidURL, UnicodeError) as exc:  # the message could echo a header value
+                    # A control character or a bad host in baseUrl (InvalidURL, or IDNA's UnicodeError
+                    # for a label over 63 characters), a header that is not ASCII (UnicodeEncodeError):
+                    # stored before, refused now, never INTERNAL.
+                    raise InvalidInput(f"the provider's baseUrl or headers cannot make a request "
+                                       f"({type(exc).__name__})", data={"field": "baseUrl"}) from None
+                reply = await client.send(request, stream=True)
+                try:
                     if reply.status_code in (401, 403):
                         raise catalog.ProviderUnauthorized(
                             f"the provider refused the API key (HTTP {reply.status_code})",
@@ -96,9 +108,13 @@ async def fetch_model_list(url: str, headers: dict[str, str], *, timeout_s: floa
                             raise catalog.BadProviderReply(
                                 f"the provider's model list is larger than {MAX_MODEL_LIST_BYTES} bytes")
                     return bytes(body)
+                finally:
+                    await reply.aclose()
     except (trio.TooSlowError, httpx.TimeoutException):
         raise catalog.ProviderTimeout(f"the provider did not answer within {timeout_s:g} s",
                                       data={"timeoutMs": int(timeout_s * 1000)}) from None
+    except UnicodeError:  # the resolver's IDNA encoding of a host stored before it was checked
+        raise InvalidInput("the provider's baseUrl has an invalid host name", data={"field": "baseUrl"}) from None
     except httpx.TransportError as exc:  # connect, read, proxy and protocol errors
         raise catalog.ProviderUnreachable(f"cannot reach the provider: {type(exc).__name__}",
                                           data={"error": type(exc).__name__}) from None

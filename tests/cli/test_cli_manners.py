@@ -167,6 +167,40 @@ def test_json_output_parses_online_and_offline_alike(tmp_path: Path) -> None:
     assert [m["seq"] for m in paged["messages"]] == [1, 2]
 
 
+def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path: Path) -> None:
+    """``pi-host sessions --json | head -1``: no traceback when the pipe closes (online and offline)."""
+    data = tmp_path / "data"
+    host, _ = seeded(data)
+
+    def piped() -> tuple[int, str]:
+        full = {k: v for k, v in os.environ.items() if k != "PI_DESKTOP_DATA_DIR"}
+        read, write = os.pipe()
+        proc = subprocess.Popen([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), "sessions",
+                                 "--json", "--limit", "200"], cwd=REPO, stdout=write, stderr=subprocess.PIPE,
+                                text=True, env=full)
+        os.close(write)
+        os.close(read)  # the reader is gone before the command writes
+        _, err = proc.communicate(timeout=60)
+        return proc.returncode, err
+
+    async def more() -> None:
+        async with open_client(host.url, host.token, client_id="cli-pipe", client_kind="test") as c:
+            for i in range(120):  # more than a pipe buffer of JSON: the write itself fails
+                await c.call("session.create", {"title": f"pipe {i} " + "x" * 70})
+
+    try:
+        code, err = piped()  # one session: the output fails only when it is flushed
+        assert (code, err) == (141, ""), err
+        trio.run(more)
+        code, err = piped()
+        assert (code, err) == (141, ""), err
+    finally:
+        host.terminate()
+        host.proc.communicate()
+    code, err = piped()  # offline: only the one line saying so
+    assert code == 141 and err.strip() == f"pi-host: no host running; read {data} offline", err
+
+
 def test_offline_reads_refuse_while_a_host_holds_the_lock(tmp_path: Path) -> None:
     data = tmp_path / "data"
     host, _sid = seeded(data)
@@ -215,11 +249,32 @@ def test_follow_tails_a_sessions_events(tmp_path: Path) -> None:
         trio.run(more)
         event = json.loads(follow.stdout.readline())
         assert event["topic"] == "session.message" and event["data"]["message"]["id"] == "late"
+
+        async def streaming() -> None:
+            async with open_client(host.url, host.token, client_id="cli-follow-agent", client_kind="agent") as c:
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": "ft"})
+                await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "ft", "message": msg(
+                    "fr", "half a reply", role="assistant")})
+                await c.call("approvals.request", {"sessionId": sid, "turnId": "ft", "tool": "read_file",
+                                                   "argsSummary": "read_file a.txt", "risk": "low"})
+
+        trio.run(streaming)
+        seen = [json.loads(follow.stdout.readline()) for _ in range(3)]
+        by_topic = {e["topic"]: e for e in seen}
+        assert set(by_topic) == {"turn.started", "session.inflight", "approval.requested"}, seen
+        preview = by_topic["session.inflight"]
+        assert preview["transient"] is True and preview["data"]["message"]["inflight"] is True
+        before = [e["cursor"] for e in seen[:seen.index(preview)] if "transient" not in e]
+        assert preview["cursor"] == max(before)  # a preview repeats the newest numbered cursor
+        assert "transient" not in by_topic["turn.started"]
+        assert by_topic["approval.requested"]["data"]["request"]["argsSummary"] == "read_file a.txt"
     finally:
         follow.send_signal(signal.SIGINT)
-        follow.communicate(timeout=30)
+        out, err = follow.communicate(timeout=30)
         host.terminate()
         host.proc.communicate()
+    assert follow.returncode == 0, err
+    assert "Traceback" not in err, err
 
 
 def _complete(script: str, words: list[str], data: Path | None = None) -> list[str]:

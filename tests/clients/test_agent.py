@@ -8,14 +8,15 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import trio
 
-from pihost_client import Event, connect
-from pihost_client.agent import Sidecar
-from pihost_client.agent_model import OpenAIModel
+from pihost_client import Client, Event, connect
+from pihost_client.agent import Sidecar, permission_mode
+from pihost_client.agent_model import FakeModel, OpenAIModel
+from pihost_client.agent_providers import ProviderStore
 from pihost_client.agent_tools import ToolError, run_tool
 from tests.hostkit import inprocess_host
 
@@ -74,9 +75,17 @@ async def test_a_queued_turn_runs_against_an_openai_compatible_endpoint(tmp_path
                 nursery.start_soon(Sidecar(agent, model, "agent-openai").run)
                 async with connect(host.url, host.token, client_id="ui-openai", client_kind="ui") as ui:
                     sid = (await ui.session.create(title="endpoint", project_path=str(project)))["id"]
-                    async with ui.subscribe(["turn.ended"], session_id=sid) as events:
+                    async with ui.subscribe(["turn.ended", "approval.requested"], session_id=sid) as events:
                         await ui.session.queue_push(session_id=sid, principal="user", content="what is here?",
                                                     permission_mode="ask")
+                        asked = await events.next()  # the sidecar asks before it lists the folder
+                        assert isinstance(asked, Event) and asked.topic == "approval.requested"
+                        request = asked.data["request"]
+                        assert (request["tool"], request["argsSummary"], request["requestedBy"]) == (
+                            "list_dir", "list_dir .", "agent-openai")
+                        assert len(seen) == 1  # the model asked; the tool has not run
+                        await ui.approvals.respond(session_id=sid, request_id=request["requestId"],
+                                                   option_id="allow_once")
                         ended = await events.next()
                     assert isinstance(ended, Event) and ended.data["turn"]["status"] == "completed"
                     assert ended.data["turn"]["inputTokens"] == 31 and ended.data["turn"]["outputTokens"] == 7
@@ -92,6 +101,117 @@ async def test_a_queued_turn_runs_against_an_openai_compatible_endpoint(tmp_path
     assert {s["auth"] for s in seen} == {"Bearer sk-local-test"}
     assert seen[0]["body"]["stream"] is True and seen[0]["body"]["tools"][0]["function"]["name"] == "read_file"
     assert seen[1]["body"]["messages"][-1] == {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}
+
+
+async def _turn(ui: Client, sid: str, content: str, mode: Literal["ask", "auto"],
+                answer: str | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Queue one turn; answer each permission prompt with ``answer``; the approval events and the turn."""
+    approvals: list[dict[str, Any]] = []
+    async with ui.subscribe(["turn.ended", "approval.requested", "approval.resolved"], session_id=sid) as events:
+        await ui.session.queue_push(session_id=sid, principal="user", content=content, permission_mode=mode)
+        async for ev in events:
+            assert isinstance(ev, Event)
+            if ev.topic == "turn.ended":
+                return approvals, ev.data["turn"]
+            approvals.append({"topic": ev.topic, **ev.data["request"]})
+            if ev.topic == "approval.requested":
+                assert answer is not None, f"the sidecar asked in {mode} mode"
+                await ui.approvals.respond(session_id=sid, request_id=ev.data["request"]["requestId"],
+                                           option_id=answer)
+    raise AssertionError("the subscription ended")
+
+
+async def test_the_sidecar_asks_before_a_tool_runs_and_obeys_the_answer(tmp_path: Path) -> None:
+    """ask: a denied call is recorded as denied and the tool never runs; "always allow in this
+    project" stores a rule that answers the next request at once; auto mode and --approve auto
+    never ask."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "a.txt").write_text("a")
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, trio.open_nursery() as nursery:
+            async with connect(host.url, host.token, client_id="agent-ask", client_kind="agent") as agent, \
+                    connect(host.url, host.token, client_id="ui-ask", client_kind="ui") as ui:
+                nursery.start_soon(Sidecar(agent, FakeModel(delay=0, words=2), "agent-ask").run)
+                sid = (await ui.session.create(title="ask", project_path=str(project)))["id"]
+
+                asked, turn = await _turn(ui, sid, "ls", "ask", "deny")
+                assert turn["status"] == "completed"
+                assert [(a["topic"], a["status"]) for a in asked] == [
+                    ("approval.requested", "pending"), ("approval.resolved", "denied")]
+                denied = (await ui.session.get(session_id=sid))["messages"][1]["blocks"][0]
+                assert (denied["name"], denied["status"]) == ("list_dir", "denied")
+                assert "a.txt" not in denied["result"] and "did not allow" in denied["result"]
+
+                asked, _ = await _turn(ui, sid, "ls", "ask", "allow_project")
+                assert [a["status"] for a in asked] == ["pending", "allowed"]
+                rules = (await ui.approvals.rules(session_id=sid))["rules"]
+                assert [(r["scope"], r["tool"], r["decision"]) for r in rules] == [("project", "list_dir", "allow")]
+
+                asked, _ = await _turn(ui, sid, "ls", "ask", None)  # the rule answers: no prompt
+                assert [(a["topic"], a["status"], a["respondedBy"]) for a in asked] == [
+                    ("approval.resolved", "allowed", "rule")]
+                asked, _ = await _turn(ui, sid, "read a.txt", "auto", None)
+                assert asked == []
+                page = await ui.session.get(session_id=sid)
+                assert [b["status"] for m in page["messages"] for b in m["blocks"] if b["type"] == "tool_call"] == [
+                    "denied", "ok", "ok", "ok"]
+                assert (await ui.approvals.pending(session_id=sid))["pending"] == []
+                nursery.cancel_scope.cancel()
+
+        async with inprocess_host(tmp_path / "data2") as host, trio.open_nursery() as nursery:
+            async with connect(host.url, host.token, client_id="agent-auto", client_kind="agent") as agent, \
+                    connect(host.url, host.token, client_id="ui-auto", client_kind="ui") as ui:
+                nursery.start_soon(Sidecar(agent, FakeModel(delay=0, words=2), "agent-auto", approve="auto").run)
+                sid = (await ui.session.create(title="auto", project_path=str(project)))["id"]
+                asked, turn = await _turn(ui, sid, "ls", "ask", None)
+                assert asked == [] and turn["status"] == "completed"
+                nursery.cancel_scope.cancel()
+
+
+async def test_the_endpoint_and_key_come_from_the_hosts_provider_store(tmp_path: Path) -> None:
+    """No --base-url: the session's provider row gives the endpoint, the secret store its key (read per
+    turn, so a rotated key is used by the next turn); the run environment records the connection and
+    the credential reference, and verifies. A session with no provider fails its turn, saying why."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "a.txt").write_text("a")
+    with chat_completions() as (base_url, seen), trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, trio.open_nursery() as nursery:
+            async with connect(host.url, host.token, client_id="agent-store", client_kind="agent") as agent, \
+                    connect(host.url, host.token, client_id="ui-store", client_kind="ui") as ui:
+                provider = (await ui.providers.create(name="Local", base_url=base_url, api_key="sk-from-store",
+                                                      default_model_id="gpt-default"))["provider"]
+                nursery.start_soon(Sidecar(agent, None, "agent-store", providers=ProviderStore(agent),
+                                           approve="auto").run)
+                sid = (await ui.session.create(title="store", project_path=str(project),
+                                               provider_id=provider["id"], model_id="gpt-session"))["id"]
+                _, turn = await _turn(ui, sid, "what is here?", "ask", None)
+                assert turn["status"] == "completed"
+                assert {s["auth"] for s in seen} == {"Bearer sk-from-store"}
+                assert {s["body"]["model"] for s in seen} == {"gpt-session"}
+                env = (await ui.session.turn_environment(turn_id=turn["id"]))["snapshot"]
+                assert env["connection"]["baseUrl"] == base_url
+                assert env["credentialRefs"] == [provider["secretRef"]]
+                assert "sk-from-store" not in repr(env)
+                await ui.session.verify_environment(session_id=sid, turn_id=turn["id"])
+
+                await ui.providers.update(provider_id=provider["id"], api_key="sk-rotated")
+                seen.clear()
+                _, turn = await _turn(ui, sid, "and now?", "ask", None)
+                assert turn["status"] == "completed" and {s["auth"] for s in seen} == {"Bearer sk-rotated"}
+
+                bare = (await ui.session.create(title="no provider"))["id"]
+                _, turn = await _turn(ui, bare, "hello", "ask", None)
+                assert (turn["status"], turn["errorCode"]) == ("error", "MODEL_ERROR")
+                nursery.cancel_scope.cancel()
+
+
+def test_the_permission_mode_comes_from_the_entry_then_the_session() -> None:
+    assert permission_mode({"permissionMode": "auto"}, {"permissionMode": "ask"}, "ask") == "auto"
+    assert permission_mode({"permissionMode": "inherit"}, {"permissionMode": "accept-edits"}, "ask") == "accept-edits"
+    assert permission_mode({"permissionMode": "inherit"}, {"permissionMode": "inherit"}, "ask") == "ask"
+    assert permission_mode({"permissionMode": "ask"}, {}, "auto") == "auto"
 
 
 def test_tools_stay_inside_the_project_root(tmp_path: Path) -> None:

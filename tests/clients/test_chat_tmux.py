@@ -1,6 +1,8 @@
 """The reference sidecar (fake model) and ``pi-host chat`` in a real terminal (tmux).
 
-A turn streams into the chat; the host is SIGKILLed mid-reply and restarted;
+The agent asks for permission before its first tool call and the chat
+answers it (``/always``: a project rule, so the next call is not asked);
+a turn streams into the chat; the host is SIGKILLed mid-reply and restarted;
 the chat reconnects, shows the reply boot promoted from the checkpoint
 (``[interrupted]``) and goes on with the next turn. Pane captures are saved
 under ``test-artifacts/chat/``.
@@ -93,8 +95,14 @@ def test_a_reply_survives_a_host_kill_in_the_chat(tmp_path: Path) -> None:
             tmux.wait(lambda s: "| connected |" in s, "the connected status line")
 
             tmux.type("list files")
+            screen = tmux.wait(lambda s: "permission? the agent wants to run list_dir . (risk low)" in s,
+                               "the agent's permission prompt")
+            assert "[done]" not in screen  # the tool waits for the answer
+            (shots / "0-permission.txt").write_text(screen)
+            tmux.type("/always")
             screen = tmux.wait(lambda s: "[done]" in s, "the reply to 'list files'")
             flat = _unwrapped(screen)
+            assert "permission?" not in flat
             assert "you: list files" in flat
             assert "[tool list_dir(.) ok: notes.txt src/]" in flat
             assert "The tool answered: notes.txt src/" in flat
@@ -127,8 +135,16 @@ def test_a_reply_survives_a_host_kill_in_the_chat(tmp_path: Path) -> None:
             flat = _unwrapped(screen)
             assert flat.index("assistant [interrupted]") < flat.index("you: and now?")
 
+            tmux.type("ls")  # "/always" stored a rule for the project: no prompt this time
+            screen = tmux.wait(lambda s: "you: ls" in _unwrapped(s)
+                               and "[done]" in _unwrapped(s).rsplit("you: ls", 1)[1], "the reply to 'ls'")
+            tail = _unwrapped(screen).rsplit("you: ls", 1)[1]
+            assert "[tool list_dir(.) ok: notes.txt src/]" in tail and "permission?" not in tail
+
             tmux.type("/search milk")
             screen = tmux.wait(lambda s: "-- search:" in s, "search results")
+            tmux.type("/branches")
+            screen = tmux.wait(lambda s: "-- branches: none (no regenerated replies)" in s, "the branch list")
             tmux.type("/sessions")
             screen = tmux.wait(lambda s: "-- sessions:" in s and "(tmux chat," in s, "the session list")
             (shots / "6-sessions.txt").write_text(screen)

@@ -27,3 +27,23 @@ def test_the_readme_tour_runs_twice(tmp_path: Path) -> None:
     finally:
         host.terminate()
         host.proc.communicate()
+
+
+def test_the_readme_starts_with_the_two_commands_then_what_it_is_then_the_tour() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    lines = [line for line in readme.splitlines() if line.strip()]
+    assert lines[0] == "# pi-host"
+    assert [line.split("#")[0].strip() for line in lines[1:5]] == ["```", "./scripts/serve", "./scripts/test", "```"]
+    assert lines[5].startswith("pi-host is ")  # what it is, right after the commands
+    sections = [line for line in lines if line.startswith("## ")]
+    assert sections[0] == "## A 5-minute tour"
+    tour = readme.split("## A 5-minute tour", 1)[1].split("\n## ", 1)[0]
+    for command in ("pi-host serve", "doctor", " chat", " agent", " open", " stop", " follow", " search", " show"):
+        assert command in tour, command
+    # the tour runs from a folder outside the repository: no repository-relative program paths in its
+    # commands (the first block, run in the repository, puts .venv/bin on PATH and leaves for /tmp/pi-tour)
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", tour, re.S)
+    assert blocks[0].splitlines() == ['export PATH="$PWD/.venv/bin:$PATH"     # pi-host, and a python that has '
+                                      'pihost_client', "mkdir -p /tmp/pi-tour && cd /tmp/pi-tour"]
+    for block in blocks[1:]:
+        assert ".venv/bin/" not in block and "./scripts/" not in block, block

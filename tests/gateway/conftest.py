@@ -17,6 +17,7 @@ from trio_websocket import WebSocketConnection, open_websocket_url
 from actors.events import EventBus
 from actors.gateway import Gateway, GatewayConfig
 from actors.gateway_connection import close_transport
+from actors.gateway_http import HttpSite
 from actors.gateway_types import CallContext
 from protocol.errors import MethodNotFound
 from store.errors import SessionNotFound, StorageFull
@@ -104,12 +105,12 @@ class Harness:
 
 
 async def start_gateway(
-    nursery: trio.Nursery, *, bus: EventBus | None = None, **overrides: Any
+    nursery: trio.Nursery, *, bus: EventBus | None = None, site: HttpSite | None = None, **overrides: Any
 ) -> Harness:
     config = GatewayConfig(token=TOKEN, **overrides)
     bus = bus or EventBus()
     dispatcher = FakeDispatcher(nursery=nursery)
-    gateway = Gateway(config, dispatcher, bus)
+    gateway = Gateway(config, dispatcher, bus, site)
     port = await nursery.start(gateway.serve)
     return Harness(gateway, bus, dispatcher, port, config)
 

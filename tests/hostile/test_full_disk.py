@@ -108,6 +108,15 @@ def _writes(project: Path) -> dict[str, Write]:
         "attachments.put": lambda c, v, n: w(c, "attachments.put", {"name": "a", "mimeType": "x/y",
                                                                     "dataBase64": blob}),
         "tasks.create": lambda c, v, n: w(c, "tasks.create", {"title": f"t{n}", "prompt": "p" * 50_000}),
+        # issue 16's writes: approvals, interactions, collaboration deliveries
+        "approvals.request": lambda c, v, n: w(c, "approvals.request", {
+            "sessionId": v["sid"], "turnId": "turn1", "tool": f"Tool{n}", "risk": "low",
+            "argsSummary": "a" * 2000}),
+        "interactions.request": lambda c, v, n: w(c, "interactions.request", {
+            "sessionId": v["sid"], "turnId": "turn1", "question": "q" * 2000, "allowFreeText": True}),
+        "collab.deliver": lambda c, v, n: w(c, "collab.deliver", {
+            "pluginId": "pl", "sourceSessionId": v["other"], "targetSessionId": v["sid"], "kind": "task",
+            "content": "c" * 50_000, "idempotencyKey": f"full-{n}"}),
         "plans.submit": lambda c, v, n: w(c, "plans.submit", {
             "sessionId": v["plan"], "turnId": "pt", "toolCallId": f"call-{n}", "kind": "plan",
             "markdown": "# plan\n" + "m" * 200_000, "title": "T", "question": "Q?",
@@ -157,7 +166,8 @@ async def test_full_disk_is_storage_full_reads_work_and_writes_recover(tmp_path:
                 await trio.to_thread.run_sync(fill, mnt / f"filler-{n}")  # whatever a success freed up
             refused = {name for name, codes in outcomes.items() if "STORAGE_FULL" in codes}
             for must in ("session.create", "session.appendMessage", "session.fork", "secrets.set",
-                         "attachments.put", "plans.submit", "session.replaceMessages"):
+                         "attachments.put", "plans.submit", "session.replaceMessages", "approvals.request",
+                         "interactions.request", "collab.deliver"):
                 assert must in refused, (must, outcomes[must])
             # reads keep working while the disk is full
             got = await c.call("session.get", {"sessionId": v["sid"]})
@@ -167,6 +177,9 @@ async def test_full_disk_is_storage_full_reads_work_and_writes_recover(tmp_path:
             assert (await c.call("search.query", {"query": "needle"}))["results"]
             await c.call("settings.get", {"ns": "app", "key": "k0"})
             await c.call("secrets.list", {})
+            for method in ("approvals.pending", "interactions.pending", "usage.session"):  # issue 16's reads
+                await c.call(method, {"sessionId": v["sid"]})
+            await c.call("collab.list", {"sessionId": v["sid"]})
             status = await c.call("host.status", {})
             assert status["disk"]["warning"] is True and status["disk"]["freeBytes"] < 1 << 20
             # space comes back: every write kind works again

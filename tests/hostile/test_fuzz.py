@@ -8,8 +8,9 @@ from pathlib import Path
 
 import trio
 
-from scripts.chaos_fuzz import FuzzReport, Pools, frames, fuzz_host, method_names, verify
-from tests.hostkit import client_for, inprocess_host, msg
+from runtime.routes import ROUTES
+from scripts.chaos_fuzz import FuzzReport, Pools, frames, fuzz_host, method_names, seed_pools, verify
+from tests.hostkit import client_for, inprocess_host
 
 FRAMES = 1500
 
@@ -19,15 +20,7 @@ async def _pools(host: object, root: Path) -> Pools:
     sandbox.mkdir()
     pools = Pools(sandbox=str(sandbox))
     async with client_for(host, kind="ui") as c:  # type: ignore[arg-type]
-        for i in range(4):
-            project = sandbox / f"p{i}"
-            project.mkdir()
-            sid = (await c.call("session.create", {"title": f"fuzz {i}", "projectPath": str(project),
-                                                   "mode": "plan" if i % 2 else "agent"}))["id"]
-            pools.sessions.append(sid)
-            for j in range(3):
-                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"f{i}-{j}", "text")})
-                pools.messages.append(f"f{i}-{j}")
+        await seed_pools(c, pools)
     return pools
 
 
@@ -44,6 +37,7 @@ async def test_fuzzer_finds_no_internal_error(tmp_path: Path) -> None:
                 status = await c.call("host.status", {})
             verify(tmp_path, report, restarts=int(status["actors"]["restarts"]))
     methods_hit = {f.split('"method":"', 1)[1].split('"', 1)[0] for f in frame_list if '"method":"' in f}
+    assert set(method_names()) == set(ROUTES) - {"host.hello"}  # every routed method, issue 16/17's included
     assert methods_hit >= set(method_names())
     assert report.answers >= FRAMES
     print(f"\n{report.last_line()} answers={report.answers} reconnects={report.reconnects} "

@@ -37,10 +37,17 @@ async def _pages(c: HostClient) -> dict[str, tuple[str, dict[str, Any]]]:
     for i, sid in enumerate(sids):
         await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"m{i}a", "needle one")})
         await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"m{i}b", "needle two")})
+    for n in range(2):  # issue 16's paged lists: deliveries and turns
+        await c.call("collab.deliver", {"pluginId": "pl", "sourceSessionId": sids[0], "targetSessionId": sids[1],
+                                        "kind": "task", "content": f"task {n}", "idempotencyKey": f"k{n}"})
+        await c.call("session.startTurn", {"sessionId": sids[2], "turnId": f"turn{n}"})
+        await c.call("session.endTurn", {"sessionId": sids[2], "turnId": f"turn{n}", "status": "completed"})
     calls = {
         "session.list": {"limit": 1},
         "search.sessions": {"query": "needle", "limit": 1},
         "search.query": {"query": "needle", "limit": 1},
+        "collab.list": {"sessionId": sids[1], "limit": 1},
+        "session.listTurns": {"sessionId": sids[2], "limit": 1},
     }
     out: dict[str, tuple[str, dict[str, Any]]] = {}
     for method, params in calls.items():

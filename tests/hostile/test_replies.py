@@ -58,6 +58,10 @@ async def test_each_reply_is_encoded_once_and_sent_as_it_is(nursery: trio.Nurser
             answers = await recv(ws)
             assert sorted(a["id"] for a in answers) == list(range(50))
             conn = next(iter(h.gateway._connections.values()))
+            for _ in range(500):  # the writer counts a frame once its last byte was handed over, which
+                if conn.zero_copy_frames >= 3:  # can be after the client already read it
+                    break
+                await trio.sleep(0.01)
             assert conn.zero_copy_frames >= 3  # hello, the single reply, the batch
 
 
@@ -164,3 +168,27 @@ async def test_batch_of_window_reads_shares_the_batch_budget(tmp_path: Path) -> 
             assert all(isinstance(r, RpcError) and r.data_code == "PAYLOAD_TOO_LARGE" for r in refused)
             last = await c.call("session.get", {"sessionId": sid, "messageLimit": 1})
             assert last["messages"][0]["id"] == "m639" and last["totalMessages"] == 640
+
+
+async def test_a_peer_that_reads_nothing_is_closed_by_time_under_the_byte_bound(nursery: trio.Nursery) -> None:
+    """Found by scripts/chaos --mode fuzz: a client blocked in its own send (a big frame) while the host was
+    blocked sending it events held the connection forever on both sides, with 1.1 MB queued, far under
+    the 32 MiB byte bound. A frame the socket has not taken for ``send_stall_timeout`` closes the
+    connection as a slow consumer; an honest connection meanwhile is unaffected."""
+    h = await start_gateway(nursery, send_stall_timeout=1.0, max_frame_bytes=2**22)
+    blob = {"blob": "s" * (1 << 20)}
+    with trio.fail_after(30):
+        async with connect(h.url, message_queue_size=1, max_message_size=2**30) as stuck, connect(h.url) as ok:
+            await hello(stuck)
+            await hello(ok)
+            for i in range(20):  # 20 MiB of replies: more than the socket buffers hold, under the byte bound
+                await stuck.send_message(frame({"jsonrpc": "2.0", "id": i, "method": "echo", "params": blob}))
+            start = trio.current_time()
+            while h.gateway.statistics().slow_consumer_closes == 0:
+                assert trio.current_time() - start < 15, "never closed"
+                await ok.send_message(frame({"jsonrpc": "2.0", "id": "ok", "method": "echo", "params": [1]}))
+                assert (await recv(ok))["result"] == [1]
+                await trio.sleep(0.2)
+            assert h.gateway.statistics().peak_outbound_bytes < h.config.max_outbound_bytes
+            await ok.send_message(frame({"jsonrpc": "2.0", "id": "after", "method": "echo", "params": [2]}))
+            assert (await recv(ok))["result"] == [2]

@@ -29,6 +29,10 @@ async def _refused(c: HostClient, sid: str, n: int, env: dict[str, Any]) -> str:
 REFUSED: list[dict[str, Any]] = [
     {"connection": {"headers": {"Proxy-Authorization": "Basic dXNlcjpwYXNzd29yZA=="}}},  # the finding
     {"connection": {"key": "3f9a8b7c6d5e4f3a"}},  # the finding: a key named `key`
+    {"model": {"key": "3f9a8b7c6d5e4f3a"}},  # `key` outside a credential section: by its name alone
+    {"connection": {"baseUrl": "https://api.example/v1?key=3f9a8b7c6d5e4f3a"}},  # ?key= whatever the value's shape
+    {"connection": {"baseUrl": "https://api.example/v1?alt=json&access_token=3f9a8b7c6d5e4f3a"}},
+    {"connection": {"baseUrl": "https://blob.example/c?sv=2022-11-02&sig=3f9a8b7c6d5e4f3a"}},  # a presigned URL
     {"connection": {"baseUrl": "https://generativelanguage.example/v1?key=AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY"}},
     {"connection": {"baseUrl": "https://api.example/v1?alt=json&api_key=abcdef123456"}},
     {"connection": {"baseUrl": "https://user:hunter2hunter2@proxy.example:8080/"}},

@@ -1,8 +1,9 @@
 """The browser inspector in real headless Chromium (Debian's package, driven over DevTools).
 
 It logs in with a one-time code (``pi-host open``'s URL), lists sessions,
-opens one, pages back, searches with highlighted snippets and shows a live
-in-flight reply; screenshots go to ``test-artifacts/inspector/``. A page from
+opens one, pages back, searches with highlighted snippets, shows a live
+in-flight reply and pending approvals and questions (and answers a tool
+permission); screenshots go to ``test-artifacts/inspector/``. A page from
 another origin cannot reach the API: the host refuses its WebSocket and its
 login request, and the page can read neither.
 """
@@ -109,6 +110,27 @@ async def test_inspector_logs_in_lists_pages_searches_and_streams(tmp_path: Path
                                 "document.querySelectorAll('#messages .msg').length === 2")
                 await page.screenshot(SHOTS / "6-final-reply.png")
 
+                # a pending tool permission shows up live, and the page answers it
+                asked = await c.call("approvals.request", {
+                    "sessionId": short, "turnId": "live-turn", "toolCallId": "tc1", "tool": "read_file",
+                    "argsSummary": "read_file notes.txt", "risk": "low"})
+                rid = asked["request"]["requestId"]
+                await c.call("interactions.request", {"sessionId": short, "turnId": "live-turn",
+                                                      "question": "Which list?", "choices": [
+                                                          {"id": "a", "label": "groceries"}]})
+                shown = await page.wait(f"""(() => {{ const e = document.querySelector(
+                    '#approvals li.approval[data-request="{rid}"]'); return e ? e.textContent : null; }})()""")
+                assert "read_file notes.txt" in shown and "Allow once" in shown and "Deny" in shown
+                await page.wait("document.querySelector('#approvals li.question') !== null && "
+                                "document.querySelector('#approvals li.question').textContent.includes('Which list?')")
+                await page.screenshot(SHOTS / "7-pending-approval.png")
+                await page.click(f'#approvals li[data-request="{rid}"] button[data-option="allow_once"]')
+                await page.wait(f"""document.querySelector('#approvals li[data-request="{rid}"]') === null""")
+                assert (await c.call("approvals.pending", {"sessionId": short}))["pending"] == []
+                window = await c.call("session.get", {"sessionId": short})
+                assert [(d["requestId"], d["status"]) for d in window.get("decisions", [])
+                        if d.get("kind") == "approval"] == [(rid, "allowed")], window.get("decisions")
+
                 # the token typed in once also logs in (a second page, no code)
                 other = await browser.new_page()
                 await other.goto(url.split("#", 1)[0])
@@ -168,6 +190,6 @@ async def test_a_page_from_another_origin_cannot_reach_the_api(tmp_path: Path) -
                 page = await browser.new_page()
                 await page.goto(evil)
                 result = await page.wait("window.result && window.result.ws && window.result.fetch && window.result")
-                await page.screenshot(SHOTS / "7-other-origin.png")
+                await page.screenshot(SHOTS / "8-other-origin.png")
         assert result["ws"].startswith("refused"), result
         assert result["fetch"].startswith("blocked"), result  # no CORS header: the page cannot read a reply

@@ -145,3 +145,39 @@ def test_fixing_the_row_lets_the_same_file_migrate(tmp_path: Path) -> None:
         conn.close()
     # the refused attempt's backup and the successful one's are both kept
     assert {p.name for p in seed.root.iterdir() if p.name.startswith("pi.sqlite.v9.bak")} >= {"pi.sqlite.v9.bak"}
+
+
+def _to_rollback_journal(db: Path) -> None:
+    """The same file in rollback-journal mode (what a plain ``sqlite3.connect`` script leaves)."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        assert conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0] == "delete"
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("case", ["bad-app-settings-json", "invalid-session-mode", "wrong-platform-shell"])
+def test_a_rollback_journal_file_is_refused_byte_for_byte_too(tmp_path: Path, case: str) -> None:
+    """Switching to WAL rewrites the header: the refusal must come before the writer's PRAGMAs."""
+    seed = _broken(tmp_path, 8, case)
+    _to_rollback_journal(seed.db)
+    digest, before = sha256(seed.db), dump(seed.db)
+    with pytest.raises(MigrationFailed) as info:
+        open_writer(seed.db, quarantine_dir=tmp_path / "quarantine", now_ms=1, platform="linux")
+    assert CASES[case][1] in str(info.value) and "schema v8 stays authoritative" in str(info.value)
+    assert sha256(seed.db) == digest, "the refused file changed"
+    assert not Path(f"{seed.db}-wal").exists() and not Path(f"{seed.db}-shm").exists()
+    backup = tmp_path / "pi.sqlite.v8.bak"
+    assert sorted(p.name for p in tmp_path.iterdir() if ".bak" in p.name) == [backup.name]
+    assert sqlite3_cli(backup, "PRAGMA integrity_check; PRAGMA user_version;") == ["ok", "8"]
+    assert dump(backup) == before
+
+
+def test_a_rollback_journal_file_that_is_valid_migrates(tmp_path: Path) -> None:
+    seed = build_seed_dir(tmp_path, 9)
+    _to_rollback_journal(seed.db)
+    conn, report = open_writer(seed.db, quarantine_dir=tmp_path / "quarantine", now_ms=1, platform="linux")
+    conn.close()
+    assert report.schema_version == SCHEMA_VERSION and report.migrated_from == 9
+    assert user_version(seed.db) == SCHEMA_VERSION
+    assert (tmp_path / "pi.sqlite.v9.bak").exists()

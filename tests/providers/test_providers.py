@@ -230,3 +230,41 @@ async def test_refresh_goes_through_the_configured_proxy(tmp_path: Path) -> None
                 "mode": "manual", "url": proxy_url, "bypass": ["127.0.0.1"]}})
             assert (await _err(c.call("models.refresh", {"providerId": "far"}))).data_code == "PROVIDER_UNREACHABLE"
             assert len(proxy.requests) == 1
+
+
+@pytest.mark.parametrize(("base", "config"), [
+    ("http://127.0.0.1:9/a\x1db", None),  # found by scripts/chaos --mode fuzz: httpx.InvalidURL was INTERNAL
+    ("http://[::1/v1", None),  # urlsplit's ValueError was INTERNAL in providers.create
+    ("http://" + "a" * 300 + "/v1", None),  # an IDNA label over 63 characters: UnicodeError at connect
+    ("ftp://127.0.0.1:9/v1", None),
+    ("http:///v1", None),
+    ("http://127.0.0.1:9/v1", {"headers": {"X-Note": "caf\u00e9"}}),  # not ASCII: UnicodeEncodeError
+])
+async def test_a_base_url_or_header_that_cannot_make_a_request_is_a_clear_error(
+        tmp_path: Path, base: str, config: dict[str, Any] | None) -> None:
+    """Issue 18 "no INTERNAL reachable from input", for the providers: a baseUrl or header that cannot make
+    a request is refused by providers.create (INVALID_PARAMS, nothing stored) or, stored before the check
+    existed, makes models.refresh answer INVALID_PARAMS or PROVIDER_UNREACHABLE and write nothing."""
+    data = tmp_path / "data"
+    params: dict[str, Any] = {"id": "odd", "name": "Odd", "baseUrl": base, **({"config": config} if config else {})}
+    with trio.fail_after(30):
+        async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
+            try:
+                await c.call("providers.create", params)
+            except RpcError as exc:
+                assert exc.data_code == "INVALID_PARAMS", exc.message
+                assert _rows(data, "SELECT COUNT(*) FROM providers WHERE id = 'odd'") == [(0,)]
+                await c.call("providers.create", {**params, "baseUrl": "http://127.0.0.1:9/v1"})
+                stored_before = True
+            else:
+                stored_before = False
+        if stored_before:  # as an older host would have stored it
+            conn = sqlite3.connect(data / "pi.sqlite")
+            with conn:
+                conn.execute("UPDATE providers SET base_url = ? WHERE id = 'odd'", (base,))
+            conn.close()
+        async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
+            state = probe.state(data)
+            err = await _err(c.call("models.refresh", {"providerId": "odd", "timeoutMs": 2000}))
+            assert err.data_code in ("INVALID_PARAMS", "PROVIDER_UNREACHABLE"), (err.data_code, err.message)
+            assert probe.state(data) == state

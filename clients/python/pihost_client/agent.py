@@ -10,9 +10,23 @@ sessions that get queued turns, and runs each turn the queue hands it:
 3. the model's reply streams into ``session.saveInflightMessage`` checkpoints
    (every ``--checkpoint-every`` seconds; UIs see ``session.inflight``);
 4. tool calls (``read_file``, ``list_dir`` under the session's project root)
-   are run and recorded as ``tool_call`` blocks with their results;
+   are run and recorded as ``tool_call`` blocks with their results. Before a
+   tool runs, the sidecar asks for permission through the host
+   (``approvals.request``) and waits for ``approval.resolved``: a UI answers
+   (``pi-host chat``: ``/allow``, ``/always``, ``/deny``), or a permission
+   rule the user stored ("always allow in this project") answers at once. A
+   denied call is recorded with ``status: "denied"`` and the model is told.
+   Whether to ask follows the turn's permission mode (the queue entry's, else
+   the session's; ``auto`` and ``accept-edits`` let these read-only tools
+   run without asking; ``ask`` and ``inherit`` ask). ``--approve auto`` never
+   asks: for unattended demos and tests;
 5. the final assistant message is appended and ``session.endTurn`` records
    the usage.
+
+The model: ``--model fake`` (the default) streams canned replies; otherwise
+each turn runs against the session's provider from the host's provider store
+(endpoint from ``providers.get``, key from ``secrets.get``; see
+:mod:`.agent_providers`), or a fixed ``--base-url`` endpoint.
 
 When the host restarts mid-turn, the client reconnects; the host has fenced
 the turn and promoted its checkpoint, so the next checkpoint or append is
@@ -29,16 +43,17 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.abc
 import anyio.to_thread
 
-from ._generated import Usage
+from ._generated import RunEnvironmentSnapshot, Usage
 from .agent_model import FakeModel, Finished, Model, ModelError, OpenAIModel, TextDelta, ToolRequest, Turn
+from .agent_providers import ProviderStore, Resolved
 from .agent_tools import TOOL_SCHEMAS, ToolError, run_tool
 from .client import Client, ConnectionLost, Event, Resync, RpcError, connect
 
@@ -56,7 +71,8 @@ def _utc() -> str:
 @dataclass
 class Sidecar:
     client: Client
-    model: Model
+    model: Model | None
+    """A fixed model (``--model fake``, or ``--base-url``); None: each turn's comes from ``providers``."""
     controller_id: str
     checkpoint_every: float = 0.25
     sessions: set[str] = field(default_factory=set)
@@ -65,6 +81,10 @@ class Sidecar:
     again: set[str] = field(default_factory=set)
     """Sessions woken while their drain task was running: it looks once more before it ends."""
     turns_done: int = 0
+    providers: ProviderStore | None = None
+    approve: str = "ask"
+    """``ask``: follow the turn's permission mode (ask through the host unless it is auto/accept-edits);
+    ``auto``: run the read-only tools without asking (unattended demos and tests)."""
 
     # -- queue control -----------------------------------------------------------
     async def attach(self, sid: str) -> dict[str, Any]:
@@ -149,15 +169,29 @@ class Sidecar:
         summary = (await c.session.get(session_id=sid, message_limit=1))["session"]
         root = summary.get("projectPath")
         turn_id = f"t_{entry['id']}"
+        mode = permission_mode(entry, summary, self.approve)
+        unavailable: ModelError | None = None
         try:
-            await c.session.start_turn(session_id=sid, turn_id=turn_id, model_id=self.model.name, environment={
-                "version": 1, "model": {"id": self.model.name}, "toolSchemas": list(TOOL_SCHEMAS),
-                "executionBindings": {"projectRoot": root}, "permissionPolicy": {"tools": "read-only"}})
+            resolved = await self._model_for(summary)
+        except ModelError as exc:  # the turn still starts and ends, as failed, so the user sees why
+            unavailable = exc
+            resolved = Resolved(FakeModel(), None, {})
+        model = resolved.model
+        try:
+            environment: dict[str, Any] = {
+                "version": 1, "model": {"id": model.name}, "toolSchemas": list(TOOL_SCHEMAS),
+                "executionBindings": {"projectRoot": root},
+                "permissionPolicy": {"tools": "read-only", "mode": mode}, **resolved.environment}
+            await c.session.start_turn(session_id=sid, turn_id=turn_id, model_id=model.name,
+                                       provider_id=resolved.provider_id,
+                                       environment=cast(RunEnvironmentSnapshot, environment))
             await c.session.append_message(session_id=sid, message={
                 "id": f"u_{entry['id']}", "role": "user", "turnId": turn_id, "createdAt": _utc(),
                 "blocks": [{"type": "text", "text": entry["content"]}]})
+            if unavailable is not None:
+                raise unavailable
             history = await self._history(sid)
-            usage = await self._converse(sid, turn_id, root, history)
+            usage = await self._converse(sid, turn_id, root, history, mode, model)
             await c.session.end_turn(session_id=sid, turn_id=turn_id, status="completed", usage=usage,
                                      create_notification=False)
             self.turns_done += 1
@@ -186,29 +220,40 @@ class Sidecar:
                 out.append({"role": m["role"], "content": text})
         return out
 
+    async def _model_for(self, session: Mapping[str, Any]) -> Resolved:
+        if self.model is not None:
+            return Resolved(self.model, None, {})
+        if self.providers is None:
+            raise ModelError("the sidecar has neither a model nor a provider store")
+        return await self.providers.resolve(session)
+
     async def _converse(self, sid: str, turn_id: str, root: str | None,
-                        history: list[dict[str, Any]]) -> Usage:
+                        history: list[dict[str, Any]], mode: str, model: Model) -> Usage:
         turn = Turn(messages=list(history), tools=TOOL_SCHEMAS)
         tokens_in = tokens_out = 0
         for round_no in range(MAX_TOOL_ROUNDS + 1):
             reply_id = f"a_{turn_id}_{round_no}"
-            text, requests, finished = await self._stream(sid, turn_id, reply_id, turn)
+            text, requests, finished = await self._stream(sid, turn_id, reply_id, turn, model)
             tokens_in += finished.input_tokens
             tokens_out += finished.output_tokens
             if not requests or round_no == MAX_TOOL_ROUNDS:
                 await self.client.session.append_message(session_id=sid, message={
                     "id": reply_id, "role": "assistant", "turnId": turn_id, "createdAt": _utc(),
                     "blocks": [{"type": "text", "text": text}],
-                    "meta": {"model": self.model.name, "usage": {"inputTokens": finished.input_tokens,
+                    "meta": {"model": model.name, "usage": {"inputTokens": finished.input_tokens,
                                                                   "outputTokens": finished.output_tokens}}})
                 break
             blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
             for req in requests:
+                allowed, decision = await self._permit(sid, turn_id, mode, req)
                 started = time.monotonic()
-                try:
-                    result, status = await anyio.to_thread.run_sync(run_tool, req.name, req.args, root), "ok"
-                except ToolError as exc:
-                    result, status = str(exc), "error"
+                if not allowed:
+                    result, status = f"the user did not allow {req.name} ({decision})", "denied"
+                else:
+                    try:
+                        result, status = await anyio.to_thread.run_sync(run_tool, req.name, req.args, root), "ok"
+                    except ToolError as exc:
+                        result, status = str(exc), "error"
                 blocks.append({"type": "tool_call", "callId": req.call_id, "name": req.name, "args": req.args,
                                "status": status, "result": result, "completedAt": _utc(),
                                "durationMs": int((time.monotonic() - started) * 1000)})
@@ -220,14 +265,45 @@ class Sidecar:
                 "id": reply_id, "role": "assistant", "turnId": turn_id, "createdAt": _utc(), "blocks": blocks})
         return {"inputTokens": tokens_in, "outputTokens": tokens_out}
 
-    async def _stream(self, sid: str, turn_id: str, reply_id: str,
-                      turn: Turn) -> tuple[str, list[ToolRequest], Finished]:
+    async def _permit(self, sid: str, turn_id: str, mode: str, req: ToolRequest) -> tuple[bool, str]:
+        """May this tool call run? Asks through the host in ``ask`` mode and waits for the answer.
+
+        Subscribes to ``approval.resolved`` before asking, so the answer cannot be missed. A
+        request a rule answers comes back resolved at once. When the subscription resyncs
+        (events were missed), asking again for the same ``toolCallId`` returns the request as it
+        is now; after a host restart the turn is fenced and that call is ``CONFLICT`` (the turn
+        is dropped, like any fenced turn).
+        """
+        if mode != "ask":
+            return True, mode
+
+        async def ask() -> dict[str, Any]:
+            asked = await self.client.approvals.request(
+                session_id=sid, turn_id=turn_id, tool_call_id=f"{turn_id}.{req.call_id}"[:200], tool=req.name,
+                args_summary=tool_summary(req), risk="low")
+            return dict(asked["request"])
+
+        async with self.client.subscribe(["approval.resolved"], session_id=sid) as events:
+            request = await ask()
+            if request["status"] == "pending":
+                log.info("turn %s: waiting for permission to run %s (request %s)", turn_id, req.name,
+                         request["requestId"])
+            while request["status"] == "pending":
+                item = await events.next()
+                if isinstance(item, Resync):
+                    request = await ask()
+                elif item.data.get("request", {}).get("requestId") == request["requestId"]:
+                    request = dict(item.data["request"])
+        return request["status"] == "allowed", str(request["status"])
+
+    async def _stream(self, sid: str, turn_id: str, reply_id: str, turn: Turn,
+                      model: Model) -> tuple[str, list[ToolRequest], Finished]:
         parts: list[str] = []
         requests: list[ToolRequest] = []
         finished = Finished(0, 0)
         last = time.monotonic()
         saved = 0
-        async for chunk in self.model.stream(turn):
+        async for chunk in model.stream(turn):
             if isinstance(chunk, TextDelta):
                 parts.append(chunk.text)
             elif isinstance(chunk, ToolRequest):
@@ -243,30 +319,58 @@ class Sidecar:
         return "".join(parts), requests, finished
 
 
+def permission_mode(entry: Mapping[str, Any], session: Mapping[str, Any], approve: str) -> str:
+    """``ask`` or what lets the tools run without asking: the queue entry's mode, else the session's."""
+    if approve == "auto":
+        return "auto"
+    for mode in (entry.get("permissionMode"), session.get("permissionMode")):
+        if mode in ("ask", "accept-edits", "auto"):
+            return str(mode)
+    return "ask"
+
+
+def tool_summary(req: ToolRequest) -> str:
+    """What the prompt shows: the tool and its path (never more than a line)."""
+    path = req.args.get("path") if isinstance(req.args, dict) else None
+    return f"{req.name} {path}" if isinstance(path, str) else req.name
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def build_model(args: argparse.Namespace) -> Model:
-    if args.model == "fake":
+def build_model(args: argparse.Namespace) -> Model | None:
+    """A fixed model, or None: each turn's model comes from the host's provider store."""
+    if args.model == "fake" or (args.model is None and not args.provider and not args.base_url):
         return FakeModel(delay=args.fake_delay, words=args.fake_words)
-    if not args.base_url:
-        raise SystemExit("pi-host agent: a real model needs --base-url (an OpenAI-compatible endpoint)")
-    key = os.environ.get(args.api_key_env) if args.api_key_env else None
-    return OpenAIModel(args.model, base_url=args.base_url, api_key=key)
+    if args.base_url:
+        if not args.model:
+            raise SystemExit("pi-host agent: --base-url needs --model (the model id to ask for)")
+        key = os.environ.get(args.api_key_env) if args.api_key_env else None
+        return OpenAIModel(args.model, base_url=args.base_url, api_key=key)
+    return None
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="pi-host agent", description="the reference agent sidecar")
     ap.add_argument("--data-dir", help="data directory (default: $PI_DESKTOP_DATA_DIR or ~/.pi-desktop)")
-    ap.add_argument("--model", default="fake", help="'fake' (canned replies, no network) or a model id")
-    ap.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1")
-    ap.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    ap.add_argument("--model", default=None,
+                    help="'fake' (canned replies, no network; the default without --provider/--base-url) or a "
+                         "model id (used when a session names none)")
+    ap.add_argument("--provider", default=None,
+                    help="provider id in the host's provider store, used when a session names none (endpoint "
+                         "and API key come from the store: providers.get, secrets.get)")
+    ap.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 (bypasses the "
+                                       "provider store; the key comes from --api-key-env)")
+    ap.add_argument("--api-key-env", default="OPENAI_API_KEY", help="with --base-url: the variable holding the key")
     ap.add_argument("--controller-id", default=None, help="stable id of this sidecar (default: agent-<host>)")
     ap.add_argument("--session", action="append", default=[], help="also control this session from the start")
     ap.add_argument("--checkpoint-every", type=float, default=0.25, metavar="SECONDS")
     ap.add_argument("--fake-delay", type=float, default=0.05, metavar="SECONDS", help="fake model: per word")
     ap.add_argument("--fake-words", type=int, default=24, help="fake model: words after the echo")
+    ap.add_argument("--approve", choices=("ask", "auto"), default="ask",
+                    help="ask: before a tool runs, ask through the host (approvals.request) unless the turn's "
+                         "permission mode is auto/accept-edits; auto: never ask (unattended demos and tests)")
     return ap
 
 
@@ -274,10 +378,13 @@ async def run(args: argparse.Namespace) -> None:
     controller = args.controller_id or f"agent-{os.uname().nodename}"
     async with connect(data_dir=args.data_dir, client_id=controller, client_kind="agent",
                        connect_timeout=60) as client:
-        sidecar = Sidecar(client, build_model(args), controller, checkpoint_every=args.checkpoint_every,
-                          sessions=set(args.session))
-        print(f"pi-host agent: {controller} connected (model {sidecar.model.name}); waiting for queued turns",
-              flush=True)
+        model = build_model(args)
+        store = ProviderStore(client, args.provider, args.model) if model is None else None
+        sidecar = Sidecar(client, model, controller, checkpoint_every=args.checkpoint_every,
+                          sessions=set(args.session), providers=store, approve=args.approve)
+        source = (f"model {model.name}" if model is not None else
+                  f"the host's provider store (default provider {args.provider or 'none'})")
+        print(f"pi-host agent: {controller} connected ({source}); waiting for queued turns", flush=True)
         await sidecar.run()
 
 

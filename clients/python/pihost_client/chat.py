@@ -1,7 +1,8 @@
 """``pi-host chat [SESSION]`` (or ``pihost-chat``): a terminal chat on a running host.
 
-A full-screen prompt_toolkit application on asyncio, driving the host with
-:mod:`pihost_client`: the transcript pane shows the session's newest
+A full-screen prompt_toolkit application on asyncio (chosen over textual:
+asyncio-native like the SDK, a small dependency tree, and a plain text pane
+that tmux captures exactly), driving the host with :mod:`pihost_client`: the transcript pane shows the session's newest
 messages and the reply streaming from ``session.inflight`` events; the input
 line queues a turn (``session.queuePush``) for the agent sidecar to run.
 
@@ -10,8 +11,14 @@ after a restart the subscription resynchronises and the pane reloads the
 window, which then holds the reply boot promoted from its checkpoint
 (marked ``[interrupted]``).
 
+When the agent asks for permission to run a tool (``approval.requested``;
+pending ones are reloaded with ``approvals.pending``), the pane shows the
+prompt: answer ``/allow`` (this call), ``/always`` (a permission rule: always
+allow this tool in the session's project, or in the session without one) or
+``/deny``. Turns are queued with ``--permission-mode`` (default ``ask``).
+
 Commands: ``/new [title]``, ``/open SESSION``, ``/sessions``, ``/branches``,
-``/search QUERY``, ``/help``, ``/quit``.
+``/search QUERY``, ``/allow``, ``/always``, ``/deny``, ``/help``, ``/quit``.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, cast
 
 from prompt_toolkit.application import Application
 from prompt_toolkit.buffer import Buffer
@@ -36,7 +43,37 @@ from .hostinfo import HostNotRunning
 __all__ = ["Chat", "main", "render_message"]
 
 WINDOW = 60
-TOPICS = ["session.message", "session.inflight", "session.queue", "turn.started", "turn.ended", "session.updated"]
+TOPICS = ["session.message", "session.inflight", "session.queue", "turn.started", "turn.ended", "session.updated",
+          "approval.requested", "approval.resolved"]
+PermissionMode = Literal["inherit", "ask", "accept-edits", "auto"]
+HELP = "/new [title]  /open SESSION  /sessions  /branches  /search QUERY  /allow  /always  /deny  /quit"
+
+
+def choose_option(request: dict[str, Any], answer: str) -> str:
+    """The option id of a permission prompt for ``/allow``, ``/always`` or ``/deny``."""
+    options = request.get("options") or []
+
+    def first(decision: str, remembers: Sequence[str]) -> str | None:
+        for remember in remembers:
+            for o in options:
+                if o.get("decision") == decision and o.get("remember") == remember:
+                    return str(o["id"])
+        return None
+
+    if answer == "allow":
+        found = first("allow", ("once", "session", "project", "global"))
+    elif answer == "always":
+        found = first("allow", ("project", "session", "global"))
+    else:
+        found = first("deny", ("once", "session", "project", "global"))
+    if found is None:
+        raise ValueError(f"this prompt offers no way to /{answer}")
+    return found
+
+
+def render_prompt(request: dict[str, Any]) -> str:
+    summary = request.get("argsSummary") or request.get("tool")
+    return f"permission? the agent wants to run {summary} (risk {request.get('risk')}): /allow  /always  /deny"
 
 
 def _text(blocks: Sequence[dict[str, Any]]) -> str:
@@ -75,6 +112,9 @@ class Chat:
         self.title = ""
         self.messages: list[dict[str, Any]] = []
         self.live: dict[str, dict[str, Any]] = {}
+        self.prompts: dict[str, dict[str, Any]] = {}
+        """Pending permission requests of this session, by requestId (oldest first)."""
+        self.permission_mode: PermissionMode = "ask"
         self.notice = "type a message and press Enter; /help for commands"
         self.output = Buffer(read_only=True)
         self.input = TextArea(height=1, prompt="> ", multiline=False, accept_handler=self._accept)
@@ -109,6 +149,7 @@ class Chat:
         for mid, m in self.live.items():
             if mid not in shown:
                 lines.append(render_message({**m, "meta": {"status": "streaming"}}))
+        lines += [render_prompt(r) for r in self.prompts.values()]
         lines += ["", f"-- {self.notice}"]
         text = "\n".join(lines)
         self.output.set_document(Document(text, cursor_position=len(text)), bypass_readonly=True)
@@ -123,6 +164,8 @@ class Chat:
         self.live = {k: v for k, v in self.live.items() if k not in ids}
         queue = await self.client.session.queue_list(session_id=self.session_id)
         self.queued = len(queue["entries"])
+        pending = await self.client.approvals.pending(session_id=self.session_id)
+        self.prompts = {r["requestId"]: dict(r) for r in reversed(pending["pending"])}
         self.redraw()
 
     async def follow(self) -> None:
@@ -147,6 +190,15 @@ class Chat:
             if isinstance(message, dict) and message.get("id"):
                 self.live[str(message["id"])] = message
                 self.redraw()
+        elif item.topic == "approval.requested":
+            request = dict(item.data["request"])
+            self.prompts[str(request["requestId"])] = request
+            self.redraw()
+        elif item.topic == "approval.resolved":
+            request = item.data["request"]
+            if self.prompts.pop(str(request["requestId"]), None) is not None:
+                self.notice = f"{request['tool']}: {request['status']}"
+            self.redraw()
         elif item.topic == "session.queue":
             self.queued = len(item.data.get("entries") or [])
             self.redraw()
@@ -178,7 +230,7 @@ class Chat:
         c = self.client
         if not text.startswith("/"):
             await c.session.queue_push(session_id=self.session_id, principal="user", content=text,
-                                       permission_mode="ask")
+                                       permission_mode=self.permission_mode)
             self.notice = "queued; the agent will answer"
             return
         cmd, _, arg = text[1:].partition(" ")
@@ -186,7 +238,9 @@ class Chat:
         if cmd in ("quit", "q", "exit"):
             self.app.exit()
         elif cmd == "help":
-            self.notice = "/new [title]  /open SESSION  /sessions  /branches  /search QUERY  /quit"
+            self.notice = HELP
+        elif cmd in ("allow", "always", "deny"):
+            await self.answer(cmd)
         elif cmd == "new":
             created = await c.session.create(title=arg or "Chat")
             self.switch(created["id"])
@@ -209,9 +263,27 @@ class Chat:
         else:
             self.notice = f"unknown command /{cmd}; /help"
 
+    async def answer(self, how: str) -> None:
+        """Answer the oldest pending permission prompt of this session."""
+        if not self.prompts:
+            self.notice = "no permission prompt is pending"
+            return
+        request = next(iter(self.prompts.values()))
+        try:
+            option = choose_option(request, how)
+        except ValueError as exc:
+            self.notice = str(exc)
+            return
+        answered = await self.client.approvals.respond(session_id=self.session_id,
+                                                       request_id=request["requestId"], option_id=option)
+        self.prompts.pop(request["requestId"], None)
+        rule = answered.get("rule")
+        self.notice = f"{request['tool']}: {answered['request']['status']}" + (
+            f" (rule for the {rule['scope']})" if rule else "")
+
     def switch(self, session_id: str) -> None:
         self.session_id = session_id
-        self.messages, self.live = [], {}
+        self.messages, self.live, self.prompts = [], {}, {}
         self.reload_wanted.set()
 
 
@@ -226,6 +298,7 @@ async def run(args: argparse.Namespace) -> int:
             else:
                 await client.session.get(session_id=sid, message_limit=1)
             chat = Chat(client, sid)
+            chat.permission_mode = cast(PermissionMode, args.permission_mode)
             chat.redraw()
 
             async def follow_forever() -> None:
@@ -260,6 +333,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--data-dir", help="data directory (default: $PI_DESKTOP_DATA_DIR or ~/.pi-desktop)")
     ap.add_argument("--title", default="Chat", help="title of a new session")
     ap.add_argument("--project", default=None, help="project root of a new session (the agent's tools use it)")
+    ap.add_argument("--permission-mode", choices=("ask", "accept-edits", "auto", "inherit"), default="ask",
+                    help="the permission mode of the turns you queue (ask: the agent asks before a tool runs)")
     ap.add_argument("--client-id", default="pi-chat", help="stable id of this chat (scopes receipts)")
     ap.add_argument("--connect-timeout", type=float, default=30.0)
     return ap

@@ -26,7 +26,16 @@ function onEvent(event: AnyEvent): void {
       console.log("message", event.data.message.seq, event.data.message.role);
       break;
     case "session.inflight":
-      console.log("streaming", event.data.turnId, event.data.savedAt);
+      // transient: a coalesced preview whose cursor repeats the newest numbered one (never resume from it)
+      console.log("streaming", event.transient === true, event.data.turnId, event.data.savedAt,
+        event.data.message.inflight, event.data.message.blocks.map(render).join(""));
+      break;
+    case "approval.requested":
+      console.log("permission?", event.data.request.tool, event.data.request.argsSummary,
+        event.data.request.options.map((o) => `${o.id}=${o.decision}/${o.remember}`).join(" "));
+      break;
+    case "approval.resolved":
+      console.log("answered", event.data.request.requestId, event.data.request.status, event.data.rule?.scope);
       break;
     case "session.queue":
       console.log("queue", event.data.entries.length, event.data.held);
@@ -47,6 +56,18 @@ export async function example(url: string, token: string): Promise<void> {
   const seq: number = appended.message.seq;
   const page = await client.call("session.get", { sessionId: session.id, messageLimit: 20 });
   page.messages.forEach((m) => console.log(show(m)));
+  const waiting = await client.call("approvals.pending", { sessionId: session.id });
+  for (const request of waiting.pending) {
+    const allow = request.options.find((o) => o.decision === "allow" && o.remember === "once");
+    if (allow !== undefined) {
+      const answered = await client.call("approvals.respond", {
+        sessionId: session.id, requestId: request.requestId, optionId: allow.id,
+      });
+      console.log(answered.request.status, answered.rule?.id);
+    }
+  }
+  const usage = await client.call("usage.session", { sessionId: session.id });
+  console.log("usage", usage);
   const hits = await client.call("search.sessions", { query: "hello", limit: 5 });
   for (const hit of hits.results) console.log(hit.sessionId, hit.messageMatches);
   try {
