@@ -304,7 +304,7 @@ async def test_steering_a_delivery_turn_is_human_input_with_its_provenance_strip
             assert out["message"]["id"] == "s1"
             page = await ui.call("session.get", {"sessionId": tgt, "full": True})
             by_id = {m["id"]: m for m in page["messages"]}
-            assert by_id["s1"]["meta"]["steering"] is True and by_id["s1"]["turnId"] == "t1"
+            assert by_id["s1"]["steering"] is True and by_id["s1"]["turnId"] == "t1"
             assert "sessionMessage" not in by_id["s1"] and "sessionMessage" not in by_id["s1"].get("meta", {})
             assert by_id[begun["message"]["id"]]["sessionMessage"] == provenance  # the delivery's row keeps it
             # a message that is not steering still may not carry it
