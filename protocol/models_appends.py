@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, model_validator
 
 from .models_common import (
@@ -14,6 +16,7 @@ from .models_records import (
     MessageRef,
     TranscriptMessage,
     refuse_host_meta,
+    strip_steering_provenance,
 )
 
 # ---------------------------------------------------------------------------
@@ -26,6 +29,11 @@ class AppendMessageParams(MutatingParams):
     turn_id: WireId | None = Field(
         default=None, description="Owning turn; must equal message.turnId when both are given."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _steering_is_human_input(cls, data: Any) -> Any:
+        return strip_steering_provenance(data)
 
     @model_validator(mode="after")
     def _no_forged_provenance(self) -> AppendMessageParams:

@@ -32,7 +32,11 @@ class SaveInflightParams(MutatingParams):
 
 class SaveInflightResult(Result):
     saved: bool
-    reason: Literal["empty", "already_indexed"] | None = None
+    reason: Literal["empty", "already_indexed", "delegate"] | None = Field(
+        default=None,
+        description="Why it was dropped: no visible content yet, the final row already landed, or a delegate's "
+        "(subagent-attributed: meta.parentToolCallId / meta.agentName) reply, which is never checkpointed.",
+    )
 
 
 class InflightMessage(Result):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .limits import MAX_PLUGIN_MESSAGES
 from .models_common import (
@@ -15,7 +15,7 @@ from .models_common import (
     Result,
     SessionId,
 )
-from .models_records import SessionSummary, TranscriptMessage
+from .models_records import SessionSummary, TranscriptMessage, refuse_host_meta
 
 KeyText = Ref
 
@@ -40,6 +40,12 @@ class PluginImportSessionParams(MutatingParams):
                                    "the only binding an import may set.")
     history: PluginImportHistory | None = None
     source_label: str | None = Field(default=None, max_length=80, description="Badge text (default sourceId).")
+
+    @model_validator(mode="after")
+    def _no_forged_provenance(self) -> PluginImportSessionParams:
+        for message in self.messages:  # an imported row is never collaboration input
+            refuse_host_meta(message)
+        return self
 
 
 class PluginImportSessionResult(Result):

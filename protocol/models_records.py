@@ -7,7 +7,7 @@ end up in the transcript file. Host-produced projections (``SessionSummary``,
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, field_validator
 
@@ -45,6 +45,23 @@ def refuse_host_meta(message: TranscriptMessage) -> TranscriptMessage:
         raise ValueError("meta.sessionMessage is collaboration provenance the host writes (collab.begin); "
                          "a client cannot set it")
     return message
+
+def strip_steering_provenance(data: Any) -> Any:
+    """Raw append params: a steering input (``meta.steering: true``) is extra human input, even when it
+    steers a turn that runs a collaboration delivery; it never inherits a delivery's origin, so a
+    client-supplied ``meta.sessionMessage`` in it is stripped (seed 003, active-turn steering).
+    Any other message carrying it is refused (:func:`refuse_host_meta`)."""
+    if not isinstance(data, dict):
+        return data
+    message = data.get("message")
+    if not isinstance(message, dict):
+        return data
+    meta = message.get("meta")
+    if not isinstance(meta, dict) or meta.get("steering") is not True or not HOST_META_KEYS.intersection(meta):
+        return data
+    kept = {k: v for k, v in meta.items() if k not in HOST_META_KEYS}
+    return {**data, "message": {**message, "meta": kept}}
+
 
 # ---------------------------------------------------------------------------
 # Client-sent transcript records
@@ -295,4 +312,5 @@ __all__ = [
     "UiMessage",
     "Usage",
     "refuse_host_meta",
+    "strip_steering_provenance",
 ]

@@ -4,6 +4,9 @@ Runs once before anything is served. Nothing is ever replayed: running turns
 become ``aborted`` (with an audit record each), pending plan approvals and
 queued/running executions become ``interrupted``, pending tool-permission
 approvals and interactions become ``interrupted`` (a late answer is refused),
+collaboration deliveries that were running, or queued without a queue
+admission, become ``interrupted`` (admitted ones are held; the report counts
+both and the admissions it saw),
 retention pruning runs, and the notification cap is repaired.
 """
 
@@ -49,17 +52,20 @@ def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -
         "WHERE status = 'running'",
         (now_ms,),
     ).rowcount
-    conn.execute(
+    deliveries = conn.execute(
         "UPDATE session_collaboration_messages SET status = 'interrupted', updated_at = ? "
         "WHERE status = 'running' OR (status = 'queued' AND NOT EXISTS "
         "(SELECT 1 FROM turn_queue q WHERE q.session_message_id = session_collaboration_messages.id))",
         (now_ms,),
-    )
+    ).rowcount
+    held = conn.execute("SELECT COUNT(*) FROM session_collaboration_messages WHERE status = 'queued'").fetchone()[0]
+    admissions = conn.execute("SELECT COUNT(*) FROM turn_queue WHERE session_message_id IS NOT NULL").fetchone()[0]
     requests = approvals.interrupt_pending(conn, now_ms)
     return {"abortedTurns": [t for t, _ in running], "interruptedApprovals": pending,
             "interruptedExecutions": executions, "abortedTaskRuns": runs,
             "interruptedPermissionRequests": requests["approval"],
-            "interruptedInteractions": requests["interaction"]}
+            "interruptedInteractions": requests["interaction"],
+            "interruptedDeliveries": deliveries, "heldDeliveries": int(held), "deliveryAdmissions": int(admissions)}
 
 
 def retention(conn: sqlite3.Connection, *, now_ms: int, audit_days: int = 90) -> dict[str, Any]:

@@ -128,11 +128,14 @@ def with_receipt(record: dict[str, Any], receipt: Mapping[str, Any]) -> dict[str
 
 def wire_record(record: Mapping[str, Any]) -> dict[str, Any]:
     """The record as clients see it: the internal receipt is stripped from meta; collaboration
-    provenance (``meta.sessionMessage``, host-written) is projected as ``sessionMessage``."""
+    provenance (``meta.sessionMessage``, host-written) is projected as ``sessionMessage`` and an
+    accepted steering input (``meta.steering: true``) as ``steering`` (seed 003, active-turn steering)."""
     out = dict(record)
     meta = record.get("meta")
     if isinstance(meta, Mapping) and isinstance(meta.get("sessionMessage"), Mapping):
         out["sessionMessage"] = dict(meta["sessionMessage"])
+    if isinstance(meta, Mapping) and meta.get("steering") is True:
+        out["steering"] = True
     if isinstance(meta, Mapping) and "receipt" in meta:
         stripped = {k: v for k, v in meta.items() if k != "receipt"}
         if stripped:

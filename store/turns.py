@@ -191,12 +191,12 @@ def turn_status(conn: sqlite3.Connection, turn_id: str) -> tuple[str, str | None
     return (row[0], row[1], row[2]) if row else None
 
 
-def abort_running(conn: sqlite3.Connection, session_id: str, now_ms: int) -> int:
-    """A rewrite cut the reply a running turn was producing: the turn ends ``aborted``."""
-    return conn.execute(
-        "UPDATE turns SET status = 'aborted', ended_at = ? WHERE session_id = ? AND status = 'running'",
+def abort_running(conn: sqlite3.Connection, session_id: str, now_ms: int) -> list[str]:
+    """A rewrite cut the reply a running turn was producing: the turn ends ``aborted``. The ids it ended."""
+    return [r[0] for r in conn.execute(
+        "UPDATE turns SET status = 'aborted', ended_at = ? WHERE session_id = ? AND status = 'running' RETURNING id",
         (now_ms, session_id),
-    ).rowcount
+    ).fetchall()]
 
 
 def require_turn_exists(conn: sqlite3.Connection, turn_id: str) -> None:

@@ -27,9 +27,9 @@ from typing import Any
 from actors.events import Event
 from actors.session_context import SessionContext
 from protocol import models as m
-from runtime.handlers import collab
+from runtime.handlers import turn_aftermath
 from runtime.handlers.host_lines import append_record
-from store import approvals, index, inflight, turns
+from store import index, inflight, turns
 from store.errors import Conflict, CorruptData, InvalidInput, NotFound
 from store.receipts import ReceiptKey
 from store.records import cap_content, is_streaming, normalize_message, wire_record
@@ -65,6 +65,12 @@ def _projection(session_id: str, turn_id: str, saved_at: int, rec: Mapping[str, 
     message = cap_content(wire_record(rec), content_limit)
     return {"sessionId": session_id, "turnId": turn_id, "savedAt": saved_at,
             "message": {**message, "inflight": True}}
+
+
+def _is_delegate(rec: Mapping[str, Any]) -> bool:
+    """A subagent's reply (seed §4.7a attribution in ``meta``): the parent's checkpoint is its own reply."""
+    meta = rec.get("meta")
+    return isinstance(meta, Mapping) and bool(meta.get("parentToolCallId") or meta.get("agentName"))
 
 
 async def cached_checkpoint_id(ctx: SessionContext) -> str | None:
@@ -112,7 +118,9 @@ async def save(ctx: SessionContext, p: m.SaveInflightParams, key: ReceiptKey | N
     state = await indexed_state(ctx, rec["id"])
     saved_at = ctx.now()
     result: dict[str, Any]
-    if state == "settled":
+    if _is_delegate(rec):
+        result = {"saved": False, "reason": "delegate"}  # seed §2.1: delegate replies are not checkpointed
+    elif state == "settled":
         result = {"saved": False, "reason": "already_indexed"}
     elif state == "absent" and not inflight.has_visible_content(rec):
         result = {"saved": False, "reason": "empty"}
@@ -177,7 +185,9 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
     turn completed, otherwise as ``aborted`` + ``interrupted`` under its turn;
     removed when its final row landed; quarantined when unreadable. A turn
     still ``running`` ends ``aborted`` (``SIDECAR_LOST``) in the same
-    transaction as the promoted line's index row. Idempotent by construction:
+    transaction as the promoted line's index row, with what a turn end settles:
+    its pending requests are cancelled, the plan execution and the delivery it
+    was running end (``cancelled`` / ``failed``). Idempotent by construction:
     a retry finds no checkpoint (or its id settled) and changes nothing more;
     the receipt row rides in that transaction.
     """
@@ -189,8 +199,7 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
                        data={"sessionId": sid, "turnId": cp.turn_id})
     turn_id = p.turn_id or (cp.turn_id if cp is not None else None)
     ended: list[dict[str, Any]] = []
-    cancelled: list[dict[str, Any]] = []
-    deliveries: list[Any] = []
+    aftermath: list[turn_aftermath.Aftermath] = []
 
     def end_turn(conn: Any) -> dict[str, Any] | None:
         if turn_id is None:
@@ -202,9 +211,7 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
             out = turns.end_turn(conn, session_id=sid, turn_id=turn_id, status="aborted",
                                  error_code=SIDECAR_LOST, usage=None, create_notification=False, now_ms=now)
             ended.append(out.turn)
-            cancelled.extend(approvals.get_request(conn, kind, rid)
-                             for kind, rid in approvals.cancel_for_turn(conn, sid, turn_id, now))
-            deliveries.append(collab.settle_for_turn(conn, sid, turn_id, "aborted", SIDECAR_LOST, now, ctx.faults))
+            aftermath.append(turn_aftermath.settle(conn, sid, [turn_id], "aborted", SIDECAR_LOST, now, ctx.faults))
             return out.turn
         return turns.get_turn(conn, turn_id)
 
@@ -238,10 +245,8 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
             end_turn(conn), None))
     if ended:
         ctx.publish("turn.ended", {"turn": result["turn"]})
-        for row in cancelled:
-            ctx.publish(f"{row['kind']}.resolved", {"request": row})
-        for changed, owners in deliveries:
-            collab.publish(ctx, changed, owners)
+        if aftermath:
+            turn_aftermath.publish(ctx, aftermath[-1])
     return result
 
 

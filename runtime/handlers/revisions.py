@@ -28,6 +28,7 @@ from typing import Any
 
 from actors.session_context import SessionContext
 from protocol import models as m
+from runtime.handlers import turn_aftermath
 from store import collab, index
 from store.errors import Conflict, CorruptData, InvalidInput, MessageNotFound, NotFound, PermissionDenied
 from store.fsutil import remove_file_durable
@@ -52,7 +53,7 @@ from store.revisions import (
 )
 from store.rewrite import LiveTranscript, RewritePlan, apply_rewrite, load_live, plan_rewrite, reindex, turn_map
 from store.transcript import read_spans
-from store.turns import abort_running
+from store.turns import abort_running, get_turn
 
 __all__ = ["activate", "list_revisions", "replace_messages", "save_active", "snapshot", "truncate_from"]
 
@@ -387,11 +388,22 @@ async def truncate_from(ctx: SessionContext, p: m.TruncateFromParams, key: Recei
     # boot sweep can never promote it back after the cut.
     await ctx.io(remove_file_durable, ctx.paths.inflight)
 
+    faults = ctx.faults
+    aftermath: list[tuple[list[str], turn_aftermath.Aftermath]] = []
+
     def finish(conn: Any, now: int) -> Any:
-        abort_running(conn, sid, now)
+        aborted = abort_running(conn, sid, now)  # and what those turns still asked or ran ends with them
+        aftermath.append((aborted, turn_aftermath.settle(conn, sid, aborted, "aborted", None, now, faults)))
         return {"session": _session(conn, sid), "removed": removed}
 
-    return await commit_rewrite(ctx, live, plan, finish, archives=archives, receipt_extra={"removed": removed})
+    result = await commit_rewrite(ctx, live, plan, finish, archives=archives, receipt_extra={"removed": removed})
+    if aftermath:
+        aborted, moved = aftermath[-1]
+        for turn in await ctx.read(lambda conn: [get_turn(conn, t) for t in aborted]):
+            if turn is not None:
+                ctx.publish("turn.ended", {"turn": {k: v for k, v in turn.items() if v is not None}})
+        turn_aftermath.publish(ctx, moved)
+    return result
 
 
 # ---------------------------------------------------------------------- session.replaceMessages

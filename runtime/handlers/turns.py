@@ -16,10 +16,8 @@ from typing import Any
 from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.context import ReadContext
-from runtime.handlers import approvals as user_requests
-from runtime.handlers import collab, inflight, plans
-from store import approvals, bindings, index, turns
-from store import plans as plan_rows
+from runtime.handlers import inflight, turn_aftermath
+from store import bindings, turns
 from store.ids import new_id
 from store.receipts import ReceiptKey
 from store.snapshots import load_snapshot, prepare_snapshot
@@ -56,10 +54,7 @@ async def end_turn(ctx: SessionContext, p: m.EndTurnParams, key: ReceiptKey | No
     usage = p.usage.model_dump(by_alias=True, exclude_unset=True) if p.usage is not None else None
     now, sid = ctx.now(), ctx.sid
     changed: list[bool] = []
-    cancelled: list[dict[str, Any]] = []
-    executions: list[dict[str, Any]] = []
-    summary: list[dict[str, Any]] = []
-    deliveries: list[Any] = []
+    aftermath: list[turn_aftermath.Aftermath] = []
     faults = ctx.faults
 
     def op(conn: Any) -> dict[str, Any]:
@@ -67,13 +62,8 @@ async def end_turn(ctx: SessionContext, p: m.EndTurnParams, key: ReceiptKey | No
                                  error_code=p.error_code, usage=usage,
                                  create_notification=p.create_notification, now_ms=now)
         changed.append(outcome.changed)
-        if outcome.changed:  # what the turn still asked the user can no longer be answered
-            cancelled.extend(approvals.get_request(conn, kind, rid)
-                             for kind, rid in approvals.cancel_for_turn(conn, sid, p.turn_id, now))
-            executions.extend(plan_rows.settle_for_turn(conn, sid, p.turn_id, p.status, p.error_code, now))
-            deliveries.append(collab.settle_for_turn(conn, sid, p.turn_id, p.status, p.error_code, now, faults))
-            if executions:
-                summary.append(index.public_session(index.require_session(conn, sid)))
+        if outcome.changed:  # what the turn still asked or ran ends with it
+            aftermath.append(turn_aftermath.settle(conn, sid, [p.turn_id], p.status, p.error_code, now, faults))
         result: dict[str, Any] = {"turn": _clean(outcome.turn)}
         if outcome.notification is not None:
             result["notification"] = _clean(outcome.notification)
@@ -82,14 +72,12 @@ async def end_turn(ctx: SessionContext, p: m.EndTurnParams, key: ReceiptKey | No
     result = await ctx.commit(op)
     if p.status in ("completed", "error"):
         await inflight.settle_on_turn_end(ctx)
-    if changed and changed[0]:
+    if changed and changed[-1]:
         ctx.publish("turn.ended", result)
         if "notification" in result:
             ctx.publish("notification.created", {"notification": result["notification"]})
-        user_requests.publish_cancelled(ctx, cancelled)
-        plans.publish_executions(ctx, executions, summary[0] if summary else None)
-        for moved, owners in deliveries:
-            collab.publish(ctx, moved, owners)
+        if aftermath:
+            turn_aftermath.publish(ctx, aftermath[-1])
     return result
 
 

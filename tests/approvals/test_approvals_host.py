@@ -277,6 +277,23 @@ async def test_a_turn_end_cancels_what_it_still_asked(tmp_path: Path) -> None:
             assert err.data_code == "CONFLICT"
 
 
+async def test_a_rewrite_that_cuts_a_running_turn_cancels_what_it_still_asked(tmp_path: Path) -> None:
+    """``session.truncateFrom`` aborts the running turn whose reply it cuts; that turn's pending requests
+    end with it (``cancelled``, announced), exactly as a turn end does."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid = await session_with_turn(c)
+            rid = (await ask(c, sid))["request"]["requestId"]
+            await ui.subscribe(["approval.resolved", "turn.ended"], session_id=sid)
+            await ui.call("session.truncateFrom", {"sessionId": sid, "messageId": f"{sid}-u"})
+            ended = await next_event(ui, "turn.ended")
+            assert ended.data["turn"]["id"] == turn_of(sid) and ended.data["turn"]["status"] == "aborted"
+            assert (await next_event(ui, "approval.resolved")).data["request"]["status"] == "cancelled"
+            assert (await c.call("approvals.pending", {"sessionId": sid})) == {"pending": []}
+            assert (await rpc_error(answer(ui, sid, rid))).data["status"] == "cancelled"
+
+
 async def test_interactions_take_choices_or_free_text_as_the_question_allows(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c, \

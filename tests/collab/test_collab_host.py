@@ -288,6 +288,36 @@ async def test_forged_stripped_or_edited_collaboration_input_is_refused(tmp_path
             assert [m["id"] for m in (await c.call("session.get", {"sessionId": tgt}))["messages"]] == ["a1"]
 
 
+async def test_steering_a_delivery_turn_is_human_input_with_its_provenance_stripped(tmp_path: Path) -> None:
+    """Seed 003, active-turn steering: steering into a claimed delivery's turn is extra human input; it does
+    not inherit the delivery's origin, and a client-supplied ``meta.sessionMessage`` in it is stripped."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, "plugin") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            src, tgt = await session(c, "Lead"), await session(c, "Reviewer")
+            d = (await deliver(c, src, tgt))["delivery"]
+            await start(c, tgt, "t1")
+            begun = await begin(c, tgt, d["id"], "t1")
+            provenance = (await c.call("session.get", {"sessionId": tgt}))["messages"][0]["sessionMessage"]
+            steer = msg("s1", "also check the tests", meta={"steering": True, "sessionMessage": provenance})
+            out = await ui.call("session.appendMessage", {"sessionId": tgt, "turnId": "t1", "message": steer})
+            assert out["message"]["id"] == "s1"
+            page = await ui.call("session.get", {"sessionId": tgt, "full": True})
+            by_id = {m["id"]: m for m in page["messages"]}
+            assert by_id["s1"]["steering"] is True and by_id["s1"]["turnId"] == "t1"
+            assert "sessionMessage" not in by_id["s1"] and "sessionMessage" not in by_id["s1"].get("meta", {})
+            assert by_id[begun["message"]["id"]]["sessionMessage"] == provenance  # the delivery's row keeps it
+            # a message that is not steering still may not carry it
+            forged = msg("f1", "trust me", meta={"sessionMessage": provenance})
+            assert (await rpc_error(ui.call("session.appendMessage", {"sessionId": tgt, "message": forged}))
+                    ).data_code == "INVALID_PARAMS"
+            # nor can a plugin import plant it
+            async with client_for(host, "p1", kind="plugin", plugin_id="team") as plugin:
+                err = await rpc_error(plugin.call("plugins.importSession", {
+                    "sourceId": "chatlog", "externalId": "x1", "messages": [forged]}))
+                assert err.data_code == "INVALID_PARAMS"
+
+
 @pytest.mark.parametrize("state", ["queued", "taken", "running"])
 async def test_startup_holds_admitted_work_and_interrupts_the_rest(tmp_path: Path, state: str) -> None:
     with trio.fail_after(60):
@@ -301,6 +331,9 @@ async def test_startup_holds_admitted_work_and_interrupts_the_rest(tmp_path: Pat
                 await start(c, tgt, "t1")
                 await begin(c, tgt, d["id"], "t1")
         async with inprocess_host(tmp_path) as host, client_for(host, "plugin", kind="agent") as c:
+            fence = (await c.call("host.status", {}))["boot"]["fence"]
+            assert (fence["heldDeliveries"], fence["interruptedDeliveries"], fence["deliveryAdmissions"]) == \
+                ((1, 0, 1) if state == "queued" else (0, 1, 0))
             got = await c.call("collab.get", {"deliveryId": d["id"]})
             if state == "queued":
                 assert got["status"] == "queued"

@@ -132,6 +132,25 @@ async def test_the_executing_turns_end_ends_an_unfinished_execution(tmp_path: Pa
                 assert err.data_code == "CONFLICT" and err.data["executionState"] == expected, status
 
 
+async def test_a_sidecar_loss_ends_the_execution_its_turn_was_running(tmp_path: Path) -> None:
+    """``session.recoverInflight`` ends the lost turn like a turn end does: its execution is cancelled."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "sidecar", kind="agent") as c:
+            sid, execution = await approved(c, tmp_path)
+            await start(c, sid, "t1")
+            await c.call("plans.startExecution", {"sessionId": sid, "executionId": execution, "turnId": "t1"})
+            await c.subscribe(["plan.execution", "session.updated"], session_id=sid)
+            lost = await c.call("session.recoverInflight", {"sessionId": sid, "turnId": "t1"})
+            assert lost["turn"]["status"] == "aborted" and lost["turn"]["errorCode"] == "SIDECAR_LOST"
+            event = (await next_event(c, "plan.execution")).data["approval"]
+            assert (event["executionState"], event["executionErrorCode"]) == ("cancelled", "SIDECAR_LOST")
+            assert "state" not in (await next_event(c, "session.updated")).data["session"]
+            assert "state" not in (await state_of(c, sid))
+            err = await rpc_error(c.call("plans.finishExecution", {"sessionId": sid, "executionId": execution,
+                                                                   "turnId": "t1", "outcome": "completed"}))
+            assert err.data_code == "CONFLICT" and err.data["executionState"] == "cancelled"
+
+
 async def test_the_projected_state_follows_the_contract(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with inprocess_host(tmp_path / "data") as host, client_for(host, "sidecar", kind="agent") as c:

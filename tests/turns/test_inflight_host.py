@@ -89,6 +89,23 @@ async def test_late_checkpoint_for_an_indexed_id_is_dropped(tmp_path):
             assert not ckpt(tmp_path, sid).exists()
 
 
+async def test_a_delegates_reply_is_never_checkpointed(tmp_path):
+    """Seed §2.1: delegate (subagent-attributed) replies are not checkpointed; the parent's still is."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await setup(c)
+            for meta in ({"parentToolCallId": "task1"}, {"agentName": "code-reviewer"}):
+                sub = {**assistant("d1", "reviewing..."), "meta": meta}
+                assert await save(c, sid, "t1", sub) == {"saved": False, "reason": "delegate"}
+                assert not ckpt(tmp_path, sid).exists()
+            assert "inflight" not in await c.call("session.get", {"sessionId": sid})
+            assert await save(c, sid, "t1", assistant("a1", "parent reply")) == {"saved": True}
+            sub = {**assistant("d2", "more"), "meta": {"parentToolCallId": "task1"}}
+            assert await save(c, sid, "t1", sub) == {"saved": False, "reason": "delegate"}
+            page = await c.call("session.get", {"sessionId": sid})
+            assert page["inflight"]["message"]["id"] == "a1"  # the parent's checkpoint is untouched
+
+
 async def test_end_turn_completed_keeps_an_unindexed_checkpoint(tmp_path):
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:

@@ -1565,7 +1565,7 @@ class SaveInflightParams(TypedDict):
 
 class SaveInflightResult(TypedDict):
     saved: bool
-    reason: NotRequired[Literal["empty", "already_indexed"] | None]
+    reason: NotRequired[Literal["empty", "already_indexed", "delegate"] | None]
 
 
 class ScheduledTask(TypedDict):

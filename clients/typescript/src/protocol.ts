@@ -1958,7 +1958,8 @@ export interface SaveInflightParams {
 
 export interface SaveInflightResult {
   saved: boolean;
-  reason?: "empty" | "already_indexed" | null;
+  /** Why it was dropped: no visible content yet, the final row already landed, or a delegate's (subagent-attributed: meta.parentToolCallId / meta.agentName) reply, which is never checkpointed. */
+  reason?: "empty" | "already_indexed" | "delegate" | null;
 }
 
 export interface ScheduledTask {
