@@ -244,10 +244,12 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _turn_ref(conn: sqlite3.Connection, turn_id: Any) -> str | None:
+def _turn_ref(conn: sqlite3.Connection, session_id: str, turn_id: Any) -> str | None:
+    """The row's turn: the record's ``turnId`` when it names a turn of this session (a turn of
+    another session is never linked: usage, decisions and turn listings follow this column)."""
     if not isinstance(turn_id, str):
         return None
-    row = conn.execute("SELECT id FROM turns WHERE id = ?", (turn_id,)).fetchone()
+    row = conn.execute("SELECT id FROM turns WHERE id = ? AND session_id = ?", (turn_id, session_id)).fetchone()
     return row[0] if row else None
 
 
@@ -333,7 +335,7 @@ def index_messages(
                     f"would give it {seq}; the index is behind its transcript",
                     data={"sessionId": session_id, "seq": item.seq, "indexSeq": seq})
             _check_seq(session_id, seq)
-            turn = _turn_ref(conn, rec.get("turnId"))
+            turn = _turn_ref(conn, session_id, rec.get("turnId"))
             conn.execute(
                 "INSERT INTO messages(mid, id, session_id, turn_id, seq, role, tool_name, is_error, text, "
                 "created_at, line_offset, line_len, wire_cut, line_crc) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -449,7 +451,7 @@ def reindex_session(
     for seq, item in enumerate(messages, start=1):
         rec = item.record
         tool_name, is_error = tool_info(rec)
-        turn = _turn_ref(conn, old_turns.get(rec["id"]) or rec.get("turnId"))
+        turn = _turn_ref(conn, session_id, old_turns.get(rec["id"]) or rec.get("turnId"))
         rows.append(
             (message_mid(ordinal, seq), rec["id"], session_id, turn, seq, rec.get("role"), tool_name, int(is_error),
              extract_text(rec), rfc3339_to_ms(rec.get("createdAt"), old_created.get(rec["id"], now_ms)),

@@ -48,3 +48,19 @@ def test_full_reindex_with_a_colliding_id_succeeds(conn: sqlite3.Connection) -> 
     assert _ids(conn, "b") == ["y", "b:x"]
     assert conn.execute("SELECT deleted FROM messages WHERE id = 'b:x'").fetchone()[0] == 1
     assert _ids(conn, "a") == ["x"]
+
+
+def test_a_turn_of_another_session_is_never_linked(conn: sqlite3.Connection) -> None:
+    """A message of session b naming a turn of session a keeps no turn in the index (usage, decisions and
+    turn listings follow messages.turn_id); its own session's turn is linked."""
+    conn.execute("INSERT INTO turns(id, session_id, started_at, status) VALUES ('ta', 'a', 1, 'running')")
+    conn.execute("INSERT INTO turns(id, session_id, started_at, status) VALUES ('tb', 'b', 1, 'running')")
+    foreign = IndexRecord({"type": "message", "id": "m1", "role": "user", "turnId": "ta",
+                           "blocks": [{"type": "text", "text": "steer"}]}, 100, 50)
+    own = IndexRecord({"type": "message", "id": "m2", "role": "user", "turnId": "tb",
+                       "blocks": [{"type": "text", "text": "mine"}]}, 150, 50)
+    refs = index.index_messages(conn, "b", [foreign, own], indexed_len=200, file_epoch="e", now_ms=2)
+    assert [r["turnId"] for r in refs] == [None, "tb"]
+    assert conn.execute("SELECT id, turn_id FROM messages ORDER BY seq").fetchall() == [("m1", None), ("m2", "tb")]
+    index.reindex_session(conn, "b", [foreign, own], [], [], indexed_len=200, file_epoch="e", now_ms=3)
+    assert conn.execute("SELECT id, turn_id FROM messages ORDER BY seq").fetchall() == [("m1", None), ("m2", "tb")]
