@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from .errors import IOFailure, UnsupportedSQLite, classify_os_error
 from .faults import NO_FAULTS, Faults
@@ -430,6 +430,7 @@ __all__ = [
     "apply_pragmas",
     "check_sqlite_support",
     "checkpoint_wal",
+    "in_transaction",
     "open_offline_reader",
     "open_reader",
     "open_writer",
@@ -437,7 +438,10 @@ __all__ = [
     "quarantine_database",
     "schema_version",
     "set_synchronous",
+    "transaction",
 ]
+
+T = TypeVar("T")
 
 
 @contextmanager
@@ -451,6 +455,12 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def in_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """``fn(conn)`` in one committed transaction (:func:`transaction`); its value."""
+    with transaction(conn):
+        return fn(conn)
 
 
 def close_writer(conn: sqlite3.Connection) -> None:

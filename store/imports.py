@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from . import index, reconcile
+from .database import in_transaction
 from .errors import StoreError
 from .fsutil import open_nofollow
 from .import_write import ImportTarget, Spans, StagedImport, apply_index, publish, stage, undo
@@ -133,17 +134,6 @@ def sources_unchanged(unit: SourceUnit, origin: Mapping[str, Any] | None) -> boo
 # --------------------------------------------------------------------------- one session, a whole root
 
 
-def _tx(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        out = fn(conn)
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-    return out
-
-
 def _catch_up(conn: sqlite3.Connection, target: ImportTarget, sid: str, row: Mapping[str, Any] | None,
               now_ms: int) -> None:
     """Bring the index in line with an existing transcript before comparing against it."""
@@ -161,7 +151,7 @@ def _catch_up(conn: sqlite3.Connection, target: ImportTarget, sid: str, row: Map
         if row["_indexedLen"] == size and row["_fileEpoch"] == header.get("epoch"):
             return
     plan = reconcile.plan_reconcile(path, row["_indexedLen"] if row else 0, row["_fileEpoch"] if row else None)
-    _tx(conn, lambda c: reconcile.apply_plan(c, sid, plan, now_ms=now_ms))
+    in_transaction(conn, lambda c: reconcile.apply_plan(c, sid, plan, now_ms=now_ms))
 
 
 @dataclass
@@ -258,7 +248,7 @@ def import_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarget
     try:
         if prepared.changed:
             publish(staged, faults=target.faults)
-        _tx(conn, lambda c: apply_index(c, staged, now_ms=now_ms))
+        in_transaction(conn, lambda c: apply_index(c, staged, now_ms=now_ms))
     except StoreError as exc:
         undo(staged)
         return refuse_after(prepared, exc)

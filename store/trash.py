@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import index
+from .database import in_transaction
 from .errors import Conflict, PermissionDenied
 from .session_files import SessionPaths, finish_delete, write_delete_marker
 
@@ -106,7 +107,7 @@ def purge_session(conn: sqlite3.Connection, paths: SessionPaths, *, plugin_id: s
                   write: Callable[[Callable[[sqlite3.Connection], Any]], Any] | None = None) -> dict[str, Any]:
     """All three steps in order (tests, the CLI without a host). ``write`` runs one transaction."""
     session_id = paths.session_id
-    run = write or (lambda fn: _tx(conn, fn))
+    run = write or (lambda fn: in_transaction(conn, fn))
     check_purgeable(conn, session_id, plugin_id=plugin_id)  # refuse before touching any file
     write_delete_marker(paths, None)
     result = run(lambda c: purge_rows(c, session_id, plugin_id=plugin_id))
@@ -114,12 +115,3 @@ def purge_session(conn: sqlite3.Connection, paths: SessionPaths, *, plugin_id: s
     return dict(result)
 
 
-def _tx(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        out = fn(conn)
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-    return out

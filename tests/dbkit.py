@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from store.database import apply_pragmas
+from store.database import apply_pragmas, in_transaction
 from store.schema import apply_schema
 
 T = TypeVar("T")
@@ -30,14 +30,7 @@ def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
 def tx(conn: sqlite3.Connection) -> Callable[[Callable[[sqlite3.Connection], T]], T]:
     """``write(fn)``: run ``fn`` in one committed transaction (what the DB writer does)."""
     def write(fn: Callable[[sqlite3.Connection], T]) -> T:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            out = fn(conn)
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-        return out
+        return in_transaction(conn, fn)
 
     return write
 

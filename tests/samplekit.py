@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 from store.attachments import AttachmentFiles
-from store.database import apply_pragmas
+from store.database import apply_pragmas, in_transaction
 from store.import_write import ImportTarget
 from store.schema import apply_schema
 
@@ -104,14 +104,7 @@ def untouched_samples() -> Iterator[Path]:
 
 
 def tx(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        out = fn(conn)
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-    return out
+    return in_transaction(conn, fn)
 
 
 def rows(conn: sqlite3.Connection, sql: str, *args: Any) -> list[tuple[Any, ...]]:
