@@ -22,7 +22,7 @@ import trio
 
 from runtime.client import ClientClosed, RpcError, open_client
 from tests.hostkit import HostProcess, start_host_process
-from tests.pipeline.scenarios import SCENARIOS, Vars, count
+from tests.pipeline.scenarios import SCENARIOS, Vars, count, decision_lines
 
 Count = Callable[[Path, Vars], int]
 
@@ -69,6 +69,15 @@ CASES: dict[str, tuple[tuple[str, ...], Count | None]] = {
                               count("SELECT COUNT(*) FROM session_import_origins")),
     "sessions.purge": (("purge.after_marker", "sessions.purge.before_commit", "sessions.purge.after_commit",
                         "purge.before_files"), count("SELECT COUNT(*) FROM sessions")),
+    # issue 16: a user's decision is a transcript line first (its receipt rides in it), then rows
+    "approvals.respond": (("append.after_fsync", "approvals.respond.before_commit",
+                           "approvals.respond.after_commit"), decision_lines),
+    "interactions.respond": (("append.after_fsync", "interactions.respond.before_commit",
+                              "interactions.respond.after_commit"), decision_lines),
+    # the collaboration input row and a recovered checkpoint are message lines written before their rows
+    "collab.begin": (("collab.begin.after_commit",), messages_of),  # before the commit: see below
+    "session.recoverInflight": (("append.after_fsync", "session.recoverInflight.before_commit",
+                                 "session.recoverInflight.after_commit"), messages_of),
 }
 
 
@@ -85,6 +94,9 @@ def _stop(proc: HostProcess) -> None:
 
 # The session rows of these scenarios hold absolute paths (a project root): set up in place.
 IN_PLACE = {"plans.submit", "attachments.importFile"}  # their session rows hold the absolute project path
+# A running turn does not outlive its host (the boot fence ends it): these are set up in the host that
+# then dies at the point (their setups write no transcript line, so the point's first hit is the call's).
+IN_CRASHING_HOST = {"approvals.respond", "interactions.respond", "collab.begin", "session.recoverInflight"}
 
 
 def _setup(method: str, root: Path) -> Vars:
@@ -106,7 +118,7 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, 
     out: dict[str, tuple[Path, Vars]] = {}
     base = tmp_path_factory.mktemp("file-first")
     for method in CASES:
-        if method in IN_PLACE:
+        if method in IN_PLACE or method in IN_CRASHING_HOST:
             continue
         root = base / method / "data"
         root.parent.mkdir()
@@ -128,21 +140,28 @@ def _rebase(v: Vars, old: Path, new: Path) -> Vars:
 async def test_sigkill_between_file_and_commit_then_retry(tmp_path: Path, prepared: dict[str, tuple[Path, Vars]],
                                                           method: str, point: str) -> None:
     root = tmp_path / "data"
+    scenario = SCENARIOS[method]
+    points, effect = CASES[method]
+    v: Vars = {}
     if method in IN_PLACE:
         v = await trio.to_thread.run_sync(_setup, method, root)
-    else:
+    elif method not in IN_CRASHING_HOST:
         src, v0 = prepared[method]
         _copy(src, root)
         v = _rebase(v0, src, root)
-    scenario = SCENARIOS[method]
-    points, effect = CASES[method]
-    params = {**scenario.params(v), "submissionId": f"chaos-{method}"}
-    before = effect(root, v) if effect else None
+    before: int | None = None
+    if method not in IN_CRASHING_HOST:
+        before = effect(root, v) if effect else None
     crashing = start_host_process(root, env={"RT_CRASHPOINT": f"{point}:1"})
     acked: Any = None
     with trio.fail_after(60):
         try:
             async with _client(crashing, scenario.kind) as c:
+                if method in IN_CRASHING_HOST:
+                    v = await scenario.setup(c, root)
+                    await c.call("session.get", {"sessionId": v["sid"]})  # the index covers the setup
+                    before = effect(root, v) if effect else None
+                params = {**scenario.params(v), "submissionId": f"chaos-{method}"}
                 acked = await c.call(method, params)
                 # An append is acknowledged once its line is durable, before its index commit:
                 # the host dies right after the answer (``index.*`` points).
@@ -189,3 +208,41 @@ async def _check_effect(c: Any, root: Path, method: str, v: Vars, first: Any) ->
     if method == "session.appendMessage":
         got = await c.call("session.get", {"sessionId": v["sid"], "full": True})
         assert [m["id"] for m in got["messages"]].count("m1") == 1
+
+
+@pytest.mark.parametrize("point", ["append.after_fsync", "collab.begin.before_commit"])
+async def test_a_begin_killed_before_its_commit_leaves_the_delivery_held_and_one_input_row(
+        tmp_path: Path, point: str) -> None:
+    """collab.begin binds a delivery to a *running* turn, and no turn outlives its host. Killed after
+    the input line but before the commit, the retry is refused (CONFLICT: the turn was aborted by the
+    restart) and nothing is lost or doubled: the delivery is still queued with its admission (held for
+    the controller, not interrupted), and a begin from the next turn succeeds with exactly one input
+    row (the line's id is the delivery's, so the earlier line is replaced, never repeated)."""
+    root = tmp_path / "data"
+    scenario = SCENARIOS["collab.begin"]
+    crashing = start_host_process(root, env={"RT_CRASHPOINT": f"{point}:1"})
+    with trio.fail_after(60):
+        try:
+            async with _client(crashing, scenario.kind) as c:
+                v = await scenario.setup(c, root)
+                await c.call("collab.begin", {**scenario.params(v), "submissionId": "chaos-begin"})
+        except (ClientClosed, OSError):
+            pass
+        await trio.to_thread.run_sync(lambda: crashing.proc.communicate(timeout=30))
+        assert crashing.proc.returncode == -9, f"the host did not die at {point}"
+        again = start_host_process(root)
+        try:
+            async with _client(again, scenario.kind) as c:
+                with pytest.raises(RpcError) as err:
+                    await c.call("collab.begin", {**scenario.params(v), "submissionId": "chaos-begin"})
+                assert err.value.data_code == "CONFLICT"
+                got = await c.call("collab.get", {"deliveryId": v["delivery"]})
+                assert got["status"] == "queued"
+                await c.call("session.startTurn", {"sessionId": v["sid"], "turnId": "t9"})
+                await c.call("collab.begin", {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t9",
+                                              "submissionId": "chaos-begin-2"})
+                page = await c.call("session.get", {"sessionId": v["sid"], "full": True})
+                inputs = [m for m in page["messages"] if m.get("sessionMessage")]
+                assert len(inputs) == 1 and inputs[0]["sessionMessage"]["deliveryId"] == v["delivery"]
+        finally:
+            _stop(again)
