@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import gc
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -20,6 +22,7 @@ from protocol.errors import INTERNAL_MESSAGE, RpcErrorCode, error_object
 __all__ = [
     "Call",
     "Encoded",
+    "gc_paused",
     "Invalid",
     "Item",
     "RequestId",
@@ -58,11 +61,22 @@ def loads_large(data: bytes | str) -> Any:
     collector paused: the decode allocates objects by the hundred thousand, each allocation
     burst triggers a collection that walks everything decoded so far, and none of it can be
     garbage yet. Doubles as fast on a 50,000-message reply."""
-    if len(data) < LARGE_JSON or not gc.isenabled():
+    if len(data) < LARGE_JSON:
         return orjson.loads(data)
+    with gc_paused():
+        return orjson.loads(data)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused for the block (left as it was: a caller that paused it
+    already keeps it paused)."""
+    if not gc.isenabled():
+        yield
+        return
     gc.disable()
     try:
-        return orjson.loads(data)
+        yield
     finally:
         gc.enable()
 

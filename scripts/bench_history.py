@@ -25,7 +25,6 @@ included).
 
 from __future__ import annotations
 
-import gc
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -48,6 +47,7 @@ from bench_common import (
     start_host_process,
 )
 
+from protocol.jsonrpc import gc_paused
 from protocol.limits import MAX_REPLY_BYTES, MAX_WINDOW
 from runtime.client import open_client
 from runtime.host import RunningHost
@@ -187,16 +187,11 @@ def parse_discarding(path: Path) -> float:
 def parse_gc_paused(path: Path) -> float:
     """The baseline's parse with the cyclic garbage collector paused (no collections while the list
     grows, as ``protocol.jsonrpc.loads_large`` decodes a large reply): reported only."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         t0 = time.perf_counter()
         with open(path, "rb") as fh:
             records = [orjson.loads(line) for line in fh]
         secs = time.perf_counter() - t0
-    finally:
-        if enabled:
-            gc.enable()
     del records
     return secs
 
