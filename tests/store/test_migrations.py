@@ -43,6 +43,17 @@ def _open(root: Path, now_ms: int = NOW_MS) -> tuple[sqlite3.Connection, OpenRep
     return open_writer(root / "pi.sqlite", quarantine_dir=root / "quarantine", now_ms=now_ms)
 
 
+def fresh_layout(tmp_path: Path) -> set[tuple[str, str, str]]:
+    """The schema objects of a fresh install (what every migration must end in)."""
+    fresh_root = tmp_path / "fresh"
+    fresh_root.mkdir()
+    fresh, _ = _open(fresh_root)
+    try:
+        return schema_objects(fresh)
+    finally:
+        fresh.close()
+
+
 def _legacy_db(path: Path, version: int, *, wal: bool = True) -> None:
     """A seed-era database we cannot migrate, with data in it."""
     conn = connect_plain(path)
@@ -369,13 +380,7 @@ def test_v23_database_gets_the_v24_tables_and_columns_additively(tmp_path: Path)
         migrated = schema_objects(conn)
     finally:
         conn.close()
-    fresh_root = tmp_path / "fresh"
-    fresh_root.mkdir()
-    fresh, _ = _open(fresh_root)
-    try:
-        assert migrated == schema_objects(fresh)
-    finally:
-        fresh.close()
+    assert migrated == fresh_layout(tmp_path)
 
 
 def test_v24_database_gains_the_wire_columns_additively(tmp_path: Path) -> None:
@@ -397,10 +402,4 @@ def test_v24_database_gains_the_wire_columns_additively(tmp_path: Path) -> None:
         migrated = schema_objects(conn)
     finally:
         conn.close()
-    fresh_root = tmp_path / "fresh"
-    fresh_root.mkdir()
-    fresh, _ = _open(fresh_root)
-    try:
-        assert migrated == schema_objects(fresh)
-    finally:
-        fresh.close()
+    assert migrated == fresh_layout(tmp_path)
