@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import trio
 
 from runtime.kernel.threads import run_in_thread
-from store.database import open_reader
+from store.indexing.database import open_reader
 
 T = TypeVar("T")
 

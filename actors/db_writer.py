@@ -9,12 +9,12 @@ DB-only state commits with ``FULL`` (ARCHITECTURE.md "Durability").
 
 Idle upkeep: once the mailbox has stayed empty for ``upkeep_after`` seconds
 (after a batch, and once after start), the writer folds the search index's
-segments together with bounded FTS5 merge steps (``store.search_upkeep``),
+segments together with bounded FTS5 merge steps (``store.search.search_upkeep``),
 one small ``NORMAL`` transaction each, until there is nothing left to merge.
 A request that arrives meanwhile waits for the current step only.
 
 The transaction mechanics (savepoints, the commit, the error codes) are
-``store/group_commit.py``; this actor decides when a batch runs.
+``store/indexing/group_commit.py``; this actor decides when a batch runs.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import trio
 from runtime.kernel.actor import Actor, Envelope, Fatal
 from runtime.kernel.threads import run_in_thread
 from store.faults import NO_FAULTS, Faults
-from store.group_commit import GroupCommit, GroupStats, is_corruption
+from store.indexing.group_commit import GroupCommit, GroupStats, is_corruption
 
 DbWriterStats = GroupStats
 

@@ -94,7 +94,7 @@ class IndexLog:
         return seq
 
     def held(self, ids: Iterable[str]) -> dict[str, Any]:
-        """What the not-yet-indexed appends hold of ``ids`` (``store.appends.Held`` values)."""
+        """What the not-yet-indexed appends hold of ``ids`` (``store.indexing.appends.Held`` values)."""
         return {mid: self._held[mid] for mid in ids if mid in self._held}
 
     def full(self) -> bool:

@@ -34,13 +34,14 @@ from actors.index_log import IndexLog
 from actors.session_context import UNSET, SessionContext, session_info_line, settings_of
 from runtime.kernel.actor import Actor, Envelope, InternalBug
 from runtime.kernel.threads import run_in_thread
-from store import index, receipts
+from store import receipts
 from store.errors import IOFailure, SessionNotFound, StorageFull, StoreError
 from store.faults import Faults
+from store.indexing import index
+from store.indexing.reconcile import apply_plan, plan_reconcile
 from store.receipts import ReceiptKey
-from store.reconcile import apply_plan, plan_reconcile
-from store.session_files import SessionPaths
-from store.transcript import TranscriptWriter, create_transcript
+from store.transcripts.session_files import SessionPaths
+from store.transcripts.transcript import TranscriptWriter, create_transcript
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")

@@ -19,14 +19,15 @@ from actors.db_writer import DbOp
 from actors.gateway_types import CallContext
 from actors.index_log import IndexLog
 from runtime.kernel.actor import Busy, CallbackReply
-from store import index, receipts
+from store import receipts
 from store.errors import SessionNotFound, StoreError
 from store.faults import Faults
+from store.indexing import index
 from store.jsonio import dumps_line
 from store.receipts import ReceiptKey
-from store.records import ms_to_rfc3339
-from store.session_files import SessionPaths
-from store.transcript import TranscriptWriter
+from store.transcripts.records import ms_to_rfc3339
+from store.transcripts.session_files import SessionPaths
+from store.transcripts.transcript import TranscriptWriter
 
 if TYPE_CHECKING:
     from actors.session import SessionActor

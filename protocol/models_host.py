@@ -69,7 +69,7 @@ class DbWriterStats(Result):
     full_commits: Count | None = None
     normal_commits: Count | None = None
     search_upkeep_steps: Count | None = Field(
-        default=None, description="Idle merge steps of the search index since start (store/search_upkeep.py)."
+        default=None, description="Idle merge steps of the search index since start (store/search/search_upkeep.py)."
     )
 
 

@@ -48,7 +48,7 @@ class ImportCounts(Result):
 
 
 class ImportSessionReport(Result):
-    """One session's report (store/importers/report.py); more counters may appear."""
+    """One session's report (store/interchange/importers/report.py); more counters may appear."""
 
     source: str
     external_id: str

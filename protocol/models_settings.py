@@ -1,4 +1,4 @@
-"""Params and results: settings.* (the kv table, seed 003 §4.1; rules: store/settings_rules.py)."""
+"""Params and results: settings.* (the kv table, seed 003 §4.1; rules: store/config/settings_rules.py)."""
 
 from __future__ import annotations
 

@@ -23,22 +23,22 @@ from typing import Any
 import orjson
 
 from runtime.datadir import DataDir
-from store import index
 from store.approvals import apply_recorded_decisions
-from store.attachment_adopt import adopt_pending
-from store.database import incremental_vacuum, open_writer, transaction
+from store.config.secrets_meta_rebuild import rebuild_secrets_meta
 from store.errors import StoreError
 from store.faults import NO_FAULTS, Faults
 from store.fence import interruption_fence, record_boot_report, retention
 from store.fsutil import sweep_temp_files
 from store.ids import SESSION_ID_RE
-from store.index import index_marks, session_ids
+from store.indexing import index
+from store.indexing.database import incremental_vacuum, open_writer, transaction
+from store.indexing.index import index_marks, session_ids
+from store.indexing.reconcile import TailScan, apply_plan, plan_reconcile, restore_receipt
 from store.inflight import sweep as sweep_inflight
 from store.plans import sweep_intents
 from store.queue import forget_session as forget_queue
-from store.reconcile import TailScan, apply_plan, plan_reconcile, restore_receipt
-from store.secrets_meta_rebuild import rebuild_secrets_meta
-from store.session_files import finish_delete, pending_deletes
+from store.transcripts.session_files import finish_delete, pending_deletes
+from store.upgrade.attachment_adopt import adopt_pending
 
 log = logging.getLogger("pi_host")
 

@@ -41,7 +41,7 @@ from runtime.datadir import DataDir, DataDirLocked, DataDirUnsafe
 from runtime.host import VERSION
 from runtime.kernel.supervisor import RestartIntensityExceeded
 from store.errors import StoreError
-from store.importers import SOURCES
+from store.interchange.importers import SOURCES
 
 log = logging.getLogger("pi_host")
 
@@ -231,7 +231,7 @@ def _doctor(args: argparse.Namespace, data_dir: DataDir) -> int:
 
     from runtime.datadir import DataDirLock
     from runtime.doctor_cli import ProgressBar, render, render_json
-    from store.doctor import run_doctor
+    from store.doctor.doctor import run_doctor
 
     if not data_dir.root.is_dir():
         print(f"pi-host doctor: {data_dir.root} is not a directory", file=sys.stderr)

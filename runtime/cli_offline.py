@@ -3,7 +3,7 @@
 Read-only: the data directory's ``host.lock`` is taken *shared* for the
 read (a host takes it exclusive, so none can start writing meanwhile, and
 while one holds it this refuses), and SQLite is opened read-only
-(``store.database.open_offline_reader``). The same handlers the host runs
+(``store.indexing.database.open_offline_reader``). The same handlers the host runs
 for ``session.list`` and ``search.sessions`` answer here, on that
 connection (``sessions`` lists the index's sessions, without native pi ones), so the
 output is the one a running host would print. ``show``
@@ -31,13 +31,14 @@ from runtime.client import RpcError
 from runtime.context import ReadContext
 from runtime.datadir import DataDir
 from runtime.handlers import search
-from store import index, windows
-from store.database import open_offline_reader, schema_version
 from store.errors import StoreError
-from store.reconcile import plan_reconcile
-from store.records import wire_record
-from store.schema import SCHEMA_VERSION
-from store.transcript import read_transcript
+from store.indexing import index
+from store.indexing.database import open_offline_reader, schema_version
+from store.indexing.reconcile import plan_reconcile
+from store.transcripts import windows
+from store.transcripts.records import wire_record
+from store.transcripts.transcript import read_transcript
+from store.upgrade.schema import SCHEMA_VERSION
 
 __all__ = ["OfflineRefused", "read_offline"]
 

@@ -29,7 +29,7 @@ from runtime.kernel.actor import CallbackReply
 from store import receipts
 from store.faults import Faults
 from store.receipts import ReceiptKey
-from store.session_files import SessionPaths
+from store.transcripts.session_files import SessionPaths
 
 T = TypeVar("T")
 

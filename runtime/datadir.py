@@ -12,7 +12,7 @@ from pathlib import Path
 
 from store.ids import validate_session_id
 from store.plans import INTENT_SUFFIX
-from store.session_files import DELETE_MARKER_SUFFIX, SessionPaths
+from store.transcripts.session_files import DELETE_MARKER_SUFFIX, SessionPaths
 
 SUBDIRS = (
     "sessions",

@@ -10,7 +10,7 @@ import json
 import time
 from typing import TextIO
 
-from store.doctor_report import DoctorReport, Severity
+from store.doctor.doctor_report import DoctorReport, Severity
 
 BAR_WIDTH = 30
 MIN_REDRAW_S = 0.05

@@ -61,10 +61,10 @@ from runtime.kernel.actor import InternalBug
 from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
 from runtime.pipeline import Pipeline
 from runtime.routes import ROUTES, Route
-from store.database import close_writer
 from store.faults import Faults
 from store.fsutil import atomic_write, remove_file_durable
-from store.native_pi_views import NativeCatalog
+from store.indexing.database import close_writer
+from store.interchange.native_pi_views import NativeCatalog
 
 VERSION = "0.1.0"
 

@@ -23,7 +23,7 @@ from typing import Any, TextIO
 import trio
 
 from runtime.client import HostClient
-from store.importers import default_root
+from store.interchange.importers import default_root
 
 __all__ = ["ImportBar", "render_summary", "resolve_root", "run_import"]
 

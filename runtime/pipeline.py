@@ -52,7 +52,7 @@ from runtime.receipts import Claim, ReceiptBook, Replayed
 from runtime.routes import ROUTES, Route, Via
 from store import receipts
 from store.errors import PermissionDenied
-from store.native_pi import is_native_id, unsupported_for_native
+from store.interchange.native_pi import is_native_id, unsupported_for_native
 from store.receipts import ReceiptKey
 
 __all__ = ["Pipeline", "ShuttingDown"]

@@ -91,8 +91,9 @@ def run_search(sizes: Sizes, work: Path) -> Section:
         f"corpus: {sizes.search_messages:,} messages in {sizes.search_sessions:,} sessions, built by bench_search",
         "2-char queries are reported as measured (no target); searchQueryNewestFirst is search.query "
         "(global, newest first, limit 50), one run per query, reported as measured (no target)",
-        "latencies and targets are measured after the DB writer's idle upkeep (store/search_upkeep.py: FTS5 merge "
-        "steps until none is left, as a host does after 2 s without writes); asBuiltBeforeUpkeep is the same "
+        "latencies and targets are measured after the DB writer's idle upkeep "
+        "(store/search/search_upkeep.py: FTS5 merge steps until none is left, as a host does after 2 s "
+        "without writes); asBuiltBeforeUpkeep is the same "
         "measurement on the index as the bulk build left it",
         "examples: " + "; ".join(f"{k}: {', '.join(map(repr, v['examples'][:3]))}" for k, v in latency.items()),
     ]
@@ -154,7 +155,8 @@ def run_import(sizes: Sizes, work: Path) -> Section:
         "host: one import.sessions call over WebSocket (each session in its own actor: stage, link/append, one "
         "index transaction in the DB writer); peak RSS is the host process's VmHWM (its baseline after boot is "
         "baselineRssMb); reimport: the same call again on the unchanged tree (fingerprints only)",
-        "store: store.imports.import_root alone in a child process, one connection: the floor under the host path",
+        "store: store.interchange.imports.import_root alone in a child process, one connection: "
+        "the floor under the host path",
         "ratioToBulkIndexBuild: messages/s of the import over this run's bulk index build rate (bench_search's "
         "build_database for as many messages: only the index rows, no parsing, no transcript), reported as "
         "measured",

@@ -37,7 +37,7 @@ from runtime.datadir import DataDir  # noqa: E402 - after the sys.path setup abo
 from runtime.host import RunningHost, run_host  # noqa: E402 - after the sys.path setup above
 from store.fsutil import write_all  # noqa: E402 - after the sys.path setup above
 from store.jsonio import dumps_line  # noqa: E402 - after the sys.path setup above
-from store.records import normalize_message  # noqa: E402 - after the sys.path setup above
+from store.transcripts.records import normalize_message  # noqa: E402 - after the sys.path setup above
 
 # ----------------------------------------------------------------------------- sizes
 

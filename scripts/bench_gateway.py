@@ -46,9 +46,9 @@ from bench_common import (
 )
 
 from runtime.client import HostClient, RpcError, open_client
-from store import index
-from store.database import open_writer
-from store.records import normalize_message
+from store.indexing import index
+from store.indexing.database import open_writer
+from store.transcripts.records import normalize_message
 
 BATCH = 64
 ONE_CLIENT_TARGET = 1.0     # x SQLiteSession, one session

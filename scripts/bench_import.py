@@ -13,7 +13,7 @@ subagent files. Then imports the whole tree into a fresh data directory
 * ``host``: ``import.sessions`` over WebSocket on a ``pi-host serve`` process
   (each session in its actor, index rows through the DB writer) — the peak RSS
   is the host process's ``VmHWM``;
-* ``store``: ``store.imports.import_root`` alone in a child process (the floor
+* ``store``: ``store.interchange.imports.import_root`` alone in a child process (the floor
   under the host path) — its own ``ru_maxrss``.
 
 Each reports messages/s, MB/s of source read and the peak RSS (the generator's
@@ -139,10 +139,10 @@ def _import_child(projects: str, data_dir: str) -> None:
     import sqlite3
 
     from store.attachments import AttachmentFiles
-    from store.database import apply_pragmas
-    from store.import_write import ImportTarget
-    from store.imports import import_root
-    from store.schema import apply_schema
+    from store.indexing.database import apply_pragmas
+    from store.interchange.import_write import ImportTarget
+    from store.interchange.imports import import_root
+    from store.upgrade.schema import apply_schema
 
     root = Path(data_dir)
     (root / "sessions").mkdir(parents=True)
@@ -213,7 +213,7 @@ def _import_via_host(projects: Path, data_dir: Path) -> dict[str, Any]:
 
 
 def _import_in_child(projects: Path, data_dir: Path) -> dict[str, Any]:
-    """``store.imports.import_root`` alone in a child process (no host): the floor under the host path."""
+    """``store.interchange.imports.import_root`` alone in a child process (no host): the floor under the host path."""
     proc = subprocess.run([sys.executable, __file__, "--child", str(projects), str(data_dir)],
                           capture_output=True, text=True, check=True, cwd=ROOT)
     figures: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -6,7 +6,7 @@
 
 Builds a realistic corpus (Zipf word frequencies, log-normal message lengths,
 ~5 % CJK messages, ~8 % code-like text, tool rows with NULL text, a few
-tombstones) through the real schema (``store.schema.apply_schema``, FTS
+tombstones) through the real schema (``store.upgrade.schema.apply_schema``, FTS
 triggers included) in bulk transactions, then measures ``search_sessions``
 (limit 20, 3 snippets) on a read-only connection for five query kinds (3-char,
 8-char, CJK, 2-char, no-hit; ``--queries`` distinct queries each) and a
@@ -15,7 +15,7 @@ the same queries, checking that both count the same matches.
 
 The index gets the FTS5 options the host's writer sets (``tune_index``). After
 the build, the latencies are measured once "as built", then the DB writer's
-idle upkeep (``store.search_upkeep.upkeep_step`` until it reports nothing to
+idle upkeep (``store.search.search_upkeep.upkeep_step`` until it reports nothing to
 do, one transaction per step, as a host does once its writer has been idle)
 runs and everything is measured again; the targets are judged on the second
 measurement, and both are reported.
@@ -51,10 +51,10 @@ if str(ROOT) not in sys.path:  # running as a script from anywhere
 
 from bench_common import pct as _pct  # noqa: E402
 
-from store.database import apply_pragmas, open_reader  # noqa: E402
-from store.schema import apply_schema, message_mid  # noqa: E402
-from store.search import literal_predicate, normalize_query, search_messages, search_sessions  # noqa: E402
-from store.search_upkeep import segment_count, tune_index, upkeep_step  # noqa: E402
+from store.indexing.database import apply_pragmas, open_reader  # noqa: E402
+from store.search.search import literal_predicate, normalize_query, search_messages, search_sessions  # noqa: E402
+from store.search.search_upkeep import segment_count, tune_index, upkeep_step  # noqa: E402
+from store.upgrade.schema import apply_schema, message_mid  # noqa: E402
 
 P95_TARGET_MS = 100.0
 SPEEDUP_TARGET = 50.0

@@ -20,11 +20,11 @@ import trio
 from runtime.client import HostClient, RpcError
 from scripts.chaos_checker import ABSENT, TOKEN_RE, Observation, ObservedMessage, ObservedSession
 from scripts.chaos_workload import SETTINGS_NS, Worker
-from store.database import open_reader
 from store.errors import StoreError
+from store.indexing.database import open_reader
 from store.inflight import SUFFIX, read_checkpoint
-from store.search import search_messages
-from store.transcript import read_transcript
+from store.search.search import search_messages
+from store.transcripts.transcript import read_transcript
 
 
 @dataclass
@@ -205,7 +205,7 @@ async def _search(client: HostClient, data_dir: Path, tokens: Sequence[str],
             except RpcError as exc:
                 if exc.data_code not in ("METHOD_NOT_FOUND",) and exc.code != -32601:
                     raise
-                notes.search_via = "store.search (search.query is not registered)"
+                notes.search_via = "store.search.search (search.query is not registered)"
                 break
             out[token] = [(r["sessionId"], r["messageId"]) for r in res["results"]]
     rest = [t for t in tokens if t not in out]

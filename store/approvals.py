@@ -43,12 +43,12 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from . import receipts
-from .errors import Conflict, InvalidInput, NotFound, PermissionDenied
-from .jsonio import loads_line
-from .receipts import ReceiptKey
-from .records import ms_to_rfc3339, rfc3339_to_ms
-from .sql_lists import in_chunks
+from store import receipts
+from store.errors import Conflict, InvalidInput, NotFound, PermissionDenied
+from store.indexing.sql_lists import in_chunks
+from store.jsonio import loads_line
+from store.receipts import ReceiptKey
+from store.transcripts.records import ms_to_rfc3339, rfc3339_to_ms
 
 __all__ = [
     "DECISION_LINE",

@@ -5,7 +5,7 @@ A successful Write/Edit tool result — a ``tool_call`` block named Write/Edit
 status ok/success and a path in ``args.path``/``args.file_path`` — upserts
 ``artifacts(session_id, path, op, turn_id, updated_at)`` and appends one
 ``audit_log`` row of kind ``tool_execute``. :func:`record_effects` is called
-by ``store.index.index_messages`` so both land in the same transaction as the
+by ``store.indexing.index.index_messages`` so both land in the same transaction as the
 result's index row. Paths inside the session's scratch directory are not
 artifacts (they are still audited).
 """

@@ -39,10 +39,10 @@ from typing import Protocol, TypeVar
 
 import orjson
 
-from .errors import InvalidInput, NotFound, PayloadTooLarge, PermissionDenied, SessionNotFound, classify_os_error
-from .faults import NO_FAULTS, Faults
-from .fsutil import TEMP_MARKER, fsync_dir, open_nofollow, remove_file_durable, write_all
-from .safe_open import check_path, is_under, open_under
+from store.errors import InvalidInput, NotFound, PayloadTooLarge, PermissionDenied, SessionNotFound, classify_os_error
+from store.faults import NO_FAULTS, Faults
+from store.fsutil import TEMP_MARKER, fsync_dir, open_nofollow, remove_file_durable, write_all
+from store.safe_open import check_path, is_under, open_under
 
 __all__ = [
     "DEFAULT_BUDGET_BYTES",

@@ -25,9 +25,9 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .errors import NotFound, StoreError
-from .index import normalize_project_path, require_session
-from .snapshots import load_snapshot
+from store.errors import NotFound, StoreError
+from store.indexing.index import normalize_project_path, require_session
+from store.snapshots import load_snapshot
 
 __all__ = ["EnvironmentDrift", "drift", "verify"]
 

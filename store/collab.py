@@ -51,8 +51,8 @@ from typing import Any, Final
 
 import orjson
 
-from . import queue
-from .errors import (
+from store import queue
+from store.errors import (
     Conflict,
     IdempotencyConflict,
     InvalidInput,
@@ -61,8 +61,8 @@ from .errors import (
     PermissionDenied,
     SessionNotFound,
 )
-from .faults import NO_FAULTS, Faults
-from .records import meta_of
+from store.faults import NO_FAULTS, Faults
+from store.transcripts.records import meta_of
 
 __all__ = [
     "CEILING",

@@ -27,9 +27,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidInput
-from .ids import validate_wire_id
-from .records import ms_to_rfc3339
+from store.errors import InvalidInput
+from store.ids import validate_wire_id
+from store.transcripts.records import ms_to_rfc3339
 
 TAIL_MODES = ("active_turn", "completed_turn")
 FALLBACK_VALUES = ("retained_tail",)

@@ -41,9 +41,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .compaction import normalize_on_read, split_valid
-from .records import extract_text, meta_of
-from .revisions import family_of, find_root, live_stamps
+from store.compaction import normalize_on_read, split_valid
+from store.revisions import family_of, find_root, live_stamps
+from store.transcripts.records import extract_text, meta_of
 
 CONTEXT_BLOCK_TYPES = ("text", "tool_call", "attachment")
 REPLAY_KEYS = ("signature", "redacted", "replay")

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from . import approvals
+from store import approvals
 
 NOTIFICATION_CAP = 200
 DAY_MS = 86_400_000

@@ -38,13 +38,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .compaction import split_valid
-from .errors import Conflict, MessageNotFound, StoreError, classify_os_error
-from .faults import NO_FAULTS, Faults
-from .fsutil import atomic_write, fsync_dir, open_nofollow, remove_file_durable, write_all
-from .rewrite import RewritePlan, Rewritten, plan_rewrite, rewritten
-from .tombstones import tombstone_record
-from .transcript import header_line
+from store.compaction import split_valid
+from store.errors import Conflict, MessageNotFound, StoreError, classify_os_error
+from store.faults import NO_FAULTS, Faults
+from store.fsutil import atomic_write, fsync_dir, open_nofollow, remove_file_durable, write_all
+from store.tombstones import tombstone_record
+from store.transcripts.rewrite import RewritePlan, Rewritten, plan_rewrite, rewritten
+from store.transcripts.transcript import header_line
 
 CALL_KEYS = ("callId", "toolCallId")
 META_CALL_KEYS = ("parentToolCallId", "toolCallId")

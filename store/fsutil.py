@@ -13,8 +13,8 @@ import os
 import secrets
 import stat
 
-from .errors import Conflict, classify_os_error
-from .faults import NO_FAULTS, Faults
+from store.errors import Conflict, classify_os_error
+from store.faults import NO_FAULTS, Faults
 
 __all__ = [
     "TEMP_MARKER",

@@ -9,7 +9,7 @@ import hashlib
 import re
 import secrets
 
-from .errors import InvalidId
+from store.errors import InvalidId
 
 SESSION_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # A native pi session (seed 003 §12): an opaque id that never becomes a file name here (the

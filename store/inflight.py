@@ -26,15 +26,15 @@ from typing import Any, Literal
 
 import orjson
 
-from . import index
-from .errors import CorruptData, StoreError
-from .faults import NO_FAULTS, Faults
-from .fsutil import atomic_write, fsync_dir, remove_file_durable
-from .ids import SESSION_ID_RE
-from .jsonio import dumps_line, loads_line
-from .reconcile import apply_plan, plan_reconcile
-from .records import is_streaming
-from .transcript import TranscriptWriter, read_spans
+from store.errors import CorruptData, StoreError
+from store.faults import NO_FAULTS, Faults
+from store.fsutil import atomic_write, fsync_dir, remove_file_durable
+from store.ids import SESSION_ID_RE
+from store.indexing import index
+from store.indexing.reconcile import apply_plan, plan_reconcile
+from store.jsonio import dumps_line, loads_line
+from store.transcripts.records import is_streaming
+from store.transcripts.transcript import TranscriptWriter, read_spans
 
 SCHEMA = 1
 SUFFIX = ".inflight.json"

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from .errors import InvalidInput
+from store.errors import InvalidInput
 
 __all__ = [
     "StrictJSONError",

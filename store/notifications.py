@@ -12,9 +12,9 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from .fence import NOTIFICATION_CAP, prune_notifications
-from .ids import new_id
-from .sql_lists import in_chunks
+from store.fence import NOTIFICATION_CAP, prune_notifications
+from store.ids import new_id
+from store.indexing.sql_lists import in_chunks
 
 _COLUMNS = "id, kind, session_id, session_title, turn_id, error_code, created_at, read_at"
 

@@ -32,10 +32,10 @@ from typing import Any
 
 import orjson
 
-from .errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge, StoreError, classify_os_error
-from .faults import NO_FAULTS, Faults
-from .fsutil import atomic_write, fsync_dir, remove_file_durable, write_all
-from .safe_open import check_path, open_regular, open_under, path_error, read_bounded
+from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge, StoreError, classify_os_error
+from store.faults import NO_FAULTS, Faults
+from store.fsutil import atomic_write, fsync_dir, remove_file_durable, write_all
+from store.safe_open import check_path, open_regular, open_under, path_error, read_bounded
 
 __all__ = [
     "Artifact",

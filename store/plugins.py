@@ -27,10 +27,10 @@ from typing import Any, Final
 
 import orjson
 
-from .errors import CorruptData, InvalidInput
-from .fsutil import atomic_write
-from .ids import PLUGIN_ID_RE
-from .settings import delete_namespace
+from store.config.settings import delete_namespace
+from store.errors import CorruptData, InvalidInput
+from store.fsutil import atomic_write
+from store.ids import PLUGIN_ID_RE
 
 __all__ = [
     "REGISTRY_FILE",

@@ -26,8 +26,7 @@ import re
 from typing import Any, Final
 
 from protocol.limits import MAX_MEMORY_BYTES, MAX_MEMORY_ENTRIES
-
-from .errors import InvalidInput, PayloadTooLarge
+from store.errors import InvalidInput, PayloadTooLarge
 
 __all__ = ["EMPTY", "FORMAT", "derive_content", "normalize_memory", "memory_view"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from .errors import Conflict, NotFound
+from store.errors import Conflict, NotFound
 
 __all__ = ["get_project", "list_projects", "pin_project", "remove_project_row", "session_ids"]
 

@@ -13,7 +13,7 @@ A receipt is as durable as its effect and never later (ARCHITECTURE.md
 * an effect that is a file carries the receipt in that file, as a
   :func:`file_record` — in an appended line's ``meta.receipt``, in the
   ``receipt`` of a (re)written transcript header, in the delete marker — and
-  ``store.reconcile.restore_receipt`` rebuilds the row from it when the
+  ``store.indexing.reconcile.restore_receipt`` rebuilds the row from it when the
   database lost it (boot, or an actor's catch-up), computing the response
   from the state the file left behind.
 """
@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from .errors import IdempotencyConflict
+from store.errors import IdempotencyConflict
 
 __all__ = [
     "ReceiptKey",

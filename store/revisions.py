@@ -30,11 +30,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import IOFailure, StoreError, classify_os_error
-from .faults import NO_FAULTS, Faults
-from .fsutil import fsync_dir, open_nofollow, write_all
-from .jsonio import dumps_line, loads_line
-from .records import meta_of, ms_to_rfc3339, rfc3339_to_ms
+from store.errors import IOFailure, StoreError, classify_os_error
+from store.faults import NO_FAULTS, Faults
+from store.fsutil import fsync_dir, open_nofollow, write_all
+from store.jsonio import dumps_line, loads_line
+from store.transcripts.records import meta_of, ms_to_rfc3339, rfc3339_to_ms
 
 REVISION = "revision"
 REVISION_LIVE = "revision_live"

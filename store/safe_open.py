@@ -31,8 +31,7 @@ import stat
 from collections.abc import Iterable
 
 from protocol.limits import MAX_PATH_BYTES, MAX_PATH_COMPONENT_BYTES
-
-from .errors import (
+from store.errors import (
     InvalidInput,
     IOFailure,
     NotFound,

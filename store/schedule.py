@@ -31,9 +31,9 @@ from typing import Any, Literal
 
 import orjson
 
-from . import tasks
-from .errors import Conflict, PlanRequiresInteractiveSession
-from .faults import NO_FAULTS, Faults
+from store import tasks
+from store.errors import Conflict, PlanRequiresInteractiveSession
+from store.faults import NO_FAULTS, Faults
 
 __all__ = [
     "FIRE_POINT",

@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .sql_lists import in_chunks
+from store.indexing.sql_lists import in_chunks
 
 __all__ = ["DERIVED", "projections", "with_projection"]
 

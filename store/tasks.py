@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from .errors import Conflict, InvalidInput, NotFound, PlanRequiresInteractiveSession, SessionNotFound
+from store.errors import Conflict, InvalidInput, NotFound, PlanRequiresInteractiveSession, SessionNotFound
 
 __all__ = [
     "CADENCES",

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .jsonio import dumps_line
-from .records import ms_to_rfc3339
+from store.jsonio import dumps_line
+from store.transcripts.records import ms_to_rfc3339
 
 TOMBSTONE = "tombstone"
 

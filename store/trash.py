@@ -1,12 +1,12 @@
 """Recoverable trash: ``sessions.trash`` / ``sessions.restore`` / ``sessions.purge`` (seed 003 §4.5, §11.20).
 
 Trash is the ``sessions.deleted_at`` host timestamp. A trashed session is
-hidden from session lists (:func:`store.index.list_sessions`), search
-(:mod:`store.search` skips ``deleted_at`` sessions) and plugin reads
-(:mod:`store.plugin_imports`), while its transcript, index rows and import
+hidden from session lists (:func:`store.indexing.index.list_sessions`), search
+(:mod:`store.search.search` skips ``deleted_at`` sessions) and plugin reads
+(:mod:`store.interchange.plugin_imports`), while its transcript, index rows and import
 origin stay untouched, so :func:`restore_session` brings it back exactly.
 Only a trashed session can be purged; purge removes it for good with the
-delete protocol of :mod:`store.session_files` (a crash at any step never
+delete protocol of :mod:`store.transcripts.session_files` (a crash at any step never
 resurrects the session):
 
 1. ``write_delete_marker`` — ``<sid>.deleting`` (boot finishes from here on);
@@ -25,10 +25,10 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from . import index
-from .database import in_transaction
-from .errors import Conflict, PermissionDenied
-from .session_files import SessionPaths, finish_delete, write_delete_marker
+from store.errors import Conflict, PermissionDenied
+from store.indexing import index
+from store.indexing.database import in_transaction
+from store.transcripts.session_files import SessionPaths, finish_delete, write_delete_marker
 
 __all__ = [
     "check_purgeable",

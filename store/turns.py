@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
-from . import notifications
-from .errors import Conflict, InvalidInput, NotFound
-from .snapshots import PreparedSnapshot, store_snapshot
-from .usage import cost_micros
+from store import notifications
+from store.errors import Conflict, InvalidInput, NotFound
+from store.snapshots import PreparedSnapshot, store_snapshot
+from store.usage import cost_micros
 
 TERMINAL = ("completed", "aborted", "error")
 INTERRUPTED = "INTERRUPTED"  # error_code the boot fence gives the turns it aborts

@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .errors import InvalidInput
+from store.errors import InvalidInput
 
 __all__ = ["DAY_MS", "cost_micros", "history", "list_turns", "session_usage"]
 

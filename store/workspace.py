@@ -17,11 +17,11 @@ import re
 import sqlite3
 from typing import Any, Final
 
-from . import index
-from .errors import Conflict, InvalidInput
-from .projects import get_project
-from .settings import get_value, set_value
-from .settings_rules import canonical_path
+from store.config.settings import get_value, set_value
+from store.config.settings_rules import canonical_path
+from store.errors import Conflict, InvalidInput
+from store.indexing import index
+from store.projects import get_project
 
 __all__ = ["CURRENT_KEY", "current_project", "open_workspace", "resolve_for_session", "resolve_under"]
 

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from store.database import apply_pragmas, in_transaction
-from store.schema import apply_schema
+from store.indexing.database import apply_pragmas, in_transaction
+from store.upgrade.schema import apply_schema
 
 T = TypeVar("T")
 NOW = 1_785_056_400_000

@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 import pytest
 
 from store.attachments import AttachmentFiles
-from store.database import apply_pragmas, in_transaction
-from store.import_write import ImportTarget
-from store.schema import apply_schema
+from store.indexing.database import apply_pragmas, in_transaction
+from store.interchange.import_write import ImportTarget
+from store.upgrade.schema import apply_schema
 
 REPO = Path(__file__).resolve().parents[1]
 NOW = 1_785_056_400_000

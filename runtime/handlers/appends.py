@@ -2,9 +2,9 @@
 
 The session actor hands every append that waited in its mailbox together to
 :func:`append_group`. In ONE hop to the actor's worker thread it reads what
-the index knows (stored receipts, held ids — ``store.appends.gather``, plus
+the index knows (stored receipts, held ids — ``store.indexing.appends.gather``, plus
 what the index log holds of ids acknowledged but not indexed yet), plans each
-request purely (``store.appends.plan_appends``: replay, D444 remap, steering
+request purely (``store.indexing.appends.plan_appends``: replay, D444 remap, steering
 replacement, refusal), and writes + fdatasyncs the planned lines, each carrying
 its receipt in ``meta.receipt``. Then every request is answered: the index op
 goes to the DB writer without being awaited (``ctx.index_later``), and reads
@@ -22,11 +22,21 @@ from protocol import models as m
 from protocol.limits import EVENT_RECORD_MAX
 from runtime.context import Pinned
 from runtime.handlers import inflight
-from store import index
-from store.appends import AppendPlan, AppendRequest, Held, Refuse, Replay, Write, gather, index_appended, plan_appends
 from store.errors import IOFailure, StorageFull
+from store.indexing import index
+from store.indexing.appends import (
+    AppendPlan,
+    AppendRequest,
+    Held,
+    Refuse,
+    Replay,
+    Write,
+    gather,
+    index_appended,
+    plan_appends,
+)
 from store.receipts import ReceiptKey
-from store.records import is_streaming, wire_record
+from store.transcripts.records import is_streaming, wire_record
 
 __all__ = ["append", "append_group"]
 

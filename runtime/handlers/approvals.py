@@ -24,10 +24,11 @@ from typing import Any
 from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.context import ReadContext, WriterContext
-from store import approvals, index, turns
+from store import approvals, turns
 from store.approvals import Kind
 from store.errors import Conflict, NotFound
 from store.ids import new_id
+from store.indexing import index
 from store.jsonio import dumps_line
 from store.receipts import ReceiptKey
 

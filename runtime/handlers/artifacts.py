@@ -6,7 +6,8 @@ from typing import Any
 
 from protocol import models as m
 from runtime.context import ReadContext
-from store import artifacts, cursors
+from store import artifacts
+from store.indexing import cursors
 
 __all__ = ["list_artifacts"]
 

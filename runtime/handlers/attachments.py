@@ -19,9 +19,10 @@ import trio
 
 from protocol import models as m
 from runtime.context import HostContext, ReadContext, WriterContext
-from store import attachments, index
+from store import attachments
 from store.errors import InvalidInput, PayloadTooLarge
 from store.faults import Faults
+from store.indexing import index
 from store.receipts import ReceiptKey
 
 T = TypeVar("T")

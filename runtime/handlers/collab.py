@@ -26,11 +26,12 @@ from protocol import models as m
 from runtime.context import ReadContext, Services
 from runtime.handlers.host_lines import append_record
 from runtime.handlers.queue import QueueControl, queue_state
-from store import collab, cursors, index
+from store import collab
 from store.collab import Changed
 from store.ids import new_id
+from store.indexing import cursors, index
 from store.receipts import ReceiptKey
-from store.records import ms_to_rfc3339
+from store.transcripts.records import ms_to_rfc3339
 
 __all__ = ["begin", "cancel", "cancel_target", "deliver", "deliver_target", "get", "list_deliveries", "publish",
            "settle", "settle_for_turn"]

@@ -10,13 +10,13 @@ from typing import Any
 
 from actors.session_context import SessionContext
 from protocol import models as m
-from store import index
 from store.compaction import normalize_compaction, normalize_on_read
 from store.errors import Conflict, MessageNotFound
+from store.indexing import index
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey
-from store.records import wire_record
-from store.transcript import read_spans
+from store.transcripts.records import wire_record
+from store.transcripts.transcript import read_spans
 
 __all__ = ["append_compaction"]
 

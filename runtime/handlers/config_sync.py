@@ -27,12 +27,12 @@ from typing import Any
 
 from protocol import models as m
 from runtime.context import HostContext, Services
-from store import config_sync as sync
-from store import secrets as secret_store
+from store.config import config_sync as sync
+from store.config import secrets as secret_store
+from store.config.settings import get_value, set_value
 from store.errors import Conflict, InvalidInput, NotFound
 from store.receipts import ReceiptKey
-from store.seed_migrations import current_platform
-from store.settings import get_value, set_value
+from store.upgrade.seed_migrations import current_platform
 
 from .secrets import SERVICE as VAULT
 from .secrets import Vault, fingerprint_hiding

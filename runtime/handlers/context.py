@@ -16,10 +16,10 @@ from protocol.limits import MAX_WHOLE_READ_BYTES
 from store.context import StoredBranch, build_session_context, build_tree
 from store.errors import PayloadTooLarge
 from store.receipts import ReceiptKey
-from store.records import wire_record
 from store.revisions import read_revisions
-from store.rewrite import load_live
 from store.tombstones import deleted_ids
+from store.transcripts.records import wire_record
+from store.transcripts.rewrite import load_live
 
 __all__ = ["context", "tree"]
 

@@ -2,8 +2,8 @@
 
 A host session is exported inside its actor (the index covers the transcript,
 and no append lands halfway), streamed window by window in the actor's worker
-thread (``store/export.py``). A native pi session (``native-pi:...``) is
-exported from an immutable snapshot of its file (``store/native_pi_views.py``).
+thread (``store/interchange/export.py``). A native pi session (``native-pi:...``) is
+exported from an immutable snapshot of its file (``store/interchange/native_pi_views.py``).
 
 Secrets are excluded by default: every value the secret store holds, credential
 references and secret-named values are redacted; ``includeSecrets`` turns that
@@ -22,10 +22,17 @@ from actors.session_context import SessionContext
 from protocol import models as m
 from protocol.limits import MAX_EXPORT_INLINE_BYTES
 from runtime.context import HostContext
-from store import index
 from store.errors import PermissionDenied
-from store.export import ExportOptions, ExportReport, InlineBuffer, export_session, export_to_new_file, secret_values
-from store.native_pi_views import NativeCatalog, export_native
+from store.indexing import index
+from store.interchange.export import (
+    ExportOptions,
+    ExportReport,
+    InlineBuffer,
+    export_session,
+    export_to_new_file,
+    secret_values,
+)
+from store.interchange.native_pi_views import NativeCatalog, export_native
 from store.receipts import ReceiptKey
 
 from .plugin_imports import scope_session

@@ -20,12 +20,12 @@ import trio
 
 from actors.session_context import SessionContext
 from protocol import models as m
-from store import index
 from store.fork import copy_pasted, plan_fork, remove_child_files, resolve_pasted, write_child_transcript
 from store.ids import derived_id, new_id
+from store.indexing import index
 from store.receipts import ReceiptKey, file_record
-from store.records import ms_to_rfc3339
-from store.rewrite import reindex
+from store.transcripts.records import ms_to_rfc3339
+from store.transcripts.rewrite import reindex
 
 from .revisions import resolve_position, snapshot
 

@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 from actors.session_context import SessionContext
 from protocol.limits import EVENT_RECORD_MAX
-from store import index
+from store.indexing import index
 from store.jsonio import dumps_line
-from store.records import wire_record
+from store.transcripts.records import wire_record
 
 __all__ = ["append_record", "publish_message"]
 

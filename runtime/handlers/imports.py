@@ -5,7 +5,7 @@ sessions under the root (in a worker thread), then imports them one at a time,
 **each inside its own session actor** (:data:`IMPORT_UNIT`, through
 ``HostContext.session_call``), so an import never races a live writer of that
 session, and a new session is never started by two requests at once. In the
-actor (``store/imports.py`` decides, ``store/import_write.py`` writes):
+actor (``store/interchange/imports.py`` decides, ``store/interchange/import_write.py`` writes):
 
 1. the index is caught up with the transcript (the actor's own reconcile);
 2. *prepare* (the actor's worker thread, a read connection): refuse, or
@@ -50,15 +50,15 @@ from protocol import models as m
 from protocol.limits import MAX_IMPORT_REPORTS, MAX_IMPORT_SESSIONS
 from runtime.context import HostContext
 from runtime.kernel.actor import AskTimeout
-from store import index
 from store.attachments import AttachmentFiles
 from store.errors import InvalidInput, NotFound, StoreError, classify_os_error
 from store.faults import Faults
 from store.ids import derived_id, new_id
-from store.import_write import ImportTarget, apply_index, publish, undo
-from store.importers import default_root, discover
-from store.importers.common import SessionReport, SourceUnit
-from store.imports import finish, prepare_unit, refuse_after
+from store.indexing import index
+from store.interchange.import_write import ImportTarget, apply_index, publish, undo
+from store.interchange.importers import default_root, discover
+from store.interchange.importers.common import SessionReport, SourceUnit
+from store.interchange.imports import finish, prepare_unit, refuse_after
 from store.receipts import ReceiptKey
 
 __all__ = ["IMPORT_UNIT", "Imports", "UnitCall", "import_sessions", "import_unit"]

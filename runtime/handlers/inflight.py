@@ -29,11 +29,12 @@ from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.handlers import turn_aftermath
 from runtime.handlers.host_lines import append_record
-from store import index, inflight, turns
+from store import inflight, turns
 from store.errors import Conflict, CorruptData, InvalidInput, NotFound
+from store.indexing import index
 from store.receipts import ReceiptKey
-from store.records import cap_content, is_streaming, normalize_message, wire_record
-from store.transcript import read_spans
+from store.transcripts.records import cap_content, is_streaming, normalize_message, wire_record
+from store.transcripts.transcript import read_spans
 
 __all__ = ["PREVIEW_TEXT_MAX", "TOPIC", "after_append", "current", "event_key", "recover", "save",
            "settle_on_turn_end", "supersedes"]

@@ -1,7 +1,7 @@
 """Native pi sessions on the wire (seed 003 §12): listed, read and forked, never changed.
 
 A configured pi session root (``HostConfig.native_pi_root``, ``serve
---native-pi-root``) is served by a :class:`store.native_pi_views.NativeCatalog`.
+--native-pi-root``) is served by a :class:`store.interchange.native_pi_views.NativeCatalog`.
 Its sessions appear on the wire as ``native-pi:<pi id>`` (the seed's opaque id,
 a type of its own: ``NativeSessionId``). Such an id never reaches a session
 actor and never becomes a path: the request pipeline sends it to these host
@@ -14,7 +14,7 @@ with ``UNSUPPORTED_FOR_NATIVE_SESSION``.
   (``updatedAt`` then id, newest first) and under the same cursor;
 * ``session.get`` reads an immutable byte snapshot and follows the current branch;
 * ``session.fork`` writes exactly one new v3 child in the parent's directory
-  (``store/native_pi.py``'s checked publication). With a receipt key the child's
+  (``store/interchange/native_pi.py``'s checked publication). With a receipt key the child's
   id is derived from the key, so a retry after a crash finds the child it wrote
   instead of writing another (idempotent by construction); the answer is then
   committed with the receipt row.
@@ -27,9 +27,9 @@ from typing import Any
 
 from protocol import models as m
 from runtime.context import HostContext
-from store import cursors, index
 from store.ids import derived_id
-from store.native_pi_views import NativeCatalog, native_summary, native_window
+from store.indexing import cursors, index
+from store.interchange.native_pi_views import NativeCatalog, native_summary, native_window
 from store.receipts import ReceiptKey
 
 from .plugin_imports import scope_session

@@ -9,7 +9,8 @@ from typing import Any
 
 from protocol import models as m
 from runtime.context import ReadContext, WriterContext
-from store import cursors, notifications
+from store import notifications
+from store.indexing import cursors
 from store.receipts import ReceiptKey
 
 __all__ = ["clear", "list_notifications", "mark_all_read", "mark_read"]

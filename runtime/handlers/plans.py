@@ -32,10 +32,11 @@ from typing import Any
 from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.context import ReadContext, Services
-from store import index, plans
+from store import plans
 from store.errors import Conflict, CorruptData, InvalidInput, StoreError
 from store.fsutil import remove_file_durable
 from store.ids import new_id
+from store.indexing import index
 from store.receipts import ReceiptKey
 
 __all__ = ["check_mode_change", "finish_execution", "pending", "publish_executions", "respond", "respond_target",

@@ -7,7 +7,7 @@ nothing. A new one gets a host-generated id — derived from the receipt key whe
 there is one, so a retry after a crash lands on the same session — and is
 written inside that session's actor (``HostContext.session_call``): stage the
 transcript (temp file), link it, then one transaction with the rows, the origin
-row and the receipt (``store/plugin_imports.py``); the transaction first checks
+row and the receipt (``store/interchange/plugin_imports.py``); the transaction first checks
 the key again, so of two imports racing for one key exactly one writes and the
 other removes its file and answers the winner. A failure removes the file.
 No project or model binding is made, except an explicit host-created ``projectId``.
@@ -30,12 +30,12 @@ from actors.session import SessionOp
 from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.context import HostContext, ReadContext
-from store import index
 from store.errors import Conflict, PermissionDenied, SessionNotFound
 from store.ids import derived_id, new_id
-from store.import_write import ImportTarget, publish, undo
-from store.native_pi import is_native_id
-from store.plugin_imports import (
+from store.indexing import index
+from store.interchange.import_write import ImportTarget, publish, undo
+from store.interchange.native_pi import is_native_id
+from store.interchange.plugin_imports import (
     PluginImport,
     bound_project,
     commit_plugin_import,

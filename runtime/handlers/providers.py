@@ -24,8 +24,8 @@ import trio
 
 from protocol import models as m
 from runtime.context import HostContext, ReadContext, Services, WriterContext
-from store import providers as store
-from store import secrets as secret_store
+from store.config import providers as store
+from store.config import secrets as secret_store
 from store.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from store.ids import derived_id, new_id
 from store.receipts import ReceiptKey

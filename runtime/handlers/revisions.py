@@ -29,12 +29,12 @@ from typing import Any
 from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.handlers import turn_aftermath
-from store import collab, index
+from store import collab
 from store.errors import Conflict, CorruptData, InvalidInput, MessageNotFound, NotFound, PermissionDenied
 from store.fsutil import remove_file_durable
+from store.indexing import index
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey, file_record
-from store.records import normalize_message, receipt_of, rfc3339_to_ms, wire_record, with_receipt
 from store.revisions import (
     append_revision_lines,
     family_of,
@@ -51,8 +51,17 @@ from store.revisions import (
     upsert_row,
     with_stamp,
 )
-from store.rewrite import LiveTranscript, RewritePlan, apply_rewrite, load_live, plan_rewrite, reindex, turn_map
-from store.transcript import read_spans
+from store.transcripts.records import normalize_message, receipt_of, rfc3339_to_ms, wire_record, with_receipt
+from store.transcripts.rewrite import (
+    LiveTranscript,
+    RewritePlan,
+    apply_rewrite,
+    load_live,
+    plan_rewrite,
+    reindex,
+    turn_map,
+)
+from store.transcripts.transcript import read_spans
 from store.turns import abort_running, get_turn
 
 __all__ = ["activate", "list_revisions", "replace_messages", "save_active", "snapshot", "truncate_from"]

@@ -11,7 +11,7 @@ from typing import Any
 
 from protocol import models as m
 from runtime.context import ReadContext
-from store.search import search_messages, search_sessions
+from store.search.search import search_messages, search_sessions
 
 __all__ = ["query", "sessions"]
 

@@ -27,7 +27,7 @@ import trio
 from protocol import models as m
 from runtime.context import HostContext, ReadContext, Services
 from store import receipts
-from store import secrets as secret_store
+from store.config import secrets as secret_store
 from store.errors import PermissionDenied
 from store.faults import Faults
 from store.receipts import ReceiptKey

@@ -3,7 +3,7 @@
 Files first, index second, reply last. The receipts of the file-first methods
 ride in the file they write: ``session.create`` in the new transcript's header
 (written whole, with its first ``session_info`` line), ``session.delete`` in the
-delete marker written before anything is removed (``store/session_files.py``).
+delete marker written before anything is removed (``store/transcripts/session_files.py``).
 """
 
 from __future__ import annotations
@@ -17,14 +17,16 @@ from protocol.jsonrpc import Encoded
 from protocol.limits import DEFAULT_WINDOW, MAX_REPLY_BYTES, MAX_WHOLE_READ_BYTES
 from runtime.context import Services
 from runtime.handlers import inflight, plans
-from store import index, queue, windows
+from store import queue
 from store.errors import Conflict, MessageNotFound, StorageFull
 from store.ids import derived_id, new_id
+from store.indexing import index
+from store.indexing.reconcile import apply_plan, plan_reconcile
 from store.receipts import ReceiptKey, file_record
-from store.reconcile import apply_plan, plan_reconcile
-from store.session_files import finish_delete, write_delete_marker
-from store.transcript import create_transcript
-from store.window_reply import with_field
+from store.transcripts import windows
+from store.transcripts.session_files import finish_delete, write_delete_marker
+from store.transcripts.transcript import create_transcript
+from store.transcripts.window_reply import with_field
 
 from .plugin_imports import scope_session
 
@@ -173,7 +175,7 @@ async def _write_settings(ctx: SessionContext, info: dict[str, Any], *, rename: 
 
 
 async def delete(ctx: SessionContext, p: m.SessionDeleteParams, key: ReceiptKey | None) -> Any:
-    """Marker (with the receipt) → rows → files (``store/session_files.py``)."""
+    """Marker (with the receipt) → rows → files (``store/transcripts/session_files.py``)."""
     paths = ctx.paths
     receipt = file_record(key) if key is not None else None
     await ctx.close_writer()

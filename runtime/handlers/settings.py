@@ -15,12 +15,8 @@ from typing import Any
 
 from protocol import models as m
 from runtime.context import ReadContext, WriterContext
-from store import settings
-from store.errors import InvalidInput
-from store.project_memory import memory_view
-from store.receipts import ReceiptKey
-from store.seed_migrations import current_platform
-from store.settings_rules import (
+from store.config import settings
+from store.config.settings_rules import (
     APP_NS,
     APP_SETTINGS_KEY,
     DELETE,
@@ -31,6 +27,10 @@ from store.settings_rules import (
     plugin_of,
     rules_for,
 )
+from store.errors import InvalidInput
+from store.project_memory import memory_view
+from store.receipts import ReceiptKey
+from store.upgrade.seed_migrations import current_platform
 
 from .plugins import require_owner
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from actors.session_context import SessionContext
 from protocol import models as m
-from store import index
 from store.errors import MessageNotFound
 from store.ids import new_id
+from store.indexing import index
 from store.receipts import ReceiptKey
 from store.tombstones import message_state, tombstone_line
 

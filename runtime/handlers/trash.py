@@ -20,7 +20,7 @@ from protocol import models as m
 from runtime.context import ReadContext
 from store import queue
 from store.receipts import ReceiptKey, file_record
-from store.session_files import finish_delete, write_delete_marker
+from store.transcripts.session_files import finish_delete, write_delete_marker
 from store.trash import check_purgeable, list_trashed, purge_rows, restore_session, trash_session
 
 __all__ = ["list_trash", "purge", "restore", "trash"]

@@ -23,9 +23,10 @@ from typing import Any
 from actors.session_context import SessionContext
 from runtime.handlers import approvals as user_requests
 from runtime.handlers import collab, plans
-from store import approvals, index
+from store import approvals
 from store import plans as plan_rows
 from store.faults import Faults
+from store.indexing import index
 
 __all__ = ["Aftermath", "publish", "settle"]
 

@@ -6,7 +6,8 @@ from typing import Any
 
 from protocol import models as m
 from runtime.context import ReadContext
-from store import cursors, index, turns, usage
+from store import turns, usage
+from store.indexing import cursors, index
 
 __all__ = ["history", "list_turns", "session_usage"]
 

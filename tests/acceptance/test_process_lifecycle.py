@@ -19,8 +19,8 @@ import trio
 
 from runtime.client import ClientClosed, RpcError, open_client
 from store.jsonio import loads_line
-from store.records import wire_record
-from store.search import search_messages
+from store.search.search import search_messages
+from store.transcripts.records import wire_record
 from tests.hostkit import REPO, HostProcess, start_host_process
 
 

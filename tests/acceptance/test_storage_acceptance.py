@@ -16,14 +16,14 @@ import pytest
 import trio
 
 import actors.db_reader
-import store.reconcile
-import store.transcript
-import store.windows
+import store.indexing.reconcile
+import store.transcripts.transcript
+import store.transcripts.windows
 from runtime.client import HostClient, RpcError
 from store.jsonio import dumps_line, loads_line
-from store.records import wire_record
-from store.schema import SCHEMA_VERSION
-from store.search import search_messages
+from store.search.search import search_messages
+from store.transcripts.records import wire_record
+from store.upgrade.schema import SCHEMA_VERSION
 from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 
 
@@ -111,8 +111,8 @@ class _Reads:
         self.pread_calls = 0
         self.span_calls: list[list[tuple[int, int]]] = []
         self.whole_file_scans = 0
-        real_pread, real_spans = os.pread, store.windows.read_spans
-        real_scan, real_read = store.reconcile.scan_from, store.transcript.read_transcript
+        real_pread, real_spans = os.pread, store.transcripts.windows.read_spans
+        real_scan, real_read = store.indexing.reconcile.scan_from, store.transcripts.transcript.read_transcript
 
         def pread(fd: int, n: int, offset: int) -> bytes:
             got = real_pread(fd, n, offset)
@@ -133,9 +133,9 @@ class _Reads:
             return real_read(path)
 
         monkeypatch.setattr(os, "pread", pread)
-        monkeypatch.setattr(store.windows, "read_spans", spans)
-        monkeypatch.setattr(store.reconcile, "scan_from", scan)
-        monkeypatch.setattr(store.transcript, "read_transcript", read_all)
+        monkeypatch.setattr(store.transcripts.windows, "read_spans", spans)
+        monkeypatch.setattr(store.indexing.reconcile, "scan_from", scan)
+        monkeypatch.setattr(store.transcripts.transcript, "read_transcript", read_all)
 
     def reset(self) -> None:
         self.pread_bytes = self.pread_calls = self.whole_file_scans = 0
@@ -527,8 +527,9 @@ def test_coalesced_span_reads_match_single_reads(tmp_path: Path, monkeypatch: py
     path.write_bytes(b"".join(lines))
     offsets = [sum(len(x) for x in lines[:i]) for i in range(len(lines))]
     spans = [(offsets[i], len(lines[i])) for i in [0, 1, 2, 5, 6, 30, 3, 4, 39, 38, 7, 8, 9]]
-    assert store.windows.read_spans_coalesced(path, spans) == store.transcript.read_spans(path, spans)
-    assert store.windows.read_spans_coalesced(path, []) == []
-    monkeypatch.setattr(store.windows, "MAX_COALESCED_READ", 60)
+    expected = store.transcripts.transcript.read_spans(path, spans)
+    assert store.transcripts.windows.read_spans_coalesced(path, spans) == expected
+    assert store.transcripts.windows.read_spans_coalesced(path, []) == []
+    monkeypatch.setattr(store.transcripts.windows, "MAX_COALESCED_READ", 60)
     spans = [(offsets[i], len(lines[i])) for i in range(20)]
-    assert store.windows.read_spans_coalesced(path, spans) == [bytes(x) for x in lines[:20]]
+    assert store.transcripts.windows.read_spans_coalesced(path, spans) == [bytes(x) for x in lines[:20]]

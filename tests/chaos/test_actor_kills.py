@@ -11,8 +11,8 @@ import trio
 import trio.lowlevel
 
 from runtime.client import HostClient, RpcError
-from store.database import open_reader
-from store.transcript import read_transcript
+from store.indexing.database import open_reader
+from store.transcripts.transcript import read_transcript
 from tests.hostkit import client_for, inprocess_host, msg
 
 RETRIABLE = {"ACTOR_RESTARTED", "BUSY", "TIMEOUT"}

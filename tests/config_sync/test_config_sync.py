@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from runtime.client import HostClient, RpcError
-from store import config_sync as sync
+from store.config import config_sync as sync
 from store.errors import CorruptData
 from tests.hostkit import client_for, inprocess_host
 from tests.pipeline import probe

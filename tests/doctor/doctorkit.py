@@ -16,8 +16,8 @@ from typing import Any
 import trio
 
 from runtime.datadir import DataDir
-from store.doctor import run_doctor
-from store.doctor_report import DoctorReport
+from store.doctor.doctor import run_doctor
+from store.doctor.doctor_report import DoctorReport
 from tests.hostkit import REPO, client_for, inprocess_host, msg
 
 ATTACHMENT = b"doctor attachment bytes\n" * 10

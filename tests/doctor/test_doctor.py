@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from runtime.datadir import DataDir
-from store.doctor_report import EXIT_CLEAN, EXIT_DAMAGED, EXIT_REPAIRABLE
+from store.doctor.doctor_report import EXIT_CLEAN, EXIT_DAMAGED, EXIT_REPAIRABLE
 from tests.doctor.doctorkit import (
     ATTACHMENT_SHA,
     SECRET_REF,

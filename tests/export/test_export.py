@@ -15,17 +15,17 @@ from typing import Any
 import orjson
 import pytest
 
-from store import index
 from store.attachments import AttachmentFiles
-from store.export import ExportOptions, export_session, secret_values
-from store.import_write import ImportTarget
-from store.importers import IMPORTERS
-from store.imports import import_unit
+from store.config.secrets import SecretStore, upsert_meta
+from store.indexing import index
+from store.interchange.export import ExportOptions, export_session, secret_values
+from store.interchange.import_write import ImportTarget
+from store.interchange.importers import IMPORTERS
+from store.interchange.imports import import_unit
 from store.jsonio import dumps_line
-from store.secrets import SecretStore, upsert_meta
 from store.snapshots import prepare_snapshot, store_snapshot
 from store.tombstones import tombstone_line
-from store.transcript import TranscriptWriter, create_transcript, read_transcript
+from store.transcripts.transcript import TranscriptWriter, create_transcript, read_transcript
 from tests.samplekit import NOW, db, open_db, rows, tx
 
 __all__ = ["db"]
@@ -248,7 +248,7 @@ def test_the_html_export_opens_in_headless_chromium_and_shows_the_messages(sessi
 
 def test_chromium_reports_a_page_that_tries_to_fetch(tmp_path: Path) -> None:
     """The check above is real: the same CSP makes Chromium log a refused fetch."""
-    from store.export_render import CSP
+    from store.interchange.export_render import CSP
 
     page = tmp_path / "fetching.html"
     page.write_text(f'<!doctype html><html><head><meta http-equiv="Content-Security-Policy" content="{CSP}">'

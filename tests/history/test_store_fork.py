@@ -18,8 +18,8 @@ from store.fork import (
     resolve_pasted,
     write_child_transcript,
 )
+from store.indexing.reconcile import dedupe, scan_from
 from store.jsonio import loads_line
-from store.reconcile import dedupe, scan_from
 from store.tombstones import deleted_ids, tombstone_lines_for
 
 SRC, CHILD = "src", "child"

@@ -9,8 +9,8 @@ from typing import Any
 import trio
 
 from runtime.datadir import DataDir
-from store.database import open_reader
-from store.search_upkeep import segment_count
+from store.indexing.database import open_reader
+from store.search.search_upkeep import segment_count
 from tests.hostkit import client_for, inprocess_host, msg
 
 WORDS = ["alpha", "beta", "gamma", "delta", "the", "to", "of", "merge", "検索", "索引"]

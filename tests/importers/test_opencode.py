@@ -6,10 +6,10 @@ import hashlib
 import sqlite3
 from pathlib import Path
 
-from store.import_write import ImportTarget
-from store.importers import opencode
-from store.imports import import_root, origin_row
-from store.transcript import read_transcript
+from store.interchange.import_write import ImportTarget
+from store.interchange.importers import opencode
+from store.interchange.imports import import_root, origin_row
+from store.transcripts.transcript import read_transcript
 from tests.importers import gen
 from tests.samplekit import NOW, rows
 

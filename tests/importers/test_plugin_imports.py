@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from store import index, reconcile
 from store.errors import Conflict, InvalidInput, NotFound, PermissionDenied, SessionNotFound
-from store.import_write import ImportTarget
-from store.importers import IMPORTERS
-from store.imports import import_unit
-from store.plugin_imports import PluginImport, import_plugin_session, list_plugin_sessions, require_owned
-from store.search import search_messages, search_sessions
-from store.session_files import SessionPaths
-from store.transcript import read_transcript
+from store.indexing import index, reconcile
+from store.interchange.import_write import ImportTarget
+from store.interchange.importers import IMPORTERS
+from store.interchange.imports import import_unit
+from store.interchange.plugin_imports import PluginImport, import_plugin_session, list_plugin_sessions, require_owned
+from store.search.search import search_messages, search_sessions
+from store.transcripts.session_files import SessionPaths
+from store.transcripts.transcript import read_transcript
 from store.trash import list_trashed, purge_session, restore_session, trash_session
 from tests.importers import gen
 from tests.samplekit import NOW, rows, tx
@@ -129,7 +129,7 @@ def test_a_racing_second_import_of_one_key_loses_cleanly(db: sqlite3.Connection,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Two imports of one key that both looked before either committed: the second one's transaction
     fails on UNIQUE(plugin_id, source_id, external_id), its transcript is removed, the winner returned."""
-    import store.plugin_imports as mod
+    import store.interchange.plugin_imports as mod
 
     winner = import_plugin_session(db, request(), target, now_ms=NOW, make_id=lambda: "pl-winner")
     looks = {"n": 0}

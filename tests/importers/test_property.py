@@ -25,11 +25,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store.attachments import AttachmentFiles
-from store.import_write import ImportTarget
-from store.importers import IMPORTERS
-from store.importers.common import ImportLimits, ParseContext, Refused, SourceUnit
-from store.imports import import_root, import_unit
-from store.transcript import read_transcript
+from store.interchange.import_write import ImportTarget
+from store.interchange.importers import IMPORTERS
+from store.interchange.importers.common import ImportLimits, ParseContext, Refused, SourceUnit
+from store.interchange.imports import import_root, import_unit
+from store.transcripts.transcript import read_transcript
 from tests.importers import gen
 from tests.samplekit import NOW, open_db
 

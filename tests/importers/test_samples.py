@@ -22,13 +22,13 @@ import pytest
 
 from protocol.blocks import check_block
 from store.context import build_session_context, is_attributed
-from store.import_write import HOST_IMPORTER, ImportTarget
-from store.importers import IMPORTERS
-from store.importers.common import SourceUnit
-from store.imports import import_unit, origin_row
-from store.records import extract_text, normalize_message
-from store.search import search_messages
-from store.transcript import read_transcript
+from store.interchange.import_write import HOST_IMPORTER, ImportTarget
+from store.interchange.importers import IMPORTERS
+from store.interchange.importers.common import SourceUnit
+from store.interchange.imports import import_unit, origin_row
+from store.search.search import search_messages
+from store.transcripts.records import extract_text, normalize_message
+from store.transcripts.transcript import read_transcript
 from tests.samplekit import NOW, assert_checksums, rows, sample_files, samples_dir
 
 

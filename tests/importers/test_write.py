@@ -16,15 +16,16 @@ from typing import Any
 
 import pytest
 
-from store import imports, index, reconcile
 from store.fsutil import sweep_temp_files
-from store.import_write import ImportTarget, publish, stage
-from store.importers import IMPORTERS
-from store.importers.common import ImportLimits, SourceUnit, session_id_for
-from store.imports import import_root, import_unit
+from store.indexing import index, reconcile
+from store.interchange import imports
+from store.interchange.import_write import ImportTarget, publish, stage
+from store.interchange.importers import IMPORTERS
+from store.interchange.importers.common import ImportLimits, SourceUnit, session_id_for
+from store.interchange.imports import import_root, import_unit
 from store.jsonio import dumps_line
-from store.search import search_messages
-from store.transcript import TranscriptWriter, read_transcript
+from store.search.search import search_messages
+from store.transcripts.transcript import TranscriptWriter, read_transcript
 from tests.importers import gen
 from tests.samplekit import NOW, open_db, rows, samples_dir, tx
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from store.importers.common import session_id_for
+from store.interchange.importers.common import session_id_for
 from tests.hostkit import REPO, HostProcess, start_host_process
 from tests.importers import gen
 

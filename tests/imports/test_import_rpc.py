@@ -13,7 +13,7 @@ import trio
 
 from protocol.methods import dump_event
 from runtime.client import HostClient, RpcError
-from store.importers.common import session_id_for
+from store.interchange.importers.common import session_id_for
 from tests.hostkit import client_for, inprocess_host, msg
 from tests.importers import gen
 from tests.importers.test_samples import EXPECTED

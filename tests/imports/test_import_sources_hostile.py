@@ -9,8 +9,8 @@ from pathlib import Path
 
 import trio
 
-from store.importers.common import SourceUnit
-from store.imports import sources_unchanged
+from store.interchange.importers.common import SourceUnit
+from store.interchange.imports import sources_unchanged
 
 
 async def test_a_source_replaced_by_a_fifo_is_changed_without_blocking(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from store.schema_rebuild import normalize_sql
+from store.upgrade.schema_rebuild import normalize_sql
 
 Layout = dict[str, Any]
 
@@ -63,7 +63,7 @@ def seed_layout(version: int) -> Layout:
 
 
 def host_layout(version: int) -> Layout:
-    from store.migrations import ddl_for_version
+    from store.upgrade.migrations import ddl_for_version
 
     conn = sqlite3.connect(":memory:")
     try:

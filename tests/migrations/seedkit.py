@@ -1,7 +1,7 @@
 """A pi-desktop data directory at any seed schema version (seed 003 §2, §4, §7).
 
 The DDL comes from ``seed_sql/v<n>.sql`` (written by hand out of the seed,
-never from this host's ``store.schema``); the rows fill every table the version
+never from this host's ``store.upgrade.schema``); the rows fill every table the version
 has: sessions in each mode, the settings blob with every setting the seed
 names, tasks of each cadence with ``chat`` modes, plan approvals of each state,
 providers, models, secrets bookkeeping, notifications, queue entries and

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from store.schema import SCHEMA_VERSION
+from store.upgrade.schema import SCHEMA_VERSION
 from tests.hostkit import REPO, start_host_process
 from tests.migrations.dbcheck import file_layout, host_layout, open_copy, seed_layout, user_version
 from tests.migrations.seedkit import after_boot, assert_rows_present, build_seed_dir, expected_rows

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from store.database import open_writer
-from store.migrations import MigrationFailed
-from store.schema import SCHEMA_VERSION
+from store.indexing.database import open_writer
+from store.upgrade.migrations import MigrationFailed
+from store.upgrade.schema import SCHEMA_VERSION
 from tests.hostkit import REPO, start_host_process
 from tests.migrations.dbcheck import dump, sha256, sqlite3_cli, user_version
 from tests.migrations.seedkit import SeedDir, build_seed_dir

@@ -20,8 +20,8 @@ import trio
 
 from runtime.client import open_client
 from runtime.datadir import DataDir
-from store.doctor import run_doctor
-from store.schema import SCHEMA_VERSION
+from store.doctor.doctor import run_doctor
+from store.upgrade.schema import SCHEMA_VERSION
 from tests.hostkit import HostProcess, start_host_process
 from tests.migrations.dbcheck import sqlite3_cli
 from tests.migrations.seedkit import (

@@ -1,4 +1,4 @@
-"""The seed's chain walked in place by ``store.database.open_writer`` (seed 003 §4, §7, §11.16).
+"""The seed's chain walked in place by ``store.indexing.database.open_writer`` (seed 003 §4, §7, §11.16).
 
 Each database is built from the seed's DDL (``seed_sql/``) with rows in every
 table; after one open it must be at this host's schema with every row there,
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from store.database import OpenReport, open_writer
 from store.errors import SchemaTooNew
 from store.faults import Faults
-from store.migrations import MigrationFailed, SchemaUnknown, ddl_for_version
-from store.schema import SCHEMA_VERSION
-from store.schema_rebuild import normalize_sql
+from store.indexing.database import OpenReport, open_writer
+from store.upgrade.migrations import MigrationFailed, SchemaUnknown, ddl_for_version
+from store.upgrade.schema import SCHEMA_VERSION
+from store.upgrade.schema_rebuild import normalize_sql
 from tests.migrations.dbcheck import dump, file_layout, host_layout, seed_layout, sha256, sqlite3_cli, user_version
 from tests.migrations.seedkit import (
     VERSIONS,

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from store.errors import Conflict, StorageFull
-from store.native_pi import (
+from store.interchange.native_pi import (
     ForkHooks,
     UnsupportedForNativeSession,
     check_supported,

@@ -122,7 +122,7 @@ REFUSED: dict[str, dict[str, Any]] = {
 
 
 def test_the_native_handlers_are_exactly_the_supported_reads_and_fork() -> None:
-    from store.native_pi import SUPPORTED
+    from store.interchange.native_pi import SUPPORTED
 
     assert NATIVE_ROUTES | {"session.list"} == set(SUPPORTED)
 

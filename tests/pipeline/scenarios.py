@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from runtime.client import HostClient
+from store.config.secrets import SecretStore
 from store.errors import NotFound
-from store.secrets import SecretStore
 from tests.hostkit import msg
 from tests.httpkit import FakeProvider, Reply
 from tests.importers import gen

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from store.catalog import BadProviderReply, parse_model_list, proxy_for
+from store.config.catalog import BadProviderReply, parse_model_list, proxy_for
 
 
 def test_parse_model_list_reads_ids_and_hints_and_dedupes() -> None:

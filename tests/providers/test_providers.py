@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from runtime.client import HostClient, RpcError
-from store.secrets import SecretStore
+from store.config.secrets import SecretStore
 from tests.hostkit import client_for, inprocess_host
 from tests.httpkit import FakeProvider, Reply
 from tests.pipeline import probe

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.client import HostClient
-from store.reconcile import dedupe, scan_from
+from store.indexing.reconcile import dedupe, scan_from
 from store.revisions import read_revisions
 from tests.hostkit import msg
 
@@ -60,7 +60,7 @@ def query(root: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
 def assert_index_matches_file(root: Path, sid: str) -> None:
     """Index rows (ids, seq, search text) are exactly the file's deduped messages."""
     scan = scan_from(transcript_path(root, sid), 0)
-    from store.records import extract_text
+    from store.transcripts.records import extract_text
 
     expected = [(m.record["id"], i + 1, extract_text(m.record)) for i, m in enumerate(dedupe(scan.messages))]
     assert index_rows(root, sid) == expected

@@ -1,4 +1,4 @@
-"""Unit tests for store/revisions.py, store/rewrite.py and store/compaction.py (pure, no trio)."""
+"""Unit tests for store/revisions.py, store/transcripts/rewrite.py and store/compaction.py (pure, no trio)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from store.compaction import normalize_compaction, normalize_on_read, split_valid
 from store.errors import InvalidInput
 from store.faults import Faults, InjectedFault
+from store.indexing.reconcile import dedupe, scan_from
 from store.jsonio import dumps_line
-from store.reconcile import dedupe, scan_from
 from store.revisions import (
     append_revision_lines,
     find_root,
@@ -24,8 +24,8 @@ from store.revisions import (
     rows_from_file,
     with_stamp,
 )
-from store.rewrite import apply_rewrite, load_live, plan_rewrite
-from store.transcript import create_transcript
+from store.transcripts.rewrite import apply_rewrite, load_live, plan_rewrite
+from store.transcripts.transcript import create_transcript
 
 
 def m(mid: str, role: str = "user", **extra: object) -> dict:

@@ -19,9 +19,9 @@ import trio
 from actors.events import EventBus
 from actors.scheduler import Scheduler, SchedulerConfig, SchedulerStatus
 from store import tasks
-from store.database import apply_pragmas
 from store.faults import NO_FAULTS, Faults
-from store.schema import apply_schema
+from store.indexing.database import apply_pragmas
+from store.upgrade.schema import apply_schema
 
 BASE = 1_785_056_400_000  # Sunday 2026-07-26 09:00:00 UTC
 HOUR = 3_600_000

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import trio
 
-from store import secrets as secret_store
-from store.secrets_meta_rebuild import rebuild_secrets_meta, scan_secret_files
+from store.config import secrets as secret_store
+from store.config.secrets_meta_rebuild import rebuild_secrets_meta, scan_secret_files
 from tests.dbkit import NOW
 from tests.hostkit import client_for, index_caught_up, inprocess_host
 from tests.scheduler.schedkit import open_db

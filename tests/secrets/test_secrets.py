@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from runtime.client import RpcError
-from store import secrets as s
+from store.config import secrets as s
 from store.errors import CorruptData, NotFound
 from tests.hostkit import client_for, inprocess_host
 

@@ -15,10 +15,10 @@ from typing import Any
 import orjson
 import pytest
 
-from store import settings
+from store.config import settings
+from store.config.settings_rules import DELETE, KvPlan, app_view, plan_write
 from store.errors import InvalidInput, PayloadTooLarge
 from store.project_memory import memory_view
-from store.settings_rules import DELETE, KvPlan, app_view, plan_write
 from tests.dbkit import NOW, tx
 
 PLATFORM = "linux"

@@ -7,8 +7,8 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
-from store.database import apply_pragmas
-from store.schema import apply_schema
+from store.indexing.database import apply_pragmas
+from store.upgrade.schema import apply_schema
 
 NOW_MS = 1_700_000_000_000
 

@@ -1,7 +1,7 @@
 """Test helpers for search: a real-schema database and row builders.
 
 Rows are inserted the way the indexer leaves them: ``text`` is the final answer
-text (``store.records.extract_text``: no thinking, NULL for tool rows), ``seq``
+text (``store.transcripts.records.extract_text``: no thinking, NULL for tool rows), ``seq``
 comes from ``sessions.last_seq``, ``mid`` is ``(sessions.ordinal << 24) + seq``, and
 the FTS triggers of the real schema keep ``messages_fts`` in sync.
 """
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from store.records import extract_text
-from store.schema import apply_schema, message_mid
+from store.transcripts.records import extract_text
+from store.upgrade.schema import apply_schema, message_mid
 
 
 def open_db(path: Path | str = ":memory:") -> sqlite3.Connection:

@@ -1,4 +1,4 @@
-"""The pure append planner (``store/appends.py``), row by row of its table, and its gather step."""
+"""The pure append planner (``store/indexing/appends.py``), row by row of its table, and its gather step."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ from typing import Any
 
 import pytest
 
-from store import index, receipts
-from store.appends import AppendRequest, Held, Known, Refuse, Replay, Write, gather, plan_appends
-from store.database import open_writer
+from store import receipts
 from store.errors import IdempotencyConflict
+from store.indexing import index
+from store.indexing.appends import AppendRequest, Held, Known, Refuse, Replay, Write, gather, plan_appends
+from store.indexing.database import open_writer
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey
-from store.records import receipt_of
-from store.transcript import TranscriptWriter, create_transcript
+from store.transcripts.records import receipt_of
+from store.transcripts.transcript import TranscriptWriter, create_transcript
 
 SID = "s1"
 NOW = 1_700_000_000_000

@@ -12,7 +12,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from store.database import (
+from store.errors import IOFailure, SchemaTooNew, UnsupportedSQLite
+from store.faults import Faults
+from store.indexing.database import (
     OpenReport,
     check_sqlite_support,
     checkpoint_wal,
@@ -21,9 +23,7 @@ from store.database import (
     probe_database,
     set_synchronous,
 )
-from store.errors import IOFailure, SchemaTooNew, UnsupportedSQLite
-from store.faults import Faults
-from store.schema import SCHEMA_VERSION
+from store.upgrade.schema import SCHEMA_VERSION
 
 from ._sqlite_helpers import NOW_MS, add_session, fts_hits, listing, sha256, user_version
 

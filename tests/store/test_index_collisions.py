@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from store import index
-from store.index import IndexRecord
-from store.schema import apply_schema
+from store.indexing import index
+from store.indexing.index import IndexRecord
+from store.upgrade.schema import apply_schema
 
 
 @pytest.fixture

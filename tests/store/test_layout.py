@@ -1,4 +1,4 @@
-"""Transcript layout (store/layout.py): classification without parsing, incremental refresh."""
+"""Transcript layout (store/transcripts/layout.py): classification without parsing, incremental refresh."""
 
 from __future__ import annotations
 
@@ -10,10 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import store.layout as layout_mod
+import store.transcripts.layout as layout_mod
 from store.jsonio import dumps_line
-from store.layout import Layout, classify_line, scan_layout, spans
-from store.transcript import TranscriptWriter, create_transcript, read_spans, read_transcript, rewrite_transcript
+from store.transcripts.layout import Layout, classify_line, scan_layout, spans
+from store.transcripts.transcript import (
+    TranscriptWriter,
+    create_transcript,
+    read_spans,
+    read_transcript,
+    rewrite_transcript,
+)
 
 T0 = 1785056400000
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from store.database import OpenReport, apply_pragmas, open_writer
 from store.errors import SchemaTooNew
 from store.faults import Faults
-from store.migrations import (
+from store.indexing.database import OpenReport, apply_pragmas, open_writer
+from store.upgrade.migrations import (
     STEPS,
     MigrationFailed,
     MigrationStep,
@@ -24,7 +24,7 @@ from store.migrations import (
     ddl_for_version,
     migrate,
 )
-from store.schema import DDL, SCHEMA_VERSION, V24_ADDITIONS, V25_ADDITIONS
+from store.upgrade.schema import DDL, SCHEMA_VERSION, V24_ADDITIONS, V25_ADDITIONS
 
 from ._sqlite_helpers import (
     NOW_MS,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from store.database import apply_pragmas
-from store.schema import DDL, MAX_SEQ, SCHEMA_VERSION, apply_schema, message_mid
-from store.search_text import TRIGRAM_TEXT_HAZARDS
+from store.indexing.database import apply_pragmas
+from store.search.search_text import TRIGRAM_TEXT_HAZARDS
+from store.upgrade.schema import DDL, MAX_SEQ, SCHEMA_VERSION, apply_schema, message_mid
 
 from ._sqlite_helpers import NOW_MS, add_session, connect_plain, fts_hits, fts_rowids, user_version
 

@@ -10,20 +10,8 @@ from typing import Any
 import pytest
 
 from store.errors import InvalidId, InvalidInput, SessionNotFound
-from store.search import (
-    literal_predicate,
-    normalize_query,
-    search_messages,
-    search_sessions,
-    snippet,
-)
-from store.search_text import (
-    ASCII_LOWERING_NON_ASCII,
-    CASELESS_LOWER_TARGETS,
-    MAX_QUERY_CHARS,
-    fold,
-    plan_query,
-)
+from store.search.search import literal_predicate, normalize_query, search_messages, search_sessions, snippet
+from store.search.search_text import ASCII_LOWERING_NON_ASCII, CASELESS_LOWER_TARGETS, MAX_QUERY_CHARS, fold, plan_query
 from tests.store.search_corpus import Corpus, open_db
 
 

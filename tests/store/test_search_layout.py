@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from store.database import apply_pragmas
 from store.errors import LimitExceeded
-from store.index import IndexRecord, index_messages, insert_session, reindex_session
-from store.migrations import ddl_for_version, migrate
-from store.schema import MAX_SEQ, SCHEMA_VERSION, message_mid
-from store.search import literal_predicate, search_sessions
-from store.search_text import SQLITE_UTF8_REPLACED, TRIGRAM_TEXT_HAZARDS, fold, plan_query
+from store.indexing.database import apply_pragmas
+from store.indexing.index import IndexRecord, index_messages, insert_session, reindex_session
+from store.search.search import literal_predicate, search_sessions
+from store.search.search_text import SQLITE_UTF8_REPLACED, TRIGRAM_TEXT_HAZARDS, fold, plan_query
+from store.upgrade.migrations import ddl_for_version, migrate
+from store.upgrade.schema import MAX_SEQ, SCHEMA_VERSION, message_mid
 from tests.store.search_corpus import Corpus, open_db
 
 from ._sqlite_helpers import NOW_MS, build_db, connect_plain, schema_objects, user_version

@@ -13,7 +13,7 @@ import sqlite3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.search_text import fts_phrase, near_rewrite, near_rewrites
+from store.search.search_text import fts_phrase, near_rewrite, near_rewrites
 
 ALPHABET = "ab t"
 FILLER = "x"  # not in ALPHABET: it never completes a trigram of the phrase

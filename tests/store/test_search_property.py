@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import store.search as search_module
-from store.search import (
+import store.search.search as search_module
+from store.search.search import (
     MAX_MESSAGE_LIMIT,
     MAX_SNIPPETS_PER_SESSION,
     literal_predicate,
@@ -27,7 +27,7 @@ from store.search import (
     search_sessions,
     snippet,
 )
-from store.search_text import find_literal, fold
+from store.search.search_text import find_literal, fold
 from tests.store.search_corpus import Corpus, open_db
 
 ALPHABET = (
@@ -206,7 +206,7 @@ def test_search_sessions_equals_brute_force(data: tuple[list[Sess], str], limit:
         assert got == expected
 
 
-# store.search picks how it gathers trigram matches by query length, hazard-row
+# store.search.search picks how it gathers trigram matches by query length, hazard-row
 # count and number of candidate sessions; each mode is forced here on the same
 # random corpora, so every path is held to the brute-force scan.
 SEARCH_MODES = {

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from store.database import open_reader, open_writer
-from store.search import search_messages, search_sessions
-from store.search_upkeep import (
+from store.indexing.database import open_reader, open_writer
+from store.search.search import search_messages, search_sessions
+from store.search.search_upkeep import (
     FULL_MERGE_FRACTION,
     LEAF_PAGE_BYTES,
     USERMERGE,

@@ -1,4 +1,4 @@
-from store.sql_lists import IN_LIST_CHUNK, in_chunks
+from store.indexing.sql_lists import IN_LIST_CHUNK, in_chunks
 
 
 def test_in_chunks_covers_every_value_once_with_one_mark_each() -> None:

@@ -1,4 +1,4 @@
-"""The transcript file store (store/transcript.py): RELIABILITY.md §4 rows 3-6."""
+"""The transcript file store (store/transcripts/transcript.py): RELIABILITY.md §4 rows 3-6."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-import store.transcript as transcript_mod
+import store.transcripts.transcript as transcript_mod
 from store.errors import Conflict, CorruptData, InvalidId, InvalidInput, IOFailure, NotFound, StorageFull
 from store.faults import Faults, InjectedFault
 from store.fsutil import sweep_temp_files
 from store.jsonio import dumps_line, loads_line
-from store.layout import scan_layout, spans
-from store.transcript import (
+from store.transcripts.layout import scan_layout, spans
+from store.transcripts.transcript import (
     ReadStats,
     TranscriptWriter,
     create_transcript,

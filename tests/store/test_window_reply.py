@@ -1,4 +1,4 @@
-"""``store.window_reply``: the encoded ``session.get`` reply equals the parse-and-project reference.
+"""``store.transcripts.window_reply``: the encoded ``session.get`` reply equals the parse-and-project reference.
 
 The reference below is written independently of the module: every line parsed,
 the receipt stripped from ``meta``, the deleted flag, ``seq``, ``turnId`` (only
@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.jsonio import dumps_line
-from store.window_reply import MAX_CHUNK, describe_line, encode_window, with_field
+from store.transcripts.window_reply import MAX_CHUNK, describe_line, encode_window, with_field
 
 SESSION = {"id": "s", "title": "t", "messageCount": 0}
 TEXTS = st.sampled_from(["hi", "x" * 40, 'quoted "seq" and "receipt" and "turnId"', "日本語テキスト", "a\\b\nc",

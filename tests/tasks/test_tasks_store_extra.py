@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from store import index, tasks
+from store import tasks
 from store.errors import SessionNotFound
-from store.schema import apply_schema
+from store.indexing import index
+from store.upgrade.schema import apply_schema
 
 HOUR = 3_600_000
 

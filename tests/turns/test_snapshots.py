@@ -8,8 +8,8 @@ import sqlite3
 import orjson
 import pytest
 
-from store.database import open_writer
 from store.errors import CorruptData, InvalidInput, NotFound, PayloadTooLarge
+from store.indexing.database import open_writer
 from store.snapshots import (
     MAX_SNAPSHOT_DEPTH,
     find_secret,

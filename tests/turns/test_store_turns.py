@@ -9,11 +9,12 @@ import pytest
 
 from runtime.boot import run_boot
 from runtime.datadir import DataDir
-from store import artifacts, index, notifications, turns
-from store.database import open_writer
+from store import artifacts, notifications, turns
 from store.errors import Conflict, InvalidInput, NotFound
 from store.faults import NO_FAULTS
 from store.fence import retention
+from store.indexing import index
+from store.indexing.database import open_writer
 from store.snapshots import prepare_snapshot
 
 NOW = 1_700_000_000_000

@@ -605,7 +605,7 @@ class ImportProgress(TypedDict):
 
 
 class ImportSessionReport(TypedDict):
-    """One session's report (store/importers/report.py); more counters may appear."""
+    """One session's report (store/interchange/importers/report.py); more counters may appear."""
     source: str
     externalId: str
     sessionId: str

@@ -609,7 +609,7 @@ export interface DbWriterStats {
   maxBatch?: number | null;
   fullCommits?: number | null;
   normalCommits?: number | null;
-  /** Idle merge steps of the search index since start (store/search_upkeep.py). */
+  /** Idle merge steps of the search index since start (store/search/search_upkeep.py). */
   searchUpkeepSteps?: number | null;
 }
 
@@ -764,7 +764,7 @@ export interface ImportProgress {
   finished?: boolean;
 }
 
-/** One session's report (store/importers/report.py); more counters may appear. */
+/** One session's report (store/interchange/importers/report.py); more counters may appear. */
 export interface ImportSessionReport {
   source: string;
   externalId: string;

@@ -1,0 +1,1 @@
+"""Configuration: settings, providers, the model catalog, secrets, credential rules, config sync."""

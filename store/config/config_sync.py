@@ -1,0 +1,276 @@
+"""Portable configuration sync (seed 003 §1.3): settings, bundle format, export and apply.
+
+Settings live in ``kv(configSync, settings)`` (no secret in it): ``enabled``,
+``webdavUrl``, ``webdavUsername``, ``remoteDir``, ``vaultKeyRef`` and
+``webdavPasswordRef``. The vault key (32 random bytes, base64) and the WebDAV
+password are secrets (``configSync/vaultKey``, ``configSync/webdavPassword``).
+
+Bundle file format (``config-sync/pending.bin``: the last export,
+``config-sync/base.bin``: the last applied bundle), replaced with temp file +
+rename, never served to clients::
+
+    MAGIC "PICFG01\\n" (8) | key id (8) = SHA-256(vault key)[:8] | nonce (12) | AES-256-GCM ciphertext + tag (16)
+
+The AAD is ``MAGIC + key id``, so every byte is authenticated: a flipped byte
+anywhere, a truncated file or another vault key's bundle is refused
+(``CORRUPT_DATA``, ``data.reason`` ``tampered`` / ``foreign_key``) before
+anything is written. The plaintext is the portable document
+(:func:`export_portable`): the app settings, user provider rows without
+secrets, the display order, user-added models, projects (path, name, pinned),
+project groups, project and group memory, group instructions. Apply merges it
+in ONE transaction (it adds and updates, never deletes; a local provider
+row's key stays local); a document that breaks any rule (settings, provider
+config, memory, a group root another group holds) is refused whole.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import secrets as _random
+import sqlite3
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from protocol.limits import MAX_BUNDLE_BYTES
+from store import project_groups
+from store.config import catalog, providers
+from store.config.settings import delete_value, get_value, namespace_rows, set_value
+from store.config.settings_rules import APP_NS, APP_SETTINGS_KEY, clean_app, plan_write
+from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge
+from store.fsutil import atomic_write
+from store.indexing import index
+from store.project_memory import EMPTY, normalize_memory
+
+__all__ = [
+    "BASE_FILE",
+    "MAGIC",
+    "PENDING_FILE",
+    "PASSWORD_REF",
+    "SETTINGS_KEY",
+    "VAULT_KEY_REF",
+    "apply_portable",
+    "bundle_info",
+    "decode_bundle",
+    "decode_vault_key",
+    "encode_bundle",
+    "export_portable",
+    "new_vault_key",
+    "write_bundle",
+]
+
+MAGIC: Final = b"PICFG01\n"
+KEY_ID_BYTES: Final = 8
+NONCE_BYTES: Final = 12
+TAG_BYTES: Final = 16
+BASE_FILE: Final = "base.bin"
+PENDING_FILE: Final = "pending.bin"
+SETTINGS_KEY: Final = ("configSync", "settings")
+VAULT_KEY_REF: Final = "configSync/vaultKey"
+PASSWORD_REF: Final = "configSync/webdavPassword"
+DOC_SCHEMA: Final = 1
+_MAX_ROWS: Final = 100_000
+
+
+def new_vault_key() -> str:
+    return base64.b64encode(_random.token_bytes(32)).decode("ascii")
+
+
+def decode_vault_key(text: str) -> bytes:
+    try:
+        key = base64.b64decode(text, validate=True)
+    except ValueError:
+        key = b""
+    if len(key) != 32:
+        raise InvalidInput("vaultKey must be 32 bytes, base64-encoded", data={"field": "vaultKey"})
+    return key
+
+
+def _key_id(key: bytes) -> bytes:
+    return hashlib.sha256(key).digest()[:KEY_ID_BYTES]
+
+
+def encode_bundle(key: bytes, doc: dict[str, Any], *, nonce: bytes | None = None) -> bytes:
+    plain = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+    nonce = nonce if nonce is not None else _random.token_bytes(NONCE_BYTES)
+    head = MAGIC + _key_id(key)
+    blob = head + nonce + AESGCM(key).encrypt(nonce, plain, head)
+    if len(blob) > MAX_BUNDLE_BYTES:
+        raise PayloadTooLarge(f"the bundle would be {len(blob)} bytes, at most {MAX_BUNDLE_BYTES}",
+                              data={"limit": MAX_BUNDLE_BYTES})
+    return blob
+
+
+def decode_bundle(key: bytes, blob: bytes) -> dict[str, Any]:
+    """Verify and decrypt a bundle; any mismatch raises ``CorruptData`` and returns nothing."""
+    def refuse(reason: str, text: str) -> CorruptData:
+        return CorruptData(f"config-sync bundle refused: {text}", data={"reason": reason})
+
+    head = len(MAGIC) + KEY_ID_BYTES
+    if len(blob) < head + NONCE_BYTES + TAG_BYTES or blob[: len(MAGIC)] != MAGIC:
+        raise refuse("tampered", "not a bundle, or truncated")
+    if len(blob) > MAX_BUNDLE_BYTES:
+        raise refuse("tampered", f"larger than {MAX_BUNDLE_BYTES} bytes")
+    if blob[len(MAGIC):head] != _key_id(key):
+        raise refuse("foreign_key", "it was encrypted with another vault key")
+    nonce = blob[head: head + NONCE_BYTES]
+    try:
+        plain = AESGCM(key).decrypt(nonce, blob[head + NONCE_BYTES:], blob[:head])
+    except InvalidTag:
+        raise refuse("tampered", "authentication failed (the bytes were changed)") from None
+    try:
+        doc = orjson.loads(plain)
+    except orjson.JSONDecodeError:  # pragma: no cover - authenticated bytes a host wrote
+        raise refuse("tampered", "the document is not JSON") from None
+    if not isinstance(doc, dict) or doc.get("schema") != DOC_SCHEMA:
+        raise refuse("unsupported", f"document schema {doc.get('schema') if isinstance(doc, dict) else '?'}")
+    return doc
+
+
+def write_bundle(directory: Path, name: str, blob: bytes) -> None:
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    atomic_write(directory / name, blob, point_prefix=f"configSync.{name}")
+
+
+def bundle_info(directory: Path, name: str) -> dict[str, Any] | None:
+    try:
+        st = os.stat(directory / name)
+    except FileNotFoundError:
+        return None
+    return {"bytes": st.st_size, "writtenAt": int(st.st_mtime * 1000)}
+
+
+# -- the portable document ------------------------------------------------------------
+
+
+def export_portable(conn: sqlite3.Connection, now_ms: int, platform: str) -> dict[str, Any]:
+    found = get_value(conn, APP_NS, APP_SETTINGS_KEY)
+    rows = [r for r in providers.list_providers(conn) if r["ownerPluginId"] is None]
+    provider_docs = [{k: r[k] for k in ("id", *providers.PROVIDER_FIELDS) if r.get(k) is not None} for r in rows]
+    user_models = [m for m in catalog.list_models(conn, providers=[r["id"] for r in rows]) if m["source"] == "user"]
+    projects = [{"path": path, "name": name, "pinned": bool(pinned)}
+                for path, name, pinned in conn.execute("SELECT path, name, pinned FROM projects ORDER BY path")]
+    ns_rows = {ns: {k: v for k, (v, _) in namespace_rows(conn, ns, _MAX_ROWS).items()}
+               for ns in ("projectMemory", project_groups.GROUPS_NS, project_groups.MEMORY_NS,
+                          project_groups.INSTRUCTIONS_NS)}
+    return {
+        "schema": DOC_SCHEMA,
+        "exportedAt": now_ms,
+        "settings": clean_app(found[0] if found else None, platform),
+        "providers": provider_docs,
+        "providersOrder": providers.order_ids(conn),
+        "models": [{k: m[k] for k in ("providerId", "modelId", "displayName", "capabilities", "contextWindow",
+                                      "maxOutputTokens") if k in m} for m in user_models],
+        "projects": projects,
+        "projectGroups": list(ns_rows[project_groups.GROUPS_NS].values()),
+        "projectMemory": ns_rows["projectMemory"],
+        "projectGroupMemory": ns_rows[project_groups.MEMORY_NS],
+        "projectGroupInstructions": ns_rows[project_groups.INSTRUCTIONS_NS],
+    }
+
+
+def _section(doc: dict[str, Any], name: str, kind: type) -> Any:
+    value = doc.get(name, kind())
+    if not isinstance(value, kind):
+        raise InvalidInput(f"bundle.{name} must be a {kind.__name__}", data={"field": f"bundle.{name}"})
+    return value
+
+
+def _apply_provider(conn: sqlite3.Connection, item: Any, now_ms: int) -> bool:
+    if not isinstance(item, dict) or not isinstance(item.get("id"), str) or not isinstance(item.get("name"), str):
+        raise InvalidInput("bundle.providers: each entry needs an id and a name", data={"field": "bundle.providers"})
+    fields = {k: item[k] for k in providers.PROVIDER_FIELDS if k in item}
+    if "baseUrl" in fields and fields["baseUrl"] is not None:
+        providers.validate_base_url(fields["baseUrl"], "bundle.providers.baseUrl")
+    if "config" in fields:
+        providers.validate_config(fields["config"])
+    try:
+        current = providers.get_provider(conn, item["id"])
+    except NotFound:
+        providers.insert_provider(conn, item["id"], fields, secret_ref=None, owner=None, now_ms=now_ms)
+        return True
+    if current["ownerPluginId"] is not None:
+        return False  # a plugin's row here: the plugin refreshes it
+    providers.update_provider(conn, item["id"], fields, now_ms=now_ms)
+    return True
+
+
+def _put_group(conn: sqlite3.Connection, record: Any, now_ms: int) -> None:
+    if not isinstance(record, dict) or not isinstance(record.get("id"), str):
+        raise InvalidInput("bundle.projectGroups: each entry needs an id", data={"field": "bundle.projectGroups"})
+    gid = record["id"]
+    exists = get_value(conn, project_groups.GROUPS_NS, gid) is not None
+    saved = project_groups.save_group(conn, gid if exists else None, str(record.get("name", "")),
+                                      list(record.get("roots", [])), record.get("primaryRoot"),
+                                      new_id=gid, now_ms=now_ms)
+    detached = [p for p in record.get("detachedPaths", []) if isinstance(p, str) and p not in saved["roots"]]
+    merged = list(dict.fromkeys([*saved.get("detachedPaths", []), *detached]))
+    if merged:
+        saved["detachedPaths"] = merged[-project_groups.MAX_DETACHED:]
+        set_value(conn, project_groups.GROUPS_NS, gid, saved, now_ms)
+
+
+def apply_portable(conn: sqlite3.Connection, doc: dict[str, Any], now_ms: int, platform: str) -> dict[str, int]:
+    """Merge a verified document in the caller's transaction; a rule it breaks refuses it whole."""
+    counts = {"settings": 0, "providers": 0, "models": 0, "projects": 0, "projectGroups": 0, "memory": 0}
+    settings = _section(doc, "settings", dict)
+    if settings:
+        found = get_value(conn, APP_NS, APP_SETTINGS_KEY)
+        changes = clean_app(settings, platform)
+        plan = plan_write(APP_NS, {APP_SETTINGS_KEY: found[0]} if found else {}, changes, existing_keys=0,
+                          now_ms=now_ms, platform=platform)
+        for key, value in plan.rows.items():
+            if isinstance(value, dict):
+                set_value(conn, APP_NS, key, value, now_ms)
+        counts["settings"] = len(plan.changed)
+    for item in _section(doc, "providers", list):
+        counts["providers"] += _apply_provider(conn, item, now_ms)
+    order = [pid for pid in _section(doc, "providersOrder", list) if isinstance(pid, str)]
+    if order:
+        known = {r[0] for r in conn.execute("SELECT id FROM providers")}
+        providers.set_order(conn, [pid for pid in dict.fromkeys(order) if pid in known], now_ms)
+    for item in _section(doc, "models", list):
+        if not isinstance(item, dict) or not isinstance(item.get("providerId"), str) \
+                or not isinstance(item.get("modelId"), str):
+            raise InvalidInput("bundle.models: each entry needs providerId and modelId",
+                               data={"field": "bundle.models"})
+        caps = item.get("capabilities", [])
+        catalog.upsert_user_model(conn, item["providerId"], item["modelId"], display_name=item.get("displayName"),
+                                  capabilities=caps if isinstance(caps, list) else [],
+                                  context_window=item.get("contextWindow"),
+                                  max_output_tokens=item.get("maxOutputTokens"), now_ms=now_ms)
+        counts["models"] += 1
+    for item in _section(doc, "projects", list):
+        if not isinstance(item, dict) or not isinstance(item.get("path"), str) or not item["path"].strip():
+            raise InvalidInput("bundle.projects: each entry needs a path", data={"field": "bundle.projects"})
+        pid = index.upsert_project(conn, item["path"], now_ms)
+        if isinstance(item.get("name"), str) and item["name"].strip():
+            conn.execute("UPDATE projects SET name = ? WHERE id = ?", (item["name"].strip(), pid))
+        if isinstance(item.get("pinned"), bool):
+            conn.execute("UPDATE projects SET pinned = ? WHERE id = ?", (int(item["pinned"]), pid))
+        counts["projects"] += 1
+    for record in _section(doc, "projectGroups", list):
+        _put_group(conn, record, now_ms)
+        counts["projectGroups"] += 1
+    for ns, section in (("projectMemory", "projectMemory"), (project_groups.MEMORY_NS, "projectGroupMemory")):
+        for key, value in _section(doc, section, dict).items():
+            stored_key = index.normalize_project_path(key) if ns == "projectMemory" else key
+            memory = normalize_memory(value, now_ms, field=f"bundle.{section}")
+            if memory is EMPTY:
+                delete_value(conn, ns, stored_key)
+            else:
+                set_value(conn, ns, stored_key, memory, now_ms)
+            counts["memory"] += 1
+    for gid, text in _section(doc, "projectGroupInstructions", dict).items():
+        if not isinstance(text, str):
+            raise InvalidInput("bundle.projectGroupInstructions: values are text",
+                               data={"field": "bundle.projectGroupInstructions"})
+        if get_value(conn, project_groups.GROUPS_NS, gid) is None:
+            raise Conflict(f"bundle.projectGroupInstructions names unknown group {gid!r}", data={"groupId": gid})
+        project_groups.set_instructions(conn, gid, text, now_ms)
+    return counts

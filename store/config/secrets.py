@@ -1,0 +1,363 @@
+"""Encrypted secret store: the ``file_fallback`` backend of seed 003 §4.12 / §10.
+
+Values live only in ``secrets/<sha256(ref)>.sec`` files, AES-256-GCM encrypted
+with a 32-byte machine key kept beside them in ``secrets/.machine-key``. SQLite
+holds bookkeeping only (``secrets_meta``); a value never reaches the database.
+A same-user process that can read the data directory can also decrypt the
+secrets: that is the documented risk of this backend (seed §10.2).
+
+File format (all integers big-endian)::
+
+    MAGIC (8 bytes "PISEC01\\n") | version u32 | ref_len u16 | ref (UTF-8)
+    | nonce (12) | ciphertext + GCM tag (16)
+
+The AAD is ``"pi-secret/v1" NUL ref NUL version``, with ``ref`` taken from the
+*request*, never from the file, so every header field, the nonce, the
+ciphertext and the tag are authenticated: a flipped bit, a truncated file, a
+file swapped with another ref's file (same key) or a wrong key all fail with
+:class:`~store.errors.CorruptData` ("secret store corrupt/tampered"). A
+tampered file is never overwritten or deleted: ``set``/``delete`` move it
+aside to ``<name>.tampered-<ms>`` first and keep it for inspection.
+Rollback to an older, genuine file of the *same* ref is not detectable (the
+version is not recorded elsewhere); that is outside this backend's threat
+model, like the key-beside-ciphertext risk.
+
+Key file rules: created once with ``O_CREAT|O_EXCL`` (0600, ``fchmod`` since
+the umask cannot be trusted), written to a temp name and hard-linked into
+place so a crash never leaves a short key under the real name. A key file that
+is not a regular file owned by this user, or has any group/other permission
+bit, is **refused** (``CorruptData`` with ``reason: insecure_key_file``),
+never silently fixed: a key that others could read may have leaked, and the
+user should decide (``chmod 600`` it, or rotate the secrets).
+
+Synchronous; callers run it in a worker thread and serialize writers.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import hmac
+import os
+import secrets as _random
+import sqlite3
+import stat
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from store.errors import CorruptData, InvalidInput, NotFound, PayloadTooLarge, classify_os_error
+from store.faults import NO_FAULTS, Faults
+from store.fsutil import TEMP_MARKER, atomic_write, fsync_dir, open_nofollow, remove_file_durable, write_all
+
+__all__ = [
+    "BACKEND",
+    "KEY_FILE",
+    "MAX_REF_BYTES",
+    "MAX_VALUE_BYTES",
+    "SecretStore",
+    "StoredSecret",
+    "TAMPERED",
+]
+
+BACKEND = "file_fallback"
+KEY_FILE = ".machine-key"
+KEY_BYTES = 32
+NONCE_BYTES = 12
+TAG_BYTES = 16
+MAGIC = b"PISEC01\n"
+MAX_REF_BYTES = 512
+MAX_VALUE_BYTES = 64 * 1024
+TAMPERED = "secret store corrupt/tampered"
+_HEADER = struct.Struct(">IH")  # version, ref_len
+
+
+@dataclass(frozen=True)
+class StoredSecret:
+    ref: str
+    version: int
+    value: str
+
+
+def _aad(ref: str, version: int) -> bytes:
+    return b"pi-secret/v1\x00" + ref.encode("utf-8") + b"\x00" + str(version).encode("ascii")
+
+
+def validate_ref(ref: object) -> str:
+    if not isinstance(ref, str) or not ref or len(ref.encode("utf-8")) > MAX_REF_BYTES:
+        raise InvalidInput(f"secret ref must be 1-{MAX_REF_BYTES} bytes of text", data={"field": "ref"})
+    if any(ord(ch) < 0x20 for ch in ref):
+        raise InvalidInput("secret ref must not contain control characters", data={"field": "ref"})
+    return ref
+
+
+def encode_file(key: bytes, ref: str, version: int, value: str, *, nonce: bytes | None = None) -> bytes:
+    """The file bytes for one secret (pure; ``nonce`` only for tests)."""
+    nonce = nonce if nonce is not None else _random.token_bytes(NONCE_BYTES)
+    ref_b = ref.encode("utf-8")
+    body = AESGCM(key).encrypt(nonce, value.encode("utf-8"), _aad(ref, version))
+    return MAGIC + _HEADER.pack(version, len(ref_b)) + ref_b + nonce + body
+
+
+def decode_file(key: bytes, ref: str, blob: bytes) -> StoredSecret:
+    """Verify and decrypt; any mismatch raises ``CorruptData`` (never returns garbage)."""
+    def bad(reason: str) -> CorruptData:
+        return CorruptData(f"{TAMPERED}: {reason} (ref {ref!r})", data={"ref": ref, "reason": reason})
+
+    fixed = len(MAGIC) + _HEADER.size
+    if len(blob) < fixed or blob[: len(MAGIC)] != MAGIC:
+        raise bad("unknown or truncated header")
+    version, ref_len = _HEADER.unpack_from(blob, len(MAGIC))
+    ref_b = ref.encode("utf-8")
+    end_ref = fixed + ref_len
+    if len(blob) < end_ref + NONCE_BYTES + TAG_BYTES:
+        raise bad("truncated")
+    if blob[fixed:end_ref] != ref_b:
+        raise bad("file belongs to another ref")
+    nonce = blob[end_ref : end_ref + NONCE_BYTES]
+    try:
+        plain = AESGCM(key).decrypt(nonce, blob[end_ref + NONCE_BYTES :], _aad(ref, version))
+    except InvalidTag:
+        raise bad("authentication failed (tampered data or wrong key)") from None
+    try:
+        value = plain.decode("utf-8")
+    except UnicodeDecodeError:  # pragma: no cover - authenticated bytes we wrote ourselves
+        raise bad("value is not UTF-8") from None
+    return StoredSecret(ref, version, value)
+
+
+class SecretStore:
+    """The ``secrets/`` directory: machine key + one encrypted file per ref."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, faults: Faults = NO_FAULTS) -> None:
+        self.directory = Path(directory)
+        self.faults = faults
+        self._key: bytes | None = None
+
+    # -- key ---------------------------------------------------------------
+    @property
+    def key_path(self) -> Path:
+        return self.directory / KEY_FILE
+
+    def key(self) -> bytes:
+        """Load (or create once) the machine key; refuse an insecure key file.
+
+        A key is created only while no secret exists: when ``.machine-key`` is gone
+        but ciphertexts are there, minting a new key would silently make every one of
+        them unreadable, so it is ``CORRUPT_DATA`` with a recovery hint instead.
+        """
+        if self._key is None:
+            try:
+                self._key = self._load_key()
+            except FileNotFoundError:
+                orphans = self._ciphertexts()
+                if orphans:
+                    raise CorruptData(
+                        f"secret key file {self.key_path} is missing but {len(orphans)} encrypted secret(s) exist: "
+                        "refusing to create a new key, which would make them unreadable. Restore .machine-key "
+                        "from a backup; or, to give them up, move the secrets/*.sec files away and set the "
+                        "secrets again", data={"reason": "missing_key", "secrets": len(orphans)}) from None
+                self._create_key()
+                self._key = self._load_key()
+        return self._key
+
+    def _ciphertexts(self) -> list[str]:
+        try:
+            return sorted(n for n in os.listdir(self.directory) if n.endswith(".sec") or ".sec.tampered-" in n)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise classify_os_error(exc, f"list {self.directory}") from exc
+
+    def _load_key(self) -> bytes:
+        path = self.key_path
+        try:
+            fd = open_nofollow(path, os.O_RDONLY)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                raise FileNotFoundError(str(path)) from None
+            if exc.errno == errno.ELOOP:
+                raise CorruptData(f"secret key file {path} is a symlink; refusing it",
+                                  data={"reason": "insecure_key_file"}) from None
+            raise classify_os_error(exc, f"open {path}") from exc
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                raise CorruptData(f"secret key file {path} is not a regular file owned by this user; refusing it",
+                                  data={"reason": "insecure_key_file"})
+            if st.st_mode & 0o077:
+                raise CorruptData(
+                    f"secret key file {path} has mode {stat.S_IMODE(st.st_mode):04o}: group/other may read it; "
+                    "refusing to use it (run chmod 600 on it, and rotate the secrets if it may have leaked)",
+                    data={"reason": "insecure_key_file", "mode": f"{stat.S_IMODE(st.st_mode):04o}"},
+                )
+            data = os.read(fd, KEY_BYTES + 1)
+        finally:
+            os.close(fd)
+        if len(data) != KEY_BYTES:
+            raise CorruptData(f"{TAMPERED}: key file {path} has {len(data)} bytes, expected {KEY_BYTES}",
+                              data={"reason": "bad_key_file"})
+        return data
+
+    def _create_key(self) -> None:
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = self.directory / f"{KEY_FILE}{TEMP_MARKER}{_random.token_hex(6)}"
+        try:
+            fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.fchmod(fd, 0o600)
+                write_all(fd, _random.token_bytes(KEY_BYTES))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, self.key_path)  # exclusive: never replaces a key another creator won
+            except FileExistsError:
+                pass
+            os.unlink(tmp)
+            fsync_dir(self.directory)
+        except OSError as exc:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise classify_os_error(exc, f"create {self.key_path}") from exc
+
+    # -- files -------------------------------------------------------------
+    def path_for(self, ref: str) -> Path:
+        return self.directory / (hashlib.sha256(validate_ref(ref).encode("utf-8")).hexdigest() + ".sec")
+
+    def _read_blob(self, ref: str) -> bytes | None:
+        path = self.path_for(ref)
+        try:
+            fd = open_nofollow(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise classify_os_error(exc, f"read secret {path.name}") from exc
+        try:
+            chunks = []
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def get(self, ref: str) -> StoredSecret:
+        blob = self._read_blob(ref)
+        if blob is None:
+            raise NotFound(f"secret {ref!r} not found", data={"ref": ref})
+        return decode_file(self.key(), ref, blob)
+
+    def exists(self, ref: str) -> bool:
+        return self.path_for(ref).exists()
+
+    def value_mac(self, value: str) -> str:
+        """Keyed digest of a value: lets receipts tell two values apart without storing either."""
+        return hmac.new(self.key(), b"receipt\x00" + value.encode("utf-8"), hashlib.sha256).hexdigest()
+
+    def keyed_fingerprint(self, body: bytes) -> str:
+        """Keyed digest of a request without its value (a receipt fingerprint nobody can test guesses against)."""
+        return hmac.new(self.key(), b"receipt-request\x00" + body, hashlib.sha256).hexdigest()
+
+    def _current_version(self, ref: str, now_ms: int) -> int:
+        """Version of the file now on disk (0 if none); a tampered file is moved aside, kept."""
+        blob = self._read_blob(ref)
+        if blob is None:
+            return 0
+        try:
+            return decode_file(self.key(), ref, blob).version
+        except CorruptData:
+            self._set_aside(ref, now_ms)
+            return _HEADER.unpack_from(blob, len(MAGIC))[0] if len(blob) >= len(MAGIC) + _HEADER.size else 0
+
+    def _set_aside(self, ref: str, now_ms: int) -> Path:
+        src = self.path_for(ref)
+        dst = src.with_name(f"{src.name}.tampered-{now_ms}-{_random.token_hex(3)}")
+        try:
+            os.rename(src, dst)
+            fsync_dir(self.directory)
+        except OSError as exc:
+            raise classify_os_error(exc, f"set aside tampered secret {src.name}") from exc
+        return dst
+
+    def set(self, ref: str, value: str, *, now_ms: int) -> int:
+        """Encrypt and atomically (re)write ``ref``; returns the new version."""
+        validate_ref(ref)
+        if not isinstance(value, str):
+            raise InvalidInput("secret value must be a string", data={"field": "value"})
+        if len(value.encode("utf-8")) > MAX_VALUE_BYTES:
+            raise PayloadTooLarge(f"secret value is larger than {MAX_VALUE_BYTES} bytes", data={"field": "value"})
+        key = self.key()
+        version = (self._current_version(ref, now_ms) % 0xFFFFFFFF) + 1
+        atomic_write(self.path_for(ref), encode_file(key, ref, version, value), faults=self.faults,
+                     point_prefix="secrets.write")
+        return version
+
+    def delete(self, ref: str, *, now_ms: int) -> bool:
+        """Remove ``ref``'s file (durably). A tampered file is moved aside, not destroyed."""
+        blob = self._read_blob(ref)
+        if blob is None:
+            return False
+        try:
+            decode_file(self.key(), ref, blob)
+        except CorruptData:
+            self._set_aside(ref, now_ms)
+            return True
+        return remove_file_durable(self.path_for(ref))
+
+
+# -- secrets_meta (bookkeeping only; never a value) ------------------------
+
+
+def upsert_meta(conn: sqlite3.Connection, ref: str, *, owner_kind: str | None, owner_id: str | None,
+                kind: str | None, now_ms: int) -> dict[str, object]:
+    conn.execute(
+        "INSERT INTO secrets_meta(secret_ref, owner_kind, owner_id, kind, backend, updated_at) "
+        "VALUES (?, COALESCE(?, 'provider'), ?, COALESCE(?, 'api_key'), ?, ?) "
+        "ON CONFLICT(secret_ref) DO UPDATE SET owner_kind = COALESCE(?, owner_kind), "
+        "owner_id = COALESCE(?, owner_id), kind = COALESCE(?, kind), backend = excluded.backend, "
+        "updated_at = excluded.updated_at",
+        (ref, owner_kind, owner_id, kind, BACKEND, now_ms, owner_kind, owner_id, kind),
+    )
+    found = get_meta(conn, ref)
+    assert found is not None
+    return found
+
+
+def get_meta(conn: sqlite3.Connection, ref: str) -> dict[str, object] | None:
+    row = conn.execute(
+        "SELECT secret_ref, owner_kind, owner_id, kind, backend, updated_at FROM secrets_meta "
+        "WHERE secret_ref = ?", (ref,)).fetchone()
+    return _meta(row) if row else None
+
+
+def delete_meta(conn: sqlite3.Connection, ref: str) -> bool:
+    return conn.execute("DELETE FROM secrets_meta WHERE secret_ref = ?", (ref,)).rowcount > 0
+
+
+def list_meta(conn: sqlite3.Connection, *, owner_kind: str | None = None,
+              owner_id: str | None = None) -> list[dict[str, object]]:
+    where, args = [], []
+    if owner_kind is not None:
+        where.append("owner_kind = ?")
+        args.append(owner_kind)
+    if owner_id is not None:
+        where.append("owner_id = ?")
+        args.append(owner_id)
+    sql = "SELECT secret_ref, owner_kind, owner_id, kind, backend, updated_at FROM secrets_meta"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    return [_meta(r) for r in conn.execute(sql + " ORDER BY secret_ref", args)]
+
+
+def _meta(row: tuple[object, ...]) -> dict[str, object]:
+    ref, owner_kind, owner_id, kind, backend, updated_at = row
+    out: dict[str, object] = {"ref": ref, "ownerKind": owner_kind, "kind": kind, "backend": backend,
+                              "updatedAt": updated_at}
+    if owner_id is not None:
+        out["ownerId"] = owner_id
+    return out

@@ -1,0 +1,126 @@
+"""Boot: rebuild ``secrets_meta`` bookkeeping from the ``secrets/*.sec`` files (seed 003 §4.12).
+
+The encrypted files are the source of truth for *which* secrets exist; the
+table is only an enumerable registry of them. Each file's cleartext header
+names its ref (``store/config/secrets.py``: MAGIC | version | ref_len | ref | ...),
+and the file name must be ``sha256(ref).sec`` - a file whose header names
+another ref (swapped or renamed) is skipped and counted, never trusted. No key
+is needed and no value is read: this runs before anything is served.
+
+Owner and kind are not stored in the files, so a rebuilt row gets the table
+defaults (``provider`` / ``api_key``); ``updated_at`` is the file's mtime.
+
+Two uses at boot:
+
+* full rebuild - the index was rebuilt or ``secrets_meta`` is empty while
+  ciphertext files exist: one row per valid file;
+* repair (every other boot) - a crash between ``secrets.set``'s file write and
+  its row leaves a file without a row (added); one between ``secrets.delete``'s
+  unlink and its row delete leaves a row without a file (removed). Rows of
+  another backend are never touched, and neither is a row whose ciphertext
+  is still in the seed's own layout (``secrets/<sha256(ref)>``, no suffix: a
+  data directory a seed-era pi-desktop wrote): this store cannot read that
+  format, but the bytes are there, so the bookkeeping stays with them.
+
+Pure file + SQL code on a connection the caller owns; no trio.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sqlite3
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from store.config.secrets import BACKEND, MAGIC, MAX_REF_BYTES
+
+__all__ = ["SecretFile", "rebuild_secrets_meta", "scan_secret_files"]
+
+_NAME_RE = re.compile(r"^([0-9a-f]{64})\.sec$")
+_HEADER = struct.Struct(">IH")
+
+
+@dataclass(frozen=True)
+class SecretFile:
+    ref: str
+    version: int
+    mtime_ms: int
+
+
+def _read_header(path: Path) -> tuple[int, str] | None:
+    """``(version, ref)`` from a file's cleartext header, or ``None`` if it is not one of ours."""
+    fixed = len(MAGIC) + _HEADER.size
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        head = os.read(fd, fixed + MAX_REF_BYTES)
+    finally:
+        os.close(fd)
+    if len(head) < fixed or head[: len(MAGIC)] != MAGIC:
+        return None
+    version, ref_len = _HEADER.unpack_from(head, len(MAGIC))
+    raw = head[fixed : fixed + ref_len]
+    if ref_len == 0 or ref_len > MAX_REF_BYTES or len(raw) != ref_len:
+        return None
+    try:
+        return version, raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def scan_secret_files(directory: str | os.PathLike[str]) -> tuple[list[SecretFile], int]:
+    """Valid secret files (header ref hashes to the file name) and the number skipped."""
+    root = Path(directory)
+    found: list[SecretFile] = []
+    skipped = 0
+    try:
+        names = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return [], 0
+    for name in names:
+        match = _NAME_RE.fullmatch(name)
+        if match is None:
+            continue  # key file, temp files, *.tampered-* kept for inspection
+        path = root / name
+        header = _read_header(path)
+        if header is None or hashlib.sha256(header[1].encode("utf-8")).hexdigest() != match.group(1):
+            skipped += 1
+            continue
+        try:
+            mtime_ms = os.stat(path, follow_symlinks=False).st_mtime_ns // 1_000_000
+        except OSError:
+            skipped += 1
+            continue
+        found.append(SecretFile(ref=header[1], version=header[0], mtime_ms=mtime_ms))
+    return found, skipped
+
+
+def rebuild_secrets_meta(conn: sqlite3.Connection, directory: str | os.PathLike[str], *,
+                         db_rebuilt: bool) -> dict[str, Any]:
+    """Bring ``secrets_meta`` in line with the files (call inside a transaction); returns a report."""
+    files, skipped = scan_secret_files(directory)
+    rows = {r[0] for r in conn.execute("SELECT secret_ref FROM secrets_meta WHERE backend = ?", (BACKEND,))}
+    empty = conn.execute("SELECT 1 FROM secrets_meta LIMIT 1").fetchone() is None
+    on_disk = {f.ref for f in files}
+    added = 0
+    for f in files:
+        if f.ref not in rows:
+            added += conn.execute(
+                "INSERT OR IGNORE INTO secrets_meta(secret_ref, owner_kind, owner_id, kind, backend, updated_at) "
+                "VALUES (?, 'provider', NULL, 'api_key', ?, ?)", (f.ref, BACKEND, f.mtime_ms)).rowcount
+    removed = 0
+    for ref in sorted(rows - on_disk):
+        digest = hashlib.sha256(ref.encode("utf-8")).hexdigest()
+        if (Path(directory) / f"{digest}.sec").exists():
+            continue  # its file is there but unreadable/tampered: keep the row, secrets.get reports it
+        if (Path(directory) / digest).exists():
+            continue  # a seed-layout ciphertext: kept with its row (see the module docstring)
+        removed += conn.execute("DELETE FROM secrets_meta WHERE secret_ref = ?", (ref,)).rowcount
+    return {"rebuilt": bool(files) and (db_rebuilt or empty), "files": len(files), "added": added,
+            "removed": removed, "skipped": skipped}

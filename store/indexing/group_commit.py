@@ -1,0 +1,181 @@
+"""Group commit on the one SQLite write connection (synchronous; the DB-writer actor's thread).
+
+:meth:`GroupCommit.run` executes a batch of operations in ONE transaction,
+each under its own SAVEPOINT (one failing operation rolls back alone and gets
+its own error), then commits once. A batch made only of derived-index writes
+(rows boot can rebuild from transcripts) commits with ``synchronous=NORMAL``;
+any batch holding DB-only state commits with ``FULL`` (ARCHITECTURE.md
+"Durability"). :meth:`GroupCommit.upkeep` runs one bounded search-index merge
+step in its own ``NORMAL`` transaction.
+
+Errors become stable codes here: a full disk (``SQLITE_FULL``, ``ENOSPC``) in
+any statement or in the COMMIT is ``STORAGE_FULL`` (retriable), a constraint
+is ``CONFLICT``; a corrupt database is returned as is, for the actor to crash
+on (the supervisor then restarts it and boot rebuilds the file).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from store.errors import Conflict, IOFailure, StorageFull, StoreError, classify_os_error
+from store.faults import NO_FAULTS, Faults
+from store.search.search_upkeep import upkeep_step
+
+__all__ = ["GroupCommit", "GroupStats", "Op", "is_corruption"]
+
+_CORRUPT_MARKERS = ("malformed", "not a database", "disk image", "corrupt")
+_FULL_MARKERS = ("disk is full", "database or disk is full")
+
+
+class Op(Protocol):
+    """One request of a batch: ``fn(conn)`` under a savepoint; ``durable`` asks for a FULL commit."""
+
+    @property
+    def fn(self) -> Callable[[sqlite3.Connection], Any]: ...
+
+    @property
+    def durable(self) -> bool: ...
+
+
+@dataclass
+class GroupStats:
+    batches: int = 0
+    ops: int = 0
+    full_commits: int = 0
+    normal_commits: int = 0
+    max_batch: int = 0
+    failed_commits: int = 0
+    last_batch_ms: float = 0.0
+    sync_modes: dict[str, int] = field(default_factory=dict)
+    upkeep_steps: int = 0
+    upkeep_failures: int = 0
+    upkeep_ms: float = 0.0
+
+
+def is_corruption(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.DatabaseError) and any(m in text for m in _CORRUPT_MARKERS)
+
+
+def _is_full(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and any(m in str(exc).lower() for m in _FULL_MARKERS)
+
+
+def db_error(exc: BaseException, what: str) -> BaseException:
+    """The stable error for a failure of one statement or of the commit."""
+    if isinstance(exc, StoreError):
+        return exc
+    if isinstance(exc, OSError):
+        return classify_os_error(exc, what)
+    if _is_full(exc):
+        return StorageFull(f"{what}: the disk is full ({exc})")
+    if isinstance(exc, sqlite3.IntegrityError):
+        return Conflict(f"constraint failed: {exc}")
+    return exc
+
+
+class GroupCommit:
+    def __init__(self, conn: sqlite3.Connection, *, faults: Faults = NO_FAULTS, force_synchronous: str | None = None,
+                 stats: GroupStats | None = None) -> None:
+        self._conn = conn
+        self._faults = faults
+        self._force_sync = force_synchronous
+        self._sync_mode: str | None = None
+        self.stats = stats if stats is not None else GroupStats()
+
+    def reset(self) -> None:
+        """A new actor incarnation: end whatever transaction a crash left open."""
+        if self._conn.in_transaction:
+            self._conn.rollback()
+
+    def run(self, ops: Sequence[Op]) -> list[tuple[bool, Any]] | BaseException:
+        """Every op in one transaction (a savepoint each), one commit. Per-op (ok, value or error),
+        or the error that failed the whole batch (nothing of it committed)."""
+        conn = self._conn
+        started = time.perf_counter()
+        mode = self._force_sync or ("FULL" if any(op.durable for op in ops) else "NORMAL")
+        try:
+            self._use_synchronous(mode)
+            results = self._execute(ops)
+            self._faults.point("index.before_commit")
+            conn.execute("COMMIT")
+            self._faults.point("index.after_commit")
+        except BaseException as exc:  # noqa: BLE001 - returned so the actor can fail every asker
+            self._rollback_quietly()
+            self.stats.failed_commits += 1
+            if not isinstance(exc, Exception):
+                raise
+            error = db_error(exc, "index commit")
+            if error is exc and not is_corruption(exc):
+                return IOFailure(f"index commit failed: {exc}")
+            return error
+        st = self.stats
+        st.batches += 1
+        st.ops += len(ops)
+        st.max_batch = max(st.max_batch, len(ops))
+        st.sync_modes[mode] = st.sync_modes.get(mode, 0) + 1
+        if mode == "FULL":
+            st.full_commits += 1
+        else:
+            st.normal_commits += 1
+        st.last_batch_ms = (time.perf_counter() - started) * 1000
+        return results
+
+    def upkeep(self) -> bool | BaseException:
+        """One search-index merge step in its own transaction: True if work is left."""
+        conn = self._conn
+        started = time.perf_counter()
+        try:
+            self._use_synchronous(self._force_sync or "NORMAL")  # derived rows only
+            conn.execute("BEGIN IMMEDIATE")
+            merged = upkeep_step(conn)
+            self._faults.point("upkeep.before_commit")
+            conn.execute("COMMIT")
+            self._faults.point("upkeep.after_commit")
+        except sqlite3.Error as exc:
+            self._rollback_quietly()
+            self.stats.upkeep_failures += 1
+            return exc
+        if merged:
+            self.stats.upkeep_steps += 1
+        self.stats.upkeep_ms += (time.perf_counter() - started) * 1000
+        return merged
+
+    # -- internals -------------------------------------------------------------
+    def _use_synchronous(self, mode: str) -> None:
+        if mode != self._sync_mode:
+            self._conn.execute(f"PRAGMA synchronous = {mode}")
+            self._sync_mode = mode
+
+    def _rollback_quietly(self) -> None:
+        """After a failure: end any open transaction (a failing ROLLBACK changes nothing more)."""
+        try:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+    def _execute(self, ops: Sequence[Op]) -> list[tuple[bool, Any]]:
+        """BEGIN and run every op under its own SAVEPOINT (no commit)."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        results: list[tuple[bool, Any]] = []
+        for op in ops:
+            conn.execute("SAVEPOINT op")
+            try:
+                value = op.fn(conn)
+            except Exception as exc:  # noqa: BLE001 - delivered to that one asker
+                conn.execute("ROLLBACK TO op")
+                conn.execute("RELEASE op")
+                results.append((False, db_error(exc, "index write")))
+                if isinstance(exc, sqlite3.DatabaseError) and is_corruption(exc):
+                    raise
+            else:
+                conn.execute("RELEASE op")
+                results.append((True, value))
+        return results

@@ -1,0 +1,599 @@
+"""SQL operations on the derived index (sessions, messages, compactions, receipts).
+
+Every function takes a ``sqlite3.Connection`` and runs inside the caller's
+transaction (the DB writer wraps each request in a SAVEPOINT). Nothing here
+opens files: callers pass parsed transcript records with their byte spans.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from store import artifacts, receipts
+from store.errors import Conflict, CorruptData, LimitExceeded, SessionNotFound
+from store.indexing.sql_lists import in_chunks
+from store.session_state import with_projection
+from store.transcripts.records import extract_text, rfc3339_to_ms, tool_info
+from store.transcripts.window_reply import describe_line
+from store.upgrade.schema import MAX_SEQ, message_mid
+
+SESSION_COLUMNS = (
+    "id, title, project_id, provider_id, model_id, mode, thinking_level, permission_mode, "
+    "source, deleted_at, pinned, last_seq, created_at, updated_at, indexed_len, file_epoch"
+)
+
+
+@dataclass(frozen=True)
+class IndexRecord:
+    """A transcript message line to index: its record and the byte span of the line."""
+
+    record: Mapping[str, Any]
+    offset: int
+    length: int
+    seq: int | None = None
+    """The seq its session actor acknowledged for a new id (checked: never silently renumbered)."""
+    line: bytes | None = None
+    """The line's bytes, when the caller has them: the row then keeps what a window reply needs to
+    send them as they are (``messages.wire_cut``/``line_crc``, ``store/transcripts/window_reply.py``)."""
+
+    def wire(self) -> tuple[int | None, int | None]:
+        return describe_line(self.line, self.record) if self.line is not None else (None, None)
+
+
+@dataclass(frozen=True)
+class CompactionRecord:
+    record: Mapping[str, Any]
+    offset: int
+    length: int
+
+
+# ---------------------------------------------------------------------------
+# sessions
+
+
+def session_row(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | None:
+    cur = conn.execute(
+        f"SELECT {SESSION_COLUMNS}, (SELECT path FROM projects p WHERE p.id = s.project_id) "
+        "FROM sessions s WHERE id = ?",
+        (session_id,),
+    )
+    row = cur.fetchone()
+    if not row:
+        return None
+    out = _session_dict(row)
+    with_projection(conn, [out])
+    return out
+
+
+def require_session(conn: sqlite3.Connection, session_id: str) -> dict[str, Any]:
+    row = session_row(conn, session_id)
+    if row is None:
+        raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
+    return row
+
+
+def _session_dict(row: Sequence[Any]) -> dict[str, Any]:
+    (sid, title, project_id, provider_id, model_id, mode, thinking, permission, source,
+     deleted_at, pinned, last_seq, created_at, updated_at, indexed_len, file_epoch, project_path) = row
+    return {
+        "id": sid,
+        "title": title,
+        "projectId": project_id,
+        "projectPath": project_path,
+        "providerId": provider_id,
+        "modelId": model_id,
+        "mode": mode,
+        "thinkingLevel": thinking,
+        "permissionMode": permission,
+        "source": source,
+        "deletedAt": deleted_at,
+        "pinned": bool(pinned),
+        "messageCount": last_seq,
+        "createdAt": created_at,
+        "updatedAt": updated_at,
+        "_indexedLen": indexed_len,
+        "_fileEpoch": file_epoch,
+    }
+
+
+def public_session(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if not k.startswith("_")}
+
+
+def normalize_project_path(path: str) -> str:
+    p = path.strip().replace("\\", "/")
+    while len(p) > 1 and p.endswith("/"):
+        p = p[:-1]
+    return p
+
+
+def upsert_project(conn: sqlite3.Connection, path: str, now_ms: int) -> int:
+    norm = normalize_project_path(path)
+    name = norm.rsplit("/", 1)[-1] or norm
+    conn.execute(
+        "INSERT INTO projects(path, name, created_at, last_opened_at) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT(path) DO UPDATE SET last_opened_at = excluded.last_opened_at",
+        (norm, name, now_ms, now_ms),
+    )
+    row = conn.execute("SELECT id FROM projects WHERE path = ?", (norm,)).fetchone()
+    return int(row[0])
+
+
+SESSION_SETTINGS = {
+    "providerId": "provider_id",
+    "modelId": "model_id",
+    "mode": "mode",
+    "thinkingLevel": "thinking_level",
+    "permissionMode": "permission_mode",
+}
+
+
+def insert_session(
+    conn: sqlite3.Connection,
+    session_id: str,
+    *,
+    now_ms: int,
+    created_at_ms: int | None = None,
+    title: str = "",
+    project_path: str | None = None,
+    settings: Mapping[str, Any] | None = None,
+    file_epoch: str | None = None,
+    indexed_len: int = 0,
+    source: str | None = None,
+) -> dict[str, Any]:
+    if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
+        raise Conflict(f"session {session_id} already exists", data={"sessionId": session_id})
+    project_id = upsert_project(conn, project_path, now_ms) if project_path else None
+    cols = ["id", "title", "project_id", "created_at", "updated_at", "file_epoch", "indexed_len", "source"]
+    vals: list[Any] = [session_id, title, project_id, created_at_ms or now_ms, created_at_ms or now_ms,
+                       file_epoch, indexed_len, source]
+    for key, col in SESSION_SETTINGS.items():
+        if settings and settings.get(key) is not None:
+            cols.append(col)
+            vals.append(settings[key])
+    conn.execute(
+        f"INSERT INTO sessions({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", vals
+    )
+    return require_session(conn, session_id)
+
+
+def update_session_settings(
+    conn: sqlite3.Connection, session_id: str, settings: Mapping[str, Any], *, now_ms: int
+) -> dict[str, Any]:
+    require_session(conn, session_id)
+    sets: list[str] = []
+    vals: list[Any] = []
+    for key, col in SESSION_SETTINGS.items():
+        if key in settings:
+            sets.append(f"{col} = ?")
+            vals.append(settings[key])
+    if "projectPath" in settings:
+        path = settings["projectPath"]
+        sets.append("project_id = ?")
+        vals.append(upsert_project(conn, path, now_ms) if path else None)
+    if "title" in settings:
+        sets.append("title = ?")
+        vals.append(settings["title"])
+    if sets:
+        conn.execute(f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?", (*vals, session_id))
+    return require_session(conn, session_id)
+
+
+def rename_session(conn: sqlite3.Connection, session_id: str, title: str) -> dict[str, Any]:
+    """Rename without touching ``updated_at`` (seed §4.5)."""
+    require_session(conn, session_id)
+    conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id))
+    return require_session(conn, session_id)
+
+
+def delete_session_rows(conn: sqlite3.Connection, session_id: str) -> bool:
+    cur = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+    return cur.rowcount > 0
+
+
+def list_sessions(
+    conn: sqlite3.Connection, *, limit: int, cursor: tuple[int, str] | None, project_id: int | None = None,
+    owner_plugin: str | None = None,
+) -> tuple[list[dict[str, Any]], tuple[int, str] | None]:
+    """Sessions not in the trash, newest ``updated_at`` first; ``owner_plugin``: only that plugin's imports."""
+    where = ["s.deleted_at IS NULL"]
+    args: list[Any] = []
+    if owner_plugin is not None:
+        where.append("EXISTS (SELECT 1 FROM session_import_origins o WHERE o.session_id = s.id AND o.plugin_id = ?)")
+        args.append(owner_plugin)
+    if project_id is not None:
+        where.append("s.project_id = ?")
+        args.append(project_id)
+    if cursor is not None:
+        where.append("(s.updated_at < ? OR (s.updated_at = ? AND s.id < ?))")
+        args.extend([cursor[0], cursor[0], cursor[1]])
+    sql = (
+        f"SELECT {', '.join('s.' + c.strip() for c in SESSION_COLUMNS.split(','))}, "
+        "(SELECT path FROM projects p WHERE p.id = s.project_id) FROM sessions s "
+        f"WHERE {' AND '.join(where)} ORDER BY s.updated_at DESC, s.id DESC LIMIT ?"
+    )
+    rows = conn.execute(sql, (*args, limit + 1)).fetchall()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    items = [_session_dict(r) for r in rows]
+    with_projection(conn, items)
+    next_cursor = (items[-1]["updatedAt"], items[-1]["id"]) if more and items else None
+    return items, next_cursor
+
+
+# ---------------------------------------------------------------------------
+# messages
+
+
+def lookup_ids(conn: sqlite3.Connection, ids: Iterable[str]) -> dict[str, tuple[str, int, int, int]]:
+    """``id -> (session_id, seq, line_offset, line_len)`` for the ids the index holds."""
+    out: dict[str, tuple[str, int, int, int]] = {}
+    id_list = list(dict.fromkeys(ids))
+    for marks, chunk in in_chunks(id_list):
+        for row in conn.execute(
+            f"SELECT id, session_id, seq, line_offset, line_len FROM messages WHERE id IN ({marks})", chunk
+        ):
+            out[row[0]] = (row[1], row[2], row[3], row[4])
+    return out
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _turn_ref(conn: sqlite3.Connection, session_id: str, turn_id: Any) -> str | None:
+    """The row's turn: the record's ``turnId`` when it names a turn of this session (a turn of
+    another session is never linked: usage, decisions and turn listings follow this column)."""
+    if not isinstance(turn_id, str):
+        return None
+    row = conn.execute("SELECT id FROM turns WHERE id = ? AND session_id = ?", (turn_id, session_id)).fetchone()
+    return row[0] if row else None
+
+
+def message_ref(session_id: str, seq: int, record: Mapping[str, Any], turn_id: str | None) -> dict[str, Any]:
+    return {
+        "id": record["id"],
+        "sessionId": session_id,
+        "seq": seq,
+        "turnId": turn_id,
+        "role": record.get("role"),
+        "createdAt": rfc3339_to_ms(record.get("createdAt"), 0),
+    }
+
+
+def message_refs(conn: sqlite3.Connection, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """MessageRefs for ids already in the index (idempotent replays)."""
+    out: dict[str, dict[str, Any]] = {}
+    id_list = list(dict.fromkeys(ids))
+    for marks, chunk in in_chunks(id_list):
+        for mid, sid, seq, turn, role, created in conn.execute(
+            f"SELECT id, session_id, seq, turn_id, role, created_at FROM messages WHERE id IN ({marks})", chunk
+        ):
+            out[mid] = {"id": mid, "sessionId": sid, "seq": seq, "turnId": turn, "role": role, "createdAt": created}
+    return out
+
+
+def index_messages(
+    conn: sqlite3.Connection,
+    session_id: str,
+    items: Sequence[IndexRecord],
+    *,
+    indexed_len: int,
+    file_epoch: str | None,
+    now_ms: int,
+    touch: bool = True,
+    audit_effects: bool = True,
+) -> list[dict[str, Any]]:
+    """Index appended message lines (in file order).
+
+    A line whose id the session already holds replaces that row's content and
+    span in place (same seq, same turn). New ids get the next seq from
+    ``last_seq`` (O(1), RETURNING). Receipts carried in ``meta.receipt`` are
+    recorded in the same transaction. Returns one MessageRef per item.
+    ``audit_effects=False`` records Write/Edit artifacts without ``tool_execute``
+    audit rows (imported history: this host executed nothing).
+    """
+    refs: list[dict[str, Any]] = []
+    existing = lookup_ids(conn, (it.record["id"] for it in items))
+    for item in items:
+        rec = item.record
+        mid = rec["id"]
+        text = extract_text(rec)
+        tool_name, is_error = tool_info(rec)
+        created = rfc3339_to_ms(rec.get("createdAt"), now_ms)
+        prior = existing.get(mid)
+        if prior is not None and prior[0] != session_id:
+            # Two sessions appended the same new id at the same moment (both checked
+            # before either committed). The line keeps its id; the index row takes the
+            # D444 spelling, so the index can always catch up with the file.
+            mid = f"{session_id}:{mid}"
+            rec = {**rec, "id": mid}
+            prior = existing.get(mid) or lookup_ids(conn, [mid]).get(mid)
+        wire_cut, line_crc = item.wire()
+        if prior is not None:
+            _, seq, _, _ = prior
+            conn.execute(
+                "UPDATE messages SET text = ?, tool_name = ?, is_error = ?, line_offset = ?, line_len = ?, "
+                "wire_cut = ?, line_crc = ? WHERE id = ?",
+                (text, tool_name, int(is_error), item.offset, item.length, wire_cut, line_crc, mid),
+            )
+            turn = conn.execute("SELECT turn_id FROM messages WHERE id = ?", (mid,)).fetchone()[0]
+        else:
+            row = conn.execute(
+                "UPDATE sessions SET last_seq = last_seq + 1 WHERE id = ? RETURNING last_seq, ordinal",
+                (session_id,),
+            ).fetchone()
+            if row is None:
+                raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
+            seq = int(row[0])
+            if item.seq is not None and item.seq != seq:
+                raise CorruptData(
+                    f"session {session_id}: line {item.offset} was acknowledged as seq {item.seq} but the index "
+                    f"would give it {seq}; the index is behind its transcript",
+                    data={"sessionId": session_id, "seq": item.seq, "indexSeq": seq})
+            _check_seq(session_id, seq)
+            turn = _turn_ref(conn, session_id, rec.get("turnId"))
+            conn.execute(
+                "INSERT INTO messages(mid, id, session_id, turn_id, seq, role, tool_name, is_error, text, "
+                "created_at, line_offset, line_len, wire_cut, line_crc) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (message_mid(int(row[1]), seq), mid, session_id, turn, seq, rec.get("role"), tool_name,
+                 int(is_error), text, created, item.offset, item.length, wire_cut, line_crc),
+            )
+            existing[mid] = (session_id, seq, item.offset, item.length)
+        ref = message_ref(session_id, seq, rec, turn)
+        if artifacts.may_have_effects(rec):
+            # Write/Edit results: artifacts + tool_execute audit in this same transaction (seed §4.10).
+            artifacts.record_effects(conn, session_id, rec, turn or _str_or_none(rec.get("turnId")), now_ms,
+                                     audit=audit_effects)
+        store_append_receipt(conn, session_id, rec, ref, now_ms)
+        refs.append(ref)
+    sets = "indexed_len = ?, file_epoch = ?"
+    args: list[Any] = [indexed_len, file_epoch]
+    if touch and items:
+        sets += ", updated_at = MAX(updated_at, ?)"
+        args.append(now_ms)
+    conn.execute(f"UPDATE sessions SET {sets} WHERE id = ?", (*args, session_id))
+    return refs
+
+
+def index_compactions(
+    conn: sqlite3.Connection, session_id: str, items: Sequence[CompactionRecord], now_ms: int
+) -> None:
+    for item in items:
+        rec = item.record
+        conn.execute(
+            "INSERT OR REPLACE INTO compactions(session_id, id, through_message_id, first_kept_message_id, "
+            "line_offset, line_len, created_at) VALUES (?,?,?,?,?,?,?)",
+            (session_id, str(rec.get("id")), rec.get("throughMessageId"), rec.get("firstKeptMessageId"),
+             item.offset, item.length, rfc3339_to_ms(rec.get("createdAt"), now_ms)),
+        )
+
+
+def set_deleted(conn: sqlite3.Connection, session_id: str, message_id: str, deleted: bool) -> int:
+    cur = conn.execute(
+        "UPDATE messages SET deleted = ? WHERE session_id = ? AND id = ?", (int(deleted), session_id, message_id)
+    )
+    return cur.rowcount
+
+
+def set_index_mark(conn: sqlite3.Connection, session_id: str, indexed_len: int, file_epoch: str | None) -> None:
+    conn.execute(
+        "UPDATE sessions SET indexed_len = ?, file_epoch = ? WHERE id = ?", (indexed_len, file_epoch, session_id)
+    )
+
+
+def _session_ordinal(conn: sqlite3.Connection, session_id: str) -> int:
+    row = conn.execute("SELECT ordinal FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if row is None or row[0] is None:
+        raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
+    return int(row[0])
+
+
+def _check_seq(session_id: str, seq: int) -> None:
+    """A session holds at most MAX_SEQ messages (``mid`` keeps seq in 24 bits)."""
+    if seq > MAX_SEQ:
+        raise LimitExceeded(
+            f"session {session_id} cannot hold more than {MAX_SEQ} messages",
+            data={"sessionId": session_id, "max": MAX_SEQ},
+        )
+
+
+def clear_session_index(conn: sqlite3.Connection, session_id: str) -> None:
+    conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+    conn.execute("DELETE FROM compactions WHERE session_id = ?", (session_id,))
+    conn.execute("UPDATE sessions SET last_seq = 0, indexed_len = 0 WHERE id = ?", (session_id,))
+
+
+def reindex_session(
+    conn: sqlite3.Connection,
+    session_id: str,
+    messages: Sequence[IndexRecord],
+    compactions: Sequence[CompactionRecord],
+    deleted_ids: Iterable[str],
+    *,
+    indexed_len: int,
+    file_epoch: str | None,
+    now_ms: int,
+    turn_overrides: Mapping[str, str] | None = None,
+) -> None:
+    """Replace every index row of a session with rows for ``messages`` (a rewrite or rebuild).
+
+    Each surviving message keeps its owning turn: the turn recorded in the old
+    row wins over the line's ``turnId`` (``turn_overrides`` first of all). A
+    line without ``createdAt`` (older writers left it off tool lines) keeps
+    the old row's time instead of taking "now".
+    """
+    old_turns: dict[str, str] = {}
+    old_created: dict[str, int] = {}
+    for mid, turn_id, created in conn.execute(
+        "SELECT id, turn_id, created_at FROM messages WHERE session_id = ?", (session_id,)
+    ):
+        if turn_id is not None:
+            old_turns[mid] = turn_id
+        old_created[mid] = created
+    if turn_overrides:
+        old_turns.update(turn_overrides)
+    ordinal = _session_ordinal(conn, session_id)
+    _check_seq(session_id, len(messages))
+    clear_session_index(conn, session_id)
+    # Ids another session already holds (a race between two first appends, or files
+    # copied by hand) are indexed under the D444 spelling instead of failing the rebuild.
+    taken = {mid for mid, (owner, *_rest) in lookup_ids(conn, (it.record["id"] for it in messages)).items()
+             if owner != session_id}
+    if taken:
+        messages = [replace(it, record={**it.record, "id": f"{session_id}:{it.record['id']}"})
+                    if it.record["id"] in taken else it for it in messages]
+        deleted_ids = [f"{session_id}:{mid}" if mid in taken else mid for mid in deleted_ids]
+    rows = []
+    for seq, item in enumerate(messages, start=1):
+        rec = item.record
+        tool_name, is_error = tool_info(rec)
+        turn = _turn_ref(conn, session_id, old_turns.get(rec["id"]) or rec.get("turnId"))
+        rows.append(
+            (message_mid(ordinal, seq), rec["id"], session_id, turn, seq, rec.get("role"), tool_name, int(is_error),
+             extract_text(rec), rfc3339_to_ms(rec.get("createdAt"), old_created.get(rec["id"], now_ms)),
+             item.offset, item.length, *item.wire())
+        )
+    conn.executemany(
+        "INSERT INTO messages(mid, id, session_id, turn_id, seq, role, tool_name, is_error, text, created_at, "
+        "line_offset, line_len, wire_cut, line_crc) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        rows,
+    )
+    for item, row in zip(messages, rows, strict=True):
+        if artifacts.may_have_effects(item.record):
+            # A rebuild restores missing artifact rows only (no audit rows, nothing overwritten).
+            artifacts.record_effects(conn, session_id, item.record, row[3] or _str_or_none(item.record.get("turnId")),
+                                     now_ms, audit=False)
+    for item, row in zip(messages, rows, strict=True):
+        store_append_receipt(conn, session_id, item.record, message_ref(session_id, row[4], item.record, row[3]),
+                             now_ms)
+    index_compactions(conn, session_id, compactions, now_ms)
+    for mid in deleted_ids:
+        set_deleted(conn, session_id, mid, True)
+    conn.execute(
+        "UPDATE sessions SET last_seq = ?, indexed_len = ?, file_epoch = ? WHERE id = ?",
+        (len(messages), indexed_len, file_epoch, session_id),
+    )
+
+
+def window_rows(
+    conn: sqlite3.Connection, session_id: str, start: int, end: int
+) -> list[tuple[int, str, int, int, int, str | None]]:
+    """Rows for positions ``[start, end)`` (seq = position + 1): seq, id, offset, len, deleted, turn."""
+    return conn.execute(
+        "SELECT seq, id, line_offset, line_len, deleted, turn_id FROM messages "
+        "WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
+        (session_id, start, end),
+    ).fetchall()
+
+
+def window_spans(conn: sqlite3.Connection, session_id: str, start: int,
+                 end: int) -> list[tuple[int, int, int, int, str | None, int | None, int | None]]:
+    """What a window reply needs of positions ``[start, end)``: seq, offset, len, deleted, turn,
+    wire cut, line CRC (``store/transcripts/window_reply.py``)."""
+    return conn.execute(
+        "SELECT seq, line_offset, line_len, deleted, turn_id, wire_cut, line_crc FROM messages "
+        "WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
+        (session_id, start, end),
+    ).fetchall()
+
+
+def iter_window_spans(
+    conn: sqlite3.Connection, session_id: str, start: int, end: int, *, newest_first: bool
+) -> Iterator[tuple[int, int, int, int, str | None, int | None, int | None]]:
+    """The rows of ``window_spans``, lazily, oldest or newest first (a byte-bounded page stops early)."""
+    order = "DESC" if newest_first else "ASC"
+    cursor = conn.execute(
+        "SELECT seq, line_offset, line_len, deleted, turn_id, wire_cut, line_crc FROM messages "
+        f"WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq {order}",
+        (session_id, start, end),
+    )
+    while batch := cursor.fetchmany(512):
+        yield from batch
+
+
+def client_spellings(session_id: str, message_id: str) -> tuple[str, str]:
+    """The ids a client's message id may be stored under in its session: as chosen, or D444-remapped."""
+    return message_id, f"{session_id}:{message_id}"
+
+
+def resolve_id(conn: sqlite3.Connection, session_id: str, message_id: str) -> str | None:
+    """The stored id of the client's ``message_id`` in ``session_id`` (its own spelling first), or None."""
+    for candidate in client_spellings(session_id, message_id):
+        row = conn.execute("SELECT 1 FROM messages WHERE session_id = ? AND id = ?", (session_id, candidate)).fetchone()
+        if row is not None:
+            return candidate
+    return None
+
+
+def position_of(conn: sqlite3.Connection, session_id: str, message_id: str) -> int | None:
+    """0-based position of the client's ``message_id`` in the session (D444 spelling resolved)."""
+    for candidate in client_spellings(session_id, message_id):
+        row = conn.execute(
+            "SELECT seq FROM messages WHERE session_id = ? AND id = ?", (session_id, candidate)
+        ).fetchone()
+        if row is not None:
+            return int(row[0]) - 1
+    return None
+
+
+def compaction_rows(conn: sqlite3.Connection, session_id: str) -> list[tuple[str, str | None, int, int]]:
+    """Compactions whose ``throughMessageId`` anchor still exists, oldest first."""
+    return conn.execute(
+        "SELECT c.id, c.through_message_id, c.line_offset, c.line_len FROM compactions c "
+        "WHERE c.session_id = ? AND (c.through_message_id IS NULL OR EXISTS "
+        "(SELECT 1 FROM messages m WHERE m.session_id = c.session_id AND m.id = c.through_message_id)) "
+        "ORDER BY c.line_offset",
+        (session_id,),
+    ).fetchall()
+
+
+def append_response(ref: Mapping[str, Any], receipt: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``session.appendMessage`` result for a written line (``remappedFrom`` from its receipt)."""
+    out: dict[str, Any] = {"message": dict(ref), "replayed": False}
+    extra = receipt.get("extra") if receipt is not None else None
+    if isinstance(extra, Mapping) and isinstance(extra.get("remappedFrom"), str):
+        out["remappedFrom"] = extra["remappedFrom"]
+    return out
+
+
+def store_append_receipt(
+    conn: sqlite3.Connection, session_id: str, rec: Mapping[str, Any], ref: Mapping[str, Any], now_ms: int
+) -> None:
+    """The receipt a message line carries in ``meta.receipt`` (if any), as a row (never overwritten)."""
+    meta = rec.get("meta")
+    carried = meta.get("receipt") if isinstance(meta, Mapping) else None
+    key = receipts.key_of_record(carried, default_method="session.appendMessage")
+    if key is None or not isinstance(carried, Mapping):
+        return
+    receipts.store(conn, key, append_response(ref, carried), session_id=session_id, now_ms=now_ms)
+
+
+def compaction_span(conn: sqlite3.Connection, session_id: str, compaction_id: str) -> tuple[int, int] | None:
+    """Byte span of the newest line holding compaction ``compaction_id`` of the session."""
+    row = conn.execute(
+        "SELECT line_offset, line_len FROM compactions WHERE session_id = ? AND id = ? ORDER BY line_offset DESC",
+        (session_id, compaction_id),
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row else None
+
+
+def set_project_id(conn: sqlite3.Connection, session_id: str, project_id: int | None) -> None:
+    conn.execute("UPDATE sessions SET project_id = ? WHERE id = ?", (project_id, session_id))
+
+
+def touch_session(conn: sqlite3.Connection, session_id: str, now_ms: int) -> None:
+    """``updated_at`` moves forward to ``now_ms`` (never back)."""
+    conn.execute("UPDATE sessions SET updated_at = MAX(updated_at, ?) WHERE id = ?", (now_ms, session_id))
+
+
+def index_marks(conn: sqlite3.Connection) -> dict[str, tuple[int, str | None]]:
+    """Every session's high-water mark: ``id -> (indexed_len, file_epoch)``."""
+    return {r[0]: (int(r[1] or 0), r[2]) for r in conn.execute("SELECT id, indexed_len, file_epoch FROM sessions")}
+
+
+def session_ids(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT id FROM sessions")}

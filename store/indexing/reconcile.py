@@ -1,0 +1,376 @@
+"""Compare a transcript file with what the index says it covers, and plan the repair.
+
+The index records, per session, the transcript ``epoch`` (a token in the header
+that changes whenever the whole file is rewritten) and ``indexed_len`` (bytes
+of the file its rows cover). A clean boot is one header read and one ``stat``
+per session; a longer file with the same epoch is indexed from ``indexed_len``;
+anything else (other epoch, shorter file) is reindexed in full.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from store import receipts
+from store.errors import CorruptData, classify_os_error
+from store.fsutil import open_nofollow
+from store.indexing import index
+from store.indexing.index import CompactionRecord, IndexRecord
+from store.jsonio import loads_line
+from store.revisions import revision_rows
+from store.transcripts.records import rfc3339_to_ms
+
+
+@dataclass
+class TailScan:
+    """Complete lines from a start offset to the last complete line."""
+
+    start: int
+    end: int
+    messages: list[IndexRecord] = field(default_factory=list)
+    compactions: list[CompactionRecord] = field(default_factory=list)
+    tombstones: dict[str, bool] = field(default_factory=dict)
+    session_info: dict[str, Any] | None = None
+    header: dict[str, Any] | None = None
+    bad_lines: list[int] = field(default_factory=list)
+    unknown_lines: int = 0
+    torn_tail_bytes: int = 0
+
+
+@dataclass
+class ReconcilePlan:
+    kind: str  # "clean" | "tail" | "full" | "missing"
+    file_len: int = 0
+    epoch: str | None = None
+    scan: TailScan | None = None
+
+
+_SCAN_CHUNK = 8 << 20
+MAX_LINE_BYTES = 64 << 20
+"""A transcript line longer than this is counted as a bad line and skipped, never buffered whole."""
+
+
+def _open_transcript(path: Path) -> int:
+    """A transcript is a regular file reached without a symlink (a planted link is refused, never followed)."""
+    try:
+        return open_nofollow(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENXIO):
+            raise classify_os_error(exc, f"read transcript {path}") from None
+        raise CorruptData(f"transcript {path} is a symbolic link or not a regular file: refused, not read "
+                          f"({exc.strerror or exc})",
+                          data={"path": str(path), "reason": "not_a_regular_file"}) from None
+
+
+def read_header(path: Path) -> dict[str, Any] | None:
+    """Parse the first line (the session header); None if absent or unreadable."""
+    try:
+        fd = _open_transcript(path)
+    except FileNotFoundError:
+        return None
+    try:
+        head = b""
+        nl = -1
+        while nl < 0 and len(head) < 1 << 20:  # the header line only, in small reads
+            chunk = os.read(fd, 4096 if not head else len(head))
+            if not chunk:
+                break
+            head += chunk
+            nl = head.find(b"\n")
+    finally:
+        os.close(fd)
+    if nl < 0:
+        return None
+    line = head[: nl + 1]
+    try:
+        rec = loads_line(line)
+    except ValueError:
+        return None
+    return rec if rec.get("type") == "session" else None
+
+
+def _lines(fd: int, start: int, size: int) -> Iterator[tuple[int, bytes | None, bool]]:
+    """``(offset, line, rest_is_blank)`` for each complete line in ``[start, size)``, read in bounded chunks;
+    finally ``(offset, None, ...)`` for a torn tail. A line over ``MAX_LINE_BYTES`` is yielded as ``b""``
+    (a bad line) without being held whole."""
+    pos = start
+    carry = b""
+    skipping = False
+    os.lseek(fd, start, os.SEEK_SET)
+    while pos < size:
+        chunk = os.read(fd, min(_SCAN_CHUNK, size - pos))
+        if not chunk:
+            break
+        data = carry + chunk if carry else chunk
+        base = pos - len(carry)
+        pos += len(chunk)
+        at = 0
+        while True:
+            nl = data.find(b"\n", at)
+            if nl < 0:
+                break
+            if skipping:
+                skipping = False
+                yield base + at, b"", False
+            else:
+                yield base + at, data[at : nl + 1], not data[nl + 1 :].strip(b"\x00\n") and pos >= size
+            at = nl + 1
+        carry = data[at:]
+        if len(carry) > MAX_LINE_BYTES:
+            skipping, carry = True, b""
+    if carry or skipping:
+        yield size - len(carry), None, False
+
+
+def scan_from(path: Path, start: int) -> TailScan:
+    """Parse every complete line from byte ``start`` (which must be a line start).
+
+    The file is opened without following a symlink and read in bounded chunks up
+    to the size ``fstat`` reports when it is opened.
+    """
+    fd = _open_transcript(path)
+    try:
+        size = os.fstat(fd).st_size
+        scan = TailScan(start=start, end=start)
+        for offset, line, rest_blank in _lines(fd, start, size):
+            if line is None:
+                scan.torn_tail_bytes = size - offset
+                break
+            scan.end = offset + len(line)
+            if not line:
+                scan.bad_lines.append(offset)
+                continue
+            try:
+                rec = loads_line(line)
+            except ValueError:
+                if rest_blank and line.strip(b"\x00\n") == b"":
+                    scan.torn_tail_bytes = size - offset
+                    scan.end = offset
+                    break
+                scan.bad_lines.append(offset)
+                continue
+            _take(scan, rec, offset, line)
+    finally:
+        os.close(fd)
+    return scan
+
+
+def _take(scan: TailScan, rec: dict[str, Any], offset: int, line: bytes) -> None:
+    kind = rec.get("type")
+    if kind == "message" and isinstance(rec.get("id"), str):
+        scan.messages.append(IndexRecord(rec, offset, len(line), line=line))
+    elif kind == "compaction":
+        scan.compactions.append(CompactionRecord(rec, offset, len(line)))
+    elif kind == "tombstone" and isinstance(rec.get("messageId"), str):
+        scan.tombstones[rec["messageId"]] = bool(rec.get("deleted", True))
+    elif kind == "session_info":
+        scan.session_info = {**(scan.session_info or {}), **rec}
+    elif kind == "session" and offset == 0:
+        scan.header = rec
+    elif kind == "approval_decision":
+        pass  # a user's decision (store/approvals.py): the database holds its state
+    else:
+        scan.unknown_lines += 1
+
+
+def dedupe(messages: list[IndexRecord]) -> list[IndexRecord]:
+    """Keep-last content at first position (the transcript reader rule)."""
+    order: dict[str, int] = {}
+    out: list[IndexRecord] = []
+    for item in messages:
+        mid = item.record["id"]
+        if mid in order:
+            out[order[mid]] = item
+        else:
+            order[mid] = len(out)
+            out.append(item)
+    return out
+
+
+def plan_reconcile(path: Path, indexed_len: int, file_epoch: str | None) -> ReconcilePlan:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return ReconcilePlan(kind="missing")
+    if not stat.S_ISREG(st.st_mode):
+        raise CorruptData(f"transcript {path} is a symbolic link or not a regular file: refused, not read",
+                          data={"path": str(path), "reason": "not_a_regular_file"})
+    size = st.st_size
+    header = read_header(path)
+    epoch = header.get("epoch") if header else None
+    if header is not None and epoch == file_epoch and indexed_len > 0 and size >= indexed_len:
+        if size == indexed_len:
+            return ReconcilePlan(kind="clean", file_len=size, epoch=epoch)
+        scan = scan_from(path, indexed_len)
+        if scan.end == indexed_len:
+            return ReconcilePlan(kind="clean", file_len=indexed_len, epoch=epoch, scan=scan)
+        return ReconcilePlan(kind="tail", file_len=scan.end, epoch=epoch, scan=scan)
+    scan = scan_from(path, 0)
+    return ReconcilePlan(kind="full", file_len=scan.end, epoch=(scan.header or {}).get("epoch"), scan=scan)
+
+
+def session_info_settings(info: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not info:
+        return {}
+    keys = ("title", "projectPath", "providerId", "modelId", "mode", "thinkingLevel", "permissionMode")
+    return {k: info[k] for k in keys if k in info}
+
+
+def imported_source(info: Mapping[str, Any] | None) -> str | None:
+    """The ``source`` an import wrote into the session_info line (kept across an index rebuild)."""
+    value = (info or {}).get("source")
+    return value if isinstance(value, str) and value else None
+
+
+def restore_import_origin(conn: Any, session_id: str, info: Mapping[str, Any] | None, *, now_ms: int) -> bool:
+    """Re-create the session_import_origins row an import recorded in its session_info line."""
+    origin = (info or {}).get("importOrigin")
+    if not isinstance(origin, Mapping):
+        return False
+    keys = ("pluginId", "sourceId", "externalId")
+    if not all(isinstance(origin.get(k), str) for k in keys):
+        return False
+    raw = origin.get("history")
+    history: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    label = origin.get("label") if isinstance(origin.get("label"), str) else None
+    conn.execute(
+        "INSERT OR IGNORE INTO session_import_origins(plugin_id, source_id, external_id, session_id, source_label, "
+        "origin_json, created_at) VALUES (?,?,?,?,?,?,?)",
+        (origin["pluginId"], origin["sourceId"], origin["externalId"], session_id, label,
+         orjson.dumps(dict(history)).decode(), now_ms),
+    )
+    return True
+
+
+def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) -> dict[str, Any]:
+    """Bring the index in line with the transcript (runs in the DB writer's transaction).
+
+    A receipt the file's header carries (the transcript was created, forked or
+    rewritten by a request with a ``submissionId``) gets its row back if the
+    database lost it, so a retry after a crash is answered from it.
+
+    Returns a small report: ``{"kind", "restoredRow", "indexed", "removed", "restoredReceipt"}``.
+    """
+    report: dict[str, Any] = {"kind": plan.kind, "restoredRow": False, "indexed": 0, "removed": 0,
+                              "restoredReceipt": False}
+    row = index.session_row(conn, session_id)
+    scan = plan.scan
+    if plan.kind == "missing":
+        # The transcript is gone (the source of truth has no messages): the index
+        # must not claim any. The row (title, settings) stays; the next append
+        # starts a new file.
+        if row is not None and (row["_indexedLen"] or row["messageCount"]):
+            before = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)).fetchone()[0]
+            index.clear_session_index(conn, session_id)
+            index.set_index_mark(conn, session_id, 0, None)
+            report["removed"] = before
+        return report
+    if plan.kind == "clean" or scan is None:
+        if row is not None and plan.kind == "clean" and row["_indexedLen"] != plan.file_len:
+            index.set_index_mark(conn, session_id, plan.file_len, plan.epoch)
+        return report
+    settings = session_info_settings(scan.session_info)
+    if row is None:
+        header = scan.header or {}
+        created = rfc3339_to_ms(header.get("createdAt"), now_ms)
+        index.insert_session(
+            conn,
+            session_id,
+            now_ms=now_ms,
+            created_at_ms=created,
+            title=str(settings.get("title") or ""),
+            project_path=settings.get("projectPath"),
+            settings=settings,
+            file_epoch=plan.epoch,
+            source=imported_source(scan.session_info),
+        )
+        restore_import_origin(conn, session_id, scan.session_info, now_ms=now_ms)
+        report["restoredRow"] = True
+    elif settings:
+        index.update_session_settings(conn, session_id, settings, now_ms=now_ms)
+    if plan.kind == "full":
+        before = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)).fetchone()[0]
+        msgs = dedupe(scan.messages)
+        deleted = [mid for mid, flag in scan.tombstones.items() if flag]
+        index.reindex_session(
+            conn, session_id, msgs, scan.compactions, deleted,
+            indexed_len=plan.file_len, file_epoch=plan.epoch, now_ms=now_ms,
+        )
+        report["indexed"] = len(msgs)
+        report["removed"] = max(0, before - len(msgs))
+        if msgs:
+            last = conn.execute(
+                "SELECT MAX(created_at) FROM messages WHERE session_id = ?", (session_id,)
+            ).fetchone()[0]
+            if last is not None:
+                conn.execute(
+                    "UPDATE sessions SET updated_at = MAX(updated_at, ?) WHERE id = ?", (last, session_id)
+                )
+    else:
+        index.index_messages(
+            conn, session_id, scan.messages, indexed_len=plan.file_len, file_epoch=plan.epoch,
+            now_ms=now_ms, touch=False,
+        )
+        index.index_compactions(conn, session_id, scan.compactions, now_ms)
+        for mid, flag in scan.tombstones.items():
+            index.set_deleted(conn, session_id, mid, flag)
+        report["indexed"] = len(scan.messages)
+    if scan.header is not None and scan.header.get("receipt") is not None:
+        report["restoredReceipt"] = restore_receipt(conn, session_id, scan.header["receipt"], now_ms=now_ms)
+    return report
+
+
+def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any | None:
+    """The terminal response of a file-carried receipt, from the state its file left behind.
+
+    ``None`` when the method's response cannot be rebuilt from that state
+    (then no row is restored and a retry runs the request again).
+    """
+    method = rec.get("method")
+    raw_extra = rec.get("extra")
+    extra: Mapping[str, Any] = raw_extra if isinstance(raw_extra, Mapping) else {}
+    if method == "session.delete":
+        return {"sessionId": session_id, "deleted": True}
+    if method == "sessions.purge":
+        return {"sessionId": session_id, "purged": True}
+    row = index.session_row(conn, session_id)
+    if row is None:
+        return None
+    summary = index.public_session(row)
+    if method in ("session.create", "session.fork"):
+        return summary
+    if method == "session.replaceMessages":
+        return {"session": summary}
+    if method == "session.truncateFrom":
+        removed = extra.get("removed")
+        if not isinstance(removed, int) or isinstance(removed, bool):
+            return None
+        return {"session": summary, "removed": removed}
+    if method == "session.activateRevision":
+        root = extra.get("rootUserId")
+        if not isinstance(root, str):
+            return None
+        return {"session": summary, "revisions": revision_rows(conn, session_id, root)}
+    return None
+
+
+def restore_receipt(conn: Any, session_id: str, rec: Any, *, now_ms: int) -> bool:
+    """Rebuild the row of a receipt a file carries, if the database lost it. True if a row was added."""
+    key = receipts.key_of_record(rec)
+    if key is None or receipts.get(conn, key.client_id, key.submission_id) is not None:
+        return False
+    response = rebuild_response(conn, session_id, rec)
+    if response is None:
+        return False
+    receipts.store(conn, key, response, session_id=session_id, now_ms=now_ms)
+    return True

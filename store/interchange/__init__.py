@@ -1,0 +1,1 @@
+"""Data in and out: imports from other agents, exports, native pi sessions, plugin imports."""

@@ -1,0 +1,348 @@
+"""Session export: Markdown, one self-contained HTML page, or this host's JSONL (seed 003 §10.4).
+
+The export streams: messages are read window by window from the transcript
+through their index spans (``messages.line_offset``), tombstoned ones left
+out, so memory does not grow with the session. Checkpoints are placed right
+after their ``throughMessageId``; the turns' run environment snapshots
+(verified against their digests) close the export.
+
+**Secrets are excluded by default** (seed 003 §10.4): every credential
+reference (``credentialRef(s)``/``secretRef(s)`` keys) is removed, the value
+of any key that names a secret (``apiKey``, ``token``, ``password``... the
+run-snapshot rule of :func:`store.snapshots.is_secret_key`) is replaced by
+``[redacted]``, and every occurrence of a value the secret store holds
+(``secret_values``, decrypted by the caller: :func:`secret_values`) is
+replaced in any string — message text, tool arguments and results, metadata,
+checkpoints, snapshots. ``include_secrets`` turns all of that off. Thinking
+blocks are left out unless ``include_thinking``.
+
+The JSONL form is the transcript format (docs/DESIGN.md): a ``session``
+header, a ``session_info`` line, the message and compaction lines, and one
+``environment`` line per snapshot (a line kind readers skip); it imports back
+with the ``pi-host`` importer. Rendering of Markdown and HTML lives in
+:mod:`store.interchange.export_render`.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import secrets
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+
+from store.attachments import AttachmentFiles
+from store.config.secrets import SecretStore, list_meta
+from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge, classify_os_error
+from store.fsutil import fsync_dir
+from store.indexing import index
+from store.jsonio import dumps_line, loads_line, now_rfc3339
+from store.snapshots import is_secret_key, load_snapshot
+from store.transcripts.records import wire_record
+from store.transcripts.transcript import read_spans
+
+T = TypeVar("T")
+
+__all__ = [
+    "FORMATS",
+    "InlineBuffer",
+    "export_to_new_file",
+    "ExportOptions",
+    "ExportReport",
+    "Redactor",
+    "export_records",
+    "export_session",
+    "secret_values",
+]
+
+FORMATS = ("md", "html", "jsonl")
+REDACTED = "[redacted]"
+REF_KEYS = frozenset({"credentialref", "credentialrefs", "secretref", "secretrefs"})
+MIN_SECRET_CHARS = 4
+WINDOW = 256
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    format: str = "md"
+    include_thinking: bool = False
+    include_secrets: bool = False
+    secret_values: tuple[str, ...] = ()
+    """Values the secret store holds; any occurrence is replaced (ignored with ``include_secrets``)."""
+    attachments: AttachmentFiles | None = None
+    """HTML only: image bytes to inline as data: URIs (never a network fetch)."""
+    max_inline_image_bytes: int = 2 * 1024 * 1024
+    exported_at_ms: int = 0
+
+
+@dataclass
+class ExportReport:
+    format: str
+    messages: int = 0
+    compactions: int = 0
+    environments: int = 0
+    redactions: int = 0
+    thinking_omitted: int = 0
+    bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": self.format, "messages": self.messages, "compactions": self.compactions,
+                "environments": self.environments, "redactions": self.redactions,
+                "thinkingOmitted": self.thinking_omitted, "bytes": self.bytes}
+
+
+def secret_values(conn: sqlite3.Connection, store: SecretStore) -> tuple[str, ...]:
+    """Every value the secret store holds (a tampered entry is skipped: it cannot leak what it cannot decrypt)."""
+    out: list[str] = []
+    for meta in list_meta(conn):
+        try:
+            out.append(store.get(str(meta["ref"])).value)
+        except (NotFound, CorruptData):
+            continue
+    return tuple(out)
+
+
+def _norm(key: str) -> str:
+    return key.replace("-", "").replace("_", "").lower()
+
+
+class Redactor:
+    """Removes credential references and secret values from any JSON value (see the module doc)."""
+
+    def __init__(self, values: Iterable[str], *, enabled: bool = True) -> None:
+        self.enabled = enabled
+        wanted = sorted({v for v in values if isinstance(v, str) and len(v) >= MIN_SECRET_CHARS}, key=len,
+                        reverse=True)
+        self._pattern = re.compile("|".join(re.escape(v) for v in wanted)) if wanted else None
+        self.count = 0
+
+    def text(self, value: str) -> str:
+        if not self.enabled or self._pattern is None:
+            return value
+        out, n = self._pattern.subn(REDACTED, value)
+        self.count += n
+        return out
+
+    def value(self, value: Any) -> Any:
+        if not self.enabled:
+            return value
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, list):
+            return [self.value(v) for v in value]
+        if isinstance(value, Mapping):
+            out: dict[str, Any] = {}
+            for key, inner in value.items():
+                if _norm(str(key)) in REF_KEYS:
+                    self.count += 1
+                    continue
+                if isinstance(inner, str) and inner and is_secret_key(str(key), credential_section=False):
+                    out[key] = REDACTED
+                    self.count += 1
+                    continue
+                out[key] = self.value(inner)
+            return out
+        return value
+
+
+# --------------------------------------------------------------------------- reading the session
+
+
+@dataclass
+class SessionView:
+    """What an export reads: the session row, then messages with their checkpoints, then environments."""
+
+    row: dict[str, Any]
+    path: Path
+    conn: sqlite3.Connection
+    checkpoints: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def records(self) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
+        """(message record, the checkpoints whose boundary it is), in transcript order, tombstoned ones out."""
+        sid = self.row["id"]
+        total = self.row["messageCount"]
+        start = 0
+        while start < total:
+            window = index.window_rows(self.conn, sid, start, start + WINDOW)
+            if not window:
+                break
+            live = [r for r in window if not r[4] and r[2] is not None]
+            for row, raw in zip(live, read_spans(self.path, [(r[2], r[3]) for r in live]), strict=True):
+                record = loads_line(raw)
+                yield record, self.checkpoints.pop(row[1], [])
+            start = window[-1][0]
+
+    def load_checkpoints(self) -> int:
+        rows = index.compaction_rows(self.conn, self.row["id"])
+        for (_cid, through, _off, _len), raw in zip(rows, read_spans(self.path, [(r[2], r[3]) for r in rows]),
+                                                 strict=True):
+            self.checkpoints.setdefault(through or "", []).append(loads_line(raw))
+        return len(rows)
+
+    def environments(self) -> Iterator[dict[str, Any]]:
+        for (turn_id,) in self.conn.execute(
+                "SELECT t.id FROM turns t JOIN run_snapshots s ON s.turn_id = t.id WHERE t.session_id = ? "
+                "ORDER BY t.started_at, t.id", (self.row["id"],)).fetchall():
+            snap = load_snapshot(self.conn, turn_id)
+            yield {"turnId": turn_id, "digest": snap["digest"], "snapshot": snap["snapshot"]}
+
+
+def prepare_record(record: Mapping[str, Any], options: ExportOptions, redactor: Redactor,
+                   report: ExportReport) -> dict[str, Any]:
+    """The record as exported: receipt stripped, thinking dropped unless asked, secrets out."""
+    out = wire_record(record)
+    blocks = out.get("blocks")
+    if isinstance(blocks, list) and not options.include_thinking:
+        kept = [b for b in blocks if not (isinstance(b, Mapping) and b.get("type") == "thinking")]
+        report.thinking_omitted += len(blocks) - len(kept)
+        out["blocks"] = kept
+    return dict(redactor.value(out))
+
+
+def export_session(conn: sqlite3.Connection, transcript: Path, session_id: str, out: BinaryIO,
+                   options: ExportOptions) -> ExportReport:
+    """Write one session to ``out`` in ``options.format``. The index must cover the transcript."""
+    _check_format(options)
+    row = index.require_session(conn, session_id)
+    view = SessionView(row, transcript, conn)
+    view.load_checkpoints()
+    session = index.public_session(row)
+    session["messageCount"] = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ? AND deleted = 0",
+                                           (session_id,)).fetchone()[0]
+    orphans = view.checkpoints.pop("", [])
+    return export_records(session, view.records(), orphans, view.environments(), out, options)
+
+
+def export_records(session: Mapping[str, Any], records: Iterable[tuple[dict[str, Any], list[dict[str, Any]]]],
+                   orphan_checkpoints: Iterable[Mapping[str, Any]], environments: Iterable[Mapping[str, Any]],
+                   out: BinaryIO, options: ExportOptions) -> ExportReport:
+    """The export of any session view: its summary, (message, the checkpoints after it) in order,
+    checkpoints without a boundary, then run environments (a native pi session has none)."""
+    _check_format(options)
+    report = ExportReport(options.format)
+    redactor = Redactor(options.secret_values, enabled=not options.include_secrets)
+    if options.format == "jsonl":
+        writer: Any = _JsonlWriter(out, options)
+    else:
+        from store.interchange.export_render import HtmlWriter, MarkdownWriter
+
+        writer = (MarkdownWriter if options.format == "md" else HtmlWriter)(out, options)
+    writer.begin(redactor.value(dict(session)))
+    for cp in orphan_checkpoints:
+        writer.checkpoint(redactor.value(cp))
+        report.compactions += 1
+    for record, checkpoints in records:
+        writer.message(prepare_record(record, options, redactor, report))
+        report.messages += 1
+        for cp in checkpoints:
+            writer.checkpoint(redactor.value(cp))
+            report.compactions += 1
+    for env in environments:
+        writer.environment(redactor.value(env))
+        report.environments += 1
+    writer.end()
+    report.redactions = redactor.count
+    report.bytes = writer.written
+    return report
+
+
+def _check_format(options: ExportOptions) -> None:
+    if options.format not in FORMATS:
+        raise InvalidInput(f"format must be one of {', '.join(FORMATS)}", data={"field": "format"})
+
+
+# --------------------------------------------------------------------------- where an export goes
+
+
+class InlineBuffer(io.BytesIO):
+    """An in-memory export bounded to ``limit`` bytes (``PAYLOAD_TOO_LARGE`` past it: use a file)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def write(self, data: Any) -> int:
+        if self.tell() + len(data) > self.limit:
+            raise PayloadTooLarge(f"the export is larger than {self.limit} bytes: give outPath to write it to a file",
+                                  data={"limit": self.limit})
+        return super().write(data)
+
+
+def export_to_new_file(path: Path, produce: Callable[[BinaryIO], T]) -> T:
+    """Write an export to a NEW file ``path`` (never over an existing one: ``CONFLICT``).
+
+    ``produce`` streams into a temp file in the same directory (``O_EXCL``, no
+    symlink, 0600), which is fsynced, then hard-linked to ``path`` (``link``
+    never replaces a file) and the directory fsynced; on any failure the temp
+    file is removed and ``path`` does not exist.
+    """
+    if not path.is_absolute():
+        raise InvalidInput("outPath must be an absolute path", data={"field": "outPath"})
+    directory = path.parent
+    if not directory.is_dir():
+        raise NotFound(f"directory {directory} does not exist", data={"field": "outPath"})
+    if os.path.lexists(path):
+        raise Conflict(f"{path} exists; an export never replaces a file", data={"field": "outPath"})
+    temp = directory / f".{path.name}.export-{secrets.token_hex(6)}.tmp"
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise classify_os_error(exc, f"create {temp}") from exc
+    try:
+        with os.fdopen(fd, "wb", buffering=1 << 20) as fh:
+            result = produce(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            raise Conflict(f"{path} appeared while exporting; it was left as it is",
+                           data={"field": "outPath"}) from None
+        fsync_dir(directory)
+        return result
+    except OSError as exc:
+        raise classify_os_error(exc, f"export to {path}") from exc
+    finally:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+
+
+class _JsonlWriter:
+    def __init__(self, out: BinaryIO, options: ExportOptions) -> None:
+        self.out = out
+        self.options = options
+        self.written = 0
+
+    def _line(self, record: Mapping[str, Any]) -> None:
+        data = dumps_line(record)
+        self.out.write(data)
+        self.written += len(data)
+
+    def begin(self, session: Mapping[str, Any]) -> None:
+        self._line({"type": "session", "schema": 1, "sessionId": session["id"],
+                    "createdAt": now_rfc3339(int(session["createdAt"])),
+                    "exportedAt": now_rfc3339(self.options.exported_at_ms), "exportedBy": "pi-host"})
+        info: dict[str, Any] = {"type": "session_info", "title": session.get("title") or ""}
+        for key in ("projectPath", "source", "providerId", "modelId", "mode", "thinkingLevel", "permissionMode"):
+            if session.get(key) is not None:
+                info[key] = session[key]
+        info["updatedAt"] = now_rfc3339(int(session["updatedAt"]))
+        self._line(info)
+
+    def message(self, record: Mapping[str, Any]) -> None:
+        self._line(record)
+
+    def checkpoint(self, record: Mapping[str, Any]) -> None:
+        self._line(record)
+
+    def environment(self, env: Mapping[str, Any]) -> None:
+        self._line({"type": "environment", **env})
+
+    def end(self) -> None:
+        return None

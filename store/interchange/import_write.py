@@ -1,0 +1,546 @@
+"""Writing an imported session: transcript first, one index transaction second (seed 003 §5, §4.5).
+
+(:mod:`store.interchange.imports` decides what an import must do and calls these steps.)
+
+For each session an importer yields, in order:
+
+1. **stage** (file I/O, no database writes): the records stream into a new
+   transcript ``<sid>.jsonl.tmp.<hex>`` (header, the records, a
+   ``session_info`` line with the title, project path and ``source``) — or, for
+   a session imported before, only the records that are new or whose line
+   differs from the one the transcript holds (same id → readers keep the last
+   line in place) go to a staging file. Nothing is visible yet; a refusal or a
+   crash leaves only a temp file that boot sweeps.
+2. **publish**: the new transcript is hard-linked to ``<sid>.jsonl`` (never
+   over an existing file) and the directory fsynced; staged lines are appended
+   with one write loop and one ``fdatasync``.
+3. **index** (one transaction, the caller's): the session row (``source``,
+   title, project upserted from the cwd by normalized path, created/updated
+   times of the conversation), the index rows of exactly the lines written
+   (streamed back from the file in batches), the attachment refs, and the
+   ``session_import_origins`` row holding the source files' fingerprints and
+   the historical values (model, provider, cwd) that never become bindings.
+4. **undo** on any failure after publish: the new transcript is removed, or
+   the appended bytes are truncated away — never a half-imported session.
+
+A re-import whose source files are byte-identical to the fingerprints in the
+origin row is ``unchanged`` without parsing. A grown file is parsed again and
+only its new lines (plus replacements of records that changed, e.g. a tool call
+whose result arrived) are appended. The staging file and ``<sid>.jsonl`` are
+owned by the session's actor in a running host: stage/publish/undo of an
+existing session must run there (the DB step in the DB writer).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from store import attachments
+from store.attachments import AttachmentFiles
+from store.errors import Conflict, StoreError, classify_os_error
+from store.faults import NO_FAULTS, Faults
+from store.fsutil import TEMP_MARKER, fsync_dir, open_nofollow, remove_file_durable, write_all
+from store.ids import validate_session_id
+from store.indexing import index
+from store.interchange.importers import parse
+from store.interchange.importers.common import (
+    DEFAULT_LIMITS,
+    BlobRef,
+    BlobSink,
+    ImportLimits,
+    ParseContext,
+    Parsed,
+    Refused,
+    SessionMeta,
+    SessionReport,
+    SourceUnit,
+    join_id,
+    stamp,
+)
+from store.interchange.importers.reader import LineReader
+from store.jsonio import dumps_line, loads_line
+from store.tombstones import tombstone_line
+from store.transcripts.transcript import header_line
+
+__all__ = [
+    "HOST_IMPORTER",
+    "ImportTarget",
+    "Spans",
+    "StagedImport",
+    "apply_index",
+    "publish",
+    "stage",
+    "stage_parsed",
+    "undo",
+    "upsert_origin",
+]
+
+HOST_IMPORTER = ""
+"""``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""
+INDEX_BATCH = 512
+_WRITE_BUFFER = 1 << 20
+
+Spans = Callable[[Sequence[str]], Mapping[str, tuple[int, int]]]
+
+
+@dataclass(frozen=True)
+class ImportTarget:
+    """Where imported sessions go (configuration, passed in)."""
+
+    sessions_dir: Path
+    attachments: AttachmentFiles | None = None
+    limits: ImportLimits = DEFAULT_LIMITS
+    faults: Faults = field(default_factory=lambda: NO_FAULTS)
+
+    def transcript(self, session_id: str) -> Path:
+        return self.sessions_dir / f"{validate_session_id(session_id)}.jsonl"
+
+
+@dataclass
+class StagedImport:
+    session_id: str
+    report: SessionReport
+    meta: SessionMeta
+    kind: str
+    """``new`` | ``append``."""
+    transcript: Path
+    temp: Path | None = None
+    epoch: str | None = None
+    pre_length: int = 0
+    """Transcript length before the append (0 for a new transcript)."""
+    body_start: int = 0
+    """Offset of the first written line in the published transcript."""
+    body_end: int = 0
+    """Offset just past the last written record line."""
+    file_end: int = 0
+    """Length of the published transcript (a new one ends with its session_info line)."""
+    blobs: list[tuple[BlobRef, str]] = field(default_factory=list)
+    identity: tuple[int, int] | None = None
+    published: bool = False
+    plugin_id: str = HOST_IMPORTER
+    project_id: int | None = None
+    """A plugin import's explicit, host-created project (host imports bind ``meta.cwd`` instead)."""
+    project_path: str | None = None
+
+
+# --------------------------------------------------------------------------- stage
+
+
+class _Out:
+    """Buffered writer of transcript lines to a new file (O_EXCL, 0600), tracking its length."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.fd = open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600) if path is not None else None
+        if self.fd is not None:
+            os.fchmod(self.fd, 0o600)
+        self.buf: list[bytes] = []
+        self.buffered = 0
+        self.length = 0
+
+    def write(self, line: bytes) -> None:
+        self.length += len(line)
+        if self.fd is None:
+            return
+        self.buf.append(line)
+        self.buffered += len(line)
+        if self.buffered >= _WRITE_BUFFER:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.fd is not None and self.buf:
+            write_all(self.fd, b"".join(self.buf))
+        self.buf, self.buffered = [], 0
+
+    def close(self, *, sync: bool) -> tuple[int, int] | None:
+        if self.fd is None:
+            return None
+        try:
+            self.flush()
+            if sync:
+                os.fsync(self.fd)
+            st = os.fstat(self.fd)
+            return st.st_dev, st.st_ino
+        finally:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _temp_name(transcript: Path, tag: str) -> Path:
+    return transcript.with_name(f"{transcript.name}{tag}{TEMP_MARKER}{secrets.token_hex(6)}")
+
+
+def origin_record(staged: StagedImport) -> dict[str, Any]:
+    """Who imported the session and from where (also in the session_info line: survives an index rebuild)."""
+    meta = staged.meta
+    return {"pluginId": staged.plugin_id, "sourceId": meta.source, "externalId": meta.external_id,
+            "label": meta.label or meta.source, "history": {"projectPath": meta.cwd, **meta.history}}
+
+
+def _session_info(staged: StagedImport) -> bytes:
+    meta = staged.meta
+    rec: dict[str, Any] = {"type": "session_info", "title": meta.title}
+    bound = staged.project_path if staged.plugin_id != HOST_IMPORTER else meta.cwd
+    if bound:
+        rec["projectPath"] = bound
+    rec["source"] = meta.source
+    rec["importOrigin"] = origin_record(staged)
+    rec["updatedAt"] = stamp(meta.updated_ms)
+    return dumps_line(rec)
+
+
+def _old_line(fd: int, span: tuple[int, int]) -> bytes:
+    offset, length = span
+    data = os.pread(fd, length, offset)
+    while len(data) < length:
+        more = os.pread(fd, length - len(data), offset + len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
+def stage(
+    unit: SourceUnit,
+    target: ImportTarget,
+    *,
+    spans: Spans | None,
+    dry_run: bool = False,
+    created_ms: Callable[[], int] | None = None,
+    live_ids: Callable[[], Iterable[str]] | None = None,
+) -> StagedImport:
+    """Parse ``unit`` and write what must be written to a temp file (see the module doc).
+
+    ``spans`` is None for a session the index does not know (a new transcript),
+    else the lookup of the lines the transcript already holds; ``live_ids``
+    lists the session's visible message ids (for a source that follows a
+    branch, those no longer on it get a tombstone line). Raises
+    :class:`Refused` (nothing left behind, ``exc.report`` set) or a
+    :class:`StoreError` for I/O.
+    """
+    sink = BlobSink(target.attachments.put_bytes if target.attachments is not None and not dry_run else None)
+    parsed = parse(unit, ParseContext(target.limits, sink))
+    return stage_parsed(parsed, unit.session_id, target, sink=sink, spans=spans, dry_run=dry_run,
+                        created_ms=created_ms, live_ids=live_ids)
+
+
+def stage_parsed(
+    parsed: Parsed,
+    session_id: str,
+    target: ImportTarget,
+    *,
+    sink: BlobSink,
+    spans: Spans | None,
+    dry_run: bool = False,
+    created_ms: Callable[[], int] | None = None,
+    live_ids: Callable[[], Iterable[str]] | None = None,
+    plugin_id: str = HOST_IMPORTER,
+    project: tuple[int, str] | None = None,
+) -> StagedImport:
+    """:func:`stage` for records from any producer (an importer, a plugin's messages)."""
+    try:
+        return _stage(parsed, session_id, target, sink, spans=spans, dry_run=dry_run, created_ms=created_ms,
+                      live_ids=live_ids, plugin_id=plugin_id, project=project)
+    except Refused as exc:
+        exc.report = parsed.report.refuse(exc.code, exc.message)
+        raise
+
+
+def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, spans: Spans | None, dry_run: bool,
+           created_ms: Callable[[], int] | None, live_ids: Callable[[], Iterable[str]] | None, plugin_id: str,
+           project: tuple[int, str] | None) -> StagedImport:
+    transcript = target.transcript(sid)
+    kind = "new" if spans is None else "append"
+    temp = None if dry_run else _temp_name(transcript, "" if kind == "new" else ".import")
+    try:
+        out = _Out(temp)
+    except OSError as exc:
+        raise classify_os_error(exc, f"create {temp}") from exc
+    staged = StagedImport(sid, parsed.report, parsed.meta, kind, transcript, temp, plugin_id=plugin_id,
+                          project_id=project[0] if project else None, project_path=project[1] if project else None)
+    ok = False
+    try:
+        if kind == "new":
+            _write_new(parsed.records, out, staged, created_ms)
+        else:
+            assert spans is not None
+            _write_changes(parsed.records, out, staged, spans, live_ids if parsed.follows_branch else None)
+        staged.identity = out.close(sync=kind == "new")
+        staged.blobs = list(sink.stored)
+        ok = True
+    except OSError as exc:
+        raise classify_os_error(exc, f"stage import of {sid}") from exc
+    finally:
+        if not ok:
+            try:
+                out.close(sync=False)
+            except OSError:
+                pass
+            if temp is not None:
+                _unlink(temp)
+    if kind == "append":
+        staged.body_end = staged.file_end = staged.pre_length + out.length
+    return staged
+
+
+def _write_new(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImport,
+               created_ms: Callable[[], int] | None) -> None:
+    first = next(records, None)
+    if first is None:
+        raise Refused("EMPTY_SESSION", "the session holds no messages")
+    meta = staged.meta
+    created = meta.created_ms if meta.created_ms is not None else (created_ms() if created_ms else 0)
+    header, parsed_header = header_line(staged.session_id, created)
+    staged.epoch = parsed_header.epoch
+    out.write(header)
+    staged.body_start = len(header)
+    out.write(dumps_line(first))
+    count = 1
+    for record in records:
+        out.write(dumps_line(record))
+        count += 1
+    staged.report.new_records = count
+    staged.body_end = out.length
+    out.write(_session_info(staged))
+    staged.file_end = out.length
+
+
+def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImport, spans: Spans,
+                   live_ids: Callable[[], Iterable[str]] | None) -> None:
+    """Write only records whose line the transcript does not already hold, byte for byte."""
+    try:
+        fd = open_nofollow(staged.transcript, os.O_RDONLY)
+    except OSError as exc:
+        raise classify_os_error(exc, f"read {staged.transcript}") from exc
+    try:
+        staged.pre_length = os.fstat(fd).st_size
+        staged.body_start = staged.pre_length
+        batch: list[tuple[dict[str, Any], bytes]] = []
+        written: dict[str, bytes] = {}
+
+        def flush() -> None:
+            known = spans([r["id"] for r, _ in batch])
+            for record, line in batch:
+                rid = record["id"]
+                if rid in written:
+                    if written[rid] != line:
+                        out.write(line)
+                        written[rid] = line
+                    continue
+                span = known.get(rid)
+                if span is not None and _old_line(fd, span) == line:
+                    staged.report.unchanged_records += 1
+                    continue
+                if span is not None:
+                    staged.report.replaced_records += 1
+                else:
+                    staged.report.new_records += 1
+                out.write(line)
+                if len(written) < 100_000:
+                    written[rid] = line
+            batch.clear()
+
+        on_branch: set[str] | None = set() if live_ids is not None else None
+        for record in records:
+            batch.append((record, dumps_line(record)))
+            if on_branch is not None and record.get("type") == "message":
+                on_branch.add(record["id"])
+            if len(batch) >= INDEX_BATCH:
+                flush()
+        flush()
+        if live_ids is not None and on_branch is not None:
+            when = staged.meta.updated_ms or 0
+            own = f"{staged.session_id}:"  # messages a host client appended later are never hidden
+            for mid in live_ids():
+                if mid.startswith(own) and mid not in on_branch:
+                    tid = join_id(staged.session_id, "off-branch", mid.rsplit(":", 1)[-1])
+                    out.write(tombstone_line(tid, mid, True, created_at_ms=when))
+                    staged.report.hidden_off_branch += 1
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- publish / undo
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def publish(staged: StagedImport, *, faults: Faults = NO_FAULTS) -> None:
+    """Make the staged lines part of the transcript (step 2)."""
+    assert staged.temp is not None
+    if staged.kind == "new":
+        try:
+            os.link(staged.temp, staged.transcript)
+        except FileExistsError:
+            _unlink(staged.temp)
+            raise Conflict(f"transcript {staged.transcript} appeared while importing",
+                           data={"sessionId": staged.session_id}) from None
+        except OSError as exc:
+            _unlink(staged.temp)
+            raise classify_os_error(exc, f"publish {staged.transcript}") from exc
+        staged.published = True
+        _unlink(staged.temp)
+        faults.point("import.after_link")
+        fsync_dir(staged.transcript.parent)
+        return
+    try:
+        _append_file(staged, faults)
+    finally:
+        _unlink(staged.temp)
+
+
+def _append_file(staged: StagedImport, faults: Faults) -> None:
+    assert staged.temp is not None
+    length = staged.body_end - staged.body_start
+    if length == 0:
+        return
+    try:
+        fd = open_nofollow(staged.transcript, os.O_WRONLY | os.O_APPEND)
+    except OSError as exc:
+        raise classify_os_error(exc, f"open {staged.transcript}") from exc
+    try:
+        if os.fstat(fd).st_size != staged.pre_length:
+            raise Conflict(f"transcript {staged.transcript} changed while importing",
+                           data={"sessionId": staged.session_id})
+        src = os.open(staged.temp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        staged.published = True
+        try:
+            while chunk := os.read(src, _WRITE_BUFFER):
+                write_all(fd, chunk)
+            faults.point("import.after_append_write")
+            os.fdatasync(fd)
+        except OSError as exc:
+            _truncate(fd, staged.pre_length)
+            staged.published = False
+            raise classify_os_error(exc, f"append to {staged.transcript}") from exc
+        finally:
+            os.close(src)
+    finally:
+        os.close(fd)
+
+
+def _truncate(fd: int, length: int) -> None:
+    try:
+        os.ftruncate(fd, length)
+        os.fsync(fd)
+    except OSError:
+        pass
+
+
+def undo(staged: StagedImport) -> None:
+    """Take back a published import whose index step failed (step 4). Never touches foreign bytes."""
+    if staged.temp is not None:
+        _unlink(staged.temp)
+    if not staged.published:
+        return
+    if staged.kind == "new":
+        try:
+            st = os.stat(staged.transcript, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if (st.st_dev, st.st_ino) == staged.identity:
+            remove_file_durable(staged.transcript)
+    else:
+        fd = open_nofollow(staged.transcript, os.O_WRONLY)
+        try:
+            if os.fstat(fd).st_size == staged.body_end:
+                _truncate(fd, staged.pre_length)
+        finally:
+            os.close(fd)
+    staged.published = False
+
+
+# --------------------------------------------------------------------------- index
+
+
+def _index_lines(staged: StagedImport,
+                 limits: ImportLimits) -> Iterator[tuple[int, list[Any], list[Any], list[tuple[str, bool]]]]:
+    """Batches of (end offset, message IndexRecords, CompactionRecords, tombstones) read back from the file."""
+    reader = LineReader(staged.transcript, max_line_bytes=limits.max_line_bytes, start=staged.body_start,
+                        end=staged.body_end)
+    msgs: list[Any] = []
+    comps: list[Any] = []
+    tombs: list[tuple[str, bool]] = []
+    end = staged.body_start
+    for line in reader:
+        if line.data is None:
+            raise StoreError(f"{staged.transcript}: a written line is over the line limit")
+        rec = loads_line(line.data)
+        end = line.offset + line.length
+        if rec.get("type") == "message":
+            whole = line.data + b"\n" if line.length == len(line.data) + 1 else None  # the line as the file holds it
+            msgs.append(index.IndexRecord(rec, line.offset, line.length, line=whole))
+        elif rec.get("type") == "compaction":
+            comps.append(index.CompactionRecord(rec, line.offset, line.length))
+        elif rec.get("type") == "tombstone":
+            tombs.append((str(rec.get("messageId")), rec.get("deleted", True) is not False))
+        if len(msgs) >= INDEX_BATCH:
+            yield end, msgs, comps, tombs
+            msgs, comps, tombs = [], [], []
+    yield end, msgs, comps, tombs
+
+
+def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) -> None:
+    """Step 3, inside the caller's transaction."""
+    sid = staged.session_id
+    meta = staged.meta
+    if staged.kind == "new":
+        host = staged.plugin_id == HOST_IMPORTER
+        index.insert_session(conn, sid, now_ms=now_ms, created_at_ms=meta.created_ms or now_ms,
+                             title=meta.title, project_path=meta.cwd if host else None, file_epoch=staged.epoch,
+                             source=meta.source)
+        if staged.project_id is not None:
+            conn.execute("UPDATE sessions SET project_id = ? WHERE id = ?", (staged.project_id, sid))
+    else:
+        row = index.require_session(conn, sid)
+        staged.epoch = row["_fileEpoch"]
+    if staged.body_end > staged.body_start:
+        for end, msgs, comps, tombs in _index_lines(staged, DEFAULT_LIMITS):
+            index.index_messages(conn, sid, msgs, indexed_len=end, file_epoch=staged.epoch, now_ms=now_ms,
+                                 touch=False, audit_effects=False)
+            index.index_compactions(conn, sid, comps, now_ms)
+            for mid, flag in tombs:
+                index.set_deleted(conn, sid, mid, flag)
+        index.set_index_mark(conn, sid, staged.file_end, staged.epoch)
+    last = conn.execute("SELECT MAX(created_at) FROM messages WHERE session_id = ?", (sid,)).fetchone()[0]
+    if last is not None:
+        conn.execute("UPDATE sessions SET updated_at = MAX(updated_at, ?) WHERE id = ?", (last, sid))
+    for blob, message_id in staged.blobs:
+        attachments.record_blob(conn, blob.sha256, blob.size, blob.mime_type, now_ms)
+        attachments.record_ref(conn, blob.sha256, sid, message_id, now_ms)
+    write_origin(conn, staged, now_ms=now_ms)
+
+
+def write_origin(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) -> None:
+    meta = staged.meta
+    files = {f.path: {"size": f.size, "mtimeNs": f.mtime_ns, "consumed": f.consumed, "sha256": f.sha256}
+             for f in staged.report.files if f.sha256}
+    origin: dict[str, Any] = {"files": files, "projectPath": meta.cwd, "title": meta.title, **meta.history}
+    if meta.thinking_level:
+        origin["thinkingLevel"] = meta.thinking_level
+    upsert_origin(conn, staged.plugin_id, meta.source, meta.external_id, staged.session_id,
+                  meta.label or meta.source, origin, now_ms)
+
+
+def upsert_origin(conn: sqlite3.Connection, plugin_id: str, source_id: str, external_id: str, session_id: str,
+                  label: str, origin: Mapping[str, Any], now_ms: int) -> None:
+    """The ``session_import_origins`` row of a session (one per session; the history is JSON)."""
+    conn.execute(
+        "INSERT INTO session_import_origins(plugin_id, source_id, external_id, session_id, source_label, "
+        "origin_json, created_at) VALUES (?,?,?,?,?,?,?) ON CONFLICT(session_id) DO UPDATE SET "
+        "source_label = excluded.source_label, origin_json = excluded.origin_json",
+        (plugin_id, source_id, external_id, session_id, label, orjson.dumps(origin).decode(), now_ms),
+    )

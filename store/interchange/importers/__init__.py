@@ -1,0 +1,52 @@
+"""Importers: other agents' session files to this host's transcript records.
+
+Each module is a pure parser for one tool (never writes the source):
+``discover(root)`` yields :class:`~store.interchange.importers.common.SourceUnit` (one per
+session) and ``parse(unit, ctx)`` returns a :class:`~store.interchange.importers.common.Parsed`
+whose ``records`` stream in transcript order. :mod:`store.interchange.import_write` writes
+them. ``default_root`` is where each tool keeps its sessions.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from types import MappingProxyType, ModuleType
+
+from store.interchange.importers import claude_code, codex, host_jsonl, opencode, pi
+from store.interchange.importers.common import SOURCES, ParseContext, Parsed, SourceUnit
+
+__all__ = ["IMPORTERS", "SOURCES", "default_root", "discover", "parse"]
+
+IMPORTERS: Mapping[str, ModuleType] = MappingProxyType({
+    "claude-code": claude_code,
+    "codex": codex,
+    "pi": pi,
+    "opencode": opencode,
+    "pi-host": host_jsonl,
+})
+assert tuple(IMPORTERS) == SOURCES
+
+_ROOTS: Mapping[str, Callable[[Path, Mapping[str, str]], Path]] = MappingProxyType({
+    "claude-code": lambda home, env: Path(env.get("CLAUDE_CONFIG_DIR") or home / ".claude") / "projects",
+    "codex": lambda home, env: Path(env.get("CODEX_HOME") or home / ".codex") / "sessions",
+    "pi": lambda home, env: Path(env.get("PI_CODING_AGENT_DIR") or home / ".pi" / "agent") / "sessions",
+    "opencode": lambda home, env: Path(env.get("XDG_DATA_HOME") or home / ".local" / "share") / "opencode",
+    "pi-host": lambda home, env: Path.cwd(),
+})
+
+
+def default_root(source: str, env: Mapping[str, str] | None = None) -> Path:
+    """The directory a tool keeps its sessions in (its own environment overrides honoured)."""
+    environ = os.environ if env is None else env
+    home = Path(environ.get("HOME") or os.path.expanduser("~"))
+    return _ROOTS[source](home, environ)
+
+
+def discover(source: str, root: Path) -> Iterator[SourceUnit]:
+    return IMPORTERS[source].discover(root)  # type: ignore[no-any-return]
+
+
+def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
+    return IMPORTERS[unit.source].parse(unit, ctx)  # type: ignore[no-any-return]

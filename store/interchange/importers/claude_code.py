@@ -1,0 +1,567 @@
+"""Claude Code transcripts: ``~/.claude/projects/<project>/<session>.jsonl`` (+ ``<session>/subagents/*.jsonl``).
+
+One JSON object per line. What becomes what:
+
+* ``user`` / ``assistant`` lines (``message.content`` as in the Anthropic
+  Messages API) become ``user`` / ``assistant`` messages. Consecutive
+  assistant lines of one API response (same ``message.id``; Claude Code writes
+  one line per content block) merge into one assistant message until a
+  ``tool_use`` block; each ``tool_use`` becomes a ``tool`` message holding one
+  ``tool_call`` block, completed by the ``tool_result`` that arrives in a later
+  user line (``is_error`` → ``error``; a refused permission → ``denied``).
+  ``thinking`` keeps its ``signature`` (and ``redacted_thinking`` its data) as
+  replay state; it never reaches the search text (records.extract_text).
+  Images become attachment blocks whose bytes go to the blob sink.
+  ``isMeta`` user lines (caveats, reminders injected by the harness) become
+  ``system`` notices.
+* ``system``/``compact_boundary`` followed by the ``isCompactSummary`` user
+  line becomes one compaction checkpoint (``throughMessageId`` = the last
+  message before the boundary; the summary is the checkpoint text, not a
+  message). Other ``system`` lines with a text ``content`` become ``system``
+  notices; the rest are counted as skipped.
+* Subagent rows are attributed (seed 003 §4.7a): lines of a
+  ``subagents/agent-<id>.jsonl`` file and ``progress``/``agent_progress``
+  lines (the subagent's messages embedded in the parent, with
+  ``parentToolUseID``) get ``meta.agentName`` (the ``Task`` call's
+  ``subagent_type``, else the agent id) and ``meta.parentToolCallId`` when the
+  spawning ``Task`` call is known; inline sidechains of Claude Code 1.x
+  (``isSidechain`` with ``parentUuid: null`` roots) are matched to the ``Task``
+  call whose ``prompt`` equals the root's text.
+* ``summary`` / ``custom-title`` / ``ai-title`` lines name the session;
+  snapshots, hook progress, queue operations and the other bookkeeping lines
+  are counted as skipped; unknown types are counted as unknown.
+* The ``parentUuid`` chain is checked in bounded memory: roots and dangling
+  parents (a parent that never appears, e.g. a subagent file whose first
+  lines point into its parent session) are reported per file. Lines are
+  imported in file order (Claude Code appends in time order).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from store.interchange.importers.common import (
+    ChainTracker,
+    Emitter,
+    FileReport,
+    LineReader,
+    ParseContext,
+    Parsed,
+    Refused,
+    SessionMeta,
+    SessionReport,
+    Slot,
+    SourceUnit,
+    bounded_replay,
+    file_report,
+    finalize,
+    image_attachment,
+    join_id,
+    json_value_ok,
+    message_record,
+    parse_object,
+    peek_field,
+    stamp,
+    text_block,
+    to_ms,
+)
+
+SOURCE = "claude-code"
+SKIPPED_TYPES = frozenset({
+    "file-history-snapshot", "queue-operation", "last-prompt", "attachment", "permission-mode", "mode",
+    "agent-name", "pr-link", "frame-link", "worktree-state", "relocated", "bridge-session", "started", "result",
+    "atis-latch", "agent-setting", "tag",
+})
+KNOWN_TYPES = frozenset({"user", "assistant", "system", "summary", "progress", "custom-title", "ai-title",
+                         *SKIPPED_TYPES})
+DENIED_PREFIX = "The user doesn't want to proceed"
+_COMMAND = re.compile(
+    r"<command-name>\s*([^<]{1,80}?)\s*</command-name>(?:.*?<command-args>([^<]{0,80})</command-args>)?", re.S)
+MAX_TASKS = 100_000
+
+
+def discover(root: Path) -> Iterator[SourceUnit]:
+    """Sessions under a projects root, a project directory, or one file."""
+    if root.is_file():
+        external = peek_field(root, ("sessionId",)) or root.stem
+        subs = sorted((root.parent / root.stem / "subagents").glob("*.jsonl"))
+        yield SourceUnit(SOURCE, external, (root, *subs))
+        return
+    projects = [root] if any(root.glob("*.jsonl")) else sorted(p for p in root.iterdir() if p.is_dir())
+    for project in projects:
+        mains = {p.stem: p for p in sorted(project.glob("*.jsonl")) if p.is_file()}
+        for stem, main in mains.items():
+            subs = sorted((project / stem / "subagents").glob("*.jsonl"))
+            yield SourceUnit(SOURCE, stem, (main, *subs))
+        for folder in sorted(p for p in project.iterdir() if p.is_dir() and p.name not in mains):
+            subs = sorted((folder / "subagents").glob("*.jsonl"))
+            if subs:  # subagent files whose main transcript is gone
+                yield SourceUnit(SOURCE, folder.name, tuple(subs))
+
+
+@dataclass
+class _Task:
+    agent_type: str | None
+    prompt: str | None
+    matched: bool = False
+
+
+@dataclass
+class _Shared:
+    """State that spans the files of one session."""
+
+    tasks: dict[str, _Task] = field(default_factory=dict)
+    agents: dict[str, tuple[str | None, str]] = field(default_factory=dict)
+    """agentId -> (parentToolCallId, agentName), learned from agent_progress lines and Task results."""
+    recognized: bool = False
+
+
+@dataclass
+class _Group:
+    api_id: object
+    slot: Slot
+
+
+def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
+    sid = unit.session_id
+    meta = SessionMeta(SOURCE, unit.external_id, sid)
+    report = SessionReport(SOURCE, unit.external_id, sid)
+    shared = _Shared()
+
+    def records() -> Iterator[Slot]:
+        for index, path in enumerate(unit.files[: ctx.limits.max_files_per_session]):
+            conv = _FileConverter(ctx, meta, report, shared, sid, path, primary=index == 0)
+            yield from conv.run()
+            if index == 0 and not shared.recognized:
+                if conv.file.lines == conv.file.blank_lines:
+                    raise Refused("EMPTY_SESSION", f"{path} holds no complete line")
+                raise Refused("NOT_A_SESSION_FILE", f"{path} is not a Claude Code transcript")
+
+    return Parsed(meta, report, finalize(records(), report, ctx.limits))
+
+
+class _FileConverter:
+    def __init__(self, ctx: ParseContext, meta: SessionMeta, report: SessionReport, shared: _Shared, sid: str,
+                 path: Path, *, primary: bool) -> None:
+        self.ctx, self.meta, self.report, self.shared, self.sid, self.path = ctx, meta, report, shared, sid, path
+        self.primary = primary
+        self.file = FileReport(str(path))
+        report.files.append(self.file)
+        self.emitter = Emitter(ctx.limits, report)
+        self.chain = ChainTracker(ctx.limits.max_tracked_ids)
+        self.embedded = ChainTracker(ctx.limits.max_tracked_ids)
+        """Ids of subagent messages embedded in progress lines (their own chain, not this file's)."""
+        self.pending: dict[str, Slot] = {}
+        self.group: _Group | None = None
+        self.compaction: Slot | None = None
+        self.sidechains: dict[str, tuple[str | None, str]] = {}
+        self.parsed_lines = 0
+
+    # ------------------------------------------------------------------ driver
+    def run(self) -> Iterator[Slot]:
+        reader = LineReader(self.path, max_line_bytes=self.ctx.limits.max_line_bytes, chunk=self.ctx.limits.read_chunk)
+        for line in reader:
+            self.file.lines += 1
+            if line.data is None:
+                self.file.oversized_lines += 1
+                continue
+            if not line.data.strip():
+                self.file.blank_lines += 1
+                continue
+            rec = parse_object(line.data)
+            if rec is None:
+                self.file.bad_lines += 1
+                continue
+            self.parsed_lines += 1
+            self.take(rec, line.offset, line.length)
+            if (self.primary and not self.shared.recognized
+                    and self.parsed_lines >= self.ctx.limits.recognize_within_lines):
+                raise Refused("NOT_A_SESSION_FILE", f"{self.path} is not a Claude Code transcript")
+            yield from self.emitter.ready()
+        self.close()
+        yield from self.emitter.finish()
+        file_report(reader, self.file)
+        self.file.roots = self.chain.roots
+        self.file.dangling_parents = self.chain.dangling
+
+    def close(self) -> None:
+        self.close_group()
+        if self.compaction is not None and self.emitter.discard(self.compaction):
+            # a boundary at the very end whose summary line is not written yet: the checkpoint is
+            # imported once the summary is there (checkpoint lines are not replaced by id)
+            self.report.compactions_dropped += 1
+            self.compaction = None
+        self.release_compaction()
+        self.report.unpaired_tool_calls += len(self.pending)
+        self.pending.clear()
+
+    # ------------------------------------------------------------------ helpers
+    def close_group(self) -> None:
+        if self.group is not None:
+            self.group.slot.held = False
+            self.group = None
+
+    def release_compaction(self) -> None:
+        if self.compaction is not None:
+            self.compaction.held = False
+            self.compaction = None
+
+    def msg_id(self, uuid: object, offset: int, duplicate: bool) -> str:
+        if isinstance(uuid, str) and uuid and not duplicate:
+            return join_id(self.sid, uuid)
+        return join_id(self.sid, f"{uuid}@{offset}" if isinstance(uuid, str) else f"L{offset}")
+
+    # ------------------------------------------------------------------ records
+    def take(self, rec: dict[str, Any], offset: int, length: int) -> None:
+        kind = rec.get("type")
+        kind_name = kind if isinstance(kind, str) else "<no type>"
+        self.file.record_types[kind_name] += 1
+        if kind in KNOWN_TYPES:
+            self.shared.recognized = True
+        duplicate = False
+        if "uuid" in rec or "parentUuid" in rec:
+            duplicate = self.chain.add(rec.get("uuid"), rec.get("parentUuid"))
+        ts = to_ms(rec.get("timestamp"))
+        self.meta.saw_time(ts)
+        if self.meta.cwd is None and isinstance(rec.get("cwd"), str) and rec["cwd"]:
+            self.meta.cwd = rec["cwd"]
+        if isinstance(rec.get("version"), str) and not self.meta.label:
+            self.meta.label = f"Claude Code {rec['version']}"[:80]
+        if kind in ("user", "assistant"):
+            message = rec.get("message")
+            if not isinstance(message, Mapping):
+                self.file.unknown[f"{kind}(no message)"] += 1
+                return
+            attribution = self.attribution(rec)
+            self.conversation(rec, message, attribution, offset, length, duplicate, ts)
+        elif kind == "progress":
+            self.progress(rec, offset, length)
+        elif kind == "system":
+            self.system(rec, offset, duplicate, ts)
+        elif kind == "summary":
+            self.meta.offer_title(rec.get("summary"), 2)
+        elif kind == "custom-title":
+            self.meta.offer_title(rec.get("customTitle"), 0, replace=True)
+        elif kind == "ai-title":
+            self.meta.offer_title(rec.get("aiTitle"), 1, replace=True)
+        elif kind in SKIPPED_TYPES:
+            self.file.skipped[kind_name] += 1
+        else:
+            self.file.unknown[kind_name] += 1
+
+    def attribution(self, rec: Mapping[str, Any]) -> dict[str, str]:
+        """§4.7a meta for a subagent row ({} for the main conversation)."""
+        if rec.get("isSidechain") is not True:
+            return {}
+        agent_id = rec.get("agentId")
+        if isinstance(agent_id, str) and agent_id:
+            parent, name = self.shared.agents.get(agent_id, (None, agent_id))
+            return _attr(parent, name)
+        uuid, parent_uuid = rec.get("uuid"), rec.get("parentUuid")
+        found = self.sidechains.get(parent_uuid) if isinstance(parent_uuid, str) else None
+        if found is None:
+            found = self.match_task(rec)
+        if isinstance(uuid, str) and len(self.sidechains) < self.ctx.limits.max_tracked_ids:
+            self.sidechains[uuid] = found
+        return _attr(*found)
+
+    def match_task(self, rec: Mapping[str, Any]) -> tuple[str | None, str]:
+        """The Task call whose prompt is this sidechain root's text (Claude Code 1.x inline sidechains)."""
+        message = rec.get("message")
+        text = _plain_text(message.get("content")) if isinstance(message, Mapping) else None
+        if text:
+            for call_id, task in reversed(self.shared.tasks.items()):
+                if not task.matched and task.prompt is not None and task.prompt.strip() == text.strip():
+                    task.matched = True
+                    return call_id, task.agent_type or "sidechain"
+        return None, "sidechain"
+
+    def progress(self, rec: Mapping[str, Any], offset: int, length: int) -> None:
+        data = rec.get("data")
+        data_type = data.get("type") if isinstance(data, Mapping) else None
+        if data_type != "agent_progress" or not isinstance(data, Mapping):
+            self.file.skipped[f"progress/{data_type}"] += 1
+            return
+        inner = data.get("message")
+        if not isinstance(inner, Mapping) or not isinstance(inner.get("message"), Mapping):
+            self.file.skipped["progress/agent_progress(empty)"] += 1
+            return
+        parent_call = rec.get("parentToolUseID")
+        parent_call = parent_call if isinstance(parent_call, str) and parent_call else None
+        agent_id = data.get("agentId")
+        task = self.shared.tasks.get(parent_call) if parent_call else None
+        name = (task.agent_type if task else None) or (agent_id if isinstance(agent_id, str) else "subagent")
+        if isinstance(agent_id, str) and agent_id:
+            self.shared.agents[agent_id] = (parent_call, name)
+        kind = inner.get("type")
+        if kind not in ("user", "assistant"):
+            self.file.skipped["progress/agent_progress(other)"] += 1
+            return
+        duplicate = self.embedded.add(inner.get("uuid"), inner.get("parentUuid")) if "uuid" in inner else False
+        ts = to_ms(inner.get("timestamp")) or to_ms(rec.get("timestamp"))
+        merged = {**inner, "type": kind}
+        self.conversation(merged, inner["message"], _attr(parent_call, name), offset, length, duplicate, ts)
+
+    def system(self, rec: Mapping[str, Any], offset: int, duplicate: bool, ts: int | None) -> None:
+        subtype = rec.get("subtype")
+        self.close_group()
+        if subtype == "compact_boundary":
+            self.release_compaction()
+            through = self.emitter.last_message_id
+            if through is None:
+                self.report.compactions_dropped += 1
+                return
+            cm = rec.get("compactMetadata")
+            cm = cm if isinstance(cm, Mapping) else {}
+            tokens = cm.get("preTokens")
+            details: dict[str, Any] = {"retainedTailMode": "completed_turn", "importedFrom": SOURCE}
+            if isinstance(cm.get("trigger"), str):
+                details["trigger"] = cm["trigger"]
+            content = rec.get("content")
+            record: dict[str, Any] = {
+                "type": "compaction",
+                "id": join_id(self.sid, "compaction", rec["uuid"] if isinstance(rec.get("uuid"), str) and not duplicate
+                              else f"L{offset}"),
+                "summary": content if isinstance(content, str) else "",
+                "throughMessageId": through,
+                "tokensBefore": tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0
+                else 0,
+                "retainedTail": [],
+                "createdAt": stamp(ts), "details": details,
+            }
+            self.compaction = self.emitter.push(record, held=True)
+            return
+        content = rec.get("content")
+        if isinstance(content, str) and content.strip():
+            self.release_compaction()
+            meta = {"importedKind": f"system/{subtype}"} if isinstance(subtype, str) else {}
+            record = message_record(self.msg_id(rec.get("uuid"), offset, duplicate), "system", ts,
+                                    [text_block(content)], meta=meta)
+            self.emitter.push(record)
+        else:
+            self.file.skipped[f"system/{subtype}"] += 1
+
+    # ------------------------------------------------------------------ conversation
+    def conversation(self, rec: Mapping[str, Any], message: Mapping[str, Any], attribution: dict[str, str],
+                     offset: int, length: int, duplicate: bool, ts: int | None) -> None:
+        kind = rec.get("type")
+        content = message.get("content")
+        if kind == "user":
+            self.close_group()
+            if rec.get("isCompactSummary") is True and self.compaction is not None:
+                summary = _plain_text(content) or ""
+                self.compaction.record["summary"] = summary
+                self.release_compaction()
+                return
+            self.release_compaction()
+            self.user(rec, content, attribution, offset, length, duplicate, ts)
+        else:
+            self.release_compaction()
+            self.assistant(rec, message, attribution, offset, length, duplicate, ts)
+
+    def user(self, rec: Mapping[str, Any], content: Any, attribution: dict[str, str], offset: int, length: int,
+             duplicate: bool, ts: int | None) -> None:
+        msg_id = self.msg_id(rec.get("uuid"), offset, duplicate)
+        blocks: list[dict[str, Any]] = []
+        if isinstance(content, str):
+            if content:
+                blocks.append(text_block(content))
+        elif isinstance(content, list):
+            for i, block in enumerate(content):
+                if not isinstance(block, Mapping):
+                    continue
+                kind = block.get("type")
+                if kind == "text" and isinstance(block.get("text"), str):
+                    blocks.append(text_block(block["text"]))
+                elif kind == "image":
+                    att = self.image(block, msg_id, f"image-{i + 1}")
+                    if att is not None:
+                        blocks.append(att)
+                elif kind == "tool_result":
+                    self.tool_result(block, rec, attribution, offset, i, ts)
+                else:
+                    self.report.skipped_blocks[f"user/{kind}"] += 1
+        else:
+            self.report.skipped_blocks["user/<no content>"] += 1
+        if not blocks:
+            return
+        is_meta = rec.get("isMeta") is True
+        role = "system" if is_meta else "user"
+        meta: dict[str, Any] = dict(attribution)
+        if is_meta:
+            meta["importedKind"] = "isMeta"
+        else:
+            first = next((b["text"] for b in blocks if b.get("type") == "text"), "").lstrip()
+            command = _COMMAND.search(first) if first.startswith("<") else None
+            if command is not None:
+                self.meta.offer_title(f"{command.group(1)} {command.group(2) or ''}", 6)
+            elif not first.startswith(("[Request interrupted", "<")):
+                self.meta.offer_title(first, 7 if attribution else 5)
+        self.emitter.push(message_record(msg_id, role, ts, blocks, meta=meta), weight=length)
+
+    def image(self, block: Mapping[str, Any], msg_id: str, name: str) -> dict[str, Any] | None:
+        source = block.get("source")
+        if not isinstance(source, Mapping) or source.get("type") != "base64":
+            self.report.skipped_blocks["image(not base64)"] += 1
+            return None
+        return image_attachment(self.ctx, self.report, source.get("data"), source.get("media_type"), name, msg_id)
+
+    def assistant(self, rec: Mapping[str, Any], message: Mapping[str, Any], attribution: dict[str, str],
+                  offset: int, length: int, duplicate: bool, ts: int | None) -> None:
+        content = message.get("content")
+        api_id = message.get("id")
+        if self.group is not None and (api_id is None or self.group.api_id != api_id):
+            self.close_group()
+        model = message.get("model")
+        meta: dict[str, Any] = dict(attribution)
+        if isinstance(model, str) and model:
+            meta["modelId"] = model
+            meta["providerId"] = "anthropic"
+            if model != "<synthetic>":
+                self.meta.history.setdefault("modelIds", [])
+                if model not in self.meta.history["modelIds"] and len(self.meta.history["modelIds"]) < 20:
+                    self.meta.history["modelIds"].append(model)
+        if isinstance(message.get("usage"), Mapping):
+            meta["usage"] = dict(message["usage"])
+        if isinstance(message.get("stop_reason"), str):
+            meta["stopReason"] = message["stop_reason"]
+        items = content if isinstance(content, list) else ([{"type": "text", "text": content}]
+                                                           if isinstance(content, str) else [])
+        for i, block in enumerate(items):
+            if not isinstance(block, Mapping):
+                continue
+            kind = block.get("type")
+            converted = self.assistant_block(block, kind)
+            if converted is not None:
+                self.add_to_group(converted, rec, api_id, meta, offset, length, duplicate, ts)
+            elif kind == "tool_use":
+                self.close_group()
+                self.tool_use(block, rec, attribution, offset, i, ts, length)
+            else:
+                self.report.skipped_blocks[f"assistant/{kind}"] += 1
+
+    def assistant_block(self, block: Mapping[str, Any], kind: object) -> dict[str, Any] | None:
+        if kind == "text" and isinstance(block.get("text"), str):
+            return text_block(block["text"])
+        if kind == "thinking" and isinstance(block.get("thinking"), str):
+            out: dict[str, Any] = {"type": "thinking", "text": block["thinking"]}
+            sig = bounded_replay(self.ctx, self.report, block.get("signature"))
+            if sig is not None:
+                out["signature"] = sig
+            return out
+        if kind == "redacted_thinking":
+            data = bounded_replay(self.ctx, self.report, block.get("data"))
+            return {"type": "thinking", "text": "", "redacted": data} if data is not None else None
+        return None
+
+    def add_to_group(self, block: dict[str, Any], rec: Mapping[str, Any], api_id: object, meta: dict[str, Any],
+                     offset: int, length: int, duplicate: bool, ts: int | None) -> None:
+        if self.group is None:
+            record = message_record(self.msg_id(rec.get("uuid"), offset, duplicate), "assistant", ts, [], meta=meta)
+            self.group = _Group(api_id, self.emitter.push(record, held=True, weight=length))
+        record = self.group.slot.record
+        record["blocks"].append(block)
+        if meta:
+            record["meta"] = {**record.get("meta", {}), **meta}
+
+    # ------------------------------------------------------------------ tools
+    def tool_use(self, block: Mapping[str, Any], rec: Mapping[str, Any], attribution: dict[str, str], offset: int,
+                 index: int, ts: int | None, length: int) -> None:
+        call_id = block.get("id")
+        name = block.get("name") if isinstance(block.get("name"), str) and block.get("name") else "unknown"
+        args = block.get("input") if json_value_ok(block.get("input")) else None
+        has_id = isinstance(call_id, str) and bool(call_id)
+        key = call_id if isinstance(call_id, str) and call_id else f"{offset}.{index}"
+        tool_block: dict[str, Any] = {"type": "tool_call", "callId": key, "name": name, "args": args}
+        record = message_record(join_id(self.sid, "tool", key), "tool", ts, [tool_block], tool_name=name,
+                                meta=attribution)
+        self.report.tool_calls += 1
+        slot = self.emitter.push(record, held=has_id, weight=length)
+        if has_id:
+            if key in self.pending:
+                self.report.unpaired_tool_calls += 1
+            self.pending[key] = slot
+            if len(self.pending) > self.ctx.limits.max_pending_records * 4:
+                oldest = next(iter(self.pending))
+                self.pending.pop(oldest).held = False
+                self.report.unpaired_tool_calls += 1
+        if name in ("Task", "Agent") and isinstance(args, Mapping) and has_id and len(self.shared.tasks) < MAX_TASKS:
+            agent_type = args.get("subagent_type")
+            prompt = args.get("prompt")
+            self.shared.tasks[key] = _Task(agent_type if isinstance(agent_type, str) else None,
+                                           prompt if isinstance(prompt, str) else None)
+
+    def tool_result(self, block: Mapping[str, Any], rec: Mapping[str, Any], attribution: dict[str, str],
+                    offset: int, index: int, ts: int | None) -> None:
+        call_id = block.get("tool_use_id")
+        result = self.result_value(block.get("content"), call_id, offset, index)
+        is_error = block.get("is_error") is True
+        status = "error" if is_error else "ok"
+        if is_error and isinstance(result, str) and result.startswith(DENIED_PREFIX):
+            status = "denied"
+        slot = self.pending.pop(call_id, None) if isinstance(call_id, str) else None
+        extra = rec.get("toolUseResult")
+        if isinstance(extra, Mapping) and isinstance(extra.get("agentId"), str) and isinstance(call_id, str):
+            task = self.shared.tasks.get(call_id)
+            self.shared.agents[extra["agentId"]] = (call_id, (task.agent_type if task else None) or extra["agentId"])
+        if slot is None:
+            self.report.orphan_results += 1
+            key = call_id if isinstance(call_id, str) and call_id else f"{offset}.{index}"
+            orphan = {"type": "tool_call", "callId": key, "name": "unknown", "args": None, "result": result,
+                      "status": status, "completedAt": stamp(ts)}
+            self.emitter.push(message_record(join_id(self.sid, "result", key), "tool", ts, [orphan],
+                                             tool_name="unknown", meta={**attribution, "orphanResult": True}))
+            return
+        self.report.tool_results += 1
+        old = slot.record
+        tool_block = {**old["blocks"][0], "result": result, "status": status, "completedAt": stamp(ts)}
+        self.emitter.replace(slot, {**old, "blocks": [tool_block]})
+        slot.held = False
+
+    def result_value(self, content: Any, call_id: object, offset: int, index: int) -> Any:
+        if isinstance(content, str) or content is None:
+            return content if content is not None else ""
+        if not isinstance(content, list):
+            return content if json_value_ok(content) else None
+        texts: list[str] = []
+        blocks: list[dict[str, Any]] = []
+        for i, item in enumerate(content):
+            if not isinstance(item, Mapping):
+                continue
+            if item.get("type") == "text" and isinstance(item.get("text"), str):
+                texts.append(item["text"])
+                blocks.append(text_block(item["text"]))
+            elif item.get("type") == "image":
+                key = call_id if isinstance(call_id, str) and call_id else f"{offset}.{index}"
+                att = self.image(item, join_id(self.sid, "tool", key), f"result-image-{i + 1}")
+                if att is not None:
+                    blocks.append(att)
+            else:
+                self.report.skipped_blocks[f"tool_result/{item.get('type')}"] += 1
+        if len(blocks) == len(texts):
+            return "\n".join(texts)
+        return blocks
+
+
+def _attr(parent: str | None, name: str) -> dict[str, str]:
+    out = {"agentName": name}
+    if parent:
+        out["parentToolCallId"] = parent
+    return out
+
+
+def _plain_text(content: Any) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [b["text"] for b in content if isinstance(b, Mapping) and b.get("type") == "text"
+                 and isinstance(b.get("text"), str)]
+        return "\n".join(texts) if texts else None
+    return None
+
+
+__all__ = ["SOURCE", "discover", "parse"]

@@ -1,0 +1,464 @@
+"""OpenAI Codex CLI rollouts: ``~/.codex/sessions/YYYY/MM/DD/rollout-<time>-<uuid>.jsonl``.
+
+Each line is ``{"timestamp", "type", "payload"}``. The conversation is the
+``response_item`` lines (what was sent to and returned by the model);
+``event_msg`` lines are UI events that mostly repeat it and are skipped,
+except ``token_count`` whose last-call usage is attached to the assistant
+message of that response. What becomes what:
+
+* ``message`` items: ``user`` → user, ``assistant`` → assistant (``phase``
+  kept in meta), ``developer``/``system`` and the harness-injected user items
+  (``<environment_context>``, AGENTS.md instructions) → ``system`` notices;
+* ``reasoning`` → a ``thinking`` block (summary text) with
+  ``encrypted_content`` as bounded replay state; reasoning, assistant text and
+  ``web_search_call`` (a ``hostedSearch`` block) of one model response form
+  one assistant message;
+* ``function_call`` / ``custom_tool_call`` / ``local_shell_call`` /
+  ``tool_search_call`` → a ``tool`` message completed by the matching
+  ``*_output`` item (``call_id``); a shell output whose metadata reports a
+  non-zero exit code is ``error``;
+* ``compacted`` → a compaction checkpoint (``message`` is the summary);
+* ``session_meta`` (the first one) names the session and its cwd;
+  ``turn_context`` carries the model; ``ghost_snapshot``, ``world_state`` and
+  the other bookkeeping kinds are counted as skipped, unknown kinds as
+  unknown.
+
+Rollouts written before ``session_meta`` existed (a bare first line with
+``id``/``timestamp``, then bare items) are read the same way.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from store.interchange.importers.common import (
+    Emitter,
+    FileReport,
+    LineReader,
+    ParseContext,
+    Parsed,
+    Refused,
+    SessionMeta,
+    SessionReport,
+    Slot,
+    SourceUnit,
+    bounded_replay,
+    file_report,
+    finalize,
+    join_id,
+    json_value_ok,
+    message_record,
+    parse_object,
+    stamp,
+    text_block,
+    to_ms,
+)
+
+SOURCE = "codex"
+TOP_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
+ITEM_TYPES = frozenset({
+    "message", "reasoning", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
+    "local_shell_call", "web_search_call", "tool_search_call", "tool_search_output",
+})
+SKIPPED_ITEMS = frozenset({"ghost_snapshot", "image_generation_call", "agent_message"})
+SKIPPED_TOP = frozenset({"world_state", "inter_agent_communication_metadata"})
+CALL_TYPES = {"function_call": "function", "custom_tool_call": "custom", "local_shell_call": "local_shell",
+              "tool_search_call": "tool_search"}
+OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output", "tool_search_output",
+                          "local_shell_call_output"})
+CONTEXT_PREFIXES = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions", "<INSTRUCTIONS>",
+                    "<permissions instructions>")
+TEXT_TYPES = frozenset({"input_text", "output_text", "text", "refusal"})
+_UUID_TAIL = re.compile(r"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$")
+_DATA_URL = re.compile(r"^data:([\w.+/-]{1,100});base64,", re.ASCII)
+SEARCH_KINDS = {"search": "search", "open_page": "openPage", "find_in_page": "findInPage"}
+
+
+def discover(root: Path) -> Iterator[SourceUnit]:
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*.jsonl") if p.is_file())
+    for path in files:
+        yield SourceUnit(SOURCE, _external_id(path), (path,))
+
+
+def _external_id(path: Path) -> str:
+    try:
+        reader = LineReader(path, max_line_bytes=8 << 20, chunk=1 << 16)
+        for line in reader:
+            rec = parse_object(line.data) if line.data is not None else None
+            if rec is not None:
+                payload = rec.get("payload")
+                if rec.get("type") == "session_meta" and isinstance(payload, Mapping):
+                    if isinstance(payload.get("id"), str) and payload["id"]:
+                        return str(payload["id"])
+                elif "type" not in rec and isinstance(rec.get("id"), str) and rec["id"]:
+                    return str(rec["id"])
+            break
+    except OSError:
+        pass
+    match = _UUID_TAIL.search(path.stem)
+    return match.group(1) if match else path.stem
+
+
+def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
+    sid = unit.session_id
+    meta = SessionMeta(SOURCE, unit.external_id, sid)
+    report = SessionReport(SOURCE, unit.external_id, sid)
+    conv = _Converter(ctx, meta, report, sid, unit.files[0])
+    return Parsed(meta, report, finalize(conv.run(), report, ctx.limits))
+
+
+class _Converter:
+    def __init__(self, ctx: ParseContext, meta: SessionMeta, report: SessionReport, sid: str, path: Path) -> None:
+        self.ctx, self.meta, self.report, self.sid, self.path = ctx, meta, report, sid, path
+        self.file = FileReport(str(path))
+        report.files.append(self.file)
+        self.emitter = Emitter(ctx.limits, report)
+        self.pending: dict[str, Slot] = {}
+        self.group: Slot | None = None
+        self.group_saw_output = False
+        self.recognized = False
+        self.model: str | None = None
+        self.provider: str | None = None
+        self.parsed = 0
+        self.session_metas = 0
+
+    def run(self) -> Iterator[Slot]:
+        reader = LineReader(self.path, max_line_bytes=self.ctx.limits.max_line_bytes, chunk=self.ctx.limits.read_chunk)
+        for line in reader:
+            self.file.lines += 1
+            if line.data is None:
+                self.file.oversized_lines += 1
+                continue
+            if not line.data.strip():
+                self.file.blank_lines += 1
+                continue
+            rec = parse_object(line.data)
+            if rec is None:
+                self.file.bad_lines += 1
+                continue
+            self.parsed += 1
+            self.take(rec, line.offset, line.length)
+            if not self.recognized and self.parsed >= self.ctx.limits.recognize_within_lines:
+                break
+            yield from self.emitter.ready()
+        if not self.recognized:
+            if self.file.lines == self.file.blank_lines:
+                raise Refused("EMPTY_SESSION", f"{self.path} holds no complete line")
+            raise Refused("NOT_A_SESSION_FILE", f"{self.path} is not a Codex rollout")
+        self.close_group()
+        self.report.unpaired_tool_calls += len(self.pending)
+        self.pending.clear()
+        yield from self.emitter.finish()
+        file_report(reader, self.file)
+
+    # ------------------------------------------------------------------ helpers
+    def close_group(self) -> None:
+        if self.group is not None:
+            self.group.held = False
+            self.group = None
+
+    def group_slot(self, msg_id: str, ts: int | None, length: int) -> Slot:
+        if self.group is not None and self.group_saw_output:
+            self.close_group()
+        if self.group is None:
+            meta: dict[str, Any] = {}
+            if self.model:
+                meta["modelId"] = self.model
+            if self.provider:
+                meta["providerId"] = self.provider
+            self.group = self.emitter.push(message_record(msg_id, "assistant", ts, [], meta=meta), held=True,
+                                           weight=length)
+            self.group_saw_output = False
+        return self.group
+
+    # ------------------------------------------------------------------ lines
+    def take(self, rec: dict[str, Any], offset: int, length: int) -> None:
+        kind = rec.get("type")
+        payload = rec.get("payload")
+        ts = to_ms(rec.get("timestamp"))
+        if kind is None and self.parsed == 1 and isinstance(rec.get("id"), str):
+            kind, payload = "session_meta", rec  # a rollout from before session_meta existed
+        elif isinstance(kind, str) and kind in ITEM_TYPES and "payload" not in rec:
+            kind, payload = "response_item", rec  # ... whose items were bare lines
+        kind_name = kind if isinstance(kind, str) else "<no type>"
+        self.file.record_types[kind_name] += 1
+        if kind in TOP_TYPES:
+            self.recognized = True
+        if not isinstance(payload, Mapping):
+            if kind in TOP_TYPES:
+                self.file.skipped[f"{kind_name}(no payload)"] += 1
+            else:
+                self.file.unknown[kind_name] += 1
+            return
+        self.meta.saw_time(ts)
+        if kind == "session_meta":
+            self.session_meta(payload, ts)
+        elif kind == "turn_context":
+            self.close_group()
+            if isinstance(payload.get("model"), str) and payload["model"]:
+                self.model = payload["model"]
+                models = self.meta.history.setdefault("modelIds", [])
+                if self.model not in models and len(models) < 20:
+                    models.append(self.model)
+            if self.meta.cwd is None and isinstance(payload.get("cwd"), str) and payload["cwd"].startswith("/"):
+                self.meta.cwd = payload["cwd"]
+        elif kind == "response_item":
+            self.item(payload, offset, length, ts)
+        elif kind == "compacted":
+            self.compacted(payload, offset, ts)
+        elif kind == "event_msg":
+            self.event(payload)
+        elif kind in SKIPPED_TOP:
+            self.file.skipped[kind_name] += 1
+        else:
+            self.file.unknown[kind_name] += 1
+
+    def session_meta(self, payload: Mapping[str, Any], ts: int | None) -> None:
+        self.session_metas += 1
+        if self.session_metas > 1:
+            self.file.skipped["session_meta(additional)"] += 1
+            return
+        cwd = payload.get("cwd")
+        if isinstance(cwd, str) and cwd.startswith("/"):
+            self.meta.cwd = cwd
+        version = payload.get("cli_version")
+        origin = payload.get("originator")
+        label = "Codex" + (f" {version}" if isinstance(version, str) else "") + (
+            f" ({origin})" if isinstance(origin, str) else "")
+        self.meta.label = label[:80]
+        if isinstance(payload.get("model_provider"), str):
+            self.provider = payload["model_provider"]
+            self.meta.history["providerId"] = self.provider
+        self.meta.saw_time(to_ms(payload.get("timestamp")))
+
+    def event(self, payload: Mapping[str, Any]) -> None:
+        kind = payload.get("type")
+        if kind == "token_count":
+            info = payload.get("info")
+            usage = info.get("last_token_usage") if isinstance(info, Mapping) else None
+            if isinstance(usage, Mapping) and self.group is not None:
+                self.group.record.setdefault("meta", {})["usage"] = dict(usage)
+                return
+        elif kind == "user_message":
+            self.meta.offer_title(payload.get("message"), 4)  # what was typed (items also hold injected context)
+        elif kind == "thread_name_updated":
+            self.meta.offer_title(payload.get("thread_name") or payload.get("name"), 0, replace=True)
+        self.file.skipped[f"event_msg/{kind}"] += 1
+
+    # ------------------------------------------------------------------ items
+    def item(self, item: Mapping[str, Any], offset: int, length: int, ts: int | None) -> None:
+        kind = item.get("type")
+        msg_id = join_id(self.sid, f"L{offset}")
+        if kind == "message":
+            self.message(item, msg_id, ts, length)
+        elif kind == "reasoning":
+            self.reasoning(item, msg_id, ts, length)
+        elif kind == "web_search_call":
+            self.group_slot(msg_id, ts, length).record["blocks"].append(self.search_block(item, offset))
+        elif isinstance(kind, str) and kind in CALL_TYPES:
+            self.call(item, kind, msg_id, ts, length)
+        elif kind in OUTPUT_TYPES:
+            self.output(item, msg_id, ts)
+        elif kind in SKIPPED_ITEMS:
+            self.file.skipped[f"response_item/{kind}"] += 1
+        else:
+            self.file.unknown[f"response_item/{kind}"] += 1
+
+    def message(self, item: Mapping[str, Any], msg_id: str, ts: int | None, length: int) -> None:
+        role = item.get("role")
+        blocks = self.content_blocks(item.get("content"), msg_id)
+        if role == "assistant":
+            group = self.group_slot(msg_id, ts, length)
+            group.record["blocks"].extend(blocks)
+            if isinstance(item.get("phase"), str):
+                group.record.setdefault("meta", {})["phase"] = item["phase"]
+            return
+        self.close_group()
+        if not blocks:
+            return
+        first = next((b["text"] for b in blocks if b.get("type") == "text"), "")
+        if role == "user" and not first.lstrip().startswith(CONTEXT_PREFIXES):
+            self.meta.offer_title(first, 5)
+            self.emitter.push(message_record(msg_id, "user", ts, blocks), weight=length)
+        elif role in ("user", "developer", "system"):
+            self.emitter.push(message_record(msg_id, "system", ts, blocks, meta={"importedKind": f"codex/{role}"}),
+                              weight=length)
+        else:
+            self.file.unknown[f"message/{role}"] += 1
+
+    def content_blocks(self, content: Any, msg_id: str) -> list[dict[str, Any]]:
+        blocks: list[dict[str, Any]] = []
+        if isinstance(content, str):
+            return [text_block(content)] if content else []
+        if not isinstance(content, list):
+            return blocks
+        for i, part in enumerate(content):
+            if not isinstance(part, Mapping):
+                continue
+            kind = part.get("type")
+            text = part.get("text") if kind != "refusal" else part.get("refusal")
+            if kind in TEXT_TYPES and isinstance(text, str):
+                blocks.append(text_block(text))
+            elif kind == "input_image":
+                att = self.image(part.get("image_url"), msg_id, f"image-{i + 1}")
+                if att is not None:
+                    blocks.append(att)
+            else:
+                self.report.skipped_blocks[f"message/{kind}"] += 1
+        return blocks
+
+    def image(self, url: object, msg_id: str, name: str) -> dict[str, Any] | None:
+        if not isinstance(url, str) or not (match := _DATA_URL.match(url)):
+            self.report.skipped_blocks["input_image(not inline)"] += 1
+            return None
+        payload = url[match.end():]
+        if len(payload) * 3 // 4 > self.ctx.limits.max_image_bytes:
+            self.report.skipped_blocks["image(too large)"] += 1
+            return None
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            self.report.skipped_blocks["image(bad base64)"] += 1
+            return None
+        blob = self.ctx.blobs.add(data, match.group(1), msg_id)
+        self.report.attachments += 1
+        return {"type": "attachment", "kind": "image", "name": name, "ref": blob.ref, "mimeType": blob.mime_type,
+                "size": blob.size}
+
+    def reasoning(self, item: Mapping[str, Any], msg_id: str, ts: int | None, length: int) -> None:
+        texts: list[str] = []
+        for source in (item.get("summary"), item.get("content")):
+            if isinstance(source, list):
+                texts.extend(p["text"] for p in source if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+        block: dict[str, Any] = {"type": "thinking", "text": "\n\n".join(texts)}
+        encrypted = bounded_replay(self.ctx, self.report, item.get("encrypted_content"))
+        if encrypted is not None:
+            block["replay"] = {"encryptedContent": encrypted}
+        self.group_slot(msg_id, ts, length).record["blocks"].append(block)
+
+    def search_block(self, item: Mapping[str, Any], offset: int) -> dict[str, Any]:
+        action = item.get("action")
+        action = action if isinstance(action, Mapping) else {}
+        raw_status = item.get("status")
+        status = "failed" if raw_status == "failed" else ("searching" if raw_status == "in_progress" else "completed")
+        round_: dict[str, Any] = {"id": str(item.get("id") or f"L{offset}")[:200], "status": status, "sources": []}
+        kind = SEARCH_KINDS.get(str(action.get("type")))
+        if kind:
+            round_["kind"] = kind
+        for key in ("query", "url"):
+            if isinstance(action.get(key), str):
+                round_[key] = action[key]
+        return {"type": "hostedSearch", "status": status, "rounds": [round_]}
+
+    def call(self, item: Mapping[str, Any], kind: str, msg_id: str, ts: int | None, length: int) -> None:
+        call_id = item.get("call_id")
+        name = item.get("name") if isinstance(item.get("name"), str) and item.get("name") else CALL_TYPES[kind]
+        if kind == "function_call":
+            args = _json_arg(item.get("arguments"))
+        elif kind == "custom_tool_call":
+            args = {"input": item.get("input")} if isinstance(item.get("input"), str) else None
+        elif kind == "local_shell_call":
+            args = item.get("action") if json_value_ok(item.get("action")) else None
+        else:
+            args = item.get("arguments") if json_value_ok(item.get("arguments")) else None
+        key = call_id if isinstance(call_id, str) and call_id else msg_id
+        block: dict[str, Any] = {"type": "tool_call", "callId": key, "name": name, "args": args}
+        record = message_record(msg_id, "tool", ts, [block], tool_name=name)
+        self.report.tool_calls += 1
+        held = isinstance(call_id, str) and bool(call_id)
+        slot = self.emitter.push(record, held=held, weight=length)
+        if held:
+            previous = self.pending.pop(key, None)
+            if previous is not None:  # the same call id again (seen in curated fixtures)
+                previous.held = False
+                self.report.unpaired_tool_calls += 1
+            self.pending[key] = slot
+
+    def output(self, item: Mapping[str, Any], msg_id: str, ts: int | None) -> None:
+        call_id = item.get("call_id")
+        if self.group is not None:
+            self.group_saw_output = True
+        result, exit_code, failed = self.output_value(item.get("output") if "output" in item else item.get("tools"),
+                                                      msg_id)
+        status = "error" if failed or (isinstance(exit_code, int) and exit_code != 0) else "ok"
+        slot = self.pending.pop(call_id, None) if isinstance(call_id, str) else None
+        if slot is None:
+            self.report.orphan_results += 1
+            block = {"type": "tool_call", "callId": call_id if isinstance(call_id, str) and call_id else msg_id,
+                     "name": "unknown", "args": None, "result": result, "status": status, "completedAt": stamp(ts)}
+            self.emitter.push(message_record(msg_id, "tool", ts, [block], tool_name="unknown",
+                                             meta={"orphanResult": True}))
+            return
+        self.report.tool_results += 1
+        old = slot.record
+        block = {**old["blocks"][0], "result": result, "status": status, "completedAt": stamp(ts)}
+        if exit_code is not None:
+            block["exitCode"] = exit_code
+        self.emitter.replace(slot, {**old, "blocks": [block]})
+        slot.held = False
+
+    def output_value(self, out: Any, msg_id: str) -> tuple[Any, int | None, bool]:
+        """(result, exit code, failed) of a tool output in any of the shapes rollouts use."""
+        if isinstance(out, str):
+            stripped = out.lstrip()
+            if stripped.startswith("{"):
+                try:
+                    parsed = orjson.loads(out)
+                except orjson.JSONDecodeError:
+                    parsed = None
+                if isinstance(parsed, Mapping) and isinstance(parsed.get("output"), str):
+                    md = parsed.get("metadata")
+                    code = md.get("exit_code") if isinstance(md, Mapping) else None
+                    exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+                    return parsed["output"], exit_code, False
+            return out, None, False
+        if isinstance(out, Mapping):
+            failed = out.get("success") is False
+            if isinstance(out.get("text"), str):
+                return out["text"], None, failed
+            if "content" in out:
+                inner, code, _ = self.output_value(out["content"], msg_id)
+                return inner, code, failed
+            return (dict(out) if json_value_ok(out) else None), None, failed
+        if isinstance(out, list):
+            texts = [p["text"] for p in out if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
+            if len(texts) == len(out):
+                return "\n".join(texts), None, False
+            return (out if json_value_ok(out) else None), None, False
+        return (out if json_value_ok(out) else None), None, False
+
+    def compacted(self, payload: Mapping[str, Any], offset: int, ts: int | None) -> None:
+        self.close_group()
+        through = self.emitter.last_message_id
+        if through is None:
+            self.report.compactions_dropped += 1
+            return
+        summary = payload.get("message")
+        history = payload.get("replacement_history")
+        details: dict[str, Any] = {"retainedTailMode": "completed_turn", "importedFrom": SOURCE}
+        if isinstance(history, list):
+            details["replacementHistoryItems"] = len(history)
+        record = {"type": "compaction", "id": join_id(self.sid, "compaction", f"L{offset}"),
+                  "summary": summary if isinstance(summary, str) else "", "throughMessageId": through,
+                  "tokensBefore": 0, "retainedTail": [], "createdAt": stamp(ts), "details": details}
+        self.emitter.push(record)
+
+
+def _json_arg(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            parsed = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return value
+        return parsed if isinstance(parsed, (dict, list)) else value
+    return value if json_value_ok(value) else None
+
+
+__all__ = ["SOURCE", "discover", "parse"]

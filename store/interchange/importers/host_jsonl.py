@@ -1,0 +1,163 @@
+"""This host's own transcript format (a ``pi-host export --format jsonl`` file, or a transcript copy).
+
+The lines are already transcript records (docs/DESIGN.md); importing one
+gives the messages a new namespace (``<new session id>:<old id>``, so the
+copy never collides with the session it came from) and maps the ids a
+compaction checkpoint refers to the same way. Message lines with an id seen
+before replace it (the reader rule), tombstoned messages stay out,
+``session_info`` names the session; the internal command receipt is dropped.
+Tombstone lines and unknown line kinds (an export's ``environment`` lines
+among them) are counted and skipped: an export never holds deleted messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from store.interchange.importers.common import (
+    Emitter,
+    FileReport,
+    LineReader,
+    ParseContext,
+    Parsed,
+    Refused,
+    SessionMeta,
+    SessionReport,
+    Slot,
+    SourceUnit,
+    file_report,
+    finalize,
+    join_id,
+    parse_object,
+    stamp,
+    to_ms,
+)
+from store.transcripts.records import ROLES
+
+SOURCE = "pi-host"
+SKIPPED = frozenset({"environment", "tombstone"})
+
+
+def discover(root: Path) -> Iterator[SourceUnit]:
+    files = [root] if root.is_file() else sorted(p for p in root.glob("*.jsonl") if p.is_file()
+                                                 and not p.name.endswith(".revisions.jsonl"))
+    for path in files:
+        external = None
+        for line in LineReader(path, max_line_bytes=1 << 20, chunk=1 << 16):
+            rec = parse_object(line.data) if line.data is not None else None
+            if rec is not None and rec.get("type") == "session" and isinstance(rec.get("sessionId"), str):
+                external = rec["sessionId"]
+            break
+        yield SourceUnit(SOURCE, external or path.stem, (path,))
+
+
+def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
+    sid = unit.session_id
+    meta = SessionMeta(SOURCE, unit.external_id, sid, label="pi-host transcript")
+    report = SessionReport(SOURCE, unit.external_id, sid)
+    return Parsed(meta, report, finalize(_records(unit.files[0], sid, ctx, meta, report), report, ctx.limits))
+
+
+def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report: SessionReport) -> Iterator[Slot]:
+    file = FileReport(str(path))
+    report.files.append(file)
+    emitter = Emitter(ctx.limits, report)
+    reader = LineReader(path, max_line_bytes=ctx.limits.max_line_bytes, chunk=ctx.limits.read_chunk)
+    header_seen = False
+    seen: set[str] = set()
+    for line in reader:
+        file.lines += 1
+        if line.data is None:
+            file.oversized_lines += 1
+            continue
+        rec = parse_object(line.data)
+        if rec is None:
+            file.bad_lines += 1
+            continue
+        kind = rec.get("type")
+        file.record_types[str(kind)] += 1
+        if not header_seen:
+            if kind != "session" or not isinstance(rec.get("sessionId"), str):
+                raise Refused("NOT_A_SESSION_FILE", f"{path} does not start with a pi-host session header")
+            header_seen = True
+            meta.saw_time(to_ms(rec.get("createdAt")))
+            continue
+        if kind == "message":
+            out = _message(rec, sid)
+            if out is None:
+                file.unknown["message(invalid)"] += 1
+                continue
+            meta.saw_time(to_ms(rec.get("createdAt")))
+            replacement = out["id"] in seen
+            seen.add(out["id"])
+            _tally_tools(report, out)
+            emitter.push(out, replacement=replacement)
+        elif kind == "compaction":
+            out = _compaction(rec, sid)
+            if out is None:
+                report.compactions_dropped += 1
+                continue
+            emitter.push(out)
+        elif kind == "session_info":
+            meta.offer_title(rec.get("title"), 0, replace=True)
+            if isinstance(rec.get("projectPath"), str) and rec["projectPath"]:
+                meta.cwd = rec["projectPath"]
+        elif kind in SKIPPED:
+            file.skipped[str(kind)] += 1
+        else:
+            file.unknown[str(kind)] += 1
+        yield from emitter.ready()
+    if not header_seen:
+        raise Refused("NOT_A_SESSION_FILE", f"{path} has no pi-host session header")
+    yield from emitter.finish()
+    file_report(reader, file)
+
+
+def _message(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
+    mid, role, blocks = rec.get("id"), rec.get("role"), rec.get("blocks")
+    if not isinstance(mid, str) or not mid or role not in ROLES or not isinstance(blocks, list):
+        return None
+    if not all(isinstance(b, Mapping) and isinstance(b.get("type"), str) and b["type"] for b in blocks):
+        return None
+    out: dict[str, Any] = {"type": "message", "id": join_id(sid, mid), "role": role,
+                           "createdAt": stamp(to_ms(rec.get("createdAt")))}
+    for key, value in rec.items():
+        if key in ("type", "id", "role", "createdAt", "turnId"):
+            continue
+        if key == "meta" and isinstance(value, Mapping):
+            value = {k: v for k, v in value.items() if k != "receipt"}
+            if not value:
+                continue
+        out[key] = value
+    return out
+
+
+def _tally_tools(report: SessionReport, rec: Mapping[str, Any]) -> None:
+    for block in rec.get("blocks") or ():
+        if block.get("type") == "tool_call":
+            report.tool_calls += 1
+            if "result" in block:
+                report.tool_results += 1
+            else:
+                report.unpaired_tool_calls += 1
+
+
+def _compaction(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
+    cid, through = rec.get("id"), rec.get("throughMessageId")
+    if not isinstance(cid, str) or not isinstance(through, str):
+        return None
+    out = dict(rec)
+    out["id"] = join_id(sid, "compaction", cid)
+    out["throughMessageId"] = join_id(sid, through)
+    if isinstance(rec.get("firstKeptMessageId"), str):
+        out["firstKeptMessageId"] = join_id(sid, rec["firstKeptMessageId"])
+    tail = rec.get("retainedTail")
+    if isinstance(tail, list):
+        out["retainedTail"] = [{**m, "id": join_id(sid, m["id"])} if isinstance(m, Mapping)
+                               and isinstance(m.get("id"), str) else m for m in tail]
+    return out
+
+
+__all__ = ["SOURCE", "discover", "parse"]

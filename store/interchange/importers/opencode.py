@@ -1,0 +1,403 @@
+"""opencode sessions, in either of opencode's storage layouts (``~/.local/share/opencode``).
+
+* JSON files (opencode before its SQLite storage)::
+
+      storage/session/<projectID>/<sessionID>.json   session info (id, title, directory, parentID, time)
+      storage/message/<sessionID>/<messageID>.json   message info (role, time, modelID, tokens, ...)
+      storage/part/<messageID>/<partID>.json         message parts (text, reasoning, tool, file, ...)
+
+* SQLite ``opencode.db``: tables ``session`` (id, directory, title, parent_id,
+  time_created, ...), ``message`` (id, session_id, time_created, data) and
+  ``part`` (id, message_id, session_id, data), ``data`` holding the same JSON
+  as the files without the ids. The database is opened read-only.
+
+Message and part ids sort by creation time (opencode orders them by id). What
+becomes what: a user message's ``text`` parts (``ignored`` ones dropped) and
+``file`` parts (inline ``data:`` URLs stored as attachments, ``file://`` URLs
+referenced by path) → a user message; an assistant message's ``reasoning``
+(→ ``thinking``) and ``text`` parts up to a ``tool`` part → an assistant
+message, each ``tool`` part → a ``tool`` message (``state.status``
+``completed`` → ``ok`` with ``output``, ``error`` → ``error``; pending or
+running → no result); an assistant message with ``summary: true`` (the reply
+to a ``compaction`` part) → a compaction checkpoint. Step, snapshot, patch
+and retry parts are counted as skipped. A session spawned by a ``task`` tool
+(``parentID``) imports as a session of its own; its parent is kept in the
+origin history.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import orjson
+
+from store.interchange.importers.common import (
+    Emitter,
+    FileReport,
+    ParseContext,
+    Parsed,
+    Refused,
+    SessionMeta,
+    SessionReport,
+    Slot,
+    SourceUnit,
+    finalize,
+    join_id,
+    json_value_ok,
+    message_record,
+    read_json_file,
+    stamp,
+    text_block,
+    to_ms,
+)
+
+SOURCE = "opencode"
+SKIPPED_PARTS = frozenset({"step-start", "step-finish", "snapshot", "patch", "retry", "agent"})
+_DATA_URL = re.compile(r"^data:([\w.+/-]{1,100});base64,", re.ASCII)
+MAX_DOC_BYTES = 32 * 1024 * 1024
+
+
+def discover(root: Path) -> Iterator[SourceUnit]:
+    seen: set[str] = set()
+    db = root if root.is_file() else root / "opencode.db"
+    if db.is_file():
+        for sid in _db_sessions(db):
+            seen.add(sid)
+            yield SourceUnit(SOURCE, sid, (db,), (("layout", "sqlite"), ("db", str(db)), ("session", sid)))
+    if root.is_file():
+        return
+    storage = root / "storage" if (root / "storage").is_dir() else root
+    for info in sorted((storage / "session").glob("*/*.json")):
+        doc = read_json_file(info, MAX_DOC_BYTES)
+        raw = doc.get("id") if doc is not None else None
+        sid = raw if isinstance(raw, str) and raw else info.stem
+        if sid in seen:
+            continue
+        seen.add(sid)
+        yield SourceUnit(SOURCE, sid, (info,), (("layout", "json"), ("storage", str(storage)), ("session", sid)))
+
+
+def _connect(db: Path) -> sqlite3.Connection:
+    return sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+
+
+def _db_sessions(db: Path) -> list[str]:
+    try:
+        conn = _connect(db)
+    except sqlite3.Error:
+        return []
+    try:
+        return [r[0] for r in conn.execute("SELECT id FROM session ORDER BY time_created, id")
+                if isinstance(r[0], str)]
+    except sqlite3.Error:
+        return []
+    finally:
+        conn.close()
+
+
+def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
+    sid = unit.session_id
+    meta = SessionMeta(SOURCE, unit.external_id, sid)
+    report = SessionReport(SOURCE, unit.external_id, sid)
+    file = FileReport(str(unit.files[0]))
+    report.files.append(file)
+    conv = _Converter(ctx, meta, report, file, sid)
+    if unit.loc("layout") == "sqlite":
+        source: Iterator[tuple[Mapping[str, Any], list[Mapping[str, Any]]]] = _db_messages(unit, conv)
+    else:
+        source = _json_messages(unit, conv)
+    return Parsed(meta, report, finalize(conv.run(source), report, ctx.limits))
+
+
+def _json_messages(unit: SourceUnit, conv: _Converter) -> Iterator[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]:
+    storage = Path(unit.loc("storage"))
+    info = conv.read_doc(unit.files[0])
+    if info is None:
+        raise Refused("NOT_A_SESSION_FILE", f"{unit.files[0]} is not an opencode session")
+    conv.session(info)
+    for path in sorted((storage / "message" / unit.external_id).glob("*.json")):
+        message = conv.read_doc(path)
+        if message is None:
+            continue
+        raw = message.get("id")
+        mid = raw if isinstance(raw, str) and raw else path.stem
+        parts: list[Mapping[str, Any]] = [
+            p for p in (conv.read_doc(q) for q in sorted((storage / "part" / mid).glob("*.json"))) if p is not None]
+        yield message, parts
+
+
+def _db_messages(unit: SourceUnit, conv: _Converter) -> Iterator[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]:
+    try:
+        conn = _connect(Path(unit.loc("db")))
+    except sqlite3.Error as exc:
+        raise Refused("READ_ERROR", f"cannot open {unit.loc('db')}: {exc}") from None
+    try:
+        cur = conn.execute("SELECT * FROM session WHERE id = ?", (unit.external_id,))
+        row = cur.fetchone()
+        if row is None:
+            raise Refused("NOT_FOUND", f"session {unit.external_id} is not in {unit.loc('db')}")
+        names = [d[0] for d in cur.description]
+        info = dict(zip(names, row, strict=True))
+        conv.session({"id": info.get("id"), "title": info.get("title"), "directory": info.get("directory"),
+                      "parentID": info.get("parent_id"), "version": info.get("version"),
+                      "time": {"created": info.get("time_created"), "updated": info.get("time_updated")}})
+        rows = conn.execute(
+            "SELECT m.id, m.data, p.id, p.data FROM message m LEFT JOIN part p ON p.message_id = m.id "
+            "WHERE m.session_id = ? ORDER BY m.time_created, m.id, p.id", (unit.external_id,))
+        current: dict[str, Any] | None = None
+        parts: list[Mapping[str, Any]] = []
+        for mid, mdata, pid, pdata in rows:
+            if current is None or current.get("id") != mid:
+                if current is not None:
+                    yield current, parts
+                current = {**(conv.load(mdata) or {}), "id": mid}
+                parts = []
+            if pid is not None:
+                part = conv.load(pdata)
+                if part is not None:
+                    parts.append({**part, "id": pid})
+        if current is not None:
+            yield current, parts
+    except sqlite3.Error as exc:
+        raise Refused("READ_ERROR", f"cannot read {unit.loc('db')}: {exc}") from None
+    finally:
+        conn.close()
+
+
+class _Converter:
+    def __init__(self, ctx: ParseContext, meta: SessionMeta, report: SessionReport, file: FileReport,
+                 sid: str) -> None:
+        self.ctx, self.meta, self.report, self.file, self.sid = ctx, meta, report, file, sid
+        self.emitter = Emitter(ctx.limits, report)
+        self.compaction_through: str | None = None
+        self.compaction_pending = False
+
+    # ------------------------------------------------------------------ reading
+    def read_doc(self, path: Path) -> dict[str, Any] | None:
+        self.file.lines += 1
+        try:
+            doc = read_json_file(path, self.ctx.limits.max_line_bytes)
+        except OSError:
+            doc = None
+        if doc is None:
+            self.file.bad_lines += 1
+        return doc
+
+    def load(self, data: object) -> dict[str, Any] | None:
+        self.file.lines += 1
+        if isinstance(data, (bytes, str)) and len(data) <= self.ctx.limits.max_line_bytes:
+            try:
+                value = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                value = None
+            if isinstance(value, dict):
+                return value
+        self.file.bad_lines += 1
+        return None
+
+    def session(self, info: Mapping[str, Any]) -> None:
+        self.meta.offer_title(info.get("title"), 0)
+        if isinstance(info.get("directory"), str) and info["directory"]:
+            self.meta.cwd = info["directory"]
+        time = info.get("time")
+        if isinstance(time, Mapping):
+            self.meta.saw_time(to_ms(time.get("created")))
+            self.meta.saw_time(to_ms(time.get("updated")))
+        if isinstance(info.get("parentID"), str) and info["parentID"]:
+            self.meta.history["parentSessionId"] = info["parentID"]
+        version = info.get("version")
+        self.meta.label = f"opencode {version}"[:80] if isinstance(version, str) else "opencode"
+
+    # ------------------------------------------------------------------ messages
+    def run(self, messages: Iterable[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]) -> Iterator[Slot]:
+        for message, parts in messages:
+            self.file.record_types[f"message/{message.get('role')}"] += 1
+            for part in parts:
+                self.file.record_types[f"part/{part.get('type')}"] += 1
+            self.message(message, parts)
+            yield from self.emitter.ready()
+        yield from self.emitter.finish()
+
+    def message(self, message: Mapping[str, Any], parts: list[Mapping[str, Any]]) -> None:
+        mid = message.get("id")
+        if not isinstance(mid, str) or not mid:
+            self.file.unknown["message(no id)"] += 1
+            return
+        time = message.get("time")
+        ts = to_ms(time.get("created")) if isinstance(time, Mapping) else None
+        self.meta.saw_time(ts)
+        role = message.get("role")
+        if role == "user":
+            self.user(mid, ts, parts)
+        elif role == "assistant":
+            if message.get("summary") is True:
+                self.summary(mid, ts, parts)
+            else:
+                self.assistant(message, mid, ts, parts)
+        else:
+            self.file.unknown[f"message/{role}"] += 1
+
+    def user(self, mid: str, ts: int | None, parts: list[Mapping[str, Any]]) -> None:
+        msg_id = join_id(self.sid, mid)
+        blocks: list[dict[str, Any]] = []
+        for part in parts:
+            kind = part.get("type")
+            if kind == "text" and isinstance(part.get("text"), str):
+                if part.get("ignored") is not True:
+                    blocks.append(text_block(part["text"]))
+            elif kind == "file":
+                att = self.file_part(part, msg_id)
+                if att is not None:
+                    blocks.append(att)
+            elif kind == "compaction":
+                self.compaction_pending = True
+                self.compaction_through = self.emitter.last_message_id
+            elif kind == "subtask" and isinstance(part.get("prompt"), str):
+                blocks.append(text_block(part["prompt"]))
+            elif kind in SKIPPED_PARTS:
+                self.file.skipped[f"part/{kind}"] += 1
+            else:
+                self.file.unknown[f"part/{kind}"] += 1
+        if blocks:
+            first = next((b["text"] for b in blocks if b.get("type") == "text"), "")
+            self.meta.offer_title(first, 5)
+            self.emitter.push(message_record(msg_id, "user", ts, blocks))
+
+    def file_part(self, part: Mapping[str, Any], msg_id: str) -> dict[str, Any] | None:
+        url = part.get("url")
+        raw_mime, raw_name = part.get("mime"), part.get("filename")
+        mime = raw_mime if isinstance(raw_mime, str) and raw_mime else "application/octet-stream"
+        name = raw_name if isinstance(raw_name, str) and raw_name else "file"
+        kind = "image" if mime.startswith("image/") else "file"
+        if not isinstance(url, str):
+            self.report.skipped_blocks["file(no url)"] += 1
+            return None
+        if (match := _DATA_URL.match(url)) is not None:
+            payload = url[match.end():]
+            if len(payload) * 3 // 4 > self.ctx.limits.max_image_bytes:
+                self.report.skipped_blocks["file(too large)"] += 1
+                return None
+            try:
+                data = base64.b64decode(payload, validate=True)
+            except (binascii.Error, ValueError):
+                self.report.skipped_blocks["file(bad base64)"] += 1
+                return None
+            blob = self.ctx.blobs.add(data, match.group(1), msg_id)
+            self.report.attachments += 1
+            return {"type": "attachment", "kind": kind, "name": name, "ref": blob.ref, "mimeType": blob.mime_type,
+                    "size": blob.size}
+        parsed = urlparse(url)
+        if parsed.scheme == "file" and parsed.path.startswith("/"):
+            self.report.attachments += 1
+            return {"type": "attachment", "kind": kind, "name": name, "ref": unquote(parsed.path), "mimeType": mime}
+        self.report.skipped_blocks[f"file({parsed.scheme or 'relative'})"] += 1
+        return None
+
+    def assistant(self, message: Mapping[str, Any], mid: str, ts: int | None, parts: list[Mapping[str, Any]]) -> None:
+        meta: dict[str, Any] = {}
+        for src, dst in (("modelID", "modelId"), ("providerID", "providerId"), ("tokens", "usage"), ("cost", "cost"),
+                         ("finish", "stopReason"), ("agent", "agent")):
+            value = message.get(src)
+            if value is not None and json_value_ok(value):
+                meta[dst] = value
+        error = message.get("error")
+        if isinstance(error, Mapping):
+            meta["error"] = dict(error)
+        if isinstance(message.get("modelID"), str):
+            models = self.meta.history.setdefault("modelIds", [])
+            if message["modelID"] not in models and len(models) < 20:
+                models.append(message["modelID"])
+        path = message.get("path")
+        if self.meta.cwd is None and isinstance(path, Mapping) and isinstance(path.get("cwd"), str):
+            self.meta.cwd = path["cwd"]
+        group: Slot | None = None
+        emitted = False
+        for part in parts:
+            kind = part.get("type")
+            block: dict[str, Any] | None = None
+            if kind == "text" and isinstance(part.get("text"), str):
+                if part.get("ignored") is not True:
+                    block = text_block(part["text"])
+            elif kind == "reasoning" and isinstance(part.get("text"), str):
+                block = {"type": "thinking", "text": part["text"]}
+                md = part.get("metadata")
+                if isinstance(md, Mapping) and md and json_value_ok(md) and len(orjson.dumps(md)) <= \
+                        self.ctx.limits.max_replay_chars:
+                    block["replay"] = dict(md)
+            elif kind == "tool":
+                group = None
+                self.tool(part, ts, meta)
+                emitted = True
+                continue
+            elif kind in SKIPPED_PARTS:
+                self.file.skipped[f"part/{kind}"] += 1
+                continue
+            else:
+                self.file.unknown[f"part/{kind}"] += 1
+                continue
+            if block is None:
+                continue
+            if group is None:
+                gid = join_id(self.sid, mid if not emitted else part.get("id") or f"{mid}.{len(self.emitter)}")
+                group = self.emitter.push(message_record(gid, "assistant", ts, [], meta=meta))
+                emitted = True
+            group.record["blocks"].append(block)
+        if not emitted and "error" in meta:
+            self.emitter.push(message_record(join_id(self.sid, mid), "assistant", ts, [], meta=meta))
+
+    def tool(self, part: Mapping[str, Any], ts: int | None, meta: Mapping[str, Any]) -> None:
+        pid = part.get("id")
+        call_id = part.get("callID") if isinstance(part.get("callID"), str) and part.get("callID") else pid
+        name = part.get("tool") if isinstance(part.get("tool"), str) and part.get("tool") else "unknown"
+        state = part.get("state")
+        state = state if isinstance(state, Mapping) else {}
+        args = state.get("input") if json_value_ok(state.get("input")) else None
+        block: dict[str, Any] = {"type": "tool_call", "callId": str(call_id), "name": name, "args": args}
+        status = state.get("status")
+        times = state.get("time")
+        times = times if isinstance(times, Mapping) else {}
+        start, end = to_ms(times.get("start")), to_ms(times.get("end"))
+        self.report.tool_calls += 1
+        if status in ("completed", "error"):
+            self.report.tool_results += 1
+            if status == "completed":
+                output = state.get("output")
+                block["result"] = output if isinstance(output, str) else (output if json_value_ok(output) else None)
+                block["status"] = "ok"
+            else:
+                block["result"] = state.get("error") if isinstance(state.get("error"), str) else ""
+                block["status"] = "error"
+            if end is not None:
+                block["completedAt"] = stamp(end)
+                if start is not None and end >= start:
+                    block["durationMs"] = end - start
+        else:
+            self.report.unpaired_tool_calls += 1
+        md = state.get("metadata")
+        child = md.get("sessionId") if isinstance(md, Mapping) else None
+        record_meta: dict[str, Any] = {}
+        if isinstance(child, str) and child:
+            record_meta["childSessionExternalId"] = child
+        self.emitter.push(message_record(join_id(self.sid, pid if isinstance(pid, str) and pid else call_id), "tool",
+                                         start or ts, [block], tool_name=name, meta=record_meta))
+
+    def summary(self, mid: str, ts: int | None, parts: list[Mapping[str, Any]]) -> None:
+        text = "\n".join(p["text"] for p in parts if p.get("type") == "text" and isinstance(p.get("text"), str))
+        through = self.compaction_through if self.compaction_pending else self.emitter.last_message_id
+        self.compaction_pending = False
+        if through is None:
+            self.report.compactions_dropped += 1
+            return
+        self.emitter.push({"type": "compaction", "id": join_id(self.sid, "compaction", mid), "summary": text,
+                           "throughMessageId": through, "tokensBefore": 0, "retainedTail": [], "createdAt": stamp(ts),
+                           "details": {"retainedTailMode": "completed_turn", "importedFrom": SOURCE}})
+
+
+__all__ = ["SOURCE", "discover", "parse"]

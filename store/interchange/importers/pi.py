@@ -1,0 +1,487 @@
+"""pi coding agent sessions: ``~/.pi/agent/sessions/--<cwd>--/<timestamp>_<uuid>.jsonl`` (format v1–v3).
+
+The first line is the header ``{"type":"session","version":3,"id","timestamp","cwd"}``
+(v1 has no ``version``). From v2 on every entry has ``id``/``parentId`` and the
+entries form a tree; the current conversation is the branch from the leaf
+(the last entry of the file, as pi's SessionManager loads it) to the root.
+v1 is a linear list. v3 renamed the ``hookMessage`` role to ``custom``.
+
+Only the current branch is imported (other branches are counted as
+``offBranch``); a ``parentId`` that names no entry ends the branch and is
+reported as a dangling parent. What becomes what:
+
+* ``message`` entries: ``user`` → user; ``assistant`` → an assistant message
+  (text, ``thinking`` with ``thinkingSignature`` as replay state) followed by
+  one ``tool`` message per ``toolCall``, completed by the ``toolResult``
+  message with that ``toolCallId``; ``bashExecution`` (a ``!command`` the
+  user ran) → a ``tool`` message; ``custom``/``hookMessage``,
+  ``branchSummary`` → ``system`` notices;
+* ``compaction`` → a compaction checkpoint (``firstKeptEntryId`` mapped to
+  the first message kept); ``branch_summary`` and ``custom_message`` entries →
+  ``system`` notices; ``session_info`` names the session; ``model_change`` /
+  ``thinking_level_change`` set the meta of later replies; ``custom`` and
+  ``label`` entries are counted as skipped.
+
+:class:`PiConverter` is shared with :mod:`store.interchange.native_pi`, which reads the
+same files read-only as native sessions (with its own ids).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from store.interchange.importers.common import (
+    Emitter,
+    FileReport,
+    Line,
+    LineReader,
+    ParseContext,
+    Parsed,
+    Refused,
+    SessionMeta,
+    SessionReport,
+    Slot,
+    SourceUnit,
+    bounded_replay,
+    file_report,
+    finalize,
+    image_attachment,
+    join_id,
+    json_value_ok,
+    message_record,
+    parse_object,
+    stamp,
+    text_block,
+    to_ms,
+)
+
+SOURCE = "pi"
+VERSIONS = (1, 2, 3)
+SKIPPED_ENTRIES = frozenset({"custom", "label"})
+KNOWN_ENTRIES = frozenset({"message", "model_change", "thinking_level_change", "compaction", "branch_summary",
+                           "custom_message", "session_info", *SKIPPED_ENTRIES})
+
+
+def discover(root: Path) -> Iterator[SourceUnit]:
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*.jsonl") if p.is_file())
+    for path in files:
+        yield SourceUnit(SOURCE, _external_id(path), (path,))
+
+
+def _external_id(path: Path) -> str:
+    try:
+        for line in LineReader(path, max_line_bytes=1 << 20, chunk=1 << 16):
+            rec = parse_object(line.data) if line.data is not None else None
+            if rec is not None and rec.get("type") == "session" and isinstance(rec.get("id"), str) and rec["id"]:
+                return str(rec["id"])
+            break
+    except OSError:
+        pass
+    return path.stem
+
+
+def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
+    sid = unit.session_id
+    path = unit.files[0]
+    meta = SessionMeta(SOURCE, unit.external_id, sid)
+    report = SessionReport(SOURCE, unit.external_id, sid)
+    file = FileReport(str(path))
+    report.files.append(file)
+    limits = ctx.limits
+
+    def reader() -> LineReader:
+        return LineReader(path, max_line_bytes=limits.max_line_bytes, chunk=limits.read_chunk)
+
+    conv = PiConverter(ctx, meta, report, file, lambda key: join_id(sid, key))
+    return Parsed(meta, report, finalize(conv.run(reader), report, limits), follows_branch=True)
+
+
+@dataclass
+class Header:
+    version: int
+    id: str
+    cwd: str | None
+    timestamp: int | None
+    parent_session: str | None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Branch:
+    """Result of the first pass: the header and the entries on the current branch."""
+
+    header: Header
+    keys: set[str]
+    """Entry keys on the branch (v1: every entry)."""
+    leaf: str | None
+    entries: int
+    end: int
+    """Offset just past the last complete line the first pass saw."""
+    first_kept: set[str]
+    kept_index: dict[int, str] = field(default_factory=dict)
+    """v1 ``firstKeptEntryIndex`` (an index into the file's entries) → entry key."""
+
+
+def entry_key(version: int, rec: Mapping[str, Any], offset: int) -> str | None:
+    if version >= 2:
+        key = rec.get("id")
+        return key if isinstance(key, str) and key else None
+    return f"L{offset}"
+
+
+def read_header(rec: Mapping[str, Any] | None) -> Header:
+    if rec is None or rec.get("type") != "session" or not isinstance(rec.get("id"), str) or not rec["id"]:
+        raise Refused("NOT_A_SESSION_FILE", "the first line is not a pi session header")
+    version = rec.get("version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version not in VERSIONS:
+        raise Refused("UNSUPPORTED_VERSION", f"pi session format version {version!r} is not supported (1-3)")
+    cwd = rec.get("cwd")
+    parent = rec.get("parentSession")
+    return Header(version, rec["id"], cwd if isinstance(cwd, str) and cwd else None, to_ms(rec.get("timestamp")),
+                  parent if isinstance(parent, str) else None, dict(rec))
+
+
+def find_branch(lines: Iterable[Line], file: FileReport, report: SessionReport, max_ids: int,
+                leaf_id: str | None = None) -> Branch:
+    """Pass 1: header, tree shape, the branch from the leaf (default: the last entry) to the root."""
+    header: Header | None = None
+    parents: dict[str, str | None] = {}
+    referenced: set[str] = set()
+    index_keys: dict[int, str] = {}
+    first_kept_index: list[int] = []
+    last: str | None = None
+    parsed = 0
+    end = 0
+    for line in lines:
+        end = line.offset + line.length
+        if line.data is None or not line.data.strip():
+            continue
+        rec = parse_object(line.data)
+        if rec is None:
+            continue
+        if header is None:
+            header = read_header(rec)
+            parsed = 1
+            continue
+        key = entry_key(header.version, rec, line.offset)
+        if key is None:
+            continue
+        if len(parents) >= max_ids:
+            raise Refused("TOO_MANY_ENTRIES", f"more than {max_ids} entries in one pi session")
+        parent = rec.get("parentId") if header.version >= 2 else last
+        parents[key] = parent if isinstance(parent, str) and parent else None
+        index_keys[parsed] = key
+        parsed += 1
+        last = key
+        if rec.get("type") == "compaction":
+            if isinstance(rec.get("firstKeptEntryId"), str):
+                referenced.add(rec["firstKeptEntryId"])
+            elif isinstance(rec.get("firstKeptEntryIndex"), int):
+                first_kept_index.append(rec["firstKeptEntryIndex"])
+    if header is None:
+        raise Refused("NOT_A_SESSION_FILE", "no pi session header")
+    kept_index = {i: index_keys[i] for i in first_kept_index if i in index_keys}
+    referenced.update(kept_index.values())
+    file.roots = sum(1 for p in parents.values() if p is None)
+    file.dangling_parents = sum(1 for p in parents.values() if p is not None and p not in parents)
+    leaf = leaf_id if leaf_id is not None else last
+    keys: set[str] = set()
+    cur = leaf
+    while cur is not None and cur in parents and cur not in keys:
+        keys.add(cur)
+        cur = parents[cur]
+    report.off_branch += len(parents) - len(keys)
+    return Branch(header, keys, leaf, len(parents), end, referenced, kept_index)
+
+
+class PiConverter:
+    """pi entries on the current branch → transcript records (ids from ``make_id``)."""
+
+    def __init__(self, ctx: ParseContext, meta: SessionMeta, report: SessionReport, file: FileReport,
+                 make_id: Callable[[str], str]) -> None:
+        self.ctx, self.meta, self.report, self.file, self.make_id = ctx, meta, report, file, make_id
+        self.emitter = Emitter(ctx.limits, report)
+        self.pending: dict[str, Slot] = {}
+        self.model: str | None = None
+        self.provider: str | None = None
+        self.first_kept: dict[str, str] = {}
+        self.waiting_kept: list[str] = []
+        self.branch: Branch | None = None
+
+    def run(self, lines: Callable[[], Iterable[Line]], leaf_id: str | None = None) -> Iterator[Slot]:
+        first = lines()
+        branch = find_branch(first, self.file, self.report, self.ctx.limits.max_tracked_ids, leaf_id)
+        self.branch = branch
+        if isinstance(first, LineReader):
+            file_report(first, self.file)
+        self.start(branch.header)
+        for line in lines():
+            if line.offset >= branch.end:
+                break
+            self.file.lines += 1
+            if line.data is None:
+                self.file.oversized_lines += 1
+                continue
+            if not line.data.strip():
+                self.file.blank_lines += 1
+                continue
+            rec = parse_object(line.data)
+            if rec is None:
+                self.file.bad_lines += 1
+                continue
+            kind = rec.get("type")
+            self.file.record_types[kind if isinstance(kind, str) else "<no type>"] += 1
+            if kind == "session" and line.offset == 0:
+                continue
+            key = entry_key(branch.header.version, rec, line.offset)
+            if key is None or key not in branch.keys:
+                continue
+            self.entry(rec, key, line.length)
+            yield from self.emitter.ready()
+        self.report.unpaired_tool_calls += len(self.pending)
+        self.pending.clear()
+        yield from self.emitter.finish()
+
+    def start(self, header: Header) -> None:
+        self.meta.cwd = header.cwd
+        self.meta.saw_time(header.timestamp)
+        self.meta.label = f"pi (session format v{header.version})"
+        if header.parent_session:
+            self.meta.history["parentSession"] = header.parent_session
+
+    # ------------------------------------------------------------------ entries
+    def entry(self, rec: Mapping[str, Any], key: str, length: int) -> None:
+        kind = rec.get("type")
+        ts = to_ms(rec.get("timestamp"))
+        self.meta.saw_time(ts)
+        if key in (self.branch.first_kept if self.branch else ()):
+            self.waiting_kept.append(key)
+        if kind == "message":
+            message = rec.get("message")
+            if isinstance(message, Mapping):
+                self.message(message, key, to_ms(message.get("timestamp")) or ts, length)
+            else:
+                self.file.unknown["message(no message)"] += 1
+        elif kind == "model_change":
+            if isinstance(rec.get("modelId"), str):
+                self.model = rec["modelId"]
+                self.meta.history["modelId"] = self.model
+            if isinstance(rec.get("provider"), str):
+                self.provider = rec["provider"]
+                self.meta.history["providerId"] = self.provider
+        elif kind == "thinking_level_change":
+            if isinstance(rec.get("thinkingLevel"), str):
+                self.meta.thinking_level = rec["thinkingLevel"]
+                self.meta.history["thinkingLevel"] = rec["thinkingLevel"]
+        elif kind == "session_info":
+            self.meta.offer_title(rec.get("name"), 0, replace=True)
+        elif kind == "compaction":
+            self.compaction(rec, key, ts)
+        elif kind == "branch_summary":
+            summary = rec.get("summary")
+            if isinstance(summary, str) and summary:
+                self.notice(key, ts, [text_block(summary)], {"importedKind": "pi/branch_summary"})
+        elif kind == "custom_message":
+            blocks = self.content(rec.get("content"), self.make_id(key))
+            if blocks:
+                meta = {"importedKind": "pi/custom_message"}
+                if isinstance(rec.get("customType"), str):
+                    meta["customType"] = rec["customType"]
+                self.notice(key, ts, blocks, meta)
+        elif kind in SKIPPED_ENTRIES:
+            self.file.skipped[str(kind)] += 1
+        else:
+            self.file.unknown[str(kind)] += 1
+
+    def push_message(self, record: dict[str, Any], *, held: bool = False, weight: int = 0) -> Slot:
+        slot = self.emitter.push(record, held=held, weight=weight)
+        for waiting in self.waiting_kept:
+            self.first_kept[waiting] = record["id"]
+        self.waiting_kept.clear()
+        return slot
+
+    def notice(self, key: str, ts: int | None, blocks: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+        self.push_message(message_record(self.make_id(key), "system", ts, blocks, meta=meta))
+
+    def message(self, message: Mapping[str, Any], key: str, ts: int | None, length: int) -> None:
+        role = message.get("role")
+        msg_id = self.make_id(key)
+        if role == "user":
+            blocks = self.content(message.get("content"), msg_id)
+            if blocks:
+                first = next((b["text"] for b in blocks if b.get("type") == "text"), "")
+                self.meta.offer_title(first, 5)
+                self.push_message(message_record(msg_id, "user", ts, blocks), weight=length)
+        elif role == "assistant":
+            self.assistant(message, key, msg_id, ts, length)
+        elif role == "toolResult":
+            self.tool_result(message, key, ts)
+        elif role == "bashExecution":
+            self.bash(message, key, ts)
+        elif role in ("custom", "hookMessage", "branchSummary", "compactionSummary"):
+            content = message.get("content") if role in ("custom", "hookMessage") else message.get("summary")
+            blocks = self.content(content, msg_id)
+            if blocks:
+                meta: dict[str, Any] = {"importedKind": f"pi/{role}"}
+                if isinstance(message.get("customType"), str):
+                    meta["customType"] = message["customType"]
+                if message.get("display") is False:
+                    meta["hidden"] = True
+                self.notice(key, ts, blocks, meta)
+        else:
+            self.file.unknown[f"message/{role}"] += 1
+
+    def content(self, content: Any, msg_id: str) -> list[dict[str, Any]]:
+        if isinstance(content, str):
+            return [text_block(content)] if content else []
+        blocks: list[dict[str, Any]] = []
+        if not isinstance(content, list):
+            return blocks
+        for i, block in enumerate(content):
+            if not isinstance(block, Mapping):
+                continue
+            kind = block.get("type")
+            if kind == "text" and isinstance(block.get("text"), str):
+                blocks.append(text_block(block["text"]))
+            elif kind == "image":
+                att = image_attachment(self.ctx, self.report, block.get("data"), block.get("mimeType"),
+                                       f"image-{i + 1}", msg_id)
+                if att is not None:
+                    blocks.append(att)
+            else:
+                self.report.skipped_blocks[f"content/{kind}"] += 1
+        return blocks
+
+    def assistant(self, message: Mapping[str, Any], key: str, msg_id: str, ts: int | None, length: int) -> None:
+        meta: dict[str, Any] = {}
+        model = message.get("model") if isinstance(message.get("model"), str) else self.model
+        provider = message.get("provider") if isinstance(message.get("provider"), str) else self.provider
+        if model:
+            meta["modelId"] = model
+        if provider:
+            meta["providerId"] = provider
+        for src, dst in (("usage", "usage"), ("stopReason", "stopReason"), ("api", "api"),
+                         ("responseId", "responseId"), ("errorMessage", "error")):
+            value = message.get(src)
+            if value is not None and json_value_ok(value):
+                meta[dst] = value
+        blocks: list[dict[str, Any]] = []
+        calls: list[Mapping[str, Any]] = []
+        content = message.get("content")
+        for block in content if isinstance(content, list) else ():
+            if not isinstance(block, Mapping):
+                continue
+            kind = block.get("type")
+            if kind == "text" and isinstance(block.get("text"), str):
+                out = text_block(block["text"])
+                sig = bounded_replay(self.ctx, self.report, block.get("textSignature"))
+                if sig is not None:
+                    out["textSignature"] = sig
+                blocks.append(out)
+            elif kind == "thinking" and isinstance(block.get("thinking"), str):
+                thinking: dict[str, Any] = {"type": "thinking", "text": block["thinking"]}
+                sig = bounded_replay(self.ctx, self.report, block.get("thinkingSignature"))
+                if sig is not None:
+                    thinking["signature"] = sig
+                if block.get("redacted") is True:
+                    thinking["redacted"] = True
+                blocks.append(thinking)
+            elif kind == "toolCall":
+                calls.append(block)
+            else:
+                self.report.skipped_blocks[f"assistant/{kind}"] += 1
+        if blocks or not calls:
+            if blocks or "error" in meta:
+                self.push_message(message_record(msg_id, "assistant", ts, blocks, meta=meta), weight=length)
+            else:
+                self.report.skipped_blocks["assistant(empty)"] += 1
+        for i, call in enumerate(calls):
+            call_id = call.get("id")
+            name = call.get("name") if isinstance(call.get("name"), str) and call.get("name") else "unknown"
+            args = call.get("arguments") if json_value_ok(call.get("arguments")) else None
+            has_id = isinstance(call_id, str) and bool(call_id)
+            cid = call_id if isinstance(call_id, str) and call_id else f"{key}.{i}"
+            record = message_record(self.make_id(f"{key}.{i}"), "tool", ts,
+                                    [{"type": "tool_call", "callId": cid, "name": name, "args": args}],
+                                    tool_name=name)
+            self.report.tool_calls += 1
+            slot = self.push_message(record, held=has_id, weight=length)
+            if has_id:
+                previous = self.pending.pop(cid, None)
+                if previous is not None:
+                    previous.held = False
+                    self.report.unpaired_tool_calls += 1
+                self.pending[cid] = slot
+
+    def tool_result(self, message: Mapping[str, Any], key: str, ts: int | None) -> None:
+        call_id = message.get("toolCallId")
+        msg_id = self.make_id(key)
+        blocks = self.content(message.get("content"), msg_id)
+        result: Any = "\n".join(b["text"] for b in blocks) if all(b["type"] == "text" for b in blocks) else blocks
+        status = "error" if message.get("isError") is True else "ok"
+        slot = self.pending.pop(call_id, None) if isinstance(call_id, str) else None
+        name = message.get("toolName") if isinstance(message.get("toolName"), str) else "unknown"
+        extra: dict[str, Any] = {"result": result, "status": status, "completedAt": stamp(ts)}
+        details = message.get("details")
+        if details is not None and json_value_ok(details):
+            extra["details"] = details
+        if slot is None:
+            self.report.orphan_results += 1
+            block = {"type": "tool_call", "callId": call_id if isinstance(call_id, str) and call_id else key,
+                     "name": name, "args": None, **extra}
+            self.push_message(message_record(msg_id, "tool", ts, [block], tool_name=name,
+                                             meta={"orphanResult": True}))
+            return
+        self.report.tool_results += 1
+        old = slot.record
+        self.emitter.replace(slot, {**old, "blocks": [{**old["blocks"][0], **extra}]})
+        slot.held = False
+
+    def bash(self, message: Mapping[str, Any], key: str, ts: int | None) -> None:
+        exit_code = message.get("exitCode")
+        failed = message.get("cancelled") is True or (isinstance(exit_code, int) and exit_code != 0)
+        output = message.get("output")
+        block: dict[str, Any] = {"type": "tool_call", "callId": key, "name": "bash",
+                                 "args": {"command": message.get("command")}, "result": output
+                                 if isinstance(output, str) else "", "status": "error" if failed else "ok",
+                                 "completedAt": stamp(ts)}
+        if isinstance(exit_code, int):
+            block["exitCode"] = exit_code
+        self.report.tool_calls += 1
+        self.report.tool_results += 1
+        self.push_message(message_record(self.make_id(key), "tool", ts, [block], tool_name="bash",
+                                         meta={"importedKind": "pi/bashExecution"}))
+
+    def compaction(self, rec: Mapping[str, Any], key: str, ts: int | None) -> None:
+        through = self.emitter.last_message_id
+        if through is None:
+            self.report.compactions_dropped += 1
+            return
+        summary = rec.get("summary")
+        tokens = rec.get("tokensBefore")
+        details: dict[str, Any] = {"retainedTailMode": "completed_turn", "importedFrom": SOURCE}
+        raw_details = rec.get("details")
+        if isinstance(raw_details, Mapping):
+            details["source"] = dict(raw_details)
+        if rec.get("fromHook") is True:
+            details["fromHook"] = True
+        record: dict[str, Any] = {"type": "compaction", "id": self.make_id(f"compaction.{key}"),
+                                  "summary": summary if isinstance(summary, str) else ""}
+        kept_key = rec.get("firstKeptEntryId")
+        index = rec.get("firstKeptEntryIndex")
+        if not isinstance(kept_key, str) and isinstance(index, int) and self.branch is not None:
+            kept_key = self.branch.kept_index.get(index)
+        kept = self.first_kept.get(kept_key) if isinstance(kept_key, str) else None
+        if kept is not None:
+            record["firstKeptMessageId"] = kept
+        record.update({"throughMessageId": through,
+                       "tokensBefore": tokens if isinstance(tokens, int) and not isinstance(tokens, bool)
+                       and tokens >= 0 else 0,
+                       "retainedTail": [], "createdAt": stamp(ts), "details": details})
+        self.emitter.push(record)
+
+
+__all__ = ["SOURCE", "Branch", "Header", "PiConverter", "discover", "find_branch", "parse", "read_header"]

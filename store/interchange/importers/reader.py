@@ -1,0 +1,209 @@
+"""Bounded, read-only reading of source files: JSONL line by line, small JSON documents.
+
+Memory is one read chunk plus at most one line of ``max_line_bytes``: a longer
+line is skipped without being held (its bytes are still hashed), and an
+incomplete last line is left unconsumed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from store.interchange.importers.report import FileReport
+
+__all__ = ["Line", "LineReader", "file_report", "lines_of", "open_source", "parse_object", "peek_field",
+           "read_json_file"]
+
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    offset: int
+    data: bytes | None
+    """The line without its newline; None when it was longer than the limit (skipped unread)."""
+    length: int
+    """Bytes of the line including its newline."""
+
+
+def open_source(path: Path) -> int:
+    """Open a source file read-only: no symlink at the last component, regular files only."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path} is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class LineReader:
+    """Iterate the complete lines of a file with a per-line byte bound.
+
+    Memory is one read chunk plus at most one line of ``max_line_bytes``. After
+    the iteration ``consumed`` is the offset just past the last complete line,
+    ``sha256`` the digest of bytes ``[0, consumed)`` and ``torn_tail_bytes`` the
+    incomplete rest.
+    """
+
+    def __init__(self, path: Path, *, max_line_bytes: int, chunk: int = 1 << 20, start: int = 0,
+                 end: int | None = None) -> None:
+        self.path = path
+        self.start = start
+        self.end = end
+        """Stop at this offset (a line boundary): read ``[start, end)`` only."""
+        self.max_line_bytes = max_line_bytes
+        self.chunk = chunk
+        self.consumed = start
+        self.torn_tail_bytes = 0
+        self.size = 0
+        self.mtime_ns = 0
+        self._hash = hashlib.sha256()
+
+    @property
+    def sha256(self) -> str:
+        return self._hash.hexdigest()
+
+    def __iter__(self) -> Iterator[Line]:
+        fd = open_source(self.path)
+        try:
+            st = os.fstat(fd)
+            self.size, self.mtime_ns = st.st_size, st.st_mtime_ns
+            if self.start:
+                os.lseek(fd, self.start, os.SEEK_SET)
+            yield from self._lines(fd)
+        finally:
+            os.close(fd)
+
+    def _lines(self, fd: int) -> Iterator[Line]:
+        pending = bytearray()  # the current partial line (when not skipping)
+        skipping = False  # the current line is over the limit: its bytes are hashed, not held
+        skip_hash: Any = None  # the digest as it was where the skipped line began
+        line_start = self.start
+        pos = self.start
+        while True:
+            want = self.chunk if self.end is None else min(self.chunk, self.end - pos)
+            chunk = os.read(fd, want) if want > 0 else b""
+            if not chunk:
+                break
+            start = 0
+            while True:
+                nl = chunk.find(b"\n", start)
+                if nl < 0:
+                    rest = chunk[start:]
+                    if skipping:
+                        self._hash.update(rest)
+                    else:
+                        pending += rest
+                        if len(pending) > self.max_line_bytes:
+                            skip_hash = self._hash.copy()
+                            self._hash.update(pending)
+                            pending.clear()
+                            skipping = True
+                    break
+                piece = chunk[start : nl + 1]
+                end = pos + nl + 1
+                if skipping:
+                    self._hash.update(piece)
+                    skipping, skip_hash = False, None
+                    yield Line(line_start, None, end - line_start)
+                else:
+                    if len(pending) + len(piece) - 1 > self.max_line_bytes:
+                        self._hash.update(pending)
+                        self._hash.update(piece)
+                        pending.clear()
+                        yield Line(line_start, None, end - line_start)
+                    else:
+                        if pending:
+                            pending += piece
+                            data = bytes(pending)
+                            pending.clear()
+                        else:
+                            data = piece
+                        self._hash.update(data)
+                        yield Line(line_start, data[:-1], end - line_start)
+                self.consumed = end
+                line_start = end
+                start = nl + 1
+            pos += len(chunk)
+        self.torn_tail_bytes = pos - self.consumed
+        if skipping and skip_hash is not None:
+            self._hash = skip_hash
+
+
+def parse_object(data: bytes) -> dict[str, Any] | None:
+    """One JSON object (orjson: no NaN, no lone surrogates, 64-bit integers); None otherwise."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def file_report(reader: LineReader, report: FileReport) -> None:
+    report.size = reader.size
+    report.consumed = reader.consumed
+    report.sha256 = reader.sha256
+    report.mtime_ns = reader.mtime_ns
+    report.torn_tail_bytes = reader.torn_tail_bytes
+
+
+def read_json_file(path: Path, max_bytes: int) -> dict[str, Any] | None:
+    """A small JSON document (opencode storage): bounded, read-only, None if unusable."""
+    fd = open_source(path)
+    try:
+        if os.fstat(fd).st_size > max_bytes:
+            return None
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := os.read(fd, 1 << 20):
+            total += len(chunk)
+            if total > max_bytes:
+                return None
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return parse_object(b"".join(chunks))
+
+
+def peek_field(path: Path, keys: tuple[str, ...], *, max_lines: int = 64, max_bytes: int = 8 << 20) -> str | None:
+    """The first string value of one of ``keys`` in the first lines of a JSONL file (bounded)."""
+    try:
+        reader = LineReader(path, max_line_bytes=max_bytes, chunk=1 << 16)
+        for n, line in enumerate(reader):
+            if n >= max_lines:
+                break
+            if line.data is None:
+                continue
+            rec = parse_object(line.data)
+            if rec is None:
+                continue
+            for key in keys:
+                value = rec.get(key)
+                if isinstance(value, str) and value:
+                    return value
+    except OSError:
+        return None
+    return None
+
+
+def lines_of(data: bytes, *, max_line_bytes: int) -> Iterator[Line]:
+    """The complete lines of an in-memory byte snapshot (same contract as :class:`LineReader`)."""
+    pos = 0
+    end = len(data)
+    while pos < end:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            return
+        length = nl + 1 - pos
+        yield Line(pos, data[pos:nl] if length - 1 <= max_line_bytes else None, length)
+        pos = nl + 1

@@ -1,0 +1,290 @@
+"""Importing sessions: one session, or every session under a tool's root (seed 003 §4.5, §5).
+
+:func:`import_unit` decides what an import of one :class:`SourceUnit` must
+do and runs :mod:`store.interchange.import_write`'s steps in order: a source whose files
+still hold exactly the bytes the last import consumed (the fingerprints in the
+origin row) is ``unchanged`` without being parsed; an index that trails its
+transcript is caught up first (reconcile); then stage → publish → one
+transaction, with the undo on failure. :func:`import_root` does it for every
+session a tool keeps under a root, one transaction per session, with a
+progress callback. Bad input never raises: it is a refused report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import stat
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from store.errors import StoreError
+from store.fsutil import open_nofollow
+from store.indexing import index, reconcile
+from store.indexing.database import in_transaction
+from store.interchange.import_write import ImportTarget, Spans, StagedImport, apply_index, publish, stage, undo
+from store.interchange.importers import discover
+from store.interchange.importers.common import Refused, SessionReport, SourceUnit
+from store.jsonio import loads_line
+from store.transcripts.transcript import read_first_line
+
+__all__ = [
+    "ImportSummary",
+    "PreparedImport",
+    "existing_spans",
+    "finish",
+    "import_root",
+    "import_unit",
+    "origin_row",
+    "prepare_unit",
+    "refuse_after",
+    "sources_unchanged",
+]
+
+
+# --------------------------------------------------------------------------- what the index knows
+
+
+def existing_spans(conn: sqlite3.Connection, session_id: str) -> Spans:
+    """``ids -> (line_offset, line_len)`` of the newest line holding each id (messages and checkpoints)."""
+
+    def lookup(ids: Sequence[str]) -> Mapping[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for i in range(0, len(ids), 500):
+            chunk = list(ids[i : i + 500])
+            marks = ",".join("?" * len(chunk))
+            for mid, off, ln in conn.execute(
+                f"SELECT id, line_offset, line_len FROM messages WHERE session_id = ? AND id IN ({marks})",
+                (session_id, *chunk),
+            ):
+                if off is not None:
+                    out[mid] = (off, ln)
+            for cid, off, ln in conn.execute(
+                f"SELECT id, MAX(line_offset), line_len FROM compactions WHERE session_id = ? AND id IN ({marks}) "
+                "GROUP BY id",
+                (session_id, *chunk),
+            ):
+                out[cid] = (off, ln)
+        return out
+
+    return lookup
+
+
+def origin_row(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | None:
+    row = conn.execute(
+        "SELECT plugin_id, source_id, external_id, source_label, origin_json, created_at "
+        "FROM session_import_origins WHERE session_id = ?", (session_id,)).fetchone()
+    if row is None:
+        return None
+    try:
+        origin = orjson.loads(row[4]) if row[4] else {}
+    except orjson.JSONDecodeError:
+        origin = {}
+    return {"pluginId": row[0], "sourceId": row[1], "externalId": row[2], "label": row[3],
+            "origin": origin if isinstance(origin, dict) else {}, "createdAt": row[5]}
+
+
+def _fingerprint(path: Path, consumed: int) -> str | None:
+    """SHA-256 of the first ``consumed`` bytes (None when the file is shorter or unreadable)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO: never blocks
+    except OSError:
+        return None
+    try:
+        digest = hashlib.sha256()
+        left = consumed
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                return None
+            digest.update(chunk)
+            left -= len(chunk)
+        return digest.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def sources_unchanged(unit: SourceUnit, origin: Mapping[str, Any] | None) -> bool:
+    """True when every source file still holds exactly the bytes the last import consumed."""
+    if not origin:
+        return False
+    files = origin.get("files")
+    if not isinstance(files, Mapping) or set(files) != {str(p) for p in unit.files}:
+        return False
+    for path in unit.files:
+        seen = files[str(path)]
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return False
+        if not stat.S_ISREG(st.st_mode):  # replaced by a FIFO, a device, a folder: read again (and refused)
+            return False
+        if not isinstance(seen, Mapping) or st.st_size != seen.get("size") or st.st_mtime_ns != seen.get("mtimeNs"):
+            return False
+        if _fingerprint(path, int(seen.get("consumed", -1))) != seen.get("sha256"):
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------- one session, a whole root
+
+
+def _catch_up(conn: sqlite3.Connection, target: ImportTarget, sid: str, row: Mapping[str, Any] | None,
+              now_ms: int) -> None:
+    """Bring the index in line with an existing transcript before comparing against it."""
+    path = target.transcript(sid)
+    if not path.exists():
+        return
+    if row is not None:
+        fd = open_nofollow(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            first = read_first_line(fd)
+        finally:
+            os.close(fd)
+        header = loads_line(first) if first else {}
+        if row["_indexedLen"] == size and row["_fileEpoch"] == header.get("epoch"):
+            return
+    plan = reconcile.plan_reconcile(path, row["_indexedLen"] if row else 0, row["_fileEpoch"] if row else None)
+    in_transaction(conn, lambda c: reconcile.apply_plan(c, sid, plan, now_ms=now_ms))
+
+
+@dataclass
+class PreparedImport:
+    """What :func:`prepare_unit` decided: a final report, or staged lines to publish and index."""
+
+    report: SessionReport
+    staged: StagedImport | None = None
+    status: str = ""
+    """What the session becomes once ``staged`` is published and indexed (``new`` | ``updated`` | ``unchanged``)."""
+
+    @property
+    def changed(self) -> bool:
+        return self.staged is not None and self.staged.body_end > self.staged.body_start
+
+
+def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarget, *, now_ms: int,
+                 dry_run: bool = False) -> PreparedImport:
+    """Decide and stage one session's import (reads only: ``conn`` may be a read-only connection).
+
+    Unchanged sources and refusals come back as a final report; otherwise the
+    lines to write are staged (nothing visible yet) and the caller publishes
+    them (:func:`store.interchange.import_write.publish`), runs :func:`store.interchange.import_write.apply_index`
+    in one transaction and calls :func:`finish` — or :func:`store.interchange.import_write.undo`
+    on failure. The index must already cover the transcript (the caller caught it up).
+    Never raises for bad input.
+    """
+    sid = unit.session_id
+    report = SessionReport(unit.source, unit.external_id, sid)
+    row = index.session_row(conn, sid)
+    if row is not None and row["source"] != unit.source:
+        return PreparedImport(report.refuse("CONFLICT", f"session {sid} exists and was not imported from "
+                                            f"{unit.source}"))
+    origin = origin_row(conn, sid)
+    try:
+        unchanged = row is not None and origin is not None and sources_unchanged(unit, origin["origin"])
+    except OSError as exc:
+        return PreparedImport(report.refuse("READ_ERROR", str(exc)))
+    if unchanged:
+        report.status = "unchanged"
+        return PreparedImport(report)
+    spans = existing_spans(conn, sid) if row is not None else None
+
+    def live_ids() -> Iterator[str]:
+        for (mid,) in conn.execute("SELECT id FROM messages WHERE session_id = ? AND deleted = 0 ORDER BY seq",
+                                   (sid,)):
+            yield mid
+
+    try:
+        staged = stage(unit, target, spans=spans, dry_run=dry_run, created_ms=lambda: now_ms,
+                       live_ids=live_ids if row is not None else None)
+    except Refused as exc:
+        return PreparedImport(exc.report if exc.report is not None else report.refuse(exc.code, exc.message))
+    except OSError as exc:
+        return PreparedImport(report.refuse("READ_ERROR", str(exc)))
+    except StoreError as exc:
+        return PreparedImport(report.refuse(exc.code, exc.message))
+    report = staged.report
+    changed = staged.body_end > staged.body_start
+    status = "new" if staged.kind == "new" else ("updated" if changed else "unchanged")
+    if dry_run:
+        report.status = f"would-{status}" if status != "unchanged" else "unchanged"
+        return PreparedImport(report)
+    report.appended_bytes = staged.body_end - staged.body_start
+    return PreparedImport(report, staged, status)
+
+
+def finish(prepared: PreparedImport) -> SessionReport:
+    """The report of a prepared import that was published and indexed."""
+    prepared.report.status = prepared.status
+    return prepared.report
+
+
+def refuse_after(prepared: PreparedImport, exc: StoreError) -> SessionReport:
+    """The report of a prepared import whose publish or index step failed (the caller undid it)."""
+    return prepared.report.refuse(exc.code, exc.message)
+
+
+def import_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarget, *, now_ms: int,
+                dry_run: bool = False) -> SessionReport:
+    """Import one session on one connection (stage → publish → one transaction → report): the
+    offline path (tests, the benchmark). A running host runs the same steps in the session's actor
+    (``runtime/handlers/imports.py``). Never raises for bad input."""
+    if not dry_run:
+        sid = unit.session_id
+        try:
+            _catch_up(conn, target, sid, index.session_row(conn, sid), now_ms)
+        except (StoreError, OSError, ValueError) as exc:
+            return SessionReport(unit.source, unit.external_id, sid).refuse("INDEX_CATCH_UP_FAILED", str(exc))
+    prepared = prepare_unit(conn, unit, target, now_ms=now_ms, dry_run=dry_run)
+    staged = prepared.staged
+    if staged is None:
+        return prepared.report
+    try:
+        if prepared.changed:
+            publish(staged, faults=target.faults)
+        in_transaction(conn, lambda c: apply_index(c, staged, now_ms=now_ms))
+    except StoreError as exc:
+        undo(staged)
+        return refuse_after(prepared, exc)
+    except BaseException:
+        undo(staged)
+        raise
+    return finish(prepared)
+
+
+@dataclass
+class ImportSummary:
+    sessions: list[SessionReport] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for rep in self.sessions:
+            out[rep.status] = out.get(rep.status, 0) + 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"counts": self.counts(), "sessions": [r.to_dict() for r in self.sessions]}
+
+
+def import_root(conn: sqlite3.Connection, source: str, root: Path, target: ImportTarget, *, now_ms: Callable[[], int],
+                dry_run: bool = False, progress: Callable[[int, SessionReport], None] | None = None,
+                units: Iterable[SourceUnit] | None = None) -> ImportSummary:
+    """Import every session under ``root`` (one transaction per session); ``progress`` after each."""
+    summary = ImportSummary()
+    try:
+        found = units if units is not None else discover(source, Path(os.path.abspath(root)))
+        for n, unit in enumerate(found, start=1):
+            rep = import_unit(conn, unit, target, now_ms=now_ms(), dry_run=dry_run)
+            summary.sessions.append(rep)
+            if progress is not None:
+                progress(n, rep)
+    except OSError as exc:
+        rep = SessionReport(source).refuse("READ_ERROR", f"cannot list {root}: {exc.strerror or exc}")
+        summary.sessions.append(rep)
+    return summary

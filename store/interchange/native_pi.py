@@ -1,0 +1,499 @@
+"""Native pi sessions, read-only, and the native fork (seed 003 §12, ADR 0254).
+
+A configured pi session root (``~/.pi/agent/sessions``) is a second transcript
+authority, owned by pi: nothing here is ever written to SQLite or copied to
+this host's ``sessions/``, and no byte of a native file is ever modified.
+
+* **list** (:func:`list_native`): every ``*.jsonl`` under the root (regular
+  files only, never through a symlink) is read as an immutable byte snapshot
+  and projected as a session summary with the opaque id ``native-pi:<pi id>``
+  and ``source: "native-pi"``; files that are not pi sessions are reported,
+  not listed. The canonical path stays inside the host (never on the wire).
+* **get** (:func:`get_native`): a snapshot of the file, parsed in memory
+  (:class:`store.interchange.importers.pi.PiConverter`, the importer's own reading of
+  v1–v3) following the current branch from the leaf. pi's persistent
+  ``SessionManager.open`` would repair a missing newline or migrate an old
+  format in place; this never does: an incomplete last line is simply not read.
+* **unsupported operations** (:func:`check_supported`): rename, delete,
+  project move, revisions, queue, plan/goal, collaboration and appends are
+  refused with ``UNSUPPORTED_FOR_NATIVE_SESSION``.
+* **fork** (:func:`fork_native`): exactly one new v3 child in the parent's
+  directory. The branch is extracted from the parent snapshot (its entry lines
+  copied byte for byte, unknown fields kept), the child title and the
+  parent's saved model / thinking level are appended when the branch lacks
+  them, and the child header carries ``parentSession`` (the parent's canonical
+  path). Publication: a full write of an exclusive (``O_EXCL``) non-``.jsonl``
+  temp file in the same directory, fsynced; the staged file must still match
+  the device/inode/size/SHA-256 captured at write time before a same-directory
+  hard link to ``<timestamp>_<id>.jsonl`` (``link`` never replaces a file),
+  and the published name must match that same identity and hash afterwards.
+  Any mismatch fails closed (``CONFLICT`` with a ``reason``) without a child;
+  cleanup removes only files whose device/inode and content still match what
+  this fork wrote (the whole file by size + hash, a partial staging write by
+  byte prefix). A foreign file — one that took the final name first, or
+  replaced a staged or published name — is never removed. The parent is only
+  ever opened read-only.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import secrets
+import stat
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from store.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, StoreError, classify_os_error
+from store.fsutil import fsync_dir, write_all
+from store.interchange.importers.common import (
+    DEFAULT_LIMITS,
+    FileReport,
+    ImportLimits,
+    ParseContext,
+    Refused,
+    SessionMeta,
+    SessionReport,
+    local_id,
+)
+from store.interchange.importers.pi import PiConverter, read_header
+from store.interchange.importers.reader import lines_of, parse_object
+from store.jsonio import now_rfc3339
+
+__all__ = [
+    "NATIVE_PREFIX",
+    "SUPPORTED",
+    "ForkHooks",
+    "ForkResult",
+    "NativeListing",
+    "NativeSession",
+    "Snapshot",
+    "UnsupportedForNativeSession",
+    "check_supported",
+    "fork_native",
+    "get_native",
+    "is_native_id",
+    "list_native",
+    "snapshot",
+    "unsupported_for_native",
+]
+
+NATIVE_PREFIX = "native-pi:"
+SOURCE = "native-pi"
+MAX_NATIVE_BYTES = 256 * 1024 * 1024
+SUPPORTED = frozenset({"session.list", "session.get", "session.fork", "session.export"})
+"""Methods a native session answers; every other session method is refused."""
+_NATIVE_ID = re.compile(r"^native-pi:[A-Za-z0-9_\-.@+=]{1,120}$")
+
+
+class UnsupportedForNativeSession(StoreError):
+    """A mutation this host does not perform on pi-owned sessions (seed §12: rename, delete, revisions...)."""
+
+    code = "UNSUPPORTED_FOR_NATIVE_SESSION"
+
+
+def is_native_id(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(NATIVE_PREFIX)
+
+
+def unsupported_for_native(method: str, session_id: str) -> UnsupportedForNativeSession:
+    """The refusal of ``method`` for a native session (the request pipeline raises it before validation)."""
+    return UnsupportedForNativeSession(
+        f"{method} is not supported for native pi sessions (they belong to pi; fork one to change it)",
+        data={"sessionId": session_id[:200], "method": method})
+
+
+def check_supported(method: str, session_id: str) -> None:
+    if is_native_id(session_id) and method not in SUPPORTED:
+        raise unsupported_for_native(method, session_id)
+
+
+# --------------------------------------------------------------------------- snapshots
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The bytes of a native file as they were at one moment, with the file's identity then."""
+
+    path: Path
+    data: bytes
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
+def _open_regular(path: Path) -> tuple[int, os.stat_result]:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise NotFound(f"native session file {path} not found", data={"path": str(path)}) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InvalidInput(f"{path} is a symlink; native sessions are read only from regular files",
+                               data={"path": str(path)}) from None
+        raise classify_os_error(exc, f"open {path}") from exc
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise InvalidInput(f"{path} is not a regular file", data={"path": str(path)})
+    return fd, st
+
+
+def snapshot(path: Path, *, max_bytes: int = MAX_NATIVE_BYTES) -> Snapshot:
+    """An immutable byte snapshot: one read of the whole file (read-only, no symlink, bounded)."""
+    fd, st = _open_regular(path)
+    try:
+        if st.st_size > max_bytes:
+            raise PayloadTooLarge(f"{path} is larger than {max_bytes} bytes", data={"path": str(path)})
+        chunks: list[bytes] = []
+        total = 0
+        while total < st.st_size:
+            chunk = os.read(fd, min(1 << 20, st.st_size - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    finally:
+        os.close(fd)
+    return Snapshot(path, b"".join(chunks), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+# --------------------------------------------------------------------------- projection
+
+
+def _native_id(pi_id: str) -> str:
+    return NATIVE_PREFIX + local_id(pi_id)
+
+
+@dataclass
+class NativeSession:
+    id: str
+    summary: dict[str, Any]
+    messages: list[dict[str, Any]]
+    compactions: list[dict[str, Any]]
+    report: SessionReport
+    snapshot: Snapshot
+    leaf_id: str | None
+    header: dict[str, Any]
+
+
+def project(snap: Snapshot, *, native_id: str | None = None, limits: ImportLimits = DEFAULT_LIMITS) -> NativeSession:
+    """Parse a snapshot in memory and follow its current branch (raises :class:`Refused`)."""
+    first = next(iter(lines_of(snap.data, max_line_bytes=limits.max_line_bytes)), None)
+    header = read_header(parse_object(first.data) if first is not None and first.data is not None else None)
+    nid = native_id or _native_id(header.id)
+    meta = SessionMeta(SOURCE, header.id, nid)
+    report = SessionReport(SOURCE, header.id, nid)
+    file = FileReport(str(snap.path), size=snap.size)
+    report.files.append(file)
+    conv = PiConverter(ParseContext(limits), meta, report, file, lambda key: f"{nid}:{local_id(key)}")
+    messages: list[dict[str, Any]] = []
+    compactions: list[dict[str, Any]] = []
+    positions: dict[str, int] = {}
+    for slot in conv.run(lambda: lines_of(snap.data, max_line_bytes=limits.max_line_bytes)):
+        rec = slot.record
+        if rec["type"] == "compaction":
+            compactions.append(rec)
+        elif rec["id"] in positions:
+            messages[positions[rec["id"]]] = rec
+        else:
+            positions[rec["id"]] = len(messages)
+            messages.append(rec)
+    branch = conv.branch
+    summary = {
+        "id": nid, "source": SOURCE, "title": meta.title, "projectPath": header.cwd,
+        "messageCount": len(messages), "createdAt": header.timestamp or meta.created_ms or 0,
+        "updatedAt": meta.updated_ms or header.timestamp or 0, "native": {"version": header.version,
+                                                                           "readOnly": True},
+        "modelId": meta.history.get("modelId"), "providerId": meta.history.get("providerId"),
+        "thinkingLevel": meta.thinking_level,
+    }
+    return NativeSession(nid, summary, messages, compactions, report, snap, branch.leaf if branch else None,
+                         header.raw)
+
+
+@dataclass
+class NativeListing:
+    sessions: list[dict[str, Any]] = field(default_factory=list)
+    """Summaries, newest activity first (what ``session.list`` merges in)."""
+    refused: list[dict[str, str]] = field(default_factory=list)
+    paths: dict[str, Path] = field(default_factory=dict)
+    """native id → canonical file path (host-internal: never sent to a client)."""
+
+
+def candidates(root: Path) -> Iterator[Path]:
+    if not root.is_dir():
+        return
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames):
+            if name.endswith(".jsonl"):
+                path = Path(dirpath) / name
+                if stat.S_ISREG(os.lstat(path).st_mode):
+                    yield path
+
+
+def list_native(root: Path, *, limits: ImportLimits = DEFAULT_LIMITS) -> NativeListing:
+    """Every native session under ``root`` (read-only snapshots; nothing is cached or written)."""
+    out = NativeListing()
+    for path in candidates(root):
+        try:
+            session = project(snapshot(path), limits=limits)
+        except (Refused, StoreError, OSError) as exc:
+            out.refused.append({"path": str(path), "reason": getattr(exc, "code", "READ_ERROR")})
+            continue
+        nid = session.id
+        if nid in out.paths:  # the same pi id twice (a copied file): keep both, apart
+            nid = f"{nid}.{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+            session.summary["id"] = nid
+        out.paths[nid] = Path(os.path.realpath(path))
+        out.sessions.append(session.summary)
+    out.sessions.sort(key=lambda s: (-int(s["updatedAt"] or 0), s["id"]))
+    return out
+
+
+def get_native(root: Path, native_id: str, *, limits: ImportLimits = DEFAULT_LIMITS,
+               listing: NativeListing | None = None) -> NativeSession:
+    """The current-branch detail of one native session (``NOT_FOUND`` for an unknown id)."""
+    if not _NATIVE_ID.fullmatch(native_id):
+        raise InvalidInput(f"{native_id!r} is not a native pi session id", data={"field": "sessionId"})
+    found = (listing or list_native(root, limits=limits)).paths.get(native_id)
+    if found is None:
+        raise NotFound(f"native session {native_id} not found", data={"sessionId": native_id})
+    try:
+        return project(snapshot(found), native_id=native_id, limits=limits)
+    except Refused as exc:
+        raise InvalidInput(exc.message, data={"sessionId": native_id, "reason": exc.code}) from None
+
+
+# --------------------------------------------------------------------------- fork
+
+
+@dataclass
+class ForkHooks:
+    """Test seams at each publication step (production passes none)."""
+
+    write: Callable[[int, bytes], None] = field(default=write_all)
+    after_stage: Callable[[Path], None] | None = None
+    before_link: Callable[[Path, Path], None] | None = None
+    after_link: Callable[[Path], None] | None = None
+
+
+@dataclass(frozen=True)
+class ForkResult:
+    path: Path
+    native_id: str
+    header: dict[str, Any]
+    session: NativeSession
+
+
+def _branch_lines(snap: Snapshot, leaf_id: str | None,
+                  limits: ImportLimits) -> tuple[dict[str, Any], list[tuple[dict[str, Any], bytes]]]:
+    """The parent's header and the (entry, raw line) pairs of the branch ending at ``leaf_id``, in file order."""
+    lines = list(lines_of(snap.data, max_line_bytes=limits.max_line_bytes))
+    if not lines or lines[0].data is None:
+        raise InvalidInput("the parent is not a pi session", data={"reason": "NOT_A_SESSION_FILE"})
+    header = read_header(parse_object(lines[0].data))
+    if header.version != 3:
+        raise UnsupportedForNativeSession(f"only pi v3 sessions can be forked (this one is v{header.version})",
+                                          data={"version": header.version})
+    entries: list[tuple[dict[str, Any], bytes]] = []
+    for line in lines[1:]:
+        rec = parse_object(line.data) if line.data is not None else None
+        if rec is not None and isinstance(rec.get("id"), str):
+            entries.append((rec, snap.data[line.offset: line.offset + line.length]))
+    by_id = {rec["id"]: rec for rec, _ in entries}
+    leaf = leaf_id if leaf_id is not None else (entries[-1][0]["id"] if entries else None)
+    if leaf is not None and leaf not in by_id:
+        raise NotFound(f"entry {leaf} is not in the parent session", data={"entryId": leaf})
+    keep: set[str] = set()
+    cur = leaf
+    while isinstance(cur, str) and cur in by_id and cur not in keep:
+        keep.add(cur)
+        cur = by_id[cur].get("parentId")
+    return header.raw, [(rec, raw) for rec, raw in entries if rec["id"] in keep]
+
+
+def _fallbacks(branch: list[tuple[dict[str, Any], bytes]], parent_entries: Iterable[dict[str, Any]],
+               title: str | None, now_iso: str) -> list[dict[str, Any]]:
+    """Entries appended to the child: its title, and the parent's saved model/thinking level if the branch
+    does not set them itself."""
+    kinds = {rec.get("type") for rec, _ in branch}
+    has_model = "model_change" in kinds or any(
+        rec.get("type") == "message" and isinstance(rec.get("message"), Mapping)
+        and rec["message"].get("role") == "assistant" for rec, _ in branch)
+    saved_model: dict[str, Any] | None = None
+    saved_thinking: str | None = None
+    saved_name: str | None = None
+    for rec in parent_entries:
+        kind = rec.get("type")
+        if kind == "model_change" and isinstance(rec.get("modelId"), str):
+            saved_model = {"provider": rec.get("provider"), "modelId": rec["modelId"]}
+        elif kind == "message" and isinstance(rec.get("message"), Mapping) and rec["message"].get("role") == \
+                "assistant" and isinstance(rec["message"].get("model"), str):
+            saved_model = {"provider": rec["message"].get("provider"), "modelId": rec["message"]["model"]}
+        elif kind == "thinking_level_change" and isinstance(rec.get("thinkingLevel"), str):
+            saved_thinking = rec["thinkingLevel"]
+        elif kind == "session_info" and isinstance(rec.get("name"), str):
+            saved_name = rec["name"]
+    out: list[dict[str, Any]] = []
+    name = title if title is not None else (f"{saved_name} (fork)" if saved_name else None)
+    if name:
+        out.append({"type": "session_info", "timestamp": now_iso, "name": name})
+    if not has_model and saved_model is not None:
+        out.append({"type": "model_change", "timestamp": now_iso, **saved_model})
+    if "thinking_level_change" not in kinds and saved_thinking is not None:
+        out.append({"type": "thinking_level_change", "timestamp": now_iso, "thinkingLevel": saved_thinking})
+    return out
+
+
+def child_bytes(snap: Snapshot, *, child_id: str, now_ms: int, leaf_id: str | None = None, title: str | None = None,
+                limits: ImportLimits = DEFAULT_LIMITS) -> bytes:
+    """The whole child file, built in memory from the parent snapshot (the parent is not touched)."""
+    parent_header, branch = _branch_lines(snap, leaf_id, limits)
+    now_iso = now_rfc3339(now_ms)
+    header = {"type": "session", "version": 3, "id": child_id, "timestamp": now_iso,
+              "cwd": parent_header.get("cwd", ""), "parentSession": os.path.realpath(snap.path)}
+    parts = [orjson.dumps(header) + b"\n"]
+    used = {rec["id"] for rec, _ in branch}
+    last = branch[-1][0]["id"] if branch else None
+    for _, raw in branch:
+        parts.append(raw if raw.endswith(b"\n") else raw + b"\n")
+    all_entries = [rec for rec in (parse_object(line.data) for line in lines_of(
+        snap.data, max_line_bytes=limits.max_line_bytes) if line.data is not None) if rec is not None]
+    for extra in _fallbacks(branch, all_entries, title, now_iso):
+        eid = secrets.token_hex(4)
+        while eid in used:
+            eid = secrets.token_hex(4)
+        used.add(eid)
+        entry = {"type": extra.pop("type"), "id": eid, "parentId": last, **extra}
+        last = eid
+        parts.append(orjson.dumps(entry) + b"\n")
+    return b"".join(parts)
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _read_all(path: Path, limit: int) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := os.read(fd, 1 << 20):
+            total += len(chunk)
+            if total > limit:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _matches(path: Path, identity: tuple[int, int], data: bytes, *, prefix_ok: bool) -> bool:
+    """Is ``path`` still the file this fork wrote (same inode, and the content, or a prefix of it)?"""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or _identity(st) != identity:
+        return False
+    if st.st_size > len(data) or (not prefix_ok and st.st_size != len(data)):
+        return False
+    content = _read_all(path, len(data))
+    if content is None:
+        return False
+    return content == data if not prefix_ok else data.startswith(content)
+
+
+def _remove_if_ours(path: Path, identity: tuple[int, int] | None, data: bytes, *, prefix_ok: bool) -> bool:
+    if identity is None or not _matches(path, identity, data, prefix_ok=prefix_ok):
+        return False
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _fail(reason: str, message: str, **data: Any) -> Conflict:
+    return Conflict(f"native fork failed closed: {message}", data={"reason": reason, **data})
+
+
+def fork_native(parent: Path, *, now_ms: int, leaf_id: str | None = None, title: str | None = None,
+                child_uuid: str | None = None, hooks: ForkHooks | None = None,
+                limits: ImportLimits = DEFAULT_LIMITS) -> ForkResult:
+    """Write exactly one v3 child beside ``parent`` (see the module doc); the parent is only read."""
+    hooks = hooks or ForkHooks()
+    snap = snapshot(parent)
+    cid = child_uuid or str(uuid.uuid4())
+    data = child_bytes(snap, child_id=cid, now_ms=now_ms, leaf_id=leaf_id, title=title, limits=limits)
+    digest = hashlib.sha256(data).hexdigest()
+    directory = parent.parent
+    final = directory / f"{now_rfc3339(now_ms).replace(':', '-').replace('.', '-')}_{cid}.jsonl"
+    temp = directory / f".{final.name}.fork-{secrets.token_hex(6)}.tmp"
+    identity: tuple[int, int] | None = None
+    linked = False
+    try:
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise classify_os_error(exc, f"stage {temp}") from exc
+        try:
+            identity = _identity(os.fstat(fd))
+            try:
+                hooks.write(fd, data)
+                os.fsync(fd)
+            except OSError as exc:
+                raise classify_os_error(exc, f"write {temp}") from exc
+        finally:
+            os.close(fd)
+        if hooks.after_stage:
+            hooks.after_stage(temp)
+        if not _matches(temp, identity, data, prefix_ok=False):
+            raise _fail("staged_file_changed", f"{temp.name} no longer matches what was written "
+                        "(device/inode/size/hash)", expectedSha256=digest)
+        if hooks.before_link:
+            hooks.before_link(temp, final)
+        try:
+            os.link(temp, final)
+        except FileExistsError:
+            raise _fail("target_exists", f"{final.name} already exists; it is not ours and stays") from None
+        except OSError as exc:
+            raise classify_os_error(exc, f"link {final}") from exc
+        linked = True
+        if hooks.after_link:
+            hooks.after_link(final)
+        if not _matches(final, identity, data, prefix_ok=False):
+            raise _fail("published_file_changed", f"{final.name} does not match the staged file "
+                        "(device/inode/size/hash)", expectedSha256=digest)
+        fsync_dir(directory)
+    except BaseException:
+        _remove_if_ours(temp, identity, data, prefix_ok=True)
+        if linked:
+            _remove_if_ours(final, identity, data, prefix_ok=False)
+        try:
+            fsync_dir(directory)
+        except OSError:
+            pass
+        raise
+    _remove_if_ours(temp, identity, data, prefix_ok=False)
+    fsync_dir(directory)
+    child = project(Snapshot(final, data, identity[0], identity[1], len(data), 0), limits=limits)
+    return ForkResult(final, child.id, orjson.loads(data.split(b"\n", 1)[0]), child)

@@ -1,0 +1,1 @@
+"""Search over the index: queries, literal text matching, FTS5 upkeep."""

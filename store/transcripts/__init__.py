@@ -1,0 +1,1 @@
+"""Transcript files and windows: the JSONL format, appends and rewrites, layout, window reads."""

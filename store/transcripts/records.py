@@ -1,0 +1,176 @@
+"""Transcript message records: normalisation, derived index fields, projections.
+
+A *record* is the dict written as one ``message`` line (docs/DESIGN.md). This
+module decides what the index derives from it (final-answer text without
+thinking, promoted tool name / error flag, timestamps) and how a record is
+projected onto the wire. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from protocol.limits import MAX_BLOCKS_PER_MESSAGE
+from store.errors import InvalidInput
+from store.ids import validate_wire_id
+from store.jsonio import now_rfc3339
+
+ROLES = ("user", "assistant", "tool", "system")
+
+
+ms_to_rfc3339 = now_rfc3339
+"""Unix ms → the RFC 3339 spelling transcript files use (one implementation: store.jsonio)."""
+
+
+def rfc3339_to_ms(value: object, default: int) -> int:
+    if not isinstance(value, str) or not value:
+        return default
+    try:
+        text = value[:-1] + "+00:00" if value.endswith("Z") else value
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        return default
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1000)
+
+
+def normalize_message(raw: Mapping[str, Any], *, now_ms: int, turn_id: str | None = None) -> dict[str, Any]:
+    """Build the canonical transcript record for an incoming message.
+
+    Keeps every key the client sent (lossless, open block vocabulary) but puts
+    ``type`` and ``id`` first and fills ``createdAt`` when missing.
+    """
+    if not isinstance(raw, Mapping):
+        raise InvalidInput("message must be an object")
+    msg_id = validate_wire_id(raw.get("id"), "message.id")
+    role = raw.get("role")
+    if role not in ROLES:
+        raise InvalidInput(f"message.role must be one of {', '.join(ROLES)}", data={"field": "message.role"})
+    blocks = raw.get("blocks")
+    if not isinstance(blocks, list) or len(blocks) > MAX_BLOCKS_PER_MESSAGE:
+        raise InvalidInput(f"message.blocks must be a list of at most {MAX_BLOCKS_PER_MESSAGE} blocks",
+                           data={"field": "message.blocks"})
+    for i, block in enumerate(blocks):
+        if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
+            raise InvalidInput(f"message.blocks[{i}] must be an object with a string 'type'",
+                               data={"field": f"message.blocks[{i}]"})
+    meta = raw.get("meta")
+    if meta is not None and not isinstance(meta, Mapping):
+        raise InvalidInput("message.meta must be an object", data={"field": "message.meta"})
+    record: dict[str, Any] = {"type": "message", "id": msg_id}
+    for key, value in raw.items():
+        if key in ("type", "id"):
+            continue
+        record[key] = value
+    if not isinstance(record.get("createdAt"), str):
+        record["createdAt"] = ms_to_rfc3339(now_ms)
+    if turn_id is not None and "turnId" not in record:
+        record["turnId"] = turn_id
+    return record
+
+
+def extract_text(record: Mapping[str, Any]) -> str | None:
+    """Final answer text for search/preview: text blocks only, never thinking; None for tools."""
+    if record.get("role") == "tool":
+        return None
+    parts: list[str] = []
+    for block in record.get("blocks") or ():
+        if isinstance(block, Mapping) and block.get("type") == "text":
+            text = block.get("text")
+            if isinstance(text, str) and text:
+                parts.append(text)
+    if not parts:
+        return None
+    return "\n".join(parts)
+
+
+def tool_info(record: Mapping[str, Any]) -> tuple[str | None, bool]:
+    """Promoted ``tool_name`` and ``is_error`` for the index row."""
+    name = record.get("toolName") if isinstance(record.get("toolName"), str) else None
+    is_error = False
+    for block in record.get("blocks") or ():
+        if isinstance(block, Mapping) and block.get("type") == "tool_call":
+            if name is None and isinstance(block.get("name"), str):
+                name = block["name"]
+            if block.get("status") in ("error", "denied") or block.get("isError") is True:
+                is_error = True
+    meta = record.get("meta")
+    if isinstance(meta, Mapping) and meta.get("isError") is True:
+        is_error = True
+    return name, is_error
+
+
+def meta_of(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = record.get("meta")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def receipt_of(record: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    receipt = meta_of(record).get("receipt")
+    return receipt if isinstance(receipt, Mapping) else None
+
+
+def is_streaming(record: Mapping[str, Any]) -> bool:
+    return meta_of(record).get("status") == "streaming"
+
+
+def with_receipt(record: dict[str, Any], receipt: Mapping[str, Any]) -> dict[str, Any]:
+    meta = dict(meta_of(record))
+    meta["receipt"] = dict(receipt)
+    out = dict(record)
+    out["meta"] = meta
+    return out
+
+
+def wire_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The record as clients see it: the internal receipt is stripped from meta; collaboration
+    provenance (``meta.sessionMessage``, host-written) is projected as ``sessionMessage`` and an
+    accepted steering input (``meta.steering: true``) as ``steering`` (seed 003, active-turn steering)."""
+    out = dict(record)
+    meta = record.get("meta")
+    if isinstance(meta, Mapping) and isinstance(meta.get("sessionMessage"), Mapping):
+        out["sessionMessage"] = dict(meta["sessionMessage"])
+    if isinstance(meta, Mapping) and meta.get("steering") is True:
+        out["steering"] = True
+    if isinstance(meta, Mapping) and "receipt" in meta:
+        stripped = {k: v for k, v in meta.items() if k != "receipt"}
+        if stripped:
+            out["meta"] = stripped
+        else:
+            out.pop("meta", None)
+    return out
+
+
+def cap_content(record: dict[str, Any], content_limit: int | None) -> dict[str, Any]:
+    """Apply the display cap to a wire projection (never to the file)."""
+    if not content_limit:
+        return record
+    blocks = record.get("blocks")
+    if not isinstance(blocks, list):
+        return record
+    capped: list[Any] = []
+    changed = False
+    for block in blocks:
+        if isinstance(block, dict):
+            text = block.get("text")
+            if isinstance(text, str) and len(text) > content_limit:
+                block = dict(block)
+                block["text"] = text[:content_limit]
+                block["truncated"] = True
+                block["fullLength"] = len(text)
+                changed = True
+            result = block.get("result")
+            if isinstance(result, str) and len(result) > content_limit:
+                block = dict(block)
+                block["result"] = result[:content_limit]
+                block["truncated"] = True
+                changed = True
+        capped.append(block)
+    if not changed:
+        return record
+    out = dict(record)
+    out["blocks"] = capped
+    return out

@@ -1,0 +1,263 @@
+"""Whole-transcript rewrites: plan the new body, write it atomically, reindex it.
+
+Every rewrite (truncate, replace, revision switch, and later fork/import) goes
+through three pure-or-synchronous steps that the session actor orders:
+
+1. :func:`load_live` — the transcript as readers see it (deduped messages,
+   every compaction record, tombstones, the newest ``session_info``).
+2. :func:`plan_rewrite` — the new body lines: the given messages in order,
+   every compaction still valid against them (a record whose
+   ``throughMessageId`` is gone is dropped, per record) placed after its
+   boundary and in its original relative order, the tombstones of surviving
+   messages, and the ``session_info`` line so a rebuilt index keeps the
+   session's metadata. Offsets are computed here, so no re-scan is needed.
+3. :func:`apply_rewrite` (file: temp + fsync + rename + dir fsync, new header
+   epoch) then :func:`reindex` (one DB transaction replacing every row).
+
+A crash between 3a and 3b leaves a file whose epoch the index does not know,
+so the next catch-up reindexes it in full: old or new file, never a mix, and
+the index always ends up matching the file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from store.compaction import split_valid
+from store.faults import NO_FAULTS, Faults
+from store.indexing.index import CompactionRecord, IndexRecord, reindex_session
+from store.jsonio import dumps_line
+from store.transcripts.records import rfc3339_to_ms
+from store.transcripts.transcript import read_transcript, rewrite_transcript
+
+
+@dataclass
+class LiveTranscript:
+    """A snapshot of the live transcript, taken inside the session actor."""
+
+    session_id: str
+    created_at_ms: int
+    epoch: str | None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    compactions: list[dict[str, Any]] = field(default_factory=list)
+    tombstones: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """messageId → newest tombstone record (deleted true or false)."""
+    session_info: dict[str, Any] | None = None
+    decisions: list[tuple[str | None, dict[str, Any]]] = field(default_factory=list)
+    """``approval_decision`` lines with the id of the message they follow (kept by a rewrite
+    while that message survives)."""
+    valid_length: int = 0
+
+    @property
+    def ids(self) -> list[str]:
+        return [m["id"] for m in self.messages]
+
+    def position(self, message_id: str) -> int | None:
+        for i, rec in enumerate(self.messages):
+            if rec["id"] == message_id:
+                return i
+        return None
+
+
+def load_live(path: str | os.PathLike[str], *, default_created_ms: int = 0) -> LiveTranscript:
+    """Read the whole transcript (messages deduped keep-last at first position)."""
+    t = read_transcript(path)
+    header = t.header
+    created = rfc3339_to_ms(header.created_at if header else None, default_created_ms)
+    live = LiveTranscript(
+        session_id=header.session_id if header else "",
+        created_at_ms=created,
+        epoch=header.epoch if header else None,
+        messages=[m.record for m in t.messages],
+        compactions=[c.record for c in t.compactions],
+        session_info=t.session_info,
+        decisions=list(t.decisions),
+        valid_length=t.valid_length,
+    )
+    for mid, tomb in t.tombstones.items():
+        live.tombstones[mid] = {"type": "tombstone", "id": tomb.id or f"t-{mid}", "messageId": mid,
+                                "deleted": tomb.deleted}
+    return live
+
+
+@dataclass(frozen=True)
+class RewritePlan:
+    """New body lines (header excluded) and where each indexed line sits in the body."""
+
+    body: list[bytes]
+    messages: list[dict[str, Any]]
+    message_spans: list[tuple[int, int]]
+    compactions: list[dict[str, Any]]
+    compaction_spans: list[tuple[int, int]]
+    dropped_compactions: list[str]
+    deleted_ids: list[str]
+
+
+def _placement(messages: Sequence[Mapping[str, Any]], kept: Sequence[Mapping[str, Any]]) -> list[int]:
+    """For each kept compaction, the message position it is written after.
+
+    After its own boundary, and never before an earlier checkpoint (the chain
+    stays oldest-first, which is the file order readers rely on).
+    """
+    pos = {m["id"]: i for i, m in enumerate(messages)}
+    out: list[int] = []
+    floor = -1
+    for rec in kept:
+        at = max(pos[rec["throughMessageId"]], floor)
+        out.append(at)
+        floor = at
+    return out
+
+
+def plan_rewrite(
+    messages: Sequence[Mapping[str, Any]],
+    compactions: Sequence[Mapping[str, Any]] = (),
+    *,
+    tombstones: Mapping[str, Mapping[str, Any]] | None = None,
+    session_info: Mapping[str, Any] | None = None,
+    decisions: Sequence[tuple[str | None, Mapping[str, Any]]] = (),
+) -> RewritePlan:
+    """Lay out a rewritten body. Messages must have unique ids (the caller decides which).
+
+    ``decisions`` (``approval_decision`` lines) follow the message they followed
+    before, when it survives (``None``: the body's start); the others go.
+    """
+    ids = [m["id"] for m in messages]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise ValueError(f"rewrite plan has message id {dup!r} twice")
+    kept, dropped = split_valid(compactions, ids)
+    after = _placement(messages, kept)
+    by_pos: dict[int, list[Mapping[str, Any]]] = {}
+    for rec, at in zip(kept, after, strict=True):
+        by_pos.setdefault(at, []).append(rec)
+    body: list[bytes] = []
+    offset = 0
+    msg_spans: list[tuple[int, int]] = []
+    comp_recs: list[dict[str, Any]] = []
+    comp_spans: list[tuple[int, int]] = []
+    deleted: list[str] = []
+
+    def put(rec: Mapping[str, Any]) -> tuple[int, int]:
+        nonlocal offset
+        line = dumps_line(rec)
+        body.append(line)
+        span = (offset, len(line))
+        offset += len(line)
+        return span
+
+    surviving = set(ids)
+    after_msg: dict[str | None, list[Mapping[str, Any]]] = {}
+    for anchor, rec in decisions:
+        if anchor is None or anchor in surviving:
+            after_msg.setdefault(anchor, []).append(rec)
+    for rec in after_msg.get(None, ()):
+        put(rec)
+    for i, rec in enumerate(messages):
+        msg_spans.append(put(rec))
+        for decision in after_msg.get(rec["id"], ()):
+            put(decision)
+        tomb = (tombstones or {}).get(rec["id"])
+        if tomb is not None and tomb.get("deleted", True) is True:
+            put(tomb)
+            deleted.append(rec["id"])
+        for comp in by_pos.get(i, ()):
+            comp_recs.append(dict(comp))
+            comp_spans.append(put(comp))
+    if session_info is not None:
+        put(session_info)
+    return RewritePlan(
+        body=body,
+        messages=[dict(m) for m in messages],
+        message_spans=msg_spans,
+        compactions=comp_recs,
+        compaction_spans=comp_spans,
+        dropped_compactions=[str(c.get("id")) for c in dropped],
+        deleted_ids=deleted,
+    )
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    """The file a rewrite produced, ready for :func:`reindex`."""
+
+    epoch: str | None
+    file_len: int
+    messages: list[IndexRecord]
+    compactions: list[CompactionRecord]
+    deleted_ids: list[str]
+
+
+def apply_rewrite(
+    path: str | os.PathLike[str],
+    session_id: str,
+    created_at_ms: int,
+    plan: RewritePlan,
+    *,
+    receipt: Mapping[str, Any] | None = None,
+    faults: Faults = NO_FAULTS,
+) -> Rewritten:
+    """Atomically replace the transcript with ``plan`` (fault points ``rewrite.*``).
+
+    ``receipt``: the receipt record of the request that rewrites the file; it
+    rides in the new header (``store/receipts.py``).
+    """
+    header = rewrite_transcript(path, session_id, created_at_ms, plan.body, receipt=receipt, faults=faults)
+    return rewritten(plan, header.epoch, header.length)
+
+
+def rewritten(plan: RewritePlan, epoch: str | None, header_len: int) -> Rewritten:
+    """What a file made of a header of ``header_len`` bytes followed by ``plan.body`` holds."""
+    at: dict[int, bytes] = {}
+    pos = 0
+    for body_line in plan.body:
+        at[pos] = body_line
+        pos += len(body_line)
+    msgs = [IndexRecord(rec, header_len + off, n, line=at.get(off) if len(at.get(off, b"")) == n else None)
+            for rec, (off, n) in zip(plan.messages, plan.message_spans, strict=True)]
+    comps = [
+        CompactionRecord(rec, header_len + off, n)
+        for rec, (off, n) in zip(plan.compactions, plan.compaction_spans, strict=True)
+    ]
+    total = header_len + sum(len(line) for line in plan.body)
+    return Rewritten(epoch, total, msgs, comps, list(plan.deleted_ids))
+
+
+def reindex(
+    conn: Any,
+    session_id: str,
+    rewritten: Rewritten,
+    *,
+    now_ms: int,
+    turn_overrides: Mapping[str, str] | None = None,
+) -> None:
+    """Replace the session's index rows with the rewritten file's (one transaction, caller's)."""
+    reindex_session(
+        conn, session_id, rewritten.messages, rewritten.compactions, rewritten.deleted_ids,
+        indexed_len=rewritten.file_len, file_epoch=rewritten.epoch, now_ms=now_ms,
+        turn_overrides=turn_overrides,
+    )
+
+
+def turn_map(conn: Any, session_id: str, ids: Iterable[str] | None = None) -> dict[str, str]:
+    """``messageId → turnId`` from the index (the owning turn of each live message)."""
+    rows = conn.execute(
+        "SELECT id, turn_id FROM messages WHERE session_id = ? AND turn_id IS NOT NULL", (session_id,)
+    ).fetchall()
+    wanted = None if ids is None else set(ids)
+    return {mid: tid for mid, tid in rows if wanted is None or mid in wanted}
+
+
+__all__ = [
+    "LiveTranscript",
+    "RewritePlan",
+    "Rewritten",
+    "apply_rewrite",
+    "load_live",
+    "plan_rewrite",
+    "reindex",
+    "turn_map",
+]

@@ -1,0 +1,105 @@
+"""The files of one session and the delete protocol.
+
+A whole-session delete is physical (seed 000 §3.3) and must survive a crash at
+any step without resurrecting the session or losing the delete's receipt:
+
+1. :func:`write_delete_marker` — ``sessions/<id>.deleting`` (atomic write,
+   fsynced, directory fsynced) holding the session id and the request's
+   receipt record. From here on the delete *has happened*: boot finishes it.
+2. the DB transaction: the session's rows go, the receipt row is stored;
+3. :func:`finish_delete` — transcript, revisions, in-flight checkpoint,
+   scratch and review snapshots removed, the marker last.
+
+Boot runs :func:`pending_deletes` → (rows + receipt, :func:`finish_delete`)
+for every marker it finds, and also finishes a delete of an older build that
+renamed the transcript to ``<id>.jsonl.deleted`` instead of writing a marker.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from store.fsutil import atomic_write, remove_file_durable
+from store.ids import SESSION_ID_RE
+
+__all__ = [
+    "DELETE_MARKER_SUFFIX",
+    "PendingDelete",
+    "SessionPaths",
+    "finish_delete",
+    "pending_deletes",
+    "write_delete_marker",
+]
+
+DELETE_MARKER_SUFFIX = ".deleting"
+LEGACY_DELETED_SUFFIX = ".jsonl.deleted"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPaths:
+    """Every path one session owns (built by the data directory, ids already validated)."""
+
+    session_id: str
+    transcript: Path
+    revisions: Path
+    inflight: Path
+    delete_marker: Path
+    legacy_deleted: Path
+    plan_intent: Path
+    scratch: Path
+    review_changes: Path
+
+
+@dataclass(frozen=True, slots=True)
+class PendingDelete:
+    session_id: str
+    receipt: Mapping[str, Any] | None
+
+
+def write_delete_marker(paths: SessionPaths, receipt: Mapping[str, Any] | None) -> None:
+    """Step 1 of a delete: the durable record that it happened (and of its receipt)."""
+    body: dict[str, Any] = {"type": "session_delete", "sessionId": paths.session_id}
+    if receipt is not None:
+        body["receipt"] = dict(receipt)
+    atomic_write(paths.delete_marker, orjson.dumps(body) + b"\n")
+
+
+def finish_delete(paths: SessionPaths) -> None:
+    """Last step of a delete (also run by boot for an interrupted one): every file, the marker last."""
+    for path in (paths.legacy_deleted, paths.transcript, paths.revisions, paths.inflight, paths.plan_intent):
+        remove_file_durable(path)
+    for directory in (paths.scratch, paths.review_changes):
+        shutil.rmtree(directory, ignore_errors=True)
+    remove_file_durable(paths.delete_marker)
+
+
+def _read_marker(path: Path) -> Mapping[str, Any] | None:
+    try:
+        with open(path, "rb") as fh:
+            value = orjson.loads(fh.read(1 << 20))
+    except (OSError, ValueError):
+        return None
+    receipt = value.get("receipt") if isinstance(value, dict) else None
+    return receipt if isinstance(receipt, Mapping) else None
+
+
+def pending_deletes(sessions_dir: Path) -> list[PendingDelete]:
+    """Deletes that began (a marker, or an older build's renamed transcript) and did not finish."""
+    out: dict[str, PendingDelete] = {}
+    for name in sorted(os.listdir(sessions_dir)):
+        if name.endswith(DELETE_MARKER_SUFFIX):
+            sid = name[: -len(DELETE_MARKER_SUFFIX)]
+            if SESSION_ID_RE.fullmatch(sid):
+                out[sid] = PendingDelete(sid, _read_marker(sessions_dir / name))
+        elif name.endswith(LEGACY_DELETED_SUFFIX):
+            sid = name[: -len(LEGACY_DELETED_SUFFIX)]
+            if SESSION_ID_RE.fullmatch(sid) and sid not in out:
+                out[sid] = PendingDelete(sid, None)
+    return list(out.values())

@@ -1,0 +1,211 @@
+"""The ``session.get`` reply, encoded once from the transcript's own bytes (seed 003 §5).
+
+A window's message lines are already JSON: the host wrote them with orjson, and
+the index knows each one's offset and length. When a row is indexed from its
+line's bytes, :func:`describe_line` records two numbers with it
+(``messages.wire_cut``, ``messages.line_crc``): how many leading bytes of the
+line the client sees as they are — everything but a trailing
+``"meta":{"receipt":…}`` (the receipt is the host's; ``records.wire_record``
+strips it) and the closing brace — and the line's CRC-32. A reply then sends
+each line's first ``wire_cut`` bytes, closes ``meta`` where only the receipt
+was cut from it, and appends the index's ``seq`` (and ``turnId`` when the line
+has none): no parse, no scan, one CRC per line.
+
+A line takes the parsing path (:func:`project_line`, the projection clients
+always got) when its row has no description (indexed before v24, or without
+its bytes at hand), when the bytes no longer match the CRC (the file changed
+under the index: the parser shows what is there, or a ``corrupt`` placeholder),
+for a deleted row, for a line longer than the content cap, and for the
+``messageAround`` target. :func:`describe_line` itself refuses lines whose
+wire form it cannot prove to be a prefix of the bytes (a top-level ``seq``, a
+receipt not last in a last ``meta``, bytes another encoder wrote).
+
+Reads go in chunks of at most :data:`MAX_CHUNK` bytes; the reply is joined
+once. Synchronous and pure of trio: it runs in a read-pool thread.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from store.compaction import normalize_on_read
+from store.errors import CorruptData
+from store.fsutil import open_nofollow
+from store.jsonio import loads_line
+from store.transcripts.records import cap_content, wire_record
+from store.transcripts.transcript import open_error
+
+__all__ = ["MAX_CHUNK", "Row", "describe_line", "encode_window", "project_line", "with_field"]
+
+MAX_CHUNK = 4 * 1024 * 1024
+
+Row = tuple[int, int, int, int, "str | None", "int | None", "int | None"]
+"""``index.window_spans``: seq, line offset, line length, deleted, turn id, wire cut, line CRC."""
+
+SEQ: Final = 0
+OFFSET: Final = 1
+LENGTH: Final = 2
+DELETED: Final = 3
+TURN: Final = 4
+WIRE: Final = 5
+CRC: Final = 6
+
+_HAS_TURN = 1  # wire_cut flags (low bits): the line has its own top-level turnId
+_CLOSE_META = 2  # only the receipt was cut out of meta: close meta again
+_FLAG_BITS = 2
+_SEQ_TAILS = {0: b',"seq":%d},', _CLOSE_META: b'},"seq":%d},'}
+_TURN_TAILS = {0: b',"seq":%d,"turnId":%b},', _CLOSE_META: b'},"seq":%d,"turnId":%b},'}
+"""What follows a described line's cut, by its close-meta flag (each message ends with a comma)."""
+_CORRUPT: dict[str, Any] = {"type": "message", "id": None, "corrupt": True}
+
+
+def describe_line(line: bytes, record: Mapping[str, Any]) -> tuple[int | None, int]:
+    """``(wire_cut, crc)`` of one message line as written (``record`` parsed from it).
+
+    ``wire_cut`` packs the count of leading bytes a reply sends as they are with two flags
+    (:data:`_HAS_TURN`, :data:`_CLOSE_META`); ``None`` when the wire form is not such a prefix
+    (the reply parses that line). The cut is proven, not guessed: the bytes after it must be
+    exactly what orjson writes for the cut-off part.
+    """
+    crc = zlib.crc32(line)
+    if "seq" in record or not line.endswith(b"}\n"):
+        return None, crc
+    flags = _HAS_TURN if "turnId" in record else 0
+    meta = record.get("meta")
+    if any(key not in record for key in wire_record(record)):
+        return None, crc  # wire_record projects something to the top level (provenance, steering): parsed
+    if not isinstance(meta, Mapping) or "receipt" not in meta:
+        return (len(line) - 2) << _FLAG_BITS | flags, crc
+    if list(record)[-1] != "meta" or list(meta)[-1] != "receipt":  # the host writes both last
+        return None, crc
+    try:
+        if len(meta) == 1:
+            tail = b',"meta":' + orjson.dumps(meta) + b"}\n"
+        else:
+            tail = b',"receipt":' + orjson.dumps(meta["receipt"]) + b"}}\n"
+            flags |= _CLOSE_META
+    except orjson.JSONEncodeError:
+        return None, crc
+    if not line.endswith(tail):
+        return None, crc
+    return (len(line) - len(tail)) << _FLAG_BITS | flags, crc
+
+
+def project_line(line: bytes, row: Row, content_limit: int | None, *, target: bool = False) -> dict[str, Any]:
+    """The slow path: one line parsed and projected as a ``session.get`` message."""
+    try:
+        rec = wire_record(loads_line(line))
+    except ValueError:
+        rec = dict(_CORRUPT)
+    if row[DELETED]:
+        rec["deleted"] = True
+    rec["seq"] = row[SEQ]
+    if row[TURN] is not None:
+        rec.setdefault("turnId", row[TURN])
+    if target and rec.get("role") in ("user", "assistant"):
+        return rec  # the messageAround target is shown whole
+    return cap_content(rec, content_limit)
+
+
+def _chunks(rows: Sequence[Row]) -> list[tuple[int, int, int, int]]:
+    """Runs of rows whose lines lie back to back: (first row, end row, offset, bytes)."""
+    out: list[tuple[int, int, int, int]] = []
+    for i, row in enumerate(rows):
+        offset, length = row[OFFSET], row[LENGTH]
+        if out:
+            first, _, off, size = out[-1]
+            if off + size == offset and size + length <= MAX_CHUNK:
+                out[-1] = (first, i + 1, off, size + length)
+                continue
+        out.append((i, i + 1, offset, length))
+    return out
+
+
+def _pread_exactly(fd: int, length: int, offset: int, path: str) -> bytes:
+    got = os.pread(fd, length, offset)
+    while len(got) < length:
+        more = os.pread(fd, length - len(got), offset + len(got))
+        if not more:
+            raise CorruptData(f"{path}: index points past the end of the file ({offset}+{length})",
+                              data={"path": path})
+        got += more
+    return got
+
+
+def encode_window(path: Path, session: Mapping[str, Any], rows: Sequence[Row], compaction_lines: Sequence[bytes],
+                  *, start: int, end: int, total: int, content_limit: int | None,
+                  target_pos: int | None = None) -> tuple[bytes, dict[str, Any] | None]:
+    """The whole ``session.get`` result as JSON, and the projected ``messageAround`` target (if any)."""
+    pieces: list[Any] = [b'{"session":', orjson.dumps(dict(session)), b',"messages":[']
+    target = _encode_messages(pieces, path, rows, content_limit, target_pos)
+    compactions = [wire_record(normalize_on_read(_loads_or_corrupt(b))) for b in compaction_lines]
+    tail = orjson.dumps({
+        "compactions": compactions, "messageStart": start, "messageEnd": end,
+        "hasMoreBefore": start > 0, "hasMoreAfter": end < total, "totalMessages": total,
+    })
+    pieces.append(b"],")
+    pieces.append(memoryview(tail)[1:])
+    return b"".join(pieces), target
+
+
+def with_field(reply: bytes, key: str, value: Any) -> bytes:
+    """``reply`` (an encoded JSON object) with one more top-level field."""
+    return reply[:-1] + b"," + orjson.dumps(key) + b":" + orjson.dumps(value) + b"}"
+
+
+def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content_limit: int | None,
+                     target_pos: int | None) -> dict[str, Any] | None:
+    """Append the messages' pieces (comma-separated) to ``pieces``; the projected target, if any."""
+    if not rows:
+        return None
+    target: dict[str, Any] | None = None
+    name = os.fspath(path)
+    try:
+        fd = open_nofollow(name, os.O_RDONLY)
+    except OSError as exc:
+        raise open_error(exc, name, "read transcript") from exc
+    append = pieces.append
+    crc32 = zlib.crc32
+    no_target = -1 if target_pos is None else target_pos + 1  # the target's seq (never a real one: -1)
+    cap = content_limit
+    try:
+        for lo, hi, offset, size in _chunks(rows):
+            buf = _pread_exactly(fd, size, offset, name)
+            view = memoryview(buf)  # slices of it are not copies: the reply's join copies each byte once
+            pos = 0
+            for row in rows[lo:hi]:
+                seq, _, length, deleted, turn, wire, crc = row
+                begin = pos
+                pos += length
+                # the fast path: a described line, its bytes intact, shown whole
+                if (wire is not None and not deleted and seq != no_target and (cap is None or length <= cap)
+                        and crc32(view[begin:pos]) == crc):
+                    append(view[begin:begin + (wire >> _FLAG_BITS)])
+                    if turn is None or wire & _HAS_TURN:
+                        append(_SEQ_TAILS[wire & _CLOSE_META] % seq)
+                    else:
+                        append(_TURN_TAILS[wire & _CLOSE_META] % (seq, orjson.dumps(turn)))
+                    continue
+                line = bytes(view[begin:pos])
+                rec = project_line(line[:-1] if line.endswith(b"\n") else line, row, content_limit,
+                                   target=seq == no_target)
+                if seq == no_target:
+                    target = rec
+                append(orjson.dumps(rec) + b",")
+        pieces[-1] = pieces[-1][:-1]  # every message ends with a comma: not the last one
+    finally:
+        os.close(fd)
+    return target
+
+
+def _loads_or_corrupt(blob: bytes) -> dict[str, Any]:
+    try:
+        return loads_line(blob)
+    except ValueError:
+        return dict(_CORRUPT)

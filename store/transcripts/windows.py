@@ -1,0 +1,339 @@
+"""Bounded window reads of one transcript (seed 003 §5): positions, spans, projection.
+
+A window is served from the index's byte spans (``messages.line_offset`` /
+``line_len``): one read snapshot for the rows and the compaction chain, then
+one sequential read of exactly the window's lines, so opening the newest page
+of a 50,000-message session costs what a 50-message one costs. The reply is
+encoded in the same call, from the lines' own bytes (``store/transcripts/window_reply.py``).
+Everything here is synchronous and runs in a read-pool thread.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from store import approvals, session_state
+from store.errors import PayloadTooLarge
+from store.indexing import index
+from store.indexing.reconcile import plan_reconcile
+from store.jsonio import loads_line
+from store.transcripts.records import cap_content, wire_record
+from store.transcripts.transcript import read_spans, read_transcript
+from store.transcripts.window_reply import encode_window, with_field
+
+__all__ = [
+    "MAX_COALESCED_READ",
+    "Window",
+    "WindowRequest",
+    "find_tool_call_line",
+    "navigation_call_id",
+    "navigation_parent",
+    "read_cold",
+    "read_spans_coalesced",
+    "read_warm",
+    "window_bounds",
+]
+
+MAX_COALESCED_READ = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRequest:
+    """Which window (validated by the wire model: at most one anchor)."""
+
+    before: int | None = None
+    start: int | None = None
+    limit: int | None = None
+    """``None``: the whole transcript."""
+    content_limit: int | None = None
+    around: str | None = None
+    max_bytes: int | None = None
+    """Byte budget of the window's transcript lines (``None``: unbounded): see :func:`fit_budget`."""
+
+
+@dataclass
+class Window:
+    total: int = 0
+    start: int = 0
+    end: int = 0
+    target_pos: int | None = None
+    missing_target: bool = False
+    row: dict[str, Any] | None = None
+    plan_kind: str = ""
+    file_len: int = 0
+    epoch: str | None = None
+    reply: bytes = b""
+    """The encoded ``session.get`` result (``store/transcripts/window_reply.py``)."""
+    target: dict[str, Any] | None = None
+    """The projected ``messageAround`` target."""
+
+
+def read_spans_coalesced(path: Path, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+    """``read_spans``, but ranges that lie back to back in the file are read with one pread.
+
+    Consecutive message lines of an append-only transcript are adjacent, so a
+    window (or a whole-session load) is one sequential read of exactly its
+    lines instead of one system call per line (seed 003 §11.2). A merged read
+    is capped at :data:`MAX_COALESCED_READ` bytes.
+    """
+    merged: list[tuple[int, int]] = []
+    for offset, length in spans:
+        if merged:
+            last_off, last_len = merged[-1]
+            if last_off + last_len == offset and last_len + length <= MAX_COALESCED_READ:
+                merged[-1] = (last_off, last_len + length)
+                continue
+        merged.append((offset, length))
+    if len(merged) == len(spans):
+        return read_spans(path, spans)
+    out: list[bytes] = []
+    pieces = iter(spans)
+    for (_, total), blob in zip(merged, read_spans(path, merged), strict=True):
+        view = memoryview(blob)
+        pos = 0
+        while pos < total:
+            _, length = next(pieces)
+            out.append(bytes(view[pos : pos + length]))
+            pos += length
+    return out
+
+
+def window_bounds(total: int, req: WindowRequest, target_pos: int | None) -> tuple[int, int]:
+    """Physical positions ``[start, end)`` of the window a request asks for (seed §5)."""
+    limit = req.limit
+    if target_pos is not None:
+        lim = limit or 50
+        start = max(0, target_pos - lim // 2)
+        end = min(total, start + lim)
+        return max(0, end - lim), end
+    if req.start is not None:
+        start = min(req.start, total)
+        return start, total if limit is None else min(total, start + limit)
+    end = total if req.before is None else max(0, min(req.before, total))
+    return (0 if limit is None else max(0, end - limit)), end
+
+
+def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: WindowRequest,
+              session: Mapping[str, Any]) -> Window:
+    """Target position, bounds, window rows, the compaction chain, and the encoded reply, in one snapshot.
+
+    The bytes are read in the same call (not in a second worker-thread hop):
+    the session actor is the transcript's only writer and awaits this call,
+    so the offsets cannot move underneath it.
+    """
+    w = Window(total=total)
+    if req.around is not None:
+        w.target_pos = index.position_of(conn, sid, req.around)
+        if w.target_pos is None:
+            w.missing_target = True
+            return w
+    w.start, w.end = window_bounds(total, req, w.target_pos)
+    compactions = index.compaction_rows(conn, sid)
+    if req.max_bytes is None:
+        rows = index.window_spans(conn, sid, w.start, w.end)
+    else:
+        rows = fit_budget(conn, sid, w, req, sum(int(c[3]) for c in compactions))
+        if rows:
+            w.start, w.end = rows[0][0] - 1, rows[-1][0]
+    lines = read_spans_coalesced(path, [(c[2], c[3]) for c in compactions]) if compactions else []
+    # the summary's derived fields as this snapshot has them, not as the actor cached them
+    summary = {k: v for k, v in index.public_session(session).items() if k not in session_state.DERIVED}
+    summary.update(session_state.projections(conn, {sid: str(session.get("mode") or "agent")})[sid])
+    w.reply, w.target = encode_window(path, summary, rows, lines, start=w.start, end=w.end,
+                                      total=total, content_limit=req.content_limit, target_pos=w.target_pos)
+    turns = {r[4] for r in rows if r[4] is not None}
+    if w.end >= total:  # the newest window: also the turns that have no row yet (asked before replying)
+        turns.update(r[0] for r in conn.execute(
+            "SELECT id FROM turns WHERE session_id = ? AND started_at >= COALESCE((SELECT MAX(m.created_at) FROM "
+            "messages m WHERE m.session_id = ? AND m.seq = ?), 0)", (sid, sid, total)))
+    decisions = approvals.decisions_for_turns(conn, sid, turns) if turns else []
+    if decisions:
+        w.reply = with_field(w.reply, "decisions", decisions)
+    return w
+
+
+PER_MESSAGE_OVERHEAD = 64
+"""Bytes a projected message may add to its transcript line (``seq``, ``deleted``, ``turnId``, commas)."""
+_PAGING = ["messageBefore", "messageEnd", "messageLimit", "maxBytes"]
+_LEN = 2  # index of the line length in a window_spans row
+
+
+def fit_budget(conn: sqlite3.Connection, sid: str, w: Window, req: WindowRequest,
+               compaction_bytes: int) -> list[Any]:
+    """The rows of ``[w.start, w.end)`` whose lines fit ``req.max_bytes``, decided from the index alone.
+
+    The budget counts the transcript bytes the reply is built from (every
+    message line plus the compaction lines a window always carries), so the
+    host never reads more than it may send. A window that does not fit is cut
+    to a page: the newest messages for a backward window, the oldest for a
+    forward one (``messageEnd``), the nearest ones for ``messageAround`` — the
+    result's ``messageStart``/``messageEnd``/``hasMore*`` say where to go on. A
+    request for the whole transcript that does not fit, or a page that cannot
+    hold even one message, is ``PAYLOAD_TOO_LARGE`` naming the paging params.
+    A window without a limit never reads more rows than the budget holds.
+    """
+    budget = req.max_bytes
+    assert budget is not None
+    fixed = 512 + compaction_bytes
+    if fixed > budget:
+        raise PayloadTooLarge(
+            f"the session's compaction checkpoints alone are {fixed} bytes, over the reply budget of {budget}",
+            data={"limit": budget, "size": fixed, "field": "maxBytes"})
+    room = budget - fixed
+    if w.start >= w.end:
+        return []
+    whole = req.limit is None and req.start is None and req.before is None and req.around is None
+    if req.limit is not None:  # at most MAX_WINDOW rows: read them, then cut
+        rows = _fit_rows(index.window_spans(conn, sid, w.start, w.end), w, req, room)
+    else:
+        newest_first = req.start is None and not whole
+        rows = _cut(index.iter_window_spans(conn, sid, w.start, w.end, newest_first=newest_first), room)
+        if len(rows) == w.end - w.start:
+            return sorted(rows)
+        if whole:
+            raise PayloadTooLarge(
+                f"the whole transcript ({w.end - w.start} messages) is over the reply limit of {budget} bytes: read "
+                "it in pages (messageEnd with messageLimit or maxBytes, starting at 0, until hasMoreAfter is false)",
+                data={"limit": budget, "messages": w.end - w.start, "paging": _PAGING})
+    if not rows:
+        raise PayloadTooLarge(
+            f"one message of this window is larger than the reply budget of {budget} bytes",
+            data={"limit": budget, "field": "maxBytes", "paging": _PAGING})
+    return sorted(rows)
+
+
+def _fit_rows(rows: list[Any], w: Window, req: WindowRequest, room: int) -> list[Any]:
+    if sum(int(r[_LEN]) + PER_MESSAGE_OVERHEAD for r in rows) <= room:
+        return rows
+    if req.around is not None and w.target_pos is not None:
+        return _around(rows, w, room)
+    return _cut(reversed(rows) if req.start is None else iter(rows), room)
+
+
+def _cut(rows: Iterable[Any], room: int) -> list[Any]:
+    """Rows in the order given while their lines fit ``room`` bytes."""
+    kept: list[Any] = []
+    for row in rows:
+        room -= int(row[_LEN]) + PER_MESSAGE_OVERHEAD
+        if room < 0:
+            break
+        kept.append(row)
+    return kept
+
+
+def _around(rows: Sequence[Any], w: Window, room: int) -> list[Any]:
+    """The target first, then its neighbours alternately (older, newer) while they fit."""
+    assert w.target_pos is not None
+    by_seq = {int(r[0]): r for r in rows}
+    target = w.target_pos + 1  # seq
+    picked: list[Any] = []
+    older, newer = target, target + 1
+    while older > w.start or newer <= w.end:
+        for seq in (older, newer):
+            row = by_seq.get(seq)
+            if row is None:
+                continue
+            cost = int(row[_LEN]) + PER_MESSAGE_OVERHEAD
+            if cost > room:
+                return sorted(picked)
+            room -= cost
+            picked.append(row)
+        older, newer = older - 1, newer + 1
+    return sorted(picked)
+
+
+def read_file_window(path: Path, req: WindowRequest, session: Mapping[str, Any], *,
+                     max_file_bytes: int) -> Window:
+    """The window read from the transcript alone, without the index (while the index cannot catch up
+    with the file: a full disk refuses its commit). Bounded: a transcript over ``max_file_bytes`` is
+    ``PAYLOAD_TOO_LARGE``. Positions are the deduped file order, as the index would have them."""
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        size = 0
+    if size > max_file_bytes:
+        raise PayloadTooLarge(f"the transcript ({size} bytes) cannot be read without its index, which is behind "
+                              "while the disk is full; retry once space is freed",
+                              data={"size": size, "limit": max_file_bytes})
+    t = read_transcript(path) if size else None
+    messages = t.messages if t is not None else []
+    w = Window(total=len(messages))
+    if req.around is not None:
+        w.target_pos = t.positions.get(req.around) if t is not None else None
+        if w.target_pos is None:
+            w.missing_target = True
+            return w
+    w.start, w.end = window_bounds(w.total, req, w.target_pos)
+    deleted = t.deleted_ids if t is not None else frozenset()
+    rows = [(i + 1, e.offset, e.length, int(e.id in deleted), e.record.get("turnId"), None, None)
+            for i, e in enumerate(messages[w.start:w.end], start=w.start)]  # no descriptors: parsed
+    ids = set(t.positions) if t is not None else set()
+    comps = [c for c in (t.compactions if t is not None else [])
+             if c.record.get("throughMessageId") is None or c.record.get("throughMessageId") in ids]
+    if req.max_bytes is not None and rows:
+        rows = _fit_rows(rows, w, req, req.max_bytes - 512 - sum(c.length for c in comps))
+        if rows:
+            w.start, w.end = rows[0][0] - 1, rows[-1][0]
+    lines = read_spans_coalesced(path, [(c.offset, c.length) for c in comps]) if comps else []
+    w.reply, w.target = encode_window(path, index.public_session(session), rows, lines, start=w.start, end=w.end,
+                                      total=w.total, content_limit=req.content_limit, target_pos=w.target_pos)
+    return w
+
+
+def read_cold(conn: sqlite3.Connection, sid: str, path: Path, req: WindowRequest) -> Window:
+    """First read of an actor: row + clean-file check + window, one snapshot.
+
+    ``plan_kind != "clean"`` (or no row) means the caller must catch the index
+    up with the file first; no window is read then.
+    """
+    conn.execute("BEGIN")
+    try:
+        row = index.session_row(conn, sid)
+        if row is None:
+            return Window()
+        plan = plan_reconcile(path, row["_indexedLen"], row["_fileEpoch"])
+        if plan.kind != "clean" or plan.file_len != row["_indexedLen"]:
+            return Window(row=row, plan_kind=plan.kind)
+        w = read_warm(conn, sid, path, int(row["messageCount"]), req, row)
+        w.row, w.plan_kind, w.file_len, w.epoch = row, plan.kind, plan.file_len, plan.epoch
+        return w
+    finally:
+        conn.execute("ROLLBACK")
+
+
+def navigation_call_id(target: Mapping[str, Any] | None) -> str | None:
+    """The ``parentToolCallId`` of a ``messageAround`` target (a subagent-attributed row), if any."""
+    meta = (target or {}).get("meta") or {}
+    call_id = meta.get("parentToolCallId") if isinstance(meta, Mapping) else None
+    return call_id if isinstance(call_id, str) else None
+
+
+def navigation_parent(path: Path, call_id: str, content_limit: int | None) -> dict[str, Any] | None:
+    """The owning Task row of a nested target, capped like the window (``None`` if absent)."""
+    found = find_tool_call_line(path, call_id)
+    return None if found is None else cap_content(wire_record(found), content_limit)
+
+
+def find_tool_call_line(path: Path, call_id: str) -> dict[str, Any] | None:
+    """The newest message line holding a ``tool_call`` block with ``callId`` (navigation parent)."""
+    needle = call_id.encode()
+    found: dict[str, Any] | None = None
+    with open(path, "rb") as fh:
+        for line in fh:
+            if needle not in line or not line.endswith(b"\n"):
+                continue
+            try:
+                rec = loads_line(line)
+            except ValueError:
+                continue
+            if rec.get("type") != "message":
+                continue
+            for block in rec.get("blocks") or ():
+                if isinstance(block, dict) and block.get("type") == "tool_call" and block.get("callId") == call_id:
+                    found = rec
+    return found

@@ -1,0 +1,1 @@
+"""Upgrades: the schema, its migrations, seed-era databases and data directories."""
