@@ -14,7 +14,12 @@ Shutdown (:class:`Shutdown`; the CLI requests it on SIGINT/SIGTERM):
    writers closed), the scheduler, the DB writer (which first commits what is
    queued) — each with a stop request, a bounded wait, then a hard cancel;
 4. the database closes and the ``clean-shutdown`` marker is written, with how
-   every actor ended (``boot.previousShutdown`` of the next boot reports it).
+   every actor ended (``boot.previousShutdown`` of the next boot reports it) —
+   only when steps 1-3 ran to the end and no task of the host crashed: after
+   ``RestartIntensityExceeded`` or any other crash there is no marker, so the
+   next boot reports ``cleanShutdown: false``. (A cancellation from outside, as
+   in-process tests stop a host, still runs steps 1-3 shielded: that is a clean
+   drain.)
 
 A second signal (:meth:`Shutdown.hurry`) cuts every wait short; the steps
 still run, so the marker is still written.
@@ -184,6 +189,7 @@ async def run_host(
                        validate=validate_event if config.validate_results else None)
         db_stats = DbWriterStats()
         index_log = IndexLog(max_lag_bytes=config.index_lag_bytes, max_lag_ops=config.index_lag_ops)
+        drained = False  # the marker's condition: the shutdown steps ran to the end and nothing crashed
         try:
             async with trio.open_nursery() as nursery:
                 supervisor = Supervisor(intensity=config.restart_intensity, period=config.restart_period)
@@ -294,12 +300,22 @@ async def run_host(
                 finally:
                     with trio.CancelScope(shield=True):
                         ended = await _shut_down(config, shutdown, gateway, pipeline, sessions, supervisor)
+                    drained = "failed" not in (supervisor.state, sessions.state)
                     nursery.cancel_scope.cancel()
+        except BaseException as exc:
+            if not _only_cancelled(exc):  # a task of the host crashed (RestartIntensityExceeded, a bug)
+                drained = False
+            raise
         finally:
             reads.close()
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(close_writer, boot.conn)
-                await trio.to_thread.run_sync(_write_clean_marker, data_dir, now_ms(), ended)
+                if drained:
+                    await trio.to_thread.run_sync(_write_clean_marker, data_dir, now_ms(), ended)
+                else:
+                    log.error("the host stopped without a clean drain: no clean-shutdown marker "
+                              "(the next boot reports an unclean shutdown)", extra={"actors": ended})
+                await trio.to_thread.run_sync(_remove_host_json, data_dir)
     finally:
         lock.release()
 
@@ -351,9 +367,25 @@ def _read_clean_marker(data_dir: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else {}
 
 
+def _only_cancelled(exc: BaseException) -> bool:
+    """True when ``exc`` is a cancellation (a bare ``Cancelled`` or a group of nothing else)."""
+    if isinstance(exc, BaseExceptionGroup):
+        _matched, rest = exc.split(trio.Cancelled)
+        return rest is None
+    return isinstance(exc, trio.Cancelled)
+
+
 def _write_clean_marker(data_dir: Any, now: int, actors: dict[str, int]) -> None:
+    """Step 4: only after a clean drain (an outside cancellation still ran the shielded steps)."""
     try:
         atomic_write(data_dir.clean_shutdown_path, orjson.dumps({"at": now, "actors": actors}))
+    except OSError:
+        pass
+
+
+def _remove_host_json(data_dir: Any) -> None:
+    """The host is gone, however it ended: no ``host.json`` points at it any more."""
+    try:
         remove_file_durable(data_dir.host_json_path)
     except OSError:
         pass
