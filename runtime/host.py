@@ -62,7 +62,7 @@ from runtime.handlers.imports import Imports
 from runtime.handlers.plugins import PluginRegistry
 from runtime.handlers.queue import QueueControl
 from runtime.handlers.secrets import Vault
-from runtime.kernel.actor import InternalBug
+from runtime.kernel.actor import InternalBug, reply_callback_failed
 from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
 from runtime.pipeline import Pipeline
 from runtime.routes import ROUTES, Route
@@ -170,6 +170,9 @@ async def run_host(
     lock.acquire()
     faults = Faults.parse(config.faults_spec or os.environ.get("RT_CRASHPOINT"))
     ended: dict[str, int] = {}
+    # Test mode: a reply callback that raised (its request was answered INTERNAL) fails the host at its end.
+    callback_failures: list[BaseException] = []
+    hook = reply_callback_failed.set(callback_failures.append) if config.validate_results else None
     try:
         clean = await trio.to_thread.run_sync(_read_clean_marker, data_dir)
         await trio.to_thread.run_sync(remove_file_durable, data_dir.clean_shutdown_path)
@@ -318,6 +321,11 @@ async def run_host(
                 await trio.to_thread.run_sync(_remove_host_json, data_dir)
     finally:
         lock.release()
+        if hook is not None:
+            reply_callback_failed.reset(hook)
+        if callback_failures:
+            raise InternalBug(f"{len(callback_failures)} reply callback(s) raised (their requests were answered "
+                              f"INTERNAL); the first: {callback_failures[0]!r}") from callback_failures[0]
 
 
 async def _shut_down(config: HostConfig, shutdown: Shutdown, gateway: Gateway, pipeline: Pipeline,

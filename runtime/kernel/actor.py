@@ -34,6 +34,7 @@ the next incarnation); ``True`` means it was accepted and then failed.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 from collections.abc import Callable
@@ -184,19 +185,29 @@ class Reply(Protocol):
     def set_exception(self, exc: BaseException) -> bool: ...
 
 
+reply_callback_failed: contextvars.ContextVar[Callable[[BaseException], None] | None] = contextvars.ContextVar(
+    "reply_callback_failed", default=None)
+"""Who hears of a :class:`CallbackReply` whose callback raised (a task-scoped setting, inherited
+by the tasks a host starts): a host in test mode records them and fails when it stops."""
+
+
 class CallbackReply:
     """A reply delivered by calling ``fn(outcome)`` once, in the thread that replies.
 
     ``fn`` runs inside the replying actor's task: it must be quick and must not
-    raise (an exception from it is logged as a bug and swallowed, so a faulty
-    callback can never crash the actor that answered).
+    raise. If it does (a bug), the exception never reaches the actor that
+    answered: it is logged, reported to :data:`reply_callback_failed` as it was
+    when the reply was made, and ``fn`` is called once more with an
+    :class:`InternalBug` (wire ``INTERNAL``) so the request still gets an answer
+    instead of none. A callback must accept that second call after raising.
     """
 
-    __slots__ = ("_fn", "_done")
+    __slots__ = ("_fn", "_done", "_on_failure")
 
     def __init__(self, fn: Callable[[outcome.Outcome[Any]], None]) -> None:
         self._fn = fn
         self._done = False
+        self._on_failure = reply_callback_failed.get()
 
     @property
     def done(self) -> bool:
@@ -218,8 +229,16 @@ class CallbackReply:
         self._done = True
         try:
             self._fn(result)
-        except Exception:  # noqa: BLE001 - a reply callback must never crash the replying actor
-            log.exception("reply callback failed")
+        except Exception as exc:  # noqa: BLE001 - a reply callback must never crash the replying actor
+            log.exception("reply callback failed; answering INTERNAL instead")
+            if self._on_failure is not None:
+                self._on_failure(exc)
+            bug = InternalBug(f"the reply callback failed: {type(exc).__name__}: {exc}")
+            bug.__cause__ = exc
+            try:
+                self._fn(outcome.Error(bug))
+            except Exception:  # noqa: BLE001 - same rule; nothing is left to answer with
+                log.exception("reply callback failed again on its INTERNAL answer; the request has no answer")
         return True
 
 
