@@ -6,6 +6,11 @@ deletes and sweep temp files → ``secrets_meta`` from the secret files →
 reconcile every transcript with the index → in-flight checkpoint sweep →
 scratch sweep. Synchronous: the supervisor runs it in a worker thread before it
 starts any actor or opens the gateway.
+
+Between two steps boot asks ``stop_requested`` (the host's shutdown flag, set
+by SIGINT/SIGTERM): when a stop was asked for, it closes the database and raises
+:class:`BootInterrupted` naming the step it did not start. Each step commits on
+its own, so what ran stays done and the next boot goes on from there.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from store.fence import interruption_fence, record_boot_report, retention
 from store.fsutil import sweep_temp_files
 from store.ids import SESSION_ID_RE
 from store.indexing import index
-from store.indexing.database import incremental_vacuum, open_writer, transaction
+from store.indexing.database import close_writer, incremental_vacuum, open_writer, transaction
 from store.indexing.index import index_marks, session_ids
 from store.indexing.reconcile import TailScan, apply_plan, plan_reconcile, restore_receipt
 from store.inflight import sweep as sweep_inflight
@@ -50,6 +55,14 @@ def inflight_boot_sweep(conn: sqlite3.Connection, data_dir: DataDir, now_ms: int
     """Boot step 4: promote leftover in-flight checkpoints (``store/inflight.py``)."""
     return sweep_inflight(conn, sessions_dir=data_dir.sessions_dir, quarantine_dir=data_dir.quarantine_dir,
                           transcript_path=data_dir.transcript, now_ms=now_ms, faults=faults)
+
+
+class BootInterrupted(Exception):
+    """A stop was asked for during boot: nothing was served, ``step`` never started."""
+
+    def __init__(self, step: str) -> None:
+        super().__init__(f"interrupted before {step}")
+        self.step = step
 
 
 @dataclass
@@ -145,16 +158,29 @@ def run_boot(
     audit_retention_days: int = 90,
     inflight_sweep: InflightSweep | None = None,
     clean_shutdown: bool | None = None,
+    stop_requested: Callable[[], bool] = lambda: False,
 ) -> BootResult:
     """Recover the data directory before anything is served (``inflight_sweep``: tests inject
-    their own; the default is :func:`inflight_boot_sweep` with ``faults``)."""
+    their own; the default is :func:`inflight_boot_sweep` with ``faults``).
+
+    ``stop_requested`` is asked between steps (from this worker thread): True stops the boot
+    with :class:`BootInterrupted`."""
     t0 = time.perf_counter()
     boot_id = secrets.token_hex(8)
     report: dict[str, Any] = {"bootId": boot_id}
+    if stop_requested():
+        raise BootInterrupted("opening the index")
     conn, open_report = open_writer(
         data_dir.db_path, quarantine_dir=data_dir.quarantine_dir, now_ms=now_ms(), faults=faults
     )
     report["database"] = open_report.to_dict()
+
+    def between(step: str) -> None:
+        if stop_requested():
+            close_writer(conn)
+            raise BootInterrupted(step)
+
+    between("the maintenance transaction")
     now = now_ms()
     # seed-era attachment files get their rows once, after the migration asked for it
     report["attachmentsAdopted"] = adopt_pending(conn, data_dir.attachments_dir, now_ms=now)
@@ -165,6 +191,7 @@ def run_boot(
         report["fence"] = interruption_fence(conn, now_ms=now, boot_id=boot_id)
         report["retention"] = retention(conn, now_ms=now, audit_days=audit_retention_days)
     incremental_vacuum(conn)
+    between("finishing interrupted deletes")
     # 2. interrupted deletes (their receipts restored from the markers), interrupted plan
     #    submissions (an artifact no row records is removed), stray temp files
     report["finishedDeletes"] = _finish_deletes(conn, data_dir, now)
@@ -174,9 +201,11 @@ def run_boot(
     report["tempFilesRemoved"] = sum(
         len(sweep_temp_files(d)) for d in (data_dir.sessions_dir, data_dir.secrets_dir, data_dir.attachments_dir)
     )
+    between("the secrets_meta rebuild")
     # 2b. secrets_meta from the secrets/*.sec headers (full rebuild after an index rebuild)
     report["secrets"] = _secrets_meta_step(conn, data_dir,
                                            db_rebuilt=bool(open_report.rebuilt or open_report.created_fresh))
+    between("reconciling the transcripts with the index")
     # 3. reconcile the index with every transcript (and every row with its file)
     rows = index_marks(conn)
     reconciled: dict[str, int] = {"clean": 0, "tail": 0, "full": 0, "missing": 0, "restoredRows": 0,
@@ -207,11 +236,13 @@ def run_boot(
         report["damagedTranscripts"] = damaged[:50]
     if errors:
         report["reconcileErrors"] = errors[:50]
+    between("the in-flight checkpoint sweep")
     # 4. in-flight checkpoints whose final row never landed
     if inflight_sweep is not None:
         report["inflight"] = inflight_sweep(conn, data_dir, now)
     else:
         report["inflight"] = inflight_boot_sweep(conn, data_dir, now, faults=faults)
+    between("the scratch sweep")
     # 5. scratch / review snapshots of sessions that no longer exist
     existing = session_ids(conn)
     swept = 0

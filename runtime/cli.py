@@ -17,7 +17,9 @@
 Without a command it prints this help. Exit codes: 0 ok, 1 an error the host
 answered (its code, message and field details are printed), 2 no host, 3 the
 data directory is in use, 4 actors kept crashing, 5 the data directory could
-not be opened (e.g. a refused migration), 6 the port is in use.
+not be opened (e.g. a refused migration), 6 the port is in use, 128+N (130 for
+SIGINT, 143 for SIGTERM) signal N stopped `serve` during boot, before it served
+anything (no clean-shutdown marker: the next start reports an unclean stop).
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ from typing import Any
 import trio
 
 from protocol.methods import PROTOCOL_VERSION
+from runtime.boot import BootInterrupted
 from runtime.config import DEFAULT_PORT, HostConfig
 from runtime.datadir import DataDir, DataDirLocked, DataDirUnsafe
-from runtime.host import VERSION
+from runtime.host import VERSION, Shutdown
 from runtime.kernel.supervisor import RestartIntensityExceeded
 from store.errors import StoreError
 from store.interchange.importers import SOURCES
@@ -285,28 +288,46 @@ def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         native_pi_root=Path(args.native_pi_root).resolve() if args.native_pi_root else None,
     )
 
+    signals_seen: list[int] = []
+
     async def main_async() -> None:
         # The receiver is open before the host starts and stays open through the
-        # shutdown: the first signal asks for an orderly stop, a second one hurries it.
+        # shutdown: a signal during boot stops it before its next step; once serving,
+        # the first signal asks for an orderly stop, a second one hurries it.
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            shutdown = Shutdown()
+            serving = trio.Event()
             async with trio.open_nursery() as nursery:
 
                 async def host(*, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
-                    await run_host(config, task_status=task_status)
+                    await run_host(config, task_status=task_status, shutdown=shutdown)
                     nursery.cancel_scope.cancel()  # the host stopped: stop forwarding signals too
 
+                nursery.start_soon(_forward_signals, signals, shutdown, serving, signals_seen)
                 running = await nursery.start(host)
+                serving.set()
                 print(f"pi-host listening on {running.url} (data dir {data_dir.root})", flush=True)
                 log.info("listening", extra={"url": running.url, "dataDir": str(data_dir.root)})
-                nursery.start_soon(_forward_signals, signals, running.shutdown)
 
     try:
         trio.run(main_async)
+    except BaseExceptionGroup as group:
+        interrupted, _rest = group.split(BootInterrupted)
+        if interrupted is None or not signals_seen:
+            code = _serve_failure(group, args)
+            if code is None:
+                raise
+            return code
+        step = _leaves(interrupted)[0]
+        name = signal.Signals(signals_seen[0]).name
+        log.warning("stopping during boot: %s (%s); nothing was served", step, name)
+        print(f"pi-host: stopping during boot ({name}): {step}; nothing was served", file=sys.stderr)
+        return 128 + signals_seen[0]
     except RestartIntensityExceeded as exc:
         log.error("restart intensity exceeded; shutting down", extra={"error": str(exc)})
         print(f"pi-host: actors kept crashing, shut down: {exc}", file=sys.stderr)
         return 4
-    except (DataDirLocked, DataDirUnsafe, StoreError, OSError, BaseExceptionGroup) as exc:
+    except (DataDirLocked, DataDirUnsafe, StoreError, OSError) as exc:
         code = _serve_failure(exc, args)
         if code is None:
             raise
@@ -348,11 +369,15 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-async def _forward_signals(signals: Any, shutdown: Any) -> None:
+async def _forward_signals(signals: Any, shutdown: Shutdown, serving: trio.Event, seen: list[int]) -> None:
     count = 0
     async for signum in signals:
         count += 1
-        if count == 1:
+        seen.append(int(signum))
+        if not serving.is_set():  # boot stops before its next step; run_host raises BootInterrupted
+            log.info("stop asked for before the host serves", extra={"signal": int(signum)})
+            shutdown.request()
+        elif count == 1:
             log.info("shutting down", extra={"signal": int(signum)})
             print("pi-host: shutting down (a second signal skips the waits)", file=sys.stderr, flush=True)
             shutdown.request()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -51,7 +52,7 @@ from actors.registry import SessionRegistry
 from actors.scheduler import Scheduler, tasks_changed
 from actors.session import DbHandle, SessionDeps
 from protocol.methods import EVENTS
-from runtime.boot import BootResult, load_or_create_token, run_boot
+from runtime.boot import BootInterrupted, BootResult, load_or_create_token, run_boot
 from runtime.config import HostConfig
 from runtime.context import Services
 from runtime.datadir import DataDirLock
@@ -96,17 +97,27 @@ def validate_event(topic: str, data: dict[str, Any]) -> None:
 
 @dataclass
 class Shutdown:
-    """How a running host is asked to stop: :meth:`request` once, :meth:`hurry` to cut the waits."""
+    """How a host is asked to stop: :meth:`request` once, :meth:`hurry` to cut the waits.
+
+    Asked during boot (the CLI forwards signals from the start), boot stops before its next
+    step (:class:`~runtime.boot.BootInterrupted`); boot's worker thread reads :meth:`asked`.
+    """
 
     requested: trio.Event = field(default_factory=trio.Event)
     hurried: trio.Event = field(default_factory=trio.Event)
+    _asked: threading.Event = field(default_factory=threading.Event)
 
     def request(self) -> None:
+        self._asked.set()
         self.requested.set()
 
     def hurry(self) -> None:
-        self.requested.set()
+        self.request()
         self.hurried.set()
+
+    def asked(self) -> bool:
+        """Whether a stop was requested (safe from any thread)."""
+        return self._asked.is_set()
 
 
 class HostDispatcher:
@@ -157,11 +168,15 @@ async def run_host(
     task_status: trio.TaskStatus[RunningHost] = trio.TASK_STATUS_IGNORED,
     now_ms: Callable[[], int] = wall_ms,
     routes: Mapping[str, Route] = ROUTES,
+    shutdown: Shutdown | None = None,
 ) -> None:
     """Run a host until its :class:`Shutdown` is requested (or the task is cancelled).
 
     ``routes``: the route table (an embedding application or a test may wrap handlers).
+    ``shutdown``: pass one to be able to stop the host during boot too (the CLI does); a stop
+    asked for before the host serves raises :class:`~runtime.boot.BootInterrupted` (no marker).
     """
+    shutdown = Shutdown() if shutdown is None else shutdown
     data_dir = config.data_dir
     started_at = now_ms()
     t0 = time.monotonic()
@@ -180,8 +195,11 @@ async def run_host(
         boot = await trio.to_thread.run_sync(
             lambda: run_boot(data_dir, faults=faults, now_ms=now_ms,
                              audit_retention_days=config.audit_retention_days,
-                             clean_shutdown=clean is not None)
+                             clean_shutdown=clean is not None, stop_requested=shutdown.asked)
         )
+        if shutdown.asked():  # asked after boot's last step: still before anything is served
+            await trio.to_thread.run_sync(close_writer, boot.conn)
+            raise BootInterrupted("starting the actors (boot had finished)")
         if clean is not None:
             boot.report["previousShutdown"] = clean
         log.info("boot finished", extra={"report": boot.report})
@@ -291,7 +309,6 @@ async def run_host(
                 await trio.to_thread.run_sync(
                     lambda: atomic_write(data_dir.host_json_path, orjson.dumps(info, option=orjson.OPT_INDENT_2))
                 )
-                shutdown = Shutdown()
                 running = RunningHost(config=config, port=port, url=url, token=token, boot=boot,
                                       registry=registry, supervisor=supervisor, sessions=sessions,
                                       pipeline=pipeline, services=services, bus=bus, faults=faults,
