@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 import outcome
 
-from protocol.limits import MAX_BATCH_REPLY_BYTES, MAX_REPLY_BYTES
+from store.rules import MAX_BATCH_REPLY_BYTES, MAX_REPLY_BYTES
 
 __all__ = ["GatewayConfig", "CallContext", "Dispatcher", "GatewayStatistics", "PROTOCOL_VERSION", "Reply"]
 

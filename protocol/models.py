@@ -3,7 +3,7 @@
 One module per capability, the same word as its handlers (``runtime/handlers/<capability>.py``)
 and its storage (``store/<capability>.py``) where those exist:
 
-* :mod:`protocol.models_common`   base classes, scalar types, vocabularies (limits: :mod:`protocol.limits`)
+* :mod:`protocol.models_common`   base classes, scalar types, vocabularies (limits: :mod:`store.rules`)
 * :mod:`protocol.blocks`          the open block vocabulary
 * :mod:`protocol.models_records`  shared records (messages, sessions, turns ...)
 * :mod:`protocol.models_host`     host.hello, host.status

@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from .limits import DEFAULT_REFRESH_TIMEOUT_MS
+from store.rules import DEFAULT_REFRESH_TIMEOUT_MS
+
 from .models_common import Count, MutatingParams, Params, Ref, Result, TimestampMs, WireId
 
 

@@ -19,11 +19,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
-from store.ids import NATIVE_SESSION_ID_RE, PLUGIN_ID_RE, SESSION_ID_RE, SESSION_REF_RE, WIRE_ID_RE
-
 # ---------------------------------------------------------------------------
-# Limits: defined once in protocol/limits.py (the storage layer imports them too).
-from .limits import (  # noqa: E402 - re-exported for the models
+# Limits: defined once in store/rules.py (the storage layer checks the same ones).
+from store.rules import (  # noqa: E402 - re-exported for the models
     MAX_ATTACHMENTS,
     MAX_BLOCKS_PER_MESSAGE,
     MAX_CURSOR_CHARS,
@@ -41,6 +39,11 @@ from .limits import (  # noqa: E402 - re-exported for the models
     MAX_TOKEN_CHARS,
     MAX_TOPICS,
     MAX_WINDOW,
+    NATIVE_SESSION_ID_RE,
+    PLUGIN_ID_RE,
+    SESSION_ID_RE,
+    SESSION_REF_RE,
+    WIRE_ID_RE,
 )
 
 __all__ = [

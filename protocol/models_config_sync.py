@@ -6,7 +6,8 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
-from .limits import MAX_BUNDLE_BYTES
+from store.rules import MAX_BUNDLE_BYTES
+
 from .models_common import Count, MutatingParams, Params, Result, TimestampMs
 from .models_secrets import MAX_SECRET_CHARS
 

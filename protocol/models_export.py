@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from .limits import MAX_EXPORT_INLINE_BYTES
+from store.rules import MAX_EXPORT_INLINE_BYTES
+
 from .models_common import Count, Params, ProjectPath, Result, SessionRef
 
 

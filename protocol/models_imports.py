@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from .limits import MAX_IMPORT_REPORTS
+from store.rules import MAX_IMPORT_REPORTS
+
 from .models_common import (
     Count,
     MutatingParams,

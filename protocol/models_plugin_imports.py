@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from .limits import MAX_PLUGIN_MESSAGES
+from store.rules import MAX_PLUGIN_MESSAGES
+
 from .models_common import (
     Count,
     JsonObject,

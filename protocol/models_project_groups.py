@@ -6,7 +6,8 @@ from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints
 
-from .limits import MAX_GROUP_ROOTS, MAX_TEXT_FIELD
+from store.rules import MAX_GROUP_ROOTS, MAX_TEXT_FIELD
+
 from .models_common import MutatingParams, Params, ProjectPath, Result, TimestampMs
 
 GroupId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,100}$")]

@@ -6,7 +6,8 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
-from .limits import MAX_PROVIDERS
+from store.rules import MAX_PROVIDERS
+
 from .models_common import JsonObject, MutatingParams, Params, Ref, Result, TimestampMs, WireId
 from .models_secrets import MAX_SECRET_CHARS
 

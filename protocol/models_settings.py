@@ -6,7 +6,8 @@ from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints
 
-from .limits import MAX_SETTING_KEY_CHARS, MAX_SETTINGS_PER_UPDATE
+from store.rules import MAX_SETTING_KEY_CHARS, MAX_SETTINGS_PER_UPDATE
+
 from .models_common import (
     MutatingParams,
     Params,

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
-from store.config.credentials import CREDENTIAL_NAMES, find_credential
+from store.rules import CREDENTIAL_NAMES, find_credential
 
 from .models_common import (
     ErrorCode,
@@ -27,7 +27,7 @@ from .models_records import Notification, Sha256Hex, Turn, Usage
 # Run environment snapshot (seed 000 §4)
 
 # Credentials are recognised by name (keys, header names, URL query parameters) and by
-# value shape (``store/config/credentials.py``); ``connection`` and ``executionBindings`` are checked
+# value shape (``store/rules.py``); ``connection`` and ``executionBindings`` are checked
 # here, the whole snapshot again by ``store/snapshots.py`` (tool schemas and skills are not
 # scanned: a schema may legitimately describe a ``password`` field).
 SECRET_KEYS: frozenset[str] = CREDENTIAL_NAMES

@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .limits import MAX_BATCH_REPLY_BYTES, MAX_REPLY_BYTES, MAX_WHOLE_READ_BYTES, MIN_BATCH_SHARE_BYTES
+from store.rules import MAX_BATCH_REPLY_BYTES, MAX_REPLY_BYTES, MAX_WHOLE_READ_BYTES, MIN_BATCH_SHARE_BYTES
+
 from .methods import METHODS
 
 __all__ = ["BUDGETED", "WHOLE_READS", "BatchRefused", "batch_budgets", "carries_content", "declared_bytes"]

@@ -34,7 +34,6 @@ from store.errors import StoreError
 from store.faults import NO_FAULTS, Faults
 from store.fence import interruption_fence, record_boot_report, retention
 from store.fsutil import sweep_temp_files
-from store.ids import SESSION_ID_RE
 from store.indexing import index
 from store.indexing.database import close_writer, incremental_vacuum, open_writer, transaction
 from store.indexing.index import index_marks, session_ids
@@ -42,6 +41,7 @@ from store.indexing.reconcile import TailScan, apply_plan, plan_reconcile, resto
 from store.inflight import sweep as sweep_inflight
 from store.plans import sweep_intents
 from store.queue import forget_session as forget_queue
+from store.rules import SESSION_ID_RE
 from store.transcripts.session_files import finish_delete, pending_deletes
 from store.upgrade.attachment_adopt import adopt_pending
 

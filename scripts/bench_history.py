@@ -48,9 +48,9 @@ from bench_common import (
 )
 
 from protocol.jsonrpc import gc_paused
-from protocol.limits import MAX_REPLY_BYTES, MAX_WINDOW
 from runtime.client import open_client
 from runtime.host import RunningHost
+from store.rules import MAX_REPLY_BYTES, MAX_WINDOW
 
 SID = "history"
 GROUP = 256  # asks in flight at once while building: the session actor's batch limit

@@ -1,26 +1,16 @@
 """Validation of ids that become file names or must match them.
 
 Applied before any path is built (RELIABILITY.md row 14): no path traversal, ever.
+The patterns themselves are in :mod:`store.rules` (the wire models check the same ones).
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import secrets
 
 from store.errors import InvalidId
-
-SESSION_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-# A native pi session (seed 003 §12): an opaque id that never becomes a file name here (the
-# catalog looks it up in its listing of the configured pi root; no path is built from it).
-NATIVE_SESSION_ID_RE = re.compile(r"^native-pi:[A-Za-z0-9_\-.@+=]{1,120}$")
-# Either kind, where a method accepts both (the routing splits them before anything else happens).
-SESSION_REF_RE = re.compile(r"^(?:[A-Za-z0-9_-]{1,64}|native-pi:[A-Za-z0-9_\-.@+=]{1,120})$")
-# Message / turn / other wire ids: printable, bounded, no control characters.
-WIRE_ID_RE = re.compile(r"^[A-Za-z0-9_\-:.@+=/]{1,200}$")
-PLUGIN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-"""Plugin ids (they name the ``plugin:<id>`` kv namespace)."""
+from store.rules import SESSION_ID_RE, WIRE_ID_RE
 
 
 def validate_session_id(value: object) -> str:

@@ -29,10 +29,10 @@ import orjson
 from store.errors import CorruptData, StoreError
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, fsync_dir, remove_file_durable
-from store.ids import SESSION_ID_RE
 from store.indexing import index
 from store.indexing.reconcile import apply_plan, plan_reconcile
 from store.jsonio import dumps_line, loads_line
+from store.rules import SESSION_ID_RE
 from store.transcripts.records import is_streaming
 from store.transcripts.transcript import TranscriptWriter, read_spans
 

@@ -30,7 +30,7 @@ import orjson
 from store.config.settings import delete_namespace
 from store.errors import CorruptData, InvalidInput
 from store.fsutil import atomic_write
-from store.ids import PLUGIN_ID_RE
+from store.rules import PLUGIN_ID_RE
 
 __all__ = [
     "REGISTRY_FILE",

@@ -25,11 +25,11 @@ import re
 import sqlite3
 from typing import Any, Final
 
-from protocol.limits import MAX_GROUP_ROOTS, MAX_MEMORY_BYTES, MAX_PATH_CHARS
 from store.config.settings import delete_value, get_value, namespace_rows, set_value
 from store.config.settings_rules import canonical_path
 from store.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
 from store.project_memory import EMPTY, memory_view, normalize_memory
+from store.rules import MAX_GROUP_ROOTS, MAX_MEMORY_BYTES, MAX_PATH_CHARS
 
 __all__ = [
     "GROUPS_NS",

@@ -25,8 +25,8 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from protocol.limits import MAX_MEMORY_BYTES, MAX_MEMORY_ENTRIES
 from store.errors import InvalidInput, PayloadTooLarge
+from store.rules import MAX_MEMORY_BYTES, MAX_MEMORY_ENTRIES
 
 __all__ = ["EMPTY", "FORMAT", "derive_content", "normalize_memory", "memory_view"]
 

@@ -30,7 +30,6 @@ import os
 import stat
 from collections.abc import Iterable
 
-from protocol.limits import MAX_PATH_BYTES, MAX_PATH_COMPONENT_BYTES
 from store.errors import (
     InvalidInput,
     IOFailure,
@@ -40,6 +39,7 @@ from store.errors import (
     StoreError,
     classify_os_error,
 )
+from store.rules import MAX_PATH_BYTES, MAX_PATH_COMPONENT_BYTES
 
 __all__ = ["check_path", "is_under", "open_regular", "open_under", "path_error", "read_bounded"]
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
-from store.config.credentials import find_credential, is_credential_name
 from store.errors import CorruptData, InvalidInput, NotFound, PayloadTooLarge
+from store.rules import find_credential, is_credential_name
 
 SNAPSHOT_VERSION = 1
 SUPPORTED_VERSIONS = frozenset({SNAPSHOT_VERSION})

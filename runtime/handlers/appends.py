@@ -19,7 +19,6 @@ from typing import Any
 from actors.session import SessionCall
 from actors.session_context import SessionContext
 from protocol import models as m
-from protocol.limits import EVENT_RECORD_MAX
 from runtime.context import Pinned
 from runtime.handlers import inflight
 from store.errors import IOFailure, StorageFull
@@ -36,6 +35,7 @@ from store.indexing.appends import (
     plan_appends,
 )
 from store.receipts import ReceiptKey
+from store.rules import EVENT_RECORD_MAX
 from store.transcripts.records import is_streaming, wire_record
 
 __all__ = ["append", "append_group"]

@@ -22,13 +22,13 @@ import httpx
 import trio
 
 from protocol import models as m
-from protocol.limits import MAX_MODEL_LIST_BYTES
 from runtime.context import HostContext, ReadContext, WriterContext
 from store.config import catalog, providers
 from store.config import settings as kv
 from store.config.settings_rules import APP_NS, APP_SETTINGS_KEY, clean_app
 from store.errors import InvalidInput, NotFound
 from store.receipts import ReceiptKey
+from store.rules import MAX_MODEL_LIST_BYTES
 from store.upgrade.seed_migrations import current_platform
 
 from .plugins import require_owner

@@ -12,11 +12,11 @@ from typing import Any
 
 from actors.session_context import SessionContext
 from protocol import models as m
-from protocol.limits import MAX_WHOLE_READ_BYTES
 from store.context import StoredBranch, build_session_context, build_tree
 from store.errors import PayloadTooLarge
 from store.receipts import ReceiptKey
 from store.revisions import read_revisions
+from store.rules import MAX_WHOLE_READ_BYTES
 from store.tombstones import deleted_ids
 from store.transcripts.records import wire_record
 from store.transcripts.rewrite import load_live

@@ -20,7 +20,6 @@ from typing import Any, BinaryIO
 
 from actors.session_context import SessionContext
 from protocol import models as m
-from protocol.limits import MAX_EXPORT_INLINE_BYTES
 from runtime.context import HostContext
 from store.errors import PermissionDenied
 from store.indexing import index
@@ -34,6 +33,7 @@ from store.interchange.export import (
 )
 from store.interchange.native_pi_views import NativeCatalog, export_native
 from store.receipts import ReceiptKey
+from store.rules import MAX_EXPORT_INLINE_BYTES
 
 from .plugin_imports import scope_session
 

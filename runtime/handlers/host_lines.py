@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from actors.session_context import SessionContext
-from protocol.limits import EVENT_RECORD_MAX
 from store.indexing import index
 from store.jsonio import dumps_line
+from store.rules import EVENT_RECORD_MAX
 from store.transcripts.records import wire_record
 
 __all__ = ["append_record", "publish_message"]

@@ -47,7 +47,6 @@ import trio
 from actors.session import SessionOp
 from actors.session_context import SessionContext
 from protocol import models as m
-from protocol.limits import MAX_IMPORT_REPORTS, MAX_IMPORT_SESSIONS
 from runtime.context import HostContext
 from runtime.kernel.actor import AskTimeout
 from store.attachments import AttachmentFiles
@@ -60,6 +59,7 @@ from store.interchange.importers import default_root, discover
 from store.interchange.importers.common import SessionReport, SourceUnit
 from store.interchange.imports import finish, prepare_unit, refuse_after
 from store.receipts import ReceiptKey
+from store.rules import MAX_IMPORT_REPORTS, MAX_IMPORT_SESSIONS
 
 __all__ = ["IMPORT_UNIT", "Imports", "UnitCall", "import_sessions", "import_unit"]
 

@@ -14,7 +14,6 @@ from typing import Any
 from actors.session_context import SessionContext
 from protocol import models as m
 from protocol.jsonrpc import Encoded
-from protocol.limits import DEFAULT_WINDOW, MAX_REPLY_BYTES, MAX_WHOLE_READ_BYTES
 from runtime.context import Services
 from runtime.handlers import inflight, plans
 from store import queue
@@ -23,6 +22,7 @@ from store.ids import derived_id, new_id
 from store.indexing import index
 from store.indexing.reconcile import apply_plan, plan_reconcile
 from store.receipts import ReceiptKey, file_record
+from store.rules import DEFAULT_WINDOW, MAX_REPLY_BYTES, MAX_WHOLE_READ_BYTES
 from store.transcripts import windows
 from store.transcripts.session_files import finish_delete, write_delete_marker
 from store.transcripts.transcript import create_transcript

@@ -26,10 +26,10 @@ from typing import Any, Final
 
 import orjson
 
-from protocol.limits import MAX_MODELS_PER_PROVIDER, MAX_REF_CHARS
 from store.config.settings import set_value
 from store.config.settings_rules import REFRESH_STAMP_PREFIX
 from store.errors import InvalidInput, LimitExceeded, NotFound, StoreError
+from store.rules import MAX_MODELS_PER_PROVIDER, MAX_REF_CHARS
 
 __all__ = [
     "BadProviderReply",

@@ -37,7 +37,6 @@ import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from protocol.limits import MAX_BUNDLE_BYTES
 from store import project_groups
 from store.config import catalog, providers
 from store.config.settings import delete_value, get_value, namespace_rows, set_value
@@ -46,6 +45,7 @@ from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadT
 from store.fsutil import atomic_write
 from store.indexing import index
 from store.project_memory import EMPTY, normalize_memory
+from store.rules import MAX_BUNDLE_BYTES
 
 __all__ = [
     "BASE_FILE",

@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from protocol.limits import MAX_PROVIDER_CONFIG_BYTES, MAX_PROVIDERS
 from store.config.settings import get_value, set_value
 from store.errors import Conflict, InvalidInput, LimitExceeded, NotFound, PayloadTooLarge
+from store.rules import MAX_PROVIDER_CONFIG_BYTES, MAX_PROVIDERS
 from store.snapshots import find_secret
 
 __all__ = [

@@ -37,7 +37,10 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from protocol.limits import (
+from store.errors import InvalidInput, PayloadTooLarge
+from store.indexing.index import normalize_project_path
+from store.project_memory import EMPTY, normalize_memory
+from store.rules import (
     LARGE_PASTE_DEFAULT,
     LARGE_PASTE_MAX,
     LARGE_PASTE_MIN,
@@ -57,9 +60,6 @@ from protocol.limits import (
     MAX_UI_VALUE_BYTES,
     PROMPT_TEMPLATE_MAX_CHARS,
 )
-from store.errors import InvalidInput, PayloadTooLarge
-from store.indexing.index import normalize_project_path
-from store.project_memory import EMPTY, normalize_memory
 from store.upgrade.seed_schemas import MODES, SHELL_CATALOG
 
 __all__ = [

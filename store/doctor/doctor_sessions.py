@@ -34,9 +34,9 @@ from typing import Any, Protocol
 
 from store.doctor.doctor_report import DoctorReport, Progress, Severity
 from store.fsutil import TEMP_MARKER, fsync_dir, sweep_temp_files
-from store.ids import SESSION_ID_RE
 from store.indexing.index import IndexRecord
 from store.indexing.reconcile import ReconcilePlan, TailScan, apply_plan, dedupe, read_header, scan_from
+from store.rules import SESSION_ID_RE
 from store.transcripts.transcript import TranscriptWriter
 
 INFLIGHT_SUFFIX = ".inflight.json"

@@ -32,7 +32,6 @@ from typing import Any, BinaryIO
 
 from store.compaction import normalize_on_read
 from store.errors import InvalidInput, MessageNotFound, SessionNotFound, StoreError
-from store.ids import NATIVE_SESSION_ID_RE
 from store.interchange.export import ExportOptions, ExportReport, export_records
 from store.interchange.importers.common import DEFAULT_LIMITS, ImportLimits, Refused, local_id
 from store.interchange.importers.reader import lines_of, parse_object
@@ -45,6 +44,7 @@ from store.interchange.native_pi import (
     project,
     snapshot,
 )
+from store.rules import NATIVE_SESSION_ID_RE
 from store.transcripts.records import cap_content, wire_record
 from store.transcripts.windows import WindowRequest, window_bounds
 

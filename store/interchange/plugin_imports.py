@@ -32,10 +32,8 @@ from typing import Any
 
 import orjson
 
-from protocol.limits import MAX_BLOCKS_PER_MESSAGE as MAX_BLOCKS
-from protocol.limits import MAX_PLUGIN_MESSAGES
 from store.errors import InvalidInput, NotFound, PermissionDenied, SessionNotFound, StoreError
-from store.ids import PLUGIN_ID_RE, new_id
+from store.ids import new_id
 from store.indexing import index
 from store.interchange.import_write import ImportTarget, StagedImport, apply_index, publish, stage_parsed, undo
 from store.interchange.importers.common import (
@@ -51,6 +49,8 @@ from store.interchange.importers.common import (
     to_ms,
 )
 from store.interchange.importers.common import Slot as _Slot
+from store.rules import MAX_BLOCKS_PER_MESSAGE as MAX_BLOCKS
+from store.rules import MAX_PLUGIN_MESSAGES, PLUGIN_ID_RE
 from store.transcripts.records import normalize_message
 
 __all__ = [

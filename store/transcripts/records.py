@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from protocol.limits import MAX_BLOCKS_PER_MESSAGE
 from store.errors import InvalidInput
 from store.ids import validate_wire_id
 from store.jsonio import now_rfc3339
+from store.rules import MAX_BLOCKS_PER_MESSAGE
 
 ROLES = ("user", "assistant", "tool", "system")
 

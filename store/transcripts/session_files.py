@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from store.fsutil import atomic_write, remove_file_durable
-from store.ids import SESSION_ID_RE
+from store.rules import SESSION_ID_RE
 
 __all__ = [
     "DELETE_MARKER_SUFFIX",

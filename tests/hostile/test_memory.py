@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 import trio
 
-from protocol.limits import MAX_REPLY_BYTES
 from runtime.client import HostClient, RpcError, open_client
+from store.rules import MAX_REPLY_BYTES
 from tests.hostile.wire import hello_frame, raw_connection, rss_bytes, rss_parts
 from tests.hostkit import msg, start_host_process
 

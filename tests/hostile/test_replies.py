@@ -10,8 +10,8 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed
 
-from protocol.limits import MAX_BATCH_REPLY_BYTES, MAX_REPLY_BYTES
 from runtime.client import HostClient, RpcError
+from store.rules import MAX_BATCH_REPLY_BYTES, MAX_REPLY_BYTES
 from tests.gateway.conftest import connect, frame, hello, recv, start_gateway
 from tests.hostkit import client_for, inprocess_host, msg
 

@@ -37,8 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from protocol.limits import MAX_BLOCKS_PER_MESSAGE as MAX_BLOCKS
-from store.ids import SESSION_ID_RE, WIRE_ID_RE
 from store.interchange.importers.reader import (
     Line,
     LineReader,
@@ -50,6 +48,8 @@ from store.interchange.importers.reader import (
 )
 from store.interchange.importers.report import FileReport, SessionReport
 from store.jsonio import now_rfc3339
+from store.rules import MAX_BLOCKS_PER_MESSAGE as MAX_BLOCKS
+from store.rules import SESSION_ID_RE, WIRE_ID_RE
 from store.transcripts.records import ROLES, rfc3339_to_ms
 from store.upgrade.schema import MAX_SEQ
 
