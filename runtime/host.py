@@ -2,7 +2,9 @@
 
 Start (hypercorn's "listeners only after startup"): lock → boot recovery (in a
 worker thread; nothing served) → DB writer → scheduler → session actors →
-request pipeline → gateway → ``host.json``.
+request pipeline → gateway → ``host.json``. A stop asked for before the host
+serves (the CLI forwards SIGINT/SIGTERM from the start) ends boot before its
+next step: :class:`~runtime.boot.BootInterrupted`, nothing served, no marker.
 
 Shutdown (:class:`Shutdown`; the CLI requests it on SIGINT/SIGTERM):
 
