@@ -24,7 +24,9 @@ For each session an importer yields, in order:
    the appended bytes are truncated away — never a half-imported session.
 
 A re-import whose source files are byte-identical to the fingerprints in the
-origin row is ``unchanged`` without parsing. A grown file is parsed again and
+origin row (or, for opencode, whose session rows/files digest to the same
+``contentFingerprint``) is ``unchanged`` without parsing. A parse that finds
+nothing new removes its staging file at once: no outcome leaves a temp file. A grown file is parsed again and
 only its new lines (plus replacements of records that changed, e.g. a tool call
 whose result arrived) are appended. The staging file and ``<sid>.jsonl`` are
 owned by the session's actor in a running host: stage/publish/undo of an
@@ -288,6 +290,9 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
                 _unlink(temp)
     if kind == "append":
         staged.body_end = staged.file_end = staged.pre_length + out.length
+        if out.length == 0 and temp is not None:  # nothing new: nothing to publish, no temp file left behind
+            _unlink(temp)
+            staged.temp = None
     return staged
 
 
@@ -379,7 +384,9 @@ def _unlink(path: Path) -> None:
 
 
 def publish(staged: StagedImport, *, faults: Faults = NO_FAULTS) -> None:
-    """Make the staged lines part of the transcript (step 2)."""
+    """Make the staged lines part of the transcript (step 2); an append with nothing staged is a no-op."""
+    if staged.temp is None and staged.kind == "append" and staged.body_end == staged.body_start:
+        return
     assert staged.temp is not None
     if staged.kind == "new":
         try:
@@ -529,6 +536,8 @@ def write_origin(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int)
     files = {f.path: {"size": f.size, "mtimeNs": f.mtime_ns, "consumed": f.consumed, "sha256": f.sha256}
              for f in staged.report.files if f.sha256}
     origin: dict[str, Any] = {"files": files, "projectPath": meta.cwd, "title": meta.title, **meta.history}
+    if staged.report.content_fingerprint:
+        origin["contentFingerprint"] = staged.report.content_fingerprint
     if meta.thinking_level:
         origin["thinkingLevel"] = meta.thinking_level
     upsert_origin(conn, staged.plugin_id, meta.source, meta.external_id, staged.session_id,

@@ -28,7 +28,7 @@ from store.fsutil import open_nofollow
 from store.indexing import index, reconcile
 from store.indexing.database import in_transaction
 from store.interchange.import_write import ImportTarget, Spans, StagedImport, apply_index, publish, stage, undo
-from store.interchange.importers import discover
+from store.interchange.importers import content_fingerprint, discover
 from store.interchange.importers.common import Refused, SessionReport, SourceUnit
 from store.jsonio import loads_line
 from store.transcripts.transcript import read_first_line
@@ -113,6 +113,9 @@ def sources_unchanged(unit: SourceUnit, origin: Mapping[str, Any] | None) -> boo
     """True when every source file still holds exactly the bytes the last import consumed."""
     if not origin:
         return False
+    content = origin.get("contentFingerprint")
+    if isinstance(content, str) and content:
+        return content_fingerprint(unit) == content
     files = origin.get("files")
     if not isinstance(files, Mapping) or set(files) != {str(p) for p in unit.files}:
         return False

@@ -82,6 +82,9 @@ class SessionReport:
     unchanged_records: int = 0
     appended_bytes: int = 0
     files: list[FileReport] = field(default_factory=list)
+    content_fingerprint: str = ""
+    """A digest of the session's source content, taken before parsing, for sources whose files are
+    shared by many sessions (opencode's database, its per-message JSON files); empty otherwise."""
 
     def refuse(self, code: str, message: str) -> SessionReport:
         self.status = "refused"
