@@ -309,10 +309,13 @@ def _write_new(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImpor
     staged.body_start = len(header)
     out.write(dumps_line(first))
     count = 1
+    messages = int(first.get("type") == "message")
     for record in records:
         out.write(dumps_line(record))
         count += 1
+        messages += record.get("type") == "message"
     staged.report.new_records = count
+    staged.report.new_messages = messages
     staged.body_end = out.length
     out.write(_session_info(staged))
     staged.file_end = out.length
@@ -348,6 +351,7 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
                     staged.report.replaced_records += 1
                 else:
                     staged.report.new_records += 1
+                    staged.report.new_messages += record.get("type") == "message"
                 out.write(line)
                 if len(written) < 100_000:
                     written[rid] = line

@@ -6,7 +6,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FileReport", "SessionReport"]
+__all__ = ["MAX_UNKNOWN_KINDS", "FileReport", "SessionReport", "unknown_kinds"]
+
+MAX_UNKNOWN_KINDS = 50
+"""How many distinct unknown record kinds an import summary lists."""
 
 
 def _counter_dict(counter: Counter[str]) -> dict[str, int]:
@@ -78,6 +81,8 @@ class SessionReport:
     """Messages imported before that left the current branch: tombstoned by this import."""
     skipped_blocks: Counter[str] = field(default_factory=Counter)
     new_records: int = 0
+    new_messages: int = 0
+    """Messages this import added to the transcript (``messages`` counts what was parsed)."""
     replaced_records: int = 0
     unchanged_records: int = 0
     appended_bytes: int = 0
@@ -104,6 +109,15 @@ class SessionReport:
             "forcedFlushes": self.forced_flushes, "offBranch": self.off_branch,
             "hiddenOffBranch": self.hidden_off_branch,
             "skippedBlocks": _counter_dict(self.skipped_blocks), "newRecords": self.new_records,
+            "newMessages": self.new_messages,
             "replacedRecords": self.replaced_records, "unchangedRecords": self.unchanged_records,
             "appendedBytes": self.appended_bytes, "files": [f.to_dict() for f in self.files],
         }
+
+
+def unknown_kinds(report: SessionReport) -> Counter[str]:
+    """Every record kind the importer did not know, over the session's files."""
+    out: Counter[str] = Counter()
+    for file in report.files:
+        out.update(file.unknown)
+    return out
