@@ -97,6 +97,10 @@ def render_summary(result: dict[str, Any], *, hint: str | None = None) -> str:
     if hidden:
         lines.append(f"{hidden} message(s) {'would be' if dry else 'were'} hidden: they are no longer on the "
                      "source's current branch (kept in the transcript, shown again if the branch returns)")
+    restored = int(result.get("restoredOnBranch", 0))
+    if restored:
+        lines.append(f"{restored} message(s) hidden by an earlier import {'would be' if dry else 'were'} shown "
+                     "again: they are back on the source's current branch")
     unknown = result.get("unknownKinds") or {}
     if isinstance(unknown, dict) and unknown:
         kinds = sorted(unknown.items(), key=lambda kv: (-int(kv[1]), kv[0]))

@@ -200,6 +200,7 @@ class _Run:
     messages: int = 0
     new_messages: int = 0
     hidden: int = 0
+    restored: int = 0
     unknown: Counter[str] = field(default_factory=Counter)
     source_bytes: int = 0
     counts: dict[str, int] = field(default_factory=lambda: {"new": 0, "updated": 0, "unchanged": 0, "refused": 0,
@@ -215,6 +216,7 @@ class _Run:
             self.messages += sum(report.messages.values())
             self.new_messages += report.new_messages
             self.hidden += report.hidden_off_branch
+            self.restored += report.restored_on_branch
         for kind, n in unknown_kinds(report).items():
             if kind in self.unknown or len(self.unknown) < MAX_UNKNOWN_KINDS:
                 self.unknown[kind] += n
@@ -228,6 +230,7 @@ class _Run:
         return {"importId": self.import_id, "source": self.source, "root": self.root, "dryRun": self.dry_run,
                 "total": self.total, "counts": dict(self.counts), "messages": self.messages,
                 "newMessages": self.new_messages, "hiddenOffBranch": self.hidden,
+                "restoredOnBranch": self.restored,
                 "unknownKinds": dict(self.unknown.most_common()), "sourceBytes": self.source_bytes}
 
     def progress(self, report: SessionReport | None) -> dict[str, Any]:

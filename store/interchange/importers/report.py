@@ -79,6 +79,10 @@ class SessionReport:
     off_branch: int = 0
     hidden_off_branch: int = 0
     """Messages imported before that left the current branch: tombstoned by this import."""
+    restored_on_branch: int = 0
+    """Messages an earlier import hid that are on the current branch again: restored by this import."""
+    older_copy: bool = False
+    """The source lacks messages imported before (an older copy): no message was hidden or restored."""
     skipped_blocks: Counter[str] = field(default_factory=Counter)
     new_records: int = 0
     new_messages: int = 0
@@ -107,7 +111,8 @@ class SessionReport:
             "compactions": self.compactions, "compactionsDropped": self.compactions_dropped,
             "attributed": self.attributed, "attachments": self.attachments, "replayDropped": self.replay_dropped,
             "forcedFlushes": self.forced_flushes, "offBranch": self.off_branch,
-            "hiddenOffBranch": self.hidden_off_branch,
+            "hiddenOffBranch": self.hidden_off_branch, "restoredOnBranch": self.restored_on_branch,
+            "olderCopy": self.older_copy,
             "skippedBlocks": _counter_dict(self.skipped_blocks), "newRecords": self.new_records,
             "newMessages": self.new_messages,
             "replacedRecords": self.replaced_records, "unchangedRecords": self.unchanged_records,
