@@ -6,9 +6,12 @@ given (``CLAUDE_CONFIG_DIR``, ``CODEX_HOME``, ``PI_CODING_AGENT_DIR``,
 ``XDG_DATA_HOME`` honoured), follows the host's ``import.progress`` events with
 a progress bar when stdout is a terminal, and prints a summary: one line per
 refused session with its reason, then the counts; ``--json`` prints the whole
-result (counts, per-session reports). Exit status: 0 when every session was
-imported or unchanged, 1 when the host refused the request or some sessions
-were refused, 2 when no host is running.
+result (counts, per-session reports). When nothing was imported and the root
+holds another tool's sessions, a hint names that tool. A root that does not
+exist (or a tool that was never installed) is one line on stderr. Exit
+status: 0 when every session was imported or unchanged, 1 when some sessions
+were refused or the host refused the request, 2 when no host is running or
+the root is missing or unusable.
 """
 
 from __future__ import annotations
@@ -16,16 +19,19 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
 import trio
 
-from runtime.client import HostClient
+from runtime.client import HostClient, RpcError
 from store.interchange.importers import default_root
+from store.interchange.importers.sniff import guess_source
 
-__all__ = ["ImportBar", "render_summary", "resolve_root", "run_import"]
+__all__ = ["ImportBar", "other_tool_hint", "render_summary", "resolve_root", "run_import"]
 
 BAR_WIDTH = 30
 MIN_REDRAW_S = 0.05
@@ -67,7 +73,12 @@ class ImportBar:
             self._drawn = False
 
 
-def render_summary(result: dict[str, Any]) -> str:
+SHOWN_UNKNOWN_KINDS = 8
+
+
+def render_summary(result: dict[str, Any], *, hint: str | None = None) -> str:
+    """Refusals one per line, then the counts: sessions by outcome, new (and parsed) messages, messages
+    hidden because they left the source's branch, record kinds the importer did not know; ``hint`` last."""
     lines = []
     for rep in result.get("sessions", []):
         if rep.get("status") == "refused":
@@ -75,12 +86,46 @@ def render_summary(result: dict[str, Any]) -> str:
             lines.append(f"refused {where}: {rep.get('reason')}: {rep.get('message')}")
     counts = result.get("counts", {})
     shown = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "nothing found"
-    verb = "would import" if result.get("dryRun") else "imported"
+    dry = bool(result.get("dryRun"))
+    verb = "would import" if dry else "imported"
+    parsed = int(result.get("messages", 0))
+    new = int(result.get("newMessages", parsed))
+    added = "would be new" if dry else "new"
     lines.append(f"{verb} {result.get('total', 0)} session(s) from {result.get('root')}: {shown}; "
-                 f"{result.get('messages', 0)} messages, {_mb(int(result.get('sourceBytes', 0)))} read")
+                 f"{new} messages {added} ({parsed} parsed), {_mb(int(result.get('sourceBytes', 0)))} read")
+    hidden = int(result.get("hiddenOffBranch", 0))
+    if hidden:
+        lines.append(f"{hidden} message(s) {'would be' if dry else 'were'} hidden: they are no longer on the "
+                     "source's current branch (kept in the transcript, shown again if the branch returns)")
+    restored = int(result.get("restoredOnBranch", 0))
+    if restored:
+        lines.append(f"{restored} message(s) hidden by an earlier import {'would be' if dry else 'were'} shown "
+                     "again: they are back on the source's current branch")
+    unknown = result.get("unknownKinds") or {}
+    if isinstance(unknown, dict) and unknown:
+        kinds = sorted(unknown.items(), key=lambda kv: (-int(kv[1]), kv[0]))
+        listed = ", ".join(f"{k} ×{n}" for k, n in kinds[:SHOWN_UNKNOWN_KINDS])
+        more = f" and {len(kinds) - SHOWN_UNKNOWN_KINDS} more" if len(kinds) > SHOWN_UNKNOWN_KINDS else ""
+        lines.append(f"skipped record kinds this importer does not know: {listed}{more}")
     if result.get("truncated"):
         lines.append("(more sessions were reported than the summary holds; see the host's reports with --json)")
+    if hint:
+        lines.append(hint)
     return "\n".join(lines)
+
+
+def other_tool_hint(source: str, root: str) -> str | None:
+    """A hint when ``root`` holds another tool's sessions (None when it does not look like one)."""
+    guessed = guess_source(Path(root))
+    if guessed is None or guessed == source:
+        return None
+    return (f"hint: {root} looks like {guessed}'s sessions, not {source}'s; "
+            f"try: pi-host import {guessed} {shlex.quote(root)}")
+
+
+def _imported_any(result: dict[str, Any]) -> bool:
+    counts = result.get("counts", {})
+    return any(int(counts.get(k, 0)) for k in ("new", "updated", "unchanged", "would-new", "would-updated"))
 
 
 def resolve_root(source: str, path: str | None) -> str:
@@ -89,11 +134,12 @@ def resolve_root(source: str, path: str | None) -> str:
 
 
 async def run_import(client: HostClient, source: str, root: str, *, dry_run: bool, as_json: bool,
-                     out: TextIO) -> int:
+                     out: TextIO, err: TextIO = sys.stderr) -> int:
     import_id = f"cli-{secrets.token_hex(6)}"
     params: dict[str, Any] = {"source": source, "root": root, "dryRun": dry_run, "importId": import_id}
     bar = ImportBar(out) if out.isatty() and not as_json else None
     result: dict[str, Any] = {}
+    refused: RpcError | None = None
     if bar is not None:
         await client.subscribe(["import.progress"])
     finished = trio.Event()
@@ -105,12 +151,33 @@ async def run_import(client: HostClient, source: str, root: str, *, dry_run: boo
             if bar is not None:  # the last event was sent before the answer: draw it
                 with trio.move_on_after(FINAL_EVENT_WAIT_S):
                     await finished.wait()
+        except RpcError as exc:  # answered outside the nursery: one line, not an exception group
+            refused = exc
         finally:
             nursery.cancel_scope.cancel()
             if bar is not None:
                 bar.clear()
-    out.write((json.dumps(result, indent=2, ensure_ascii=False) if as_json else render_summary(result)) + "\n")
+    if refused is not None:
+        return _refusal(refused, source, root, err)
+    hint = None if _imported_any(result) else other_tool_hint(source, root)
+    if as_json:
+        out.write(json.dumps(result if hint is None else {**result, "hint": hint}, indent=2,
+                             ensure_ascii=False) + "\n")
+    else:
+        out.write(render_summary(result, hint=hint) + "\n")
     return 1 if result.get("counts", {}).get("refused") else 0
+
+
+def _refusal(exc: RpcError, source: str, root: str, err: TextIO) -> int:
+    """One line for a refused import request; 2 for a root that is missing or not usable, else 1."""
+    if exc.data_code == "NOT_FOUND":
+        line = f"pi-host: import {source}: {root} does not exist"
+        if source != "pi-host" and os.path.abspath(default_root(source)) == root:
+            line += f" (the usual place {source} keeps its sessions; is {source} installed? pass its folder as PATH)"
+        print(line, file=err)
+        return 2
+    print(f"pi-host: import {source}: {exc.data_code}: {exc.message}", file=err)
+    return 2 if exc.data_code in ("INVALID_PARAMS", "PERMISSION_DENIED") else 1
 
 
 async def _follow(client: HostClient, import_id: str, bar: ImportBar, finished: trio.Event) -> None:

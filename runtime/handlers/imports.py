@@ -37,6 +37,7 @@ receipt row (``ctx.commit``), so a retry after completion gets the same answer.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -57,6 +58,7 @@ from store.indexing import index
 from store.interchange.import_write import ImportTarget, apply_index, publish, undo
 from store.interchange.importers import default_root, discover
 from store.interchange.importers.common import SessionReport, SourceUnit
+from store.interchange.importers.report import MAX_UNKNOWN_KINDS, unknown_kinds
 from store.interchange.imports import finish, prepare_unit, refuse_after
 from store.receipts import ReceiptKey
 from store.rules import MAX_IMPORT_REPORTS, MAX_IMPORT_SESSIONS
@@ -196,6 +198,10 @@ class _Run:
     total_bytes: int
     done: int = 0
     messages: int = 0
+    new_messages: int = 0
+    hidden: int = 0
+    restored: int = 0
+    unknown: Counter[str] = field(default_factory=Counter)
     source_bytes: int = 0
     counts: dict[str, int] = field(default_factory=lambda: {"new": 0, "updated": 0, "unchanged": 0, "refused": 0,
                                                             "would-new": 0, "would-updated": 0})
@@ -208,6 +214,12 @@ class _Run:
         self.counts[report.status] = self.counts.get(report.status, 0) + 1
         if report.status != "refused":
             self.messages += sum(report.messages.values())
+            self.new_messages += report.new_messages
+            self.hidden += report.hidden_off_branch
+            self.restored += report.restored_on_branch
+        for kind, n in unknown_kinds(report).items():
+            if kind in self.unknown or len(self.unknown) < MAX_UNKNOWN_KINDS:
+                self.unknown[kind] += n
         self.source_bytes += sum(f.consumed for f in report.files)
         self.reported += 1
         bucket = self.refused if report.status == "refused" else self.others
@@ -217,7 +229,9 @@ class _Run:
     def _head(self) -> dict[str, Any]:
         return {"importId": self.import_id, "source": self.source, "root": self.root, "dryRun": self.dry_run,
                 "total": self.total, "counts": dict(self.counts), "messages": self.messages,
-                "sourceBytes": self.source_bytes}
+                "newMessages": self.new_messages, "hiddenOffBranch": self.hidden,
+                "restoredOnBranch": self.restored,
+                "unknownKinds": dict(self.unknown.most_common()), "sourceBytes": self.source_bytes}
 
     def progress(self, report: SessionReport | None) -> dict[str, Any]:
         out = {**self._head(), "done": self.done, "totalBytes": self.total_bytes, "finished": report is None}

@@ -58,7 +58,7 @@ def _schema_note(report: DoctorReport, version: int, has_schema: bool) -> bool:
                    Severity.INFO)
     else:
         report.add("schema.version", "pi.sqlite", f"schema v{version} is not one this build can open "
-                   f"(it supports up to v{SCHEMA_VERSION}; 12, 13, 18 and 19 were never released)",
+                   f"(it supports up to v{SCHEMA_VERSION}; 12 and 13 were never released)",
                    Severity.DAMAGED, version=version)
     return False
 

@@ -24,7 +24,9 @@ For each session an importer yields, in order:
    the appended bytes are truncated away — never a half-imported session.
 
 A re-import whose source files are byte-identical to the fingerprints in the
-origin row is ``unchanged`` without parsing. A grown file is parsed again and
+origin row (or, for opencode, whose session rows/files digest to the same
+``contentFingerprint``) is ``unchanged`` without parsing. A parse that finds
+nothing new removes its staging file at once: no outcome leaves a temp file. A grown file is parsed again and
 only its new lines (plus replacements of records that changed, e.g. a tool call
 whose result arrived) are appended. The staging file and ``<sid>.jsonl`` are
 owned by the session's actor in a running host: stage/publish/undo of an
@@ -72,6 +74,7 @@ from store.transcripts.transcript import header_line
 
 __all__ = [
     "HOST_IMPORTER",
+    "IMPORT_RULES",
     "ImportTarget",
     "Spans",
     "StagedImport",
@@ -83,9 +86,17 @@ __all__ = [
     "upsert_origin",
 ]
 
+IMPORT_RULES = 2
+"""Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
+imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
+source's visibility converges on its current branch (issue 23); an older import may have hidden
+messages that are on the branch."""
+
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""
 INDEX_BATCH = 512
+MAX_TRACKED_NEW = 1_000_000
+"""New message ids a re-import remembers for :func:`_converge_branch` (a bounded list)."""
 _WRITE_BUFFER = 1 << 20
 
 Spans = Callable[[Sequence[str]], Mapping[str, tuple[int, int]]]
@@ -215,21 +226,21 @@ def stage(
     spans: Spans | None,
     dry_run: bool = False,
     created_ms: Callable[[], int] | None = None,
-    live_ids: Callable[[], Iterable[str]] | None = None,
+    known_ids: Callable[[], Iterable[tuple[str, bool]]] | None = None,
 ) -> StagedImport:
     """Parse ``unit`` and write what must be written to a temp file (see the module doc).
 
     ``spans`` is None for a session the index does not know (a new transcript),
-    else the lookup of the lines the transcript already holds; ``live_ids``
-    lists the session's visible message ids (for a source that follows a
-    branch, those no longer on it get a tombstone line). Raises
+    else the lookup of the lines the transcript already holds; ``known_ids``
+    lists the session's message ids with their ``deleted`` flag (for a source
+    that follows a branch, visibility converges on it: see :func:`_converge_branch`). Raises
     :class:`Refused` (nothing left behind, ``exc.report`` set) or a
     :class:`StoreError` for I/O.
     """
     sink = BlobSink(target.attachments.put_bytes if target.attachments is not None and not dry_run else None)
     parsed = parse(unit, ParseContext(target.limits, sink))
     return stage_parsed(parsed, unit.session_id, target, sink=sink, spans=spans, dry_run=dry_run,
-                        created_ms=created_ms, live_ids=live_ids)
+                        created_ms=created_ms, known_ids=known_ids)
 
 
 def stage_parsed(
@@ -241,21 +252,22 @@ def stage_parsed(
     spans: Spans | None,
     dry_run: bool = False,
     created_ms: Callable[[], int] | None = None,
-    live_ids: Callable[[], Iterable[str]] | None = None,
+    known_ids: Callable[[], Iterable[tuple[str, bool]]] | None = None,
     plugin_id: str = HOST_IMPORTER,
     project: tuple[int, str] | None = None,
 ) -> StagedImport:
     """:func:`stage` for records from any producer (an importer, a plugin's messages)."""
     try:
         return _stage(parsed, session_id, target, sink, spans=spans, dry_run=dry_run, created_ms=created_ms,
-                      live_ids=live_ids, plugin_id=plugin_id, project=project)
+                      known_ids=known_ids, plugin_id=plugin_id, project=project)
     except Refused as exc:
         exc.report = parsed.report.refuse(exc.code, exc.message)
         raise
 
 
 def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, spans: Spans | None, dry_run: bool,
-           created_ms: Callable[[], int] | None, live_ids: Callable[[], Iterable[str]] | None, plugin_id: str,
+           created_ms: Callable[[], int] | None, known_ids: Callable[[], Iterable[tuple[str, bool]]] | None,
+           plugin_id: str,
            project: tuple[int, str] | None) -> StagedImport:
     transcript = target.transcript(sid)
     kind = "new" if spans is None else "append"
@@ -272,7 +284,8 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
             _write_new(parsed.records, out, staged, created_ms)
         else:
             assert spans is not None
-            _write_changes(parsed.records, out, staged, spans, live_ids if parsed.follows_branch else None)
+            _write_changes(parsed.records, out, staged, spans, known_ids if parsed.follows_branch else None,
+                           parsed.source_ids)
         staged.identity = out.close(sync=kind == "new")
         staged.blobs = list(sink.stored)
         ok = True
@@ -288,6 +301,9 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
                 _unlink(temp)
     if kind == "append":
         staged.body_end = staged.file_end = staged.pre_length + out.length
+        if out.length == 0 and temp is not None:  # nothing new: nothing to publish, no temp file left behind
+            _unlink(temp)
+            staged.temp = None
     return staged
 
 
@@ -304,17 +320,21 @@ def _write_new(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImpor
     staged.body_start = len(header)
     out.write(dumps_line(first))
     count = 1
+    messages = int(first.get("type") == "message")
     for record in records:
         out.write(dumps_line(record))
         count += 1
+        messages += record.get("type") == "message"
     staged.report.new_records = count
+    staged.report.new_messages = messages
     staged.body_end = out.length
     out.write(_session_info(staged))
     staged.file_end = out.length
 
 
 def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImport, spans: Spans,
-                   live_ids: Callable[[], Iterable[str]] | None) -> None:
+                   known_ids: Callable[[], Iterable[tuple[str, bool]]] | None,
+                   source_ids: Callable[[], set[str]] | None = None) -> None:
     """Write only records whose line the transcript does not already hold, byte for byte."""
     try:
         fd = open_nofollow(staged.transcript, os.O_RDONLY)
@@ -325,6 +345,7 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
         staged.body_start = staged.pre_length
         batch: list[tuple[dict[str, Any], bytes]] = []
         written: dict[str, bytes] = {}
+        new_ids: list[str] = []
 
         def flush() -> None:
             known = spans([r["id"] for r, _ in batch])
@@ -343,12 +364,16 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
                     staged.report.replaced_records += 1
                 else:
                     staged.report.new_records += 1
+                    if record.get("type") == "message":
+                        staged.report.new_messages += 1
+                        if len(new_ids) < MAX_TRACKED_NEW:
+                            new_ids.append(rid)
                 out.write(line)
                 if len(written) < 100_000:
                     written[rid] = line
             batch.clear()
 
-        on_branch: set[str] | None = set() if live_ids is not None else None
+        on_branch: set[str] | None = set() if known_ids is not None else None
         for record in records:
             batch.append((record, dumps_line(record)))
             if on_branch is not None and record.get("type") == "message":
@@ -356,16 +381,74 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
             if len(batch) >= INDEX_BATCH:
                 flush()
         flush()
-        if live_ids is not None and on_branch is not None:
-            when = staged.meta.updated_ms or 0
-            own = f"{staged.session_id}:"  # messages a host client appended later are never hidden
-            for mid in live_ids():
-                if mid.startswith(own) and mid not in on_branch:
-                    tid = join_id(staged.session_id, "off-branch", mid.rsplit(":", 1)[-1])
-                    out.write(tombstone_line(tid, mid, True, created_at_ms=when))
-                    staged.report.hidden_off_branch += 1
+        if known_ids is not None and on_branch is not None:
+            _converge_branch(out, staged, on_branch, new_ids, known_ids, source_ids() if source_ids else None)
     finally:
         os.close(fd)
+
+
+def _converge_branch(out: _Out, staged: StagedImport, on_branch: set[str], new_ids: list[str],
+                     known_ids: Callable[[], Iterable[tuple[str, bool]]], in_source: set[str] | None) -> None:
+    """Make the session show the source's current branch (pi), by tombstone lines only.
+
+    The rule, for the messages this source imported before (ids ``<sid>:...``; a message a host
+    client added is never touched):
+
+    * the source file lacks some of them (an older copy, a backup, a truncated file): what the
+      session shows does not change. Nothing is hidden or restored, and messages of the copy the
+      session never had (its branch when the copy was taken, which the newer file had left) are
+      added but hidden like off-branch ones, so a later import restores them if they are on its branch;
+    * else one that the file holds off its current branch and is visible is hidden
+      (``<sid>:off-branch:...`` tombstone), and one that is on the branch but hidden *by an import*
+      (its newest tombstone is such a line) is restored (``deleted: false``); a message the user
+      deleted in the host stays deleted.
+    """
+    sid = staged.session_id
+    own = f"{sid}:"
+    known = [(mid, deleted) for mid, deleted in known_ids() if mid.startswith(own)]
+    when = staged.meta.updated_ms or 0
+    if in_source is not None and any(mid not in in_source and mid not in on_branch for mid, _ in known):
+        staged.report.older_copy = True
+        for mid in new_ids:
+            tid = join_id(sid, "off-branch", mid.rsplit(":", 1)[-1], when)
+            out.write(tombstone_line(tid, mid, True, created_at_ms=when))
+            staged.report.hidden_off_branch += 1
+        return
+    to_restore = [mid for mid, deleted in known if deleted and mid in on_branch]
+    hidden_by_import = (_hidden_by_import(staged.transcript, staged.pre_length, sid, set(to_restore))
+                        if to_restore else set())
+    for mid in to_restore:
+        if mid in hidden_by_import:
+            tid = join_id(sid, "on-branch", mid.rsplit(":", 1)[-1], when)
+            out.write(tombstone_line(tid, mid, False, created_at_ms=when))
+            staged.report.restored_on_branch += 1
+    for mid, deleted in known:
+        if not deleted and mid not in on_branch:
+            tid = join_id(sid, "off-branch", mid.rsplit(":", 1)[-1], when)
+            out.write(tombstone_line(tid, mid, True, created_at_ms=when))
+            staged.report.hidden_off_branch += 1
+
+
+_TOMBSTONE_START = b'{"type":"tombstone"'
+
+
+def _hidden_by_import(transcript: Path, length: int, sid: str, wanted: set[str]) -> set[str]:
+    """Of ``wanted``, the messages whose newest tombstone in the transcript is an import's off-branch one."""
+    prefix = join_id(sid, "off-branch") + ":"
+    newest: dict[str, bool] = {}
+    reader = LineReader(transcript, max_line_bytes=DEFAULT_LIMITS.max_line_bytes, end=length)
+    for line in reader:
+        if line.data is None or not line.data.startswith(_TOMBSTONE_START):
+            continue
+        try:
+            rec = loads_line(line.data)
+        except (StoreError, ValueError):
+            continue
+        mid = rec.get("messageId")
+        if isinstance(mid, str) and mid in wanted:
+            tid = rec.get("id")
+            newest[mid] = rec.get("deleted", True) is not False and isinstance(tid, str) and tid.startswith(prefix)
+    return {mid for mid, by_import in newest.items() if by_import}
 
 
 # --------------------------------------------------------------------------- publish / undo
@@ -379,7 +462,9 @@ def _unlink(path: Path) -> None:
 
 
 def publish(staged: StagedImport, *, faults: Faults = NO_FAULTS) -> None:
-    """Make the staged lines part of the transcript (step 2)."""
+    """Make the staged lines part of the transcript (step 2); an append with nothing staged is a no-op."""
+    if staged.temp is None and staged.kind == "append" and staged.body_end == staged.body_start:
+        return
     assert staged.temp is not None
     if staged.kind == "new":
         try:
@@ -528,7 +613,10 @@ def write_origin(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int)
     meta = staged.meta
     files = {f.path: {"size": f.size, "mtimeNs": f.mtime_ns, "consumed": f.consumed, "sha256": f.sha256}
              for f in staged.report.files if f.sha256}
-    origin: dict[str, Any] = {"files": files, "projectPath": meta.cwd, "title": meta.title, **meta.history}
+    origin: dict[str, Any] = {"files": files, "projectPath": meta.cwd, "title": meta.title, **meta.history,
+                              "importRules": IMPORT_RULES}
+    if staged.report.content_fingerprint:
+        origin["contentFingerprint"] = staged.report.content_fingerprint
     if meta.thinking_level:
         origin["thinkingLevel"] = meta.thinking_level
     upsert_origin(conn, staged.plugin_id, meta.source, meta.external_id, staged.session_id,

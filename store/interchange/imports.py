@@ -27,8 +27,17 @@ from store.errors import StoreError
 from store.fsutil import open_nofollow
 from store.indexing import index, reconcile
 from store.indexing.database import in_transaction
-from store.interchange.import_write import ImportTarget, Spans, StagedImport, apply_index, publish, stage, undo
-from store.interchange.importers import discover
+from store.interchange.import_write import (
+    IMPORT_RULES,
+    ImportTarget,
+    Spans,
+    StagedImport,
+    apply_index,
+    publish,
+    stage,
+    undo,
+)
+from store.interchange.importers import content_fingerprint, discover
 from store.interchange.importers.common import Refused, SessionReport, SourceUnit
 from store.jsonio import loads_line
 from store.transcripts.transcript import read_first_line
@@ -111,8 +120,11 @@ def _fingerprint(path: Path, consumed: int) -> str | None:
 
 def sources_unchanged(unit: SourceUnit, origin: Mapping[str, Any] | None) -> bool:
     """True when every source file still holds exactly the bytes the last import consumed."""
-    if not origin:
+    if not origin or origin.get("importRules") != IMPORT_RULES:
         return False
+    content = origin.get("contentFingerprint")
+    if isinstance(content, str) and content:
+        return content_fingerprint(unit) == content
     files = origin.get("files")
     if not isinstance(files, Mapping) or set(files) != {str(p) for p in unit.files}:
         return False
@@ -195,14 +207,14 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
         return PreparedImport(report)
     spans = existing_spans(conn, sid) if row is not None else None
 
-    def live_ids() -> Iterator[str]:
-        for (mid,) in conn.execute("SELECT id FROM messages WHERE session_id = ? AND deleted = 0 ORDER BY seq",
-                                   (sid,)):
-            yield mid
+    def known_ids() -> Iterator[tuple[str, bool]]:
+        for mid, deleted in conn.execute("SELECT id, deleted FROM messages WHERE session_id = ? ORDER BY seq",
+                                         (sid,)):
+            yield mid, bool(deleted)
 
     try:
         staged = stage(unit, target, spans=spans, dry_run=dry_run, created_ms=lambda: now_ms,
-                       live_ids=live_ids if row is not None else None)
+                       known_ids=known_ids if row is not None else None)
     except Refused as exc:
         return PreparedImport(exc.report if exc.report is not None else report.refuse(exc.code, exc.message))
     except OSError as exc:

@@ -7,16 +7,17 @@ layout):
 * 0 and no schema objects  → fresh install: the full DDL at ``SCHEMA_VERSION``.
 * 1–6                      → seed D119 breaking reset: archived as ``<db>.v6.bak``.
 * 0 with foreign schema objects → the same reset, archived as ``<db>.v0.bak``.
-* 7–11, 14–17 (the seed's layouts) and 20 … SCHEMA_VERSION-1 (ours)
+* 7–11, 14–19 (the seed's layouts) and 20 … SCHEMA_VERSION-1 (ours)
                            → walked in place, one step per transaction:
                              the seed's 7→8, 8/9/10→11 (guarded), 11→14,
-                             14→15, 15→16, 16→17, then ours 17→20 (the
-                             seed layout becomes ours), 20→21, 21→22, 22→23,
-                             23→24.
+                             14→15, 15→16, 16→17, 17→18 (queue priority),
+                             18→19 (``omit`` thinking level), then ours
+                             19→20 (the seed layout becomes ours), 20→21,
+                             21→22, 22→23, 23→24, 24→25.
                              Every step marked ``backup`` first checkpoints
                              the WAL and writes an exact, verified
                              ``<db>.v<from>.bak``.
-* 12, 13, 18, 19           → numbers no release wrote: :class:`SchemaUnknown`,
+* 12, 13                   → numbers no release wrote: :class:`SchemaUnknown`,
                              file untouched.
 * SCHEMA_VERSION           → plain open.
 * > SCHEMA_VERSION         → :class:`~store.errors.SchemaTooNew`; file untouched.
@@ -80,6 +81,8 @@ from store.upgrade.seed_migrations import (
     step_14_to_15,
     step_15_to_16,
     step_16_to_17,
+    step_17_to_18,
+    step_18_to_19,
 )
 from store.upgrade.seed_schemas import LAST_SEED_VERSION, SEED_GAPS, SEED_VERSIONS
 
@@ -99,7 +102,7 @@ class MigrationFailed(StoreError):
 
 
 class SchemaUnknown(StoreError):
-    """A ``user_version`` no release ever wrote (12, 13, 18, 19): refused, file untouched."""
+    """A ``user_version`` no release ever wrote (12, 13): refused, file untouched."""
 
     code = "SCHEMA_UNKNOWN"
 
@@ -211,7 +214,7 @@ def _v25_wire_columns(conn: sqlite3.Connection) -> None:
 
 
 def _v20_from_seed(conn: sqlite3.Connection) -> None:
-    """Seed v17 → our v20: every table to its v20 definition, every row kept.
+    """Seed v19 → our v20: every table to its v20 definition, every row kept.
 
     Tables whose definition differs (``sessions`` gains ``indexed_len`` /
     ``file_epoch``, ``messages`` its transcript offsets and ``deleted`` flag,
@@ -229,13 +232,13 @@ def _v20_from_seed(conn: sqlite3.Connection) -> None:
 
 SEED_BRIDGE = MigrationStep(
     to_version=20,
-    description="seed v17 layout → host v20 (tables rebuilt to their v20 definition, our tables added)",
+    description="seed v19 layout → host v20 (tables rebuilt to their v20 definition, our tables added)",
     destructive=True,
     apply=_v20_from_seed,
     from_versions=(LAST_SEED_VERSION,),
     verify=True,
 )
-"""Where the seed's history (… 17) joins ours (20 …)."""
+"""Where the seed's history (… 19) joins ours (20 …)."""
 
 STEPS: tuple[MigrationStep, ...] = (
     MigrationStep(
@@ -295,6 +298,8 @@ def seed_steps(platform: str | None = None) -> tuple[MigrationStep, ...]:
                       step_15_to_16, backup=True, verify=True),
         MigrationStep(17, "seed v16 → v17: providers.owner_plugin_id", False, step_16_to_17, backup=True,
                       verify=True),
+        MigrationStep(18, "seed v17 → v18: turn_queue.priority", False, step_17_to_18, backup=True, verify=True),
+        MigrationStep(19, "seed v18 → v19: thinking level omit", True, step_18_to_19, backup=True, verify=True),
     )
 
 

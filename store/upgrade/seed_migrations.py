@@ -1,4 +1,4 @@
-"""Seed 003's own migration chain, walked in place (§7): 7 → 8 → 11 → 14 → 15 → 16 → 17.
+"""Seed 003's own migration chain, walked in place (§7): 7 → 8 → 11 → 14 → 15 → 16 → 17 → 18 → 19.
 
 Each function here is one step's body: it runs inside the transaction the
 engine (``store.upgrade.migrations``) opened, never commits, and raises to roll the
@@ -31,6 +31,7 @@ settings are kept as they are (a blob that needs no change is not rewritten).
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import sys
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ from store.upgrade.seed_schemas import (
     PROVIDERS_OWNER,
     SESSIONS_DELETED_AT,
     SHELL_CATALOG,
+    THINKING_LEVELS_V19,
+    TURN_QUEUE_PRIORITY,
     TURN_QUEUE_SESSION_MESSAGE_ID,
     V14_ADDITIONS,
     V15_ADDITIONS,
@@ -245,3 +248,57 @@ def step_15_to_16(conn: sqlite3.Connection) -> None:
 def step_16_to_17(conn: sqlite3.Connection) -> None:
     _add_column(conn, "providers", "owner_plugin_id", PROVIDERS_OWNER)
     _create_missing(conn, V17_ADDITIONS)
+
+
+def step_17_to_18(conn: sqlite3.Connection) -> None:
+    """§4.6b / ADR 0265: ``turn_queue.priority`` (NULL: not promoted), unless the file already has it."""
+    _add_column(conn, "turn_queue", "priority", TURN_QUEUE_PRIORITY)
+
+
+_THINKING_CHECK = re.compile(r"(CHECK\s*\(\s*\"?thinking_level\"?\s+IN\s*\()([^)]*)(\))", re.IGNORECASE)
+
+
+def sessions_sql_with_omit(create_sql: str) -> str | None:
+    """``sessions``' CREATE statement with ``'omit'`` added to its thinking-level CHECK; None: nothing to add.
+
+    Raises :class:`LegacyValueInvalid` when the statement has no thinking-level
+    CHECK this step knows how to widen (the pre-migration schema stays).
+    """
+    found = _THINKING_CHECK.search(create_sql)
+    if found is None:
+        if "thinking_level" in create_sql and "CHECK" not in create_sql.upper():
+            return None  # no CHECK at all: 'omit' is already storable
+        raise LegacyValueInvalid("sessions: no thinking_level CHECK list to add 'omit' to",
+                                 data={"table": "sessions"})
+    values = re.findall(r"'([^']*)'", found.group(2))
+    if "omit" in values:
+        return None
+    listed = found.group(2).rstrip()
+    return create_sql[: found.start(2)] + listed + ", 'omit'" + create_sql[found.end(2) :]
+
+
+def step_18_to_19(conn: sqlite3.Connection) -> None:
+    """§4.5 / ADR 0295: ``omit`` becomes a storable thinking level.
+
+    SQLite cannot widen a CHECK in place, so a ``sessions`` table whose list
+    lacks ``omit`` is rebuilt with the same statement plus ``'omit'`` (every
+    row and column copied, its indexes recreated); a file that already allows
+    it is left as it is. Every stored level must be one v19 knows.
+    """
+    found = schema_sql(conn).get("sessions")
+    if found is None or found[1] is None:
+        raise LegacyValueInvalid("sessions: table missing", data={"table": "sessions"})
+    widened = sessions_sql_with_omit(found[1])
+    if widened is not None:
+        indexes = [sql for (sql,) in conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'sessions' AND sql IS NOT NULL "
+            "ORDER BY name")]
+        rebuild_table(conn, "sessions", widened)
+        for statement in indexes:
+            conn.execute(statement)
+    marks = ", ".join("?" for _ in THINKING_LEVELS_V19)
+    bad = conn.execute(f"SELECT id, thinking_level FROM sessions WHERE thinking_level NOT IN ({marks}) "
+                       "ORDER BY id LIMIT 1", THINKING_LEVELS_V19).fetchone()
+    if bad is not None:
+        raise LegacyValueInvalid(f"sessions row id={bad[0]!r}: thinking_level {bad[1]!r} is not one of "
+                                 f"{', '.join(THINKING_LEVELS_V19)}", data={"table": "sessions", "id": bad[0]})

@@ -1,7 +1,7 @@
 """What each step of seed 003's own migration chain creates (§4, §7).
 
 The seed's history (``PRAGMA user_version``) is 7, 8, 9, 10, 11, 14, 15, 16,
-17; ``store.upgrade.seed_migrations`` walks it in place and ``store.upgrade.migrations``
+17, 18, 19; ``store.upgrade.seed_migrations`` walks it in place and ``store.upgrade.migrations``
 continues with this host's own versions (20 …). Only the statements a step
 *adds* live here, spelled as seed §4 spells them; the layouts themselves are
 described in docs/DESIGN.md ("Schema versions").
@@ -9,13 +9,13 @@ described in docs/DESIGN.md ("Schema versions").
 
 from __future__ import annotations
 
-SEED_VERSIONS: tuple[int, ...] = (7, 8, 9, 10, 11, 14, 15, 16, 17)
+SEED_VERSIONS: tuple[int, ...] = (7, 8, 9, 10, 11, 14, 15, 16, 17, 18, 19)
 """Every ``user_version`` a seed-era pi-desktop database can carry."""
 
-SEED_GAPS: tuple[int, ...] = (12, 13, 18, 19)
+SEED_GAPS: tuple[int, ...] = (12, 13)
 """Numbers no seed release wrote: a file carrying one is refused, never guessed at."""
 
-LAST_SEED_VERSION = 17
+LAST_SEED_VERSION = 19
 
 # --- v7 → v8: the first plan_approvals table ----------------------------------
 
@@ -110,7 +110,7 @@ V14_ADDITIONS: tuple[str, ...] = (
     "CREATE INDEX idx_session_import_origins_plugin ON session_import_origins(plugin_id, source_id, created_at DESC)",
 )
 
-# --- v14 → v15: the Host-owned turn queue (§4.6b, as §4 prints it) ----------
+# --- v14 → v15: the Host-owned turn queue (§4.6b without v18's priority) -----
 
 V15_ADDITIONS: tuple[str, ...] = (
     """CREATE TABLE turn_queue (
@@ -123,7 +123,6 @@ V15_ADDITIONS: tuple[str, ...] = (
   attachments_json TEXT,
   permission_mode  TEXT NOT NULL,
   position         INTEGER NOT NULL,
-  priority         INTEGER,
   created_at       INTEGER NOT NULL
 )""",
     "CREATE INDEX idx_turn_queue_session ON turn_queue(session_id, position)",
@@ -179,6 +178,16 @@ PROVIDERS_OWNER = "ALTER TABLE providers ADD COLUMN owner_plugin_id TEXT"
 V17_ADDITIONS: tuple[str, ...] = (
     "CREATE INDEX idx_providers_owner ON providers(owner_plugin_id) WHERE owner_plugin_id IS NOT NULL",
 )
+
+# --- v17 → v18: queue promotion (§4.6b, ADR 0265) -----------------------------
+
+TURN_QUEUE_PRIORITY = "ALTER TABLE turn_queue ADD COLUMN priority INTEGER"
+"""NULL until "send now" promotes the entry (every pre-v18 entry is unpromoted)."""
+
+# --- v18 → v19: the ``omit`` thinking level (§4.5, ADR 0295) -------------------
+
+THINKING_LEVELS_V19: tuple[str, ...] = ("off", "minimal", "low", "medium", "high", "xhigh", "max", "omit")
+"""``sessions.thinking_level``'s CHECK list from v19 on (``omit``: send no thinking override)."""
 
 # --- the guarded step's value rules (§7 items 1-3, 6, 7) ---------------------
 

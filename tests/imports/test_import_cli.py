@@ -133,3 +133,33 @@ def test_export_to_stdout_and_to_a_new_file(tmp_path: Path, host: HostProcess) -
     assert cli(host.data_dir, "export", sid, "--format", "jsonl", "--out", str(jsonl)).returncode == 0
     back = json.loads(cli(host.data_dir, "import", "pi-host", str(jsonl), "--json").stdout)
     assert back["counts"]["new"] == 1 and back["messages"] == 2
+
+
+def test_a_missing_root_an_absent_tool_and_another_tools_folder_are_one_clear_line(tmp_path: Path,
+                                                                                     host: HostProcess) -> None:
+    """Issue 23: ``import codex /nope`` (and ``import opencode`` with opencode never installed) printed a
+    32-line trio traceback; ``import claude-code ~/.codex/sessions`` said "nothing found" with no hint."""
+    missing = cli(host.data_dir, "import", "codex", str(tmp_path / "nope"))
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == [f"pi-host: import codex: {tmp_path / 'nope'} does not exist"]
+    assert "Traceback" not in missing.stderr and missing.stdout == ""
+
+    never = cli(host.data_dir, "import", "opencode", env={"XDG_DATA_HOME": str(tmp_path / "xdg")})
+    assert never.returncode == 2 and "Traceback" not in never.stderr
+    (line,) = never.stderr.strip().splitlines()
+    assert "does not exist" in line and "is opencode installed?" in line
+
+    codex_home = tmp_path / "codex-home" / "sessions" / "2026" / "01" / "02"
+    codex_home.mkdir(parents=True)
+    (codex_home / "rollout-2026-01-02T00-00-00-01900000-0000-7000-8000-00000000c0de.jsonl").write_bytes(
+        b"".join(gen.codex_lines(CONV)))
+    sessions = str(tmp_path / "codex-home" / "sessions")
+    wrong = cli(host.data_dir, "import", "claude-code", sessions)
+    assert wrong.returncode == 0, wrong.stderr
+    assert f"hint: {sessions} looks like codex's sessions, not claude-code's; try: pi-host import codex" \
+        in wrong.stdout
+    right = cli(host.data_dir, "import", "codex", sessions)
+    assert right.returncode == 0 and "1 new" in right.stdout and "hint" not in right.stdout
+    assert "2 messages new (2 parsed)" in right.stdout
+    again = cli(host.data_dir, "import", "codex", sessions)
+    assert "1 unchanged" in again.stdout and "0 messages new" in again.stdout

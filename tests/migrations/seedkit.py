@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 SEED_SQL = Path(__file__).resolve().parent / "seed_sql"
-VERSIONS = (7, 8, 9, 10, 11, 14, 15, 16, 17)
+VERSIONS = (7, 8, 9, 10, 11, 14, 15, 16, 17, 18, 19)
 DAY_MS = 86_400_000
 
 PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
@@ -168,6 +168,8 @@ def _sessions(version: int, base: int) -> list[dict[str, Any]]:
              "source": "pi", "pinned": 0, "last_seq": 1, "created_at": base + 5_000, "updated_at": base + 95_000,
              "deleted_at": base + 96_000},
         ]
+    if version >= 19:  # §4.5 / ADR 0295: send no thinking override
+        next(r for r in rows if r["id"] == "s-import")["thinking_level"] = "omit"
     return rows
 
 
@@ -339,18 +341,21 @@ def build_rows(version: int, base: int, platform: str) -> dict[str, list[dict[st
         queue = [
             {"id": "q-1", "session_id": "s-alpha", "principal": "agent-host", "idempotency_key": "k1",
              "input_hash": "h1", "content": "next prompt", "attachments_json": None, "permission_mode": "ask",
-             "position": 1, "priority": None, "created_at": base + 15_000},
+             "position": 1, "created_at": base + 15_000},
             {"id": "q-2", "session_id": "s-alpha", "principal": "agent-host", "idempotency_key": None,
              "input_hash": "h2", "content": "send now", "attachments_json": '[{"ref":"scratch/x"}]',
-             "permission_mode": "auto", "position": 2, "priority": 1, "created_at": base + 15_500},
+             "permission_mode": "auto", "position": 2, "created_at": base + 15_500},
         ]
         if version >= 16:
             for row in queue:
                 row["session_message_id"] = None
             queue.append({"id": "q-3", "session_id": "s-beta", "principal": "plugin:acme",
                           "idempotency_key": "cm-1", "input_hash": "h3", "content": "delegated task",
-                          "attachments_json": None, "permission_mode": "ask", "position": 1, "priority": None,
+                          "attachments_json": None, "permission_mode": "ask", "position": 1,
                           "created_at": base + 16_000, "session_message_id": "cm-1"})
+        if version >= 18:  # §4.6b / ADR 0265: q-2 was promoted with "send now"
+            for row in queue:
+                row["priority"] = 1 if row["id"] == "q-2" else None
         rows["turn_queue"] = queue
     if "session_collaboration_links" in tables:
         rows["session_collaboration_links"] = [
@@ -617,6 +622,7 @@ def expected_rows(seed: SeedDir) -> dict[str, list[dict[str, Any]]]:
         row.setdefault("deleted_at", None)
     for row in out.get("turn_queue", []):
         row.setdefault("session_message_id", None)
+        row.setdefault("priority", None)
     for row in out["providers"]:
         row.setdefault("owner_plugin_id", None)
     for row in out["messages"]:

@@ -23,9 +23,9 @@ from tests.hostkit import REPO, start_host_process
 from tests.migrations.dbcheck import file_layout, host_layout, open_copy, seed_layout, user_version
 from tests.migrations.seedkit import after_boot, assert_rows_present, build_seed_dir, expected_rows
 
-CHAIN_FROM_7 = [(7, 8), (8, 11), (11, 14), (14, 15), (15, 16), (16, 17), (17, 20), (20, 21), (21, 22), (22, 23),
-                (23, 24), (24, 25)]
-TAKES_BACKUP = {7, 8, 11, 14, 15, 16, 17, 21}
+CHAIN_FROM_7 = [(7, 8), (8, 11), (11, 14), (14, 15), (15, 16), (16, 17), (17, 18), (18, 19), (19, 20), (20, 21),
+                (21, 22), (22, 23), (23, 24), (24, 25)]
+TAKES_BACKUP = {7, 8, 11, 14, 15, 16, 17, 18, 19, 21}
 
 
 def _serve_until_killed(data: Path, point: str) -> int:
@@ -38,7 +38,7 @@ def _serve_until_killed(data: Path, point: str) -> int:
 
 
 def _layout_of(version: int) -> object:
-    return seed_layout(version) if version <= 17 else host_layout(version)
+    return seed_layout(version) if version <= 19 else host_layout(version)
 
 
 def test_sigkill_at_every_step_leaves_one_version_and_the_chain_completes(tmp_path: Path) -> None:
@@ -86,7 +86,7 @@ def test_sigkill_right_after_a_commit_resumes_from_the_new_version(tmp_path: Pat
     seed = build_seed_dir(data, 10)
     assert _serve_until_killed(data, "migrate.10_11.after_commit") == -signal.SIGKILL
     assert user_version(seed.db) == 11 and file_layout(seed.db) == seed_layout(11)
-    assert _serve_until_killed(data, "migrate.17_20.after_commit") == -signal.SIGKILL
+    assert _serve_until_killed(data, "migrate.19_20.after_commit") == -signal.SIGKILL
     assert user_version(seed.db) == 20 and file_layout(seed.db) == host_layout(20)
     host = start_host_process(data)
     host.proc.send_signal(signal.SIGTERM)

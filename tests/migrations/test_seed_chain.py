@@ -29,7 +29,7 @@ from tests.migrations.seedkit import (
     seed_sql,
 )
 
-SEED_STEPS = {7: 8, 8: 11, 9: 11, 10: 11, 11: 14, 14: 15, 15: 16, 16: 17, 17: 20}
+SEED_STEPS = {7: 8, 8: 11, 9: 11, 10: 11, 11: 14, 14: 15, 15: 16, 16: 17, 17: 18, 18: 19, 19: 20}
 HOST_STEPS = [20, 21, 22, 23, 24, 25]
 
 
@@ -42,7 +42,7 @@ def chain_from(version: int) -> list[int]:
 
 
 def backups_from(version: int) -> list[int]:
-    """Every step of the seed's chain and the 17→20 bridge take one; ours only before v22."""
+    """Every step of the seed's chain and the 19→20 bridge take one; ours only before v22."""
     seed = [version] + [v for v in chain_from(version) if v < 20]
     return seed + [21]
 
@@ -99,7 +99,7 @@ def test_every_seed_version_reaches_ours_in_one_open_keeping_every_row(tmp_path:
     assert sorted(p.name for p in root.iterdir() if ".bak" in p.name) == sorted(names)
 
 
-@pytest.mark.parametrize("stop_after", [8, 11, 14, 15, 16, 17, 20, 21, 22])
+@pytest.mark.parametrize("stop_after", [8, 11, 14, 15, 16, 17, 18, 19, 20, 21, 22])
 def test_each_intermediate_version_has_exactly_that_versions_layout(tmp_path: Path, stop_after: int) -> None:
     """Walking from v7, the file at every step is the seed's (or our) layout of that version, no more."""
     seed = build_seed_dir(tmp_path, 7)
@@ -109,7 +109,7 @@ def test_each_intermediate_version_has_exactly_that_versions_layout(tmp_path: Pa
     with pytest.raises(MigrationFailed, match="injected fault"):
         _open(tmp_path, faults=faults)
     assert user_version(seed.db) == stop_after
-    want = seed_layout(stop_after) if stop_after <= 17 else host_layout(stop_after)
+    want = seed_layout(stop_after) if stop_after <= 19 else host_layout(stop_after)
     assert file_layout(seed.db) == want
     # and the chain continues from there on the next open
     conn, report = _open(tmp_path)
@@ -195,7 +195,7 @@ def test_v8_file_that_already_made_plan_approvals_from_the_current_ddl_keeps_eac
         conn.close()
 
 
-@pytest.mark.parametrize("version", [12, 13, 18, 19, SCHEMA_VERSION + 1, 99])
+@pytest.mark.parametrize("version", [12, 13, SCHEMA_VERSION + 1, 99])
 def test_versions_no_release_wrote_and_newer_ones_are_refused_untouched(tmp_path: Path, version: int) -> None:
     db = tmp_path / "pi.sqlite"
     create_seed_db(db, version, statements=seed_sql(17))
@@ -233,7 +233,7 @@ def test_seed_11_5_pre_v7_is_archived_as_v6_bak_and_a_fresh_file_starts(tmp_path
 
 
 def test_host_layouts_are_the_ones_the_chain_continues_from() -> None:
-    """The bridge's target is our v20 DDL; the seed's v17 file is a different layout."""
-    assert host_layout(20) != seed_layout(17)
-    assert set(seed_layout(17)["tables"]) < set(host_layout(20)["tables"])
+    """The bridge's target is our v20 DDL; the seed's v19 file is a different layout."""
+    assert host_layout(20) != seed_layout(19)
+    assert set(seed_layout(19)["tables"]) < set(host_layout(20)["tables"])
     assert ddl_for_version(20)

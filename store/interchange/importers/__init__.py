@@ -17,7 +17,7 @@ from types import MappingProxyType, ModuleType
 from store.interchange.importers import claude_code, codex, host_jsonl, opencode, pi
 from store.interchange.importers.common import SOURCES, ParseContext, Parsed, SourceUnit
 
-__all__ = ["IMPORTERS", "SOURCES", "default_root", "discover", "parse"]
+__all__ = ["IMPORTERS", "SOURCES", "content_fingerprint", "default_root", "discover", "parse"]
 
 IMPORTERS: Mapping[str, ModuleType] = MappingProxyType({
     "claude-code": claude_code,
@@ -50,3 +50,10 @@ def discover(source: str, root: Path) -> Iterator[SourceUnit]:
 
 def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     return IMPORTERS[unit.source].parse(unit, ctx)  # type: ignore[no-any-return]
+
+
+def content_fingerprint(unit: SourceUnit) -> str | None:
+    """The digest a re-import compares for a source without per-session files (None: compare files)."""
+    if unit.source == "opencode":
+        return opencode.fingerprint(unit)
+    return None

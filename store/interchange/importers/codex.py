@@ -3,8 +3,8 @@
 Each line is ``{"timestamp", "type", "payload"}``. The conversation is the
 ``response_item`` lines (what was sent to and returned by the model);
 ``event_msg`` lines are UI events that mostly repeat it and are skipped,
-except ``token_count`` whose last-call usage is attached to the assistant
-message of that response. What becomes what:
+except the ones below that carry usage, a command's status or the model.
+What becomes what:
 
 * ``message`` items: ``user`` → user, ``assistant`` → assistant (``phase``
   kept in meta), ``developer``/``system`` and the harness-injected user items
@@ -17,6 +17,16 @@ message of that response. What becomes what:
   ``tool_search_call`` → a ``tool`` message completed by the matching
   ``*_output`` item (``call_id``); a shell output whose metadata reports a
   non-zero exit code is ``error``;
+* a command's outcome: the output's exit code (the old JSON shape's
+  ``metadata.exit_code``, the current text's "Process exited with code N"),
+  and the ``item_completed`` ``CommandExecution`` / ``exec_command_end``
+  events (``status`` failed/declined, ``exit_code``), whichever order they
+  come in;
+* usage: each model response's usage goes on the first message it produced
+  (its assistant message, or its first tool call when it only called tools):
+  the ``token_usage_record`` line of that ``response_id`` (exact), else the
+  ``token_count`` event's ``last_token_usage`` — one report per response;
+* ``thread_settings_applied`` carries the model and provider like ``turn_context``;
 * ``compacted`` → a compaction checkpoint (``message`` is the summary);
 * ``session_meta`` (the first one) names the session and its cwd;
   ``turn_context`` carries the model; ``ghost_snapshot``, ``world_state`` and
@@ -62,7 +72,8 @@ from store.interchange.importers.common import (
 )
 
 SOURCE = "codex"
-TOP_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
+TOP_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted",
+                       "token_usage_record"})
 ITEM_TYPES = frozenset({
     "message", "reasoning", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
     "local_shell_call", "web_search_call", "tool_search_call", "tool_search_output",
@@ -79,6 +90,12 @@ TEXT_TYPES = frozenset({"input_text", "output_text", "text", "refusal"})
 _UUID_TAIL = re.compile(r"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$")
 _DATA_URL = re.compile(r"^data:([\w.+/-]{1,100});base64,", re.ASCII)
 SEARCH_KINDS = {"search": "search", "open_page": "openPage", "find_in_page": "findInPage"}
+FAILED_STATUSES = frozenset({"failed", "declined"})
+"""``CommandExecution`` item statuses that mean the command did not succeed (Codex
+``CommandExecutionStatus``: inProgress | completed | failed | declined)."""
+MAX_TRACKED_CALLS = 4096
+"""Completed tool calls remembered for a late ``item_completed`` status (oldest forgotten first)."""
+_EXIT_LINE = re.compile(r"^Process exited with code (-?\d+)\s*$", re.MULTILINE)
 
 
 def discover(root: Path) -> Iterator[SourceUnit]:
@@ -128,6 +145,16 @@ class _Converter:
         self.provider: str | None = None
         self.parsed = 0
         self.session_metas = 0
+        # one model response's usage goes on one message: the first the response produced (its
+        # assistant message, or its first tool call when it only called tools)
+        self.resp_target: Slot | None = None
+        self.resp_usage: str | None = None
+        """Where the current response's usage came from: ``record`` (token_usage_record), ``count``."""
+        self.resp_id: str | None = None
+        self.exec_results: dict[str, tuple[bool, int | None]] = {}
+        """call id → (failed, exit code) from ``item_completed`` / ``exec_command_end`` events."""
+        self.done_calls: dict[str, Slot] = {}
+        """call id → the completed tool slot (a status event may follow the output)."""
 
     def run(self) -> Iterator[Slot]:
         reader = LineReader(self.path, max_line_bytes=self.ctx.limits.max_line_bytes, chunk=self.ctx.limits.read_chunk)
@@ -176,7 +203,38 @@ class _Converter:
             self.group = self.emitter.push(message_record(msg_id, "assistant", ts, [], meta=meta), held=True,
                                            weight=length)
             self.group_saw_output = False
+        self.response_output(self.group)
         return self.group
+
+    # ------------------------------------------------------------------ usage per response
+    def response_output(self, slot: Slot) -> None:
+        """An item of a model response was emitted; after a usage report, it starts the next response."""
+        if self.resp_usage is not None:
+            self.end_response()
+        if self.resp_target is None:
+            self.resp_target = slot
+
+    def end_response(self) -> None:
+        self.resp_target, self.resp_usage, self.resp_id = None, None, None
+
+    def set_meta(self, slot: Slot, **values: Any) -> None:
+        record = slot.record
+        self.emitter.replace(slot, {**record, "meta": {**(record.get("meta") or {}), **values}})
+
+    def attach_usage(self, usage: Mapping[str, Any], source: str, response_id: str | None) -> bool:
+        """Put one response's usage on its first message, once (a token_usage_record wins over the
+        token_count event of the same response; a second report of either kind is a duplicate)."""
+        target = self.resp_target
+        if target is None or not json_value_ok(usage):
+            return False
+        if self.resp_usage == "record" or (self.resp_usage == "count" and source == "count"):
+            return False
+        values: dict[str, Any] = {"usage": dict(usage)}
+        if response_id:
+            values["responseId"] = response_id
+        self.set_meta(target, **values)
+        self.resp_usage, self.resp_id = source, response_id
+        return True
 
     # ------------------------------------------------------------------ lines
     def take(self, rec: dict[str, Any], offset: int, length: int) -> None:
@@ -202,13 +260,12 @@ class _Converter:
             self.session_meta(payload, ts)
         elif kind == "turn_context":
             self.close_group()
-            if isinstance(payload.get("model"), str) and payload["model"]:
-                self.model = payload["model"]
-                models = self.meta.history.setdefault("modelIds", [])
-                if self.model not in models and len(models) < 20:
-                    models.append(self.model)
+            self.end_response()
+            self.saw_model(payload.get("model"))
             if self.meta.cwd is None and isinstance(payload.get("cwd"), str) and payload["cwd"].startswith("/"):
                 self.meta.cwd = payload["cwd"]
+        elif kind == "token_usage_record":
+            self.usage_record(payload)
         elif kind == "response_item":
             self.item(payload, offset, length, ts)
         elif kind == "compacted":
@@ -219,6 +276,31 @@ class _Converter:
             self.file.skipped[kind_name] += 1
         else:
             self.file.unknown[kind_name] += 1
+
+    def saw_model(self, model: object) -> None:
+        if isinstance(model, str) and model:
+            self.model = model
+            models = self.meta.history.setdefault("modelIds", [])
+            if model not in models and len(models) < 20:
+                models.append(model)
+
+    def usage_record(self, payload: Mapping[str, Any]) -> None:
+        """``token_usage_record``: the exact usage of one response, keyed by ``response_id``.
+
+        Shape (openai/codex, codex-rs protocol ``TokenUsageRecord``, persisted as
+        ``RolloutItem::TokenUsageRecord`` by core's ``record_observed_response_completed``):
+        ``{thread_id, turn_id, session_id, root_turn_id, response_id, usage, turn_token_usage,
+        thread_token_usage, attribution: {model, model_provider, ...}, completed_at_ms}``; ``usage``
+        is the response's own figures, the two others cumulative (never added).
+        """
+        usage = payload.get("usage")
+        rid = payload.get("response_id")
+        response_id = rid if isinstance(rid, str) and rid else None
+        if response_id is not None and response_id == self.resp_id:
+            self.file.skipped["token_usage_record(duplicate)"] += 1
+            return
+        if not isinstance(usage, Mapping) or not self.attach_usage(usage, "record", response_id):
+            self.file.skipped["token_usage_record(no message)"] += 1
 
     def session_meta(self, payload: Mapping[str, Any], ts: int | None) -> None:
         self.session_metas += 1
@@ -243,8 +325,24 @@ class _Converter:
         if kind == "token_count":
             info = payload.get("info")
             usage = info.get("last_token_usage") if isinstance(info, Mapping) else None
-            if isinstance(usage, Mapping) and self.group is not None:
-                self.group.record.setdefault("meta", {})["usage"] = dict(usage)
+            if isinstance(usage, Mapping) and self.attach_usage(usage, "count", None):
+                return
+        elif kind == "item_completed":
+            item = payload.get("item")
+            if isinstance(item, Mapping) and item.get("type") == "CommandExecution":
+                self.exec_status(item.get("id"), item.get("status"),
+                                 item.get("exit_code", item.get("exitCode")))
+                return
+        elif kind == "exec_command_end":
+            self.exec_status(payload.get("call_id"), payload.get("status"), payload.get("exit_code"))
+            return
+        elif kind == "thread_settings_applied":
+            settings = payload.get("thread_settings")
+            if isinstance(settings, Mapping):
+                self.saw_model(settings.get("model"))
+                if isinstance(settings.get("model_provider_id"), str) and settings["model_provider_id"]:
+                    self.provider = settings["model_provider_id"]
+                    self.meta.history["providerId"] = self.provider
                 return
         elif kind == "user_message":
             self.meta.offer_title(payload.get("message"), 4)  # what was typed (items also hold injected context)
@@ -370,10 +468,17 @@ class _Converter:
             args = item.get("arguments") if json_value_ok(item.get("arguments")) else None
         key = call_id if isinstance(call_id, str) and call_id else msg_id
         block: dict[str, Any] = {"type": "tool_call", "callId": key, "name": name, "args": args}
-        record = message_record(msg_id, "tool", ts, [block], tool_name=name)
+        meta: dict[str, Any] = {}
+        if self.group is None:  # a response that only calls tools: its model is kept on the call
+            if self.model:
+                meta["modelId"] = self.model
+            if self.provider:
+                meta["providerId"] = self.provider
+        record = message_record(msg_id, "tool", ts, [block], tool_name=name, meta=meta)
         self.report.tool_calls += 1
         held = isinstance(call_id, str) and bool(call_id)
         slot = self.emitter.push(record, held=held, weight=length)
+        self.response_output(slot)
         if held:
             previous = self.pending.pop(key, None)
             if previous is not None:  # the same call id again (seen in curated fixtures)
@@ -387,6 +492,10 @@ class _Converter:
             self.group_saw_output = True
         result, exit_code, failed = self.output_value(item.get("output") if "output" in item else item.get("tools"),
                                                       msg_id)
+        if isinstance(call_id, str) and call_id in self.exec_results:  # the structured status came first
+            event_failed, event_code = self.exec_results.pop(call_id)
+            failed = failed or event_failed
+            exit_code = event_code if event_code is not None else exit_code
         status = "error" if failed or (isinstance(exit_code, int) and exit_code != 0) else "ok"
         slot = self.pending.pop(call_id, None) if isinstance(call_id, str) else None
         if slot is None:
@@ -403,6 +512,38 @@ class _Converter:
             block["exitCode"] = exit_code
         self.emitter.replace(slot, {**old, "blocks": [block]})
         slot.held = False
+        if isinstance(call_id, str):
+            self.done_calls[call_id] = slot
+            if len(self.done_calls) > MAX_TRACKED_CALLS:
+                del self.done_calls[next(iter(self.done_calls))]
+
+    def exec_status(self, call_id: object, status: object, exit_code: object) -> None:
+        """A command's structured outcome (``item_completed`` ``CommandExecution`` / ``exec_command_end``).
+
+        Current Codex returns the model plain text ("Process exited with code 1") as the tool output,
+        so this event is what says the command failed. Item shape (openai/codex,
+        codex-rs/protocol/src/items.rs ``CommandExecutionItem``): ``id`` (the call id), ``status``
+        (inProgress | completed | failed | declined), ``exit_code`` / ``exitCode``. It may come before
+        or after the ``function_call_output``; an error is never turned back into ok.
+        """
+        if not isinstance(call_id, str) or not call_id:
+            self.file.skipped["event_msg/item_completed(no id)"] += 1
+            return
+        code = exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None
+        failed = status in FAILED_STATUSES or (code is not None and code != 0)
+        slot = self.done_calls.get(call_id)
+        if slot is None:
+            if len(self.exec_results) < MAX_TRACKED_CALLS:
+                self.exec_results[call_id] = (failed, code)
+            return
+        block = slot.record["blocks"][0]
+        new = dict(block)
+        if failed:
+            new["status"] = "error"
+        if code is not None:
+            new["exitCode"] = code
+        if new != block:
+            self.emitter.replace(slot, {**slot.record, "blocks": [new]})
 
     def output_value(self, out: Any, msg_id: str) -> tuple[Any, int | None, bool]:
         """(result, exit code, failed) of a tool output in any of the shapes rollouts use."""
@@ -418,7 +559,10 @@ class _Converter:
                     code = md.get("exit_code") if isinstance(md, Mapping) else None
                     exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
                     return parsed["output"], exit_code, False
-            return out, None, False
+            # the current plain-text shape of exec_command outputs: "...\nProcess exited with code N\n..."
+            head = out[:4096]
+            found = _EXIT_LINE.search(head) if "Output:" in head or head.startswith("Chunk ID:") else None
+            return out, (int(found.group(1)) if found else None), False
         if isinstance(out, Mapping):
             failed = out.get("success") is False
             if isinstance(out.get("text"), str):

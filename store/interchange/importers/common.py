@@ -487,8 +487,11 @@ class Parsed:
     report: SessionReport
     records: Iterator[dict[str, Any]]
     follows_branch: bool = False
-    """The source is a tree whose current branch is the conversation (pi): on a re-import, messages
-    imported before that are no longer on the branch are hidden with tombstones."""
+    """The source is a tree whose current branch is the conversation (pi): a re-import converges on
+    that branch (see :mod:`store.interchange.import_write`)."""
+    source_ids: Callable[[], set[str]] | None = None
+    """For a branch-following source: every message id the source's entries map to, on the branch
+    or off it (known once ``records`` is exhausted)."""
 
 
 def finalize(slots: Iterator[Slot], report: SessionReport, limits: ImportLimits) -> Iterator[dict[str, Any]]:

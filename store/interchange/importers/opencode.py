@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
@@ -102,10 +103,58 @@ def _db_sessions(db: Path) -> list[str]:
         conn.close()
 
 
+def fingerprint(unit: SourceUnit) -> str | None:
+    """A digest of everything the session is made of, so an unchanged session is skipped unparsed.
+
+    The database holds every session, so its file fingerprint changes with any of them: the digest
+    covers this session's rows instead (the session row, each message's and part's id and data). The
+    JSON layout's digest covers the name, size and mtime of the session's info, message and part
+    files. None when the source cannot be read (then it is parsed, and refused there).
+    """
+    digest = hashlib.sha256()
+
+    def add(*values: object) -> None:
+        for value in values:
+            data = value if isinstance(value, bytes) else str(value).encode("utf-8", "surrogatepass")
+            digest.update(len(data).to_bytes(8, "big"))
+            digest.update(data)
+
+    if unit.loc("layout") == "sqlite":
+        try:
+            conn = _connect(Path(unit.loc("db")))
+        except sqlite3.Error:
+            return None
+        try:
+            add(*(conn.execute("SELECT * FROM session WHERE id = ?", (unit.external_id,)).fetchone() or ()))
+            for row in conn.execute(
+                    "SELECT m.id, m.time_created, m.data, p.id, p.data FROM message m LEFT JOIN part p "
+                    "ON p.message_id = m.id WHERE m.session_id = ? ORDER BY m.time_created, m.id, p.id",
+                    (unit.external_id,)):
+                add(*row)
+        except sqlite3.Error:
+            return None
+        finally:
+            conn.close()
+        return digest.hexdigest()
+    storage = Path(unit.loc("storage"))
+    try:
+        paths = [unit.files[0]]
+        for message in sorted((storage / "message" / unit.external_id).glob("*.json")):
+            paths.append(message)
+            paths.extend(sorted((storage / "part" / message.stem).glob("*.json")))
+        for path in paths:
+            st = path.stat()
+            add(str(path), st.st_size, st.st_mtime_ns)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
 def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     sid = unit.session_id
     meta = SessionMeta(SOURCE, unit.external_id, sid)
     report = SessionReport(SOURCE, unit.external_id, sid)
+    report.content_fingerprint = fingerprint(unit) or ""  # before reading: a change while parsing re-reads
     file = FileReport(str(unit.files[0]))
     report.files.append(file)
     conv = _Converter(ctx, meta, report, file, sid)
@@ -400,4 +449,4 @@ class _Converter:
                            "details": {"retainedTailMode": "completed_turn", "importedFrom": SOURCE}})
 
 
-__all__ = ["SOURCE", "discover", "parse"]
+__all__ = ["SOURCE", "discover", "fingerprint", "parse"]

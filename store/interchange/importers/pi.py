@@ -8,7 +8,11 @@ v1 is a linear list. v3 renamed the ``hookMessage`` role to ``custom``.
 
 Only the current branch is imported (other branches are counted as
 ``offBranch``); a ``parentId`` that names no entry ends the branch and is
-reported as a dangling parent. What becomes what:
+reported as a dangling parent. A re-import converges on the file's current
+branch (:mod:`store.interchange.import_write`): messages imported before that
+the file holds off its branch are hidden with tombstones, messages the import
+hid that are on the branch again are restored, and a file that lacks entries
+imported before (an older copy, a backup) changes no visibility at all. What becomes what:
 
 * ``message`` entries: ``user`` → user; ``assistant`` → an assistant message
   (text, ``thinking`` with ``thinkingSignature`` as replay state) followed by
@@ -95,8 +99,16 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     def reader() -> LineReader:
         return LineReader(path, max_line_bytes=limits.max_line_bytes, chunk=limits.read_chunk)
 
-    conv = PiConverter(ctx, meta, report, file, lambda key: join_id(sid, key))
-    return Parsed(meta, report, finalize(conv.run(reader), report, limits), follows_branch=True)
+    def make_id(key: str) -> str:
+        return join_id(sid, key)
+
+    conv = PiConverter(ctx, meta, report, file, make_id)
+
+    def source_ids() -> set[str]:
+        return conv.branch.message_ids(make_id) if conv.branch is not None else set()
+
+    return Parsed(meta, report, finalize(conv.run(reader), report, limits), follows_branch=True,
+                  source_ids=source_ids)
 
 
 @dataclass
@@ -123,6 +135,17 @@ class Branch:
     first_kept: set[str]
     kept_index: dict[int, str] = field(default_factory=dict)
     """v1 ``firstKeptEntryIndex`` (an index into the file's entries) → entry key."""
+    all_keys: frozenset[str] = frozenset()
+    """Every entry key in the file, on the branch or not."""
+    calls: dict[str, int] = field(default_factory=dict)
+    """Entry key → tool calls of an assistant message (each becomes a message ``<key>.<i>``)."""
+
+    def message_ids(self, make_id: Callable[[str], str]) -> set[str]:
+        """Every message id an entry of the file can become (on the branch or off it)."""
+        out = {make_id(key) for key in self.all_keys}
+        for key, n in self.calls.items():
+            out.update(make_id(f"{key}.{i}") for i in range(n))
+        return out
 
 
 def entry_key(version: int, rec: Mapping[str, Any], offset: int) -> str | None:
@@ -151,6 +174,7 @@ def find_branch(lines: Iterable[Line], file: FileReport, report: SessionReport, 
     parents: dict[str, str | None] = {}
     referenced: set[str] = set()
     index_keys: dict[int, str] = {}
+    calls: dict[str, int] = {}
     first_kept_index: list[int] = []
     last: str | None = None
     parsed = 0
@@ -176,6 +200,12 @@ def find_branch(lines: Iterable[Line], file: FileReport, report: SessionReport, 
         index_keys[parsed] = key
         parsed += 1
         last = key
+        message = rec.get("message")
+        if rec.get("type") == "message" and isinstance(message, Mapping) and message.get("role") == "assistant" \
+                and isinstance(message.get("content"), list):
+            n = sum(1 for b in message["content"] if isinstance(b, Mapping) and b.get("type") == "toolCall")
+            if n:
+                calls[key] = n
         if rec.get("type") == "compaction":
             if isinstance(rec.get("firstKeptEntryId"), str):
                 referenced.add(rec["firstKeptEntryId"])
@@ -194,7 +224,7 @@ def find_branch(lines: Iterable[Line], file: FileReport, report: SessionReport, 
         keys.add(cur)
         cur = parents[cur]
     report.off_branch += len(parents) - len(keys)
-    return Branch(header, keys, leaf, len(parents), end, referenced, kept_index)
+    return Branch(header, keys, leaf, len(parents), end, referenced, kept_index, frozenset(parents), calls)
 
 
 class PiConverter:

@@ -6,7 +6,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FileReport", "SessionReport"]
+__all__ = ["MAX_UNKNOWN_KINDS", "FileReport", "SessionReport", "unknown_kinds"]
+
+MAX_UNKNOWN_KINDS = 50
+"""How many distinct unknown record kinds an import summary lists."""
 
 
 def _counter_dict(counter: Counter[str]) -> dict[str, int]:
@@ -76,12 +79,21 @@ class SessionReport:
     off_branch: int = 0
     hidden_off_branch: int = 0
     """Messages imported before that left the current branch: tombstoned by this import."""
+    restored_on_branch: int = 0
+    """Messages an earlier import hid that are on the current branch again: restored by this import."""
+    older_copy: bool = False
+    """The source lacks messages imported before (an older copy): no message was hidden or restored."""
     skipped_blocks: Counter[str] = field(default_factory=Counter)
     new_records: int = 0
+    new_messages: int = 0
+    """Messages this import added to the transcript (``messages`` counts what was parsed)."""
     replaced_records: int = 0
     unchanged_records: int = 0
     appended_bytes: int = 0
     files: list[FileReport] = field(default_factory=list)
+    content_fingerprint: str = ""
+    """A digest of the session's source content, taken before parsing, for sources whose files are
+    shared by many sessions (opencode's database, its per-message JSON files); empty otherwise."""
 
     def refuse(self, code: str, message: str) -> SessionReport:
         self.status = "refused"
@@ -99,8 +111,18 @@ class SessionReport:
             "compactions": self.compactions, "compactionsDropped": self.compactions_dropped,
             "attributed": self.attributed, "attachments": self.attachments, "replayDropped": self.replay_dropped,
             "forcedFlushes": self.forced_flushes, "offBranch": self.off_branch,
-            "hiddenOffBranch": self.hidden_off_branch,
+            "hiddenOffBranch": self.hidden_off_branch, "restoredOnBranch": self.restored_on_branch,
+            "olderCopy": self.older_copy,
             "skippedBlocks": _counter_dict(self.skipped_blocks), "newRecords": self.new_records,
+            "newMessages": self.new_messages,
             "replacedRecords": self.replaced_records, "unchangedRecords": self.unchanged_records,
             "appendedBytes": self.appended_bytes, "files": [f.to_dict() for f in self.files],
         }
+
+
+def unknown_kinds(report: SessionReport) -> Counter[str]:
+    """Every record kind the importer did not know, over the session's files."""
+    out: Counter[str] = Counter()
+    for file in report.files:
+        out.update(file.unknown)
+    return out

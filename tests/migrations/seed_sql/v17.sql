@@ -1,5 +1,7 @@
 -- Seed 003 schema v17: the DDL of §4, statement for statement, comments included
--- (sqlite_master keeps them, as it would in a real pi-desktop file).
+-- (sqlite_master keeps them, as it would in a real pi-desktop file), as it stood
+-- before v18 and v19: §4 prints the later turn_queue.priority (v18, ADR 0265) and the
+-- 'omit' thinking level (v19, ADR 0295) in place, so this file leaves both out.
 -- One addition §4's text leaves out of the CREATE TABLE but §4.6c and §7 (v16)
 -- name: the nullable turn_queue.session_message_id binding, appended at the end
 -- of the column list where the v16 ALTER TABLE puts it.
@@ -74,7 +76,7 @@ CREATE TABLE sessions (
   mode        TEXT NOT NULL DEFAULT 'agent',   -- plan | agent
   thinking_level TEXT NOT NULL DEFAULT 'off'
                 CHECK (thinking_level IN ('off', 'minimal', 'low', 'medium',
-                                          'high', 'xhigh', 'max', 'omit')),
+                                          'high', 'xhigh', 'max')),
   permission_mode TEXT NOT NULL DEFAULT 'inherit' -- D115: inherit follows settings
                 CHECK (permission_mode IN ('inherit', 'ask', 'accept-edits', 'auto')),
   source      TEXT,                            -- import origin: claude-code | codex | opencode | pi
@@ -173,7 +175,6 @@ CREATE TABLE turn_queue (
   attachments_json TEXT,
   permission_mode  TEXT NOT NULL,
   position         INTEGER NOT NULL,
-  priority         INTEGER,
   created_at       INTEGER NOT NULL, session_message_id TEXT
 );
 CREATE INDEX idx_turn_queue_session ON turn_queue(session_id, position);

@@ -1,0 +1,45 @@
+"""The import summary the CLI prints, and its hint for another tool's folder (issue 23)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runtime.import_cli import other_tool_hint, render_summary
+from store.interchange.importers.sniff import guess_source
+from tests.importers import gen
+
+CONV = [gen.User("hello"), gen.Response((("text", "hi"),), ())]
+
+
+def test_summary_counts_new_messages_apart_from_parsed_ones_and_names_hidden_and_unknown() -> None:
+    """Reproduces: "N messages" counted parsed messages, and unknown kinds and hidden messages went unmentioned."""
+    result = {"root": "/r", "total": 2, "counts": {"updated": 1, "unchanged": 1}, "messages": 40,
+              "newMessages": 3, "hiddenOffBranch": 2, "unknownKinds": {"world_state": 4, "x": 1},
+              "sourceBytes": 0}
+    text = render_summary(result)
+    assert "imported 2 session(s) from /r: 1 updated, 1 unchanged; 3 messages new (40 parsed)" in text
+    assert "2 message(s) were hidden: they are no longer on the source's current branch" in text
+    assert "skipped record kinds this importer does not know: world_state ×4, x ×1" in text
+    quiet = render_summary({**result, "hiddenOffBranch": 0, "unknownKinds": {}})
+    assert "hidden" not in quiet and "do not know" not in quiet
+
+
+def test_the_folder_of_each_tool_is_recognised(tmp_path: Path) -> None:
+    writers = {
+        "claude-code": ("p/5e550000-0000-4000-8000-000000000000.jsonl", gen.claude_code_lines(CONV)),
+        "codex": ("2026/01/02/rollout-x.jsonl", gen.codex_lines(CONV)),
+        "pi": ("--w--/s.jsonl", gen.pi_lines(CONV)),
+    }
+    for source, (rel, lines) in writers.items():
+        root = tmp_path / source
+        (root / rel).parent.mkdir(parents=True)
+        (root / rel).write_bytes(b"".join(lines))
+        assert guess_source(root) == source
+        assert other_tool_hint(source, str(root)) is None
+        other = "codex" if source != "codex" else "pi"
+        hint = other_tool_hint(other, str(root))
+        assert hint is not None and f"looks like {source}'s sessions, not {other}'s" in hint
+    (tmp_path / "oc" / "storage" / "session").mkdir(parents=True)
+    assert guess_source(tmp_path / "oc") == "opencode"
+    (tmp_path / "empty").mkdir()
+    assert guess_source(tmp_path / "empty") is None
