@@ -389,11 +389,15 @@ def parser() -> argparse.ArgumentParser:
 
 async def run(args: argparse.Namespace) -> None:
     controller = args.controller_id or f"agent-{os.uname().nodename}"
-    async with connect(data_dir=args.data_dir, client_id=controller, client_kind="agent",
-                       connect_timeout=60) as client:
+    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
+
+    def tell(state: str) -> None:
+        print(f"pi-host agent: {state}", file=sys.stderr, flush=True)
+
+    async with connect(data_dir=data_dir, client_id=controller, client_kind="agent", connect_timeout=60,
+                       wait_for_host=True, on_state=tell) as client:
         model = build_model(args)
         store = ProviderStore(client, args.provider, args.model) if model is None else None
-        data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
         sidecar = Sidecar(client, model, controller, checkpoint_every=args.checkpoint_every,
                           sessions=set(args.session), providers=store, approve=args.approve,
                           protected=(str(data_dir),))
