@@ -7,7 +7,7 @@ the host's route table and models (``_generated.py``).
 
 from __future__ import annotations
 
-from . import _generated as types
+from . import types
 from ._generated import EVENT_PAYLOADS, MUTATING, PROTOCOL_VERSION, RETRIABLE_CODES
 from .client import Client, Event, Resync, RpcError, Subscription, connect
 from .errors import ConnectionLost, HostNotRunning, HostRefused
