@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Shared bootstrap: create .venv with Python 3.11+ and install pi-host into it.
-# Re-installs when a pyproject.toml changes (a stamp holds their hash).
+# Re-installs when a pyproject.toml or this script changes (a stamp holds their hash).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
@@ -20,12 +20,15 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 STAMP="$VENV/.pi-host-installed"
-WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/clients/python/pyproject.toml" | "$VENV/bin/python" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
+WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/clients/python/pyproject.toml" "$ROOT/scripts/_bootstrap.sh" | "$VENV/bin/python" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   echo "installing pi-host and its dependencies into .venv ..." >&2
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
-  # the client SDK is its own distribution (pihost-client); the CLI's `chat`/`agent` commands use it
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT/clients/python[chat]" >&2
+  # the client SDK is its own distribution (pihost-client); the CLI's `chat`/`agent` commands use it.
+  # compat: a plain path entry (.pth), which type checkers follow (mypy and pyright do not run the
+  # import hook of the default editable mode, so code in this venv could not see pihost_client's types)
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+    --config-settings editable_mode=compat -e "$ROOT/clients/python[chat]" >&2
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[test]" >&2
   echo "$WANT" > "$STAMP"
 fi

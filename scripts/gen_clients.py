@@ -155,12 +155,17 @@ def render_ts(doc: Mapping[str, Any]) -> str:
             "export interface UnknownBlock {", "  type: string;", "  [key: string]: unknown;", "}",
             "/** The known block types: a union discriminated by `type`. */",
             f"export type KnownBlock = {known};",
-            "/** A transcript content block (open vocabulary; narrow with `isKnownBlock`). */",
-            "export type Block = KnownBlock | UnknownBlock;",
+            "/** A transcript content block: `b.type === \"text\"` (or a `switch`) narrows `b`. A newer host may",
+            " * send a type this version does not know: it arrives as sent and falls to a switch's `default`",
+            " * (where `isKnownBlock(b as AnyBlock)` tells). Not `KnownBlock | UnknownBlock`: its `type: string`",
+            " * would swallow every literal, and no comparison would narrow. */",
+            "export type Block = KnownBlock;",
+            "/** A block of any type, known or not. */",
+            "export type AnyBlock = KnownBlock | UnknownBlock;",
             "export const KNOWN_BLOCK_TYPES = ["
             + ", ".join(json.dumps(defs[n]["properties"]["type"]["const"]) for n in BLOCK_DEFS)
             + "] as const;",
-            "export function isKnownBlock(block: Block): block is KnownBlock {",
+            "export function isKnownBlock(block: AnyBlock): block is KnownBlock {",
             "  return (KNOWN_BLOCK_TYPES as readonly string[]).includes(block.type);",
             "}", ""]
     for name in sorted(defs):

@@ -74,32 +74,75 @@ function onFrame(event) {
   }
 }
 
+// One reconnect chain at most: a timer is armed only when none is armed and no attempt is under
+// way, and only after a connection is lost (ws.onclose of the live socket) or an attempt failed.
+// The delay doubles from RETRY_BASE_MS up to RETRY_CAP_MS, with jitter (a random point in the upper
+// half), and resets once an attempt succeeds; a refused token (1008 / UNAUTHENTICATED) stops it.
+const RETRY_BASE_MS = 1000;
+const RETRY_CAP_MS = 10000;
+const retry = { timer: null, attempt: 0, busy: false, stopped: false };
+
 function connect(token) {
   return new Promise((resolve, reject) => {
     const ws = new WebSocket(`ws://${location.host}/`);
     state.ws = ws;
+    let opened = false;
     ws.onmessage = onFrame;
     ws.onerror = () => reject(new Error("the host refused the connection"));
     ws.onclose = (ev) => {
+      reject(new Error(`connection closed (${ev.code})`));
+      if (ws !== state.ws) return;
       for (const slot of state.pending.values()) slot.reject(new Error("connection closed"));
       state.pending.clear();
-      setStatus(`disconnected (${ev.code}${ev.reason ? " " + ev.reason : ""})`, "bad");
-      if (state.token && ev.code !== 1008) setTimeout(() => reconnect(), 1000);
+      if (!state.token) return;  // still on the login form: login() reports the failure
+      if (ev.code === 1008) { stopRetrying(`the host refused this page (${ev.reason || "policy"}); log in again`); return; }
+      if (opened) {
+        setStatus(`disconnected (${ev.code}${ev.reason ? " " + ev.reason : ""})`, "bad");
+        scheduleReconnect();
+      }
     };
     ws.onopen = () => {
+      opened = true;
       call("host.hello", { token, clientId: state.clientId, clientKind: "ui", protocol: 1 })
         .then((hello) => resolve(hello), reject);
     };
   });
 }
 
+function stopRetrying(why) {
+  retry.stopped = true;
+  if (retry.timer !== null) clearTimeout(retry.timer);
+  retry.timer = null;
+  setStatus(why, "bad");
+}
+
+function scheduleReconnect() {
+  if (retry.timer !== null || retry.busy || retry.stopped || !state.token) return;
+  const ceiling = Math.min(RETRY_CAP_MS, RETRY_BASE_MS * 2 ** retry.attempt);
+  const delay = ceiling / 2 + Math.random() * (ceiling / 2);
+  retry.attempt += 1;
+  setStatus(`waiting for a host on ${location.host}; attempt ${retry.attempt} in ${(delay / 1000).toFixed(1)} s`, "bad");
+  retry.timer = setTimeout(() => { retry.timer = null; reconnect(); }, delay);
+}
+
 async function reconnect() {
+  retry.busy = true;
   try {
     await connect(state.token);
-    await afterLogin();
   } catch (err) {
-    setStatus("reconnecting...", "bad");
-    setTimeout(() => reconnect(), 2000);
+    retry.busy = false;
+    if (err.code === "UNAUTHENTICATED") stopRetrying("the host refused the token; log in again");
+    else scheduleReconnect();
+    return;
+  }
+  retry.busy = false;
+  const attempts = retry.attempt;
+  retry.attempt = 0;
+  try {
+    await afterLogin();
+    setStatus(`reconnected after ${attempts} attempt(s)`, "ok");
+  } catch (err) {
+    setStatus(String(err.message || err), "bad");  // a drop while reloading: its onclose retries
   }
 }
 
@@ -107,6 +150,8 @@ async function reconnect() {
 async function login(token) {
   const hello = await connect(token);
   state.token = token;
+  retry.stopped = false;
+  retry.attempt = 0;
   $("login").hidden = true;
   $("app").hidden = false;
   $("search-form").hidden = false;

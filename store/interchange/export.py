@@ -13,8 +13,13 @@ run-snapshot rule of :func:`store.snapshots.is_secret_key`) is replaced by
 ``[redacted]``, and every occurrence of a value the secret store holds
 (``secret_values``, decrypted by the caller: :func:`secret_values`) is
 replaced in any string — message text, tool arguments and results, metadata,
-checkpoints, snapshots. ``include_secrets`` turns all of that off. Thinking
-blocks are left out unless ``include_thinking``.
+checkpoints, snapshots. So is anything shaped like the host's bearer token
+(64 hexadecimal characters standing alone, :data:`TOKEN_SHAPE`: a token a
+tool read into a transcript), except as the whole value of a digest key
+(``sha256``, ``digest``, ``*Hash``...) or in a content address
+(``attachments/<sha256>``), where that shape is a content hash.
+``include_secrets`` turns all of that off. Thinking blocks are left out
+unless ``include_thinking``.
 
 The JSONL form is the transcript format (docs/DESIGN.md): a ``session``
 header, a ``session_info`` line, the message and compaction lines, and one
@@ -63,6 +68,10 @@ FORMATS = ("md", "html", "jsonl")
 REDACTED = "[redacted]"
 REF_KEYS = frozenset({"credentialref", "credentialrefs", "secretref", "secretrefs"})
 MIN_SECRET_CHARS = 4
+TOKEN_SHAPE = re.compile(r"(?<![0-9A-Za-z/])(?<!sha256:)[0-9a-fA-F]{64}(?![0-9A-Za-z])")
+"""The host token's shape (``host.token``: 32 random bytes in hex), wherever it stands alone in a string;
+not after a ``/`` or ``sha256:``, where it is a content address (``attachments/<sha256>``)."""
+DIGEST_KEY_SUFFIXES = ("sha256", "digest", "hash")
 WINDOW = 256
 
 
@@ -121,10 +130,13 @@ class Redactor:
         self.count = 0
 
     def text(self, value: str) -> str:
-        if not self.enabled or self._pattern is None:
+        if not self.enabled:
             return value
-        out, n = self._pattern.subn(REDACTED, value)
-        self.count += n
+        n = 0
+        if self._pattern is not None:
+            value, n = self._pattern.subn(REDACTED, value)
+        out, shaped = TOKEN_SHAPE.subn(REDACTED, value)
+        self.count += n + shaped
         return out
 
     def value(self, value: Any) -> Any:
@@ -143,6 +155,10 @@ class Redactor:
                 if isinstance(inner, str) and inner and is_secret_key(str(key), credential_section=False):
                     out[key] = REDACTED
                     self.count += 1
+                    continue
+                if isinstance(inner, str) and _norm(str(key)).endswith(DIGEST_KEY_SUFFIXES) \
+                        and TOKEN_SHAPE.fullmatch(inner):
+                    out[key] = inner  # a content hash, not a token
                     continue
                 out[key] = self.value(inner)
             return out

@@ -43,7 +43,21 @@ def test_the_readme_starts_with_the_two_commands_then_what_it_is_then_the_tour()
     # the tour runs from a folder outside the repository: no repository-relative program paths in its
     # commands (the first block, run in the repository, puts .venv/bin on PATH and leaves for /tmp/pi-tour)
     blocks = re.findall(r"```[a-z]*\n(.*?)```", tour, re.S)
-    assert blocks[0].splitlines() == ['export PATH="$PWD/.venv/bin:$PATH"     # pi-host, and a python that has '
-                                      'pihost_client', "mkdir -p /tmp/pi-tour && cd /tmp/pi-tour"]
+    assert blocks[0].splitlines()[:2] == [
+        'export PATH="$PWD/.venv/bin:$PATH"     # pi-host, and a python that has pihost_client',
+        "mkdir -p /tmp/pi-tour /tmp/pi-tour-project && cd /tmp/pi-tour"]
     for block in blocks[1:]:
         assert ".venv/bin/" not in block and "./scripts/" not in block, block
+
+
+def test_the_tour_keeps_the_project_out_of_the_data_directory() -> None:
+    """Issue 25: the tour ran ``chat --project /tmp/pi-tour``, its data directory, so the agent's file tools
+    could list and read ``host.token``; every project path in the tour is now outside every data directory."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    tour = readme.split("## A 5-minute tour", 1)[1].split("\n## ", 1)[0]
+    data_dirs = {Path(d) for d in re.findall(r'(?:--data-dir |data_dir=")(/[^\s"`]+)', tour)}
+    projects = {Path(p) for p in re.findall(r'(?:--project |project_path=")(/[^\s"`]+)', tour)}
+    assert data_dirs == {Path("/tmp/pi-tour")} and projects == {Path("/tmp/pi-tour-project")}
+    for project in projects:
+        for data in data_dirs:
+            assert project != data and data not in project.parents and project not in data.parents

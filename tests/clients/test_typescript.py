@@ -42,3 +42,26 @@ def test_tsc_rejects_a_field_the_protocol_does_not_have(tmp_path: Path) -> None:
         bad.unlink()
     assert proc.returncode != 0
     assert "positionThatDoesNotExist" in proc.stdout
+
+
+def test_blocks_narrow_on_their_type() -> None:
+    """Issue 25: ``b.type === "text"`` narrows a block to TextBlock (``UnknownBlock``'s ``type: string`` in the
+    ``Block`` union swallowed every literal, so ``b.text`` stayed ``unknown``)."""
+    tsc = _tsc()
+    check = PKG / "examples" / "_narrow_check.ts"
+    check.write_text(
+        'import type { AnyBlock, Block, UiMessage } from "../src/protocol.js";\n'
+        'import { isKnownBlock } from "../src/protocol.js";\n'
+        "export function firstText(m: UiMessage): string | undefined {\n"
+        '  for (const b of m.blocks) if (b.type === "text") return b.text;\n'
+        "  return undefined;\n}\n"
+        "export function toolNames(blocks: Block[]): string[] {\n"
+        '  return blocks.flatMap((b) => (b.type === "tool_call" ? [b.name] : []));\n}\n'
+        "export function unknownType(b: AnyBlock): string | null {\n"
+        "  return isKnownBlock(b) ? null : b.type;\n}\n", encoding="utf-8")
+    try:
+        proc = subprocess.run([str(tsc), "--noEmit", "-p", "tsconfig.json"], cwd=PKG, capture_output=True,
+                              text=True, timeout=300)
+    finally:
+        check.unlink()
+    assert proc.returncode == 0, proc.stdout + proc.stderr

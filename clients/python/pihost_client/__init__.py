@@ -7,10 +7,11 @@ the host's route table and models (``_generated.py``).
 
 from __future__ import annotations
 
-from . import _generated as types
+from . import types
 from ._generated import EVENT_PAYLOADS, MUTATING, PROTOCOL_VERSION, RETRIABLE_CODES
-from .client import Client, ConnectionLost, Event, Resync, RpcError, Subscription, connect
-from .hostinfo import HostInfo, HostNotRunning, default_data_dir, read_host_info
+from .client import Client, Event, Resync, RpcError, Subscription, connect
+from .errors import ConnectionLost, HostNotRunning, HostRefused
+from .hostinfo import HostInfo, default_data_dir, read_host_info
 
 __version__ = "0.1.0"
 
@@ -24,6 +25,7 @@ __all__ = [
     "Event",
     "HostInfo",
     "HostNotRunning",
+    "HostRefused",
     "Resync",
     "RpcError",
     "Subscription",

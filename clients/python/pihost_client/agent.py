@@ -45,6 +45,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import anyio
@@ -54,8 +55,9 @@ import anyio.to_thread
 from ._generated import RunEnvironmentSnapshot, Usage
 from .agent_model import FakeModel, Finished, Model, ModelError, OpenAIModel, TextDelta, ToolRequest, Turn
 from .agent_providers import ProviderStore, Resolved
-from .agent_tools import TOOL_SCHEMAS, ToolError, run_tool
+from .agent_tools import TOOL_SCHEMAS, ToolError, check_tool, run_tool
 from .client import Client, ConnectionLost, Event, Resync, RpcError, connect
+from .hostinfo import default_data_dir
 
 __all__ = ["Sidecar", "main"]
 
@@ -85,6 +87,9 @@ class Sidecar:
     approve: str = "ask"
     """``ask``: follow the turn's permission mode (ask through the host unless it is auto/accept-edits);
     ``auto``: run the read-only tools without asking (unattended demos and tests)."""
+    protected: tuple[str, ...] = ()
+    """Directories the file tools refuse wherever the project root is (the host's data directory; any
+    pi-host data directory is refused anyway, by its marker files)."""
 
     # -- queue control -----------------------------------------------------------
     async def attach(self, sid: str) -> dict[str, Any]:
@@ -245,13 +250,21 @@ class Sidecar:
                 break
             blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
             for req in requests:
-                allowed, decision = await self._permit(sid, turn_id, mode, req)
+                refused: str | None = None
+                try:  # refused paths (the host's data directory, credential files) are never even asked for
+                    await anyio.to_thread.run_sync(check_tool, req.name, req.args, root, self.protected)
+                except ToolError as exc:
+                    refused = str(exc)
+                allowed, decision = (False, "refused") if refused else await self._permit(sid, turn_id, mode, req)
                 started = time.monotonic()
-                if not allowed:
+                if refused is not None:
+                    result, status = refused, "error"
+                elif not allowed:
                     result, status = f"the user did not allow {req.name} ({decision})", "denied"
                 else:
                     try:
-                        result, status = await anyio.to_thread.run_sync(run_tool, req.name, req.args, root), "ok"
+                        result = await anyio.to_thread.run_sync(run_tool, req.name, req.args, root, self.protected)
+                        status = "ok"
                     except ToolError as exc:
                         result, status = str(exc), "error"
                 blocks.append({"type": "tool_call", "callId": req.call_id, "name": req.name, "args": req.args,
@@ -376,12 +389,18 @@ def parser() -> argparse.ArgumentParser:
 
 async def run(args: argparse.Namespace) -> None:
     controller = args.controller_id or f"agent-{os.uname().nodename}"
-    async with connect(data_dir=args.data_dir, client_id=controller, client_kind="agent",
-                       connect_timeout=60) as client:
+    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
+
+    def tell(state: str) -> None:
+        print(f"pi-host agent: {state}", file=sys.stderr, flush=True)
+
+    async with connect(data_dir=data_dir, client_id=controller, client_kind="agent", connect_timeout=60,
+                       wait_for_host=True, on_state=tell) as client:
         model = build_model(args)
         store = ProviderStore(client, args.provider, args.model) if model is None else None
         sidecar = Sidecar(client, model, controller, checkpoint_every=args.checkpoint_every,
-                          sessions=set(args.session), providers=store, approve=args.approve)
+                          sessions=set(args.session), providers=store, approve=args.approve,
+                          protected=(str(data_dir),))
         source = (f"model {model.name}" if model is not None else
                   f"the host's provider store (default provider {args.provider or 'none'})")
         print(f"pi-host agent: {controller} connected ({source}); waiting for queued turns", flush=True)

@@ -287,6 +287,13 @@ class Chat:
         self.reload_wanted.set()
 
 
+async def _cancel_and_wait(*tasks: asyncio.Future[Any]) -> None:
+    """Cancel the tasks and wait until each has finished (its cleanup included)."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.wait(tasks)
+
+
 async def run(args: argparse.Namespace) -> int:
     try:
         async with connect(data_dir=args.data_dir, client_id=args.client_id, client_kind="ui",
@@ -306,18 +313,21 @@ async def run(args: argparse.Namespace) -> int:
                     chat.reload_wanted.clear()
                     follower = asyncio.ensure_future(chat.follow())
                     switched = asyncio.ensure_future(chat.reload_wanted.wait())
-                    done, _ = await asyncio.wait({follower, switched}, return_when=asyncio.FIRST_COMPLETED)
-                    follower.cancel()
-                    switched.cancel()
+                    try:
+                        done, _ = await asyncio.wait({follower, switched}, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        # both inner tasks end here, also when this task is cancelled (the chat is leaving):
+                        # a follow() left running resubscribed on the closing client for ever
+                        await _cancel_and_wait(follower, switched)
                     if follower in done and follower.exception() is not None:
                         chat.notice = f"event stream failed: {follower.exception()}"
                         await asyncio.sleep(0.5)
 
-            follower = asyncio.ensure_future(follow_forever())
+            following = asyncio.ensure_future(follow_forever())
             try:
                 await chat.app.run_async()
             finally:
-                follower.cancel()
+                await _cancel_and_wait(following)
     except (ConnectionLost, HostNotRunning) as exc:
         print(f"pi-host chat: {exc}", file=sys.stderr)
         return 2

@@ -46,9 +46,14 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from ._generated import MUTATING, PROTOCOL_VERSION, RETRIABLE_CODES, GeneratedMethods
 from ._ws import WebSocket, WebSocketClosed, connect_websocket
+from .errors import ConnectionLost, HostNotRunning, HostRefused
 from .hostinfo import HostInfo, read_host_info
 
-__all__ = ["Client", "ConnectionLost", "Event", "Resync", "RpcError", "Subscription", "connect"]
+__all__ = ["Client", "ConnectionLost", "Event", "HostNotRunning", "HostRefused", "Resync", "RpcError", "Subscription",
+           "connect"]
+
+REFUSED_HELLO_CODES = frozenset({"UNAUTHENTICATED", "UNSUPPORTED_PROTOCOL"})
+"""``host.hello`` errors no retry can fix: the client stops at once with :class:`HostRefused`."""
 
 
 class RpcError(Exception):
@@ -86,10 +91,6 @@ class RpcError(Exception):
         code = err.get("code")
         return cls(code if isinstance(code, int) else -32603, str(data.get("code", "UNKNOWN")),
                    str(err.get("message", "")), data)
-
-
-class ConnectionLost(Exception):
-    """The connection closed and the client does not (or may no longer) reconnect."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,7 +305,13 @@ class Client(GeneratedMethods):
         self._subscriptions: set[Subscription] = set()
         self.connects = 0
         self.last_error: BaseException | None = None
+        self.fatal: ConnectionLost | None = None
+        """Why the client stopped for good (:class:`HostRefused`, :class:`HostNotRunning`), once it has."""
         self.on_connect: Callable[[dict[str, Any]], None] | None = None
+        self.on_state: Callable[[str], None] | None = None
+        """Called with one line when the connection state changes ("waiting for a host: ...")."""
+        self._last_state = ""
+        self._wait_for_host = False
 
     @property
     def hello(self) -> dict[str, Any]:
@@ -329,18 +336,24 @@ class Client(GeneratedMethods):
         async with anyio.create_task_group() as tg:
             tg.start_soon(conn.read)
             try:
-                conn.hello = await conn.call("host.hello", {
-                    "token": token, "clientId": self.client_id,
-                    "clientKind": self.client_kind, "protocol": PROTOCOL_VERSION})
+                try:
+                    conn.hello = await conn.call("host.hello", {
+                        "token": token, "clientId": self.client_id,
+                        "clientKind": self.client_kind, "protocol": PROTOCOL_VERSION})
+                except RpcError as exc:
+                    if exc.data_code in REFUSED_HELLO_CODES:
+                        raise HostRefused(exc.data_code, exc.message) from None
+                    raise
                 for sub in list(self._subscriptions):
                     await sub._attach(conn)
                 self._conn = conn
                 self.connects += 1
+                self._tell("connected" if self.connects == 1 else "reconnected")
                 if self.on_connect is not None:
                     self.on_connect(conn.hello)
                 self._wake()
                 await conn.done.wait()
-            except (RpcError, ConnectionLost) as exc:
+            except (RpcError, ConnectionLost) as exc:  # HostRefused included
                 error = exc
             finally:
                 self._rearm()
@@ -351,6 +364,9 @@ class Client(GeneratedMethods):
             raise error
 
     async def _run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The one reconnect loop: backoff doubling from ``backoff`` to ``max_backoff``, with jitter, reset once
+        connected. It stops for good (``fatal``) when the host refuses this client, when the data directory does
+        not exist, and, before the first connection, when no host runs there (unless ``wait_for_host``)."""
         task_status.started()
         delay = self._backoff
         try:
@@ -359,21 +375,36 @@ class Client(GeneratedMethods):
                     info = await anyio.to_thread.run_sync(self._endpoint)
                     headers = [("Origin", self._origin)] if self._origin else []
                     ws = await connect_websocket(info.url, headers=headers)
+                except HostNotRunning as exc:
+                    self.last_error = exc
+                    if exc.no_data_dir or (self.connects == 0 and not self._wait_for_host):
+                        self.fatal = exc
+                        return
+                    self._tell(f"waiting for a host: {exc}")
                 except (OSError, WebSocketClosed, TimeoutError) as exc:
                     self.last_error = exc
+                    self._tell(f"waiting for the host to answer: {exc}")
                 else:
                     try:
                         await self._serve(ws, info.token)
                         delay = self._backoff
+                    except HostRefused as exc:
+                        self.last_error = self.fatal = exc
+                        return
                     except (RpcError, ConnectionLost) as exc:
                         self.last_error = exc
                 if not self._reconnect:
                     return
-                await anyio.sleep(delay * (0.5 + random.random()))
+                await anyio.sleep(delay * (0.5 + random.random() / 2))
                 delay = min(self._max_backoff, delay * 2)
         finally:
             self._closing = True
             self._wake()
+
+    def _tell(self, state: str) -> None:
+        if self.on_state is not None and state != self._last_state:
+            self.on_state(state)
+        self._last_state = state
 
     async def _connection(self) -> _Connection:
         while True:
@@ -381,6 +412,8 @@ class Client(GeneratedMethods):
             if conn is not None and not conn.done.is_set():
                 return conn
             if self._closing:
+                if self.fatal is not None:
+                    raise self.fatal
                 raise ConnectionLost(f"not connected ({self.last_error or 'the client is closed'})")
             self._rearm()
             await self._ready.wait()
@@ -447,15 +480,35 @@ class _SubscribeContext:
             await self._sub.aclose()
 
 
+def _single(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The one exception inside (nested) groups, or None when there are several."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, BaseExceptionGroup):
+            pending.extend(item.exceptions)
+        else:
+            leaves.append(item)
+    return leaves[0] if len(leaves) == 1 else None
+
+
 @asynccontextmanager
 async def connect(url: str | None = None, token: str | None = None, *,
                   data_dir: str | os.PathLike[str] | None = None, client_id: str | None = None,
                   client_kind: str = "ui", origin: str | None = None, reconnect: bool = True,
                   max_attempts: int = 8, backoff: float = 0.1, max_backoff: float = 2.0,
-                  connect_timeout: float = 30.0) -> AsyncIterator[Client]:
+                  connect_timeout: float = 30.0, wait_for_host: bool = False,
+                  on_state: Callable[[str], None] | None = None) -> AsyncIterator[Client]:
     """Connect to a host by ``url`` + ``token``, or by its data directory (``host.json``; the
     default data directory when neither is given). ``client_id`` should be stable per install
-    (it scopes command receipts); a random one is used when absent."""
+    (it scopes command receipts); a random one is used when absent.
+
+    Fails at once, with a :class:`ConnectionLost` subclass (never an exception group), when the
+    host refuses the token or protocol (:class:`HostRefused`), when the data directory does not
+    exist, and when no host runs on it (:class:`HostNotRunning`; ``wait_for_host=True`` waits for
+    one instead, up to ``connect_timeout``, telling ``on_state`` so). Exceptions raised in the
+    ``async with`` body come out as they were raised, not wrapped in a group."""
     if url is not None:
         if token is None:
             raise ValueError("a url needs its token")
@@ -470,17 +523,27 @@ async def connect(url: str | None = None, token: str | None = None, *,
     client = Client(endpoint, client_id=client_id or f"py-{uuid.uuid4().hex[:12]}", client_kind=client_kind,
                     origin=origin, reconnect=reconnect, max_attempts=max_attempts if reconnect else 1,
                     backoff=backoff, max_backoff=max_backoff if math.isfinite(max_backoff) else 2.0)
-    async with anyio.create_task_group() as tg:
-        await tg.start(client._run)
-        try:
-            with anyio.fail_after(connect_timeout):
-                await client._connection()
-        except TimeoutError:
-            tg.cancel_scope.cancel()
-            raise ConnectionLost(f"could not connect within {connect_timeout} s ({client.last_error})") from None
-        try:
-            yield client
-        finally:
-            with anyio.CancelScope(shield=True):
-                await client.aclose()
-            tg.cancel_scope.cancel()
+    client._wait_for_host = wait_for_host
+    client.on_state = on_state
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(client._run)
+            try:
+                with anyio.fail_after(connect_timeout):
+                    await client._connection()
+            except TimeoutError:
+                tg.cancel_scope.cancel()
+                raise ConnectionLost(
+                    f"could not connect within {connect_timeout} s ({client.last_error})") from None
+            try:
+                yield client
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await client.aclose()
+                tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # the task group wraps what it raises; callers catch ConnectionLost, RpcError... themselves
+        single = _single(group)
+        if single is None:
+            raise
+        raise single from single.__cause__

@@ -12,15 +12,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import HostNotRunning
+
 __all__ = ["HostInfo", "HostNotRunning", "default_data_dir", "pid_alive", "read_host_info"]
-
-
-class HostNotRunning(OSError):
-    """No host serves this data directory (``host.json`` missing, unreadable or left by a dead process)."""
-
-    def __init__(self, message: str, *, stale_pid: int | None = None) -> None:
-        super().__init__(message)
-        self.stale_pid = stale_pid
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +46,8 @@ def read_host_info(data_dir: str | os.PathLike[str] | None = None) -> HostInfo:
     """Read ``host.json`` and the token it names (blocking file I/O; cheap)."""
     root = Path(data_dir) if data_dir is not None else default_data_dir()
     path = root / "host.json"
+    if not root.is_dir():
+        raise HostNotRunning(f"no host has used {root}: the data directory does not exist", no_data_dir=True)
     try:
         info = json.loads(path.read_text("utf-8"))
         url, pid = info["url"], info["pid"]

@@ -1,10 +1,9 @@
 // Type-checked against the generated types by tests/clients/test_typescript.py (tsc --noEmit).
-import { HostClient, RpcError, isKnownBlock, type Block, type AnyEvent, type UiMessage } from "../src/client.js";
+import { HostClient, RpcError, isKnownBlock, type AnyBlock, type Block, type AnyEvent, type UiMessage } from "../src/client.js";
 
 function render(block: Block): string {
-  if (!isKnownBlock(block)) return `[${block.type}]`;
+  if (block.type === "text") return block.text;  // narrows to TextBlock
   switch (block.type) {
-    case "text":
     case "thinking":
       return block.text;
     case "tool_call":
@@ -13,6 +12,10 @@ function render(block: Block): string {
       return `${block.kind}: ${block.name} ${block.mimeType ?? ""}`;
     case "hostedSearch":
       return `search: ${block.rounds.length} round(s)`;
+    default: {
+      const other = block as AnyBlock;  // a type a newer host sent: shown by name
+      return isKnownBlock(other) ? "" : `[${other.type}]`;
+    }
   }
 }
 

@@ -13,10 +13,15 @@ export interface UnknownBlock {
 }
 /** The known block types: a union discriminated by `type`. */
 export type KnownBlock = TextBlock | ThinkingBlock | ToolCallBlock | AttachmentBlock | HostedSearchBlock;
-/** A transcript content block (open vocabulary; narrow with `isKnownBlock`). */
-export type Block = KnownBlock | UnknownBlock;
+/** A transcript content block: `b.type === "text"` (or a `switch`) narrows `b`. A newer host may
+ * send a type this version does not know: it arrives as sent and falls to a switch's `default`
+ * (where `isKnownBlock(b as AnyBlock)` tells). Not `KnownBlock | UnknownBlock`: its `type: string`
+ * would swallow every literal, and no comparison would narrow. */
+export type Block = KnownBlock;
+/** A block of any type, known or not. */
+export type AnyBlock = KnownBlock | UnknownBlock;
 export const KNOWN_BLOCK_TYPES = ["text", "thinking", "tool_call", "attachment", "hostedSearch"] as const;
-export function isKnownBlock(block: Block): block is KnownBlock {
+export function isKnownBlock(block: AnyBlock): block is KnownBlock {
   return (KNOWN_BLOCK_TYPES as readonly string[]).includes(block.type);
 }
 
