@@ -1962,6 +1962,7 @@ export interface SaveInflightResult {
   reason?: "empty" | "already_indexed" | "delegate" | null;
 }
 
+/** A scheduled task (§4.11). The top-level schedule, weekdays, workspacePath, permissionMode, providerId/modelId, thinkingLevel and calendarConfigured are projections of ``config``; absent when unset. */
 export interface ScheduledTask {
   id: string;
   title: string;
@@ -1970,11 +1971,25 @@ export interface ScheduledTask {
   enabled: boolean;
   /** Normalized projection of config.mode (chat → plan, absent → agent). */
   mode: "plan" | "agent" | "goal";
-  /** schedule, weekdays, workspacePath, permissionMode, providerId/modelId, thinkingLevel, nextRunAt, ... (kept as sent). */
+  /** The stored extension object (kept as sent, without the host's internal nextRunAt); the projected keys below come from it. */
   config: JsonObject;
+  schedule?: TaskSchedule | null;
+  /** Weekly days (0 = Sunday); overrides schedule.weekday. */
+  weekdays?: number[] | null;
+  workspacePath?: string | null;
+  /** Task-owned permission; absent: Ask for automatic runs, inherit for Run now. */
+  permissionMode?: "inherit" | "ask" | "accept-edits" | "auto" | null;
+  /** Task-owned model override (with modelId); absent: the app default at run time. */
+  providerId?: string | null;
+  modelId?: string | null;
+  /** Applied to manual and automatic runs; absent: off. */
+  thinkingLevel?: "off" | "minimal" | "low" | "medium" | "high" | "xhigh" | "max" | "omit" | null;
+  /** Known calendar intent: explicit, or inferred for a daily/weekly task with a saved schedule. Converting an hourly task to daily/weekly needs it true. */
+  calendarConfigured?: boolean;
   projectId?: number | null;
   lastRunAt?: number | null;
-  nextRunAt?: number | null;
+  /** The next armed slot; absent when unarmed. */
+  nextRunAt?: string | null;
   /** Unix time in milliseconds. */
   createdAt: number;
   /** Unix time in milliseconds. */
@@ -2468,8 +2483,10 @@ export interface TaskDueEvent {
   /** Task-owned model override (with modelId). */
   providerId?: string | null;
   modelId?: string | null;
-  permissionMode?: "inherit" | "ask" | "accept-edits" | "auto" | null;
-  thinkingLevel?: "off" | "minimal" | "low" | "medium" | "high" | "xhigh" | "max" | "omit" | null;
+  /** The task's permissionMode; absent: ask (an automatic run never inherits). */
+  permissionMode: "inherit" | "ask" | "accept-edits" | "auto";
+  /** The task's thinkingLevel; absent or cleared: off. */
+  thinkingLevel: "off" | "minimal" | "low" | "medium" | "high" | "xhigh" | "max" | "omit";
   workspacePath?: string | null;
   /** The nextRunAt slot that fired (earlier after downtime). */
   scheduledFor: number;
@@ -2491,11 +2508,51 @@ export interface TaskRun {
   /** Unix time in milliseconds. */
   startedAt: number;
   endedAt?: number | null;
+  /** tasks.startRun only: what the run applies. */
+  settings?: TaskRunSettings | null;
+}
+
+/** What a run applies (§4.11): the task's values, else the legacy defaults. */
+export interface TaskRunSettings {
+  /** manual: Run now (tasks.startRun); schedule: the scheduler. */
+  trigger: "manual" | "schedule";
+  mode: "plan" | "agent" | "goal";
+  /** The task's permissionMode; absent: inherit for Run now (the session's), ask for an automatic run. */
+  permissionMode: "inherit" | "ask" | "accept-edits" | "auto";
+  /** The task's thinkingLevel; absent or cleared: off. */
+  thinkingLevel: "off" | "minimal" | "low" | "medium" | "high" | "xhigh" | "max" | "omit";
+  /** Absent: the app default at run time. */
+  providerId?: string | null;
+  modelId?: string | null;
+  workspacePath?: string | null;
+}
+
+/** Calendar fields of a task (host local time); hourly tasks ignore them. */
+export interface TaskSchedule {
+  hour?: number | null;
+  minute?: number | null;
+  weekday?: number | null;
+}
+
+export interface TaskScheduleInput {
+  hour?: number | null;
+  minute?: number | null;
+  weekday?: number | null;
 }
 
 export interface TasksCreateParams {
   /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
   submissionId?: string | null;
+  schedule?: TaskScheduleInput | null;
+  weekdays?: number[] | null;
+  workspacePath?: string | null;
+  permissionMode?: "inherit" | "ask" | "accept-edits" | "auto" | null;
+  /** Set together with modelId. */
+  providerId?: string | null;
+  modelId?: string | null;
+  thinkingLevel?: "off" | "minimal" | "low" | "medium" | "high" | "xhigh" | "max" | "omit" | null;
+  /** Explicit calendar intent; true confirms an hourly → daily/weekly conversion. */
+  calendarConfigured?: boolean | null;
   /** Generated when absent. */
   taskId?: string | null;
   title: string;
@@ -2505,6 +2562,7 @@ export interface TasksCreateParams {
   projectId?: number | null;
   /** Stored as config.mode; default agent. */
   mode?: "plan" | "agent" | "goal" | "chat" | null;
+  /** Extension keys; a nextRunAt in it (an older client's integer) is ignored: the host computes it. */
   config?: JsonObject | null;
 }
 
@@ -2560,9 +2618,20 @@ export interface TasksStartRunParams {
   sessionId?: string | null;
 }
 
+/** Top-level projected fields set one config key each; sent as null they remove it. */
 export interface TasksUpdateParams {
   /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
   submissionId?: string | null;
+  schedule?: TaskScheduleInput | null;
+  weekdays?: number[] | null;
+  workspacePath?: string | null;
+  permissionMode?: "inherit" | "ask" | "accept-edits" | "auto" | null;
+  /** Set together with modelId. */
+  providerId?: string | null;
+  modelId?: string | null;
+  thinkingLevel?: "off" | "minimal" | "low" | "medium" | "high" | "xhigh" | "max" | "omit" | null;
+  /** Explicit calendar intent; true confirms an hourly → daily/weekly conversion. */
+  calendarConfigured?: boolean | null;
   /** Message/turn/entry id. */
   taskId: string;
   title?: string | null;
