@@ -560,6 +560,12 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"code": "Jc3u9kqR0bVZ2xTt1w8yQm4nHs6dLp0a", "expiresInMs": 60000,
          "url": "http://127.0.0.1:7777/#code=Jc3u9kqR0bVZ2xTt1w8yQm4nHs6dLp0a"},
     ),
+    "logs.append": (
+        {"source": "agent", "category": "tools",
+         "records": [{"level": "info", "msg": "bash finished", "sessionId": "s_4f2a", "exitCode": 0},
+                     {"level": "warn", "msg": "read truncated at 2000 lines", "sessionId": "s_4f2a"}]},
+        {"written": 2, "bytes": 231, "file": "logs/agent/tools.ndjson"},
+    ),
     "host.status": (
         {},
         {

@@ -794,6 +794,19 @@ class LoginCodeResult(TypedDict):
     url: str
 
 
+class LogsAppendParams(TypedDict):
+    """Append records to ``logs/<source>/<category>.ndjson`` (rotated by the host)."""
+    source: Literal["app", "agent"]
+    category: str
+    records: list[JsonObject]
+
+
+class LogsAppendResult(TypedDict):
+    written: int
+    bytes: int
+    file: str
+
+
 class Memory(TypedDict):
     format: str
     entries: list[MemoryEntry]
@@ -2454,6 +2467,21 @@ class HostMethods:
         return cast(LoginCodeResult, await self._call("host.createLoginCode", params, False))
 
 
+class LogsMethods:
+    """``logs.*`` methods."""
+
+    def __init__(self, call: CallFn) -> None:
+        self._call = call
+
+    async def append(self, *, source: Literal["app", "agent"], category: str, records: builtins.list[JsonObject]) -> LogsAppendResult:
+        """``logs.append``: Append the app's or the agent sidecar's records to logs/<source>/<category>.ndjson (rotated, 0600)."""
+        params: dict[str, Any] = {}
+        params["source"] = source
+        params["category"] = category
+        params["records"] = records
+        return cast(LogsAppendResult, await self._call("logs.append", params, False))
+
+
 class SessionMethods:
     """``session.*`` methods."""
 
@@ -3922,6 +3950,7 @@ class GeneratedMethods:
 
     def __init__(self, call: CallFn) -> None:
         self.host = HostMethods(call)
+        self.logs = LogsMethods(call)
         self.session = SessionMethods(call)
         self.notifications = NotificationsMethods(call)
         self.artifacts = ArtifactsMethods(call)

@@ -992,6 +992,25 @@ export interface LoginCodeResult {
   url: string;
 }
 
+/** Append records to ``logs/<source>/<category>.ndjson`` (rotated by the host). */
+export interface LogsAppendParams {
+  /** app: the desktop app (clientKind ui); agent: the sidecar (clientKind agent). host/ is the host's own. */
+  source: "app" | "agent";
+  /** Lower-case letters, digits, - and _, 1-64 characters, starting with a letter or digit: one file per category. */
+  category: string;
+  /** JSON objects, each at most 16384 bytes and together at most 262144 bytes. */
+  records: JsonObject[];
+}
+
+export interface LogsAppendResult {
+  /** Records written (all of them: a call is refused whole). */
+  written: number;
+  /** NDJSON bytes appended. */
+  bytes: number;
+  /** The file, relative to the data directory (logs/<source>/<category>.ndjson). */
+  file: string;
+}
+
 export interface Memory {
   /** entries-v1 */
   format: string;
@@ -2926,6 +2945,8 @@ export interface Methods {
   "host.status": { params: StatusParams; result: StatusResult };
   /** A one-time login code for the browser inspector (what `pi-host open` uses). */
   "host.createLoginCode": { params: LoginCodeParams; result: LoginCodeResult };
+  /** Append the app's or the agent sidecar's records to logs/<source>/<category>.ndjson (rotated, 0600). */
+  "logs.append": { params: LogsAppendParams; result: LogsAppendResult };
   /** Create an empty session (header line + index row). (mutating: accepts submissionId) */
   "session.create": { params: SessionCreateParams; result: SessionSummary };
   /** Sessions by updatedAt, newest first; trashed sessions excluded. */
