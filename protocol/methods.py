@@ -450,7 +450,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         "tasks.create",
         m.TasksCreateParams,
         m.ScheduledTask,
-        "Create a scheduled task (mode and schedule live in config).",
+        "Create a scheduled task (schedule, permission, model, thinking level at the top level or in config).",
         _codes(_DB_WRITE, ("CONFLICT", "NOT_FOUND")),
     ),
     _spec(

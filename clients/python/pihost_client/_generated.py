@@ -3054,7 +3054,7 @@ class TasksMethods:
         self._call = call
 
     async def create(self, *, title: str, prompt: str, submission_id: str | None = None, schedule: TaskScheduleInput | None = None, weekdays: builtins.list[int] | None = None, workspace_path: str | None = None, permission_mode: Literal["inherit", "ask", "accept-edits", "auto"] | None = None, provider_id: str | None = None, model_id: str | None = None, thinking_level: Literal["off", "minimal", "low", "medium", "high", "xhigh", "max", "omit"] | None = None, calendar_configured: bool | None = None, task_id: str | None = None, cadence: Literal["manual", "hourly", "daily", "weekly"] | None = None, enabled: bool | None = None, project_id: int | None = None, mode: Literal["plan", "agent", "goal", "chat"] | None = None, config: JsonObject | None = None) -> ScheduledTask:
-        """``tasks.create``: Create a scheduled task (mode and schedule live in config). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``tasks.create``: Create a scheduled task (schedule, permission, model, thinking level at the top level or in config). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["title"] = title
         params["prompt"] = prompt

@@ -3041,7 +3041,7 @@ export interface Methods {
   "attachments.estimate": { params: AttachmentsEstimateParams; result: AttachmentsEstimate };
   /** Evict least recently used blobs over budget (never the active session's); refs before bytes. (mutating: accepts submissionId) */
   "attachments.gc": { params: AttachmentsGcParams; result: AttachmentsGcResult };
-  /** Create a scheduled task (mode and schedule live in config). (mutating: accepts submissionId) */
+  /** Create a scheduled task (schedule, permission, model, thinking level at the top level or in config). (mutating: accepts submissionId) */
   "tasks.create": { params: TasksCreateParams; result: ScheduledTask };
   /** Change a task's fields; nextRunAt is recomputed. (mutating: accepts submissionId) */
   "tasks.update": { params: TasksUpdateParams; result: ScheduledTask };
