@@ -91,6 +91,13 @@ _SPECS: tuple[MethodSpec, ...] = (
         "A one-time login code for the browser inspector (what `pi-host open` uses).",
         _codes(_ANY, _ACTOR),
     ),
+    _spec(
+        "logs.append",
+        m.LogsAppendParams,
+        m.LogsAppendResult,
+        "Append the app's or the agent sidecar's records to logs/<source>/<category>.ndjson (rotated, 0600).",
+        _codes(_ANY, _ACTOR, ("PERMISSION_DENIED", "LIMIT_EXCEEDED", "STORAGE_FULL", "IO_ERROR")),
+    ),
     # -- sessions -----------------------------------------------------------
     _spec(
         "session.create",
@@ -443,7 +450,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         "tasks.create",
         m.TasksCreateParams,
         m.ScheduledTask,
-        "Create a scheduled task (mode and schedule live in config).",
+        "Create a scheduled task (schedule, permission, model, thinking level at the top level or in config).",
         _codes(_DB_WRITE, ("CONFLICT", "NOT_FOUND")),
     ),
     _spec(

@@ -59,6 +59,8 @@ from .models_imports import *  # noqa: F403 - re-export facade; __all__ below li
 from .models_imports import __all__ as _imports_all
 from .models_inflight import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_inflight import __all__ as _inflight_all
+from .models_logs import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_logs import __all__ as _logs_all
 from .models_notifications import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_notifications import __all__ as _notifications_all
 from .models_plans import *  # noqa: F403 - re-export facade; __all__ below lists every name
@@ -134,6 +136,7 @@ __all__ = [
     *_session_all,
     *_settings_all,
     *_subscriptions_all,
+    *_logs_all,
     *_tasks_all,
     *_tombstones_all,
     *_trash_all,

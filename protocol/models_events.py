@@ -110,8 +110,9 @@ class TaskDueEvent(Result):
     project_id: int | None = None
     provider_id: str | None = Field(default=None, description="Task-owned model override (with modelId).")
     model_id: str | None = None
-    permission_mode: PermissionMode | None = None
-    thinking_level: ThinkingLevel | None = None
+    permission_mode: PermissionMode = Field(description="The task's permissionMode; absent: ask (an automatic "
+                                                        "run never inherits).")
+    thinking_level: ThinkingLevel = Field(description="The task's thinkingLevel; absent or cleared: off.")
     workspace_path: str | None = None
     scheduled_for: TimestampMs = Field(description="The nextRunAt slot that fired (earlier after downtime).")
     started_at: TimestampMs

@@ -13,8 +13,11 @@ from .models_common import (
     Mode,
     MutatingParams,
     Params,
+    PermissionMode,
+    Record,
     Result,
     SessionId,
+    ThinkingLevel,
     TimestampMs,
     WireId,
 )
@@ -27,25 +30,78 @@ TaskMode = Literal["plan", "agent", "goal", "chat"]
 TaskTitle = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 Prompt = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_FIELD)]
 RunStatus = Literal["running", "completed", "aborted", "error"]
+RunTrigger = Literal["manual", "schedule"]
+RunAt = Annotated[str, Field(
+    description="RFC 3339 timestamp in UTC with milliseconds, e.g. 2026-07-27T08:30:00.000Z.",
+    pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")]
+Weekday = Annotated[int, Field(ge=0, le=6, description="0 = Sunday ... 6 = Saturday.")]
+WorkspacePath = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+ProviderRef = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
+class TaskSchedule(Result):
+    """Calendar fields of a task (host local time); hourly tasks ignore them."""
+
+    hour: int | None = None
+    minute: int | None = None
+    weekday: int | None = None
+
+
+class TaskScheduleInput(Record):
+    hour: int | None = Field(default=None, ge=0, le=23)
+    minute: int | None = Field(default=None, ge=0, le=59)
+    weekday: Weekday | None = None
 
 
 class ScheduledTask(Result):
+    """A scheduled task (§4.11). The top-level schedule, weekdays, workspacePath, permissionMode,
+    providerId/modelId, thinkingLevel and calendarConfigured are projections of ``config``; absent
+    when unset."""
+
     id: str
     title: str
     prompt: str
     cadence: Cadence
     enabled: bool
     mode: Mode = Field(description="Normalized projection of config.mode (chat → plan, absent → agent).")
-    config: JsonObject = Field(description="schedule, weekdays, workspacePath, permissionMode, providerId/"
-                                           "modelId, thinkingLevel, nextRunAt, ... (kept as sent).")
+    config: JsonObject = Field(description="The stored extension object (kept as sent, without the host's "
+                                           "internal nextRunAt); the projected keys below come from it.")
+    schedule: TaskSchedule | None = None
+    weekdays: list[int] | None = Field(default=None, description="Weekly days (0 = Sunday); overrides "
+                                                                 "schedule.weekday.")
+    workspace_path: str | None = None
+    permission_mode: PermissionMode | None = Field(
+        default=None, description="Task-owned permission; absent: Ask for automatic runs, inherit for Run now.")
+    provider_id: str | None = Field(default=None, description="Task-owned model override (with modelId); "
+                                                              "absent: the app default at run time.")
+    model_id: str | None = None
+    thinking_level: ThinkingLevel | None = Field(default=None, description="Applied to manual and automatic "
+                                                                           "runs; absent: off.")
+    calendar_configured: bool = Field(
+        default=False, description="Known calendar intent: explicit, or inferred for a daily/weekly task with a "
+                                   "saved schedule. Converting an hourly task to daily/weekly needs it true.")
     project_id: int | None = None
     last_run_at: TimestampMs | None = None
-    next_run_at: TimestampMs | None = None
+    next_run_at: RunAt | None = Field(default=None, description="The next armed slot; absent when unarmed.")
     created_at: TimestampMs
     updated_at: TimestampMs
 
 
-class TasksCreateParams(MutatingParams):
+class _TaskFields(MutatingParams):
+    """The projected config keys, accepted at the top level (they win over the same key in ``config``)."""
+
+    schedule: TaskScheduleInput | None = None
+    weekdays: list[Weekday] | None = Field(default=None, min_length=1, max_length=7)
+    workspace_path: WorkspacePath | None = None
+    permission_mode: PermissionMode | None = None
+    provider_id: ProviderRef | None = Field(default=None, description="Set together with modelId.")
+    model_id: ProviderRef | None = None
+    thinking_level: ThinkingLevel | None = None
+    calendar_configured: bool | None = Field(
+        default=None, description="Explicit calendar intent; true confirms an hourly → daily/weekly conversion.")
+
+
+class TasksCreateParams(_TaskFields):
     task_id: WireId | None = Field(default=None, description="Generated when absent.")
     title: TaskTitle
     prompt: Prompt
@@ -53,10 +109,14 @@ class TasksCreateParams(MutatingParams):
     enabled: bool = True
     project_id: int | None = Field(default=None, ge=1)
     mode: TaskMode | None = Field(default=None, description="Stored as config.mode; default agent.")
-    config: JsonObject | None = None
+    config: JsonObject | None = Field(default=None, description="Extension keys; a nextRunAt in it (an older "
+                                                                "client's integer) is ignored: the host "
+                                                                "computes it.")
 
 
-class TasksUpdateParams(MutatingParams):
+class TasksUpdateParams(_TaskFields):
+    """Top-level projected fields set one config key each; sent as null they remove it."""
+
     task_id: WireId
     title: TaskTitle | None = None
     prompt: Prompt | None = None
@@ -88,6 +148,19 @@ class TasksListResult(Result):
     tasks: list[ScheduledTask]
 
 
+class TaskRunSettings(Result):
+    """What a run applies (§4.11): the task's values, else the legacy defaults."""
+
+    trigger: RunTrigger = Field(description="manual: Run now (tasks.startRun); schedule: the scheduler.")
+    mode: Mode
+    permission_mode: PermissionMode = Field(description="The task's permissionMode; absent: inherit for Run "
+                                                        "now (the session's), ask for an automatic run.")
+    thinking_level: ThinkingLevel = Field(description="The task's thinkingLevel; absent or cleared: off.")
+    provider_id: str | None = Field(default=None, description="Absent: the app default at run time.")
+    model_id: str | None = None
+    workspace_path: str | None = None
+
+
 class TaskRun(Result):
     id: str
     task_id: str
@@ -96,6 +169,8 @@ class TaskRun(Result):
     error_code: str | None = None
     started_at: TimestampMs
     ended_at: TimestampMs | None = None
+    settings: TaskRunSettings | None = Field(default=None, description="tasks.startRun only: what the run "
+                                                                       "applies.")
 
 
 class TasksRunsParams(Params):
@@ -125,11 +200,16 @@ class TasksFinishRunParams(MutatingParams):
 __all__ = [
     "Cadence",
     "Prompt",
+    "RunAt",
     "RunStatus",
+    "RunTrigger",
     "ScheduledTask",
     "TaskIdParams",
     "TaskMode",
     "TaskRun",
+    "TaskRunSettings",
+    "TaskSchedule",
+    "TaskScheduleInput",
     "TaskTitle",
     "TasksCreateParams",
     "TasksDeleteParams",

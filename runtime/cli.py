@@ -1,6 +1,6 @@
 """``pi-host``: run the host, or talk to a running one.
 
-    pi-host serve [--data-dir D] [--port N] [--host H] [--allow-origin O ...]
+    pi-host serve [--data-dir D | --dev] [--port N] [--host H] [--allow-origin O ...]
     pi-host status | sessions | show SESSION | search QUERY  [--json]   (reads work offline too)
     pi-host follow SESSION [--json]      tail a session's events
     pi-host stop [--timeout S]           SIGTERM the host, wait for its clean shutdown
@@ -14,6 +14,8 @@
     pi-host doctor [--repair] [--json] [--data-dir D]   (offline; exit 0 clean, 1 repairable/repaired,
                                                         2 damage it cannot repair, 3 refused: host running)
 
+--dev (any command) uses the development root ~/.pi-desktop-dev instead of the
+packaged app's ~/.pi-desktop; --data-dir and $PI_DESKTOP_DATA_DIR still win.
 Without a command it prints this help. Exit codes: 0 ok, 1 an error the host
 answered (its code, message and field details are printed), 2 no host, 3 the
 data directory is in use, 4 actors kept crashing, 5 the data directory could
@@ -50,13 +52,17 @@ log = logging.getLogger("pi_host")
 
 
 def _parser() -> argparse.ArgumentParser:
-    data_dir_help = "data directory (default: $PI_DESKTOP_DATA_DIR or ~/.pi-desktop)"
+    data_dir_help = "data directory (default: $PI_DESKTOP_DATA_DIR, else ~/.pi-desktop, or with --dev " \
+                    "~/.pi-desktop-dev)"
+    dev_help = "a development build: default to ~/.pi-desktop-dev, never the desktop app's ~/.pi-desktop"
     ap = argparse.ArgumentParser(prog="pi-host", description="pi-host: durable local store for agent sessions")
     ap.add_argument("--data-dir", help=data_dir_help)
+    ap.add_argument("--dev", action="store_true", help=dev_help)
     ap.add_argument("--version", action="version", version=f"pi-host {VERSION} (protocol {PROTOCOL_VERSION})")
     # --data-dir is accepted before or after the command (`pi-host serve --data-dir D`).
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data-dir", default=argparse.SUPPRESS, help=data_dir_help)
+    common.add_argument("--dev", action="store_true", default=argparse.SUPPRESS, help=dev_help)
     sub = ap.add_subparsers(dest="command")
     serve = sub.add_parser("serve", help="run the host in the foreground", parents=[common])
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
@@ -172,7 +178,7 @@ def _main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    data_dir = DataDir.resolve(args.data_dir, os.environ)
+    data_dir, args.root_source = DataDir.locate(args.data_dir, os.environ, dev=args.dev)
     command = args.command
     if command == "serve":
         return _serve(args, data_dir)
@@ -208,15 +214,24 @@ def _main(argv: list[str] | None = None) -> int:
 
 
 def _delegated(raw: list[str]) -> int | None:
-    """``pi-host [--data-dir D] agent|chat ...`` runs the pihost-client program with the rest."""
+    """``pi-host [--data-dir D | --dev] agent|chat ...`` runs the pihost-client program with the rest.
+
+    ``--dev`` becomes ``--data-dir`` of the development root (the client knows only ``--data-dir``).
+    """
     global_args: list[str] = []
+    dev = False
     i = 0
-    while i < len(raw) and raw[i].startswith("--data-dir"):
+    while i < len(raw) and (raw[i].startswith("--data-dir") or raw[i] == "--dev"):
+        if raw[i] == "--dev":
+            dev, i = True, i + 1
+            continue
         step = 1 if "=" in raw[i] else 2
         global_args += raw[i:i + step]
         i += step
     if i >= len(raw) or raw[i] not in ("agent", "chat"):
         return None
+    if dev and not global_args:
+        global_args = ["--data-dir", str(DataDir.resolve(None, os.environ, dev=True).root)]
     name, rest = raw[i], raw[i + 1:]
     try:
         module = importlib.import_module(f"pihost_client.{name}")
@@ -264,9 +279,10 @@ def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
     from runtime.logs import setup_logging
     from runtime.process import raise_fd_limit, tune_allocator
 
-    if args.data_dir is None and not os.environ.get("PI_DESKTOP_DATA_DIR"):
-        print(f"pi-host: serving the default data directory {data_dir.root} (the desktop app's data); "
-              "--data-dir DIR serves another", file=sys.stderr, flush=True)
+    # The first line says which default root (seed §2, D599: a packaged app and a dev build run side by
+    # side); a root given by --data-dir or PI_DESKTOP_DATA_DIR is named by the "listening" line.
+    if args.root_source in ("packaged", "dev"):
+        print(DataDir.describe(data_dir.root, args.root_source), file=sys.stderr, flush=True)
     try:
         data_dir.ensure()
     except DataDirUnsafe as exc:

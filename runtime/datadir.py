@@ -1,4 +1,10 @@
-"""Data directory resolution, layout and the one-host-per-directory lock."""
+"""Data directory resolution, layout and the one-host-per-directory lock.
+
+Two installations run side by side (seed 003 §2, D599): a packaged app keeps
+its tree in ``~/.pi-desktop``, a development build (``pi-host --dev``, which
+``./scripts/serve`` passes) in ``~/.pi-desktop-dev``. ``--data-dir`` and then
+``PI_DESKTOP_DATA_DIR`` replace either root outright; the result is absolute.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from store.ids import validate_session_id
 from store.plans import INTENT_SUFFIX
@@ -29,6 +36,12 @@ SUBDIRS = (
 )
 
 
+PACKAGED_ROOT = ".pi-desktop"
+DEV_ROOT = ".pi-desktop-dev"
+# Why the host serves the root it serves: --data-dir, PI_DESKTOP_DATA_DIR, --dev's default, the packaged default.
+RootSource = Literal["flag", "env", "dev", "packaged"]
+
+
 class DataDirLocked(RuntimeError):
     """Another host already owns this data directory."""
 
@@ -42,12 +55,35 @@ class DataDir:
     root: Path
 
     @classmethod
-    def resolve(cls, flag: str | None, env: Mapping[str, str]) -> DataDir:
-        """``--data-dir`` > ``PI_DESKTOP_DATA_DIR`` > ``~/.pi-desktop``, made absolute."""
-        raw = flag or env.get("PI_DESKTOP_DATA_DIR") or os.path.join(
-            env.get("HOME") or os.path.expanduser("~"), ".pi-desktop"
-        )
-        return cls(Path(os.path.abspath(os.path.expanduser(raw))))
+    def resolve(cls, flag: str | None, env: Mapping[str, str], *, dev: bool = False) -> DataDir:
+        """``--data-dir`` > ``PI_DESKTOP_DATA_DIR`` > ``~/.pi-desktop-dev`` (dev) or ``~/.pi-desktop``."""
+        return cls.locate(flag, env, dev=dev)[0]
+
+    @classmethod
+    def locate(cls, flag: str | None, env: Mapping[str, str], *, dev: bool = False) -> tuple[DataDir, RootSource]:
+        """:meth:`resolve`, and which rule chose the root."""
+        source: RootSource
+        if flag:
+            raw, source = flag, "flag"
+        elif env.get("PI_DESKTOP_DATA_DIR"):
+            raw, source = env["PI_DESKTOP_DATA_DIR"], "env"
+        else:
+            home = env.get("HOME") or os.path.expanduser("~")
+            raw, source = (os.path.join(home, DEV_ROOT), "dev") if dev else (os.path.join(home, PACKAGED_ROOT),
+                                                                             "packaged")
+        return cls(Path(os.path.abspath(os.path.expanduser(raw)))), source
+
+    @staticmethod
+    def describe(root: Path, source: RootSource) -> str:
+        """The host's first output line: which root it serves, and why."""
+        if source == "packaged":
+            return (f"pi-host: serving the default data directory {root} (the desktop app's data); "
+                    f"--data-dir DIR serves another, --dev the development root ~/{DEV_ROOT}")
+        if source == "dev":
+            return (f"pi-host: serving the development data directory {root} (--dev); "
+                    f"the desktop app's ~/{PACKAGED_ROOT} is not touched")
+        why = "--data-dir" if source == "flag" else "PI_DESKTOP_DATA_DIR"
+        return f"pi-host: serving the data directory {root} ({why})"
 
     def ensure(self) -> None:
         """Create the directory tree of seed §2 with owner-only permissions.

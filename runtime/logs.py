@@ -1,4 +1,12 @@
-"""Logging: NDJSON records to ``<dataDir>/logs/host.ndjson``, human lines to stderr.
+"""Logging: NDJSON under ``<dataDir>/logs/{host,app,agent}/<category>``, human lines to stderr.
+
+Layout (seed 003 §2): ``logs/host/host.ndjson`` is the host's own log;
+``logs/app/<category>.ndjson`` and ``logs/agent/<category>.ndjson`` hold what
+the desktop app and the agent sidecar send with ``logs.append``
+(:class:`ClientLogs`). A ``logs/host.ndjson`` an older host left at the top is
+moved into ``logs/host/`` at start.
+
+The host's file:
 
 The NDJSON file rotates at the file layer (seed 003 §8, D082) within the
 bounds of a :class:`LogRotation` passed in as configuration:
@@ -12,9 +20,8 @@ bounds of a :class:`LogRotation` passed in as configuration:
 
 So the host's log never takes more than ``(keep_files + 1) × max_bytes`` and
 holds at most ``keep_days`` of history. Only ``host.ndjson`` and its rotated
-``host.ndjson.<stamp>`` files are ever touched: other files in ``logs/`` (the
-app's and the agent's own logs) and everything outside it are not. Log files
-are created 0600 (``O_CREAT`` with mode 0600, then ``fchmod``: the umask
+``host.ndjson.<stamp>`` files are ever touched by it. Log files (all of
+them) are created 0600 (``O_CREAT`` with mode 0600, then ``fchmod``: the umask
 cannot be trusted). A log write that fails is reported by :mod:`logging` and
 never breaks the host.
 """
@@ -22,17 +29,23 @@ never breaks the host.
 from __future__ import annotations
 
 import calendar
+import errno
 import logging
+import logging.handlers
 import os
 import re
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from io import TextIOWrapper
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from store.errors import InvalidInput, IOFailure, LimitExceeded, StorageFull
 
 _STD_ATTRS = set(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
 
@@ -184,6 +197,102 @@ class RotatingNdjsonHandler(logging.Handler):
         super().close()
 
 
+# -- the app's and the agent's logs (logs.append) -----------------------------------------
+
+CLIENT_SOURCES = ("app", "agent")
+HOST_CATEGORY_DIR = "host"
+CATEGORY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")  # protocol.models_logs.LOG_CATEGORY_PATTERN
+
+
+@dataclass(frozen=True)
+class ClientLogLimits:
+    """Per category file: rotated past ``max_bytes``, ``keep_files`` rotated files kept (``.1`` newest);
+    at most ``max_categories`` files per source."""
+
+    max_bytes: int = 5 * 1024 * 1024
+    keep_files: int = 5
+    max_categories: int = 64
+
+
+class _CategoryFile(logging.handlers.RotatingFileHandler):
+    """The stdlib's size-rotating file, opened 0600 without following a symlink; write errors raise."""
+
+    def _open(self) -> TextIOWrapper:
+        stream = os.fdopen(_open_log(Path(self.baseFilename)), "a", encoding="utf-8")
+        assert isinstance(stream, TextIOWrapper)
+        return stream
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        raise  # noqa: PLE0704 - called inside emit's except block: the caller reports it
+
+
+class ClientLogs:
+    """The ``logs/app/`` and ``logs/agent/`` category files (thread-safe; call from a worker thread).
+
+    A file is opened for one call and closed after it (nothing stays open to
+    leak at shutdown); one lock serializes the calls, so a rotation never
+    races another write.
+    """
+
+    def __init__(self, logs_dir: Path, limits: ClientLogLimits = ClientLogLimits()) -> None:
+        self.logs_dir = Path(logs_dir)
+        self.limits = limits
+        self._lock = threading.Lock()
+
+    def path(self, source: str, category: str) -> Path:
+        """``logs/<source>/<category>.ndjson``; source and category checked before the path is built."""
+        if source not in CLIENT_SOURCES:
+            raise InvalidInput(f"source must be one of {', '.join(CLIENT_SOURCES)}", data={"field": "source"})
+        if not CATEGORY_RE.fullmatch(category):
+            raise InvalidInput("category must be 1-64 of a-z, 0-9, - and _ (starting with a letter or digit)",
+                               data={"field": "category"})
+        return self.logs_dir / source / f"{category}.ndjson"
+
+    def append(self, source: str, category: str, lines: Sequence[str]) -> int:
+        """Append NDJSON ``lines`` (no newline) to the category's file; the bytes written."""
+        path = self.path(source, category)
+        with self._lock:
+            handler: _CategoryFile | None = None
+            try:
+                self._check_new_category(source, category, path)
+                handler = _CategoryFile(path, maxBytes=self.limits.max_bytes, backupCount=self.limits.keep_files,
+                                        encoding="utf-8", delay=True)
+                handler.setFormatter(logging.Formatter("%(message)s"))
+                total = 0
+                for line in lines:
+                    handler.emit(logging.makeLogRecord({"msg": line}))
+                    total += len(line.encode("utf-8")) + 1
+                return total
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise StorageFull(f"no space left for {path.name}", data={"category": category}) from None
+                raise IOFailure(f"cannot write the {source} log {category}: {exc.strerror or exc}",
+                                data={"category": category}) from None
+            finally:
+                if handler is not None:
+                    handler.close()
+
+    def _check_new_category(self, source: str, category: str, path: Path) -> None:
+        folder = path.parent
+        folder.mkdir(mode=0o700, exist_ok=True)
+        if os.path.lexists(path):
+            return
+        known = sum(1 for n in os.listdir(folder) if n.endswith(".ndjson"))
+        if known >= self.limits.max_categories:
+            raise LimitExceeded(f"the {source} logs already have {known} categories "
+                                f"(at most {self.limits.max_categories})",
+                                data={"category": category, "limit": self.limits.max_categories})
+
+
+def _move_legacy_host_log(logs_dir: Path, host_dir: Path) -> None:
+    """An older host wrote ``logs/host.ndjson`` (+ rotated files) at the top: move them to ``logs/host/``."""
+    for name in os.listdir(logs_dir):
+        if (name == LOG_NAME or _ROTATED_RE.fullmatch(name)) and os.path.isfile(logs_dir / name):
+            target = host_dir / name
+            if not target.exists():
+                os.rename(logs_dir / name, target)
+
+
 OTHER_LOGGERS = ("actors", "runtime", "store", "protocol", "trio", "trio_websocket")
 
 
@@ -208,7 +317,13 @@ def setup_logging(
     root.propagate = False
     handlers: list[logging.Handler] = []
     logs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    file_handler = RotatingNdjsonHandler(logs_dir, rotation or LogRotation())
+    host_dir = logs_dir / HOST_CATEGORY_DIR
+    host_dir.mkdir(mode=0o700, exist_ok=True)
+    try:
+        _move_legacy_host_log(logs_dir, host_dir)
+    except OSError as exc:
+        print(f"pi-host: could not move the old host log into {host_dir}: {exc}", file=sys.stderr)
+    file_handler = RotatingNdjsonHandler(host_dir, rotation or LogRotation())
     file_handler.setFormatter(NdjsonFormatter())
     handlers.append(file_handler)
     if stderr:

@@ -42,6 +42,7 @@ from runtime.handlers import (
     host,
     imports,
     inflight,
+    logs,
     native_pi,
     notifications,
     plans,
@@ -123,6 +124,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "host.hello":                  on_connection(),
     "host.status":                 on_host(host.status),
     "host.createLoginCode":        on_host(host.create_login_code),
+    "logs.append":                 on_host(logs.append),
     "events.subscribe":            on_connection(),
     "events.unsubscribe":          on_connection(),
     # sessions

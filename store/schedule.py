@@ -77,18 +77,21 @@ def next_due_at(conn: sqlite3.Connection) -> int | None:
 
 
 def due_payload(outcome: FireOutcome) -> dict[str, Any]:
-    """The ``task.due`` event data for a started run (what the agent sidecar needs to run it)."""
+    """The ``task.due`` event data for a started run (what the agent sidecar needs to run it).
+
+    ``permissionMode`` and ``thinkingLevel`` are always present: the task's own
+    values, else ``ask`` and ``off`` (:func:`store.tasks.run_settings`).
+    """
     task, run = outcome.task, outcome.run
     assert run is not None
-    config = task["config"]
     out: dict[str, Any] = {"taskId": task["id"], "runId": run["id"], "title": task["title"],
-                           "prompt": task["prompt"], "mode": task["mode"], "scheduledFor": outcome.slot,
-                           "startedAt": run["startedAt"]}
+                           "prompt": task["prompt"], "scheduledFor": outcome.slot, "startedAt": run["startedAt"]}
     if task.get("projectId") is not None:
         out["projectId"] = task["projectId"]
-    for key in ("providerId", "modelId", "permissionMode", "thinkingLevel", "workspacePath"):
-        if isinstance(config.get(key), str):
-            out[key] = config[key]
+    # §4.11: an automatic run without a task-owned permission runs with Ask; thinking level off when unset.
+    settings = tasks.run_settings(task, trigger="schedule")
+    settings.pop("trigger")
+    out.update(settings)
     return out
 
 

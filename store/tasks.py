@@ -8,6 +8,21 @@ absent → ``agent``). ``task_runs`` keeps at most :data:`RUNS_KEPT` runs per
 task: every new run prunes in its own transaction (boot prunes too, see
 ``store/fence.retention``).
 
+The store's task dict keeps ``nextRunAt`` as stored (epoch milliseconds, what
+the scheduler compares); :func:`to_wire` is the §4.11 wire projection: RFC 3339
+``nextRunAt`` and the config keys ``schedule``, ``weekdays``, ``workspacePath``,
+``permissionMode``, ``providerId``/``modelId``, ``thinkingLevel`` and
+``calendarConfigured`` at the top level. :func:`run_settings` is what a run
+applies: a missing permission is Ask for an automatic run and inherit for Run
+now; a missing thinking level is ``off`` for both.
+
+Calendar provenance (§4.11 "Scheduled calendar provenance"):
+``config.calendarConfigured`` records explicit calendar intent. A legacy
+daily/weekly row with a saved schedule infers it; a legacy hourly row does not,
+so converting it to daily/weekly needs ``calendarConfigured: true`` in the same
+update. Known intent is written back on every update, so it survives cadence
+changes and a reopen.
+
 A run of a task, or in a session, whose mode is a contract mode (``plan`` or
 ``goal``) is refused with ``PLAN_REQUIRES_INTERACTIVE_SESSION`` before any row
 is written: an unattended path can never show or auto-approve a proposal.
@@ -19,8 +34,8 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
 
 import orjson
 
@@ -28,8 +43,11 @@ from store.errors import Conflict, InvalidInput, NotFound, PlanRequiresInteracti
 
 __all__ = [
     "CADENCES",
+    "CALENDAR_CADENCES",
     "CONTRACT_MODES",
+    "PROJECTED_KEYS",
     "RUNS_KEPT",
+    "calendar_intent",
     "create_task",
     "delete_task",
     "finish_run",
@@ -38,7 +56,10 @@ __all__ = [
     "list_tasks",
     "next_run_at",
     "normalize_config",
+    "rfc3339",
+    "run_settings",
     "start_run",
+    "to_wire",
     "update_task",
 ]
 
@@ -51,6 +72,11 @@ HOUR_MS = 3_600_000
 _PERMISSION_MODES = ("inherit", "ask", "accept-edits", "auto")
 _THINKING = ("off", "minimal", "low", "medium", "high", "xhigh", "max", "omit")
 MAX_CONFIG_BYTES = 64 * 1024
+CALENDAR_CADENCES = ("daily", "weekly")
+# config_json keys the wire projects to the top level of a task (and accepts there on input).
+PROJECTED_KEYS = ("schedule", "weekdays", "workspacePath", "permissionMode", "providerId", "modelId",
+                  "thinkingLevel", "calendarConfigured")
+Trigger = Literal["manual", "schedule"]
 
 
 def _bad(message: str, field: str) -> InvalidInput:
@@ -89,6 +115,13 @@ def normalize_config(config: Mapping[str, Any] | None, cadence: str) -> dict[str
         raise _bad(f"permissionMode must be one of {', '.join(_PERMISSION_MODES)}", "config.permissionMode")
     if out.get("thinkingLevel") is not None and out["thinkingLevel"] not in _THINKING:
         raise _bad(f"thinkingLevel must be one of {', '.join(_THINKING)}", "config.thinkingLevel")
+    if out.get("calendarConfigured") is not None and type(out["calendarConfigured"]) is not bool:
+        raise _bad("calendarConfigured must be a boolean", "config.calendarConfigured")
+    if out.get("workspacePath") is not None and not isinstance(out["workspacePath"], str):
+        raise _bad("workspacePath must be a string", "config.workspacePath")
+    for key in ("providerId", "modelId"):
+        if out.get(key) is not None and not isinstance(out[key], str):
+            raise _bad(f"{key} must be a string", f"config.{key}")
     if (out.get("providerId") is None) != (out.get("modelId") is None):
         raise _bad("providerId and modelId must be set together", "config.modelId")
     if cadence not in CADENCES:
@@ -118,6 +151,60 @@ def next_run_at(cadence: str, config: Mapping[str, Any], now_ms: int, tz: Any = 
         if (day.isoweekday() % 7) in days and day > now:
             return int(day.timestamp() * 1000)
     return None  # pragma: no cover - 8 days always contain a matching day
+
+
+def calendar_intent(cadence: str, config: Mapping[str, Any]) -> bool | None:
+    """The task's calendar intent: explicit ``calendarConfigured``, else inferred, else unknown (None).
+
+    Legacy daily/weekly rows with a saved schedule infer intent; hourly rows never do.
+    """
+    explicit = config.get("calendarConfigured")
+    if isinstance(explicit, bool):
+        return explicit
+    if cadence in CALENDAR_CADENCES and isinstance(config.get("schedule"), Mapping):
+        return True
+    return None
+
+
+def rfc3339(ms: int) -> str:
+    """Epoch milliseconds as an RFC 3339 UTC timestamp (``2026-07-27T08:30:00.000Z``)."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def to_wire(task: Mapping[str, Any]) -> dict[str, Any]:
+    """The §4.11 wire task: RFC 3339 ``nextRunAt`` and the projected config keys at the top level.
+
+    ``config`` stays on the wire as stored (older clients read it) without its
+    internal integer ``nextRunAt``.
+    """
+    config = {k: v for k, v in task["config"].items() if k != "nextRunAt"}
+    out = {k: v for k, v in task.items() if k not in ("config", "nextRunAt")}
+    out["config"] = config
+    if isinstance(task.get("nextRunAt"), int):
+        out["nextRunAt"] = rfc3339(task["nextRunAt"])
+    for key in PROJECTED_KEYS:
+        if key != "calendarConfigured" and config.get(key) is not None:
+            out[key] = config[key]
+    out["calendarConfigured"] = calendar_intent(task["cadence"], config) is True
+    return out
+
+
+def run_settings(task: Mapping[str, Any], *, trigger: Trigger) -> dict[str, Any]:
+    """What a run of ``task`` applies (§4.11).
+
+    A missing permission keeps the legacy behaviour: ``ask`` for an automatic
+    (scheduled) run, ``inherit`` for Run now. A missing or cleared thinking
+    level is ``off`` for both. Missing model fields stay absent (the app
+    default is resolved at run time).
+    """
+    config = task["config"]
+    permission = config.get("permissionMode") or ("ask" if trigger == "schedule" else "inherit")
+    out: dict[str, Any] = {"trigger": trigger, "mode": task["mode"], "permissionMode": permission,
+                           "thinkingLevel": config.get("thinkingLevel") or "off"}
+    for key in ("providerId", "modelId", "workspacePath"):
+        if isinstance(config.get(key), str):
+            out[key] = config[key]
+    return out
 
 
 _TASK_COLS = "id, title, prompt, cadence, enabled, project_id, config_json, last_run_at, created_at, updated_at"
@@ -158,7 +245,10 @@ def create_task(conn: sqlite3.Connection, *, task_id: str, title: str, prompt: s
                 enabled: bool = True, project_id: int | None = None, config: Mapping[str, Any] | None = None,
                 now_ms: int) -> dict[str, Any]:
     cfg = normalize_config(config, cadence)
-    cfg.pop("nextRunAt", None)
+    cfg.pop("nextRunAt", None)  # host-computed; an old client's integer (or any value) is ignored
+    intent = calendar_intent(cadence, cfg)
+    if intent is not None:
+        cfg["calendarConfigured"] = intent
     nxt = next_run_at(cadence, cfg, now_ms)
     if nxt is not None:
         cfg["nextRunAt"] = nxt
@@ -173,18 +263,43 @@ def create_task(conn: sqlite3.Connection, *, task_id: str, title: str, prompt: s
 
 
 def update_task(conn: sqlite3.Connection, task_id: str, patch: Mapping[str, Any], *, now_ms: int) -> dict[str, Any]:
-    """Apply the given fields (``config`` replaces the whole object); recomputes ``nextRunAt``."""
+    """Apply the given fields; recomputes ``nextRunAt`` when the schedule changed.
+
+    ``config`` replaces the whole object; ``configKeys`` then sets single keys
+    (``None`` removes one). Known calendar intent is carried over unless the
+    patch sets ``calendarConfigured``; converting an hourly task to daily or
+    weekly needs that intent to be ``true`` (refused otherwise, nothing written).
+    """
     cur = get_task(conn, task_id)
     cadence = patch.get("cadence", cur["cadence"])
     config = dict(patch["config"]) if "config" in patch else dict(cur["config"])
+    keys: Mapping[str, Any] = patch.get("configKeys") or {}
+    for key, value in keys.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
     if "mode" in patch:
         config["mode"] = patch["mode"]
     cfg = normalize_config(config, cadence)
     old_cfg = dict(cur["config"])
+    explicit = "calendarConfigured" in keys or "calendarConfigured" in patch.get("config", {})
+    old_intent = calendar_intent(cur["cadence"], old_cfg)
+    if not explicit and old_intent is not None:
+        cfg["calendarConfigured"] = old_intent  # known intent survives cadence changes and config rewrites
+    # An hourly task's schedule is an interval's fields, never inferred as calendar intent: explicit only.
+    if cur["cadence"] == "hourly" and cadence in CALENDAR_CADENCES and cfg.get("calendarConfigured") is not True:
+        raise InvalidInput(
+            f"task {task_id} is hourly; converting it to {cadence} needs explicit calendar confirmation "
+            "(send calendarConfigured: true with the schedule it should use)",
+            data={"field": "calendarConfigured", "taskId": task_id, "reason": "CALENDAR_CONFIRMATION_REQUIRED"})
+    intent = calendar_intent(cadence, cfg)
+    if intent is not None:
+        cfg["calendarConfigured"] = intent
     kept = old_cfg.get("nextRunAt")
     cfg.pop("nextRunAt", None)
     enabled = bool(patch.get("enabled", cur["enabled"]))
-    schedule_keys = ("schedule", "weekdays", "calendarConfigured")
+    schedule_keys = ("schedule", "weekdays")
     rescheduled = (cadence != cur["cadence"] or enabled != bool(cur["enabled"])
                    or any(cfg.get(k) != old_cfg.get(k) for k in schedule_keys))
     # Renaming or editing the prompt keeps the armed slot; a schedule change recomputes it.

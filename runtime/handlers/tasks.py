@@ -17,14 +17,28 @@ from store.receipts import ReceiptKey
 
 __all__ = ["create", "delete", "finish_run", "get", "list_tasks", "runs", "start_run", "update"]
 
+
+def _projected(p: m.TasksCreateParams | m.TasksUpdateParams) -> dict[str, Any]:
+    """The top-level projected fields the client sent, as config keys (``None``: sent as null)."""
+    out: dict[str, Any] = {}
+    for name in p.model_fields_set:
+        field = type(p).model_fields[name]
+        key = field.alias or name
+        if key in tasks.PROJECTED_KEYS:
+            value = getattr(p, name)
+            out[key] = value.model_dump(exclude_none=True) if isinstance(value, m.TaskScheduleInput) else value
+    return out
+
+
 def create(ctx: WriterContext, p: m.TasksCreateParams, key: ReceiptKey | None) -> Any:
     config = dict(p.config or {})
+    config.update({k: v for k, v in _projected(p).items() if v is not None})
     if p.mode is not None:
         config["mode"] = p.mode
     ctx.after_commit(ctx.wake_scheduler)
-    return tasks.create_task(ctx.conn, task_id=p.task_id or new_id("task_"), title=p.title, prompt=p.prompt,
-                             cadence=p.cadence, enabled=p.enabled, project_id=p.project_id, config=config,
-                             now_ms=ctx.now)
+    return tasks.to_wire(tasks.create_task(
+        ctx.conn, task_id=p.task_id or new_id("task_"), title=p.title, prompt=p.prompt, cadence=p.cadence,
+        enabled=p.enabled, project_id=p.project_id, config=config, now_ms=ctx.now))
 
 
 def update(ctx: WriterContext, p: m.TasksUpdateParams, key: ReceiptKey | None) -> Any:
@@ -35,8 +49,11 @@ def update(ctx: WriterContext, p: m.TasksUpdateParams, key: ReceiptKey | None) -
             patch[name] = value
     if p.config is not None:
         patch["config"] = dict(p.config)
+    keys = _projected(p)
+    if keys:
+        patch["configKeys"] = keys
     ctx.after_commit(ctx.wake_scheduler)
-    return tasks.update_task(ctx.conn, p.task_id, patch, now_ms=ctx.now)
+    return tasks.to_wire(tasks.update_task(ctx.conn, p.task_id, patch, now_ms=ctx.now))
 
 
 def delete(ctx: WriterContext, p: m.TasksDeleteParams, key: ReceiptKey | None) -> Any:
@@ -46,8 +63,10 @@ def delete(ctx: WriterContext, p: m.TasksDeleteParams, key: ReceiptKey | None) -
 
 def start_run(ctx: WriterContext, p: m.TasksStartRunParams, key: ReceiptKey | None) -> Any:
     ctx.after_commit(ctx.wake_scheduler)
-    return tasks.start_run(ctx.conn, task_id=p.task_id, run_id=p.run_id or new_id("run_"),
-                           session_id=p.session_id, now_ms=ctx.now)
+    run = tasks.start_run(ctx.conn, task_id=p.task_id, run_id=p.run_id or new_id("run_"),
+                          session_id=p.session_id, now_ms=ctx.now)
+    # Run now: a missing permission inherits the session's; the thinking level applies as for automatic runs.
+    return {**run, "settings": tasks.run_settings(tasks.get_task(ctx.conn, p.task_id), trigger="manual")}
 
 
 def finish_run(ctx: WriterContext, p: m.TasksFinishRunParams, key: ReceiptKey | None) -> Any:
@@ -56,11 +75,11 @@ def finish_run(ctx: WriterContext, p: m.TasksFinishRunParams, key: ReceiptKey | 
 
 
 def list_tasks(ctx: ReadContext, p: m.TasksListParams) -> Any:
-    return {"tasks": tasks.list_tasks(ctx.conn)}
+    return {"tasks": [tasks.to_wire(t) for t in tasks.list_tasks(ctx.conn)]}
 
 
 def get(ctx: ReadContext, p: m.TaskIdParams) -> Any:
-    return tasks.get_task(ctx.conn, p.task_id)
+    return tasks.to_wire(tasks.get_task(ctx.conn, p.task_id))
 
 
 def runs(ctx: ReadContext, p: m.TasksRunsParams) -> Any:

@@ -279,7 +279,7 @@ async def test_cli_status_sessions_show_search(host: HostProcess) -> None:
 
 async def test_ndjson_log_lines_parse(host: HostProcess) -> None:
     await _still_serving(host)
-    log_path = Path(host.data_dir) / "logs" / "host.ndjson"
+    log_path = Path(host.data_dir) / "logs" / "host" / "host.ndjson"
     lines = log_path.read_text("utf-8").splitlines()
     assert lines, "no log lines written"
     records = [json.loads(line) for line in lines]

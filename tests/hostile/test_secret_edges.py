@@ -148,7 +148,7 @@ async def test_log_files_are_created_0600(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     try:
-        log = tmp_path / "logs" / "host.ndjson"
+        log = tmp_path / "logs" / "host" / "host.ndjson"
         assert log.exists()
         assert stat.S_IMODE(log.stat().st_mode) == 0o600
         assert stat.S_IMODE((tmp_path / "logs").stat().st_mode) == 0o700

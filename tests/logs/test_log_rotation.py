@@ -158,7 +158,7 @@ def test_setup_logging_writes_host_ndjson_with_the_given_bounds(tmp_path: Path) 
         (file_handler,) = handlers
         assert isinstance(file_handler, RotatingNdjsonHandler) and file_handler.rotation.max_bytes == 4096
         logging.getLogger("pi_host").info("hello", extra={"sessionId": "s1"})
-        (record,) = _records(tmp_path / LOG_NAME)
+        (record,) = _records(tmp_path / "host" / LOG_NAME)  # seed §2: logs/host/<category>
         assert record["msg"] == "hello" and record["sessionId"] == "s1"
     finally:
         teardown_logging(handlers)

@@ -19,7 +19,7 @@ from protocol.methods import EVENTS, METHODS, dump_event, dump_result, parse_par
 from protocol.models_common import MAX_BLOCKS_PER_MESSAGE, MutatingParams
 
 BRIEF_METHODS = {
-    "host.hello", "host.status", "host.createLoginCode",
+    "host.hello", "host.status", "host.createLoginCode", "logs.append",
     "session.create", "session.list", "session.get", "session.appendMessage",
     "session.rename", "session.update", "session.delete",
     "events.subscribe", "events.unsubscribe",
@@ -110,7 +110,7 @@ def test_every_method_has_models_and_metadata(name: str) -> None:
 def test_mutating_flags_match_intent() -> None:
     reads = {name for name, spec in METHODS.items() if not spec.mutating}
     assert reads == {
-        "host.hello", "host.status", "host.createLoginCode", "session.list", "session.get",
+        "host.hello", "host.status", "host.createLoginCode", "logs.append", "session.list", "session.get",
         "events.subscribe", "events.unsubscribe", "session.turnEnvironment",
         "notifications.list", "session.queueList", "artifacts.list",
         "session.listRevisions", "session.tree", "session.context",

@@ -134,6 +134,8 @@ REQUESTS: sc.Setup = once(with_requests)
 READS: dict[str, Read] = {
     "host.status": (sc.nothing, lambda v: {}, "test"),
     "host.createLoginCode": (sc.nothing, lambda v: {}, "cli"),
+    "logs.append": (sc.nothing, lambda v: {"source": "agent", "category": "tools", "records": [{"msg": "x"}]},
+                    "agent"),
     "session.list": (EVERYTHING, lambda v: {"limit": 50}, "test"),
     "session.get": (EVERYTHING, lambda v: {"sessionId": v["sid"], "messageLimit": 3, "contentLimit": 4}, "test"),
     "session.turnEnvironment": (EVERYTHING, lambda v: {"turnId": "tr1"}, "test"),

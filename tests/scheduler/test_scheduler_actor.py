@@ -203,7 +203,8 @@ async def test_created_task_wakes_the_scheduler_and_fires_after_one_hour(tmp_pat
             assert [r["startedAt"] for r in runs(db, "new")] == [created_at + HOUR]
             # an update moving the schedule is picked up the same way
             db.tx(lambda c: tasks.update_task(c, "new", {"cadence": "daily",
-                                                         "config": {"schedule": {"hour": 23, "minute": 0}}},
+                                                         "config": {"schedule": {"hour": 23, "minute": 0},
+                                                                    "calendarConfigured": True}},
                                               now_ms=clock()))
             await sched.tell(TasksChanged())
             assert (await status(sched))["nextDueAt"] == BASE + 14 * HOUR

@@ -18,7 +18,7 @@ from actors.scheduler import SchedulerStatus, Tick
 from protocol.methods import dump_event
 from runtime.client import HostClient, RpcError, open_client
 from runtime.host import RunningHost
-from store import schedule
+from store import schedule, tasks
 from tests.hostkit import REPO, HostProcess, client_for, start_host_process
 from tests.scheduler.hostclock import SetClock, host_at
 from tests.scheduler.schedkit import BASE, HOUR, MINUTE
@@ -51,7 +51,7 @@ async def test_task_due_reaches_the_sidecar_and_missed_slots_fire_once(tmp_path:
             await c.call("tasks.create", {"taskId": "p", "title": "Plan", "prompt": "Plan it", "cadence": "hourly",
                                           "mode": "plan"})
             await c.call("tasks.create", {"taskId": "m", "title": "Manual", "prompt": "Now", "cadence": "manual"})
-            assert agent["nextRunAt"] == BASE + HOUR
+            assert agent["nextRunAt"] == tasks.rfc3339(BASE + HOUR)
             assert (await _status(host))["nextDueAt"] == BASE + HOUR
         clock.ms = back = BASE + 5 * HOUR + 7 * MINUTE  # down for five hours: five slots missed
         async with host_at(tmp_path, clock) as host, client_for(host, "sidecar", kind="agent") as c:
@@ -61,7 +61,7 @@ async def test_task_due_reaches_the_sidecar_and_missed_slots_fire_once(tmp_path:
             assert ev.data == {"taskId": "a", "runId": run["id"], "title": "Digest", "prompt": "Summarize",
                                "mode": "agent", "scheduledFor": BASE + HOUR, "startedAt": back, **AGENT_CONFIG}
             assert (run["status"], run["startedAt"]) == ("running", back)
-            assert (await c.call("tasks.get", {"taskId": "a"}))["nextRunAt"] == back + HOUR
+            assert (await c.call("tasks.get", {"taskId": "a"}))["nextRunAt"] == tasks.rfc3339(back + HOUR)
             [refused] = (await c.call("tasks.runs", {"taskId": "p"}))["runs"]
             assert (refused["status"], refused["errorCode"]) == ("error", "PLAN_REQUIRES_INTERACTIVE_SESSION")
             assert (await c.call("tasks.runs", {"taskId": "m"}))["runs"] == []
@@ -79,7 +79,8 @@ async def test_tasks_methods_wake_the_scheduler_and_the_slot_fires(tmp_path: Pat
             await c.subscribe(["task.due"])
             assert (await _status(host))["nextDueAt"] is None
             created = await c.call("tasks.create", {"taskId": "t", "title": "T", "prompt": "p", "cadence": "hourly"})
-            assert (await _status(host))["nextDueAt"] == created["nextRunAt"] == BASE + HOUR
+            assert (await _status(host))["nextDueAt"] == BASE + HOUR
+            assert created["nextRunAt"] == tasks.rfc3339(BASE + HOUR)
             await c.call("tasks.update", {"taskId": "t", "enabled": False})
             assert (await _status(host))["nextDueAt"] is None
             clock.ms = BASE + 10 * MINUTE
@@ -111,7 +112,7 @@ async def test_fault_inside_the_fire_transaction_rolls_back_then_fires_once(tmp_
             assert host.faults.hits(schedule.FIRE_POINT) == 2
             [run] = (await c.call("tasks.runs", {"taskId": "t"}))["runs"]
             assert run["id"] == ev.data["runId"]
-            assert (await c.call("tasks.get", {"taskId": "t"}))["nextRunAt"] == BASE + 2 * HOUR
+            assert (await c.call("tasks.get", {"taskId": "t"}))["nextRunAt"] == tasks.rfc3339(BASE + 2 * HOUR)
             assert (await _status(host))["fired"] == 1
 
 
@@ -161,7 +162,8 @@ async def test_sigkill_inside_the_fire_transaction_never_double_fires(tmp_path: 
                     await trio.sleep(0.05)
             task = await c.call("tasks.get", {"taskId": "t"})
             assert len(history) == 1 and history[0]["status"] == "running"
-            assert task["nextRunAt"] == history[0]["startedAt"] + HOUR > int(time.time() * 1000)
+            assert task["nextRunAt"] == tasks.rfc3339(history[0]["startedAt"] + HOUR)
+            assert history[0]["startedAt"] + HOUR > int(time.time() * 1000)
     finally:
         assert _stop(proc) == 0
     _, runs = _db_task(tmp_path, "t")

@@ -34,7 +34,7 @@ async def test_crud_and_run_history_round_trip_through_rpc(tmp_path: Path) -> No
                 "submissionId": "t-1"})
             tid = created["id"]
             assert created["mode"] == "agent" and created["config"]["custom"] == {"kept": True}
-            assert isinstance(created["nextRunAt"], int)
+            assert isinstance(created["nextRunAt"], str)  # RFC 3339 (test_tasks_wire.py)
             assert await c.call("tasks.create", {
                 "title": "Digest", "prompt": "Summarize commits", "cadence": "weekly",
                 "config": {"schedule": {"hour": 8, "minute": 30}, "weekdays": [1, 3], "workspacePath": "/w",

@@ -794,6 +794,19 @@ class LoginCodeResult(TypedDict):
     url: str
 
 
+class LogsAppendParams(TypedDict):
+    """Append records to ``logs/<source>/<category>.ndjson`` (rotated by the host)."""
+    source: Literal["app", "agent"]
+    category: str
+    records: list[JsonObject]
+
+
+class LogsAppendResult(TypedDict):
+    written: int
+    bytes: int
+    file: str
+
+
 class Memory(TypedDict):
     format: str
     entries: list[MemoryEntry]
@@ -1569,6 +1582,7 @@ class SaveInflightResult(TypedDict):
 
 
 class ScheduledTask(TypedDict):
+    """A scheduled task (§4.11). The top-level schedule, weekdays, workspacePath, permissionMode, providerId/modelId, thinkingLevel and calendarConfigured are projections of ``config``; absent when unset."""
     id: str
     title: str
     prompt: str
@@ -1576,9 +1590,17 @@ class ScheduledTask(TypedDict):
     enabled: bool
     mode: Literal["plan", "agent", "goal"]
     config: JsonObject
+    schedule: NotRequired[TaskSchedule | None]
+    weekdays: NotRequired[list[int] | None]
+    workspacePath: NotRequired[str | None]
+    permissionMode: NotRequired[Literal["inherit", "ask", "accept-edits", "auto"] | None]
+    providerId: NotRequired[str | None]
+    modelId: NotRequired[str | None]
+    thinkingLevel: NotRequired[Literal["off", "minimal", "low", "medium", "high", "xhigh", "max", "omit"] | None]
+    calendarConfigured: NotRequired[bool]
     projectId: NotRequired[int | None]
     lastRunAt: NotRequired[int | None]
-    nextRunAt: NotRequired[int | None]
+    nextRunAt: NotRequired[str | None]
     createdAt: int
     updatedAt: int
 
@@ -1968,8 +1990,8 @@ class TaskDueEvent(TypedDict):
     projectId: NotRequired[int | None]
     providerId: NotRequired[str | None]
     modelId: NotRequired[str | None]
-    permissionMode: NotRequired[Literal["inherit", "ask", "accept-edits", "auto"] | None]
-    thinkingLevel: NotRequired[Literal["off", "minimal", "low", "medium", "high", "xhigh", "max", "omit"] | None]
+    permissionMode: Literal["inherit", "ask", "accept-edits", "auto"]
+    thinkingLevel: Literal["off", "minimal", "low", "medium", "high", "xhigh", "max", "omit"]
     workspacePath: NotRequired[str | None]
     scheduledFor: int
     startedAt: int
@@ -1987,10 +2009,43 @@ class TaskRun(TypedDict):
     errorCode: NotRequired[str | None]
     startedAt: int
     endedAt: NotRequired[int | None]
+    settings: NotRequired[TaskRunSettings | None]
+
+
+class TaskRunSettings(TypedDict):
+    """What a run applies (§4.11): the task's values, else the legacy defaults."""
+    trigger: Literal["manual", "schedule"]
+    mode: Literal["plan", "agent", "goal"]
+    permissionMode: Literal["inherit", "ask", "accept-edits", "auto"]
+    thinkingLevel: Literal["off", "minimal", "low", "medium", "high", "xhigh", "max", "omit"]
+    providerId: NotRequired[str | None]
+    modelId: NotRequired[str | None]
+    workspacePath: NotRequired[str | None]
+
+
+class TaskSchedule(TypedDict):
+    """Calendar fields of a task (host local time); hourly tasks ignore them."""
+    hour: NotRequired[int | None]
+    minute: NotRequired[int | None]
+    weekday: NotRequired[int | None]
+
+
+class TaskScheduleInput(TypedDict):
+    hour: NotRequired[int | None]
+    minute: NotRequired[int | None]
+    weekday: NotRequired[int | None]
 
 
 class TasksCreateParams(TypedDict):
     submissionId: NotRequired[str | None]
+    schedule: NotRequired[TaskScheduleInput | None]
+    weekdays: NotRequired[list[int] | None]
+    workspacePath: NotRequired[str | None]
+    permissionMode: NotRequired[Literal["inherit", "ask", "accept-edits", "auto"] | None]
+    providerId: NotRequired[str | None]
+    modelId: NotRequired[str | None]
+    thinkingLevel: NotRequired[Literal["off", "minimal", "low", "medium", "high", "xhigh", "max", "omit"] | None]
+    calendarConfigured: NotRequired[bool | None]
     taskId: NotRequired[str | None]
     title: str
     prompt: str
@@ -2044,7 +2099,16 @@ class TasksStartRunParams(TypedDict):
 
 
 class TasksUpdateParams(TypedDict):
+    """Top-level projected fields set one config key each; sent as null they remove it."""
     submissionId: NotRequired[str | None]
+    schedule: NotRequired[TaskScheduleInput | None]
+    weekdays: NotRequired[list[int] | None]
+    workspacePath: NotRequired[str | None]
+    permissionMode: NotRequired[Literal["inherit", "ask", "accept-edits", "auto"] | None]
+    providerId: NotRequired[str | None]
+    modelId: NotRequired[str | None]
+    thinkingLevel: NotRequired[Literal["off", "minimal", "low", "medium", "high", "xhigh", "max", "omit"] | None]
+    calendarConfigured: NotRequired[bool | None]
     taskId: str
     title: NotRequired[str | None]
     prompt: NotRequired[str | None]
@@ -2401,6 +2465,21 @@ class HostMethods:
         """``host.createLoginCode``: A one-time login code for the browser inspector (what `pi-host open` uses)."""
         params: dict[str, Any] = {}
         return cast(LoginCodeResult, await self._call("host.createLoginCode", params, False))
+
+
+class LogsMethods:
+    """``logs.*`` methods."""
+
+    def __init__(self, call: CallFn) -> None:
+        self._call = call
+
+    async def append(self, *, source: Literal["app", "agent"], category: str, records: builtins.list[JsonObject]) -> LogsAppendResult:
+        """``logs.append``: Append the app's or the agent sidecar's records to logs/<source>/<category>.ndjson (rotated, 0600)."""
+        params: dict[str, Any] = {}
+        params["source"] = source
+        params["category"] = category
+        params["records"] = records
+        return cast(LogsAppendResult, await self._call("logs.append", params, False))
 
 
 class SessionMethods:
@@ -2974,13 +3053,29 @@ class TasksMethods:
     def __init__(self, call: CallFn) -> None:
         self._call = call
 
-    async def create(self, *, title: str, prompt: str, submission_id: str | None = None, task_id: str | None = None, cadence: Literal["manual", "hourly", "daily", "weekly"] | None = None, enabled: bool | None = None, project_id: int | None = None, mode: Literal["plan", "agent", "goal", "chat"] | None = None, config: JsonObject | None = None) -> ScheduledTask:
-        """``tasks.create``: Create a scheduled task (mode and schedule live in config). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+    async def create(self, *, title: str, prompt: str, submission_id: str | None = None, schedule: TaskScheduleInput | None = None, weekdays: builtins.list[int] | None = None, workspace_path: str | None = None, permission_mode: Literal["inherit", "ask", "accept-edits", "auto"] | None = None, provider_id: str | None = None, model_id: str | None = None, thinking_level: Literal["off", "minimal", "low", "medium", "high", "xhigh", "max", "omit"] | None = None, calendar_configured: bool | None = None, task_id: str | None = None, cadence: Literal["manual", "hourly", "daily", "weekly"] | None = None, enabled: bool | None = None, project_id: int | None = None, mode: Literal["plan", "agent", "goal", "chat"] | None = None, config: JsonObject | None = None) -> ScheduledTask:
+        """``tasks.create``: Create a scheduled task (schedule, permission, model, thinking level at the top level or in config). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["title"] = title
         params["prompt"] = prompt
         if submission_id is not None:
             params["submissionId"] = submission_id
+        if schedule is not None:
+            params["schedule"] = schedule
+        if weekdays is not None:
+            params["weekdays"] = weekdays
+        if workspace_path is not None:
+            params["workspacePath"] = workspace_path
+        if permission_mode is not None:
+            params["permissionMode"] = permission_mode
+        if provider_id is not None:
+            params["providerId"] = provider_id
+        if model_id is not None:
+            params["modelId"] = model_id
+        if thinking_level is not None:
+            params["thinkingLevel"] = thinking_level
+        if calendar_configured is not None:
+            params["calendarConfigured"] = calendar_configured
         if task_id is not None:
             params["taskId"] = task_id
         if cadence is not None:
@@ -2995,12 +3090,28 @@ class TasksMethods:
             params["config"] = config
         return cast(ScheduledTask, await self._call("tasks.create", params, True))
 
-    async def update(self, *, task_id: str, submission_id: str | None = None, title: str | None = None, prompt: str | None = None, cadence: Literal["manual", "hourly", "daily", "weekly"] | None = None, enabled: bool | None = None, project_id: int | None = None, mode: Literal["plan", "agent", "goal", "chat"] | None = None, config: JsonObject | None = None) -> ScheduledTask:
+    async def update(self, *, task_id: str, submission_id: str | None = None, schedule: TaskScheduleInput | None = None, weekdays: builtins.list[int] | None = None, workspace_path: str | None = None, permission_mode: Literal["inherit", "ask", "accept-edits", "auto"] | None = None, provider_id: str | None = None, model_id: str | None = None, thinking_level: Literal["off", "minimal", "low", "medium", "high", "xhigh", "max", "omit"] | None = None, calendar_configured: bool | None = None, title: str | None = None, prompt: str | None = None, cadence: Literal["manual", "hourly", "daily", "weekly"] | None = None, enabled: bool | None = None, project_id: int | None = None, mode: Literal["plan", "agent", "goal", "chat"] | None = None, config: JsonObject | None = None) -> ScheduledTask:
         """``tasks.update``: Change a task's fields; nextRunAt is recomputed. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["taskId"] = task_id
         if submission_id is not None:
             params["submissionId"] = submission_id
+        if schedule is not None:
+            params["schedule"] = schedule
+        if weekdays is not None:
+            params["weekdays"] = weekdays
+        if workspace_path is not None:
+            params["workspacePath"] = workspace_path
+        if permission_mode is not None:
+            params["permissionMode"] = permission_mode
+        if provider_id is not None:
+            params["providerId"] = provider_id
+        if model_id is not None:
+            params["modelId"] = model_id
+        if thinking_level is not None:
+            params["thinkingLevel"] = thinking_level
+        if calendar_configured is not None:
+            params["calendarConfigured"] = calendar_configured
         if title is not None:
             params["title"] = title
         if prompt is not None:
@@ -3839,6 +3950,7 @@ class GeneratedMethods:
 
     def __init__(self, call: CallFn) -> None:
         self.host = HostMethods(call)
+        self.logs = LogsMethods(call)
         self.session = SessionMethods(call)
         self.notifications = NotificationsMethods(call)
         self.artifacts = ArtifactsMethods(call)

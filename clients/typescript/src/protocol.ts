@@ -997,6 +997,25 @@ export interface LoginCodeResult {
   url: string;
 }
 
+/** Append records to ``logs/<source>/<category>.ndjson`` (rotated by the host). */
+export interface LogsAppendParams {
+  /** app: the desktop app (clientKind ui); agent: the sidecar (clientKind agent). host/ is the host's own. */
+  source: "app" | "agent";
+  /** Lower-case letters, digits, - and _, 1-64 characters, starting with a letter or digit: one file per category. */
+  category: string;
+  /** JSON objects, each at most 16384 bytes and together at most 262144 bytes. */
+  records: JsonObject[];
+}
+
+export interface LogsAppendResult {
+  /** Records written (all of them: a call is refused whole). */
+  written: number;
+  /** NDJSON bytes appended. */
+  bytes: number;
+  /** The file, relative to the data directory (logs/<source>/<category>.ndjson). */
+  file: string;
+}
+
 export interface Memory {
   /** entries-v1 */
   format: string;
@@ -1967,6 +1986,7 @@ export interface SaveInflightResult {
   reason?: "empty" | "already_indexed" | "delegate" | null;
 }
 
+/** A scheduled task (§4.11). The top-level schedule, weekdays, workspacePath, permissionMode, providerId/modelId, thinkingLevel and calendarConfigured are projections of ``config``; absent when unset. */
 export interface ScheduledTask {
   id: string;
   title: string;
@@ -1975,11 +1995,25 @@ export interface ScheduledTask {
   enabled: boolean;
   /** Normalized projection of config.mode (chat → plan, absent → agent). */
   mode: "plan" | "agent" | "goal";
-  /** schedule, weekdays, workspacePath, permissionMode, providerId/modelId, thinkingLevel, nextRunAt, ... (kept as sent). */
+  /** The stored extension object (kept as sent, without the host's internal nextRunAt); the projected keys below come from it. */
   config: JsonObject;
+  schedule?: TaskSchedule | null;
+  /** Weekly days (0 = Sunday); overrides schedule.weekday. */
+  weekdays?: number[] | null;
+  workspacePath?: string | null;
+  /** Task-owned permission; absent: Ask for automatic runs, inherit for Run now. */
+  permissionMode?: "inherit" | "ask" | "accept-edits" | "auto" | null;
+  /** Task-owned model override (with modelId); absent: the app default at run time. */
+  providerId?: string | null;
+  modelId?: string | null;
+  /** Applied to manual and automatic runs; absent: off. */
+  thinkingLevel?: "off" | "minimal" | "low" | "medium" | "high" | "xhigh" | "max" | "omit" | null;
+  /** Known calendar intent: explicit, or inferred for a daily/weekly task with a saved schedule. Converting an hourly task to daily/weekly needs it true. */
+  calendarConfigured?: boolean;
   projectId?: number | null;
   lastRunAt?: number | null;
-  nextRunAt?: number | null;
+  /** The next armed slot; absent when unarmed. */
+  nextRunAt?: string | null;
   /** Unix time in milliseconds. */
   createdAt: number;
   /** Unix time in milliseconds. */
@@ -2473,8 +2507,10 @@ export interface TaskDueEvent {
   /** Task-owned model override (with modelId). */
   providerId?: string | null;
   modelId?: string | null;
-  permissionMode?: "inherit" | "ask" | "accept-edits" | "auto" | null;
-  thinkingLevel?: "off" | "minimal" | "low" | "medium" | "high" | "xhigh" | "max" | "omit" | null;
+  /** The task's permissionMode; absent: ask (an automatic run never inherits). */
+  permissionMode: "inherit" | "ask" | "accept-edits" | "auto";
+  /** The task's thinkingLevel; absent or cleared: off. */
+  thinkingLevel: "off" | "minimal" | "low" | "medium" | "high" | "xhigh" | "max" | "omit";
   workspacePath?: string | null;
   /** The nextRunAt slot that fired (earlier after downtime). */
   scheduledFor: number;
@@ -2496,11 +2532,51 @@ export interface TaskRun {
   /** Unix time in milliseconds. */
   startedAt: number;
   endedAt?: number | null;
+  /** tasks.startRun only: what the run applies. */
+  settings?: TaskRunSettings | null;
+}
+
+/** What a run applies (§4.11): the task's values, else the legacy defaults. */
+export interface TaskRunSettings {
+  /** manual: Run now (tasks.startRun); schedule: the scheduler. */
+  trigger: "manual" | "schedule";
+  mode: "plan" | "agent" | "goal";
+  /** The task's permissionMode; absent: inherit for Run now (the session's), ask for an automatic run. */
+  permissionMode: "inherit" | "ask" | "accept-edits" | "auto";
+  /** The task's thinkingLevel; absent or cleared: off. */
+  thinkingLevel: "off" | "minimal" | "low" | "medium" | "high" | "xhigh" | "max" | "omit";
+  /** Absent: the app default at run time. */
+  providerId?: string | null;
+  modelId?: string | null;
+  workspacePath?: string | null;
+}
+
+/** Calendar fields of a task (host local time); hourly tasks ignore them. */
+export interface TaskSchedule {
+  hour?: number | null;
+  minute?: number | null;
+  weekday?: number | null;
+}
+
+export interface TaskScheduleInput {
+  hour?: number | null;
+  minute?: number | null;
+  weekday?: number | null;
 }
 
 export interface TasksCreateParams {
   /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
   submissionId?: string | null;
+  schedule?: TaskScheduleInput | null;
+  weekdays?: number[] | null;
+  workspacePath?: string | null;
+  permissionMode?: "inherit" | "ask" | "accept-edits" | "auto" | null;
+  /** Set together with modelId. */
+  providerId?: string | null;
+  modelId?: string | null;
+  thinkingLevel?: "off" | "minimal" | "low" | "medium" | "high" | "xhigh" | "max" | "omit" | null;
+  /** Explicit calendar intent; true confirms an hourly → daily/weekly conversion. */
+  calendarConfigured?: boolean | null;
   /** Generated when absent. */
   taskId?: string | null;
   title: string;
@@ -2510,6 +2586,7 @@ export interface TasksCreateParams {
   projectId?: number | null;
   /** Stored as config.mode; default agent. */
   mode?: "plan" | "agent" | "goal" | "chat" | null;
+  /** Extension keys; a nextRunAt in it (an older client's integer) is ignored: the host computes it. */
   config?: JsonObject | null;
 }
 
@@ -2565,9 +2642,20 @@ export interface TasksStartRunParams {
   sessionId?: string | null;
 }
 
+/** Top-level projected fields set one config key each; sent as null they remove it. */
 export interface TasksUpdateParams {
   /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
   submissionId?: string | null;
+  schedule?: TaskScheduleInput | null;
+  weekdays?: number[] | null;
+  workspacePath?: string | null;
+  permissionMode?: "inherit" | "ask" | "accept-edits" | "auto" | null;
+  /** Set together with modelId. */
+  providerId?: string | null;
+  modelId?: string | null;
+  thinkingLevel?: "off" | "minimal" | "low" | "medium" | "high" | "xhigh" | "max" | "omit" | null;
+  /** Explicit calendar intent; true confirms an hourly → daily/weekly conversion. */
+  calendarConfigured?: boolean | null;
   /** Message/turn/entry id. */
   taskId: string;
   title?: string | null;
@@ -2862,6 +2950,8 @@ export interface Methods {
   "host.status": { params: StatusParams; result: StatusResult };
   /** A one-time login code for the browser inspector (what `pi-host open` uses). */
   "host.createLoginCode": { params: LoginCodeParams; result: LoginCodeResult };
+  /** Append the app's or the agent sidecar's records to logs/<source>/<category>.ndjson (rotated, 0600). */
+  "logs.append": { params: LogsAppendParams; result: LogsAppendResult };
   /** Create an empty session (header line + index row). (mutating: accepts submissionId) */
   "session.create": { params: SessionCreateParams; result: SessionSummary };
   /** Sessions by updatedAt, newest first; trashed sessions excluded. */
@@ -2956,7 +3046,7 @@ export interface Methods {
   "attachments.estimate": { params: AttachmentsEstimateParams; result: AttachmentsEstimate };
   /** Evict least recently used blobs over budget (never the active session's); refs before bytes. (mutating: accepts submissionId) */
   "attachments.gc": { params: AttachmentsGcParams; result: AttachmentsGcResult };
-  /** Create a scheduled task (mode and schedule live in config). (mutating: accepts submissionId) */
+  /** Create a scheduled task (schedule, permission, model, thinking level at the top level or in config). (mutating: accepts submissionId) */
   "tasks.create": { params: TasksCreateParams; result: ScheduledTask };
   /** Change a task's fields; nextRunAt is recomputed. (mutating: accepts submissionId) */
   "tasks.update": { params: TasksUpdateParams; result: ScheduledTask };
