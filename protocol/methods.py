@@ -425,6 +425,13 @@ _SPECS: tuple[MethodSpec, ...] = (
         _codes(_DB_WRITE, ("NOT_FOUND", "SESSION_NOT_FOUND", "INVALID_ID")),
     ),
     _spec(
+        "attachments.get",
+        m.AttachmentsGetParams,
+        m.AttachmentsGetResult,
+        "A blob's metadata (kind, trust, provenance, source, run, page/image), deletion state, references.",
+        _codes(_DB_READ, ("NOT_FOUND",)),
+    ),
+    _spec(
         "attachments.estimate",
         m.AttachmentsEstimateParams,
         m.AttachmentsEstimate,

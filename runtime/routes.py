@@ -178,6 +178,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "attachments.put":             on_host(attachments.put),
     "attachments.importFile":      on_host(attachments.import_file),
     "attachments.ref":             in_writer(attachments.ref),
+    "attachments.get":             from_reads(attachments.get),
     "attachments.estimate":        from_reads(attachments.estimate),
     "attachments.gc":              on_host(attachments.gc),
     # scheduled tasks

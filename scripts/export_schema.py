@@ -850,6 +850,17 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"sha256": "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae", "sessionId": "s_4f2a",
          "messageId": "m_1", "created": True},
     ),
+    "attachments.get": (
+        {"sha256": "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"},
+        {"ref": "attachments/2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae",
+         "sha256": "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae", "size": 8,
+         "mimeType": "image/png", "kind": "screenshot", "trust": "user", "provenance": "capture",
+         "source": "https://example.org/docs", "runId": "t_9", "meta": {"width": 1280, "height": 800},
+         "createdAt": 1767225600000, "lastUsedAt": 1767229200000, "deletionState": "evicted",
+         "evictedAt": 1767315600000,
+         "references": [{"sessionId": "s_4f2a", "messageId": "m_1", "origin": "transcript", "evicted": True}],
+         "referencesTruncated": False},
+    ),
     "attachments.estimate": (
         {},
         {"usedBytes": 178257920, "budgetBytes": 209715200, "percent": 85.0, "warning": True, "blobs": 41},
