@@ -280,6 +280,13 @@ _SPECS: tuple[MethodSpec, ...] = (
         "Files sessions produced, newest first.",
         _codes(_DB_READ, _PAGED, ("INVALID_ID",)),
     ),
+    _spec(
+        "audit.list",
+        m.AuditListParams,
+        m.AuditListResult,
+        "The audit log (tool_execute, tool_denied, …), newest first; by session, kind and time range.",
+        _codes(_DB_READ, _PAGED, ("INVALID_CURSOR", "INVALID_ID")),
+    ),
     # -- revisions and rewrites --------------------------------------------
     _spec(
         "session.saveActiveRevision",

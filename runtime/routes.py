@@ -32,6 +32,7 @@ from runtime.handlers import (
     approvals,
     artifacts,
     attachments,
+    audit,
     catalog,
     collab,
     compaction,
@@ -145,6 +146,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "notifications.markAllRead":   in_writer(notifications.mark_all_read),
     "notifications.clear":         in_writer(notifications.clear),
     "artifacts.list":              from_reads(artifacts.list_artifacts, barrier=True),
+    "audit.list":                  from_reads(audit.list_audit, barrier=True),
     # the turn queue
     "session.queuePush":           on_session(queue.push),
     "session.queueList":           on_session(queue.list_queue),

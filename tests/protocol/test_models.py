@@ -73,7 +73,7 @@ COLLABORATION_METHODS = {
     "session.verifyEnvironment",
 }  # fmt: skip
 # issue 24: the rest of the spec (attachment metadata; the audit log)
-SPEC_REST_READS = {"attachments.get"}
+SPEC_REST_READS = {"attachments.get", "audit.list"}
 SPEC_REST_METHODS = SPEC_REST_READS
 
 

@@ -142,6 +142,7 @@ READS: dict[str, Read] = {
     "session.turnEnvironment": (EVERYTHING, lambda v: {"turnId": "tr1"}, "test"),
     "notifications.list": (EVERYTHING, lambda v: {}, "test"),
     "artifacts.list": (EVERYTHING, lambda v: {}, "test"),
+    "audit.list": (REQUESTS, lambda v: {"sessionId": v["sid"]}, "test"),
     "session.queueList": (EVERYTHING, lambda v: {"sessionId": v["sid"]}, "test"),
     "session.listRevisions": (EVERYTHING, lambda v: {"sessionId": v["sid"]}, "test"),
     "session.tree": (EVERYTHING, lambda v: {"sessionId": v["sid"]}, "test"),
