@@ -585,8 +585,9 @@ def evicted_marks(conn: sqlite3.Connection, sid: str, first_seq: int, last_seq: 
     """seq → the evicted refs (``attachments/<sha>``) of the session's messages in ``first_seq..last_seq``."""
     out: dict[int, set[str]] = {}
     for seq, sha in conn.execute(
+            # a line whose id another session held is indexed as {sessionId}:{id} (D444): either spelling
             "SELECT m.seq, r.sha256 FROM attachment_refs r JOIN messages m "
-            "ON m.session_id = r.session_id AND m.id = r.message_id "
+            "ON m.session_id = r.session_id AND m.id IN (r.message_id, r.session_id || ':' || r.message_id) "
             "WHERE r.session_id = ? AND r.evicted_at IS NOT NULL AND m.seq BETWEEN ? AND ?",
             (sid, first_seq, last_seq)):
         out.setdefault(int(seq), set()).add(ref_for(sha))
