@@ -82,6 +82,21 @@ _BLOCK_RULES: Mapping[str, tuple[tuple[str, bool, _Check, str], ...]] = MappingP
 
 KNOWN_BLOCK_TYPES: tuple[str, ...] = tuple(_BLOCK_RULES)
 
+INLINE_BYTES_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        # seed 003 §4.7: the block holds metadata and a ref; bytes never enter the transcript
+        "attachment": ("data", "dataBase64", "base64", "bytes"),
+        # a pi-ai image block ({type: "image", data, mimeType}) is the transient base64 form
+        "image": ("data",),
+    }
+)
+"""Keys that would carry a file's bytes inside a block: such a block is refused, never stored."""
+
+UPLOAD_HINT = (
+    "store the bytes first with attachments.put (base64, up to 4 MiB) or attachments.importFile, "
+    'then send an attachment block {"type": "attachment", "kind", "name", "ref": "attachments/<sha256>"}'
+)
+
 
 def required_keys(block_type: str) -> frozenset[str]:
     """Keys the light check requires for a known block type (empty if unknown)."""
@@ -96,6 +111,12 @@ def check_block(block: dict[str, Any]) -> dict[str, Any]:
     block_type = block.get("type")
     if not isinstance(block_type, str) or not block_type:
         raise ValueError('a block must be an object with a non-empty string "type"')
+    inline = INLINE_BYTES_KEYS.get(block_type)
+    if inline is not None:
+        for key in inline:
+            if key in block:
+                raise ValueError(f'{block_type} block: inline "{key}" is refused: attachment bytes never enter '
+                                 f"the transcript; {UPLOAD_HINT}")
     rules = _BLOCK_RULES.get(block_type)
     if rules is None:
         return block
@@ -180,6 +201,10 @@ class AttachmentBlock(_BlockDoc):
     ref: str = Field(description="attachments/<sha256> or an absolute path.")
     mime_type: str | None = None
     size: int | None = Field(default=None, ge=0)
+    evicted: bool | None = Field(
+        default=None,
+        description="Set by the host when reading: the blob was evicted (seed 000 §2.3); never sent by clients.",
+    )
 
 
 class HostedSearchSource(_BlockDoc):

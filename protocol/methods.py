@@ -287,6 +287,13 @@ _SPECS: tuple[MethodSpec, ...] = (
         "Files sessions produced, newest first.",
         _codes(_DB_READ, _PAGED, ("INVALID_ID",)),
     ),
+    _spec(
+        "audit.list",
+        m.AuditListParams,
+        m.AuditListResult,
+        "The audit log (tool_execute, tool_denied, …), newest first; by session, kind and time range.",
+        _codes(_DB_READ, _PAGED, ("INVALID_CURSOR", "INVALID_ID")),
+    ),
     # -- revisions and rewrites --------------------------------------------
     _spec(
         "session.saveActiveRevision",
@@ -430,6 +437,13 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.AttachmentsRefResult,
         "Record that a session (message) references a stored blob.",
         _codes(_DB_WRITE, ("NOT_FOUND", "SESSION_NOT_FOUND", "INVALID_ID")),
+    ),
+    _spec(
+        "attachments.get",
+        m.AttachmentsGetParams,
+        m.AttachmentsGetResult,
+        "A blob's metadata (kind, trust, provenance, source, run, page/image), deletion state, references.",
+        _codes(_DB_READ, ("NOT_FOUND",)),
     ),
     _spec(
         "attachments.estimate",

@@ -16,7 +16,7 @@ and its storage (``store/<capability>.py``) where those exist:
 * :mod:`protocol.models_revisions` regenerate branches and rewrites
 * :mod:`protocol.models_compaction`, ``models_fork``, ``models_tombstones``, ``models_context``
 * :mod:`protocol.models_subscriptions` events.subscribe; :mod:`protocol.models_events` event payloads
-* :mod:`protocol.models_artifacts`, ``models_search``, ``models_settings``
+* :mod:`protocol.models_artifacts`, ``models_audit``, ``models_search``, ``models_settings``
 * :mod:`protocol.models_secrets`, ``models_attachments``, ``models_tasks``, ``models_plans``, ``models_projects``
 * :mod:`protocol.models_usage` token and cost rollups
 * :mod:`protocol.models_collab` the session collaboration ledger
@@ -37,6 +37,8 @@ from .models_artifacts import *  # noqa: F403 - re-export facade; __all__ below 
 from .models_artifacts import __all__ as _artifacts_all
 from .models_attachments import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_attachments import __all__ as _attachments_all
+from .models_audit import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_audit import __all__ as _audit_all
 from .models_catalog import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_catalog import __all__ as _catalog_all
 from .models_collab import *  # noqa: F403 - re-export facade; __all__ below lists every name
@@ -114,6 +116,7 @@ __all__ = [
     *_appends_all,
     *_approvals_all,
     *_artifacts_all,
+    *_audit_all,
     *_attachments_all,
     *_collab_all,
     *_compaction_all,

@@ -25,7 +25,10 @@ class ArtifactsListParams(Params):
 
 class Artifact(Result):
     session_id: SessionId
-    path: str
+    path: str = Field(
+        description="Absolute, workspace-resolved: a tool's relative path joined to the session's project root "
+        "by session.resolvePath's rule. Writes that resolve into the session's scratch directory are not listed."
+    )
     op: ArtifactOp
     turn_id: str | None = None
     updated_at: TimestampMs

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints
+import orjson
+from pydantic import Field, StringConstraints, field_validator
 
 from .models_common import (
     Count,
@@ -13,6 +14,7 @@ from .models_common import (
     Params,
     Result,
     SessionId,
+    TimestampMs,
     WireId,
 )
 
@@ -25,7 +27,42 @@ MimeType = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 FileName = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 
 
-class AttachmentsPutParams(MutatingParams):
+BlobKind = Literal["image", "file", "screenshot", "pageSnapshot", "pageText"]
+ShortLabel = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+SourceText = Annotated[str, StringConstraints(min_length=1, max_length=2048)]
+MAX_BLOB_META_BYTES = 4096
+DeletionState = Literal["live", "evicting", "evicted"]
+RefOrigin = Literal["client", "transcript", "revision", "checkpoint", "queue"]
+
+
+class BlobMetadata(MutatingParams):
+    """Seed 000 §2.3: what a blob is and where it came from. The first writer's values stay."""
+
+    kind: BlobKind | None = None
+    trust: ShortLabel | None = Field(
+        default=None, description='Who vouches for the content, e.g. "user" or "untrusted" (a page, a tool).'
+    )
+    provenance: ShortLabel | None = Field(
+        default=None, description='How it was obtained, e.g. "upload", "capture", "tool".'
+    )
+    source: SourceText | None = Field(default=None, description="Where it came from: a URL, a path, a tool name.")
+    run_id: WireId | None = Field(default=None, description="The run (turn) that produced it.")
+    meta: dict[str, Any] | None = Field(
+        default=None,
+        description="Page metadata (url, title, …) or image metadata (width, height, …); "
+        f"at most {MAX_BLOB_META_BYTES} bytes as JSON.",
+    )
+
+    @field_validator("meta")
+    @classmethod
+    def _bounded_meta(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            if len(orjson.dumps(value)) > MAX_BLOB_META_BYTES:
+                raise ValueError(f"meta is larger than {MAX_BLOB_META_BYTES} bytes as JSON")
+        return value
+
+
+class AttachmentsPutParams(BlobMetadata):
     name: FileName
     mime_type: MimeType
     data_base64: str = Field(
@@ -34,7 +71,7 @@ class AttachmentsPutParams(MutatingParams):
     )
 
 
-class AttachmentsImportParams(MutatingParams):
+class AttachmentsImportParams(BlobMetadata):
     path: FsPath = Field(
         description="Absolute path of a regular file under an allowed folder: the session's project "
         "(with sessionId), the data directory's scratch/, or a folder the host was configured with "
@@ -53,6 +90,36 @@ class AttachmentBlob(Result):
     size: Count
     name: str | None = None
     mime_type: str | None = None
+
+
+class AttachmentsGetParams(Params):
+    sha256: Sha256
+
+
+class AttachmentReference(Result):
+    session_id: SessionId
+    message_id: str | None = Field(default=None, description="The message (or queue entry) holding the block.")
+    origin: RefOrigin = Field(description="client (attachments.ref) or where the GC found it.")
+    evicted: bool = Field(description="Marked when the blob was evicted (before its bytes were deleted).")
+
+
+class AttachmentsGetResult(Result):
+    ref: str = Field(description="attachments/<sha256>")
+    sha256: Sha256
+    size: Count
+    mime_type: str | None = None
+    kind: BlobKind | None = None
+    trust: str | None = None
+    provenance: str | None = None
+    source: str | None = None
+    run_id: str | None = None
+    meta: dict[str, Any] | None = None
+    created_at: TimestampMs
+    last_used_at: TimestampMs
+    deletion_state: DeletionState = Field(description="live | evicting (bytes being deleted) | evicted (tombstone).")
+    evicted_at: TimestampMs | None = None
+    references: list[AttachmentReference] = Field(description="At most 200, by session and message.")
+    references_truncated: bool
 
 
 class AttachmentsRefParams(MutatingParams):
@@ -95,6 +162,11 @@ class AttachmentsGcResult(Result):
 
 __all__ = [
     "AttachmentBlob",
+    "AttachmentReference",
+    "AttachmentsGetParams",
+    "AttachmentsGetResult",
+    "BlobKind",
+    "BlobMetadata",
     "AttachmentsEstimate",
     "AttachmentsEstimateParams",
     "AttachmentsGcParams",

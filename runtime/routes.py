@@ -32,6 +32,7 @@ from runtime.handlers import (
     approvals,
     artifacts,
     attachments,
+    audit,
     catalog,
     collab,
     compaction,
@@ -147,6 +148,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "notifications.markAllRead":   in_writer(notifications.mark_all_read),
     "notifications.clear":         in_writer(notifications.clear),
     "artifacts.list":              from_reads(artifacts.list_artifacts, barrier=True),
+    "audit.list":                  from_reads(audit.list_audit, barrier=True),
     # the turn queue
     "session.queuePush":           on_session(queue.push),
     "session.queueList":           on_session(queue.list_queue),
@@ -180,6 +182,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "attachments.put":             on_host(attachments.put),
     "attachments.importFile":      on_host(attachments.import_file),
     "attachments.ref":             in_writer(attachments.ref),
+    "attachments.get":             from_reads(attachments.get),
     "attachments.estimate":        from_reads(attachments.estimate),
     "attachments.gc":              on_host(attachments.gc),
     # scheduled tasks

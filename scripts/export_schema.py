@@ -838,6 +838,13 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"secrets": [{"ref": "provider/anthropic", "ownerKind": "provider", "ownerId": "anthropic",
                       "kind": "api_key", "backend": "file_fallback", "updatedAt": 1785056400000}]},
     ),
+    "audit.list": (
+        {"sessionId": "s_4f2a", "kind": "tool_denied", "since": 1767225600000, "limit": 1},
+        {"entries": [{"id": 812, "ts": 1767229200000, "kind": "tool_denied", "sessionId": "s_4f2a",
+                      "payload": {"requestId": "apr_7", "tool": "Bash", "by": "user", "turnId": "t_9",
+                                  "toolCallId": "call_3", "optionId": "deny"}}],
+         "nextCursor": "WzIsImF1ZGl0IiwiOWIyZiIsWzE3NjcyMjkyMDAwMDAsODEyXV0"},
+    ),
     "attachments.put": (
         {"name": "diagram.png", "mimeType": "image/png", "dataBase64": "iVBORw0KGgo=", "submissionId": "att-1"},
         {"ref": "attachments/2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae",
@@ -855,6 +862,17 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
          "messageId": "m_1"},
         {"sha256": "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae", "sessionId": "s_4f2a",
          "messageId": "m_1", "created": True},
+    ),
+    "attachments.get": (
+        {"sha256": "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"},
+        {"ref": "attachments/2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae",
+         "sha256": "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae", "size": 8,
+         "mimeType": "image/png", "kind": "screenshot", "trust": "user", "provenance": "capture",
+         "source": "https://example.org/docs", "runId": "t_9", "meta": {"width": 1280, "height": 800},
+         "createdAt": 1767225600000, "lastUsedAt": 1767229200000, "deletionState": "evicted",
+         "evictedAt": 1767315600000,
+         "references": [{"sessionId": "s_4f2a", "messageId": "m_1", "origin": "transcript", "evicted": True}],
+         "referencesTruncated": False},
     ),
     "attachments.estimate": (
         {},

@@ -43,7 +43,7 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from store import receipts
+from store import audit, receipts
 from store.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from store.indexing.sql_lists import in_chunks
 from store.jsonio import loads_line
@@ -539,6 +539,9 @@ def apply_recorded_decisions(conn: sqlite3.Connection, transcript_of: Callable[[
                     option_id=rec.get("optionId") if kind == "approval" else None,
                     answer=rec.get("answer") if kind == "interaction" else None,
                     responder=str(rec.get("respondedBy") or rec.get("by")), now_ms=at)
+            if kind == "approval" and status == "denied":  # the audit row the crash kept from landing
+                audit.record_denied(conn, row, by=str(rec.get("by") or "user"), now_ms=at,
+                                    rule_id=rec.get("ruleId"), option_id=rec.get("optionId"))
             remember = rec.get("remember")
             if kind == "approval" and remember in ("session", "project", "global"):
                 project = conn.execute("SELECT project_id FROM sessions WHERE id = ?", (sid,)).fetchone()

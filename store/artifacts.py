@@ -6,8 +6,16 @@ status ok/success and a path in ``args.path``/``args.file_path`` — upserts
 ``artifacts(session_id, path, op, turn_id, updated_at)`` and appends one
 ``audit_log`` row of kind ``tool_execute``. :func:`record_effects` is called
 by ``store.indexing.index.index_messages`` so both land in the same transaction as the
-result's index row. Paths inside the session's scratch directory are not
-artifacts (they are still audited).
+result's index row.
+
+Paths are stored **absolute and workspace-resolved** (seed 003 §4.10: ``path
+-- absolute, workspace-resolved``) by the rule ``session.resolvePath`` uses
+(:func:`store.workspace.resolve_under`): a relative path joins the session's
+project root and is folded lexically, backslashes become ``/``. A relative path in
+a session without a project root names no workspace file: it is audited, not
+listed. The scratch exclusion is applied **after** resolution, so a relative
+path that lands in the session's scratch directory (``../scratch/<sid>/x``)
+is excluded like an absolute one (audited, not listed).
 """
 
 from __future__ import annotations
@@ -99,6 +107,30 @@ def _inside(path: str, directory: str | None) -> bool:
     return norm == directory or norm.startswith(directory + os.sep)
 
 
+def session_root(conn: sqlite3.Connection, session_id: str) -> str | None:
+    """The session's project root (``session.resolvePath``'s ``root``), if it has one."""
+    row = conn.execute("SELECT p.path FROM sessions s JOIN projects p ON p.id = s.project_id WHERE s.id = ?",
+                       (session_id,)).fetchone()
+    return str(row[0]) if row is not None and row[0] else None
+
+
+def resolve_path(root: str | None, path: str) -> str | None:
+    """``path`` absolute and workspace-resolved against ``root`` (None: it names no workspace file)."""
+    # imported here: store.workspace imports the index, which imports this module
+    from store.workspace import resolve_under
+
+    if "\x00" in path:
+        return None
+    if root:
+        resolved, _inside_root = resolve_under(root, path)
+        return resolved
+    p = path.replace("\\", "/")
+    if not (p.startswith("/") or (len(p) > 2 and p[1] == ":" and p[2] == "/" and p[0].isalpha())):
+        return None
+    resolved, _ = resolve_under("/", p)
+    return resolved
+
+
 def record_effects(
     conn: sqlite3.Connection,
     session_id: str,
@@ -119,9 +151,11 @@ def record_effects(
         return 0
     scratch = scratch if scratch is not None else scratch_dir(conn, session_id)
     scratch = os.path.normpath(scratch) if scratch else None
+    root = session_root(conn, session_id)
     written = 0
     for effect in found:
-        kept = [(p, op) for p, op in effect.effects if not _inside(p, scratch)]
+        resolved = [(p, resolve_path(root, p), op) for p, op in effect.effects]
+        kept = [(r, op) for _, r, op in resolved if r is not None and not _inside(r, scratch)]
         for path, op in kept:
             if audit:
                 conn.execute(
@@ -138,13 +172,19 @@ def record_effects(
             written += 1
         if audit:
             payload = {"tool": effect.tool, "callId": effect.call_id, "messageId": record.get("id"),
-                       "turnId": turn_id,
-                       "effects": [{"path": p, "op": op, "artifact": (p, op) in kept} for p, op in effect.effects]}
+                       "turnId": turn_id, "effects": [_audited(p, r, op, (r, op) in kept) for p, r, op in resolved]}
             conn.execute(
                 "INSERT INTO audit_log(ts, kind, session_id, payload_json) VALUES (?, 'tool_execute', ?, ?)",
                 (now_ms, session_id, orjson.dumps(payload).decode()),
             )
     return written
+
+
+def _audited(sent: str, resolved: str | None, op: str, artifact: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"path": resolved if resolved is not None else sent, "op": op, "artifact": artifact}
+    if resolved != sent:
+        out["requested"] = sent
+    return out
 
 
 def list_artifacts(

@@ -1,25 +1,44 @@
-"""Content-addressed attachment blobs and their budget (seed 000 §2.3, §5).
+"""Content-addressed attachment blobs, their metadata and their budget (seed 000 §2.3, §5; seed 003 §4.7, §8).
 
 Bytes live in ``attachments/<sha256>`` (the name *is* the content hash, so a
 second put of the same bytes writes nothing); ``attachment_blobs`` has one row
-per blob (size, MIME type, last use, eviction mark) and ``attachment_refs``
-records which session/message references it.
+per blob: size, MIME type, last use, the seed 000 §2.3 metadata (kind, trust,
+provenance, source, run reference, page/image metadata) and its deletion state
+(``live`` → ``evicting`` → ``evicted``; an evicted blob keeps its row as a
+tombstone, so what referred to it can say so). ``attachment_refs`` records
+which session/message references a blob: references a client made
+(``attachments.ref``, origin ``client``) and references the GC derived from the
+session files and the queue (origin ``transcript``, ``revision``,
+``checkpoint``, ``queue``: :func:`scan_references`).
+
+Transcript lines never hold the bytes: an attachment block carries metadata and
+``ref: "attachments/<sha256>"`` (``protocol.blocks`` refuses inline data).
 
 Budget eviction (default 200 MB, the app settings' ``attachmentBudgetBytes`` overrides)
 removes the least recently used blobs **not referenced by the active session**
-until usage is back under the budget, in three durable steps:
+until usage is back under the budget, in durable steps:
 
-1. one transaction marks the victims (``marked_for_eviction = 1``) and deletes
-   their references, so from here on nothing refers to them;
+0. the session files and queue entries are scanned for references (outside
+   any transaction), and the derived references are brought up to date in the
+   same transaction as step 1 (so the active session's blocks protect their
+   blobs even when no client called ``attachments.ref``);
+1. one transaction marks the victims (``deletion_state = 'evicting'``) and
+   **marks every reference to them** (``attachment_refs.evicted_at``): from
+   here on every block that referred to them reads back ``"evicted": true``
+   (:func:`evicted_marks`, the ``session.get`` projection; the transcript
+   itself is never rewritten, seed 003 §8);
+   1b. the tails the files grew by since step 0 are scanned again, and any new
+   block referring to a victim is recorded, marked (one more transaction);
 2. the bytes are unlinked (directory fsynced);
-3. one transaction deletes the marked rows.
+3. one transaction turns the marked rows into tombstones (``evicted``).
 
-A crash after 1 leaves marked rows that every later GC finishes first (a marked
-blob counts as gone: no new reference can be made to it); a crash in 2 or 3
-leaves rows without bytes that are likewise marked. A reference therefore
-never points at missing bytes. Writers (put/import/ref/gc) are serialized by
-the caller (one lock per host), so a put of the same content cannot race an
-eviction of it.
+A crash after 1 leaves ``evicting`` rows that every later GC finishes first (a
+marked blob counts as gone: no new reference can be made to it); a crash in 2
+or 3 leaves rows without bytes that are likewise marked. A reference therefore
+never points at missing bytes unmarked. Writers (put/import/ref/gc) are
+serialized by the caller (one lock per host), so a put of the same content
+cannot race an eviction of it; a re-put of an evicted blob's bytes revives it
+(and clears its references' marks).
 
 Synchronous: file functions run in a worker thread, SQL functions inside a DB
 writer / reader call.
@@ -32,10 +51,10 @@ import os
 import re
 import secrets
 import sqlite3
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
@@ -45,7 +64,14 @@ from store.fsutil import TEMP_MARKER, fsync_dir, open_nofollow, remove_file_dura
 from store.safe_open import check_path, is_under, open_under
 
 __all__ = [
+    "BLOB_KINDS",
+    "BlobMeta",
     "DEFAULT_BUDGET_BYTES",
+    "REF_ORIGINS",
+    "Scan",
+    "evicted_marks",
+    "mark_evicted",
+    "scan_references",
     "MAX_PUT_BYTES",
     "WARN_FRACTION",
     "AttachmentFiles",
@@ -67,6 +93,12 @@ WARN_FRACTION = 0.8
 BUDGET_SETTING = ("app", "attachmentBudgetBytes")
 _CHUNK = 1 << 20
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+_QUOTED_REF_RE = re.compile(rb'"attachments/([0-9a-f]{64})"')
+REF_PREFIX = "attachments/"
+BLOB_KINDS = ("image", "file", "screenshot", "pageSnapshot", "pageText")
+"""Seed 000 §2: file, image, screenshot, page snapshot and page text blobs."""
+REF_ORIGINS = ("client", "transcript", "revision", "checkpoint", "queue")
+DELETION_STATES = ("live", "evicting", "evicted")
 T = TypeVar("T")
 
 
@@ -214,31 +246,97 @@ def budget_bytes(conn: sqlite3.Connection, default: int = DEFAULT_BUDGET_BYTES) 
     return default
 
 
-def record_blob(conn: sqlite3.Connection, sha: str, size: int, mime_type: str | None, now_ms: int) -> None:
-    """Upsert the blob row (a re-put refreshes ``last_used_at`` and clears an eviction mark)."""
+@dataclass(frozen=True, slots=True)
+class BlobMeta:
+    """Seed 000 §2.3: what a blob is and where it came from (all optional; the first writer's values stay)."""
+
+    kind: str | None = None
+    """``image`` | ``file`` | ``screenshot`` | ``pageSnapshot`` | ``pageText``."""
+    trust: str | None = None
+    """Who vouches for the content, e.g. ``user`` (the user attached it) or ``untrusted`` (a page or tool)."""
+    provenance: str | None = None
+    """How it was obtained, e.g. ``upload``, ``import``, ``capture``, ``tool``."""
+    source: str | None = None
+    """Where it came from: a URL, a path or a tool name."""
+    run_id: str | None = None
+    """The run (turn) that produced it."""
+    meta: Mapping[str, Any] | None = None
+    """Page metadata (url, title, …) or image metadata (width, height, …)."""
+
+
+NO_META = BlobMeta()
+
+
+def record_blob(conn: sqlite3.Connection, sha: str, size: int, mime_type: str | None, now_ms: int,
+                meta: BlobMeta = NO_META) -> None:
+    """Upsert the blob row: a re-put refreshes ``last_used_at``, fills metadata the row lacks, and revives
+    a blob that was being or had been evicted (its bytes are back, so its references resolve again)."""
+    meta_json = orjson.dumps(dict(meta.meta)).decode() if meta.meta is not None else None
+    revived = conn.execute("SELECT 1 FROM attachment_blobs WHERE sha256 = ? AND deletion_state != 'live'",
+                           (sha,)).fetchone() is not None
     conn.execute(
-        "INSERT INTO attachment_blobs(sha256, size_bytes, mime_type, created_at, last_used_at) "
-        "VALUES (?, ?, ?, ?, ?) ON CONFLICT(sha256) DO UPDATE SET last_used_at = excluded.last_used_at, "
+        "INSERT INTO attachment_blobs(sha256, size_bytes, mime_type, created_at, last_used_at, kind, trust, "
+        "provenance, source, run_id, meta_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT(sha256) DO UPDATE SET last_used_at = excluded.last_used_at, "
         "size_bytes = excluded.size_bytes, mime_type = COALESCE(attachment_blobs.mime_type, excluded.mime_type), "
-        "marked_for_eviction = 0",
-        (sha, size, mime_type, now_ms, now_ms),
+        "kind = COALESCE(attachment_blobs.kind, excluded.kind), "
+        "trust = COALESCE(attachment_blobs.trust, excluded.trust), "
+        "provenance = COALESCE(attachment_blobs.provenance, excluded.provenance), "
+        "source = COALESCE(attachment_blobs.source, excluded.source), "
+        "run_id = COALESCE(attachment_blobs.run_id, excluded.run_id), "
+        "meta_json = COALESCE(attachment_blobs.meta_json, excluded.meta_json), "
+        "marked_for_eviction = 0, deletion_state = 'live', evicted_at = NULL",
+        (sha, size, mime_type, now_ms, now_ms, meta.kind, meta.trust, meta.provenance, meta.source, meta.run_id,
+         meta_json),
     )
+    if revived:
+        conn.execute("UPDATE attachment_refs SET evicted_at = NULL WHERE sha256 = ?", (sha,))
+
+
+_BLOB_COLUMNS = ("sha256, size_bytes, mime_type, created_at, last_used_at, marked_for_eviction, kind, trust, "
+                 "provenance, source, run_id, meta_json, deletion_state, evicted_at")
 
 
 def blob_row(conn: sqlite3.Connection, sha: str) -> dict[str, object] | None:
-    row = conn.execute(
-        "SELECT sha256, size_bytes, mime_type, created_at, last_used_at, marked_for_eviction "
-        "FROM attachment_blobs WHERE sha256 = ?", (sha,)).fetchone()
+    row = conn.execute(f"SELECT {_BLOB_COLUMNS} FROM attachment_blobs WHERE sha256 = ?", (sha,)).fetchone()
     if row is None:
         return None
     return {"sha256": row[0], "size": row[1], "mimeType": row[2], "createdAt": row[3], "lastUsedAt": row[4],
-            "marked": bool(row[5])}
+            "marked": bool(row[5]), "kind": row[6], "trust": row[7], "provenance": row[8], "source": row[9],
+            "runId": row[10], "meta": orjson.loads(row[11]) if row[11] else None, "deletionState": row[12],
+            "evictedAt": row[13]}
+
+
+def blob_wire(conn: sqlite3.Connection, sha: str) -> dict[str, Any] | None:
+    """``attachments.get``: the row's metadata, its deletion state and its references (None keys left out)."""
+    row = blob_row(conn, validate_sha(sha))
+    if row is None:
+        return None
+    out: dict[str, Any] = {"ref": ref_for(sha)}
+    for key in ("sha256", "size", "mimeType", "kind", "trust", "provenance", "source", "runId", "meta",
+                "createdAt", "lastUsedAt", "deletionState", "evictedAt"):
+        if row[key] is not None:
+            out[key] = row[key]
+    refs = []
+    for sid, mid, origin, evicted_at in conn.execute(
+            "SELECT session_id, message_id, origin, evicted_at FROM attachment_refs WHERE sha256 = ? "
+            "ORDER BY session_id, message_id, origin LIMIT ?", (sha, MAX_LISTED_REFS + 1)):
+        ref: dict[str, Any] = {"sessionId": sid, "origin": origin, "evicted": evicted_at is not None}
+        if mid is not None:
+            ref["messageId"] = mid
+        refs.append(ref)
+    out["references"] = refs[:MAX_LISTED_REFS]
+    out["referencesTruncated"] = len(refs) > MAX_LISTED_REFS
+    return out
+
+
+MAX_LISTED_REFS = 200
 
 
 def record_ref(conn: sqlite3.Connection, sha: str, session_id: str, message_id: str | None, now_ms: int) -> bool:
     """Reference a live blob from a session (message); True if the reference is new."""
     blob = blob_row(conn, validate_sha(sha))
-    if blob is None or blob["marked"]:
+    if blob is None or blob["deletionState"] != "live":
         raise NotFound(f"attachment {sha} not found (never stored or evicted)", data={"sha256": sha})
     if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
         raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
@@ -253,10 +351,12 @@ def record_ref(conn: sqlite3.Connection, sha: str, session_id: str, message_id: 
     return True
 
 
-def refs_of(conn: sqlite3.Connection, sha: str) -> list[tuple[str, str | None]]:
+def refs_of(conn: sqlite3.Connection, sha: str, *, evicted: bool = False) -> list[tuple[str, str | None]]:
+    """The live references of a blob (``evicted=True``: the references eviction marked)."""
+    cond = "IS NOT NULL" if evicted else "IS NULL"
     return [(r[0], r[1]) for r in conn.execute(
-        "SELECT session_id, message_id FROM attachment_refs WHERE sha256 = ? ORDER BY session_id, message_id",
-        (sha,))]
+        "SELECT DISTINCT session_id, message_id FROM attachment_refs WHERE sha256 = ? AND evicted_at "
+        f"{cond} ORDER BY session_id, message_id", (sha,))]
 
 
 @dataclass(frozen=True)
@@ -280,7 +380,7 @@ class Estimate:
 
 def estimate(conn: sqlite3.Connection, budget: int | None = None) -> Estimate:
     used, count = conn.execute(
-        "SELECT COALESCE(SUM(size_bytes), 0), COUNT(*) FROM attachment_blobs WHERE marked_for_eviction = 0"
+        "SELECT COALESCE(SUM(size_bytes), 0), COUNT(*) FROM attachment_blobs WHERE deletion_state = 'live'"
     ).fetchone()
     return Estimate(int(used), budget if budget is not None else budget_bytes(conn), int(count))
 
@@ -292,8 +392,9 @@ def plan_eviction(conn: sqlite3.Connection, budget: int, active_session_id: str 
     if used <= budget:
         return victims
     rows = conn.execute(
-        "SELECT b.sha256, b.size_bytes FROM attachment_blobs b WHERE b.marked_for_eviction = 0 "
-        "AND NOT EXISTS (SELECT 1 FROM attachment_refs r WHERE r.sha256 = b.sha256 AND r.session_id IS ?) "
+        "SELECT b.sha256, b.size_bytes FROM attachment_blobs b WHERE b.deletion_state = 'live' "
+        "AND NOT EXISTS (SELECT 1 FROM attachment_refs r WHERE r.sha256 = b.sha256 AND r.session_id IS ? "
+        "AND r.evicted_at IS NULL) "
         "ORDER BY b.last_used_at, b.created_at, b.sha256",
         (active_session_id,),
     )
@@ -305,36 +406,209 @@ def plan_eviction(conn: sqlite3.Connection, budget: int, active_session_id: str 
     return victims
 
 
-def mark_for_eviction(conn: sqlite3.Connection, shas: Iterable[str]) -> int:
-    """Step 1: mark the blobs and drop every reference to them (one transaction)."""
+def mark_for_eviction(conn: sqlite3.Connection, shas: Iterable[str], now_ms: int = 0) -> int:
+    """Step 1: mark the blobs ``evicting`` and every reference to them evicted (one transaction)."""
     count = 0
     for sha in shas:
-        conn.execute("DELETE FROM attachment_refs WHERE sha256 = ?", (sha,))
+        conn.execute("UPDATE attachment_refs SET evicted_at = ? WHERE sha256 = ? AND evicted_at IS NULL",
+                     (now_ms, sha))
         count += conn.execute(
-            "UPDATE attachment_blobs SET marked_for_eviction = 1 WHERE sha256 = ?", (sha,)).rowcount
+            "UPDATE attachment_blobs SET marked_for_eviction = 1, deletion_state = 'evicting' "
+            "WHERE sha256 = ? AND deletion_state = 'live'", (sha,)).rowcount
     return count
 
 
 def pending_evictions(conn: sqlite3.Connection) -> list[str]:
     return [r[0] for r in conn.execute(
-        "SELECT sha256 FROM attachment_blobs WHERE marked_for_eviction = 1 ORDER BY sha256")]
+        "SELECT sha256 FROM attachment_blobs WHERE deletion_state = 'evicting' ORDER BY sha256")]
 
 
-def finish_eviction(conn: sqlite3.Connection, shas: Iterable[str]) -> int:
-    """Step 3: delete the rows of marked blobs whose bytes are gone."""
+def finish_eviction(conn: sqlite3.Connection, shas: Iterable[str], now_ms: int = 0) -> int:
+    """Step 3: the marked blobs whose bytes are gone become tombstones (``evicted``; the row stays)."""
     return sum(conn.execute(
-        "DELETE FROM attachment_blobs WHERE sha256 = ? AND marked_for_eviction = 1", (sha,)).rowcount
+        "UPDATE attachment_blobs SET deletion_state = 'evicted', evicted_at = ? "
+        "WHERE sha256 = ? AND deletion_state = 'evicting'", (now_ms, sha)).rowcount
         for sha in shas)
 
 
 def known_blobs(conn: sqlite3.Connection) -> set[str]:
-    return {r[0] for r in conn.execute("SELECT sha256 FROM attachment_blobs")}
+    """Blobs whose bytes belong on disk (live, or evicting until step 2 removes them)."""
+    return {r[0] for r in conn.execute("SELECT sha256 FROM attachment_blobs WHERE deletion_state != 'evicted'")}
 
 
 def missing_bytes(conn: sqlite3.Connection, present: set[str]) -> list[str]:
-    """Unmarked rows whose file is gone (a lost blob): they must be marked too."""
-    return [r[0] for r in conn.execute("SELECT sha256 FROM attachment_blobs WHERE marked_for_eviction = 0")
+    """Live rows whose file is gone (a lost blob): they must be marked too."""
+    return [r[0] for r in conn.execute("SELECT sha256 FROM attachment_blobs WHERE deletion_state = 'live'")
             if r[0] not in present]
+
+
+# -- references derived from the session files and the queue (seed 003 §8) ---
+
+Ref = tuple[str, str, "str | None", str]
+"""(sha256, session id, message id, origin)."""
+
+
+@dataclass
+class Scan:
+    """What one scan found, and where each file's complete lines ended (to rescan only what grew)."""
+
+    refs: set[Ref] = field(default_factory=set)
+    ends: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    """file name → (device, inode, offset after its last complete line)."""
+
+
+_FILE_ORIGINS = ((".revisions.jsonl", "revision"), (".inflight.json", "checkpoint"), (".jsonl", "transcript"))
+
+
+def _shas(blob: bytes) -> set[str]:
+    return {m.group(1).decode() for m in _QUOTED_REF_RE.finditer(blob)}
+
+
+def _classify(name: str) -> tuple[str, str] | None:
+    for suffix, origin in _FILE_ORIGINS:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)], origin
+    return None
+
+
+def _lines(fd: int, start: int) -> Iterator[tuple[int, bytes]]:
+    """Complete lines from ``start`` as (offset after the line, line); a torn tail is left for later."""
+    os.lseek(fd, start, os.SEEK_SET)
+    pos, rest = start, b""
+    while chunk := os.read(fd, _CHUNK):
+        rest += chunk
+        *whole, rest = rest.split(b"\n")
+        for line in whole:
+            pos += len(line) + 1
+            yield pos, line
+
+
+def _line_refs(line: bytes, sid: str, origin: str) -> Iterator[Ref]:
+    if b'"attachments/' not in line:
+        return
+    try:
+        rec = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return  # a torn or foreign line: the transcript reader skips it too
+    if not isinstance(rec, dict):
+        return
+    if origin == "checkpoint":
+        rec = rec.get("message") if isinstance(rec.get("message"), dict) else {}
+    messages = rec.get("messages") if origin == "revision" else [rec]
+    for msg in messages if isinstance(messages, list) else ():
+        if not isinstance(msg, dict):
+            continue
+        mid = msg.get("id") if isinstance(msg.get("id"), str) else None
+        for sha in _shas(orjson.dumps(msg) if origin == "revision" else line):
+            yield sha, sid, mid, origin
+
+
+def scan_references(sessions_dir: str | os.PathLike[str], since: Scan | None = None) -> Scan:
+    """Every ``"attachments/<sha>"`` a transcript, revision file or in-flight checkpoint holds, per message.
+
+    With ``since``: only what each file grew by since that scan (a file replaced or shrunk is read whole).
+    Reads line by line, never a whole file at once. Unreadable files are skipped (the doctor reports them).
+    """
+    out = Scan()
+    directory = Path(sessions_dir)
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return out
+    for name in names:
+        kind = _classify(name)
+        if kind is None:
+            continue
+        sid, origin = kind
+        try:
+            fd = open_nofollow(directory / name, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            start = 0
+            prev = since.ends.get(name) if since is not None else None
+            if prev is not None and prev[:2] == (st.st_dev, st.st_ino) and prev[2] <= st.st_size:
+                start = prev[2]
+            end = start
+            if origin == "checkpoint":  # one JSON object, replaced whole
+                blob = os.read(fd, st.st_size + 1) if st.st_size <= MAX_PUT_BYTES * 4 else b""
+                out.refs.update(_line_refs(blob, sid, origin))
+                end = 0
+            else:
+                for after, line in _lines(fd, start):
+                    out.refs.update(_line_refs(line, sid, origin))
+                    end = after
+            out.ends[name] = (st.st_dev, st.st_ino, end)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return out
+
+
+def queue_references(conn: sqlite3.Connection) -> set[Ref]:
+    """References held by queued turns' ``attachments_json`` (seed 003 §4.6b)."""
+    return {(sha, sid, eid, "queue") for eid, sid, blob in conn.execute(
+        "SELECT id, session_id, attachments_json FROM turn_queue WHERE attachments_json LIKE '%attachments/%'")
+        for sha in _shas(blob.encode())}
+
+
+def sync_derived_refs(conn: sqlite3.Connection, found: set[Ref], now_ms: int, *, full: bool) -> int:
+    """Record the derived references of blobs this host knows (a reference to an already evicted blob is
+    recorded marked); with ``full``, derived references no longer found (and not marked) are dropped."""
+    sessions = {r[0] for r in conn.execute("SELECT id FROM sessions")}
+    states = dict(conn.execute("SELECT sha256, deletion_state FROM attachment_blobs").fetchall())
+    keep = {r for r in found if r[1] in sessions and r[0] in states}
+    if full:
+        for sha, sid, mid, origin in conn.execute(
+                "SELECT sha256, session_id, message_id, origin FROM attachment_refs "
+                "WHERE origin != 'client' AND evicted_at IS NULL").fetchall():
+            if (sha, sid, mid, origin) not in keep:
+                conn.execute("DELETE FROM attachment_refs WHERE sha256 = ? AND session_id = ? AND message_id IS ? "
+                             "AND origin = ?", (sha, sid, mid, origin))
+    added = 0
+    for sha, sid, mid, origin in sorted(keep, key=lambda r: (r[0], r[1], r[2] or "", r[3])):
+        evicted_at = None if states[sha] == "live" else now_ms
+        added += conn.execute(
+            "INSERT INTO attachment_refs(sha256, session_id, message_id, origin, evicted_at) "
+            "SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM attachment_refs "
+            "WHERE sha256 = ? AND session_id = ? AND message_id IS ?)",
+            (sha, sid, mid, origin, evicted_at, sha, sid, mid)).rowcount
+    return added
+
+
+# -- the read projection -------------------------------------------------------
+
+
+def evicted_marks(conn: sqlite3.Connection, sid: str, first_seq: int, last_seq: int) -> dict[int, frozenset[str]]:
+    """seq → the evicted refs (``attachments/<sha>``) of the session's messages in ``first_seq..last_seq``."""
+    out: dict[int, set[str]] = {}
+    for seq, sha in conn.execute(
+            # a line whose id another session held is indexed as {sessionId}:{id} (D444): either spelling
+            "SELECT m.seq, r.sha256 FROM attachment_refs r JOIN messages m "
+            "ON m.session_id = r.session_id AND m.id IN (r.message_id, r.session_id || ':' || r.message_id) "
+            "WHERE r.session_id = ? AND r.evicted_at IS NOT NULL AND m.seq BETWEEN ? AND ?",
+            (sid, first_seq, last_seq)):
+        out.setdefault(int(seq), set()).add(ref_for(sha))
+    return {seq: frozenset(refs) for seq, refs in out.items()}
+
+
+def mark_evicted(value: Any, refs: frozenset[str], _depth: int = 0) -> Any:
+    """Mark (in place) every object whose ``ref`` is one of ``refs``: ``"evicted": true``."""
+    if _depth > 64:
+        return value
+    if isinstance(value, dict):
+        if value.get("ref") in refs:
+            value["evicted"] = True
+        for item in value.values():
+            if isinstance(item, (dict, list)):
+                mark_evicted(item, refs, _depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, (dict, list)):
+                mark_evicted(item, refs, _depth + 1)
+    return value
 
 
 class WriteTx(Protocol):
@@ -345,38 +619,47 @@ class WriteTx(Protocol):
 
 def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
             active_session_id: str | None,
-            finalize: Callable[[sqlite3.Connection, dict[str, object]], object] | None = None) -> object:
+            finalize: Callable[[sqlite3.Connection, dict[str, object]], object] | None = None,
+            sessions_dir: str | os.PathLike[str] | None = None, now_ms: int = 0) -> object:
     """Budget eviction + repair, in the durable order described in the module doc.
 
     ``write(fn)`` runs ``fn(conn)`` in one committed transaction (the DB writer
     in the host, a plain ``with conn:`` in tests). Callers serialize it with
-    every other attachment writer. ``finalize(conn, result)`` runs in the last
-    transaction (e.g. to store a command receipt) and its value is returned.
+    every other attachment writer. ``sessions_dir``: where the session files
+    are scanned for references (none: only recorded references count).
+    ``finalize(conn, result)`` runs in the last transaction (e.g. to store a
+    command receipt) and its value is returned.
     """
     faults = files.faults
     present = set(files.blob_names())
+    scan = scan_references(sessions_dir) if sessions_dir is not None else None
 
     def step1(conn: sqlite3.Connection) -> tuple[list[str], list[str], list[str], int]:
+        if scan is not None:
+            sync_derived_refs(conn, scan.refs | queue_references(conn), now_ms, full=True)
         limit = budget if budget is not None else budget_bytes(conn)
         lost = missing_bytes(conn, present)
-        mark_for_eviction(conn, lost)
+        mark_for_eviction(conn, lost, now_ms)
         victims = plan_eviction(conn, limit, active_session_id)
         sizes = {sha: int(size) for sha, size in conn.execute(
-            "SELECT sha256, size_bytes FROM attachment_blobs WHERE marked_for_eviction = 0")}
+            "SELECT sha256, size_bytes FROM attachment_blobs WHERE deletion_state = 'live'")}
         freed = sum(sizes[s] for s in victims)
-        mark_for_eviction(conn, victims)
+        mark_for_eviction(conn, victims, now_ms)
         orphans = sorted(present - known_blobs(conn))
         return victims, pending_evictions(conn), orphans, freed
 
     victims, marked, orphans, freed = write(step1)
     faults.point("attachments.gc.after_mark")
+    if scan is not None and marked:
+        late = scan_references(sessions_dir, since=scan) if sessions_dir is not None else Scan()
+        write(lambda conn: sync_derived_refs(conn, late.refs | queue_references(conn), now_ms, full=False))
     for sha in [*marked, *orphans]:
         files.delete(sha)
         faults.point("attachments.gc.after_unlink")
     result: dict[str, object] = {"evicted": victims, "freedBytes": freed, "orphansRemoved": len(orphans)}
 
     def step3(conn: sqlite3.Connection) -> object:
-        result["finished"] = finish_eviction(conn, marked)
+        result["finished"] = finish_eviction(conn, marked, now_ms)
         return finalize(conn, result) if finalize is not None else result
 
     return write(step3)

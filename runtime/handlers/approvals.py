@@ -24,7 +24,7 @@ from typing import Any
 from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.context import ReadContext, WriterContext
-from store import approvals, turns
+from store import approvals, audit, turns
 from store.approvals import Kind
 from store.errors import Conflict, NotFound
 from store.ids import new_id
@@ -102,6 +102,8 @@ async def request_approval(ctx: SessionContext, p: m.ApprovalsRequestParams, key
             tool=p.tool, args_summary=p.args_summary, risk=p.risk, options=options, requested_by=caller,
             expires_at=p.expires_at, now_ms=now, rule=rule if new_len is not None else None)
         created.append(was_created)
+        if was_created and found["status"] == "denied":  # seed 003 §4.13: in the denial's transaction
+            audit.record_denied(conn, found, by="rule", rule_id=rule["id"] if rule else None, now_ms=now)
         if new_len is not None:
             index.set_index_mark(conn, sid, new_len, epoch)
         out: dict[str, Any] = {"request": found}
@@ -155,6 +157,8 @@ async def _respond(ctx: SessionContext, kind: Kind, request_id: str, option_id: 
         current = approvals.require_pending(conn, kind, request_id, sid, now)
         approvals.resolve(conn, kind, request_id, status=status, option_id=option_id, answer=answer,
                           responder=responder, now_ms=now)
+        if kind == "approval" and status == "denied":  # seed 003 §4.13: in the denial's transaction
+            audit.record_denied(conn, current, by="user", option_id=option_id, now_ms=now)
         if rule_id is not None:
             approvals.upsert_rule(conn, rule_id=rule_id, scope=remember, session_id=sid, project_id=project_id,
                                   tool=current["tool"], decision="allow" if status == "allowed" else "deny",

@@ -20,14 +20,14 @@ import trio
 from protocol import models as m
 from runtime.context import HostContext, ReadContext, WriterContext
 from store import attachments
-from store.errors import InvalidInput, PayloadTooLarge
+from store.errors import InvalidInput, NotFound, PayloadTooLarge
 from store.faults import Faults
 from store.indexing import index
 from store.receipts import ReceiptKey
 
 T = TypeVar("T")
 
-__all__ = ["Blobs", "estimate", "gc", "import_file", "put", "ref"]
+__all__ = ["Blobs", "estimate", "gc", "get", "import_file", "put", "ref"]
 
 SERVICE = "blobs"
 
@@ -54,15 +54,20 @@ def _blob_result(sha: str, size: int, name: str | None, mime: str | None) -> dic
     return out
 
 
+def _meta(p: m.BlobMetadata) -> attachments.BlobMeta:
+    return attachments.BlobMeta(kind=p.kind, trust=p.trust, provenance=p.provenance, source=p.source,
+                                run_id=p.run_id, meta=p.meta)
+
+
 async def _store(ctx: HostContext, write: Callable[[], tuple[str, int]], name: str | None,
-                 mime: str | None) -> Any:
+                 mime: str | None, meta: attachments.BlobMeta) -> Any:
     blobs: Blobs = ctx.services.get(SERVICE)
     async with blobs.lock:
         sha, size = await blobs.run(write)
         now = ctx.now()
 
         def effect(conn: Any) -> Any:
-            attachments.record_blob(conn, sha, size, mime, now)
+            attachments.record_blob(conn, sha, size, mime, now, meta)
             return _blob_result(sha, size, name, mime)
 
         return await ctx.commit(effect)
@@ -77,7 +82,7 @@ async def put(ctx: HostContext, p: m.AttachmentsPutParams, key: ReceiptKey | Non
         raise PayloadTooLarge(f"attachment is larger than {attachments.MAX_PUT_BYTES} bytes; use "
                               "attachments.importFile", data={"field": "dataBase64"})
     blobs: Blobs = ctx.services.get(SERVICE)
-    return await _store(ctx, lambda: blobs.files.put_bytes(data), p.name, p.mime_type)
+    return await _store(ctx, lambda: blobs.files.put_bytes(data), p.name, p.mime_type, _meta(p))
 
 
 async def import_file(ctx: HostContext, p: m.AttachmentsImportParams, key: ReceiptKey | None) -> Any:
@@ -93,7 +98,7 @@ async def import_file(ctx: HostContext, p: m.AttachmentsImportParams, key: Recei
     budget = await ctx.read(attachments.budget_bytes)
     exclude = [str(data_dir.root)]
     return await _store(ctx, lambda: blobs.files.import_file(p.path, max_bytes=budget, roots=roots, exclude=exclude),
-                        p.name, p.mime_type)
+                        p.name, p.mime_type, _meta(p))
 
 
 def ref(ctx: WriterContext, p: m.AttachmentsRefParams, key: ReceiptKey | None) -> Any:
@@ -104,14 +109,25 @@ def ref(ctx: WriterContext, p: m.AttachmentsRefParams, key: ReceiptKey | None) -
     return out
 
 
+def get(ctx: ReadContext, p: m.AttachmentsGetParams) -> Any:
+    """A blob's metadata (seed 000 §2.3), deletion state and references; an evicted blob is a tombstone."""
+    out = attachments.blob_wire(ctx.conn, p.sha256)
+    if out is None:
+        raise NotFound(f"attachment {p.sha256} not found", data={"sha256": p.sha256})
+    return out
+
+
 def estimate(ctx: ReadContext, p: m.AttachmentsEstimateParams) -> Any:
     return attachments.estimate(ctx.conn).to_wire()
 
 
 async def gc(ctx: HostContext, p: m.AttachmentsGcParams, key: ReceiptKey | None) -> Any:
-    """Evict over budget (never the active session's), refs before bytes; repair orphans and lost bytes."""
+    """Evict over budget (never the active session's blocks' blobs), references marked before bytes go;
+    references are derived from the session files and the queue first; repair orphans and lost bytes."""
     blobs: Blobs = ctx.services.get(SERVICE)
     db = ctx.services.db
+    sessions_dir = ctx.services.data_dir.sessions_dir
+    now = ctx.now()
 
     def write(fn: Callable[[Any], Any]) -> Any:
         return trio.from_thread.run(lambda: db.write(fn, durable=True))
@@ -124,4 +140,5 @@ async def gc(ctx: HostContext, p: m.AttachmentsGcParams, key: ReceiptKey | None)
     async with blobs.lock:
         return await blobs.run(lambda: attachments.collect(blobs.files, write, budget=None,
                                                            active_session_id=p.active_session_id,
-                                                           finalize=finalize))
+                                                           finalize=finalize, sessions_dir=sessions_dir,
+                                                           now_ms=now))

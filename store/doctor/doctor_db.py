@@ -194,6 +194,8 @@ def attachments(conn: sqlite3.Connection, paths: DataDirPaths, facts: SessionFac
         report.add("attachments.ref_without_bytes", f"attachments/{sha}", f"referenced by session {sid} "
                    f"(message {mid}) but neither its row nor its bytes exist", Severity.DAMAGED)
     for sha, users in sorted(facts.attachment_refs.items()):
+        if sha in rows and rows[sha][1]:
+            continue  # evicted (or being evicted): its blocks read back marked, nothing is damaged
         if sha not in present and not (directory / sha).exists():
             report.add("attachments.block_without_bytes", f"attachments/{sha}",
                        f"an attachment block in {len(users)} transcript message(s) (first: session {users[0][0]}, "

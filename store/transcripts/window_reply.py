@@ -34,6 +34,7 @@ from typing import Any, Final
 
 import orjson
 
+from store.attachments import mark_evicted
 from store.compaction import normalize_on_read
 from store.errors import CorruptData
 from store.fsutil import open_nofollow
@@ -140,10 +141,14 @@ def _pread_exactly(fd: int, length: int, offset: int, path: str) -> bytes:
 
 def encode_window(path: Path, session: Mapping[str, Any], rows: Sequence[Row], compaction_lines: Sequence[bytes],
                   *, start: int, end: int, total: int, content_limit: int | None,
-                  target_pos: int | None = None) -> tuple[bytes, dict[str, Any] | None]:
-    """The whole ``session.get`` result as JSON, and the projected ``messageAround`` target (if any)."""
+                  target_pos: int | None = None,
+                  evicted: Mapping[int, frozenset[str]] | None = None) -> tuple[bytes, dict[str, Any] | None]:
+    """The whole ``session.get`` result as JSON, and the projected ``messageAround`` target (if any).
+
+    ``evicted``: seq → evicted attachment refs its line holds (``store.attachments.evicted_marks``);
+    those lines take the parsing path and their referring blocks read back marked."""
     pieces: list[Any] = [b'{"session":', orjson.dumps(dict(session)), b',"messages":[']
-    target = _encode_messages(pieces, path, rows, content_limit, target_pos)
+    target = _encode_messages(pieces, path, rows, content_limit, target_pos, evicted or {})
     compactions = [wire_record(normalize_on_read(_loads_or_corrupt(b))) for b in compaction_lines]
     tail = orjson.dumps({
         "compactions": compactions, "messageStart": start, "messageEnd": end,
@@ -160,7 +165,7 @@ def with_field(reply: bytes, key: str, value: Any) -> bytes:
 
 
 def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content_limit: int | None,
-                     target_pos: int | None) -> dict[str, Any] | None:
+                     target_pos: int | None, evicted: Mapping[int, frozenset[str]]) -> dict[str, Any] | None:
     """Append the messages' pieces (comma-separated) to ``pieces``; the projected target, if any."""
     if not rows:
         return None
@@ -185,7 +190,7 @@ def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content
                 pos += length
                 # the fast path: a described line, its bytes intact, shown whole
                 if (wire is not None and not deleted and seq != no_target and (cap is None or length <= cap)
-                        and crc32(view[begin:pos]) == crc):
+                        and seq not in evicted and crc32(view[begin:pos]) == crc):
                     append(view[begin:begin + (wire >> _FLAG_BITS)])
                     if turn is None or wire & _HAS_TURN:
                         append(_SEQ_TAILS[wire & _CLOSE_META] % seq)
@@ -195,6 +200,8 @@ def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content
                 line = bytes(view[begin:pos])
                 rec = project_line(line[:-1] if line.endswith(b"\n") else line, row, content_limit,
                                    target=seq == no_target)
+                if seq in evicted:
+                    mark_evicted(rec, evicted[seq])
                 if seq == no_target:
                     target = rec
                 append(orjson.dumps(rec) + b",")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from store import approvals, session_state
+from store import approvals, attachments, session_state
 from store.errors import PayloadTooLarge
 from store.indexing import index
 from store.indexing.reconcile import plan_reconcile
@@ -144,8 +144,10 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
     # the summary's derived fields as this snapshot has them, not as the actor cached them
     summary = {k: v for k, v in index.public_session(session).items() if k not in session_state.DERIVED}
     summary.update(session_state.projections(conn, {sid: str(session.get("mode") or "agent")})[sid])
+    evicted = attachments.evicted_marks(conn, sid, rows[0][0], rows[-1][0]) if rows else None
     w.reply, w.target = encode_window(path, summary, rows, lines, start=w.start, end=w.end,
-                                      total=total, content_limit=req.content_limit, target_pos=w.target_pos)
+                                      total=total, content_limit=req.content_limit, target_pos=w.target_pos,
+                                      evicted=evicted)
     turns = {r[4] for r in rows if r[4] is not None}
     if w.end >= total:  # the newest window: also the turns that have no row yet (asked before replying)
         turns.update(r[0] for r in conn.execute(

@@ -56,6 +56,7 @@ from store.upgrade.schema import (
     DDL_V22,
     DDL_V23,
     DDL_V24,
+    DDL_V25,
     MAX_SEQ,
     MID_SEQ_BITS,
     SCHEMA_VERSION,
@@ -67,6 +68,7 @@ from store.upgrade.schema import (
     V23_ADDITIONS,
     V24_ADDITIONS,
     V25_ADDITIONS,
+    V26_ADDITIONS,
     apply_schema,
     hazard_sql,
     searchable_sql,
@@ -213,6 +215,13 @@ def _v25_wire_columns(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _v26_attachment_metadata(conn: sqlite3.Connection) -> None:
+    for statement in V26_ADDITIONS:
+        conn.execute(statement)
+    # rows marked by an older build's eviction are mid-eviction: the next GC finishes them
+    conn.execute("UPDATE attachment_blobs SET deletion_state = 'evicting' WHERE marked_for_eviction = 1")
+
+
 def _v20_from_seed(conn: sqlite3.Connection) -> None:
     """Seed v19 → our v20: every table to its v20 definition, every row kept.
 
@@ -271,8 +280,15 @@ STEPS: tuple[MigrationStep, ...] = (
         destructive=False,
         apply=_v25_wire_columns,
     ),
+    MigrationStep(
+        to_version=26,
+        description="attachment metadata (kind, trust, provenance, source, run, page/image), deletion state, "
+                    "reference origin and eviction marks",
+        destructive=False,
+        apply=_v26_attachment_metadata,
+    ),
 )
-"""This host's own steps, 20 → 21 → 22 → 23 → 24 → 25 (immutable on purpose)."""
+"""This host's own steps, 20 → 21 → … → 26 (immutable on purpose)."""
 
 
 def seed_steps(platform: str | None = None) -> tuple[MigrationStep, ...]:
@@ -309,8 +325,8 @@ def chain_steps(platform: str | None = None) -> tuple[MigrationStep, ...]:
 
 
 def ddl_for_version(version: int) -> tuple[str, ...]:
-    """The DDL of a layout this build knows exactly (20 … 24 and ``SCHEMA_VERSION``)."""
-    known = {20: DDL_V20, 21: DDL_V21, 22: DDL_V22, 23: DDL_V23, 24: DDL_V24, SCHEMA_VERSION: DDL}
+    """The DDL of a layout this build knows exactly (20 … 25 and ``SCHEMA_VERSION``)."""
+    known = {20: DDL_V20, 21: DDL_V21, 22: DDL_V22, 23: DDL_V23, 24: DDL_V24, 25: DDL_V25, SCHEMA_VERSION: DDL}
     if version not in known:
         raise ValueError(f"no DDL kept for schema version {version} (known: {', '.join(map(str, known))})")
     return known[version]

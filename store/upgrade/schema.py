@@ -36,6 +36,14 @@ Version history kept here (older layouts are archived, never migrated; see
   ``session.get`` reply sends as they are, and the line's CRC-32, so a window
   reply reuses the line's bytes without parsing or scanning them
   (``store/transcripts/window_reply.py``).
+* v26 — attachment metadata and deletion state (additive; seed 000 §2.3):
+  ``attachment_blobs`` gains ``kind``, ``trust``, ``provenance``, ``source``,
+  ``run_id`` (the run/turn that produced it), ``meta_json`` (page or image
+  metadata), ``deletion_state`` (``live`` | ``evicting`` | ``evicted``: an
+  evicted blob keeps its row as a tombstone) and ``evicted_at``;
+  ``attachment_refs`` gains ``origin`` (``client`` or where a GC scan found
+  it: ``transcript`` | ``revision`` | ``checkpoint`` | ``queue``) and
+  ``evicted_at`` (the reference was marked before the bytes went).
 """
 
 from __future__ import annotations
@@ -45,7 +53,7 @@ from collections.abc import Sequence
 
 from store.search.search_text import TRIGRAM_TEXT_HAZARDS
 
-SCHEMA_VERSION = 25
+SCHEMA_VERSION = 26
 
 # --- seed §4.1 – §4.5 -------------------------------------------------------
 
@@ -822,7 +830,27 @@ V25_ADDITIONS: tuple[str, ...] = (
 )
 """What the v24→v25 step adds (nullable columns: older rows take the parsing path)."""
 
-DDL: tuple[str, ...] = DDL_V24 + V25_ADDITIONS
+DDL_V25: tuple[str, ...] = DDL_V24 + V25_ADDITIONS
+"""The v25 layout."""
+
+V26_ADDITIONS: tuple[str, ...] = (
+    "ALTER TABLE attachment_blobs ADD COLUMN kind TEXT",
+    "ALTER TABLE attachment_blobs ADD COLUMN trust TEXT",
+    "ALTER TABLE attachment_blobs ADD COLUMN provenance TEXT",
+    "ALTER TABLE attachment_blobs ADD COLUMN source TEXT",
+    "ALTER TABLE attachment_blobs ADD COLUMN run_id TEXT",
+    "ALTER TABLE attachment_blobs ADD COLUMN meta_json TEXT",
+    "ALTER TABLE attachment_blobs ADD COLUMN deletion_state TEXT NOT NULL DEFAULT 'live' "
+    "CHECK (deletion_state IN ('live', 'evicting', 'evicted'))",
+    "ALTER TABLE attachment_blobs ADD COLUMN evicted_at INTEGER",
+    "ALTER TABLE attachment_refs ADD COLUMN origin TEXT NOT NULL DEFAULT 'client'",
+    "ALTER TABLE attachment_refs ADD COLUMN evicted_at INTEGER",
+    "CREATE INDEX idx_attachment_refs_evicted ON attachment_refs(session_id, message_id) "
+    "WHERE evicted_at IS NOT NULL",
+)
+"""What the v25→v26 step adds (nullable or defaulted columns, a partial index: additive)."""
+
+DDL: tuple[str, ...] = DDL_V25 + V26_ADDITIONS
 """The full current DDL (``SCHEMA_VERSION``), in creation order."""
 
 

@@ -1,5 +1,5 @@
 """Attachments: content addressing, budget eviction order, active-session protection,
-references dropped before bytes (a crash between never leaves a dangling reference)."""
+references marked before bytes go (a crash between never leaves an unmarked reference to missing bytes)."""
 
 from __future__ import annotations
 
@@ -33,8 +33,9 @@ def put(conn: sqlite3.Connection, f: a.AttachmentFiles, data: bytes, at: int) ->
 
 
 def dangling(conn: sqlite3.Connection, f: a.AttachmentFiles) -> list[str]:
-    """References whose bytes are missing (must always be empty)."""
-    return [sha for (sha,) in conn.execute("SELECT DISTINCT sha256 FROM attachment_refs") if not f.exists(sha)]
+    """Unmarked references whose bytes are missing (must always be empty)."""
+    return [sha for (sha,) in conn.execute("SELECT DISTINCT sha256 FROM attachment_refs WHERE evicted_at IS NULL")
+            if not f.exists(sha)]
 
 
 def test_put_is_content_addressed_and_deduplicated(tmp_path: Path, conn: sqlite3.Connection) -> None:
@@ -100,7 +101,8 @@ def test_budget_eviction_is_lru_and_spares_the_active_session(tmp_path: Path, co
     assert out["freedBytes"] == 300
     assert f.blob_names() == sorted([blobs[0], blobs[4], blobs[5]])
     assert a.estimate(conn, 350).used_bytes == 300
-    assert a.refs_of(conn, blobs[1]) == []  # the other session's reference went with it
+    assert a.refs_of(conn, blobs[1]) == []  # the other session's reference is marked evicted
+    assert a.refs_of(conn, blobs[1], evicted=True) == [("other", "m1")]
     assert a.refs_of(conn, blobs[0]) == [("active", "m0")]
     assert dangling(conn, f) == []
     # under budget: nothing more to do
@@ -136,7 +138,8 @@ def test_crash_between_marking_and_deleting_leaves_no_dangling_reference(
     assert dangling(conn, f) == []
     marked = a.pending_evictions(conn)
     assert len(marked) == 3
-    assert all(a.refs_of(conn, sha) == [] for sha in marked)
+    assert all(a.refs_of(conn, sha) == [] for sha in marked)  # every reference marked before any byte went
+    assert all(a.refs_of(conn, sha, evicted=True) for sha in marked)
     with pytest.raises(NotFound):  # a marked blob cannot be referenced again
         tx(conn)(lambda c: a.record_ref(c, marked[0], "s", "late", NOW))
     assert a.estimate(conn, 15).used_bytes == 10  # marked blobs no longer count
@@ -156,7 +159,9 @@ def test_gc_repairs_orphan_files_and_lost_blobs(tmp_path: Path, conn: sqlite3.Co
     os.unlink(f.path(lost))
     out = a.collect(f, tx(conn), budget=1000, active_session_id=None)
     assert out["orphansRemoved"] == 1 and f.blob_names() == []
-    assert a.blob_row(conn, lost) is None and dangling(conn, f) == []
+    lost_row = a.blob_row(conn, lost)
+    assert lost_row is not None and lost_row["deletionState"] == "evicted"  # a tombstone: its refs read marked
+    assert dangling(conn, f) == [] and a.refs_of(conn, lost, evicted=True) == [("s", None)]
 
 
 async def test_attachments_over_rpc(tmp_path: Path) -> None:

@@ -17,7 +17,9 @@ cannot skip it.
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -58,6 +60,7 @@ def check(method: str, result: Any) -> None:
     jsonschema.Draft202012Validator({"$defs": DEFS, **target}).validate(result)
 
 
+DATA_SHA256 = hashlib.sha256(base64.b64decode(sc.DATA)).hexdigest()
 Read = tuple[sc.Setup, Callable[[sc.Vars], dict[str, Any]], str]
 
 
@@ -141,6 +144,7 @@ READS: dict[str, Read] = {
     "session.turnEnvironment": (EVERYTHING, lambda v: {"turnId": "tr1"}, "test"),
     "notifications.list": (EVERYTHING, lambda v: {}, "test"),
     "artifacts.list": (EVERYTHING, lambda v: {}, "test"),
+    "audit.list": (REQUESTS, lambda v: {"sessionId": v["sid"]}, "test"),
     "session.queueList": (EVERYTHING, lambda v: {"sessionId": v["sid"]}, "test"),
     "session.listRevisions": (EVERYTHING, lambda v: {"sessionId": v["sid"]}, "test"),
     "session.tree": (EVERYTHING, lambda v: {"sessionId": v["sid"]}, "test"),
@@ -150,6 +154,7 @@ READS: dict[str, Read] = {
     "secrets.get": (EVERYTHING, lambda v: {"ref": "k1"}, "ui"),
     "secrets.list": (EVERYTHING, lambda v: {}, "test"),
     "attachments.estimate": (EVERYTHING, lambda v: {}, "test"),
+    "attachments.get": (EVERYTHING, lambda v: {"sha256": DATA_SHA256}, "test"),
     "tasks.list": (EVERYTHING, lambda v: {}, "test"),
     "tasks.get": (EVERYTHING, lambda v: {"taskId": v["task"]}, "test"),
     "tasks.runs": (EVERYTHING, lambda v: {"taskId": v["task"]}, "test"),

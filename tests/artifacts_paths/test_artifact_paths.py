@@ -1,0 +1,93 @@
+"""Issue 24 part 6: artifact paths are absolute and workspace-resolved through the session's root (the rule of
+``session.resolvePath``), and the scratch exclusion is applied after resolution (seed 003 §4.10).
+
+Each test's docstring quotes the spec line it holds the host to.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+
+from runtime.client import HostClient
+from store import artifacts, workspace
+from store.indexing import index
+from tests.dbkit import NOW, add_session
+from tests.hostkit import client_for, inprocess_host
+
+
+def _write(mid: str, path: str, name: str = "Write") -> dict[str, Any]:
+    return {"id": mid, "role": "tool", "toolName": name, "blocks": [
+        {"type": "tool_call", "callId": f"c-{mid}", "name": name, "args": {"path": path}, "status": "ok"}]}
+
+
+async def _listed(c: HostClient, sid: str) -> list[str]:
+    return sorted(a["path"] for a in (await c.call("artifacts.list", {"sessionId": sid}))["artifacts"])
+
+
+async def test_relative_paths_are_stored_absolute_through_the_session_root(tmp_path: Path) -> None:
+    """Seed 003 §4.10: "path TEXT NOT NULL, -- absolute, workspace-resolved". A tool's relative path
+    (``rel/file.txt``, ``./a/../b.txt``, ``src\\x.py``) is listed as the absolute path ``session.resolvePath``
+    gives for it, one row per file however it was spelled."""
+    project = tmp_path / "project"
+    project.mkdir()
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "t", "projectPath": str(project)}))["id"]
+            sent = ["rel/file.txt", "./a/../b.txt", "src\\x.py", str(project / "rel" / "file.txt")]
+            for i, path in enumerate(sent):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": _write(f"m{i}", path)})
+            expected = sorted({(await c.call("session.resolvePath", {"sessionId": sid, "path": p}))["path"]
+                               for p in sent})
+            assert expected == sorted([f"{project}/rel/file.txt", f"{project}/b.txt", f"{project}/src/x.py"])
+            assert await _listed(c, sid) == expected
+
+
+async def test_a_relative_path_into_scratch_does_not_escape_the_exclusion(tmp_path: Path) -> None:
+    """Seed 003 §4.10: "Writes into the session scratch directory (D114) are excluded: artifacts list
+    workspace deliverables only." The exclusion is applied to the resolved path, so ``../data/scratch/<sid>/x``
+    from the project root is excluded like the absolute path; the write is still audited (tool_execute)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "t", "projectPath": str(project)}))["id"]
+            scratch = host.services.data_dir.scratch_root / sid
+            relative = posixpath.relpath(f"{scratch}/notes.md", str(project))  # lexical, no file system
+            assert relative.startswith("..")
+            await c.call("session.appendMessage", {"sessionId": sid, "message": _write("m1", relative)})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": _write("m2", "out/report.md")})
+            assert await _listed(c, sid) == [f"{project}/out/report.md"]
+            audited = (await c.call("audit.list", {"sessionId": sid, "kind": "tool_execute"}))["entries"]
+            effects = {e["payload"]["messageId"]: e["payload"]["effects"] for e in audited}
+            assert effects["m1"] == [{"path": str(scratch / "notes.md"), "op": "write", "artifact": False,
+                                      "requested": relative}]
+            assert effects["m2"][0]["artifact"] is True
+
+
+def test_a_relative_path_without_a_project_root_is_not_listed(conn: sqlite3.Connection) -> None:
+    """Seed 003 §4.10: "absolute, workspace-resolved" — a session with no project root has nothing to
+    resolve a relative path against (``session.resolvePath`` refuses it): it is audited, never listed;
+    an absolute path is folded lexically and listed."""
+    add_session(conn, "s")
+    for mid, path in (("m1", "rel.txt"), ("m2", "/w//x/../y.txt")):
+        artifacts.record_effects(conn, "s", _write(mid, path), None, NOW, scratch="/data/scratch/s")
+    assert conn.execute("SELECT path FROM artifacts").fetchall() == [("/w/y.txt",)]
+    payloads = [orjson.loads(r[0]) for r in conn.execute("SELECT payload_json FROM audit_log ORDER BY id")]
+    assert [p["effects"][0]["artifact"] for p in payloads] == [False, True]
+
+
+def test_artifact_resolution_is_the_resolve_path_rule(conn: sqlite3.Connection) -> None:
+    """Seed 003 §4.10 ("absolute, workspace-resolved") through ``session.resolvePath``'s rule: for every
+    spelling, the stored path is what ``store.workspace.resolve_for_session`` answers."""
+    pid = index.upsert_project(conn, "/home/ada/proj", NOW)
+    add_session(conn, "s", project_id=pid)
+    root = artifacts.session_root(conn, "s")
+    assert root == "/home/ada/proj"
+    for path in ("a.txt", "./a/./b/../c.txt", "..\\up.txt", "/abs/x", "/abs/../y", "C:/w/z", "deep/../../out"):
+        assert artifacts.resolve_path(root, path) == workspace.resolve_for_session(conn, "s", path)["path"]
