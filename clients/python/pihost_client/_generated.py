@@ -193,6 +193,14 @@ class AttachmentBlock(TypedDict):
     ref: str
     mimeType: NotRequired[str | None]
     size: NotRequired[int | None]
+    evicted: NotRequired[bool | None]
+
+
+class AttachmentReference(TypedDict):
+    sessionId: str
+    messageId: NotRequired[str | None]
+    origin: Literal["client", "transcript", "revision", "checkpoint", "queue"]
+    evicted: bool
 
 
 class AttachmentsEstimate(TypedDict):
@@ -219,8 +227,37 @@ class AttachmentsGcResult(TypedDict):
     estimate: AttachmentsEstimate
 
 
+class AttachmentsGetParams(TypedDict):
+    sha256: str
+
+
+class AttachmentsGetResult(TypedDict):
+    ref: str
+    sha256: str
+    size: int
+    mimeType: NotRequired[str | None]
+    kind: NotRequired[Literal["image", "file", "screenshot", "pageSnapshot", "pageText"] | None]
+    trust: NotRequired[str | None]
+    provenance: NotRequired[str | None]
+    source: NotRequired[str | None]
+    runId: NotRequired[str | None]
+    meta: NotRequired[JsonObject | None]
+    createdAt: int
+    lastUsedAt: int
+    deletionState: Literal["live", "evicting", "evicted"]
+    evictedAt: NotRequired[int | None]
+    references: list[AttachmentReference]
+    referencesTruncated: bool
+
+
 class AttachmentsImportParams(TypedDict):
     submissionId: NotRequired[str | None]
+    kind: NotRequired[Literal["image", "file", "screenshot", "pageSnapshot", "pageText"] | None]
+    trust: NotRequired[str | None]
+    provenance: NotRequired[str | None]
+    source: NotRequired[str | None]
+    runId: NotRequired[str | None]
+    meta: NotRequired[JsonObject | None]
     path: str
     sessionId: NotRequired[str | None]
     name: NotRequired[str | None]
@@ -229,6 +266,12 @@ class AttachmentsImportParams(TypedDict):
 
 class AttachmentsPutParams(TypedDict):
     submissionId: NotRequired[str | None]
+    kind: NotRequired[Literal["image", "file", "screenshot", "pageSnapshot", "pageText"] | None]
+    trust: NotRequired[str | None]
+    provenance: NotRequired[str | None]
+    source: NotRequired[str | None]
+    runId: NotRequired[str | None]
+    meta: NotRequired[JsonObject | None]
     name: str
     mimeType: str
     dataBase64: str
@@ -246,6 +289,28 @@ class AttachmentsRefResult(TypedDict):
     sessionId: str
     messageId: NotRequired[str | None]
     created: bool
+
+
+class AuditEntry(TypedDict):
+    id: int
+    ts: int
+    kind: str
+    sessionId: NotRequired[str | None]
+    payload: JsonObject
+
+
+class AuditListParams(TypedDict):
+    sessionId: NotRequired[str | None]
+    kind: NotRequired[str | None]
+    since: NotRequired[int | None]
+    until: NotRequired[int | None]
+    limit: NotRequired[int]
+    cursor: NotRequired[str | None]
+
+
+class AuditListResult(TypedDict):
+    entries: list[AuditEntry]
+    nextCursor: NotRequired[str | None]
 
 
 class BootReport(TypedDict):
@@ -2917,6 +2982,30 @@ class ArtifactsMethods:
         return cast(ArtifactsListResult, await self._call("artifacts.list", params, False))
 
 
+class AuditMethods:
+    """``audit.*`` methods."""
+
+    def __init__(self, call: CallFn) -> None:
+        self._call = call
+
+    async def list(self, *, session_id: str | None = None, kind: str | None = None, since: int | None = None, until: int | None = None, limit: int | None = None, cursor: str | None = None) -> AuditListResult:
+        """``audit.list``: The audit log (tool_execute, tool_denied, …), newest first; by session, kind and time range."""
+        params: dict[str, Any] = {}
+        if session_id is not None:
+            params["sessionId"] = session_id
+        if kind is not None:
+            params["kind"] = kind
+        if since is not None:
+            params["since"] = since
+        if until is not None:
+            params["until"] = until
+        if limit is not None:
+            params["limit"] = limit
+        if cursor is not None:
+            params["cursor"] = cursor
+        return cast(AuditListResult, await self._call("audit.list", params, False))
+
+
 class SearchMethods:
     """``search.*`` methods."""
 
@@ -2997,7 +3086,7 @@ class AttachmentsMethods:
     def __init__(self, call: CallFn) -> None:
         self._call = call
 
-    async def put(self, *, name: str, mime_type: str, data_base64: str, submission_id: str | None = None) -> AttachmentBlob:
+    async def put(self, *, name: str, mime_type: str, data_base64: str, submission_id: str | None = None, kind: Literal["image", "file", "screenshot", "pageSnapshot", "pageText"] | None = None, trust: str | None = None, provenance: str | None = None, source: str | None = None, run_id: str | None = None, meta: JsonObject | None = None) -> AttachmentBlob:
         """``attachments.put``: Store bytes (base64, at most 4 MiB) content-addressed under attachments/<sha256>. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["name"] = name
@@ -3005,14 +3094,38 @@ class AttachmentsMethods:
         params["dataBase64"] = data_base64
         if submission_id is not None:
             params["submissionId"] = submission_id
+        if kind is not None:
+            params["kind"] = kind
+        if trust is not None:
+            params["trust"] = trust
+        if provenance is not None:
+            params["provenance"] = provenance
+        if source is not None:
+            params["source"] = source
+        if run_id is not None:
+            params["runId"] = run_id
+        if meta is not None:
+            params["meta"] = meta
         return cast(AttachmentBlob, await self._call("attachments.put", params, True))
 
-    async def import_file(self, *, path: str, submission_id: str | None = None, session_id: str | None = None, name: str | None = None, mime_type: str | None = None) -> AttachmentBlob:
+    async def import_file(self, *, path: str, submission_id: str | None = None, kind: Literal["image", "file", "screenshot", "pageSnapshot", "pageText"] | None = None, trust: str | None = None, provenance: str | None = None, source: str | None = None, run_id: str | None = None, meta: JsonObject | None = None, session_id: str | None = None, name: str | None = None, mime_type: str | None = None) -> AttachmentBlob:
         """``attachments.importFile``: Copy a local file into the blob store as a stream (hash while copying). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["path"] = path
         if submission_id is not None:
             params["submissionId"] = submission_id
+        if kind is not None:
+            params["kind"] = kind
+        if trust is not None:
+            params["trust"] = trust
+        if provenance is not None:
+            params["provenance"] = provenance
+        if source is not None:
+            params["source"] = source
+        if run_id is not None:
+            params["runId"] = run_id
+        if meta is not None:
+            params["meta"] = meta
         if session_id is not None:
             params["sessionId"] = session_id
         if name is not None:
@@ -3031,6 +3144,12 @@ class AttachmentsMethods:
         if message_id is not None:
             params["messageId"] = message_id
         return cast(AttachmentsRefResult, await self._call("attachments.ref", params, True))
+
+    async def get(self, *, sha256: str) -> AttachmentsGetResult:
+        """``attachments.get``: A blob's metadata (kind, trust, provenance, source, run, page/image), deletion state, references."""
+        params: dict[str, Any] = {}
+        params["sha256"] = sha256
+        return cast(AttachmentsGetResult, await self._call("attachments.get", params, False))
 
     async def estimate(self) -> AttachmentsEstimate:
         """``attachments.estimate``: Blob usage against the budget; warning above 80 %."""
@@ -3954,6 +4073,7 @@ class GeneratedMethods:
         self.session = SessionMethods(call)
         self.notifications = NotificationsMethods(call)
         self.artifacts = ArtifactsMethods(call)
+        self.audit = AuditMethods(call)
         self.search = SearchMethods(call)
         self.secrets = SecretsMethods(call)
         self.attachments = AttachmentsMethods(call)

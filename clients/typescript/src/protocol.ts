@@ -211,6 +211,7 @@ export interface ApprovalsRulesResult {
 export interface Artifact {
   /** Session id (becomes a file name). */
   sessionId: string;
+  /** Absolute, workspace-resolved: a tool's relative path joined to the session's project root by session.resolvePath's rule. Writes that resolve into the session's scratch directory are not listed. */
   path: string;
   op: "write" | "edit" | "delete";
   turnId?: string | null;
@@ -248,8 +249,21 @@ export interface AttachmentBlock {
   ref: string;
   mimeType?: string | null;
   size?: number | null;
+  /** Set by the host when reading: the blob was evicted (seed 000 §2.3); never sent by clients. */
+  evicted?: boolean | null;
   /** Other keys are kept unchanged. */
   [key: string]: unknown;
+}
+
+export interface AttachmentReference {
+  /** Session id (becomes a file name). */
+  sessionId: string;
+  /** The message (or queue entry) holding the block. */
+  messageId?: string | null;
+  /** client (attachments.ref) or where the GC found it. */
+  origin: "client" | "transcript" | "revision" | "checkpoint" | "queue";
+  /** Marked when the blob was evicted (before its bytes were deleted). */
+  evicted: boolean;
 }
 
 export interface AttachmentsEstimate {
@@ -281,9 +295,48 @@ export interface AttachmentsGcResult {
   estimate: AttachmentsEstimate;
 }
 
+export interface AttachmentsGetParams {
+  sha256: string;
+}
+
+export interface AttachmentsGetResult {
+  /** attachments/<sha256> */
+  ref: string;
+  sha256: string;
+  size: number;
+  mimeType?: string | null;
+  kind?: "image" | "file" | "screenshot" | "pageSnapshot" | "pageText" | null;
+  trust?: string | null;
+  provenance?: string | null;
+  source?: string | null;
+  runId?: string | null;
+  meta?: JsonObject | null;
+  /** Unix time in milliseconds. */
+  createdAt: number;
+  /** Unix time in milliseconds. */
+  lastUsedAt: number;
+  /** live | evicting (bytes being deleted) | evicted (tombstone). */
+  deletionState: "live" | "evicting" | "evicted";
+  evictedAt?: number | null;
+  /** At most 200, by session and message. */
+  references: AttachmentReference[];
+  referencesTruncated: boolean;
+}
+
 export interface AttachmentsImportParams {
   /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
   submissionId?: string | null;
+  kind?: "image" | "file" | "screenshot" | "pageSnapshot" | "pageText" | null;
+  /** Who vouches for the content, e.g. "user" or "untrusted" (a page, a tool). */
+  trust?: string | null;
+  /** How it was obtained, e.g. "upload", "capture", "tool". */
+  provenance?: string | null;
+  /** Where it came from: a URL, a path, a tool name. */
+  source?: string | null;
+  /** The run (turn) that produced it. */
+  runId?: string | null;
+  /** Page metadata (url, title, …) or image metadata (width, height, …); at most 4096 bytes as JSON. */
+  meta?: JsonObject | null;
   /** Absolute path of a regular file under an allowed folder: the session's project (with sessionId), the data directory's scratch/, or a folder the host was configured with (serve --import-root). Symlinks below the folder are not followed; copied and hashed as a stream. */
   path: string;
   /** The session the file is for: its project folder may be read. */
@@ -295,6 +348,17 @@ export interface AttachmentsImportParams {
 export interface AttachmentsPutParams {
   /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
   submissionId?: string | null;
+  kind?: "image" | "file" | "screenshot" | "pageSnapshot" | "pageText" | null;
+  /** Who vouches for the content, e.g. "user" or "untrusted" (a page, a tool). */
+  trust?: string | null;
+  /** How it was obtained, e.g. "upload", "capture", "tool". */
+  provenance?: string | null;
+  /** Where it came from: a URL, a path, a tool name. */
+  source?: string | null;
+  /** The run (turn) that produced it. */
+  runId?: string | null;
+  /** Page metadata (url, title, …) or image metadata (width, height, …); at most 4096 bytes as JSON. */
+  meta?: JsonObject | null;
   name: string;
   mimeType: string;
   /** Standard base64 of at most 4 MiB; use attachments.importFile for larger files. */
@@ -317,6 +381,36 @@ export interface AttachmentsRefResult {
   messageId?: string | null;
   /** False when the reference already existed. */
   created: boolean;
+}
+
+export interface AuditEntry {
+  /** Increasing with insertion order. */
+  id: number;
+  /** Unix time in milliseconds. */
+  ts: number;
+  kind: string;
+  sessionId?: string | null;
+  /** What the row records (tool, callId, requestId, by, …). */
+  payload: JsonObject;
+}
+
+export interface AuditListParams {
+  /** Only this session's rows. */
+  sessionId?: string | null;
+  /** Only rows of this kind: tool_execute, tool_denied, turn_interrupted, inflight_promoted (an open set). */
+  kind?: string | null;
+  /** Rows at or after this time (ms). */
+  since?: number | null;
+  /** Rows before this time (ms). */
+  until?: number | null;
+  limit?: number;
+  cursor?: string | null;
+}
+
+export interface AuditListResult {
+  /** Newest ts first (ties: newest id first). */
+  entries: AuditEntry[];
+  nextCursor?: string | null;
 }
 
 /** What boot recovery found and repaired. Keys may grow. */
@@ -2988,6 +3082,8 @@ export interface Methods {
   "notifications.clear": { params: NotificationsClearParams; result: DeletedResult };
   /** Files sessions produced, newest first. */
   "artifacts.list": { params: ArtifactsListParams; result: ArtifactsListResult };
+  /** The audit log (tool_execute, tool_denied, …), newest first; by session, kind and time range. */
+  "audit.list": { params: AuditListParams; result: AuditListResult };
   /** Queue a prompt behind the active turn (at most 8 per session). (mutating: accepts submissionId) */
   "session.queuePush": { params: QueuePushParams; result: QueuePushResult };
   /** The session's queue in delivery order and whether it is held. */
@@ -3042,6 +3138,8 @@ export interface Methods {
   "attachments.importFile": { params: AttachmentsImportParams; result: AttachmentBlob };
   /** Record that a session (message) references a stored blob. (mutating: accepts submissionId) */
   "attachments.ref": { params: AttachmentsRefParams; result: AttachmentsRefResult };
+  /** A blob's metadata (kind, trust, provenance, source, run, page/image), deletion state, references. */
+  "attachments.get": { params: AttachmentsGetParams; result: AttachmentsGetResult };
   /** Blob usage against the budget; warning above 80 %. */
   "attachments.estimate": { params: AttachmentsEstimateParams; result: AttachmentsEstimate };
   /** Evict least recently used blobs over budget (never the active session's); refs before bytes. (mutating: accepts submissionId) */
