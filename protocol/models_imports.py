@@ -72,7 +72,13 @@ class ImportSessionsResult(Result):
     dry_run: bool
     total: Count = Field(description="Sessions found under the root.")
     counts: ImportCounts
-    messages: Count = Field(description="Messages in the sessions imported (or that would be).")
+    messages: Count = Field(description="Messages parsed in the sessions imported (or that would be).")
+    new_messages: Count = Field(description="Messages this import added (a re-import of unchanged files adds none).")
+    hidden_off_branch: Count = Field(description="Messages hidden because the source holds them off its active branch.")
+    restored_on_branch: Count = Field(
+        description="Messages an earlier import hid that are on the source's active branch again (shown again).")
+    unknown_kinds: dict[str, Count] = Field(
+        description="Source record kinds the importer does not know, with how often each was skipped.")
     source_bytes: Count = Field(description="Bytes of source files read.")
     sessions: list[ImportSessionReport] = Field(
         description=f"Per-session reports, refused ones first; at most {MAX_IMPORT_REPORTS}."

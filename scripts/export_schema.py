@@ -1189,7 +1189,8 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "import.sessions": (
         {"source": "claude-code", "root": "/home/ada/.claude/projects", "importId": "imp-1", "submissionId": "i-1"},
         {"importId": "imp-1", "source": "claude-code", "root": "/home/ada/.claude/projects", "dryRun": False,
-         "total": 2, "counts": _IMPORT_COUNTS, "messages": 96, "sourceBytes": 482113,
+         "total": 2, "counts": _IMPORT_COUNTS, "messages": 96, "newMessages": 96, "hiddenOffBranch": 0,
+         "restoredOnBranch": 0, "unknownKinds": {"world_state": 3}, "sourceBytes": 482113,
          "sessions": [_IMPORT_REFUSED, _IMPORT_REPORT], "truncated": False},
     ),
     "plugins.importSession": (

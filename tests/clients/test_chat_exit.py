@@ -39,8 +39,9 @@ def test_the_chat_exits_on_quit_ctrl_c_and_ctrl_d(tmp_path: Path) -> None:
     host: HostProcess = start_host_process(tmp_path / "data")
     err = tmp_path / "chat.err"
     try:
-        for how in ("/quit", "C-c", "C-d"):
-            tmux = Tmux(f"pihost-exit-{os.getpid()}")
+        for n, how in enumerate(("/quit", "C-c", "C-d")):
+            # a socket of its own each round: a killed tmux server may not have left its socket yet
+            tmux = Tmux(f"pihost-exit-{os.getpid()}-{n}")
             try:
                 _chat_then_exit_status(tmux, tmp_path / "data", err)
                 tmux.wait(lambda s: "| connected |" in s, "the connected status line")

@@ -701,6 +701,10 @@ class ImportSessionsResult(TypedDict):
     total: int
     counts: ImportCounts
     messages: int
+    newMessages: int
+    hiddenOffBranch: int
+    restoredOnBranch: int
+    unknownKinds: dict[str, int]
     sourceBytes: int
     sessions: list[ImportSessionReport]
     truncated: bool

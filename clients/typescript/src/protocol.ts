@@ -904,8 +904,16 @@ export interface ImportSessionsResult {
   /** Sessions found under the root. */
   total: number;
   counts: ImportCounts;
-  /** Messages in the sessions imported (or that would be). */
+  /** Messages parsed in the sessions imported (or that would be). */
   messages: number;
+  /** Messages this import added (a re-import of unchanged files adds none). */
+  newMessages: number;
+  /** Messages hidden because the source holds them off its active branch. */
+  hiddenOffBranch: number;
+  /** Messages an earlier import hid that are on the source's active branch again (shown again). */
+  restoredOnBranch: number;
+  /** Source record kinds the importer does not know, with how often each was skipped. */
+  unknownKinds: { [key: string]: number };
   /** Bytes of source files read. */
   sourceBytes: number;
   /** Per-session reports, refused ones first; at most 1000. */
