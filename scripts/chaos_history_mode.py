@@ -55,7 +55,7 @@ from scripts.chaos_workload import DEFINITE_ERRORS, RETRIABLE_ERRORS
 from store.errors import StoreError
 from store.indexing.database import open_reader
 from store.transcripts.transcript import read_transcript
-from tests.hostkit import REPO, HostProcess
+from tests.hostkit import REPO
 
 Write = list[Any]
 Normalize = Callable[[Any], dict[str, Any]]
@@ -586,42 +586,90 @@ def _task_obs(result: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- the host process
 
 
-def start_host(data_dir: Path, log: Path, timeout: float = 60) -> HostProcess:
-    """``python -m scripts.chaos_host`` (the host plus its kill signals); waits for ``host.json``."""
-    host_json = data_dir / "host.json"
-    old_pid = None
-    if host_json.exists():
-        try:
-            old_pid = orjson.loads(host_json.read_bytes()).get("pid")
-        except orjson.JSONDecodeError:
-            pass
-    env = dict(os.environ)
-    env.pop("RT_CRASHPOINT", None)
-    with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "scripts.chaos_host", "--data-dir", str(data_dir)],
-                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"host exited with {proc.returncode}: {log.read_text(errors='replace')[-3000:]}")
-        try:
-            info = orjson.loads(host_json.read_bytes())
-            if info.get("pid") == proc.pid and info.get("pid") != old_pid:
-                token = (data_dir / "host.token").read_text().strip()
-                return HostProcess(proc, data_dir, info["url"], token)
-        except (FileNotFoundError, orjson.JSONDecodeError):
-            pass
-        time.sleep(0.02)
-    proc.kill()
-    raise RuntimeError("host did not write host.json in time")
+@dataclass
+class ForkedHost:
+    """A host forked by the zygote (not our child: the zygote's kernel-reaped one)."""
 
+    pid: int
+    url: str
+    token: str
 
-def _signal(host: HostProcess, signum: int) -> None:
-    if host.proc.poll() is None:
+    def alive(self) -> bool:
         try:
-            os.kill(host.proc.pid, signum)
+            os.kill(self.pid, 0)
         except ProcessLookupError:
-            pass  # it died a moment ago (the cycle's SIGKILL)
+            return False
+        return True
+
+    def _wait_gone(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.alive():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"host {self.pid} did not exit within {timeout}s")
+            time.sleep(0.005)
+
+    def kill9(self) -> None:
+        _signal(self, signal.SIGKILL)
+        self._wait_gone(30)
+
+    def terminate(self, timeout: float = 30) -> None:
+        _signal(self, signal.SIGTERM)
+        self._wait_gone(timeout)
+
+
+class Zygote:
+    """``python -m scripts.chaos_host --zygote``: imports once, forks a host per :meth:`start`."""
+
+    def __init__(self, data_dir: Path, log: Path) -> None:
+        self.data_dir = data_dir
+        self.log = log
+        env = dict(os.environ)
+        env.pop("RT_CRASHPOINT", None)
+        with open(log, "ab") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "scripts.chaos_host", "--data-dir", str(data_dir), "--zygote", str(log)],
+                cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+
+    def start(self, timeout: float = 60) -> ForkedHost:
+        host_json = self.data_dir / "host.json"
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(b"start\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline().decode()
+        if not line.startswith("pid "):
+            raise RuntimeError(f"the zygote answered {line!r}: {self.log.read_text(errors='replace')[-3000:]}")
+        pid = int(line.split()[1])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                info = orjson.loads(host_json.read_bytes())
+                if info.get("pid") == pid:
+                    token = (self.data_dir / "host.token").read_text().strip()
+                    return ForkedHost(pid, str(info["url"]), token)
+            except (FileNotFoundError, orjson.JSONDecodeError):
+                pass
+            if not ForkedHost(pid, "", "").alive():
+                raise RuntimeError(f"host {pid} exited during boot: {self.log.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.01)
+        raise RuntimeError("host did not write host.json in time")
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def _signal(host: ForkedHost, signum: int) -> None:
+    try:
+        os.kill(host.pid, signum)
+    except ProcessLookupError:
+        pass  # it died a moment ago (the cycle's SIGKILL)
 
 
 def index_views(data_dir: Path, sids: Sequence[str]) -> dict[str, dict[str, list[str]]]:
@@ -665,6 +713,7 @@ class HistoryRun:
         self.history = History()
         self.prefix = f"hm{cfg.seed % 100000}"
         self.faults = Faults()
+        self.zygote: Zygote | None = None
         self.kill_times: list[float] = []
         master = random.Random(self.rng.getrandbits(64))
         self.workers = [Worker(i, self.prefix, random.Random(master.getrandbits(64)), self.history,
@@ -676,10 +725,12 @@ class HistoryRun:
         if self.cfg.verbose:
             self.out(text)
 
-    async def start(self) -> HostProcess:
-        return await trio.to_thread.run_sync(lambda: start_host(self.data_dir, self.host_log))
+    async def start(self) -> ForkedHost:
+        assert self.zygote is not None
+        zygote = self.zygote
+        return await trio.to_thread.run_sync(zygote.start)
 
-    async def drive(self, w: Worker, host: HostProcess, stop: trio.Event, cycle: int) -> None:
+    async def drive(self, w: Worker, host: ForkedHost, stop: trio.Event, cycle: int) -> None:
         w.incarnation += 1
         w.conn = f"{w.name}.{w.incarnation}"
         try:
@@ -693,7 +744,7 @@ class HistoryRun:
                 raise
             self.log(f"  {w.name}: connection ended")
 
-    async def faulter(self, host: HostProcess, until: float) -> None:
+    async def faulter(self, host: ForkedHost, until: float) -> None:
         """Kill the DB writer and busy sessions' actors at random moments of the cycle."""
         slots = sorted(self.rng.uniform(0.05, max(0.06, until - trio.current_time())) for _ in range(4))
         start = trio.current_time()
@@ -705,7 +756,7 @@ class HistoryRun:
             if self.rng.random() >= rate:
                 continue
             await trio.sleep_until(start + at)
-            if host.proc.poll() is not None:
+            if not host.alive():
                 return
             now = time.monotonic()
             self.kill_times = [t for t in self.kill_times if now - t < 10.0]
@@ -724,7 +775,7 @@ class HistoryRun:
                 _signal(host, signal.SIGUSR2)
             await trio.sleep(0.02)
 
-    async def recovery(self, host: HostProcess, cycle: int, after: str) -> None:
+    async def recovery(self, host: ForkedHost, cycle: int, after: str) -> None:
         """With the workload paused: everything, read over a fresh connection, plus the files and the index."""
         sids = sorted({s for w in self.workers for s in w.sessions})
         active = sorted({w.sid for w in self.workers if w.sid})
@@ -765,8 +816,9 @@ class HistoryRun:
             views.setdefault(sid, {})["get"] = ids
         self.history.complete(op, "ok", {"obs": obs, "index": views})
 
-    async def cycle(self, host: HostProcess, cycle: int) -> HostProcess:
+    async def cycle(self, host: ForkedHost, cycle: int) -> ForkedHost:
         self.history.cycle = cycle
+        t0 = time.monotonic()
         duration = self.rng.uniform(*self.cfg.run_time)
         sigkill = self.rng.random() < self.cfg.sigkill_rate
         stop = trio.Event()
@@ -791,13 +843,16 @@ class HistoryRun:
                 outer.start_soon(stopper, workers.cancel_scope)
             outer.cancel_scope.cancel()
         self._count_kills()
+        t_work = time.monotonic()
         if sigkill:
             host = await self.start()
-        elif host.proc.poll() is not None:
-            raise RuntimeError(f"the host died by itself in cycle {cycle} (exit {host.proc.returncode}); "
+        elif not host.alive():
+            raise RuntimeError(f"the host died by itself in cycle {cycle} "
                                f"see {self.host_log}")
+        t_boot = time.monotonic()
         await self.recovery(host, cycle, "sigkill" if sigkill else "in-place")
         self.log(f"cycle {cycle}: {duration:.2f}s {'sigkill' if sigkill else 'healed in place'} "
+                 f"(wall {t_work - t0:.1f}s + boot {t_boot - t_work:.1f}s + check {time.monotonic() - t_boot:.1f}s) "
                  f"ops={len(self.history.ops)} {self.faults.line()}")
         return host
 
@@ -817,6 +872,24 @@ class HistoryRun:
         self.out(f"chaos mode=history seed={self.cfg.seed} cycles={self.cfg.cycles} clients={self.cfg.clients} "
                  f"dir={self.workdir}")
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.zygote = Zygote(self.data_dir, self.host_log)
+        try:
+            await self._run()
+        finally:
+            zygote, self.zygote = self.zygote, None
+            await trio.to_thread.run_sync(zygote.close)
+        findings = await trio.to_thread.run_sync(check, self.history.ops)
+        acked = Counter(op.f for op in self.history.ops if op.type == "ok")
+        self.out(f"seed={self.cfg.seed} mode=history wall={time.monotonic() - t0:.1f}s "
+                 f"unexpected={len(findings.unexpected)} refusedKills={self.faults.refused} "
+                 f"infoOps={sum(1 for op in self.history.ops if op.type == 'info')} "
+                 f"failOps={sum(1 for op in self.history.ops if op.type == 'fail')}")
+        self.out("acknowledged: " + " ".join(f"{f}={n}" for f, n in sorted(acked.items())))
+        for line in findings.details():
+            self.out(line)
+        return findings, self.faults
+
+    async def _run(self) -> None:
         host = await self.start()
         try:
             for cycle in range(1, self.cfg.cycles + 1):
@@ -828,16 +901,6 @@ class HistoryRun:
         finally:
             await trio.to_thread.run_sync(host.kill9)
             self.history.dump(self.workdir / "history.jsonl")
-        findings = await trio.to_thread.run_sync(check, self.history.ops)
-        acked = Counter(op.f for op in self.history.ops if op.type == "ok")
-        self.out(f"seed={self.cfg.seed} mode=history wall={time.monotonic() - t0:.1f}s "
-                 f"unexpected={len(findings.unexpected)} refusedKills={self.faults.refused} "
-                 f"infoOps={sum(1 for op in self.history.ops if op.type == 'info')} "
-                 f"failOps={sum(1 for op in self.history.ops if op.type == 'fail')}")
-        self.out("acknowledged: " + " ".join(f"{f}={n}" for f, n in sorted(acked.items())))
-        for line in findings.details():
-            self.out(line)
-        return findings, self.faults
 
 
 def run_history(cfg: HistoryConfig, out: Callable[[str], None] = print) -> tuple[Findings, Faults]:
@@ -854,4 +917,4 @@ def run_history(cfg: HistoryConfig, out: Callable[[str], None] = print) -> tuple
     return findings, faults
 
 
-__all__ = ["Faults", "HistoryConfig", "HistoryRun", "Worker", "index_views", "run_history", "start_host"]
+__all__ = ["Faults", "HistoryConfig", "HistoryRun", "Worker", "index_views", "run_history", "ForkedHost", "Zygote"]

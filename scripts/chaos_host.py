@@ -1,7 +1,8 @@
 """A host subprocess for ``scripts/chaos --mode history`` that can be told to kill its own actors.
 
 ``python -m scripts.chaos_host --data-dir D`` runs the host as ``pi-host serve --port 0 --quiet``
-does (``host.json`` names its URL), and adds the in-host chaos hook
+does (``host.json`` names its URL); with ``--zygote LOG`` it forks one such host per ``start``
+line on stdin (imports paid once per run). It adds the in-host chaos hook
 (:meth:`runtime.host.RunningHost.kill_actor`) behind two signals:
 
 * ``SIGUSR1`` – crash the DB-writer actor (the supervisor restarts it);
@@ -15,6 +16,7 @@ only kills that landed. SIGTERM / SIGINT ask for the orderly shutdown, as ``pi-h
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -64,13 +66,48 @@ async def _main(data_dir: Path) -> None:
         nursery.start_soon(_signals, running, data_dir)
 
 
+def serve(data_dir: Path) -> int:
+    """Run one host in this process (stdout/stderr already where they should go)."""
+    DataDir(data_dir).ensure()
+    trio.run(_main, data_dir)
+    return 0
+
+
+def zygote(data_dir: Path, log: Path) -> int:
+    """Fork a host per ``start`` line on stdin, answering ``pid N``: the modules are imported once,
+    so a restart after a SIGKILL costs the host's boot, not the interpreter's start. Children are
+    reaped by the kernel (SIGCHLD ignored here); a child's stdout and stderr go to ``log``."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    for line in sys.stdin:
+        if line.strip() != "start":
+            continue
+        pid = os.fork()
+        if pid == 0:  # the host
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.close(fd)
+            code = 1
+            try:
+                code = serve(data_dir)
+            finally:
+                sys.stdout.flush()
+                os._exit(code)
+        print(f"pid {pid}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m scripts.chaos_host")
     ap.add_argument("--data-dir", type=Path, required=True)
+    ap.add_argument("--zygote", type=Path, metavar="LOG", default=None,
+                    help="fork a host per 'start' line on stdin (its output appended to LOG)")
     args = ap.parse_args(argv)
-    DataDir(args.data_dir).ensure()
-    trio.run(_main, args.data_dir)
-    return 0
+    data_dir = args.data_dir.resolve()
+    if args.zygote is not None:
+        return zygote(data_dir, args.zygote)
+    return serve(data_dir)
 
 
 if __name__ == "__main__":
