@@ -221,13 +221,22 @@ def check(ops: Iterable[Op]) -> Findings:
                     findings.duplicated.append(f"{obj} element {elem} seen {n} times by {r.name}")
                 if elem not in known:
                     findings.unexpected.append(f"{obj} element {elem} never added (seen by {r.name})")
-    per_conn: dict[str, list[Read]] = {}
+    # which reads observed each register (a set's read observes every element ever written to it)
+    observers: dict[str, list[Read]] = {}
     for r in reads:
-        if not r.recovery:
-            per_conn.setdefault(r.conn, []).append(r)
+        for obj in r.seen:
+            observers.setdefault(obj, []).append(r)
+        for obj in r.counts:
+            for elem in elements.get(obj, ()):
+                observers.setdefault(register_name("elem", obj, elem), []).append(r)
     for name, (set_obj, elem, initial) in registers.items():
         ws = writes[name]
-        _check_recoveries(name, ws, initial, [r for r in reads if r.recovery], set_obj, elem, findings)
+        seen_by = observers.get(name, [])
+        _check_recoveries(name, ws, initial, [r for r in seen_by if r.recovery], set_obj, elem, findings)
+        per_conn: dict[str, list[Read]] = {}
+        for r in seen_by:
+            if not r.recovery:
+                per_conn.setdefault(r.conn, []).append(r)
         for conn, rs in per_conn.items():
             _check_connection(name, ws, initial, conn, rs, set_obj, elem, findings)
     for rec in recoveries:

@@ -29,6 +29,8 @@ and the exit status is non-zero on any anomaly (``unexpected`` effects included)
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import random
 import shutil
@@ -63,8 +65,17 @@ SETTINGS_NS = "chaoshist"
 MAX_QUEUE = 5
 # Mutating ops re-sent (same params, same submissionId) after an indeterminate outcome.
 RETRIED = frozenset({"create", "append", "rename", "update", "delete_msg", "restore_msg", "settings_set",
-                     "secrets_set", "queue_push", "queue_remove", "task_create", "task_update", "collab_deliver",
-                     "approval_request", "approval_respond"})
+                     "secrets_set", "secrets_delete", "queue_push", "queue_remove", "task_create", "task_update",
+                     "task_delete", "collab_deliver", "approval_request", "approval_respond", "attachment_put",
+                     "import"})
+# The workload's mix: (kind, cards in the deck).
+DECK: tuple[tuple[str, int], ...] = (
+    ("append", 5), ("rename", 2), ("update", 1), ("tombstone", 2), ("get", 1), ("list", 1), ("setting", 2),
+    ("secret", 2), ("queue", 2), ("approval", 2), ("deliver", 1), ("task", 2), ("attachment", 1), ("import", 1))
+MAX_SECRETS = 6  # live secret refs per worker (recovery reads each)
+MAX_TASKS = 6  # live tasks per worker
+PLUGIN = "chaoshist"
+ABSENT_CODES = frozenset({"NOT_FOUND"})
 
 
 @dataclass
@@ -72,7 +83,7 @@ class HistoryConfig:
     cycles: int = 5
     seed: int = 0
     clients: int = 3
-    run_time: tuple[float, float] = (0.3, 1.0)
+    run_time: tuple[float, float] = (0.25, 0.75)
     sigkill_rate: float = 0.35
     """Share of cycles that end with a SIGKILL of the host (the others heal in place)."""
     db_kill_rate: float = 0.45
@@ -128,6 +139,7 @@ class Worker:
     sid: str = ""
     sessions: list[str] = field(default_factory=list)
     conn: str = ""
+    plug_conn: str = ""
     incarnation: int = 0
     counters: Counter[str] = field(default_factory=Counter)
     messages: dict[str, list[str]] = field(default_factory=dict)
@@ -139,12 +151,22 @@ class Worker:
     secret_refs: list[str] = field(default_factory=list)
     pending: dict[tuple[str, str], Pending] = field(default_factory=dict)
     open_turn: str | None = None
+    deck: list[str] = field(default_factory=list)
+    imported: list[str] = field(default_factory=list)
+    """Sessions made by acknowledged imports (their index is checked at each recovery)."""
+    plug: HostClient | None = None
+    """This worker's plugin connection (imports are for plugins), when open."""
     peers: Callable[[], list[str]] = field(default=lambda: [])
     busy: int = 0
 
     @property
     def name(self) -> str:
         return f"w{self.idx}"
+
+    @property
+    def source(self) -> str:
+        """The import source of the current session epoch."""
+        return f"{self.sid}-imp"
 
     @property
     def client_id(self) -> str:
@@ -167,6 +189,9 @@ class Worker:
 
     def _finish(self, op: Op, outcome: Any, normalize: Normalize | None, pending: Pending | None) -> Any:
         """Record one attempt's outcome; return the result or raise Unknown / RpcError."""
+        if isinstance(outcome, RpcError) and normalize is not None and outcome.data_code in ABSENT_CODES:
+            self.history.complete(op, "ok", {"obs": normalize(None)})  # the read saw the thing absent
+            return None
         if isinstance(outcome, RpcError):
             code = outcome.data_code
             info = {"code": code, "message": outcome.message[:160]}
@@ -282,10 +307,17 @@ class Worker:
             return
 
     async def retry(self, c: HostClient, p: Pending) -> None:
+        conn = self.conn
+        if p.f == "import":  # imports are for plugin connections
+            if self.plug is None:
+                return
+            c, self.conn = self.plug, self.plug_conn
         try:
             result = await self.write(c, p.f, p.key, p.method, p.params, p.writes)
         except (Unknown, RpcError):
             return
+        finally:
+            self.conn = conn
         self._acked(p.f, p.key, p.params, result)
 
     def _acked(self, f: str, key: str, params: dict[str, Any], result: Any) -> None:
@@ -299,6 +331,8 @@ class Worker:
             self.queue[key] = str(result["entry"]["id"])
         elif f == "task_create":
             self.tasks[str(params["title"])] = str(result["id"])
+        elif f == "import":
+            self.imported.append(str(result["sessionId"]))
 
     async def create(self, c: HostClient) -> None:
         n = self.next("session")
@@ -312,32 +346,40 @@ class Worker:
         self._acked("create", sid, params, result)
 
     async def step(self, c: HostClient) -> None:
-        r = self.rng.random()
+        """The next card of a shuffled deck (every kind comes up within a deck's length)."""
+        if not self.deck:
+            self.deck = [kind for kind, n in DECK for _ in range(n)]
+            self.rng.shuffle(self.deck)
+        kind = self.deck.pop()
         sid = self.sid
-        if r < 0.22:
+        if kind == "append":
             await self.append(c, sid)
-        elif r < 0.28:
+        elif kind == "rename":
             await self.rename(c, sid)
-        elif r < 0.33:
+        elif kind == "update":
             await self.update(c, sid)
-        elif r < 0.40:
+        elif kind == "tombstone":
             await self.tombstone(c, sid)
-        elif r < 0.46:
+        elif kind == "get":
             await self.read(c, "session.get", {"sessionId": sid, "full": True}, _get_obs(sid))
-        elif r < 0.49:
+        elif kind == "list":
             await self.read(c, "session.list", {"limit": 500}, _list_obs(self.prefix))
-        elif r < 0.58:
+        elif kind == "setting":
             await self.setting(c)
-        elif r < 0.64:
+        elif kind == "secret":
             await self.secret(c)
-        elif r < 0.73:
+        elif kind == "queue":
             await self.queue_op(c, sid)
-        elif r < 0.80:
+        elif kind == "approval":
             await self.approval(c, sid)
-        elif r < 0.85:
+        elif kind == "deliver":
             await self.deliver(c, sid)
-        else:
+        elif kind == "task":
             await self.task(c)
+        elif kind == "attachment":
+            await self.attachment(c, sid)
+        elif kind == "import" and self.plug is not None:
+            await self.import_session(self.plug)
 
     # ------------------------------------------------------------------ sessions
     async def append(self, c: HostClient, sid: str) -> None:
@@ -396,7 +438,14 @@ class Worker:
 
     async def secret(self, c: HostClient) -> None:
         n = self.next("secret")
-        if self.secret_refs and self.rng.random() < 0.5:
+        if len(self.secret_refs) >= MAX_SECRETS and self.rng.random() < 0.4:
+            ref = self.secret_refs.pop(self.rng.randrange(len(self.secret_refs)))  # acked or unknown: gone
+            await self.write_then_read(c, "secrets_delete", f"{self.name}#k{n}", "secrets.delete",
+                                       {"ref": ref, "submissionId": f"sec-{self.name}-{n}"},
+                                       [["remove", "secrets", ref], ["set", f"secret:{ref}", None]],
+                                       "secrets.list", {}, _secrets_obs(self.prefix))
+            return
+        if len(self.secret_refs) >= MAX_SECRETS or (self.secret_refs and self.rng.random() < 0.5):
             ref = self.rng.choice(self.secret_refs)
         else:
             ref = f"{self.prefix}/{self.name}/{n}"
@@ -493,14 +542,22 @@ class Worker:
     # ------------------------------------------------------------------ tasks
     async def task(self, c: HostClient) -> None:
         n = self.next("task")
-        if self.tasks and self.rng.random() < 0.6:
+        if len(self.tasks) >= MAX_TASKS and self.rng.random() < 0.4:
+            title = self.rng.choice(sorted(self.tasks))
+            task_id = self.tasks.pop(title)  # acked or unknown: never counted live again
+            await self.write_then_read(c, "task_delete", f"{self.name}#p{n}", "tasks.delete",
+                                       {"taskId": task_id, "submissionId": f"tdl-{self.name}-{n}"},
+                                       [["remove", "tasks", title], ["set", f"task:{title}", None]],
+                                       "tasks.list", {}, _tasks_obs(self.prefix))
+            return
+        if self.tasks and (len(self.tasks) >= MAX_TASKS or self.rng.random() < 0.6):
             title = self.rng.choice(sorted(self.tasks))
             prompt = f"{title} p{n}"
             await self.write_then_read(c, "task_update", f"{self.name}#p{n}", "tasks.update",
                                        {"taskId": self.tasks[title], "prompt": prompt,
                                         "submissionId": f"tup-{self.name}-{n}"},
                                        [["set", f"task:{title}", prompt]], "tasks.get",
-                                       {"taskId": self.tasks[title]}, _task_obs)
+                                       {"taskId": self.tasks[title]}, _task_obs(title))
             return
         title = f"{self.prefix}-{self.name}-task{n}"
         prompt = f"{title} p0"
@@ -510,6 +567,36 @@ class Worker:
                                             "tasks.list", {}, _tasks_obs(self.prefix))
         self._acked("task_create", title, params, result)
 
+    # ------------------------------------------------------------------ attachments, imports
+    async def attachment(self, c: HostClient, sid: str) -> None:
+        """A blob (content-addressed), then a reference to it from the session: found, or NOT_FOUND."""
+        n = self.next("blob")
+        data = f"{self.prefix} {self.name} blob {n}".encode()
+        sha = hashlib.sha256(data).hexdigest()
+        await self.write_then_read(c, "attachment_put", f"{self.name}#b{n}", "attachments.put",
+                                   {"name": f"b{n}.txt", "mimeType": "text/plain",
+                                    "dataBase64": base64.b64encode(data).decode(),
+                                    "submissionId": f"put-{self.name}-{n}"},
+                                   [["set", f"blob:{sha}", True]], "attachments.ref",
+                                   {"sha256": sha, "sessionId": sid}, _blob_obs(sha))
+
+    async def import_session(self, plug: HostClient) -> None:
+        """A plugin imports a session (its external id is the element); listed by its source."""
+        n = self.next("import")
+        key = f"{self.prefix}-{self.name}-e{n}"
+        messages = [{"id": f"{key}.m{i}", "role": "user", "blocks": [{"type": "text", "text": f"imported {i}"}]}
+                    for i in range(1, 3)]
+        source = self.source  # one per session epoch: the listing stays small
+        params = {"sourceId": source, "externalId": key, "messages": messages, "title": key,
+                  "submissionId": f"imp-{key}"}
+        conn, self.conn = self.conn, self.plug_conn
+        try:
+            result = await self.write_then_read(plug, "import", key, "plugins.importSession", params,
+                                                [["add", f"imports:{source}", key]], "plugins.listSessions",
+                                                {"sourceId": source}, _imports_obs(source))
+        finally:
+            self.conn = conn
+        self._acked("import", key, params, result)
 
 # ---------------------------------------------------------------------------- observations
 
@@ -561,7 +648,7 @@ def _secrets_obs(prefix: str) -> Normalize:
 
 
 def _secret_obs(ref: str) -> Normalize:
-    return lambda result: {f"secret:{ref}": result.get("value")}
+    return lambda result: {f"secret:{ref}": None if result is None else result.get("value")}
 
 
 def _queue_obs(sid: str) -> Normalize:
@@ -579,8 +666,17 @@ def _tasks_obs(prefix: str) -> Normalize:
                                      if str(t.get("title", "")).startswith(f"{prefix}-")]}
 
 
-def _task_obs(result: Any) -> dict[str, Any]:
-    return {f"task:{result['title']}": result.get("prompt")}
+def _task_obs(title: str) -> Normalize:
+    return lambda result: {f"task:{title}": None if result is None else result.get("prompt")}
+
+
+def _blob_obs(sha: str) -> Normalize:
+    return lambda result: {f"blob:{sha}": None if result is None else True}
+
+
+def _imports_obs(source: str) -> Normalize:
+    return lambda result: {f"imports:{source}": [str((s.get("origin") or {}).get("externalId"))
+                                                 for s in result.get("sessions") or ()]}
 
 
 # ---------------------------------------------------------------------------- the host process
@@ -733,9 +829,16 @@ class HistoryRun:
     async def drive(self, w: Worker, host: ForkedHost, stop: trio.Event, cycle: int) -> None:
         w.incarnation += 1
         w.conn = f"{w.name}.{w.incarnation}"
+        w.plug_conn = f"{w.name}p.{w.incarnation}"
         try:
-            async with open_client(host.url, host.token, client_id=w.client_id, client_kind="ui") as c:
-                await w.run(c, stop, cycle, self.cfg.rotate)
+            async with open_client(host.url, host.token, client_id=w.client_id, client_kind="ui") as c, \
+                    open_client(host.url, host.token, client_id=f"{w.client_id}-plugin", client_kind="plugin",
+                                plugin_id=PLUGIN) as plug:
+                w.plug = plug
+                try:
+                    await w.run(c, stop, cycle, self.cfg.rotate)
+                finally:
+                    w.plug = None
         except (ClientClosed, OSError, HostGone) as exc:
             self.log(f"  {w.name}: connection ended ({type(exc).__name__})")
         except BaseExceptionGroup as group:  # trio-websocket wraps a dropped connection
@@ -777,8 +880,11 @@ class HistoryRun:
 
     async def recovery(self, host: ForkedHost, cycle: int, after: str) -> None:
         """With the workload paused: everything, read over a fresh connection, plus the files and the index."""
-        sids = sorted({s for w in self.workers for s in w.sessions})
         active = sorted({w.sid for w in self.workers if w.sid})
+        # every session after a restart (boot reconciles them all); the live ones otherwise
+        recent = {s for w in self.workers for s in w.imported[-5:]}
+        sids = sorted({s for w in self.workers for s in w.sessions} | recent) if after != "in-place" else sorted(
+            set(active) | recent)
         op = self.history.invoke("checker", RECOVERY, f"r{cycle}", {"conn": f"checker.{cycle}", "after": after})
         obs: dict[str, Any] = {}
         gets: dict[str, list[str]] = {}
@@ -805,9 +911,19 @@ class HistoryRun:
                             raise
                         obs[f"secret:{ref}"] = None
                 obs.update(_tasks_obs(self.prefix)(await c.call("tasks.list", {})))
+                async with open_client(host.url, host.token, client_id=f"{self.prefix}-checker-plugin",
+                                       client_kind="plugin", plugin_id=PLUGIN) as plug:
+                    for source in sorted({w.source for w in self.workers if w.sid}):
+                        obs.update(_imports_obs(source)(await plug.call("plugins.listSessions",
+                                                                         {"sourceId": source})))
                 for w in self.workers:
-                    for task_id in sorted(w.tasks.values()):
-                        obs.update(_task_obs(await c.call("tasks.get", {"taskId": task_id})))
+                    for title, task_id in sorted(w.tasks.items()):
+                        try:
+                            obs.update(_task_obs(title)(await c.call("tasks.get", {"taskId": task_id})))
+                        except RpcError as exc:
+                            if exc.data_code not in ABSENT_CODES:
+                                raise
+                            obs.update(_task_obs(title)(None))
                 views = await trio.to_thread.run_sync(index_views, self.data_dir, sids)
         except BaseException as exc:
             self.history.complete(op, "info", {"error": f"{type(exc).__name__}: {exc}"[:300]})
@@ -885,6 +1001,11 @@ class HistoryRun:
                  f"infoOps={sum(1 for op in self.history.ops if op.type == 'info')} "
                  f"failOps={sum(1 for op in self.history.ops if op.type == 'fail')}")
         self.out("acknowledged: " + " ".join(f"{f}={n}" for f, n in sorted(acked.items())))
+        for label, items in (("stale_reads", findings.stale_reads), ("regressions", findings.regressions),
+                             ("lost", findings.lost)):
+            if items:
+                self.out(f"{label} by register kind and read: " + " ".join(
+                    f"{k}={n}" for k, n in sorted(_breakdown(items).items())))
         for line in findings.details():
             self.out(line)
         return findings, self.faults
@@ -901,6 +1022,17 @@ class HistoryRun:
         finally:
             await trio.to_thread.run_sync(host.kill9)
             self.history.dump(self.workdir / "history.jsonl")
+
+
+def _breakdown(items: Sequence[str]) -> Counter[str]:
+    """``kind/method[/pipelined]`` counts of findings (``setting/settings.get/pipelined=12``)."""
+    out: Counter[str] = Counter()
+    for text in items:
+        kind = text.split(":", 1)[0].split("#", 1)[0]
+        words = text.split(": ", 1)[1].split() if ": " in text else []
+        method = words[0] if words else "?"
+        out[f"{kind}/{method}" + ("/pipelined" if "(pipelined)" in text else "")] += 1
+    return out
 
 
 def run_history(cfg: HistoryConfig, out: Callable[[str], None] = print) -> tuple[Findings, Faults]:
