@@ -67,11 +67,12 @@ MAX_QUEUE = 5
 RETRIED = frozenset({"create", "append", "rename", "update", "delete_msg", "restore_msg", "settings_set",
                      "secrets_set", "secrets_delete", "queue_push", "queue_remove", "task_create", "task_update",
                      "task_delete", "collab_deliver", "approval_request", "approval_respond", "attachment_put",
-                     "import"})
+                     "import", "plan_create", "plan_submit", "plan_respond"})
 # The workload's mix: (kind, cards in the deck).
 DECK: tuple[tuple[str, int], ...] = (
     ("append", 5), ("rename", 2), ("update", 1), ("tombstone", 2), ("get", 1), ("list", 1), ("setting", 2),
-    ("secret", 2), ("queue", 2), ("approval", 2), ("deliver", 1), ("task", 2), ("attachment", 1), ("import", 1))
+    ("secret", 2), ("queue", 2), ("approval", 2), ("deliver", 1), ("task", 2), ("attachment", 1), ("import", 1),
+    ("plan", 1))
 MAX_SECRETS = 6  # live secret refs per worker (recovery reads each)
 MAX_TASKS = 6  # live tasks per worker
 PLUGIN = "chaoshist"
@@ -154,6 +155,9 @@ class Worker:
     deck: list[str] = field(default_factory=list)
     imported: list[str] = field(default_factory=list)
     """Sessions made by acknowledged imports (their index is checked at each recovery)."""
+    workspace: Path | None = None
+    """Where plan sessions keep their project (plans write artifacts there)."""
+    plan_sessions: set[str] = field(default_factory=set)
     plug: HostClient | None = None
     """This worker's plugin connection (imports are for plugins), when open."""
     peers: Callable[[], list[str]] = field(default=lambda: [])
@@ -333,6 +337,9 @@ class Worker:
             self.tasks[str(params["title"])] = str(result["id"])
         elif f == "import":
             self.imported.append(str(result["sessionId"]))
+        elif f == "plan_create":
+            self.plan_sessions.add(str(params["sessionId"]))
+            self.sessions.append(str(params["sessionId"]))
 
     async def create(self, c: HostClient) -> None:
         n = self.next("session")
@@ -380,6 +387,8 @@ class Worker:
             await self.attachment(c, sid)
         elif kind == "import" and self.plug is not None:
             await self.import_session(self.plug)
+        elif kind == "plan":
+            await self.plan(c)
 
     # ------------------------------------------------------------------ sessions
     async def append(self, c: HostClient, sid: str) -> None:
@@ -567,6 +576,43 @@ class Worker:
                                             "tasks.list", {}, _tasks_obs(self.prefix))
         self._acked("task_create", title, params, result)
 
+    # ------------------------------------------------------------------ plans
+    async def plan(self, c: HostClient) -> None:
+        """In a plan-mode session of this epoch: a turn submits a plan; the user rejects it (the session
+        stays in plan mode); pending before the answer, not after."""
+        if self.workspace is None:
+            return
+        psid = f"{self.sid}-p"
+        root = self.workspace / psid
+        if psid not in self.plan_sessions:
+            await trio.to_thread.run_sync(lambda: root.mkdir(parents=True, exist_ok=True))
+            params = {"sessionId": psid, "title": f"{psid} t0", "mode": "plan", "projectPath": str(root),
+                      "submissionId": f"create-{psid}"}
+            self._acked("plan_create", psid, params, await self.write(
+                c, "plan_create", psid, "session.create", params, [["set", f"title:{psid}", f"{psid} t0"]]))
+        tid = f"{psid}.t{self.next('planturn')}"
+        try:
+            await self.write(c, "start_turn", tid, "session.startTurn",
+                             {"sessionId": psid, "turnId": tid, "submissionId": f"start-{tid}"}, [])
+        except RpcError:
+            return
+        self.open_turn = tid
+        call_id = f"{tid}.c"
+        try:
+            asked = await self.write_then_read(
+                c, "plan_submit", call_id, "plans.submit",
+                {"sessionId": psid, "turnId": tid, "toolCallId": call_id, "kind": "plan",
+                 "markdown": f"# plan {call_id}\n", "workspaceRoot": str(root), "submissionId": f"pln-{call_id}"},
+                [["set", f"planpending:{call_id}", True]], "plans.pending", {"sessionId": psid},
+                _plan_obs(call_id))
+            await self.write_then_read(
+                c, "plan_respond", call_id, "plans.respond",
+                {"requestId": asked["requestId"], "action": "reject", "submissionId": f"plr-{call_id}"},
+                [["set", f"planpending:{call_id}", None]], "plans.pending", {"sessionId": psid}, _plan_obs(call_id))
+        except (Unknown, RpcError):
+            pass
+        await self.end_turn(c, tid)
+
     # ------------------------------------------------------------------ attachments, imports
     async def attachment(self, c: HostClient, sid: str) -> None:
         """A blob (content-addressed), then a reference to it from the session: found, or NOT_FOUND."""
@@ -668,6 +714,11 @@ def _tasks_obs(prefix: str) -> Normalize:
 
 def _task_obs(title: str) -> Normalize:
     return lambda result: {f"task:{title}": None if result is None else result.get("prompt")}
+
+
+def _plan_obs(call_id: str) -> Normalize:
+    return lambda result: {f"planpending:{call_id}": True if any(
+        p.get("toolCallId") == call_id for p in result.get("pending") or ()) else None}
 
 
 def _blob_obs(sha: str) -> Normalize:
@@ -813,7 +864,8 @@ class HistoryRun:
         self.kill_times: list[float] = []
         master = random.Random(self.rng.getrandbits(64))
         self.workers = [Worker(i, self.prefix, random.Random(master.getrandbits(64)), self.history,
-                               retry_limit=cfg.retry_limit) for i in range(cfg.clients)]
+                               retry_limit=cfg.retry_limit, workspace=workdir / "projects")
+                        for i in range(cfg.clients)]
         for w in self.workers:
             w.peers = (lambda me: lambda: [o.sid for o in self.workers if o is not me and o.sid])(w)
 
