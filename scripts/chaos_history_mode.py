@@ -950,6 +950,10 @@ class HistoryRun:
                     obs.update(_collab_obs(sid)(await c.call("collab.list", {"sessionId": sid,
                                                                              "direction": "outgoing",
                                                                              "limit": 500})))
+                for sid in sorted((set(sids) if after == "in-place" else recent) - set(active)):
+                    # the index of a session read through session.get covers its acknowledged appends
+                    got = await c.call("session.get", {"sessionId": sid, "full": True})
+                    gets[sid] = [str(m["id"]) for m in got.get("messages") or ()]
                 obs.update(_list_obs(self.prefix)(await c.call("session.list", {"limit": 500})))
                 keys = sorted({f"{self.prefix}.shared"} | {f"{self.prefix}.{w.name}" for w in self.workers})
                 for key in keys:
