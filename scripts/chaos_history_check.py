@@ -20,6 +20,8 @@ each op's ``value``, what the call does to a small model of the host, in two sha
 result also holds ``index``: per session, the message ids of its transcript file (read with
 the store's reader) and of the index (``session.get`` / the SQLite rows).
 
+``python -m scripts.chaos_history_check history.jsonl`` checks a dumped history again.
+
 What is reported (:class:`Findings`):
 
 * **lost** – at a recovery, an object's value is not one an acknowledged write allows: a
@@ -311,4 +313,27 @@ def parse_ops(rows: Iterable[dict[str, Any]]) -> list[Op]:
                r.get("result"), int(r.get("cycle", 0))) for r in rows]
 
 
-__all__ = ["Findings", "INF", "RECOVERY", "check", "parse_ops", "register_name"]
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m scripts.chaos_history_check history.jsonl``: check a dumped history again."""
+    import sys
+
+    import orjson
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m scripts.chaos_history_check HISTORY.jsonl", file=sys.stderr)
+        return 2
+    with open(args[0], "rb") as fh:
+        findings = check(parse_ops(orjson.loads(line) for line in fh if line.strip()))
+    for line in findings.details(limit=50):
+        print(line)
+    print(f"unexpected={len(findings.unexpected)}")
+    print(findings.line())
+    return 0 if findings.anomalies == 0 else 1
+
+
+__all__ = ["Findings", "INF", "RECOVERY", "check", "main", "parse_ops", "register_name"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -90,6 +90,7 @@ class RunConfig:
     search_sample: int = 40
     image_mb: int = 64
     frames: int = 100_000
+    clients: int = 3
     verbose: bool = True
 
 
@@ -397,7 +398,8 @@ def parse_args(argv: Sequence[str]) -> RunConfig:
     ap.add_argument("--frames", type=int, default=100_000, help="fuzz mode: fuzzed frames to send")
     ap.add_argument("--cycles", type=int, default=5, help="kill/restart cycles (actors: kill rounds)")
     ap.add_argument("--seed", type=int, default=None, help="RNG seed (default: random, printed)")
-    ap.add_argument("--sessions", type=int, default=4, help="sessions (history mode: clients, one session each)")
+    ap.add_argument("--sessions", type=int, default=4)
+    ap.add_argument("--clients", type=int, default=3, help="history mode: clients (a connection and a session each)")
     ap.add_argument("--kills", type=int, default=12, help="actors mode: actor kills per round")
     ap.add_argument("--run-min", type=float, default=0.3, help="shortest workload before a kill (s)")
     ap.add_argument("--run-max", type=float, default=2.0, help="longest workload before a kill (s)")
@@ -411,7 +413,7 @@ def parse_args(argv: Sequence[str]) -> RunConfig:
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1, 2**31)
     return RunConfig(mode=a.mode, cycles=a.cycles, seed=seed, sessions=a.sessions, workdir=a.dir, keep=a.keep,
                      run_time=(a.run_min, a.run_max), crashpoint_rate=a.crashpoint_rate, kills=a.kills,
-                     image_mb=a.image_mb, frames=a.frames, verbose=not a.quiet)
+                     image_mb=a.image_mb, frames=a.frames, verbose=not a.quiet, clients=a.clients)
 
 
 def run(cfg: RunConfig, out: Callable[[str], None] = print) -> Totals:
@@ -482,8 +484,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cfg.mode == "history":
         from scripts.chaos_history_mode import HistoryConfig, run_history
 
-        hcfg = HistoryConfig(cycles=cfg.cycles, seed=cfg.seed, clients=cfg.sessions if "--sessions" in (
-            argv if argv is not None else sys.argv) else 3, workdir=cfg.workdir, keep=cfg.keep, verbose=cfg.verbose)
+        hcfg = HistoryConfig(cycles=cfg.cycles, seed=cfg.seed, clients=cfg.clients, workdir=cfg.workdir,
+                             keep=cfg.keep, verbose=cfg.verbose)
         findings, _ = run_history(hcfg, lambda line: print(line, flush=True))
         return 0 if findings.anomalies == 0 else 1
     totals = run(cfg, lambda line: print(line, flush=True))
