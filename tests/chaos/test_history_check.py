@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from scripts.chaos_history import History, Op
-from scripts.chaos_history_check import RECOVERY, Findings, check, parse_ops
+from scripts.chaos_history_check import RECOVERY, Findings, check, main, parse_ops
 
 
 class H:
@@ -226,8 +227,6 @@ def test_a_dumped_history_checks_the_same(tmp_path) -> None:
     h.rec({"msgs:s": []})
     path = tmp_path / "history.jsonl"
     h.h.dump(path)
-    import orjson
-
     ops = parse_ops(orjson.loads(line) for line in path.read_bytes().splitlines())
     assert check(ops).line() == h.check().line() == (
         "ops=1 lost=1 duplicated=0 stale_reads=0 regressions=0 index_mismatch=0")
@@ -238,3 +237,18 @@ def test_a_completion_without_its_invoke_is_refused() -> None:
     h.add("a", "ok", "write", "k", {"conn": "a.1"})
     with pytest.raises(ValueError):
         check(h.ops)
+
+
+def test_the_command_line_checks_a_dumped_history(tmp_path, capsys) -> None:
+    h = H()
+    h.w("a.1", "m1", ["add", "msgs:s", "m1"])
+    h.rec({"msgs:s": ["m1"]})
+    clean = tmp_path / "clean.jsonl"
+    h.h.dump(clean)
+    assert main([str(clean)]) == 0
+    h.rec({"msgs:s": []})
+    lossy = tmp_path / "lossy.jsonl"
+    h.h.dump(lossy)
+    assert main([str(lossy)]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "ops=1 lost=1 duplicated=0 stale_reads=0 regressions=0 index_mismatch=0")
