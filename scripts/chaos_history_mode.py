@@ -624,7 +624,8 @@ class Worker:
                                     "dataBase64": base64.b64encode(data).decode(),
                                     "submissionId": f"put-{self.name}-{n}"},
                                    [["set", f"blob:{sha}", True]], "attachments.ref",
-                                   {"sha256": sha, "sessionId": sid}, _blob_obs(sha))
+                                   {"sha256": sha, "sessionId": sid, "submissionId": f"ref-{self.name}-{n}"},
+                                   _blob_obs(sha))
 
     async def import_session(self, plug: HostClient) -> None:
         """A plugin imports a session (its external id is the element); listed by its source."""
