@@ -262,17 +262,25 @@ class Worker:
         except BaseException as exc:
             self.history.complete(wop, "info", {"error": type(exc).__name__})
             self.history.complete(rop, "info", {"error": type(exc).__name__})
-            self.pending[(f, key)] = pending
+            if f in RETRIED:
+                self.pending[(f, key)] = pending
             raise
         finally:
             self.busy -= 1
+        retry = False
         try:
             result = self._finish(wop, outcomes[0], None, pending)
+        except Unknown as exc:
+            if str(exc) not in RETRIABLE_ERRORS:
+                raise
+            retry = True  # the host lives: again at once, same submissionId (after the read is recorded)
         finally:
             try:
                 self._finish(rop, outcomes[1], normalize, None)
             except (Unknown, RpcError):
                 pass
+        if retry:
+            result = await self.write(c, f, key, method, params, writes)
         return result
 
     async def _send(self, c: HostClient, method: str, params: dict[str, Any], op: Op,
