@@ -26,7 +26,8 @@ What is reported (:class:`Findings`):
 
 * **lost** – at a recovery, an object's value is not one an acknowledged write allows: a
   value that every acknowledged write completed before the recovery has superseded (an
-  acknowledged append, removal, rename, ... that is gone).
+  acknowledged append, removal, rename, ... that is gone). Counted once per object (the first
+  recovery that showed it; the text says how many later ones did too).
 * **duplicated** – one element seen more than once by one read (an effect applied twice).
 * **unexpected** – a value no write could have produced (an element never added, or whose
   add failed definitely).
@@ -35,7 +36,8 @@ What is reported (:class:`Findings`):
 * **regressions** – on one connection, a read that shows an older state than an earlier read
   showed: every write that could have produced the later read's value finished before any
   write that could have produced the earlier one started.
-* **index_mismatch** – at a recovery, a session whose index ids differ from its transcript ids.
+* **index_mismatch** – at a recovery, a session whose index ids (``session.get``, the SQLite
+  rows) differ from its transcript ids. Counted once per session, like ``lost``.
 
 Time is the history's op index: a write may take effect anywhere between its first invoke
 and its last completion (``info`` attempts included; an attempt never completed is open-ended).
@@ -241,6 +243,8 @@ def check(ops: Iterable[Op]) -> Findings:
                 per_conn.setdefault(r.conn, []).append(r)
         for conn, rs in per_conn.items():
             _check_connection(name, ws, initial, conn, rs, set_obj, elem, findings)
+    # one finding per session: the first recovery whose index differed from the transcript
+    mismatched: dict[str, list[str]] = {}
     for rec in recoveries:
         for sid, views in sorted(((rec.result or {}).get("index") or {}).items()):
             transcript = list(views.get("transcript", []))
@@ -248,14 +252,20 @@ def check(ops: Iterable[Op]) -> Findings:
                 if label != "transcript" and list(ids) != transcript:
                     missing = [i for i in transcript if i not in ids]
                     extra = [i for i in ids if i not in transcript]
-                    findings.index_mismatch.append(
+                    mismatched.setdefault(sid, []).append(
                         f"{rec.key}: session {sid}: {label} ids differ from the transcript's "
                         f"(missing {missing[:5]}, extra {extra[:5]}, {len(ids)} vs {len(transcript)})")
+    for texts in mismatched.values():
+        findings.index_mismatch.append(texts[0] + (f" (and {len(texts) - 1} more views at later recoveries)"
+                                                   if len(texts) > 1 else ""))
     return findings
 
 
 def _check_recoveries(name: str, ws: list[Write], initial: Any, recs: list[Read], set_obj: str | None,
                       elem: str | None, findings: Findings) -> None:
+    """At most one finding per register: the first recovery that broke it (and how many more did)."""
+    first: tuple[list[str], str] | None = None
+    again = 0
     for r in recs:
         ok, value = _observed(r, name, set_obj, elem)
         if not ok:
@@ -264,16 +274,17 @@ def _check_recoveries(name: str, ws: list[Write], initial: Any, recs: list[Read]
         cands, from_initial = _candidates(ws, value, initial)
         cands = [w for w in cands if w.first_invoke < r.complete]
         allowed = [w for w in cands if not any(w is not y and w.last_complete < y.first_invoke for y in before)]
-        if from_initial and not before:
+        if (from_initial and not before) or allowed:
             continue
-        if allowed:
+        if first is not None:
+            again += 1
             continue
         text = (f"{name}: recovery {r.name} saw {value!r}; acknowledged before it: "
                 f"{[(w.value, w.ack_index) for w in before][-3:]}")
-        if not cands and not from_initial:
-            findings.unexpected.append(text)  # no write could have produced it
-        else:
-            findings.lost.append(text)  # an acknowledged write superseded it
+        # no write could have produced it: unexpected; else an acknowledged write superseded it: lost
+        first = (findings.unexpected if not cands and not from_initial else findings.lost, text)
+    if first is not None:
+        first[0].append(first[1] + (f" (and at {again} later recoveries)" if again else ""))
 
 
 def _check_connection(name: str, ws: list[Write], initial: Any, conn: str, rs: list[Read], set_obj: str | None,

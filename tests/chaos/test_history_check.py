@@ -252,3 +252,15 @@ def test_the_command_line_checks_a_dumped_history(tmp_path, capsys) -> None:
     assert main([str(lossy)]) == 1
     assert capsys.readouterr().out.splitlines()[-1] == (
         "ops=1 lost=1 duplicated=0 stale_reads=0 regressions=0 index_mismatch=0")
+
+
+def test_a_loss_and_a_mismatch_seen_at_several_recoveries_count_once() -> None:
+    """The figures count effects and sessions, not how many recoveries still showed them."""
+    h = H()
+    h.w("a.1", "m1", ["add", "msgs:s", "m1"])
+    for _ in range(3):
+        h.rec({"msgs:s": []}, index={"s": {"transcript": ["m1"], "db": [], "get": []}})
+    f = h.check()
+    assert (len(f.lost), len(f.index_mismatch)) == (1, 1), f.details()
+    assert "and at 2 later recoveries" in f.lost[0]
+    assert "and 5 more views" in f.index_mismatch[0]
