@@ -7,6 +7,7 @@
     scripts/chaos --mode actors --cycles 3 --kills 12
     scripts/chaos --mode powercut --cycles 10      # root: loop-mounted ext4 image
     scripts/chaos --mode fuzz --frames 100000      # every method, fuzzed params (scripts/chaos_fuzz.py)
+    scripts/chaos --mode history --cycles 1000 --seed 7   # many methods + faults, history checker
 
 * **process** – a subprocess host (``tests/hostkit.start_host_process``) runs the
   workload (``scripts/chaos_workload.py``); it is SIGKILLed at a random moment
@@ -17,6 +18,12 @@
   must keep serving. A final clean restart is verified too.
 * **powercut** – process mode with the data directory on a loop-mounted ext4
   image: SIGKILL, then ``EXT4_IOC_SHUTDOWN`` without a journal flush, remount.
+* **history** – several clients run a random mix of routed methods (sessions, settings,
+  secrets, queue, approvals, collaboration, tasks) while DB-writer kills, session-actor kills
+  and SIGKILLs land at random; the history is checked for lost and duplicated effects, stale
+  reads, regressions and index/transcript mismatches (``scripts/chaos_history_mode.py``,
+  ``scripts/chaos_history_check.py``); its LAST line is ``ops=… lost=… duplicated=…
+  stale_reads=… regressions=… index_mismatch=… db_writer_kills=… actor_kills=… sigkills=…``.
 * **fuzz** – a subprocess host gets ``--frames`` fuzzed requests over every
   method (``scripts/chaos_fuzz.py``); its LAST line is
   ``frames=… internal=… crashes=… poisoned=…`` and any non-zero figure fails.
@@ -83,6 +90,7 @@ class RunConfig:
     search_sample: int = 40
     image_mb: int = 64
     frames: int = 100_000
+    clients: int = 3
     verbose: bool = True
 
 
@@ -386,11 +394,12 @@ def _close_pipes(host: HostProcess) -> None:
 
 def parse_args(argv: Sequence[str]) -> RunConfig:
     ap = argparse.ArgumentParser(prog="scripts/chaos", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mode", choices=("process", "actors", "powercut", "fuzz"), default="process")
+    ap.add_argument("--mode", choices=("process", "actors", "powercut", "fuzz", "history"), default="process")
     ap.add_argument("--frames", type=int, default=100_000, help="fuzz mode: fuzzed frames to send")
     ap.add_argument("--cycles", type=int, default=5, help="kill/restart cycles (actors: kill rounds)")
     ap.add_argument("--seed", type=int, default=None, help="RNG seed (default: random, printed)")
     ap.add_argument("--sessions", type=int, default=4)
+    ap.add_argument("--clients", type=int, default=3, help="history mode: clients (a connection and a session each)")
     ap.add_argument("--kills", type=int, default=12, help="actors mode: actor kills per round")
     ap.add_argument("--run-min", type=float, default=0.3, help="shortest workload before a kill (s)")
     ap.add_argument("--run-max", type=float, default=2.0, help="longest workload before a kill (s)")
@@ -404,7 +413,7 @@ def parse_args(argv: Sequence[str]) -> RunConfig:
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1, 2**31)
     return RunConfig(mode=a.mode, cycles=a.cycles, seed=seed, sessions=a.sessions, workdir=a.dir, keep=a.keep,
                      run_time=(a.run_min, a.run_max), crashpoint_rate=a.crashpoint_rate, kills=a.kills,
-                     image_mb=a.image_mb, frames=a.frames, verbose=not a.quiet)
+                     image_mb=a.image_mb, frames=a.frames, verbose=not a.quiet, clients=a.clients)
 
 
 def run(cfg: RunConfig, out: Callable[[str], None] = print) -> Totals:
@@ -472,6 +481,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_args(sys.argv[1:] if argv is None else argv)
     if cfg.mode == "fuzz":
         return 0 if run_fuzz(cfg, lambda line: print(line, flush=True)).ok else 1
+    if cfg.mode == "history":
+        from scripts.chaos_history_mode import HistoryConfig, run_history
+
+        hcfg = HistoryConfig(cycles=cfg.cycles, seed=cfg.seed, clients=cfg.clients, workdir=cfg.workdir,
+                             keep=cfg.keep, verbose=cfg.verbose)
+        findings, _ = run_history(hcfg, lambda line: print(line, flush=True))
+        return 0 if findings.anomalies == 0 else 1
     totals = run(cfg, lambda line: print(line, flush=True))
     # the last line stays the figure line: print it again after a possible "kept" note
     if not totals.valid:
