@@ -43,11 +43,12 @@ from store import receipts
 from store.errors import CorruptData, SessionNotFound, StoreError
 from store.indexing import index
 from store.indexing.group_commit import is_corruption
-from store.indexing.index import index_messages, message_ref
+from store.indexing.index import IndexRecord, index_messages, message_ref
 from store.indexing.reconcile import (
     apply_plan,
     plan_missing_bytes,
     plan_reconcile,
+    read_header,
     scan_lines,
     session_info_settings,
 )
@@ -321,29 +322,37 @@ class Written:
     """Message lines move the session's ``updated_at``."""
 
 
-def _cover(conn: sqlite3.Connection, w: Written, *, now_ms: int) -> bool:
+EXACT, COVERED, REPLACED = "exact", "covered", "replaced"
+
+
+def _cover(conn: sqlite3.Connection, w: Written, *, now_ms: int) -> str:
     """Before ``w``'s lines are indexed: the index must cover every byte before ``w.start``.
 
-    True when the mark stands exactly at ``w.start`` (the compare-and-set then moves
-    it to ``w.end``). Otherwise the bytes it misses are indexed from the transcript
+    ``EXACT`` when the mark stands at ``w.start`` (the compare-and-set then moves it
+    to ``w.end``); otherwise the bytes it misses are indexed from the transcript
     first — an earlier op was lost (a batch that failed whole, a DB writer that
-    died with ops queued) — and False when the mark already lies past ``w``'s lines
-    (a repair indexed them) or the file had to be reconciled whole.
+    died with ops queued). ``COVERED`` when the mark already lies past ``w``'s lines
+    (a repair indexed them) or the file was reconciled up to its end; ``REPLACED``
+    when the transcript is no longer the file ``w`` was written to (a rewrite
+    followed: its own reindex covers the new file whole).
     """
     mark = index.index_mark(conn, w.session_id)
     if mark is None:
         raise SessionNotFound(f"session {w.session_id} not found", data={"sessionId": w.session_id})
     if mark == (w.start, w.epoch):
-        return True
+        return EXACT
     if mark[1] == w.epoch and mark[0] >= w.end:
-        return False
+        return COVERED
+    header = read_header(w.path)
+    if header is None or header.get("epoch") != w.epoch:
+        return REPLACED
     if mark[1] == w.epoch and mark[0] < w.start:
         apply_plan(conn, w.session_id, plan_missing_bytes(w.path, mark[0], w.epoch, w.start), now_ms=now_ms)
         if index.index_mark(conn, w.session_id) == (w.start, w.epoch):
-            return True
-    apply_plan(conn, w.session_id, plan_reconcile(w.path, *(index.index_mark(conn, w.session_id) or (0, None))),
-               now_ms=now_ms)
-    return False
+            return EXACT
+    now = index.index_mark(conn, w.session_id) or (0, None)
+    apply_plan(conn, w.session_id, plan_reconcile(w.path, now[0], now[1]), now_ms=now_ms)
+    return COVERED
 
 
 def index_written(conn: sqlite3.Connection, w: Written, *, now_ms: int) -> list[dict[str, Any]]:
@@ -361,9 +370,12 @@ def index_written(conn: sqlite3.Connection, w: Written, *, now_ms: int) -> list[
     masked: it propagates. Returns a MessageRef per message line.
     """
     sid = w.session_id
-    exact = _cover(conn, w, now_ms=now_ms)
     scan = scan_lines(w.lines, w.start, w.records)
     items = scan.messages
+    cover = _cover(conn, w, now_ms=now_ms)
+    if cover == REPLACED:
+        return _refs_of(conn, sid, items, strict=False)
+    exact = cover == EXACT
     if w.seqs:
         starts = _line_starts(w)
         by_offset = {starts[i]: seq for i, seq in w.seqs.items()}
@@ -384,12 +396,29 @@ def index_written(conn: sqlite3.Connection, w: Written, *, now_ms: int) -> list[
             raise
         mark = index.index_mark(conn, sid) or (0, None)
         apply_plan(conn, sid, plan_reconcile(w.path, mark[0], mark[1]), now_ms=now_ms)
-        found = index.message_refs(conn, (item.record["id"] for item in items))
-        return [found.get(item.record["id"]) or found.get(f"{sid}:{item.record['id']}") or {} for item in items]
+        return _refs_of(conn, sid, items)
     conn.execute("RELEASE index_written")
     if exact and not index.set_index_mark(conn, sid, w.end, w.epoch, expected=(w.start, w.epoch)):
         raise CorruptData(f"session {sid}: the index mark moved under an index op", data={"sessionId": sid})
     return refs
+
+
+def _refs_of(conn: sqlite3.Connection, sid: str, items: Sequence[IndexRecord], *,
+             strict: bool = True) -> list[dict[str, Any]]:
+    """The MessageRefs the index holds for ``items`` (after a reconcile indexed them instead);
+    ``strict=False``: those it holds (a rewrite may have dropped some)."""
+    found = index.message_refs(conn, [name for item in items for name in index.client_spellings(
+        sid, item.record["id"])])
+    out = []
+    for item in items:
+        ref = found.get(item.record["id"]) or found.get(f"{sid}:{item.record['id']}")
+        if ref is None and not strict:
+            continue
+        if ref is None:
+            raise CorruptData(f"session {sid}: message {item.record['id']} is in its transcript but not indexed",
+                              data={"sessionId": sid, "messageId": item.record["id"]})
+        out.append(ref)
+    return out
 
 
 def _line_starts(w: Written) -> list[int]:
