@@ -1,11 +1,18 @@
 """What a session handler may do inside its session actor: :class:`SessionContext`.
 
 Handlers get one per call. They read (one snapshot on the read pool, or in the
-actor's own worker thread together with a file step), append lines durably,
-commit (the effect's transaction with the call's receipt), publish events and
-keep per-incarnation memos — never the actor's fields. A failed handler
-poisons the actor (``actors/session.py``), which rebuilds from the transcript
-before the next call.
+actor's own worker thread together with a file step), append lines, commit
+(the effect's transaction with the call's receipt), publish events and keep
+per-incarnation memos — never the actor's fields. A failed handler poisons the
+actor (``actors/session.py``), which rebuilds from the transcript before the
+next call.
+
+Lines enter the transcript only through :meth:`SessionContext.append_lines`
+(whole files through :meth:`SessionContext.rewrite_file`): the one owner of the
+session's index mark and of the actor's file state (ARCHITECTURE.md "Read
+barriers"). Its index op moves the mark by compare-and-set from the length
+before the write and indexes any bytes the mark misses instead of jumping
+over them; a deferred op that fails is repaired before it counts as covered.
 """
 
 from __future__ import annotations

@@ -256,7 +256,7 @@ def repair_session(conn: Any, session_id: str, path: Path, *, now_ms: int) -> di
     return apply_plan(conn, session_id, plan, now_ms=now_ms)
 
 
-_BACK_CHUNK = 64 << 10
+_BACK_CHUNK = 16 << 10
 _BACK_LIMIT = 16 << 20
 
 
