@@ -32,13 +32,24 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
+from runtime.kernel.actor import ActorError
+from store.errors import IOFailure, StorageFull
+
 __all__ = ["IndexLog", "IndexLogStatistics"]
+
+log = logging.getLogger("pi_host.index_log")
+
+
+def _transient(exc: BaseException) -> bool:
+    """A repair failure that passes (a full disk, an I/O error, a DB writer restarting or busy)."""
+    return isinstance(exc, (StorageFull, IOFailure, ActorError, OSError))
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,14 +155,18 @@ class IndexLog:
         self._repair_wanted.set()
 
     async def run_repairs(self, write: Callable[[Callable[[Any], Any]], Awaitable[Any]], *,
-                          backoff: float = 0.05, max_backoff: float = 2.0) -> None:
+                          backoff: float = 0.05, max_backoff: float = 2.0, max_refusals: int = 5) -> None:
         """Run queued repairs through ``write`` (the DB writer), one session at a time, forever.
 
         A repair that fails is queued again after a growing pause (a full disk
         stays full for a while); its sequences stay uncovered meanwhile, so reads
         waiting on the barrier wait for it instead of missing acknowledged lines.
+        Only a repair refused ``max_refusals`` times for a reason that is not
+        transient (the transcript cannot be indexed at all) settles its sequences
+        without it, so one broken file cannot hold every reader of the host.
         """
         pause = backoff
+        refused: dict[str, int] = {}
         while True:
             if not self._repairs:
                 self._repair_wanted = trio.Event()
@@ -161,15 +176,26 @@ class IndexLog:
             repair, seqs = self._repairs.pop(session)
             try:
                 await write(repair)
-            except Exception:  # noqa: BLE001 - retried: the sequences stay uncovered until it commits
+            except Exception as exc:  # noqa: BLE001 - retried: the sequences stay uncovered until it commits
+                self._repairs_failed += 1
+                if not _transient(exc):
+                    refused[session] = refused.get(session, 0) + 1
+                if refused.get(session, 0) >= max_refusals:
+                    # The transcript itself cannot be indexed (corrupt, not a regular file...): waiting
+                    # longer would hold every reader of the host. Its session reports the error itself.
+                    log.error("index repair of session %s refused %d times (%s); its failed ops are settled",
+                              session, refused.pop(session), exc)
+                    for seq in sorted(seqs):
+                        self.settle(seq)
+                    continue
                 again = self._repairs.pop(session, None)
                 merged = seqs | (again[1] if again else set())
                 self._repairs[session] = (again[0] if again else repair, merged)
-                self._repairs_failed += 1
                 await trio.sleep(pause)
                 pause = min(max_backoff, pause * 2)
                 continue
             pause = backoff
+            refused.pop(session, None)
             self._repaired += 1
             for seq in sorted(seqs):
                 self.settle(seq)
