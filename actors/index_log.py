@@ -4,8 +4,12 @@ ARCHITECTURE.md "Read barriers". An append is acknowledged once its line is
 durable (write + fdatasync); its index op goes to the DB writer in the same
 synchronous step as it is given a host-wide sequence number (:meth:`IndexLog.enqueue`),
 so the DB writer's mailbox holds index ops in sequence order. Each op's reply
-(after its batch committed, or when it failed) settles its sequence
-(:meth:`IndexLog.settle`); the *covered* sequence is the longest settled prefix.
+(after its batch committed) settles its sequence (:meth:`IndexLog.settle`);
+the *covered* sequence is the longest settled prefix. An op that failed is not
+covered: it queues a repair of its session (:meth:`IndexLog.fail`, run by
+:meth:`IndexLog.run_repairs` through the DB writer), and settles when that
+repair commits, so a read never sees the barrier open over an acknowledged
+line the index lacks.
 
 * A read that needs the index waits until every append acknowledged before it
   arrived is covered (:meth:`IndexLog.barrier`); a session's own reads wait only
@@ -28,13 +32,24 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
+from runtime.kernel.actor import ActorError
+from store.errors import IOFailure, StorageFull
+
 __all__ = ["IndexLog", "IndexLogStatistics"]
+
+log = logging.getLogger("pi_host.index_log")
+
+
+def _transient(exc: BaseException) -> bool:
+    """A repair failure that passes (a full disk, an I/O error, a DB writer restarting or busy)."""
+    return isinstance(exc, (StorageFull, IOFailure, ActorError, OSError))
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +62,10 @@ class IndexLogStatistics:
     max_lag_bytes: int
     waits: int
     stalls: int
+    failed_ops: int = 0
+    """Index ops that failed (each then waited for a repair of its session)."""
+    repairs: int = 0
+    repair_failures: int = 0
 
 
 @dataclass
@@ -63,7 +82,7 @@ class IndexLog:
     acknowledged: int = 0
     """Highest sequence handed out (its index op is in the DB writer's mailbox)."""
     covered_seq: int = 0
-    """Highest sequence whose index op committed (or was settled otherwise)."""
+    """Highest sequence such that it and every sequence before it is in the index."""
     _entries: dict[int, _Entry] = field(default_factory=dict)
     _held: dict[str, Any] = field(default_factory=dict)
     _held_by: dict[str, int] = field(default_factory=dict)
@@ -76,6 +95,11 @@ class IndexLog:
     _waits: int = 0
     _stalls: int = 0
     _on_covered: list[Callable[[int], None]] = field(default_factory=list)
+    _repairs: dict[str, tuple[Callable[[Any], Any], set[int]]] = field(default_factory=dict)
+    _repair_wanted: trio.Event = field(default_factory=trio.Event)
+    _failed: int = 0
+    _repaired: int = 0
+    _repairs_failed: int = 0
     _on_wanted: list[Callable[[], None]] = field(default_factory=list)
 
     # -- appends ---------------------------------------------------------------
@@ -113,9 +137,72 @@ class IndexLog:
             await self._room.wait()
 
     # -- the DB writer -----------------------------------------------------------
+    def fail(self, seq: int, session: str, repair: Callable[[Any], Any]) -> None:
+        """Index op ``seq`` failed (its batch failed whole, the DB writer died holding it...).
+
+        Its lines are durable and acknowledged, so it is not covered: ``repair``
+        (``repair(conn)``, one DB-writer op that indexes the session from its
+        transcript) is queued for :meth:`run_repairs`, and ``seq`` settles when a
+        repair of that session commits. One pending repair per session covers
+        every failed op of it queued before the repair was sent.
+        """
+        if seq not in self._entries:
+            return
+        self._failed += 1
+        _, seqs = self._repairs.get(session, (repair, set()))
+        seqs.add(seq)
+        self._repairs[session] = (repair, seqs)
+        self._repair_wanted.set()
+
+    async def run_repairs(self, write: Callable[[Callable[[Any], Any]], Awaitable[Any]], *,
+                          backoff: float = 0.05, max_backoff: float = 2.0, max_refusals: int = 5) -> None:
+        """Run queued repairs through ``write`` (the DB writer), one session at a time, forever.
+
+        A repair that fails is queued again after a growing pause (a full disk
+        stays full for a while); its sequences stay uncovered meanwhile, so reads
+        waiting on the barrier wait for it instead of missing acknowledged lines.
+        Only a repair refused ``max_refusals`` times for a reason that is not
+        transient (the transcript cannot be indexed at all) settles its sequences
+        without it, so one broken file cannot hold every reader of the host.
+        """
+        pause = backoff
+        refused: dict[str, int] = {}
+        while True:
+            if not self._repairs:
+                self._repair_wanted = trio.Event()
+                await self._repair_wanted.wait()
+                continue
+            session = next(iter(self._repairs))
+            repair, seqs = self._repairs.pop(session)
+            try:
+                await write(repair)
+            except Exception as exc:  # noqa: BLE001 - retried: the sequences stay uncovered until it commits
+                self._repairs_failed += 1
+                if not _transient(exc):
+                    refused[session] = refused.get(session, 0) + 1
+                if refused.get(session, 0) >= max_refusals:
+                    # The transcript itself cannot be indexed (corrupt, not a regular file...): waiting
+                    # longer would hold every reader of the host. Its session reports the error itself.
+                    log.error("index repair of session %s refused %d times (%s); its failed ops are settled",
+                              session, refused.pop(session), exc)
+                    for seq in sorted(seqs):
+                        self.settle(seq)
+                    continue
+                again = self._repairs.pop(session, None)
+                merged = seqs | (again[1] if again else set())
+                self._repairs[session] = (again[0] if again else repair, merged)
+                await trio.sleep(pause)
+                pause = min(max_backoff, pause * 2)
+                continue
+            pause = backoff
+            refused.pop(session, None)
+            self._repaired += 1
+            for seq in sorted(seqs):
+                self.settle(seq)
+
     def settle(self, seq: int) -> None:
-        """Index op ``seq`` is done: committed, or failed (its session then catches up from its
-        transcript). The covered sequence advances over every settled prefix."""
+        """Index op ``seq`` committed (or a repair of its session did): its lines are in the index.
+        The covered sequence advances over every settled prefix."""
         entry = self._entries.get(seq)
         if entry is None:
             return
@@ -176,4 +263,5 @@ class IndexLog:
         return IndexLogStatistics(
             acknowledged=self.acknowledged, covered=self.covered_seq, lag_ops=len(self._entries),
             lag_bytes=self._lag_bytes, max_lag_ops=self._peak_ops, max_lag_bytes=self._peak_bytes,
-            waits=self._waits, stalls=self._stalls)
+            waits=self._waits, stalls=self._stalls, failed_ops=self._failed, repairs=self._repaired,
+            repair_failures=self._repairs_failed)

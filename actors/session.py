@@ -31,7 +31,7 @@ from actors.db_writer import DbOp
 from actors.events import EventBus
 from actors.gateway_types import CallContext
 from actors.index_log import IndexLog
-from actors.session_context import UNSET, SessionContext, session_info_line, settings_of
+from actors.session_context import UNSET, Lines, SessionContext, session_info_line, settings_of
 from runtime.kernel.actor import Actor, Envelope, InternalBug
 from runtime.kernel.threads import run_in_thread
 from store import receipts
@@ -302,21 +302,54 @@ class SessionActor(Actor):
         await self.io(lambda: create_transcript(path, self.sid, created, body_lines=[info], faults=faults))
         await self.catch_up()
 
-    async def write_lines(self, lines: Sequence[bytes]) -> tuple[list[int], int]:
+    # ------------------------------------------------------------------ the line primitive's state
+    async def write_durably(self, lines: Lines | Callable[[Any], tuple[Any, Lines]],
+                            after_write: Callable[[], object] | None = None) -> tuple[Any, Lines, int, int]:
+        """Write ``lines`` (or what ``step(conn)`` plans, in the same worker-thread hop) with one
+        write + one fdatasync: ``(planned, lines, start, end)``. Only :meth:`SessionContext.append_lines`
+        calls this; the file length it records is the actor's."""
         writer = await self.open_writer()
+        reads = self.deps.reads
+
+        def run() -> tuple[Any, Lines, int, int]:
+            if isinstance(lines, Lines):
+                planned, batch = None, lines
+            else:
+                with reads.borrow() as conn:
+                    planned, batch = lines(conn)
+            if not batch.lines:
+                return planned, batch, writer.length, writer.length
+            first, new_len = writer.append(list(batch.lines))
+            if after_write is not None:
+                after_write()
+            return planned, batch, first, new_len
+
         try:
-            first, new_len = await self.io(writer.append, list(lines))
+            planned, batch, start, end = await self.io(run)
         except IOFailure as exc:
             if not isinstance(exc, StorageFull):
                 self.known.storage_failed = exc
             raise
-        offsets = []
-        pos = first
-        for line in lines:
-            offsets.append(pos)
-            pos += len(line)
-        self.known.file_len = new_len
-        return offsets, new_len
+        self.known.file_len = end
+        return planned, batch, start, end
+
+    def indexed_later(self, end: int, last_seq: int, updated_at: int | None) -> None:
+        """Lines up to ``end`` are durable and their index op is queued: the row as it will be."""
+        row = self.known.row
+        if row is not None:
+            row["messageCount"] = max(int(row["messageCount"]), last_seq)
+            if updated_at is not None:
+                row["updatedAt"] = max(int(row["updatedAt"]), updated_at)
+            row["_indexedLen"] = end
+
+    def adopt_row(self, row: dict[str, Any] | None) -> None:
+        """The row as the transaction that indexed this actor's latest lines left it."""
+        self.known.row = row
+        self.known.needs_catchup = False
+
+    def rewritten(self, file_len: int, epoch: str | None) -> None:
+        """The whole transcript was replaced (or created): its length and epoch are the actor's now."""
+        self.known.file_len, self.known.epoch = file_len, epoch
 
 
 def _deliver(env: Envelope, outcome: Any) -> None:

@@ -1,33 +1,43 @@
 """What a session handler may do inside its session actor: :class:`SessionContext`.
 
 Handlers get one per call. They read (one snapshot on the read pool, or in the
-actor's own worker thread together with a file step), append lines durably,
-commit (the effect's transaction with the call's receipt), publish events and
-keep per-incarnation memos — never the actor's fields. A failed handler
-poisons the actor (``actors/session.py``), which rebuilds from the transcript
-before the next call.
+actor's own worker thread together with a file step), append lines, commit
+(the effect's transaction with the call's receipt), publish events and keep
+per-incarnation memos — never the actor's fields. A failed handler poisons the
+actor (``actors/session.py``), which rebuilds from the transcript before the
+next call.
+
+Lines enter the transcript only through :meth:`SessionContext.append_lines`
+(whole files through :meth:`SessionContext.rewrite_file`): the one owner of the
+session's index mark and of the actor's file state (ARCHITECTURE.md "Read
+barriers"). Its index op moves the mark by compare-and-set from the length
+before the write and indexes any bytes the mark misses instead of jumping
+over them; a deferred op that fails is repaired before it counts as covered.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, TypeVarTuple
 
 import outcome
 
 from actors.db_writer import DbOp
 from actors.gateway_types import CallContext
 from actors.index_log import IndexLog
-from runtime.kernel.actor import Busy, CallbackReply
+from runtime.kernel.actor import ActorStopped, Busy, CallbackReply, InternalBug
 from store import receipts
 from store.errors import SessionNotFound, StoreError
 from store.faults import Faults
+from store.indexing import appends as store_appends
 from store.indexing import index
+from store.indexing.appends import Written
+from store.indexing.reconcile import repair_session
 from store.jsonio import dumps_line
 from store.receipts import ReceiptKey
 from store.transcripts.records import ms_to_rfc3339
 from store.transcripts.session_files import SessionPaths
-from store.transcripts.transcript import TranscriptWriter
 
 if TYPE_CHECKING:
     from actors.session import SessionActor
@@ -35,13 +45,58 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
-__all__ = ["SETTING_KEYS", "SessionContext", "UNSET", "session_info_line", "settings_of"]
+__all__ = ["SETTING_KEYS", "Appended", "FileShape", "Lines", "SessionContext", "UNSET", "session_info_line",
+           "settings_of"]
 
 SETTING_KEYS = ("title", "projectPath", "providerId", "modelId", "mode", "thinkingLevel", "permissionMode")
 
 
 UNSET: Any = object()
 """``SessionContext.committed`` before the handler committed anything."""
+
+F = TypeVar("F", bound="FileShape")
+
+
+class FileShape(Protocol):
+    """What a whole-file write leaves: the new file's length and epoch."""
+
+    @property
+    def file_len(self) -> int: ...
+
+    @property
+    def epoch(self) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Lines:
+    """Lines for :meth:`SessionContext.append_lines`, each a complete encoded line."""
+
+    lines: Sequence[bytes]
+    records: Sequence[Mapping[str, Any]] | None = None
+    """The lines parsed, one per line, when the caller has them (nothing is parsed twice)."""
+    seqs: Mapping[int, int] = field(default_factory=dict)
+    """Line index -> the seq acknowledged for that new message id (the index checks it)."""
+    held: Mapping[str, Any] = field(default_factory=dict)
+    """``later=True``: message ids the index log holds until the op is covered (``Held`` values)."""
+    last_seq: int = 0
+    """``later=True``: the session's last seq once the lines are indexed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What :meth:`SessionContext.append_lines` did."""
+
+    planned: Any = None
+    """The step's plan (when ``lines`` was a step)."""
+    offsets: list[int] = field(default_factory=list)
+    end: int = 0
+    """The transcript's length after the write."""
+    refs: list[dict[str, Any]] = field(default_factory=list)
+    """``later=False``: a MessageRef per message line, as indexed."""
+    value: Any = None
+    """``later=False``: ``then``'s value (the response, stored with the receipt)."""
+    seq: int = 0
+    """``later=True``: the index log sequence of the op."""
 
 
 class SessionContext:
@@ -119,10 +174,6 @@ class SessionContext:
         await self._actor.catch_up()
         return self._actor.known.row
 
-    async def refresh_row(self) -> dict[str, Any]:
-        self._actor.known.row = await self.read(index.session_row, self.sid)
-        return self.row
-
     def adopt_window_state(self, row: dict[str, Any], file_len: int, epoch: str | None) -> None:
         """A cold read proved the index clean for the file: take its row instead of catching up."""
         st = self._actor.known
@@ -147,20 +198,6 @@ class SessionContext:
         """Something changed that the in-memory state may not reflect: rebuild before the next call."""
         self._actor.poisoned = True
 
-    def appended(self, file_len: int, last_seq: int, updated_at: int) -> None:
-        """Lines this handler wrote through :meth:`writer` are durable and indexed."""
-        st = self._actor.known
-        st.file_len = file_len
-        row = st.row
-        if row is not None:
-            row["messageCount"] = max(int(row["messageCount"]), last_seq)
-            row["updatedAt"] = max(int(row["updatedAt"]), updated_at)
-            row["_indexedLen"] = file_len
-
-    def note_rewritten(self, file_len: int, epoch: str | None) -> None:
-        st = self._actor.known
-        st.file_len, st.epoch = file_len, epoch
-
     # -- I/O
     async def io(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """Blocking file work in this actor's own worker thread."""
@@ -181,67 +218,168 @@ class SessionContext:
         every append this session acknowledged."""
         return await self._actor.read(fn, *args)
 
-    async def index_later(self, fn: Callable[[Any], Any], *, nbytes: int, held: Mapping[str, Any]) -> int:
+    async def db(self, fn: Callable[[Any], T], *, durable: bool = True) -> T:
+        """One op in the DB writer's next transaction (no receipt: see :meth:`commit`)."""
+        result: T = await self._actor.deps.db.write(fn, durable=durable)
+        return result
+
+    async def commit(self, fn: Callable[[Any], T], *, durable: bool = True, reload_row: bool = False) -> T:
+        """The effect's transaction: ``fn(conn)`` plus this call's receipt row, atomically.
+
+        Its value is the response; a handler with a receipt returns exactly it.
+        ``reload_row``: the session's row is read again in that same transaction and
+        becomes the actor's (a change to the row that writes no line: trash, restore).
+        """
+        key, sid, now, faults, method = self.receipt, self.sid, self.now(), self.faults, self.method
+        rows: list[dict[str, Any] | None] = []
+
+        def op(conn: Any) -> T:
+            value = fn(conn)
+            if key is not None:
+                receipts.store(conn, key, value, session_id=sid, now_ms=now)
+            if reload_row:
+                rows.append(index.session_row(conn, sid))
+            faults.point(f"{method}.before_commit")
+            return value
+
+        value = await self.db(op, durable=durable or key is not None)
+        faults.point(f"{method}.after_commit")
+        if rows:
+            self._actor.adopt_row(rows[-1])
+        self.committed = value
+        return value
+
+    # -- lines: the only way anything enters the transcript
+    async def append_lines(
+        self,
+        lines: Lines | Callable[[Any], tuple[Any, Lines]],
+        *,
+        later: bool = False,
+        then: Callable[[Any, list[dict[str, Any]]], Any] | None = None,
+        durable: bool = True,
+        touch: bool = True,
+        after_write: Callable[[], object] | None = None,
+    ) -> Appended:
+        """Append lines to the transcript durably, then index them: the one way lines enter it.
+
+        ``lines`` is a :class:`Lines`, or ``step(conn) -> (planned, Lines)`` that plans
+        them with a read connection in the same worker-thread hop as the write (the
+        append group: one hop for read, plan, write and fdatasync). Then the index
+        op (``store.indexing.appends.index_written``) indexes exactly these lines and
+        moves the session's index mark by compare-and-set from the length before
+        the write; if the mark is not there (an earlier op was lost) it indexes the
+        missing bytes from the transcript first. The actor's state (file length,
+        row) is updated here and nowhere else.
+
+        * ``later=False``: ONE commit holds the index op, ``then(conn, refs)`` (the
+          method's own DB change; its value is the response) and the call's receipt;
+          the row is re-read in that transaction. ``Appended.value`` is ``then``'s.
+        * ``later=True``: the lines are acknowledged now and the index op goes to
+          the DB writer behind the read barrier (``Appended.seq``); a failed op
+          queues a repair of the session and stays uncovered until it commits.
+
+        ``after_write``: more file work, run in the same worker-thread hop right after
+        the lines are durable (and before their index op).
+        """
+        actor = self._actor
+        planned, batch, start, end = await actor.write_durably(lines, after_write)
+        offsets: list[int] = []
+        pos = start
+        for line in batch.lines:
+            offsets.append(pos)
+            pos += len(line)
+        if not batch.lines:
+            return Appended(planned=planned, offsets=[], end=end)
+        sid, now = self.sid, self.now()
+        written = Written(sid, self.paths.transcript, start, end, self.epoch, list(batch.lines), batch.records,
+                          batch.seqs, touch)
+        if later:
+            if then is not None:
+                raise InternalBug("append_lines(later=True) takes no `then`: nothing waits for its commit")
+            seq = await self._index_later(written, now, batch.held)
+            actor.indexed_later(end, batch.last_seq, now if touch and batch.last_seq else None)
+            return Appended(planned=planned, offsets=offsets, end=end, seq=seq)
+        refs_box: list[list[dict[str, Any]]] = []
+        rows: list[dict[str, Any] | None] = []
+
+        def op(conn: Any) -> Any:
+            refs = store_appends.index_written(conn, written, now_ms=now)
+            value = then(conn, refs) if then is not None else None
+            refs_box.append(refs)
+            rows.append(index.session_row(conn, sid))
+            return value
+
+        value = await self.commit(op, durable=durable)
+        actor.adopt_row(rows[-1])
+        return Appended(planned=planned, offsets=offsets, end=end, refs=refs_box[-1], value=value)
+
+    async def rewrite_file(
+        self,
+        write: Callable[[], F],
+        reindex: Callable[[Any, F], object],
+        then: Callable[[Any], T],
+        *,
+        fault: str | None = None,
+        durable: bool = True,
+    ) -> T:
+        """Replace (or create) the whole transcript, then ONE commit: ``reindex(conn, made)`` (every
+        row of the new file and its mark, at its new epoch), ``then(conn)`` (the response) and the
+        receipt. The rewrite variant of :meth:`append_lines`: the same single owner of the mark
+        and of the actor's file state. ``fault``: a fault point between the file and the commit."""
+        actor = self._actor
+        await actor.close_writer()  # no append may go through the old file's descriptor
+        made = await self.io(write)
+        actor.rewritten(made.file_len, made.epoch)
+        if fault is not None:
+            await self.io(self.faults.point, fault)
+        sid = self.sid
+        rows: list[dict[str, Any] | None] = []
+
+        def op(conn: Any) -> T:
+            reindex(conn, made)
+            value = then(conn)
+            rows.append(index.session_row(conn, sid))
+            return value
+
+        value = await self.commit(op, durable=durable)
+        actor.adopt_row(rows[-1])
+        return value
+
+    async def _index_later(self, written: Written, now: int, held: Mapping[str, Any]) -> int:
         """Send the index op of lines already durable to the DB writer without waiting for it.
 
         Returns its index log sequence: the lines' receipts are in the database once it is
         covered. Waits first while the index trails by more than its bounds (backpressure).
         The sequence is taken in the same synchronous step as the op enters the writer's
-        mailbox, so the mailbox holds index ops in sequence order. An op that fails (even
-        its fallback) marks this actor for a rebuild from the transcript.
+        mailbox, so the mailbox holds index ops in sequence order. An op that fails queues
+        a repair of this session (``IndexLog.fail``); its sequence is covered once that commits.
         """
         actor = self._actor
         log, writer = actor.deps.index_log, actor.deps.writer
+        sid, path = self.sid, self.paths.transcript
         await log.wait_room()
         while True:
             seq = log.acknowledged + 1
 
             def settled(result: outcome.Outcome[Any], seq: int = seq) -> None:
                 if isinstance(result, outcome.Error):
-                    actor.poisoned = True
-                log.settle(seq)
+                    log.fail(seq, sid, lambda conn: repair_session(conn, sid, path, now_ms=now))
+                else:
+                    log.settle(seq)
 
             try:
-                writer.post_nowait(DbOp(fn, durable=False, label="index"), CallbackReply(settled))
-            except Busy:
-                await writer.wait_room()  # full mailbox: wait, then take the sequence afresh
+                writer.post_nowait(
+                    DbOp(lambda conn: store_appends.index_written(conn, written, now_ms=now), durable=False,
+                         label="index"),
+                    CallbackReply(settled))
+            except (Busy, ActorStopped):
+                await writer.wait_room()  # full mailbox, or between incarnations: wait, then take the sequence afresh
                 continue
             break
-        taken = log.enqueue(nbytes, held)
+        taken = log.enqueue(written.end - written.start, held)
         assert taken == seq, "index log sequence taken out of step with the writer's mailbox"
         actor.known.index_seq = seq
         return seq
-
-    async def db(self, fn: Callable[[Any], T], *, durable: bool = True) -> T:
-        """One op in the DB writer's next transaction (no receipt: see :meth:`commit`)."""
-        result: T = await self._actor.deps.db.write(fn, durable=durable)
-        return result
-
-    async def commit(self, fn: Callable[[Any], T], *, durable: bool = True) -> T:
-        """The effect's transaction: ``fn(conn)`` plus this call's receipt row, atomically.
-
-        Its value is the response; a handler with a receipt returns exactly it.
-        """
-        key, sid, now, faults, method = self.receipt, self.sid, self.now(), self.faults, self.method
-
-        def op(conn: Any) -> T:
-            value = fn(conn)
-            if key is not None:
-                receipts.store(conn, key, value, session_id=sid, now_ms=now)
-            faults.point(f"{method}.before_commit")
-            return value
-
-        value = await self.db(op, durable=durable or key is not None)
-        faults.point(f"{method}.after_commit")
-        self.committed = value
-        return value
-
-    async def writer(self) -> TranscriptWriter:
-        return await self._actor.open_writer()
-
-    async def write_lines(self, lines: Sequence[bytes]) -> tuple[list[int], int]:
-        """Append lines durably (one write, one fdatasync): each line's offset and the new length."""
-        return await self._actor.write_lines(lines)
 
     async def close_writer(self) -> None:
         """Before a whole-file rewrite: no append may go through the old file's descriptor."""

@@ -37,7 +37,7 @@ from store.fsutil import sweep_temp_files
 from store.indexing import index
 from store.indexing.database import close_writer, incremental_vacuum, open_writer, transaction
 from store.indexing.index import index_marks, session_ids
-from store.indexing.reconcile import TailScan, apply_plan, plan_reconcile, restore_receipt
+from store.indexing.reconcile import TailScan, apply_plan, plan_reconcile, restore_receipt, verify_clean
 from store.inflight import sweep as sweep_inflight
 from store.plans import sweep_intents
 from store.queue import forget_session as forget_queue
@@ -210,13 +210,19 @@ def run_boot(
     rows = index_marks(conn)
     reconciled: dict[str, int] = {"clean": 0, "tail": 0, "full": 0, "missing": 0, "restoredRows": 0,
                                   "indexedMessages": 0, "removedRows": 0, "errors": 0,
-                                  "tornTails": 0, "badLines": 0, "unknownLines": 0}
+                                  "tornTails": 0, "badLines": 0, "unknownLines": 0, "markBehindFile": 0}
     errors: list[dict[str, str]] = []
     damaged: list[dict[str, Any]] = []
     for sid in sorted(live | set(rows)):
         indexed_len, epoch = rows.get(sid, (0, None))
         try:
-            plan = plan_reconcile(data_dir.transcript(sid), indexed_len or 0, epoch)
+            path = data_dir.transcript(sid)
+            plan = plan_reconcile(path, indexed_len or 0, epoch)
+            if plan.kind == "clean" and sid in rows:
+                # "clean" from the mark alone is checked against the file: a mark moved over
+                # lines that were never indexed is found here and the session reindexed.
+                plan = verify_clean(conn, sid, path, plan)
+                reconciled["markBehindFile"] += int(plan.kind != "clean")
             reconciled[plan.kind] += 1
             _count_damage(sid, plan.scan, reconciled, damaged)
             if plan.kind == "clean" and sid in rows:

@@ -6,9 +6,10 @@ the index knows (stored receipts, held ids — ``store.indexing.appends.gather``
 what the index log holds of ids acknowledged but not indexed yet), plans each
 request purely (``store.indexing.appends.plan_appends``: replay, D444 remap, steering
 replacement, refusal), and writes + fdatasyncs the planned lines, each carrying
-its receipt in ``meta.receipt``. Then every request is answered: the index op
-goes to the DB writer without being awaited (``ctx.index_later``), and reads
-that need the index wait for it (ARCHITECTURE.md "Read barriers").
+its receipt in ``meta.receipt`` — all through ``ctx.append_lines(step, later=True)``,
+the one way lines enter a transcript. Then every request is answered: the index
+op goes to the DB writer without being awaited, and reads that need the index
+wait for it (ARCHITECTURE.md "Read barriers").
 """
 
 from __future__ import annotations
@@ -17,12 +18,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from actors.session import SessionCall
-from actors.session_context import SessionContext
+from actors.session_context import Lines, SessionContext
 from protocol import models as m
 from runtime.context import Pinned
 from runtime.handlers import inflight
-from store.errors import IOFailure, StorageFull
-from store.indexing import index
 from store.indexing.appends import (
     AppendPlan,
     AppendRequest,
@@ -31,7 +30,6 @@ from store.indexing.appends import (
     Replay,
     Write,
     gather,
-    index_appended,
     plan_appends,
 )
 from store.receipts import ReceiptKey
@@ -53,7 +51,6 @@ def request_of(call: SessionCall) -> AppendRequest:
 
 async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> list[Any]:
     requests = [request_of(call) for call in calls]
-    writer = await ctx.writer()
     sid, path, now = ctx.sid, ctx.paths.transcript, ctx.now()
     last_seq = int(ctx.row["messageCount"])
 
@@ -61,44 +58,27 @@ async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> lis
     candidates = [mid for r in requests if isinstance(mid := r.message.get("id"), str)]
     pending = log.held([*candidates, *(f"{sid}:{m}" for m in candidates)])
 
-    def step(conn: Any) -> tuple[AppendPlan, int, int]:
+    def step(conn: Any) -> tuple[AppendPlan, Lines]:
         known = gather(conn, path, sid, requests, pending=pending)
         plan = plan_appends(sid, requests, known, last_seq=last_seq, now_ms=now)
-        lines = plan.lines
-        if not lines:
-            return plan, writer.length, writer.length
-        first, new_len = writer.append(lines)
-        return plan, first, new_len
+        writes = plan.writes
+        held = {w.record["id"]: Held(sid, w.ref, is_streaming(w.record)) for w in writes}
+        seqs = {i: w.seq for i, w in enumerate(writes) if not w.replace}
+        return plan, Lines([w.line for w in writes], records=[w.record for w in writes], seqs=seqs, held=held,
+                           last_seq=plan.last_seq)
 
-    try:
-        plan, first, new_len = await ctx.io_with_reader(step)
-    except IOFailure as exc:
-        if not isinstance(exc, StorageFull):
-            ctx.storage_failed(exc)
-        raise
+    # Acknowledged once durable; the index catches up behind the read barrier.
+    done = await ctx.append_lines(step, later=True)
+    plan: AppendPlan = done.planned
     writes = plan.writes
-    seq = 0
     if writes:
-        epoch = ctx.epoch
-        items = []
-        held: dict[str, Held] = {}
-        offset = first
-        for w in writes:
-            items.append(index.IndexRecord(w.record, offset, len(w.line), None if w.replace else w.seq, w.line))
-            held[w.record["id"]] = Held(sid, w.ref, is_streaming(w.record))
-            offset += len(w.line)
-        # Acknowledged now (the lines are durable); the index catches up behind the read barrier.
-        seq = await ctx.index_later(
-            lambda conn: index_appended(conn, sid, path, items, indexed_len=new_len, file_epoch=epoch, now_ms=now),
-            nbytes=new_len - first, held=held)
-        ctx.appended(new_len, plan.last_seq, now)
         await inflight.after_append(ctx, [w.record for w in writes])
         for w in writes:
             data: dict[str, Any] = {"message": w.ref}
             if len(w.line) <= EVENT_RECORD_MAX:
                 data["record"] = wire_record(w.record)
             ctx.publish("session.message", data, size=min(len(w.line), EVENT_RECORD_MAX))
-    return [_answer(o, seq) for o in plan.outcomes]
+    return [_answer(o, done.seq) for o in plan.outcomes]
 
 
 def _answer(outcome: Write | Replay | Refuse, seq: int) -> Any:

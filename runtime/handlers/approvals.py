@@ -18,10 +18,10 @@ refused); a turn's end cancels its pending requests (``session.endTurn``,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-from actors.session_context import SessionContext
+from actors.session_context import Lines, SessionContext
 from protocol import models as m
 from runtime.context import ReadContext, WriterContext
 from store import approvals, audit, turns
@@ -43,6 +43,8 @@ __all__ = [
     "respond_interaction",
     "rules",
 ]
+
+T = TypeVar("T")
 
 _TOPIC: Mapping[str, str] = {"approval": "approval", "interaction": "interaction"}
 
@@ -67,10 +69,15 @@ def publish_cancelled(ctx: SessionContext, cancelled: list[dict[str, Any]]) -> N
         ctx.publish(f"{_TOPIC[row['kind']]}.resolved", {"request": row})
 
 
-async def _write_decision(ctx: SessionContext, record: Mapping[str, Any]) -> int:
-    """The decision line, durably, before any row changes; the new file length."""
-    _, new_len = await ctx.write_lines([dumps_line(dict(record))])
-    return new_len
+async def _decide(ctx: SessionContext, record: Mapping[str, Any] | None, op: Callable[[Any], T]) -> T:
+    """The decision line (if any) durably before any row changes, then ``op`` with its index op and the
+    receipt in one transaction (``ctx.append_lines``); no line: ``op`` and the receipt."""
+    if record is None:
+        return await ctx.commit(op)
+    line = dumps_line(dict(record))
+    done = await ctx.append_lines(Lines([line], records=[record]), then=lambda conn, refs: op(conn))
+    value: T = done.value
+    return value
 
 
 # ---------------------------------------------------------------------------
@@ -87,25 +94,23 @@ async def request_approval(ctx: SessionContext, p: m.ApprovalsRequestParams, key
                 if p.tool_call_id is not None else None)
     rule = await ctx.read(approvals.matching_rule, sid, project_id, p.tool) if existing is None else None
     request_id = new_id("apr_")
-    new_len: int | None = None
+    decision: Mapping[str, Any] | None = None
     if rule is not None:  # a rule answers at once: the decision line first, like a UI's answer
         status = "allowed" if rule["decision"] == "allow" else "denied"
         shape = {"requestId": request_id, "turnId": p.turn_id, "toolCallId": p.tool_call_id, "tool": p.tool}
-        new_len = await _write_decision(ctx, approvals.decision_record(
-            "approval", shape, status=status, decided_at_ms=now, by="rule", rule_id=rule["id"], receipt=key))
-    epoch, caller = ctx.epoch, ctx.caller.client_id
+        decision = approvals.decision_record(
+            "approval", shape, status=status, decided_at_ms=now, by="rule", rule_id=rule["id"], receipt=key)
+    caller = ctx.caller.client_id
     created: list[bool] = []
 
     def op(conn: Any) -> dict[str, Any]:
         found, was_created = approvals.insert_approval(
             conn, request_id=request_id, session_id=sid, turn_id=p.turn_id, tool_call_id=p.tool_call_id,
             tool=p.tool, args_summary=p.args_summary, risk=p.risk, options=options, requested_by=caller,
-            expires_at=p.expires_at, now_ms=now, rule=rule if new_len is not None else None)
+            expires_at=p.expires_at, now_ms=now, rule=rule if decision is not None else None)
         created.append(was_created)
         if was_created and found["status"] == "denied":  # seed 003 §4.13: in the denial's transaction
             audit.record_denied(conn, found, by="rule", rule_id=rule["id"] if rule else None, now_ms=now)
-        if new_len is not None:
-            index.set_index_mark(conn, sid, new_len, epoch)
         out: dict[str, Any] = {"request": found}
         if found.get("ruleId") and found["status"] != "pending" and found.get("respondedBy") == "rule":
             ruled = approvals.get_rule(conn, found["ruleId"])
@@ -113,7 +118,7 @@ async def request_approval(ctx: SessionContext, p: m.ApprovalsRequestParams, key
                 out["rule"] = ruled
         return out
 
-    result = await ctx.commit(op)
+    result = await _decide(ctx, decision, op)
     if created[0]:
         if result["request"]["status"] == "pending":
             ctx.publish("approval.requested", {"request": result["request"]})
@@ -148,10 +153,10 @@ async def _respond(ctx: SessionContext, kind: Kind, request_id: str, option_id: 
     status, option = approvals.outcome_of(kind, row, option_id, answer)
     remember = option["remember"] if option is not None else "once"
     rule_id = approvals.rule_id_for(request_id) if remember != "once" else None
-    new_len = await _write_decision(ctx, approvals.decision_record(
+    decision = approvals.decision_record(
         kind, row, status=status, decided_at_ms=now, by="user", responder=responder, option=option, answer=answer,
-        rule_id=rule_id, receipt=key))
-    epoch, project_id = ctx.epoch, ctx.row.get("projectId")
+        rule_id=rule_id, receipt=key)
+    project_id = ctx.row.get("projectId")
 
     def op(conn: Any) -> dict[str, Any]:
         current = approvals.require_pending(conn, kind, request_id, sid, now)
@@ -164,10 +169,9 @@ async def _respond(ctx: SessionContext, kind: Kind, request_id: str, option_id: 
                                   tool=current["tool"], decision="allow" if status == "allowed" else "deny",
                                   source_request_id=request_id, now_ms=now)
             approvals.link_rule(conn, request_id, rule_id)
-        index.set_index_mark(conn, sid, new_len, epoch)
         return approvals.response_of(conn, kind, request_id)
 
-    result = await ctx.commit(op)
+    result = await _decide(ctx, decision, op)
     _publish_resolved(ctx, kind, result)
     return result
 

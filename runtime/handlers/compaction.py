@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.session_context import SessionContext
+from actors.session_context import Lines, SessionContext
 from protocol import models as m
 from store.compaction import normalize_compaction, normalize_on_read
 from store.errors import Conflict, MessageNotFound
@@ -43,13 +43,7 @@ async def append_compaction(ctx: SessionContext, p: m.AppendCompactionParams, ke
         result = {"compaction": wire_record(normalize_on_read(stored_rec))}
         return await ctx.commit(lambda conn: result) if key is not None else result
     line = dumps_line(rec)
-    offsets, new_len = await ctx.write_lines([line])
-    epoch, now = ctx.epoch, ctx.now()
     result = {"compaction": wire_record(normalize_on_read(rec))}
-
-    def op(conn: Any) -> Any:
-        index.index_compactions(conn, sid, [index.CompactionRecord(rec, offsets[0], len(line))], now)
-        index.set_index_mark(conn, sid, new_len, epoch)
-        return result
-
-    return await ctx.commit(op, durable=False)
+    # the line's index op records the ``compactions`` row
+    return (await ctx.append_lines(Lines([line], records=[rec]), then=lambda conn, refs: result,
+                                   durable=False)).value

@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from actors.session_context import SessionContext
-from store.indexing import index
+from actors.session_context import Lines, SessionContext
 from store.jsonio import dumps_line
 from store.rules import EVENT_RECORD_MAX
 from store.transcripts.records import wire_record
@@ -33,20 +32,10 @@ async def append_record(
     """Write ``record`` as one durable line, then index it with ``respond(conn, ref)`` in the
     same transaction (its value is the method's response, stored with the receipt)."""
     line = dumps_line(dict(record))
-    offsets, new_len = await ctx.write_lines([line])
-    sid, epoch, now = ctx.sid, ctx.epoch, ctx.now()
-    refs: list[dict[str, Any]] = []
-
-    def op(conn: Any) -> T:
-        ref = index.index_messages(conn, sid, [index.IndexRecord(record, offsets[0], len(line), None, line)],
-                                   indexed_len=new_len, file_epoch=epoch, now_ms=now)[0]
-        refs.append(ref)
-        return respond(conn, ref)
-
-    result = await ctx.commit(op)
-    ref = refs[0]
-    ctx.appended(new_len, int(ref["seq"]), now)
+    done = await ctx.append_lines(Lines([line], records=[record]), then=lambda conn, refs: respond(conn, refs[0]))
+    ref = done.refs[0]
     publish_message(ctx, record, ref, len(line))
+    result: T = done.value
     return result, ref
 
 

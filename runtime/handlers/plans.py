@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from actors.session_context import SessionContext
+from actors.session_context import Lines, SessionContext
 from protocol import models as m
 from runtime.context import ReadContext, Services
 from store import plans
@@ -130,22 +130,18 @@ async def respond(ctx: SessionContext, p: m.PlansRespondParams, key: ReceiptKey 
     target = p.target_permission_mode
     before = ctx.settings()
     after = {**before, "mode": "agent", **({"permissionMode": target} if target else {})}
-    _, new_len = await ctx.write_lines([ctx.session_info_line(after)])
-    epoch = ctx.epoch
     execution_id = new_id("exec_")
 
-    def approve_op(conn: Any) -> Any:
+    def approve_op(conn: Any, refs: Any) -> Any:
         approval = plans.approve(conn, request_id, target_permission_mode=target, execution_id=execution_id,
                                  now_ms=now)
-        index.set_index_mark(conn, sid, new_len, epoch)
         return {"approval": approval, "session": index.public_session(index.require_session(conn, sid))}
 
     try:
-        result = await ctx.commit(approve_op)
+        result = (await ctx.append_lines(Lines([ctx.session_info_line(after)]), then=approve_op)).value
     except Exception:
         await _undo_mode_line(ctx, request_id, before)
         raise
-    await ctx.refresh_row()
     ctx.publish("session.updated", {"session": result["session"]})
     _publish_resolved(ctx, request_id, result["approval"]["status"])
     return result
@@ -168,7 +164,7 @@ async def _undo_mode_line(ctx: SessionContext, request_id: str, before: Mapping[
     try:
         state = await ctx.read(plans.get_request, request_id)
         if state["status"] != "approved":
-            await ctx.write_lines([ctx.session_info_line(dict(before))])
+            await ctx.append_lines(Lines([ctx.session_info_line(dict(before))]), durable=False)
     except StoreError:
         pass  # the rebuild before the next request re-derives the row from the transcript
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from actors.session_context import SessionContext
+from actors.session_context import Lines, SessionContext
 from protocol import models as m
 from runtime.handlers import turn_aftermath
 from store import collab
@@ -55,6 +55,7 @@ from store.transcripts.records import normalize_message, receipt_of, rfc3339_to_
 from store.transcripts.rewrite import (
     LiveTranscript,
     RewritePlan,
+    Rewritten,
     apply_rewrite,
     load_live,
     plan_rewrite,
@@ -164,27 +165,26 @@ async def commit_rewrite(
     Returns ``finish(conn, now)``'s value: the response, stored with the receipt.
     """
     await archive(ctx, archives)
-    await ctx.close_writer()
     receipt = file_record(ctx.receipt, **dict(receipt_extra or {})) if ctx.receipt is not None else None
     path, sid, faults = ctx.paths.transcript, ctx.sid, ctx.faults
-    rewritten = await ctx.io(lambda: apply_rewrite(path, sid, live.created_at_ms, plan, receipt=receipt,
-                                                   faults=faults))
-    ctx.note_rewritten(rewritten.file_len, rewritten.epoch)
-    await ctx.io(faults.point, "rewrite.before_reindex")
     stamps = live_stamps(plan.messages)
     now = ctx.now()
 
-    def op(conn: Any) -> Any:
+    def write() -> Rewritten:
+        return apply_rewrite(path, sid, live.created_at_ms, plan, receipt=receipt, faults=faults)
+
+    def reindexed(conn: Any, rewritten: Rewritten) -> None:
         reindex(conn, sid, rewritten, now_ms=now, turn_overrides=turn_overrides)
         index.touch_session(conn, sid, now)
+
+    def then(conn: Any) -> Any:
         for root, idx, msgs, _ in archives:
             upsert_row(conn, sid, root, idx, message_count=len(msgs), now_ms=now)
         sync_active(conn, sid, stamps)
         return finish(conn, now)
 
-    result = await ctx.commit(op)
-    row = await ctx.refresh_row()
-    ctx.publish("session.updated", {"session": index.public_session(row)})
+    result = await ctx.rewrite_file(write, reindexed, then, fault="rewrite.before_reindex")
+    ctx.publish("session.updated", {"session": index.public_session(ctx.row)})
     return result
 
 
@@ -207,7 +207,7 @@ async def resolve_family(ctx: SessionContext, root_user_id: str) -> str:
 async def _locate_root(ctx: SessionContext, family: str) -> tuple[int, dict[str, Any], int]:
     """(position, newest root record, live message count) — index fast path, full read otherwise."""
     sid = ctx.sid
-    total = int((await ctx.refresh_row())["messageCount"])
+    total = int(ctx.row["messageCount"])
     hit = (await ctx.read(index.lookup_ids, [family])).get(family)
     if hit is not None and hit[0] == sid:
         blob = (await ctx.io(read_spans, ctx.paths.transcript, [(hit[2], hit[3])]))[0]
@@ -237,29 +237,29 @@ async def save_active(ctx: SessionContext, p: m.SaveActiveRevisionParams, key: R
     now = ctx.now()
     # 1. the pager stamp: a same-id replacement line (keep-last at first position), only if it changes
     stamped_rec = with_stamp(root, count=count, active=idx, root=family)
-    item: index.IndexRecord | None = None
-    new_len = ctx.file_len
-    if stamped_rec != root:
-        line = dumps_line(stamped_rec)
-        offsets, new_len = await ctx.write_lines([line])
-        item = index.IndexRecord(stamped_rec, offsets[0], len(line), line=line)
-    # 2. the constant-size reference line
+    stamp = [dumps_line(stamped_rec)] if stamped_rec != root else []
+    # 2. the constant-size reference line, after the stamp line (same worker-thread hop)
     path, faults = ctx.paths.revisions, ctx.faults
-    await ctx.io(lambda: append_revision_lines(path, [revision_live_line(family, idx, created_at_ms=now)],
-                                               faults=faults))
-    _live_refs(ctx).add((family, idx))
-    epoch = ctx.epoch
 
-    # 3. index: the root row's span, the branch row (+ is_active flip), the receipt
-    def op(conn: Any) -> Any:
-        if item is not None:
-            index.index_messages(conn, sid, [item], indexed_len=new_len, file_epoch=epoch, now_ms=now, touch=False)
+    def reference() -> None:
+        append_revision_lines(path, [revision_live_line(family, idx, created_at_ms=now)], faults=faults)
+
+    # 3. index: the stamp line's op (the root row's span), the branch row (+ is_active flip), the receipt
+    def op(conn: Any, refs: Any = None) -> Any:
         upsert_row(conn, sid, family, idx, message_count=message_count, now_ms=now, active=True)
         info = next(r for r in revision_rows(conn, sid, family) if r["revisionIndex"] == idx)
         return {"revision": info}
 
-    result = await ctx.commit(op)
-    if item is not None:
+    if stamp:
+        done = await ctx.append_lines(Lines(stamp, records=[stamped_rec]), then=op, touch=False,
+                                      after_write=reference)
+        _live_refs(ctx).add((family, idx))
+        result = done.value
+    else:
+        await ctx.io(reference)
+        _live_refs(ctx).add((family, idx))
+        result = await ctx.commit(op)
+    if stamp:
         ref = {**index.message_ref(sid, pos + 1, stamped_rec, None),
                "createdAt": rfc3339_to_ms(stamped_rec.get("createdAt"), now)}
         ctx.publish("session.message", {"message": ref, "record": wire_record(stamped_rec), "replaced": True})
@@ -299,7 +299,7 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
     current = stamped if stamped in known else None
     if current == target_idx:
         # already live: nothing is rewritten (the receipt, if any, is a row)
-        summary = index.public_session(await ctx.refresh_row())
+        summary = index.public_session(await ctx.read(index.require_session, sid))
         result = {"session": summary, "revisions": rows}
         return await ctx.commit(lambda conn: result) if key is not None else result
     if target.live:

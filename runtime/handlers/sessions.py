@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from actors.session_context import SessionContext
+from actors.session_context import Lines, SessionContext
 from protocol import models as m
 from protocol.jsonrpc import Encoded
 from runtime.context import Services
@@ -20,7 +20,7 @@ from store import queue
 from store.errors import Conflict, MessageNotFound, StorageFull
 from store.ids import derived_id, new_id
 from store.indexing import index
-from store.indexing.reconcile import apply_plan, plan_reconcile
+from store.indexing.reconcile import ReconcilePlan, apply_plan, plan_reconcile
 from store.receipts import ReceiptKey, file_record
 from store.rules import DEFAULT_WINDOW, MAX_REPLY_BYTES, MAX_WHOLE_READ_BYTES
 from store.transcripts import windows
@@ -63,16 +63,15 @@ async def create(ctx: SessionContext, p: m.SessionCreateParams, key: ReceiptKey 
     info = ctx.session_info_line(settings)
     receipt = file_record(key) if key is not None else None
     faults = ctx.faults
-    await ctx.io(lambda: create_transcript(path, ctx.sid, now, body_lines=[info], receipt=receipt, faults=faults))
-    await ctx.io(faults.point, "create.before_index")
     sid = ctx.sid
 
-    def op(conn: Any) -> Any:
-        apply_plan(conn, sid, plan_reconcile(path, 0, None), now_ms=now)
-        return index.public_session(index.require_session(conn, sid))
+    def write() -> ReconcilePlan:
+        create_transcript(path, sid, now, body_lines=[info], receipt=receipt, faults=faults)
+        return plan_reconcile(path, 0, None)
 
-    result = await ctx.commit(op)
-    await ctx.catch_up()
+    result = await ctx.rewrite_file(
+        write, lambda conn, plan: apply_plan(conn, sid, plan, now_ms=now),
+        lambda conn: index.public_session(index.require_session(conn, sid)), fault="create.before_index")
     ctx.publish("session.created", {"session": result})
     return result
 
@@ -154,19 +153,16 @@ async def update(ctx: SessionContext, p: m.SessionUpdateParams, key: ReceiptKey 
 
 async def _write_settings(ctx: SessionContext, info: dict[str, Any], *, rename: bool) -> Any:
     """A ``session_info`` line (so a rebuilt index keeps the metadata), then the row."""
-    _, new_len = await ctx.write_lines([ctx.session_info_line(info)])
-    now, epoch, sid = ctx.now(), ctx.epoch, ctx.sid
+    now, sid = ctx.now(), ctx.sid
 
-    def op(conn: Any) -> Any:
+    def then(conn: Any, refs: Any) -> Any:
         if rename:
             index.rename_session(conn, sid, info["title"])
         else:
             index.update_session_settings(conn, sid, {k: v for k, v in info.items() if k != "title"}, now_ms=now)
-        index.set_index_mark(conn, sid, new_len, epoch)
         return index.public_session(index.require_session(conn, sid))
 
-    result = await ctx.commit(op)
-    await ctx.refresh_row()
+    result = (await ctx.append_lines(Lines([ctx.session_info_line(info)]), then=then)).value
     ctx.publish("session.updated", {"session": result})
     return result
 

@@ -1,7 +1,7 @@
 """``session.deleteMessage`` / ``restoreMessage``: a reversible tombstone line (seed 000 §3.3).
 
-One ``tombstone`` line (write + fsync), then ``messages.deleted`` and the index
-mark in one DB op, reply last. Asking for the state a message already has
+One ``tombstone`` line (write + fsync) through ``ctx.append_lines``, whose index
+op sets ``messages.deleted`` and moves the mark, reply last. Asking for the state a message already has
 writes nothing. The line is authoritative (a tail catch-up re-applies it);
 only a receipt needs a durable commit.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.session_context import SessionContext
+from actors.session_context import Lines, SessionContext
 from protocol import models as m
 from store.errors import MessageNotFound
 from store.ids import new_id
@@ -41,14 +41,7 @@ async def _set_deleted(ctx: SessionContext, p: m.MessageIdParams, deleted: bool)
     if state["deleted"] == deleted:
         return await ctx.commit(lambda conn: result) if ctx.receipt is not None else result
     line = tombstone_line(new_id("t"), stored, deleted, created_at_ms=now)
-    _, new_len = await ctx.write_lines([line])
-    epoch = ctx.epoch
-
-    def op(conn: Any) -> Any:
-        index.set_deleted(conn, sid, stored, deleted)
-        index.set_index_mark(conn, sid, new_len, epoch)
-        return result
-
-    result = await ctx.commit(op, durable=False)
+    # the line's index op flips ``messages.deleted`` (a tail catch-up would re-apply it the same way)
+    result = (await ctx.append_lines(Lines([line]), then=lambda conn, refs: result, durable=False)).value
     ctx.publish("session.message", {"message": state["ref"], "deleted": deleted})
     return result

@@ -28,16 +28,16 @@ __all__ = ["list_trash", "purge", "restore", "trash"]
 
 async def trash(ctx: SessionContext, p: m.TrashParams, key: ReceiptKey | None) -> Any:
     sid, now, plugin = ctx.sid, ctx.now(), ctx.caller.plugin_id
-    result = await ctx.commit(lambda conn: {"session": trash_session(conn, sid, now_ms=now, plugin_id=plugin)})
-    await ctx.refresh_row()
+    result = await ctx.commit(lambda conn: {"session": trash_session(conn, sid, now_ms=now, plugin_id=plugin)},
+                              reload_row=True)
     ctx.publish("session.updated", result)
     return result
 
 
 async def restore(ctx: SessionContext, p: m.TrashParams, key: ReceiptKey | None) -> Any:
     sid, plugin = ctx.sid, ctx.caller.plugin_id
-    result = await ctx.commit(lambda conn: {"session": restore_session(conn, sid, plugin_id=plugin)})
-    await ctx.refresh_row()
+    result = await ctx.commit(lambda conn: {"session": restore_session(conn, sid, plugin_id=plugin)},
+                              reload_row=True)
     ctx.publish("session.updated", result)
     return result
 

@@ -35,15 +35,23 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from store import receipts
-from store.errors import StoreError
+from store.errors import CorruptData, SessionNotFound, StoreError
+from store.indexing import index
 from store.indexing.group_commit import is_corruption
-from store.indexing.index import IndexRecord, index_messages, message_ref, session_row
-from store.indexing.reconcile import apply_plan, plan_reconcile
+from store.indexing.index import IndexRecord, index_messages, message_ref
+from store.indexing.reconcile import (
+    apply_plan,
+    plan_missing_bytes,
+    plan_reconcile,
+    read_header,
+    scan_lines,
+    session_info_settings,
+)
 from store.indexing.sql_lists import in_chunks
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey
@@ -59,8 +67,9 @@ __all__ = [
     "Refuse",
     "Replay",
     "Write",
+    "Written",
     "gather",
-    "index_appended",
+    "index_written",
     "plan_appends",
 ]
 
@@ -291,34 +300,130 @@ def _may_replace(requests: Sequence[AppendRequest], held_id: str, session_id: st
     return False
 
 
-def index_appended(
-    conn: sqlite3.Connection,
-    session_id: str,
-    path: Path,
-    items: Sequence[IndexRecord],
-    *,
-    indexed_len: int,
-    file_epoch: str | None,
-    now_ms: int,
-) -> str:
-    """The DB writer's half of an acknowledged append group: index its lines.
+@dataclass(frozen=True, slots=True)
+class Written:
+    """Lines a session actor made durable at ``[start, end)`` of its transcript (epoch ``epoch``).
 
-    If that fails (the index drifted from the file, a constraint...), the
-    session's index is brought in line with its transcript instead — the file
-    is the source of truth and already holds the lines. Returns which of the
-    two happened. A corrupt database is not masked: it propagates.
+    ``start`` is also the mark the actor believed indexed before it wrote them:
+    every line before ``start`` was indexed by an earlier op, or is indexed now.
     """
-    conn.execute("SAVEPOINT index_appended")
+
+    session_id: str
+    path: Path
+    start: int
+    end: int
+    epoch: str | None
+    lines: Sequence[bytes]
+    records: Sequence[Mapping[str, Any]] | None = None
+    """The lines parsed (one per line), when the caller has them."""
+    seqs: Mapping[int, int] = field(default_factory=dict)
+    """Line index -> the seq the actor acknowledged for that new message id (checked, never renumbered)."""
+    touch: bool = True
+    """Message lines move the session's ``updated_at``."""
+
+
+EXACT, COVERED, REPLACED = "exact", "covered", "replaced"
+
+
+def _cover(conn: sqlite3.Connection, w: Written, *, now_ms: int) -> str:
+    """Before ``w``'s lines are indexed: the index must cover every byte before ``w.start``.
+
+    ``EXACT`` when the mark stands at ``w.start`` (the compare-and-set then moves it
+    to ``w.end``); otherwise the bytes it misses are indexed from the transcript
+    first — an earlier op was lost (a batch that failed whole, a DB writer that
+    died with ops queued). ``COVERED`` when the mark already lies past ``w``'s lines
+    (a repair indexed them) or the file was reconciled up to its end; ``REPLACED``
+    when the transcript is no longer the file ``w`` was written to (a rewrite
+    followed: its own reindex covers the new file whole).
+    """
+    mark = index.index_mark(conn, w.session_id)
+    if mark is None:
+        raise SessionNotFound(f"session {w.session_id} not found", data={"sessionId": w.session_id})
+    if mark == (w.start, w.epoch):
+        return EXACT
+    if mark[1] == w.epoch and mark[0] >= w.end:
+        return COVERED
+    header = read_header(w.path)
+    if header is None or header.get("epoch") != w.epoch:
+        return REPLACED
+    if mark[1] == w.epoch and mark[0] < w.start:
+        apply_plan(conn, w.session_id, plan_missing_bytes(w.path, mark[0], w.epoch, w.start), now_ms=now_ms)
+        if index.index_mark(conn, w.session_id) == (w.start, w.epoch):
+            return EXACT
+    now = index.index_mark(conn, w.session_id) or (0, None)
+    apply_plan(conn, w.session_id, plan_reconcile(w.path, now[0], now[1]), now_ms=now_ms)
+    return COVERED
+
+
+def index_written(conn: sqlite3.Connection, w: Written, *, now_ms: int) -> list[dict[str, Any]]:
+    """Index lines a session actor made durable, and move the mark over them by compare-and-set.
+
+    The one op through which lines written by a session actor reach the index
+    (ARCHITECTURE.md "Read barriers": one owner for the index mark). Message lines
+    get rows (receipts in ``meta.receipt`` with them), compaction lines theirs,
+    tombstones flip ``deleted``, a ``session_info`` line updates the row's
+    settings. If the mark is not where the actor believed, the missing bytes are
+    indexed from the transcript first (:func:`_cover`). If indexing the lines
+    fails (the index drifted from the file, a constraint...), the session's
+    index is brought in line with its transcript instead: the file is the
+    source of truth and already holds the lines. A corrupt database is not
+    masked: it propagates. Returns a MessageRef per message line.
+    """
+    sid = w.session_id
+    scan = scan_lines(w.lines, w.start, w.records)
+    items = scan.messages
+    cover = _cover(conn, w, now_ms=now_ms)
+    if cover == REPLACED:
+        return _refs_of(conn, sid, items, strict=False)
+    exact = cover == EXACT
+    if w.seqs:
+        starts = _line_starts(w)
+        by_offset = {starts[i]: seq for i, seq in w.seqs.items()}
+        items = [replace(item, seq=by_offset.get(item.offset)) for item in items]
+    conn.execute("SAVEPOINT index_written")
     try:
-        index_messages(conn, session_id, items, indexed_len=indexed_len, file_epoch=file_epoch, now_ms=now_ms)
+        refs = index_messages(conn, sid, items, indexed_len=None, file_epoch=w.epoch, now_ms=now_ms, touch=w.touch)
+        index.index_compactions(conn, sid, scan.compactions, now_ms)
+        for mid, flag in scan.tombstones.items():
+            index.set_deleted(conn, sid, mid, flag)
+        settings = session_info_settings(scan.session_info)
+        if settings:
+            index.update_session_settings(conn, sid, settings, now_ms=now_ms)
     except Exception as exc:
-        conn.execute("ROLLBACK TO index_appended")
-        conn.execute("RELEASE index_appended")
+        conn.execute("ROLLBACK TO index_written")
+        conn.execute("RELEASE index_written")
         if isinstance(exc, sqlite3.DatabaseError) and is_corruption(exc):
             raise
-        row = session_row(conn, session_id)
-        plan = plan_reconcile(path, int(row["_indexedLen"]) if row else 0, row["_fileEpoch"] if row else None)
-        apply_plan(conn, session_id, plan, now_ms=now_ms)
-        return "reconciled"
-    conn.execute("RELEASE index_appended")
-    return "indexed"
+        mark = index.index_mark(conn, sid) or (0, None)
+        apply_plan(conn, sid, plan_reconcile(w.path, mark[0], mark[1]), now_ms=now_ms)
+        return _refs_of(conn, sid, items)
+    conn.execute("RELEASE index_written")
+    if exact and not index.set_index_mark(conn, sid, w.end, w.epoch, expected=(w.start, w.epoch)):
+        raise CorruptData(f"session {sid}: the index mark moved under an index op", data={"sessionId": sid})
+    return refs
+
+
+def _refs_of(conn: sqlite3.Connection, sid: str, items: Sequence[IndexRecord], *,
+             strict: bool = True) -> list[dict[str, Any]]:
+    """The MessageRefs the index holds for ``items`` (after a reconcile indexed them instead);
+    ``strict=False``: those it holds (a rewrite may have dropped some)."""
+    found = index.message_refs(conn, [name for item in items for name in index.client_spellings(
+        sid, item.record["id"])])
+    out = []
+    for item in items:
+        ref = found.get(item.record["id"]) or found.get(f"{sid}:{item.record['id']}")
+        if ref is None and not strict:
+            continue
+        if ref is None:
+            raise CorruptData(f"session {sid}: message {item.record['id']} is in its transcript but not indexed",
+                              data={"sessionId": sid, "messageId": item.record["id"]})
+        out.append(ref)
+    return out
+
+
+def _line_starts(w: Written) -> list[int]:
+    out, pos = [], w.start
+    for line in w.lines:
+        out.append(pos)
+        pos += len(line)
+    return out

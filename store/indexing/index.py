@@ -281,13 +281,18 @@ def index_messages(
     session_id: str,
     items: Sequence[IndexRecord],
     *,
-    indexed_len: int,
+    indexed_len: int | None,
     file_epoch: str | None,
     now_ms: int,
     touch: bool = True,
     audit_effects: bool = True,
 ) -> list[dict[str, Any]]:
     """Index appended message lines (in file order).
+
+    ``indexed_len`` (with ``file_epoch``) moves the session's index mark there
+    (whole-file callers: reconcile, import); ``None`` leaves it alone (the
+    session actor's line primitive moves it by compare-and-set,
+    ``store.indexing.appends.index_written``).
 
     A line whose id the session already holds replaces that row's content and
     span in place (same seq, same turn). New ids get the next seq from
@@ -350,12 +355,10 @@ def index_messages(
                                      audit=audit_effects)
         store_append_receipt(conn, session_id, rec, ref, now_ms)
         refs.append(ref)
-    sets = "indexed_len = ?, file_epoch = ?"
-    args: list[Any] = [indexed_len, file_epoch]
     if touch and items:
-        sets += ", updated_at = MAX(updated_at, ?)"
-        args.append(now_ms)
-    conn.execute(f"UPDATE sessions SET {sets} WHERE id = ?", (*args, session_id))
+        touch_session(conn, session_id, now_ms)
+    if indexed_len is not None:
+        set_index_mark(conn, session_id, indexed_len, file_epoch)
     return refs
 
 
@@ -379,10 +382,42 @@ def set_deleted(conn: sqlite3.Connection, session_id: str, message_id: str, dele
     return cur.rowcount
 
 
-def set_index_mark(conn: sqlite3.Connection, session_id: str, indexed_len: int, file_epoch: str | None) -> None:
-    conn.execute(
-        "UPDATE sessions SET indexed_len = ?, file_epoch = ? WHERE id = ?", (indexed_len, file_epoch, session_id)
-    )
+def index_mark(conn: sqlite3.Connection, session_id: str) -> tuple[int, str | None] | None:
+    """The session's index mark ``(indexed_len, file_epoch)``: bytes of the transcript its rows cover."""
+    row = conn.execute("SELECT indexed_len, file_epoch FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    return None if row is None else (int(row[0] or 0), row[1])
+
+
+def set_index_mark(
+    conn: sqlite3.Connection, session_id: str, indexed_len: int, file_epoch: str | None,
+    *, expected: tuple[int, str | None] | None = None,
+) -> bool:
+    """The one statement that moves a session's index mark (ARCHITECTURE.md "Read barriers").
+
+    With ``expected`` it is a compare-and-set: the mark moves only from exactly
+    ``expected`` (the length and epoch the writer believed indexed before its
+    lines), and the return value says whether it did. Without it (whole-file
+    owners: boot reconcile, import, a rewrite's reindex) it is set outright.
+    """
+    if expected is None:
+        cur = conn.execute("UPDATE sessions SET indexed_len = ?, file_epoch = ? WHERE id = ?",
+                           (indexed_len, file_epoch, session_id))
+    else:
+        cur = conn.execute(
+            "UPDATE sessions SET indexed_len = ?, file_epoch = ? WHERE id = ? AND indexed_len = ? AND file_epoch IS ?",
+            (indexed_len, file_epoch, session_id, expected[0], expected[1]))
+    return cur.rowcount == 1
+
+
+def has_message_line(conn: sqlite3.Connection, session_id: str, offset: int, length: int) -> bool:
+    """Whether a message row of the session points at the line ``[offset, offset + length)``."""
+    row = conn.execute("SELECT 1 FROM messages WHERE session_id = ? AND line_offset = ? AND line_len = ? LIMIT 1",
+                       (session_id, offset, length)).fetchone()
+    return row is not None
+
+
+def has_messages(conn: sqlite3.Connection, session_id: str) -> bool:
+    return conn.execute("SELECT 1 FROM messages WHERE session_id = ? LIMIT 1", (session_id,)).fetchone() is not None
 
 
 def _session_ordinal(conn: sqlite3.Connection, session_id: str) -> int:
@@ -404,7 +439,8 @@ def _check_seq(session_id: str, seq: int) -> None:
 def clear_session_index(conn: sqlite3.Connection, session_id: str) -> None:
     conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
     conn.execute("DELETE FROM compactions WHERE session_id = ?", (session_id,))
-    conn.execute("UPDATE sessions SET last_seq = 0, indexed_len = 0 WHERE id = ?", (session_id,))
+    conn.execute("UPDATE sessions SET last_seq = 0 WHERE id = ?", (session_id,))
+    set_index_mark(conn, session_id, 0, None)  # the caller sets the mark of what it indexes next
 
 
 def reindex_session(
@@ -473,10 +509,8 @@ def reindex_session(
     index_compactions(conn, session_id, compactions, now_ms)
     for mid in deleted_ids:
         set_deleted(conn, session_id, mid, True)
-    conn.execute(
-        "UPDATE sessions SET last_seq = ?, indexed_len = ?, file_epoch = ? WHERE id = ?",
-        (len(messages), indexed_len, file_epoch, session_id),
-    )
+    conn.execute("UPDATE sessions SET last_seq = ? WHERE id = ?", (len(messages), session_id))
+    set_index_mark(conn, session_id, indexed_len, file_epoch)
 
 
 def window_rows(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,15 +132,18 @@ def _lines(fd: int, start: int, size: int) -> Iterator[tuple[int, bytes | None, 
         yield size - len(carry), None, False
 
 
-def scan_from(path: Path, start: int) -> TailScan:
+def scan_from(path: Path, start: int, stop: int | None = None) -> TailScan:
     """Parse every complete line from byte ``start`` (which must be a line start).
 
     The file is opened without following a symlink and read in bounded chunks up
-    to the size ``fstat`` reports when it is opened.
+    to the size ``fstat`` reports when it is opened (or to ``stop``, a line end,
+    when that comes first).
     """
     fd = _open_transcript(path)
     try:
         size = os.fstat(fd).st_size
+        if stop is not None:
+            size = min(size, stop)
         scan = TailScan(start=start, end=start)
         for offset, line, rest_blank in _lines(fd, start, size):
             if line is None:
@@ -162,6 +165,21 @@ def scan_from(path: Path, start: int) -> TailScan:
             _take(scan, rec, offset, line)
     finally:
         os.close(fd)
+    return scan
+
+
+def scan_lines(lines: Sequence[bytes], start: int, records: Sequence[Mapping[str, Any]] | None = None) -> TailScan:
+    """The scan of lines already in memory (just written at ``start``): what :func:`scan_from` would find.
+
+    ``records``: the lines parsed already (one per line), so nothing is parsed twice.
+    """
+    scan = TailScan(start=start, end=start)
+    offset = start
+    for i, line in enumerate(lines):
+        rec = dict(records[i]) if records is not None else loads_line(line)
+        _take(scan, rec, offset, line)
+        offset += len(line)
+    scan.end = offset
     return scan
 
 
@@ -215,6 +233,93 @@ def plan_reconcile(path: Path, indexed_len: int, file_epoch: str | None) -> Reco
         if scan.end == indexed_len:
             return ReconcilePlan(kind="clean", file_len=indexed_len, epoch=epoch, scan=scan)
         return ReconcilePlan(kind="tail", file_len=scan.end, epoch=epoch, scan=scan)
+    scan = scan_from(path, 0)
+    return ReconcilePlan(kind="full", file_len=scan.end, epoch=(scan.header or {}).get("epoch"), scan=scan)
+
+
+def plan_missing_bytes(path: Path, indexed_len: int, epoch: str | None, stop: int) -> ReconcilePlan:
+    """The bytes ``[indexed_len, stop)`` of a transcript whose index stops short of ``stop`` (a line
+    end): a tail plan for exactly them, to apply before an op indexes the lines from ``stop`` on."""
+    scan = scan_from(path, indexed_len, stop)
+    return ReconcilePlan(kind="tail", file_len=scan.end, epoch=epoch, scan=scan)
+
+
+def repair_session(conn: Any, session_id: str, path: Path, *, now_ms: int) -> dict[str, Any]:
+    """Bring one session's index in line with its transcript (the DB writer's repair of a failed
+    deferred index op): index whatever lies past the mark. Nothing to do for a session gone meanwhile."""
+    mark = index.index_mark(conn, session_id)
+    if mark is None:
+        return {"kind": "gone"}
+    plan = plan_reconcile(path, mark[0], mark[1])
+    if plan.kind == "missing" or (plan.kind == "clean" and plan.file_len == mark[0]):
+        return {"kind": plan.kind}
+    return apply_plan(conn, session_id, plan, now_ms=now_ms)
+
+
+_BACK_CHUNK = 16 << 10
+_BACK_LIMIT = 16 << 20
+
+
+def last_message_line(path: Path, size: int) -> tuple[int, int] | None | bool:
+    """The span ``(offset, length)`` of the transcript's last message line within its first ``size``
+    bytes, read backwards in growing windows: ``None`` if it has no message line, ``False`` if none
+    was found within the bound (a very long run of other lines at the end: not checked here)."""
+    fd = _open_transcript(path)
+    try:
+        window = min(size, _BACK_CHUNK)
+        while True:
+            start = size - window
+            os.lseek(fd, start, os.SEEK_SET)
+            data = b""
+            while len(data) < window:
+                chunk = os.read(fd, window - len(data))
+                if not chunk:
+                    break
+                data += chunk
+            pos = data.rfind(b"\n") + 1  # a torn tail after the last newline is no line
+            first = 0  # where the first complete line of the window starts (the window may cut one)
+            if start > 0:
+                cut = data.find(b"\n")
+                first = cut + 1 if cut >= 0 else len(data)
+            while pos > first:
+                nl = data.rfind(b"\n", first, pos - 1)
+                begin = nl + 1 if nl >= 0 else first
+                line = data[begin:pos]
+                try:
+                    rec = loads_line(line)
+                except ValueError:
+                    rec = {}
+                if rec.get("type") == "message" and isinstance(rec.get("id"), str):
+                    return start + begin, len(line)
+                pos = begin
+            if start == 0:
+                return None
+            if window >= _BACK_LIMIT:
+                return False
+            window = min(size, window * 4)
+    finally:
+        os.close(fd)
+
+
+def verify_clean(conn: Any, session_id: str, path: Path, plan: ReconcilePlan) -> ReconcilePlan:
+    """A "clean" verdict (the mark equals the file's length) checked against the file itself.
+
+    The mark says the index covers every byte; the file's last message line must then have its
+    row. If it has not (a mark moved over lines that were never indexed), the verdict is a full
+    reindex instead: an acknowledged line no read can see is lost data.
+    """
+    if plan.kind != "clean":
+        return plan
+    span = last_message_line(path, plan.file_len)
+    if span is None:
+        ok = not index.has_messages(conn, session_id)
+    elif span is False:
+        ok = False
+    else:
+        assert isinstance(span, tuple)
+        ok = index.has_message_line(conn, session_id, span[0], span[1])
+    if ok:
+        return plan
     scan = scan_from(path, 0)
     return ReconcilePlan(kind="full", file_len=scan.end, epoch=(scan.header or {}).get("epoch"), scan=scan)
 

@@ -19,7 +19,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.handlers import appends
+from store.indexing import appends
 from tests.hostkit import client_for, inprocess_host, msg
 
 Plan = list[tuple[int, int]]  # per writer: (messages, batch size)
@@ -67,13 +67,13 @@ async def _writer(host: Any, name: str, n: int, batch: int, problems: list[str])
 async def test_every_acknowledged_append_is_read_back_at_once(tmp_path_factory: pytest.TempPathFactory,
                                                              monkeypatch: pytest.MonkeyPatch,
                                                              plan: Plan, delay_ms: int) -> None:
-    real = appends.index_appended
+    real = appends.index_written
 
     def slow_index(*args: Any, **kwargs: Any) -> Any:
         time.sleep(delay_ms / 1000)  # the DB writer's thread: the index trails the acknowledgements
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(appends, "index_appended", slow_index)
+    monkeypatch.setattr(appends, "index_written", slow_index)
     root = Path(tmp_path_factory.mktemp("ryw")) / "data"
     problems: list[str] = []
     with trio.fail_after(120):

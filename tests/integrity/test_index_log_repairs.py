@@ -1,0 +1,54 @@
+"""``IndexLog``: a failed index op is not covered until a repair of its session commits (issue 22)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from actors.index_log import IndexLog
+from store.errors import CorruptData, StorageFull
+
+
+async def test_a_failed_op_holds_the_barrier_until_its_repair_commits(autojump_clock: Any) -> None:
+    """Reproduces issue 22: ``IndexLog.settle`` settled an op that failed like one that committed, so
+    the barrier opened over an acknowledged append the index lacked."""
+    log = IndexLog()
+    first, second = log.enqueue(10, {"m1": "held"}), log.enqueue(10)
+    attempts: list[str] = []
+
+    async def write(fn: Callable[[Any], Any]) -> Any:
+        attempts.append(fn(None))
+        if len(attempts) == 1:
+            raise StorageFull("the disk is full")  # transient: tried again after a pause
+        return None
+
+    log.fail(first, "s1", lambda conn: "repair s1")
+    log.settle(second)
+    assert log.covered_seq == 0 and log.held(["m1"]) == {"m1": "held"}
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(log.run_repairs, write)
+        with trio.fail_after(10):
+            await log.barrier()
+        nursery.cancel_scope.cancel()
+    assert attempts == ["repair s1", "repair s1"]
+    assert log.covered_seq == second and log.held(["m1"]) == {}
+    stats = log.statistics()
+    assert (stats.failed_ops, stats.repairs, stats.repair_failures) == (1, 1, 1)
+
+
+async def test_a_transcript_that_cannot_be_indexed_does_not_hold_every_reader(autojump_clock: Any) -> None:
+    log = IndexLog()
+    seq = log.enqueue(10)
+
+    async def write(fn: Callable[[Any], Any]) -> Any:
+        raise CorruptData("not a regular file")
+
+    log.fail(seq, "broken", lambda conn: None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(log.run_repairs, write)
+        with trio.fail_after(60):
+            await log.barrier()
+        nursery.cancel_scope.cancel()
+    assert log.statistics().repair_failures == 5 and log.covered_seq == seq
