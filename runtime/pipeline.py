@@ -92,7 +92,7 @@ class _Answer:
     """The one reply of one request: settles its receipt claim and its turn, checks the result,
     counts it out."""
 
-    __slots__ = ("_pipeline", "_bound", "_reply", "claim", "turn", "done")
+    __slots__ = ("_pipeline", "_bound", "_reply", "claim", "turn", "release", "done")
 
     def __init__(self, pipeline: Pipeline, bound: _Bound, reply: Reply) -> None:
         self._pipeline = pipeline
@@ -100,6 +100,7 @@ class _Answer:
         self._reply = reply
         self.claim: Claim | None = None
         self.turn: Turn | None = None
+        self.release: Callable[[], None] | None = None
         self.done = False
 
     def __call__(self, result: outcome.Outcome[Any]) -> None:
@@ -110,6 +111,8 @@ class _Answer:
         pipeline._finished()
         if self.turn is not None:
             self.turn.settle()  # its effect, if any, took place: the connection's next request may go
+        if self.release is not None:
+            self.release()
         if isinstance(result, outcome.Value):
             value, pin = result.value, None
             if isinstance(value, Pinned):
@@ -133,6 +136,40 @@ class _Answer:
 
 
 _WRITER = ("writer",)
+
+
+class _MessageIds:
+    """Message ids being written, with their session: one id goes to one session at a time.
+
+    Two sessions writing one id at once each planned it as new (neither saw the other's
+    line), and the index remapped the second one (D444) after its caller was answered
+    with the plain id: the receipt it stored, and every replay, named another id. The
+    second now waits for the first's answer, when the id is held, and remaps it itself.
+    """
+
+    def __init__(self) -> None:
+        self._writing: dict[str, tuple[str, trio.Event]] = {}
+
+    async def claim(self, sid: str, ids: tuple[str, ...]) -> Callable[[], None]:
+        """Wait while another session writes one of ``ids``; the returned function releases them."""
+        while True:
+            other = next((held for mid in ids if (held := self._writing.get(mid)) is not None and held[0] != sid),
+                         None)
+            if other is None:
+                break
+            await other[1].wait()
+        done = trio.Event()
+        mine = [mid for mid in ids if mid not in self._writing]  # this session's own earlier write keeps its claim
+        for mid in mine:
+            self._writing[mid] = (sid, done)
+
+        def release() -> None:
+            for mid in mine:
+                if self._writing.get(mid, (sid, None))[1] is done:
+                    del self._writing[mid]
+            done.set()
+
+        return release
 
 
 def _tag(bound: _Bound, params: Any) -> Hashable | None:
@@ -176,6 +213,7 @@ class Pipeline:
         self._idle.set()
         self._nursery: trio.Nursery | None = None
         self._orders: dict[int, Ordering] = {}  # per connection, while it has requests in its order
+        self._writing = _MessageIds()
 
     # -- lifecycle -------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -338,6 +376,8 @@ class Pipeline:
                 return
             target = ("session", sid)
             await ready(target)
+            if route.message_ids is not None:
+                answer.release = await self._writing.claim(sid, route.message_ids(params))
             if more and turn is not None:
                 more = turn.following() == target  # else the next request waits for this one: no linger
             ref = await services.sessions.ref(sid)
