@@ -379,7 +379,8 @@ class Pipeline:
             if route.message_ids is not None:
                 answer.release = await self._writing.claim(sid, route.message_ids(params))
             if more and turn is not None:
-                more = turn.following() == target  # else the next request waits for this one: no linger
+                after = turn.following()  # the batch's next request, if it was read already
+                more = after is None or after == target  # one going elsewhere waits for this one: no linger
             ref = await services.sessions.ref(sid)
             await ref.post(SessionCall(bound.op, params, key, caller, more), CallbackReply(answer))
             return
