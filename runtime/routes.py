@@ -16,7 +16,10 @@ it mutates, its errors) is ``protocol/methods.py``; a route adds the target:
 
 ``tests/pipeline`` checks the table against the wire registry (every method
 routed, every handler typed with its method's params model) and generates the
-receipt and pipelining tests from it, so a new method cannot skip them.
+receipt and ordering tests from it, so a new method cannot skip them. The
+pipeline orders a connection's requests by a route's target (``Via``) and
+whether its method mutates (``runtime/ordering.py``); ``test_ordering_pairs``
+has a case for every pair of those kinds and asks every route for its kind.
 """
 
 from __future__ import annotations
