@@ -271,6 +271,8 @@ class GatewayConnection:
                     await self._serve(nursery)
                     nursery.cancel_scope.cancel()  # the peer left: stop everything
         finally:
+            if self._ctx is not None:
+                self._dispatcher.disconnected(self._ctx)  # its queued requests: nobody reads their answers
             for sub, scope in self._subs.values():
                 sub.close()
                 scope.cancel()

@@ -19,7 +19,9 @@ up later requests; reads after reads run concurrently.
 So: a read sees every write its connection sent before it, and two writes of
 one connection apply in frame order, whatever their targets. A request waiting
 here holds up the requests behind it (they must come after it), never the
-reader. Bounded by the connection's in-flight limit; single trio thread.
+reader. When the connection closes, what it had not dispatched yet is dropped
+(:meth:`Ordering.abandon`). Bounded by the connection's in-flight limit;
+single trio thread.
 """
 
 from __future__ import annotations
@@ -31,9 +33,13 @@ from typing import Any
 
 import trio
 
-__all__ = ["Ordering", "Turn"]
+__all__ = ["Abandoned", "Ordering", "Turn"]
 
 log = logging.getLogger("pi_host")
+
+class Abandoned(Exception):
+    """Raised by :meth:`Turn.ready` once the connection is gone: the request is not run."""
+
 
 Target = Hashable | None
 """Where a request is queued: an ordered mailbox (``("session", sid)``, ``("writer",)``) or ``None``."""
@@ -57,8 +63,10 @@ class Turn:
         (an ordered mailbox that runs them before this request); this request is queued at
         ``target`` from now on (call it again to name another)."""
         order = self._order
-        while order._blocked(target):
+        while order._blocked(target) and not order._abandoned:
             await order._changed.wait()
+        if order._abandoned:
+            raise Abandoned("the connection closed before the request was run")
         self.target = target
 
     def settle(self) -> None:
@@ -94,6 +102,7 @@ class Ordering:
         self._pending = 0  # mutations dispatched and not yet answered
         self._at: Counter[Hashable] = Counter()  # of them, how many per ordered target
         self._changed = trio.Event()
+        self._abandoned = False
 
     @property
     def idle(self) -> bool:
@@ -106,7 +115,8 @@ class Ordering:
         """Queue ``step`` behind every request added before it; never waits.
 
         ``drop()`` answers the request if it is never dispatched (the dispatching task
-        was cancelled). Raises what ``spawn`` raises when no task can be started."""
+        was cancelled, the connection closed). Raises what ``spawn`` raises when no task can
+        be started."""
         turn = Turn(self, mutating, tag)
         self._queue.append((turn, step, drop))
         if not self._running:
@@ -140,6 +150,17 @@ class Ordering:
             raise
         finally:
             self._running = False
+        self._maybe_idle()
+
+    def abandon(self) -> None:
+        """The connection is gone: drop every request not dispatched yet (one waiting for its
+        turn gets :class:`Abandoned`); those handed to their targets already run on."""
+        self._abandoned = True
+        while self._queue:
+            _, _, drop = self._queue.popleft()
+            drop()
+        self._changed.set()
+        self._changed = trio.Event()
         self._maybe_idle()
 
     def _blocked(self, target: Target) -> bool:

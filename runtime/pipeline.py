@@ -56,7 +56,7 @@ from protocol.jsonrpc import Encoded
 from protocol.methods import METHODS, MethodSpec
 from runtime.context import HostContext, Pinned, ReadContext, Services, WriterContext, WriterResult
 from runtime.kernel.actor import ActorCrashed, ActorStopped, CallbackReply, InternalBug
-from runtime.ordering import Ordering, Turn
+from runtime.ordering import Abandoned, Ordering, Turn
 from runtime.receipts import Claim, ReceiptBook, Replayed
 from runtime.routes import ROUTES, Route, Via
 from store import receipts
@@ -256,7 +256,7 @@ class Pipeline:
             await self._run(bound, params, raw, caller, answer, more, turn)
 
         def drop() -> None:
-            answer(outcome.Error(ShuttingDown("the request was cancelled before it was run")))
+            answer(outcome.Error(ShuttingDown("the request was dropped before it was run")))
 
         try:
             answer.turn = self._ordering(caller.connection_id).add(
@@ -312,6 +312,13 @@ class Pipeline:
         self._idle = trio.Event()
         return bound, params, _Answer(self, bound, reply)
 
+    def disconnected(self, connection: int) -> None:
+        """The connection closed: its requests not dispatched yet are dropped (nobody reads their
+        answers; a retry with the same ``submissionId`` runs one), those dispatched run on."""
+        order = self._orders.get(connection)
+        if order is not None:
+            order.abandon()
+
     def _ordering(self, connection: int) -> Ordering:
         order = self._orders.get(connection)
         if order is None:
@@ -335,6 +342,8 @@ class Pipeline:
                     return
                 answer.claim = got
             await self._dispatch(bound, params, key, caller, answer, more, turn)
+        except Abandoned as exc:
+            answer(outcome.Error(ShuttingDown(str(exc))))
         except Exception as exc:
             answer(outcome.Error(exc))
         except BaseException:

@@ -16,7 +16,7 @@ import pytest
 import trio
 import trio.testing
 
-from runtime.ordering import Ordering, Turn
+from runtime.ordering import Abandoned, Ordering, Turn
 
 
 class Rig:
@@ -30,6 +30,7 @@ class Rig:
         self.order = Ordering(self._spawn, on_idle=self._idle)
         self.mailboxes: dict[Hashable, trio.MemorySendChannel[Callable[[], Awaitable[None]]]] = {}
         self.dropped: list[str] = []
+        self.abandoned: list[str] = []
 
     def _spawn(self, fn: Callable[[], Awaitable[None]]) -> None:
         self.nursery.start_soon(fn)
@@ -64,7 +65,11 @@ class Rig:
         async def step(turn: Turn) -> None:
             if before:
                 await trio.sleep(before)
-            await turn.ready(target)
+            try:
+                await turn.ready(target)
+            except Abandoned:
+                self.abandoned.append(name)
+                return
             if target is None:
                 self.nursery.start_soon(work)
             else:
@@ -243,3 +248,23 @@ async def test_following_names_the_next_queued_request(autojump_clock: trio.test
         order.add(step, lambda: None, mutating=True, tag="a")
         order.add(step, lambda: None, mutating=True, tag="b")
     assert seen == ["a", "b", None]
+
+
+async def test_a_closed_connection_drops_what_it_had_not_dispatched(autojump_clock: trio.testing.MockClock) -> None:
+    """The connection closed: the queued requests are answered through ``drop``, the one waiting
+    for its turn gets ``Abandoned``; none of them runs. The one dispatched already runs on."""
+    def build(rig: Rig) -> None:
+        rig.add("w", target=None, mutating=True, seconds=10)
+        rig.add("r1", target=None, mutating=False)
+        rig.add("r2", target=None, mutating=False)
+
+    async with trio.open_nursery() as nursery:
+        rig = Rig(nursery)
+        build(rig)
+        await trio.sleep(1)  # w runs; r1 waits for it (its step is being dispatched); r2 is queued
+        rig.order.abandon()
+        await rig.quiet.wait()
+    assert rig.dropped == ["r2"]
+    assert [n for e, n, _ in rig.log if e == "start"] == ["w"]
+    assert rig.done("w") == 10.0
+    assert rig.abandoned == ["r1"]

@@ -70,6 +70,40 @@ async def test_a_duplicate_waiting_for_its_receipt_does_not_hold_the_reader(tmp_
             outer.cancel_scope.cancel()
 
 
+async def test_requests_a_closed_connection_had_not_dispatched_never_run(tmp_path: Path) -> None:
+    """Requests queued behind a slow write are dropped when their connection closes: nobody reads
+    their answers, and a heavy batch from a client that left must not keep the host busy."""
+    entered, gate = trio.Event(), trio.Event()
+
+    async def slow_set(ctx: Any, p: Any, key: Any) -> Any:
+        entered.set()
+        await gate.wait()
+        return await secrets.set_secret(ctx, p, key)
+
+    routes = {**ROUTES, "secrets.set": replace(ROUTES["secrets.set"], handler=slow_set)}
+
+    async def send(c: HostClient) -> None:
+        await c.pipelined([("secrets.set", {"ref": "slow", "value": "v"}),
+                           ("settings.set", {"key": "largePasteThreshold", "value": 777})])
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as outer:
+            host: RunningHost = await outer.start(functools.partial(
+                run_host, host_config(tmp_path / "data"), routes=routes))
+            async with client_for(host, "leaves") as c, trio.open_nursery() as calls:
+                calls.start_soon(send, c)
+                await entered.wait()
+                await trio.testing.wait_all_tasks_blocked()
+                calls.cancel_scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()  # the host saw the connection close
+            gate.set()
+            await host.pipeline.drained()
+            async with client_for(host, "after") as after:
+                assert (await after.call("secrets.list", {}))["secrets"][0]["ref"] == "slow"  # it ran on
+                assert (await after.call("settings.get", {"key": "largePasteThreshold"})).get("value") != 777
+            outer.cancel_scope.cancel()
+
+
 async def _append(c: HostClient, sid: str, key: str, mid: str) -> Any:
     try:
         return await c.call("session.appendMessage",
