@@ -387,9 +387,11 @@ class Pipeline:
             await ready(target)
             if route.message_ids is not None:
                 answer.release = await self._writing.claim(sid, route.message_ids(params))
-            if more and turn is not None:
-                after = turn.following()  # the batch's next request, if it was read already
-                more = after is None or after == target  # one going elsewhere waits for this one: no linger
+            if more and turn is not None and bound.spec.mutating:
+                # The batch's next request, if it was read already, waits for this write when it goes
+                # elsewhere: then the actor should not linger for it.
+                after = turn.following()
+                more = after is None or after == target
             ref = await services.sessions.ref(sid)
             await ref.post(SessionCall(bound.op, params, key, caller, more), CallbackReply(answer))
             return
