@@ -37,6 +37,7 @@ __all__ = ["Abandoned", "Ordering", "Turn"]
 
 log = logging.getLogger("pi_host")
 
+
 class Abandoned(Exception):
     """Raised by :meth:`Turn.ready` once the connection is gone: the request is not run."""
 
