@@ -2,11 +2,12 @@
 
 Tasks per connection (all in one nursery inside one cancel scope):
 - the *reader* (``_serve``): reads frames in order and submits each request to
-  the dispatcher itself, in frame order (``submit`` returns once the request is
-  in its target's mailbox: the ordering point), with no task per request: the
-  answer comes back through a reply callback that encodes it and queues it;
-  at most ``max_in_flight`` requests are unanswered at once (reading waits
-  beyond that);
+  the dispatcher itself, in frame order (``submit`` queues the request in the
+  connection's order and returns: the pipeline runs it after every earlier
+  mutation of this connection took effect, ``runtime/ordering.py``), with no
+  task per request: the answer comes back through a reply callback that
+  encodes it and queues it; at most ``max_in_flight`` requests are unanswered
+  at once (reading waits beyond that);
 - one *writer*: drains the bounded outbound queue into the socket;
 - one *pump* per event subscription, forwarding bus events as notifications.
 
@@ -270,6 +271,8 @@ class GatewayConnection:
                     await self._serve(nursery)
                     nursery.cancel_scope.cancel()  # the peer left: stop everything
         finally:
+            if self._ctx is not None:
+                self._dispatcher.disconnected(self._ctx)  # its queued requests: nobody reads their answers
             for sub, scope in self._subs.values():
                 sub.close()
                 scope.cancel()

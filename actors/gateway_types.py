@@ -88,14 +88,18 @@ Reply = Callable[[outcome.Outcome[Any]], None]
 
 class Dispatcher(Protocol):
     async def submit(self, method: str, params: Any, ctx: CallContext, reply: Reply, *, more: bool = False) -> None:
-        """Start ``method``: return once the request reached its target's mailbox (the ordering
-        point; requests of one connection are submitted in frame order) or was answered.
+        """Start ``method``: return once the request is queued behind the earlier requests of its
+        connection (submitted in frame order), without waiting for them, or was answered.
         ``reply`` gets a JSON-able result or an exception to translate. ``more``: further
         requests of the same JSON-RPC batch follow (a group-commit hint)."""
         ...
 
     def hello(self, ctx: CallContext) -> dict[str, Any]:
         """Extra fields for the ``host.hello`` result (``bootId``, ``hostVersion``...)."""
+        ...
+
+    def disconnected(self, ctx: CallContext) -> None:
+        """The connection of ``ctx`` closed: its requests not started yet need not run."""
         ...
 
 

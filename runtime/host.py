@@ -136,6 +136,9 @@ class HostDispatcher:
     async def submit(self, method: str, params: Any, ctx: CallContext, reply: Reply, *, more: bool = False) -> None:
         await self._pipeline.submit(method, params, ctx, reply, more=more)
 
+    def disconnected(self, ctx: CallContext) -> None:
+        self._pipeline.disconnected(ctx.connection_id)
+
 
 @dataclass
 class RunningHost:

@@ -15,10 +15,18 @@ pipeline does what all of them share, once:
    from the first; the target answers a completed one from the database before
    running anything; the terminal response is stored with the effect (by the
    target: ``ctx.commit`` in the same transaction, or the file the effect writes);
-3. **ordering**: :meth:`Pipeline.submit` returns once the request is in its
-   target's mailbox (a session actor, the DB writer) — the gateway submits the
-   requests of one connection in frame order, so they reach their targets in
-   that order whatever a handler later awaits;
+3. **ordering** (``runtime/ordering.py``): :meth:`Pipeline.submit` queues the
+   request in its connection's :class:`~runtime.ordering.Ordering` and returns
+   at once (the gateway's reader goes on reading frames). Each connection's
+   requests are then dispatched one after the other in frame order; a request
+   is handed to its target only after every earlier mutating request of its
+   connection has taken effect (was answered), except those already in the
+   same ordered mailbox (one session actor, the DB writer), which run it in
+   order anyway. So a read sees the writes sent before it and two writes apply
+   in frame order, whatever their targets; a duplicate waiting for its
+   receipt's first request holds up its connection's later requests, not the
+   reader. :meth:`Pipeline.call` (in-process callers, who await each answer)
+   dispatches directly;
 4. **answers** come back through a reply callback, once: no task waits per
    request. In test mode every result is validated against its result model;
 5. **shutdown**: after :meth:`Pipeline.close` every new request is answered
@@ -31,7 +39,7 @@ Errors are never translated here: the gateway maps exceptions to wire codes
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +56,7 @@ from protocol.jsonrpc import Encoded
 from protocol.methods import METHODS, MethodSpec
 from runtime.context import HostContext, Pinned, ReadContext, Services, WriterContext, WriterResult
 from runtime.kernel.actor import ActorCrashed, ActorStopped, CallbackReply, InternalBug
+from runtime.ordering import Abandoned, Ordering, Turn
 from runtime.receipts import Claim, ReceiptBook, Replayed
 from runtime.routes import ROUTES, Route, Via
 from store import receipts
@@ -80,15 +89,18 @@ class _Bound:
 
 
 class _Answer:
-    """The one reply of one request: settles its receipt claim, checks the result, counts it out."""
+    """The one reply of one request: settles its receipt claim and its turn, checks the result,
+    counts it out."""
 
-    __slots__ = ("_pipeline", "_bound", "_reply", "claim", "done")
+    __slots__ = ("_pipeline", "_bound", "_reply", "claim", "turn", "release", "done")
 
     def __init__(self, pipeline: Pipeline, bound: _Bound, reply: Reply) -> None:
         self._pipeline = pipeline
         self._bound = bound
         self._reply = reply
         self.claim: Claim | None = None
+        self.turn: Turn | None = None
+        self.release: Callable[[], None] | None = None
         self.done = False
 
     def __call__(self, result: outcome.Outcome[Any]) -> None:
@@ -97,6 +109,10 @@ class _Answer:
         self.done = True
         pipeline = self._pipeline
         pipeline._finished()
+        if self.turn is not None:
+            self.turn.settle()  # its effect, if any, took place: the connection's next request may go
+        if self.release is not None:
+            self.release()
         if isinstance(result, outcome.Value):
             value, pin = result.value, None
             if isinstance(value, Pinned):
@@ -117,6 +133,53 @@ class _Answer:
         if pipeline.closing and isinstance(error, (ActorStopped, ActorCrashed, PoolClosed, trio.Cancelled)):
             error = ShuttingDown()
         self._reply(outcome.Error(error))
+
+
+_WRITER = ("writer",)
+
+
+class _MessageIds:
+    """Message ids being written, with their session: one id goes to one session at a time.
+
+    Two sessions writing one id at once each planned it as new (neither saw the other's
+    line), and the index remapped the second one (D444) after its caller was answered
+    with the plain id: the receipt it stored, and every replay, named another id. The
+    second now waits for the first's answer, when the id is held, and remaps it itself.
+    """
+
+    def __init__(self) -> None:
+        self._writing: dict[str, tuple[str, trio.Event]] = {}
+
+    async def claim(self, sid: str, ids: tuple[str, ...]) -> Callable[[], None]:
+        """Wait while another session writes one of ``ids``; the returned function releases them."""
+        while True:
+            other = next((held for mid in ids if (held := self._writing.get(mid)) is not None and held[0] != sid),
+                         None)
+            if other is None:
+                break
+            await other[1].wait()
+        done = trio.Event()
+        mine = [mid for mid in ids if mid not in self._writing]  # this session's own earlier write keeps its claim
+        for mid in mine:
+            self._writing[mid] = (sid, done)
+
+        def release() -> None:
+            for mid in mine:
+                if self._writing.get(mid, (sid, None))[1] is done:
+                    del self._writing[mid]
+            done.set()
+
+        return release
+
+
+def _tag(bound: _Bound, params: Any) -> Hashable | None:
+    """Where a request will be queued, as far as its params say (a hint for the one before it)."""
+    route = bound.route
+    if route.via is Via.SESSION and route.session is None:
+        return ("session", params.session_id)
+    if route.via is Via.WRITER:
+        return _WRITER
+    return None
 
 
 def _checked(spec: MethodSpec, value: Any) -> Any:
@@ -149,10 +212,12 @@ class Pipeline:
         self._idle = trio.Event()
         self._idle.set()
         self._nursery: trio.Nursery | None = None
+        self._orders: dict[int, Ordering] = {}  # per connection, while it has requests in its order
+        self._writing = _MessageIds()
 
     # -- lifecycle -------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Own the tasks of read and multi-step requests until cancelled."""
+        """Own the tasks of reads, of multi-step requests and of busy connections' orders until cancelled."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()
@@ -181,50 +246,31 @@ class Pipeline:
         return {name: b.route for name, b in self._bound.items()}
 
     async def submit(self, method: str, raw: Any, caller: CallContext, reply: Reply, *, more: bool = False) -> None:
-        if self.closing:
-            reply(outcome.Error(ShuttingDown()))
+        """Queue the request behind the earlier ones of its connection; returns without waiting."""
+        prepared = self._prepare(method, raw, caller, reply)
+        if prepared is None:
             return
-        bound = self._bound.get(method)
-        if bound is None or bound.route.via is Via.CONNECTION:
-            reply(outcome.Error(MethodNotFound(method)))
-            return
-        if bound.route.native is None and is_native_id(raw.get("sessionId") if isinstance(raw, Mapping) else None):
-            reply(outcome.Error(unsupported_for_native(method, raw["sessionId"])))
-            return
+        bound, params, answer = prepared
+
+        async def step(turn: Turn) -> None:
+            await self._run(bound, params, raw, caller, answer, more, turn)
+
+        def drop() -> None:
+            answer(outcome.Error(ShuttingDown("the request was dropped before it was run")))
+
         try:
-            params = bound.spec.params_model.model_validate({} if raw is None else raw)
-        except ValidationError as exc:
-            reply(outcome.Error(exc))
-            return
-        if caller.plugin_id is not None and not bound.route.plugins:
-            # A plugin reaches only the routes opened to it; their handlers scope what it owns.
-            reply(outcome.Error(PermissionDenied(f"a plugin connection may not call {method}",
-                                                 data={"method": method, "pluginId": caller.plugin_id})))
-            return
-        self._in_flight += 1
-        self._idle = trio.Event()
-        answer = _Answer(self, bound, reply)
-        try:
-            key = await self._key(bound, method, params, raw, caller)
-            if key is not None:
-                got = await self.book.claim(key)
-                if isinstance(got, Replayed):
-                    answer(outcome.Value(got.response))
-                    return
-                answer.claim = got
-            await self._dispatch(bound, params, key, caller, answer, more)
-        except Exception as exc:
+            answer.turn = self._ordering(caller.connection_id).add(
+                step, drop, mutating=bound.spec.mutating, tag=_tag(bound, params))
+        except ShuttingDown as exc:
             answer(outcome.Error(exc))
-        except BaseException:
-            if not answer.done:
-                answer(outcome.Error(ShuttingDown("the request was cancelled before it was run")))
-            raise
 
     async def call(self, method: str, raw: Any, caller: CallContext, *, decode: bool = True) -> Any:
-        """Submit and wait for the answer (in-process callers: tests, benchmarks, the scheduler).
+        """Run one request and wait for its answer (in-process callers: tests, benchmarks, the scheduler).
 
-        A result the handler encoded already (:class:`protocol.jsonrpc.Encoded`) is decoded
-        unless ``decode=False`` (then it is returned as the gateway would send it)."""
+        The caller awaits each answer, so its requests are ordered already: no
+        connection order is kept. A result the handler encoded already
+        (:class:`protocol.jsonrpc.Encoded`) is decoded unless ``decode=False`` (then it is
+        returned as the gateway would send it)."""
         done = trio.Event()
         box: list[outcome.Outcome[Any]] = []
 
@@ -232,10 +278,78 @@ class Pipeline:
             box.append(result)
             done.set()
 
-        await self.submit(method, raw, caller, reply)
+        prepared = self._prepare(method, raw, caller, reply)
+        if prepared is not None:
+            bound, params, answer = prepared
+            await self._run(bound, params, raw, caller, answer, False, None)
         await done.wait()
         value = box[0].unwrap()
         return value.decode() if decode and isinstance(value, Encoded) else value
+
+    def _prepare(self, method: str, raw: Any, caller: CallContext, reply: Reply) -> tuple[_Bound, Any, _Answer] | None:
+        """Validate (answering what fails), count the request in: its bound route, params and answer."""
+        if self.closing:
+            reply(outcome.Error(ShuttingDown()))
+            return None
+        bound = self._bound.get(method)
+        if bound is None or bound.route.via is Via.CONNECTION:
+            reply(outcome.Error(MethodNotFound(method)))
+            return None
+        if bound.route.native is None and is_native_id(raw.get("sessionId") if isinstance(raw, Mapping) else None):
+            reply(outcome.Error(unsupported_for_native(method, raw["sessionId"])))
+            return None
+        try:
+            params = bound.spec.params_model.model_validate({} if raw is None else raw)
+        except ValidationError as exc:
+            reply(outcome.Error(exc))
+            return None
+        if caller.plugin_id is not None and not bound.route.plugins:
+            # A plugin reaches only the routes opened to it; their handlers scope what it owns.
+            reply(outcome.Error(PermissionDenied(f"a plugin connection may not call {method}",
+                                                 data={"method": method, "pluginId": caller.plugin_id})))
+            return None
+        self._in_flight += 1
+        self._idle = trio.Event()
+        return bound, params, _Answer(self, bound, reply)
+
+    def disconnected(self, connection: int) -> None:
+        """The connection closed: its requests not dispatched yet are dropped (nobody reads their
+        answers; a retry with the same ``submissionId`` runs one), those dispatched run on."""
+        order = self._orders.get(connection)
+        if order is not None:
+            order.abandon()
+
+    def _ordering(self, connection: int) -> Ordering:
+        order = self._orders.get(connection)
+        if order is None:
+            def forget() -> None:
+                if self._orders.get(connection) is order:
+                    del self._orders[connection]
+
+            order = Ordering(lambda fn: self._start(fn), on_idle=forget)
+            self._orders[connection] = order
+        return order
+
+    async def _run(self, bound: _Bound, params: Any, raw: Any, caller: CallContext, answer: _Answer, more: bool,
+                   turn: Turn | None) -> None:
+        """Claim the receipt (or replay it), then hand the request to its target, in its turn."""
+        try:
+            key = await self._key(bound, bound.spec.name, params, raw, caller)
+            if key is not None:
+                got = await self.book.claim(key)
+                if isinstance(got, Replayed):
+                    answer(outcome.Value(got.response))
+                    return
+                answer.claim = got
+            await self._dispatch(bound, params, key, caller, answer, more, turn)
+        except Abandoned as exc:
+            answer(outcome.Error(ShuttingDown(str(exc))))
+        except Exception as exc:
+            answer(outcome.Error(exc))
+        except BaseException:
+            if not answer.done:
+                answer(outcome.Error(ShuttingDown("the request was cancelled before it was run")))
+            raise
 
     async def _key(self, bound: _Bound, method: str, params: BaseModel, raw: Any,
                    caller: CallContext) -> ReceiptKey | None:
@@ -250,27 +364,45 @@ class Pipeline:
         return ReceiptKey(caller.client_id, str(submission), method, fp)
 
     async def _dispatch(self, bound: _Bound, params: Any, key: ReceiptKey | None, caller: CallContext,
-                        answer: _Answer, more: bool) -> None:
+                        answer: _Answer, more: bool, turn: Turn | None) -> None:
         route = bound.route
         services = self.services
+
+        async def ready(target: Hashable | None) -> None:
+            if turn is not None:
+                await turn.ready(target)
+
         if route.via is Via.SESSION:
             assert bound.op is not None
             if route.session is not None:
+                await ready(None)  # the lookup may read what earlier writes left
                 sid = await route.session(services, params, key)
             else:
                 sid = params.session_id
             if route.native is not None and is_native_id(sid):
+                await ready(None)
                 self._start(self._host, bound.spec.name, Route(Via.HOST, route.native), params, key, caller, answer)
                 return
+            target = ("session", sid)
+            await ready(target)
+            if route.message_ids is not None:
+                answer.release = await self._writing.claim(sid, route.message_ids(params))
+            if more and turn is not None and bound.spec.mutating:
+                # The batch's next request, if it was read already, waits for this write when it goes
+                # elsewhere: then the actor should not linger for it.
+                after = turn.following()
+                more = after is None or after == target
             ref = await services.sessions.ref(sid)
             await ref.post(SessionCall(bound.op, params, key, caller, more), CallbackReply(answer))
             return
         if route.via is Via.WRITER:
+            await ready(_WRITER)
             now = services.now_ms()
             op = DbOp(_writer_op(route.handler, params, key, caller, now, services.wake_scheduler), durable=True,
                       label=bound.spec.name)
             await services.db_ref().post(op, CallbackReply(_after_commit(services, answer)))
             return
+        await ready(None)
         if route.via is Via.READS:
             self._start(self._read, route, params, caller, answer)
         else:

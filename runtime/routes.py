@@ -16,7 +16,10 @@ it mutates, its errors) is ``protocol/methods.py``; a route adds the target:
 
 ``tests/pipeline`` checks the table against the wire registry (every method
 routed, every handler typed with its method's params model) and generates the
-receipt and pipelining tests from it, so a new method cannot skip them.
+receipt and ordering tests from it, so a new method cannot skip them. The
+pipeline orders a connection's requests by a route's target (``Via``) and
+whether its method mutates (``runtime/ordering.py``); ``test_ordering_pairs``
+has a case for every pair of those kinds and asks every route for its kind.
 """
 
 from __future__ import annotations
@@ -94,6 +97,10 @@ class Route:
     native: Any = None
     """SESSION: the host handler ``(HostContext, params, receipt)`` for a native pi session id
     (``native-pi:...``, seed §12); a route without one refuses such ids (UNSUPPORTED_FOR_NATIVE_SESSION)."""
+    message_ids: Callable[[Any], tuple[str, ...]] | None = None
+    """SESSION: the message ids the request writes (``params -> ids``). Two requests writing one id
+    to two sessions do not run at once: the second waits for the first's answer, so its session
+    sees the id held and remaps it (D444) before it answers, never the index after."""
     plugins: bool = False
     """Open to plugin connections (``clientKind: "plugin"``); the handler scopes what a plugin
     sees and changes to what it owns (``runtime/handlers/plugins.require_owner``). Every other
@@ -132,7 +139,8 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "session.create":              on_session(sessions.create, session=sessions.create_target, ready_check=False),
     "session.list":                on_host(native_pi.list_sessions, plugins=True),  # + native pi sessions (§12)
     "session.get":                 on_session(sessions.get, ready_check=False, native=native_pi.get, plugins=True),
-    "session.appendMessage":       on_session(appends.append, group=appends.append_group),
+    "session.appendMessage":       on_session(appends.append, group=appends.append_group,
+                                              message_ids=lambda p: (p.message.id,)),
     "session.rename":              on_session(sessions.rename),
     "session.update":              on_session(sessions.update),
     "session.delete":              on_session(sessions.delete),

@@ -45,10 +45,14 @@ class FakeDispatcher:
 
     enqueued: list[Any] = field(default_factory=list)
     contexts: list[CallContext] = field(default_factory=list)
+    gone: list[int] = field(default_factory=list)
     nursery: trio.Nursery | None = None
 
     def hello(self, ctx: CallContext) -> dict[str, Any]:
         return {"bootId": "boot-1", "hostVersion": "test"}
+
+    def disconnected(self, ctx: CallContext) -> None:
+        self.gone.append(ctx.connection_id)
 
     async def submit(self, method: str, params: Any, ctx: CallContext, reply: Any, *, more: bool = False) -> None:
         """Enqueue synchronously (the ordering point), answer later through ``reply``."""
