@@ -260,7 +260,7 @@ class Pipeline:
 
         try:
             answer.turn = self._ordering(caller.connection_id).add(
-                step, drop, mutating=bound.spec.mutating, tag=_tag(bound, params))
+                step, drop, mutating=bound.spec.mutating or bound.route.writes, tag=_tag(bound, params))
         except ShuttingDown as exc:
             answer(outcome.Error(exc))
 

@@ -101,6 +101,9 @@ class Route:
     """SESSION: the message ids the request writes (``params -> ids``). Two requests writing one id
     to two sessions do not run at once: the second waits for the first's answer, so its session
     sees the id held and remaps it (D444) before it answers, never the index after."""
+    writes: bool = False
+    """Ordered as a write though its params take no ``submissionId`` (``logs.append``): later requests
+    of the connection wait for it, and two of them apply in frame order."""
     plugins: bool = False
     """Open to plugin connections (``clientKind: "plugin"``); the handler scopes what a plugin
     sees and changes to what it owns (``runtime/handlers/plugins.require_owner``). Every other
@@ -132,7 +135,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "host.hello":                  on_connection(),
     "host.status":                 on_host(host.status),
     "host.createLoginCode":        on_host(host.create_login_code),
-    "logs.append":                 on_host(logs.append),
+    "logs.append":                 on_host(logs.append, writes=True),
     "events.subscribe":            on_connection(),
     "events.unsubscribe":          on_connection(),
     # sessions

@@ -66,7 +66,8 @@ class Pair:
 
 def kind_of(method: str) -> str:
     """A route's kind: its target, and whether it mutates."""
-    return f"{ROUTES[method].via.value}:{'write' if METHODS[method].mutating else 'read'}"
+    writes = METHODS[method].mutating or ROUTES[method].writes
+    return f"{ROUTES[method].via.value}:{'write' if writes else 'read'}"
 
 
 # ---------------------------------------------------------------------- per-round state
@@ -342,7 +343,8 @@ KINDS: dict[str, str] = {
     "interactions.pending": _R, "collab.list": _R, "collab.get": _R, "usage.session": _R, "usage.history": _R,
     "session.listTurns": _R, "projects.list": _R, "settings.getAll": _R, "workspace.get": _R,
     "session.resolvePath": _R, "projectGroups.list": _R, "projectGroups.get": _R, "providers.get": _R,
-    "models.list": _R, "plugins.listSessions": _R, "sessions.listTrashed": _R,
+    "models.list": _R, "plugins.listSessions": _R, "sessions.listTrashed": _R, "attachments.get": _R,
+    "audit.list": _R, "logs.append": _H,
     "notifications.markRead": _W, "notifications.markAllRead": _W, "notifications.clear": _W, "tasks.create": _W,
     "tasks.delete": _W, "tasks.startRun": _W, "tasks.finishRun": _W, "settings.delete": _W, "workspace.open": _W,
     "projects.pin": _W, "projectGroups.save": _W, "projectGroups.delete": _W, "projectGroups.setMemory": _W,
