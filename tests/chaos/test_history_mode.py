@@ -2,13 +2,11 @@
 connections run a random mix of routed methods against a host subprocess while DB-writer kills,
 session-actor kills and SIGKILLs land; the recorded history goes through the checker.
 
-What is asserted here holds on this branch: the run completes, every fault kind landed, every
-recovery read was taken, the figure line has its exact form, and nothing was applied twice or from
-nowhere and no acknowledged effect outside the transcripts' index was lost. Two tests depend on
-fixes of issue 22 made on other branches and are marked ``xfail(strict=False)`` until they are
-merged: lost messages / index mismatches (item 1, the index mark moved over lost lines: rare, seen
-twice in 1000 cycles) and stale reads / regressions (item 2, ordering for every route kind: seen in
-every run)."""
+Asserted: the run completes, every fault kind landed, every recovery read was taken, the figure
+line has its exact form, nothing was applied twice or from nowhere, no acknowledged effect was lost,
+every session's index ids equal its transcript ids after each recovery (item 1: the index mark moved
+over lost lines hid messages for good), and no read on a connection missed that connection's earlier
+writes or went back in time (item 2: ordering for every route kind)."""
 
 from __future__ import annotations
 
@@ -70,10 +68,6 @@ def test_history_run_loses_and_duplicates_nothing(history_run: tuple[list[str], 
     assert not [t for t in findings.lost if not t.startswith("msgs:")], findings.details()
 
 
-@pytest.mark.xfail(strict=False, reason="issue 22 item 1: a handler moves the index mark over an append whose "
-                   "index op a DB-writer kill lost (appendMessage then approvals.respond: the message is gone from "
-                   "session.get and the index for good; seed 1000 over 1000 cycles: lost=2 index_mismatch=2); "
-                   "rare in a CI-sized run, so this passes most of the time even before the fix")
 def test_history_run_keeps_every_acknowledged_message_indexed(history_run: tuple[list[str], Path]) -> None:
     lines, workdir = history_run
     history = parse_ops(orjson.loads(line) for line in (workdir / "history.jsonl").read_bytes().splitlines())
@@ -82,11 +76,6 @@ def test_history_run_keeps_every_acknowledged_message_indexed(history_run: tuple
     assert not findings.index_mismatch, findings.details()
 
 
-@pytest.mark.xfail(strict=False, reason="issue 22 item 2: a connection's read is not ordered after its earlier "
-                   "writes when either is not a session route (pipelined settings.set→get, session.rename→list, "
-                   "tasks.create→list, tasks.update→get, secrets.set→get/list, approvals.request→pending, "
-                   "plans.respond→pending, collab.deliver→list, attachments.put→ref, "
-                   "plugins.importSession→listSessions were stale on this branch)")
 def test_history_run_sees_its_own_writes(history_run: tuple[list[str], Path]) -> None:
     lines, workdir = history_run
     history = parse_ops(orjson.loads(line) for line in (workdir / "history.jsonl").read_bytes().splitlines())
