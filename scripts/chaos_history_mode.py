@@ -507,14 +507,21 @@ class Worker:
             pass
         self.open_turn = None
 
-    async def approval(self, c: HostClient, sid: str) -> None:
-        tid = f"{sid}.t{self.next('turn')}"
+    async def start_turn(self, c: HostClient, sid: str, counter: str) -> str | None:
+        """Start a turn in ``sid`` (it becomes the open turn); None when the host refused it."""
+        tid = f"{sid}.t{self.next(counter)}"
         try:
             await self.write(c, "start_turn", tid, "session.startTurn",
                              {"sessionId": sid, "turnId": tid, "submissionId": f"start-{tid}"}, [])
         except RpcError:
-            return
+            return None
         self.open_turn = tid
+        return tid
+
+    async def approval(self, c: HostClient, sid: str) -> None:
+        tid = await self.start_turn(c, sid, "turn")
+        if tid is None:
+            return
         call_id = f"{tid}.c"
         try:
             asked = await self.write_then_read(
@@ -598,13 +605,9 @@ class Worker:
                       "submissionId": f"create-{psid}"}
             self._acked("plan_create", psid, params, await self.write(
                 c, "plan_create", psid, "session.create", params, [["set", f"title:{psid}", f"{psid} t0"]]))
-        tid = f"{psid}.t{self.next('planturn')}"
-        try:
-            await self.write(c, "start_turn", tid, "session.startTurn",
-                             {"sessionId": psid, "turnId": tid, "submissionId": f"start-{tid}"}, [])
-        except RpcError:
+        tid = await self.start_turn(c, psid, "planturn")
+        if tid is None:
             return
-        self.open_turn = tid
         call_id = f"{tid}.c"
         try:
             asked = await self.write_then_read(

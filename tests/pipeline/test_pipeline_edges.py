@@ -31,8 +31,8 @@ from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 from tests.hostkit import test_config as host_config
 
 
-async def test_a_duplicate_waiting_for_its_receipt_does_not_hold_the_reader(tmp_path: Path) -> None:
-    """Reproduces: a duplicate's receipt wait blocked its connection's reader while the original ran."""
+def _slowed_secrets_set() -> tuple[trio.Event, trio.Event, dict[str, Any]]:
+    """The route table with a ``secrets.set`` that sets ``entered`` and then waits for ``gate``."""
     entered, gate = trio.Event(), trio.Event()
 
     async def slow_set(ctx: Any, p: Any, key: Any) -> Any:
@@ -40,7 +40,12 @@ async def test_a_duplicate_waiting_for_its_receipt_does_not_hold_the_reader(tmp_
         await gate.wait()
         return await secrets.set_secret(ctx, p, key)
 
-    routes = {**ROUTES, "secrets.set": replace(ROUTES["secrets.set"], handler=slow_set)}
+    return entered, gate, {**ROUTES, "secrets.set": replace(ROUTES["secrets.set"], handler=slow_set)}
+
+
+async def test_a_duplicate_waiting_for_its_receipt_does_not_hold_the_reader(tmp_path: Path) -> None:
+    """Reproduces: a duplicate's receipt wait blocked its connection's reader while the original ran."""
+    entered, gate, routes = _slowed_secrets_set()
     params = {"ref": "dup", "value": "v", "submissionId": "s-dup"}
     answers: list[Any] = []
 
@@ -73,14 +78,7 @@ async def test_a_duplicate_waiting_for_its_receipt_does_not_hold_the_reader(tmp_
 async def test_requests_a_closed_connection_had_not_dispatched_never_run(tmp_path: Path) -> None:
     """Requests queued behind a slow write are dropped when their connection closes: nobody reads
     their answers, and a heavy batch from a client that left must not keep the host busy."""
-    entered, gate = trio.Event(), trio.Event()
-
-    async def slow_set(ctx: Any, p: Any, key: Any) -> Any:
-        entered.set()
-        await gate.wait()
-        return await secrets.set_secret(ctx, p, key)
-
-    routes = {**ROUTES, "secrets.set": replace(ROUTES["secrets.set"], handler=slow_set)}
+    entered, gate, routes = _slowed_secrets_set()
 
     async def send(c: HostClient) -> None:
         await c.pipelined([("secrets.set", {"ref": "slow", "value": "v"}),
