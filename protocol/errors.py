@@ -21,7 +21,7 @@ numeric        string codes                                                retri
 -32002         NOT_FOUND, SESSION_NOT_FOUND, MESSAGE_NOT_FOUND              no
 -32003         CONFLICT, IDEMPOTENCY_CONFLICT, LIMIT_EXCEEDED,              no
                PLAN_REQUIRES_INTERACTIVE_SESSION, ALREADY_AUTHENTICATED,
-               ENVIRONMENT_DRIFT, UNSUPPORTED_FOR_NATIVE_SESSION
+               ENVIRONMENT_DRIFT, UNSUPPORTED_FOR_NATIVE_SESSION, FILE_CHANGED
 -32004         BUSY, TIMEOUT, ACTOR_RESTARTED, SHUTTING_DOWN,               yes
                RESOURCE_EXHAUSTED
 -32005         STORAGE_FULL (yes), IO_ERROR, CORRUPT_DATA, SCHEMA_TOO_NEW,  see row
@@ -108,6 +108,7 @@ class RpcErrorCode:
             "LIMIT_EXCEEDED": RpcErrorSpec(-32003, False),
             "PLAN_REQUIRES_INTERACTIVE_SESSION": RpcErrorSpec(-32003, False),
             "ENVIRONMENT_DRIFT": RpcErrorSpec(-32003, False),
+            "FILE_CHANGED": RpcErrorSpec(-32003, False),
             "ALREADY_AUTHENTICATED": RpcErrorSpec(-32003, False),
             "UNSUPPORTED_FOR_NATIVE_SESSION": RpcErrorSpec(-32003, False),
             "BUSY": RpcErrorSpec(-32004, True),

@@ -416,6 +416,37 @@ _SPECS: tuple[MethodSpec, ...] = (
         "Which secrets exist (secrets_meta); never values.",
         _DB_READ,
     ),
+    # -- review-change snapshots (seed 003 §2.0) -------------------------------
+    _spec(
+        "review.record",
+        m.ReviewRecordParams,
+        m.ReviewRecordResult,
+        "Record a Write/Edit tool's previous bytes under review-changes/<sid>/<snapshotId>/ (bounded); "
+        "the result's review record goes into the tool result's details.review.",
+        _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT", "LIMIT_EXCEEDED")),
+    ),
+    _spec(
+        "review.get",
+        m.ReviewGetParams,
+        m.ReviewGetResult,
+        "One review snapshot (path, hashes, state, owner), with its before bytes on request.",
+        _codes(_SESSION_READ, ("NOT_FOUND",)),
+    ),
+    _spec(
+        "review.list",
+        m.ReviewListParams,
+        m.ReviewListResult,
+        "A session's review snapshots, oldest first (optionally one message's).",
+        _SESSION_READ,
+    ),
+    _spec(
+        "review.restore",
+        m.ReviewRestoreParams,
+        m.ReviewRestoreResult,
+        "Put a snapshot's before bytes back into the workspace; FILE_CHANGED when the file is no longer "
+        "what the tool wrote (by hash).",
+        _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT", "FILE_CHANGED")),
+    ),
     # -- attachments (seed 000 §2.3, §5) -------------------------------------
     _spec(
         "attachments.put",

@@ -78,6 +78,8 @@ from .models_queue import *  # noqa: F403 - re-export facade; __all__ below list
 from .models_queue import __all__ as _queue_all
 from .models_records import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_records import __all__ as _records_all
+from .models_review import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_review import __all__ as _review_all
 from .models_revisions import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_revisions import __all__ as _revisions_all
 from .models_search import *  # noqa: F403 - re-export facade; __all__ below lists every name
@@ -134,6 +136,7 @@ __all__ = [
     *_queue_all,
     *_records_all,
     *_revisions_all,
+    *_review_all,
     *_search_all,
     *_secrets_all,
     *_session_all,

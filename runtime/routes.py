@@ -56,6 +56,7 @@ from runtime.handlers import (
     projects,
     providers,
     queue,
+    review,
     revisions,
     search,
     secrets,
@@ -181,6 +182,11 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "session.restoreMessage":      on_session(tombstones.restore_message),
     "session.tree":                on_session(context.tree),
     "session.context":             on_session(context.context),
+    # review-change snapshots (§2.0)
+    "review.record":               on_session(review.record),
+    "review.get":                  on_session(review.get),
+    "review.list":                 on_session(review.list_snapshots),
+    "review.restore":              on_session(review.restore),
     # search
     "search.sessions":             from_reads(search.sessions, barrier=True),
     "search.query":                from_reads(search.query, barrier=True),

@@ -44,6 +44,14 @@ MAX_WINDOW: Final = 5000
 EVENT_RECORD_MAX: Final = 8 * 1024
 """A ``session.message`` event carries the record only up to this many bytes (else by ref only)."""
 
+# -- review-change snapshots (seed 003 §2.0: review-changes/<sessionId>/<snapshotId>/)
+MAX_REVIEW_FILE_BYTES: Final = 4 * 1024 * 1024
+"""A snapshot's ``before`` bytes, and the workspace file it is taken of, at most this many bytes."""
+MAX_REVIEW_SNAPSHOTS: Final = 1000
+"""Snapshots one session keeps; one more is ``LIMIT_EXCEEDED`` (the card then shows no undo)."""
+MAX_REVIEW_META_BYTES: Final = 64 * 1024
+"""A ``meta.json`` larger than this is not read (CORRUPT_DATA)."""
+
 # -- configuration (settings, providers, the model catalog, projects, plugins, config sync)
 MAX_SETTING_KEY_CHARS: Final = 512
 MAX_SETTINGS_PER_UPDATE: Final = 100
@@ -113,6 +121,8 @@ NATIVE_SESSION_ID_RE = re.compile(r"^native-pi:[A-Za-z0-9_\-.@+=]{1,120}$")
 SESSION_REF_RE = re.compile(r"^(?:[A-Za-z0-9_-]{1,64}|native-pi:[A-Za-z0-9_\-.@+=]{1,120})$")
 # Message / turn / other wire ids: printable, bounded, no control characters.
 WIRE_ID_RE = re.compile(r"^[A-Za-z0-9_\-:.@+=/]{1,200}$")
+REVIEW_SNAPSHOT_ID_RE = re.compile(r"^rv-[0-9a-f]{32}$")
+"""A review snapshot id: its directory name under ``review-changes/<sessionId>/``."""
 PLUGIN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 """Plugin ids (they name the ``plugin:<id>`` kv namespace)."""
 

@@ -380,6 +380,31 @@ async def with_trashed(c: HostClient, root: Path) -> Vars:
 
 # ---------------------------------------------------------------------- the table
 
+async def with_review_file(c: HostClient, root: Path) -> Vars:
+    ws = root.parent / f"{root.name}-review-ws"
+    ws.mkdir(exist_ok=True)
+    (ws / "notes.txt").write_bytes(b"after\n")
+    return {"sid": await new_session(c, projectPath=str(ws)), "ws": str(ws)}
+
+
+def review_params(v: Vars, call: str = "call1") -> dict[str, Any]:
+    return {"sessionId": v["sid"], "path": "notes.txt", "beforeBase64": base64.b64encode(b"before\n").decode(),
+            "toolName": "Edit", "toolCallId": call, "messageId": "a1"}
+
+
+async def with_review_snapshot(c: HostClient, root: Path) -> Vars:
+    v = await with_review_file(c, root)
+    v["snap"] = (await c.call("review.record", review_params(v)))["snapshot"]["snapshotId"]
+    return v
+
+
+def review_snapshots(state: str | None = None) -> Callable[[Path, Vars], int]:
+    def snapshots(root: Path, v: Vars) -> int:
+        found = list((root / "review-changes" / v["sid"]).glob("rv-*/meta.json"))
+        return sum(1 for meta in found if state is None or f'"state":"{state}"' in meta.read_text())
+    return snapshots
+
+
 S = Scenario
 
 SCENARIOS: dict[str, Scenario] = {
@@ -619,4 +644,9 @@ SCENARIOS: dict[str, Scenario] = {
     "sessions.purge": S(with_trashed, lambda v: {"sessionId": v["sid"]},
                         lambda v: ("sessions.restore", {"sessionId": v["sid"]}),
                         count=count("SELECT COUNT(*) FROM sessions")),
+    "review.record": S(with_review_file, review_params,
+                       lambda v: ("review.record", review_params(v, "call2")), count=review_snapshots()),
+    "review.restore": S(with_review_snapshot, lambda v: {"sessionId": v["sid"], "snapshotId": v["snap"]},
+                        lambda v: ("review.restore", {"sessionId": v["sid"], "snapshotId": "rv-" + "0" * 32}),
+                        count=review_snapshots("restored")),
 }

@@ -345,6 +345,7 @@ KINDS: dict[str, str] = {
     "session.resolvePath": _R, "projectGroups.list": _R, "projectGroups.get": _R, "providers.get": _R,
     "models.list": _R, "plugins.listSessions": _R, "sessions.listTrashed": _R, "attachments.get": _R,
     "audit.list": _R, "logs.append": _H,
+    "review.record": _S, "review.restore": _S, "review.get": _SR, "review.list": _SR,
     "notifications.markRead": _W, "notifications.markAllRead": _W, "notifications.clear": _W, "tasks.create": _W,
     "tasks.delete": _W, "tasks.startRun": _W, "tasks.finishRun": _W, "settings.delete": _W, "workspace.open": _W,
     "projects.pin": _W, "projectGroups.save": _W, "projectGroups.delete": _W, "projectGroups.setMemory": _W,

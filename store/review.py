@@ -1,0 +1,421 @@
+"""Message-owned review-change snapshots (seed 003 §2.0, ADR 0043): the file format and its planning.
+
+Layout: ``review-changes/<sessionId>/<snapshotId>/`` holds
+
+* ``before`` — the bytes the file had before a successful Write/Edit tool (absent when the tool
+  created the file);
+* ``meta.json`` — the workspace path (absolute, resolved under the session's root), the hashes
+  and sizes before and after, the diff state (``recorded`` / ``restored``), the owner (message,
+  tool call, turn) and the receipt of the call that recorded it.
+
+``meta.json`` is published last and exclusively: a directory without it is an interrupted
+record and counts for nothing. A snapshot is never inferred from Git. The directory goes with
+``session.delete`` (``store/transcripts/session_files.finish_delete``) and boot sweeps the ones
+whose session is gone (``runtime/boot.py``).
+
+Receipts ride with the effect (ARCHITECTURE.md): with a receipt key the snapshot id is derived
+from ``(clientId, submissionId)``, so a retry after a crash between the publish and the receipt
+row finds the snapshot its first attempt wrote and answers from it; a restore writes its intent
+(with its receipt) into ``meta.json`` before it touches the workspace, so a retry finishes it
+or answers it. Synchronous and pure of trio: callers run these in a worker thread.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import hashlib
+import os
+import secrets
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import orjson
+
+from store.errors import (
+    Conflict,
+    CorruptData,
+    IdempotencyConflict,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    classify_os_error,
+)
+from store.fsutil import TEMP_MARKER, atomic_write, fsync_dir, open_nofollow, write_all
+from store.receipts import ReceiptKey, file_record, key_of_record
+from store.rules import MAX_REVIEW_FILE_BYTES, MAX_REVIEW_META_BYTES, REVIEW_SNAPSHOT_ID_RE
+
+__all__ = [
+    "FORMAT_VERSION",
+    "FileChanged",
+    "FileState",
+    "RestorePlan",
+    "check_inside",
+    "check_record_retry",
+    "count_snapshots",
+    "decode_before",
+    "file_state",
+    "finish_restore",
+    "list_snapshots",
+    "load_meta",
+    "new_meta",
+    "plan_restore",
+    "read_before",
+    "read_workspace_file",
+    "record_answer",
+    "restore_answer",
+    "review_ref",
+    "snapshot_id_for",
+    "start_restore",
+    "wire_snapshot",
+    "write_snapshot",
+]
+
+FORMAT_VERSION: Final = 1
+META: Final = "meta.json"
+BEFORE: Final = "before"
+
+FileState = tuple[bool, str | None, int]
+"""``(exists, sha256 or None, size)`` of a workspace file."""
+
+
+class FileChanged(Conflict):
+    """The workspace file is neither what the tool wrote nor what the snapshot restores: refused."""
+
+    code = "FILE_CHANGED"
+
+
+def snapshot_id_for(key: ReceiptKey | None) -> str:
+    """The snapshot's id: derived from the receipt key (a retry finds it), else random."""
+    if key is None:
+        return "rv-" + secrets.token_hex(16)
+    digest = hashlib.sha256(f"{key.client_id}\x00{key.submission_id}".encode()).hexdigest()
+    return "rv-" + digest[:32]
+
+
+def _snapshot_dir(session_dir: Path, snapshot_id: str) -> Path:
+    if not REVIEW_SNAPSHOT_ID_RE.fullmatch(snapshot_id):
+        raise InvalidInput(f"invalid snapshot id {snapshot_id[:80]!r}", data={"field": "snapshotId"})
+    return session_dir / snapshot_id
+
+
+# ---------------------------------------------------------------------- the workspace side
+
+
+def check_inside(root: str, path: str) -> None:
+    """``path`` (already folded lexically under ``root``) must stay under ``root`` once the
+    symlinks of its directories are followed: a link out of the workspace is refused."""
+    real_root = os.path.realpath(root)
+    real_parent = os.path.realpath(os.path.dirname(path))
+    if real_parent != real_root and not real_parent.startswith(real_root.rstrip("/") + "/"):
+        raise InvalidInput(f"{path} leaves the session's workspace through a link",
+                           data={"field": "path", "reason": "outside_workspace"})
+
+
+def read_workspace_file(root: str, path: str) -> bytes | None:
+    """The file's bytes (``None`` if it does not exist), never through a final symlink, bounded."""
+    check_inside(root, path)
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):
+            raise InvalidInput(f"{path} is not a regular file", data={"field": "path"}) from exc
+        raise classify_os_error(exc, f"read {path}") from exc
+    try:
+        size = os.fstat(fd).st_size
+        if size > MAX_REVIEW_FILE_BYTES:
+            raise PayloadTooLarge(f"{path} is over {MAX_REVIEW_FILE_BYTES} bytes: no review snapshot",
+                                  data={"field": "path", "limit": MAX_REVIEW_FILE_BYTES})
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := os.read(fd, 1 << 20):
+            total += len(chunk)
+            if total > MAX_REVIEW_FILE_BYTES:
+                raise PayloadTooLarge(f"{path} grew over {MAX_REVIEW_FILE_BYTES} bytes",
+                                      data={"field": "path", "limit": MAX_REVIEW_FILE_BYTES})
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _state_of(data: bytes | None) -> FileState:
+    if data is None:
+        return (False, None, 0)
+    return (True, hashlib.sha256(data).hexdigest(), len(data))
+
+
+def file_state(root: str, path: str) -> FileState:
+    """What the workspace file is now: exists, hash, size."""
+    return _state_of(read_workspace_file(root, path))
+
+
+def _write_workspace_file(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` (temp + fsync + rename + dir fsync), keeping the file's mode."""
+    directory = os.path.dirname(path)
+    try:
+        mode = stat.S_IMODE(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        mode = 0o644
+    tmp = f"{path}{TEMP_MARKER}{secrets.token_hex(6)}"
+    renamed = False
+    try:
+        fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        try:
+            os.fchmod(fd, mode)
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        renamed = True
+        fsync_dir(directory)
+    except OSError as exc:
+        if not renamed:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        raise classify_os_error(exc, f"restore {path}") from exc
+
+
+def _remove_workspace_file(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise classify_os_error(exc, f"remove {path}") from exc
+    fsync_dir(os.path.dirname(path))
+
+
+# ---------------------------------------------------------------------- the snapshot files
+
+
+def new_meta(*, snapshot_id: str, session_id: str, path: str, tool_name: str, tool_call_id: str | None,
+             message_id: str | None, turn_id: str | None, before: bytes | None, after: bytes | None,
+             now_ms: int, key: ReceiptKey | None) -> dict[str, Any]:
+    """The ``meta.json`` of a new snapshot."""
+    if after is None:
+        raise NotFound(f"{path} does not exist: record a snapshot after the tool wrote it",
+                       data={"path": path})
+    b_exists, b_sha, b_size = _state_of(before)
+    _, a_sha, a_size = _state_of(after)
+    meta: dict[str, Any] = {
+        "version": FORMAT_VERSION, "snapshotId": snapshot_id, "sessionId": session_id, "path": path,
+        "toolName": tool_name, "createdAt": now_ms, "state": "recorded",
+        "before": {"exists": b_exists, "sha256": b_sha, "size": b_size},
+        "after": {"exists": True, "sha256": a_sha, "size": a_size},
+    }
+    for name, value in (("toolCallId", tool_call_id), ("messageId", message_id), ("turnId", turn_id)):
+        if value is not None:
+            meta[name] = value
+    if key is not None:
+        meta["receipt"] = file_record(key)
+    return meta
+
+
+def _mkdirs(path: Path) -> None:
+    """Create ``path`` and its missing parents, each made durable in its own parent."""
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        fsync_dir(directory.parent)
+
+
+def write_snapshot(session_dir: Path, meta: Mapping[str, Any], before: bytes | None) -> None:
+    """Write ``before`` then publish ``meta.json`` (exclusively): the snapshot appears whole or not at all."""
+    target = _snapshot_dir(session_dir, str(meta["snapshotId"]))
+    try:
+        _mkdirs(target)
+    except OSError as exc:
+        raise classify_os_error(exc, f"create {target}") from exc
+    if before is not None:
+        atomic_write(target / BEFORE, before, point_prefix="review.before")
+    atomic_write(target / META, orjson.dumps(dict(meta)) + b"\n", point_prefix="review.meta", exclusive=True)
+
+
+def load_meta(session_dir: Path, snapshot_id: str) -> dict[str, Any] | None:
+    """A published snapshot's ``meta.json`` (``None``: no such snapshot)."""
+    path = _snapshot_dir(session_dir, snapshot_id) / META
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise classify_os_error(exc, f"read {path}") from exc
+    try:
+        raw = os.read(fd, MAX_REVIEW_META_BYTES + 1)
+    finally:
+        os.close(fd)
+    try:
+        meta = orjson.loads(raw) if len(raw) <= MAX_REVIEW_META_BYTES else None
+    except orjson.JSONDecodeError:
+        meta = None
+    if not isinstance(meta, dict) or meta.get("snapshotId") != snapshot_id:
+        raise CorruptData(f"review snapshot {snapshot_id} has an unreadable meta.json",
+                          data={"snapshotId": snapshot_id})
+    return meta
+
+
+def _published_ids(session_dir: Path) -> list[str]:
+    try:
+        names = os.listdir(session_dir)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if REVIEW_SNAPSHOT_ID_RE.fullmatch(n) and (session_dir / n / META).is_file())
+
+
+def count_snapshots(session_dir: Path) -> int:
+    return len(_published_ids(session_dir))
+
+
+def list_snapshots(session_dir: Path) -> list[dict[str, Any]]:
+    """Every published snapshot's meta, oldest first (``createdAt``, then id)."""
+    metas = [m for m in (load_meta(session_dir, sid) for sid in _published_ids(session_dir)) if m is not None]
+    return sorted(metas, key=lambda m: (int(m.get("createdAt", 0)), str(m["snapshotId"])))
+
+
+def read_before(session_dir: Path, meta: Mapping[str, Any]) -> bytes | None:
+    """The ``before`` bytes, checked against the hash in ``meta`` (``None``: the file did not exist)."""
+    before = meta["before"]
+    if not before.get("exists"):
+        return None
+    path = _snapshot_dir(session_dir, str(meta["snapshotId"])) / BEFORE
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except FileNotFoundError:
+        data = None
+    except OSError as exc:
+        raise classify_os_error(exc, f"read {path}") from exc
+    else:
+        try:
+            data = os.read(fd, MAX_REVIEW_FILE_BYTES + 1)
+        finally:
+            os.close(fd)
+    if data is None or hashlib.sha256(data).hexdigest() != before.get("sha256"):
+        raise CorruptData(f"review snapshot {meta['snapshotId']}: the before bytes do not match their hash",
+                          data={"snapshotId": meta["snapshotId"]})
+    return data
+
+
+# ---------------------------------------------------------------------- answers
+
+
+def wire_snapshot(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``ReviewSnapshot`` wire shape (no receipts, no restore intent)."""
+    keep = ("snapshotId", "sessionId", "path", "toolName", "toolCallId", "messageId", "turnId", "createdAt",
+            "state", "restoredAt", "before", "after")
+    return {k: meta[k] for k in keep if k in meta}
+
+
+def review_ref(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``details.review`` record the tool result carries (it refers to the snapshot)."""
+    return {"snapshotId": meta["snapshotId"], "path": meta["path"],
+            "beforeSha256": meta["before"].get("sha256"), "afterSha256": meta["after"]["sha256"],
+            "created": not meta["before"].get("exists")}
+
+
+def record_answer(meta: Mapping[str, Any]) -> dict[str, Any]:
+    return {"snapshot": wire_snapshot(meta), "review": review_ref(meta)}
+
+
+def restore_answer(meta: Mapping[str, Any]) -> dict[str, Any]:
+    return {"snapshot": wire_snapshot(meta)}
+
+
+def check_record_retry(meta: Mapping[str, Any], key: ReceiptKey) -> dict[str, Any]:
+    """A snapshot already published under this receipt key: its answer, or IDEMPOTENCY_CONFLICT."""
+    found = key_of_record(meta.get("receipt"))
+    if found != key:
+        raise IdempotencyConflict(f"submissionId {key.submission_id} was already used for a different request",
+                                  data={"submissionId": key.submission_id, "method": key.method})
+    return record_answer(meta)
+
+
+# ---------------------------------------------------------------------- restore
+
+RestorePlan = Literal["write", "finish", "answered"]
+
+
+def _same(state: FileState, side: Mapping[str, Any]) -> bool:
+    exists = bool(side.get("exists"))
+    return state[0] == exists and (not exists or state[1] == side.get("sha256"))
+
+
+def plan_restore(meta: Mapping[str, Any], current: FileState, key: ReceiptKey | None) -> RestorePlan:
+    """What a restore does, given the file now (by hash):
+
+    * the file is what the tool wrote → ``write`` the before bytes back;
+    * it already holds the before bytes and this call's own restore intent is in ``meta`` → ``finish``
+      (a retry after a crash: publish the restored state) or ``answered`` (it was published);
+    * anything else → ``FILE_CHANGED`` (the user or another tool changed it since) or ``CONFLICT``
+      (already restored by another call).
+    """
+    intent = meta.get("restore") if isinstance(meta.get("restore"), Mapping) else None
+    mine = intent is not None and key is not None and key_of_record(intent.get("receipt")) == key
+    if _same(current, meta["before"]) and mine:
+        return "answered" if meta.get("state") == "restored" else "finish"
+    if _same(current, meta["after"]) and (meta.get("state") != "restored" or mine):
+        return "write"
+    if meta.get("state") == "restored" and _same(current, meta["before"]):
+        raise Conflict(f"review snapshot {meta['snapshotId']} was already restored",
+                       data={"snapshotId": meta["snapshotId"], "reason": "already_restored"})
+    raise FileChanged(
+        f"{meta['path']} changed since the snapshot was recorded; restoring it would lose that change",
+        data={"snapshotId": meta["snapshotId"], "path": meta["path"], "expectedSha256": meta["after"]["sha256"],
+              "actualSha256": current[1]},
+    )
+
+
+def start_restore(session_dir: Path, meta: Mapping[str, Any], key: ReceiptKey | None, now_ms: int) -> dict[str, Any]:
+    """Step 1: the restore intent (with its receipt) in ``meta.json``, before the workspace is touched."""
+    intent: dict[str, Any] = {"at": now_ms}
+    if key is not None:
+        intent["receipt"] = file_record(key)
+    updated = {**meta, "restore": intent}
+    target = _snapshot_dir(session_dir, str(meta["snapshotId"])) / META
+    atomic_write(target, orjson.dumps(updated) + b"\n", point_prefix="review.restore_intent")
+    return updated
+
+
+def finish_restore(session_dir: Path, meta: Mapping[str, Any], root: str, before: bytes | None,
+                   *, write: bool) -> dict[str, Any]:
+    """Step 2 and 3: the before bytes into the workspace (or the created file removed), then
+    ``meta.json`` says ``restored``."""
+    path = str(meta["path"])
+    if write:
+        check_inside(root, path)
+        if before is None:
+            _remove_workspace_file(path)
+        else:
+            _write_workspace_file(path, before)
+    intent = meta.get("restore") or {}
+    updated = {**meta, "state": "restored", "restoredAt": int(intent.get("at", 0))}
+    target = _snapshot_dir(session_dir, str(meta["snapshotId"])) / META
+    atomic_write(target, orjson.dumps(updated) + b"\n", point_prefix="review.restored")
+    return updated
+
+
+def decode_before(value: str | None) -> bytes | None:
+    """The wire's base64 ``before`` (``None``: the tool created the file), bounded."""
+    if value is None:
+        return None
+    if len(value) > (MAX_REVIEW_FILE_BYTES + 2) // 3 * 4:
+        raise PayloadTooLarge(f"before is over {MAX_REVIEW_FILE_BYTES} bytes",
+                              data={"field": "beforeBase64", "limit": MAX_REVIEW_FILE_BYTES})
+    try:
+        return base64.b64decode(value, validate=True)
+    except ValueError as exc:
+        raise InvalidInput("beforeBase64 is not valid base64", data={"field": "beforeBase64"}) from exc
