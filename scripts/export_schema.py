@@ -549,6 +549,15 @@ _IMPORT_REFUSED = {
     "messages": {}, "toolCalls": 0, "toolResults": 0, "thinkingBlocks": 0, "compactions": 0, "attributed": 0,
 }
 
+_REVIEW_SNAPSHOT: dict[str, Any] = {
+    "snapshotId": "rv-5d41402abc4b2a76b9719d911017c592", "sessionId": "s_4f2a",
+    "path": "/home/ada/proj/docs/notes.md", "toolName": "Edit", "toolCallId": "call_3", "messageId": "m_7",
+    "turnId": "t_9", "createdAt": 1767229200000, "state": "recorded",
+    "before": {"exists": True, "sha256": "365d0b84ae63c2afc293dedd2b00bdf0dc8d6ef70c9297d90f9e5682ab0d72ee", "size": 8},
+    "after": {"exists": True, "sha256": "b788fd46bc7d16b8d62ecab37888f683932d2823372f995bf4d05c9e46889ddb",
+              "size": 15},
+}
+
 EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "host.hello": (
         {"token": "3f1c…e9", "clientId": "ui-7d2e", "clientKind": "ui", "protocol": 1},
@@ -844,6 +853,27 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                       "payload": {"requestId": "apr_7", "tool": "Bash", "by": "user", "turnId": "t_9",
                                   "toolCallId": "call_3", "optionId": "deny"}}],
          "nextCursor": "WzIsImF1ZGl0IiwiOWIyZiIsWzE3NjcyMjkyMDAwMDAsODEyXV0"},
+    ),
+    "review.record": (
+        {"sessionId": "s_4f2a", "path": "docs/notes.md", "beforeBase64": "IyBOb3Rlcwo=", "toolName": "Edit",
+         "toolCallId": "call_3", "messageId": "m_7", "turnId": "t_9", "submissionId": "rv-1"},
+        {"snapshot": _REVIEW_SNAPSHOT,
+         "review": {"snapshotId": "rv-5d41402abc4b2a76b9719d911017c592", "path": "/home/ada/proj/docs/notes.md",
+                    "beforeSha256": "365d0b84ae63c2afc293dedd2b00bdf0dc8d6ef70c9297d90f9e5682ab0d72ee",
+                    "afterSha256": "b788fd46bc7d16b8d62ecab37888f683932d2823372f995bf4d05c9e46889ddb",
+                    "created": False}},
+    ),
+    "review.get": (
+        {"sessionId": "s_4f2a", "snapshotId": "rv-5d41402abc4b2a76b9719d911017c592", "includeBefore": True},
+        {"snapshot": _REVIEW_SNAPSHOT, "beforeBase64": "IyBOb3Rlcwo="},
+    ),
+    "review.list": (
+        {"sessionId": "s_4f2a", "messageId": "m_7"},
+        {"snapshots": [_REVIEW_SNAPSHOT], "truncated": False},
+    ),
+    "review.restore": (
+        {"sessionId": "s_4f2a", "snapshotId": "rv-5d41402abc4b2a76b9719d911017c592", "submissionId": "rv-2"},
+        {"snapshot": {**_REVIEW_SNAPSHOT, "state": "restored", "restoredAt": 1767229260000}},
     ),
     "attachments.put": (
         {"name": "diagram.png", "mimeType": "image/png", "dataBase64": "iVBORw0KGgo=", "submissionId": "att-1"},

@@ -380,7 +380,11 @@ def plan_restore(meta: Mapping[str, Any], current: FileState, key: ReceiptKey | 
 
 
 def start_restore(session_dir: Path, meta: Mapping[str, Any], key: ReceiptKey | None, now_ms: int) -> dict[str, Any]:
-    """Step 1: the restore intent (with its receipt) in ``meta.json``, before the workspace is touched."""
+    """Step 1: the restore intent (with its receipt) in ``meta.json``, before the workspace is touched.
+    This call's own intent, left by a crashed first attempt, stays as it is (its time is the answer's)."""
+    found = meta.get("restore")
+    if key is not None and isinstance(found, Mapping) and key_of_record(found.get("receipt")) == key:
+        return dict(meta)
     intent: dict[str, Any] = {"at": now_ms}
     if key is not None:
         intent["receipt"] = file_record(key)

@@ -183,6 +183,9 @@ READS: dict[str, Read] = {
     "session.verifyEnvironment": (REQUESTS, lambda v: {"sessionId": v["sid"], "turnId": "rq1"}, "test"),
     "usage.session": (EVERYTHING, lambda v: {"sessionId": v["sid"]}, "test"),
     "usage.history": (EVERYTHING, lambda v: {"days": 7}, "test"),
+    "review.get": (sc.with_review_snapshot, lambda v: {"sessionId": v["sid"], "snapshotId": v["snap"],
+                                                        "includeBefore": True}, "test"),
+    "review.list": (sc.with_review_snapshot, lambda v: {"sessionId": v["sid"]}, "test"),
 }
 
 

@@ -1590,6 +1590,86 @@ class ReplaceMessagesParams(TypedDict):
     messages: list[TranscriptMessage]
 
 
+class ReviewFileSide(TypedDict):
+    exists: bool
+    sha256: NotRequired[str | None]
+    size: int
+
+
+class ReviewGetParams(TypedDict):
+    sessionId: str
+    snapshotId: str
+    includeBefore: NotRequired[bool]
+
+
+class ReviewGetResult(TypedDict):
+    snapshot: ReviewSnapshot
+    beforeBase64: NotRequired[str | None]
+
+
+class ReviewListParams(TypedDict):
+    sessionId: str
+    messageId: NotRequired[str | None]
+    limit: NotRequired[int]
+
+
+class ReviewListResult(TypedDict):
+    snapshots: list[ReviewSnapshot]
+    truncated: bool
+
+
+class ReviewRecordParams(TypedDict):
+    """Record the file's previous bytes once a Write/Edit tool has succeeded on it."""
+    submissionId: NotRequired[str | None]
+    sessionId: str
+    path: str
+    beforeBase64: str | None
+    toolName: Literal["Write", "Edit"]
+    toolCallId: NotRequired[str | None]
+    messageId: NotRequired[str | None]
+    turnId: NotRequired[str | None]
+
+
+class ReviewRecordResult(TypedDict):
+    snapshot: ReviewSnapshot
+    review: ReviewRef
+
+
+class ReviewRef(TypedDict):
+    """The bounded ``details.review`` record a tool result carries."""
+    snapshotId: str
+    path: str
+    beforeSha256: NotRequired[str | None]
+    afterSha256: str
+    created: bool
+
+
+class ReviewRestoreParams(TypedDict):
+    """Put the before bytes back (remove a created file), only if the file is still what the tool wrote."""
+    submissionId: NotRequired[str | None]
+    sessionId: str
+    snapshotId: str
+
+
+class ReviewRestoreResult(TypedDict):
+    snapshot: ReviewSnapshot
+
+
+class ReviewSnapshot(TypedDict):
+    snapshotId: str
+    sessionId: str
+    path: str
+    toolName: Literal["Write", "Edit"]
+    toolCallId: NotRequired[str | None]
+    messageId: NotRequired[str | None]
+    turnId: NotRequired[str | None]
+    createdAt: int
+    state: Literal["recorded", "restored"]
+    restoredAt: NotRequired[int | None]
+    before: ReviewFileSide
+    after: ReviewFileSide
+
+
 class RevisionInfo(TypedDict):
     rootUserId: str
     revisionIndex: int
@@ -2433,6 +2513,8 @@ MUTATING: frozenset[str] = frozenset({
     "session.fork",
     "session.deleteMessage",
     "session.restoreMessage",
+    "review.record",
+    "review.restore",
     "secrets.set",
     "secrets.delete",
     "attachments.put",
@@ -3008,6 +3090,58 @@ class AuditMethods:
         if cursor is not None:
             params["cursor"] = cursor
         return cast(AuditListResult, await self._call("audit.list", params, False))
+
+
+class ReviewMethods:
+    """``review.*`` methods."""
+
+    def __init__(self, call: CallFn) -> None:
+        self._call = call
+
+    async def record(self, *, session_id: str, path: str, before_base64: str | None, tool_name: Literal["Write", "Edit"], submission_id: str | None = None, tool_call_id: str | None = None, message_id: str | None = None, turn_id: str | None = None) -> ReviewRecordResult:
+        """``review.record``: Record a Write/Edit tool's previous bytes under review-changes/<sid>/<snapshotId>/ (bounded); the result's review record goes into the tool result's details.review. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["sessionId"] = session_id
+        params["path"] = path
+        params["beforeBase64"] = before_base64
+        params["toolName"] = tool_name
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if tool_call_id is not None:
+            params["toolCallId"] = tool_call_id
+        if message_id is not None:
+            params["messageId"] = message_id
+        if turn_id is not None:
+            params["turnId"] = turn_id
+        return cast(ReviewRecordResult, await self._call("review.record", params, True))
+
+    async def get(self, *, session_id: str, snapshot_id: str, include_before: bool | None = None) -> ReviewGetResult:
+        """``review.get``: One review snapshot (path, hashes, state, owner), with its before bytes on request."""
+        params: dict[str, Any] = {}
+        params["sessionId"] = session_id
+        params["snapshotId"] = snapshot_id
+        if include_before is not None:
+            params["includeBefore"] = include_before
+        return cast(ReviewGetResult, await self._call("review.get", params, False))
+
+    async def list(self, *, session_id: str, message_id: str | None = None, limit: int | None = None) -> ReviewListResult:
+        """``review.list``: A session's review snapshots, oldest first (optionally one message's)."""
+        params: dict[str, Any] = {}
+        params["sessionId"] = session_id
+        if message_id is not None:
+            params["messageId"] = message_id
+        if limit is not None:
+            params["limit"] = limit
+        return cast(ReviewListResult, await self._call("review.list", params, False))
+
+    async def restore(self, *, session_id: str, snapshot_id: str, submission_id: str | None = None) -> ReviewRestoreResult:
+        """``review.restore``: Put a snapshot's before bytes back into the workspace; FILE_CHANGED when the file is no longer what the tool wrote (by hash). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["sessionId"] = session_id
+        params["snapshotId"] = snapshot_id
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        return cast(ReviewRestoreResult, await self._call("review.restore", params, True))
 
 
 class SearchMethods:
@@ -4078,6 +4212,7 @@ class GeneratedMethods:
         self.notifications = NotificationsMethods(call)
         self.artifacts = ArtifactsMethods(call)
         self.audit = AuditMethods(call)
+        self.review = ReviewMethods(call)
         self.search = SearchMethods(call)
         self.secrets = SecretsMethods(call)
         self.attachments = AttachmentsMethods(call)

@@ -2018,6 +2018,112 @@ export interface ReplaceMessagesParams {
   messages: TranscriptMessage[];
 }
 
+export interface ReviewFileSide {
+  exists: boolean;
+  /** None when the file did not exist. */
+  sha256?: string | null;
+  size: number;
+}
+
+export interface ReviewGetParams {
+  /** Session id (becomes a file name). */
+  sessionId: string;
+  /** A review snapshot id (`rv-` and 32 hex digits), from review.record. */
+  snapshotId: string;
+  /** Also return the before bytes (base64). */
+  includeBefore?: boolean;
+}
+
+export interface ReviewGetResult {
+  snapshot: ReviewSnapshot;
+  /** With includeBefore, when the file existed. */
+  beforeBase64?: string | null;
+}
+
+export interface ReviewListParams {
+  /** Session id (becomes a file name). */
+  sessionId: string;
+  /** Only the snapshots this message owns. */
+  messageId?: string | null;
+  limit?: number;
+}
+
+export interface ReviewListResult {
+  /** Oldest first (createdAt, then snapshotId). */
+  snapshots: ReviewSnapshot[];
+  /** More snapshots matched than limit. */
+  truncated: boolean;
+}
+
+/** Record the file's previous bytes once a Write/Edit tool has succeeded on it. */
+export interface ReviewRecordParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Session id (becomes a file name). */
+  sessionId: string;
+  /** The file the tool wrote: absolute, or relative to the session's workspace root (resolved as session.resolvePath does; it must stay inside). */
+  path: string;
+  /** The file's bytes before the tool ran (base64, at most 4194304 bytes); null when the tool created the file. */
+  beforeBase64: string | null;
+  toolName: "Write" | "Edit";
+  toolCallId?: string | null;
+  /** The message whose tool result owns the card. */
+  messageId?: string | null;
+  turnId?: string | null;
+}
+
+export interface ReviewRecordResult {
+  snapshot: ReviewSnapshot;
+  /** Put this in the tool result's details.review. */
+  review: ReviewRef;
+}
+
+/** The bounded ``details.review`` record a tool result carries. */
+export interface ReviewRef {
+  /** A review snapshot id (`rv-` and 32 hex digits), from review.record. */
+  snapshotId: string;
+  path: string;
+  beforeSha256?: string | null;
+  afterSha256: string;
+  /** The tool created the file (a restore removes it). */
+  created: boolean;
+}
+
+/** Put the before bytes back (remove a created file), only if the file is still what the tool wrote. */
+export interface ReviewRestoreParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Session id (becomes a file name). */
+  sessionId: string;
+  /** A review snapshot id (`rv-` and 32 hex digits), from review.record. */
+  snapshotId: string;
+}
+
+export interface ReviewRestoreResult {
+  snapshot: ReviewSnapshot;
+}
+
+export interface ReviewSnapshot {
+  /** A review snapshot id (`rv-` and 32 hex digits), from review.record. */
+  snapshotId: string;
+  /** Session id (becomes a file name). */
+  sessionId: string;
+  /** Absolute, resolved under the session's workspace root. */
+  path: string;
+  toolName: "Write" | "Edit";
+  toolCallId?: string | null;
+  messageId?: string | null;
+  turnId?: string | null;
+  /** Unix time in milliseconds. */
+  createdAt: number;
+  /** recorded: the change stands; restored: the before bytes are back. */
+  state: "recorded" | "restored";
+  restoredAt?: number | null;
+  before: ReviewFileSide;
+  /** The file as the tool left it (what a restore expects to find). */
+  after: ReviewFileSide;
+}
+
 export interface RevisionInfo {
   rootUserId: string;
   revisionIndex: number;
@@ -3128,6 +3234,14 @@ export interface Methods {
   "session.tree": { params: SessionReadParams; result: TreeResult };
   /** Provider-neutral model context (buildSessionContext). */
   "session.context": { params: SessionReadParams; result: ContextResult };
+  /** Record a Write/Edit tool's previous bytes under review-changes/<sid>/<snapshotId>/ (bounded); the result's review record goes into the tool result's details.review. (mutating: accepts submissionId) */
+  "review.record": { params: ReviewRecordParams; result: ReviewRecordResult };
+  /** One review snapshot (path, hashes, state, owner), with its before bytes on request. */
+  "review.get": { params: ReviewGetParams; result: ReviewGetResult };
+  /** A session's review snapshots, oldest first (optionally one message's). */
+  "review.list": { params: ReviewListParams; result: ReviewListResult };
+  /** Put a snapshot's before bytes back into the workspace; FILE_CHANGED when the file is no longer what the tool wrote (by hash). (mutating: accepts submissionId) */
+  "review.restore": { params: ReviewRestoreParams; result: ReviewRestoreResult };
   /** Find sessions by title, project path and message text. */
   "search.sessions": { params: SearchSessionsParams; result: SearchSessionsResult };
   /** Find messages (optionally within one session). */
@@ -3332,6 +3446,8 @@ export const MUTATING_METHODS = [
   "session.fork",
   "session.deleteMessage",
   "session.restoreMessage",
+  "review.record",
+  "review.restore",
   "secrets.set",
   "secrets.delete",
   "attachments.put",
@@ -3436,6 +3552,7 @@ export type ErrorCode =
   | "LIMIT_EXCEEDED"
   | "PLAN_REQUIRES_INTERACTIVE_SESSION"
   | "ENVIRONMENT_DRIFT"
+  | "FILE_CHANGED"
   | "ALREADY_AUTHENTICATED"
   | "UNSUPPORTED_FOR_NATIVE_SESSION"
   | "BUSY"
