@@ -21,7 +21,7 @@ from actors.session import SessionActor
 from runtime.client import RpcError
 from runtime.routes import ROUTES, Via
 from tests.hostkit import client_for, inprocess_host, msg
-from tests.pipeline.scenarios import SCENARIOS, Scenario, new_session, one_session
+from tests.pipeline.scenarios import SCENARIOS, Scenario, new_session, one_session, with_review_snapshot
 
 SESSION_ROUTED = sorted(name for name, route in ROUTES.items() if route.via is Via.SESSION)
 
@@ -32,6 +32,9 @@ READS: dict[str, Scenario] = {
     "session.tree": Scenario(one_session, lambda v: {"sessionId": v["sid"]}, lambda v: ("", {})),
     "session.context": Scenario(one_session, lambda v: {"sessionId": v["sid"]}, lambda v: ("", {})),
     "session.export": Scenario(one_session, lambda v: {"sessionId": v["sid"]}, lambda v: ("", {})),
+    "review.list": Scenario(one_session, lambda v: {"sessionId": v["sid"]}, lambda v: ("", {})),
+    "review.get": Scenario(with_review_snapshot, lambda v: {"sessionId": v["sid"], "snapshotId": v["snap"]},
+                           lambda v: ("", {})),
 }
 
 
