@@ -130,17 +130,23 @@ def read_workspace_file(root: str, path: str) -> bytes | None:
         if size > MAX_REVIEW_FILE_BYTES:
             raise PayloadTooLarge(f"{path} is over {MAX_REVIEW_FILE_BYTES} bytes: no review snapshot",
                                   data={"field": "path", "limit": MAX_REVIEW_FILE_BYTES})
-        chunks: list[bytes] = []
-        total = 0
-        while chunk := os.read(fd, 1 << 20):
-            total += len(chunk)
-            if total > MAX_REVIEW_FILE_BYTES:
-                raise PayloadTooLarge(f"{path} grew over {MAX_REVIEW_FILE_BYTES} bytes",
-                                      data={"field": "path", "limit": MAX_REVIEW_FILE_BYTES})
-            chunks.append(chunk)
-        return b"".join(chunks)
+        data = _read_bounded(fd, MAX_REVIEW_FILE_BYTES + 1)
+        if len(data) > MAX_REVIEW_FILE_BYTES:
+            raise PayloadTooLarge(f"{path} grew over {MAX_REVIEW_FILE_BYTES} bytes",
+                                  data={"field": "path", "limit": MAX_REVIEW_FILE_BYTES})
+        return data
     finally:
         os.close(fd)
+
+
+def _read_bounded(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes, looping over short reads."""
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def _state_of(data: bytes | None) -> FileState:
@@ -256,7 +262,7 @@ def load_meta(session_dir: Path, snapshot_id: str) -> dict[str, Any] | None:
     except OSError as exc:
         raise classify_os_error(exc, f"read {path}") from exc
     try:
-        raw = os.read(fd, MAX_REVIEW_META_BYTES + 1)
+        raw = _read_bounded(fd, MAX_REVIEW_META_BYTES + 1)
     finally:
         os.close(fd)
     try:
@@ -301,7 +307,7 @@ def read_before(session_dir: Path, meta: Mapping[str, Any]) -> bytes | None:
         raise classify_os_error(exc, f"read {path}") from exc
     else:
         try:
-            data = os.read(fd, MAX_REVIEW_FILE_BYTES + 1)
+            data = _read_bounded(fd, MAX_REVIEW_FILE_BYTES + 1)
         finally:
             os.close(fd)
     if data is None or hashlib.sha256(data).hexdigest() != before.get("sha256"):
