@@ -7,6 +7,7 @@
     pi-host open                         the browser inspector, logged in with a one-time code
     pi-host agent ... | chat [SESSION]   the reference sidecar and the terminal chat (pihost-client)
     pi-host completion bash|zsh          shell completion
+    pi-host types --out DIR              the protocol's TypeScript types and JSON Schema, for a UI project
     pi-host import claude-code|codex|pi|opencode|pi-host [PATH] [--dry-run] [--json]
     pi-host export SESSION [--format md|html|jsonl] [--out FILE] [--include-thinking] [--include-secrets]
     pi-host settings get [KEY] | set KEY JSON | delete KEY  [--ns NS]   (app: a field of the settings blob)
@@ -142,6 +143,9 @@ def _add_client_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         delegated.add_argument("rest", nargs=argparse.REMAINDER)
     completion = sub.add_parser("completion", help="print a shell completion script")
     completion.add_argument("shell", choices=["bash", "zsh"])
+    types = sub.add_parser("types", help="write the TypeScript types (protocol.ts) and the JSON Schema "
+                           "(schema.json) of this pi-host's protocol into DIR, for a UI project")
+    types.add_argument("--out", required=True, metavar="DIR", help="created if missing; the two files are replaced")
 
 
 def _config_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -206,6 +210,10 @@ def _run(parser: argparse.ArgumentParser, command: str, args: argparse.Namespace
     if command == "completion":
         print(completion_script(parser, args.shell), end="")
         return 0
+    if command == "types":
+        from runtime.cli_types import types_command
+
+        return types_command(args.out)
     if command == "stop":
         return stop_host(data_dir, args.timeout)
     if command == "open":
