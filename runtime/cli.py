@@ -44,7 +44,8 @@ from runtime.version import VERSION
 # This module parses and dispatches; it imports only what every command needs. A command's own
 # module (and with it trio, the client, the store's readers or the whole host) is imported when
 # that command runs: `serve` alone imports the host (runtime.cli_serve), and `--version`,
-# `status`, `sessions`, `show`, `search`, `stop` and `completion` never do (tests/cli/test_fast_cli.py).
+# `status`, `sessions`, `show`, `search`, `stop`, `completion` and `types` never do
+# (tests/cli/test_fast_cli.py). No module imported here or below imports this one back.
 
 
 class _ImportSources:

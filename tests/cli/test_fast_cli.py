@@ -68,6 +68,13 @@ def test_version_imports_neither_the_host_nor_a_client(tmp_path: Path) -> None:
     assert "runtime.cli" in modules  # the driver did run the CLI
 
 
+def test_types_imports_neither_the_host_nor_a_client(tmp_path: Path) -> None:
+    """`pi-host types` copies package data: it imports no model to write the types."""
+    code, out, modules = run_cli(tmp_path, "types", "--out", str(tmp_path / "types"))
+    assert code == 0 and (tmp_path / "types" / "protocol.ts").is_file()
+    assert imported(modules, HOST_MODULES + TALKING_MODULES + ("protocol.models",)) == []
+
+
 def test_offline_reads_and_completion_import_no_host(tmp_path: Path) -> None:
     """`sessions --ids` (what completion runs on every Tab), `sessions`, `show`, `search` offline and
     `completion bash` read the data directory through the store alone."""
