@@ -17,8 +17,8 @@ from pydantic import BaseModel
 
 from . import models as m
 from .models_common import MutatingParams
+from .version import PROTOCOL_VERSION
 
-PROTOCOL_VERSION = 1
 EVENT_METHOD = "event"
 
 

@@ -7,6 +7,7 @@
     pi-host open                         the browser inspector, logged in with a one-time code
     pi-host agent ... | chat [SESSION]   the reference sidecar and the terminal chat (pihost-client)
     pi-host completion bash|zsh          shell completion
+    pi-host types --out DIR              the protocol's TypeScript types and JSON Schema, for a UI project
     pi-host import claude-code|codex|pi|opencode|pi-host [PATH] [--dry-run] [--json]
     pi-host export SESSION [--format md|html|jsonl] [--out FILE] [--include-thinking] [--include-secrets]
     pi-host settings get [KEY] | set KEY JSON | delete KEY  [--ns NS]   (app: a field of the settings blob)
@@ -27,28 +28,40 @@ anything (no clean-shutdown marker: the next start reports an unclean stop).
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib
-import json
-import logging
 import os
-import signal
 import sys
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
-import trio
+from protocol.version import PROTOCOL_VERSION
+from runtime.cli_client import EXIT_NO_HOST, OFFLINE_COMMANDS, find_host, stop_host
+from runtime.cli_completion import completion_script
+from runtime.config import DEFAULT_PORT
+from runtime.datadir import DataDir
+from runtime.version import VERSION
 
-from protocol.methods import PROTOCOL_VERSION
-from runtime.boot import BootInterrupted
-from runtime.config import DEFAULT_PORT, HostConfig
-from runtime.datadir import DataDir, DataDirLocked, DataDirUnsafe
-from runtime.host import VERSION, Shutdown
-from runtime.kernel.supervisor import RestartIntensityExceeded
-from store.errors import StoreError
-from store.interchange.importers import SOURCES
+# This module parses and dispatches; it imports only what every command needs. A command's own
+# module (and with it trio, the client, the store's readers or the whole host) is imported when
+# that command runs: `serve` alone imports the host (runtime.cli_serve), and `--version`,
+# `status`, `sessions`, `show`, `search`, `stop`, `completion` and `types` never do
+# (tests/cli/test_fast_cli.py). No module imported here or below imports this one back.
 
-log = logging.getLogger("pi_host")
+
+class _ImportSources:
+    """``pi-host import``'s choices, read from the importers when argparse first looks at them (parsing or
+    printing the ``import`` command): no other command imports the importers' parsers."""
+
+    def _names(self) -> tuple[str, ...]:
+        from store.interchange.importers import SOURCES
+
+        return SOURCES
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="host.status warns when the data directory's disk has less free space")
     _add_client_commands(sub, common)
     imp = sub.add_parser("import", help="import another agent's sessions into the running host", parents=[common])
-    imp.add_argument("source", choices=list(SOURCES))
+    imp.add_argument("source", choices=_ImportSources(), metavar="SOURCE", help="%(choices)s")
     imp.add_argument("path", nargs="?", default=None, help="default: the tool's usual root")
     imp.add_argument("--dry-run", action="store_true", help="parse and report; write nothing")
     imp.add_argument("--json", action="store_true", help="print the whole result as JSON")
@@ -131,6 +144,9 @@ def _add_client_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         delegated.add_argument("rest", nargs=argparse.REMAINDER)
     completion = sub.add_parser("completion", help="print a shell completion script")
     completion.add_argument("shell", choices=["bash", "zsh"])
+    types = sub.add_parser("types", help="write the TypeScript types (protocol.ts) and the JSON Schema "
+                           "(schema.json) of this pi-host's protocol into DIR, for a UI project")
+    types.add_argument("--out", required=True, metavar="DIR", help="created if missing; the two files are replaced")
 
 
 def _config_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -179,38 +195,52 @@ def _main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     data_dir, args.root_source = DataDir.locate(args.data_dir, os.environ, dev=args.dev)
-    command = args.command
-    if command == "serve":
-        return _serve(args, data_dir)
-    if command == "doctor":
-        return _doctor(args, data_dir)
-    if command == "completion":
-        from runtime.cli_completion import completion_script
+    return _run(parser, args.command, args, data_dir)
 
+
+def _run(parser: argparse.ArgumentParser, command: str, args: argparse.Namespace, data_dir: DataDir) -> int:
+    """Import the command's module and run it (each import below is one command's, made when it runs)."""
+    if command == "serve":
+        from runtime.cli_serve import serve
+
+        return serve(args, data_dir)
+    if command == "doctor":
+        from runtime.cli_doctor import doctor
+
+        return doctor(args, data_dir)
+    if command == "completion":
         print(completion_script(parser, args.shell), end="")
         return 0
-    if command == "stop":
-        from runtime.cli_client import stop_host
+    if command == "types":
+        from runtime.cli_types import types_command
 
+        return types_command(args.out)
+    if command == "stop":
         return stop_host(data_dir, args.timeout)
     if command == "open":
         from runtime.cli_open import open_inspector
 
         return open_inspector(data_dir, print_only=bool(args.print))
-    if command in ("import", "export"):
-        from runtime.import_cli import resolve_root
+    if command in ("import", "export", "settings", "providers", "models"):
+        from runtime.cli_config import run_host_command
 
-        if command == "import":
-            args.root = resolve_root(args.source, args.path)
-        if command == "export" and args.out is not None:
-            args.out = os.path.abspath(args.out)
-        return trio.run(_config_client, command, args, data_dir)
-    if command in ("settings", "providers", "models"):
-        return trio.run(_config_client, command, args, data_dir)
-    from runtime.cli_client import run_client_command
+        return run_host_command(command, args, data_dir)
+    return _read(command, args, data_dir)
 
-    code: int = run_client_command(command, args, data_dir)
-    return code
+
+def _read(command: str, args: argparse.Namespace, data_dir: DataDir) -> int:
+    """``status`` / ``sessions`` / ``show`` / ``search`` / ``follow``: ask the running host, or read offline."""
+    state = find_host(data_dir)
+    if state.running:
+        from runtime.cli_online import ask_host
+
+        return ask_host(command, args, data_dir)
+    if command in OFFLINE_COMMANDS and not state.booting:
+        from runtime.cli_offline import read_offline_command
+
+        return read_offline_command(command, args, data_dir, state)
+    print(f"pi-host: {state.problem}", file=sys.stderr)
+    return EXIT_NO_HOST
 
 
 def _delegated(raw: list[str]) -> int | None:
@@ -241,237 +271,6 @@ def _delegated(raw: list[str]) -> int | None:
         return 1
     code: int = module.main([*global_args, *rest])
     return code
-
-
-def _doctor(args: argparse.Namespace, data_dir: DataDir) -> int:
-    """Offline check (and repair) under the data directory's lock: a running host makes it refuse."""
-    import time
-
-    from runtime.datadir import DataDirLock
-    from runtime.doctor_cli import ProgressBar, render, render_json
-    from store.doctor.doctor import run_doctor
-
-    if not data_dir.root.is_dir():
-        print(f"pi-host doctor: {data_dir.root} is not a directory", file=sys.stderr)
-        return 3
-    lock = DataDirLock(data_dir)
-    try:
-        lock.acquire()
-    except DataDirLocked as exc:
-        print(f"pi-host doctor: refusing: {exc}; stop it first (doctor works on a stopped host's data)",
-              file=sys.stderr)
-        return 3
-    try:
-        bar = ProgressBar(sys.stdout) if sys.stdout.isatty() and not args.json else None
-        try:
-            report = run_doctor(data_dir, repair=args.repair, now_ms=time.time_ns() // 1_000_000, progress=bar)
-        finally:
-            if bar is not None:
-                bar.clear()
-    finally:
-        lock.release()
-    print(render_json(report) if args.json else render(report))
-    return report.exit_code
-
-
-def _serve(args: argparse.Namespace, data_dir: DataDir) -> int:
-    from runtime.host import run_host
-    from runtime.logs import setup_logging
-    from runtime.process import raise_fd_limit, tune_allocator
-
-    # The first line says which default root (seed §2, D599: a packaged app and a dev build run side by
-    # side); a root given by --data-dir or PI_DESKTOP_DATA_DIR is named by the "listening" line.
-    if args.root_source in ("packaged", "dev"):
-        print(DataDir.describe(data_dir.root, args.root_source), file=sys.stderr, flush=True)
-    try:
-        data_dir.ensure()
-    except DataDirUnsafe as exc:
-        print(f"pi-host: {exc}", file=sys.stderr)
-        return 2
-    setup_logging(data_dir.logs_dir, stderr=not args.quiet)
-    tune_allocator()
-    raise_fd_limit()
-    config = HostConfig(
-        data_dir=data_dir,
-        host=args.host,
-        port=args.port,
-        allowed_origins=frozenset(args.allow_origin),
-        session_idle_timeout=args.idle_timeout,
-        synchronous=args.synchronous,
-        search_upkeep_after=args.search_upkeep_after if args.search_upkeep_after > 0 else None,
-        import_roots=tuple(os.path.abspath(r) for r in args.import_root),
-        disk_warn_below_bytes=args.disk_warn_below,
-        native_pi_root=Path(args.native_pi_root).resolve() if args.native_pi_root else None,
-    )
-
-    signals_seen: list[int] = []
-
-    async def main_async() -> None:
-        # The receiver is open before the host starts and stays open through the
-        # shutdown: a signal during boot stops it before its next step; once serving,
-        # the first signal asks for an orderly stop, a second one hurries it.
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            shutdown = Shutdown()
-            serving = trio.Event()
-            async with trio.open_nursery() as nursery:
-
-                async def host(*, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
-                    await run_host(config, task_status=task_status, shutdown=shutdown)
-                    nursery.cancel_scope.cancel()  # the host stopped: stop forwarding signals too
-
-                nursery.start_soon(_forward_signals, signals, shutdown, serving, signals_seen)
-                running = await nursery.start(host)
-                serving.set()
-                print(f"pi-host listening on {running.url} (data dir {data_dir.root})", flush=True)
-                log.info("listening", extra={"url": running.url, "dataDir": str(data_dir.root)})
-
-    try:
-        trio.run(main_async)
-    except BaseExceptionGroup as group:
-        interrupted, _rest = group.split(BootInterrupted)
-        if interrupted is None or not signals_seen:
-            code = _serve_failure(group, args)
-            if code is None:
-                raise
-            return code
-        step = _leaves(interrupted)[0]
-        name = signal.Signals(signals_seen[0]).name
-        log.warning("stopping during boot: %s (%s); nothing was served", step, name)
-        print(f"pi-host: stopping during boot ({name}): {step}; nothing was served", file=sys.stderr)
-        return 128 + signals_seen[0]
-    except RestartIntensityExceeded as exc:
-        log.error("restart intensity exceeded; shutting down", extra={"error": str(exc)})
-        print(f"pi-host: actors kept crashing, shut down: {exc}", file=sys.stderr)
-        return 4
-    except (DataDirLocked, DataDirUnsafe, StoreError, OSError) as exc:
-        code = _serve_failure(exc, args)
-        if code is None:
-            raise
-        return code
-    print("pi-host stopped cleanly", file=sys.stderr)
-    return 0
-
-
-def _serve_failure(exc: BaseException, args: argparse.Namespace) -> int | None:
-    """One line for the ways a start fails that a user can fix; None: a bug (traceback)."""
-    leaves = _leaves(exc)
-    for leaf in leaves:
-        if isinstance(leaf, DataDirLocked):
-            print(f"pi-host: {leaf}", file=sys.stderr)
-            return 3
-    for leaf in leaves:
-        if isinstance(leaf, DataDirUnsafe):
-            print(f"pi-host: {leaf}", file=sys.stderr)
-            return 2
-    for leaf in leaves:
-        if isinstance(leaf, RestartIntensityExceeded):
-            print("pi-host: actors kept crashing, shut down", file=sys.stderr)
-            return 4
-    for leaf in leaves:
-        if isinstance(leaf, StoreError):
-            print(f"pi-host: cannot open the data directory: {leaf.code}: {leaf.message}", file=sys.stderr)
-            return 5
-    for leaf in leaves:
-        if isinstance(leaf, OSError) and leaf.errno == errno.EADDRINUSE:
-            print(f"pi-host: port {args.port} on {args.host} is already in use; stop what listens there "
-                  f"or pick another port (--port 0 picks a free one)", file=sys.stderr)
-            return 6
-    return None
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]
-
-
-async def _forward_signals(signals: Any, shutdown: Shutdown, serving: trio.Event, seen: list[int]) -> None:
-    count = 0
-    async for signum in signals:
-        count += 1
-        seen.append(int(signum))
-        if not serving.is_set():  # boot stops before its next step; run_host raises BootInterrupted
-            log.info("stop asked for before the host serves", extra={"signal": int(signum)})
-            shutdown.request()
-        elif count == 1:
-            log.info("shutting down", extra={"signal": int(signum)})
-            print("pi-host: shutting down (a second signal skips the waits)", file=sys.stderr, flush=True)
-            shutdown.request()
-        else:
-            log.info("shutting down now", extra={"signal": int(signum)})
-            shutdown.hurry()
-
-
-async def _config_client(command: str, args: argparse.Namespace, data_dir: DataDir) -> int:
-    """``settings`` / ``providers`` / ``models`` / ``import`` / ``export`` on the running host."""
-    from runtime.cli_client import find_host, print_rpc_error
-    from runtime.client import ClientClosed, RpcError, open_client, read_host_info
-
-    state = find_host(data_dir)
-    if not state.running:
-        print(f"pi-host: {state.problem}", file=sys.stderr)
-        return 2
-    try:
-        info = read_host_info(data_dir.root)
-        async with open_client(info.url, info.token, client_id=f"cli-{os.getpid()}", client_kind="cli") as c:
-            if command == "import":
-                from runtime.import_cli import run_import
-
-                code: int = await run_import(c, args.source, args.root, dry_run=args.dry_run, as_json=args.json,
-                                             out=sys.stdout)
-                return code
-            if command == "export":
-                from runtime.export_cli import run_export
-
-                code = await run_export(c, args.session, fmt=args.format, out_file=args.out,
-                                        include_thinking=args.include_thinking,
-                                        include_secrets=args.include_secrets, out=sys.stdout)
-                return code
-            await _config_command(c, command, args)
-    except RpcError as exc:
-        print_rpc_error(exc)
-        return 1
-    except (ClientClosed, OSError) as exc:
-        print(f"pi-host: the host did not answer ({exc})", file=sys.stderr)
-        return 2
-    return 0
-
-
-def _json_arg(text: str) -> Any:
-    """A JSON value; anything that is not JSON is taken as a string (``set language en``)."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-async def _config_command(c: Any, command: str, args: argparse.Namespace) -> None:
-    if command == "settings":
-        if args.verb == "get" and args.key is None:
-            _print((await c.call("settings.getAll", {"ns": args.ns}))["values"])
-        elif args.verb == "get":
-            _print((await c.call("settings.get", {"ns": args.ns, "key": args.key})).get("value"))
-        elif args.verb == "set":
-            res = await c.call("settings.set", {"ns": args.ns, "key": args.key, "value": _json_arg(args.value)})
-            _print(res.get("value"))
-        else:
-            res = await c.call("settings.delete", {"ns": args.ns, "key": args.key})
-            print("deleted" if res["deleted"] else "not set")
-    elif command == "providers":
-        for p in (await c.call("providers.list", {}))["providers"]:
-            key = "key set" if p["hasApiKey"] else "no key"
-            owner = f"  (plugin {p['ownerPluginId']})" if p.get("ownerPluginId") else ""
-            state = "" if p["enabled"] else "  disabled"
-            print(f"{p['id']}  {p['name']}  {p.get('baseUrl') or '-'}  {key}{state}{owner}")
-    else:
-        params = {"providerId": args.provider} if args.provider else {}
-        for mdl in (await c.call("models.list", params))["models"]:
-            flags = " deprecated" if mdl["deprecated"] else ""
-            print(f"{mdl['providerId']}/{mdl['modelId']}  {mdl['displayName']}  [{mdl['source']}]{flags}")
-
-
-def _print(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, ensure_ascii=False))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The CLI's client commands: ``status``, ``sessions``, ``show``, ``search``, ``follow``, ``stop``.
+"""What the CLI's client commands share: finding the host, printing results and errors, and ``stop``.
 
 Finding the host (:func:`find_host`): ``host.json`` names the pid and URL;
 ``host.lock`` is held (``flock``) by the running host. So:
@@ -8,10 +8,15 @@ Finding the host (:func:`find_host`): ``host.json`` names the pid and URL;
 * lock free → no host runs; a ``host.json`` left behind is stale (the host
   was killed) and is explained in one line.
 
-Without a running host, ``sessions``, ``show`` and ``search`` read the data
-directory offline (:mod:`runtime.cli_offline`): read-only, under a *shared*
-``host.lock`` so no host can start writing meanwhile; never while a host
-holds it.
+With a running host, ``status``, ``sessions``, ``show``, ``search`` and
+``follow`` ask it (:mod:`runtime.cli_online`); without one, ``sessions``,
+``show`` and ``search`` read the data directory offline
+(:mod:`runtime.cli_offline`): read-only, under a *shared* ``host.lock`` so no
+host can start writing meanwhile; never while a host holds it.
+
+This module stays light (no trio, no client, no store beyond the data
+directory's layout): ``pi-host sessions --ids``, which shell completion runs on
+every Tab, and ``stop`` import nothing more.
 
 Errors print their stable code, their message and every field detail the
 host sent; ``--json`` prints the result as JSON (``follow``: one event per
@@ -28,15 +33,17 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import trio
-
-from runtime.client import ClientClosed, RpcError, open_client, read_host_info
 from runtime.datadir import DataDir
 
-__all__ = ["HostState", "find_host", "print_rpc_error", "run_client_command", "stop_host"]
+if TYPE_CHECKING:  # an annotation only: the client (trio, websockets) is imported by the commands that talk
+    from runtime.client import RpcError
+
+__all__ = ["EXIT_ERROR", "EXIT_NO_HOST", "OFFLINE_COMMANDS", "HostState", "find_host", "print_error",
+           "print_result", "print_rpc_error", "stop_host"]
 
 EXIT_ERROR = 1
 EXIT_NO_HOST = 2
@@ -102,13 +109,18 @@ def find_host(data_dir: DataDir) -> HostState:
 
 
 def print_rpc_error(exc: RpcError, out: TextIO = sys.stderr) -> None:
-    """``pi-host: CODE: message`` then one line per field error."""
-    print(f"pi-host: {exc.data_code}: {exc.message}", file=out)
-    errors = exc.data.get("errors")
+    """The host's error: :func:`print_error` of its stable code, message and data."""
+    print_error(exc.data_code, exc.message, exc.data, out)
+
+
+def print_error(code: str, message: str, data: Mapping[str, Any], out: TextIO = sys.stderr) -> None:
+    """``pi-host: CODE: message`` then one line per field error and per other detail."""
+    print(f"pi-host: {code}: {message}", file=out)
+    errors = data.get("errors")
     for err in errors if isinstance(errors, list) else []:
         if isinstance(err, dict):
             print(f"  {err.get('loc', '?')}: {err.get('msg', '')} ({err.get('type', '')})", file=out)
-    for key, value in exc.data.items():
+    for key, value in data.items():
         if key not in ("code", "retriable", "errors"):
             print(f"  {key}: {json.dumps(value, ensure_ascii=False)}", file=out)
 
@@ -155,20 +167,8 @@ def print_search(res: dict[str, Any], args: argparse.Namespace) -> None:
             print(f"    [{snip.get('seq')}] {snip.get('role')}: {snip.get('snippet')}")
 
 
-def _requests(command: str, args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
-    if command == "status":
-        return "host.status", {}
-    if command == "sessions":
-        return "session.list", {"limit": args.limit}
-    if command == "show":
-        params: dict[str, Any] = {"sessionId": args.session, "messageLimit": args.limit}
-        if args.before is not None:
-            params["messageBefore"] = args.before
-        return "session.get", params
-    return "search.sessions", {"query": args.query, "limit": args.limit}
-
-
-def _print(command: str, res: dict[str, Any], args: argparse.Namespace) -> None:
+def print_result(command: str, res: dict[str, Any], args: argparse.Namespace) -> None:
+    """A read's result, the same for a host's answer and an offline read."""
     if command == "status":
         _dump(res)
     elif command == "sessions":
@@ -180,133 +180,7 @@ def _print(command: str, res: dict[str, Any], args: argparse.Namespace) -> None:
 
 
 OFFLINE_COMMANDS = frozenset({"sessions", "show", "search"})
-
-
-def run_client_command(command: str, args: argparse.Namespace, data_dir: DataDir) -> int:
-    """A read command: ask the running host, or read offline when none runs."""
-    state = find_host(data_dir)
-    if not state.running:
-        if command in OFFLINE_COMMANDS and not state.booting:
-            from runtime.cli_offline import OfflineRefused, read_offline
-
-            note = state.problem if state.stale_pid is not None else None
-            try:
-                res = read_offline(data_dir, command, args)
-            except OfflineRefused as exc:
-                print(f"pi-host: {exc}", file=sys.stderr)
-                return EXIT_NO_HOST
-            except RpcError as exc:
-                print_rpc_error(exc)
-                return EXIT_ERROR
-            print(f"pi-host: no host running; read {data_dir.root} offline" + (f" ({note})" if note else ""),
-                  file=sys.stderr)
-            _print(command, res, args)
-            return 0
-        print(f"pi-host: {state.problem}", file=sys.stderr)
-        return EXIT_NO_HOST
-    if command == "follow":
-        return _follow(args, data_dir)
-    return trio.run(_ask, command, args, data_dir)
-
-
-async def _ask(command: str, args: argparse.Namespace, data_dir: DataDir) -> int:
-    try:
-        info = read_host_info(data_dir.root)
-    except OSError as exc:
-        print(f"pi-host: {exc}", file=sys.stderr)
-        return EXIT_NO_HOST
-    method, params = _requests(command, args)
-    try:
-        async with open_client(info.url, info.token, client_id=f"cli-{os.getpid()}", client_kind="cli") as c:
-            res = await c.call(method, params)
-    except RpcError as exc:
-        print_rpc_error(exc)
-        return EXIT_ERROR
-    except (ClientClosed, OSError) as exc:
-        print(f"pi-host: the host at {info.url} did not answer ({exc})", file=sys.stderr)
-        return EXIT_NO_HOST
-    _print(command, res, args)
-    return 0
-
-
-# -- follow -------------------------------------------------------------------------------
-FOLLOW_TOPICS = ["session.message", "session.inflight", "session.queue", "session.updated", "session.deleted",
-                 "turn.started", "turn.ended", "approval.requested", "approval.resolved", "interaction.requested",
-                 "interaction.resolved"]
-
-
-def _event_line(topic: str, cursor: int, data: dict[str, Any]) -> str:
-    if topic == "session.message":
-        m = data.get("message", {})
-        return f"[{cursor}] {topic} #{m.get('seq')} {m.get('role')} {m.get('id')}"
-    if topic == "session.inflight":
-        m = data.get("message", {})
-        text = " ".join(b.get("text", "") for b in m.get("blocks", []) if b.get("type") == "text")
-        return f"[{cursor}] {topic} {m.get('id')}: {text[-80:]}"
-    if topic in ("turn.started", "turn.ended"):
-        t = data.get("turn", {})
-        return f"[{cursor}] {topic} {t.get('id')} {t.get('status')}"
-    if topic == "session.queue":
-        return f"[{cursor}] {topic} {len(data.get('entries', []))} queued, held={data.get('held')}"
-    if topic.startswith(("approval.", "interaction.")):
-        r = data.get("request", {})
-        what = r.get("argsSummary") or r.get("tool") or r.get("question")
-        return f"[{cursor}] {topic} {r.get('requestId')} {r.get('status')}: {what}"
-    return f"[{cursor}] {topic}"
-
-
-def _follow(args: argparse.Namespace, data_dir: DataDir) -> int:
-    """Tail a session's events until interrupted; reconnects across host restarts (pihost_client)."""
-    try:
-        import anyio
-
-        from pihost_client import Event, Resync, connect
-        from pihost_client import RpcError as ClientRpcError
-    except ImportError:
-        print("pi-host: follow needs the pihost-client package (pip install -e clients/python)", file=sys.stderr)
-        return EXIT_ERROR
-
-    async def tail() -> int:
-        async with connect(data_dir=data_dir.root, client_id=f"cli-follow-{os.getpid()}", client_kind="cli") as c:
-            try:
-                await c.session.get(session_id=args.session, message_limit=1)
-            except ClientRpcError as exc:
-                print(f"pi-host: {exc.describe()}", file=sys.stderr)
-                return EXIT_ERROR
-            async with c.subscribe(FOLLOW_TOPICS, session_id=args.session) as events:
-                print(f"pi-host: following {args.session} (Ctrl-C stops)", file=sys.stderr, flush=True)
-                async for item in events:
-                    if isinstance(item, Resync):
-                        line = json.dumps({"resync": item.reason}) if args.json else f"-- resync: {item.reason}"
-                    elif isinstance(item, Event):
-                        shown: dict[str, Any] = {"topic": item.topic, "cursor": item.cursor, "data": item.data}
-                        if item.transient:  # a preview: its cursor repeats the newest numbered one
-                            shown["transient"] = True
-                        line = (json.dumps(shown, ensure_ascii=False) if args.json
-                                else _event_line(item.topic, item.cursor, item.data))
-                    print(line, flush=True)
-        return 0
-
-    async def until_interrupted() -> int:
-        """Ctrl-C / SIGTERM cancel the tail at a checkpoint (never a KeyboardInterrupt mid-frame)."""
-        code = 0
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async with anyio.create_task_group() as tg:
-                async def run_tail() -> None:
-                    nonlocal code
-                    code = await tail()
-                    tg.cancel_scope.cancel()
-
-                tg.start_soon(run_tail)
-                async for _ in signals:
-                    tg.cancel_scope.cancel()
-                    break
-        return code
-
-    try:
-        return int(anyio.run(until_interrupted, backend="trio"))
-    except KeyboardInterrupt:
-        return 0
+"""The reads that work without a host (:mod:`runtime.cli_offline`)."""
 
 
 # -- stop ---------------------------------------------------------------------------------

@@ -3,10 +3,11 @@
 Read-only: the data directory's ``host.lock`` is taken *shared* for the
 read (a host takes it exclusive, so none can start writing meanwhile, and
 while one holds it this refuses), and SQLite is opened read-only
-(``store.indexing.database.open_offline_reader``). The same handlers the host runs
-for ``session.list`` and ``search.sessions`` answer here, on that
-connection (``sessions`` lists the index's sessions, without native pi ones), so the
-output is the one a running host would print. ``show``
+(``store.indexing.database.open_offline_reader``). The same store functions
+the host's ``session.list`` and ``search.sessions`` handlers call answer here,
+on that connection (``sessions`` lists the index's sessions, without native pi
+ones), so the output is the one a running host would print; the host itself
+(actors, the method registry) is never imported. ``show``
 reads the window through the index when it covers the transcript, and from
 the transcript file itself when the index trails it (after a crash, boot
 would catch it up); ``sessions`` counts such a session's messages from its
@@ -20,29 +21,24 @@ import errno
 import fcntl
 import json
 import os
-import time
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from actors.gateway_types import PROTOCOL_VERSION, CallContext
-from protocol import models as m
-from runtime.client import RpcError
-from runtime.context import ReadContext
+from runtime.cli_client import EXIT_ERROR, EXIT_NO_HOST, HostState, print_error, print_result
 from runtime.datadir import DataDir
-from runtime.handlers import search
 from store.errors import StoreError
 from store.indexing import index
 from store.indexing.database import open_offline_reader, schema_version
 from store.indexing.reconcile import plan_reconcile
+from store.search.search import search_sessions
 from store.transcripts import windows
 from store.transcripts.records import wire_record
 from store.transcripts.transcript import read_transcript
 from store.upgrade.schema import SCHEMA_VERSION
 
-__all__ = ["OfflineRefused", "read_offline"]
-
-_CALLER = CallContext(connection_id=0, client_id="cli-offline", client_kind="cli", protocol=PROTOCOL_VERSION)
+__all__ = ["OfflineRefused", "read_offline", "read_offline_command"]
 
 
 class OfflineRefused(Exception):
@@ -67,8 +63,21 @@ def _shared_lock(data_dir: DataDir) -> Iterator[None]:
         os.close(fd)  # closing drops the lock
 
 
-def _rpc_error(exc: StoreError) -> RpcError:
-    return RpcError(0, exc.code, exc.message, {"code": exc.code, **exc.data})
+def read_offline_command(command: str, args: argparse.Namespace, data_dir: DataDir, state: HostState) -> int:
+    """``sessions`` / ``show`` / ``search`` with no host running: read, say so on stderr, print."""
+    note = state.problem if state.stale_pid is not None else None
+    try:
+        res = read_offline(data_dir, command, args)
+    except OfflineRefused as exc:
+        print(f"pi-host: {exc}", file=sys.stderr)
+        return EXIT_NO_HOST
+    except StoreError as exc:  # what the host would have answered: its code, message and details
+        print_error(exc.code, exc.message, exc.data)
+        return EXIT_ERROR
+    print(f"pi-host: no host running; read {data_dir.root} offline" + (f" ({note})" if note else ""),
+          file=sys.stderr)
+    print_result(command, res, args)
+    return 0
 
 
 def read_offline(data_dir: DataDir, command: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -82,17 +91,13 @@ def read_offline(data_dir: DataDir, command: str, args: argparse.Namespace) -> d
             if version != SCHEMA_VERSION:
                 raise OfflineRefused(f"the index is schema v{version}, this build reads v{SCHEMA_VERSION}: "
                                      "start `pi-host serve` once to migrate it")
-            ctx = ReadContext(conn, int(time.time() * 1000), _CALLER)
-            try:
-                if command == "sessions":
-                    items, _more = index.list_sessions(conn, limit=args.limit, cursor=None, project_id=None)
-                    return {"sessions": [_caught_up(conn, data_dir, index.public_session(r)) for r in items],
-                            "nextCursor": None}  # the newest --limit sessions; no paging offline
-                if command == "search":
-                    return dict(search.sessions(ctx, m.SearchSessionsParams(query=args.query, limit=args.limit)))
-                return _show(conn, data_dir, args)
-            except StoreError as exc:
-                raise _rpc_error(exc) from None
+            if command == "sessions":
+                items, _more = index.list_sessions(conn, limit=args.limit, cursor=None, project_id=None)
+                return {"sessions": [_caught_up(conn, data_dir, index.public_session(r)) for r in items],
+                        "nextCursor": None}  # the newest --limit sessions; no paging offline
+            if command == "search":
+                return search_sessions(conn, args.query, limit=args.limit)
+            return _show(conn, data_dir, args)
         finally:
             conn.close()
 

@@ -69,12 +69,11 @@ from runtime.kernel.actor import InternalBug, reply_callback_failed
 from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
 from runtime.pipeline import Pipeline
 from runtime.routes import ROUTES, Route
+from runtime.version import VERSION
 from store.faults import Faults
 from store.fsutil import atomic_write, remove_file_durable
 from store.indexing.database import close_writer
 from store.interchange.native_pi_views import NativeCatalog
-
-VERSION = "0.1.0"
 
 log = logging.getLogger("pi_host")
 

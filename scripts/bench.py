@@ -12,11 +12,13 @@ WebSocket gateway (the same baselines, JSON-RPC batches and the index catching
 up) · whole-history reads (``scripts/bench_history.py``) · search
 (``scripts/bench_search.py``) · revisions growth (``scripts/bench_revisions.py``,
 when present) · import of a generated Claude Code directory
-(``scripts/bench_import.py``). Every rate has its CPU per operation next to it. Writes ``DIR/report.json`` and
-``DIR/report.md`` (default ``bench-results/``), after every section, so a long
-run leaves a partial report. Targets are printed as PASS/MISS next to the
-measured ratio; a MISS never fails the run, a section that crashes does
-(exit status 1, the traceback is in the report).
+(``scripts/bench_import.py``) · CLI start-up: ``pi-host --version`` and an offline
+``sessions`` against ``python -c pass`` (``scripts/bench_cli.py``). Every rate has its
+CPU per operation next to it. Writes ``DIR/report.json`` and ``DIR/report.md``
+(default ``bench-results/``), after every section, so a long run leaves a
+partial report. Targets are printed as PASS/MISS next to the measured ratio; a
+MISS never fails the run, a section that crashes does (exit status 1, the
+traceback is in the report).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from bench_common import ROOT, SIZES, Section, Sizes, Target, machine_info, rnd 
 from bench_report import render_markdown  # noqa: E402 - after the sys.path setup above
 
 SectionFn = Callable[[Sizes, Path], Section]
-SECTION_KEYS = ("appends", "windows", "synchronous", "gateway", "history", "search", "revisions", "import")
+SECTION_KEYS = ("appends", "windows", "synchronous", "gateway", "history", "search", "revisions", "import", "cli")
 
 
 def _load_script(name: str) -> ModuleType | None:
@@ -166,13 +168,14 @@ def run_import(sizes: Sizes, work: Path) -> Section:
 
 def _sections() -> dict[str, SectionFn]:
     from bench_appends import run_appends, run_synchronous
+    from bench_cli import run_cli
     from bench_gateway import run_gateway
     from bench_history import run_history
     from bench_windows import run_windows
 
     return {"appends": run_appends, "windows": run_windows, "synchronous": run_synchronous,
             "gateway": run_gateway, "history": run_history, "search": run_search, "revisions": run_revisions,
-            "import": run_import}
+            "import": run_import, "cli": run_cli}
 
 
 def _write(out: Path, report: dict[str, Any]) -> None:

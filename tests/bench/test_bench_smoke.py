@@ -59,7 +59,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_every_section_ran_without_error(report: dict[str, Any]) -> None:
     assert report["meta"]["complete"] is True
     assert list(report["sections"]) == ["appends", "windows", "synchronous", "gateway", "history", "search",
-                                        "revisions", "import"]
+                                        "revisions", "import", "cli"]
     for key, sec in report["sections"].items():
         assert sec["error"] is None, f"{key}: {sec['error']}"
     revisions_script = REPO / "scripts" / "bench_revisions.py"
@@ -251,8 +251,19 @@ def test_import_figures(report: dict[str, Any]) -> None:
     assert figs["host"]["messages"] == figs["store"]["messages"]  # both paths import the same messages
 
 
+def test_cli_figures(report: dict[str, Any]) -> None:
+    """`pi-host --version` and the offline reads are set against `python -c pass` of the same run."""
+    figs = report["sections"]["cli"]["figures"]
+    for cmd in ("pythonPass", "version", "sessionsOffline", "sessionIdsOffline", "hostImport"):
+        _positive(figs, f"wallMs.{cmd}")
+        _positive(figs, f"cpuMs.{cmd}")
+    for cmd in ("version", "sessionsOffline", "sessionIdsOffline", "hostImport"):
+        _quotient(figs, f"overPythonPass.{cmd}", f"wallMs.{cmd}", "wallMs.pythonPass")
+
+
 def test_targets_are_complete_and_honest(report: dict[str, Any]) -> None:
-    expected = {"appends": 2, "windows": 6, "synchronous": 0, "gateway": 3, "history": 2, "search": 9, "import": 2}
+    expected = {"appends": 2, "windows": 6, "synchronous": 0, "gateway": 3, "history": 2, "search": 9, "import": 2,
+                "cli": 3}
     if report["sections"]["revisions"]["skipped"] is None:
         expected["revisions"] = 1
     for key, count in expected.items():

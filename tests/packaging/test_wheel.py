@@ -99,11 +99,12 @@ def _serve(venv: Path, data: Path, cwd: Path, env: dict[str, str]) -> HostProces
 @pytest.mark.slow  # about 30 s: a wheel build, a venv and a host start
 async def test_wheel_installs_and_runs_from_a_fresh_venv(tmp_path: Path) -> None:
     """Issue 25: the built wheel holds every subpackage; its ``pi-host`` prints its version, imports every
-    module, finds its package data, serves, and takes an append."""
+    module, finds its package data, writes the TypeScript types and JSON Schema, serves, and takes an append."""
     wheel, venv, env = await trio.to_thread.run_sync(_build_and_install, tmp_path)
     names = zipfile.ZipFile(wheel).namelist()
     for needed in ("runtime/kernel/__init__.py", "runtime/handlers/__init__.py",
-                   "store/interchange/importers/__init__.py", "protocol/schema.json", "actors/inspector/index.html"):
+                   "store/interchange/importers/__init__.py", "protocol/schema.json", "protocol/protocol.ts",
+                   "actors/inspector/index.html"):
         assert needed in names, f"the wheel lacks {needed}"
     assert not [n for n in names if n.startswith(("tests/", "clients/", "scripts/"))]
 
@@ -117,6 +118,10 @@ async def test_wheel_installs_and_runs_from_a_fresh_venv(tmp_path: Path) -> None
     assert {"runtime.kernel.supervisor", "runtime.handlers.sessions", "store.interchange.importers"} <= set(
         report["modules"])
     assert all(report["data"])
+    ui = tmp_path / "ui-project" / "src" / "pihost"  # `pi-host types`: what a UI project outside the repo gets
+    await trio.to_thread.run_sync(lambda: _run(venv / "bin" / "pi-host", "types", "--out", ui, cwd=outside, env=env))
+    assert (ui / "protocol.ts").read_bytes() == (REPO / "clients" / "typescript" / "src" / "protocol.ts").read_bytes()
+    assert (ui / "schema.json").read_bytes() == (REPO / "protocol" / "schema.json").read_bytes()
 
     host = await trio.to_thread.run_sync(_serve, venv, tmp_path / "data", outside, env)
     try:

@@ -1,0 +1,1 @@
+../clients/typescript/src/protocol.ts

@@ -1,0 +1,95 @@
+"""The CLI commands that only a running host answers: ``settings``, ``providers``, ``models``, ``import``,
+``export``.
+
+:mod:`runtime.cli` imports this module when one of them runs; ``import`` and ``export`` bring their own
+modules (:mod:`runtime.import_cli`, :mod:`runtime.export_cli`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import trio
+
+from runtime.cli_client import EXIT_ERROR, EXIT_NO_HOST, find_host, print_rpc_error
+from runtime.client import ClientClosed, HostClient, RpcError, open_client, read_host_info
+from runtime.datadir import DataDir
+from runtime.export_cli import run_export
+from runtime.import_cli import resolve_root, run_import
+
+__all__ = ["run_host_command"]
+
+
+def run_host_command(command: str, args: argparse.Namespace, data_dir: DataDir) -> int:
+    """One of this module's commands on the running host (exit 2 when none runs)."""
+    if command == "import":
+        args.root = resolve_root(args.source, args.path)
+    if command == "export" and args.out is not None:
+        args.out = os.path.abspath(args.out)
+    return trio.run(_on_host, command, args, data_dir)
+
+
+async def _on_host(command: str, args: argparse.Namespace, data_dir: DataDir) -> int:
+    state = find_host(data_dir)
+    if not state.running:
+        print(f"pi-host: {state.problem}", file=sys.stderr)
+        return EXIT_NO_HOST
+    try:
+        info = read_host_info(data_dir.root)
+        async with open_client(info.url, info.token, client_id=f"cli-{os.getpid()}", client_kind="cli") as c:
+            if command == "import":
+                return await run_import(c, args.source, args.root, dry_run=args.dry_run, as_json=args.json,
+                                        out=sys.stdout)
+            if command == "export":
+                return await run_export(c, args.session, fmt=args.format, out_file=args.out,
+                                        include_thinking=args.include_thinking,
+                                        include_secrets=args.include_secrets, out=sys.stdout)
+            await _config_command(c, command, args)
+    except RpcError as exc:
+        print_rpc_error(exc)
+        return EXIT_ERROR
+    except (ClientClosed, OSError) as exc:
+        print(f"pi-host: the host did not answer ({exc})", file=sys.stderr)
+        return EXIT_NO_HOST
+    return 0
+
+
+def _json_arg(text: str) -> Any:
+    """A JSON value; anything that is not JSON is taken as a string (``set language en``)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+async def _config_command(c: HostClient, command: str, args: argparse.Namespace) -> None:
+    if command == "settings":
+        if args.verb == "get" and args.key is None:
+            _print((await c.call("settings.getAll", {"ns": args.ns}))["values"])
+        elif args.verb == "get":
+            _print((await c.call("settings.get", {"ns": args.ns, "key": args.key})).get("value"))
+        elif args.verb == "set":
+            res = await c.call("settings.set", {"ns": args.ns, "key": args.key, "value": _json_arg(args.value)})
+            _print(res.get("value"))
+        else:
+            res = await c.call("settings.delete", {"ns": args.ns, "key": args.key})
+            print("deleted" if res["deleted"] else "not set")
+    elif command == "providers":
+        for p in (await c.call("providers.list", {}))["providers"]:
+            key = "key set" if p["hasApiKey"] else "no key"
+            owner = f"  (plugin {p['ownerPluginId']})" if p.get("ownerPluginId") else ""
+            state = "" if p["enabled"] else "  disabled"
+            print(f"{p['id']}  {p['name']}  {p.get('baseUrl') or '-'}  {key}{state}{owner}")
+    else:
+        params = {"providerId": args.provider} if args.provider else {}
+        for mdl in (await c.call("models.list", params))["models"]:
+            flags = " deprecated" if mdl["deprecated"] else ""
+            print(f"{mdl['providerId']}/{mdl['modelId']}  {mdl['displayName']}  [{mdl['source']}]{flags}")
+
+
+def _print(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, ensure_ascii=False))

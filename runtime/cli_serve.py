@@ -1,0 +1,156 @@
+"""``pi-host serve``: run the host in the foreground until SIGINT / SIGTERM.
+
+The only CLI module that imports the host (:mod:`runtime.host` and everything under
+it); :mod:`runtime.cli` imports it when ``serve`` runs, so the client commands never
+pay for it. Exit codes are :mod:`runtime.cli`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from runtime.boot import BootInterrupted
+from runtime.config import HostConfig
+from runtime.datadir import DataDir, DataDirLocked, DataDirUnsafe
+from runtime.host import Shutdown, run_host
+from runtime.kernel.supervisor import RestartIntensityExceeded
+from runtime.logs import setup_logging
+from runtime.process import raise_fd_limit, tune_allocator
+from store.errors import StoreError
+
+__all__ = ["serve"]
+
+log = logging.getLogger("pi_host")
+
+
+def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
+    # The first line says which default root (seed §2, D599: a packaged app and a dev build run side by
+    # side); a root given by --data-dir or PI_DESKTOP_DATA_DIR is named by the "listening" line.
+    if args.root_source in ("packaged", "dev"):
+        print(DataDir.describe(data_dir.root, args.root_source), file=sys.stderr, flush=True)
+    try:
+        data_dir.ensure()
+    except DataDirUnsafe as exc:
+        print(f"pi-host: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(data_dir.logs_dir, stderr=not args.quiet)
+    tune_allocator()
+    raise_fd_limit()
+    config = HostConfig(
+        data_dir=data_dir,
+        host=args.host,
+        port=args.port,
+        allowed_origins=frozenset(args.allow_origin),
+        session_idle_timeout=args.idle_timeout,
+        synchronous=args.synchronous,
+        search_upkeep_after=args.search_upkeep_after if args.search_upkeep_after > 0 else None,
+        import_roots=tuple(os.path.abspath(r) for r in args.import_root),
+        disk_warn_below_bytes=args.disk_warn_below,
+        native_pi_root=Path(args.native_pi_root).resolve() if args.native_pi_root else None,
+    )
+
+    signals_seen: list[int] = []
+
+    async def main_async() -> None:
+        # The receiver is open before the host starts and stays open through the
+        # shutdown: a signal during boot stops it before its next step; once serving,
+        # the first signal asks for an orderly stop, a second one hurries it.
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            shutdown = Shutdown()
+            serving = trio.Event()
+            async with trio.open_nursery() as nursery:
+
+                async def host(*, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+                    await run_host(config, task_status=task_status, shutdown=shutdown)
+                    nursery.cancel_scope.cancel()  # the host stopped: stop forwarding signals too
+
+                nursery.start_soon(_forward_signals, signals, shutdown, serving, signals_seen)
+                running = await nursery.start(host)
+                serving.set()
+                print(f"pi-host listening on {running.url} (data dir {data_dir.root})", flush=True)
+                log.info("listening", extra={"url": running.url, "dataDir": str(data_dir.root)})
+
+    try:
+        trio.run(main_async)
+    except BaseExceptionGroup as group:
+        interrupted, _rest = group.split(BootInterrupted)
+        if interrupted is None or not signals_seen:
+            code = _serve_failure(group, args)
+            if code is None:
+                raise
+            return code
+        step = _leaves(interrupted)[0]
+        name = signal.Signals(signals_seen[0]).name
+        log.warning("stopping during boot: %s (%s); nothing was served", step, name)
+        print(f"pi-host: stopping during boot ({name}): {step}; nothing was served", file=sys.stderr)
+        return 128 + signals_seen[0]
+    except RestartIntensityExceeded as exc:
+        log.error("restart intensity exceeded; shutting down", extra={"error": str(exc)})
+        print(f"pi-host: actors kept crashing, shut down: {exc}", file=sys.stderr)
+        return 4
+    except (DataDirLocked, DataDirUnsafe, StoreError, OSError) as exc:
+        code = _serve_failure(exc, args)
+        if code is None:
+            raise
+        return code
+    print("pi-host stopped cleanly", file=sys.stderr)
+    return 0
+
+
+def _serve_failure(exc: BaseException, args: argparse.Namespace) -> int | None:
+    """One line for the ways a start fails that a user can fix; None: a bug (traceback)."""
+    leaves = _leaves(exc)
+    for leaf in leaves:
+        if isinstance(leaf, DataDirLocked):
+            print(f"pi-host: {leaf}", file=sys.stderr)
+            return 3
+    for leaf in leaves:
+        if isinstance(leaf, DataDirUnsafe):
+            print(f"pi-host: {leaf}", file=sys.stderr)
+            return 2
+    for leaf in leaves:
+        if isinstance(leaf, RestartIntensityExceeded):
+            print("pi-host: actors kept crashing, shut down", file=sys.stderr)
+            return 4
+    for leaf in leaves:
+        if isinstance(leaf, StoreError):
+            print(f"pi-host: cannot open the data directory: {leaf.code}: {leaf.message}", file=sys.stderr)
+            return 5
+    for leaf in leaves:
+        if isinstance(leaf, OSError) and leaf.errno == errno.EADDRINUSE:
+            print(f"pi-host: port {args.port} on {args.host} is already in use; stop what listens there "
+                  f"or pick another port (--port 0 picks a free one)", file=sys.stderr)
+            return 6
+    return None
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+async def _forward_signals(signals: Any, shutdown: Shutdown, serving: trio.Event, seen: list[int]) -> None:
+    count = 0
+    async for signum in signals:
+        count += 1
+        seen.append(int(signum))
+        if not serving.is_set():  # boot stops before its next step; run_host raises BootInterrupted
+            log.info("stop asked for before the host serves", extra={"signal": int(signum)})
+            shutdown.request()
+        elif count == 1:
+            log.info("shutting down", extra={"signal": int(signum)})
+            print("pi-host: shutting down (a second signal skips the waits)", file=sys.stderr, flush=True)
+            shutdown.request()
+        else:
+            log.info("shutting down now", extra={"signal": int(signum)})
+            shutdown.hurry()
