@@ -264,9 +264,10 @@ def test_a_bad_item_changes_nothing(host: Host, backend: str) -> None:
     run(host, backend, scenario)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_write_retried_after_a_crash_is_applied_once(tmp_path: Path, backend: str) -> None:
-    """Exactly-once: the host is killed right after committing an item's append (and, on a second host,
+    """Exactly-once: the host is killed right after an item's append is durable (and, on a second host,
     a pop's tombstone) but before answering; the client reconnects to a restarted host and resends the
     same submissionId, answered from the receipt: no item is stored twice, none popped twice."""
     state: dict[str, HostProcess] = {"host": start_host_process(tmp_path)}
@@ -296,7 +297,7 @@ def test_a_write_retried_after_a_crash_is_applied_once(tmp_path: Path, backend: 
             async def pop() -> None:
                 assert await session.pop_item() == items[2]
 
-            for crashpoint, action in (("session.appendMessage.after_commit:1:kill", add),
+            for crashpoint, action in (("append.after_fsync:1:kill", add),
                                        ("session.deleteMessage.after_commit:1:kill", pop)):
                 await anyio.to_thread.run_sync(restart, crashpoint)
                 done: list[bool] = []
