@@ -223,8 +223,8 @@ def test_clear_session_and_separate_sessions(host: Host, backend: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_open_by_id_creates_once_and_foreign_messages_read_as_text(host: Host, backend: str) -> None:
-    """``open`` with an id creates the session the first time and reopens it after; messages another client
-    wrote are read as role + text items (tool rows and empty messages are skipped)."""
+    """``open`` with an id creates the session the first time and reopens it after (also when several open
+    it at once); messages another client wrote are read as role + text items (tool rows are skipped)."""
 
     async def scenario(client: Client) -> None:
         sid = f"agents-open-{backend}"
@@ -239,6 +239,15 @@ def test_open_by_id_creates_once_and_foreign_messages_read_as_text(host: Host, b
         assert await again.get_items() == [{"role": "user", "content": "from the SDK"},
                                            {"role": "assistant", "content": "typed in the app"}]
         assert await again.pop_item() == {"role": "assistant", "content": "typed in the app"}
+        opened: list[str] = []  # several openers of one new id at once: one session, the same id for all
+
+        async def open_one() -> None:
+            opened.append((await PiHostSession.open(client, f"agents-race-{backend}")).session_id)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(open_one)
+        assert opened == [f"agents-race-{backend}"] * 3
 
     run(host, backend, scenario)
 

@@ -186,8 +186,13 @@ class PiHostSession:
             except RpcError as exc:
                 if exc.data_code != "SESSION_NOT_FOUND":
                     raise
-        created = await client.session.create(session_id=session_id, title=title or "Agents SDK session",
-                                              project_path=project_path, submission_id=_submission("create"))
+        try:
+            created = await client.session.create(session_id=session_id, title=title or "Agents SDK session",
+                                                  project_path=project_path, submission_id=_submission("create"))
+        except RpcError as exc:
+            if session_id is None or exc.data_code != "CONFLICT":
+                raise
+            return cls(client, session_id, session_settings=session_settings)  # created meanwhile by another
         return cls(client, created["id"], session_settings=session_settings)
 
     # -- the SDK's session protocol ----------------------------------------------
