@@ -9,7 +9,15 @@ from pathlib import Path
 from store.indexing.database import OpenReport, open_writer
 from store.upgrade.migrations import ddl_for_version
 from store.upgrade.schema import SCHEMA_VERSION
-from tests.store._sqlite_helpers import NOW_MS, add_session, build_db, connect_plain, schema_objects, user_version
+from tests.store._sqlite_helpers import (
+    NOW_MS,
+    add_session,
+    build_db,
+    connect_plain,
+    fresh_layout,
+    schema_objects,
+    user_version,
+)
 
 
 def _open(root: Path) -> tuple[sqlite3.Connection, OpenReport]:
@@ -43,10 +51,4 @@ def test_v25_database_gains_attachment_metadata_additively(tmp_path: Path) -> No
         migrated = schema_objects(conn)
     finally:
         conn.close()
-    fresh_root = tmp_path / "fresh"
-    fresh_root.mkdir()
-    fresh, _ = _open(fresh_root)
-    try:
-        assert migrated == schema_objects(fresh)
-    finally:
-        fresh.close()
+    assert migrated == fresh_layout(tmp_path, NOW_MS)

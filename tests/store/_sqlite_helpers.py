@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
-from store.indexing.database import apply_pragmas
+from store.indexing.database import apply_pragmas, open_writer
 from store.upgrade.schema import apply_schema
 
 NOW_MS = 1_700_000_000_000
@@ -79,6 +79,17 @@ def schema_objects(conn: sqlite3.Connection) -> set[tuple[str, str, str]]:
         (row[0], row[1], row[2] or "")
         for row in conn.execute("SELECT type, name, sql FROM sqlite_master")
     }
+
+
+def fresh_layout(tmp_path: Path, now_ms: int) -> set[tuple[str, str, str]]:
+    """The schema objects of a fresh install (what every migration must end in)."""
+    fresh_root = tmp_path / "fresh"
+    fresh_root.mkdir()
+    fresh, _ = open_writer(fresh_root / "pi.sqlite", quarantine_dir=fresh_root / "quarantine", now_ms=now_ms)
+    try:
+        return schema_objects(fresh)
+    finally:
+        fresh.close()
 
 
 def user_version(conn: sqlite3.Connection) -> int:

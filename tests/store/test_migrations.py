@@ -31,6 +31,7 @@ from ._sqlite_helpers import (
     add_session,
     build_db,
     connect_plain,
+    fresh_layout,
     fts_hits,
     listing,
     schema_objects,
@@ -41,17 +42,6 @@ from ._sqlite_helpers import (
 
 def _open(root: Path, now_ms: int = NOW_MS) -> tuple[sqlite3.Connection, OpenReport]:
     return open_writer(root / "pi.sqlite", quarantine_dir=root / "quarantine", now_ms=now_ms)
-
-
-def fresh_layout(tmp_path: Path) -> set[tuple[str, str, str]]:
-    """The schema objects of a fresh install (what every migration must end in)."""
-    fresh_root = tmp_path / "fresh"
-    fresh_root.mkdir()
-    fresh, _ = _open(fresh_root)
-    try:
-        return schema_objects(fresh)
-    finally:
-        fresh.close()
 
 
 def _legacy_db(path: Path, version: int, *, wal: bool = True) -> None:
@@ -216,13 +206,7 @@ def test_v20_database_migrates_to_current_keeping_its_data(tmp_path: Path) -> No
         migrated = schema_objects(conn)
     finally:
         conn.close()
-    fresh_root = tmp_path / "fresh"
-    fresh_root.mkdir()
-    fresh, _ = _open(fresh_root)
-    try:
-        assert migrated == schema_objects(fresh)  # same objects, same SQL as a fresh install
-    finally:
-        fresh.close()
+    assert migrated == fresh_layout(tmp_path, NOW_MS)  # same objects, same SQL as a fresh install
     conn, again = _open(tmp_path)
     conn.close()
     assert again.migrated_from is None  # already current
@@ -381,7 +365,7 @@ def test_v23_database_gets_the_v24_tables_and_columns_additively(tmp_path: Path)
         migrated = schema_objects(conn)
     finally:
         conn.close()
-    assert migrated == fresh_layout(tmp_path)
+    assert migrated == fresh_layout(tmp_path, NOW_MS)
 
 
 def test_v24_database_gains_the_wire_columns_additively(tmp_path: Path) -> None:
@@ -403,4 +387,4 @@ def test_v24_database_gains_the_wire_columns_additively(tmp_path: Path) -> None:
         migrated = schema_objects(conn)
     finally:
         conn.close()
-    assert migrated == fresh_layout(tmp_path)
+    assert migrated == fresh_layout(tmp_path, NOW_MS)
