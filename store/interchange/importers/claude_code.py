@@ -32,19 +32,25 @@ One JSON object per line. What becomes what:
   are counted as skipped; unknown types are counted as unknown.
 * The ``parentUuid`` chain is checked in bounded memory: roots and dangling
   parents (a parent that never appears, e.g. a subagent file whose first
-  lines point into its parent session) are reported per file. Lines are
-  imported in file order (Claude Code appends in time order).
+  lines point into its parent session) are reported per file. Lines of one
+  file are imported in file order (Claude Code appends in time order); the
+  subagent files are merged into the main file's records at their time
+  position (by ``createdAt``), so a subagent's rows follow the ``Task`` call
+  that spawned it instead of trailing the whole conversation.
 """
 
 from __future__ import annotations
 
+import functools
+import heapq
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from store.interchange.importers.common import (
+    EPOCH_STAMP,
     ChainTracker,
     Emitter,
     FileReport,
@@ -118,6 +124,8 @@ class _Shared:
     agents: dict[str, tuple[str | None, str]] = field(default_factory=dict)
     """agentId -> (parentToolCallId, agentName), learned from agent_progress lines and Task results."""
     recognized: bool = False
+    known_tasks: dict[str, str | None] = field(default_factory=dict)
+    """Task call id -> subagent_type, read ahead by :func:`_learn_agents`."""
 
 
 @dataclass
@@ -132,16 +140,112 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     report = SessionReport(SOURCE, unit.external_id, sid)
     shared = _Shared()
 
+    files = unit.files[: ctx.limits.max_files_per_session]
+
+    def primary() -> Iterator[Slot]:
+        conv = _FileConverter(ctx, meta, report, shared, sid, files[0], primary=True)
+        yield from conv.run()
+        if not shared.recognized:
+            if conv.file.lines == conv.file.blank_lines:
+                raise Refused("EMPTY_SESSION", f"{files[0]} holds no complete line")
+            raise Refused("NOT_A_SESSION_FILE", f"{files[0]} is not a Claude Code transcript")
+
+    def subagent(path: Path) -> Iterator[Slot]:
+        yield from _FileConverter(ctx, meta, report, shared, sid, path, primary=False).run()
+
     def records() -> Iterator[Slot]:
-        for index, path in enumerate(unit.files[: ctx.limits.max_files_per_session]):
-            conv = _FileConverter(ctx, meta, report, shared, sid, path, primary=index == 0)
-            yield from conv.run()
-            if index == 0 and not shared.recognized:
-                if conv.file.lines == conv.file.blank_lines:
-                    raise Refused("EMPTY_SESSION", f"{path} holds no complete line")
-                raise Refused("NOT_A_SESSION_FILE", f"{path} is not a Claude Code transcript")
+        if not files:
+            return
+        _learn_agents(files[0], shared, ctx)
+        subs = [(_first_time(path), path) for path in files[1:]]
+        yield from merge_in_time(primary(), [(start, functools.partial(subagent, path)) for start, path in subs])
 
     return Parsed(meta, report, finalize(records(), report, ctx.limits))
+
+
+_Start = Callable[[], Iterator[Slot]]
+
+
+def merge_in_time(main: Iterator[Slot], later: list[tuple[str, _Start]]) -> Iterator[Slot]:
+    """The records of the main file and of the subagent files, each subagent's at its time position.
+
+    Each stream keeps its own order; among streams the record with the earliest ``createdAt`` goes
+    first (a record without a time takes its stream's previous one). A subagent file is opened only
+    when the merge reaches its first timestamp, so only the subagents running at one time are open.
+    """
+    pending = sorted(later, key=lambda item: item[0])
+    heap: list[tuple[str, int, int, Slot, Iterator[Slot]]] = []
+    last: dict[int, str] = {}
+    counter = 0
+
+    def pull(stream: int, it: Iterator[Slot]) -> None:
+        nonlocal counter
+        slot = next(it, None)
+        if slot is None:
+            return
+        created = slot.record.get("createdAt")
+        key = created if isinstance(created, str) and created != EPOCH_STAMP else last.get(stream, "")
+        key = max(key, last.get(stream, ""))
+        last[stream] = key
+        counter += 1
+        heapq.heappush(heap, (key, stream, counter, slot, it))
+
+    pull(0, main)
+    started = 0
+    while heap or started < len(pending):
+        if started < len(pending) and (not heap or pending[started][0] <= heap[0][0]):
+            started += 1
+            pull(started, pending[started - 1][1]())
+            continue
+        _, stream, _, slot, it = heapq.heappop(heap)
+        yield slot
+        pull(stream, it)
+
+
+def _first_time(path: Path) -> str:
+    """The canonical stamp of a subagent file's first timestamp ("" when it has none: it goes first)."""
+    ms = to_ms(peek_field(path, ("timestamp",)))
+    return stamp(ms) if ms is not None else ""
+
+
+def _learn_agents(path: Path, shared: _Shared, ctx: ParseContext) -> None:
+    """Which ``Task`` call spawned which agent id, read ahead from the main file.
+
+    The link (``toolUseResult.agentId`` of the Task result, ``agentId`` of ``agent_progress``
+    lines) is written when the subagent has finished, after its rows; the subagent files are
+    merged in at their time position, so it is known before the main file is converted. Only lines
+    naming an agent are parsed.
+    """
+    try:
+        reader = LineReader(path, max_line_bytes=ctx.limits.max_line_bytes, chunk=ctx.limits.read_chunk)
+        for line in reader:
+            if line.data is None or (b'"agentId"' not in line.data and b'"subagent_type"' not in line.data):
+                continue
+            rec = parse_object(line.data)
+            if rec is None or len(shared.agents) >= MAX_TASKS or len(shared.tasks) >= MAX_TASKS:
+                continue
+            message = rec.get("message")
+            content = message.get("content") if isinstance(message, Mapping) else None
+            for block in content if isinstance(content, list) else ():
+                if not isinstance(block, Mapping):
+                    continue
+                args = block.get("input")
+                if (block.get("type") == "tool_use" and block.get("name") in ("Task", "Agent")
+                        and isinstance(block.get("id"), str) and isinstance(args, Mapping)):
+                    kind = args.get("subagent_type")
+                    shared.known_tasks[block["id"]] = kind if isinstance(kind, str) and kind else None
+                extra = rec.get("toolUseResult")
+                call_id = block.get("tool_use_id")
+                if (block.get("type") == "tool_result" and isinstance(call_id, str) and isinstance(extra, Mapping)
+                        and isinstance(extra.get("agentId"), str) and extra["agentId"]):
+                    shared.agents[extra["agentId"]] = (call_id, shared.known_tasks.get(call_id) or extra["agentId"])
+            data = rec.get("data")
+            parent = rec.get("parentToolUseID")
+            if (rec.get("type") == "progress" and isinstance(data, Mapping) and isinstance(parent, str)
+                    and isinstance(data.get("agentId"), str) and data["agentId"]):
+                shared.agents.setdefault(data["agentId"], (parent, shared.known_tasks.get(parent) or data["agentId"]))
+    except OSError:
+        return  # the conversion reports the unreadable file
 
 
 class _FileConverter:
