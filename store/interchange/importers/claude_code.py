@@ -263,6 +263,8 @@ class _FileConverter:
         self.group: _Group | None = None
         self.compaction: Slot | None = None
         self.sidechains: dict[str, tuple[str | None, str]] = {}
+        self.usage_owner: tuple[object, Slot] | None = None
+        """The API response whose usage was credited last and the record holding it."""
         self.parsed_lines = 0
 
     # ------------------------------------------------------------------ driver
@@ -529,12 +531,12 @@ class _FileConverter:
                 self.meta.history.setdefault("modelIds", [])
                 if model not in self.meta.history["modelIds"] and len(self.meta.history["modelIds"]) < 20:
                     self.meta.history["modelIds"].append(model)
-        if isinstance(message.get("usage"), Mapping):
-            meta["usage"] = dict(message["usage"])
+        usage = dict(message["usage"]) if isinstance(message.get("usage"), Mapping) else None
         if isinstance(message.get("stop_reason"), str):
             meta["stopReason"] = message["stop_reason"]
         items = content if isinstance(content, list) else ([{"type": "text", "text": content}]
                                                            if isinstance(content, str) else [])
+        made: Slot | None = None
         for i, block in enumerate(items):
             if not isinstance(block, Mapping):
                 continue
@@ -542,11 +544,34 @@ class _FileConverter:
             converted = self.assistant_block(block, kind)
             if converted is not None:
                 self.add_to_group(converted, rec, api_id, meta, offset, length, duplicate, ts)
+                made = made or (self.group.slot if self.group is not None else None)
             elif kind == "tool_use":
                 self.close_group()
-                self.tool_use(block, rec, attribution, offset, i, ts, length)
+                made = made or self.tool_use(block, rec, attribution, offset, i, ts, length)
             else:
                 self.report.skipped_blocks[f"assistant/{kind}"] += 1
+        if usage is not None:
+            self.credit_usage(api_id, {**{k: meta[k] for k in ("modelId", "providerId") if k in meta}, "usage": usage},
+                              made)
+
+    def credit_usage(self, api_id: object, values: dict[str, Any], made: Slot | None) -> None:
+        """One API response's usage on the first record it produced, once.
+
+        Claude Code writes one line per content block, each repeating the response's usage; a
+        response that only calls tools produces only tool records, and one that writes text, calls a
+        tool and writes again produces two groups: its usage still goes on one record. A later line
+        of the same response refreshes it while that record is not written yet (the last report is
+        the final one).
+        """
+        owner = self.usage_owner
+        if owner is not None and api_id is not None and owner[0] == api_id:
+            if not owner[1].drained:
+                owner[1].record["meta"] = {**(owner[1].record.get("meta") or {}), **values}
+            return
+        if made is None:
+            return
+        made.record["meta"] = {**(made.record.get("meta") or {}), **values}
+        self.usage_owner = (api_id, made)
 
     def assistant_block(self, block: Mapping[str, Any], kind: object) -> dict[str, Any] | None:
         if kind == "text" and isinstance(block.get("text"), str):
@@ -574,7 +599,7 @@ class _FileConverter:
 
     # ------------------------------------------------------------------ tools
     def tool_use(self, block: Mapping[str, Any], rec: Mapping[str, Any], attribution: dict[str, str], offset: int,
-                 index: int, ts: int | None, length: int) -> None:
+                 index: int, ts: int | None, length: int) -> Slot:
         call_id = block.get("id")
         name = block.get("name") if isinstance(block.get("name"), str) and block.get("name") else "unknown"
         args = block.get("input") if json_value_ok(block.get("input")) else None
@@ -598,6 +623,7 @@ class _FileConverter:
             prompt = args.get("prompt")
             self.shared.tasks[key] = _Task(agent_type if isinstance(agent_type, str) else None,
                                            prompt if isinstance(prompt, str) else None)
+        return slot
 
     def tool_result(self, block: Mapping[str, Any], rec: Mapping[str, Any], attribution: dict[str, str],
                     offset: int, index: int, ts: int | None) -> None:
