@@ -547,7 +547,8 @@ class _FileConverter:
                 made = made or (self.group.slot if self.group is not None else None)
             elif kind == "tool_use":
                 self.close_group()
-                made = made or self.tool_use(block, rec, attribution, offset, i, ts, length)
+                slot = self.tool_use(block, rec, attribution, offset, i, ts, length)
+                made = made or slot
             else:
                 self.report.skipped_blocks[f"assistant/{kind}"] += 1
         if usage is not None:
