@@ -14,6 +14,10 @@ One JSON object per line. What becomes what:
   Images become attachment blocks whose bytes go to the blob sink.
   ``isMeta`` user lines (caveats, reminders injected by the harness) become
   ``system`` notices.
+* usage: each API response's ``usage`` (repeated on every line of the response)
+  goes once on the first record the response produced, a tool record when it
+  only called tools; :func:`.common.finalize` puts it in the one shape of
+  :mod:`.usage_shape` with the raw report beside it.
 * ``system``/``compact_boundary`` followed by the ``isCompactSummary`` user
   line becomes one compaction checkpoint (``throughMessageId`` = the last
   message before the boundary; the summary is the checkpoint text, not a
