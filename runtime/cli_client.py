@@ -154,6 +154,10 @@ def print_window(res: dict[str, Any], args: argparse.Namespace) -> None:
             text = ", ".join(b.get("type", "?") for b in blocks)
         meta = m.get("meta") or {}
         mark = " [interrupted]" if meta.get("interrupted") else ""
+        if meta.get("agentName") or meta.get("parentToolCallId"):  # a subagent's row (§4.7a), not the user's
+            mark += f" [subagent {meta.get('agentName') or meta.get('parentToolCallId')}]"
+        if m.get("deleted"):  # tombstoned (e.g. an import's off-branch message): never shown as current
+            mark += " [deleted]"
         print(f"[{m.get('seq')}] {m.get('role')}{mark}: {text}")
 
 

@@ -202,3 +202,24 @@ def abort_running(conn: sqlite3.Connection, session_id: str, now_ms: int) -> lis
 def require_turn_exists(conn: sqlite3.Connection, turn_id: str) -> None:
     if conn.execute("SELECT 1 FROM turns WHERE id = ?", (turn_id,)).fetchone() is None:
         raise NotFound(f"turn {turn_id} not found", data={"turnId": turn_id})
+
+
+def record_imported_usage(conn: sqlite3.Connection, *, session_id: str, turn_id: str, provider_id: str | None,
+                          model_id: str | None, usage: Mapping[str, Any], at_ms: int) -> None:
+    """The turn row of one imported assistant response, so ``usage.*`` counts imported history.
+
+    An imported session has no host turns; each assistant message that carries usage (in the one
+    shape of ``store.interchange.importers.usage_shape``) becomes a ``completed`` turn whose id is
+    the message id, started and ended at the message's time. Importing the message again (a
+    replacement line) updates the row: the rollups count each response once.
+    """
+    conn.execute(
+        "INSERT INTO turns(id, session_id, status, provider_id, model_id, input_tokens, output_tokens, usage_json, "
+        "cost_micros, started_at, ended_at) VALUES (?, ?, 'completed', ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT(id) DO UPDATE SET provider_id = excluded.provider_id, model_id = excluded.model_id, "
+        "input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens, "
+        "usage_json = excluded.usage_json, cost_micros = excluded.cost_micros "
+        "WHERE turns.session_id = excluded.session_id",
+        (turn_id, session_id, provider_id, model_id, _token(usage, "input"), _token(usage, "output"),
+         orjson.dumps(dict(usage)).decode(), cost_micros(usage), at_ms, at_ms),
+    )

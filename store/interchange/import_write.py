@@ -45,7 +45,7 @@ from typing import Any
 
 import orjson
 
-from store import attachments
+from store import attachments, turns
 from store.attachments import AttachmentFiles
 from store.errors import Conflict, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
@@ -70,6 +70,7 @@ from store.interchange.importers.common import (
 from store.interchange.importers.reader import LineReader
 from store.jsonio import dumps_line, loads_line
 from store.tombstones import tombstone_line
+from store.transcripts.records import rfc3339_to_ms
 from store.transcripts.transcript import header_line
 
 __all__ = [
@@ -86,11 +87,12 @@ __all__ = [
     "upsert_origin",
 ]
 
-IMPORT_RULES = 2
+IMPORT_RULES = 3
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
-messages that are on the branch."""
+messages that are on the branch. 3 = usage in one shape with the raw report beside it, one turn row
+per response with usage (counted by ``usage.*``), Claude Code subagent rows at their time position."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""
@@ -139,6 +141,8 @@ class StagedImport:
     plugin_id: str = HOST_IMPORTER
     project_id: int | None = None
     """A plugin import's explicit, host-created project (host imports bind ``meta.cwd`` instead)."""
+    history_model: tuple[str | None, str] | None = None
+    """(provider, model) of the last written message that names one (kept in the origin history)."""
     project_path: str | None = None
 
 
@@ -592,10 +596,12 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
     else:
         row = index.require_session(conn, sid)
         staged.epoch = row["_fileEpoch"]
+    model: tuple[str | None, str] | None = None
     if staged.body_end > staged.body_start:
         for end, msgs, comps, tombs in _index_lines(staged, DEFAULT_LIMITS):
             index.index_messages(conn, sid, msgs, indexed_len=end, file_epoch=staged.epoch, now_ms=now_ms,
                                  touch=False, audit_effects=False)
+            model = _record_usage(conn, sid, msgs) or model
             index.index_compactions(conn, sid, comps, now_ms)
             for mid, flag in tombs:
                 index.set_deleted(conn, sid, mid, flag)
@@ -603,10 +609,43 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
     last = conn.execute("SELECT MAX(created_at) FROM messages WHERE session_id = ?", (sid,)).fetchone()[0]
     if last is not None:
         conn.execute("UPDATE sessions SET updated_at = MAX(updated_at, ?) WHERE id = ?", (last, sid))
+    if model is not None:
+        staged.history_model = model
+        if staged.plugin_id == HOST_IMPORTER:
+            # the model the history used last is the session's model, as its project path is (a host
+            # import binds both); never one the user set since, never for a plugin import (§4.5)
+            conn.execute("UPDATE sessions SET provider_id = ?, model_id = ? WHERE id = ? AND model_id IS NULL",
+                         (model[0], model[1], sid))
     for blob, message_id in staged.blobs:
         attachments.record_blob(conn, blob.sha256, blob.size, blob.mime_type, now_ms)
         attachments.record_ref(conn, blob.sha256, sid, message_id, now_ms)
     write_origin(conn, staged, now_ms=now_ms)
+
+
+def _record_usage(conn: sqlite3.Connection, sid: str,
+                  msgs: Sequence[index.IndexRecord]) -> tuple[str | None, str] | None:
+    """A turn row per imported response with usage (normalised by the importer: ``usageRaw`` beside it; a
+    response that only called tools has it on its first tool record). Returns the last (provider, model)
+    the messages name."""
+    model: tuple[str | None, str] | None = None
+    for msg in msgs:
+        rec = msg.record
+        meta = rec.get("meta")
+        if (isinstance(meta, Mapping) and isinstance(meta.get("modelId"), str) and meta["modelId"]
+                and meta["modelId"] != "<synthetic>"):
+            provider = meta.get("providerId")
+            model = (provider if isinstance(provider, str) and provider else None, meta["modelId"])
+        if rec.get("role") not in ("assistant", "tool") or not isinstance(meta, Mapping) or "usageRaw" not in meta:
+            continue
+        usage = meta.get("usage")
+        if not isinstance(usage, Mapping):
+            continue
+        provider_id, model_id = meta.get("providerId"), meta.get("modelId")
+        turns.record_imported_usage(conn, session_id=sid, turn_id=str(rec["id"]),
+                                    provider_id=provider_id if isinstance(provider_id, str) else None,
+                                    model_id=model_id if isinstance(model_id, str) else None, usage=usage,
+                                    at_ms=max(0, rfc3339_to_ms(str(rec.get("createdAt")), 0)))
+    return model
 
 
 def write_origin(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) -> None:
@@ -619,6 +658,17 @@ def write_origin(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int)
         origin["contentFingerprint"] = staged.report.content_fingerprint
     if meta.thinking_level:
         origin["thinkingLevel"] = meta.thinking_level
+    if staged.history_model is not None:  # what the source says about itself (a plugin's history) wins
+        for key, value in zip(("providerId", "modelId"), staged.history_model, strict=True):
+            if value is not None and not origin.get(key):
+                origin[key] = value
+    else:  # a re-import whose new lines name no model keeps the one the history named before
+        row = conn.execute("SELECT origin_json FROM session_import_origins WHERE session_id = ?",
+                           (staged.session_id,)).fetchone()
+        before = orjson.loads(row[0]) if row and row[0] else {}
+        for key in ("providerId", "modelId"):
+            if isinstance(before, dict) and key in before and key not in origin:
+                origin[key] = before[key]
     upsert_origin(conn, staged.plugin_id, meta.source, meta.external_id, staged.session_id,
                   meta.label or meta.source, origin, now_ms)
 

@@ -145,7 +145,7 @@ def test_tool_only_responses_keep_their_usage_once_per_response(tmp_path: Path) 
              usage_record("r3", 5, 5)]
     records, report = parse(tmp_path, lines)
     with_usage = [r for r in records if (r.get("meta") or {}).get("usage")]
-    assert [(r["role"], r["meta"]["responseId"], r["meta"]["usage"]["total_tokens"]) for r in with_usage] == [
+    assert [(r["role"], r["meta"]["responseId"], r["meta"]["usageRaw"]["total_tokens"]) for r in with_usage] == [
         ("tool", "r1", 110), ("assistant", "r2", 220)]
     assert with_usage[0]["meta"]["modelId"] == "gpt-test"  # thread_settings_applied named the model
     files = report.files[0]
@@ -172,7 +172,7 @@ def test_real_rollouts_import_exactly_codex_own_token_totals(name: str, tmp_path
     t = read_transcript(target.transcript(rep.session_id))
     sums = {k: 0 for k in ("input_tokens", "cached_input_tokens", "output_tokens", "total_tokens")}
     for m in t.messages:
-        got = (m.record.get("meta") or {}).get("usage") or {}
+        got = (m.record.get("meta") or {}).get("usageRaw") or {}
         for k in sums:
             sums[k] += int(got.get(k, 0))
     assert sums == {k: total[k] for k in sums}

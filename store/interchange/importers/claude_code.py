@@ -14,6 +14,10 @@ One JSON object per line. What becomes what:
   Images become attachment blocks whose bytes go to the blob sink.
   ``isMeta`` user lines (caveats, reminders injected by the harness) become
   ``system`` notices.
+* usage: each API response's ``usage`` (repeated on every line of the response)
+  goes once on the first record the response produced, a tool record when it
+  only called tools; :func:`.common.finalize` puts it in the one shape of
+  :mod:`.usage_shape` with the raw report beside it.
 * ``system``/``compact_boundary`` followed by the ``isCompactSummary`` user
   line becomes one compaction checkpoint (``throughMessageId`` = the last
   message before the boundary; the summary is the checkpoint text, not a
@@ -32,19 +36,25 @@ One JSON object per line. What becomes what:
   are counted as skipped; unknown types are counted as unknown.
 * The ``parentUuid`` chain is checked in bounded memory: roots and dangling
   parents (a parent that never appears, e.g. a subagent file whose first
-  lines point into its parent session) are reported per file. Lines are
-  imported in file order (Claude Code appends in time order).
+  lines point into its parent session) are reported per file. Lines of one
+  file are imported in file order (Claude Code appends in time order); the
+  subagent files are merged into the main file's records at their time
+  position (by ``createdAt``), so a subagent's rows follow the ``Task`` call
+  that spawned it instead of trailing the whole conversation.
 """
 
 from __future__ import annotations
 
+import functools
+import heapq
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from store.interchange.importers.common import (
+    EPOCH_STAMP,
     ChainTracker,
     Emitter,
     FileReport,
@@ -118,6 +128,8 @@ class _Shared:
     agents: dict[str, tuple[str | None, str]] = field(default_factory=dict)
     """agentId -> (parentToolCallId, agentName), learned from agent_progress lines and Task results."""
     recognized: bool = False
+    known_tasks: dict[str, str | None] = field(default_factory=dict)
+    """Task call id -> subagent_type, read ahead by :func:`_learn_agents`."""
 
 
 @dataclass
@@ -132,16 +144,112 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     report = SessionReport(SOURCE, unit.external_id, sid)
     shared = _Shared()
 
+    files = unit.files[: ctx.limits.max_files_per_session]
+
+    def primary() -> Iterator[Slot]:
+        conv = _FileConverter(ctx, meta, report, shared, sid, files[0], primary=True)
+        yield from conv.run()
+        if not shared.recognized:
+            if conv.file.lines == conv.file.blank_lines:
+                raise Refused("EMPTY_SESSION", f"{files[0]} holds no complete line")
+            raise Refused("NOT_A_SESSION_FILE", f"{files[0]} is not a Claude Code transcript")
+
+    def subagent(path: Path) -> Iterator[Slot]:
+        yield from _FileConverter(ctx, meta, report, shared, sid, path, primary=False).run()
+
     def records() -> Iterator[Slot]:
-        for index, path in enumerate(unit.files[: ctx.limits.max_files_per_session]):
-            conv = _FileConverter(ctx, meta, report, shared, sid, path, primary=index == 0)
-            yield from conv.run()
-            if index == 0 and not shared.recognized:
-                if conv.file.lines == conv.file.blank_lines:
-                    raise Refused("EMPTY_SESSION", f"{path} holds no complete line")
-                raise Refused("NOT_A_SESSION_FILE", f"{path} is not a Claude Code transcript")
+        if not files:
+            return
+        _learn_agents(files[0], shared, ctx)
+        subs = [(_first_time(path), path) for path in files[1:]]
+        yield from merge_in_time(primary(), [(start, functools.partial(subagent, path)) for start, path in subs])
 
     return Parsed(meta, report, finalize(records(), report, ctx.limits))
+
+
+_Start = Callable[[], Iterator[Slot]]
+
+
+def merge_in_time(main: Iterator[Slot], later: list[tuple[str, _Start]]) -> Iterator[Slot]:
+    """The records of the main file and of the subagent files, each subagent's at its time position.
+
+    Each stream keeps its own order; among streams the record with the earliest ``createdAt`` goes
+    first (a record without a time takes its stream's previous one). A subagent file is opened only
+    when the merge reaches its first timestamp, so only the subagents running at one time are open.
+    """
+    pending = sorted(later, key=lambda item: item[0])
+    heap: list[tuple[str, int, int, Slot, Iterator[Slot]]] = []
+    last: dict[int, str] = {}
+    counter = 0
+
+    def pull(stream: int, it: Iterator[Slot]) -> None:
+        nonlocal counter
+        slot = next(it, None)
+        if slot is None:
+            return
+        created = slot.record.get("createdAt")
+        key = created if isinstance(created, str) and created != EPOCH_STAMP else last.get(stream, "")
+        key = max(key, last.get(stream, ""))
+        last[stream] = key
+        counter += 1
+        heapq.heappush(heap, (key, stream, counter, slot, it))
+
+    pull(0, main)
+    started = 0
+    while heap or started < len(pending):
+        if started < len(pending) and (not heap or pending[started][0] <= heap[0][0]):
+            started += 1
+            pull(started, pending[started - 1][1]())
+            continue
+        _, stream, _, slot, it = heapq.heappop(heap)
+        yield slot
+        pull(stream, it)
+
+
+def _first_time(path: Path) -> str:
+    """The canonical stamp of a subagent file's first timestamp ("" when it has none: it goes first)."""
+    ms = to_ms(peek_field(path, ("timestamp",)))
+    return stamp(ms) if ms is not None else ""
+
+
+def _learn_agents(path: Path, shared: _Shared, ctx: ParseContext) -> None:
+    """Which ``Task`` call spawned which agent id, read ahead from the main file.
+
+    The link (``toolUseResult.agentId`` of the Task result, ``agentId`` of ``agent_progress``
+    lines) is written when the subagent has finished, after its rows; the subagent files are
+    merged in at their time position, so it is known before the main file is converted. Only lines
+    naming an agent are parsed.
+    """
+    try:
+        reader = LineReader(path, max_line_bytes=ctx.limits.max_line_bytes, chunk=ctx.limits.read_chunk)
+        for line in reader:
+            if line.data is None or (b'"agentId"' not in line.data and b'"subagent_type"' not in line.data):
+                continue
+            rec = parse_object(line.data)
+            if rec is None or len(shared.agents) >= MAX_TASKS or len(shared.tasks) >= MAX_TASKS:
+                continue
+            message = rec.get("message")
+            content = message.get("content") if isinstance(message, Mapping) else None
+            for block in content if isinstance(content, list) else ():
+                if not isinstance(block, Mapping):
+                    continue
+                args = block.get("input")
+                if (block.get("type") == "tool_use" and block.get("name") in ("Task", "Agent")
+                        and isinstance(block.get("id"), str) and isinstance(args, Mapping)):
+                    kind = args.get("subagent_type")
+                    shared.known_tasks[block["id"]] = kind if isinstance(kind, str) and kind else None
+                extra = rec.get("toolUseResult")
+                call_id = block.get("tool_use_id")
+                if (block.get("type") == "tool_result" and isinstance(call_id, str) and isinstance(extra, Mapping)
+                        and isinstance(extra.get("agentId"), str) and extra["agentId"]):
+                    shared.agents[extra["agentId"]] = (call_id, shared.known_tasks.get(call_id) or extra["agentId"])
+            data = rec.get("data")
+            parent = rec.get("parentToolUseID")
+            if (rec.get("type") == "progress" and isinstance(data, Mapping) and isinstance(parent, str)
+                    and isinstance(data.get("agentId"), str) and data["agentId"]):
+                shared.agents.setdefault(data["agentId"], (parent, shared.known_tasks.get(parent) or data["agentId"]))
+    except OSError:
+        return  # the conversion reports the unreadable file
 
 
 class _FileConverter:
@@ -159,6 +267,8 @@ class _FileConverter:
         self.group: _Group | None = None
         self.compaction: Slot | None = None
         self.sidechains: dict[str, tuple[str | None, str]] = {}
+        self.usage_owner: tuple[object, Slot] | None = None
+        """The API response whose usage was credited last and the record holding it."""
         self.parsed_lines = 0
 
     # ------------------------------------------------------------------ driver
@@ -425,12 +535,12 @@ class _FileConverter:
                 self.meta.history.setdefault("modelIds", [])
                 if model not in self.meta.history["modelIds"] and len(self.meta.history["modelIds"]) < 20:
                     self.meta.history["modelIds"].append(model)
-        if isinstance(message.get("usage"), Mapping):
-            meta["usage"] = dict(message["usage"])
+        usage = dict(message["usage"]) if isinstance(message.get("usage"), Mapping) else None
         if isinstance(message.get("stop_reason"), str):
             meta["stopReason"] = message["stop_reason"]
         items = content if isinstance(content, list) else ([{"type": "text", "text": content}]
                                                            if isinstance(content, str) else [])
+        made: Slot | None = None
         for i, block in enumerate(items):
             if not isinstance(block, Mapping):
                 continue
@@ -438,11 +548,35 @@ class _FileConverter:
             converted = self.assistant_block(block, kind)
             if converted is not None:
                 self.add_to_group(converted, rec, api_id, meta, offset, length, duplicate, ts)
+                made = made or (self.group.slot if self.group is not None else None)
             elif kind == "tool_use":
                 self.close_group()
-                self.tool_use(block, rec, attribution, offset, i, ts, length)
+                slot = self.tool_use(block, rec, attribution, offset, i, ts, length)
+                made = made or slot
             else:
                 self.report.skipped_blocks[f"assistant/{kind}"] += 1
+        if usage is not None:
+            self.credit_usage(api_id, {**{k: meta[k] for k in ("modelId", "providerId") if k in meta}, "usage": usage},
+                              made)
+
+    def credit_usage(self, api_id: object, values: dict[str, Any], made: Slot | None) -> None:
+        """One API response's usage on the first record it produced, once.
+
+        Claude Code writes one line per content block, each repeating the response's usage; a
+        response that only calls tools produces only tool records, and one that writes text, calls a
+        tool and writes again produces two groups: its usage still goes on one record. A later line
+        of the same response refreshes it while that record is not written yet (the last report is
+        the final one).
+        """
+        owner = self.usage_owner
+        if owner is not None and api_id is not None and owner[0] == api_id:
+            if not owner[1].drained:
+                owner[1].record["meta"] = {**(owner[1].record.get("meta") or {}), **values}
+            return
+        if made is None:
+            return
+        made.record["meta"] = {**(made.record.get("meta") or {}), **values}
+        self.usage_owner = (api_id, made)
 
     def assistant_block(self, block: Mapping[str, Any], kind: object) -> dict[str, Any] | None:
         if kind == "text" and isinstance(block.get("text"), str):
@@ -470,7 +604,7 @@ class _FileConverter:
 
     # ------------------------------------------------------------------ tools
     def tool_use(self, block: Mapping[str, Any], rec: Mapping[str, Any], attribution: dict[str, str], offset: int,
-                 index: int, ts: int | None, length: int) -> None:
+                 index: int, ts: int | None, length: int) -> Slot:
         call_id = block.get("id")
         name = block.get("name") if isinstance(block.get("name"), str) and block.get("name") else "unknown"
         args = block.get("input") if json_value_ok(block.get("input")) else None
@@ -494,6 +628,7 @@ class _FileConverter:
             prompt = args.get("prompt")
             self.shared.tasks[key] = _Task(agent_type if isinstance(agent_type, str) else None,
                                            prompt if isinstance(prompt, str) else None)
+        return slot
 
     def tool_result(self, block: Mapping[str, Any], rec: Mapping[str, Any], attribution: dict[str, str],
                     offset: int, index: int, ts: int | None) -> None:

@@ -47,6 +47,7 @@ from store.interchange.importers.reader import (
     read_json_file,
 )
 from store.interchange.importers.report import FileReport, SessionReport
+from store.interchange.importers.usage_shape import normalize_usage
 from store.jsonio import now_rfc3339
 from store.rules import MAX_BLOCKS_PER_MESSAGE as MAX_BLOCKS
 from store.rules import SESSION_ID_RE, WIRE_ID_RE
@@ -498,11 +499,27 @@ def finalize(slots: Iterator[Slot], report: SessionReport, limits: ImportLimits)
     """Check and count every record leaving a parser; refuse a session past the message limit."""
     for slot in slots:
         record = check_record(slot.record)
+        _normalize_usage(report.source, record)
         if not slot.replacement:
             count_output(report, record)
             if record.get("type") == "message" and sum(report.messages.values()) > limits.max_messages:
                 raise Refused("TOO_MANY_MESSAGES", f"more than {limits.max_messages} messages in one session")
         yield record
+
+
+def _normalize_usage(source: str, record: dict[str, Any]) -> None:
+    """``meta.usage`` in the one shape of :mod:`.usage_shape`; the tool's own report kept as ``usageRaw``."""
+    meta = record.get("meta")
+    if record.get("type") != "message" or not isinstance(meta, Mapping):
+        return
+    raw, earlier = meta.get("usage"), meta.get("usageRaw")
+    if not isinstance(raw, Mapping):
+        return
+    if isinstance(earlier, Mapping) and raw == normalize_usage(source, earlier, cost=meta.get("cost")):
+        return  # already normalised (a replacement line of a record that left before)
+    usage = normalize_usage(source, raw, cost=meta.get("cost"))
+    if usage is not None:
+        record["meta"] = {**meta, "usage": usage, "usageRaw": raw}
 
 
 def check_record(record: dict[str, Any]) -> dict[str, Any]:
