@@ -104,15 +104,6 @@ def start_turn(
             f"turn {turn_id} already exists ({existing['status']} in session {existing['sessionId']})",
             data={"turnId": turn_id, "status": existing["status"]},
         )
-    running = conn.execute("SELECT id FROM turns WHERE session_id = ? AND status = 'running' LIMIT 1",
-                           (session_id,)).fetchone()
-    if running is not None:
-        # One running turn per session (seed 003 §4.6b: prompts wait behind the active turn; a turn ends
-        # before the next starts): a second start is refused, the running one is named.
-        raise Conflict(
-            f"turn {running[0]} is still running in session {session_id}; end it before starting {turn_id}",
-            data={"sessionId": session_id, "turnId": turn_id, "runningTurnId": running[0]},
-        )
     if provider_id is None or model_id is None:
         row = conn.execute("SELECT provider_id, model_id FROM sessions WHERE id = ?", (session_id,)).fetchone()
         if row is not None:
@@ -126,6 +117,15 @@ def start_turn(
         if earlier["status"] == "running":
             raise Conflict(f"turn {retry_of} is still running; a retry starts after it ended",
                            data={"turnId": retry_of, "status": "running"})
+    running = conn.execute("SELECT id FROM turns WHERE session_id = ? AND status = 'running' LIMIT 1",
+                           (session_id,)).fetchone()
+    if running is not None:
+        # One running turn per session (seed 003 §4.6b: prompts wait behind the active turn; a turn ends
+        # before the next starts): a second start is refused, the running one is named.
+        raise Conflict(
+            f"turn {running[0]} is still running in session {session_id}; end it before starting {turn_id}",
+            data={"sessionId": session_id, "turnId": turn_id, "runningTurnId": running[0]},
+        )
     conn.execute(
         "INSERT INTO turns(id, session_id, status, provider_id, model_id, started_at, retry_of) "
         "VALUES (?, ?, 'running', ?, ?, ?, ?)",
