@@ -94,7 +94,7 @@ class Held:
     ref: Mapping[str, Any]
     """Its MessageRef: id, sessionId, seq, turnId, role, createdAt."""
     streaming: bool = False
-    """This session's line is a streaming reservation (only looked up where it matters)."""
+    """This session's line is a streaming reservation (looked up, like :attr:`content`, only for a repeated id)."""
     content: tuple[Any, Any] | None = None
     """:func:`content_of` its stored line (read only when a request repeats its id); None: not known."""
 
