@@ -232,6 +232,7 @@ class GatewayConnection:
         self._pieces = 0  # encoded replies held by batches not yet complete (all of this connection's)
         self._pieces_freed = trio.Event()
         self.zero_copy_frames = 0
+        self.ignored_notifications = 0  # requests without an id: never run (logged once per connection)
         self._ctx: CallContext | None = None
         self._subs: dict[str, tuple[Subscription, trio.CancelScope]] = {}
         self._scope = trio.CancelScope()
@@ -511,6 +512,21 @@ class GatewayConnection:
                      budget: int | None) -> None:
         if isinstance(item, Invalid):
             sink.put(index, error_for_code(item.id, RpcErrorCode.INVALID_REQUEST, item.reason), ())
+            return
+        if item.is_notification:
+            # A request without an id cannot be answered, so its outcome could never be known: the host
+            # runs none (protocol/README.md section 2: notifications are for events only).
+            self.ignored_notifications += 1
+            if self.ignored_notifications == 1:
+                logger.warning("connection %d: ignored a notification (%s without an id); nothing was done",
+                               self.id, item.method)
+            sink.put(index, None, ())
+            return
+        if isinstance(item.params, list):
+            sink.put(index, error_for_code(
+                item.response_id, RpcErrorCode.INVALID_PARAMS,
+                "params must be an object (named params); positional (array) params are not accepted",
+                {"errors": [{"loc": "", "msg": "params must be an object", "type": "dict_type"}]}), ())
             return
         limit = self._config.max_params_bytes
         if frame_size > limit and _params_size(item.params) > limit:

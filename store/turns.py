@@ -89,7 +89,8 @@ def start_turn(
 
     Starting an id again in the same session while it is still running with
     the same snapshot returns the existing row (a retry); anything else is a
-    CONFLICT. Provider/model default to the session's current binding (the
+    CONFLICT, and so is a new turn while another one of the session is still
+    running (one running turn per session). Provider/model default to the session's current binding (the
     snapshot at run time).
     """
     existing = get_turn(conn, turn_id)
@@ -116,6 +117,15 @@ def start_turn(
         if earlier["status"] == "running":
             raise Conflict(f"turn {retry_of} is still running; a retry starts after it ended",
                            data={"turnId": retry_of, "status": "running"})
+    running = conn.execute("SELECT id FROM turns WHERE session_id = ? AND status = 'running' LIMIT 1",
+                           (session_id,)).fetchone()
+    if running is not None:
+        # One running turn per session (seed 003 §4.6b: prompts wait behind the active turn; a turn ends
+        # before the next starts): a second start is refused, the running one is named.
+        raise Conflict(
+            f"turn {running[0]} is still running in session {session_id}; end it before starting {turn_id}",
+            data={"sessionId": session_id, "turnId": turn_id, "runningTurnId": running[0]},
+        )
     conn.execute(
         "INSERT INTO turns(id, session_id, status, provider_id, model_id, started_at, retry_of) "
         "VALUES (?, ?, 'running', ?, ?, ?, ?)",

@@ -29,6 +29,7 @@ from store.indexing.appends import (
     Refuse,
     Replay,
     Write,
+    content_of,
     gather,
     plan_appends,
 )
@@ -62,7 +63,7 @@ async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> lis
         known = gather(conn, path, sid, requests, pending=pending)
         plan = plan_appends(sid, requests, known, last_seq=last_seq, now_ms=now)
         writes = plan.writes
-        held = {w.record["id"]: Held(sid, w.ref, is_streaming(w.record)) for w in writes}
+        held = {w.record["id"]: Held(sid, w.ref, is_streaming(w.record), content_of(w.record)) for w in writes}
         seqs = {i: w.seq for i, w in enumerate(writes) if not w.replace}
         return plan, Lines([w.line for w in writes], records=[w.record for w in writes], seqs=seqs, held=held,
                            last_seq=plan.last_seq)

@@ -108,6 +108,11 @@ async def save(ctx: SessionContext, p: m.SaveInflightParams, key: ReceiptKey | N
     if status[0] == "aborted" and status[1] == turns.INTERRUPTED:
         raise Conflict(f"turn {turn_id} was interrupted by a host restart; its checkpoints are stale",
                        data={"turnId": turn_id, "status": status[0]})
+    if status[0] != "running":
+        # Only the running turn's reply streams: a checkpoint under an ended turn is stale, and would
+        # replace the running turn's checkpoint (the session's one file).
+        raise Conflict(f"turn {turn_id} already ended ({status[0]}); only a running turn's reply is checkpointed",
+                       data={"turnId": turn_id, "status": status[0]})
     raw = p.message.model_dump(by_alias=True, exclude_unset=True)
     rec = normalize_message(raw, now_ms=ctx.now(), turn_id=turn_id)
     if rec.get("role") != "assistant":

@@ -25,6 +25,8 @@ the id is held by another session (D444)              continue with ``{sessionId
                                                       ``remappedFrom`` = the client's id
 the id is held here (index or earlier in the group)   :class:`Write` ``replace=True``, same seq
 and is streaming, the new one a terminal assistant    (the steering replacement)
+the id is held here, another role or other blocks     :class:`Refuse` ``IDEMPOTENCY_CONFLICT``
+(neither is a streaming snapshot)                     (the id names different content)
 the id is held here otherwise                         :class:`Replay` of the held row,
                                                       ``replayed: true`` (no new line)
 a new id                                              :class:`Write` with the next seq
@@ -40,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from store import receipts
-from store.errors import CorruptData, SessionNotFound, StoreError
+from store.errors import CorruptData, IdempotencyConflict, SessionNotFound, StoreError
 from store.indexing import index
 from store.indexing.group_commit import is_corruption
 from store.indexing.index import IndexRecord, index_messages, message_ref
@@ -62,6 +64,7 @@ __all__ = [
     "AppendPlan",
     "AppendRequest",
     "Held",
+    "content_of",
     "Known",
     "Outcome",
     "Refuse",
@@ -91,7 +94,15 @@ class Held:
     ref: Mapping[str, Any]
     """Its MessageRef: id, sessionId, seq, turnId, role, createdAt."""
     streaming: bool = False
-    """This session's line is a streaming reservation (only looked up where it matters)."""
+    """This session's line is a streaming reservation (looked up, like :attr:`content`, only for a repeated id)."""
+    content: tuple[Any, Any] | None = None
+    """:func:`content_of` its stored line (read only when a request repeats its id); None: not known."""
+
+
+def content_of(record: Mapping[str, Any]) -> tuple[Any, Any]:
+    """What a repeated message id must carry again to be a replay: its role and blocks (not its
+    ``createdAt``, receipt or other meta, which a retry may legitimately fill differently)."""
+    return record.get("role"), record.get("blocks")
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +206,16 @@ def plan_appends(
                 prior_held is not None and prior_held.streaming)
             held_ref = prior_write.ref if prior_write is not None else dict(prior_held.ref)  # type: ignore[union-attr]
             if not (streaming and terminal):
+                stored = prior_write.record if prior_write is not None else None
+                held_content = content_of(stored) if stored is not None else (
+                    prior_held.content if prior_held is not None else None)
+                settled = not streaming and not is_streaming(rec)  # a streaming snapshot's content moves on
+                if settled and held_content is not None and held_content != content_of(rec):
+                    outcomes.append(Refuse(IdempotencyConflict(
+                        f"message {mid} already holds other content (role or blocks) in session {session_id}; "
+                        "a retry must send the same message, a new message needs a new id",
+                        data={"sessionId": session_id, "messageId": mid, "seq": held_ref.get("seq")})))
+                    continue
                 outcomes.append(Replay({"message": dict(held_ref), "replayed": True}))
                 continue
             new_seq, ref, replace = int(held_ref["seq"]), {**held_ref, "role": rec.get("role")}, True
@@ -272,32 +293,21 @@ def gather(
         held.update({mid: h for mid, h in pending.items() if mid in candidates})
         for mid in pending:
             spans.pop(mid, None)
-    wanted = [mid for mid in spans if _may_replace(requests, mid, session_id)]
+    # Every line of this session whose id a request repeats is read (replays only: a new id reads
+    # nothing): whether it is a streaming reservation, and its content to compare with the retry's.
+    wanted = list(spans)
     if wanted:
         for mid, blob in zip(wanted, read_spans(path, [spans[m] for m in wanted]), strict=True):
             try:
-                streaming = is_streaming(loads_line(blob))
+                stored = loads_line(blob)
             except ValueError:
-                streaming = False
+                continue  # unreadable: not a reservation, content unknown (replayed as before)
             old = held[mid]
-            held[mid] = Held(old.session_id, old.ref, streaming)
+            held[mid] = Held(old.session_id, old.ref, is_streaming(stored), content_of(stored))
     turns: set[str] = set()
     for marks, chunk in in_chunks(sorted(turn_ids)):
         turns.update(r[0] for r in conn.execute(f"SELECT id FROM turns WHERE id IN ({marks})", chunk))
     return Known(found, held, frozenset(turns))
-
-
-def _may_replace(requests: Sequence[AppendRequest], held_id: str, session_id: str) -> bool:
-    """Whether some request is a terminal assistant for ``held_id`` (only then is the held line read)."""
-    for req in requests:
-        mid = _client_id(req.message)
-        if mid is None or held_id not in (mid, f"{session_id}:{mid}"):
-            continue
-        meta = req.message.get("meta")
-        streaming = isinstance(meta, Mapping) and meta.get("status") == "streaming"
-        if req.message.get("role") == "assistant" and not streaming:
-            return True
-    return False
 
 
 @dataclass(frozen=True, slots=True)

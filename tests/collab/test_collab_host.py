@@ -137,6 +137,7 @@ async def test_begin_binds_the_actual_turn_and_writes_the_input_with_its_provena
             src, tgt = await session(c, "Lead"), await session(c, "Reviewer")
             d = (await deliver(c, src, tgt))["delivery"]
             await start(c, tgt, "t-other")
+            await end(c, tgt, "t-other")  # one running turn per session
             await start(c, tgt, "t1")
             began = await begin(c, tgt, d["id"], "t1")
             assert began["delivery"]["status"] == "running" and began["delivery"]["turnId"] == "t1"
@@ -153,7 +154,6 @@ async def test_begin_binds_the_actual_turn_and_writes_the_input_with_its_provena
             assert row["meta"]["sessionMessage"] == row["sessionMessage"]
             second = (await deliver(c, src, tgt, "k2"))["delivery"]
             assert (await rpc_error(begin(c, tgt, second["id"], "t1"))).data_code == "CONFLICT"  # t1 is taken
-            await end(c, tgt, "t-other")
             assert (await rpc_error(begin(c, tgt, second["id"], "t-other"))).data_code == "CONFLICT"  # ended
             assert (await rpc_error(begin(c, src, second["id"], "t1"))).data_code == "NOT_FOUND"  # not its target
 
@@ -196,6 +196,7 @@ async def test_no_callback_without_the_flag_or_for_a_deleted_sender(tmp_path: Pa
             await start(c, tgt, "t1")
             await begin(c, tgt, quiet["id"], "t1")
             assert "callback" not in await settle(c, tgt, quiet["id"], "t1")
+            await end(c, tgt, "t1")  # one running turn per session
             await start(c, tgt, "t2")
             await begin(c, tgt, loud["id"], "t2")
             await c.call("session.delete", {"sessionId": src})

@@ -20,12 +20,13 @@ async def test_call_batch_notify_and_errors(harness: Harness) -> None:
             with pytest.raises(RpcError) as info:
                 await client.call("fail.busy")
             assert (info.value.code, info.value.data_code, info.value.retriable) == (-32004, "BUSY", True)
-            results = await client.batch([("echo", [1]), ("nope", None), ("echo", [3])])
-            assert results[0] == [1] and results[2] == [3]
+            results = await client.batch([("echo", {"n": 1}), ("nope", None), ("echo", {"n": 3})])
+            assert results[0] == {"n": 1} and results[2] == {"n": 3}
             assert isinstance(results[1], RpcError) and results[1].code == -32601
             await client.notify("echo", {"note": True})
-            assert await client.call("echo", ["done"]) == ["done"]
-    assert {"note": True} in harness.dispatcher.enqueued
+            assert await client.call("echo", {"done": True}) == {"done": True}
+    assert {"note": True} not in harness.dispatcher.enqueued  # a notification runs nothing (issue 25)
+    assert {"done": True} in harness.dispatcher.enqueued
     assert {c.client_id for c in harness.dispatcher.contexts} == {"cli-1"}
 
 

@@ -128,8 +128,8 @@ async def test_second_hello_is_refused_but_connection_stays(harness: Harness) ->
             await hello(ws)
             await ws.send_message(hello_frame(request_id=2))
             assert (await recv(ws))["error"]["data"]["code"] == "ALREADY_AUTHENTICATED"
-            await ws.send_message(frame({"jsonrpc": "2.0", "id": 3, "method": "echo", "params": [1]}))
-            assert (await recv(ws))["result"] == [1]
+            await ws.send_message(frame({"jsonrpc": "2.0", "id": 3, "method": "echo", "params": {"n": 1}}))
+            assert (await recv(ws))["result"] == {"n": 1}
 
 
 async def test_authenticated_connection_cap_refuses_the_hello(nursery: trio.Nursery) -> None:

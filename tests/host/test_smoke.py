@@ -23,7 +23,7 @@ async def test_create_append_get(tmp_path):
             got = await c.call("session.get", {"sessionId": sid, "messageLimit": 3})
             assert [m["id"] for m in got["messages"]] == ["m2", "m3", "m4"]
             assert got["messageStart"] == 2 and got["hasMoreBefore"] is True and got["totalMessages"] == 5
-            again = await c.call("session.appendMessage", {"sessionId": sid, "message": msg("m1", "other")})
+            again = await c.call("session.appendMessage", {"sessionId": sid, "message": msg("m1", "text 1")})
             assert again["replayed"] is True and again["message"]["seq"] == 2
 
 

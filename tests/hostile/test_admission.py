@@ -215,10 +215,10 @@ async def test_request_rate_is_bounded_per_connection(nursery: trio.Nursery) -> 
             await hello(other)
             start = trio.current_time()
             for i in range(80):
-                await flood.send_message(frame({"jsonrpc": "2.0", "id": i, "method": "echo", "params": [i]}))
+                await flood.send_message(frame({"jsonrpc": "2.0", "id": i, "method": "echo", "params": {"i": i}}))
             await trio.sleep(0.5)
             t0 = trio.current_time()
-            await other.send_message(frame({"jsonrpc": "2.0", "id": "x", "method": "echo", "params": ["x"]}))
+            await other.send_message(frame({"jsonrpc": "2.0", "id": "x", "method": "echo", "params": {"v": "x"}}))
             assert orjson.loads(await other.get_message())["id"] == "x"
             other_latency = trio.current_time() - t0
             ids = [orjson.loads(await flood.get_message())["id"] for _ in range(80)]

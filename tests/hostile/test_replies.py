@@ -51,9 +51,9 @@ async def test_each_reply_is_encoded_once_and_sent_as_it_is(nursery: trio.Nurser
     with trio.fail_after(10):
         async with connect(h.url) as ws:
             await hello(ws)
-            await ws.send_message(frame({"jsonrpc": "2.0", "id": 1, "method": "echo", "params": ["é" * 70000]}))
-            assert (await recv(ws))["result"] == ["é" * 70000]
-            batch = [{"jsonrpc": "2.0", "id": i, "method": "echo", "params": [i, "x" * i]} for i in range(50)]
+            await ws.send_message(frame({"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"v": "é" * 70000}}))
+            assert (await recv(ws))["result"] == {"v": "é" * 70000}
+            batch = [{"jsonrpc": "2.0", "id": i, "method": "echo", "params": {"i": i, "x": "x" * i}} for i in range(50)]
             await ws.send_message(frame(batch))
             answers = await recv(ws)
             assert sorted(a["id"] for a in answers) == list(range(50))
@@ -71,12 +71,12 @@ async def test_a_reply_over_the_reply_cap_is_payload_too_large(nursery: trio.Nur
     with trio.fail_after(10):
         async with connect(h.url) as ws:
             await hello(ws)
-            await ws.send_message(frame({"jsonrpc": "2.0", "id": 7, "method": "echo", "params": ["z" * 200_000]}))
+            await ws.send_message(frame({"jsonrpc": "2.0", "id": 7, "method": "echo", "params": {"v": "z" * 200_000}}))
             answer = await recv(ws)
             assert answer["id"] == 7 and answer["error"]["data"]["code"] == "PAYLOAD_TOO_LARGE"
             assert answer["error"]["data"]["limit"] == 100_000
-            await ws.send_message(frame({"jsonrpc": "2.0", "id": 8, "method": "echo", "params": ["ok"]}))
-            assert (await recv(ws))["result"] == ["ok"]
+            await ws.send_message(frame({"jsonrpc": "2.0", "id": 8, "method": "echo", "params": {"v": "ok"}}))
+            assert (await recv(ws))["result"] == {"v": "ok"}
     assert h.gateway.statistics().oversized_replies == 1
 
 
@@ -87,7 +87,7 @@ async def test_batch_replies_are_answered_within_the_batch_budget(nursery: trio.
     with trio.fail_after(10):
         async with connect(h.url) as ws:
             await hello(ws)
-            batch = [{"jsonrpc": "2.0", "id": i, "method": "echo", "params": ["q" * 50_000]} for i in range(20)]
+            batch = [{"jsonrpc": "2.0", "id": i, "method": "echo", "params": {"v": "q" * 50_000}} for i in range(20)]
             await ws.send_message(frame(batch))
             raw = await ws.get_message()
             assert len(raw) <= 300_000
@@ -186,9 +186,9 @@ async def test_a_peer_that_reads_nothing_is_closed_by_time_under_the_byte_bound(
             start = trio.current_time()
             while h.gateway.statistics().slow_consumer_closes == 0:
                 assert trio.current_time() - start < 15, "never closed"
-                await ok.send_message(frame({"jsonrpc": "2.0", "id": "ok", "method": "echo", "params": [1]}))
-                assert (await recv(ok))["result"] == [1]
+                await ok.send_message(frame({"jsonrpc": "2.0", "id": "ok", "method": "echo", "params": {"v": 1}}))
+                assert (await recv(ok))["result"] == {"v": 1}
                 await trio.sleep(0.2)
             assert h.gateway.statistics().peak_outbound_bytes < h.config.max_outbound_bytes
-            await ok.send_message(frame({"jsonrpc": "2.0", "id": "after", "method": "echo", "params": [2]}))
-            assert (await recv(ok))["result"] == [2]
+            await ok.send_message(frame({"jsonrpc": "2.0", "id": "after", "method": "echo", "params": {"v": 2}}))
+            assert (await recv(ok))["result"] == {"v": 2}

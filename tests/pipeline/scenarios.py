@@ -235,8 +235,7 @@ async def with_execution(c: HostClient, root: Path) -> Vars:
     v = await with_plan(c, root)
     approved = await c.call("plans.respond", {"requestId": v["request"], "action": "approve"})
     v["execution"] = approved["approval"]["executionId"]
-    for tid in ("t2", "t3"):
-        await c.call("session.startTurn", {"sessionId": v["sid"], "turnId": tid})
+    await c.call("session.startTurn", {"sessionId": v["sid"], "turnId": "t2"})  # one running turn per session
     return v
 
 
@@ -259,8 +258,7 @@ async def with_delivery(c: HostClient, root: Path) -> Vars:
     v = await with_two_sessions(c, root)
     v["delivery"] = (await c.call("collab.deliver", deliver_params(v)))["delivery"]["id"]
     v["delivery2"] = (await c.call("collab.deliver", deliver_params(v, "k2", "and this")))["delivery"]["id"]
-    for tid in ("t1", "t2"):
-        await c.call("session.startTurn", {"sessionId": v["sid"], "turnId": tid})
+    await c.call("session.startTurn", {"sessionId": v["sid"], "turnId": "t1"})  # one running turn per session
     return v
 
 

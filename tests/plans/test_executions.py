@@ -64,7 +64,6 @@ async def test_an_execution_moves_queued_running_completed_bound_to_its_turn(tmp
             assert started["approval"]["executionTurnId"] == "t1" and started["session"]["state"] == "running"
             assert (await next_event(c, "plan.execution")).data["approval"]["executionState"] == "running"
             assert (await next_event(c, "session.updated")).data["session"]["state"] == "running"
-            await start(c, sid, "t2")
             err = await rpc_error(c.call("plans.finishExecution", {"sessionId": sid, "executionId": execution,
                                                                    "turnId": "t2", "outcome": "completed"}))
             assert err.data_code == "CONFLICT" and err.data["turnId"] == "t1"  # only its own turn ends it
@@ -111,7 +110,7 @@ async def test_an_execution_needs_its_queued_state_and_a_running_turn(tmp_path: 
                                                                     "turnId": "t1"}))).data_code == "NOT_FOUND"
             await start(c, sid, "t2")
             await c.call("plans.startExecution", {"sessionId": sid, "executionId": execution, "turnId": "t2"})
-            await start(c, sid, "t3")
+            assert (await rpc_error(start(c, sid, "t3"))).data["runningTurnId"] == "t2"  # one running turn
             err = await rpc_error(c.call("plans.startExecution", {"sessionId": sid, "executionId": execution,
                                                                   "turnId": "t3"}))
             assert err.data_code == "CONFLICT" and err.data["executionState"] == "running"

@@ -109,8 +109,24 @@ def test_a_late_partial_or_a_non_assistant_never_overwrites_a_reservation(late: 
 
 
 def test_the_same_id_twice_in_a_group_is_written_once() -> None:
-    first, second = plan(AppendRequest(message("m1")), AppendRequest(message("m1", "again")))
+    first, second = plan(AppendRequest(message("m1")), AppendRequest(message("m1")))
     assert isinstance(first, Write) and second == Replay({"message": first.ref, "replayed": True})
+
+
+def test_the_same_id_with_other_content_is_an_idempotency_conflict() -> None:
+    """Issue 25 ("Wire and docs"): the same message id with different content answered ``replayed: true``.
+    Within a group, and against a held row whose stored content is known: IDEMPOTENCY_CONFLICT."""
+    first, second = plan(AppendRequest(message("m1")), AppendRequest(message("m1", "again")))
+    assert isinstance(first, Write) and isinstance(second, Refuse)
+    assert isinstance(second.error, IdempotencyConflict) and second.error.data["messageId"] == "m1"
+    held = Held(SID, ref("m1", 2), content=("user", [{"type": "text", "text": "x"}]))
+    same, other_text, other_role = plan(AppendRequest(message("m1")), AppendRequest(message("m1", "y")),
+                                        AppendRequest(message("m1", role="assistant")),
+                                        known=Known(held={"m1": held}))
+    assert same == Replay({"message": ref("m1", 2), "replayed": True})
+    assert isinstance(other_text, Refuse) and isinstance(other_role, Refuse)
+    [unknown] = plan(AppendRequest(message("m1", "y")), known=Known(held={"m1": Held(SID, ref("m1", 2))}))
+    assert isinstance(unknown, Replay)  # stored content not known (an unreadable line): replayed as before
 
 
 def test_streaming_then_terminal_in_one_group_replaces_within_the_group() -> None:

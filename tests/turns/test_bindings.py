@@ -14,7 +14,7 @@ from store.bindings import EnvironmentDrift
 from store.snapshots import prepare_snapshot, store_snapshot
 from tests.dbkit import NOW, conn  # noqa: F401 - the conn fixture
 from tests.hostkit import client_for, inprocess_host
-from tests.turns.turnkit import rpc_error, start
+from tests.turns.turnkit import end, rpc_error, start
 
 
 def _env(**extra: Any) -> dict[str, Any]:
@@ -81,12 +81,14 @@ async def test_recovery_check_on_a_host(tmp_path: Path) -> None:
             await c.call("secrets.delete", {"ref": "prov-key"})
             err = await rpc_error(c.call("session.verifyEnvironment", {"sessionId": sid, "turnId": "t1"}))
             assert [d["field"] for d in err.data["drift"]] == ["credentialRefs[0]"]
+            await end(c, sid, "t1")  # one running turn per session
             await start(c, sid, "t2")
             err = await rpc_error(c.call("session.verifyEnvironment", {"sessionId": sid, "turnId": "t2"}))
             assert err.data_code == "NOT_FOUND"  # no snapshot to recover from
             # the provider's connection, through providers.*
             await c.call("providers.create", {"id": "openrouter", "name": "OpenRouter",
                                               "baseUrl": "https://openrouter.ai/api/v1"})
+            await end(c, sid, "t2")
             await start(c, sid, "t3", environment={"version": 1, "connection": {
                 "providerId": "openrouter", "baseUrl": "https://openrouter.ai/api/v1"}})
             await c.call("session.verifyEnvironment", {"sessionId": sid, "turnId": "t3"})

@@ -231,9 +231,12 @@ async def test_duplicate_terminal_snapshot_cannot_overwrite_settled_result(tmp_p
                                                    "message": assistant("a1", "partial", "streaming")})
             await c.call("session.appendMessage",
                          {"sessionId": sid, "message": assistant("a1", "settled", "completed")})
-            dup = await c.call("session.appendMessage", {"sessionId": sid,
-                                                         "message": assistant("a1", "another ending", "completed")})
-            assert dup["replayed"] is True
+            dup = await rpc_error(c.call("session.appendMessage", {
+                "sessionId": sid, "message": assistant("a1", "another ending", "completed")}))
+            assert dup.data_code == "IDEMPOTENCY_CONFLICT"  # other content under a settled id (issue 25)
+            same = await c.call("session.appendMessage",
+                                {"sessionId": sid, "message": assistant("a1", "settled", "completed")})
+            assert same["replayed"] is True
             got = await c.call("session.get", {"sessionId": sid})
             assert got["messages"][1]["blocks"][0]["text"] == "settled"
             await index_caught_up(host)

@@ -206,6 +206,7 @@ async def test_recover_inflight_refuses_another_turns_checkpoint(tmp_path: Path)
         async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c:
             sid = await setup(c)
             await save(c, sid, "t1", assistant("a1", "reply"))
+            await end(c, sid, "t1", "aborted")  # its checkpoint stays (one running turn per session)
             await start(c, sid, "t2")
             err = await rpc_error(c.call("session.recoverInflight", {"sessionId": sid, "turnId": "t2"}))
             assert err.data_code == "CONFLICT" and err.data["turnId"] == "t1"

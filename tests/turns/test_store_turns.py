@@ -51,6 +51,10 @@ def test_start_turn_snapshots_session_binding_and_is_retry_safe(conn):
     assert not created and again == turn
     with pytest.raises(Conflict):
         start(conn, "t1", snapshot=prepare_snapshot({"version": 1}))  # different snapshot
+    with pytest.raises(Conflict) as second:
+        start(conn, "t2")  # one running turn per session (issue 25)
+    assert second.value.data["runningTurnId"] == "t1"
+    end(conn, "t1")
     explicit, _ = start(conn, "t2", provider="p2", model="m2")
     assert (explicit["providerId"], explicit["modelId"]) == ("p2", "m2")
 
@@ -75,11 +79,12 @@ def test_end_turn_usage_rollup_and_settled_rules(conn):
 
 
 def test_notification_kinds_and_at_most_one_per_turn(conn):
-    for tid in ("t1", "t2", "t3"):
-        start(conn, tid)
+    start(conn, "t1")
     assert end(conn, "t1").notification["kind"] == "task.completed"
+    start(conn, "t2")
     failed = end(conn, "t2", "error", error_code="E").notification
     assert failed["kind"] == "task.failed" and failed["errorCode"] == "E" and failed["sessionTitle"] == "Title"
+    start(conn, "t3")
     assert end(conn, "t3", "aborted").notification is None
     # even a direct second insert for the same turn is refused by UNIQUE(turn_id)
     assert notifications.insert_for_turn(conn, session_id="s1", turn_id="t1", kind="task.completed",

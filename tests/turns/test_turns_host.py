@@ -66,6 +66,7 @@ async def test_environment_snapshot_round_trip_with_digest(tmp_path):
             assert back["snapshot"]["parameters"] == {"temperature": 0.2, "stop": None}
             assert back["snapshot"]["credentialRefs"] == ["secret:prov1"]
             assert back["snapshot"]["systemPrompt"] == "be brief"
+            await end(c, sid, "t1")
             await start(c, sid, "t2")
             err = await rpc_error(c.call("session.turnEnvironment", {"turnId": "t2"}))
             assert err.data_code == "NOT_FOUND"
@@ -96,18 +97,20 @@ async def test_end_turn_notifications_once_per_turn_none_for_aborted(tmp_path):
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             sid = await new_session(c, "My task")
-            for tid in ("t1", "t2", "t3", "t4"):
-                await start(c, sid, tid)
+            await start(c, sid, "t1")
             done = await end(c, sid, "t1")
             note = done["notification"]
             assert note["kind"] == "task.completed" and note["sessionTitle"] == "My task" and note["turnId"] == "t1"
             again = await end(c, sid, "t1")
             assert "notification" not in again and again["turn"]["status"] == "completed"
+            await start(c, sid, "t2")
             failed = await end(c, sid, "t2", "error", errorCode="PROVIDER_DOWN")
             assert failed["notification"]["kind"] == "task.failed"
             assert failed["notification"]["errorCode"] == "PROVIDER_DOWN"
+            await start(c, sid, "t3")
             aborted = await end(c, sid, "t3", "aborted")
             assert "notification" not in aborted and aborted["turn"]["status"] == "aborted"
+            await start(c, sid, "t4")
             quiet = await end(c, sid, "t4", createNotification=False)
             assert "notification" not in quiet
             # a different terminal status for a settled turn is a stale update
