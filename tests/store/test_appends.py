@@ -10,7 +10,17 @@ import pytest
 from store import receipts
 from store.errors import IdempotencyConflict
 from store.indexing import index
-from store.indexing.appends import AppendRequest, Held, Known, Refuse, Replay, Write, gather, plan_appends
+from store.indexing.appends import (
+    AppendRequest,
+    Held,
+    Known,
+    Refuse,
+    Replay,
+    Write,
+    content_of,
+    gather,
+    plan_appends,
+)
 from store.indexing.database import open_writer
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey
@@ -127,6 +137,19 @@ def test_the_same_id_with_other_content_is_an_idempotency_conflict() -> None:
     assert isinstance(other_text, Refuse) and isinstance(other_role, Refuse)
     [unknown] = plan(AppendRequest(message("m1", "y")), known=Known(held={"m1": Held(SID, ref("m1", 2))}))
     assert isinstance(unknown, Replay)  # stored content not known (an unreadable line): replayed as before
+
+
+def test_a_retry_of_a_reply_promoted_from_its_checkpoint_is_a_replay() -> None:
+    """A power cut promoted a streaming reply from its in-flight checkpoint (``meta.recoveredFrom``);
+    the sidecar's identical retry of the final append carries more text under the same id. It is a
+    replay, not IDEMPOTENCY_CONFLICT (the powercut chaos run flagged "IDEMPOTENCY_CONFLICT on
+    identical retries")."""
+    promoted = message("a1", "what had streamed", "assistant")
+    promoted["meta"] = {"status": "aborted", "interrupted": True, "recoveredFrom": "inflight"}
+    held = Held(SID, ref("a1", 2), content=content_of(promoted))
+    [out] = plan(AppendRequest(message("a1", "what had streamed and the rest", "assistant")),
+                 known=Known(held={"a1": held}))
+    assert out == Replay({"message": ref("a1", 2), "replayed": True})
 
 
 def test_streaming_then_terminal_in_one_group_replaces_within_the_group() -> None:
