@@ -60,6 +60,8 @@ CASES: dict[str, tuple[tuple[str, ...], Count | None]] = {
                       "plans.submit.after_commit"), None),
     "attachments.importFile": (("attachments.import.before_fsync", "attachments.importFile.before_commit",
                                 "attachments.importFile.after_commit"), None),
+    "review.record": (("review.record.before_commit", "review.record.after_commit"), None),
+    "review.restore": (("review.restore.before_commit", "review.restore.after_commit"), None),
     "session.appendMessage": (("append.after_write", "append.after_fsync", "index.before_commit",
                                "index.after_commit"), None),
     "import.sessions": (("import.after_link", "index.before_commit", "import.sessions.before_commit",
@@ -93,7 +95,8 @@ def _stop(proc: HostProcess) -> None:
 
 
 # The session rows of these scenarios hold absolute paths (a project root): set up in place.
-IN_PLACE = {"plans.submit", "attachments.importFile"}  # their session rows hold the absolute project path
+# their session rows (and review snapshots' meta.json) hold the absolute project path
+IN_PLACE = {"plans.submit", "attachments.importFile", "review.record", "review.restore"}
 # A running turn does not outlive its host (the boot fence ends it): these are set up in the host that
 # then dies at the point (their setups write no transcript line, so the point's first hit is the call's).
 IN_CRASHING_HOST = {"approvals.respond", "interactions.respond", "collab.begin", "session.recoverInflight"}
