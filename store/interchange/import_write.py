@@ -87,12 +87,14 @@ __all__ = [
     "upsert_origin",
 ]
 
-IMPORT_RULES = 3
+IMPORT_RULES = 4
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
 messages that are on the branch. 3 = usage in one shape with the raw report beside it, one turn row
-per response with usage (counted by ``usage.*``), Claude Code subagent rows at their time position."""
+per response with usage (counted by ``usage.*``), Claude Code subagent rows at their time position.
+4 = Codex: one assistant message per model response (a reply after the previous response's usage report
+starts a new one), ``<subagent_notification>`` items are system notices (found by ``scripts/fidelity``)."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

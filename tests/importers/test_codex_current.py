@@ -176,3 +176,39 @@ def test_real_rollouts_import_exactly_codex_own_token_totals(name: str, tmp_path
         for k in sums:
             sums[k] += int(got.get(k, 0))
     assert sums == {k: total[k] for k in sums}
+
+
+def say(text: str, msg_id: str) -> dict[str, Any]:
+    return line("response_item", {"type": "message", "role": "assistant", "id": msg_id,
+                                  "content": [{"type": "output_text", "text": text, "annotations": []}]})
+
+
+def test_two_responses_of_two_turns_stay_two_messages_each_with_its_usage(tmp_path: Path) -> None:
+    """Reproduces (scripts/fidelity on the recorded codex 0.171.0 compaction rollout): an assistant reply, its
+    ``token_usage_record``, then the next turn's first response (here the automatic compaction's summary
+    reply, after only ``event_msg`` lines) was merged into the previous reply's message: its text took the
+    earlier timestamp and its usage replaced the earlier response's (host totals short by one response)."""
+    turn_two = [line("event_msg", {"type": "task_complete", "turn_id": "t1"}),
+                line("event_msg", {"type": "task_started", "turn_id": "t2"}),
+                {**say("Checkpoint summary: teal.", "m2"), "timestamp": "2026-09-01T10:00:05.000Z"},
+                usage_record("r2", 300, 7)]
+    records, _ = parse(tmp_path, [*head(), say("Noted: teal.", "m1"), usage_record("r1", 100, 5), *turn_two])
+    replies = [r for r in records if r.get("role") == "assistant"]
+    assert [[b["text"] for b in r["blocks"]] for r in replies] == [["Noted: teal."], ["Checkpoint summary: teal."]]
+    assert [r["createdAt"] for r in replies] == ["2026-09-01T10:00:00.000Z", "2026-09-01T10:00:05.000Z"]
+    assert [r["meta"]["responseId"] for r in replies] == ["r1", "r2"]
+    assert [r["meta"]["usage"]["input"] for r in replies] == [100, 300]
+
+
+def test_a_subagent_notification_is_not_the_users_own_words(tmp_path: Path) -> None:
+    """Reproduces (scripts/fidelity on the recorded codex 0.171.0 subagent rollout): Codex injects a finished
+    subagent's result as a ``user`` item ``<subagent_notification>...``; it was imported as a user message,
+    shown as if the user had typed it (it has no ``item_completed`` ``UserMessage``, unlike typed text)."""
+    note = line("response_item", {"type": "message", "role": "user", "content": [{"type": "input_text", "text": (
+        '<subagent_notification>\n{"agent_path":"019f-child","status":{"completed":"done"}}\n'
+        "</subagent_notification>")}]})
+    records, _ = parse(tmp_path, [*head(), note])
+    users = [r["blocks"][0]["text"] for r in records if r.get("role") == "user"]
+    assert users == ["list the files"]
+    (notice,) = [r for r in records if "subagent_notification" in r["blocks"][0].get("text", "")]
+    assert notice["role"] == "system" and notice["meta"]["importedKind"] == "codex/user"

@@ -8,11 +8,11 @@ What becomes what:
 
 * ``message`` items: ``user`` → user, ``assistant`` → assistant (``phase``
   kept in meta), ``developer``/``system`` and the harness-injected user items
-  (``<environment_context>``, AGENTS.md instructions) → ``system`` notices;
+  (``<environment_context>``, AGENTS.md instructions, ``<subagent_notification>``) → ``system`` notices;
 * ``reasoning`` → a ``thinking`` block (summary text) with
   ``encrypted_content`` as bounded replay state; reasoning, assistant text and
   ``web_search_call`` (a ``hostedSearch`` block) of one model response form
-  one assistant message;
+  one assistant message (a response ends at its usage report or a tool output);
 * ``function_call`` / ``custom_tool_call`` / ``local_shell_call`` /
   ``tool_search_call`` → a ``tool`` message completed by the matching
   ``*_output`` item (``call_id``); a shell output whose metadata reports a
@@ -85,7 +85,9 @@ CALL_TYPES = {"function_call": "function", "custom_tool_call": "custom", "local_
 OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output", "tool_search_output",
                           "local_shell_call_output"})
 CONTEXT_PREFIXES = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions", "<INSTRUCTIONS>",
-                    "<permissions instructions>")
+                    "<permissions instructions>", "<subagent_notification>")
+"""Harness-injected ``user`` items: system notices, never the user's words (``<subagent_notification>``:
+a spawned agent's result, injected into its parent thread when it finishes)."""
 TEXT_TYPES = frozenset({"input_text", "output_text", "text", "refusal"})
 _UUID_TAIL = re.compile(r"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$")
 _DATA_URL = re.compile(r"^data:([\w.+/-]{1,100});base64,", re.ASCII)
@@ -192,7 +194,9 @@ class _Converter:
             self.group = None
 
     def group_slot(self, msg_id: str, ts: int | None, length: int) -> Slot:
-        if self.group is not None and self.group_saw_output:
+        # a tool output, or the usage report that ends the group's response (the next item is another
+        # response's, even with only event_msg lines between, as before a compaction's summary reply)
+        if self.group is not None and (self.group_saw_output or self.resp_usage is not None):
             self.close_group()
         if self.group is None:
             meta: dict[str, Any] = {}
