@@ -85,6 +85,8 @@ def test_the_recordings_hold_what_their_scenarios_claim(tool: str, folder: Path)
         assert any(i.kind == "result" and i.attrs["error"] for i in items)
     if "subagent" in scenarios and tool == "claude-code":
         assert any(i.sub for i in items)  # subagent rows, attributed to the Agent call that started them
+    if "compact" in scenarios:
+        assert "compaction" in kinds
     if "resume" in scenarios:
         (resumed,) = [f for f in man["files"] if "resume" in f["scenarios"]]
         assert resumed["role"] == "session"
@@ -105,9 +107,10 @@ def test_the_comparison_sees_a_lost_and_a_distorted_item(tool: str, folder: Path
         for rec in parse(unit, ParseContext()).records:
             last[rec["id"]] = rec
         served = [r for r in last.values() if r.get("type") == "message"]
+        compactions = [r for r in last.values() if r.get("type") == "compaction"]
         source = reader.read_session(list(unit.files))
         exact = Result()
-        compare("s", source, served, None, exact)
+        compare("s", source, served, None, exact, compactions)
         assert exact.ok, [d.detail for d in exact.diffs]
         tools = [i for i, r in enumerate(served) if r.get("role") == "tool" and "status" in r["blocks"][0]]
         if not tools:
@@ -118,7 +121,7 @@ def test_the_comparison_sees_a_lost_and_a_distorted_item(tool: str, folder: Path
         users = [i for i, r in enumerate(broken) if r.get("role") == "user"]
         del broken[users[0]]
         res = Result()
-        compare("s", source, broken, None, res)
+        compare("s", source, broken, None, res, compactions)
         assert res.count("lost") >= 1 and res.count("distorted") >= 1, [d.detail for d in res.diffs]
         flipped_any = True
     assert flipped_any
