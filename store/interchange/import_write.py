@@ -94,7 +94,8 @@ source's visibility converges on its current branch (issue 23); an older import 
 messages that are on the branch. 3 = usage in one shape with the raw report beside it, one turn row
 per response with usage (counted by ``usage.*``), Claude Code subagent rows at their time position.
 4 = Codex: one assistant message per model response (a reply after the previous response's usage report
-starts a new one), ``<subagent_notification>`` items are system notices (found by ``scripts/fidelity``)."""
+starts a new one), ``<subagent_notification>`` items are system notices; Claude Code: a ``<task-notification>``
+user line (``origin.kind``) is a system notice (found by ``scripts/fidelity``)."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""
@@ -604,6 +605,7 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
             index.index_messages(conn, sid, msgs, indexed_len=end, file_epoch=staged.epoch, now_ms=now_ms,
                                  touch=False, audit_effects=False)
             model = _record_usage(conn, sid, msgs) or model
+            _record_compaction_usage(conn, sid, comps)
             index.index_compactions(conn, sid, comps, now_ms)
             for mid, flag in tombs:
                 index.set_deleted(conn, sid, mid, flag)
@@ -648,6 +650,22 @@ def _record_usage(conn: sqlite3.Connection, sid: str,
                                     model_id=model_id if isinstance(model_id, str) else None, usage=usage,
                                     at_ms=max(0, rfc3339_to_ms(str(rec.get("createdAt")), 0)))
     return model
+
+
+def _record_compaction_usage(conn: sqlite3.Connection, sid: str, comps: Sequence[index.CompactionRecord]) -> None:
+    """A turn row per imported checkpoint whose request's usage the source recorded (``details.usage``,
+    raw beside it: Claude Code's ``cost-state`` growth across a compaction), as for a response."""
+    for comp in comps:
+        rec = comp.record
+        details = rec.get("details")
+        if not isinstance(details, Mapping) or "usageRaw" not in details or not isinstance(details.get("usage"),
+                                                                                            Mapping):
+            continue
+        provider_id, model_id = details.get("providerId"), details.get("modelId")
+        turns.record_imported_usage(conn, session_id=sid, turn_id=str(rec["id"]),
+                                    provider_id=provider_id if isinstance(provider_id, str) else None,
+                                    model_id=model_id if isinstance(model_id, str) else None, usage=details["usage"],
+                                    at_ms=max(0, rfc3339_to_ms(str(rec.get("createdAt")), 0)))
 
 
 def write_origin(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) -> None:

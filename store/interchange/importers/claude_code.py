@@ -12,8 +12,9 @@ One JSON object per line. What becomes what:
   ``thinking`` keeps its ``signature`` (and ``redacted_thinking`` its data) as
   replay state; it never reaches the search text (records.extract_text).
   Images become attachment blocks whose bytes go to the blob sink.
-  ``isMeta`` user lines (caveats, reminders injected by the harness) become
-  ``system`` notices.
+  ``isMeta`` user lines (caveats, reminders injected by the harness) and user
+  lines whose ``origin.kind`` is the harness's (``task-notification``: a
+  background agent finished) become ``system`` notices.
 * usage: each API response's ``usage`` (repeated on every line of the response)
   goes once on the first record the response produced, a tool record when it
   only called tools; :func:`.common.finalize` puts it in the one shape of
@@ -21,8 +22,10 @@ One JSON object per line. What becomes what:
 * ``system``/``compact_boundary`` followed by the ``isCompactSummary`` user
   line becomes one compaction checkpoint (``throughMessageId`` = the last
   message before the boundary; the summary is the checkpoint text, not a
-  message). Other ``system`` lines with a text ``content`` become ``system``
-  notices; the rest are counted as skipped.
+  message). The compaction request's usage, in no message, is the growth of
+  the ``cost-state`` totals (2.1.3xx) across it: ``details.usage``. Other
+  ``system`` lines with a text ``content`` become ``system`` notices; the
+  rest are counted as skipped.
 * Subagent rows are attributed (seed 003 §4.7a): lines of a
   ``subagents/agent-<id>.jsonl`` file and ``progress``/``agent_progress``
   lines (the subagent's messages embedded in the parent, with
@@ -32,8 +35,9 @@ One JSON object per line. What becomes what:
   (``isSidechain`` with ``parentUuid: null`` roots) are matched to the ``Task``
   call whose ``prompt`` equals the root's text.
 * ``summary`` / ``custom-title`` / ``ai-title`` lines name the session;
-  snapshots, hook progress, queue operations and the other bookkeeping lines
-  are counted as skipped; unknown types are counted as unknown.
+  snapshots, hook progress, queue operations, the request and cost records of
+  2.1.3xx (``api-request*``, ``cost-state``, ``tools-used``) and the other
+  bookkeeping lines are counted as skipped; unknown types are counted as unknown.
 * The ``parentUuid`` chain is checked in bounded memory: roots and dangling
   parents (a parent that never appears, e.g. a subagent file whose first
   lines point into its parent session) are reported per file. Lines of one
@@ -79,13 +83,23 @@ from store.interchange.importers.common import (
     text_block,
     to_ms,
 )
+from store.interchange.importers.usage_shape import normalize_usage
 
 SOURCE = "claude-code"
 SKIPPED_TYPES = frozenset({
     "file-history-snapshot", "queue-operation", "last-prompt", "attachment", "permission-mode", "mode",
     "agent-name", "pr-link", "frame-link", "worktree-state", "relocated", "bridge-session", "started", "result",
     "atis-latch", "agent-setting", "tag",
+    # Claude Code 2.1.3xx: the requests it sent (shape, blobs, params), the run's cost and tools used
+    "api-request", "api-request-blob", "api-request-shape", "cost-state", "tools-used",
 })
+COST_KEYS = {"inputTokens": "input_tokens", "outputTokens": "output_tokens",
+             "cacheReadInputTokens": "cache_read_input_tokens",
+             "cacheCreationInputTokens": "cache_creation_input_tokens"}
+"""``cost-state`` ``modelUsage`` figures → the Anthropic ``usage`` keys of a response."""
+HARNESS_ORIGINS = frozenset({"task-notification"})
+"""``origin.kind`` of ``user`` lines the harness writes (a finished background agent's
+``<task-notification>``): system notices, never the user's words."""
 KNOWN_TYPES = frozenset({"user", "assistant", "system", "summary", "progress", "custom-title", "ai-title",
                          *SKIPPED_TYPES})
 DENIED_PREFIX = "The user doesn't want to proceed"
@@ -269,6 +283,13 @@ class _FileConverter:
         self.sidechains: dict[str, tuple[str | None, str]] = {}
         self.usage_owner: tuple[object, Slot] | None = None
         """The API response whose usage was credited last and the record holding it."""
+        self.cost_seen: dict[str, int] | None = None
+        """The last ``cost-state`` line's token totals (cumulative over the session, raw Anthropic keys)."""
+        self.uncosted: dict[object, dict[str, int]] = {}
+        """Usage of the API responses seen since that line (per ``message.id``)."""
+        self.compaction_cost: tuple[Slot, dict[str, int], frozenset[object]] | None = None
+        """A summarised checkpoint (still held), the totals before its request and the responses those
+        include, until the next cost-state."""
         self.parsed_lines = 0
 
     # ------------------------------------------------------------------ driver
@@ -306,6 +327,7 @@ class _FileConverter:
             self.report.compactions_dropped += 1
             self.compaction = None
         self.release_compaction()
+        self.release_compaction_cost()
         self.report.unpaired_tool_calls += len(self.pending)
         self.pending.clear()
 
@@ -319,6 +341,53 @@ class _FileConverter:
         if self.compaction is not None:
             self.compaction.held = False
             self.compaction = None
+
+    def release_compaction_cost(self) -> None:
+        if self.compaction_cost is not None:
+            self.compaction_cost[0].held = False
+            self.compaction_cost = None
+
+    def cost_state(self, rec: Mapping[str, Any]) -> None:
+        """A ``cost-state`` line (Claude Code 2.1.3xx): the session's token totals so far, per model.
+
+        The request ``/compact`` (or an automatic compaction) sends is in no message: its usage is the
+        growth of these totals from before the checkpoint to the first ``cost-state`` after its summary,
+        less the responses written in between, put on the checkpoint as ``details.usage`` (raw beside
+        it) so ``usage.*`` counts it like a response. The checkpoint is held until then (Claude Code
+        writes a ``cost-state`` after every request; the end of the file releases it without).
+        """
+        models = rec.get("modelUsage")
+        if not isinstance(models, Mapping):
+            return
+        totals = dict.fromkeys(COST_KEYS.values(), 0)
+        top: tuple[int, str] | None = None
+        for model, figures in models.items():
+            if not isinstance(figures, Mapping):
+                continue
+            for theirs, ours in COST_KEYS.items():
+                value = figures.get(theirs)
+                if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                    totals[ours] += value
+            size = sum(v for v in (figures.get(k) for k in COST_KEYS) if isinstance(v, int))
+            if isinstance(model, str) and (top is None or size > top[0]):
+                top = (size, model)
+        pending = self.compaction_cost
+        if pending is not None:
+            slot, before, counted = pending
+            delta = {k: totals[k] - before[k] for k in totals}
+            for api_id, usage in self.uncosted.items():
+                if api_id not in counted:
+                    for key in delta:
+                        delta[key] -= usage.get(key, 0)
+            if all(v >= 0 for v in delta.values()) and any(delta.values()) and not slot.drained:
+                details = {**(slot.record.get("details") or {}), "usageRaw": delta,
+                           "usage": normalize_usage(SOURCE, delta), "providerId": "anthropic"}
+                if top is not None:
+                    details["modelId"] = top[1]
+                slot.record["details"] = details
+            slot.held = False
+            self.compaction_cost = None
+        self.cost_seen, self.uncosted = totals, {}
 
     def msg_id(self, uuid: object, offset: int, duplicate: bool) -> str:
         if isinstance(uuid, str) and uuid and not duplicate:
@@ -359,6 +428,8 @@ class _FileConverter:
         elif kind == "ai-title":
             self.meta.offer_title(rec.get("aiTitle"), 1, replace=True)
         elif kind in SKIPPED_TYPES:
+            if kind == "cost-state":
+                self.cost_state(rec)
             self.file.skipped[kind_name] += 1
         else:
             self.file.unknown[kind_name] += 1
@@ -421,6 +492,7 @@ class _FileConverter:
         self.close_group()
         if subtype == "compact_boundary":
             self.release_compaction()
+            self.release_compaction_cost()
             through = self.emitter.last_message_id
             if through is None:
                 self.report.compactions_dropped += 1
@@ -465,7 +537,16 @@ class _FileConverter:
             if rec.get("isCompactSummary") is True and self.compaction is not None:
                 summary = _plain_text(content) or ""
                 self.compaction.record["summary"] = summary
-                self.release_compaction()
+                if self.cost_seen is None:
+                    self.release_compaction()
+                    return
+                before = dict(self.cost_seen)
+                for usage in self.uncosted.values():
+                    for key in before:
+                        before[key] += usage.get(key, 0)
+                self.release_compaction_cost()
+                self.compaction_cost = (self.compaction, before, frozenset(self.uncosted))  # held until a cost-state
+                self.compaction = None
                 return
             self.release_compaction()
             self.user(rec, content, attribution, offset, length, duplicate, ts)
@@ -500,10 +581,14 @@ class _FileConverter:
         if not blocks:
             return
         is_meta = rec.get("isMeta") is True
-        role = "system" if is_meta else "user"
+        origin = rec.get("origin")
+        harness = origin.get("kind") if isinstance(origin, Mapping) and origin.get("kind") in HARNESS_ORIGINS else None
+        role = "system" if is_meta or harness else "user"
         meta: dict[str, Any] = dict(attribution)
         if is_meta:
             meta["importedKind"] = "isMeta"
+        elif harness:
+            meta["importedKind"] = f"origin/{harness}"
         else:
             first = next((b["text"] for b in blocks if b.get("type") == "text"), "").lstrip()
             command = _COMMAND.search(first) if first.startswith("<") else None
@@ -536,6 +621,9 @@ class _FileConverter:
                 if model not in self.meta.history["modelIds"] and len(self.meta.history["modelIds"]) < 20:
                     self.meta.history["modelIds"].append(model)
         usage = dict(message["usage"]) if isinstance(message.get("usage"), Mapping) else None
+        if usage is not None and api_id is not None and model != "<synthetic>":
+            self.uncosted[api_id] = {k: v for k in COST_KEYS.values()
+                                     if isinstance(v := usage.get(k), int) and not isinstance(v, bool)}
         if isinstance(message.get("stop_reason"), str):
             meta["stopReason"] = message["stop_reason"]
         items = content if isinstance(content, list) else ([{"type": "text", "text": content}]
