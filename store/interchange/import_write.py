@@ -94,8 +94,10 @@ source's visibility converges on its current branch (issue 23); an older import 
 messages that are on the branch. 3 = usage in one shape with the raw report beside it, one turn row
 per response with usage (counted by ``usage.*``), Claude Code subagent rows at their time position.
 4 = Codex: one assistant message per model response (a reply after the previous response's usage report
-starts a new one), ``<subagent_notification>`` items are system notices; Claude Code: a ``<task-notification>``
-user line (``origin.kind``) is a system notice (found by ``scripts/fidelity``)."""
+starts a new one), ``<subagent_notification>`` items are system notices, ``cache_write_input_tokens`` are
+cache writes, not input; Claude Code: a ``<task-notification>`` user line (``origin.kind``) is a system
+notice, a compaction's request usage (``cost-state`` growth) is on its checkpoint (found by
+``scripts/fidelity``)."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

@@ -212,3 +212,18 @@ def test_a_subagent_notification_is_not_the_users_own_words(tmp_path: Path) -> N
     assert users == ["list the files"]
     (notice,) = [r for r in records if "subagent_notification" in r["blocks"][0].get("text", "")]
     assert notice["role"] == "system" and notice["meta"]["importedKind"] == "codex/user"
+
+
+def test_cache_written_prompt_tokens_are_cache_write_not_input(tmp_path: Path) -> None:
+    """Reproduces (scripts/fidelity on the codex 0.171.0 recording, its fake model reporting
+    ``input_tokens_details.cache_write_tokens``): Codex 0.171 writes ``cache_write_input_tokens`` inside
+    ``input_tokens`` (its own split is cache read, cache write, other); the import counted them as plain
+    input and reported no cache write, so every such response's input was too high by the written tokens."""
+    raw = {"input_tokens": 1747, "cached_input_tokens": 200, "cache_write_input_tokens": 77, "output_tokens": 41,
+           "reasoning_output_tokens": 0, "total_tokens": 1788}
+    record = line("token_usage_record", {"thread_id": SID, "turn_id": "t1", "response_id": "r1", "usage": raw})
+    records, _ = parse(tmp_path, [*head(), say("done", "m1"), record])
+    (reply,) = [r for r in records if r.get("role") == "assistant"]
+    assert reply["meta"]["usage"] == {"input": 1470, "output": 41, "cacheRead": 200, "cacheWrite": 77, "reasoning": 0,
+                                      "totalTokens": 1788}
+    assert reply["meta"]["usageRaw"] == raw

@@ -19,8 +19,9 @@ Per source:
   cache (``cache_read_input_tokens``, ``cache_creation_input_tokens``);
   thinking is part of ``output_tokens`` and not counted apart.
 * codex (OpenAI Responses ``usage`` as the rollout writes it):
-  ``input_tokens`` includes ``cached_input_tokens``; ``output_tokens``
-  includes ``reasoning_output_tokens``.
+  ``input_tokens`` includes ``cached_input_tokens`` and (0.17x)
+  ``cache_write_input_tokens``; ``output_tokens`` includes
+  ``reasoning_output_tokens``.
 * pi: already this shape (``cost`` is pi's cost object).
 * opencode (``message.tokens``): ``output`` excludes ``reasoning`` (opencode
   counts them apart), ``cache.read`` / ``cache.write``; its cost is
@@ -62,9 +63,9 @@ def normalize_usage(source: str, raw: Mapping[str, Any], *, cost: object = None)
         inp, out = _get(raw, "input_tokens"), _get(raw, "output_tokens")
         read, write, reasoning = _get(raw, "cache_read_input_tokens"), _get(raw, "cache_creation_input_tokens"), 0
     elif source == "codex":
-        read = _get(raw, "cached_input_tokens")
-        inp, out = max(0, _get(raw, "input_tokens") - read), _get(raw, "output_tokens")
-        write, reasoning = 0, _get(raw, "reasoning_output_tokens")
+        read, write = _get(raw, "cached_input_tokens"), _get(raw, "cache_write_input_tokens")
+        inp, out = max(0, _get(raw, "input_tokens") - read - write), _get(raw, "output_tokens")
+        reasoning = _get(raw, "reasoning_output_tokens")
     elif source == "pi":
         inp, out, read, write = _get(raw, "input"), _get(raw, "output"), _get(raw, "cacheRead"), _get(raw, "cacheWrite")
         reasoning = _get(raw, "reasoning")
