@@ -1,7 +1,8 @@
 """The session files today's CLIs really wrote (``tests/fixtures/recorded``, ``scripts/record_fixtures``).
 
 For every recorded tool version: the import through a real in-process host takes every session, a
-re-import reports every one ``unchanged`` and leaves no temp file, and ``scripts/fidelity``'s comparison
+re-import (and another after every file's mtime changed) reports every one ``unchanged`` and leaves no
+temp file, and ``scripts/fidelity``'s comparison
 (an independent reader of the source against what the host serves) finds nothing lost, distorted or
 extra. The recordings themselves are checked to hold what their scenarios claim (thinking, a failed tool
 call, a subagent), so a re-recording that silently lost a scenario fails here. No network, no npm.
@@ -47,6 +48,7 @@ def test_recorded_sessions_import_reimport_unchanged_and_fidelity_is_exact(tool:
     assert not first["counts"].get("refused"), [r for r in first["sessions"] if r["status"] == "refused"]
     assert second["counts"].get("unchanged") == len(sessions), second["counts"]
     assert second.get("newMessages", 0) == 0
+    assert checked.touched["counts"].get("unchanged") == len(sessions), checked.touched["counts"]  # mtime only
     assert checked.temp_files == []
     res = checked.result
     assert res.sessions == len(sessions) and res.items > len(sessions)
