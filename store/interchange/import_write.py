@@ -87,12 +87,14 @@ __all__ = [
     "upsert_origin",
 ]
 
-IMPORT_RULES = 3
+IMPORT_RULES = 4
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
 messages that are on the branch. 3 = usage in one shape with the raw report beside it, one turn row
-per response with usage (counted by ``usage.*``), Claude Code subagent rows at their time position."""
+per response with usage (counted by ``usage.*``), Claude Code subagent rows at their time position. 4 = pi and
+opencode replies that only call tools keep their usage (on the first call), opencode's summarizing response
+is counted, its synthetic text is marked and a pending revert is followed."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""
@@ -602,6 +604,7 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
             index.index_messages(conn, sid, msgs, indexed_len=end, file_epoch=staged.epoch, now_ms=now_ms,
                                  touch=False, audit_effects=False)
             model = _record_usage(conn, sid, msgs) or model
+            _record_compaction_usage(conn, sid, comps)
             index.index_compactions(conn, sid, comps, now_ms)
             for mid, flag in tombs:
                 index.set_deleted(conn, sid, mid, flag)
@@ -646,6 +649,22 @@ def _record_usage(conn: sqlite3.Connection, sid: str,
                                     model_id=model_id if isinstance(model_id, str) else None, usage=usage,
                                     at_ms=max(0, rfc3339_to_ms(str(rec.get("createdAt")), 0)))
     return model
+
+
+def _record_compaction_usage(conn: sqlite3.Connection, sid: str, comps: Sequence[index.CompactionRecord]) -> None:
+    """A turn row for a summarizing response the source counts (opencode: ``details.usage`` beside
+    ``details.usageRaw`` on its compaction checkpoint)."""
+    for comp in comps:
+        details = comp.record.get("details")
+        if not isinstance(details, Mapping) or "usageRaw" not in details or not isinstance(details.get("usage"),
+                                                                                             Mapping):
+            continue
+        provider_id, model_id = details.get("providerId"), details.get("modelId")
+        turns.record_imported_usage(conn, session_id=sid, turn_id=str(comp.record["id"]),
+                                    provider_id=provider_id if isinstance(provider_id, str) else None,
+                                    model_id=model_id if isinstance(model_id, str) else None,
+                                    usage=details["usage"],
+                                    at_ms=max(0, rfc3339_to_ms(str(comp.record.get("createdAt")), 0)))
 
 
 def write_origin(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) -> None:

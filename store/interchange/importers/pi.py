@@ -17,7 +17,9 @@ imported before (an older copy, a backup) changes no visibility at all. What bec
 * ``message`` entries: ``user`` → user; ``assistant`` → an assistant message
   (text, ``thinking`` with ``thinkingSignature`` as replay state) followed by
   one ``tool`` message per ``toolCall``, completed by the ``toolResult``
-  message with that ``toolCallId``; ``bashExecution`` (a ``!command`` the
+  message with that ``toolCallId`` (a reply that only calls tools keeps its
+  model, usage and stop reason on its first ``tool`` message, so ``usage.*``
+  counts every response); ``bashExecution`` (a ``!command`` the
   user ran) → a ``tool`` message; ``custom``/``hookMessage``,
   ``branchSummary`` → ``system`` notices;
 * ``compaction`` → a compaction checkpoint (``firstKeptEntryId`` mapped to
@@ -423,9 +425,11 @@ class PiConverter:
                 calls.append(block)
             else:
                 self.report.skipped_blocks[f"assistant/{kind}"] += 1
+        meta_placed = False
         if blocks or not calls:
             if blocks or "error" in meta:
                 self.push_message(message_record(msg_id, "assistant", ts, blocks, meta=meta), weight=length)
+                meta_placed = True
             else:
                 self.report.skipped_blocks["assistant(empty)"] += 1
         for i, call in enumerate(calls):
@@ -434,9 +438,10 @@ class PiConverter:
             args = call.get("arguments") if json_value_ok(call.get("arguments")) else None
             has_id = isinstance(call_id, str) and bool(call_id)
             cid = call_id if isinstance(call_id, str) and call_id else f"{key}.{i}"
+            # a response that only called tools: its model, usage and stop reason go on its first call
             record = message_record(self.make_id(f"{key}.{i}"), "tool", ts,
                                     [{"type": "tool_call", "callId": cid, "name": name, "args": args}],
-                                    tool_name=name)
+                                    tool_name=name, meta=meta if i == 0 and not meta_placed else None)
             self.report.tool_calls += 1
             slot = self.push_message(record, held=has_id, weight=length)
             if has_id:
