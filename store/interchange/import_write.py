@@ -94,7 +94,8 @@ source's visibility converges on its current branch (issue 23); an older import 
 messages that are on the branch. 3 = usage in one shape with the raw report beside it, one turn row
 per response with usage (counted by ``usage.*``), Claude Code subagent rows at their time position. 4 = pi and
 opencode replies that only call tools keep their usage (on the first call), opencode's summarizing response
-is counted, its synthetic text is marked and a pending revert is followed."""
+is counted, its synthetic text is marked and a pending revert is followed; a source's new title (pi's
+session_info) renames a session the user did not rename."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""
@@ -598,6 +599,8 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
     else:
         row = index.require_session(conn, sid)
         staged.epoch = row["_fileEpoch"]
+        if not staged.report.older_copy:  # an older copy names the session as it was then
+            _follow_title(conn, sid, row.get("title"), meta.title)
     model: tuple[str | None, str] | None = None
     if staged.body_end > staged.body_start:
         for end, msgs, comps, tombs in _index_lines(staged, DEFAULT_LIMITS):
@@ -649,6 +652,20 @@ def _record_usage(conn: sqlite3.Connection, sid: str,
                                     model_id=model_id if isinstance(model_id, str) else None, usage=usage,
                                     at_ms=max(0, rfc3339_to_ms(str(rec.get("createdAt")), 0)))
     return model
+
+
+def _follow_title(conn: sqlite3.Connection, sid: str, current: object, title: str | None) -> None:
+    """A source that renamed the session since the last import (pi's ``session_info``, an opencode title)
+    renames it here too, unless the session's title is no longer the one the last import gave it (the
+    user renamed it in the host: theirs wins)."""
+    row = conn.execute("SELECT origin_json FROM session_import_origins WHERE session_id = ?", (sid,)).fetchone()
+    try:
+        origin = orjson.loads(row[0]) if row is not None and row[0] else {}
+    except orjson.JSONDecodeError:
+        return
+    before = origin.get("title") if isinstance(origin, dict) else None
+    if title and isinstance(before, str) and title != before and current == before:
+        conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, sid))
 
 
 def _record_compaction_usage(conn: sqlite3.Connection, sid: str, comps: Sequence[index.CompactionRecord]) -> None:

@@ -19,7 +19,7 @@ referenced by path) → a user message; an assistant message's ``reasoning``
 message, each ``tool`` part → a ``tool`` message (``state.status``
 ``completed`` → ``ok`` with ``output``, ``error`` → ``error``; pending or
 running → no result); an assistant message with ``summary: true`` (the reply
-to a ``compaction`` part) → a compaction checkpoint (its reasoning as
+to a ``compaction`` part, ``auto`` in its details) → a compaction checkpoint (its reasoning as
 ``details.thinking``, its usage as ``details.usage`` / ``usageRaw``, counted
 by ``usage.*`` like a reply's). Step, snapshot, patch and retry parts are
 counted as skipped. A session spawned by a ``task`` tool (``parentID``)
@@ -240,6 +240,8 @@ class _Converter:
         self.emitter = Emitter(ctx.limits, report)
         self.compaction_through: str | None = None
         self.compaction_pending = False
+        self.compaction_auto = False
+        """The ``compaction`` part's ``auto``: opencode compacted by itself (context full), not on request."""
         self.revert_at: str | None = None
         """``session.revert.messageID``: opencode hides this message and every later one (a pending revert)."""
         self.reverted = False
@@ -346,6 +348,7 @@ class _Converter:
             elif kind == "compaction":
                 self.compaction_pending = True
                 self.compaction_through = self.emitter.last_message_id
+                self.compaction_auto = part.get("auto") is True
             elif kind == "subtask" and isinstance(part.get("prompt"), str):
                 blocks.append(text_block(part["prompt"]))
             elif kind in SKIPPED_PARTS:
@@ -456,6 +459,8 @@ class _Converter:
         state = state if isinstance(state, Mapping) else {}
         args = state.get("input") if json_value_ok(state.get("input")) else None
         block: dict[str, Any] = {"type": "tool_call", "callId": str(call_id), "name": name, "args": args}
+        if isinstance(state.get("title"), str) and state["title"]:
+            block["title"] = state["title"]  # what opencode shows for the call ("a subagent fixture", a path)
         status = state.get("status")
         times = state.get("time")
         times = times if isinstance(times, Mapping) else {}
@@ -493,7 +498,9 @@ class _Converter:
         if through is None:
             self.report.compactions_dropped += 1
             return
-        details: dict[str, Any] = {"retainedTailMode": "completed_turn", "importedFrom": SOURCE}
+        details: dict[str, Any] = {"retainedTailMode": "completed_turn", "importedFrom": SOURCE,
+                                   "auto": self.compaction_auto}
+        self.compaction_auto = False
         if thinking:
             details["thinking"] = thinking
         # the summarizing response's usage (opencode counts it in the session's totals): normalised like a
