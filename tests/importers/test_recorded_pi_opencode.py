@@ -3,7 +3,7 @@
 independent reader of each source (``scripts/fixtures/fidelity_*.py``) against what the host serves.
 
 Reproduces (issue 23 item 3, found by the fidelity check on these files): a pi or opencode reply that only
-called tools lost its usage (``usage.*`` at 66 % of pi's own totals, 60 % of opencode's); opencode's
+called tools lost its usage (``usage.*`` at 66 % of pi's own input tokens, 62 % of opencode's); opencode's
 summarizing response lost its reasoning and usage; opencode's synthetic text (a shell command the user ran)
 was imported as the user's own words; a pending opencode revert was ignored (the host showed the messages
 opencode hides).
@@ -272,3 +272,33 @@ async def test_pi_073_fields_the_importer_used_to_drop(tmp_path: Path) -> None:
     bash_block, bash_meta = blocks[bash["id"]]
     assert bash_block["truncated"] is True and bash_block["fullOutputPath"] == "/tmp/pi-bash-1.log"
     assert bash_meta["excludeFromContext"] is True
+
+
+async def test_opencode_message_with_text_around_a_tool_call_counts_its_usage_once(tmp_path: Path) -> None:
+    """Reproduces: an opencode assistant message with text, a tool call, then more text (several steps in one
+    message) put its usage on both text records, so ``usage.*`` counted the response twice. A derived copy of
+    the recorded database: the recorded tool-calling message gets a text part before and after its call."""
+    db, entry = _scenario("opencode", scenario="basics")
+    work = tmp_path / "opencode.db"
+    shutil.copy(db, work)
+    conn = sqlite3.connect(work)
+    mid, tokens = next((m, json.loads(d)["tokens"]) for m, d in conn.execute(
+        "SELECT m.id, m.data FROM message m JOIN part p ON p.message_id = m.id WHERE m.session_id = ? AND "
+        "json_extract(p.data, '$.tool') = 'bash' ORDER BY m.time_created", (entry["session"],)))
+    (tool_part,) = conn.execute("SELECT id, time_created FROM part WHERE message_id = ? AND "
+                                "json_extract(data, '$.type') = 'tool'", (mid,)).fetchall()
+    before = tool_part[0][:-1] + chr(ord(tool_part[0][-1]) - 1)  # sorts right before the call's part
+    for pid, text in ((before, "before the call"), (tool_part[0] + "z", "after the call")):
+        conn.execute("INSERT INTO part (id, message_id, session_id, time_created, time_updated, data) VALUES "
+                     "(?, ?, ?, ?, ?, ?)", (pid, mid, entry["session"], tool_part[1], tool_part[1],
+                                            json.dumps({"type": "text", "text": text})))
+    conn.commit()
+    conn.close()
+    dump = await _import_opencode(work, tmp_path / "data")
+    session = dump[session_id_for("opencode", entry["session"])]
+    rows = [m for m in session["messages"] if any(b.get("text") in ("before the call", "after the call")
+                                                  for b in m["blocks"])]
+    assert len(rows) == 2
+    with_usage = [m for m in rows if "usage" in (m.get("meta") or {})]
+    assert len(with_usage) == 1 and with_usage[0]["meta"]["usageRaw"] == tokens
+    _exact(fidelity_opencode.compare(work, dump))
