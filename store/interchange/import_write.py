@@ -87,7 +87,7 @@ __all__ = [
     "upsert_origin",
 ]
 
-IMPORT_RULES = 4
+IMPORT_RULES = 5
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -97,7 +97,9 @@ per response with usage (counted by ``usage.*``), Claude Code subagent rows at t
 starts a new one), ``<subagent_notification>`` items are system notices, ``cache_write_input_tokens`` are
 cache writes, not input; Claude Code: a ``<task-notification>`` user line (``origin.kind``) is a system
 notice, a compaction's request usage (``cost-state`` growth) is on its checkpoint (found by
-``scripts/fidelity``)."""
+``scripts/fidelity``). 5 = pi and opencode replies that only call tools keep their usage (on the first
+call), opencode's summarizing response is counted, its synthetic text is marked and a pending revert is
+followed; a source's new title (pi's session_info) renames a session the user did not rename."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""
@@ -601,6 +603,8 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
     else:
         row = index.require_session(conn, sid)
         staged.epoch = row["_fileEpoch"]
+        if not staged.report.older_copy:  # an older copy names the session as it was then
+            _follow_title(conn, sid, row.get("title"), meta.title)
     model: tuple[str | None, str] | None = None
     if staged.body_end > staged.body_start:
         for end, msgs, comps, tombs in _index_lines(staged, DEFAULT_LIMITS):
@@ -654,9 +658,24 @@ def _record_usage(conn: sqlite3.Connection, sid: str,
     return model
 
 
+def _follow_title(conn: sqlite3.Connection, sid: str, current: object, title: str | None) -> None:
+    """A source that renamed the session since the last import (pi's ``session_info``, an opencode title)
+    renames it here too, unless the session's title is no longer the one the last import gave it (the
+    user renamed it in the host: theirs wins)."""
+    row = conn.execute("SELECT origin_json FROM session_import_origins WHERE session_id = ?", (sid,)).fetchone()
+    try:
+        origin = orjson.loads(row[0]) if row is not None and row[0] else {}
+    except orjson.JSONDecodeError:
+        return
+    before = origin.get("title") if isinstance(origin, dict) else None
+    if title and isinstance(before, str) and title != before and current == before:
+        conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, sid))
+
+
 def _record_compaction_usage(conn: sqlite3.Connection, sid: str, comps: Sequence[index.CompactionRecord]) -> None:
     """A turn row per imported checkpoint whose request's usage the source recorded (``details.usage``,
-    raw beside it: Claude Code's ``cost-state`` growth across a compaction), as for a response."""
+    raw beside it: Claude Code's ``cost-state`` growth across a compaction, opencode's summarizing response),
+    as for a response."""
     for comp in comps:
         rec = comp.record
         details = rec.get("details")

@@ -19,10 +19,21 @@ referenced by path) → a user message; an assistant message's ``reasoning``
 message, each ``tool`` part → a ``tool`` message (``state.status``
 ``completed`` → ``ok`` with ``output``, ``error`` → ``error``; pending or
 running → no result); an assistant message with ``summary: true`` (the reply
-to a ``compaction`` part) → a compaction checkpoint. Step, snapshot, patch
-and retry parts are counted as skipped. A session spawned by a ``task`` tool
-(``parentID``) imports as a session of its own; its parent is kept in the
-origin history.
+to a ``compaction`` part, ``auto`` in its details) → a compaction checkpoint (its reasoning as
+``details.thinking``, its usage as ``details.usage`` / ``usageRaw``, counted
+by ``usage.*`` like a reply's). Step, snapshot, patch and retry parts are
+counted as skipped. A session spawned by a ``task`` tool (``parentID``)
+imports as a session of its own; its parent is kept in the origin history.
+
+Usage goes on the first record an assistant message produces (its text, or
+its first tool call when it only called tools), once. A ``synthetic`` text
+part (opencode's own words in a user message: "The following tool was
+executed by the user", a file read for an ``@`` mention) keeps
+``synthetic: true`` on its text block. A pending revert (``session.revert``:
+opencode hides that message and every later one until the next prompt
+deletes them, or ``unrevert`` brings them back) is followed: the hidden
+messages are not imported (counted as ``offBranch``); a message imported
+before the revert stays (an import never deletes).
 """
 
 from __future__ import annotations
@@ -58,6 +69,7 @@ from store.interchange.importers.common import (
     text_block,
     to_ms,
 )
+from store.interchange.importers.usage_shape import normalize_usage
 
 SOURCE = "opencode"
 SKIPPED_PARTS = frozenset({"step-start", "step-finish", "snapshot", "patch", "retry", "agent"})
@@ -196,7 +208,8 @@ def _db_messages(unit: SourceUnit, conv: _Converter) -> Iterator[tuple[Mapping[s
         info = dict(zip(names, row, strict=True))
         conv.session({"id": info.get("id"), "title": info.get("title"), "directory": info.get("directory"),
                       "parentID": info.get("parent_id"), "version": info.get("version"),
-                      "time": {"created": info.get("time_created"), "updated": info.get("time_updated")}})
+                      "time": {"created": info.get("time_created"), "updated": info.get("time_updated")},
+                      "revert": conv.load_optional(info.get("revert"))})
         rows = conn.execute(
             "SELECT m.id, m.data, p.id, p.data FROM message m LEFT JOIN part p ON p.message_id = m.id "
             "WHERE m.session_id = ? ORDER BY m.time_created, m.id, p.id", (unit.external_id,))
@@ -227,6 +240,13 @@ class _Converter:
         self.emitter = Emitter(ctx.limits, report)
         self.compaction_through: str | None = None
         self.compaction_pending = False
+        self.compaction_auto = False
+        """The ``compaction`` part's ``auto``: opencode compacted by itself (context full), not on request."""
+        self.revert_at: str | None = None
+        """``session.revert.messageID``: opencode hides this message and every later one (a pending revert)."""
+        self.reverted = False
+        self.usage_placed = False
+        """Whether the current assistant message's usage went on a record already (once per message)."""
 
     # ------------------------------------------------------------------ reading
     def read_doc(self, path: Path) -> dict[str, Any] | None:
@@ -251,7 +271,20 @@ class _Converter:
         self.file.bad_lines += 1
         return None
 
+    def load_optional(self, data: object) -> dict[str, Any] | None:
+        """A JSON column that may be NULL (``session.revert``); not counted as a line."""
+        if not isinstance(data, (bytes, str)) or len(data) > self.ctx.limits.max_line_bytes:
+            return None
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return None
+        return value if isinstance(value, dict) else None
+
     def session(self, info: Mapping[str, Any]) -> None:
+        revert = info.get("revert")
+        if isinstance(revert, Mapping) and isinstance(revert.get("messageID"), str) and revert["messageID"]:
+            self.revert_at = revert["messageID"]
         self.meta.offer_title(info.get("title"), 0)
         if isinstance(info.get("directory"), str) and info["directory"]:
             self.meta.cwd = info["directory"]
@@ -270,6 +303,10 @@ class _Converter:
             self.file.record_types[f"message/{message.get('role')}"] += 1
             for part in parts:
                 self.file.record_types[f"part/{part.get('type')}"] += 1
+            self.reverted = self.reverted or (self.revert_at is not None and message.get("id") == self.revert_at)
+            if self.reverted:
+                self.report.off_branch += 1
+                continue
             self.message(message, parts)
             yield from self.emitter.ready()
         yield from self.emitter.finish()
@@ -287,7 +324,7 @@ class _Converter:
             self.user(mid, ts, parts)
         elif role == "assistant":
             if message.get("summary") is True:
-                self.summary(mid, ts, parts)
+                self.summary(message, mid, ts, parts)
             else:
                 self.assistant(message, mid, ts, parts)
         else:
@@ -300,7 +337,10 @@ class _Converter:
             kind = part.get("type")
             if kind == "text" and isinstance(part.get("text"), str):
                 if part.get("ignored") is not True:
-                    blocks.append(text_block(part["text"]))
+                    block = text_block(part["text"])
+                    if part.get("synthetic") is True:
+                        block["synthetic"] = True  # opencode's own words (a shell run, a file read), not the user's
+                    blocks.append(block)
             elif kind == "file":
                 att = self.file_part(part, msg_id)
                 if att is not None:
@@ -308,6 +348,7 @@ class _Converter:
             elif kind == "compaction":
                 self.compaction_pending = True
                 self.compaction_through = self.emitter.last_message_id
+                self.compaction_auto = part.get("auto") is True
             elif kind == "subtask" and isinstance(part.get("prompt"), str):
                 blocks.append(text_block(part["prompt"]))
             elif kind in SKIPPED_PARTS:
@@ -315,7 +356,7 @@ class _Converter:
             else:
                 self.file.unknown[f"part/{kind}"] += 1
         if blocks:
-            first = next((b["text"] for b in blocks if b.get("type") == "text"), "")
+            first = next((b["text"] for b in blocks if b.get("type") == "text" and not b.get("synthetic")), "")
             self.meta.offer_title(first, 5)
             self.emitter.push(message_record(msg_id, "user", ts, blocks))
 
@@ -368,6 +409,7 @@ class _Converter:
             self.meta.cwd = path["cwd"]
         group: Slot | None = None
         emitted = False
+        self.usage_placed = False
         for part in parts:
             kind = part.get("type")
             block: dict[str, Any] | None = None
@@ -395,11 +437,19 @@ class _Converter:
                 continue
             if group is None:
                 gid = join_id(self.sid, mid if not emitted else part.get("id") or f"{mid}.{len(self.emitter)}")
-                group = self.emitter.push(message_record(gid, "assistant", ts, [], meta=meta))
+                group = self.emitter.push(message_record(gid, "assistant", ts, [], meta=self.take_meta(meta)))
                 emitted = True
             group.record["blocks"].append(block)
         if not emitted and "error" in meta:
-            self.emitter.push(message_record(join_id(self.sid, mid), "assistant", ts, [], meta=meta))
+            self.emitter.push(message_record(join_id(self.sid, mid), "assistant", ts, [], meta=self.take_meta(meta)))
+
+    def take_meta(self, meta: Mapping[str, Any]) -> dict[str, Any]:
+        """The message's meta for the next record it produces: usage and cost on the first one only, so
+        ``usage.*`` counts each response once (a reply that starts with a tool call keeps it on that call)."""
+        if self.usage_placed:
+            return {k: v for k, v in meta.items() if k not in ("usage", "cost")}
+        self.usage_placed = True
+        return dict(meta)
 
     def tool(self, part: Mapping[str, Any], ts: int | None, meta: Mapping[str, Any]) -> None:
         pid = part.get("id")
@@ -409,6 +459,8 @@ class _Converter:
         state = state if isinstance(state, Mapping) else {}
         args = state.get("input") if json_value_ok(state.get("input")) else None
         block: dict[str, Any] = {"type": "tool_call", "callId": str(call_id), "name": name, "args": args}
+        if isinstance(state.get("title"), str) and state["title"]:
+            block["title"] = state["title"]  # what opencode shows for the call ("a subagent fixture", a path)
         status = state.get("status")
         times = state.get("time")
         times = times if isinstance(times, Mapping) else {}
@@ -431,22 +483,38 @@ class _Converter:
             self.report.unpaired_tool_calls += 1
         md = state.get("metadata")
         child = md.get("sessionId") if isinstance(md, Mapping) else None
-        record_meta: dict[str, Any] = {}
+        record_meta: dict[str, Any] = self.take_meta(meta) if not self.usage_placed and "usage" in meta else {}
         if isinstance(child, str) and child:
             record_meta["childSessionExternalId"] = child
         self.emitter.push(message_record(join_id(self.sid, pid if isinstance(pid, str) and pid else call_id), "tool",
                                          start or ts, [block], tool_name=name, meta=record_meta))
 
-    def summary(self, mid: str, ts: int | None, parts: list[Mapping[str, Any]]) -> None:
+    def summary(self, message: Mapping[str, Any], mid: str, ts: int | None, parts: list[Mapping[str, Any]]) -> None:
         text = "\n".join(p["text"] for p in parts if p.get("type") == "text" and isinstance(p.get("text"), str))
+        thinking = "\n".join(p["text"] for p in parts
+                             if p.get("type") == "reasoning" and isinstance(p.get("text"), str))
         through = self.compaction_through if self.compaction_pending else self.emitter.last_message_id
         self.compaction_pending = False
         if through is None:
             self.report.compactions_dropped += 1
             return
+        details: dict[str, Any] = {"retainedTailMode": "completed_turn", "importedFrom": SOURCE,
+                                   "auto": self.compaction_auto}
+        self.compaction_auto = False
+        if thinking:
+            details["thinking"] = thinking
+        # the summarizing response's usage (opencode counts it in the session's totals): normalised like a
+        # message's, with the raw report beside it; the import records a turn row for it
+        tokens = message.get("tokens")
+        if isinstance(tokens, Mapping) and json_value_ok(tokens):
+            usage = normalize_usage(SOURCE, tokens, cost=message.get("cost"))
+            details.update({"usage": usage, "usageRaw": dict(tokens)})
+            for src, dst in (("modelID", "modelId"), ("providerID", "providerId")):
+                if isinstance(message.get(src), str):
+                    details[dst] = message[src]
         self.emitter.push({"type": "compaction", "id": join_id(self.sid, "compaction", mid), "summary": text,
                            "throughMessageId": through, "tokensBefore": 0, "retainedTail": [], "createdAt": stamp(ts),
-                           "details": {"retainedTailMode": "completed_turn", "importedFrom": SOURCE}})
+                           "details": details})
 
 
 __all__ = ["SOURCE", "discover", "fingerprint", "parse"]

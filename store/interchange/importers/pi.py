@@ -17,8 +17,12 @@ imported before (an older copy, a backup) changes no visibility at all. What bec
 * ``message`` entries: ``user`` → user; ``assistant`` → an assistant message
   (text, ``thinking`` with ``thinkingSignature`` as replay state) followed by
   one ``tool`` message per ``toolCall``, completed by the ``toolResult``
-  message with that ``toolCallId``; ``bashExecution`` (a ``!command`` the
-  user ran) → a ``tool`` message; ``custom``/``hookMessage``,
+  message with that ``toolCallId`` (a reply that only calls tools keeps its
+  model, usage and stop reason on its first ``tool`` message, so ``usage.*``
+  counts every response); ``bashExecution`` (a ``!command`` the
+  user ran) → a ``tool`` message (``truncated`` / ``fullOutputPath`` on its
+  block, ``excludeFromContext`` of a ``!!command`` in its meta); a tool
+  call's ``thoughtSignature`` → the block's ``signature``; ``custom``/``hookMessage``,
   ``branchSummary`` → ``system`` notices;
 * ``compaction`` → a compaction checkpoint (``firstKeptEntryId`` mapped to
   the first message kept); ``branch_summary`` and ``custom_message`` entries →
@@ -313,14 +317,19 @@ class PiConverter:
         elif kind == "branch_summary":
             summary = rec.get("summary")
             if isinstance(summary, str) and summary:
-                self.notice(key, ts, [text_block(summary)], {"importedKind": "pi/branch_summary"})
+                summary_meta = {"importedKind": "pi/branch_summary"}
+                if isinstance(rec.get("fromId"), str):
+                    summary_meta["fromEntryId"] = rec["fromId"]  # the leaf of the branch it summarizes
+                self.notice(key, ts, [text_block(summary)], summary_meta)
         elif kind == "custom_message":
             blocks = self.content(rec.get("content"), self.make_id(key))
             if blocks:
-                meta = {"importedKind": "pi/custom_message"}
+                custom_meta: dict[str, Any] = {"importedKind": "pi/custom_message"}
                 if isinstance(rec.get("customType"), str):
-                    meta["customType"] = rec["customType"]
-                self.notice(key, ts, blocks, meta)
+                    custom_meta["customType"] = rec["customType"]
+                if rec.get("display") is False:
+                    custom_meta["hidden"] = True
+                self.notice(key, ts, blocks, custom_meta)
         elif kind in SKIPPED_ENTRIES:
             self.file.skipped[str(kind)] += 1
         else:
@@ -394,7 +403,7 @@ class PiConverter:
         if provider:
             meta["providerId"] = provider
         for src, dst in (("usage", "usage"), ("stopReason", "stopReason"), ("api", "api"),
-                         ("responseId", "responseId"), ("errorMessage", "error")):
+                         ("responseId", "responseId"), ("responseModel", "responseModel"), ("errorMessage", "error")):
             value = message.get(src)
             if value is not None and json_value_ok(value):
                 meta[dst] = value
@@ -423,9 +432,11 @@ class PiConverter:
                 calls.append(block)
             else:
                 self.report.skipped_blocks[f"assistant/{kind}"] += 1
+        meta_placed = False
         if blocks or not calls:
             if blocks or "error" in meta:
                 self.push_message(message_record(msg_id, "assistant", ts, blocks, meta=meta), weight=length)
+                meta_placed = True
             else:
                 self.report.skipped_blocks["assistant(empty)"] += 1
         for i, call in enumerate(calls):
@@ -434,9 +445,13 @@ class PiConverter:
             args = call.get("arguments") if json_value_ok(call.get("arguments")) else None
             has_id = isinstance(call_id, str) and bool(call_id)
             cid = call_id if isinstance(call_id, str) and call_id else f"{key}.{i}"
-            record = message_record(self.make_id(f"{key}.{i}"), "tool", ts,
-                                    [{"type": "tool_call", "callId": cid, "name": name, "args": args}],
-                                    tool_name=name)
+            # a response that only called tools: its model, usage and stop reason go on its first call
+            call_block: dict[str, Any] = {"type": "tool_call", "callId": cid, "name": name, "args": args}
+            sig = bounded_replay(self.ctx, self.report, call.get("thoughtSignature"))
+            if sig is not None:
+                call_block["signature"] = sig  # provider replay state of the call (Gemini, OpenRouter)
+            record = message_record(self.make_id(f"{key}.{i}"), "tool", ts, [call_block], tool_name=name,
+                                    meta=meta if i == 0 and not meta_placed else None)
             self.report.tool_calls += 1
             slot = self.push_message(record, held=has_id, weight=length)
             if has_id:
@@ -480,10 +495,16 @@ class PiConverter:
                                  "completedAt": stamp(ts)}
         if isinstance(exit_code, int):
             block["exitCode"] = exit_code
+        if message.get("truncated") is True:
+            block["truncated"] = True
+            if isinstance(message.get("fullOutputPath"), str) and message["fullOutputPath"]:
+                block["fullOutputPath"] = message["fullOutputPath"]
+        meta: dict[str, Any] = {"importedKind": "pi/bashExecution"}
+        if message.get("excludeFromContext") is True:
+            meta["excludeFromContext"] = True  # a ``!!command``: pi never showed it to the model
         self.report.tool_calls += 1
         self.report.tool_results += 1
-        self.push_message(message_record(self.make_id(key), "tool", ts, [block], tool_name="bash",
-                                         meta={"importedKind": "pi/bashExecution"}))
+        self.push_message(message_record(self.make_id(key), "tool", ts, [block], tool_name="bash", meta=meta))
 
     def compaction(self, rec: Mapping[str, Any], key: str, ts: int | None) -> None:
         through = self.emitter.last_message_id
