@@ -26,7 +26,7 @@ from store.interchange.importers.common import ParseContext
 
 RECORDED = [(tool, folder) for tool in TOOLS if tool not in ("pi", "opencode")
             for folder in recordings(tool)]
-"""Tools read by ``read_session`` (pi and opencode have their own runner: tests/importers/test_recorded_pi_opencode.py)."""
+"""Claude Code and Codex (pi and opencode have their own runner: tests/importers/test_recorded_pi_opencode.py)."""
 IDS = [f"{tool}-{folder.name}" for tool, folder in RECORDED]
 
 
