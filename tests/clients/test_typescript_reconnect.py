@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import queue
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -25,6 +24,7 @@ import anyio
 import pytest
 
 from pihost_client import connect
+from tests.clients.relay import Relay, free_port
 from tests.hostkit import HostProcess, start_host_process
 
 PKG = Path(__file__).resolve().parents[2] / "clients" / "typescript"
@@ -110,12 +110,6 @@ class Node:
         self.proc.communicate()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _event(message_id: str) -> Callable[[Line], bool]:
     return lambda x: x.get("kind") == "event" and x.get("messageId") == message_id
 
@@ -153,7 +147,7 @@ def test_host_killed_and_restarted_one_retry_chain_then_resynced(harness: Path, 
     attempts spaced by the backoff (never two chains), says it is waiting, keeps at most ``maxWaitingCalls``
     calls waiting (the rest are refused at once: bounded memory), reconnects once, resyncs its subscription
     (a new bootId: old cursors do not resume) and delivers the next event; the waiting calls then complete."""
-    port = _free_port()
+    port = free_port()
     host: HostProcess = start_host_process(data_dir, "--port", str(port))
     node = Node(harness, host.url, host.token, backoff={"initialMs": INITIAL_MS, "maxMs": CAP_MS},
                 maxWaitingCalls=50)
@@ -197,81 +191,13 @@ def test_host_killed_and_restarted_one_retry_chain_then_resynced(harness: Path, 
         host.proc.communicate()
 
 
-class Proxy:
-    """A TCP relay to the host that can be taken down (listener and connections) and brought back on its port:
-    the host stays up, so the client's reconnect finds the same boot and resumes at its cursor. (Sequential
-    accepts: a handshake is read whole before the next connection is taken.)"""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.port = _free_port()
-        self._socks: list[socket.socket] = []
-        self._listener: socket.socket | None = None
-        self.up()
-
-    def up(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen()
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            self._socks += [client, upstream]
-            # the host checks the Host header against its own port (DNS-rebinding defence): say the host's
-            head = b""
-            while b"\r\n\r\n" not in head:
-                chunk = client.recv(65536)
-                if not chunk:
-                    break
-                head += chunk
-            upstream.sendall(head.replace(f"127.0.0.1:{self.port}".encode(), f"127.0.0.1:{self.target_port}".encode(),
-                                          1))
-            threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(upstream, client), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def down(self) -> None:
-        if self._listener is None:
-            return
-        self._listener.close()
-        self._listener = None
-        for s in self._socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
-        self._socks.clear()
-
-
 def test_connection_dropped_resumes_at_the_cursor_with_the_missed_events(harness: Path, data_dir: Path) -> None:
     """Issue 25: the connection drops while the host keeps running (a relay taken down for ~2 s) and two
     messages are appended meanwhile: the client says "reconnected; resumed at cursor N" with the cursor of the
     last event it delivered, gets the two missed events, and nothing twice; no resync."""
     host = start_host_process(data_dir)
     port = int(host.url.rsplit(":", 1)[1].split("/")[0])
-    proxy = Proxy(port)
+    proxy = Relay(port)
     node = Node(harness, f"ws://127.0.0.1:{proxy.port}", host.token,
                 backoff={"initialMs": INITIAL_MS, "maxMs": CAP_MS})
     try:
@@ -329,7 +255,7 @@ def test_a_bad_token_fails_at_once_with_host_refused(harness: Path, data_dir: Pa
 def test_no_host_fails_at_once_and_waiting_is_bounded(harness: Path, data_dir: Path) -> None:
     """Issue 25: without ``waitForHost`` a url nobody answers fails at once with ``HostNotRunning``; with it, the
     client waits (saying so) until ``connectTimeoutMs``, then fails with the same typed error."""
-    url = f"ws://127.0.0.1:{_free_port()}"
+    url = f"ws://127.0.0.1:{free_port()}"
     node = Node(harness, url, "0" * 64)
     try:
         err = node.expect(lambda x: x.get("kind") == "error")
