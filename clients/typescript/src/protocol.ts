@@ -2433,9 +2433,9 @@ export interface SessionGetResult {
   messages: UiMessage[];
   /** Every still-valid checkpoint, oldest first; always whole. */
   compactions: CompactionView[];
-  /** Physical position of messages[0]. */
+  /** 0-based physical position of messages[0], so messages[0].seq - 1; show seq to people (#1 is the first message) and pass positions back (messageBefore, messageEnd). */
   messageStart: number;
-  /** Exclusive physical end of the window. */
+  /** Exclusive 0-based end of the window: the seq of its last message (when it has one). */
   messageEnd: number;
   hasMoreBefore: boolean;
   hasMoreAfter: boolean;
