@@ -427,7 +427,15 @@ export class HostClient {
       const restarted = this.lastBootId !== null && this.lastBootId !== hello.bootId;
       const resumed: { subscription: Subscription; cursor: number | null }[] = [];
       for (const sub of [...this.subscriptions]) {
-        resumed.push({ subscription: sub, cursor: await this.attach(conn, sub) });
+        try {
+          resumed.push({ subscription: sub, cursor: await this.attach(conn, sub) });
+        } catch (err) {
+          if (!(err instanceof RpcError)) throw err;
+          // the host refuses this one subscription now (e.g. LIMIT_EXCEEDED): drop it, keep the connection
+          this.subscriptions.delete(sub);
+          sub.closed = true;
+          this.options.onResync?.(sub, `the host refused to resubscribe: ${err.message}`);
+        }
       }
       if (this.closing) throw new ConnectionLost("the client is closed");
       this.lastBootId = hello.bootId;
