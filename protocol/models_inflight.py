@@ -13,7 +13,7 @@ from .models_common import (
     TimestampMs,
     WireId,
 )
-from .models_records import MessageRef, TranscriptMessage, Turn, UiMessage, refuse_host_meta
+from .models_records import InflightUiMessage, MessageRef, TranscriptMessage, Turn, refuse_host_meta
 
 # ---------------------------------------------------------------------------
 # In-flight checkpoints (seed 003 §2.1, D299)
@@ -51,7 +51,7 @@ class InflightMessage(Result):
     session_id: SessionId
     turn_id: str
     saved_at: TimestampMs = Field(description="When the host stored this checkpoint.")
-    message: UiMessage
+    message: InflightUiMessage
 
 
 class RecoverInflightParams(MutatingParams):

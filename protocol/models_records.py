@@ -181,17 +181,14 @@ class MessageRef(Result):
     created_at: TimestampMs
 
 
-class UiMessage(Result):
-    """A message projected for display; content may be capped (contentLimit)."""
+class UiMessageBase(Result):
+    """What a displayed message holds, stored or streaming (see :class:`UiMessage`, :class:`InflightUiMessage`)."""
 
     type: Literal["message"] | None = Field(default=None, description="The transcript line kind.")
     id: str
     role: Role
     blocks: list[JsonObject]
     created_at: str | None = None
-    seq: int | None = Field(
-        default=None, ge=1, description="Per-session ordinal: the 0-based physical position in the transcript + 1."
-    )
     tool_name: str | None = None
     turn_id: str | None = None
     meta: JsonObject | None = None
@@ -208,6 +205,18 @@ class UiMessage(Result):
         description="Collaboration provenance (meta.sessionMessage, written by the host): "
         "this user row is a delivery from another session, not human input.",
     )
+
+
+class UiMessage(UiMessageBase):
+    """A stored message projected for display; content may be capped (contentLimit). Every stored message has
+    its ``seq``."""
+
+    seq: int = Field(ge=1, description="Per-session ordinal: the 0-based physical position in the transcript + 1.")
+
+
+class InflightUiMessage(UiMessageBase):
+    """A streaming reply's newest checkpoint, projected for display: not a transcript row yet, so it has no
+    ``seq`` (its final row gets one); ``inflight`` is true."""
 
 
 class CompactionView(Result):
@@ -309,7 +318,9 @@ __all__ = [
     "Sha256Hex",
     "TranscriptMessage",
     "Turn",
+    "InflightUiMessage",
     "UiMessage",
+    "UiMessageBase",
     "Usage",
     "refuse_host_meta",
     "strip_steering_provenance",

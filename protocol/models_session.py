@@ -126,8 +126,13 @@ class SessionGetResult(Result):
     compactions: list[CompactionView] = Field(
         description="Every still-valid checkpoint, oldest first; always whole."
     )
-    message_start: Count = Field(description="Physical position of messages[0].")
-    message_end: Count = Field(description="Exclusive physical end of the window.")
+    message_start: Count = Field(
+        description="0-based physical position of messages[0], so messages[0].seq - 1; show seq to people "
+        "(#1 is the first message) and pass positions back (messageBefore, messageEnd)."
+    )
+    message_end: Count = Field(
+        description="Exclusive 0-based end of the window: the seq of its last message (when it has one)."
+    )
     has_more_before: bool
     has_more_after: bool
     total_messages: Count

@@ -141,24 +141,48 @@ def print_sessions(res: dict[str, Any], args: argparse.Namespace) -> None:
             print(f"{s['id']}  {s['messageCount']:>6} msgs  {s.get('title') or '(untitled)'}")
 
 
+def _block_text(block: Mapping[str, Any]) -> str | None:
+    """One block as ``show`` prints it; None: nothing to print (thinking)."""
+    kind = block.get("type")
+    if kind == "text":
+        return str(block.get("text", ""))
+    if kind == "thinking":
+        return None
+    if kind == "tool_call":
+        args = json.dumps(block.get("args", {}), ensure_ascii=False, sort_keys=True)
+        if len(args) > 120:
+            args = args[:117] + "..."
+        status = f" [{block['status']}]" if block.get("status") else ""
+        return f"tool {block.get('name', '?')} {args}{status}"
+    if kind == "attachment":
+        return f"[{block.get('kind') or 'attachment'} {block.get('name', '')}]".replace(" ]", "]")
+    return f"[{kind or '?'}]"
+
+
 def print_window(res: dict[str, Any], args: argparse.Namespace) -> None:
     if args.json:
         _dump(res)
         return
-    print(f"# {res['session'].get('title') or res['session']['id']}  "
-          f"(messages {res['messageStart']}-{res['messageEnd']} of {res['totalMessages']})")
-    for m in res["messages"]:
-        blocks = m.get("blocks", [])
-        text = " ".join(b.get("text", "") for b in blocks if b.get("type") == "text")
-        if not text:
-            text = ", ".join(b.get("type", "?") for b in blocks)
+    messages = res["messages"]
+    # one numbering: the rows' own seq (#1 is the first message; the wire's messageStart is seq - 1)
+    span = (f"messages #{messages[0].get('seq')}-#{messages[-1].get('seq')} of {res['totalMessages']}" if messages
+            else f"no messages (of {res['totalMessages']})")
+    print(f"# {res['session'].get('title') or res['session']['id']}  ({span})")
+    for m in messages:
+        blocks = [b for b in m.get("blocks", []) if isinstance(b, Mapping)]
+        parts = [t for t in map(_block_text, blocks) if t]
+        plain = all(b.get("type") in ("text", "thinking") for b in blocks)
+        text = (" " if plain else " | ").join(parts)  # tool calls and attachments set apart from the text
         meta = m.get("meta") or {}
         mark = " [interrupted]" if meta.get("interrupted") else ""
         if meta.get("agentName") or meta.get("parentToolCallId"):  # a subagent's row (§4.7a), not the user's
             mark += f" [subagent {meta.get('agentName') or meta.get('parentToolCallId')}]"
         if m.get("deleted"):  # tombstoned (e.g. an import's off-branch message): never shown as current
             mark += " [deleted]"
-        print(f"[{m.get('seq')}] {m.get('role')}{mark}: {text}")
+        role = str(m.get("role"))
+        if role == "tool" and m.get("toolName"):  # a tool's result row: say which tool
+            role = f"tool {m['toolName']}"
+        print(f"[{m.get('seq')}] {role}{mark}: {text}")
 
 
 def print_search(res: dict[str, Any], args: argparse.Namespace) -> None:

@@ -90,7 +90,9 @@ def _event_line(topic: str, cursor: int, data: dict[str, Any]) -> str:
 
 
 def _follow(args: argparse.Namespace, data_dir: DataDir) -> int:
-    """Tail a session's events until interrupted; reconnects across host restarts (pihost_client)."""
+    """Tail a session's events until interrupted; reconnects across host restarts (pihost_client: one retry
+    chain, capped backoff with jitter), saying so on stderr ("waiting for a host: ...", "reconnected; resumed
+    at cursor N"); a restarted host cannot replay what it sent before, so that case prints a resync line."""
     try:
         import anyio
 
@@ -100,8 +102,13 @@ def _follow(args: argparse.Namespace, data_dir: DataDir) -> int:
         print("pi-host: follow needs the pihost-client package (pip install -e clients/python)", file=sys.stderr)
         return EXIT_ERROR
 
+    def tell(state: str) -> None:
+        if state != "connected":  # the first connection is announced by "following ..."
+            print(f"pi-host: {state}", file=sys.stderr, flush=True)
+
     async def tail() -> int:
-        async with connect(data_dir=data_dir.root, client_id=f"cli-follow-{os.getpid()}", client_kind="cli") as c:
+        async with connect(data_dir=data_dir.root, client_id=f"cli-follow-{os.getpid()}", client_kind="cli",
+                           on_state=tell) as c:
             try:
                 await c.session.get(session_id=args.session, message_limit=1)
             except ClientRpcError as exc:

@@ -77,6 +77,9 @@ def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
                 running = await nursery.start(host)
                 serving.set()
                 print(f"pi-host listening on {running.url} (data dir {data_dir.root})", flush=True)
+                recovered = recovery_line(running.boot.report)
+                if recovered is not None:
+                    print(recovered, flush=True)
                 log.info("listening", extra={"url": running.url, "dataDir": str(data_dir.root)})
 
     try:
@@ -104,6 +107,35 @@ def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         return code
     print("pi-host stopped cleanly", file=sys.stderr)
     return 0
+
+
+def recovery_line(report: dict[str, Any]) -> str | None:
+    """One line on what boot repaired after an unclean shutdown (None after a clean one): the log's
+    ``boot finished`` record holds the whole report, a user reading the terminal sees this."""
+    if report.get("cleanShutdown", True):
+        return None
+    database = report.get("database") or {}
+    if database.get("createdFresh") and not database.get("rebuilt") and not report.get("sessionsScanned"):
+        return None  # a new data directory: no previous run to recover from
+
+    def count(n: Any, one: str, many: str) -> str | None:
+        return None if not n else f"{n} {one if n == 1 else many}"
+
+    reconcile = report.get("reconcile") or {}
+    done = [part for part in (
+        count(report.get("sessionsScanned"), "session scanned", "sessions scanned"),
+        count(report.get("tornTails"), "torn tail cut", "torn tails cut"),
+        count(report.get("indexRowsAdded"), "index row added", "index rows added"),
+        count(report.get("indexRowsRemoved"), "stale index row removed", "stale index rows removed"),
+        count(report.get("inflightPromoted"), "in-flight reply kept", "in-flight replies kept"),
+        count(report.get("turnsAborted"), "running turn marked aborted", "running turns marked aborted"),
+        count(len(report.get("damagedTranscripts") or []), "damaged transcript", "damaged transcripts"),
+        count(reconcile.get("errors"), "session not repaired (see the log)", "sessions not repaired (see the log)"),
+        "the database rebuilt from the transcripts" if report.get("dbRebuilt") else None,
+    ) if part]
+    took = f" in {report['durationMs']} ms" if isinstance(report.get("durationMs"), int) else ""
+    what = ", ".join(done) if done else "nothing needed repair"
+    return f"pi-host: recovered from an unclean shutdown{took}: {what}"
 
 
 def _serve_failure(exc: BaseException, args: argparse.Namespace) -> int | None:

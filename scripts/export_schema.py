@@ -601,7 +601,7 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"sessionId": "s_4f2a", "messageLimit": 2, "contentLimit": 2000},
         {
             "session": _SESSION,
-            "messages": [{**_USER_MESSAGE, "position": 10}, {**_ASSISTANT_MESSAGE, "position": 11}],
+            "messages": [{**_USER_MESSAGE, "seq": 11}, {**_ASSISTANT_MESSAGE, "seq": 12}],
             "compactions": [_COMPACTION],
             "messageStart": 10,
             "messageEnd": 12,

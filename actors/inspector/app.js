@@ -287,9 +287,11 @@ function showWindow(page, prepend) {
   if (prepend) $("messages").prepend(...items);
   else $("messages").replaceChildren(...items);
   $("older").hidden = !page.hasMoreBefore;
-  $("window-info").textContent =
-    `messages ${state.start + 1}–${prepend ? $("messages").children.length + state.start : page.messageEnd} ` +
-    `of ${page.totalMessages}`;
+  // one numbering, the messages' own seq (#1 is the first message; the wire's messageStart is #first - 1)
+  const shown = $("messages");
+  $("window-info").textContent = shown.children.length
+    ? `messages #${shown.firstElementChild.dataset.seq}–#${shown.lastElementChild.dataset.seq} of ${page.totalMessages}`
+    : `no messages (of ${page.totalMessages})`;
   $("compactions").replaceChildren(...(page.compactions.length ? page.compactions.map((c) =>
     el("li", {}, `${c.id}: through ${c.throughMessageId} (${c.tokensBefore} tokens) — ${c.summary}`))
     : [el("li", {}, "none")]));

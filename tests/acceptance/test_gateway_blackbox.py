@@ -263,7 +263,7 @@ async def test_cli_status_sessions_show_search(host: HostProcess) -> None:
         show = await trio.to_thread.run_sync(_cli, host, "show", s["id"], "--limit", "2")
         assert show.returncode == 0, show.stderr
         lines = show.stdout.splitlines()
-        assert "cli tour" in lines[0] and "messages 4-6 of 6" in lines[0]
+        assert "cli tour" in lines[0] and "messages #5-#6 of 6" in lines[0]
         assert lines[1:] == ["[5] user: line 4", "[6] user: line 5"]
         missing = await trio.to_thread.run_sync(_cli, host, "show", "no-such-session")
         assert missing.returncode != 0 and "SESSION_NOT_FOUND" in missing.stderr

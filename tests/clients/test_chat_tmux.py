@@ -142,7 +142,7 @@ def test_a_reply_survives_a_host_kill_in_the_chat(tmp_path: Path) -> None:
             assert "[tool list_dir(.) ok: notes.txt src/]" in tail and "permission?" not in tail
 
             tmux.type("/search milk")
-            screen = tmux.wait(lambda s: "-- search:" in s, "search results")
+            screen = tmux.wait(lambda s: "-- search, all sessions:" in s, "search results")
             tmux.type("/branches")
             screen = tmux.wait(lambda s: "-- branches: none (no regenerated replies)" in s, "the branch list")
             tmux.type("/sessions")

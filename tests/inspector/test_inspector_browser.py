@@ -69,6 +69,9 @@ async def test_inspector_logs_in_lists_pages_searches_and_streams(tmp_path: Path
                 titles = await page.wait("""(() => { const t = Array.from(document.querySelectorAll('#sessions li'),
                     li => li.textContent); return t.length === 2 ? t : null; })()""")
                 assert any("Parser refactor" in t for t in titles) and any("Groceries" in t for t in titles)
+                # issue 25: pending approvals come first, not below the whole session list
+                assert await page.eval("document.getElementById('approvals').getBoundingClientRect().top < "
+                                       "document.getElementById('sessions').getBoundingClientRect().top") is True
                 await page.screenshot(SHOTS / "1-sessions.png")
 
                 await page.click(f"#sessions li[data-id='{long}']")
@@ -76,10 +79,15 @@ async def test_inspector_logs_in_lists_pages_searches_and_streams(tmp_path: Path
                 assert await page.eval("document.getElementById('older').hidden") is False
                 assert "cp1" in await page.eval("document.getElementById('compactions').textContent")
                 assert await page.eval("document.querySelector('#messages .msg').dataset.seq") == "16"
+                # issue 25: one numbering for the window, the messages' own seq (not 0-based messageStart + 1)
+                assert await page.eval("document.getElementById('window-info').textContent") == \
+                    "messages #16–#45 of 45"
                 await page.screenshot(SHOTS / "2-session.png")
                 await page.click("#older")
                 await page.wait("document.querySelectorAll('#messages .msg').length === 45")
                 assert await page.eval("document.querySelector('#messages .msg').dataset.seq") == "1"
+                assert await page.eval("document.getElementById('window-info').textContent") == \
+                    "messages #1–#45 of 45"
                 assert await page.eval("document.getElementById('older').hidden") is True
                 await page.screenshot(SHOTS / "3-paged-back.png")
 
@@ -180,6 +188,21 @@ def other_origin_server(host_port: int) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+async def test_the_login_page_shows_only_its_card(tmp_path: Path) -> None:
+    """Issue 25: the login page showed the empty app behind its card (``.app { display: grid }`` beat the
+    ``hidden`` attribute)."""
+    with host_process(tmp_path / "data") as host, trio.fail_after(60):
+        port = int(host.url.rsplit(":", 1)[1].rstrip("/"))
+        async with chromium(tmp_path / "profile") as browser:
+            page = await browser.new_page()
+            await page.goto(f"http://127.0.0.1:{port}/")
+            await page.wait("document.getElementById('login-form') !== null && document.readyState === 'complete'")
+            shown = await page.eval("""(() => { const d = (id) => getComputedStyle(document.getElementById(id)).display;
+                return [d('app'), d('login'), document.getElementById('app').getBoundingClientRect().height]; })()""")
+            await page.screenshot(SHOTS / "0-login.png")
+        assert shown[0] == "none" and shown[1] != "none" and shown[2] == 0, shown
 
 
 async def test_a_page_from_another_origin_cannot_reach_the_api(tmp_path: Path) -> None:

@@ -729,7 +729,24 @@ class InflightMessage(TypedDict):
     sessionId: str
     turnId: str
     savedAt: int
-    message: UiMessage
+    message: InflightUiMessage
+
+
+class InflightUiMessage(TypedDict):
+    """A streaming reply's newest checkpoint, projected for display: not a transcript row yet, so it has no ``seq`` (its final row gets one); ``inflight`` is true."""
+    type: NotRequired[Literal["message"] | None]
+    id: str
+    role: Literal["user", "assistant", "tool", "system"]
+    blocks: list[Block]
+    createdAt: NotRequired[str | None]
+    toolName: NotRequired[str | None]
+    turnId: NotRequired[str | None]
+    meta: NotRequired[JsonObject | None]
+    steering: NotRequired[bool | None]
+    truncated: NotRequired[bool | None]
+    deleted: NotRequired[bool | None]
+    inflight: NotRequired[bool | None]
+    sessionMessage: NotRequired[JsonObject | None]
 
 
 class InteractionAnswer(TypedDict):
@@ -1913,7 +1930,7 @@ class SessionInflightEvent(TypedDict):
     sessionId: str
     turnId: str
     savedAt: int
-    message: UiMessage
+    message: InflightUiMessage
 
 
 class SessionListParams(TypedDict):
@@ -2389,13 +2406,12 @@ class TurnStartedEvent(TypedDict):
 
 
 class UiMessage(TypedDict):
-    """A message projected for display; content may be capped (contentLimit)."""
+    """A stored message projected for display; content may be capped (contentLimit). Every stored message has its ``seq``."""
     type: NotRequired[Literal["message"] | None]
     id: str
     role: Literal["user", "assistant", "tool", "system"]
     blocks: list[Block]
     createdAt: NotRequired[str | None]
-    seq: NotRequired[int | None]
     toolName: NotRequired[str | None]
     turnId: NotRequired[str | None]
     meta: NotRequired[JsonObject | None]
@@ -2404,6 +2420,7 @@ class UiMessage(TypedDict):
     deleted: NotRequired[bool | None]
     inflight: NotRequired[bool | None]
     sessionMessage: NotRequired[JsonObject | None]
+    seq: int
 
 
 class UnsubscribeParams(TypedDict):

@@ -17,8 +17,12 @@ prompt: answer ``/allow`` (this call), ``/always`` (a permission rule: always
 allow this tool in the session's project, or in the session without one) or
 ``/deny``. Turns are queued with ``--permission-mode`` (default ``ask``).
 
+A turn that ended without the reply the pane would show (aborted by a host
+restart, or failed) gets a line saying so, until the next turn starts.
+
 Commands: ``/new [title]``, ``/open SESSION``, ``/sessions``, ``/branches``,
-``/search QUERY``, ``/allow``, ``/always``, ``/deny``, ``/help``, ``/quit``.
+``/search QUERY`` (every session), ``/find QUERY`` (this session), ``/allow``,
+``/always``, ``/deny``, ``/help``, ``/quit``.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ WINDOW = 60
 TOPICS = ["session.message", "session.inflight", "session.queue", "turn.started", "turn.ended", "session.updated",
           "approval.requested", "approval.resolved"]
 PermissionMode = Literal["inherit", "ask", "accept-edits", "auto"]
-HELP = "/new [title]  /open SESSION  /sessions  /branches  /search QUERY  /allow  /always  /deny  /quit"
+HELP = ("/new [title]  /open SESSION  /sessions  /branches  /search QUERY (all sessions)  /find QUERY (this session)"
+        "  /allow  /always  /deny  /quit")
 
 
 def choose_option(request: dict[str, Any], answer: str) -> str:
@@ -94,6 +99,16 @@ def _text(blocks: Sequence[dict[str, Any]]) -> str:
     return "".join(parts).strip()
 
 
+def turn_notice(latest: dict[str, Any] | None) -> str | None:
+    """A line for the newest turn when it ended without a reply to show: aborted (a host restart fenced it, or
+    it was stopped) or failed. None for a completed or running turn."""
+    if not latest or latest.get("status") not in ("aborted", "error"):
+        return None
+    code = latest.get("errorCode")
+    why = "the host restarted while it ran" if code == "INTERRUPTED" else (code or "no reason given")
+    return f"!! turn {latest.get('id')} {latest['status']} ({why}); send your message again to retry"
+
+
 def render_message(m: dict[str, Any]) -> str:
     who = {"user": "you", "assistant": "assistant", "tool": "tool", "system": "system"}.get(m.get("role", ""), "?")
     meta = m.get("meta") or {}
@@ -123,6 +138,8 @@ class Chat:
         self._tasks: set[asyncio.Task[None]] = set()
         self.queued = 0
         self.running = False
+        self.lost_turn: str | None = None
+        """What :func:`turn_notice` says about the session's newest turn."""
 
     # -- layout ------------------------------------------------------------------
     def _build(self) -> Application[None]:
@@ -149,6 +166,8 @@ class Chat:
         for mid, m in self.live.items():
             if mid not in shown:
                 lines.append(render_message({**m, "meta": {"status": "streaming"}}))
+        if self.lost_turn is not None and not self.running:
+            lines.append(self.lost_turn)
         lines += [render_prompt(r) for r in self.prompts.values()]
         lines += ["", f"-- {self.notice}"]
         text = "\n".join(lines)
@@ -159,6 +178,7 @@ class Chat:
     async def reload(self) -> None:
         page = await self.client.session.get(session_id=self.session_id, message_limit=WINDOW)
         self.title = page["session"].get("title") or ""
+        self.lost_turn = turn_notice(cast(dict[str, Any] | None, page["session"].get("latestTurn")))
         self.messages = [dict(m) for m in page["messages"]]
         ids = {m["id"] for m in self.messages}
         self.live = {k: v for k, v in self.live.items() if k not in ids}
@@ -256,9 +276,15 @@ class Chat:
             self.notice = "branches: " + ("  ".join(
                 f"{r['rootUserId']}#{r['revisionIndex']} ({r['messageCount']} msgs{', live' if r['isActive'] else ''})"
                 for r in revs) or "none (no regenerated replies)")
-        elif cmd == "search":
+        elif cmd == "search":  # every session: say which one each hit is in
+            found = await c.search.sessions(query=arg, limit=5)
+            self.notice = "search, all sessions: " + ("  |  ".join(
+                f"{r.get('title') or 'untitled'} [{r['sessionId']}]" + "".join(
+                    f" #{snip.get('seq')} {snip.get('snippet')}" for snip in r.get("snippets", [])[:2])
+                for r in found["results"]) or "no match") + "  (/open SESSION to go there)"
+        elif cmd == "find":  # this session only
             hits = await c.search.query(query=arg, session_id=self.session_id, limit=5)
-            self.notice = "search: " + ("  |  ".join(
+            self.notice = "search, this session: " + ("  |  ".join(
                 f"#{h['seq']} {h['snippet']}" for h in hits["results"]) or "no match")
         else:
             self.notice = f"unknown command /{cmd}; /help"

@@ -224,7 +224,8 @@ class Subscription:
             params["cursor"] = self.cursor
         return params
 
-    async def _attach(self, conn: _Connection) -> None:
+    async def _attach(self, conn: _Connection) -> int | None:
+        """(Re)subscribe on ``conn``; the cursor it resumed after, or None when it started afresh (a Resync)."""
         boot_id = str(conn.hello.get("bootId", ""))
         resumed = self.boot_id is not None
         params = self._params(boot_id)
@@ -248,6 +249,8 @@ class Subscription:
             params.pop("cursor", None)
             await conn.call("events.subscribe", params, on_result=bind)
         self.boot_id = boot_id
+        resumed_at: int | None = params.get("cursor")
+        return resumed_at
 
     def __aiter__(self) -> Subscription:
         return self
@@ -309,7 +312,8 @@ class Client(GeneratedMethods):
         """Why the client stopped for good (:class:`HostRefused`, :class:`HostNotRunning`), once it has."""
         self.on_connect: Callable[[dict[str, Any]], None] | None = None
         self.on_state: Callable[[str], None] | None = None
-        """Called with one line when the connection state changes ("waiting for a host: ...")."""
+        """Called with one line when the connection state changes ("waiting for a host: ...",
+        "reconnected; resumed at cursor 1046")."""
         self._last_state = ""
         self._wait_for_host = False
 
@@ -344,11 +348,10 @@ class Client(GeneratedMethods):
                     if exc.data_code in REFUSED_HELLO_CODES:
                         raise HostRefused(exc.data_code, exc.message) from None
                     raise
-                for sub in list(self._subscriptions):
-                    await sub._attach(conn)
+                resumed = [await sub._attach(conn) for sub in list(self._subscriptions)]
                 self._conn = conn
                 self.connects += 1
-                self._tell("connected" if self.connects == 1 else "reconnected")
+                self._tell("connected" if self.connects == 1 else _reconnected_line(resumed))
                 if self.on_connect is not None:
                     self.on_connect(conn.hello)
                 self._wake()
@@ -478,6 +481,16 @@ class _SubscribeContext:
     async def __aexit__(self, *exc: object) -> None:
         with anyio.CancelScope(shield=True):
             await self._sub.aclose()
+
+
+def _reconnected_line(resumed: list[int | None]) -> str:
+    """What ``on_state`` says after a reconnect: where the subscriptions resumed."""
+    cursors = [c for c in resumed if c is not None]
+    if not resumed:
+        return "reconnected"
+    if len(cursors) == len(resumed):
+        return f"reconnected; resumed at cursor {min(cursors)}"
+    return "reconnected; resubscribed without a cursor (the host restarted or dropped the missed events: resync)"
 
 
 def _single(group: BaseExceptionGroup[BaseException]) -> BaseException | None:

@@ -1,5 +1,7 @@
 // Type-checked against the generated types by tests/clients/test_typescript.py (tsc --noEmit).
-import { HostClient, RpcError, isKnownBlock, type AnyBlock, type Block, type AnyEvent, type UiMessage } from "../src/client.js";
+import {
+  HostClient, HostRefused, RpcError, isKnownBlock, type AnyBlock, type Block, type AnyEvent, type UiMessage,
+} from "../src/client.js";
 
 function render(block: Block): string {
   if (block.type === "text") return block.text;  // narrows to TextBlock
@@ -49,7 +51,19 @@ function onEvent(event: AnyEvent): void {
 }
 
 export async function example(url: string, token: string): Promise<void> {
-  const client = await HostClient.connect({ url, token, clientId: "ts-example", clientKind: "ui", onEvent });
+  let client: HostClient;
+  try {
+    client = await HostClient.connect({
+      url, token, clientId: "ts-example", clientKind: "ui", onEvent,
+      // "waiting for a host on ws://…: …; next try in 800 ms", "reconnected; resumed at cursor 1046"
+      onState: (state) => console.log(state.message),
+      onResync: (_sub, reason) => console.log("reload everything:", reason),
+      backoff: { initialMs: 250, maxMs: 10000 },
+    });
+  } catch (err) {
+    if (err instanceof HostRefused) console.log("check the token:", err.code);  // never retried
+    throw err;
+  }
   const session = await client.call("session.create", { title: "TypeScript", projectPath: "/tmp/demo" });
   await client.subscribe(["session.message", "session.inflight", "session.queue"], session.id);
   const appended = await client.call("session.appendMessage", {

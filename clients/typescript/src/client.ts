@@ -1,5 +1,12 @@
-// A small typed JSON-RPC client for pi-host over a WebSocket (browser or any runtime with a
-// WHATWG WebSocket). Hand-written; the types come from the generated ./protocol.ts.
+// A small typed JSON-RPC client for pi-host over a WebSocket (browser, Deno, Node 22+, or Node 20 with an
+// implementation passed in such as the `ws` package). Hand-written; the types come from the generated
+// ./protocol.ts.
+//
+// Reconnection is done once, in one place (`HostClient.run`): a single retry chain with exponential backoff,
+// jitter and a cap; a visible state (`onState`: "waiting for a host on …", "reconnected; resumed at cursor …");
+// bad token and protocol mismatch fail at once with `HostRefused` (a `ConnectionLost`); the memory held while
+// the host is away is bounded (one socket, one timer, at most `maxWaitingCalls` calls waiting); subscriptions
+// are re-established after a reconnect from the last cursor they delivered (or resynced when the host restarted).
 import {
   MUTATING_METHODS,
   PROTOCOL_VERSION,
@@ -25,10 +32,85 @@ export class RpcError extends Error {
     readonly data: { [key: string]: unknown },
   ) {
     super(`${dataCode} (${code}): ${message}`);
+    this.name = "RpcError";
   }
   get retriable(): boolean {
     return (RETRIABLE_CODES as readonly string[]).includes(this.dataCode);
   }
+}
+
+/** The connection is gone and the client does not (or may no longer) reconnect. */
+export class ConnectionLost extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ConnectionLost";
+  }
+}
+
+/** `host.hello` errors no retry can fix: the client stops at once with {@link HostRefused}. */
+export const REFUSED_HELLO_CODES = ["UNAUTHENTICATED", "UNSUPPORTED_PROTOCOL"] as const;
+
+/** The host refused this client (`code`: `UNAUTHENTICATED` for a bad token, `UNSUPPORTED_PROTOCOL`); the client
+ * stops at once, without retrying. */
+export class HostRefused extends ConnectionLost {
+  constructor(
+    readonly code: (typeof REFUSED_HELLO_CODES)[number],
+    detail: string,
+  ) {
+    super(`the host refused this client: ${code}: ${detail}`);
+    this.name = "HostRefused";
+  }
+}
+
+/** No host answered at the url (the first connection, without `waitForHost`, or not within `connectTimeoutMs`). */
+export class HostNotRunning extends ConnectionLost {
+  constructor(message: string) {
+    super(message);
+    this.name = "HostNotRunning";
+  }
+}
+
+/** The part of a WHATWG WebSocket the client uses (the global one and the `ws` package's both fit). */
+export interface WebSocketLike {
+  readonly readyState: number;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- implementations type their events differently
+  onopen: ((event: any) => void) | null;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  onerror: ((event: any) => void) | null;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  onclose: ((event: any) => void) | null;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  onmessage: ((event: any) => void) | null;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+}
+export type WebSocketConstructor = new (url: string) => WebSocketLike;
+
+/** Where the connection stands; `message` is one line for a status bar or a log. */
+export type ConnectionState =
+  | { state: "connecting"; attempt: number; message: string }
+  | { state: "connected"; attempt: number; hello: HelloResult; message: string }
+  /** `attempt`: failed attempts since the last connection (0: the connection was just lost). */
+  | { state: "waiting"; attempt: number; delayMs: number; reason: string; message: string }
+  | {
+      state: "reconnected";
+      attempt: number;
+      hello: HelloResult;
+      /** The host restarted (a new bootId): cursors of the old boot do not resume, subscriptions were resynced. */
+      restarted: boolean;
+      /** The cursor each subscription resumed at (`null`: resubscribed without one, see `onResync`). */
+      resumed: { subscription: Subscription; cursor: number | null }[];
+      message: string;
+    }
+  | { state: "closed"; error: ConnectionLost | null; message: string };
+
+export interface Backoff {
+  /** First delay before a retry (ms); doubled after every failed attempt. Default 250. */
+  initialMs?: number;
+  /** The cap (ms). Default 10000. */
+  maxMs?: number;
+  /** Each delay is drawn uniformly from [delay × (1 − jitter), delay]. Default 0.5. */
+  jitter?: number;
 }
 
 export interface ConnectOptions {
@@ -37,15 +119,50 @@ export interface ConnectOptions {
   token: string;
   clientId: string;
   clientKind?: "ui" | "agent" | "cli" | "test";
-  /** Called for every `event` notification. */
-  onEvent?: (event: AnyEvent) => void;
-  /** Called once when the connection closes. */
+  /** Called for every `event` notification, with the subscription it arrived on. */
+  onEvent?: (event: AnyEvent, subscription: Subscription | undefined) => void;
+  /** Called when a subscription could not resume where it was (the host restarted, or no longer holds the missed
+   * events): reload what you show (`session.get`, `session.list` …), then go on with the events that follow. */
+  onResync?: (subscription: Subscription, reason: string) => void;
+  /** Called when the connection state changes (also the retry chain's every attempt). */
+  onState?: (state: ConnectionState) => void;
+  /** Called once, when the client stops for good (`close()`, a refusal, or reconnect disabled). */
   onClose?: (code: number, reason: string) => void;
-  /** A WebSocket constructor (defaults to the global one). */
-  WebSocketImpl?: typeof WebSocket;
+  /** A WebSocket constructor (defaults to the global one; Node 20 has none: pass the `ws` package's). */
+  WebSocketImpl?: WebSocketConstructor;
+  /** Reconnect after a lost connection (default true). */
+  reconnect?: boolean;
+  backoff?: Backoff;
+  /** When no host answers the first attempt: keep trying (until `connectTimeoutMs`) instead of failing at once
+   * with `HostNotRunning`. Default false. */
+  waitForHost?: boolean;
+  /** Bound on the first connection, retries included (ms). Default 30000. */
+  connectTimeoutMs?: number;
+  /** Bound on `host.hello` once the socket is open (ms). Default 10000. */
+  helloTimeoutMs?: number;
+  /** Calls that may wait for a reconnect at once; more are refused with `ConnectionLost`. Default 256. */
+  maxWaitingCalls?: number;
+  /** How many times a call is sent (a lost connection or a retriable error). Default 8. */
+  maxCallAttempts?: number;
+}
+
+/** One `events.subscribe`, kept across reconnects: `cursor` is the last numbered event delivered. */
+export class Subscription {
+  cursor: number | null;
+  bootId: string | null = null;
+  wireId: string | null = null;
+  closed = false;
+  constructor(
+    readonly topics: readonly Topic[],
+    readonly sessionId: string | undefined,
+    cursor: number | undefined,
+  ) {
+    this.cursor = cursor ?? null;
+  }
 }
 
 type Pending = { resolve: (value: unknown) => void; reject: (error: unknown) => void };
+type Waiter = { resolve: (conn: Connection) => void; reject: (error: unknown) => void };
 
 function newSubmissionId(): string {
   const bytes = new Uint8Array(16);
@@ -53,80 +170,95 @@ function newSubmissionId(): string {
   return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-export class HostClient {
+const OPEN = 1;
+
+/** One WebSocket and its requests; it never reconnects itself (the client's one loop does). */
+class Connection {
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
   hello: HelloResult | null = null;
+  readonly done: Promise<{ code: number; reason: string }>;
+  private finish!: (how: { code: number; reason: string }) => void;
+  isDone = false;
 
-  private constructor(
-    private readonly ws: WebSocket,
-    private readonly options: ConnectOptions,
-  ) {}
-
-  /** Open the WebSocket and authenticate with `host.hello`. */
-  static connect(options: ConnectOptions): Promise<HostClient> {
-    const Impl = options.WebSocketImpl ?? WebSocket;
-    const ws = new Impl(options.url);
-    const client = new HostClient(ws, options);
-    return new Promise((resolve, reject) => {
-      ws.onerror = () => reject(new Error(`cannot connect to ${options.url}`));
-      ws.onclose = (ev) => {
-        client.failAll(new Error(`connection closed (${ev.code} ${ev.reason})`));
-        options.onClose?.(ev.code, ev.reason);
-      };
-      ws.onmessage = (ev) => client.route(String(ev.data));
-      ws.onopen = () => {
-        client
-          .request<HelloResult>("host.hello", {
-            token: options.token,
-            clientId: options.clientId,
-            clientKind: options.clientKind ?? "ui",
-            protocol: PROTOCOL_VERSION,
-          })
-          .then((hello) => {
-            client.hello = hello;
-            resolve(client);
-          }, reject);
-      };
+  constructor(
+    readonly ws: WebSocketLike,
+    private readonly onNotification: (params: unknown) => void,
+  ) {
+    this.done = new Promise((resolve) => {
+      this.finish = resolve;
     });
   }
 
-  /** Call a routed method; a mutating call gets a fresh submissionId unless one is given. */
-  call<M extends MethodName>(method: M, params: ParamsOf<M>): Promise<ResultOf<M>> {
-    let sent: object = params;
-    if ((MUTATING_METHODS as readonly string[]).includes(method) && !("submissionId" in params && params.submissionId)) {
-      sent = { ...params, submissionId: newSubmissionId() };
+  /** Resolves once the socket is open; rejects (once) when it fails first. */
+  open(): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      let settled = false;
+      this.ws.onopen = () => {
+        if (!settled) {
+          settled = true;
+          resolve();
+        }
+      };
+      this.ws.onerror = () => {
+        // a failed handshake is followed by close; an error after open also ends in close
+      };
+      this.ws.onclose = (ev: { code?: number; reason?: string }) => {
+        const code = ev?.code ?? 1006;
+        const reason = ev?.reason ?? "";
+        this.close(code, reason);
+        if (!settled) {
+          settled = true;
+          reject(new ConnectionLost(`the connection failed (${code}${reason ? ` ${reason}` : ""})`));
+        }
+      };
+      this.ws.onmessage = (ev: { data: unknown }) => this.route(String(ev.data));
+    });
+  }
+
+  request<T>(method: string, params: object): Promise<T> {
+    if (this.isDone || this.ws.readyState !== OPEN) {
+      return Promise.reject(new ConnectionLost("not connected"));
     }
-    return this.request<ResultOf<M>>(method, sent);
-  }
-
-  /** Subscribe to topics (optionally one session's); events arrive through `onEvent`. */
-  subscribe(topics: Topic[], sessionId?: string, cursor?: number): Promise<SubscribeResult> {
-    const params: { [key: string]: unknown } = { topics };
-    if (sessionId !== undefined) params.sessionId = sessionId;
-    if (cursor !== undefined) params.cursor = cursor;
-    return this.request<SubscribeResult>("events.subscribe", params);
-  }
-
-  close(): void {
-    this.ws.close(1000, "bye");
-  }
-
-  private request<T>(method: string, params: object): Promise<T> {
     const id = this.nextId++;
     return new Promise<T>((resolve, reject) => {
       this.pending.set(id, { resolve: (v) => resolve(v as T), reject });
-      this.ws.send(JSON.stringify({ jsonrpc: "2.0", id, method, params }));
+      try {
+        this.ws.send(JSON.stringify({ jsonrpc: "2.0", id, method, params }));
+      } catch (err) {
+        this.pending.delete(id);
+        reject(new ConnectionLost(`send failed: ${String(err)}`));
+      }
     });
   }
 
+  /** Ends the connection: fails every request in flight (they are retried by `HostClient.call`). */
+  close(code: number, reason: string): void {
+    if (this.isDone) return;
+    this.isDone = true;
+    const lost = new ConnectionLost(`connection closed (${code}${reason ? ` ${reason}` : ""})`);
+    for (const slot of this.pending.values()) slot.reject(lost);
+    this.pending.clear();
+    this.finish({ code, reason });
+    try {
+      this.ws.close(1000, "bye");
+    } catch {
+      // already closing
+    }
+  }
+
   private route(frame: string): void {
-    const message: unknown = JSON.parse(frame);
+    let message: unknown;
+    try {
+      message = JSON.parse(frame);
+    } catch {
+      return;
+    }
     for (const item of Array.isArray(message) ? message : [message]) {
       if (typeof item !== "object" || item === null) continue;
       const obj = item as { [key: string]: unknown };
       if (obj.method === "event" && !("id" in obj)) {
-        this.options.onEvent?.(obj.params as AnyEvent);
+        this.onNotification(obj.params);
         continue;
       }
       const slot = typeof obj.id === "number" ? this.pending.get(obj.id) : undefined;
@@ -141,9 +273,353 @@ export class HostClient {
       }
     }
   }
+}
 
-  private failAll(error: Error): void {
-    for (const slot of this.pending.values()) slot.reject(error);
-    this.pending.clear();
+function sleep(ms: number, wake: { cancel: (() => void) | null }): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      wake.cancel = null;
+      resolve();
+    }, ms);
+    wake.cancel = () => {
+      clearTimeout(timer);
+      wake.cancel = null;
+      resolve();
+    };
+  });
+}
+
+export class HostClient {
+  private conn: Connection | null = null;
+  private readonly subscriptions = new Set<Subscription>();
+  private readonly byWireId = new Map<string, Subscription>();
+  private readonly attachedOn = new WeakMap<Subscription, Connection>();
+  private readonly waiters = new Set<Waiter>();
+  private readonly wake: { cancel: (() => void) | null } = { cancel: null };
+  private readonly Impl: WebSocketConstructor;
+  private closing = false;
+  private lastBootId: string | null = null;
+  /** Why the client stopped for good, once it has. */
+  fatal: ConnectionLost | null = null;
+  /** Connection attempts made so far (one retry chain: they are sequential, spaced by the backoff). */
+  attempts = 0;
+  /** Successful connections so far. */
+  connects = 0;
+  hello: HelloResult | null = null;
+
+  private constructor(private readonly options: ConnectOptions) {
+    const global = (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
+    const Impl = options.WebSocketImpl ?? global;
+    if (Impl === undefined) {
+      throw new TypeError(
+        "this runtime has no global WebSocket (Node 20): pass one as WebSocketImpl, e.g. the ws package's",
+      );
+    }
+    this.Impl = Impl;
+  }
+
+  /** Connect and authenticate with `host.hello`; the client then keeps itself connected until `close()`.
+   * Rejects with `HostRefused` at once for a bad token or protocol, with `HostNotRunning` when no host answers
+   * (at once, or after `connectTimeoutMs` with `waitForHost`). */
+  static connect(options: ConnectOptions): Promise<HostClient> {
+    let client: HostClient;
+    try {
+      client = new HostClient(options);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const first = client.connection();
+    void client.run();
+    const timeoutMs = options.connectTimeoutMs ?? 30000;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const error = new HostNotRunning(`no host answered on ${options.url} within ${timeoutMs} ms`);
+        client.stop(error);
+        reject(error);
+      }, timeoutMs);
+    });
+    return Promise.race([first, timeout]).then(
+      () => {
+        clearTimeout(timer);
+        return client;
+      },
+      (err: unknown) => {
+        clearTimeout(timer);
+        throw err;
+      },
+    );
+  }
+
+  get connected(): boolean {
+    return this.conn !== null && !this.conn.isDone;
+  }
+
+  // -- the one retry chain -------------------------------------------------------------------------------------
+  private async run(): Promise<void> {
+    const initial = this.options.backoff?.initialMs ?? 250;
+    const cap = this.options.backoff?.maxMs ?? 10000;
+    const jitter = Math.min(1, Math.max(0, this.options.backoff?.jitter ?? 0.5));
+    const reconnect = this.options.reconnect ?? true;
+    let delay = initial;
+    let attempt = 0; // attempts since the last successful connection
+    while (!this.closing) {
+      attempt += 1;
+      this.attempts += 1;
+      let reason: string;
+      try {
+        this.tell({ state: "connecting", attempt, message: `connecting to ${this.options.url} (attempt ${attempt})` });
+        const conn = await this.open();
+        delay = initial;
+        attempt = 0;
+        const how = await conn.done;
+        if (this.conn === conn) this.conn = null;
+        reason = `the connection closed (${how.code}${how.reason ? ` ${how.reason}` : ""})`;
+      } catch (err) {
+        if (err instanceof HostRefused) {
+          this.stop(err);
+          return;
+        }
+        reason = err instanceof Error ? err.message : String(err);
+        if (this.connects === 0 && !(this.options.waitForHost ?? false) && !this.closing) {
+          this.stop(new HostNotRunning(`no host answers on ${this.options.url}: ${reason}`));
+          return;
+        }
+      }
+      if (this.closing) return;
+      if (!reconnect) {
+        this.stop(new ConnectionLost(reason));
+        return;
+      }
+      const wait = Math.round(delay * (1 - jitter * Math.random()));
+      const why = attempt === 0 ? reason : `attempt ${attempt} failed: ${reason}`;
+      this.tell({
+        state: "waiting",
+        attempt,
+        delayMs: wait,
+        reason,
+        message: `waiting for a host on ${this.options.url}: ${why}; next try in ${wait} ms`,
+      });
+      await sleep(wait, this.wake);
+      delay = Math.min(cap, delay * 2);
+    }
+  }
+
+  /** One attempt: socket, hello, resubscriptions. Throws `HostRefused` for a refusal, `ConnectionLost` else. */
+  private async open(): Promise<Connection> {
+    const conn = new Connection(new this.Impl(this.options.url), (params) => this.deliver(params));
+    await conn.open();
+    const helloMs = this.options.helloTimeoutMs ?? 10000;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    try {
+      const hello = await Promise.race([
+        conn.request<HelloResult>("host.hello", {
+          token: this.options.token,
+          clientId: this.options.clientId,
+          clientKind: this.options.clientKind ?? "ui",
+          protocol: PROTOCOL_VERSION,
+        }),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new ConnectionLost(`no answer to host.hello within ${helloMs} ms`)), helloMs);
+        }),
+      ]);
+      conn.hello = hello;
+      const restarted = this.lastBootId !== null && this.lastBootId !== hello.bootId;
+      const resumed: { subscription: Subscription; cursor: number | null }[] = [];
+      for (const sub of [...this.subscriptions]) {
+        try {
+          resumed.push({ subscription: sub, cursor: await this.attach(conn, sub) });
+        } catch (err) {
+          if (!(err instanceof RpcError)) throw err;
+          // the host refuses this one subscription now (e.g. LIMIT_EXCEEDED): drop it, keep the connection
+          this.subscriptions.delete(sub);
+          sub.closed = true;
+          this.options.onResync?.(sub, `the host refused to resubscribe: ${err.message}`);
+        }
+      }
+      if (this.closing) throw new ConnectionLost("the client is closed");
+      this.lastBootId = hello.bootId;
+      this.conn = conn;
+      this.hello = hello;
+      this.connects += 1;
+      if (this.connects === 1) {
+        this.tell({ state: "connected", attempt: this.attempts, hello, message: `connected to ${this.options.url}` });
+      } else {
+        const cursors = resumed.map((r) => r.cursor).filter((c): c is number => c !== null);
+        const where = restarted
+          ? "the host restarted; subscriptions resynced"
+          : cursors.length > 0
+            ? `resumed at cursor ${Math.min(...cursors)}`
+            : "resubscribed";
+        this.tell({
+          state: "reconnected",
+          attempt: this.attempts,
+          hello,
+          restarted,
+          resumed,
+          message: `reconnected; ${where}`,
+        });
+      }
+      for (const waiter of this.waiters) waiter.resolve(conn);
+      this.waiters.clear();
+      return conn;
+    } catch (err) {
+      conn.close(1000, "hello failed");
+      if (err instanceof RpcError && (REFUSED_HELLO_CODES as readonly string[]).includes(err.dataCode)) {
+        throw new HostRefused(err.dataCode as (typeof REFUSED_HELLO_CODES)[number], err.message);
+      }
+      throw err instanceof ConnectionLost ? err : new ConnectionLost(String(err));
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** (Re)subscribe `sub` on `conn`; the cursor it resumed at, or null when it started afresh. */
+  private async attach(conn: Connection, sub: Subscription): Promise<number | null> {
+    const bootId = conn.hello?.bootId ?? "";
+    const params: { [key: string]: unknown } = { topics: sub.topics };
+    if (sub.sessionId !== undefined) params.sessionId = sub.sessionId;
+    const sameBoot = sub.bootId === null || sub.bootId === bootId;
+    let resumeAt: number | null = null;
+    if (sub.cursor !== null && sameBoot) {
+      params.cursor = sub.cursor;
+      resumeAt = sub.cursor;
+    } else if (sub.bootId !== null) {
+      sub.cursor = null;
+      this.options.onResync?.(sub, "the host restarted");
+    }
+    let result: SubscribeResult;
+    try {
+      result = await conn.request<SubscribeResult>("events.subscribe", params);
+    } catch (err) {
+      if (!(err instanceof RpcError && err.dataCode === "CURSOR_EXPIRED")) throw err;
+      sub.cursor = null;
+      resumeAt = null;
+      this.options.onResync?.(sub, "the host no longer holds the missed events");
+      delete params.cursor;
+      result = await conn.request<SubscribeResult>("events.subscribe", params);
+    }
+    if (sub.wireId !== null) this.byWireId.delete(sub.wireId);
+    sub.wireId = result.subscriptionId;
+    sub.bootId = bootId;
+    this.byWireId.set(result.subscriptionId, sub);
+    this.attachedOn.set(sub, conn);
+    if (sub.cursor === null) sub.cursor = result.cursor;
+    return resumeAt;
+  }
+
+  private deliver(params: unknown): void {
+    const event = params as AnyEvent;
+    const sub = typeof event.subscriptionId === "string" ? this.byWireId.get(event.subscriptionId) : undefined;
+    if (sub !== undefined && event.transient !== true) {
+      if (sub.cursor !== null && event.cursor <= sub.cursor) return; // already delivered before a reconnect
+      sub.cursor = event.cursor;
+    }
+    this.options.onEvent?.(event, sub);
+  }
+
+  private tell(state: ConnectionState): void {
+    this.options.onState?.(state);
+  }
+
+  /** Stop for good: no more attempts, every waiting call fails with `error`. */
+  private stop(error: ConnectionLost | null): void {
+    if (this.closing) return;
+    this.closing = true;
+    if (error !== null) this.fatal = error;
+    this.wake.cancel?.();
+    const reason = error ?? new ConnectionLost("the client is closed");
+    for (const waiter of this.waiters) waiter.reject(reason);
+    this.waiters.clear();
+    const conn = this.conn;
+    this.conn = null;
+    conn?.close(1000, "bye");
+    this.tell({ state: "closed", error, message: error === null ? "closed" : `stopped: ${error.message}` });
+    this.options.onClose?.(1000, error === null ? "closed" : error.message);
+  }
+
+  /** The live connection, waiting (bounded) for the retry chain to make one. */
+  private connection(): Promise<Connection> {
+    const conn = this.conn;
+    if (conn !== null && !conn.isDone) return Promise.resolve(conn);
+    if (this.closing) return Promise.reject(this.fatal ?? new ConnectionLost("the client is closed"));
+    if (this.waiters.size >= (this.options.maxWaitingCalls ?? 256)) {
+      return Promise.reject(new ConnectionLost("not connected, and too many calls are already waiting for the host"));
+    }
+    return new Promise<Connection>((resolve, reject) => this.waiters.add({ resolve, reject }));
+  }
+
+  // -- calls -----------------------------------------------------------------------------------------------------
+  /** Call a routed method; a mutating call gets a fresh submissionId unless one is given, so it is sent again
+   * after a lost connection or a retriable error (the host answers the repeat from its receipt). */
+  async call<M extends MethodName>(method: M, params: ParamsOf<M>): Promise<ResultOf<M>> {
+    let sent: object = params;
+    if ((MUTATING_METHODS as readonly string[]).includes(method) && !("submissionId" in params && params.submissionId)) {
+      sent = { ...params, submissionId: newSubmissionId() };
+    }
+    const maxAttempts = this.options.maxCallAttempts ?? 8;
+    let delay = this.options.backoff?.initialMs ?? 250;
+    const cap = this.options.backoff?.maxMs ?? 10000;
+    for (let attempt = 1; ; attempt++) {
+      const conn = await this.connection();
+      try {
+        return await conn.request<ResultOf<M>>(method, sent);
+      } catch (err) {
+        const again =
+          attempt < maxAttempts &&
+          !this.closing &&
+          (err instanceof ConnectionLost || (err instanceof RpcError && err.retriable));
+        if (!again) throw err;
+        if (err instanceof RpcError) {
+          await new Promise((resolve) => setTimeout(resolve, delay));
+          delay = Math.min(cap, delay * 2);
+        }
+      }
+    }
+  }
+
+  /** Subscribe to topics (optionally one session's, optionally resuming after `cursor`); events arrive through
+   * `onEvent`. The subscription is re-established after every reconnect. */
+  async subscribe(topics: Topic[], sessionId?: string, cursor?: number): Promise<Subscription> {
+    const sub = new Subscription(topics, sessionId, cursor);
+    this.subscriptions.add(sub);
+    for (;;) {
+      const conn = await this.connection().catch((err: unknown) => {
+        this.subscriptions.delete(sub);
+        throw err;
+      });
+      if (this.attachedOn.get(sub) === conn) return sub; // the reconnect attached it already
+      try {
+        await this.attach(conn, sub);
+        return sub;
+      } catch (err) {
+        if (!(err instanceof ConnectionLost)) {
+          this.subscriptions.delete(sub);
+          throw err;
+        }
+        // lost mid-subscribe: the next connection attaches it
+      }
+    }
+  }
+
+  /** Stop receiving a subscription's events. */
+  async unsubscribe(sub: Subscription): Promise<void> {
+    sub.closed = true;
+    this.subscriptions.delete(sub);
+    const wireId = sub.wireId;
+    if (wireId === null) return;
+    this.byWireId.delete(wireId);
+    const conn = this.conn;
+    if (conn === null || conn.isDone) return;
+    try {
+      await conn.request("events.unsubscribe", { subscriptionId: wireId });
+    } catch {
+      // the connection went away: the subscription went with it
+    }
+  }
+
+  /** Close the connection and stop reconnecting. */
+  close(): void {
+    this.stop(null);
   }
 }

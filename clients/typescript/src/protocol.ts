@@ -949,7 +949,29 @@ export interface InflightMessage {
   turnId: string;
   /** When the host stored this checkpoint. */
   savedAt: number;
-  message: UiMessage;
+  message: InflightUiMessage;
+}
+
+/** A streaming reply's newest checkpoint, projected for display: not a transcript row yet, so it has no ``seq`` (its final row gets one); ``inflight`` is true. */
+export interface InflightUiMessage {
+  /** The transcript line kind. */
+  type?: "message" | null;
+  id: string;
+  role: "user" | "assistant" | "tool" | "system";
+  blocks: Block[];
+  createdAt?: string | null;
+  toolName?: string | null;
+  turnId?: string | null;
+  meta?: JsonObject | null;
+  steering?: boolean | null;
+  /** True when contentLimit capped this projection. */
+  truncated?: boolean | null;
+  /** Tombstoned (hidden from context). */
+  deleted?: boolean | null;
+  /** A streaming reply's checkpoint, not (yet) a transcript row. */
+  inflight?: boolean | null;
+  /** Collaboration provenance (meta.sessionMessage, written by the host): this user row is a delivery from another session, not human input. */
+  sessionMessage?: JsonObject | null;
 }
 
 export interface InteractionAnswer {
@@ -2411,9 +2433,9 @@ export interface SessionGetResult {
   messages: UiMessage[];
   /** Every still-valid checkpoint, oldest first; always whole. */
   compactions: CompactionView[];
-  /** Physical position of messages[0]. */
+  /** 0-based physical position of messages[0], so messages[0].seq - 1; show seq to people (#1 is the first message) and pass positions back (messageBefore, messageEnd). */
   messageStart: number;
-  /** Exclusive physical end of the window. */
+  /** Exclusive 0-based end of the window: the seq of its last message (when it has one). */
   messageEnd: number;
   hasMoreBefore: boolean;
   hasMoreAfter: boolean;
@@ -2433,7 +2455,7 @@ export interface SessionInflightEvent {
   turnId: string;
   /** When the host stored this checkpoint. */
   savedAt: number;
-  message: UiMessage;
+  message: InflightUiMessage;
 }
 
 export interface SessionListParams {
@@ -3028,7 +3050,7 @@ export interface TurnStartedEvent {
   turn: Turn;
 }
 
-/** A message projected for display; content may be capped (contentLimit). */
+/** A stored message projected for display; content may be capped (contentLimit). Every stored message has its ``seq``. */
 export interface UiMessage {
   /** The transcript line kind. */
   type?: "message" | null;
@@ -3036,8 +3058,6 @@ export interface UiMessage {
   role: "user" | "assistant" | "tool" | "system";
   blocks: Block[];
   createdAt?: string | null;
-  /** Per-session ordinal: the 0-based physical position in the transcript + 1. */
-  seq?: number | null;
   toolName?: string | null;
   turnId?: string | null;
   meta?: JsonObject | null;
@@ -3050,6 +3070,8 @@ export interface UiMessage {
   inflight?: boolean | null;
   /** Collaboration provenance (meta.sessionMessage, written by the host): this user row is a delivery from another session, not human input. */
   sessionMessage?: JsonObject | null;
+  /** Per-session ordinal: the 0-based physical position in the transcript + 1. */
+  seq: number;
 }
 
 export interface UnsubscribeParams {

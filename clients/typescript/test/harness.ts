@@ -1,0 +1,116 @@
+// A client driven line by line for tests/clients/test_typescript_reconnect.py (compiled with tsc, run by Node 20
+// with the `ws` package as its WebSocket): JSON commands on stdin, JSON lines out (states, events, results).
+import { createInterface } from "node:readline";
+import WebSocket from "ws";
+import { ConnectionLost, HostClient, HostRefused, type ConnectOptions, type Subscription } from "../src/client.js";
+
+function out(line: { [key: string]: unknown }): void {
+  process.stdout.write(JSON.stringify({ t: Date.now(), ...line }) + "\n");
+}
+
+type Command =
+  | { op: "create"; title: string }
+  | { op: "subscribe"; sessionId: string }
+  | { op: "append"; sessionId: string; id: string; text: string }
+  | { op: "flood"; n: number }
+  | { op: "settle" }
+  | { op: "close" };
+
+/** Calls sent while the host was away ("flood"): how many were refused at once, how many resolved later. */
+const flood = { refused: 0, resolved: 0, failed: 0, pending: [] as Promise<void>[] };
+
+async function main(): Promise<void> {
+  const [url, token, extra] = process.argv.slice(2);
+  if (url === undefined || token === undefined) throw new Error("usage: harness.js URL TOKEN [OPTIONS_JSON]");
+  const options: ConnectOptions = {
+    url,
+    token,
+    clientId: "ts-harness",
+    clientKind: "test",
+    WebSocketImpl: WebSocket,
+    onState: (s) => out({ kind: "state", state: s.state, message: s.message, attempt: "attempt" in s ? s.attempt : null,
+      delayMs: s.state === "waiting" ? s.delayMs : null,
+      resumed: s.state === "reconnected" ? s.resumed.map((r) => r.cursor) : null }),
+    onEvent: (ev) => {
+      const data = ev.data as { message?: { id?: string } };
+      out({ kind: "event", topic: ev.topic, cursor: ev.cursor, messageId: data.message?.id ?? null });
+    },
+    onResync: (_sub: Subscription, reason: string) => out({ kind: "resync", reason }),
+    ...(extra === undefined ? {} : (JSON.parse(extra) as Partial<ConnectOptions>)),
+  };
+  const started = Date.now();
+  let client: HostClient;
+  try {
+    client = await HostClient.connect(options);
+  } catch (err) {
+    out({
+      kind: "error",
+      name: err instanceof Error ? err.name : typeof err,
+      message: String(err),
+      connectionLost: err instanceof ConnectionLost,
+      code: err instanceof HostRefused ? err.code : null,
+      elapsedMs: Date.now() - started,
+    });
+    return;
+  }
+  out({ kind: "connected", bootId: client.hello?.bootId ?? null });
+  const lines = createInterface({ input: process.stdin });
+  for await (const line of lines) {
+    const cmd = JSON.parse(line) as Command;
+    try {
+      switch (cmd.op) {
+        case "create": {
+          const s = await client.call("session.create", { title: cmd.title });
+          out({ kind: "result", op: cmd.op, value: s.id });
+          break;
+        }
+        case "subscribe": {
+          const sub = await client.subscribe(["session.message"], cmd.sessionId);
+          out({ kind: "result", op: cmd.op, value: sub.cursor });
+          break;
+        }
+        case "append": {
+          const r = await client.call("session.appendMessage", {
+            sessionId: cmd.sessionId,
+            message: { id: cmd.id, role: "user", blocks: [{ type: "text", text: cmd.text }] },
+          });
+          out({ kind: "result", op: cmd.op, value: r.message.seq });
+          break;
+        }
+        case "flood": {
+          // not awaited: these wait for the reconnect, bounded by maxWaitingCalls
+          for (let i = 0; i < cmd.n; i++) {
+            flood.pending.push(client.call("session.list", {}).then(
+              () => void (flood.resolved += 1),
+              (err: unknown) => void (err instanceof ConnectionLost ? (flood.refused += 1) : (flood.failed += 1)),
+            ));
+          }
+          await new Promise((resolve) => setTimeout(resolve, 100));
+          out({ kind: "result", op: cmd.op, value: { refused: flood.refused, resolved: flood.resolved } });
+          break;
+        }
+        case "settle": {
+          await Promise.all(flood.pending);
+          out({ kind: "result", op: cmd.op, value: { refused: flood.refused, resolved: flood.resolved,
+            failed: flood.failed } });
+          break;
+        }
+        case "close":
+          client.close();
+          out({ kind: "result", op: cmd.op, value: client.attempts });
+          // stop reading stdin: the process then exits by itself only if the client left no socket or timer behind
+          lines.close();
+          process.stdin.destroy();
+          return;
+      }
+    } catch (err) {
+      out({ kind: "result", op: cmd.op, error: String(err) });
+    }
+  }
+  client.close();
+}
+
+main().catch((err: unknown) => {
+  out({ kind: "crash", message: String(err) });
+  process.exitCode = 1;
+});
