@@ -71,6 +71,7 @@ __all__ = [
     "Scan",
     "evicted_marks",
     "mark_evicted",
+    "mark_evicted_blocks",
     "scan_references",
     "MAX_PUT_BYTES",
     "WARN_FRACTION",
@@ -608,6 +609,47 @@ def mark_evicted(value: Any, refs: frozenset[str], _depth: int = 0) -> Any:
         for item in value:
             if isinstance(item, (dict, list)):
                 mark_evicted(item, refs, _depth + 1)
+    return value
+
+
+def _refs_in(value: Any, out: set[str], depth: int = 0) -> None:
+    if depth > 64:
+        return
+    if isinstance(value, dict):
+        ref = value.get("ref")
+        if isinstance(ref, str) and ref.startswith(REF_PREFIX) and _SHA_RE.fullmatch(ref[len(REF_PREFIX):]):
+            out.add(ref[len(REF_PREFIX):])
+        items: Iterable[Any] = value.values()
+    elif isinstance(value, list):
+        items = value
+    else:
+        return
+    for item in items:
+        if isinstance(item, (dict, list)):
+            _refs_in(item, out, depth + 1)
+
+
+def mark_evicted_blocks(conn: sqlite3.Connection, value: T) -> T:
+    """Mark (in place) every block of ``value`` whose blob is evicted or being evicted: ``"evicted": true``.
+
+    For reads that are not transcript windows (``session.context``, the turn
+    queue): a blob leaves ``live`` in the transaction that marks its references
+    (step 1 of :func:`collect`) and comes back only with its bytes (a re-put
+    clears the marks), so its deletion state says what those marks say.
+    """
+    shas: set[str] = set()
+    _refs_in(value, shas)
+    if not shas:
+        return value
+    gone: set[str] = set()
+    ordered = sorted(shas)
+    for start in range(0, len(ordered), 500):
+        chunk = ordered[start:start + 500]
+        gone.update(r[0] for r in conn.execute(
+            f"SELECT sha256 FROM attachment_blobs WHERE deletion_state != 'live' "
+            f"AND sha256 IN ({','.join('?' * len(chunk))})", chunk))
+    if gone:
+        mark_evicted(value, frozenset(ref_for(sha) for sha in gone))
     return value
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from actors.session_context import SessionContext
 from protocol import models as m
 from store import queue
+from store.attachments import mark_evicted_blocks
 from store.errors import Conflict
 from store.ids import new_id
 from store.receipts import ReceiptKey
@@ -103,7 +104,12 @@ async def push(ctx: SessionContext, p: m.QueuePushParams, key: ReceiptKey | None
 
 async def list_queue(ctx: SessionContext, p: m.QueueListParams, key: ReceiptKey | None) -> Any:
     slot = _slot(ctx)
-    return queue_state(slot, await ctx.read(queue.list_entries, ctx.sid))
+
+    def read(conn: Any, sid: str) -> dict[str, Any]:
+        # an entry's attachment whose blob was evicted reads back marked (seed 000 §2.3)
+        return mark_evicted_blocks(conn, queue_state(slot, queue.list_entries(conn, sid)))
+
+    return await ctx.read(read, ctx.sid)
 
 
 async def _edit(ctx: SessionContext, run: Callable[[Any, str, int], queue.Outcome]) -> Any:
@@ -114,7 +120,7 @@ async def _edit(ctx: SessionContext, run: Callable[[Any, str, int], queue.Outcom
     def op(conn: Any) -> dict[str, Any]:
         out = run(conn, sid, now)
         changed.append(out.plan.changed)
-        return queue_state(slot, out.entries)
+        return mark_evicted_blocks(conn, queue_state(slot, out.entries))
 
     state = await ctx.commit(op)
     if changed[0]:
