@@ -94,7 +94,7 @@ async def push(ctx: SessionContext, p: m.QueuePushParams, key: ReceiptKey | None
         out = queue.push(conn, sid, inp, new_id=entry_id, now_ms=now, faults=faults)
         assert out.plan.entry is not None
         outcome.append(out)
-        return {"entry": out.plan.entry.to_wire(), "replayed": out.plan.replayed}
+        return {"entry": mark_evicted_blocks(conn, out.plan.entry.to_wire()), "replayed": out.plan.replayed}
 
     result = await ctx.commit(op)
     if outcome[0].plan.changed:
@@ -193,7 +193,7 @@ async def take(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey 
         if out.plan.entry is None:
             return {"entry": None, "reason": "empty"}
         taken.append(out)
-        return {"entry": out.plan.entry.to_wire()}
+        return {"entry": mark_evicted_blocks(conn, out.plan.entry.to_wire())}
 
     result = await ctx.commit(op)
     if taken:

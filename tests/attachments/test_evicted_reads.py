@@ -82,3 +82,22 @@ async def test_session_queue_list_marks_attachments_of_evicted_blobs(tmp_path: P
                                                            "direction": "down"})
             marked = [e for e in edited["entries"] if e["id"] == entry["id"]]
             assert marked[0]["attachments"] == [{**_att(gone), "evicted": True}]
+
+
+async def test_session_get_marks_the_streaming_reply_blocks_of_evicted_blobs(tmp_path: Path) -> None:
+    """Seed 000 §2.3: "Eviction marks references before deleting bytes." The reply streaming into a session
+    (its in-flight checkpoint, ``session.get``'s ``inflight``) is a reference too (origin ``checkpoint``): a
+    block of it whose blob the GC evicted reads ``"evicted": true`` like the transcript's blocks."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            gone_sid, _keep_sid, gone, _kept = await _evict_one(c)
+            await c.call("session.startTurn", {"sessionId": gone_sid, "turnId": "t1"})
+            await c.call("session.saveInflightMessage", {
+                "sessionId": gone_sid, "turnId": "t1",
+                "message": {"id": "a1", "role": "assistant", "meta": {"status": "streaming"},
+                            "blocks": [{"type": "text", "text": "here"}, _att(gone)]}})
+            got = await c.call("session.get", {"sessionId": gone_sid})
+            [block] = _blocks([got["inflight"]["message"]])
+            assert block["ref"] == f"attachments/{gone}" and block["evicted"] is True
+            [block] = _blocks(got["messages"])
+            assert block["evicted"] is True
