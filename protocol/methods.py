@@ -765,6 +765,42 @@ _SPECS: tuple[MethodSpec, ...] = (
         "Remove one key (app: one field of the settings blob).",
         _codes(_DB_WRITE, ("PERMISSION_DENIED",)),
     ),
+    # -- skills and memories (seed 000 §2 ``skills, memories``) -------------------------------
+    _spec(
+        "skills.list",
+        m.SkillsListParams,
+        m.SkillsListResult,
+        "Every stored skill's name, version, digest and size (no source).",
+        _DB_READ,
+    ),
+    _spec(
+        "skills.get",
+        m.SkillsGetParams,
+        m.SkillResult,
+        "One skill with its source text.",
+        _codes(_DB_READ, ("NOT_FOUND",)),
+    ),
+    _spec(
+        "skills.put",
+        m.SkillsPutParams,
+        m.SkillsPutResult,
+        "Store a skill by name (bounded); one version names one source (other source: CONFLICT).",
+        _codes(_DB_WRITE, ("CONFLICT", "LIMIT_EXCEEDED", "PAYLOAD_TOO_LARGE")),
+    ),
+    _spec(
+        "skills.delete",
+        m.SkillsDeleteParams,
+        m.SkillsDeleteResult,
+        "Remove a skill (deleted: false when it was not stored).",
+        _DB_WRITE,
+    ),
+    _spec(
+        "memories.list",
+        m.MemoriesListParams,
+        m.MemoriesListResult,
+        "One page of stored project (or group) memories: key, entry count, size, updatedAt.",
+        _DB_READ,
+    ),
     _spec(
         "workspace.open",
         m.WorkspaceOpenParams,

@@ -876,6 +876,17 @@ class LogsAppendResult(TypedDict):
     file: str
 
 
+class MemoriesListParams(TypedDict):
+    scope: NotRequired[Literal["project", "group"]]
+    after: NotRequired[str | None]
+    limit: NotRequired[int]
+
+
+class MemoriesListResult(TypedDict):
+    memories: list[MemorySummary]
+    nextAfter: NotRequired[str | None]
+
+
 class Memory(TypedDict):
     format: str
     entries: list[MemoryEntry]
@@ -888,6 +899,14 @@ class MemoryEntry(TypedDict):
     id: str
     title: str
     content: str
+
+
+class MemorySummary(TypedDict):
+    scope: Literal["project", "group"]
+    key: str
+    entries: int
+    contentBytes: int
+    updatedAt: int
 
 
 class MessageIdParams(TypedDict):
@@ -2082,6 +2101,69 @@ class SettingsUpdateResult(TypedDict):
     updatedAt: int
 
 
+class Skill(TypedDict):
+    name: str
+    version: str
+    description: NotRequired[str | None]
+    origin: NotRequired[str | None]
+    sha256: str
+    sizeBytes: int
+    createdAt: int
+    updatedAt: int
+    source: str
+
+
+class SkillMeta(TypedDict):
+    name: str
+    version: str
+    description: NotRequired[str | None]
+    origin: NotRequired[str | None]
+    sha256: str
+    sizeBytes: int
+    createdAt: int
+    updatedAt: int
+
+
+class SkillResult(TypedDict):
+    skill: Skill
+
+
+class SkillsDeleteParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    name: str
+
+
+class SkillsDeleteResult(TypedDict):
+    name: str
+    deleted: bool
+
+
+class SkillsGetParams(TypedDict):
+    name: str
+
+
+class SkillsListParams(TypedDict):
+    pass
+
+
+class SkillsListResult(TypedDict):
+    skills: list[SkillMeta]
+
+
+class SkillsPutParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    name: str
+    version: str
+    source: str
+    description: NotRequired[str | None]
+    origin: NotRequired[str | None]
+
+
+class SkillsPutResult(TypedDict):
+    skill: SkillMeta
+    changed: bool
+
+
 class Snippet(TypedDict):
     messageId: str
     role: Literal["user", "assistant", "tool", "system"]
@@ -2543,6 +2625,8 @@ MUTATING: frozenset[str] = frozenset({
     "settings.set",
     "settings.update",
     "settings.delete",
+    "skills.put",
+    "skills.delete",
     "workspace.open",
     "projects.pin",
     "projectGroups.save",
@@ -3794,6 +3878,64 @@ class SettingsMethods:
         return cast(SettingsDeleteResult, await self._call("settings.delete", params, True))
 
 
+class SkillsMethods:
+    """``skills.*`` methods."""
+
+    def __init__(self, call: CallFn) -> None:
+        self._call = call
+
+    async def list(self) -> SkillsListResult:
+        """``skills.list``: Every stored skill's name, version, digest and size (no source)."""
+        params: dict[str, Any] = {}
+        return cast(SkillsListResult, await self._call("skills.list", params, False))
+
+    async def get(self, *, name: str) -> SkillResult:
+        """``skills.get``: One skill with its source text."""
+        params: dict[str, Any] = {}
+        params["name"] = name
+        return cast(SkillResult, await self._call("skills.get", params, False))
+
+    async def put(self, *, name: str, version: str, source: str, submission_id: str | None = None, description: str | None = None, origin: str | None = None) -> SkillsPutResult:
+        """``skills.put``: Store a skill by name (bounded); one version names one source (other source: CONFLICT). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["name"] = name
+        params["version"] = version
+        params["source"] = source
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if description is not None:
+            params["description"] = description
+        if origin is not None:
+            params["origin"] = origin
+        return cast(SkillsPutResult, await self._call("skills.put", params, True))
+
+    async def delete(self, *, name: str, submission_id: str | None = None) -> SkillsDeleteResult:
+        """``skills.delete``: Remove a skill (deleted: false when it was not stored). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["name"] = name
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        return cast(SkillsDeleteResult, await self._call("skills.delete", params, True))
+
+
+class MemoriesMethods:
+    """``memories.*`` methods."""
+
+    def __init__(self, call: CallFn) -> None:
+        self._call = call
+
+    async def list(self, *, scope: Literal["project", "group"] | None = None, after: str | None = None, limit: int | None = None) -> MemoriesListResult:
+        """``memories.list``: One page of stored project (or group) memories: key, entry count, size, updatedAt."""
+        params: dict[str, Any] = {}
+        if scope is not None:
+            params["scope"] = scope
+        if after is not None:
+            params["after"] = after
+        if limit is not None:
+            params["limit"] = limit
+        return cast(MemoriesListResult, await self._call("memories.list", params, False))
+
+
 class WorkspaceMethods:
     """``workspace.*`` methods."""
 
@@ -4224,6 +4366,8 @@ class GeneratedMethods:
         self.usage = UsageMethods(call)
         self.projects = ProjectsMethods(call)
         self.settings = SettingsMethods(call)
+        self.skills = SkillsMethods(call)
+        self.memories = MemoriesMethods(call)
         self.workspace = WorkspaceMethods(call)
         self.projectGroups = ProjectgroupsMethods(call)
         self.providers = ProvidersMethods(call)

@@ -1118,6 +1118,20 @@ export interface LogsAppendResult {
   file: string;
 }
 
+export interface MemoriesListParams {
+  /** project: kv(projectMemory) by project path; group: kv(projectGroupMemory). */
+  scope?: "project" | "group";
+  /** The last key of the previous page (its nextAfter). */
+  after?: string | null;
+  limit?: number;
+}
+
+export interface MemoriesListResult {
+  memories: MemorySummary[];
+  /** Set when more may follow: pass it as `after`. */
+  nextAfter?: string | null;
+}
+
 export interface Memory {
   /** entries-v1 */
   format: string;
@@ -1133,6 +1147,17 @@ export interface MemoryEntry {
   id: string;
   title: string;
   content: string;
+}
+
+export interface MemorySummary {
+  scope: "project" | "group";
+  /** The canonical project path, or the group id. */
+  key: string;
+  entries: number;
+  /** Size of the derived content (UTF-8). */
+  contentBytes: number;
+  /** Unix time in milliseconds. */
+  updatedAt: number;
 }
 
 export interface MessageIdParams {
@@ -2649,6 +2674,87 @@ export interface SettingsUpdateResult {
   updatedAt: number;
 }
 
+export interface Skill {
+  name: string;
+  version: string;
+  description?: string | null;
+  /** Where the skill came from (a path, a URL, a store id). */
+  origin?: string | null;
+  /** SHA-256 of the source text (UTF-8). */
+  sha256: string;
+  sizeBytes: number;
+  /** Unix time in milliseconds. */
+  createdAt: number;
+  /** Unix time in milliseconds. */
+  updatedAt: number;
+  /** The skill's source text (its SKILL.md). */
+  source: string;
+}
+
+export interface SkillMeta {
+  name: string;
+  version: string;
+  description?: string | null;
+  /** Where the skill came from (a path, a URL, a store id). */
+  origin?: string | null;
+  /** SHA-256 of the source text (UTF-8). */
+  sha256: string;
+  sizeBytes: number;
+  /** Unix time in milliseconds. */
+  createdAt: number;
+  /** Unix time in milliseconds. */
+  updatedAt: number;
+}
+
+export interface SkillResult {
+  skill: Skill;
+}
+
+export interface SkillsDeleteParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Lowercase letters, digits and inner hyphens, at most 64 characters. */
+  name: string;
+}
+
+export interface SkillsDeleteResult {
+  name: string;
+  /** False when no such skill was stored. */
+  deleted: boolean;
+}
+
+export interface SkillsGetParams {
+  /** Lowercase letters, digits and inner hyphens, at most 64 characters. */
+  name: string;
+}
+
+export interface SkillsListParams {
+}
+
+export interface SkillsListResult {
+  /** Every skill, by name, without its source. */
+  skills: SkillMeta[];
+}
+
+export interface SkillsPutParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Lowercase letters, digits and inner hyphens, at most 64 characters. */
+  name: string;
+  /** A name and version identify one source: new source, new version. */
+  version: string;
+  /** The skill's source text, at most 65536 bytes of UTF-8. */
+  source: string;
+  description?: string | null;
+  origin?: string | null;
+}
+
+export interface SkillsPutResult {
+  skill: SkillMeta;
+  /** False when the same skill was stored already (nothing written). */
+  changed: boolean;
+}
+
 export interface Snippet {
   messageId: string;
   role: "user" | "assistant" | "tool" | "system";
@@ -3340,6 +3446,16 @@ export interface Methods {
   "settings.update": { params: SettingsUpdateParams; result: SettingsUpdateResult };
   /** Remove one key (app: one field of the settings blob). (mutating: accepts submissionId) */
   "settings.delete": { params: SettingsDeleteParams; result: SettingsDeleteResult };
+  /** Every stored skill's name, version, digest and size (no source). */
+  "skills.list": { params: SkillsListParams; result: SkillsListResult };
+  /** One skill with its source text. */
+  "skills.get": { params: SkillsGetParams; result: SkillResult };
+  /** Store a skill by name (bounded); one version names one source (other source: CONFLICT). (mutating: accepts submissionId) */
+  "skills.put": { params: SkillsPutParams; result: SkillsPutResult };
+  /** Remove a skill (deleted: false when it was not stored). (mutating: accepts submissionId) */
+  "skills.delete": { params: SkillsDeleteParams; result: SkillsDeleteResult };
+  /** One page of stored project (or group) memories: key, entry count, size, updatedAt. */
+  "memories.list": { params: MemoriesListParams; result: MemoriesListResult };
   /** Upsert the project by its canonical path and make it the visible workspace (kv(app, currentProjectId)). (mutating: accepts submissionId) */
   "workspace.open": { params: WorkspaceOpenParams; result: WorkspaceResult };
   /** The visible workspace (restores currentProjectId; changes nothing). */
@@ -3476,6 +3592,8 @@ export const MUTATING_METHODS = [
   "settings.set",
   "settings.update",
   "settings.delete",
+  "skills.put",
+  "skills.delete",
   "workspace.open",
   "projects.pin",
   "projectGroups.save",
