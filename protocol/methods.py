@@ -960,8 +960,9 @@ _SPECS: tuple[MethodSpec, ...] = (
         "plugins.register",
         m.PluginsRegisterParams,
         m.PluginResult,
-        "Add or update a plugin's registry entry (the file is replaced atomically).",
-        _DB_WRITE,
+        "Add or update a plugin's registry entry (the file is replaced atomically); `assets` installs its "
+        "validated read-only assets, replacing the whole set.",
+        _codes(_DB_WRITE, ("PAYLOAD_TOO_LARGE",)),
     ),
     _spec(
         "plugins.setEnabled",
@@ -976,6 +977,20 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.PluginsUninstallResult,
         "Remove the registry entry, delete kv(plugin:<id>) in one statement, release its provider rows.",
         _DB_WRITE,
+    ),
+    _spec(
+        "plugins.listAssets",
+        m.PluginsListAssetsParams,
+        m.PluginsListAssetsResult,
+        "A plugin's installed read-only assets (no bytes); a plugin connection sees only its own.",
+        _codes(_ANY, _ACTOR, ("CORRUPT_DATA", "IO_ERROR", "PERMISSION_DENIED")),
+    ),
+    _spec(
+        "plugins.getAsset",
+        m.PluginsGetAssetParams,
+        m.PluginsGetAssetResult,
+        "One installed asset with its bytes, digest verified; a plugin connection reads only its own.",
+        _codes(_ANY, _ACTOR, ("CORRUPT_DATA", "IO_ERROR", "NOT_FOUND", "PERMISSION_DENIED")),
     ),
     _spec(
         "configSync.get",

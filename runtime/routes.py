@@ -279,6 +279,8 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "plugins.register":            on_host(plugins.register),
     "plugins.setEnabled":          on_host(plugins.set_enabled),
     "plugins.uninstall":           on_host(plugins.uninstall),
+    "plugins.listAssets":          on_host(plugins.list_assets, plugins=True),
+    "plugins.getAsset":            on_host(plugins.get_asset, plugins=True),
     "configSync.get":              on_host(config_sync.get),
     "configSync.configure":        on_host(config_sync.configure, fingerprint=config_sync.fingerprint),
     "configSync.export":           on_host(config_sync.export),

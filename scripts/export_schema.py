@@ -558,6 +558,9 @@ _REVIEW_SNAPSHOT: dict[str, Any] = {
               "size": 15},
 }
 
+_ASSET_B64 = "iVBORw0KGgoAAAAAAAAAAA=="
+_ASSET_META = {"path": "icons/logo.png", "mediaType": "image/png", "size": 16,
+               "sha256": "d9c9bcbbba3f78d5acb0e0223861c44f79e918c161d4ea7b571f5cc6df50797f"}
 _SKILL_SOURCE = "---\nname: release-notes\ndescription: Draft release notes\n---\n\nRead CHANGELOG.md, then ...\n"
 _SKILL_META = {"name": "release-notes", "version": "1.2.0", "description": "Draft release notes from the changelog",
                "origin": "~/.pi/agent/skills/release-notes",
@@ -1195,7 +1198,14 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "plugins.list": ({}, {"plugins": [_PLUGIN]}),
     "plugins.register": (
-        {"pluginId": "acme.tools", "name": "Acme tools", "version": "1.2.0"}, {"plugin": _PLUGIN},
+        {"pluginId": "acme.tools", "name": "Acme tools", "version": "1.2.0",
+         "assets": [{"path": "icons/logo.png", "mediaType": "image/png", "dataBase64": _ASSET_B64}]},
+        {"plugin": _PLUGIN, "assets": [_ASSET_META]},
+    ),
+    "plugins.listAssets": ({"pluginId": "acme.tools"}, {"pluginId": "acme.tools", "assets": [_ASSET_META]}),
+    "plugins.getAsset": (
+        {"path": "icons/logo.png"},
+        {"pluginId": "acme.tools", "asset": {**_ASSET_META, "dataBase64": _ASSET_B64}},
     ),
     "plugins.setEnabled": (
         {"pluginId": "acme.tools", "enabled": False},

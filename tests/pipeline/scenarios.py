@@ -344,7 +344,8 @@ async def with_model_server(c: HostClient, root: Path) -> Vars:
 
 async def with_plugins(c: HostClient, root: Path) -> Vars:
     for pid in ("acme", "beta"):
-        await c.call("plugins.register", {"pluginId": pid, "name": pid, "version": "1"})
+        await c.call("plugins.register", {"pluginId": pid, "name": pid, "version": "1", "assets": [
+            {"path": "README.md", "mediaType": "text/markdown", "dataBase64": "IyBoaQo="}]})
         await c.call("settings.set", {"ns": f"plugin:{pid}", "key": "k", "value": pid})
     return {}
 

@@ -191,6 +191,8 @@ READS: dict[str, Read] = {
     "skills.list": (EVERYTHING, lambda v: {}, "test"),
     "skills.get": (EVERYTHING, lambda v: {"name": "one"}, "test"),
     "memories.list": (EVERYTHING, lambda v: {"limit": 1}, "test"),
+    "plugins.listAssets": (EVERYTHING, lambda v: {}, "plugin:acme"),
+    "plugins.getAsset": (EVERYTHING, lambda v: {"pluginId": "beta", "path": "README.md"}, "test"),
 }
 
 

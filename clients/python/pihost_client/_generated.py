@@ -1180,6 +1180,27 @@ class PlansSubmitParams(TypedDict):
     expiresAt: NotRequired[int | None]
 
 
+class PluginAsset(TypedDict):
+    path: str
+    mediaType: str
+    size: int
+    sha256: str
+    dataBase64: str
+
+
+class PluginAssetInput(TypedDict):
+    path: str
+    mediaType: str
+    dataBase64: str
+
+
+class PluginAssetMeta(TypedDict):
+    path: str
+    mediaType: str
+    size: int
+    sha256: str
+
+
 class PluginEntry(TypedDict):
     id: str
     name: NotRequired[str | None]
@@ -1226,6 +1247,7 @@ class PluginListSessionsResult(TypedDict):
 
 class PluginResult(TypedDict):
     plugin: PluginEntry
+    assets: NotRequired[list[PluginAssetMeta] | None]
 
 
 class PluginSession(TypedDict):
@@ -1258,6 +1280,25 @@ class PluginSessionOrigin(TypedDict):
     history: JsonObject
 
 
+class PluginsGetAssetParams(TypedDict):
+    pluginId: NotRequired[str | None]
+    path: str
+
+
+class PluginsGetAssetResult(TypedDict):
+    pluginId: str
+    asset: PluginAsset
+
+
+class PluginsListAssetsParams(TypedDict):
+    pluginId: NotRequired[str | None]
+
+
+class PluginsListAssetsResult(TypedDict):
+    pluginId: str
+    assets: list[PluginAssetMeta]
+
+
 class PluginsListParams(TypedDict):
     pass
 
@@ -1273,6 +1314,7 @@ class PluginsRegisterParams(TypedDict):
     version: str
     enabled: NotRequired[bool]
     source: NotRequired[str | None]
+    assets: NotRequired[list[PluginAssetInput] | None]
 
 
 class PluginsSetEnabledParams(TypedDict):
@@ -1289,6 +1331,7 @@ class PluginsUninstallParams(TypedDict):
 class PluginsUninstallResult(TypedDict):
     pluginId: str
     registryEntryRemoved: bool
+    assetsRemoved: NotRequired[bool | None]
     settingsRemoved: list[str]
     providersReleased: list[str]
 
@@ -4178,8 +4221,8 @@ class PluginsMethods:
         params: dict[str, Any] = {}
         return cast(PluginsListResult, await self._call("plugins.list", params, False))
 
-    async def register(self, *, plugin_id: str, name: str, version: str, submission_id: str | None = None, enabled: bool | None = None, source: str | None = None) -> PluginResult:
-        """``plugins.register``: Add or update a plugin's registry entry (the file is replaced atomically). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+    async def register(self, *, plugin_id: str, name: str, version: str, submission_id: str | None = None, enabled: bool | None = None, source: str | None = None, assets: builtins.list[PluginAssetInput] | None = None) -> PluginResult:
+        """``plugins.register``: Add or update a plugin's registry entry (the file is replaced atomically); `assets` installs its validated read-only assets, replacing the whole set. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["pluginId"] = plugin_id
         params["name"] = name
@@ -4190,6 +4233,8 @@ class PluginsMethods:
             params["enabled"] = enabled
         if source is not None:
             params["source"] = source
+        if assets is not None:
+            params["assets"] = assets
         return cast(PluginResult, await self._call("plugins.register", params, True))
 
     async def set_enabled(self, *, plugin_id: str, enabled: bool, submission_id: str | None = None) -> PluginResult:
@@ -4208,6 +4253,21 @@ class PluginsMethods:
         if submission_id is not None:
             params["submissionId"] = submission_id
         return cast(PluginsUninstallResult, await self._call("plugins.uninstall", params, True))
+
+    async def list_assets(self, *, plugin_id: str | None = None) -> PluginsListAssetsResult:
+        """``plugins.listAssets``: A plugin's installed read-only assets (no bytes); a plugin connection sees only its own."""
+        params: dict[str, Any] = {}
+        if plugin_id is not None:
+            params["pluginId"] = plugin_id
+        return cast(PluginsListAssetsResult, await self._call("plugins.listAssets", params, False))
+
+    async def get_asset(self, *, path: str, plugin_id: str | None = None) -> PluginsGetAssetResult:
+        """``plugins.getAsset``: One installed asset with its bytes, digest verified; a plugin connection reads only its own."""
+        params: dict[str, Any] = {}
+        params["path"] = path
+        if plugin_id is not None:
+            params["pluginId"] = plugin_id
+        return cast(PluginsGetAssetResult, await self._call("plugins.getAsset", params, False))
 
     async def import_session(self, *, source_id: str, external_id: str, messages: builtins.list[TranscriptMessage], submission_id: str | None = None, title: str | None = None, project_id: int | None = None, history: PluginImportHistory | None = None, source_label: str | None = None) -> PluginImportSessionResult:
         """``plugins.importSession``: A plugin imports one session (host-generated id; pluginId + sourceId + externalId is idempotent). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""

@@ -1496,6 +1496,29 @@ export interface PlansSubmitParams {
   expiresAt?: number | null;
 }
 
+export interface PluginAsset {
+  path: string;
+  mediaType: string;
+  size: number;
+  sha256: string;
+  dataBase64: string;
+}
+
+export interface PluginAssetInput {
+  /** Relative path of 1-4 plain segments (no `..`, no hidden names). */
+  path: string;
+  /** Checked against the bytes (image signature, UTF-8, JSON). */
+  mediaType: string;
+  dataBase64: string;
+}
+
+export interface PluginAssetMeta {
+  path: string;
+  mediaType: string;
+  size: number;
+  sha256: string;
+}
+
 export interface PluginEntry {
   id: string;
   name?: string | null;
@@ -1551,6 +1574,8 @@ export interface PluginListSessionsResult {
 
 export interface PluginResult {
   plugin: PluginEntry;
+  /** The installed assets (register with `assets`): no bytes. */
+  assets?: PluginAssetMeta[] | null;
 }
 
 export interface PluginSession {
@@ -1593,6 +1618,28 @@ export interface PluginSessionOrigin {
   history: JsonObject;
 }
 
+export interface PluginsGetAssetParams {
+  /** Default: the calling plugin's own id. */
+  pluginId?: string | null;
+  /** Relative path of 1-4 plain segments (no `..`, no hidden names). */
+  path: string;
+}
+
+export interface PluginsGetAssetResult {
+  pluginId: string;
+  asset: PluginAsset;
+}
+
+export interface PluginsListAssetsParams {
+  /** Default: the calling plugin's own id. */
+  pluginId?: string | null;
+}
+
+export interface PluginsListAssetsResult {
+  pluginId: string;
+  assets: PluginAssetMeta[];
+}
+
 export interface PluginsListParams {
 }
 
@@ -1611,6 +1658,8 @@ export interface PluginsRegisterParams {
   enabled?: boolean;
   /** Where it came from (a path, a URL, a store id). */
   source?: string | null;
+  /** Install these read-only assets, replacing the plugin's whole set ([] removes them; absent keeps them); at most 1048576 bytes each, 4194304 together. */
+  assets?: PluginAssetInput[] | null;
 }
 
 export interface PluginsSetEnabledParams {
@@ -1631,6 +1680,8 @@ export interface PluginsUninstallParams {
 export interface PluginsUninstallResult {
   pluginId: string;
   registryEntryRemoved: boolean;
+  /** True: its installed assets were removed. */
+  assetsRemoved?: boolean | null;
   /** Keys of kv(plugin:<id>), deleted in one statement. */
   settingsRemoved: string[];
   /** The plugin's provider rows, now the user's. */
@@ -3500,12 +3551,16 @@ export interface Methods {
   "models.refresh": { params: ModelsRefreshParams; result: ModelsRefreshResult };
   /** The entries of plugins/registry.json. */
   "plugins.list": { params: PluginsListParams; result: PluginsListResult };
-  /** Add or update a plugin's registry entry (the file is replaced atomically). (mutating: accepts submissionId) */
+  /** Add or update a plugin's registry entry (the file is replaced atomically); `assets` installs its validated read-only assets, replacing the whole set. (mutating: accepts submissionId) */
   "plugins.register": { params: PluginsRegisterParams; result: PluginResult };
   /** Enable or disable a registered plugin. (mutating: accepts submissionId) */
   "plugins.setEnabled": { params: PluginsSetEnabledParams; result: PluginResult };
   /** Remove the registry entry, delete kv(plugin:<id>) in one statement, release its provider rows. (mutating: accepts submissionId) */
   "plugins.uninstall": { params: PluginsUninstallParams; result: PluginsUninstallResult };
+  /** A plugin's installed read-only assets (no bytes); a plugin connection sees only its own. */
+  "plugins.listAssets": { params: PluginsListAssetsParams; result: PluginsListAssetsResult };
+  /** One installed asset with its bytes, digest verified; a plugin connection reads only its own. */
+  "plugins.getAsset": { params: PluginsGetAssetParams; result: PluginsGetAssetResult };
   /** Sync settings (refs only, never a secret) and which bundles exist. */
   "configSync.get": { params: ConfigSyncGetParams; result: ConfigSyncState };
   /** Set sync settings; the WebDAV password and the vault key go to the secret store. (mutating: accepts submissionId) */
