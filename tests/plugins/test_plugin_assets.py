@@ -150,3 +150,21 @@ async def test_an_asset_changed_on_disk_is_corrupt_data_never_served(tmp_path: P
                                                "assets": [_asset("a.txt", "text/plain", b"trusted")]})
             got = await acme.call("plugins.getAsset", {"path": "a.txt"})
             assert base64.b64decode(got["asset"]["dataBase64"]) == b"trusted"
+
+
+async def test_boot_removes_an_interrupted_asset_install(tmp_path: Path) -> None:
+    """Seed 000 §2 "read-only assets", ARCHITECTURE "Boot removes stray temp files": an install killed
+    between writing its temp file and the rename leaves the old set whole and its temp file is swept at
+    the next boot (as is one of the registry's)."""
+    data = tmp_path / "data"
+    with trio.fail_after(60):
+        async with inprocess_host(data) as host, client_for(host, kind="ui") as ui:
+            await ui.call("plugins.register", {"pluginId": "acme", "name": "Acme", "version": "1",
+                                               "assets": [_asset("a.txt", "text/plain", b"old")]})
+        strays = [data / "plugins" / "assets" / "acme.json.tmp.0a1b2c", data / "plugins" / "registry.json.tmp.3d4e"]
+        for stray in strays:
+            stray.write_bytes(b'{"half": ')
+        async with inprocess_host(data) as host, client_for(host, "acme-rt", kind="plugin:acme") as acme:
+            assert not [s for s in strays if s.exists()]
+            got = await acme.call("plugins.getAsset", {"path": "a.txt"})
+            assert base64.b64decode(got["asset"]["dataBase64"]) == b"old"
