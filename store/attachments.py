@@ -25,8 +25,10 @@ until usage is back under the budget, in durable steps:
 1. one transaction marks the victims (``deletion_state = 'evicting'``) and
    **marks every reference to them** (``attachment_refs.evicted_at``): from
    here on every block that referred to them reads back ``"evicted": true``
-   (:func:`evicted_marks`, the ``session.get`` projection; the transcript
-   itself is never rewritten, seed 003 §8);
+   (:func:`evicted_marks`, the ``session.get`` projection; reads that are not
+   transcript windows — ``session.context``, the streaming reply, the turn
+   queue — use :func:`mark_evicted_blocks`; the transcript itself is never
+   rewritten, seed 003 §8);
    1b. the tails the files grew by since step 0 are scanned again, and any new
    block referring to a victim is recorded, marked (one more transaction);
 2. the bytes are unlinked (directory fsynced);

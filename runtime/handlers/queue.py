@@ -89,16 +89,18 @@ async def push(ctx: SessionContext, p: m.QueuePushParams, key: ReceiptKey | None
     entry_id = "q_" + new_id()
     now, sid, faults = ctx.now(), ctx.sid, ctx.faults
     outcome: list[queue.Outcome] = []
+    states: list[dict[str, Any]] = []
 
     def op(conn: Any) -> dict[str, Any]:
         out = queue.push(conn, sid, inp, new_id=entry_id, now_ms=now, faults=faults)
         assert out.plan.entry is not None
         outcome.append(out)
+        states.append(mark_evicted_blocks(conn, queue_state(slot, out.entries)))
         return {"entry": mark_evicted_blocks(conn, out.plan.entry.to_wire()), "replayed": out.plan.replayed}
 
     result = await ctx.commit(op)
     if outcome[0].plan.changed:
-        _publish(ctx, queue_state(slot, outcome[0].entries))
+        _publish(ctx, states[0])
     return result
 
 
@@ -184,7 +186,7 @@ async def take(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey 
             data={"sessionId": ctx.sid, "controllerId": p.controller_id},
         )
     now, sid, faults = ctx.now(), ctx.sid, ctx.faults
-    taken: list[queue.Outcome] = []
+    taken: list[dict[str, Any]] = []
 
     def op(conn: Any) -> dict[str, Any]:
         if queue.has_running_turn(conn, sid):
@@ -192,10 +194,10 @@ async def take(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey 
         out = queue.take(conn, sid, now_ms=now, faults=faults)
         if out.plan.entry is None:
             return {"entry": None, "reason": "empty"}
-        taken.append(out)
+        taken.append(mark_evicted_blocks(conn, queue_state(slot, out.entries)))
         return {"entry": mark_evicted_blocks(conn, out.plan.entry.to_wire())}
 
     result = await ctx.commit(op)
     if taken:
-        _publish(ctx, queue_state(slot, taken[0].entries))
+        _publish(ctx, taken[0])
     return result

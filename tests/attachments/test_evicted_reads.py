@@ -66,8 +66,9 @@ async def test_session_context_marks_blocks_of_evicted_blobs(tmp_path: Path) -> 
 
 async def test_session_queue_list_marks_attachments_of_evicted_blobs(tmp_path: Path) -> None:
     """Seed 000 §2.3: "Eviction marks references before deleting bytes." A queued prompt's attachment is a
-    reference too (the GC derives it from ``turn_queue.attachments_json``): ``session.queueList`` and the
-    queue state an edit answers mark it ``"evicted": true``; the active session's entry stays unmarked."""
+    reference too (the GC derives it from ``turn_queue.attachments_json``): ``session.queueList``, the
+    queue state an edit answers and the entry ``session.queueTake`` hands out mark it ``"evicted": true``;
+    the active session's entry stays unmarked."""
     with trio.fail_after(60):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             gone_sid, keep_sid, gone, kept = await _evict_one(c)
@@ -82,6 +83,13 @@ async def test_session_queue_list_marks_attachments_of_evicted_blobs(tmp_path: P
                                                            "direction": "down"})
             marked = [e for e in edited["entries"] if e["id"] == entry["id"]]
             assert marked[0]["attachments"] == [{**_att(gone), "evicted": True}]
+            # the controller that takes it (the sidecar about to run it) learns the blob is gone too
+            await c.call("session.queuePrioritize", {"sessionId": gone_sid, "entryId": entry["id"]})
+            async with client_for(host, "sidecar", kind="agent") as agent:
+                await agent.call("session.queueAttach", {"sessionId": gone_sid, "controllerId": "sidecar"})
+                taken = await agent.call("session.queueTake", {"sessionId": gone_sid, "controllerId": "sidecar"})
+            assert taken["entry"]["id"] == entry["id"]
+            assert taken["entry"]["attachments"] == [{**_att(gone), "evicted": True}]
 
 
 async def test_session_get_marks_the_streaming_reply_blocks_of_evicted_blobs(tmp_path: Path) -> None:
