@@ -765,6 +765,42 @@ _SPECS: tuple[MethodSpec, ...] = (
         "Remove one key (app: one field of the settings blob).",
         _codes(_DB_WRITE, ("PERMISSION_DENIED",)),
     ),
+    # -- skills and memories (seed 000 §2 ``skills, memories``) -------------------------------
+    _spec(
+        "skills.list",
+        m.SkillsListParams,
+        m.SkillsListResult,
+        "Every stored skill's name, version, digest and size (no source).",
+        _DB_READ,
+    ),
+    _spec(
+        "skills.get",
+        m.SkillsGetParams,
+        m.SkillResult,
+        "One skill with its source text.",
+        _codes(_DB_READ, ("NOT_FOUND",)),
+    ),
+    _spec(
+        "skills.put",
+        m.SkillsPutParams,
+        m.SkillsPutResult,
+        "Store a skill by name (bounded); one version names one source (other source: CONFLICT).",
+        _codes(_DB_WRITE, ("CONFLICT", "LIMIT_EXCEEDED", "PAYLOAD_TOO_LARGE")),
+    ),
+    _spec(
+        "skills.delete",
+        m.SkillsDeleteParams,
+        m.SkillsDeleteResult,
+        "Remove a skill (deleted: false when it was not stored).",
+        _DB_WRITE,
+    ),
+    _spec(
+        "memories.list",
+        m.MemoriesListParams,
+        m.MemoriesListResult,
+        "One page of stored project (or group) memories: key, entry count, size, updatedAt.",
+        _DB_READ,
+    ),
     _spec(
         "workspace.open",
         m.WorkspaceOpenParams,
@@ -924,8 +960,9 @@ _SPECS: tuple[MethodSpec, ...] = (
         "plugins.register",
         m.PluginsRegisterParams,
         m.PluginResult,
-        "Add or update a plugin's registry entry (the file is replaced atomically).",
-        _DB_WRITE,
+        "Add or update a plugin's registry entry (the file is replaced atomically); `assets` installs its "
+        "validated read-only assets, replacing the whole set.",
+        _codes(_DB_WRITE, ("PAYLOAD_TOO_LARGE",)),
     ),
     _spec(
         "plugins.setEnabled",
@@ -940,6 +977,20 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.PluginsUninstallResult,
         "Remove the registry entry, delete kv(plugin:<id>) in one statement, release its provider rows.",
         _DB_WRITE,
+    ),
+    _spec(
+        "plugins.listAssets",
+        m.PluginsListAssetsParams,
+        m.PluginsListAssetsResult,
+        "A plugin's installed read-only assets (no bytes); a plugin connection sees only its own.",
+        _codes(_ANY, _ACTOR, ("CORRUPT_DATA", "IO_ERROR", "PERMISSION_DENIED")),
+    ),
+    _spec(
+        "plugins.getAsset",
+        m.PluginsGetAssetParams,
+        m.PluginsGetAssetResult,
+        "One installed asset with its bytes, digest verified; a plugin connection reads only its own.",
+        _codes(_ANY, _ACTOR, ("CORRUPT_DATA", "IO_ERROR", "NOT_FOUND", "PERMISSION_DENIED")),
     ),
     _spec(
         "configSync.get",

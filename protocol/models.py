@@ -22,6 +22,7 @@ and its storage (``store/<capability>.py``) where those exist:
 * :mod:`protocol.models_collab` the session collaboration ledger
 * :mod:`protocol.models_approvals` pending user requests (approvals, interactions, permission rules)
 * :mod:`protocol.models_imports`, ``models_plugin_imports``, ``models_trash``, ``models_export`` (history in and out)
+* :mod:`protocol.models_skills` skills and the memory listing (seed 000 §2)
 * :mod:`protocol.models_workspace`, ``models_project_groups``, ``models_providers``, ``models_catalog``,
   ``models_plugins``, ``models_config_sync`` (configuration)
 """
@@ -90,6 +91,8 @@ from .models_session import *  # noqa: F403 - re-export facade; __all__ below li
 from .models_session import __all__ as _session_all
 from .models_settings import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_settings import __all__ as _settings_all
+from .models_skills import *  # noqa: F403 - re-export facade; __all__ below lists every name
+from .models_skills import __all__ as _skills_all
 from .models_subscriptions import *  # noqa: F403 - re-export facade; __all__ below lists every name
 from .models_subscriptions import __all__ as _subscriptions_all
 from .models_tasks import *  # noqa: F403 - re-export facade; __all__ below lists every name
@@ -138,6 +141,7 @@ __all__ = [
     *_revisions_all,
     *_review_all,
     *_search_all,
+    *_skills_all,
     *_secrets_all,
     *_session_all,
     *_settings_all,

@@ -198,8 +198,10 @@ def run_boot(
     live = _session_ids_on_disk(data_dir)
     with transaction(conn):
         report["planIntents"] = sweep_intents(conn, data_dir.sessions_dir)
+    plugin_dirs = [d for d in (data_dir.root / "plugins", data_dir.root / "plugins" / "assets") if d.is_dir()]
     report["tempFilesRemoved"] = sum(
-        len(sweep_temp_files(d)) for d in (data_dir.sessions_dir, data_dir.secrets_dir, data_dir.attachments_dir)
+        len(sweep_temp_files(d))
+        for d in (data_dir.sessions_dir, data_dir.secrets_dir, data_dir.attachments_dir, *plugin_dirs)
     )
     between("the secrets_meta rebuild")
     # 2b. secrets_meta from the secrets/*.sec headers (full rebuild after an index rebuild)

@@ -558,6 +558,14 @@ _REVIEW_SNAPSHOT: dict[str, Any] = {
               "size": 15},
 }
 
+_ASSET_B64 = "iVBORw0KGgoAAAAAAAAAAA=="
+_ASSET_META = {"path": "icons/logo.png", "mediaType": "image/png", "size": 16,
+               "sha256": "d9c9bcbbba3f78d5acb0e0223861c44f79e918c161d4ea7b571f5cc6df50797f"}
+_SKILL_SOURCE = "---\nname: release-notes\ndescription: Draft release notes\n---\n\nRead CHANGELOG.md, then ...\n"
+_SKILL_META = {"name": "release-notes", "version": "1.2.0", "description": "Draft release notes from the changelog",
+               "origin": "~/.pi/agent/skills/release-notes",
+               "sha256": "336b4e07268775857fd726b4926d2e3a3721752b47838908030d0b7e7e22f06c", "sizeBytes": 90,
+               "createdAt": 1785056400000, "updatedAt": 1785056400000}
 EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "host.hello": (
         {"token": "3f1c…e9", "clientId": "ui-7d2e", "clientKind": "ui", "protocol": 1},
@@ -1190,7 +1198,14 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "plugins.list": ({}, {"plugins": [_PLUGIN]}),
     "plugins.register": (
-        {"pluginId": "acme.tools", "name": "Acme tools", "version": "1.2.0"}, {"plugin": _PLUGIN},
+        {"pluginId": "acme.tools", "name": "Acme tools", "version": "1.2.0",
+         "assets": [{"path": "icons/logo.png", "mediaType": "image/png", "dataBase64": _ASSET_B64}]},
+        {"plugin": _PLUGIN, "assets": [_ASSET_META]},
+    ),
+    "plugins.listAssets": ({"pluginId": "acme.tools"}, {"pluginId": "acme.tools", "assets": [_ASSET_META]}),
+    "plugins.getAsset": (
+        {"path": "icons/logo.png"},
+        {"pluginId": "acme.tools", "asset": {**_ASSET_META, "dataBase64": _ASSET_B64}},
     ),
     "plugins.setEnabled": (
         {"pluginId": "acme.tools", "enabled": False},
@@ -1200,6 +1215,23 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"pluginId": "acme.tools", "submissionId": "un-1"},
         {"pluginId": "acme.tools", "registryEntryRemoved": True, "settingsRemoved": ["lastSync", "token.ref"],
          "providersReleased": ["acme-gateway"]},
+    ),
+    "skills.list": ({}, {"skills": [_SKILL_META]}),
+    "skills.get": ({"name": "release-notes"}, {"skill": {**_SKILL_META, "source": _SKILL_SOURCE}}),
+    "skills.put": (
+        {"name": "release-notes", "version": "1.2.0", "source": _SKILL_SOURCE,
+         "description": "Draft release notes from the changelog", "origin": "~/.pi/agent/skills/release-notes",
+         "submissionId": "sk-1"},
+        {"skill": _SKILL_META, "changed": True},
+    ),
+    "skills.delete": ({"name": "release-notes", "submissionId": "sk-2"}, {"name": "release-notes", "deleted": True}),
+    "memories.list": (
+        {"scope": "project", "limit": 2},
+        {"memories": [{"scope": "project", "key": "/home/ada/src/app", "entries": 2, "contentBytes": 318,
+                       "updatedAt": 1785056400000},
+                      {"scope": "project", "key": "/home/ada/src/parser", "entries": 1, "contentBytes": 42,
+                       "updatedAt": 1785056300000}],
+         "nextAfter": "/home/ada/src/parser"},
     ),
     "configSync.get": ({}, _SYNC_STATE),
     "configSync.configure": (

@@ -25,8 +25,10 @@ until usage is back under the budget, in durable steps:
 1. one transaction marks the victims (``deletion_state = 'evicting'``) and
    **marks every reference to them** (``attachment_refs.evicted_at``): from
    here on every block that referred to them reads back ``"evicted": true``
-   (:func:`evicted_marks`, the ``session.get`` projection; the transcript
-   itself is never rewritten, seed 003 §8);
+   (:func:`evicted_marks`, the ``session.get`` projection; reads that are not
+   transcript windows — ``session.context``, the streaming reply, the turn
+   queue — use :func:`mark_evicted_blocks`; the transcript itself is never
+   rewritten, seed 003 §8);
    1b. the tails the files grew by since step 0 are scanned again, and any new
    block referring to a victim is recorded, marked (one more transaction);
 2. the bytes are unlinked (directory fsynced);
@@ -71,6 +73,7 @@ __all__ = [
     "Scan",
     "evicted_marks",
     "mark_evicted",
+    "mark_evicted_blocks",
     "scan_references",
     "MAX_PUT_BYTES",
     "WARN_FRACTION",
@@ -608,6 +611,47 @@ def mark_evicted(value: Any, refs: frozenset[str], _depth: int = 0) -> Any:
         for item in value:
             if isinstance(item, (dict, list)):
                 mark_evicted(item, refs, _depth + 1)
+    return value
+
+
+def _refs_in(value: Any, out: set[str], depth: int = 0) -> None:
+    if depth > 64:
+        return
+    if isinstance(value, dict):
+        ref = value.get("ref")
+        if isinstance(ref, str) and ref.startswith(REF_PREFIX) and _SHA_RE.fullmatch(ref[len(REF_PREFIX):]):
+            out.add(ref[len(REF_PREFIX):])
+        items: Iterable[Any] = value.values()
+    elif isinstance(value, list):
+        items = value
+    else:
+        return
+    for item in items:
+        if isinstance(item, (dict, list)):
+            _refs_in(item, out, depth + 1)
+
+
+def mark_evicted_blocks(conn: sqlite3.Connection, value: T) -> T:
+    """Mark (in place) every block of ``value`` whose blob is evicted or being evicted: ``"evicted": true``.
+
+    For reads that are not transcript windows (``session.context``, the turn
+    queue): a blob leaves ``live`` in the transaction that marks its references
+    (step 1 of :func:`collect`) and comes back only with its bytes (a re-put
+    clears the marks), so its deletion state says what those marks say.
+    """
+    shas: set[str] = set()
+    _refs_in(value, shas)
+    if not shas:
+        return value
+    gone: set[str] = set()
+    ordered = sorted(shas)
+    for start in range(0, len(ordered), 500):
+        chunk = ordered[start:start + 500]
+        gone.update(r[0] for r in conn.execute(
+            f"SELECT sha256 FROM attachment_blobs WHERE deletion_state != 'live' "
+            f"AND sha256 IN ({','.join('?' * len(chunk))})", chunk))
+    if gone:
+        mark_evicted(value, frozenset(ref_for(sha) for sha in gone))
     return value
 
 

@@ -78,6 +78,24 @@ PROMPT_TEMPLATE_MAX_CHARS: Final = 8000
 MAX_MEMORY_BYTES: Final = 32 * 1024
 """Project (and group) memory: the derived plain content, UTF-8."""
 MAX_MEMORY_ENTRIES: Final = 200
+MAX_MEMORY_LIST: Final = 500
+"""Memories one ``memories.list`` page returns (``limit`` defaults to 100)."""
+MAX_SKILLS: Final = 200
+"""Skills the host stores (``kv(skills)``, one key per skill name)."""
+MAX_SKILL_SOURCE_BYTES: Final = 64 * 1024
+"""A skill's source text (its SKILL.md), UTF-8."""
+MAX_SKILL_DESCRIPTION_CHARS: Final = 1024
+MAX_SKILL_VERSION_CHARS: Final = 64
+MAX_SKILL_ORIGIN_CHARS: Final = 500
+MAX_PLUGIN_ASSETS: Final = 64
+"""Assets one plugin installs (``plugins.register``)."""
+MAX_PLUGIN_ASSET_BYTES: Final = 1024 * 1024
+"""One plugin asset's bytes."""
+MAX_PLUGIN_ASSETS_TOTAL_BYTES: Final = 4 * 1024 * 1024
+"""All of one plugin's assets together."""
+PLUGIN_ASSET_TYPES: Final = ("image/png", "image/jpeg", "image/gif", "image/webp", "text/plain", "text/markdown",
+                             "text/css", "application/json")
+"""Media types a plugin asset may have (each checked against its bytes; no SVG or HTML: nothing executable)."""
 MAX_GROUP_ROOTS: Final = 64
 MAX_PROVIDERS: Final = 1000
 MAX_PROVIDER_CONFIG_BYTES: Final = 64 * 1024
@@ -125,6 +143,11 @@ REVIEW_SNAPSHOT_ID_RE = re.compile(r"^rv-[0-9a-f]{32}$")
 """A review snapshot id: its directory name under ``review-changes/<sessionId>/``."""
 PLUGIN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 """Plugin ids (they name the ``plugin:<id>`` kv namespace)."""
+SKILL_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
+"""A skill name (its ``kv(skills)`` key): lowercase letters, digits and inner hyphens, at most 64."""
+SKILL_VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$")
+PLUGIN_ASSET_PATH_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}(?:/[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}){0,3}$")
+"""A plugin asset's name: up to 4 relative segments, none starting with a dot (no ``..``, no hidden files)."""
 
 # ---------------------------------------------------------------------- credential detection
 # A run environment snapshot must hold credential *references*, never values

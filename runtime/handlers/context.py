@@ -12,6 +12,7 @@ from typing import Any
 
 from actors.session_context import SessionContext
 from protocol import models as m
+from store.attachments import mark_evicted_blocks
 from store.context import StoredBranch, build_session_context, build_tree
 from store.errors import PayloadTooLarge
 from store.receipts import ReceiptKey
@@ -48,7 +49,8 @@ async def context(ctx: SessionContext, p: m.SessionReadParams, key: ReceiptKey |
             "compaction": wire_record(checkpoint) if checkpoint is not None else None,
         }
 
-    return await ctx.io(build)
+    # a block whose blob was evicted reads back marked, as in session.get (seed 000 §2.3)
+    return await ctx.read(mark_evicted_blocks, await ctx.io(build))
 
 
 async def tree(ctx: SessionContext, p: m.SessionReadParams, key: ReceiptKey | None) -> Any:

@@ -30,6 +30,7 @@ from protocol import models as m
 from runtime.handlers import turn_aftermath
 from runtime.handlers.host_lines import append_record
 from store import inflight, turns
+from store.attachments import mark_evicted_blocks
 from store.errors import Conflict, CorruptData, InvalidInput, NotFound
 from store.indexing import index
 from store.receipts import ReceiptKey
@@ -180,7 +181,9 @@ async def current(ctx: SessionContext, content_limit: int | None) -> dict[str, A
         return None
     if await indexed_state(ctx, cp.message_id) == "settled":
         return None  # stale: the final row landed (the next final append or turn end removes it)
-    return _projection(ctx.sid, cp.turn_id, cp.saved_at, cp.message, content_limit)
+    # a block whose blob was evicted reads back marked, as the transcript's do (seed 000 §2.3)
+    return await ctx.read(mark_evicted_blocks, _projection(ctx.sid, cp.turn_id, cp.saved_at, cp.message,
+                                                           content_limit))
 
 
 async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptKey | None) -> Any:

@@ -11,6 +11,10 @@ one rule for plugin-owned data:
   ``store.plugins.session_owner`` and call ``require_owner(caller, owner,
   what=f"session {sid}")`` before touching the session.
 
+* its read-only assets (``store/plugin_assets.py``) — ``plugins.listAssets`` /
+  ``getAsset``: installed by ``plugins.register`` with ``assets`` (the whole set
+  replaced), removed by ``plugins.uninstall``, never written otherwise.
+
 ``plugins.register`` / ``setEnabled`` / ``uninstall`` replace
 ``plugins/registry.json`` whole (temp file + rename), serialized by the
 registry's lock; each write is idempotent by construction (the same request
@@ -31,13 +35,15 @@ import trio
 from actors.gateway_types import CallContext
 from protocol import models as m
 from runtime.context import HostContext
+from store import plugin_assets as asset_store
 from store import plugins as plugin_store
-from store.errors import NotFound, PermissionDenied
+from store.errors import InvalidInput, NotFound, PermissionDenied
 from store.receipts import ReceiptKey
 
 T = TypeVar("T")
 
-__all__ = ["PluginRegistry", "list_plugins", "register", "require_owner", "set_enabled", "uninstall"]
+__all__ = ["PluginRegistry", "get_asset", "list_assets", "list_plugins", "register", "require_owner", "set_enabled",
+           "uninstall"]
 
 SERVICE = "plugins"
 
@@ -94,6 +100,10 @@ async def register(ctx: HostContext, p: m.PluginsRegisterParams, key: ReceiptKey
     if p.source is not None:
         fields["source"] = p.source
     now = ctx.now()
+    assets = None
+    if p.assets is not None:  # validated whole before anything is written
+        raw = [{"path": a.path, "mediaType": a.media_type, "dataBase64": a.data_base64} for a in p.assets]
+        assets = await registry.run(asset_store.validate_assets, raw)
 
     def edit(doc: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         old = doc["plugins"].get(p.plugin_id)
@@ -103,7 +113,35 @@ async def register(ctx: HostContext, p: m.PluginsRegisterParams, key: ReceiptKey
         return new, new["plugins"][p.plugin_id]
 
     entry = await registry.change(edit)
-    return await ctx.commit(lambda conn: {"plugin": {**entry, "id": p.plugin_id}})
+    out: dict[str, Any] = {"plugin": {**entry, "id": p.plugin_id}}
+    if assets is not None:  # the install's assets, replaced whole (idempotent: a retry writes the same file)
+        async with registry.lock:
+            await registry.run(asset_store.write_bundle, registry.directory, p.plugin_id, assets, now)
+        out["assets"] = asset_store.asset_metas(assets)
+    return await ctx.commit(lambda conn: out)
+
+
+def _asset_owner(ctx: HostContext, plugin_id: str | None, what: str) -> str:
+    """The plugin whose assets are asked for: a plugin connection reaches only its own."""
+    target = plugin_id if plugin_id is not None else ctx.caller.plugin_id
+    if target is None:
+        raise InvalidInput("pluginId is required on a user connection", data={"field": "pluginId"})
+    require_owner(ctx.caller, target, what=f"{what} of plugin {target}")
+    return plugin_store.validate_plugin_id(target)
+
+
+async def list_assets(ctx: HostContext, p: m.PluginsListAssetsParams, key: ReceiptKey | None) -> Any:
+    registry: PluginRegistry = ctx.services.get(SERVICE)
+    plugin_id = _asset_owner(ctx, p.plugin_id, "the assets")
+    doc = await registry.run(asset_store.read_bundle, registry.directory, plugin_id)
+    return {"pluginId": plugin_id, "assets": asset_store.asset_metas(doc["assets"] if doc else [])}
+
+
+async def get_asset(ctx: HostContext, p: m.PluginsGetAssetParams, key: ReceiptKey | None) -> Any:
+    registry: PluginRegistry = ctx.services.get(SERVICE)
+    plugin_id = _asset_owner(ctx, p.plugin_id, f"asset {p.path!r}")
+    asset = await registry.run(asset_store.read_asset, registry.directory, plugin_id, p.path)
+    return {"pluginId": plugin_id, "asset": asset}
 
 
 async def set_enabled(ctx: HostContext, p: m.PluginsSetEnabledParams, key: ReceiptKey | None) -> Any:
@@ -129,9 +167,14 @@ async def uninstall(ctx: HostContext, p: m.PluginsUninstallParams, key: ReceiptK
     registry: PluginRegistry = ctx.services.get(SERVICE)
     plugin_id = plugin_store.validate_plugin_id(p.plugin_id)
     removed = await registry.change(lambda doc: plugin_store.without_entry(doc, plugin_id))
+    async with registry.lock:
+        assets_removed = await registry.run(asset_store.remove_bundle, registry.directory, plugin_id)
 
     def effect(conn: Any) -> Any:
-        return {"pluginId": plugin_id, "registryEntryRemoved": removed, **plugin_store.forget_plugin(conn, plugin_id)}
+        out = {"pluginId": plugin_id, "registryEntryRemoved": removed, **plugin_store.forget_plugin(conn, plugin_id)}
+        if assets_removed:
+            out["assetsRemoved"] = True
+        return out
 
     result = await ctx.commit(effect)
     if result["settingsRemoved"]:

@@ -21,6 +21,7 @@ from typing import Any
 from actors.session_context import SessionContext
 from protocol import models as m
 from store import queue
+from store.attachments import mark_evicted_blocks
 from store.errors import Conflict
 from store.ids import new_id
 from store.receipts import ReceiptKey
@@ -88,22 +89,29 @@ async def push(ctx: SessionContext, p: m.QueuePushParams, key: ReceiptKey | None
     entry_id = "q_" + new_id()
     now, sid, faults = ctx.now(), ctx.sid, ctx.faults
     outcome: list[queue.Outcome] = []
+    states: list[dict[str, Any]] = []
 
     def op(conn: Any) -> dict[str, Any]:
         out = queue.push(conn, sid, inp, new_id=entry_id, now_ms=now, faults=faults)
         assert out.plan.entry is not None
         outcome.append(out)
-        return {"entry": out.plan.entry.to_wire(), "replayed": out.plan.replayed}
+        states.append(mark_evicted_blocks(conn, queue_state(slot, out.entries)))
+        return {"entry": mark_evicted_blocks(conn, out.plan.entry.to_wire()), "replayed": out.plan.replayed}
 
     result = await ctx.commit(op)
     if outcome[0].plan.changed:
-        _publish(ctx, queue_state(slot, outcome[0].entries))
+        _publish(ctx, states[0])
     return result
 
 
 async def list_queue(ctx: SessionContext, p: m.QueueListParams, key: ReceiptKey | None) -> Any:
     slot = _slot(ctx)
-    return queue_state(slot, await ctx.read(queue.list_entries, ctx.sid))
+
+    def read(conn: Any, sid: str) -> dict[str, Any]:
+        # an entry's attachment whose blob was evicted reads back marked (seed 000 §2.3)
+        return mark_evicted_blocks(conn, queue_state(slot, queue.list_entries(conn, sid)))
+
+    return await ctx.read(read, ctx.sid)
 
 
 async def _edit(ctx: SessionContext, run: Callable[[Any, str, int], queue.Outcome]) -> Any:
@@ -114,7 +122,7 @@ async def _edit(ctx: SessionContext, run: Callable[[Any, str, int], queue.Outcom
     def op(conn: Any) -> dict[str, Any]:
         out = run(conn, sid, now)
         changed.append(out.plan.changed)
-        return queue_state(slot, out.entries)
+        return mark_evicted_blocks(conn, queue_state(slot, out.entries))
 
     state = await ctx.commit(op)
     if changed[0]:
@@ -178,7 +186,7 @@ async def take(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey 
             data={"sessionId": ctx.sid, "controllerId": p.controller_id},
         )
     now, sid, faults = ctx.now(), ctx.sid, ctx.faults
-    taken: list[queue.Outcome] = []
+    taken: list[dict[str, Any]] = []
 
     def op(conn: Any) -> dict[str, Any]:
         if queue.has_running_turn(conn, sid):
@@ -186,10 +194,10 @@ async def take(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey 
         out = queue.take(conn, sid, now_ms=now, faults=faults)
         if out.plan.entry is None:
             return {"entry": None, "reason": "empty"}
-        taken.append(out)
-        return {"entry": out.plan.entry.to_wire()}
+        taken.append(mark_evicted_blocks(conn, queue_state(slot, out.entries)))
+        return {"entry": mark_evicted_blocks(conn, out.plan.entry.to_wire())}
 
     result = await ctx.commit(op)
     if taken:
-        _publish(ctx, queue_state(slot, taken[0].entries))
+        _publish(ctx, taken[0])
     return result

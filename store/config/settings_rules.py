@@ -24,7 +24,7 @@ Namespaces:
 * ``projectMemory`` — key: a project path (normalized to its canonical form),
   value: memory (``store/project_memory.py``).
 * ``projectGroups``, ``projectGroupMemory``, ``projectGroupInstructions``,
-  ``configSync`` — host-owned: written only by their own methods.
+  ``configSync``, ``skills`` — host-owned: written only by their own methods.
 * any other namespace — a new config domain (seed §4.1), generically bounded.
 """
 
@@ -101,6 +101,7 @@ HOST_OWNED_NAMESPACES: Final[Mapping[str, str]] = {
     "projectGroupMemory": "projectGroups.setMemory",
     "projectGroupInstructions": "projectGroups.setInstructions",
     "configSync": "configSync.configure",
+    "skills": "skills.put / skills.delete",
 }
 REFRESH_STAMP_PREFIX: Final = "modelRefresh:"
 RECENT_MODELS_KEY: Final = "recentModels"

@@ -311,6 +311,12 @@ async def with_ui_keys(c: HostClient, root: Path) -> Vars:
     return {}
 
 
+async def with_skills(c: HostClient, root: Path) -> Vars:
+    for name in ("one", "two"):
+        await c.call("skills.put", {"name": name, "version": "1", "source": f"skill {name}"})
+    return {}
+
+
 async def with_groups(c: HostClient, root: Path) -> Vars:
     g1 = await c.call("projectGroups.save", {"name": "one", "roots": ["/work/one"]})
     g2 = await c.call("projectGroups.save", {"name": "two", "roots": ["/work/two"]})
@@ -338,7 +344,8 @@ async def with_model_server(c: HostClient, root: Path) -> Vars:
 
 async def with_plugins(c: HostClient, root: Path) -> Vars:
     for pid in ("acme", "beta"):
-        await c.call("plugins.register", {"pluginId": pid, "name": pid, "version": "1"})
+        await c.call("plugins.register", {"pluginId": pid, "name": pid, "version": "1", "assets": [
+            {"path": "README.md", "mediaType": "text/markdown", "dataBase64": "IyBoaQo="}]})
         await c.call("settings.set", {"ns": f"plugin:{pid}", "key": "k", "value": pid})
     return {}
 
@@ -584,6 +591,11 @@ SCENARIOS: dict[str, Scenario] = {
     "projectGroups.setMemory": S(with_groups, lambda v: {"groupId": v["g1"], "memory": "remember"},
                                  lambda v: ("projectGroups.setMemory", {"groupId": v["g1"], "memory": "other"}),
                                  count=kv_rows("projectGroupMemory")),
+    "skills.put": S(nothing, lambda v: {"name": "one", "version": "1", "source": "skill one"},
+                    lambda v: ("skills.put", {"name": "two", "version": "1", "source": "skill two"}),
+                    count=kv_rows("skills")),
+    "skills.delete": S(with_skills, lambda v: {"name": "one"}, lambda v: ("skills.delete", {"name": "two"}),
+                       count=kv_rows("skills")),
     "projectGroups.setInstructions": S(
         with_groups, lambda v: {"groupId": v["g1"], "instructions": "be brief"},
         lambda v: ("projectGroups.setInstructions", {"groupId": v["g1"], "instructions": "be long"}),

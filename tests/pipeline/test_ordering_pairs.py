@@ -353,6 +353,8 @@ KINDS: dict[str, str] = {
     "secrets.delete": _H, "attachments.importFile": _H, "attachments.gc": _H, "providers.update": _H,
     "providers.delete": _H, "models.refresh": _H, "plugins.setEnabled": _H, "configSync.configure": _H,
     "configSync.export": _H, "configSync.apply": _H, "import.sessions": _H, "plugins.importSession": _H,
+    "skills.list": _R, "skills.get": _R, "memories.list": _R, "skills.put": _W, "skills.delete": _W,
+    "plugins.listAssets": _HR, "plugins.getAsset": _HR,
 }
 """Routes without a pair of their own, by kind: their order comes from their kind alone
 (``runtime/ordering.py`` looks at nothing else), and each kind's pairs are tested above."""

@@ -219,6 +219,7 @@ def test_the_routes_open_to_plugins_are_exactly_these() -> None:
     assert {name for name, route in ROUTES.items() if route.plugins} == {
         "settings.get", "settings.getAll", "settings.set", "settings.update", "settings.delete",
         "providers.list", "providers.get", "providers.sync", "models.list", "session.get",
+        "plugins.listAssets", "plugins.getAsset",  # its own installed assets (seed 000 §2)
         # issue 15: a plugin's imported sessions (each handler scopes by the owner)
         "plugins.importSession", "plugins.listSessions", "session.list", "session.export",
         "sessions.trash", "sessions.restore", "sessions.purge", "sessions.listTrashed"}

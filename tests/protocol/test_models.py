@@ -73,8 +73,9 @@ COLLABORATION_METHODS = {
     "session.verifyEnvironment",
 }  # fmt: skip
 # issue 24: the rest of the spec (attachment metadata; the audit log)
-SPEC_REST_READS = {"attachments.get", "audit.list", "review.get", "review.list"}
-SPEC_REST_METHODS = SPEC_REST_READS | {"review.record", "review.restore"}
+SPEC_REST_READS = {"attachments.get", "audit.list", "review.get", "review.list",
+                   "skills.list", "skills.get", "memories.list", "plugins.listAssets", "plugins.getAsset"}
+SPEC_REST_METHODS = SPEC_REST_READS | {"review.record", "review.restore", "skills.put", "skills.delete"}
 
 
 def _errors(exc: pytest.ExceptionInfo[ValidationError]) -> list[tuple[tuple[Any, ...], str]]:

@@ -86,6 +86,8 @@ async def with_everything(c: HostClient, root: Path) -> sc.Vars:
     await sc.with_user_models(c, root)
     v.update(await sc.with_groups(c, root))
     await sc.with_plugins(c, root)
+    await sc.with_skills(c, root)
+    await c.call("settings.set", {"ns": "projectMemory", "key": "/work/one", "value": "remember"})
     v.update(await sc.with_files(c, root))
     await c.call("workspace.open", {"path": v["folder"]})
     v["rooted"] = await sc.new_session(c, projectPath=v["folder"])
@@ -186,6 +188,11 @@ READS: dict[str, Read] = {
     "review.get": (sc.with_review_snapshot, lambda v: {"sessionId": v["sid"], "snapshotId": v["snap"],
                                                         "includeBefore": True}, "test"),
     "review.list": (sc.with_review_snapshot, lambda v: {"sessionId": v["sid"]}, "test"),
+    "skills.list": (EVERYTHING, lambda v: {}, "test"),
+    "skills.get": (EVERYTHING, lambda v: {"name": "one"}, "test"),
+    "memories.list": (EVERYTHING, lambda v: {"limit": 1}, "test"),
+    "plugins.listAssets": (EVERYTHING, lambda v: {}, "plugin:acme"),
+    "plugins.getAsset": (EVERYTHING, lambda v: {"pluginId": "beta", "path": "README.md"}, "test"),
 }
 
 

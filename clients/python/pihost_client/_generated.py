@@ -893,6 +893,17 @@ class LogsAppendResult(TypedDict):
     file: str
 
 
+class MemoriesListParams(TypedDict):
+    scope: NotRequired[Literal["project", "group"]]
+    after: NotRequired[str | None]
+    limit: NotRequired[int]
+
+
+class MemoriesListResult(TypedDict):
+    memories: list[MemorySummary]
+    nextAfter: NotRequired[str | None]
+
+
 class Memory(TypedDict):
     format: str
     entries: list[MemoryEntry]
@@ -905,6 +916,14 @@ class MemoryEntry(TypedDict):
     id: str
     title: str
     content: str
+
+
+class MemorySummary(TypedDict):
+    scope: Literal["project", "group"]
+    key: str
+    entries: int
+    contentBytes: int
+    updatedAt: int
 
 
 class MessageIdParams(TypedDict):
@@ -1178,6 +1197,27 @@ class PlansSubmitParams(TypedDict):
     expiresAt: NotRequired[int | None]
 
 
+class PluginAsset(TypedDict):
+    path: str
+    mediaType: str
+    size: int
+    sha256: str
+    dataBase64: str
+
+
+class PluginAssetInput(TypedDict):
+    path: str
+    mediaType: str
+    dataBase64: str
+
+
+class PluginAssetMeta(TypedDict):
+    path: str
+    mediaType: str
+    size: int
+    sha256: str
+
+
 class PluginEntry(TypedDict):
     id: str
     name: NotRequired[str | None]
@@ -1224,6 +1264,7 @@ class PluginListSessionsResult(TypedDict):
 
 class PluginResult(TypedDict):
     plugin: PluginEntry
+    assets: NotRequired[list[PluginAssetMeta] | None]
 
 
 class PluginSession(TypedDict):
@@ -1256,6 +1297,25 @@ class PluginSessionOrigin(TypedDict):
     history: JsonObject
 
 
+class PluginsGetAssetParams(TypedDict):
+    pluginId: NotRequired[str | None]
+    path: str
+
+
+class PluginsGetAssetResult(TypedDict):
+    pluginId: str
+    asset: PluginAsset
+
+
+class PluginsListAssetsParams(TypedDict):
+    pluginId: NotRequired[str | None]
+
+
+class PluginsListAssetsResult(TypedDict):
+    pluginId: str
+    assets: list[PluginAssetMeta]
+
+
 class PluginsListParams(TypedDict):
     pass
 
@@ -1271,6 +1331,7 @@ class PluginsRegisterParams(TypedDict):
     version: str
     enabled: NotRequired[bool]
     source: NotRequired[str | None]
+    assets: NotRequired[list[PluginAssetInput] | None]
 
 
 class PluginsSetEnabledParams(TypedDict):
@@ -1287,6 +1348,7 @@ class PluginsUninstallParams(TypedDict):
 class PluginsUninstallResult(TypedDict):
     pluginId: str
     registryEntryRemoved: bool
+    assetsRemoved: NotRequired[bool | None]
     settingsRemoved: list[str]
     providersReleased: list[str]
 
@@ -2099,6 +2161,69 @@ class SettingsUpdateResult(TypedDict):
     updatedAt: int
 
 
+class Skill(TypedDict):
+    name: str
+    version: str
+    description: NotRequired[str | None]
+    origin: NotRequired[str | None]
+    sha256: str
+    sizeBytes: int
+    createdAt: int
+    updatedAt: int
+    source: str
+
+
+class SkillMeta(TypedDict):
+    name: str
+    version: str
+    description: NotRequired[str | None]
+    origin: NotRequired[str | None]
+    sha256: str
+    sizeBytes: int
+    createdAt: int
+    updatedAt: int
+
+
+class SkillResult(TypedDict):
+    skill: Skill
+
+
+class SkillsDeleteParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    name: str
+
+
+class SkillsDeleteResult(TypedDict):
+    name: str
+    deleted: bool
+
+
+class SkillsGetParams(TypedDict):
+    name: str
+
+
+class SkillsListParams(TypedDict):
+    pass
+
+
+class SkillsListResult(TypedDict):
+    skills: list[SkillMeta]
+
+
+class SkillsPutParams(TypedDict):
+    submissionId: NotRequired[str | None]
+    name: str
+    version: str
+    source: str
+    description: NotRequired[str | None]
+    origin: NotRequired[str | None]
+
+
+class SkillsPutResult(TypedDict):
+    skill: SkillMeta
+    changed: bool
+
+
 class Snippet(TypedDict):
     messageId: str
     role: Literal["user", "assistant", "tool", "system"]
@@ -2560,6 +2685,8 @@ MUTATING: frozenset[str] = frozenset({
     "settings.set",
     "settings.update",
     "settings.delete",
+    "skills.put",
+    "skills.delete",
     "workspace.open",
     "projects.pin",
     "projectGroups.save",
@@ -3811,6 +3938,64 @@ class SettingsMethods:
         return cast(SettingsDeleteResult, await self._call("settings.delete", params, True))
 
 
+class SkillsMethods:
+    """``skills.*`` methods."""
+
+    def __init__(self, call: CallFn) -> None:
+        self._call = call
+
+    async def list(self) -> SkillsListResult:
+        """``skills.list``: Every stored skill's name, version, digest and size (no source)."""
+        params: dict[str, Any] = {}
+        return cast(SkillsListResult, await self._call("skills.list", params, False))
+
+    async def get(self, *, name: str) -> SkillResult:
+        """``skills.get``: One skill with its source text."""
+        params: dict[str, Any] = {}
+        params["name"] = name
+        return cast(SkillResult, await self._call("skills.get", params, False))
+
+    async def put(self, *, name: str, version: str, source: str, submission_id: str | None = None, description: str | None = None, origin: str | None = None) -> SkillsPutResult:
+        """``skills.put``: Store a skill by name (bounded); one version names one source (other source: CONFLICT). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["name"] = name
+        params["version"] = version
+        params["source"] = source
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if description is not None:
+            params["description"] = description
+        if origin is not None:
+            params["origin"] = origin
+        return cast(SkillsPutResult, await self._call("skills.put", params, True))
+
+    async def delete(self, *, name: str, submission_id: str | None = None) -> SkillsDeleteResult:
+        """``skills.delete``: Remove a skill (deleted: false when it was not stored). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["name"] = name
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        return cast(SkillsDeleteResult, await self._call("skills.delete", params, True))
+
+
+class MemoriesMethods:
+    """``memories.*`` methods."""
+
+    def __init__(self, call: CallFn) -> None:
+        self._call = call
+
+    async def list(self, *, scope: Literal["project", "group"] | None = None, after: str | None = None, limit: int | None = None) -> MemoriesListResult:
+        """``memories.list``: One page of stored project (or group) memories: key, entry count, size, updatedAt."""
+        params: dict[str, Any] = {}
+        if scope is not None:
+            params["scope"] = scope
+        if after is not None:
+            params["after"] = after
+        if limit is not None:
+            params["limit"] = limit
+        return cast(MemoriesListResult, await self._call("memories.list", params, False))
+
+
 class WorkspaceMethods:
     """``workspace.*`` methods."""
 
@@ -4053,8 +4238,8 @@ class PluginsMethods:
         params: dict[str, Any] = {}
         return cast(PluginsListResult, await self._call("plugins.list", params, False))
 
-    async def register(self, *, plugin_id: str, name: str, version: str, submission_id: str | None = None, enabled: bool | None = None, source: str | None = None) -> PluginResult:
-        """``plugins.register``: Add or update a plugin's registry entry (the file is replaced atomically). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+    async def register(self, *, plugin_id: str, name: str, version: str, submission_id: str | None = None, enabled: bool | None = None, source: str | None = None, assets: builtins.list[PluginAssetInput] | None = None) -> PluginResult:
+        """``plugins.register``: Add or update a plugin's registry entry (the file is replaced atomically); `assets` installs its validated read-only assets, replacing the whole set. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["pluginId"] = plugin_id
         params["name"] = name
@@ -4065,6 +4250,8 @@ class PluginsMethods:
             params["enabled"] = enabled
         if source is not None:
             params["source"] = source
+        if assets is not None:
+            params["assets"] = assets
         return cast(PluginResult, await self._call("plugins.register", params, True))
 
     async def set_enabled(self, *, plugin_id: str, enabled: bool, submission_id: str | None = None) -> PluginResult:
@@ -4083,6 +4270,21 @@ class PluginsMethods:
         if submission_id is not None:
             params["submissionId"] = submission_id
         return cast(PluginsUninstallResult, await self._call("plugins.uninstall", params, True))
+
+    async def list_assets(self, *, plugin_id: str | None = None) -> PluginsListAssetsResult:
+        """``plugins.listAssets``: A plugin's installed read-only assets (no bytes); a plugin connection sees only its own."""
+        params: dict[str, Any] = {}
+        if plugin_id is not None:
+            params["pluginId"] = plugin_id
+        return cast(PluginsListAssetsResult, await self._call("plugins.listAssets", params, False))
+
+    async def get_asset(self, *, path: str, plugin_id: str | None = None) -> PluginsGetAssetResult:
+        """``plugins.getAsset``: One installed asset with its bytes, digest verified; a plugin connection reads only its own."""
+        params: dict[str, Any] = {}
+        params["path"] = path
+        if plugin_id is not None:
+            params["pluginId"] = plugin_id
+        return cast(PluginsGetAssetResult, await self._call("plugins.getAsset", params, False))
 
     async def import_session(self, *, source_id: str, external_id: str, messages: builtins.list[TranscriptMessage], submission_id: str | None = None, title: str | None = None, project_id: int | None = None, history: PluginImportHistory | None = None, source_label: str | None = None) -> PluginImportSessionResult:
         """``plugins.importSession``: A plugin imports one session (host-generated id; pluginId + sourceId + externalId is idempotent). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
@@ -4241,6 +4443,8 @@ class GeneratedMethods:
         self.usage = UsageMethods(call)
         self.projects = ProjectsMethods(call)
         self.settings = SettingsMethods(call)
+        self.skills = SkillsMethods(call)
+        self.memories = MemoriesMethods(call)
         self.workspace = WorkspaceMethods(call)
         self.projectGroups = ProjectgroupsMethods(call)
         self.providers = ProvidersMethods(call)

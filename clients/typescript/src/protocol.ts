@@ -1140,6 +1140,20 @@ export interface LogsAppendResult {
   file: string;
 }
 
+export interface MemoriesListParams {
+  /** project: kv(projectMemory) by project path; group: kv(projectGroupMemory). */
+  scope?: "project" | "group";
+  /** The last key of the previous page (its nextAfter). */
+  after?: string | null;
+  limit?: number;
+}
+
+export interface MemoriesListResult {
+  memories: MemorySummary[];
+  /** Set when more may follow: pass it as `after`. */
+  nextAfter?: string | null;
+}
+
 export interface Memory {
   /** entries-v1 */
   format: string;
@@ -1155,6 +1169,17 @@ export interface MemoryEntry {
   id: string;
   title: string;
   content: string;
+}
+
+export interface MemorySummary {
+  scope: "project" | "group";
+  /** The canonical project path, or the group id. */
+  key: string;
+  entries: number;
+  /** Size of the derived content (UTF-8). */
+  contentBytes: number;
+  /** Unix time in milliseconds. */
+  updatedAt: number;
 }
 
 export interface MessageIdParams {
@@ -1493,6 +1518,29 @@ export interface PlansSubmitParams {
   expiresAt?: number | null;
 }
 
+export interface PluginAsset {
+  path: string;
+  mediaType: string;
+  size: number;
+  sha256: string;
+  dataBase64: string;
+}
+
+export interface PluginAssetInput {
+  /** Relative path of 1-4 plain segments (no `..`, no hidden names). */
+  path: string;
+  /** Checked against the bytes (image signature, UTF-8, JSON). */
+  mediaType: string;
+  dataBase64: string;
+}
+
+export interface PluginAssetMeta {
+  path: string;
+  mediaType: string;
+  size: number;
+  sha256: string;
+}
+
 export interface PluginEntry {
   id: string;
   name?: string | null;
@@ -1548,6 +1596,8 @@ export interface PluginListSessionsResult {
 
 export interface PluginResult {
   plugin: PluginEntry;
+  /** The installed assets (register with `assets`): no bytes. */
+  assets?: PluginAssetMeta[] | null;
 }
 
 export interface PluginSession {
@@ -1590,6 +1640,28 @@ export interface PluginSessionOrigin {
   history: JsonObject;
 }
 
+export interface PluginsGetAssetParams {
+  /** Default: the calling plugin's own id. */
+  pluginId?: string | null;
+  /** Relative path of 1-4 plain segments (no `..`, no hidden names). */
+  path: string;
+}
+
+export interface PluginsGetAssetResult {
+  pluginId: string;
+  asset: PluginAsset;
+}
+
+export interface PluginsListAssetsParams {
+  /** Default: the calling plugin's own id. */
+  pluginId?: string | null;
+}
+
+export interface PluginsListAssetsResult {
+  pluginId: string;
+  assets: PluginAssetMeta[];
+}
+
 export interface PluginsListParams {
 }
 
@@ -1608,6 +1680,8 @@ export interface PluginsRegisterParams {
   enabled?: boolean;
   /** Where it came from (a path, a URL, a store id). */
   source?: string | null;
+  /** Install these read-only assets, replacing the plugin's whole set ([] removes them; absent keeps them); at most 1048576 bytes each, 4194304 together. */
+  assets?: PluginAssetInput[] | null;
 }
 
 export interface PluginsSetEnabledParams {
@@ -1628,6 +1702,8 @@ export interface PluginsUninstallParams {
 export interface PluginsUninstallResult {
   pluginId: string;
   registryEntryRemoved: boolean;
+  /** True: its installed assets were removed. */
+  assetsRemoved?: boolean | null;
   /** Keys of kv(plugin:<id>), deleted in one statement. */
   settingsRemoved: string[];
   /** The plugin's provider rows, now the user's. */
@@ -2671,6 +2747,87 @@ export interface SettingsUpdateResult {
   updatedAt: number;
 }
 
+export interface Skill {
+  name: string;
+  version: string;
+  description?: string | null;
+  /** Where the skill came from (a path, a URL, a store id). */
+  origin?: string | null;
+  /** SHA-256 of the source text (UTF-8). */
+  sha256: string;
+  sizeBytes: number;
+  /** Unix time in milliseconds. */
+  createdAt: number;
+  /** Unix time in milliseconds. */
+  updatedAt: number;
+  /** The skill's source text (its SKILL.md). */
+  source: string;
+}
+
+export interface SkillMeta {
+  name: string;
+  version: string;
+  description?: string | null;
+  /** Where the skill came from (a path, a URL, a store id). */
+  origin?: string | null;
+  /** SHA-256 of the source text (UTF-8). */
+  sha256: string;
+  sizeBytes: number;
+  /** Unix time in milliseconds. */
+  createdAt: number;
+  /** Unix time in milliseconds. */
+  updatedAt: number;
+}
+
+export interface SkillResult {
+  skill: Skill;
+}
+
+export interface SkillsDeleteParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Lowercase letters, digits and inner hyphens, at most 64 characters. */
+  name: string;
+}
+
+export interface SkillsDeleteResult {
+  name: string;
+  /** False when no such skill was stored. */
+  deleted: boolean;
+}
+
+export interface SkillsGetParams {
+  /** Lowercase letters, digits and inner hyphens, at most 64 characters. */
+  name: string;
+}
+
+export interface SkillsListParams {
+}
+
+export interface SkillsListResult {
+  /** Every skill, by name, without its source. */
+  skills: SkillMeta[];
+}
+
+export interface SkillsPutParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Lowercase letters, digits and inner hyphens, at most 64 characters. */
+  name: string;
+  /** A name and version identify one source: new source, new version. */
+  version: string;
+  /** The skill's source text, at most 65536 bytes of UTF-8. */
+  source: string;
+  description?: string | null;
+  origin?: string | null;
+}
+
+export interface SkillsPutResult {
+  skill: SkillMeta;
+  /** False when the same skill was stored already (nothing written). */
+  changed: boolean;
+}
+
 export interface Snippet {
   messageId: string;
   role: "user" | "assistant" | "tool" | "system";
@@ -3362,6 +3519,16 @@ export interface Methods {
   "settings.update": { params: SettingsUpdateParams; result: SettingsUpdateResult };
   /** Remove one key (app: one field of the settings blob). (mutating: accepts submissionId) */
   "settings.delete": { params: SettingsDeleteParams; result: SettingsDeleteResult };
+  /** Every stored skill's name, version, digest and size (no source). */
+  "skills.list": { params: SkillsListParams; result: SkillsListResult };
+  /** One skill with its source text. */
+  "skills.get": { params: SkillsGetParams; result: SkillResult };
+  /** Store a skill by name (bounded); one version names one source (other source: CONFLICT). (mutating: accepts submissionId) */
+  "skills.put": { params: SkillsPutParams; result: SkillsPutResult };
+  /** Remove a skill (deleted: false when it was not stored). (mutating: accepts submissionId) */
+  "skills.delete": { params: SkillsDeleteParams; result: SkillsDeleteResult };
+  /** One page of stored project (or group) memories: key, entry count, size, updatedAt. */
+  "memories.list": { params: MemoriesListParams; result: MemoriesListResult };
   /** Upsert the project by its canonical path and make it the visible workspace (kv(app, currentProjectId)). (mutating: accepts submissionId) */
   "workspace.open": { params: WorkspaceOpenParams; result: WorkspaceResult };
   /** The visible workspace (restores currentProjectId; changes nothing). */
@@ -3406,12 +3573,16 @@ export interface Methods {
   "models.refresh": { params: ModelsRefreshParams; result: ModelsRefreshResult };
   /** The entries of plugins/registry.json. */
   "plugins.list": { params: PluginsListParams; result: PluginsListResult };
-  /** Add or update a plugin's registry entry (the file is replaced atomically). (mutating: accepts submissionId) */
+  /** Add or update a plugin's registry entry (the file is replaced atomically); `assets` installs its validated read-only assets, replacing the whole set. (mutating: accepts submissionId) */
   "plugins.register": { params: PluginsRegisterParams; result: PluginResult };
   /** Enable or disable a registered plugin. (mutating: accepts submissionId) */
   "plugins.setEnabled": { params: PluginsSetEnabledParams; result: PluginResult };
   /** Remove the registry entry, delete kv(plugin:<id>) in one statement, release its provider rows. (mutating: accepts submissionId) */
   "plugins.uninstall": { params: PluginsUninstallParams; result: PluginsUninstallResult };
+  /** A plugin's installed read-only assets (no bytes); a plugin connection sees only its own. */
+  "plugins.listAssets": { params: PluginsListAssetsParams; result: PluginsListAssetsResult };
+  /** One installed asset with its bytes, digest verified; a plugin connection reads only its own. */
+  "plugins.getAsset": { params: PluginsGetAssetParams; result: PluginsGetAssetResult };
   /** Sync settings (refs only, never a secret) and which bundles exist. */
   "configSync.get": { params: ConfigSyncGetParams; result: ConfigSyncState };
   /** Set sync settings; the WebDAV password and the vault key go to the secret store. (mutating: accepts submissionId) */
@@ -3498,6 +3669,8 @@ export const MUTATING_METHODS = [
   "settings.set",
   "settings.update",
   "settings.delete",
+  "skills.put",
+  "skills.delete",
   "workspace.open",
   "projects.pin",
   "projectGroups.save",

@@ -1,0 +1,174 @@
+"""Skills and the memory listing (seed 000 §2 ``skills, memories``; seed 003 §9 "new config domain → kv namespace").
+
+Skills live in ``kv(skills, <name>)``, one key per skill, host-owned (written
+only by ``skills.put`` / ``skills.delete``, never by ``settings.*``)::
+
+    {"name": "release-notes", "version": "1.2.0",
+     "source": "---\\nname: release-notes\\n...",     # the skill's source text (its SKILL.md)
+     "description": "Draft release notes",           # optional
+     "origin": "~/.pi/skills/release-notes",          # optional: where it came from
+     "sha256": "<hex of source>", "sizeBytes": 812,
+     "createdAt": 1785056400000, "updatedAt": 1785056400000}
+
+Rules (limits: ``store/rules.py``):
+
+* the name is the key (:data:`~store.rules.SKILL_NAME_RE`), the version a
+  bounded token, the source non-empty text of at most
+  :data:`~store.rules.MAX_SKILL_SOURCE_BYTES` without NUL characters;
+* a name and version identify one source: a put of the same version with other
+  source is ``CONFLICT`` (bump the version), so what a run environment snapshot
+  recorded as ``name@version`` never silently changes (seed 000 §4 fixes the
+  Skill content of a run);
+* the same put again changes nothing (``changed: false``, ``updatedAt`` kept);
+* at most :data:`~store.rules.MAX_SKILLS` skills (``LIMIT_EXCEEDED``).
+
+Memories are the existing project and group memory (``kv(projectMemory)``,
+``kv(projectGroupMemory)``, ``store/project_memory.py``; written by
+``settings.set`` and ``projectGroups.setMemory``): :func:`list_memories` is the
+listing those namespaces lacked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from typing import Any, Final
+
+import orjson
+
+from store.config.settings import delete_value, get_value, set_value
+from store.errors import Conflict, InvalidInput, LimitExceeded, PayloadTooLarge
+from store.project_memory import memory_view
+from store.rules import (
+    MAX_SKILL_DESCRIPTION_CHARS,
+    MAX_SKILL_ORIGIN_CHARS,
+    MAX_SKILL_SOURCE_BYTES,
+    MAX_SKILLS,
+    SKILL_NAME_RE,
+    SKILL_VERSION_RE,
+)
+
+__all__ = [
+    "MEMORY_SCOPES",
+    "SKILLS_NS",
+    "delete_skill",
+    "get_skill",
+    "list_memories",
+    "list_skills",
+    "put_skill",
+    "validate_skill_name",
+]
+
+SKILLS_NS: Final = "skills"
+MEMORY_SCOPES: Final = {"project": "projectMemory", "group": "projectGroupMemory"}
+_META: Final = ("name", "version", "description", "origin", "sha256", "sizeBytes", "createdAt", "updatedAt")
+
+
+def _bad(field: str, reason: str) -> InvalidInput:
+    return InvalidInput(f"{field}: {reason}", data={"field": field})
+
+
+def validate_skill_name(name: object) -> str:
+    if not isinstance(name, str) or not SKILL_NAME_RE.fullmatch(name):
+        raise _bad("name", "must be lowercase letters, digits and inner hyphens, at most 64 characters")
+    return name
+
+
+def _text(value: object, field: str, limit: int) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > limit or "\x00" in value:
+        raise _bad(field, f"must be text of at most {limit} characters without NUL")
+    return value.strip() or None
+
+
+def _checked(name: object, version: object, source: object, description: object,
+             origin: object) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": validate_skill_name(name)}
+    if not isinstance(version, str) or not SKILL_VERSION_RE.fullmatch(version):
+        raise _bad("version", "must be 1-64 characters of letters, digits and . + _ - (starting alphanumeric)")
+    out["version"] = version
+    if not isinstance(source, str) or not source.strip() or "\x00" in source:
+        raise _bad("source", "must be non-empty text without NUL")
+    raw = source.encode("utf-8", "surrogatepass")
+    if len(raw) > MAX_SKILL_SOURCE_BYTES:
+        raise PayloadTooLarge(f"source: {len(raw)} bytes, at most {MAX_SKILL_SOURCE_BYTES}",
+                              data={"field": "source", "limit": MAX_SKILL_SOURCE_BYTES})
+    out["source"] = source
+    for field, value, limit in (("description", description, MAX_SKILL_DESCRIPTION_CHARS),
+                                ("origin", origin, MAX_SKILL_ORIGIN_CHARS)):
+        text = _text(value, field, limit)
+        if text is not None:
+            out[field] = text
+    out["sha256"] = hashlib.sha256(raw).hexdigest()
+    out["sizeBytes"] = len(raw)
+    return out
+
+
+def put_skill(conn: sqlite3.Connection, *, name: object, version: object, source: object,
+              description: object = None, origin: object = None, now_ms: int) -> tuple[dict[str, Any], bool]:
+    """Store a skill; (the stored skill, whether anything changed). Raises before writing on a bad value."""
+    new = _checked(name, version, source, description, origin)
+    found = get_value(conn, SKILLS_NS, new["name"])
+    old = found[0] if found is not None and isinstance(found[0], dict) else None
+    if old is not None and old.get("version") == new["version"] and old.get("sha256") != new["sha256"]:
+        raise Conflict(f"skill {new['name']} version {new['version']} already holds other source: "
+                       "a new source needs a new version",
+                       data={"name": new["name"], "version": new["version"], "sha256": old.get("sha256")})
+    if old is None:
+        count = int(conn.execute("SELECT COUNT(*) FROM kv WHERE ns = ?", (SKILLS_NS,)).fetchone()[0])
+        if count >= MAX_SKILLS:
+            raise LimitExceeded(f"at most {MAX_SKILLS} skills: delete one first",
+                                data={"field": "name", "limit": MAX_SKILLS})
+    created = old.get("createdAt") if old is not None and isinstance(old.get("createdAt"), int) else now_ms
+    if old is not None and {k: v for k, v in old.items() if k not in ("createdAt", "updatedAt")} == new:
+        return old, False
+    stored = {**new, "createdAt": created, "updatedAt": now_ms}
+    set_value(conn, SKILLS_NS, new["name"], stored, now_ms)
+    return stored, True
+
+
+def get_skill(conn: sqlite3.Connection, name: str) -> dict[str, Any] | None:
+    found = get_value(conn, SKILLS_NS, validate_skill_name(name))
+    if found is None or not isinstance(found[0], dict):
+        return None
+    return dict(found[0])
+
+
+def list_skills(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Every skill's metadata (no source), by name; at most :data:`MAX_SKILLS` rows exist."""
+    fields = ", ".join(f"json_extract(value_json, '$.{f}')" for f in _META)
+    out: list[dict[str, Any]] = []
+    for row in conn.execute(f"SELECT key, {fields} FROM kv WHERE ns = ? AND json_valid(value_json) "
+                            "ORDER BY key LIMIT ?", (SKILLS_NS, MAX_SKILLS)):
+        item = {f: v for f, v in zip(_META, row[1:], strict=True) if v is not None}
+        item["name"] = row[0]
+        out.append(item)
+    return out
+
+
+def delete_skill(conn: sqlite3.Connection, name: str) -> bool:
+    return delete_value(conn, SKILLS_NS, validate_skill_name(name))
+
+
+def list_memories(conn: sqlite3.Connection, scope: str, *, after: str | None, limit: int) -> list[dict[str, Any]]:
+    """One page of the stored memories of ``scope`` (project paths or group ids, key order, after ``after``).
+
+    Each item: key, entry count, content size, updatedAt; the content itself is
+    read with ``settings.get`` / ``projectGroups.get``.
+    """
+    ns = MEMORY_SCOPES.get(scope)
+    if ns is None:
+        raise _bad("scope", f"must be one of {', '.join(MEMORY_SCOPES)}")
+    out: list[dict[str, Any]] = []
+    for key, raw, updated in conn.execute(
+            "SELECT key, value_json, updated_at FROM kv WHERE ns = ? AND key > ? ORDER BY key LIMIT ?",
+            (ns, after or "", limit)):
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            value = None
+        view = memory_view(value)
+        out.append({"scope": scope, "key": key, "entries": len(view["entries"]),
+                    "contentBytes": len(view["content"].encode("utf-8")), "updatedAt": int(updated)})
+    return out

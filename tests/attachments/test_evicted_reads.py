@@ -1,0 +1,111 @@
+"""Evicted attachments read back marked everywhere a block is read, not only in ``session.get``.
+
+Seed 000 §2.3: "Eviction marks references before deleting bytes." A reference
+that points at bytes the GC removed must say so wherever the client reads it:
+the derived model context (``session.context``) and the turn queue
+(``session.queueList``, and the queue state an edit answers).
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from runtime.client import HostClient
+from tests.hostkit import client_for, inprocess_host, msg
+
+
+def _att(sha: str) -> dict[str, Any]:
+    return {"type": "attachment", "kind": "image", "name": "pic.png", "ref": f"attachments/{sha}",
+            "mimeType": "image/png", "size": 3000}
+
+
+async def _put(c: HostClient, data: bytes) -> str:
+    got = await c.call("attachments.put", {"name": "pic.png", "mimeType": "image/png",
+                                           "dataBase64": base64.b64encode(data).decode()})
+    return str(got["sha256"])
+
+
+async def _evict_one(c: HostClient) -> tuple[str, str, str, str]:
+    """Two sessions referring to two blobs; the GC (budget 4000 bytes) evicts the inactive one's blob.
+
+    Returns (inactive session, active session, evicted sha, kept sha)."""
+    gone_sid = (await c.call("session.create", {"title": "old"}))["id"]
+    keep_sid = (await c.call("session.create", {"title": "active"}))["id"]
+    gone, kept = await _put(c, b"x" * 3000), await _put(c, b"y" * 3000)
+    for sid, sha in ((gone_sid, gone), (keep_sid, kept)):
+        await c.call("session.appendMessage", {"sessionId": sid, "message": msg(
+            f"u-{sid[-6:]}", "look", blocks=[{"type": "text", "text": "look"}, _att(sha)])})
+        await c.call("session.queuePush", {"sessionId": sid, "principal": "user", "content": "later",
+                                           "attachments": [_att(sha)], "permissionMode": "ask"})
+    await c.call("settings.set", {"ns": "app", "key": "attachmentBudgetBytes", "value": 4000})
+    gc = await c.call("attachments.gc", {"activeSessionId": keep_sid})
+    assert gc["evicted"] == [gone]
+    return gone_sid, keep_sid, gone, kept
+
+
+def _blocks(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [b for m in messages for b in m["blocks"] if b.get("type") == "attachment"]
+
+
+async def test_session_context_marks_blocks_of_evicted_blobs(tmp_path: Path) -> None:
+    """Seed 000 §2.3: "Eviction marks references before deleting bytes." ``session.context`` (seed 000 §4's
+    buildSessionContext) hands the model's messages out; a block whose blob the GC evicted reads
+    ``"evicted": true`` there as in ``session.get``, and a block of a live blob stays unmarked."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            gone_sid, keep_sid, gone, kept = await _evict_one(c)
+            [block] = _blocks((await c.call("session.context", {"sessionId": gone_sid}))["messages"])
+            assert block["ref"] == f"attachments/{gone}" and block["evicted"] is True
+            [block] = _blocks((await c.call("session.context", {"sessionId": keep_sid}))["messages"])
+            assert block["ref"] == f"attachments/{kept}" and "evicted" not in block
+
+
+async def test_session_queue_list_marks_attachments_of_evicted_blobs(tmp_path: Path) -> None:
+    """Seed 000 §2.3: "Eviction marks references before deleting bytes." A queued prompt's attachment is a
+    reference too (the GC derives it from ``turn_queue.attachments_json``): ``session.queueList``, the
+    queue state an edit answers and the entry ``session.queueTake`` hands out mark it ``"evicted": true``;
+    the active session's entry stays unmarked."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            gone_sid, keep_sid, gone, kept = await _evict_one(c)
+            state = await c.call("session.queueList", {"sessionId": gone_sid})
+            [entry] = state["entries"]
+            assert entry["attachments"] == [{**_att(gone), "evicted": True}]
+            kept_state = await c.call("session.queueList", {"sessionId": keep_sid})
+            assert kept_state["entries"][0]["attachments"] == [_att(kept)]
+            await c.call("session.queuePush", {"sessionId": gone_sid, "principal": "user", "content": "more",
+                                               "permissionMode": "ask"})
+            edited = await c.call("session.queueReorder", {"sessionId": gone_sid, "entryId": entry["id"],
+                                                           "direction": "down"})
+            marked = [e for e in edited["entries"] if e["id"] == entry["id"]]
+            assert marked[0]["attachments"] == [{**_att(gone), "evicted": True}]
+            # the controller that takes it (the sidecar about to run it) learns the blob is gone too
+            await c.call("session.queuePrioritize", {"sessionId": gone_sid, "entryId": entry["id"]})
+            async with client_for(host, "sidecar", kind="agent") as agent:
+                await agent.call("session.queueAttach", {"sessionId": gone_sid, "controllerId": "sidecar"})
+                taken = await agent.call("session.queueTake", {"sessionId": gone_sid, "controllerId": "sidecar"})
+            assert taken["entry"]["id"] == entry["id"]
+            assert taken["entry"]["attachments"] == [{**_att(gone), "evicted": True}]
+
+
+async def test_session_get_marks_the_streaming_reply_blocks_of_evicted_blobs(tmp_path: Path) -> None:
+    """Seed 000 §2.3: "Eviction marks references before deleting bytes." The reply streaming into a session
+    (its in-flight checkpoint, ``session.get``'s ``inflight``) is a reference too (origin ``checkpoint``): a
+    block of it whose blob the GC evicted reads ``"evicted": true`` like the transcript's blocks."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            gone_sid, _keep_sid, gone, _kept = await _evict_one(c)
+            await c.call("session.startTurn", {"sessionId": gone_sid, "turnId": "t1"})
+            await c.call("session.saveInflightMessage", {
+                "sessionId": gone_sid, "turnId": "t1",
+                "message": {"id": "a1", "role": "assistant", "meta": {"status": "streaming"},
+                            "blocks": [{"type": "text", "text": "here"}, _att(gone)]}})
+            got = await c.call("session.get", {"sessionId": gone_sid})
+            [block] = _blocks([got["inflight"]["message"]])
+            assert block["ref"] == f"attachments/{gone}" and block["evicted"] is True
+            [block] = _blocks(got["messages"])
+            assert block["evicted"] is True
