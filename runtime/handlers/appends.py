@@ -47,7 +47,9 @@ async def append(ctx: SessionContext, p: m.AppendMessageParams, key: ReceiptKey 
 
 def request_of(call: SessionCall) -> AppendRequest:
     params: m.AppendMessageParams = call.params
-    return AppendRequest(params.message.model_dump(by_alias=True, exclude_unset=True), params.turn_id, call.receipt)
+    # Validated once (the pipeline, into the model), dumped once, encoded once (in the plan).
+    return AppendRequest(params.message.model_dump(by_alias=True, exclude_unset=True), params.turn_id, call.receipt,
+                         validated=True)
 
 
 async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> list[Any]:
