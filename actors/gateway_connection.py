@@ -549,7 +549,10 @@ class GatewayConnection:
             params = {**params, "maxBytes": budget}  # this entry's share of the batch's reply budget
         reserved = declared_bytes(item.method, params)
         content = carries_content(item.method)  # a read: its result may hold long transcript texts
-        await self._in_flight.acquire()
+        try:
+            self._in_flight.acquire_nowait()  # the usual case: room, and no task switch for it
+        except trio.WouldBlock:
+            await self._in_flight.acquire()
         try:
             await self._work.acquire(reserved)
             try:

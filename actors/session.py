@@ -128,7 +128,9 @@ class SessionActor(Actor):
         super().__init__(f"session:{session_id}", mailbox_size=deps.mailbox_size)
         self.batch_limit = deps.batch_limit
         self.idle_timeout = deps.idle_timeout
-        self.linger_ticks = 1  # a burst of clients lands in one group commit; a JSON-RPC batch says "more"
+        # No tick-by-tick linger: appends that arrive while a group's write + fdatasync runs form the
+        # next group by themselves; a JSON-RPC batch says "more" (expects_more) and is waited for.
+        self.linger_ticks = 0
         self.sid = session_id
         self.deps = deps
         self.paths = deps.paths(session_id)
@@ -246,8 +248,15 @@ class SessionActor(Actor):
 
     # ------------------------------------------------------------------ state (used by SessionContext)
     async def io(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
-        async with self._io:
-            return await run_in_thread(fn, *args)
+        limiter = self._io
+        try:
+            limiter.acquire_nowait()  # the usual case: no task switch for a free limiter
+        except trio.WouldBlock:
+            await limiter.acquire()
+        try:
+            return await run_in_thread(fn, *args)  # a checkpoint itself
+        finally:
+            limiter.release()
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         """A read-pool snapshot that sees every append this session acknowledged."""

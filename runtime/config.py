@@ -41,8 +41,9 @@ class HostConfig:
     # most this much (bytes of lines, operations) before new appends wait.
     index_lag_bytes: int = 64 * 1024 * 1024
     index_lag_ops: int = 50_000
-    # Seconds the DB writer may hold index rows nobody reads yet, to commit more at once (0 = never).
-    index_hold: float = 0.005
+    # Seconds the DB writer may hold index rows nobody reads yet, to commit more at once (0 = never);
+    # a read that needs them, an append waiting for room or any durable request ends the hold at once.
+    index_hold: float = 0.05
     # Shutdown: requests in flight get this long to finish; then each actor gets
     # shutdown_grace seconds after its stop request before it is cancelled.
     shutdown_deadline: float = 10.0

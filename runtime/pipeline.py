@@ -55,7 +55,7 @@ from protocol.errors import MethodNotFound
 from protocol.jsonrpc import Encoded
 from protocol.methods import METHODS, MethodSpec
 from runtime.context import HostContext, Pinned, ReadContext, Services, WriterContext, WriterResult
-from runtime.kernel.actor import ActorCrashed, ActorStopped, CallbackReply, InternalBug
+from runtime.kernel.actor import ActorCrashed, ActorStopped, Busy, CallbackReply, InternalBug
 from runtime.ordering import Abandoned, Ordering, Turn
 from runtime.receipts import Claim, ReceiptBook, Replayed
 from runtime.routes import ROUTES, Route, Via
@@ -393,7 +393,11 @@ class Pipeline:
                 after = turn.following()
                 more = after is None or after == target
             ref = await services.sessions.ref(sid)
-            await ref.post(SessionCall(bound.op, params, key, caller, more), CallbackReply(answer))
+            call, reply = SessionCall(bound.op, params, key, caller, more), CallbackReply(answer)
+            try:
+                ref.post_nowait(call, reply)  # room in the mailbox: in, without a task switch
+            except (Busy, ActorStopped, ActorCrashed):
+                await ref.post(call, reply)  # waits for room, or for the next incarnation
             return
         if route.via is Via.WRITER:
             await ready(_WRITER)

@@ -7,9 +7,13 @@ what the index log holds of ids acknowledged but not indexed yet), plans each
 request purely (``store.indexing.appends.plan_appends``: replay, D444 remap, steering
 replacement, refusal), and writes + fdatasyncs the planned lines, each carrying
 its receipt in ``meta.receipt`` — all through ``ctx.append_lines(step, later=True)``,
-the one way lines enter a transcript. Then every request is answered: the index
-op goes to the DB writer without being awaited, and reads that need the index
-wait for it (ARCHITECTURE.md "Read barriers").
+the one way lines enter a transcript; the in-flight checkpoint rule (a final row of the
+checkpointed id removes it) runs in that same hop once the lines are durable. Then every
+request is answered: the index op goes to the DB writer without being awaited, and reads
+that need the index wait for it (ARCHITECTURE.md "Read barriers").
+
+Each message is validated once (the pipeline, into its protocol model), dumped once and
+encoded once (the plan's ``dumps_line``); nothing on this path calls another handler.
 """
 
 from __future__ import annotations
@@ -47,7 +51,9 @@ async def append(ctx: SessionContext, p: m.AppendMessageParams, key: ReceiptKey 
 
 def request_of(call: SessionCall) -> AppendRequest:
     params: m.AppendMessageParams = call.params
-    return AppendRequest(params.message.model_dump(by_alias=True, exclude_unset=True), params.turn_id, call.receipt)
+    # Validated once (the pipeline, into the model), dumped once, encoded once (in the plan).
+    return AppendRequest(params.message.model_dump(by_alias=True, exclude_unset=True), params.turn_id, call.receipt,
+                         validated=True)
 
 
 async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> list[Any]:
@@ -59,21 +65,29 @@ async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> lis
     candidates = [mid for r in requests if isinstance(mid := r.message.get("id"), str)]
     pending = log.held([*candidates, *(f"{sid}:{m}" for m in candidates)])
 
+    checkpoint = inflight.AfterAppend(ctx)
+    planned: list[Lines] = []
+
     def step(conn: Any) -> tuple[AppendPlan, Lines]:
         known = gather(conn, path, sid, requests, pending=pending)
         plan = plan_appends(sid, requests, known, last_seq=last_seq, now_ms=now)
         writes = plan.writes
         held = {w.record["id"]: Held(sid, w.ref, is_streaming(w.record), content_of(w.record)) for w in writes}
         seqs = {i: w.seq for i, w in enumerate(writes) if not w.replace}
-        return plan, Lines([w.line for w in writes], records=[w.record for w in writes], seqs=seqs, held=held,
-                           last_seq=plan.last_seq)
+        lines = Lines([w.line for w in writes], records=[w.record for w in writes], seqs=seqs, held=held,
+                      last_seq=plan.last_seq)
+        planned.append(lines)
+        return plan, lines
+
+    def after_write() -> None:  # same hop, the lines durable: the in-flight checkpoint rule
+        checkpoint(planned[-1].records or ())
 
     # Acknowledged once durable; the index catches up behind the read barrier.
-    done = await ctx.append_lines(step, later=True)
+    done = await ctx.append_lines(step, later=True, after_write=after_write)
+    checkpoint.remember(ctx)
     plan: AppendPlan = done.planned
     writes = plan.writes
     if writes:
-        await inflight.after_append(ctx, [w.record for w in writes])
         for w in writes:
             data: dict[str, Any] = {"message": w.ref}
             if len(w.line) <= EVENT_RECORD_MAX:

@@ -37,7 +37,7 @@ from store.receipts import ReceiptKey
 from store.transcripts.records import cap_content, is_streaming, normalize_message, wire_record
 from store.transcripts.transcript import read_spans
 
-__all__ = ["PREVIEW_TEXT_MAX", "TOPIC", "after_append", "current", "event_key", "recover", "save",
+__all__ = ["PREVIEW_TEXT_MAX", "TOPIC", "AfterAppend", "current", "event_key", "recover", "save",
            "settle_on_turn_end", "supersedes"]
 
 _KEY = "inflight.messageId"
@@ -146,17 +146,39 @@ async def save(ctx: SessionContext, p: m.SaveInflightParams, key: ReceiptKey | N
     return result
 
 
-async def after_append(ctx: SessionContext, records: Sequence[Mapping[str, Any]]) -> None:
-    """The final (non-streaming) row of the checkpointed id removes the checkpoint."""
-    cid = await cached_checkpoint_id(ctx)
-    if cid is None:
-        return
-    last = None
-    for rec in records:
-        if rec.get("id") == cid:
-            last = rec
-    if last is not None and not is_streaming(last):
-        await remove(ctx)
+class AfterAppend:
+    """The final (non-streaming) row of the checkpointed id removes the checkpoint.
+
+    Runs in the append's own worker-thread hop, right after its lines are durable
+    (``SessionContext.append_lines(after_write=...)``): no hop and no handler call of its own on
+    the append path. Built on the trio thread from the per-incarnation memo; :meth:`remember`
+    stores what it found there afterwards.
+    """
+
+    __slots__ = ("_path", "_cached", "found")
+
+    def __init__(self, ctx: SessionContext) -> None:
+        self._path = ctx.paths.inflight
+        self._cached = ctx.cache.get(_KEY, _UNKNOWN)
+        self.found: object = self._cached
+
+    def __call__(self, records: Sequence[Mapping[str, Any]]) -> None:  # worker thread
+        cached = self._cached
+        cid = cached if cached is None or isinstance(cached, str) else inflight.checkpoint_message_id(self._path)
+        self.found = cid
+        if cid is None:
+            return
+        last = None
+        for rec in records:
+            if rec.get("id") == cid:
+                last = rec
+        if last is not None and not is_streaming(last):
+            self.found = _UNKNOWN  # until the removal returned
+            inflight.remove_checkpoint(self._path)
+            self.found = None
+
+    def remember(self, ctx: SessionContext) -> None:
+        ctx.cache[_KEY] = self.found
 
 
 async def settle_on_turn_end(ctx: SessionContext) -> bool:

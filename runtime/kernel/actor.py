@@ -586,26 +586,31 @@ class Actor:
         if limit < 1:
             raise InternalBug(f"actor {self.name!r}: batch_limit must be >= 1, got {limit}")
         while True:
-            await trio.lowlevel.checkpoint()
             if self._stop_requested and not self.drain_on_stop:
+                await trio.lowlevel.checkpoint()
                 return False
             try:
                 first = self._recv.receive_nowait()
             except trio.EndOfChannel:
+                await trio.lowlevel.checkpoint()
                 return False
             except trio.WouldBlock:
-                got = await self._wait_for_message()
+                got = await self._wait_for_message()  # a checkpoint: an idle actor yields here only
                 if got is None:
                     return not self._stop_requested
-                first = got
-            batch = [first]
+                batch = [got]
+            else:
+                # A mailbox that never empties still lets the other tasks run once per batch;
+                # the message taken is in flight (failed, not lost, if this is cancelled).
+                batch = self._counters.in_flight = [first]
+                await trio.lowlevel.checkpoint()
             self._drain_into(batch, limit)
             self._room.set()
             self._room = trio.Event()
-            if self.linger_ticks and len(batch) < limit:
-                await self._linger(batch, limit)
             if self.hold_seconds and len(batch) < limit and self.may_hold(batch):
-                await self._hold(batch, limit)
+                await self._hold(batch, limit)  # sleeps for company: no tick-by-tick linger first
+            elif (self.linger_ticks or self.expects_more(batch)) and len(batch) < limit:
+                await self._linger(batch, limit)
             await self._dispatch(batch)
 
     def _drain_into(self, batch: list[Envelope], limit: int) -> int:

@@ -57,7 +57,7 @@ from store.indexing.reconcile import (
 from store.indexing.sql_lists import in_chunks
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey
-from store.transcripts.records import is_streaming, normalize_message, with_receipt
+from store.transcripts.records import is_streaming, message_record, normalize_message, with_receipt
 from store.transcripts.transcript import read_spans
 
 __all__ = [
@@ -84,6 +84,9 @@ class AppendRequest:
     message: Mapping[str, Any]
     turn_id: str | None = None
     receipt: ReceiptKey | None = None
+    validated: bool = False
+    """``message`` was dumped from its validated protocol model: its record is built without
+    checking it a second time (:func:`store.transcripts.records.message_record`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +195,8 @@ def plan_appends(
             outcomes.append(Replay(stored))
             continue
         try:
-            rec = normalize_message(req.message, now_ms=now_ms, turn_id=req.turn_id)
+            rec = (message_record(req.message, req.message["id"], now_ms=now_ms, turn_id=req.turn_id)
+                   if req.validated else normalize_message(req.message, now_ms=now_ms, turn_id=req.turn_id))
         except StoreError as exc:
             outcomes.append(Refuse(exc))
             continue

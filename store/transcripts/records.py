@@ -60,8 +60,18 @@ def normalize_message(raw: Mapping[str, Any], *, now_ms: int, turn_id: str | Non
     meta = raw.get("meta")
     if meta is not None and not isinstance(meta, Mapping):
         raise InvalidInput("message.meta must be an object", data={"field": "message.meta"})
+    return message_record(raw, msg_id, now_ms=now_ms, turn_id=turn_id)
+
+
+def message_record(fields: Mapping[str, Any], msg_id: str, *, now_ms: int,
+                   turn_id: str | None = None) -> dict[str, Any]:
+    """The canonical record of a message whose fields are valid already (:func:`normalize_message`
+    checked them, or the protocol model they were dumped from did: an append is validated once).
+
+    ``type`` and ``id`` first, then every other key as sent; ``createdAt`` filled when missing.
+    """
     record: dict[str, Any] = {"type": "message", "id": msg_id}
-    for key, value in raw.items():
+    for key, value in fields.items():
         if key in ("type", "id"):
             continue
         record[key] = value
