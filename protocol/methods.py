@@ -345,6 +345,14 @@ _SPECS: tuple[MethodSpec, ...] = (
         _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND",)),
     ),
     _spec(
+        "session.assistantEdit",
+        m.AssistantEditParams,
+        m.AssistantEditResult,
+        "Assistant Edit: fork through an assistant reply with its content replaced; the child's revisions "
+        "hold the original and the edited tail.",
+        _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND", "CONFLICT")),
+    ),
+    _spec(
         "session.deleteMessage",
         m.MessageIdParams,
         m.TombstoneResult,

@@ -34,6 +34,7 @@ from runtime.handlers import (
     appends,
     approvals,
     artifacts,
+    assistant_edit,
     attachments,
     audit,
     catalog,
@@ -178,6 +179,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "session.appendCompaction":    on_session(compaction.append_compaction),
     # tombstones, fork, derived views
     "session.fork":                on_session(fork.fork, native=native_pi.fork),
+    "session.assistantEdit":       on_session(assistant_edit.assistant_edit),
     "session.deleteMessage":       on_session(tombstones.delete_message),
     "session.restoreMessage":      on_session(tombstones.restore_message),
     "session.tree":                on_session(context.tree),

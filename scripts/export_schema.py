@@ -758,6 +758,13 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"sessionId": "s_4f2a", "throughMessageId": "m_1", "title": "Parser, take two"},
         {**_SESSION, "id": "s_77b0", "title": "Parser, take two", "messageCount": 1},
     ),
+    "session.assistantEdit": (
+        {"sessionId": "s_4f2a", "messageId": "m_2", "blocks": [{"type": "text", "text": "Split it in two files."}],
+         "title": "Parser, edited", "submissionId": "edit-1"},
+        {"session": {**_SESSION, "id": "s_9c1d", "title": "Parser, edited", "messageCount": 2},
+         "messageId": "e3b9a41c07d2e5f60a1b2c3d4e5f60718", "originalMessageId": "m52c0e1f9a8b7c6d5e4f3a2b1c0d9e8f7",
+         "rootUserId": "m0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d", "revisionIndex": 2, "originalRevisionIndex": 1},
+    ),
     "session.deleteMessage": ({"sessionId": "s_4f2a", "messageId": "m_2"}, {"messageId": "m_2", "deleted": True}),
     "session.restoreMessage": ({"sessionId": "s_4f2a", "messageId": "m_2"}, {"messageId": "m_2", "deleted": False}),
     "session.tree": (

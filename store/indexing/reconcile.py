@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from store import receipts
+from store import assistant_edit, receipts
 from store.errors import CorruptData, classify_os_error
 from store.fsutil import open_nofollow
 from store.indexing import index
@@ -454,6 +454,8 @@ def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any 
     summary = index.public_session(row)
     if method in ("session.create", "session.fork"):
         return summary
+    if method == "session.assistantEdit":
+        return assistant_edit.response(summary, extra)
     if method == "session.replaceMessages":
         return {"session": summary}
     if method == "session.truncateFrom":

@@ -477,6 +477,11 @@ SCENARIOS: dict[str, Scenario] = {
     "session.fork": S(with_message, lambda v: {"sessionId": v["sid"]},
                       lambda v: ("session.fork", {"sessionId": v["sid"], "title": "T"}),
                       count=count("SELECT COUNT(*) FROM sessions")),
+    "session.assistantEdit": S(
+        with_turns, lambda v: {"sessionId": v["sid"], "messageId": "a1", "blocks": [{"type": "text", "text": "e"}]},
+        lambda v: ("session.assistantEdit", {"sessionId": v["sid"], "messageId": "a1",
+                                             "blocks": [{"type": "text", "text": "other"}]}),
+        count=count("SELECT COUNT(*) FROM sessions")),
     "session.deleteMessage": S(with_message, lambda v: {"sessionId": v["sid"], "messageId": "m1"},
                                lambda v: ("session.deleteMessage", {"sessionId": v["sid"], "messageId": "m2"})),
     "session.restoreMessage": S(with_tombstone, lambda v: {"sessionId": v["sid"], "messageId": "m1"},

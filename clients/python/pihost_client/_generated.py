@@ -177,6 +177,24 @@ class ArtifactsListResult(TypedDict):
     nextCursor: NotRequired[str | None]
 
 
+class AssistantEditParams(TypedDict):
+    """Assistant Edit (seed 003 §4.5): fork through an assistant reply with that reply's content replaced."""
+    submissionId: NotRequired[str | None]
+    sessionId: str
+    messageId: str
+    blocks: list[Block]
+    title: NotRequired[str | None]
+
+
+class AssistantEditResult(TypedDict):
+    session: SessionSummary
+    messageId: str
+    originalMessageId: str
+    rootUserId: str
+    revisionIndex: int
+    originalRevisionIndex: int
+
+
 class AttachmentBlob(TypedDict):
     ref: str
     sha256: str
@@ -2511,6 +2529,7 @@ MUTATING: frozenset[str] = frozenset({
     "session.replaceMessages",
     "session.appendCompaction",
     "session.fork",
+    "session.assistantEdit",
     "session.deleteMessage",
     "session.restoreMessage",
     "review.record",
@@ -2944,6 +2963,18 @@ class SessionMethods:
         if title is not None:
             params["title"] = title
         return cast(SessionSummary, await self._call("session.fork", params, True))
+
+    async def assistant_edit(self, *, session_id: str, message_id: str, blocks: builtins.list[Block], submission_id: str | None = None, title: str | None = None) -> AssistantEditResult:
+        """``session.assistantEdit``: Assistant Edit: fork through an assistant reply with its content replaced; the child's revisions hold the original and the edited tail. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["sessionId"] = session_id
+        params["messageId"] = message_id
+        params["blocks"] = blocks
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if title is not None:
+            params["title"] = title
+        return cast(AssistantEditResult, await self._call("session.assistantEdit", params, True))
 
     async def delete_message(self, *, session_id: str, message_id: str, submission_id: str | None = None) -> TombstoneResult:
         """``session.deleteMessage``: Hide a message with a tombstone line (reversible). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""

@@ -231,6 +231,35 @@ export interface ArtifactsListResult {
   nextCursor?: string | null;
 }
 
+/** Assistant Edit (seed 003 §4.5): fork through an assistant reply with that reply's content replaced. */
+export interface AssistantEditParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Session id (becomes a file name). */
+  sessionId: string;
+  /** The assistant message to edit (the fork's last message). */
+  messageId: string;
+  /** The edited reply's content blocks. */
+  blocks: Block[];
+  /** The child's title; the source's when absent. */
+  title?: string | null;
+}
+
+export interface AssistantEditResult {
+  /** The new child session. */
+  session: SessionSummary;
+  /** The edited reply in the child (its last message). */
+  messageId: string;
+  /** The child's copy of the original reply (in revision 1). */
+  originalMessageId: string;
+  /** The revision family of both tails (the child's user message). */
+  rootUserId: string;
+  /** The edited tail's revision (active). */
+  revisionIndex: number;
+  /** The original tail's revision. */
+  originalRevisionIndex: number;
+}
+
 export interface AttachmentBlob {
   /** attachments/<sha256> */
   ref: string;
@@ -3226,6 +3255,8 @@ export interface Methods {
   "session.appendCompaction": { params: AppendCompactionParams; result: AppendCompactionResult };
   /** Copy the transcript (or a prefix) into a new independent session. (mutating: accepts submissionId) */
   "session.fork": { params: ForkParams; result: SessionSummary };
+  /** Assistant Edit: fork through an assistant reply with its content replaced; the child's revisions hold the original and the edited tail. (mutating: accepts submissionId) */
+  "session.assistantEdit": { params: AssistantEditParams; result: AssistantEditResult };
   /** Hide a message with a tombstone line (reversible). (mutating: accepts submissionId) */
   "session.deleteMessage": { params: MessageIdParams; result: TombstoneResult };
   /** Undo deleteMessage. (mutating: accepts submissionId) */
@@ -3444,6 +3475,7 @@ export const MUTATING_METHODS = [
   "session.replaceMessages",
   "session.appendCompaction",
   "session.fork",
+  "session.assistantEdit",
   "session.deleteMessage",
   "session.restoreMessage",
   "review.record",
