@@ -143,6 +143,14 @@ _SPECS: tuple[MethodSpec, ...] = (
         _codes(_SESSION_WRITE, ("CONFLICT",)),
     ),
     _spec(
+        "session.updateMetadata",
+        m.SessionUpdateMetadataParams,
+        m.SessionSummary,
+        "Set thread metadata (tags, folder, preset, archive flag, parent thread, origins); the summary "
+        "carries it as `thread`.",
+        _SESSION_WRITE,
+    ),
+    _spec(
         "session.delete",
         m.SessionDeleteParams,
         m.SessionDeleteResult,

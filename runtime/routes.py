@@ -148,6 +148,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
                                               message_ids=lambda p: (p.message.id,)),
     "session.rename":              on_session(sessions.rename),
     "session.update":              on_session(sessions.update),
+    "session.updateMetadata":      on_session(sessions.update_metadata),
     "session.delete":              on_session(sessions.delete),
     # turns, in-flight checkpoints, notifications, artifacts
     "session.startTurn":           on_session(turns.start_turn),

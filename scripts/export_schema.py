@@ -758,6 +758,12 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"sessionId": "s_4f2a", "throughMessageId": "m_1", "title": "Parser, take two"},
         {**_SESSION, "id": "s_77b0", "title": "Parser, take two", "messageCount": 1},
     ),
+    "session.updateMetadata": (
+        {"sessionId": "s_4f2a", "tags": ["parser", "work"], "folder": "Clients/Acme", "archived": True,
+         "origins": [{"origin": "https://docs.python.org", "status": "approved"}]},
+        {**_SESSION, "thread": {"tags": ["parser", "work"], "folder": "Clients/Acme", "archived": True,
+                                "origins": [{"origin": "https://docs.python.org", "status": "approved"}]}},
+    ),
     "session.assistantEdit": (
         {"sessionId": "s_4f2a", "messageId": "m_2", "blocks": [{"type": "text", "text": "Split it in two files."}],
          "title": "Parser, edited", "submissionId": "edit-1"},

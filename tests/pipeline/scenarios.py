@@ -416,6 +416,8 @@ SCENARIOS: dict[str, Scenario] = {
                         lambda v: ("session.rename", {"sessionId": v["sid"], "title": "Other"})),
     "session.update": S(one_session, lambda v: {"sessionId": v["sid"], "modelId": "m1"},
                         lambda v: ("session.update", {"sessionId": v["sid"], "modelId": "m2"})),
+    "session.updateMetadata": S(one_session, lambda v: {"sessionId": v["sid"], "tags": ["a"]},
+                                lambda v: ("session.updateMetadata", {"sessionId": v["sid"], "tags": ["b"]})),
     "session.delete": S(one_session, lambda v: {"sessionId": v["sid"]},
                         lambda v: ("session.rename", {"sessionId": v["sid"], "title": "x"})),
     "session.startTurn": S(one_session, lambda v: {"sessionId": v["sid"], "turnId": "t1"},

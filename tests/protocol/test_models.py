@@ -74,7 +74,8 @@ COLLABORATION_METHODS = {
 }  # fmt: skip
 # issue 24: the rest of the spec (attachment metadata; the audit log)
 SPEC_REST_READS = {"attachments.get", "audit.list", "review.get", "review.list"}
-SPEC_REST_METHODS = SPEC_REST_READS | {"review.record", "review.restore", "session.assistantEdit"}
+SPEC_REST_METHODS = SPEC_REST_READS | {"review.record", "review.restore", "session.assistantEdit",
+                                         "session.updateMetadata"}
 
 
 def _errors(exc: pytest.ExceptionInfo[ValidationError]) -> list[tuple[tuple[Any, ...], str]]:

@@ -1247,6 +1247,7 @@ class PluginSession(TypedDict):
     state: NotRequired[Literal["awaiting_approval", "queued", "running", "planning"] | None]
     contractKind: NotRequired[Literal["plan", "goal"] | None]
     latestTurn: NotRequired[LatestTurn | None]
+    thread: NotRequired[ThreadMeta | None]
     origin: PluginSessionOrigin
 
 
@@ -2018,6 +2019,19 @@ class SessionSummary(TypedDict):
     state: NotRequired[Literal["awaiting_approval", "queued", "running", "planning"] | None]
     contractKind: NotRequired[Literal["plan", "goal"] | None]
     latestTurn: NotRequired[LatestTurn | None]
+    thread: NotRequired[ThreadMeta | None]
+
+
+class SessionUpdateMetadataParams(TypedDict):
+    """Thread metadata (seed 000 §2.1). An absent field stays as it is; ``null`` clears it (``tags``/``origins`` to empty, ``archived`` to false); a list replaces the stored one."""
+    submissionId: NotRequired[str | None]
+    sessionId: str
+    tags: NotRequired[list[str] | None]
+    folder: NotRequired[str | None]
+    preset: NotRequired[str | None]
+    archived: NotRequired[bool | None]
+    parentThreadId: NotRequired[str | None]
+    origins: NotRequired[list[ThreadOrigin] | None]
 
 
 class SessionUpdateParams(TypedDict):
@@ -2298,6 +2312,22 @@ class ThinkingBlock(TypedDict):
     text: str
 
 
+class ThreadMeta(TypedDict):
+    """Seed 000 §2.1 thread metadata (title, timestamps and pin are the summary's own fields)."""
+    tags: NotRequired[list[str]]
+    folder: NotRequired[str | None]
+    preset: NotRequired[str | None]
+    archived: NotRequired[bool]
+    parentThreadId: NotRequired[str | None]
+    origins: NotRequired[list[ThreadOrigin]]
+
+
+class ThreadOrigin(TypedDict):
+    """An origin the thread reached, or that the user approved for it."""
+    origin: str
+    status: Literal["reached", "approved"]
+
+
 class TombstoneResult(TypedDict):
     messageId: str
     deleted: bool
@@ -2509,6 +2539,7 @@ MUTATING: frozenset[str] = frozenset({
     "session.appendMessage",
     "session.rename",
     "session.update",
+    "session.updateMetadata",
     "session.delete",
     "session.startTurn",
     "session.endTurn",
@@ -2751,6 +2782,26 @@ class SessionMethods:
         if project_path is not None:
             params["projectPath"] = project_path
         return cast(SessionSummary, await self._call("session.update", params, True))
+
+    async def update_metadata(self, *, session_id: str, submission_id: str | None = None, tags: builtins.list[str] | None = None, folder: str | None = None, preset: str | None = None, archived: bool | None = None, parent_thread_id: str | None = None, origins: builtins.list[ThreadOrigin] | None = None) -> SessionSummary:
+        """``session.updateMetadata``: Set thread metadata (tags, folder, preset, archive flag, parent thread, origins); the summary carries it as `thread`. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["sessionId"] = session_id
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if tags is not None:
+            params["tags"] = tags
+        if folder is not None:
+            params["folder"] = folder
+        if preset is not None:
+            params["preset"] = preset
+        if archived is not None:
+            params["archived"] = archived
+        if parent_thread_id is not None:
+            params["parentThreadId"] = parent_thread_id
+        if origins is not None:
+            params["origins"] = origins
+        return cast(SessionSummary, await self._call("session.updateMetadata", params, True))
 
     async def delete(self, *, session_id: str, submission_id: str | None = None) -> SessionDeleteResult:
         """``session.delete``: Delete the session, its index rows and both transcript files. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""

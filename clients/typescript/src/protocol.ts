@@ -1586,6 +1586,8 @@ export interface PluginSession {
   contractKind?: "plan" | "goal" | null;
   /** The newest turn (failed/aborted badges); absent before the first turn. */
   latestTurn?: LatestTurn | null;
+  /** Tags, folder, preset, archive flag, parent thread and origins (session.updateMetadata); absent while none is set. */
+  thread?: ThreadMeta | null;
   origin: PluginSessionOrigin;
 }
 
@@ -2574,6 +2576,22 @@ export interface SessionSummary {
   contractKind?: "plan" | "goal" | null;
   /** The newest turn (failed/aborted badges); absent before the first turn. */
   latestTurn?: LatestTurn | null;
+  /** Tags, folder, preset, archive flag, parent thread and origins (session.updateMetadata); absent while none is set. */
+  thread?: ThreadMeta | null;
+}
+
+/** Thread metadata (seed 000 §2.1). An absent field stays as it is; ``null`` clears it (``tags``/``origins`` to empty, ``archived`` to false); a list replaces the stored one. */
+export interface SessionUpdateMetadataParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Session id (becomes a file name). */
+  sessionId: string;
+  tags?: string[] | null;
+  folder?: string | null;
+  preset?: string | null;
+  archived?: boolean | null;
+  parentThreadId?: string | null;
+  origins?: ThreadOrigin[] | null;
 }
 
 export interface SessionUpdateParams {
@@ -2921,6 +2939,25 @@ export interface ThinkingBlock {
   [key: string]: unknown;
 }
 
+/** Seed 000 §2.1 thread metadata (title, timestamps and pin are the summary's own fields). */
+export interface ThreadMeta {
+  /** At most 32, each 1-64 code points; repeats (case-insensitive) dropped, order kept. */
+  tags?: string[];
+  folder?: string | null;
+  preset?: string | null;
+  archived?: boolean;
+  /** The thread this one came from (a loose reference: it may be deleted). */
+  parentThreadId?: string | null;
+  /** Origins reached or approved by the thread, one per origin. */
+  origins?: ThreadOrigin[];
+}
+
+/** An origin the thread reached, or that the user approved for it. */
+export interface ThreadOrigin {
+  origin: string;
+  status: "reached" | "approved";
+}
+
 export interface TombstoneResult {
   messageId: string;
   /** State after the call: true = hidden. */
@@ -3201,6 +3238,8 @@ export interface Methods {
   "session.rename": { params: SessionRenameParams; result: SessionSummary };
   /** Change provider/model, mode, thinking level, permission mode or project; a mode change that would break a pending plan/goal contract is CONFLICT. (mutating: accepts submissionId) */
   "session.update": { params: SessionUpdateParams; result: SessionSummary };
+  /** Set thread metadata (tags, folder, preset, archive flag, parent thread, origins); the summary carries it as `thread`. (mutating: accepts submissionId) */
+  "session.updateMetadata": { params: SessionUpdateMetadataParams; result: SessionSummary };
   /** Delete the session, its index rows and both transcript files. (mutating: accepts submissionId) */
   "session.delete": { params: SessionDeleteParams; result: SessionDeleteResult };
   /** Record a running turn, optionally with its run environment snapshot. (mutating: accepts submissionId) */
@@ -3455,6 +3494,7 @@ export const MUTATING_METHODS = [
   "session.appendMessage",
   "session.rename",
   "session.update",
+  "session.updateMetadata",
   "session.delete",
   "session.startTurn",
   "session.endTurn",
