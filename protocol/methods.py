@@ -705,7 +705,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.VerifyEnvironmentResult,
         "Before recovering a turn: its snapshot (digest checked) must still bind to the current provider, "
         "session and credential references; drift is ENVIRONMENT_DRIFT, a rotated secret passes.",
-        _codes(_DB_READ, ("SESSION_NOT_FOUND", "NOT_FOUND", "ENVIRONMENT_DRIFT")),
+        _codes(_SESSION_READ, ("NOT_FOUND", "ENVIRONMENT_DRIFT")),
     ),
     # -- usage (seed 003 §4.6) ------------------------------------------------
     _spec(

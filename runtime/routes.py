@@ -154,7 +154,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "session.startTurn":           on_session(turns.start_turn),
     "session.endTurn":             on_session(turns.end_turn),
     "session.turnEnvironment":     from_reads(turns.turn_environment),
-    "session.verifyEnvironment":   from_reads(turns.verify_environment),
+    "session.verifyEnvironment":   on_session(turns.verify_environment),
     "session.saveInflightMessage": on_session(inflight.save),
     "session.recoverInflight":     on_session(inflight.recover),
     "notifications.list":          from_reads(notifications.list_notifications),

@@ -1055,7 +1055,8 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "session.verifyEnvironment": (
         {"sessionId": "s_4f2a", "turnId": "t_9"},
-        {"turnId": "t_9", "digest": "4f1c0b9d2e6a7c3b8a5d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d", "version": 1},
+        {"turnId": "t_9", "digest": "4f1c0b9d2e6a7c3b8a5d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d", "version": 1,
+         "inputDigest": "9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b"},
     ),
     "usage.session": (
         {"sessionId": "s_4f2a"},

@@ -864,10 +864,13 @@ V27_ADDITIONS: tuple[str, ...] = (
   origins_json     TEXT NOT NULL DEFAULT '[]',
   updated_at       INTEGER NOT NULL
 ) WITHOUT ROWID""",
+    "ALTER TABLE run_snapshots ADD COLUMN input_json TEXT",
+    "ALTER TABLE run_snapshots ADD COLUMN input_digest TEXT",
 )
 """What the v26→v27 step adds: seed 000 §2.1 thread metadata, one row per session that has any
-(a new table: additive). The transcript's ``session_info`` line carries the same object (``thread``),
-so a rebuilt index keeps it."""
+(a new table: additive; the transcript's ``session_info`` line carries the same object, ``thread``,
+so a rebuilt index keeps it), and seed 000 §4's turn input bound to its run snapshot (nullable
+columns: older snapshots have none)."""
 
 DDL: tuple[str, ...] = DDL_V26 + V27_ADDITIONS
 """The full current DDL (``SCHEMA_VERSION``), in creation order."""

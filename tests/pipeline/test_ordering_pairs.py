@@ -340,7 +340,7 @@ KINDS: dict[str, str] = {
     "collab.deliver": _S, "collab.begin": _S, "collab.settle": _S, "collab.cancel": _S, "sessions.trash": _S,
     "sessions.restore": _S, "sessions.purge": _S,
     "session.queueList": _SR, "session.listRevisions": _SR, "session.tree": _SR,
-    "session.turnEnvironment": _R, "session.verifyEnvironment": _R, "notifications.list": _R, "artifacts.list": _R,
+    "session.turnEnvironment": _R, "session.verifyEnvironment": _SR, "notifications.list": _R, "artifacts.list": _R,
     "attachments.estimate": _R, "tasks.list": _R, "tasks.runs": _R, "plans.pending": _R, "approvals.rules": _R,
     "interactions.pending": _R, "collab.list": _R, "collab.get": _R, "usage.session": _R, "usage.history": _R,
     "session.listTurns": _R, "projects.list": _R, "settings.getAll": _R, "workspace.get": _R,

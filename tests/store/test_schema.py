@@ -24,7 +24,7 @@ SEED_TABLES = {
 OUR_TABLES = {
     "compactions", "command_receipts", "run_snapshots", "attachment_blobs",
     "attachment_refs", "boot_reports", "search_hazard", "approvals", "interactions",
-    "permission_rules",
+    "permission_rules", "thread_meta",
 }  # fmt: skip
 SEED_INDEXES = {
     "idx_providers_owner", "idx_sessions_updated", "idx_sessions_project",

@@ -2128,6 +2128,7 @@ class StartTurnParams(TypedDict):
     providerId: NotRequired[str | None]
     modelId: NotRequired[str | None]
     environment: NotRequired[RunEnvironmentSnapshot | None]
+    input: NotRequired[TurnInput | None]
     retryOf: NotRequired[str | None]
 
 
@@ -2430,6 +2431,19 @@ class TurnEnvironmentResult(TypedDict):
     version: int
     digest: str
     snapshot: RunEnvironmentView
+    input: NotRequired[TurnInputView | None]
+
+
+class TurnInput(TypedDict):
+    """The message the turn runs on, as the model gets it (seed 000 §4 "normalized input")."""
+    messageId: str
+    blocks: list[Block]
+
+
+class TurnInputView(TypedDict):
+    messageId: str
+    blocks: list[Block]
+    digest: str
 
 
 class TurnStartedEvent(TypedDict):
@@ -2517,6 +2531,7 @@ class VerifyEnvironmentResult(TypedDict):
     turnId: str
     digest: str
     version: int
+    inputDigest: NotRequired[str | None]
 
 
 class WorkspaceGetParams(TypedDict):
@@ -2811,7 +2826,7 @@ class SessionMethods:
             params["submissionId"] = submission_id
         return cast(SessionDeleteResult, await self._call("session.delete", params, True))
 
-    async def start_turn(self, *, session_id: str, submission_id: str | None = None, turn_id: str | None = None, provider_id: str | None = None, model_id: str | None = None, environment: RunEnvironmentSnapshot | None = None, retry_of: str | None = None) -> Turn:
+    async def start_turn(self, *, session_id: str, submission_id: str | None = None, turn_id: str | None = None, provider_id: str | None = None, model_id: str | None = None, environment: RunEnvironmentSnapshot | None = None, input: TurnInput | None = None, retry_of: str | None = None) -> Turn:
         """``session.startTurn``: Record a running turn, optionally with its run environment snapshot. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["sessionId"] = session_id
@@ -2825,6 +2840,8 @@ class SessionMethods:
             params["modelId"] = model_id
         if environment is not None:
             params["environment"] = environment
+        if input is not None:
+            params["input"] = input
         if retry_of is not None:
             params["retryOf"] = retry_of
         return cast(Turn, await self._call("session.startTurn", params, True))

@@ -2713,6 +2713,8 @@ export interface StartTurnParams {
   providerId?: string | null;
   modelId?: string | null;
   environment?: RunEnvironmentSnapshot | null;
+  /** The turn's normalized input, bound to the environment snapshot (needs `environment`): recovery refuses the snapshot for another message under that id. */
+  input?: TurnInput | null;
   /** An ended turn of this session that this one retries (retry lineage). */
   retryOf?: string | null;
 }
@@ -3088,6 +3090,25 @@ export interface TurnEnvironmentResult {
   version: number;
   digest: string;
   snapshot: RunEnvironmentView;
+  /** The bound input, digest verified. */
+  input?: TurnInputView | null;
+}
+
+/** The message the turn runs on, as the model gets it (seed 000 §4 "normalized input"). */
+export interface TurnInput {
+  /** The id the input message has (or will have) in the transcript. */
+  messageId: string;
+  /** Content blocks (open set; see the block vocabulary). */
+  blocks: Block[];
+}
+
+export interface TurnInputView {
+  /** Message/turn/entry id. */
+  messageId: string;
+  /** Content blocks (open set; see the block vocabulary). */
+  blocks: Block[];
+  /** SHA-256 of the normalized input (canonical JSON of messageId and blocks). */
+  digest: string;
 }
 
 export interface TurnStartedEvent {
@@ -3197,6 +3218,8 @@ export interface VerifyEnvironmentResult {
   turnId: string;
   digest: string;
   version: number;
+  /** The bound input's digest (the transcript's message of that id matches it). */
+  inputDigest?: string | null;
 }
 
 export interface WorkspaceGetParams {
