@@ -69,3 +69,18 @@ def test_highest_reachable_leaf_is_linear_and_bounded() -> None:
     order = ["r", *(f"k{i}" for i in range(n)), "c1", "c2", "d"]
     assert highest_reachable_leaf(parents, order) == f"k{n - 1}"
     assert highest_reachable_leaf({"c1": "c2", "c2": "c1", "d": "x"}, ["c1", "c2", "d"]) is None
+
+
+def test_a_repaired_file_hides_the_notice_on_reimport(tmp_path: Path, db: sqlite3.Connection,
+                                                      target: ImportTarget) -> None:
+    """Seed 000 §3.4 "Corrupt data falls back ... and produces a system notice": the notice belongs to the
+    corrupt state; once the file's leaf reaches the root again, a re-import converges on the repaired
+    branch (the notice is hidden) instead of taking the file for an older copy."""
+    path = tmp_path / "pi" / "s.jsonl"
+    sid = import_unit(db, unit(write(path, [*STAGE_3, entry("e9", "gone", "user", "orphan", 9)])), target,
+                      now_ms=NOW).session_id
+    assert len(notices(target, sid)) == 1
+    again = import_unit(db, unit(write(path, [*STAGE_3, entry("e9", "e8", "user", "q4 on A", 9)])), target,
+                        now_ms=NOW + 1)
+    assert not again.older_copy
+    assert shown(target, sid) == [*BRANCH_A, "q4 on A"]

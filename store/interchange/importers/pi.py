@@ -121,6 +121,10 @@ class Header:
     raw: dict[str, Any] = field(default_factory=dict)
 
 
+CORRUPT_LEAF = "corrupt-leaf"
+"""Key prefix of the system notice a fallback from a corrupt leaf writes (seed 000 §3.4)."""
+
+
 @dataclass
 class Branch:
     """Result of the first pass: the header and the entries on the current branch."""
@@ -146,6 +150,9 @@ class Branch:
     def message_ids(self, make_id: Callable[[str], str]) -> set[str]:
         """Every message id an entry of the file can become (on the branch or off it)."""
         out = {make_id(key) for key in self.all_keys}
+        # a corrupt-leaf notice an earlier import wrote for any entry is this file's too: a repaired file
+        # then hides it as off-branch instead of reading as an older copy
+        out.update(make_id(f"{CORRUPT_LEAF}:{key}") for key in self.all_keys)
         for key, n in self.calls.items():
             out.update(make_id(f"{key}.{i}") for i in range(n))
         return out
@@ -320,7 +327,7 @@ class PiConverter:
         text = (f"This session's last entry ({corrupt['leaf']}) does not lead back to the start of the "
                 f"conversation ({corrupt['reason']}); showing the newest intact branch, ending at entry "
                 f"{corrupt['fallback']}.")
-        self.notice(f"corrupt-leaf:{corrupt['leaf']}", self.meta.updated_ms, [text_block(text)],
+        self.notice(f"{CORRUPT_LEAF}:{corrupt['leaf']}", self.meta.updated_ms, [text_block(text)],
                     {"importedKind": "pi/corrupt_leaf", "corruptLeaf": dict(corrupt)})
 
     def start(self, header: Header) -> None:
