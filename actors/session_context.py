@@ -398,6 +398,11 @@ class SessionContext:
         return settings_of(self.row)
 
     def session_info_line(self, settings: Mapping[str, Any]) -> bytes:
+        """The line; it carries the session's thread metadata too (the newest line is the one a
+        rewrite keeps and a rebuilt index reads), unless ``settings`` names it."""
+        thread = self._actor.known.row.get("thread") if self._actor.known.row is not None else None
+        if thread is not None and "thread" not in settings:
+            settings = {**settings, "thread": thread}
         return session_info_line(settings, self.now())
 
 

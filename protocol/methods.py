@@ -143,6 +143,14 @@ _SPECS: tuple[MethodSpec, ...] = (
         _codes(_SESSION_WRITE, ("CONFLICT",)),
     ),
     _spec(
+        "session.updateMetadata",
+        m.SessionUpdateMetadataParams,
+        m.SessionSummary,
+        "Set thread metadata (tags, folder, preset, archive flag, parent thread, origins); the summary "
+        "carries it as `thread`.",
+        _SESSION_WRITE,
+    ),
+    _spec(
         "session.delete",
         m.SessionDeleteParams,
         m.SessionDeleteResult,
@@ -343,6 +351,14 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.SessionSummary,
         "Copy the transcript (or a prefix) into a new independent session.",
         _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND",)),
+    ),
+    _spec(
+        "session.assistantEdit",
+        m.AssistantEditParams,
+        m.AssistantEditResult,
+        "Assistant Edit: fork through an assistant reply with its content replaced; the child's revisions "
+        "hold the original and the edited tail.",
+        _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND", "CONFLICT")),
     ),
     _spec(
         "session.deleteMessage",
@@ -689,7 +705,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.VerifyEnvironmentResult,
         "Before recovering a turn: its snapshot (digest checked) must still bind to the current provider, "
         "session and credential references; drift is ENVIRONMENT_DRIFT, a rotated secret passes.",
-        _codes(_DB_READ, ("SESSION_NOT_FOUND", "NOT_FOUND", "ENVIRONMENT_DRIFT")),
+        _codes(_SESSION_READ, ("NOT_FOUND", "ENVIRONMENT_DRIFT")),
     ),
     # -- usage (seed 003 §4.6) ------------------------------------------------
     _spec(

@@ -11,6 +11,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, field_validator
 
+from store.rules import (
+    MAX_FOLDER_CHARS,
+    MAX_ORIGIN_CHARS,
+    MAX_PRESET_CHARS,
+    MAX_TAG_CHARS,
+    MAX_TAGS,
+    MAX_THREAD_ORIGINS,
+)
+
 from .blocks import Blocks
 from .models_common import (
     MAX_ATTACHMENTS,
@@ -136,6 +145,31 @@ class NativeInfo(Result):
     read_only: Literal[True] = True
 
 
+TagText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TAG_CHARS, strip_whitespace=True)]
+
+
+class ThreadOrigin(Result):
+    """An origin the thread reached, or that the user approved for it."""
+
+    origin: Annotated[str, StringConstraints(min_length=1, max_length=MAX_ORIGIN_CHARS, strip_whitespace=True)]
+    status: Literal["reached", "approved"]
+
+
+class ThreadMeta(Result):
+    """Seed 000 §2.1 thread metadata (title, timestamps and pin are the summary's own fields)."""
+
+    tags: list[TagText] = Field(default_factory=list, max_length=MAX_TAGS,
+                                description=f"At most {MAX_TAGS}, each 1-{MAX_TAG_CHARS} code points; "
+                                            "repeats (case-insensitive) dropped, order kept.")
+    folder: str | None = Field(default=None, max_length=MAX_FOLDER_CHARS)
+    preset: str | None = Field(default=None, max_length=MAX_PRESET_CHARS)
+    archived: bool = False
+    parent_thread_id: SessionId | None = Field(
+        default=None, description="The thread this one came from (a loose reference: it may be deleted).")
+    origins: list[ThreadOrigin] = Field(default_factory=list, max_length=MAX_THREAD_ORIGINS,
+                                        description="Origins reached or approved by the thread, one per origin.")
+
+
 class SessionSummary(Result):
     """A session. ``source`` badges an imported one (claude-code, codex, pi, opencode, pi-host, a plugin's
     source id); ``source: "native-pi"`` with ``native`` set is a native pi session, read-only, whose id is a
@@ -168,6 +202,9 @@ class SessionSummary(Result):
     latest_turn: LatestTurn | None = Field(
         default=None, description="The newest turn (failed/aborted badges); absent before the first turn."
     )
+    thread: ThreadMeta | None = Field(
+        default=None, description="Tags, folder, preset, archive flag, parent thread and origins "
+        "(session.updateMetadata); absent while none is set.")
 
 
 class MessageRef(Result):
@@ -304,6 +341,9 @@ class Usage(Record):
 Sha256Hex = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 __all__ = [
+    "TagText",
+    "ThreadMeta",
+    "ThreadOrigin",
     "Compaction",
     "CompactionView",
     "LatestTurn",

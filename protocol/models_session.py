@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from store.rules import MAX_FOLDER_CHARS, MAX_PRESET_CHARS, MAX_TAGS, MAX_THREAD_ORIGINS
+
 from .models_approvals import UserRequest
 from .models_common import (
     MAX_REPLY_BYTES,
@@ -29,6 +31,8 @@ from .models_inflight import InflightMessage
 from .models_records import (
     CompactionView,
     SessionSummary,
+    TagText,
+    ThreadOrigin,
     UiMessage,
 )
 
@@ -173,6 +177,27 @@ class SessionUpdateParams(MutatingParams):
         return self
 
 
+class SessionUpdateMetadataParams(MutatingParams):
+    """Thread metadata (seed 000 §2.1). An absent field stays as it is; ``null`` clears it
+    (``tags``/``origins`` to empty, ``archived`` to false); a list replaces the stored one."""
+
+    session_id: SessionId
+    tags: list[TagText] | None = Field(default=None, max_length=MAX_TAGS)
+    folder: str | None = Field(default=None, max_length=MAX_FOLDER_CHARS)
+    preset: str | None = Field(default=None, max_length=MAX_PRESET_CHARS)
+    archived: bool | None = None
+    parent_thread_id: SessionId | None = None
+    origins: list[ThreadOrigin] | None = Field(default=None, max_length=MAX_THREAD_ORIGINS)
+
+    @model_validator(mode="after")
+    def _something_to_update(self) -> SessionUpdateMetadataParams:
+        if not self.model_fields_set - {"session_id", "submission_id"}:
+            raise ValueError("nothing to update: give at least one field besides sessionId")
+        if self.parent_thread_id is not None and self.parent_thread_id == self.session_id:
+            raise ValueError("parentThreadId must name another session")
+        return self
+
+
 class SessionDeleteParams(MutatingParams):
     session_id: SessionId
 
@@ -192,5 +217,6 @@ __all__ = [
     "SessionListParams",
     "SessionListResult",
     "SessionRenameParams",
+    "SessionUpdateMetadataParams",
     "SessionUpdateParams",
 ]

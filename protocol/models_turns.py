@@ -9,6 +9,7 @@ from pydantic.alias_generators import to_camel
 
 from store.rules import CREDENTIAL_NAMES, find_credential
 
+from .blocks import Blocks
 from .models_common import (
     ErrorCode,
     JsonObject,
@@ -86,12 +87,29 @@ class RunEnvironmentView(Result):
 # Turns
 
 
+class TurnInput(Record):
+    """The message the turn runs on, as the model gets it (seed 000 §4 "normalized input")."""
+
+    message_id: WireId = Field(description="The id the input message has (or will have) in the transcript.")
+    blocks: Blocks
+
+
+class TurnInputView(Result):
+    message_id: WireId
+    blocks: Blocks
+    digest: Sha256Hex = Field(description="SHA-256 of the normalized input (canonical JSON of messageId and "
+                                          "blocks).")
+
+
 class StartTurnParams(MutatingParams):
     session_id: SessionId
     turn_id: WireId | None = Field(default=None, description="Generated when absent.")
     provider_id: Ref | None = None
     model_id: Ref | None = None
     environment: RunEnvironmentSnapshot | None = None
+    input: TurnInput | None = Field(
+        default=None, description="The turn's normalized input, bound to the environment snapshot (needs "
+        "`environment`): recovery refuses the snapshot for another message under that id.")
     retry_of: WireId | None = Field(
         default=None, description="An ended turn of this session that this one retries (retry lineage)."
     )
@@ -125,6 +143,7 @@ class TurnEnvironmentResult(Result):
     version: int
     digest: Sha256Hex
     snapshot: RunEnvironmentView
+    input: TurnInputView | None = Field(default=None, description="The bound input, digest verified.")
 
 
 class VerifyEnvironmentParams(Params):
@@ -138,6 +157,8 @@ class VerifyEnvironmentResult(Result):
     turn_id: str
     digest: Sha256Hex
     version: int
+    input_digest: Sha256Hex | None = Field(
+        default=None, description="The bound input's digest (the transcript's message of that id matches it).")
 
 
 __all__ = [
@@ -151,4 +172,6 @@ __all__ = [
     "StartTurnParams",
     "TurnEnvironmentParams",
     "TurnEnvironmentResult",
+    "TurnInput",
+    "TurnInputView",
 ]

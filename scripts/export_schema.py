@@ -766,6 +766,19 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"sessionId": "s_4f2a", "throughMessageId": "m_1", "title": "Parser, take two"},
         {**_SESSION, "id": "s_77b0", "title": "Parser, take two", "messageCount": 1},
     ),
+    "session.updateMetadata": (
+        {"sessionId": "s_4f2a", "tags": ["parser", "work"], "folder": "Clients/Acme", "archived": True,
+         "origins": [{"origin": "https://docs.python.org", "status": "approved"}]},
+        {**_SESSION, "thread": {"tags": ["parser", "work"], "folder": "Clients/Acme", "archived": True,
+                                "origins": [{"origin": "https://docs.python.org", "status": "approved"}]}},
+    ),
+    "session.assistantEdit": (
+        {"sessionId": "s_4f2a", "messageId": "m_2", "blocks": [{"type": "text", "text": "Split it in two files."}],
+         "title": "Parser, edited", "submissionId": "edit-1"},
+        {"session": {**_SESSION, "id": "s_9c1d", "title": "Parser, edited", "messageCount": 2},
+         "messageId": "e3b9a41c07d2e5f60a1b2c3d4e5f60718", "originalMessageId": "m52c0e1f9a8b7c6d5e4f3a2b1c0d9e8f7",
+         "rootUserId": "m0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d", "revisionIndex": 2, "originalRevisionIndex": 1},
+    ),
     "session.deleteMessage": ({"sessionId": "s_4f2a", "messageId": "m_2"}, {"messageId": "m_2", "deleted": True}),
     "session.restoreMessage": ({"sessionId": "s_4f2a", "messageId": "m_2"}, {"messageId": "m_2", "deleted": False}),
     "session.tree": (
@@ -1050,7 +1063,8 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "session.verifyEnvironment": (
         {"sessionId": "s_4f2a", "turnId": "t_9"},
-        {"turnId": "t_9", "digest": "4f1c0b9d2e6a7c3b8a5d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d", "version": 1},
+        {"turnId": "t_9", "digest": "4f1c0b9d2e6a7c3b8a5d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d", "version": 1,
+         "inputDigest": "9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b"},
     ),
     "usage.session": (
         {"sessionId": "s_4f2a"},

@@ -11,6 +11,8 @@ froze. :func:`drift` compares the snapshot's *bindings* with the current state:
 * ``executionBindings`` against the session row: ``sessionId``,
   ``projectPath`` (normalized), ``providerId``, ``modelId``, ``mode``,
   ``permissionMode``;
+* the turn's input (when the snapshot is bound to one): the transcript's
+  message of that id must be the stored normalized input;
 * every ``credentialRefs`` entry must still exist as a reference
   (``secrets_meta``). A secret *rotated* behind the same reference (a new
   value, a new version) is not drift: only references are compared, never
@@ -22,12 +24,12 @@ Pure comparison plus the SQL that gathers the current state.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from store.errors import NotFound, StoreError
 from store.indexing.index import normalize_project_path, require_session
-from store.snapshots import load_snapshot
+from store.snapshots import input_digest_of, load_snapshot
 
 __all__ = ["EnvironmentDrift", "drift", "verify"]
 
@@ -85,8 +87,15 @@ def drift(snapshot: Mapping[str, Any], *, provider: Mapping[str, Any] | None, pr
     return out
 
 
-def verify(conn: sqlite3.Connection, session_id: str, turn_id: str) -> dict[str, Any]:
-    """The snapshot of ``turn_id`` (digest verified), checked against the current state; raises on drift."""
+def verify(conn: sqlite3.Connection, session_id: str, turn_id: str,
+           input_record: Callable[[str], Mapping[str, Any] | None] | None = None) -> dict[str, Any]:
+    """The snapshot of ``turn_id`` (digest verified), checked against the current state; raises on drift.
+
+    ``input_record(messageId)``: the transcript's message of that id (None when it is not there). When
+    the snapshot is bound to an input (seed 000 §4 "stores normalized input ... Recovery rejects ...
+    binding drift"), that message must be the stored input: another one is drift (``input``); a message
+    not (yet) in the transcript is none (recovery runs on the stored input).
+    """
     session = require_session(conn, session_id)
     turn = conn.execute("SELECT session_id, provider_id FROM turns WHERE id = ?", (turn_id,)).fetchone()
     if turn is None or turn[0] != session_id:
@@ -102,8 +111,18 @@ def verify(conn: sqlite3.Connection, session_id: str, turn_id: str) -> dict[str,
         else set()
     found = drift(snapshot, provider=_provider(conn, provider_id) if provider_id else None, provider_id=provider_id,
                   session=session, refs_present=present)
+    bound = stored.get("input")
+    if bound is not None and input_record is not None:
+        rec = input_record(bound["messageId"])
+        if rec is not None:
+            actual = input_digest_of(bound["messageId"], rec)
+            if actual != bound["digest"]:
+                found.append({"field": "input", "snapshot": bound["digest"], "current": actual})
     if found:
         raise EnvironmentDrift(
             f"turn {turn_id}'s environment no longer matches: {', '.join(d['field'] for d in found)} changed",
             data={"turnId": turn_id, "drift": found})
-    return {"turnId": turn_id, "digest": stored["digest"], "version": stored["version"]}
+    out = {"turnId": turn_id, "digest": stored["digest"], "version": stored["version"]}
+    if bound is not None:
+        out["inputDigest"] = bound["digest"]
+    return out

@@ -68,6 +68,14 @@ MAX_PLUGIN_KEYS: Final = 256
 """Keys of one ``plugin:<id>`` namespace."""
 MAX_OTHER_VALUE_BYTES: Final = 256 * 1024
 MAX_OTHER_KEYS: Final = 1000
+MAX_TAGS: Final = 32
+"""Thread metadata (seed 000 §2.1): tags per session, each at most ``MAX_TAG_CHARS`` code points."""
+MAX_TAG_CHARS: Final = 64
+MAX_FOLDER_CHARS: Final = 256
+MAX_PRESET_CHARS: Final = 128
+MAX_THREAD_ORIGINS: Final = 200
+"""Origins reached or approved by one thread, each at most ``MAX_ORIGIN_CHARS`` code points."""
+MAX_ORIGIN_CHARS: Final = 512
 MAX_RECENT_MODELS: Final = 20
 """``kv(cache, recentModels)``: the bounded most-recently-used model list."""
 LARGE_PASTE_DEFAULT: Final = 600

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from store.errors import CorruptData, InvalidInput, NotFound, PayloadTooLarge
+from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge
 from store.rules import find_credential, is_credential_name
 
 SNAPSHOT_VERSION = 1
@@ -175,12 +175,92 @@ def store_snapshot(conn: sqlite3.Connection, turn_id: str, snap: PreparedSnapsho
 
 
 def load_snapshot(conn: sqlite3.Connection, turn_id: str) -> dict[str, Any]:
-    """``{"version", "digest", "snapshot"}`` for a turn, verified; NOT_FOUND when absent."""
+    """``{"version", "digest", "snapshot"}`` (+ ``"input"`` when bound) for a turn, verified; NOT_FOUND
+    when absent, CORRUPT_DATA when the snapshot or its input fails its digest."""
     row = conn.execute(
-        "SELECT version, digest, snapshot_json, size_bytes FROM run_snapshots WHERE turn_id = ?", (turn_id,)
+        "SELECT version, digest, snapshot_json, size_bytes, input_json, input_digest FROM run_snapshots "
+        "WHERE turn_id = ?", (turn_id,)
     ).fetchone()
     if row is None:
         raise NotFound(f"turn {turn_id} has no stored environment snapshot", data={"turnId": turn_id})
-    version, digest, text, size = row
+    version, digest, text, size, input_text, input_digest = row
     snapshot = verify_snapshot(version, digest, text, size)
-    return {"version": version, "digest": digest, "snapshot": snapshot}
+    out: dict[str, Any] = {"version": version, "digest": digest, "snapshot": snapshot}
+    if input_text is not None or input_digest is not None:
+        out["input"] = {**verify_input(input_text, input_digest), "digest": input_digest}
+    return out
+
+
+# ---------------------------------------------------------------------------
+# The turn's normalized input, bound to its snapshot (seed 000 §4)
+#
+#   "Before execution, runTurn stores normalized input and a versioned RunEnvironmentSnapshot with a
+#    SHA-256 integrity digest. ... Recovery rejects invalid versions, digest mismatch, binding drift,
+#    or oversized structure"
+#
+# The input is the message the turn runs on, normalized to ``{"messageId", "blocks"}`` (canonical JSON,
+# sorted keys) and stored beside the snapshot with its own SHA-256. Recovery checks it twice: the stored
+# input against its digest (CORRUPT_DATA), and the transcript's message of that id, when it is there,
+# against the stored input (a different message is binding drift: the snapshot is not reused for it).
+
+
+@dataclass(frozen=True)
+class PreparedInput:
+    message_id: str
+    digest: str
+    json_text: str
+
+
+def normalized_input(message_id: str, blocks: Any) -> dict[str, Any]:
+    return {"messageId": message_id, "blocks": blocks}
+
+
+def prepare_input(message_id: str, blocks: Any, *, max_bytes: int = MAX_SNAPSHOT_BYTES) -> PreparedInput:
+    """The stored form of a turn's input (bounded like a snapshot)."""
+    if not isinstance(blocks, list):
+        raise InvalidInput("input.blocks must be a list", data={"field": "input.blocks"})
+    value = normalized_input(message_id, blocks)
+    if depth_of(value) > MAX_SNAPSHOT_DEPTH:
+        raise InvalidInput(f"input is nested deeper than {MAX_SNAPSHOT_DEPTH} levels", data={"field": "input"})
+    body = canonical_bytes(value)
+    if len(body) > max_bytes:
+        raise PayloadTooLarge(f"turn input is {len(body)} bytes; the limit is {max_bytes}",
+                              data={"field": "input", "size": len(body), "limit": max_bytes})
+    return PreparedInput(message_id, hashlib.sha256(body).hexdigest(), body.decode())
+
+
+def input_digest_of(message_id: str, record: Mapping[str, Any]) -> str:
+    """The digest a transcript message has as the input ``message_id`` (its blocks, normalized)."""
+    return hashlib.sha256(canonical_bytes(normalized_input(message_id, record.get("blocks")))).hexdigest()
+
+
+def verify_input(json_text: str | None, digest: str | None) -> dict[str, Any]:
+    """A stored input, checked against its digest; CORRUPT_DATA on any mismatch."""
+    if not isinstance(json_text, str) or not isinstance(digest, str):
+        raise CorruptData("stored turn input is incomplete (input or digest missing)")
+    body = json_text.encode()
+    if len(body) > MAX_SNAPSHOT_BYTES or hashlib.sha256(body).hexdigest() != digest:
+        raise CorruptData("stored turn input failed its SHA-256 digest check", data={"expected": digest})
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise CorruptData(f"stored turn input is not valid JSON: {exc}") from None
+    if not isinstance(value, dict) or not isinstance(value.get("messageId"), str) \
+            or not isinstance(value.get("blocks"), list):
+        raise CorruptData("stored turn input is not a {messageId, blocks} object")
+    return value
+
+
+def bind_input(conn: sqlite3.Connection, turn_id: str, prepared: PreparedInput) -> None:
+    """Store the input beside the turn's snapshot (once: another input for the same turn is CONFLICT)."""
+    row = conn.execute("SELECT input_digest FROM run_snapshots WHERE turn_id = ?", (turn_id,)).fetchone()
+    if row is None:
+        raise InvalidInput(f"turn {turn_id} has no environment snapshot to bind an input to",
+                           data={"field": "input", "turnId": turn_id})
+    if row[0] is not None:
+        if row[0] != prepared.digest:
+            raise Conflict(f"turn {turn_id} is already bound to another input",
+                           data={"turnId": turn_id, "field": "input"})
+        return
+    conn.execute("UPDATE run_snapshots SET input_json = ?, input_digest = ? WHERE turn_id = ?",
+                 (prepared.json_text, prepared.digest, turn_id))

@@ -16,7 +16,7 @@ from protocol import models as m
 from protocol.jsonrpc import Encoded
 from runtime.context import Services
 from runtime.handlers import inflight, plans
-from store import queue
+from store import queue, thread_meta
 from store.errors import Conflict, MessageNotFound, StorageFull
 from store.ids import derived_id, new_id
 from store.indexing import index
@@ -149,6 +149,23 @@ async def update(ctx: SessionContext, p: m.SessionUpdateParams, key: ReceiptKey 
     await plans.check_mode_change(ctx, p.mode)
     changes = p.model_dump(by_alias=True, exclude_none=True, exclude={"session_id", "submission_id"})
     return await _write_settings(ctx, {**ctx.settings(), **changes}, rename=False)
+
+
+async def update_metadata(ctx: SessionContext, p: m.SessionUpdateMetadataParams, key: ReceiptKey | None) -> Any:
+    """Seed 000 §2.1 thread metadata: a ``session_info`` line carrying it (a rebuilt index keeps it),
+    then its row, in the line's commit with the receipt."""
+    changes = p.model_dump(by_alias=True, include=p.model_fields_set - {"session_id", "submission_id"})
+    meta = thread_meta.merge(ctx.row.get("thread"), changes)
+    now, sid = ctx.now(), ctx.sid
+
+    def then(conn: Any, refs: Any) -> Any:
+        thread_meta.upsert(conn, sid, meta, now_ms=now)
+        return index.public_session(index.require_session(conn, sid))
+
+    line = ctx.session_info_line({**ctx.settings(), "thread": meta})
+    result = (await ctx.append_lines(Lines([line]), then=then, touch=False)).value
+    ctx.publish("session.updated", {"session": result})
+    return result
 
 
 async def _write_settings(ctx: SessionContext, info: dict[str, Any], *, rename: bool) -> Any:

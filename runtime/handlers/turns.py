@@ -18,9 +18,13 @@ from protocol import models as m
 from runtime.context import ReadContext
 from runtime.handlers import inflight, turn_aftermath
 from store import bindings, turns
+from store.errors import InvalidInput
 from store.ids import new_id
+from store.indexing import index
+from store.jsonio import loads_line
 from store.receipts import ReceiptKey
-from store.snapshots import load_snapshot, prepare_snapshot
+from store.snapshots import bind_input, load_snapshot, prepare_input, prepare_snapshot
+from store.transcripts.transcript import read_spans
 
 __all__ = ["end_turn", "start_turn", "turn_environment", "verify_environment"]
 
@@ -33,6 +37,10 @@ async def start_turn(ctx: SessionContext, p: m.StartTurnParams, key: ReceiptKey 
     # Every field, defaults included, nothing dropped: this is what gets digested.
     env = p.environment.model_dump(mode="json", by_alias=True) if p.environment is not None else None
     snapshot = prepare_snapshot(env) if env is not None else None
+    if p.input is not None and snapshot is None:
+        raise InvalidInput("input is bound to an environment snapshot: give `environment` too",
+                           data={"field": "input"})
+    bound = prepare_input(p.input.message_id, [dict(b) for b in p.input.blocks]) if p.input is not None else None
     turn_id = p.turn_id or new_id("t_")
     now, sid = ctx.now(), ctx.sid
     created: list[bool] = []
@@ -41,6 +49,8 @@ async def start_turn(ctx: SessionContext, p: m.StartTurnParams, key: ReceiptKey 
         turn, was_created = turns.start_turn(conn, session_id=sid, turn_id=turn_id, provider_id=p.provider_id,
                                              model_id=p.model_id, snapshot=snapshot, now_ms=now,
                                              retry_of=p.retry_of)
+        if bound is not None:
+            bind_input(conn, turn_id, bound)
         created.append(was_created)
         return _clean(turn)
 
@@ -86,6 +96,20 @@ def turn_environment(ctx: ReadContext, p: m.TurnEnvironmentParams) -> Any:
     return load_snapshot(ctx.conn, p.turn_id)
 
 
-def verify_environment(ctx: ReadContext, p: m.VerifyEnvironmentParams) -> Any:
-    """Recovery's gate (seed 000 §4): the snapshot's bindings against the current state (``store/bindings.py``)."""
-    return bindings.verify(ctx.conn, p.session_id, p.turn_id)
+async def verify_environment(ctx: SessionContext, p: m.VerifyEnvironmentParams, key: ReceiptKey | None) -> Any:
+    """Recovery's gate (seed 000 §4): the snapshot's bindings against the current state (``store/bindings.py``),
+    the bound input against the transcript's message of that id. In the session actor: no write of this
+    session moves the lines it reads."""
+    sid, path = ctx.sid, ctx.paths.transcript
+
+    def check(conn: Any) -> Any:
+        def record(message_id: str) -> dict[str, Any] | None:
+            for mid in (message_id, f"{sid}:{message_id}"):  # as sent, or its D444 spelling
+                hit = index.lookup_ids(conn, [mid]).get(mid)
+                if hit is not None and hit[0] == sid:
+                    return loads_line(read_spans(path, [(hit[2], hit[3])])[0])
+            return None
+
+        return bindings.verify(conn, sid, p.turn_id, input_record=record)
+
+    return await ctx.read(check)

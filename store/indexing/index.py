@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from store import artifacts, receipts
+from store import artifacts, receipts, thread_meta
 from store.errors import Conflict, CorruptData, LimitExceeded, SessionNotFound
 from store.indexing.sql_lists import in_chunks
 from store.session_state import with_projection
@@ -65,6 +65,7 @@ def session_row(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | N
         return None
     out = _session_dict(row)
     with_projection(conn, [out])
+    thread_meta.attach(conn, [out])
     return out
 
 
@@ -220,6 +221,7 @@ def list_sessions(
     rows = rows[:limit]
     items = [_session_dict(r) for r in rows]
     with_projection(conn, items)
+    thread_meta.attach(conn, items)
     next_cursor = (items[-1]["updatedAt"], items[-1]["id"]) if more and items else None
     return items, next_cursor
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from store import receipts
+from store import assistant_edit, receipts, thread_meta
 from store.errors import CorruptData, classify_os_error
 from store.fsutil import open_nofollow
 from store.indexing import index
@@ -403,6 +403,7 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
         report["restoredRow"] = True
     elif settings:
         index.update_session_settings(conn, session_id, settings, now_ms=now_ms)
+    thread_meta.restore_from_info(conn, session_id, scan.session_info, now_ms=now_ms)
     if plan.kind == "full":
         before = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)).fetchone()[0]
         msgs = dedupe(scan.messages)
@@ -454,6 +455,8 @@ def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any 
     summary = index.public_session(row)
     if method in ("session.create", "session.fork"):
         return summary
+    if method == "session.assistantEdit":
+        return assistant_edit.response(summary, extra)
     if method == "session.replaceMessages":
         return {"session": summary}
     if method == "session.truncateFrom":

@@ -53,7 +53,7 @@ from collections.abc import Sequence
 
 from store.search.search_text import TRIGRAM_TEXT_HAZARDS
 
-SCHEMA_VERSION = 26
+SCHEMA_VERSION = 27
 
 # --- seed §4.1 – §4.5 -------------------------------------------------------
 
@@ -850,7 +850,29 @@ V26_ADDITIONS: tuple[str, ...] = (
 )
 """What the v25→v26 step adds (nullable or defaulted columns, a partial index: additive)."""
 
-DDL: tuple[str, ...] = DDL_V25 + V26_ADDITIONS
+DDL_V26: tuple[str, ...] = DDL_V25 + V26_ADDITIONS
+"""The v26 layout."""
+
+V27_ADDITIONS: tuple[str, ...] = (
+    """CREATE TABLE thread_meta (
+  session_id       TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+  tags_json        TEXT NOT NULL DEFAULT '[]',
+  folder           TEXT,
+  preset           TEXT,
+  archived         INTEGER NOT NULL DEFAULT 0,
+  parent_thread_id TEXT,                        -- loose ref: the parent may be deleted
+  origins_json     TEXT NOT NULL DEFAULT '[]',
+  updated_at       INTEGER NOT NULL
+) WITHOUT ROWID""",
+    "ALTER TABLE run_snapshots ADD COLUMN input_json TEXT",
+    "ALTER TABLE run_snapshots ADD COLUMN input_digest TEXT",
+)
+"""What the v26→v27 step adds: seed 000 §2.1 thread metadata, one row per session that has any
+(a new table: additive; the transcript's ``session_info`` line carries the same object, ``thread``,
+so a rebuilt index keeps it), and seed 000 §4's turn input bound to its run snapshot (nullable
+columns: older snapshots have none)."""
+
+DDL: tuple[str, ...] = DDL_V26 + V27_ADDITIONS
 """The full current DDL (``SCHEMA_VERSION``), in creation order."""
 
 

@@ -46,6 +46,11 @@ CASES: dict[str, tuple[tuple[str, ...], Count | None]] = {
                         "session.create.before_commit", "session.create.after_commit"), transcript_files),
     "session.fork": (("fork.after_rename", "fork.before_index", "session.fork.before_commit",
                       "session.fork.after_commit"), transcript_files),
+    # Assistant Edit (seed 003 §4.5): the child's revisions file first, then its transcript (the receipt
+    # rides in its header), then the rows; a kill before the transcript leaves no child, only a retry makes it
+    "session.assistantEdit": (("assistantEdit.revisions.after_rename", "fork.after_rename",
+                               "assistantEdit.before_index", "session.assistantEdit.before_commit",
+                               "session.assistantEdit.after_commit"), transcript_files),
     "session.delete": (("delete.after_marker", "session.delete.before_commit", "session.delete.after_commit",
                         "delete.before_files"), count("SELECT COUNT(*) FROM sessions")),
     "session.truncateFrom": (("rewrite.after_rename", "rewrite.before_reindex", "session.truncateFrom.before_commit",
@@ -208,6 +213,11 @@ async def _check_effect(c: Any, root: Path, method: str, v: Vars, first: Any) ->
     if method in ("session.create", "session.fork"):
         got = await c.call("session.get", {"sessionId": first["id"]})
         assert got["session"]["id"] == first["id"]
+    if method == "session.assistantEdit":  # the child holds both tails, the edited one active
+        child = first["session"]["id"]
+        revs = (await c.call("session.listRevisions", {"sessionId": child}))["revisions"]
+        assert [(r["revisionIndex"], r["isActive"]) for r in revs] == [(1, False), (2, True)]
+        assert len(list((root / "sessions").glob("*.revisions.jsonl"))) == 1
     if method == "session.appendMessage":
         got = await c.call("session.get", {"sessionId": v["sid"], "full": True})
         assert [m["id"] for m in got["messages"]].count("m1") == 1

@@ -25,7 +25,15 @@ from tests.pipeline.scenarios import SCENARIOS, Scenario, new_session, one_sessi
 
 SESSION_ROUTED = sorted(name for name, route in ROUTES.items() if route.via is Via.SESSION)
 
+async def with_environment(c: Any, root: Any) -> dict[str, Any]:
+    sid = await new_session(c)
+    await c.call("session.startTurn", {"sessionId": sid, "turnId": "t-env", "environment": {"version": 1}})
+    return {"sid": sid}
+
+
 READS: dict[str, Scenario] = {
+    "session.verifyEnvironment": Scenario(with_environment, lambda v: {"sessionId": v["sid"], "turnId": "t-env"},
+                                          lambda v: ("", {})),
     "session.get": Scenario(one_session, lambda v: {"sessionId": v["sid"]}, lambda v: ("", {})),
     "session.queueList": Scenario(one_session, lambda v: {"sessionId": v["sid"]}, lambda v: ("", {})),
     "session.listRevisions": Scenario(one_session, lambda v: {"sessionId": v["sid"]}, lambda v: ("", {})),

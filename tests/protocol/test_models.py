@@ -75,7 +75,8 @@ COLLABORATION_METHODS = {
 # issue 24: the rest of the spec (attachment metadata; the audit log)
 SPEC_REST_READS = {"attachments.get", "audit.list", "review.get", "review.list",
                    "skills.list", "skills.get", "memories.list", "plugins.listAssets", "plugins.getAsset"}
-SPEC_REST_METHODS = SPEC_REST_READS | {"review.record", "review.restore", "skills.put", "skills.delete"}
+SPEC_REST_METHODS = SPEC_REST_READS | {"review.record", "review.restore", "skills.put", "skills.delete",
+                                       "session.assistantEdit", "session.updateMetadata"}
 
 
 def _errors(exc: pytest.ExceptionInfo[ValidationError]) -> list[tuple[tuple[Any, ...], str]]:

@@ -188,7 +188,7 @@ def test_v21_database_migrates_to_v22_renumbering_mids_and_rebuilding_search(tmp
         apply_pragmas(conn)
         result = migrate(conn, db, now_ms=NOW_MS)
         assert result.applied == [22, 23, 24, 25, 26] and result.backups == [tmp_path / "pi.sqlite.v21.bak"]
-        assert user_version(conn) == SCHEMA_VERSION == 26
+        assert user_version(conn) == SCHEMA_VERSION == 27
         after = conn.execute(
             "SELECT id, session_id, seq, role, text, created_at, deleted FROM messages ORDER BY id"
         ).fetchall()

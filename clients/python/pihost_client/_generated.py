@@ -177,6 +177,24 @@ class ArtifactsListResult(TypedDict):
     nextCursor: NotRequired[str | None]
 
 
+class AssistantEditParams(TypedDict):
+    """Assistant Edit (seed 003 §4.5): fork through an assistant reply with that reply's content replaced."""
+    submissionId: NotRequired[str | None]
+    sessionId: str
+    messageId: str
+    blocks: list[Block]
+    title: NotRequired[str | None]
+
+
+class AssistantEditResult(TypedDict):
+    session: SessionSummary
+    messageId: str
+    originalMessageId: str
+    rootUserId: str
+    revisionIndex: int
+    originalRevisionIndex: int
+
+
 class AttachmentBlob(TypedDict):
     ref: str
     sha256: str
@@ -1287,6 +1305,7 @@ class PluginSession(TypedDict):
     state: NotRequired[Literal["awaiting_approval", "queued", "running", "planning"] | None]
     contractKind: NotRequired[Literal["plan", "goal"] | None]
     latestTurn: NotRequired[LatestTurn | None]
+    thread: NotRequired[ThreadMeta | None]
     origin: PluginSessionOrigin
 
 
@@ -2079,6 +2098,19 @@ class SessionSummary(TypedDict):
     state: NotRequired[Literal["awaiting_approval", "queued", "running", "planning"] | None]
     contractKind: NotRequired[Literal["plan", "goal"] | None]
     latestTurn: NotRequired[LatestTurn | None]
+    thread: NotRequired[ThreadMeta | None]
+
+
+class SessionUpdateMetadataParams(TypedDict):
+    """Thread metadata (seed 000 §2.1). An absent field stays as it is; ``null`` clears it (``tags``/``origins`` to empty, ``archived`` to false); a list replaces the stored one."""
+    submissionId: NotRequired[str | None]
+    sessionId: str
+    tags: NotRequired[list[str] | None]
+    folder: NotRequired[str | None]
+    preset: NotRequired[str | None]
+    archived: NotRequired[bool | None]
+    parentThreadId: NotRequired[str | None]
+    origins: NotRequired[list[ThreadOrigin] | None]
 
 
 class SessionUpdateParams(TypedDict):
@@ -2238,6 +2270,7 @@ class StartTurnParams(TypedDict):
     providerId: NotRequired[str | None]
     modelId: NotRequired[str | None]
     environment: NotRequired[RunEnvironmentSnapshot | None]
+    input: NotRequired[TurnInput | None]
     retryOf: NotRequired[str | None]
 
 
@@ -2422,6 +2455,22 @@ class ThinkingBlock(TypedDict):
     text: str
 
 
+class ThreadMeta(TypedDict):
+    """Seed 000 §2.1 thread metadata (title, timestamps and pin are the summary's own fields)."""
+    tags: NotRequired[list[str]]
+    folder: NotRequired[str | None]
+    preset: NotRequired[str | None]
+    archived: NotRequired[bool]
+    parentThreadId: NotRequired[str | None]
+    origins: NotRequired[list[ThreadOrigin]]
+
+
+class ThreadOrigin(TypedDict):
+    """An origin the thread reached, or that the user approved for it."""
+    origin: str
+    status: Literal["reached", "approved"]
+
+
 class TombstoneResult(TypedDict):
     messageId: str
     deleted: bool
@@ -2524,6 +2573,19 @@ class TurnEnvironmentResult(TypedDict):
     version: int
     digest: str
     snapshot: RunEnvironmentView
+    input: NotRequired[TurnInputView | None]
+
+
+class TurnInput(TypedDict):
+    """The message the turn runs on, as the model gets it (seed 000 §4 "normalized input")."""
+    messageId: str
+    blocks: list[Block]
+
+
+class TurnInputView(TypedDict):
+    messageId: str
+    blocks: list[Block]
+    digest: str
 
 
 class TurnStartedEvent(TypedDict):
@@ -2611,6 +2673,7 @@ class VerifyEnvironmentResult(TypedDict):
     turnId: str
     digest: str
     version: int
+    inputDigest: NotRequired[str | None]
 
 
 class WorkspaceGetParams(TypedDict):
@@ -2633,6 +2696,7 @@ MUTATING: frozenset[str] = frozenset({
     "session.appendMessage",
     "session.rename",
     "session.update",
+    "session.updateMetadata",
     "session.delete",
     "session.startTurn",
     "session.endTurn",
@@ -2653,6 +2717,7 @@ MUTATING: frozenset[str] = frozenset({
     "session.replaceMessages",
     "session.appendCompaction",
     "session.fork",
+    "session.assistantEdit",
     "session.deleteMessage",
     "session.restoreMessage",
     "review.record",
@@ -2877,6 +2942,26 @@ class SessionMethods:
             params["projectPath"] = project_path
         return cast(SessionSummary, await self._call("session.update", params, True))
 
+    async def update_metadata(self, *, session_id: str, submission_id: str | None = None, tags: builtins.list[str] | None = None, folder: str | None = None, preset: str | None = None, archived: bool | None = None, parent_thread_id: str | None = None, origins: builtins.list[ThreadOrigin] | None = None) -> SessionSummary:
+        """``session.updateMetadata``: Set thread metadata (tags, folder, preset, archive flag, parent thread, origins); the summary carries it as `thread`. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["sessionId"] = session_id
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if tags is not None:
+            params["tags"] = tags
+        if folder is not None:
+            params["folder"] = folder
+        if preset is not None:
+            params["preset"] = preset
+        if archived is not None:
+            params["archived"] = archived
+        if parent_thread_id is not None:
+            params["parentThreadId"] = parent_thread_id
+        if origins is not None:
+            params["origins"] = origins
+        return cast(SessionSummary, await self._call("session.updateMetadata", params, True))
+
     async def delete(self, *, session_id: str, submission_id: str | None = None) -> SessionDeleteResult:
         """``session.delete``: Delete the session, its index rows and both transcript files. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
@@ -2885,7 +2970,7 @@ class SessionMethods:
             params["submissionId"] = submission_id
         return cast(SessionDeleteResult, await self._call("session.delete", params, True))
 
-    async def start_turn(self, *, session_id: str, submission_id: str | None = None, turn_id: str | None = None, provider_id: str | None = None, model_id: str | None = None, environment: RunEnvironmentSnapshot | None = None, retry_of: str | None = None) -> Turn:
+    async def start_turn(self, *, session_id: str, submission_id: str | None = None, turn_id: str | None = None, provider_id: str | None = None, model_id: str | None = None, environment: RunEnvironmentSnapshot | None = None, input: TurnInput | None = None, retry_of: str | None = None) -> Turn:
         """``session.startTurn``: Record a running turn, optionally with its run environment snapshot. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["sessionId"] = session_id
@@ -2899,6 +2984,8 @@ class SessionMethods:
             params["modelId"] = model_id
         if environment is not None:
             params["environment"] = environment
+        if input is not None:
+            params["input"] = input
         if retry_of is not None:
             params["retryOf"] = retry_of
         return cast(Turn, await self._call("session.startTurn", params, True))
@@ -3088,6 +3175,18 @@ class SessionMethods:
         if title is not None:
             params["title"] = title
         return cast(SessionSummary, await self._call("session.fork", params, True))
+
+    async def assistant_edit(self, *, session_id: str, message_id: str, blocks: builtins.list[Block], submission_id: str | None = None, title: str | None = None) -> AssistantEditResult:
+        """``session.assistantEdit``: Assistant Edit: fork through an assistant reply with its content replaced; the child's revisions hold the original and the edited tail. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        params: dict[str, Any] = {}
+        params["sessionId"] = session_id
+        params["messageId"] = message_id
+        params["blocks"] = blocks
+        if submission_id is not None:
+            params["submissionId"] = submission_id
+        if title is not None:
+            params["title"] = title
+        return cast(AssistantEditResult, await self._call("session.assistantEdit", params, True))
 
     async def delete_message(self, *, session_id: str, message_id: str, submission_id: str | None = None) -> TombstoneResult:
         """``session.deleteMessage``: Hide a message with a tombstone line (reversible). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""

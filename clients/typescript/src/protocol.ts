@@ -231,6 +231,35 @@ export interface ArtifactsListResult {
   nextCursor?: string | null;
 }
 
+/** Assistant Edit (seed 003 §4.5): fork through an assistant reply with that reply's content replaced. */
+export interface AssistantEditParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Session id (becomes a file name). */
+  sessionId: string;
+  /** The assistant message to edit (the fork's last message). */
+  messageId: string;
+  /** The edited reply's content blocks. */
+  blocks: Block[];
+  /** The child's title; the source's when absent. */
+  title?: string | null;
+}
+
+export interface AssistantEditResult {
+  /** The new child session. */
+  session: SessionSummary;
+  /** The edited reply in the child (its last message). */
+  messageId: string;
+  /** The child's copy of the original reply (in revision 1). */
+  originalMessageId: string;
+  /** The revision family of both tails (the child's user message). */
+  rootUserId: string;
+  /** The edited tail's revision (active). */
+  revisionIndex: number;
+  /** The original tail's revision. */
+  originalRevisionIndex: number;
+}
+
 export interface AttachmentBlob {
   /** attachments/<sha256> */
   ref: string;
@@ -1629,6 +1658,8 @@ export interface PluginSession {
   contractKind?: "plan" | "goal" | null;
   /** The newest turn (failed/aborted badges); absent before the first turn. */
   latestTurn?: LatestTurn | null;
+  /** Tags, folder, preset, archive flag, parent thread and origins (session.updateMetadata); absent while none is set. */
+  thread?: ThreadMeta | null;
   origin: PluginSessionOrigin;
 }
 
@@ -2643,6 +2674,22 @@ export interface SessionSummary {
   contractKind?: "plan" | "goal" | null;
   /** The newest turn (failed/aborted badges); absent before the first turn. */
   latestTurn?: LatestTurn | null;
+  /** Tags, folder, preset, archive flag, parent thread and origins (session.updateMetadata); absent while none is set. */
+  thread?: ThreadMeta | null;
+}
+
+/** Thread metadata (seed 000 §2.1). An absent field stays as it is; ``null`` clears it (``tags``/``origins`` to empty, ``archived`` to false); a list replaces the stored one. */
+export interface SessionUpdateMetadataParams {
+  /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
+  submissionId?: string | null;
+  /** Session id (becomes a file name). */
+  sessionId: string;
+  tags?: string[] | null;
+  folder?: string | null;
+  preset?: string | null;
+  archived?: boolean | null;
+  parentThreadId?: string | null;
+  origins?: ThreadOrigin[] | null;
 }
 
 export interface SessionUpdateParams {
@@ -2845,6 +2892,8 @@ export interface StartTurnParams {
   providerId?: string | null;
   modelId?: string | null;
   environment?: RunEnvironmentSnapshot | null;
+  /** The turn's normalized input, bound to the environment snapshot (needs `environment`): recovery refuses the snapshot for another message under that id. */
+  input?: TurnInput | null;
   /** An ended turn of this session that this one retries (retry lineage). */
   retryOf?: string | null;
 }
@@ -3071,6 +3120,25 @@ export interface ThinkingBlock {
   [key: string]: unknown;
 }
 
+/** Seed 000 §2.1 thread metadata (title, timestamps and pin are the summary's own fields). */
+export interface ThreadMeta {
+  /** At most 32, each 1-64 code points; repeats (case-insensitive) dropped, order kept. */
+  tags?: string[];
+  folder?: string | null;
+  preset?: string | null;
+  archived?: boolean;
+  /** The thread this one came from (a loose reference: it may be deleted). */
+  parentThreadId?: string | null;
+  /** Origins reached or approved by the thread, one per origin. */
+  origins?: ThreadOrigin[];
+}
+
+/** An origin the thread reached, or that the user approved for it. */
+export interface ThreadOrigin {
+  origin: string;
+  status: "reached" | "approved";
+}
+
 export interface TombstoneResult {
   messageId: string;
   /** State after the call: true = hidden. */
@@ -3201,6 +3269,25 @@ export interface TurnEnvironmentResult {
   version: number;
   digest: string;
   snapshot: RunEnvironmentView;
+  /** The bound input, digest verified. */
+  input?: TurnInputView | null;
+}
+
+/** The message the turn runs on, as the model gets it (seed 000 §4 "normalized input"). */
+export interface TurnInput {
+  /** The id the input message has (or will have) in the transcript. */
+  messageId: string;
+  /** Content blocks (open set; see the block vocabulary). */
+  blocks: Block[];
+}
+
+export interface TurnInputView {
+  /** Message/turn/entry id. */
+  messageId: string;
+  /** Content blocks (open set; see the block vocabulary). */
+  blocks: Block[];
+  /** SHA-256 of the normalized input (canonical JSON of messageId and blocks). */
+  digest: string;
 }
 
 export interface TurnStartedEvent {
@@ -3310,6 +3397,8 @@ export interface VerifyEnvironmentResult {
   turnId: string;
   digest: string;
   version: number;
+  /** The bound input's digest (the transcript's message of that id matches it). */
+  inputDigest?: string | null;
 }
 
 export interface WorkspaceGetParams {
@@ -3351,6 +3440,8 @@ export interface Methods {
   "session.rename": { params: SessionRenameParams; result: SessionSummary };
   /** Change provider/model, mode, thinking level, permission mode or project; a mode change that would break a pending plan/goal contract is CONFLICT. (mutating: accepts submissionId) */
   "session.update": { params: SessionUpdateParams; result: SessionSummary };
+  /** Set thread metadata (tags, folder, preset, archive flag, parent thread, origins); the summary carries it as `thread`. (mutating: accepts submissionId) */
+  "session.updateMetadata": { params: SessionUpdateMetadataParams; result: SessionSummary };
   /** Delete the session, its index rows and both transcript files. (mutating: accepts submissionId) */
   "session.delete": { params: SessionDeleteParams; result: SessionDeleteResult };
   /** Record a running turn, optionally with its run environment snapshot. (mutating: accepts submissionId) */
@@ -3405,6 +3496,8 @@ export interface Methods {
   "session.appendCompaction": { params: AppendCompactionParams; result: AppendCompactionResult };
   /** Copy the transcript (or a prefix) into a new independent session. (mutating: accepts submissionId) */
   "session.fork": { params: ForkParams; result: SessionSummary };
+  /** Assistant Edit: fork through an assistant reply with its content replaced; the child's revisions hold the original and the edited tail. (mutating: accepts submissionId) */
+  "session.assistantEdit": { params: AssistantEditParams; result: AssistantEditResult };
   /** Hide a message with a tombstone line (reversible). (mutating: accepts submissionId) */
   "session.deleteMessage": { params: MessageIdParams; result: TombstoneResult };
   /** Undo deleteMessage. (mutating: accepts submissionId) */
@@ -3617,6 +3710,7 @@ export const MUTATING_METHODS = [
   "session.appendMessage",
   "session.rename",
   "session.update",
+  "session.updateMetadata",
   "session.delete",
   "session.startTurn",
   "session.endTurn",
@@ -3637,6 +3731,7 @@ export const MUTATING_METHODS = [
   "session.replaceMessages",
   "session.appendCompaction",
   "session.fork",
+  "session.assistantEdit",
   "session.deleteMessage",
   "session.restoreMessage",
   "review.record",

@@ -125,6 +125,10 @@ class Header:
     raw: dict[str, Any] = field(default_factory=dict)
 
 
+CORRUPT_LEAF = "corrupt-leaf"
+"""Key prefix of the system notice a fallback from a corrupt leaf writes (seed 000 §3.4)."""
+
+
 @dataclass
 class Branch:
     """Result of the first pass: the header and the entries on the current branch."""
@@ -143,10 +147,16 @@ class Branch:
     """Every entry key in the file, on the branch or not."""
     calls: dict[str, int] = field(default_factory=dict)
     """Entry key → tool calls of an assistant message (each becomes a message ``<key>.<i>``)."""
+    corrupt_leaf: dict[str, str] | None = None
+    """Seed 000 §3.4: the file's leaf did not reach a root (``leaf``, ``reason``), so the branch
+    is the one of ``fallback``, the highest-sequence leaf that does (a system notice says so)."""
 
     def message_ids(self, make_id: Callable[[str], str]) -> set[str]:
         """Every message id an entry of the file can become (on the branch or off it)."""
         out = {make_id(key) for key in self.all_keys}
+        # a corrupt-leaf notice an earlier import wrote for any entry is this file's too: a repaired file
+        # then hides it as off-branch instead of reading as an older copy
+        out.update(make_id(f"{CORRUPT_LEAF}:{key}") for key in self.all_keys)
         for key, n in self.calls.items():
             out.update(make_id(f"{key}.{i}") for i in range(n))
         return out
@@ -222,13 +232,47 @@ def find_branch(lines: Iterable[Line], file: FileReport, report: SessionReport, 
     file.roots = sum(1 for p in parents.values() if p is None)
     file.dangling_parents = sum(1 for p in parents.values() if p is not None and p not in parents)
     leaf = leaf_id if leaf_id is not None else last
+    keys, reason = _walk(parents, leaf)
+    corrupt: dict[str, str] | None = None
+    if leaf_id is None and leaf is not None and reason is not None:
+        fallback = highest_reachable_leaf(parents, list(index_keys.values()))
+        if fallback is not None:
+            corrupt = {"leaf": leaf, "fallback": fallback, "reason": reason}
+            leaf = fallback
+            keys, _ = _walk(parents, leaf)
+    report.off_branch += len(parents) - len(keys)
+    return Branch(header, keys, leaf, len(parents), end, referenced, kept_index, frozenset(parents), calls,
+                  corrupt)
+
+
+def _walk(parents: Mapping[str, str | None], leaf: str | None) -> tuple[set[str], str | None]:
+    """The keys from ``leaf`` towards the root, and why the walk did not reach one (None: it did).
+    Bounded by the entry count: a cycle stops at its first repeat."""
     keys: set[str] = set()
     cur = leaf
     while cur is not None and cur in parents and cur not in keys:
         keys.add(cur)
         cur = parents[cur]
-    report.off_branch += len(parents) - len(keys)
-    return Branch(header, keys, leaf, len(parents), end, referenced, kept_index, frozenset(parents), calls)
+    if cur is None:
+        return keys, None
+    return keys, f"dangling parent {cur}" if cur not in parents else f"parent cycle at {cur}"
+
+
+def highest_reachable_leaf(parents: Mapping[str, str | None], order: list[str]) -> str | None:
+    """The latest entry (file order = sequence) whose parent chain reaches a root; O(entries)."""
+    reaches: dict[str, bool] = {}
+    for start in parents:
+        path: list[str] = []
+        on_path: set[str] = set()
+        cur: str | None = start
+        while cur is not None and cur in parents and cur not in reaches and cur not in on_path:
+            path.append(cur)
+            on_path.add(cur)
+            cur = parents[cur]
+        ok = True if cur is None else reaches.get(cur, False)
+        for key in path:
+            reaches[key] = ok
+    return next((key for key in reversed(order) if reaches.get(key)), None)
 
 
 class PiConverter:
@@ -275,9 +319,20 @@ class PiConverter:
                 continue
             self.entry(rec, key, line.length)
             yield from self.emitter.ready()
+        if branch.corrupt_leaf is not None:
+            self.corrupt_leaf_notice(branch.corrupt_leaf)
         self.report.unpaired_tool_calls += len(self.pending)
         self.pending.clear()
         yield from self.emitter.finish()
+
+    def corrupt_leaf_notice(self, corrupt: Mapping[str, str]) -> None:
+        """Seed 000 §3.4: "Corrupt data falls back to the highest-sequence reachable leaf and produces a
+        system notice." — one ``system`` message after the branch it fell back to."""
+        text = (f"This session's last entry ({corrupt['leaf']}) does not lead back to the start of the "
+                f"conversation ({corrupt['reason']}); showing the newest intact branch, ending at entry "
+                f"{corrupt['fallback']}.")
+        self.notice(f"{CORRUPT_LEAF}:{corrupt['leaf']}", self.meta.updated_ms, [text_block(text)],
+                    {"importedKind": "pi/corrupt_leaf", "corruptLeaf": dict(corrupt)})
 
     def start(self, header: Header) -> None:
         self.meta.cwd = header.cwd
