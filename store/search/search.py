@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator
@@ -114,6 +115,7 @@ _FROM_FTS = (
     "WHERE messages_fts MATCH :fts AND"
 )
 _FROM_SCAN = "messages AS m NOT INDEXED WHERE"
+_DETAIL_RE = re.compile(r"\bdetail\s*=\s*'?(\w+)", re.IGNORECASE)
 # Newest first through idx_messages_created, each row asked of the trigram index
 # (search.query for a trigram with very many hits, see _dense).
 _FROM_CREATED_WALK = (
@@ -209,7 +211,7 @@ def search_sessions(
             )
         }
         if plan.fts_exact:
-            found = _trigram_matches(conn, plan)
+            found = _trigram_matches(conn, plan, index_positions(conn))
         else:
             found = _scan_matches(conn, plan, params)
         matched, page, remaining_more = _matched_page(conn, found.counts, flagged, after, limit)
@@ -367,13 +369,57 @@ def _fts_expression(conn: sqlite3.Connection, plan: QueryPlan) -> str:
     return " OR ".join(parts)
 
 
-def _trigram_matches(conn: sqlite3.Connection, plan: QueryPlan) -> _Found:
+def index_positions(conn: sqlite3.Connection) -> bool:
+    """Does ``messages_fts`` keep token positions (FTS5 ``detail=full``, the default)?
+
+    Without positions (``detail=none``/``column``) FTS5 refuses phrase and
+    ``NEAR`` queries of more than one trigram: a longer query then asks for
+    every one of its trigrams (``_candidates_expression``) and each candidate
+    row's text is checked with the predicate in SQL (``_filtered_hits``).
+    """
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'messages_fts'").fetchone()
+    if row is None or not row[0]:
+        return True
+    match = _DETAIL_RE.search(str(row[0]))
+    return match is None or match.group(1).lower() == "full"
+
+
+def _candidates_expression(plan: QueryPlan) -> str:
+    """An FTS5 expression for an index without positions: each phrase's distinct
+    trigrams AND-ed, the phrases OR-ed. Its rows are a superset of the phrase
+    query's (every trigram of a matching text is in the index)."""
+    parts = []
+    for phrase in plan.fts_phrases:
+        grams = list(dict.fromkeys(phrase[i : i + 3] for i in range(len(phrase) - 2)))
+        parts.append("(" + " AND ".join(fts_phrase(g) for g in grams) + ")")
+    return " OR ".join(parts)
+
+
+def _trigram_matches(conn: sqlite3.Connection, plan: QueryPlan, positions: bool) -> _Found:
     """Matches of a ``fts_exact`` plan (trashed sessions are NOT filtered here)."""
     n_hazard = int(conn.execute("SELECT count(*) FROM search_hazard").fetchone()[0])
     if len(plan.folded) <= _COUNTS_MODE_MAX_CHARS and n_hazard <= _HAZARD_PROBE_MAX:
         return _trigram_counts(conn, plan, n_hazard)
-    hits = _exact_hits(conn, plan, n_hazard)
+    hits = _exact_hits(conn, plan, n_hazard) if positions else _filtered_hits(conn, plan)
     return _Found(plan, _counts_of_hits(hits), hits=hits)
+
+
+def _filtered_hits(conn: sqlite3.Connection, plan: QueryPlan) -> list[int]:
+    """The mids (ascending) of every searchable message matching a ``fts_exact`` plan,
+    from an index without positions: the rows holding all of the query's trigrams,
+    each one's text checked in SQL with the scan's exact predicate (``_match_sql``,
+    which also settles the hazard rows). Trashed sessions are NOT filtered here."""
+    blob = conn.execute(
+        f"SELECT group_concat(m.mid) FROM {_FROM_FTS} {_match_sql('m.text', plan)}",
+        {**_params(plan), "fts": _candidates_expression(plan)},
+    ).fetchone()[0]
+    if not blob:
+        return []
+    hits = [int(x) for x in blob.split(",")]
+    hits.sort()
+    return hits
+
+
 
 
 def _trigram_counts(conn: sqlite3.Connection, plan: QueryPlan, n_hazard: int) -> _Found:
@@ -632,6 +678,7 @@ def search_messages(
     fingerprint = query_fingerprint("messages", plan.folded, session_id)
     after = decode_cursor(cursor, "messages", fingerprint, (int, int)) if cursor is not None else None
     params = {**_params(plan), "sid": session_id, "lim": limit + 1}
+    positions = True
     if plan.fts_exact:
         # Trigram hits are searchable rows that match, except hazard rows.
         where = [f"(m.mid NOT IN (SELECT mid FROM search_hazard) OR {_FOLD_FN}(m.text, :fq))"]
@@ -653,6 +700,11 @@ def search_messages(
         where.append("(m.created_at, m.mid) < (:after_at, :after_mid)")
         params["after_at"], params["after_mid"] = after
     with _read_snapshot(conn):
+        if plan.fts_exact and len(plan.folded) > _COUNTS_MODE_MAX_CHARS and not index_positions(conn):
+            # No positions: every trigram of the query, each candidate's text checked.
+            positions = False
+            where[0] = _match_sql("m.text", plan)
+            params["fts"] = _candidates_expression(plan)
         if session_id is not None:
             live = conn.execute(
                 "SELECT ordinal FROM sessions WHERE id = ? AND deleted_at IS NULL", (session_id,)
@@ -663,7 +715,8 @@ def search_messages(
                 params["lo"] = int(live[0]) << MID_SEQ_BITS
                 params["hi"] = (int(live[0]) + 1) << MID_SEQ_BITS
         if plan.fts_exact and session_id is None:
-            params["fts"] = _fts_expression(conn, plan)
+            if positions:
+                params["fts"] = _fts_expression(conn, plan)
             if _dense(conn, plan, params["fts"], limit):
                 source = _FROM_CREATED_WALK
                 if after is not None:
