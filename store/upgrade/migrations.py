@@ -57,6 +57,7 @@ from store.upgrade.schema import (
     DDL_V23,
     DDL_V24,
     DDL_V25,
+    DDL_V26,
     MAX_SEQ,
     MID_SEQ_BITS,
     SCHEMA_VERSION,
@@ -69,6 +70,7 @@ from store.upgrade.schema import (
     V24_ADDITIONS,
     V25_ADDITIONS,
     V26_ADDITIONS,
+    V29_TOOL_SEARCH,
     apply_schema,
     hazard_sql,
     searchable_sql,
@@ -222,6 +224,18 @@ def _v26_attachment_metadata(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE attachment_blobs SET deletion_state = 'evicting' WHERE marked_for_eviction = 1")
 
 
+def _v29_search(conn: sqlite3.Connection) -> None:
+    """Tool output search: its table, index and triggers. Tool rows indexed before
+    hold no output row: each session with tool rows is reindexed from its
+    transcript at the next boot (``indexed_len = 0`` asks for the full pass),
+    which fills ``tool_output`` for them."""
+    for statement in V29_TOOL_SEARCH:
+        conn.execute(statement)
+    conn.execute(
+        "UPDATE sessions SET indexed_len = 0 WHERE id IN (SELECT session_id FROM messages WHERE role = 'tool')"
+    )
+
+
 def _v20_from_seed(conn: sqlite3.Connection) -> None:
     """Seed v19 → our v20: every table to its v20 definition, every row kept.
 
@@ -287,6 +301,14 @@ STEPS: tuple[MigrationStep, ...] = (
         destructive=False,
         apply=_v26_attachment_metadata,
     ),
+    MigrationStep(
+        to_version=29,
+        description="tool output search: tool_output and its own trigram index (sessions with tool rows "
+                    "reindexed at the next boot)",
+        destructive=False,
+        apply=_v29_search,
+        from_versions=(26,),
+    ),
 )
 """This host's own steps, 20 → 21 → … → 26 (immutable on purpose)."""
 
@@ -326,7 +348,8 @@ def chain_steps(platform: str | None = None) -> tuple[MigrationStep, ...]:
 
 def ddl_for_version(version: int) -> tuple[str, ...]:
     """The DDL of a layout this build knows exactly (20 … 25 and ``SCHEMA_VERSION``)."""
-    known = {20: DDL_V20, 21: DDL_V21, 22: DDL_V22, 23: DDL_V23, 24: DDL_V24, 25: DDL_V25, SCHEMA_VERSION: DDL}
+    known = {20: DDL_V20, 21: DDL_V21, 22: DDL_V22, 23: DDL_V23, 24: DDL_V24, 25: DDL_V25, 26: DDL_V26,
+             SCHEMA_VERSION: DDL}
     if version not in known:
         raise ValueError(f"no DDL kept for schema version {version} (known: {', '.join(map(str, known))})")
     return known[version]
