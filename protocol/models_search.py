@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
@@ -21,12 +21,16 @@ from .models_common import (
 # Search (seed 003 §4.8)
 
 Query = Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS)]
+SearchScope = Literal["messages", "tools"]
+_SCOPE = ("What is searched: \"messages\" (default): user and assistant text; \"tools\": tool rows' "
+          "output (results and error strings, the first 65,536 characters of each), from an index of its own.")
 
 
 class SearchSessionsParams(Params):
     query: Query = Field(description="Literal text; %, _, quotes and backslashes are literal.")
     limit: int = Field(default=20, ge=1, le=100)
     cursor: Cursor | None = None
+    scope: SearchScope = Field(default="messages", description=_SCOPE)
 
 
 class Snippet(Result):
@@ -58,6 +62,7 @@ class SearchQueryParams(Params):
     session_id: SessionId | None = None
     limit: int = Field(default=50, ge=1, le=500)
     cursor: Cursor | None = None
+    scope: SearchScope = Field(default="messages", description=_SCOPE)
 
 
 class MessageSearchHit(Result):
@@ -79,6 +84,7 @@ __all__ = [
     "Query",
     "SearchQueryParams",
     "SearchQueryResult",
+    "SearchScope",
     "SearchSessionsParams",
     "SearchSessionsResult",
     "SessionSearchResult",

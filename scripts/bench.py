@@ -99,7 +99,35 @@ def run_search(sizes: Sizes, work: Path) -> Section:
         "measurement on the index as the bulk build left it",
         "examples: " + "; ".join(f"{k}: {', '.join(map(repr, v['examples'][:3]))}" for k, v in latency.items()),
     ]
+    _index_variants(sizes, work, sec)
     return sec
+
+
+def _index_variants(sizes: Sizes, work: Path, sec: Section) -> None:
+    """The trigram index variants side by side (scripts/bench_index_variants.py), on both corpora
+    of a ``history_messages``-message session; the disk target is the schema's own variant's."""
+    module = _load_script("bench_index_variants")
+    if module is None:
+        return
+    tables = []
+    # The smoke-test size builds the floors, the layout before and the schema's own, on one corpus.
+    tiny = sizes.name == "tiny"
+    only = ("(before)", "(v22 layout)") if tiny else ()
+    for corpus in ("history",) if tiny else ("history", "zipf"):
+        res: dict[str, Any] = module.run(messages=sizes.history_messages, sessions=1, queries=sizes.search_queries,
+                                         reps=sizes.search_reps, brute_queries=sizes.search_brute,
+                                         out=work / f"index-variants-{corpus}", corpus_kind=corpus, only=only)
+        sec.figures[f"indexVariants_{corpus}"] = res
+        tables.append(module.table(res))
+        schema_row = next((r for r in res["variants"] if r.get("schema")), None)
+        if schema_row is not None:
+            sec.targets.append(Target(
+                f"{corpus} corpus, {sizes.history_messages:,}-message session: disk per message, transcript + "
+                f"index (B), schema's index ({schema_row['variant']})",
+                schema_row["diskBytesPerMessage"], "<=", 3000.0,
+                f"floor without a trigram index: {res['variants'][0]['diskBytesPerMessage']:.0f} B"))
+    sec.notes.append("trigram index variants (scripts/bench_index_variants.py), each built on the same corpus:\n"
+                     + "\n\n".join(tables))
 
 
 def run_revisions(sizes: Sizes, work: Path) -> Section:

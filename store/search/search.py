@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator
@@ -85,16 +86,20 @@ __all__ = [
     "MAX_MESSAGE_LIMIT",
     "MAX_SESSION_LIMIT",
     "MAX_SNIPPETS_PER_SESSION",
+    "SCOPES",
     "SEARCHABLE_ROLES",
     "find_literal",
     "literal_predicate",
     "normalize_query",
     "search_messages",
     "search_sessions",
+    "search_tool_hits",
     "snippet",
 ]
 
 SEARCHABLE_ROLES = ("user", "assistant")
+SCOPES = ("messages", "tools")
+"""``search.*`` scopes: user/assistant text (the default index) or tool output (schema v28)."""
 MAX_SESSION_LIMIT = 100
 MAX_MESSAGE_LIMIT = 500
 MAX_SNIPPETS_PER_SESSION = 10
@@ -114,6 +119,7 @@ _FROM_FTS = (
     "WHERE messages_fts MATCH :fts AND"
 )
 _FROM_SCAN = "messages AS m NOT INDEXED WHERE"
+_DETAIL_RE = re.compile(r"\bdetail\s*=\s*'?(\w+)", re.IGNORECASE)
 # Newest first through idx_messages_created, each row asked of the trigram index
 # (search.query for a trigram with very many hits, see _dense).
 _FROM_CREATED_WALK = (
@@ -173,8 +179,12 @@ def search_sessions(
     limit: int = 20,
     cursor: str | None = None,
     snippets_per_session: int = 3,
+    scope: str = "messages",
 ) -> dict[str, Any]:
     """``search.sessions``: sessions whose messages, title or project match.
+
+    ``scope="tools"`` counts and shows tool rows whose output matches instead
+    of user/assistant messages (``tool_output``, see :func:`search_tool_hits`).
 
     Returns ``{results: [{sessionId, title, projectPath, titleMatch,
     projectMatch, messageMatches, snippets: [{messageId, role, seq,
@@ -187,34 +197,95 @@ def search_sessions(
     q = normalize_query(query)
     _check_int("limit", limit, 1, MAX_SESSION_LIMIT)
     _check_int("snippetsPerSession", snippets_per_session, 0, MAX_SNIPPETS_PER_SESSION)
+    _check_scope(scope)
     plan = plan_query(q)
-    fingerprint = query_fingerprint("sessions", plan.folded)
+    fingerprint = query_fingerprint("sessions", plan.folded, *_scope_part(scope))
     after = decode_cursor(cursor, "sessions", fingerprint, (int, str)) if cursor is not None else None
     params = _params(plan)
     with _read_snapshot(conn):
-        title_match = _match_sql("s.title", plan)
-        # Projects are matched once each (a set computed once per statement), not
-        # once per session; titles once per session. Title/project matches are
-        # few: filtered in SQL, not fetched for every session.
-        in_project = (
-            "s.project_id IN (SELECT p.id FROM projects AS p "
-            f"WHERE ({_match_sql('p.path', plan)}) OR ({_match_sql('p.name', plan)}))"
-        )
-        flagged = {
-            sid: _Flag(bool(tm), bool(pm), ordinal)
-            for sid, tm, pm, ordinal in conn.execute(
-                f"SELECT s.id, {title_match}, {in_project}, s.ordinal FROM sessions AS s "
-                f"WHERE s.deleted_at IS NULL AND ({title_match} OR {in_project})",
-                params,
-            )
-        }
-        if plan.fts_exact:
-            found = _trigram_matches(conn, plan)
+        flagged = _flagged(conn, plan, params)
+        if scope == "tools":
+            hits = search_tool_hits(conn, plan)
+            found = _Found(plan, _counts_of_hits(hits), hits=hits, text_table="tool_output")
+        elif plan.fts_exact:
+            found = _trigram_matches(conn, plan, index_positions(conn))
         else:
             found = _scan_matches(conn, plan, params)
-        matched, page, remaining_more = _matched_page(conn, found.counts, flagged, after, limit)
-        labels = _titles_and_paths(conn, [h.session_id for h in page])
-        snippets = found.snippets(conn, page, snippets_per_session)
+        return _sessions_reply(conn, found, flagged, after, fingerprint, limit, snippets_per_session)
+
+
+def _check_scope(scope: object) -> None:
+    if scope not in SCOPES:
+        raise InvalidInput(f"scope must be one of {', '.join(SCOPES)}", data={"field": "scope"})
+
+
+def _scope_part(scope: str) -> tuple[str, ...]:
+    """What a scope adds to a cursor's fingerprint (nothing for the default: old cursors stay valid)."""
+    return () if scope == "messages" else (f"scope:{scope}",)
+
+
+# Tool output search (schema v28): the candidates of an fts_exact plan come from
+# tool_fts (every trigram of the query, no positions), the others from a scan of
+# tool_output; every candidate's text is checked with the scan's exact predicate.
+_FROM_TOOL_FTS = (
+    "tool_fts CROSS JOIN tool_output AS t ON t.mid = tool_fts.rowid "
+    "CROSS JOIN messages AS m ON m.mid = t.mid WHERE tool_fts MATCH :tfts AND"
+)
+_FROM_TOOL_SCAN = "tool_output AS t CROSS JOIN messages AS m ON m.mid = t.mid WHERE"
+
+
+def _tool_source(plan: QueryPlan, params: dict[str, Any]) -> str:
+    if plan.fts_exact:
+        params["tfts"] = _candidates_expression(plan)
+        return _FROM_TOOL_FTS
+    return _FROM_TOOL_SCAN
+
+
+def search_tool_hits(conn: sqlite3.Connection, plan: QueryPlan) -> list[int]:
+    """The mids (ascending) of every tool row whose output (``tool_output.text``)
+    matches, tombstoned rows excluded (trashed sessions are NOT filtered here).
+    Runs inside the caller's read snapshot (:func:`_read_snapshot`)."""
+    params = _params(plan)
+    source = _tool_source(plan, params)
+    blob = conn.execute(
+        f"SELECT group_concat(m.mid) FROM {source} m.deleted = 0 AND {_match_sql('t.text', plan)}", params
+    ).fetchone()[0]
+    return sorted(int(x) for x in blob.split(",")) if blob else []
+
+
+def _flagged(conn: sqlite3.Connection, plan: QueryPlan, params: dict[str, Any]) -> dict[str, _Flag]:
+    """The live sessions whose title or project (path or name) matches."""
+    title_match = _match_sql("s.title", plan)
+    # Projects are matched once each (a set computed once per statement), not
+    # once per session; titles once per session. Title/project matches are
+    # few: filtered in SQL, not fetched for every session.
+    in_project = (
+        "s.project_id IN (SELECT p.id FROM projects AS p "
+        f"WHERE ({_match_sql('p.path', plan)}) OR ({_match_sql('p.name', plan)}))"
+    )
+    return {
+        sid: _Flag(bool(tm), bool(pm), ordinal)
+        for sid, tm, pm, ordinal in conn.execute(
+            f"SELECT s.id, {title_match}, {in_project}, s.ordinal FROM sessions AS s "
+            f"WHERE s.deleted_at IS NULL AND ({title_match} OR {in_project})",
+            params,
+        )
+    }
+
+
+def _sessions_reply(
+    conn: sqlite3.Connection,
+    found: _Found,
+    flagged: dict[str, _Flag],
+    after: tuple[Any, ...] | list[Any] | None,
+    fingerprint: str,
+    limit: int,
+    snippets_per_session: int,
+) -> dict[str, Any]:
+    """The ``search.sessions`` reply for these matches (inside the caller's read snapshot)."""
+    matched, page, remaining_more = _matched_page(conn, found.counts, flagged, after, limit)
+    labels = _titles_and_paths(conn, [h.session_id for h in page])
+    snippets = found.snippets(conn, page, snippets_per_session)
     results = [
         {
             "sessionId": h.session_id,
@@ -302,6 +373,8 @@ class _Found:
     hits: list[int] | None = None
     rejected: frozenset[int] = frozenset()
     params: dict[str, Any] | None = None
+    text_table: str = "messages"
+    """Where the snippets' text is (``tool_output`` for tool output search)."""
 
     def snippets(self, conn: sqlite3.Connection, page: list[_SessionHit], n: int) -> dict[str, list[dict[str, Any]]]:
         """The first ``n`` matching messages (by seq) of each page session."""
@@ -319,6 +392,8 @@ class _Found:
                 i = bisect.bisect_left(self.hits, lo)
                 wanted.extend(mid for mid in self.hits[i : i + n] if mid < hi)
                 continue
+            if self.text_table != "messages":
+                raise ValueError("counts without hits are for the messages index only")
             skip = sum(1 for mid in self.rejected if lo <= mid < hi)
             rows = conn.execute(
                 "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? AND rowid >= ? AND rowid < ? "
@@ -326,7 +401,7 @@ class _Found:
                 (self.plan.fts, lo, hi, n + skip),
             )
             wanted.extend([r[0] for r in rows if r[0] not in self.rejected][:n])
-        return _snippet_rows(conn, self.plan, wanted)
+        return _snippet_rows(conn, self.plan, wanted, self.text_table)
 
 
 def _fts_expression(conn: sqlite3.Connection, plan: QueryPlan) -> str:
@@ -367,13 +442,55 @@ def _fts_expression(conn: sqlite3.Connection, plan: QueryPlan) -> str:
     return " OR ".join(parts)
 
 
-def _trigram_matches(conn: sqlite3.Connection, plan: QueryPlan) -> _Found:
+def index_positions(conn: sqlite3.Connection) -> bool:
+    """Does ``messages_fts`` keep token positions (FTS5 ``detail=full``, the default)?
+
+    Without positions (``detail=none``/``column``) FTS5 refuses phrase and
+    ``NEAR`` queries of more than one trigram: a longer query then asks for
+    every one of its trigrams (``_candidates_expression``) and each candidate
+    row's text is checked with the predicate in SQL (``_filtered_hits``).
+    """
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'messages_fts'").fetchone()
+    if row is None or not row[0]:
+        return True
+    match = _DETAIL_RE.search(str(row[0]))
+    return match is None or match.group(1).lower() == "full"
+
+
+def _candidates_expression(plan: QueryPlan) -> str:
+    """An FTS5 expression for an index without positions: each phrase's distinct
+    trigrams AND-ed, the phrases OR-ed. Its rows are a superset of the phrase
+    query's (every trigram of a matching text is in the index)."""
+    parts = []
+    for phrase in plan.fts_phrases:
+        grams = list(dict.fromkeys(phrase[i : i + 3] for i in range(len(phrase) - 2)))
+        parts.append("(" + " AND ".join(fts_phrase(g) for g in grams) + ")")
+    return " OR ".join(parts)
+
+
+def _trigram_matches(conn: sqlite3.Connection, plan: QueryPlan, positions: bool) -> _Found:
     """Matches of a ``fts_exact`` plan (trashed sessions are NOT filtered here)."""
     n_hazard = int(conn.execute("SELECT count(*) FROM search_hazard").fetchone()[0])
     if len(plan.folded) <= _COUNTS_MODE_MAX_CHARS and n_hazard <= _HAZARD_PROBE_MAX:
         return _trigram_counts(conn, plan, n_hazard)
-    hits = _exact_hits(conn, plan, n_hazard)
+    hits = _exact_hits(conn, plan, n_hazard) if positions else _filtered_hits(conn, plan)
     return _Found(plan, _counts_of_hits(hits), hits=hits)
+
+
+def _filtered_hits(conn: sqlite3.Connection, plan: QueryPlan) -> list[int]:
+    """The mids (ascending) of every searchable message matching a ``fts_exact`` plan,
+    from an index without positions: the rows holding all of the query's trigrams,
+    each one's text checked in SQL with the scan's exact predicate (``_match_sql``,
+    which also settles the hazard rows). Trashed sessions are NOT filtered here."""
+    blob = conn.execute(
+        f"SELECT group_concat(m.mid) FROM {_FROM_FTS} {_match_sql('m.text', plan)}",
+        {**_params(plan), "fts": _candidates_expression(plan)},
+    ).fetchone()[0]
+    if not blob:
+        return []
+    hits = [int(x) for x in blob.split(",")]
+    hits.sort()
+    return hits
 
 
 def _trigram_counts(conn: sqlite3.Connection, plan: QueryPlan, n_hazard: int) -> _Found:
@@ -538,12 +655,18 @@ def _rejected_hazards(conn: sqlite3.Connection, plan: QueryPlan, suspects: list[
     return rejected
 
 
-def _snippet_rows(conn: sqlite3.Connection, plan: QueryPlan, wanted: list[int]) -> dict[str, list[dict[str, Any]]]:
+def _snippet_rows(
+    conn: sqlite3.Connection, plan: QueryPlan, wanted: list[int], text_table: str = "messages"
+) -> dict[str, list[dict[str, Any]]]:
     """Snippets of the given mids, grouped by session, in mid (= seq) order."""
     out: dict[str, list[dict[str, Any]]] = {}
+    source = "messages AS m" if text_table == "messages" else "messages AS m JOIN tool_output AS t ON t.mid = m.mid"
+    column = "m.text" if text_table == "messages" else "t.text"
     for marks, chunk in in_chunks(wanted):
         for sid, msg_id, role, seq, text in conn.execute(
-            f"SELECT session_id, id, role, seq, text FROM messages WHERE mid IN ({marks}) ORDER BY mid", chunk
+            f"SELECT m.session_id, m.id, m.role, m.seq, {column} FROM {source} WHERE m.mid IN ({marks}) "
+            "ORDER BY m.mid",
+            chunk,
         ):
             out.setdefault(sid, []).append(
                 {"messageId": msg_id, "role": role, "seq": seq,
@@ -609,8 +732,12 @@ def search_messages(
     session_id: str | None = None,
     limit: int = 50,
     cursor: str | None = None,
+    scope: str = "messages",
 ) -> dict[str, Any]:
     """``search.query``: matching messages, newest first.
+
+    ``scope="tools"``: tool rows whose output matches, newest first, the
+    snippet cut from the output (see :func:`search_tool_hits`).
 
     Returns ``{results: [{sessionId, messageId, role, seq, snippet,
     createdAt}], nextCursor}`` (``createdAt`` in integer ms, as in the index).
@@ -628,10 +755,14 @@ def search_messages(
     _check_int("limit", limit, 1, MAX_MESSAGE_LIMIT)
     if session_id is not None:
         validate_session_id(session_id)
+    _check_scope(scope)
     plan = plan_query(q)
-    fingerprint = query_fingerprint("messages", plan.folded, session_id)
+    fingerprint = query_fingerprint("messages", plan.folded, session_id, *_scope_part(scope))
     after = decode_cursor(cursor, "messages", fingerprint, (int, int)) if cursor is not None else None
     params = {**_params(plan), "sid": session_id, "lim": limit + 1}
+    if scope == "tools":
+        return _tool_messages(conn, plan, params, session_id, after, fingerprint, limit)
+    positions = True
     if plan.fts_exact:
         # Trigram hits are searchable rows that match, except hazard rows.
         where = [f"(m.mid NOT IN (SELECT mid FROM search_hazard) OR {_FOLD_FN}(m.text, :fq))"]
@@ -653,6 +784,11 @@ def search_messages(
         where.append("(m.created_at, m.mid) < (:after_at, :after_mid)")
         params["after_at"], params["after_mid"] = after
     with _read_snapshot(conn):
+        if plan.fts_exact and len(plan.folded) > _COUNTS_MODE_MAX_CHARS and not index_positions(conn):
+            # No positions: every trigram of the query, each candidate's text checked.
+            positions = False
+            where[0] = _match_sql("m.text", plan)
+            params["fts"] = _candidates_expression(plan)
         if session_id is not None:
             live = conn.execute(
                 "SELECT ordinal FROM sessions WHERE id = ? AND deleted_at IS NULL", (session_id,)
@@ -663,7 +799,8 @@ def search_messages(
                 params["lo"] = int(live[0]) << MID_SEQ_BITS
                 params["hi"] = (int(live[0]) + 1) << MID_SEQ_BITS
         if plan.fts_exact and session_id is None:
-            params["fts"] = _fts_expression(conn, plan)
+            if positions:
+                params["fts"] = _fts_expression(conn, plan)
             if _dense(conn, plan, params["fts"], limit):
                 source = _FROM_CREATED_WALK
                 if after is not None:
@@ -673,6 +810,50 @@ def search_messages(
             f"{' AND '.join(where)} ORDER BY m.created_at DESC, m.mid DESC LIMIT :lim",
             params,
         ).fetchall()
+    return _messages_reply(plan, rows, fingerprint, limit)
+
+
+def _live_ordinal(conn: sqlite3.Connection, session_id: str) -> int:
+    live = conn.execute("SELECT ordinal FROM sessions WHERE id = ? AND deleted_at IS NULL", (session_id,)).fetchone()
+    if live is None:
+        raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
+    return int(live[0])
+
+
+def _tool_messages(
+    conn: sqlite3.Connection,
+    plan: QueryPlan,
+    params: dict[str, Any],
+    session_id: str | None,
+    after: tuple[Any, ...] | list[Any] | None,
+    fingerprint: str,
+    limit: int,
+) -> dict[str, Any]:
+    """``search.query`` with ``scope="tools"``: tool rows whose output matches, newest first."""
+    source = _tool_source(plan, params)
+    where = ["m.deleted = 0", _match_sql("t.text", plan)]
+    if session_id is None:
+        where.append("m.session_id NOT IN (SELECT id FROM sessions WHERE deleted_at IS NOT NULL)")
+    else:
+        where.append("m.mid >= :lo AND m.mid < :hi")
+    if after is not None:
+        where.append("(m.created_at, m.mid) < (:after_at, :after_mid)")
+        params["after_at"], params["after_mid"] = after
+    with _read_snapshot(conn):
+        if session_id is not None:
+            ordinal = _live_ordinal(conn, session_id)
+            params["lo"] = ordinal << MID_SEQ_BITS
+            params["hi"] = (ordinal + 1) << MID_SEQ_BITS
+        rows = conn.execute(
+            f"SELECT m.mid, m.id, m.session_id, m.role, m.seq, t.text, m.created_at FROM {source} "
+            f"{' AND '.join(where)} ORDER BY m.created_at DESC, m.mid DESC LIMIT :lim",
+            params,
+        ).fetchall()
+    return _messages_reply(plan, rows, fingerprint, limit)
+
+
+def _messages_reply(plan: QueryPlan, rows: list[Any], fingerprint: str, limit: int) -> dict[str, Any]:
+    """The ``search.query`` reply from up to ``limit + 1`` rows (mid, id, session, role, seq, text, created)."""
     page = rows[:limit]
     next_cursor = None
     if len(rows) > limit:

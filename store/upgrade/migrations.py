@@ -58,6 +58,7 @@ from store.upgrade.schema import (
     DDL_V24,
     DDL_V25,
     DDL_V26,
+    DDL_V27,
     MAX_SEQ,
     MID_SEQ_BITS,
     SCHEMA_VERSION,
@@ -71,6 +72,7 @@ from store.upgrade.schema import (
     V25_ADDITIONS,
     V26_ADDITIONS,
     V27_ADDITIONS,
+    V28_TOOL_SEARCH,
     apply_schema,
     hazard_sql,
     searchable_sql,
@@ -229,6 +231,18 @@ def _v27_thread_meta(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _v28_tool_search(conn: sqlite3.Connection) -> None:
+    """Tool output search: its table, index and triggers. Tool rows indexed before
+    hold no output row: each session with tool rows is reindexed from its
+    transcript at the next boot (``indexed_len = 0`` asks for the full pass),
+    which fills ``tool_output`` for them."""
+    for statement in V28_TOOL_SEARCH:
+        conn.execute(statement)
+    conn.execute(
+        "UPDATE sessions SET indexed_len = 0 WHERE id IN (SELECT session_id FROM messages WHERE role = 'tool')"
+    )
+
+
 def _v20_from_seed(conn: sqlite3.Connection) -> None:
     """Seed v19 → our v20: every table to its v20 definition, every row kept.
 
@@ -300,8 +314,15 @@ STEPS: tuple[MigrationStep, ...] = (
         destructive=False,
         apply=_v27_thread_meta,
     ),
+    MigrationStep(
+        to_version=28,
+        description="tool output search: tool_output and its own trigram index (sessions with tool rows "
+                    "reindexed at the next boot)",
+        destructive=False,
+        apply=_v28_tool_search,
+    ),
 )
-"""This host's own steps, 20 → 21 → … → 27 (immutable on purpose)."""
+"""This host's own steps, 20 → 21 → … → 28 (immutable on purpose)."""
 
 
 def seed_steps(platform: str | None = None) -> tuple[MigrationStep, ...]:
@@ -338,8 +359,8 @@ def chain_steps(platform: str | None = None) -> tuple[MigrationStep, ...]:
 
 
 def ddl_for_version(version: int) -> tuple[str, ...]:
-    """The DDL of a layout this build knows exactly (20 … 26 and ``SCHEMA_VERSION``)."""
-    known = {20: DDL_V20, 21: DDL_V21, 22: DDL_V22, 23: DDL_V23, 24: DDL_V24, 25: DDL_V25, 26: DDL_V26,
+    """The DDL of a layout this build knows exactly (20 … 27 and ``SCHEMA_VERSION``)."""
+    known = {20: DDL_V20, 21: DDL_V21, 22: DDL_V22, 23: DDL_V23, 24: DDL_V24, 25: DDL_V25, 26: DDL_V26, 27: DDL_V27,
              SCHEMA_VERSION: DDL}
     if version not in known:
         raise ValueError(f"no DDL kept for schema version {version} (known: {', '.join(map(str, known))})")

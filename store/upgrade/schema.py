@@ -44,6 +44,12 @@ Version history kept here (older layouts are archived, never migrated; see
   ``attachment_refs`` gains ``origin`` (``client`` or where a GC scan found
   it: ``transcript`` | ``revision`` | ``checkpoint`` | ``queue``) and
   ``evicted_at`` (the reference was marked before the bytes went).
+* v27 — seed 000 thread metadata (``thread_meta``) and the turn input bound
+  to its run snapshot (``run_snapshots.input_json``/``input_digest``).
+* v28 — tool output search (opt-in, ``scope: "tools"``): ``tool_output``
+  (a tool row's output text, bounded, keyed by ``messages.mid``) and its own
+  trigram index ``tool_fts`` (contentless, ``detail=none``), kept in step by
+  triggers; the default index is unchanged.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ from collections.abc import Sequence
 
 from store.search.search_text import TRIGRAM_TEXT_HAZARDS
 
-SCHEMA_VERSION = 27
+SCHEMA_VERSION = 28
 
 # --- seed §4.1 – §4.5 -------------------------------------------------------
 
@@ -872,7 +878,44 @@ V27_ADDITIONS: tuple[str, ...] = (
 so a rebuilt index keeps it), and seed 000 §4's turn input bound to its run snapshot (nullable
 columns: older snapshots have none)."""
 
-DDL: tuple[str, ...] = DDL_V26 + V27_ADDITIONS
+DDL_V27: tuple[str, ...] = DDL_V26 + V27_ADDITIONS
+"""The v27 layout."""
+
+# --- v28: tool output search (opt-in) ----------------------------------------------
+#
+# Tool rows keep ``messages.text`` NULL (seed §4.7: the default index holds
+# user/assistant text only). Their output text, bounded, lives in its own table
+# and its own trigram index, so ``search.* scope "tools"`` never touches the
+# default index or its figures. No positions (``detail=none``): every query's
+# candidates are checked against ``tool_output.text`` with the search predicate.
+# A message row's deletion takes its output row along (a trigger, not a foreign
+# key: ``messages`` tables are rebuilt by migrations).
+_TOOL_OUTPUT = "CREATE TABLE tool_output (mid INTEGER PRIMARY KEY, text TEXT NOT NULL)"
+_TOOL_FTS = """
+CREATE VIRTUAL TABLE tool_fts USING fts5(
+  text,
+  content='', detail=none,
+  tokenize='trigram'
+)
+"""
+_TRIGGERS_TOOL = (
+    """CREATE TRIGGER tool_output_ai AFTER INSERT ON tool_output
+  BEGIN INSERT INTO tool_fts(rowid, text) VALUES (new.mid, new.text); END""",
+    """CREATE TRIGGER tool_output_ad AFTER DELETE ON tool_output
+  BEGIN INSERT INTO tool_fts(tool_fts, rowid, text) VALUES ('delete', old.mid, old.text); END""",
+    """CREATE TRIGGER tool_output_au AFTER UPDATE ON tool_output
+  BEGIN
+    INSERT INTO tool_fts(tool_fts, rowid, text) VALUES ('delete', old.mid, old.text);
+    INSERT INTO tool_fts(rowid, text) VALUES (new.mid, new.text);
+  END""",
+    """CREATE TRIGGER messages_tool_output_ad AFTER DELETE ON messages
+  BEGIN DELETE FROM tool_output WHERE mid = old.mid; END""",
+)
+
+V28_TOOL_SEARCH: tuple[str, ...] = _strip((_TOOL_OUTPUT, _TOOL_FTS, *_TRIGGERS_TOOL))
+"""What the v28 step creates for tool output search."""
+
+DDL: tuple[str, ...] = DDL_V27 + V28_TOOL_SEARCH
 """The full current DDL (``SCHEMA_VERSION``), in creation order."""
 
 

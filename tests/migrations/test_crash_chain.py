@@ -24,7 +24,7 @@ from tests.migrations.dbcheck import file_layout, host_layout, open_copy, seed_l
 from tests.migrations.seedkit import after_boot, assert_rows_present, build_seed_dir, expected_rows
 
 CHAIN_FROM_7 = [(7, 8), (8, 11), (11, 14), (14, 15), (15, 16), (16, 17), (17, 18), (18, 19), (19, 20), (20, 21),
-                (21, 22), (22, 23), (23, 24), (24, 25), (25, 26), (26, 27)]
+                (21, 22), (22, 23), (23, 24), (24, 25), (25, 26), (26, 27), (27, 28)]
 TAKES_BACKUP = {7, 8, 11, 14, 15, 16, 17, 18, 19, 21}
 
 
@@ -72,7 +72,7 @@ def test_sigkill_at_every_step_leaves_one_version_and_the_chain_completes(tmp_pa
                             .fetchone()[0])
     finally:
         conn.close()
-    assert report["database"]["steps"] == [27]  # the last kill was inside 26→27
+    assert report["database"]["steps"] == [28]  # the last kill was inside 27→28
     assert seed.file_bytes() == seed.files
     # every kill after a backup left one; a repeated backup of a version never replaces the first
     names = {p.name for p in data.iterdir() if ".bak" in p.name}

@@ -24,7 +24,7 @@ SEED_TABLES = {
 OUR_TABLES = {
     "compactions", "command_receipts", "run_snapshots", "attachment_blobs",
     "attachment_refs", "boot_reports", "search_hazard", "approvals", "interactions",
-    "permission_rules", "thread_meta",
+    "permission_rules", "thread_meta", "tool_output", "tool_fts",
 }  # fmt: skip
 SEED_INDEXES = {
     "idx_providers_owner", "idx_sessions_updated", "idx_sessions_project",
@@ -37,7 +37,8 @@ SEED_INDEXES = {
     "idx_audit_session", "idx_notifications_created", "idx_notifications_unread",
 }  # fmt: skip
 SEED_TRIGGERS = {"messages_ai", "messages_ad", "messages_au"}
-OUR_TRIGGERS = {"messages_mid_insert", "messages_mid_update", "sessions_ordinal"}
+OUR_TRIGGERS = {"messages_mid_insert", "messages_mid_update", "sessions_ordinal", "tool_output_ai", "tool_output_ad",
+                "tool_output_au", "messages_tool_output_ad"}
 
 
 @pytest.fixture
@@ -66,9 +67,9 @@ def _columns(conn: sqlite3.Connection, table: str) -> dict[str, tuple[str, int, 
 
 
 def test_fresh_schema_has_every_seed_table_index_and_trigger(db: sqlite3.Connection) -> None:
-    assert user_version(db) == SCHEMA_VERSION == 27
+    assert user_version(db) == SCHEMA_VERSION == 28
     tables = _names(db, "table")
-    fts_shadow = {t for t in tables if t.startswith("messages_fts_")}
+    fts_shadow = {t for t in tables if t.startswith(("messages_fts_", "tool_fts_"))}
     assert tables - fts_shadow == SEED_TABLES | OUR_TABLES
     assert SEED_INDEXES | {"idx_messages_turn", "idx_sessions_ordinal", "idx_messages_created"} <= _names(db, "index")
     assert _names(db, "trigger") == SEED_TRIGGERS | OUR_TRIGGERS

@@ -1857,6 +1857,7 @@ class SearchQueryParams(TypedDict):
     sessionId: NotRequired[str | None]
     limit: NotRequired[int]
     cursor: NotRequired[str | None]
+    scope: NotRequired[Literal["messages", "tools"]]
 
 
 class SearchQueryResult(TypedDict):
@@ -1868,6 +1869,7 @@ class SearchSessionsParams(TypedDict):
     query: str
     limit: NotRequired[int]
     cursor: NotRequired[str | None]
+    scope: NotRequired[Literal["messages", "tools"]]
 
 
 class SearchSessionsResult(TypedDict):
@@ -3393,7 +3395,7 @@ class SearchMethods:
     def __init__(self, call: CallFn) -> None:
         self._call = call
 
-    async def sessions(self, *, query: str, limit: int | None = None, cursor: str | None = None) -> SearchSessionsResult:
+    async def sessions(self, *, query: str, limit: int | None = None, cursor: str | None = None, scope: Literal["messages", "tools"] | None = None) -> SearchSessionsResult:
         """``search.sessions``: Find sessions by title, project path and message text."""
         params: dict[str, Any] = {}
         params["query"] = query
@@ -3401,9 +3403,11 @@ class SearchMethods:
             params["limit"] = limit
         if cursor is not None:
             params["cursor"] = cursor
+        if scope is not None:
+            params["scope"] = scope
         return cast(SearchSessionsResult, await self._call("search.sessions", params, False))
 
-    async def query(self, *, query: str, session_id: str | None = None, limit: int | None = None, cursor: str | None = None) -> SearchQueryResult:
+    async def query(self, *, query: str, session_id: str | None = None, limit: int | None = None, cursor: str | None = None, scope: Literal["messages", "tools"] | None = None) -> SearchQueryResult:
         """``search.query``: Find messages (optionally within one session)."""
         params: dict[str, Any] = {}
         params["query"] = query
@@ -3413,6 +3417,8 @@ class SearchMethods:
             params["limit"] = limit
         if cursor is not None:
             params["cursor"] = cursor
+        if scope is not None:
+            params["scope"] = scope
         return cast(SearchQueryResult, await self._call("search.query", params, False))
 
 

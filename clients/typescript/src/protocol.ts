@@ -2362,6 +2362,8 @@ export interface SearchQueryParams {
   sessionId?: string | null;
   limit?: number;
   cursor?: string | null;
+  /** What is searched: "messages" (default): user and assistant text; "tools": tool rows' output (results and error strings, the first 65,536 characters of each), from an index of its own. */
+  scope?: "messages" | "tools";
 }
 
 export interface SearchQueryResult {
@@ -2374,6 +2376,8 @@ export interface SearchSessionsParams {
   query: string;
   limit?: number;
   cursor?: string | null;
+  /** What is searched: "messages" (default): user and assistant text; "tools": tool rows' output (results and error strings, the first 65,536 characters of each), from an index of its own. */
+  scope?: "messages" | "tools";
 }
 
 export interface SearchSessionsResult {
