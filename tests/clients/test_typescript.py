@@ -10,6 +10,10 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "clients" / "typescript"
 
+# one worker for the three: they share the package's node_modules (the first installs it) and its
+# tsconfig, whose examples/ the other two add a file to while they check
+pytestmark = pytest.mark.xdist_group("typescript")
+
 
 def _tsc() -> Path:
     if shutil.which("node") is None or shutil.which("npm") is None:
