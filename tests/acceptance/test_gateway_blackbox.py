@@ -23,10 +23,6 @@ from runtime.client import RpcError, open_client
 from tests.gateway.conftest import connect, raw_upgrade
 from tests.hostkit import REPO, HostProcess, msg, start_host_process
 
-# one worker runs this module's tests: they share the host process of the module fixture below,
-# made once rather than once per worker
-pytestmark = pytest.mark.xdist_group("test_gateway_blackbox")
-
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:

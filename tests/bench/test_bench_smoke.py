@@ -41,11 +41,6 @@ def _positive(tree: dict[str, Any], dotted: str) -> float:
     return float(value)
 
 
-# one worker runs this module's tests: they share the bench run of the module fixture below,
-# made once rather than once per worker
-pytestmark = pytest.mark.xdist_group("test_bench_smoke")
-
-
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("bench") / "out"

@@ -115,11 +115,6 @@ def _setup(method: str, root: Path) -> Vars:
         _stop(proc)
 
 
-# one worker runs this module's tests: they share the prepared data directories of the module fixture below,
-# made once rather than once per worker
-pytestmark = pytest.mark.xdist_group("test_file_first_kill")
-
-
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Vars]]:
     """One data directory per method with its scenario's state, made once (copied per case)."""

@@ -26,11 +26,6 @@ SEED = 22
 CYCLES = 6
 
 
-# one worker runs this module's tests: they share the one chaos history run of the module fixture below,
-# made once rather than once per worker
-pytestmark = pytest.mark.xdist_group("test_history_mode")
-
-
 @pytest.fixture(scope="module")
 def history_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Path]:
     workdir = tmp_path_factory.mktemp("history")

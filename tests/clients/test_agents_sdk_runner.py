@@ -35,11 +35,6 @@ function_call = testing.function_call
 RUNNERS = ["run", "run_streamed"]
 
 
-# one worker runs this module's tests: they share the host process of the module fixture below,
-# made once rather than once per worker
-pytestmark = pytest.mark.xdist_group("test_agents_sdk_runner")
-
-
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("agents-sdk-host")

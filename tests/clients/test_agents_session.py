@@ -50,11 +50,6 @@ class Host:
     data_dir: Path
 
 
-# one worker runs this module's tests: they share the host process of the module fixture below,
-# made once rather than once per worker
-pytestmark = pytest.mark.xdist_group("test_agents_session")
-
-
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
     data_dir = tmp_path_factory.mktemp("agents-host")

@@ -32,10 +32,6 @@ from tests.doctor.doctorkit import (
     snapshot,
 )
 
-# one worker runs this module's tests: they share the template data directory of the module fixture below,
-# made once rather than once per worker
-pytestmark = pytest.mark.xdist_group("test_doctor")
-
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:

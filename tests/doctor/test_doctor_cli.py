@@ -16,10 +16,6 @@ from runtime.datadir import DataDir
 from tests.doctor.doctorkit import ATTACHMENT_SHA, build_template, cli, copy_dir, db, snapshot
 from tests.hostkit import REPO, start_host_process
 
-# one worker runs this module's tests: they share the template data directory of the module fixture below,
-# made once rather than once per worker
-pytestmark = pytest.mark.xdist_group("test_doctor_cli")
-
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
