@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "clients" / "typescript"
+# The three checks share the package's node_modules (the first installs it) and its tsconfig, whose
+# examples/ two of them add a file to while they check: they stay in this one module, which
+# ./scripts/test runs on one worker (--dist loadfile).
 
 
 def _tsc() -> Path:

@@ -115,10 +115,12 @@ async def test_worst_batches_keep_rss_growth_under_300_mb(tmp_path: Path) -> Non
             async with trio.open_nursery() as n:
                 n.start_soon(sample)
                 n.start_soon(honest)
+                attack_started = time.monotonic()
                 async with trio.open_nursery() as attack:
                     attack.start_soon(never_reads)
                     attack.start_soon(reads_slowly)
                     attack.start_soon(never_reads)
+                attack_seconds = time.monotonic() - attack_started
                 await trio.sleep(0.5)
                 done.set()
             growth = peak - baseline
@@ -129,10 +131,14 @@ async def test_worst_batches_keep_rss_growth_under_300_mb(tmp_path: Path) -> Non
             print(f"\nRSS baseline {baseline / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB, growth "
                   f"{growth / 2**20:.0f} MiB, of it allocated (not file-mapped) {allocated / 2**20:.0f} MiB "
                   f"(bound {BOUND / 2**20:.0f}); honest calls {len(honest_latency)}, "
-                  f"slowest {worst * 1000:.0f} ms; " + ", ".join(
+                  f"slowest {worst * 1000:.0f} ms, attack {attack_seconds:.1f} s; " + ", ".join(
                       f"{k} {base_parts[k] / 2**20:.0f}->{peaks[k] / 2**20:.0f} MiB" for k in sorted(peaks)))
             assert allocated < BOUND, f"allocated RSS grew by {allocated / 2**20:.0f} MiB"
-            assert len(honest_latency) >= 5 and worst < 10
+            # the honest client is answered all through the attack: no call waits 10 s, or, on a machine so
+            # loaded that the attack itself takes minutes (other processes' load stretches both alike), a
+            # quarter of the attack (a starved client would wait for all of it)
+            assert len(honest_latency) >= 5 and worst < max(10.0, attack_seconds / 4), (
+                f"an honest call waited {worst:.1f} s during a {attack_seconds:.1f} s attack")
             async with open_client(host.url, host.token, client_id="after", client_kind="test") as c:
                 status = await c.call("host.status", {})
                 assert status["gateway"]["slowConsumerCloses"] >= 1
