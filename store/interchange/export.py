@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from store.attachments import AttachmentFiles
+from store.attachments import AttachmentFiles, mark_evicted_blocks
 from store.config.secrets import SecretStore, list_meta
 from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge, classify_os_error
 from store.fsutil import fsync_dir
@@ -188,7 +188,7 @@ class SessionView:
                 break
             live = [r for r in window if not r[4] and r[2] is not None]
             for row, raw in zip(live, read_spans(self.path, [(r[2], r[3]) for r in live]), strict=True):
-                record = loads_line(raw)
+                record = mark_evicted_blocks(self.conn, loads_line(raw))  # seed 000 §2.3, as session.get
                 yield record, self.checkpoints.pop(row[1], [])
             start = window[-1][0]
 

@@ -109,3 +109,23 @@ async def test_session_get_marks_the_streaming_reply_blocks_of_evicted_blobs(tmp
             assert block["ref"] == f"attachments/{gone}" and block["evicted"] is True
             [block] = _blocks(got["messages"])
             assert block["evicted"] is True
+
+
+async def test_session_export_marks_blocks_of_evicted_blobs(tmp_path: Path) -> None:
+    """Seed 000 §2.3: "Eviction marks references before deleting bytes." An export (JSONL here) is a read of
+    the transcript too: the block of an evicted blob is exported with ``"evicted": true``, a live one without."""
+    import orjson
+
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            gone_sid, keep_sid, gone, kept = await _evict_one(c)
+            exported = {}
+            for sid in (gone_sid, keep_sid):
+                out = await c.call("session.export", {"sessionId": sid, "format": "jsonl"})
+                lines = [orjson.loads(line) for line in out["content"].splitlines() if line.strip()]
+                exported[sid] = [b for rec in lines for b in rec.get("blocks", []) or []
+                                 if isinstance(b, dict) and b.get("type") == "attachment"]
+    [block] = exported[gone_sid]
+    assert block["ref"] == f"attachments/{gone}" and block["evicted"] is True
+    [block] = exported[keep_sid]
+    assert block["ref"] == f"attachments/{kept}" and "evicted" not in block
