@@ -15,10 +15,15 @@ from runtime.client import HostClient, RpcError, open_client
 from store.rules import MAX_REPLY_BYTES
 from tests.hostile.wire import hello_frame, raw_connection, rss_bytes, rss_parts
 from tests.hostkit import msg, start_host_process
+from tests.soak import soak
 
 TEXT = "the quick brown fox jumps over the lazy dog " * 370  # ~16 KB per message
 HUGE = "x" * (6 * 1024 * 1024)  # one message near the params limit (8 MiB)
 BOUND = 300 * 1024 * 1024
+# CI-sized: both sessions still hold more than one reply may carry (MAX_REPLY_BYTES, 16 MiB), so every capped
+# reply is as large as the limits allow; PIHOST_SOAK=1 fills the full 48 MB of each.
+MANY_COUNT = soak(1100, 3000)  # ~18 MB (CI) / ~48 MB (soak) of 16 KB messages
+HUGE_COUNT = soak(3, 8)  # ~18 MB (CI) / ~48 MB (soak) in 6 MB messages
 
 
 async def _fill(c: HostClient, sid: str, count: int, text: str, per_batch: int) -> None:
@@ -49,9 +54,9 @@ async def test_worst_batches_keep_rss_growth_under_300_mb(tmp_path: Path) -> Non
         with trio.fail_after(600):
             async with open_client(host.url, host.token, client_id="builder", client_kind="agent") as c:
                 many = str((await c.call("session.create", {"title": "many"}))["id"])
-                await _fill(c, many, 3000, TEXT, 64)  # ~48 MB of 16 KB messages
+                await _fill(c, many, MANY_COUNT, TEXT, 64)
                 huge = str((await c.call("session.create", {"title": "huge"}))["id"])
-                await _fill(c, huge, 8, HUGE, 1)  # ~48 MB in 6 MB messages
+                await _fill(c, huge, HUGE_COUNT, HUGE, 1)
                 own = str((await c.call("session.create", {"title": "honest"}))["id"])
                 await _fill(c, own, 100, "a short message", 50)
             await trio.sleep(1.0)

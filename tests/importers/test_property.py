@@ -32,8 +32,9 @@ from store.interchange.imports import import_root, import_unit
 from store.transcripts.transcript import read_transcript
 from tests.importers import gen
 from tests.samplekit import NOW, open_db
+from tests.soak import soak, soaking
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=soak(40, 400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 LINE_FORMATS: dict[str, Callable[[list[gen.Event]], list[bytes]]] = {
     "claude-code": gen.claude_code_lines,
@@ -181,7 +182,7 @@ def test_grown_source_adds_only_its_new_lines(fmt: str, conv: list[gen.Event], d
             assert visible_rows(conn2, sid) == visible_rows(conn, sid)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=soak(60, 600), deadline=None)
 @given(fmt=st.sampled_from(list(LINE_FORMATS)), conv=gen.conversations(), data=st.data())
 def test_truncating_a_generated_source_at_any_byte_never_crashes(fmt: str, conv: list[gen.Event],
                                                                  data: st.DataObject) -> None:
@@ -209,6 +210,20 @@ def parse_all(source: str, path: Path) -> None:
             pass
 
 
+def cut_points(data: bytes) -> list[int]:
+    """Where to cut a sample. CI-sized: the first and last 32 bytes, every line boundary (just after each
+    newline), just before the newline of every line (of every k-th line when there are more than 100) and an
+    even stride of about 100 cuts. Under ``PIHOST_SOAK=1``: every byte (about an hour over all samples)."""
+    if soaking():
+        return list(range(len(data) + 1))
+    newlines = [at for at, byte in enumerate(data) if byte == ord("\n")]
+    edges = {*range(min(33, len(data) + 1)), *range(max(0, len(data) - 32), len(data) + 1)}
+    boundaries = {at + 1 for at in newlines}
+    torn_newline = set(newlines[::max(1, len(newlines) // 100)])
+    stride = set(range(0, len(data) + 1, max(1, len(data) // 100)))
+    return sorted(edges | boundaries | torn_newline | stride)
+
+
 def test_truncating_every_small_sample_at_every_byte_never_crashes(tmp_path: Path) -> None:
     from tests.samplekit import sample_files
 
@@ -216,10 +231,9 @@ def test_truncating_every_small_sample_at_every_byte_never_crashes(tmp_path: Pat
     for source in ("claude-code", "codex", "pi"):
         for sample in sample_files(source):
             data = sample.read_bytes()
-            step = 1 if len(data) <= 6000 else max(1, len(data) // 600)
             cut_path = tmp_path / f"{source}-{sample.name}"
-            for cut in range(0, len(data) + 1, step):
+            for cut in cut_points(data):
                 cut_path.write_bytes(data[:cut])
                 parse_all(source, cut_path)
                 checked += 1
-    assert checked > 10_000
+    assert checked > soak(4_000, 1_000_000)
