@@ -87,13 +87,14 @@ SIZES: Mapping[str, Sizes] = MappingProxyType({
                    search_messages=20_000, search_sessions=100, search_queries=10, search_reps=2,
                    search_brute=3, revision_turns=40, revision_bytes=2048, history_messages=10_000, history_reps=3,
                    import_mb=20.0, import_sessions=8, cli_reps=10),
-    # For the smoke test only: every code path, seconds of work.
+    # For the smoke test only: every code path, seconds of work. One timed round where a round only
+    # repeats what the figures are a median of (the smoke test asserts the report, never the speed).
     "tiny": Sizes("tiny", raw_appends=30, session_appends=30, sessions=5, appends_per_session=4,
-                  window_sizes=(50, 200, 600), window_reps=5, cold_reps=3, sync_appends=20,
+                  window_sizes=(50, 200, 600), window_reps=2, cold_reps=1, sync_appends=20,
                   sync_settings=20, gw_appends=20, gw_clients=5, gw_calls_per_client=4, gw_batches=3,
                   search_messages=2_000, search_sessions=20, search_queries=3, search_reps=1,
-                  search_brute=2, revision_turns=4, revision_bytes=256, history_messages=300, history_reps=2,
-                  import_mb=2.0, import_sessions=4, cli_reps=3),
+                  search_brute=2, revision_turns=4, revision_bytes=256, history_messages=300, history_reps=1,
+                  import_mb=1.0, import_sessions=4, cli_reps=1),
 })
 
 # ----------------------------------------------------------------------------- results

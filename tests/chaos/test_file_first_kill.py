@@ -21,7 +21,7 @@ import pytest
 import trio
 
 from runtime.client import ClientClosed, RpcError, open_client
-from tests.hostkit import HostProcess, start_host_process
+from tests.hostkit import HostProcess, client_for, index_caught_up, inprocess_host, start_host_process
 from tests.pipeline.scenarios import SCENARIOS, Vars, count, decision_lines
 
 Count = Callable[[Path, Vars], int]
@@ -107,31 +107,32 @@ IN_PLACE = {"plans.submit", "attachments.importFile", "review.record", "review.r
 IN_CRASHING_HOST = {"approvals.respond", "interactions.respond", "collab.begin", "session.recoverInflight"}
 
 
-def _setup(method: str, root: Path) -> Vars:
-    """The scenario's state, made by a real host that then stops cleanly."""
-    proc = start_host_process(root)
-    try:
-        async def setup() -> Vars:
-            async with _client(proc, SCENARIOS[method].kind) as c:
-                return await SCENARIOS[method].setup(c, root)
-
-        return trio.run(setup)
-    finally:
-        _stop(proc)
+async def _setup(method: str, root: Path) -> Vars:
+    """The scenario's state, made by a real host that then stops cleanly. The host runs in this
+    process (boot, actors, gateway, the same WebSocket client): a host subprocess per data directory
+    made most of this module's time, and only the crashing and the restarted host need a process."""
+    async with inprocess_host(root) as host, client_for(host, "chaos-file", SCENARIOS[method].kind) as c:
+        v = await SCENARIOS[method].setup(c, root)
+        await index_caught_up(host)  # as a SIGTERM'd host's drain: the index covers every acknowledged append
+        return v
 
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Vars]]:
     """One data directory per method with its scenario's state, made once (copied per case)."""
-    out: dict[str, tuple[Path, Vars]] = {}
     base = tmp_path_factory.mktemp("file-first")
-    for method in CASES:
-        if method in IN_PLACE or method in IN_CRASHING_HOST:
-            continue
-        root = base / method / "data"
-        root.parent.mkdir()
-        out[method] = (root, _setup(method, root))
-    return out
+
+    async def prepare() -> dict[str, tuple[Path, Vars]]:
+        out: dict[str, tuple[Path, Vars]] = {}
+        for method in CASES:
+            if method in IN_PLACE or method in IN_CRASHING_HOST:
+                continue
+            root = base / method / "data"
+            root.parent.mkdir()
+            out[method] = (root, await _setup(method, root))
+        return out
+
+    return trio.run(prepare)
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -152,7 +153,7 @@ async def test_sigkill_between_file_and_commit_then_retry(tmp_path: Path, prepar
     points, effect = CASES[method]
     v: Vars = {}
     if method in IN_PLACE:
-        v = await trio.to_thread.run_sync(_setup, method, root)
+        v = await _setup(method, root)
     elif method not in IN_CRASHING_HOST:
         src, v0 = prepared[method]
         _copy(src, root)
