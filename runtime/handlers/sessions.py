@@ -123,8 +123,9 @@ async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None
     call_id = windows.navigation_call_id(window.target)
     if call_id is not None:
         parent = await ctx.io(windows.navigation_parent, path, call_id, req.content_limit)
-        if parent is not None:
-            reply = with_field(reply, "navigationParent", parent)
+        pos = None if parent is None else await ctx.read(index.position_of, ctx.sid, str(parent.get("id")))
+        if parent is not None and pos is not None:  # a stored message: its seq, as every window row has
+            reply = with_field(reply, "navigationParent", {**parent, "seq": pos + 1})
     return Encoded(reply)  # encoded once from the lines' own bytes; the gateway sends it as it is
 
 

@@ -50,6 +50,7 @@ async def _check(c: Any, sid: str, other: str) -> None:
     assert win["hasMoreBefore"] and win["hasMoreAfter"]
     parent = win["navigationParent"]
     assert parent["id"] == f"m{TASK_AT}"
+    assert parent["seq"] == TASK_AT  # a stored message carries its seq (UiMessage.seq is required)
     assert [b["callId"] for b in parent["blocks"] if b["type"] == "tool_call"] == ["task-1"]
 
     plain = await _around(c, sid, "m100", 21)
