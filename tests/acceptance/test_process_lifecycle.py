@@ -244,7 +244,9 @@ async def test_kill9_between_file_append_and_index_commit(tmp_path: Path) -> Non
                 s = await c.call("session.create", {"title": "crash between"})
                 sid = s["id"]
                 with pytest.raises(ClientClosed):
-                    for i in range(50):
+                    # until the 6th index commit kills it: how many appends one commit covers depends
+                    # on the index hold (batches grow while no reader waits)
+                    for i in range(2000):
                         attempted = f"m{i}"
                         await c.call("session.appendMessage", {
                             "sessionId": sid, "submissionId": f"sub-{i}",
