@@ -85,6 +85,9 @@ CASES: dict[str, tuple[tuple[str, ...], Count | None]] = {
     "collab.begin": (("collab.begin.after_commit",), messages_of),  # before the commit: see below
     "session.recoverInflight": (("append.after_fsync", "session.recoverInflight.before_commit",
                                  "session.recoverInflight.after_commit"), messages_of),
+    # thread metadata: a session_info line (its receipt rides in it), then the thread_meta row
+    "session.updateMetadata": (("append.after_fsync", "session.updateMetadata.before_commit",
+                                "session.updateMetadata.after_commit"), None),
 }
 
 
