@@ -33,6 +33,7 @@ import hashlib
 import os
 import re
 import shutil
+import sqlite3
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,8 +43,9 @@ from store.compaction import split_valid
 from store.errors import Conflict, MessageNotFound, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, fsync_dir, open_nofollow, remove_file_durable, write_all
+from store.indexing import index
 from store.tombstones import tombstone_record
-from store.transcripts.rewrite import RewritePlan, Rewritten, plan_rewrite, rewritten
+from store.transcripts.rewrite import RewritePlan, Rewritten, plan_rewrite, reindex, rewritten
 from store.transcripts.transcript import header_line
 
 CALL_KEYS = ("callId", "toolCallId")
@@ -387,3 +389,14 @@ __all__ = [
     "resolve_pasted",
     "write_child_transcript",
 ]
+
+
+def index_child(conn: sqlite3.Connection, child: str, written: Rewritten, *, now_ms: int, title: str,
+                settings: dict[str, Any], project_id: int | None) -> None:
+    """The child session's row and its index rows, in the caller's transaction (``session.fork``,
+    ``session.assistantEdit``): the parent's settings that are set, and the exact ``project_id`` (not a
+    lookup by path, which would touch the project row)."""
+    index.insert_session(conn, child, now_ms=now_ms, created_at_ms=now_ms, title=title,
+                         settings={k: v for k, v in settings.items() if v is not None}, file_epoch=written.epoch)
+    index.set_project_id(conn, child, project_id)
+    reindex(conn, child, written, now_ms=now_ms)

@@ -37,13 +37,12 @@ from store.assistant_edit import (
     write_revisions,
 )
 from store.errors import Conflict, MessageNotFound
-from store.fork import copy_pasted, remove_child_files, resolve_pasted, write_child_transcript
+from store.fork import copy_pasted, index_child, remove_child_files, resolve_pasted, write_child_transcript
 from store.ids import derived_id, new_id
 from store.indexing import index
 from store.receipts import ReceiptKey, file_record
 from store.revisions import upsert_row
 from store.transcripts.records import ms_to_rfc3339
-from store.transcripts.rewrite import reindex
 
 from .revisions import resolve_position, snapshot
 
@@ -85,11 +84,7 @@ async def assistant_edit(ctx: SessionContext, p: m.AssistantEditParams, key: Rec
         await ctx.io(faults.point, "assistantEdit.before_index")
 
         def op(conn: Any) -> Any:
-            index.insert_session(conn, child, now_ms=now, created_at_ms=now, title=title,
-                                 settings={k: v for k, v in settings.items() if v is not None},
-                                 file_epoch=written.epoch)
-            index.set_project_id(conn, child, project_id)
-            reindex(conn, child, written, now_ms=now)
+            index_child(conn, child, written, now_ms=now, title=title, settings=settings, project_id=project_id)
             upsert_row(conn, child, edit.root_user_id, ORIGINAL_REVISION, message_count=len(edit.original_tail),
                        now_ms=now, active=False)
             upsert_row(conn, child, edit.root_user_id, EDITED_REVISION, message_count=len(edit.edited_tail),

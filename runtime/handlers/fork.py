@@ -20,12 +20,18 @@ import trio
 
 from actors.session_context import SessionContext
 from protocol import models as m
-from store.fork import copy_pasted, plan_fork, remove_child_files, resolve_pasted, write_child_transcript
+from store.fork import (
+    copy_pasted,
+    index_child,
+    plan_fork,
+    remove_child_files,
+    resolve_pasted,
+    write_child_transcript,
+)
 from store.ids import derived_id, new_id
 from store.indexing import index
 from store.receipts import ReceiptKey, file_record
 from store.transcripts.records import ms_to_rfc3339
-from store.transcripts.rewrite import reindex
 
 from .revisions import resolve_position, snapshot
 
@@ -60,12 +66,7 @@ async def fork(ctx: SessionContext, p: m.ForkParams, key: ReceiptKey | None) -> 
         await ctx.io(faults.point, "fork.before_index")
 
         def op(conn: Any) -> Any:
-            index.insert_session(conn, child, now_ms=now, created_at_ms=now, title=title,
-                                 settings={k: v for k, v in settings.items() if v is not None},
-                                 file_epoch=written.epoch)
-            # the exact project_id (not a lookup by path, which would touch the project row)
-            index.set_project_id(conn, child, project_id)
-            reindex(conn, child, written, now_ms=now)
+            index_child(conn, child, written, now_ms=now, title=title, settings=settings, project_id=project_id)
             faults.point("fork.index_before_commit")
             return index.public_session(index.require_session(conn, child))
 
