@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from store.doctor.doctor_db import attachments, integrity, receipts, search_index, secrets
+from store.doctor.doctor_db import attachments, integrity, receipts, search_index, secrets, tool_search_index
 from store.doctor.doctor_report import DoctorReport, Progress, Severity
 from store.doctor.doctor_sessions import DataDirPaths, check_sessions, check_surroundings
 from store.indexing.database import apply_pragmas
@@ -104,6 +104,7 @@ def run_doctor(paths: DataDirPaths, *, repair: bool, now_ms: int, progress: Prog
         check_surroundings(usable, paths, report, repair=repair, now_ms=now_ms)
         if usable is not None:
             search_index(usable, db, report, repair=repair)
+            tool_search_index(usable, db, report, repair=repair)
             attachments(usable, paths, facts, report, repair=repair, now_ms=now_ms, progress=progress)
             secrets(usable, paths, report, repair=repair)
             receipts(usable, paths, facts, report, repair=repair)

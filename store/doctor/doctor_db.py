@@ -6,7 +6,10 @@
   index from the transcripts, losing what only the database holds).
 * the search index: FTS5's own ``integrity-check``, then its rows against the
   searchable ``messages`` rows (and ``search_hazard`` against the rows that
-  need it); repairable by rebuilding both from ``messages``.
+  need it); repairable by rebuilding both from ``messages``. The same for tool
+  output search (v28): ``tool_fts``'s ``integrity-check``, its rows against
+  ``tool_output``, and ``tool_output`` rows whose message row is gone;
+  repairable by dropping those and rebuilding ``tool_fts`` from ``tool_output``.
 * attachments: every ``attachment_blobs`` row has its bytes, every file's bytes
   hash to its name, every file has a row (else the attachment GC would delete
   it as an orphan), every reference — an ``attachment_refs`` row or an
@@ -116,15 +119,15 @@ def rebuild_search_index(conn: sqlite3.Connection) -> None:
     ])
 
 
-def fts_integrity_check(db_path: Path) -> str | None:
-    """FTS5's ``integrity-check`` (an INSERT by syntax, so it needs a writable connection): the
-    check runs in a transaction that is rolled back, so nothing is written. None when it passes."""
+def fts_integrity_check(db_path: Path, table: str = "messages_fts") -> str | None:
+    """FTS5's ``integrity-check`` of ``table`` (an INSERT by syntax, so it needs a writable connection):
+    the check runs in a transaction that is rolled back, so nothing is written. None when it passes."""
     conn = sqlite3.connect(db_path, isolation_level=None)
     try:
         conn.execute("PRAGMA trusted_schema = ON")
         conn.execute("BEGIN")
         try:
-            conn.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 0)")
+            conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 0)")
         finally:
             conn.execute("ROLLBACK")
     except sqlite3.DatabaseError as exc:
@@ -150,6 +153,51 @@ def search_index(conn: sqlite3.Connection, db_path: Path, report: DoctorReport, 
     if repair:
         rebuild_search_index(conn)
         finding.repaired = fts_integrity_check(db_path) is None and not _search_differences(conn)
+
+
+def _tool_search_differences(conn: sqlite3.Connection) -> dict[str, int]:
+    diff = {
+        "orphanOutput": conn.execute("SELECT count(*) FROM tool_output AS t WHERE NOT EXISTS "
+                                     "(SELECT 1 FROM messages AS m WHERE m.mid = t.mid)").fetchone()[0],
+        "missing": conn.execute("SELECT count(*) FROM tool_output AS t WHERE NOT EXISTS "
+                                "(SELECT 1 FROM tool_fts_docsize AS d WHERE d.id = t.mid)").fetchone()[0],
+        "stale": conn.execute("SELECT count(*) FROM tool_fts_docsize AS d WHERE NOT EXISTS "
+                              "(SELECT 1 FROM tool_output AS t WHERE t.mid = d.id)").fetchone()[0],
+    }
+    return {k: int(v) for k, v in diff.items() if v}
+
+
+def rebuild_tool_search_index(conn: sqlite3.Connection) -> None:
+    """Refill ``tool_fts`` from ``tool_output``, then drop the ``tool_output`` rows whose message is gone
+    (one transaction). In that order: ``tool_fts`` is contentless, so ``delete-all`` empties it, and the
+    delete trigger of an output row may only remove what the index holds (removing a row it never held
+    drives FTS5's totals negative: "database disk image is malformed")."""
+    _transaction(conn, [
+        ("INSERT INTO tool_fts(tool_fts) VALUES ('delete-all')", ()),
+        ("INSERT INTO tool_fts(rowid, text) SELECT mid, text FROM tool_output ORDER BY mid", ()),
+        ("DELETE FROM tool_output WHERE NOT EXISTS (SELECT 1 FROM messages AS m WHERE m.mid = tool_output.mid)",
+         ()),
+    ])
+
+
+def tool_search_index(conn: sqlite3.Connection, db_path: Path, report: DoctorReport, *, repair: bool) -> None:
+    """Tool output search (v28): ``tool_fts`` against ``tool_output``, ``tool_output`` against ``messages``."""
+    problems: dict[str, object] = {}
+    failed = fts_integrity_check(db_path, "tool_fts")
+    if failed is not None:
+        problems["integrityCheck"] = failed
+    try:
+        problems.update(_tool_search_differences(conn))
+    except sqlite3.DatabaseError as exc:
+        problems["rows"] = str(exc)
+    if not problems:
+        return
+    finding = report.add("fts.toolIndex", "tool_fts", f"tool output search index problems {problems}; repair "
+                         "rebuilds it from the tool_output rows", Severity.REPAIRABLE, **problems)
+    if repair:
+        rebuild_tool_search_index(conn)
+        finding.repaired = (fts_integrity_check(db_path, "tool_fts") is None
+                            and not _tool_search_differences(conn))
 
 
 def attachments(conn: sqlite3.Connection, paths: DataDirPaths, facts: SessionFacts, report: DoctorReport, *,

@@ -43,6 +43,10 @@ async def _fill(root: Path) -> None:
         for i in range(3):
             await c.call("session.appendMessage", {"sessionId": "beta", "message": msg(f"b{i}", f"beta {i}")})
         await c.call("session.deleteMessage", {"sessionId": "beta", "messageId": "b1"})
+        await c.call("session.appendMessage", {"sessionId": "beta", "message": {
+            "id": "t1", "role": "tool", "toolName": "Bash", "blocks": [
+                {"type": "tool_call", "callId": "c1", "name": "Bash", "args": {"command": "make"},
+                 "status": "error", "result": "OperationalError: database is locked"}]}})
         await c.call("secrets.set", {"ref": SECRET_REF, "value": "s3cret"})
         await c.call("settings.set", {"key": "language", "value": "en", "submissionId": "set-1"})
 

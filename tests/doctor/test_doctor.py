@@ -125,6 +125,29 @@ def test_a_message_missing_from_the_search_index_is_put_back(data: DataDir) -> N
     _found_then_repaired(data, "fts.index")
 
 
+def test_a_corrupt_tool_output_index_is_rebuilt_from_tool_output(data: DataDir) -> None:
+    """Tool output search (v28) had no doctor check: a damaged ``tool_fts`` went unreported."""
+    _exec(data, "UPDATE tool_fts_data SET block = randomblob(length(block)) WHERE id > 10")
+    _found_then_repaired(data, "fts.toolIndex")
+    assert row(data, "SELECT id FROM tool_fts_docsize") == row(data, "SELECT mid FROM tool_output")
+
+
+def test_tool_output_rows_out_of_step_are_dropped_and_put_back(data: DataDir) -> None:
+    """An output row whose message is gone is dropped; an output row missing from ``tool_fts`` is put back."""
+    mid, text = row(data, "SELECT mid, text FROM tool_output")[0]
+    _exec(data, "DROP TRIGGER tool_output_ai",
+          f"INSERT INTO tool_output(mid, text) VALUES ({mid + 1000}, 'orphan output')",
+          f"INSERT INTO tool_fts(tool_fts, rowid, text) VALUES ('delete', {mid}, '{text}')")
+    report = doctor(data)
+    found = [f.data for f in report.findings if f.check == "fts.toolIndex"]
+    assert [(d.get("orphanOutput"), d.get("missing")) for d in found] == [(1, 2)]
+    _exec(data, """CREATE TRIGGER tool_output_ai AFTER INSERT ON tool_output
+  BEGIN INSERT INTO tool_fts(rowid, text) VALUES (new.mid, new.text); END""")
+    _found_then_repaired(data, "fts.toolIndex")
+    assert row(data, "SELECT mid FROM tool_output") == [(mid,)]
+    assert row(data, "SELECT id FROM tool_fts_docsize") == [(mid,)]
+
+
 # --- index vs transcript -----------------------------------------------------------
 
 
@@ -178,7 +201,8 @@ def test_an_orphan_transcript_is_reindexed_never_deleted(data: DataDir) -> None:
     _found_then_repaired(data, "transcript.orphan")
     assert _transcript(data, "beta").read_bytes() == transcript
     assert row(data, "SELECT id, deleted FROM messages WHERE session_id = 'beta' ORDER BY seq") == [
-        ("b0", 0), ("b1", 1), ("b2", 0)]
+        ("b0", 0), ("b1", 1), ("b2", 0), ("t1", 0)]
+    assert row(data, "SELECT m.id FROM tool_output JOIN messages AS m USING (mid)") == [("t1",)]
 
 
 def test_a_row_whose_transcript_is_gone_is_damage(data: DataDir) -> None:
