@@ -75,6 +75,7 @@ class ConfigSyncApplied(Result):
     projects: Count
     project_groups: Count
     memory: Count
+    skills: Count
 
 
 class ConfigSyncApplyResult(Result):

@@ -1260,7 +1260,8 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "configSync.apply": (
         {"bundleBase64": "UElDRkcwMQo…", "submissionId": "apply-1"},
         {"sha256": "5d41402abc4b2a76b9719d911017c5925d41402abc4b2a76b9719d911017c592",
-         "applied": {"settings": 3, "providers": 1, "models": 0, "projects": 2, "projectGroups": 1, "memory": 1}},
+         "applied": {"settings": 3, "providers": 1, "models": 0, "projects": 2, "projectGroups": 1, "memory": 1,
+                     "skills": 0}},
     ),
     "import.sessions": (
         {"source": "claude-code", "root": "/home/ada/.claude/projects", "importId": "imp-1", "submissionId": "i-1"},

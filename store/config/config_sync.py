@@ -17,10 +17,13 @@ anywhere, a truncated file or another vault key's bundle is refused
 anything is written. The plaintext is the portable document
 (:func:`export_portable`): the app settings, user provider rows without
 secrets, the display order, user-added models, projects (path, name, pinned),
-project groups, project and group memory, group instructions. Apply merges it
+project groups, project and group memory, group instructions, skills (name,
+version, source, description, origin, updatedAt). Apply merges it
 in ONE transaction (it adds and updates, never deletes; a local provider
-row's key stays local); a document that breaks any rule (settings, provider
-config, memory, a group root another group holds) is refused whole.
+row's key stays local; a skill is taken when this host lacks it or holds an
+older ``updatedAt``, through ``skills.put``'s rules); a document that breaks any
+rule (settings, provider config, memory, a group root another group holds, a
+skill version that names other source here) is refused whole.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from store import project_groups
+from store import project_groups, skills
 from store.config import catalog, providers
 from store.config.settings import delete_value, get_value, namespace_rows, set_value
 from store.config.settings_rules import APP_NS, APP_SETTINGS_KEY, clean_app, plan_write
@@ -171,7 +174,30 @@ def export_portable(conn: sqlite3.Connection, now_ms: int, platform: str) -> dic
         "projectMemory": ns_rows["projectMemory"],
         "projectGroupMemory": ns_rows[project_groups.MEMORY_NS],
         "projectGroupInstructions": ns_rows[project_groups.INSTRUCTIONS_NS],
+        "skills": [_portable_skill(conn, item["name"]) for item in skills.list_skills(conn)],
     }
+
+
+_SKILL_FIELDS: Final = ("name", "version", "source", "description", "origin", "updatedAt")
+
+
+def _portable_skill(conn: sqlite3.Connection, name: str) -> dict[str, Any]:
+    stored = skills.get_skill(conn, name) or {}
+    return {k: stored[k] for k in _SKILL_FIELDS if k in stored}
+
+
+def _apply_skill(conn: sqlite3.Connection, item: Any, now_ms: int) -> bool:
+    """Newest wins: a skill this host lacks, or holds with an older ``updatedAt``, is put (its rules apply:
+    a version naming other source here is ``CONFLICT``); a local one as new or newer is kept."""
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        raise InvalidInput("bundle.skills: each entry needs a name", data={"field": "bundle.skills"})
+    local = skills.get_skill(conn, item["name"])
+    theirs = item.get("updatedAt")
+    if local is not None and (not isinstance(theirs, int) or local.get("updatedAt", 0) >= theirs):
+        return False
+    _, changed = skills.put_skill(conn, name=item["name"], version=item.get("version"), source=item.get("source"),
+                                  description=item.get("description"), origin=item.get("origin"), now_ms=now_ms)
+    return changed
 
 
 def _section(doc: dict[str, Any], name: str, kind: type) -> Any:
@@ -217,7 +243,8 @@ def _put_group(conn: sqlite3.Connection, record: Any, now_ms: int) -> None:
 
 def apply_portable(conn: sqlite3.Connection, doc: dict[str, Any], now_ms: int, platform: str) -> dict[str, int]:
     """Merge a verified document in the caller's transaction; a rule it breaks refuses it whole."""
-    counts = {"settings": 0, "providers": 0, "models": 0, "projects": 0, "projectGroups": 0, "memory": 0}
+    counts = {"settings": 0, "providers": 0, "models": 0, "projects": 0, "projectGroups": 0, "memory": 0,
+              "skills": 0}
     settings = _section(doc, "settings", dict)
     if settings:
         found = get_value(conn, APP_NS, APP_SETTINGS_KEY)
@@ -273,4 +300,6 @@ def apply_portable(conn: sqlite3.Connection, doc: dict[str, Any], now_ms: int, p
         if get_value(conn, project_groups.GROUPS_NS, gid) is None:
             raise Conflict(f"bundle.projectGroupInstructions names unknown group {gid!r}", data={"groupId": gid})
         project_groups.set_instructions(conn, gid, text, now_ms)
+    for item in _section(doc, "skills", list):
+        counts["skills"] += _apply_skill(conn, item, now_ms)
     return counts

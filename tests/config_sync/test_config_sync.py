@@ -40,6 +40,9 @@ async def _fill(c: HostClient, tmp: Path) -> None:
                                                                              str(tmp / "lexer")]}))["group"]
     await c.call("projectGroups.setMemory", {"groupId": group["id"], "memory": "shared memory"})
     await c.call("projectGroups.setInstructions", {"groupId": group["id"], "instructions": "run both suites"})
+    await c.call("skills.put", {"name": "release-notes", "version": "1.0.0",
+                                "source": "---\nname: release-notes\n---\n", "description": "Draft release notes",
+                                "origin": "~/.pi/skills/release-notes"})
 
 
 async def _portable(c: HostClient) -> dict[str, Any]:
@@ -58,6 +61,8 @@ async def _portable(c: HostClient) -> dict[str, Any]:
         "groupDetails": [{k: (v if k != "memory" else v["content"]) for k, v in
                           (await c.call("projectGroups.get", {"groupId": g["id"]})).items() if k != "group"}
                          for g in stored],
+        "skills": [{k: v for k, v in (await c.call("skills.get", {"name": m["name"]}))["skill"].items()
+                    if k not in ("createdAt", "updatedAt")} for m in (await c.call("skills.list", {}))["skills"]],
         "memory": (await c.call("settings.get", {"ns": "projectMemory", "key": stored[0]["roots"][0]}))["value"][
             "content"] if stored else None,
     }
@@ -86,6 +91,7 @@ async def test_a_bundle_round_trips_between_two_data_directories(tmp_path: Path)
             await c.call("configSync.configure", {"vaultKey": vault_key})
             out = await c.call("configSync.apply", {"bundleBase64": exported["bundleBase64"], "submissionId": "ap"})
             assert out["applied"]["providers"] == 2 and out["applied"]["projects"] == 1
+            assert out["applied"]["skills"] == 1
             assert await _portable(c) == expected
             assert (await c.call("settings.get", {"ns": "ui", "key": "sidebarWidth"}))["value"] is None
             providers = {p["id"]: p for p in (await c.call("providers.list", {}))["providers"]}
@@ -151,11 +157,47 @@ async def test_a_bundle_that_breaks_a_rule_is_refused_whole(tmp_path: Path) -> N
                 {"schema": 1, "projects": [{"path": "/p"}], "projectMemory": {"/p": "x" * 40000}},
                 {"schema": 1, "projectGroupInstructions": {"g-unknown": "text"}},
                 {"schema": 1, "projects": [{"path": "/ok"}], "models": [{"providerId": "missing", "modelId": "m"}]},
+                {"schema": 1, "projects": [{"path": "/ok"}], "skills": [{"name": "Bad Name!", "version": "1",
+                                                                         "source": "x"}]},
+                {"schema": 1, "projects": [{"path": "/ok"}], "skills": [{"name": "notes", "version": "1.0",
+                                                                         "source": "", "updatedAt": 1}]},
             ):
                 blob = base64.b64encode(sync.encode_bundle(key, doc)).decode()
                 with pytest.raises(RpcError):
                     await c.call("configSync.apply", {"bundleBase64": blob})
                 assert probe.state(data) == state, doc
+
+
+async def test_skills_travel_newest_wins_and_a_version_with_other_source_is_refused(tmp_path: Path) -> None:
+    """Config sync carried no skills: a second device lost them. Newest ``updatedAt`` wins; an older
+    copy never replaces a newer local one; a version naming other source here refuses the bundle whole."""
+    data = tmp_path / "data"
+    with trio.fail_after(30):
+        async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
+            await c.call("configSync.configure", {})
+            key = base64.b64decode((await c.call("secrets.get", {"ref": sync.VAULT_KEY_REF}))["value"])
+            await c.call("skills.put", {"name": "local", "version": "2", "source": "local v2"})
+            local = (await c.call("skills.get", {"name": "local"}))["skill"]
+
+            def bundle(*items: dict[str, Any]) -> str:
+                return base64.b64encode(sync.encode_bundle(key, {"schema": 1, "skills": list(items)})).decode()
+
+            older = {"name": "local", "version": "1", "source": "local v1", "updatedAt": local["updatedAt"] - 1}
+            fresh = {"name": "fresh", "version": "1", "source": "fresh v1", "description": "new here",
+                     "updatedAt": 5}
+            out = await c.call("configSync.apply", {"bundleBase64": bundle(older, fresh)})
+            assert out["applied"]["skills"] == 1
+            assert (await c.call("skills.get", {"name": "local"}))["skill"] == local
+            got = (await c.call("skills.get", {"name": "fresh"}))["skill"]
+            assert (got["version"], got["source"], got["description"]) == ("1", "fresh v1", "new here")
+            newer = {"name": "local", "version": "3", "source": "local v3", "updatedAt": local["updatedAt"] + 10}
+            await c.call("configSync.apply", {"bundleBase64": bundle(newer)})
+            assert (await c.call("skills.get", {"name": "local"}))["skill"]["source"] == "local v3"
+            state = probe.state(data)
+            clash = {"name": "local", "version": "3", "source": "other v3", "updatedAt": local["updatedAt"] + 99}
+            err = await _err(c.call("configSync.apply", {"bundleBase64": bundle(fresh | {"updatedAt": 10**13}, clash)}))
+            assert err.data_code == "CONFLICT"
+            assert probe.state(data) == state
 
 
 def test_every_single_bit_flip_of_a_bundle_is_detected() -> None:

@@ -491,6 +491,7 @@ class ConfigSyncApplied(TypedDict):
     projects: int
     projectGroups: int
     memory: int
+    skills: int
 
 
 class ConfigSyncApplyParams(TypedDict):

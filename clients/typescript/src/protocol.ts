@@ -645,6 +645,7 @@ export interface ConfigSyncApplied {
   projects: number;
   projectGroups: number;
   memory: number;
+  skills: number;
 }
 
 export interface ConfigSyncApplyParams {
