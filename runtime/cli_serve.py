@@ -24,7 +24,7 @@ from runtime.datadir import DataDir, DataDirLocked, DataDirUnsafe
 from runtime.host import Shutdown, run_host
 from runtime.kernel.supervisor import RestartIntensityExceeded
 from runtime.logs import setup_logging
-from runtime.process import raise_fd_limit, tune_allocator
+from runtime.process import freeze_boot_objects, raise_fd_limit, tune_allocator
 from store.errors import StoreError
 
 __all__ = ["serve"]
@@ -75,6 +75,7 @@ def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
 
                 nursery.start_soon(_forward_signals, signals, shutdown, serving, signals_seen)
                 running = await nursery.start(host)
+                freeze_boot_objects()  # boot's survivors live as long as the process: never walked again
                 serving.set()
                 print(f"pi-host listening on {running.url} (data dir {data_dir.root})", flush=True)
                 recovered = recovery_line(running.boot.report)

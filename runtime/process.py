@@ -10,16 +10,25 @@
 * **Descriptors.** The soft ``RLIMIT_NOFILE`` is raised to the hard limit, so
   sockets in a handshake flood do not take the descriptors transcripts and the
   database need; what still runs out is answered ``RESOURCE_EXHAUSTED``.
+* **Garbage collector.** Once the host serves, what boot left alive (modules,
+  pydantic schemas, routes: some 80,000 tracked objects) lives as long as the
+  process. Every full (generation 2) collection walked all of them again:
+  48 ms of CPU each, measured while appends run, and appends that keep objects
+  alive for the index (held ids, index ops) trigger one every few thousand
+  messages. :func:`freeze_boot_objects` collects boot's garbage once and moves
+  the survivors to the permanent generation (``gc.freeze``), so later
+  collections walk only what the host allocated since; they still run.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import logging
 import resource
 
-__all__ = ["MMAP_THRESHOLD", "raise_fd_limit", "tune_allocator"]
+__all__ = ["MMAP_THRESHOLD", "freeze_boot_objects", "raise_fd_limit", "tune_allocator"]
 
 log = logging.getLogger("pi_host")
 
@@ -52,3 +61,11 @@ def raise_fd_limit() -> tuple[int, int]:
         except (ValueError, OSError) as exc:
             log.warning("could not raise the open-file limit: %s", exc)
     return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def freeze_boot_objects() -> int:
+    """Collect boot's garbage, then exempt every object still alive from later collections
+    (``gc.freeze``); returns how many objects were frozen. Call once, when boot is done."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
