@@ -8,16 +8,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime.process import freeze_boot_objects
+from runtime.process import GC_GEN0_THRESHOLD, freeze_boot_objects
 
 
 @pytest.fixture
 def unfrozen() -> Iterator[None]:
     gc.unfreeze()
+    thresholds = gc.get_threshold()
     try:
         yield
     finally:
         gc.unfreeze()  # the rest of the test process collects as before
+        gc.set_threshold(*thresholds)
 
 
 class _Node:
@@ -31,8 +33,10 @@ def test_survivors_are_frozen_and_garbage_is_collected_first(unfrozen: None) -> 
     alive = _Node()
     garbage = weakref.ref(_Node())  # unreachable at once, kept only by its own cycle
     assert garbage() is not None
+    gen1, gen2 = gc.get_threshold()[1:]
     frozen = freeze_boot_objects()
     assert frozen == gc.get_freeze_count() > 0
+    assert gc.get_threshold() == (GC_GEN0_THRESHOLD, gen1, gen2)
     assert garbage() is None  # collected before the freeze, not frozen
     assert gc.is_tracked(alive)
     assert all(o is not alive for o in gc.get_objects())  # frozen: in no generation a collection walks
