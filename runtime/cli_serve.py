@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,13 +76,16 @@ def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
 
                 nursery.start_soon(_forward_signals, signals, shutdown, serving, signals_seen)
                 running = await nursery.start(host)
-                freeze_boot_objects()  # boot's survivors live as long as the process: never walked again
                 serving.set()
                 print(f"pi-host listening on {running.url} (data dir {data_dir.root})", flush=True)
                 recovered = recovery_line(running.boot.report)
                 if recovered is not None:
                     print(recovered, flush=True)
                 log.info("listening", extra={"url": running.url, "dataDir": str(data_dir.root)})
+                started = time.perf_counter()
+                frozen = freeze_boot_objects()  # boot's survivors live as long as the process: never walked again
+                log.info("boot objects frozen", extra={"objects": frozen,
+                                                       "ms": round((time.perf_counter() - started) * 1000, 1)})
 
     try:
         trio.run(main_async)
