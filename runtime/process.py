@@ -10,21 +10,38 @@
 * **Descriptors.** The soft ``RLIMIT_NOFILE`` is raised to the hard limit, so
   sockets in a handshake flood do not take the descriptors transcripts and the
   database need; what still runs out is answered ``RESOURCE_EXHAUSTED``.
+* **Garbage collector.** Once the host serves, what boot left alive (modules,
+  pydantic schemas, routes: some 80,000 tracked objects) lives as long as the
+  process. Every full (generation 2) collection walked all of them again:
+  48 ms of CPU each, measured while appends run, and appends that keep objects
+  alive for the index (held ids, index ops) trigger one every few thousand
+  messages. :func:`freeze_boot_objects` collects boot's garbage once and moves
+  the survivors to the permanent generation (``gc.freeze``), so later
+  collections walk only what the host allocated since; they still run.
+  The youngest generation's threshold is raised from 700 to
+  :data:`GC_GEN0_THRESHOLD` net container allocations: a JSON-RPC batch of 64
+  appends keeps tens of thousands of objects alive until it is answered, so at
+  700 every batch ran some 4 young collections that found nothing to free and
+  promoted everything to the older generations, which were then walked again
+  (measured: 0.08 ms of collector time per message in a batch; 0.002 ms at
+  20,000). Cyclic garbage waits longer for its collection: a few MB at most.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import logging
 import resource
 
-__all__ = ["MMAP_THRESHOLD", "raise_fd_limit", "tune_allocator"]
+__all__ = ["GC_GEN0_THRESHOLD", "MMAP_THRESHOLD", "freeze_boot_objects", "raise_fd_limit", "tune_allocator"]
 
 log = logging.getLogger("pi_host")
 
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 1 << 20
+GC_GEN0_THRESHOLD = 20_000
 
 
 def tune_allocator(threshold: int = MMAP_THRESHOLD) -> bool:
@@ -52,3 +69,14 @@ def raise_fd_limit() -> tuple[int, int]:
         except (ValueError, OSError) as exc:
             log.warning("could not raise the open-file limit: %s", exc)
     return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def freeze_boot_objects(gen0_threshold: int = GC_GEN0_THRESHOLD) -> int:
+    """Collect boot's garbage, then exempt every object still alive from later collections
+    (``gc.freeze``) and raise the youngest generation's threshold (the older ones keep theirs);
+    returns how many objects were frozen. Call once, when boot is done."""
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(gen0_threshold, gen1, gen2)
+    return gc.get_freeze_count()

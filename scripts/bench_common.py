@@ -176,7 +176,17 @@ def median(values: Sequence[float]) -> float:
 def process_cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of another process, all its threads (``/proc/<pid>/stat``,
     clock-tick resolution)."""
-    with open(f"/proc/{pid}/stat", "rb") as fh:
+    return _stat_cpu_seconds(f"/proc/{pid}/stat")
+
+
+def main_thread_cpu_seconds(pid: int) -> float:
+    """The same for that process's main thread alone (``/proc/<pid>/task/<pid>/stat``): a host's trio
+    thread; the rest of its CPU ran in worker threads (transcript writes, the DB writer, reads)."""
+    return _stat_cpu_seconds(f"/proc/{pid}/task/{pid}/stat")
+
+
+def _stat_cpu_seconds(path: str) -> float:
+    with open(path, "rb") as fh:
         data = fh.read()
     fields = data[data.rindex(b")") + 2:].split()  # fields[0] is field 3 (state): utime is 14, stime 15
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -187,7 +197,8 @@ class Meter:
     """Wall and CPU seconds summed over the measured segments of one workload.
 
     ``cpu`` is this process's CPU time (``time.process_time``: every thread, so worker
-    threads count); with ``pid`` set, ``other_cpu`` is that process's (a host subprocess).
+    threads count); with ``pid`` set, ``other_cpu`` is that process's (a host subprocess) and
+    ``other_main_cpu`` its main thread's share.
     """
 
     pid: int | None = None
@@ -195,27 +206,30 @@ class Meter:
     seconds: float = 0.0
     cpu: float = 0.0
     other_cpu: float = 0.0
+    other_main_cpu: float = 0.0
 
-    def _cpu_now(self) -> tuple[float, float]:
-        other = process_cpu_seconds(self.pid) if self.pid is not None else 0.0
-        return time.process_time(), other
+    def _cpu_now(self) -> tuple[float, float, float]:
+        if self.pid is None:
+            return time.process_time(), 0.0, 0.0
+        return time.process_time(), process_cpu_seconds(self.pid), main_thread_cpu_seconds(self.pid)
 
     async def measure(self, ops: int, work: Callable[[], Awaitable[Any]],
                       settle: Callable[[], Awaitable[Any]] | None = None) -> float:
         """Run ``work`` (``ops`` operations) and add its wall and CPU time. ``settle`` runs after the
         wall clock stops and before the CPU clocks do: work the operations left behind (the index
         committing after the replies) is charged to them, not to whatever is measured next."""
-        c0, o0 = self._cpu_now()
+        c0, o0, m0 = self._cpu_now()
         t0 = time.perf_counter()
         await work()
         secs = time.perf_counter() - t0
         if settle is not None:
             await settle()
-        c1, o1 = self._cpu_now()
+        c1, o1, m1 = self._cpu_now()
         self.ops += ops
         self.seconds += secs
         self.cpu += c1 - c0
         self.other_cpu += o1 - o0
+        self.other_main_cpu += m1 - m0
         return secs
 
     @property
@@ -227,6 +241,9 @@ class Meter:
 
     def other_cpu_ms_per_op(self) -> float:
         return self.other_cpu / self.ops * 1000 if self.ops else math.nan
+
+    def other_main_cpu_ms_per_op(self) -> float:
+        return self.other_main_cpu / self.ops * 1000 if self.ops else math.nan
 
 
 # ----------------------------------------------------------------------------- corpus
