@@ -15,6 +15,7 @@ from typing import Any
 from store import artifacts, receipts, thread_meta
 from store.errors import Conflict, CorruptData, LimitExceeded, SessionNotFound
 from store.indexing.sql_lists import in_chunks
+from store.interchange import origin_history
 from store.session_state import with_projection
 from store.transcripts.records import extract_text, rfc3339_to_ms, tool_info
 from store.transcripts.window_reply import describe_line
@@ -169,6 +170,7 @@ def session_row(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | N
     out = _session_dict(row)
     with_projection(conn, [out])
     thread_meta.attach(conn, [out])
+    origin_history.attach(conn, [out])
     return out
 
 
@@ -325,6 +327,7 @@ def list_sessions(
     items = [_session_dict(r) for r in rows]
     with_projection(conn, items)
     thread_meta.attach(conn, items)
+    origin_history.attach(conn, items)
     next_cursor = (items[-1]["updatedAt"], items[-1]["id"]) if more and items else None
     return items, next_cursor
 
