@@ -10,6 +10,7 @@ reports ``unchanged``.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from pathlib import Path
@@ -94,3 +95,35 @@ def test_opencode_task_child_session_links_both_ways(db: sqlite3.Connection, tar
     check_links(db, target, "opencode", OC_PARENT, OC_CHILD, "call_fixture_12", "general")
     again = import_root(db, "opencode", db_file, target, now_ms=lambda: NOW + 1)
     assert again.counts() == {"unchanged": len(units)}
+
+
+def test_opencode_json_layout_links_the_same_way(db: sqlite3.Connection, target: ImportTarget,
+                                                 tmp_path: Path) -> None:
+    """opencode's JSON files (before its database) hold the same documents with their ids: the recorded
+    parent and child written out that way link as the database does."""
+    storage = tmp_path / "oc" / "storage"
+    src = sqlite3.connect(f"{OPENCODE.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        for sid in (OC_PARENT, OC_CHILD):
+            project, parent, title, directory, created, updated = src.execute(
+                "SELECT project_id, parent_id, title, directory, time_created, time_updated FROM session "
+                "WHERE id = ?", (sid,)).fetchone()
+            info = {"id": sid, "projectID": project, "title": title, "directory": directory,
+                    "time": {"created": created, "updated": updated}, **({"parentID": parent} if parent else {})}
+            write(storage / "session" / project / f"{sid}.json", info)
+            for mid, data in src.execute("SELECT id, data FROM message WHERE session_id = ?", (sid,)):
+                write(storage / "message" / sid / f"{mid}.json", {**json.loads(data), "id": mid, "sessionID": sid})
+                for pid, pdata in src.execute("SELECT id, data FROM part WHERE message_id = ?", (mid,)):
+                    write(storage / "part" / mid / f"{pid}.json",
+                          {**json.loads(pdata), "id": pid, "sessionID": sid, "messageID": mid})
+    finally:
+        src.close()
+    summary = import_root(db, "opencode", tmp_path / "oc", target, now_ms=lambda: NOW)
+    assert summary.counts() == {"new": 2}
+    check_links(db, target, "opencode", OC_PARENT, OC_CHILD, "call_fixture_12", "general")
+    assert import_root(db, "opencode", tmp_path / "oc", target, now_ms=lambda: NOW + 1).counts() == {"unchanged": 2}
+
+
+def write(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))

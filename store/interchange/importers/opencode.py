@@ -190,32 +190,45 @@ def spawn_call(unit: SourceUnit) -> dict[str, str] | None:
             parent = info.get("parentID") if info is not None else None
             if not isinstance(parent, str) or not parent:
                 return None
-            parts = [path.read_bytes() for message in sorted((storage / "message" / parent).glob("*.json"))
-                     for path in sorted((storage / "part" / message.stem).glob("*.json"))
-                     if path.stat().st_size <= MAX_DOC_BYTES]
+            parts = _json_parts(storage, parent)
+        for data in parts:
+            found = _spawning_part(data, unit.external_id)
+            if found is not None:
+                return found
     except (sqlite3.Error, OSError):
         return None
-    for data in parts:
-        if not isinstance(data, (str, bytes)) or unit.external_id.encode() not in (
-                data.encode() if isinstance(data, str) else data):
-            continue
-        try:
-            part = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            continue
-        state = part.get("state") if isinstance(part, dict) else None
-        md = state.get("metadata") if isinstance(state, Mapping) else None
-        if not isinstance(md, Mapping) or md.get("sessionId") != unit.external_id:
-            continue
-        out: dict[str, str] = {}
-        if isinstance(part.get("callID"), str) and part["callID"]:
-            out["toolCallId"] = part["callID"]
-        args = state.get("input") if isinstance(state, Mapping) else None
-        agent = args.get("subagent_type") if isinstance(args, Mapping) else None
-        if isinstance(agent, str) and agent:
-            out["agentName"] = agent[:200]
-        return out
     return None
+
+
+def _json_parts(storage: Path, session: str) -> Iterator[bytes]:
+    """The part files of a session's messages (JSON layout), one at a time."""
+    for message in sorted((storage / "message" / session).glob("*.json")):
+        for path in sorted((storage / "part" / message.stem).glob("*.json")):
+            if path.stat().st_size <= MAX_DOC_BYTES:
+                yield path.read_bytes()
+
+
+def _spawning_part(data: object, child: str) -> dict[str, str] | None:
+    """``{toolCallId?, agentName?}`` of a ``task`` part whose ``state.metadata.sessionId`` is ``child``."""
+    if not isinstance(data, (str, bytes)) or child.encode() not in (
+            data.encode() if isinstance(data, str) else data):
+        return None
+    try:
+        part = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    state = part.get("state") if isinstance(part, dict) else None
+    md = state.get("metadata") if isinstance(state, Mapping) else None
+    if not isinstance(md, Mapping) or md.get("sessionId") != child:
+        return None
+    out: dict[str, str] = {}
+    if isinstance(part.get("callID"), str) and part["callID"]:
+        out["toolCallId"] = part["callID"]
+    args = state.get("input") if isinstance(state, Mapping) else None
+    agent = args.get("subagent_type") if isinstance(args, Mapping) else None
+    if isinstance(agent, str) and agent:
+        out["agentName"] = agent[:200]
+    return out
 
 
 def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
