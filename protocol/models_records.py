@@ -170,6 +170,25 @@ class ThreadMeta(Result):
                                         description="Origins reached or approved by the thread, one per origin.")
 
 
+class HistoryModel(Result):
+    """The provider/model an imported session's history named last (its origin row): shown, never a
+    binding (seed 003 §4.5; the session's own ``providerId``/``modelId`` are what the host binds)."""
+
+    provider_id: str | None = None
+    model_id: str
+
+
+class SpawnLink(Result):
+    """The parent of an imported child thread/session (a Codex ``spawn_agent`` thread, an opencode ``task``
+    session): the parent's session id (valid whichever was imported first; it may not be imported at all),
+    the spawning tool call (``toolCallId`` of its ``tool_call`` block; that record's ``meta.childSessionId``
+    names this session) and the agent's name, when the source records them."""
+
+    session_id: SessionId
+    tool_call_id: str | None = None
+    agent_name: str | None = None
+
+
 class SessionSummary(Result):
     """A session. ``source`` badges an imported one (claude-code, codex, pi, opencode, pi-host, a plugin's
     source id); ``source: "native-pi"`` with ``native`` set is a native pi session, read-only, whose id is a
@@ -205,6 +224,11 @@ class SessionSummary(Result):
     thread: ThreadMeta | None = Field(
         default=None, description="Tags, folder, preset, archive flag, parent thread and origins "
         "(session.updateMetadata); absent while none is set.")
+    history_model: HistoryModel | None = Field(
+        default=None, description="Imported sessions: the model the history named last (never a binding).")
+    spawned_by: SpawnLink | None = Field(
+        default=None, description="An imported child thread/session: the parent session and tool call that "
+        "spawned it.")
 
 
 class MessageRef(Result):

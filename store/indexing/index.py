@@ -15,6 +15,7 @@ from typing import Any
 from store import artifacts, receipts, thread_meta
 from store.errors import Conflict, CorruptData, LimitExceeded, SessionNotFound
 from store.indexing.sql_lists import in_chunks
+from store.interchange import origin_history
 from store.session_state import with_projection
 from store.transcripts.records import extract_text, rfc3339_to_ms, tool_info
 from store.transcripts.window_reply import describe_line
@@ -169,6 +170,7 @@ def session_row(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | N
     out = _session_dict(row)
     with_projection(conn, [out])
     thread_meta.attach(conn, [out])
+    origin_history.attach(conn, [out])
     return out
 
 
@@ -325,6 +327,7 @@ def list_sessions(
     items = [_session_dict(r) for r in rows]
     with_projection(conn, items)
     thread_meta.attach(conn, items)
+    origin_history.attach(conn, items)
     next_cursor = (items[-1]["updatedAt"], items[-1]["id"]) if more and items else None
     return items, next_cursor
 
@@ -686,14 +689,17 @@ def position_of(conn: sqlite3.Connection, session_id: str, message_id: str) -> i
 
 
 def compaction_rows(conn: sqlite3.Connection, session_id: str) -> list[tuple[str, str | None, int, int]]:
-    """Compactions whose ``throughMessageId`` anchor still exists, oldest first."""
-    return conn.execute(
-        "SELECT c.id, c.through_message_id, c.line_offset, c.line_len FROM compactions c "
-        "WHERE c.session_id = ? AND (c.through_message_id IS NULL OR EXISTS "
+    """Compactions whose ``throughMessageId`` anchor still exists, oldest first: of an id written more than
+    once (a re-import that learned more of a checkpoint), the newest line, at the first line's place."""
+    return [row[:4] for row in conn.execute(
+        "SELECT c.id, c.through_message_id, c.line_offset, c.line_len, MIN(f.line_offset) AS first FROM compactions c "
+        "JOIN compactions f ON f.session_id = c.session_id AND f.id = c.id "
+        "WHERE c.session_id = ? AND c.line_offset = (SELECT MAX(n.line_offset) FROM compactions n "
+        "WHERE n.session_id = c.session_id AND n.id = c.id) AND (c.through_message_id IS NULL OR EXISTS "
         "(SELECT 1 FROM messages m WHERE m.session_id = c.session_id AND m.id = c.through_message_id)) "
-        "ORDER BY c.line_offset",
+        "GROUP BY c.id ORDER BY first",
         (session_id,),
-    ).fetchall()
+    )]
 
 
 def append_response(ref: Mapping[str, Any], receipt: Mapping[str, Any] | None = None) -> dict[str, Any]:

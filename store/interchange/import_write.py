@@ -87,7 +87,7 @@ __all__ = [
     "upsert_origin",
 ]
 
-IMPORT_RULES = 5
+IMPORT_RULES = 6
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -99,7 +99,9 @@ cache writes, not input; Claude Code: a ``<task-notification>`` user line (``ori
 notice, a compaction's request usage (``cost-state`` growth) is on its checkpoint (found by
 ``scripts/fidelity``). 5 = pi and opencode replies that only call tools keep their usage (on the first
 call), opencode's summarizing response is counted, its synthetic text is marked and a pending revert is
-followed; a source's new title (pi's session_info) renames a session the user did not rename."""
+followed; a source's new title (pi's session_info) renames a session the user did not rename. 6 = a Codex
+``spawn_agent`` thread and an opencode ``task`` child session are linked to the spawning call: the parent's
+call record holds ``meta.childSessionId``, the child's origin ``spawnedBy`` (parent session, call, agent)."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

@@ -126,7 +126,8 @@ class Layout:
     lengths: array[int] = field(default_factory=lambda: array("q"))
     positions: dict[str, int] = field(default_factory=dict)
     compactions: list[tuple[str, int, int]] = field(default_factory=list)
-    """(id, offset, length) in file order."""
+    """(id, offset, length) in file order, deduped by id as the reader does (first position, newest line)."""
+    compaction_positions: dict[str, int] = field(default_factory=dict)
     specials: list[tuple[str, int, int]] = field(default_factory=list)
     """(type, offset, length) of tombstone and session_info lines."""
     bad_offsets: list[int] = field(default_factory=list)
@@ -207,7 +208,12 @@ def _apply(layout: Layout, entries: list[_Entry]) -> None:
             if not ident:
                 layout.bad_offsets.append(offset)
                 continue
-            layout.compactions.append((ident, offset, length))
+            at = layout.compaction_positions.get(ident)
+            if at is None:
+                layout.compaction_positions[ident] = len(layout.compactions)
+                layout.compactions.append((ident, offset, length))
+            else:
+                layout.compactions[at] = (ident, offset, length)
         elif kind in _SPECIAL_KINDS:
             layout.specials.append((kind, offset, length))
         elif kind == "session" and offset == 0:

@@ -539,7 +539,10 @@ class Transcript:
     """Deduped by id: keep-last content at the first line's position."""
     positions: dict[str, int] = field(default_factory=dict)
     compactions: list[CompactionEntry] = field(default_factory=list)
-    """In file order. Dropping records whose anchor is gone is the caller's job."""
+    """In file order, deduped by id like messages (keep-last content at the first line's position: a
+    re-import writes a checkpoint again when it learned more, e.g. its request's usage). Dropping
+    records whose anchor is gone is the caller's job."""
+    compaction_positions: dict[str, int] = field(default_factory=dict)
     tombstones: dict[str, Tombstone] = field(default_factory=dict)
     """Last tombstone per messageId."""
     session_info: dict[str, Any] | None = None
@@ -626,7 +629,13 @@ def _take_line(out: Transcript, line: bytes, offset: int, length: int) -> None:
         if not isinstance(cid, str) or not cid:
             out.bad_line_offsets.append(offset)
             return
-        out.compactions.append(CompactionEntry(cid, record, offset, length))
+        comp = CompactionEntry(cid, record, offset, length)
+        at = out.compaction_positions.get(cid)
+        if at is None:
+            out.compaction_positions[cid] = len(out.compactions)
+            out.compactions.append(comp)
+        else:
+            out.compactions[at] = comp
     elif kind == "tombstone":
         mid = record.get("messageId")
         deleted = record.get("deleted", True)

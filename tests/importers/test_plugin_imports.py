@@ -203,3 +203,19 @@ def test_an_index_rebuild_restores_the_origin_and_the_plugins_scope(tmp_path: Pa
     assert (row["projectId"], row["modelId"]) == (None, None)
     (listed,) = list_plugin_sessions(db, "chat-export")
     assert listed["origin"]["history"]["projectPath"] == "/their/project"
+
+
+def test_plugin_import_history_model_is_listed_not_bound(db: sqlite3.Connection, target: ImportTarget) -> None:
+    """Issue 23 §4: a plugin import's history model was kept only in its origin JSON; ``session.list`` now
+    shows it as ``historyModel`` (as for a tool import) while ``providerId``/``modelId`` stay unbound (§4.5)."""
+    from protocol.models_records import SessionSummary
+
+    sid = import_plugin_session(db, request(), target, now_ms=NOW, make_id=lambda: "pl-hist-1")["sessionId"]
+    items, _ = index.list_sessions(db, limit=10, cursor=None)
+    (listed,) = [i for i in items if i["id"] == sid]
+    assert listed["historyModel"] == {"providerId": "their-provider", "modelId": "their-model"}
+    assert (listed["providerId"], listed["modelId"]) == (None, None)
+    assert index.require_session(db, sid)["historyModel"] == listed["historyModel"]
+    wire = SessionSummary.model_validate(index.public_session(listed)).model_dump(by_alias=True, exclude_none=True)
+    assert wire["historyModel"] == {"providerId": "their-provider", "modelId": "their-model"}
+    assert "modelId" not in wire and "spawnedBy" not in wire

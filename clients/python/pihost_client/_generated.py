@@ -645,6 +645,12 @@ class HelloResult(TypedDict):
     serverTime: int
 
 
+class HistoryModel(TypedDict):
+    """The provider/model an imported session's history named last (its origin row): shown, never a binding (seed 003 §4.5; the session's own ``providerId``/``modelId`` are what the host binds)."""
+    providerId: NotRequired[str | None]
+    modelId: str
+
+
 class HostedSearchBlock(TypedDict):
     """Provider-hosted web search progress and its replay state."""
     type: Literal["hostedSearch"]
@@ -1307,6 +1313,8 @@ class PluginSession(TypedDict):
     contractKind: NotRequired[Literal["plan", "goal"] | None]
     latestTurn: NotRequired[LatestTurn | None]
     thread: NotRequired[ThreadMeta | None]
+    historyModel: NotRequired[HistoryModel | None]
+    spawnedBy: NotRequired[SpawnLink | None]
     origin: PluginSessionOrigin
 
 
@@ -2102,6 +2110,8 @@ class SessionSummary(TypedDict):
     contractKind: NotRequired[Literal["plan", "goal"] | None]
     latestTurn: NotRequired[LatestTurn | None]
     thread: NotRequired[ThreadMeta | None]
+    historyModel: NotRequired[HistoryModel | None]
+    spawnedBy: NotRequired[SpawnLink | None]
 
 
 class SessionUpdateMetadataParams(TypedDict):
@@ -2264,6 +2274,13 @@ class Snippet(TypedDict):
     role: Literal["user", "assistant", "tool", "system"]
     seq: int
     snippet: str
+
+
+class SpawnLink(TypedDict):
+    """The parent of an imported child thread/session (a Codex ``spawn_agent`` thread, an opencode ``task`` session): the parent's session id (valid whichever was imported first; it may not be imported at all), the spawning tool call (``toolCallId`` of its ``tool_call`` block; that record's ``meta.childSessionId`` names this session) and the agent's name, when the source records them."""
+    sessionId: str
+    toolCallId: NotRequired[str | None]
+    agentName: NotRequired[str | None]
 
 
 class StartTurnParams(TypedDict):

@@ -838,6 +838,12 @@ export interface HelloResult {
   serverTime: number;
 }
 
+/** The provider/model an imported session's history named last (its origin row): shown, never a binding (seed 003 §4.5; the session's own ``providerId``/``modelId`` are what the host binds). */
+export interface HistoryModel {
+  providerId?: string | null;
+  modelId: string;
+}
+
 /** Provider-hosted web search progress and its replay state. */
 export interface HostedSearchBlock {
   type: "hostedSearch";
@@ -1661,6 +1667,10 @@ export interface PluginSession {
   latestTurn?: LatestTurn | null;
   /** Tags, folder, preset, archive flag, parent thread and origins (session.updateMetadata); absent while none is set. */
   thread?: ThreadMeta | null;
+  /** Imported sessions: the model the history named last (never a binding). */
+  historyModel?: HistoryModel | null;
+  /** An imported child thread/session: the parent session and tool call that spawned it. */
+  spawnedBy?: SpawnLink | null;
   origin: PluginSessionOrigin;
 }
 
@@ -2681,6 +2691,10 @@ export interface SessionSummary {
   latestTurn?: LatestTurn | null;
   /** Tags, folder, preset, archive flag, parent thread and origins (session.updateMetadata); absent while none is set. */
   thread?: ThreadMeta | null;
+  /** Imported sessions: the model the history named last (never a binding). */
+  historyModel?: HistoryModel | null;
+  /** An imported child thread/session: the parent session and tool call that spawned it. */
+  spawnedBy?: SpawnLink | null;
 }
 
 /** Thread metadata (seed 000 §2.1). An absent field stays as it is; ``null`` clears it (``tags``/``origins`` to empty, ``archived`` to false); a list replaces the stored one. */
@@ -2885,6 +2899,14 @@ export interface Snippet {
   role: "user" | "assistant" | "tool" | "system";
   seq: number;
   snippet: string;
+}
+
+/** The parent of an imported child thread/session (a Codex ``spawn_agent`` thread, an opencode ``task`` session): the parent's session id (valid whichever was imported first; it may not be imported at all), the spawning tool call (``toolCallId`` of its ``tool_call`` block; that record's ``meta.childSessionId`` names this session) and the agent's name, when the source records them. */
+export interface SpawnLink {
+  /** Session id (becomes a file name). */
+  sessionId: string;
+  toolCallId?: string | null;
+  agentName?: string | null;
 }
 
 export interface StartTurnParams {

@@ -323,7 +323,8 @@ class _FileConverter:
         self.close_group()
         if self.compaction is not None and self.emitter.discard(self.compaction):
             # a boundary at the very end whose summary line is not written yet: the checkpoint is
-            # imported once the summary is there (checkpoint lines are not replaced by id)
+            # imported once the summary is there (a later line of a checkpoint id replaces it, but an
+            # empty checkpoint would be served until then)
             self.report.compactions_dropped += 1
             self.compaction = None
         self.release_compaction()

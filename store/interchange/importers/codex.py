@@ -33,6 +33,13 @@ What becomes what:
   the other bookkeeping kinds are counted as skipped, unknown kinds as
   unknown.
 
+A spawned agent's thread (``session_meta.parent_thread_id`` / ``source.subagent.thread_spawn``) is a
+session of its own, as in Codex, linked both ways: the parent's ``spawn_agent`` record has
+``meta.childSessionId`` (the child's host id, from the call's ``item_completed`` ``receiver_thread_ids``
+or its ``{"agent_id"}`` output), the child's origin history ``spawnedBy`` (the parent's host id, the
+agent's nickname and, when the parent's rollout is under the same root, the ``spawn_agent`` call id),
+served as ``spawnedBy`` with the session.
+
 Rollouts written before ``session_meta`` existed (a bare first line with
 ``id``/``timestamp``, then bare items) are read the same way.
 """
@@ -66,6 +73,7 @@ from store.interchange.importers.common import (
     json_value_ok,
     message_record,
     parse_object,
+    session_id_for,
     stamp,
     text_block,
     to_ms,
@@ -101,12 +109,26 @@ _EXIT_LINE = re.compile(r"^Process exited with code (-?\d+)\s*$", re.MULTILINE)
 
 
 def discover(root: Path) -> Iterator[SourceUnit]:
+    """One unit per rollout. A spawned agent's thread whose parent's rollout is under the same root gets
+    the parent's file as its second file: the spawning call is read from it (and a change of it
+    re-reads the child, so the link does not depend on which of the two was written or imported first)."""
     files = [root] if root.is_file() else sorted(p for p in root.rglob("*.jsonl") if p.is_file())
-    for path in files:
-        yield SourceUnit(SOURCE, _external_id(path), (path,))
+    heads = [(path, *_head(path)) for path in files]
+    by_thread = {ext: path for path, ext, _parent in heads}
+    for path, ext, parent in heads:
+        parent_file = by_thread.get(parent) if parent is not None else None
+        if parent_file is not None and parent_file != path:
+            yield SourceUnit(SOURCE, ext, (path, parent_file), (("parentFile", str(parent_file)),))
+        else:
+            yield SourceUnit(SOURCE, ext, (path,))
 
 
 def _external_id(path: Path) -> str:
+    return _head(path)[0]
+
+
+def _head(path: Path) -> tuple[str, str | None]:
+    """(thread id, parent thread id of a spawned agent's thread) from the rollout's first line."""
     try:
         reader = LineReader(path, max_line_bytes=8 << 20, chunk=1 << 16)
         for line in reader:
@@ -115,14 +137,69 @@ def _external_id(path: Path) -> str:
                 payload = rec.get("payload")
                 if rec.get("type") == "session_meta" and isinstance(payload, Mapping):
                     if isinstance(payload.get("id"), str) and payload["id"]:
-                        return str(payload["id"])
+                        return str(payload["id"]), _spawn(payload)[0]
                 elif "type" not in rec and isinstance(rec.get("id"), str) and rec["id"]:
-                    return str(rec["id"])
+                    return str(rec["id"]), None
             break
     except OSError:
         pass
     match = _UUID_TAIL.search(path.stem)
-    return match.group(1) if match else path.stem
+    return (match.group(1) if match else path.stem), None
+
+
+def _spawn(payload: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(parent thread id, agent nickname) of a spawned agent's ``session_meta`` (``parent_thread_id``, or
+    ``source.subagent.thread_spawn``); (None, None) for a thread the user started."""
+    source = payload.get("source")
+    sub = source.get("subagent") if isinstance(source, Mapping) else None
+    spawn = sub.get("thread_spawn") if isinstance(sub, Mapping) else None
+    spawn = spawn if isinstance(spawn, Mapping) else {}
+    parent = payload.get("parent_thread_id") or spawn.get("parent_thread_id")
+    nick = payload.get("agent_nickname") or spawn.get("agent_nickname") or spawn.get("agent_role")
+    return (parent if isinstance(parent, str) and parent else None), (nick if isinstance(nick, str) and nick else None)
+
+
+def _spawned_child(item: Mapping[str, Any]) -> str | None:
+    """The thread a ``spawn_agent`` call started: its ``item_completed`` ``CollabAgentToolCall``
+    (``receiver_thread_ids``) or its output (``{"agent_id": ...}``)."""
+    receivers = item.get("receiver_thread_ids")
+    if isinstance(receivers, list) and receivers and isinstance(receivers[0], str) and receivers[0]:
+        return receivers[0]
+    out = item.get("output")
+    if isinstance(out, str) and out.lstrip().startswith("{") and "agent_id" in out:
+        try:
+            parsed = orjson.loads(out)
+        except orjson.JSONDecodeError:
+            return None
+        agent = parsed.get("agent_id") if isinstance(parsed, Mapping) else None
+        return agent if isinstance(agent, str) and agent else None
+    return None
+
+
+def _spawning_call(path: Path, child: str, ctx: ParseContext, file: FileReport) -> str | None:
+    """The call id of the parent's ``spawn_agent`` call that started ``child`` (read from the parent's
+    rollout: only lines naming the child are parsed)."""
+    needle = child.encode()
+    found: str | None = None
+    try:
+        reader = LineReader(path, max_line_bytes=ctx.limits.max_line_bytes, chunk=ctx.limits.read_chunk)
+        for line in reader:
+            if found is not None or line.data is None or needle not in line.data:
+                continue
+            rec = parse_object(line.data)
+            payload = rec.get("payload") if rec is not None else None
+            if not isinstance(payload, Mapping):
+                continue
+            item = payload.get("item") if payload.get("type") == "item_completed" else payload
+            if not isinstance(item, Mapping) or _spawned_child(item) != child:
+                continue
+            call = item.get("id") if payload.get("type") == "item_completed" else item.get("call_id")
+            if isinstance(call, str) and call:
+                found = call
+        file_report(reader, file)
+    except OSError:
+        return None
+    return found
 
 
 def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
@@ -130,6 +207,8 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     meta = SessionMeta(SOURCE, unit.external_id, sid)
     report = SessionReport(SOURCE, unit.external_id, sid)
     conv = _Converter(ctx, meta, report, sid, unit.files[0])
+    parent_file = dict(unit.locator).get("parentFile")
+    conv.parent_file = Path(parent_file) if parent_file else None
     return Parsed(meta, report, finalize(conv.run(), report, ctx.limits))
 
 
@@ -157,6 +236,8 @@ class _Converter:
         """call id → (failed, exit code) from ``item_completed`` / ``exec_command_end`` events."""
         self.done_calls: dict[str, Slot] = {}
         """call id → the completed tool slot (a status event may follow the output)."""
+        self.parent_file: Path | None = None
+        """The parent's rollout of a spawned agent's thread (discovered under the same root)."""
 
     def run(self) -> Iterator[Slot]:
         reader = LineReader(self.path, max_line_bytes=self.ctx.limits.max_line_bytes, chunk=self.ctx.limits.read_chunk)
@@ -323,6 +404,29 @@ class _Converter:
             self.provider = payload["model_provider"]
             self.meta.history["providerId"] = self.provider
         self.meta.saw_time(to_ms(payload.get("timestamp")))
+        parent, nick = _spawn(payload)
+        if parent is not None:
+            link = {"sessionId": session_id_for(SOURCE, parent)}
+            if nick is not None:
+                link["agentName"] = nick[:200]
+            if self.parent_file is not None:
+                parent_report = FileReport(str(self.parent_file), reference=True)
+                call = _spawning_call(self.parent_file, self.meta.external_id, self.ctx, parent_report)
+                if parent_report.sha256:
+                    self.report.files.append(parent_report)  # fingerprinted: a change re-reads the link
+                if call is not None:
+                    link["toolCallId"] = call
+            self.meta.history["spawnedBy"] = link
+
+    def spawned(self, item: Mapping[str, Any], call_id: object) -> None:
+        """A ``spawn_agent`` call's child thread: ``meta.childSessionId`` on the call's record."""
+        child = _spawned_child(item)
+        slot = (self.pending.get(call_id) or self.done_calls.get(call_id)) if isinstance(call_id, str) else None
+        if child is None or slot is None:
+            return
+        child_sid = session_id_for(SOURCE, child)
+        if (slot.record.get("meta") or {}).get("childSessionId") != child_sid:
+            self.set_meta(slot, childSessionId=child_sid)
 
     def event(self, payload: Mapping[str, Any]) -> None:
         kind = payload.get("type")
@@ -337,6 +441,9 @@ class _Converter:
                 self.exec_status(item.get("id"), item.get("status"),
                                  item.get("exit_code", item.get("exitCode")))
                 return
+            if (isinstance(item, Mapping) and item.get("type") == "CollabAgentToolCall"
+                    and item.get("tool") == "spawn_agent"):
+                self.spawned(item, item.get("id"))
         elif kind == "exec_command_end":
             self.exec_status(payload.get("call_id"), payload.get("status"), payload.get("exit_code"))
             return
@@ -520,6 +627,8 @@ class _Converter:
             self.done_calls[call_id] = slot
             if len(self.done_calls) > MAX_TRACKED_CALLS:
                 del self.done_calls[next(iter(self.done_calls))]
+        if block.get("name") == "spawn_agent":
+            self.spawned(item, call_id)
 
     def exec_status(self, call_id: object, status: object, exit_code: object) -> None:
         """A command's structured outcome (``item_completed`` ``CommandExecution`` / ``exec_command_end``).

@@ -23,7 +23,10 @@ to a ``compaction`` part, ``auto`` in its details) → a compaction checkpoint (
 ``details.thinking``, its usage as ``details.usage`` / ``usageRaw``, counted
 by ``usage.*`` like a reply's). Step, snapshot, patch and retry parts are
 counted as skipped. A session spawned by a ``task`` tool (``parentID``)
-imports as a session of its own; its parent is kept in the origin history.
+imports as a session of its own, linked both ways: the parent's ``task`` record
+has ``meta.childSessionId`` (the child's host id), the child's origin history
+``spawnedBy`` (the parent's host id, the ``task`` call's id and
+``subagent_type``), served as ``spawnedBy`` with the session.
 
 Usage goes on the first record an assistant message produces (its text, or
 its first tool call when it only called tools), once. A ``synthetic`` text
@@ -65,6 +68,7 @@ from store.interchange.importers.common import (
     json_value_ok,
     message_record,
     read_json_file,
+    session_id_for,
     stamp,
     text_block,
     to_ms,
@@ -131,6 +135,8 @@ def fingerprint(unit: SourceUnit) -> str | None:
             digest.update(len(data).to_bytes(8, "big"))
             digest.update(data)
 
+    add(*sorted((spawn_call(unit) or {}).items()))  # the parent's task call may name the child later
+
     if unit.loc("layout") == "sqlite":
         try:
             conn = _connect(Path(unit.loc("db")))
@@ -162,6 +168,69 @@ def fingerprint(unit: SourceUnit) -> str | None:
     return digest.hexdigest()
 
 
+def spawn_call(unit: SourceUnit) -> dict[str, str] | None:
+    """The parent's ``task`` call that spawned this (child) session: ``toolCallId`` (its ``callID``) and
+    ``agentName`` (its ``subagent_type``), found by the part whose ``state.metadata.sessionId`` is this
+    session; None for a session the user started, or when the parent holds no such call."""
+    try:
+        if unit.loc("layout") == "sqlite":
+            conn = _connect(Path(unit.loc("db")))
+            try:
+                row = conn.execute("SELECT parent_id FROM session WHERE id = ?", (unit.external_id,)).fetchone()
+                if row is None or not isinstance(row[0], str) or not row[0]:
+                    return None
+                parts: Iterable[object] = [r[0] for r in conn.execute(
+                    "SELECT data FROM part WHERE session_id = ? AND instr(data, ?) > 0 ORDER BY id",
+                    (row[0], unit.external_id))]
+            finally:
+                conn.close()
+        else:
+            storage = Path(unit.loc("storage"))
+            info = read_json_file(unit.files[0], MAX_DOC_BYTES)
+            parent = info.get("parentID") if info is not None else None
+            if not isinstance(parent, str) or not parent:
+                return None
+            parts = _json_parts(storage, parent)
+        for data in parts:
+            found = _spawning_part(data, unit.external_id)
+            if found is not None:
+                return found
+    except (sqlite3.Error, OSError):
+        return None
+    return None
+
+
+def _json_parts(storage: Path, session: str) -> Iterator[bytes]:
+    """The part files of a session's messages (JSON layout), one at a time."""
+    for message in sorted((storage / "message" / session).glob("*.json")):
+        for path in sorted((storage / "part" / message.stem).glob("*.json")):
+            if path.stat().st_size <= MAX_DOC_BYTES:
+                yield path.read_bytes()
+
+
+def _spawning_part(data: object, child: str) -> dict[str, str] | None:
+    """``{toolCallId?, agentName?}`` of a ``task`` part whose ``state.metadata.sessionId`` is ``child``."""
+    if not isinstance(data, (str, bytes)) or child.encode() not in (
+            data.encode() if isinstance(data, str) else data):
+        return None
+    try:
+        part = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    state = part.get("state") if isinstance(part, dict) else None
+    md = state.get("metadata") if isinstance(state, Mapping) else None
+    if not isinstance(md, Mapping) or md.get("sessionId") != child:
+        return None
+    out: dict[str, str] = {}
+    if isinstance(part.get("callID"), str) and part["callID"]:
+        out["toolCallId"] = part["callID"]
+    args = state.get("input") if isinstance(state, Mapping) else None
+    agent = args.get("subagent_type") if isinstance(args, Mapping) else None
+    if isinstance(agent, str) and agent:
+        out["agentName"] = agent[:200]
+    return out
+
+
 def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     sid = unit.session_id
     meta = SessionMeta(SOURCE, unit.external_id, sid)
@@ -170,6 +239,7 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     file = FileReport(str(unit.files[0]))
     report.files.append(file)
     conv = _Converter(ctx, meta, report, file, sid)
+    conv.spawn_call = spawn_call(unit)
     if unit.loc("layout") == "sqlite":
         source: Iterator[tuple[Mapping[str, Any], list[Mapping[str, Any]]]] = _db_messages(unit, conv)
     else:
@@ -247,6 +317,8 @@ class _Converter:
         self.reverted = False
         self.usage_placed = False
         """Whether the current assistant message's usage went on a record already (once per message)."""
+        self.spawn_call: dict[str, str] | None = None
+        """A child session's spawning ``task`` call in its parent (``toolCallId``, ``agentName``)."""
 
     # ------------------------------------------------------------------ reading
     def read_doc(self, path: Path) -> dict[str, Any] | None:
@@ -294,6 +366,9 @@ class _Converter:
             self.meta.saw_time(to_ms(time.get("updated")))
         if isinstance(info.get("parentID"), str) and info["parentID"]:
             self.meta.history["parentSessionId"] = info["parentID"]
+            link = {"sessionId": session_id_for(SOURCE, info["parentID"])}
+            link.update(self.spawn_call or {})
+            self.meta.history["spawnedBy"] = link
         version = info.get("version")
         self.meta.label = f"opencode {version}"[:80] if isinstance(version, str) else "opencode"
 
@@ -486,6 +561,7 @@ class _Converter:
         record_meta: dict[str, Any] = self.take_meta(meta) if not self.usage_placed and "usage" in meta else {}
         if isinstance(child, str) and child:
             record_meta["childSessionExternalId"] = child
+            record_meta["childSessionId"] = session_id_for(SOURCE, child)
         self.emitter.push(message_record(join_id(self.sid, pid if isinstance(pid, str) and pid else call_id), "tool",
                                          start or ts, [block], tool_name=name, meta=record_meta))
 

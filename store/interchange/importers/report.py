@@ -39,6 +39,9 @@ class FileReport:
     """Known record kinds that hold nothing this host stores (hooks, snapshots, queue ops...)."""
     unknown: Counter[str] = field(default_factory=Counter)
     """Record kinds the importer does not know (counted and skipped, never an error)."""
+    reference: bool = False
+    """Read only for a link (a Codex child thread's parent rollout): none of its lines are this session's,
+    it is fingerprinted so that a change of it reads the session again."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -46,7 +49,7 @@ class FileReport:
             "blankLines": self.blank_lines, "badLines": self.bad_lines, "oversizedLines": self.oversized_lines,
             "tornTailBytes": self.torn_tail_bytes, "roots": self.roots, "danglingParents": self.dangling_parents,
             "recordTypes": _counter_dict(self.record_types), "skipped": _counter_dict(self.skipped),
-            "unknown": _counter_dict(self.unknown),
+            "unknown": _counter_dict(self.unknown), **({"reference": True} if self.reference else {}),
         }
 
 

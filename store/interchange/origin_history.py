@@ -1,0 +1,57 @@
+"""What an imported session's origin row says about its history, projected onto session rows.
+
+The ``session_import_origins`` row (seed 003 §4.5) keeps what the source knew of the session as
+history JSON; two parts of it are served with the session (``session.list``, ``session.get``):
+
+* ``historyModel`` — the provider/model the imported history named last (a tool import's messages,
+  or what a plugin sent as ``history``). It is shown, never bound: the session's own
+  ``providerId``/``modelId`` stay what the host set (a host tool import binds the history's model
+  there too; a plugin import never does, §4.5).
+* ``spawnedBy`` — for a child thread/session a tool spawned (Codex ``spawn_agent``, opencode
+  ``task``): the parent's host session id (a pure function of the parent's external id, so it is
+  right whichever of the two was imported first), the spawning tool call's id when the source
+  records it (the ``toolCallId`` of the parent's tool call block) and the agent's name. The parent's
+  tool call record carries ``meta.childSessionId``, the way back.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+
+from store.indexing.sql_lists import in_chunks
+
+SPAWN_KEYS = ("sessionId", "toolCallId", "agentName")
+
+
+def project(origin: Mapping[str, Any]) -> dict[str, Any]:
+    """The session-row fields an origin's history JSON yields (none when it names nothing)."""
+    out: dict[str, Any] = {}
+    model = origin.get("modelId")
+    if isinstance(model, str) and model:
+        hist: dict[str, str] = {"modelId": model}
+        provider = origin.get("providerId")
+        if isinstance(provider, str) and provider:
+            hist["providerId"] = provider
+        out["historyModel"] = hist
+    spawn = origin.get("spawnedBy")
+    if isinstance(spawn, Mapping) and isinstance(spawn.get("sessionId"), str):
+        out["spawnedBy"] = {k: spawn[k] for k in SPAWN_KEYS if isinstance(spawn.get(k), str) and spawn[k]}
+    return out
+
+
+def attach(conn: sqlite3.Connection, rows: Iterable[dict[str, Any]]) -> None:
+    """Set ``historyModel`` / ``spawnedBy`` on the imported ones of ``rows`` (in place)."""
+    by_id = {r["id"]: r for r in rows if r.get("source")}
+    for marks, chunk in in_chunks(list(by_id)):
+        for sid, origin_json in conn.execute(
+                f"SELECT session_id, origin_json FROM session_import_origins WHERE session_id IN ({marks})", chunk):
+            try:
+                origin = orjson.loads(origin_json) if origin_json else {}
+            except orjson.JSONDecodeError:
+                continue  # a damaged history shows nothing rather than failing the listing
+            if isinstance(origin, dict):
+                by_id[sid].update(project(origin))
