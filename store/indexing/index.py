@@ -489,9 +489,14 @@ def index_compactions(
 
 
 def set_deleted(conn: sqlite3.Connection, session_id: str, message_id: str, deleted: bool) -> int:
+    """A tombstone's state on the index (the messages it changed). A tombstone may name a compaction
+    checkpoint (an import hid the branch it is on): its rows go, so no read serves it; the line
+    stays, and the import that shows it again writes it again."""
     cur = conn.execute(
         "UPDATE messages SET deleted = ? WHERE session_id = ? AND id = ?", (int(deleted), session_id, message_id)
     )
+    if deleted and cur.rowcount == 0:
+        conn.execute("DELETE FROM compactions WHERE session_id = ? AND id = ?", (session_id, message_id))
     return cur.rowcount
 
 

@@ -276,7 +276,8 @@ def read_file_window(path: Path, req: WindowRequest, session: Mapping[str, Any],
             for i, e in enumerate(messages[w.start:w.end], start=w.start)]  # no descriptors: parsed
     ids = set(t.positions) if t is not None else set()
     comps = [c for c in (t.compactions if t is not None else [])
-             if c.record.get("throughMessageId") is None or c.record.get("throughMessageId") in ids]
+             if (c.record.get("throughMessageId") is None or c.record.get("throughMessageId") in ids)
+             and c.id not in deleted]  # a checkpoint a tombstone hides is not served (index.set_deleted)
     if req.max_bytes is not None and rows:
         rows = _fit_rows(rows, w, req, req.max_bytes - 512 - sum(c.length for c in comps))
         if rows:

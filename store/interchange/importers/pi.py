@@ -111,8 +111,18 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     def source_ids() -> set[str]:
         return conv.branch.message_ids(make_id) if conv.branch is not None else set()
 
+    def off_branch() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+        """Each abandoned branch: the records of the path from the root to its leaf, converted as if that
+        leaf were the file's (one more read of the file per branch; counts go to a scratch report)."""
+        branch = conv.branch
+        for leaf in branch.abandoned_leaves() if branch is not None else ():
+            scratch = SessionReport(SOURCE, unit.external_id, sid)
+            other = PiConverter(ctx, SessionMeta(SOURCE, unit.external_id, sid), scratch, FileReport(str(path)),
+                                make_id)
+            yield leaf, list(finalize(other.run(reader, leaf), scratch, limits))
+
     return Parsed(meta, report, finalize(conv.run(reader), report, limits), follows_branch=True,
-                  source_ids=source_ids)
+                  source_ids=source_ids, off_branch=off_branch)
 
 
 @dataclass
@@ -150,6 +160,16 @@ class Branch:
     corrupt_leaf: dict[str, str] | None = None
     """Seed 000 §3.4: the file's leaf did not reach a root (``leaf``, ``reason``), so the branch
     is the one of ``fallback``, the highest-sequence leaf that does (a system notice says so)."""
+    parents: dict[str, str | None] = field(default_factory=dict)
+    """Entry key → its parent's key (file order)."""
+
+    def abandoned_leaves(self) -> list[str]:
+        """The leaves of the branches off the current one (entries no entry names as parent), in file
+        order; none for v1 (a linear list)."""
+        if self.header.version < 2:
+            return []
+        parented = {p for p in self.parents.values() if p is not None}
+        return [key for key in self.parents if key not in self.keys and key not in parented]
 
     def message_ids(self, make_id: Callable[[str], str]) -> set[str]:
         """Every message id an entry of the file can become (on the branch or off it)."""
@@ -242,7 +262,7 @@ def find_branch(lines: Iterable[Line], file: FileReport, report: SessionReport, 
             keys, _ = _walk(parents, leaf)
     report.off_branch += len(parents) - len(keys)
     return Branch(header, keys, leaf, len(parents), end, referenced, kept_index, frozenset(parents), calls,
-                  corrupt)
+                  corrupt, parents)
 
 
 def _walk(parents: Mapping[str, str | None], leaf: str | None) -> tuple[set[str], str | None]:
