@@ -14,12 +14,16 @@ For each session an importer yields, in order:
 2. **publish**: the new transcript is hard-linked to ``<sid>.jsonl`` (never
    over an existing file) and the directory fsynced; staged lines are appended
    with one write loop and one ``fdatasync``.
+   A branch-following source (pi) also hands over the branches off its current one: they become
+   full ``revision`` lines kept in memory (:func:`_archive_off_branch`), appended to
+   ``<sid>.revisions.jsonl`` after the transcript at publish and cut back by undo.
 3. **index** (one transaction, the caller's): the session row (``source``,
    title, project upserted from the cwd by normalized path, created/updated
    times of the conversation), the index rows of exactly the lines written
    (streamed back from the file in batches), the attachment refs, and the
    ``session_import_origins`` row holding the source files' fingerprints and
-   the historical values (model, provider, cwd) that never become bindings.
+   the historical values (model, provider, cwd) that never become bindings; the
+   ``message_revisions`` rows and usage turn rows of the archived branches.
 4. **undo** on any failure after publish: the new transcript is removed, or
    the appended bytes are truncated away — never a half-imported session.
 
@@ -88,7 +92,7 @@ __all__ = [
     "upsert_origin",
 ]
 
-IMPORT_RULES = 5
+IMPORT_RULES = 6
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -100,7 +104,9 @@ cache writes, not input; Claude Code: a ``<task-notification>`` user line (``ori
 notice, a compaction's request usage (``cost-state`` growth) is on its checkpoint (found by
 ``scripts/fidelity``). 5 = pi and opencode replies that only call tools keep their usage (on the first
 call), opencode's summarizing response is counted, its synthetic text is marked and a pending revert is
-followed; a source's new title (pi's session_info) renames a session the user did not rename."""
+followed; a source's new title (pi's session_info) renames a session the user did not rename. 6 = pi:
+the branches off the file's current one are kept in the revisions store and their responses counted by
+``usage.*`` (usage over the whole file, as pi's footer); a checkpoint on a hidden branch is hidden with it."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

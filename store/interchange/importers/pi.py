@@ -6,11 +6,14 @@ entries form a tree; the current conversation is the branch from the leaf
 (the last entry of the file, as pi's SessionManager loads it) to the root.
 v1 is a linear list. v3 renamed the ``hookMessage`` role to ``custom``.
 
-Only the current branch is imported (other branches are counted as
+The current branch is the transcript (entries off it are counted as
 ``offBranch``); a ``parentId`` that names no entry ends the branch and is
-reported as a dangling parent. A re-import converges on the file's current
-branch (:mod:`store.interchange.import_write`): messages imported before that
-the file holds off its branch are hidden with tombstones, messages the import
+reported as a dangling parent. Every other branch is handed over by
+``Parsed.off_branch`` (each abandoned leaf's path, converted as if it were the
+leaf) and kept in the host's revisions store, its responses counted by
+``usage.*``. A re-import converges on the file's current
+branch (:mod:`store.interchange.import_write`): messages and checkpoints imported before that
+the file holds off its branch are hidden with tombstones (their branch archived), those the import
 hid that are on the branch again are restored, and a file that lacks entries
 imported before (an older copy, a backup) changes no visibility at all. What becomes what:
 
