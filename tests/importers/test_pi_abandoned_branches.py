@@ -15,11 +15,18 @@ it, ``session.get`` listed it); an older copy must still hide nothing.
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
+from store.interchange.import_write import ImportTarget
+from store.interchange.importers import IMPORTERS
 from store.interchange.importers.common import session_id_for
+from store.interchange.imports import import_unit
+from store.revisions import read_revisions
+from store.transcripts.transcript import read_transcript
 from tests.hostkit import client_for, inprocess_host
+from tests.samplekit import NOW, rows
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "pi"
 SECOND_BRANCH = "[tool-ok] a question on the second branch"
@@ -194,3 +201,78 @@ async def test_an_older_copy_hides_nothing_and_keeps_the_branches(tmp_path: Path
         assert (await _import(c, TREE))["status"] == "unchanged"
         assert await _shown(c) == shown
     _no_temp_files(data)
+
+
+# --------------------------------------------------------------------------- a wider tree, offline
+
+
+def _entry(eid: str, parent: str | None, role: str, text: str, second: int) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": role, "content": [{"type": "text", "text": text}],
+                               "timestamp": 1778547780000 + second * 1000}
+    if role == "assistant":
+        message.update({"api": "openai-completions", "provider": "stub", "model": "stub-model", "stopReason": "stop",
+                        "usage": {"input": 10 * second, "output": 1, "cacheRead": 0, "cacheWrite": 0,
+                                  "totalTokens": 10 * second + 1}})
+    return {"type": "message", "id": eid, "parentId": parent, "timestamp": f"2026-05-12T01:03:{second:02d}.000Z",
+            "message": message}
+
+
+# q1 was answered twice (a1, then a1' by a regenerate-like /tree to q1); from a1 the user asked q2A and q2B;
+# under B, q3B and q3B' (a sub-branch inside the abandoned branch); the file's leaf is a3A on branch A.
+WIDE = [_entry("e1", None, "user", "q1", 1), _entry("e2", "e1", "assistant", "a1", 2),
+        _entry("e3", "e2", "user", "q2A", 3), _entry("e4", "e3", "assistant", "a2A", 4),
+        _entry("e5", "e1", "assistant", "a1 again", 5),
+        _entry("e6", "e2", "user", "q2B", 6), _entry("e7", "e6", "assistant", "a2B", 7),
+        _entry("e8", "e7", "user", "q3B", 8), _entry("e9", "e8", "assistant", "a3B", 9),
+        _entry("e10", "e7", "user", "q3B'", 10), _entry("e11", "e10", "assistant", "a3B'", 11),
+        _entry("e12", "e4", "user", "q3A", 12), _entry("e13", "e12", "assistant", "a3A", 13)]
+WIDE_HEADER = {"type": "session", "version": 3, "id": "019e19b4-0000-7000-8000-0000000wide1",
+               "timestamp": "2026-05-12T01:02:27.657Z", "cwd": "/tmp/project"}
+
+
+def _wide_state(target: ImportTarget, sid: str) -> tuple[list[str], dict[tuple[str, int], list[str]]]:
+    t = read_transcript(target.transcript(sid))
+    shown = [m.record["blocks"][0]["text"] for m in t.messages if m.id not in t.deleted_ids]
+    rf = read_revisions(target.revisions(sid))
+    stored = {(root.rsplit(":", 1)[-1], idx): [m["blocks"][0]["text"] for m in e.messages]
+              for (root, idx), e in rf.entries.items()}
+    return shown, stored
+
+
+def test_every_branch_of_a_wider_tree_is_kept_once_and_a_switch_loses_nothing(
+        tmp_path: Path, db: sqlite3.Connection, target: ImportTarget) -> None:
+    """Branches off a user message (another answer) and inside an abandoned branch, then a switch into one."""
+    path = tmp_path / "pi" / "wide.jsonl"
+    _write(path, [json.dumps(e) for e in [WIDE_HEADER, *WIDE]])
+    (unit,) = IMPORTERS["pi"].discover(path)
+    first = import_unit(db, unit, target, now_ms=NOW)
+    sid = first.session_id
+    assert first.archived_branches == 3
+    shown, stored = _wide_state(target, sid)
+    assert shown == ["q1", "a1", "q2A", "a2A", "q3A", "a3A"]
+    assert stored == {("e1", 1): ["q1", "a1 again"],  # the other answer to q1: the family of q1, from q1 on
+                      ("e3", 1): ["q2B", "a2B", "q3B", "a3B"],  # left after a1: the family of q2A
+                      ("e3", 2): ["q2B", "a2B", "q3B'", "a3B'"]}
+    assert sorted(rows(db, "SELECT root_user_id, revision_index, message_count FROM message_revisions "
+                           "WHERE session_id = ?", sid)) == [(f"{sid}:e1", 1, 2), (f"{sid}:e3", 1, 4),
+                                                             (f"{sid}:e3", 2, 4)]
+    every_reply = sum(e["message"]["usage"]["input"] for e in WIDE if e["message"]["role"] == "assistant")
+    assert rows(db, "SELECT SUM(input_tokens) FROM turns WHERE session_id = ?", sid) == [(every_reply,)]
+    # pi's /tree to a3B', a turn there
+    moved = [*WIDE, _entry("e14", "e11", "user", "q4B'", 14)]
+    _write(path, [json.dumps(e) for e in [WIDE_HEADER, *moved]])
+    (unit,) = IMPORTERS["pi"].discover(path)
+    second = import_unit(db, unit, target, now_ms=NOW + 1)
+    assert second.status == "updated" and second.archived_branches == 2
+    shown, stored = _wide_state(target, sid)
+    assert shown == ["q1", "a1", "q2B", "a2B", "q3B'", "a3B'", "q4B'"]
+    assert stored[("e6", 1)] == ["q2A", "a2A", "q3A", "a3A"]  # branch A, from where B left it
+    assert stored[("e10", 1)] == ["q3B", "a3B"]
+    assert len(stored) == 5
+    texts = {e["message"]["content"][0]["text"] for e in moved}
+    kept = set(shown) | {t for msgs in stored.values() for t in msgs}
+    assert kept == texts  # every message of the file: on the branch, or in a revision
+    (unit,) = IMPORTERS["pi"].discover(path)
+    path.touch()
+    assert import_unit(db, unit, target, now_ms=NOW + 2).status == "unchanged"
+    assert _wide_state(target, sid)[1] == stored
