@@ -169,7 +169,7 @@ class StagedImport:
     revision_rows: list[tuple[str, int, int]] = field(default_factory=list)
     """``(rootUserId, revisionIndex, messageCount)`` of each line: its ``message_revisions`` row."""
     revision_records: list[dict[str, Any]] = field(default_factory=list)
-    """The messages of those branches (their responses' usage is counted like the transcript's)."""
+    """The messages of those branches that carry a response's usage (counted like the transcript's)."""
     revisions_pre: int | None = None
     """Length of the revisions file before :func:`publish` appended (None: nothing appended)."""
     revisions_end: int = 0
@@ -566,7 +566,7 @@ def _archive_off_branch(off_branch: Callable[[], Iterator[tuple[str, list[dict[s
             extra["compactions"] = comps
         staged.revision_lines.append(revision_line(root, idx, branch, {}, created_at_ms=when, extra=extra))
         staged.revision_rows.append((root, idx, len(branch)))
-        staged.revision_records.extend(branch)
+        staged.revision_records.extend(m for m in branch if "usageRaw" in (m.get("meta") or {}))
         variants[:] = [v for v in variants if v[0] != idx] + [(idx, branch_ids, payload)]
         staged.report.archived_branches += 1
 

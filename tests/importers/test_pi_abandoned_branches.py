@@ -177,6 +177,10 @@ async def test_a_hidden_branchs_compaction_is_not_served(tmp_path: Path) -> None
         context = await c.call("session.context", {"sessionId": SID})
         texts = [b["text"] for m in context["messages"] for b in m["blocks"] if b.get("type") == "text"]
         assert texts[0] == "first question on the tree session" and SECOND_BRANCH in texts
+        child = await c.call("session.fork", {"sessionId": SID})  # a fork does not take the hidden checkpoint
+        child_window = await c.call("session.get", {"sessionId": child["id"], "full": True})
+        assert child_window["compactions"] == []
+        assert (await c.call("session.context", {"sessionId": child["id"]}))["compaction"] is None
     for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):  # the index rebuilt from the files agrees
         (data / name).unlink(missing_ok=True)
     async with inprocess_host(data) as host, client_for(host) as c:
