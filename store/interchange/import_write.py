@@ -324,7 +324,7 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
     live = _LiveOrder()
     ok = False
     try:
-        records = live.tap(parsed.records)
+        records = live.tap(parsed.records) if parsed.off_branch is not None else parsed.records
         if kind == "new":
             _write_new(records, out, staged, created_ms)
         else:
@@ -526,9 +526,10 @@ def _archive_off_branch(off_branch: Callable[[], Iterator[tuple[str, list[dict[s
     message on (the shared messages from the root, then the branch's own, then its checkpoints under
     ``compactions``). A branch with no live user message before it is a family of its own (keyed by
     its first message). A branch the store already holds byte for byte in its family is not written
-    again; one that grew from a stored one (a message added after it was archived) refreshes that
-    variant; any other is a new variant (the next ``revisionIndex``). The store is append-only, so
-    nothing a source once showed is lost, and a re-import of the same file adds nothing.
+    again (its row and usage rows are, idempotently: they heal an index that lost them); one that
+    grew from a stored one (a message added after it was archived) refreshes that variant; any other
+    is a new variant (the next ``revisionIndex``). The store is append-only, so nothing a source once
+    showed is lost, and a re-import of the same file adds nothing.
     """
     assert staged.revisions is not None
     order = live.messages
@@ -554,7 +555,11 @@ def _archive_off_branch(off_branch: Callable[[], Iterator[tuple[str, list[dict[s
         root = order[rpos][0] if rpos is not None else str(branch[0]["id"])
         payload = [dumps_line(m) for m in branch]
         variants = family(root)
-        if any(p == payload for _, _, p in variants):
+        usage = [m for m in branch if "usageRaw" in (m.get("meta") or {})]
+        same = next((idx for idx, _, p in variants if p == payload), None)
+        if same is not None:  # stored already: its row and usage rows again (the index may have lost them)
+            staged.revision_rows.append((root, same, len(branch)))
+            staged.revision_records.extend(usage)
             continue
         branch_ids = [str(m["id"]) for m in branch]
         grown = next((idx for idx, vids, _ in variants
@@ -566,7 +571,7 @@ def _archive_off_branch(off_branch: Callable[[], Iterator[tuple[str, list[dict[s
             extra["compactions"] = comps
         staged.revision_lines.append(revision_line(root, idx, branch, {}, created_at_ms=when, extra=extra))
         staged.revision_rows.append((root, idx, len(branch)))
-        staged.revision_records.extend(m for m in branch if "usageRaw" in (m.get("meta") or {}))
+        staged.revision_records.extend(usage)
         variants[:] = [v for v in variants if v[0] != idx] + [(idx, branch_ids, payload)]
         staged.report.archived_branches += 1
 
@@ -612,7 +617,13 @@ def publish(staged: StagedImport, *, faults: Faults = NO_FAULTS) -> None:
     source's abandoned branches (one write, one fsync); an append with nothing staged is a no-op."""
     _publish_transcript(staged, faults)
     if staged.revision_lines and staged.revisions is not None:
-        end = append_revision_lines(staged.revisions, staged.revision_lines, faults=faults)
+        existed = os.path.lexists(staged.revisions)
+        try:
+            end = append_revision_lines(staged.revisions, staged.revision_lines, faults=faults)
+        except BaseException:
+            if not existed:  # the failed append cut its lines; a file it created is not left behind
+                _remove_if_empty(staged.revisions)
+            raise
         staged.revisions_pre = end - sum(len(line) for line in staged.revision_lines)
         staged.revisions_end = end
 
@@ -686,12 +697,16 @@ def _undo_revisions(staged: StagedImport) -> None:
     finally:
         os.close(fd)
     if staged.revisions_pre == 0:
-        try:
-            if os.stat(staged.revisions, follow_symlinks=False).st_size == 0:
-                remove_file_durable(staged.revisions)
-        except OSError:
-            pass
+        _remove_if_empty(staged.revisions)
     staged.revisions_pre = None
+
+
+def _remove_if_empty(path: Path) -> None:
+    try:
+        if os.stat(path, follow_symlinks=False).st_size == 0:
+            remove_file_durable(path)
+    except OSError:
+        pass
 
 
 def _truncate(fd: int, length: int) -> None:

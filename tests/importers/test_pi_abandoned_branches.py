@@ -19,6 +19,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from store.faults import Faults
 from store.interchange.import_write import ImportTarget
 from store.interchange.importers import IMPORTERS
 from store.interchange.importers.common import session_id_for
@@ -280,3 +281,37 @@ def test_every_branch_of_a_wider_tree_is_kept_once_and_a_switch_loses_nothing(
     path.touch()
     assert import_unit(db, unit, target, now_ms=NOW + 2).status == "unchanged"
     assert _wide_state(target, sid)[1] == stored
+
+
+def test_a_failed_revisions_append_leaves_nothing_and_the_retry_imports_it_all(tmp_path: Path,
+                                                                               db: sqlite3.Connection) -> None:
+    """An I/O error while the abandoned branches are appended: the import is refused and undone (no
+    transcript, no revisions file, no temp file for a new session; the transcript cut back for an existing
+    one), and the next import does it all."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    faults = Faults()
+    target = ImportTarget(sessions, faults=faults)
+    path = _write(tmp_path / "pi" / "wide.jsonl", [json.dumps(e) for e in [WIDE_HEADER, *WIDE]])
+    (unit,) = IMPORTERS["pi"].discover(path)
+    faults.add("revisions.after_write", 1, "eio")
+    refused = import_unit(db, unit, target, now_ms=NOW)
+    assert refused.status == "refused" and refused.reason == "IO_ERROR"
+    assert sorted(p.name for p in sessions.iterdir()) == []
+    assert rows(db, "SELECT COUNT(*) FROM sessions") == [(0,)]
+    faults.clear()
+    sid = import_unit(db, unit, target, now_ms=NOW).session_id
+    good = _wide_state(target, sid)
+    moved = [*WIDE, _entry("e14", "e11", "user", "q4B'", 14)]
+    _write(path, [json.dumps(e) for e in [WIDE_HEADER, *moved]])
+    (unit,) = IMPORTERS["pi"].discover(path)
+    before = (target.transcript(sid).read_bytes(), target.revisions(sid).read_bytes())
+    faults.add("revisions.after_write", 1, "eio")
+    assert import_unit(db, unit, target, now_ms=NOW + 1).status == "refused"
+    assert (target.transcript(sid).read_bytes(), target.revisions(sid).read_bytes()) == before
+    assert _wide_state(target, sid) == good
+    faults.clear()
+    assert import_unit(db, unit, target, now_ms=NOW + 2).status == "updated"
+    shown, stored = _wide_state(target, sid)
+    assert shown[-1] == "q4B'" and len(stored) == 5
+    assert not [p.name for p in sessions.iterdir() if ".tmp" in p.name]
