@@ -188,6 +188,10 @@ async def test_a_hidden_branchs_compaction_is_not_served(tmp_path: Path) -> None
         assert await _served(c) == (False, 0)
         await _import(c, _write(work, back))
         assert await _served(c) == (True, 1)  # back on the first branch: served again, once
+    for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):  # its line is in the file twice now
+        (data / name).unlink(missing_ok=True)
+    async with inprocess_host(data) as host, client_for(host) as c:
+        assert await _served(c) == (True, 1)
 
 
 async def test_an_older_copy_hides_nothing_and_keeps_the_branches(tmp_path: Path) -> None:
