@@ -10,8 +10,10 @@ session actor reads the files and calls them. Nothing here is stored.
   rows (``meta.parentToolCallId`` or ``meta.agentName``) — the parent only ever
   saw the delegate's report, which is the ``Task`` tool result;
 * the newest *valid* compaction checkpoint (its ``throughMessageId`` still
-  exists, and no tombstone hides the checkpoint itself) starts the context: one summary message (role ``user``, a single
-  text block holding the summary, ``compactionSummary: true``), then the
+  exists, and no tombstone hides the checkpoint itself: a pi import hides one
+  on a branch the file left) starts the context: one summary message (role
+  ``user``, a single text block holding the summary, ``compactionSummary:
+  true``), then the
   checkpoint's ``retainedTail`` (minus entries the kept range below already
   holds in full, and minus tombstoned/attributed ones), then the transcript
   from ``firstKeptMessageId`` (inclusive) when that message exists, else from

@@ -119,8 +119,9 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
         leaf were the file's (one more read of the file up to the leaf's line per branch; the counts go to
         a scratch report)."""
         branch = conv.branch
-        for leaf in branch.abandoned_leaves() if branch is not None else ():
-            assert branch is not None
+        if branch is None:
+            return
+        for leaf in branch.abandoned_leaves():
             scratch = SessionReport(SOURCE, unit.external_id, sid)
             other = PiConverter(ctx, SessionMeta(SOURCE, unit.external_id, sid), scratch, FileReport(str(path)),
                                 make_id)
