@@ -617,12 +617,14 @@ def publish(staged: StagedImport, *, faults: Faults = NO_FAULTS) -> None:
     source's abandoned branches (one write, one fsync); an append with nothing staged is a no-op."""
     _publish_transcript(staged, faults)
     if staged.revision_lines and staged.revisions is not None:
-        existed = os.path.lexists(staged.revisions)
+        try:
+            before: int | None = os.stat(staged.revisions, follow_symlinks=False).st_size
+        except FileNotFoundError:
+            before = None
         try:
             end = append_revision_lines(staged.revisions, staged.revision_lines, faults=faults)
         except BaseException:
-            if not existed:  # the failed append cut its lines; a file it created is not left behind
-                _remove_if_empty(staged.revisions)
+            _cut_revisions(staged.revisions, before)  # whatever stopped the append: none of its lines stay
             raise
         staged.revisions_pre = end - sum(len(line) for line in staged.revision_lines)
         staged.revisions_end = end
@@ -701,11 +703,27 @@ def _undo_revisions(staged: StagedImport) -> None:
     staged.revisions_pre = None
 
 
+def _cut_revisions(path: Path, before: int | None) -> None:
+    """Back to ``before`` bytes (None: the file did not exist, so it goes)."""
+    try:
+        if before is None:
+            remove_file_durable(path)
+            return
+        fd = open_nofollow(path, os.O_WRONLY)
+    except (OSError, StoreError):
+        return
+    try:
+        if os.fstat(fd).st_size > before:
+            _truncate(fd, before)
+    finally:
+        os.close(fd)
+
+
 def _remove_if_empty(path: Path) -> None:
     try:
         if os.stat(path, follow_symlinks=False).st_size == 0:
             remove_file_durable(path)
-    except OSError:
+    except (OSError, StoreError):
         pass
 
 

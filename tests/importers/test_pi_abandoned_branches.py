@@ -19,7 +19,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from store.faults import Faults
+import pytest
+
+from store.faults import Faults, InjectedFault
 from store.interchange.import_write import ImportTarget
 from store.interchange.importers import IMPORTERS
 from store.interchange.importers.common import session_id_for
@@ -303,6 +305,11 @@ def test_a_failed_revisions_append_leaves_nothing_and_the_retry_imports_it_all(t
     assert refused.status == "refused" and refused.reason == "IO_ERROR"
     assert sorted(p.name for p in sessions.iterdir()) == []
     assert rows(db, "SELECT COUNT(*) FROM sessions") == [(0,)]
+    faults.clear()
+    faults.add("revisions.after_write", 1, "raise")  # an error nobody expected: undone all the same
+    with pytest.raises(InjectedFault):
+        import_unit(db, unit, target, now_ms=NOW)
+    assert sorted(p.name for p in sessions.iterdir()) == []
     faults.clear()
     sid = import_unit(db, unit, target, now_ms=NOW).session_id
     good = _wide_state(target, sid)
