@@ -10,8 +10,10 @@ session actor reads the files and calls them. Nothing here is stored.
   rows (``meta.parentToolCallId`` or ``meta.agentName``) — the parent only ever
   saw the delegate's report, which is the ``Task`` tool result;
 * the newest *valid* compaction checkpoint (its ``throughMessageId`` still
-  exists) starts the context: one summary message (role ``user``, a single
-  text block holding the summary, ``compactionSummary: true``), then the
+  exists, and no tombstone hides the checkpoint itself: a pi import hides one
+  on a branch the file left) starts the context: one summary message (role
+  ``user``, a single text block holding the summary, ``compactionSummary:
+  true``), then the
   checkpoint's ``retainedTail`` (minus entries the kept range below already
   holds in full, and minus tombstoned/attributed ones), then the transcript
   from ``firstKeptMessageId`` (inclusive) when that message exists, else from
@@ -112,7 +114,8 @@ def build_session_context(
     """
     tombstoned = frozenset(tombstoned_ids)
     positions = {rec["id"]: i for i, rec in enumerate(records)}
-    checkpoint = newest_valid(compactions, positions)
+    # a checkpoint a tombstone names is hidden (it is on a branch an import left): never the start
+    checkpoint = newest_valid([c for c in compactions if c.get("id") not in tombstoned], positions)
     out: list[dict[str, Any]] = []
     start = 0
     if checkpoint is not None:

@@ -206,7 +206,9 @@ def plan_fork(
     remap = Remapper(source_id, child_id)
     new_msgs = [remap.message(m) for m in prefix]
     id_map = {str(old["id"]): str(new["id"]) for old, new in zip(prefix, new_msgs, strict=True)}
-    kept, dropped = split_valid(compactions, included)
+    hidden = {cid for cid, tomb in tombstones.items() if tomb.get("deleted", True) is True}
+    # a checkpoint a tombstone hides (on a branch an import left) is not the child's
+    kept, dropped = split_valid([c for c in compactions if c.get("id") not in hidden], included)
     new_comps = [remap.compaction(c, included) for c in kept]
     tombs: dict[str, dict[str, Any]] = {}
     for old_id, tomb in tombstones.items():

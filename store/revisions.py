@@ -52,8 +52,11 @@ def revision_line(
     turns: Mapping[str, str],
     *,
     created_at_ms: int,
+    extra: Mapping[str, Any] | None = None,
 ) -> bytes:
-    """A full branch payload (the branch is leaving, or has left, the transcript)."""
+    """A full branch payload (the branch is leaving, or has left, the transcript). ``extra`` keys ride
+    after the standard ones (an import's ``importedFrom`` / ``sourceLeaf`` / ``compactions``; readers
+    skip keys they do not know)."""
     ids = {m.get("id") for m in messages}
     return dumps_line({
         "type": REVISION,
@@ -62,6 +65,7 @@ def revision_line(
         "createdAt": ms_to_rfc3339(created_at_ms),
         "messages": [dict(m) for m in messages],
         "turns": {k: v for k, v in turns.items() if k in ids},
+        **dict(extra or {}),
     })
 
 

@@ -492,9 +492,14 @@ def index_compactions(
 
 
 def set_deleted(conn: sqlite3.Connection, session_id: str, message_id: str, deleted: bool) -> int:
+    """A tombstone's state on the index (the messages it changed). A tombstone may name a compaction
+    checkpoint (an import hid the branch it is on): its rows go, so no read serves it; the line
+    stays, and the import that shows it again writes it again."""
     cur = conn.execute(
         "UPDATE messages SET deleted = ? WHERE session_id = ? AND id = ?", (int(deleted), session_id, message_id)
     )
+    if deleted and cur.rowcount == 0:
+        conn.execute("DELETE FROM compactions WHERE session_id = ? AND id = ?", (session_id, message_id))
     return cur.rowcount
 
 
@@ -689,17 +694,18 @@ def position_of(conn: sqlite3.Connection, session_id: str, message_id: str) -> i
 
 
 def compaction_rows(conn: sqlite3.Connection, session_id: str) -> list[tuple[str, str | None, int, int]]:
-    """Compactions whose ``throughMessageId`` anchor still exists, oldest first: of an id written more than
-    once (a re-import that learned more of a checkpoint), the newest line, at the first line's place."""
-    return [row[:4] for row in conn.execute(
-        "SELECT c.id, c.through_message_id, c.line_offset, c.line_len, MIN(f.line_offset) AS first FROM compactions c "
-        "JOIN compactions f ON f.session_id = c.session_id AND f.id = c.id "
-        "WHERE c.session_id = ? AND c.line_offset = (SELECT MAX(n.line_offset) FROM compactions n "
-        "WHERE n.session_id = c.session_id AND n.id = c.id) AND (c.through_message_id IS NULL OR EXISTS "
+    """Compactions whose ``throughMessageId`` anchor still exists, oldest first: one per id, its newest
+    line at its first line's place (the reader rule; an import writes a checkpoint's line again when it
+    shows it again)."""
+    return conn.execute(
+        "SELECT c.id, c.through_message_id, c.line_offset, c.line_len FROM compactions c "
+        "JOIN (SELECT id, MIN(line_offset) AS first, MAX(line_offset) AS last FROM compactions "
+        "WHERE session_id = ? GROUP BY id) g ON g.id = c.id AND g.last = c.line_offset "
+        "WHERE c.session_id = ? AND (c.through_message_id IS NULL OR EXISTS "
         "(SELECT 1 FROM messages m WHERE m.session_id = c.session_id AND m.id = c.through_message_id)) "
-        "GROUP BY c.id ORDER BY first",
-        (session_id,),
-    )]
+        "ORDER BY g.first",
+        (session_id, session_id),
+    ).fetchall()
 
 
 def append_response(ref: Mapping[str, Any], receipt: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -14,12 +14,16 @@ For each session an importer yields, in order:
 2. **publish**: the new transcript is hard-linked to ``<sid>.jsonl`` (never
    over an existing file) and the directory fsynced; staged lines are appended
    with one write loop and one ``fdatasync``.
+   A branch-following source (pi) also hands over the branches off its current one: they become
+   full ``revision`` lines kept in memory (:func:`_archive_off_branch`), appended to
+   ``<sid>.revisions.jsonl`` after the transcript at publish and cut back by undo.
 3. **index** (one transaction, the caller's): the session row (``source``,
    title, project upserted from the cwd by normalized path, created/updated
    times of the conversation), the index rows of exactly the lines written
    (streamed back from the file in batches), the attachment refs, and the
    ``session_import_origins`` row holding the source files' fingerprints and
-   the historical values (model, provider, cwd) that never become bindings.
+   the historical values (model, provider, cwd) that never become bindings; the
+   ``message_revisions`` rows and usage turn rows of the archived branches.
 4. **undo** on any failure after publish: the new transcript is removed, or
    the appended bytes are truncated away — never a half-imported session.
 
@@ -69,6 +73,7 @@ from store.interchange.importers.common import (
 )
 from store.interchange.importers.reader import LineReader
 from store.jsonio import dumps_line, loads_line
+from store.revisions import RevisionEntry, append_revision_lines, read_revisions, revision_line, upsert_row
 from store.tombstones import tombstone_line
 from store.transcripts.records import rfc3339_to_ms
 from store.transcripts.transcript import header_line
@@ -87,7 +92,7 @@ __all__ = [
     "upsert_origin",
 ]
 
-IMPORT_RULES = 6
+IMPORT_RULES = 7
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -101,7 +106,9 @@ notice, a compaction's request usage (``cost-state`` growth) is on its checkpoin
 call), opencode's summarizing response is counted, its synthetic text is marked and a pending revert is
 followed; a source's new title (pi's session_info) renames a session the user did not rename. 6 = a Codex
 ``spawn_agent`` thread and an opencode ``task`` child session are linked to the spawning call: the parent's
-call record holds ``meta.childSessionId``, the child's origin ``spawnedBy`` (parent session, call, agent)."""
+call record holds ``meta.childSessionId``, the child's origin ``spawnedBy`` (parent session, call, agent). 7 = pi:
+the branches off the file's current one are kept in the revisions store and their responses counted by
+``usage.*`` (usage over the whole file, as pi's footer); a checkpoint on a hidden branch is hidden with it."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""
@@ -124,6 +131,10 @@ class ImportTarget:
 
     def transcript(self, session_id: str) -> Path:
         return self.sessions_dir / f"{validate_session_id(session_id)}.jsonl"
+
+    def revisions(self, session_id: str) -> Path:
+        """The session's revisions store (seed 003 §4.9), where a source's abandoned branches go."""
+        return self.sessions_dir / f"{validate_session_id(session_id)}.revisions.jsonl"
 
 
 @dataclass
@@ -153,6 +164,22 @@ class StagedImport:
     history_model: tuple[str | None, str] | None = None
     """(provider, model) of the last written message that names one (kept in the origin history)."""
     project_path: str | None = None
+    revisions: Path | None = None
+    revision_lines: list[bytes] = field(default_factory=list)
+    """Full ``revision`` lines of the source's abandoned branches this import adds (see
+    :func:`_archive_off_branch`), appended to ``revisions`` by :func:`publish`."""
+    revision_rows: list[tuple[str, int, int]] = field(default_factory=list)
+    """``(rootUserId, revisionIndex, messageCount)`` of each line: its ``message_revisions`` row."""
+    revision_records: list[dict[str, Any]] = field(default_factory=list)
+    """The messages of those branches that carry a response's usage (counted like the transcript's)."""
+    revisions_pre: int | None = None
+    """Length of the revisions file before :func:`publish` appended (None: nothing appended)."""
+    revisions_end: int = 0
+
+    @property
+    def has_writes(self) -> bool:
+        """Anything to publish: transcript lines or revision lines."""
+        return self.body_end > self.body_start or bool(self.revision_lines)
 
 
 # --------------------------------------------------------------------------- stage
@@ -240,20 +267,22 @@ def stage(
     dry_run: bool = False,
     created_ms: Callable[[], int] | None = None,
     known_ids: Callable[[], Iterable[tuple[str, bool]]] | None = None,
+    known_compactions: Callable[[], Iterable[str]] | None = None,
 ) -> StagedImport:
     """Parse ``unit`` and write what must be written to a temp file (see the module doc).
 
     ``spans`` is None for a session the index does not know (a new transcript),
     else the lookup of the lines the transcript already holds; ``known_ids``
     lists the session's message ids with their ``deleted`` flag (for a source
-    that follows a branch, visibility converges on it: see :func:`_converge_branch`). Raises
+    that follows a branch, visibility converges on it: see :func:`_converge_branch`) and
+    ``known_compactions`` the ids of its checkpoints the index serves. Raises
     :class:`Refused` (nothing left behind, ``exc.report`` set) or a
     :class:`StoreError` for I/O.
     """
     sink = BlobSink(target.attachments.put_bytes if target.attachments is not None and not dry_run else None)
     parsed = parse(unit, ParseContext(target.limits, sink))
     return stage_parsed(parsed, unit.session_id, target, sink=sink, spans=spans, dry_run=dry_run,
-                        created_ms=created_ms, known_ids=known_ids)
+                        created_ms=created_ms, known_ids=known_ids, known_compactions=known_compactions)
 
 
 def stage_parsed(
@@ -266,13 +295,15 @@ def stage_parsed(
     dry_run: bool = False,
     created_ms: Callable[[], int] | None = None,
     known_ids: Callable[[], Iterable[tuple[str, bool]]] | None = None,
+    known_compactions: Callable[[], Iterable[str]] | None = None,
     plugin_id: str = HOST_IMPORTER,
     project: tuple[int, str] | None = None,
 ) -> StagedImport:
     """:func:`stage` for records from any producer (an importer, a plugin's messages)."""
     try:
         return _stage(parsed, session_id, target, sink, spans=spans, dry_run=dry_run, created_ms=created_ms,
-                      known_ids=known_ids, plugin_id=plugin_id, project=project)
+                      known_ids=known_ids, known_compactions=known_compactions, plugin_id=plugin_id,
+                      project=project)
     except Refused as exc:
         exc.report = parsed.report.refuse(exc.code, exc.message)
         raise
@@ -280,7 +311,7 @@ def stage_parsed(
 
 def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, spans: Spans | None, dry_run: bool,
            created_ms: Callable[[], int] | None, known_ids: Callable[[], Iterable[tuple[str, bool]]] | None,
-           plugin_id: str,
+           known_compactions: Callable[[], Iterable[str]] | None, plugin_id: str,
            project: tuple[int, str] | None) -> StagedImport:
     transcript = target.transcript(sid)
     kind = "new" if spans is None else "append"
@@ -290,15 +321,21 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
     except OSError as exc:
         raise classify_os_error(exc, f"create {temp}") from exc
     staged = StagedImport(sid, parsed.report, parsed.meta, kind, transcript, temp, plugin_id=plugin_id,
-                          project_id=project[0] if project else None, project_path=project[1] if project else None)
+                          project_id=project[0] if project else None, project_path=project[1] if project else None,
+                          revisions=target.revisions(sid))
+    live = _LiveOrder()
     ok = False
     try:
+        records = live.tap(parsed.records) if parsed.off_branch is not None else parsed.records
         if kind == "new":
-            _write_new(parsed.records, out, staged, created_ms)
+            _write_new(records, out, staged, created_ms)
         else:
             assert spans is not None
-            _write_changes(parsed.records, out, staged, spans, known_ids if parsed.follows_branch else None,
-                           parsed.source_ids)
+            follows = parsed.follows_branch
+            _write_changes(records, out, staged, spans, known_ids if follows else None, parsed.source_ids,
+                           known_compactions if follows else None)
+        if parsed.off_branch is not None and not staged.report.older_copy:
+            _archive_off_branch(parsed.off_branch, staged, live)
         staged.identity = out.close(sync=kind == "new")
         staged.blobs = list(sink.stored)
         ok = True
@@ -347,7 +384,8 @@ def _write_new(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImpor
 
 def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImport, spans: Spans,
                    known_ids: Callable[[], Iterable[tuple[str, bool]]] | None,
-                   source_ids: Callable[[], set[str]] | None = None) -> None:
+                   source_ids: Callable[[], set[str]] | None = None,
+                   known_compactions: Callable[[], Iterable[str]] | None = None) -> None:
     """Write only records whose line the transcript does not already hold, byte for byte."""
     try:
         fd = open_nofollow(staged.transcript, os.O_RDONLY)
@@ -359,6 +397,7 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
         batch: list[tuple[dict[str, Any], bytes]] = []
         written: dict[str, bytes] = {}
         new_ids: list[str] = []
+        new_compactions: list[str] = []
 
         def flush() -> None:
             known = spans([r["id"] for r, _ in batch])
@@ -381,6 +420,8 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
                         staged.report.new_messages += 1
                         if len(new_ids) < MAX_TRACKED_NEW:
                             new_ids.append(rid)
+                    elif record.get("type") == "compaction" and len(new_compactions) < MAX_TRACKED_NEW:
+                        new_compactions.append(rid)  # new, or hidden before (a hidden checkpoint has no row)
                 out.write(line)
                 if len(written) < 100_000:
                     written[rid] = line
@@ -389,23 +430,26 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
         on_branch: set[str] | None = set() if known_ids is not None else None
         for record in records:
             batch.append((record, dumps_line(record)))
-            if on_branch is not None and record.get("type") == "message":
+            if on_branch is not None and record.get("type") in ("message", "compaction"):
                 on_branch.add(record["id"])
             if len(batch) >= INDEX_BATCH:
                 flush()
         flush()
         if known_ids is not None and on_branch is not None:
-            _converge_branch(out, staged, on_branch, new_ids, known_ids, source_ids() if source_ids else None)
+            _converge_branch(out, staged, on_branch, new_ids, known_ids, source_ids() if source_ids else None,
+                             new_compactions, known_compactions)
     finally:
         os.close(fd)
 
 
 def _converge_branch(out: _Out, staged: StagedImport, on_branch: set[str], new_ids: list[str],
-                     known_ids: Callable[[], Iterable[tuple[str, bool]]], in_source: set[str] | None) -> None:
+                     known_ids: Callable[[], Iterable[tuple[str, bool]]], in_source: set[str] | None,
+                     new_compactions: Sequence[str] = (),
+                     known_compactions: Callable[[], Iterable[str]] | None = None) -> None:
     """Make the session show the source's current branch (pi), by tombstone lines only.
 
-    The rule, for the messages this source imported before (ids ``<sid>:...``; a message a host
-    client added is never touched):
+    The rule, for the messages and compaction checkpoints this source imported before (ids
+    ``<sid>:...``; a message a host client added is never touched):
 
     * the source file lacks some of them (an older copy, a backup, a truncated file): what the
       session shows does not change. Nothing is hidden or restored, and messages of the copy the
@@ -414,32 +458,128 @@ def _converge_branch(out: _Out, staged: StagedImport, on_branch: set[str], new_i
     * else one that the file holds off its current branch and is visible is hidden
       (``<sid>:off-branch:...`` tombstone), and one that is on the branch but hidden *by an import*
       (its newest tombstone is such a line) is restored (``deleted: false``); a message the user
-      deleted in the host stays deleted.
+      deleted in the host stays deleted. A hidden checkpoint is not served (its index rows go: see
+      :func:`store.indexing.index.set_deleted`); one that is on the branch again is written again
+      (it has no row, so it reads as new) and restored.
+
+    The branch the file left is kept whole in the revisions store (:func:`_archive_off_branch`).
     """
     sid = staged.session_id
     own = f"{sid}:"
     known = [(mid, deleted) for mid, deleted in known_ids() if mid.startswith(own)]
     when = staged.meta.updated_ms or 0
+
+    def hide(mid: str) -> None:
+        tid = join_id(sid, "off-branch", mid.rsplit(":", 1)[-1], when)
+        out.write(tombstone_line(tid, mid, True, created_at_ms=when))
+
     if in_source is not None and any(mid not in in_source and mid not in on_branch for mid, _ in known):
         staged.report.older_copy = True
         for mid in new_ids:
-            tid = join_id(sid, "off-branch", mid.rsplit(":", 1)[-1], when)
-            out.write(tombstone_line(tid, mid, True, created_at_ms=when))
+            hide(mid)
             staged.report.hidden_off_branch += 1
+        for cid in new_compactions:
+            hide(cid)
         return
     to_restore = [mid for mid, deleted in known if deleted and mid in on_branch]
-    hidden_by_import = (_hidden_by_import(staged.transcript, staged.pre_length, sid, set(to_restore))
-                        if to_restore else set())
-    for mid in to_restore:
+    wanted = set(to_restore) | set(new_compactions)
+    hidden_by_import = _hidden_by_import(staged.transcript, staged.pre_length, sid, wanted) if wanted else set()
+    for mid in [*to_restore, *new_compactions]:
         if mid in hidden_by_import:
             tid = join_id(sid, "on-branch", mid.rsplit(":", 1)[-1], when)
             out.write(tombstone_line(tid, mid, False, created_at_ms=when))
-            staged.report.restored_on_branch += 1
+            staged.report.restored_on_branch += mid not in new_compactions
     for mid, deleted in known:
         if not deleted and mid not in on_branch:
-            tid = join_id(sid, "off-branch", mid.rsplit(":", 1)[-1], when)
-            out.write(tombstone_line(tid, mid, True, created_at_ms=when))
+            hide(mid)
             staged.report.hidden_off_branch += 1
+    for cid in sorted(set(known_compactions()) if known_compactions is not None else ()):
+        if cid.startswith(own) and cid not in on_branch:
+            hide(cid)
+
+
+class _LiveOrder:
+    """The current branch as the records stream past: message ``(id, role)`` in order, checkpoint ids."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, str]] = []
+        self.compactions: set[str] = set()
+        self._seen: set[str] = set()
+
+    def tap(self, records: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for record in records:
+            rid = record.get("id")
+            if isinstance(rid, str) and rid not in self._seen:  # a replacement line keeps the first position
+                self._seen.add(rid)
+                if record.get("type") == "message":
+                    self.messages.append((rid, str(record.get("role"))))
+                elif record.get("type") == "compaction":
+                    self.compactions.add(rid)
+            yield record
+
+
+def _archive_off_branch(off_branch: Callable[[], Iterator[tuple[str, list[dict[str, Any]]]]],
+                        staged: StagedImport, live: _LiveOrder) -> None:
+    """Keep each branch the source holds off its current one in the revisions store (seed 003 §4.9).
+
+    A branch is attributed to where it left the current one, the way the host keeps a regenerate or
+    edit branch: its family is the live user message at or before the first live message it does not
+    share (``rootUserId``), and its payload is what would replace the live transcript from that user
+    message on (the shared messages from the root, then the branch's own, then its checkpoints under
+    ``compactions``). A branch with no live user message before it is a family of its own (keyed by
+    its first message). A branch the store already holds byte for byte in its family is not written
+    again (its row and usage rows are, idempotently: they heal an index that lost them); one that
+    grew from a stored one (a message added after it was archived) refreshes that variant; any other
+    is a new variant (the next ``revisionIndex``). The store is append-only, so nothing a source once
+    showed is lost, and a re-import of the same file adds nothing.
+    """
+    assert staged.revisions is not None
+    order = live.messages
+    when = staged.meta.updated_ms or 0
+    stored = read_revisions(staged.revisions)
+    families: dict[str, list[tuple[int, list[str], list[bytes]]]] = {}
+
+    def family(root: str) -> list[tuple[int, list[str], list[bytes]]]:
+        if root not in families:
+            families[root] = [(e.revision_index, [str(m["id"]) for m in e.messages], _payload(e))
+                              for e in stored.family(root)]
+        return families[root]
+
+    for leaf, records in off_branch():
+        msgs = [r for r in records if r.get("type") == "message"]
+        ids = {str(r["id"]) for r in msgs}
+        k = next((i for i, (mid, _) in enumerate(order) if mid not in ids), len(order))
+        rpos = next((i for i in range(min(k, len(order) - 1), -1, -1) if order[i][1] == "user"), None)
+        prefix = {mid for mid, _ in order[:rpos if rpos is not None else k]}
+        branch = [r for r in msgs if str(r["id"]) not in prefix]
+        if not branch:
+            continue
+        root = order[rpos][0] if rpos is not None else str(branch[0]["id"])
+        payload = [dumps_line(m) for m in branch]
+        variants = family(root)
+        usage = [m for m in branch if "usageRaw" in (m.get("meta") or {})]
+        same = next((idx for idx, _, p in variants if p == payload), None)
+        if same is not None:  # stored already: its row and usage rows again (the index may have lost them)
+            staged.revision_rows.append((root, same, len(branch)))
+            staged.revision_records.extend(usage)
+            continue
+        branch_ids = [str(m["id"]) for m in branch]
+        grown = next((idx for idx, vids, _ in variants
+                      if len(vids) < len(branch_ids) and branch_ids[:len(vids)] == vids), None)
+        idx = grown if grown is not None else max((v[0] for v in variants), default=0) + 1
+        comps = [r for r in records if r.get("type") == "compaction" and r.get("id") not in live.compactions]
+        extra: dict[str, Any] = {"importedFrom": staged.meta.source, "sourceLeaf": leaf}
+        if comps:
+            extra["compactions"] = comps
+        staged.revision_lines.append(revision_line(root, idx, branch, {}, created_at_ms=when, extra=extra))
+        staged.revision_rows.append((root, idx, len(branch)))
+        staged.revision_records.extend(usage)
+        variants[:] = [v for v in variants if v[0] != idx] + [(idx, branch_ids, payload)]
+        staged.report.archived_branches += 1
+
+
+def _payload(entry: RevisionEntry) -> list[bytes]:
+    return [dumps_line(m) for m in entry.messages]
 
 
 _TOMBSTONE_START = b'{"type":"tombstone"'
@@ -475,7 +615,24 @@ def _unlink(path: Path) -> None:
 
 
 def publish(staged: StagedImport, *, faults: Faults = NO_FAULTS) -> None:
-    """Make the staged lines part of the transcript (step 2); an append with nothing staged is a no-op."""
+    """Make the staged lines part of the transcript (step 2), then append the revision lines of the
+    source's abandoned branches (one write, one fsync); an append with nothing staged is a no-op."""
+    _publish_transcript(staged, faults)
+    if staged.revision_lines and staged.revisions is not None:
+        try:
+            before: int | None = os.stat(staged.revisions, follow_symlinks=False).st_size
+        except FileNotFoundError:
+            before = None
+        try:
+            end = append_revision_lines(staged.revisions, staged.revision_lines, faults=faults)
+        except BaseException:
+            _cut_revisions(staged.revisions, before)  # whatever stopped the append: none of its lines stay
+            raise
+        staged.revisions_pre = end - sum(len(line) for line in staged.revision_lines)
+        staged.revisions_end = end
+
+
+def _publish_transcript(staged: StagedImport, faults: Faults) -> None:
     if staged.temp is None and staged.kind == "append" and staged.body_end == staged.body_start:
         return
     assert staged.temp is not None
@@ -530,6 +687,48 @@ def _append_file(staged: StagedImport, faults: Faults) -> None:
         os.close(fd)
 
 
+def _undo_revisions(staged: StagedImport) -> None:
+    """Cut the revision lines this import appended (only if nothing was appended after them)."""
+    if staged.revisions_pre is None or staged.revisions is None:
+        return
+    try:
+        fd = open_nofollow(staged.revisions, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        if os.fstat(fd).st_size == staged.revisions_end:
+            _truncate(fd, staged.revisions_pre)
+    finally:
+        os.close(fd)
+    if staged.revisions_pre == 0:
+        _remove_if_empty(staged.revisions)
+    staged.revisions_pre = None
+
+
+def _cut_revisions(path: Path, before: int | None) -> None:
+    """Back to ``before`` bytes (None: the file did not exist, so it goes)."""
+    try:
+        if before is None:
+            remove_file_durable(path)
+            return
+        fd = open_nofollow(path, os.O_WRONLY)
+    except (OSError, StoreError):
+        return
+    try:
+        if os.fstat(fd).st_size > before:
+            _truncate(fd, before)
+    finally:
+        os.close(fd)
+
+
+def _remove_if_empty(path: Path) -> None:
+    try:
+        if os.stat(path, follow_symlinks=False).st_size == 0:
+            remove_file_durable(path)
+    except (OSError, StoreError):
+        pass
+
+
 def _truncate(fd: int, length: int) -> None:
     try:
         os.ftruncate(fd, length)
@@ -542,6 +741,7 @@ def undo(staged: StagedImport) -> None:
     """Take back a published import whose index step failed (step 4). Never touches foreign bytes."""
     if staged.temp is not None:
         _unlink(staged.temp)
+    _undo_revisions(staged)
     if not staged.published:
         return
     if staged.kind == "new":
@@ -628,6 +828,10 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
             # import binds both); never one the user set since, never for a plugin import (§4.5)
             conn.execute("UPDATE sessions SET provider_id = ?, model_id = ? WHERE id = ? AND model_id IS NULL",
                          (model[0], model[1], sid))
+    for root, idx, count in staged.revision_rows:
+        upsert_row(conn, sid, root, idx, message_count=count, now_ms=now_ms)
+    if staged.revision_records:  # an abandoned branch's responses count like the transcript's (one row each)
+        _record_usage(conn, sid, staged.revision_records)
     for blob, message_id in staged.blobs:
         attachments.record_blob(conn, blob.sha256, blob.size, blob.mime_type, now_ms)
         attachments.record_ref(conn, blob.sha256, sid, message_id, now_ms)
@@ -635,13 +839,13 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
 
 
 def _record_usage(conn: sqlite3.Connection, sid: str,
-                  msgs: Sequence[index.IndexRecord]) -> tuple[str | None, str] | None:
+                  msgs: Sequence[index.IndexRecord | Mapping[str, Any]]) -> tuple[str | None, str] | None:
     """A turn row per imported response with usage (normalised by the importer: ``usageRaw`` beside it; a
     response that only called tools has it on its first tool record). Returns the last (provider, model)
     the messages name."""
     model: tuple[str | None, str] | None = None
     for msg in msgs:
-        rec = msg.record
+        rec = msg.record if isinstance(msg, index.IndexRecord) else msg
         meta = rec.get("meta")
         if (isinstance(meta, Mapping) and isinstance(meta.get("modelId"), str) and meta["modelId"]
                 and meta["modelId"] != "<synthetic>"):

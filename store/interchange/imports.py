@@ -177,7 +177,7 @@ class PreparedImport:
 
     @property
     def changed(self) -> bool:
-        return self.staged is not None and self.staged.body_end > self.staged.body_start
+        return self.staged is not None and self.staged.has_writes
 
 
 def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarget, *, now_ms: int,
@@ -212,9 +212,14 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
                                          (sid,)):
             yield mid, bool(deleted)
 
+    def known_compactions() -> Iterator[str]:
+        for (cid,) in conn.execute("SELECT DISTINCT id FROM compactions WHERE session_id = ?", (sid,)):
+            yield cid
+
     try:
         staged = stage(unit, target, spans=spans, dry_run=dry_run, created_ms=lambda: now_ms,
-                       known_ids=known_ids if row is not None else None)
+                       known_ids=known_ids if row is not None else None,
+                       known_compactions=known_compactions if row is not None else None)
     except Refused as exc:
         return PreparedImport(exc.report if exc.report is not None else report.refuse(exc.code, exc.message))
     except OSError as exc:
@@ -222,7 +227,7 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
     except StoreError as exc:
         return PreparedImport(report.refuse(exc.code, exc.message))
     report = staged.report
-    changed = staged.body_end > staged.body_start
+    changed = staged.has_writes
     status = "new" if staged.kind == "new" else ("updated" if changed else "unchanged")
     if dry_run:
         report.status = f"would-{status}" if status != "unchanged" else "unchanged"

@@ -167,6 +167,10 @@ def plan_rewrite(
         for comp in by_pos.get(i, ()):
             comp_recs.append(dict(comp))
             comp_spans.append(put(comp))
+            hidden = (tombstones or {}).get(str(comp.get("id")))
+            if hidden is not None and hidden.get("deleted", True) is True:  # a checkpoint an import hid
+                put(hidden)
+                deleted.append(str(comp["id"]))
     if session_info is not None:
         put(session_info)
     return RewritePlan(

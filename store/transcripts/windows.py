@@ -275,8 +275,11 @@ def read_file_window(path: Path, req: WindowRequest, session: Mapping[str, Any],
     rows = [(i + 1, e.offset, e.length, int(e.id in deleted), e.record.get("turnId"), None, None)
             for i, e in enumerate(messages[w.start:w.end], start=w.start)]  # no descriptors: parsed
     ids = set(t.positions) if t is not None else set()
-    comps = [c for c in (t.compactions if t is not None else [])
-             if c.record.get("throughMessageId") is None or c.record.get("throughMessageId") in ids]
+    newest = {c.id: c for c in (t.compactions if t is not None else [])}  # one per id, its newest line
+    comps = [newest.pop(c.id) for c in (t.compactions if t is not None else []) if c.id in newest]
+    comps = [c for c in comps
+             if (c.record.get("throughMessageId") is None or c.record.get("throughMessageId") in ids)
+             and c.id not in deleted]  # a checkpoint a tombstone hides is not served (index.set_deleted)
     if req.max_bytes is not None and rows:
         rows = _fit_rows(rows, w, req, req.max_bytes - 512 - sum(c.length for c in comps))
         if rows:

@@ -493,6 +493,10 @@ class Parsed:
     source_ids: Callable[[], set[str]] | None = None
     """For a branch-following source: every message id the source's entries map to, on the branch
     or off it (known once ``records`` is exhausted)."""
+    off_branch: Callable[[], Iterator[tuple[str, list[dict[str, Any]]]]] | None = None
+    """For a branch-following source: each branch the source holds off its current one, as
+    ``(leaf key, the records of the path from the root to that leaf)`` (callable once ``records`` is
+    exhausted); :mod:`store.interchange.import_write` keeps them in the revisions store."""
 
 
 def finalize(slots: Iterator[Slot], report: SessionReport, limits: ImportLimits) -> Iterator[dict[str, Any]]:

@@ -6,11 +6,14 @@ entries form a tree; the current conversation is the branch from the leaf
 (the last entry of the file, as pi's SessionManager loads it) to the root.
 v1 is a linear list. v3 renamed the ``hookMessage`` role to ``custom``.
 
-Only the current branch is imported (other branches are counted as
+The current branch is the transcript (entries off it are counted as
 ``offBranch``); a ``parentId`` that names no entry ends the branch and is
-reported as a dangling parent. A re-import converges on the file's current
-branch (:mod:`store.interchange.import_write`): messages imported before that
-the file holds off its branch are hidden with tombstones, messages the import
+reported as a dangling parent. Every other branch is handed over by
+``Parsed.off_branch`` (each abandoned leaf's path, converted as if it were the
+leaf) and kept in the host's revisions store, its responses counted by
+``usage.*``. A re-import converges on the file's current
+branch (:mod:`store.interchange.import_write`): messages and checkpoints imported before that
+the file holds off its branch are hidden with tombstones (their branch archived), those the import
 hid that are on the branch again are restored, and a file that lacks entries
 imported before (an older copy, a backup) changes no visibility at all. What becomes what:
 
@@ -111,8 +114,21 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     def source_ids() -> set[str]:
         return conv.branch.message_ids(make_id) if conv.branch is not None else set()
 
+    def off_branch() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+        """Each abandoned branch: the records of the path from the root to its leaf, converted as if that
+        leaf were the file's (one more read of the file up to the leaf's line per branch; the counts go to
+        a scratch report)."""
+        branch = conv.branch
+        if branch is None:
+            return
+        for leaf in branch.abandoned_leaves():
+            scratch = SessionReport(SOURCE, unit.external_id, sid)
+            other = PiConverter(ctx, SessionMeta(SOURCE, unit.external_id, sid), scratch, FileReport(str(path)),
+                                make_id)
+            yield leaf, list(finalize(other.run(reader, branch=branch.for_leaf(leaf)), scratch, limits))
+
     return Parsed(meta, report, finalize(conv.run(reader), report, limits), follows_branch=True,
-                  source_ids=source_ids)
+                  source_ids=source_ids, off_branch=off_branch)
 
 
 @dataclass
@@ -150,6 +166,24 @@ class Branch:
     corrupt_leaf: dict[str, str] | None = None
     """Seed 000 §3.4: the file's leaf did not reach a root (``leaf``, ``reason``), so the branch
     is the one of ``fallback``, the highest-sequence leaf that does (a system notice says so)."""
+    parents: dict[str, str | None] = field(default_factory=dict)
+    """Entry key → its parent's key (file order)."""
+    ends: dict[str, int] = field(default_factory=dict)
+    """Entry key → the offset just past its line (a path never reaches past its leaf's line)."""
+
+    def abandoned_leaves(self) -> list[str]:
+        """The leaves of the branches off the current one (entries no entry names as parent), in file
+        order; none for v1 (a linear list)."""
+        if self.header.version < 2:
+            return []
+        parented = {p for p in self.parents.values() if p is not None}
+        return [key for key in self.parents if key not in self.keys and key not in parented]
+
+    def for_leaf(self, leaf: str) -> Branch:
+        """The branch ending at ``leaf`` of the same file (no second pass over it)."""
+        keys, _ = _walk(self.parents, leaf)
+        return Branch(self.header, keys, leaf, self.entries, self.ends.get(leaf, self.end), self.first_kept,
+                      self.kept_index, self.all_keys, self.calls, None, self.parents, self.ends)
 
     def message_ids(self, make_id: Callable[[str], str]) -> set[str]:
         """Every message id an entry of the file can become (on the branch or off it)."""
@@ -193,6 +227,7 @@ def find_branch(lines: Iterable[Line], file: FileReport, report: SessionReport, 
     last: str | None = None
     parsed = 0
     end = 0
+    ends: dict[str, int] = {}
     for line in lines:
         end = line.offset + line.length
         if line.data is None or not line.data.strip():
@@ -211,6 +246,7 @@ def find_branch(lines: Iterable[Line], file: FileReport, report: SessionReport, 
             raise Refused("TOO_MANY_ENTRIES", f"more than {max_ids} entries in one pi session")
         parent = rec.get("parentId") if header.version >= 2 else last
         parents[key] = parent if isinstance(parent, str) and parent else None
+        ends[key] = end
         index_keys[parsed] = key
         parsed += 1
         last = key
@@ -242,7 +278,7 @@ def find_branch(lines: Iterable[Line], file: FileReport, report: SessionReport, 
             keys, _ = _walk(parents, leaf)
     report.off_branch += len(parents) - len(keys)
     return Branch(header, keys, leaf, len(parents), end, referenced, kept_index, frozenset(parents), calls,
-                  corrupt)
+                  corrupt, parents, ends)
 
 
 def _walk(parents: Mapping[str, str | None], leaf: str | None) -> tuple[set[str], str | None]:
@@ -289,12 +325,16 @@ class PiConverter:
         self.waiting_kept: list[str] = []
         self.branch: Branch | None = None
 
-    def run(self, lines: Callable[[], Iterable[Line]], leaf_id: str | None = None) -> Iterator[Slot]:
-        first = lines()
-        branch = find_branch(first, self.file, self.report, self.ctx.limits.max_tracked_ids, leaf_id)
+    def run(self, lines: Callable[[], Iterable[Line]], leaf_id: str | None = None,
+            branch: Branch | None = None) -> Iterator[Slot]:
+        """``branch``: the tree is known already (another leaf of a file read before): one pass, up to the
+        leaf's line."""
+        if branch is None:
+            first = lines()
+            branch = find_branch(first, self.file, self.report, self.ctx.limits.max_tracked_ids, leaf_id)
+            if isinstance(first, LineReader):
+                file_report(first, self.file)
         self.branch = branch
-        if isinstance(first, LineReader):
-            file_report(first, self.file)
         self.start(branch.header)
         for line in lines():
             if line.offset >= branch.end:

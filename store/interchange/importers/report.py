@@ -84,6 +84,8 @@ class SessionReport:
     """Messages imported before that left the current branch: tombstoned by this import."""
     restored_on_branch: int = 0
     """Messages an earlier import hid that are on the current branch again: restored by this import."""
+    archived_branches: int = 0
+    """Branches the source holds off its current one that this import added to the revisions store."""
     older_copy: bool = False
     """The source lacks messages imported before (an older copy): no message was hidden or restored."""
     skipped_blocks: Counter[str] = field(default_factory=Counter)
@@ -115,6 +117,7 @@ class SessionReport:
             "attributed": self.attributed, "attachments": self.attachments, "replayDropped": self.replay_dropped,
             "forcedFlushes": self.forced_flushes, "offBranch": self.off_branch,
             "hiddenOffBranch": self.hidden_off_branch, "restoredOnBranch": self.restored_on_branch,
+            "archivedBranches": self.archived_branches,
             "olderCopy": self.older_copy,
             "skippedBlocks": _counter_dict(self.skipped_blocks), "newRecords": self.new_records,
             "newMessages": self.new_messages,
