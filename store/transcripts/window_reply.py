@@ -194,9 +194,9 @@ def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content
                 # takes it for every line: the loop is kept to what it must check)
                 if (wire is not None and not deleted and seq != no_target and (cap is None or length <= cap)
                         and (not any_evicted or seq not in evicted)):
-                    line = view[begin:pos]
-                    if crc32(line) == crc:
-                        append(line[:wire >> _FLAG_BITS])
+                    span = view[begin:pos]
+                    if crc32(span) == crc:
+                        append(span[:wire >> _FLAG_BITS])
                         if turn is None or wire & _HAS_TURN:
                             append(seq_tails[wire & _CLOSE_META] % seq)
                         else:
