@@ -123,6 +123,7 @@ class _Wanted:
     state: tuple[Any, ...]
     fn: Callable[..., Any]
     args: tuple[Any, ...]
+    bound: int
     size: Callable[[Any], int]
 
 
@@ -229,13 +230,15 @@ class SessionActor(Actor):
         st = self.known
         return st.file_len, st.epoch, st.index_seq, st.deleted, st.needs_catchup, st.storage_failed, self.poisoned
 
-    def read_ahead(self, key: Hashable, fn: Callable[..., T], *args: Any, size: Callable[[T], int]) -> None:
+    def read_ahead(self, key: Hashable, fn: Callable[..., T], *args: Any, bound: int,
+                   size: Callable[[T], int]) -> None:
         """Once the mailbox is empty, read ``fn(conn, *args)`` (as :meth:`read` does) and offer it to
-        the next call as ``key`` (:meth:`take_ahead`); ``size`` counts its bytes against the host-wide
-        bound. Without a DB commit generation to check it against, nothing is read ahead."""
+        the next call as ``key`` (:meth:`take_ahead`). ``bound`` (the most bytes it can hold) is taken
+        from the host-wide bound before the read, then only its ``size``: when the bound is full,
+        nothing is read. Without a DB commit generation to check it against, nothing is read ahead."""
         if self.deps.db_generation is None:
             return
-        self._wanted = _Wanted(key, self._file_state(), fn, args, size)
+        self._wanted = _Wanted(key, self._file_state(), fn, args, bound, size)
         self.idle_work_after = 0.0
 
     def take_ahead(self, key: Hashable) -> Any:
@@ -266,14 +269,22 @@ class SessionActor(Actor):
         generation = gen()
         if generation % 2:  # a commit is running: what the read sees may be stale by the time it is taken
             return False
+        bounds = self.deps.read_ahead
+        if not bounds.reserve(wanted.bound):
+            return False
         try:
             value = await self.read(wanted.fn, *wanted.args)
+            size = wanted.size(value)
         except Exception:  # the next call reads (and fails) by itself; nothing is poisoned by a read-ahead
+            bounds.release(wanted.bound)
             return False
-        size = wanted.size(value)
-        if not self.deps.read_ahead.reserve(size):
+        except BaseException:
+            bounds.release(wanted.bound)
+            raise
+        bounds.release(wanted.bound)
+        if not bounds.reserve(size):  # more than it said it could hold (never, for a page): not kept
             return False
-        self.deps.read_ahead.reads += 1
+        bounds.reads += 1
         self._ahead = _Ahead(wanted.key, wanted.state, generation, value, size)
         self.idle_work_after = 0.0  # called again after idle_work_interval (READ_AHEAD_SECONDS): then dropped
         return True

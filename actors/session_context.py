@@ -218,10 +218,11 @@ class SessionContext:
         every append this session acknowledged."""
         return await self._actor.read(fn, *args)
 
-    def read_ahead(self, key: Hashable, fn: Callable[..., T], *args: Any, size: Callable[[T], int]) -> None:
-        """Read ``fn(conn, *args)`` once this actor's mailbox is empty, for the next call only
-        (:meth:`take_ahead` with the same ``key``; ``actors/session.py``)."""
-        self._actor.read_ahead(key, fn, *args, size=size)
+    def read_ahead(self, key: Hashable, fn: Callable[..., T], *args: Any, bound: int,
+                   size: Callable[[T], int]) -> None:
+        """Read ``fn(conn, *args)`` (at most ``bound`` bytes) once this actor's mailbox is empty, for
+        the next call only (:meth:`take_ahead` with the same ``key``; ``actors/session.py``)."""
+        self._actor.read_ahead(key, fn, *args, bound=bound, size=size)
 
     def take_ahead(self, key: Hashable) -> Any:
         """What was read ahead as ``key`` for this call, if nothing changed since; else ``None``."""

@@ -146,7 +146,7 @@ def _read_next_page_ahead(ctx: SessionContext, req: windows.WindowRequest, windo
         return
     nxt = dataclasses.replace(req, start=window.end)
     ctx.read_ahead((nxt, total), windows.read_warm, ctx.sid, ctx.paths.transcript, total, nxt, row,
-                   size=lambda w: len(w.reply))
+                   bound=nxt.max_bytes or MAX_REPLY_BYTES, size=lambda w: len(w.reply))
 
 
 async def _get_from_file(ctx: SessionContext, req: windows.WindowRequest) -> Any:
