@@ -273,7 +273,13 @@ class SessionActor(Actor):
         if not bounds.reserve(wanted.bound):
             return False
         try:
-            value = await self.read(wanted.fn, *wanted.args)
+            # Bounded: a read-ahead that would wait for the index (or for a free read connection) that
+            # long keeps the next call waiting for nothing; it gives up instead.
+            with trio.move_on_after(READ_AHEAD_SECONDS) as waited:
+                value = await self.read(wanted.fn, *wanted.args)
+            if waited.cancelled_caught:
+                bounds.release(wanted.bound)
+                return False
             size = wanted.size(value)
         except Exception:  # the next call reads (and fails) by itself; nothing is poisoned by a read-ahead
             bounds.release(wanted.bound)
