@@ -12,7 +12,9 @@ Tasks per connection (all in one nursery inside one cancel scope):
 - one *pump* per event subscription, forwarding bus events as notifications.
 
 Every reply is encoded once (orjson bytes, which are the frame's payload as they
-are: ``gateway_outbound.send_text``) and checked against the reply cap; a batch's
+are: ``gateway_outbound.send_text``; a pre-encoded ``session.get`` page is sent from
+its own bytes between the envelope's head and brace, never copied) and checked
+against the reply cap; a batch's
 replies are encoded as each entry completes and counted against the batch's
 budget (an entry past it is answered ``PAYLOAD_TOO_LARGE``), then sent as one
 array frame made of the pieces, never joined. A batch whose declared window
@@ -62,6 +64,7 @@ from protocol.jsonrpc import (
     Item,
     RequestId,
     encode,
+    encoded_parts,
     error,
     error_for_code,
     notification,
@@ -111,8 +114,8 @@ class _SingleSink:
     def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]], *,
             content: bool = False) -> None:
         if response is not None:
-            data = self._conn.encode_reply(response, content=content)
-            self._conn.deliver(Frame((data,), len(data)))
+            parts = self._conn.encode_reply(response, content=content)
+            self._conn.deliver(Frame(parts, sum(len(p) for p in parts)))
         for callback in after:
             callback()
 
@@ -123,7 +126,7 @@ class _BatchSink:
 
     def __init__(self, conn: GatewayConnection, size: int, budget: int) -> None:
         self._conn = conn
-        self._slots: list[bytes | None] = [None] * size
+        self._slots: list[tuple[bytes, ...] | None] = [None] * size
         self._remaining = size
         self._after: list[Callable[[], None]] = []
         self._budget = budget
@@ -133,32 +136,34 @@ class _BatchSink:
             content: bool = False) -> None:
         conn = self._conn
         if response is not None:
-            data = conn.encode_reply(response, content=content)
-            over_batch = self._bytes + len(data) + 1 > self._budget
-            if over_batch or not conn.hold_pieces(len(data)):
+            parts = conn.encode_reply(response, content=content)
+            size = sum(len(p) for p in parts)
+            over_batch = self._bytes + size + 1 > self._budget
+            if over_batch or not conn.hold_pieces(size):
                 conn.counted_oversized()
                 what = "the batch's replies exceed" if over_batch else "the connection's unsent batch replies exceed"
                 data = encode(error_for_code(
                     response.get("id"), RpcErrorCode.PAYLOAD_TOO_LARGE,
                     f"{what} {self._budget} bytes; this entry was not answered in it: "
                     "send it again on its own or with a smaller maxBytes / messageLimit",
-                    {"limit": self._budget, "size": len(data)}))
-                conn.hold_pieces(len(data), force=True)
-            self._slots[index] = data
-            self._bytes += len(data) + 1
+                    {"limit": self._budget, "size": size}))
+                parts, size = (data,), len(data)
+                conn.hold_pieces(size, force=True)
+            self._slots[index] = parts
+            self._bytes += size + 1
         self._after.extend(after)
         self._remaining -= 1
         if self._remaining:
             return
         pieces = [r for r in self._slots if r is not None]
         self._slots = []
-        conn.release_pieces(sum(len(p) for p in pieces))
+        conn.release_pieces(sum(len(p) for parts in pieces for p in parts))
         if pieces:
             chunks: list[bytes] = [b"["]
-            for n, piece in enumerate(pieces):
+            for n, parts in enumerate(pieces):
                 if n:
                     chunks.append(b",")
-                chunks.append(piece)
+                chunks.extend(parts)
             chunks.append(b"]")
             self._conn.deliver(Frame(tuple(chunks), sum(len(c) for c in chunks)))
         for callback in self._after:
@@ -304,25 +309,36 @@ class GatewayConnection:
         self.close(code, reason)
 
     # -- outbound ------------------------------------------------------------
-    def encode_reply(self, response: dict[str, Any], *, content: bool = False) -> bytes:
-        """Encode once; a reply over the reply cap is answered ``PAYLOAD_TOO_LARGE`` instead.
+    def encode_reply(self, response: dict[str, Any], *, content: bool = False) -> tuple[bytes, ...]:
+        """Encode once, as the pieces of one frame's payload; a reply over the reply cap is answered
+        ``PAYLOAD_TOO_LARGE`` instead.
 
-        orjson returns its output buffer as it grew it, which holds up to 16 times
-        the length of the longest string it wrote (measured: a 33 KB reply keeps
-        519 KB, a 16 MiB string 265 MB). A reply may wait in a batch or in the
-        outbound queue, where only its length is counted, so it is trimmed to its
-        length first (one memcpy; the oversized buffer is freed at once).
+        A pre-encoded result (``protocol.jsonrpc.Encoded``: a ``session.get`` page of up to
+        16 MiB) is not copied: its bytes are the middle piece, between the envelope's head and
+        its closing brace (``encoded_parts``). Anything else is one piece from orjson, which
+        returns its output buffer as it grew it, holding up to 16 times the length of the
+        longest string it wrote (measured: a 33 KB reply keeps 519 KB, a 16 MiB string
+        265 MB). A reply may wait in a batch or in the outbound queue, where only its length
+        is counted, so it is trimmed to its length first (one memcpy; the oversized buffer is
+        freed at once).
         """
-        data = encode(response, big_strings=content)
         cap = self._config.max_reply_bytes
-        if len(data) <= cap:
-            return trim(data)
+        parts = encoded_parts(response)
+        if parts is None:
+            data = encode(response, big_strings=content)
+            if len(data) <= cap:
+                return (trim(data),)
+            size = len(data)
+        else:
+            size = sum(len(p) for p in parts)
+            if size <= cap:
+                return parts
         self.counted_oversized()
-        logger.warning("connection %d: a %d-byte reply exceeds the reply cap (%d)", self.id, len(data), cap)
-        return encode(error_for_code(
+        logger.warning("connection %d: a %d-byte reply exceeds the reply cap (%d)", self.id, size, cap)
+        return (encode(error_for_code(
             response.get("id"), RpcErrorCode.PAYLOAD_TOO_LARGE,
-            f"the reply would be {len(data)} bytes, over the limit of {cap}: ask for less (page with a "
-            "cursor, messageLimit/maxBytes, or a smaller limit)", {"limit": cap, "size": len(data)}))
+            f"the reply would be {size} bytes, over the limit of {cap}: ask for less (page with a "
+            "cursor, messageLimit/maxBytes, or a smaller limit)", {"limit": cap, "size": size})),)
 
     def hold_pieces(self, n: int, *, force: bool = False) -> bool:
         """Count ``n`` bytes of a batch's encoded reply as held; False if they do not fit the

@@ -184,9 +184,18 @@ async def send_text(ws: WebSocketConnection, chunks: Sequence[bytes], size: int)
             # costs less than a second send.
             await stream.send_all(b"".join((_header(size), *chunks)))
         else:
-            await stream.send_all(_header(size))
+            # Large chunks go as they are; the small ones around them (the header, a reply's
+            # envelope, a batch's commas) are joined into one send each.
+            small: list[bytes] = [_header(size)]
             for chunk in chunks:
+                if len(chunk) <= SMALL_FRAME:
+                    small.append(chunk)
+                    continue
+                await stream.send_all(b"".join(small))
+                small = []
                 await stream.send_all(chunk)
+            if small:
+                await stream.send_all(b"".join(small))
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         raise PeerGone() from None
     finally:

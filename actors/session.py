@@ -11,7 +11,14 @@ the validated params, the command receipt key and the caller). The actor:
 * answers a keyed mutation from its stored receipt before running it;
 * is **poisoned** by any failed mutation, in one place (h11 moves to
   ``ERROR`` the same way): the next call first rebuilds the state from the
-  transcript, the source of truth.
+  transcript, the source of truth;
+* **reads ahead** when a handler asks it to (a forward ``session.get`` page
+  with more after it): while its mailbox stays empty it reads the next page
+  (``on_idle``) and offers it to the very next call only, which takes it if
+  it asks for exactly that page and nothing changed since: the session's file
+  state is the same and no SQLite commit became visible (the DB writer's
+  commit generation, even and unchanged). Held pages are bounded host-wide
+  in bytes (:class:`ReadAhead`) and dropped after ``READ_AHEAD_SECONDS``.
 
 Order of every write: transcript line(s) + fdatasync first, index transaction
 second, reply last (``docs/DESIGN.md``).
@@ -20,7 +27,7 @@ second, reply last (``docs/DESIGN.md``).
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, TypeVarTuple
 
@@ -40,13 +47,14 @@ from store.faults import Faults
 from store.indexing import index
 from store.indexing.reconcile import apply_plan, plan_reconcile
 from store.receipts import ReceiptKey
+from store.rules import READ_AHEAD_BYTES, READ_AHEAD_SECONDS
 from store.transcripts.session_files import SessionPaths
 from store.transcripts.transcript import TranscriptWriter, create_transcript
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
-__all__ = ["DbHandle", "SessionActor", "SessionCall", "SessionContext", "SessionDeps", "SessionOp"]
+__all__ = ["DbHandle", "ReadAhead", "SessionActor", "SessionCall", "SessionContext", "SessionDeps", "SessionOp"]
 
 class DbHandle:
     """What actors and handlers need of the DB writer: run one op in its next batch."""
@@ -89,6 +97,46 @@ class SessionCall:
 
 
 @dataclass
+class ReadAhead:
+    """Bytes of pages read ahead and held by every session actor together (at most ``limit``)."""
+
+    limit: int = READ_AHEAD_BYTES
+    held: int = 0
+    reads: int = 0
+    """Pages read ahead."""
+    taken: int = 0
+    """Pages a call took (the rest were dropped: not asked for, stale, expired or over the bound)."""
+
+    def reserve(self, size: int) -> bool:
+        if self.held + size > self.limit:
+            return False
+        self.held += size
+        return True
+
+    def release(self, size: int) -> None:
+        self.held = max(0, self.held - size)
+
+
+@dataclass(frozen=True, slots=True)
+class _Wanted:
+    key: Hashable
+    state: tuple[Any, ...]
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    bound: int
+    size: Callable[[Any], int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Ahead:
+    key: Hashable
+    state: tuple[Any, ...]
+    generation: int
+    value: Any
+    size: int
+
+
+@dataclass
 class SessionDeps:
     paths: Callable[[str], SessionPaths]
     db: DbHandle
@@ -102,6 +150,9 @@ class SessionDeps:
     """The DB writer's ``ActorRef`` (index ops are posted to it without waiting for them)."""
     services: Any = None
     """Per-host state handlers share (queue controllers, ...); opaque to the actor."""
+    db_generation: Callable[[], int] | None = None
+    """The DB writer's commit generation (``GroupStats.generation``); ``None``: no read-ahead."""
+    read_ahead: ReadAhead = field(default_factory=ReadAhead)
     idle_timeout: float | None = 300.0
     mailbox_size: int = 512
     batch_limit: int = 256
@@ -137,6 +188,20 @@ class SessionActor(Actor):
         self.known = _State()
         self.poisoned = False
         self._io = trio.CapacityLimiter(1)
+        self.idle_work_after = None  # on_idle runs only while a read-ahead is wanted or held
+        self.idle_work_interval = READ_AHEAD_SECONDS  # a held page is dropped after that long unasked
+        self._wanted: _Wanted | None = None
+        self._ahead: _Ahead | None = None
+        self._offered: _Ahead | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await super().run(task_status=task_status)
+        finally:  # however the actor ends: what it held read ahead leaves the host-wide bound
+            self._wanted = None
+            self._drop(self._ahead)
+            self._drop(self._offered)
+            self._ahead = self._offered = None
 
     # ------------------------------------------------------------------ lifecycle
     async def on_stop(self) -> None:
@@ -160,13 +225,97 @@ class SessionActor(Actor):
         self.known = _State(storage_failed=failed, index_seq=seq)
         self.poisoned = False
 
+    # ------------------------------------------------------------------ read-ahead
+    def _file_state(self) -> tuple[Any, ...]:
+        st = self.known
+        return st.file_len, st.epoch, st.index_seq, st.deleted, st.needs_catchup, st.storage_failed, self.poisoned
+
+    def read_ahead(self, key: Hashable, fn: Callable[..., T], *args: Any, bound: int,
+                   size: Callable[[T], int]) -> None:
+        """Once the mailbox is empty, read ``fn(conn, *args)`` (as :meth:`read` does) and offer it to
+        the next call as ``key`` (:meth:`take_ahead`). ``bound`` (the most bytes it can hold) is taken
+        from the host-wide bound before the read, then only its ``size``: when the bound is full,
+        nothing is read. Without a DB commit generation to check it against, nothing is read ahead."""
+        if self.deps.db_generation is None:
+            return
+        self._wanted = _Wanted(key, self._file_state(), fn, args, bound, size)
+        self.idle_work_after = 0.0
+
+    def take_ahead(self, key: Hashable) -> Any:
+        """The value read ahead as ``key``, if this call was offered one and nothing changed since
+        it was read; else ``None`` (the caller reads it itself)."""
+        ahead, self._offered = self._offered, None
+        if ahead is None:
+            return None
+        self._drop(ahead)
+        gen = self.deps.db_generation
+        if ahead.key != key or ahead.state != self._file_state() or gen is None or gen() != ahead.generation:
+            return None
+        self.deps.read_ahead.taken += 1
+        return ahead.value
+
+    def _drop(self, ahead: _Ahead | None) -> None:
+        if ahead is not None:
+            self.deps.read_ahead.release(ahead.size)
+
+    async def on_idle(self) -> bool:
+        wanted, self._wanted = self._wanted, None
+        self._drop(self._ahead)  # a page held this long unasked is dropped
+        self._ahead = None
+        self.idle_work_after = None
+        gen = self.deps.db_generation
+        if wanted is None or gen is None or wanted.state != self._file_state():
+            return False
+        generation = gen()
+        if generation % 2:  # a commit is running: what the read sees may be stale by the time it is taken
+            return False
+        bounds = self.deps.read_ahead
+        if not bounds.reserve(wanted.bound):
+            return False
+        try:
+            # Bounded: a read-ahead that would wait for the index (or for a free read connection) that
+            # long keeps the next call waiting for nothing; it gives up instead.
+            with trio.move_on_after(READ_AHEAD_SECONDS) as waited:
+                value = await self.read(wanted.fn, *wanted.args)
+            if waited.cancelled_caught:
+                bounds.release(wanted.bound)
+                return False
+            size = wanted.size(value)
+        except Exception:  # the next call reads (and fails) by itself; nothing is poisoned by a read-ahead
+            bounds.release(wanted.bound)
+            return False
+        except BaseException:
+            bounds.release(wanted.bound)
+            raise
+        bounds.release(wanted.bound)
+        if not bounds.reserve(size):  # more than it said it could hold (never, for a page): not kept
+            return False
+        bounds.reads += 1
+        self._ahead = _Ahead(wanted.key, wanted.state, generation, value, size)
+        self.idle_work_after = 0.0  # called again after idle_work_interval (READ_AHEAD_SECONDS): then dropped
+        return True
+
     # ------------------------------------------------------------------ dispatch
     async def handle(self, msg: Any) -> Any:  # pragma: no cover - handle_batch is used
         raise InternalBug("session actor handles batches")
 
     async def handle_batch(self, batch: list[Envelope]) -> None:
+        # A page read ahead is offered to the first call of this batch only (whatever it is).
+        self._offered, self._ahead = self._ahead, None
+        self._wanted = None
+        self.idle_work_after = None
+        try:
+            await self._handle_batch(batch)
+        finally:
+            self._drop(self._offered)
+            self._offered = None
+
+    async def _handle_batch(self, batch: list[Envelope]) -> None:
         i = 0
         while i < len(batch):
+            if i:
+                self._drop(self._offered)
+                self._offered = None
             call = batch[i].msg
             if not isinstance(call, SessionCall):
                 _deliver(batch[i], InternalBug(f"session actor got {type(call).__name__}, not SessionCall"))

@@ -17,7 +17,7 @@ over them; a deferred op that fails is repaired before it counts as covered.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, TypeVarTuple
 
@@ -217,6 +217,16 @@ class SessionContext:
         """``fn(conn, *args)`` on a read-pool connection (one snapshot), after the index covers
         every append this session acknowledged."""
         return await self._actor.read(fn, *args)
+
+    def read_ahead(self, key: Hashable, fn: Callable[..., T], *args: Any, bound: int,
+                   size: Callable[[T], int]) -> None:
+        """Read ``fn(conn, *args)`` (at most ``bound`` bytes) once this actor's mailbox is empty, for
+        the next call only (:meth:`take_ahead` with the same ``key``; ``actors/session.py``)."""
+        self._actor.read_ahead(key, fn, *args, bound=bound, size=size)
+
+    def take_ahead(self, key: Hashable) -> Any:
+        """What was read ahead as ``key`` for this call, if nothing changed since; else ``None``."""
+        return self._actor.take_ahead(key)
 
     async def db(self, fn: Callable[[Any], T], *, durable: bool = True) -> T:
         """One op in the DB writer's next transaction (no receipt: see :meth:`commit`)."""

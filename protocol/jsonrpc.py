@@ -35,6 +35,7 @@ __all__ = [
     "notification",
     "encode",
     "encode_batch",
+    "encoded_parts",
     "loads_large",
 ]
 
@@ -44,7 +45,9 @@ RequestId = str | int | None
 @dataclass(frozen=True, slots=True)
 class Encoded:
     """A result already encoded as JSON (``session.get`` windows, built from the transcript's own
-    bytes): the gateway sends it as it is, never decoded and re-encoded."""
+    bytes): the gateway sends it as it is, never decoded, re-encoded or copied (:func:`encoded_parts`).
+    ``data`` owns exactly its bytes (a join or a concatenation, not an encoder's grown buffer), so it
+    may wait in the outbound queue as it is."""
 
     data: bytes
 
@@ -169,9 +172,22 @@ def parse_message(value: Any, *, max_batch: int) -> Item | list[Item]:
 
 
 def success(request_id: RequestId, result: Any) -> dict[str, Any]:
-    if isinstance(result, Encoded):
-        result = orjson.Fragment(result.data)
+    """A success response; an :class:`Encoded` result stays as it is (:func:`encode` writes its bytes)."""
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def encoded_parts(response: dict[str, Any]) -> tuple[bytes, bytes, bytes] | None:
+    """A success response whose result is :class:`Encoded`, as the three pieces of its JSON text:
+    the envelope up to the result, the result's own bytes (not copied), the closing brace. Joined,
+    they are exactly what :func:`encode` writes. ``None`` for any other response."""
+    result = response.get("result")
+    if not isinstance(result, Encoded) or "error" in response:
+        return None
+    request_id = response.get("id")
+    if not _valid_id(request_id):
+        return None
+    head = b'{"jsonrpc":"2.0","id":' + orjson.dumps(request_id) + b',"result":'
+    return head, result.data, b"}"
 
 
 def error(request_id: RequestId, exc: BaseException) -> dict[str, Any]:
@@ -240,6 +256,9 @@ def encode(response: dict[str, Any], *, big_strings: bool = False) -> bytes:
     ``big_strings``: the result may hold long texts (transcript content): they are
     encoded one by one so the encoder's scratch memory stays near the output size.
     """
+    result = response.get("result")
+    if isinstance(result, Encoded):
+        response = {**response, "result": orjson.Fragment(result.data)}
     try:
         if big_strings:
             return orjson.dumps(_big_strings_as_fragments(response))

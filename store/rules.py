@@ -132,6 +132,11 @@ MIN_BATCH_SHARE_BYTES: Final = 32 * 1024
 budget, at least this much (else the batch is refused whole before any entry runs)."""
 MAX_WHOLE_READ_BYTES: Final = 16 * 1024 * 1024
 """``session.context`` / ``session.tree`` read the whole transcript: refused beyond this many bytes."""
+READ_AHEAD_BYTES: Final = 2 * MAX_REPLY_BYTES
+"""Forward ``session.get`` pages read ahead (the page after the one just answered) and held for the
+next call, all sessions together: a page that does not fit is not read ahead."""
+READ_AHEAD_SECONDS: Final = 1.0
+"""How long a page read ahead is held for its session's next call before it is dropped."""
 MAX_PATH_BYTES: Final = 4096
 """A filesystem path in params: UTF-8 bytes in all (PATH_MAX), no NUL."""
 MAX_PATH_COMPONENT_BYTES: Final = 255

@@ -8,6 +8,7 @@ delete marker written before anything is removed (``store/transcripts/session_fi
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -111,7 +112,10 @@ async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None
             # The index must catch up with the file first and the disk is full: reads keep
             # working, served from the transcript alone (bounded), until space is freed.
             return await _get_from_file(ctx, req)
-        window = await ctx.read(windows.read_warm, ctx.sid, path, int(row["messageCount"]), req, row)
+        total = int(row["messageCount"])
+        window = ctx.take_ahead((req, total))  # the page read ahead for this call, if nothing changed since
+        if window is None:
+            window = await ctx.read(windows.read_warm, ctx.sid, path, total, req, row)
     if window.missing_target:
         raise MessageNotFound(f"message {req.around} is not in session {ctx.sid}",
                               data={"sessionId": ctx.sid, "messageId": req.around})
@@ -126,7 +130,23 @@ async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None
         pos = None if parent is None else await ctx.read(index.position_of, ctx.sid, str(parent.get("id")))
         if parent is not None and pos is not None:  # a stored message: its seq, as every window row has
             reply = with_field(reply, "navigationParent", {**parent, "seq": pos + 1})
+    _read_next_page_ahead(ctx, req, window)
     return Encoded(reply)  # encoded once from the lines' own bytes; the gateway sends it as it is
+
+
+def _read_next_page_ahead(ctx: SessionContext, req: windows.WindowRequest, window: windows.Window) -> None:
+    """A forward page with more after it (a client reading a history page by page): the session actor
+    reads the next page while the client receives and decodes this one, and the next call takes it if
+    it asks for exactly that page and nothing changed since (``actors/session.py``, read-ahead)."""
+    if req.start is None or req.around is not None or window.end >= window.total or not ctx.exists:
+        return
+    row = ctx.row
+    total = int(row["messageCount"])
+    if total != window.total:
+        return
+    nxt = dataclasses.replace(req, start=window.end)
+    ctx.read_ahead((nxt, total), windows.read_warm, ctx.sid, ctx.paths.transcript, total, nxt, row,
+                   bound=nxt.max_bytes or MAX_REPLY_BYTES, size=lambda w: len(w.reply))
 
 
 async def _get_from_file(ctx: SessionContext, req: windows.WindowRequest) -> Any:

@@ -55,6 +55,9 @@ class GroupStats:
     upkeep_steps: int = 0
     upkeep_failures: int = 0
     upkeep_ms: float = 0.0
+    generation: int = 0
+    """Odd while a COMMIT runs, bumped again once it is over: the same even value read before a
+    snapshot and after using it means no commit became visible in between (a read-ahead's check)."""
 
 
 def is_corruption(exc: BaseException) -> bool:
@@ -96,14 +99,13 @@ class GroupCommit:
     def run(self, ops: Sequence[Op]) -> list[tuple[bool, Any]] | BaseException:
         """Every op in one transaction (a savepoint each), one commit. Per-op (ok, value or error),
         or the error that failed the whole batch (nothing of it committed)."""
-        conn = self._conn
         started = time.perf_counter()
         mode = self._force_sync or ("FULL" if any(op.durable for op in ops) else "NORMAL")
         try:
             self._use_synchronous(mode)
             results = self._execute(ops)
             self._faults.point("index.before_commit")
-            conn.execute("COMMIT")
+            self._commit()
             self._faults.point("index.after_commit")
         except BaseException as exc:  # noqa: BLE001 - returned so the actor can fail every asker
             self._rollback_quietly()
@@ -135,7 +137,7 @@ class GroupCommit:
             conn.execute("BEGIN IMMEDIATE")
             merged = upkeep_step(conn)
             self._faults.point("upkeep.before_commit")
-            conn.execute("COMMIT")
+            self._commit()
             self._faults.point("upkeep.after_commit")
         except sqlite3.Error as exc:
             self._rollback_quietly()
@@ -147,6 +149,14 @@ class GroupCommit:
         return merged
 
     # -- internals -------------------------------------------------------------
+    def _commit(self) -> None:
+        st = self.stats
+        st.generation += 1
+        try:
+            self._conn.execute("COMMIT")
+        finally:
+            st.generation += 1
+
     def _use_synchronous(self, mode: str) -> None:
         if mode != self._sync_mode:
             self._conn.execute(f"PRAGMA synchronous = {mode}")

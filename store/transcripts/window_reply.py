@@ -177,8 +177,10 @@ def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content
         raise open_error(exc, name, "read transcript") from exc
     append = pieces.append
     crc32 = zlib.crc32
+    seq_tails = _SEQ_TAILS
     no_target = -1 if target_pos is None else target_pos + 1  # the target's seq (never a real one: -1)
     cap = content_limit
+    any_evicted = bool(evicted)
     try:
         for lo, hi, offset, size in _chunks(rows):
             buf = _pread_exactly(fd, size, offset, name)
@@ -188,15 +190,18 @@ def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content
                 seq, _, length, deleted, turn, wire, crc = row
                 begin = pos
                 pos += length
-                # the fast path: a described line, its bytes intact, shown whole
+                # the fast path: a described line, its bytes intact, shown whole (a whole-history read
+                # takes it for every line: the loop is kept to what it must check)
                 if (wire is not None and not deleted and seq != no_target and (cap is None or length <= cap)
-                        and seq not in evicted and crc32(view[begin:pos]) == crc):
-                    append(view[begin:begin + (wire >> _FLAG_BITS)])
-                    if turn is None or wire & _HAS_TURN:
-                        append(_SEQ_TAILS[wire & _CLOSE_META] % seq)
-                    else:
-                        append(_TURN_TAILS[wire & _CLOSE_META] % (seq, orjson.dumps(turn)))
-                    continue
+                        and (not any_evicted or seq not in evicted)):
+                    span = view[begin:pos]
+                    if crc32(span) == crc:
+                        append(span[:wire >> _FLAG_BITS])
+                        if turn is None or wire & _HAS_TURN:
+                            append(seq_tails[wire & _CLOSE_META] % seq)
+                        else:
+                            append(_TURN_TAILS[wire & _CLOSE_META] % (seq, orjson.dumps(turn)))
+                        continue
                 line = bytes(view[begin:pos])
                 rec = project_line(line[:-1] if line.endswith(b"\n") else line, row, content_limit,
                                    target=seq == no_target)

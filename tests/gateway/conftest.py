@@ -20,6 +20,7 @@ from actors.gateway_connection import close_transport
 from actors.gateway_http import HttpSite
 from actors.gateway_types import CallContext
 from protocol.errors import MethodNotFound
+from protocol.jsonrpc import Encoded
 from store.errors import SessionNotFound, StorageFull
 
 TOKEN = "t0ken-" + "x" * 58
@@ -80,6 +81,8 @@ class FakeDispatcher:
     def _answer(self, method: str, params: Any) -> Any:
         if method == "echo":
             return params
+        if method == "encoded":  # a pre-encoded result (as session.get answers)
+            return Encoded(orjson.dumps(params))
         if method == "validate":
             return _Model.model_validate(params).model_dump()
         if method == "fail.session":

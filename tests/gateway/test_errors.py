@@ -9,7 +9,7 @@ import pydantic
 import pytest
 
 from protocol.errors import INTERNAL_MESSAGE, MethodNotFound, RpcErrorCode, RpcFailure, error_object
-from protocol.jsonrpc import NO_ID, Call, Invalid, encode, encode_batch, parse_message, success
+from protocol.jsonrpc import NO_ID, Call, Encoded, Invalid, encode, encode_batch, encoded_parts, parse_message, success
 from store.errors import IdempotencyConflict, InvalidId, PayloadTooLarge, SessionNotFound, StorageFull
 from store.jsonio import StrictJSONError
 from tests.gateway.conftest import SECRET, CodedError
@@ -132,3 +132,18 @@ def test_unserializable_result_becomes_internal_error() -> None:
 def test_method_not_found_message() -> None:
     assert MethodNotFound("a.b").message == "method not found: a.b"
     assert MethodNotFound("method not found: a.b").data == {"method": "a.b"}
+
+
+@pytest.mark.parametrize("request_id", [1, "req-é", None, 2**63 - 1])
+def test_a_pre_encoded_result_is_framed_around_its_own_bytes(request_id: int | str | None) -> None:
+    """Whole-history pages (issue 26 item 5): a ``session.get`` page is up to 16 MiB of pre-encoded JSON; its
+    reply is the envelope's head, the page's own bytes object (not a copy) and the closing brace, and those
+    pieces joined are exactly what ``encode`` writes for the same response."""
+    data = orjson.dumps({"messages": [{"id": "m1", "text": "é" * 10}], "hasMoreAfter": False})
+    response = success(request_id, Encoded(data))
+    parts = encoded_parts(response)
+    assert parts is not None and parts[1] is data
+    assert b"".join(parts) == encode(response)
+    assert orjson.loads(b"".join(parts)) == {"jsonrpc": "2.0", "id": request_id, "result": orjson.loads(data)}
+    assert encoded_parts(success(request_id, {"a": 1})) is None
+    assert encoded_parts({"jsonrpc": "2.0", "id": 1, "error": {"code": 1}}) is None

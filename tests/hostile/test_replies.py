@@ -98,6 +98,36 @@ async def test_batch_replies_are_answered_within_the_batch_budget(nursery: trio.
             assert {a["error"]["data"]["code"] for a in refused} == {"PAYLOAD_TOO_LARGE"}
 
 
+async def test_pre_encoded_results_are_sent_from_their_own_bytes_and_capped(nursery: trio.Nursery) -> None:
+    """Whole-history pages (issue 26 item 5): a pre-encoded result (``Encoded``, what ``session.get`` answers)
+    goes out without being copied into an encoder's buffer, alone or in a batch, on the zero-copy path; the
+    client reads the same JSON; over the reply cap it is PAYLOAD_TOO_LARGE like any other reply."""
+    h = await start_gateway(nursery, max_reply_bytes=300_000, max_frame_bytes=2**20)
+    big = {"v": "é" * 100_000, "n": [1, 2, 3]}  # a 200 KB payload: the large-frame path (chunks sent as they are)
+    with trio.fail_after(10):
+        async with connect(h.url, max_message_size=2**22) as ws:
+            await hello(ws)
+            await ws.send_message(frame({"jsonrpc": "2.0", "id": 1, "method": "encoded", "params": big}))
+            assert await recv(ws) == {"jsonrpc": "2.0", "id": 1, "result": big}
+            batch = [{"jsonrpc": "2.0", "id": i, "method": "encoded", "params": {"i": i}} for i in range(3)]
+            await ws.send_message(frame([*batch, {"jsonrpc": "2.0", "id": 9, "method": "echo", "params": {}}]))
+            answers = await recv(ws)
+            assert answers == [*({"jsonrpc": "2.0", "id": i, "result": {"i": i}} for i in range(3)),
+                               {"jsonrpc": "2.0", "id": 9, "result": {}}]
+            over = {"v": "z" * 400_000}
+            await ws.send_message(frame({"jsonrpc": "2.0", "id": 2, "method": "encoded", "params": over}))
+            answer = await recv(ws)
+            assert answer["id"] == 2 and answer["error"]["data"]["code"] == "PAYLOAD_TOO_LARGE"
+            assert answer["error"]["data"]["size"] > 400_000
+            conn = next(iter(h.gateway._connections.values()))
+            for _ in range(500):
+                if conn.zero_copy_frames >= 4:
+                    break
+                await trio.sleep(0.01)
+            assert conn.zero_copy_frames >= 4  # hello, the single reply, the batch, the refusal
+    assert h.gateway.statistics().oversized_replies == 1
+
+
 # ---------------------------------------------------------------------------------------- real host
 
 TEXT = "lorem ipsum dolor sit amet " * 600  # ~16 KB per message

@@ -1,0 +1,130 @@
+"""Forward ``session.get`` pages read ahead by the session actor (issue 26 item 5: a whole history over
+WebSocket read page by page waited for the host to build page N+1 only once the client asked for it).
+
+The page after a forward page with more after it is read while the actor's mailbox is empty and offered to
+the next call only; it is taken only for exactly that page and only if nothing changed since it was read:
+no line written by the actor, no SQLite commit by anyone (the DB writer's commit generation). Every page a
+client gets is the page a fresh read would give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from actors.session import ReadAhead
+from runtime.host import RunningHost
+from store.rules import READ_AHEAD_SECONDS
+from tests.hostkit import client_for, inprocess_host, msg
+
+N = 40
+PAGE = 10
+
+
+def _read_ahead(host: RunningHost) -> ReadAhead:
+    stats: ReadAhead = host.services.sessions._deps.read_ahead
+    return stats
+
+
+async def _until(done: Callable[[], bool]) -> None:
+    for _ in range(2000):
+        if done():
+            return
+        await trio.sleep(0.005)
+    raise AssertionError("not within 10 s")
+
+
+async def _wait_read(host: RunningHost, reads: int) -> None:
+    """Until the actor has read ahead ``reads`` pages in all (it does so as soon as its mailbox is empty)."""
+    await _until(lambda: _read_ahead(host).reads >= reads)
+
+
+async def _session(c: Any, n: int = N) -> str:
+    sid = str((await c.call("session.create", {"title": "pages"}))["id"])
+    await c.batch([("session.appendMessage", {"sessionId": sid, "message": msg(f"m{i}", f"text {i}")})
+                   for i in range(n)])
+    return sid
+
+
+def _page(sid: str, end: int) -> dict[str, Any]:
+    return {"sessionId": sid, "messageEnd": end, "messageLimit": PAGE, "maxBytes": 1 << 20}
+
+
+async def test_forward_pages_are_read_ahead_and_are_the_pages_a_fresh_read_gives(tmp_path: Path) -> None:
+    """Reproduces the wait of issue 26 item 5: each forward page after the first is the one read ahead
+    (taken), and the pages together are exactly the session's messages, equal to one whole read."""
+    async with inprocess_host(tmp_path) as host, client_for(host) as c:
+        sid = await _session(c)
+        whole = await c.call("session.get", {"sessionId": sid, "messageLimit": N})
+        before = _read_ahead(host).taken
+        pages: list[dict[str, Any]] = []
+        end = 0
+        while True:
+            page = await c.call("session.get", _page(sid, end))
+            pages.append(page)
+            end = page["messageEnd"]
+            if not page["hasMoreAfter"]:
+                break
+            await _wait_read(host, _read_ahead(host).reads + 1)
+        assert len(pages) == N // PAGE
+        assert _read_ahead(host).taken - before == len(pages) - 1
+        assert [m for p in pages for m in p["messages"]] == whole["messages"]
+        assert all(p["session"] == whole["session"] and p["totalMessages"] == N for p in pages)
+        await _until(lambda: _read_ahead(host).held == 0)  # the last page has nothing after it: nothing held
+
+
+async def test_a_page_read_ahead_is_not_taken_after_any_commit(tmp_path: Path) -> None:
+    """A commit by someone else (here a turn row the session's summary projects as ``latestTurn``) between
+    the read-ahead and the next call: the page is read again and shows the change."""
+    async with inprocess_host(tmp_path) as host, client_for(host) as c:
+        sid = await _session(c)
+        first = await c.call("session.get", _page(sid, 0))
+        assert "latestTurn" not in first["session"]
+        await _wait_read(host, 1)
+        taken = _read_ahead(host).taken
+
+        def add_turn(conn: Any) -> None:
+            conn.execute("INSERT INTO turns (id, session_id, status, started_at) VALUES ('t-1', ?, 'running', 1)",
+                         (sid,))
+
+        await host.services.db.write(add_turn, durable=True)
+        second = await c.call("session.get", _page(sid, first["messageEnd"]))
+        assert _read_ahead(host).taken == taken
+        assert second["session"]["latestTurn"] == {"id": "t-1", "status": "running"}
+        assert [m["id"] for m in second["messages"]] == [f"m{i}" for i in range(PAGE, 2 * PAGE)]
+
+
+async def test_a_page_read_ahead_is_offered_to_the_next_call_only(tmp_path: Path) -> None:
+    """Another call first (an append, which moves the end of the session): the page read ahead is dropped,
+    not kept for a later read, and the next page is read fresh (its totals count the new message)."""
+    async with inprocess_host(tmp_path) as host, client_for(host) as c:
+        sid = await _session(c)
+        first = await c.call("session.get", _page(sid, 0))
+        await _wait_read(host, 1)
+        taken = _read_ahead(host).taken
+        await c.call("session.appendMessage", {"sessionId": sid, "message": msg("late", "late")})
+        assert _read_ahead(host).held == 0
+        second = await c.call("session.get", _page(sid, first["messageEnd"]))
+        assert _read_ahead(host).taken == taken
+        assert second["totalMessages"] == N + 1
+
+
+async def test_a_page_read_ahead_is_dropped_when_nobody_asks_for_it(tmp_path: Path) -> None:
+    """A client that stops after one page: the page read ahead leaves the host-wide bound after
+    ``READ_AHEAD_SECONDS``; a page that does not fit the bound is not read ahead at all."""
+    async with inprocess_host(tmp_path) as host, client_for(host) as c:
+        sid = await _session(c)
+        await c.call("session.get", _page(sid, 0))
+        await _wait_read(host, 1)
+        assert _read_ahead(host).held > 0
+        t0 = trio.current_time()
+        await _until(lambda: _read_ahead(host).held == 0)
+        assert trio.current_time() - t0 >= READ_AHEAD_SECONDS / 2  # held for a while, then dropped
+        _read_ahead(host).limit = 100  # smaller than any page
+        reads = _read_ahead(host).reads
+        await c.call("session.get", _page(sid, 0))
+        await trio.sleep(0.2)
+        assert _read_ahead(host).reads == reads and _read_ahead(host).held == 0
