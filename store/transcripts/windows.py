@@ -119,12 +119,13 @@ def window_bounds(total: int, req: WindowRequest, target_pos: int | None) -> tup
 
 
 def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: WindowRequest,
-              session: Mapping[str, Any]) -> Window:
+              session: Mapping[str, Any], *, derived_fresh: bool = False) -> Window:
     """Target position, bounds, window rows, the compaction chain, and the encoded reply, in one snapshot.
 
     The bytes are read in the same call (not in a second worker-thread hop):
     the session actor is the transcript's only writer and awaits this call,
-    so the offsets cannot move underneath it.
+    so the offsets cannot move underneath it. ``derived_fresh``: ``session`` was read
+    in this same snapshot with its derived fields (``read_cold``), so they are not derived again.
     """
     w = Window(total=total)
     if req.around is not None:
@@ -141,9 +142,11 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
         if rows:
             w.start, w.end = rows[0][0] - 1, rows[-1][0]
     lines = read_spans_coalesced(path, [(c[2], c[3]) for c in compactions]) if compactions else []
-    # the summary's derived fields as this snapshot has them, not as the actor cached them
-    summary = {k: v for k, v in index.public_session(session).items() if k not in session_state.DERIVED}
-    summary.update(session_state.projections(conn, {sid: str(session.get("mode") or "agent")})[sid])
+    if derived_fresh:
+        summary = index.public_session(session)
+    else:  # the summary's derived fields as this snapshot has them, not as the actor cached them
+        summary = {k: v for k, v in index.public_session(session).items() if k not in session_state.DERIVED}
+        summary.update(session_state.projections(conn, {sid: str(session.get("mode") or "agent")})[sid])
     evicted = attachments.evicted_marks(conn, sid, rows[0][0], rows[-1][0]) if rows else None
     w.reply, w.target = encode_window(path, summary, rows, lines, start=w.start, end=w.end,
                                       total=total, content_limit=req.content_limit, target_pos=w.target_pos,
@@ -301,7 +304,7 @@ def read_cold(conn: sqlite3.Connection, sid: str, path: Path, req: WindowRequest
         plan = plan_reconcile(path, row["_indexedLen"], row["_fileEpoch"])
         if plan.kind != "clean" or plan.file_len != row["_indexedLen"]:
             return Window(row=row, plan_kind=plan.kind)
-        w = read_warm(conn, sid, path, int(row["messageCount"]), req, row)
+        w = read_warm(conn, sid, path, int(row["messageCount"]), req, row, derived_fresh=True)
         w.row, w.plan_kind, w.file_len, w.epoch = row, plan.kind, plan.file_len, plan.epoch
         return w
     finally:
