@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from store import approvals, attachments, session_state
+from store import approvals, attachments, session_state, thread_meta
 from store.errors import PayloadTooLarge
 from store.indexing import index
 from store.indexing.reconcile import plan_reconcile
@@ -33,6 +33,7 @@ __all__ = [
     "find_tool_call_line",
     "navigation_call_id",
     "navigation_parent",
+    "prepare_reads",
     "read_cold",
     "read_spans_coalesced",
     "read_warm",
@@ -153,13 +154,43 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
                                       evicted=evicted)
     turns = {r[4] for r in rows if r[4] is not None}
     if w.end >= total:  # the newest window: also the turns that have no row yet (asked before replying)
-        turns.update(r[0] for r in conn.execute(
-            "SELECT id FROM turns WHERE session_id = ? AND started_at >= COALESCE((SELECT MAX(m.created_at) FROM "
-            "messages m WHERE m.session_id = ? AND m.seq = ?), 0)", (sid, sid, total)))
+        turns.update(_turns_after(conn, sid, total))
     decisions = approvals.decisions_for_turns(conn, sid, turns) if turns else []
     if decisions:
         w.reply = with_field(w.reply, "decisions", decisions)
     return w
+
+
+def _turns_after(conn: sqlite3.Connection, sid: str, total: int) -> list[str]:
+    """The session's turns that started at or after its newest message (no row of theirs yet)."""
+    return [r[0] for r in conn.execute(
+        "SELECT id FROM turns WHERE session_id = ? AND started_at >= COALESCE((SELECT MAX(m.created_at) FROM "
+        "messages m WHERE m.session_id = ? AND m.seq = ?), 0)", (sid, sid, total))]
+
+
+def prepare_reads(conn: sqlite3.Connection) -> None:
+    """Run every statement of a newest-page read once on a new read connection, for no session.
+
+    The driver keeps each connection's prepared statements; a statement's
+    first run on a connection parses and plans it (about 0.45 ms for a whole
+    window read, measured). The read pool calls this as it opens a connection,
+    so no request pays that: not the first read of a host, not the first read
+    that lands on another pooled connection. The empty id is no session's
+    (``store/rules.py``): every statement matches nothing and reads a page or
+    two of an index. Only a statement left out here costs its parse on first
+    use, as before.
+    """
+    none = ""
+    index.session_row(conn, none)
+    session_state.projections(conn, {none: "agent"})
+    thread_meta.attach(conn, [{"id": none}])
+    index.compaction_rows(conn, none)
+    index.window_spans(conn, none, 0, 0)
+    attachments.evicted_marks(conn, none, 1, 0)
+    _turns_after(conn, none, 0)
+    approvals.decisions_for_turns(conn, none, [none])
+    conn.execute("BEGIN")  # read_cold's snapshot
+    conn.execute("ROLLBACK")
 
 
 PER_MESSAGE_OVERHEAD = 64
