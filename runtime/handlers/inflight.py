@@ -38,8 +38,7 @@ from store.transcripts.records import cap_content, is_streaming, normalize_messa
 from store.transcripts.transcript import read_spans
 
 __all__ = ["PREVIEW_TEXT_MAX", "TOPIC", "AfterAppend", "current", "event_key", "learned_checkpoint_id", "recover",
-           "save",
-           "settle_on_turn_end", "supersedes"]
+           "save", "settle_on_turn_end", "supersedes"]
 
 _KEY = "inflight.messageId"
 _UNKNOWN = object()

@@ -172,10 +172,11 @@ def prepare_reads(conn: sqlite3.Connection) -> None:
     """Run every statement of a newest-page read once on a new read connection, for no session.
 
     The driver keeps each connection's prepared statements; a statement's
-    first run on a connection parses and plans it (about 0.45 ms for a whole
-    window read, measured). The read pool calls this as it opens a connection,
-    so no request pays that: not the first read of a host, not the first read
-    that lands on another pooled connection. The empty id is no session's
+    first run on a connection parses and plans it, which made the first read
+    of a host cost more than twice a later one. The read pool calls this as
+    it opens a connection, so no request pays that: not the first read of a
+    host, not the first read that lands on another pooled connection. The
+    empty id is no session's
     (``store/rules.py``): every statement matches nothing and reads a page or
     two of an index. Only a statement left out here costs its parse on first
     use, as before.
