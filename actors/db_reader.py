@@ -30,9 +30,12 @@ class PoolClosed(RuntimeError):
 
 
 class ReadPool:
-    def __init__(self, db_path: Path, *, size: int = 4) -> None:
+    def __init__(self, db_path: Path, *, size: int = 4,
+                 prepare: Callable[[sqlite3.Connection], None] | None = None) -> None:
         self._db_path = db_path
         self._size = size
+        self._prepare = prepare
+        """Run on each connection as it opens (blocking): statements its reads will run, prepared."""
         self._free: list[sqlite3.Connection] = []
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -44,9 +47,19 @@ class ReadPool:
         """Open every connection now (blocking; run in a thread at startup), not on first use."""
         with self._lock:
             while len(self._all) < self._size:
-                conn = open_reader(self._db_path)
+                conn = self._open()
                 self._all.append(conn)
                 self._free.append(conn)
+
+    def _open(self) -> sqlite3.Connection:
+        conn = open_reader(self._db_path)
+        if self._prepare is not None:
+            try:
+                self._prepare(conn)
+            except BaseException:
+                conn.close()
+                raise
+        return conn
 
     @contextmanager
     def borrow(self) -> Iterator[sqlite3.Connection]:
@@ -58,7 +71,7 @@ class ReadPool:
             with self._lock:
                 conn = self._free.pop() if self._free else None
             if conn is None:
-                conn = open_reader(self._db_path)
+                conn = self._open()
                 with self._lock:
                     self._all.append(conn)
             try:
@@ -75,8 +88,15 @@ class ReadPool:
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:
             raise PoolClosed("read pool closed")
-        async with self._limiter:
-            return await run_in_thread(self._call, fn, args)
+        limiter = self._limiter
+        try:
+            limiter.acquire_nowait()  # the usual case: a free connection, no scheduler pass to take it
+        except trio.WouldBlock:
+            await limiter.acquire()
+        try:
+            return await run_in_thread(self._call, fn, args)  # a checkpoint itself
+        finally:
+            limiter.release()
 
     def _call(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         with self.borrow() as conn:

@@ -175,6 +175,8 @@ class _State:
 
 
 class SessionActor(Actor):
+    start_waits = False  # no on_start: a session's first request does not wait for its task to start
+
     def __init__(self, session_id: str, deps: SessionDeps) -> None:
         super().__init__(f"session:{session_id}", mailbox_size=deps.mailbox_size)
         self.batch_limit = deps.batch_limit

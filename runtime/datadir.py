@@ -14,12 +14,12 @@ import os
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
 from store.ids import validate_session_id
-from store.plans import INTENT_SUFFIX
-from store.transcripts.session_files import DELETE_MARKER_SUFFIX, SessionPaths
+from store.transcripts.session_files import SessionPaths
 
 SUBDIRS = (
     "sessions",
@@ -114,11 +114,11 @@ class DataDir:
     def db_path(self) -> Path:
         return self.root / "pi.sqlite"
 
-    @property
+    @cached_property
     def sessions_dir(self) -> Path:
         return self.root / "sessions"
 
-    @property
+    @cached_property
     def scratch_root(self) -> Path:
         return self.root / "scratch"
 
@@ -138,7 +138,7 @@ class DataDir:
     def secrets_dir(self) -> Path:
         return self.root / "secrets"
 
-    @property
+    @cached_property
     def review_changes_dir(self) -> Path:
         return self.root / "review-changes"
 
@@ -160,40 +160,31 @@ class DataDir:
 
     # per session (ids validated before any path is built) -------------------
     def transcript(self, session_id: str) -> Path:
-        return self.sessions_dir / f"{validate_session_id(session_id)}.jsonl"
+        return self.session_paths(session_id).transcript
 
     def deleted_transcript(self, session_id: str) -> Path:
         """Where an older build renamed a transcript while deleting it."""
-        return self.sessions_dir / f"{validate_session_id(session_id)}.jsonl.deleted"
+        return self.session_paths(session_id).legacy_deleted
 
     def delete_marker(self, session_id: str) -> Path:
-        return self.sessions_dir / f"{validate_session_id(session_id)}{DELETE_MARKER_SUFFIX}"
+        return self.session_paths(session_id).delete_marker
 
     def revisions(self, session_id: str) -> Path:
-        return self.sessions_dir / f"{validate_session_id(session_id)}.revisions.jsonl"
+        return self.session_paths(session_id).revisions
 
     def inflight(self, session_id: str) -> Path:
-        return self.sessions_dir / f"{validate_session_id(session_id)}.inflight.json"
+        return self.session_paths(session_id).inflight
 
     def scratch(self, session_id: str) -> Path:
-        return self.scratch_root / validate_session_id(session_id)
+        return self.session_paths(session_id).scratch
 
     def review_changes(self, session_id: str) -> Path:
-        return self.review_changes_dir / validate_session_id(session_id)
+        return self.session_paths(session_id).review_changes
 
     def session_paths(self, session_id: str) -> SessionPaths:
-        sid = validate_session_id(session_id)
-        return SessionPaths(
-            session_id=sid,
-            transcript=self.transcript(sid),
-            revisions=self.revisions(sid),
-            inflight=self.inflight(sid),
-            delete_marker=self.delete_marker(sid),
-            legacy_deleted=self.deleted_transcript(sid),
-            plan_intent=self.sessions_dir / f"{sid}{INTENT_SUFFIX}",
-            scratch=self.scratch(sid),
-            review_changes=self.review_changes(sid),
-        )
+        """Every path of one session, each joined when first asked for (see ``SessionPaths``)."""
+        return SessionPaths(validate_session_id(session_id), self.sessions_dir, self.scratch_root,
+                            self.review_changes_dir)
 
 
 class DataDirLock:

@@ -74,6 +74,7 @@ from store.faults import Faults
 from store.fsutil import atomic_write, remove_file_durable
 from store.indexing.database import close_writer
 from store.interchange.native_pi_views import NativeCatalog
+from store.transcripts import windows
 
 log = logging.getLogger("pi_host")
 
@@ -207,7 +208,7 @@ async def run_host(
         if clean is not None:
             boot.report["previousShutdown"] = clean
         log.info("boot finished", extra={"report": boot.report})
-        reads = ReadPool(data_dir.db_path, size=config.read_pool_size)
+        reads = ReadPool(data_dir.db_path, size=config.read_pool_size, prepare=windows.prepare_reads)
         await trio.to_thread.run_sync(reads.warm)
         bus = EventBus(backlog=config.event_backlog, backlog_bytes=config.event_backlog_bytes,
                        transient_interval=config.inflight_event_interval, supersedes=inflight.supersedes,

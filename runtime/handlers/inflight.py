@@ -37,8 +37,8 @@ from store.receipts import ReceiptKey
 from store.transcripts.records import cap_content, is_streaming, normalize_message, wire_record
 from store.transcripts.transcript import read_spans
 
-__all__ = ["PREVIEW_TEXT_MAX", "TOPIC", "AfterAppend", "current", "event_key", "recover", "save",
-           "settle_on_turn_end", "supersedes"]
+__all__ = ["PREVIEW_TEXT_MAX", "TOPIC", "AfterAppend", "current", "event_key", "learned_checkpoint_id", "recover",
+           "save", "settle_on_turn_end", "supersedes"]
 
 _KEY = "inflight.messageId"
 _UNKNOWN = object()
@@ -73,6 +73,13 @@ def _is_delegate(rec: Mapping[str, Any]) -> bool:
     """A subagent's reply (seed §4.7a attribution in ``meta``): the parent's checkpoint is its own reply."""
     meta = rec.get("meta")
     return isinstance(meta, Mapping) and bool(meta.get("parentToolCallId") or meta.get("agentName"))
+
+
+def learned_checkpoint_id(ctx: SessionContext, found: str | None) -> None:
+    """What :func:`inflight.checkpoint_message_id` just read for this session, in a hop the
+    caller made anyway (a first read looks with its window): no hop of its own later. Only this
+    session's actor writes or removes its checkpoint, so the value holds until it does."""
+    ctx.cache[_KEY] = found
 
 
 async def cached_checkpoint_id(ctx: SessionContext) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 from typing import Any
 
 from actors.session_context import Lines, SessionContext
@@ -22,6 +23,7 @@ from store.errors import Conflict, MessageNotFound, StorageFull
 from store.ids import derived_id, new_id
 from store.indexing import index
 from store.indexing.reconcile import ReconcilePlan, apply_plan, plan_reconcile
+from store.inflight import checkpoint_message_id
 from store.receipts import ReceiptKey, file_record
 from store.rules import DEFAULT_WINDOW, MAX_REPLY_BYTES, MAX_WHOLE_READ_BYTES
 from store.transcripts import windows
@@ -98,13 +100,13 @@ async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None
     path = ctx.paths.transcript
     window: windows.Window | None = None
     if ctx.needs_catchup:
-        # Cold open: session row, file check and the window in ONE read; the common
-        # clean case needs nothing else before reading the window's bytes.
-        window = await ctx.read(windows.read_cold, ctx.sid, path, req)
-        if window.row is not None and window.plan_kind == "clean":
-            ctx.adopt_window_state(window.row, window.file_len, window.epoch)
-        else:
-            window = None
+        # Cold open: session row, file check, the window and whether a reply is streaming (its
+        # in-flight checkpoint) in ONE read; the common clean case needs nothing else.
+        cold, checkpoint = await ctx.read(_read_cold, ctx.sid, path, ctx.paths.inflight, req)
+        inflight.learned_checkpoint_id(ctx, checkpoint)
+        if cold.row is not None and cold.plan_kind == "clean":
+            ctx.adopt_window_state(cold.row, cold.file_len, cold.epoch)
+            window = cold
     if window is None:
         try:
             row = await ctx.ensure_ready()
@@ -147,6 +149,11 @@ def _read_next_page_ahead(ctx: SessionContext, req: windows.WindowRequest, windo
     nxt = dataclasses.replace(req, start=window.end)
     ctx.read_ahead((nxt, total), windows.read_warm, ctx.sid, ctx.paths.transcript, total, nxt, row,
                    bound=nxt.max_bytes or MAX_REPLY_BYTES, size=lambda w: len(w.reply))
+
+
+def _read_cold(conn: Any, sid: str, path: Path, inflight_path: Path,
+               req: windows.WindowRequest) -> tuple[windows.Window, str | None]:
+    return windows.read_cold(conn, sid, path, req), checkpoint_message_id(inflight_path)
 
 
 async def _get_from_file(ctx: SessionContext, req: windows.WindowRequest) -> Any:

@@ -296,10 +296,17 @@ class Actor:
       for more messages (default 0: never); see :meth:`_hold`;
     * ``idle_work_after`` - seconds of an empty mailbox after which
       :meth:`on_idle` runs; ``None`` (default) = never. ``idle_work_interval``
-      is the pause between two calls while ``on_idle`` keeps returning True.
+      is the pause between two calls while ``on_idle`` keeps returning True;
+    * ``start_waits`` - whether the supervisor's ``start_child``/``get_or_start``
+      waits until :meth:`on_start` has run, so that a failing first start is
+      the caller's exception (default True). An actor that keeps no
+      ``on_start`` sets it False: its task is started without that wait (two
+      scheduler passes fewer), messages sent meanwhile wait in the mailbox, and
+      anything that still fails before it is ready counts as a crash.
     """
 
     batch_limit: int = 1
+    start_waits: bool = True
     idle_timeout: float | None = None
     idle_work_after: float | None = None
     idle_work_interval: float = 0.0

@@ -2,8 +2,8 @@
 
 :class:`Supervisor` owns a nursery. ``start_child(spec)`` builds the actor from
 ``spec.factory`` and starts it with ``nursery.start`` (so it returns once the
-actor is ready). One *keeper* task per child runs incarnation after
-incarnation:
+actor is ready; an actor with ``start_waits = False`` is started without
+waiting). One *keeper* task per child runs incarnation after incarnation:
 
 * crash (exception, :class:`~runtime.kernel.actor.Fatal`, ``kill``): restarted unless
   the child is ``temporary``;
@@ -36,6 +36,7 @@ import collections
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 import trio
@@ -236,7 +237,11 @@ class Supervisor:
         actor.incarnation = 1
         child = _Child(spec=spec, actor=actor)
         self._children[spec.name] = child  # visible at once: asks buffer in the mailbox
-        await nursery.start(self._keep, child, name=f"actor:{self.name}/{spec.name}")
+        name = f"actor:{self.name}/{spec.name}"
+        if actor.start_waits:
+            await nursery.start(self._keep, child, name=name)
+        else:  # nothing to report from its start: it runs in the next scheduler pass
+            nursery.start_soon(partial(self._keep, child, task_status=trio.TASK_STATUS_IGNORED), name=name)
         return ActorRef(self, spec.name)
 
     async def _stop(self, child: _Child, deadline: float) -> None:
@@ -259,7 +264,7 @@ class Supervisor:
                     try:
                         await actor.run(task_status=status)
                     except Exception as exc:
-                        if not actor.ready and status is task_status:
+                        if not actor.ready and status is task_status and status is not trio.TASK_STATUS_IGNORED:
                             raise  # the first start failed: start_child raises it
                         crash = exc
                     status = trio.TASK_STATUS_IGNORED

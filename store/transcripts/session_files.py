@@ -21,16 +21,21 @@ import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from store.fsutil import atomic_write, remove_file_durable
+from store.plans import INTENT_SUFFIX
 from store.rules import SESSION_ID_RE
 
 __all__ = [
     "DELETE_MARKER_SUFFIX",
+    "INFLIGHT_SUFFIX",
+    "REVISIONS_SUFFIX",
+    "TRANSCRIPT_SUFFIX",
     "PendingDelete",
     "SessionPaths",
     "finish_delete",
@@ -42,19 +47,61 @@ DELETE_MARKER_SUFFIX = ".deleting"
 LEGACY_DELETED_SUFFIX = ".jsonl.deleted"
 
 
-@dataclass(frozen=True, slots=True)
-class SessionPaths:
-    """Every path one session owns (built by the data directory, ids already validated)."""
+TRANSCRIPT_SUFFIX = ".jsonl"
+REVISIONS_SUFFIX = ".revisions.jsonl"
+INFLIGHT_SUFFIX = ".inflight.json"
 
-    session_id: str
-    transcript: Path
-    revisions: Path
-    inflight: Path
-    delete_marker: Path
-    legacy_deleted: Path
-    plan_intent: Path
-    scratch: Path
-    review_changes: Path
+
+class SessionPaths:
+    """Every path one session owns (built by the data directory, ids already validated).
+
+    Each path is joined on first use: a session actor is built by the first
+    request of its session (a first read waits for it) and a read touches two
+    of these paths, not nine.
+    """
+
+    __slots__ = ("__dict__", "_review_root", "_scratch_root", "_sessions", "session_id")
+
+    def __init__(self, session_id: str, sessions_dir: Path, scratch_root: Path, review_root: Path) -> None:
+        self.session_id = session_id
+        self._sessions = sessions_dir
+        self._scratch_root = scratch_root
+        self._review_root = review_root
+
+    @cached_property
+    def transcript(self) -> Path:
+        return self._sessions / f"{self.session_id}{TRANSCRIPT_SUFFIX}"
+
+    @cached_property
+    def revisions(self) -> Path:
+        return self._sessions / f"{self.session_id}{REVISIONS_SUFFIX}"
+
+    @cached_property
+    def inflight(self) -> Path:
+        return self._sessions / f"{self.session_id}{INFLIGHT_SUFFIX}"
+
+    @cached_property
+    def delete_marker(self) -> Path:
+        return self._sessions / f"{self.session_id}{DELETE_MARKER_SUFFIX}"
+
+    @cached_property
+    def legacy_deleted(self) -> Path:
+        return self._sessions / f"{self.session_id}{LEGACY_DELETED_SUFFIX}"
+
+    @cached_property
+    def plan_intent(self) -> Path:
+        return self._sessions / f"{self.session_id}{INTENT_SUFFIX}"
+
+    @cached_property
+    def scratch(self) -> Path:
+        return self._scratch_root / self.session_id
+
+    @cached_property
+    def review_changes(self) -> Path:
+        return self._review_root / self.session_id
+
+    def __repr__(self) -> str:
+        return f"SessionPaths({self.session_id!r} in {self._sessions})"
 
 
 @dataclass(frozen=True, slots=True)

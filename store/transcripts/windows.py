@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from store import approvals, attachments, session_state
+from store import approvals, attachments, session_state, thread_meta
 from store.errors import PayloadTooLarge
 from store.indexing import index
 from store.indexing.reconcile import plan_reconcile
@@ -33,6 +33,7 @@ __all__ = [
     "find_tool_call_line",
     "navigation_call_id",
     "navigation_parent",
+    "prepare_reads",
     "read_cold",
     "read_spans_coalesced",
     "read_warm",
@@ -119,12 +120,13 @@ def window_bounds(total: int, req: WindowRequest, target_pos: int | None) -> tup
 
 
 def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: WindowRequest,
-              session: Mapping[str, Any]) -> Window:
+              session: Mapping[str, Any], *, derived_fresh: bool = False) -> Window:
     """Target position, bounds, window rows, the compaction chain, and the encoded reply, in one snapshot.
 
     The bytes are read in the same call (not in a second worker-thread hop):
     the session actor is the transcript's only writer and awaits this call,
-    so the offsets cannot move underneath it.
+    so the offsets cannot move underneath it. ``derived_fresh``: ``session`` was read
+    in this same snapshot with its derived fields (``read_cold``), so they are not derived again.
     """
     w = Window(total=total)
     if req.around is not None:
@@ -141,22 +143,55 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
         if rows:
             w.start, w.end = rows[0][0] - 1, rows[-1][0]
     lines = read_spans_coalesced(path, [(c[2], c[3]) for c in compactions]) if compactions else []
-    # the summary's derived fields as this snapshot has them, not as the actor cached them
-    summary = {k: v for k, v in index.public_session(session).items() if k not in session_state.DERIVED}
-    summary.update(session_state.projections(conn, {sid: str(session.get("mode") or "agent")})[sid])
+    if derived_fresh:
+        summary = index.public_session(session)
+    else:  # the summary's derived fields as this snapshot has them, not as the actor cached them
+        summary = {k: v for k, v in index.public_session(session).items() if k not in session_state.DERIVED}
+        summary.update(session_state.projections(conn, {sid: str(session.get("mode") or "agent")})[sid])
     evicted = attachments.evicted_marks(conn, sid, rows[0][0], rows[-1][0]) if rows else None
     w.reply, w.target = encode_window(path, summary, rows, lines, start=w.start, end=w.end,
                                       total=total, content_limit=req.content_limit, target_pos=w.target_pos,
                                       evicted=evicted)
     turns = {r[4] for r in rows if r[4] is not None}
     if w.end >= total:  # the newest window: also the turns that have no row yet (asked before replying)
-        turns.update(r[0] for r in conn.execute(
-            "SELECT id FROM turns WHERE session_id = ? AND started_at >= COALESCE((SELECT MAX(m.created_at) FROM "
-            "messages m WHERE m.session_id = ? AND m.seq = ?), 0)", (sid, sid, total)))
+        turns.update(_turns_after(conn, sid, total))
     decisions = approvals.decisions_for_turns(conn, sid, turns) if turns else []
     if decisions:
         w.reply = with_field(w.reply, "decisions", decisions)
     return w
+
+
+def _turns_after(conn: sqlite3.Connection, sid: str, total: int) -> list[str]:
+    """The session's turns that started at or after its newest message (no row of theirs yet)."""
+    return [r[0] for r in conn.execute(
+        "SELECT id FROM turns WHERE session_id = ? AND started_at >= COALESCE((SELECT MAX(m.created_at) FROM "
+        "messages m WHERE m.session_id = ? AND m.seq = ?), 0)", (sid, sid, total))]
+
+
+def prepare_reads(conn: sqlite3.Connection) -> None:
+    """Run every statement of a newest-page read once on a new read connection, for no session.
+
+    The driver keeps each connection's prepared statements; a statement's
+    first run on a connection parses and plans it, which made the first read
+    of a host cost more than twice a later one. The read pool calls this as
+    it opens a connection, so no request pays that: not the first read of a
+    host, not the first read that lands on another pooled connection. The
+    empty id is no session's
+    (``store/rules.py``): every statement matches nothing and reads a page or
+    two of an index. Only a statement left out here costs its parse on first
+    use, as before.
+    """
+    none = ""
+    index.session_row(conn, none)
+    session_state.projections(conn, {none: "agent"})
+    thread_meta.attach(conn, [{"id": none}])
+    index.compaction_rows(conn, none)
+    index.window_spans(conn, none, 0, 0)
+    attachments.evicted_marks(conn, none, 1, 0)
+    _turns_after(conn, none, 0)
+    approvals.decisions_for_turns(conn, none, [none])
+    conn.execute("BEGIN")  # read_cold's snapshot
+    conn.execute("ROLLBACK")
 
 
 PER_MESSAGE_OVERHEAD = 64
@@ -304,7 +339,7 @@ def read_cold(conn: sqlite3.Connection, sid: str, path: Path, req: WindowRequest
         plan = plan_reconcile(path, row["_indexedLen"], row["_fileEpoch"])
         if plan.kind != "clean" or plan.file_len != row["_indexedLen"]:
             return Window(row=row, plan_kind=plan.kind)
-        w = read_warm(conn, sid, path, int(row["messageCount"]), req, row)
+        w = read_warm(conn, sid, path, int(row["messageCount"]), req, row, derived_fresh=True)
         w.row, w.plan_kind, w.file_len, w.epoch = row, plan.kind, plan.file_len, plan.epoch
         return w
     finally:

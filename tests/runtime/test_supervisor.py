@@ -328,3 +328,56 @@ async def test_dynamic_idle_child_passivates_and_message_during_stop_reaches_nex
         assert new.state == "passivated"
         assert sup.children() == []  # forgotten
         assert sup.statistics().restarts == 0
+
+
+class StartsAtOnce(Probe):
+    """A probe whose start is not waited for (``start_waits = False``); ``fail_start`` makes ``on_start`` raise."""
+
+    start_waits = False
+
+    def __init__(self, name: str, *, fail_start: bool = False, **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self.fail_start = fail_start
+
+    async def on_start(self) -> None:
+        await super().on_start()
+        if self.fail_start:
+            raise OSError("cannot open")
+
+
+async def test_dynamic_child_that_does_not_wait_for_its_start_answers_what_was_sent_before_it_ran() -> None:
+    sup = DynamicSupervisor(intensity=5, period=10, max_children=4)
+    built: list[StartsAtOnce] = []
+
+    def make() -> Actor:
+        built.append(StartsAtOnce("s1"))
+        return built[-1]
+
+    async with supervisor_running(sup):
+        ref = await sup.get_or_start("s1", make)
+        assert built[0].state == "starting" and not built[0].ready  # its task has not run yet
+        got = await ref.ask(("effect", "first"))
+        assert got == "first" and built[0].ready and built[0].log == [("start", "s1", 1)]
+        assert await (await sup.get_or_start("s1", make)).ask("ping") == ("pong", 1)
+        assert len(built) == 1
+
+
+async def test_a_failed_start_that_nobody_waited_for_is_a_crash_and_restarted() -> None:
+    """Without the wait nobody is handed the exception as the starter: it is the first incarnation's
+    crash (what was in its mailbox fails with it, as in any crash), restarted and counted against the
+    supervisor's intensity; the next message reaches the second incarnation."""
+    sup = DynamicSupervisor(intensity=5, period=10, max_children=4)
+    built: list[StartsAtOnce] = []
+
+    def make() -> Actor:
+        built.append(StartsAtOnce("s1", fail_start=not built))  # only the first incarnation fails
+        return built[-1]
+
+    async with supervisor_running(sup):
+        ref = await sup.get_or_start("s1", make)
+        with pytest.raises(ActorCrashed) as crashed:
+            await ref.ask("ping")
+        assert isinstance(crashed.value.__cause__, OSError)
+        assert await ref.ask("ping") == ("pong", 2)
+        assert [a.incarnation for a in built] == [1, 2] and built[0].state == "crashed"
+        assert sup.statistics().restarts == 1
