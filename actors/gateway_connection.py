@@ -242,6 +242,9 @@ class GatewayConnection:
         self._subs: dict[str, tuple[Subscription, trio.CancelScope]] = {}
         self._scope = trio.CancelScope()
         self._close_reason: tuple[int, str] | None = None
+        # True while a frame is being written: a send cancelled there (a stalled peer, a close) leaves
+        # part of a frame on the stream, and a close frame after it would land inside its payload.
+        self._mid_frame = False
         self._nursery: trio.Nursery | None = None
         self.peak_outbound = 0
 
@@ -285,7 +288,10 @@ class GatewayConnection:
             self._subs.clear()
             code, reason = self._close_reason or (1000, "")
             with trio.CancelScope(deadline=trio.current_time() + self._config.close_timeout, shield=True):
-                await self._ws.aclose(code, reason)
+                if not self._mid_frame:
+                    await self._ws.aclose(code, reason)
+                # else: part of a frame is on the stream; the peer would read a close frame's bytes as that
+                # frame's payload (seen as invalid UTF-8, close 1007). The TCP stream is closed instead.
                 await close_transport(self._ws)
 
     def close(self, code: int, reason: str) -> None:
@@ -384,11 +390,13 @@ class GatewayConnection:
                     self.close(item.code, item.reason)
                     return
                 with trio.move_on_after(self._config.send_stall_timeout) as stalled:
+                    self._mid_frame = True
                     try:
                         fast = await send_text(self._ws, item.chunks, item.size)
                     except PeerGone:
                         self.close(1000, "")
                         return
+                    self._mid_frame = False
                     self.zero_copy_frames += int(fast)
                 if stalled.cancelled_caught:
                     # The peer has read nothing for that long: closed whatever the bytes queued (a client

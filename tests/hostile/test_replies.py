@@ -211,8 +211,11 @@ async def test_a_peer_that_reads_nothing_is_closed_by_time_under_the_byte_bound(
         async with connect(h.url, message_queue_size=1, max_message_size=2**30) as stuck, connect(h.url) as ok:
             await hello(stuck)
             await hello(ok)
-            for i in range(20):  # 20 MiB of replies: more than the socket buffers hold, under the byte bound
-                await stuck.send_message(frame({"jsonrpc": "2.0", "id": i, "method": "echo", "params": blob}))
+            try:
+                for i in range(20):  # 20 MiB of replies: more than the socket buffers hold, under the byte bound
+                    await stuck.send_message(frame({"jsonrpc": "2.0", "id": i, "method": "echo", "params": blob}))
+            except ConnectionClosed:
+                pass  # on a loaded machine the host's stall can end the connection before all 20 are sent
             start = trio.current_time()
             while h.gateway.statistics().slow_consumer_closes == 0:
                 assert trio.current_time() - start < 15, "never closed"
@@ -222,3 +225,13 @@ async def test_a_peer_that_reads_nothing_is_closed_by_time_under_the_byte_bound(
             assert h.gateway.statistics().peak_outbound_bytes < h.config.max_outbound_bytes
             await ok.send_message(frame({"jsonrpc": "2.0", "id": "after", "method": "echo", "params": {"v": 2}}))
             assert (await recv(ok))["result"] == {"v": 2}
+            # What reached the stalled peer is whole frames, then the end: the host closed it in the middle of
+            # a reply frame, so a close frame written after it would be read as that frame's payload (found on
+            # a loaded machine: the peer failed with 1007, "'utf-8' codec can't decode byte 0x88", 0x88 being
+            # the first byte of a close frame).
+            while True:
+                try:
+                    await stuck.get_message()
+                except ConnectionClosed:
+                    break
+            assert stuck.closed is not None and stuck.closed.code != 1007, stuck.closed
