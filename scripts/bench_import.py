@@ -161,10 +161,9 @@ def _import_child(projects: str, data_dir: str) -> None:
     t1 = time.perf_counter()
     second = import_root(conn, "claude-code", Path(projects), target, now_ms=clock)
     t2 = time.perf_counter()
-    messages = sum(sum(r.messages.values()) for r in first.sessions)
-    consumed = sum(f.consumed for r in first.sessions for f in r.files)
     print(json.dumps({
-        "counts": first.counts(), "again": second.counts(), "messages": messages, "sourceBytes": consumed,
+        "counts": first.counts(), "again": second.counts(), "messages": first.messages,
+        "sourceBytes": first.source_bytes,
         "importSeconds": t1 - t0, "reimportSeconds": t2 - t1,
         "transcriptBytes": sum(p.stat().st_size for p in (root / "sessions").iterdir()),
         "dbBytes": (root / "pi.sqlite").stat().st_size,
