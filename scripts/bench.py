@@ -186,7 +186,8 @@ def run_import(sizes: Sizes, work: Path) -> Section:
         "index transaction in the DB writer); peak RSS is the host process's VmHWM (its baseline after boot is "
         "baselineRssMb); reimport: the same call again on the unchanged tree (fingerprints only)",
         "store: store.interchange.imports.import_root alone in a child process, one connection: "
-        "the floor under the host path",
+        "the floor under the host path; peak RSS is the child's own VmHWM (ru_maxrss would carry the bench "
+        "driver's peak over fork + exec), baselineRssMb its RSS once the store's modules are loaded",
         "ratioToBulkIndexBuild: messages/s of the import over this run's bulk index build rate (bench_search's "
         "build_database for as many messages: only the index rows, no parsing, no transcript), reported as "
         "measured",

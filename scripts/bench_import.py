@@ -14,7 +14,9 @@ subagent files. Then imports the whole tree into a fresh data directory
   (each session in its actor, index rows through the DB writer) — the peak RSS
   is the host process's ``VmHWM``;
 * ``store``: ``store.interchange.imports.import_root`` alone in a child process (the floor
-  under the host path) — its own ``ru_maxrss``.
+  under the host path) — its own ``VmHWM`` too. Not ``ru_maxrss``: Linux carries a process's
+  peak over ``fork`` + ``exec`` into the child's ``RUSAGE_SELF`` figure, so the child would report
+  the bench driver's peak (811 MB in a full run of every section) instead of its own.
 
 Each reports messages/s, MB/s of source read and the peak RSS (the generator's
 memory is never counted). The target is bounded memory: the peak RSS must stay
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import resource
 import shutil
@@ -144,6 +147,7 @@ def _import_child(projects: str, data_dir: str) -> None:
     from store.interchange.imports import import_root
     from store.upgrade.schema import apply_schema
 
+    base = _proc_status(os.getpid())  # after the imports, as the host's baseline is after its boot
     root = Path(data_dir)
     (root / "sessions").mkdir(parents=True)
     (root / "attachments").mkdir()
@@ -157,27 +161,39 @@ def _import_child(projects: str, data_dir: str) -> None:
     t1 = time.perf_counter()
     second = import_root(conn, "claude-code", Path(projects), target, now_ms=clock)
     t2 = time.perf_counter()
-    messages = sum(sum(r.messages.values()) for r in first.sessions)
-    consumed = sum(f.consumed for r in first.sessions for f in r.files)
     print(json.dumps({
-        "counts": first.counts(), "again": second.counts(), "messages": messages, "sourceBytes": consumed,
+        "counts": first.counts(), "again": second.counts(), "messages": first.messages,
+        "sourceBytes": first.source_bytes,
         "importSeconds": t1 - t0, "reimportSeconds": t2 - t1,
         "transcriptBytes": sum(p.stat().st_size for p in (root / "sessions").iterdir()),
         "dbBytes": (root / "pi.sqlite").stat().st_size,
-        "peakRssMb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "baselineRssMb": base.get("VmRSS", 0.0), "peakRssMb": _peak_rss_mb(),
     }))
     conn.close()
 
 
 def _proc_status(pid: int) -> dict[str, float]:
-    """VmRSS / VmHWM of a process, in MB (from /proc/<pid>/status)."""
+    """VmRSS / VmHWM of a process, in MB (from /proc/<pid>/status; empty where there is no /proc)."""
     out: dict[str, float] = {}
-    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-        for line in fh:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(value.split()[0]) / 1024
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    out[key] = int(value.split()[0]) / 1024
+    except OSError:
+        pass
     return out
+
+
+def _peak_rss_mb() -> float:
+    """This process's own peak RSS in MB: ``VmHWM`` belongs to the address space ``exec`` made, whereas
+    ``ru_maxrss`` (the fallback without /proc) starts from the parent's peak on Linux."""
+    hwm = _proc_status(os.getpid()).get("VmHWM")
+    if hwm is not None:
+        return hwm
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB elsewhere
 
 
 async def _call_import(url: str, token: str, projects: Path) -> tuple[dict[str, Any], float]:

@@ -37,7 +37,6 @@ receipt row (``ctx.commit``), so a retry after completion gets the same answer.
 from __future__ import annotations
 
 import os
-from collections import Counter
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -58,10 +57,9 @@ from store.indexing import index
 from store.interchange.import_write import ImportTarget, apply_index, publish, undo
 from store.interchange.importers import default_root, discover
 from store.interchange.importers.common import SessionReport, SourceUnit
-from store.interchange.importers.report import MAX_UNKNOWN_KINDS, unknown_kinds
-from store.interchange.imports import finish, prepare_unit, refuse_after
+from store.interchange.imports import ImportSummary, finish, prepare_unit, refuse_after
 from store.receipts import ReceiptKey
-from store.rules import MAX_IMPORT_REPORTS, MAX_IMPORT_SESSIONS
+from store.rules import MAX_IMPORT_SESSIONS
 
 __all__ = ["IMPORT_UNIT", "Imports", "UnitCall", "import_sessions", "import_unit"]
 
@@ -188,7 +186,8 @@ def _discover(source: str, root: Path) -> _Found:
 
 @dataclass
 class _Run:
-    """The running totals of one import (what progress events and the result report)."""
+    """One import: its totals (the store's bounded :class:`ImportSummary`, as ``import_root`` keeps) and
+    what progress events and the result report of them."""
 
     import_id: str
     source: str
@@ -196,45 +195,23 @@ class _Run:
     dry_run: bool
     total: int
     total_bytes: int
-    done: int = 0
-    messages: int = 0
-    new_messages: int = 0
-    hidden: int = 0
-    restored: int = 0
-    unknown: Counter[str] = field(default_factory=Counter)
-    source_bytes: int = 0
-    counts: dict[str, int] = field(default_factory=lambda: {"new": 0, "updated": 0, "unchanged": 0, "refused": 0,
-                                                            "would-new": 0, "would-updated": 0})
-    refused: list[dict[str, Any]] = field(default_factory=list)
-    others: list[dict[str, Any]] = field(default_factory=list)
-    reported: int = 0
+    tally: ImportSummary = field(default_factory=ImportSummary)
 
     def add(self, report: SessionReport) -> None:
-        self.done += 1
-        self.counts[report.status] = self.counts.get(report.status, 0) + 1
-        if report.status != "refused":
-            self.messages += sum(report.messages.values())
-            self.new_messages += report.new_messages
-            self.hidden += report.hidden_off_branch
-            self.restored += report.restored_on_branch
-        for kind, n in unknown_kinds(report).items():
-            if kind in self.unknown or len(self.unknown) < MAX_UNKNOWN_KINDS:
-                self.unknown[kind] += n
-        self.source_bytes += sum(f.consumed for f in report.files)
-        self.reported += 1
-        bucket = self.refused if report.status == "refused" else self.others
-        if len(bucket) < MAX_IMPORT_REPORTS:
-            bucket.append(report.to_dict())
+        self.tally.add(report)
 
     def _head(self) -> dict[str, Any]:
+        t = self.tally
+        counts = {"new": 0, "updated": 0, "unchanged": 0, "refused": 0, "would-new": 0, "would-updated": 0}
+        counts.update(t.statuses)
         return {"importId": self.import_id, "source": self.source, "root": self.root, "dryRun": self.dry_run,
-                "total": self.total, "counts": dict(self.counts), "messages": self.messages,
-                "newMessages": self.new_messages, "hiddenOffBranch": self.hidden,
-                "restoredOnBranch": self.restored,
-                "unknownKinds": dict(self.unknown.most_common()), "sourceBytes": self.source_bytes}
+                "total": self.total, "counts": counts, "messages": t.messages,
+                "newMessages": t.new_messages, "hiddenOffBranch": t.hidden,
+                "restoredOnBranch": t.restored,
+                "unknownKinds": dict(t.unknown.most_common()), "sourceBytes": t.source_bytes}
 
     def progress(self, report: SessionReport | None) -> dict[str, Any]:
-        out = {**self._head(), "done": self.done, "totalBytes": self.total_bytes, "finished": report is None}
+        out = {**self._head(), "done": self.tally.done, "totalBytes": self.total_bytes, "finished": report is None}
         if report is not None:
             out["sessionId"] = report.session_id or None
             out["status"] = report.status
@@ -242,8 +219,8 @@ class _Run:
         return {k: v for k, v in out.items() if v is not None}
 
     def result(self) -> dict[str, Any]:
-        sessions = (self.refused + self.others)[:MAX_IMPORT_REPORTS]
-        return {**self._head(), "sessions": sessions, "truncated": self.reported > len(sessions)}
+        return {**self._head(), "sessions": [r.to_dict() for r in self.tally.sessions],
+                "truncated": self.tally.truncated}
 
 
 async def import_sessions(ctx: HostContext, p: m.ImportSessionsParams, key: ReceiptKey | None) -> Any:

@@ -39,6 +39,7 @@ existing session must run there (the DB step in the DB writer).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import sqlite3
@@ -395,7 +396,8 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
         staged.pre_length = os.fstat(fd).st_size
         staged.body_start = staged.pre_length
         batch: list[tuple[dict[str, Any], bytes]] = []
-        written: dict[str, bytes] = {}
+        batched = 0
+        written: dict[str, bytes] = {}  # id -> digest of the line written for it (not the line: bounded)
         new_ids: list[str] = []
         new_compactions: list[str] = []
 
@@ -404,9 +406,10 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
             for record, line in batch:
                 rid = record["id"]
                 if rid in written:
-                    if written[rid] != line:
+                    digest = _line_digest(line)
+                    if written[rid] != digest:
                         out.write(line)
-                        written[rid] = line
+                        written[rid] = digest
                     continue
                 span = known.get(rid)
                 if span is not None and _old_line(fd, span) == line:
@@ -424,22 +427,31 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
                         new_compactions.append(rid)  # new, or hidden before (a hidden checkpoint has no row)
                 out.write(line)
                 if len(written) < 100_000:
-                    written[rid] = line
+                    written[rid] = _line_digest(line)
             batch.clear()
 
         on_branch: set[str] | None = set() if known_ids is not None else None
         for record in records:
-            batch.append((record, dumps_line(record)))
+            line = dumps_line(record)
+            batch.append((record, line))
+            batched += len(line)
             if on_branch is not None and record.get("type") in ("message", "compaction"):
                 on_branch.add(record["id"])
-            if len(batch) >= INDEX_BATCH:
+            if len(batch) >= INDEX_BATCH or batched >= _WRITE_BUFFER:
                 flush()
+                batched = 0
         flush()
         if known_ids is not None and on_branch is not None:
             _converge_branch(out, staged, on_branch, new_ids, known_ids, source_ids() if source_ids else None,
                              new_compactions, known_compactions)
     finally:
         os.close(fd)
+
+
+def _line_digest(line: bytes) -> bytes:
+    """What :func:`_write_changes` remembers of a line it wrote: a serialized line holds an allocation
+    several times its length, so keeping 100,000 of them took gigabytes on a re-import of a grown session."""
+    return hashlib.blake2b(line, digest_size=16).digest()
 
 
 def _converge_branch(out: _Out, staged: StagedImport, on_branch: set[str], new_ids: list[str],

@@ -16,6 +16,7 @@ import hashlib
 import os
 import sqlite3
 import stat
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,9 @@ from store.interchange.import_write import (
 )
 from store.interchange.importers import content_fingerprint, discover
 from store.interchange.importers.common import Refused, SessionReport, SourceUnit
+from store.interchange.importers.report import MAX_UNKNOWN_KINDS, unknown_kinds
 from store.jsonio import loads_line
+from store.rules import MAX_IMPORT_REPORTS
 from store.transcripts.transcript import read_first_line
 
 __all__ = [
@@ -277,31 +280,75 @@ def import_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarget
 
 @dataclass
 class ImportSummary:
-    sessions: list[SessionReport] = field(default_factory=list)
+    """The running totals of an import of many sessions, and at most ``max_reports`` of their reports
+    (the refused first): what an import holds stays bounded whatever the number of sessions. The host's
+    ``import.sessions`` keeps its totals in one of these too (``runtime/handlers/imports.py``)."""
+
+    max_reports: int = MAX_IMPORT_REPORTS
+    done: int = 0
+    statuses: Counter[str] = field(default_factory=Counter)
+    messages: int = 0
+    """Messages of the sessions not refused."""
+    new_messages: int = 0
+    hidden: int = 0
+    restored: int = 0
+    unknown: Counter[str] = field(default_factory=Counter)
+    """Record kinds no importer knew, at most ``MAX_UNKNOWN_KINDS`` of them."""
+    source_bytes: int = 0
+    refused: list[SessionReport] = field(default_factory=list)
+    others: list[SessionReport] = field(default_factory=list)
+
+    def add(self, report: SessionReport) -> None:
+        self.done += 1
+        self.statuses[report.status] += 1
+        if report.status != "refused":
+            self.messages += sum(report.messages.values())
+            self.new_messages += report.new_messages
+            self.hidden += report.hidden_off_branch
+            self.restored += report.restored_on_branch
+        for kind, n in unknown_kinds(report).items():
+            if kind in self.unknown or len(self.unknown) < MAX_UNKNOWN_KINDS:
+                self.unknown[kind] += n
+        self.source_bytes += sum(f.consumed for f in report.files)
+        bucket = self.refused if report.status == "refused" else self.others
+        if len(bucket) < self.max_reports:
+            bucket.append(report)
+
+    @property
+    def sessions(self) -> list[SessionReport]:
+        """The kept reports, the refused first (in the order they came), at most ``max_reports``."""
+        return (self.refused + self.others)[: self.max_reports]
+
+    @property
+    def truncated(self) -> bool:
+        return self.done > len(self.sessions)
 
     def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for rep in self.sessions:
-            out[rep.status] = out.get(rep.status, 0) + 1
-        return out
+        return {status: n for status, n in self.statuses.items() if n}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"counts": self.counts(), "sessions": [r.to_dict() for r in self.sessions]}
+        return {"counts": self.counts(), "sessions": [r.to_dict() for r in self.sessions],
+                "truncated": self.truncated}
 
 
 def import_root(conn: sqlite3.Connection, source: str, root: Path, target: ImportTarget, *, now_ms: Callable[[], int],
                 dry_run: bool = False, progress: Callable[[int, SessionReport], None] | None = None,
                 units: Iterable[SourceUnit] | None = None) -> ImportSummary:
-    """Import every session under ``root`` (one transaction per session); ``progress`` after each."""
+    """Import every session under ``root`` (one transaction per session); ``progress`` after each.
+
+    Streams: the sessions are discovered lazily and imported one at a time, each through the steps the
+    host's ``import.sessions`` runs in the session's actor (:func:`prepare_unit`, then publish and
+    :func:`~store.interchange.import_write.apply_index` in batches of index rows), and only the
+    bounded :class:`ImportSummary` outlives a session."""
     summary = ImportSummary()
     try:
         found = units if units is not None else discover(source, Path(os.path.abspath(root)))
         for n, unit in enumerate(found, start=1):
             rep = import_unit(conn, unit, target, now_ms=now_ms(), dry_run=dry_run)
-            summary.sessions.append(rep)
+            summary.add(rep)
             if progress is not None:
                 progress(n, rep)
     except OSError as exc:
         rep = SessionReport(source).refuse("READ_ERROR", f"cannot list {root}: {exc.strerror or exc}")
-        summary.sessions.append(rep)
+        summary.add(rep)
     return summary
