@@ -93,6 +93,11 @@ async def test_worst_batches_keep_rss_growth_under_300_mb(tmp_path: Path) -> Non
                             await ws.send_message(frames[i % len(frames)])
                         await trio.sleep(5)
                         await slow_consumer_closed()
+                        # Drain what reached us, then the end: our reader is blocked on its full queue, so it
+                        # would never see the host close the stream, and our own close would wait for it.
+                        with trio.move_on_after(60):
+                            while True:
+                                await ws.get_message()
                 except Exception:  # noqa: BLE001 - closed as a slow consumer (or its close timing out): expected
                     return
 
