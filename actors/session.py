@@ -269,8 +269,15 @@ class SessionActor(Actor):
         if wanted is None or gen is None or wanted.state != self._file_state():
             return False
         generation = gen()
-        if generation % 2:  # a commit is running: what the read sees may be stale by the time it is taken
-            return False
+        if generation % 2:
+            # A commit is running (an index batch, idle upkeep): what a read sees now may be stale by the time
+            # it is taken. Wait for it to end (milliseconds; bounded), unless a call arrives meanwhile.
+            with trio.move_on_after(READ_AHEAD_SECONDS):
+                # the commit runs in the DB writer's thread: there is no trio event to wait on
+                while (generation := gen()) % 2 and not self._recv.statistics().current_buffer_used:  # noqa: ASYNC110
+                    await trio.sleep(0.001)
+            if generation % 2 or self._recv.statistics().current_buffer_used or wanted.state != self._file_state():
+                return False
         bounds = self.deps.read_ahead
         if not bounds.reserve(wanted.bound):
             return False
