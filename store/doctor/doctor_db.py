@@ -29,6 +29,7 @@ import os
 import re
 import sqlite3
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -137,22 +138,31 @@ def fts_integrity_check(db_path: Path, table: str = "messages_fts") -> str | Non
     return None
 
 
-def search_index(conn: sqlite3.Connection, db_path: Path, report: DoctorReport, *, repair: bool) -> None:
+def _check_fts(conn: sqlite3.Connection, db_path: Path, report: DoctorReport, *, repair: bool, table: str,
+               check: str, what: str, source: str, differences: Callable[[sqlite3.Connection], dict[str, int]],
+               rebuild: Callable[[sqlite3.Connection], None]) -> None:
+    """One FTS5 index: its ``integrity-check``, then its rows against what it indexes (``differences``);
+    repairable by ``rebuild``."""
     problems: dict[str, object] = {}
-    failed = fts_integrity_check(db_path)
+    failed = fts_integrity_check(db_path, table)
     if failed is not None:
         problems["integrityCheck"] = failed
     try:
-        problems.update(_search_differences(conn))
+        problems.update(differences(conn))
     except sqlite3.DatabaseError as exc:
         problems["rows"] = str(exc)
     if not problems:
         return
-    finding = report.add("fts.index", "messages_fts", f"search index problems {problems}; repair rebuilds it "
-                         "from the messages rows", Severity.REPAIRABLE, **problems)
+    finding = report.add(check, table, f"{what} problems {problems}; repair rebuilds it from the {source} rows",
+                         Severity.REPAIRABLE, **problems)
     if repair:
-        rebuild_search_index(conn)
-        finding.repaired = fts_integrity_check(db_path) is None and not _search_differences(conn)
+        rebuild(conn)
+        finding.repaired = fts_integrity_check(db_path, table) is None and not differences(conn)
+
+
+def search_index(conn: sqlite3.Connection, db_path: Path, report: DoctorReport, *, repair: bool) -> None:
+    _check_fts(conn, db_path, report, repair=repair, table="messages_fts", check="fts.index", what="search index",
+               source="messages", differences=_search_differences, rebuild=rebuild_search_index)
 
 
 def _tool_search_differences(conn: sqlite3.Connection) -> dict[str, int]:
@@ -182,22 +192,9 @@ def rebuild_tool_search_index(conn: sqlite3.Connection) -> None:
 
 def tool_search_index(conn: sqlite3.Connection, db_path: Path, report: DoctorReport, *, repair: bool) -> None:
     """Tool output search (v28): ``tool_fts`` against ``tool_output``, ``tool_output`` against ``messages``."""
-    problems: dict[str, object] = {}
-    failed = fts_integrity_check(db_path, "tool_fts")
-    if failed is not None:
-        problems["integrityCheck"] = failed
-    try:
-        problems.update(_tool_search_differences(conn))
-    except sqlite3.DatabaseError as exc:
-        problems["rows"] = str(exc)
-    if not problems:
-        return
-    finding = report.add("fts.toolIndex", "tool_fts", f"tool output search index problems {problems}; repair "
-                         "rebuilds it from the tool_output rows", Severity.REPAIRABLE, **problems)
-    if repair:
-        rebuild_tool_search_index(conn)
-        finding.repaired = (fts_integrity_check(db_path, "tool_fts") is None
-                            and not _tool_search_differences(conn))
+    _check_fts(conn, db_path, report, repair=repair, table="tool_fts", check="fts.toolIndex",
+               what="tool output search index", source="tool_output", differences=_tool_search_differences,
+               rebuild=rebuild_tool_search_index)
 
 
 def attachments(conn: sqlite3.Connection, paths: DataDirPaths, facts: SessionFacts, report: DoctorReport, *,
