@@ -778,13 +778,15 @@ def undo(staged: StagedImport) -> None:
 
 def _index_lines(staged: StagedImport,
                  limits: ImportLimits) -> Iterator[tuple[int, list[Any], list[Any], list[tuple[str, bool]]]]:
-    """Batches of (end offset, message IndexRecords, CompactionRecords, tombstones) read back from the file."""
+    """Batches of (end offset, message IndexRecords, CompactionRecords, tombstones) read back from the file,
+    each at most ``INDEX_BATCH`` records or about ``_WRITE_BUFFER`` bytes of lines (one line may exceed it)."""
     reader = LineReader(staged.transcript, max_line_bytes=limits.max_line_bytes, start=staged.body_start,
                         end=staged.body_end)
     msgs: list[Any] = []
     comps: list[Any] = []
     tombs: list[tuple[str, bool]] = []
     end = staged.body_start
+    held = 0  # bytes of the lines in the batch: a batch is bounded in bytes as well as in records
     for line in reader:
         if line.data is None:
             raise StoreError(f"{staged.transcript}: a written line is over the line limit")
@@ -797,9 +799,11 @@ def _index_lines(staged: StagedImport,
             comps.append(index.CompactionRecord(rec, line.offset, line.length))
         elif rec.get("type") == "tombstone":
             tombs.append((str(rec.get("messageId")), rec.get("deleted", True) is not False))
-        if len(msgs) >= INDEX_BATCH:
+        held += line.length
+        if len(msgs) + len(comps) + len(tombs) >= INDEX_BATCH or held >= _WRITE_BUFFER:
             yield end, msgs, comps, tombs
             msgs, comps, tombs = [], [], []
+            held = 0
     yield end, msgs, comps, tombs
 
 

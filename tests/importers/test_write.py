@@ -181,6 +181,34 @@ def test_an_index_failure_after_a_new_transcript_removes_it(tmp_path: Path, db: 
     assert import_unit(db, unit("claude-code", path), target, now_ms=NOW).status == "new"
 
 
+def test_the_index_is_read_back_in_batches_bounded_in_bytes(tmp_path: Path, db: sqlite3.Connection,
+                                                            target: ImportTarget,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index step reads the written transcript back in batches: a batch is bounded in bytes too, so
+    large messages are never all held at once (before, only 512 records bounded a batch, whatever size)."""
+    from store.interchange import import_write
+
+    big = "x" * 200_000
+    conv: list[Any] = []
+    for i in range(8):
+        conv += [gen.User(f"question {i} {big}"), gen.Response((("text", f"answer {i} {big}"),), ())]
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"".join(gen.claude_code_lines(conv)))
+    batches: list[int] = []
+    real = import_write.index.index_messages
+
+    def counting(conn: sqlite3.Connection, sid: str, msgs: Any, **kw: Any) -> Any:
+        batches.append(sum(m.length for m in msgs))
+        return real(conn, sid, msgs, **kw)
+
+    monkeypatch.setattr(import_write.index, "index_messages", counting)
+    report = import_unit(db, unit("claude-code", path), target, now_ms=NOW)
+    assert report.status == "new"
+    assert len(batches) >= 3 and max(batches) < import_write._WRITE_BUFFER + 300_000
+    assert rows(db, "SELECT COUNT(*) FROM messages WHERE session_id = ?", report.session_id) == [(16,)]
+    assert search_messages(db, "answer 7")  # every batch was indexed
+
+
 def test_an_index_failure_after_an_append_truncates_it_back(tmp_path: Path, db: sqlite3.Connection,
                                                             target: ImportTarget) -> None:
     conv = [gen.User("one"), gen.Response((("text", "two"),), ()), gen.User("three")]
