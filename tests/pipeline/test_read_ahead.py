@@ -3,8 +3,9 @@ WebSocket read page by page waited for the host to build page N+1 only once the 
 
 The page after a forward page with more after it is read while the actor's mailbox is empty and offered to
 the next call only; it is taken only for exactly that page and only if nothing changed since it was read:
-no line written by the actor, no SQLite commit by anyone (the DB writer's commit generation). Every page a
-client gets is the page a fresh read would give.
+no line written by the actor, no SQLite commit by anyone (the DB writer's commit generation; the writer's
+idle search-index merge changes nothing a page reads and does not count). Every page a client gets is the
+page a fresh read would give; ``ReadAhead.gave_up`` says why a read-ahead was not taken.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ async def test_a_page_read_ahead_is_not_taken_after_any_commit(tmp_path: Path) -
         await host.services.db.write(add_turn, durable=True)
         second = await c.call("session.get", _page(sid, first["messageEnd"]))
         assert _read_ahead(host).taken == taken
+        assert _read_ahead(host).gave_up.get("stale_commit") == 1
         assert second["session"]["latestTurn"] == {"id": "t-1", "status": "running"}
         assert [m["id"] for m in second["messages"]] == [f"m{i}" for i in range(PAGE, 2 * PAGE)]
 
@@ -113,6 +115,7 @@ async def test_a_page_read_ahead_is_offered_to_the_next_call_only(tmp_path: Path
         taken = _read_ahead(host).taken
         await c.call("session.appendMessage", {"sessionId": sid, "message": msg("late", "late")})
         assert _read_ahead(host).held == 0
+        assert _read_ahead(host).gave_up.get("other_call") == 1
         second = await c.call("session.get", _page(sid, first["messageEnd"]))
         assert _read_ahead(host).taken == taken
         assert second["totalMessages"] == N + 1
@@ -129,11 +132,13 @@ async def test_a_page_read_ahead_is_dropped_when_nobody_asks_for_it(tmp_path: Pa
         t0 = trio.current_time()
         await _until(lambda: _read_ahead(host).held == 0)
         assert trio.current_time() - t0 >= READ_AHEAD_SECONDS / 2  # held for a while, then dropped
+        assert _read_ahead(host).gave_up == {"expired": 1}
         _read_ahead(host).limit = 100  # smaller than any page
         reads = _read_ahead(host).reads
         await c.call("session.get", _page(sid, 0))
-        await trio.sleep(0.2)
+        await _until(lambda: "bound" in _read_ahead(host).gave_up)
         assert _read_ahead(host).reads == reads and _read_ahead(host).held == 0
+        assert _read_ahead(host).gave_up == {"expired": 1, "bound": 1}
 
 
 async def test_a_search_index_merge_does_not_make_a_page_read_ahead_stale(tmp_path: Path) -> None:
