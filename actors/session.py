@@ -17,8 +17,10 @@ the validated params, the command receipt key and the caller). The actor:
   (``on_idle``) and offers it to the very next call only, which takes it if
   it asks for exactly that page and nothing changed since: the session's file
   state is the same and no SQLite commit became visible (the DB writer's
-  commit generation, even and unchanged). Held pages are bounded host-wide
-  in bytes (:class:`ReadAhead`) and dropped after ``READ_AHEAD_SECONDS``.
+  commit generation, even and unchanged; an idle search-index merge does not
+  count: it changes nothing a read returns). Held pages are bounded host-wide
+  in bytes (:class:`ReadAhead`) and dropped after ``READ_AHEAD_SECONDS``;
+  :attr:`ReadAhead.gave_up` counts every read-ahead given up, per reason.
 
 Order of every write: transcript line(s) + fdatasync first, index transaction
 second, reply last (``docs/DESIGN.md``).
@@ -101,11 +103,25 @@ class ReadAhead:
     """Bytes of pages read ahead and held by every session actor together (at most ``limit``)."""
 
     limit: int = READ_AHEAD_BYTES
+    seconds: float = READ_AHEAD_SECONDS
+    """How long a page is held unasked, and the most a read-ahead waits for a commit or for its read."""
     held: int = 0
     reads: int = 0
     """Pages read ahead."""
     taken: int = 0
     """Pages a call took (the rest were dropped: not asked for, stale, expired or over the bound)."""
+    gave_up: dict[str, int] = field(default_factory=dict)
+    """Read-aheads given up (not read, or read and not taken), per reason. Before the read: ``moved`` (the
+    session's file state changed after the call that asked for it), ``commit`` (a commit still ran when
+    the wait for it ended), ``call`` (a call arrived during that wait), ``bound`` (the host-wide bound was
+    full), ``slow`` (the read took longer than ``seconds``), ``error`` (the read failed),
+    ``busy`` (the next call arrived before the mailbox was empty).
+    Held: ``expired`` (unasked for ``seconds``), ``other_call`` (the next call did not ask for
+    a page), ``key`` (it asked for another page), ``stale_state`` / ``stale_commit`` (asked for, but
+    the session's file state changed or a commit ran since the read)."""
+
+    def give_up(self, reason: str) -> None:
+        self.gave_up[reason] = self.gave_up.get(reason, 0) + 1
 
     def reserve(self, size: int) -> bool:
         if self.held + size > self.limit:
@@ -191,7 +207,7 @@ class SessionActor(Actor):
         self.poisoned = False
         self._io = trio.CapacityLimiter(1)
         self.idle_work_after = None  # on_idle runs only while a read-ahead is wanted or held
-        self.idle_work_interval = READ_AHEAD_SECONDS  # a held page is dropped after that long unasked
+        self.idle_work_interval = deps.read_ahead.seconds  # a held page is dropped after that long unasked
         self._wanted: _Wanted | None = None
         self._ahead: _Ahead | None = None
         self._offered: _Ahead | None = None
@@ -249,59 +265,84 @@ class SessionActor(Actor):
         ahead, self._offered = self._offered, None
         if ahead is None:
             return None
-        self._drop(ahead)
+        bounds = self.deps.read_ahead
+        bounds.release(ahead.size)
         gen = self.deps.db_generation
-        if ahead.key != key or ahead.state != self._file_state() or gen is None or gen() != ahead.generation:
+        if ahead.key != key:
+            bounds.give_up("key")
             return None
-        self.deps.read_ahead.taken += 1
+        if ahead.state != self._file_state():
+            bounds.give_up("stale_state")
+            return None
+        if gen is None or gen() != ahead.generation:
+            bounds.give_up("stale_commit")
+            return None
+        bounds.taken += 1
         return ahead.value
 
-    def _drop(self, ahead: _Ahead | None) -> None:
+    def _drop(self, ahead: _Ahead | None, reason: str | None = None) -> None:
         if ahead is not None:
             self.deps.read_ahead.release(ahead.size)
+            if reason is not None:
+                self.deps.read_ahead.give_up(reason)
 
     async def on_idle(self) -> bool:
         wanted, self._wanted = self._wanted, None
-        self._drop(self._ahead)  # a page held this long unasked is dropped
+        self._drop(self._ahead, "expired")  # a page held this long unasked is dropped
         self._ahead = None
         self.idle_work_after = None
         gen = self.deps.db_generation
-        if wanted is None or gen is None or wanted.state != self._file_state():
+        if wanted is None or gen is None:
+            return False
+        bounds = self.deps.read_ahead
+        if wanted.state != self._file_state():
+            bounds.give_up("moved")
             return False
         generation = gen()
         if generation % 2:
             # A commit is running (an index batch, idle upkeep): what a read sees now may be stale by the time
             # it is taken. Wait for it to end (milliseconds; bounded), unless a call arrives meanwhile.
-            with trio.move_on_after(READ_AHEAD_SECONDS):
+            with trio.move_on_after(bounds.seconds):
                 # the commit runs in the DB writer's thread: there is no trio event to wait on
                 while (generation := gen()) % 2 and not self._recv.statistics().current_buffer_used:  # noqa: ASYNC110
                     await trio.sleep(0.001)
-            if generation % 2 or self._recv.statistics().current_buffer_used or wanted.state != self._file_state():
+            if self._recv.statistics().current_buffer_used:
+                bounds.give_up("call")
                 return False
-        bounds = self.deps.read_ahead
+            if generation % 2:
+                bounds.give_up("commit")
+                return False
+            if wanted.state != self._file_state():
+                bounds.give_up("moved")
+                return False
         if not bounds.reserve(wanted.bound):
+            bounds.give_up("bound")
             return False
         try:
             # Bounded: a read-ahead that would wait for the index (or for a free read connection) that
             # long keeps the next call waiting for nothing; it gives up instead.
-            with trio.move_on_after(READ_AHEAD_SECONDS) as waited:
+            with trio.move_on_after(bounds.seconds) as waited:
                 value = await self.read(wanted.fn, *wanted.args)
             if waited.cancelled_caught:
                 bounds.release(wanted.bound)
+                bounds.give_up("slow")
                 return False
             size = wanted.size(value)
         except Exception:  # the next call reads (and fails) by itself; nothing is poisoned by a read-ahead
             bounds.release(wanted.bound)
+            bounds.give_up("error")
             return False
         except BaseException:
             bounds.release(wanted.bound)
             raise
         bounds.release(wanted.bound)
         if not bounds.reserve(size):  # more than it said it could hold (never, for a page): not kept
+            bounds.give_up("bound")
             return False
         bounds.reads += 1
         self._ahead = _Ahead(wanted.key, wanted.state, generation, value, size)
-        self.idle_work_after = 0.0  # called again after idle_work_interval (READ_AHEAD_SECONDS): then dropped
+        self.idle_work_after = 0.0
+        self.idle_work_interval = bounds.seconds  # called again after that long: then dropped
         return True
 
     # ------------------------------------------------------------------ dispatch
@@ -311,19 +352,21 @@ class SessionActor(Actor):
     async def handle_batch(self, batch: list[Envelope]) -> None:
         # A page read ahead is offered to the first call of this batch only (whatever it is).
         self._offered, self._ahead = self._ahead, None
+        if self._wanted is not None:  # the next call came before the mailbox was ever empty
+            self.deps.read_ahead.give_up("busy")
         self._wanted = None
         self.idle_work_after = None
         try:
             await self._handle_batch(batch)
         finally:
-            self._drop(self._offered)
+            self._drop(self._offered, "other_call")
             self._offered = None
 
     async def _handle_batch(self, batch: list[Envelope]) -> None:
         i = 0
         while i < len(batch):
             if i:
-                self._drop(self._offered)
+                self._drop(self._offered, "other_call")
                 self._offered = None
             call = batch[i].msg
             if not isinstance(call, SessionCall):

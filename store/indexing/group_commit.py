@@ -56,8 +56,11 @@ class GroupStats:
     upkeep_failures: int = 0
     upkeep_ms: float = 0.0
     generation: int = 0
-    """Odd while a COMMIT runs, bumped again once it is over: the same even value read before a
-    snapshot and after using it means no commit became visible in between (a read-ahead's check)."""
+    """Odd while the COMMIT of a batch runs, bumped again once it is over: the same even value read
+    before a snapshot and after using it means no batch commit became visible in between (a read-ahead's
+    check). An upkeep commit leaves it alone: an FTS5 merge rewrites only the search index's own shadow
+    tables, which hold the same index after it; no other table and no query result changes
+    (``store.search.search_upkeep``), and a ``session.get`` page reads none of them."""
 
 
 def is_corruption(exc: BaseException) -> bool:
@@ -137,7 +140,7 @@ class GroupCommit:
             conn.execute("BEGIN IMMEDIATE")
             merged = upkeep_step(conn)
             self._faults.point("upkeep.before_commit")
-            self._commit()
+            self._commit(visible=False)
             self._faults.point("upkeep.after_commit")
         except sqlite3.Error as exc:
             self._rollback_quietly()
@@ -149,7 +152,11 @@ class GroupCommit:
         return merged
 
     # -- internals -------------------------------------------------------------
-    def _commit(self) -> None:
+    def _commit(self, *, visible: bool = True) -> None:
+        """``visible``: the transaction may change what a read returns (``GroupStats.generation``)."""
+        if not visible:
+            self._conn.execute("COMMIT")
+            return
         st = self.stats
         st.generation += 1
         try:
