@@ -207,6 +207,15 @@ def _sections() -> dict[str, SectionFn]:
             "import": run_import, "cli": run_cli}
 
 
+def _link(sec: Section, done: dict[str, Any]) -> None:
+    """Figures one section takes from another that ran before it in this run: the WebSocket host's
+    CPU per append sits beside the in-process one of the appends section."""
+    if sec.key == "gateway" and not sec.error and "appends" in done:
+        from bench_gateway import link_in_process
+
+        link_in_process(sec, done["appends"])
+
+
 def _write(out: Path, report: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
@@ -231,6 +240,7 @@ def run(size: Sizes, out: Path, work: Path, only: Sequence[str], keep_work: bool
             t0 = time.perf_counter()
             try:
                 sec = fns[key](size, work)
+                _link(sec, report["sections"])
             except Exception:  # noqa: BLE001 - recorded in the report, the run goes on
                 sec = Section(key, key, error=traceback.format_exc())
             sec.seconds = time.perf_counter() - t0
