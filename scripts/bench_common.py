@@ -216,6 +216,7 @@ class Meter:
     span: float = 0.0  # wall seconds including ``settle`` (what the CPU clocks covered)
     cpu: float = 0.0
     other_cpu: float = 0.0
+    other_work_cpu: float = 0.0  # the other process's CPU until ``work`` returned (``settle`` excluded)
     other_main_cpu: float = 0.0
 
     def _cpu_now(self) -> tuple[float, float, float]:
@@ -232,6 +233,7 @@ class Meter:
         t0 = time.perf_counter()
         await work()
         secs = time.perf_counter() - t0
+        o_work = process_cpu_seconds(self.pid) if self.pid is not None and settle is not None else None
         if settle is not None:
             await settle()
         c1, o1, m1 = self._cpu_now()
@@ -240,6 +242,7 @@ class Meter:
         self.span += time.perf_counter() - t0
         self.cpu += c1 - c0
         self.other_cpu += o1 - o0
+        self.other_work_cpu += (o_work if o_work is not None else o1) - o0
         self.other_main_cpu += m1 - m0
         return secs
 
@@ -258,8 +261,13 @@ class Meter:
 
     def other_cores_busy(self) -> float:
         """The other process's CPU seconds per wall second over the segments, settling included:
-        how many cores it kept busy (its Python work holds the interpreter lock: about one at most)."""
+        how many cores it kept busy (its Python work holds the interpreter lock: about one core; SQLite
+        and fsync in its worker threads run outside it)."""
         return self.other_cpu / self.span if self.span > 0 else math.nan
+
+    def other_cores_busy_in_work(self) -> float:
+        """The same until each ``work`` returned (``settle`` excluded: while the operations ran)."""
+        return self.other_work_cpu / self.seconds if self.seconds > 0 else math.nan
 
 
 # ----------------------------------------------------------------------------- corpus

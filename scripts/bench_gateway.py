@@ -20,6 +20,7 @@ acknowledged append, so index work is charged to the appends that caused it).
 from __future__ import annotations
 
 import math
+import os
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -304,10 +305,14 @@ def run_gateway(sizes: Sizes, work: Path) -> Section:
         Target(f"{sizes.gw_clients} clients on {sizes.gw_clients} sessions / SQLiteSession with "
                f"{sizes.gw_clients} sessions (appends/s)", ratio(hostn.per_sec, liten.per_sec), ">=",
                CONCURRENT_TARGET, "group commit must pay off; in this run the host kept "
-               f"{shown(conc_floor['hostCoresBusy'])} cores busy "
-               f"(CPU s / wall s); CPU-bound ceiling at 1 core: 1 / {shown(conc_floor['hostCpuMsPerAppend'])} ms = "
-               f"{shown(conc_floor['cpuBoundCeilingPerSec'])}/s = "
-               f"{shown(conc_floor['cpuBoundCeilingToSqliteSession'])}x SQLiteSession"),
+               f"{shown(conc_floor['hostCoresBusy'])} cores busy (CPU s / wall s; "
+               f"{shown(conc_floor['hostCoresBusyUntilAcked'])} until the last reply, then the index catch-up, "
+               f"{shown(conc_floor['indexCatchUpShareOfWall'])} of the wall time); CPU-bound ceiling at 1 core: "
+               f"1 / {shown(conc_floor['hostCpuMsPerAppend'])} ms = {shown(conc_floor['cpuBoundCeilingPerSec'])}/s = "
+               f"{shown(conc_floor['cpuBoundCeilingToSqliteSession'])}x SQLiteSession; on all "
+               f"{conc_floor['cores']} cores, host + client CPU ({shown(conc_floor['hostAndClientCpuMsPerAppend'])} "
+               f"ms): {shown(conc_floor['machineCpuCeilingPerSec'])}/s = "
+               f"{shown(conc_floor['machineCpuCeilingToSqliteSession'])}x"),
         Target(f"batches of {BATCH} appends to one session (messages/s acknowledged)", batch_rate, ">=",
                BATCH_TARGET, f"bound in this run: the lower of the raw write+fdatasync of the same batches "
                f"{shown(batch_floor['rawBatchWritePerSec'])}/s and the index SQL alone "
@@ -347,8 +352,12 @@ def run_gateway(sizes: Sizes, work: Path) -> Section:
         "loop via one worker-thread hop (this section's, in this process) and the hop + the index SQL alone "
         "(indexSqlOnlyOneClient, paid in turn) over SQLiteSession with one session; concurrent.hostCoresBusy = "
         "the host's CPU seconds / wall seconds over the clients' segments (index catch-up included; its Python "
-        "work holds the interpreter lock: about one core), cpuBoundCeilingPerSec = 1 core / the host's CPU per "
-        "append; batches: the lower of the batch ceiling and indexSqlOnlyPerSec; hostCpuPerAppend: the hop's "
+        "work holds the interpreter lock: about one core, SQLite and fsync in its worker threads run outside "
+        "it), hostCoresBusyUntilAcked the same until each segment's last reply, indexCatchUpShareOfWall the "
+        "share of the segments' wall time spent waiting for the index after it; cpuBoundCeilingPerSec = 1 core / "
+        "the host's CPU per append (the host can pass it: its worker threads run outside the lock); "
+        "machineCpuCeilingPerSec = every core / (host + client CPU per append), the bound with nothing else "
+        "running; batches: the lower of the batch ceiling and indexSqlOnlyPerSec; hostCpuPerAppend: the hop's "
         "CPU + the index SQL alone's CPU per message, and the in-process CPU per append of the appends section "
         "of this run (when it ran before this one)",
     ]
@@ -362,14 +371,24 @@ def _floors(raw: RawLoop, lite1: Meter, hostn: Meter, liten: Meter, idx_one: Ind
     both_ms = hop_ms + idx_one.ms_per_message
     host_cpu_ms = hostn.other_cpu_ms_per_op()
     ceiling = 1000 / host_cpu_ms if host_cpu_ms > 0 else math.nan
+    # every core of the machine on the host's and the client's CPU per append, nothing else running
+    both_cpu_ms = host_cpu_ms + hostn.cpu_ms_per_op()
+    cores = os.cpu_count() or 1
+    machine_ceiling = cores * 1000 / both_cpu_ms if both_cpu_ms > 0 else math.nan
     bound, bounded_by = min((raw.grouped_lines_per_sec, "raw batch write"),
                             (index_batches_per_sec, "index SQL alone"))
     return {
         "vsSqliteSession": {"rawViaWorkerThreadToSqliteSession": rnd(ratio(raw.hopped_per_sec, lite1.per_sec)),
                             "hopPlusIndexSqlToSqliteSession": rnd(ratio(1000 / both_ms, lite1.per_sec))},
-        "concurrent": {"hostCoresBusy": rnd(hostn.other_cores_busy()), "hostCpuMsPerAppend": rnd(host_cpu_ms),
+        "concurrent": {"hostCoresBusy": rnd(hostn.other_cores_busy()),
+                       "hostCoresBusyUntilAcked": rnd(hostn.other_cores_busy_in_work()),
+                       "indexCatchUpShareOfWall": rnd(ratio(hostn.span - hostn.seconds, hostn.span)),
+                       "hostCpuMsPerAppend": rnd(host_cpu_ms),
                        "cpuBoundCeilingPerSec": rnd(ceiling),
-                       "cpuBoundCeilingToSqliteSession": rnd(ratio(ceiling, liten.per_sec))},
+                       "cpuBoundCeilingToSqliteSession": rnd(ratio(ceiling, liten.per_sec)),
+                       "cores": cores, "hostAndClientCpuMsPerAppend": rnd(both_cpu_ms),
+                       "machineCpuCeilingPerSec": rnd(machine_ceiling),
+                       "machineCpuCeilingToSqliteSession": rnd(ratio(machine_ceiling, liten.per_sec))},
         "batches": {"rawBatchWritePerSec": rnd(raw.grouped_lines_per_sec),
                     "indexSqlOnlyPerSec": rnd(index_batches_per_sec), "boundPerSec": rnd(bound),
                     "boundedBy": bounded_by},

@@ -205,7 +205,8 @@ def test_every_gateway_target_prints_its_floor_from_this_run(report: dict[str, A
     for fig in ("floors.vsSqliteSession.rawViaWorkerThreadToSqliteSession",
                 "floors.vsSqliteSession.hopPlusIndexSqlToSqliteSession", "floors.concurrent.hostCoresBusy",
                 "floors.concurrent.hostCpuMsPerAppend", "floors.concurrent.cpuBoundCeilingPerSec",
-                "floors.concurrent.cpuBoundCeilingToSqliteSession", "floors.batches.rawBatchWritePerSec",
+                "floors.concurrent.cpuBoundCeilingToSqliteSession", "floors.concurrent.machineCpuCeilingPerSec",
+                "floors.concurrent.machineCpuCeilingToSqliteSession", "floors.batches.rawBatchWritePerSec",
                 "floors.batches.indexSqlOnlyPerSec", "floors.batches.boundPerSec",
                 "floors.hostCpuPerAppend.rawViaWorkerThreadCpuMs", "floors.hostCpuPerAppend.indexSqlCpuMs",
                 "floors.hostCpuPerAppend.sumCpuMs", "floors.hostCpuPerAppend.inProcessCpuMs",
@@ -213,6 +214,9 @@ def test_every_gateway_target_prints_its_floor_from_this_run(report: dict[str, A
                 "indexSqlOnlyOneClient.cpuMsPerMessage", "indexSqlOnlyOneClient.perSec"):
         _positive(g, fig)
     assert _get(g, "indexSqlOnlyOneClient.transactions") == _get(g, "oneClient.appends")
+    for fig in ("hostCoresBusyUntilAcked", "indexCatchUpShareOfWall"):  # clock ticks: a tiny run may see none
+        assert _get(g, f"floors.concurrent.{fig}") >= 0
+    assert _get(g, "floors.concurrent.indexCatchUpShareOfWall") < 1
     batches = g["floors"]["batches"]
     assert batches["boundPerSec"] == min(batches["rawBatchWritePerSec"], batches["indexSqlOnlyPerSec"])
     assert batches["indexSqlOnlyPerSec"] == _get(g, "batches.indexSqlOnlyPerSec")
@@ -226,7 +230,8 @@ def test_every_gateway_target_prints_its_floor_from_this_run(report: dict[str, A
                                                  rel=0.02)
     _floor_shown(sec, "one client / SQLiteSession", _get(g, "floors.vsSqliteSession.rawViaWorkerThreadToSqliteSession"))
     _floor_shown(sec, f"{_get(g, 'concurrentClients.clients')} clients on",
-                 _get(g, "floors.concurrent.hostCoresBusy"), _get(g, "floors.concurrent.cpuBoundCeilingPerSec"))
+                 _get(g, "floors.concurrent.hostCoresBusy"), _get(g, "floors.concurrent.cpuBoundCeilingPerSec"),
+                 _get(g, "floors.concurrent.machineCpuCeilingPerSec"))
     _floor_shown(sec, "batches of 64 appends", batches["rawBatchWritePerSec"], batches["indexSqlOnlyPerSec"])
     _floor_shown(sec, "one client: host CPU ms per append", host_cpu["sumCpuMs"], host_cpu["inProcessCpuMs"])
 
