@@ -365,6 +365,9 @@ def test_import_figures(report: dict[str, Any]) -> None:
             _positive(figs, f"{via}.{fig}")
         assert figs[via]["counts"]["new"] == 4 and figs[via]["counts"].get("refused", 0) == 0
     assert figs["host"]["messages"] == figs["store"]["messages"]  # both paths import the same messages
+    sec = report["sections"]["import"]
+    for via, prefix in (("host", "import.sessions on pi-host serve"), ("store", "import_root alone")):
+        _floor_shown(sec, prefix, _positive(figs, f"{via}.baselineRssMb"))  # the floor: RSS before the import
 
 
 def test_cli_figures(report: dict[str, Any]) -> None:
