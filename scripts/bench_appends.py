@@ -225,7 +225,8 @@ def run_appends(sizes: Sizes, work: Path) -> Section:
         Target("one session / SQLiteSession baseline (appends/s)", ratio(host.per_sec, lite.per_sec), ">=",
                VS_SQLITE_TARGET, "both one append awaited at a time, one fsync each; ceiling in this run: the raw "
                f"loop via one worker-thread hop {shown(vs_sqlite['rawViaWorkerThreadToSqliteSession'])}x "
-               f"SQLiteSession, hop + index SQL alone {shown(vs_sqlite['hopPlusIndexSqlToSqliteSession'])}x"),
+               f"SQLiteSession, hop + index SQL alone in turn "
+               f"{shown(vs_sqlite['hopPlusIndexSqlToSqliteSession'])}x"),
         Target("one session / raw write+fdatasync loop via one worker-thread hop",
                ratio(host.per_sec, raw.hopped_per_sec), ">=", VS_HOPPED_RAW_TARGET,
                f"ceiling in this run if the host paid only the hop ({shown(hop_ceiling['hopMsPerAppend'])} ms) + "

@@ -301,7 +301,7 @@ def run_gateway(sizes: Sizes, work: Path) -> Section:
         Target("one client / SQLiteSession baseline (appends/s)", ratio(host1.per_sec, lite1.per_sec), ">=",
                ONE_CLIENT_TARGET, "one session, one append awaited at a time; ceiling in this run: the raw loop "
                f"via one worker-thread hop {shown(vs_lite['rawViaWorkerThreadToSqliteSession'])}x SQLiteSession, hop + "
-               f"index SQL alone {shown(vs_lite['hopPlusIndexSqlToSqliteSession'])}x"),
+               f"index SQL alone in turn {shown(vs_lite['hopPlusIndexSqlToSqliteSession'])}x"),
         Target(f"{sizes.gw_clients} clients on {sizes.gw_clients} sessions / SQLiteSession with "
                f"{sizes.gw_clients} sessions (appends/s)", ratio(hostn.per_sec, liten.per_sec), ">=",
                CONCURRENT_TARGET, "group commit must pay off; in this run the host kept "
