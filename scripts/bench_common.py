@@ -36,6 +36,8 @@ from runtime.config import HostConfig  # noqa: E402 - after the sys.path setup a
 from runtime.datadir import DataDir  # noqa: E402 - after the sys.path setup above
 from runtime.host import RunningHost, run_host  # noqa: E402 - after the sys.path setup above
 from store.fsutil import write_all  # noqa: E402 - after the sys.path setup above
+from store.indexing import index  # noqa: E402 - after the sys.path setup above
+from store.indexing.database import open_writer  # noqa: E402 - after the sys.path setup above
 from store.jsonio import dumps_line  # noqa: E402 - after the sys.path setup above
 from store.transcripts.records import normalize_message  # noqa: E402 - after the sys.path setup above
 
@@ -155,6 +157,13 @@ def rnd(value: float | None, digits: int = 3) -> float | None:
     return float(f"{value:.{digits}g}") if abs(value) < 10 ** digits else round(value)
 
 
+def shown(value: Any) -> str:
+    """A figure as a note prints it: ``667`` rather than ``667.0``; ``n/a`` when it was not measured."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "n/a" if value is None else str(value)
+    return f"{value:g}"
+
+
 def ratio(a: float, b: float) -> float | None:
     return a / b if b > 0 else None
 
@@ -204,8 +213,10 @@ class Meter:
     pid: int | None = None
     ops: int = 0
     seconds: float = 0.0
+    span: float = 0.0  # wall seconds including ``settle`` (what the CPU clocks covered)
     cpu: float = 0.0
     other_cpu: float = 0.0
+    other_work_cpu: float = 0.0  # the other process's CPU until ``work`` returned (``settle`` excluded)
     other_main_cpu: float = 0.0
 
     def _cpu_now(self) -> tuple[float, float, float]:
@@ -222,13 +233,16 @@ class Meter:
         t0 = time.perf_counter()
         await work()
         secs = time.perf_counter() - t0
+        o_work = process_cpu_seconds(self.pid) if self.pid is not None and settle is not None else None
         if settle is not None:
             await settle()
         c1, o1, m1 = self._cpu_now()
         self.ops += ops
         self.seconds += secs
+        self.span += time.perf_counter() - t0
         self.cpu += c1 - c0
         self.other_cpu += o1 - o0
+        self.other_work_cpu += (o_work if o_work is not None else o1) - o0
         self.other_main_cpu += m1 - m0
         return secs
 
@@ -244,6 +258,16 @@ class Meter:
 
     def other_main_cpu_ms_per_op(self) -> float:
         return self.other_main_cpu / self.ops * 1000 if self.ops else math.nan
+
+    def other_cores_busy(self) -> float:
+        """The other process's CPU seconds per wall second over the segments, settling included:
+        how many cores it kept busy (its Python work holds the interpreter lock: about one core; SQLite
+        and fsync in its worker threads run outside it)."""
+        return self.other_cpu / self.span if self.span > 0 else math.nan
+
+    def other_cores_busy_in_work(self) -> float:
+        """The same until each ``work`` returned (``settle`` excluded: while the operations ran)."""
+        return self.other_work_cpu / self.seconds if self.seconds > 0 else math.nan
 
 
 # ----------------------------------------------------------------------------- corpus
@@ -289,6 +313,76 @@ def encoded_lines(messages: Sequence[dict[str, Any]]) -> list[bytes]:
     """The transcript lines the host writes for these messages (same encoder, same normalisation)."""
     now = int(time.time() * 1000)
     return [dumps_line(normalize_message(m, now_ms=now)) for m in messages]
+
+
+# ----------------------------------------------------------------------------- index SQL alone
+
+
+@dataclass(frozen=True)
+class IndexSqlOnly:
+    """What the DB writer's SQL alone costs for some messages (:func:`index_sql_only`)."""
+
+    messages: int
+    transactions: int
+    seconds: float
+    cpu: float  # CPU seconds of the thread that ran the SQL (time.thread_time)
+
+    @property
+    def per_sec(self) -> float:
+        return self.messages / self.seconds if self.seconds > 0 else math.nan
+
+    @property
+    def ms_per_message(self) -> float:
+        return self.seconds / self.messages * 1000 if self.messages else math.nan
+
+    @property
+    def cpu_ms_per_message(self) -> float:
+        return self.cpu / self.messages * 1000 if self.messages else math.nan
+
+    def figures(self) -> dict[str, Any]:
+        return {"messages": self.messages, "transactions": self.transactions, "perSec": rnd(self.per_sec),
+                "msPerMessage": rnd(self.ms_per_message), "cpuMsPerMessage": rnd(self.cpu_ms_per_message)}
+
+
+def index_sql_only(root: Path, groups: Sequence[Sequence[dict[str, Any]]]) -> IndexSqlOnly:
+    """The DB writer's SQL alone for these messages: a scratch database with the real schema
+    (trigram FTS triggers included), ``index.index_messages`` with each message's transcript line
+    (as a session actor passes them), one transaction per group, ``synchronous=NORMAL`` as for
+    derived rows; no file, no fsync, no actor, no gateway. Wall and CPU time of the loop alone
+    (encoding the lines happens before the clocks start)."""
+    root.mkdir(parents=True, exist_ok=True)
+    conn, _ = open_writer(root / "index-only.sqlite", quarantine_dir=root / "q", now_ms=1, synchronous="NORMAL")
+    try:
+        conn.execute("BEGIN")
+        index.insert_session(conn, "index-only", now_ms=1)
+        conn.execute("COMMIT")
+        work: list[list[index.IndexRecord]] = []
+        offset = 0
+        for group in groups:
+            items = []
+            for m in group:
+                rec = normalize_message(m, now_ms=1)
+                line = dumps_line(rec)
+                items.append(index.IndexRecord(rec, offset, len(line), line=line))
+                offset += len(line)
+            work.append(items)
+        c0 = time.thread_time()
+        t0 = time.perf_counter()
+        for items in work:
+            if not items:
+                continue
+            conn.execute("BEGIN")
+            index.index_messages(conn, "index-only", items, indexed_len=items[-1].offset + items[-1].length,
+                                 file_epoch=None, now_ms=1)
+            conn.execute("COMMIT")
+        secs = time.perf_counter() - t0
+        cpu = time.thread_time() - c0
+    finally:
+        conn.close()
+    for path in root.iterdir():
+        if path.is_file():
+            path.unlink()
+    return IndexSqlOnly(messages=sum(len(w) for w in work), transactions=len(work), seconds=secs, cpu=cpu)
 
 
 # ----------------------------------------------------------------------------- raw loop
@@ -369,6 +463,10 @@ class RawLoop:
         return self.hop_appends / self.hop_seconds if self.hop_seconds > 0 else math.nan
 
     @property
+    def hopped_cpu_ms_per_append(self) -> float:
+        return self.hop_cpu / self.hop_appends * 1000 if self.hop_appends else math.nan
+
+    @property
     def grouped_lines_per_sec(self) -> float:
         return self.grouped_lines / self.grouped_seconds if self.grouped_seconds > 0 else math.nan
 
@@ -381,7 +479,7 @@ class RawLoop:
                                "cpuMsPerAppend": rnd(self.cpu / self.appends * 1000 if self.appends else None)}
         if self.hop_appends:
             out["viaWorkerThreadPerSec"] = rnd(self.hopped_per_sec)
-            out["viaWorkerThreadCpuMsPerAppend"] = rnd(self.hop_cpu / self.hop_appends * 1000)
+            out["viaWorkerThreadCpuMsPerAppend"] = rnd(self.hopped_cpu_ms_per_append)
         if self.groups:
             out["groups"] = self.groups
             out["groupedLinesPerSec"] = rnd(self.grouped_lines_per_sec)

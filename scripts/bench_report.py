@@ -60,8 +60,11 @@ def _figures(figs: Mapping[str, Any]) -> list[str]:
 
 
 def _targets_table(targets: list[Mapping[str, Any]]) -> list[str]:
-    return _table(["target", "measured", "goal", "verdict"],
-                  [[t["name"], _fmt(t["measured"]), f"{t['op']} {t['goal']:g}", f"**{t['verdict']}**"]
+    """Each target with its note (``detail``: for a target that can miss, the floor or ceiling that
+    bounds it, measured in the same run; the same numbers are figures of its section)."""
+    return _table(["target", "measured", "goal", "verdict", "bound in this run / note"],
+                  [[t["name"], _fmt(t["measured"]), f"{t['op']} {t['goal']:g}", f"**{t['verdict']}**",
+                    str(t.get("detail") or "").replace("|", "\\|")]
                    for t in targets])
 
 

@@ -27,6 +27,7 @@ from bench_common import (
     median,
     ratio,
     rnd,
+    shown,
     start_host_process,
 )
 
@@ -118,15 +119,22 @@ async def _cold_reads(url: str, token: str, sizes: Sizes) -> dict[int, dict[str,
     return out
 
 
-async def _fresh_host_reads(root: Path, sizes: Sizes) -> dict[int, float]:
+async def _fresh_host_reads(root: Path, sizes: Sizes) -> dict[int, tuple[float, float]]:
     """A new host instance on the same data dir (after the subprocess stopped): each session's
     first ``session.get`` starts its actor and reads the index cold — timed in-process, the same
-    way as the warm figures, so the WebSocket round trip does not hide the storage cost."""
-    out: dict[int, float] = {}
+    way as the warm figures, so the WebSocket round trip does not hide the storage cost. Then,
+    once every first get is done, the same page again in the same host (``cold_reps`` times,
+    median): the warm read a first read could cost no more than. Returns (first, warm) seconds."""
+    first: dict[int, float] = {}
+    order = sorted(sizes.window_sizes, reverse=True)
     async with inprocess_host(root) as host:
-        for n in sorted(sizes.window_sizes, reverse=True):
-            out[n] = await _get(host, _sid(n), n)
-    return out
+        for n in order:
+            first[n] = await _get(host, _sid(n), n)
+        warm: dict[int, list[float]] = {n: [] for n in order}
+        for _ in range(max(1, sizes.cold_reps)):
+            for n in order:
+                warm[n].append(await _get(host, _sid(n), n))
+    return {n: (first[n], median(warm[n])) for n in order}
 
 
 def run_windows(sizes: Sizes, work: Path) -> Section:
@@ -149,7 +157,8 @@ def run_windows(sizes: Sizes, work: Path) -> Section:
         proc.stop()
     # median of several fresh hosts: one first get is a single millisecond-sized sample
     samples = [trio.run(_fresh_host_reads, root, sizes) for _ in range(FRESH_HOST_REPS)]
-    fresh = {n: median([s[n] for s in samples]) for n in sizes.window_sizes}
+    fresh = {n: median([s[n][0] for s in samples]) for n in sizes.window_sizes}
+    fresh_warm = {n: median([s[n][1] for s in samples]) for n in sizes.window_sizes}
     sessions: dict[str, Any] = {}
     for n in sizes.window_sizes:
         sessions[str(n)] = {
@@ -163,6 +172,9 @@ def run_windows(sizes: Sizes, work: Path) -> Section:
             "coldSpeedupVsParse": rnd(ratio(parse[n]["seconds"], cold[n]["first"])),
             "freshHostFirstGetMs": rnd(fresh[n] * 1000),
             "freshHostSpeedupVsParse": rnd(ratio(parse[n]["seconds"], fresh[n])),
+            "freshHostWarmGetMs": rnd(fresh_warm[n] * 1000),
+            "freshHostWarmSpeedupVsParse": rnd(ratio(parse[n]["seconds"], fresh_warm[n])),
+            "freshProcessLaterSpeedupVsParse": rnd(ratio(parse[n]["seconds"], cold[n]["after"])),
         }
     sec.figures = {"window": WINDOW, "warmReps": sizes.window_reps, "hostStartSecs": rnd(start_secs),
                    "sessions": sessions}
@@ -170,18 +182,32 @@ def run_windows(sizes: Sizes, work: Path) -> Section:
         sec.targets.append(Target(f"warm newest-{WINDOW}, {n} msgs / {small} msgs (time)",
                                   ratio(warm_med[n], warm_med[small]), "<=", WARM_TARGET))
     for n in sizes.window_sizes[1:]:
+        row = sessions[str(n)]
         sec.targets.append(Target(f"fresh host first get (in-process), {n} msgs: parse-whole-file time / get time",
-                                  ratio(parse[n]["seconds"], fresh[n]), ">=", COLD_TARGET))
+                                  ratio(parse[n]["seconds"], fresh[n]), ">=", COLD_TARGET,
+                                  f"ceiling in this run, a first get costing no more than the warm get of the same "
+                                  f"page in the same fresh host ({shown(row['freshHostWarmGetMs'])} ms): parse "
+                                  f"{shown(row['parseWholeFileMs'])} ms / {shown(row['freshHostWarmGetMs'])} ms = "
+                                  f"{shown(row['freshHostWarmSpeedupVsParse'])}"))
     for n in sizes.window_sizes[1:]:
+        row = sessions[str(n)]
         sec.targets.append(Target(f"fresh process first get over WebSocket, {n} msgs: parse time / get time",
-                                  ratio(parse[n]["seconds"], cold[n]["first"]), ">=", COLD_TARGET))
+                                  ratio(parse[n]["seconds"], cold[n]["first"]), ">=", COLD_TARGET,
+                                  f"ceiling in this run, a first get costing no more than a later get in the same "
+                                  f"process ({shown(row['freshProcessLaterGetMs'])} ms): parse "
+                                  f"{shown(row['parseWholeFileMs'])} ms / {shown(row['freshProcessLaterGetMs'])} ms = "
+                                  f"{shown(row['freshProcessLaterSpeedupVsParse'])}"))
     sec.notes = [
         "warm: the pipeline('session.get', messageLimit=50) in-process, median of the reps, sessions interleaved",
         "fresh process: `pi-host serve` subprocess on the same data dir after a clean stop; first session.get over "
         "WebSocket (largest session first), timed from send to reply; the OS page cache is not dropped",
         "fresh host (in-process): a new host instance on the same data dir; each session's first get starts "
         "its actor and reads the index cold (no layout in memory); timed like the warm figures; median over "
-        f"{FRESH_HOST_REPS} fresh hosts",
+        f"{FRESH_HOST_REPS} fresh hosts; freshHostWarmGetMs: after every session's first get, the same page again "
+        f"in the same fresh host ({max(1, sizes.cold_reps)} times per host, median, then the median over the "
+        "hosts), and freshHostWarmSpeedupVsParse = parse / that: the ceiling of the fresh-host target (a first "
+        "read that cost no more than a warm one); freshProcessLaterSpeedupVsParse is the same ceiling over "
+        "WebSocket (parse / freshProcessLaterGetMs)",
         "a WebSocket round trip of a 50-message reply costs about as much as the warm read itself "
         "(freshProcessLaterGetMs), which bounds the over-the-wire ratio for small files",
         "messages 300 B-3 KB of text, ~10 % assistant tool calls, ~10 % tool result rows",

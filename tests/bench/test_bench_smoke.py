@@ -163,6 +163,102 @@ def test_gateway_figures_against_the_baselines(report: dict[str, Any]) -> None:
     assert "index commits behind a read barrier" in " ".join(sec["notes"])
 
 
+def test_every_append_target_prints_its_floor_from_this_run(report: dict[str, Any]) -> None:
+    """Issue 26: a target the bench can miss shows the floor (or ceiling) that bounds it, measured in
+    the same run, beside the figure; the parts are figures of the report too, so JSON and notes agree."""
+    sec = report["sections"]["appends"]
+    figs = sec["figures"]
+    for fig in ("indexSqlOnly.perSec", "indexSqlOnly.msPerMessage", "indexSqlOnly.cpuMsPerMessage",
+                "floors.cpuPerAppend.rawViaWorkerThreadCpuMs", "floors.cpuPerAppend.indexSqlCpuMs",
+                "floors.cpuPerAppend.sumCpuMs", "floors.vsRawViaWorkerThread.hopMsPerAppend",
+                "floors.vsRawViaWorkerThread.indexSqlMsPerMessage", "floors.vsRawViaWorkerThread.ratio",
+                "floors.vsSqliteSession.rawViaWorkerThreadToSqliteSession",
+                "floors.vsSqliteSession.hopPlusIndexSqlToSqliteSession"):
+        _positive(figs, fig)
+    # one index transaction per message, for the one-session messages
+    assert _get(figs, "indexSqlOnly.messages") == _get(figs, "oneSession.appends")
+    assert _get(figs, "indexSqlOnly.transactions") == _get(figs, "indexSqlOnly.messages")
+    cpu = figs["floors"]["cpuPerAppend"]
+    assert cpu["sumCpuMs"] == pytest.approx(cpu["rawViaWorkerThreadCpuMs"] + cpu["indexSqlCpuMs"], rel=0.02)
+    assert cpu["rawViaWorkerThreadCpuMs"] == pytest.approx(_get(figs, "raw.viaWorkerThreadCpuMsPerAppend"), rel=0.02)
+    assert cpu["indexSqlCpuMs"] == pytest.approx(_get(figs, "indexSqlOnly.cpuMsPerMessage"), rel=0.02)
+    assert 0 < _get(figs, "floors.vsRawViaWorkerThread.ratio") < 1  # paying the index too is slower than the hop
+    _quotient(figs, "floors.vsSqliteSession.rawViaWorkerThreadToSqliteSession", "raw.viaWorkerThreadPerSec",
+              "sqliteSession.oneSessionPerSec")
+    _floor_shown(sec, "one session: CPU ms per append", cpu["sumCpuMs"], cpu["indexSqlCpuMs"])
+    _floor_shown(sec, "one session / raw write+fdatasync", _get(figs, "floors.vsRawViaWorkerThread.ratio"))
+    _floor_shown(sec, "one session / SQLiteSession",
+                 _get(figs, "floors.vsSqliteSession.rawViaWorkerThreadToSqliteSession"))
+
+
+def _floor_shown(sec: dict[str, Any], prefix: str, *values: Any) -> None:
+    """The target's note names its bound in this run and prints each figure as the report holds it."""
+    detail = _target(sec, prefix)["detail"]
+    assert "in this run" in detail, (prefix, detail)
+    for value in values:
+        assert f"{value:g}" in detail, (prefix, value, detail)
+
+
+def test_every_gateway_target_prints_its_floor_from_this_run(report: dict[str, Any]) -> None:
+    sec = report["sections"]["gateway"]
+    g = sec["figures"]
+    for fig in ("floors.vsSqliteSession.rawViaWorkerThreadToSqliteSession",
+                "floors.vsSqliteSession.hopPlusIndexSqlToSqliteSession", "floors.concurrent.hostCoresBusy",
+                "floors.concurrent.hostCpuMsPerAppend", "floors.concurrent.cpuBoundCeilingPerSec",
+                "floors.concurrent.cpuBoundCeilingToSqliteSession", "floors.concurrent.machineCpuCeilingPerSec",
+                "floors.concurrent.machineCpuCeilingToSqliteSession", "floors.batches.rawBatchWritePerSec",
+                "floors.batches.indexSqlOnlyPerSec", "floors.batches.boundPerSec",
+                "floors.hostCpuPerAppend.rawViaWorkerThreadCpuMs", "floors.hostCpuPerAppend.indexSqlCpuMs",
+                "floors.hostCpuPerAppend.sumCpuMs", "floors.hostCpuPerAppend.inProcessCpuMs",
+                "floors.hostCpuPerAppend.inProcessFloorCpuMs", "batches.indexSqlOnlyCpuMsPerMessage",
+                "indexSqlOnlyOneClient.cpuMsPerMessage", "indexSqlOnlyOneClient.perSec"):
+        _positive(g, fig)
+    assert _get(g, "indexSqlOnlyOneClient.transactions") == _get(g, "oneClient.appends")
+    for fig in ("hostCoresBusyUntilAcked", "indexCatchUpShareOfWall"):  # clock ticks: a tiny run may see none
+        assert _get(g, f"floors.concurrent.{fig}") >= 0
+    assert _get(g, "floors.concurrent.indexCatchUpShareOfWall") < 1
+    batches = g["floors"]["batches"]
+    assert batches["boundPerSec"] == min(batches["rawBatchWritePerSec"], batches["indexSqlOnlyPerSec"])
+    assert batches["indexSqlOnlyPerSec"] == _get(g, "batches.indexSqlOnlyPerSec")
+    assert _get(g, "floors.concurrent.hostCpuMsPerAppend") == _get(g, "concurrentClients.hostCpuMsPerAppend")
+    host_cpu = g["floors"]["hostCpuPerAppend"]
+    appends = report["sections"]["appends"]["figures"]
+    # linked from the appends section of the same run
+    assert host_cpu["inProcessCpuMs"] == _get(appends, "oneSession.cpuMsPerAppend")
+    assert host_cpu["inProcessFloorCpuMs"] == _get(appends, "floors.cpuPerAppend.sumCpuMs")
+    assert host_cpu["sumCpuMs"] == pytest.approx(host_cpu["rawViaWorkerThreadCpuMs"] + host_cpu["indexSqlCpuMs"],
+                                                 rel=0.02)
+    _floor_shown(sec, "one client / SQLiteSession", _get(g, "floors.vsSqliteSession.rawViaWorkerThreadToSqliteSession"))
+    _floor_shown(sec, f"{_get(g, 'concurrentClients.clients')} clients on",
+                 _get(g, "floors.concurrent.hostCoresBusy"), _get(g, "floors.concurrent.cpuBoundCeilingPerSec"),
+                 _get(g, "floors.concurrent.machineCpuCeilingPerSec"))
+    _floor_shown(sec, "batches of 64 appends", batches["rawBatchWritePerSec"], batches["indexSqlOnlyPerSec"])
+    _floor_shown(sec, "one client: host CPU ms per append", host_cpu["sumCpuMs"], host_cpu["inProcessCpuMs"])
+
+
+def test_read_targets_print_their_bounds_from_this_run(report: dict[str, Any]) -> None:
+    windows = report["sections"]["windows"]
+    for n, row in windows["figures"]["sessions"].items():
+        for fig in ("freshHostFirstGetMs", "freshHostWarmGetMs", "freshHostWarmSpeedupVsParse",
+                    "freshProcessLaterSpeedupVsParse"):
+            _positive(row, fig)
+        _quotient(row, "freshHostWarmSpeedupVsParse", "parseWholeFileMs", "freshHostWarmGetMs")
+        _quotient(row, "freshProcessLaterSpeedupVsParse", "parseWholeFileMs", "freshProcessLaterGetMs")
+        if n != "50":  # the smallest session is the warm targets' reference, it has no first-get target
+            _floor_shown(windows, f"fresh host first get (in-process), {n} msgs", row["freshHostWarmGetMs"],
+                         row["freshHostWarmSpeedupVsParse"])
+            _floor_shown(windows, f"fresh process first get over WebSocket, {n} msgs",
+                         row["freshProcessLaterSpeedupVsParse"])
+    history = report["sections"]["history"]
+    figs = history["figures"]
+    for fig in ("inProcess.readFileBytesMs", "inProcess.readFileBytesRatioToParse",
+                "webSocket.inProcessDecodedRatioToParse"):
+        _positive(figs, fig)
+    _quotient(figs, "inProcess.readFileBytesRatioToParse", "inProcess.readFileBytesMs", "inProcess.parseWholeFileMs")
+    _floor_shown(history, "whole history in-process", _get(figs, "inProcess.readFileBytesRatioToParse"))
+    _floor_shown(history, "whole history over WebSocket", _get(figs, "webSocket.inProcessDecodedRatioToParse"))
+
+
 def test_whole_history_figures(report: dict[str, Any]) -> None:
     sec = report["sections"]["history"]
     figs = sec["figures"]
@@ -269,6 +365,9 @@ def test_import_figures(report: dict[str, Any]) -> None:
             _positive(figs, f"{via}.{fig}")
         assert figs[via]["counts"]["new"] == 4 and figs[via]["counts"].get("refused", 0) == 0
     assert figs["host"]["messages"] == figs["store"]["messages"]  # both paths import the same messages
+    sec = report["sections"]["import"]
+    for via, prefix in (("host", "import.sessions on pi-host serve"), ("store", "import_root alone")):
+        _floor_shown(sec, prefix, _positive(figs, f"{via}.baselineRssMb"))  # the floor: RSS before the import
 
 
 def test_cli_figures(report: dict[str, Any]) -> None:
@@ -293,6 +392,7 @@ def test_targets_are_complete_and_honest(report: dict[str, Any]) -> None:
             again = Target(t["name"], t["measured"], t["op"], t["goal"])
             assert t["verdict"] == again.verdict
             assert t["name"] in report["_markdown"]
+            assert t["detail"].replace("|", "\\|") in report["_markdown"]  # the note beside it, both places
             assert f"[{t['verdict']}] {t['name']}" in report["_stdout"]
     for sec in report["sections"].values():
         assert f"## {sec['title']}" in report["_markdown"]
