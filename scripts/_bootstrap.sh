@@ -32,3 +32,9 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[test]" >&2
   echo "$WANT" > "$STAMP"
 fi
+# Byte-compile pi-host's own modules (only what changed since the last run is compiled again). Python
+# reads these caches even where the environment forbids writing them at import (PYTHONDONTWRITEBYTECODE):
+# without them every `serve` (and every host a test starts) compiles ~200 modules from source first,
+# about 0.4 s of its start.
+"$VENV/bin/python" -m compileall -q -j 0 "$ROOT/runtime" "$ROOT/actors" "$ROOT/protocol" "$ROOT/store" \
+  "$ROOT/scripts" "$ROOT/clients/python/pihost_client" >/dev/null
