@@ -337,6 +337,15 @@ def live_stamps(messages: Iterable[Mapping[str, Any]]) -> dict[str, int | None]:
     return out
 
 
+def hidden_by_import(session_id: str, tombstones: Mapping[str, Mapping[str, Any]]) -> set[str]:
+    """Messages whose newest tombstone is an import's off-branch one (``<sid>:off-branch:…``): lines of
+    another branch of a tree source (pi) that the import keeps in this store, not part of the branch
+    they sit in. A branch archived from the transcript leaves them out, and a restore shows them again."""
+    prefix = f"{session_id}:off-branch:"
+    return {mid for mid, tomb in tombstones.items()
+            if tomb.get("deleted", True) is not False and str(tomb.get("id") or "").startswith(prefix)}
+
+
 @dataclass(frozen=True)
 class Branch:
     root_user_id: str
@@ -461,6 +470,7 @@ __all__ = [
     "append_revision_lines",
     "family_of",
     "find_root",
+    "hidden_by_import",
     "live_stamps",
     "parse_revisions",
     "read_revisions",

@@ -39,6 +39,7 @@ from store.revisions import (
     append_revision_lines,
     family_of,
     find_root,
+    hidden_by_import,
     live_stamps,
     read_revisions,
     restore_rows,
@@ -145,8 +146,11 @@ def dropped_live_branches(
     return out
 
 
-def plan_for(live: LiveTranscript, messages: Sequence[Mapping[str, Any]]) -> RewritePlan:
-    return plan_rewrite(messages, live.compactions, tombstones=live.tombstones, session_info=live.session_info,
+def plan_for(live: LiveTranscript, messages: Sequence[Mapping[str, Any]], *,
+             shown: set[str] | frozenset[str] = frozenset()) -> RewritePlan:
+    """``shown``: messages whose tombstone the rewrite drops (a restored branch's, an import hid)."""
+    tombstones = {k: v for k, v in live.tombstones.items() if k not in shown} if shown else live.tombstones
+    return plan_rewrite(messages, live.compactions, tombstones=tombstones, session_info=live.session_info,
                         decisions=live.decisions)
 
 
@@ -308,7 +312,8 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
             data={"sessionId": sid, "rootUserId": family, "revisionIndex": target_idx})
     live_idx = current if current is not None else max(known, default=0) + 1
     turns = await ctx.read(turn_map, sid)
-    live_branch = [dict(msg) for msg in live.messages[rpos:]]
+    hidden = hidden_by_import(sid, live.tombstones)  # other branches of an imported tree: stored apart
+    live_branch = [dict(msg) for msg in live.messages[rpos:] if msg["id"] not in hidden]
     branch_ids = {msg["id"] for msg in live_branch}
     # 1. materialize the live branch as a full revision line first (it is about to leave),
     #    unless the file already holds exactly this branch for its variant
@@ -325,7 +330,7 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
     new_msgs = list(merged.values())
     await _check_foreign_ids(ctx, [msg["id"] for msg in restored])
     archives += dropped_live_branches(ctx, live.messages, set(merged), {(family, live_idx)}, turns)
-    plan = plan_for(live, new_msgs)
+    plan = plan_for(live, new_msgs, shown=hidden & {msg["id"] for msg in restored})
 
     def finish(conn: Any, now: int) -> Any:
         return {"session": _session(conn, sid), "revisions": revision_rows(conn, sid, family)}
@@ -383,7 +388,8 @@ async def truncate_from(ctx: SessionContext, p: m.TruncateFromParams, key: Recei
             known = {int(r["revisionIndex"]) for r in rows}
             stamped = stamp_of(root).active
             idx = stamped if stamped in known else _next_index(rows)  # refresh, or mint an inactive variant
-            branch = [dict(msg) for msg in old[rpos:]]
+            hidden = hidden_by_import(sid, live.tombstones)  # other branches of an imported tree: stored apart
+            branch = [dict(msg) for msg in old[rpos:] if msg["id"] not in hidden]
             ids = {msg["id"] for msg in branch}
             archives.append((family, idx, branch, {k: v for k, v in turns.items() if k in ids}))
             handled.add((family, idx))
