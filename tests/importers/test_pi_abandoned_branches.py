@@ -25,15 +25,16 @@ from typing import Any
 import pytest
 
 from store.faults import Faults, InjectedFault
+from store.interchange import import_write
 from store.interchange.import_write import ImportTarget
 from store.interchange.importers import IMPORTERS
 from store.interchange.importers.common import session_id_for
 from store.interchange.imports import import_unit
-from store.revisions import read_revisions
+from store.revisions import append_revision_lines, read_revisions, revision_line, upsert_row
 from store.transcripts.transcript import read_transcript
 from tests.hostkit import client_for, inprocess_host, msg
 from tests.revisions.helpers import revision_kinds, revisions_path
-from tests.samplekit import NOW, rows
+from tests.samplekit import NOW, open_db, rows
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "pi"
 SECOND_BRANCH = "[tool-ok] a question on the second branch"
@@ -447,3 +448,51 @@ def test_a_failed_revisions_append_leaves_nothing_and_the_retry_imports_it_all(t
     shown, stored = _wide_state(target, sid)
     assert shown[-1] == "q4B'" and len(stored) == 9
     assert not [p.name for p in sessions.iterdir() if ".tmp" in p.name]
+
+
+def test_a_rules_7_family_of_the_branch_after_a_summary_is_listed_but_not_paged(
+        tmp_path: Path, db: sqlite3.Connection, target: ImportTarget, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rules 7 filed the tree's second branch (it starts with pi's branch summary) under the turn after the
+    summary (``3122bc57``), as ``[summary, question, tool call, reply]``: restoring it would lose the family
+    (no user turn to stamp). Upgraded, the branch is filed under the first question as a fresh import files
+    it and that family is paged; the old variant stays listed (the store is append-only) but its family gets
+    no live variant and no stamp, so nothing can switch to it."""
+    path = _write(tmp_path / "pi" / TREE.name, LINES)
+    (unit,) = IMPORTERS["pi"].discover(path)
+    with monkeypatch.context() as m:  # rules 7, minus its revisions (written below as rules 7 wrote them)
+        m.setattr(import_write, "IMPORT_RULES", 7)
+        m.setattr(import_write, "_stamp_families", lambda *args: None)
+        m.setattr(import_write, "_archive_off_branch", lambda *args: {})
+        assert import_unit(db, unit, target, now_ms=NOW).status == "new"
+    assert read_revisions(target.revisions(SID)).entries == {}
+    records = {r["id"]: r for r in _tree_records(tmp_path, db)}
+    legacy = [records[f"{SID}:{key}"] for key in ("0e99eaca", "4f214d4f", "c5f8c47a.0", "78acc440")]
+    old_root = f"{SID}:3122bc57"
+    append_revision_lines(target.revisions(SID), [revision_line(old_root, 1, legacy, {}, created_at_ms=NOW)])
+    upsert_row(db, SID, old_root, 1, message_count=4, now_ms=NOW)
+    db.commit()
+    path.touch()
+    assert import_unit(db, unit, target, now_ms=NOW + 1).status == "updated"  # parsed again: rules 8
+    assert rows(db, "SELECT root_user_id, revision_index, is_active, message_count FROM message_revisions "
+                    "WHERE session_id = ? ORDER BY 1, 2", SID) == [
+        (old_root, 1, 0, 4), (ROOT, 1, 0, 6), (ROOT, 2, 1, 9)]
+    assert _stamps(target, SID) == {ROOT.rsplit(":", 1)[-1]: (2, 2)}
+    entries = read_revisions(target.revisions(SID)).entries
+    assert {k: e.live for k, e in entries.items()} == {(old_root, 1): False, (ROOT, 1): False, (ROOT, 2): True}
+    path.touch()
+    assert import_unit(db, unit, target, now_ms=NOW + 2).status == "unchanged"
+
+
+def _tree_records(tmp_path: Path, db: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Every message record the tree file's second branch becomes (a fresh import of a file whose leaf is it)."""
+    second = _write(tmp_path / "second" / TREE.name,
+                    LINES[: next(i for i, line in enumerate(LINES) if "The tool answered" in line) + 1])
+    scratch = ImportTarget(tmp_path / "scratch")
+    scratch.sessions_dir.mkdir()
+    conn = open_db(tmp_path / "scratch.sqlite")
+    try:
+        (unit,) = IMPORTERS["pi"].discover(second)
+        import_unit(conn, unit, scratch, now_ms=NOW)
+    finally:
+        conn.close()
+    return [dict(m.record) for m in read_transcript(scratch.transcript(SID)).messages]
