@@ -596,6 +596,7 @@ class _OldLive:
     def __init__(self, staged: StagedImport) -> None:
         self.staged = staged
         self._messages: list[dict[str, Any]] | None = None
+        self.compactions: list[dict[str, Any]] = []
 
     def _load(self) -> list[dict[str, Any]]:
         if self._messages is None:
@@ -606,6 +607,7 @@ class _OldLive:
                     mid: {"id": tomb.id, "deleted": tomb.deleted} for mid, tomb in t.tombstones.items()})
                 # the branch a reference names is what was shown: not the other branches an import hid
                 self._messages = [m.record for m in t.messages if m.id not in hidden]
+                self.compactions = [dict(c.record) for c in t.compactions if c.record.get("id") not in hidden]
         return self._messages
 
     def switch_position(self, order: Sequence[tuple[str, str]]) -> int:
@@ -764,8 +766,12 @@ def _stamp_families(families: Mapping[str, list[_Variant]], staged: StagedImport
             before = old.branch(root)
             if live_ids is None or before is None or live_ids[:len(before)] != [str(m["id"]) for m in before]:
                 if before is not None:  # the referenced branch left the transcript: its payload, stored
+                    extra: dict[str, Any] = {"importedFrom": staged.meta.source}
+                    ids = {m["id"] for m in before}
+                    if comps := [c for c in old.compactions if c.get("throughMessageId") in ids]:
+                        extra["compactions"] = comps
                     staged.revision_lines.append(revision_line(root, ref.idx, before, {}, created_at_ms=when,
-                                                               extra={"importedFrom": staged.meta.source}))
+                                                               extra=extra))
                     staged.revision_rows.append((root, ref.idx, len(before)))
                     variants[:] = [v for v in variants if v is not ref] + [
                         _Variant(ref.idx, [str(m["id"]) for m in before], _payload(before))]

@@ -12,7 +12,8 @@ the first branch, that branch's compaction checkpoint was still served (``sessio
 it, ``session.get`` listed it); an older copy must still hide nothing. Then (acceptance 13 on an import):
 the family's root line had no pager stamp, so every imported variant listed ``isActive: false`` and the
 live branch had no variant; the second branch (it starts with pi's branch summary) was filed under the
-turn after the summary, so switching to it lost the family and there was no way back.
+turn after the summary, so switching to it lost the family and there was no way back; the round trip
+dropped the first branch's compaction checkpoint for good.
 """
 
 from __future__ import annotations
@@ -184,7 +185,9 @@ async def test_an_imported_family_pages_to_the_old_branch_and_back_losing_nothin
         await _import(c, work)
         window = await c.call("session.get", {"sessionId": SID, "full": True})
         first = [(m["id"], m["blocks"]) for m in window["messages"]]
+        checkpoint = window["compactions"]
         shown = await _shown(c)
+        assert await _served(c) == (True, 1)
         a = await c.call("session.activateRevision", {"sessionId": SID, "rootUserId": ROOT, "revisionIndex": 1})
         assert [(r["revisionIndex"], r["isActive"]) for r in a["revisions"]] == [(1, True), (2, False)]
         switched = await _shown(c)
@@ -195,17 +198,19 @@ async def test_an_imported_family_pages_to_the_old_branch_and_back_losing_nothin
             "stamp": {"revisionCount": 2, "activeRevision": 1, "revisionRootId": ROOT},
             "references": {1: False, 2: False}}  # the first branch left the transcript: stored in full
         assert FIRST_BRANCH_END in await _archived(c)
+        assert await _served(c) == (False, 0)  # the first branch's checkpoint left with it (stored with it)
         b = await c.call("session.activateRevision", {"sessionId": SID, "rootUserId": ROOT, "revisionIndex": 2})
         assert [(r["revisionIndex"], r["isActive"]) for r in b["revisions"]] == [(1, False), (2, True)]
         assert await _shown(c) == shown
         window = await c.call("session.get", {"sessionId": SID, "full": True})
         assert [(m["id"], m["blocks"]) for m in window["messages"]] == first
+        assert window["compactions"] == checkpoint and await _served(c) == (True, 1)  # and came back with it
         assert SECOND_BRANCH in await _archived(c)
         assert await _input_tokens(c) == _pi_input(LINES)
         stored = revisions_path(data, SID).read_bytes()
-        work.touch()  # parsed again: the variants are the store's already
+        work.touch()  # parsed again: the variants are the store's already, the transcript holds the file's branch
         again = await _import(c, work)
-        assert again["archivedBranches"] == 0
+        assert again["status"] == "unchanged" and again["archivedBranches"] == 0
         assert revisions_path(data, SID).read_bytes() == stored
         assert await _shown(c) == shown
         assert (await _family(c, data, SID, ROOT))["variants"] == [(1, False), (2, True)]
