@@ -55,8 +55,8 @@ def revision_line(
     extra: Mapping[str, Any] | None = None,
 ) -> bytes:
     """A full branch payload (the branch is leaving, or has left, the transcript). ``extra`` keys ride
-    after the standard ones (an import's ``importedFrom`` / ``sourceLeaf`` / ``compactions``; readers
-    skip keys they do not know)."""
+    after the standard ones (``compactions``: the branch's checkpoints, which a restore writes again; an
+    import's ``importedFrom`` / ``sourceLeaf``; readers skip keys they do not know)."""
     ids = {m.get("id") for m in messages}
     return dumps_line({
         "type": REVISION,
@@ -91,6 +91,9 @@ class RevisionEntry:
     messages: tuple[dict[str, Any], ...] = ()
     """Empty for a ``revision_live`` reference (resolve it with :func:`resolve`)."""
     turns: Mapping[str, str] = field(default_factory=dict)
+    compactions: tuple[dict[str, Any], ...] = ()
+    """The branch's context checkpoints (``compactions``: those anchored in it when it left the transcript),
+    which a restore writes again."""
 
     @property
     def key(self) -> Key:
@@ -135,7 +138,10 @@ def _entry(rec: Mapping[str, Any]) -> RevisionEntry | None:
     kept = tuple(m for m in msgs if isinstance(m, dict) and isinstance(m.get("id"), str))
     turns = rec.get("turns")
     turn_map = {k: v for k, v in turns.items() if isinstance(v, str)} if isinstance(turns, dict) else {}
-    return RevisionEntry(root, idx, False, created, kept, turn_map)
+    comps = rec.get("compactions")
+    checkpoints = tuple(c for c in comps if isinstance(c, dict) and c.get("type") == "compaction"
+                        and isinstance(c.get("id"), str)) if isinstance(comps, list) else ()
+    return RevisionEntry(root, idx, False, created, kept, turn_map, checkpoints)
 
 
 def parse_revisions(data: bytes) -> RevisionFile:
@@ -337,6 +343,15 @@ def live_stamps(messages: Iterable[Mapping[str, Any]]) -> dict[str, int | None]:
     return out
 
 
+def hidden_by_import(session_id: str, tombstones: Mapping[str, Mapping[str, Any]]) -> set[str]:
+    """Messages whose newest tombstone is an import's off-branch one (``<sid>:off-branch:…``): lines of
+    another branch of a tree source (pi) that the import keeps in this store, not part of the branch
+    they sit in. A branch archived from the transcript leaves them out, and a restore shows them again."""
+    prefix = f"{session_id}:off-branch:"
+    return {mid for mid, tomb in tombstones.items()
+            if tomb.get("deleted", True) is not False and str(tomb.get("id") or "").startswith(prefix)}
+
+
 @dataclass(frozen=True)
 class Branch:
     root_user_id: str
@@ -461,6 +476,7 @@ __all__ = [
     "append_revision_lines",
     "family_of",
     "find_root",
+    "hidden_by_import",
     "live_stamps",
     "parse_revisions",
     "read_revisions",

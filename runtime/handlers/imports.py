@@ -48,6 +48,7 @@ from actors.session import SessionOp
 from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.context import HostContext
+from runtime.handlers import revisions
 from runtime.kernel.actor import AskTimeout
 from store.attachments import AttachmentFiles
 from store.errors import InvalidInput, NotFound, StoreError, classify_os_error
@@ -124,6 +125,9 @@ async def import_unit(ctx: SessionContext, call: UnitCall, key: ReceiptKey | Non
                 await _undo(ctx, staged)
             raise
     report = finish(prepared)
+    if staged.revision_lines:  # references and rows changed under the memo: re-derive them on next use
+        ctx.cache.pop(revisions.SYNCED, None)
+        ctx.cache.pop(revisions.LIVE_REFS, None)
     row = await ctx.catch_up()
     if row is not None and report.status in ("new", "updated"):
         topic = "session.created" if report.status == "new" else "session.updated"

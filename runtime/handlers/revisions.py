@@ -39,6 +39,7 @@ from store.revisions import (
     append_revision_lines,
     family_of,
     find_root,
+    hidden_by_import,
     live_stamps,
     read_revisions,
     restore_rows,
@@ -115,12 +116,19 @@ def _live_refs(ctx: SessionContext) -> set[tuple[str, int]]:
     return refs
 
 
-async def archive(ctx: SessionContext, items: Sequence[Archive]) -> None:
-    """Append full ``revision`` lines (one write, one fsync) and forget their live references."""
+async def archive(ctx: SessionContext, items: Sequence[Archive],
+                  compactions: Sequence[Mapping[str, Any]] = ()) -> None:
+    """Append full ``revision`` lines (one write, one fsync) and forget their live references. Each line
+    keeps the checkpoints of ``compactions`` anchored in its branch (a restore writes them again)."""
     if not items:
         return
     now = ctx.now()
-    lines = [revision_line(root, idx, msgs, turns, created_at_ms=now) for root, idx, msgs, turns in items]
+    lines = []
+    for root, idx, msgs, turns in items:
+        ids = {msg["id"] for msg in msgs}
+        comps = [dict(c) for c in compactions if c.get("throughMessageId") in ids]
+        lines.append(revision_line(root, idx, msgs, turns, created_at_ms=now,
+                                   extra={"compactions": comps} if comps else None))
     path, faults = ctx.paths.revisions, ctx.faults
     await ctx.io(lambda: append_revision_lines(path, lines, faults=faults))
     refs = _live_refs(ctx)
@@ -145,8 +153,15 @@ def dropped_live_branches(
     return out
 
 
-def plan_for(live: LiveTranscript, messages: Sequence[Mapping[str, Any]]) -> RewritePlan:
-    return plan_rewrite(messages, live.compactions, tombstones=live.tombstones, session_info=live.session_info,
+def plan_for(live: LiveTranscript, messages: Sequence[Mapping[str, Any]], *,
+             shown: set[str] | frozenset[str] = frozenset(),
+             restored: Sequence[Mapping[str, Any]] = ()) -> RewritePlan:
+    """``shown``: messages whose tombstone the rewrite drops (a restored branch's, an import hid);
+    ``restored``: a restored branch's checkpoints, written again after the live ones."""
+    tombstones = {k: v for k, v in live.tombstones.items() if k not in shown} if shown else live.tombstones
+    held = {c.get("id") for c in live.compactions}
+    compactions = [*live.compactions, *(c for c in restored if c.get("id") not in held)]
+    return plan_rewrite(messages, compactions, tombstones=tombstones, session_info=live.session_info,
                         decisions=live.decisions)
 
 
@@ -164,7 +179,7 @@ async def commit_rewrite(
 
     Returns ``finish(conn, now)``'s value: the response, stored with the receipt.
     """
-    await archive(ctx, archives)
+    await archive(ctx, archives, live.compactions)
     receipt = file_record(ctx.receipt, **dict(receipt_extra or {})) if ctx.receipt is not None else None
     path, sid, faults = ctx.paths.transcript, ctx.sid, ctx.faults
     stamps = live_stamps(plan.messages)
@@ -308,7 +323,8 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
             data={"sessionId": sid, "rootUserId": family, "revisionIndex": target_idx})
     live_idx = current if current is not None else max(known, default=0) + 1
     turns = await ctx.read(turn_map, sid)
-    live_branch = [dict(msg) for msg in live.messages[rpos:]]
+    hidden = hidden_by_import(sid, live.tombstones)  # other branches of an imported tree: stored apart
+    live_branch = [dict(msg) for msg in live.messages[rpos:] if msg["id"] not in hidden]
     branch_ids = {msg["id"] for msg in live_branch}
     # 1. materialize the live branch as a full revision line first (it is about to leave),
     #    unless the file already holds exactly this branch for its variant
@@ -325,7 +341,8 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
     new_msgs = list(merged.values())
     await _check_foreign_ids(ctx, [msg["id"] for msg in restored])
     archives += dropped_live_branches(ctx, live.messages, set(merged), {(family, live_idx)}, turns)
-    plan = plan_for(live, new_msgs)
+    plan = plan_for(live, new_msgs, shown=hidden & ({msg["id"] for msg in restored} | {
+        str(c["id"]) for c in target.compactions}), restored=target.compactions)
 
     def finish(conn: Any, now: int) -> Any:
         return {"session": _session(conn, sid), "revisions": revision_rows(conn, sid, family)}
@@ -383,7 +400,8 @@ async def truncate_from(ctx: SessionContext, p: m.TruncateFromParams, key: Recei
             known = {int(r["revisionIndex"]) for r in rows}
             stamped = stamp_of(root).active
             idx = stamped if stamped in known else _next_index(rows)  # refresh, or mint an inactive variant
-            branch = [dict(msg) for msg in old[rpos:]]
+            hidden = hidden_by_import(sid, live.tombstones)  # other branches of an imported tree: stored apart
+            branch = [dict(msg) for msg in old[rpos:] if msg["id"] not in hidden]
             ids = {msg["id"] for msg in branch}
             archives.append((family, idx, branch, {k: v for k, v in turns.items() if k in ids}))
             handled.add((family, idx))

@@ -15,7 +15,9 @@ For each session an importer yields, in order:
    over an existing file) and the directory fsynced; staged lines are appended
    with one write loop and one ``fdatasync``.
    A branch-following source (pi) also hands over the branches off its current one: they become
-   full ``revision`` lines kept in memory (:func:`_archive_off_branch`), appended to
+   full ``revision`` lines kept in memory (:func:`_archive_off_branch`), the branch on its current
+   one a ``revision_live`` reference whose root line gets the pager stamp as a same-id replacement
+   line in the staging file (:func:`_stamp_families`); the revision lines are appended to
    ``<sid>.revisions.jsonl`` after the transcript at publish and cut back by undo.
 3. **index** (one transaction, the caller's): the session row (``source``,
    title, project upserted from the cwd by normalized path, created/updated
@@ -74,10 +76,23 @@ from store.interchange.importers.common import (
 )
 from store.interchange.importers.reader import LineReader
 from store.jsonio import dumps_line, loads_line
-from store.revisions import RevisionEntry, append_revision_lines, read_revisions, revision_line, upsert_row
+from store.revisions import (
+    RevisionEntry,
+    RevisionFile,
+    append_revision_lines,
+    find_root,
+    hidden_by_import,
+    read_revisions,
+    revision_line,
+    revision_live_line,
+    set_active,
+    stamp_of,
+    upsert_row,
+    with_stamp,
+)
 from store.tombstones import tombstone_line
 from store.transcripts.records import rfc3339_to_ms
-from store.transcripts.transcript import header_line
+from store.transcripts.transcript import header_line, read_transcript
 
 __all__ = [
     "HOST_IMPORTER",
@@ -93,7 +108,7 @@ __all__ = [
     "upsert_origin",
 ]
 
-IMPORT_RULES = 7
+IMPORT_RULES = 8
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -109,7 +124,12 @@ followed; a source's new title (pi's session_info) renames a session the user di
 ``spawn_agent`` thread and an opencode ``task`` child session are linked to the spawning call: the parent's
 call record holds ``meta.childSessionId``, the child's origin ``spawnedBy`` (parent session, call, agent). 7 = pi:
 the branches off the file's current one are kept in the revisions store and their responses counted by
-``usage.*`` (usage over the whole file, as pi's footer); a checkpoint on a hidden branch is hidden with it."""
+``usage.*`` (usage over the whole file, as pi's footer); a checkpoint on a hidden branch is hidden with it.
+8 = pi: each family of branches looks as the host's regenerate leaves it: the branch on the file's current
+branch is a variant too (a ``revision_live`` reference, ``is_active``), the root's line carries the pager
+stamp (``revisionCount``/``activeRevision``), a reference whose branch the file left is stored in full, and
+a branch that starts with pi's branch summary belongs to the user turn before it (restorable); Codex: a
+spawned thread's prompt from its parent agent carries ``meta.fromAgent``."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""
@@ -173,6 +193,9 @@ class StagedImport:
     """``(rootUserId, revisionIndex, messageCount)`` of each line: its ``message_revisions`` row."""
     revision_records: list[dict[str, Any]] = field(default_factory=list)
     """The messages of those branches that carry a response's usage (counted like the transcript's)."""
+    revision_active: list[tuple[str, int]] = field(default_factory=list)
+    """``(rootUserId, revisionIndex)`` of each family whose root is on the source's current branch: the
+    variant that branch is (``is_active``; see :func:`_stamp_families`)."""
     revisions_pre: int | None = None
     """Length of the revisions file before :func:`publish` appended (None: nothing appended)."""
     revisions_end: int = 0
@@ -336,7 +359,14 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
             _write_changes(records, out, staged, spans, known_ids if follows else None, parsed.source_ids,
                            known_compactions if follows else None)
         if parsed.off_branch is not None and not staged.report.older_copy:
-            _archive_off_branch(parsed.off_branch, staged, live)
+            old = _OldLive(staged)
+            families = _archive_off_branch(parsed.off_branch, staged, live, old)
+            _stamp_families(families, staged, live, old, out, spans,
+                            parsed.source_ids() if parsed.source_ids is not None else None)
+        if kind == "new":
+            staged.body_end = out.length
+            out.write(_session_info(staged))
+            staged.file_end = out.length
         staged.identity = out.close(sync=kind == "new")
         staged.blobs = list(sink.stored)
         ok = True
@@ -378,9 +408,7 @@ def _write_new(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImpor
         messages += record.get("type") == "message"
     staged.report.new_records = count
     staged.report.new_messages = messages
-    staged.body_end = out.length
-    out.write(_session_info(staged))
-    staged.file_end = out.length
+    staged.body_end = out.length  # then the pager stamps, if any, and the session_info line (:func:`_stage`)
 
 
 def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImport, spans: Spans,
@@ -412,9 +440,13 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
                         written[rid] = digest
                     continue
                 span = known.get(rid)
-                if span is not None and _old_line(fd, span) == line:
-                    staged.report.unchanged_records += 1
-                    continue
+                if span is not None:
+                    held = _old_line(fd, span)
+                    if held != line and record.get("role") == "user":
+                        line = _carry_stamp(record, held, line)
+                    if held == line:
+                        staged.report.unchanged_records += 1
+                        continue
                 if span is not None:
                     staged.report.replaced_records += 1
                 else:
@@ -530,55 +562,131 @@ class _LiveOrder:
             yield record
 
 
+PAGER_KEYS = ("revisionCount", "activeRevision", "revisionRootId")
+"""The pager stamp of a family's root line (seed 003 §4.9): presentation metadata the host writes."""
+
+
+def _carry_stamp(record: Mapping[str, Any], held: bytes, line: bytes) -> bytes:
+    """``record``'s line with the pager stamp the transcript's line for it holds (the stamp is the host's:
+    a re-import neither strips it nor reads it as a change of the source)."""
+    try:
+        before = loads_line(held)
+    except ValueError:
+        return line
+    meta = before.get("meta")
+    stamp = {k: meta[k] for k in PAGER_KEYS if k in meta} if isinstance(meta, Mapping) else {}
+    if not stamp:
+        return line
+    mine = record.get("meta")
+    return dumps_line({**record, "meta": {**(mine if isinstance(mine, Mapping) else {}), **stamp}})
+
+
+@dataclass
+class _Variant:
+    idx: int
+    ids: list[str] | None
+    """Message ids of a stored branch; None for a ``revision_live`` reference (the live branch)."""
+    payload: list[bytes] | None
+
+
+class _OldLive:
+    """The transcript as it was before this import, read at most once and only when a ``revision_live``
+    reference must be resolved (the source's current branch changed)."""
+
+    def __init__(self, staged: StagedImport) -> None:
+        self.staged = staged
+        self._messages: list[dict[str, Any]] | None = None
+        self.compactions: list[dict[str, Any]] = []
+
+    def _load(self) -> list[dict[str, Any]]:
+        if self._messages is None:
+            self._messages = []
+            if self.staged.kind == "append":
+                t = read_transcript(self.staged.transcript)
+                hidden = hidden_by_import(self.staged.session_id, {
+                    mid: {"id": tomb.id, "deleted": tomb.deleted} for mid, tomb in t.tombstones.items()})
+                # the branch a reference names is what was shown: not the other branches an import hid
+                self._messages = [m.record for m in t.messages if m.id not in hidden]
+                self.compactions = [dict(c.record) for c in t.compactions if c.record.get("id") not in hidden]
+        return self._messages
+
+    def switch_position(self, order: Sequence[tuple[str, str]]) -> int:
+        """Where the branch changed: the position, in the new ``order``, of the user turn the change is
+        attributed to (as :func:`_archive_off_branch` attributes a branch: a side that goes on with
+        another message than a user turn belongs to the user turn before)."""
+        before = self._load()
+        d = next((i for i, (rec, (mid, _)) in enumerate(zip(before, order, strict=False)) if rec["id"] != mid),
+                 min(len(before), len(order)))
+        pos = next((i for i in range(min(d, len(order) - 1), -1, -1) if order[i][1] == "user"), 0)
+        if pos == d and d < len(before) and before[d].get("role") != "user":
+            pos = next((i for i in range(d - 1, -1, -1) if order[i][1] == "user"), pos)
+        return pos
+
+    def branch(self, root: str) -> list[dict[str, Any]] | None:
+        """The branch the live root of ``root`` carried before this import (None: no such root)."""
+        messages = self._load()
+        pos = find_root(messages, root)
+        return None if pos is None else [dict(m) for m in messages[pos:]]
+
+
 def _archive_off_branch(off_branch: Callable[[], Iterator[tuple[str, list[dict[str, Any]]]]],
-                        staged: StagedImport, live: _LiveOrder) -> None:
+                        staged: StagedImport, live: _LiveOrder, old: _OldLive) -> dict[str, list[_Variant]]:
     """Keep each branch the source holds off its current one in the revisions store (seed 003 §4.9).
 
     A branch is attributed to where it left the current one, the way the host keeps a regenerate or
     edit branch: its family is the live user message at or before the first live message it does not
     share (``rootUserId``), and its payload is what would replace the live transcript from that user
     message on (the shared messages from the root, then the branch's own, then its checkpoints under
-    ``compactions``). A branch with no live user message before it is a family of its own (keyed by
-    its first message). A branch the store already holds byte for byte in its family is not written
-    again (its row and usage rows are, idempotently: they heal an index that lost them); one that
-    grew from a stored one (a message added after it was archived) refreshes that variant; any other
-    is a new variant (the next ``revisionIndex``). The store is append-only, so nothing a source once
-    showed is lost, and a re-import of the same file adds nothing.
+    ``compactions``). A payload always starts with a user message, as a host-made variant does (its
+    restore stamps that message as the family's root): a branch whose own part starts with another
+    message (pi's branch summary after ``/tree``) belongs to the user message before. A branch with no
+    live user message before it is a family of its own (keyed by its first message). A branch the store
+    already holds byte for byte in its family is not written again (its row and usage rows are,
+    idempotently: they heal an index that lost them); one that grew from a stored one (a message added
+    after it was archived) refreshes that variant, and the branch that was live before this import (the
+    source moved to another) is stored in full over its ``revision_live`` reference; any other is a new
+    variant (the next ``revisionIndex``). The store is append-only, so nothing a source once showed is
+    lost, and a re-import of the same file adds nothing.
+
+    Returns every family the store holds after this import (for :func:`_stamp_families`).
     """
     assert staged.revisions is not None
     order = live.messages
     when = staged.meta.updated_ms or 0
     stored = read_revisions(staged.revisions)
-    families: dict[str, list[tuple[int, list[str], list[bytes]]]] = {}
-
-    def family(root: str) -> list[tuple[int, list[str], list[bytes]]]:
-        if root not in families:
-            families[root] = [(e.revision_index, [str(m["id"]) for m in e.messages], _payload(e))
-                              for e in stored.family(root)]
-        return families[root]
+    families = _stored_families(stored)
 
     for leaf, records in off_branch():
         msgs = [r for r in records if r.get("type") == "message"]
         ids = {str(r["id"]) for r in msgs}
         k = next((i for i, (mid, _) in enumerate(order) if mid not in ids), len(order))
         rpos = next((i for i in range(min(k, len(order) - 1), -1, -1) if order[i][1] == "user"), None)
+        if rpos == k:
+            own = next((r for r in msgs if str(r["id"]) not in {mid for mid, _ in order[:k]}), None)
+            if own is not None and own.get("role") != "user":  # restorable only from the user turn before
+                rpos = next((i for i in range(k - 1, -1, -1) if order[i][1] == "user"), rpos)
         prefix = {mid for mid, _ in order[:rpos if rpos is not None else k]}
         branch = [r for r in msgs if str(r["id"]) not in prefix]
         if not branch:
             continue
         root = order[rpos][0] if rpos is not None else str(branch[0]["id"])
-        payload = [dumps_line(m) for m in branch]
-        variants = family(root)
+        payload = _payload(branch)
+        variants = families.setdefault(root, [])
         usage = [m for m in branch if "usageRaw" in (m.get("meta") or {})]
-        same = next((idx for idx, _, p in variants if p == payload), None)
+        same = next((v.idx for v in variants if v.payload == payload), None)
         if same is not None:  # stored already: its row and usage rows again (the index may have lost them)
             staged.revision_rows.append((root, same, len(branch)))
             staged.revision_records.extend(usage)
             continue
         branch_ids = [str(m["id"]) for m in branch]
-        grown = next((idx for idx, vids, _ in variants
-                      if len(vids) < len(branch_ids) and branch_ids[:len(vids)] == vids), None)
-        idx = grown if grown is not None else max((v[0] for v in variants), default=0) + 1
+        grown = next((v.idx for v in variants if v.ids is not None
+                      and len(v.ids) < len(branch_ids) and branch_ids[:len(v.ids)] == v.ids), None)
+        ref = next((v for v in variants if v.ids is None), None)
+        if grown is None and ref is not None:  # the branch that was live until now left the transcript
+            before = old.branch(root)
+            if before is not None and branch_ids[:len(before)] == [str(m["id"]) for m in before]:
+                grown = ref.idx
+        idx = grown if grown is not None else max((v.idx for v in variants), default=0) + 1
         comps = [r for r in records if r.get("type") == "compaction" and r.get("id") not in live.compactions]
         extra: dict[str, Any] = {"importedFrom": staged.meta.source, "sourceLeaf": leaf}
         if comps:
@@ -586,12 +694,144 @@ def _archive_off_branch(off_branch: Callable[[], Iterator[tuple[str, list[dict[s
         staged.revision_lines.append(revision_line(root, idx, branch, {}, created_at_ms=when, extra=extra))
         staged.revision_rows.append((root, idx, len(branch)))
         staged.revision_records.extend(usage)
-        variants[:] = [v for v in variants if v[0] != idx] + [(idx, branch_ids, payload)]
+        variants[:] = [v for v in variants if v.idx != idx] + [_Variant(idx, branch_ids, payload)]
         staged.report.archived_branches += 1
+    return families
 
 
-def _payload(entry: RevisionEntry) -> list[bytes]:
-    return [dumps_line(m) for m in entry.messages]
+def _stored_families(stored: RevisionFile) -> dict[str, list[_Variant]]:
+    out: dict[str, list[_Variant]] = {}
+    for (root, _), entry in sorted(stored.entries.items()):
+        out.setdefault(root, []).append(_variant(entry))
+    return out
+
+
+def _variant(entry: RevisionEntry) -> _Variant:
+    if entry.live:
+        return _Variant(entry.revision_index, None, None)
+    return _Variant(entry.revision_index, [str(m["id"]) for m in entry.messages], _payload(entry.messages))
+
+
+def _payload(messages: Iterable[Mapping[str, Any]]) -> list[bytes]:
+    """A branch's lines as compared: without the pager stamp (a branch the host archived carries its root's;
+    the source's records never do)."""
+    out = []
+    for m in messages:
+        meta = m.get("meta")
+        if isinstance(meta, Mapping) and any(k in meta for k in PAGER_KEYS):
+            rest = {k: v for k, v in meta.items() if k not in PAGER_KEYS}
+            m = {k: v for k, v in m.items() if k != "meta"} | ({"meta": rest} if rest else {})
+        out.append(dumps_line(m))
+    return out
+
+
+def _restorable(variant: _Variant) -> bool:
+    """A variant the host can switch to and back: a reference, or a payload that starts with a user turn
+    (an import under rules 7 filed a pi branch summary's branch under the turn after it; that variant
+    stays listed, but its family is not paged)."""
+    return variant.payload is None or (bool(variant.payload) and loads_line(variant.payload[0]).get("role") == "user")
+
+
+def _stamp_families(families: Mapping[str, list[_Variant]], staged: StagedImport, live: _LiveOrder, old: _OldLive,
+                    out: _Out, spans: Spans | None, source_ids: set[str] | None) -> None:
+    """Make each family look as the host's own regenerate leaves it (seed 003 §4.9, acceptance 13).
+
+    For a family whose root is on the source's current branch, the branch from that root on is one of
+    its variants: the variant whose ``revision_live`` reference already names it (the source only grew),
+    else a stored variant it equals or grew from (the source moved back to it), else a new one (the next
+    ``revisionIndex``). That variant gets a ``revision_live`` reference (not a second copy of the
+    transcript), ``is_active`` and the root's pager stamp (``revisionCount`` = the family's variants,
+    ``activeRevision`` = it), written as a same-id replacement line of the root only when it changes.
+    A reference whose branch is no longer live (the source moved to another branch) is stored in full
+    first, from the transcript as it was, as ``session.activateRevision`` does (D307): no reference is
+    left naming a branch the transcript no longer shows. A family rooted at a message the source never
+    had (the host's own regenerate in the imported session) is the host's alone: it is not touched.
+    """
+    order = live.messages
+    pos_of = {mid: i for i, (mid, _) in enumerate(order)}
+    moved = staged.report.hidden_off_branch > 0 or staged.report.restored_on_branch > 0
+    switch = old.switch_position(order) if moved and any(v.ids is None for vs in families.values() for v in vs) \
+        else len(order)
+    when = staged.meta.updated_ms or 0
+    wanted: dict[str, tuple[int, int]] = {}
+    for root, variants in sorted(families.items()):
+        if source_ids is not None and root not in source_ids:
+            continue
+        ref = next((v for v in variants if v.ids is None), None)
+        rpos = pos_of.get(root)
+        live_ids = [mid for mid, _ in order[rpos:]] if rpos is not None and order[rpos][1] == "user" else None
+        # a family rooted before the change keeps its live variant: its reference names the live suffix,
+        # whichever branch of a family inside it is shown (as a switch inside the host leaves it)
+        if ref is not None and (live_ids is None or (rpos is not None and rpos >= switch)):
+            before = old.branch(root)
+            if live_ids is None or before is None or live_ids[:len(before)] != [str(m["id"]) for m in before]:
+                if before is not None:  # the referenced branch left the transcript: its payload, stored
+                    extra: dict[str, Any] = {"importedFrom": staged.meta.source}
+                    ids = {m["id"] for m in before}
+                    if comps := [c for c in old.compactions if c.get("throughMessageId") in ids]:
+                        extra["compactions"] = comps
+                    staged.revision_lines.append(revision_line(root, ref.idx, before, {}, created_at_ms=when,
+                                                               extra=extra))
+                    staged.revision_rows.append((root, ref.idx, len(before)))
+                    variants[:] = [v for v in variants if v is not ref] + [
+                        _Variant(ref.idx, [str(m["id"]) for m in before], _payload(before))]
+                ref = None
+        if live_ids is None or not any(_restorable(v) for v in variants):
+            continue
+        match = [v for v in variants if v.ids and live_ids[:len(v.ids)] == v.ids]
+        best = max(match, key=lambda v: (len(v.ids or ()), v.idx)) if match else None
+        if ref is not None:
+            idx = ref.idx
+        elif best is not None and best.ids == live_ids:  # stored as it is (a switch in the host leaves it so)
+            idx = best.idx
+        else:  # the branch grew from a stored variant, or is a new one: referenced, not copied
+            idx = best.idx if best is not None else max((v.idx for v in variants), default=0) + 1
+            staged.revision_lines.append(revision_live_line(root, idx, created_at_ms=when))
+            variants[:] = [v for v in variants if v.idx != idx] + [_Variant(idx, None, None)]
+        staged.revision_rows.append((root, idx, len(live_ids)))
+        staged.revision_active.append((root, idx))
+        wanted[root] = (len({v.idx for v in variants}), idx)
+    if not wanted:
+        return
+    held = _root_records(staged, out, spans, sorted(wanted))
+    for root, (count, active) in sorted(wanted.items()):
+        rec = held.get(root)
+        if rec is None:
+            if out.path is None:  # a dry run of a new session: nothing to read back, but a line is due
+                out.write(b"\n")
+            continue
+        current = stamp_of(rec)
+        if (current.count, current.active, current.root) == (count, active, root):
+            continue
+        out.write(dumps_line(with_stamp(rec, count=count, active=active, root=root)))
+        if staged.kind == "append":
+            staged.report.replaced_records += 1
+
+
+def _root_records(staged: StagedImport, out: _Out, spans: Spans | None,
+                  ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The newest line of each of ``ids`` this import leaves: written by it (the staging file) or held by
+    the transcript (its indexed span)."""
+    found: dict[str, dict[str, Any]] = {}
+    needles = [b'"id":' + orjson.dumps(mid) for mid in ids]
+    if out.path is not None:
+        out.flush()
+        for line in LineReader(out.path, max_line_bytes=DEFAULT_LIMITS.max_line_bytes):
+            if line.data is None or not any(n in line.data for n in needles):
+                continue
+            rec = loads_line(line.data)
+            if rec.get("type") == "message" and rec.get("id") in ids:
+                found[str(rec["id"])] = rec
+    missing = [mid for mid in ids if mid not in found]
+    if missing and spans is not None and staged.kind == "append":
+        known = spans(missing)
+        fd = open_nofollow(staged.transcript, os.O_RDONLY)
+        try:
+            for mid, span in known.items():
+                found[mid] = loads_line(_old_line(fd, span))
+        finally:
+            os.close(fd)
+    return found
 
 
 _TOMBSTONE_START = b'{"type":"tombstone"'
@@ -846,6 +1086,8 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
                          (model[0], model[1], sid))
     for root, idx, count in staged.revision_rows:
         upsert_row(conn, sid, root, idx, message_count=count, now_ms=now_ms)
+    for root, idx in staged.revision_active:  # the variant the root's pager stamp names (seed 003 §4.9)
+        set_active(conn, sid, root, idx)
     if staged.revision_records:  # an abandoned branch's responses count like the transcript's (one row each)
         _record_usage(conn, sid, staged.revision_records)
     for blob, message_id in staged.blobs:

@@ -5,7 +5,9 @@ opencode ``task`` child session (1.18.33, ``session.parent_id``) imported as ses
 nothing a client could follow from the parent's tool call to the child or back. Now the parent's tool
 call record carries ``meta.childSessionId`` and the child session is served with ``spawnedBy``
 (parent session id, tool call id, agent name), whichever of the two is imported first, and a re-import
-reports ``unchanged``.
+reports ``unchanged``. A Codex child's prompt is the parent agent's, not the user's: it was imported as a
+plain ``user`` row; it now carries ``meta.fromAgent`` (the parent session and, when known, its spawning call),
+and the user's own prompt in the parent does not.
 """
 
 from __future__ import annotations
@@ -53,12 +55,25 @@ def check_links(db: sqlite3.Connection, target: ImportTarget, source: str, paren
     assert not any((r.get("meta") or {}).get("parentToolCallId") for r in records(target, child_sid))
 
 
+def prompts(target: ImportTarget, sid: str) -> list[tuple[str, dict[str, Any] | None]]:
+    """The session's user rows: (text, ``meta.fromAgent``)."""
+    return [(r["blocks"][0]["text"], (r.get("meta") or {}).get("fromAgent"))
+            for r in records(target, sid) if r["role"] == "user"]
+
+
 def test_codex_spawned_thread_links_both_ways(db: sqlite3.Connection, target: ImportTarget, tmp_path: Path) -> None:
     root = tmp_path / "src" / "sessions"
     shutil.copytree(CODEX, root)
     summary = import_root(db, "codex", root, target, now_ms=lambda: NOW)
     assert not summary.counts().get("refused")
     check_links(db, target, "codex", CODEX_PARENT, CODEX_CHILD, "call_fake0016", "Lorentz")
+    parent_sid = session_id_for("codex", CODEX_PARENT)
+    # the child's prompt came from the parent agent's spawn_agent call (the rollout: a turn whose attribution
+    # names the parent's turn); the parent's prompt is the user's
+    assert prompts(target, session_id_for("codex", CODEX_CHILD)) == [
+        ("[[scenario:subagent-child]] Run echo child-ok and report what it printed.",
+         {"sessionId": parent_sid, "toolCallId": "call_fake0016"})]
+    assert prompts(target, parent_sid) == [("[[scenario:subagent]] Ask a subagent to run echo.", None)]
     again = import_root(db, "codex", root, target, now_ms=lambda: NOW + 1)
     assert again.counts() == {"unchanged": len(again.sessions)}
 
@@ -78,10 +93,15 @@ def test_codex_link_does_not_depend_on_import_order(db: sqlite3.Connection, targ
     child_sid = session_id_for("codex", CODEX_CHILD)
     assert index.require_session(db, child_sid)["spawnedBy"] == {
         "sessionId": session_id_for("codex", CODEX_PARENT), "agentName": "Lorentz"}
+    # the child's rollout names its parent's turn, never the spawning call: the prompt is the parent's all the same
+    ((_, sender),) = prompts(target, child_sid)
+    assert sender == {"sessionId": session_id_for("codex", CODEX_PARENT)}
     units = [u for u in discover("codex", root) if u.external_id in (CODEX_PARENT, CODEX_CHILD)]
     for unit in reversed(units):  # the child's unit before the parent's
         import_unit(db, unit, target, now_ms=NOW + 1)
     check_links(db, target, "codex", CODEX_PARENT, CODEX_CHILD, "call_fake0016", "Lorentz")
+    ((_, sender),) = prompts(target, child_sid)
+    assert sender == {"sessionId": session_id_for("codex", CODEX_PARENT), "toolCallId": "call_fake0016"}
 
 
 def test_opencode_task_child_session_links_both_ways(db: sqlite3.Connection, target: ImportTarget,
@@ -127,3 +147,23 @@ def test_opencode_json_layout_links_the_same_way(db: sqlite3.Connection, target:
 def write(path: Path, doc: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc))
+
+
+def test_codex_child_without_turn_attribution_marks_its_first_prompt(db: sqlite3.Connection, target: ImportTarget,
+                                                                     tmp_path: Path) -> None:
+    """A rollout whose ``task_started`` carries no turn attribution (older Codex): the spawned thread's first
+    prompt is the parent agent's (what ``spawn_agent`` sent); a later prompt is not taken for one."""
+    (child_file,) = CODEX.rglob(f"*{CODEX_CHILD}.jsonl")
+    lines = [json.loads(line) for line in child_file.read_text().splitlines()]
+    for rec in lines:
+        if rec.get("type") == "event_msg" and rec["payload"].get("type") == "task_started":
+            rec["payload"].pop("turn_attribution", None)
+    later = {"timestamp": "2026-12-02T03:14:00.000Z", "type": "response_item",
+             "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and then?"}]}}
+    path = tmp_path / "alone" / child_file.name
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(rec) + "\n" for rec in [*lines, later]))
+    assert import_root(db, "codex", path, target, now_ms=lambda: NOW).counts() == {"new": 1}
+    parent = {"sessionId": session_id_for("codex", CODEX_PARENT)}
+    assert prompts(target, session_id_for("codex", CODEX_CHILD)) == [
+        ("[[scenario:subagent-child]] Run echo child-ok and report what it printed.", parent), ("and then?", None)]

@@ -9,6 +9,9 @@ the new one), so the upgraded directory differed from a fresh import. For every 
 did not write yet taken out of the records and the origin; the re-import must then serve exactly what a
 fresh import into an empty directory serves — the same visible messages in the same order, the same
 checkpoints, the same usage rows and the same session and origin rows: nothing duplicated, nothing lost.
+Rules 8 (a pi branch family with its live variant, ``is_active`` and the root's pager stamp; a Codex child's
+prompt marked as the parent agent's): an import under rules 7 (or 3) had neither; upgraded, the revisions
+store, its rows and the stamped root line are what a fresh import makes.
 """
 
 from __future__ import annotations
@@ -30,34 +33,40 @@ from store.interchange import import_write
 from store.interchange.import_write import ImportTarget
 from store.interchange.importers.common import Parsed
 from store.interchange.imports import import_root
+from store.revisions import read_revisions
 from store.transcripts.transcript import read_transcript
 from tests.samplekit import NOW, open_db
 
-RECORDED = [(tool, folder) for tool in TOOLS for folder in recordings(tool)]
-OLD_RULES = 3
+RECORDED = [(tool, folder, rules) for tool in TOOLS for folder in recordings(tool) for rules in (3, 7)]
 
 
-def older(record: dict[str, Any]) -> dict[str, Any]:
-    """A record as rules 3 wrote it: no checkpoint usage (rules 4), no child session link (rules 6)."""
+def older(record: dict[str, Any], rules: int) -> dict[str, Any]:
+    """A record as ``rules`` wrote it: 3 = no checkpoint usage (rules 4), no child session link (rules 6);
+    both: no mark on a Codex child's prompt from its parent agent (rules 8)."""
     out = dict(record)
-    if out.get("type") == "compaction" and isinstance(out.get("details"), dict):
+    gone = {"fromAgent"} | ({"childSessionId"} if rules < 6 else set())
+    if rules < 4 and out.get("type") == "compaction" and isinstance(out.get("details"), dict):
         out["details"] = {k: v for k, v in out["details"].items()
                           if k not in ("usage", "usageRaw", "providerId", "modelId")}
-    if isinstance(out.get("meta"), dict) and "childSessionId" in out["meta"]:
-        out["meta"] = {k: v for k, v in out["meta"].items() if k != "childSessionId"}
+    if isinstance(out.get("meta"), dict) and gone & set(out["meta"]):
+        out["meta"] = {k: v for k, v in out["meta"].items() if k not in gone}
     return out
 
 
-def older_parse(real: Any) -> Any:
+def older_parse(real: Any, rules: int) -> Any:
     def parse(unit: Any, ctx: Any) -> Parsed:
         parsed = real(unit, ctx)
 
         def records() -> Iterator[dict[str, Any]]:
             for rec in parsed.records:
-                yield older(rec)
-            parsed.meta.history.pop("spawnedBy", None)
+                yield older(rec, rules)
+            if rules < 6:
+                parsed.meta.history.pop("spawnedBy", None)
 
-        return Parsed(parsed.meta, parsed.report, records(), parsed.follows_branch)
+        if rules < 7:  # no revisions store for a pi file's other branches
+            return Parsed(parsed.meta, parsed.report, records(), parsed.follows_branch)
+        return Parsed(parsed.meta, parsed.report, records(), parsed.follows_branch, parsed.source_ids,
+                      parsed.off_branch)
     return parse
 
 
@@ -87,12 +96,17 @@ def served(conn: sqlite3.Connection, target: ImportTarget) -> dict[str, Any]:
             "compactions": [dict(c.record) for c in t.compactions],
             "turns": turns,
             "origin": (*origin[:4], json.loads(origin[4])),
+            "revisions": conn.execute("SELECT root_user_id, revision_index, is_active, message_count FROM "
+                                      "message_revisions WHERE session_id = ? ORDER BY 1, 2", (sid,)).fetchall(),
+            "stored": {key: (e.live, e.messages) for key, e in read_revisions(target.revisions(sid)).entries.items()},
         }
     return out
 
 
-@pytest.mark.parametrize(("tool", "folder"), RECORDED, ids=[f"{t}-{f.name}" for t, f in RECORDED])
-def test_an_older_import_is_parsed_again_and_ends_as_a_fresh_import(tool: str, folder: Path, tmp_path: Path,
+@pytest.mark.parametrize(("tool", "folder", "old_rules"), RECORDED,
+                         ids=[f"{t}-{f.name}-rules{r}" for t, f, r in RECORDED])
+def test_an_older_import_is_parsed_again_and_ends_as_a_fresh_import(tool: str, folder: Path, old_rules: int,
+                                                                    tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "source"
     shutil.copytree(folder, root)
@@ -100,12 +114,13 @@ def test_an_older_import_is_parsed_again_and_ends_as_a_fresh_import(tool: str, f
         "importRoot", {"pi": "sessions", "opencode": "opencode.db"}.get(tool, "."))
     old_db, old_target = data_dir(tmp_path / "upgraded")
     with monkeypatch.context() as m:
-        m.setattr(import_write, "IMPORT_RULES", OLD_RULES)
-        m.setattr(import_write, "parse", older_parse(import_write.parse))
+        m.setattr(import_write, "IMPORT_RULES", old_rules)
+        m.setattr(import_write, "parse", older_parse(import_write.parse, old_rules))
+        m.setattr(import_write, "_stamp_families", lambda *args: None)  # no live variants, no pager stamps
         before = import_root(old_db, tool, src, old_target, now_ms=lambda: NOW)
     assert not before.counts().get("refused")
     assert {json.loads(r[0])["importRules"] for r in old_db.execute("SELECT origin_json FROM session_import_origins")
-            } == {OLD_RULES}
+            } == {old_rules}
     upgraded = import_root(old_db, tool, src, old_target, now_ms=lambda: NOW)
     assert not upgraded.counts().get("refused")
     # parsed again (not skipped as unchanged by its fingerprints): the origin names the current rules

@@ -193,3 +193,34 @@ async def test_lost_revision_rows_are_rebuilt_from_files(tmp_path):
             assert [(x["revisionIndex"], x["isActive"], x["messageCount"]) for x in revs] == [
                 (1, False, 2), (2, True, 2)]
     assert query(tmp_path, "SELECT COUNT(*) FROM message_revisions")[0][0] == 2
+
+
+async def test_a_branchs_checkpoint_leaves_and_comes_back_with_it(tmp_path):
+    """Reproduces: a context checkpoint anchored in a branch was dropped when a regenerate or a switch took the
+    branch out of the transcript, and restoring the branch did not bring it back (``session.context`` then
+    started from nothing). The branch's ``revision`` line now keeps it (``compactions``) and a restore writes
+    it again."""
+    checkpoint = {"id": "c1", "summary": "summary c1", "throughMessageId": "a1", "tokensBefore": 100}
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "rev"}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await c.call("session.appendCompaction", {"sessionId": sid, "compaction": checkpoint})
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+            assert (await full(c, sid))["compactions"] == []
+            stored = read_revisions(revisions_path(tmp_path, sid)).get("u1", 1)
+            assert stored is not None and [x["id"] for x in stored.compactions] == ["c1"]
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a1b", "b", role="assistant")})
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            for index, want in ((1, ["c1"]), (2, []), (1, ["c1"])):
+                await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": index})
+                got = await full(c, sid)
+                assert [x["id"] for x in got["compactions"]] == want, index
+                context = await c.call("session.context", {"sessionId": sid})
+                assert (context["compaction"] or {}).get("id") == (want[0] if want else None)
+            await index_caught_up(host)
+            assert_index_matches_file(tmp_path, sid)
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            assert [x["id"] for x in (await full(c, sid))["compactions"]] == ["c1"]

@@ -38,7 +38,12 @@ session of its own, as in Codex, linked both ways: the parent's ``spawn_agent`` 
 ``meta.childSessionId`` (the child's host id, from the call's ``item_completed`` ``receiver_thread_ids``
 or its ``{"agent_id"}`` output), the child's origin history ``spawnedBy`` (the parent's host id, the
 agent's nickname and, when the parent's rollout is under the same root, the ``spawn_agent`` call id),
-served as ``spawnedBy`` with the session.
+served as ``spawnedBy`` with the session. The thread's prompt is the parent agent's words, not the
+user's: a ``user`` message of a turn the parent started (``task_started.turn_attribution.parent_turn_id``;
+a rollout without turn attribution: the thread's first prompt) keeps role ``user`` and carries
+``meta.fromAgent`` ``{sessionId, toolCallId?}`` (the parent session and its spawning call). The child's
+rollout does not name the spawning call (only the parent's turn), so ``toolCallId`` is known only when
+the parent's rollout is under the same root.
 
 Rollouts written before ``session_meta`` existed (a bare first line with
 ``id``/``timestamp``, then bare items) are read the same way.
@@ -238,6 +243,11 @@ class _Converter:
         """call id → the completed tool slot (a status event may follow the output)."""
         self.parent_file: Path | None = None
         """The parent's rollout of a spawned agent's thread (discovered under the same root)."""
+        self.spawn_link: dict[str, str] | None = None
+        """``{sessionId, toolCallId?}`` of the parent agent of a spawned thread (``meta.fromAgent``)."""
+        self.turn_from_parent: bool | None = None
+        """Whether the current turn was started by the parent agent (None: the rollout does not say)."""
+        self.prompts = 0
 
     def run(self) -> Iterator[Slot]:
         reader = LineReader(self.path, max_line_bytes=self.ctx.limits.max_line_bytes, chunk=self.ctx.limits.read_chunk)
@@ -417,6 +427,7 @@ class _Converter:
                 if call is not None:
                     link["toolCallId"] = call
             self.meta.history["spawnedBy"] = link
+            self.spawn_link = {k: v for k, v in link.items() if k in ("sessionId", "toolCallId")}
 
     def spawned(self, item: Mapping[str, Any], call_id: object) -> None:
         """A ``spawn_agent`` call's child thread: ``meta.childSessionId`` on the call's record."""
@@ -455,6 +466,10 @@ class _Converter:
                     self.provider = settings["model_provider_id"]
                     self.meta.history["providerId"] = self.provider
                 return
+        elif kind == "task_started":
+            attribution = payload.get("turn_attribution")
+            if isinstance(attribution, Mapping):
+                self.turn_from_parent = bool(attribution.get("parent_turn_id"))
         elif kind == "user_message":
             self.meta.offer_title(payload.get("message"), 4)  # what was typed (items also hold injected context)
         elif kind == "thread_name_updated":
@@ -495,7 +510,12 @@ class _Converter:
         first = next((b["text"] for b in blocks if b.get("type") == "text"), "")
         if role == "user" and not first.lstrip().startswith(CONTEXT_PREFIXES):
             self.meta.offer_title(first, 5)
-            self.emitter.push(message_record(msg_id, "user", ts, blocks), weight=length)
+            meta = None
+            if self.spawn_link is not None and (self.turn_from_parent if self.turn_from_parent is not None
+                                                else self.prompts == 0):
+                meta = {"fromAgent": dict(self.spawn_link)}  # the parent agent's prompt, not the user's
+            self.prompts += 1
+            self.emitter.push(message_record(msg_id, "user", ts, blocks, meta=meta), weight=length)
         elif role in ("user", "developer", "system"):
             self.emitter.push(message_record(msg_id, "system", ts, blocks, meta={"importedKind": f"codex/{role}"}),
                               weight=length)
