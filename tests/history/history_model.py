@@ -12,6 +12,8 @@ with simple list manipulation, following the documented rules (seed 003
   rewrite deletes is archived in full;
 * activating a variant archives the live branch first (unless the stored copy
   is the same), restores the target with a fresh stamp, keeps prefix messages;
+  a branch stored in full keeps the checkpoints anchored in it, and its
+  restore writes them again after the live ones;
 * saving stamps the root and stores a live reference;
 * a rewrite keeps the checkpoints whose boundary survives and the tombstones
   of surviving messages;
@@ -109,6 +111,9 @@ class HistoryModel:
     """(family, index) → archived branch, or None for a live reference."""
     rows: dict[Key, int] = field(default_factory=dict)
     """(family, index) → message_count of the index row."""
+    entry_checkpoints: dict[Key, list[Checkpoint]] = field(default_factory=dict)
+    """(family, index) → the checkpoints anchored in the branch when it was stored in full (a restore
+    writes them again, after the live ones)."""
 
     # ------------------------------------------------------------------ queries
     def ids(self) -> list[str]:
@@ -184,14 +189,20 @@ class HistoryModel:
             out.append((key[0], key[1], copy.deepcopy(old[p:])))
         return out
 
-    def _commit(self, new: list[dict[str, Any]], archives: list[tuple[str, int, list[dict[str, Any]]]]) -> None:
+    def _commit(self, new: list[dict[str, Any]], archives: list[tuple[str, int, list[dict[str, Any]]]],
+                restored: list[Checkpoint] | None = None) -> None:
         for fam, idx, branch in archives:
             self.entries[(fam, idx)] = branch
             self.rows[(fam, idx)] = len(branch)
+            in_branch = {m["id"] for m in branch}
+            self.entry_checkpoints[(fam, idx)] = [copy.deepcopy(c) for c in self.checkpoints
+                                                  if c.through in in_branch]
         self.live = new
         ids = {m["id"] for m in new}
         self.deleted &= ids
-        self.checkpoints = [c for c in self.checkpoints if c.through in ids]
+        held = {c.id for c in self.checkpoints}
+        every = self.checkpoints + [copy.deepcopy(c) for c in restored or () if c.id not in held]
+        self.checkpoints = [c for c in every if c.through in ids]
 
     def truncate(self, mid: str, mode: str | None) -> int:
         pos = self.position(mid)
@@ -278,5 +289,5 @@ class HistoryModel:
             merged[rec["id"]] = rec
         new = list(merged.values())
         archives += self._dropped_live(self.live, set(merged), {(fam, live_idx)})
-        self._commit(new, archives)
+        self._commit(new, archives, self.entry_checkpoints.get((fam, idx), []))
         return True

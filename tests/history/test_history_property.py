@@ -362,3 +362,20 @@ def test_history_matches_the_model() -> None:
         settings=settings(max_examples=12, stateful_step_count=40, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]),
     )
+
+
+def test_a_branch_restored_by_the_pager_brings_back_its_checkpoint() -> None:
+    """Found by the machine above: a checkpoint anchored in a regenerated branch came back when the pager
+    restored the branch (the host keeps a branch's checkpoints in its revision line since the pi pager
+    import), while the model still dropped it."""
+    state = HistoryMachine()
+    try:
+        state.create()
+        state.append_turn()
+        state.compaction(first=False, k=0, t=1, tail=False)
+        state.files_index_revisions_and_context_agree()
+        state.regenerate(i=0, mode="regenerate", switch_back=True)
+        state.files_index_revisions_and_context_agree()
+        assert state.model.checkpoints, "the restored branch's checkpoint is live again"
+    finally:
+        state.teardown()
