@@ -44,15 +44,16 @@ from .models_common import (
 )
 
 RESERVED_META_KEYS: frozenset[str] = frozenset({"receipt"})
-HOST_META_KEYS: frozenset[str] = frozenset({"sessionMessage"})
-"""Written by the host only (collaboration provenance): refused in a client's new message."""
+HOST_META_KEYS: frozenset[str] = frozenset({"sessionMessage", "fromAgent"})
+"""Written by the host only, refused in a client's new message: ``sessionMessage`` (collaboration
+provenance, collab.begin) and ``fromAgent`` (an imported sub-agent thread's prompt from its parent agent)."""
 
 
 def refuse_host_meta(message: TranscriptMessage) -> TranscriptMessage:
-    """A client cannot forge host-written metadata (``meta.sessionMessage``) in a message it sends."""
-    if message.meta and HOST_META_KEYS.intersection(message.meta):
-        raise ValueError("meta.sessionMessage is collaboration provenance the host writes (collab.begin); "
-                         "a client cannot set it")
+    """A client cannot forge host-written metadata (:data:`HOST_META_KEYS`) in a message it sends."""
+    if message.meta and (forged := sorted(HOST_META_KEYS.intersection(message.meta))):
+        raise ValueError(f"meta.{forged[0]} is provenance the host writes (meta.sessionMessage: collab.begin; "
+                         "meta.fromAgent: an import of a sub-agent thread); a client cannot set it")
     return message
 
 def strip_steering_provenance(data: Any) -> Any:

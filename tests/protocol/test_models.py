@@ -512,3 +512,16 @@ def test_dump_event_validates_payload_and_topic() -> None:
         dump_event("session.deleted", {"sessionId": "../x"}, cursor=1, subscription_id="s")
     out = dump_event("session.deleted", {"sessionId": "s1"}, cursor=1, subscription_id="sub")
     assert out == {"topic": "session.deleted", "cursor": 1, "subscriptionId": "sub", "data": {"sessionId": "s1"}}
+
+
+@pytest.mark.parametrize("key", ["sessionMessage", "fromAgent"])
+def test_a_client_cannot_forge_host_written_provenance(key: str) -> None:
+    """``meta.fromAgent`` (an imported sub-agent thread's prompt from its parent agent) is host-written, like
+    ``meta.sessionMessage``: an append carrying either is refused, naming the key; other meta is kept."""
+    message = {"id": "m1", "role": "user", "blocks": [{"type": "text", "text": "hi"}],
+               "meta": {key: {"sessionId": "s_x"}, "note": 1}}
+    with pytest.raises(ValidationError, match=f"meta.{key} is provenance the host writes"):
+        m.AppendMessageParams.model_validate({"sessionId": "s_1", "message": message})
+    kept = m.AppendMessageParams.model_validate(
+        {"sessionId": "s_1", "message": {**message, "meta": {"note": 1}}})
+    assert kept.message.meta == {"note": 1}
