@@ -39,6 +39,7 @@ from bench_common import (
     call_context,
     chunks,
     encoded_lines,
+    host_commit_groups,
     index_sql_only,
     inprocess_host,
     ratio,
@@ -139,7 +140,8 @@ async def _total(host: RunningHost, sid: str) -> int:
 
 async def _drive_appends(root: Path, one: list[dict[str, Any]], multi: dict[str, list[dict[str, Any]]],
                          corpus: Corpus, raw: RawLoop,
-                         sql: SQLiteSessionBaseline) -> tuple[dict[str, Meter], dict[str, Wakeups], float]:
+                         sql: SQLiteSessionBaseline
+                         ) -> tuple[dict[str, Meter], dict[str, Wakeups], tuple[dict[str, Any], dict[str, Any]]]:
     lines = encoded_lines(one)
     meters = {k: Meter() for k in ("host", "sqlite", "hostMulti", "sqliteMulti", "rawHopped")}
     wakes = {k: Wakeups() for k in meters}
@@ -157,8 +159,6 @@ async def _drive_appends(root: Path, one: list[dict[str, Any]], multi: dict[str,
             await meters["host"].measure(len(msgs), wakes["host"].wrap(partial(_sequential, host, "one", msgs)),
                                          wakes["host"].wrap(settle))
         after = await _db_writer(host)
-        commits = after["batches"] - before["batches"]
-        ops_per_commit = (after["ops"] - before["ops"]) / commits if commits else 1.0
         for sid in multi:
             warm = corpus.messages(f"{sid}-warm", WARMUP)
             await _create(host, sid, warm)
@@ -176,7 +176,7 @@ async def _drive_appends(root: Path, one: list[dict[str, Any]], multi: dict[str,
         if got != expected:
             raise AssertionError(f"{store}: message counts after the run differ from what was appended: "
                                  f"{got} vs {expected}")
-    return meters, wakes, ops_per_commit
+    return meters, wakes, (before, after)
 
 
 def run_appends(sizes: Sizes, work: Path) -> Section:
@@ -188,15 +188,15 @@ def run_appends(sizes: Sizes, work: Path) -> Section:
     raw = RawLoop(root / "sessions")
     sql = SQLiteSessionBaseline(work / "appends-baselines" / "sqlite-session.db")
     try:
-        m, w, ops_per_commit = trio.run(_drive_appends, root, one, multi, corpus, raw, sql)
+        m, w, db_writer = trio.run(_drive_appends, root, one, multi, corpus, raw, sql)
     finally:
         raw.close()
         sql.close()
     # the floor's second part: the same messages' index SQL alone, in transactions of as many messages as
     # the host's DB writer put in each of its commits in the measured segments (appends arrive one at a
     # time; the index commit is held while no read waits for it, ``index_hold``)
-    per_commit = max(1, round(ops_per_commit))
-    idx = index_sql_only(work / "appends-index-only", [one[i:i + per_commit] for i in range(0, len(one), per_commit)])
+    groups, ops_per_commit = host_commit_groups(one, *db_writer)
+    idx = index_sql_only(work / "appends-index-only", groups)
     host, lite, host_multi, lite_multi = m["host"], m["sqlite"], m["hostMulti"], m["sqliteMulti"]
     hopped = m["rawHopped"]
     floors = append_floors(hop_ms=1000 / raw.hopped_per_sec, hop_cpu_ms=raw.hopped_cpu_ms_per_append,

@@ -344,6 +344,16 @@ class IndexSqlOnly:
                 "msPerMessage": rnd(self.ms_per_message), "cpuMsPerMessage": rnd(self.cpu_ms_per_message)}
 
 
+def host_commit_groups(messages: Sequence[dict[str, Any]], before: Mapping[str, Any],
+                       after: Mapping[str, Any]) -> tuple[list[Sequence[dict[str, Any]]], float]:
+    """``messages`` cut into transactions of as many index ops as the host's DB writer put in each of its
+    commits between two ``host.status`` ``dbWriter`` readings, and that mean (ops / transactions)."""
+    commits = after["batches"] - before["batches"]
+    per_commit = (after["ops"] - before["ops"]) / commits if commits else 1.0
+    n = max(1, round(per_commit))
+    return [messages[i:i + n] for i in range(0, len(messages), n)], per_commit
+
+
 def index_sql_only(root: Path, groups: Sequence[Sequence[dict[str, Any]]]) -> IndexSqlOnly:
     """The DB writer's SQL alone for these messages: a scratch database with the real schema
     (trigram FTS triggers included), ``index.index_messages`` with each message's transcript line

@@ -41,6 +41,7 @@ from bench_common import (
     Target,
     chunks,
     encoded_lines,
+    host_commit_groups,
     index_sql_only,
     main_thread_cpu_seconds,
     pct,
@@ -101,11 +102,8 @@ async def _one_client(url: str, token: str, pid: int, msgs: Sequence[dict[str, A
             await raw.run_hopped(raw_lines)
             await lite.measure(len(part), partial(sql.append_each, "gw-one", part))
             await host.measure(len(part), partial(_appends, c, "gw-one", part, lat), partial(_index_barrier, c))
-        after = (await c.call("host.status", {}))["dbWriter"]
-    commits = after["batches"] - before["batches"]
-    # the index ops the host's DB writer put in each of its transactions (the status calls add none)
-    per_commit = (after["ops"] - before["ops"]) / commits if commits else 1.0
-    return {"lat": lat, "host": host, "sqlite": lite, "opsPerCommit": per_commit}
+        after = (await c.call("host.status", {}))["dbWriter"]  # the status calls add no index op
+    return {"lat": lat, "host": host, "sqlite": lite, "dbWriter": (before, after)}
 
 
 async def _concurrent(url: str, token: str, pid: int, work: dict[str, list[dict[str, Any]]], status_calls: int,
@@ -244,8 +242,8 @@ def run_gateway(sizes: Sizes, work: Path) -> Section:
     batch_rate = n_batch / bat["ackSecs"]
     sustained = n_batch / bat["searchFoundSecs"]
     idx_batches = index_sql_only(root / "index-only", batches)  # one transaction per batch, as they arrive
-    per_commit = max(1, round(float(one_got["opsPerCommit"])))  # as the host's DB writer committed them
-    idx_one = index_sql_only(root / "index-only-one", [one[i:i + per_commit] for i in range(0, len(one), per_commit)])
+    one_groups, ops_per_commit = host_commit_groups(one, *one_got["dbWriter"])  # as the host committed them
+    idx_one = index_sql_only(root / "index-only-one", one_groups)
     index_rate = idx_batches.per_sec
     floors = _floors(raw, lite1, hostn, liten, idx_one, index_rate)
     ack_client_cpu, ack_host_cpu = bat["ackCpu"]
@@ -290,7 +288,7 @@ def run_gateway(sizes: Sizes, work: Path) -> Section:
                     "indexSqlOnlyPerSec": rnd(index_rate),
                     "indexSqlOnlyCpuMsPerMessage": rnd(idx_batches.cpu_ms_per_message),
                     "indexSqlOnlyToTarget": rnd(ratio(index_rate, BATCH_TARGET))},
-        "indexSqlOnlyOneClient": {**idx_one.figures(), "hostOpsPerCommit": rnd(float(one_got["opsPerCommit"]))},
+        "indexSqlOnlyOneClient": {**idx_one.figures(), "hostOpsPerCommit": rnd(ops_per_commit)},
         "floors": floors,
         "batchesIndexCatchUp": {"sustainedSearchCaughtUpPerSec": rnd(sustained),
                                 "lastAckToSearchFindsSecs": rnd(bat["catchUpSecs"]),
