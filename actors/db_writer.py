@@ -20,8 +20,9 @@ The transaction mechanics (savepoints, the commit, the error codes) are
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import trio
@@ -29,11 +30,12 @@ import trio
 from runtime.kernel.actor import Actor, Envelope, Fatal
 from runtime.kernel.threads import run_in_thread
 from store.faults import NO_FAULTS, Faults
+from store.indexing.appends import Written, follows, index_written, index_written_run
 from store.indexing.group_commit import GroupCommit, GroupStats, is_corruption
 
 DbWriterStats = GroupStats
 
-__all__ = ["DbOp", "DbWriter", "DbWriterStats"]
+__all__ = ["DbOp", "DbWriter", "DbWriterStats", "IndexOp"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,68 @@ class DbOp:
     fn: Callable[[sqlite3.Connection], Any]
     durable: bool = True
     label: str = ""
+    requests: int = 1
+
+
+@dataclass(frozen=True)
+class IndexOp:
+    """Index lines a session actor made durable (``store.indexing.appends.index_written``): derived
+    rows, a ``NORMAL`` commit. The ops of one session whose lines follow each other in a batch run
+    as one (:func:`_runs`)."""
+
+    written: Written
+    now_ms: int
+    durable: bool = False
+    label: str = "index"
+    requests: int = 1
+
+    @property
+    def fn(self) -> Callable[[sqlite3.Connection], Any]:
+        return partial(index_written, w=self.written, now_ms=self.now_ms)
+
+
+@dataclass(frozen=True)
+class _IndexRun:
+    """Index ops of one session whose lines follow each other, run as one op; its value holds each
+    op's own outcome (``index_written_run``)."""
+
+    ops: Sequence[IndexOp]
+    durable: bool = False
+
+    @property
+    def requests(self) -> int:
+        return len(self.ops)
+
+    @property
+    def fn(self) -> Callable[[sqlite3.Connection], Any]:
+        return partial(index_written_run, ws=[op.written for op in self.ops],
+                       now_ms=max(op.now_ms for op in self.ops))
+
+
+def _runs(envs: Sequence[Envelope]) -> list[tuple[DbOp | IndexOp | _IndexRun, list[Envelope]]]:
+    """The batch's ops in order, with the index ops of each session whose lines follow each other
+    (``follows``) joined into one at the place of the first: one statement per table and one
+    search-index segment for them all instead of one per op. Index ops of different sessions
+    touch different rows, so only their relative order changes; any other op ends every open run
+    (it may read or change what they index)."""
+    out: list[tuple[DbOp | IndexOp | _IndexRun, list[Envelope]]] = []
+    open_runs: dict[str, int] = {}  # session -> its run's place in ``out``
+    for env in envs:
+        msg = env.msg
+        if not isinstance(msg, IndexOp):
+            open_runs.clear()
+            out.append((msg, [env]))
+            continue
+        at = open_runs.get(msg.written.session_id)
+        if at is not None:
+            _, group = out[at]
+            last = group[-1].msg
+            if isinstance(last, IndexOp) and follows(last.written, msg.written):
+                group.append(env)
+                continue
+        open_runs[msg.written.session_id] = len(out)
+        out.append((msg, [env]))
+    return [(_IndexRun([env.msg for env in group]) if len(group) > 1 else op, group) for op, group in out]
 
 
 class DbWriter(Actor):
@@ -94,25 +158,35 @@ class DbWriter(Actor):
     async def handle_batch(self, batch: list[Envelope]) -> None:
         envs: list[Envelope] = []
         for env in batch:
-            if isinstance(env.msg, DbOp):
+            if isinstance(env.msg, DbOp | IndexOp):
                 envs.append(env)
             elif env.reply is not None:
                 env.reply.set_exception(TypeError(f"db-writer got {type(env.msg).__name__}, not DbOp"))
         if not envs:
             return
-        outcome = await run_in_thread(self._commit.run, [env.msg for env in envs])  # one batch at a time
-        results: list[tuple[bool, Any]] = [(False, outcome)] * len(envs) if isinstance(outcome, BaseException) \
+        runs = _runs(envs)
+        outcome = await run_in_thread(self._commit.run, [op for op, _ in runs])  # one batch at a time
+        results: list[tuple[bool, Any]] = [(False, outcome)] * len(runs) if isinstance(outcome, BaseException) \
             else outcome
-        for env, (ok, value) in zip(envs, results, strict=True):
-            if env.reply is None:
-                continue
-            if ok:
-                env.reply.set_result(value)
+        for (op, group), (ok, value) in zip(runs, results, strict=True):
+            if isinstance(op, _IndexRun) and ok:
+                for env, (one_ok, one_value) in zip(group, value, strict=True):
+                    _deliver(env, one_ok, one_value)
             else:
-                env.reply.set_exception(value)
+                for env in group:
+                    _deliver(env, ok, value)
         if isinstance(outcome, BaseException) and is_corruption(outcome):
             raise Fatal(outcome)
 
 
+def _deliver(env: Envelope, ok: bool, value: Any) -> None:
+    if env.reply is None:
+        return
+    if ok:
+        env.reply.set_result(value)
+    else:
+        env.reply.set_exception(value)
+
+
 def _holdable(msg: Any) -> bool:
-    return isinstance(msg, DbOp) and not msg.durable and msg.label == "index"
+    return isinstance(msg, IndexOp) or (isinstance(msg, DbOp) and not msg.durable and msg.label == "index")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, TypeVarTuple
 
 import outcome
 
-from actors.db_writer import DbOp
+from actors.db_writer import IndexOp
 from actors.gateway_types import CallContext
 from actors.index_log import IndexLog
 from runtime.kernel.actor import ActorStopped, Busy, CallbackReply, InternalBug
@@ -378,10 +378,7 @@ class SessionContext:
                     log.settle(seq)
 
             try:
-                writer.post_nowait(
-                    DbOp(lambda conn: store_appends.index_written(conn, written, now_ms=now), durable=False,
-                         label="index"),
-                    CallbackReply(settled))
+                writer.post_nowait(IndexOp(written, now), CallbackReply(settled))
             except (Busy, ActorStopped):
                 await writer.wait_room()  # full mailbox, or between incarnations: wait, then take the sequence afresh
                 continue

@@ -44,7 +44,7 @@ from typing import Any
 from store import receipts
 from store.errors import CorruptData, IdempotencyConflict, SessionNotFound, StoreError
 from store.indexing import index
-from store.indexing.group_commit import is_corruption
+from store.indexing.group_commit import db_error, is_corruption
 from store.indexing.index import IndexRecord, index_messages, message_ref
 from store.indexing.reconcile import (
     apply_plan,
@@ -72,7 +72,10 @@ __all__ = [
     "Write",
     "Written",
     "gather",
+    "follows",
     "index_written",
+    "index_written_run",
+    "join_written",
     "plan_appends",
 ]
 
@@ -422,6 +425,81 @@ def index_written(conn: sqlite3.Connection, w: Written, *, now_ms: int) -> list[
     if exact and not index.set_index_mark(conn, sid, w.end, w.epoch, expected=(w.start, w.epoch)):
         raise CorruptData(f"session {sid}: the index mark moved under an index op", data={"sessionId": sid})
     return refs
+
+
+def follows(before: Written, after: Written) -> bool:
+    """``after``'s lines come right after ``before``'s in the same file of the same session: one
+    op writing both would have carried them as one :class:`Written` (:func:`join_written`)."""
+    return (after.session_id == before.session_id and after.path == before.path and after.epoch == before.epoch
+            and after.start == before.end and after.touch == before.touch)
+
+
+def join_written(ws: Sequence[Written]) -> Written:
+    """Several :class:`Written` that each :func:`follows` the one before, as one."""
+    first = ws[0]
+    lines: list[bytes] = []
+    records: list[Mapping[str, Any]] | None = [] if all(w.records is not None for w in ws) else None
+    seqs: dict[int, int] = {}
+    for w in ws:
+        seqs.update({len(lines) + i: seq for i, seq in w.seqs.items()})
+        lines.extend(w.lines)
+        if records is not None and w.records is not None:
+            records.extend(w.records)
+    return Written(first.session_id, first.path, first.start, ws[-1].end, first.epoch, lines, records, seqs,
+                   first.touch)
+
+
+def index_written_run(conn: sqlite3.Connection, ws: Sequence[Written], *,
+                      now_ms: int) -> list[tuple[bool, Any]]:
+    """Index ops of one session whose lines follow each other (:func:`follows`), indexed as one op.
+
+    The same rows as :func:`index_written` one op at a time (a reconcile indexes any run of
+    lines in one go by the same rules), in one statement per table: FTS5 writes the terms it
+    holds out as a new search-index segment at every statement, so one op per message made a
+    segment per message. Per op ``(ok, its MessageRefs)``; the refs of a message whose index row
+    took another spelling (D444) are found under it. If the joined op fails (it rolled back
+    whole), each op runs again alone under its own savepoint and gets its own outcome; a corrupt
+    database propagates.
+    """
+    if len(ws) > 1:
+        conn.execute("SAVEPOINT index_run")
+        try:
+            refs = index_written(conn, join_written(ws), now_ms=now_ms)
+        except Exception as exc:
+            conn.execute("ROLLBACK TO index_run")
+            conn.execute("RELEASE index_run")
+            if isinstance(exc, sqlite3.DatabaseError) and is_corruption(exc):
+                raise
+        else:
+            conn.execute("RELEASE index_run")
+            by_id = {ref["id"]: ref for ref in refs}
+            sid = ws[0].session_id
+            out: list[tuple[bool, Any]] = []
+            for w in ws:
+                mine = [by_id.get(mid) or by_id.get(f"{sid}:{mid}") for mid in _message_ids(w)]
+                out.append((True, [ref for ref in mine if ref is not None]))
+            return out
+    results: list[tuple[bool, Any]] = []
+    for w in ws:
+        conn.execute("SAVEPOINT index_one")
+        try:
+            value = index_written(conn, w, now_ms=now_ms)
+        except Exception as exc:  # noqa: BLE001 - that op's own outcome
+            conn.execute("ROLLBACK TO index_one")
+            conn.execute("RELEASE index_one")
+            if isinstance(exc, sqlite3.DatabaseError) and is_corruption(exc):
+                raise
+            results.append((False, db_error(exc, "index write")))
+        else:
+            conn.execute("RELEASE index_one")
+            results.append((True, value))
+    return results
+
+
+def _message_ids(w: Written) -> list[str]:
+    """The ids of ``w``'s message lines, in order (those :func:`index_written` returns refs for)."""
+    records = w.records if w.records is not None else [loads_line(line) for line in w.lines]
+    return [rec["id"] for rec in records if rec.get("type") == "message" and isinstance(rec.get("id"), str)]
 
 
 def _refs_of(conn: sqlite3.Connection, sid: str, items: Sequence[IndexRecord], *,

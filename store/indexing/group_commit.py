@@ -33,13 +33,17 @@ _FULL_MARKERS = ("disk is full", "database or disk is full")
 
 
 class Op(Protocol):
-    """One request of a batch: ``fn(conn)`` under a savepoint; ``durable`` asks for a FULL commit."""
+    """One op of a batch: ``fn(conn)`` under a savepoint; ``durable`` asks for a FULL commit;
+    ``requests``: how many requests it answers (an op may join several, the stats count them)."""
 
     @property
     def fn(self) -> Callable[[sqlite3.Connection], Any]: ...
 
     @property
     def durable(self) -> bool: ...
+
+    @property
+    def requests(self) -> int: ...
 
 
 @dataclass
@@ -121,8 +125,9 @@ class GroupCommit:
             return error
         st = self.stats
         st.batches += 1
-        st.ops += len(ops)
-        st.max_batch = max(st.max_batch, len(ops))
+        requests = sum(op.requests for op in ops)
+        st.ops += requests
+        st.max_batch = max(st.max_batch, requests)
         st.sync_modes[mode] = st.sync_modes.get(mode, 0) + 1
         if mode == "FULL":
             st.full_commits += 1

@@ -1,0 +1,207 @@
+"""Index ops of one session whose lines follow each other run as one op in the DB writer
+(``store.indexing.appends.index_written_run``, ``actors.db_writer._runs``): the same rows as one
+op at a time, one search-index segment instead of one per op, and each op still gets its own
+outcome (issue 26: the index SQL of an awaited append went from one statement per message to one
+per held batch)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.db_writer import DbOp, IndexOp, _IndexRun, _runs
+from runtime.kernel.actor import Envelope
+from store.errors import CorruptData
+from store.indexing import appends, index
+from store.indexing.appends import Written, follows, index_written, index_written_run, join_written
+from store.indexing.database import apply_pragmas, in_transaction
+from store.indexing.reconcile import apply_plan, plan_reconcile
+from store.jsonio import dumps_line, loads_line
+from store.search.search import search_messages
+from store.transcripts.transcript import TranscriptWriter, create_transcript
+from store.upgrade.schema import apply_schema
+from tests.dbkit import NOW, add_session
+
+SID = "sess"
+
+
+def _msg(mid: str, text: str, role: str = "user") -> bytes:
+    return dumps_line({"type": "message", "id": mid, "role": role, "createdAt": "2026-01-01T00:00:00Z",
+                       "blocks": [{"type": "text", "text": text}]})
+
+
+def _db(path: Path) -> sqlite3.Connection:
+    c = sqlite3.connect(path, isolation_level=None)
+    apply_pragmas(c)
+    apply_schema(c)
+    return c
+
+
+def _register(conn: sqlite3.Connection, path: Path) -> str | None:
+    plan = plan_reconcile(path, 0, None)
+    in_transaction(conn, lambda c: apply_plan(c, SID, plan, now_ms=NOW))
+    return plan.epoch
+
+
+def _write(path: Path, epoch: str | None, lines: list[bytes], seqs: dict[int, int] | None = None,
+           parsed: bool = True) -> Written:
+    w = TranscriptWriter.open(path)
+    try:
+        start, end = w.append(lines)
+    finally:
+        w.close()
+    return Written(SID, path, start, end, epoch, lines, [loads_line(x) for x in lines] if parsed else None,
+                   seqs or {})
+
+
+def _rows(conn: sqlite3.Connection) -> dict[str, Any]:
+    return {
+        "messages": conn.execute("SELECT id, seq, role, text, deleted, line_offset, line_len, wire_cut, line_crc "
+                                 "FROM messages ORDER BY seq").fetchall(),
+        "session": conn.execute("SELECT title, last_seq, indexed_len, file_epoch, updated_at FROM sessions "
+                                "WHERE id = ?", (SID,)).fetchone(),
+        "receipts": conn.execute("SELECT * FROM command_receipts ORDER BY 1, 2").fetchall(),
+        "found": sorted(h["messageId"] for h in search_messages(conn, "zebra", limit=50)["results"]),
+    }
+
+
+def _ops(path: Path, epoch: str | None) -> list[Written]:
+    """Five ops as a session actor makes them: new messages, a replaced line, a tombstone, a
+    session_info line, and one op holding two messages (one of them parsed lazily)."""
+    return [
+        _write(path, epoch, [_msg("m1", "zebra one")], {0: 1}),
+        _write(path, epoch, [_msg("m2", "zebra two", "assistant")], {0: 2}),
+        _write(path, epoch, [_msg("m2", "zebra two, replaced", "assistant")]),
+        _write(path, epoch, [dumps_line({"type": "tombstone", "id": "t-m1", "messageId": "m1", "deleted": True}),
+                             dumps_line({"type": "session_info", "title": "renamed"})]),
+        _write(path, epoch, [_msg("m3", "zebra three"), _msg("m4", "four")], {0: 3, 1: 4}, parsed=False),
+    ]
+
+
+def test_a_run_indexes_what_one_op_at_a_time_indexes(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    create_transcript(path, SID, NOW)
+    alone, joined = _db(tmp_path / "alone.sqlite"), _db(tmp_path / "joined.sqlite")
+    epoch = _register(alone, path)
+    assert _register(joined, path) == epoch
+    ws = _ops(path, epoch)
+    assert all(follows(a, b) for a, b in zip(ws, ws[1:], strict=False))
+    one_by_one = [in_transaction(alone, lambda c, w=w: index_written(c, w, now_ms=NOW)) for w in ws]
+    together = in_transaction(joined, lambda c: index_written_run(c, ws, now_ms=NOW))
+    assert together == [(True, refs) for refs in one_by_one]
+    assert [len(refs) for refs in one_by_one] == [1, 1, 1, 0, 2]
+    assert _rows(joined) == _rows(alone)
+    assert _rows(joined)["found"] == ["m2", "m3"]  # m1 is deleted
+    assert index.index_mark(joined, SID) == (ws[-1].end, epoch)
+
+
+def _segments(conn: sqlite3.Connection) -> int:
+    """The search index's segments (the FTS5 structure record's per-level counts)."""
+    got = conn.execute("SELECT count(*) FROM messages_fts_data WHERE id > 10").fetchone()
+    return int(got[0])
+
+
+def test_a_run_writes_one_search_segment_not_one_per_op(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    create_transcript(path, SID, NOW)
+    alone, joined = _db(tmp_path / "alone.sqlite"), _db(tmp_path / "joined.sqlite")
+    epoch = _register(alone, path)
+    _register(joined, path)
+    ws = [_write(path, epoch, [_msg(f"m{i}", f"zebra {i} " + "word " * 50)], {0: i}) for i in range(1, 9)]
+
+    def alone_op(c: sqlite3.Connection) -> None:
+        for w in ws:
+            c.execute("SAVEPOINT op")
+            index_written(c, w, now_ms=NOW)
+            c.execute("RELEASE op")
+
+    in_transaction(alone, alone_op)
+    in_transaction(joined, lambda c: index_written_run(c, ws, now_ms=NOW))
+    assert _rows(joined) == _rows(alone)
+    assert _segments(joined) < _segments(alone)
+
+
+def test_when_the_run_fails_each_op_gets_its_own_outcome(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An op whose indexing raises (here: any op holding the line ``boom``) fails the joined op,
+    which rolls back whole; then each op runs alone: the others are indexed, that one fails alone."""
+    path = tmp_path / "t.jsonl"
+    create_transcript(path, SID, NOW)
+    conn = _db(tmp_path / "pi.sqlite")
+    epoch = _register(conn, path)
+    real = appends.index_written
+
+    def failing(c: sqlite3.Connection, w: Written, *, now_ms: int) -> list[dict[str, Any]]:
+        refs = real(c, w, now_ms=now_ms)
+        if any(b"boom" in line for line in w.lines):
+            raise CorruptData("boom")
+        return refs
+
+    monkeypatch.setattr(appends, "index_written", failing)
+    ws = [_write(path, epoch, [_msg("m1", "one")], {0: 1}), _write(path, epoch, [_msg("m2", "boom")], {0: 2}),
+          _write(path, epoch, [_msg("m3", "three")], {0: 3})]
+    got = in_transaction(conn, lambda c: index_written_run(c, ws, now_ms=NOW))
+    assert [ok for ok, _ in got] == [True, False, True]
+    assert isinstance(got[1][1], CorruptData)
+    assert [r["id"] for r in got[2][1]] == ["m3"]
+    # m3 went in alone after m2's op rolled back: the mark was short of its start, so it indexed
+    # m2's line from the file first (the rule of every index op), and m2 is served all the same
+    assert conn.execute("SELECT id, seq FROM messages ORDER BY seq").fetchall() == [("m1", 1), ("m2", 2), ("m3", 3)]
+    assert index.index_mark(conn, SID) == (ws[-1].end, epoch)
+
+
+def test_a_message_whose_row_takes_the_session_spelling_is_still_its_ops(tmp_path: Path) -> None:
+    """D444: another session holds m1, so this session's row is ``sess:m1``; the op gets that ref."""
+    path = tmp_path / "t.jsonl"
+    create_transcript(path, SID, NOW)
+    conn = _db(tmp_path / "pi.sqlite")
+    epoch = _register(conn, path)
+    add_session(conn, "other")
+    in_transaction(conn, lambda c: index.index_messages(
+        c, "other", [index.IndexRecord(loads_line(_msg("m1", "theirs")), 0, 10)], indexed_len=None,
+        file_epoch=None, now_ms=NOW))
+    ws = [_write(path, epoch, [_msg("m1", "mine")]), _write(path, epoch, [_msg("m2", "two")])]
+    got = in_transaction(conn, lambda c: index_written_run(c, ws, now_ms=NOW))
+    assert [[r["id"] for r in refs] for ok, refs in got] == [["sess:m1"], ["m2"]]
+
+
+def test_joined_lines_keep_each_ops_acknowledged_seqs(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    create_transcript(path, SID, NOW)
+    epoch = "e"
+    ws = [_write(path, epoch, [_msg("a", "1"), _msg("b", "2")], {1: 2}), _write(path, epoch, [_msg("c", "3")], {0: 3})]
+    one = join_written(ws)
+    assert (one.start, one.end, len(one.lines), dict(one.seqs)) == (ws[0].start, ws[1].end, 3, {1: 2, 2: 3})
+    assert one.records is not None and len(one.records) == 3
+    lazy = join_written([ws[0], _write(path, epoch, [_msg("d", "4")], parsed=False)])
+    assert lazy.records is None
+
+
+def _env(msg: Any) -> Envelope:
+    return Envelope(msg, None)
+
+
+def _w(sid: str, start: int, end: int, epoch: str = "e") -> Written:
+    return Written(sid, Path(f"/{sid}.jsonl"), start, end, epoch, [b"x" * (end - start)])
+
+
+def test_runs_join_only_what_follows_and_stop_at_any_other_op() -> None:
+    a1, a2, a3, a_gap = (IndexOp(_w("a", 0, 10), NOW), IndexOp(_w("a", 10, 20), NOW),
+                         IndexOp(_w("a", 20, 30), NOW), IndexOp(_w("a", 40, 50), NOW))
+    b1, b2 = IndexOp(_w("b", 0, 5), NOW), IndexOp(_w("b", 5, 9, epoch="other"), NOW)
+    other = DbOp(lambda c: None)
+    runs = _runs([_env(m) for m in (a1, b1, a2, other, a3, a_gap, b2)])
+    shapes = [(type(op).__name__, [env.msg for env in group]) for op, group in runs]
+    assert shapes == [("_IndexRun", [a1, a2]), ("IndexOp", [b1]), ("DbOp", [other]), ("IndexOp", [a3]),
+                      ("IndexOp", [a_gap]), ("IndexOp", [b2])]
+    run = runs[0][0]
+    assert isinstance(run, _IndexRun) and run.requests == 2 and not run.durable
+
+
+@pytest.mark.parametrize("touch", [True, False])
+def test_ops_that_touch_differently_are_not_joined(touch: bool) -> None:
+    first = _w("a", 0, 10)
+    second = Written("a", first.path, 10, 20, "e", [b"y" * 10], touch=touch)
+    assert follows(first, second) is touch
