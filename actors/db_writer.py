@@ -30,7 +30,7 @@ import trio
 from runtime.kernel.actor import Actor, Envelope, Fatal
 from runtime.kernel.threads import run_in_thread
 from store.faults import NO_FAULTS, Faults
-from store.indexing.appends import Written, follows, index_written, index_written_run
+from store.indexing.appends import Written, follows, index_written, index_written_batch
 from store.indexing.group_commit import GroupCommit, GroupStats, is_corruption
 
 DbWriterStats = GroupStats
@@ -66,12 +66,17 @@ class IndexOp:
 
 
 @dataclass(frozen=True)
-class _IndexRun:
-    """Index ops of one session whose lines follow each other, run as one op; its value holds each
-    op's own outcome (``index_written_run``)."""
+class _IndexBatch:
+    """Index ops run as one op: per session, the ops whose lines follow each other, joined; the
+    sessions' new rows in one INSERT per table (``index_written_batch``). Its value holds each
+    op's own outcome, in the order of ``ops``."""
 
-    ops: Sequence[IndexOp]
+    runs: Sequence[Sequence[IndexOp]]
     durable: bool = False
+
+    @property
+    def ops(self) -> list[IndexOp]:
+        return [op for run in self.runs for op in run]
 
     @property
     def requests(self) -> int:
@@ -79,34 +84,57 @@ class _IndexRun:
 
     @property
     def fn(self) -> Callable[[sqlite3.Connection], Any]:
-        return partial(index_written_run, ws=[op.written for op in self.ops],
+        return partial(_index_batch, runs=[[op.written for op in run] for run in self.runs],
                        now_ms=max(op.now_ms for op in self.ops))
 
 
-def _runs(envs: Sequence[Envelope]) -> list[tuple[DbOp | IndexOp | _IndexRun, list[Envelope]]]:
-    """The batch's ops in order, with the index ops of each session whose lines follow each other
-    (``follows``) joined into one at the place of the first: one statement per table and one
-    search-index segment for them all instead of one per op. Index ops of different sessions
-    touch different rows, so only their relative order changes; any other op ends every open run
-    (it may read or change what they index)."""
-    out: list[tuple[DbOp | IndexOp | _IndexRun, list[Envelope]]] = []
-    open_runs: dict[str, int] = {}  # session -> its run's place in ``out``
+def _index_batch(conn: sqlite3.Connection, *, runs: list[list[Written]], now_ms: int) -> list[tuple[bool, Any]]:
+    return [one for run in index_written_batch(conn, runs, now_ms=now_ms) for one in run]
+
+
+Planned = DbOp | IndexOp | _IndexBatch
+
+
+def _runs(envs: Sequence[Envelope]) -> list[tuple[Planned, list[Envelope]]]:
+    """The batch's ops in order, with the index ops between two other ops joined into one
+    (:class:`_IndexBatch`) at the place of the first: per session, those whose lines follow each
+    other (``follows``) run as one op; a session's op that does not follow starts the next batch
+    (a gap or another file is for ``index_written``'s own cover rules, not for held rows). One statement
+    per table and one search-index segment for them all instead of one per op. Index ops of
+    different sessions touch different rows, so only their relative order changes; any other op
+    ends the open batch (it may read or change what they index)."""
+    out: list[tuple[Planned, list[Envelope]]] = []
+    runs: list[list[Envelope]] = []  # of the open batch, in order of their first op
+    last_of: dict[str, list[Envelope]] = {}  # session -> its open run
+
+    def close() -> None:
+        if not runs:
+            return
+        group = [env for run in runs for env in run]
+        if len(group) == 1:
+            out.append((group[0].msg, group))
+        else:
+            out.append((_IndexBatch([[env.msg for env in run] for run in runs]), group))
+        runs.clear()
+        last_of.clear()
+
     for env in envs:
         msg = env.msg
         if not isinstance(msg, IndexOp):
-            open_runs.clear()
+            close()
             out.append((msg, [env]))
             continue
-        at = open_runs.get(msg.written.session_id)
-        if at is not None:
-            _, group = out[at]
-            last = group[-1].msg
-            if isinstance(last, IndexOp) and follows(last.written, msg.written):
-                group.append(env)
+        run = last_of.get(msg.written.session_id)
+        if run is not None:
+            if follows(run[-1].msg.written, msg.written):
+                run.append(env)
                 continue
-        open_runs[msg.written.session_id] = len(out)
-        out.append((msg, [env]))
-    return [(_IndexRun([env.msg for env in group]) if len(group) > 1 else op, group) for op, group in out]
+            close()  # one run per session in a batch: this op starts the next batch
+        run = [env]
+        runs.append(run)
+        last_of[msg.written.session_id] = run
+    close()
+    return out
 
 
 class DbWriter(Actor):
@@ -169,7 +197,7 @@ class DbWriter(Actor):
         results: list[tuple[bool, Any]] = [(False, outcome)] * len(runs) if isinstance(outcome, BaseException) \
             else outcome
         for (op, group), (ok, value) in zip(runs, results, strict=True):
-            if isinstance(op, _IndexRun) and ok:
+            if isinstance(op, _IndexBatch) and ok:
                 for env, (one_ok, one_value) in zip(group, value, strict=True):
                     _deliver(env, one_ok, one_value)
             else:

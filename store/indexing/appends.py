@@ -45,8 +45,9 @@ from store import receipts
 from store.errors import CorruptData, IdempotencyConflict, SessionNotFound, StoreError
 from store.indexing import index
 from store.indexing.group_commit import db_error, is_corruption
-from store.indexing.index import IndexRecord, index_messages, message_ref
+from store.indexing.index import IndexRecord, PendingRows, index_messages, message_ref
 from store.indexing.reconcile import (
+    TailScan,
     apply_plan,
     plan_missing_bytes,
     plan_reconcile,
@@ -74,6 +75,7 @@ __all__ = [
     "gather",
     "follows",
     "index_written",
+    "index_written_batch",
     "index_written_run",
     "join_written",
     "plan_appends",
@@ -379,7 +381,8 @@ def _cover(conn: sqlite3.Connection, w: Written, *, now_ms: int) -> str:
     return COVERED
 
 
-def index_written(conn: sqlite3.Connection, w: Written, *, now_ms: int) -> list[dict[str, Any]]:
+def index_written(conn: sqlite3.Connection, w: Written, *, now_ms: int,
+                  pending: PendingRows | None = None) -> list[dict[str, Any]]:
     """Index lines a session actor made durable, and move the mark over them by compare-and-set.
 
     The one op through which lines written by a session actor reach the index
@@ -404,15 +407,14 @@ def index_written(conn: sqlite3.Connection, w: Written, *, now_ms: int) -> list[
         starts = _line_starts(w)
         by_offset = {starts[i]: seq for i, seq in w.seqs.items()}
         items = [replace(item, seq=by_offset.get(item.offset)) for item in items]
+    if pending is not None:
+        refs = _index_lines(conn, w, items, scan, now_ms=now_ms, pending=pending)  # its owner rolls back
+        if exact and not index.set_index_mark(conn, sid, w.end, w.epoch, expected=(w.start, w.epoch)):
+            raise CorruptData(f"session {sid}: the index mark moved under an index op", data={"sessionId": sid})
+        return refs
     conn.execute("SAVEPOINT index_written")
     try:
-        refs = index_messages(conn, sid, items, indexed_len=None, file_epoch=w.epoch, now_ms=now_ms, touch=w.touch)
-        index.index_compactions(conn, sid, scan.compactions, now_ms)
-        for mid, flag in scan.tombstones.items():
-            index.set_deleted(conn, sid, mid, flag)
-        settings = session_info_settings(scan.session_info)
-        if settings:
-            index.update_session_settings(conn, sid, settings, now_ms=now_ms)
+        refs = _index_lines(conn, w, items, scan, now_ms=now_ms)
     except Exception as exc:
         conn.execute("ROLLBACK TO index_written")
         conn.execute("RELEASE index_written")
@@ -472,13 +474,7 @@ def index_written_run(conn: sqlite3.Connection, ws: Sequence[Written], *,
                 raise
         else:
             conn.execute("RELEASE index_run")
-            by_id = {ref["id"]: ref for ref in refs}
-            sid = ws[0].session_id
-            out: list[tuple[bool, Any]] = []
-            for w in ws:
-                mine = [by_id.get(mid) or by_id.get(f"{sid}:{mid}") for mid in _message_ids(w)]
-                out.append((True, [ref for ref in mine if ref is not None]))
-            return out
+            return _each_ops_refs(ws, refs)
     results: list[tuple[bool, Any]] = []
     for w in ws:
         conn.execute("SAVEPOINT index_one")
@@ -496,10 +492,65 @@ def index_written_run(conn: sqlite3.Connection, ws: Sequence[Written], *,
     return results
 
 
+def index_written_batch(conn: sqlite3.Connection, runs: Sequence[Sequence[Written]], *,
+                        now_ms: int) -> list[list[tuple[bool, Any]]]:
+    """Runs of several sessions (each: ops of one session whose lines follow each other), with the
+    new rows of them all in one INSERT per table (``index.PendingRows``): one search-index segment
+    for the batch instead of one per session. Per run, per op ``(ok, its MessageRefs)``.
+
+    No statement sees a held row before the flush, so this path tolerates no failure: anything
+    that fails (a duplicate id across two sessions fails the flush; an index that drifted from its
+    file, which :func:`index_written` alone would reconcile) rolls the whole batch back, and each
+    run goes again on its own (:func:`index_written_run`). A corrupt database propagates.
+    """
+    if len(runs) > 1:
+        pending = PendingRows()
+        conn.execute("SAVEPOINT index_batch")
+        try:
+            joined = [index_written(conn, join_written(ws), now_ms=now_ms, pending=pending) for ws in runs]
+            pending.flush(conn)
+        except Exception as exc:
+            conn.execute("ROLLBACK TO index_batch")
+            conn.execute("RELEASE index_batch")
+            if isinstance(exc, sqlite3.DatabaseError) and is_corruption(exc):
+                raise
+        else:
+            conn.execute("RELEASE index_batch")
+            return [_each_ops_refs(ws, refs) for ws, refs in zip(runs, joined, strict=True)]
+    return [index_written_run(conn, ws, now_ms=now_ms) for ws in runs]
+
+
+def _each_ops_refs(ws: Sequence[Written], refs: Sequence[dict[str, Any]]) -> list[tuple[bool, Any]]:
+    """The joined op's refs, each op its own (a row that took the D444 spelling is found under it)."""
+    by_id = {ref["id"]: ref for ref in refs}
+    sid = ws[0].session_id
+    out: list[tuple[bool, Any]] = []
+    for w in ws:
+        mine = [by_id.get(mid) or by_id.get(f"{sid}:{mid}") for mid in _message_ids(w)]
+        out.append((True, [ref for ref in mine if ref is not None]))
+    return out
+
+
 def _message_ids(w: Written) -> list[str]:
     """The ids of ``w``'s message lines, in order (those :func:`index_written` returns refs for)."""
     records = w.records if w.records is not None else [loads_line(line) for line in w.lines]
     return [rec["id"] for rec in records if rec.get("type") == "message" and isinstance(rec.get("id"), str)]
+
+
+def _index_lines(conn: sqlite3.Connection, w: Written, items: Sequence[IndexRecord], scan: TailScan, *,
+                 now_ms: int, pending: PendingRows | None = None) -> list[dict[str, Any]]:
+    sid = w.session_id
+    refs = index_messages(conn, sid, items, indexed_len=None, file_epoch=w.epoch, now_ms=now_ms, touch=w.touch,
+                          pending=pending)
+    index.index_compactions(conn, sid, scan.compactions, now_ms)
+    if scan.tombstones and pending is not None:
+        pending.flush(conn)  # a tombstone flips a row's flag: the row must be there
+    for mid, flag in scan.tombstones.items():
+        index.set_deleted(conn, sid, mid, flag)
+    settings = session_info_settings(scan.session_info)
+    if settings:
+        index.update_session_settings(conn, sid, settings, now_ms=now_ms)
+    return refs
 
 
 def _refs_of(conn: sqlite3.Connection, sid: str, items: Sequence[IndexRecord], *,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from store import artifacts, receipts, thread_meta
@@ -114,6 +114,22 @@ def insert_message_rows(conn: sqlite3.Connection, rows: Sequence[Sequence[Any]])
         chunk = rows[i : i + ROWS_PER_STATEMENT]
         values = ",".join(["(" + ",".join("?" * width) + ")"] * len(chunk))
         conn.execute(f"INSERT INTO messages({_MESSAGE_COLUMNS}) VALUES {values}", [v for r in chunk for v in r])
+
+
+@dataclass
+class PendingRows:
+    """New ``messages`` and ``tool_output`` rows held back to go in together (:func:`index_messages`
+    with ``pending``): one multi-row INSERT per table for several index ops, so FTS5 writes one
+    search-index segment for them all (it writes one per statement)."""
+
+    messages: list[tuple[Any, ...]] = field(default_factory=list)
+    outputs: list[tuple[int, str]] = field(default_factory=list)
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        insert_message_rows(conn, self.messages)
+        insert_tool_outputs(conn, self.outputs)
+        self.messages.clear()
+        self.outputs.clear()
 
 
 def insert_tool_outputs(conn: sqlite3.Connection, rows: Sequence[tuple[int, str]]) -> None:
@@ -394,6 +410,7 @@ def index_messages(
     now_ms: int,
     touch: bool = True,
     audit_effects: bool = True,
+    pending: PendingRows | None = None,
 ) -> list[dict[str, Any]]:
     """Index appended message lines (in file order).
 
@@ -408,11 +425,15 @@ def index_messages(
     recorded in the same transaction. Returns one MessageRef per item.
     ``audit_effects=False`` records Write/Edit artifacts without ``tool_execute``
     audit rows (imported history: this host executed nothing).
+    ``pending``: new rows wait there for its owner's :meth:`PendingRows.flush` (one INSERT for
+    several sessions' rows); until then no statement sees them, so the owner rolls everything
+    back if anything fails (a duplicate id then fails the flush, never passes silently).
     """
     refs: list[dict[str, Any]] = []
     existing = lookup_ids(conn, (it.record["id"] for it in items))
-    new_rows: list[tuple[Any, ...]] = []  # inserted together (insert_message_rows), before any row is read
-    new_outputs: list[tuple[int, str]] = []  # their tool output rows, likewise
+    # inserted together (insert_message_rows), before any row is read; with ``pending``, by its owner
+    new_rows: list[tuple[Any, ...]] = pending.messages if pending is not None else []
+    new_outputs: list[tuple[int, str]] = pending.outputs if pending is not None else []  # their tool output rows
     for item in items:
         rec = item.record
         mid = rec["id"]
@@ -469,8 +490,9 @@ def index_messages(
                                      audit=audit_effects)
         store_append_receipt(conn, session_id, rec, ref, now_ms)
         refs.append(ref)
-    insert_message_rows(conn, new_rows)
-    insert_tool_outputs(conn, new_outputs)
+    if pending is None:
+        insert_message_rows(conn, new_rows)
+        insert_tool_outputs(conn, new_outputs)
     if touch and items:
         touch_session(conn, session_id, now_ms)
     if indexed_len is not None:

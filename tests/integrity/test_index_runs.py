@@ -12,11 +12,18 @@ from typing import Any
 
 import pytest
 
-from actors.db_writer import DbOp, IndexOp, _IndexRun, _runs
+from actors.db_writer import DbOp, IndexOp, _IndexBatch, _runs
 from runtime.kernel.actor import Envelope
 from store.errors import CorruptData
 from store.indexing import appends, index
-from store.indexing.appends import Written, follows, index_written, index_written_run, join_written
+from store.indexing.appends import (
+    Written,
+    follows,
+    index_written,
+    index_written_batch,
+    index_written_run,
+    join_written,
+)
 from store.indexing.database import apply_pragmas, in_transaction
 from store.indexing.reconcile import apply_plan, plan_reconcile
 from store.jsonio import dumps_line, loads_line
@@ -194,10 +201,12 @@ def test_runs_join_only_what_follows_and_stop_at_any_other_op() -> None:
     other = DbOp(lambda c: None)
     runs = _runs([_env(m) for m in (a1, b1, a2, other, a3, a_gap, b2)])
     shapes = [(type(op).__name__, [env.msg for env in group]) for op, group in runs]
-    assert shapes == [("_IndexRun", [a1, a2]), ("IndexOp", [b1]), ("DbOp", [other]), ("IndexOp", [a3]),
-                      ("IndexOp", [a_gap]), ("IndexOp", [b2])]
-    run = runs[0][0]
-    assert isinstance(run, _IndexRun) and run.requests == 2 and not run.durable
+    # a's gap ends the batch a3 opened; b2 (another epoch) is b's first op of the next batch
+    assert shapes == [("_IndexBatch", [a1, a2, b1]), ("DbOp", [other]), ("IndexOp", [a3]),
+                      ("_IndexBatch", [a_gap, b2])]
+    batch = runs[0][0]
+    assert isinstance(batch, _IndexBatch) and batch.requests == 3 and not batch.durable
+    assert [[op for op in run] for run in batch.runs] == [[a1, a2], [b1]]
 
 
 @pytest.mark.parametrize("touch", [True, False])
@@ -205,3 +214,94 @@ def test_ops_that_touch_differently_are_not_joined(touch: bool) -> None:
     first = _w("a", 0, 10)
     second = Written("a", first.path, 10, 20, "e", [b"y" * 10], touch=touch)
     assert follows(first, second) is touch
+
+
+def _sessions(tmp_path: Path, conns: list[sqlite3.Connection], sids: list[str]) -> dict[str, tuple[Path, str | None]]:
+    out: dict[str, tuple[Path, str | None]] = {}
+    for sid in sids:
+        path = tmp_path / f"{sid}.jsonl"
+        create_transcript(path, sid, NOW)
+        plan = plan_reconcile(path, 0, None)
+        for c in conns:
+            in_transaction(c, lambda c, sid=sid, plan=plan: apply_plan(c, sid, plan, now_ms=NOW))
+        out[sid] = (path, plan.epoch)
+    return out
+
+
+def _op(sid: str, where: tuple[Path, str | None], lines: list[bytes], seqs: dict[int, int] | None = None) -> Written:
+    path, epoch = where
+    w = _write(path, epoch, lines, seqs)
+    return Written(sid, path, w.start, w.end, epoch, w.lines, w.records, w.seqs)
+
+
+def _all_rows(conn: sqlite3.Connection) -> dict[str, Any]:
+    return {
+        "messages": conn.execute("SELECT id, session_id, seq, role, text, deleted, line_offset, line_len "
+                                 "FROM messages ORDER BY session_id, seq").fetchall(),
+        "sessions": conn.execute("SELECT id, title, last_seq, indexed_len, file_epoch FROM sessions "
+                                 "ORDER BY id").fetchall(),
+        "found": sorted((h["sessionId"], h["messageId"]) for h in search_messages(conn, "zebra", limit=50)["results"]),
+    }
+
+
+def test_a_batch_of_several_sessions_indexes_what_one_op_at_a_time_indexes(tmp_path: Path) -> None:
+    """Two sessions' runs in one batch, their new rows in one INSERT: the same rows, marks and
+    search results as one op at a time, and a tombstone of a row held in the same batch lands."""
+    alone, batched = _db(tmp_path / "alone.sqlite"), _db(tmp_path / "batched.sqlite")
+    at = _sessions(tmp_path, [alone, batched], ["a", "b"])
+    runs = [
+        [_op("a", at["a"], [_msg("a1", "zebra a one")], {0: 1}),
+         _op("a", at["a"], [_msg("a2", "zebra a two"),
+                            dumps_line({"type": "tombstone", "id": "t-a1", "messageId": "a1", "deleted": True})],
+             {0: 2})],
+        [_op("b", at["b"], [_msg("b1", "zebra b one", "assistant")], {0: 1}),
+         _op("b", at["b"], [dumps_line({"type": "session_info", "title": "b renamed"}), _msg("b2", "b two")],
+             {1: 2})],
+    ]
+    one_by_one = [[(True, in_transaction(alone, lambda c, w=w: index_written(c, w, now_ms=NOW))) for w in run]
+                  for run in runs]
+    got = in_transaction(batched, lambda c: index_written_batch(c, runs, now_ms=NOW))
+    assert got == one_by_one
+    assert _all_rows(batched) == _all_rows(alone)
+    assert _all_rows(batched)["found"] == [("a", "a2"), ("b", "b1")]
+    assert conn_title(batched, "b") == "b renamed"
+
+
+def conn_title(conn: sqlite3.Connection, sid: str) -> str:
+    return str(conn.execute("SELECT title FROM sessions WHERE id = ?", (sid,)).fetchone()[0])
+
+
+def test_a_batch_writes_one_search_segment_for_all_its_sessions(tmp_path: Path) -> None:
+    alone, batched = _db(tmp_path / "alone.sqlite"), _db(tmp_path / "batched.sqlite")
+    sids = [f"s{i}" for i in range(6)]
+    at = _sessions(tmp_path, [alone, batched], sids)
+    runs = [[_op(sid, at[sid], [_msg(f"{sid}-m", f"zebra {sid} " + "word " * 40)], {0: 1})] for sid in sids]
+    in_transaction(alone, lambda c: [index_written_run(c, run, now_ms=NOW) for run in runs])
+    in_transaction(batched, lambda c: index_written_batch(c, runs, now_ms=NOW))
+    assert _all_rows(batched) == _all_rows(alone)
+    assert _segments(batched) < _segments(alone)
+
+
+def test_the_same_new_id_in_two_sessions_of_a_batch_falls_back_to_one_run_at_a_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """D444 inside one batch: neither op sees the other's held row, so the flush fails on the
+    unique id; the batch rolls back and each run goes alone: the second takes ``b:dup``, as when
+    the ops ran one at a time."""
+    alone, batched = _db(tmp_path / "alone.sqlite"), _db(tmp_path / "batched.sqlite")
+    at = _sessions(tmp_path, [alone, batched], ["a", "b"])
+    runs = [[_op("a", at["a"], [_msg("dup", "zebra from a")])], [_op("b", at["b"], [_msg("dup", "zebra from b")])]]
+    alone_runs: list[int] = []
+    real = appends.index_written_run
+
+    def counted(c: sqlite3.Connection, ws: Any, *, now_ms: int) -> Any:
+        alone_runs.append(len(ws))
+        return real(c, ws, now_ms=now_ms)
+
+    monkeypatch.setattr(appends, "index_written_run", counted)
+    one_by_one = [[(True, in_transaction(alone, lambda c, w=w: index_written(c, w, now_ms=NOW))) for w in run]
+                  for run in runs]
+    got = in_transaction(batched, lambda c: index_written_batch(c, runs, now_ms=NOW))
+    assert got == one_by_one
+    assert [[r["id"] for r in refs] for run in got for ok, refs in run] == [["dup"], ["b:dup"]]
+    assert alone_runs == [1, 1]  # the batch failed, then each run went alone
+    assert _all_rows(batched) == _all_rows(alone)
