@@ -456,28 +456,39 @@ def cancel(conn: sqlite3.Connection, delivery_id: str, target: str, *, now_ms: i
 # provenance of transcript input (pure)
 
 
+HOST_PROVENANCE = ("sessionMessage", "fromAgent")
+"""``meta`` keys only the host writes (``protocol.models_records.HOST_META_KEYS``): collaboration
+input (collab.begin) and an imported sub-agent thread's prompt from its parent agent."""
+
+_WRITTEN_BY = {"sessionMessage": "collab.begin", "fromAgent": "an import of a sub-agent thread"}
+
+
 def check_rewrite(old: Mapping[str, Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> None:
-    """A rewrite keeps collaboration input exactly: no stripped, edited or forged ``meta.sessionMessage``.
+    """A rewrite keeps host-written provenance exactly: no stripped, edited or forged
+    ``meta.sessionMessage`` (collaboration input) or ``meta.fromAgent`` (a parent agent's prompt).
 
     ``old``: the live transcript's records by id; ``new``: the records the rewrite writes.
-    Dropping a collaboration input line entirely is allowed (it does not become human input).
+    Dropping such a line entirely is allowed (it does not become human input).
     """
     for rec in new:
-        mine = meta_of(rec).get("sessionMessage")
         before = old.get(str(rec.get("id")))
-        theirs = meta_of(before).get("sessionMessage") if before is not None else None
-        if theirs is None and mine is None:
-            continue
-        if theirs is None:
-            raise PermissionDenied(f"message {rec.get('id')}: meta.sessionMessage is written by the host "
-                                   "(collab.begin), a client cannot add it", data={"messageId": rec.get("id")})
-        if mine is None:
-            raise PermissionDenied(f"message {rec.get('id')} is collaboration input; its provenance cannot be "
-                                   "stripped", data={"messageId": rec.get("id")})
-        assert before is not None
-        if mine != theirs or rec.get("blocks") != before.get("blocks") or rec.get("role") != before.get("role"):
-            raise PermissionDenied(f"message {rec.get('id')} is collaboration input; it cannot be edited",
-                                   data={"messageId": rec.get("id")})
+        for key in HOST_PROVENANCE:
+            mine = meta_of(rec).get(key)
+            theirs = meta_of(before).get(key) if before is not None else None
+            if theirs is None and mine is None:
+                continue
+            if theirs is None:
+                raise PermissionDenied(f"message {rec.get('id')}: meta.{key} is written by the host "
+                                       f"({_WRITTEN_BY[key]}), a client cannot add it",
+                                       data={"messageId": rec.get("id")})
+            what = "collaboration input" if key == "sessionMessage" else "a prompt from its parent agent"
+            if mine is None:
+                raise PermissionDenied(f"message {rec.get('id')} is {what}; its provenance cannot be stripped",
+                                       data={"messageId": rec.get("id")})
+            assert before is not None
+            if mine != theirs or rec.get("blocks") != before.get("blocks") or rec.get("role") != before.get("role"):
+                raise PermissionDenied(f"message {rec.get('id')} is {what}; it cannot be edited",
+                                       data={"messageId": rec.get("id")})
 
 
 def is_collaboration_input(record: Mapping[str, Any]) -> bool:
