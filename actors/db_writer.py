@@ -46,6 +46,8 @@ class DbOp:
     durable: bool = True
     label: str = ""
     requests: int = 1
+    sessions: frozenset[str] | None = None
+    """May change any row (see ``Op.sessions``)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,10 @@ class IndexOp:
     def fn(self) -> Callable[[sqlite3.Connection], Any]:
         return partial(index_written, w=self.written, now_ms=self.now_ms)
 
+    @property
+    def sessions(self) -> frozenset[str]:
+        return frozenset((self.written.session_id,))
+
 
 @dataclass(frozen=True)
 class _IndexBatch:
@@ -81,6 +87,10 @@ class _IndexBatch:
     @property
     def requests(self) -> int:
         return len(self.ops)
+
+    @property
+    def sessions(self) -> frozenset[str]:
+        return frozenset(op.written.session_id for op in self.ops)
 
     @property
     def fn(self) -> Callable[[sqlite3.Connection], Any]:

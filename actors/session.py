@@ -16,9 +16,10 @@ the validated params, the command receipt key and the caller). The actor:
   with more after it): while its mailbox stays empty it reads the next page
   (``on_idle``) and offers it to the very next call only, which takes it if
   it asks for exactly that page and nothing changed since: the session's file
-  state is the same and no SQLite commit became visible (the DB writer's
-  commit generation, even and unchanged; an idle search-index merge does not
-  count: it changes nothing a read returns). Held pages are bounded host-wide
+  state is the same and no SQLite commit that could change this session's rows
+  became visible (its commit generation at the DB writer, even and unchanged:
+  index ops of other sessions and an idle search-index merge do not count,
+  they change nothing this session's read returns). Held pages are bounded host-wide
   in bytes (:class:`ReadAhead`) and dropped after ``READ_AHEAD_SECONDS``;
   :attr:`ReadAhead.gave_up` counts every read-ahead given up, per reason.
 
@@ -166,8 +167,9 @@ class SessionDeps:
     """The DB writer's ``ActorRef`` (index ops are posted to it without waiting for them)."""
     services: Any = None
     """Per-host state handlers share (queue controllers, ...); opaque to the actor."""
-    db_generation: Callable[[], int] | None = None
-    """The DB writer's commit generation (``GroupStats.generation``); ``None``: no read-ahead."""
+    db_generation: Callable[[str], int] | None = None
+    """A session's commit generation at the DB writer (``GroupStats.generation_of``); ``None``: no
+    read-ahead."""
     read_ahead: ReadAhead = field(default_factory=ReadAhead)
     idle_timeout: float | None = 300.0
     mailbox_size: int = 512
@@ -274,7 +276,7 @@ class SessionActor(Actor):
         if ahead.state != self._file_state():
             bounds.give_up("stale_state")
             return None
-        if gen is None or gen() != ahead.generation:
+        if gen is None or gen(self.sid) != ahead.generation:
             bounds.give_up("stale_commit")
             return None
         bounds.taken += 1
@@ -298,13 +300,13 @@ class SessionActor(Actor):
         if wanted.state != self._file_state():
             bounds.give_up("moved")
             return False
-        generation = gen()
+        generation = gen(self.sid)
         if generation % 2:
             # A commit is running (an index batch, idle upkeep): what a read sees now may be stale by the time
             # it is taken. Wait for it to end (milliseconds; bounded), unless a call arrives meanwhile.
             with trio.move_on_after(bounds.seconds):
                 # the commit runs in the DB writer's thread: there is no trio event to wait on
-                while (generation := gen()) % 2 and not self._recv.statistics().current_buffer_used:  # noqa: ASYNC110
+                while (generation := gen(self.sid)) % 2 and not self._recv.statistics().current_buffer_used:  # noqa: ASYNC110
                     await trio.sleep(0.001)
             if self._recv.statistics().current_buffer_used:
                 bounds.give_up("call")

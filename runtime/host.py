@@ -255,7 +255,7 @@ async def run_host(
                 )
                 deps = SessionDeps(
                     paths=data_dir.session_paths, db=db, reads=reads, bus=bus, faults=faults, now_ms=now_ms,
-                    index_log=index_log, writer=writer_ref, db_generation=lambda: db_stats.generation,
+                    index_log=index_log, writer=writer_ref, db_generation=db_stats.generation_of,
                     services=services, idle_timeout=config.session_idle_timeout,
                     mailbox_size=config.session_mailbox, batch_limit=config.session_batch_limit,
                 )

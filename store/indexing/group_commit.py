@@ -45,6 +45,10 @@ class Op(Protocol):
     @property
     def requests(self) -> int: ...
 
+    @property
+    def sessions(self) -> frozenset[str] | None:
+        """The sessions whose rows it may change (an index op: its own); ``None``: any row at all."""
+
 
 @dataclass
 class GroupStats:
@@ -65,6 +69,41 @@ class GroupStats:
     check). An upkeep commit leaves it alone: an FTS5 merge rewrites only the search index's own shadow
     tables, which hold the same index after it; no other table and no query result changes
     (``store.search.search_upkeep``), and a ``session.get`` page reads none of them."""
+    touched: dict[str, int] = field(default_factory=dict)
+    """Per session, :attr:`generation` at the last batch commit that held an op limited to it (an index
+    op: ``Op.sessions``), odd while that commit runs: see :meth:`generation_of`."""
+    everyone: int = 0
+    """:attr:`generation` at the last batch commit holding an op that may change any row, odd while it runs."""
+
+    TOUCHED_LIMIT = 4096
+    """Sessions remembered in :attr:`touched`; past it the map is cleared and :attr:`everyone` moved to
+    now: every session then counts as changed once (conservative, bounded)."""
+
+    def generation_of(self, session_id: str) -> int:
+        """The generation a read of this session's rows checks: the same even value before a read and
+        after using it means no commit that could change them became visible in between. Commits
+        limited to other sessions (their index ops) leave it alone."""
+        return max(self.everyone, self.touched.get(session_id, 0))
+
+    def _mark(self, sessions: frozenset[str] | None) -> None:
+        if sessions is None:
+            self.everyone = self.generation
+            return
+        if len(self.touched) + len(sessions) > self.TOUCHED_LIMIT:
+            self.touched.clear()
+            self.everyone = self.generation
+        for sid in sessions:
+            self.touched[sid] = self.generation
+
+
+def _sessions_of(ops: Sequence[Op]) -> frozenset[str] | None:
+    out: set[str] = set()
+    for op in ops:
+        mine = op.sessions
+        if mine is None:
+            return None
+        out |= mine
+    return frozenset(out)
 
 
 def is_corruption(exc: BaseException) -> bool:
@@ -112,7 +151,7 @@ class GroupCommit:
             self._use_synchronous(mode)
             results = self._execute(ops)
             self._faults.point("index.before_commit")
-            self._commit()
+            self._commit(sessions=_sessions_of(ops))
             self._faults.point("index.after_commit")
         except BaseException as exc:  # noqa: BLE001 - returned so the actor can fail every asker
             self._rollback_quietly()
@@ -157,17 +196,20 @@ class GroupCommit:
         return merged
 
     # -- internals -------------------------------------------------------------
-    def _commit(self, *, visible: bool = True) -> None:
-        """``visible``: the transaction may change what a read returns (``GroupStats.generation``)."""
+    def _commit(self, *, visible: bool = True, sessions: frozenset[str] | None = None) -> None:
+        """``visible``: the transaction may change what a read returns (``GroupStats.generation``);
+        ``sessions``: only the rows of these sessions (``None``: any)."""
         if not visible:
             self._conn.execute("COMMIT")
             return
         st = self.stats
         st.generation += 1
+        st._mark(sessions)
         try:
             self._conn.execute("COMMIT")
         finally:
             st.generation += 1
+            st._mark(sessions)
 
     def _use_synchronous(self, mode: str) -> None:
         if mode != self._sync_mode:

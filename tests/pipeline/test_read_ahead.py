@@ -3,8 +3,9 @@ WebSocket read page by page waited for the host to build page N+1 only once the 
 
 The page after a forward page with more after it is read while the actor's mailbox is empty and offered to
 the next call only; it is taken only for exactly that page and only if nothing changed since it was read:
-no line written by the actor, no SQLite commit by anyone (the DB writer's commit generation; the writer's
-idle search-index merge changes nothing a page reads and does not count). Every page a client gets is the
+no line written by the actor, no SQLite commit that could change the session's rows (its commit
+generation at the DB writer: other sessions' index ops and the writer's idle search-index merge change
+nothing a page reads and do not count). Every page a client gets is the
 page a fresh read would give; ``ReadAhead.gave_up`` says why a read-ahead was not taken.
 """
 
@@ -164,6 +165,35 @@ async def test_a_search_index_merge_does_not_make_a_page_read_ahead_stale(tmp_pa
         else:
             raise AssertionError("every read-ahead came after the writer's upkeep")
         await _until(lambda: host.faults.hits("upkeep.after_commit") > upkeeps)
+        taken = stats.taken
+        second = await c.call("session.get", _page(sid, first["messageEnd"]))
+        assert stats.taken == taken + 1, stats.gave_up
+        assert "stale_commit" not in stats.gave_up
+        assert second["messages"] == whole["messages"][PAGE:2 * PAGE]
+        assert second["session"] == whole["session"] and second["totalMessages"] == N
+
+
+async def test_another_sessions_appends_do_not_make_a_page_read_ahead_stale(tmp_path: Path) -> None:
+    """Reproduces the give-ups of a client paging while others write: every index commit of any session
+    moved the one commit generation, so a held page was stale after any other session's append. Now the
+    check is per session (``GroupStats.generation_of``): other sessions' appends, indexed and committed in
+    between, leave the held page taken, and it is the page a fresh read gives."""
+    async with inprocess_host(tmp_path) as host, client_for(host) as c:
+        stats = _read_ahead(host)
+        stats.seconds = 60.0  # held until asked: the test does not depend on the machine's speed
+        sid = await _session(c)
+        other = await _session(c, 3)
+        whole = await c.call("session.get", {"sessionId": sid, "messageLimit": N})
+        reads = stats.reads
+        first = await c.call("session.get", _page(sid, 0))
+        await _wait_read(host, reads + 1)
+        generation_of = host.services.sessions._deps.db_generation
+        db = generation_of.__self__  # the DB writer's GroupStats
+        before = (db.generation, generation_of(sid))
+        for i in range(5):
+            await c.call("session.appendMessage", {"sessionId": other, "message": msg(f"o{i}", f"other {i}")})
+        await host.services.index_log.barrier()  # the other session's index rows committed meanwhile
+        assert db.generation > before[0] and generation_of(sid) == before[1]
         taken = stats.taken
         second = await c.call("session.get", _page(sid, first["messageEnd"]))
         assert stats.taken == taken + 1, stats.gave_up
