@@ -36,10 +36,11 @@ a new id                                              :class:`Write` with the ne
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from store import receipts
 from store.errors import CorruptData, IdempotencyConflict, SessionNotFound, StoreError
@@ -60,6 +61,8 @@ from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey
 from store.transcripts.records import is_streaming, message_record, normalize_message, with_receipt
 from store.transcripts.transcript import read_spans
+
+T = TypeVar("T")
 
 __all__ = [
     "AppendPlan",
@@ -464,32 +467,30 @@ def index_written_run(conn: sqlite3.Connection, ws: Sequence[Written], *,
     database propagates.
     """
     if len(ws) > 1:
-        conn.execute("SAVEPOINT index_run")
-        try:
-            refs = index_written(conn, join_written(ws), now_ms=now_ms)
-        except Exception as exc:
-            conn.execute("ROLLBACK TO index_run")
-            conn.execute("RELEASE index_run")
-            if isinstance(exc, sqlite3.DatabaseError) and is_corruption(exc):
-                raise
-        else:
-            conn.execute("RELEASE index_run")
-            return _each_ops_refs(ws, refs)
+        ok, value = _under_savepoint(conn, "index_run", lambda: index_written(conn, join_written(ws), now_ms=now_ms))
+        if ok:
+            return _each_ops_refs(ws, value)
     results: list[tuple[bool, Any]] = []
     for w in ws:
-        conn.execute("SAVEPOINT index_one")
-        try:
-            value = index_written(conn, w, now_ms=now_ms)
-        except Exception as exc:  # noqa: BLE001 - that op's own outcome
-            conn.execute("ROLLBACK TO index_one")
-            conn.execute("RELEASE index_one")
-            if isinstance(exc, sqlite3.DatabaseError) and is_corruption(exc):
-                raise
-            results.append((False, db_error(exc, "index write")))
-        else:
-            conn.execute("RELEASE index_one")
-            results.append((True, value))
+        ok, value = _under_savepoint(conn, "index_one", partial(index_written, conn, w, now_ms=now_ms))
+        results.append((ok, value if ok else db_error(value, "index write")))
     return results
+
+
+def _under_savepoint(conn: sqlite3.Connection, name: str, fn: Callable[[], T]) -> tuple[bool, Any]:
+    """``(True, fn())``, or ``(False, the error)`` with everything ``fn`` did rolled back; a corrupt
+    database propagates."""
+    conn.execute(f"SAVEPOINT {name}")
+    try:
+        value = fn()
+    except Exception as exc:  # noqa: BLE001 - the caller's outcome
+        conn.execute(f"ROLLBACK TO {name}")
+        conn.execute(f"RELEASE {name}")
+        if isinstance(exc, sqlite3.DatabaseError) and is_corruption(exc):
+            raise
+        return False, exc
+    conn.execute(f"RELEASE {name}")
+    return True, value
 
 
 def index_written_batch(conn: sqlite3.Connection, runs: Sequence[Sequence[Written]], *,
@@ -505,18 +506,15 @@ def index_written_batch(conn: sqlite3.Connection, runs: Sequence[Sequence[Writte
     """
     if len(runs) > 1:
         pending = PendingRows()
-        conn.execute("SAVEPOINT index_batch")
-        try:
+
+        def together() -> list[list[dict[str, Any]]]:
             joined = [index_written(conn, join_written(ws), now_ms=now_ms, pending=pending) for ws in runs]
             pending.flush(conn)
-        except Exception as exc:
-            conn.execute("ROLLBACK TO index_batch")
-            conn.execute("RELEASE index_batch")
-            if isinstance(exc, sqlite3.DatabaseError) and is_corruption(exc):
-                raise
-        else:
-            conn.execute("RELEASE index_batch")
-            return [_each_ops_refs(ws, refs) for ws, refs in zip(runs, joined, strict=True)]
+            return joined
+
+        ok, value = _under_savepoint(conn, "index_batch", together)
+        if ok:
+            return [_each_ops_refs(ws, refs) for ws, refs in zip(runs, value, strict=True)]
     return [index_written_run(conn, ws, now_ms=now_ms) for ws in runs]
 
 

@@ -55,6 +55,17 @@ def _page(sid: str, end: int) -> dict[str, Any]:
     return {"sessionId": sid, "messageEnd": end, "messageLimit": PAGE, "maxBytes": 1 << 20}
 
 
+async def _second_page_is_the_one_read_ahead(c: Any, stats: ReadAhead, sid: str, first: dict[str, Any],
+                                             whole: dict[str, Any]) -> None:
+    """The page after ``first`` is taken from the read-ahead (not stale) and is what a fresh read gives."""
+    taken = stats.taken
+    second = await c.call("session.get", _page(sid, first["messageEnd"]))
+    assert stats.taken == taken + 1, stats.gave_up
+    assert "stale_commit" not in stats.gave_up
+    assert second["messages"] == whole["messages"][PAGE:2 * PAGE]
+    assert second["session"] == whole["session"] and second["totalMessages"] == N
+
+
 async def test_forward_pages_are_read_ahead_and_are_the_pages_a_fresh_read_gives(tmp_path: Path) -> None:
     """Reproduces the wait of issue 26 item 5: with nothing written meanwhile, each forward page after the
     first is the one read ahead (taken) and no read-ahead is given up; the pages together are exactly the
@@ -165,12 +176,7 @@ async def test_a_search_index_merge_does_not_make_a_page_read_ahead_stale(tmp_pa
         else:
             raise AssertionError("every read-ahead came after the writer's upkeep")
         await _until(lambda: host.faults.hits("upkeep.after_commit") > upkeeps)
-        taken = stats.taken
-        second = await c.call("session.get", _page(sid, first["messageEnd"]))
-        assert stats.taken == taken + 1, stats.gave_up
-        assert "stale_commit" not in stats.gave_up
-        assert second["messages"] == whole["messages"][PAGE:2 * PAGE]
-        assert second["session"] == whole["session"] and second["totalMessages"] == N
+        await _second_page_is_the_one_read_ahead(c, stats, sid, first, whole)
 
 
 async def test_another_sessions_appends_do_not_make_a_page_read_ahead_stale(tmp_path: Path) -> None:
@@ -194,9 +200,4 @@ async def test_another_sessions_appends_do_not_make_a_page_read_ahead_stale(tmp_
             await c.call("session.appendMessage", {"sessionId": other, "message": msg(f"o{i}", f"other {i}")})
         await host.services.index_log.barrier()  # the other session's index rows committed meanwhile
         assert db.generation > before[0] and generation_of(sid) == before[1]
-        taken = stats.taken
-        second = await c.call("session.get", _page(sid, first["messageEnd"]))
-        assert stats.taken == taken + 1, stats.gave_up
-        assert "stale_commit" not in stats.gave_up
-        assert second["messages"] == whole["messages"][PAGE:2 * PAGE]
-        assert second["session"] == whole["session"] and second["totalMessages"] == N
+        await _second_page_is_the_one_read_ahead(c, stats, sid, first, whole)
