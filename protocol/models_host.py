@@ -143,6 +143,13 @@ class GatewayStats(Result):
     oversized_replies: Count = Field(description="Replies answered PAYLOAD_TOO_LARGE by the reply caps.")
 
 
+class TrioStats(Result):
+    """The trio thread's hand-offs since start (only with ``serve --count-task-steps``, a diagnostic)."""
+
+    task_steps: Count = Field(description="Task steps run (each one a task switch on the trio thread).")
+    io_waits: Count = Field(description="Passes of trio's run loop through its I/O wait (epoll_wait).")
+
+
 class StatusResult(Result):
     version: str
     boot_id: str
@@ -155,6 +162,7 @@ class StatusResult(Result):
     data_dir_bytes: Count
     disk: DiskStats | None = None
     gateway: GatewayStats | None = None
+    trio: TrioStats | None = Field(default=None, description="Only with serve --count-task-steps.")
     boot: BootReport
 
 
@@ -172,4 +180,5 @@ __all__ = [
     "PipelineStats",
     "StatusParams",
     "StatusResult",
+    "TrioStats",
 ]

@@ -89,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--native-pi-root", metavar="DIR", default=None,
                        help="list the pi sessions under DIR read-only as native-pi:<id> sessions")
     serve.add_argument("--quiet", action="store_true", help="no human log lines on stderr")
+    serve.add_argument("--count-task-steps", action="store_true",
+                       help="diagnostics: count the trio thread's task steps and I/O waits (host.status.trio)")
     serve.add_argument("--import-root", action="append", default=[], metavar="DIR",
                        help="a folder attachments.importFile may read (besides the session's project and scratch/)")
     serve.add_argument("--disk-warn-below", type=int, default=512 * 1024 * 1024, metavar="BYTES",

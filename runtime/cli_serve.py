@@ -57,6 +57,7 @@ def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         import_roots=tuple(os.path.abspath(r) for r in args.import_root),
         disk_warn_below_bytes=args.disk_warn_below,
         native_pi_root=Path(args.native_pi_root).resolve() if args.native_pi_root else None,
+        count_task_steps=args.count_task_steps,
     )
 
     signals_seen: list[int] = []

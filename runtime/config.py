@@ -49,6 +49,8 @@ class HostConfig:
     shutdown_deadline: float = 10.0
     shutdown_grace: float = 5.0
     validate_results: bool = False  # check every result and event payload against its protocol model (tests)
+    # Diagnostics: count the trio thread's task steps and I/O waits (host.status.trio; scripts/bench).
+    count_task_steps: bool = False
     # session.inflight previews reach one subscriber at most this often per message (seconds).
     inflight_event_interval: float = 0.25
     # The event backlog clients resume from (events.subscribe with a cursor): at most this many

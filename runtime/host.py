@@ -67,6 +67,7 @@ from runtime.handlers.queue import QueueControl
 from runtime.handlers.secrets import Vault
 from runtime.kernel.actor import InternalBug, reply_callback_failed
 from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
+from runtime.kernel.task_steps import TaskSteps
 from runtime.pipeline import Pipeline
 from runtime.routes import ROUTES, Route
 from runtime.version import VERSION
@@ -193,6 +194,9 @@ async def run_host(
     # Test mode: a reply callback that raised (its request was answered INTERNAL) fails the host at its end.
     callback_failures: list[BaseException] = []
     hook = reply_callback_failed.set(callback_failures.append) if config.validate_results else None
+    steps = TaskSteps() if config.count_task_steps else None
+    if steps is not None:
+        trio.lowlevel.add_instrument(steps)
     try:
         clean = await trio.to_thread.run_sync(_read_clean_marker, data_dir)
         await trio.to_thread.run_sync(remove_file_durable, data_dir.clean_shutdown_path)
@@ -294,6 +298,7 @@ async def run_host(
                         "dataDirBytes": size,
                         "disk": await trio.to_thread.run_sync(_disk, data_dir.root, config.disk_warn_below_bytes),
                         "gateway": _gateway_stats(gateway),
+                        **({"trio": steps.statistics()} if steps is not None else {}),
                         "boot": boot.report,
                     }
 
@@ -345,6 +350,8 @@ async def run_host(
                 await trio.to_thread.run_sync(_remove_host_json, data_dir)
     finally:
         lock.release()
+        if steps is not None:
+            trio.lowlevel.remove_instrument(steps)
         if hook is not None:
             reply_callback_failed.reset(hook)
         if callback_failures:

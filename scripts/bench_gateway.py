@@ -96,14 +96,19 @@ async def _one_client(url: str, token: str, pid: int, msgs: Sequence[dict[str, A
         warm = corpus.messages("gw-one-warm", WARMUP)
         await _prepare(c, "gw-one", warm)
         await sql.append_each("gw-one", warm)
-        before = (await c.call("host.status", {}))["dbWriter"]
+        status = await c.call("host.status", {})
+        before, steps_before = status["dbWriter"], status["trio"]
         for part, raw_lines in zip(chunks(msgs, ROUNDS), chunks(lines, ROUNDS), strict=True):
             await trio.to_thread.run_sync(raw.run, raw_lines)
             await raw.run_hopped(raw_lines)
             await lite.measure(len(part), partial(sql.append_each, "gw-one", part))
             await host.measure(len(part), partial(_appends, c, "gw-one", part, lat), partial(_index_barrier, c))
-        after = (await c.call("host.status", {}))["dbWriter"]  # the status calls add no index op
-    return {"lat": lat, "host": host, "sqlite": lite, "dbWriter": (before, after)}
+        status = await c.call("host.status", {})  # the status calls add no index op
+        after, steps_after = status["dbWriter"], status["trio"]
+    n = len(msgs)
+    hand_offs = {"taskStepsPerAppend": rnd((steps_after["taskSteps"] - steps_before["taskSteps"]) / n),
+                 "ioWaitsPerAppend": rnd((steps_after["ioWaits"] - steps_before["ioWaits"]) / n)}
+    return {"lat": lat, "host": host, "sqlite": lite, "dbWriter": (before, after), "handOffs": hand_offs}
 
 
 async def _concurrent(url: str, token: str, pid: int, work: dict[str, list[dict[str, Any]]], status_calls: int,
@@ -212,7 +217,7 @@ def run_gateway(sizes: Sizes, work: Path) -> Section:
     needle = f"benchlastmsg{uuid.uuid4().hex}"  # in the run's last message only
     batches[-1][-1] = with_token(batches[-1][-1], needle)
     root.mkdir(parents=True, exist_ok=True)
-    proc = start_host_process(root)
+    proc = start_host_process(root, "--count-task-steps")  # host.status.trio: its task steps and I/O waits
     pid = proc.proc.pid
     raw = RawLoop(root / "sessions")
     sql = SQLiteSessionBaseline(work / "gateway-baselines" / "sqlite-session.db")
@@ -246,6 +251,7 @@ def run_gateway(sizes: Sizes, work: Path) -> Section:
     idx_one = index_sql_only(root / "index-only-one", one_groups)
     index_rate = idx_batches.per_sec
     floors = _floors(raw, lite1, hostn, liten, idx_one, index_rate)
+    floors["hostCpuPerAppend"].update(one_got["handOffs"])
     ack_client_cpu, ack_host_cpu = bat["ackCpu"]
     up_client_cpu, up_host_cpu = bat["caughtUpCpu"]
     sec.figures = {
@@ -263,7 +269,10 @@ def run_gateway(sizes: Sizes, work: Path) -> Section:
                       "cpuMsPerAppend": rnd(host1.other_cpu_ms_per_op() + host1.cpu_ms_per_op()),
                       "ratioToSqliteSession": rnd(ratio(host1.per_sec, lite1.per_sec)),
                       "ratioToRaw": rnd(ratio(host1.per_sec, raw.per_sec)),
-                      "ratioToRawViaWorkerThread": rnd(ratio(host1.per_sec, raw.hopped_per_sec))},
+                      "ratioToRawViaWorkerThread": rnd(ratio(host1.per_sec, raw.hopped_per_sec)),
+                      # the host's trio thread (serve --count-task-steps), over the rounds: its appends and the
+                      # one session.list ending each round
+                      **one_got["handOffs"]},
         "concurrentClients": {"clients": sizes.gw_clients, "callsPerClient": sizes.gw_calls_per_client,
                               "appendsPerSec": rnd(hostn.per_sec),
                               "p50ms": rnd(pct(conc["lat"], 50) * 1000), "p99ms": rnd(pct(conc["lat"], 99) * 1000),
@@ -408,9 +417,14 @@ def host_cpu_detail(floor: Mapping[str, Any]) -> str:
     text = (f"the pi-host serve process, /proc/<pid>/stat; floor in this run: raw loop via one worker-thread hop "
             f"{shown(floor['rawViaWorkerThreadCpuMs'])} ms + index SQL alone {shown(floor['indexSqlCpuMs'])} ms = "
             f"{shown(floor['sumCpuMs'])} ms")
+    if floor.get("taskStepsPerAppend") is not None:
+        text += (f"; its trio thread per append: {shown(floor['taskStepsPerAppend'])} task steps, "
+                 f"{shown(floor['ioWaitsPerAppend'])} I/O waits")
     if floor.get("inProcessCpuMs") is not None:
         text += (f"; in-process in this run (appends section, both threads, index and driver included): "
                  f"{shown(floor['inProcessCpuMs'])} ms, its floor {shown(floor['inProcessFloorCpuMs'])} ms")
+        if floor.get("inProcessTaskStepsPerAppend") is not None:
+            text += f", {shown(floor['inProcessTaskStepsPerAppend'])} task steps per append"
     return text
 
 
@@ -426,5 +440,6 @@ def link_in_process(gateway: Section, appends: Mapping[str, Any]) -> None:
     floor = floors["hostCpuPerAppend"]
     floor["inProcessCpuMs"] = in_process
     floor["inProcessFloorCpuMs"] = ((figs.get("floors") or {}).get("cpuPerAppend") or {}).get("sumCpuMs")
+    floor["inProcessTaskStepsPerAppend"] = (figs.get("oneSession") or {}).get("taskStepsPerAppend")
     gateway.targets = [replace(t, detail=host_cpu_detail(floor)) if t.name.startswith("one client: host CPU")
                        else t for t in gateway.targets]

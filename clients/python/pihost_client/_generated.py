@@ -2310,6 +2310,7 @@ class StatusResult(TypedDict):
     dataDirBytes: int
     disk: NotRequired[DiskStats | None]
     gateway: NotRequired[GatewayStats | None]
+    trio: NotRequired[TrioStats | None]
     boot: BootReport
 
 
@@ -2548,6 +2549,12 @@ class TreeNode(TypedDict):
 class TreeResult(TypedDict):
     nodes: list[TreeNode]
     activeLeafId: NotRequired[str | None]
+
+
+class TrioStats(TypedDict):
+    """The trio thread's hand-offs since start (only with ``serve --count-task-steps``, a diagnostic)."""
+    taskSteps: int
+    ioWaits: int
 
 
 class TruncateFromParams(TypedDict):

@@ -2941,6 +2941,8 @@ export interface StatusResult {
   dataDirBytes: number;
   disk?: DiskStats | null;
   gateway?: GatewayStats | null;
+  /** Only with serve --count-task-steps. */
+  trio?: TrioStats | null;
   boot: BootReport;
 }
 
@@ -3240,6 +3242,14 @@ export interface TreeResult {
   /** Parents before children; siblings by revision. */
   nodes: TreeNode[];
   activeLeafId?: string | null;
+}
+
+/** The trio thread's hand-offs since start (only with ``serve --count-task-steps``, a diagnostic). */
+export interface TrioStats {
+  /** Task steps run (each one a task switch on the trio thread). */
+  taskSteps: number;
+  /** Passes of trio's run loop through its I/O wait (epoll_wait). */
+  ioWaits: number;
 }
 
 /** Cut the transcript at a named message (identity, never a count). */
