@@ -456,11 +456,13 @@ def cancel(conn: sqlite3.Connection, delivery_id: str, target: str, *, now_ms: i
 # provenance of transcript input (pure)
 
 
-HOST_PROVENANCE = ("sessionMessage", "fromAgent")
+_PROVENANCE = {  # key -> (what writes it, what a line carrying it is)
+    "sessionMessage": ("collab.begin", "collaboration input"),
+    "fromAgent": ("an import of a sub-agent thread", "a prompt from its parent agent"),
+}
+HOST_PROVENANCE = tuple(_PROVENANCE)
 """``meta`` keys only the host writes (``protocol.models_records.HOST_META_KEYS``): collaboration
 input (collab.begin) and an imported sub-agent thread's prompt from its parent agent."""
-
-_WRITTEN_BY = {"sessionMessage": "collab.begin", "fromAgent": "an import of a sub-agent thread"}
 
 
 def check_rewrite(old: Mapping[str, Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> None:
@@ -472,16 +474,15 @@ def check_rewrite(old: Mapping[str, Mapping[str, Any]], new: Sequence[Mapping[st
     """
     for rec in new:
         before = old.get(str(rec.get("id")))
-        for key in HOST_PROVENANCE:
+        for key, (written_by, what) in _PROVENANCE.items():
             mine = meta_of(rec).get(key)
             theirs = meta_of(before).get(key) if before is not None else None
             if theirs is None and mine is None:
                 continue
             if theirs is None:
                 raise PermissionDenied(f"message {rec.get('id')}: meta.{key} is written by the host "
-                                       f"({_WRITTEN_BY[key]}), a client cannot add it",
+                                       f"({written_by}), a client cannot add it",
                                        data={"messageId": rec.get("id")})
-            what = "collaboration input" if key == "sessionMessage" else "a prompt from its parent agent"
             if mine is None:
                 raise PermissionDenied(f"message {rec.get('id')} is {what}; its provenance cannot be stripped",
                                        data={"messageId": rec.get("id")})

@@ -36,16 +36,16 @@ a new id                                              :class:`Write` with the ne
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from store import receipts
 from store.errors import CorruptData, IdempotencyConflict, SessionNotFound, StoreError
 from store.indexing import index
-from store.indexing.group_commit import db_error, is_corruption
+from store.indexing.group_commit import attempt, db_error, is_corruption
 from store.indexing.index import IndexRecord, PendingRows, index_messages, message_ref
 from store.indexing.reconcile import (
     TailScan,
@@ -61,8 +61,6 @@ from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey
 from store.transcripts.records import is_streaming, message_record, normalize_message, with_receipt
 from store.transcripts.transcript import read_spans
-
-T = TypeVar("T")
 
 __all__ = [
     "AppendPlan",
@@ -467,30 +465,14 @@ def index_written_run(conn: sqlite3.Connection, ws: Sequence[Written], *,
     database propagates.
     """
     if len(ws) > 1:
-        ok, value = _under_savepoint(conn, "index_run", lambda: index_written(conn, join_written(ws), now_ms=now_ms))
+        ok, value = attempt(conn, "index_run", lambda: index_written(conn, join_written(ws), now_ms=now_ms))
         if ok:
             return _each_ops_refs(ws, value)
     results: list[tuple[bool, Any]] = []
     for w in ws:
-        ok, value = _under_savepoint(conn, "index_one", partial(index_written, conn, w, now_ms=now_ms))
+        ok, value = attempt(conn, "index_one", partial(index_written, conn, w, now_ms=now_ms))
         results.append((ok, value if ok else db_error(value, "index write")))
     return results
-
-
-def _under_savepoint(conn: sqlite3.Connection, name: str, fn: Callable[[], T]) -> tuple[bool, Any]:
-    """``(True, fn())``, or ``(False, the error)`` with everything ``fn`` did rolled back; a corrupt
-    database propagates."""
-    conn.execute(f"SAVEPOINT {name}")
-    try:
-        value = fn()
-    except Exception as exc:  # noqa: BLE001 - the caller's outcome
-        conn.execute(f"ROLLBACK TO {name}")
-        conn.execute(f"RELEASE {name}")
-        if isinstance(exc, sqlite3.DatabaseError) and is_corruption(exc):
-            raise
-        return False, exc
-    conn.execute(f"RELEASE {name}")
-    return True, value
 
 
 def index_written_batch(conn: sqlite3.Connection, runs: Sequence[Sequence[Written]], *,
@@ -512,7 +494,7 @@ def index_written_batch(conn: sqlite3.Connection, runs: Sequence[Sequence[Writte
             pending.flush(conn)
             return joined
 
-        ok, value = _under_savepoint(conn, "index_batch", together)
+        ok, value = attempt(conn, "index_batch", together)
         if ok:
             return [_each_ops_refs(ws, refs) for ws, refs in zip(runs, value, strict=True)]
     return [index_written_run(conn, ws, now_ms=now_ms) for ws in runs]

@@ -20,13 +20,14 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from store.errors import Conflict, IOFailure, StorageFull, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.search.search_upkeep import upkeep_step
 
-__all__ = ["GroupCommit", "GroupStats", "Op", "is_corruption"]
+__all__ = ["GroupCommit", "GroupStats", "Op", "attempt", "is_corruption"]
 
 _CORRUPT_MARKERS = ("malformed", "not a database", "disk image", "corrupt")
 _FULL_MARKERS = ("disk is full", "database or disk is full")
@@ -113,6 +114,22 @@ def is_corruption(exc: BaseException) -> bool:
 
 def _is_full(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and any(m in str(exc).lower() for m in _FULL_MARKERS)
+
+
+def attempt(conn: sqlite3.Connection, name: str, fn: Callable[[], Any]) -> tuple[bool, Any]:
+    """``(True, fn())`` under SAVEPOINT ``name``, or ``(False, the exception)`` with everything ``fn``
+    did rolled back (the rest of the transaction stays); a corrupt database propagates."""
+    conn.execute(f"SAVEPOINT {name}")
+    try:
+        value = fn()
+    except Exception as exc:  # noqa: BLE001 - the caller's outcome
+        conn.execute(f"ROLLBACK TO {name}")
+        conn.execute(f"RELEASE {name}")
+        if is_corruption(exc):
+            raise
+        return False, exc
+    conn.execute(f"RELEASE {name}")
+    return True, value
 
 
 def db_error(exc: BaseException, what: str) -> BaseException:
@@ -230,16 +247,6 @@ class GroupCommit:
         conn.execute("BEGIN IMMEDIATE")
         results: list[tuple[bool, Any]] = []
         for op in ops:
-            conn.execute("SAVEPOINT op")
-            try:
-                value = op.fn(conn)
-            except Exception as exc:  # noqa: BLE001 - delivered to that one asker
-                conn.execute("ROLLBACK TO op")
-                conn.execute("RELEASE op")
-                results.append((False, db_error(exc, "index write")))
-                if isinstance(exc, sqlite3.DatabaseError) and is_corruption(exc):
-                    raise
-            else:
-                conn.execute("RELEASE op")
-                results.append((True, value))
+            ok, value = attempt(conn, "op", partial(op.fn, conn))
+            results.append((ok, value if ok else db_error(value, "index write")))  # to that one asker
         return results

@@ -431,9 +431,8 @@ def index_messages(
     """
     refs: list[dict[str, Any]] = []
     existing = lookup_ids(conn, (it.record["id"] for it in items))
-    # inserted together (insert_message_rows), before any row is read; with ``pending``, by its owner
-    new_rows: list[tuple[Any, ...]] = pending.messages if pending is not None else []
-    new_outputs: list[tuple[int, str]] = pending.outputs if pending is not None else []  # their tool output rows
+    # new rows go in together, before any row is read; with ``pending``, when its owner flushes them
+    rows = pending if pending is not None else PendingRows()
     for item in items:
         rec = item.record
         mid = rec["id"]
@@ -451,10 +450,7 @@ def index_messages(
         wire_cut, line_crc = item.wire()
         if prior is not None:
             _, seq, _, _ = prior
-            insert_message_rows(conn, new_rows)  # the row may be one of this batch's
-            insert_tool_outputs(conn, new_outputs)
-            new_rows.clear()
-            new_outputs.clear()
+            rows.flush(conn)  # the row may be one of this batch's
             conn.execute(
                 "UPDATE messages SET text = ?, tool_name = ?, is_error = ?, line_offset = ?, line_len = ?, "
                 "wire_cut = ?, line_crc = ? WHERE id = ?",
@@ -478,11 +474,12 @@ def index_messages(
                     data={"sessionId": session_id, "seq": item.seq, "indexSeq": seq})
             _check_seq(session_id, seq)
             turn = _turn_ref(conn, session_id, rec.get("turnId"))
-            new_rows.append((message_mid(int(row[1]), seq), mid, session_id, turn, seq, rec.get("role"), tool_name,
-                             int(is_error), text, created, item.offset, item.length, wire_cut, line_crc))
+            rows.messages.append((message_mid(int(row[1]), seq), mid, session_id, turn, seq, rec.get("role"),
+                                  tool_name, int(is_error), text, created, item.offset, item.length, wire_cut,
+                                  line_crc))
             existing[mid] = (session_id, seq, item.offset, item.length)
             if (output := tool_output_text(rec)) is not None:
-                new_outputs.append((message_mid(int(row[1]), seq), output))
+                rows.outputs.append((message_mid(int(row[1]), seq), output))
         ref = message_ref(session_id, seq, rec, turn)
         if artifacts.may_have_effects(rec):
             # Write/Edit results: artifacts + tool_execute audit in this same transaction (seed §4.10).
@@ -491,8 +488,7 @@ def index_messages(
         store_append_receipt(conn, session_id, rec, ref, now_ms)
         refs.append(ref)
     if pending is None:
-        insert_message_rows(conn, new_rows)
-        insert_tool_outputs(conn, new_outputs)
+        rows.flush(conn)
     if touch and items:
         touch_session(conn, session_id, now_ms)
     if indexed_len is not None:
