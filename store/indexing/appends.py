@@ -45,7 +45,7 @@ from typing import Any
 from store import receipts
 from store.errors import CorruptData, IdempotencyConflict, SessionNotFound, StoreError
 from store.indexing import index
-from store.indexing.group_commit import attempt, db_error, is_corruption
+from store.indexing.group_commit import attempt, db_error
 from store.indexing.index import IndexRecord, PendingRows, index_messages, message_ref
 from store.indexing.reconcile import (
     TailScan,
@@ -408,23 +408,16 @@ def index_written(conn: sqlite3.Connection, w: Written, *, now_ms: int,
         starts = _line_starts(w)
         by_offset = {starts[i]: seq for i, seq in w.seqs.items()}
         items = [replace(item, seq=by_offset.get(item.offset)) for item in items]
+    refs: list[dict[str, Any]]
     if pending is not None:
         refs = _index_lines(conn, w, items, scan, now_ms=now_ms, pending=pending)  # its owner rolls back
-        if exact and not index.set_index_mark(conn, sid, w.end, w.epoch, expected=(w.start, w.epoch)):
-            raise CorruptData(f"session {sid}: the index mark moved under an index op", data={"sessionId": sid})
-        return refs
-    conn.execute("SAVEPOINT index_written")
-    try:
-        refs = _index_lines(conn, w, items, scan, now_ms=now_ms)
-    except Exception as exc:
-        conn.execute("ROLLBACK TO index_written")
-        conn.execute("RELEASE index_written")
-        if isinstance(exc, sqlite3.DatabaseError) and is_corruption(exc):
-            raise
-        mark = index.index_mark(conn, sid) or (0, None)
-        apply_plan(conn, sid, plan_reconcile(w.path, mark[0], mark[1]), now_ms=now_ms)
-        return _refs_of(conn, sid, items)
-    conn.execute("RELEASE index_written")
+    else:
+        ok, value = attempt(conn, "index_written", partial(_index_lines, conn, w, items, scan, now_ms=now_ms))
+        if not ok:  # the file already holds the lines: bring the session's index in line with it instead
+            mark = index.index_mark(conn, sid) or (0, None)
+            apply_plan(conn, sid, plan_reconcile(w.path, mark[0], mark[1]), now_ms=now_ms)
+            return _refs_of(conn, sid, items)
+        refs = value
     if exact and not index.set_index_mark(conn, sid, w.end, w.epoch, expected=(w.start, w.epoch)):
         raise CorruptData(f"session {sid}: the index mark moved under an index op", data={"sessionId": sid})
     return refs

@@ -118,15 +118,17 @@ def _is_full(exc: BaseException) -> bool:
 
 def attempt(conn: sqlite3.Connection, name: str, fn: Callable[[], Any]) -> tuple[bool, Any]:
     """``(True, fn())`` under SAVEPOINT ``name``, or ``(False, the exception)`` with everything ``fn``
-    did rolled back (the rest of the transaction stays); a corrupt database propagates."""
+    did rolled back (the rest of the transaction stays). A corrupt database propagates, and so does
+    an error after which SQLite rolled the whole transaction back itself (``SQLITE_FULL`` may): no
+    savepoint is left to roll back to, and the rest of the transaction is gone too."""
     conn.execute(f"SAVEPOINT {name}")
     try:
         value = fn()
     except Exception as exc:  # noqa: BLE001 - the caller's outcome
+        if is_corruption(exc) or not conn.in_transaction:
+            raise
         conn.execute(f"ROLLBACK TO {name}")
         conn.execute(f"RELEASE {name}")
-        if is_corruption(exc):
-            raise
         return False, exc
     conn.execute(f"RELEASE {name}")
     return True, value
