@@ -101,6 +101,10 @@ class IndexLog:
     _repaired: int = 0
     _repairs_failed: int = 0
     _on_wanted: list[Callable[[], None]] = field(default_factory=list)
+    _stalled: StorageFull | IOFailure | None = None
+    """Why the last repair failed, while the disk is full or fails (cleared by the next one that commits)."""
+    _stalls_seen: int = 0
+    _retry_now: trio.Event = field(default_factory=trio.Event)
 
     # -- appends ---------------------------------------------------------------
     def enqueue(self, nbytes: int, held: Mapping[str, Any] | None = None) -> int:
@@ -159,8 +163,10 @@ class IndexLog:
         """Run queued repairs through ``write`` (the DB writer), one session at a time, forever.
 
         A repair that fails is queued again after a growing pause (a full disk
-        stays full for a while); its sequences stay uncovered meanwhile, so reads
-        waiting on the barrier wait for it instead of missing acknowledged lines.
+        stays full for a while), or at once when a read starts waiting; its
+        sequences stay uncovered meanwhile, so a read never misses acknowledged
+        lines: it waits for the repair, or fails with the repair's error when that
+        is a full disk or an I/O error (:meth:`wait_covered`).
         Only a repair refused ``max_refusals`` times for a reason that is not
         transient (the transcript cannot be indexed at all) settles its sequences
         without it, so one broken file cannot hold every reader of the host.
@@ -178,6 +184,8 @@ class IndexLog:
                 await write(repair)
             except Exception as exc:  # noqa: BLE001 - retried: the sequences stay uncovered until it commits
                 self._repairs_failed += 1
+                if isinstance(exc, StorageFull | IOFailure):
+                    self._stall(exc)
                 if not _transient(exc):
                     refused[session] = refused.get(session, 0) + 1
                 if refused.get(session, 0) >= max_refusals:
@@ -191,12 +199,15 @@ class IndexLog:
                 again = self._repairs.pop(session, None)
                 merged = seqs | (again[1] if again else set())
                 self._repairs[session] = (again[0] if again else repair, merged)
-                await trio.sleep(pause)
+                with trio.move_on_after(pause):
+                    await self._retry_now.wait()  # or at once, for a read that waits (wait_covered)
+                self._retry_now = trio.Event()
                 pause = min(max_backoff, pause * 2)
                 continue
             pause = backoff
             refused.pop(session, None)
             self._repaired += 1
+            self._stalled = None
             for seq in sorted(seqs):
                 self.settle(seq)
 
@@ -244,16 +255,43 @@ class IndexLog:
         for fn in self._on_wanted:
             fn()
 
+    def _stall(self, exc: StorageFull | IOFailure) -> None:
+        """A repair failed for want of space (or an I/O error): every read waiting for coverage learns it."""
+        self._stalled = exc
+        self._stalls_seen += 1
+        while self._waiters:
+            heapq.heappop(self._waiters)[2].set()
+
     # -- reads -------------------------------------------------------------------
     async def wait_covered(self, seq: int) -> None:
-        """Wait until sequence ``seq`` is covered (returns at once when it already is)."""
+        """Wait until sequence ``seq`` is covered (returns at once when it already is).
+
+        While repairs of failed index ops fail for want of space or with an I/O error, a wait
+        has the next repair tried at once and ends with that attempt's error (``STORAGE_FULL``,
+        retriable; ``IO_ERROR``) if it fails too, instead of lasting as long as the disk stays
+        full: a read that must see those appends cannot be served, and its caller learns why. A
+        repair that fails while a read already waits is tried again at once for it first (a
+        moment's full disk costs that read nothing)."""
         if seq <= self.covered_seq:
             return
         self._waits += 1
-        event = trio.Event()
-        heapq.heappush(self._waiters, (seq, next(self._tie), event))
-        self._want()
-        await event.wait()
+        retried = False  # a repair attempt was asked for this wait
+        while True:
+            event = trio.Event()
+            heapq.heappush(self._waiters, (seq, next(self._tie), event))
+            self._want()
+            stalls = self._stalls_seen
+            if self._stalled is not None:
+                self._retry_now.set()
+                retried = True
+            await event.wait()
+            if seq <= self.covered_seq:
+                return
+            exc = self._stalled
+            if exc is not None and self._stalls_seen != stalls and retried:
+                raise type(exc)(
+                    f"the index cannot take appends acknowledged earlier ({exc.message}); they are safe in "
+                    "their transcripts and are indexed as soon as the disk takes writes again", data=exc.data)
 
     async def barrier(self) -> None:
         """Wait until every append acknowledged before this call is in the index."""

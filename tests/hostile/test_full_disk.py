@@ -195,3 +195,49 @@ async def test_full_disk_is_storage_full_reads_work_and_writes_recover(tmp_path:
             assert all(mid in ids for mid in acked), (acked, ids)
             assert (await c.call("host.status", {}))["boot"]["reconcile"]["errors"] == 0
 
+
+
+async def test_a_disk_that_fills_during_appends_answers_storage_full_then_recovers(tmp_path: Path) -> None:
+    """Found by hand on a 12 MB tmpfs: appends streaming until the disk filled left their index ops
+    failing; the next append of the session (its catch-up reads the index) and every read of it waited
+    as long as the disk stayed full, and the connection's later requests behind them. Now they answer
+    STORAGE_FULL (retriable) within seconds, host.status still answers, and once the filesystem grows
+    the same append goes through; nothing acknowledged is lost or doubled across a restart."""
+    with small_disk("tmpfs", tmp_path, size_mb=12) as mnt, trio.fail_after(180):
+        data = mnt / "data"
+        acked: list[str] = []
+        async with inprocess_host(data) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "fills"}))["id"]
+            await trio.to_thread.run_sync(lambda: (mnt / "filler").write_bytes(b"\0" * (2 << 20)))
+            n = 0
+            while True:  # ~12 KB lines: the index fills the disk as well as the transcript
+                try:
+                    await c.call("session.appendMessage", {"sessionId": sid, "message": msg(
+                        f"m{n}", os.urandom(6000).hex())})
+                    acked.append(f"m{n}")
+                    n += 1
+                except RpcError as exc:
+                    assert exc.data_code == "STORAGE_FULL" and exc.retriable, exc
+                    break
+            assert acked
+            for method, params in [("session.appendMessage", {"sessionId": sid, "message": msg(f"m{n}", "small")}),
+                                   ("session.get", {"sessionId": sid, "messageLimit": 5}),
+                                   ("session.list", {"limit": 5})]:
+                with trio.fail_after(10):  # before: waited as long as the disk stayed full
+                    try:
+                        await c.call(method, params)
+                    except RpcError as exc:
+                        assert exc.data_code == "STORAGE_FULL" and exc.retriable, (method, exc)
+            with trio.fail_after(10):
+                assert (await c.call("host.status", {}))["disk"]["warning"] is True
+            (mnt / "filler").unlink()
+            await trio.run_process(["mount", "-o", "remount,size=64m", str(mnt)], capture_stdout=True,
+                                   capture_stderr=True)
+            with trio.fail_after(30):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"m{n}", "small")})
+            acked.append(f"m{n}")
+            got = await c.call("session.get", {"sessionId": sid, "messageLimit": 1000})
+            assert [m["id"] for m in got["messages"]] == acked
+        async with inprocess_host(data) as host, client_for(host) as c:  # restart: nothing acked lost or doubled
+            got = await c.call("session.get", {"sessionId": sid, "messageLimit": 1000})
+            assert [m["id"] for m in got["messages"]] == acked

@@ -52,3 +52,42 @@ async def test_a_transcript_that_cannot_be_indexed_does_not_hold_every_reader(au
             await log.barrier()
         nursery.cancel_scope.cancel()
     assert log.statistics().repair_failures == 5 and log.covered_seq == seq
+
+
+async def test_while_the_disk_stays_full_a_wait_ends_with_storage_full_not_a_hang(autojump_clock: Any) -> None:
+    """Reproduces a hang found by hand on a full tmpfs: a disk that filled during a stream of appends left
+    their index ops failing, and every read that had to see them (and the next append of the session,
+    whose catch-up reads) waited for a repair that could not commit as long as the disk stayed full.
+    Now a wait asks for a repair attempt at once and ends with its error if that fails too; once the
+    disk takes writes again the same wait is served."""
+    log = IndexLog()
+    seq = log.enqueue(10)
+    full = [True]
+    attempts: list[float] = []
+
+    async def write(fn: Callable[[Any], Any]) -> Any:
+        attempts.append(trio.current_time())
+        if full[0]:
+            raise StorageFull("index commit: the disk is full")
+        return None
+
+    log.fail(seq, "s1", lambda conn: None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(log.run_repairs, write)
+        await trio.sleep(30)  # the repair keeps failing, its pause grown to the maximum (2 s)
+        before = len(attempts)
+        started = trio.current_time()
+        for _ in range(3):
+            with trio.fail_after(1):  # each wait: one attempt, at once, not after the pause
+                try:
+                    await log.barrier()
+                except StorageFull as exc:
+                    assert exc.retriable and "safe in their transcripts" in exc.message
+                else:
+                    raise AssertionError("the barrier opened over an op the index lacks")
+        assert len(attempts) - before >= 3 and trio.current_time() - started < 0.1
+        full[0] = False
+        with trio.fail_after(1):
+            await log.barrier()  # space came back: the attempt this wait asks for commits
+        nursery.cancel_scope.cancel()
+    assert log.covered_seq == seq
