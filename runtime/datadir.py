@@ -18,6 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
+from store.errors import classify_os_error
 from store.ids import validate_session_id
 from store.transcripts.session_files import SessionPaths
 
@@ -212,8 +213,12 @@ class DataDirLock:
                     f"pi-host{f' (pid {owner})' if owner else ''}"
                 ) from None
             raise
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as exc:  # a full disk (STORAGE_FULL), an I/O error: said as such, not a traceback
+            os.close(fd)  # and the lock with it
+            raise classify_os_error(exc, f"write the lock file {path}") from exc
         self._fd = fd
 
     def release(self) -> None:

@@ -7,6 +7,7 @@ import base64
 import errno
 import os
 import subprocess
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +18,7 @@ import trio
 
 from runtime.client import HostClient, RpcError
 from scripts.chaos_powercut import LoopMount, PowerCutUnavailable, unavailable_reason
-from tests.hostkit import client_for, inprocess_host, msg
+from tests.hostkit import REPO, client_for, inprocess_host, msg
 
 
 @contextmanager
@@ -241,3 +242,16 @@ async def test_a_disk_that_fills_during_appends_answers_storage_full_then_recove
         async with inprocess_host(data) as host, client_for(host) as c:  # restart: nothing acked lost or doubled
             got = await c.call("session.get", {"sessionId": sid, "messageLimit": 1000})
             assert [m["id"] for m in got["messages"]] == acked
+
+
+def test_serve_on_a_full_disk_says_so_in_one_line(tmp_path: Path) -> None:
+    """Found by hand: ``pi-host serve`` on a full disk died with a trio ExceptionGroup traceback (the
+    lock file's pid write, ENOSPC). Now it is the documented start failure: one line, STORAGE_FULL,
+    exit status 5."""
+    with small_disk("tmpfs", tmp_path, size_mb=4) as mnt:
+        fill(mnt / "filler")
+        done = subprocess.run([sys.executable, "-m", "runtime.cli", "--data-dir", str(mnt / "data"), "serve",
+                               "--port", "0", "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 5, done.stderr
+        assert "Traceback" not in done.stderr and "STORAGE_FULL" in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
