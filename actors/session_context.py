@@ -218,6 +218,12 @@ class SessionContext:
         every append this session acknowledged."""
         return await self._actor.read(fn, *args)
 
+    async def read_uncovered(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(conn, *args)`` on a read-pool connection without waiting for the index to cover this
+        session's appends: only for what does not depend on them (a read served from the transcript
+        while a full disk keeps the index behind)."""
+        return await self._actor.deps.reads.run(fn, *args)
+
     def read_ahead(self, key: Hashable, fn: Callable[..., T], *args: Any, bound: int,
                    size: Callable[[T], int]) -> None:
         """Read ``fn(conn, *args)`` (at most ``bound`` bytes) once this actor's mailbox is empty, for

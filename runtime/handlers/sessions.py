@@ -95,29 +95,14 @@ def window_request(p: m.SessionGetParams, client_kind: str) -> windows.WindowReq
 
 
 async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None) -> Any:
-    await scope_session(ctx.read, ctx.caller, ctx.sid)  # a plugin reads only the sessions it imported
     req = window_request(p, ctx.caller.client_kind)
-    path = ctx.paths.transcript
-    window: windows.Window | None = None
-    if ctx.needs_catchup:
-        # Cold open: session row, file check, the window and whether a reply is streaming (its
-        # in-flight checkpoint) in ONE read; the common clean case needs nothing else.
-        cold, checkpoint = await ctx.read(_read_cold, ctx.sid, path, ctx.paths.inflight, req)
-        inflight.learned_checkpoint_id(ctx, checkpoint)
-        if cold.row is not None and cold.plan_kind == "clean":
-            ctx.adopt_window_state(cold.row, cold.file_len, cold.epoch)
-            window = cold
-    if window is None:
-        try:
-            row = await ctx.ensure_ready()
-        except StorageFull:
-            # The index must catch up with the file first and the disk is full: reads keep
-            # working, served from the transcript alone (bounded), until space is freed.
-            return await _get_from_file(ctx, req)
-        total = int(row["messageCount"])
-        window = ctx.take_ahead((req, total))  # the page read ahead for this call, if nothing changed since
-        if window is None:
-            window = await ctx.read(windows.read_warm, ctx.sid, path, total, req, row)
+    try:
+        await scope_session(ctx.read, ctx.caller, ctx.sid)  # a plugin reads only the sessions it imported
+        window = await _indexed_window(ctx, req)
+    except StorageFull:
+        # The index cannot take appends this session acknowledged (a full disk refuses its commits):
+        # reads keep working, served from the transcript alone (bounded), until space is freed.
+        return await _get_from_file(ctx, req)
     if window.missing_target:
         raise MessageNotFound(f"message {req.around} is not in session {ctx.sid}",
                               data={"sessionId": ctx.sid, "messageId": req.around})
@@ -128,12 +113,31 @@ async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None
             reply = with_field(reply, "inflight", live)
     call_id = windows.navigation_call_id(window.target)
     if call_id is not None:
-        parent = await ctx.io(windows.navigation_parent, path, call_id, req.content_limit)
+        parent = await ctx.io(windows.navigation_parent, ctx.paths.transcript, call_id, req.content_limit)
         pos = None if parent is None else await ctx.read(index.position_of, ctx.sid, str(parent.get("id")))
         if parent is not None and pos is not None:  # a stored message: its seq, as every window row has
             reply = with_field(reply, "navigationParent", {**parent, "seq": pos + 1})
     _read_next_page_ahead(ctx, req, window)
     return Encoded(reply)  # encoded once from the lines' own bytes; the gateway sends it as it is
+
+
+async def _indexed_window(ctx: SessionContext, req: windows.WindowRequest) -> windows.Window:
+    """The window from the index (the session's row, its spans): ``StorageFull`` while the index
+    cannot take appends this session acknowledged."""
+    if ctx.needs_catchup:
+        # Cold open: session row, file check, the window and whether a reply is streaming (its
+        # in-flight checkpoint) in ONE read; the common clean case needs nothing else.
+        cold, checkpoint = await ctx.read(_read_cold, ctx.sid, ctx.paths.transcript, ctx.paths.inflight, req)
+        inflight.learned_checkpoint_id(ctx, checkpoint)
+        if cold.row is not None and cold.plan_kind == "clean":
+            ctx.adopt_window_state(cold.row, cold.file_len, cold.epoch)
+            return cold
+    row = await ctx.ensure_ready()
+    total = int(row["messageCount"])
+    window: windows.Window | None = ctx.take_ahead((req, total))  # read ahead for this call, if nothing changed
+    if window is None:
+        window = await ctx.read(windows.read_warm, ctx.sid, ctx.paths.transcript, total, req, row)
+    return window
 
 
 def _read_next_page_ahead(ctx: SessionContext, req: windows.WindowRequest, window: windows.Window) -> None:
@@ -157,7 +161,11 @@ def _read_cold(conn: Any, sid: str, path: Path, inflight_path: Path,
 
 
 async def _get_from_file(ctx: SessionContext, req: windows.WindowRequest) -> Any:
-    session_row = await ctx.read(index.require_session, ctx.sid)
+    """``session.get`` from the transcript alone. Its reads of the index do not wait for the appends the
+    index cannot take: the session's row and a plugin's import scope do not depend on them, and the
+    window's positions and counts come from the file."""
+    await scope_session(ctx.read_uncovered, ctx.caller, ctx.sid)
+    session_row = await ctx.read_uncovered(index.require_session, ctx.sid)
     window = await ctx.io(lambda: windows.read_file_window(ctx.paths.transcript, req, session_row,
                                                            max_file_bytes=MAX_WHOLE_READ_BYTES))
     if window.missing_target:

@@ -320,7 +320,8 @@ def read_file_window(path: Path, req: WindowRequest, session: Mapping[str, Any],
         if rows:
             w.start, w.end = rows[0][0] - 1, rows[-1][0]
     lines = read_spans_coalesced(path, [(c.offset, c.length) for c in comps]) if comps else []
-    w.reply, w.target = encode_window(path, index.public_session(session), rows, lines, start=w.start, end=w.end,
+    summary = {**index.public_session(session), "messageCount": w.total}  # the file's count: the row's lags
+    w.reply, w.target = encode_window(path, summary, rows, lines, start=w.start, end=w.end,
                                       total=w.total, content_limit=req.content_limit, target_pos=w.target_pos)
     return w
 

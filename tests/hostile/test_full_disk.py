@@ -202,7 +202,8 @@ async def test_a_disk_that_fills_during_appends_answers_storage_full_then_recove
     """Found by hand on a 12 MB tmpfs: appends streaming until the disk filled left their index ops
     failing; the next append of the session (its catch-up reads the index) and every read of it waited
     as long as the disk stayed full, and the connection's later requests behind them. Now they answer
-    STORAGE_FULL (retriable) within seconds, host.status still answers, and once the filesystem grows
+    STORAGE_FULL (retriable) within seconds, host.status still answers, session.get serves every
+    acknowledged message from the transcript (it failed STORAGE_FULL), and once the filesystem grows
     the same append goes through; nothing acknowledged is lost or doubled across a restart."""
     with small_disk("tmpfs", tmp_path, size_mb=12) as mnt, trio.fail_after(180):
         data = mnt / "data"
@@ -222,7 +223,6 @@ async def test_a_disk_that_fills_during_appends_answers_storage_full_then_recove
                     break
             assert acked
             for method, params in [("session.appendMessage", {"sessionId": sid, "message": msg(f"m{n}", "small")}),
-                                   ("session.get", {"sessionId": sid, "messageLimit": 5}),
                                    ("session.list", {"limit": 5})]:
                 with trio.fail_after(10):  # before: waited as long as the disk stayed full
                     try:
@@ -231,6 +231,12 @@ async def test_a_disk_that_fills_during_appends_answers_storage_full_then_recove
                         assert exc.data_code == "STORAGE_FULL" and exc.retriable, (method, exc)
             with trio.fail_after(10):
                 assert (await c.call("host.status", {}))["disk"]["warning"] is True
+            with trio.fail_after(10):  # the acknowledged appends the index cannot take: read from the transcript
+                got = await c.call("session.get", {"sessionId": sid, "messageLimit": 1000})
+                assert [m["id"] for m in got["messages"]] == acked
+                assert got["totalMessages"] == got["session"]["messageCount"] == len(acked)
+                page = await c.call("session.get", {"sessionId": sid, "messageLimit": 5})
+                assert [m["id"] for m in page["messages"]] == acked[-5:] and page["hasMoreBefore"]
             (mnt / "filler").unlink()
             await trio.run_process(["mount", "-o", "remount,size=64m", str(mnt)], capture_stdout=True,
                                    capture_stderr=True)
@@ -255,3 +261,49 @@ def test_serve_on_a_full_disk_says_so_in_one_line(tmp_path: Path) -> None:
         assert done.returncode == 5, done.stderr
         assert "Traceback" not in done.stderr and "STORAGE_FULL" in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+async def test_reads_while_the_index_cannot_take_appends_come_from_the_transcript(tmp_path: Path) -> None:
+    """The same stall without a small filesystem, everywhere: every index commit fails with ENOSPC
+    (``index.before_commit:*:enospc``) after two appends. session.get failed STORAGE_FULL for the
+    acknowledged appends the index could not take (its read waited for them); now it serves them from
+    the transcript — the newest page, a ``messageAround`` page, on another connection too — with the
+    file's count, and the index takes them once commits succeed again."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "stalled"}))["id"]
+            acked = []
+            for i in range(2):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"m{i}", f"tokindexed{i}")})
+                acked.append(f"m{i}")
+            assert (await c.call("session.list", {"limit": 5}))["sessions"][0]["messageCount"] == 2
+            host.faults.add("index.before_commit", None, "enospc")
+            for i in range(2, 8):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"m{i}", f"tokstalled{i}")})
+                acked.append(f"m{i}")
+            with pytest.raises(RpcError) as listed:  # index-backed: must see them, cannot
+                await c.call("session.list", {"limit": 5})
+            assert listed.value.data_code == "STORAGE_FULL" and listed.value.retriable
+            async with client_for(host, "reader") as r:
+                for client in (c, r):
+                    got = await client.call("session.get", {"sessionId": sid, "messageLimit": 50})
+                    assert [m["id"] for m in got["messages"]] == acked
+                    assert [m["seq"] for m in got["messages"]] == list(range(1, 9))
+                    assert got["totalMessages"] == got["session"]["messageCount"] == 8
+                page = await r.call("session.get", {"sessionId": sid, "messageAround": "m5", "messageLimit": 3})
+                assert [m["id"] for m in page["messages"]] == ["m4", "m5", "m6"]
+                assert page["hasMoreBefore"] and page["hasMoreAfter"]
+            host.faults.clear()
+            with trio.fail_after(20):  # the repairs go through: index-backed reads see every append
+                while True:
+                    try:
+                        listed_now = (await c.call("session.list", {"limit": 5}))["sessions"]
+                        break
+                    except RpcError as exc:
+                        assert exc.data_code == "STORAGE_FULL", exc
+                        await trio.sleep(0.05)
+            assert listed_now[0]["messageCount"] == 8
+            found = await c.call("search.query", {"query": "tokstalled7"})
+            assert [h["messageId"] for h in found["results"]] == ["m7"]
+            got = await c.call("session.get", {"sessionId": sid, "messageLimit": 50})
+            assert [m["id"] for m in got["messages"]] == acked
