@@ -109,7 +109,11 @@ MAX_TASKS = 100_000
 
 
 def discover(root: Path) -> Iterator[SourceUnit]:
-    """Sessions under a projects root, a project directory, or one file."""
+    """Sessions under a projects root, a project directory, or one file. Claude Code's config directory
+    (``~/.claude``, ``CLAUDE_CONFIG_DIR``: it holds ``projects/``) is read as its projects root: its own
+    top-level files (the prompt history, settings) are not sessions."""
+    if root.is_dir() and (root / "projects").is_dir():
+        root = root / "projects"  # no project directory has that name: a project's folder starts with "-"
     if root.is_file():
         external = peek_field(root, ("sessionId",)) or root.stem
         subs = sorted((root.parent / root.stem / "subagents").glob("*.jsonl"))
