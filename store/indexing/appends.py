@@ -455,7 +455,7 @@ def index_written_run(conn: sqlite3.Connection, ws: Sequence[Written], *,
     segment per message. Per op ``(ok, its MessageRefs)``; the refs of a message whose index row
     took another spelling (D444) are found under it. If the joined op fails (it rolled back
     whole), each op runs again alone under its own savepoint and gets its own outcome; a corrupt
-    database propagates.
+    database propagates. (A message two ops of the run hold: see :func:`_each_ops_refs`.)
     """
     if len(ws) > 1:
         ok, value = attempt(conn, "index_run", lambda: index_written(conn, join_written(ws), now_ms=now_ms))
@@ -494,7 +494,12 @@ def index_written_batch(conn: sqlite3.Connection, runs: Sequence[Sequence[Writte
 
 
 def _each_ops_refs(ws: Sequence[Written], refs: Sequence[dict[str, Any]]) -> list[tuple[bool, Any]]:
-    """The joined op's refs, each op its own (a row that took the D444 spelling is found under it)."""
+    """The joined op's refs, each op its own (a row that took the D444 spelling is found under it).
+
+    A ref is the message's row as the whole run left it: when a later op of the run replaced a
+    message, the earlier op's ref carries the later line's role (one op at a time, it carried its
+    own line's). The ids and seqs are each op's own either way, and they are all a caller
+    reads: the session actor takes an index op's outcome as success or failure."""
     by_id = {ref["id"]: ref for ref in refs}
     sid = ws[0].session_id
     out: list[tuple[bool, Any]] = []
