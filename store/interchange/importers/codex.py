@@ -117,7 +117,8 @@ def discover(root: Path) -> Iterator[SourceUnit]:
     """One unit per rollout. A spawned agent's thread whose parent's rollout is under the same root gets
     the parent's file as its second file: the spawning call is read from it (and a change of it
     re-reads the child, so the link does not depend on which of the two was written or imported first)."""
-    files = [root] if root.is_file() else sorted(p for p in root.rglob("*.jsonl") if p.is_file())
+    files = [root] if root.is_file() else sorted(p for top in _rollout_roots(root) for p in top.rglob("*.jsonl")
+                                                 if p.is_file())
     heads = [(path, *_head(path)) for path in files]
     by_thread = {ext: path for path, ext, _parent in heads}
     for path, ext, parent in heads:
@@ -126,6 +127,15 @@ def discover(root: Path) -> Iterator[SourceUnit]:
             yield SourceUnit(SOURCE, ext, (path, parent_file), (("parentFile", str(parent_file)),))
         else:
             yield SourceUnit(SOURCE, ext, (path,))
+
+
+def _rollout_roots(root: Path) -> list[Path]:
+    """Where the rollouts under ``root`` are: Codex's home (``~/.codex``, ``CODEX_HOME``: it holds
+    ``sessions/``) is read as its ``sessions/`` and ``archived_sessions/`` folders, not its own files
+    (the prompt history ``history.jsonl`` is no rollout); any other folder whole."""
+    if (root / "sessions").is_dir():
+        return [p for p in (root / "sessions", root / "archived_sessions") if p.is_dir()]
+    return [root]
 
 
 def _external_id(path: Path) -> str:

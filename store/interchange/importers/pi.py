@@ -77,6 +77,10 @@ KNOWN_ENTRIES = frozenset({"message", "model_change", "thinking_level_change", "
 
 
 def discover(root: Path) -> Iterator[SourceUnit]:
+    """Sessions under a sessions root, a project folder, or one file. pi's agent directory
+    (``~/.pi/agent``, ``PI_CODING_AGENT_DIR``: it holds ``sessions/``) is read as that folder."""
+    if root.is_dir() and (root / "sessions").is_dir():
+        root = root / "sessions"
     files = [root] if root.is_file() else sorted(p for p in root.rglob("*.jsonl") if p.is_file())
     for path in files:
         yield SourceUnit(SOURCE, _external_id(path), (path,))
