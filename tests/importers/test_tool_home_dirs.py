@@ -1,5 +1,6 @@
 """``pi-host import <tool> PATH`` given the tool's home (``~/.claude``, ``~/.codex``, ``~/.pi/agent``: what
-``CLAUDE_CONFIG_DIR``, ``CODEX_HOME``, ``PI_CODING_AGENT_DIR`` name) instead of its sessions folder.
+``CLAUDE_CONFIG_DIR``, ``CODEX_HOME``, ``PI_CODING_AGENT_DIR`` name; for opencode the XDG data home) instead
+of its sessions folder.
 
 Reproduces: Claude Code's importer took the config directory's own folders (``projects``, ``todos``...)
 for project directories and its top-level ``history.jsonl`` for a session, so the import said "nothing
@@ -12,7 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
-from store.interchange.importers import claude_code, codex, pi
+from store.interchange.importers import claude_code, codex, opencode, pi
 from store.interchange.importers.common import ParseContext
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
@@ -73,3 +74,13 @@ def test_pi_agent_dir_reads_as_its_sessions_folder(tmp_path: Path) -> None:
     from_agent = [(u.external_id, u.files) for u in pi.discover(agent)]
     assert from_agent == [(u.external_id, u.files) for u in pi.discover(agent / "sessions")]
     assert len(from_agent) == 3
+
+
+def test_the_xdg_data_home_reads_as_its_opencode_folder(tmp_path: Path) -> None:
+    share = tmp_path / ".local" / "share"
+    (share / "opencode").mkdir(parents=True)
+    shutil.copy(FIXTURES / "opencode" / "1.18.33" / "opencode.db", share / "opencode" / "opencode.db")
+    (share / "applications").mkdir()  # another program's folder beside it
+    from_share = [(u.external_id, u.files) for u in opencode.discover(share)]
+    assert from_share == [(u.external_id, u.files) for u in opencode.discover(share / "opencode")]
+    assert len(from_share) == 5

@@ -82,6 +82,11 @@ MAX_DOC_BYTES = 32 * 1024 * 1024
 
 
 def discover(root: Path) -> Iterator[SourceUnit]:
+    """Sessions of an opencode data folder (``opencode.db``, or the older ``storage/`` JSON layout),
+    or of one database file. The XDG data home (``~/.local/share``, ``XDG_DATA_HOME``) is read as its
+    ``opencode/`` folder."""
+    if root.is_dir() and not _holds_sessions(root) and _holds_sessions(root / "opencode"):
+        root = root / "opencode"
     seen: set[str] = set()
     db = root if root.is_file() else root / "opencode.db"
     if db.is_file():
@@ -99,6 +104,11 @@ def discover(root: Path) -> Iterator[SourceUnit]:
             continue
         seen.add(sid)
         yield SourceUnit(SOURCE, sid, (info,), (("layout", "json"), ("storage", str(storage)), ("session", sid)))
+
+
+def _holds_sessions(folder: Path) -> bool:
+    return (folder / "opencode.db").is_file() or (folder / "storage" / "session").is_dir() or (
+        folder / "session").is_dir()
 
 
 def _connect(db: Path) -> sqlite3.Connection:
