@@ -7,7 +7,8 @@ given (``CLAUDE_CONFIG_DIR``, ``CODEX_HOME``, ``PI_CODING_AGENT_DIR``,
 a progress bar when stdout is a terminal, and prints a summary: one line per
 refused session with its reason, then the counts; ``--json`` prints the whole
 result (counts, per-session reports). When nothing was imported and the root
-holds another tool's sessions, a hint names that tool. A root that does not
+holds another tool's sessions, a hint names that tool; when it holds no session at all,
+a hint says where the tool keeps them. A root that does not
 exist (or a tool that was never installed) is one line on stderr. Exit
 status: 0 when every session was imported or unchanged, 1 when some sessions
 were refused or the host refused the request, 2 when no host is running or
@@ -31,7 +32,7 @@ from runtime.client import HostClient, RpcError
 from store.interchange.importers import default_root
 from store.interchange.importers.sniff import guess_source
 
-__all__ = ["ImportBar", "other_tool_hint", "render_summary", "resolve_root", "run_import"]
+__all__ = ["ImportBar", "nothing_found_hint", "other_tool_hint", "render_summary", "resolve_root", "run_import"]
 
 BAR_WIDTH = 30
 MIN_REDRAW_S = 0.05
@@ -123,6 +124,14 @@ def other_tool_hint(source: str, root: str) -> str | None:
             f"try: pi-host import {guessed} {shlex.quote(root)}")
 
 
+def nothing_found_hint(source: str, root: str, usual: str) -> str:
+    """The hint when ``root`` held no session of ``source`` and no other tool's: where ``source`` keeps
+    them (``usual``, this environment's default root) when that is another folder."""
+    if source == "pi-host" or os.path.abspath(usual) == os.path.abspath(root):
+        return f"hint: no {source} sessions in {root} yet"
+    return f"hint: no {source} sessions in {root}; {source} keeps them in {usual}"
+
+
 def _imported_any(result: dict[str, Any]) -> bool:
     counts = result.get("counts", {})
     return any(int(counts.get(k, 0)) for k in ("new", "updated", "unchanged", "would-new", "would-updated"))
@@ -159,7 +168,11 @@ async def run_import(client: HostClient, source: str, root: str, *, dry_run: boo
                 bar.clear()
     if refused is not None:
         return _refusal(refused, source, root, err)
-    hint = None if _imported_any(result) else other_tool_hint(source, root)
+    hint = None
+    if not _imported_any(result):
+        hint = other_tool_hint(source, root)
+        if hint is None and not int(result.get("total", 0)):
+            hint = nothing_found_hint(source, root, str(default_root(source)))
     if as_json:
         out.write(json.dumps(result if hint is None else {**result, "hint": hint}, indent=2,
                              ensure_ascii=False) + "\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runtime.import_cli import other_tool_hint, render_summary
+from runtime.import_cli import nothing_found_hint, other_tool_hint, render_summary
 from store.interchange.importers.sniff import guess_source
 from tests.importers import gen
 
@@ -43,3 +43,16 @@ def test_the_folder_of_each_tool_is_recognised(tmp_path: Path) -> None:
     assert guess_source(tmp_path / "oc") == "opencode"
     (tmp_path / "empty").mkdir()
     assert guess_source(tmp_path / "empty") is None
+
+
+def test_an_empty_folder_hints_where_the_tool_keeps_its_sessions(tmp_path: Path) -> None:
+    """Reproduces: an import of a folder with no session said "nothing found" and nothing more."""
+    usual = str(tmp_path / ".codex" / "sessions")
+    assert nothing_found_hint("codex", str(tmp_path / "elsewhere"), usual) == (
+        f"hint: no codex sessions in {tmp_path / 'elsewhere'}; codex keeps them in {usual}")
+    assert nothing_found_hint("codex", usual, usual) == f"hint: no codex sessions in {usual} yet"
+    text = render_summary({"root": "/r", "total": 0, "counts": {}, "messages": 0, "sourceBytes": 0},
+                          hint=nothing_found_hint("pi", "/r", "/home/u/.pi/agent/sessions"))
+    assert text.splitlines() == [
+        "imported 0 session(s) from /r: nothing found; 0 messages new (0 parsed), 0.0 MB read",
+        "hint: no pi sessions in /r; pi keeps them in /home/u/.pi/agent/sessions"]
