@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,7 +202,23 @@ _LEN = 2  # index of the line length in a window_spans row
 
 def fit_budget(conn: sqlite3.Connection, sid: str, w: Window, req: WindowRequest,
                compaction_bytes: int) -> list[Any]:
-    """The rows of ``[w.start, w.end)`` whose lines fit ``req.max_bytes``, decided from the index alone.
+    """The rows of ``[w.start, w.end)`` whose lines fit ``req.max_bytes``, decided from the index alone
+    (:func:`fit_rows` over the index's spans)."""
+
+    def spans(newest_first: bool) -> Iterable[Any]:
+        if req.limit is not None:  # at most MAX_WINDOW rows: read them all, then cut
+            return index.window_spans(conn, sid, w.start, w.end)
+        return index.iter_window_spans(conn, sid, w.start, w.end, newest_first=newest_first)
+
+    return fit_rows(w, req, compaction_bytes, spans)
+
+
+def fit_rows(w: Window, req: WindowRequest, compaction_bytes: int,
+             spans: Callable[[bool], Iterable[Any]]) -> list[Any]:
+    """The rows of ``[w.start, w.end)`` whose lines fit ``req.max_bytes``. ``spans(newest_first)``: the
+    window's rows (seq, offset, length, ...), oldest first or newest first; read lazily by a window
+    without a limit, so it never reads more rows than the budget holds. The index's reads and the
+    transcript-alone read (:func:`read_file_window`) cut the same way.
 
     The budget counts the transcript bytes the reply is built from (every
     message line plus the compaction lines a window always carries), so the
@@ -212,7 +228,6 @@ def fit_budget(conn: sqlite3.Connection, sid: str, w: Window, req: WindowRequest
     result's ``messageStart``/``messageEnd``/``hasMore*`` say where to go on. A
     request for the whole transcript that does not fit, or a page that cannot
     hold even one message, is ``PAYLOAD_TOO_LARGE`` naming the paging params.
-    A window without a limit never reads more rows than the budget holds.
     """
     budget = req.max_bytes
     assert budget is not None
@@ -225,11 +240,11 @@ def fit_budget(conn: sqlite3.Connection, sid: str, w: Window, req: WindowRequest
     if w.start >= w.end:
         return []
     whole = req.limit is None and req.start is None and req.before is None and req.around is None
-    if req.limit is not None:  # at most MAX_WINDOW rows: read them, then cut
-        rows = _fit_rows(index.window_spans(conn, sid, w.start, w.end), w, req, room)
+    if req.limit is not None:
+        rows = _fit_rows(list(spans(False)), w, req, room)
     else:
         newest_first = req.start is None and not whole
-        rows = _cut(index.iter_window_spans(conn, sid, w.start, w.end, newest_first=newest_first), room)
+        rows = _cut(spans(newest_first), room)
         if len(rows) == w.end - w.start:
             return sorted(rows)
         if whole:
@@ -315,8 +330,10 @@ def read_file_window(path: Path, req: WindowRequest, session: Mapping[str, Any],
     comps = [c for c in comps
              if (c.record.get("throughMessageId") is None or c.record.get("throughMessageId") in ids)
              and c.id not in deleted]  # a checkpoint a tombstone hides is not served (index.set_deleted)
-    if req.max_bytes is not None and rows:
-        rows = _fit_rows(rows, w, req, req.max_bytes - 512 - sum(c.length for c in comps))
+    if req.max_bytes is not None:
+        every = rows
+        rows = fit_rows(w, req, sum(c.length for c in comps),
+                        lambda newest_first: every[::-1] if newest_first else every)
         if rows:
             w.start, w.end = rows[0][0] - 1, rows[-1][0]
     lines = read_spans_coalesced(path, [(c.offset, c.length) for c in comps]) if comps else []
