@@ -451,13 +451,17 @@ def index_messages(
         if prior is not None:
             _, seq, _, _ = prior
             rows.flush(conn)  # the row may be one of this batch's
+            # the newest line is the message, as a read shows it and a rebuilt index reads it: its role
+            # and time too (a session actor refuses a role change: only a line written behind the host's
+            # back has one), at the first line's seq and turn
+            turn, old_role = conn.execute("SELECT turn_id, role FROM messages WHERE id = ?", (mid,)).fetchone()
             conn.execute(
-                "UPDATE messages SET text = ?, tool_name = ?, is_error = ?, line_offset = ?, line_len = ?, "
-                "wire_cut = ?, line_crc = ? WHERE id = ?",
-                (text, tool_name, int(is_error), item.offset, item.length, wire_cut, line_crc, mid),
+                "UPDATE messages SET role = ?, text = ?, tool_name = ?, is_error = ?, created_at = ?, "
+                "line_offset = ?, line_len = ?, wire_cut = ?, line_crc = ? WHERE id = ?",
+                (rec.get("role"), text, tool_name, int(is_error), created, item.offset, item.length, wire_cut,
+                 line_crc, mid),
             )
-            turn = conn.execute("SELECT turn_id FROM messages WHERE id = ?", (mid,)).fetchone()[0]
-            if rec.get("role") == "tool":
+            if rec.get("role") == "tool" or old_role == "tool":
                 set_tool_output(conn, mid, rec)
         else:
             row = conn.execute(

@@ -7,7 +7,12 @@ transcripts once. One database indexes it op by op (``index_written``, the path 
 other takes the same ops in random mailbox batches through the writer's own planner
 (``actors.db_writer._runs``: runs per session, several sessions' runs as one batch) and its own
 savepoint helper (``group_commit.attempt``). Every op's outcome, every row, every mark and every
-search result must be equal.
+search result must be equal — and equal to a third index rebuilt from the transcripts alone (the
+transcripts are the source of truth: boot, ``doctor --repair`` and a repair rebuild this way).
+
+Reproduced by the rebuild comparison: a message's later line (a streamed reply's final text, an edit)
+left the live row's ``created_at`` (and, for a line written behind the host's back, its ``role``) at
+the first line's, where a rebuilt index and every read take the newest line's.
 """
 
 from __future__ import annotations
@@ -44,10 +49,11 @@ Step = tuple[str, str, int, int, str]
 
 @dataclass
 class _Actor:
-    """What a session actor knows when it plans a line: its next seq and the ids it holds."""
+    """What a session actor knows when it plans a line: its next seq, the ids it holds and their roles."""
 
     seq: int = 0
     ids: list[str] = field(default_factory=list)
+    roles: dict[str, str] = field(default_factory=dict)
 
 
 def _db(path: Path) -> sqlite3.Connection:
@@ -57,8 +63,8 @@ def _db(path: Path) -> sqlite3.Connection:
     return c
 
 
-def _message(mid: str, text: str, role: str) -> dict[str, Any]:
-    return {"type": "message", "id": mid, "role": role, "createdAt": "2026-01-01T00:00:00Z",
+def _message(mid: str, text: str, role: str, created: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
+    return {"type": "message", "id": mid, "role": role, "createdAt": created,
             "blocks": [{"type": "text", "text": text}]}
 
 
@@ -67,8 +73,11 @@ def _lines(step: Step, actor: _Actor, n: int) -> tuple[list[dict[str, Any]], dic
     sid, kind, slot, other, word = step
     if kind in ("replace", "tombstone") and actor.ids:
         mid = actor.ids[slot % len(actor.ids)]
-        if kind == "replace":
-            return [_message(mid, f"{word} replaced {n}", "assistant")], {}
+        if kind == "replace":  # a message's later line (a streamed reply's final text, an edit)
+            # same role as a session actor writes it; another one as only a line written behind the
+            # host's back can have (the index follows the file either way)
+            role = actor.roles[mid] if other % 4 else ("assistant" if actor.roles[mid] == "user" else "user")
+            return [_message(mid, f"{word} replaced {n}", role, created=f"2026-01-02T00:00:{n % 60:02d}Z")], {}
         return [{"type": "tombstone", "id": f"t-{n}", "messageId": mid, "deleted": True}], {}
     if kind == "info":
         return [{"type": "session_info", "title": f"{sid} {word} {n}"}], {}
@@ -79,8 +88,9 @@ def _lines(step: Step, actor: _Actor, n: int) -> tuple[list[dict[str, Any]], dic
         mid = f"{sid}-{n}-{i}"
         actor.seq += 1
         actor.ids.append(mid)
+        actor.roles[mid] = "user" if i == 0 else "assistant"
         seqs[len(records)] = actor.seq
-        records.append(_message(mid, f"{word} {n} {i} " + word * (other % 3), "user" if i == 0 else "assistant"))
+        records.append(_message(mid, f"{word} {n} {i} " + word * (other % 3), actor.roles[mid]))
     if kind == "two" and other % 2:  # a session_info line between two new messages of one op
         records.insert(1, {"type": "session_info", "title": f"{sid} mid {n}"})
         seqs = {0: seqs[0], 2: seqs[1]}
@@ -90,7 +100,8 @@ def _lines(step: Step, actor: _Actor, n: int) -> tuple[list[dict[str, Any]], dic
 def _rows(conn: sqlite3.Connection) -> dict[str, Any]:
     return {
         "messages": conn.execute("SELECT id, session_id, seq, role, text, deleted, line_offset, line_len, "
-                                 "wire_cut, line_crc FROM messages ORDER BY session_id, seq").fetchall(),
+                                 "wire_cut, line_crc, created_at, turn_id FROM messages "
+                                 "ORDER BY session_id, seq").fetchall(),
         "sessions": conn.execute("SELECT id, title, last_seq, indexed_len, file_epoch "
                                  "FROM sessions ORDER BY id").fetchall(),
         "marks": [index.index_mark(conn, sid) for sid in SIDS],
@@ -172,6 +183,16 @@ def test_any_mailbox_batching_indexes_what_one_op_at_a_time_indexes(steps: list[
             for sid in SIDS:  # and both cover every line written
                 path, epoch = where[sid]
                 assert index.index_mark(batched, sid) == (path.stat().st_size, epoch)
+            # the transcripts are the source of truth: an index rebuilt from them is the same index
+            rebuilt = _db(root / "rebuilt.sqlite")
+            try:
+                for sid in SIDS:
+                    path, epoch = where[sid]
+                    plan = plan_reconcile(path, 0, None)
+                    in_transaction(rebuilt, lambda c, sid=sid, plan=plan: apply_plan(c, sid, plan, now_ms=NOW))
+                assert _rows(rebuilt) == _rows(alone)
+            finally:
+                rebuilt.close()
         finally:
             alone.close()
             batched.close()
