@@ -2,8 +2,8 @@
 at a time makes it (issue 26's index runs and batches; issue 22's one owner of the mark).
 
 A random script of what session actors write — new messages (one or two per op), a line that replaces
-a message of its session, a tombstone, a ``session_info`` line — across three sessions goes to the
-transcripts once. One database indexes it op by op (``index_written``, the path before runs); the
+a message of its session, a tombstone, a ``session_info`` line, a compaction checkpoint — across three
+sessions goes to the transcripts once. One database indexes it op by op (``index_written``, the path before runs); the
 other takes the same ops in random mailbox batches through the writer's own planner
 (``actors.db_writer._runs``: runs per session, several sessions' runs as one batch) and its own
 savepoint helper (``group_commit.attempt``). Every op's outcome, every row, every mark and every
@@ -42,6 +42,7 @@ from tests.dbkit import NOW
 
 SIDS = ("a", "b", "c")
 WORDS = ("zebra", "quartz", "fjord", "数据库", "glyph")
+KINDS = ("new", "two", "replace", "tombstone", "info", "compaction")
 
 # one step of a session actor: (session, kind, message slot, second slot, word)
 Step = tuple[str, str, int, int, str]
@@ -81,6 +82,10 @@ def _lines(step: Step, actor: _Actor, n: int) -> tuple[list[dict[str, Any]], dic
         return [{"type": "tombstone", "id": f"t-{n}", "messageId": mid, "deleted": True}], {}
     if kind == "info":
         return [{"type": "session_info", "title": f"{sid} {word} {n}"}], {}
+    if kind == "compaction" and actor.ids:  # a checkpoint through one of its messages (same id again: a newer one)
+        return [{"type": "compaction", "id": f"{sid}-c{other % 2}", "summary": f"{word} summary {n}",
+                 "throughMessageId": actor.ids[slot % len(actor.ids)], "tokensBefore": 100 + n,
+                 "createdAt": f"2026-01-03T00:00:{n % 60:02d}Z"}], {}
     records: list[dict[str, Any]] = []
     seqs: dict[int, int] = {}
     count = 2 if kind == "two" else 1
@@ -104,6 +109,9 @@ def _rows(conn: sqlite3.Connection) -> dict[str, Any]:
                                  "ORDER BY session_id, seq").fetchall(),
         "sessions": conn.execute("SELECT id, title, last_seq, indexed_len, file_epoch "
                                  "FROM sessions ORDER BY id").fetchall(),
+        "compactions": conn.execute("SELECT session_id, id, through_message_id, first_kept_message_id, "
+                                    "line_offset, line_len, created_at FROM compactions "
+                                    "ORDER BY session_id, line_offset").fetchall(),
         "marks": [index.index_mark(conn, sid) for sid in SIDS],
         "found": {w: sorted((h["sessionId"], h["messageId"]) for h in search_messages(conn, w, limit=200)["results"])
                   for w in WORDS},
@@ -143,8 +151,8 @@ def _identities(refs: list[dict[str, Any]]) -> list[tuple[str, int]]:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    steps=st.lists(st.tuples(st.sampled_from(SIDS), st.sampled_from(("new", "two", "replace", "tombstone", "info")),
-                             st.integers(0, 9), st.integers(0, 5), st.sampled_from(WORDS)),
+    steps=st.lists(st.tuples(st.sampled_from(SIDS), st.sampled_from(KINDS), st.integers(0, 9), st.integers(0, 5),
+                             st.sampled_from(WORDS)),
                    min_size=1, max_size=24),
     sizes=st.lists(st.integers(1, 9), max_size=8),
 )
