@@ -1,4 +1,5 @@
-"""Property: a window read from the transcript alone is the window the index serves.
+"""Properties of session.get windows: one read from the transcript alone is the window the index
+serves, and pages read end to end hold every message once.
 
 ``session.get`` reads its window from the file (``windows.read_file_window``) while the index cannot
 take the session's acknowledged appends (a full disk). A reader must not see another conversation
@@ -79,12 +80,34 @@ def _reply(read: Any) -> Any:
     return got
 
 
+def _indexed(tmp: Path, steps: list[Step]) -> tuple[Path, sqlite3.Connection]:
+    """The transcript of ``steps`` and an index built from it."""
+    path = tmp / f"{SID}.jsonl"
+    create_transcript(path, SID, NOW)
+    lines = _lines(steps)
+    if lines:
+        writer = TranscriptWriter.open(path)
+        try:
+            writer.append(lines)
+        finally:
+            writer.close()
+    conn = sqlite3.connect(tmp / "db.sqlite", isolation_level=None)
+    apply_pragmas(conn)
+    apply_schema(conn)
+    plan = plan_reconcile(path, 0, None)
+    in_transaction(conn, lambda c: apply_plan(c, SID, plan, now_ms=NOW))
+    return path, conn
+
+
+STEPS = st.lists(st.tuples(st.sampled_from(("new", "new", "new", "replace", "tombstone", "restore", "compaction",
+                                             "info")),
+                           st.integers(0, 20), st.integers(0, len(TEXTS) - 1), st.integers(0, 3)),
+                 min_size=0, max_size=30)
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    steps=st.lists(st.tuples(st.sampled_from(("new", "new", "new", "replace", "tombstone", "restore", "compaction",
-                                              "info")),
-                             st.integers(0, 20), st.integers(0, len(TEXTS) - 1), st.integers(0, 3)),
-                   min_size=0, max_size=30),
+    steps=STEPS,
     anchor=st.sampled_from(("newest", "before", "start", "around")),
     at=st.integers(0, 35),
     limit=st.one_of(st.none(), st.integers(1, 12)),
@@ -95,21 +118,8 @@ def test_the_window_from_the_file_is_the_window_from_the_index(steps: list[Step]
                                                                  limit: int | None, content_limit: int | None,
                                                                  max_bytes: int | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"{SID}.jsonl"
-        create_transcript(path, SID, NOW)
-        lines = _lines(steps)
-        if lines:
-            writer = TranscriptWriter.open(path)
-            try:
-                writer.append(lines)
-            finally:
-                writer.close()
-        conn = sqlite3.connect(Path(tmp) / "db.sqlite", isolation_level=None)
+        path, conn = _indexed(Path(tmp), steps)
         try:
-            apply_pragmas(conn)
-            apply_schema(conn)
-            plan = plan_reconcile(path, 0, None)
-            in_transaction(conn, lambda c: apply_plan(c, SID, plan, now_ms=NOW))
             row = index.session_row(conn, SID)
             assert row is not None
             total = int(row["messageCount"])
@@ -122,6 +132,59 @@ def test_the_window_from_the_file_is_the_window_from_the_index(steps: list[Step]
             from_index = _reply(lambda: windows.read_warm(conn, SID, path, total, req, row))
             from_file = _reply(lambda: windows.read_file_window(path, req, row, max_file_bytes=1 << 24))
             assert from_file == from_index
+        finally:
+            conn.close()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=STEPS, forward=st.booleans(), limit=st.one_of(st.none(), st.integers(1, 7)),
+       max_bytes=st.one_of(st.none(), st.integers(700, 3000)), from_file=st.booleans())
+def test_paging_through_a_transcript_reads_each_message_once(steps: list[Step], forward: bool, limit: int | None,
+                                                             max_bytes: int | None, from_file: bool) -> None:
+    """Pages read forward (``messageEnd``) or backward (``messageBefore``), cut by ``messageLimit`` and/or
+    ``maxBytes``, end to end hold the whole transcript's messages once each, in order."""
+    if limit is None and max_bytes is None:
+        limit = 4
+    with tempfile.TemporaryDirectory() as tmp:
+        path, conn = _indexed(Path(tmp), steps)
+        try:
+            row = index.session_row(conn, SID)
+            assert row is not None
+            total = int(row["messageCount"])
+
+            def read(req: windows.WindowRequest) -> Any:
+                if from_file:
+                    w = windows.read_file_window(path, req, row, max_file_bytes=1 << 24)
+                else:
+                    w = windows.read_warm(conn, SID, path, total, req, row)
+                return orjson.loads(w.reply)
+
+            whole = read(windows.WindowRequest())["messages"]
+            pages: list[list[Any]] = []
+            at = 0 if forward else total
+            for _ in range(total + 2):
+                try:
+                    got = read(windows.WindowRequest(start=at if forward else None, before=None if forward else at,
+                                                     limit=limit, max_bytes=max_bytes))
+                except StoreError as exc:  # one message over the budget: the documented refusal
+                    assert exc.code == "PAYLOAD_TOO_LARGE" and max_bytes is not None
+                    return
+                pages.append(got["messages"])
+                if forward:
+                    assert got["messageStart"] == at
+                    at = got["messageEnd"]
+                    if not got["hasMoreAfter"]:
+                        break
+                else:
+                    assert got["messageEnd"] == at
+                    at = got["messageStart"]
+                    if not got["hasMoreBefore"]:
+                        break
+            else:
+                raise AssertionError("paging did not end")
+            ordered = pages if forward else pages[::-1]
+            assert [m for page in ordered for m in page] == whole
+            assert [m["seq"] for m in whole] == list(range(1, total + 1))
         finally:
             conn.close()
 
