@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sqlite3
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +82,20 @@ def _reply(read: Any) -> Any:
     return got
 
 
-def _indexed(tmp: Path, steps: list[Step]) -> tuple[Path, sqlite3.Connection]:
-    """The transcript of ``steps`` and an index built from it."""
+@contextmanager
+def _indexed(steps: list[Step]) -> Iterator[tuple[Path, sqlite3.Connection, dict[str, Any], int]]:
+    """The transcript of ``steps``, an index built from it, the session's row and message count."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path, conn = _build(Path(tmp), steps)
+        try:
+            row = index.session_row(conn, SID)
+            assert row is not None
+            yield path, conn, row, int(row["messageCount"])
+        finally:
+            conn.close()
+
+
+def _build(tmp: Path, steps: list[Step]) -> tuple[Path, sqlite3.Connection]:
     path = tmp / f"{SID}.jsonl"
     create_transcript(path, SID, NOW)
     lines = _lines(steps)
@@ -117,23 +131,14 @@ STEPS = st.lists(st.tuples(st.sampled_from(("new", "new", "new", "replace", "tom
 def test_the_window_from_the_file_is_the_window_from_the_index(steps: list[Step], anchor: str, at: int,
                                                                  limit: int | None, content_limit: int | None,
                                                                  max_bytes: int | None) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        path, conn = _indexed(Path(tmp), steps)
-        try:
-            row = index.session_row(conn, SID)
-            assert row is not None
-            total = int(row["messageCount"])
-            around = None
-            if anchor == "around":
-                around = f"m{at}"
-            req = windows.WindowRequest(
-                before=at if anchor == "before" else None, start=at if anchor == "start" else None,
-                limit=limit, content_limit=content_limit, around=around, max_bytes=max_bytes)
-            from_index = _reply(lambda: windows.read_warm(conn, SID, path, total, req, row))
-            from_file = _reply(lambda: windows.read_file_window(path, req, row, max_file_bytes=1 << 24))
-            assert from_file == from_index
-        finally:
-            conn.close()
+    with _indexed(steps) as (path, conn, row, total):
+        around = f"m{at}" if anchor == "around" else None
+        req = windows.WindowRequest(
+            before=at if anchor == "before" else None, start=at if anchor == "start" else None,
+            limit=limit, content_limit=content_limit, around=around, max_bytes=max_bytes)
+        from_index = _reply(lambda: windows.read_warm(conn, SID, path, total, req, row))
+        from_file = _reply(lambda: windows.read_file_window(path, req, row, max_file_bytes=1 << 24))
+        assert from_file == from_index
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -145,48 +150,40 @@ def test_paging_through_a_transcript_reads_each_message_once(steps: list[Step], 
     ``maxBytes``, end to end hold the whole transcript's messages once each, in order."""
     if limit is None and max_bytes is None:
         limit = 4
-    with tempfile.TemporaryDirectory() as tmp:
-        path, conn = _indexed(Path(tmp), steps)
-        try:
-            row = index.session_row(conn, SID)
-            assert row is not None
-            total = int(row["messageCount"])
-
-            def read(req: windows.WindowRequest) -> Any:
-                if from_file:
-                    w = windows.read_file_window(path, req, row, max_file_bytes=1 << 24)
-                else:
-                    w = windows.read_warm(conn, SID, path, total, req, row)
-                return orjson.loads(w.reply)
-
-            whole = read(windows.WindowRequest())["messages"]
-            pages: list[list[Any]] = []
-            at = 0 if forward else total
-            for _ in range(total + 2):
-                try:
-                    got = read(windows.WindowRequest(start=at if forward else None, before=None if forward else at,
-                                                     limit=limit, max_bytes=max_bytes))
-                except StoreError as exc:  # one message over the budget: the documented refusal
-                    assert exc.code == "PAYLOAD_TOO_LARGE" and max_bytes is not None
-                    return
-                pages.append(got["messages"])
-                if forward:
-                    assert got["messageStart"] == at
-                    at = got["messageEnd"]
-                    if not got["hasMoreAfter"]:
-                        break
-                else:
-                    assert got["messageEnd"] == at
-                    at = got["messageStart"]
-                    if not got["hasMoreBefore"]:
-                        break
+    with _indexed(steps) as (path, conn, row, total):
+        def read(req: windows.WindowRequest) -> Any:
+            if from_file:
+                w = windows.read_file_window(path, req, row, max_file_bytes=1 << 24)
             else:
-                raise AssertionError("paging did not end")
-            ordered = pages if forward else pages[::-1]
-            assert [m for page in ordered for m in page] == whole
-            assert [m["seq"] for m in whole] == list(range(1, total + 1))
-        finally:
-            conn.close()
+                w = windows.read_warm(conn, SID, path, total, req, row)
+            return orjson.loads(w.reply)
+
+        whole = read(windows.WindowRequest())["messages"]
+        pages: list[list[Any]] = []
+        at = 0 if forward else total
+        for _ in range(total + 2):
+            try:
+                got = read(windows.WindowRequest(start=at if forward else None, before=None if forward else at,
+                                                 limit=limit, max_bytes=max_bytes))
+            except StoreError as exc:  # one message over the budget: the documented refusal
+                assert exc.code == "PAYLOAD_TOO_LARGE" and max_bytes is not None
+                return
+            pages.append(got["messages"])
+            if forward:
+                assert got["messageStart"] == at
+                at = got["messageEnd"]
+                if not got["hasMoreAfter"]:
+                    break
+            else:
+                assert got["messageEnd"] == at
+                at = got["messageStart"]
+                if not got["hasMoreBefore"]:
+                    break
+        else:
+            raise AssertionError("paging did not end")
+        ordered = pages if forward else pages[::-1]
+        assert [m for page in ordered for m in page] == whole
+        assert [m["seq"] for m in whole] == list(range(1, total + 1))
 
 
 def test_a_transcript_over_the_bound_is_payload_too_large(tmp_path: Path) -> None:
