@@ -1,7 +1,7 @@
 """Property: whatever the DB writer's mailbox held and however it joined it, the index is what one op
 at a time makes it (issue 26's index runs and batches; issue 22's one owner of the mark).
 
-A random script of what session actors write — new messages (one or two per op), a line that replaces
+A random script of what session actors write — new messages (one or two per op, tool rows), a line that replaces
 a message of its session, a tombstone, a ``session_info`` line, a compaction checkpoint — across three
 sessions goes to the transcripts once. One database indexes it op by op (``index_written``, the path before runs); the
 other takes the same ops in random mailbox batches through the writer's own planner
@@ -42,7 +42,7 @@ from tests.dbkit import NOW
 
 SIDS = ("a", "b", "c")
 WORDS = ("zebra", "quartz", "fjord", "数据库", "glyph")
-KINDS = ("new", "two", "replace", "tombstone", "info", "compaction")
+KINDS = ("new", "two", "tool", "replace", "tombstone", "info", "compaction")
 
 # one step of a session actor: (session, kind, message slot, second slot, word)
 Step = tuple[str, str, int, int, str]
@@ -65,6 +65,10 @@ def _db(path: Path) -> sqlite3.Connection:
 
 
 def _message(mid: str, text: str, role: str, created: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
+    if role == "tool":  # a tool row: its output is searched apart (``tool_output``)
+        return {"type": "message", "id": mid, "role": role, "createdAt": created, "toolName": "Bash", "blocks": [
+            {"type": "tool_call", "callId": f"c-{mid}", "name": "Bash", "args": {"command": "ls"},
+             "status": "ok", "result": text}]}
     return {"type": "message", "id": mid, "role": role, "createdAt": created,
             "blocks": [{"type": "text", "text": text}]}
 
@@ -93,7 +97,7 @@ def _lines(step: Step, actor: _Actor, n: int) -> tuple[list[dict[str, Any]], dic
         mid = f"{sid}-{n}-{i}"
         actor.seq += 1
         actor.ids.append(mid)
-        actor.roles[mid] = "user" if i == 0 else "assistant"
+        actor.roles[mid] = "tool" if kind == "tool" else "user" if i == 0 else "assistant"
         seqs[len(records)] = actor.seq
         records.append(_message(mid, f"{word} {n} {i} " + word * (other % 3), actor.roles[mid]))
     if kind == "two" and other % 2:  # a session_info line between two new messages of one op
@@ -112,6 +116,8 @@ def _rows(conn: sqlite3.Connection) -> dict[str, Any]:
         "compactions": conn.execute("SELECT session_id, id, through_message_id, first_kept_message_id, "
                                     "line_offset, line_len, created_at FROM compactions "
                                     "ORDER BY session_id, line_offset").fetchall(),
+        "tool_output": conn.execute("SELECT m.id, t.text FROM tool_output t JOIN messages m ON m.mid = t.mid "
+                                    "ORDER BY m.id").fetchall(),
         "marks": [index.index_mark(conn, sid) for sid in SIDS],
         "found": {w: sorted((h["sessionId"], h["messageId"]) for h in search_messages(conn, w, limit=200)["results"])
                   for w in WORDS},
