@@ -16,11 +16,17 @@ T = TypeVar("T")
 NOW = 1_785_056_400_000
 
 
-@pytest.fixture
-def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
-    c = sqlite3.connect(tmp_path / "pi.sqlite", isolation_level=None)
+def fresh_db(path: Path) -> sqlite3.Connection:
+    """A new database at ``path`` with the host's pragmas and the whole schema (autocommit)."""
+    c = sqlite3.connect(path, isolation_level=None)
     apply_pragmas(c)
     apply_schema(c)
+    return c
+
+
+@pytest.fixture
+def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
+    c = fresh_db(tmp_path / "pi.sqlite")
     try:
         yield c
     finally:

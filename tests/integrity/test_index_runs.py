@@ -24,13 +24,12 @@ from store.indexing.appends import (
     index_written_run,
     join_written,
 )
-from store.indexing.database import apply_pragmas, in_transaction
+from store.indexing.database import in_transaction
 from store.indexing.reconcile import apply_plan, plan_reconcile
 from store.jsonio import dumps_line, loads_line
 from store.search.search import search_messages
 from store.transcripts.transcript import TranscriptWriter, create_transcript
-from store.upgrade.schema import apply_schema
-from tests.dbkit import NOW, add_session
+from tests.dbkit import NOW, add_session, fresh_db
 
 SID = "sess"
 
@@ -38,13 +37,6 @@ SID = "sess"
 def _msg(mid: str, text: str, role: str = "user") -> bytes:
     return dumps_line({"type": "message", "id": mid, "role": role, "createdAt": "2026-01-01T00:00:00Z",
                        "blocks": [{"type": "text", "text": text}]})
-
-
-def _db(path: Path) -> sqlite3.Connection:
-    c = sqlite3.connect(path, isolation_level=None)
-    apply_pragmas(c)
-    apply_schema(c)
-    return c
 
 
 def _register(conn: sqlite3.Connection, path: Path) -> str | None:
@@ -91,7 +83,7 @@ def _ops(path: Path, epoch: str | None) -> list[Written]:
 def test_a_run_indexes_what_one_op_at_a_time_indexes(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     create_transcript(path, SID, NOW)
-    alone, joined = _db(tmp_path / "alone.sqlite"), _db(tmp_path / "joined.sqlite")
+    alone, joined = fresh_db(tmp_path / "alone.sqlite"), fresh_db(tmp_path / "joined.sqlite")
     epoch = _register(alone, path)
     assert _register(joined, path) == epoch
     ws = _ops(path, epoch)
@@ -114,7 +106,7 @@ def _segments(conn: sqlite3.Connection) -> int:
 def test_a_run_writes_one_search_segment_not_one_per_op(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     create_transcript(path, SID, NOW)
-    alone, joined = _db(tmp_path / "alone.sqlite"), _db(tmp_path / "joined.sqlite")
+    alone, joined = fresh_db(tmp_path / "alone.sqlite"), fresh_db(tmp_path / "joined.sqlite")
     epoch = _register(alone, path)
     _register(joined, path)
     ws = [_write(path, epoch, [_msg(f"m{i}", f"zebra {i} " + "word " * 50)], {0: i}) for i in range(1, 9)]
@@ -136,7 +128,7 @@ def test_when_the_run_fails_each_op_gets_its_own_outcome(tmp_path: Path, monkeyp
     which rolls back whole; then each op runs alone: the others are indexed, that one fails alone."""
     path = tmp_path / "t.jsonl"
     create_transcript(path, SID, NOW)
-    conn = _db(tmp_path / "pi.sqlite")
+    conn = fresh_db(tmp_path / "pi.sqlite")
     epoch = _register(conn, path)
     real = appends.index_written
 
@@ -163,7 +155,7 @@ def test_a_message_whose_row_takes_the_session_spelling_is_still_its_ops(tmp_pat
     """D444: another session holds m1, so this session's row is ``sess:m1``; the op gets that ref."""
     path = tmp_path / "t.jsonl"
     create_transcript(path, SID, NOW)
-    conn = _db(tmp_path / "pi.sqlite")
+    conn = fresh_db(tmp_path / "pi.sqlite")
     epoch = _register(conn, path)
     add_session(conn, "other")
     in_transaction(conn, lambda c: index.index_messages(
@@ -247,7 +239,7 @@ def _all_rows(conn: sqlite3.Connection) -> dict[str, Any]:
 def test_a_batch_of_several_sessions_indexes_what_one_op_at_a_time_indexes(tmp_path: Path) -> None:
     """Two sessions' runs in one batch, their new rows in one INSERT: the same rows, marks and
     search results as one op at a time, and a tombstone of a row held in the same batch lands."""
-    alone, batched = _db(tmp_path / "alone.sqlite"), _db(tmp_path / "batched.sqlite")
+    alone, batched = fresh_db(tmp_path / "alone.sqlite"), fresh_db(tmp_path / "batched.sqlite")
     at = _sessions(tmp_path, [alone, batched], ["a", "b"])
     runs = [
         [_op("a", at["a"], [_msg("a1", "zebra a one")], {0: 1}),
@@ -272,7 +264,7 @@ def conn_title(conn: sqlite3.Connection, sid: str) -> str:
 
 
 def test_a_batch_writes_one_search_segment_for_all_its_sessions(tmp_path: Path) -> None:
-    alone, batched = _db(tmp_path / "alone.sqlite"), _db(tmp_path / "batched.sqlite")
+    alone, batched = fresh_db(tmp_path / "alone.sqlite"), fresh_db(tmp_path / "batched.sqlite")
     sids = [f"s{i}" for i in range(6)]
     at = _sessions(tmp_path, [alone, batched], sids)
     runs = [[_op(sid, at[sid], [_msg(f"{sid}-m", f"zebra {sid} " + "word " * 40)], {0: 1})] for sid in sids]
@@ -287,7 +279,7 @@ def test_the_same_new_id_in_two_sessions_of_a_batch_falls_back_to_one_run_at_a_t
     """D444 inside one batch: neither op sees the other's held row, so the flush fails on the
     unique id; the batch rolls back and each run goes alone: the second takes ``b:dup``, as when
     the ops ran one at a time."""
-    alone, batched = _db(tmp_path / "alone.sqlite"), _db(tmp_path / "batched.sqlite")
+    alone, batched = fresh_db(tmp_path / "alone.sqlite"), fresh_db(tmp_path / "batched.sqlite")
     at = _sessions(tmp_path, [alone, batched], ["a", "b"])
     runs = [[_op("a", at["a"], [_msg("dup", "zebra from a")])], [_op("b", at["b"], [_msg("dup", "zebra from b")])]]
     alone_runs: list[int] = []

@@ -31,14 +31,13 @@ from actors.db_writer import IndexOp, _IndexBatch, _runs
 from runtime.kernel.actor import Envelope
 from store.indexing import index
 from store.indexing.appends import Written, index_written
-from store.indexing.database import apply_pragmas, in_transaction
+from store.indexing.database import in_transaction
 from store.indexing.group_commit import attempt
 from store.indexing.reconcile import apply_plan, plan_reconcile
 from store.jsonio import dumps_line, loads_line
 from store.search.search import search_messages
 from store.transcripts.transcript import TranscriptWriter, create_transcript
-from store.upgrade.schema import apply_schema
-from tests.dbkit import NOW
+from tests.dbkit import NOW, fresh_db
 
 SIDS = ("a", "b", "c")
 WORDS = ("zebra", "quartz", "fjord", "数据库", "glyph")
@@ -55,13 +54,6 @@ class _Actor:
     seq: int = 0
     ids: list[str] = field(default_factory=list)
     roles: dict[str, str] = field(default_factory=dict)
-
-
-def _db(path: Path) -> sqlite3.Connection:
-    c = sqlite3.connect(path, isolation_level=None)
-    apply_pragmas(c)
-    apply_schema(c)
-    return c
 
 
 def _message(mid: str, text: str, role: str, created: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
@@ -165,7 +157,7 @@ def _identities(refs: list[dict[str, Any]]) -> list[tuple[str, int]]:
 def test_any_mailbox_batching_indexes_what_one_op_at_a_time_indexes(steps: list[Step], sizes: list[int]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        alone, batched = _db(root / "alone.sqlite"), _db(root / "batched.sqlite")
+        alone, batched = fresh_db(root / "alone.sqlite"), fresh_db(root / "batched.sqlite")
         where: dict[str, tuple[Path, str | None]] = {}
         for sid in SIDS:
             path = root / f"{sid}.jsonl"
@@ -198,7 +190,7 @@ def test_any_mailbox_batching_indexes_what_one_op_at_a_time_indexes(steps: list[
                 path, epoch = where[sid]
                 assert index.index_mark(batched, sid) == (path.stat().st_size, epoch)
             # the transcripts are the source of truth: an index rebuilt from them is the same index
-            rebuilt = _db(root / "rebuilt.sqlite")
+            rebuilt = fresh_db(root / "rebuilt.sqlite")
             try:
                 for sid in SIDS:
                     path, epoch = where[sid]

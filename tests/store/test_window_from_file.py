@@ -25,13 +25,12 @@ from hypothesis import strategies as st
 
 from store.errors import StoreError
 from store.indexing import index
-from store.indexing.database import apply_pragmas, in_transaction
+from store.indexing.database import in_transaction
 from store.indexing.reconcile import apply_plan, plan_reconcile
 from store.jsonio import dumps_line
 from store.transcripts import windows
 from store.transcripts.transcript import TranscriptWriter, create_transcript
-from store.upgrade.schema import apply_schema
-from tests.dbkit import NOW
+from tests.dbkit import NOW, fresh_db
 
 SID = "win"
 TEXTS = ("hello", "a longer reply " * 6, "数据库 text", "")
@@ -105,9 +104,7 @@ def _build(tmp: Path, steps: list[Step]) -> tuple[Path, sqlite3.Connection]:
             writer.append(lines)
         finally:
             writer.close()
-    conn = sqlite3.connect(tmp / "db.sqlite", isolation_level=None)
-    apply_pragmas(conn)
-    apply_schema(conn)
+    conn = fresh_db(tmp / "db.sqlite")
     plan = plan_reconcile(path, 0, None)
     in_transaction(conn, lambda c: apply_plan(c, SID, plan, now_ms=NOW))
     return path, conn
