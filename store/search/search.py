@@ -39,6 +39,10 @@ How SQL finds the matches (every path returns exactly the predicate's set):
   U+FFFD..U+FFFF (SQLite reads all three as U+FFFD): the Python predicate
   (registered with ``create_function``) over ``messages.text``, because the
   trigram tokenizer's own case folding differs from ours.
+* ``search.query`` over every session with either of those two: the newest rows
+  are walked first through ``idx_messages_created`` and the scan runs only for
+  what they leave of a page (``_scan_newest_first``), so a short query that
+  matches many messages answers from the newest few hundred rows.
 
 Nothing here writes: both functions work on read-only connections and run
 their statements in one read transaction (a consistent snapshot) unless the
@@ -357,6 +361,14 @@ _SAMPLE_MAX = 6
 _WALK_MAX_CHARS = 3
 _WALK_ROW_COST = 35
 _WALK_MIN_HITS = 1000
+# search.query (global) for a query the trigram index cannot answer (under 3
+# characters, or a non-ASCII case mapping): the newest _RECENT_ROWS rows are
+# walked first, newest first through idx_messages_created, and the whole scan
+# runs only when they hold less than a page. A query matching a share s of the
+# messages stops after about limit / s rows (typing "es" into a search box); one
+# that matches few pays the walk on top of the scan (measured at 1M messages:
+# see _scan_newest_first).
+_RECENT_ROWS = 10_000
 
 
 @dataclass(frozen=True)
@@ -805,12 +817,46 @@ def search_messages(
                 source = _FROM_CREATED_WALK
                 if after is not None:
                     where.append("m.created_at <= :after_at")  # the walk starts at the cursor
-        rows = conn.execute(
-            f"SELECT m.mid, m.id, m.session_id, m.role, m.seq, m.text, m.created_at FROM {source} "
-            f"{' AND '.join(where)} ORDER BY m.created_at DESC, m.mid DESC LIMIT :lim",
-            params,
-        ).fetchall()
+        if not plan.fts_exact and session_id is None:  # source is _FROM_SCAN
+            rows = _scan_newest_first(conn, where, params, after is not None)
+        else:
+            rows = conn.execute(f"{_PAGE_ROWS} {source} {' AND '.join(where)} {_PAGE_ORDER}", params).fetchall()
     return _messages_reply(plan, rows, fingerprint, limit)
+
+
+_PAGE_ROWS = "SELECT m.mid, m.id, m.session_id, m.role, m.seq, m.text, m.created_at FROM"
+_PAGE_ORDER = "ORDER BY m.created_at DESC, m.mid DESC LIMIT :lim"
+
+
+def _scan_newest_first(conn: sqlite3.Connection, where: list[str], params: dict[str, Any],
+                       paged: bool) -> list[Any]:
+    """A scanned ``search.query`` page (``where`` holds the match and the cursor, ``:lim`` its rows).
+
+    The newest ``_RECENT_ROWS`` rows (after the cursor, when ``paged``) are asked first, walked newest
+    first; only when they hold fewer than ``:lim`` matches are the older rows scanned for the rest.
+    Every row of the walk is newer than every scanned row, so the page is the one a whole scan gives.
+    """
+    after = "created_at <= :after_at AND (created_at, mid) < (:after_at, :after_mid)" if paged else "1"
+    edge = conn.execute(  # the newest row past the window (index entries alone)
+        f"SELECT created_at, mid FROM messages INDEXED BY idx_messages_created WHERE {after} "
+        "ORDER BY created_at DESC, mid DESC LIMIT 1 OFFSET :window",
+        {**params, "window": _RECENT_ROWS},
+    ).fetchone()
+    if edge is None:  # no more rows than the window: one scan
+        return conn.execute(f"{_PAGE_ROWS} {_FROM_SCAN} {' AND '.join(where)} {_PAGE_ORDER}", params).fetchall()
+    bound = {**params, "edge_at": edge[0], "edge_mid": edge[1]}
+    walk = ["m.created_at >= :edge_at", "(m.created_at, m.mid) > (:edge_at, :edge_mid)", *where]
+    if paged:
+        walk.insert(0, "m.created_at <= :after_at")  # the walk starts at the cursor
+    recent = conn.execute(
+        f"{_PAGE_ROWS} messages AS m INDEXED BY idx_messages_created WHERE {' AND '.join(walk)} {_PAGE_ORDER}", bound
+    ).fetchall()
+    wanted = int(params["lim"]) - len(recent)
+    if wanted <= 0:
+        return list(recent)
+    older = ["(m.created_at, m.mid) <= (:edge_at, :edge_mid)", *where]
+    return [*recent, *conn.execute(f"{_PAGE_ROWS} {_FROM_SCAN} {' AND '.join(older)} {_PAGE_ORDER}",
+                                   {**bound, "lim": wanted}).fetchall()]
 
 
 def _live_ordinal(conn: sqlite3.Connection, session_id: str) -> int:

@@ -259,6 +259,10 @@ def _patched(module: Any, name: str, value: Any) -> Iterator[None]:
 MESSAGE_MODES = {
     "as chosen": {},
     "walk newest first": {"_WALK_MAX_CHARS": 10**9, "_WALK_MIN_HITS": 0, "_WALK_ROW_COST": 0},
+    # a scanned query asks the newest rows first: a window of one and of three rows (the scan finishes
+    # the page, or the window holds it whole)
+    "newest row first": {"_RECENT_ROWS": 1},
+    "newest rows first": {"_RECENT_ROWS": 3},
 }
 
 
