@@ -42,7 +42,9 @@ How SQL finds the matches (every path returns exactly the predicate's set):
 * ``search.query`` over every session with either of those two: the newest rows
   are walked first through ``idx_messages_created`` and the scan runs only for
   what they leave of a page (``_scan_newest_first``), so a short query that
-  matches many messages answers from the newest few hundred rows.
+  matches many messages answers from the newest few hundred rows. The same for
+  ``scope: "tools"``: a scanned query, and a trigram query with many candidates
+  in ``tool_fts`` (``_dense_tools``).
 
 Nothing here writes: both functions work on read-only connections and run
 their statements in one read transaction (a consistent snapshot) unless the
@@ -369,6 +371,9 @@ _WALK_MIN_HITS = 1000
 # that matches few pays the walk on top of the scan (measured at 1M messages:
 # see _scan_newest_first).
 _RECENT_ROWS = 10_000
+# The same for a tool-output query (scope "tools") that scans: a walked message
+# costs several scanned output rows (tool rows are a share of all messages).
+_RECENT_TOOL_ROWS = 2_500
 
 
 @dataclass(frozen=True)
@@ -825,37 +830,41 @@ def search_messages(
 
 
 _PAGE_ROWS = "SELECT m.mid, m.id, m.session_id, m.role, m.seq, m.text, m.created_at FROM"
+_TOOL_PAGE_ROWS = "SELECT m.mid, m.id, m.session_id, m.role, m.seq, t.text, m.created_at FROM"
 _PAGE_ORDER = "ORDER BY m.created_at DESC, m.mid DESC LIMIT :lim"
+_NEWEST_WALK = "messages AS m INDEXED BY idx_messages_created WHERE"
+_TOOL_NEWEST_WALK = "messages AS m INDEXED BY idx_messages_created CROSS JOIN tool_output AS t ON t.mid = m.mid WHERE"
 
 
-def _scan_newest_first(conn: sqlite3.Connection, where: list[str], params: dict[str, Any],
-                       paged: bool) -> list[Any]:
-    """A scanned ``search.query`` page (``where`` holds the match and the cursor, ``:lim`` its rows).
+def _scan_newest_first(conn: sqlite3.Connection, where: list[str], params: dict[str, Any], paged: bool, *,
+                       select: str = _PAGE_ROWS, walk_source: str = _NEWEST_WALK,
+                       rest_source: str = _FROM_SCAN, window: int | None = None) -> list[Any]:
+    """A global ``search.query`` page that would otherwise read every match (``where`` holds the match and
+    the cursor, ``:lim`` the page's rows; ``rest_source`` is how the whole query reads them).
 
-    The newest ``_RECENT_ROWS`` rows (after the cursor, when ``paged``) are asked first, walked newest
-    first; only when they hold fewer than ``:lim`` matches are the older rows scanned for the rest.
-    Every row of the walk is newer than every scanned row, so the page is the one a whole scan gives.
+    The newest ``window`` messages (``_RECENT_ROWS``; after the cursor, when ``paged``) are asked first, walked newest
+    first (``walk_source``); only when they hold fewer than ``:lim`` matches does ``rest_source`` read the
+    older rows for the rest. Every row of the walk is newer than every row after it, so the page is the one
+    the whole query gives.
     """
     after = "created_at <= :after_at AND (created_at, mid) < (:after_at, :after_mid)" if paged else "1"
     edge = conn.execute(  # the newest row past the window (index entries alone)
         f"SELECT created_at, mid FROM messages INDEXED BY idx_messages_created WHERE {after} "
         "ORDER BY created_at DESC, mid DESC LIMIT 1 OFFSET :window",
-        {**params, "window": _RECENT_ROWS},
+        {**params, "window": _RECENT_ROWS if window is None else window},
     ).fetchone()
-    if edge is None:  # no more rows than the window: one scan
-        return conn.execute(f"{_PAGE_ROWS} {_FROM_SCAN} {' AND '.join(where)} {_PAGE_ORDER}", params).fetchall()
+    if edge is None:  # no more rows than the window: the whole query
+        return conn.execute(f"{select} {rest_source} {' AND '.join(where)} {_PAGE_ORDER}", params).fetchall()
     bound = {**params, "edge_at": edge[0], "edge_mid": edge[1]}
     walk = ["m.created_at >= :edge_at", "(m.created_at, m.mid) > (:edge_at, :edge_mid)", *where]
     if paged:
         walk.insert(0, "m.created_at <= :after_at")  # the walk starts at the cursor
-    recent = conn.execute(
-        f"{_PAGE_ROWS} messages AS m INDEXED BY idx_messages_created WHERE {' AND '.join(walk)} {_PAGE_ORDER}", bound
-    ).fetchall()
+    recent = conn.execute(f"{select} {walk_source} {' AND '.join(walk)} {_PAGE_ORDER}", bound).fetchall()
     wanted = int(params["lim"]) - len(recent)
     if wanted <= 0:
         return list(recent)
     older = ["(m.created_at, m.mid) <= (:edge_at, :edge_mid)", *where]
-    return [*recent, *conn.execute(f"{_PAGE_ROWS} {_FROM_SCAN} {' AND '.join(older)} {_PAGE_ORDER}",
+    return [*recent, *conn.execute(f"{select} {rest_source} {' AND '.join(older)} {_PAGE_ORDER}",
                                    {**bound, "lim": wanted}).fetchall()]
 
 
@@ -890,12 +899,29 @@ def _tool_messages(
             ordinal = _live_ordinal(conn, session_id)
             params["lo"] = ordinal << MID_SEQ_BITS
             params["hi"] = (ordinal + 1) << MID_SEQ_BITS
-        rows = conn.execute(
-            f"SELECT m.mid, m.id, m.session_id, m.role, m.seq, t.text, m.created_at FROM {source} "
-            f"{' AND '.join(where)} ORDER BY m.created_at DESC, m.mid DESC LIMIT :lim",
-            params,
-        ).fetchall()
+        if session_id is None and (not plan.fts_exact or _dense_tools(conn, params["tfts"], limit)):
+            rows = _scan_newest_first(conn, where, params, after is not None, select=_TOOL_PAGE_ROWS,
+                                      walk_source=_TOOL_NEWEST_WALK, rest_source=source,
+                                      window=None if plan.fts_exact else _RECENT_TOOL_ROWS)
+        else:
+            rows = conn.execute(f"{_TOOL_PAGE_ROWS} {source} {' AND '.join(where)} {_PAGE_ORDER}", params).fetchall()
     return _messages_reply(plan, rows, fingerprint, limit)
+
+
+def _dense_tools(conn: sqlite3.Connection, candidates: str, limit: int) -> bool:
+    """Are there enough tool-output candidates that walking the newest messages finds a page sooner than
+    reading every candidate? The rule of :func:`_dense`, with a walked row costing about one candidate
+    (each reads a message row and an output row), counted up to that bound."""
+    def at_least(need: int) -> bool:
+        found = conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM tool_fts WHERE tool_fts MATCH ? LIMIT ?)", (candidates, need)
+        ).fetchone()[0]
+        return bool(found >= need)
+
+    if not at_least(_WALK_MIN_HITS):  # few: no need to count the messages
+        return False
+    total = int(conn.execute("SELECT coalesce(sum(last_seq), 0) FROM sessions").fetchone()[0])
+    return at_least(max(_WALK_MIN_HITS, math.isqrt((limit + 1) * total) + 1))
 
 
 def _messages_reply(plan: QueryPlan, rows: list[Any], fingerprint: str, limit: int) -> dict[str, Any]:

@@ -9,12 +9,18 @@ old, sparse or none still gets the page the whole scan gives, in order, paged wi
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 import store.search.search as search_module
+from store.indexing import index
+from store.indexing.index import IndexRecord
+from store.jsonio import now_rfc3339
 from store.search.search import search_messages
 from tests.store.search_corpus import Corpus, open_db
 
@@ -102,3 +108,79 @@ def test_a_page_past_the_window_is_finished_by_the_scan_in_order(conn: sqlite3.C
 def _needles() -> list[int]:
     """The numbers of the messages that say "needle", newest first, but those of session 3 (in the trash)."""
     return [n for n in range(MESSAGES - 1, -1, -1) if n % 7 == 0 and n % 10 != 3]
+
+
+# --------------------------------------------------------------------------- scope "tools"
+
+TOOL_ALPHABET = "abé K"
+WINDOWS = {"whole query": {"_RECENT_ROWS": 10**9, "_RECENT_TOOL_ROWS": 10**9, "_WALK_MIN_HITS": 10**9},
+           "newest first, small windows": {"_RECENT_ROWS": 3, "_RECENT_TOOL_ROWS": 2, "_WALK_MIN_HITS": 0},
+           "newest first, one row": {"_RECENT_ROWS": 1, "_RECENT_TOOL_ROWS": 1, "_WALK_MIN_HITS": 0},
+           "dense hits forced": {"_RECENT_ROWS": 2, "_dense_tools": lambda *_: True},
+           "as chosen": {}}
+
+tool_rows = st.lists(
+    st.tuples(st.integers(0, 2),  # session
+              st.sampled_from(["tool", "tool", "user"]),
+              st.text(alphabet=TOOL_ALPHABET, min_size=1, max_size=12),
+              st.integers(1, 6),  # created second (ties are common)
+              st.booleans()),  # tombstoned afterwards
+    min_size=1, max_size=30)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tool_rows, st.text(alphabet=TOOL_ALPHABET, min_size=1, max_size=4), st.integers(1, 4), st.booleans())
+def test_tool_output_pages_are_the_whole_querys_in_every_window(
+        rows: list[tuple[int, str, str, int, bool]], query: str, limit: int, trash_one: bool) -> None:
+    """Tool rows (through the real indexer) with text rows between them, tombstones and a trashed session:
+    every window and the dense-hits rule page the same ids, in the same order, as the whole query."""
+    assume(query.strip())
+    db = open_db()
+    try:
+        for n, (s, role, text, second, _) in enumerate(rows):
+            sid = f"s{s}"
+            if db.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is None:
+                index.insert_session(db, sid, now_ms=1, title=sid)
+            block = ({"type": "tool_call", "callId": f"c{n}", "name": "Bash", "args": {}, "status": "ok",
+                      "result": text} if role == "tool" else {"type": "text", "text": text})
+            record = {"type": "message", "id": f"m{n}", "role": role, "blocks": [block],
+                      "createdAt": now_rfc3339(1_785_056_400_000 + second * 1000)}
+            db.execute("BEGIN")
+            index.index_messages(db, sid, [IndexRecord(record, offset=n * 100, length=100)], indexed_len=None,
+                                 file_epoch=None, now_ms=1)
+            db.execute("COMMIT")
+        for n, (s, _, _, _, gone) in enumerate(rows):
+            if gone:
+                index.set_deleted(db, f"s{s}", f"m{n}", True)
+        if trash_one:
+            db.execute("UPDATE sessions SET deleted_at = 1 WHERE id = 's1'")
+        pages = {}
+        for name, patches in WINDOWS.items():
+            with contextlib.ExitStack() as stack:
+                for attr, value in patches.items():
+                    stack.enter_context(_patched(attr, value))
+                pages[name] = _tool_pages(db, query, limit)
+        assert all(got == pages["whole query"] for got in pages.values()), pages
+    finally:
+        db.close()
+
+
+def _tool_pages(db: sqlite3.Connection, query: str, limit: int) -> list[str]:
+    got: list[str] = []
+    cursor = None
+    while True:
+        res = search_messages(db, query, limit=limit, cursor=cursor, scope="tools")
+        got.extend(r["messageId"] for r in res["results"])
+        cursor = res["nextCursor"]
+        if cursor is None:
+            return got
+
+
+@contextlib.contextmanager
+def _patched(name: str, value: object) -> Iterator[None]:
+    old = getattr(search_module, name)
+    setattr(search_module, name, value)
+    try:
+        yield
+    finally:
+        setattr(search_module, name, old)
