@@ -44,7 +44,10 @@ How SQL finds the matches (every path returns exactly the predicate's set):
   what they leave of a page (``_scan_newest_first``), so a short query that
   matches many messages answers from the newest few hundred rows. The same for
   ``scope: "tools"``: a scanned query, and a trigram query with many candidates
-  in ``tool_fts`` (``_dense_tools``).
+  in ``tool_fts`` (``_dense_tools``). And in one session of many messages, for
+  a scanned query or a trigram query with many hits in it
+  (``_dense_in_session``): the walk goes over the newest messages of the whole
+  index, reading the rows of that session only.
 
 Nothing here writes: both functions work on read-only connections and run
 their statements in one read transaction (a consistent snapshot) unless the
@@ -113,10 +116,9 @@ SNIPPET_WIDTH = 120
 
 _FOLD_FN = "pihost_fold_contains"
 _ROLES_SQL = "(" + ", ".join(f"'{r}'" for r in SEARCHABLE_ROLES) + ")"
-_LIVE_MESSAGE = (
-    f"m.role IN {_ROLES_SQL} AND m.deleted = 0 AND m.text IS NOT NULL "
-    "AND m.session_id NOT IN (SELECT id FROM sessions WHERE deleted_at IS NOT NULL)"
-)
+_BEFORE_CURSOR = "(m.created_at, m.mid) < (:after_at, :after_mid)"
+_SEARCHABLE_ROW = f"m.role IN {_ROLES_SQL} AND m.deleted = 0 AND m.text IS NOT NULL"
+_LIVE_MESSAGE = f"{_SEARCHABLE_ROW} AND m.session_id NOT IN (SELECT id FROM sessions WHERE deleted_at IS NOT NULL)"
 # Trigram candidates drive the loop (CROSS JOIN keeps that order) and each one
 # is looked up by rowid; a scan reads the table in rowid order (NOT INDEXED: not
 # via the (session_id, seq) index plus a lookup per row).
@@ -374,6 +376,13 @@ _RECENT_ROWS = 10_000
 # The same for a tool-output query (scope "tools") that scans: a walked message
 # costs several scanned output rows (tool rows are a share of all messages).
 _RECENT_TOOL_ROWS = 2_500
+# One session of more than _SESSION_WALK_MIN_ROWS messages (a scanned query, or a
+# trigram query with many hits in it): the newest _RECENT_SESSION_ROWS messages
+# of the whole index are walked (index entries of other sessions cost no row
+# read), so an open, busy session answers from its newest rows; a walked row
+# costs about five of the session scan's.
+_RECENT_SESSION_ROWS = 2_000
+_SESSION_WALK_MIN_ROWS = 8_000
 
 
 @dataclass(frozen=True)
@@ -798,7 +807,7 @@ def search_messages(
         where = [_LIVE_MESSAGE, _match_sql("m.text", plan)]
         source = _FROM_SCAN
     if after is not None:
-        where.append("(m.created_at, m.mid) < (:after_at, :after_mid)")
+        where.append(_BEFORE_CURSOR)
         params["after_at"], params["after_mid"] = after
     with _read_snapshot(conn):
         if plan.fts_exact and len(plan.folded) > _COUNTS_MODE_MAX_CHARS and not index_positions(conn):
@@ -806,15 +815,16 @@ def search_messages(
             positions = False
             where[0] = _match_sql("m.text", plan)
             params["fts"] = _candidates_expression(plan)
+        session_rows = 0
         if session_id is not None:
             live = conn.execute(
-                "SELECT ordinal FROM sessions WHERE id = ? AND deleted_at IS NULL", (session_id,)
+                "SELECT ordinal, last_seq FROM sessions WHERE id = ? AND deleted_at IS NULL", (session_id,)
             ).fetchone()
             if live is None:
                 raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
-            if "lo" in params:
-                params["lo"] = int(live[0]) << MID_SEQ_BITS
-                params["hi"] = (int(live[0]) + 1) << MID_SEQ_BITS
+            params["lo"] = int(live[0]) << MID_SEQ_BITS
+            params["hi"] = (int(live[0]) + 1) << MID_SEQ_BITS
+            session_rows = int(live[1])
         if plan.fts_exact and session_id is None:
             if positions:
                 params["fts"] = _fts_expression(conn, plan)
@@ -824,6 +834,14 @@ def search_messages(
                     where.append("m.created_at <= :after_at")  # the walk starts at the cursor
         if not plan.fts_exact and session_id is None:  # source is _FROM_SCAN
             rows = _scan_newest_first(conn, where, params, after is not None)
+        elif session_rows > _SESSION_WALK_MIN_ROWS and (
+                not plan.fts_exact or _dense_in_session(conn, params["fts"], limit, session_rows, params)):
+            # a large session: its newest rows first (the session's share of the newest messages)
+            walk = [_SEARCHABLE_ROW, "m.mid >= :lo AND m.mid < :hi", _match_sql("m.text", plan)]
+            if after is not None:
+                walk.append(_BEFORE_CURSOR)
+            rows = _scan_newest_first(conn, where, params, after is not None, walk_where=walk, rest_source=source,
+                                      window=_RECENT_SESSION_ROWS)
         else:
             rows = conn.execute(f"{_PAGE_ROWS} {source} {' AND '.join(where)} {_PAGE_ORDER}", params).fetchall()
     return _messages_reply(plan, rows, fingerprint, limit)
@@ -837,10 +855,13 @@ _TOOL_NEWEST_WALK = "messages AS m INDEXED BY idx_messages_created CROSS JOIN to
 
 
 def _scan_newest_first(conn: sqlite3.Connection, where: list[str], params: dict[str, Any], paged: bool, *,
-                       select: str = _PAGE_ROWS, walk_source: str = _NEWEST_WALK,
-                       rest_source: str = _FROM_SCAN, window: int | None = None) -> list[Any]:
-    """A global ``search.query`` page that would otherwise read every match (``where`` holds the match and
-    the cursor, ``:lim`` the page's rows; ``rest_source`` is how the whole query reads them).
+                       walk_where: list[str] | None = None, select: str = _PAGE_ROWS,
+                       walk_source: str = _NEWEST_WALK, rest_source: str = _FROM_SCAN,
+                       window: int | None = None) -> list[Any]:
+    """A ``search.query`` page that would otherwise read every match (``where`` holds the match and the
+    cursor, ``:lim`` the page's rows; ``rest_source`` is how the whole query reads them; ``walk_where`` what
+    a walked row must be, when ``where`` speaks of ``rest_source``'s tables: the same rows, checked on
+    their own).
 
     The newest ``window`` messages (``_RECENT_ROWS``; after the cursor, when ``paged``) are asked first, walked newest
     first (``walk_source``); only when they hold fewer than ``:lim`` matches does ``rest_source`` read the
@@ -856,7 +877,8 @@ def _scan_newest_first(conn: sqlite3.Connection, where: list[str], params: dict[
     if edge is None:  # no more rows than the window: the whole query
         return conn.execute(f"{select} {rest_source} {' AND '.join(where)} {_PAGE_ORDER}", params).fetchall()
     bound = {**params, "edge_at": edge[0], "edge_mid": edge[1]}
-    walk = ["m.created_at >= :edge_at", "(m.created_at, m.mid) > (:edge_at, :edge_mid)", *where]
+    walk = ["m.created_at >= :edge_at", "(m.created_at, m.mid) > (:edge_at, :edge_mid)",
+            *(where if walk_where is None else walk_where)]
     if paged:
         walk.insert(0, "m.created_at <= :after_at")  # the walk starts at the cursor
     recent = conn.execute(f"{select} {walk_source} {' AND '.join(walk)} {_PAGE_ORDER}", bound).fetchall()
@@ -906,6 +928,18 @@ def _tool_messages(
         else:
             rows = conn.execute(f"{_TOOL_PAGE_ROWS} {source} {' AND '.join(where)} {_PAGE_ORDER}", params).fetchall()
     return _messages_reply(plan, rows, fingerprint, limit)
+
+
+def _dense_in_session(conn: sqlite3.Connection, fts: str, limit: int, rows: int, params: dict[str, Any]) -> bool:
+    """The rule of :func:`_dense_tools` for a trigram query in one session of ``rows`` messages (its
+    ``:lo``/``:hi`` mid range of the trigram index)."""
+    need = max(_WALK_MIN_HITS, math.isqrt((limit + 1) * rows) + 1)
+    found = conn.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM messages_fts WHERE messages_fts MATCH :fts "
+        "AND rowid >= :lo AND rowid < :hi LIMIT :need)", {"fts": fts, "lo": params["lo"], "hi": params["hi"],
+                                                          "need": need},
+    ).fetchone()[0]
+    return bool(found >= need)
 
 
 def _dense_tools(conn: sqlite3.Connection, candidates: str, limit: int) -> bool:

@@ -90,6 +90,21 @@ def test_a_short_query_with_many_hits_reads_the_newest_rows_only(conn: sqlite3.C
     assert walked_steps * 5 < scan_steps, (walked_steps, scan_steps)
 
 
+def test_a_short_query_in_a_large_session_reads_its_newest_rows_only(conn: sqlite3.Connection,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """In one session the walk goes over the newest messages of every session (their index entries alone)."""
+    monkeypatch.setattr(search_module, "_SESSION_WALK_MIN_ROWS", 100)
+    monkeypatch.setattr(search_module, "_RECENT_SESSION_ROWS", 600)
+    newest = [str(n) for n in range(MESSAGES - 10, -1, -10)][:20]  # session s1: every tenth message
+    walked, walked_steps = _steps(conn, "ss", limit=20, session_id="s1")
+    assert walked == newest
+    with monkeypatch.context() as m:
+        m.setattr(search_module, "_SESSION_WALK_MIN_ROWS", 10**9)  # the session's rows, every one
+        scanned, scan_steps = _steps(conn, "ss", limit=20, session_id="s1")
+    assert scanned == newest
+    assert walked_steps * 2 < scan_steps, (walked_steps, scan_steps)
+
+
 def test_a_page_past_the_window_is_finished_by_the_scan_in_order(conn: sqlite3.Connection,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Hits in the window and older ones in one page; hits only older than the window; no hit at all; every

@@ -263,6 +263,9 @@ MESSAGE_MODES = {
     # the page, or the window holds it whole)
     "newest row first": {"_RECENT_ROWS": 1},
     "newest rows first": {"_RECENT_ROWS": 3},
+    # one session's newest rows first (a scanned query, and a trigram query with enough hits in it)
+    "a session's newest row first": {"_SESSION_WALK_MIN_ROWS": 0, "_RECENT_SESSION_ROWS": 1, "_WALK_MIN_HITS": 0},
+    "a session's newest rows first": {"_SESSION_WALK_MIN_ROWS": 0, "_RECENT_SESSION_ROWS": 4, "_WALK_MIN_HITS": 0},
 }
 
 
