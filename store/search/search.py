@@ -30,7 +30,10 @@ How SQL finds the matches (every path returns exactly the predicate's set):
   session rows are read in page order only until the page is full.
   ``search.query`` looks up each hit's row for its newest-first order but
   reads no text except for hazard rows; a trigram with very many hits instead
-  walks ``idx_messages_created`` newest first (``_dense``).
+  walks ``idx_messages_created`` newest first (``_dense``). A longer phrase's
+  hits are read up to the bound of ``_many_hits`` (and looked up from that one
+  read when fewer); past it the newest rows are walked, each checked with the
+  scan's predicate (``_scan_newest_first``).
 * Shorter queries: a scan over ``messages.text`` verified in SQL with
   ``text LIKE '%folded%'`` (escaped; SQLite's LIKE folds ASCII case only) or
   ``instr`` and, for the few texts holding ``İ`` or ``K`` (the only non-ASCII
@@ -46,7 +49,7 @@ How SQL finds the matches (every path returns exactly the predicate's set):
   ``scope: "tools"``: a scanned query, and a trigram query with many candidates
   in ``tool_fts`` (``_dense_tools``). And in one session of many messages, for
   a scanned query or a trigram query with many hits in it
-  (``_dense_in_session``): the walk goes over the newest messages of the whole
+  (``_many_hits``): the walk goes over the newest messages of the whole
   index, reading the rows of that session only.
 
 Nothing here writes: both functions work on read-only connections and run
@@ -73,6 +76,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+import orjson
 
 from store.errors import InvalidInput, SessionNotFound
 from store.ids import validate_session_id
@@ -127,6 +132,8 @@ _FROM_FTS = (
     "WHERE messages_fts MATCH :fts AND"
 )
 _FROM_SCAN = "messages AS m NOT INDEXED WHERE"
+# The rows of trigram hits already read (a JSON array of mids).
+_FROM_HITS = "messages AS m WHERE m.mid IN (SELECT value FROM json_each(:hits)) AND"
 _DETAIL_RE = re.compile(r"\bdetail\s*=\s*'?(\w+)", re.IGNORECASE)
 # Newest first through idx_messages_created, each row asked of the trigram index
 # (search.query for a trigram with very many hits, see _dense).
@@ -743,8 +750,7 @@ def _dense(conn: sqlite3.Connection, plan: QueryPlan, fts: str, limit: int) -> b
     """
     if len(plan.folded) > _WALK_MAX_CHARS:
         return False
-    total = int(conn.execute("SELECT coalesce(sum(last_seq), 0) FROM sessions").fetchone()[0])
-    need = max(_WALK_MIN_HITS, math.isqrt(_WALK_ROW_COST * (limit + 1) * total) + 1)
+    need = max(_WALK_MIN_HITS, math.isqrt(_WALK_ROW_COST * (limit + 1) * _all_rows(conn)) + 1)
     found = conn.execute(
         "SELECT count(*) FROM (SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? LIMIT ?)", (fts, need)
     ).fetchone()[0]
@@ -816,6 +822,7 @@ def search_messages(
             where[0] = _match_sql("m.text", plan)
             params["fts"] = _candidates_expression(plan)
         session_rows = 0
+        walk_phrase = False
         if session_id is not None:
             live = conn.execute(
                 "SELECT ordinal, last_seq FROM sessions WHERE id = ? AND deleted_at IS NULL", (session_id,)
@@ -832,10 +839,26 @@ def search_messages(
                 source = _FROM_CREATED_WALK
                 if after is not None:
                     where.append("m.created_at <= :after_at")  # the walk starts at the cursor
+            elif len(plan.folded) > _WALK_MAX_CHARS:
+                # a phrase: its hits up to the walk's bound (_many_hits), kept when fewer (no second read)
+                need = max(_WALK_MIN_HITS, math.isqrt((limit + 1) * _all_rows(conn)) + 1)
+                hits = conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? LIMIT ?",
+                                    (params["fts"], need)).fetchall()
+                if len(hits) >= need:
+                    walk_phrase = True
+                else:
+                    source = _FROM_HITS
+                    params["hits"] = orjson.dumps([h[0] for h in hits]).decode()
         if not plan.fts_exact and session_id is None:  # source is _FROM_SCAN
             rows = _scan_newest_first(conn, where, params, after is not None)
+        elif walk_phrase:
+            # a phrase in very many messages: the newest rows first, each checked with the scan's predicate
+            walk = [_LIVE_MESSAGE, _match_sql("m.text", plan)]
+            if after is not None:
+                walk.append(_BEFORE_CURSOR)
+            rows = _scan_newest_first(conn, where, params, after is not None, walk_where=walk, rest_source=_FROM_FTS)
         elif session_rows > _SESSION_WALK_MIN_ROWS and (
-                not plan.fts_exact or _dense_in_session(conn, params["fts"], limit, session_rows, params)):
+                not plan.fts_exact or _many_hits(conn, params["fts"], limit, session_rows, params)):
             # a large session: its newest rows first (the session's share of the newest messages)
             walk = [_SEARCHABLE_ROW, "m.mid >= :lo AND m.mid < :hi", _match_sql("m.text", plan)]
             if after is not None:
@@ -930,16 +953,22 @@ def _tool_messages(
     return _messages_reply(plan, rows, fingerprint, limit)
 
 
-def _dense_in_session(conn: sqlite3.Connection, fts: str, limit: int, rows: int, params: dict[str, Any]) -> bool:
-    """The rule of :func:`_dense_tools` for a trigram query in one session of ``rows`` messages (its
-    ``:lo``/``:hi`` mid range of the trigram index)."""
+def _many_hits(conn: sqlite3.Connection, fts: str, limit: int, rows: int,
+               session: dict[str, Any] | None = None) -> bool:
+    """The rule of :func:`_dense_tools` for a trigram query among ``rows`` messages: all of them, or one
+    session's (its ``lo``/``hi`` mid range of the trigram index, from ``session``)."""
     need = max(_WALK_MIN_HITS, math.isqrt((limit + 1) * rows) + 1)
+    span = "" if session is None else "AND rowid >= :lo AND rowid < :hi "
     found = conn.execute(
-        "SELECT count(*) FROM (SELECT 1 FROM messages_fts WHERE messages_fts MATCH :fts "
-        "AND rowid >= :lo AND rowid < :hi LIMIT :need)", {"fts": fts, "lo": params["lo"], "hi": params["hi"],
-                                                          "need": need},
+        f"SELECT count(*) FROM (SELECT 1 FROM messages_fts WHERE messages_fts MATCH :fts {span}LIMIT :need)",
+        {"fts": fts, "need": need, **({} if session is None else {"lo": session["lo"], "hi": session["hi"]})},
     ).fetchone()[0]
     return bool(found >= need)
+
+
+def _all_rows(conn: sqlite3.Connection) -> int:
+    """Every message row (tool rows and trashed sessions too: an overestimate)."""
+    return int(conn.execute("SELECT coalesce(sum(last_seq), 0) FROM sessions").fetchone()[0])
 
 
 def _dense_tools(conn: sqlite3.Connection, candidates: str, limit: int) -> bool:
@@ -954,8 +983,7 @@ def _dense_tools(conn: sqlite3.Connection, candidates: str, limit: int) -> bool:
 
     if not at_least(_WALK_MIN_HITS):  # few: no need to count the messages
         return False
-    total = int(conn.execute("SELECT coalesce(sum(last_seq), 0) FROM sessions").fetchone()[0])
-    return at_least(max(_WALK_MIN_HITS, math.isqrt((limit + 1) * total) + 1))
+    return at_least(max(_WALK_MIN_HITS, math.isqrt((limit + 1) * _all_rows(conn)) + 1))
 
 
 def _messages_reply(plan: QueryPlan, rows: list[Any], fingerprint: str, limit: int) -> dict[str, Any]:

@@ -90,6 +90,27 @@ def test_a_short_query_with_many_hits_reads_the_newest_rows_only(conn: sqlite3.C
     assert walked_steps * 5 < scan_steps, (walked_steps, scan_steps)
 
 
+def test_a_phrase_in_very_many_messages_reads_the_newest_rows_only(conn: sqlite3.Connection,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """"needle here" (a phrase: more than 3 characters) is in every seventh message: past the bound of
+    _many_hits the newest rows are walked, trashed sessions left out; under it the hits read once are
+    looked up."""
+    monkeypatch.setattr(search_module, "_RECENT_ROWS", 500)
+    monkeypatch.setattr(search_module, "_WALK_MIN_HITS", 50)  # the bound: 50 hits (no messages counted)
+    monkeypatch.setattr(search_module, "_all_rows", lambda _conn: 0)
+    walked, walked_steps = _steps(conn, "needle here", limit=20)
+    assert walked == [str(n) for n in _needles()][:20]
+    with monkeypatch.context() as m:
+        m.setattr(search_module, "_WALK_MIN_HITS", 10**9)  # the bound never reached: every hit looked up
+        looked_up, lookup_steps = _steps(conn, "needle here", limit=20)
+    assert looked_up == walked
+    assert walked_steps < lookup_steps, (walked_steps, lookup_steps)
+    for window in (1, 7, 3_000):
+        with monkeypatch.context() as m:
+            m.setattr(search_module, "_RECENT_ROWS", window)
+            assert _pages(conn, "needle here", 37) == [str(n) for n in _needles()]
+
+
 def test_a_short_query_in_a_large_session_reads_its_newest_rows_only(conn: sqlite3.Connection,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """In one session the walk goes over the newest messages of every session (their index entries alone)."""

@@ -266,6 +266,8 @@ MESSAGE_MODES = {
     # one session's newest rows first (a scanned query, and a trigram query with enough hits in it)
     "a session's newest row first": {"_SESSION_WALK_MIN_ROWS": 0, "_RECENT_SESSION_ROWS": 1, "_WALK_MIN_HITS": 0},
     "a session's newest rows first": {"_SESSION_WALK_MIN_ROWS": 0, "_RECENT_SESSION_ROWS": 4, "_WALK_MIN_HITS": 0},
+    # every query with a hit walks: phrases (and trigrams) newest first, in a window of two rows
+    "every hit walked, newest rows first": {"_RECENT_ROWS": 2, "_WALK_MIN_HITS": 0, "_all_rows": lambda conn: 0},
 }
 
 
