@@ -8,14 +8,28 @@ the FTS triggers of the real schema keep ``messages_fts`` in sync.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from store.transcripts.records import extract_text
 from store.upgrade.schema import apply_schema, message_mid
+
+
+@contextlib.contextmanager
+def patched(module: Any, name: str, value: Any) -> Iterator[None]:
+    """``module.name`` set to ``value`` inside the block (a hypothesis test cannot take ``monkeypatch``)."""
+    assert hasattr(module, name), name
+    old = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, old)
 
 
 def open_db(path: Path | str = ":memory:") -> sqlite3.Connection:

@@ -22,7 +22,7 @@ from store.indexing import index
 from store.indexing.index import IndexRecord
 from store.jsonio import now_rfc3339
 from store.search.search import search_messages
-from tests.store.search_corpus import Corpus, open_db
+from tests.store.search_corpus import Corpus, open_db, patched
 
 MESSAGES = 3_000
 
@@ -194,7 +194,7 @@ def test_tool_output_pages_are_the_whole_querys_in_every_window(
         for name, patches in WINDOWS.items():
             with contextlib.ExitStack() as stack:
                 for attr, value in patches.items():
-                    stack.enter_context(_patched(attr, value))
+                    stack.enter_context(patched(search_module, attr, value))
                 pages[name] = _tool_pages(db, query, limit)
         assert all(got == pages["whole query"] for got in pages.values()), pages
     finally:
@@ -210,13 +210,3 @@ def _tool_pages(db: sqlite3.Connection, query: str, limit: int) -> list[str]:
         cursor = res["nextCursor"]
         if cursor is None:
             return got
-
-
-@contextlib.contextmanager
-def _patched(name: str, value: object) -> Iterator[None]:
-    old = getattr(search_module, name)
-    setattr(search_module, name, value)
-    try:
-        yield
-    finally:
-        setattr(search_module, name, old)

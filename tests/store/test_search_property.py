@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +27,7 @@ from store.search.search import (
     snippet,
 )
 from store.search.search_text import find_literal, fold
-from tests.store.search_corpus import Corpus, open_db
+from tests.store.search_corpus import Corpus, open_db, patched
 
 ALPHABET = (
     "abcABC xyzXYZ iIkK 0129 %_\"\\'*-:()"
@@ -228,7 +227,7 @@ def test_every_search_mode_equals_brute_force(
     b = build(sessions)
     with contextlib.closing(b.conn), contextlib.ExitStack() as patches:
         for name, value in SEARCH_MODES[mode].items():
-            patches.enter_context(_patched(search_module, name, value))
+            patches.enter_context(patched(search_module, name, value))
         expected = brute_sessions(b, query, snippets)
         got: list[dict[str, Any]] = []
         cursor = None
@@ -241,17 +240,6 @@ def test_every_search_mode_equals_brute_force(
             if cursor is None:
                 break
         assert got == expected
-
-
-@contextlib.contextmanager
-def _patched(module: Any, name: str, value: Any) -> Iterator[None]:
-    assert hasattr(module, name), name
-    old = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, old)
 
 
 # search.query walks idx_messages_created for queries matching a large share of
@@ -280,7 +268,7 @@ def test_search_messages_equals_brute_force(mode: str, data: tuple[list[Sess], s
     b = build(sessions)
     with contextlib.ExitStack() as patches:
         for name, value in MESSAGE_MODES[mode].items():
-            patches.enter_context(_patched(search_module, name, value))
+            patches.enter_context(patched(search_module, name, value))
         _check_search_messages(b, raw_query, query, limit)
 
 
@@ -362,7 +350,7 @@ def test_trigram_path_agrees_with_predicate_on_case_hazards(
     b = build([Sess("", None, False, 1, messages)])
     with contextlib.closing(b.conn), contextlib.ExitStack() as patches:
         for name, value in SEARCH_MODES.get(mode, {}).items():
-            patches.enter_context(_patched(search_module, name, value))
+            patches.enter_context(patched(search_module, name, value))
         got = [r["messageId"] for r in search_messages(b.conn, query, limit=MAX_MESSAGE_LIMIT)["results"]]
         assert got == brute_messages(b, normalize_query(query))
         res = search_sessions(b.conn, query, snippets_per_session=MAX_SNIPPETS_PER_SESSION)
@@ -379,7 +367,7 @@ def test_a_rejected_hazard_hit_is_neither_counted_nor_shown(mode: str, query: st
     b = build([Sess("", None, False, 1, tuple(Msg("user", t, False, i) for i, t in enumerate(texts)))])
     with contextlib.closing(b.conn), contextlib.ExitStack() as patches:
         for name, value in SEARCH_MODES.get(mode, {}).items():
-            patches.enter_context(_patched(search_module, name, value))
+            patches.enter_context(patched(search_module, name, value))
         res = search_sessions(b.conn, query, snippets_per_session=1)
         assert (res["totalSessions"], res["totalMessageMatches"]) == (1, 2)
         assert [s["seq"] for s in res["results"][0]["snippets"]] == [2]
