@@ -31,7 +31,7 @@ How SQL finds the matches (every path returns exactly the predicate's set):
   ``search.query`` looks up each hit's row for its newest-first order but
   reads no text except for hazard rows; a trigram with very many hits instead
   walks ``idx_messages_created`` newest first (``_dense``). A longer phrase's
-  hits are read up to the bound of ``_many_hits`` (and looked up from that one
+  hits are read up to the bound of ``_walk_bound`` (and looked up from that one
   read when fewer); past it the newest rows are walked, each checked with the
   scan's predicate (``_scan_newest_first``).
 * Shorter queries: a scan over ``messages.text`` verified in SQL with
@@ -840,8 +840,8 @@ def search_messages(
                 if after is not None:
                     where.append("m.created_at <= :after_at")  # the walk starts at the cursor
             elif len(plan.folded) > _WALK_MAX_CHARS:
-                # a phrase: its hits up to the walk's bound (_many_hits), kept when fewer (no second read)
-                need = max(_WALK_MIN_HITS, math.isqrt((limit + 1) * _all_rows(conn)) + 1)
+                # a phrase: its hits up to the walk's bound, kept when fewer (no second read)
+                need = _walk_bound(limit, _all_rows(conn))
                 hits = conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? LIMIT ?",
                                     (params["fts"], need)).fetchall()
                 if len(hits) >= need:
@@ -886,10 +886,10 @@ def _scan_newest_first(conn: sqlite3.Connection, where: list[str], params: dict[
     a walked row must be, when ``where`` speaks of ``rest_source``'s tables: the same rows, checked on
     their own).
 
-    The newest ``window`` messages (``_RECENT_ROWS``; after the cursor, when ``paged``) are asked first, walked newest
-    first (``walk_source``); only when they hold fewer than ``:lim`` matches does ``rest_source`` read the
-    older rows for the rest. Every row of the walk is newer than every row after it, so the page is the one
-    the whole query gives.
+    The newest ``window`` messages (``_RECENT_ROWS``; after the cursor, when ``paged``) are asked first,
+    walked newest first (``walk_source``); only when they hold fewer than ``:lim`` matches does
+    ``rest_source`` read the older rows for the rest. Every row of the walk is newer than every row after
+    it, so the page is the one the whole query gives.
     """
     after = "created_at <= :after_at AND (created_at, mid) < (:after_at, :after_mid)" if paged else "1"
     edge = conn.execute(  # the newest row past the window (index entries alone)
@@ -955,9 +955,9 @@ def _tool_messages(
 
 def _many_hits(conn: sqlite3.Connection, fts: str, limit: int, rows: int,
                session: dict[str, Any] | None = None) -> bool:
-    """The rule of :func:`_dense_tools` for a trigram query among ``rows`` messages: all of them, or one
+    """Past :func:`_walk_bound`, the trigram query's hits among ``rows`` messages: all of them, or one
     session's (its ``lo``/``hi`` mid range of the trigram index, from ``session``)."""
-    need = max(_WALK_MIN_HITS, math.isqrt((limit + 1) * rows) + 1)
+    need = _walk_bound(limit, rows)
     span = "" if session is None else "AND rowid >= :lo AND rowid < :hi "
     found = conn.execute(
         f"SELECT count(*) FROM (SELECT 1 FROM messages_fts WHERE messages_fts MATCH :fts {span}LIMIT :need)",
@@ -973,8 +973,7 @@ def _all_rows(conn: sqlite3.Connection) -> int:
 
 def _dense_tools(conn: sqlite3.Connection, candidates: str, limit: int) -> bool:
     """Are there enough tool-output candidates that walking the newest messages finds a page sooner than
-    reading every candidate? The rule of :func:`_dense`, with a walked row costing about one candidate
-    (each reads a message row and an output row), counted up to that bound."""
+    reading every candidate (:func:`_walk_bound`; a walked row reads a message row and an output row)?"""
     def at_least(need: int) -> bool:
         found = conn.execute(
             "SELECT count(*) FROM (SELECT 1 FROM tool_fts WHERE tool_fts MATCH ? LIMIT ?)", (candidates, need)
@@ -983,7 +982,14 @@ def _dense_tools(conn: sqlite3.Connection, candidates: str, limit: int) -> bool:
 
     if not at_least(_WALK_MIN_HITS):  # few: no need to count the messages
         return False
-    return at_least(max(_WALK_MIN_HITS, math.isqrt((limit + 1) * _all_rows(conn)) + 1))
+    return at_least(_walk_bound(limit, _all_rows(conn)))
+
+
+def _walk_bound(limit: int, rows: int) -> int:
+    """The hits past which walking ``rows`` messages newest first finds a page sooner than reading every hit:
+    with ``h`` hits a page takes about ``(limit + 1) * rows / h`` walked rows, each costing about one hit's
+    lookup (a row read and the predicate), against ``h`` lookups (see :func:`_dense`)."""
+    return max(_WALK_MIN_HITS, math.isqrt((limit + 1) * rows) + 1)
 
 
 def _messages_reply(plan: QueryPlan, rows: list[Any], fingerprint: str, limit: int) -> dict[str, Any]:
