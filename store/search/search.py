@@ -840,15 +840,16 @@ def search_messages(
                 if after is not None:
                     where.append("m.created_at <= :after_at")  # the walk starts at the cursor
             elif len(plan.folded) > _WALK_MAX_CHARS:
-                # a phrase: its hits up to the walk's bound, kept when fewer (no second read)
-                need = _walk_bound(limit, _all_rows(conn))
-                hits = conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? LIMIT ?",
-                                    (params["fts"], need)).fetchall()
-                if len(hits) >= need:
-                    walk_phrase = True
-                else:
+                # a phrase: its hits up to the walk's bound, kept when fewer (no second read); under
+                # _WALK_MIN_HITS the messages need no counting
+                hits = _phrase_hits(conn, params["fts"], _WALK_MIN_HITS)
+                if len(hits) >= _WALK_MIN_HITS:
+                    need = _walk_bound(limit, _all_rows(conn))
+                    hits = _phrase_hits(conn, params["fts"], need) if need > len(hits) else hits
+                    walk_phrase = len(hits) >= need
+                if not walk_phrase:
                     source = _FROM_HITS
-                    params["hits"] = orjson.dumps([h[0] for h in hits]).decode()
+                    params["hits"] = orjson.dumps(hits).decode()
         if not plan.fts_exact and session_id is None:  # source is _FROM_SCAN
             rows = _scan_newest_first(conn, where, params, after is not None)
         elif walk_phrase:
@@ -964,6 +965,12 @@ def _many_hits(conn: sqlite3.Connection, fts: str, limit: int, rows: int,
         {"fts": fts, "need": need, **({} if session is None else {"lo": session["lo"], "hi": session["hi"]})},
     ).fetchone()[0]
     return bool(found >= need)
+
+
+def _phrase_hits(conn: sqlite3.Connection, fts: str, most: int) -> list[int]:
+    """The mids of a trigram query's first ``most`` hits (rowid order)."""
+    return [r[0] for r in conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? LIMIT ?",
+                                       (fts, most))]
 
 
 def _all_rows(conn: sqlite3.Connection) -> int:
