@@ -33,7 +33,7 @@ How SQL finds the matches (every path returns exactly the predicate's set):
   walks ``idx_messages_created`` newest first (``_dense``). A longer phrase's
   hits are read up to the bound of ``_walk_bound`` (and looked up from that one
   read when fewer); past it the newest rows are walked, each checked with the
-  scan's predicate (``_scan_newest_first``).
+  scan's predicate (``_newest_first``).
 * Shorter queries: a scan over ``messages.text`` verified in SQL with
   ``text LIKE '%folded%'`` (escaped; SQLite's LIKE folds ASCII case only) or
   ``instr`` and, for the few texts holding ``İ`` or ``K`` (the only non-ASCII
@@ -44,7 +44,7 @@ How SQL finds the matches (every path returns exactly the predicate's set):
   trigram tokenizer's own case folding differs from ours.
 * ``search.query`` over every session with either of those two: the newest rows
   are walked first through ``idx_messages_created`` and the scan runs only for
-  what they leave of a page (``_scan_newest_first``), so a short query that
+  what they leave of a page (``_newest_first``), so a short query that
   matches many messages answers from the newest few hundred rows. The same for
   ``scope: "tools"``: a scanned query, and a trigram query with many candidates
   in ``tool_fts`` (``_dense_tools``). And in one session of many messages, for
@@ -378,7 +378,7 @@ _WALK_MIN_HITS = 1000
 # runs only when they hold less than a page. A query matching a share s of the
 # messages stops after about limit / s rows (typing "es" into a search box); one
 # that matches few pays the walk on top of the scan (measured at 1M messages:
-# see _scan_newest_first).
+# see _newest_first).
 _RECENT_ROWS = 10_000
 # The same for a tool-output query (scope "tools") that scans: a walked message
 # costs several scanned output rows (tool rows are a share of all messages).
@@ -851,20 +851,20 @@ def search_messages(
                     source = _FROM_HITS
                     params["hits"] = orjson.dumps(hits).decode()
         if not plan.fts_exact and session_id is None:  # source is _FROM_SCAN
-            rows = _scan_newest_first(conn, where, params, after is not None)
+            rows = _newest_first(conn, where, params, after is not None)
         elif walk_phrase:
             # a phrase in very many messages: the newest rows first, each checked with the scan's predicate
             walk = [_LIVE_MESSAGE, _match_sql("m.text", plan)]
             if after is not None:
                 walk.append(_BEFORE_CURSOR)
-            rows = _scan_newest_first(conn, where, params, after is not None, walk_where=walk, rest_source=_FROM_FTS)
+            rows = _newest_first(conn, where, params, after is not None, walk_where=walk, rest_source=_FROM_FTS)
         elif session_rows > _SESSION_WALK_MIN_ROWS and (
                 not plan.fts_exact or _many_hits(conn, params["fts"], limit, session_rows, params)):
             # a large session: its newest rows first (the session's share of the newest messages)
             walk = [_SEARCHABLE_ROW, "m.mid >= :lo AND m.mid < :hi", _match_sql("m.text", plan)]
             if after is not None:
                 walk.append(_BEFORE_CURSOR)
-            rows = _scan_newest_first(conn, where, params, after is not None, walk_where=walk, rest_source=source,
+            rows = _newest_first(conn, where, params, after is not None, walk_where=walk, rest_source=source,
                                       window=_RECENT_SESSION_ROWS)
         else:
             rows = conn.execute(f"{_PAGE_ROWS} {source} {' AND '.join(where)} {_PAGE_ORDER}", params).fetchall()
@@ -878,7 +878,7 @@ _NEWEST_WALK = "messages AS m INDEXED BY idx_messages_created WHERE"
 _TOOL_NEWEST_WALK = "messages AS m INDEXED BY idx_messages_created CROSS JOIN tool_output AS t ON t.mid = m.mid WHERE"
 
 
-def _scan_newest_first(conn: sqlite3.Connection, where: list[str], params: dict[str, Any], paged: bool, *,
+def _newest_first(conn: sqlite3.Connection, where: list[str], params: dict[str, Any], paged: bool, *,
                        walk_where: list[str] | None = None, select: str = _PAGE_ROWS,
                        walk_source: str = _NEWEST_WALK, rest_source: str = _FROM_SCAN,
                        window: int | None = None) -> list[Any]:
@@ -946,7 +946,7 @@ def _tool_messages(
             params["lo"] = ordinal << MID_SEQ_BITS
             params["hi"] = (ordinal + 1) << MID_SEQ_BITS
         if session_id is None and (not plan.fts_exact or _dense_tools(conn, params["tfts"], limit)):
-            rows = _scan_newest_first(conn, where, params, after is not None, select=_TOOL_PAGE_ROWS,
+            rows = _newest_first(conn, where, params, after is not None, select=_TOOL_PAGE_ROWS,
                                       walk_source=_TOOL_NEWEST_WALK, rest_source=source,
                                       window=None if plan.fts_exact else _RECENT_TOOL_ROWS)
         else:

@@ -1,5 +1,5 @@
 """``search.query`` over every session for a query the trigram index cannot answer (under 3 characters, or a
-non-ASCII case mapping) asks the newest rows first (``_scan_newest_first``).
+non-ASCII case mapping) asks the newest rows first (``_newest_first``).
 
 Reproduces: typing two letters into a search box scanned every message (1M messages: 620 ms for ``"es"``)
 although the newest few hundred rows held the page. The work is counted in SQLite VM steps (a progress
