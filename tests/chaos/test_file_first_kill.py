@@ -2,8 +2,10 @@
 
 For each method and each named fault point between its file step and the
 commit of its transaction (and right after that commit, before the reply):
-the host SIGKILLs itself there (``RT_CRASHPOINT``), is restarted, and the
-client retries with the same ``submissionId``. The retry must succeed, a
+a `pi-host serve` process SIGKILLs itself there (``RT_CRASHPOINT``), a host
+is started on its data directory (in this process: the same boot recovery,
+actors, gateway and WebSocket client), and the client retries with the same
+``submissionId``. The retry must succeed, a
 further retry must get the identical answer, and the effect must have
 happened exactly once (one session, one fork, one artifact, one line...): no
 second session, no lost delete acknowledgement, no orphan artifact.
@@ -97,11 +99,6 @@ def _client(proc: HostProcess, kind: str) -> Any:
                        plugin_id=plugin)
 
 
-def _stop(proc: HostProcess) -> None:
-    proc.terminate()
-    proc.proc.communicate(timeout=30)
-
-
 # The session rows of these scenarios hold absolute paths (a project root): set up in place.
 # their session rows (and review snapshots' meta.json) hold the absolute project path
 IN_PLACE = {"plans.submit", "attachments.importFile", "review.record", "review.restore"}
@@ -183,19 +180,17 @@ async def test_sigkill_between_file_and_commit_then_retry(tmp_path: Path, prepar
             pass
         await trio.to_thread.run_sync(lambda: crashing.proc.communicate(timeout=30))
         assert crashing.proc.returncode == -9, f"the host did not die at {point}"
-        again = start_host_process(root)
-        try:
-            async with _client(again, scenario.kind) as c:
-                first = await c.call(method, params)
-                if acked is not None:
-                    assert first == acked, "the retry did not get the acknowledged answer"
-                assert await c.call(method, params) == first
-                if effect is not None:
-                    assert before is not None
-                    assert abs(effect(root, v) - before) == 1, f"{method} at {point}: not exactly one effect"
-                await _check_effect(c, root, method, v, first)
-        finally:
-            _stop(again)
+        # The restart's boot recovery and the retries run in this process (the same boot, actors, gateway
+        # and WebSocket client as a `pi-host serve`): only the host that dies needs a process of its own.
+        async with inprocess_host(root) as again, client_for(again, "chaos-file", scenario.kind) as c:
+            first = await c.call(method, params)
+            if acked is not None:
+                assert first == acked, "the retry did not get the acknowledged answer"
+            assert await c.call(method, params) == first
+            if effect is not None:
+                assert before is not None
+                assert abs(effect(root, v) - before) == 1, f"{method} at {point}: not exactly one effect"
+            await _check_effect(c, root, method, v, first)
 
 
 async def _check_effect(c: Any, root: Path, method: str, v: Vars, first: Any) -> None:
@@ -247,19 +242,15 @@ async def test_a_begin_killed_before_its_commit_leaves_the_delivery_held_and_one
             pass
         await trio.to_thread.run_sync(lambda: crashing.proc.communicate(timeout=30))
         assert crashing.proc.returncode == -9, f"the host did not die at {point}"
-        again = start_host_process(root)
-        try:
-            async with _client(again, scenario.kind) as c:
-                with pytest.raises(RpcError) as err:
-                    await c.call("collab.begin", {**scenario.params(v), "submissionId": "chaos-begin"})
-                assert err.value.data_code == "CONFLICT"
-                got = await c.call("collab.get", {"deliveryId": v["delivery"]})
-                assert got["status"] == "queued"
-                await c.call("session.startTurn", {"sessionId": v["sid"], "turnId": "t9"})
-                await c.call("collab.begin", {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t9",
-                                              "submissionId": "chaos-begin-2"})
-                page = await c.call("session.get", {"sessionId": v["sid"], "full": True})
-                inputs = [m for m in page["messages"] if m.get("sessionMessage")]
-                assert len(inputs) == 1 and inputs[0]["sessionMessage"]["deliveryId"] == v["delivery"]
-        finally:
-            _stop(again)
+        async with inprocess_host(root) as again, client_for(again, "chaos-file", scenario.kind) as c:
+            with pytest.raises(RpcError) as err:
+                await c.call("collab.begin", {**scenario.params(v), "submissionId": "chaos-begin"})
+            assert err.value.data_code == "CONFLICT"
+            got = await c.call("collab.get", {"deliveryId": v["delivery"]})
+            assert got["status"] == "queued"
+            await c.call("session.startTurn", {"sessionId": v["sid"], "turnId": "t9"})
+            await c.call("collab.begin", {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t9",
+                                          "submissionId": "chaos-begin-2"})
+            page = await c.call("session.get", {"sessionId": v["sid"], "full": True})
+            inputs = [m for m in page["messages"] if m.get("sessionMessage")]
+            assert len(inputs) == 1 and inputs[0]["sessionMessage"]["deliveryId"] == v["delivery"]
