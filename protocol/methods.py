@@ -575,7 +575,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         "plans.pending",
         m.PlansPendingParams,
         m.PlansPendingResult,
-        "Pending approvals only, with their original expiresAt.",
+        "Pending, unexpired plan/goal approvals only, with their original expiresAt.",
         _DB_READ,
     ),
     _spec(

@@ -213,7 +213,8 @@ class SessionSummary(Result):
     native: NativeInfo | None = None
     state: Literal["awaiting_approval", "queued", "running", "planning"] | None = Field(
         default=None,
-        description="Projected (seed §4.5): a pending plan/goal approval → awaiting_approval; its approved "
+        description="Projected (seed §4.5): a pending plan/goal approval not past its expiresAt → "
+        "awaiting_approval; its approved "
         "execution queued/running → that; else planning in plan/goal mode; absent for an idle agent session.",
     )
     contract_kind: Literal["plan", "goal"] | None = Field(

@@ -48,6 +48,7 @@ __all__ = [
     "insert_pending",
     "list_pending",
     "reject",
+    "stale_pending",
     "sweep_intents",
     "verify_artifact",
     "write_artifact",
@@ -304,13 +305,14 @@ def markdown_of(conn: sqlite3.Connection, request_id: str) -> str:
     return str(row[0])
 
 
-def list_pending(conn: sqlite3.Connection, session_id: str | None = None) -> list[dict[str, Any]]:
-    """Only ``pending`` rows (terminal ones are never rehydrated), with the original ``expires_at``."""
-    sql = f"SELECT {_COLS} FROM plan_approvals WHERE status = 'pending'"
-    args: tuple[Any, ...] = ()
+def list_pending(conn: sqlite3.Connection, session_id: str | None, now_ms: int) -> list[dict[str, Any]]:
+    """Only live ``pending`` rows, with their original ``expires_at``: terminal ones are never rehydrated,
+    and a row past its deadline is expired whether or not anything has marked it yet (seed 003 §4.5)."""
+    sql = f"SELECT {_COLS} FROM plan_approvals WHERE status = 'pending' AND (expires_at IS NULL OR expires_at > ?)"
+    args: tuple[Any, ...] = (now_ms,)
     if session_id is not None:
         sql += " AND session_id = ?"
-        args = (session_id,)
+        args += (session_id,)
     return [_row(r) for r in conn.execute(sql + " ORDER BY created_at DESC, request_id", args)]
 
 
@@ -322,8 +324,15 @@ def expire_stale(conn: sqlite3.Connection, session_id: str, now_ms: int) -> int:
         (now_ms, now_ms, session_id, now_ms)).rowcount
 
 
-def pending_of(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | None:
-    rows = list_pending(conn, session_id)
+def stale_pending(conn: sqlite3.Connection, session_id: str, now_ms: int) -> list[str]:
+    """The session's requests past their deadline that nothing has marked ``expired`` yet."""
+    return [r[0] for r in conn.execute(
+        "SELECT request_id FROM plan_approvals WHERE session_id = ? AND status = 'pending' "
+        "AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY created_at, request_id", (session_id, now_ms))]
+
+
+def pending_of(conn: sqlite3.Connection, session_id: str, now_ms: int) -> dict[str, Any] | None:
+    rows = list_pending(conn, session_id, now_ms)
     return rows[0] if rows else None
 
 
@@ -331,7 +340,7 @@ def insert_pending(conn: sqlite3.Connection, *, request_id: str, session_id: str
                    kind: str, markdown: str, title: str, question: str, artifact: Artifact,
                    expires_at: int | None, now_ms: int) -> dict[str, Any]:
     expire_stale(conn, session_id, now_ms)
-    existing = pending_of(conn, session_id)
+    existing = pending_of(conn, session_id, now_ms)
     if existing is not None:
         raise Conflict(f"session {session_id} already has a pending {existing['kind']} approval",
                        data={"sessionId": session_id, "requestId": existing["requestId"]})
@@ -467,9 +476,11 @@ def settle_for_turn(conn: sqlite3.Connection, session_id: str, turn_id: str, tur
     return [get_execution(conn, session_id, e) for e in ids]
 
 
-def active_contract(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | None:
-    """The session's pending approval, else its queued/running execution (what a mode change must keep)."""
+def active_contract(conn: sqlite3.Connection, session_id: str, now_ms: int) -> dict[str, Any] | None:
+    """The session's live pending approval, else its queued/running execution (what a mode change must keep);
+    a pending row past its deadline holds nothing (seed 003 §4.5: expiry returns planning to editable)."""
     row = conn.execute(
-        f"SELECT {_COLS} FROM plan_approvals WHERE session_id = ? AND (status = 'pending' OR execution_state IN "
-        "('queued', 'running')) ORDER BY status = 'pending' DESC, created_at DESC LIMIT 1", (session_id,)).fetchone()
+        f"SELECT {_COLS} FROM plan_approvals WHERE session_id = ? AND ((status = 'pending' AND (expires_at IS NULL "
+        "OR expires_at > ?)) OR execution_state IN ('queued', 'running')) "
+        "ORDER BY status = 'pending' DESC, created_at DESC LIMIT 1", (session_id, now_ms)).fetchone()
     return _row(row) if row else None

@@ -1,6 +1,8 @@
 """What a session summary derives from other rows: its projected state and its latest turn.
 
-Seed 003 §4.5: a live ``pending`` row in ``plan_approvals`` projects
+Seed 003 §4.5: a live ``pending`` row in ``plan_approvals`` (one whose
+``expires_at`` has not passed: expiry returns the session to ``planning``
+even before anything marks the row ``expired``) projects
 ``awaiting_approval``; an execution ``queued`` or ``running`` projects that
 state; otherwise a Plan or Goal session is ``planning``; an Agent session with
 no execution has no projected state. The row's ``kind`` (plan | goal) is the
@@ -11,6 +13,7 @@ failed/aborted badge. Both are read, never stored, so they cannot go stale.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -24,15 +27,21 @@ DERIVED = ("state", "contractKind", "latestTurn")
 _STATE_RANK = {"awaiting_approval": 0, "running": 1, "queued": 2}
 
 
-def projections(conn: sqlite3.Connection, modes: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """``session id → {state?, contractKind?, latestTurn?}`` for the sessions in ``modes`` (id → mode)."""
+def projections(conn: sqlite3.Connection, modes: Mapping[str, str],
+                now_ms: int | None = None) -> dict[str, dict[str, Any]]:
+    """``session id → {state?, contractKind?, latestTurn?}`` for the sessions in ``modes`` (id → mode).
+
+    ``now_ms``: the host's clock, which decides whether a pending row is still live (the wall clock
+    when not given)."""
+    now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     out: dict[str, dict[str, Any]] = {sid: {} for sid in modes}
     ids = list(modes)
     for marks, chunk in in_chunks(ids):
         for sid, kind, status, execution in conn.execute(
             "SELECT session_id, kind, status, execution_state FROM plan_approvals "
-            f"WHERE session_id IN ({marks}) AND (status = 'pending' OR execution_state IN ('queued', 'running'))",
-            chunk,
+            f"WHERE session_id IN ({marks}) AND ((status = 'pending' AND (expires_at IS NULL OR expires_at > ?)) "
+            "OR execution_state IN ('queued', 'running'))",
+            (*chunk, now),
         ):
             state = "awaiting_approval" if status == "pending" else str(execution)
             held = out[sid].get("state")
@@ -52,10 +61,10 @@ def projections(conn: sqlite3.Connection, modes: Mapping[str, str]) -> dict[str,
     return out
 
 
-def with_projection(conn: sqlite3.Connection, rows: Iterable[dict[str, Any]]) -> None:
+def with_projection(conn: sqlite3.Connection, rows: Iterable[dict[str, Any]], now_ms: int | None = None) -> None:
     """Add the derived fields to session rows (in place)."""
     rows = list(rows)
-    found = projections(conn, {r["id"]: r.get("mode") or "agent" for r in rows})
+    found = projections(conn, {r["id"]: r.get("mode") or "agent" for r in rows}, now_ms)
     for row in rows:
         for key in DERIVED:
             row.pop(key, None)

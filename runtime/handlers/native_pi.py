@@ -53,7 +53,8 @@ async def list_sessions(ctx: HostContext, p: m.SessionListParams, key: ReceiptKe
     after = (int(after_raw[0]), str(after_raw[1])) if after_raw else None
     plugin = ctx.caller.plugin_id
     items, more = await ctx.read(lambda conn: index.list_sessions(conn, limit=p.limit, cursor=after,
-                                                                 project_id=p.project_id, owner_plugin=plugin))
+                                                                 project_id=p.project_id, owner_plugin=plugin,
+                                                                 now_ms=ctx.now()))
     page = [index.public_session(r) for r in items]
     catalog = _catalog(ctx)
     if plugin is None and p.project_id is None and catalog.root is not None:

@@ -57,8 +57,8 @@ async def submit(ctx: SessionContext, p: m.PlansSubmitParams, key: ReceiptKey | 
         raise Conflict(f"session {ctx.sid} is in {row.get('mode')} mode; a {kind} is submitted in {kind} mode",
                        data={"sessionId": ctx.sid, "mode": row.get("mode")})
     now = ctx.now()
-    existing = await ctx.read(plans.pending_of, ctx.sid)
-    if existing is not None and (existing.get("expiresAt") is None or existing["expiresAt"] > now):
+    existing = await ctx.read(plans.pending_of, ctx.sid, now)
+    if existing is not None:
         raise Conflict(f"session {ctx.sid} already has a pending {existing['kind']} approval",
                        data={"sessionId": ctx.sid, "requestId": existing["requestId"]})
     markdown = p.markdown.encode("utf-8")
@@ -71,7 +71,10 @@ async def submit(ctx: SessionContext, p: m.PlansSubmitParams, key: ReceiptKey | 
                                                          relative_path=planned.relative_path))
     await ctx.io(faults.point, "plans.before_row")
 
+    expired: list[str] = []
+
     def op(conn: Any) -> Any:
+        expired[:] = plans.stale_pending(conn, sid, now)  # insert_pending marks them expired in this transaction
         return plans.insert_pending(
             conn, request_id=request_id, session_id=sid, turn_id=p.turn_id, tool_call_id=p.tool_call_id,
             kind=kind, markdown=p.markdown, title=p.title, question=p.question, artifact=artifact,
@@ -84,8 +87,8 @@ async def submit(ctx: SessionContext, p: m.PlansSubmitParams, key: ReceiptKey | 
         await ctx.io(remove_file_durable, intent)
         raise
     await ctx.io(remove_file_durable, intent)
-    if existing is not None:  # it was past its deadline: insert_pending expired it in the same transaction
-        _publish_resolved(ctx, existing["requestId"], "expired")
+    for stale in expired:
+        _publish_resolved(ctx, stale, "expired")
     ctx.publish("plan.requested", {"approval": result})
     return result
 
@@ -148,7 +151,7 @@ async def respond(ctx: SessionContext, p: m.PlansRespondParams, key: ReceiptKey 
 
 
 def pending(ctx: ReadContext, p: m.PlansPendingParams) -> Any:
-    return {"pending": plans.list_pending(ctx.conn, p.session_id)}
+    return {"pending": plans.list_pending(ctx.conn, p.session_id, ctx.now)}
 
 
 def _publish_resolved(ctx: SessionContext, request_id: str, status: str) -> None:
@@ -204,7 +207,7 @@ async def check_mode_change(ctx: SessionContext, mode: str | None) -> None:
     an approved execution that is queued or running keeps the session in agent mode."""
     if mode is None or mode == ctx.row.get("mode"):
         return
-    contract = await ctx.read(plans.active_contract, ctx.sid)
+    contract = await ctx.read(plans.active_contract, ctx.sid, ctx.now())
     if contract is None:
         return
     if contract["status"] == "pending":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +128,8 @@ async def _indexed_window(ctx: SessionContext, req: windows.WindowRequest) -> wi
     if ctx.needs_catchup:
         # Cold open: session row, file check, the window and whether a reply is streaming (its
         # in-flight checkpoint) in ONE read; the common clean case needs nothing else.
-        cold, checkpoint = await ctx.read(_read_cold, ctx.sid, ctx.paths.transcript, ctx.paths.inflight, req)
+        cold, checkpoint = await ctx.read(_read_cold, ctx.sid, ctx.paths.transcript, ctx.paths.inflight, req,
+                                          ctx.now())
         inflight.learned_checkpoint_id(ctx, checkpoint)
         if cold.row is not None and cold.plan_kind == "clean":
             ctx.adopt_window_state(cold.row, cold.file_len, cold.epoch)
@@ -136,7 +138,8 @@ async def _indexed_window(ctx: SessionContext, req: windows.WindowRequest) -> wi
     total = int(row["messageCount"])
     window: windows.Window | None = ctx.take_ahead((req, total))  # read ahead for this call, if nothing changed
     if window is None:
-        window = await ctx.read(windows.read_warm, ctx.sid, ctx.paths.transcript, total, req, row)
+        window = await ctx.read(partial(windows.read_warm, now_ms=ctx.now()), ctx.sid, ctx.paths.transcript,
+                                total, req, row)
     return window
 
 
@@ -151,13 +154,13 @@ def _read_next_page_ahead(ctx: SessionContext, req: windows.WindowRequest, windo
     if total != window.total:
         return
     nxt = dataclasses.replace(req, start=window.end)
-    ctx.read_ahead((nxt, total), windows.read_warm, ctx.sid, ctx.paths.transcript, total, nxt, row,
-                   bound=nxt.max_bytes or MAX_REPLY_BYTES, size=lambda w: len(w.reply))
+    ctx.read_ahead((nxt, total), partial(windows.read_warm, now_ms=ctx.now()), ctx.sid, ctx.paths.transcript,
+                   total, nxt, row, bound=nxt.max_bytes or MAX_REPLY_BYTES, size=lambda w: len(w.reply))
 
 
-def _read_cold(conn: Any, sid: str, path: Path, inflight_path: Path,
-               req: windows.WindowRequest) -> tuple[windows.Window, str | None]:
-    return windows.read_cold(conn, sid, path, req), checkpoint_message_id(inflight_path)
+def _read_cold(conn: Any, sid: str, path: Path, inflight_path: Path, req: windows.WindowRequest,
+               now_ms: int) -> tuple[windows.Window, str | None]:
+    return windows.read_cold(conn, sid, path, req, now_ms), checkpoint_message_id(inflight_path)
 
 
 async def _get_from_file(ctx: SessionContext, req: windows.WindowRequest) -> Any:

@@ -174,7 +174,7 @@ class CompactionRecord:
 # sessions
 
 
-def session_row(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | None:
+def session_row(conn: sqlite3.Connection, session_id: str, now_ms: int | None = None) -> dict[str, Any] | None:
     cur = conn.execute(
         f"SELECT {SESSION_COLUMNS}, (SELECT path FROM projects p WHERE p.id = s.project_id) "
         "FROM sessions s WHERE id = ?",
@@ -184,14 +184,14 @@ def session_row(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | N
     if not row:
         return None
     out = _session_dict(row)
-    with_projection(conn, [out])
+    with_projection(conn, [out], now_ms)
     thread_meta.attach(conn, [out])
     origin_history.attach(conn, [out])
     return out
 
 
-def require_session(conn: sqlite3.Connection, session_id: str) -> dict[str, Any]:
-    row = session_row(conn, session_id)
+def require_session(conn: sqlite3.Connection, session_id: str, now_ms: int | None = None) -> dict[str, Any]:
+    row = session_row(conn, session_id, now_ms)
     if row is None:
         raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
     return row
@@ -318,7 +318,7 @@ def delete_session_rows(conn: sqlite3.Connection, session_id: str) -> bool:
 
 def list_sessions(
     conn: sqlite3.Connection, *, limit: int, cursor: tuple[int, str] | None, project_id: int | None = None,
-    owner_plugin: str | None = None,
+    owner_plugin: str | None = None, now_ms: int | None = None,
 ) -> tuple[list[dict[str, Any]], tuple[int, str] | None]:
     """Sessions not in the trash, newest ``updated_at`` first; ``owner_plugin``: only that plugin's imports."""
     where = ["s.deleted_at IS NULL"]
@@ -341,7 +341,7 @@ def list_sessions(
     more = len(rows) > limit
     rows = rows[:limit]
     items = [_session_dict(r) for r in rows]
-    with_projection(conn, items)
+    with_projection(conn, items, now_ms)
     thread_meta.attach(conn, items)
     origin_history.attach(conn, items)
     next_cursor = (items[-1]["updatedAt"], items[-1]["id"]) if more and items else None

@@ -120,7 +120,7 @@ def window_bounds(total: int, req: WindowRequest, target_pos: int | None) -> tup
 
 
 def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: WindowRequest,
-              session: Mapping[str, Any], *, derived_fresh: bool = False) -> Window:
+              session: Mapping[str, Any], *, derived_fresh: bool = False, now_ms: int | None = None) -> Window:
     """Target position, bounds, window rows, the compaction chain, and the encoded reply, in one snapshot.
 
     The bytes are read in the same call (not in a second worker-thread hop):
@@ -147,7 +147,7 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
         summary = index.public_session(session)
     else:  # the summary's derived fields as this snapshot has them, not as the actor cached them
         summary = {k: v for k, v in index.public_session(session).items() if k not in session_state.DERIVED}
-        summary.update(session_state.projections(conn, {sid: str(session.get("mode") or "agent")})[sid])
+        summary.update(session_state.projections(conn, {sid: str(session.get("mode") or "agent")}, now_ms)[sid])
     evicted = attachments.evicted_marks(conn, sid, rows[0][0], rows[-1][0]) if rows else None
     w.reply, w.target = encode_window(path, summary, rows, lines, start=w.start, end=w.end,
                                       total=total, content_limit=req.content_limit, target_pos=w.target_pos,
@@ -343,7 +343,8 @@ def read_file_window(path: Path, req: WindowRequest, session: Mapping[str, Any],
     return w
 
 
-def read_cold(conn: sqlite3.Connection, sid: str, path: Path, req: WindowRequest) -> Window:
+def read_cold(conn: sqlite3.Connection, sid: str, path: Path, req: WindowRequest,
+              now_ms: int | None = None) -> Window:
     """First read of an actor: row + clean-file check + window, one snapshot.
 
     ``plan_kind != "clean"`` (or no row) means the caller must catch the index
@@ -351,7 +352,7 @@ def read_cold(conn: sqlite3.Connection, sid: str, path: Path, req: WindowRequest
     """
     conn.execute("BEGIN")
     try:
-        row = index.session_row(conn, sid)
+        row = index.session_row(conn, sid, now_ms)
         if row is None:
             return Window()
         plan = plan_reconcile(path, row["_indexedLen"], row["_fileEpoch"])

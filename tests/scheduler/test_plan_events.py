@@ -111,3 +111,42 @@ async def test_restart_interruptions_are_rehydrated_with_plans_pending(tmp_path:
             with pytest.raises(RpcError) as stale:
                 await c.call("plans.respond", {"requestId": pending["requestId"], "action": "approve"})
             assert stale.value.data_code == "CONFLICT"
+
+
+async def test_a_proposal_past_its_deadline_is_no_longer_pending_anywhere(tmp_path: Path) -> None:
+    """Seed 003 §4.5/§4.6a: expiry returns planning to editable. Before anything marks the row ``expired``,
+    ``plans.pending``, the session's projected state (get and list) and the mode guard treat it as expired;
+    the next proposal marks it and announces it once."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    clock = SetClock(BASE)
+    with trio.fail_after(60):
+        async with host_at(tmp_path / "data", clock) as host, client_for(host, "ui", kind="ui") as c:
+            sid = (await c.call("session.create", {"title": "p", "projectPath": str(ws), "mode": "plan"}))["id"]
+            await c.subscribe([*TOPICS, "session.deleted"])
+            old = await c.call("plans.submit", _submit(sid, ws, "p-1", expiresAt=BASE + MINUTE))
+
+            async def seen() -> tuple[list[str], Any, Any]:
+                pending = [p["requestId"] for p in (await c.call("plans.pending", {}))["pending"]]
+                got = (await c.call("session.get", {"sessionId": sid}))["session"]
+                listed = next(s for s in (await c.call("session.list", {}))["sessions"] if s["id"] == sid)
+                return pending, got.get("state"), listed.get("state")
+
+            assert await seen() == ([old["requestId"]], "awaiting_approval", "awaiting_approval")
+            with pytest.raises(RpcError) as held:  # a live proposal keeps the contract mode
+                await c.call("session.update", {"sessionId": sid, "mode": "goal"})
+            assert held.value.data_code == "CONFLICT"
+            clock.ms = BASE + MINUTE  # the deadline itself: expired
+            assert await seen() == ([], "planning", "planning")
+            assert (await c.call("plans.pending", {"sessionId": sid}))["pending"] == []
+            new = await c.call("plans.submit", _submit(sid, ws, "p-2", expiresAt=BASE + 3 * MINUTE))
+            assert await seen() == ([new["requestId"]], "awaiting_approval", "awaiting_approval")
+            assert await _events(c, 3) == [
+                ("plan.requested", sid, {"approval": old}),
+                ("plan.resolved", sid, {"requestId": old["requestId"], "sessionId": sid, "status": "expired"}),
+                ("plan.requested", sid, {"approval": new}),
+            ]
+            clock.ms = BASE + 4 * MINUTE
+            await c.call("session.update", {"sessionId": sid, "mode": "goal"})  # nothing live holds the mode
+            assert await seen() == ([], "planning", "planning")
+            await _no_more_events(c)

@@ -3738,7 +3738,7 @@ class PlansMethods:
         return cast(PlanApproval, await self._call("plans.submit", params, True))
 
     async def pending(self, *, session_id: str | None = None) -> PlansPendingResult:
-        """``plans.pending``: Pending approvals only, with their original expiresAt."""
+        """``plans.pending``: Pending, unexpired plan/goal approvals only, with their original expiresAt."""
         params: dict[str, Any] = {}
         if session_id is not None:
             params["sessionId"] = session_id

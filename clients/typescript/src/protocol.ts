@@ -1659,7 +1659,7 @@ export interface PluginSession {
   /** Import origin (null for sessions made here). */
   source?: string | null;
   native?: NativeInfo | null;
-  /** Projected (seed §4.5): a pending plan/goal approval → awaiting_approval; its approved execution queued/running → that; else planning in plan/goal mode; absent for an idle agent session. */
+  /** Projected (seed §4.5): a pending plan/goal approval not past its expiresAt → awaiting_approval; its approved execution queued/running → that; else planning in plan/goal mode; absent for an idle agent session. */
   state?: "awaiting_approval" | "queued" | "running" | "planning" | null;
   /** The kind of contract the state is about. */
   contractKind?: "plan" | "goal" | null;
@@ -2683,7 +2683,7 @@ export interface SessionSummary {
   /** Import origin (null for sessions made here). */
   source?: string | null;
   native?: NativeInfo | null;
-  /** Projected (seed §4.5): a pending plan/goal approval → awaiting_approval; its approved execution queued/running → that; else planning in plan/goal mode; absent for an idle agent session. */
+  /** Projected (seed §4.5): a pending plan/goal approval not past its expiresAt → awaiting_approval; its approved execution queued/running → that; else planning in plan/goal mode; absent for an idle agent session. */
   state?: "awaiting_approval" | "queued" | "running" | "planning" | null;
   /** The kind of contract the state is about. */
   contractKind?: "plan" | "goal" | null;
@@ -3593,7 +3593,7 @@ export interface Methods {
   "tasks.finishRun": { params: TasksFinishRunParams; result: TaskRun };
   /** Write the exact Markdown to a unique .pi/<kind>/*.md and open the session's one pending approval. (mutating: accepts submissionId) */
   "plans.submit": { params: PlansSubmitParams; result: PlanApproval };
-  /** Pending approvals only, with their original expiresAt. */
+  /** Pending, unexpired plan/goal approvals only, with their original expiresAt. */
   "plans.pending": { params: PlansPendingParams; result: PlansPendingResult };
   /** Approve (session → agent, execution queued) or reject; stale responses are CONFLICT. (mutating: accepts submissionId) */
   "plans.respond": { params: PlansRespondParams; result: PlansRespondResult };
