@@ -95,10 +95,11 @@ class _IndexBatch:
     @property
     def fn(self) -> Callable[[sqlite3.Connection], Any]:
         return partial(_index_batch, runs=[[op.written for op in run] for run in self.runs],
-                       now_ms=max(op.now_ms for op in self.ops))
+                       now_ms=[max(op.now_ms for op in run) for run in self.runs])
 
 
-def _index_batch(conn: sqlite3.Connection, *, runs: list[list[Written]], now_ms: int) -> list[tuple[bool, Any]]:
+def _index_batch(conn: sqlite3.Connection, *, runs: list[list[Written]],
+                 now_ms: list[int]) -> list[tuple[bool, Any]]:
     return [one for run in index_written_batch(conn, runs, now_ms=now_ms) for one in run]
 
 

@@ -442,7 +442,7 @@ def join_written(ws: Sequence[Written]) -> Written:
         if records is not None and w.records is not None:
             records.extend(w.records)
     return Written(first.session_id, first.path, first.start, ws[-1].end, first.epoch, lines, records, seqs,
-                   first.touch)
+                   any(w.touch for w in ws))
 
 
 def index_written_run(conn: sqlite3.Connection, ws: Sequence[Written], *,
@@ -469,10 +469,13 @@ def index_written_run(conn: sqlite3.Connection, ws: Sequence[Written], *,
 
 
 def index_written_batch(conn: sqlite3.Connection, runs: Sequence[Sequence[Written]], *,
-                        now_ms: int) -> list[list[tuple[bool, Any]]]:
+                        now_ms: Sequence[int]) -> list[list[tuple[bool, Any]]]:
     """Runs of several sessions (each: ops of one session whose lines follow each other), with the
     new rows of them all in one INSERT per table (``index.PendingRows``): one search-index segment
     for the batch instead of one per session. Per run, per op ``(ok, its MessageRefs)``.
+
+    ``now_ms``: one time per run, its session's own (the latest its actor acknowledged the run's
+    lines at, the ``updatedAt`` it answered with): a session never takes another's time.
 
     No statement sees a held row before the flush, so this path tolerates no failure: anything
     that fails (a duplicate id across two sessions fails the flush; an index that drifted from its
@@ -483,14 +486,15 @@ def index_written_batch(conn: sqlite3.Connection, runs: Sequence[Sequence[Writte
         pending = PendingRows()
 
         def together() -> list[list[dict[str, Any]]]:
-            joined = [index_written(conn, join_written(ws), now_ms=now_ms, pending=pending) for ws in runs]
+            joined = [index_written(conn, join_written(ws), now_ms=at, pending=pending)
+                      for ws, at in zip(runs, now_ms, strict=True)]
             pending.flush(conn)
             return joined
 
         ok, value = attempt(conn, "index_batch", together)
         if ok:
             return [_each_ops_refs(ws, refs) for ws, refs in zip(runs, value, strict=True)]
-    return [index_written_run(conn, ws, now_ms=now_ms) for ws in runs]
+    return [index_written_run(conn, ws, now_ms=at) for ws, at in zip(runs, now_ms, strict=True)]
 
 
 def _each_ops_refs(ws: Sequence[Written], refs: Sequence[dict[str, Any]]) -> list[tuple[bool, Any]]:

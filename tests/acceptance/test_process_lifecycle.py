@@ -21,7 +21,7 @@ from runtime.client import ClientClosed, RpcError, open_client
 from store.jsonio import loads_line
 from store.search.search import search_messages
 from store.transcripts.records import wire_record
-from tests.hostkit import REPO, HostProcess, start_host_process
+from tests.hostkit import REPO, HostProcess, msg, start_host_process
 
 
 def _stop(proc: HostProcess, sig: int = signal.SIGTERM) -> tuple[int, str]:
@@ -125,10 +125,14 @@ async def test_restart_returns_the_same_bytes(tmp_path: Path) -> None:
             async with _client(proc) as c:
                 s = await c.call("session.create", {"title": "round trip ✓", "thinkingLevel": "high"})
                 sid = s["id"]
+                other = (await c.call("session.create", {"title": "appended in turn"}))["id"]
                 for i, m in enumerate(sent):
                     r = await c.call("session.appendMessage",
                                      {"sessionId": sid, "message": m, "submissionId": f"sub-{i}"})
                     assert r["message"]["seq"] == i + 1
+                    if i % 4 == 0 or i == len(sent) - 1:  # another session's, in the same index batches
+                        await c.call("session.appendMessage", {"sessionId": other, "message": msg(f"o{i}", "x")})
+                listed = {x["id"]: x for x in (await c.call("session.list", {}))["sessions"]}
             before = await _windows(proc, sid)
         finally:
             code, err = _stop(proc)
@@ -147,6 +151,9 @@ async def test_restart_returns_the_same_bytes(tmp_path: Path) -> None:
         assert code == 0, err
 
     assert after == before
+    # one session summary: session.list (the index) and session.get (the session's actor) agree
+    assert {k: listed[sid][k] for k in ("updatedAt", "messageCount")} == {
+        k: before[0]["session"][k] for k in ("updatedAt", "messageCount")}
     assert status["boot"]["cleanShutdown"] is True
     assert hashlib.sha256(transcript.read_bytes()).hexdigest() == digest, "a restart changed the transcript"
     full = before[-1]

@@ -252,11 +252,27 @@ def test_a_batch_of_several_sessions_indexes_what_one_op_at_a_time_indexes(tmp_p
     ]
     one_by_one = [[(True, in_transaction(alone, lambda c, w=w: index_written(c, w, now_ms=NOW))) for w in run]
                   for run in runs]
-    got = in_transaction(batched, lambda c: index_written_batch(c, runs, now_ms=NOW))
+    got = in_transaction(batched, lambda c: index_written_batch(c, runs, now_ms=[NOW] * len(runs)))
     assert got == one_by_one
     assert _all_rows(batched) == _all_rows(alone)
     assert _all_rows(batched)["found"] == [("a", "a2"), ("b", "b1")]
     assert conn_title(batched, "b") == "b renamed"
+
+
+def test_each_session_of_a_batch_keeps_its_own_time(tmp_path: Path) -> None:
+    """§11.1: a session's ``updatedAt`` is the time its own actor acknowledged its lines at (what
+    ``session.get`` answers from the actor) — not a later op's of another session the DB writer
+    indexed in the same batch, which ``session.list`` and a restarted host would read instead."""
+    conn = fresh_db(tmp_path / "batched.sqlite")
+    at = _sessions(tmp_path, [conn], ["a", "b", "c"])
+    batch = _IndexBatch([[IndexOp(_op("a", at["a"], [_msg("a1", "one")], {0: 1}), NOW + 10),
+                          IndexOp(_op("a", at["a"], [_msg("a2", "two")], {0: 2}), NOW + 30)],
+                         [IndexOp(_op("b", at["b"], [_msg("b1", "one")], {0: 1}), NOW + 20)],
+                         [IndexOp(_op("c", at["c"], [dumps_line({"type": "session_info", "title": "c"})]),
+                                  NOW + 40)]])
+    in_transaction(conn, batch.fn)
+    assert dict(conn.execute("SELECT id, updated_at FROM sessions ORDER BY id").fetchall()) == {
+        "a": NOW + 30, "b": NOW + 20, "c": NOW}  # a session_info line does not touch
 
 
 def conn_title(conn: sqlite3.Connection, sid: str) -> str:
@@ -269,7 +285,7 @@ def test_a_batch_writes_one_search_segment_for_all_its_sessions(tmp_path: Path) 
     at = _sessions(tmp_path, [alone, batched], sids)
     runs = [[_op(sid, at[sid], [_msg(f"{sid}-m", f"zebra {sid} " + "word " * 40)], {0: 1})] for sid in sids]
     in_transaction(alone, lambda c: [index_written_run(c, run, now_ms=NOW) for run in runs])
-    in_transaction(batched, lambda c: index_written_batch(c, runs, now_ms=NOW))
+    in_transaction(batched, lambda c: index_written_batch(c, runs, now_ms=[NOW] * len(runs)))
     assert _all_rows(batched) == _all_rows(alone)
     assert _segments(batched) < _segments(alone)
 
@@ -292,7 +308,7 @@ def test_the_same_new_id_in_two_sessions_of_a_batch_falls_back_to_one_run_at_a_t
     monkeypatch.setattr(appends, "index_written_run", counted)
     one_by_one = [[(True, in_transaction(alone, lambda c, w=w: index_written(c, w, now_ms=NOW))) for w in run]
                   for run in runs]
-    got = in_transaction(batched, lambda c: index_written_batch(c, runs, now_ms=NOW))
+    got = in_transaction(batched, lambda c: index_written_batch(c, runs, now_ms=[NOW] * len(runs)))
     assert got == one_by_one
     assert [[r["id"] for r in refs] for run in got for ok, refs in run] == [["dup"], ["b:dup"]]
     assert alone_runs == [1, 1]  # the batch failed, then each run went alone
