@@ -926,8 +926,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         "providers.reorder",
         m.ProvidersReorderParams,
         m.ProvidersReorderResult,
-        "Set the display order (kv(app, providers.order)).",
-        _codes(_DB_WRITE, ("NOT_FOUND",)),
+        "Set the display order (kv(app, providers.order)); ids no provider has are ignored.",
+        _DB_WRITE,
     ),
     _spec(
         "providers.sync",

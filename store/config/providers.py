@@ -225,12 +225,15 @@ def delete_provider(conn: sqlite3.Connection, provider_id: str) -> None:
 
 
 def set_order(conn: sqlite3.Connection, ids: Iterable[str], now_ms: int) -> list[str]:
+    """Save the display order; the ids saved (in order) are returned.
+
+    An id no provider has is ignored (seed 003 §8: "deleted IDs are ignored"): a renderer whose
+    list still shows a provider another client deleted reorders the rest, and the saved array
+    never names a row that is gone."""
     wanted = list(ids)
     if len(set(wanted)) != len(wanted):
         raise InvalidInput("providerIds must not repeat an id", data={"field": "providerIds"})
     known = {r[0] for r in conn.execute("SELECT id FROM providers")}
-    for i, pid in enumerate(wanted):
-        if pid not in known:
-            raise NotFound(f"provider {pid!r} not found", data={"field": f"providerIds.{i}", "providerId": pid})
-    set_value(conn, *ORDER_KEY, wanted, now_ms)
-    return wanted
+    saved = [pid for pid in wanted if pid in known]
+    set_value(conn, *ORDER_KEY, saved, now_ms)
+    return saved

@@ -130,7 +130,10 @@ async def test_reorder_owns_the_display_order(tmp_path: Path) -> None:
             await c.call("providers.delete", {"providerId": "c"})
             assert await order() == ["a", "b", "d"]  # a deleted id is ignored
             assert (await c.call("settings.get", {"key": "providers.order"}))["value"] == ["c", "a"]
-            assert (await _err(c.call("providers.reorder", {"providerIds": ["x"]}))).data_code == "NOT_FOUND"
+            # a stale list naming the deleted provider: its id is ignored, the rest is saved
+            assert await c.call("providers.reorder", {"providerIds": ["d", "c", "b"]}) == {"providerIds": ["d", "b"]}
+            assert await order() == ["d", "b", "a"]
+            assert (await c.call("settings.get", {"key": "providers.order"}))["value"] == ["d", "b"]
             assert (await _err(c.call("providers.reorder", {"providerIds": ["a", "a"]}))).data_code \
                 == "INVALID_PARAMS"
             owned = await _err(c.call("settings.set", {"key": "providers.order", "value": ["b"]}))

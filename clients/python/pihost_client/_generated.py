@@ -4291,7 +4291,7 @@ class ProvidersMethods:
         return cast(ProvidersDeleteResult, await self._call("providers.delete", params, True))
 
     async def reorder(self, *, provider_ids: builtins.list[str], submission_id: str | None = None) -> ProvidersReorderResult:
-        """``providers.reorder``: Set the display order (kv(app, providers.order)). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``providers.reorder``: Set the display order (kv(app, providers.order)); ids no provider has are ignored. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["providerIds"] = provider_ids
         if submission_id is not None:

@@ -3689,7 +3689,7 @@ export interface Methods {
   "providers.update": { params: ProvidersUpdateParams; result: ProviderResult };
   /** Delete a user provider, its models and its stored key. (mutating: accepts submissionId) */
   "providers.delete": { params: ProvidersDeleteParams; result: ProvidersDeleteResult };
-  /** Set the display order (kv(app, providers.order)). (mutating: accepts submissionId) */
+  /** Set the display order (kv(app, providers.order)); ids no provider has are ignored. (mutating: accepts submissionId) */
   "providers.reorder": { params: ProvidersReorderParams; result: ProvidersReorderResult };
   /** A plugin declares its providers: its rows are upserted, the ones it no longer declares deleted. (mutating: accepts submissionId) */
   "providers.sync": { params: ProvidersSyncParams; result: ProvidersSyncResult };
