@@ -58,7 +58,9 @@ _BLOCK_RULES: Mapping[str, tuple[tuple[str, bool, _Check, str], ...]] = MappingP
         "thinking": (("text", True, _is_str, "a string"),),
         "tool_call": (
             ("callId", True, _is_str, "a string"),
-            ("name", True, _is_str, "a string"),
+            # Optional here: the seed's own tool line names the tool once, in the message's
+            # toolName; TranscriptMessage requires one of the two.
+            ("name", False, _is_str, "a string"),
             # The seed's type says ok|error|denied but its own example writes
             # "success": accept any string, do not rewrite history.
             ("status", False, _is_str, "a string"),
@@ -181,7 +183,7 @@ class ToolCallBlock(_BlockDoc):
 
     type: Literal["tool_call"]
     call_id: str
-    name: str
+    name: str | None = Field(default=None, description="The tool; when absent, the message's toolName names it.")
     args: Any = None
     status: str | None = Field(
         default=None, description='Usually "ok" | "error" | "denied"; any string is kept.'

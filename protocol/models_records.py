@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, StringConstraints, field_validator
+from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from store.rules import (
     MAX_FOLDER_CHARS,
@@ -80,6 +80,10 @@ def strip_steering_provenance(data: Any) -> Any:
 class TranscriptMessage(Record):
     """A message as stored in the transcript file (seed 003 §2.1): lossless."""
 
+    type: Literal["message"] | None = Field(
+        default=None, exclude=True,
+        description='Optional: the line kind, as session.get returns a message and the file spells it '
+        '("message" only). The host writes it on every message line either way.')
     id: WireId
     role: Role
     blocks: Blocks
@@ -103,6 +107,15 @@ class TranscriptMessage(Record):
             if reserved:
                 raise ValueError(f"meta.{min(reserved)} is reserved for the host")
         return meta
+
+    @model_validator(mode="after")
+    def _tool_calls_are_named(self) -> TranscriptMessage:
+        """A ``tool_call`` block names its tool, or the message does (``toolName``, as in seed 003 §2.1)."""
+        if self.tool_name is None:
+            for i, block in enumerate(self.blocks):
+                if block.get("type") == "tool_call" and "name" not in block:
+                    raise ValueError(f'blocks.{i}: a tool_call block needs "name" when the message has no toolName')
+        return self
 
 
 class Compaction(Record):

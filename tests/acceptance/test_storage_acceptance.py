@@ -321,6 +321,42 @@ async def test_thinking_level_survives_restart_and_index_rebuild(tmp_path: Path)
         assert (s["thinkingLevel"], s["mode"], s["title"]) == ("high", "plan", "deep thought")
 
 
+# ---------------------------------------------------------------------------- §2.1 example lines
+
+SEED_LINES = [  # seed 003 §2.1's message lines, its elisions filled in
+    '{"type":"message","id":"m1","role":"user","createdAt":"2026-07-26T09:00:00.000Z",'
+    '"blocks":[{"type":"text","text":"hi"}]}',
+    '{"type":"message","id":"m2","role":"tool","toolName":"Write",'
+    '"blocks":[{"type":"tool_call","callId":"c1","args":{},"result":{},"status":"success"}]}',
+    '{"type":"message","id":"m3","role":"assistant","createdAt":"2026-07-26T09:00:02.000Z",'
+    '"blocks":[{"type":"thinking","text":"t"},{"type":"text","text":"a"}],"meta":{"usage":{},"modelId":"x"}}',
+]
+
+
+async def test_the_seeds_example_lines_append_as_written_and_read_back(tmp_path: Path) -> None:
+    """Each §2.1 message line, sent as it is (its ``type`` too; the tool line names its tool only in
+    ``toolName``), is stored and read back as sent, plus its seq and the createdAt the host stamps; the
+    same after the index is rebuilt from the file."""
+    root = _data(tmp_path)
+    sent = [loads_line(line.encode()) for line in SEED_LINES]
+    with trio.fail_after(60):
+        async with inprocess_host(root) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "seed lines"}))["id"]
+            for m in sent:
+                await c.call("session.appendMessage", {"sessionId": sid, "message": m})
+            got = (await c.call("session.get", {"sessionId": sid, "full": True}))["messages"]
+        for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+            (root / name).unlink(missing_ok=True)
+        async with inprocess_host(root) as host, client_for(host) as c:
+            rebuilt = (await c.call("session.get", {"sessionId": sid, "full": True}))["messages"]
+    assert rebuilt == got
+    assert [m["seq"] for m in got] == [1, 2, 3]
+    for have, want in zip(got, sent, strict=True):
+        assert {k: v for k, v in have.items() if k != "seq"} == {"createdAt": have["createdAt"], **want}
+    assert got[0]["createdAt"] == sent[0]["createdAt"] and "createdAt" not in sent[1]
+    assert _file_messages(_transcript(root, sid)) == [{k: v for k, v in m.items() if k != "seq"} for m in got]
+
+
 # ---------------------------------------------------------------------------- torn tail, unknown kinds, dupes
 
 

@@ -452,6 +452,27 @@ def test_a_block_must_be_an_object_and_lists_are_bounded() -> None:
     assert _errors(exc) == [(("message", "blocks"), "too_long")]
 
 
+def test_a_tool_call_is_named_by_its_block_or_by_its_message() -> None:
+    """Seed 003 §2.1's own tool line names the tool once, in ``toolName``; with neither name it is refused."""
+    call = {"type": "tool_call", "callId": "c1", "args": {}, "result": {}, "status": "success"}
+    parsed = parse_params("session.appendMessage", _append(_msg([call], role="tool", toolName="Write")))
+    assert parsed.model_dump(by_alias=True, exclude_unset=True)["message"]["blocks"] == [call]
+    with pytest.raises(ValidationError) as exc:
+        parse_params("session.appendMessage", _append(_msg([{"type": "text", "text": "x"}, call], role="tool")))
+    assert _errors(exc) == [(("message",), "value_error")]
+    assert 'blocks.1: a tool_call block needs "name" when the message has no toolName' in str(exc.value)
+
+
+def test_a_message_may_carry_its_line_kind() -> None:
+    """``type: "message"``, as session.get returns a message and the file spells it, is accepted and not
+    kept twice (the host writes the line kind itself); any other kind is refused."""
+    parsed = parse_params("session.appendMessage", _append(_msg([{"type": "text", "text": "x"}], type="message")))
+    assert "type" not in parsed.model_dump(by_alias=True, exclude_unset=True)["message"]
+    with pytest.raises(ValidationError) as exc:
+        parse_params("session.appendMessage", _append(_msg([], type="compaction")))
+    assert _errors(exc) == [(("message", "type"), "literal_error")]
+
+
 def test_known_blocks_with_extra_keys_are_kept() -> None:
     blocks = [
         {"type": "thinking", "text": "hm", "signature": "abc"},

@@ -2501,7 +2501,7 @@ class ToolCallBlock(TypedDict):
     """A tool call and (once finished) its post-truncation result."""
     type: Literal["tool_call"]
     callId: str
-    name: str
+    name: NotRequired[str | None]
     args: NotRequired[Any]
     status: NotRequired[str | None]
     result: NotRequired[Any]
@@ -2517,6 +2517,7 @@ class ToolTokenUsage(TypedDict):
 
 class TranscriptMessage(TypedDict):
     """A message as stored in the transcript file (seed 003 §2.1): lossless."""
+    type: NotRequired[Literal["message"] | None]
     id: str
     role: Literal["user", "assistant", "tool", "system"]
     blocks: list[Block]

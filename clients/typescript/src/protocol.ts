@@ -3178,7 +3178,8 @@ export interface TombstoneResult {
 export interface ToolCallBlock {
   type: "tool_call";
   callId: string;
-  name: string;
+  /** The tool; when absent, the message's toolName names it. */
+  name?: string | null;
   args?: unknown;
   /** Usually "ok" | "error" | "denied"; any string is kept. */
   status?: string | null;
@@ -3197,6 +3198,8 @@ export interface ToolTokenUsage {
 
 /** A message as stored in the transcript file (seed 003 §2.1): lossless. */
 export interface TranscriptMessage {
+  /** Optional: the line kind, as session.get returns a message and the file spells it ("message" only). The host writes it on every message line either way. */
+  type?: "message" | null;
   /** Message/turn/entry id. */
   id: string;
   role: "user" | "assistant" | "tool" | "system";
