@@ -129,7 +129,8 @@ class Known:
     """Per request: ``None``, the stored response, or the :class:`StoreError` to refuse with."""
     held: Mapping[str, Held] = field(default_factory=dict)
     turns: frozenset[str] = frozenset()
-    """Ids of the named turns that exist (a line's ``turnId`` is indexed only then)."""
+    """Ids of the named turns of this session (a line's ``turnId`` is indexed only then: a turn id
+    another session owns is kept in the line, bound to no row, as ``index_written`` binds it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +324,8 @@ def gather(
             held[mid] = Held(old.session_id, old.ref, is_streaming(stored), content_of(stored))
     turns: set[str] = set()
     for marks, chunk in in_chunks(sorted(turn_ids)):
-        turns.update(r[0] for r in conn.execute(f"SELECT id FROM turns WHERE id IN ({marks})", chunk))
+        turns.update(r[0] for r in conn.execute(
+            f"SELECT id FROM turns WHERE id IN ({marks}) AND session_id = ?", (*chunk, session_id)))
     return Known(found, held, frozenset(turns))
 
 

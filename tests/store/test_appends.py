@@ -192,6 +192,7 @@ def test_gather_reads_receipts_held_ids_streaming_state_and_turns(tmp_path: Path
     index.insert_session(conn, SID, now_ms=NOW)
     index.insert_session(conn, "other", now_ms=NOW)
     conn.execute("INSERT INTO turns(id, session_id, status, started_at) VALUES ('t1', ?, 'running', 1)", (SID,))
+    conn.execute("INSERT INTO turns(id, session_id, status, started_at) VALUES ('t9', 'other', 'running', 1)")
     with TranscriptWriter.open(path) as writer:
         lines = [dumps_line({"type": "message", **streaming("a1")})]
         first, new_len = writer.append(lines)
@@ -205,11 +206,12 @@ def test_gather_reads_receipts_held_ids_streaming_state_and_turns(tmp_path: Path
         AppendRequest(message("a1", "final", "assistant")),
         AppendRequest(message("m1"), turn_id="t1", receipt=KEY),
         AppendRequest(message("m2"), receipt=ReceiptKey("client", "sub-1", "session.appendMessage", "other")),
+        AppendRequest(message("m3"), turn_id="t9"),
     ]
     known = gather(conn, path, SID, requests)
     assert known.receipts[0] is None and known.receipts[1] == {"stored": True}
     assert isinstance(known.receipts[2], IdempotencyConflict)
     assert known.held["a1"].session_id == SID and known.held["a1"].streaming is True
     assert known.held["m1"].session_id == "other"
-    assert known.turns == frozenset({"t1"})
+    assert known.turns == frozenset({"t1"})  # not t9: another session's turn binds no row of this one
     conn.close()
