@@ -64,7 +64,7 @@ def test_blocks_narrow_on_their_type(tmp_path: Path) -> None:
         '  for (const b of m.blocks) if (b.type === "text") return b.text;\n'
         "  return undefined;\n}\n"
         "export function toolNames(blocks: Block[]): string[] {\n"
-        '  return blocks.flatMap((b) => (b.type === "tool_call" ? [b.name] : []));\n}\n'
+        '  return blocks.flatMap((b) => (b.type === "tool_call" && b.name ? [b.name] : []));\n}\n'
         "export function unknownType(b: AnyBlock): string | null {\n"
         "  return isKnownBlock(b) ? null : b.type;\n}\n")
     assert proc.returncode == 0, proc.stdout + proc.stderr
