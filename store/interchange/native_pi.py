@@ -13,13 +13,17 @@ this host's ``sessions/``, and no byte of a native file is ever modified.
   (:class:`store.interchange.importers.pi.PiConverter`, the importer's own reading of
   v1–v3) following the current branch from the leaf. pi's persistent
   ``SessionManager.open`` would repair a missing newline or migrate an old
-  format in place; this never does: an incomplete last line is simply not read.
+  format in place; this never does. A last line without its newline is read
+  as it stands when it is one complete JSON object (:func:`native_lines`);
+  one that does not parse is a torn tail and is not read. Listing, detail,
+  header reading and fork all read lines this one way.
 * **unsupported operations** (:func:`check_supported`): rename, delete,
   project move, revisions, queue, plan/goal, collaboration and appends are
   refused with ``UNSUPPORTED_FOR_NATIVE_SESSION``.
 * **fork** (:func:`fork_native`): exactly one new v3 child in the parent's
   directory. The branch is extracted from the parent snapshot (its entry lines
-  copied byte for byte, unknown fields kept), the child title and the
+  copied byte for byte, unknown fields kept; every child line, the parent's
+  unterminated last entry included, ends with a newline), the child title and the
   parent's saved model / thinking level are appended when the branch lacks
   them, and the child header carries ``parentSession`` (the parent's canonical
   path). Publication: a full write of an exclusive (``O_EXCL``) non-``.jsonl``
@@ -64,7 +68,7 @@ from store.interchange.importers.common import (
     local_id,
 )
 from store.interchange.importers.pi import PiConverter, read_header
-from store.interchange.importers.reader import lines_of, parse_object
+from store.interchange.importers.reader import Line, lines_of, parse_object
 from store.jsonio import now_rfc3339
 
 __all__ = [
@@ -81,6 +85,7 @@ __all__ = [
     "get_native",
     "is_native_id",
     "list_native",
+    "native_lines",
     "snapshot",
     "unsupported_for_native",
 ]
@@ -170,6 +175,20 @@ def snapshot(path: Path, *, max_bytes: int = MAX_NATIVE_BYTES) -> Snapshot:
     return Snapshot(path, b"".join(chunks), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def native_lines(data: bytes, *, max_line_bytes: int) -> Iterator[Line]:
+    """The lines of a native snapshot: its complete lines (:func:`lines_of`), then a last line without
+    a newline if it is one complete JSON object within the line bound (pi may not have written the newline
+    yet, or a user's editor dropped it). A last line that does not parse is a torn tail: not read. The
+    bytes are never repaired; a trailing line's ``length`` has no newline to count."""
+    end = 0
+    for line in lines_of(data, max_line_bytes=max_line_bytes):
+        end = line.offset + line.length
+        yield line
+    tail = data[end:]
+    if tail and len(tail) <= max_line_bytes and parse_object(tail) is not None:
+        yield Line(end, tail, len(tail))
+
+
 # --------------------------------------------------------------------------- projection
 
 
@@ -191,7 +210,7 @@ class NativeSession:
 
 def project(snap: Snapshot, *, native_id: str | None = None, limits: ImportLimits = DEFAULT_LIMITS) -> NativeSession:
     """Parse a snapshot in memory and follow its current branch (raises :class:`Refused`)."""
-    first = next(iter(lines_of(snap.data, max_line_bytes=limits.max_line_bytes)), None)
+    first = next(iter(native_lines(snap.data, max_line_bytes=limits.max_line_bytes)), None)
     header = read_header(parse_object(first.data) if first is not None and first.data is not None else None)
     nid = native_id or _native_id(header.id)
     meta = SessionMeta(SOURCE, header.id, nid)
@@ -202,7 +221,7 @@ def project(snap: Snapshot, *, native_id: str | None = None, limits: ImportLimit
     messages: list[dict[str, Any]] = []
     compactions: list[dict[str, Any]] = []
     positions: dict[str, int] = {}
-    for slot in conv.run(lambda: lines_of(snap.data, max_line_bytes=limits.max_line_bytes)):
+    for slot in conv.run(lambda: native_lines(snap.data, max_line_bytes=limits.max_line_bytes)):
         rec = slot.record
         if rec["type"] == "compaction":
             compactions.append(rec)
@@ -302,7 +321,7 @@ class ForkResult:
 def _branch_lines(snap: Snapshot, leaf_id: str | None,
                   limits: ImportLimits) -> tuple[dict[str, Any], list[tuple[dict[str, Any], bytes]]]:
     """The parent's header and the (entry, raw line) pairs of the branch ending at ``leaf_id``, in file order."""
-    lines = list(lines_of(snap.data, max_line_bytes=limits.max_line_bytes))
+    lines = list(native_lines(snap.data, max_line_bytes=limits.max_line_bytes))
     if not lines or lines[0].data is None:
         raise InvalidInput("the parent is not a pi session", data={"reason": "NOT_A_SESSION_FILE"})
     header = read_header(parse_object(lines[0].data))
@@ -371,7 +390,7 @@ def child_bytes(snap: Snapshot, *, child_id: str, now_ms: int, leaf_id: str | No
     last = branch[-1][0]["id"] if branch else None
     for _, raw in branch:
         parts.append(raw if raw.endswith(b"\n") else raw + b"\n")
-    all_entries = [rec for rec in (parse_object(line.data) for line in lines_of(
+    all_entries = [rec for rec in (parse_object(line.data) for line in native_lines(
         snap.data, max_line_bytes=limits.max_line_bytes) if line.data is not None) if rec is not None]
     for extra in _fallbacks(branch, all_entries, title, now_iso):
         eid = secrets.token_hex(4)

@@ -34,13 +34,14 @@ from store.compaction import normalize_on_read
 from store.errors import InvalidInput, MessageNotFound, SessionNotFound, StoreError
 from store.interchange.export import ExportOptions, ExportReport, export_records
 from store.interchange.importers.common import DEFAULT_LIMITS, ImportLimits, Refused, local_id
-from store.interchange.importers.reader import lines_of, parse_object
+from store.interchange.importers.reader import parse_object
 from store.interchange.native_pi import (
     NativeListing,
     NativeSession,
     Snapshot,
     candidates,
     fork_native,
+    native_lines,
     project,
     snapshot,
 )
@@ -177,7 +178,7 @@ def _entry_of_message(snap: Snapshot, native_id: str, message_id: str, limits: I
     prefix = f"{native_id}:"
     local = message_id[len(prefix):].split(":", 1)[0] if message_id.startswith(prefix) else None
     if local:
-        for line in lines_of(snap.data, max_line_bytes=limits.max_line_bytes):
+        for line in native_lines(snap.data, max_line_bytes=limits.max_line_bytes):
             rec = parse_object(line.data) if line.data is not None else None
             if rec is not None and rec.get("type") != "session" and isinstance(rec.get("id"), str) \
                     and local_id(rec["id"]) == local:
