@@ -13,7 +13,9 @@ from .models_common import (
 )
 from .models_records import (
     CompactionView,
+    Sha256Hex,
 )
+from .models_turns import RunEnvironmentView, TurnInputView
 
 # ---------------------------------------------------------------------------
 # Tree and context
@@ -58,12 +60,27 @@ class ContextMessage(Result):
     )
 
 
+class TurnContextView(Result):
+    """The latest Turn context (seed 000 §4): the run environment snapshot ``session.startTurn`` stored for the
+    newest turn on the active branch, digest verified (as ``session.turnEnvironment`` reads it)."""
+
+    turn_id: str = Field(description="The turn it belongs to.")
+    version: int
+    digest: Sha256Hex
+    snapshot: RunEnvironmentView
+    input: TurnInputView | None = Field(default=None, description="The bound input, digest verified.")
+
+
 class ContextResult(Result):
     messages: list[ContextMessage]
     compaction: CompactionView | None = Field(
         default=None, description="Newest checkpoint applied (messages start after it)."
     )
-    turn_context: JsonObject | None = None
+    turn_context: TurnContextView | None = Field(
+        default=None,
+        description="The latest Turn context: the snapshot of the newest turn on the active branch (the last "
+        "live message naming it as turnId or bound input, or the running turn) that has one; null when none.",
+    )
 
 
 __all__ = [
@@ -72,4 +89,5 @@ __all__ = [
     "SessionReadParams",
     "TreeNode",
     "TreeResult",
+    "TurnContextView",
 ]

@@ -2,7 +2,9 @@
 
 Both are pure functions of what the files hold (the deduped live messages, the
 compaction records, the tombstones and the archived revision branches); the
-session actor reads the files and calls them. Nothing here is stored.
+session actor reads the files and calls them. Nothing here is stored; only the
+latest Turn context (below) also reads the index, where turns and their
+snapshots live.
 
 **Model context** (seed 000 §4 ``buildSessionContext``, seed 003 §2.1, §4.7a):
 
@@ -35,16 +37,29 @@ carries its stamped ``activeRevision``; an unsaved live variant sorts last).
 Archived node ids are ``rev:<rootUserId>:<revisionIndex>:<messageId>`` (unique
 even where a branch shares message ids with the live transcript); every node
 also carries ``messageId``.
+
+**Latest Turn context** (seed 000 §4: "produces provider-neutral messages plus
+the latest Turn context"): a turn's context is the run environment snapshot
+``session.startTurn`` stored for it (``store/snapshots.py``; the host writes no
+other per-turn context). The latest one is that of the turn newest on the
+active branch: ranked by the position of the last live message tied to it (its
+line's ``turnId``, or the turn's bound ``input`` message), a ``running`` turn
+after every message (it runs on the live branch: rewrites abort it, its reply
+lands there), ties by start time. A turn that only archived branches mention is
+not on the active branch; a tombstone hides a message, not the turn it ran in.
+Turns without a snapshot have no context.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from store.compaction import normalize_on_read, split_valid
 from store.revisions import family_of, find_root, live_stamps
+from store.snapshots import load_snapshot
 from store.transcripts.records import extract_text, meta_of
 
 CONTEXT_BLOCK_TYPES = ("text", "tool_call", "attachment")
@@ -147,6 +162,51 @@ def build_session_context(
         if msg is not None:
             out.append(msg)
     return {"messages": out, "compaction": checkpoint}
+
+
+# --------------------------------------------------------------------------- latest Turn context
+
+
+def turn_positions(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """``turnId`` → position of the last live message whose line names that turn."""
+    out: dict[str, int] = {}
+    for i, rec in enumerate(records):
+        turn = rec.get("turnId")
+        if isinstance(turn, str) and turn:
+            out[turn] = i
+    return out
+
+
+def latest_turn_context(
+    conn: sqlite3.Connection, session_id: str, records: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """``{"turnId", "version", "digest", "snapshot", "input"?}`` of the newest turn on the active branch
+    (``records``: the deduped live messages in order) that has a run environment snapshot, or None.
+
+    The chosen snapshot is read back verified (``load_snapshot``: CORRUPT_DATA on a digest mismatch).
+    """
+    by_turn = turn_positions(records)
+    by_message = {rec["id"]: i for i, rec in enumerate(records)}
+    best: tuple[int, int, str] | None = None
+    for turn_id, status, started_at, input_id in conn.execute(
+        "SELECT t.id, t.status, t.started_at, "
+        "CASE WHEN json_valid(r.input_json) THEN json_extract(r.input_json, '$.messageId') END "
+        "FROM turns t JOIN run_snapshots r ON r.turn_id = t.id WHERE t.session_id = ?",
+        (session_id,),
+    ):
+        at = by_turn.get(turn_id, -1)
+        if isinstance(input_id, str):  # the bound input, as sent or in its D444 spelling
+            at = max(at, by_message.get(input_id, -1), by_message.get(f"{session_id}:{input_id}", -1))
+        if status == "running":
+            at = len(records)
+        if at < 0:
+            continue  # only an archived branch (or no message at all) knows this turn
+        key = (at, int(started_at or 0), str(turn_id))
+        if best is None or key > best:
+            best = key
+    if best is None:
+        return None
+    return {"turnId": best[2], **load_snapshot(conn, best[2])}
 
 
 # --------------------------------------------------------------------------- tree

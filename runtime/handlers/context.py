@@ -3,7 +3,9 @@
 Pure views (``store/context.py``) over one full read of the transcript (and
 the revisions file for the tree), served by the session actor so they see
 every acknowledged line; read and built in one worker-thread hop (never on
-the event loop: a long session is seconds of work).
+the event loop: a long session is seconds of work). ``session.context`` adds
+the latest Turn context: the run environment snapshot of the newest turn on
+the active branch, read from the index (turns and snapshots live there).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 from actors.session_context import SessionContext
 from protocol import models as m
 from store.attachments import mark_evicted_blocks
-from store.context import StoredBranch, build_session_context, build_tree
+from store.context import StoredBranch, build_session_context, build_tree, latest_turn_context
 from store.errors import PayloadTooLarge
 from store.receipts import ReceiptKey
 from store.revisions import read_revisions
@@ -38,19 +40,27 @@ async def _check_whole_read(ctx: SessionContext, method: str) -> None:
 async def context(ctx: SessionContext, p: m.SessionReadParams, key: ReceiptKey | None) -> Any:
     await _check_whole_read(ctx, "session.context")
     created = int(ctx.row.get("createdAt") or 0)
-    path = ctx.paths.transcript
+    path, sid = ctx.paths.transcript, ctx.sid
 
-    def build() -> dict[str, Any]:  # in the actor's worker thread: a long session is seconds of work
+    # in the actor's worker thread: a long session is seconds of work
+    def build() -> tuple[dict[str, Any], list[dict[str, Any]]]:
         live = load_live(path, default_created_ms=created)
         built = build_session_context(live.messages, live.compactions, deleted_ids(live.tombstones))
         checkpoint = built["compaction"]
         return {
             "messages": built["messages"],
             "compaction": wire_record(checkpoint) if checkpoint is not None else None,
-        }
+        }, live.messages
 
-    # a block whose blob was evicted reads back marked, as in session.get (seed 000 §2.3)
-    return await ctx.read(mark_evicted_blocks, await ctx.io(build))
+    def finish(conn: Any, result: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+        # a block whose blob was evicted reads back marked, as in session.get (seed 000 §2.3)
+        mark_evicted_blocks(conn, result)
+        # "... plus the latest Turn context" (seed 000 §4): the newest active-branch turn's snapshot
+        result["turnContext"] = latest_turn_context(conn, sid, records)
+        return result
+
+    result, records = await ctx.io(build)
+    return await ctx.read(finish, result, records)
 
 
 async def tree(ctx: SessionContext, p: m.SessionReadParams, key: ReceiptKey | None) -> Any:

@@ -560,7 +560,7 @@ class ContextMessage(TypedDict):
 class ContextResult(TypedDict):
     messages: list[ContextMessage]
     compaction: NotRequired[CompactionView | None]
-    turnContext: NotRequired[JsonObject | None]
+    turnContext: NotRequired[TurnContextView | None]
 
 
 class DbWriterStats(TypedDict):
@@ -2586,6 +2586,15 @@ class Turn(TypedDict):
     environmentDigest: NotRequired[str | None]
     costMicros: NotRequired[int]
     retryOf: NotRequired[str | None]
+
+
+class TurnContextView(TypedDict):
+    """The latest Turn context (seed 000 §4): the run environment snapshot ``session.startTurn`` stored for the newest turn on the active branch, digest verified (as ``session.turnEnvironment`` reads it)."""
+    turnId: str
+    version: int
+    digest: str
+    snapshot: RunEnvironmentView
+    input: NotRequired[TurnInputView | None]
 
 
 class TurnEndedEvent(TypedDict):

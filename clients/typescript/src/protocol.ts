@@ -727,7 +727,8 @@ export interface ContextResult {
   messages: ContextMessage[];
   /** Newest checkpoint applied (messages start after it). */
   compaction?: CompactionView | null;
-  turnContext?: JsonObject | null;
+  /** The latest Turn context: the snapshot of the newest turn on the active branch (the last live message naming it as turnId or bound input, or the running turn) that has one; null when none. */
+  turnContext?: TurnContextView | null;
 }
 
 export interface DbWriterStats {
@@ -3293,6 +3294,17 @@ export interface Turn {
   costMicros?: number;
   /** The earlier turn this one retries (lineage). */
   retryOf?: string | null;
+}
+
+/** The latest Turn context (seed 000 §4): the run environment snapshot ``session.startTurn`` stored for the newest turn on the active branch, digest verified (as ``session.turnEnvironment`` reads it). */
+export interface TurnContextView {
+  /** The turn it belongs to. */
+  turnId: string;
+  version: number;
+  digest: string;
+  snapshot: RunEnvironmentView;
+  /** The bound input, digest verified. */
+  input?: TurnInputView | null;
 }
 
 export interface TurnEndedEvent {
