@@ -57,7 +57,7 @@ async def exchange(c: HostClient, sid: str, turn_id: str, uid: str, aid: str, pr
     await end(c, sid, turn_id)
 
 
-async def test_context_returns_the_latest_turn_context(tmp_path):
+async def test_context_returns_the_latest_turn_context(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host, kind="agent") as c:
             sid = (await c.call("session.create", {}))["id"]
@@ -100,7 +100,7 @@ async def test_context_returns_the_latest_turn_context(tmp_path):
             assert prompt_of(ctx) == ("t4", "four")
 
 
-async def test_turn_context_follows_the_active_branch(tmp_path):
+async def test_turn_context_follows_the_active_branch(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host, kind="agent") as c:
             sid = (await c.call("session.create", {}))["id"]
@@ -132,7 +132,7 @@ async def test_turn_context_follows_the_active_branch(tmp_path):
             assert prompt_of(await context(c, sid)) == ("t4", "four")
 
 
-async def test_turn_context_survives_a_restart(tmp_path):
+async def test_turn_context_survives_a_restart(tmp_path: Path) -> None:
     with trio.fail_after(60):
         async with inprocess_host(tmp_path) as host, client_for(host, kind="agent") as c:
             sid = (await c.call("session.create", {}))["id"]
@@ -172,7 +172,7 @@ def _tamper(root: Path) -> None:
         conn.close()
 
 
-async def test_a_tampered_latest_turn_context_is_corrupt_data(tmp_path):
+async def test_a_tampered_latest_turn_context_is_corrupt_data(tmp_path: Path) -> None:
     with trio.fail_after(60):
         async with inprocess_host(tmp_path) as host, client_for(host, kind="agent") as c:
             sid = (await c.call("session.create", {}))["id"]
