@@ -41,6 +41,7 @@ __all__ = [
     "Artifact",
     "INTENT_SUFFIX",
     "KINDS",
+    "LIVE_PENDING",
     "MAX_MARKDOWN_BYTES",
     "approve",
     "expire_stale",
@@ -282,6 +283,11 @@ _KEYS = ("requestId", "sessionId", "turnId", "toolCallId", "kind", "title", "que
          "executionTurnId", "_outcome", "executionErrorCode", "executionStartedAt", "executionEndedAt")
 EXECUTION_OUTCOMES = ("completed", "failed", "cancelled")
 
+LIVE_PENDING = "(status = 'pending' AND (expires_at IS NULL OR expires_at > ?))"
+"""SQL: a pending row whose deadline has not passed at ``?`` (the host's clock): what holds a session."""
+_STALE = "status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?"
+"""SQL: a row still marked pending whose deadline passed at ``?``."""
+
 
 def _row(row: tuple[Any, ...]) -> dict[str, Any]:
     out = {k: v for k, v in zip(_KEYS, row, strict=True) if v is not None}
@@ -308,7 +314,7 @@ def markdown_of(conn: sqlite3.Connection, request_id: str) -> str:
 def list_pending(conn: sqlite3.Connection, session_id: str | None, now_ms: int) -> list[dict[str, Any]]:
     """Only live ``pending`` rows, with their original ``expires_at``: terminal ones are never rehydrated,
     and a row past its deadline is expired whether or not anything has marked it yet (seed 003 §4.5)."""
-    sql = f"SELECT {_COLS} FROM plan_approvals WHERE status = 'pending' AND (expires_at IS NULL OR expires_at > ?)"
+    sql = f"SELECT {_COLS} FROM plan_approvals WHERE {LIVE_PENDING}"
     args: tuple[Any, ...] = (now_ms,)
     if session_id is not None:
         sql += " AND session_id = ?"
@@ -320,15 +326,15 @@ def expire_stale(conn: sqlite3.Connection, session_id: str, now_ms: int) -> int:
     """A pending row past its deadline becomes ``expired`` (the session stays in its contract mode)."""
     return conn.execute(
         "UPDATE plan_approvals SET status = 'expired', updated_at = ?, resolved_at = ?, error_code = 'EXPIRED' "
-        "WHERE session_id = ? AND status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?",
+        f"WHERE session_id = ? AND {_STALE}",
         (now_ms, now_ms, session_id, now_ms)).rowcount
 
 
 def stale_pending(conn: sqlite3.Connection, session_id: str, now_ms: int) -> list[str]:
     """The session's requests past their deadline that nothing has marked ``expired`` yet."""
     return [r[0] for r in conn.execute(
-        "SELECT request_id FROM plan_approvals WHERE session_id = ? AND status = 'pending' "
-        "AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY created_at, request_id", (session_id, now_ms))]
+        f"SELECT request_id FROM plan_approvals WHERE session_id = ? AND {_STALE} ORDER BY created_at, request_id",
+        (session_id, now_ms))]
 
 
 def pending_of(conn: sqlite3.Connection, session_id: str, now_ms: int) -> dict[str, Any] | None:
@@ -480,7 +486,7 @@ def active_contract(conn: sqlite3.Connection, session_id: str, now_ms: int) -> d
     """The session's live pending approval, else its queued/running execution (what a mode change must keep);
     a pending row past its deadline holds nothing (seed 003 §4.5: expiry returns planning to editable)."""
     row = conn.execute(
-        f"SELECT {_COLS} FROM plan_approvals WHERE session_id = ? AND ((status = 'pending' AND (expires_at IS NULL "
-        "OR expires_at > ?)) OR execution_state IN ('queued', 'running')) "
+        f"SELECT {_COLS} FROM plan_approvals WHERE session_id = ? AND ({LIVE_PENDING} "
+        "OR execution_state IN ('queued', 'running')) "
         "ORDER BY status = 'pending' DESC, created_at DESC LIMIT 1", (session_id, now_ms)).fetchone()
     return _row(row) if row else None

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from store.indexing.sql_lists import in_chunks
+from store.plans import LIVE_PENDING
 
 __all__ = ["DERIVED", "projections", "with_projection"]
 
@@ -39,8 +40,7 @@ def projections(conn: sqlite3.Connection, modes: Mapping[str, str],
     for marks, chunk in in_chunks(ids):
         for sid, kind, status, execution in conn.execute(
             "SELECT session_id, kind, status, execution_state FROM plan_approvals "
-            f"WHERE session_id IN ({marks}) AND ((status = 'pending' AND (expires_at IS NULL OR expires_at > ?)) "
-            "OR execution_state IN ('queued', 'running'))",
+            f"WHERE session_id IN ({marks}) AND ({LIVE_PENDING} OR execution_state IN ('queued', 'running'))",
             (*chunk, now),
         ):
             state = "awaiting_approval" if status == "pending" else str(execution)
