@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +44,21 @@ async def _no_more_events(c: HostClient) -> None:
     assert ev.topic == "session.deleted", ev
 
 
-async def test_submit_and_responses_publish_plan_events(tmp_path: Path) -> None:
+@asynccontextmanager
+async def _subscribed(tmp_path: Path, clock: SetClock, mode: str) -> AsyncIterator[tuple[HostClient, str, Path]]:
+    """A host on ``clock``, a UI client subscribed to the plan events, and a ``mode`` session with a project."""
     ws = tmp_path / "ws"
     ws.mkdir()
+    async with host_at(tmp_path / "data", clock) as host, client_for(host, "ui", kind="ui") as c:
+        sid = (await c.call("session.create", {"title": mode, "projectPath": str(ws), "mode": mode}))["id"]
+        await c.subscribe([*TOPICS, "session.deleted"])
+        yield c, sid, ws
+
+
+async def test_submit_and_responses_publish_plan_events(tmp_path: Path) -> None:
     clock = SetClock(BASE)
     with trio.fail_after(60):
-        async with host_at(tmp_path / "data", clock) as host, client_for(host, "ui", kind="ui") as c:
-            sid = (await c.call("session.create", {"title": "p", "projectPath": str(ws), "mode": "plan"}))["id"]
-            await c.subscribe([*TOPICS, "session.deleted"])
+        async with _subscribed(tmp_path, clock, "plan") as (c, sid, ws):
             first = await c.call("plans.submit", _submit(sid, ws, "call-1", submissionId="sub-1"))
             assert await c.call("plans.submit", _submit(sid, ws, "call-1", submissionId="sub-1")) == first  # retry
             rejected = await c.call("plans.respond", {"requestId": first["requestId"], "action": "reject"})
@@ -71,13 +80,9 @@ async def test_submit_and_responses_publish_plan_events(tmp_path: Path) -> None:
 
 
 async def test_expired_approvals_publish_plan_resolved(tmp_path: Path) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
     clock = SetClock(BASE)
     with trio.fail_after(60):
-        async with host_at(tmp_path / "data", clock) as host, client_for(host, "ui", kind="ui") as c:
-            sid = (await c.call("session.create", {"title": "g", "projectPath": str(ws), "mode": "goal"}))["id"]
-            await c.subscribe([*TOPICS, "session.deleted"])
+        async with _subscribed(tmp_path, clock, "goal") as (c, sid, ws):
             old = await c.call("plans.submit", _submit(sid, ws, "g-1", "goal", expiresAt=BASE + MINUTE))
             clock.ms = BASE + 2 * MINUTE
             new = await c.call("plans.submit", _submit(sid, ws, "g-2", "goal", expiresAt=BASE + 3 * MINUTE))
@@ -117,13 +122,9 @@ async def test_a_proposal_past_its_deadline_is_no_longer_pending_anywhere(tmp_pa
     """Seed 003 §4.5/§4.6a: expiry returns planning to editable. Before anything marks the row ``expired``,
     ``plans.pending``, the session's projected state (get and list) and the mode guard treat it as expired;
     the next proposal marks it and announces it once."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
     clock = SetClock(BASE)
     with trio.fail_after(60):
-        async with host_at(tmp_path / "data", clock) as host, client_for(host, "ui", kind="ui") as c:
-            sid = (await c.call("session.create", {"title": "p", "projectPath": str(ws), "mode": "plan"}))["id"]
-            await c.subscribe([*TOPICS, "session.deleted"])
+        async with _subscribed(tmp_path, clock, "plan") as (c, sid, ws):
             old = await c.call("plans.submit", _submit(sid, ws, "p-1", expiresAt=BASE + MINUTE))
 
             async def seen() -> tuple[list[str], Any, Any]:
