@@ -160,3 +160,42 @@ async def test_a_header_without_newline_is_read_as_the_header(tmp_path: Path) ->
             page = await c.call("session.get", {"sessionId": SID})
             assert page["totalMessages"] == 0 and page["session"]["projectPath"] == "/gen/project"
     assert path.read_bytes() == header
+
+
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "pi"
+
+
+def place(root: Path, recorded: Path, *, cut: bool) -> tuple[Path, Path]:
+    """A copy of ``recorded`` under a native root, its final newline cut off when ``cut``."""
+    path = root / recorded.parent.name / recorded.name
+    path.parent.mkdir(parents=True)
+    body = recorded.read_bytes()
+    assert body.endswith(b"\n")
+    path.write_bytes(body[:-1] if cut else body)
+    return root, path
+
+
+@pytest.mark.parametrize("recorded", sorted(RECORDED.glob("*/sessions/*/*.jsonl")), ids=lambda p: p.name[:30])
+async def test_a_recorded_pi_file_reads_the_same_without_its_last_newline(tmp_path: Path, recorded: Path) -> None:
+    """Files the real pi CLI wrote: with the final newline cut, listing, the whole history and a fork
+    read exactly what the file with it reads (the newline is the only difference), and neither is changed."""
+    seen = []
+    for cut in (False, True):
+        root, path = place(tmp_path / f"cut-{cut}" / "pi", recorded, cut=cut)
+        before = digest(path)
+        with trio.fail_after(60):
+            async with inprocess_host(tmp_path / f"cut-{cut}" / "data", native_pi_root=root) as host, \
+                    client_for(host, "ui", kind="ui") as c:
+                native = [s for s in (await c.call("session.list", {"limit": 50}))["sessions"]
+                          if s.get("source") == "native-pi"]
+                pages = [await c.call("session.get", {"sessionId": s["id"], "full": True}) for s in native]
+                forked = await c.call("session.fork", {"sessionId": native[0]["id"]}) if native else None
+        assert digest(path) == before
+        forked_messages = None
+        if forked is not None:
+            assert_well_formed(next(p for p in children(path) if p.name.endswith(".jsonl")).read_bytes())
+            forked_messages = forked.get("messageCount")
+        seen.append(([(s["id"], s["messageCount"]) for s in native], [p["messages"] for p in pages],
+                     forked_messages))
+    assert seen[0] == seen[1]
+    assert seen[0][0], "the recorded file is listed"
