@@ -71,6 +71,7 @@ from runtime.kernel.task_steps import TaskSteps
 from runtime.pipeline import Pipeline
 from runtime.routes import ROUTES, Route
 from runtime.version import VERSION
+from store.errors import StoreError
 from store.faults import Faults
 from store.fsutil import atomic_write, remove_file_durable
 from store.indexing.database import close_writer
@@ -415,11 +416,15 @@ def _only_cancelled(exc: BaseException) -> bool:
 
 
 def _write_clean_marker(data_dir: Any, now: int, actors: dict[str, int]) -> None:
-    """Step 4: only after a clean drain (an outside cancellation still ran the shielded steps)."""
+    """Step 4: only after a clean drain (an outside cancellation still ran the shielded steps).
+
+    A marker that cannot be written (a full disk: ``atomic_write`` raises ``StorageFull``) costs the next
+    boot its full check, nothing else: the stop goes on (``host.json`` is still removed), and says so."""
     try:
         atomic_write(data_dir.clean_shutdown_path, orjson.dumps({"at": now, "actors": actors}))
-    except OSError:
-        pass
+    except (OSError, StoreError) as exc:
+        log.error("the clean-shutdown marker could not be written (%s); the next boot checks every session "
+                  "as after a crash", getattr(exc, "code", type(exc).__name__), extra={"error": str(exc)})
 
 
 def _remove_host_json(data_dir: Any) -> None:

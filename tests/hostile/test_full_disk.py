@@ -307,3 +307,25 @@ async def test_reads_while_the_index_cannot_take_appends_come_from_the_transcrip
             assert [h["messageId"] for h in found["results"]] == ["m7"]
             got = await c.call("session.get", {"sessionId": sid, "messageLimit": 50})
             assert [m["id"] for m in got["messages"]] == acked
+
+
+async def test_a_host_stopped_while_the_disk_is_full_stops_and_the_next_boot_checks(tmp_path: Path) -> None:
+    """Found by hand: ``pi-host serve`` stopped (SIGTERM) on a full disk exited 5 with "cannot open the data
+    directory: STORAGE_FULL" — the clean-shutdown marker's write raised StorageFull, which the stop let out
+    (it only expected OSError), and host.json stayed behind. Now the stop ends normally without the
+    marker and removes host.json; the next boot treats it as unclean and every acknowledged message is there."""
+    with small_disk("tmpfs", tmp_path, size_mb=8) as mnt, trio.fail_after(120):
+        data = mnt / "data"
+        acked: list[str] = []
+        async with inprocess_host(data) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "full at stop"}))["id"]
+            for n in range(3):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"m{n}", "kept")})
+                acked.append(f"m{n}")
+            await trio.to_thread.run_sync(fill, mnt / "filler")
+        assert not (data / "clean-shutdown").exists() and not (data / "host.json").exists()
+        (mnt / "filler").unlink()
+        async with inprocess_host(data) as host, client_for(host) as c:
+            assert host.boot.report["cleanShutdown"] is False
+            got = await c.call("session.get", {"sessionId": sid})
+            assert [m["id"] for m in got["messages"]] == acked
