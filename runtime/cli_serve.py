@@ -111,6 +111,10 @@ def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         if code is None:
             raise
         return code
+    if not data_dir.clean_shutdown_path.exists():  # the marker could not be written (a full disk: see the log)
+        print("pi-host stopped, but could not record a clean shutdown (see the log); the next start checks "
+              "every session", file=sys.stderr)
+        return 0
     print("pi-host stopped cleanly", file=sys.stderr)
     return 0
 

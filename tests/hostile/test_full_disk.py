@@ -329,3 +329,23 @@ async def test_a_host_stopped_while_the_disk_is_full_stops_and_the_next_boot_che
             assert host.boot.report["cleanShutdown"] is False
             got = await c.call("session.get", {"sessionId": sid})
             assert [m["id"] for m in got["messages"]] == acked
+
+
+def test_serve_stopped_on_a_full_disk_says_the_stop_was_not_recorded(tmp_path: Path) -> None:
+    """The same stop through ``pi-host serve`` (SIGTERM): exit status 0, no traceback, and one line saying
+    the clean shutdown could not be recorded, instead of "cannot open the data directory" and status 5."""
+    with small_disk("tmpfs", tmp_path, size_mb=8) as mnt:
+        proc = subprocess.Popen([sys.executable, "-m", "runtime.cli", "--data-dir", str(mnt / "data"), "serve",
+                                 "--port", "0", "--quiet"], cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None and "listening on" in proc.stdout.readline()
+            fill(mnt / "filler")
+            proc.terminate()
+            _out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err and "could not record a clean shutdown" in err, err
+        assert not (mnt / "data" / "host.json").exists()
