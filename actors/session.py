@@ -29,6 +29,7 @@ second, reply last (``docs/DESIGN.md``).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from actors.index_log import IndexLog
 from actors.session_context import UNSET, Lines, SessionContext, session_info_line, settings_of
 from runtime.kernel.actor import Actor, Envelope, InternalBug
 from runtime.kernel.threads import run_in_thread
-from store import receipts
+from store import orphans, receipts
 from store.errors import IOFailure, SessionNotFound, StorageFull, StoreError
 from store.faults import Faults
 from store.indexing import index
@@ -54,10 +55,13 @@ from store.rules import READ_AHEAD_BYTES, READ_AHEAD_SECONDS
 from store.transcripts.session_files import SessionPaths
 from store.transcripts.transcript import TranscriptWriter, create_transcript
 
+logger = logging.getLogger(__name__)
+
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 __all__ = ["DbHandle", "ReadAhead", "SessionActor", "SessionCall", "SessionContext", "SessionDeps", "SessionOp"]
+
 
 class DbHandle:
     """What actors and handlers need of the DB writer: run one op in its next batch."""
@@ -186,6 +190,9 @@ class _State:
     epoch: str | None = None
     needs_catchup: bool = True
     deleted: bool = False
+    seen: bool = False
+    """This actor saw the session's row in this run (kept across rebuilds; a delete clears it): an
+    append after both the row and the transcript vanished restores a stub (``store/orphans.py``)."""
     storage_failed: StoreError | None = None
     index_seq: int = 0
     """The index log sequence of this session's newest append (its reads wait for it)."""
@@ -242,7 +249,8 @@ class SessionActor(Actor):
         await self.close_writer()
         failed = self.known.storage_failed  # a failed fsync stays failed until the host restarts
         seq = self.known.index_seq  # index ops already sent still count for this session's reads
-        self.known = _State(storage_failed=failed, index_seq=seq)
+        seen = not self.known.deleted and (self.known.seen or self.known.row is not None)
+        self.known = _State(storage_failed=failed, index_seq=seq, seen=seen)
         self.poisoned = False
 
     # ------------------------------------------------------------------ read-ahead
@@ -420,7 +428,11 @@ class SessionActor(Actor):
             try:
                 await ctx.ensure_ready()
             except SessionNotFound as gone:
-                return await self._answer_from_receipts(calls, gone)
+                stub = await self._restore_orphan()
+                if stub is None:
+                    return await self._answer_from_receipts(calls, gone)
+                await ctx.ensure_ready()
+                ctx.publish("session.created", {"session": index.public_session(stub)})
             outcomes = await op.group(ctx, calls)
             if len(outcomes) != len(calls):
                 raise InternalBug("a group handler must answer every call")
@@ -428,6 +440,27 @@ class SessionActor(Actor):
         except Exception as exc:
             self.poisoned = True
             return [exc] * len(calls)
+
+    async def _restore_orphan(self) -> dict[str, Any] | None:
+        """Seed 003 §5 (D318): an append to a session whose row and transcript are both gone, not
+        deleted by the user, inserts a stub row under its id so the app's outbox can drain (the next
+        write starts its transcript anew). The stub row, or ``None``: not an orphan of that kind."""
+        st = self.known
+        if st.deleted or st.row is not None or await self.io(os.path.exists, self.paths.transcript):
+            return None  # deleted here, or a row / a transcript is there (reconciling decides)
+        sid, seen, now = self.sid, st.seen, self.deps.now_ms()
+
+        def stub(conn: Any) -> dict[str, Any] | None:
+            try:
+                return orphans.insert_stub(conn, sid, now_ms=now, seen=seen)
+            except LookupError:
+                return None
+
+        row: dict[str, Any] | None = await self.deps.db.write(stub, durable=True)
+        if row is not None:
+            logger.warning("session %s had neither a row nor a transcript: restored as a stub for its appends", sid)
+            st.needs_catchup = True
+        return row
 
     async def _answer_from_receipts(self, calls: list[SessionCall], gone: SessionNotFound) -> list[Any]:
         """The session is gone: a retry of a call that completed before is still answered from its
@@ -482,6 +515,7 @@ class SessionActor(Actor):
             row = await self.read(index.session_row, self.sid)
         st.file_len, st.epoch = (0, None) if plan.kind == "missing" else (plan.file_len, plan.epoch)
         st.row = row
+        st.seen = st.seen or row is not None
         st.needs_catchup = False
 
     async def open_writer(self) -> TranscriptWriter:

@@ -186,7 +186,7 @@ class SessionContext:
     def forget_session(self) -> None:
         """The session is gone (deleted): refuse everything but a create until then."""
         st = self._actor.known
-        st.row, st.deleted, st.file_len, st.epoch = None, True, 0, None
+        st.row, st.deleted, st.seen, st.file_len, st.epoch = None, True, False, 0, None
         st.cache.clear()
 
     def undelete(self) -> None:

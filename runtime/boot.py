@@ -112,7 +112,7 @@ def _finish_deletes(conn: sqlite3.Connection, data_dir: DataDir, now: int) -> li
     for pending in pending_deletes(data_dir.sessions_dir):
         sid = pending.session_id
         with transaction(conn):
-            index.delete_session_rows(conn, sid)
+            index.delete_session_rows(conn, sid, now_ms=now)
             forget_queue(conn, sid)
             if pending.receipt is not None:
                 restore_receipt(conn, sid, {"method": "session.delete", **pending.receipt}, now_ms=now)

@@ -22,6 +22,7 @@ the caller's transaction; the file steps run in a worker thread.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -78,10 +79,11 @@ def check_purgeable(conn: sqlite3.Connection, session_id: str, *, plugin_id: str
                        data={"sessionId": session_id})
 
 
-def purge_rows(conn: sqlite3.Connection, session_id: str, *, plugin_id: str | None = None) -> dict[str, Any]:
+def purge_rows(conn: sqlite3.Connection, session_id: str, *, now_ms: int,
+               plugin_id: str | None = None) -> dict[str, Any]:
     """Step 2: delete the rows of a trashed session (``CONFLICT`` unless it is in the trash)."""
     check_purgeable(conn, session_id, plugin_id=plugin_id)
-    index.delete_session_rows(conn, session_id)
+    index.delete_session_rows(conn, session_id, now_ms=now_ms)
     return {"sessionId": session_id, "purged": True}
 
 
@@ -104,13 +106,16 @@ def list_trashed(conn: sqlite3.Connection, *, plugin_id: str | None = None, limi
 
 
 def purge_session(conn: sqlite3.Connection, paths: SessionPaths, *, plugin_id: str | None = None,
-                  write: Callable[[Callable[[sqlite3.Connection], Any]], Any] | None = None) -> dict[str, Any]:
-    """All three steps in order (tests, the CLI without a host). ``write`` runs one transaction."""
+                  write: Callable[[Callable[[sqlite3.Connection], Any]], Any] | None = None,
+                  now_ms: int | None = None) -> dict[str, Any]:
+    """All three steps in order (tests, the CLI without a host). ``write`` runs one transaction;
+    ``now_ms`` (default: the wall clock) is the time the id is recorded as deleted."""
     session_id = paths.session_id
+    now = int(time.time() * 1000) if now_ms is None else now_ms
     run = write or (lambda fn: in_transaction(conn, fn))
     check_purgeable(conn, session_id, plugin_id=plugin_id)  # refuse before touching any file
     write_delete_marker(paths, None)
-    result = run(lambda c: purge_rows(c, session_id, plugin_id=plugin_id))
+    result = run(lambda c: purge_rows(c, session_id, now_ms=now, plugin_id=plugin_id))
     finish_delete(paths)
     return dict(result)
 

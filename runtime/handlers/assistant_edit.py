@@ -109,7 +109,8 @@ async def _undo(ctx: SessionContext, child: str, paths: Any) -> None:
     """Remove what a failed edit left. Rows: the DB op rolled back, unless its outcome is unknown."""
     await ctx.io(remove_child_files, paths.transcript, paths.scratch)
     await ctx.io(remove_revisions, paths.revisions)
+    now = ctx.now()
     try:
-        await ctx.db(lambda conn: index.delete_session_rows(conn, child), durable=True)
+        await ctx.db(lambda conn: index.delete_session_rows(conn, child, now_ms=now), durable=True)
     except Exception:  # noqa: BLE001 - best effort; the original error is the one to report
         pass

@@ -84,7 +84,8 @@ async def fork(ctx: SessionContext, p: m.ForkParams, key: ReceiptKey | None) -> 
 async def _undo(ctx: SessionContext, child: str, path: Any, scratch: Any) -> None:
     """Remove what a failed fork left. Rows: the DB op rolled back, unless its outcome is unknown."""
     await ctx.io(remove_child_files, path, scratch)
+    now = ctx.now()
     try:
-        await ctx.db(lambda conn: index.delete_session_rows(conn, child), durable=True)
+        await ctx.db(lambda conn: index.delete_session_rows(conn, child, now_ms=now), durable=True)
     except Exception:  # noqa: BLE001 - best effort; the original error is the one to report
         pass

@@ -235,8 +235,10 @@ async def delete(ctx: SessionContext, p: m.SessionDeleteParams, key: ReceiptKey 
     await ctx.io(ctx.faults.point, "delete.after_marker")
     sid = ctx.sid
 
+    now = ctx.now()
+
     def op(conn: Any) -> Any:
-        index.delete_session_rows(conn, sid)
+        index.delete_session_rows(conn, sid, now_ms=now)
         queue.forget_session(conn, sid)
         return {"sessionId": sid, "deleted": True}
 

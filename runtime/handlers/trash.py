@@ -51,8 +51,10 @@ async def purge(ctx: SessionContext, p: m.TrashParams, key: ReceiptKey | None) -
     await ctx.io(write_delete_marker, paths, receipt)  # from here on the purge has happened: boot finishes it
     await ctx.io(ctx.faults.point, "purge.after_marker")
 
+    now = ctx.now()
+
     def op(conn: Any) -> Any:
-        out = purge_rows(conn, sid, plugin_id=plugin)
+        out = purge_rows(conn, sid, now_ms=now, plugin_id=plugin)
         queue.forget_session(conn, sid)
         return out
 

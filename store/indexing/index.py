@@ -279,6 +279,9 @@ def insert_session(
     conn.execute(
         f"INSERT INTO sessions({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", vals
     )
+    # known from now on (created again after a delete: live again; store/orphans.py)
+    conn.execute("INSERT OR REPLACE INTO known_sessions(id, created_at) VALUES (?, ?)",
+                 (session_id, created_at_ms or now_ms))
     return require_session(conn, session_id)
 
 
@@ -311,8 +314,12 @@ def rename_session(conn: sqlite3.Connection, session_id: str, title: str) -> dic
     return require_session(conn, session_id)
 
 
-def delete_session_rows(conn: sqlite3.Connection, session_id: str) -> bool:
+def delete_session_rows(conn: sqlite3.Connection, session_id: str, *, now_ms: int) -> bool:
+    """Delete the row (its index rows cascade) and record the id as deleted: a late append to it is
+    ``SESSION_NOT_FOUND``, never an orphan to restore (``store/orphans.py``)."""
     cur = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+    conn.execute("INSERT INTO known_sessions(id, created_at, deleted_at) VALUES (?, ?, ?) "
+                 "ON CONFLICT(id) DO UPDATE SET deleted_at = excluded.deleted_at", (session_id, now_ms, now_ms))
     return cur.rowcount > 0
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from store import assistant_edit, receipts, thread_meta
+from store import assistant_edit, orphans, receipts, thread_meta
 from store.errors import CorruptData, classify_os_error
 from store.fsutil import open_nofollow
 from store.indexing import index
@@ -246,10 +246,15 @@ def plan_missing_bytes(path: Path, indexed_len: int, epoch: str | None, stop: in
 
 def repair_session(conn: Any, session_id: str, path: Path, *, now_ms: int) -> dict[str, Any]:
     """Bring one session's index in line with its transcript (the DB writer's repair of a failed
-    deferred index op): index whatever lies past the mark. Nothing to do for a session gone meanwhile."""
+    deferred index op): index whatever lies past the mark. Nothing to do for a session the user
+    deleted meanwhile; a row that vanished under its live transcript otherwise (seed 003 §5, D318:
+    the op failed for want of it) is put back and the transcript indexed whole."""
     mark = index.index_mark(conn, session_id)
     if mark is None:
-        return {"kind": "gone"}
+        if orphans.was_deleted(conn, session_id):
+            return {"kind": "gone"}
+        plan = plan_reconcile(path, 0, None)
+        return {"kind": "gone"} if plan.kind == "missing" else apply_plan(conn, session_id, plan, now_ms=now_ms)
     plan = plan_reconcile(path, mark[0], mark[1])
     if plan.kind == "missing" or (plan.kind == "clean" and plan.file_len == mark[0]):
         return {"kind": plan.kind}

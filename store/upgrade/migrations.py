@@ -59,6 +59,7 @@ from store.upgrade.schema import (
     DDL_V25,
     DDL_V26,
     DDL_V27,
+    DDL_V28,
     MAX_SEQ,
     MID_SEQ_BITS,
     SCHEMA_VERSION,
@@ -73,6 +74,7 @@ from store.upgrade.schema import (
     V26_ADDITIONS,
     V27_ADDITIONS,
     V28_TOOL_SEARCH,
+    V29_KNOWN_SESSIONS,
     apply_schema,
     hazard_sql,
     searchable_sql,
@@ -243,6 +245,14 @@ def _v28_tool_search(conn: sqlite3.Connection) -> None:
     )
 
 
+def _v29_known_sessions(conn: sqlite3.Connection) -> None:
+    """Every session there is becomes known (a session deleted before this build left no record:
+    an append to it stays refused unless other traces name it, ``store/orphans.py``)."""
+    for statement in V29_KNOWN_SESSIONS:
+        conn.execute(statement)
+    conn.execute("INSERT INTO known_sessions(id, created_at) SELECT id, created_at FROM sessions")
+
+
 def _v20_from_seed(conn: sqlite3.Connection) -> None:
     """Seed v19 → our v20: every table to its v20 definition, every row kept.
 
@@ -321,6 +331,12 @@ STEPS: tuple[MigrationStep, ...] = (
         destructive=False,
         apply=_v28_tool_search,
     ),
+    MigrationStep(
+        to_version=29,
+        description="known sessions: every session id created, and whether the user deleted it",
+        destructive=False,
+        apply=_v29_known_sessions,
+    ),
 )
 """This host's own steps, 20 → 21 → … → 28 (immutable on purpose)."""
 
@@ -359,9 +375,9 @@ def chain_steps(platform: str | None = None) -> tuple[MigrationStep, ...]:
 
 
 def ddl_for_version(version: int) -> tuple[str, ...]:
-    """The DDL of a layout this build knows exactly (20 … 27 and ``SCHEMA_VERSION``)."""
+    """The DDL of a layout this build knows exactly (20 … 28 and ``SCHEMA_VERSION``)."""
     known = {20: DDL_V20, 21: DDL_V21, 22: DDL_V22, 23: DDL_V23, 24: DDL_V24, 25: DDL_V25, 26: DDL_V26, 27: DDL_V27,
-             SCHEMA_VERSION: DDL}
+             28: DDL_V28, SCHEMA_VERSION: DDL}
     if version not in known:
         raise ValueError(f"no DDL kept for schema version {version} (known: {', '.join(map(str, known))})")
     return known[version]

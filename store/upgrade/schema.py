@@ -50,6 +50,12 @@ Version history kept here (older layouts are archived, never migrated; see
   (a tool row's output text, bounded, keyed by ``messages.mid``) and its own
   trigram index ``tool_fts`` (contentless, ``detail=none``), kept in step by
   triggers; the default index is unchanged.
+* v29 — ``known_sessions``: every session id the host created, with the time
+  the user deleted (or purged) it, written in the transactions that insert and
+  delete its row (no foreign key: it outlives the row). An append to a session
+  whose row and transcript are both gone restores it as a stub when the id is
+  known and not deleted (seed 003 §5, D318; ``store/orphans.py``). The step
+  fills it from the sessions there are.
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ from collections.abc import Sequence
 
 from store.search.search_text import TRIGRAM_TEXT_HAZARDS
 
-SCHEMA_VERSION = 28
+SCHEMA_VERSION = 29
 
 # --- seed §4.1 – §4.5 -------------------------------------------------------
 
@@ -915,7 +921,20 @@ _TRIGGERS_TOOL = (
 V28_TOOL_SEARCH: tuple[str, ...] = _strip((_TOOL_OUTPUT, _TOOL_FTS, *_TRIGGERS_TOOL))
 """What the v28 step creates for tool output search."""
 
-DDL: tuple[str, ...] = DDL_V27 + V28_TOOL_SEARCH
+DDL_V28: tuple[str, ...] = DDL_V27 + V28_TOOL_SEARCH
+"""The v28 layout."""
+
+# --- v29: known sessions (seed 003 §5, D318) ---------------------------------------
+V29_KNOWN_SESSIONS: tuple[str, ...] = (
+    """CREATE TABLE known_sessions (
+  id         TEXT PRIMARY KEY,                  -- no foreign key: it outlives the row
+  created_at INTEGER NOT NULL,
+  deleted_at INTEGER                            -- the user deleted or purged it
+) WITHOUT ROWID""",
+)
+"""What the v29 step creates: every session id the host created (``store/orphans.py``)."""
+
+DDL: tuple[str, ...] = DDL_V28 + V29_KNOWN_SESSIONS
 """The full current DDL (``SCHEMA_VERSION``), in creation order."""
 
 

@@ -24,7 +24,7 @@ SEED_TABLES = {
 OUR_TABLES = {
     "compactions", "command_receipts", "run_snapshots", "attachment_blobs",
     "attachment_refs", "boot_reports", "search_hazard", "approvals", "interactions",
-    "permission_rules", "thread_meta", "tool_output", "tool_fts",
+    "permission_rules", "thread_meta", "tool_output", "tool_fts", "known_sessions",
 }  # fmt: skip
 SEED_INDEXES = {
     "idx_providers_owner", "idx_sessions_updated", "idx_sessions_project",
@@ -67,7 +67,7 @@ def _columns(conn: sqlite3.Connection, table: str) -> dict[str, tuple[str, int, 
 
 
 def test_fresh_schema_has_every_seed_table_index_and_trigger(db: sqlite3.Connection) -> None:
-    assert user_version(db) == SCHEMA_VERSION == 28
+    assert user_version(db) == SCHEMA_VERSION == 29
     tables = _names(db, "table")
     fts_shadow = {t for t in tables if t.startswith(("messages_fts_", "tool_fts_"))}
     assert tables - fts_shadow == SEED_TABLES | OUR_TABLES

@@ -1,0 +1,69 @@
+"""Orphaned sessions (seed 003 §5, D318): a session whose row and transcript are both gone.
+
+The app's outbox may hold appends for a session the host lost both halves of
+(a database reset or an older backup put back, a transcript removed by hand).
+Refusing them for ever would keep the outbox from draining, so such an append
+inserts a stub row under the session's id and goes on (its transcript starts
+anew). A row that is gone while the transcript is still there is not an orphan
+of this kind: reconciling the index with the file puts the row back
+(``store/indexing/reconcile.py``, at boot and when a session actor starts).
+
+Two kinds of session id never get a stub; their appends stay ``SESSION_NOT_FOUND``:
+
+* one the user deleted or purged: ``known_sessions`` (schema v29) records every
+  id the host created, ``index.insert_session`` and ``index.delete_session_rows``
+  keep it in the transactions that insert and delete the row (no foreign key:
+  it outlives the row), and a deleted id carries ``deleted_at``;
+* one the host never knew: a stub needs the id known and not deleted, or, for a
+  session older than that record, another trace that it existed (a command
+  receipt, an audit row or index rows still naming it), or its actor having
+  seen the row in this run.
+
+SQL only; runs in the caller's (the DB writer's) transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from store.errors import Conflict
+from store.indexing import index
+
+__all__ = ["insert_stub", "left_traces", "was_deleted"]
+
+
+def was_deleted(conn: sqlite3.Connection, session_id: str) -> bool:
+    row = conn.execute("SELECT deleted_at FROM known_sessions WHERE id = ?", (session_id,)).fetchone()
+    return row is not None and row[0] is not None
+
+
+_TRACES = (
+    "SELECT 1 FROM known_sessions WHERE id = ? LIMIT 1",
+    "SELECT 1 FROM command_receipts WHERE session_id = ? LIMIT 1",
+    "SELECT 1 FROM audit_log WHERE session_id = ? LIMIT 1",
+    "SELECT 1 FROM messages WHERE session_id = ? LIMIT 1",
+)
+
+
+def left_traces(conn: sqlite3.Connection, session_id: str) -> bool:
+    """Whether the database remembers this session beyond its row (never true of a deleted one)."""
+    if was_deleted(conn, session_id):
+        return False
+    return any(conn.execute(sql, (session_id,)).fetchone() is not None for sql in _TRACES)
+
+
+def insert_stub(conn: sqlite3.Connection, session_id: str, *, now_ms: int, seen: bool) -> dict[str, Any]:
+    """Insert the stub row of an orphaned session (``seen``: its actor saw the row in this run).
+
+    ``CONFLICT`` if the row exists; a session with no trace and not ``seen``, or one the user
+    deleted, raises :class:`LookupError` (the caller answers ``SESSION_NOT_FOUND``). Index rows
+    left behind by a row deleted without its cascade are cleared: they point into a transcript
+    that is gone (the other rows it left, its queue or thread metadata, belong to the stub)."""
+    if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is not None:
+        raise Conflict(f"session {session_id} already exists", data={"sessionId": session_id})
+    if was_deleted(conn, session_id) or not (seen or left_traces(conn, session_id)):
+        raise LookupError(session_id)
+    index.insert_session(conn, session_id, now_ms=now_ms)
+    index.clear_session_index(conn, session_id)
+    return index.require_session(conn, session_id)
