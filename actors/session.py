@@ -46,7 +46,7 @@ from actors.session_context import UNSET, Lines, SessionContext, session_info_li
 from runtime.kernel.actor import Actor, Envelope, InternalBug
 from runtime.kernel.threads import run_in_thread
 from store import orphans, receipts
-from store.errors import IOFailure, SessionNotFound, StorageFull, StoreError
+from store.errors import IOFailure, SessionNotFound, StorageFull, StoreError, TranscriptChanged
 from store.faults import Faults
 from store.indexing import index
 from store.indexing.reconcile import apply_plan, plan_reconcile
@@ -420,26 +420,36 @@ class SessionActor(Actor):
             return exc
 
     async def _run_group(self, op: SessionOp, calls: list[SessionCall]) -> list[Any]:
-        assert op.group is not None
         try:
-            if self.poisoned:
-                await self.rebuild()
-            ctx = SessionContext(self, calls[0].caller, None, op.name)
             try:
-                await ctx.ensure_ready()
-            except SessionNotFound as gone:
-                stub = await self._restore_orphan()
-                if stub is None:
-                    return await self._answer_from_receipts(calls, gone)
-                await ctx.ensure_ready()
-                ctx.publish("session.created", {"session": index.public_session(stub)})
-            outcomes = await op.group(ctx, calls)
-            if len(outcomes) != len(calls):
-                raise InternalBug("a group handler must answer every call")
-            return outcomes
+                return await self._group_once(op, calls)
+            except TranscriptChanged:
+                # Another program wrote to (or replaced) the transcript; the writer wrote nothing.
+                # Once: forget what this actor knew, let the file decide again (its new lines are
+                # indexed), and plan the group anew on it.
+                self.poisoned = True
+                return await self._group_once(op, calls)
         except Exception as exc:
             self.poisoned = True
             return [exc] * len(calls)
+
+    async def _group_once(self, op: SessionOp, calls: list[SessionCall]) -> list[Any]:
+        assert op.group is not None
+        if self.poisoned:
+            await self.rebuild()
+        ctx = SessionContext(self, calls[0].caller, None, op.name)
+        try:
+            await ctx.ensure_ready()
+        except SessionNotFound as gone:
+            stub = await self._restore_orphan()
+            if stub is None:
+                return await self._answer_from_receipts(calls, gone)
+            await ctx.ensure_ready()
+            ctx.publish("session.created", {"session": index.public_session(stub)})
+        outcomes = await op.group(ctx, calls)
+        if len(outcomes) != len(calls):
+            raise InternalBug("a group handler must answer every call")
+        return outcomes
 
     async def _restore_orphan(self) -> dict[str, Any] | None:
         """Seed 003 §5 (D318): an append to a session whose row and transcript are both gone, not

@@ -62,6 +62,11 @@ class Conflict(StoreError):
     code = "CONFLICT"
 
 
+class TranscriptChanged(Conflict):
+    """A transcript's writer found its file replaced, removed or written by someone else; it wrote
+    nothing. Reopened, the file decides again (the session actor retries an append group once)."""
+
+
 class IdempotencyConflict(Conflict):
     """Same idempotency key, different request fingerprint."""
 

@@ -32,7 +32,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.errors import Conflict, CorruptData, InvalidInput, IOFailure, NotFound, StoreError, classify_os_error
+from store.errors import (
+    Conflict,
+    CorruptData,
+    InvalidInput,
+    IOFailure,
+    NotFound,
+    StoreError,
+    TranscriptChanged,
+    classify_os_error,
+)
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, fsync_dir, open_nofollow, write_all
 from store.ids import validate_session_id
@@ -467,7 +476,10 @@ class TranscriptWriter:
             raise
 
     def _check_identity(self, fd: int) -> int:
-        """Return the current length; refuse if the path now names another file."""
+        """Return the current length; refuse if the path now names another file, or if the file is
+        not the length this writer left it at (another program wrote to it, or cut it): the lines
+        about to be written were planned on what the writer knew, and their offsets and sequence
+        numbers would not be theirs."""
         st = os.fstat(fd)
         try:
             on_disk = os.stat(self._path, follow_symlinks=False)
@@ -476,8 +488,15 @@ class TranscriptWriter:
             same = False
         if not same:
             self._fail("file replaced or removed under the writer")
-            raise Conflict(
+            raise TranscriptChanged(
                 f"transcript was replaced or removed under its writer; reopen: {self._path}",
+                data={"path": self._path},
+            )
+        if st.st_size != self._length:
+            self._fail("file changed under the writer")
+            raise TranscriptChanged(
+                f"transcript changed under its writer ({st.st_size} bytes, {self._length} written through it: "
+                f"another program wrote to it); reopen: {self._path}",
                 data={"path": self._path},
             )
         return st.st_size

@@ -16,7 +16,16 @@ from typing import Any
 import pytest
 
 import store.transcripts.transcript as transcript_mod
-from store.errors import Conflict, CorruptData, InvalidId, InvalidInput, IOFailure, NotFound, StorageFull
+from store.errors import (
+    Conflict,
+    CorruptData,
+    InvalidId,
+    InvalidInput,
+    IOFailure,
+    NotFound,
+    StorageFull,
+    TranscriptChanged,
+)
 from store.faults import Faults, InjectedFault
 from store.fsutil import sweep_temp_files
 from store.jsonio import dumps_line, loads_line
@@ -256,6 +265,22 @@ def test_writer_refuses_a_replaced_file(session: Path) -> None:
             w.append([message("m3")])
         assert w.failed
     assert ids(session) == ["n0"]
+
+
+@pytest.mark.parametrize("change", ["grown", "cut"])
+def test_writer_refuses_a_file_another_program_changed(session: Path, change: str) -> None:
+    """Same file, another length than the writer left: the planned lines' offsets would be wrong."""
+    with TranscriptWriter.open(session) as w:
+        w.append([message("m1")])
+        if change == "grown":
+            with open(session, "ab") as f:
+                f.write(message("by-hand"))
+        else:
+            os.truncate(session, w.length - 3)
+        before = session.read_bytes()
+        with pytest.raises(TranscriptChanged, match="changed under its writer"):
+            w.append([message("m2")])
+        assert w.failed and session.read_bytes() == before  # nothing written
 
 
 def test_open_errors(tmp_path: Path, session: Path) -> None:
