@@ -12,7 +12,14 @@ reconcile rebuilds the flag from the lines.
 A whole-file rewrite keeps only the state of surviving messages: it writes one
 ``deleted: true`` line after each surviving tombstoned message
 (:func:`tombstone_lines_for`) and drops the history of restores. Pure
-functions, no I/O.
+functions, no I/O, but :func:`line_id` (one line read).
+
+A tombstone names the message as its transcript line does. Only a line whose
+index row took the D444 spelling ``{sessionId}:{id}`` without the line itself
+being remapped (two sessions wrote the same new id at once, or a transcript
+copied by hand) is spelled differently in the index: the tombstone names the
+line's id, and the index resolves it like a client's id (``index.set_deleted``),
+so every reader of the transcript (context, tree, rewrites) agrees with the index.
 """
 
 from __future__ import annotations
@@ -20,8 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from store.jsonio import dumps_line
+from store.jsonio import dumps_line, loads_line
 from store.transcripts.records import ms_to_rfc3339
+from store.transcripts.transcript import read_spans
 
 TOMBSTONE = "tombstone"
 
@@ -94,3 +102,20 @@ def message_state(conn: Any, session_id: str, message_id: str) -> dict[str, Any]
         return None
     return {"ref": {"id": message_id, "sessionId": session_id, "seq": row[0], "role": row[1], "createdAt": row[2],
                     "turnId": row[3]}, "deleted": bool(row[4])}
+
+
+def line_id(conn: Any, path: Any, session_id: str, stored: str) -> str:
+    """The id the transcript line of the message stored as ``stored`` carries (see the module
+    docstring): ``stored`` unless it is a D444 spelling the line does not have."""
+    prefix = f"{session_id}:"
+    if not stored.startswith(prefix):
+        return stored
+    row = conn.execute("SELECT line_offset, line_len FROM messages WHERE session_id = ? AND id = ?",
+                       (session_id, stored)).fetchone()
+    if row is None or row[0] is None:
+        return stored
+    try:
+        got = loads_line(read_spans(path, [(int(row[0]), int(row[1]))])[0]).get("id")
+    except ValueError:
+        return stored
+    return got if isinstance(got, str) and prefix + got == stored else stored

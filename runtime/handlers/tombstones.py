@@ -16,7 +16,7 @@ from store.errors import MessageNotFound
 from store.ids import new_id
 from store.indexing import index
 from store.receipts import ReceiptKey
-from store.tombstones import message_state, tombstone_line
+from store.tombstones import line_id, message_state, tombstone_line
 
 __all__ = ["delete_message", "restore_message"]
 
@@ -40,7 +40,8 @@ async def _set_deleted(ctx: SessionContext, p: m.MessageIdParams, deleted: bool)
     now = ctx.now()
     if state["deleted"] == deleted:
         return await ctx.commit(lambda conn: result) if ctx.receipt is not None else result
-    line = tombstone_line(new_id("t"), stored, deleted, created_at_ms=now)
+    target = await ctx.read(line_id, ctx.paths.transcript, sid, stored) if stored.startswith(f"{sid}:") else stored
+    line = tombstone_line(new_id("t"), target, deleted, created_at_ms=now)
     # the line's index op flips ``messages.deleted`` (a tail catch-up would re-apply it the same way)
     result = (await ctx.append_lines(Lines([line]), then=lambda conn, refs: result, durable=False)).value
     ctx.publish("session.message", {"message": state["ref"], "deleted": deleted})

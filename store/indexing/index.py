@@ -524,9 +524,14 @@ def set_deleted(conn: sqlite3.Connection, session_id: str, message_id: str, dele
     """A tombstone's state on the index (the messages it changed). A tombstone may name a compaction
     checkpoint (an import hid the branch it is on): its rows go, so no read serves it; the line
     stays, and the import that shows it again writes it again."""
-    cur = conn.execute(
-        "UPDATE messages SET deleted = ? WHERE session_id = ? AND id = ?", (int(deleted), session_id, message_id)
-    )
+    cur = None
+    for candidate in client_spellings(session_id, message_id):  # a line's id, or its D444 spelling (tombstones.py)
+        cur = conn.execute(
+            "UPDATE messages SET deleted = ? WHERE session_id = ? AND id = ?", (int(deleted), session_id, candidate)
+        )
+        if cur.rowcount:
+            break
+    assert cur is not None
     if deleted and cur.rowcount == 0:
         conn.execute("DELETE FROM compactions WHERE session_id = ? AND id = ?", (session_id, message_id))
     return cur.rowcount

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import trio
 
+from runtime.client import HostClient
 from tests.hostkit import client_for, inprocess_host, msg
 
 
@@ -53,3 +54,49 @@ async def test_a_transcript_cut_by_another_program_takes_the_next_append_after_w
                 "message"]["seq"] == 2
             got = await c.call("session.get", {"sessionId": "s1"})
             assert [m["id"] for m in got["messages"]] == ["m1", "m3"] and got["totalMessages"] == 2
+
+
+async def test_a_transcript_copied_by_hand_is_a_session_of_its_own_and_its_tombstones_hold(tmp_path: Path) -> None:
+    """A user duplicates a session by copying its file: the copy's index rows take the D444 spelling
+    ``copy:<id>`` (the ids belong to the original), its lines keep theirs. A tombstone named the
+    index spelling, which no line of the copy carries: session.context (read from the transcript)
+    still showed the deleted message, and so would a rebuilt index."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            await c.call("session.create", {"sessionId": "a", "title": "original"})
+            for i in range(3):
+                await c.call("session.appendMessage", {"sessionId": "a", "message": msg(f"m{i}", f"text {i}")})
+        sessions = tmp_path / "sessions"
+        (sessions / "copy.jsonl").write_bytes((sessions / "a.jsonl").read_bytes())
+
+        async def context_ids(c: HostClient, sid: str) -> list[str]:
+            return [m["id"] for m in (await c.call("session.context", {"sessionId": sid}))["messages"]]
+
+        async def deleted(c: HostClient, sid: str) -> list[str]:
+            return [m["id"] for m in (await c.call("session.get", {"sessionId": sid}))["messages"] if m.get("deleted")]
+
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            assert sorted(s["id"] for s in (await c.call("session.list", {}))["sessions"]) == ["a", "copy"]
+            hits = await c.call("search.query", {"query": "text 1"})
+            found = sorted((h["sessionId"], h["messageId"]) for h in hits["results"])
+            assert found == [("a", "m1"), ("copy", "copy:m1")]
+            for spelling in ("m1", "copy:m1"):
+                around = await c.call("session.get", {"sessionId": "copy", "messageAround": spelling,
+                                                      "messageLimit": 1})
+                assert [m["id"] for m in around["messages"]] == ["m1"]
+            await c.call("session.deleteMessage", {"sessionId": "copy", "messageId": "copy:m1"})
+            await c.call("session.deleteMessage", {"sessionId": "copy", "messageId": "m2"})
+            assert await context_ids(c, "copy") == ["m0"] and await deleted(c, "copy") == ["m1", "m2"]
+            assert await context_ids(c, "a") == ["m0", "m1", "m2"] and await deleted(c, "a") == []
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            assert await context_ids(c, "copy") == ["m0"] and await deleted(c, "copy") == ["m1", "m2"]
+            await c.call("session.restoreMessage", {"sessionId": "copy", "messageId": "m1"})
+            assert await context_ids(c, "copy") == ["m0", "m1"] and await deleted(c, "copy") == ["m2"]
+            assert await context_ids(c, "a") == ["m0", "m1", "m2"]
+        # the transcript alone says the same: a rebuilt index agrees
+        (tmp_path / "pi.sqlite").unlink()
+        for side in ("pi.sqlite-wal", "pi.sqlite-shm"):
+            (tmp_path / side).unlink(missing_ok=True)
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            assert await context_ids(c, "copy") == ["m0", "m1"] and await deleted(c, "copy") == ["m2"]
+            assert await deleted(c, "a") == []
