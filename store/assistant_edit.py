@@ -37,6 +37,7 @@ from store.errors import InvalidInput, MessageNotFound, StoreError
 from store.faults import NO_FAULTS, Faults
 from store.fork import ForkPlan, derived_id, plan_fork
 from store.fsutil import atomic_write, fsync_dir
+from store.indexing import index
 from store.revisions import revision_line, revision_live_line, root_before, with_stamp
 from store.tombstones import tombstone_record
 from store.transcripts.records import ms_to_rfc3339
@@ -86,6 +87,7 @@ def plan_assistant_edit(
     is not an assistant reply or no user message precedes it (no tail to record).
     """
     ids = [str(msg["id"]) for msg in messages]
+    message_id = index.find_line_id(source_id, message_id, ids) or message_id
     if message_id not in ids:
         raise MessageNotFound(f"message {message_id} is not in session {source_id}; nothing was forked",
                               data={"sessionId": source_id, "messageId": message_id})

@@ -194,6 +194,7 @@ def plan_fork(
     """Lay out the child's transcript body. Raises MESSAGE_NOT_FOUND for an unknown boundary."""
     ids = [str(m["id"]) for m in messages]
     if through_message_id is not None:
+        through_message_id = index.find_line_id(source_id, through_message_id, ids) or through_message_id
         if through_message_id not in ids:
             raise MessageNotFound(
                 f"message {through_message_id} is not in session {source_id}; nothing was forked",

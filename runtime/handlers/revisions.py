@@ -86,9 +86,12 @@ async def snapshot(ctx: SessionContext) -> LiveTranscript:
 
 
 def resolve_position(live: LiveTranscript, session_id: str, message_id: str) -> int | None:
-    """The client's message id in the live transcript: as chosen, else its D444 spelling."""
-    pos = live.position(message_id)
-    return pos if pos is not None else live.position(f"{session_id}:{message_id}")
+    """The client's message id in the live transcript, by any of its spellings (``index.line_spellings``)."""
+    for candidate in index.line_spellings(session_id, message_id):
+        pos = live.position(candidate)
+        if pos is not None:
+            return pos
+    return None
 
 
 async def ensure_synced(ctx: SessionContext, live: LiveTranscript | None = None) -> LiveTranscript | None:

@@ -707,6 +707,22 @@ def client_spellings(session_id: str, message_id: str) -> tuple[str, str]:
     return message_id, f"{session_id}:{message_id}"
 
 
+def line_spellings(session_id: str, message_id: str) -> tuple[str, ...]:
+    """The ids the transcript line of a client's message id may carry: as chosen, its D444 spelling,
+    or, for a D444 spelling (what search and the index answer), the id a line kept when only its
+    index row was remapped (two sessions wrote one id at once; a transcript copied by hand)."""
+    prefix = f"{session_id}:"
+    if message_id.startswith(prefix) and len(message_id) > len(prefix):
+        return message_id, prefix + message_id, message_id[len(prefix):]
+    return message_id, prefix + message_id
+
+
+def find_line_id(session_id: str, message_id: str, ids: Sequence[str]) -> str | None:
+    """The first of :func:`line_spellings` that ``ids`` (a transcript's message ids) holds."""
+    present = set(ids)
+    return next((c for c in line_spellings(session_id, message_id) if c in present), None)
+
+
 def resolve_id(conn: sqlite3.Connection, session_id: str, message_id: str) -> str | None:
     """The stored id of the client's ``message_id`` in ``session_id`` (its own spelling first), or None."""
     for candidate in client_spellings(session_id, message_id):

@@ -100,3 +100,30 @@ async def test_a_transcript_copied_by_hand_is_a_session_of_its_own_and_its_tombs
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             assert await context_ids(c, "copy") == ["m0", "m1"] and await deleted(c, "copy") == ["m2"]
             assert await deleted(c, "a") == []
+
+
+async def test_every_method_takes_either_spelling_of_a_copied_transcript_s_messages(tmp_path: Path) -> None:
+    """Search answers a copied transcript's messages in their index spelling ``copy:<id>``; the methods
+    that find a message in the transcript took only the line's id (truncateFrom "c2:m2" was
+    MESSAGE_NOT_FOUND: "regenerate from here" on a search hit failed)."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            await c.call("session.create", {"sessionId": "a"})
+            for i in range(4):
+                await c.call("session.appendMessage", {"sessionId": "a", "message": msg(
+                    f"m{i}", f"text {i}", "user" if i % 2 == 0 else "assistant")})
+        for copy in ("c1", "c2"):
+            (tmp_path / "sessions" / f"{copy}.jsonl").write_bytes((tmp_path / "sessions" / "a.jsonl").read_bytes())
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            cut = await c.call("session.truncateFrom", {"sessionId": "c1", "messageId": "c1:m2",
+                                                        "mode": "regenerate"})
+            assert cut["removed"] == 2
+            assert [m["id"] for m in (await c.call("session.get", {"sessionId": "c1"}))["messages"]] == ["m0", "m1"]
+            child = await c.call("session.fork", {"sessionId": "c2", "throughMessageId": "c2:m1"})
+            assert len((await c.call("session.get", {"sessionId": child["id"]}))["messages"]) == 2
+            edit = await c.call("session.assistantEdit", {"sessionId": "c2", "messageId": "c2:m3",
+                                                          "blocks": [{"type": "text", "text": "edited"}]})
+            got = await c.call("session.get", {"sessionId": edit["session"]["id"]})
+            assert got["messages"][-1]["blocks"] == [{"type": "text", "text": "edited"}]
+            assert [m["id"] for m in (await c.call("session.get", {"sessionId": "a"}))["messages"]] == [
+                "m0", "m1", "m2", "m3"]
