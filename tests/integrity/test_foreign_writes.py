@@ -127,3 +127,4 @@ async def test_every_method_takes_either_spelling_of_a_copied_transcript_s_messa
             assert got["messages"][-1]["blocks"] == [{"type": "text", "text": "edited"}]
             assert [m["id"] for m in (await c.call("session.get", {"sessionId": "a"}))["messages"]] == [
                 "m0", "m1", "m2", "m3"]
+

@@ -4,10 +4,12 @@ The lines are already transcript records (docs/DESIGN.md); importing one
 gives the messages a new namespace (``<new session id>:<old id>``, so the
 copy never collides with the session it came from) and maps the ids a
 compaction checkpoint refers to the same way. Message lines with an id seen
-before replace it (the reader rule), tombstoned messages stay out,
-``session_info`` names the session; the internal command receipt is dropped.
-Tombstone lines and unknown line kinds (an export's ``environment`` lines
-among them) are counted and skipped: an export never holds deleted messages.
+before replace it (the reader rule), tombstoned messages stay out (a first
+pass reads the tombstone lines: the newest per message decides, as in the
+transcript; an export holds none, a transcript copy may), ``session_info``
+names the session; the internal command receipt is dropped. Tombstone lines
+and unknown line kinds (an export's ``environment`` lines among them) are
+counted and skipped.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report:
     reader = LineReader(path, max_line_bytes=ctx.limits.max_line_bytes, chunk=ctx.limits.read_chunk)
     header_seen = False
     seen: set[str] = set()
+    hidden = _tombstoned(path, ctx)
     for line in reader:
         file.lines += 1
         if line.data is None:
@@ -84,7 +87,9 @@ def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report:
             header_seen = True
             meta.saw_time(to_ms(rec.get("createdAt")))
             continue
-        if kind == "message":
+        if kind == "message" and rec.get("id") in hidden:
+            file.skipped["message(tombstoned)"] += 1
+        elif kind == "message":
             out = _message(rec, sid)
             if out is None:
                 file.unknown["message(invalid)"] += 1
@@ -113,6 +118,18 @@ def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report:
         raise Refused("NOT_A_SESSION_FILE", f"{path} has no pi-host session header")
     yield from emitter.finish()
     file_report(reader, file)
+
+
+def _tombstoned(path: Path, ctx: ParseContext) -> frozenset[str]:
+    """The message ids whose newest tombstone line hides them (only those lines are parsed)."""
+    state: dict[str, bool] = {}
+    for line in LineReader(path, max_line_bytes=ctx.limits.max_line_bytes, chunk=ctx.limits.read_chunk):
+        if line.data is None or b'"tombstone"' not in line.data:
+            continue
+        rec = parse_object(line.data)
+        if rec is not None and rec.get("type") == "tombstone" and isinstance(rec.get("messageId"), str):
+            state[rec["messageId"]] = rec.get("deleted") is not False
+    return frozenset(mid for mid, deleted in state.items() if deleted)
 
 
 def _message(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
