@@ -6,7 +6,8 @@ Refusing them for ever would keep the outbox from draining, so such an append
 inserts a stub row under the session's id and goes on (its transcript starts
 anew). A row that is gone while the transcript is still there is not an orphan
 of this kind: reconciling the index with the file puts the row back
-(``store/indexing/reconcile.py``, at boot and when a session actor starts).
+(``store/indexing/reconcile.py``: at boot, when a session actor starts, or in
+the DB writer's repair of an append whose index op failed for want of the row).
 
 Two kinds of session id never get a stub; their appends stay ``SESSION_NOT_FOUND``:
 
