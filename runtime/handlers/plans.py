@@ -32,7 +32,7 @@ from typing import Any
 from actors.session_context import Lines, SessionContext
 from protocol import models as m
 from runtime.context import ReadContext, Services
-from store import plans
+from store import approvals, plans
 from store.errors import Conflict, CorruptData, InvalidInput, StoreError
 from store.fsutil import remove_file_durable
 from store.ids import new_id
@@ -100,6 +100,7 @@ async def respond_target(services: Services, p: m.PlansRespondParams, key: Recei
 
 
 async def respond(ctx: SessionContext, p: m.PlansRespondParams, key: ReceiptKey | None) -> Any:
+    approvals.check_responder(ctx.caller.client_kind)  # §11.19: only a person approves a plan or goal
     row = ctx.row
     request_id = p.request_id
     now = ctx.now()

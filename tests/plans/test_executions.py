@@ -28,10 +28,11 @@ async def submit(c: HostClient, sid: str, ws: Path, kind: str = "plan", call: st
     return result
 
 
-async def approved(c: HostClient, root: Path, kind: str = "plan") -> tuple[str, str]:
+async def approved(c: HostClient, ui: HostClient, root: Path, kind: str = "plan") -> tuple[str, str]:
+    """Submitted by the sidecar ``c``, approved by a person (``ui``: §11.19, never the sidecar)."""
     sid, ws = await contract_session(c, root, kind)
     request = await submit(c, sid, ws, kind)
-    out = await c.call("plans.respond", {"requestId": request["requestId"], "action": "approve"})
+    out = await ui.call("plans.respond", {"requestId": request["requestId"], "action": "approve"})
     return sid, out["approval"]["executionId"]
 
 
@@ -54,8 +55,9 @@ async def next_event(c: HostClient, topic: str) -> ClientEvent:
 
 async def test_an_execution_moves_queued_running_completed_bound_to_its_turn(tmp_path: Path) -> None:
     with trio.fail_after(30):
-        async with inprocess_host(tmp_path / "data") as host, client_for(host, "sidecar", kind="agent") as c:
-            sid, execution = await approved(c, tmp_path)
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid, execution = await approved(c, ui, tmp_path)
             await c.subscribe(["plan.execution", "session.updated"], session_id=sid)
             await start(c, sid, "t1")
             started = await c.call("plans.startExecution", {"sessionId": sid, "executionId": execution,
@@ -77,8 +79,9 @@ async def test_an_execution_moves_queued_running_completed_bound_to_its_turn(tmp
 
 async def test_an_execution_fails_or_is_cancelled_with_its_reason(tmp_path: Path) -> None:
     with trio.fail_after(30):
-        async with inprocess_host(tmp_path / "data") as host, client_for(host, "sidecar", kind="agent") as c:
-            sid, execution = await approved(c, tmp_path)
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid, execution = await approved(c, ui, tmp_path)
             await start(c, sid, "t1")
             await c.call("plans.startExecution", {"sessionId": sid, "executionId": execution, "turnId": "t1"})
             failed = await c.call("plans.finishExecution", {"sessionId": sid, "executionId": execution,
@@ -86,7 +89,7 @@ async def test_an_execution_fails_or_is_cancelled_with_its_reason(tmp_path: Path
                                                             "errorCode": "TESTS_RED"})
             assert failed["approval"]["executionState"] == "failed"
             assert failed["approval"]["executionErrorCode"] == "TESTS_RED"
-            sid2, queued = await approved(c, tmp_path / "second")
+            sid2, queued = await approved(c, ui, tmp_path / "second")
             err = await rpc_error(c.call("plans.finishExecution", {"sessionId": sid2, "executionId": queued,
                                                                    "outcome": "completed"}))
             assert err.data_code == "CONFLICT"  # it never ran: it can only be cancelled
@@ -97,8 +100,9 @@ async def test_an_execution_fails_or_is_cancelled_with_its_reason(tmp_path: Path
 
 async def test_an_execution_needs_its_queued_state_and_a_running_turn(tmp_path: Path) -> None:
     with trio.fail_after(30):
-        async with inprocess_host(tmp_path / "data") as host, client_for(host, "sidecar", kind="agent") as c:
-            sid, execution = await approved(c, tmp_path)
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid, execution = await approved(c, ui, tmp_path)
             assert (await rpc_error(c.call("plans.startExecution", {"sessionId": sid, "executionId": execution,
                                                                     "turnId": "nope"}))).data_code == "NOT_FOUND"
             await start(c, sid, "t1")
@@ -118,9 +122,10 @@ async def test_an_execution_needs_its_queued_state_and_a_running_turn(tmp_path: 
 
 async def test_the_executing_turns_end_ends_an_unfinished_execution(tmp_path: Path) -> None:
     with trio.fail_after(30):
-        async with inprocess_host(tmp_path / "data") as host, client_for(host, "sidecar", kind="agent") as c:
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
             for status, expected in (("completed", "completed"), ("error", "failed"), ("aborted", "cancelled")):
-                sid, execution = await approved(c, tmp_path / status)
+                sid, execution = await approved(c, ui, tmp_path / status)
                 tid = f"t-{status}"
                 await start(c, sid, tid)
                 await c.call("plans.startExecution", {"sessionId": sid, "executionId": execution, "turnId": tid})
@@ -134,8 +139,9 @@ async def test_the_executing_turns_end_ends_an_unfinished_execution(tmp_path: Pa
 async def test_a_sidecar_loss_ends_the_execution_its_turn_was_running(tmp_path: Path) -> None:
     """``session.recoverInflight`` ends the lost turn like a turn end does: its execution is cancelled."""
     with trio.fail_after(30):
-        async with inprocess_host(tmp_path / "data") as host, client_for(host, "sidecar", kind="agent") as c:
-            sid, execution = await approved(c, tmp_path)
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid, execution = await approved(c, ui, tmp_path)
             await start(c, sid, "t1")
             await c.call("plans.startExecution", {"sessionId": sid, "executionId": execution, "turnId": "t1"})
             await c.subscribe(["plan.execution", "session.updated"], session_id=sid)
@@ -152,7 +158,8 @@ async def test_a_sidecar_loss_ends_the_execution_its_turn_was_running(tmp_path: 
 
 async def test_the_projected_state_follows_the_contract(tmp_path: Path) -> None:
     with trio.fail_after(30):
-        async with inprocess_host(tmp_path / "data") as host, client_for(host, "sidecar", kind="agent") as c:
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
             plain = str((await c.call("session.create", {"title": "agent"}))["id"])
             assert "state" not in await state_of(c, plain)
             sid, ws = await contract_session(c, tmp_path, "goal")
@@ -161,7 +168,7 @@ async def test_the_projected_state_follows_the_contract(tmp_path: Path) -> None:
             request = await submit(c, sid, ws, "goal")
             summary = await state_of(c, sid)
             assert (summary["state"], summary["contractKind"]) == ("awaiting_approval", "goal")
-            out = await c.call("plans.respond", {"requestId": request["requestId"], "action": "approve"})
+            out = await ui.call("plans.respond", {"requestId": request["requestId"], "action": "approve"})
             assert out["session"]["state"] == "queued" and (await state_of(c, sid))["state"] == "queued"
             await start(c, sid, "t1")
             await c.call("plans.startExecution", {"sessionId": sid, "executionId": out["approval"]["executionId"],
@@ -204,3 +211,22 @@ async def test_a_mode_change_that_breaks_a_pending_contract_is_refused(tmp_path:
             await c.call("plans.finishExecution", {"sessionId": sid, "executionId": out["approval"]["executionId"],
                                                    "outcome": "cancelled"})
             assert (await c.call("session.update", {"sessionId": sid, "mode": "plan"}))["mode"] == "plan"
+
+
+async def test_the_sidecar_cannot_approve_its_own_plan(tmp_path: Path) -> None:
+    """§11.19: no background path approves a plan or goal. approvals.respond refused the agent sidecar,
+    plans.respond let it approve its own plan (execution queued, permission raised to auto)."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid, ws = await contract_session(c, tmp_path)
+            request = await submit(c, sid, ws)
+            for action in ("approve", "reject"):
+                err = await rpc_error(c.call("plans.respond", {"requestId": request["requestId"], "action": action,
+                                                              "targetPermissionMode": "auto"}
+                                             if action == "approve" else
+                                             {"requestId": request["requestId"], "action": action}))
+                assert err.data_code == "PERMISSION_DENIED"
+            assert (await state_of(c, sid))["state"] == "awaiting_approval"
+            out = await ui.call("plans.respond", {"requestId": request["requestId"], "action": "approve"})
+            assert out["approval"]["status"] == "approved"
