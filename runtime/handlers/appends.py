@@ -39,7 +39,7 @@ from store.indexing.appends import (
 )
 from store.receipts import ReceiptKey
 from store.rules import EVENT_RECORD_MAX
-from store.transcripts.records import is_streaming, wire_record
+from store.transcripts.records import awaits_final, wire_record
 
 __all__ = ["append", "append_group"]
 
@@ -72,7 +72,7 @@ async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> lis
         known = gather(conn, path, sid, requests, pending=pending)
         plan = plan_appends(sid, requests, known, last_seq=last_seq, now_ms=now)
         writes = plan.writes
-        held = {w.record["id"]: Held(sid, w.ref, is_streaming(w.record), content_of(w.record)) for w in writes}
+        held = {w.record["id"]: Held(sid, w.ref, awaits_final(w.record), content_of(w.record)) for w in writes}
         seqs = {i: w.seq for i, w in enumerate(writes) if not w.replace}
         lines = Lines([w.line for w in writes], records=[w.record for w in writes], seqs=seqs, held=held,
                       last_seq=plan.last_seq)

@@ -59,7 +59,7 @@ from store.indexing.reconcile import (
 from store.indexing.sql_lists import in_chunks
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey
-from store.transcripts.records import is_streaming, message_record, normalize_message, with_receipt
+from store.transcripts.records import awaits_final, is_streaming, message_record, normalize_message, with_receipt
 from store.transcripts.transcript import read_spans
 
 __all__ = [
@@ -103,7 +103,8 @@ class Held:
     ref: Mapping[str, Any]
     """Its MessageRef: id, sessionId, seq, turnId, role, createdAt."""
     streaming: bool = False
-    """This session's line is a streaming reservation (looked up, like :attr:`content`, only for a repeated id)."""
+    """This session's line awaits its final (a streaming reservation, or a reply promoted from its
+    checkpoint: ``records.awaits_final``; looked up, like :attr:`content`, only for a repeated id)."""
     content: tuple[Any, Any] | None = None
     """:func:`content_of` its stored line (read only when a request repeats its id); None: not known."""
 
@@ -220,7 +221,7 @@ def plan_appends(
             prior_held = None  # cannot happen for a D444 spelling; never replay another session's row
         terminal = rec.get("role") == "assistant" and not is_streaming(rec)
         if prior_write is not None or prior_held is not None:
-            streaming = is_streaming(prior_write.record) if prior_write is not None else bool(
+            streaming = awaits_final(prior_write.record) if prior_write is not None else bool(
                 prior_held is not None and prior_held.streaming)
             held_ref = prior_write.ref if prior_write is not None else dict(prior_held.ref)  # type: ignore[union-attr]
             if not (streaming and terminal):
@@ -321,7 +322,7 @@ def gather(
             except ValueError:
                 continue  # unreadable: not a reservation, content unknown (replayed as before)
             old = held[mid]
-            held[mid] = Held(old.session_id, old.ref, is_streaming(stored), content_of(stored))
+            held[mid] = Held(old.session_id, old.ref, awaits_final(stored), content_of(stored))
     turns: set[str] = set()
     for marks, chunk in in_chunks(sorted(turn_ids)):
         turns.update(r[0] for r in conn.execute(

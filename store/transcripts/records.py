@@ -127,6 +127,15 @@ def is_streaming(record: Mapping[str, Any]) -> bool:
     return meta_of(record).get("status") == "streaming"
 
 
+def awaits_final(record: Mapping[str, Any]) -> bool:
+    """A line that the terminal assistant append of its id replaces (seed 003 §5: the narrow
+    exception to idempotent replay): a streaming reservation, or a reply promoted from its in-flight
+    checkpoint (``meta.recoveredFrom``: what had streamed when the host stopped; the sidecar's final
+    append, arriving after the restart, carries the whole reply and must not be dropped)."""
+    meta = meta_of(record)
+    return meta.get("status") == "streaming" or meta.get("recoveredFrom") == "inflight"
+
+
 def with_receipt(record: dict[str, Any], receipt: Mapping[str, Any]) -> dict[str, Any]:
     meta = dict(meta_of(record))
     meta["receipt"] = dict(receipt)

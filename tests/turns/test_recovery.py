@@ -101,6 +101,36 @@ async def test_leftover_of_a_running_turn_is_promoted_aborted_under_the_aborted_
             assert db_rows(tmp_path, "SELECT COUNT(*) FROM turns") == [(1,)]
 
 
+async def test_the_final_reply_arriving_after_promotion_replaces_the_promoted_row(tmp_path):
+    """Seed 003 §5: the terminal append replaces what stands in for it. Before, the sidecar's (or an
+    outbox's) final append after the boot promotion answered ``replayed: true`` and wrote nothing: the
+    transcript kept the partial reply, the complete one was lost while its sender believed it stored."""
+    with trio.fail_after(60):
+        sid = await prepare(tmp_path, end_status=None)
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            final = assistant("a1", "the reply so far, and the rest of it", "completed")
+            params = {"sessionId": sid, "turnId": "t1", "message": final, "submissionId": "final-a1"}
+            got = await c.call("session.appendMessage", params)
+            assert got["replayed"] is False and got["message"]["seq"] == 2  # the promoted row's place
+            assert await c.call("session.appendMessage", params) == got  # its retry: the receipt
+            page = await c.call("session.get", {"sessionId": sid})
+            assert [(m["id"], m["blocks"][0]["text"]) for m in page["messages"]] == [
+                ("u1", "question"), ("a1", "the reply so far, and the rest of it")]
+            hits = await c.call("search.query", {"query": "rest of it"})
+            assert [h["messageId"] for h in hits["results"]] == ["a1"]
+            # settled now: other content under the id is refused, a late partial changes nothing
+            other = assistant("a1", "something else", "completed")
+            err = await rpc_error(c.call("session.appendMessage", {"sessionId": sid, "message": other}))
+            assert err.data_code == "IDEMPOTENCY_CONFLICT"
+            late = await c.call("session.appendMessage", {"sessionId": sid, "message": assistant(
+                "a1", "the reply", "streaming")})
+            assert late["replayed"] is True
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            page = await c.call("session.get", {"sessionId": sid})
+            assert [m["blocks"][0]["text"] for m in page["messages"]] == [
+                "question", "the reply so far, and the rest of it"]
+
+
 async def test_stale_responses_after_restart_are_refused(tmp_path):
     """Seed §11 item 18, the turn part: the fence aborts, nothing is replayed, stale updates fail."""
     with trio.fail_after(60):
