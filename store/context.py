@@ -220,6 +220,8 @@ class StoredBranch:
     revision_index: int
     messages: Sequence[Mapping[str, Any]]
     live: bool = False
+    deleted: frozenset[str] = frozenset()
+    """Its messages the user had deleted when it left the transcript (shown ``deleted``)."""
 
 
 def preview(record: Mapping[str, Any], limit: int = PREVIEW_CHARS) -> str:
@@ -311,7 +313,8 @@ def _add_branch(nodes: list[dict[str, Any]], parent_of_root: dict[str, str | Non
         node_id = archived_node_id(b.root_user_id, b.revision_index, str(rec.get("id")))
         if rec.get("role") == "user":
             parent_of_root.setdefault(family_of(rec), parent)
-        nodes.append(_node(rec, node_id, parent, active=False, deleted=False, revision_index=b.revision_index))
+        nodes.append(_node(rec, node_id, parent, active=False, deleted=rec.get("id") in b.deleted,
+                           revision_index=b.revision_index))
         parent = node_id
 
 

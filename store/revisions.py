@@ -55,8 +55,9 @@ def revision_line(
     extra: Mapping[str, Any] | None = None,
 ) -> bytes:
     """A full branch payload (the branch is leaving, or has left, the transcript). ``extra`` keys ride
-    after the standard ones (``compactions``: the branch's checkpoints, which a restore writes again; an
-    import's ``importedFrom`` / ``sourceLeaf``; readers skip keys they do not know)."""
+    after the standard ones (``compactions``: the branch's checkpoints, which a restore writes again;
+    ``deleted``: the ids of its messages the user had deleted; an import's ``importedFrom`` /
+    ``sourceLeaf``; readers skip keys they do not know)."""
     ids = {m.get("id") for m in messages}
     return dumps_line({
         "type": REVISION,
@@ -94,6 +95,9 @@ class RevisionEntry:
     compactions: tuple[dict[str, Any], ...] = ()
     """The branch's context checkpoints (``compactions``: those anchored in it when it left the transcript),
     which a restore writes again."""
+    deleted: frozenset[str] = frozenset()
+    """Its messages the user had deleted (tombstoned) when it left the transcript (``deleted``): a
+    restore writes their tombstones again, so a deleted message never comes back with its branch."""
 
     @property
     def key(self) -> Key:
@@ -141,7 +145,9 @@ def _entry(rec: Mapping[str, Any]) -> RevisionEntry | None:
     comps = rec.get("compactions")
     checkpoints = tuple(c for c in comps if isinstance(c, dict) and c.get("type") == "compaction"
                         and isinstance(c.get("id"), str)) if isinstance(comps, list) else ()
-    return RevisionEntry(root, idx, False, created, kept, turn_map, checkpoints)
+    raw_deleted = rec.get("deleted")
+    deleted = frozenset(d for d in raw_deleted if isinstance(d, str)) if isinstance(raw_deleted, list) else frozenset()
+    return RevisionEntry(root, idx, False, created, kept, turn_map, checkpoints, deleted)
 
 
 def parse_revisions(data: bytes) -> RevisionFile:

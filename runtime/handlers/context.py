@@ -71,7 +71,7 @@ async def tree(ctx: SessionContext, p: m.SessionReadParams, key: ReceiptKey | No
     def build() -> Any:  # one worker-thread hop for both files and the tree
         live = load_live(paths.transcript, default_created_ms=created)
         rf = read_revisions(paths.revisions)
-        branches = [StoredBranch(e.root_user_id, e.revision_index, e.messages, e.live)
+        branches = [StoredBranch(e.root_user_id, e.revision_index, e.messages, e.live, e.deleted)
                     for _, e in sorted(rf.entries.items())]
         return build_tree(live.messages, deleted_ids(live.tombstones), branches)
 

@@ -23,7 +23,7 @@ Per-incarnation memo in ``ctx.cache``: ``revisions.synced`` (rows and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from actors.session_context import Lines, SessionContext
@@ -120,18 +120,26 @@ def _live_refs(ctx: SessionContext) -> set[tuple[str, int]]:
 
 
 async def archive(ctx: SessionContext, items: Sequence[Archive],
-                  compactions: Sequence[Mapping[str, Any]] = ()) -> None:
+                  compactions: Sequence[Mapping[str, Any]] = (),
+                  tombstones: Mapping[str, Mapping[str, Any]] | None = None) -> None:
     """Append full ``revision`` lines (one write, one fsync) and forget their live references. Each line
-    keeps the checkpoints of ``compactions`` anchored in its branch (a restore writes them again)."""
+    keeps the checkpoints of ``compactions`` anchored in its branch and the ids of its messages
+    ``tombstones`` hides (a restore writes both again)."""
     if not items:
         return
     now = ctx.now()
     lines = []
+    hidden = {mid for mid, tomb in (tombstones or {}).items() if tomb.get("deleted", True) is True}
     for root, idx, msgs, turns in items:
         ids = {msg["id"] for msg in msgs}
+        extra: dict[str, Any] = {}
         comps = [dict(c) for c in compactions if c.get("throughMessageId") in ids]
-        lines.append(revision_line(root, idx, msgs, turns, created_at_ms=now,
-                                   extra={"compactions": comps} if comps else None))
+        if comps:
+            extra["compactions"] = comps
+        deleted = sorted(ids & hidden)
+        if deleted:
+            extra["deleted"] = deleted
+        lines.append(revision_line(root, idx, msgs, turns, created_at_ms=now, extra=extra or None))
     path, faults = ctx.paths.revisions, ctx.faults
     await ctx.io(lambda: append_revision_lines(path, lines, faults=faults))
     refs = _live_refs(ctx)
@@ -158,10 +166,14 @@ def dropped_live_branches(
 
 def plan_for(live: LiveTranscript, messages: Sequence[Mapping[str, Any]], *,
              shown: set[str] | frozenset[str] = frozenset(),
-             restored: Sequence[Mapping[str, Any]] = ()) -> RewritePlan:
+             restored: Sequence[Mapping[str, Any]] = (),
+             hide: Iterable[str] = ()) -> RewritePlan:
     """``shown``: messages whose tombstone the rewrite drops (a restored branch's, an import hid);
-    ``restored``: a restored branch's checkpoints, written again after the live ones."""
-    tombstones = {k: v for k, v in live.tombstones.items() if k not in shown} if shown else live.tombstones
+    ``restored``: a restored branch's checkpoints, written again after the live ones; ``hide``: a
+    restored branch's messages the user had deleted (their tombstones are written again)."""
+    tombstones = {k: v for k, v in live.tombstones.items() if k not in shown} if shown else dict(live.tombstones)
+    for mid in hide:
+        tombstones[mid] = {"type": "tombstone", "id": f"t-{mid}", "messageId": mid, "deleted": True}
     held = {c.get("id") for c in live.compactions}
     compactions = [*live.compactions, *(c for c in restored if c.get("id") not in held)]
     return plan_rewrite(messages, compactions, tombstones=tombstones, session_info=live.session_info,
@@ -182,7 +194,7 @@ async def commit_rewrite(
 
     Returns ``finish(conn, now)``'s value: the response, stored with the receipt.
     """
-    await archive(ctx, archives, live.compactions)
+    await archive(ctx, archives, live.compactions, live.tombstones)
     receipt = file_record(ctx.receipt, **dict(receipt_extra or {})) if ctx.receipt is not None else None
     path, sid, faults = ctx.paths.transcript, ctx.sid, ctx.faults
     stamps = live_stamps(plan.messages)
@@ -333,7 +345,10 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
     #    unless the file already holds exactly this branch for its variant
     stored = rf.get(family, live_idx)
     archives: list[Archive] = []
-    if stored is None or stored.live or _unstamped(stored.messages) != _unstamped(live_branch):
+    live_deleted = {mid for mid in branch_ids
+                    if mid in live.tombstones and live.tombstones[mid].get("deleted", True) is True}
+    if (stored is None or stored.live or _unstamped(stored.messages) != _unstamped(live_branch)
+            or stored.deleted != live_deleted):
         archives.append((family, live_idx, live_branch, {k: v for k, v in turns.items() if k in branch_ids}))
     restored = [dict(msg) for msg in target.messages]
     if restored and restored[0].get("role") == "user":
@@ -345,7 +360,7 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
     await _check_foreign_ids(ctx, [msg["id"] for msg in restored])
     archives += dropped_live_branches(ctx, live.messages, set(merged), {(family, live_idx)}, turns)
     plan = plan_for(live, new_msgs, shown=hidden & ({msg["id"] for msg in restored} | {
-        str(c["id"]) for c in target.compactions}), restored=target.compactions)
+        str(c["id"]) for c in target.compactions}), restored=target.compactions, hide=target.deleted)
 
     def finish(conn: Any, now: int) -> Any:
         return {"session": _session(conn, sid), "revisions": revision_rows(conn, sid, family)}

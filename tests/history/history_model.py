@@ -106,6 +106,8 @@ class Checkpoint:
 class HistoryModel:
     live: list[dict[str, Any]] = field(default_factory=list)
     deleted: set[str] = field(default_factory=set)
+    entry_deleted: dict[Key, set[str]] = field(default_factory=dict)
+    """An archived branch's messages the user had deleted when it left (they stay deleted)."""
     checkpoints: list[Checkpoint] = field(default_factory=list)
     entries: dict[Key, list[dict[str, Any]] | None] = field(default_factory=dict)
     """(family, index) → archived branch, or None for a live reference."""
@@ -195,6 +197,7 @@ class HistoryModel:
             self.entries[(fam, idx)] = branch
             self.rows[(fam, idx)] = len(branch)
             in_branch = {m["id"] for m in branch}
+            self.entry_deleted[(fam, idx)] = self.deleted & in_branch  # its tombstones leave with it
             self.entry_checkpoints[(fam, idx)] = [copy.deepcopy(c) for c in self.checkpoints
                                                   if c.through in in_branch]
         self.live = new
@@ -279,7 +282,9 @@ class HistoryModel:
         live_branch = copy.deepcopy(self.live[rpos:])
         archives: list[tuple[str, int, list[dict[str, Any]]]] = []
         stored = self.entries.get((fam, live_idx))
-        if stored is None or unstamped(stored) != unstamped(live_branch):
+        live_deleted = self.deleted & {m["id"] for m in live_branch}
+        if stored is None or unstamped(stored) != unstamped(live_branch) or \
+                self.entry_deleted.get((fam, live_idx), set()) != live_deleted:
             archives.append((fam, live_idx, live_branch))
         restored = copy.deepcopy(target)
         if restored and restored[0]["role"] == "user":
@@ -289,5 +294,7 @@ class HistoryModel:
             merged[rec["id"]] = rec
         new = list(merged.values())
         archives += self._dropped_live(self.live, set(merged), {(fam, live_idx)})
+        comes_back = self.entry_deleted.get((fam, idx), set()) & {m["id"] for m in restored}
         self._commit(new, archives, self.entry_checkpoints.get((fam, idx), []))
+        self.deleted |= comes_back & {m["id"] for m in new}  # the branch's deletions come back with it
         return True

@@ -177,7 +177,8 @@ async def test_rewrites_carry_tombstones_of_surviving_messages(tmp_path):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             await index_caught_up(host)
             assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 1, "u2": 0, "a2b": 0}
-            # the archived branch comes back without its tombstone: the flag belongs to the live transcript
+            # the archived branch comes back with its tombstone (seed 000 §3.3: a deleted node stays
+            # deleted whichever leaf is current; the revision line records it)
             await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u2", "revisionIndex": 1})
             await index_caught_up(host)
-            assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 1, "u2": 0, "a2": 0}
+            assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 1, "u2": 0, "a2": 1}

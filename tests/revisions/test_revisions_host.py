@@ -224,3 +224,36 @@ async def test_a_branchs_checkpoint_leaves_and_comes_back_with_it(tmp_path):
     with trio.fail_after(60):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             assert [x["id"] for x in (await full(c, sid))["compactions"]] == ["c1"]
+
+
+async def test_a_message_deleted_in_a_branch_stays_deleted_when_the_branch_comes_back(tmp_path):
+    """Seed 000 §3.3 (context skips a tombstoned message): a regenerate archived the branch without its
+    tombstones, so switching back to it brought the deleted message back to get, context and search."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            await c.call("session.create", {"sessionId": "s1"})
+            await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("u1", "q1")})
+            await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("a1", "answer", "assistant")})
+            await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(
+                "a1x", "zebra the user deleted", "assistant")})
+            await c.call("session.deleteMessage", {"sessionId": "s1", "messageId": "a1x"})
+            await c.call("session.truncateFrom", {"sessionId": "s1", "messageId": "a1", "mode": "regenerate"})
+            tree = await c.call("session.tree", {"sessionId": "s1"})
+            assert [n["deleted"] for n in tree["nodes"] if n["messageId"] == "a1x"] == [True]
+            await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("a2", "again", "assistant")})
+            await c.call("session.activateRevision", {"sessionId": "s1", "rootUserId": "u1", "revisionIndex": 1})
+
+            async def check() -> None:
+                got = await c.call("session.get", {"sessionId": "s1"})
+                assert [(m["id"], bool(m.get("deleted"))) for m in got["messages"]] == [
+                    ("u1", False), ("a1", False), ("a1x", True)]
+                ctx = await c.call("session.context", {"sessionId": "s1"})
+                assert [m["id"] for m in ctx["messages"]] == ["u1", "a1"]
+                assert (await c.call("search.sessions", {"query": "zebra"}))["totalMessageMatches"] == 0
+
+            await check()
+            await c.call("session.restoreMessage", {"sessionId": "s1", "messageId": "a1x"})  # still reversible
+            assert (await c.call("search.sessions", {"query": "zebra"}))["totalMessageMatches"] == 1
+            await c.call("session.deleteMessage", {"sessionId": "s1", "messageId": "a1x"})
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            await check()
