@@ -35,7 +35,7 @@ from store.indexing import index
 from store.indexing.appends import Written
 from store.indexing.reconcile import repair_session
 from store.jsonio import dumps_line
-from store.receipts import ReceiptKey
+from store.receipts import ReceiptKey, file_record
 from store.transcripts.records import ms_to_rfc3339
 from store.transcripts.session_files import SessionPaths
 
@@ -412,10 +412,13 @@ class SessionContext:
 
     def session_info_line(self, settings: Mapping[str, Any]) -> bytes:
         """The line; it carries the session's thread metadata too (the newest line is the one a
-        rewrite keeps and a rebuilt index reads), unless ``settings`` names it."""
+        rewrite keeps and a rebuilt index reads), unless ``settings`` names it, and this call's
+        receipt (``receipt``: durable with the effect; a reconcile restores a row the database lost)."""
         thread = self._actor.known.row.get("thread") if self._actor.known.row is not None else None
         if thread is not None and "thread" not in settings:
             settings = {**settings, "thread": thread}
+        if self.receipt is not None:
+            settings = {**settings, "receipt": file_record(self.receipt)}
         return session_info_line(settings, self.now())
 
 

@@ -34,19 +34,26 @@ from store.transcripts.transcript import read_spans
 TOMBSTONE = "tombstone"
 
 
-def tombstone_record(tombstone_id: str, message_id: str, deleted: bool, *, created_at_ms: int) -> dict[str, Any]:
-    """The line record (``type`` first, ``id`` second, as every line)."""
-    return {
+def tombstone_record(tombstone_id: str, message_id: str, deleted: bool, *, created_at_ms: int,
+                     receipt: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The line record (``type`` first, ``id`` second, as every line); ``receipt``: the command
+    receipt of the request that writes it (``receipts.file_record``), durable with it."""
+    rec: dict[str, Any] = {
         "type": TOMBSTONE,
         "id": tombstone_id,
         "messageId": message_id,
         "deleted": deleted,
         "createdAt": ms_to_rfc3339(created_at_ms),
     }
+    if receipt is not None:
+        rec["receipt"] = dict(receipt)
+    return rec
 
 
-def tombstone_line(tombstone_id: str, message_id: str, deleted: bool, *, created_at_ms: int) -> bytes:
-    return dumps_line(tombstone_record(tombstone_id, message_id, deleted, created_at_ms=created_at_ms))
+def tombstone_line(tombstone_id: str, message_id: str, deleted: bool, *, created_at_ms: int,
+                   receipt: Mapping[str, Any] | None = None) -> bytes:
+    return dumps_line(tombstone_record(tombstone_id, message_id, deleted, created_at_ms=created_at_ms,
+                                       receipt=receipt))
 
 
 def deleted_ids(tombstones: Mapping[str, Mapping[str, Any] | bool]) -> set[str]:

@@ -15,7 +15,7 @@ from protocol import models as m
 from store.errors import MessageNotFound
 from store.ids import new_id
 from store.indexing import index
-from store.receipts import ReceiptKey
+from store.receipts import ReceiptKey, file_record
 from store.tombstones import line_id, message_state, tombstone_line
 
 __all__ = ["delete_message", "restore_message"]
@@ -41,7 +41,8 @@ async def _set_deleted(ctx: SessionContext, p: m.MessageIdParams, deleted: bool)
     if state["deleted"] == deleted:
         return await ctx.commit(lambda conn: result) if ctx.receipt is not None else result
     target = await ctx.read(line_id, ctx.paths.transcript, sid, stored) if stored.startswith(f"{sid}:") else stored
-    line = tombstone_line(new_id("t"), target, deleted, created_at_ms=now)
+    carried = file_record(ctx.receipt, messageId=p.message_id) if ctx.receipt is not None else None
+    line = tombstone_line(new_id("t"), target, deleted, created_at_ms=now, receipt=carried)
     # the line's index op flips ``messages.deleted`` (a tail catch-up would re-apply it the same way)
     result = (await ctx.append_lines(Lines([line]), then=lambda conn, refs: result, durable=False)).value
     ctx.publish("session.message", {"message": state["ref"], "deleted": deleted})

@@ -43,6 +43,9 @@ class TailScan:
     bad_lines: list[int] = field(default_factory=list)
     unknown_lines: int = 0
     torn_tail_bytes: int = 0
+    line_receipts: list[dict[str, Any]] = field(default_factory=list)
+    """Receipts that ``tombstone`` and ``session_info`` lines carry (``receipt``): the effect and its
+    receipt in one fsynced line; a reconcile restores a row the database lost (:func:`restore_receipt`)."""
 
 
 @dataclass
@@ -191,8 +194,13 @@ def _take(scan: TailScan, rec: dict[str, Any], offset: int, line: bytes) -> None
         scan.compactions.append(CompactionRecord(rec, offset, len(line)))
     elif kind == "tombstone" and isinstance(rec.get("messageId"), str):
         scan.tombstones[rec["messageId"]] = bool(rec.get("deleted", True))
+        if isinstance(rec.get("receipt"), dict):
+            scan.line_receipts.append(rec["receipt"])
     elif kind == "session_info":
+        carried = rec.pop("receipt", None)
         scan.session_info = {**(scan.session_info or {}), **rec}
+        if isinstance(carried, dict):
+            scan.line_receipts.append(carried)
     elif kind == "session" and offset == 0:
         scan.header = rec
     elif kind == "approval_decision":
@@ -438,6 +446,8 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
         report["indexed"] = len(scan.messages)
     if scan.header is not None and scan.header.get("receipt") is not None:
         report["restoredReceipt"] = restore_receipt(conn, session_id, scan.header["receipt"], now_ms=now_ms)
+    for carried in scan.line_receipts:  # a crash between a line's fsync and its receipt's commit
+        restore_receipt(conn, session_id, carried, now_ms=now_ms)
     return report
 
 
@@ -452,13 +462,16 @@ def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any 
     extra: Mapping[str, Any] = raw_extra if isinstance(raw_extra, Mapping) else {}
     if method == "session.delete":
         return {"sessionId": session_id, "deleted": True}
+    if method in ("session.deleteMessage", "session.restoreMessage"):
+        asked = extra.get("messageId")
+        return {"messageId": asked, "deleted": method == "session.deleteMessage"} if isinstance(asked, str) else None
     if method == "sessions.purge":
         return {"sessionId": session_id, "purged": True}
     row = index.session_row(conn, session_id)
     if row is None:
         return None
     summary = index.public_session(row)
-    if method in ("session.create", "session.fork"):
+    if method in ("session.create", "session.fork", "session.rename", "session.update", "session.updateMetadata"):
         return summary
     if method == "session.assistantEdit":
         return assistant_edit.response(summary, extra)
