@@ -367,9 +367,12 @@ def cancel_for_turn(conn: sqlite3.Connection, session_id: str, turn_id: str, now
 
 
 def interrupt_pending(conn: sqlite3.Connection, now_ms: int) -> dict[str, int]:
-    """Boot fence: nothing asked before the restart can be answered after it."""
+    """Boot fence: nothing asked before the restart can be answered after it. A request already past
+    its deadline expired (at its ``expires_at``): it says ``expired``, as it did before the restart."""
     out: dict[str, int] = {}
     for kind, table in _TABLE.items():
+        conn.execute(f"UPDATE {table} SET status = 'expired', updated_at = ?, resolved_at = expires_at "
+                     "WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?", (now_ms, now_ms))
         out[kind] = conn.execute(
             f"UPDATE {table} SET status = 'interrupted', updated_at = ?, resolved_at = ? WHERE status = 'pending'",
             (now_ms, now_ms)).rowcount

@@ -36,6 +36,11 @@ def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -
         "WHERE status = 'running'",
         (now_ms,),
     )
+    conn.execute(  # past its deadline before the restart: expired (as plans.pending already said), not interrupted
+        "UPDATE plan_approvals SET status = 'expired', updated_at = ?, resolved_at = expires_at, "
+        "error_code = 'EXPIRED' WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?",
+        (now_ms, now_ms),
+    )
     pending = conn.execute(
         "UPDATE plan_approvals SET status = 'interrupted', updated_at = ?, resolved_at = ? "
         "WHERE status = 'pending'",

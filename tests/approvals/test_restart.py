@@ -7,8 +7,9 @@ from pathlib import Path
 import trio
 
 from runtime.client import RpcError, open_client
-from tests.hostkit import HostProcess, start_host_process
+from tests.hostkit import HostProcess, client_for, start_host_process
 from tests.pipeline.scenarios import rows
+from tests.scheduler.hostclock import SetClock, host_at
 
 MARKDOWN = "# Plan\n\n1. Do it\n"
 
@@ -109,3 +110,31 @@ async def test_acceptance_11_18_restart_interrupts_every_pending_request_and_ref
                 assert fresh["request"]["status"] == "pending" and fresh["request"]["requestId"] != waiting
         finally:
             await trio.to_thread.run_sync(lambda: _stop(proc, kill=False))
+
+
+async def test_a_request_past_its_deadline_stays_expired_across_a_restart(tmp_path: Path) -> None:
+    """README §10: an answer after ``expiresAt`` finds the request ``expired``. The boot fence marked
+    every pending row ``interrupted``, so one that had expired unanswered said ``interrupted`` after
+    a restart (in session.get decisions and the late answer's CONFLICT); a live one is interrupted."""
+    clock = SetClock(1_796_000_000_000)
+    with trio.fail_after(60):
+        async with host_at(tmp_path / "data", clock) as host, client_for(host, "sidecar", kind="agent") as sc:
+            await sc.call("session.create", {"sessionId": "s1"})
+            await sc.call("session.startTurn", {"sessionId": "s1", "turnId": "t1"})
+            ids = []
+            for call, deadline in (("c1", clock.ms + 1_000), ("c2", clock.ms + 60_000)):
+                got = await sc.call("approvals.request", {"sessionId": "s1", "turnId": "t1", "toolCallId": call,
+                                                          "tool": "Bash", "risk": "low", "expiresAt": deadline})
+                ids.append(got["request"]["requestId"])
+        clock.ms += 5_000  # the first one's deadline passed while nobody answered (the host was down)
+        async with host_at(tmp_path / "data", clock) as host, client_for(host, "ui", kind="ui") as ui:
+            got = await ui.call("session.get", {"sessionId": "s1"})
+            assert {d["requestId"]: d["status"] for d in got["decisions"]} == {ids[0]: "expired",
+                                                                               ids[1]: "interrupted"}
+            for rid, status in zip(ids, ("expired", "interrupted"), strict=True):
+                try:
+                    await ui.call("approvals.respond", {"sessionId": "s1", "requestId": rid, "optionId": "allow_once"})
+                except RpcError as err:
+                    assert err.data_code == "CONFLICT" and err.data["status"] == status
+                else:
+                    raise AssertionError("a late answer was accepted")
