@@ -68,7 +68,9 @@ async def _store(ctx: HostContext, write: Callable[[], tuple[str, int]], name: s
 
         def effect(conn: Any) -> Any:
             attachments.record_blob(conn, sha, size, mime, now, meta)
-            return _blob_result(sha, size, name, mime)
+            stored = attachments.blob_row(conn, sha)  # the first writer's metadata stays: answer what is stored
+            kept = stored.get("mimeType") if stored is not None else None
+            return _blob_result(sha, size, name, kept if isinstance(kept, str) else mime)
 
         return await ctx.commit(effect)
 

@@ -193,7 +193,7 @@ async def delete(ctx: HostContext, p: m.ProvidersDeleteParams, key: ReceiptKey |
         def effect(conn: Any) -> Any:
             current = store.get_provider(conn, pid)
             require_owner(ctx.caller, current["ownerPluginId"], what=f"provider {pid}", user_may_change=False)
-            store.delete_provider(conn, pid)
+            store.delete_provider(conn, pid, now)
             if ref is not None:
                 secret_store.delete_meta(conn, ref)
             return {"providerId": pid, "deleted": True}
@@ -234,7 +234,7 @@ def sync(ctx: WriterContext, p: m.ProvidersSyncParams, key: ReceiptKey | None) -
         store.update_provider(conn, pid, fields, now_ms=now)
     removed = [r["id"] for r in store.list_providers(conn, owner=plugin) if r["id"] not in declared]
     for pid in removed:
-        store.delete_provider(conn, pid)
+        store.delete_provider(conn, pid, now)
     rows = store.list_providers(conn, owner=plugin)
     changed = sorted({*declared, *removed})
     if changed:

@@ -220,8 +220,13 @@ def update_provider(conn: sqlite3.Connection, provider_id: str, changes: Mapping
     return get_provider(conn, provider_id)
 
 
-def delete_provider(conn: sqlite3.Connection, provider_id: str) -> None:
-    conn.execute("DELETE FROM providers WHERE id = ?", (provider_id,))  # models cascade
+def delete_provider(conn: sqlite3.Connection, provider_id: str, now_ms: int) -> None:
+    """Delete the row (its models cascade) and drop its id from the saved display order: a new
+    provider created later under the same id is new, and lists after the ordered ones."""
+    conn.execute("DELETE FROM providers WHERE id = ?", (provider_id,))
+    order = order_ids(conn)
+    if provider_id in order:
+        set_value(conn, *ORDER_KEY, [pid for pid in order if pid != provider_id], now_ms)
 
 
 def set_order(conn: sqlite3.Connection, ids: Iterable[str], now_ms: int) -> list[str]:

@@ -218,3 +218,15 @@ def test_reput_revives_an_evicted_blob_and_clears_its_marks(tmp_path: Path, conn
     row = a.blob_row(conn, sha)
     assert row is not None and row["deletionState"] == "live"
     assert a.refs_of(conn, sha) == [("s", "m1")] and a.refs_of(conn, sha, evicted=True) == []
+
+
+async def test_a_second_put_of_the_same_bytes_answers_what_is_stored(tmp_path: Path) -> None:
+    """README §6: the first writer's values stay. The second put's answer said its own mimeType
+    (text/plain) while attachments.get said the stored one (image/png)."""
+    data = base64.b64encode(b"\x89PNG same bytes").decode()
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, kind="ui") as c:
+            first = await c.call("attachments.put", {"name": "a.png", "mimeType": "image/png", "dataBase64": data})
+            second = await c.call("attachments.put", {"name": "b.txt", "mimeType": "text/plain", "dataBase64": data})
+            assert second["sha256"] == first["sha256"] and second["mimeType"] == "image/png"
+            assert (await c.call("attachments.get", {"sha256": first["sha256"]}))["mimeType"] == "image/png"

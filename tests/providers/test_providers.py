@@ -128,8 +128,12 @@ async def test_reorder_owns_the_display_order(tmp_path: Path) -> None:
             await c.call("providers.create", {"id": "d", "name": "D"})
             assert await order() == ["c", "a", "b", "d"]  # new ids follow the saved ones
             await c.call("providers.delete", {"providerId": "c"})
-            assert await order() == ["a", "b", "d"]  # a deleted id is ignored
-            assert (await c.call("settings.get", {"key": "providers.order"}))["value"] == ["c", "a"]
+            assert await order() == ["a", "b", "d"]  # a deleted id leaves the saved order
+            assert (await c.call("settings.get", {"key": "providers.order"}))["value"] == ["a"]
+            # a new provider under the deleted one's id is new: it follows, it does not take the old slot
+            await c.call("providers.create", {"id": "c", "name": "C again"})
+            assert await order() == ["a", "b", "d", "c"]  # in creation order, after the saved ones
+            await c.call("providers.delete", {"providerId": "c"})
             # a stale list naming the deleted provider: its id is ignored, the rest is saved
             assert await c.call("providers.reorder", {"providerIds": ["d", "c", "b"]}) == {"providerIds": ["d", "b"]}
             assert await order() == ["d", "b", "a"]
