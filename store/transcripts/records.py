@@ -192,4 +192,5 @@ def cap_content(record: dict[str, Any], content_limit: int | None) -> dict[str, 
         return record
     out = dict(record)
     out["blocks"] = capped
+    out["truncated"] = True  # README §6: "A message that was cut has truncated: true" (its blocks say which)
     return out
