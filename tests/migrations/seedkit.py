@@ -641,7 +641,11 @@ def after_boot(expected: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict
         if row["status"] == "running":
             row.update({"status": "aborted", "error_code": "INTERRUPTED", "ended_at": BOOT_SET})
     for row in out.get("plan_approvals", []):
-        if row["status"] == "pending":
+        if row["status"] == "pending" and row.get("expires_at") is not None:
+            # past its deadline (the seed's rows are old): expired at its deadline, not interrupted
+            row.update({"status": "expired", "updated_at": BOOT_SET, "resolved_at": row["expires_at"],
+                        "error_code": "EXPIRED"})
+        elif row["status"] == "pending":
             row.update({"status": "interrupted", "updated_at": BOOT_SET, "resolved_at": BOOT_SET})
         if row["execution_state"] in ("queued", "running"):
             row.update({"execution_state": "interrupted", "updated_at": BOOT_SET})

@@ -52,17 +52,21 @@ def _reference(lines: list[bytes], rows: list[tuple[Any, ...]], content_limit: i
             rec["turnId"] = row[4]
         whole = target_pos is not None and row[0] - 1 == target_pos and rec.get("role") in ("user", "assistant")
         if content_limit and not whole and isinstance(rec.get("blocks"), list):
-            blocks = []
+            blocks, cut = [], False
             for block in rec["blocks"]:
                 if isinstance(block, dict):
                     text = block.get("text")
                     if isinstance(text, str) and len(text) > content_limit:
                         block = {**block, "text": text[:content_limit], "truncated": True, "fullLength": len(text)}
+                        cut = True
                     result = block.get("result")
                     if isinstance(result, str) and len(result) > content_limit:
                         block = {**block, "result": result[:content_limit], "truncated": True}
+                        cut = True
                 blocks.append(block)
             rec["blocks"] = blocks
+            if cut:
+                rec["truncated"] = True  # README §6: a message that was cut says so itself
         out.append(rec)
     return out
 
