@@ -59,7 +59,6 @@ def request_of(call: SessionCall) -> AppendRequest:
 async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> list[Any]:
     requests = [request_of(call) for call in calls]
     sid, path, now = ctx.sid, ctx.paths.transcript, ctx.now()
-    last_seq = int(ctx.row["messageCount"])
 
     log = ctx.index_log
     candidates = [mid for r in requests if isinstance(mid := r.message.get("id"), str)]
@@ -69,6 +68,9 @@ async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> lis
     planned: list[Lines] = []
 
     def step(conn: Any) -> tuple[AppendPlan, Lines]:
+        # The row as it is once the writer is open: opening it may have found lines the actor did not
+        # know (a torn tail cut, another program's line) and caught the index up: seqs follow those.
+        last_seq = int(ctx.row["messageCount"])
         known = gather(conn, path, sid, requests, pending=pending)
         plan = plan_appends(sid, requests, known, last_seq=last_seq, now_ms=now)
         writes = plan.writes

@@ -128,3 +128,25 @@ async def test_every_method_takes_either_spelling_of_a_copied_transcript_s_messa
             assert [m["id"] for m in (await c.call("session.get", {"sessionId": "a"}))["messages"]] == [
                 "m0", "m1", "m2", "m3"]
 
+
+
+async def test_a_foreign_line_before_the_writer_opens_takes_its_seq_and_the_append_the_next(tmp_path: Path) -> None:
+    """Found by hand: after a restart (the session's writer not open yet) a line appended by hand, then
+    an append: opening the writer caught the index up (the foreign line took seq 3), but the append had
+    read its seq before (3 as well): it was acknowledged and in no read."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            await c.call("session.create", {"sessionId": "s1"})
+            for m in ("m1", "m2"):
+                await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(m, m)})
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            assert (await c.call("session.get", {"sessionId": "s1"}))["totalMessages"] == 2  # the actor starts
+            foreign = {"type": "message", "id": "ext1", "role": "user", "blocks": [{"type": "text", "text": "by hand"}]}
+            _append_by_hand(tmp_path / "sessions" / "s1.jsonl", json.dumps(foreign).encode() + b"\n")
+            got = await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("m3", "m3")})
+            assert got["message"]["seq"] == 4
+            page = await c.call("session.get", {"sessionId": "s1"})
+            assert [(m["id"], m["seq"]) for m in page["messages"]] == [("m1", 1), ("m2", 2), ("ext1", 3), ("m3", 4)]
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            page = await c.call("session.get", {"sessionId": "s1"})
+            assert [m["id"] for m in page["messages"]] == ["m1", "m2", "ext1", "m3"]
