@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from store import approvals
+from store import approvals, plans
 
 NOTIFICATION_CAP = 200
 DAY_MS = 86_400_000
@@ -36,11 +36,7 @@ def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -
         "WHERE status = 'running'",
         (now_ms,),
     )
-    conn.execute(  # past its deadline before the restart: expired (as plans.pending already said), not interrupted
-        "UPDATE plan_approvals SET status = 'expired', updated_at = ?, resolved_at = expires_at, "
-        "error_code = 'EXPIRED' WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?",
-        (now_ms, now_ms),
-    )
+    plans.expire_all_stale(conn, now_ms)  # past its deadline before the restart: expired, not interrupted
     pending = conn.execute(
         "UPDATE plan_approvals SET status = 'interrupted', updated_at = ?, resolved_at = ? "
         "WHERE status = 'pending'",

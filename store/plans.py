@@ -322,6 +322,13 @@ def list_pending(conn: sqlite3.Connection, session_id: str | None, now_ms: int) 
     return [_row(r) for r in conn.execute(sql + " ORDER BY created_at DESC, request_id", args)]
 
 
+def expire_all_stale(conn: sqlite3.Connection, now_ms: int) -> int:
+    """Every session's pending rows past their deadline: ``expired`` at their deadline (boot fence)."""
+    return conn.execute(
+        "UPDATE plan_approvals SET status = 'expired', updated_at = ?, resolved_at = expires_at, "
+        f"error_code = 'EXPIRED' WHERE {_STALE}", (now_ms, now_ms)).rowcount
+
+
 def expire_stale(conn: sqlite3.Connection, session_id: str, now_ms: int) -> int:
     """A pending row past its deadline becomes ``expired`` (the session stays in its contract mode)."""
     return conn.execute(

@@ -52,6 +52,7 @@ from store.revisions import (
     upsert_row,
     with_stamp,
 )
+from store.tombstones import deleted_ids
 from store.transcripts.records import normalize_message, receipt_of, rfc3339_to_ms, wire_record, with_receipt
 from store.transcripts.rewrite import (
     LiveTranscript,
@@ -129,7 +130,7 @@ async def archive(ctx: SessionContext, items: Sequence[Archive],
         return
     now = ctx.now()
     lines = []
-    hidden = {mid for mid, tomb in (tombstones or {}).items() if tomb.get("deleted", True) is True}
+    hidden = deleted_ids(tombstones or {})
     for root, idx, msgs, turns in items:
         ids = {msg["id"] for msg in msgs}
         extra: dict[str, Any] = {}
@@ -345,8 +346,7 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
     #    unless the file already holds exactly this branch for its variant
     stored = rf.get(family, live_idx)
     archives: list[Archive] = []
-    live_deleted = {mid for mid in branch_ids
-                    if mid in live.tombstones and live.tombstones[mid].get("deleted", True) is True}
+    live_deleted = branch_ids & deleted_ids(live.tombstones)
     if (stored is None or stored.live or _unstamped(stored.messages) != _unstamped(live_branch)
             or stored.deleted != live_deleted):
         archives.append((family, live_idx, live_branch, {k: v for k, v in turns.items() if k in branch_ids}))

@@ -109,16 +109,11 @@ class Held:
     """:func:`content_of` its stored line (read only when a request repeats its id); None: not known."""
 
 
-def content_of(record: Mapping[str, Any]) -> tuple[Any, Any] | None:
+def content_of(record: Mapping[str, Any]) -> tuple[Any, Any]:
     """What a repeated message id must carry again to be a replay: its role and blocks (not its
-    ``createdAt``, receipt or other meta, which a retry may legitimately fill differently).
-
-    None for a reply promoted from its in-flight checkpoint (``meta.recoveredFrom``): it holds what
-    had streamed when the host stopped, and the sidecar's retry of the final append carries more
-    under the same id — a replay of that id, not other content (RELIABILITY.md rule 9)."""
-    meta = record.get("meta")
-    if isinstance(meta, Mapping) and meta.get("recoveredFrom") == "inflight":
-        return None
+    ``createdAt``, receipt or other meta, which a retry may legitimately fill differently). A reply
+    promoted from its in-flight checkpoint is never compared: it awaits its final
+    (``records.awaits_final``), like a streaming reservation."""
     return record.get("role"), record.get("blocks")
 
 

@@ -24,7 +24,7 @@ from store.indexing.appends import (
 from store.indexing.database import open_writer
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey
-from store.transcripts.records import receipt_of
+from store.transcripts.records import awaits_final, receipt_of
 from store.transcripts.transcript import TranscriptWriter, create_transcript
 
 SID = "s1"
@@ -139,17 +139,18 @@ def test_the_same_id_with_other_content_is_an_idempotency_conflict() -> None:
     assert isinstance(unknown, Replay)  # stored content not known (an unreadable line): replayed as before
 
 
-def test_a_retry_of_a_reply_promoted_from_its_checkpoint_is_a_replay() -> None:
+def test_the_final_of_a_reply_promoted_from_its_checkpoint_replaces_it() -> None:
     """A power cut promoted a streaming reply from its in-flight checkpoint (``meta.recoveredFrom``);
-    the sidecar's identical retry of the final append carries more text under the same id. It is a
-    replay, not IDEMPOTENCY_CONFLICT (the powercut chaos run flagged "IDEMPOTENCY_CONFLICT on
-    identical retries")."""
+    the sidecar's final append carries more text under the same id. Never IDEMPOTENCY_CONFLICT (the
+    powercut chaos run flagged "IDEMPOTENCY_CONFLICT on identical retries"), and never dropped as a
+    replay: the promoted row awaits its final (``awaits_final``, as :func:`gather` reads it) and the
+    final replaces it in place."""
     promoted = message("a1", "what had streamed", "assistant")
     promoted["meta"] = {"status": "aborted", "interrupted": True, "recoveredFrom": "inflight"}
-    held = Held(SID, ref("a1", 2), content=content_of(promoted))
+    held = Held(SID, ref("a1", 2), awaits_final(promoted), content_of(promoted))
     [out] = plan(AppendRequest(message("a1", "what had streamed and the rest", "assistant")),
                  known=Known(held={"a1": held}))
-    assert out == Replay({"message": ref("a1", 2), "replayed": True})
+    assert isinstance(out, Write) and out.replace and out.seq == 2
 
 
 def test_streaming_then_terminal_in_one_group_replaces_within_the_group() -> None:
