@@ -277,14 +277,15 @@ _SPECS: tuple[MethodSpec, ...] = (
         "session.queueAttach",
         m.QueueControllerParams,
         m.QueueState,
-        "Become the session's queue controller; releases a held queue.",
+        "Become the session's queue controller; releases a held queue (what was taken and no turn "
+        "began with is offered again).",
         _codes(_SESSION_WRITE, ("CONFLICT",)),
     ),
     _spec(
         "session.queueTake",
         m.QueueControllerParams,
         m.QueueTakeResult,
-        "Hand out the next entry after a terminal turn event (controller only).",
+        "Hand out the next entry after a terminal turn event (controller only); it is leased until its turn ran.",
         _codes(_SESSION_WRITE, ("CONFLICT",)),
     ),
     # -- artifacts ----------------------------------------------------------

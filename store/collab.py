@@ -337,7 +337,7 @@ def _drop_admission(conn: sqlite3.Connection, changed: Changed, target: str, del
                     faults: Faults) -> None:
     for (entry_id,) in conn.execute("SELECT id FROM turn_queue WHERE session_id = ? AND session_message_id = ?",
                                     (target, delivery_id)).fetchall():
-        changed.queues[target] = queue.remove(conn, target, entry_id, now_ms=now_ms, faults=faults).entries
+        changed.queues[target] = queue.drop(conn, target, entry_id, now_ms=now_ms, faults=faults).entries
 
 
 def begin(conn: sqlite3.Connection, delivery_id: str, target: str, turn_id: str, now_ms: int, *,

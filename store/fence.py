@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from store import approvals, plans
+from store import approvals, plans, queue
 
 NOTIFICATION_CAP = 200
 DAY_MS = 86_400_000
@@ -62,11 +62,13 @@ def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -
     held = conn.execute("SELECT COUNT(*) FROM session_collaboration_messages WHERE status = 'queued'").fetchone()[0]
     admissions = conn.execute("SELECT COUNT(*) FROM turn_queue WHERE session_message_id IS NOT NULL").fetchone()[0]
     requests = approvals.interrupt_pending(conn, now_ms)
+    offered = queue.offer_again(conn)  # handed out, no turn began with it: the next take offers it again
     return {"abortedTurns": [t for t, _ in running], "interruptedApprovals": pending,
             "interruptedExecutions": executions, "abortedTaskRuns": runs,
             "interruptedPermissionRequests": requests["approval"],
             "interruptedInteractions": requests["interaction"],
-            "interruptedDeliveries": deliveries, "heldDeliveries": int(held), "deliveryAdmissions": int(admissions)}
+            "interruptedDeliveries": deliveries, "heldDeliveries": int(held), "deliveryAdmissions": int(admissions),
+            "offeredQueueEntries": offered}
 
 
 def retention(conn: sqlite3.Connection, *, now_ms: int, audit_days: int = 90) -> dict[str, Any]:

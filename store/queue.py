@@ -30,6 +30,25 @@ Rules:
 * ``reorder`` swaps the position values of an unpromoted entry and its
   adjacent unpromoted neighbour; it refuses promoted entries and moves past
   either end (``CONFLICT``).
+
+Leases (schema v30): ``take`` does not delete the entry it hands out; it
+leases it (``lease = 'taken'``), so a controller (or the host) that dies
+between the take and the prompt's line loses nothing. A leased entry is no
+longer listed (the queue shows what waits) but keeps its row, its
+idempotency key and its place:
+
+* the turn that starts next in the session carries it (``started``,
+  :func:`bind_lease`, in the turn's own transaction);
+* the controller's next take settles it first: a ``taken`` entry it never
+  started is consumed (the controller moved on); a ``started`` one is
+  consumed when its turn ran (completed or failed, or a message of the turn,
+  or a user message after the hand-out, is in the session) and otherwise
+  comes back to wait under a new id (its turn was aborted before its prompt
+  landed; the new id lets a sidecar derive fresh turn and message ids);
+* a restart, or a controller attaching (a sidecar that restarted), turns
+  ``taken`` into ``offered``: listed again, first, and the next take hands
+  that same entry out again; a turn that starts binds an ``offered`` entry
+  too (a sidecar flow that went on after a reconnect).
 """
 
 from __future__ import annotations
@@ -60,6 +79,7 @@ MAX_PRINCIPAL: Final = 200
 PERMISSION_MODES: Final = frozenset({"inherit", "ask", "accept-edits", "auto"})
 
 EntryState = Literal["queued", "promoted"]
+Lease = Literal["taken", "offered", "started"]
 Operation = Literal["remove", "prioritize", "reorder", "take"]
 GONE: Final = "gone"
 
@@ -77,7 +97,7 @@ TRANSITIONS: Final[Mapping[tuple[EntryState, Operation], str]] = {
 
 _COLUMNS = (
     "id, session_id, principal, idempotency_key, input_hash, content, attachments_json, "
-    "permission_mode, position, priority, session_message_id, created_at"
+    "permission_mode, position, priority, session_message_id, created_at, lease, lease_turn_id, lease_seq"
 )
 
 
@@ -99,6 +119,9 @@ class Entry:
     priority: int | None
     session_message_id: str | None
     created_at: int
+    lease: Lease | None = None
+    lease_turn_id: str | None = None
+    lease_seq: int | None = None
 
     @property
     def state(self) -> EntryState:
@@ -152,10 +175,18 @@ class Snapshot:
     """One session's queue: entries in delivery order plus its kv ledger."""
 
     session_id: str
-    entries: tuple[Entry, ...]
+    entries: tuple[Entry, ...]  # waiting or offered again (the queue a person sees), delivery order
     high_water: int
     consumed: tuple[Consumed, ...] = ()
     session_created_at: int | None = None  # ties the kv ledger to this incarnation of the session id
+    leased: tuple[Entry, ...] = ()  # handed out (taken or started) and not yet settled
+
+    def find_any(self, entry_id: str) -> Entry:
+        """``entry_id`` waiting or handed out."""
+        for entry in self.leased:
+            if entry.id == entry_id:
+                return entry
+        return self.find(entry_id)
 
     def find(self, entry_id: str) -> Entry:
         for entry in self.entries:
@@ -203,13 +234,20 @@ class SetPosition:
 
 
 @dataclass(frozen=True)
+class SetLease:
+    entry_id: str
+    lease: Lease
+    seq: int | None
+
+
+@dataclass(frozen=True)
 class WriteLedger:
     high_water: int
     consumed: tuple[Consumed, ...]
     session_created_at: int | None = None
 
 
-Effect = Insert | Delete | SetPriority | SetPosition | WriteLedger
+Effect = Insert | Delete | SetPriority | SetPosition | SetLease | WriteLedger
 
 
 @dataclass(frozen=True)
@@ -228,6 +266,8 @@ class Plan:
 
 
 def delivery_key(entry: Entry) -> tuple[int, int, int]:
+    if entry.lease == "offered":
+        return (-1, entry.position, 0)  # handed out before a restart: first again
     if entry.priority is not None:
         return (0, entry.priority, entry.position)
     return (1, entry.position, 0)
@@ -307,7 +347,7 @@ def plan_push(snap: Snapshot, inp: PushInput, *, new_id: str, now_ms: int) -> Pl
     h = input_hash(inp.content, inp.attachments, inp.permission_mode)
     sid = snap.session_id
     if inp.idempotency_key is not None:
-        for entry in snap.entries:
+        for entry in snap.entries + snap.leased:
             if (entry.principal, entry.idempotency_key) == (inp.principal, inp.idempotency_key):
                 _check_same_input(entry.input_hash, entry.session_message_id, h, inp, sid)
                 return Plan(entry=entry, replayed=True)
@@ -325,7 +365,7 @@ def plan_push(snap: Snapshot, inp: PushInput, *, new_id: str, now_ms: int) -> Pl
             "remove one or wait until one is delivered",
             data={"sessionId": sid, "limit": MAX_ENTRIES},
         )
-    if any(e.id == new_id for e in snap.entries):
+    if any(e.id == new_id for e in snap.entries + snap.leased):
         raise Conflict(f"queue entry id {new_id} already exists", data={"entryId": new_id})
     position = snap.high_water + 1
     entry = Entry(new_id, sid, inp.principal, inp.idempotency_key, h, inp.content, tuple(inp.attachments),
@@ -367,12 +407,43 @@ def plan_reorder(snap: Snapshot, entry_id: str, direction: str) -> Plan:
                 entry=replace(entry, position=other.position))
 
 
-def plan_take(snap: Snapshot) -> Plan:
-    """Hand out the first entry in delivery order (an empty plan when the queue is empty)."""
-    if not snap.entries:
-        return Plan()
-    entry = snap.entries[0]
-    transition(entry, "take")
+def plan_take(snap: Snapshot, *, ran: frozenset[str] = frozenset(), last_seq: int = 0,
+              new_id: str | None = None) -> Plan:
+    """Settle what was handed out before, then lease the next entry (an empty plan when none waits).
+
+    Called only while no turn of the session runs. ``ran``: the ``started`` entries whose turn ran
+    (:func:`turns_ran`); ``new_id``: the id a ``started`` entry whose turn did not run waits under
+    again; ``last_seq``: the session's last seq now (a user message after it means a prompt landed).
+    """
+    offered = next((e for e in snap.entries if e.lease == "offered"), None)
+    if offered is not None:  # a restart or a new controller: the same entry again
+        return Plan(effects=(SetLease(offered.id, "taken", last_seq),), entry=offered)
+    effects: list[Effect] = []
+    consumed = snap.consumed
+    waiting = list(snap.entries)
+    for entry in snap.leased:
+        if entry.lease == "started" and entry.id not in ran:
+            if new_id is None:
+                raise ValueError("plan_take needs new_id to put back an entry whose turn did not run")
+            back = replace(entry, id=new_id, lease=None, lease_turn_id=None, lease_seq=None)
+            effects += [Delete(entry.id), Insert(back)]
+            waiting.append(back)
+            continue
+        effects.append(Delete(entry.id))  # taken and not started (the controller moved on), or ran
+        consumed = _remember(replace(snap, consumed=consumed), entry)
+    if snap.leased:
+        effects.append(WriteLedger(snap.high_water, consumed, snap.session_created_at))
+    if waiting:
+        entry = delivery_order(waiting)[0]
+        transition(entry, "take")
+        effects.append(SetLease(entry.id, "taken", last_seq))
+        return Plan(effects=tuple(effects), entry=replace(entry, lease="taken", lease_seq=last_seq))
+    return Plan(effects=tuple(effects))
+
+
+def plan_drop(snap: Snapshot, entry_id: str) -> Plan:
+    """Remove an entry waiting or handed out (a collaboration delivery began or was cancelled)."""
+    entry = snap.find_any(entry_id)
     return Plan(effects=(Delete(entry.id), _ledger_after(snap, entry)), entry=entry)
 
 
@@ -385,12 +456,25 @@ def _entry(row: Sequence[Any]) -> Entry:
         attachments = tuple(orjson.loads(row[6])) if row[6] else ()
     except orjson.JSONDecodeError as exc:
         raise CorruptData(f"queue entry {row[0]} has unreadable attachments_json: {exc}") from None
+    lease = row[12]
+    if lease not in (None, "taken", "offered", "started"):
+        raise CorruptData(f"queue entry {row[0]} has an unknown lease {lease!r}")
     return Entry(row[0], row[1], row[2], row[3], row[4], row[5], attachments, row[7], int(row[8]),
-                 None if row[9] is None else int(row[9]), row[10], int(row[11]))
+                 None if row[9] is None else int(row[9]), row[10], int(row[11]), lease, row[13],
+                 None if row[14] is None else int(row[14]))
 
 
 def list_entries(conn: sqlite3.Connection, session_id: str) -> tuple[Entry, ...]:
-    rows = conn.execute(f"SELECT {_COLUMNS} FROM turn_queue WHERE session_id = ?", (session_id,)).fetchall()
+    """The entries that wait, or are offered again (the queue a person sees), in delivery order."""
+    rows = conn.execute(f"SELECT {_COLUMNS} FROM turn_queue WHERE session_id = ? "
+                        "AND (lease IS NULL OR lease = 'offered')", (session_id,)).fetchall()
+    return delivery_order([_entry(r) for r in rows])
+
+
+def list_leased(conn: sqlite3.Connection, session_id: str) -> tuple[Entry, ...]:
+    """The entries handed out (taken or started) and not yet settled, in delivery order."""
+    rows = conn.execute(f"SELECT {_COLUMNS} FROM turn_queue WHERE session_id = ? AND lease IN ('taken', 'started')",
+                        (session_id,)).fetchall()
     return delivery_order([_entry(r) for r in rows])
 
 
@@ -419,8 +503,9 @@ def load(conn: sqlite3.Connection, session_id: str) -> Snapshot:
         raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
     created = int(row[0])
     floor, consumed = _read_ledger(conn, session_id, created)
-    high = max([floor, *(e.position for e in entries)])
-    return Snapshot(session_id, entries, high, consumed, created)
+    leased = list_leased(conn, session_id)
+    high = max([floor, *(e.position for e in entries + leased)])
+    return Snapshot(session_id, entries, high, consumed, created, leased)
 
 
 def apply(conn: sqlite3.Connection, session_id: str, plan: Plan, *, now_ms: int, faults: Faults = NO_FAULTS) -> None:
@@ -431,10 +516,11 @@ def apply(conn: sqlite3.Connection, session_id: str, plan: Plan, *, now_ms: int,
         if isinstance(effect, Insert):
             e = effect.entry
             conn.execute(
-                f"INSERT INTO turn_queue({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT INTO turn_queue({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (e.id, e.session_id, e.principal, e.idempotency_key, e.input_hash, e.content,
                  orjson.dumps([dict(a) for a in e.attachments]).decode() if e.attachments else None,
-                 e.permission_mode, e.position, e.priority, e.session_message_id, e.created_at),
+                 e.permission_mode, e.position, e.priority, e.session_message_id, e.created_at,
+                 e.lease, e.lease_turn_id, e.lease_seq),
             )
         elif isinstance(effect, Delete):
             conn.execute("DELETE FROM turn_queue WHERE id = ? AND session_id = ?", (effect.entry_id, session_id))
@@ -444,6 +530,9 @@ def apply(conn: sqlite3.Connection, session_id: str, plan: Plan, *, now_ms: int,
         elif isinstance(effect, SetPosition):
             conn.execute("UPDATE turn_queue SET position = ? WHERE id = ? AND session_id = ?",
                          (effect.position, effect.entry_id, session_id))
+        elif isinstance(effect, SetLease):
+            conn.execute("UPDATE turn_queue SET lease = ?, lease_seq = ? WHERE id = ? AND session_id = ?",
+                         (effect.lease, effect.seq, effect.entry_id, session_id))
         elif isinstance(effect, WriteLedger):
             value = {"highWater": effect.high_water, "consumed": [c.to_json() for c in effect.consumed],
                      "sessionCreatedAt": effect.session_created_at}
@@ -497,8 +586,67 @@ def reorder(conn: sqlite3.Connection, session_id: str, entry_id: str, direction:
     return _run(conn, session_id, plan_reorder(load(conn, session_id), entry_id, direction), now_ms, faults)
 
 
-def take(conn: sqlite3.Connection, session_id: str, *, now_ms: int, faults: Faults = NO_FAULTS) -> Outcome:
-    return _run(conn, session_id, plan_take(load(conn, session_id)), now_ms, faults)
+def take(conn: sqlite3.Connection, session_id: str, *, now_ms: int, new_id: str | None = None,
+         faults: Faults = NO_FAULTS) -> Outcome:
+    """Settle the entries handed out before and lease the next (no running turn: the caller checks).
+
+    The index must cover the session's acknowledged appends (a read barrier first): whether a
+    handed-out prompt landed is read from it."""
+    snap = load(conn, session_id)
+    ran = turns_ran(conn, snap.leased)
+    return _run(conn, session_id, plan_take(snap, ran=ran, last_seq=_last_seq(conn, session_id), new_id=new_id),
+                now_ms, faults)
+
+
+def drop(conn: sqlite3.Connection, session_id: str, entry_id: str, *, now_ms: int,
+         faults: Faults = NO_FAULTS) -> Outcome:
+    return _run(conn, session_id, plan_drop(load(conn, session_id), entry_id), now_ms, faults)
+
+
+def _last_seq(conn: sqlite3.Connection, session_id: str) -> int:
+    row = conn.execute("SELECT last_seq FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def turns_ran(conn: sqlite3.Connection, leased: Sequence[Entry]) -> frozenset[str]:
+    """The ``started`` entries whose turn ran: it completed or failed, or it was aborted after a
+    message of it (or a user message after the hand-out) reached the session."""
+    ran: set[str] = set()
+    for entry in leased:
+        if entry.lease != "started" or entry.lease_turn_id is None:
+            continue
+        row = conn.execute("SELECT status FROM turns WHERE id = ?", (entry.lease_turn_id,)).fetchone()
+        if row is None or row[0] in ("completed", "error"):
+            ran.add(entry.id)  # a turn that is gone (its session was rewritten) is not run again
+            continue
+        landed = conn.execute(
+            "SELECT 1 FROM messages WHERE session_id = ? AND (turn_id = ? OR (role = 'user' AND seq > ?)) LIMIT 1",
+            (entry.session_id, entry.lease_turn_id, entry.lease_seq or 0),
+        ).fetchone()
+        if landed is not None:
+            ran.add(entry.id)
+    return frozenset(ran)
+
+
+def has_leases(conn: sqlite3.Connection, session_id: str) -> bool:
+    """Is an entry of the session handed out (taken or started)?"""
+    return conn.execute("SELECT 1 FROM turn_queue WHERE session_id = ? AND lease IN ('taken', 'started') LIMIT 1",
+                        (session_id,)).fetchone() is not None
+
+
+def bind_lease(conn: sqlite3.Connection, session_id: str, turn_id: str) -> None:
+    """A turn starts: the entry handed out for it (if any) is now ``started`` by it."""
+    conn.execute("UPDATE turn_queue SET lease = 'started', lease_turn_id = ? "
+                 "WHERE session_id = ? AND lease IN ('taken', 'offered')", (turn_id, session_id))
+
+
+def offer_again(conn: sqlite3.Connection, session_id: str | None = None) -> int:
+    """Entries handed out and not started are offered again (a restart; another controller).
+    ``session_id`` None: every session's. The number changed."""
+    if session_id is None:
+        return conn.execute("UPDATE turn_queue SET lease = 'offered' WHERE lease = 'taken'").rowcount
+    return conn.execute("UPDATE turn_queue SET lease = 'offered' WHERE session_id = ? AND lease = 'taken'",
+                        (session_id,)).rowcount
 
 
 def has_running_turn(conn: sqlite3.Connection, session_id: str) -> bool:

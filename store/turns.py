@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from store import notifications
+from store import notifications, queue
 from store.errors import Conflict, InvalidInput, NotFound
 from store.snapshots import PreparedSnapshot, store_snapshot
 from store.usage import cost_micros
@@ -133,6 +133,7 @@ def start_turn(
     )
     if snapshot is not None:
         store_snapshot(conn, turn_id, snapshot, now_ms)
+    queue.bind_lease(conn, session_id, turn_id)  # the entry the queue handed out for it, if any
     turn = get_turn(conn, turn_id)
     assert turn is not None
     return turn, True

@@ -162,6 +162,12 @@ async def attach(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKe
     slot = _slot(ctx)
     changed = slot.controller_id != p.controller_id
     slot.controller_id = p.controller_id
+    if await ctx.read(queue.has_leases, ctx.sid):
+        sid = ctx.sid
+        # A controller attaching has just started (or reconnected): what was taken and no turn began
+        # with is offered again. A flow that goes on after a reconnect still binds it at its startTurn.
+        if await ctx.db(lambda conn: queue.offer_again(conn, sid)):
+            changed = True
     state = queue_state(slot, await ctx.read(queue.list_entries, ctx.sid))
     if key is not None:
         state = await ctx.commit(lambda conn: state)
@@ -171,10 +177,13 @@ async def attach(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKe
 
 
 async def take(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey | None) -> Any:
-    """Hand out the next entry, removing it in the same transaction as its receipt.
+    """Hand out the next entry, leasing it in the same transaction as its receipt.
 
-    Nothing while the queue is held or a turn is running (``reason`` says
-    which); a caller that is not the attached controller gets CONFLICT.
+    What this controller took before is settled first (``store/queue.py``,
+    leases): whether a handed-out prompt landed is read from the index, so
+    the read barrier comes first. Nothing while the queue is held or a turn
+    is running (``reason`` says which); a caller that is not the attached
+    controller gets CONFLICT.
     """
     slot = _slot(ctx)
     if slot.held:
@@ -187,11 +196,13 @@ async def take(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey 
         )
     now, sid, faults = ctx.now(), ctx.sid, ctx.faults
     taken: list[dict[str, Any]] = []
+    await ctx.read(queue.has_leases, sid)  # the barrier: every acknowledged append is indexed
+    again_id = "q_" + new_id()
 
     def op(conn: Any) -> dict[str, Any]:
         if queue.has_running_turn(conn, sid):
             return {"entry": None, "reason": "turnRunning"}
-        out = queue.take(conn, sid, now_ms=now, faults=faults)
+        out = queue.take(conn, sid, new_id=again_id, now_ms=now, faults=faults)
         if out.plan.entry is None:
             return {"entry": None, "reason": "empty"}
         taken.append(mark_evicted_blocks(conn, queue_state(slot, out.entries)))

@@ -60,6 +60,7 @@ from store.upgrade.schema import (
     DDL_V26,
     DDL_V27,
     DDL_V28,
+    DDL_V29,
     MAX_SEQ,
     MID_SEQ_BITS,
     SCHEMA_VERSION,
@@ -75,6 +76,7 @@ from store.upgrade.schema import (
     V27_ADDITIONS,
     V28_TOOL_SEARCH,
     V29_KNOWN_SESSIONS,
+    V30_QUEUE_LEASES,
     apply_schema,
     hazard_sql,
     searchable_sql,
@@ -253,6 +255,12 @@ def _v29_known_sessions(conn: sqlite3.Connection) -> None:
     conn.execute("INSERT INTO known_sessions(id, created_at) SELECT id, created_at FROM sessions")
 
 
+def _v30_queue_leases(conn: sqlite3.Connection) -> None:
+    """Every entry there is waits (an entry handed out before this build is already gone)."""
+    for statement in V30_QUEUE_LEASES:
+        conn.execute(statement)
+
+
 def _v20_from_seed(conn: sqlite3.Connection) -> None:
     """Seed v19 → our v20: every table to its v20 definition, every row kept.
 
@@ -337,8 +345,14 @@ STEPS: tuple[MigrationStep, ...] = (
         destructive=False,
         apply=_v29_known_sessions,
     ),
+    MigrationStep(
+        to_version=30,
+        description="turn queue leases: a handed-out entry stays until its turn ran",
+        destructive=False,
+        apply=_v30_queue_leases,
+    ),
 )
-"""This host's own steps, 20 → 21 → … → 28 (immutable on purpose)."""
+"""This host's own steps, 20 → 21 → … → 30 (immutable on purpose)."""
 
 
 def seed_steps(platform: str | None = None) -> tuple[MigrationStep, ...]:
@@ -375,9 +389,9 @@ def chain_steps(platform: str | None = None) -> tuple[MigrationStep, ...]:
 
 
 def ddl_for_version(version: int) -> tuple[str, ...]:
-    """The DDL of a layout this build knows exactly (20 … 28 and ``SCHEMA_VERSION``)."""
+    """The DDL of a layout this build knows exactly (20 … 29 and ``SCHEMA_VERSION``)."""
     known = {20: DDL_V20, 21: DDL_V21, 22: DDL_V22, 23: DDL_V23, 24: DDL_V24, 25: DDL_V25, 26: DDL_V26, 27: DDL_V27,
-             28: DDL_V28, SCHEMA_VERSION: DDL}
+             28: DDL_V28, 29: DDL_V29, SCHEMA_VERSION: DDL}
     if version not in known:
         raise ValueError(f"no DDL kept for schema version {version} (known: {', '.join(map(str, known))})")
     return known[version]

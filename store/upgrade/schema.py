@@ -56,6 +56,12 @@ Version history kept here (older layouts are archived, never migrated; see
   whose row and transcript are both gone restores it as a stub when the id is
   known and not deleted (seed 003 §5, D318; ``store/orphans.py``). The step
   fills it from the sessions there are.
+* v30 — ``turn_queue`` leases: ``lease`` (NULL while the entry waits;
+  ``taken`` once ``queueTake`` handed it out, ``offered`` when a restart or a
+  new controller must be offered it again, ``started`` once a turn began with
+  it), ``lease_turn_id`` (that turn) and ``lease_seq`` (the session's last seq
+  when it was handed out). A handed-out entry leaves the queue only when its
+  turn ran or the controller asked for the next one (``store/queue.py``).
 """
 
 from __future__ import annotations
@@ -65,7 +71,7 @@ from collections.abc import Sequence
 
 from store.search.search_text import TRIGRAM_TEXT_HAZARDS
 
-SCHEMA_VERSION = 29
+SCHEMA_VERSION = 30
 
 # --- seed §4.1 – §4.5 -------------------------------------------------------
 
@@ -934,7 +940,18 @@ V29_KNOWN_SESSIONS: tuple[str, ...] = (
 )
 """What the v29 step creates: every session id the host created (``store/orphans.py``)."""
 
-DDL: tuple[str, ...] = DDL_V28 + V29_KNOWN_SESSIONS
+DDL_V29: tuple[str, ...] = DDL_V28 + V29_KNOWN_SESSIONS
+"""The v29 layout."""
+
+# --- v30: turn queue leases ----------------------------------------------------------
+V30_QUEUE_LEASES: tuple[str, ...] = (
+    "ALTER TABLE turn_queue ADD COLUMN lease TEXT",           # NULL | taken | offered | started
+    "ALTER TABLE turn_queue ADD COLUMN lease_turn_id TEXT",   # the turn that began with the entry
+    "ALTER TABLE turn_queue ADD COLUMN lease_seq INTEGER",    # the session's last seq when handed out
+)
+"""What the v30 step adds: a handed-out queue entry stays until its turn ran (``store/queue.py``)."""
+
+DDL: tuple[str, ...] = DDL_V29 + V30_QUEUE_LEASES
 """The full current DDL (``SCHEMA_VERSION``), in creation order."""
 
 

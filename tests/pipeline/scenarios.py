@@ -463,7 +463,7 @@ SCENARIOS: dict[str, Scenario] = {
                              kind="agent"),
     "session.queueTake": S(with_controller, lambda v: {"sessionId": v["sid"], "controllerId": "ctl"},
                            lambda v: ("session.queueAttach", {"sessionId": v["sid"], "controllerId": "ctl"}),
-                           kind="agent", count=count("SELECT COUNT(*) FROM turn_queue")),
+                           kind="agent", count=count("SELECT COUNT(*) FROM turn_queue WHERE lease IS NULL")),
     "session.saveActiveRevision": S(
         with_turns, lambda v: {"sessionId": v["sid"], "rootUserId": "u1"},
         lambda v: ("session.saveActiveRevision", {"sessionId": v["sid"], "rootUserId": "u0"}),

@@ -174,14 +174,18 @@ def test_reorder_refuses_promoted_entries_and_moves_past_the_ends(db: sqlite3.Co
     assert db.total_changes == before
 
 
-def test_take_hands_out_in_delivery_order_and_removes_the_row(db: sqlite3.Connection) -> None:
+def test_take_hands_out_in_delivery_order_and_the_next_take_removes_the_row(db: sqlite3.Connection) -> None:
     a, b, c = (push(db, content=x).plan.entry for x in "abc")
     assert a and b and c
     queue.prioritize(db, "s1", c.id, now_ms=NOW_MS)
     taken = [queue.take(db, "s1", now_ms=NOW_MS).plan.entry for _ in range(3)]
     assert [e.id for e in taken if e] == [c.id, a.id, b.id]
-    empty = queue.take(db, "s1", now_ms=NOW_MS)
-    assert empty.plan.entry is None and not empty.plan.changed and empty.entries == ()
+    assert ids(db) == [] and [e.id for e in queue.list_leased(db, "s1")] == [b.id]  # handed out, kept
+    empty = queue.take(db, "s1", now_ms=NOW_MS)  # the controller moved on: b is consumed
+    assert empty.plan.entry is None and empty.entries == ()
+    assert db.execute("SELECT COUNT(*) FROM turn_queue").fetchone()[0] == 0
+    again = queue.take(db, "s1", now_ms=NOW_MS)
+    assert again.plan.entry is None and not again.plan.changed
 
 
 def test_retry_of_a_push_whose_entry_was_already_delivered_is_a_replay(db: sqlite3.Connection) -> None:

@@ -3128,7 +3128,7 @@ class SessionMethods:
         return cast(QueueState, await self._call("session.queueReorder", params, True))
 
     async def queue_attach(self, *, session_id: str, controller_id: str, submission_id: str | None = None) -> QueueState:
-        """``session.queueAttach``: Become the session's queue controller; releases a held queue. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``session.queueAttach``: Become the session's queue controller; releases a held queue (what was taken and no turn began with is offered again). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["sessionId"] = session_id
         params["controllerId"] = controller_id
@@ -3137,7 +3137,7 @@ class SessionMethods:
         return cast(QueueState, await self._call("session.queueAttach", params, True))
 
     async def queue_take(self, *, session_id: str, controller_id: str, submission_id: str | None = None) -> QueueTakeResult:
-        """``session.queueTake``: Hand out the next entry after a terminal turn event (controller only). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``session.queueTake``: Hand out the next entry after a terminal turn event (controller only); it is leased until its turn ran. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["sessionId"] = session_id
         params["controllerId"] = controller_id

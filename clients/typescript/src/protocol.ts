@@ -3530,9 +3530,9 @@ export interface Methods {
   "session.queuePrioritize": { params: QueueEntryParams; result: QueueState };
   /** Swap an unpromoted entry with its neighbour. (mutating: accepts submissionId) */
   "session.queueReorder": { params: QueueReorderParams; result: QueueState };
-  /** Become the session's queue controller; releases a held queue. (mutating: accepts submissionId) */
+  /** Become the session's queue controller; releases a held queue (what was taken and no turn began with is offered again). (mutating: accepts submissionId) */
   "session.queueAttach": { params: QueueControllerParams; result: QueueState };
-  /** Hand out the next entry after a terminal turn event (controller only). (mutating: accepts submissionId) */
+  /** Hand out the next entry after a terminal turn event (controller only); it is leased until its turn ran. (mutating: accepts submissionId) */
   "session.queueTake": { params: QueueControllerParams; result: QueueTakeResult };
   /** Archive the live branch of a regenerate family (reference line). (mutating: accepts submissionId) */
   "session.saveActiveRevision": { params: SaveActiveRevisionParams; result: RevisionResult };

@@ -1,0 +1,117 @@
+"""A handed-out queue entry is not lost when the host or its controller dies before the prompt lands.
+
+Before leases, ``session.queueTake`` deleted the entry: a SIGKILL (or a sidecar that died) between the take
+and the prompt's append lost the person's acknowledged prompt for good.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from runtime.client import HostClient
+from tests.hostkit import client_for, inprocess_host, start_host_process
+from tests.queue.test_queue_restart import connect, stop
+
+ENV = {"version": 1, "model": {"id": "m"}}
+
+
+async def take(c: HostClient, sid: str, ctl: str = "ctl") -> dict[str, Any] | None:
+    out: dict[str, Any] | None = (await c.call("session.queueTake", {"sessionId": sid, "controllerId": ctl}))["entry"]
+    return out
+
+
+async def contents(c: HostClient, sid: str) -> list[str]:
+    return [e["content"] for e in (await c.call("session.queueList", {"sessionId": sid}))["entries"]]
+
+
+async def user_texts(c: HostClient, sid: str) -> list[str]:
+    page = await c.call("session.get", {"sessionId": sid, "full": True})
+    return [m["blocks"][0]["text"] for m in page["messages"] if m["role"] == "user"]
+
+
+async def test_a_prompt_handed_out_survives_sigkill_until_its_turn_ran(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    with trio.fail_after(120):
+        # 1. taken, then the host dies before any turn began: offered again, first and listed
+        proc = await trio.to_thread.run_sync(start_host_process, data)
+        try:
+            async with connect(proc) as c:
+                sid = (await c.call("session.create", {"title": "q"}))["id"]
+                base = {"sessionId": sid, "principal": "user", "permissionMode": "ask"}
+                for text in ("one", "two"):
+                    await c.call("session.queuePush", {**base, "content": text})
+                await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
+                first = await take(c, sid)
+                assert first is not None and first["content"] == "one"
+                assert await contents(c, sid) == ["two"]
+        finally:
+            await trio.to_thread.run_sync(lambda: stop(proc, kill=True))
+
+        # 2. offered again; this time a turn starts and the host dies before the prompt's line
+        proc = await trio.to_thread.run_sync(start_host_process, data)
+        try:
+            async with connect(proc) as c:
+                assert await contents(c, sid) == ["one", "two"]
+                await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
+                again = await take(c, sid)
+                assert again == first
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": f"t_{first['id']}",
+                                                   "environment": ENV})
+        finally:
+            await trio.to_thread.run_sync(lambda: stop(proc, kill=True))
+
+        # 3. the turn was fenced before its prompt landed: the prompt comes back under a new id; now it lands
+        proc = await trio.to_thread.run_sync(start_host_process, data)
+        try:
+            async with connect(proc) as c:
+                await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
+                back = await take(c, sid)
+                assert back is not None and back["content"] == "one" and back["id"] != first["id"]
+                turn = f"t_{back['id']}"
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": turn, "environment": ENV})
+                await c.call("session.appendMessage", {"sessionId": sid, "turnId": turn, "message": {
+                    "id": f"u_{back['id']}", "role": "user", "turnId": turn,
+                    "blocks": [{"type": "text", "text": "one"}]}})
+        finally:
+            await trio.to_thread.run_sync(lambda: stop(proc, kill=True))
+
+        # 4. its prompt landed before the host died: consumed; the next take is the next prompt
+        proc = await trio.to_thread.run_sync(start_host_process, data)
+        try:
+            async with connect(proc) as c:
+                await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
+                nxt = await take(c, sid)
+                assert nxt is not None and nxt["content"] == "two"
+                assert await user_texts(c, sid) == ["one"]  # exactly once
+                assert await contents(c, sid) == []
+        finally:
+            await trio.to_thread.run_sync(lambda: stop(proc, kill=False))
+
+
+async def test_a_controller_attaching_is_offered_what_was_taken_and_not_started(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, "agent", kind="agent") as c:
+            sid = (await c.call("session.create", {"title": "q"}))["id"]
+            await c.call("session.queuePush", {"sessionId": sid, "principal": "user", "permissionMode": "ask",
+                                               "content": "one"})
+            await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl-1"})
+            first = await take(c, sid, "ctl-1")
+            assert first is not None and await contents(c, sid) == []
+            # ctl-1 died; a new sidecar attaches and gets the same prompt (so does ctl-1 restarted)
+            await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl-2"})
+            assert await contents(c, sid) == ["one"]
+            assert await take(c, sid, "ctl-2") == first
+            await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl-2"})
+            assert await take(c, sid, "ctl-2") == first
+            # a turn that ran consumes it; nothing is handed out twice
+            turn = f"t_{first['id']}"
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": turn, "environment": ENV})
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": turn, "message": {
+                "id": f"u_{first['id']}", "role": "user", "turnId": turn, "blocks": [{"type": "text", "text": "one"}]}})
+            await c.call("session.endTurn", {"sessionId": sid, "turnId": turn, "status": "completed"})
+            await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl-3"})
+            assert await take(c, sid, "ctl-3") is None and await contents(c, sid) == []

@@ -1,0 +1,143 @@
+"""store/queue.py leases: a handed-out entry leaves the queue only once its turn ran (no trio).
+
+Before leases ``take`` deleted the entry it handed out: a controller (or the host) that died between the
+take and the prompt's line lost the person's acknowledged prompt for good.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from store import fence, queue, turns
+from store.upgrade.migrations import migrate
+from store.upgrade.schema import message_mid
+from tests.queue.conftest import NOW_MS, add_session, open_queue_db
+from tests.queue.test_store_queue import ids, push
+
+
+def start(conn: sqlite3.Connection, turn_id: str, sid: str = "s1") -> None:
+    turns.start_turn(conn, session_id=sid, turn_id=turn_id, provider_id=None, model_id=None, snapshot=None,
+                     now_ms=NOW_MS)
+
+
+def end(conn: sqlite3.Connection, turn_id: str, status: str, sid: str = "s1") -> None:
+    turns.end_turn(conn, session_id=sid, turn_id=turn_id, status=status, error_code=None, usage=None,
+                   create_notification=False, now_ms=NOW_MS)
+
+
+def message(conn: sqlite3.Connection, seq: int, role: str, turn_id: str | None, sid: str = "s1") -> None:
+    ordinal = conn.execute("SELECT ordinal FROM sessions WHERE id = ?", (sid,)).fetchone()[0]
+    conn.execute("INSERT INTO messages(mid, id, session_id, turn_id, seq, role, text, created_at) "
+                 "VALUES (?,?,?,?,?,?,?,?)",
+                 (message_mid(ordinal, seq), f"m{seq}", sid, turn_id, seq, role, "hi", NOW_MS))
+    conn.execute("UPDATE sessions SET last_seq = ? WHERE id = ?", (seq, sid))
+
+
+def lease(conn: sqlite3.Connection, entry_id: str) -> tuple[str | None, str | None]:
+    row = conn.execute("SELECT lease, lease_turn_id FROM turn_queue WHERE id = ?", (entry_id,)).fetchone()
+    return (row[0], row[1]) if row else ("gone", None)
+
+
+def test_a_taken_entry_is_hidden_but_kept_and_the_next_turn_carries_it(db: sqlite3.Connection) -> None:
+    a = push(db, content="a", key="k").plan.entry
+    assert a is not None
+    out = queue.take(db, "s1", now_ms=NOW_MS)
+    assert out.plan.entry is not None and out.plan.entry.id == a.id and out.entries == ()
+    assert lease(db, a.id) == ("taken", None)
+    assert push(db, content="a", key="k").plan.replayed  # its key still answers a retried push
+    start(db, "t1")
+    assert lease(db, a.id) == ("started", "t1")
+
+
+def test_a_restart_offers_the_taken_entry_again_first_and_listed(db: sqlite3.Connection) -> None:
+    a, b = (push(db, content=x).plan.entry for x in "ab")
+    assert a and b
+    queue.take(db, "s1", now_ms=NOW_MS)
+    report = fence.interruption_fence(db, now_ms=NOW_MS, boot_id="b1")
+    assert report["offeredQueueEntries"] == 1
+    assert ids(db) == [a.id, b.id]  # the person sees it waiting again, first
+    again = queue.take(db, "s1", now_ms=NOW_MS)
+    assert again.plan.entry is not None and again.plan.entry.id == a.id
+    nxt = queue.take(db, "s1", now_ms=NOW_MS)  # the controller moved on: a is consumed
+    assert nxt.plan.entry is not None and nxt.plan.entry.id == b.id and lease(db, a.id)[0] == "gone"
+
+
+def test_a_turn_that_ran_consumes_its_entry(db: sqlite3.Connection) -> None:
+    for status in ("completed", "error"):
+        a = push(db, content=status, key=status).plan.entry
+        assert a is not None
+        queue.take(db, "s1", now_ms=NOW_MS)
+        start(db, f"t-{status}")
+        end(db, f"t-{status}", status)
+        assert queue.take(db, "s1", now_ms=NOW_MS).plan.entry is None
+        assert lease(db, a.id)[0] == "gone"
+        assert push(db, content=status, key=status).plan.replayed  # the ledger remembers the delivered key
+
+
+def test_an_aborted_turn_whose_prompt_landed_consumes_its_entry(db: sqlite3.Connection) -> None:
+    a = push(db, content="a").plan.entry
+    assert a is not None
+    queue.take(db, "s1", now_ms=NOW_MS)
+    start(db, "t1")
+    message(db, 1, "user", "t1")
+    turns.abort_running(db, "s1", NOW_MS)
+    assert queue.take(db, "s1", now_ms=NOW_MS).plan.entry is None and lease(db, a.id)[0] == "gone"
+    # a prompt appended without its turn id, after the hand-out, counts too
+    b = push(db, content="b").plan.entry
+    assert b is not None
+    queue.take(db, "s1", now_ms=NOW_MS)
+    start(db, "t2")
+    message(db, 2, "user", None)
+    turns.abort_running(db, "s1", NOW_MS)
+    assert queue.take(db, "s1", now_ms=NOW_MS, new_id="q-back").plan.entry is None and lease(db, b.id)[0] == "gone"
+
+
+def test_an_aborted_turn_whose_prompt_never_landed_puts_its_entry_back_under_a_new_id(
+        db: sqlite3.Connection) -> None:
+    message(db, 1, "user", None)  # older history does not count
+    a, b = (push(db, content=x, key=x).plan.entry for x in "ab")
+    assert a and b
+    queue.prioritize(db, "s1", b.id, now_ms=NOW_MS)
+    queue.take(db, "s1", now_ms=NOW_MS)  # b (promoted)
+    start(db, "t1")
+    fence.interruption_fence(db, now_ms=NOW_MS, boot_id="b1")  # the host died before the prompt's line
+    assert lease(db, b.id) == ("started", "t1")
+    out = queue.take(db, "s1", now_ms=NOW_MS, new_id="q-back")
+    assert out.plan.entry is not None and out.plan.entry.id == "q-back"  # first again: it keeps its priority
+    back = db.execute("SELECT content, idempotency_key, position, priority FROM turn_queue WHERE id = 'q-back'"
+                      ).fetchone()
+    assert back == ("b", "b", b.position, 1) and lease(db, b.id)[0] == "gone"
+    assert push(db, content="b", key="b").plan.entry.id == "q-back"  # type: ignore[union-attr]
+    assert ids(db) == [a.id]
+
+
+def test_another_controller_is_offered_what_the_last_one_took(db: sqlite3.Connection) -> None:
+    a = push(db, content="a").plan.entry
+    assert a is not None
+    queue.take(db, "s1", now_ms=NOW_MS)
+    assert queue.offer_again(db, "s2") == 0 and queue.offer_again(db, "s1") == 1
+    assert queue.take(db, "s1", now_ms=NOW_MS).plan.entry.id == a.id  # type: ignore[union-attr]
+    start(db, "t1")
+    assert queue.offer_again(db, "s1") == 0  # a started entry stays with its turn
+
+
+def test_a_collaboration_admission_handed_out_is_dropped_when_its_delivery_begins(db: sqlite3.Connection) -> None:
+    a = push(db, content="a", smid="d1").plan.entry
+    assert a is not None
+    queue.take(db, "s1", now_ms=NOW_MS)
+    out = queue.drop(db, "s1", a.id, now_ms=NOW_MS)
+    assert out.plan.entry is not None and lease(db, a.id)[0] == "gone"
+
+
+def test_the_v30_step_leaves_every_entry_waiting(tmp_path: Path) -> None:
+    conn = open_queue_db(tmp_path / "pi.sqlite")
+    add_session(conn, "s1")
+    a = push(conn, content="a").plan.entry
+    assert a is not None
+    for column in ("lease", "lease_turn_id", "lease_seq"):
+        conn.execute(f"ALTER TABLE turn_queue DROP COLUMN {column}")
+    conn.execute("PRAGMA user_version = 29")
+    assert migrate(conn, tmp_path / "pi.sqlite", now_ms=NOW_MS).applied == [30]
+    assert ids(conn) == [a.id] and lease(conn, a.id) == (None, None)
+    assert queue.take(conn, "s1", now_ms=NOW_MS).plan.entry.id == a.id  # type: ignore[union-attr]
