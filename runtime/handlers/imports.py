@@ -58,7 +58,7 @@ from store.indexing import index
 from store.interchange.import_write import ImportTarget, apply_index, publish, undo
 from store.interchange.importers import default_root, discover
 from store.interchange.importers.common import SessionReport, SourceUnit
-from store.interchange.imports import ImportSummary, finish, prepare_unit, refuse_after
+from store.interchange.imports import ImportSummary, finish, prepare_unit, refuse_after, resolve_unit
 from store.receipts import ReceiptKey
 from store.rules import MAX_IMPORT_SESSIONS
 
@@ -256,6 +256,8 @@ async def _one(ctx: HostContext, imports: Imports, unit: SourceUnit, dry_run: bo
         now = ctx.now()
         return await ctx.read(lambda conn: prepare_unit(conn, unit, target, now_ms=now, dry_run=True).report)
     registry = ctx.services.sessions
+    given = unit
+    unit = await ctx.read(lambda conn: resolve_unit(conn, given))  # a session an earlier importer named
     sid = unit.session_id
     started_here = not registry.running(sid)
     try:

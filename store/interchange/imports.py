@@ -7,7 +7,8 @@ origin row) is ``unchanged`` without being parsed; an index that trails its
 transcript is caught up first (reconcile); then stage → publish → one
 transaction, with the undo on failure. :func:`import_root` does it for every
 session a tool keeps under a root, one transaction per session, with a
-progress callback. Bad input never raises: it is a refused report.
+progress callback. Bad input never raises: it is a refused report. A unit whose transcript an
+earlier version of its importer named otherwise is imported into that session (:func:`resolve_unit`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sqlite3
 import stat
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from store.fsutil import open_nofollow
 from store.indexing import index, reconcile
 from store.indexing.database import in_transaction
 from store.interchange.import_write import (
+    HOST_IMPORTER,
     IMPORT_RULES,
     ImportTarget,
     Spans,
@@ -38,8 +40,8 @@ from store.interchange.import_write import (
     stage,
     undo,
 )
-from store.interchange.importers import content_fingerprint, discover
-from store.interchange.importers.common import Refused, SessionReport, SourceUnit
+from store.interchange.importers import content_fingerprint, discover, former_ids, kept_as_imported
+from store.interchange.importers.common import Refused, SessionReport, SourceUnit, session_id_for
 from store.interchange.importers.report import MAX_UNKNOWN_KINDS, unknown_kinds
 from store.jsonio import loads_line
 from store.rules import MAX_IMPORT_REPORTS
@@ -55,6 +57,7 @@ __all__ = [
     "origin_row",
     "prepare_unit",
     "refuse_after",
+    "resolve_unit",
     "sources_unchanged",
 ]
 
@@ -99,6 +102,32 @@ def origin_row(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | No
         origin = {}
     return {"pluginId": row[0], "sourceId": row[1], "externalId": row[2], "label": row[3],
             "origin": origin if isinstance(origin, dict) else {}, "createdAt": row[5]}
+
+
+def _imported_files(origin: Mapping[str, Any] | None) -> set[str]:
+    """The source files an import record lists (its ``origin.files`` keys)."""
+    files = origin.get("files") if origin is not None else None
+    return set(files) if isinstance(files, Mapping) else set()
+
+
+def resolve_unit(conn: sqlite3.Connection, unit: SourceUnit) -> SourceUnit:
+    """``unit`` under the external id its transcript was imported with, when that is not its own.
+
+    An importer that changed how it names a session (:func:`~store.interchange.importers.former_ids`)
+    finds the session an earlier import created the way every import finds its session: by the id the
+    external id gives, and that session's import record. A former id counts when the record is this
+    source's host import and lists the unit's primary file, so a copy of a transcript elsewhere never
+    joins the session of its original. The unit comes back unchanged when a session has its own id.
+    """
+    if not unit.files or conn.execute("SELECT 1 FROM sessions WHERE id = ?", (unit.session_id,)).fetchone():
+        return unit
+    primary = str(unit.files[0])
+    for external in former_ids(unit):
+        row = origin_row(conn, session_id_for(unit.source, external))
+        if (row is not None and row["pluginId"] == HOST_IMPORTER and row["sourceId"] == unit.source
+                and primary in _imported_files(row["origin"])):
+            return replace(unit, external_id=external)
+    return unit
 
 
 def _fingerprint(path: Path, consumed: int) -> str | None:
@@ -194,6 +223,9 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
     on failure. The index must already cover the transcript (the caller caught it up).
     Never raises for bad input.
     """
+    earlier = resolve_unit(conn, unit)
+    if earlier is not unit:
+        return _prepare_elsewhere(conn, earlier, target, now_ms=now_ms, dry_run=dry_run)
     sid = unit.session_id
     report = SessionReport(unit.source, unit.external_id, sid)
     row = index.session_row(conn, sid)
@@ -207,6 +239,11 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
         return PreparedImport(report.refuse("READ_ERROR", str(exc)))
     if unchanged:
         report.status = "unchanged"
+        return PreparedImport(report)
+    kept = kept_as_imported(unit, _imported_files(origin["origin"])) if row is not None and origin else None
+    if kept is not None:  # e.g. subagent files without the main transcript the session was imported with
+        report.status = "unchanged"
+        report.message = kept
         return PreparedImport(report)
     spans = existing_spans(conn, sid) if row is not None else None
 
@@ -239,6 +276,32 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
     return PreparedImport(report, staged, status)
 
 
+def _prepare_elsewhere(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarget, *, now_ms: int,
+                      dry_run: bool) -> PreparedImport:
+    """:func:`prepare_unit` of a unit :func:`resolve_unit` gave back under another session's id than the
+    one it was called for (a caller that routes by ``unit.session_id`` without resolving first, e.g. to
+    that session's actor). Reading that session is safe: a dry run, or an import of sources it holds
+    already (``unchanged``). Writing it is not (it may have a live writer elsewhere): refused, and no
+    second session is started either.
+    """
+    if dry_run:
+        return prepare_unit(conn, unit, target, now_ms=now_ms, dry_run=True)
+    sid = unit.session_id
+    report = SessionReport(unit.source, unit.external_id, sid)
+    row = origin_row(conn, sid)
+    try:
+        unchanged = row is not None and sources_unchanged(unit, row["origin"])
+    except OSError as exc:
+        return PreparedImport(report.refuse("READ_ERROR", str(exc)))
+    if unchanged:
+        report.status = "unchanged"
+        return PreparedImport(report)
+    return PreparedImport(report.refuse(
+        "IMPORTED_AS_OTHER_SESSION", f"{unit.files[0]} changed since it was imported as session {sid} (under the "
+        "id an earlier version of the importer gave it); this import was not routed to that session, so nothing "
+        "was written and no second session was started"))
+
+
 def finish(prepared: PreparedImport) -> SessionReport:
     """The report of a prepared import that was published and indexed."""
     prepared.report.status = prepared.status
@@ -255,6 +318,7 @@ def import_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarget
     """Import one session on one connection (stage → publish → one transaction → report): the
     offline path (tests, the benchmark). A running host runs the same steps in the session's actor
     (``runtime/handlers/imports.py``). Never raises for bad input."""
+    unit = resolve_unit(conn, unit)
     if not dry_run:
         sid = unit.session_id
         try:

@@ -10,14 +10,15 @@ them. ``default_root`` is where each tool keeps its sessions.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType, ModuleType
 
 from store.interchange.importers import claude_code, codex, host_jsonl, opencode, pi
 from store.interchange.importers.common import SOURCES, ParseContext, Parsed, SourceUnit
 
-__all__ = ["IMPORTERS", "SOURCES", "content_fingerprint", "default_root", "discover", "parse"]
+__all__ = ["IMPORTERS", "SOURCES", "content_fingerprint", "default_root", "discover", "former_ids", "kept_as_imported",
+           "parse"]
 
 IMPORTERS: Mapping[str, ModuleType] = MappingProxyType({
     "claude-code": claude_code,
@@ -56,4 +57,19 @@ def content_fingerprint(unit: SourceUnit) -> str | None:
     """The digest a re-import compares for a source without per-session files (None: compare files)."""
     if unit.source == "opencode":
         return opencode.fingerprint(unit)
+    return None
+
+
+def former_ids(unit: SourceUnit) -> tuple[str, ...]:
+    """External ids an earlier version of the importer gave the unit's session (tried, in order, when no
+    session has the unit's own id: :func:`store.interchange.imports.resolve_unit`)."""
+    if unit.source == "claude-code":
+        return claude_code.former_ids(unit)
+    return ()
+
+
+def kept_as_imported(unit: SourceUnit, imported: Collection[str]) -> str | None:
+    """Why an import of ``unit`` must leave its session as imported from the files ``imported`` (None: import)."""
+    if unit.source == "claude-code":
+        return claude_code.kept_as_imported(unit, imported)
     return None

@@ -1,5 +1,9 @@
 """Claude Code transcripts: ``~/.claude/projects/<project>/<session>.jsonl`` (+ ``<session>/subagents/*.jsonl``).
 
+A session is named by its main transcript's file name whichever root imports it (a file, its project
+folder, ``~/.claude``); a subagent file given alone imports its whole session (:func:`_main_unit`,
+:func:`_file_unit`).
+
 One JSON object per line. What becomes what:
 
 * ``user`` / ``assistant`` lines (``message.content`` as in the Anthropic
@@ -52,7 +56,7 @@ from __future__ import annotations
 import functools
 import heapq
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,24 +115,124 @@ MAX_TASKS = 100_000
 def discover(root: Path) -> Iterator[SourceUnit]:
     """Sessions under a projects root, a project directory, or one file. Claude Code's config directory
     (``~/.claude``, ``CLAUDE_CONFIG_DIR``: it holds ``projects/``) is read as its projects root: its own
-    top-level files (the prompt history, settings) are not sessions."""
+    top-level files (the prompt history, settings) are not sessions.
+
+    Every route names a session alike (see :func:`_file_unit`), so a file imported alone and then through
+    its folder, or the other way round, is one session."""
     if root.is_dir() and (root / "projects").is_dir():
         root = root / "projects"  # no project directory has that name: a project's folder starts with "-"
     if root.is_file():
-        external = peek_field(root, ("sessionId",)) or root.stem
-        subs = sorted((root.parent / root.stem / "subagents").glob("*.jsonl"))
-        yield SourceUnit(SOURCE, external, (root, *subs))
+        yield _file_unit(root)
         return
     projects = [root] if any(root.glob("*.jsonl")) else sorted(p for p in root.iterdir() if p.is_dir())
     for project in projects:
         mains = {p.stem: p for p in sorted(project.glob("*.jsonl")) if p.is_file()}
-        for stem, main in mains.items():
-            subs = sorted((project / stem / "subagents").glob("*.jsonl"))
-            yield SourceUnit(SOURCE, stem, (main, *subs))
+        for main in mains.values():
+            yield _main_unit(main)
         for folder in sorted(p for p in project.iterdir() if p.is_dir() and p.name not in mains):
-            subs = sorted((folder / "subagents").glob("*.jsonl"))
-            if subs:  # subagent files whose main transcript is gone
-                yield SourceUnit(SOURCE, folder.name, tuple(subs))
+            if _subagent_files(folder):  # subagent files whose main transcript is gone
+                yield _orphan_unit(folder)
+
+
+SUBAGENTS = "subagents"
+"""The folder of a session's subagent transcripts: ``<project>/<session>/subagents/agent-<id>.jsonl``."""
+
+
+def _subagent_files(session_folder: Path) -> tuple[Path, ...]:
+    return tuple(sorted((session_folder / SUBAGENTS).glob("*.jsonl")))
+
+
+def _main_unit(main: Path) -> SourceUnit:
+    """A main transcript with its subagent files, named by its file name.
+
+    The identity rule of every route. Claude Code writes a session to ``<sessionId>.jsonl`` and finds it
+    again by that name, so for its own files the name and the lines' ``sessionId`` agree. A renamed file
+    is named by its name too: that is what a folder import (the common route: ``~/.claude``) has always
+    named it, and a folder may hold several copies of one session (two snapshots of a growing file, a
+    backup) that only their names tell apart; named by their ``sessionId`` they would overwrite each
+    other in one session. A single-file import named a renamed file by its lines' ``sessionId`` before:
+    :func:`former_ids` gives that name, so the import finds such a session again
+    (:func:`store.interchange.imports.resolve_unit`) instead of starting a second one.
+    """
+    return SourceUnit(SOURCE, main.stem, (main, *_subagent_files(main.with_suffix(""))))
+
+
+def _orphan_unit(session_folder: Path) -> SourceUnit:
+    """The subagent files of a session whose main transcript is not there (named by their folder, the
+    session's id); see :func:`kept_as_imported` for a session imported with its main transcript before."""
+    return SourceUnit(SOURCE, session_folder.name, _subagent_files(session_folder))
+
+
+def _file_unit(path: Path) -> SourceUnit:
+    """The session a single-file root belongs to, named as a folder import names it.
+
+    A subagent file given alone (``<dir>/<session>/subagents/agent-*.jsonl``; its lines carry the
+    parent's ``sessionId``) imports its whole session: the main transcript ``<dir>/<session>.jsonl`` with
+    every subagent file, the unit the folder route yields. A user pointing at one agent's file expects
+    the conversation it belongs to, and its rows need the main transcript's ``Task`` calls for their
+    links: imported alone they lost them and replaced the parent's linked rows. Without the main
+    transcript it is the folder route's unit of the session's subagent files, which never rewrites a
+    session imported with its main transcript (:func:`kept_as_imported`).
+    """
+    if path.suffix == ".jsonl" and path.parent.name == SUBAGENTS:
+        session_folder = path.parent.parent
+        main = session_folder.with_name(f"{session_folder.name}.jsonl")
+        return _main_unit(main) if main.is_file() else _orphan_unit(session_folder)
+    if _is_agent_transcript(path):  # an agent's file moved out of its session's folder: its parent is unknown
+        return SourceUnit(SOURCE, peek_field(path, ("sessionId",)) or path.stem, (path,))
+    return _main_unit(path)
+
+
+def _is_agent_transcript(path: Path) -> bool:
+    """Whether the file is one subagent's transcript: its first line with ``isSidechain`` is a sidechain
+    naming its agent (a main transcript's is not; Claude Code 1.x inline sidechains come later)."""
+    try:
+        reader = LineReader(path, max_line_bytes=8 << 20, chunk=1 << 16)
+        for n, line in enumerate(reader):
+            rec = parse_object(line.data) if line.data is not None else None
+            if rec is not None and "isSidechain" in rec:
+                return rec["isSidechain"] is True and isinstance(rec.get("agentId"), str) and bool(rec["agentId"])
+            if n >= 64:
+                break
+    except OSError:
+        pass
+    return False
+
+
+def _has_main(unit: SourceUnit) -> bool:
+    """Whether the unit holds its session's main transcript (named by its file name: :func:`_main_unit`)."""
+    return bool(unit.files) and unit.files[0].stem == unit.external_id
+
+
+def former_ids(unit: SourceUnit) -> tuple[str, ...]:
+    """The external ids an earlier version of this importer gave the unit's session by another route.
+
+    A single-file root was named by its lines' ``sessionId``: for a renamed main transcript that is
+    another session id than its name gives (:func:`_main_unit`)."""
+    if not _has_main(unit):
+        return ()
+    named = peek_field(unit.files[0], ("sessionId",))
+    return (named,) if named and named != unit.external_id else ()
+
+
+def kept_as_imported(unit: SourceUnit, imported: Collection[str]) -> str | None:
+    """Why an import of ``unit`` must leave its existing session as it is (None: import it).
+
+    ``imported`` are the files the session's import record lists. A unit of subagent files only, for a
+    session imported with its main transcript (named ``<session>.jsonl``, not in the unit: gone, or the
+    subagent file was given alone away from it): the links of the subagent rows to the ``Task`` calls
+    that spawned them come from the main transcript, so without it the import would replace the linked
+    rows with unlinked ones. Nothing is written; importing the main transcript or its folder updates it.
+    """
+    if _has_main(unit):
+        return None
+    have = {str(p) for p in unit.files}
+    main = next((p for p in imported if Path(p).name == f"{unit.external_id}.jsonl" and p not in have), None)
+    if main is None:
+        return None
+    return (f"the session was imported with its main transcript {main}, which this import does not hold: its "
+            "subagent files alone would drop their rows' links to the Task calls that spawned them, so the "
+            "session is kept as imported (import the main transcript or its project folder to update it)")
 
 
 @dataclass
@@ -792,4 +896,4 @@ def _plain_text(content: Any) -> str | None:
     return None
 
 
-__all__ = ["SOURCE", "discover", "parse"]
+__all__ = ["SOURCE", "discover", "former_ids", "kept_as_imported", "parse"]
