@@ -12,8 +12,8 @@ from           event                                       to
 (new)          otherwise                                   pending
 pending        a UI answers (once)                         allowed / denied /
                                                            answered
-pending        ``expires_at`` passed (checked on read or   expired
-               answer)
+pending        ``expires_at`` passed (written on answer,   expired
+               shown so by reads, and by the next boot)
 pending        its turn ended                              cancelled
 pending        host restart (boot fence)                   interrupted
 anything else  an answer                                   ``CONFLICT``
@@ -379,16 +379,26 @@ def interrupt_pending(conn: sqlite3.Connection, now_ms: int) -> dict[str, int]:
     return out
 
 
-def decisions_for_turns(conn: sqlite3.Connection, session_id: str, turn_ids: Iterable[str]) -> list[dict[str, Any]]:
-    """Every request of these turns that is no longer pending, oldest first (``session.get``)."""
+def decisions_for_turns(conn: sqlite3.Connection, session_id: str, turn_ids: Iterable[str],
+                        now_ms: int | None = None) -> list[dict[str, Any]]:
+    """Every request of these turns that is no longer pending, oldest first (``session.get``).
+
+    A row still ``pending`` past its deadline at ``now_ms`` is shown ``expired`` (resolved at its
+    deadline), as an answer or the next restart would settle it: a read does not write, and the
+    request is in neither ``approvals.pending`` nor the decisions otherwise."""
     ids = sorted(set(turn_ids))
     out: list[dict[str, Any]] = []
+    lapsed = "" if now_ms is None else " OR (status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?)"
     for kind in KINDS:
         sql, row = _select(kind)
         for marks, chunk in in_chunks(ids):
-            out.extend(row(r) for r in conn.execute(
-                f"{sql} WHERE session_id = ? AND turn_id IN ({marks}) AND status <> 'pending'",
-                (session_id, *chunk)))
+            args = (session_id, *chunk) if now_ms is None else (session_id, *chunk, now_ms)
+            for r in conn.execute(
+                    f"{sql} WHERE session_id = ? AND turn_id IN ({marks}) AND (status <> 'pending'{lapsed})", args):
+                found = row(r)
+                if found["status"] == "pending":
+                    found.update(status="expired", resolvedAt=found["expiresAt"])
+                out.append(found)
     out.sort(key=lambda r: (r.get("resolvedAt") or r["createdAt"], r["requestId"]))
     return out
 

@@ -155,7 +155,7 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
     turns = {r[4] for r in rows if r[4] is not None}
     if w.end >= total:  # the newest window: also the turns that have no row yet (asked before replying)
         turns.update(_turns_after(conn, sid, total))
-    decisions = approvals.decisions_for_turns(conn, sid, turns) if turns else []
+    decisions = approvals.decisions_for_turns(conn, sid, turns, now_ms) if turns else []
     if decisions:
         w.reply = with_field(w.reply, "decisions", decisions)
     return w
@@ -189,7 +189,7 @@ def prepare_reads(conn: sqlite3.Connection) -> None:
     index.window_spans(conn, none, 0, 0)
     attachments.evicted_marks(conn, none, 1, 0)
     _turns_after(conn, none, 0)
-    approvals.decisions_for_turns(conn, none, [none])
+    approvals.decisions_for_turns(conn, none, [none], 0)
     conn.execute("BEGIN")  # read_cold's snapshot
     conn.execute("ROLLBACK")
 
@@ -241,10 +241,13 @@ def fit_rows(w: Window, req: WindowRequest, compaction_bytes: int,
         return []
     whole = req.limit is None and req.start is None and req.before is None and req.around is None
     if req.limit is not None:
-        rows = _fit_rows(list(spans(False)), w, req, room)
+        listed = list(spans(False))
+        rows = _fit_rows(listed, w, req, room)
+        first = _first_kept(listed, w, req)
     else:
         newest_first = req.start is None and not whole
         rows = _cut(spans(newest_first), room)
+        first = next(iter(spans(newest_first)), None) if not rows else None
         if len(rows) == w.end - w.start:
             return sorted(rows)
         if whole:
@@ -253,10 +256,21 @@ def fit_rows(w: Window, req: WindowRequest, compaction_bytes: int,
                 "it in pages (messageEnd with messageLimit or maxBytes, starting at 0, until hasMoreAfter is false)",
                 data={"limit": budget, "messages": w.end - w.start, "paging": _PAGING})
     if not rows:
+        needed = fixed + (int(first[_LEN]) if first is not None else 0) + PER_MESSAGE_OVERHEAD
         raise PayloadTooLarge(
-            f"one message of this window is larger than the reply budget of {budget} bytes",
-            data={"limit": budget, "field": "maxBytes", "paging": _PAGING})
+            f"one message of this window is larger than the reply budget of {budget} bytes: maxBytes {needed} "
+            "holds it (data.needed)",
+            data={"limit": budget, "needed": needed, "field": "maxBytes", "paging": _PAGING})
     return sorted(rows)
+
+
+def _first_kept(rows: Sequence[Any], w: Window, req: WindowRequest) -> Any:
+    """The row a cut window keeps first (:func:`_fit_rows`): the target, the newest, or the oldest."""
+    if not rows:
+        return None
+    if req.around is not None and w.target_pos is not None:
+        return next((r for r in rows if int(r[0]) == w.target_pos + 1), rows[0])
+    return rows[-1] if req.start is None else rows[0]
 
 
 def _fit_rows(rows: list[Any], w: Window, req: WindowRequest, room: int) -> list[Any]:
@@ -358,7 +372,7 @@ def read_cold(conn: sqlite3.Connection, sid: str, path: Path, req: WindowRequest
         plan = plan_reconcile(path, row["_indexedLen"], row["_fileEpoch"])
         if plan.kind != "clean" or plan.file_len != row["_indexedLen"]:
             return Window(row=row, plan_kind=plan.kind)
-        w = read_warm(conn, sid, path, int(row["messageCount"]), req, row, derived_fresh=True)
+        w = read_warm(conn, sid, path, int(row["messageCount"]), req, row, derived_fresh=True, now_ms=now_ms)
         w.row, w.plan_kind, w.file_len, w.epoch = row, plan.kind, plan.file_len, plan.epoch
         return w
     finally:

@@ -156,6 +156,22 @@ async def test_a_late_answer_is_refused_and_the_request_expires(tmp_path: Path) 
             assert decision_lines(tmp_path, sid) == []
 
 
+async def test_a_request_past_its_deadline_reads_expired_before_anything_touches_it(tmp_path: Path) -> None:
+    """It left ``approvals.pending`` at its deadline; ``session.get``'s decisions did not list it until an
+    answer or a restart wrote ``expired``: for that while it was in no read."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c:
+            sid = await session_with_turn(c)
+            deadline = host.services.now_ms() + 300
+            rid = (await ask(c, sid, expiresAt=deadline))["request"]["requestId"]
+            assert "decisions" not in await c.call("session.get", {"sessionId": sid})  # pending, in time
+            await trio.sleep(0.4)
+            assert (await c.call("approvals.pending", {"sessionId": sid}))["pending"] == []
+            shown = (await c.call("session.get", {"sessionId": sid}))["decisions"]
+            assert [(d["requestId"], d["status"], d["resolvedAt"]) for d in shown] == [(rid, "expired", deadline)]
+            assert rows(tmp_path, "SELECT status FROM approvals") == [("pending",)]  # a read writes nothing
+
+
 async def test_the_sidecar_cannot_answer_its_own_request(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c:

@@ -177,6 +177,38 @@ async def test_whole_history_read_is_capped_and_streams_in_pages(tmp_path: Path)
             assert [m["id"] for m in small["messages"]] == ["m297", "m298", "m299"]
 
 
+async def test_a_page_too_small_for_one_message_names_the_budget_that_holds_it(tmp_path: Path) -> None:
+    """Paging forward with a small ``maxBytes`` stopped at a larger message with PAYLOAD_TOO_LARGE and no
+    way on but guessing: the error names the smallest budget that holds that message, and a page with it
+    returns it, so a reader goes on through every message exactly once."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, kind="ui") as c:
+            sid = str((await c.call("session.create", {"title": "mixed"}))["id"])
+            texts = ["short"] * 3 + [TEXT] + ["short"] * 3  # one ~16 KB message among small ones
+            for i, text in enumerate(texts):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"m{i}", text)})
+            seen: list[str] = []
+            end, budget, raised = 0, 4_000, []
+            while True:
+                try:
+                    page = await c.call("session.get", {"sessionId": sid, "messageEnd": end, "maxBytes": budget})
+                except RpcError as exc:
+                    assert exc.data_code == "PAYLOAD_TOO_LARGE" and exc.data["limit"] == budget
+                    raised.append(exc.data["needed"])
+                    assert 16_000 < exc.data["needed"] < 20_000
+                    page = await c.call("session.get", {"sessionId": sid, "messageEnd": end,
+                                                        "maxBytes": exc.data["needed"]})
+                    assert [m["id"] for m in page["messages"]][:1] == ["m3"]
+                    with pytest.raises(RpcError):  # one byte less does not hold it
+                        await c.call("session.get", {"sessionId": sid, "messageEnd": end,
+                                                     "maxBytes": exc.data["needed"] - 1})
+                seen += [m["id"] for m in page["messages"]]
+                end = page["messageEnd"]
+                if not page["hasMoreAfter"]:
+                    break
+            assert seen == [f"m{i}" for i in range(len(texts))] and len(raised) == 1
+
+
 async def test_batch_of_window_reads_shares_the_batch_budget(tmp_path: Path) -> None:
     """Finding "one 17.9 KB frame holding a batch of 150 session.get calls on a 9.5 MB session drove the
     host to 7.2 GB RSS and MemoryError; a 5.9 KB batch of 50 produced a 477 MB reply": the batch's reads
