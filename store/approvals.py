@@ -388,13 +388,14 @@ def decisions_for_turns(conn: sqlite3.Connection, session_id: str, turn_ids: Ite
     request is in neither ``approvals.pending`` nor the decisions otherwise."""
     ids = sorted(set(turn_ids))
     out: list[dict[str, Any]] = []
-    lapsed = "" if now_ms is None else " OR (status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?)"
+    lapsed_at = -1 if now_ms is None else now_ms  # one statement shape (prepared once per connection)
     for kind in KINDS:
         sql, row = _select(kind)
         for marks, chunk in in_chunks(ids):
-            args = (session_id, *chunk) if now_ms is None else (session_id, *chunk, now_ms)
             for r in conn.execute(
-                    f"{sql} WHERE session_id = ? AND turn_id IN ({marks}) AND (status <> 'pending'{lapsed})", args):
+                    f"{sql} WHERE session_id = ? AND turn_id IN ({marks}) AND (status <> 'pending' "
+                    "OR (status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?))",
+                    (session_id, *chunk, lapsed_at)):
                 found = row(r)
                 if found["status"] == "pending":
                     found.update(status="expired", resolvedAt=found["expiresAt"])
