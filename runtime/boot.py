@@ -41,6 +41,7 @@ from store.indexing.reconcile import TailScan, apply_plan, plan_reconcile, resto
 from store.inflight import sweep as sweep_inflight
 from store.plans import sweep_intents
 from store.queue import forget_session as forget_queue
+from store.queue import settle_after_restart
 from store.rules import SESSION_ID_RE
 from store.transcripts.session_files import finish_delete, pending_deletes
 from store.upgrade.attachment_adopt import adopt_pending
@@ -250,6 +251,9 @@ def run_boot(
         report["inflight"] = inflight_sweep(conn, data_dir, now)
     else:
         report["inflight"] = inflight_boot_sweep(conn, data_dir, now, faults=faults)
+    # 4b. queue entries whose turn the fence ended: consumed if their prompt landed, else waiting again
+    with transaction(conn):
+        report["queue"] = settle_after_restart(conn, now_ms=now)
     between("the scratch sweep")
     # 5. scratch / review snapshots of sessions that no longer exist
     existing = session_ids(conn)

@@ -290,7 +290,8 @@ ERROR_MEANINGS: dict[str, str] = {
     "SESSION_NOT_FOUND": "No session with that id.",
     "MESSAGE_NOT_FOUND": "No message with that id in the session (a cut or anchor is never guessed).",
     "NOT_FOUND": "Another named thing (turn, queue entry, revision, subscription) does not exist.",
-    "CONFLICT": "The request conflicts with current state (e.g. id already exists, reorder of a promoted entry; a "
+    "CONFLICT": "The request conflicts with current state (e.g. id already exists, reorder of a promoted entry, a "
+                "prompt for a turn that was aborted; a "
                 "transcript another program wrote to or replaced: nothing was written, the next call finds it "
                 "reconciled).",
     "IDEMPOTENCY_CONFLICT": "`submissionId` (or queue `idempotencyKey`) reused with a different request.",

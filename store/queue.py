@@ -39,7 +39,9 @@ idempotency key and its place:
 
 * the turn that starts next in the session carries it (``started``,
   :func:`bind_lease`, in the turn's own transaction);
-* the controller's next take settles it first: a ``taken`` entry it never
+* the controller's next take settles it first (so do the turn's end and, for
+  turns a restart cut, boot after the reconcile: :func:`settle_started`,
+  :func:`settle_after_restart`): a ``taken`` entry it never
   started is consumed (the controller moved on); a ``started`` one is
   consumed when its turn ran (completed or failed, or a message of the turn,
   or a user message after the hand-out, is in the session) and otherwise
@@ -55,12 +57,13 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 import orjson
 
+from store import ids
 from store.errors import (
     Conflict,
     CorruptData,
@@ -407,32 +410,40 @@ def plan_reorder(snap: Snapshot, entry_id: str, direction: str) -> Plan:
                 entry=replace(entry, position=other.position))
 
 
-def plan_take(snap: Snapshot, *, ran: frozenset[str] = frozenset(), last_seq: int = 0,
-              new_id: str | None = None) -> Plan:
-    """Settle what was handed out before, then lease the next entry (an empty plan when none waits).
-
-    Called only while no turn of the session runs. ``ran``: the ``started`` entries whose turn ran
-    (:func:`turns_ran`); ``new_id``: the id a ``started`` entry whose turn did not run waits under
-    again; ``last_seq``: the session's last seq now (a user message after it means a prompt landed).
-    """
-    offered = next((e for e in snap.entries if e.lease == "offered"), None)
-    if offered is not None:  # a restart or a new controller: the same entry again
-        return Plan(effects=(SetLease(offered.id, "taken", last_seq),), entry=offered)
+def _settle(snap: Snapshot, *, ran: frozenset[str], new_id: Callable[[], str],
+            taken: bool) -> tuple[list[Effect], list[Entry]]:
+    """Effects settling the handed-out entries (``started`` ones; ``taken`` ones too when ``taken``),
+    and the entries that wait afterwards. Only while no turn of the session runs."""
     effects: list[Effect] = []
     consumed = snap.consumed
     waiting = list(snap.entries)
-    for entry in snap.leased:
+    settled = [e for e in snap.leased if taken or e.lease == "started"]
+    for entry in settled:
         if entry.lease == "started" and entry.id not in ran:
-            if new_id is None:
-                raise ValueError("plan_take needs new_id to put back an entry whose turn did not run")
-            back = replace(entry, id=new_id, lease=None, lease_turn_id=None, lease_seq=None)
+            back = replace(entry, id=new_id(), lease=None, lease_turn_id=None, lease_seq=None)
             effects += [Delete(entry.id), Insert(back)]
             waiting.append(back)
             continue
         effects.append(Delete(entry.id))  # taken and not started (the controller moved on), or ran
         consumed = _remember(replace(snap, consumed=consumed), entry)
-    if snap.leased:
+    if settled:
         effects.append(WriteLedger(snap.high_water, consumed, snap.session_created_at))
+    return effects, waiting
+
+
+def plan_take(snap: Snapshot, *, ran: frozenset[str] = frozenset(), last_seq: int = 0,
+              new_id: Callable[[], str] = lambda: new_entry_id()) -> Plan:
+    """Settle what was handed out before, then lease the next entry (an empty plan when none waits).
+
+    Called only while no turn of the session runs. ``ran``: the ``started`` entries whose turn ran
+    (:func:`turns_ran`); ``new_id``: gives the id a ``started`` entry whose turn did not run waits
+    under again; ``last_seq``: the session's last seq now (a user message after it means a prompt
+    landed).
+    """
+    offered = next((e for e in snap.entries if e.lease == "offered"), None)
+    if offered is not None:  # a restart or a new controller: the same entry again
+        return Plan(effects=(SetLease(offered.id, "taken", last_seq),), entry=offered)
+    effects, waiting = _settle(snap, ran=ran, new_id=new_id, taken=True)
     if waiting:
         entry = delivery_order(waiting)[0]
         transition(entry, "take")
@@ -586,16 +597,39 @@ def reorder(conn: sqlite3.Connection, session_id: str, entry_id: str, direction:
     return _run(conn, session_id, plan_reorder(load(conn, session_id), entry_id, direction), now_ms, faults)
 
 
-def take(conn: sqlite3.Connection, session_id: str, *, now_ms: int, new_id: str | None = None,
-         faults: Faults = NO_FAULTS) -> Outcome:
+def take(conn: sqlite3.Connection, session_id: str, *, now_ms: int, faults: Faults = NO_FAULTS) -> Outcome:
     """Settle the entries handed out before and lease the next (no running turn: the caller checks).
 
     The index must cover the session's acknowledged appends (a read barrier first): whether a
     handed-out prompt landed is read from it."""
     snap = load(conn, session_id)
     ran = turns_ran(conn, snap.leased)
-    return _run(conn, session_id, plan_take(snap, ran=ran, last_seq=_last_seq(conn, session_id), new_id=new_id),
-                now_ms, faults)
+    return _run(conn, session_id, plan_take(snap, ran=ran, last_seq=_last_seq(conn, session_id)), now_ms, faults)
+
+
+def settle_started(conn: sqlite3.Connection, session_id: str, *, now_ms: int,
+                   faults: Faults = NO_FAULTS) -> Outcome:
+    """Settle the session's ``started`` entries whose turn ended (no turn of it runs: the caller
+    checks): consumed if the turn ran, else waiting again under a new id. The index must cover the
+    session's acknowledged appends."""
+    snap = load(conn, session_id)
+    effects, _ = _settle(snap, ran=turns_ran(conn, snap.leased), new_id=new_entry_id, taken=False)
+    return _run(conn, session_id, Plan(effects=tuple(effects)), now_ms, faults)
+
+
+def settle_after_restart(conn: sqlite3.Connection, *, now_ms: int) -> dict[str, int]:
+    """Boot, after the fence and the reconcile (the index holds every line): every ``started`` entry's
+    turn has ended; settle them, so a prompt whose turn was cut before it landed is listed again."""
+    out = {"consumed": 0, "waitingAgain": 0}
+    sessions = [r[0] for r in conn.execute("SELECT DISTINCT session_id FROM turn_queue WHERE lease = 'started'")]
+    for sid in sessions:
+        if has_running_turn(conn, sid):
+            continue
+        effects = settle_started(conn, sid, now_ms=now_ms).plan.effects
+        back = sum(isinstance(e, Insert) for e in effects)
+        out["waitingAgain"] += back
+        out["consumed"] += sum(isinstance(e, Delete) for e in effects) - back
+    return out
 
 
 def drop(conn: sqlite3.Connection, session_id: str, entry_id: str, *, now_ms: int,
@@ -626,6 +660,10 @@ def turns_ran(conn: sqlite3.Connection, leased: Sequence[Entry]) -> frozenset[st
         if landed is not None:
             ran.add(entry.id)
     return frozenset(ran)
+
+
+def new_entry_id() -> str:
+    return "q_" + ids.new_id()
 
 
 def has_leases(conn: sqlite3.Connection, session_id: str) -> bool:

@@ -27,7 +27,7 @@ from typing import Any
 from actors.events import Event
 from actors.session_context import SessionContext
 from protocol import models as m
-from runtime.handlers import turn_aftermath
+from runtime.handlers import queue, turn_aftermath
 from runtime.handlers.host_lines import append_record
 from store import inflight, turns
 from store.attachments import mark_evicted_blocks
@@ -285,6 +285,7 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
         ctx.publish("turn.ended", {"turn": result["turn"]})
         if aftermath:
             turn_aftermath.publish(ctx, aftermath[-1])
+        await queue.after_turn_end(ctx)
     return result
 
 

@@ -23,10 +23,9 @@ from protocol import models as m
 from store import queue
 from store.attachments import mark_evicted_blocks
 from store.errors import Conflict
-from store.ids import new_id
 from store.receipts import ReceiptKey
 
-__all__ = ["QueueControl", "attach", "list_queue", "prioritize", "push", "remove", "reorder", "take"]
+__all__ = ["QueueControl", "after_turn_end", "attach", "list_queue", "prioritize", "push", "remove", "reorder", "take"]
 
 SERVICE = "queue"
 TOPIC = "session.queue"
@@ -86,7 +85,7 @@ async def push(ctx: SessionContext, p: m.QueuePushParams, key: ReceiptKey | None
         attachments=tuple(p.attachments or ()),
         session_message_id=p.session_message_id,
     )
-    entry_id = "q_" + new_id()
+    entry_id = queue.new_entry_id()
     now, sid, faults = ctx.now(), ctx.sid, ctx.faults
     outcome: list[queue.Outcome] = []
     states: list[dict[str, Any]] = []
@@ -176,6 +175,28 @@ async def attach(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKe
     return state
 
 
+async def after_turn_end(ctx: SessionContext) -> None:
+    """A turn of the session ended: settle the entry it carried (``store/queue.py``, leases) and, when
+    prompts wait, say so on ``session.queue``: a controller that is not the one that ended the turn
+    (a new sidecar after ``recoverInflight``) has no other signal to take the next one."""
+    sid, now, faults, slot = ctx.sid, ctx.now(), ctx.faults, _slot(ctx)
+
+    def settle(conn: Any) -> None:
+        if not queue.has_running_turn(conn, sid):
+            queue.settle_started(conn, sid, now_ms=now, faults=faults)
+
+    if await ctx.read(queue.has_leases, sid):  # after the read barrier: whether its prompt landed is indexed
+        await ctx.db(settle)
+
+    def state(conn: Any, sid: str) -> dict[str, Any] | None:
+        entries = queue.list_entries(conn, sid)
+        return mark_evicted_blocks(conn, queue_state(slot, entries)) if entries else None
+
+    waiting = await ctx.read(state, sid)
+    if waiting is not None:
+        _publish(ctx, waiting)
+
+
 async def take(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey | None) -> Any:
     """Hand out the next entry, leasing it in the same transaction as its receipt.
 
@@ -197,12 +218,11 @@ async def take(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey 
     now, sid, faults = ctx.now(), ctx.sid, ctx.faults
     taken: list[dict[str, Any]] = []
     await ctx.read(queue.has_leases, sid)  # the barrier: every acknowledged append is indexed
-    again_id = "q_" + new_id()
 
     def op(conn: Any) -> dict[str, Any]:
         if queue.has_running_turn(conn, sid):
             return {"entry": None, "reason": "turnRunning"}
-        out = queue.take(conn, sid, new_id=again_id, now_ms=now, faults=faults)
+        out = queue.take(conn, sid, now_ms=now, faults=faults)
         if out.plan.entry is None:
             return {"entry": None, "reason": "empty"}
         taken.append(mark_evicted_blocks(conn, queue_state(slot, out.entries)))

@@ -16,7 +16,7 @@ from typing import Any
 from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.context import ReadContext
-from runtime.handlers import inflight, turn_aftermath
+from runtime.handlers import inflight, queue, turn_aftermath
 from store import bindings, turns
 from store.errors import InvalidInput
 from store.ids import new_id
@@ -88,6 +88,7 @@ async def end_turn(ctx: SessionContext, p: m.EndTurnParams, key: ReceiptKey | No
             ctx.publish("notification.created", {"notification": result["notification"]})
         if aftermath:
             turn_aftermath.publish(ctx, aftermath[-1])
+        await queue.after_turn_end(ctx)
     return result
 
 

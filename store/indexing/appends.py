@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from store import receipts
-from store.errors import CorruptData, IdempotencyConflict, SessionNotFound, StoreError
+from store.errors import Conflict, CorruptData, IdempotencyConflict, SessionNotFound, StoreError
 from store.indexing import index
 from store.indexing.group_commit import attempt, db_error
 from store.indexing.index import IndexRecord, PendingRows, index_messages, message_ref
@@ -127,6 +127,9 @@ class Known:
     turns: frozenset[str] = frozenset()
     """Ids of the named turns of this session (a line's ``turnId`` is indexed only then: a turn id
     another session owns is kept in the line, bound to no row, as ``index_written`` binds it)."""
+    aborted: frozenset[str] = frozenset()
+    """Those of them that ended ``aborted``: a new user prompt for one is refused (its turn was cut,
+    by a restart or a recovery; the queue hands the prompt out again for a new turn)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +238,12 @@ def plan_appends(
             new_seq, ref, replace = int(held_ref["seq"]), {**held_ref, "role": rec.get("role")}, True
         else:
             turn = rec.get("turnId")
+            if rec.get("role") == "user" and isinstance(turn, str) and turn in known.aborted:
+                outcomes.append(Refuse(Conflict(
+                    f"turn {turn} of session {session_id} was aborted; a prompt for it is not appended "
+                    "(start a new turn for it)",
+                    data={"sessionId": session_id, "turnId": turn, "status": "aborted", "messageId": mid})))
+                continue
             new_seq, replace = seq + 1, False
             ref = message_ref(session_id, new_seq, rec,
                               turn if isinstance(turn, str) and turn in known.turns else None)
@@ -319,10 +328,14 @@ def gather(
             old = held[mid]
             held[mid] = Held(old.session_id, old.ref, awaits_final(stored), content_of(stored))
     turns: set[str] = set()
+    aborted: set[str] = set()
     for marks, chunk in in_chunks(sorted(turn_ids)):
-        turns.update(r[0] for r in conn.execute(
-            f"SELECT id FROM turns WHERE id IN ({marks}) AND session_id = ?", (*chunk, session_id)))
-    return Known(found, held, frozenset(turns))
+        for turn_id, status in conn.execute(
+                f"SELECT id, status FROM turns WHERE id IN ({marks}) AND session_id = ?", (*chunk, session_id)):
+            turns.add(turn_id)
+            if status == "aborted":
+                aborted.add(turn_id)
+    return Known(found, held, frozenset(turns), frozenset(aborted))
 
 
 @dataclass(frozen=True, slots=True)

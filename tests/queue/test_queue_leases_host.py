@@ -12,8 +12,10 @@ from typing import Any
 import trio
 
 from runtime.client import HostClient
+from tests.approvals.test_approvals_host import next_event
 from tests.hostkit import client_for, inprocess_host, start_host_process
 from tests.queue.test_queue_restart import connect, stop
+from tests.turns.turnkit import rpc_error
 
 ENV = {"version": 1, "model": {"id": "m"}}
 
@@ -64,10 +66,18 @@ async def test_a_prompt_handed_out_survives_sigkill_until_its_turn_ran(tmp_path:
         finally:
             await trio.to_thread.run_sync(lambda: stop(proc, kill=True))
 
-        # 3. the turn was fenced before its prompt landed: the prompt comes back under a new id; now it lands
+        # 3. the turn was fenced before its prompt landed: boot lists the prompt again under a new id (a
+        #    sidecar that scans the queues sees it); the old flow's late prompt for the cut turn is refused
         proc = await trio.to_thread.run_sync(start_host_process, data)
         try:
             async with connect(proc) as c:
+                assert await contents(c, sid) == ["one", "two"]
+                old = f"t_{first['id']}"
+                prompt = {"id": f"u_{first['id']}", "role": "user", "turnId": old,
+                          "blocks": [{"type": "text", "text": "one"}]}
+                late = await rpc_error(c.call("session.appendMessage", {"sessionId": sid, "turnId": old,
+                                                                        "message": prompt}))
+                assert late.data_code == "CONFLICT" and late.data["turnId"] == old
                 await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
                 back = await take(c, sid)
                 assert back is not None and back["content"] == "one" and back["id"] != first["id"]
@@ -115,3 +125,30 @@ async def test_a_controller_attaching_is_offered_what_was_taken_and_not_started(
             await c.call("session.endTurn", {"sessionId": sid, "turnId": turn, "status": "completed"})
             await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl-3"})
             assert await take(c, sid, "ctl-3") is None and await contents(c, sid) == []
+
+
+async def test_a_recovered_turn_tells_the_next_controller_that_prompts_wait(tmp_path: Path) -> None:
+    """A sidecar lost mid-turn: a UI's recoverInflight ends the turn; a new sidecar waiting for
+    ``session.queue`` heard nothing and the queue stalled until someone pushed again."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, "agent", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid = (await c.call("session.create", {"title": "q"}))["id"]
+            for text in ("one", "two"):
+                await ui.call("session.queuePush", {"sessionId": sid, "principal": "user", "permissionMode": "ask",
+                                                    "content": text})
+            await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
+            first = await take(c, sid)
+            assert first is not None
+            turn = f"t_{first['id']}"
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": turn, "environment": ENV})
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": turn, "message": {
+                "id": f"u_{first['id']}", "role": "user", "turnId": turn, "blocks": [{"type": "text", "text": "one"}]}})
+            async with client_for(host, "agent-2", kind="agent") as fresh:  # the next sidecar, waiting
+                await fresh.subscribe(["session.queue"], session_id=sid)
+                await ui.call("session.recoverInflight", {"sessionId": sid, "turnId": turn})
+                event = await next_event(fresh, "session.queue")
+                assert [e["content"] for e in event.data["entries"]] == ["two"]
+                await fresh.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl-2"})
+                assert (await take(fresh, sid, "ctl-2"))["content"] == "two"  # type: ignore[index]
+            assert await user_texts(c, sid) == ["one"]

@@ -90,7 +90,7 @@ def test_an_aborted_turn_whose_prompt_landed_consumes_its_entry(db: sqlite3.Conn
     start(db, "t2")
     message(db, 2, "user", None)
     turns.abort_running(db, "s1", NOW_MS)
-    assert queue.take(db, "s1", now_ms=NOW_MS, new_id="q-back").plan.entry is None and lease(db, b.id)[0] == "gone"
+    assert queue.take(db, "s1", now_ms=NOW_MS).plan.entry is None and lease(db, b.id)[0] == "gone"
 
 
 def test_an_aborted_turn_whose_prompt_never_landed_puts_its_entry_back_under_a_new_id(
@@ -103,12 +103,14 @@ def test_an_aborted_turn_whose_prompt_never_landed_puts_its_entry_back_under_a_n
     start(db, "t1")
     fence.interruption_fence(db, now_ms=NOW_MS, boot_id="b1")  # the host died before the prompt's line
     assert lease(db, b.id) == ("started", "t1")
-    out = queue.take(db, "s1", now_ms=NOW_MS, new_id="q-back")
-    assert out.plan.entry is not None and out.plan.entry.id == "q-back"  # first again: it keeps its priority
-    back = db.execute("SELECT content, idempotency_key, position, priority FROM turn_queue WHERE id = 'q-back'"
-                      ).fetchone()
-    assert back == ("b", "b", b.position, 1) and lease(db, b.id)[0] == "gone"
-    assert push(db, content="b", key="b").plan.entry.id == "q-back"  # type: ignore[union-attr]
+    out = queue.take(db, "s1", now_ms=NOW_MS)
+    assert out.plan.entry is not None and out.plan.entry.content == "b"  # first again: it keeps its priority
+    again = out.plan.entry.id
+    assert again != b.id and again.startswith("q_") and lease(db, b.id)[0] == "gone"
+    back = db.execute("SELECT content, idempotency_key, position, priority FROM turn_queue WHERE id = ?",
+                      (again,)).fetchone()
+    assert back == ("b", "b", b.position, 1)
+    assert push(db, content="b", key="b").plan.entry.id == again  # type: ignore[union-attr]
     assert ids(db) == [a.id]
 
 
@@ -141,3 +143,19 @@ def test_the_v30_step_leaves_every_entry_waiting(tmp_path: Path) -> None:
     assert migrate(conn, tmp_path / "pi.sqlite", now_ms=NOW_MS).applied == [30]
     assert ids(conn) == [a.id] and lease(conn, a.id) == (None, None)
     assert queue.take(conn, "s1", now_ms=NOW_MS).plan.entry.id == a.id  # type: ignore[union-attr]
+
+
+def test_boot_settles_the_entries_whose_turn_the_fence_ended(db: sqlite3.Connection) -> None:
+    a = push(db, content="a").plan.entry
+    b = push(db, content="b", sid="s2").plan.entry
+    assert a and b
+    for sid, turn in (("s1", "t1"), ("s2", "t2")):
+        queue.take(db, sid, now_ms=NOW_MS)
+        start(db, turn, sid)
+    message(db, 1, "user", "t2", sid="s2")  # s2's prompt landed, s1's did not
+    fence.interruption_fence(db, now_ms=NOW_MS, boot_id="b1")
+    assert queue.settle_after_restart(db, now_ms=NOW_MS) == {"consumed": 1, "waitingAgain": 1}
+    (again,) = queue.list_entries(db, "s1")
+    assert again.content == "a" and again.id != a.id and again.lease is None  # listed: a sidecar's scan sees it
+    assert queue.list_entries(db, "s2") == () and lease(db, b.id)[0] == "gone"
+    assert queue.settle_after_restart(db, now_ms=NOW_MS) == {"consumed": 0, "waitingAgain": 0}
