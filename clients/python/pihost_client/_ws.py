@@ -194,6 +194,12 @@ async def connect_websocket(url: str, *, headers: Sequence[tuple[str, str]] = ()
                         body.append(event.data)
                         if event.body_finished:
                             raise WebSocketClosed(status, b"".join(body).decode("utf-8", "replace"))
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+        # the peer reset the connection mid-handshake (a host killed as it started): a closed
+        # connection the caller retries, not a crash of the caller
+        with anyio.CancelScope(shield=True):
+            await stream.aclose()
+        raise WebSocketClosed(None, f"the connection broke during the handshake ({type(exc).__name__})") from exc
     except BaseException:
         with anyio.CancelScope(shield=True):
             await stream.aclose()
