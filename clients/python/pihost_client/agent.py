@@ -152,7 +152,9 @@ class Sidecar:
         sid = str(item.data.get("sessionId") or item.session_id or "")
         if not sid or not item.data.get("entries"):
             return
-        if item.data.get("controllerId") != self.controller_id:
+        if item.data.get("controllerId") != self.controller_id or sid not in self.sessions:
+            # once per session and process: an attach offers again what an earlier run of this
+            # sidecar took and never started (the host keeps it until the controller moves on)
             await self.attach(sid)
         self.wake(tg, sid)
 
