@@ -410,6 +410,10 @@ def plan_reorder(snap: Snapshot, entry_id: str, direction: str) -> Plan:
                 entry=replace(entry, position=other.position))
 
 
+def new_entry_id() -> str:
+    return "q_" + ids.new_id()
+
+
 def _settle(snap: Snapshot, *, ran: frozenset[str], new_id: Callable[[], str],
             taken: bool) -> tuple[list[Effect], list[Entry]]:
     """Effects settling the handed-out entries (``started`` ones; ``taken`` ones too when ``taken``),
@@ -432,7 +436,7 @@ def _settle(snap: Snapshot, *, ran: frozenset[str], new_id: Callable[[], str],
 
 
 def plan_take(snap: Snapshot, *, ran: frozenset[str] = frozenset(), last_seq: int = 0,
-              new_id: Callable[[], str] = lambda: new_entry_id()) -> Plan:
+              new_id: Callable[[], str] = new_entry_id) -> Plan:
     """Settle what was handed out before, then lease the next entry (an empty plan when none waits).
 
     Called only while no turn of the session runs. ``ran``: the ``started`` entries whose turn ran
@@ -660,10 +664,6 @@ def turns_ran(conn: sqlite3.Connection, leased: Sequence[Entry]) -> frozenset[st
         if landed is not None:
             ran.add(entry.id)
     return frozenset(ran)
-
-
-def new_entry_id() -> str:
-    return "q_" + ids.new_id()
 
 
 def has_leases(conn: sqlite3.Connection, session_id: str) -> bool:
