@@ -204,7 +204,8 @@ class Sidecar:
             self.turns_done += 1
         except RpcError as exc:
             if exc.data_code == "CONFLICT":
-                log.info("turn %s of %s was fenced by a host restart; dropped (%s)", turn_id, sid, exc.message)
+                log.info("turn %s of %s ended elsewhere (a host restart or a recovery); dropped (%s)", turn_id, sid,
+                         exc.message)
                 return
             await self._fail(sid, turn_id, exc.data_code)
             raise
