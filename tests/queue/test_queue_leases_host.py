@@ -6,6 +6,8 @@ and the prompt's append lost the person's acknowledged prompt for good.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,72 +36,67 @@ async def user_texts(c: HostClient, sid: str) -> list[str]:
     return [m["blocks"][0]["text"] for m in page["messages"] if m["role"] == "user"]
 
 
+@asynccontextmanager
+async def host_run(data: Path, *, kill: bool = True) -> AsyncIterator[HostClient]:
+    """A real host process on ``data`` and an agent connection to it; SIGKILL (or SIGTERM) after."""
+    proc = await trio.to_thread.run_sync(start_host_process, data)
+    try:
+        async with connect(proc) as c:
+            yield c
+    finally:
+        await trio.to_thread.run_sync(lambda: stop(proc, kill=kill))
+
+
 async def test_a_prompt_handed_out_survives_sigkill_until_its_turn_ran(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
     with trio.fail_after(120):
         # 1. taken, then the host dies before any turn began: offered again, first and listed
-        proc = await trio.to_thread.run_sync(start_host_process, data)
-        try:
-            async with connect(proc) as c:
-                sid = (await c.call("session.create", {"title": "q"}))["id"]
-                base = {"sessionId": sid, "principal": "user", "permissionMode": "ask"}
-                for text in ("one", "two"):
-                    await c.call("session.queuePush", {**base, "content": text})
-                await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
-                first = await take(c, sid)
-                assert first is not None and first["content"] == "one"
-                assert await contents(c, sid) == ["two"]
-        finally:
-            await trio.to_thread.run_sync(lambda: stop(proc, kill=True))
+        async with host_run(data) as c:
+            sid = (await c.call("session.create", {"title": "q"}))["id"]
+            base = {"sessionId": sid, "principal": "user", "permissionMode": "ask"}
+            for text in ("one", "two"):
+                await c.call("session.queuePush", {**base, "content": text})
+            await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
+            first = await take(c, sid)
+            assert first is not None and first["content"] == "one"
+            assert await contents(c, sid) == ["two"]
 
         # 2. offered again; this time a turn starts and the host dies before the prompt's line
-        proc = await trio.to_thread.run_sync(start_host_process, data)
-        try:
-            async with connect(proc) as c:
-                assert await contents(c, sid) == ["one", "two"]
-                await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
-                again = await take(c, sid)
-                assert again == first
-                await c.call("session.startTurn", {"sessionId": sid, "turnId": f"t_{first['id']}",
-                                                   "environment": ENV})
-        finally:
-            await trio.to_thread.run_sync(lambda: stop(proc, kill=True))
+        async with host_run(data) as c:
+            assert await contents(c, sid) == ["one", "two"]
+            await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
+            again = await take(c, sid)
+            assert again == first
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": f"t_{first['id']}",
+                                               "environment": ENV})
 
         # 3. the turn was fenced before its prompt landed: boot lists the prompt again under a new id (a
         #    sidecar that scans the queues sees it); the old flow's late prompt for the cut turn is refused
-        proc = await trio.to_thread.run_sync(start_host_process, data)
-        try:
-            async with connect(proc) as c:
-                assert await contents(c, sid) == ["one", "two"]
-                old = f"t_{first['id']}"
-                prompt = {"id": f"u_{first['id']}", "role": "user", "turnId": old,
-                          "blocks": [{"type": "text", "text": "one"}]}
-                late = await rpc_error(c.call("session.appendMessage", {"sessionId": sid, "turnId": old,
-                                                                        "message": prompt}))
-                assert late.data_code == "CONFLICT" and late.data["turnId"] == old
-                await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
-                back = await take(c, sid)
-                assert back is not None and back["content"] == "one" and back["id"] != first["id"]
-                turn = f"t_{back['id']}"
-                await c.call("session.startTurn", {"sessionId": sid, "turnId": turn, "environment": ENV})
-                await c.call("session.appendMessage", {"sessionId": sid, "turnId": turn, "message": {
-                    "id": f"u_{back['id']}", "role": "user", "turnId": turn,
-                    "blocks": [{"type": "text", "text": "one"}]}})
-        finally:
-            await trio.to_thread.run_sync(lambda: stop(proc, kill=True))
+        async with host_run(data) as c:
+            assert await contents(c, sid) == ["one", "two"]
+            old = f"t_{first['id']}"
+            prompt = {"id": f"u_{first['id']}", "role": "user", "turnId": old,
+                      "blocks": [{"type": "text", "text": "one"}]}
+            late = await rpc_error(c.call("session.appendMessage", {"sessionId": sid, "turnId": old,
+                                                                    "message": prompt}))
+            assert late.data_code == "CONFLICT" and late.data["turnId"] == old
+            await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
+            back = await take(c, sid)
+            assert back is not None and back["content"] == "one" and back["id"] != first["id"]
+            turn = f"t_{back['id']}"
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": turn, "environment": ENV})
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": turn, "message": {
+                "id": f"u_{back['id']}", "role": "user", "turnId": turn,
+                "blocks": [{"type": "text", "text": "one"}]}})
 
         # 4. its prompt landed before the host died: consumed; the next take is the next prompt
-        proc = await trio.to_thread.run_sync(start_host_process, data)
-        try:
-            async with connect(proc) as c:
-                await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
-                nxt = await take(c, sid)
-                assert nxt is not None and nxt["content"] == "two"
-                assert await user_texts(c, sid) == ["one"]  # exactly once
-                assert await contents(c, sid) == []
-        finally:
-            await trio.to_thread.run_sync(lambda: stop(proc, kill=False))
+        async with host_run(data, kill=False) as c:
+            await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
+            nxt = await take(c, sid)
+            assert nxt is not None and nxt["content"] == "two"
+            assert await user_texts(c, sid) == ["one"]  # exactly once
+            assert await contents(c, sid) == []
 
 
 async def test_a_controller_attaching_is_offered_what_was_taken_and_not_started(tmp_path: Path) -> None:
