@@ -181,20 +181,21 @@ async def after_turn_end(ctx: SessionContext) -> None:
     (a new sidecar after ``recoverInflight``) has no other signal to take the next one."""
     sid, now, faults, slot = ctx.sid, ctx.now(), ctx.faults, _slot(ctx)
 
-    def settle(conn: Any) -> None:
-        if not queue.has_running_turn(conn, sid):
-            queue.settle_started(conn, sid, now_ms=now, faults=faults)
-
-    if await ctx.read(queue.has_leases, sid):  # after the read barrier: whether its prompt landed is indexed
-        await ctx.db(settle)
-
-    def state(conn: Any, sid: str) -> dict[str, Any] | None:
+    def waiting(conn: Any) -> dict[str, Any] | None:
         entries = queue.list_entries(conn, sid)
         return mark_evicted_blocks(conn, queue_state(slot, entries)) if entries else None
 
-    waiting = await ctx.read(state, sid)
-    if waiting is not None:
-        _publish(ctx, waiting)
+    def settle(conn: Any) -> dict[str, Any] | None:
+        if not queue.has_running_turn(conn, sid):
+            queue.settle_started(conn, sid, now_ms=now, faults=faults)
+        return waiting(conn)
+
+    # one read after the barrier (whether a handed-out prompt landed is indexed); a write only with a lease
+    leased, shown = await ctx.read(lambda conn, _sid: (queue.has_leases(conn, sid), waiting(conn)), sid)
+    if leased:
+        shown = await ctx.db(settle)
+    if shown is not None:
+        _publish(ctx, shown)
 
 
 async def take(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey | None) -> Any:
