@@ -64,6 +64,7 @@ from runtime.handlers.host import INSPECTOR_URL, LOGIN_CODES
 from runtime.handlers.imports import Imports
 from runtime.handlers.plugins import PluginRegistry
 from runtime.handlers.queue import QueueControl
+from runtime.handlers.queue import connection_closed as queue_connection_closed
 from runtime.handlers.secrets import Vault
 from runtime.kernel.actor import InternalBug, reply_callback_failed
 from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
@@ -139,7 +140,7 @@ class HostDispatcher:
         await self._pipeline.submit(method, params, ctx, reply, more=more)
 
     def disconnected(self, ctx: CallContext) -> None:
-        self._pipeline.disconnected(ctx.connection_id)
+        self._pipeline.disconnected(ctx)
 
 
 @dataclass
@@ -266,7 +267,8 @@ async def run_host(
                 )
                 registry = SessionRegistry(deps, sessions)
                 services.sessions = registry
-                pipeline = Pipeline(services, routes=routes, validate_results=config.validate_results)
+                pipeline = Pipeline(services, routes=routes, validate_results=config.validate_results,
+                                    on_closed=(queue_connection_closed,))
                 index_log.on_covered(pipeline.book.retire_through)
                 await nursery.start(pipeline.run)
 

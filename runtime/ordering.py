@@ -104,10 +104,17 @@ class Ordering:
         self._at: Counter[Hashable] = Counter()  # of them, how many per ordered target
         self._changed = trio.Event()
         self._abandoned = False
+        self._went_idle = trio.Event()
 
     @property
     def idle(self) -> bool:
         return not self._queue and not self._running and self._pending == 0
+
+    async def wait_idle(self) -> None:
+        """Until nothing is queued, dispatching or waiting for its answer (every mutation this
+        connection handed on has taken effect, or failed)."""
+        while not self.idle:
+            await self._went_idle.wait()
 
     def statistics(self) -> dict[str, int]:
         return {"queued": len(self._queue), "pending": self._pending}
@@ -186,5 +193,9 @@ class Ordering:
         self._maybe_idle()
 
     def _maybe_idle(self) -> None:
-        if self._on_idle is not None and self.idle:
+        if not self.idle:
+            return
+        self._went_idle.set()
+        self._went_idle = trio.Event()
+        if self._on_idle is not None:
             self._on_idle()

@@ -39,7 +39,7 @@ Errors are never translated here: the gateway maps exceptions to wire codes
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +60,7 @@ from runtime.ordering import Abandoned, Ordering, Turn
 from runtime.receipts import Claim, ReceiptBook, Replayed
 from runtime.routes import ROUTES, Route, Via
 from store import receipts
-from store.errors import PermissionDenied
+from store.errors import PermissionDenied, StoreError
 from store.interchange.native_pi import is_native_id, unsupported_for_native
 from store.receipts import ReceiptKey
 
@@ -194,8 +194,10 @@ def _checked(spec: MethodSpec, value: Any) -> Any:
 
 class Pipeline:
     def __init__(self, services: Services, *, routes: Mapping[str, Route] = ROUTES,
-                 book: ReceiptBook | None = None, validate_results: bool = False) -> None:
+                 book: ReceiptBook | None = None, validate_results: bool = False,
+                 on_closed: Sequence[Callable[[Services, CallContext], Awaitable[None]]] = ()) -> None:
         self.services = services
+        self._on_closed = tuple(on_closed)
         self.book = book if book is not None else ReceiptBook()
         self.validate_results = validate_results
         self.closing = False
@@ -312,12 +314,27 @@ class Pipeline:
         self._idle = trio.Event()
         return bound, params, _Answer(self, bound, reply)
 
-    def disconnected(self, connection: int) -> None:
+    def disconnected(self, caller: CallContext) -> None:
         """The connection closed: its requests not dispatched yet are dropped (nobody reads their
-        answers; a retry with the same ``submissionId`` runs one), those dispatched run on."""
-        order = self._orders.get(connection)
+        answers; a retry with the same ``submissionId`` runs one), those dispatched run on; then
+        what the host keeps for a connection's client is told (``on_closed``: the turn queue offers
+        again what a controller took and began no turn with)."""
+        order = self._orders.get(caller.connection_id)
         if order is not None:
             order.abandon()
+        if self._on_closed and self._nursery is not None and not self.closing:
+            self._nursery.start_soon(self._closed, caller, order)
+
+    async def _closed(self, caller: CallContext, order: Ordering | None) -> None:
+        if order is not None:
+            await order.wait_idle()  # what it handed on (a queueTake, say) took effect first
+        for hook in self._on_closed:
+            try:
+                await hook(self.services, caller)
+            except (StoreError, ActorStopped, ActorCrashed, ShuttingDown) as exc:
+                # Nothing is lost: what a closed connection left is offered again at the next
+                # attach, take or restart. Logged, not raised into the pipeline's nursery.
+                log.warning("after connection %d closed: %s", caller.connection_id, exc)
 
     def _ordering(self, connection: int) -> Ordering:
         order = self._orders.get(connection)

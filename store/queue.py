@@ -50,7 +50,12 @@ idempotency key and its place:
 * a restart, or a controller attaching (a sidecar that restarted), turns
   ``taken`` into ``offered``: listed again, first, and the next take hands
   that same entry out again; a turn that starts binds an ``offered`` entry
-  too (a sidecar flow that went on after a reconnect).
+  too (a sidecar flow that went on after a reconnect);
+* the client that took an entry is kept with it (``lease_client``, schema
+  v31): only a turn that client starts carries it (another client's turn in
+  the session leaves it alone), and when that client's connection closes what
+  it took and began no turn with is offered again (:func:`offer_again_taken_by`),
+  so a sidecar that died while the host runs hides no prompt.
 """
 
 from __future__ import annotations
@@ -100,7 +105,8 @@ TRANSITIONS: Final[Mapping[tuple[EntryState, Operation], str]] = {
 
 _COLUMNS = (
     "id, session_id, principal, idempotency_key, input_hash, content, attachments_json, "
-    "permission_mode, position, priority, session_message_id, created_at, lease, lease_turn_id, lease_seq"
+    "permission_mode, position, priority, session_message_id, created_at, lease, lease_turn_id, lease_seq, "
+    "lease_client"
 )
 
 
@@ -125,6 +131,7 @@ class Entry:
     lease: Lease | None = None
     lease_turn_id: str | None = None
     lease_seq: int | None = None
+    lease_client: str | None = None  # the client id that took it
 
     @property
     def state(self) -> EntryState:
@@ -241,6 +248,7 @@ class SetLease:
     entry_id: str
     lease: Lease
     seq: int | None
+    client: str | None = None
 
 
 @dataclass(frozen=True)
@@ -424,7 +432,7 @@ def _settle(snap: Snapshot, *, ran: frozenset[str], new_id: Callable[[], str],
     settled = [e for e in snap.leased if taken or e.lease == "started"]
     for entry in settled:
         if entry.lease == "started" and entry.id not in ran:
-            back = replace(entry, id=new_id(), lease=None, lease_turn_id=None, lease_seq=None)
+            back = replace(entry, id=new_id(), lease=None, lease_turn_id=None, lease_seq=None, lease_client=None)
             effects += [Delete(entry.id), Insert(back)]
             waiting.append(back)
             continue
@@ -436,23 +444,24 @@ def _settle(snap: Snapshot, *, ran: frozenset[str], new_id: Callable[[], str],
 
 
 def plan_take(snap: Snapshot, *, ran: frozenset[str] = frozenset(), last_seq: int = 0,
-              new_id: Callable[[], str] = new_entry_id) -> Plan:
+              new_id: Callable[[], str] = new_entry_id, client: str | None = None) -> Plan:
     """Settle what was handed out before, then lease the next entry (an empty plan when none waits).
 
     Called only while no turn of the session runs. ``ran``: the ``started`` entries whose turn ran
     (:func:`turns_ran`); ``new_id``: gives the id a ``started`` entry whose turn did not run waits
     under again; ``last_seq``: the session's last seq now (a user message after it means a prompt
-    landed).
+    landed); ``client``: the client id taking it (only its turns carry the entry).
     """
     offered = next((e for e in snap.entries if e.lease == "offered"), None)
     if offered is not None:  # a restart or a new controller: the same entry again
-        return Plan(effects=(SetLease(offered.id, "taken", last_seq),), entry=offered)
+        return Plan(effects=(SetLease(offered.id, "taken", last_seq, client),), entry=offered)
     effects, waiting = _settle(snap, ran=ran, new_id=new_id, taken=True)
     if waiting:
         entry = delivery_order(waiting)[0]
         transition(entry, "take")
-        effects.append(SetLease(entry.id, "taken", last_seq))
-        return Plan(effects=tuple(effects), entry=replace(entry, lease="taken", lease_seq=last_seq))
+        effects.append(SetLease(entry.id, "taken", last_seq, client))
+        return Plan(effects=tuple(effects), entry=replace(entry, lease="taken", lease_seq=last_seq,
+                                                          lease_client=client))
     return Plan(effects=tuple(effects))
 
 
@@ -476,7 +485,7 @@ def _entry(row: Sequence[Any]) -> Entry:
         raise CorruptData(f"queue entry {row[0]} has an unknown lease {lease!r}")
     return Entry(row[0], row[1], row[2], row[3], row[4], row[5], attachments, row[7], int(row[8]),
                  None if row[9] is None else int(row[9]), row[10], int(row[11]), lease, row[13],
-                 None if row[14] is None else int(row[14]))
+                 None if row[14] is None else int(row[14]), row[15])
 
 
 def list_entries(conn: sqlite3.Connection, session_id: str) -> tuple[Entry, ...]:
@@ -531,11 +540,11 @@ def apply(conn: sqlite3.Connection, session_id: str, plan: Plan, *, now_ms: int,
         if isinstance(effect, Insert):
             e = effect.entry
             conn.execute(
-                f"INSERT INTO turn_queue({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT INTO turn_queue({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (e.id, e.session_id, e.principal, e.idempotency_key, e.input_hash, e.content,
                  orjson.dumps([dict(a) for a in e.attachments]).decode() if e.attachments else None,
                  e.permission_mode, e.position, e.priority, e.session_message_id, e.created_at,
-                 e.lease, e.lease_turn_id, e.lease_seq),
+                 e.lease, e.lease_turn_id, e.lease_seq, e.lease_client),
             )
         elif isinstance(effect, Delete):
             conn.execute("DELETE FROM turn_queue WHERE id = ? AND session_id = ?", (effect.entry_id, session_id))
@@ -546,8 +555,9 @@ def apply(conn: sqlite3.Connection, session_id: str, plan: Plan, *, now_ms: int,
             conn.execute("UPDATE turn_queue SET position = ? WHERE id = ? AND session_id = ?",
                          (effect.position, effect.entry_id, session_id))
         elif isinstance(effect, SetLease):
-            conn.execute("UPDATE turn_queue SET lease = ?, lease_seq = ? WHERE id = ? AND session_id = ?",
-                         (effect.lease, effect.seq, effect.entry_id, session_id))
+            conn.execute("UPDATE turn_queue SET lease = ?, lease_seq = ?, lease_client = ? "
+                         "WHERE id = ? AND session_id = ?",
+                         (effect.lease, effect.seq, effect.client, effect.entry_id, session_id))
         elif isinstance(effect, WriteLedger):
             value = {"highWater": effect.high_water, "consumed": [c.to_json() for c in effect.consumed],
                      "sessionCreatedAt": effect.session_created_at}
@@ -601,14 +611,17 @@ def reorder(conn: sqlite3.Connection, session_id: str, entry_id: str, direction:
     return _run(conn, session_id, plan_reorder(load(conn, session_id), entry_id, direction), now_ms, faults)
 
 
-def take(conn: sqlite3.Connection, session_id: str, *, now_ms: int, faults: Faults = NO_FAULTS) -> Outcome:
-    """Settle the entries handed out before and lease the next (no running turn: the caller checks).
+def take(conn: sqlite3.Connection, session_id: str, *, now_ms: int, client: str | None = None,
+         faults: Faults = NO_FAULTS) -> Outcome:
+    """Settle the entries handed out before and lease the next to ``client`` (no running turn: the
+    caller checks).
 
     The index must cover the session's acknowledged appends (a read barrier first): whether a
     handed-out prompt landed is read from it."""
     snap = load(conn, session_id)
     ran = turns_ran(conn, snap.leased)
-    return _run(conn, session_id, plan_take(snap, ran=ran, last_seq=_last_seq(conn, session_id)), now_ms, faults)
+    plan = plan_take(snap, ran=ran, last_seq=_last_seq(conn, session_id), client=client)
+    return _run(conn, session_id, plan, now_ms, faults)
 
 
 def settle_started(conn: sqlite3.Connection, session_id: str, *, now_ms: int,
@@ -672,10 +685,13 @@ def has_leases(conn: sqlite3.Connection, session_id: str) -> bool:
                         (session_id,)).fetchone() is not None
 
 
-def bind_lease(conn: sqlite3.Connection, session_id: str, turn_id: str) -> None:
-    """A turn starts: the entry handed out for it (if any) is now ``started`` by it."""
-    conn.execute("UPDATE turn_queue SET lease = 'started', lease_turn_id = ? "
-                 "WHERE session_id = ? AND lease IN ('taken', 'offered')", (turn_id, session_id))
+def bind_lease(conn: sqlite3.Connection, session_id: str, turn_id: str, client: str | None) -> None:
+    """A turn ``client`` starts: the entry handed out to that client (if any) is now ``started`` by it.
+    An entry another client took is left alone (its taker's own turn carries it); one handed out
+    before schema v31 (no taker kept) goes with any turn, as it did then."""
+    conn.execute("UPDATE turn_queue SET lease = 'started', lease_turn_id = ? WHERE session_id = ? "
+                 "AND lease IN ('taken', 'offered') AND (lease_client IS NULL OR lease_client = ?)",
+                 (turn_id, session_id, client))
 
 
 def offer_again(conn: sqlite3.Connection, session_id: str | None = None) -> int:
@@ -685,6 +701,15 @@ def offer_again(conn: sqlite3.Connection, session_id: str | None = None) -> int:
         return conn.execute("UPDATE turn_queue SET lease = 'offered' WHERE lease = 'taken'").rowcount
     return conn.execute("UPDATE turn_queue SET lease = 'offered' WHERE session_id = ? AND lease = 'taken'",
                         (session_id,)).rowcount
+
+
+def offer_again_taken_by(conn: sqlite3.Connection, client: str) -> list[str]:
+    """``client``'s connection closed: what it took and began no turn with is offered again (listed,
+    handed out first by the next take; its own flow, reconnected, still binds it). The sessions
+    whose queue changed."""
+    rows = conn.execute("UPDATE turn_queue SET lease = 'offered' WHERE lease = 'taken' AND lease_client = ? "
+                        "RETURNING session_id", (client,)).fetchall()
+    return sorted({str(r[0]) for r in rows})
 
 
 def has_running_turn(conn: sqlite3.Connection, session_id: str) -> bool:

@@ -82,10 +82,12 @@ def start_turn(
     snapshot: PreparedSnapshot | None,
     now_ms: int,
     retry_of: str | None = None,
+    client_id: str | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Insert a ``running`` turn. Returns (turn, created).
 
     ``retry_of`` (retry lineage): an earlier, ended turn of the same session this one retries.
+    ``client_id``: who starts it; the queue entry that client took, if any, goes with the turn.
 
     Starting an id again in the same session while it is still running with
     the same snapshot returns the existing row (a retry); anything else is a
@@ -133,7 +135,7 @@ def start_turn(
     )
     if snapshot is not None:
         store_snapshot(conn, turn_id, snapshot, now_ms)
-    queue.bind_lease(conn, session_id, turn_id)  # the entry the queue handed out for it, if any
+    queue.bind_lease(conn, session_id, turn_id, client_id)  # the entry the queue handed this client, if any
     turn = get_turn(conn, turn_id)
     assert turn is not None
     return turn, True

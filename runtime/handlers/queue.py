@@ -18,14 +18,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from actors.gateway_types import CallContext
 from actors.session_context import SessionContext
 from protocol import models as m
+from runtime.context import Services
 from store import queue
 from store.attachments import mark_evicted_blocks
 from store.errors import Conflict
 from store.receipts import ReceiptKey
 
-__all__ = ["QueueControl", "after_turn_end", "attach", "list_queue", "prioritize", "push", "remove", "reorder", "take"]
+__all__ = ["QueueControl", "after_turn_end", "attach", "connection_closed", "list_queue", "prioritize", "push",
+           "remove", "reorder", "take"]
 
 SERVICE = "queue"
 TOPIC = "session.queue"
@@ -56,6 +59,10 @@ class QueueControl:
 
     def forget(self, session_id: str) -> None:
         self._slots.pop(session_id, None)
+
+    def peek(self, session_id: str) -> ControllerSlot:
+        """The session's slot as it is (a held one when nobody asked), without making one."""
+        return self._slots.get(session_id) or ControllerSlot()
 
 
 def _slot(ctx: SessionContext) -> ControllerSlot:
@@ -198,6 +205,25 @@ async def after_turn_end(ctx: SessionContext) -> None:
         _publish(ctx, shown)
 
 
+async def connection_closed(services: Services, caller: CallContext) -> None:
+    """A sidecar's connection closed (it died, or will reconnect): what its client took and began no
+    turn with is offered again, listed first, so no prompt hides behind a controller that is gone
+    (the next take hands it out again; the same sidecar, reconnected, still starts its turn with
+    it). Each changed queue is announced on ``session.queue``."""
+    if caller.client_kind != CONTROLLER_KIND:
+        return
+    control: QueueControl = services.get(SERVICE)
+    client = caller.client_id
+
+    def offer(conn: Any) -> list[dict[str, Any]]:
+        return [{**mark_evicted_blocks(conn, queue_state(control.peek(sid), queue.list_entries(conn, sid))),
+                 "sessionId": sid}
+                for sid in queue.offer_again_taken_by(conn, client)]
+
+    for state in await services.db.write(offer, durable=True, label="queue.offerAgain"):
+        services.bus.publish(TOPIC, state, session_id=state["sessionId"])
+
+
 async def take(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey | None) -> Any:
     """Hand out the next entry, leasing it in the same transaction as its receipt.
 
@@ -216,14 +242,14 @@ async def take(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey 
             f"(the controller is {slot.controller_id})",
             data={"sessionId": ctx.sid, "controllerId": p.controller_id},
         )
-    now, sid, faults = ctx.now(), ctx.sid, ctx.faults
+    now, sid, faults, client = ctx.now(), ctx.sid, ctx.faults, ctx.caller.client_id
     taken: list[dict[str, Any]] = []
     await ctx.read(queue.has_leases, sid)  # the barrier: every acknowledged append is indexed
 
     def op(conn: Any) -> dict[str, Any]:
         if queue.has_running_turn(conn, sid):
             return {"entry": None, "reason": "turnRunning"}
-        out = queue.take(conn, sid, now_ms=now, faults=faults)
+        out = queue.take(conn, sid, now_ms=now, client=client, faults=faults)
         if out.plan.entry is None:
             return {"entry": None, "reason": "empty"}
         taken.append(mark_evicted_blocks(conn, queue_state(slot, out.entries)))

@@ -42,13 +42,13 @@ async def start_turn(ctx: SessionContext, p: m.StartTurnParams, key: ReceiptKey 
                            data={"field": "input"})
     bound = prepare_input(p.input.message_id, [dict(b) for b in p.input.blocks]) if p.input is not None else None
     turn_id = p.turn_id or new_id("t_")
-    now, sid = ctx.now(), ctx.sid
+    now, sid, client = ctx.now(), ctx.sid, ctx.caller.client_id
     created: list[bool] = []
 
     def op(conn: Any) -> dict[str, Any]:
         turn, was_created = turns.start_turn(conn, session_id=sid, turn_id=turn_id, provider_id=p.provider_id,
                                              model_id=p.model_id, snapshot=snapshot, now_ms=now,
-                                             retry_of=p.retry_of)
+                                             retry_of=p.retry_of, client_id=client)
         if bound is not None:
             bind_input(conn, turn_id, bound)
         created.append(was_created)

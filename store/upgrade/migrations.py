@@ -61,6 +61,7 @@ from store.upgrade.schema import (
     DDL_V27,
     DDL_V28,
     DDL_V29,
+    DDL_V30,
     MAX_SEQ,
     MID_SEQ_BITS,
     SCHEMA_VERSION,
@@ -77,6 +78,7 @@ from store.upgrade.schema import (
     V28_TOOL_SEARCH,
     V29_KNOWN_SESSIONS,
     V30_QUEUE_LEASES,
+    V31_LEASE_CLIENT,
     apply_schema,
     hazard_sql,
     searchable_sql,
@@ -261,6 +263,12 @@ def _v30_queue_leases(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _v31_lease_client(conn: sqlite3.Connection) -> None:
+    """Entries handed out before this step keep no taker (any client's turn may carry them, as before)."""
+    for statement in V31_LEASE_CLIENT:
+        conn.execute(statement)
+
+
 def _v20_from_seed(conn: sqlite3.Connection) -> None:
     """Seed v19 → our v20: every table to its v20 definition, every row kept.
 
@@ -351,8 +359,14 @@ STEPS: tuple[MigrationStep, ...] = (
         destructive=False,
         apply=_v30_queue_leases,
     ),
+    MigrationStep(
+        to_version=31,
+        description="queue lease client: only the client that took an entry starts a turn with it",
+        destructive=False,
+        apply=_v31_lease_client,
+    ),
 )
-"""This host's own steps, 20 → 21 → … → 30 (immutable on purpose)."""
+"""This host's own steps, 20 → 21 → … → 31 (immutable on purpose)."""
 
 
 def seed_steps(platform: str | None = None) -> tuple[MigrationStep, ...]:
@@ -389,9 +403,10 @@ def chain_steps(platform: str | None = None) -> tuple[MigrationStep, ...]:
 
 
 def ddl_for_version(version: int) -> tuple[str, ...]:
-    """The DDL of a layout this build knows exactly (20 … 29 and ``SCHEMA_VERSION``)."""
+    """The DDL of a layout this build knows exactly (20 … 30 and ``SCHEMA_VERSION``)."""
     known = {20: DDL_V20, 21: DDL_V21, 22: DDL_V22, 23: DDL_V23, 24: DDL_V24, 25: DDL_V25, 26: DDL_V26, 27: DDL_V27,
-             28: DDL_V28, 29: DDL_V29, SCHEMA_VERSION: DDL}
+             28: DDL_V28, 29: DDL_V29, 30: DDL_V30,
+             SCHEMA_VERSION: DDL}
     if version not in known:
         raise ValueError(f"no DDL kept for schema version {version} (known: {', '.join(map(str, known))})")
     return known[version]

@@ -62,6 +62,10 @@ Version history kept here (older layouts are archived, never migrated; see
   it), ``lease_turn_id`` (that turn) and ``lease_seq`` (the session's last seq
   when it was handed out). A handed-out entry leaves the queue only when its
   turn ran or the controller asked for the next one (``store/queue.py``).
+* v31 — ``turn_queue.lease_client``: the client id that took a handed-out
+  entry. Only a turn that client starts carries the entry, and the entries a
+  client took and began no turn with are offered again when its connection
+  closes (``store/queue.py``). NULL for entries handed out before the step.
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ from collections.abc import Sequence
 
 from store.search.search_text import TRIGRAM_TEXT_HAZARDS
 
-SCHEMA_VERSION = 30
+SCHEMA_VERSION = 31
 
 # --- seed §4.1 – §4.5 -------------------------------------------------------
 
@@ -951,7 +955,16 @@ V30_QUEUE_LEASES: tuple[str, ...] = (
 )
 """What the v30 step adds: a handed-out queue entry stays until its turn ran (``store/queue.py``)."""
 
-DDL: tuple[str, ...] = DDL_V29 + V30_QUEUE_LEASES
+DDL_V30: tuple[str, ...] = DDL_V29 + V30_QUEUE_LEASES
+"""The v30 layout."""
+
+# --- v31: who took a handed-out queue entry -------------------------------------------
+V31_LEASE_CLIENT: tuple[str, ...] = (
+    "ALTER TABLE turn_queue ADD COLUMN lease_client TEXT",    # the client id that took the entry
+)
+"""What the v31 step adds: only the client that took an entry starts a turn with it (``store/queue.py``)."""
+
+DDL: tuple[str, ...] = DDL_V30 + V31_LEASE_CLIENT
 """The full current DDL (``SCHEMA_VERSION``), in creation order."""
 
 

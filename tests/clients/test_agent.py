@@ -233,7 +233,8 @@ async def test_a_restarted_sidecar_runs_the_prompt_its_earlier_run_took_and_neve
     """Its earlier run (same controller id) took a prompt and died before the turn: the restarted sidecar
     skipped queueAttach when a ``session.queue`` event already named it, and its first take consumed that
     prompt (the host counts a take after a take as the controller moving on). It attaches once per
-    session and process now; the attach offers the prompt again."""
+    session and process now; the attach offers the prompt again (and so does the host when the dead
+    run's connection closes: the startup scan finds it listed)."""
     with trio.fail_after(60):
         async with inprocess_host(tmp_path / "data") as host, trio.open_nursery() as nursery:
             async with connect(host.url, host.token, client_id="ui", client_kind="ui") as ui:
@@ -243,15 +244,15 @@ async def test_a_restarted_sidecar_runs_the_prompt_its_earlier_run_took_and_neve
                     await dead.session.queue_attach(session_id=sid, controller_id="ctl")
                     taken = await dead.session.queue_take(session_id=sid, controller_id="ctl")
                     assert taken["entry"]["content"] == "first"  # type: ignore[index]
-                async with connect(host.url, host.token, client_id="ctl", client_kind="agent") as agent:
+                async with connect(host.url, host.token, client_id="ctl", client_kind="agent") as agent, \
+                        ui.subscribe(["turn.ended"], session_id=sid) as events:
                     nursery.start_soon(Sidecar(agent, FakeModel(delay=0.001), "ctl").run)
-                    await trio.sleep(1)  # its startup scan found no queued prompt: it waits for session.queue
-                    async with ui.subscribe(["turn.ended"], session_id=sid) as events:
-                        await ui.session.queue_push(session_id=sid, principal="user", content="second",
-                                                    permission_mode="auto")
-                        for _ in range(2):
-                            ended = await events.next()
-                            assert isinstance(ended, Event) and ended.data["turn"]["status"] == "completed"
+                    await trio.sleep(1)
+                    await ui.session.queue_push(session_id=sid, principal="user", content="second",
+                                                permission_mode="auto")
+                    for _ in range(2):
+                        ended = await events.next()
+                        assert isinstance(ended, Event) and ended.data["turn"]["status"] == "completed"
                     page = await ui.session.get(session_id=sid, full=True)
                     nursery.cancel_scope.cancel()
     prompts = [m["blocks"][0]["text"] for m in page["messages"] if m["role"] == "user"]

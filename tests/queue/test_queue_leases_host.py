@@ -149,3 +149,40 @@ async def test_a_recovered_turn_tells_the_next_controller_that_prompts_wait(tmp_
                 await fresh.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl-2"})
                 assert (await take(fresh, sid, "ctl-2"))["content"] == "two"  # type: ignore[index]
             assert await user_texts(c, sid) == ["one"]
+
+
+async def test_a_sidecar_that_goes_away_while_the_host_runs_leaves_no_prompt_hidden(tmp_path: Path) -> None:
+    """A controller took a prompt and its connection closed before any turn began: the prompt was kept
+    but listed nowhere until a restart (a new sidecar's startup scan attaches only sessions whose queue
+    lists something). And a turn another client started in between carried it, so that turn's end
+    would have consumed a prompt that never ran."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            sid = (await ui.call("session.create", {"title": "q"}))["id"]
+            for text in ("one", "two"):
+                await ui.call("session.queuePush", {"sessionId": sid, "principal": "user", "permissionMode": "ask",
+                                                    "content": text})
+            await ui.subscribe(["session.queue"], session_id=sid)
+            async with client_for(host, "sidecar-1", kind="agent") as gone:
+                await gone.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl-1"})
+                assert (await take(gone, sid, "ctl-1"))["content"] == "one"  # type: ignore[index]
+                # the UI runs a turn of its own meanwhile: it does not carry the sidecar's prompt
+                await ui.call("session.startTurn", {"sessionId": sid, "turnId": "t-ui", "environment": ENV})
+                await ui.call("session.endTurn", {"sessionId": sid, "turnId": "t-ui", "status": "completed"})
+            shown: list[list[str]] = []
+            while shown[-2:] != [["two"], ["one", "two"]]:  # after the take: listed again, first, and said so
+                event = await next_event(ui, "session.queue")
+                shown.append([e["content"] for e in event.data["entries"]])
+            assert await contents(ui, sid) == ["one", "two"]
+            async with client_for(host, "sidecar-2", kind="agent") as c:
+                await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl-2"})
+                first = await take(c, sid, "ctl-2")
+                assert first is not None and first["content"] == "one"
+                turn = f"t_{first['id']}"
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": turn, "environment": ENV})
+                await c.call("session.appendMessage", {"sessionId": sid, "turnId": turn, "message": {
+                    "id": f"u_{first['id']}", "role": "user", "turnId": turn,
+                    "blocks": [{"type": "text", "text": "one"}]}})
+                await c.call("session.endTurn", {"sessionId": sid, "turnId": turn, "status": "completed"})
+                assert (await take(c, sid, "ctl-2"))["content"] == "two"  # type: ignore[index]
+            assert await user_texts(ui, sid) == ["one"]

@@ -16,9 +16,9 @@ from tests.queue.conftest import NOW_MS, add_session, open_queue_db
 from tests.queue.test_store_queue import ids, push
 
 
-def start(conn: sqlite3.Connection, turn_id: str, sid: str = "s1") -> None:
+def start(conn: sqlite3.Connection, turn_id: str, sid: str = "s1", client: str | None = None) -> None:
     turns.start_turn(conn, session_id=sid, turn_id=turn_id, provider_id=None, model_id=None, snapshot=None,
-                     now_ms=NOW_MS)
+                     now_ms=NOW_MS, client_id=client)
 
 
 def end(conn: sqlite3.Connection, turn_id: str, status: str, sid: str = "s1") -> None:
@@ -137,10 +137,10 @@ def test_the_v30_step_leaves_every_entry_waiting(tmp_path: Path) -> None:
     add_session(conn, "s1")
     a = push(conn, content="a").plan.entry
     assert a is not None
-    for column in ("lease", "lease_turn_id", "lease_seq"):
+    for column in ("lease", "lease_turn_id", "lease_seq", "lease_client"):
         conn.execute(f"ALTER TABLE turn_queue DROP COLUMN {column}")
     conn.execute("PRAGMA user_version = 29")
-    assert migrate(conn, tmp_path / "pi.sqlite", now_ms=NOW_MS).applied == [30]
+    assert migrate(conn, tmp_path / "pi.sqlite", now_ms=NOW_MS).applied == [30, 31]
     assert ids(conn) == [a.id] and lease(conn, a.id) == (None, None)
     assert queue.take(conn, "s1", now_ms=NOW_MS).plan.entry.id == a.id  # type: ignore[union-attr]
 
@@ -159,3 +159,46 @@ def test_boot_settles_the_entries_whose_turn_the_fence_ended(db: sqlite3.Connect
     assert again.content == "a" and again.id != a.id and again.lease is None  # listed: a sidecar's scan sees it
     assert queue.list_entries(db, "s2") == () and lease(db, b.id)[0] == "gone"
     assert queue.settle_after_restart(db, now_ms=NOW_MS) == {"consumed": 0, "waitingAgain": 0}
+
+
+def test_only_the_client_that_took_an_entry_starts_a_turn_with_it(db: sqlite3.Connection) -> None:
+    """Another client's turn in the session does not carry the prompt the controller took: were it to,
+    that turn's end would consume a prompt that never ran."""
+    a = push(db, content="a").plan.entry
+    assert a is not None
+    queue.take(db, "s1", now_ms=NOW_MS, client="sidecar")
+    start(db, "t-ui", client="ui")
+    assert lease(db, a.id) == ("taken", None)
+    end(db, "t-ui", "completed")
+    start(db, "t1", client="sidecar")
+    assert lease(db, a.id) == ("started", "t1")
+    fence.interruption_fence(db, now_ms=NOW_MS, boot_id="b1")  # t1 aborted by a restart, before its prompt
+    queue.settle_after_restart(db, now_ms=NOW_MS)
+    assert [e.content for e in queue.list_entries(db, "s1")] == ["a"]  # waits again: it never ran
+
+
+def test_a_closed_connection_offers_again_what_its_client_took_and_began_no_turn_with(db: sqlite3.Connection) -> None:
+    a, b = (push(db, content=x).plan.entry for x in "ab")
+    assert a and b
+    queue.take(db, "s1", now_ms=NOW_MS, client="sidecar")
+    assert ids(db) == [b.id]
+    assert queue.offer_again_taken_by(db, "another") == []
+    assert queue.offer_again_taken_by(db, "sidecar") == ["s1"]
+    assert ids(db) == [a.id, b.id]  # listed again, first
+    start(db, "t1", client="sidecar")  # its flow went on after a reconnect: the turn still carries it
+    assert lease(db, a.id) == ("started", "t1")
+    assert queue.offer_again_taken_by(db, "sidecar") == []  # a started entry stays with its turn
+
+
+def test_the_v31_step_keeps_an_entry_handed_out_before_it_bindable_by_any_turn(tmp_path: Path) -> None:
+    conn = open_queue_db(tmp_path / "pi.sqlite")
+    add_session(conn, "s1")
+    a = push(conn, content="a").plan.entry
+    assert a is not None
+    queue.take(conn, "s1", now_ms=NOW_MS)
+    conn.execute("ALTER TABLE turn_queue DROP COLUMN lease_client")
+    conn.execute("PRAGMA user_version = 30")
+    assert migrate(conn, tmp_path / "pi.sqlite", now_ms=NOW_MS).applied == [31]
+    assert lease(conn, a.id) == ("taken", None)
+    start(conn, "t1", client="whoever")
+    assert lease(conn, a.id) == ("started", "t1")

@@ -206,9 +206,9 @@ def test_v21_database_migrates_to_v22_renumbering_mids_and_rebuilding_search(tmp
     try:
         apply_pragmas(conn)
         result = migrate(conn, db, now_ms=NOW_MS)
-        assert result.applied == [22, 23, 24, 25, 26, 27, 28, 29, 30]
+        assert result.applied == [22, 23, 24, 25, 26, 27, 28, 29, 30, 31]
         assert result.backups == [tmp_path / "pi.sqlite.v21.bak"]
-        assert user_version(conn) == SCHEMA_VERSION == 30
+        assert user_version(conn) == SCHEMA_VERSION == 31
         after = conn.execute(
             "SELECT id, session_id, seq, role, text, created_at, deleted FROM messages ORDER BY id"
         ).fetchall()
@@ -264,7 +264,7 @@ def test_v22_database_gains_the_created_at_index_without_a_backup(tmp_path: Path
         for i in range(5):
             corpus.message(sid, f"message {i} about the search index", created_at=100 + i)
         result = migrate(conn, db, now_ms=NOW_MS)
-        assert result.applied == [23, 24, 25, 26, 27, 28, 29, 30] and result.backups == []  # additive: no backup needed
+        assert result.applied == list(range(23, 32)) and result.backups == []  # additive: no backup needed
         assert user_version(conn) == SCHEMA_VERSION
         plan = conn.execute("EXPLAIN QUERY PLAN SELECT mid FROM messages ORDER BY created_at DESC").fetchall()
         assert any("idx_messages_created" in str(row[-1]) for row in plan)
