@@ -8,9 +8,12 @@ projected onto the wire. Pure functions, no I/O.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
+
+import orjson
 
 from store.errors import InvalidInput
 from store.ids import validate_wire_id
@@ -163,6 +166,24 @@ def wire_record(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+_CAPPED_VALUES = ("args", "result")
+"""A tool call's input and output: a string, or any JSON value (a structured tool result)."""
+
+
+def _cut_value(value: Any, limit: int) -> str | None:
+    """``value`` cut to ``limit`` characters, or None when it fits. A structured value is measured
+    and cut as its compact JSON text (the cut is that text's prefix: a string)."""
+    if isinstance(value, str):
+        return value[:limit] if len(value) > limit else None
+    if isinstance(value, bool | int | float):
+        return None
+    try:
+        encoded = orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:  # an integer wider than 64 bits, say: the stdlib encoder takes any
+        encoded = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return encoded[:limit] if len(encoded) > limit else None
+
+
 def cap_content(record: dict[str, Any], content_limit: int | None) -> dict[str, Any]:
     """Apply the display cap to a wire projection (never to the file)."""
     if not content_limit:
@@ -181,12 +202,14 @@ def cap_content(record: dict[str, Any], content_limit: int | None) -> dict[str, 
                 block["truncated"] = True
                 block["fullLength"] = len(text)
                 changed = True
-            result = block.get("result")
-            if isinstance(result, str) and len(result) > content_limit:
-                block = dict(block)
-                block["result"] = result[:content_limit]
-                block["truncated"] = True
-                changed = True
+            for field in _CAPPED_VALUES:
+                value = block.get(field)
+                cut = _cut_value(value, content_limit) if value is not None else None
+                if cut is not None:
+                    block = dict(block)
+                    block[field] = cut
+                    block["truncated"] = True
+                    changed = True
         capped.append(block)
     if not changed:
         return record

@@ -23,3 +23,27 @@ async def test_a_cut_message_carries_truncated_and_its_blocks_say_which(tmp_path
             assert "truncated" not in short
             whole = await c.call("session.get", {"sessionId": "s1"})
             assert "truncated" not in whole["messages"][0] and len(whole["messages"][0]["blocks"][0]["text"]) == 200
+
+
+async def test_a_tool_calls_args_and_structured_result_are_capped_too(tmp_path: Path) -> None:
+    """A structured (non-string) tool result, and a tool call's args, went out whole whatever the cap:
+    a read bounded by contentLimit returned a megabyte-sized object. Longer than the cap in compact
+    JSON, such a value comes as the cut JSON text; values that fit keep their shape."""
+    rows = [{"line": i, "text": "y" * 40} for i in range(50)]
+    call = {"type": "tool_call", "callId": "c1", "name": "Grep", "args": {"pattern": "p" * 100},
+            "status": "completed", "result": {"matches": rows}}
+    small = {"type": "tool_call", "callId": "c2", "name": "Read", "args": {"path": "a.py"}, "status": "completed",
+             "result": {"ok": True}}
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            await c.call("session.create", {"sessionId": "s1"})
+            await c.call("session.appendMessage", {"sessionId": "s1", "message": {
+                "id": "a1", "role": "assistant", "blocks": [call, small]}})
+            got = (await c.call("session.get", {"sessionId": "s1", "contentLimit": 60}))["messages"][0]
+            cut, kept = got["blocks"]
+            assert got["truncated"] is True and cut["truncated"] is True
+            assert cut["result"] == '{"matches":[{"line":0,"text":"' + "y" * 30 and len(cut["result"]) == 60
+            assert cut["args"] == '{"pattern":"' + "p" * 48
+            assert kept["args"] == {"path": "a.py"} and kept["result"] == {"ok": True} and "truncated" not in kept
+            whole = (await c.call("session.get", {"sessionId": "s1"}))["messages"][0]
+            assert whole["blocks"][0]["result"] == {"matches": rows} and "truncated" not in whole
