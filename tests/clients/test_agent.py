@@ -257,3 +257,45 @@ async def test_a_restarted_sidecar_runs_the_prompt_its_earlier_run_took_and_neve
                     nursery.cancel_scope.cancel()
     prompts = [m["blocks"][0]["text"] for m in page["messages"] if m["role"] == "user"]
     assert prompts == ["first", "second"]
+
+
+async def test_a_sidecar_recovers_a_queue_turn_a_lost_sidecar_left_running(tmp_path: Path) -> None:
+    """A sidecar killed mid-turn left its turn running: every later take answered ``turnRunning`` and the
+    queue waited forever (until someone called recoverInflight by hand). The next sidecar recovers a queue
+    turn it is not running itself, then goes on; a turn another client started is left alone."""
+    env: Any = {"version": 1, "model": {"id": "m"}}
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, trio.open_nursery() as nursery:
+            async with connect(host.url, host.token, client_id="ui", client_kind="ui") as ui:
+                sid = (await ui.session.create(title="lost"))["id"]
+                await ui.session.queue_push(session_id=sid, principal="user", content="first", permission_mode="auto")
+                async with connect(host.url, host.token, client_id="old", client_kind="agent") as dead:
+                    await dead.session.queue_attach(session_id=sid, controller_id="old")
+                    entry = (await dead.session.queue_take(session_id=sid, controller_id="old"))["entry"]
+                    assert entry is not None
+                    lost = f"t_{entry['id']}"
+                    await dead.session.start_turn(session_id=sid, turn_id=lost, environment=env)
+                    await dead.session.append_message(session_id=sid, message={
+                        "id": f"u_{entry['id']}", "role": "user", "turnId": lost,
+                        "blocks": [{"type": "text", "text": "first"}]})
+                # "old" is gone mid-turn; a new sidecar (another id) controls the session from now on
+                async with connect(host.url, host.token, client_id="new", client_kind="agent") as agent, \
+                        ui.subscribe(["turn.ended"], session_id=sid) as events:
+                    nursery.start_soon(Sidecar(agent, FakeModel(delay=0.001), "new").run)
+                    await ui.session.queue_push(session_id=sid, principal="user", content="second",
+                                                permission_mode="auto")
+                    ended: dict[str, str] = {}
+                    while len(ended) < 2:
+                        got = await events.next()
+                        assert isinstance(got, Event)
+                        ended[got.data["turn"]["id"]] = got.data["turn"]["status"]
+                    page = await ui.session.get(session_id=sid, full=True)
+                    nursery.cancel_scope.cancel()
+                assert ended.pop(lost) == "aborted" and list(ended.values()) == ["completed"]
+                # a turn another client started (not named as a queue turn) is never recovered
+                await ui.session.start_turn(session_id=sid, turn_id="t-ui", environment=env)
+                sidecar = Sidecar(ui, FakeModel(), "ui-ctl")
+                assert await sidecar._recover_lost_turn(sid) is False
+                assert (await ui.session.list_turns(session_id=sid, limit=1))["turns"][0]["status"] == "running"
+    prompts = [m["blocks"][0]["text"] for m in page["messages"] if m["role"] == "user"]
+    assert prompts == ["first", "second"]

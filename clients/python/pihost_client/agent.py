@@ -64,6 +64,9 @@ __all__ = ["Sidecar", "main"]
 log = logging.getLogger("pihost_agent")
 MAX_TOOL_ROUNDS = 4
 SCAN_SESSIONS = 200
+TURN_PREFIX = "t_"
+"""This sidecar names the turn of queue entry ``<id>`` ``t_<id>`` (its prompt ``u_<id>``)."""
+QUEUE_ENTRY_PREFIX = "q_"
 
 
 def _utc() -> str:
@@ -80,6 +83,8 @@ class Sidecar:
     sessions: set[str] = field(default_factory=set)
     """Sessions this sidecar controls (re-attached after every reconnect)."""
     busy: set[str] = field(default_factory=set)
+    running: set[str] = field(default_factory=set)
+    """Turns this process is running now."""
     again: set[str] = field(default_factory=set)
     """Sessions woken while their drain task was running: it looks once more before it ends."""
     turns_done: int = 0
@@ -132,6 +137,8 @@ class Sidecar:
                 taken = await self.client.session.queue_take(session_id=sid, controller_id=self.controller_id)
                 entry = taken.get("entry")
                 if entry is None:
+                    if taken.get("reason") == "turnRunning" and await self._recover_lost_turn(sid):
+                        continue
                     if sid in self.again:
                         continue
                     return
@@ -170,12 +177,40 @@ class Sidecar:
                 except RpcError as exc:
                     log.warning("event %s: %s", getattr(item, "topic", "resync"), exc.describe())
 
+    async def _recover_lost_turn(self, sid: str) -> bool:
+        """The queue waits behind a running turn this process is not running: if it is a queue turn
+        (named as this sidecar names them) of a sidecar that is gone (killed mid-turn, or this one
+        before a restart or a lost connection), recover it, so the queue goes on instead of waiting
+        forever. A turn another client started is left alone. Whether it recovered one."""
+        turns = await self.client.session.list_turns(session_id=sid, limit=5)
+        for turn in turns["turns"]:
+            tid = str(turn["id"])
+            if (turn["status"] != "running" or tid in self.running
+                    or not tid.startswith(TURN_PREFIX + QUEUE_ENTRY_PREFIX)):
+                continue
+            try:
+                got = await self.client.session.recover_inflight(session_id=sid, turn_id=tid)
+            except RpcError as exc:
+                log.warning("session %s: turn %s left running by a lost sidecar not recovered: %s", sid, tid,
+                            exc.describe())
+                return False
+            log.info("session %s: recovered turn %s left running by a lost sidecar (%s)", sid, tid, got["action"])
+            return True
+        return False
+
     # -- one turn ------------------------------------------------------------------
     async def run_turn(self, sid: str, entry: dict[str, Any]) -> None:
+        turn_id = f"{TURN_PREFIX}{entry['id']}"
+        self.running.add(turn_id)
+        try:
+            await self._run_turn(sid, entry, turn_id)
+        finally:
+            self.running.discard(turn_id)
+
+    async def _run_turn(self, sid: str, entry: dict[str, Any], turn_id: str) -> None:
         c = self.client
         summary = (await c.session.get(session_id=sid, message_limit=1))["session"]
         root = summary.get("projectPath")
-        turn_id = f"t_{entry['id']}"
         mode = permission_mode(entry, summary, self.approve)
         unavailable: ModelError | None = None
         try:
