@@ -437,6 +437,7 @@ class GatewayConnection:
             await self._finish(CLOSE_POLICY, "unauthenticated")
             return
         self._ctx = ctx
+        self._dispatcher.connected(ctx)
         await self._read_loop(nursery)
 
     def _deliver_small(self, response: dict[str, Any]) -> None:

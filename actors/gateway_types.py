@@ -98,6 +98,10 @@ class Dispatcher(Protocol):
         """Extra fields for the ``host.hello`` result (``bootId``, ``hostVersion``...)."""
         ...
 
+    def connected(self, ctx: CallContext) -> None:
+        """The connection of ``ctx`` authenticated and is served (its ``disconnected`` follows)."""
+        ...
+
     def disconnected(self, ctx: CallContext) -> None:
         """The connection of ``ctx`` closed: its requests not started yet need not run."""
         ...

@@ -51,6 +51,9 @@ class HostConfig:
     validate_results: bool = False  # check every result and event payload against its protocol model (tests)
     # Diagnostics: count the trio thread's task steps and I/O waits (host.status.trio; scripts/bench).
     count_task_steps: bool = False
+    # A client whose last connection closed is gone once no connection of it came back within this
+    # many seconds (a sidecar that reconnects keeps what it took from the turn queue meanwhile).
+    client_gone_after: float = 5.0
     # session.inflight previews reach one subscriber at most this often per message (seconds).
     inflight_event_interval: float = 0.25
     # The event backlog clients resume from (events.subscribe with a cursor): at most this many

@@ -64,7 +64,7 @@ from runtime.handlers.host import INSPECTOR_URL, LOGIN_CODES
 from runtime.handlers.imports import Imports
 from runtime.handlers.plugins import PluginRegistry
 from runtime.handlers.queue import QueueControl
-from runtime.handlers.queue import connection_closed as queue_connection_closed
+from runtime.handlers.queue import client_gone as queue_client_gone
 from runtime.handlers.secrets import Vault
 from runtime.kernel.actor import InternalBug, reply_callback_failed
 from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
@@ -138,6 +138,9 @@ class HostDispatcher:
 
     async def submit(self, method: str, params: Any, ctx: CallContext, reply: Reply, *, more: bool = False) -> None:
         await self._pipeline.submit(method, params, ctx, reply, more=more)
+
+    def connected(self, ctx: CallContext) -> None:
+        self._pipeline.connected(ctx)
 
     def disconnected(self, ctx: CallContext) -> None:
         self._pipeline.disconnected(ctx)
@@ -268,7 +271,7 @@ async def run_host(
                 registry = SessionRegistry(deps, sessions)
                 services.sessions = registry
                 pipeline = Pipeline(services, routes=routes, validate_results=config.validate_results,
-                                    on_closed=(queue_connection_closed,))
+                                    on_client_gone=(queue_client_gone,), client_gone_after=config.client_gone_after)
                 index_log.on_covered(pipeline.book.retire_through)
                 await nursery.start(pipeline.run)
 

@@ -192,12 +192,23 @@ def _checked(spec: MethodSpec, value: Any) -> Any:
     return value
 
 
+@dataclass
+class _Presence:
+    """A client's open connections, and how many it opened so far (a reconnect changes it)."""
+
+    open: int = 0
+    generation: int = 0
+
+
 class Pipeline:
     def __init__(self, services: Services, *, routes: Mapping[str, Route] = ROUTES,
                  book: ReceiptBook | None = None, validate_results: bool = False,
-                 on_closed: Sequence[Callable[[Services, CallContext], Awaitable[None]]] = ()) -> None:
+                 on_client_gone: Sequence[Callable[[Services, CallContext], Awaitable[None]]] = (),
+                 client_gone_after: float = 5.0) -> None:
         self.services = services
-        self._on_closed = tuple(on_closed)
+        self._on_client_gone = tuple(on_client_gone)
+        self._client_gone_after = client_gone_after
+        self._clients: dict[str, _Presence] = {}  # per client id, while it has connections or may come back
         self.book = book if book is not None else ReceiptBook()
         self.validate_results = validate_results
         self.closing = False
@@ -314,27 +325,47 @@ class Pipeline:
         self._idle = trio.Event()
         return bound, params, _Answer(self, bound, reply)
 
+    def connected(self, caller: CallContext) -> None:
+        """A connection of ``caller.client_id`` authenticated."""
+        presence = self._clients.setdefault(caller.client_id, _Presence())
+        presence.open += 1
+        presence.generation += 1
+
     def disconnected(self, caller: CallContext) -> None:
         """The connection closed: its requests not dispatched yet are dropped (nobody reads their
-        answers; a retry with the same ``submissionId`` runs one), those dispatched run on; then
-        what the host keeps for a connection's client is told (``on_closed``: the turn queue offers
-        again what a controller took and began no turn with)."""
+        answers; a retry with the same ``submissionId`` runs one), those dispatched run on. When it
+        was its client's last connection and none comes back within ``client_gone_after`` seconds,
+        the client is gone: ``on_client_gone`` is told (the turn queue offers again what a
+        controller took and began no turn with)."""
         order = self._orders.get(caller.connection_id)
         if order is not None:
             order.abandon()
-        if self._on_closed and self._nursery is not None and not self.closing:
-            self._nursery.start_soon(self._closed, caller, order)
+        presence = self._clients.get(caller.client_id)
+        if presence is None:
+            return
+        presence.open -= 1
+        if presence.open > 0:
+            return
+        if self._on_client_gone and self._nursery is not None and not self.closing:
+            self._nursery.start_soon(self._client_left, caller, order, presence.generation)
+        else:
+            del self._clients[caller.client_id]
 
-    async def _closed(self, caller: CallContext, order: Ordering | None) -> None:
+    async def _client_left(self, caller: CallContext, order: Ordering | None, generation: int) -> None:
         if order is not None:
             await order.wait_idle()  # what it handed on (a queueTake, say) took effect first
-        for hook in self._on_closed:
+        await trio.sleep(self._client_gone_after)
+        presence = self._clients.get(caller.client_id)
+        if presence is None or presence.open > 0 or presence.generation != generation:
+            return  # it came back (a reconnect, or its next connection): it is not gone
+        del self._clients[caller.client_id]
+        for hook in self._on_client_gone:
             try:
                 await hook(self.services, caller)
             except (StoreError, ActorStopped, ActorCrashed, ShuttingDown) as exc:
-                # Nothing is lost: what a closed connection left is offered again at the next
-                # attach, take or restart. Logged, not raised into the pipeline's nursery.
-                log.warning("after connection %d closed: %s", caller.connection_id, exc)
+                # Nothing is lost: what a gone client left is offered again at the next attach,
+                # take or restart. Logged, not raised into the pipeline's nursery.
+                log.warning("after client %s left: %s", caller.client_id, exc)
 
     def _ordering(self, connection: int) -> Ordering:
         order = self._orders.get(connection)

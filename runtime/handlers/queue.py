@@ -27,7 +27,7 @@ from store.attachments import mark_evicted_blocks
 from store.errors import Conflict
 from store.receipts import ReceiptKey
 
-__all__ = ["QueueControl", "after_turn_end", "attach", "connection_closed", "list_queue", "prioritize", "push",
+__all__ = ["QueueControl", "after_turn_end", "attach", "client_gone", "list_queue", "prioritize", "push",
            "remove", "reorder", "take"]
 
 SERVICE = "queue"
@@ -205,11 +205,11 @@ async def after_turn_end(ctx: SessionContext) -> None:
         _publish(ctx, shown)
 
 
-async def connection_closed(services: Services, caller: CallContext) -> None:
-    """A sidecar's connection closed (it died, or will reconnect): what its client took and began no
-    turn with is offered again, listed first, so no prompt hides behind a controller that is gone
-    (the next take hands it out again; the same sidecar, reconnected, still starts its turn with
-    it). Each changed queue is announced on ``session.queue``."""
+async def client_gone(services: Services, caller: CallContext) -> None:
+    """A sidecar's last connection closed and none came back (it died): what its client took and
+    began no turn with is offered again, listed first, so no prompt hides behind a controller that
+    is gone (the next take hands it out again; the same sidecar, were it to come back, still starts
+    its turn with it). Each changed queue is announced on ``session.queue``."""
     if caller.client_kind != CONTROLLER_KIND:
         return
     control: QueueControl = services.get(SERVICE)

@@ -52,6 +52,9 @@ class FakeDispatcher:
     def hello(self, ctx: CallContext) -> dict[str, Any]:
         return {"bootId": "boot-1", "hostVersion": "test"}
 
+    def connected(self, ctx: CallContext) -> None:
+        pass
+
     def disconnected(self, ctx: CallContext) -> None:
         self.gone.append(ctx.connection_id)
 

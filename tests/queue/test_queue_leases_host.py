@@ -157,7 +157,7 @@ async def test_a_sidecar_that_goes_away_while_the_host_runs_leaves_no_prompt_hid
     lists something). And a turn another client started in between carried it, so that turn's end
     would have consumed a prompt that never ran."""
     with trio.fail_after(30):
-        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+        async with inprocess_host(tmp_path, client_gone_after=0.3) as host, client_for(host, "ui", kind="ui") as ui:
             sid = (await ui.call("session.create", {"title": "q"}))["id"]
             for text in ("one", "two"):
                 await ui.call("session.queuePush", {"sessionId": sid, "principal": "user", "permissionMode": "ask",
@@ -170,7 +170,7 @@ async def test_a_sidecar_that_goes_away_while_the_host_runs_leaves_no_prompt_hid
                 await ui.call("session.startTurn", {"sessionId": sid, "turnId": "t-ui", "environment": ENV})
                 await ui.call("session.endTurn", {"sessionId": sid, "turnId": "t-ui", "status": "completed"})
             shown: list[list[str]] = []
-            while shown[-2:] != [["two"], ["one", "two"]]:  # after the take: listed again, first, and said so
+            while shown[-2:] != [["two"], ["one", "two"]]:  # it is gone: listed again, first, and said so
                 event = await next_event(ui, "session.queue")
                 shown.append([e["content"] for e in event.data["entries"]])
             assert await contents(ui, sid) == ["one", "two"]
@@ -186,3 +186,28 @@ async def test_a_sidecar_that_goes_away_while_the_host_runs_leaves_no_prompt_hid
                 await c.call("session.endTurn", {"sessionId": sid, "turnId": turn, "status": "completed"})
                 assert (await take(c, sid, "ctl-2"))["content"] == "two"  # type: ignore[index]
             assert await user_texts(ui, sid) == ["one"]
+
+
+async def test_a_sidecar_that_comes_back_keeps_what_it_took(tmp_path: Path) -> None:
+    """A connection that closes is not a controller that is gone: the same client connecting again within
+    the grace (a reconnect, or a helper that opens one connection per call) keeps its take; the next take
+    hands out the next prompt, and the reconnected flow starts its turn with the one it took."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path, client_gone_after=1.0) as host, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid = (await ui.call("session.create", {"title": "q"}))["id"]
+            for text in ("one", "two", "three"):
+                await ui.call("session.queuePush", {"sessionId": sid, "principal": "user", "permissionMode": "ask",
+                                                    "content": text})
+            async with client_for(host, "sidecar", kind="agent") as c:
+                await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
+            async with client_for(host, "sidecar", kind="agent") as c:
+                first = await take(c, sid)
+            async with client_for(host, "sidecar", kind="agent") as c:
+                second = await take(c, sid)  # the taker came back: the first prompt is not handed out again
+                assert first is not None and second is not None and first["content"] == "one"
+                assert second["content"] == "two" and await contents(c, sid) == ["three"]
+                turn = f"t_{second['id']}"
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": turn, "environment": ENV})
+            await trio.sleep(1.5)  # gone now, but its turn carries its prompt: nothing to offer again
+            assert await contents(ui, sid) == ["three"]
