@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import pytest
 import trio
@@ -299,3 +299,44 @@ async def test_a_sidecar_recovers_a_queue_turn_a_lost_sidecar_left_running(tmp_p
                 assert (await ui.session.list_turns(session_id=sid, limit=1))["turns"][0]["status"] == "running"
     prompts = [m["blocks"][0]["text"] for m in page["messages"] if m["role"] == "user"]
     assert prompts == ["first", "second"]
+
+
+async def _dead_sidecar(host: Any, sid: str, client_id: str, *, start: bool) -> str:
+    """An agent connection that attaches, takes the only prompt (and starts its turn), then is gone."""
+    async with connect(host.url, host.token, client_id=client_id, client_kind="agent") as dead:
+        await dead.session.queue_attach(session_id=sid, controller_id=client_id)
+        entry = (await dead.session.queue_take(session_id=sid, controller_id=client_id))["entry"]
+        assert entry is not None
+        if start:
+            await dead.session.start_turn(session_id=sid, turn_id=f"t_{entry['id']}",
+                                          environment=cast(Any, {"version": 1, "model": {"id": "m"}}))
+        return str(entry["id"])
+
+
+@pytest.mark.parametrize(("started", "same_id"), [(False, True), (True, False), (True, True)])
+async def test_a_new_sidecar_finds_what_a_dead_one_left_without_a_push(tmp_path: Path, started: bool,
+                                                                      same_id: bool) -> None:
+    """Found by an end-to-end chaos probe: a sidecar restarted under the same id within the host's grace
+    (its supervisor, or the default id) never attached the session whose prompt its earlier run took, and
+    a dead sidecar's running turn that carried the last prompt kept the queue waiting, until something was
+    pushed. The startup scan attaches sessions the host still names this controller for, and wakes those
+    whose running turn is a lost queue turn (recovered, then the prompt waits again and runs)."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path / "data") as host, trio.open_nursery() as nursery:
+            async with connect(host.url, host.token, client_id="ui", client_kind="ui") as ui:
+                sid = (await ui.session.create(title="left"))["id"]
+                await ui.session.queue_push(session_id=sid, principal="user", content="first", permission_mode="auto")
+                await _dead_sidecar(host, sid, "ctl", start=started)
+                new_id = "ctl" if same_id else "ctl-2"
+                async with connect(host.url, host.token, client_id=new_id, client_kind="agent") as agent, \
+                        ui.subscribe(["turn.ended"], session_id=sid) as events:
+                    nursery.start_soon(Sidecar(agent, FakeModel(delay=0.001), new_id).run)
+                    with trio.fail_after(4):  # before the host's 5 s grace could offer anything again
+                        while True:
+                            got = await events.next()
+                            assert isinstance(got, Event)
+                            if got.data["turn"]["status"] == "completed":
+                                break
+                    page = await ui.session.get(session_id=sid, full=True)
+                    nursery.cancel_scope.cancel()
+    assert [m["blocks"][0]["text"] for m in page["messages"] if m["role"] == "user"] == ["first"]

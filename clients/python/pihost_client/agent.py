@@ -103,14 +103,23 @@ class Sidecar:
         return dict(state)
 
     async def scan(self, tg: anyio.abc.TaskGroup) -> None:
-        """Re-attach known sessions and pick up queued work in the newest ones."""
+        """Re-attach known sessions and pick up work in the newest ones: prompts that wait; sessions
+        the host still names this controller for (an earlier run of this sidecar, restarted, may have
+        taken a prompt it never started: the attach offers it again); a queue turn left running by a
+        sidecar that is gone (the drain recovers it, then goes on)."""
         recent = await self.client.session.list(limit=SCAN_SESSIONS)
         candidates = set(self.sessions)
+        lost: set[str] = set()
         for s in recent["sessions"]:
             if s["id"] in self.sessions:
                 continue
+            latest: Mapping[str, Any] = s.get("latestTurn") or {}
+            if latest.get("status") == "running" and self._is_lost_queue_turn(str(latest.get("id"))):
+                lost.add(s["id"])
+                candidates.add(s["id"])
+                continue
             queue = await self.client.session.queue_list(session_id=s["id"])
-            if queue["entries"]:
+            if queue["entries"] or queue.get("controllerId") == self.controller_id:
                 candidates.add(s["id"])
         for sid in candidates:
             try:
@@ -120,8 +129,12 @@ class Sidecar:
                     self.sessions.discard(sid)
                     continue
                 raise
-            if state["entries"]:
+            if state["entries"] or sid in lost:
                 self.wake(tg, sid)
+
+    def _is_lost_queue_turn(self, turn_id: str) -> bool:
+        """A turn named as this sidecar names queue turns, which this process is not running."""
+        return turn_id.startswith(TURN_PREFIX + QUEUE_ENTRY_PREFIX) and turn_id not in self.running
 
     def wake(self, tg: anyio.abc.TaskGroup, sid: str) -> None:
         if sid in self.busy:
@@ -185,8 +198,7 @@ class Sidecar:
         turns = await self.client.session.list_turns(session_id=sid, limit=5)
         for turn in turns["turns"]:
             tid = str(turn["id"])
-            if (turn["status"] != "running" or tid in self.running
-                    or not tid.startswith(TURN_PREFIX + QUEUE_ENTRY_PREFIX)):
+            if turn["status"] != "running" or not self._is_lost_queue_turn(tid):
                 continue
             try:
                 got = await self.client.session.recover_inflight(session_id=sid, turn_id=tid)
