@@ -229,6 +229,24 @@ def test_tools_stay_inside_the_project_root(tmp_path: Path) -> None:
         run_tool("list_dir", {"path": "."}, None)
 
 
+async def _dead_sidecar(host: Any, sid: str, client_id: str, *, start: bool = False,
+                        prompt: str | None = None) -> dict[str, Any]:
+    """An agent connection that attaches and takes the next prompt (then starts its turn, then appends
+    ``prompt`` to it), and is gone: the entry it took."""
+    async with connect(host.url, host.token, client_id=client_id, client_kind="agent") as dead:
+        await dead.session.queue_attach(session_id=sid, controller_id=client_id)
+        entry = (await dead.session.queue_take(session_id=sid, controller_id=client_id))["entry"]
+        assert entry is not None
+        turn = f"t_{entry['id']}"
+        if start:
+            await dead.session.start_turn(session_id=sid, turn_id=turn,
+                                          environment=cast(Any, {"version": 1, "model": {"id": "m"}}))
+        if prompt is not None:
+            await dead.session.append_message(session_id=sid, message={
+                "id": f"u_{entry['id']}", "role": "user", "turnId": turn, "blocks": [{"type": "text", "text": prompt}]})
+        return dict(entry)
+
+
 async def test_a_restarted_sidecar_runs_the_prompt_its_earlier_run_took_and_never_started(tmp_path: Path) -> None:
     """Its earlier run (same controller id) took a prompt and died before the turn: the restarted sidecar
     skipped queueAttach when a ``session.queue`` event already named it, and its first take consumed that
@@ -240,10 +258,7 @@ async def test_a_restarted_sidecar_runs_the_prompt_its_earlier_run_took_and_neve
             async with connect(host.url, host.token, client_id="ui", client_kind="ui") as ui:
                 sid = (await ui.session.create(title="restart"))["id"]
                 await ui.session.queue_push(session_id=sid, principal="user", content="first", permission_mode="auto")
-                async with connect(host.url, host.token, client_id="ctl", client_kind="agent") as dead:
-                    await dead.session.queue_attach(session_id=sid, controller_id="ctl")
-                    taken = await dead.session.queue_take(session_id=sid, controller_id="ctl")
-                    assert taken["entry"]["content"] == "first"  # type: ignore[index]
+                assert (await _dead_sidecar(host, sid, "ctl"))["content"] == "first"
                 async with connect(host.url, host.token, client_id="ctl", client_kind="agent") as agent, \
                         ui.subscribe(["turn.ended"], session_id=sid) as events:
                     nursery.start_soon(Sidecar(agent, FakeModel(delay=0.001), "ctl").run)
@@ -269,15 +284,7 @@ async def test_a_sidecar_recovers_a_queue_turn_a_lost_sidecar_left_running(tmp_p
             async with connect(host.url, host.token, client_id="ui", client_kind="ui") as ui:
                 sid = (await ui.session.create(title="lost"))["id"]
                 await ui.session.queue_push(session_id=sid, principal="user", content="first", permission_mode="auto")
-                async with connect(host.url, host.token, client_id="old", client_kind="agent") as dead:
-                    await dead.session.queue_attach(session_id=sid, controller_id="old")
-                    entry = (await dead.session.queue_take(session_id=sid, controller_id="old"))["entry"]
-                    assert entry is not None
-                    lost = f"t_{entry['id']}"
-                    await dead.session.start_turn(session_id=sid, turn_id=lost, environment=env)
-                    await dead.session.append_message(session_id=sid, message={
-                        "id": f"u_{entry['id']}", "role": "user", "turnId": lost,
-                        "blocks": [{"type": "text", "text": "first"}]})
+                lost = f"t_{(await _dead_sidecar(host, sid, 'old', start=True, prompt='first'))['id']}"
                 # "old" is gone mid-turn; a new sidecar (another id) controls the session from now on
                 async with connect(host.url, host.token, client_id="new", client_kind="agent") as agent, \
                         ui.subscribe(["turn.ended"], session_id=sid) as events:
@@ -299,18 +306,6 @@ async def test_a_sidecar_recovers_a_queue_turn_a_lost_sidecar_left_running(tmp_p
                 assert (await ui.session.list_turns(session_id=sid, limit=1))["turns"][0]["status"] == "running"
     prompts = [m["blocks"][0]["text"] for m in page["messages"] if m["role"] == "user"]
     assert prompts == ["first", "second"]
-
-
-async def _dead_sidecar(host: Any, sid: str, client_id: str, *, start: bool) -> str:
-    """An agent connection that attaches, takes the only prompt (and starts its turn), then is gone."""
-    async with connect(host.url, host.token, client_id=client_id, client_kind="agent") as dead:
-        await dead.session.queue_attach(session_id=sid, controller_id=client_id)
-        entry = (await dead.session.queue_take(session_id=sid, controller_id=client_id))["entry"]
-        assert entry is not None
-        if start:
-            await dead.session.start_turn(session_id=sid, turn_id=f"t_{entry['id']}",
-                                          environment=cast(Any, {"version": 1, "model": {"id": "m"}}))
-        return str(entry["id"])
 
 
 @pytest.mark.parametrize(("started", "same_id"), [(False, True), (True, False), (True, True)])
