@@ -53,9 +53,10 @@ idempotency key and its place:
   too (a sidecar flow that went on after a reconnect);
 * the client that took an entry is kept with it (``lease_client``, schema
   v31): only a turn that client starts carries it (another client's turn in
-  the session leaves it alone), and when that client's connection closes what
-  it took and began no turn with is offered again (:func:`offer_again_taken_by`),
-  so a sidecar that died while the host runs hides no prompt.
+  the session leaves it alone), and once that client is gone (its last
+  connection closed and none came back within the host's grace) what it took
+  and began no turn with is offered again (:func:`offer_again_taken_by`), so a
+  sidecar that died while the host runs hides no prompt.
 """
 
 from __future__ import annotations
@@ -704,9 +705,9 @@ def offer_again(conn: sqlite3.Connection, session_id: str | None = None) -> int:
 
 
 def offer_again_taken_by(conn: sqlite3.Connection, client: str) -> list[str]:
-    """``client``'s connection closed: what it took and began no turn with is offered again (listed,
-    handed out first by the next take; its own flow, reconnected, still binds it). The sessions
-    whose queue changed."""
+    """``client`` is gone: what it took and began no turn with is offered again (listed, handed out
+    first by the next take; its own flow, were it to come back, still binds it). The sessions whose
+    queue changed."""
     rows = conn.execute("UPDATE turn_queue SET lease = 'offered' WHERE lease = 'taken' AND lease_client = ? "
                         "RETURNING session_id", (client,)).fetchall()
     return sorted({str(r[0]) for r in rows})
