@@ -60,11 +60,11 @@ from runtime.context import Services
 from runtime.datadir import DataDirLock
 from runtime.handlers import inflight
 from runtime.handlers.attachments import Blobs
+from runtime.handlers.client_gone import on_client_gone
 from runtime.handlers.host import INSPECTOR_URL, LOGIN_CODES
 from runtime.handlers.imports import Imports
 from runtime.handlers.plugins import PluginRegistry
 from runtime.handlers.queue import QueueControl
-from runtime.handlers.queue import client_gone as queue_client_gone
 from runtime.handlers.secrets import Vault
 from runtime.kernel.actor import InternalBug, reply_callback_failed
 from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
@@ -271,7 +271,7 @@ async def run_host(
                 registry = SessionRegistry(deps, sessions)
                 services.sessions = registry
                 pipeline = Pipeline(services, routes=routes, validate_results=config.validate_results,
-                                    on_client_gone=(queue_client_gone,), client_gone_after=config.client_gone_after)
+                                    on_client_gone=(on_client_gone,), client_gone_after=config.client_gone_after)
                 index_log.on_covered(pipeline.book.retire_through)
                 await nursery.start(pipeline.run)
 

@@ -713,6 +713,14 @@ def offer_again_taken_by(conn: sqlite3.Connection, client: str) -> list[str]:
     return sorted({str(r[0]) for r in rows})
 
 
+def running_turns_started_by(conn: sqlite3.Connection, client: str) -> list[tuple[str, str]]:
+    """``(session id, turn id)`` of every running turn that began with an entry ``client`` took."""
+    return [(str(r[0]), str(r[1])) for r in conn.execute(
+        "SELECT q.session_id, q.lease_turn_id FROM turn_queue q JOIN turns t ON t.id = q.lease_turn_id "
+        "WHERE q.lease = 'started' AND q.lease_client = ? AND t.status = 'running' ORDER BY q.session_id",
+        (client,))]
+
+
 def has_running_turn(conn: sqlite3.Connection, session_id: str) -> bool:
     row = conn.execute("SELECT 1 FROM turns WHERE session_id = ? AND status = 'running' LIMIT 1",
                        (session_id,)).fetchone()

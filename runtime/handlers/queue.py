@@ -18,16 +18,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from actors.gateway_types import CallContext
 from actors.session_context import SessionContext
 from protocol import models as m
-from runtime.context import Services
 from store import queue
 from store.attachments import mark_evicted_blocks
 from store.errors import Conflict
 from store.receipts import ReceiptKey
 
-__all__ = ["QueueControl", "after_turn_end", "attach", "client_gone", "list_queue", "prioritize", "push",
+__all__ = ["QueueControl", "after_turn_end", "attach", "list_queue", "prioritize", "push",
            "remove", "reorder", "take"]
 
 SERVICE = "queue"
@@ -203,25 +201,6 @@ async def after_turn_end(ctx: SessionContext) -> None:
         shown = await ctx.db(settle)
     if shown is not None:
         _publish(ctx, shown)
-
-
-async def client_gone(services: Services, caller: CallContext) -> None:
-    """A sidecar's last connection closed and none came back (it died): what its client took and
-    began no turn with is offered again, listed first, so no prompt hides behind a controller that
-    is gone (the next take hands it out again; the same sidecar, were it to come back, still starts
-    its turn with it). Each changed queue is announced on ``session.queue``."""
-    if caller.client_kind != CONTROLLER_KIND:
-        return
-    control: QueueControl = services.get(SERVICE)
-    client = caller.client_id
-
-    def offer(conn: Any) -> list[dict[str, Any]]:
-        return [{**mark_evicted_blocks(conn, queue_state(control.peek(sid), queue.list_entries(conn, sid))),
-                 "sessionId": sid}
-                for sid in queue.offer_again_taken_by(conn, client)]
-
-    for state in await services.db.write(offer, durable=True, label="queue.offerAgain"):
-        services.bus.publish(TOPIC, state, session_id=state["sessionId"])
 
 
 async def take(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey | None) -> Any:

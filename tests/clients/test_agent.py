@@ -274,36 +274,32 @@ async def test_a_restarted_sidecar_runs_the_prompt_its_earlier_run_took_and_neve
     assert prompts == ["first", "second"]
 
 
-async def test_a_sidecar_recovers_a_queue_turn_a_lost_sidecar_left_running(tmp_path: Path) -> None:
+async def test_the_host_recovers_a_queue_turn_a_gone_sidecar_left_running(tmp_path: Path) -> None:
     """A sidecar killed mid-turn left its turn running: every later take answered ``turnRunning`` and the
-    queue waited forever (until someone called recoverInflight by hand). The next sidecar recovers a queue
-    turn it is not running itself, then goes on; a turn another client started is left alone."""
-    env: Any = {"version": 1, "model": {"id": "m"}}
+    queue waited forever (until someone called recoverInflight by hand). Once that sidecar is gone (no
+    connection of it came back within the grace) the host recovers the queue turn it was running; the
+    next sidecar (another id) goes on with the queue."""
     with trio.fail_after(60):
-        async with inprocess_host(tmp_path / "data") as host, trio.open_nursery() as nursery:
+        async with inprocess_host(tmp_path / "data", client_gone_after=0.5) as host, trio.open_nursery() as nursery:
             async with connect(host.url, host.token, client_id="ui", client_kind="ui") as ui:
                 sid = (await ui.session.create(title="lost"))["id"]
                 await ui.session.queue_push(session_id=sid, principal="user", content="first", permission_mode="auto")
                 lost = f"t_{(await _dead_sidecar(host, sid, 'old', start=True, prompt='first'))['id']}"
-                # "old" is gone mid-turn; a new sidecar (another id) controls the session from now on
                 async with connect(host.url, host.token, client_id="new", client_kind="agent") as agent, \
                         ui.subscribe(["turn.ended"], session_id=sid) as events:
                     nursery.start_soon(Sidecar(agent, FakeModel(delay=0.001), "new").run)
                     await ui.session.queue_push(session_id=sid, principal="user", content="second",
                                                 permission_mode="auto")
-                    ended: dict[str, str] = {}
+                    ended: dict[str, dict[str, Any]] = {}
                     while len(ended) < 2:
                         got = await events.next()
                         assert isinstance(got, Event)
-                        ended[got.data["turn"]["id"]] = got.data["turn"]["status"]
+                        ended[got.data["turn"]["id"]] = got.data["turn"]
                     page = await ui.session.get(session_id=sid, full=True)
                     nursery.cancel_scope.cancel()
-                assert ended.pop(lost) == "aborted" and list(ended.values()) == ["completed"]
-                # a turn another client started (not named as a queue turn) is never recovered
-                await ui.session.start_turn(session_id=sid, turn_id="t-ui", environment=env)
-                sidecar = Sidecar(ui, FakeModel(), "ui-ctl")
-                assert await sidecar._recover_lost_turn(sid) is False
-                assert (await ui.session.list_turns(session_id=sid, limit=1))["turns"][0]["status"] == "running"
+                gone = ended.pop(lost)
+                assert (gone["status"], gone["errorCode"]) == ("aborted", "SIDECAR_LOST")
+                assert [t["status"] for t in ended.values()] == ["completed"]
     prompts = [m["blocks"][0]["text"] for m in page["messages"] if m["role"] == "user"]
     assert prompts == ["first", "second"]
 
@@ -314,10 +310,11 @@ async def test_a_new_sidecar_finds_what_a_dead_one_left_without_a_push(tmp_path:
     """Found by an end-to-end chaos probe: a sidecar restarted under the same id within the host's grace
     (its supervisor, or the default id) never attached the session whose prompt its earlier run took, and
     a dead sidecar's running turn that carried the last prompt kept the queue waiting, until something was
-    pushed. The startup scan attaches sessions the host still names this controller for, and wakes those
-    whose running turn is a lost queue turn (recovered, then the prompt waits again and runs)."""
+    pushed. The startup scan attaches sessions the host still names this controller id for and recovers
+    the queue turn its earlier run left running; another id's turn is the host's to recover once that
+    sidecar is gone (here after 1 s)."""
     with trio.fail_after(30):
-        async with inprocess_host(tmp_path / "data") as host, trio.open_nursery() as nursery:
+        async with inprocess_host(tmp_path / "data", client_gone_after=1.0) as host, trio.open_nursery() as nursery:
             async with connect(host.url, host.token, client_id="ui", client_kind="ui") as ui:
                 sid = (await ui.session.create(title="left"))["id"]
                 await ui.session.queue_push(session_id=sid, principal="user", content="first", permission_mode="auto")
@@ -335,3 +332,28 @@ async def test_a_new_sidecar_finds_what_a_dead_one_left_without_a_push(tmp_path:
                     page = await ui.session.get(session_id=sid, full=True)
                     nursery.cancel_scope.cancel()
     assert [m["blocks"][0]["text"] for m in page["messages"] if m["role"] == "user"] == ["first"]
+
+
+
+async def test_a_new_sidecar_leaves_the_turn_a_live_sidecar_runs(tmp_path: Path) -> None:
+    """A second sidecar (another id) starting while the first runs a queue turn does not cut that turn:
+    only a turn an earlier run under its own id left, or the host for a sidecar that is gone, ends it."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path / "data", client_gone_after=0.5) as host, trio.open_nursery() as nursery:
+            async with connect(host.url, host.token, client_id="ui", client_kind="ui") as ui, \
+                    connect(host.url, host.token, client_id="a", client_kind="agent") as a:
+                sid = (await ui.session.create(title="two"))["id"]
+                await ui.session.queue_push(session_id=sid, principal="user", content="first", permission_mode="auto")
+                await a.session.queue_attach(session_id=sid, controller_id="a")
+                entry = (await a.session.queue_take(session_id=sid, controller_id="a"))["entry"]
+                assert entry is not None
+                turn = f"t_{entry['id']}"
+                await a.session.start_turn(session_id=sid, turn_id=turn,
+                                           environment=cast(Any, {"version": 1, "model": {"id": "m"}}))
+                async with connect(host.url, host.token, client_id="b", client_kind="agent") as b:
+                    nursery.start_soon(Sidecar(b, FakeModel(delay=0.001), "b").run)
+                    await trio.sleep(1.5)
+                    latest = (await ui.session.list_turns(session_id=sid, limit=1))["turns"][0]
+                    assert (latest["id"], latest["status"]) == (turn, "running")
+                    nursery.cancel_scope.cancel()
+                await a.session.end_turn(session_id=sid, turn_id=turn, status="completed")

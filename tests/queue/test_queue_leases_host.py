@@ -209,5 +209,8 @@ async def test_a_sidecar_that_comes_back_keeps_what_it_took(tmp_path: Path) -> N
                 assert second["content"] == "two" and await contents(c, sid) == ["three"]
                 turn = f"t_{second['id']}"
                 await c.call("session.startTurn", {"sessionId": sid, "turnId": turn, "environment": ENV})
-            await trio.sleep(1.5)  # gone now, but its turn carries its prompt: nothing to offer again
-            assert await contents(ui, sid) == ["three"]
+            assert await contents(ui, sid) == ["three"]  # it may come back: its turn keeps its prompt
+            await trio.sleep(1.5)  # gone now: the host recovers its turn, whose prompt never landed
+            turn_row = (await ui.call("session.listTurns", {"sessionId": sid, "limit": 1}))["turns"][0]
+            assert (turn_row["id"], turn_row["status"], turn_row["errorCode"]) == (turn, "aborted", "SIDECAR_LOST")
+            assert await contents(ui, sid) == ["two", "three"]

@@ -202,3 +202,15 @@ def test_the_v31_step_keeps_an_entry_handed_out_before_it_bindable_by_any_turn(t
     assert lease(conn, a.id) == ("taken", None)
     start(conn, "t1", client="whoever")
     assert lease(conn, a.id) == ("started", "t1")
+
+
+def test_the_running_turns_a_gone_client_began_with_its_entries_are_named(db: sqlite3.Connection) -> None:
+    a, b = (push(db, content=x).plan.entry for x in "ab")
+    assert a and b
+    queue.take(db, "s1", now_ms=NOW_MS, client="sidecar")
+    assert queue.running_turns_started_by(db, "sidecar") == []  # taken, no turn yet
+    start(db, "t1", client="sidecar")
+    assert queue.running_turns_started_by(db, "sidecar") == [("s1", "t1")]
+    assert queue.running_turns_started_by(db, "another") == []
+    end(db, "t1", "completed")
+    assert queue.running_turns_started_by(db, "sidecar") == []  # ended: nothing to recover

@@ -103,24 +103,27 @@ class Sidecar:
         return dict(state)
 
     async def scan(self, tg: anyio.abc.TaskGroup) -> None:
-        """Re-attach known sessions and pick up work in the newest ones: prompts that wait; sessions
-        the host still names this controller for (an earlier run of this sidecar, restarted, may have
-        taken a prompt it never started: the attach offers it again); a queue turn left running by a
-        sidecar that is gone (the drain recovers it, then goes on)."""
+        """Re-attach known sessions and pick up work in the newest ones: prompts that wait, and sessions
+        the host still names this controller id for. Those an earlier run under this id controlled (a
+        restart within the host's grace, when the host does not count that run as gone): the attach
+        offers again what it took and never started, and a queue turn it left running is recovered
+        (``session.recoverInflight``), so the queue goes on. The turns of a sidecar the host counts as
+        gone are the host's to recover; a turn another live sidecar runs is never touched."""
         recent = await self.client.session.list(limit=SCAN_SESSIONS)
         candidates = set(self.sessions)
-        lost: set[str] = set()
+        left: dict[str, str] = {}  # session -> a queue turn an earlier run under this id left running
         for s in recent["sessions"]:
             if s["id"] in self.sessions:
                 continue
-            latest: Mapping[str, Any] = s.get("latestTurn") or {}
-            if latest.get("status") == "running" and self._is_lost_queue_turn(str(latest.get("id"))):
-                lost.add(s["id"])
-                candidates.add(s["id"])
-                continue
             queue = await self.client.session.queue_list(session_id=s["id"])
-            if queue["entries"] or queue.get("controllerId") == self.controller_id:
+            ours = queue.get("controllerId") == self.controller_id
+            if queue["entries"] or ours:
                 candidates.add(s["id"])
+            latest: Mapping[str, Any] = s.get("latestTurn") or {}
+            tid = str(latest.get("id"))
+            if ours and latest.get("status") == "running" and tid.startswith(TURN_PREFIX + QUEUE_ENTRY_PREFIX) \
+                    and tid not in self.running:
+                left[s["id"]] = tid
         for sid in candidates:
             try:
                 state = await self.attach(sid)
@@ -129,12 +132,19 @@ class Sidecar:
                     self.sessions.discard(sid)
                     continue
                 raise
-            if state["entries"] or sid in lost:
+            if sid in left:
+                await self._recover(sid, left[sid])
+            if state["entries"] or sid in left:
                 self.wake(tg, sid)
 
-    def _is_lost_queue_turn(self, turn_id: str) -> bool:
-        """A turn named as this sidecar names queue turns, which this process is not running."""
-        return turn_id.startswith(TURN_PREFIX + QUEUE_ENTRY_PREFIX) and turn_id not in self.running
+    async def _recover(self, sid: str, turn_id: str) -> None:
+        try:
+            got = await self.client.session.recover_inflight(session_id=sid, turn_id=turn_id)
+        except RpcError as exc:
+            log.warning("session %s: turn %s an earlier run left running not recovered: %s", sid, turn_id,
+                        exc.describe())
+            return
+        log.info("session %s: recovered turn %s an earlier run left running (%s)", sid, turn_id, got["action"])
 
     def wake(self, tg: anyio.abc.TaskGroup, sid: str) -> None:
         if sid in self.busy:
@@ -150,8 +160,6 @@ class Sidecar:
                 taken = await self.client.session.queue_take(session_id=sid, controller_id=self.controller_id)
                 entry = taken.get("entry")
                 if entry is None:
-                    if taken.get("reason") == "turnRunning" and await self._recover_lost_turn(sid):
-                        continue
                     if sid in self.again:
                         continue
                     return
@@ -189,26 +197,6 @@ class Sidecar:
                     continue  # the subscription resyncs after the reconnect
                 except RpcError as exc:
                     log.warning("event %s: %s", getattr(item, "topic", "resync"), exc.describe())
-
-    async def _recover_lost_turn(self, sid: str) -> bool:
-        """The queue waits behind a running turn this process is not running: if it is a queue turn
-        (named as this sidecar names them) of a sidecar that is gone (killed mid-turn, or this one
-        before a restart or a lost connection), recover it, so the queue goes on instead of waiting
-        forever. A turn another client started is left alone. Whether it recovered one."""
-        turns = await self.client.session.list_turns(session_id=sid, limit=5)
-        for turn in turns["turns"]:
-            tid = str(turn["id"])
-            if turn["status"] != "running" or not self._is_lost_queue_turn(tid):
-                continue
-            try:
-                got = await self.client.session.recover_inflight(session_id=sid, turn_id=tid)
-            except RpcError as exc:
-                log.warning("session %s: turn %s left running by a lost sidecar not recovered: %s", sid, tid,
-                            exc.describe())
-                return False
-            log.info("session %s: recovered turn %s left running by a lost sidecar (%s)", sid, tid, got["action"])
-            return True
-        return False
 
     # -- one turn ------------------------------------------------------------------
     async def run_turn(self, sid: str, entry: dict[str, Any]) -> None:
