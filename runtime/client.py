@@ -369,6 +369,38 @@ async def open_client(
         raise user_error
 
 
+class _HandshakeWatch(trio.abc.Stream):
+    """The TCP (or TLS) stream under a client WebSocket, passed through, that cancels ``scope`` when the
+    host closes it (end of file, or a reset) before the handshake finished (``scope`` is then None)."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self._stream = stream
+        self.scope: trio.CancelScope | None = None
+
+    def _closed_by_peer(self) -> None:
+        if self.scope is not None:
+            self.scope.cancel()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        try:
+            data = await self._stream.receive_some(max_bytes)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._closed_by_peer()
+            raise
+        if not data:
+            self._closed_by_peer()
+        return data
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
 @asynccontextmanager
 async def _websocket(
     url: str, headers: list[tuple[bytes, bytes]] | None, max_message_size: int
@@ -395,10 +427,17 @@ async def _websocket(
             stream = await trio.open_tcp_stream(parts.hostname, port)
     try:
         async with trio.open_nursery() as nursery:
-            with trio.fail_after(_CONNECT_TIMEOUT):
-                ws = await wrap_client_stream(nursery, stream, host_header, resource,  # type: ignore[arg-type]
+            watched = _HandshakeWatch(stream)
+            closed_early = watched.scope = trio.CancelScope()
+            with trio.fail_after(_CONNECT_TIMEOUT), closed_early:
+                ws = await wrap_client_stream(nursery, watched, host_header, resource,  # type: ignore[arg-type]
                                               extra_headers=headers, max_message_size=max_message_size,
                                               receive_buffer_size=_RECEIVE_BUFFER)
+            if closed_early.cancelled_caught:
+                # trio-websocket 0.12 waits for a handshake reply that can no longer come (until the
+                # connect timeout) when the host closes the connection first (it died, or is stopping)
+                raise HandshakeError("the host closed the connection during the WebSocket handshake")
+            watched.scope = None
             try:
                 yield ws
             finally:

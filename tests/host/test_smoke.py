@@ -56,3 +56,23 @@ async def test_client_refused_at_the_handshake_gets_client_closed_and_leaks_no_s
             async with open_client(host.url, host.token, client_id="ok") as c:  # and the host still serves
                 assert (await c.call("host.status", {}))["version"]
     gc.collect()  # a socket left open would warn here (warnings are errors in this suite)
+
+
+@pytest.mark.parametrize("read_request", [False, True])
+async def test_a_host_that_closes_during_the_handshake_fails_the_client_at_once(read_request: bool) -> None:
+    """A host that dies (or stops) as a client connects closed the TCP connection before the handshake
+    reply: the client waited out its 60 s connect timeout, then raised a group, not ClientClosed."""
+    async def close_at_once(stream: trio.SocketStream) -> None:
+        if read_request:
+            await stream.receive_some(4096)
+        await stream.aclose()
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(trio.serve_tcp, close_at_once, 0)
+            port = listeners[0].socket.getsockname()[1]
+            with pytest.raises(ClientClosed, match="handshake"):
+                async with open_client(f"ws://127.0.0.1:{port}", "token", client_id="c"):
+                    raise AssertionError("no connection to use")
+            nursery.cancel_scope.cancel()
+    gc.collect()
