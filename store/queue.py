@@ -51,12 +51,15 @@ idempotency key and its place:
   ``taken`` into ``offered``: listed again, first, and the next take hands
   that same entry out again; a turn that starts binds an ``offered`` entry
   too (a sidecar flow that went on after a reconnect);
-* the client that took an entry is kept with it (``lease_client``, schema
-  v31): only a turn that client starts carries it (another client's turn in
-  the session leaves it alone), and once that client is gone (its last
-  connection closed and none came back within the host's grace) what it took
-  and began no turn with is offered again (:func:`offer_again_taken_by`), so a
-  sidecar that died while the host runs hides no prompt.
+* the clients an entry was handed to are kept with it (``lease_client``,
+  schema v31: a JSON array of client ids in hand-out order; an entry offered
+  again and taken by another client keeps the earlier takers, whose flow may
+  still go on). Only a turn one of them starts carries it (another client's
+  turn in the session leaves it alone; the turn's starter is then its only
+  client). Once the last taker is gone (its last connection closed and none
+  came back within the host's grace) what it took and began no turn with is
+  offered again (:func:`offer_again_taken_by`), so a sidecar that died while
+  the host runs hides no prompt.
 """
 
 from __future__ import annotations
@@ -132,7 +135,7 @@ class Entry:
     lease: Lease | None = None
     lease_turn_id: str | None = None
     lease_seq: int | None = None
-    lease_client: str | None = None  # the client id that took it
+    lease_clients: tuple[str, ...] = ()  # the client ids it was handed to (or whose turn began with it)
 
     @property
     def state(self) -> EntryState:
@@ -249,7 +252,7 @@ class SetLease:
     entry_id: str
     lease: Lease
     seq: int | None
-    client: str | None = None
+    clients: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -433,7 +436,7 @@ def _settle(snap: Snapshot, *, ran: frozenset[str], new_id: Callable[[], str],
     settled = [e for e in snap.leased if taken or e.lease == "started"]
     for entry in settled:
         if entry.lease == "started" and entry.id not in ran:
-            back = replace(entry, id=new_id(), lease=None, lease_turn_id=None, lease_seq=None, lease_client=None)
+            back = replace(entry, id=new_id(), lease=None, lease_turn_id=None, lease_seq=None, lease_clients=())
             effects += [Delete(entry.id), Insert(back)]
             waiting.append(back)
             continue
@@ -455,15 +458,25 @@ def plan_take(snap: Snapshot, *, ran: frozenset[str] = frozenset(), last_seq: in
     """
     offered = next((e for e in snap.entries if e.lease == "offered"), None)
     if offered is not None:  # a restart or a new controller: the same entry again
-        return Plan(effects=(SetLease(offered.id, "taken", last_seq, client),), entry=offered)
+        takers = _takers(offered.lease_clients, client)
+        return Plan(effects=(SetLease(offered.id, "taken", last_seq, takers),),
+                    entry=replace(offered, lease="taken", lease_seq=last_seq, lease_clients=takers))
     effects, waiting = _settle(snap, ran=ran, new_id=new_id, taken=True)
     if waiting:
         entry = delivery_order(waiting)[0]
         transition(entry, "take")
-        effects.append(SetLease(entry.id, "taken", last_seq, client))
+        takers = _takers((), client)
+        effects.append(SetLease(entry.id, "taken", last_seq, takers))
         return Plan(effects=tuple(effects), entry=replace(entry, lease="taken", lease_seq=last_seq,
-                                                          lease_client=client))
+                                                          lease_clients=takers))
     return Plan(effects=tuple(effects))
+
+
+def _takers(before: tuple[str, ...], client: str | None) -> tuple[str, ...]:
+    """The clients an entry was handed to, ``client`` last (the one whose absence offers it again)."""
+    if client is None:
+        return before
+    return (*(c for c in before if c != client), client)
 
 
 def plan_drop(snap: Snapshot, entry_id: str) -> Plan:
@@ -486,7 +499,23 @@ def _entry(row: Sequence[Any]) -> Entry:
         raise CorruptData(f"queue entry {row[0]} has an unknown lease {lease!r}")
     return Entry(row[0], row[1], row[2], row[3], row[4], row[5], attachments, row[7], int(row[8]),
                  None if row[9] is None else int(row[9]), row[10], int(row[11]), lease, row[13],
-                 None if row[14] is None else int(row[14]), row[15])
+                 None if row[14] is None else int(row[14]), _clients(row[0], row[15]))
+
+
+def _clients(entry_id: str, raw: str | None) -> tuple[str, ...]:
+    if raw is None:
+        return ()  # handed out before schema v31: no taker kept
+    try:
+        got = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        got = None
+    if not isinstance(got, list) or not all(isinstance(c, str) for c in got):
+        raise CorruptData(f"queue entry {entry_id} has an unreadable lease_client {raw!r}")
+    return tuple(got)
+
+
+def _clients_json(clients: tuple[str, ...]) -> str | None:
+    return orjson.dumps(list(clients)).decode() if clients else None
 
 
 def list_entries(conn: sqlite3.Connection, session_id: str) -> tuple[Entry, ...]:
@@ -545,7 +574,7 @@ def apply(conn: sqlite3.Connection, session_id: str, plan: Plan, *, now_ms: int,
                 (e.id, e.session_id, e.principal, e.idempotency_key, e.input_hash, e.content,
                  orjson.dumps([dict(a) for a in e.attachments]).decode() if e.attachments else None,
                  e.permission_mode, e.position, e.priority, e.session_message_id, e.created_at,
-                 e.lease, e.lease_turn_id, e.lease_seq, e.lease_client),
+                 e.lease, e.lease_turn_id, e.lease_seq, _clients_json(e.lease_clients)),
             )
         elif isinstance(effect, Delete):
             conn.execute("DELETE FROM turn_queue WHERE id = ? AND session_id = ?", (effect.entry_id, session_id))
@@ -558,7 +587,7 @@ def apply(conn: sqlite3.Connection, session_id: str, plan: Plan, *, now_ms: int,
         elif isinstance(effect, SetLease):
             conn.execute("UPDATE turn_queue SET lease = ?, lease_seq = ?, lease_client = ? "
                          "WHERE id = ? AND session_id = ?",
-                         (effect.lease, effect.seq, effect.client, effect.entry_id, session_id))
+                         (effect.lease, effect.seq, _clients_json(effect.clients), effect.entry_id, session_id))
         elif isinstance(effect, WriteLedger):
             value = {"highWater": effect.high_water, "consumed": [c.to_json() for c in effect.consumed],
                      "sessionCreatedAt": effect.session_created_at}
@@ -687,12 +716,16 @@ def has_leases(conn: sqlite3.Connection, session_id: str) -> bool:
 
 
 def bind_lease(conn: sqlite3.Connection, session_id: str, turn_id: str, client: str | None) -> None:
-    """A turn ``client`` starts: the entry handed out to that client (if any) is now ``started`` by it.
-    An entry another client took is left alone (its taker's own turn carries it); one handed out
-    before schema v31 (no taker kept) goes with any turn, as it did then."""
-    conn.execute("UPDATE turn_queue SET lease = 'started', lease_turn_id = ? WHERE session_id = ? "
-                 "AND lease IN ('taken', 'offered') AND (lease_client IS NULL OR lease_client = ?)",
-                 (turn_id, session_id, client))
+    """A turn ``client`` starts: the entry handed out to that client (if any; to it among others, when
+    it was offered again and another took it meanwhile) is now ``started`` by it, and ``client`` is its
+    only client. An entry handed to other clients only is left alone (their own turn carries it); one
+    handed out before schema v31 (no taker kept) goes with any turn, as it did then."""
+    conn.execute(
+        "UPDATE turn_queue SET lease = 'started', lease_turn_id = ?, "
+        "lease_client = CASE WHEN ? IS NULL THEN lease_client ELSE json_array(?) END "
+        "WHERE session_id = ? AND lease IN ('taken', 'offered') AND (lease_client IS NULL OR "
+        "EXISTS (SELECT 1 FROM json_each(turn_queue.lease_client) WHERE value = ?))",
+        (turn_id, client, client, session_id, client))
 
 
 def offer_again(conn: sqlite3.Connection, session_id: str | None = None) -> int:
@@ -704,21 +737,24 @@ def offer_again(conn: sqlite3.Connection, session_id: str | None = None) -> int:
                         (session_id,)).rowcount
 
 
+_LAST_CLIENT = "json_extract(lease_client, '$[#-1]')"
+
+
 def offer_again_taken_by(conn: sqlite3.Connection, client: str) -> list[str]:
-    """``client`` is gone: what it took and began no turn with is offered again (listed, handed out
+    """``client`` is gone: what it took last and began no turn with is offered again (listed, handed out
     first by the next take; its own flow, were it to come back, still binds it). The sessions whose
     queue changed."""
-    rows = conn.execute("UPDATE turn_queue SET lease = 'offered' WHERE lease = 'taken' AND lease_client = ? "
+    rows = conn.execute(f"UPDATE turn_queue SET lease = 'offered' WHERE lease = 'taken' AND {_LAST_CLIENT} = ? "
                         "RETURNING session_id", (client,)).fetchall()
     return sorted({str(r[0]) for r in rows})
 
 
 def running_turns_started_by(conn: sqlite3.Connection, client: str) -> list[tuple[str, str]]:
-    """``(session id, turn id)`` of every running turn that began with an entry ``client`` took."""
+    """``(session id, turn id)`` of every running turn ``client`` started with an entry handed to it."""
     return [(str(r[0]), str(r[1])) for r in conn.execute(
         "SELECT q.session_id, q.lease_turn_id FROM turn_queue q JOIN turns t ON t.id = q.lease_turn_id "
-        "WHERE q.lease = 'started' AND q.lease_client = ? AND t.status = 'running' ORDER BY q.session_id",
-        (client,))]
+        f"WHERE q.lease = 'started' AND {_LAST_CLIENT.replace('lease_client', 'q.lease_client')} = ? "
+        "AND t.status = 'running' ORDER BY q.session_id", (client,))]
 
 
 def has_running_turn(conn: sqlite3.Connection, session_id: str) -> bool:

@@ -3,8 +3,9 @@ and no connection of it came back within ``HostConfig.client_gone_after``).
 
 For an agent sidecar that died while the host runs:
 
-* the prompts it took from a turn queue and began no turn with are offered again, listed first, and
-  each changed queue is announced on ``session.queue`` (``store/queue.py``, leases);
+* the queues it controlled are held again (until a controller attaches, as after a restart), the
+  prompts it took and began no turn with are offered again, listed first, and each changed queue is
+  announced on ``session.queue`` (``store/queue.py``, leases), so another sidecar attaches;
 * the queue turns it was running (a ``started`` lease it took, its turn still ``running``) are
   recovered as ``session.recoverInflight`` would (its checkpoint settled, the turn ended ``aborted``,
   ``SIDECAR_LOST``, in the session's actor), so the queue goes on instead of waiting behind a turn
@@ -45,14 +46,16 @@ async def on_client_gone(services: Services, caller: CallContext) -> None:
     control: QueueControl = services.get(SERVICE)
     client = caller.client_id
 
-    def settle(conn: Any) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
-        offered = [{**mark_evicted_blocks(conn, queue_state(control.peek(sid), queue.list_entries(conn, sid))),
-                    "sessionId": sid}
-                   for sid in queue.offer_again_taken_by(conn, client)]
-        return offered, queue.running_turns_started_by(conn, client)
+    released = control.release_client(client)
 
-    offered, running = await services.db.write(settle, durable=True, label="queue.clientGone")
-    for state in offered:
+    def settle(conn: Any) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+        changed = sorted({*queue.offer_again_taken_by(conn, client), *released})
+        states = [{**mark_evicted_blocks(conn, queue_state(control.peek(sid), queue.list_entries(conn, sid))),
+                   "sessionId": sid} for sid in changed]
+        return states, queue.running_turns_started_by(conn, client)
+
+    changed, running = await services.db.write(settle, durable=True, label="queue.clientGone")
+    for state in changed:
         services.bus.publish(TOPIC, state, session_id=state["sessionId"])
     for sid, turn_id in running:
         try:

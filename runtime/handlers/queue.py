@@ -37,6 +37,7 @@ CONTROLLER_KIND = "agent"
 class ControllerSlot:
     session_created_at: Any = None  # a deleted and re-created session id starts held again
     controller_id: str | None = None
+    client_id: str | None = None  # the client that attached the controller
 
     @property
     def held(self) -> bool:
@@ -57,6 +58,16 @@ class QueueControl:
 
     def forget(self, session_id: str) -> None:
         self._slots.pop(session_id, None)
+
+    def release_client(self, client_id: str) -> list[str]:
+        """The client that attached these sessions' controller is gone: they are held again (until a
+        controller attaches, as after a restart). The sessions released."""
+        released = []
+        for sid, slot in self._slots.items():
+            if slot.controller_id is not None and slot.client_id == client_id:
+                slot.controller_id = slot.client_id = None
+                released.append(sid)
+        return sorted(released)
 
     def peek(self, session_id: str) -> ControllerSlot:
         """The session's slot as it is (a held one when nobody asked), without making one."""
@@ -165,7 +176,7 @@ async def attach(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKe
         )
     slot = _slot(ctx)
     changed = slot.controller_id != p.controller_id
-    slot.controller_id = p.controller_id
+    slot.controller_id, slot.client_id = p.controller_id, ctx.caller.client_id
     if await ctx.read(queue.has_leases, ctx.sid):
         sid = ctx.sid
         # A controller attaching has just started (or reconnected): what was taken and no turn began

@@ -357,3 +357,35 @@ async def test_a_new_sidecar_leaves_the_turn_a_live_sidecar_runs(tmp_path: Path)
                     assert (latest["id"], latest["status"]) == (turn, "running")
                     nursery.cancel_scope.cancel()
                 await a.session.end_turn(session_id=sid, turn_id=turn, status="completed")
+
+
+async def test_two_live_sidecars_deliver_every_prompt_once(tmp_path: Path) -> None:
+    """Found by a probe: with two live sidecars (other ids) and prompts waiting, each one took the queue
+    back on every session.queue event naming the other (an attach offers again what the other took), so
+    they alternated forever, a delivered prompt was handed out again and the rest never ran. A sidecar
+    leaves a session another live sidecar attached since, until the host says it is held (that sidecar
+    gone)."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data", client_gone_after=0.5) as host, trio.open_nursery() as nursery:
+            async with connect(host.url, host.token, client_id="ui", client_kind="ui") as ui, \
+                    connect(host.url, host.token, client_id="a", client_kind="agent") as a, \
+                    connect(host.url, host.token, client_id="b", client_kind="agent") as b:
+                sid = (await ui.session.create(title="two"))["id"]
+                async with ui.subscribe(["turn.ended"], session_id=sid) as events:
+                    nursery.start_soon(Sidecar(a, FakeModel(delay=0.01), "a").run)
+                    await ui.session.queue_push(session_id=sid, principal="user", content="p0", permission_mode="auto")
+                    await trio.sleep(0.2)
+                    nursery.start_soon(Sidecar(b, FakeModel(delay=0.01), "b").run)
+                    for i in range(1, 5):
+                        await ui.session.queue_push(session_id=sid, principal="user", content=f"p{i}",
+                                                    permission_mode="auto")
+                    completed = 0
+                    while completed < 5:
+                        got = await events.next()
+                        assert isinstance(got, Event)
+                        completed += got.data["turn"]["status"] == "completed"
+                page = await ui.session.get(session_id=sid, full=True)
+                assert (await ui.session.queue_list(session_id=sid))["entries"] == []
+                nursery.cancel_scope.cancel()
+    prompts = sorted(m["blocks"][0]["text"] for m in page["messages"] if m["role"] == "user")
+    assert prompts == [f"p{i}" for i in range(5)]

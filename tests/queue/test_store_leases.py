@@ -214,3 +214,31 @@ def test_the_running_turns_a_gone_client_began_with_its_entries_are_named(db: sq
     assert queue.running_turns_started_by(db, "another") == []
     end(db, "t1", "completed")
     assert queue.running_turns_started_by(db, "sidecar") == []  # ended: nothing to recover
+
+
+def test_an_entry_handed_to_two_clients_goes_with_the_turn_of_either(db: sqlite3.Connection) -> None:
+    """Found by a probe with two live sidecars: A took a prompt, B attached (offered again) and took it
+    too, A's turn ran it but did not carry it (B was its taker), and the next attach and take handed the
+    delivered prompt out a second time."""
+    a, b = (push(db, content=x).plan.entry for x in "ab")
+    assert a and b
+    queue.take(db, "s1", now_ms=NOW_MS, client="A")
+    queue.offer_again(db, "s1")  # B attaches
+    assert queue.take(db, "s1", now_ms=NOW_MS, client="B").plan.entry.id == a.id  # type: ignore[union-attr]
+    assert queue.offer_again_taken_by(db, "A") == []  # B holds it now: A gone changes nothing
+    start(db, "t1", client="A")  # A's flow goes on with the prompt it took first
+    assert lease(db, a.id) == ("started", "t1")
+    message(db, 1, "user", "t1")
+    end(db, "t1", "completed")
+    queue.offer_again(db, "s1")  # A attaches again
+    again = queue.take(db, "s1", now_ms=NOW_MS, client="A").plan.entry
+    assert again is not None and again.id == b.id and lease(db, a.id)[0] == "gone"
+
+
+def test_the_last_taker_gone_offers_an_entry_two_clients_took(db: sqlite3.Connection) -> None:
+    a = push(db, content="a").plan.entry
+    assert a is not None
+    queue.take(db, "s1", now_ms=NOW_MS, client="A")
+    queue.offer_again(db, "s1")
+    queue.take(db, "s1", now_ms=NOW_MS, client="B")
+    assert queue.offer_again_taken_by(db, "B") == ["s1"] and ids(db) == [a.id]

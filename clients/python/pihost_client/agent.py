@@ -180,10 +180,13 @@ class Sidecar:
         sid = str(item.data.get("sessionId") or item.session_id or "")
         if not sid or not item.data.get("entries"):
             return
-        if item.data.get("controllerId") != self.controller_id or sid not in self.sessions:
-            # once per session and process: an attach offers again what an earlier run of this
-            # sidecar took and never started (the host keeps it until the controller moves on)
+        controller = item.data.get("controllerId")
+        if sid not in self.sessions or controller is None:
+            # once per session and process (an attach offers again what an earlier run of this
+            # sidecar took and never started), or the queue is held (its controller is gone)
             await self.attach(sid)
+        elif controller != self.controller_id:
+            return  # another live sidecar attached since: taking it back would make the two alternate
         self.wake(tg, sid)
 
     async def run(self) -> None:
