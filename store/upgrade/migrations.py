@@ -361,7 +361,7 @@ STEPS: tuple[MigrationStep, ...] = (
     ),
     MigrationStep(
         to_version=31,
-        description="queue lease client: only the client that took an entry starts a turn with it",
+        description="queue lease clients: only a client an entry was handed to starts a turn with it",
         destructive=False,
         apply=_v31_lease_client,
     ),

@@ -62,10 +62,11 @@ Version history kept here (older layouts are archived, never migrated; see
   it), ``lease_turn_id`` (that turn) and ``lease_seq`` (the session's last seq
   when it was handed out). A handed-out entry leaves the queue only when its
   turn ran or the controller asked for the next one (``store/queue.py``).
-* v31 — ``turn_queue.lease_client``: the client id that took a handed-out
-  entry. Only a turn that client starts carries the entry, and the entries a
-  client took and began no turn with are offered again when its connection
-  closes (``store/queue.py``). NULL for entries handed out before the step.
+* v31 — ``turn_queue.lease_client``: the client ids a handed-out entry was
+  handed to (a JSON array, in hand-out order; once a turn began with it, that
+  turn's starter). Only a turn one of them starts carries the entry, and what
+  the last taker took and began no turn with is offered again once that client
+  is gone (``store/queue.py``). NULL for entries handed out before the step.
 """
 
 from __future__ import annotations
@@ -960,9 +961,9 @@ DDL_V30: tuple[str, ...] = DDL_V29 + V30_QUEUE_LEASES
 
 # --- v31: who took a handed-out queue entry -------------------------------------------
 V31_LEASE_CLIENT: tuple[str, ...] = (
-    "ALTER TABLE turn_queue ADD COLUMN lease_client TEXT",    # the client id that took the entry
+    "ALTER TABLE turn_queue ADD COLUMN lease_client TEXT",    # JSON array: the clients it was handed to
 )
-"""What the v31 step adds: only the client that took an entry starts a turn with it (``store/queue.py``)."""
+"""What the v31 step adds: only a client an entry was handed to starts a turn with it (``store/queue.py``)."""
 
 DDL: tuple[str, ...] = DDL_V30 + V31_LEASE_CLIENT
 """The full current DDL (``SCHEMA_VERSION``), in creation order."""
