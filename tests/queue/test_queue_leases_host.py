@@ -193,7 +193,7 @@ async def test_a_sidecar_that_comes_back_keeps_what_it_took(tmp_path: Path) -> N
     the grace (a reconnect, or a helper that opens one connection per call) keeps its take; the next take
     hands out the next prompt, and the reconnected flow starts its turn with the one it took."""
     with trio.fail_after(30):
-        async with inprocess_host(tmp_path, client_gone_after=1.0) as host, \
+        async with inprocess_host(tmp_path, client_gone_after=3.0) as host, \
                 client_for(host, "ui", kind="ui") as ui:
             sid = (await ui.call("session.create", {"title": "q"}))["id"]
             for text in ("one", "two", "three"):
@@ -210,7 +210,7 @@ async def test_a_sidecar_that_comes_back_keeps_what_it_took(tmp_path: Path) -> N
                 turn = f"t_{second['id']}"
                 await c.call("session.startTurn", {"sessionId": sid, "turnId": turn, "environment": ENV})
             assert await contents(ui, sid) == ["three"]  # it may come back: its turn keeps its prompt
-            await trio.sleep(1.5)  # gone now: the host recovers its turn, whose prompt never landed
+            await trio.sleep(3.5)  # gone now: the host recovers its turn, whose prompt never landed
             turn_row = (await ui.call("session.listTurns", {"sessionId": sid, "limit": 1}))["turns"][0]
             assert (turn_row["id"], turn_row["status"], turn_row["errorCode"]) == (turn, "aborted", "SIDECAR_LOST")
             assert await contents(ui, sid) == ["two", "three"]
