@@ -33,7 +33,23 @@ from store.transcripts.session_files import SessionPaths
 
 T = TypeVar("T")
 
-__all__ = ["HostContext", "Pinned", "ReadContext", "Services", "WriterContext", "WriterResult"]
+__all__ = ["HostContext", "Pinned", "ReadContext", "Services", "WriterContext", "WriterResult", "session_call"]
+
+
+async def session_call(services: Services, session_id: str, op: SessionOp, params: Any, caller: CallContext,
+                       receipt: ReceiptKey | None = None) -> Any:
+    """Run a session operation in ``session_id``'s actor as ``caller`` and wait for its answer."""
+    done = trio.Event()
+    box: list[Any] = []
+
+    def reply(result: Any) -> None:
+        box.append(result)
+        done.set()
+
+    ref = await services.sessions.ref(session_id)
+    await ref.post(SessionCall(op, params, receipt, caller), CallbackReply(reply))
+    await done.wait()
+    return box[0].unwrap()
 
 
 @dataclass
@@ -161,17 +177,7 @@ class HostContext:
     async def session_call(self, session_id: str, op: SessionOp, params: Any,
                            receipt: ReceiptKey | None = None) -> Any:
         """Run a session operation in ``session_id``'s actor and wait for its answer."""
-        done = trio.Event()
-        box: list[Any] = []
-
-        def reply(result: Any) -> None:
-            box.append(result)
-            done.set()
-
-        ref = await self.services.sessions.ref(session_id)
-        await ref.post(SessionCall(op, params, receipt, self.caller), CallbackReply(reply))
-        await done.wait()
-        return box[0].unwrap()
+        return await session_call(self.services, session_id, op, params, self.caller, receipt)
 
     def publish(self, topic: str, data: dict[str, Any], *, session_id: str | None = None) -> None:
         self.services.bus.publish(topic, data, session_id=session_id)

@@ -737,14 +737,16 @@ def offer_again(conn: sqlite3.Connection, session_id: str | None = None) -> int:
                         (session_id,)).rowcount
 
 
-_LAST_CLIENT = "json_extract(lease_client, '$[#-1]')"
+def _last_client(column: str = "lease_client") -> str:
+    """SQL: the client an entry was handed to last (``lease_client`` is a JSON array of client ids)."""
+    return f"json_extract({column}, '$[#-1]')"
 
 
 def offer_again_taken_by(conn: sqlite3.Connection, client: str) -> list[str]:
     """``client`` is gone: what it took last and began no turn with is offered again (listed, handed out
     first by the next take; its own flow, were it to come back, still binds it). The sessions whose
     queue changed."""
-    rows = conn.execute(f"UPDATE turn_queue SET lease = 'offered' WHERE lease = 'taken' AND {_LAST_CLIENT} = ? "
+    rows = conn.execute(f"UPDATE turn_queue SET lease = 'offered' WHERE lease = 'taken' AND {_last_client()} = ? "
                         "RETURNING session_id", (client,)).fetchall()
     return sorted({str(r[0]) for r in rows})
 
@@ -753,7 +755,7 @@ def running_turns_started_by(conn: sqlite3.Connection, client: str) -> list[tupl
     """``(session id, turn id)`` of every running turn ``client`` started with an entry handed to it."""
     return [(str(r[0]), str(r[1])) for r in conn.execute(
         "SELECT q.session_id, q.lease_turn_id FROM turn_queue q JOIN turns t ON t.id = q.lease_turn_id "
-        f"WHERE q.lease = 'started' AND {_LAST_CLIENT.replace('lease_client', 'q.lease_client')} = ? "
+        f"WHERE q.lease = 'started' AND {_last_client('q.lease_client')} = ? "
         "AND t.status = 'running' ORDER BY q.session_id", (client,))]
 
 

@@ -19,16 +19,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import outcome
-import trio
-
 from actors.gateway_types import CallContext
-from actors.session import SessionCall, SessionOp
+from actors.session import SessionOp
 from protocol import models as m
-from runtime.context import Services
+from runtime.context import Services, session_call
 from runtime.handlers import inflight
 from runtime.handlers.queue import CONTROLLER_KIND, SERVICE, TOPIC, QueueControl, queue_state
-from runtime.kernel.actor import CallbackReply
 from store import queue
 from store.attachments import mark_evicted_blocks
 from store.errors import StoreError
@@ -67,16 +63,6 @@ async def on_client_gone(services: Services, caller: CallContext) -> None:
 async def _recover(services: Services, caller: CallContext, sid: str, turn_id: str) -> None:
     """``session.recoverInflight {sessionId, turnId}`` in the session's actor, as a client would call it."""
     params = m.RecoverInflightParams.model_validate({"sessionId": sid, "turnId": turn_id})
-    done = trio.Event()
-    box: list[outcome.Outcome[Any]] = []
-
-    def reply(result: outcome.Outcome[Any]) -> None:
-        box.append(result)
-        done.set()
-
-    ref = await services.sessions.ref(sid)
-    await ref.post(SessionCall(_RECOVER, params, None, caller), CallbackReply(reply))
-    await done.wait()
-    got = box[0].unwrap()
+    got = await session_call(services, sid, _RECOVER, params, caller)
     log.info("client %s gone: recovered turn %s of session %s (%s)", caller.client_id, turn_id, sid,
              got.get("action") if isinstance(got, dict) else got)
