@@ -20,6 +20,7 @@ from runtime.client import HostClient, open_client
 from runtime.config import HostConfig
 from runtime.datadir import DataDir
 from runtime.host import RunningHost, run_host
+from tests.host_fork import ForkedHost, exec_hosts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,7 +59,7 @@ async def client_for(
 
 @dataclass
 class HostProcess:
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | ForkedHost
     data_dir: Path
     url: str
     token: str
@@ -76,7 +77,9 @@ class HostProcess:
 
 def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None = None,
                        timeout: float = 60, preexec_fn: Any = None) -> HostProcess:
-    """Start ``pi-host serve --port 0`` as a subprocess and wait for its ``host.json``."""
+    """Start ``pi-host serve --port 0`` as a process of its own and wait for its ``host.json``: forked from
+    the warm forkserver (tests/host_fork.py), or a fresh interpreter with ``preexec_fn`` or
+    ``PIHOST_TEST_EXEC_HOSTS=1``."""
     host_json = data_dir / "host.json"
     old_pid = None
     if host_json.exists():
@@ -84,13 +87,7 @@ def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None =
             old_pid = json.loads(host_json.read_text()).get("pid")
         except ValueError:
             pass
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runtime.cli", "--data-dir", str(data_dir), "serve", "--port", "0", "--quiet",
-         *extra],
-        cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=preexec_fn,
-    )
+    proc = _launch(data_dir, extra, env, preexec_fn)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -106,6 +103,34 @@ def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None =
         time.sleep(0.05)
     proc.kill()
     raise RuntimeError("host did not write host.json in time")
+
+
+def serve_until_exit(data_dir: Path, *extra: str, env: dict[str, str] | None = None,
+                     timeout: float = 120) -> int:
+    """Run ``pi-host serve --port 0 --quiet`` on ``data_dir`` until it exits by itself (a crash point, a
+    refusal), forked like :func:`start_host_process`; its exit status."""
+    proc = _launch(data_dir, extra, env, None)
+    try:
+        proc.communicate(timeout=timeout)  # drains a Popen's pipes while it runs
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    code = proc.returncode
+    assert code is not None
+    return code
+
+
+def _launch(data_dir: Path, extra: tuple[str, ...], env: dict[str, str] | None,
+            preexec_fn: Any) -> subprocess.Popen[bytes] | ForkedHost:
+    """``pi-host serve --port 0 --quiet`` on ``data_dir``: forked from the warm forkserver, or a fresh
+    interpreter with ``preexec_fn`` or ``PIHOST_TEST_EXEC_HOSTS=1``."""
+    full_env = {**os.environ, **(env or {})}
+    argv = ["--data-dir", str(data_dir), "serve", "--port", "0", "--quiet", *extra]
+    if preexec_fn is None and not exec_hosts():
+        return ForkedHost(argv, full_env, REPO)  # the same main, without importing the host again
+    return subprocess.Popen([sys.executable, "-m", "runtime.cli", *argv], cwd=REPO, env=full_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=preexec_fn)
 
 
 def msg(mid: str, text: str, role: str = "user", **extra: Any) -> dict[str, Any]:

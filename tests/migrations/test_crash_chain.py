@@ -12,15 +12,12 @@ row and every transcript byte intact.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 from store.upgrade.schema import SCHEMA_VERSION
-from tests.hostkit import REPO, start_host_process
+from tests.hostkit import serve_until_exit, start_host_process
 from tests.migrations.dbcheck import file_layout, host_layout, open_copy, seed_layout, user_version
 from tests.migrations.seedkit import after_boot, assert_rows_present, build_seed_dir, expected_rows
 from tests.soak import soak
@@ -34,12 +31,7 @@ KILLED_AFTER_BACKUP = set(sorted(TAKES_BACKUP)[::soak(2, 1)])
 
 
 def _serve_until_killed(data: Path, point: str) -> int:
-    env = {**os.environ, "RT_CRASHPOINT": f"{point}:1:kill"}
-    done = subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "--data-dir", str(data), "serve", "--port", "0", "--quiet"],
-        cwd=REPO, env=env, capture_output=True, timeout=120,
-    )
-    return done.returncode
+    return serve_until_exit(data, env={"RT_CRASHPOINT": f"{point}:1:kill"})
 
 
 def _layout_of(version: int) -> object:

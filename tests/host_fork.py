@@ -1,0 +1,110 @@
+"""`pi-host serve` processes forked from a warm parent: the suite's fast way to start a real host process.
+
+Importing the host (pydantic building every wire model, trio, the handlers) costs about a second of CPU,
+and the suite starts a few hundred host processes (every SIGKILL test starts one per fault point). A
+multiprocessing *forkserver* imports the host once per pytest worker; each host is then forked from it and
+runs the same entry point as the installed command, ``runtime.cli.main(["--data-dir", D, "serve", ...])``,
+in a process of its own: its own pid, signals, exit status (``-9`` after a SIGKILL, as with Popen), data
+directory lock, and environment (set before ``main`` runs; the host reads ``RT_CRASHPOINT`` and the rest at
+run time, never at import). Its stdout and stderr go to files read back by :meth:`ForkedHost.communicate`.
+
+The forkserver is a fresh interpreter, not a fork of the test process (which runs threads and trio), so a
+forked host starts from a clean single-threaded state. Tests of the command itself (tests/cli, the process
+lifecycle, the packaged wheel) run the real executable, and ``PIHOST_TEST_EXEC_HOSTS=1`` makes every host
+a fresh ``python -m runtime.cli`` process again.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import weakref
+from multiprocessing.context import ForkServerContext
+from pathlib import Path
+from typing import Any
+
+# What the forkserver imports once; each forked host starts with these loaded.
+# (pytest too: a forked child runs the parent's ``__main__`` module again, ``pytest.__main__`` when the
+# suite runs without workers.)
+PRELOAD = ["runtime.cli", "runtime.cli_serve", "runtime.host", "tests.host_fork", "pytest"]
+
+
+def exec_hosts() -> bool:
+    """Whether this run starts every host as a fresh interpreter (``PIHOST_TEST_EXEC_HOSTS=1``)."""
+    return os.environ.get("PIHOST_TEST_EXEC_HOSTS") == "1" or sys.platform != "linux"
+
+
+@functools.cache
+def _context() -> ForkServerContext:
+    ctx = multiprocessing.get_context("forkserver")
+    assert isinstance(ctx, ForkServerContext)
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+def _serve(argv: list[str], env: dict[str, str], cwd: str, out_path: str, err_path: str) -> None:
+    """The forked host: the caller's environment, folder and output files, then the command's own main."""
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    for fd, path in ((1, out_path), (2, err_path)):
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(target, fd)
+        os.close(target)
+    from runtime.cli import main
+
+    sys.exit(main(argv))
+
+
+class ForkedHost:
+    """The part of :class:`subprocess.Popen` the tests use, for a host forked from the forkserver."""
+
+    stdout: Any = None
+    stderr: Any = None
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        folder = tempfile.mkdtemp(prefix="pihost-forked-")
+        self._out = os.path.join(folder, "stdout")
+        self._err = os.path.join(folder, "stderr")
+        weakref.finalize(self, shutil.rmtree, folder, True)
+        self.args = argv
+        self._process = _context().Process(target=_serve, args=(argv, env, str(cwd), self._out, self._err),
+                                           daemon=False)
+        self._process.start()
+        assert self._process.pid is not None
+        self.pid: int = self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.exitcode
+
+    def poll(self) -> int | None:
+        return self._process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        code = self._process.exitcode
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        return code
+
+    def communicate(self, timeout: float | None = None) -> tuple[bytes, bytes]:
+        self.wait(timeout)
+        out, err = (Path(p).read_bytes() if os.path.exists(p) else b"" for p in (self._out, self._err))
+        return out, err
+
+    def send_signal(self, sig: int) -> None:
+        if self._process.exitcode is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
