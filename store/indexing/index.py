@@ -17,7 +17,7 @@ from store.errors import Conflict, CorruptData, LimitExceeded, SessionNotFound
 from store.indexing.sql_lists import in_chunks
 from store.interchange import origin_history
 from store.session_state import with_projection
-from store.transcripts.records import extract_text, rfc3339_to_ms, tool_info
+from store.transcripts.records import extract_text, rfc3339_to_ms, searchable, tool_info
 from store.transcripts.window_reply import describe_line
 from store.upgrade.schema import MAX_SEQ, message_mid
 
@@ -33,7 +33,8 @@ def tool_output_text(record: Mapping[str, Any]) -> str | None:
     ``result`` (a string, or the strings inside a list/object of content
     parts, e.g. ``[{"type": "text", "text": ...}]``) and ``error``, a
     ``tool_result`` block's ``content``, text blocks; then ``meta.error``.
-    Arguments are not output. Cut at ``TOOL_OUTPUT_MAX_CHARS``.
+    Arguments are not output. Cut at ``TOOL_OUTPUT_MAX_CHARS``; a NUL stored as U+FFFD
+    (:func:`store.transcripts.records.searchable`).
     """
     if record.get("role") != "tool":
         return None
@@ -73,7 +74,7 @@ def tool_output_text(record: Mapping[str, Any]) -> str | None:
         take(meta.get("error"))
     if not parts:
         return None
-    return "\n".join(parts)[:TOOL_OUTPUT_MAX_CHARS]
+    return searchable("\n".join(parts)[:TOOL_OUTPUT_MAX_CHARS])
 
 
 def set_tool_output(conn: sqlite3.Connection, message_id: str, record: Mapping[str, Any]) -> None:

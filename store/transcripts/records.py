@@ -85,8 +85,20 @@ def message_record(fields: Mapping[str, Any], msg_id: str, *, now_ms: int,
     return record
 
 
+NUL_STAND_IN = "\ufffd"
+"""What a NUL becomes in the derived search text: SQLite's trigram tokenizer and LIKE stop reading a
+value at a NUL, so text after one would never be found. Queries never hold a NUL (refused), so only a
+query holding U+FFFD itself matches the stand-in. The transcript keeps the NUL."""
+
+
+def searchable(text: str) -> str:
+    """``text`` as the index stores it for search (a NUL replaced by :data:`NUL_STAND_IN`)."""
+    return text.replace("\x00", NUL_STAND_IN) if "\x00" in text else text
+
+
 def extract_text(record: Mapping[str, Any]) -> str | None:
-    """Final answer text for search/preview: text blocks only, never thinking; None for tools."""
+    """Final answer text for search/preview: text blocks only, never thinking; None for tools.
+    As the index stores it (:func:`searchable`)."""
     if record.get("role") == "tool":
         return None
     parts: list[str] = []
@@ -97,7 +109,7 @@ def extract_text(record: Mapping[str, Any]) -> str | None:
                 parts.append(text)
     if not parts:
         return None
-    return "\n".join(parts)
+    return searchable("\n".join(parts))
 
 
 def tool_info(record: Mapping[str, Any]) -> tuple[str | None, bool]:

@@ -182,3 +182,19 @@ def test_v26_database_gains_tool_search_and_asks_to_reindex_sessions_with_tool_r
         assert schema_objects(conn) == fresh_layout(tmp_path, NOW_MS)
     finally:
         conn.close()
+
+
+def test_text_after_a_nul_is_found_in_messages_and_tool_output(conn: sqlite3.Connection) -> None:
+    """SQLite's trigram tokenizer and LIKE stop reading a value at a NUL: the index stores a NUL as
+    U+FFFD, so what follows it is found like any other text (long and short queries, both scopes),
+    and the transcript record keeps the NUL."""
+    nul = text_row("m1", "user", "before\x00after NULKW zz")
+    add(conn, "s1", nul, text_row("m2", "user", "control NULKW zz"), tool_row("t1", "pre\x00post TOOLNULKW"))
+    assert nul["blocks"][0]["text"] == "before\x00after NULKW zz"
+    for query, want in (("before", ["m1"]), ("after", ["m1"]), ("fter", ["m1"]), ("zz", ["m1", "m2"]),
+                        ("NULKW", ["m1", "m2"]), ("r N", ["m1"])):
+        assert sorted(ids(search_messages(conn, query))) == want, query
+        assert search_sessions(conn, query)["totalMessageMatches"] == len(want), query
+    assert ids(search_messages(conn, "TOOLNULKW", scope="tools")) == ["t1"]
+    assert ids(search_messages(conn, "post", scope="tools")) == ["t1"]
+    assert ids(search_messages(conn, "before after")) == []  # the NUL is not a space
