@@ -222,8 +222,7 @@ def native_window(session: NativeSession, req: WindowRequest) -> dict[str, Any]:
     for pos in range(start, end):
         rec = wire_record(messages[pos])
         rec["seq"] = pos + 1
-        bypass = target == pos and rec.get("role") in ("user", "assistant")
-        out.append(rec if bypass else cap_content(rec, req.content_limit))
+        out.append(cap_content(rec, req.content_limit, selected=target == pos))
     return {
         "session": native_summary(session.summary),
         "messages": out,

@@ -196,8 +196,13 @@ def _cut_value(value: Any, limit: int) -> str | None:
     return encoded[:limit] if len(encoded) > limit else None
 
 
-def cap_content(record: dict[str, Any], content_limit: int | None) -> dict[str, Any]:
-    """Apply the display cap to a wire projection (never to the file)."""
+def cap_content(record: dict[str, Any], content_limit: int | None, *, selected: bool = False) -> dict[str, Any]:
+    """Apply the display cap to a wire projection (never to the file). ``selected``: the explicitly
+    selected user/assistant message (``messageAround``'s target), whose text blocks alone bypass the cap
+    (seed 003 §5: "Only the explicitly selected user/assistant text bypasses the display cap"): its
+    thinking and tool call args/results are capped like any other message's."""
+    if selected and record.get("role") not in ("user", "assistant"):
+        selected = False
     if not content_limit:
         return record
     blocks = record.get("blocks")
@@ -207,7 +212,7 @@ def cap_content(record: dict[str, Any], content_limit: int | None) -> dict[str, 
     changed = False
     for block in blocks:
         if isinstance(block, dict):
-            text = block.get("text")
+            text = None if selected and block.get("type") == "text" else block.get("text")
             if isinstance(text, str) and len(text) > content_limit:
                 block = dict(block)
                 block["text"] = text[:content_limit]

@@ -109,9 +109,7 @@ def project_line(line: bytes, row: Row, content_limit: int | None, *, target: bo
     rec["seq"] = row[SEQ]
     if row[TURN] is not None:
         rec.setdefault("turnId", row[TURN])
-    if target and rec.get("role") in ("user", "assistant"):
-        return rec  # the messageAround target is shown whole
-    return cap_content(rec, content_limit)
+    return cap_content(rec, content_limit, selected=target)  # the messageAround target's text is shown whole
 
 
 def _chunks(rows: Sequence[Row]) -> list[tuple[int, int, int, int]]:

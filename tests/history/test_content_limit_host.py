@@ -47,3 +47,26 @@ async def test_a_tool_calls_args_and_structured_result_are_capped_too(tmp_path: 
             assert kept["args"] == {"path": "a.py"} and kept["result"] == {"ok": True} and "truncated" not in kept
             whole = (await c.call("session.get", {"sessionId": "s1"}))["messages"][0]
             assert whole["blocks"][0]["result"] == {"matches": rows} and "truncated" not in whole
+
+
+async def test_the_selected_message_shows_its_text_whole_and_the_rest_capped(tmp_path: Path) -> None:
+    """Seed 003 §5: "Only the explicitly selected user/assistant text bypasses the display cap." The
+    messageAround target went out whole: its thinking and its tool call's args and result too."""
+    reply = {"id": "a1", "role": "assistant", "blocks": [
+        {"type": "thinking", "text": "T" * 40}, {"type": "text", "text": "A" * 30},
+        {"type": "tool_call", "callId": "c1", "name": "Read", "args": {"path": "/" + "p" * 40},
+         "status": "completed", "result": "r" * 40}]}
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            await c.call("session.create", {"sessionId": "s1"})
+            await c.call("session.appendMessage", {"sessionId": "s1", "message": reply})
+            await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("u2", "U" * 30)})
+            got = await c.call("session.get", {"sessionId": "s1", "messageAround": "a1", "messageLimit": 2,
+                                               "contentLimit": 10})
+            a1, u2 = got["messages"]
+            thinking, text, call = a1["blocks"]
+            assert text["text"] == "A" * 30 and "truncated" not in text
+            assert thinking["text"] == "T" * 10 and thinking["truncated"] is True
+            assert call["result"] == "r" * 10 and call["args"] == '{"path":"/' and call["truncated"] is True
+            assert a1["truncated"] is True
+            assert u2["blocks"][0]["text"] == "U" * 10  # not selected: capped

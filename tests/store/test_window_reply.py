@@ -50,12 +50,13 @@ def _reference(lines: list[bytes], rows: list[tuple[Any, ...]], content_limit: i
         rec["seq"] = row[0]
         if row[4] is not None and "turnId" not in rec:
             rec["turnId"] = row[4]
-        whole = target_pos is not None and row[0] - 1 == target_pos and rec.get("role") in ("user", "assistant")
-        if content_limit and not whole and isinstance(rec.get("blocks"), list):
+        # the selected message (seed 003 §5): its text blocks alone bypass the cap
+        selected = target_pos is not None and row[0] - 1 == target_pos and rec.get("role") in ("user", "assistant")
+        if content_limit and isinstance(rec.get("blocks"), list):
             blocks, cut = [], False
             for block in rec["blocks"]:
                 if isinstance(block, dict):
-                    text = block.get("text")
+                    text = None if selected and block.get("type") == "text" else block.get("text")
                     if isinstance(text, str) and len(text) > content_limit:
                         block = {**block, "text": text[:content_limit], "truncated": True, "fullLength": len(text)}
                         cut = True
