@@ -105,6 +105,15 @@ def required_keys(block_type: str) -> frozenset[str]:
     return frozenset(key for key, required, _, _ in _BLOCK_RULES.get(block_type, ()) if required)
 
 
+def refuse_inline_bytes(block: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` when ``block`` carries a file's bytes inline (:data:`INLINE_BYTES_KEYS`)."""
+    block_type = block.get("type")
+    for key in INLINE_BYTES_KEYS.get(block_type, ()) if isinstance(block_type, str) else ():
+        if key in block:
+            raise ValueError(f'{block_type} block: inline "{key}" is refused: attachment bytes never enter '
+                             f"the transcript; {UPLOAD_HINT}")
+
+
 def check_block(block: dict[str, Any]) -> dict[str, Any]:
     """Validate one block lightly and return it unchanged (same object).
 
@@ -113,12 +122,7 @@ def check_block(block: dict[str, Any]) -> dict[str, Any]:
     block_type = block.get("type")
     if not isinstance(block_type, str) or not block_type:
         raise ValueError('a block must be an object with a non-empty string "type"')
-    inline = INLINE_BYTES_KEYS.get(block_type)
-    if inline is not None:
-        for key in inline:
-            if key in block:
-                raise ValueError(f'{block_type} block: inline "{key}" is refused: attachment bytes never enter '
-                                 f"the transcript; {UPLOAD_HINT}")
+    refuse_inline_bytes(block)
     rules = _BLOCK_RULES.get(block_type)
     if rules is None:
         return block

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import AfterValidator, Field, StringConstraints
 
+from .blocks import refuse_inline_bytes
 from .models_common import (
     MAX_ATTACHMENTS,
     MAX_TEXT_FIELD,
@@ -23,6 +24,14 @@ from .models_records import QueueEntry
 MAX_QUEUE_ENTRIES = 8
 
 
+def _by_reference(attachment: dict[str, Any]) -> dict[str, Any]:
+    refuse_inline_bytes(attachment)  # seed 003 §4.6b: attachments_json keeps references; bytes stay out
+    return attachment
+
+
+QueueAttachment = Annotated[JsonObject, AfterValidator(_by_reference)]
+
+
 class QueuePushParams(MutatingParams):
     session_id: SessionId
     principal: Ref = Field(description="Who queued it; scopes idempotencyKey.")
@@ -32,7 +41,10 @@ class QueuePushParams(MutatingParams):
         "input fails with IDEMPOTENCY_CONFLICT.",
     )
     content: Annotated[str, StringConstraints(max_length=MAX_TEXT_FIELD)]
-    attachments: list[JsonObject] | None = Field(default=None, max_length=MAX_ATTACHMENTS)
+    attachments: list[QueueAttachment] | None = Field(
+        default=None, max_length=MAX_ATTACHMENTS,
+        description="The prompt's attachment blocks, by reference (attachments/<sha256>); an attachment or "
+        "image block carrying its bytes inline is refused, as in session.appendMessage.")
     permission_mode: PermissionMode
     session_message_id: WireId | None = Field(
         default=None,

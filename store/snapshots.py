@@ -8,9 +8,9 @@ size mismatch, or an oversized/too-deep structure is ``CORRUPT_DATA``.
 
 Secrets are never stored: only credential *references*. A key that names a
 secret (``apiKey``, ``password``, ``token`` ...) holding a non-empty string is
-refused with ``INVALID_PARAMS`` before anything is written. Tool schemas and
-skills are not scanned (a schema may legitimately describe a ``password``
-field). Pure functions, no I/O.
+refused with ``INVALID_PARAMS`` before anything is written. Tool schemas,
+skills and the system prompt are not scanned (descriptions and instructions:
+a schema may legitimately describe a ``password`` field). Pure functions, no I/O.
 """
 
 from __future__ import annotations

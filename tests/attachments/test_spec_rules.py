@@ -230,3 +230,23 @@ async def test_a_second_put_of_the_same_bytes_answers_what_is_stored(tmp_path: P
             second = await c.call("attachments.put", {"name": "b.txt", "mimeType": "text/plain", "dataBase64": data})
             assert second["sha256"] == first["sha256"] and second["mimeType"] == "image/png"
             assert (await c.call("attachments.get", {"sha256": first["sha256"]}))["mimeType"] == "image/png"
+
+
+async def test_a_queued_prompt_with_inline_bytes_is_refused_and_queues_nothing(tmp_path: Path) -> None:
+    """Seed 003 §4.6b: "attachments_json keeps the prompt's attachment references; bytes stay in the session
+    scratch or project root". queuePush kept an attachment block's inline dataBase64, a prompt whose user
+    message session.appendMessage would then refuse; the reference form is queued."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "t"}))["id"]
+            push = {"sessionId": sid, "principal": "ui", "content": "look", "permissionMode": "ask"}
+            for block in ({**_att("0" * 64), "dataBase64": "iVBORw0KGgo="}, {"type": "image", "data": "iVBO",
+                                                                             "mimeType": "image/png"}):
+                with pytest.raises(RpcError) as exc:
+                    await c.call("session.queuePush", {**push, "attachments": [block]})
+                assert exc.value.data_code == "INVALID_PARAMS"
+                [err] = exc.value.data["errors"]
+                assert err["loc"] == "attachments.0" and "attachments.put" in err["msg"]
+            assert (await c.call("session.queueList", {"sessionId": sid}))["entries"] == []
+            pushed = await c.call("session.queuePush", {**push, "attachments": [_att("0" * 64)]})
+            assert pushed["entry"]["attachments"] == [_att("0" * 64)]

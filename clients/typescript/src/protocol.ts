@@ -2097,6 +2097,7 @@ export interface QueuePushParams {
   /** Same principal + key returns the same entry; a different input fails with IDEMPOTENCY_CONFLICT. */
   idempotencyKey?: string | null;
   content: string;
+  /** The prompt's attachment blocks, by reference (attachments/<sha256>); an attachment or image block carrying its bytes inline is refused, as in session.appendMessage. */
   attachments?: JsonObject[] | null;
   permissionMode: "inherit" | "ask" | "accept-edits" | "auto";
   /** Binds the admission to its session collaboration ledger row (seed 003 §4.6c); part of the idempotency check. */
