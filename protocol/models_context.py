@@ -40,7 +40,9 @@ class TreeNode(Result):
 
 
 class TreeResult(Result):
-    nodes: list[TreeNode] = Field(description="Parents before children; siblings by revision.")
+    nodes: list[TreeNode] = Field(
+        description="Parents before children; siblings by revision. A regenerated reply is a sibling under its "
+        "user message; an edited user message is a sibling under the original parent (seed 000 §3.2).")
     active_leaf_id: str | None = None
 
 

@@ -30,10 +30,16 @@ snapshots live.
 
 **Tree** (seed 000 §1, §3): live messages are a chain whose ``parentId`` is the
 previous *visible* message (children of a tombstoned node reconnect to its
-visible ancestor; the tombstoned node itself stays, as a leaf, marked
-``deleted``). An archived revision branch is a chain hanging off the parent of
-its root user message; siblings are ordered by revision index (the live root
-carries its stamped ``activeRevision``; an unsaved live variant sorts last).
+visible ancestor; the tombstoned node itself stays, marked ``deleted``, with
+no live child; archived replies regenerated under it stay there). An archived
+revision branch is a chain rooted at its user turn (seed 000 §3.2): when its
+stored root is the message already in the tree (same id, role and blocks: a
+regenerate), the rest of the chain hangs under that message ("a new assistant
+branch under the user message"); when the root differs (an edit), the whole
+chain, its user message first, hangs off the root's parent ("a sibling under
+the original parent"). Siblings are ordered by
+revision index (the live root and its first reply carry the stamped
+``activeRevision``; an unsaved live variant sorts last).
 Archived node ids are ``rev:<rootUserId>:<revisionIndex>:<messageId>`` (unique
 even where a branch shares message ids with the live transcript); every node
 also carries ``messageId``.
@@ -54,7 +60,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from store.compaction import normalize_on_read, split_valid
@@ -264,18 +270,20 @@ def build_tree(
     tombstoned = frozenset(tombstoned_ids)
     stamps = live_stamps(records)
     nodes: list[dict[str, Any]] = []
-    parent_of_root: dict[str, str | None] = {}  # family -> parent node id of its (first) root seen
+    roots = _Roots()
     visible: str | None = None
-    seen_families: set[str] = set()
+    reply_rev: int | None = None  # the live root's stamp, for the reply that follows it
     for rec in records:
         deleted = rec.get("id") in tombstoned
         rev = None
         if rec.get("role") == "user":
             fam = family_of(rec)
-            if fam not in seen_families:
-                seen_families.add(fam)
+            if fam not in roots.parent:
                 rev = stamps.get(fam)
-                parent_of_root[fam] = visible
+                roots.seen(fam, str(rec["id"]), rec, visible)
+            reply_rev = rev
+        elif reply_rev is not None:
+            rev, reply_rev = reply_rev, None
         nodes.append(_node(rec, str(rec["id"]), visible, active=not deleted, deleted=deleted, revision_index=rev))
         if not deleted:
             visible = str(rec["id"])
@@ -293,26 +301,46 @@ def build_tree(
         progressed = False
         rest: list[StoredBranch] = []
         for b in pending:
-            if b.root_user_id in parent_of_root:
-                _add_branch(nodes, parent_of_root, b, parent_of_root[b.root_user_id])
+            if b.root_user_id in roots.parent:
+                _add_branch(nodes, roots, b, roots.parent[b.root_user_id])
                 progressed = True
             else:
                 rest.append(b)
         if not progressed:
             for b in rest:  # the root is nowhere: a separate top-level chain
-                _add_branch(nodes, parent_of_root, b, None)
+                _add_branch(nodes, roots, b, None)
             break
         pending = rest
     return {"nodes": _ordered(nodes), "activeLeafId": active_leaf}
 
 
-def _add_branch(nodes: list[dict[str, Any]], parent_of_root: dict[str, str | None], b: StoredBranch,
-                attach: str | None) -> None:
+@dataclass
+class _Roots:
+    """Per revision family, the first root message placed in the tree: its parent, node and record."""
+
+    parent: dict[str, str | None] = field(default_factory=dict)
+    node: dict[str, tuple[str, Mapping[str, Any]]] = field(default_factory=dict)
+
+    def seen(self, family: str, node_id: str, rec: Mapping[str, Any], parent: str | None) -> None:
+        if family not in self.parent:
+            self.parent[family] = parent
+            self.node[family] = (node_id, rec)
+
+
+def _same_message(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return all(a.get(key) == b.get(key) for key in ("id", "role", "blocks"))
+
+
+def _add_branch(nodes: list[dict[str, Any]], roots: _Roots, b: StoredBranch, attach: str | None) -> None:
     parent = attach
-    for rec in b.messages:
+    messages = b.messages
+    placed = roots.node.get(b.root_user_id)
+    if placed is not None and messages and _same_message(messages[0], placed[1]):
+        parent, messages = placed[0], messages[1:]  # a regenerate: the branch goes on under that message
+    for rec in messages:
         node_id = archived_node_id(b.root_user_id, b.revision_index, str(rec.get("id")))
         if rec.get("role") == "user":
-            parent_of_root.setdefault(family_of(rec), parent)
+            roots.seen(family_of(rec), node_id, rec, parent)
         nodes.append(_node(rec, node_id, parent, active=False, deleted=rec.get("id") in b.deleted,
                            revision_index=b.revision_index))
         parent = node_id

@@ -133,7 +133,9 @@ def test_linear_tree_and_tombstone_reconnection() -> None:
     assert_parents_first(tree)
 
 
-def test_archived_branches_hang_off_the_roots_parent_ordered_by_revision() -> None:
+def test_regenerated_replies_hang_under_the_user_message_ordered_by_revision() -> None:
+    """Seed 000 §3.2: "Regeneration appends a new assistant branch under the user message." A branch
+    whose stored root is the live user message (same id, role, blocks) goes on under that message."""
     stamp = {"revisionCount": 3, "activeRevision": 3, "revisionRootId": "u2"}
     recs = [m("u1"), m("a1", "assistant"), m("u2", meta=stamp), m("a2c", "assistant")]
     branches = [
@@ -144,15 +146,31 @@ def test_archived_branches_hang_off_the_roots_parent_ordered_by_revision() -> No
     tree = build_tree(recs, (), branches)
     assert_parents_first(tree)
     nodes = by_id(tree)
-    kids = [n["id"] for n in tree["nodes"] if n["parentId"] == "a1"]
-    assert kids == ["rev:u2:1:u2", "rev:u2:2:u2", "u2"]  # siblings by revision index, live variant 3 last
+    assert [n["id"] for n in tree["nodes"] if n["parentId"] == "a1"] == ["u2"]  # one user message
+    kids = [n["id"] for n in tree["nodes"] if n["parentId"] == "u2"]
+    assert kids == ["rev:u2:1:a2a", "rev:u2:2:a2b", "a2c"]  # siblings by revision index, the live one 3
     assert nodes["u2"]["revisionIndex"] == 3 and nodes["u2"]["active"]
-    assert nodes["rev:u2:1:a2a"]["parentId"] == "rev:u2:1:u2"
+    assert nodes["a2c"]["revisionIndex"] == 3 and nodes["a2c"]["active"]
     assert nodes["rev:u2:1:u3"]["parentId"] == "rev:u2:1:a2a"
     assert nodes["rev:u2:1:a3"]["revisionIndex"] == 1 and not nodes["rev:u2:1:a3"]["active"]
     assert nodes["rev:u2:2:a2b"]["messageId"] == "a2b"
     assert tree["activeLeafId"] == "a2c"
     assert all(n["active"] == (not n["id"].startswith("rev:")) for n in tree["nodes"])
+    assert sum(1 for n in tree["nodes"] if n["parentId"] is None) == 1  # one root (seed 000 §3.4)
+
+
+def test_an_edited_user_message_is_a_sibling_under_the_original_parent() -> None:
+    """Seed 000 §3.2: "Editing a user message appends a sibling under the original parent." A branch whose
+    stored root differs from the live one (the text was edited) keeps its own user message."""
+    stamp = {"revisionCount": 2, "activeRevision": 2, "revisionRootId": "u2"}
+    recs = [m("u1"), m("a1", "assistant"), m("u2", text="edited", meta=stamp), m("a2b", "assistant")]
+    branches = [StoredBranch("u2", 1, [m("u2", text="first"), m("a2a", "assistant")])]
+    tree = build_tree(recs, (), branches)
+    assert_parents_first(tree)
+    nodes = by_id(tree)
+    assert [n["id"] for n in tree["nodes"] if n["parentId"] == "a1"] == ["rev:u2:1:u2", "u2"]
+    assert nodes["rev:u2:1:a2a"]["parentId"] == "rev:u2:1:u2"
+    assert nodes["rev:u2:1:u2"]["preview"] == "first" and nodes["u2"]["preview"] == "edited"
 
 
 def test_stored_copy_of_the_live_variant_is_not_duplicated() -> None:
@@ -161,8 +179,8 @@ def test_stored_copy_of_the_live_variant_is_not_duplicated() -> None:
     branches = [StoredBranch("u1", 1, [m("u1"), m("a1", "assistant")]),
                 StoredBranch("u1", 2, [m("u1"), m("a1b", "assistant")])]
     tree = build_tree(recs, (), branches)
-    assert [n["id"] for n in tree["nodes"]] == ["u1", "a1", "rev:u1:2:u1", "rev:u1:2:a1b"]
-    assert by_id(tree)["rev:u1:2:u1"]["parentId"] is None
+    assert [n["id"] for n in tree["nodes"]] == ["u1", "a1", "rev:u1:2:a1b"]
+    assert by_id(tree)["rev:u1:2:a1b"]["parentId"] == "u1" and by_id(tree)["a1"]["revisionIndex"] == 1
 
 
 def test_nested_branch_hangs_inside_its_archived_parent_branch() -> None:
@@ -175,7 +193,9 @@ def test_nested_branch_hangs_inside_its_archived_parent_branch() -> None:
     tree = build_tree(recs, (), branches)
     assert_parents_first(tree)
     nodes = by_id(tree)
-    assert nodes["rev:u2:1:u2"]["parentId"] == "rev:u1:1:a1"
+    assert nodes["rev:u1:1:a1"]["parentId"] == "u1"  # regenerated under the live u1
+    assert nodes["rev:u2:1:a2old"]["parentId"] == "rev:u1:1:u2"  # under the archived u2 it regenerated
+    assert "rev:u2:1:u2" not in nodes
     assert nodes["rev:orphan:1:orphan"]["parentId"] is None
 
 

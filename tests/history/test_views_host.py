@@ -27,15 +27,17 @@ async def test_tree_shows_regenerated_variants_as_siblings(tmp_path):
             await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a2b", "b", role="assistant")})
             tree = await c.call("session.tree", {"sessionId": sid})
             nodes = by_id(tree)
-            assert [n["id"] for n in tree["nodes"]] == ["u1", "a1", "rev:u2:1:u2", "rev:u2:1:a2", "u2", "a2b"]
-            assert nodes["rev:u2:1:u2"]["parentId"] == "a1" and nodes["u2"]["parentId"] == "a1"
-            assert nodes["rev:u2:1:u2"]["revisionIndex"] == 1 and nodes["u2"]["revisionIndex"] == 2
+            # seed 000 §3.2: "Regeneration appends a new assistant branch under the user message"
+            assert [n["id"] for n in tree["nodes"]] == ["u1", "a1", "u2", "rev:u2:1:a2", "a2b"]
+            assert nodes["rev:u2:1:a2"]["parentId"] == "u2" and nodes["a2b"]["parentId"] == "u2"
+            assert nodes["rev:u2:1:a2"]["revisionIndex"] == 1 and nodes["u2"]["revisionIndex"] == 2
+            assert nodes["a2b"]["revisionIndex"] == 2
             assert [n["id"] for n in tree["nodes"] if n["active"]] == ["u1", "a1", "u2", "a2b"]
             assert tree["activeLeafId"] == "a2b"
             # switching back: the stored copy of the now-live variant is not shown twice
             await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u2", "revisionIndex": 1})
             tree = await c.call("session.tree", {"sessionId": sid})
-            assert [n["id"] for n in tree["nodes"]] == ["u1", "a1", "u2", "a2", "rev:u2:2:u2", "rev:u2:2:a2b"]
+            assert [n["id"] for n in tree["nodes"]] == ["u1", "a1", "u2", "a2", "rev:u2:2:a2b"]
             assert tree["activeLeafId"] == "a2"
             assert by_id(tree)["u2"]["revisionIndex"] == 1
             # a tombstone turns its node into a leaf; the child reconnects to the visible ancestor
@@ -43,6 +45,29 @@ async def test_tree_shows_regenerated_variants_as_siblings(tmp_path):
             nodes = by_id(await c.call("session.tree", {"sessionId": sid}))
             assert nodes["u2"]["deleted"] and not nodes["u2"]["active"]
             assert nodes["a2"]["parentId"] == "a1" and nodes["a2"]["active"]
+            assert nodes["rev:u2:2:a2b"]["parentId"] == "u2"  # the archived reply stays with its user message
+
+
+async def test_an_edit_under_a_new_id_is_a_sibling_and_restorable_when_it_names_its_root(tmp_path):
+    """Seed 000 §3.2: "Editing a user message appends a sibling under the original parent." An edit cut at
+    the user message archives its branch; the edited message, under a new id, names the family it
+    revises with meta.revisionRootId (the pager's own stamp field): its old branch is its sibling under
+    the original parent, and activateRevision restores it."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await turn(c, sid, "u2", "a2")
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u2", "mode": "edit"})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg(
+                "u2e", "edited", meta={"revisionRootId": "u2"})})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a2e", "b", role="assistant")})
+            nodes = by_id(await c.call("session.tree", {"sessionId": sid}))
+            assert nodes["rev:u2:1:u2"]["parentId"] == "a1" and nodes["u2e"]["parentId"] == "a1"
+            assert nodes["rev:u2:1:a2"]["parentId"] == "rev:u2:1:u2"
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u2", "revisionIndex": 1})
+            page = await c.call("session.get", {"sessionId": sid, "full": True})
+            assert [m["id"] for m in page["messages"]] == ["u1", "a1", "u2", "a2"]
 
 
 async def test_context_follows_the_newest_checkpoint_and_skips_hidden_rows(tmp_path):

@@ -3244,7 +3244,7 @@ export interface TreeNode {
 }
 
 export interface TreeResult {
-  /** Parents before children; siblings by revision. */
+  /** Parents before children; siblings by revision. A regenerated reply is a sibling under its user message; an edited user message is a sibling under the original parent (seed 000 §3.2). */
   nodes: TreeNode[];
   activeLeafId?: string | null;
 }
