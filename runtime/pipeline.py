@@ -86,6 +86,12 @@ class _Bound:
     route: Route
     spec: MethodSpec
     op: SessionOp | None
+    wire_names: Mapping[str, str]
+    """Params field name -> its wire (camelCase) spelling, where they differ."""
+
+
+def _wire_names(model: type[BaseModel]) -> dict[str, str]:
+    return {name: f.alias for name, f in model.model_fields.items() if f.alias and f.alias != name}
 
 
 class _Answer:
@@ -220,7 +226,7 @@ class Pipeline:
             op = None
             if route.via is Via.SESSION:
                 op = SessionOp(route.handler, spec.mutating, name, ready_check=route.ready_check, group=route.group)
-            self._bound[name] = _Bound(route, spec, op)
+            self._bound[name] = _Bound(route, spec, op, _wire_names(spec.params_model))
         self._in_flight = 0
         self._idle = trio.Event()
         self._idle.set()
@@ -404,7 +410,10 @@ class Pipeline:
         submission = getattr(params, "submission_id", None)
         if not bound.spec.mutating or submission is None:
             return None
-        shown = raw if isinstance(raw, Mapping) else {}
+        # the params as the wire spells them: a retry spelling a field in snake_case (accepted, README §2) is
+        # the same request as its camelCase original
+        names = bound.wire_names
+        shown = {names.get(k, k): v for k, v in raw.items()} if isinstance(raw, Mapping) else {}
         if bound.route.fingerprint is not None:
             fp = await bound.route.fingerprint(self.services, method, shown)
         else:

@@ -103,3 +103,24 @@ async def test_a_retry_after_the_session_was_deleted_is_answered_from_its_receip
             with pytest.raises(RpcError) as err:
                 await c.call(method, {**params, "submissionId": "after-delete"})
             assert err.value.data_code == "SESSION_NOT_FOUND"
+
+
+async def test_a_retry_spelling_its_params_in_snake_case_is_the_same_request(tmp_path: Path) -> None:
+    """README §2 accepts snake_case spellings of params, and §4 fingerprints "the method and its params":
+    a retry of an append whose fields are spelled session_id / message was IDEMPOTENCY_CONFLICT (a raw-key
+    fingerprint). The fingerprint takes the wire spelling, so it is answered from its receipt; other
+    params under the same key are still a conflict."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            record = {"id": "m1", "role": "user", "blocks": [{"type": "text", "text": "hi"}]}
+            first = await c.call("session.appendMessage", {"sessionId": sid, "message": record, "submissionId": "k"})
+            again = await c.call("session.appendMessage", {"session_id": sid, "message": record,
+                                                           "submission_id": "k"})
+            assert again == first
+            with pytest.raises(RpcError) as err:
+                await c.call("session.appendMessage", {"session_id": sid, "message": {**record, "id": "m2"},
+                                                       "submission_id": "k"})
+            assert err.value.data_code == "IDEMPOTENCY_CONFLICT"
+            page = await c.call("session.get", {"sessionId": sid, "full": True})
+            assert [m["id"] for m in page["messages"]] == ["m1"]
