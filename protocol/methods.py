@@ -395,14 +395,14 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.SearchSessionsParams,
         m.SearchSessionsResult,
         "Find sessions by title, project path and message text.",
-        _codes(_DB_READ, _PAGED),
+        _codes(_DB_READ, _PAGED, ("INVALID_CURSOR",)),
     ),
     _spec(
         "search.query",
         m.SearchQueryParams,
         m.SearchQueryResult,
         "Find messages (optionally within one session).",
-        _codes(_DB_READ, _PAGED, ("INVALID_ID",)),
+        _codes(_DB_READ, _PAGED, ("INVALID_CURSOR", "INVALID_ID", "SESSION_NOT_FOUND")),
     ),
     # -- secrets (seed 003 §4.12) ------------------------------------------
     _spec(
