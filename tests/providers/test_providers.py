@@ -195,12 +195,14 @@ async def test_a_failed_refresh_is_a_clear_error_and_writes_nothing(tmp_path: Pa
             await c.call("models.refresh", {"providerId": "local"})  # something stored already
             state = probe.state(data)
             server.reply = reply
-            err = await _err(c.call("models.refresh", {"providerId": "local", "timeoutMs": 500,
+            # 0.5 s only where the timeout is the point (the fake waits 5 s); a loaded machine gets 10 s
+            timeout_ms = 500 if code == "PROVIDER_TIMEOUT" else 10_000
+            err = await _err(c.call("models.refresh", {"providerId": "local", "timeoutMs": timeout_ms,
                                                        "submissionId": "r-1"}))
             assert err.data_code == code, err
             assert probe.state(data) == state, f"a failed refresh ({code}) wrote something"
             server.reply = Reply(models=MODELS)  # the same key may be retried once the provider is back
-            assert (await c.call("models.refresh", {"providerId": "local", "timeoutMs": 500,
+            assert (await c.call("models.refresh", {"providerId": "local", "timeoutMs": timeout_ms,
                                                     "submissionId": "r-1"}))["listed"] == 3
 
 
