@@ -202,7 +202,8 @@ async def commit_rewrite(
     now = ctx.now()
 
     def write() -> Rewritten:
-        return apply_rewrite(path, sid, live.created_at_ms, plan, receipt=receipt, faults=faults)
+        return apply_rewrite(path, sid, live.created_at_ms, plan, receipt=receipt, faults=faults,
+                             dropped_offsets=live.dropped_offsets, now_ms=now)
 
     def reindexed(conn: Any, rewritten: Rewritten) -> None:
         reindex(conn, sid, rewritten, now_ms=now, turn_overrides=turn_overrides)

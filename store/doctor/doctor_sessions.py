@@ -37,7 +37,7 @@ from store.fsutil import TEMP_MARKER, fsync_dir, sweep_temp_files
 from store.indexing.index import IndexRecord
 from store.indexing.reconcile import ReconcilePlan, TailScan, apply_plan, dedupe, read_header, scan_from
 from store.rules import SESSION_ID_RE
-from store.transcripts.transcript import TranscriptWriter
+from store.transcripts.transcript import DROPPED_MARKER, TranscriptWriter
 
 INFLIGHT_SUFFIX = ".inflight.json"
 REVISIONS_SUFFIX = ".revisions.jsonl"
@@ -291,6 +291,10 @@ def check_surroundings(conn: sqlite3.Connection | None, paths: DataDirPaths, rep
         if TORN_MARKER in name:
             report.add("quarantine.torn_tail", f"sessions/{name}", f"{path.stat().st_size} byte(s) once cut "
                        "from the end of a transcript; kept for inspection", Severity.INFO)
+        elif DROPPED_MARKER in name:
+            report.add("quarantine.dropped_lines", f"sessions/{name}", f"{path.stat().st_size} byte(s) of lines "
+                       "a rewrite could not carry over (damaged, or of a kind this version does not know); "
+                       "kept for inspection", Severity.INFO)
         elif name.endswith(DELETED_SUFFIX):
             report.add("transcript.delete_pending", f"sessions/{name}", "a session delete that was "
                        "interrupted; the next start finishes it", Severity.INFO)

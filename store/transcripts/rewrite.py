@@ -31,7 +31,7 @@ from store.faults import NO_FAULTS, Faults
 from store.indexing.index import CompactionRecord, IndexRecord, reindex_session
 from store.jsonio import dumps_line
 from store.transcripts.records import rfc3339_to_ms
-from store.transcripts.transcript import read_transcript, rewrite_transcript
+from store.transcripts.transcript import keep_dropped_lines, read_transcript, rewrite_transcript
 
 
 @dataclass
@@ -50,6 +50,9 @@ class LiveTranscript:
     """``approval_decision`` lines with the id of the message they follow (kept by a rewrite
     while that message survives)."""
     valid_length: int = 0
+    dropped_offsets: list[int] = field(default_factory=list)
+    """Lines readers skip (damaged, or of a kind this version does not know): a rewrite cannot carry
+    them over, so it keeps them beside the transcript first (:func:`keep_dropped_lines`)."""
 
     @property
     def ids(self) -> list[str]:
@@ -76,6 +79,7 @@ def load_live(path: str | os.PathLike[str], *, default_created_ms: int = 0) -> L
         session_info=t.session_info,
         decisions=list(t.decisions),
         valid_length=t.valid_length,
+        dropped_offsets=[*t.bad_line_offsets, *t.unknown_line_offsets],
     )
     for mid, tomb in t.tombstones.items():
         live.tombstones[mid] = {"type": "tombstone", "id": tomb.id or f"t-{mid}", "messageId": mid,
@@ -203,12 +207,16 @@ def apply_rewrite(
     *,
     receipt: Mapping[str, Any] | None = None,
     faults: Faults = NO_FAULTS,
+    dropped_offsets: Sequence[int] = (),
+    now_ms: int = 0,
 ) -> Rewritten:
     """Atomically replace the transcript with ``plan`` (fault points ``rewrite.*``).
 
     ``receipt``: the receipt record of the request that rewrites the file; it
-    rides in the new header (``store/receipts.py``).
+    rides in the new header (``store/receipts.py``). ``dropped_offsets``: lines of the old file the
+    plan cannot hold (``LiveTranscript.dropped_offsets``), copied aside first, never lost.
     """
+    keep_dropped_lines(path, dropped_offsets, now_ms)
     header = rewrite_transcript(path, session_id, created_at_ms, plan.body, receipt=receipt, faults=faults)
     return rewritten(plan, header.epoch, header.length)
 

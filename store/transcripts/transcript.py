@@ -48,6 +48,7 @@ from store.ids import validate_session_id
 from store.jsonio import dumps_line, loads_line, now_rfc3339
 
 __all__ = [
+    "DROPPED_MARKER",
     "SCHEMA",
     "CompactionEntry",
     "MessageEntry",
@@ -59,6 +60,7 @@ __all__ = [
     "TranscriptWriter",
     "create_transcript",
     "header_line",
+    "keep_dropped_lines",
     "open_error",
     "parse_header",
     "read_first_line",
@@ -293,7 +295,11 @@ def _quarantine(fd: int, path: str, begin: int, end: int, clock_ms: Callable[[],
         if not chunk:
             break
         torn += chunk
-    base = f"{path}.torn-{clock_ms()}"
+    return _write_aside(f"{path}.torn-{clock_ms()}", torn)
+
+
+def _write_aside(base: str, data: bytes) -> str:
+    """``data`` in a new file named ``base`` (or ``base-N``), durable; its name."""
     name = base
     for n in range(1, 1000):
         try:
@@ -302,15 +308,47 @@ def _quarantine(fd: int, path: str, begin: int, end: int, clock_ms: Callable[[],
         except FileExistsError:
             name = f"{base}-{n}"
     else:  # pragma: no cover - a thousand repairs in one millisecond
-        raise IOFailure(f"cannot pick a quarantine file name for {path}")
+        raise IOFailure(f"cannot pick a quarantine file name for {base}")
     try:
         os.fchmod(qfd, 0o600)
-        write_all(qfd, torn)
+        write_all(qfd, data)
         os.fsync(qfd)
     finally:
         os.close(qfd)
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
+    fsync_dir(os.path.dirname(os.path.abspath(base)))
     return name
+
+
+DROPPED_MARKER = ".jsonl.dropped-"
+"""``<sid>.jsonl.dropped-<ms>``: lines a rewrite could not carry over, kept beside the transcript."""
+
+
+def keep_dropped_lines(path: str | os.PathLike[str], offsets: Sequence[int], now_ms: int) -> str | None:
+    """Copy the lines starting at ``offsets`` (lines readers skip: not JSON objects, known kinds missing
+    their ids, kinds this version does not know) into ``<path>.dropped-<now_ms>`` before a rewrite that
+    cannot carry them over; its name, or None when there is nothing to keep. Nothing is lost: a newer
+    version's lines and damaged bytes stay on disk for inspection (``pi-host doctor`` lists the file)."""
+    if not offsets:
+        return None
+    path = os.fspath(path)
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except OSError as exc:
+        raise open_error(exc, path, "read transcript") from exc
+    kept: list[bytes] = []
+    try:
+        for offset in sorted(set(offsets)):
+            line = b""
+            while not line.endswith(b"\n"):
+                chunk = os.pread(fd, 1 << 16, offset + len(line))
+                if not chunk:
+                    break
+                nl = chunk.find(b"\n")
+                line += chunk if nl < 0 else chunk[: nl + 1]
+            kept.append(line if line.endswith(b"\n") else line + b"\n")
+    finally:
+        os.close(fd)
+    return _write_aside(f"{path}.dropped-{now_ms}", b"".join(kept))
 
 
 # --------------------------------------------------------------------------- writer
@@ -570,6 +608,8 @@ class Transcript:
     line before it (``None``: before the first message)."""
     bad_line_offsets: list[int] = field(default_factory=list)
     """Complete lines that are not JSON objects, or known kinds missing their ids."""
+    unknown_line_offsets: list[int] = field(default_factory=list)
+    """Lines of a kind this version does not know (a newer version's, say): skipped by readers."""
     unknown_lines: int = 0
     torn_tail: bool = False
     valid_length: int = 0
@@ -675,6 +715,7 @@ def _take_line(out: Transcript, line: bytes, offset: int, length: int) -> None:
             out.bad_line_offsets.append(offset)
     else:
         out.unknown_lines += 1
+        out.unknown_line_offsets.append(offset)
 
 
 # --------------------------------------------------------------------------- span reads

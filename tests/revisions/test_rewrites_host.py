@@ -249,3 +249,35 @@ async def test_failure_between_rewrite_and_reindex_heals_on_next_request(tmp_pat
             assert a["message"]["seq"] == 4
             r = await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u2"})
             assert r["revision"]["revisionIndex"] == 2
+
+
+async def test_a_rewrite_keeps_the_lines_it_cannot_carry_beside_the_transcript(tmp_path):
+    """A line readers skip (damaged bytes, or a kind this version does not know: a newer version's) was
+    dropped by the next full rewrite, its bytes gone. The rewrite copies such lines into
+    <sid>.jsonl.dropped-<ms> first (durable), and `pi-host doctor` lists that file."""
+    from runtime.datadir import DataDir
+    from store.doctor.doctor_report import DoctorReport
+    from store.doctor.doctor_sessions import check_surroundings
+
+    future = b'{"type":"future_kind","id":"f1","payload":{"x":1}}\n'
+    damaged = b'{"type":"message","id":"bad",\n'
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            for mid in ("u1", "a1", "u2"):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(mid, mid)})
+            path = tmp_path / "sessions" / f"{sid}.jsonl"
+            ext = b'{"type":"message","id":"ext","role":"user","blocks":[{"type":"text","text":"ext"}]}\n'
+            with path.open("ab") as f:  # another program (or a newer version) wrote these
+                f.write(future + damaged + ext)
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("u3", "u3")})
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u2"})
+            assert future not in path.read_bytes() and damaged not in path.read_bytes()
+            [aside] = list((tmp_path / "sessions").glob(f"{sid}.jsonl.dropped-*"))
+            assert aside.read_bytes() == future + damaged
+            page = await c.call("session.get", {"sessionId": sid, "full": True})
+            assert [m["id"] for m in page["messages"]] == ["u1", "a1"]
+            await index_caught_up(host)
+    report = DoctorReport(str(tmp_path), repair=False)
+    check_surroundings(None, DataDir(tmp_path), report, repair=False, now_ms=0)
+    assert any(f.check == "quarantine.dropped_lines" for f in report.findings)
