@@ -32,7 +32,7 @@ from store.approvals import apply_recorded_decisions
 from store.config.secrets_meta_rebuild import rebuild_secrets_meta
 from store.errors import StoreError
 from store.faults import NO_FAULTS, Faults
-from store.fence import interruption_fence, record_boot_report, retention
+from store.fence import interrupt_deliveries, interruption_fence, record_boot_report, retention
 from store.fsutil import sweep_temp_files
 from store.indexing import index
 from store.indexing.database import close_writer, incremental_vacuum, open_writer, transaction
@@ -254,6 +254,8 @@ def run_boot(
     # 4b. queue entries whose turn the fence ended: consumed if their prompt landed, else waiting again
     with transaction(conn):
         report["queue"] = settle_after_restart(conn, now_ms=now)
+        # a delivery whose admission a cut turn had begun with, consumed just now, is interrupted too
+        report["queue"]["interruptedDeliveries"] = interrupt_deliveries(conn, now_ms=now, running=False)
     between("the scratch sweep")
     # 5. scratch / review snapshots of sessions that no longer exist
     existing = session_ids(conn)

@@ -53,12 +53,7 @@ def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -
         "WHERE status = 'running'",
         (now_ms,),
     ).rowcount
-    deliveries = conn.execute(
-        "UPDATE session_collaboration_messages SET status = 'interrupted', updated_at = ? "
-        "WHERE status = 'running' OR (status = 'queued' AND NOT EXISTS "
-        "(SELECT 1 FROM turn_queue q WHERE q.session_message_id = session_collaboration_messages.id))",
-        (now_ms,),
-    ).rowcount
+    deliveries = interrupt_deliveries(conn, now_ms=now_ms, running=True)
     held = conn.execute("SELECT COUNT(*) FROM session_collaboration_messages WHERE status = 'queued'").fetchone()[0]
     admissions = conn.execute("SELECT COUNT(*) FROM turn_queue WHERE session_message_id IS NOT NULL").fetchone()[0]
     requests = approvals.interrupt_pending(conn, now_ms)
@@ -69,6 +64,19 @@ def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -
             "interruptedInteractions": requests["interaction"],
             "interruptedDeliveries": deliveries, "heldDeliveries": int(held), "deliveryAdmissions": int(admissions),
             "offeredQueueEntries": offered}
+
+
+def interrupt_deliveries(conn: sqlite3.Connection, *, now_ms: int, running: bool) -> int:
+    """Deliveries the restart cut (seed 003 §4.6c): queued without a queue admission (and, at the fence,
+    running) become ``interrupted``, never replayed. Boot runs it again after settling the queue entries
+    whose turn the fence ended: an admission a turn had begun with is consumed there once its input
+    landed, and its delivery is no longer held."""
+    return conn.execute(
+        "UPDATE session_collaboration_messages SET status = 'interrupted', updated_at = ? "
+        "WHERE (? AND status = 'running') OR (status = 'queued' AND NOT EXISTS "
+        "(SELECT 1 FROM turn_queue q WHERE q.session_message_id = session_collaboration_messages.id))",
+        (now_ms, running),
+    ).rowcount
 
 
 def retention(conn: sqlite3.Connection, *, now_ms: int, audit_days: int = 90) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import trio
 
 from runtime.client import ClientClosed, RpcError, open_client
 from tests.hostkit import HostProcess, client_for, index_caught_up, inprocess_host, start_host_process
-from tests.pipeline.scenarios import SCENARIOS, Vars, count, decision_lines
+from tests.pipeline.scenarios import SCENARIOS, Vars, count, decision_lines, deliver_params, with_two_sessions
 
 Count = Callable[[Path, Vars], int]
 
@@ -254,3 +254,43 @@ async def test_a_begin_killed_before_its_commit_leaves_the_delivery_held_and_one
             page = await c.call("session.get", {"sessionId": v["sid"], "full": True})
             inputs = [m for m in page["messages"] if m.get("sessionMessage")]
             assert len(inputs) == 1 and inputs[0]["sessionMessage"]["deliveryId"] == v["delivery"]
+
+
+async def test_a_begin_killed_after_its_turn_took_the_admission_leaves_the_delivery_interrupted(
+        tmp_path: Path) -> None:
+    """Seed 003 §4.6c: after a restart, queued deliveries whose admission a turn began with are not held;
+    nothing is replayed. The controller took the delivery's admission and started t1 with it, and the host
+    died inside collab.begin after the input line, before the commit. Boot's fence held the delivery (its
+    admission was still queued), then settled the admission t1 had begun with (consumed: its input had
+    landed), leaving a 'queued' delivery no queue entry would ever hand out; a begin in the next turn
+    then bound it to t2 with t1's input row. It is interrupted now, its one input row kept."""
+    root = tmp_path / "data"
+    crashing = start_host_process(root, env={"RT_CRASHPOINT": "collab.begin.before_commit:1"})
+    with trio.fail_after(60):
+        try:
+            async with _client(crashing, "test") as c, open_client(
+                    crashing.url, crashing.token, client_id="sidecar", client_kind="agent") as agent:
+                v = await with_two_sessions(c, root)
+                delivery = (await c.call("collab.deliver", deliver_params(v)))["delivery"]["id"]
+                await agent.call("session.queueAttach", {"sessionId": v["sid"], "controllerId": "sidecar"})
+                control = {"sessionId": v["sid"], "controllerId": "sidecar"}
+                taken = (await agent.call("session.queueTake", control))["entry"]
+                assert taken["sessionMessageId"] == delivery
+                await agent.call("session.startTurn", {"sessionId": v["sid"], "turnId": "t1"})
+                await c.call("collab.begin", {"sessionId": v["sid"], "deliveryId": delivery, "turnId": "t1",
+                                              "submissionId": "begin-1"})
+        except (ClientClosed, OSError):
+            pass
+        await trio.to_thread.run_sync(lambda: crashing.proc.communicate(timeout=30))
+        assert crashing.proc.returncode == -9
+        async with inprocess_host(root) as again, client_for(again, "chaos-file", "test") as c:
+            got = await c.call("collab.get", {"deliveryId": delivery})
+            assert got["status"] == "interrupted"
+            assert (await c.call("session.queueList", {"sessionId": v["sid"]}))["entries"] == []
+            page = await c.call("session.get", {"sessionId": v["sid"], "full": True})
+            inputs = [m for m in page["messages"] if m.get("sessionMessage")]
+            assert len(inputs) == 1 and inputs[0]["turnId"] == "t1"
+            await c.call("session.startTurn", {"sessionId": v["sid"], "turnId": "t2"})
+            with pytest.raises(RpcError) as err:  # never replayed
+                await c.call("collab.begin", {"sessionId": v["sid"], "deliveryId": delivery, "turnId": "t2"})
+            assert err.value.data_code == "CONFLICT"
