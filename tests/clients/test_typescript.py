@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from tests.clients.node_packages import ensure_node_modules
 
 PKG = Path(__file__).resolve().parents[2] / "clients" / "typescript"
 # The three checks share the package's node_modules (the first installs it): they stay in this one
@@ -16,13 +15,7 @@ PKG = Path(__file__).resolve().parents[2] / "clients" / "typescript"
 
 
 def _tsc() -> Path:
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("Node.js is not installed on this machine: the TypeScript check needs node and npm")
-    tsc = PKG / "node_modules" / ".bin" / "tsc"
-    if not tsc.exists():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=PKG, check=True, capture_output=True,
-                       timeout=300)
-    return tsc
+    return ensure_node_modules(PKG) / ".bin" / "tsc"
 
 
 def _check_file(tsc: Path, tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:

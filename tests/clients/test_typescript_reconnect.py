@@ -24,6 +24,7 @@ import anyio
 import pytest
 
 from pihost_client import connect
+from tests.clients.node_packages import ensure_node_modules
 from tests.clients.relay import Relay, free_port
 from tests.hostkit import HostProcess, start_host_process
 
@@ -38,11 +39,7 @@ Line = dict[str, Any]
 def harness() -> Iterator[Path]:
     """``test/harness.ts`` and the client compiled by tsc into a build folder inside the package (so Node resolves
     the package's ``ws``); removed afterwards."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("Node.js is not installed on this machine: the TypeScript client test needs node and npm")
-    if not (PKG / "node_modules" / "ws").exists() or not (PKG / "node_modules" / ".bin" / "tsc").exists():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=PKG, check=True, capture_output=True,
-                       timeout=300)
+    ensure_node_modules(PKG)
     out = PKG / f".build-{uuid.uuid4().hex[:8]}"
     try:
         proc = subprocess.run([str(PKG / "node_modules" / ".bin" / "tsc"), "-p", "test/tsconfig.json", "--outDir",
