@@ -256,7 +256,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         "session.queueRemove",
         m.QueueEntryParams,
         m.QueueState,
-        "Remove one entry; the others keep their positions.",
+        "Remove one entry; the others keep their positions. A queued collaboration delivery the entry admitted "
+        "is cancelled with it (collab.delivery to both ends).",
         _codes(_SESSION_WRITE, ("NOT_FOUND",)),
     ),
     _spec(

@@ -15,6 +15,7 @@ queued     the target's turn begins it                     running (``turn_id`` 
 running    it is settled (or its turn ends)                completed / failed
 queued /   ``collab.cancel``                               cancelled (the admission is
 running                                                    removed; the session stays)
+queued     ``session.queueRemove`` of its admission        cancelled (:func:`remove_admission`)
 queued /   host restart: running, or queued without an     interrupted (never replayed)
 running    admission (``store/fence.py``)
 =========  ==============================================  ==========================
@@ -80,6 +81,7 @@ __all__ = [
     "input_message_id",
     "list_deliveries",
     "provenance",
+    "remove_admission",
     "settle",
     "settle_for_turn",
 ]
@@ -450,6 +452,21 @@ def cancel(conn: sqlite3.Connection, delivery_id: str, target: str, *, now_ms: i
     cancelled = get(conn, delivery_id)
     changed.deliveries.append(cancelled)
     return cancelled, changed
+
+
+def remove_admission(conn: sqlite3.Connection, target: str, entry_id: str, *, now_ms: int,
+                     faults: Faults = NO_FAULTS) -> tuple[queue.Outcome, Changed]:
+    """``session.queueRemove``: the entry goes (:func:`store.queue.remove`); a queued delivery it admitted
+    is cancelled with it. Without its admission the delivery could never begin, and it would have stayed
+    ``queued`` until the next start interrupted it."""
+    out = queue.remove(conn, target, entry_id, now_ms=now_ms, faults=faults)
+    changed = Changed()
+    delivery_id = out.plan.entry.session_message_id if out.plan.entry is not None else None
+    if delivery_id is not None and out.plan.changed:
+        if conn.execute("UPDATE session_collaboration_messages SET status = 'cancelled', updated_at = ? "
+                        "WHERE id = ? AND status = 'queued'", (now_ms, delivery_id)).rowcount:
+            changed.deliveries.append(get(conn, delivery_id))
+    return out, changed
 
 
 # ---------------------------------------------------------------------------

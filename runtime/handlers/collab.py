@@ -25,7 +25,7 @@ from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.context import ReadContext, Services
 from runtime.handlers.host_lines import append_record
-from runtime.handlers.queue import QueueControl, queue_state
+from runtime.handlers.queue import QueueControl, publish_deliveries, queue_state
 from store import collab
 from store.collab import Changed
 from store.ids import new_id
@@ -53,10 +53,7 @@ def _queue_owners(conn: Any, changed: Changed) -> dict[str, Any]:
 
 def publish(ctx: SessionContext, changed: Changed, owners: dict[str, Any]) -> None:
     """After the commit: the deliveries to both ends, the queues that changed."""
-    for row in changed.deliveries:
-        ends = {row["target"]["sessionId"], row["source"]["sessionId"]}
-        for sid in sorted(ends):
-            ctx.publish("collab.delivery", {"delivery": row}, session_id=sid)
+    publish_deliveries(ctx, changed.deliveries)
     control: QueueControl = ctx.services.get("queue")
     for sid, entries in changed.queues.items():
         slot = control.slot(sid, owners.get(sid))

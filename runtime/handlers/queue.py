@@ -14,18 +14,18 @@ a controller attaches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from actors.session_context import SessionContext
 from protocol import models as m
-from store import queue
+from store import collab, queue
 from store.attachments import mark_evicted_blocks
 from store.errors import Conflict
 from store.receipts import ReceiptKey
 
-__all__ = ["QueueControl", "after_turn_end", "attach", "list_queue", "prioritize", "push",
+__all__ = ["QueueControl", "after_turn_end", "attach", "list_queue", "prioritize", "publish_deliveries", "push",
            "remove", "reorder", "take"]
 
 SERVICE = "queue"
@@ -146,8 +146,26 @@ async def _edit(ctx: SessionContext, run: Callable[[Any, str, int], queue.Outcom
 
 
 async def remove(ctx: SessionContext, p: m.QueueEntryParams, key: ReceiptKey | None) -> Any:
+    """The entry goes; a queued collaboration delivery it admitted is cancelled with it
+    (:func:`store.collab.remove_admission`), announced on ``collab.delivery`` to both ends."""
     faults = ctx.faults
-    return await _edit(ctx, lambda conn, sid, now: queue.remove(conn, sid, p.entry_id, now_ms=now, faults=faults))
+    cancelled: list[dict[str, Any]] = []
+
+    def run(conn: Any, sid: str, now: int) -> queue.Outcome:
+        out, changed = collab.remove_admission(conn, sid, p.entry_id, now_ms=now, faults=faults)
+        cancelled[:] = changed.deliveries
+        return out
+
+    state = await _edit(ctx, run)
+    publish_deliveries(ctx, cancelled)
+    return state
+
+
+def publish_deliveries(ctx: SessionContext, rows: Iterable[Mapping[str, Any]]) -> None:
+    """After the commit: ``collab.delivery`` for each changed delivery, to its target and its source."""
+    for row in rows:
+        for sid in sorted({row["target"]["sessionId"], row["source"]["sessionId"]}):
+            ctx.publish("collab.delivery", {"delivery": row}, session_id=sid)
 
 
 async def prioritize(ctx: SessionContext, p: m.QueueEntryParams, key: ReceiptKey | None) -> Any:

@@ -226,6 +226,33 @@ async def test_cancel_removes_the_admission_and_keeps_the_target_session(tmp_pat
             assert rows(tmp_path, "SELECT COUNT(*) FROM sessions WHERE id = ?", tgt) == [(1,)]
 
 
+async def test_removing_a_deliverys_admission_from_the_queue_cancels_the_delivery(tmp_path: Path) -> None:
+    """session.queueRemove of the entry a delivery is bound to: without its admission the delivery can never
+    begin. It was left queued until the next start interrupted it; it is cancelled in the same
+    transaction, announced to both ends, and a retry of the remove changes nothing more."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, "plugin") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            src, tgt = await session(c, "Lead"), await session(c, "Reviewer")
+            out = await deliver(c, src, tgt, notifyOnCompletion=True)
+            other = await c.call("session.queuePush", {"sessionId": tgt, "principal": "me", "content": "later",
+                                                       "permissionMode": "inherit"})
+            await ui.subscribe(["collab.delivery"], session_id=src)
+            params = {"sessionId": tgt, "entryId": out["entry"]["id"], "submissionId": "rm-1"}
+            state = await c.call("session.queueRemove", params)
+            assert [e["id"] for e in state["entries"]] == [other["entry"]["id"]]
+            got = await c.call("collab.get", {"deliveryId": out["delivery"]["id"]})
+            assert got["status"] == "cancelled"
+            [seen] = await events(ui, 1)
+            assert seen.topic == "collab.delivery" and seen.data["delivery"]["status"] == "cancelled"
+            assert await c.call("session.queueRemove", params) == state  # the receipt answers the retry
+            assert rows(tmp_path, "SELECT status FROM session_collaboration_messages") == [("cancelled",)]
+            assert rows(tmp_path, "SELECT COUNT(*) FROM session_collaboration_messages WHERE kind = 'completion'") \
+                == [(0,)]  # cancelled, not settled: no callback, as with collab.cancel
+            removed = (await c.call("session.queueRemove", {"sessionId": tgt, "entryId": other["entry"]["id"]}))
+            assert removed["entries"] == []  # an entry of no delivery goes as before
+
+
 async def test_the_targets_turn_end_settles_its_running_delivery(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host, "plugin") as c:

@@ -3100,7 +3100,7 @@ class SessionMethods:
         return cast(QueueState, await self._call("session.queueList", params, False))
 
     async def queue_remove(self, *, session_id: str, entry_id: str, submission_id: str | None = None) -> QueueState:
-        """``session.queueRemove``: Remove one entry; the others keep their positions. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``session.queueRemove``: Remove one entry; the others keep their positions. A queued collaboration delivery the entry admitted is cancelled with it (collab.delivery to both ends). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["sessionId"] = session_id
         params["entryId"] = entry_id

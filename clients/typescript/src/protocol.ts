@@ -3525,7 +3525,7 @@ export interface Methods {
   "session.queuePush": { params: QueuePushParams; result: QueuePushResult };
   /** The session's queue in delivery order and whether it is held. */
   "session.queueList": { params: QueueListParams; result: QueueState };
-  /** Remove one entry; the others keep their positions. (mutating: accepts submissionId) */
+  /** Remove one entry; the others keep their positions. A queued collaboration delivery the entry admitted is cancelled with it (collab.delivery to both ends). (mutating: accepts submissionId) */
   "session.queueRemove": { params: QueueEntryParams; result: QueueState };
   /** 'Send now': deliver this entry before unpromoted ones. (mutating: accepts submissionId) */
   "session.queuePrioritize": { params: QueueEntryParams; result: QueueState };
