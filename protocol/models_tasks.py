@@ -14,6 +14,7 @@ from .models_common import (
     MutatingParams,
     Params,
     PermissionMode,
+    ProjectPath,
     Record,
     Result,
     SessionId,
@@ -35,7 +36,7 @@ RunAt = Annotated[str, Field(
     description="RFC 3339 timestamp in UTC with milliseconds, e.g. 2026-07-27T08:30:00.000Z.",
     pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")]
 Weekday = Annotated[int, Field(ge=0, le=6, description="0 = Sunday ... 6 = Saturday.")]
-WorkspacePath = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+WorkspacePath = ProjectPath  # no NUL, at most 4096 bytes: refused as INVALID_PARAMS, never an OSError at run time
 ProviderRef = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 
 

@@ -40,6 +40,7 @@ from typing import Any, Literal
 import orjson
 
 from store.errors import Conflict, InvalidInput, NotFound, PlanRequiresInteractiveSession, SessionNotFound
+from store.rules import MAX_PATH_CHARS
 
 __all__ = [
     "CADENCES",
@@ -117,8 +118,12 @@ def normalize_config(config: Mapping[str, Any] | None, cadence: str) -> dict[str
         raise _bad(f"thinkingLevel must be one of {', '.join(_THINKING)}", "config.thinkingLevel")
     if out.get("calendarConfigured") is not None and type(out["calendarConfigured"]) is not bool:
         raise _bad("calendarConfigured must be a boolean", "config.calendarConfigured")
-    if out.get("workspacePath") is not None and not isinstance(out["workspacePath"], str):
+    workspace = out.get("workspacePath")
+    if workspace is not None and not isinstance(workspace, str):
         raise _bad("workspacePath must be a string", "config.workspacePath")
+    if isinstance(workspace, str) and ("\x00" in workspace or len(workspace) > MAX_PATH_CHARS):
+        raise _bad(f"workspacePath must be a path: no NUL character, at most {MAX_PATH_CHARS} characters",
+                   "config.workspacePath")
     for key in ("providerId", "modelId"):
         if out.get(key) is not None and not isinstance(out[key], str):
             raise _bad(f"{key} must be a string", f"config.{key}")

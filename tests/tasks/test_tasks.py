@@ -138,7 +138,8 @@ def test_next_run_at() -> None:
 @pytest.mark.parametrize("config", [
     {"schedule": {"hour": 24}}, {"schedule": {"minute": -1}}, {"weekdays": []}, {"weekdays": [1, 1]},
     {"weekdays": [7]}, {"mode": "chatty"}, {"permissionMode": "yolo"}, {"providerId": "p"},
-    {"thinkingLevel": "extreme"}, {"schedule": "8am"},
+    {"thinkingLevel": "extreme"}, {"schedule": "8am"}, {"workspacePath": "/w/\x00repo"},
+    {"workspacePath": "/" + "w" * 4096}, {"workspacePath": 7},
 ])
 def test_invalid_config_is_refused_before_mutation(conn: sqlite3.Connection, config: dict[str, object]) -> None:
     with pytest.raises(InvalidInput):

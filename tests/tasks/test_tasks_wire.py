@@ -118,6 +118,11 @@ async def test_projected_fields_update_one_key_and_null_clears_it(tmp_path: Path
                 await c.call("tasks.update", {"taskId": t["id"], "providerId": "anthropic"})
             assert bad.value.data_code == "INVALID_PARAMS"  # providerId/modelId are paired
             assert await c.call("tasks.get", {"taskId": t["id"]}) == {**t, "lastRunAt": run["startedAt"]}
+            for field in ({"workspacePath": "/w\x00x"}, {"config": {"workspacePath": "/w\x00x"}}):
+                with pytest.raises(RpcError) as bad:  # a NUL can never be a path: refused, nothing changes
+                    await c.call("tasks.update", {"taskId": t["id"], **field})
+                assert bad.value.data_code == "INVALID_PARAMS" and "NUL" in f"{bad.value} {bad.value.data}"
+            assert (await c.call("tasks.get", {"taskId": t["id"]}))["workspacePath"] == "/w"
 
 
 def _fire(conn: sqlite3.Connection, now: int) -> dict[str, dict[str, Any]]:
