@@ -26,7 +26,8 @@ the id is held by another session (D444)              continue with ``{sessionId
 the id is held here (index or earlier in the group)   :class:`Write` ``replace=True``, same seq
 and is streaming, the new one a terminal assistant    (the steering replacement)
 the id is held here, another role or other blocks     :class:`Refuse` ``IDEMPOTENCY_CONFLICT``
-(neither is a streaming snapshot)                     (the id names different content)
+(neither is a streaming snapshot; or the held row     (the id names different content)
+awaits its final and the new one has another role)
 the id is held here otherwise                         :class:`Replay` of the held row,
                                                       ``replayed: true`` (no new line)
 a new id                                              :class:`Write` with the next seq
@@ -227,7 +228,12 @@ def plan_appends(
                 held_content = content_of(stored) if stored is not None else (
                     prior_held.content if prior_held is not None else None)
                 settled = not streaming and not is_streaming(rec)  # a streaming snapshot's content moves on
-                if settled and held_content is not None and held_content != content_of(rec):
+                # a row awaiting its final takes its final or another snapshot of itself: a message of
+                # another role under its id (a user's prompt, a tool's output) is other content, never a
+                # replay (it would be acknowledged and never written)
+                held_role = held_ref.get("role")
+                other_role = streaming and held_role is not None and rec.get("role") != held_role
+                if other_role or (settled and held_content is not None and held_content != content_of(rec)):
                     outcomes.append(Refuse(IdempotencyConflict(
                         f"message {mid} already holds other content (role or blocks) in session {session_id}; "
                         "a retry must send the same message, a new message needs a new id",

@@ -111,11 +111,22 @@ def test_a_terminal_assistant_replaces_a_streaming_reservation_in_place() -> Non
     assert out.ref["seq"] == 2
 
 
-@pytest.mark.parametrize("late", [streaming("a1"), message("a1", "user text", "user")])
-def test_a_late_partial_or_a_non_assistant_never_overwrites_a_reservation(late: dict[str, Any]) -> None:
+def test_a_late_partial_never_overwrites_a_reservation() -> None:
     known = Known(held={"a1": Held(SID, ref("a1", 2), streaming=True)})
-    [out] = plan(AppendRequest(late), known=known)
+    [out] = plan(AppendRequest(streaming("a1")), known=known)
     assert out == Replay({"message": ref("a1", 2), "replayed": True})
+
+
+@pytest.mark.parametrize("role", ["user", "tool", "system"])
+def test_another_role_under_a_reservations_id_is_an_idempotency_conflict(role: str) -> None:
+    """A user's prompt (or a tool's output) sent under the id of a streaming reply was answered
+    ``replayed: true`` and never written: acknowledged and lost. It is other content under a stored id
+    (protocol README §4); within a group too."""
+    known = Known(held={"a1": Held(SID, ref("a1", 2), streaming=True)})
+    [out] = plan(AppendRequest(message("a1", "user text", role)), known=known)
+    assert isinstance(out, Refuse) and isinstance(out.error, IdempotencyConflict)
+    first, second = plan(AppendRequest(streaming("a1")), AppendRequest(message("a1", "user text", role)))
+    assert isinstance(first, Write) and isinstance(second, Refuse)
 
 
 def test_the_same_id_twice_in_a_group_is_written_once() -> None:
