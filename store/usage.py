@@ -36,13 +36,23 @@ def cost_micros(usage: Mapping[str, Any] | None) -> int:
     return min(int(round(float(cost) * 1_000_000)), MAX_COST)
 
 
+INT64_MAX: Final = 2**63 - 1
+
+
+def _total(value: Any) -> int:
+    """A ``TOTAL()`` (a float: SQLite's ``SUM`` of integers raises "integer overflow" past 2**63, which
+    one client's absurd token counts would make of every later usage read) as a wire integer, at most
+    2**63 - 1. Exact up to 2**53, far beyond any real report."""
+    return min(int(value or 0), INT64_MAX)
+
+
 def _sums(row: tuple[Any, ...]) -> dict[str, Any]:
     turns, tin, tout, micros, failed, aborted = row
-    return {"turns": int(turns or 0), "inputTokens": int(tin or 0), "outputTokens": int(tout or 0),
-            "costMicros": int(micros or 0), "failedTurns": int(failed or 0), "abortedTurns": int(aborted or 0)}
+    return {"turns": int(turns or 0), "inputTokens": _total(tin), "outputTokens": _total(tout),
+            "costMicros": _total(micros), "failedTurns": int(failed or 0), "abortedTurns": int(aborted or 0)}
 
 
-_AGG = ("COUNT(*), SUM(input_tokens), SUM(output_tokens), SUM(cost_micros), "
+_AGG = ("COUNT(*), TOTAL(input_tokens), TOTAL(output_tokens), TOTAL(cost_micros), "
         "SUM(status = 'error'), SUM(status = 'aborted')")
 
 
@@ -52,7 +62,7 @@ def session_usage(conn: sqlite3.Connection, session_id: str) -> dict[str, Any]:
     models = []
     for provider, model, *rest in conn.execute(
         f"SELECT provider_id, model_id, {_AGG} FROM turns WHERE session_id = ? "
-        "GROUP BY provider_id, model_id ORDER BY SUM(cost_micros) DESC, COUNT(*) DESC, provider_id, model_id",
+        "GROUP BY provider_id, model_id ORDER BY TOTAL(cost_micros) DESC, COUNT(*) DESC, provider_id, model_id",
         (session_id,),
     ):
         entry = {"providerId": provider, "modelId": model, **_sums(tuple(rest))}

@@ -71,6 +71,20 @@ def test_session_usage_sums_per_model_with_failed_and_aborted_counts(conn: sqlit
     assert any("idx_turns_session" in str(row[-1]) for row in plan)
 
 
+def test_sums_past_int64_read_back_capped_instead_of_failing(conn: sqlite3.Connection) -> None:
+    """Two turns of 2**62 input tokens each (accepted: each is a valid int64) made SQLite's SUM raise
+    "integer overflow", so usage.session and usage.history answered INTERNAL for good, for every session
+    (the global history too). The sums are TOTAL()s, capped at 2**63 - 1."""
+    _session(conn, "s1")
+    _turn(conn, "a", "s1", NOW, 2**62, 10**15, 0)
+    _turn(conn, "b", "s1", NOW, 2**62, 1, 0)
+    _turn(conn, "c", "s1", NOW, 7, 1, 70)
+    total = usage.session_usage(conn, "s1")["total"]
+    assert total["inputTokens"] == usage.INT64_MAX and total["turns"] == 3
+    assert [d["inputTokens"] for d in usage.history(conn, now_ms=NOW, days=1)] == [usage.INT64_MAX]
+    assert total["outputTokens"] == 10**15 + 2  # exact below 2**53
+
+
 async def test_usage_methods_roll_up_what_end_turn_recorded(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c:
