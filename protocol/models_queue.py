@@ -43,8 +43,10 @@ class QueuePushParams(MutatingParams):
     content: Annotated[str, StringConstraints(max_length=MAX_TEXT_FIELD)]
     attachments: list[QueueAttachment] | None = Field(
         default=None, max_length=MAX_ATTACHMENTS,
-        description="The prompt's attachment blocks, by reference (attachments/<sha256>); an attachment or "
-        "image block carrying its bytes inline is refused, as in session.appendMessage.")
+        description="The prompt's attachment references, kept as given (seed 003 §4.6b): attachment blocks "
+        "by reference (attachments/<sha256>) or the caller's own reference objects (a path in the session "
+        "scratch or project root); an attachment or image block carrying its bytes inline is refused, as in "
+        "session.appendMessage.")
     permission_mode: PermissionMode
     session_message_id: WireId | None = Field(
         default=None,

@@ -2097,7 +2097,7 @@ export interface QueuePushParams {
   /** Same principal + key returns the same entry; a different input fails with IDEMPOTENCY_CONFLICT. */
   idempotencyKey?: string | null;
   content: string;
-  /** The prompt's attachment blocks, by reference (attachments/<sha256>); an attachment or image block carrying its bytes inline is refused, as in session.appendMessage. */
+  /** The prompt's attachment references, kept as given (seed 003 §4.6b): attachment blocks by reference (attachments/<sha256>) or the caller's own reference objects (a path in the session scratch or project root); an attachment or image block carrying its bytes inline is refused, as in session.appendMessage. */
   attachments?: JsonObject[] | null;
   permissionMode: "inherit" | "ask" | "accept-edits" | "auto";
   /** Binds the admission to its session collaboration ledger row (seed 003 §4.6c); part of the idempotency check. */
