@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
 from store.rules import CREDENTIAL_NAMES, find_credential
@@ -38,11 +38,21 @@ def _find_secret_key(value: Any, path: str, depth: int = 0) -> str | None:
     return find_credential(value, path, credential_section=True)
 
 
+def _exact_integer(value: Any) -> Any:
+    # Literal[1] alone takes true and 1.0 for 1 (equal in Python): never coerced (README §2)
+    if type(value) is not int:
+        raise ValueError("version must be the integer 1")
+    return value
+
+
+SnapshotVersion = Annotated[Literal[1], BeforeValidator(_exact_integer)]
+
+
 class RunEnvironmentSnapshot(Record):
     """Everything a turn ran with, frozen before execution. Credential
     *references* only: secret values are refused."""
 
-    version: Literal[1]
+    version: SnapshotVersion
     connection: JsonObject = Field(default_factory=dict, description="Provider endpoint.")
     model: JsonObject = Field(default_factory=dict)
     parameters: JsonObject = Field(default_factory=dict)

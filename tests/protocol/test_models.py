@@ -351,6 +351,9 @@ def test_environment_snapshot_refuses_secret_values() -> None:
     with pytest.raises(ValidationError) as exc:
         parse_params("session.startTurn", {"sessionId": "s1", "environment": {"version": 2}})
     assert _errors(exc) == [(("environment", "version"), "literal_error")]
+    for loose in (True, 1.0, "1"):  # equal to 1 in Python, never coerced (README §2)
+        with pytest.raises(ValidationError, match="version must be the integer 1"):
+            parse_params("session.startTurn", {"sessionId": "s1", "environment": {"version": loose}})
 
     ok = {
         "version": 1,
