@@ -25,7 +25,9 @@ class ProviderFields(Params):
     protocol: Ref | None = Field(default=None, description="Default openai_compatible.")
     api_style: Ref | None = None
     auth_kind: Ref | None = Field(default=None, description="Default api_key_and_base_url.")
-    base_url: BaseUrl | None = Field(default=None, description="http(s) URL; models.refresh calls {baseUrl}/models.")
+    base_url: BaseUrl | None = Field(
+        default=None, description="http(s) URL; models.refresh calls {baseUrl}/models. No credential in it "
+        "(user:password@, ?key=, ?api_key=, ?sig= ...): set apiKey.")
     enabled: bool | None = None
     default_model_id: Ref | None = None
     config: JsonObject | None = Field(

@@ -25,7 +25,7 @@ import orjson
 
 from store.config.settings import get_value, set_value
 from store.errors import Conflict, InvalidInput, LimitExceeded, NotFound, PayloadTooLarge
-from store.rules import MAX_PROVIDER_CONFIG_BYTES, MAX_PROVIDERS
+from store.rules import MAX_PROVIDER_CONFIG_BYTES, MAX_PROVIDERS, is_credential_value
 from store.snapshots import find_secret
 
 __all__ = [
@@ -88,6 +88,9 @@ def validate_base_url(url: object, field: str = "baseUrl") -> str:
         raise InvalidInput(f"{field} has an invalid host name", data={"field": field}) from None
     if parts.username or parts.password:
         raise InvalidInput(f"{field} must not carry credentials; set apiKey instead", data={"field": field})
+    why = is_credential_value(url)  # a key in the query (?key=, ?api_key=, ?sig=): never stored in SQLite
+    if why:
+        raise InvalidInput(f"{field} must not carry credentials ({why}); set apiKey instead", data={"field": field})
     try:
         parts.port  # noqa: B018 - raises ValueError for a bad port
     except ValueError:

@@ -59,6 +59,7 @@ from store.rules import (
     MAX_UI_KEYS,
     MAX_UI_VALUE_BYTES,
     PROMPT_TEMPLATE_MAX_CHARS,
+    is_credential_value,
 )
 from store.upgrade.seed_schemas import MODES, SHELL_CATALOG
 
@@ -212,6 +213,9 @@ def _proxy(value: Any, platform: str) -> Any:
             parts.port  # noqa: B018 - raises ValueError for a bad port
         except ValueError:
             raise _Bad("url has an invalid port") from None
+        why = is_credential_value(url)  # secret values never reach SQLite (seed 003 §10.3)
+        if why:
+            raise _Bad(f"url must not carry a credential ({why})")
         out["url"] = url
     elif mode == "manual":
         raise _Bad("url is required when mode is manual")

@@ -110,7 +110,22 @@ async def test_provider_config_is_validated_and_a_refusal_changes_nothing(tmp_pa
             assert bad_url.data_code == "INVALID_PARAMS"
             creds = await _err(c.call("providers.create", {"id": "q", "name": "Q", "baseUrl": "https://u:p@x/v1"}))
             assert creds.data_code == "INVALID_PARAMS"
+            # a key in the query is a credential too: seed 003 §10.3, secret values never in SQLite
+            for query in ("?key=AIzaSyA1234567890abcdefghijklmnopqrstu", "?api_key=abc123", "?sig=abc123"):
+                creds = await _err(c.call("providers.create", {"id": "q", "name": "Q",
+                                                               "baseUrl": f"https://gen.example/v1{query}"}))
+                assert creds.data_code == "INVALID_PARAMS" and creds.data["field"] == "baseUrl"
+                creds = await _err(c.call("providers.update", {"providerId": "keep",
+                                                               "baseUrl": f"https://gen.example/v1{query}"}))
+                assert creds.data_code == "INVALID_PARAMS"
+            proxy = await _err(c.call("settings.set", {"key": "networkProxy", "value": {
+                "mode": "manual", "url": "http://alice:hunter2secret@proxy.example:8080"}}))
+            assert proxy.data_code == "INVALID_PARAMS" and "credential" in str(proxy)
             assert probe.state(data) == state
+            await c.call("settings.set", {"key": "networkProxy", "value": {  # a user name alone is no secret
+                "mode": "manual", "url": "http://alice@proxy.example:8080"}})
+            assert (await c.call("providers.create", {"id": "v", "name": "V",  # other query parameters are fine
+                                                      "baseUrl": "https://x.example/v1?api-version=2024-06-01"}))
 
 
 async def test_reorder_owns_the_display_order(tmp_path: Path) -> None:

@@ -1919,7 +1919,7 @@ export interface ProviderDeclaration {
   apiStyle?: string | null;
   /** Default api_key_and_base_url. */
   authKind?: string | null;
-  /** http(s) URL; models.refresh calls {baseUrl}/models. */
+  /** http(s) URL; models.refresh calls {baseUrl}/models. No credential in it (user:password@, ?key=, ?api_key=, ?sig= ...): set apiKey. */
   baseUrl?: string | null;
   enabled?: boolean | null;
   defaultModelId?: string | null;
@@ -1949,7 +1949,7 @@ export interface ProvidersCreateParams {
   apiStyle?: string | null;
   /** Default api_key_and_base_url. */
   authKind?: string | null;
-  /** http(s) URL; models.refresh calls {baseUrl}/models. */
+  /** http(s) URL; models.refresh calls {baseUrl}/models. No credential in it (user:password@, ?key=, ?api_key=, ?sig= ...): set apiKey. */
   baseUrl?: string | null;
   enabled?: boolean | null;
   defaultModelId?: string | null;
@@ -2024,7 +2024,7 @@ export interface ProvidersUpdateParams {
   apiStyle?: string | null;
   /** Default api_key_and_base_url. */
   authKind?: string | null;
-  /** http(s) URL; models.refresh calls {baseUrl}/models. */
+  /** http(s) URL; models.refresh calls {baseUrl}/models. No credential in it (user:password@, ?key=, ?api_key=, ?sig= ...): set apiKey. */
   baseUrl?: string | null;
   enabled?: boolean | null;
   defaultModelId?: string | null;
