@@ -27,6 +27,7 @@ import trio
 from protocol import models as m
 from runtime.context import HostContext, ReadContext, Services
 from store import receipts
+from store.config import providers
 from store.config import secrets as secret_store
 from store.errors import PermissionDenied
 from store.faults import Faults
@@ -38,6 +39,7 @@ __all__ = ["Vault", "delete", "fingerprint", "fingerprint_hiding", "get", "list_
 
 SERVICE = "vault"
 SECRET_READERS = frozenset({"agent", "ui"})
+PROVIDERS_TOPIC = "providers.changed"  # runtime/handlers/providers.TOPIC (which imports this module)
 
 
 class Vault:
@@ -78,13 +80,24 @@ async def set_secret(ctx: HostContext, p: m.SecretsSetParams, key: ReceiptKey | 
     async with vault.lock:
         now = ctx.now()
         version = await vault.run(lambda: vault.store.set(p.ref, p.value, now_ms=now))
+        changed: list[str | None] = []
 
         def effect(conn: Any) -> Any:
             secret_store.upsert_meta(conn, p.ref, owner_kind=p.owner_kind, owner_id=p.owner_id, kind=p.kind,
                                      now_ms=now)
+            changed.append(providers.follow_key(conn, p.ref, stored=True, now_ms=now))
             return {"ref": p.ref, "updatedAt": now, "version": version}
 
-        return await ctx.commit(effect)
+        result = await ctx.commit(effect)
+    _announce(ctx, changed)
+    return result
+
+
+def _announce(ctx: HostContext, changed: list[str | None]) -> None:
+    """A provider whose key reference followed the secret store (``hasApiKey``)."""
+    ids = [pid for pid in changed if pid is not None]
+    if ids:
+        ctx.publish(PROVIDERS_TOPIC, {"providerIds": ids})
 
 
 async def get(ctx: HostContext, p: m.SecretsRefParams, key: ReceiptKey | None) -> Any:
@@ -102,7 +115,15 @@ async def delete(ctx: HostContext, p: m.SecretsDeleteParams, key: ReceiptKey | N
     async with vault.lock:
         now = ctx.now()
         removed = await vault.run(lambda: vault.store.delete(ref, now_ms=now))  # file first: the value is gone
-        return await ctx.commit(lambda conn: {"ref": ref, "deleted": secret_store.delete_meta(conn, ref) or removed})
+        changed: list[str | None] = []
+
+        def effect(conn: Any) -> Any:
+            changed.append(providers.follow_key(conn, ref, stored=False, now_ms=now))
+            return {"ref": ref, "deleted": secret_store.delete_meta(conn, ref) or removed}
+
+        result = await ctx.commit(effect)
+    _announce(ctx, changed)
+    return result
 
 
 def list_secrets(ctx: ReadContext, p: m.SecretsListParams) -> Any:

@@ -37,6 +37,7 @@ __all__ = [
     "list_providers",
     "order_ids",
     "provider_view",
+    "follow_key",
     "secret_ref_for",
     "set_order",
     "update_provider",
@@ -66,8 +67,11 @@ _COLUMNS = ("id, name, vendor_key, type, protocol, api_style, auth_kind, base_ur
             "default_model_id, config_json, created_at, updated_at, owner_plugin_id")
 
 
+_KEY_PREFIX = "provider/"
+
+
 def secret_ref_for(provider_id: str) -> str:
-    return f"provider/{provider_id}"
+    return f"{_KEY_PREFIX}{provider_id}"
 
 
 def validate_base_url(url: object, field: str = "baseUrl") -> str:
@@ -150,6 +154,19 @@ def provider_view(row: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in row.items() if v is not None}
     out["hasApiKey"] = row.get("secretRef") is not None
     return out
+
+
+def follow_key(conn: sqlite3.Connection, ref: str, *, stored: bool, now_ms: int) -> str | None:
+    """``secrets.set`` / ``secrets.delete`` of ``ref``: when it is a provider's key reference
+    (:func:`secret_ref_for`), that provider's ``secret_ref`` follows (``hasApiKey``), so a key deleted
+    through the secret store is not still announced and one stored there is. The provider id changed."""
+    if not ref.startswith(_KEY_PREFIX):
+        return None
+    provider_id = ref[len(_KEY_PREFIX):]
+    value = ref if stored else None
+    changed = conn.execute("UPDATE providers SET secret_ref = ?, updated_at = ? WHERE id = ? AND secret_ref IS NOT ?",
+                           (value, now_ms, provider_id, value)).rowcount
+    return provider_id if changed else None
 
 
 def get_provider(conn: sqlite3.Connection, provider_id: str) -> dict[str, Any]:

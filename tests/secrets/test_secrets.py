@@ -224,6 +224,32 @@ async def test_secrets_rpc_values_never_reach_sqlite(tmp_path: Path) -> None:
         assert b"VERY-SECRET" not in p.read_bytes()
 
 
+async def test_a_providers_key_changed_through_the_secret_store_shows_in_has_api_key(tmp_path: Path) -> None:
+    """providers.get said hasApiKey: true after secrets.delete removed the provider's key (the sidecar then
+    got NOT_FOUND), and false after secrets.set stored one under provider/<id>. The provider row's
+    secret_ref follows the secret store in the same transaction, announced on providers.changed, and a
+    restart reads the same."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, kind="ui") as c:
+            await c.call("providers.create", {"id": "pa", "name": "A", "apiKey": "k-one"})
+            await c.call("providers.create", {"id": "pb", "name": "B"})
+            await c.subscribe(["providers.changed"])
+            assert (await c.call("secrets.delete", {"ref": "provider/pa"}))["deleted"] is True
+            await c.call("secrets.set", {"ref": "provider/pb", "value": "k-two", "ownerId": "pb"})
+            await c.call("secrets.set", {"ref": "other/thing", "value": "v"})  # no provider's: no event
+            seen = []
+            async for event in c:
+                seen.append(event.data["providerIds"])
+                if len(seen) == 2:
+                    break
+            assert seen == [["pa"], ["pb"]]
+    async with inprocess_host(tmp_path) as host, client_for(host, kind="ui") as c:
+        got = {p["id"]: p for p in (await c.call("providers.list", {}))["providers"]}
+        assert got["pa"]["hasApiKey"] is False and "secretRef" not in got["pa"]
+        assert got["pb"]["hasApiKey"] is True and got["pb"]["secretRef"] == "provider/pb"
+        assert (await c.call("secrets.get", {"ref": "provider/pb"}))["value"] == "k-two"
+
+
 async def test_tampered_secret_is_corrupt_data_over_rpc(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host, kind="agent") as c:
