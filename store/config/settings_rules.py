@@ -58,6 +58,7 @@ from store.rules import (
     MAX_SETTING_KEY_CHARS,
     MAX_UI_KEYS,
     MAX_UI_VALUE_BYTES,
+    PLUGIN_ID_RE,
     PROMPT_TEMPLATE_MAX_CHARS,
     is_credential_value,
 )
@@ -375,6 +376,10 @@ def plan_write(ns: str, current: Mapping[str, Any], changes: Mapping[str, Any], 
     that exists; ``existing_keys``: how many keys ``ns`` holds now.
     """
     rules = rules_for(ns)
+    if rules.kind == "plugin" and not PLUGIN_ID_RE.match(ns.removeprefix("plugin:")):
+        # seed 003 §4.1: uninstall = DELETE WHERE ns = plugin:<id>; no plugin id could ever clear it
+        raise InvalidInput(f"ns {ns!r}: plugin:<id> needs a plugin id ({PLUGIN_ID_RE.pattern})",
+                           data={"field": "ns", "ns": ns})
     if rules.kind == "owned":
         key = next(iter(changes), "")
         raise InvalidInput(f"{ns}.{key}: namespace {ns} is host-owned, written by {rules.owner}",

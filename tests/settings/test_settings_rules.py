@@ -312,6 +312,13 @@ def test_plugin_namespaces_are_bounded(conn: sqlite3.Connection) -> None:
     refused(conn, "plugin:beta", {"v": "x" * (64 * 1024)}, "v", PayloadTooLarge)
 
 
+@pytest.mark.parametrize("ns", ["plugin:", "plugin:..", "plugin:-x", "plugin:" + "a" * 90, "plugin:a b"])
+def test_a_plugin_namespace_names_a_plugin_id(conn: sqlite3.Connection, ns: str) -> None:
+    """Seed 003 §4.1: uninstall = DELETE WHERE ns = plugin:<id>. A namespace no plugin id can match was
+    written and could never be cleared (plugins.uninstall refuses such an id)."""
+    refused(conn, ns, {"k": 1}, "ns")
+
+
 def test_recent_models_is_a_bounded_mru_list(conn: sqlite3.Connection) -> None:
     recent = [{"providerId": "p", "modelId": f"m{i}"} for i in range(20)]
     write(conn, "cache", {"recentModels": recent})
