@@ -114,8 +114,14 @@ def refuse_inline_bytes(block: Mapping[str, Any]) -> None:
                              f"the transcript; {UPLOAD_HINT}")
 
 
+HOST_MARKS: Mapping[str, tuple[str, ...]] = MappingProxyType({"attachment": ("evicted",), "image": ("evicted",)})
+"""Keys the host sets on a block when reading it (``evicted``: its blob's bytes are gone, from the host's
+own state): a client's copy is dropped on the way in, so a live blob never reads back evicted."""
+
+
 def check_block(block: dict[str, Any]) -> dict[str, Any]:
-    """Validate one block lightly and return it unchanged (same object).
+    """Validate one block lightly and return it unchanged (same object), or a copy without a host's
+    mark (:data:`HOST_MARKS`) a client sent.
 
     Raises ``ValueError`` with a message naming the offending key.
     """
@@ -123,6 +129,9 @@ def check_block(block: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(block_type, str) or not block_type:
         raise ValueError('a block must be an object with a non-empty string "type"')
     refuse_inline_bytes(block)
+    marks = HOST_MARKS.get(block_type, ())
+    if any(key in block for key in marks):
+        block = {key: value for key, value in block.items() if key not in marks}
     rules = _BLOCK_RULES.get(block_type)
     if rules is None:
         return block
@@ -209,7 +218,8 @@ class AttachmentBlock(_BlockDoc):
     size: int | None = Field(default=None, ge=0)
     evicted: bool | None = Field(
         default=None,
-        description="Set by the host when reading: the blob was evicted (seed 000 §2.3); never sent by clients.",
+        description="Set by the host when reading: the blob was evicted (seed 000 §2.3); never sent by clients "
+        "(a client's copy is dropped on the way in).",
     )
 
 

@@ -200,6 +200,28 @@ async def test_blob_metadata_is_recorded_and_read_back(tmp_path: Path) -> None:
             assert exc.value.data_code == "NOT_FOUND"
 
 
+async def test_a_clients_evicted_mark_is_dropped_a_live_blob_never_reads_back_evicted(tmp_path: Path) -> None:
+    """``evicted`` is the host's mark, set on read from its own state (eviction marks references before
+    deleting bytes, seed 000 §2.3). A client's ``"evicted": true`` on a block whose blob is live was stored
+    and read back, so the UI and the model context showed a live image as gone; it is dropped on the way in,
+    and a retry carrying it is the same message."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            put = await _put(c, b"live bytes")
+            block = {"type": "attachment", "kind": "image", "name": "a.png", "ref": f"attachments/{put['sha256']}",
+                     "evicted": True}
+            message = {"id": "m1", "role": "user", "blocks": [block]}
+            await c.call("session.appendMessage", {"sessionId": sid, "message": message})
+            again = await c.call("session.appendMessage", {"sessionId": sid, "message": message})
+            assert again["replayed"] is True
+            for got in ((await c.call("session.get", {"sessionId": sid}))["messages"][0],
+                        (await c.call("session.context", {"sessionId": sid}))["messages"][0]):
+                assert "evicted" not in got["blocks"][0], got
+    line = next(ln for ln in (tmp_path / "sessions" / f"{sid}.jsonl").read_bytes().splitlines() if b'"m1"' in ln)
+    assert b"evicted" not in line
+
+
 def test_reput_revives_an_evicted_blob_and_clears_its_marks(tmp_path: Path, conn: sqlite3.Connection) -> None:
     """Seed 000 §2.3 (deletion state): an evicted blob is a tombstone; storing the same bytes again makes it
     live, so the references that were marked resolve again."""

@@ -278,7 +278,7 @@ export interface AttachmentBlock {
   ref: string;
   mimeType?: string | null;
   size?: number | null;
-  /** Set by the host when reading: the blob was evicted (seed 000 §2.3); never sent by clients. */
+  /** Set by the host when reading: the blob was evicted (seed 000 §2.3); never sent by clients (a client's copy is dropped on the way in). */
   evicted?: boolean | null;
   /** Other keys are kept unchanged. */
   [key: string]: unknown;
