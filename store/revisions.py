@@ -294,6 +294,21 @@ def family_of(record: Mapping[str, Any]) -> str:
     return root if isinstance(root, str) and root else str(record["id"])
 
 
+def family_root(stored: RevisionFile, named: str) -> str:
+    """The family a user message joins when its ``meta.revisionRootId`` names ``named`` (a message no
+    longer live): ``named`` itself when it roots a stored family or is nowhere in the file; else the
+    family of the archived user message of that id. An edit of an edited message may name the message it
+    revises; its family stays the original's, so every variant of the turn is one set (seed 003 §4.9:
+    "meta.revisionRootId keeps pointing at the original family")."""
+    if any(e.root_user_id == named for e in stored.entries.values()):
+        return named
+    for entry in sorted(stored.entries.values(), key=lambda e: e.key):
+        for message in entry.messages:
+            if message.get("id") == named and message.get("role") == "user":
+                return family_of(message)
+    return named
+
+
 def stamp_of(record: Mapping[str, Any]) -> Stamp:
     meta = meta_of(record)
 

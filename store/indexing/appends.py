@@ -21,6 +21,10 @@ situation                                             outcome
 a stored receipt, same request                        :class:`Replay` of the stored response
 a stored receipt, another request                     :class:`Refuse` ``IDEMPOTENCY_CONFLICT``
 the message does not normalize or encode              :class:`Refuse` with that error
+a user message's ``meta.revisionRootId`` names a      :class:`Refuse` ``INVALID_PARAMS``
+live message of this session
+it names an archived message of another family        the original family is written instead
+                                                      (:attr:`Known.roots`: an edit of an edit)
 the id is held by another session (D444)              continue with ``{sessionId}:{id}``,
                                                       ``remappedFrom`` = the client's id
 the id is held here (index or earlier in the group)   :class:`Write` ``replace=True``, same seq
@@ -44,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from store import receipts
-from store.errors import Conflict, CorruptData, IdempotencyConflict, SessionNotFound, StoreError
+from store.errors import Conflict, CorruptData, IdempotencyConflict, InvalidInput, SessionNotFound, StoreError
 from store.indexing import index
 from store.indexing.group_commit import attempt, db_error
 from store.indexing.index import IndexRecord, PendingRows, index_messages, message_ref
@@ -60,6 +64,7 @@ from store.indexing.reconcile import (
 from store.indexing.sql_lists import in_chunks
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey
+from store.revisions import RevisionFile, family_root, read_revisions
 from store.transcripts.records import awaits_final, is_streaming, message_record, normalize_message, with_receipt
 from store.transcripts.transcript import read_spans
 
@@ -131,6 +136,19 @@ class Known:
     aborted: frozenset[str] = frozenset()
     """Those of them that ended ``aborted``: a new user prompt for one is refused (its turn was cut,
     by a restart or a recovery; the queue hands the prompt out again for a new turn)."""
+    roots: Mapping[str, str | None] = field(default_factory=dict)
+    """Per id a user message names in ``meta.revisionRootId`` (:func:`named_root`): the family it joins
+    (:func:`store.revisions.family_root`), or ``None`` when it is a live message of this session."""
+
+
+def named_root(message: Mapping[str, Any]) -> str | None:
+    """The message a user message names as the one it revises (``meta.revisionRootId``), when that is
+    not the message itself."""
+    if message.get("role") != "user":
+        return None
+    meta = message.get("meta")
+    root = meta.get("revisionRootId") if isinstance(meta, Mapping) else None
+    return root if isinstance(root, str) and root and root != message.get("id") else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +225,18 @@ def plan_appends(
         except StoreError as exc:
             outcomes.append(Refuse(exc))
             continue
+        named = named_root(rec)
+        if named is not None:
+            family = known.roots.get(named, named)
+            if family is None or named in group:
+                outcomes.append(Refuse(InvalidInput(
+                    f"meta.revisionRootId {named!r} names a live message of session {session_id}: an edited "
+                    "message names the one it revises after that one left the transcript (session.truncateFrom "
+                    "mode edit); two live messages of one family would lose one at the next branch switch",
+                    data={"field": "message.meta.revisionRootId", "sessionId": session_id, "messageId": named})))
+                continue
+            if family != named:  # an edit of an edit: the original family
+                rec = {**rec, "meta": {**rec["meta"], "revisionRootId": family}}
         remapped_from = None
         mid = rec["id"]
         owner = known.held.get(mid)
@@ -281,6 +311,7 @@ def gather(
     requests: Sequence[AppendRequest],
     *,
     pending: Mapping[str, Held] | None = None,
+    revisions_path: Path | None = None,
 ) -> Known:
     """One read snapshot (plus the lines of held streaming candidates) for :func:`plan_appends`.
 
@@ -341,7 +372,23 @@ def gather(
             turns.add(turn_id)
             if status == "aborted":
                 aborted.add(turn_id)
-    return Known(found, held, frozenset(turns), frozenset(aborted))
+    return Known(found, held, frozenset(turns), frozenset(aborted),
+                 _roots(conn, session_id, requests, pending or {}, revisions_path))
+
+
+def _roots(conn: sqlite3.Connection, session_id: str, requests: Sequence[AppendRequest],
+           pending: Mapping[str, Held], revisions_path: Path | None) -> dict[str, str | None]:
+    """:attr:`Known.roots`: nothing to read unless a request names a root other than itself."""
+    named = sorted({r for req in requests if (r := named_root(req.message)) is not None})
+    if not named:
+        return {}
+    live = {mid for mid, h in pending.items() if h.session_id == session_id and mid in named}
+    for marks, chunk in in_chunks(named):
+        live.update(r[0] for r in conn.execute(
+            f"SELECT id FROM messages WHERE id IN ({marks}) AND session_id = ?", (*chunk, session_id)))
+    rest = [r for r in named if r not in live]
+    stored = read_revisions(revisions_path) if rest and revisions_path is not None else RevisionFile()
+    return {r: None if r in live else family_root(stored, r) for r in named}
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,6 +70,59 @@ async def test_an_edit_under_a_new_id_is_a_sibling_and_restorable_when_it_names_
             assert [m["id"] for m in page["messages"]] == ["u1", "a1", "u2", "a2"]
 
 
+async def edited(c: Any, sid: str, uid: str, aid: str, revises: str) -> None:
+    await c.call("session.appendMessage", {"sessionId": sid, "message": msg(uid, f"q {uid}",
+                                                                            meta={"revisionRootId": revises})})
+    await c.call("session.appendMessage", {"sessionId": sid, "message": msg(aid, f"a {aid}", role="assistant")})
+
+
+async def test_an_edit_of_an_edit_naming_the_message_it_revises_joins_the_original_family(tmp_path):
+    """u2 edited to u2e (naming u2), then u2e edited to u2f naming u2e, the message it revises: every
+    earlier variant was listed but activateRevision answered MESSAGE_NOT_FOUND for all of them and the tree
+    hung them at the top. The host files u2f under the original family (u2): one set of variants, each
+    restorable, each a sibling under a1."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await turn(c, sid, "u2", "a2")
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u2", "mode": "edit"})
+            await edited(c, sid, "u2e", "a2e", "u2")
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u2e", "mode": "edit"})
+            await edited(c, sid, "u2f", "a2f", "u2e")
+            page = await c.call("session.get", {"sessionId": sid, "full": True})
+            assert page["messages"][2]["meta"]["revisionRootId"] == "u2"
+            revisions = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+            assert {r["rootUserId"] for r in revisions} == {"u2"}
+            nodes = by_id(await c.call("session.tree", {"sessionId": sid}))
+            assert all(n["parentId"] == "a1" for n in nodes.values() if n["role"] == "user" and n["id"] != "u1")
+            for index, expected in ((1, ["u2", "a2"]), (2, ["u2e", "a2e"])):
+                await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u2",
+                                                          "revisionIndex": index})
+                page = await c.call("session.get", {"sessionId": sid, "full": True})
+                assert [m["id"] for m in page["messages"]] == ["u1", "a1", *expected]
+
+
+async def test_an_edit_naming_a_live_message_is_refused_and_changes_nothing(tmp_path):
+    """A user message whose meta.revisionRootId names a message still in the transcript (u1, say) was
+    accepted; two live messages of one family, and the next branch switch dropped u1 and a1 from the live
+    transcript. Refused (INVALID_PARAMS), within one batch too."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            for root in ("u1", "a1"):
+                with pytest.raises(RpcError) as bad:
+                    await c.call("session.appendMessage", {"sessionId": sid, "message": msg(
+                        "u2", "q2", meta={"revisionRootId": root})})
+                assert bad.value.data_code == "INVALID_PARAMS"
+                assert bad.value.data["field"] == "message.meta.revisionRootId"
+            page = await c.call("session.get", {"sessionId": sid, "full": True})
+            assert [m["id"] for m in page["messages"]] == ["u1", "a1"]
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg(  # its own id: fine
+                "u2", "q2", meta={"revisionRootId": "u2"})})
+
+
 async def test_context_follows_the_newest_checkpoint_and_skips_hidden_rows(tmp_path):
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
