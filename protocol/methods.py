@@ -345,7 +345,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.AppendCompactionParams,
         m.AppendCompactionResult,
         "Append a model-context checkpoint line.",
-        _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND",)),
+        _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND", "CONFLICT")),
     ),
     _spec(
         "session.fork",

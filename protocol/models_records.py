@@ -20,7 +20,7 @@ from store.rules import (
     MAX_THREAD_ORIGINS,
 )
 
-from .blocks import Blocks
+from .blocks import Blocks, check_block
 from .models_common import (
     MAX_ATTACHMENTS,
     MAX_RETAINED_TAIL,
@@ -139,6 +139,27 @@ class Compaction(Record):
         default=None,
         description="retainedTailMode, retainedReasoning, fallback, generation, family ...",
     )
+
+    @field_validator("retained_tail")
+    @classmethod
+    def _tail_blocks(cls, tail: list[JsonObject]) -> list[JsonObject]:
+        """A retained message's blocks pass a message's block checks (bytes inline refused: transient
+        base64 never enters the transcript, seed 003 §4.7); its id and role are the store's rules."""
+        out: list[JsonObject] = []
+        for i, item in enumerate(tail):
+            blocks = item.get("blocks")
+            if isinstance(blocks, list):
+                checked: list[Any] = []
+                for j, block in enumerate(blocks):
+                    if not isinstance(block, dict):
+                        raise ValueError(f"retainedTail[{i}].blocks[{j}] must be an object")
+                    try:
+                        checked.append(check_block(block))
+                    except ValueError as exc:
+                        raise ValueError(f"retainedTail[{i}].blocks[{j}]: {exc}") from None
+                item = {**item, "blocks": checked}
+            out.append(item)
+        return out
 
 
 # ---------------------------------------------------------------------------

@@ -87,6 +87,11 @@ def _truncate_blocks(blocks: Sequence[Any], limit: int, allowed: tuple[str, ...]
 def _tail_message(raw: Any, limits: CompactionLimits, where: str) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
         raise _invalid(f"{where} must be a message object", where)
+    if not isinstance(raw.get("id"), str):  # session.context hands each one on as a message: an id, a role
+        raise _invalid(f"{where}.id is required: a retained message keeps its message id", f"{where}.id")
+    validate_wire_id(raw["id"], f"{where}.id")
+    if not isinstance(raw.get("role"), str) or not raw["role"]:
+        raise _invalid(f"{where}.role is required", f"{where}.role")
     blocks = raw.get("blocks")
     if not isinstance(blocks, list):
         raise _invalid(f"{where}.blocks must be a list", f"{where}.blocks")

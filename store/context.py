@@ -141,10 +141,11 @@ def build_session_context(
     start = 0
     if checkpoint is not None:
         first_kept = checkpoint.get("firstKeptMessageId")
+        start = positions[checkpoint["throughMessageId"]] + 1
         if isinstance(first_kept, str) and first_kept in positions:
-            start = positions[first_kept]
-        else:
-            start = positions[checkpoint["throughMessageId"]] + 1
+            # never past the boundary: a firstKept after throughMessageId would drop the messages
+            # between them, neither summarized nor kept
+            start = min(start, positions[first_kept])
         summary: dict[str, Any] = {
             "id": checkpoint.get("id"),
             "role": "user",
@@ -156,7 +157,8 @@ def build_session_context(
         out.append(summary)
         kept_ids = {rec["id"] for rec in records[start:]}
         for tail in checkpoint.get("retainedTail") or ():
-            if not isinstance(tail, Mapping) or tail.get("id") in kept_ids or not in_context(tail, tombstoned):
+            if (not isinstance(tail, Mapping) or not isinstance(tail.get("id"), str)  # an older line's: no id
+                    or tail["id"] in kept_ids or not in_context(tail, tombstoned)):
                 continue
             msg = context_message(tail)
             if msg is not None:

@@ -33,6 +33,11 @@ async def append_compaction(ctx: SessionContext, p: m.AppendCompactionParams, ke
             raise MessageNotFound(f"compaction {name} {anchor} is not in session {sid}",
                                   data={"sessionId": sid, "messageId": anchor})
         rec[name] = stored
+    if await ctx.read(index.resolve_id, sid, rec["id"]) is not None:
+        # one id, two things: session.context would list it twice, and a delete of the message would
+        # silently end the checkpoint
+        raise Conflict(f"compaction id {rec['id']} is a message id of session {sid}: a checkpoint needs an id "
+                       "of its own", data={"sessionId": sid, "compactionId": rec["id"], "field": "compaction.id"})
     existing = await ctx.read(index.compaction_span, sid, rec["id"])
     if existing is not None:
         stored_rec = loads_line((await ctx.io(read_spans, ctx.paths.transcript, [existing]))[0])

@@ -96,6 +96,17 @@ def test_retained_tail_follows_summary_unless_kept_in_full_or_tombstoned() -> No
     # a tombstoned message is hidden in its tail copy too
     out = build_session_context(recs, [cp("c1", "a2", tail=[tail_u2])], {"u2"})
     assert ctx_ids(out) == ["c1", "a3"]
+    # a tail message stored without an id (accepted before it was refused) is left out, never an id-less
+    # context message (session.context answered INTERNAL for good)
+    no_id = {"role": "user", "blocks": [{"type": "text", "text": "q"}]}
+    out = build_session_context(recs, [cp("c1", "a2", tail=[no_id, tail_u2])], ())
+    assert ctx_ids(out) == ["c1", "u2", "a3"]
+
+
+def test_a_first_kept_message_after_the_boundary_never_skips_messages() -> None:
+    recs = [m("u1"), m("a1", "assistant"), m("u2"), m("a2", "assistant")]
+    out = build_session_context(recs, [cp("c1", "a1", first_kept="a2")], ())
+    assert ctx_ids(out) == ["c1", "u2", "a2"]
 
 
 def test_context_message_fields() -> None:

@@ -162,3 +162,53 @@ async def test_context_follows_the_newest_checkpoint_and_skips_hidden_rows(tmp_p
             with pytest.raises(RpcError) as err:
                 await c.call("session.tree", {"sessionId": "nope"})
             assert err.value.data_code == "SESSION_NOT_FOUND"
+
+
+async def test_a_checkpoint_that_would_break_the_context_is_refused(tmp_path):
+    """A retained message without an id made session.context answer INTERNAL for good (it hands each one
+    on as a message, id required); a retained attachment carrying its bytes inline reached the transcript
+    (seed 003 §4.7: transient base64 never enters it); a checkpoint under a message's id listed that id twice
+    and ended silently when the message was deleted. Each is refused and writes nothing."""
+    inline = {"type": "attachment", "kind": "image", "name": "x.png", "ref": "attachments/" + "ab" * 32,
+              "dataBase64": "iVBORw0KGgo="}
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("u2", "q2")})
+            before = (tmp_path / "sessions" / f"{sid}.jsonl").read_bytes()
+            active = {"retainedTailMode": "active_turn"}
+            for tail, cid, code in (
+                    ([{"role": "user", "blocks": [{"type": "text", "text": "q"}]}], "c1", "INVALID_PARAMS"),
+                    ([{"id": "u2", "role": "user", "blocks": [inline]}], "c1", "INVALID_PARAMS"),
+                    ([{"id": "u2", "role": "user", "blocks": [{"type": "text"}]}], "c1", "INVALID_PARAMS"),
+                    ([], "u2", "CONFLICT")):
+                with pytest.raises(RpcError) as bad:
+                    await c.call("session.appendCompaction", {"sessionId": sid, "compaction": {
+                        "id": cid, "summary": "S", "throughMessageId": "a1", "tokensBefore": 1,
+                        "retainedTail": tail, "details": active if tail else {}}})
+                assert bad.value.data_code == code, (tail, cid)
+            assert (tmp_path / "sessions" / f"{sid}.jsonl").read_bytes() == before
+            ctx = await c.call("session.context", {"sessionId": sid})
+            assert [m["id"] for m in ctx["messages"]] == ["u1", "a1", "u2"]
+
+
+async def test_a_first_kept_message_after_the_boundary_drops_nothing_from_the_context(tmp_path):
+    """Seed 003 §2.1: "throughMessageId is the durable transcript boundary; firstKeptMessageId and
+    retainedTail reproduce the summary + applicable context". A firstKept after the boundary (a2 with
+    through a1) made the context skip u2, neither summarized nor kept: it starts at the boundary."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await turn(c, sid, "u2", "a2")
+            await c.call("session.appendCompaction", {"sessionId": sid, "compaction": {
+                "id": "c1", "summary": "S", "throughMessageId": "a1", "firstKeptMessageId": "a2",
+                "tokensBefore": 1}})
+            ctx = await c.call("session.context", {"sessionId": sid})
+            assert [m["id"] for m in ctx["messages"]] == ["c1", "u2", "a2"]
+            await c.call("session.appendCompaction", {"sessionId": sid, "compaction": {  # the usual order
+                "id": "c2", "summary": "S2", "throughMessageId": "a2", "firstKeptMessageId": "u2",
+                "tokensBefore": 1}})
+            ctx = await c.call("session.context", {"sessionId": sid})
+            assert [m["id"] for m in ctx["messages"]] == ["c2", "u2", "a2"]
