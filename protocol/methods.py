@@ -199,7 +199,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.SaveInflightParams,
         m.SaveInflightResult,
         "Checkpoint the streaming assistant reply (atomic replace).",
-        _SESSION_WRITE,
+        _codes(_SESSION_WRITE, ("CONFLICT", "NOT_FOUND")),
     ),
     _spec(
         "session.recoverInflight",

@@ -29,6 +29,14 @@ class SaveInflightParams(MutatingParams):
         refuse_host_meta(self.message)
         return self
 
+    @model_validator(mode="after")
+    def _same_turn(self) -> SaveInflightParams:
+        # as session.appendMessage: a recovered reply is promoted under the turn it streamed in
+        inner = self.message.turn_id
+        if inner is not None and inner != self.turn_id:
+            raise ValueError("turnId and message.turnId differ")
+        return self
+
 
 class SaveInflightResult(Result):
     saved: bool

@@ -163,6 +163,11 @@ async def test_checkpoint_validation(tmp_path):
             other = await new_session(c)
             err = await rpc_error(save(c, other, "t1", assistant("a1", "x")))
             assert err.data_code == "NOT_FOUND"
+            # seed 003 §2.1: a recovered reply is promoted under its turn; a message naming another turn
+            # is refused, as session.appendMessage refuses it
+            err = await rpc_error(save(c, sid, "t1", {**assistant("a1", "x"), "turnId": "t-other"}))
+            assert err.data_code == "INVALID_PARAMS" and not ckpt(tmp_path, sid).exists()
+            assert (await save(c, sid, "t1", {**assistant("a1", "x"), "turnId": "t1"}))["saved"] is True
 
 
 # ---------------------------------------------------------------------- steering
