@@ -213,9 +213,41 @@ def prepare_record(record: Mapping[str, Any], options: ExportOptions, redactor: 
     out = wire_record(record)
     blocks = out.get("blocks")
     if isinstance(blocks, list) and not options.include_thinking:
-        kept = [b for b in blocks if not (isinstance(b, Mapping) and b.get("type") == "thinking")]
-        report.thinking_omitted += len(blocks) - len(kept)
-        out["blocks"] = kept
+        out["blocks"] = _without_thinking(blocks, report)
+    return dict(redactor.value(out))
+
+
+def _without_thinking(blocks: list[Any], report: ExportReport) -> list[Any]:
+    kept = [b for b in blocks if not (isinstance(b, Mapping) and b.get("type") == "thinking")]
+    report.thinking_omitted += len(blocks) - len(kept)
+    return kept
+
+
+def prepare_checkpoint(checkpoint: Mapping[str, Any], options: ExportOptions, redactor: Redactor,
+                       report: ExportReport) -> dict[str, Any]:
+    """A compaction checkpoint as exported: like a message, its thinking is left out unless asked, in its
+    retained messages and in ``details.retainedReasoning`` (prior thinking turns), and secrets are out."""
+    out = dict(checkpoint)
+    if not options.include_thinking:
+        tail = out.get("retainedTail")
+        if isinstance(tail, list):
+            out["retainedTail"] = [
+                {**m, "blocks": _without_thinking(m["blocks"], report)}
+                if isinstance(m, Mapping) and isinstance(m.get("blocks"), list) else m for m in tail]
+        details = out.get("details")
+        reasoning = details.get("retainedReasoning") if isinstance(details, Mapping) else None
+        if isinstance(details, Mapping) and isinstance(reasoning, list):
+            entries: list[Any] = []
+            for entry in reasoning:
+                if isinstance(entry, Mapping) and isinstance(entry.get("blocks"), list):
+                    entry = {**entry, "blocks": _without_thinking(entry["blocks"], report)}
+                elif isinstance(entry, Mapping) and "thinking" in entry:
+                    report.thinking_omitted += 1
+                    entry = {k: v for k, v in entry.items() if k != "thinking"}
+                    if not entry:
+                        continue
+                entries.append(entry)
+            out["details"] = {**details, "retainedReasoning": entries}
     return dict(redactor.value(out))
 
 
@@ -249,13 +281,13 @@ def export_records(session: Mapping[str, Any], records: Iterable[tuple[dict[str,
         writer = (MarkdownWriter if options.format == "md" else HtmlWriter)(out, options)
     writer.begin(redactor.value(dict(session)))
     for cp in orphan_checkpoints:
-        writer.checkpoint(redactor.value(cp))
+        writer.checkpoint(prepare_checkpoint(cp, options, redactor, report))
         report.compactions += 1
     for record, checkpoints in records:
         writer.message(prepare_record(record, options, redactor, report))
         report.messages += 1
         for cp in checkpoints:
-            writer.checkpoint(redactor.value(cp))
+            writer.checkpoint(prepare_checkpoint(cp, options, redactor, report))
             report.compactions += 1
     for env in environments:
         writer.environment(redactor.value(env))
