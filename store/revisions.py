@@ -309,6 +309,18 @@ def family_root(stored: RevisionFile, named: str) -> str:
     return named
 
 
+def stored_as(stored: RevisionFile, family: str, messages: Sequence[Mapping[str, Any]]) -> int | None:
+    """The index of the family's newest stored variant that holds exactly ``messages`` (a full
+    ``revision`` line, not a reference), or None. An archive whose revisions line became durable before
+    the transcript rewrite that would have stamped it (a crash between the two) is found again by the
+    retry, which refreshes that variant instead of minting an identical second one."""
+    for entry in reversed(stored.family(family)):
+        if not entry.live and len(entry.messages) == len(messages) and all(
+                dict(a) == dict(b) for a, b in zip(entry.messages, messages, strict=True)):
+            return entry.revision_index
+    return None
+
+
 def stamp_of(record: Mapping[str, Any]) -> Stamp:
     meta = meta_of(record)
 

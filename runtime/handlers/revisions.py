@@ -48,6 +48,7 @@ from store.revisions import (
     revision_rows,
     root_before,
     stamp_of,
+    stored_as,
     sync_active,
     upsert_row,
     with_stamp,
@@ -418,9 +419,16 @@ async def truncate_from(ctx: SessionContext, p: m.TruncateFromParams, key: Recei
             rows = await ctx.read(revision_rows, sid, family)
             known = {int(r["revisionIndex"]) for r in rows}
             stamped = stamp_of(root).active
-            idx = stamped if stamped in known else _next_index(rows)  # refresh, or mint an inactive variant
             hidden = hidden_by_import(sid, live.tombstones)  # other branches of an imported tree: stored apart
             branch = [dict(msg) for msg in old[rpos:] if msg["id"] not in hidden]
+            if stamped in known:
+                idx = stamped  # refresh the stamped variant
+            else:  # mint an inactive variant, unless an interrupted try of this cut already stored it
+                again = None
+                if known:
+                    stored = await ctx.io(read_revisions, ctx.paths.revisions)
+                    again = stored_as(stored, family, branch)
+                idx = again if again is not None else _next_index(rows)
             ids = {msg["id"] for msg in branch}
             archives.append((family, idx, branch, {k: v for k, v in turns.items() if k in ids}))
             handled.add((family, idx))

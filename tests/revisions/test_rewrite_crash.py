@@ -74,3 +74,35 @@ async def test_sigkill_during_rewrite(tmp_path, point, nth):
     assert_index_matches_file(tmp_path, SID)
     fts = query(tmp_path, "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'text'")[0][0]
     assert fts == len(on_disk)
+
+
+@pytest.mark.parametrize("point", ["revisions.after_write", "rewrite.after_tmp_write"])
+async def test_a_regenerate_retried_after_a_kill_archives_its_tail_once(tmp_path, point):
+    """truncateFrom (regenerate) writes the archived tail to the revisions file before the transcript
+    rewrite that carries its receipt. Killed between the two, the retry with the same submissionId minted a
+    second, identical variant (two revision lines, revisionIndex 1 and 2). It finds the stored one and
+    refreshes it: one variant, the same as an uninterrupted run."""
+    proc = start_host_process(tmp_path, env={"RT_CRASHPOINT": f"{point}:1:kill"})
+    cut = {"sessionId": SID, "messageId": "a2", "mode": "regenerate", "submissionId": "cut-1"}
+    try:
+        with trio.fail_after(30):
+            with pytest.raises(ClientClosed):
+                async with open_client(proc.url, proc.token, client_id="crash") as c:
+                    await c.call("session.create", {"sessionId": SID})
+                    for mid, role in (("u1", "user"), ("a1", "assistant"), ("u2", "user"), ("a2", "assistant")):
+                        await c.call("session.appendMessage", {"sessionId": SID, "message": msg(
+                            mid, f"text {mid}", role=role)})
+                    await c.call("session.truncateFrom", cut)
+        assert proc.proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        proc.kill9()
+        proc.proc.communicate()
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, "crash") as c:
+            assert (await c.call("session.truncateFrom", cut))["removed"] == 1
+            assert ids(await full(c, SID)) == ["u1", "a1", "u2"]
+            revs = (await c.call("session.listRevisions", {"sessionId": SID}))["revisions"]
+            assert [(r["revisionIndex"], r["messageCount"]) for r in revs] == [(1, 2)], revs
+            await c.call("session.appendMessage", {"sessionId": SID, "message": msg("a2b", "b", role="assistant")})
+            await c.call("session.activateRevision", {"sessionId": SID, "rootUserId": "u2", "revisionIndex": 1})
+            assert ids(await full(c, SID)) == ["u1", "a1", "u2", "a2"]
