@@ -162,7 +162,7 @@ def write_artifact(workspace_root: str, kind: str, markdown: bytes, *, faults: F
 
 
 def write_intent(path: str | os.PathLike[str], *, request_id: str, session_id: str, workspace_root: str,
-                 artifact: Artifact) -> None:
+                 artifact: Artifact, faults: Faults = NO_FAULTS) -> None:
     """Before the artifact is published: which file this submission is about to create.
 
     If the host dies before the approval row commits, boot finds the intent
@@ -173,7 +173,7 @@ def write_intent(path: str | os.PathLike[str], *, request_id: str, session_id: s
     body = {"type": "plan_intent", "requestId": request_id, "sessionId": session_id,
             "workspaceRoot": workspace_root, "relativePath": artifact.relative_path,
             "sha256": artifact.sha256, "size": artifact.size}
-    atomic_write(path, orjson.dumps(body) + b"\n", point_prefix="plans.intent")
+    atomic_write(path, orjson.dumps(body) + b"\n", faults=faults, point_prefix="plans.intent")
 
 
 def sweep_intents(conn: sqlite3.Connection, sessions_dir: str | os.PathLike[str]) -> dict[str, int]:

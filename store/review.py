@@ -43,6 +43,7 @@ from store.errors import (
     PayloadTooLarge,
     classify_os_error,
 )
+from store.faults import NO_FAULTS, Faults
 from store.fsutil import TEMP_MARKER, atomic_write, fsync_dir, open_nofollow, write_all
 from store.receipts import ReceiptKey, file_record, key_of_record
 from store.rules import MAX_REVIEW_FILE_BYTES, MAX_REVIEW_META_BYTES, REVIEW_SNAPSHOT_ID_RE
@@ -240,7 +241,8 @@ def _mkdirs(path: Path) -> None:
         fsync_dir(directory.parent)
 
 
-def write_snapshot(session_dir: Path, meta: Mapping[str, Any], before: bytes | None) -> None:
+def write_snapshot(session_dir: Path, meta: Mapping[str, Any], before: bytes | None, *,
+                   faults: Faults = NO_FAULTS) -> None:
     """Write ``before`` then publish ``meta.json`` (exclusively): the snapshot appears whole or not at all."""
     target = _snapshot_dir(session_dir, str(meta["snapshotId"]))
     try:
@@ -248,8 +250,9 @@ def write_snapshot(session_dir: Path, meta: Mapping[str, Any], before: bytes | N
     except OSError as exc:
         raise classify_os_error(exc, f"create {target}") from exc
     if before is not None:
-        atomic_write(target / BEFORE, before, point_prefix="review.before")
-    atomic_write(target / META, orjson.dumps(dict(meta)) + b"\n", point_prefix="review.meta", exclusive=True)
+        atomic_write(target / BEFORE, before, faults=faults, point_prefix="review.before")
+    atomic_write(target / META, orjson.dumps(dict(meta)) + b"\n", faults=faults, point_prefix="review.meta",
+                 exclusive=True)
 
 
 def load_meta(session_dir: Path, snapshot_id: str) -> dict[str, Any] | None:
@@ -385,7 +388,8 @@ def plan_restore(meta: Mapping[str, Any], current: FileState, key: ReceiptKey | 
     )
 
 
-def start_restore(session_dir: Path, meta: Mapping[str, Any], key: ReceiptKey | None, now_ms: int) -> dict[str, Any]:
+def start_restore(session_dir: Path, meta: Mapping[str, Any], key: ReceiptKey | None, now_ms: int, *,
+                  faults: Faults = NO_FAULTS) -> dict[str, Any]:
     """Step 1: the restore intent (with its receipt) in ``meta.json``, before the workspace is touched.
     This call's own intent, left by a crashed first attempt, stays as it is (its time is the answer's)."""
     found = meta.get("restore")
@@ -396,12 +400,12 @@ def start_restore(session_dir: Path, meta: Mapping[str, Any], key: ReceiptKey | 
         intent["receipt"] = file_record(key)
     updated = {**meta, "restore": intent}
     target = _snapshot_dir(session_dir, str(meta["snapshotId"])) / META
-    atomic_write(target, orjson.dumps(updated) + b"\n", point_prefix="review.restore_intent")
+    atomic_write(target, orjson.dumps(updated) + b"\n", faults=faults, point_prefix="review.restore_intent")
     return updated
 
 
 def finish_restore(session_dir: Path, meta: Mapping[str, Any], root: str, before: bytes | None,
-                   *, write: bool) -> dict[str, Any]:
+                   *, write: bool, faults: Faults = NO_FAULTS) -> dict[str, Any]:
     """Step 2 and 3: the before bytes into the workspace (or the created file removed), then
     ``meta.json`` says ``restored``."""
     path = str(meta["path"])
@@ -414,7 +418,7 @@ def finish_restore(session_dir: Path, meta: Mapping[str, Any], root: str, before
     intent = meta.get("restore") or {}
     updated = {**meta, "state": "restored", "restoredAt": int(intent.get("at", 0))}
     target = _snapshot_dir(session_dir, str(meta["snapshotId"])) / META
-    atomic_write(target, orjson.dumps(updated) + b"\n", point_prefix="review.restored")
+    atomic_write(target, orjson.dumps(updated) + b"\n", faults=faults, point_prefix="review.restored")
     return updated
 
 

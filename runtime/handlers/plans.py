@@ -66,7 +66,7 @@ async def submit(ctx: SessionContext, p: m.PlansSubmitParams, key: ReceiptKey | 
     planned = plans.Artifact(plans.artifact_name(kind, now), plans.sha256_of(markdown), len(markdown))
     intent, faults, sid = ctx.paths.plan_intent, ctx.faults, ctx.sid
     await ctx.io(lambda: plans.write_intent(intent, request_id=request_id, session_id=sid, workspace_root=root,
-                                            artifact=planned))
+                                            artifact=planned, faults=faults))
     artifact = await ctx.io(lambda: plans.write_artifact(root, kind, markdown, faults=faults, now_ms=now,
                                                          relative_path=planned.relative_path))
     await ctx.io(faults.point, "plans.before_row")

@@ -70,7 +70,8 @@ async def record(ctx: SessionContext, p: m.ReviewRecordParams, key: ReceiptKey |
     meta = review.new_meta(snapshot_id=snapshot_id, session_id=ctx.sid, path=path, tool_name=p.tool_name,
                            tool_call_id=p.tool_call_id, message_id=p.message_id, turn_id=p.turn_id,
                            before=before, after=after, now_ms=ctx.now(), key=key)
-    await ctx.io(review.write_snapshot, directory, meta, before)
+    faults = ctx.faults
+    await ctx.io(lambda: review.write_snapshot(directory, meta, before, faults=faults))
     return await _answer(ctx, key, review.record_answer(meta))
 
 
@@ -104,7 +105,9 @@ async def restore(ctx: SessionContext, p: m.ReviewRestoreParams, key: ReceiptKey
     if plan == "answered":
         return await _answer(ctx, key, review.restore_answer(meta))
     before = await ctx.io(review.read_before, directory, meta)
+    faults, now = ctx.faults, ctx.now()
     if plan == "write":
-        meta = await ctx.io(review.start_restore, directory, meta, key, ctx.now())
-    done = await ctx.io(lambda: review.finish_restore(directory, meta, root, before, write=plan == "write"))
+        meta = await ctx.io(lambda: review.start_restore(directory, meta, key, now, faults=faults))
+    done = await ctx.io(lambda: review.finish_restore(directory, meta, root, before, write=plan == "write",
+                                                      faults=faults))
     return await _answer(ctx, key, review.restore_answer(done))
