@@ -48,6 +48,23 @@ async def test_tree_shows_regenerated_variants_as_siblings(tmp_path):
             assert nodes["rev:u2:2:a2b"]["parentId"] == "u2"  # the archived reply stays with its user message
 
 
+async def edited(c: Any, sid: str, uid: str, aid: str, revises: str) -> None:
+    """An edited prompt under a new id naming the message it revises, and its reply."""
+    await c.call("session.appendMessage", {"sessionId": sid, "message": msg(uid, f"q {uid}",
+                                                                            meta={"revisionRootId": revises})})
+    await c.call("session.appendMessage", {"sessionId": sid, "message": msg(aid, f"a {aid}", role="assistant")})
+
+
+async def edited_once(c: Any) -> str:
+    """u1 a1 u2 a2, u2 cut in edit mode and edited as u2e (naming u2) with reply a2e; the session id."""
+    sid = str((await c.call("session.create", {}))["id"])
+    await turn(c, sid, "u1", "a1")
+    await turn(c, sid, "u2", "a2")
+    await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u2", "mode": "edit"})
+    await edited(c, sid, "u2e", "a2e", "u2")
+    return sid
+
+
 async def test_an_edit_under_a_new_id_is_a_sibling_and_restorable_when_it_names_its_root(tmp_path):
     """Seed 000 §3.2: "Editing a user message appends a sibling under the original parent." An edit cut at
     the user message archives its branch; the edited message, under a new id, names the family it
@@ -55,13 +72,7 @@ async def test_an_edit_under_a_new_id_is_a_sibling_and_restorable_when_it_names_
     the original parent, and activateRevision restores it."""
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
-            sid = (await c.call("session.create", {}))["id"]
-            await turn(c, sid, "u1", "a1")
-            await turn(c, sid, "u2", "a2")
-            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u2", "mode": "edit"})
-            await c.call("session.appendMessage", {"sessionId": sid, "message": msg(
-                "u2e", "edited", meta={"revisionRootId": "u2"})})
-            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a2e", "b", role="assistant")})
+            sid = await edited_once(c)
             nodes = by_id(await c.call("session.tree", {"sessionId": sid}))
             assert nodes["rev:u2:1:u2"]["parentId"] == "a1" and nodes["u2e"]["parentId"] == "a1"
             assert nodes["rev:u2:1:a2"]["parentId"] == "rev:u2:1:u2"
@@ -70,10 +81,6 @@ async def test_an_edit_under_a_new_id_is_a_sibling_and_restorable_when_it_names_
             assert [m["id"] for m in page["messages"]] == ["u1", "a1", "u2", "a2"]
 
 
-async def edited(c: Any, sid: str, uid: str, aid: str, revises: str) -> None:
-    await c.call("session.appendMessage", {"sessionId": sid, "message": msg(uid, f"q {uid}",
-                                                                            meta={"revisionRootId": revises})})
-    await c.call("session.appendMessage", {"sessionId": sid, "message": msg(aid, f"a {aid}", role="assistant")})
 
 
 async def test_an_edit_of_an_edit_naming_the_message_it_revises_joins_the_original_family(tmp_path):
@@ -83,11 +90,7 @@ async def test_an_edit_of_an_edit_naming_the_message_it_revises_joins_the_origin
     restorable, each a sibling under a1."""
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
-            sid = (await c.call("session.create", {}))["id"]
-            await turn(c, sid, "u1", "a1")
-            await turn(c, sid, "u2", "a2")
-            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u2", "mode": "edit"})
-            await edited(c, sid, "u2e", "a2e", "u2")
+            sid = await edited_once(c)
             await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u2e", "mode": "edit"})
             await edited(c, sid, "u2f", "a2f", "u2e")
             page = await c.call("session.get", {"sessionId": sid, "full": True})
