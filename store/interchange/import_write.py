@@ -816,7 +816,7 @@ def _root_records(staged: StagedImport, out: _Out, spans: Spans | None,
     needles = [b'"id":' + orjson.dumps(mid) for mid in ids]
     if out.path is not None:
         out.flush()
-        for line in LineReader(out.path, max_line_bytes=DEFAULT_LIMITS.max_line_bytes):
+        for line in LineReader(out.path, max_line_bytes=DEFAULT_LIMITS.max_line_bytes, unterminated_last_line=False):
             if line.data is None or not any(n in line.data for n in needles):
                 continue
             rec = loads_line(line.data)
@@ -841,7 +841,8 @@ def _hidden_by_import(transcript: Path, length: int, sid: str, wanted: set[str])
     """Of ``wanted``, the messages whose newest tombstone in the transcript is an import's off-branch one."""
     prefix = join_id(sid, "off-branch") + ":"
     newest: dict[str, bool] = {}
-    reader = LineReader(transcript, max_line_bytes=DEFAULT_LIMITS.max_line_bytes, end=length)
+    reader = LineReader(transcript, max_line_bytes=DEFAULT_LIMITS.max_line_bytes, end=length,
+                        unterminated_last_line=False)
     for line in reader:
         if line.data is None or not line.data.startswith(_TOMBSTONE_START):
             continue
@@ -1021,6 +1022,7 @@ def _index_lines(staged: StagedImport,
     """Batches of (end offset, message IndexRecords, CompactionRecords, tombstones) read back from the file,
     each at most ``INDEX_BATCH`` records or about ``_WRITE_BUFFER`` bytes of lines (one line may exceed it)."""
     reader = LineReader(staged.transcript, max_line_bytes=limits.max_line_bytes, start=staged.body_start,
+                        unterminated_last_line=False,
                         end=staged.body_end)
     msgs: list[Any] = []
     comps: list[Any] = []

@@ -2,7 +2,10 @@
 
 Memory is one read chunk plus at most one line of ``max_line_bytes``: a longer
 line is skipped without being held (its bytes are still hashed), and an
-incomplete last line is left unconsumed.
+incomplete last line is left unconsumed. A last line without its newline that is
+one complete JSON object is a complete line (its writer or an editor dropped the
+newline: a prefix of a line never parses as a whole object), as the native pi view
+reads it; a UTF-8 byte order mark before the first line is not part of it.
 """
 
 from __future__ import annotations
@@ -56,8 +59,11 @@ class LineReader:
     """
 
     def __init__(self, path: Path, *, max_line_bytes: int, chunk: int = 1 << 20, start: int = 0,
-                 end: int | None = None) -> None:
+                 end: int | None = None, unterminated_last_line: bool = True) -> None:
         self.path = path
+        self.unterminated_last_line = unterminated_last_line
+        """A last line without its newline that parses as one JSON object is read (sources); the host's
+        own files say False: there such a line is a torn tail."""
         self.start = start
         self.end = end
         """Stop at this offset (a line boundary): read ``[start, end)`` only."""
@@ -130,14 +136,28 @@ class LineReader:
                         else:
                             data = piece
                         self._hash.update(data)
-                        yield Line(line_start, data[:-1], end - line_start)
+                        yield Line(line_start, _unmarked(line_start, data[:-1]), end - line_start)
                 self.consumed = end
                 line_start = end
                 start = nl + 1
             pos += len(chunk)
+        if (pending and not skipping and self.end is None and self.unterminated_last_line
+                and parse_object(_unmarked(line_start, bytes(pending))) is not None):
+            data = bytes(pending)
+            self._hash.update(data)
+            yield Line(line_start, _unmarked(line_start, data), len(data))
+            self.consumed = pos
         self.torn_tail_bytes = pos - self.consumed
         if skipping and skip_hash is not None:
             self._hash = skip_hash
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _unmarked(offset: int, data: bytes) -> bytes:
+    """The first line without a UTF-8 byte order mark (an editor's), so its record parses."""
+    return data[len(_BOM):] if offset == 0 and data.startswith(_BOM) else data
 
 
 def parse_object(data: bytes) -> dict[str, Any] | None:
