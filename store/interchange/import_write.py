@@ -428,11 +428,35 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
         written: dict[str, bytes] = {}  # id -> digest of the line written for it (not the line: bounded)
         new_ids: list[str] = []
         new_compactions: list[str] = []
+        # A held line the source now gives otherwise waits here until the stream ends: a later version of
+        # the same record may follow (Codex attaches a turn's usage to its reply lines later), and only the
+        # last one is compared with the held line. Written at once past _PENDING_BYTES.
+        pending: dict[str, tuple[bytes, bytes]] = {}  # id -> (its newest line, the held line)
+        pending_bytes = [0]
+
+        def settle_pending() -> None:
+            for rid, (line, held) in pending.items():
+                if line == held:  # the stream came back to what the transcript holds
+                    staged.report.unchanged_records += 1
+                    continue
+                staged.report.replaced_records += 1
+                out.write(line)
+                if len(written) < 100_000:
+                    written[rid] = _line_digest(line)
+            pending.clear()
+            pending_bytes[0] = 0
 
         def flush() -> None:
-            known = spans([r["id"] for r, _ in batch])
+            known = spans([r["id"] for r, _ in batch if r["id"] not in pending])
             for record, line in batch:
                 rid = record["id"]
+                if rid in pending:
+                    held = pending[rid][1]
+                    if held != line and record.get("role") == "user":
+                        line = _carry_stamp(record, held, line)
+                    pending_bytes[0] += len(line) - len(pending[rid][0])
+                    pending[rid] = (line, held)
+                    continue
                 if rid in written:
                     digest = _line_digest(line)
                     if written[rid] != digest:
@@ -447,16 +471,18 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
                     if held == line:
                         staged.report.unchanged_records += 1
                         continue
-                if span is not None:
-                    staged.report.replaced_records += 1
-                else:
-                    staged.report.new_records += 1
-                    if record.get("type") == "message":
-                        staged.report.new_messages += 1
-                        if len(new_ids) < MAX_TRACKED_NEW:
-                            new_ids.append(rid)
-                    elif record.get("type") == "compaction" and len(new_compactions) < MAX_TRACKED_NEW:
-                        new_compactions.append(rid)  # new, or hidden before (a hidden checkpoint has no row)
+                    pending[rid] = (line, held)
+                    pending_bytes[0] += len(line) + len(held)
+                    if pending_bytes[0] > _PENDING_BYTES:
+                        settle_pending()
+                    continue
+                staged.report.new_records += 1
+                if record.get("type") == "message":
+                    staged.report.new_messages += 1
+                    if len(new_ids) < MAX_TRACKED_NEW:
+                        new_ids.append(rid)
+                elif record.get("type") == "compaction" and len(new_compactions) < MAX_TRACKED_NEW:
+                    new_compactions.append(rid)  # new, or hidden before (a hidden checkpoint has no row)
                 out.write(line)
                 if len(written) < 100_000:
                     written[rid] = _line_digest(line)
@@ -473,11 +499,16 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
                 flush()
                 batched = 0
         flush()
+        settle_pending()
         if known_ids is not None and on_branch is not None:
             _converge_branch(out, staged, on_branch, new_ids, known_ids, source_ids() if source_ids else None,
                              new_compactions, known_compactions)
     finally:
         os.close(fd)
+
+
+_PENDING_BYTES = 16 << 20
+"""Changed held lines (and their held copies) :func:`_write_changes` keeps back at most, in bytes."""
 
 
 def _line_digest(line: bytes) -> bytes:

@@ -76,3 +76,24 @@ async def test_a_sample_with_an_editors_damage_imports_whole(tmp_path: Path, dam
             # which the mark moves: the count is compared)
             assert (sid, len(ids), checkpoints) == (clean_sid, len(clean_ids), clean_checkpoints), (tool, served)
             assert status == "unchanged" and ids, tool
+
+
+async def test_a_reimport_of_a_touched_codex_file_is_unchanged(tmp_path: Path) -> None:
+    """A Codex reply line gets its turn's usage from a later token_count: the importer gives that record
+    twice, first without usage. A re-import of the unchanged file (its mtime touched) compared the first
+    version with the held line, found it changed, and appended both versions again, every time (858 bytes
+    a round, for ever). Only a record's last version is compared: unchanged, nothing written."""
+    sample = samples_dir() / "codex" / "agent-sessions_CURATED_schema_coverage_compacted.jsonl"
+    head = b"".join(sample.read_bytes().splitlines(keepends=True)[:22])
+    src = tmp_path / "src"
+    src.mkdir()
+    path = src / "rollout-x.jsonl"
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host) as c:
+            sizes = []
+            for _ in range(3):
+                path.write_bytes(head)  # the same bytes, a new mtime
+                got = (await c.call("import.sessions", {"source": "codex", "root": str(path)}))["sessions"][0]
+                sizes.append((tmp_path / "data" / "sessions" / f"{got['sessionId']}.jsonl").stat().st_size)
+            assert got["status"] == "unchanged" and got.get("replacedRecords", 0) == 0, got
+            assert sizes[0] == sizes[1] == sizes[2]
