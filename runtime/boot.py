@@ -39,6 +39,7 @@ from store.indexing.database import close_writer, incremental_vacuum, open_write
 from store.indexing.index import index_marks, session_ids
 from store.indexing.reconcile import TailScan, apply_plan, plan_reconcile, restore_receipt, verify_clean
 from store.inflight import sweep as sweep_inflight
+from store.plan_recovery import apply_recorded_approvals
 from store.plans import sweep_intents
 from store.queue import forget_session as forget_queue
 from store.queue import settle_after_restart
@@ -189,6 +190,7 @@ def run_boot(
     with transaction(conn):
         # an answer whose decision line was fsynced before the host died takes effect, not the fence
         report["decisionsRecovered"] = apply_recorded_decisions(conn, data_dir.transcript, now)
+        report["planApprovalsRecovered"] = apply_recorded_approvals(conn, data_dir.transcript, now)
         report["fence"] = interruption_fence(conn, now_ms=now, boot_id=boot_id)
         report["retention"] = retention(conn, now_ms=now, audit_days=audit_retention_days)
     incremental_vacuum(conn)

@@ -400,6 +400,16 @@ def approve(conn: sqlite3.Connection, request_id: str, *, target_permission_mode
     return get_request(conn, request_id)
 
 
+APPROVAL_KEY = "planApproval"
+"""The key of the approve's ``session_info`` line that names what it approves: ``{requestId, executionId,
+targetPermissionMode}``. The line (mode ``agent``, the receipt) is fsynced before the row changes."""
+
+
+def approval_note(request_id: str, execution_id: str, target_permission_mode: str | None) -> dict[str, Any]:
+    return {APPROVAL_KEY: {"requestId": request_id, "executionId": execution_id,
+                           "targetPermissionMode": target_permission_mode}}
+
+
 def reject(conn: sqlite3.Connection, request_id: str, *, now_ms: int) -> dict[str, Any]:
     """Close the gate; the session stays in its contract mode."""
     require_pending(conn, request_id, now_ms)

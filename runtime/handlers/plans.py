@@ -142,7 +142,9 @@ async def respond(ctx: SessionContext, p: m.PlansRespondParams, key: ReceiptKey 
         return {"approval": approval, "session": index.public_session(index.require_session(conn, sid))}
 
     try:
-        result = (await ctx.append_lines(Lines([ctx.session_info_line(after)]), then=approve_op)).value
+        # the line names the approval: killed before the row changes, boot applies it (store/plan_recovery.py)
+        line = ctx.session_info_line({**after, **plans.approval_note(request_id, execution_id, target)})
+        result = (await ctx.append_lines(Lines([line]), then=approve_op)).value
     except Exception:
         await _undo_mode_line(ctx, request_id, before)
         raise

@@ -24,7 +24,15 @@ import trio
 
 from runtime.client import ClientClosed, RpcError, open_client
 from tests.hostkit import HostProcess, client_for, index_caught_up, inprocess_host, start_host_process
-from tests.pipeline.scenarios import SCENARIOS, Vars, count, decision_lines, deliver_params, with_two_sessions
+from tests.pipeline.scenarios import (
+    SCENARIOS,
+    Vars,
+    count,
+    decision_lines,
+    deliver_params,
+    with_plan,
+    with_two_sessions,
+)
 
 Count = Callable[[Path, Vars], int]
 
@@ -297,3 +305,34 @@ async def test_a_begin_killed_after_its_turn_took_the_admission_leaves_the_deliv
             with pytest.raises(RpcError) as err:  # never replayed
                 await c.call("collab.begin", {"sessionId": v["sid"], "deliveryId": delivery, "turnId": "t2"})
             assert err.value.data_code == "CONFLICT"
+
+
+@pytest.mark.parametrize("point", ["append.after_write", "append.after_fsync", "plans.respond.before_commit"])
+async def test_a_plan_approval_cut_after_its_mode_line_is_approved_at_the_restart(tmp_path: Path, point: str) -> None:
+    """plans.respond (approve) writes the session_info line that switches the session to agent mode (and
+    the target permission), fsynced, before the approval row changes. Killed between the two, the session
+    ran in agent mode with the raised permission and no approval behind it: the fence interrupted the
+    request and the retry was CONFLICT. Boot applies the approval the line names, before the fence, and
+    stores the line's receipt: the retry gets the answer, once."""
+    root = tmp_path / "data"
+    crashing = start_host_process(root, env={"RT_CRASHPOINT": f"{point}:1"})
+    v: Vars = {}
+    params: dict[str, Any] = {}
+    with trio.fail_after(60):
+        try:
+            async with open_client(crashing.url, crashing.token, client_id="chaos-plan", client_kind="ui") as c:
+                v = await with_plan(c, root)
+                params = {"requestId": v["request"], "action": "approve", "targetPermissionMode": "accept-edits",
+                          "submissionId": "approve-1"}
+                await c.call("plans.respond", params)
+        except (ClientClosed, OSError):
+            pass
+        await trio.to_thread.run_sync(lambda: crashing.proc.communicate(timeout=30))
+        assert crashing.proc.returncode == -9 and params, f"the host did not die in plans.respond at {point}"
+        async with inprocess_host(root) as again, client_for(again, "chaos-plan", "ui") as c:
+            first = await c.call("plans.respond", params)
+            assert first["approval"]["status"] == "approved" and first["approval"]["executionState"] == "queued"
+            assert await c.call("plans.respond", params) == first
+            session = (await c.call("session.get", {"sessionId": v["sid"]}))["session"]
+            assert (session["mode"], session["permissionMode"]) == ("agent", "accept-edits")
+            assert (await c.call("plans.pending", {"sessionId": v["sid"]}))["pending"] == []
