@@ -234,6 +234,10 @@ class ByteBudget:
         except BaseException:
             if entry in self._waiters:
                 self._waiters.remove(entry)
+                # the ones it held back may fit now: with nothing left to release (every holder done),
+                # they would wait for ever (a connection closed while its big request queued first
+                # stalled every later request of every connection)
+                self._wake()
             else:  # granted at the same moment we were cancelled: give it back
                 self.release(n)
             raise
@@ -246,6 +250,10 @@ class ByteBudget:
         if n <= 0:
             return
         self.held = max(0, self.held - n)
+        self._wake()
+
+    def _wake(self) -> None:
+        """Grant the waiters that fit now, in order (FIFO: a big one at the head holds the rest back)."""
         while self._waiters and self._fits(self._waiters[0][0]):
             size, event = self._waiters.popleft()
             self._take(size)
