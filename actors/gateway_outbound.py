@@ -224,7 +224,11 @@ class ByteBudget:
             return
         if not self._waiters and self._fits(n):
             self._take(n)
-            await trio.lowlevel.checkpoint()
+            try:
+                await trio.lowlevel.checkpoint()
+            except BaseException:  # cancelled at the checkpoint: the caller holds nothing, so nothing is held
+                self.release(n)
+                raise
             return
         event = trio.Event()
         entry = (n, event)

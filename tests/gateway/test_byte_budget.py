@@ -54,3 +54,17 @@ async def test_release_grants_in_order_and_a_big_one_alone(autojump_clock: trio.
         assert order == [150]
         budget.release(150)
     assert order == [150, 30] and budget.held == 30
+
+
+async def test_a_caller_cancelled_as_it_is_granted_holds_nothing(autojump_clock: trio.abc.Clock) -> None:
+    """acquire() took the bytes, then its checkpoint raised Cancelled: the caller saw the acquire fail and
+    never released, so the bytes stayed held for good. Two connections closed as slow consumers that way
+    leaked enough of the host-wide budget that a big request waited for ever at the head of the queue, and
+    every request behind it (another client's) with it: a full-suite run hung in the memory test."""
+    budget = ByteBudget(100)
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await budget.acquire(60)
+    assert scope.cancelled_caught and budget.held == 0
+    await budget.acquire(100)  # the whole capacity is there
+    assert budget.held == 100
