@@ -46,9 +46,9 @@ import orjson
 from store import audit, receipts
 from store.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from store.indexing.sql_lists import in_chunks
-from store.jsonio import loads_line
 from store.receipts import ReceiptKey
 from store.transcripts.records import ms_to_rfc3339, rfc3339_to_ms
+from store.transcripts.transcript import lines_naming
 
 __all__ = [
     "DECISION_LINE",
@@ -509,20 +509,9 @@ def decision_record(kind: Kind, row: Mapping[str, Any], *, status: str, decided_
 def _find_decision_lines(path: Path, ids: set[str]) -> dict[str, dict[str, Any]]:
     """The newest ``approval_decision`` line of each id in ``ids`` (a whole-file scan; boot only)."""
     found: dict[str, dict[str, Any]] = {}
-    try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError:
-        return found
-    with fh:
-        for line in fh:
-            if not line.endswith(b"\n") or DECISION_LINE.encode() not in line:
-                continue
-            try:
-                rec = loads_line(line)
-            except ValueError:
-                continue
-            if rec.get("type") == DECISION_LINE and rec.get("id") in ids:
-                found[str(rec["id"])] = rec
+    for rec in lines_naming(path, DECISION_LINE.encode()):
+        if rec.get("type") == DECISION_LINE and rec.get("id") in ids:
+            found[str(rec["id"])] = rec
     return found
 
 

@@ -17,8 +17,8 @@ from typing import Any
 from store import plans, receipts
 from store.errors import StoreError
 from store.indexing.index import public_session, require_session
-from store.jsonio import loads_line
 from store.transcripts.records import rfc3339_to_ms
+from store.transcripts.transcript import lines_naming
 
 __all__ = ["apply_recorded_approvals"]
 
@@ -28,25 +28,14 @@ def _find_approval_lines(path: Path, ids: set[str]) -> dict[str, dict[str, Any]]
     (the newest ``session_info`` line says ``agent``: an approve that failed in the host was undone by a
     later line restoring the previous mode, and is not applied). A whole-file scan; boot only."""
     found: dict[str, dict[str, Any]] = {}
-    try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError:
-        return found
     mode: Any = None
-    with fh:
-        for line in fh:
-            if not line.endswith(b"\n") or b'"session_info"' not in line:
-                continue
-            try:
-                rec = loads_line(line)
-            except ValueError:
-                continue
-            if rec.get("type") != "session_info":
-                continue
-            mode = rec.get("mode", mode)
-            note = rec.get(plans.APPROVAL_KEY)
-            if isinstance(note, dict) and note.get("requestId") in ids:
-                found[str(note["requestId"])] = rec
+    for rec in lines_naming(path, b'"session_info"'):
+        if rec.get("type") != "session_info":
+            continue
+        mode = rec.get("mode", mode)
+        note = rec.get(plans.APPROVAL_KEY)
+        if isinstance(note, dict) and note.get("requestId") in ids:
+            found[str(note["requestId"])] = rec
     return found if mode == "agent" else {}
 
 

@@ -28,7 +28,7 @@ import errno
 import os
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +61,7 @@ __all__ = [
     "create_transcript",
     "header_line",
     "keep_dropped_lines",
+    "lines_naming",
     "open_error",
     "parse_header",
     "read_first_line",
@@ -349,6 +350,23 @@ def keep_dropped_lines(path: str | os.PathLike[str], offsets: Sequence[int], now
     finally:
         os.close(fd)
     return _write_aside(f"{path}.dropped-{now_ms}", b"".join(kept))
+
+
+def lines_naming(path: str | os.PathLike[str], needle: bytes) -> Iterator[dict[str, Any]]:
+    """The complete lines of a transcript whose bytes hold ``needle``, parsed (unreadable ones skipped); a
+    missing file has none. A whole-file scan for boot's recoveries, never a request path."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return
+    with fh:
+        for line in fh:
+            if not line.endswith(b"\n") or needle not in line:
+                continue
+            try:
+                yield loads_line(line)
+            except ValueError:
+                continue
 
 
 # --------------------------------------------------------------------------- writer
