@@ -90,6 +90,9 @@ class SessionOp:
     group: GroupHandler | None = None
     """Consecutive calls of this op are handled together (appends); the group handler
     answers keyed retries itself (its one read finds them)."""
+    replayed: SessionHandler | None = None
+    """A keyed retry answered from its stored receipt runs this first (the session made ready): for
+    an effect that lives in this process's memory, which a restart since the first try forgot."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,6 +409,10 @@ class SessionActor(Actor):
                 # Before the existence check: the answer of a completed delete is still its answer.
                 found = await self.read(receipts.check, call.receipt)
                 if found is not None:
+                    if op.replayed is not None:
+                        if op.ready_check:
+                            await ctx.ensure_ready()
+                        await op.replayed(ctx, call.params, call.receipt)
                     return found["response"]
             if op.ready_check:
                 await ctx.ensure_ready()

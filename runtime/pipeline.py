@@ -225,7 +225,8 @@ class Pipeline:
                 raise InternalBug(f"route {name!r} has no wire method in protocol/methods.py")
             op = None
             if route.via is Via.SESSION:
-                op = SessionOp(route.handler, spec.mutating, name, ready_check=route.ready_check, group=route.group)
+                op = SessionOp(route.handler, spec.mutating, name, ready_check=route.ready_check, group=route.group,
+                               replayed=route.replayed)
             self._bound[name] = _Bound(route, spec, op, _wire_names(spec.params_model))
         self._in_flight = 0
         self._idle = trio.Event()

@@ -93,6 +93,9 @@ class Route:
     """SESSION: ``(services, params, receipt) -> session id`` when it is not ``params.session_id``."""
     ready_check: bool = True
     """SESSION: False when the handler establishes the session itself (create makes it; get reads it cold)."""
+    replayed: Any = None
+    """SESSION: ``(ctx, params, receipt)`` run before a keyed retry is answered from its receipt
+    (``SessionOp.replayed``: an effect held in process memory, which a restart forgot)."""
     barrier: bool = False
     """READS: wait until the index covers every append acknowledged before the read arrived."""
     fingerprint: Callable[..., Awaitable[str]] | None = None
@@ -170,7 +173,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "session.queueRemove":         on_session(queue.remove),
     "session.queuePrioritize":     on_session(queue.prioritize),
     "session.queueReorder":        on_session(queue.reorder),
-    "session.queueAttach":         on_session(queue.attach),
+    "session.queueAttach":         on_session(queue.attach, replayed=queue.attach_replayed),
     "session.queueTake":           on_session(queue.take),
     # revisions, rewrites, compaction
     "session.saveActiveRevision":  on_session(revisions.save_active),

@@ -184,7 +184,29 @@ async def attach(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKe
 
     The controller is this host process's memory; the receipt (a row, so a
     retry with the same key is answered from it) records the answer given.
+    A retry answered from it attaches again first (:func:`attach_replayed`).
     """
+    state, changed = await _attach(ctx, p)
+    if key is not None:
+        state = await ctx.commit(lambda conn: state)
+    if changed:
+        _publish(ctx, state)
+    return state
+
+
+async def attach_replayed(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey | None) -> None:
+    """A keyed retry of an attach, answered from its receipt: the controller it recorded lives in the
+    memory of the process that answered. After a restart (the first try's answer lost with its host)
+    the queue is held again and no controller is known; the retry attaches again, or the sidecar
+    that retried would be told it controls a queue that hands it nothing. A queue another controller
+    took since is left to it (the retried attach took effect before that one)."""
+    if _slot(ctx).held:
+        state, changed = await _attach(ctx, p)
+        if changed:
+            _publish(ctx, state)
+
+
+async def _attach(ctx: SessionContext, p: m.QueueControllerParams) -> tuple[dict[str, Any], bool]:
     kind = ctx.caller.client_kind
     if kind != CONTROLLER_KIND:
         raise Conflict(
@@ -201,12 +223,7 @@ async def attach(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKe
         # with is offered again. A flow that goes on after a reconnect still binds it at its startTurn.
         if await ctx.db(lambda conn: queue.offer_again(conn, sid)):
             changed = True
-    state = queue_state(slot, await ctx.read(queue.list_entries, ctx.sid))
-    if key is not None:
-        state = await ctx.commit(lambda conn: state)
-    if changed:
-        _publish(ctx, state)
-    return state
+    return queue_state(slot, await ctx.read(queue.list_entries, ctx.sid)), changed
 
 
 async def after_turn_end(ctx: SessionContext) -> None:

@@ -176,6 +176,30 @@ async def test_retried_take_returns_the_same_entry(tmp_path) -> None:
             assert await contents(c, sid) == ["b"]
 
 
+async def test_a_retried_attach_after_a_restart_attaches_again(tmp_path) -> None:
+    """The first attach's answer was lost with its host: the retry (same key) is answered from the
+    receipt, and the controller it names controls the queue again (a restart left it held)."""
+    with trio.fail_after(30):
+        params = {"controllerId": "ctl", "submissionId": "attach-1"}
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c:
+            sid = await new_session(c)
+            await push(c, sid, "a")
+            first = await c.call("session.queueAttach", {"sessionId": sid, **params})
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "other", kind="agent") as other:
+            assert (await listing(c, sid))["held"] is True
+            again = await c.call("session.queueAttach", {"sessionId": sid, **params})
+            assert again == first
+            state = await listing(c, sid)
+            assert state["held"] is False and state["controllerId"] == "ctl"
+            got = await c.call("session.queueTake", {"sessionId": sid, "controllerId": "ctl"})
+            assert got["entry"]["content"] == "a"
+            # A queue another controller took since is left to it by a later retry of the old attach.
+            await other.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl-2"})
+            assert await c.call("session.queueAttach", {"sessionId": sid, **params}) == first
+            assert (await listing(c, sid))["controllerId"] == "ctl-2"
+
+
 async def test_controller_survives_a_session_actor_crash(tmp_path) -> None:
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c:
