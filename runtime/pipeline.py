@@ -94,6 +94,16 @@ def _wire_names(model: type[BaseModel]) -> dict[str, str]:
     return {name: f.alias for name, f in model.model_fields.items() if f.alias and f.alias != name}
 
 
+def receipt_client(caller: CallContext) -> str:
+    """Whose receipts a request's key names: its ``clientId``, scoped by the plugin a plugin connection
+    authenticated as (``#`` is in no ``clientId``): two plugins, or a plugin and a UI, that happen to
+    share a ``clientId`` never answer each other's retries, and nothing a plugin does not own reaches
+    it through a receipt."""
+    if caller.plugin_id is None:
+        return caller.client_id
+    return f"{caller.client_id}#plugin:{caller.plugin_id}"
+
+
 class _Answer:
     """The one reply of one request: settles its receipt claim and its turn, checks the result,
     counts it out."""
@@ -419,7 +429,7 @@ class Pipeline:
             fp = await bound.route.fingerprint(self.services, method, shown)
         else:
             fp = receipts.fingerprint(method, shown)
-        return ReceiptKey(caller.client_id, str(submission), method, fp)
+        return ReceiptKey(receipt_client(caller), str(submission), method, fp)
 
     async def _dispatch(self, bound: _Bound, params: Any, key: ReceiptKey | None, caller: CallContext,
                         answer: _Answer, more: bool, turn: Turn | None) -> None:

@@ -151,6 +151,24 @@ async def test_two_plugin_imports_of_one_key_at_once_make_one_session(tmp_path: 
             assert db_rows(root, "SELECT COUNT(*) FROM sessions") == [(1,)]
 
 
+async def test_two_plugins_sharing_a_client_id_never_share_receipts(tmp_path: Path) -> None:
+    """Receipts are keyed by clientId + submissionId; a plugin connection's are scoped by its pluginId.
+    Beta, with alpha's clientId and submissionId, was answered alpha's import from alpha's receipt:
+    it learned a session it does not own, and its own import was acknowledged and never stored."""
+    root = tmp_path / "data"
+    with trio.fail_after(60):
+        async with inprocess_host(root) as host, \
+                client_for(host, "same", kind="plugin", plugin_id="alpha") as alpha, \
+                client_for(host, "same", kind="plugin", plugin_id="beta") as beta:
+            a = await alpha.call("plugins.importSession", {**IMPORT, "submissionId": "s1"})
+            b = await beta.call("plugins.importSession", {**IMPORT, "submissionId": "s1"})
+            assert a["created"] and b["created"] and a["sessionId"] != b["sessionId"]
+            assert sorted(db_rows(root, "SELECT plugin_id, session_id FROM session_import_origins")) == \
+                [("alpha", a["sessionId"]), ("beta", b["sessionId"])]
+            # a retry is still answered from its own receipt
+            assert await beta.call("plugins.importSession", {**IMPORT, "submissionId": "s1"}) == b
+
+
 async def test_ui_trash_restore_purge_of_a_host_session_and_search(tmp_path: Path) -> None:
     root = tmp_path / "data"
     with trio.fail_after(60):
