@@ -141,7 +141,8 @@ def line_state(blob: bytes | None) -> IndexedState:
         rec = loads_line(blob)
     except ValueError:
         return "absent"  # a stale span: treat as not landed, promotion dedupes by id
-    return "streaming" if is_streaming(rec) else "settled"
+    # only an assistant line streams: a checkpoint never replaces a user's or a tool's row
+    return "streaming" if is_streaming(rec) and rec.get("role") == "assistant" else "settled"
 
 
 def indexed_state(conn: sqlite3.Connection, session_id: str, transcript: Path, message_id: str) -> IndexedState:

@@ -125,10 +125,14 @@ async def save(ctx: SessionContext, p: m.SaveInflightParams, key: ReceiptKey | N
     rec = normalize_message(raw, now_ms=ctx.now(), turn_id=turn_id)
     if rec.get("role") != "assistant":
         raise InvalidInput("only an assistant reply can be checkpointed", data={"field": "message.role"})
-    owner = (await ctx.read(index.lookup_ids, [rec["id"]])).get(rec["id"])
-    if owner is not None and owner[0] != ctx.sid:
-        # the append path remaps an id owned by another session (D444); the checkpoint follows it
-        rec = {**rec, "id": inflight.remapped_id(ctx.sid, rec["id"])}
+    spelled = inflight.remapped_id(ctx.sid, rec["id"])
+    found = await ctx.read(index.lookup_ids, [rec["id"], spelled])
+    owner, remapped = found.get(rec["id"]), found.get(spelled)
+    if (owner is not None and owner[0] != ctx.sid) or (owner is None and remapped is not None
+                                                        and remapped[0] == ctx.sid):
+        # the append path remaps an id owned by another session, and keeps to the remapped row once
+        # that session's row is gone (D444; store.indexing.appends): the checkpoint follows it
+        rec = {**rec, "id": spelled}
     state = await indexed_state(ctx, rec["id"])
     saved_at = ctx.now()
     result: dict[str, Any]

@@ -25,10 +25,12 @@ a user message's ``meta.revisionRootId`` names a      :class:`Refuse` ``INVALID_
 live message of this session
 it names an archived message of another family        the original family is written instead
                                                       (:attr:`Known.roots`: an edit of an edit)
-the id is held by another session (D444)              continue with ``{sessionId}:{id}``,
-                                                      ``remappedFrom`` = the client's id
+the id is held by another session (D444), or by       continue with ``{sessionId}:{id}``,
+none while this session holds ``{sessionId}:{id}``    ``remappedFrom`` = the client's id
 the id is held here (index or earlier in the group)   :class:`Write` ``replace=True``, same seq
-and is streaming, the new one a terminal assistant    (the steering replacement)
+and is streaming, the new one a terminal assistant    and owning turn (the steering replacement);
+                                                      :class:`Refuse` ``IDEMPOTENCY_CONFLICT`` if
+                                                      it names another turn
 the id is held here, another role or other blocks     :class:`Refuse` ``IDEMPOTENCY_CONFLICT``
 (neither is a streaming snapshot; or the held row     (the id names different content)
 awaits its final and the new one has another role)
@@ -240,7 +242,7 @@ def plan_appends(
         remapped_from = None
         mid = rec["id"]
         owner = known.held.get(mid)
-        if mid not in group and owner is not None and owner.session_id != session_id:
+        if mid not in group and _remapped_here(known, session_id, mid, owner):
             remapped_from = mid
             mid = f"{session_id}:{mid}"
             rec = {**rec, "id": mid}
@@ -271,6 +273,15 @@ def plan_appends(
                     continue
                 outcomes.append(Replay({"message": dict(held_ref), "replayed": True}))
                 continue
+            held_turn = held_ref.get("turnId")
+            if held_turn is not None and rec.get("turnId") not in (None, held_turn):
+                outcomes.append(Refuse(IdempotencyConflict(
+                    f"message {mid} is turn {held_turn}'s reply in session {session_id}; its final cannot "
+                    f"move it to turn {rec.get('turnId')}",
+                    data={"sessionId": session_id, "messageId": mid, "turnId": held_turn})))
+                continue
+            if held_turn is not None:
+                rec = {**rec, "turnId": held_turn}  # the replacing line keeps the owning turn (seed 003)
             new_seq, ref, replace = int(held_ref["seq"]), {**held_ref, "role": rec.get("role")}, True
         else:
             turn = rec.get("turnId")
@@ -295,6 +306,17 @@ def plan_appends(
         group[mid] = write
         outcomes.append(write)
     return AppendPlan(outcomes, seq)
+
+
+def _remapped_here(known: Known, session_id: str, mid: str, owner: Held | None) -> bool:
+    """Whether the client's id ``mid`` stands for its ``{sessionId}:{id}`` spelling here (D444): another
+    session holds it, or nobody does and this session holds the remapped row (the other session's row
+    was deleted or rewritten away since: a replay of the original id is still a no-op against the
+    remapped row, a final still replaces its reservation)."""
+    if owner is not None:
+        return owner.session_id != session_id
+    spelled = known.held.get(f"{session_id}:{mid}")
+    return spelled is not None and spelled.session_id == session_id
 
 
 def _with_receipt(rec: dict[str, Any], key: ReceiptKey | None, remapped_from: str | None) -> dict[str, Any]:

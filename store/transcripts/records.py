@@ -147,6 +147,8 @@ def awaits_final(record: Mapping[str, Any]) -> bool:
     exception to idempotent replay): a streaming reservation, or a reply promoted from its in-flight
     checkpoint (``meta.recoveredFrom``: what had streamed when the host stopped; the sidecar's final
     append, arriving after the restart, carries the whole reply and must not be dropped)."""
+    if record.get("role") != "assistant":
+        return False  # only a reply streams: a user's or a tool's line is settled whatever its meta says
     meta = meta_of(record)
     return meta.get("status") == "streaming" or meta.get("recoveredFrom") == "inflight"
 

@@ -280,3 +280,87 @@ async def test_failed_checkpoint_write_leaves_the_previous_checkpoint(tmp_path):
             await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
                                                    "message": assistant("a1", "final")})
             assert not ckpt(tmp_path, sid).exists()
+
+
+def transcript_messages(root: Path, sid: str) -> list[dict]:
+    lines = [json.loads(raw) for raw in (root / "sessions" / f"{sid}.jsonl").read_bytes().splitlines() if raw]
+    return [line for line in lines if line.get("type") == "message"]
+
+
+async def test_the_remap_holds_after_the_other_sessions_row_is_gone(tmp_path):
+    """D444: a replay of the original id is a no-op against the remapped row, also once the session that
+    held the id deleted or rewrote its row away; a streaming reservation stored under the remapped id is
+    still replaced by its final (and its checkpoint removed), never written again as a second reply."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            a = await new_session(c)
+            await c.call("session.appendMessage", {"sessionId": a, "message": msg("m0", "first")})
+            await c.call("session.appendMessage", {"sessionId": a, "message": msg("m1", "hello")})
+            await c.call("session.appendMessage", {"sessionId": a, "message": assistant("a1", "a's reply")})
+            b = await setup(c)
+            held = await c.call("session.appendMessage", {"sessionId": b, "message": msg("m1", "hello")})
+            assert held["message"]["id"] == f"{b}:m1" and held["remappedFrom"] == "m1"
+            first = await c.call("session.appendMessage", {"sessionId": b, "turnId": "t1",
+                                                           "message": assistant("a1", "partial", "streaming")})
+            assert first["message"]["id"] == f"{b}:a1"
+            assert await save(c, b, "t1", assistant("a1", "partial more", "streaming")) == {"saved": True}
+            await c.call("session.truncateFrom", {"sessionId": a, "messageId": "m1", "mode": "edit"})
+            again = await c.call("session.appendMessage", {"sessionId": b, "message": msg("m1", "hello")})
+            assert again["replayed"] is True and again["message"]["id"] == f"{b}:m1"
+            await c.call("session.delete", {"sessionId": a})
+            assert await save(c, b, "t1", assistant("a1", "partial more still", "streaming")) == {"saved": True}
+            assert json.loads(ckpt(tmp_path, b).read_bytes())["message"]["id"] == f"{b}:a1"
+            final = await c.call("session.appendMessage", {"sessionId": b, "turnId": "t1",
+                                                           "message": assistant("a1", "final answer")})
+            assert final["message"]["id"] == f"{b}:a1" and final["message"]["seq"] == first["message"]["seq"]
+            assert not ckpt(tmp_path, b).exists()
+            await end(c, b, "t1")
+            want = ["u1", f"{b}:m1", f"{b}:a1"]
+            assert [m["id"] for m in (await c.call("session.get", {"sessionId": b}))["messages"]] == want
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            got = (await c.call("session.get", {"sessionId": b}))["messages"]
+            assert [m["id"] for m in got] == want and got[2]["blocks"][0]["text"] == "final answer"
+
+
+async def test_a_checkpoint_never_replaces_a_user_row_marked_streaming(tmp_path):
+    """Only an assistant line awaits its final: a user message whose meta says ``status: streaming`` is
+    settled. An assistant checkpoint under its id was saved, and recovery then served the user's prompt
+    as the assistant's partial reply."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await new_session(c)
+            await start(c, sid, "t1")
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg(
+                "u1", "my prompt", meta={"status": "streaming"})})
+            assert await save(c, sid, "t1", assistant("u1", "assistant text", "streaming")) == {
+                "saved": False, "reason": "already_indexed"}
+            err = await rpc_error(c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
+                                                                   "message": assistant("u1", "final")}))
+            assert err.data_code == "IDEMPOTENCY_CONFLICT"
+            await c.call("session.recoverInflight", {"sessionId": sid, "turnId": "t1"})
+            got = (await c.call("session.get", {"sessionId": sid}))["messages"]
+            assert [(m["id"], m["role"], m["blocks"][0]["text"]) for m in got] == [("u1", "user", "my prompt")]
+
+
+async def test_the_replacing_final_keeps_the_owning_turn_in_the_transcript(tmp_path):
+    """Seed 003: the terminal assistant replaces the streaming row 'retaining sequence, owning turn'.
+    A final sent without its turnId (the outbox's) is written with the reservation's turn, so a rebuilt
+    index and session.context keep it; a final naming another turn is refused."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await setup(c)
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
+                                                   "message": assistant("a1", "partial", "streaming")})
+            other = await rpc_error(c.call("session.appendMessage", {
+                "sessionId": sid, "message": assistant("a1", "final", turnId="tX")}))
+            assert other.data_code == "IDEMPOTENCY_CONFLICT"
+            final = await c.call("session.appendMessage", {"sessionId": sid, "message": assistant("a1", "final")})
+            assert final["message"]["turnId"] == "t1"
+            assert [m.get("turnId") for m in transcript_messages(tmp_path, sid)][-1] == "t1"
+            context = await c.call("session.context", {"sessionId": sid})
+            assert [m.get("turnId") for m in context["messages"]] == ["t1", "t1"]
+        for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+            (tmp_path / name).unlink(missing_ok=True)
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            got = (await c.call("session.get", {"sessionId": sid}))["messages"]
+            assert [(m["id"], m.get("turnId")) for m in got] == [("u1", "t1"), ("a1", "t1")]
