@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -474,6 +475,18 @@ def free_path(base: Path, now_ms: int) -> Path:
     return candidate
 
 
+def backups_of(db_path: Path, version: int) -> list[Path]:
+    """The backups of version ``version`` next to ``db_path``: ``<db>.v<version>.bak`` and the
+    ``.<ms>`` / ``.<ms>-<n>`` names :func:`free_path` gives the later ones."""
+    base = f"{db_path.name}.v{version}.bak"
+    pattern = re.compile(re.escape(base) + r"(\.\d+(-\d+)?)?")
+    try:
+        names = os.listdir(db_path.parent)
+    except OSError:
+        return []
+    return sorted(db_path.with_name(n) for n in names if pattern.fullmatch(n))
+
+
 def _rename(src: Path, dst: Path) -> None:
     try:
         os.rename(src, dst)
@@ -777,13 +790,21 @@ def migrate(
         return result
     chain = plan_steps(current, chain_steps(platform) if steps is None else steps)
     _remove_stale_backup_temps(db_path)
+    earlier = backups_of(db_path, current)
     for position, step in enumerate(chain):
         if step.takes_backup:
             result.backups.append(backup_database(conn, db_path, current, now_ms=now_ms))
             faults.point("migrate.after_backup")
             faults.point(f"{_step_name(current, step)}.after_backup")
         if position == 0:
-            _preflight(conn, chain, current)
+            try:
+                _preflight(conn, chain, current)
+            except MigrationFailed:
+                if earlier and result.backups:
+                    # Refused before any change: the file is intact and a backup of this version is
+                    # already there. A launcher retrying the start must not add a full copy per try.
+                    result.backups.pop().unlink(missing_ok=True)
+                raise
         _run_step(conn, step, current, faults)
         current = step.to_version
         result.applied.append(current)
@@ -814,7 +835,9 @@ def refuse_before_writing(
         try:
             _preflight(conn, chain, current)
         except MigrationFailed:
-            if chain and chain[0].takes_backup:
+            if chain and chain[0].takes_backup and not backups_of(db_path, current):
+                # the first refusal leaves a backup (as migrate would have); a retried start, refused
+                # again with the file intact, does not add a full copy per try
                 _remove_stale_backup_temps(db_path)
                 backup_database(conn, db_path, current, now_ms=now_ms, checkpoint=False)
             raise

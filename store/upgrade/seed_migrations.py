@@ -31,6 +31,7 @@ settings are kept as they are (a blob that needs no change is not rewritten).
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import sys
@@ -149,7 +150,12 @@ def _check_shell(value: object, platform: str, where: str, data: dict[str, Any])
 
 
 def _dumps(value: dict[str, Any]) -> str:
-    return orjson.dumps(value).decode()
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        # an integer beyond 64 bits (well-formed JSON, kept exact by the strict reader): the stdlib
+        # encoder writes it as it was
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def plan_guarded(conn: sqlite3.Connection, platform: str) -> GuardedPlan:

@@ -8,6 +8,7 @@ fixed, the same file migrates.
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import subprocess
@@ -181,3 +182,42 @@ def test_a_rollback_journal_file_that_is_valid_migrates(tmp_path: Path) -> None:
     assert report.schema_version == SCHEMA_VERSION and report.migrated_from == 9
     assert user_version(seed.db) == SCHEMA_VERSION
     assert (tmp_path / "pi.sqlite.v9.bak").exists()
+
+
+@pytest.mark.parametrize("journal", ["wal", "delete"])
+def test_a_retried_refusal_adds_no_backup_per_try(tmp_path: Path, journal: str) -> None:
+    """A launcher restarting a host that refuses its database (the row still bad, the file intact)
+    kept the first refusal's backup and wrote another full copy per try."""
+    seed = _broken(tmp_path, 8, "invalid-session-mode")
+    if journal == "delete":
+        _to_rollback_journal(seed.db)
+    before = dump(seed.db)
+    for attempt in range(4):
+        with pytest.raises(MigrationFailed):
+            open_writer(seed.db, quarantine_dir=tmp_path / "quarantine", now_ms=1_000 + attempt, platform="linux")
+    assert sorted(p.name for p in tmp_path.iterdir() if ".bak" in p.name) == ["pi.sqlite.v8.bak"]
+    assert dump(tmp_path / "pi.sqlite.v8.bak") == before == dump(seed.db)
+
+
+def test_well_formed_values_with_integers_beyond_64_bits_migrate(tmp_path: Path) -> None:
+    """Seed §7 fails closed on malformed values only: a settings blob or a task config that is valid
+    JSON with an integer beyond 64 bits (a JavaScript number written as an integer literal) is
+    rewritten exactly; the encoder refused it and the whole upgrade with it."""
+    big = 123456789012345678901234567890
+
+    def tweak(rows: Rows) -> None:
+        settings = next(r for r in rows["kv"] if (r["ns"], r["key"]) == ("app", "settings"))
+        value = json.loads(settings["value_json"])
+        settings["value_json"] = json.dumps({**value, "installId": big})
+        rows["scheduled_tasks"][0]["config_json"] = json.dumps({"mode": "chat", "seed": 2 ** 70})
+
+    seed = build_seed_dir(tmp_path, 9, tweak=tweak)
+    conn, _report = open_writer(seed.db, quarantine_dir=tmp_path / "quarantine", now_ms=1, platform="linux")
+    try:
+        settings = json.loads(conn.execute("SELECT value_json FROM kv WHERE ns = 'app' AND key = 'settings'")
+                              .fetchone()[0])
+        config = json.loads(conn.execute("SELECT config_json FROM scheduled_tasks").fetchone()[0])
+    finally:
+        conn.close()
+    assert settings["installId"] == big and settings["defaultMode"] == "plan"
+    assert config == {"mode": "plan", "seed": 2 ** 70}
