@@ -51,7 +51,8 @@ class QueuePushParams(MutatingParams):
     session_message_id: WireId | None = Field(
         default=None,
         description="Binds the admission to its session collaboration ledger row "
-        "(seed 003 §4.6c); part of the idempotency check.",
+        "(seed 003 §4.6c); part of the idempotency check. A delivery addressed to another session, "
+        "or one already admitted in this queue, is INVALID_PARAMS.",
     )
 
 

@@ -31,7 +31,19 @@ Rules:
   target begins it;
 * hops: a delivery sent by a session that is itself running a delivery is an
   autonomous chain step: ``remaining_hops`` is the parent's minus one, and a
-  parent with none left cannot forward (``LIMIT_EXCEEDED``);
+  parent with none left cannot forward (``LIMIT_EXCEEDED``). The parent is the
+  delivery the sender's *running turn* began (:func:`_parent`), whatever its
+  row's status became meanwhile: a cancel or a settlement does not stop the turn
+  that runs it, so it must not give that turn a fresh budget. A completion is
+  such a parent too, with no hops left (a completion turn reacts to a result;
+  it does not start a new chain: that would let two sessions call each other
+  back forever);
+* both ends exist and are not in the trash (``SESSION_NOT_FOUND``); a retry of
+  a recorded delivery is answered before either is looked at;
+* admissions: only the delivery's own target queue holds its admission, and
+  only one (``store/queue.py`` refuses any other ``session_message_id``
+  binding); removing an entry changes only a delivery addressed to the entry's
+  session (:func:`remove_admission`);
 * callbacks: settling a delivery with ``notify_on_completion`` creates at most
   one ``completion`` row back to the source (the partial unique index on
   ``reply_to_message_id``), holding a bounded projection of the result, bound
@@ -209,6 +221,22 @@ def list_deliveries(conn: sqlite3.Connection, *, session_id: str | None, directi
     return items, ((items[-1]["createdAt"], items[-1]["id"]) if more and items else None)
 
 
+def _parent(conn: sqlite3.Connection, session_id: str) -> tuple[str, int, str] | None:
+    """The delivery whose chain a delivery ``session_id`` sends continues: ``(id, remaining_hops,
+    permission_ceiling)``, None when the sender runs none (it starts a chain of its own).
+
+    It is the delivery the session's running turn began (bound by ``turn_id``), in whatever status:
+    cancelling or settling a delivery does not stop the turn that runs it, and that turn must not
+    forward with a fresh budget. A row the ledger still says runs counts too. Of several (not expected:
+    one running turn per session), the one with the fewest hops left, so no choice widens the limit."""
+    found = conn.execute(
+        "SELECT m.id, m.remaining_hops, m.permission_ceiling FROM session_collaboration_messages m "
+        "WHERE m.target_session_id = ? AND (m.status = 'running' OR EXISTS (SELECT 1 FROM turns t "
+        "WHERE t.id = m.turn_id AND t.session_id = m.target_session_id AND t.status = 'running')) "
+        "ORDER BY m.remaining_hops ASC, m.updated_at DESC LIMIT 1", (session_id,)).fetchone()
+    return None if found is None else (str(found[0]), int(found[1]), str(found[2]))
+
+
 def _title(conn: sqlite3.Connection, session_id: str) -> str:
     row = conn.execute("SELECT title FROM sessions WHERE id = ?", (session_id,)).fetchone()
     if row is None:
@@ -263,17 +291,17 @@ def deliver(conn: sqlite3.Connection, *, delivery_id: str, entry_id: str, plugin
     if not _exists(conn, source_session_id):
         raise SessionNotFound(f"source session {source_session_id} not found",
                               data={"sessionId": source_session_id})
+    if not _exists(conn, target_session_id):  # a trashed target is as unreachable as a trashed source
+        raise SessionNotFound(f"target session {target_session_id} not found",
+                              data={"sessionId": target_session_id})
     sender = effective_permission(conn, source_session_id)
-    parent = conn.execute(
-        "SELECT id, remaining_hops, permission_ceiling FROM session_collaboration_messages "
-        "WHERE target_session_id = ? AND status = 'running' ORDER BY updated_at DESC LIMIT 1",
-        (source_session_id,)).fetchone()
+    parent = _parent(conn, source_session_id)
     if parent is not None:  # the sender is itself running a delivery: an autonomous chain step
         if parent[1] <= 0:
             raise LimitExceeded(f"delivery {parent[0]} has no hops left: session {source_session_id} cannot "
                                 "forward work autonomously", data={"parentDeliveryId": parent[0], "reason": "HOPS"})
         hops = parent[1] - 1
-        ceiling = _lower(sender, str(parent[2]))
+        ceiling = _lower(sender, parent[2])
     else:
         hops = DEFAULT_HOPS if remaining_hops is None else remaining_hops
         if not 0 <= hops <= MAX_HOPS:
@@ -458,13 +486,18 @@ def remove_admission(conn: sqlite3.Connection, target: str, entry_id: str, *, no
                      faults: Faults = NO_FAULTS) -> tuple[queue.Outcome, Changed]:
     """``session.queueRemove``: the entry goes (:func:`store.queue.remove`); a queued delivery it admitted
     is cancelled with it. Without its admission the delivery could never begin, and it would have stayed
-    ``queued`` until the next start interrupted it."""
+    ``queued`` until the next start interrupted it.
+
+    Only a delivery addressed to ``target`` (the entry's session): an entry elsewhere naming it is no
+    admission of it (``store/queue.py`` refuses to write one now; a row written before that must still
+    not let one session's queue cancel another session's work)."""
     out = queue.remove(conn, target, entry_id, now_ms=now_ms, faults=faults)
     changed = Changed()
     delivery_id = out.plan.entry.session_message_id if out.plan.entry is not None else None
     if delivery_id is not None and out.plan.changed:
         if conn.execute("UPDATE session_collaboration_messages SET status = 'cancelled', updated_at = ? "
-                        "WHERE id = ? AND status = 'queued'", (now_ms, delivery_id)).rowcount:
+                        "WHERE id = ? AND target_session_id = ? AND status = 'queued'",
+                        (now_ms, delivery_id, target)).rowcount:
             changed.deliveries.append(get(conn, delivery_id))
     return out, changed
 

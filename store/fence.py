@@ -74,7 +74,8 @@ def interrupt_deliveries(conn: sqlite3.Connection, *, now_ms: int, running: bool
     return conn.execute(
         "UPDATE session_collaboration_messages SET status = 'interrupted', updated_at = ? "
         "WHERE (? AND status = 'running') OR (status = 'queued' AND NOT EXISTS "
-        "(SELECT 1 FROM turn_queue q WHERE q.session_message_id = session_collaboration_messages.id))",
+        "(SELECT 1 FROM turn_queue q WHERE q.session_message_id = session_collaboration_messages.id "
+        "AND q.session_id = session_collaboration_messages.target_session_id))",  # its own queue's only
         (now_ms, running),
     ).rowcount
 

@@ -23,6 +23,15 @@ Rules:
   or removed, so a late retry of an already delivered push is answered as a
   replay instead of queueing the prompt twice.
 * At most :data:`MAX_ENTRIES` entries per session (``LIMIT_EXCEEDED``).
+* ``session_message_id`` binds an admission to a collaboration delivery (seed
+  003 §4.6c; ``store/collab.py``): removing the admission cancels that delivery,
+  beginning it consumes it. So a new entry may name a delivery only when it is
+  addressed to this very session and has no admission here yet (waiting or
+  handed out): a binding into another session's queue would let that queue
+  cancel a foreign delivery, and a second admission would hand one delivery out
+  twice (``INVALID_PARAMS``, see :func:`check_binding`). A
+  ``session_message_id`` that names no delivery at all is still accepted as a
+  loose reference (clients already send those); it can change no delivery.
 * Delivery order: promoted entries (``priority`` set) first in click order
   (priority ascending), then the rest by position.
 * ``prioritize`` writes ``MAX(priority) + 1`` within the session; an entry that
@@ -213,6 +222,14 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
+class Binding:
+    """The collaboration delivery a push's ``session_message_id`` names (its ledger row)."""
+
+    delivery_id: str
+    target_session_id: str
+
+
+@dataclass(frozen=True)
 class PushInput:
     principal: str
     content: str
@@ -353,11 +370,37 @@ def _check_same_input(found_hash: str, found_smid: str | None, h: str, inp: Push
         )
 
 
+def check_binding(snap: Snapshot, binding: Binding) -> None:
+    """May a new entry of ``snap``'s session be the admission of ``binding``'s delivery?
+
+    Only into the delivery's own target queue (elsewhere, removing the entry would cancel a delivery
+    that queue does not hold), and only as its one admission (a second would hand it out twice, and
+    removing either would cancel it under the other)."""
+    sid = snap.session_id
+    if binding.target_session_id != sid:
+        raise InvalidInput(
+            f"sessionMessageId {binding.delivery_id} names a collaboration delivery addressed to another "
+            f"session; only its target's queue may hold its admission (not session {sid})",
+            data={"field": "sessionMessageId", "sessionId": sid, "deliveryId": binding.delivery_id},
+        )
+    held = next((e for e in snap.entries + snap.leased if e.session_message_id == binding.delivery_id), None)
+    if held is not None:
+        raise InvalidInput(
+            f"collaboration delivery {binding.delivery_id} already has its admission {held.id} in session "
+            f"{sid}; a second one would hand it out twice",
+            data={"field": "sessionMessageId", "sessionId": sid, "deliveryId": binding.delivery_id,
+                  "entryId": held.id},
+        )
+
+
 # ---------------------------------------------------------------------------
 # planners (pure: snapshot in, plan out; raise before anything is written)
 
 
-def plan_push(snap: Snapshot, inp: PushInput, *, new_id: str, now_ms: int) -> Plan:
+def plan_push(snap: Snapshot, inp: PushInput, *, new_id: str, now_ms: int, binding: Binding | None = None) -> Plan:
+    """``binding``: the delivery ``inp.session_message_id`` names (:func:`load_binding`; None when it names
+    none). A retry of an earlier push is answered as a replay before the binding is checked, so the
+    retried push of an admission is not refused as its own second admission."""
     validate_push(inp)
     h = input_hash(inp.content, inp.attachments, inp.permission_mode)
     sid = snap.session_id
@@ -374,6 +417,8 @@ def plan_push(snap: Snapshot, inp: PushInput, *, new_id: str, now_ms: int) -> Pl
                              tuple(inp.attachments), inp.permission_mode, c.position, None,
                              c.session_message_id, c.created_at)
                 return Plan(entry=gone, replayed=True)
+    if binding is not None:
+        check_binding(snap, binding)
     if len(snap.entries) >= MAX_ENTRIES:
         raise LimitExceeded(
             f"session {sid} already has {len(snap.entries)} queued prompts (at most {MAX_ENTRIES}); "
@@ -562,6 +607,15 @@ def load(conn: sqlite3.Connection, session_id: str) -> Snapshot:
     return Snapshot(session_id, entries, high, consumed, created, leased)
 
 
+def load_binding(conn: sqlite3.Connection, session_message_id: str | None) -> Binding | None:
+    """The collaboration delivery ``session_message_id`` names, if it names one."""
+    if session_message_id is None:
+        return None
+    row = conn.execute("SELECT target_session_id FROM session_collaboration_messages WHERE id = ?",
+                       (session_message_id,)).fetchone()
+    return None if row is None else Binding(session_message_id, str(row[0]))
+
+
 def apply(conn: sqlite3.Connection, session_id: str, plan: Plan, *, now_ms: int, faults: Faults = NO_FAULTS) -> None:
     """Write a plan's effects (inside the caller's transaction)."""
     for i, effect in enumerate(plan.effects):
@@ -622,8 +676,9 @@ def _run(conn: sqlite3.Connection, session_id: str, plan: Plan, now_ms: int, fau
 
 def push(conn: sqlite3.Connection, session_id: str, inp: PushInput, *, new_id: str, now_ms: int,
          faults: Faults = NO_FAULTS) -> Outcome:
-    return _run(conn, session_id, plan_push(load(conn, session_id), inp, new_id=new_id, now_ms=now_ms),
-                now_ms, faults)
+    plan = plan_push(load(conn, session_id), inp, new_id=new_id, now_ms=now_ms,
+                     binding=load_binding(conn, inp.session_message_id))
+    return _run(conn, session_id, plan, now_ms, faults)
 
 
 def remove(conn: sqlite3.Connection, session_id: str, entry_id: str, *, now_ms: int,

@@ -2100,7 +2100,7 @@ export interface QueuePushParams {
   /** The prompt's attachment references, kept as given (seed 003 §4.6b): attachment blocks by reference (attachments/<sha256>) or the caller's own reference objects (a path in the session scratch or project root); an attachment or image block carrying its bytes inline is refused, as in session.appendMessage. */
   attachments?: JsonObject[] | null;
   permissionMode: "inherit" | "ask" | "accept-edits" | "auto";
-  /** Binds the admission to its session collaboration ledger row (seed 003 §4.6c); part of the idempotency check. */
+  /** Binds the admission to its session collaboration ledger row (seed 003 §4.6c); part of the idempotency check. A delivery addressed to another session, or one already admitted in this queue, is INVALID_PARAMS. */
   sessionMessageId?: string | null;
 }
 
