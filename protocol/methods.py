@@ -177,7 +177,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         "session.startTurn",
         m.StartTurnParams,
         m.Turn,
-        "Record a running turn, optionally with its run environment snapshot.",
+        "Record a running turn, optionally with its run environment snapshot; in a plan/goal session that a "
+        "running task run is bound to it is PLAN_REQUIRES_INTERACTIVE_SESSION.",
         _codes(_SESSION_WRITE, ("CONFLICT", "PLAN_REQUIRES_INTERACTIVE_SESSION")),
     ),
     _spec(
@@ -570,8 +571,9 @@ _SPECS: tuple[MethodSpec, ...] = (
         "plans.submit",
         m.PlansSubmitParams,
         m.PlanApproval,
-        "Write the exact Markdown to a unique .pi/<kind>/*.md and open the session's one pending approval.",
-        _codes(_SESSION_WRITE, ("CONFLICT", "NOT_FOUND")),
+        "Write the exact Markdown to a unique .pi/<kind>/*.md and open the session's one pending approval; "
+        "refused with PLAN_REQUIRES_INTERACTIVE_SESSION while a task run bound to the session is running.",
+        _codes(_SESSION_WRITE, ("CONFLICT", "NOT_FOUND", "PLAN_REQUIRES_INTERACTIVE_SESSION")),
     ),
     _spec(
         "plans.pending",

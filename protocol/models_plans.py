@@ -32,7 +32,9 @@ class PlansSubmitParams(MutatingParams):
     tool_call_id: WireId
     kind: ProposalKind
     markdown: str = Field(min_length=1, max_length=1024 * 1024,
-                          description="Written byte-for-byte (UTF-8) to .pi/<kind>/<unique>.md.")
+                          description="Written byte-for-byte (UTF-8) to .pi/<kind>/<unique>.md; at most "
+                                      "1,048,576 bytes of UTF-8 (PAYLOAD_TOO_LARGE), so fewer characters when "
+                                      "some are multi-byte.")
     title: Annotated[str, StringConstraints(max_length=200)] = ""
     question: Annotated[str, StringConstraints(max_length=2000)] = ""
     workspace_root: ProjectPath = Field(description="Absolute; must be the session's project path.")

@@ -125,7 +125,10 @@ class TasksUpdateParams(_TaskFields):
     enabled: bool | None = None
     project_id: int | None = Field(default=None, ge=1)
     mode: TaskMode | None = None
-    config: JsonObject | None = Field(default=None, description="Replaces the whole config object.")
+    config: JsonObject | None = Field(
+        default=None,
+        description="Replaces the whole config object; without a mode in it the task keeps its mode "
+        "(change it with mode or config.mode).")
 
 
 class TaskIdParams(Params):

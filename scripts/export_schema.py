@@ -306,7 +306,9 @@ ERROR_MEANINGS: dict[str, str] = {
     "RESOURCE_EXHAUSTED": "The host ran out of file descriptors for this request; nothing changed. Retry shortly.",
     "CORRUPT_DATA": "Durable data failed validation (digest mismatch, unreadable record).",
     "CURSOR_EXPIRED": "The pagination or event cursor is no longer valid; start again without it.",
-    "PLAN_REQUIRES_INTERACTIVE_SESSION": "A Plan/Goal run was started unattended; switch the session to agent mode.",
+    "PLAN_REQUIRES_INTERACTIVE_SESSION": ("A Plan/Goal run was started unattended, or Plan/Goal work (a turn, a "
+                                          "proposal) was attempted in a session a running task run is bound to; "
+                                          "switch the session to agent mode or end the run."),
     "PERMISSION_DENIED": "The caller may not do this (a plugin outside what it owns, a user editing a plugin's "
                          "row ...).",
     "INTERNAL": "A host bug. The message is generic; details are in the host log.",

@@ -43,7 +43,9 @@ __all__ = [
     "KINDS",
     "LIVE_PENDING",
     "MAX_MARKDOWN_BYTES",
+    "abandon_submission",
     "approve",
+    "check_markdown_size",
     "expire_stale",
     "get_request",
     "insert_pending",
@@ -108,6 +110,14 @@ def artifact_name(kind: str, now_ms: int | None = None) -> str:
     return f".pi/{kind}/{stamp}-{secrets.token_hex(6)}.md"
 
 
+def check_markdown_size(markdown: bytes) -> None:
+    """The artifact limit is in UTF-8 bytes (what is written), not characters: checked before
+    the submission writes anything (its intent included)."""
+    if len(markdown) > MAX_MARKDOWN_BYTES:
+        raise PayloadTooLarge(f"markdown is {len(markdown)} bytes of UTF-8; at most {MAX_MARKDOWN_BYTES} are allowed",
+                              data={"field": "markdown", "size": len(markdown), "limit": MAX_MARKDOWN_BYTES})
+
+
 def write_artifact(workspace_root: str, kind: str, markdown: bytes, *, faults: Faults = NO_FAULTS,
                    now_ms: int | None = None, relative_path: str | None = None) -> Artifact:
     """Write the exact bytes to a new unique file; returns its relative path, SHA-256 and size.
@@ -118,8 +128,7 @@ def write_artifact(workspace_root: str, kind: str, markdown: bytes, *, faults: F
     """
     if kind not in KINDS:
         raise InvalidInput("kind must be plan or goal", data={"field": "kind"})
-    if len(markdown) > MAX_MARKDOWN_BYTES:
-        raise PayloadTooLarge(f"markdown is larger than {MAX_MARKDOWN_BYTES} bytes", data={"field": "markdown"})
+    check_markdown_size(markdown)
     root = _check_root(workspace_root)
     rel = relative_path or artifact_name(kind, now_ms)
     if not _REL_RE.fullmatch(rel) or not rel.startswith(f".pi/{kind}/"):
@@ -227,6 +236,22 @@ def _remove_if_ours(intent: dict[str, Any]) -> None:
         fsync_dir(os.path.dirname(os.path.join(root, rel)))
     except OSError:
         pass
+
+
+def abandon_submission(intent_path: str | os.PathLike[str], workspace_root: str, artifact: Artifact) -> None:
+    """A submission failed before its row committed: remove what it wrote, best effort, never raising.
+
+    The same rule as the boot sweep (:func:`_remove_if_ours`): its temporary
+    file, and the artifact only if it holds exactly the bytes this submission
+    planned (a file already at that name, which ``link`` refused, is kept). The
+    intent goes last: if this is cut short, the boot sweep still has its record.
+    """
+    _remove_if_ours({"workspaceRoot": workspace_root, "relativePath": artifact.relative_path,
+                     "sha256": artifact.sha256, "size": artifact.size})
+    try:
+        remove_file_durable(intent_path)
+    except StoreError:
+        pass  # a leftover intent is finished by the boot sweep; the caller's own error is what matters
 
 
 def remove_artifact(workspace_root: str, relative_path: str) -> None:

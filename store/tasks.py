@@ -25,7 +25,15 @@ changes and a reopen.
 
 A run of a task, or in a session, whose mode is a contract mode (``plan`` or
 ``goal``) is refused with ``PLAN_REQUIRES_INTERACTIVE_SESSION`` before any row
-is written: an unattended path can never show or auto-approve a proposal.
+is written: an unattended path can never show or auto-approve a proposal. The
+run's session can still be switched to a contract mode while the run is
+``running``; :func:`require_interactive` is the same refusal at the points
+where Plan/Goal work would begin (``session.startTurn``, ``plans.submit``).
+
+A task's mode changes only when a mode is named (``mode``, or ``config.mode``
+in a replacement config): a replacement ``config`` without one keeps the
+task's mode, so an edit never silently turns a Plan task into an unattended
+Agent task.
 
 Pure SQL on a connection the caller owns; no trio.
 """
@@ -57,6 +65,7 @@ __all__ = [
     "list_tasks",
     "next_run_at",
     "normalize_config",
+    "require_interactive",
     "rfc3339",
     "run_settings",
     "start_run",
@@ -271,13 +280,19 @@ def update_task(conn: sqlite3.Connection, task_id: str, patch: Mapping[str, Any]
     """Apply the given fields; recomputes ``nextRunAt`` when the schedule changed.
 
     ``config`` replaces the whole object; ``configKeys`` then sets single keys
-    (``None`` removes one). Known calendar intent is carried over unless the
-    patch sets ``calendarConfigured``; converting an hourly task to daily or
-    weekly needs that intent to be ``true`` (refused otherwise, nothing written).
+    (``None`` removes one). A replacement config that names no mode keeps the
+    task's mode; ``mode`` (or ``config.mode``) changes it. Known calendar intent
+    is carried over unless the patch sets ``calendarConfigured``; converting an
+    hourly task to daily or weekly needs that intent to be ``true`` (refused
+    otherwise, nothing written).
     """
     cur = get_task(conn, task_id)
     cadence = patch.get("cadence", cur["cadence"])
     config = dict(patch["config"]) if "config" in patch else dict(cur["config"])
+    if config.get("mode") is None:
+        # An absent mode normalizes to agent: a config rewritten without it (a client that edits
+        # other settings) would silently turn a Plan/Goal task into one that runs unattended.
+        config["mode"] = cur["mode"]
     keys: Mapping[str, Any] = patch.get("configKeys") or {}
     for key, value in keys.items():
         if value is None:
@@ -371,6 +386,26 @@ def check_runnable(conn: sqlite3.Connection, task: Mapping[str, Any], session_id
             raise PlanRequiresInteractiveSession(
                 f"session {session_id} is in {row[0]} mode; switch it to agent mode before an unattended run",
                 data={"sessionId": session_id, "mode": row[0]})
+
+
+def require_interactive(conn: sqlite3.Connection, session_id: str, mode: str | None, *, work: str) -> None:
+    """§4.11: no Plan/Goal ``work`` in a session a ``running`` task run is bound to (nothing written).
+
+    :func:`check_runnable` refuses a run whose session is already in a contract
+    mode; this covers a session switched to one while its run is running, at the
+    point where the contract work (a turn, a proposal) would start.
+    """
+    if mode not in CONTRACT_MODES:
+        return  # agent work in a run's session is the run itself; no lookup on the common path
+    row = conn.execute(
+        "SELECT id, task_id FROM task_runs WHERE session_id = ? AND status = 'running' "
+        "ORDER BY started_at DESC, id DESC LIMIT 1", (session_id,)).fetchone()
+    if row is None:
+        return
+    raise PlanRequiresInteractiveSession(
+        f"session {session_id} is in {mode} mode while task run {row[0]} (task {row[1]}) is running in it: "
+        f"an unattended run cannot {work}; end the run (tasks.finishRun) or switch the session to agent mode",
+        data={"sessionId": session_id, "mode": mode, "runId": row[0], "taskId": row[1]})
 
 
 def start_run(conn: sqlite3.Connection, *, task_id: str, run_id: str, session_id: str | None,

@@ -4,7 +4,9 @@ SQL only, inside the caller's transaction. A turn is ``running`` until its
 first terminal update (``completed | aborted | error``); after that it is
 settled: repeating the same terminal status is a no-op (no second
 notification), a different one is refused with ``CONFLICT`` (a stale
-response, e.g. after the boot fence aborted the turn).
+response, e.g. after the boot fence aborted the turn). A turn in a Plan/Goal
+session that a running task run is bound to is refused with
+``PLAN_REQUIRES_INTERACTIVE_SESSION`` (seed 003 §4.11, ``store.tasks.require_interactive``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from store import notifications, queue
+from store import notifications, queue, tasks
 from store.errors import Conflict, InvalidInput, NotFound
 from store.snapshots import PreparedSnapshot, store_snapshot
 from store.usage import cost_micros
@@ -93,7 +95,8 @@ def start_turn(
     the same snapshot returns the existing row (a retry); anything else is a
     CONFLICT, and so is a new turn while another one of the session is still
     running (one running turn per session). Provider/model default to the session's current binding (the
-    snapshot at run time).
+    snapshot at run time). A new turn in a Plan/Goal session while a task run bound to it is running is
+    ``PLAN_REQUIRES_INTERACTIVE_SESSION``: it would be the unattended run doing contract work (§4.11).
     """
     existing = get_turn(conn, turn_id)
     if existing is not None:
@@ -106,11 +109,12 @@ def start_turn(
             f"turn {turn_id} already exists ({existing['status']} in session {existing['sessionId']})",
             data={"turnId": turn_id, "status": existing["status"]},
         )
-    if provider_id is None or model_id is None:
-        row = conn.execute("SELECT provider_id, model_id FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        if row is not None:
-            provider_id = provider_id if provider_id is not None else row[0]
-            model_id = model_id if model_id is not None else row[1]
+    row = conn.execute("SELECT provider_id, model_id, mode FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if row is not None:
+        # Before any provider work: the session may have been switched to Plan/Goal after its run started.
+        tasks.require_interactive(conn, session_id, row[2], work="start a turn")
+        provider_id = provider_id if provider_id is not None else row[0]
+        model_id = model_id if model_id is not None else row[1]
     if retry_of is not None:
         earlier = get_turn(conn, retry_of)
         if earlier is None or earlier["sessionId"] != session_id:

@@ -8,7 +8,11 @@ response is routed to the session its request belongs to.
 never replacing) → the pending row + receipt in one transaction → the intent
 removed. A crash before the row commits leaves an intent without a row; boot
 removes that artifact (``store.plans.sweep_intents``), so no plan file without
-its row survives, and the retried submission runs once.
+its row survives, and the retried submission runs once. A submission that fails
+before its row is sent to the DB, or whose transaction is refused, removes its
+artifact and intent itself. The markdown limit (UTF-8 bytes) and §4.11 (no
+proposal while an unattended task run is running in the session:
+``PLAN_REQUIRES_INTERACTIVE_SESSION``) are checked before anything is written.
 
 After the commit they publish ``plan.requested`` (the pending row) and
 ``plan.resolved`` (approved/rejected/expired); rows the boot fence interrupts
@@ -29,10 +33,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import trio
+
 from actors.session_context import Lines, SessionContext
 from protocol import models as m
 from runtime.context import ReadContext, Services
-from store import approvals, plans
+from store import approvals, plans, tasks
 from store.errors import Conflict, CorruptData, InvalidInput, StoreError
 from store.fsutil import remove_file_durable
 from store.ids import new_id
@@ -43,9 +49,17 @@ __all__ = ["check_mode_change", "finish_execution", "pending", "publish_executio
            "start_execution", "submit"]
 
 
+UNDO_SECONDS = 10.0
+"""How long a failed submission may spend removing its own files when it is being cancelled
+(the actor stopping); past it, the boot sweep finishes the job from the intent."""
+
+
 async def submit(ctx: SessionContext, p: m.PlansSubmitParams, key: ReceiptKey | None) -> Any:
     row = ctx.row
     kind = p.kind
+    # The wire bound counts characters; the artifact bound is bytes: refused before anything is written.
+    markdown = p.markdown.encode("utf-8")
+    plans.check_markdown_size(markdown)
     root = row.get("projectPath")
     if not root:
         raise InvalidInput(f"session {ctx.sid} has no project: a {kind} artifact needs the session's workspace",
@@ -56,20 +70,35 @@ async def submit(ctx: SessionContext, p: m.PlansSubmitParams, key: ReceiptKey | 
     if row.get("mode") != kind:
         raise Conflict(f"session {ctx.sid} is in {row.get('mode')} mode; a {kind} is submitted in {kind} mode",
                        data={"sessionId": ctx.sid, "mode": row.get("mode")})
-    now = ctx.now()
-    existing = await ctx.read(plans.pending_of, ctx.sid, now)
+    now, sid = ctx.now(), ctx.sid
+
+    def gate(conn: Any) -> dict[str, Any] | None:
+        # §4.11: the session may have been switched to this mode while a task run bound to it is
+        # running; that run cannot show or approve a proposal. No race with tasks.startRun: it refuses a
+        # session already in a contract mode, and the mode only changes through this session's actor.
+        tasks.require_interactive(conn, sid, kind, work=f"submit a {kind}")
+        return plans.pending_of(conn, sid, now)
+
+    existing = await ctx.read(gate)
     if existing is not None:
         raise Conflict(f"session {ctx.sid} already has a pending {existing['kind']} approval",
                        data={"sessionId": ctx.sid, "requestId": existing["requestId"]})
-    markdown = p.markdown.encode("utf-8")
     request_id = new_id("plan_")
     planned = plans.Artifact(plans.artifact_name(kind, now), plans.sha256_of(markdown), len(markdown))
-    intent, faults, sid = ctx.paths.plan_intent, ctx.faults, ctx.sid
-    await ctx.io(lambda: plans.write_intent(intent, request_id=request_id, session_id=sid, workspace_root=root,
-                                            artifact=planned, faults=faults))
-    artifact = await ctx.io(lambda: plans.write_artifact(root, kind, markdown, faults=faults, now_ms=now,
-                                                         relative_path=planned.relative_path))
-    await ctx.io(faults.point, "plans.before_row")
+    intent, faults = ctx.paths.plan_intent, ctx.faults
+    try:
+        await ctx.io(lambda: plans.write_intent(intent, request_id=request_id, session_id=sid,
+                                                workspace_root=root, artifact=planned, faults=faults))
+        artifact = await ctx.io(lambda: plans.write_artifact(root, kind, markdown, faults=faults, now_ms=now,
+                                                             relative_path=planned.relative_path))
+        await ctx.io(faults.point, "plans.before_row")
+    except BaseException:
+        # Nothing was sent to the DB yet, so no row can ever name this artifact: undo it here rather
+        # than leave the intent until a restart (the session's next submission would overwrite it and
+        # orphan the artifact). Shielded and bounded: it also runs when the actor is being stopped.
+        with trio.CancelScope(shield=True), trio.move_on_after(UNDO_SECONDS):
+            await ctx.io(plans.abandon_submission, intent, root, planned)
+        raise
 
     expired: list[str] = []
 
@@ -83,8 +112,9 @@ async def submit(ctx: SessionContext, p: m.PlansSubmitParams, key: ReceiptKey | 
     try:
         result = await ctx.commit(op)
     except StoreError:
-        await ctx.io(plans.remove_artifact, root, artifact.relative_path)
-        await ctx.io(remove_file_durable, intent)
+        # The transaction was refused: no row. Any other exception leaves the outcome unknown, so
+        # the intent stays for the boot sweep, which keeps the artifact exactly when the row exists.
+        await ctx.io(plans.abandon_submission, intent, root, artifact)
         raise
     await ctx.io(remove_file_durable, intent)
     for stale in expired:

@@ -3008,7 +3008,7 @@ class SessionMethods:
         return cast(SessionDeleteResult, await self._call("session.delete", params, True))
 
     async def start_turn(self, *, session_id: str, submission_id: str | None = None, turn_id: str | None = None, provider_id: str | None = None, model_id: str | None = None, environment: RunEnvironmentSnapshot | None = None, input: TurnInput | None = None, retry_of: str | None = None) -> Turn:
-        """``session.startTurn``: Record a running turn, optionally with its run environment snapshot. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``session.startTurn``: Record a running turn, optionally with its run environment snapshot; in a plan/goal session that a running task run is bound to it is PLAN_REQUIRES_INTERACTIVE_SESSION. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["sessionId"] = session_id
         if submission_id is not None:
@@ -3729,7 +3729,7 @@ class PlansMethods:
         self._call = call
 
     async def submit(self, *, session_id: str, turn_id: str, tool_call_id: str, kind: Literal["plan", "goal"], markdown: str, workspace_root: str, submission_id: str | None = None, title: str | None = None, question: str | None = None, expires_at: int | None = None) -> PlanApproval:
-        """``plans.submit``: Write the exact Markdown to a unique .pi/<kind>/*.md and open the session's one pending approval. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``plans.submit``: Write the exact Markdown to a unique .pi/<kind>/*.md and open the session's one pending approval; refused with PLAN_REQUIRES_INTERACTIVE_SESSION while a task run bound to the session is running. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["sessionId"] = session_id
         params["turnId"] = turn_id

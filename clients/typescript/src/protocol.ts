@@ -1545,7 +1545,7 @@ export interface PlansSubmitParams {
   /** Message/turn/entry id. */
   toolCallId: string;
   kind: "plan" | "goal";
-  /** Written byte-for-byte (UTF-8) to .pi/<kind>/<unique>.md. */
+  /** Written byte-for-byte (UTF-8) to .pi/<kind>/<unique>.md; at most 1,048,576 bytes of UTF-8 (PAYLOAD_TOO_LARGE), so fewer characters when some are multi-byte. */
   markdown: string;
   title?: string;
   question?: string;
@@ -3131,7 +3131,7 @@ export interface TasksUpdateParams {
   enabled?: boolean | null;
   projectId?: number | null;
   mode?: "plan" | "agent" | "goal" | "chat" | null;
-  /** Replaces the whole config object. */
+  /** Replaces the whole config object; without a mode in it the task keeps its mode (change it with mode or config.mode). */
   config?: JsonObject | null;
 }
 
@@ -3497,7 +3497,7 @@ export interface Methods {
   "session.updateMetadata": { params: SessionUpdateMetadataParams; result: SessionSummary };
   /** Delete the session, its index rows and both transcript files. (mutating: accepts submissionId) */
   "session.delete": { params: SessionDeleteParams; result: SessionDeleteResult };
-  /** Record a running turn, optionally with its run environment snapshot. (mutating: accepts submissionId) */
+  /** Record a running turn, optionally with its run environment snapshot; in a plan/goal session that a running task run is bound to it is PLAN_REQUIRES_INTERACTIVE_SESSION. (mutating: accepts submissionId) */
   "session.startTurn": { params: StartTurnParams; result: Turn };
   /** Finish a turn (completed/aborted/error) and maybe create its notification. (mutating: accepts submissionId) */
   "session.endTurn": { params: EndTurnParams; result: EndTurnResult };
@@ -3607,7 +3607,7 @@ export interface Methods {
   "tasks.startRun": { params: TasksStartRunParams; result: TaskRun };
   /** Settle a running run (completed/aborted/error). (mutating: accepts submissionId) */
   "tasks.finishRun": { params: TasksFinishRunParams; result: TaskRun };
-  /** Write the exact Markdown to a unique .pi/<kind>/*.md and open the session's one pending approval. (mutating: accepts submissionId) */
+  /** Write the exact Markdown to a unique .pi/<kind>/*.md and open the session's one pending approval; refused with PLAN_REQUIRES_INTERACTIVE_SESSION while a task run bound to the session is running. (mutating: accepts submissionId) */
   "plans.submit": { params: PlansSubmitParams; result: PlanApproval };
   /** Pending, unexpired plan/goal approvals only, with their original expiresAt. */
   "plans.pending": { params: PlansPendingParams; result: PlansPendingResult };
