@@ -13,7 +13,10 @@ from .models_secrets import MAX_SECRET_CHARS
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 BaseUrl = Annotated[str, StringConstraints(min_length=1, max_length=2048)]
-ApiKey = Annotated[str, StringConstraints(min_length=1, max_length=MAX_SECRET_CHARS)]
+# Sent as an HTTP header value: a CR/LF (or any control character) could never be sent, and the failure
+# would read as an unreachable provider.
+ApiKey = Annotated[str, StringConstraints(min_length=1, max_length=MAX_SECRET_CHARS,
+                                          pattern=r"^[^\x00-\x1f\x7f]+$")]
 
 
 class ProviderFields(Params):
@@ -73,7 +76,8 @@ class ProviderResult(Result):
 class ProvidersCreateParams(MutatingParams, ProviderFields):
     id: WireId | None = Field(default=None, description="Default: derived from the receipt key, else random.")
     name: Name
-    api_key: ApiKey | None = Field(default=None, description="Stored encrypted in the secret store, never in SQLite.")
+    api_key: ApiKey | None = Field(default=None, description="Stored encrypted in the secret store, never in "
+                                   "SQLite; no control characters (it is sent as a header).")
 
 
 class ProvidersUpdateParams(MutatingParams, ProviderFields):

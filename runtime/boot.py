@@ -29,6 +29,7 @@ import orjson
 
 from runtime.datadir import DataDir
 from store.approvals import apply_recorded_decisions
+from store.config.providers import follow_stored_keys
 from store.config.secrets_meta_rebuild import rebuild_secrets_meta
 from store.errors import StoreError
 from store.faults import NO_FAULTS, Faults
@@ -139,15 +140,20 @@ def _count_damage(sid: str, scan: TailScan | None, counts: dict[str, int], damag
         log.warning("transcript of %s has damaged lines (skipped)", sid, extra={"damage": entry})
 
 
-def _secrets_meta_step(conn: sqlite3.Connection, data_dir: DataDir, *, db_rebuilt: bool) -> dict[str, Any]:
-    """Rebuild/repair ``secrets_meta`` in one transaction; an unreadable directory is reported, not fatal."""
+def _secrets_meta_step(conn: sqlite3.Connection, data_dir: DataDir, *, db_rebuilt: bool,
+                       now_ms: int) -> dict[str, Any]:
+    """Rebuild/repair ``secrets_meta`` in one transaction, and the providers' ``hasApiKey`` with it; an
+    unreadable directory is reported, not fatal."""
     try:
         with transaction(conn):
             out = rebuild_secrets_meta(conn, data_dir.secrets_dir, db_rebuilt=db_rebuilt)
+            followed = follow_stored_keys(conn, now_ms=now_ms)
     except OSError as exc:
         log.warning("secrets_meta rebuild skipped: %s", exc)
         return {"error": f"{type(exc).__name__}: {exc}"}
-    if out["added"] or out["removed"] or out["skipped"]:
+    if followed:
+        out["providersFollowed"] = followed
+    if out["added"] or out["removed"] or out["skipped"] or followed:
         log.info("secrets_meta repaired from secrets/ files", extra={"secrets": out})
     return out
 
@@ -209,7 +215,8 @@ def run_boot(
     between("the secrets_meta rebuild")
     # 2b. secrets_meta from the secrets/*.sec headers (full rebuild after an index rebuild)
     report["secrets"] = _secrets_meta_step(conn, data_dir,
-                                           db_rebuilt=bool(open_report.rebuilt or open_report.created_fresh))
+                                           db_rebuilt=bool(open_report.rebuilt or open_report.created_fresh),
+                                           now_ms=now_ms())
     between("reconciling the transcripts with the index")
     # 3. reconcile the index with every transcript (and every row with its file)
     rows = index_marks(conn)

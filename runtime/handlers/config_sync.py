@@ -29,6 +29,7 @@ from protocol import models as m
 from runtime.context import HostContext, Services
 from store.config import config_sync as sync
 from store.config import secrets as secret_store
+from store.config.providers import validate_base_url
 from store.config.settings import get_value, set_value
 from store.errors import Conflict, InvalidInput, NotFound
 from store.receipts import ReceiptKey
@@ -73,8 +74,9 @@ async def get(ctx: HostContext, p: m.ConfigSyncGetParams, key: ReceiptKey | None
 async def configure(ctx: HostContext, p: m.ConfigSyncConfigureParams, key: ReceiptKey | None) -> Any:
     vault: Vault = ctx.services.get(VAULT)
     sent = p.model_fields_set
-    if p.webdav_url is not None and not p.webdav_url.startswith(("http://", "https://")):
-        raise InvalidInput("webdavUrl must be an http:// or https:// URL", data={"field": "webdavUrl"})
+    if p.webdav_url is not None:
+        # stored in SQLite and echoed: a user:password@ or a ?token= in it would be a secret in plaintext
+        validate_base_url(p.webdav_url, "webdavUrl", instead="set webdavUsername and webdavPassword instead")
     if p.vault_key is not None:
         sync.decode_vault_key(p.vault_key)
     now = ctx.now()

@@ -111,14 +111,14 @@ async def create(ctx: HostContext, p: m.ProvidersCreateParams, key: ReceiptKey |
             raise Conflict(f"provider {pid!r} already exists", data={"providerId": pid})
         now = ctx.now()
         wrote = False
-        if p.api_key is not None:
-            async with vault.lock:
-                fresh = not await vault.run(vault.store.exists, ref)
+        async with vault.lock:
+            stored = await vault.run(vault.store.exists, ref)  # a key set under provider/<id> before the row
+            if p.api_key is not None:
                 await vault.run(lambda: vault.store.set(ref, p.api_key or "", now_ms=now))
-                wrote = fresh
+                wrote, stored = not stored, True
 
         def effect(conn: Any) -> Any:
-            row = store.insert_provider(conn, pid, fields, secret_ref=ref if p.api_key is not None else None,
+            row = store.insert_provider(conn, pid, fields, secret_ref=ref if stored else None,
                                         owner=None, now_ms=now)
             if p.api_key is not None:
                 secret_store.upsert_meta(conn, ref, owner_kind="provider", owner_id=pid, kind="api_key", now_ms=now)
@@ -185,10 +185,13 @@ async def delete(ctx: HostContext, p: m.ProvidersDeleteParams, key: ReceiptKey |
         row = await ctx.read(store.get_provider, pid)
         require_owner(ctx.caller, row["ownerPluginId"], what=f"provider {pid}", user_may_change=False)
         now = ctx.now()
-        ref = row["secretRef"]
-        if ref is not None:
-            async with vault.lock:
-                await vault.run(lambda: vault.store.delete(ref, now_ms=now))  # file first: the key is gone
+        # its key, whether or not the row knew of it (one stored by secrets.set before the row existed)
+        key_ref: str = row["secretRef"] or store.secret_ref_for(pid)
+        async with vault.lock:
+            stored = await vault.run(vault.store.exists, key_ref)
+            if stored:
+                await vault.run(lambda: vault.store.delete(key_ref, now_ms=now))  # file first: the key is gone
+        ref = key_ref if stored or row["secretRef"] is not None else None
 
         def effect(conn: Any) -> Any:
             current = store.get_provider(conn, pid)

@@ -42,7 +42,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from store import project_groups, skills
 from store.config import catalog, providers
-from store.config.settings import delete_value, get_value, namespace_rows, set_value
+from store.config.settings import get_value, namespace_rows, set_value
 from store.config.settings_rules import APP_NS, APP_SETTINGS_KEY, clean_app, plan_write
 from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge
 from store.fsutil import atomic_write
@@ -289,9 +289,8 @@ def apply_portable(conn: sqlite3.Connection, doc: dict[str, Any], now_ms: int, p
             stored_key = index.normalize_project_path(key) if ns == "projectMemory" else key
             memory = normalize_memory(value, now_ms, field=f"bundle.{section}")
             if memory is EMPTY:
-                delete_value(conn, ns, stored_key)
-            else:
-                set_value(conn, ns, stored_key, memory, now_ms)
+                continue  # apply adds and updates, never deletes: an empty memory leaves the local one
+            set_value(conn, ns, stored_key, memory, now_ms)
             counts["memory"] += 1
     for gid, text in _section(doc, "projectGroupInstructions", dict).items():
         if not isinstance(text, str):

@@ -38,6 +38,7 @@ __all__ = [
     "order_ids",
     "provider_view",
     "follow_key",
+    "follow_stored_keys",
     "secret_ref_for",
     "set_order",
     "update_provider",
@@ -74,7 +75,9 @@ def secret_ref_for(provider_id: str) -> str:
     return f"{_KEY_PREFIX}{provider_id}"
 
 
-def validate_base_url(url: object, field: str = "baseUrl") -> str:
+def validate_base_url(url: object, field: str = "baseUrl", *, instead: str = "set apiKey instead") -> str:
+    """``url`` if it is an http(s) URL with a host that carries no credential (never stored in SQLite);
+    ``instead`` says where the credential goes."""
     if not isinstance(url, str) or len(url) > 2048:
         raise InvalidInput(f"{field} must be a URL of at most 2048 characters", data={"field": field})
     if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):
@@ -91,10 +94,10 @@ def validate_base_url(url: object, field: str = "baseUrl") -> str:
     except UnicodeError:
         raise InvalidInput(f"{field} has an invalid host name", data={"field": field}) from None
     if parts.username or parts.password:
-        raise InvalidInput(f"{field} must not carry credentials; set apiKey instead", data={"field": field})
+        raise InvalidInput(f"{field} must not carry credentials; {instead}", data={"field": field})
     why = is_credential_value(url)  # a key in the query (?key=, ?api_key=, ?sig=): never stored in SQLite
     if why:
-        raise InvalidInput(f"{field} must not carry credentials ({why}); set apiKey instead", data={"field": field})
+        raise InvalidInput(f"{field} must not carry credentials ({why}); {instead}", data={"field": field})
     try:
         parts.port  # noqa: B018 - raises ValueError for a bad port
     except ValueError:
@@ -167,6 +170,22 @@ def follow_key(conn: sqlite3.Connection, ref: str, *, stored: bool, now_ms: int)
     changed = conn.execute("UPDATE providers SET secret_ref = ?, updated_at = ? WHERE id = ? AND secret_ref IS NOT ?",
                            (value, now_ms, provider_id, value)).rowcount
     return provider_id if changed else None
+
+
+def follow_stored_keys(conn: sqlite3.Connection, *, now_ms: int) -> list[str]:
+    """Boot, after ``secrets_meta`` was repaired from the ``secrets/*.sec`` files (the source of truth
+    for which keys exist): every provider's ``secret_ref`` says whether its key is stored. A crash
+    between a key file's write or unlink and the row (``providers.update`` of ``apiKey``) left
+    ``hasApiKey`` saying the opposite of the store. The ids changed."""
+    want = ("CASE WHEN EXISTS (SELECT 1 FROM secrets_meta s WHERE s.secret_ref = ? || providers.id) "
+            "THEN ? || providers.id END")
+    changed = [str(r[0]) for r in conn.execute(
+        f"SELECT id FROM providers WHERE secret_ref IS NOT ({want})",  # noqa: S608 - a fixed fragment
+        (_KEY_PREFIX, _KEY_PREFIX))]
+    if changed:
+        conn.execute(f"UPDATE providers SET secret_ref = ({want}), updated_at = ? "  # noqa: S608
+                     f"WHERE secret_ref IS NOT ({want})", (_KEY_PREFIX, _KEY_PREFIX, now_ms, _KEY_PREFIX, _KEY_PREFIX))
+    return changed
 
 
 def get_provider(conn: sqlite3.Connection, provider_id: str) -> dict[str, Any]:

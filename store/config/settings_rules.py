@@ -410,7 +410,7 @@ def plan_write(ns: str, current: Mapping[str, Any], changes: Mapping[str, Any], 
         plan.values[key] = None if new is DELETE else new
         if new is DELETE and not exists:
             continue
-        if new is DELETE or current.get(stored_key) != new:
+        if new is DELETE or not exists or current.get(stored_key) != new:  # a new key set to null is new too
             plan.changed.append(stored_key)
     if rules.max_keys and existing_keys + len(added) - len(removed) > rules.max_keys and added:
         key = sorted(added)[0]

@@ -1959,7 +1959,7 @@ export interface ProvidersCreateParams {
   submissionId?: string | null;
   /** Default: derived from the receipt key, else random. */
   id?: string | null;
-  /** Stored encrypted in the secret store, never in SQLite. */
+  /** Stored encrypted in the secret store, never in SQLite; no control characters (it is sent as a header). */
   apiKey?: string | null;
 }
 
