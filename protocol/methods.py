@@ -1097,7 +1097,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.SessionExportParams,
         m.SessionExportResult,
         "Markdown, a self-contained HTML page or this host's JSONL; secrets and thinking excluded by default.",
-        _codes(_SESSION_READ, ("CONFLICT", "PAYLOAD_TOO_LARGE", "PERMISSION_DENIED")),
+        # NOT_FOUND: outPath's directory does not exist
+        _codes(_SESSION_READ, ("CONFLICT", "NOT_FOUND", "PAYLOAD_TOO_LARGE", "PERMISSION_DENIED")),
     ),
 )
 

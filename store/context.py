@@ -39,7 +39,12 @@ branch under the user message"); when the root differs (an edit), the whole
 chain, its user message first, hangs off the root's parent ("a sibling under
 the original parent"). Siblings are ordered by
 revision index (the live root and its first reply carry the stamped
-``activeRevision``; an unsaved live variant sorts last).
+``activeRevision``; an unsaved live variant sorts last; an archived node
+carries its branch's index, or from a later user turn stamped with a family of
+its own, that family's stamped index). Each message shows once: the variant a
+family's placed root already shows (the live one, or the one an enclosing
+archived branch holds, per its root's stamp) is not placed again from its
+stored copy.
 Archived node ids are ``rev:<rootUserId>:<revisionIndex>:<messageId>`` (unique
 even where a branch shares message ids with the live transcript); every node
 also carries ``messageId``.
@@ -64,7 +69,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from store.compaction import normalize_on_read, split_valid
-from store.revisions import family_of, find_root, live_stamps
+from store.ids import remapped_message_id
+from store.revisions import family_of, live_stamps, stamp_of
 from store.snapshots import load_snapshot
 from store.transcripts.records import extract_text, meta_of
 
@@ -204,7 +210,7 @@ def latest_turn_context(
     ):
         at = by_turn.get(turn_id, -1)
         if isinstance(input_id, str):  # the bound input, as sent or in its D444 spelling
-            at = max(at, by_message.get(input_id, -1), by_message.get(f"{session_id}:{input_id}", -1))
+            at = max(at, by_message.get(input_id, -1), by_message.get(remapped_message_id(session_id, input_id), -1))
         if status == "running":
             at = len(records)
         if at < 0:
@@ -282,7 +288,7 @@ def build_tree(
             fam = family_of(rec)
             if fam not in roots.parent:
                 rev = stamps.get(fam)
-                roots.seen(fam, str(rec["id"]), rec, visible)
+                roots.seen(fam, str(rec["id"]), rec, visible, shown=rev)
             reply_rev = rev
         elif reply_rev is not None:
             rev, reply_rev = reply_rev, None
@@ -290,12 +296,8 @@ def build_tree(
         if not deleted:
             visible = str(rec["id"])
     active_leaf = visible
-    # archived branches: skip live references and the stored copy of the variant that is live now
-    archived = [
-        b for b in branches
-        if not b.live and b.messages
-        and not (stamps.get(b.root_user_id) == b.revision_index and find_root(records, b.root_user_id) is not None)
-    ]
+    # archived branches: live references name the live suffix, already placed above
+    archived = [b for b in branches if not b.live and b.messages]
     archived.sort(key=lambda b: (b.root_user_id, b.revision_index))
     pending = list(archived)
     # A branch whose root is not live may hang inside another archived branch: resolve iteratively.
@@ -304,7 +306,10 @@ def build_tree(
         rest: list[StoredBranch] = []
         for b in pending:
             if b.root_user_id in roots.parent:
-                _add_branch(nodes, roots, b, roots.parent[b.root_user_id])
+                # The variant the family's placed root already shows inline (the live one, or the one an
+                # enclosing archived branch holds) is in the tree once: its stored copy is skipped.
+                if roots.shown.get(b.root_user_id) != b.revision_index:
+                    _add_branch(nodes, roots, b, roots.parent[b.root_user_id])
                 progressed = True
             else:
                 rest.append(b)
@@ -318,15 +323,19 @@ def build_tree(
 
 @dataclass
 class _Roots:
-    """Per revision family, the first root message placed in the tree: its parent, node and record."""
+    """Per revision family, the first root message placed in the tree: its parent, node and record, and
+    the variant the chain through it shows (None: unknown, an unsaved variant)."""
 
     parent: dict[str, str | None] = field(default_factory=dict)
     node: dict[str, tuple[str, Mapping[str, Any]]] = field(default_factory=dict)
+    shown: dict[str, int | None] = field(default_factory=dict)
 
-    def seen(self, family: str, node_id: str, rec: Mapping[str, Any], parent: str | None) -> None:
+    def seen(self, family: str, node_id: str, rec: Mapping[str, Any], parent: str | None, *,
+             shown: int | None) -> None:
         if family not in self.parent:
             self.parent[family] = parent
             self.node[family] = (node_id, rec)
+            self.shown[family] = shown
 
 
 def _same_message(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -334,17 +343,30 @@ def _same_message(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 
 def _add_branch(nodes: list[dict[str, Any]], roots: _Roots, b: StoredBranch, attach: str | None) -> None:
+    """Place one archived branch. A later user turn in it whose root line is stamped with a family of its
+    own starts that family's variant (the stamp says which one was live when the branch left): from
+    there on its nodes carry that family's index, and the root records which variant it shows, so the
+    stored copy of that same variant is not placed a second time (``build_tree``)."""
     parent = attach
-    messages = b.messages
+    skip = 0
     placed = roots.node.get(b.root_user_id)
-    if placed is not None and messages and _same_message(messages[0], placed[1]):
-        parent, messages = placed[0], messages[1:]  # a regenerate: the branch goes on under that message
-    for rec in messages:
+    if placed is not None and b.messages and _same_message(b.messages[0], placed[1]):
+        parent, skip = placed[0], 1  # a regenerate: the branch goes on under that message
+    label: int | None = b.revision_index
+    for i, rec in enumerate(b.messages):
+        user = rec.get("role") == "user"
+        family = family_of(rec) if user else None
+        own = family == b.root_user_id
+        shown = b.revision_index if own else stamp_of(rec).active
+        if user and not own and shown is not None:
+            label = shown  # a nested family's stamped variant; an unstamped turn stays in this one
+        if i < skip:
+            continue
         node_id = archived_node_id(b.root_user_id, b.revision_index, str(rec.get("id")))
-        if rec.get("role") == "user":
-            roots.seen(family_of(rec), node_id, rec, parent)
+        if family is not None:
+            roots.seen(family, node_id, rec, parent, shown=shown)
         nodes.append(_node(rec, node_id, parent, active=False, deleted=rec.get("id") in b.deleted,
-                           revision_index=b.revision_index))
+                           revision_index=label))
         parent = node_id
 
 

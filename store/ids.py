@@ -33,6 +33,20 @@ def validate_wire_id(value: object, field: str = "id") -> str:
     return value
 
 
+MAX_WIRE_ID_CHARS = 200
+
+
+def remapped_message_id(session_id: str, message_id: str) -> str:
+    """The D444 spelling of a client's message id that another session already holds:
+    ``{sessionId}:{id}``, or, when that would pass the 200-character wire id limit (a read's id must
+    be usable as a method's message id as it is), ``{sessionId}:sha256={sha256(id)[:40]}``. Deterministic:
+    every lookup of the client's id finds the same spelling."""
+    spelled = f"{session_id}:{message_id}"
+    if len(spelled) <= MAX_WIRE_ID_CHARS:
+        return spelled
+    return f"{session_id}:sha256={hashlib.sha256(message_id.encode('utf-8')).hexdigest()[:40]}"
+
+
 def new_id(prefix: str = "") -> str:
     """A fresh random id (128 bits, url-safe), valid as a session id."""
     return prefix + secrets.token_hex(16)

@@ -29,6 +29,7 @@ import orjson
 from store.errors import CorruptData, StoreError
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, fsync_dir, remove_file_durable
+from store.ids import remapped_message_id
 from store.indexing import index
 from store.indexing.reconcile import apply_plan, plan_reconcile
 from store.jsonio import dumps_line, loads_line
@@ -158,7 +159,7 @@ def indexed_state(conn: sqlite3.Connection, session_id: str, transcript: Path, m
 
 def remapped_id(session_id: str, message_id: str) -> str:
     """The id the append path gives a message whose id another session owns (D444)."""
-    return f"{session_id}:{message_id}"
+    return remapped_message_id(session_id, message_id)
 
 
 def promoted_record(cp: Checkpoint, *, turn_completed: bool) -> dict[str, Any]:

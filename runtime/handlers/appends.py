@@ -26,6 +26,7 @@ from actors.session_context import Lines, SessionContext
 from protocol import models as m
 from runtime.context import Pinned
 from runtime.handlers import inflight
+from store.ids import remapped_message_id
 from store.indexing.appends import (
     AppendPlan,
     AppendRequest,
@@ -64,7 +65,7 @@ async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> lis
     log = ctx.index_log
     candidates = [mid for r in requests if isinstance(mid := r.message.get("id"), str)]
     roots = [root for r in requests if (root := named_root(r.message)) is not None]  # rare: edits naming one
-    pending = log.held([*candidates, *(f"{sid}:{m}" for m in candidates), *roots])
+    pending = log.held([*candidates, *(remapped_message_id(sid, m) for m in candidates), *roots])
     revisions_path = ctx.paths.revisions if roots else None
 
     checkpoint = inflight.AfterAppend(ctx)

@@ -19,7 +19,7 @@ from runtime.context import ReadContext
 from runtime.handlers import inflight, queue, turn_aftermath
 from store import bindings, turns
 from store.errors import InvalidInput
-from store.ids import new_id
+from store.ids import new_id, remapped_message_id
 from store.indexing import index
 from store.jsonio import loads_line
 from store.receipts import ReceiptKey
@@ -105,7 +105,7 @@ async def verify_environment(ctx: SessionContext, p: m.VerifyEnvironmentParams, 
 
     def check(conn: Any) -> Any:
         def record(message_id: str) -> dict[str, Any] | None:
-            for mid in (message_id, f"{sid}:{message_id}"):  # as sent, or its D444 spelling
+            for mid in (message_id, remapped_message_id(sid, message_id)):  # as sent, or its D444 spelling
                 hit = index.lookup_ids(conn, [mid]).get(mid)
                 if hit is not None and hit[0] == sid:
                     return loads_line(read_spans(path, [(hit[2], hit[3])])[0])

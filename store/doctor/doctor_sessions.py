@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from store.doctor.doctor_report import DoctorReport, Progress, Severity
 from store.fsutil import TEMP_MARKER, fsync_dir, sweep_temp_files
+from store.ids import remapped_message_id
 from store.indexing.index import IndexRecord
 from store.indexing.reconcile import ReconcilePlan, TailScan, apply_plan, dedupe, read_header, scan_from
 from store.rules import SESSION_ID_RE
@@ -116,7 +117,8 @@ def compare_index(conn: sqlite3.Connection, sid: str, path: Path, scan: TailScan
     missing, wrong_seq, wrong_offset, off_line, wrong_deleted = [], 0, 0, 0, 0
     for position, item in enumerate(records):
         rid = item.record["id"]
-        key = rid if rid in rows else f"{sid}:{rid}" if f"{sid}:{rid}" in rows else None
+        spelled = remapped_message_id(sid, rid)
+        key = rid if rid in rows else spelled if spelled in rows else None
         if key is None:
             missing.append(rid)
             continue
@@ -188,7 +190,7 @@ def _collect(facts: SessionFacts, sid: str, records: Iterable[IndexRecord]) -> N
     ids = facts.message_ids.setdefault(sid, set())
     for item in records:
         rid = item.record["id"]
-        ids.update((rid, f"{sid}:{rid}"))
+        ids.update((rid, remapped_message_id(sid, rid)))
         for block in item.record.get("blocks") or ():
             ref = block.get("ref") if isinstance(block, dict) and block.get("type") == "attachment" else None
             if isinstance(ref, str) and ref.startswith("attachments/"):

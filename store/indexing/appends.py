@@ -51,6 +51,7 @@ from typing import Any
 
 from store import receipts
 from store.errors import Conflict, CorruptData, IdempotencyConflict, InvalidInput, SessionNotFound, StoreError
+from store.ids import remapped_message_id
 from store.indexing import index
 from store.indexing.group_commit import attempt, db_error
 from store.indexing.index import IndexRecord, PendingRows, index_messages, message_ref
@@ -244,7 +245,7 @@ def plan_appends(
         owner = known.held.get(mid)
         if mid not in group and _remapped_here(known, session_id, mid, owner):
             remapped_from = mid
-            mid = f"{session_id}:{mid}"
+            mid = remapped_message_id(session_id, mid)
             rec = {**rec, "id": mid}
         prior_write = group.get(mid)
         prior_held = known.held.get(mid) if prior_write is None else None
@@ -315,7 +316,7 @@ def _remapped_here(known: Known, session_id: str, mid: str, owner: Held | None) 
     remapped row, a final still replaces its reservation)."""
     if owner is not None:
         return owner.session_id != session_id
-    spelled = known.held.get(f"{session_id}:{mid}")
+    spelled = known.held.get(remapped_message_id(session_id, mid))
     return spelled is not None and spelled.session_id == session_id
 
 
@@ -356,7 +357,7 @@ def gather(
     for req in requests:
         mid = _client_id(req.message)
         if mid is not None:
-            candidates += [mid, f"{session_id}:{mid}"]
+            candidates += [mid, remapped_message_id(session_id, mid)]
         turn = req.turn_id if req.turn_id is not None else req.message.get("turnId")
         if isinstance(turn, str):
             turn_ids.add(turn)
@@ -594,7 +595,7 @@ def _each_ops_refs(ws: Sequence[Written], refs: Sequence[dict[str, Any]]) -> lis
     sid = ws[0].session_id
     out: list[tuple[bool, Any]] = []
     for w in ws:
-        mine = [by_id.get(mid) or by_id.get(f"{sid}:{mid}") for mid in _message_ids(w)]
+        mine = [by_id.get(mid) or by_id.get(remapped_message_id(sid, mid)) for mid in _message_ids(w)]
         out.append((True, [ref for ref in mine if ref is not None]))
     return out
 
@@ -629,7 +630,7 @@ def _refs_of(conn: sqlite3.Connection, sid: str, items: Sequence[IndexRecord], *
         sid, item.record["id"])])
     out = []
     for item in items:
-        ref = found.get(item.record["id"]) or found.get(f"{sid}:{item.record['id']}")
+        ref = found.get(item.record["id"]) or found.get(remapped_message_id(sid, item.record["id"]))
         if ref is None and not strict:
             continue
         if ref is None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from store import artifacts, receipts, thread_meta
 from store.errors import Conflict, CorruptData, LimitExceeded, SessionNotFound
+from store.ids import remapped_message_id
 from store.indexing.sql_lists import in_chunks
 from store.interchange import origin_history
 from store.session_state import with_projection
@@ -452,7 +453,7 @@ def index_messages(
             # Two sessions appended the same new id at the same moment (both checked
             # before either committed). The line keeps its id; the index row takes the
             # D444 spelling, so the index can always catch up with the file.
-            mid = f"{session_id}:{mid}"
+            mid = remapped_message_id(session_id, mid)
             rec = {**rec, "id": mid}
             prior = existing.get(mid) or lookup_ids(conn, [mid]).get(mid)
         wire_cut, line_crc = item.wire()
@@ -636,9 +637,9 @@ def reindex_session(
     taken = {mid for mid, (owner, *_rest) in lookup_ids(conn, (it.record["id"] for it in messages)).items()
              if owner != session_id}
     if taken:
-        messages = [replace(it, record={**it.record, "id": f"{session_id}:{it.record['id']}"})
+        messages = [replace(it, record={**it.record, "id": remapped_message_id(session_id, it.record["id"])})
                     if it.record["id"] in taken else it for it in messages]
-        deleted_ids = [f"{session_id}:{mid}" if mid in taken else mid for mid in deleted_ids]
+        deleted_ids = [remapped_message_id(session_id, mid) if mid in taken else mid for mid in deleted_ids]
     rows = []
     for seq, item in enumerate(messages, start=1):
         rec = item.record
@@ -705,7 +706,7 @@ def iter_window_spans(
 
 def client_spellings(session_id: str, message_id: str) -> tuple[str, str]:
     """The ids a client's message id may be stored under in its session: as chosen, or D444-remapped."""
-    return message_id, f"{session_id}:{message_id}"
+    return message_id, remapped_message_id(session_id, message_id)
 
 
 def line_spellings(session_id: str, message_id: str) -> tuple[str, ...]:

@@ -364,3 +364,25 @@ async def test_the_replacing_final_keeps_the_owning_turn_in_the_transcript(tmp_p
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             got = (await c.call("session.get", {"sessionId": sid}))["messages"]
             assert [(m["id"], m.get("turnId")) for m in got] == [("u1", "t1"), ("a1", "t1")]
+
+
+async def test_a_remapped_long_id_stays_a_usable_wire_id(tmp_path):
+    """D444 + the 200-character wire id limit: '{sessionId}:{id}' of a 190-character id is 223 characters,
+    which no method accepted back (messageAround from a search hit, deleteMessage, fork, truncateFrom).
+    Such an id is remapped to '{sessionId}:sha256={40 hex}'; the client's id still finds it."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            a, b = await new_session(c), await new_session(c)
+            long_id = "m" * 190
+            await c.call("session.appendMessage", {"sessionId": a, "message": msg(long_id, "first copy")})
+            got = await c.call("session.appendMessage", {"sessionId": b, "message": msg(long_id, "second copy")})
+            mid = got["message"]["id"]
+            assert got["remappedFrom"] == long_id and len(mid) <= 200 and mid.startswith(f"{b}:sha256=")
+            replay = await c.call("session.appendMessage", {"sessionId": b, "message": msg(long_id, "second copy")})
+            assert replay["replayed"] is True and replay["message"]["id"] == mid
+            hit = (await c.call("search.query", {"query": "second copy"}))["results"][0]
+            assert hit["messageId"] == mid
+            page = await c.call("session.get", {"sessionId": b, "messageAround": mid, "messageLimit": 3})
+            assert [m["id"] for m in page["messages"]] == [mid]
+            await c.call("session.deleteMessage", {"sessionId": b, "messageId": long_id})  # the client's id
+            assert [m.get("deleted") for m in (await c.call("session.get", {"sessionId": b}))["messages"]] == [True]
