@@ -20,14 +20,15 @@ from .models_common import (
 # ---------------------------------------------------------------------------
 # Search (seed 003 §4.8)
 
-Query = Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS)]
+Query = Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS), Field(
+    description="Literal text, trimmed of leading and trailing whitespace; %, _, quotes and backslashes are literal.")]
 SearchScope = Literal["messages", "tools"]
 _SCOPE = ("What is searched: \"messages\" (default): user and assistant text; \"tools\": tool rows' "
           "output (results and error strings, the first 65,536 characters of each), from an index of its own.")
 
 
 class SearchSessionsParams(Params):
-    query: Query = Field(description="Literal text; %, _, quotes and backslashes are literal.")
+    query: Query
     limit: int = Field(default=20, ge=1, le=100)
     cursor: Cursor | None = None
     scope: SearchScope = Field(default="messages", description=_SCOPE)

@@ -2371,6 +2371,7 @@ export interface ScheduledTask {
 }
 
 export interface SearchQueryParams {
+  /** Literal text, trimmed of leading and trailing whitespace; %, _, quotes and backslashes are literal. */
   query: string;
   sessionId?: string | null;
   limit?: number;
@@ -2385,7 +2386,7 @@ export interface SearchQueryResult {
 }
 
 export interface SearchSessionsParams {
-  /** Literal text; %, _, quotes and backslashes are literal. */
+  /** Literal text, trimmed of leading and trailing whitespace; %, _, quotes and backslashes are literal. */
   query: string;
   limit?: number;
   cursor?: string | null;
