@@ -88,7 +88,7 @@ class SessionGetParams(Params):
     message_limit: int | None = Field(default=None, ge=1, le=MAX_WINDOW)
     content_limit: int | None = Field(
         default=None, ge=1, description="Cap on each projected message's text, and on each tool call's args and result "
-                    "(characters; a structured value is measured and cut as its compact JSON text)."
+                    "(characters; a structured value is measured and cut as its compact JSON text). Ignored with full."
     )
     message_around: WireId | None = None
     message_end: int | None = Field(

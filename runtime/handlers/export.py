@@ -5,7 +5,8 @@ and no append lands halfway), streamed window by window in the actor's worker
 thread (``store/interchange/export.py``). A native pi session (``native-pi:...``) is
 exported from an immutable snapshot of its file (``store/interchange/native_pi_views.py``).
 
-Secrets are excluded by default: every value the secret store holds, credential
+Secrets are excluded by default: every value the secret store holds, the host's
+own bearer token (by its exact value, read from ``host.token``), credential
 references and secret-named values are redacted; ``includeSecrets`` turns that
 off (refused to plugins). The export is answered inline up to
 ``MAX_EXPORT_INLINE_BYTES``, or written to a new file ``outPath`` (temp file in
@@ -29,6 +30,7 @@ from store.interchange.export import (
     InlineBuffer,
     export_session,
     export_to_new_file,
+    host_token,
     secret_values,
 )
 from store.interchange.native_pi_views import NativeCatalog, export_native
@@ -65,10 +67,12 @@ def _deliver(p: m.SessionExportParams, produce: Callable[[BinaryIO], ExportRepor
 
 
 async def _secrets(read: Callable[..., Any], services: Any, include: bool) -> tuple[str, ...]:
+    """The values to redact: the secret store's and the host's own token (read in the reader's thread)."""
     if include:
         return ()
     vault = services.get(VAULT)
-    values: tuple[str, ...] = await read(lambda conn: secret_values(conn, vault.store))
+    token_path = services.data_dir.token_path
+    values: tuple[str, ...] = await read(lambda conn: (*secret_values(conn, vault.store), *host_token(token_path)))
     return values
 
 

@@ -84,6 +84,8 @@ async def create(ctx: SessionContext, p: m.SessionCreateParams, key: ReceiptKey 
 
 
 def window_request(p: m.SessionGetParams, client_kind: str) -> windows.WindowRequest:
+    """The window ``p`` asks for. ``full`` is the whole transcript with no content cap: a
+    ``contentLimit`` sent with it is ignored (not refused: clients may send both)."""
     if p.full:
         limit = None
     elif p.message_limit is not None:
@@ -91,7 +93,7 @@ def window_request(p: m.SessionGetParams, client_kind: str) -> windows.WindowReq
     else:
         limit = None if client_kind == "agent" else DEFAULT_WINDOW  # the sidecar reads whole transcripts
     return windows.WindowRequest(before=p.message_before, start=p.message_end, limit=limit,
-                                 content_limit=p.content_limit, around=p.message_around,
+                                 content_limit=None if p.full else p.content_limit, around=p.message_around,
                                  max_bytes=p.max_bytes or MAX_REPLY_BYTES)
 
 

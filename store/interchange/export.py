@@ -6,6 +6,17 @@ out, so memory does not grow with the session. Checkpoints are placed right
 after their ``throughMessageId``; the turns' run environment snapshots
 (verified against their digests) close the export.
 
+A checkpoint whose ``throughMessageId`` is tombstoned stays valid (the
+message is still in the transcript: ``session.get`` and ``session.context``
+keep serving it), so it is exported too, where that message stood: after the
+nearest exported message before it, or before every message when there is
+none. The export holds no tombstoned message, so the record's references to
+tombstoned messages move onto exported ones and the JSONL reads back to the
+same model context: ``throughMessageId`` names that nearest message before
+(kept as it is when there is none), ``firstKeptMessageId`` the nearest
+exported message at or after it, and ``retainedTail`` leaves a tombstoned
+message out (as ``session.context`` does).
+
 **Secrets are excluded by default** (seed 003 §10.4): every credential
 reference (``credentialRef(s)``/``secretRef(s)`` keys) is removed, the value
 of any key that names a secret (``apiKey``, ``token``, ``password``... the
@@ -13,11 +24,10 @@ run-snapshot rule of :func:`store.snapshots.is_secret_key`) is replaced by
 ``[redacted]``, and every occurrence of a value the secret store holds
 (``secret_values``, decrypted by the caller: :func:`secret_values`) is
 replaced in any string — message text, tool arguments and results, metadata,
-checkpoints, snapshots. So is anything shaped like the host's bearer token
-(64 hexadecimal characters standing alone, :data:`TOKEN_SHAPE`: a token a
-tool read into a transcript), except as the whole value of a digest key
-(``sha256``, ``digest``, ``*Hash``...) or in a content address
-(``attachments/<sha256>``), where that shape is a content hash.
+checkpoints, snapshots. The caller adds the host's own bearer token to those
+values (:func:`host_token`: a token a tool read into a transcript, or pasted),
+so it is redacted by its exact value; other text merely shaped like it (a
+``sha256`` a user typed, a content address) is exported as written.
 ``include_secrets`` turns all of that off. Thinking blocks are left out
 unless ``include_thinking``.
 
@@ -61,6 +71,7 @@ __all__ = [
     "Redactor",
     "export_records",
     "export_session",
+    "host_token",
     "secret_values",
 ]
 
@@ -68,11 +79,11 @@ FORMATS = ("md", "html", "jsonl")
 REDACTED = "[redacted]"
 REF_KEYS = frozenset({"credentialref", "credentialrefs", "secretref", "secretrefs"})
 MIN_SECRET_CHARS = 4
-TOKEN_SHAPE = re.compile(r"(?<![0-9A-Za-z/])(?<!sha256:)[0-9a-fA-F]{64}(?![0-9A-Za-z])")
-"""The host token's shape (``host.token``: 32 random bytes in hex), wherever it stands alone in a string;
-not after a ``/`` or ``sha256:``, where it is a content address (``attachments/<sha256>``)."""
-DIGEST_KEY_SUFFIXES = ("sha256", "digest", "hash")
+MIN_HOST_TOKEN_CHARS = 32
+"""``runtime/boot.py:load_or_create_token`` replaces a shorter ``host.token``: it is not the token."""
 WINDOW = 256
+LIVE = "deleted = 0 AND line_offset IS NOT NULL"
+"""A message row the export writes (``SessionView.records``)."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +92,8 @@ class ExportOptions:
     include_thinking: bool = False
     include_secrets: bool = False
     secret_values: tuple[str, ...] = ()
-    """Values the secret store holds; any occurrence is replaced (ignored with ``include_secrets``)."""
+    """Values the secret store holds and the host's own token (:func:`host_token`); any occurrence is
+    replaced (ignored with ``include_secrets``)."""
     attachments: AttachmentFiles | None = None
     """HTML only: image bytes to inline as data: URIs (never a network fetch)."""
     max_inline_image_bytes: int = 2 * 1024 * 1024
@@ -115,6 +127,16 @@ def secret_values(conn: sqlite3.Connection, store: SecretStore) -> tuple[str, ..
     return tuple(out)
 
 
+def host_token(path: Path) -> tuple[str, ...]:
+    """The host's bearer token from ``host.token`` (its trailing newline is not part of it), to redact by
+    its exact value; none when the file is missing or not a token (the host replaces such a file at boot)."""
+    try:
+        token = path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ()
+    return (token,) if len(token) >= MIN_HOST_TOKEN_CHARS else ()
+
+
 def _norm(key: str) -> str:
     return key.replace("-", "").replace("_", "").lower()
 
@@ -132,11 +154,10 @@ class Redactor:
     def text(self, value: str) -> str:
         if not self.enabled:
             return value
-        n = 0
-        if self._pattern is not None:
-            value, n = self._pattern.subn(REDACTED, value)
-        out, shaped = TOKEN_SHAPE.subn(REDACTED, value)
-        self.count += n + shaped
+        if self._pattern is None:
+            return value
+        out, n = self._pattern.subn(REDACTED, value)
+        self.count += n
         return out
 
     def value(self, value: Any) -> Any:
@@ -155,10 +176,6 @@ class Redactor:
                 if isinstance(inner, str) and inner and is_secret_key(str(key), credential_section=False):
                     out[key] = REDACTED
                     self.count += 1
-                    continue
-                if isinstance(inner, str) and _norm(str(key)).endswith(DIGEST_KEY_SUFFIXES) \
-                        and TOKEN_SHAPE.fullmatch(inner):
-                    out[key] = inner  # a content hash, not a token
                     continue
                 out[key] = self.value(inner)
             return out
@@ -186,18 +203,65 @@ class SessionView:
             window = index.window_rows(self.conn, sid, start, start + WINDOW)
             if not window:
                 break
-            live = [r for r in window if not r[4] and r[2] is not None]
+            live = [r for r in window if not r[4] and r[2] is not None]  # the rows LIVE selects
             for row, raw in zip(live, read_spans(self.path, [(r[2], r[3]) for r in live]), strict=True):
                 record = mark_evicted_blocks(self.conn, loads_line(raw))  # seed 000 §2.3, as session.get
                 yield record, self.checkpoints.pop(row[1], [])
             start = window[-1][0]
 
     def load_checkpoints(self) -> int:
+        """Every valid checkpoint (``index.compaction_rows``, as ``session.get``), under the id of the
+        exported message it follows (``""``: before every message), re-anchored (see the module doc)."""
         rows = index.compaction_rows(self.conn, self.row["id"])
-        for (_cid, through, _off, _len), raw in zip(rows, read_spans(self.path, [(r[2], r[3]) for r in rows]),
-                                                 strict=True):
-            self.checkpoints.setdefault(through or "", []).append(loads_line(raw))
+        for _row, raw in zip(rows, read_spans(self.path, [(r[2], r[3]) for r in rows]), strict=True):
+            after, record = self._re_anchored(loads_line(raw))
+            self.checkpoints.setdefault(after, []).append(record)
         return len(rows)
+
+    def _re_anchored(self, record: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """(the exported message ``record`` follows, ``""`` for none; the record with its references to
+        tombstoned messages moved onto exported ones)."""
+        out = dict(record)
+        after = ""
+        through = record.get("throughMessageId")
+        seq = self._seq(through)
+        if seq is not None:
+            after = self._live_near(seq, before=True) or ""
+            if after:
+                out["throughMessageId"] = after
+        first = record.get("firstKeptMessageId")
+        seq = self._seq(first)
+        if seq is not None and (kept := self._live_near(seq, before=False)) is not None:
+            out["firstKeptMessageId"] = kept
+        tail = record.get("retainedTail")
+        if isinstance(tail, list):
+            gone = self._tombstoned([m["id"] for m in tail if isinstance(m, Mapping) and isinstance(m.get("id"), str)])
+            if gone:
+                out["retainedTail"] = [m for m in tail if not (isinstance(m, Mapping) and m.get("id") in gone)]
+        return after, out
+
+    def _seq(self, message_id: Any) -> int | None:
+        if not isinstance(message_id, str):
+            return None
+        hit = self.conn.execute("SELECT seq FROM messages WHERE session_id = ? AND id = ?",
+                                (self.row["id"], message_id)).fetchone()
+        return None if hit is None else int(hit[0])
+
+    def _live_near(self, seq: int, *, before: bool) -> str | None:
+        """The exported message at ``seq``, else the nearest one before it (``before``) or after it."""
+        sql = (f"SELECT id FROM messages WHERE session_id = ? AND seq <= ? AND {LIVE} ORDER BY seq DESC LIMIT 1"
+               if before else
+               f"SELECT id FROM messages WHERE session_id = ? AND seq >= ? AND {LIVE} ORDER BY seq LIMIT 1")
+        hit = self.conn.execute(sql, (self.row["id"], seq)).fetchone()
+        return None if hit is None else str(hit[0])
+
+    def _tombstoned(self, ids: list[str]) -> frozenset[str]:
+        if not ids:
+            return frozenset()
+        marks = ", ".join("?" * len(ids))
+        return frozenset(str(r[0]) for r in self.conn.execute(
+            f"SELECT id FROM messages WHERE session_id = ? AND deleted = 1 AND id IN ({marks})",
+            (self.row["id"], *ids)))
 
     def environments(self) -> Iterator[dict[str, Any]]:
         for (turn_id,) in self.conn.execute(

@@ -2542,7 +2542,7 @@ export interface SessionGetParams {
   /** Exclusive physical end of the window. */
   messageBefore?: number | null;
   messageLimit?: number | null;
-  /** Cap on each projected message's text, and on each tool call's args and result (characters; a structured value is measured and cut as its compact JSON text). */
+  /** Cap on each projected message's text, and on each tool call's args and result (characters; a structured value is measured and cut as its compact JSON text). Ignored with full. */
   contentLimit?: number | null;
   messageAround?: string | null;
   /** Forward paging: start the window at this physical position. */
