@@ -122,7 +122,7 @@ def plan_assistant_edit(
     plan = plan_rewrite(live, fork.plan.compactions, tombstones=tombs, session_info=dict(session_info))
     lines = [
         revision_line(family, ORIGINAL_REVISION, original_tail, {}, created_at_ms=now_ms),
-        revision_live_line(family, EDITED_REVISION, created_at_ms=now_ms),
+        revision_live_line(family, EDITED_REVISION, created_at_ms=now_ms, message_count=len(live) - rpos),
     ]
     return EditPlan(fork, plan, family, str(original["id"]), str(edited["id"]), original_tail,
                     [dict(msg) for msg in live[rpos:]], lines)

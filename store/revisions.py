@@ -4,7 +4,7 @@ File format (seed 003 §2.1, §4.9, D105/D109/D307, ADR 0060), one JSON object p
 
     {"type":"revision","rootUserId":"u1","revisionIndex":1,"createdAt":"…",
      "messages":[…message records…],"turns":{"<messageId>":"<turnId>"}}
-    {"type":"revision_live","rootUserId":"u2","revisionIndex":2,"createdAt":"…"}
+    {"type":"revision_live","rootUserId":"u2","revisionIndex":2,"createdAt":"…","messageCount":2}
 
 * A *branch* is the transcript suffix rooted at a user turn. ``revision`` stores
   a branch that has left (or is about to leave) the transcript; ``revision_live``
@@ -14,6 +14,11 @@ File format (seed 003 §2.1, §4.9, D105/D109/D307, ADR 0060), one JSON object p
   in the index.
 * A legacy file holds only ``revision`` lines and reads back message for
   message. Unknown line kinds and a torn trailing line are skipped.
+* The file is the source of truth for the index rows: a row's ``created_at`` is
+  the ``createdAt`` of the key's first line, its ``message_count`` the newest
+  line's (a ``revision``'s messages; a ``revision_live``'s ``messageCount``, the
+  live suffix when it was saved — a line written before that key existed counts
+  the live suffix at rebuild), so a rebuilt index reads back what was stored.
 
 The family key of a live user message is ``meta.revisionRootId`` when present,
 else its id. Its pager stamp (``revisionCount``, ``activeRevision``,
@@ -70,14 +75,19 @@ def revision_line(
     })
 
 
-def revision_live_line(root_user_id: str, revision_index: int, *, created_at_ms: int) -> bytes:
-    """A constant-size reference to the branch that is the live transcript suffix."""
-    return dumps_line({
+def revision_live_line(root_user_id: str, revision_index: int, *, created_at_ms: int,
+                       message_count: int | None = None) -> bytes:
+    """A constant-size reference to the branch that is the live transcript suffix. ``message_count``:
+    the suffix's length when it was saved, which the index row stores (a rebuilt row reads it back)."""
+    rec: dict[str, Any] = {
         "type": REVISION_LIVE,
         "rootUserId": root_user_id,
         "revisionIndex": revision_index,
         "createdAt": ms_to_rfc3339(created_at_ms),
-    })
+    }
+    if message_count is not None:
+        rec["messageCount"] = message_count
+    return dumps_line(rec)
 
 
 # --------------------------------------------------------------------------- reading
@@ -98,6 +108,8 @@ class RevisionEntry:
     deleted: frozenset[str] = frozenset()
     """Its messages the user had deleted (tombstoned) when it left the transcript (``deleted``): a
     restore writes their tombstones again, so a deleted message never comes back with its branch."""
+    message_count: int | None = None
+    """A ``revision_live`` reference's ``messageCount`` (None: a line written before it was kept)."""
 
     @property
     def key(self) -> Key:
@@ -135,7 +147,9 @@ def _entry(rec: Mapping[str, Any]) -> RevisionEntry | None:
     raw_created = rec.get("createdAt")
     created = raw_created if isinstance(raw_created, str) else ""
     if kind == REVISION_LIVE:
-        return RevisionEntry(root, idx, True, created)
+        count = rec.get("messageCount")
+        kept_count = count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
+        return RevisionEntry(root, idx, True, created, message_count=kept_count)
     msgs = rec.get("messages")
     if not isinstance(msgs, list):
         return None
@@ -472,10 +486,13 @@ def sync_active(conn: Any, session_id: str, stamps: Mapping[str, int | None]) ->
 def rows_from_file(
     rf: RevisionFile, live_messages: Sequence[Mapping[str, Any]]
 ) -> list[tuple[str, int, int, int]]:
-    """``(root, index, message_count, created_at_ms)`` for every branch the file names."""
+    """``(root, index, message_count, created_at_ms)`` for every branch the file names: what the rows
+    stored when the lines were written (the count the newest line says, the first line's time)."""
     out = []
     for key, entry in sorted(rf.entries.items()):
-        if entry.live:
+        if entry.live and entry.message_count is not None:
+            count = entry.message_count
+        elif entry.live:  # an older reference without its count: the live suffix now
             pos = find_root(live_messages, entry.root_user_id)
             count = 0 if pos is None else len(live_messages) - pos
         else:

@@ -9,8 +9,12 @@ reply last.
 A rewrite (:func:`commit_rewrite`) is: archive every branch that is about to
 leave the transcript (a full ``revision`` line, so no ``revision_live``
 reference is ever stranded) → atomic transcript rewrite (new epoch; the
-request's receipt rides in the new header) → one DB transaction (reindex with
-owning turns, branch rows, ``is_active`` from the new root stamps, receipt).
+request's receipt rides in the new header, with the receipts the old header
+carried, so an earlier rewrite's receipt is not left only in SQLite) → one DB
+transaction (reindex with owning turns, branch rows, ``is_active`` from the new
+root stamps, receipt). A branch row stores what its revisions line says (the
+line's ``createdAt``; a reference's ``messageCount``), so a rebuilt index reads
+back the same rows.
 A crash between the rewrite and the reindex is healed by the next catch-up
 (the epoch differs, so it reindexes in full and restores the receipt from
 the header), and :func:`ensure_synced` re-derives the branch rows and
@@ -123,13 +127,14 @@ def _live_refs(ctx: SessionContext) -> set[tuple[str, int]]:
 
 async def archive(ctx: SessionContext, items: Sequence[Archive],
                   compactions: Sequence[Mapping[str, Any]] = (),
-                  tombstones: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+                  tombstones: Mapping[str, Mapping[str, Any]] | None = None) -> int:
     """Append full ``revision`` lines (one write, one fsync) and forget their live references. Each line
     keeps the checkpoints of ``compactions`` anchored in its branch and the ids of its messages
-    ``tombstones`` hides (a restore writes both again)."""
-    if not items:
-        return
+    ``tombstones`` hides (a restore writes both again). Returns the time the lines carry
+    (``createdAt``): a row the archive creates stores that time, as a rebuild reads it back."""
     now = ctx.now()
+    if not items:
+        return now
     lines = []
     hidden = deleted_ids(tombstones or {})
     for root, idx, msgs, turns in items:
@@ -147,6 +152,7 @@ async def archive(ctx: SessionContext, items: Sequence[Archive],
     refs = _live_refs(ctx)
     for root, idx, _, _ in items:
         refs.discard((root, idx))
+    return now
 
 
 def dropped_live_branches(
@@ -196,23 +202,24 @@ async def commit_rewrite(
 
     Returns ``finish(conn, now)``'s value: the response, stored with the receipt.
     """
-    await archive(ctx, archives, live.compactions, live.tombstones)
+    archived_at = await archive(ctx, archives, live.compactions, live.tombstones)
     receipt = file_record(ctx.receipt, **dict(receipt_extra or {})) if ctx.receipt is not None else None
     path, sid, faults = ctx.paths.transcript, ctx.sid, ctx.faults
     stamps = live_stamps(plan.messages)
     now = ctx.now()
 
     def write() -> Rewritten:
-        return apply_rewrite(path, sid, live.created_at_ms, plan, receipt=receipt, faults=faults,
-                             dropped_offsets=live.dropped_offsets, now_ms=now)
+        # the old header's receipts ride on: a later rewrite must not leave an earlier one only in SQLite
+        return apply_rewrite(path, sid, live.created_at_ms, plan, receipt=receipt, carried=live.receipts,
+                             faults=faults, dropped_offsets=live.dropped_offsets, now_ms=now)
 
     def reindexed(conn: Any, rewritten: Rewritten) -> None:
         reindex(conn, sid, rewritten, now_ms=now, turn_overrides=turn_overrides)
         index.touch_session(conn, sid, now)
 
     def then(conn: Any) -> Any:
-        for root, idx, msgs, _ in archives:
-            upsert_row(conn, sid, root, idx, message_count=len(msgs), now_ms=now)
+        for root, idx, msgs, _ in archives:  # a new row's createdAt is its line's (a rebuild reads that)
+            upsert_row(conn, sid, root, idx, message_count=len(msgs), now_ms=archived_at)
         sync_active(conn, sid, stamps)
         return finish(conn, now)
 
@@ -275,7 +282,9 @@ async def save_active(ctx: SessionContext, p: m.SaveActiveRevisionParams, key: R
     path, faults = ctx.paths.revisions, ctx.faults
 
     def reference() -> None:
-        append_revision_lines(path, [revision_live_line(family, idx, created_at_ms=now)], faults=faults)
+        # the count rides in the line: a rebuilt row reads back what this one stores
+        line = revision_live_line(family, idx, created_at_ms=now, message_count=message_count)
+        append_revision_lines(path, [line], faults=faults)
 
     # 3. index: the stamp line's op (the root row's span), the branch row (+ is_active flip), the receipt
     def op(conn: Any, refs: Any = None) -> Any:
@@ -304,7 +313,21 @@ async def save_active(ctx: SessionContext, p: m.SaveActiveRevisionParams, key: R
 
 async def list_revisions(ctx: SessionContext, p: m.ListRevisionsParams, key: ReceiptKey | None) -> Any:
     await ensure_synced(ctx)
-    return {"revisions": await ctx.read(revision_rows, ctx.sid, p.root_user_id)}
+    family = None if p.root_user_id is None else await _family_named(ctx, p.root_user_id)
+    return {"revisions": await ctx.read(revision_rows, ctx.sid, family)}
+
+
+async def _family_named(ctx: SessionContext, root_user_id: str) -> str:
+    """The family key ``root_user_id`` names, as ``saveActiveRevision`` / ``activateRevision`` resolve
+    it: a live user message named by its own id (an edit under a new id: ``meta.revisionRootId``
+    names the original) is in the family it stamps; any other id is the family key itself (a family
+    whose root is archived is listed too, so no live root is required)."""
+    family = await resolve_family(ctx, root_user_id)
+    hit = (await ctx.read(index.lookup_ids, [family])).get(family)
+    if hit is None or hit[0] != ctx.sid:
+        return family
+    rec = loads_line((await ctx.io(read_spans, ctx.paths.transcript, [(hit[2], hit[3])]))[0])
+    return family_of(rec) if rec.get("role") == "user" else family
 
 
 # ---------------------------------------------------------------------- session.activateRevision

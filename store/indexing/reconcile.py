@@ -27,6 +27,7 @@ from store.indexing.index import CompactionRecord, IndexRecord
 from store.jsonio import loads_line
 from store.revisions import revision_rows
 from store.transcripts.records import rfc3339_to_ms
+from store.transcripts.rewrite import header_receipts
 
 
 @dataclass
@@ -374,7 +375,8 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
     """Bring the index in line with the transcript (runs in the DB writer's transaction).
 
     A receipt the file's header carries (the transcript was created, forked or
-    rewritten by a request with a ``submissionId``) gets its row back if the
+    rewritten by a request with a ``submissionId``; a rewrite's header also
+    carries the receipts of the rewrites before it) gets its row back if the
     database lost it, so a retry after a crash is answered from it.
 
     Returns a small report: ``{"kind", "restoredRow", "indexed", "removed", "restoredReceipt"}``.
@@ -444,8 +446,13 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
         for mid, flag in scan.tombstones.items():
             index.set_deleted(conn, session_id, mid, flag)
         report["indexed"] = len(scan.messages)
-    if scan.header is not None and scan.header.get("receipt") is not None:
-        report["restoredReceipt"] = restore_receipt(conn, session_id, scan.header["receipt"], now_ms=now_ms)
+    if scan.header is not None:
+        own = scan.header.get("receipt")
+        # the earlier rewrites' receipts the header carried forward (``receipts``), then its own
+        for rec in header_receipts(scan.header):
+            restored = restore_receipt(conn, session_id, rec, now_ms=now_ms)
+            if rec == own:
+                report["restoredReceipt"] = restored
     for carried in scan.line_receipts:  # a crash between a line's fsync and its receipt's commit
         restore_receipt(conn, session_id, carried, now_ms=now_ms)
     return report

@@ -817,7 +817,8 @@ def _stamp_families(families: Mapping[str, list[_Variant]], staged: StagedImport
             idx = best.idx
         else:  # the branch grew from a stored variant, or is a new one: referenced, not copied
             idx = best.idx if best is not None else max((v.idx for v in variants), default=0) + 1
-            staged.revision_lines.append(revision_live_line(root, idx, created_at_ms=when))
+            staged.revision_lines.append(revision_live_line(root, idx, created_at_ms=when,
+                                                            message_count=len(live_ids)))
             variants[:] = [v for v in variants if v.idx != idx] + [_Variant(idx, None, None)]
         staged.revision_rows.append((root, idx, len(live_ids)))
         staged.revision_active.append((root, idx))

@@ -14,6 +14,13 @@ through three pure-or-synchronous steps that the session actor orders:
 3. :func:`apply_rewrite` (file: temp + fsync + rename + dir fsync, new header
    epoch) then :func:`reindex` (one DB transaction replacing every row).
 
+The receipt of a rewrite rides in the new header (``receipt``), and the new
+header also carries forward the receipts the old one held (``receipts``,
+oldest first, the newest :data:`CARRIED_RECEIPTS`): a rewrite replaces the
+header, and a receipt must stay as durable as its effect, which a later rewrite
+does not undo. Without the carry a database rebuild would restore only the last
+rewrite's receipt, and a retry of an earlier truncate or switch would run again.
+
 A crash between 3a and 3b leaves a file whose epoch the index does not know,
 so the next catch-up reindexes it in full: old or new file, never a mix, and
 the index always ends up matching the file.
@@ -28,10 +35,81 @@ from typing import Any
 
 from store.compaction import split_valid
 from store.faults import NO_FAULTS, Faults
+from store.fsutil import open_nofollow
 from store.indexing.index import CompactionRecord, IndexRecord, reindex_session
-from store.jsonio import dumps_line
+from store.jsonio import dumps_line, loads_line
 from store.transcripts.records import rfc3339_to_ms
-from store.transcripts.transcript import keep_dropped_lines, read_transcript, rewrite_transcript
+from store.transcripts.transcript import (
+    keep_dropped_lines,
+    read_first_line,
+    read_transcript,
+    rewrite_transcript,
+)
+
+CARRIED_RECEIPTS = 64
+"""At most this many receipts of earlier rewrites ride in a rewritten header, the newest kept (a few
+hundred bytes each: the header stays small, and it is read on every open). A retry older than that
+many later keyed rewrites is answered from the database row while it exists; after a rebuild that
+lost it, it runs again."""
+
+
+# --------------------------------------------------------------------------- receipts in the header
+
+
+def header_receipts(header: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Every receipt a transcript header carries, oldest first: those earlier rewrites left
+    (``receipts``) and then the header's own (``receipt``: the request that wrote this file; a header
+    written before the carry holds only that one). Malformed entries are skipped here; the caller
+    validates each (``store.receipts.key_of_record``)."""
+    if not header:
+        return []
+    raw = header.get("receipts")
+    out = [dict(r) for r in raw if isinstance(r, Mapping)] if isinstance(raw, list) else []
+    own = header.get("receipt")
+    if isinstance(own, Mapping):
+        out.append(dict(own))
+    return out
+
+
+def carried_receipts(previous: Sequence[Mapping[str, Any]],
+                     receipt: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The receipts a new header carries beside its own ``receipt``: ``previous`` (the old header's,
+    oldest first) without ``receipt``'s key, one per key (the newest), the newest
+    :data:`CARRIED_RECEIPTS`."""
+
+    def key(rec: Mapping[str, Any]) -> tuple[Any, Any]:
+        return rec.get("clientId"), rec.get("submissionId")
+
+    skip = key(receipt) if receipt is not None else None
+    newest: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for rec in previous:
+        k = key(rec)
+        if k == skip:
+            continue
+        newest.pop(k, None)  # re-inserted: the dict keeps the last occurrence's place (oldest first)
+        newest[k] = dict(rec)
+    return list(newest.values())[-CARRIED_RECEIPTS:]
+
+
+def read_header_receipts(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """:func:`header_receipts` of the file's first line (empty when it cannot be read or parsed: the
+    caller has just read the whole file, so that is a file that changed under it, never a real case)."""
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except OSError:
+        return []
+    try:
+        line = read_first_line(fd)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    if line is None:
+        return []
+    try:
+        return header_receipts(loads_line(line))
+    except ValueError:
+        return []
 
 
 @dataclass
@@ -53,6 +131,8 @@ class LiveTranscript:
     dropped_offsets: list[int] = field(default_factory=list)
     """Lines readers skip (damaged, or of a kind this version does not know): a rewrite cannot carry
     them over, so it keeps them beside the transcript first (:func:`keep_dropped_lines`)."""
+    receipts: list[dict[str, Any]] = field(default_factory=list)
+    """The receipts the header carries (:func:`header_receipts`): a rewrite carries them forward."""
 
     @property
     def ids(self) -> list[str]:
@@ -80,6 +160,7 @@ def load_live(path: str | os.PathLike[str], *, default_created_ms: int = 0) -> L
         decisions=list(t.decisions),
         valid_length=t.valid_length,
         dropped_offsets=[*t.bad_line_offsets, *t.unknown_line_offsets],
+        receipts=read_header_receipts(path) if header is not None else [],
     )
     for mid, tomb in t.tombstones.items():
         live.tombstones[mid] = {"type": "tombstone", "id": tomb.id or f"t-{mid}", "messageId": mid,
@@ -206,6 +287,7 @@ def apply_rewrite(
     plan: RewritePlan,
     *,
     receipt: Mapping[str, Any] | None = None,
+    carried: Sequence[Mapping[str, Any]] = (),
     faults: Faults = NO_FAULTS,
     dropped_offsets: Sequence[int] = (),
     now_ms: int = 0,
@@ -213,11 +295,15 @@ def apply_rewrite(
     """Atomically replace the transcript with ``plan`` (fault points ``rewrite.*``).
 
     ``receipt``: the receipt record of the request that rewrites the file; it
-    rides in the new header (``store/receipts.py``). ``dropped_offsets``: lines of the old file the
-    plan cannot hold (``LiveTranscript.dropped_offsets``), copied aside first, never lost.
+    rides in the new header (``store/receipts.py``). ``carried``: the receipts the old header held
+    (``LiveTranscript.receipts``); the new header keeps them (:func:`carried_receipts`), so every
+    rewrite that is a request's effect stays answerable after a database rebuild.
+    ``dropped_offsets``: lines of the old file the plan cannot hold (``LiveTranscript.dropped_offsets``),
+    copied aside first, never lost.
     """
     keep_dropped_lines(path, dropped_offsets, now_ms)
-    header = rewrite_transcript(path, session_id, created_at_ms, plan.body, receipt=receipt, faults=faults)
+    header = rewrite_transcript(path, session_id, created_at_ms, plan.body, receipt=receipt,
+                                receipts=carried_receipts(carried, receipt), faults=faults)
     return rewritten(plan, header.epoch, header.length)
 
 
@@ -264,12 +350,16 @@ def turn_map(conn: Any, session_id: str, ids: Iterable[str] | None = None) -> di
 
 
 __all__ = [
+    "CARRIED_RECEIPTS",
     "LiveTranscript",
     "RewritePlan",
     "Rewritten",
     "apply_rewrite",
+    "carried_receipts",
+    "header_receipts",
     "load_live",
     "plan_rewrite",
+    "read_header_receipts",
     "reindex",
     "turn_map",
 ]

@@ -94,13 +94,15 @@ class TranscriptHeader:
 
 
 def header_line(
-    session_id: str, created_at_ms: int, *, receipt: Mapping[str, Any] | None = None
+    session_id: str, created_at_ms: int, *, receipt: Mapping[str, Any] | None = None,
+    receipts: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[bytes, TranscriptHeader]:
     """A new header line with a fresh epoch, and its parsed form.
 
     ``receipt`` is the command receipt of the request that (re)wrote the whole
     file (``store.receipts.file_record``): it rides in the header so boot can
     restore it with the file (ARCHITECTURE.md "Receipts ride with their effect").
+    ``receipts``: those of earlier rewrites, carried forward (``store.transcripts.rewrite``).
     """
     validate_session_id(session_id)
     created_at = now_rfc3339(created_at_ms)
@@ -114,6 +116,8 @@ def header_line(
     }
     if receipt is not None:
         record["receipt"] = dict(receipt)
+    if receipts:
+        record["receipts"] = [dict(r) for r in receipts]
     line = dumps_line(record)
     return line, TranscriptHeader(session_id, created_at, epoch, SCHEMA, len(line))
 
@@ -217,15 +221,17 @@ def rewrite_transcript(
     body_lines: Sequence[bytes],
     *,
     receipt: Mapping[str, Any] | None = None,
+    receipts: Sequence[Mapping[str, Any]] = (),
     faults: Faults = NO_FAULTS,
 ) -> TranscriptHeader:
-    """Atomically replace the whole file: new header (new epoch, ``receipt``) + ``body_lines``.
+    """Atomically replace the whole file: new header (new epoch, ``receipt``, the carried ``receipts``)
+    + ``body_lines``.
 
     Any open :class:`TranscriptWriter` on the old file must be closed first and
     a new one opened afterwards (appends through the old one are refused).
     """
     _check_lines(body_lines)
-    line, header = header_line(session_id, created_at_ms, receipt=receipt)
+    line, header = header_line(session_id, created_at_ms, receipt=receipt, receipts=receipts)
     atomic_write(path, b"".join([line, *body_lines]), faults=faults, point_prefix="rewrite")
     return header
 

@@ -101,7 +101,8 @@ async def test_repeated_turns_over_live_branch_add_constant_reference_lines(tmp_
                 await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
                 sizes.append((await trio.Path(revisions_path(tmp_path, sid)).stat()).st_size)
             growth = {b - a for a, b in pairwise(sizes)}
-            assert len(growth) == 1 and growth.pop() < 200
+            # one small line each, whatever the branch holds: only its messageCount's digits vary (9 → 18)
+            assert max(growth) - min(growth) <= 1 and max(growth) < 200
             revs = (await c.call("session.listRevisions", {"sessionId": sid, "rootUserId": "u1"}))["revisions"]
             assert revs[-1]["messageCount"] == 2 + 2 * 8 and revs[-1]["isActive"]
             assert len(revs) == 2  # refreshed, never duplicated
