@@ -46,7 +46,7 @@ from store.queue import forget_session as forget_queue
 from store.queue import settle_after_restart
 from store.rules import SESSION_ID_RE
 from store.transcripts.session_files import finish_delete, pending_deletes
-from store.upgrade.attachment_adopt import adopt_pending
+from store.upgrade.attachment_adopt import adopt_pending, mark_pending
 
 log = logging.getLogger("pi_host")
 
@@ -190,7 +190,11 @@ def run_boot(
 
     between("the maintenance transaction")
     now = now_ms()
-    # seed-era attachment files get their rows once, after the migration asked for it
+    # seed-era attachment files get their rows once, after the migration asked for it; so does every blob
+    # file of a database created anew or rebuilt from the files (the blobs are files, their rows derived:
+    # without one, GC takes a referenced blob for an orphan of an interrupted put and deletes it)
+    if open_report.rebuilt or open_report.created_fresh:
+        mark_pending(conn)
     report["attachmentsAdopted"] = adopt_pending(conn, data_dir.attachments_dir, now_ms=now)
     # 1. maintenance transaction: the fence, retention, notification cap
     with transaction(conn):

@@ -156,11 +156,19 @@ class AttachmentFiles:
         """
         src = check_path(os.fspath(source))
         root_list = list(roots)
-        excluded = is_under(src, exclude)
+        excludes = list(exclude)
         base = is_under(src, root_list)
-        if excluded is not None and (base is None or is_under(base, [excluded]) is None):
-            raise PermissionDenied(f"{src} is inside the host's data directory; only its scratch folder may be "
-                                   "imported from", data={"field": "path", "path": src})
+        # As written and as resolved: a root (a project path) may reach the data directory through a
+        # symlink of its own (open_under follows none below the root, so resolving the root decides).
+        for path, root, outs in ((src, base, excludes),
+                                 (os.path.realpath(src), os.path.realpath(base) if base is not None else None,
+                                  [os.path.realpath(e) for e in excludes])):
+            excluded = is_under(path, outs)
+            # a root strictly inside an excluded folder (its scratch) is allowed; one that is or holds it is not
+            if excluded is not None and (root is None or is_under(root, [excluded]) is None
+                                         or os.path.normpath(root) == excluded):
+                raise PermissionDenied(f"{src} is inside the host's data directory; only its scratch folder may "
+                                       "be imported from", data={"field": "path", "path": src})
         sfd = open_under(src, root_list, max_bytes=max_bytes)
         try:
             tmp, fd = self._temp()
