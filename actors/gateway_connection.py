@@ -142,11 +142,23 @@ class _BatchSink:
             if over_batch or not conn.hold_pieces(size):
                 conn.counted_oversized()
                 what = "the batch's replies exceed" if over_batch else "the connection's unsent batch replies exceed"
-                data = encode(error_for_code(
-                    response.get("id"), RpcErrorCode.PAYLOAD_TOO_LARGE,
-                    f"{what} {self._budget} bytes; this entry was not answered in it: "
-                    "send it again on its own or with a smaller maxBytes / messageLimit",
-                    {"limit": self._budget, "size": size}))
+                if "result" in response:
+                    # The entry ran (a write took effect): saying only "too large, not retriable" would make
+                    # a client send the intent again under a new submissionId and apply it twice.
+                    refused = error_for_code(
+                        response.get("id"), RpcErrorCode.PAYLOAD_TOO_LARGE,
+                        f"{what} {self._budget} bytes; this entry ran, but its answer was not sent in it: "
+                        "a write's retry with the same submissionId is answered from its receipt; "
+                        "send a read again on its own or with a smaller maxBytes / messageLimit",
+                        {"limit": self._budget, "size": size, "ran": True})
+                    refused["error"]["data"]["retriable"] = True
+                else:
+                    refused = error_for_code(
+                        response.get("id"), RpcErrorCode.PAYLOAD_TOO_LARGE,
+                        f"{what} {self._budget} bytes; this entry was not answered in it: "
+                        "send it again on its own or with a smaller maxBytes / messageLimit",
+                        {"limit": self._budget, "size": size})
+                data = encode(refused)
                 parts, size = (data,), len(data)
                 conn.hold_pieces(size, force=True)
             self._slots[index] = parts
@@ -461,6 +473,11 @@ class GatewayConnection:
             return refuse(item.id if isinstance(item, Invalid) else None, first)
         request_id = item.response_id
         params = item.params
+        if params is not None and not isinstance(params, dict):  # README §2: before the token is looked at
+            return None, error_for_code(
+                request_id, RpcErrorCode.INVALID_PARAMS,
+                "params must be an object (named params); positional (array) params are not accepted",
+                {"errors": [{"loc": "", "msg": "params must be an object", "type": "dict_type"}]})
         token = params.get("token") if isinstance(params, dict) else None
         if not isinstance(token, str) or not hmac.compare_digest(
             token.encode("utf-8", "surrogatepass"), self._config.token.encode("utf-8", "surrogatepass")
@@ -506,7 +523,9 @@ class GatewayConnection:
             self._deliver_small(error(None, exc))
             return
         parsed = parse_message(value, max_batch=self._config.max_batch)
-        size = len(message)
+        # at most this many UTF-8 bytes (a text frame's length counts characters, up to 4 bytes each): the
+        # frame bounds the params only when this does not pass the cap
+        size = len(message) * 4
         if isinstance(parsed, list):
             await self._rate.take(len(parsed))
             calls = [(item.method, item.params) if isinstance(item, Call) else ("", None) for item in parsed]
@@ -628,6 +647,7 @@ class GatewayConnection:
 
     # -- events --------------------------------------------------------------
     def _subscribe(self, params: Any, after: list[Callable[[], None]]) -> dict[str, Any]:
+        params = {} if params is None else params  # README §2: params left out count as {}
         if isinstance(params, dict) and params.get("sessionId") is not None:
             validate_session_id(params["sessionId"])  # INVALID_ID before any other check
         request = SubscribeParams.model_validate(params)
@@ -644,7 +664,7 @@ class GatewayConnection:
         return {"subscriptionId": sub_id, "cursor": sub.start_cursor}
 
     def _unsubscribe(self, params: Any) -> dict[str, Any]:
-        sub_id = UnsubscribeParams.model_validate(params).subscription_id
+        sub_id = UnsubscribeParams.model_validate({} if params is None else params).subscription_id
         entry = self._subs.pop(sub_id, None)
         if entry is None:
             raise RpcFailure("NOT_FOUND", f"no subscription {sub_id!r} on this connection",

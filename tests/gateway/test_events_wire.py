@@ -147,3 +147,16 @@ async def test_unserializable_event_keeps_cursor_sequence(harness: Harness) -> N
             first, second = (await recv(ws))["params"], (await recv(ws))["params"]
     assert (first["cursor"], first["data"]["error"]) == (1, "INTERNAL")
     assert (second["cursor"], second["data"]) == (2, {"good": 1})
+
+
+async def test_subscribe_and_unsubscribe_without_params_name_the_missing_field(harness: Harness) -> None:
+    """README §2: params left out count as {}; these connection methods validated None (a 'dictionary'
+    error at loc '') instead of naming the missing field."""
+    with trio.fail_after(10):
+        async with connect(harness.url) as ws:
+            await hello(ws)
+            for method, field in (("events.subscribe", "topics"), ("events.unsubscribe", "subscriptionId")):
+                await ws.send_message(frame({"jsonrpc": "2.0", "id": 5, "method": method}))
+                error = (await recv(ws))["error"]
+                assert error["data"]["code"] == "INVALID_PARAMS"
+                assert [(e["loc"], e["type"]) for e in error["data"]["errors"]] == [(field, "missing")]

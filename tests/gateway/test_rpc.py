@@ -11,7 +11,7 @@ import trio
 import trio.testing
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
-from tests.gateway.conftest import SECRET, Harness, connect, frame, hello, recv, start_gateway
+from tests.gateway.conftest import SECRET, TOKEN, Harness, connect, frame, hello, recv, start_gateway
 
 
 def req(request_id: Any, method: str, params: Any = None) -> str:
@@ -174,6 +174,29 @@ async def test_params_over_limit_is_payload_too_large(nursery: trio.Nursery) -> 
             assert response["error"]["data"] == {"code": "PAYLOAD_TOO_LARGE", "retriable": False, "limit": 200}
             await assert_usable(ws)
     assert h.dispatcher.enqueued == [{"ok": True}]
+
+
+async def test_multibyte_params_over_limit_are_payload_too_large(nursery: trio.Nursery) -> None:
+    """A text frame's length counts characters: params of 600 '€' (1,800 UTF-8 bytes) in a frame
+    of about 640 characters passed a 1,000-byte cap (an 11 MB append passed the 8 MiB default)."""
+    h = await start_gateway(nursery, max_params_bytes=1000, max_frame_bytes=10_000)
+    with trio.fail_after(10):
+        async with connect(h.url) as ws:
+            await hello(ws)
+            response = await roundtrip(ws, req(1, "echo", {"blob": "\u20ac" * 600}))
+            assert response["error"]["data"] == {"code": "PAYLOAD_TOO_LARGE", "retriable": False, "limit": 1000}
+            await assert_usable(ws)
+    assert h.dispatcher.enqueued == [{"ok": True}]
+
+
+async def test_hello_with_array_params_is_invalid_params(harness: Harness) -> None:
+    """README §2: array params are INVALID_PARAMS ('params must be an object'); hello said 'invalid token'."""
+    with trio.fail_after(10):
+        async with connect(harness.url) as ws:
+            await ws.send_message(req(0, "host.hello", [TOKEN, "c", "test", 1]))
+            response = await recv(ws)
+            assert response["error"]["data"]["code"] == "INVALID_PARAMS"
+            assert "params must be an object" in response["error"]["message"]
 
 
 async def test_oversized_frame_closes_1009_and_host_stays_up(nursery: trio.Nursery) -> None:

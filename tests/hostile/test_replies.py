@@ -96,6 +96,10 @@ async def test_batch_replies_are_answered_within_the_batch_budget(nursery: trio.
             refused = [a for a in answers if "error" in a]
             assert len(answers) == 20 and 1 <= len(ok) <= 6 and len(refused) == 20 - len(ok)
             assert {a["error"]["data"]["code"] for a in refused} == {"PAYLOAD_TOO_LARGE"}
+            # each of them ran (echo answered): a write among them took effect, so the error says so and a
+            # retry with the same submissionId is the way to its answer (not a new intent: applied twice)
+            assert all(a["error"]["data"]["ran"] is True and a["error"]["data"]["retriable"] is True
+                       for a in refused)
 
 
 async def test_pre_encoded_results_are_sent_from_their_own_bytes_and_capped(nursery: trio.Nursery) -> None:
