@@ -68,7 +68,14 @@ from store.indexing.sql_lists import in_chunks
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey
 from store.revisions import RevisionFile, family_root, read_revisions
-from store.transcripts.records import awaits_final, is_streaming, message_record, normalize_message, with_receipt
+from store.transcripts.records import (
+    awaits_final,
+    is_streaming,
+    message_record,
+    normalize_message,
+    rfc3339_to_ms,
+    with_receipt,
+)
 from store.transcripts.transcript import read_spans
 
 __all__ = [
@@ -283,7 +290,10 @@ def plan_appends(
                 continue
             if held_turn is not None:
                 rec = {**rec, "turnId": held_turn}  # the replacing line keeps the owning turn (seed 003)
-            new_seq, ref, replace = int(held_ref["seq"]), {**held_ref, "role": rec.get("role")}, True
+            # the replaced row's seq and turn; its time is the final line's, as every read and a replay
+            # rebuilt from the line's receipt say
+            new_seq, replace = int(held_ref["seq"]), True
+            ref = {**held_ref, "role": rec.get("role"), "createdAt": rfc3339_to_ms(rec.get("createdAt"), 0)}
         else:
             turn = rec.get("turnId")
             if rec.get("role") == "user" and isinstance(turn, str) and turn in known.aborted:

@@ -25,9 +25,17 @@ from store.fsutil import open_nofollow
 from store.indexing import index
 from store.indexing.index import CompactionRecord, IndexRecord
 from store.jsonio import loads_line
-from store.revisions import revision_rows
+from store.revisions import (
+    RevisionFile,
+    live_stamps,
+    read_revisions,
+    restore_rows,
+    revision_rows,
+    sync_active,
+)
 from store.transcripts.records import rfc3339_to_ms
 from store.transcripts.rewrite import header_receipts
+from store.transcripts.session_files import REVISIONS_SUFFIX
 
 
 @dataclass
@@ -55,6 +63,9 @@ class ReconcilePlan:
     file_len: int = 0
     epoch: str | None = None
     scan: TailScan | None = None
+    revisions: RevisionFile | None = None
+    """The session's revisions file, read when the header carries an ``activateRevision`` receipt: its
+    response lists the branch rows, which must follow the files before it is rebuilt."""
 
 
 _SCAN_CHUNK = 8 << 20
@@ -243,7 +254,11 @@ def plan_reconcile(path: Path, indexed_len: int, file_epoch: str | None) -> Reco
             return ReconcilePlan(kind="clean", file_len=indexed_len, epoch=epoch, scan=scan)
         return ReconcilePlan(kind="tail", file_len=scan.end, epoch=epoch, scan=scan)
     scan = scan_from(path, 0)
-    return ReconcilePlan(kind="full", file_len=scan.end, epoch=(scan.header or {}).get("epoch"), scan=scan)
+    revisions = None
+    if any(rec.get("method") == "session.activateRevision" for rec in header_receipts(scan.header)):
+        revisions = read_revisions(path.with_name(f"{path.name.removesuffix('.jsonl')}{REVISIONS_SUFFIX}"))
+    return ReconcilePlan(kind="full", file_len=scan.end, epoch=(scan.header or {}).get("epoch"), scan=scan,
+                         revisions=revisions)
 
 
 def plan_missing_bytes(path: Path, indexed_len: int, epoch: str | None, stop: int) -> ReconcilePlan:
@@ -446,6 +461,12 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
         for mid, flag in scan.tombstones.items():
             index.set_deleted(conn, session_id, mid, flag)
         report["indexed"] = len(scan.messages)
+    if plan.revisions is not None and plan.kind == "full":
+        # the branch rows as the files say, before an activateRevision response is rebuilt from them (a
+        # crash after the rewrite, before the rows changed, left them as they were before the switch)
+        records = [item.record for item in dedupe(scan.messages)]
+        restore_rows(conn, session_id, plan.revisions, records, now_ms)
+        sync_active(conn, session_id, live_stamps(records))
     if scan.header is not None:
         own = scan.header.get("receipt")
         # the earlier rewrites' receipts the header carried forward (``receipts``), then its own

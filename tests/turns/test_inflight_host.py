@@ -386,3 +386,29 @@ async def test_a_remapped_long_id_stays_a_usable_wire_id(tmp_path):
             assert [m["id"] for m in page["messages"]] == [mid]
             await c.call("session.deleteMessage", {"sessionId": b, "messageId": long_id})  # the client's id
             assert [m.get("deleted") for m in (await c.call("session.get", {"sessionId": b}))["messages"]] == [True]
+
+
+async def test_the_replacing_final_is_acknowledged_with_its_own_time(tmp_path):
+    """The acknowledged answer of a final that replaced a streaming row carried the reservation's
+    createdAt; reads, and the answer a retry rebuilt from the line's receipt after a crash, carry the
+    final line's. One answer now."""
+    from store.transcripts.records import rfc3339_to_ms
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await setup(c)
+            first = await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": assistant(
+                "a1", "partial", "streaming", createdAt="2026-01-01T00:00:00.000Z")})
+            final = {"sessionId": sid, "turnId": "t1", "submissionId": "fin-1",
+                     "message": assistant("a1", "final", createdAt="2026-01-01T00:00:05.000Z")}
+            acked = await c.call("session.appendMessage", final)
+            assert acked["message"]["createdAt"] == rfc3339_to_ms("2026-01-01T00:00:05.000Z", 0) \
+                != first["message"]["createdAt"]
+            got = (await c.call("session.get", {"sessionId": sid}))["messages"][1]
+            assert rfc3339_to_ms(got["createdAt"], 0) == acked["message"]["createdAt"]
+        for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):  # the receipt is rebuilt from the line
+            (tmp_path / name).unlink(missing_ok=True)
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            again = await c.call("session.appendMessage", final)
+            # (turn rows are database state: a rebuilt index binds the line to no turn row)
+            assert again["message"]["createdAt"] == acked["message"]["createdAt"]
+            assert {**again["message"], "turnId": "t1"} == acked["message"]
