@@ -176,15 +176,19 @@ def follow_stored_keys(conn: sqlite3.Connection, *, now_ms: int) -> list[str]:
     """Boot, after ``secrets_meta`` was repaired from the ``secrets/*.sec`` files (the source of truth
     for which keys exist): every provider's ``secret_ref`` says whether its key is stored. A crash
     between a key file's write or unlink and the row (``providers.update`` of ``apiKey``) left
-    ``hasApiKey`` saying the opposite of the store. The ids changed."""
+    ``hasApiKey`` saying the opposite of the store. Only a row without a reference or with this host's
+    own (``provider/<id>``) follows: another reference (a seed-era ``provider:<id>`` whose ciphertext
+    this store cannot read, kept with its bytes) is left as it is. The ids changed."""
     want = ("CASE WHEN EXISTS (SELECT 1 FROM secrets_meta s WHERE s.secret_ref = ? || providers.id) "
             "THEN ? || providers.id END")
+    mine = "(secret_ref IS NULL OR secret_ref = ? || id)"
     changed = [str(r[0]) for r in conn.execute(
-        f"SELECT id FROM providers WHERE secret_ref IS NOT ({want})",  # noqa: S608 - a fixed fragment
-        (_KEY_PREFIX, _KEY_PREFIX))]
+        f"SELECT id FROM providers WHERE {mine} AND secret_ref IS NOT ({want})",  # noqa: S608 - fixed fragments
+        (_KEY_PREFIX, _KEY_PREFIX, _KEY_PREFIX))]
     if changed:
         conn.execute(f"UPDATE providers SET secret_ref = ({want}), updated_at = ? "  # noqa: S608
-                     f"WHERE secret_ref IS NOT ({want})", (_KEY_PREFIX, _KEY_PREFIX, now_ms, _KEY_PREFIX, _KEY_PREFIX))
+                     f"WHERE {mine} AND secret_ref IS NOT ({want})",
+                     (_KEY_PREFIX, _KEY_PREFIX, now_ms, _KEY_PREFIX, _KEY_PREFIX, _KEY_PREFIX))
     return changed
 
 

@@ -6,43 +6,18 @@ budget a turn regained by cancelling or settling the delivery it runs, a deliver
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from runtime.client import HostClient
 from store import collab, fence, queue
 from store.errors import InvalidInput
+from tests.collab.test_collab_host import begin, deliver, rows, session
 from tests.hostkit import client_for, inprocess_host
 from tests.queue.conftest import NOW_MS, add_session, open_queue_db
 from tests.turns.turnkit import end, rpc_error, start
-
-
-def rows(root: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(f"file:{root / 'pi.sqlite'}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
-
-
-async def session(c: HostClient, title: str, **fields: Any) -> str:
-    return str((await c.call("session.create", {"title": title, **fields}))["id"])
-
-
-async def deliver(c: HostClient, src: str, tgt: str, key: str = "k1", **extra: Any) -> dict[str, Any]:
-    params = {"pluginId": "team", "sourceSessionId": src, "targetSessionId": tgt, "kind": "task",
-              "content": f"please do {key}", "idempotencyKey": key, **extra}
-    result: dict[str, Any] = await c.call("collab.deliver", params)
-    return result
-
-
-async def begin(c: HostClient, tgt: str, did: str, tid: str) -> dict[str, Any]:
-    result: dict[str, Any] = await c.call("collab.begin", {"sessionId": tgt, "deliveryId": did, "turnId": tid})
-    return result
 
 
 def push_params(sid: str, content: str, **extra: Any) -> dict[str, Any]:
