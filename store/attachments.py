@@ -589,6 +589,31 @@ def sync_derived_refs(conn: sqlite3.Connection, found: set[Ref], now_ms: int, *,
     return added
 
 
+def record_evicted_refs(conn: sqlite3.Connection, session_id: str, message_id: str, record: Mapping[str, Any],
+                        now_ms: int) -> int:
+    """A message indexed with attachment blocks whose blob is already evicted: their references are recorded
+    marked at once, so a window read (:func:`evicted_marks`, recorded references only) marks those blocks
+    as every other read does, not only after the next GC scan. Live blobs' references are left to the scan.
+    Cheap when the message holds no attachment block (the append path calls it for every message)."""
+    blocks = record.get("blocks")
+    if not isinstance(blocks, list):
+        return 0
+    shas = {m.group(1) for b in blocks if isinstance(b, Mapping) and b.get("type") == "attachment"
+            and isinstance(b.get("ref"), str) and (m := _REF_TEXT_RE.fullmatch(b["ref"])) is not None}
+    added = 0
+    for sha in sorted(shas):
+        added += conn.execute(
+            "INSERT INTO attachment_refs(sha256, session_id, message_id, origin, evicted_at) "
+            "SELECT ?, ?, ?, 'transcript', ? WHERE EXISTS (SELECT 1 FROM attachment_blobs WHERE sha256 = ? "
+            "AND deletion_state != 'live') AND NOT EXISTS (SELECT 1 FROM attachment_refs WHERE sha256 = ? "
+            "AND session_id = ? AND message_id IS ?)",
+            (sha, session_id, message_id, now_ms, sha, sha, session_id, message_id)).rowcount
+    return added
+
+
+_REF_TEXT_RE = re.compile(r"attachments/([0-9a-f]{64})")
+
+
 # -- the read projection -------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from store import artifacts, receipts, thread_meta
+from store import artifacts, attachments, receipts, thread_meta
 from store.errors import Conflict, CorruptData, LimitExceeded, SessionNotFound
 from store.ids import remapped_message_id
 from store.indexing.sql_lists import in_chunks
@@ -498,6 +498,7 @@ def index_messages(
             # Write/Edit results: artifacts + tool_execute audit in this same transaction (seed §4.10).
             artifacts.record_effects(conn, session_id, rec, turn or _str_or_none(rec.get("turnId")), now_ms,
                                      audit=audit_effects)
+        attachments.record_evicted_refs(conn, session_id, mid, rec, now_ms)  # seed 000 §2.3: reads mark them
         store_append_receipt(conn, session_id, rec, ref, now_ms)
         refs.append(ref)
     if pending is None:
@@ -659,6 +660,7 @@ def reindex_session(
             artifacts.record_effects(conn, session_id, item.record, row[3] or _str_or_none(item.record.get("turnId")),
                                      now_ms, audit=False)
     for item, row in zip(messages, rows, strict=True):
+        attachments.record_evicted_refs(conn, session_id, row[1], item.record, now_ms)
         store_append_receipt(conn, session_id, item.record, message_ref(session_id, row[4], item.record, row[3]),
                              now_ms)
     index_compactions(conn, session_id, compactions, now_ms)

@@ -129,3 +129,21 @@ async def test_session_export_marks_blocks_of_evicted_blobs(tmp_path: Path) -> N
     assert block["ref"] == f"attachments/{gone}" and block["evicted"] is True
     [block] = exported[keep_sid]
     assert block["ref"] == f"attachments/{kept}" and "evicted" not in block
+
+
+async def test_a_block_written_after_its_blob_was_evicted_reads_evicted(tmp_path: Path) -> None:
+    """A window read marks only recorded references, and a new block's reference was recorded at the next GC
+    scan: session.get served a block of an evicted blob (appended later, in another session, or copied by a
+    fork) as live while session.context marked it. It is recorded marked as it is indexed."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            gone_sid, keep_sid, gone, kept = await _evict_one(c)
+            again = msg("again", "again", blocks=[{"type": "text", "text": "again"}, _att(gone)])
+            await c.call("session.appendMessage", {"sessionId": gone_sid, "message": again})
+            other = (await c.call("session.create", {"title": "other"}))["id"]
+            await c.call("session.appendMessage", {"sessionId": other, "message": {**again, "id": "b1"}})
+            child = (await c.call("session.fork", {"sessionId": gone_sid}))["id"]
+            for sid in (gone_sid, other, child):
+                blocks = _blocks((await c.call("session.get", {"sessionId": sid}))["messages"])
+                assert blocks and all(b["evicted"] is True for b in blocks), (sid, blocks)
+            assert "evicted" not in _blocks((await c.call("session.get", {"sessionId": keep_sid}))["messages"])[0]
