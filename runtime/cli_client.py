@@ -62,7 +62,7 @@ def lock_held(data_dir: DataDir) -> bool:
     """True when a host holds ``host.lock`` (the kernel drops it when the host dies)."""
     try:
         fd = os.open(data_dir.lock_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no lock file, or the data directory is a file
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

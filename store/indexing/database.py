@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
-from store.errors import IOFailure, UnsupportedSQLite, classify_os_error
+from store.errors import CorruptData, IOFailure, UnsupportedSQLite, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import fsync_dir
 from store.search.search_upkeep import tune_index
@@ -499,6 +499,13 @@ def open_offline_reader(db_path: Path) -> sqlite3.Connection:
         conn.execute("PRAGMA trusted_schema = ON")
     except sqlite3.Error as exc:
         raise IOFailure(f"cannot open {db_path} read-only: {exc}") from exc
+    try:
+        conn.execute("PRAGMA user_version").fetchone()  # a file that is no database fails its first read
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise CorruptData(f"{db_path} cannot be read ({exc}); the next `pi-host serve` quarantines it and "
+                          "rebuilds the index from the transcripts (`pi-host doctor` says more)",
+                          data={"path": str(db_path)}) from exc
     return conn
 
 

@@ -260,7 +260,11 @@ def candidates(root: Path) -> Iterator[Path]:
         for name in sorted(filenames):
             if name.endswith(".jsonl"):
                 path = Path(dirpath) / name
-                if stat.S_ISREG(os.lstat(path).st_mode):
+                try:
+                    regular = stat.S_ISREG(os.lstat(path).st_mode)
+                except OSError:  # pi deleted or renamed it since the walk listed it: not a session now
+                    continue
+                if regular:
                     yield path
 
 

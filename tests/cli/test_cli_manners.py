@@ -301,3 +301,20 @@ def test_shell_completion(tmp_path: Path) -> None:
     assert sid in words and "--limit" in words and "serve" not in words  # ids from the offline session list
     zsh = cli("completion", "zsh").stdout
     assert zsh.startswith("autoload -U +X bashcompinit && bashcompinit")
+
+
+def test_offline_reads_of_a_damaged_index_or_a_file_for_a_data_dir_say_so_without_a_traceback(tmp_path: Path) -> None:
+    """The README: offline reads read the data directory read-only. A garbage pi.sqlite (doctor calls it
+    DAMAGED; the next start quarantines it) and a --data-dir that is a file gave Python tracebacks."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "pi.sqlite").write_bytes(b"garbage, not a database\n")
+    (data / "host.lock").touch()
+    for command in (["sessions"], ["show", "abc"], ["search", "foo"]):
+        got = cli("--data-dir", str(data), *command)
+        assert got.returncode not in (0, 1) and "Traceback" not in got.stderr, got.stderr
+        assert "cannot be read" in got.stderr and "pi-host serve" in got.stderr
+    a_file = tmp_path / "afile"
+    a_file.write_text("hi")
+    got = cli("--data-dir", str(a_file), "sessions")
+    assert got.returncode not in (0, 1) and "Traceback" not in got.stderr, got.stderr

@@ -17,6 +17,7 @@ from store.errors import Conflict, StorageFull
 from store.interchange.native_pi import (
     ForkHooks,
     UnsupportedForNativeSession,
+    candidates,
     check_supported,
     fork_native,
     get_native,
@@ -284,3 +285,17 @@ def test_snapshot_refuses_a_symlink(root: Path) -> None:
 
     with pytest.raises(InvalidInput):
         snapshot(root / "--work-other--" / "link.jsonl")
+
+
+def test_a_file_pi_removes_during_the_listing_is_skipped(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pi deletes and renames its own session files: one listed by the walk and gone before its lstat made
+    session.list (and every native get, fork and export, which list first) INTERNAL."""
+    real_walk = os.walk
+
+    def walk_then_vanish(top: Any, **kwargs: Any) -> Any:
+        for dirpath, dirnames, filenames in real_walk(top, **kwargs):
+            yield dirpath, dirnames, [*filenames, "gone-before-its-lstat.jsonl"]
+
+    monkeypatch.setattr(os, "walk", walk_then_vanish)
+    names = [p.name for p in candidates(root)]
+    assert names and "gone-before-its-lstat.jsonl" not in names
