@@ -70,6 +70,7 @@ from protocol.jsonrpc import (
     notification,
     parse_message,
     success,
+    valid_id,
 )
 from protocol.models import HelloParams, SubscribeParams, UnsubscribeParams
 from protocol.reply_budget import BatchRefused, batch_budgets, carries_content, declared_bytes
@@ -203,6 +204,20 @@ def _decode(message: str) -> Any:
         raise
     except (ValueError, RecursionError, TypeError) as exc:
         raise RpcFailure(RpcErrorCode.PARSE_ERROR, f"invalid JSON: {type(exc).__name__}") from None
+
+
+def _id_of_refused(message: str, exc: BaseException) -> RequestId:
+    """The id of a request refused only for an integer outside int64 (well-formed JSON otherwise), so the
+    client can match the PARSE_ERROR to the call it is waiting for; ``None`` for any other parse failure,
+    a batch, or an id that is itself no valid id (JSON-RPC: the id could not be determined)."""
+    if getattr(exc, "code", None) != RpcErrorCode.PARSE_ERROR or "64-bit range" not in str(exc):
+        return None
+    try:
+        value = json.loads(message)  # the stdlib reader: exact big integers, no duplicate-key check needed here
+    except (ValueError, RecursionError):
+        return None
+    request_id = value.get("id") if isinstance(value, dict) else None
+    return request_id if request_id is not None and valid_id(request_id) else None
 
 
 async def close_transport(ws: WebSocketConnection) -> None:
@@ -520,7 +535,7 @@ class GatewayConnection:
         try:
             value = _decode(message)
         except (StoreError, RpcFailure) as exc:
-            self._deliver_small(error(None, exc))
+            self._deliver_small(error(_id_of_refused(message, exc), exc))
             return
         parsed = parse_message(value, max_batch=self._config.max_batch)
         # at most this many UTF-8 bytes (a text frame's length counts characters, up to 4 bytes each): the

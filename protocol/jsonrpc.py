@@ -37,6 +37,7 @@ __all__ = [
     "encode_batch",
     "encoded_parts",
     "loads_large",
+    "valid_id",
 ]
 
 RequestId = str | int | None
@@ -128,7 +129,7 @@ class Invalid:
 Item = Call | Invalid
 
 
-def _valid_id(value: Any) -> bool:
+def valid_id(value: Any) -> bool:
     if value is None:
         return True
     if isinstance(value, bool):
@@ -146,8 +147,8 @@ def parse_item(value: Any) -> Item:
         return Invalid(None, "request must be a JSON object")
     has_id = "id" in value
     raw_id = value.get("id")
-    usable_id: RequestId = raw_id if has_id and _valid_id(raw_id) else None
-    if has_id and not _valid_id(raw_id):
+    usable_id: RequestId = raw_id if has_id and valid_id(raw_id) else None
+    if has_id and not valid_id(raw_id):
         return Invalid(None, "id must be a string, an integer (int64) or null")
     if value.get("jsonrpc") != "2.0":
         return Invalid(usable_id, 'member "jsonrpc" must be exactly "2.0"')
@@ -184,7 +185,7 @@ def encoded_parts(response: dict[str, Any]) -> tuple[bytes, bytes, bytes] | None
     if not isinstance(result, Encoded) or "error" in response:
         return None
     request_id = response.get("id")
-    if not _valid_id(request_id):
+    if not valid_id(request_id):
         return None
     head = b'{"jsonrpc":"2.0","id":' + orjson.dumps(request_id) + b',"result":'
     return head, result.data, b"}"
@@ -265,7 +266,7 @@ def encode(response: dict[str, Any], *, big_strings: bool = False) -> bytes:
         return orjson.dumps(response)
     except (TypeError, orjson.JSONEncodeError, UnicodeEncodeError):
         request_id = response.get("id")
-        return _internal(request_id if _valid_id(request_id) else None)
+        return _internal(request_id if valid_id(request_id) else None)
 
 
 def encode_batch(responses: list[dict[str, Any]]) -> bytes:

@@ -199,6 +199,21 @@ async def test_hello_with_array_params_is_invalid_params(harness: Harness) -> No
             assert "params must be an object" in response["error"]["message"]
 
 
+async def test_an_integer_beyond_int64_is_a_parse_error_answered_with_the_request_id(harness: Harness) -> None:
+    """README §2: a huge integer is PARSE_ERROR. Answered with id null, a client awaiting that call (a
+    sidecar ending a turn with inputTokens 2**63) never got an answer: the frame is valid JSON otherwise,
+    so its id is known and the answer carries it."""
+    with trio.fail_after(10):
+        async with connect(harness.url) as ws:
+            await hello(ws)
+            big = '{"jsonrpc":"2.0","id":7,"method":"echo","params":{"n":9223372036854775808}}'
+            response = await roundtrip(ws, big)
+            assert (response["id"], response["error"]["data"]["code"]) == (7, "PARSE_ERROR")
+            garbled = await roundtrip(ws, big.replace('"id":7', '"id":8')[:-1])
+            assert (garbled["id"], garbled["error"]["data"]["code"]) == (None, "PARSE_ERROR")
+            await assert_usable(ws)
+
+
 async def test_oversized_frame_closes_1009_and_host_stays_up(nursery: trio.Nursery) -> None:
     """Issue 25 ("Wire and docs"): a frame over the frame limit closed the connection with 1009 though the
     reference promised PAYLOAD_TOO_LARGE. 1009 is the documented behaviour now (the standard WebSocket
