@@ -76,7 +76,7 @@ from protocol.models import HelloParams, SubscribeParams, UnsubscribeParams
 from protocol.reply_budget import BatchRefused, batch_budgets, carries_content, declared_bytes
 from store.errors import InvalidInput, StoreError
 from store.ids import validate_session_id
-from store.jsonio import loads_strict
+from store.jsonio import IntegerOutOfRange, loads_strict
 
 __all__ = ["GatewayConnection", "Counters", "close_transport"]
 
@@ -210,7 +210,7 @@ def _id_of_refused(message: str, exc: BaseException) -> RequestId:
     """The id of a request refused only for an integer outside int64 (well-formed JSON otherwise), so the
     client can match the PARSE_ERROR to the call it is waiting for; ``None`` for any other parse failure,
     a batch, or an id that is itself no valid id (JSON-RPC: the id could not be determined)."""
-    if getattr(exc, "code", None) != RpcErrorCode.PARSE_ERROR or "64-bit range" not in str(exc):
+    if not isinstance(exc, IntegerOutOfRange):
         return None
     try:
         value = json.loads(message)  # the stdlib reader: exact big integers, no duplicate-key check needed here

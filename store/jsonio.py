@@ -28,6 +28,7 @@ import orjson
 from store.errors import InvalidInput
 
 __all__ = [
+    "IntegerOutOfRange",
     "StrictJSONError",
     "dumps_line",
     "loads_line",
@@ -54,6 +55,10 @@ class StrictJSONError(InvalidInput):
     """Client JSON was malformed or outside the strict profile; nothing changed."""
 
     code = "PARSE_ERROR"
+
+
+class IntegerOutOfRange(StrictJSONError):
+    """Well-formed JSON holding an integer outside the signed 64-bit range (everything else was valid)."""
 
 
 def _fail(message: str) -> StrictJSONError:
@@ -168,7 +173,7 @@ def _check_int64(structure: bytes) -> None:
     for match in _INT_TOKEN_RE.finditer(structure):
         token = match.group()
         if len(token) >= 19 and not _INT64_MIN <= int(token) <= _INT64_MAX:
-            raise _fail(f"integer {token[:40].decode()} is outside the signed 64-bit range")
+            raise IntegerOutOfRange(f"invalid JSON: integer {token[:40].decode()} is outside the signed 64-bit range")
 
 
 def _check_int_digits(structure: bytes, max_int_digits: int) -> None:

@@ -181,14 +181,10 @@ def follow_stored_keys(conn: sqlite3.Connection, *, now_ms: int) -> list[str]:
     this store cannot read, kept with its bytes) is left as it is. The ids changed."""
     want = ("CASE WHEN EXISTS (SELECT 1 FROM secrets_meta s WHERE s.secret_ref = ? || providers.id) "
             "THEN ? || providers.id END")
-    mine = "(secret_ref IS NULL OR secret_ref = ? || id)"
     changed = [str(r[0]) for r in conn.execute(
-        f"SELECT id FROM providers WHERE {mine} AND secret_ref IS NOT ({want})",  # noqa: S608 - fixed fragments
-        (_KEY_PREFIX, _KEY_PREFIX, _KEY_PREFIX))]
-    if changed:
-        conn.execute(f"UPDATE providers SET secret_ref = ({want}), updated_at = ? "  # noqa: S608
-                     f"WHERE {mine} AND secret_ref IS NOT ({want})",
-                     (_KEY_PREFIX, _KEY_PREFIX, now_ms, _KEY_PREFIX, _KEY_PREFIX, _KEY_PREFIX))
+        f"UPDATE providers SET secret_ref = ({want}), updated_at = ? "  # noqa: S608 - fixed fragments
+        f"WHERE (secret_ref IS NULL OR secret_ref = ? || id) AND secret_ref IS NOT ({want}) RETURNING id",
+        (_KEY_PREFIX, _KEY_PREFIX, now_ms, _KEY_PREFIX, _KEY_PREFIX, _KEY_PREFIX)).fetchall()]
     return changed
 
 

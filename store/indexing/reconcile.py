@@ -34,8 +34,8 @@ from store.revisions import (
     sync_active,
 )
 from store.transcripts.records import rfc3339_to_ms
-from store.transcripts.rewrite import header_receipts
 from store.transcripts.session_files import REVISIONS_SUFFIX
+from store.transcripts.transcript import header_receipts
 
 
 @dataclass

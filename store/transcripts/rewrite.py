@@ -35,13 +35,11 @@ from typing import Any
 
 from store.compaction import split_valid
 from store.faults import NO_FAULTS, Faults
-from store.fsutil import open_nofollow
 from store.indexing.index import CompactionRecord, IndexRecord, reindex_session
-from store.jsonio import dumps_line, loads_line
+from store.jsonio import dumps_line
 from store.transcripts.records import rfc3339_to_ms
 from store.transcripts.transcript import (
     keep_dropped_lines,
-    read_first_line,
     read_transcript,
     rewrite_transcript,
 )
@@ -54,21 +52,6 @@ lost it, it runs again."""
 
 
 # --------------------------------------------------------------------------- receipts in the header
-
-
-def header_receipts(header: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """Every receipt a transcript header carries, oldest first: those earlier rewrites left
-    (``receipts``) and then the header's own (``receipt``: the request that wrote this file; a header
-    written before the carry holds only that one). Malformed entries are skipped here; the caller
-    validates each (``store.receipts.key_of_record``)."""
-    if not header:
-        return []
-    raw = header.get("receipts")
-    out = [dict(r) for r in raw if isinstance(r, Mapping)] if isinstance(raw, list) else []
-    own = header.get("receipt")
-    if isinstance(own, Mapping):
-        out.append(dict(own))
-    return out
 
 
 def carried_receipts(previous: Sequence[Mapping[str, Any]],
@@ -91,27 +74,6 @@ def carried_receipts(previous: Sequence[Mapping[str, Any]],
     return list(newest.values())[-CARRIED_RECEIPTS:]
 
 
-def read_header_receipts(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """:func:`header_receipts` of the file's first line (empty when it cannot be read or parsed: the
-    caller has just read the whole file, so that is a file that changed under it, never a real case)."""
-    try:
-        fd = open_nofollow(path, os.O_RDONLY)
-    except OSError:
-        return []
-    try:
-        line = read_first_line(fd)
-    except OSError:
-        return []
-    finally:
-        os.close(fd)
-    if line is None:
-        return []
-    try:
-        return header_receipts(loads_line(line))
-    except ValueError:
-        return []
-
-
 @dataclass
 class LiveTranscript:
     """A snapshot of the live transcript, taken inside the session actor."""
@@ -132,7 +94,7 @@ class LiveTranscript:
     """Lines readers skip (damaged, or of a kind this version does not know): a rewrite cannot carry
     them over, so it keeps them beside the transcript first (:func:`keep_dropped_lines`)."""
     receipts: list[dict[str, Any]] = field(default_factory=list)
-    """The receipts the header carries (:func:`header_receipts`): a rewrite carries them forward."""
+    """The receipts the header carries (``TranscriptHeader.receipts``): a rewrite carries them forward."""
 
     @property
     def ids(self) -> list[str]:
@@ -160,7 +122,7 @@ def load_live(path: str | os.PathLike[str], *, default_created_ms: int = 0) -> L
         decisions=list(t.decisions),
         valid_length=t.valid_length,
         dropped_offsets=[*t.bad_line_offsets, *t.unknown_line_offsets],
-        receipts=read_header_receipts(path) if header is not None else [],
+        receipts=list(header.receipts) if header is not None else [],
     )
     for mid, tomb in t.tombstones.items():
         live.tombstones[mid] = {"type": "tombstone", "id": tomb.id or f"t-{mid}", "messageId": mid,
@@ -356,10 +318,8 @@ __all__ = [
     "Rewritten",
     "apply_rewrite",
     "carried_receipts",
-    "header_receipts",
     "load_live",
     "plan_rewrite",
-    "read_header_receipts",
     "reindex",
     "turn_map",
 ]

@@ -91,6 +91,23 @@ class TranscriptHeader:
     schema: int
     length: int
     """Bytes of the header line, newline included (= offset of the first body line)."""
+    receipts: tuple[dict[str, Any], ...] = field(default=(), compare=False)
+    """Every receipt the header carries, oldest first (:func:`header_receipts`)."""
+
+
+def header_receipts(header: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Every receipt a transcript header carries, oldest first: those earlier rewrites left
+    (``receipts``) and then the header's own (``receipt``: the request that wrote this file; a header
+    written before the carry holds only that one). Malformed entries are skipped here; the caller
+    validates each (``store.receipts.key_of_record``)."""
+    if not header:
+        return []
+    raw = header.get("receipts")
+    out = [dict(r) for r in raw if isinstance(r, Mapping)] if isinstance(raw, list) else []
+    own = header.get("receipt")
+    if isinstance(own, Mapping):
+        out.append(dict(own))
+    return out
 
 
 def header_line(
@@ -138,6 +155,7 @@ def parse_header(record: dict[str, Any], length: int) -> TranscriptHeader | None
         epoch=epoch if isinstance(epoch, str) else None,
         schema=schema if isinstance(schema, int) else SCHEMA,
         length=length,
+        receipts=tuple(header_receipts(record)),
     )
 
 

@@ -14,7 +14,7 @@ import trio
 
 from runtime.host import RunningHost, run_host, wall_ms
 from store.context import StoredBranch, build_tree
-from store.transcripts import rewrite
+from store.transcripts import rewrite, transcript
 from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 from tests.hostkit import test_config as host_config  # aliased: pytest would collect a test_* name
 from tests.revisions.helpers import full, ids, revisions_path, transcript_path, turn
@@ -122,7 +122,7 @@ def test_carried_receipts_are_bounded_and_read_from_old_headers() -> None:
         return {"clientId": "c", "submissionId": f"K{n}", "fingerprint": "f", "method": "session.truncateFrom"}
 
     CARRIED_RECEIPTS, carried_receipts, header_receipts = (  # noqa: N806
-        rewrite.CARRIED_RECEIPTS, rewrite.carried_receipts, rewrite.header_receipts)
+        rewrite.CARRIED_RECEIPTS, rewrite.carried_receipts, transcript.header_receipts)
     # a header an older build wrote holds its own receipt only
     assert header_receipts({"type": "session", "receipt": rec(1)}) == [rec(1)]
     assert header_receipts({"type": "session", "receipts": [rec(1), "junk"], "receipt": rec(2)}) == [rec(1), rec(2)]
