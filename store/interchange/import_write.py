@@ -108,7 +108,7 @@ __all__ = [
     "upsert_origin",
 ]
 
-IMPORT_RULES = 8
+IMPORT_RULES = 9
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -129,7 +129,8 @@ the branches off the file's current one are kept in the revisions store and thei
 branch is a variant too (a ``revision_live`` reference, ``is_active``), the root's line carries the pager
 stamp (``revisionCount``/``activeRevision``), a reference whose branch the file left is stored in full, and
 a branch that starts with pi's branch summary belongs to the user turn before it (restorable); Codex: a
-spawned thread's prompt from its parent agent carries ``meta.fromAgent``."""
+spawned thread's prompt from its parent agent carries ``meta.fromAgent``. 9 = Codex: a web search's
+results (the ``web_search_end`` event) are the sources of its ``hostedSearch`` round."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

@@ -227,3 +227,33 @@ def test_cache_written_prompt_tokens_are_cache_write_not_input(tmp_path: Path) -
     assert reply["meta"]["usage"] == {"input": 1470, "output": 41, "cacheRead": 200, "cacheWrite": 77, "reasoning": 0,
                                       "totalTokens": 1788}
     assert reply["meta"]["usageRaw"] == raw
+
+
+def test_web_search_results_are_the_sources_of_their_round(tmp_path: Path) -> None:
+    """Found by the stop 41 audit: the curated Codex sample's ``web_search_end`` results (title, url,
+    snippet) were skipped, so the imported ``hostedSearch`` round had no sources. Shapes as in
+    samples/codex/agent-sessions_CURATED_schema_coverage_compacted.jsonl lines 14-15."""
+    action = {"type": "search", "query": "example", "queries": ["example"], "url": None, "pattern": None}
+    searched = line("response_item", {"type": "web_search_call", "id": "ws-1", "status": "completed",
+                                      "action": action})
+    ended = line("event_msg", {"type": "web_search_end", "call_id": "call-4", "query": "example", "action": action,
+                               "results": [{"type": "result", "title": "Example", "url": "https://example.invalid",
+                                            "domain": "example.invalid", "snippet": "[trimmed]", "ref_id": "r1",
+                                            "thumbnail_url": None},
+                                           {"type": "result", "url": "https://b.invalid"}, {"title": "no url"}]})
+    answer = line("response_item", {"type": "message", "role": "assistant",
+                                    "content": [{"type": "output_text", "text": "found it"}]})
+    records, report = parse(tmp_path, [*head(), searched, ended, answer])
+    (reply,) = [r for r in records if r.get("role") == "assistant"]
+    search, text = reply["blocks"]
+    assert text == {"type": "text", "text": "found it"}
+    assert search["rounds"] == [{"id": "ws-1", "status": "completed", "kind": "search", "query": "example",
+                                 "sources": [{"url": "https://example.invalid", "title": "Example",
+                                              "snippet": "[trimmed]", "domain": "example.invalid"},
+                                             {"url": "https://b.invalid"}]}]
+    assert "event_msg/web_search_end" not in report.files[0].skipped
+    # a second end event for the same round (or one with no round open) changes nothing and is skipped
+    records, report = parse(tmp_path, [*head(), searched, ended, ended, answer])
+    (reply,) = [r for r in records if r.get("role") == "assistant"]
+    assert len(reply["blocks"][0]["rounds"][0]["sources"]) == 2
+    assert report.files[0].skipped["event_msg/web_search_end"] == 1

@@ -468,6 +468,8 @@ class _Converter:
         elif kind == "exec_command_end":
             self.exec_status(payload.get("call_id"), payload.get("status"), payload.get("exit_code"))
             return
+        elif kind == "web_search_end" and self.search_sources(payload):
+            return
         elif kind == "thread_settings_applied":
             settings = payload.get("thread_settings")
             if isinstance(settings, Mapping):
@@ -595,6 +597,24 @@ class _Converter:
             if isinstance(action.get(key), str):
                 round_[key] = action[key]
         return {"type": "hostedSearch", "status": status, "rounds": [round_]}
+
+    def search_sources(self, payload: Mapping[str, Any]) -> bool:
+        """A ``web_search_end`` event's results become the sources of the search round it ends: the newest
+        round of the open response that has none yet (the event follows its ``web_search_call`` item; their
+        ids differ). False: no such round (the event is counted as skipped)."""
+        results = payload.get("results")
+        if self.group is None or not isinstance(results, list):
+            return False
+        sources = [_search_source(r) for r in results if isinstance(r, Mapping) and isinstance(r.get("url"), str)]
+        for block in reversed(self.group.record["blocks"]):
+            if block.get("type") != "hostedSearch":
+                continue
+            round_ = block["rounds"][-1]
+            if round_["sources"]:
+                return False
+            round_["sources"] = sources
+            return True
+        return False
 
     def call(self, item: Mapping[str, Any], kind: str, msg_id: str, ts: int | None, length: int) -> None:
         call_id = item.get("call_id")
@@ -736,6 +756,16 @@ class _Converter:
                   "summary": summary if isinstance(summary, str) else "", "throughMessageId": through,
                   "tokensBefore": 0, "retainedTail": [], "createdAt": stamp(ts), "details": details}
         self.emitter.push(record)
+
+
+def _search_source(result: Mapping[str, Any]) -> dict[str, Any]:
+    """One web search result as a ``hostedSearch`` source: its url and title, with the snippet and
+    domain Codex showed kept beside them."""
+    source: dict[str, Any] = {"url": result["url"]}
+    for key in ("title", "snippet", "domain"):
+        if isinstance(result.get(key), str):
+            source[key] = result[key]
+    return source
 
 
 def _json_arg(value: Any) -> Any:
