@@ -110,7 +110,9 @@ _SPECS: tuple[MethodSpec, ...] = (
         "session.list",
         m.SessionListParams,
         m.SessionListResult,
-        "Sessions by updatedAt, newest first; trashed sessions excluded.",
+        "Sessions by updatedAt, newest first; trashed sessions excluded. Pages follow (updatedAt, id): no "
+        "session appears on two pages, and one updated while you page moves ahead of your cursor (to the "
+        "first page; a `session.updated` event says so), so a UI that pages keeps its list with those events.",
         _codes(_DB_READ, _PAGED),
     ),
     _spec(
