@@ -188,6 +188,19 @@ class DataDir:
                             self.review_changes_dir)
 
 
+_LOCK_ATTEMPTS = 8
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """``fd`` is the file at ``path`` now (not one unlinked or replaced since it was opened)."""
+    try:
+        there = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino)
+
+
 class DataDirLock:
     """An exclusive ``flock`` on ``host.lock``; the kernel drops it on SIGKILL."""
 
@@ -197,6 +210,24 @@ class DataDirLock:
 
     def acquire(self) -> None:
         path = self._data_dir.lock_path
+        for _ in range(_LOCK_ATTEMPTS):
+            fd = self._lock(path)
+            if _same_file(fd, path):
+                break
+            # The file was unlinked (``pi-host doctor`` removes a lock file it created) between our open and
+            # our flock: a lock on it excludes nobody. Open the file now at the path and lock that.
+            os.close(fd)
+        else:
+            raise DataDirLocked(f"the lock file {path} keeps being replaced; is another program removing it?")
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as exc:  # a full disk (STORAGE_FULL), an I/O error: said as such, not a traceback
+            os.close(fd)  # and the lock with it
+            raise classify_os_error(exc, f"write the lock file {path}") from exc
+        self._fd = fd
+
+    def _lock(self, path: Path) -> int:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -213,13 +244,7 @@ class DataDirLock:
                     f"pi-host{f' (pid {owner})' if owner else ''}"
                 ) from None
             raise
-        try:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-        except OSError as exc:  # a full disk (STORAGE_FULL), an I/O error: said as such, not a traceback
-            os.close(fd)  # and the lock with it
-            raise classify_os_error(exc, f"write the lock file {path}") from exc
-        self._fd = fd
+        return fd
 
     def release(self) -> None:
         if self._fd is not None:
