@@ -245,8 +245,9 @@ _SPECS: tuple[MethodSpec, ...] = (
         "session.queuePush",
         m.QueuePushParams,
         m.QueuePushResult,
-        "Queue a prompt behind the active turn (at most 8 per session).",
-        _codes(_SESSION_WRITE, ("LIMIT_EXCEEDED",)),
+        "Queue a prompt behind the active turn (at most 8 per session). In a Plan/Goal session while a task run "
+        "bound to it is running: PLAN_REQUIRES_INTERACTIVE_SESSION, nothing queued.",
+        _codes(_SESSION_WRITE, ("LIMIT_EXCEEDED", "PLAN_REQUIRES_INTERACTIVE_SESSION")),
     ),
     _spec(
         "session.queueList",

@@ -10,6 +10,11 @@ book made once per host (``Services.extra["queue"]``), not in the actor, so
 an idle session actor that passivates, or one that crashes and restarts,
 keeps its controller; a host restart starts every queue ``held`` again until
 a controller attaches.
+
+A push into a Plan/Goal session while a task run bound to it is ``running`` is
+``PLAN_REQUIRES_INTERACTIVE_SESSION`` (seed 003 §4.11, §11.19), checked in the
+push's own transaction before the queue is touched, as ``session.startTurn``
+and ``plans.submit`` refuse it (``store.tasks.require_interactive``).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any
 
 from actors.session_context import SessionContext
 from protocol import models as m
-from store import collab, queue
+from store import collab, queue, tasks
 from store.attachments import mark_evicted_blocks
 from store.errors import Conflict
 from store.receipts import ReceiptKey
@@ -102,11 +107,13 @@ async def push(ctx: SessionContext, p: m.QueuePushParams, key: ReceiptKey | None
         session_message_id=p.session_message_id,
     )
     entry_id = queue.new_entry_id()
-    now, sid, faults = ctx.now(), ctx.sid, ctx.faults
+    now, sid, faults, mode = ctx.now(), ctx.sid, ctx.faults, ctx.row.get("mode")
     outcome: list[queue.Outcome] = []
     states: list[dict[str, Any]] = []
 
     def op(conn: Any) -> dict[str, Any]:
+        # The mode changes only through this session's actor; a run starts/ends outside it: read in this snapshot.
+        tasks.require_interactive(conn, sid, mode, work="queue a prompt")
         out = queue.push(conn, sid, inp, new_id=entry_id, now_ms=now, faults=faults)
         assert out.plan.entry is not None
         outcome.append(out)

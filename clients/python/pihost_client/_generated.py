@@ -3077,7 +3077,7 @@ class SessionMethods:
         return cast(RecoverInflightResult, await self._call("session.recoverInflight", params, True))
 
     async def queue_push(self, *, session_id: str, principal: str, content: str, permission_mode: Literal["inherit", "ask", "accept-edits", "auto"], submission_id: str | None = None, idempotency_key: str | None = None, attachments: builtins.list[JsonObject] | None = None, session_message_id: str | None = None) -> QueuePushResult:
-        """``session.queuePush``: Queue a prompt behind the active turn (at most 8 per session). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``session.queuePush``: Queue a prompt behind the active turn (at most 8 per session). In a Plan/Goal session while a task run bound to it is running: PLAN_REQUIRES_INTERACTIVE_SESSION, nothing queued. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["sessionId"] = session_id
         params["principal"] = principal

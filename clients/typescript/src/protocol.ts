@@ -3522,7 +3522,7 @@ export interface Methods {
   "artifacts.list": { params: ArtifactsListParams; result: ArtifactsListResult };
   /** The audit log (tool_execute, tool_denied, …), newest first; by session, kind and time range. */
   "audit.list": { params: AuditListParams; result: AuditListResult };
-  /** Queue a prompt behind the active turn (at most 8 per session). (mutating: accepts submissionId) */
+  /** Queue a prompt behind the active turn (at most 8 per session). In a Plan/Goal session while a task run bound to it is running: PLAN_REQUIRES_INTERACTIVE_SESSION, nothing queued. (mutating: accepts submissionId) */
   "session.queuePush": { params: QueuePushParams; result: QueuePushResult };
   /** The session's queue in delivery order and whether it is held. */
   "session.queueList": { params: QueueListParams; result: QueueState };
