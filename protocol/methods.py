@@ -414,7 +414,9 @@ _SPECS: tuple[MethodSpec, ...] = (
         "secrets.set",
         m.SecretsSetParams,
         m.SecretsSetResult,
-        "Encrypt and store a secret value (file backend); the value is never echoed.",
+        "Encrypt and store a secret value (file backend); the value is never echoed. The value of "
+        "`configSync/vaultKey` must be a vault key (32 bytes, base64): anything else is INVALID_PARAMS "
+        "(field `value`) and nothing is stored.",
         _codes(_DB_WRITE, ("PAYLOAD_TOO_LARGE",)),
     ),
     _spec(

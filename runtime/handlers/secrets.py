@@ -12,6 +12,10 @@ kind) says nothing about the value, and a receipt row cannot be tested offline.
 A replay with a different value does not write it (reuse a ``submissionId``
 only for a retry).
 
+``secrets.set`` of ``configSync/vaultKey`` takes only a value config sync can
+use as its vault key (32 bytes, base64: ``store.config.config_sync``'s own
+check); anything else is ``INVALID_PARAMS`` before the vault is touched.
+
 ``secrets.get`` returns a value only to ``agent`` and ``ui`` clients (the
 sidecar needs provider keys, the Settings UI shows them); ``cli``/``test``
 clients get ``PERMISSION_DENIED``.
@@ -27,9 +31,9 @@ import trio
 from protocol import models as m
 from runtime.context import HostContext, ReadContext, Services
 from store import receipts
-from store.config import providers
+from store.config import config_sync, providers
 from store.config import secrets as secret_store
-from store.errors import PermissionDenied
+from store.errors import InvalidInput, PermissionDenied
 from store.faults import Faults
 from store.receipts import ReceiptKey
 
@@ -77,6 +81,7 @@ async def fingerprint_hiding(services: Services, method: str, raw: Mapping[str, 
 async def set_secret(ctx: HostContext, p: m.SecretsSetParams, key: ReceiptKey | None) -> Any:
     vault: Vault = ctx.services.get(SERVICE)
     secret_store.validate_ref(p.ref)
+    _check_value(p.ref, p.value)
     async with vault.lock:
         now = ctx.now()
         version = await vault.run(lambda: vault.store.set(p.ref, p.value, now_ms=now))
@@ -91,6 +96,18 @@ async def set_secret(ctx: HostContext, p: m.SecretsSetParams, key: ReceiptKey | 
         result = await ctx.commit(effect)
     _announce(ctx, changed)
     return result
+
+
+def _check_value(ref: str, value: str) -> None:
+    """A secret another part of the host reads back must hold a value it can use: config sync's vault key."""
+    if ref != config_sync.VAULT_KEY_REF:
+        return
+    try:
+        config_sync.decode_vault_key(value)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{ref} is config sync's vault key, and the value is not one ({exc.message}); "
+                           "leave it to configSync.configure to generate, or pass a key exported elsewhere",
+                           data={"field": "value", "ref": ref}) from None
 
 
 def _announce(ctx: HostContext, changed: list[str | None]) -> None:

@@ -3464,7 +3464,7 @@ class SecretsMethods:
         self._call = call
 
     async def set(self, *, ref: str, value: str, submission_id: str | None = None, owner_kind: str | None = None, owner_id: str | None = None, kind: str | None = None) -> SecretsSetResult:
-        """``secrets.set``: Encrypt and store a secret value (file backend); the value is never echoed. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``secrets.set``: Encrypt and store a secret value (file backend); the value is never echoed. The value of `configSync/vaultKey` must be a vault key (32 bytes, base64): anything else is INVALID_PARAMS (field `value`) and nothing is stored. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["ref"] = ref
         params["value"] = value

@@ -3572,7 +3572,7 @@ export interface Methods {
   "search.sessions": { params: SearchSessionsParams; result: SearchSessionsResult };
   /** Find messages (optionally within one session). */
   "search.query": { params: SearchQueryParams; result: SearchQueryResult };
-  /** Encrypt and store a secret value (file backend); the value is never echoed. (mutating: accepts submissionId) */
+  /** Encrypt and store a secret value (file backend); the value is never echoed. The value of `configSync/vaultKey` must be a vault key (32 bytes, base64): anything else is INVALID_PARAMS (field `value`) and nothing is stored. (mutating: accepts submissionId) */
   "secrets.set": { params: SecretsSetParams; result: SecretsSetResult };
   /** Decrypt one secret (clientKind agent or ui only); tampering is CORRUPT_DATA. */
   "secrets.get": { params: SecretsRefParams; result: SecretsGetResult };
