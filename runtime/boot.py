@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from runtime.datadir import DataDir
+from store import collab
 from store.approvals import apply_recorded_decisions
 from store.config.providers import follow_stored_keys
 from store.config.secrets_meta_rebuild import rebuild_secrets_meta
@@ -267,6 +268,8 @@ def run_boot(
     # 4b. queue entries whose turn the fence ended: consumed if their prompt landed, else waiting again
     with transaction(conn):
         report["queue"] = settle_after_restart(conn, now_ms=now)
+        # a delivery whose begin wrote its input line and died before the ledger: bound to that line's turn
+        report["queue"]["boundDeliveries"] = collab.bind_landed_inputs(conn, now_ms=now)
         # a delivery whose admission a cut turn had begun with, consumed just now, is interrupted too
         report["queue"]["interruptedDeliveries"] = interrupt_deliveries(conn, now_ms=now, running=False)
     between("the scratch sweep")

@@ -12,6 +12,9 @@ from       event                                           to
 (new)      ``collab.deliver`` (ceiling and hops checked)   queued + queue admission
 queued     the target's turn begins it                     running (``turn_id`` set; an
                                                            admission not yet taken goes)
+queued /   its input line is in the transcript, the        bound to the line's turn:
+inter-     ledger never recorded the begin (the host died  running if that turn still
+rupted     between the two): a begin finds the line        runs, else interrupted
 running    it is settled (or its turn ends)                completed / failed
 queued /   ``collab.cancel``                               cancelled (the admission is
 running                                                    removed; the session stays)
@@ -48,6 +51,13 @@ Rules:
   one ``completion`` row back to the source (the partial unique index on
   ``reply_to_message_id``), holding a bounded projection of the result, bound
   to an admission in the source's queue; a completion never creates another;
+* a begin is one effect: its input line (``collab-<deliveryId>``) lands first,
+  then the ledger. The line is the proof that its turn began the delivery: a
+  retry of the same begin (same delivery and turn), keyed or not, after any
+  crash, answers what the first try answered (:func:`as_begun`) and never
+  writes a second line; a line whose commit never came is recorded when a
+  begin finds it (:func:`bind_landed`), and a begin from another turn is then
+  ``CONFLICT`` (never replayed);
 * provenance: the target's input line carries ``meta.sessionMessage``
   (:func:`provenance`), written by the host only; :func:`check_rewrite` refuses
   a rewrite that would strip or edit it.
@@ -83,7 +93,10 @@ __all__ = [
     "MAX_HOPS",
     "RESULT_PROJECTION_CHARS",
     "Changed",
+    "as_begun",
     "begin",
+    "bind_landed",
+    "bind_landed_inputs",
     "cancel",
     "check_begin",
     "check_rewrite",
@@ -343,11 +356,27 @@ def provenance(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_begin(conn: sqlite3.Connection, delivery_id: str, target: str, turn_id: str) -> tuple[dict[str, Any], bool]:
-    """May ``turn_id`` begin the delivery? (row, already begun by it); raises otherwise. Reads only."""
+def check_begin(conn: sqlite3.Connection, delivery_id: str, target: str, turn_id: str,
+                landed: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], str]:
+    """May ``turn_id`` begin the delivery? Reads only; raises otherwise. ``landed``: the ref of its
+    input line if the target's transcript holds it. Returns the row and what is left to do:
+
+    * ``"new"``: write the input line, then :func:`begin`;
+    * ``"landed"``: the line is in the transcript under this turn but the ledger never recorded the
+      begin (the host died between the two): only the ledger is left;
+    * ``"begun"``: this turn began it (a retry of the same begin, whatever happened to it since).
+    """
     row = _require(conn, delivery_id, target)
-    if row["status"] == "running" and row.get("turnId") == turn_id:
-        return row, True  # a retry of the same begin
+    if row.get("turnId") == turn_id:
+        return row, "begun"
+    if landed is not None:
+        began = landed.get("turnId")
+        if began != turn_id:
+            raise Conflict(f"delivery {delivery_id} began in turn {began} (its input row is in the transcript)",
+                           data={"deliveryId": delivery_id, "turnId": began, "status": row["status"]})
+        if row.get("turnId") is None and row["status"] in _UNBOUND:
+            _check_turn_free(conn, delivery_id, turn_id)
+            return row, "landed"
     if row["status"] != "queued":
         raise Conflict(f"delivery {delivery_id} is {row['status']}, not queued",
                        data={"deliveryId": delivery_id, "status": row["status"]})
@@ -357,10 +386,21 @@ def check_begin(conn: sqlite3.Connection, delivery_id: str, target: str, turn_id
     if status[0] != "running":
         raise Conflict(f"turn {turn_id} is {status[0]}; a delivery begins in a running turn",
                        data={"turnId": turn_id, "status": status[0]})
-    if conn.execute("SELECT id FROM session_collaboration_messages WHERE turn_id = ?", (turn_id,)).fetchone():
-        raise Conflict(f"turn {turn_id} already runs another delivery", data={"turnId": turn_id})
+    _check_turn_free(conn, delivery_id, turn_id)
     _check_ceiling(conn, target, row["permissionCeiling"])
-    return row, False
+    return row, "new"
+
+
+_UNBOUND: Final = ("queued", "interrupted", "cancelled")
+"""What a delivery whose input line landed without its commit can be: still queued (held), interrupted
+(boot consumed the admission its cut turn had taken) or cancelled since."""
+
+
+def _check_turn_free(conn: sqlite3.Connection, delivery_id: str, turn_id: str) -> None:
+    other = conn.execute("SELECT id FROM session_collaboration_messages WHERE turn_id = ? AND id != ?",
+                         (turn_id, delivery_id)).fetchone()
+    if other is not None:
+        raise Conflict(f"turn {turn_id} already runs another delivery", data={"turnId": turn_id})
 
 
 def _drop_admission(conn: sqlite3.Connection, changed: Changed, target: str, delivery_id: str, now_ms: int,
@@ -370,20 +410,78 @@ def _drop_admission(conn: sqlite3.Connection, changed: Changed, target: str, del
         changed.queues[target] = queue.drop(conn, target, entry_id, now_ms=now_ms, faults=faults).entries
 
 
+def as_begun(row: Mapping[str, Any], turn_id: str, begun_at: int) -> dict[str, Any]:
+    """The delivery as its begin left it (the answer that begin gave): running in ``turn_id`` since
+    ``begun_at`` (its input line's time), before any settlement, cancel or restart changed it."""
+    out = {k: v for k, v in row.items() if k not in ("result", "error", "callbackId")}
+    out.update(status="running", turnId=turn_id, updatedAt=begun_at)
+    return out
+
+
 def begin(conn: sqlite3.Connection, delivery_id: str, target: str, turn_id: str, now_ms: int, *,
-          faults: Faults = NO_FAULTS) -> tuple[dict[str, Any], Changed]:
+          landed: Mapping[str, Any] | None = None, faults: Faults = NO_FAULTS) -> tuple[dict[str, Any], Changed]:
     """queued → running in ``turn_id`` (a running turn of the target); the ceiling is checked again.
-    An admission still in the queue (the controller did not take it) is consumed: it has begun."""
+    An admission still in the queue (the controller did not take it) is consumed: it has begun.
+
+    ``landed``: the ref of the input line already in the transcript (:func:`check_begin`): the begin
+    is recorded if the ledger lacks it (:func:`bind_landed`) and the answer is the first try's
+    (:func:`as_begun`), whatever happened to the delivery since."""
+    row, how = check_begin(conn, delivery_id, target, turn_id, landed)
+    if how == "new":
+        changed = Changed()
+        conn.execute("UPDATE session_collaboration_messages SET status = 'running', turn_id = ?, updated_at = ? "
+                     "WHERE id = ? AND status = 'queued'", (turn_id, now_ms, delivery_id))
+        _drop_admission(conn, changed, target, delivery_id, now_ms, faults)
+        started = get(conn, delivery_id)
+        changed.deliveries.append(started)
+        return started, changed
+    if landed is None:  # begun by this turn, and a rewrite dropped its input row since: nothing to answer with
+        raise Conflict(f"delivery {delivery_id} began in turn {turn_id}; its input row is no longer in the "
+                       "transcript", data={"deliveryId": delivery_id, "turnId": turn_id, "status": row["status"]})
+    changed = bind_landed(conn, delivery_id, target, turn_id, now_ms, faults=faults)
+    return as_begun(get(conn, delivery_id), turn_id, int(landed["createdAt"])), changed
+
+
+def bind_landed(conn: sqlite3.Connection, delivery_id: str, target: str, turn_id: str, now_ms: int, *,
+                faults: Faults = NO_FAULTS) -> Changed:
+    """Record a begin whose input line (in ``turn_id``) landed but whose commit never came: the
+    delivery is bound to that turn and its admission is consumed; a queued one is running if the turn
+    still runs, else interrupted (the restart that cut the turn would have interrupted it; nothing
+    replays it). Nothing to do for a delivery already bound to a turn or settled."""
+    row = _require(conn, delivery_id, target)
     changed = Changed()
-    row, already = check_begin(conn, delivery_id, target, turn_id)
-    if already:
-        return row, changed
-    conn.execute("UPDATE session_collaboration_messages SET status = 'running', turn_id = ?, updated_at = ? "
-                 "WHERE id = ? AND status = 'queued'", (turn_id, now_ms, delivery_id))
+    if row.get("turnId") is not None or row["status"] not in _UNBOUND:
+        return changed
+    turn = conn.execute("SELECT status FROM turns WHERE id = ? AND session_id = ?", (turn_id, target)).fetchone()
+    free = conn.execute("SELECT 1 FROM session_collaboration_messages WHERE turn_id = ?", (turn_id,)).fetchone() is None
+    bound = turn_id if turn is not None and free else None
+    if bound is None and row["status"] != "queued":
+        return changed
+    status = row["status"]
+    if status == "queued":
+        status = "running" if bound is not None and turn is not None and turn[0] == "running" else "interrupted"
+    conn.execute("UPDATE session_collaboration_messages SET status = ?, turn_id = ?, updated_at = ? "
+                 "WHERE id = ? AND turn_id IS NULL", (status, bound, now_ms, delivery_id))
     _drop_admission(conn, changed, target, delivery_id, now_ms, faults)
-    started = get(conn, delivery_id)
-    changed.deliveries.append(started)
-    return started, changed
+    changed.deliveries.append(get(conn, delivery_id))
+    return changed
+
+
+def bind_landed_inputs(conn: sqlite3.Connection, *, now_ms: int) -> int:
+    """Boot: every queued delivery whose input line is indexed in its target (the host died between a
+    begin's line and its commit) is bound to that line's turn (:func:`bind_landed`; the turn was cut by
+    the restart: interrupted, its admission consumed), so no queue entry hands out a delivery that began.
+    Returns how many."""
+    rows = conn.execute(
+        "SELECT c.id, c.target_session_id, m.turn_id FROM session_collaboration_messages c "
+        "JOIN messages m ON m.id = 'collab-' || c.id AND m.session_id = c.target_session_id "
+        "WHERE c.status = 'queued' AND c.turn_id IS NULL AND m.deleted = 0 AND m.turn_id IS NOT NULL"
+    ).fetchall()
+    bound = 0
+    for delivery_id, target, turn_id in rows:
+        if bind_landed(conn, delivery_id, target, turn_id, now_ms).deliveries:
+            bound += 1
+    return bound
 
 
 def _projection(status: str, result: str | None, error: str | None) -> str:

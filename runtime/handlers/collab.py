@@ -11,7 +11,11 @@ rows are DB-only state, serialized by the DB writer).
 ``meta.sessionMessage`` is the delivery's provenance (``UiMessage.sessionMessage``)
 — line first, then its index row with the ledger change and the receipt
 (``runtime/handlers/host_lines.py``). The line's id is derived from the
-delivery, so a retry after a crash finds it and only commits.
+delivery, so a begin after a crash finds it: the line is the proof that its
+turn began the delivery. A retry of that begin (the same delivery and turn,
+with or without its ``submissionId``) records what the ledger lacks and
+answers what the first try answered; a begin from another turn records it too
+and is ``CONFLICT``. Never a second line, never a second begin.
 
 Events after each commit: ``collab.delivery`` (with the target's and with the
 source's session id) and ``session.queue`` for every queue that changed.
@@ -86,28 +90,43 @@ async def deliver(ctx: SessionContext, p: m.CollabDeliverParams, key: ReceiptKey
 
 async def begin(ctx: SessionContext, p: m.CollabBeginParams, key: ReceiptKey | None) -> Any:
     """queued → running in the target's turn, and the input row with its provenance."""
-    sid, now = ctx.sid, ctx.now()
-    row, already = await ctx.read(collab.check_begin, p.delivery_id, sid, p.turn_id)  # refused before any write
-    faults = ctx.faults
+    sid, now, faults = ctx.sid, ctx.now(), ctx.faults
+    mid = collab.input_message_id(p.delivery_id)
+    held = (await ctx.read(index.message_refs, [mid])).get(mid)
+    landed = held if held is not None and held["sessionId"] == sid else None
+    began = landed.get("turnId") if landed is not None else None
+    if isinstance(began, str) and began != p.turn_id:  # its line landed in another turn: that turn began it
+        await _bind_landed(ctx, p.delivery_id, began)
+    row, how = await ctx.read(collab.check_begin, p.delivery_id, sid, p.turn_id, landed)  # refused before any write
     effects: list[tuple[Changed, dict[str, Any]]] = []
 
-    def respond(conn: Any, ref: dict[str, Any]) -> dict[str, Any]:
-        started, changed = collab.begin(conn, p.delivery_id, sid, p.turn_id, now, faults=faults)
+    def respond(conn: Any, ref: dict[str, Any] | None) -> dict[str, Any]:
+        started, changed = collab.begin(conn, p.delivery_id, sid, p.turn_id, now,
+                                        landed=None if how == "new" else ref, faults=faults)
         effects.append((changed, _queue_owners(conn, changed)))
         return {"delivery": started, "message": ref}
 
-    mid = collab.input_message_id(p.delivery_id)
-    held = (await ctx.read(index.message_refs, [mid])).get(mid)
-    if held is not None and held["sessionId"] == sid:  # a retry after the line landed: only the ledger is left
-        result = await ctx.commit(lambda conn: respond(conn, held))
+    if how != "new":  # the line is there (or the begin is): only the ledger is left, if anything
+        result = await ctx.commit(lambda conn: respond(conn, landed))
     else:
         record = {"type": "message", "id": mid, "role": "user", "createdAt": ms_to_rfc3339(now),
                   "turnId": p.turn_id, "blocks": [{"type": "text", "text": row["content"]}],
                   "meta": {"sessionMessage": collab.provenance(row)}}
         result, _ = await append_record(ctx, record, respond)
-    if not already and effects:
-        publish(ctx, *effects[0])
+    publish(ctx, *effects[0])
     return result
+
+
+async def _bind_landed(ctx: SessionContext, delivery_id: str, turn_id: str) -> None:
+    """Record the begin an input line in ``turn_id`` proves, whose commit never came (its own transaction:
+    the begin asking now is refused after it)."""
+    sid, now, faults = ctx.sid, ctx.now(), ctx.faults
+
+    def op(conn: Any) -> tuple[Changed, dict[str, Any]]:
+        changed = collab.bind_landed(conn, delivery_id, sid, turn_id, now, faults=faults)
+        return changed, _queue_owners(conn, changed)
+
+    publish(ctx, *await ctx.db(op))
 
 
 async def settle(ctx: SessionContext, p: m.CollabSettleParams, key: ReceiptKey | None) -> Any:

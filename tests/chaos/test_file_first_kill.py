@@ -234,13 +234,13 @@ async def _check_effect(c: Any, root: Path, method: str, v: Vars, first: Any) ->
 
 
 @pytest.mark.parametrize("point", ["append.after_fsync", "collab.begin.before_commit"])
-async def test_a_begin_killed_before_its_commit_leaves_the_delivery_held_and_one_input_row(
+async def test_a_begin_killed_before_its_commit_is_recorded_once_and_its_retry_answers_it(
         tmp_path: Path, point: str) -> None:
-    """collab.begin binds a delivery to a *running* turn, and no turn outlives its host. Killed after
-    the input line but before the commit, the retry is refused (CONFLICT: the turn was aborted by the
-    restart) and nothing is lost or doubled: the delivery is still queued with its admission (held for
-    the controller, not interrupted), and a begin from the next turn succeeds with exactly one input
-    row (the line's id is the delivery's, so the earlier line is replaced, never repeated)."""
+    """collab.begin writes its input line, then the ledger. Killed between the two, the line is the proof
+    that t1 began the delivery: boot binds the delivery to t1 (interrupted: the restart cut t1) and
+    consumes its admission, so no queue entry hands it out again; the retry (same submissionId) answers
+    what the first try would have (running in t1, its input row); a begin from the next turn is CONFLICT
+    naming t1. Exactly one input row, never a second run."""
     root = tmp_path / "data"
     scenario = SCENARIOS["collab.begin"]
     crashing = start_host_process(root, env={"RT_CRASHPOINT": f"{point}:1"})
@@ -254,14 +254,18 @@ async def test_a_begin_killed_before_its_commit_leaves_the_delivery_held_and_one
         await trio.to_thread.run_sync(lambda: crashing.proc.communicate(timeout=30))
         assert crashing.proc.returncode == -9, f"the host did not die at {point}"
         async with inprocess_host(root) as again, client_for(again, "chaos-file", scenario.kind) as c:
-            with pytest.raises(RpcError) as err:
-                await c.call("collab.begin", {**scenario.params(v), "submissionId": "chaos-begin"})
-            assert err.value.data_code == "CONFLICT"
             got = await c.call("collab.get", {"deliveryId": v["delivery"]})
-            assert got["status"] == "queued"
+            assert (got["status"], got["turnId"]) == ("interrupted", "t1")  # bound at boot, before any retry
+            queued = (await c.call("session.queueList", {"sessionId": v["sid"]}))["entries"]
+            assert all(e.get("sessionMessageId") != v["delivery"] for e in queued)  # its admission is consumed
+            answer = await c.call("collab.begin", {**scenario.params(v), "submissionId": "chaos-begin"})
+            assert (answer["delivery"]["status"], answer["delivery"]["turnId"]) == ("running", "t1")
+            assert answer["message"]["id"] == f"collab-{v['delivery']}"
             await c.call("session.startTurn", {"sessionId": v["sid"], "turnId": "t9"})
-            await c.call("collab.begin", {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t9",
-                                          "submissionId": "chaos-begin-2"})
+            with pytest.raises(RpcError) as err:
+                await c.call("collab.begin", {"sessionId": v["sid"], "deliveryId": v["delivery"], "turnId": "t9",
+                                              "submissionId": "chaos-begin-2"})
+            assert err.value.data_code == "CONFLICT" and err.value.data["turnId"] == "t1"
             page = await c.call("session.get", {"sessionId": v["sid"], "full": True})
             inputs = [m for m in page["messages"] if m.get("sessionMessage")]
             assert len(inputs) == 1 and inputs[0]["sessionMessage"]["deliveryId"] == v["delivery"]
