@@ -671,8 +671,10 @@ _SPECS: tuple[MethodSpec, ...] = (
         "collab.deliver",
         m.CollabDeliverParams,
         m.CollabDeliverResult,
-        "Deliver a task/message from one session to another: ledger row + the target's queue admission, at once.",
-        _codes(_SESSION_WRITE, ("CONFLICT", "LIMIT_EXCEEDED", "PERMISSION_DENIED")),
+        "Deliver a task/message from one session to another: ledger row + the target's queue admission, at once. "
+        "A target in Plan/Goal mode while a task run bound to it is running: PLAN_REQUIRES_INTERACTIVE_SESSION.",
+        _codes(_SESSION_WRITE, ("CONFLICT", "LIMIT_EXCEEDED", "PERMISSION_DENIED",
+                                "PLAN_REQUIRES_INTERACTIVE_SESSION")),
     ),
     _spec(
         "collab.begin",

@@ -74,7 +74,7 @@ from typing import Any, Final
 
 import orjson
 
-from store import queue
+from store import queue, tasks
 from store.errors import (
     Conflict,
     IdempotencyConflict,
@@ -307,6 +307,8 @@ def deliver(conn: sqlite3.Connection, *, delivery_id: str, entry_id: str, plugin
     if not _exists(conn, target_session_id):  # a trashed target is as unreachable as a trashed source
         raise SessionNotFound(f"target session {target_session_id} not found",
                               data={"sessionId": target_session_id})
+    target_mode = conn.execute("SELECT mode FROM sessions WHERE id = ?", (target_session_id,)).fetchone()[0]
+    tasks.require_interactive(conn, target_session_id, target_mode, work="take a collaboration delivery")
     sender = effective_permission(conn, source_session_id)
     parent = _parent(conn, source_session_id)
     if parent is not None:  # the sender is itself running a delivery: an autonomous chain step

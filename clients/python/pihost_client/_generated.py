@@ -3899,7 +3899,7 @@ class CollabMethods:
         self._call = call
 
     async def deliver(self, *, plugin_id: str, source_session_id: str, target_session_id: str, kind: Literal["task", "message"], content: str, idempotency_key: str, submission_id: str | None = None, notify_on_completion: bool | None = None, remaining_hops: int | None = None, permission_ceiling: Literal["ask", "accept-edits", "auto"] | None = None) -> CollabDeliverResult:
-        """``collab.deliver``: Deliver a task/message from one session to another: ledger row + the target's queue admission, at once. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``collab.deliver``: Deliver a task/message from one session to another: ledger row + the target's queue admission, at once. A target in Plan/Goal mode while a task run bound to it is running: PLAN_REQUIRES_INTERACTIVE_SESSION. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["pluginId"] = plugin_id
         params["sourceSessionId"] = source_session_id

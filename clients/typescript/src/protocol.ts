@@ -3634,7 +3634,7 @@ export interface Methods {
   "interactions.pending": { params: InteractionsPendingParams; result: InteractionsPendingResult };
   /** A UI answers a question once (recorded in the transcript); a second or late answer is CONFLICT. (mutating: accepts submissionId) */
   "interactions.respond": { params: InteractionsRespondParams; result: InteractionsRespondResult };
-  /** Deliver a task/message from one session to another: ledger row + the target's queue admission, at once. (mutating: accepts submissionId) */
+  /** Deliver a task/message from one session to another: ledger row + the target's queue admission, at once. A target in Plan/Goal mode while a task run bound to it is running: PLAN_REQUIRES_INTERACTIVE_SESSION. (mutating: accepts submissionId) */
   "collab.deliver": { params: CollabDeliverParams; result: CollabDeliverResult };
   /** The target's running turn begins a delivery: turnId bound, the input row written with its provenance. (mutating: accepts submissionId) */
   "collab.begin": { params: CollabBeginParams; result: CollabBeginResult };
