@@ -512,7 +512,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.AttachmentsGcParams,
         m.AttachmentsGcResult,
         "Evict least recently used blobs over budget (never the active session's); refs before bytes.",
-        _DB_WRITE,
+        _codes(_DB_WRITE, ("UNSUPPORTED_FOR_NATIVE_SESSION",)),
     ),
     # -- scheduled tasks (seed 003 §4.11) ------------------------------------
     _spec(

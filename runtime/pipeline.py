@@ -188,6 +188,23 @@ class _MessageIds:
         return release
 
 
+def _native_session_param(raw: Any, *, allowed: bool) -> str | None:
+    """A native pi session id in a param that names a session (``sessionId``, ``sourceSessionId``,
+    ``targetSessionId``, ``activeSessionId``, in either spelling): refused before validation, as the
+    README says of every method but those whose route reads one (``allowed``: in ``sessionId`` only)."""
+    if not isinstance(raw, Mapping):
+        return None
+    for name, value in raw.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            continue
+        if name in ("sessionId", "session_id"):
+            if not allowed and is_native_id(value):
+                return value
+        elif (name.endswith("SessionId") or name.endswith("_session_id")) and is_native_id(value):
+            return value
+    return None
+
+
 def _tag(bound: _Bound, params: Any) -> Hashable | None:
     """Where a request will be queued, as far as its params say (a hint for the one before it)."""
     route = bound.route
@@ -325,8 +342,9 @@ class Pipeline:
         if bound is None or bound.route.via is Via.CONNECTION:
             reply(outcome.Error(MethodNotFound(method)))
             return None
-        if bound.route.native is None and is_native_id(raw.get("sessionId") if isinstance(raw, Mapping) else None):
-            reply(outcome.Error(unsupported_for_native(method, raw["sessionId"])))
+        native = _native_session_param(raw, allowed=bound.route.native is not None)
+        if native is not None:
+            reply(outcome.Error(unsupported_for_native(method, native)))
             return None
         try:
             params = bound.spec.params_model.model_validate({} if raw is None else raw)

@@ -193,3 +193,30 @@ async def test_a_native_session_exports(tmp_path: Path, root: Path) -> None:
             jsonl = await c.call("session.export", {"sessionId": TREE, "format": "jsonl"})
             lines = [orjson.loads(line) for line in jsonl["content"].splitlines()]
             assert lines[0]["sessionId"] == TREE and [ln["type"] for ln in lines].count("message") == 3
+
+
+@pytest.mark.parametrize(("method", "params"), [
+    ("collab.deliver", {"pluginId": "team", "sourceSessionId": TREE, "targetSessionId": "s1", "kind": "task",
+                        "content": "x", "idempotencyKey": "k"}),
+    ("collab.deliver", {"pluginId": "team", "sourceSessionId": "s1", "targetSessionId": TREE, "kind": "task",
+                        "content": "x", "idempotencyKey": "k"}),
+    ("collab.deliver", {"pluginId": "team", "source_session_id": "s1", "target_session_id": TREE, "kind": "task",
+                        "content": "x", "idempotencyKey": "k"}),
+    ("attachments.gc", {"activeSessionId": TREE}),
+])
+async def test_a_native_id_in_any_session_field_is_refused_as_native(tmp_path: Path, root: Path, method: str,
+                                                                    params: dict[str, Any]) -> None:
+    """Found in stop 41's audit: only ``sessionId`` was checked, so a native id as a collaboration source or
+    target (or gc's active session) was INVALID_PARAMS, not the UNSUPPORTED_FOR_NATIVE_SESSION the README
+    promises for every method that does not support one."""
+    before = tree_state(root)
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data", native_pi_root=root) as host, client_for(host) as c:
+            await c.call("session.create", {"sessionId": "s1", "title": "s1"})
+            with pytest.raises(RpcError) as err:
+                await c.call(method, params)
+            assert err.value.data_code == "UNSUPPORTED_FOR_NATIVE_SESSION"
+            assert (err.value.data["method"], err.value.data["sessionId"]) == (method, TREE)
+            if method == "collab.deliver":
+                assert (await c.call("collab.list", {"sessionId": "s1"}))["deliveries"] == []
+    assert tree_state(root) == before
