@@ -1,7 +1,7 @@
 """The composition root: boot, start actors, open the gateway, shut down in order.
 
 Start (hypercorn's "listeners only after startup"): lock → boot recovery (in a
-worker thread; nothing served) → DB writer → scheduler → session actors →
+worker thread; nothing served) → DB writer → scheduler → request expiry → session actors →
 request pipeline → gateway → ``host.json``. A stop asked for before the host
 serves (the CLI forwards SIGINT/SIGTERM from the start) ends boot before its
 next step: :class:`~runtime.boot.BootInterrupted`, nothing served, no marker.
@@ -13,7 +13,7 @@ Shutdown (:class:`Shutdown`; the CLI requests it on SIGINT/SIGTERM):
 2. requests already in flight finish, within ``config.shutdown_deadline``
    (default 10 s); their answers are sent, then the connections close (1001);
 3. actors stop in reverse start order — session actors (their transcript
-   writers closed), the scheduler, the DB writer (which first commits what is
+   writers closed), the request expiry, the scheduler, the DB writer (which first commits what is
    queued) — each with a stop request, a bounded wait, then a hard cancel;
 4. the database closes and the ``clean-shutdown`` marker is written, with how
    every actor ended (``boot.previousShutdown`` of the next boot reports it) —
@@ -59,6 +59,7 @@ from runtime.config import HostConfig
 from runtime.context import Services
 from runtime.datadir import DataDirLock
 from runtime.handlers import inflight
+from runtime.handlers.approvals import DEADLINES
 from runtime.handlers.attachments import Blobs
 from runtime.handlers.client_gone import on_client_gone
 from runtime.handlers.host import INSPECTOR_URL, LOGIN_CODES
@@ -70,6 +71,7 @@ from runtime.kernel.actor import InternalBug, reply_callback_failed
 from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
 from runtime.kernel.task_steps import TaskSteps
 from runtime.pipeline import Pipeline
+from runtime.request_expiry import RequestExpiry, deadline_notifier
 from runtime.routes import ROUTES, Route
 from runtime.version import VERSION
 from store.errors import StoreError
@@ -244,6 +246,8 @@ async def run_host(
                     ChildSpec("scheduler", lambda: Scheduler(db=db, reads=reads, bus=bus, now_ms=now_ms,
                                                              faults=faults))
                 )
+                expiry_ref = await supervisor.start_child(  # pending requests expire at their deadline, announced
+                    ChildSpec("request-expiry", lambda: RequestExpiry(db=db, reads=reads, bus=bus, now_ms=now_ms)))
                 sessions = DynamicSupervisor(
                     intensity=config.session_restart_intensity, period=config.restart_period,
                     max_children=config.max_sessions_active,
@@ -260,6 +264,7 @@ async def run_host(
                            "native": NativeCatalog(config.native_pi_root),
                            "plugins": PluginRegistry(data_dir.root / "plugins"),
                            "providers.lock": trio.Lock(),
+                           DEADLINES: deadline_notifier(expiry_ref.tell_nowait),
                            LOGIN_CODES: LoginCodes(time.monotonic)},
                 )
                 deps = SessionDeps(

@@ -12,8 +12,10 @@ from           event                                       to
 (new)          otherwise                                   pending
 pending        a UI answers (once)                         allowed / denied /
                                                            answered
-pending        ``expires_at`` passed (written on answer,   expired
-               shown so by reads, and by the next boot)
+pending        ``expires_at`` passed (written at the       expired
+               deadline by the expiry timer, or by a late
+               answer or the next boot if it is behind;
+               shown so by reads in the meantime)
 pending        its turn ended                              cancelled
 pending        host restart (boot fence)                   interrupted
 anything else  an answer                                   ``CONFLICT``
@@ -64,9 +66,11 @@ __all__ = [
     "insert_approval",
     "insert_interaction",
     "interrupt_pending",
+    "lapsed",
     "list_pending",
     "list_rules",
     "matching_rule",
+    "next_deadline",
     "normalize_options",
     "require_pending",
     "resolve",
@@ -292,11 +296,31 @@ def insert_interaction(conn: sqlite3.Connection, *, request_id: str, session_id:
 
 
 def expire_stale(conn: sqlite3.Connection, kind: Kind, request_id: str, now_ms: int) -> bool:
-    """The row passed its deadline while pending: ``expired`` (True if it changed)."""
+    """The row passed its deadline while pending: ``expired``, resolved at its deadline as the boot
+    fence and the reads have it (True if it changed; False if anything settled it first)."""
     return conn.execute(
-        f"UPDATE {_TABLE[kind]} SET status = 'expired', updated_at = ?, resolved_at = ? "
+        f"UPDATE {_TABLE[kind]} SET status = 'expired', updated_at = ?, resolved_at = expires_at "
         "WHERE request_id = ? AND status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?",
-        (now_ms, now_ms, request_id, now_ms)).rowcount > 0
+        (now_ms, request_id, now_ms)).rowcount > 0
+
+
+def next_deadline(conn: sqlite3.Connection) -> int | None:
+    """The earliest ``expires_at`` of a pending request of either kind (None: nothing can expire)."""
+    found = [conn.execute(f"SELECT MIN(expires_at) FROM {table} WHERE status = 'pending'").fetchone()[0]
+             for table in _TABLE.values()]
+    deadlines = [int(at) for at in found if at is not None]
+    return min(deadlines) if deadlines else None
+
+
+def lapsed(conn: sqlite3.Connection, now_ms: int, limit: int) -> list[tuple[Kind, str]]:
+    """At most ``limit`` pending requests (either kind) whose deadline passed at ``now_ms``, earliest first."""
+    rows: list[tuple[int, str, Kind]] = []
+    for kind in KINDS:
+        rows.extend((at, rid, kind) for at, rid in conn.execute(
+            f"SELECT expires_at, request_id FROM {_TABLE[kind]} WHERE status = 'pending' "
+            "AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at, request_id LIMIT ?",
+            (now_ms, limit)))
+    return [(kind, rid) for _at, rid, kind in sorted(rows)[:limit]]
 
 
 def require_pending(conn: sqlite3.Connection, kind: Kind, request_id: str, session_id: str,

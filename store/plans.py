@@ -49,7 +49,9 @@ __all__ = [
     "expire_stale",
     "get_request",
     "insert_pending",
+    "lapsed_sessions",
     "list_pending",
+    "next_deadline",
     "reject",
     "stale_pending",
     "sweep_intents",
@@ -355,11 +357,25 @@ def expire_all_stale(conn: sqlite3.Connection, now_ms: int) -> int:
 
 
 def expire_stale(conn: sqlite3.Connection, session_id: str, now_ms: int) -> int:
-    """A pending row past its deadline becomes ``expired`` (the session stays in its contract mode)."""
+    """A pending row past its deadline becomes ``expired``, resolved at its deadline as the boot fence
+    has it (the session stays in its contract mode). The rows it changed (0: nothing was left to)."""
     return conn.execute(
-        "UPDATE plan_approvals SET status = 'expired', updated_at = ?, resolved_at = ?, error_code = 'EXPIRED' "
-        f"WHERE session_id = ? AND {_STALE}",
-        (now_ms, now_ms, session_id, now_ms)).rowcount
+        "UPDATE plan_approvals SET status = 'expired', updated_at = ?, resolved_at = expires_at, "
+        f"error_code = 'EXPIRED' WHERE session_id = ? AND {_STALE}",
+        (now_ms, session_id, now_ms)).rowcount
+
+
+def next_deadline(conn: sqlite3.Connection) -> int | None:
+    """The earliest ``expires_at`` of a pending request (None: nothing can expire)."""
+    found = conn.execute("SELECT MIN(expires_at) FROM plan_approvals WHERE status = 'pending'").fetchone()[0]
+    return None if found is None else int(found)
+
+
+def lapsed_sessions(conn: sqlite3.Connection, now_ms: int, limit: int) -> list[str]:
+    """At most ``limit`` sessions with a pending request past its deadline at ``now_ms``, earliest first."""
+    return [r[0] for r in conn.execute(
+        f"SELECT session_id FROM plan_approvals WHERE {_STALE} GROUP BY session_id "
+        "ORDER BY MIN(expires_at), session_id LIMIT ?", (now_ms, limit))]
 
 
 def stale_pending(conn: sqlite3.Connection, session_id: str, now_ms: int) -> list[str]:

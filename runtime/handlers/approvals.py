@@ -11,9 +11,11 @@ transcript as an ``approval_decision`` line (one write + fdatasync, carrying
 the answer's receipt), then the row changes in one transaction with the stored
 rule and the receipt row. If the host dies in between, boot applies the line
 to the still-pending row before the fence (``store.approvals.apply_recorded_decisions``).
-An expired request is marked ``expired`` when it is answered late (the answer is
-refused); a turn's end cancels its pending requests (``session.endTurn``,
-``session.recoverInflight``); a restart interrupts them (``store/fence.py``).
+A request reaches its deadline: the expiry timer (``runtime/request_expiry.py``) marks it
+``expired`` and announces it (``<kind>.resolved``), with :func:`expire_lapsed`; a late answer
+(the timer behind) applies the same transition before it is refused. Whichever comes first
+changes the row, and only it announces. A turn's end cancels its pending requests
+(``session.endTurn``, ``session.recoverInflight``); a restart interrupts them (``store/fence.py``).
 """
 
 from __future__ import annotations
@@ -33,12 +35,16 @@ from store.jsonio import dumps_line
 from store.receipts import ReceiptKey
 
 __all__ = [
+    "DEADLINES",
+    "expire_lapsed",
+    "note_deadline",
     "pending_approvals",
     "pending_interactions",
     "publish_cancelled",
     "remove_rule",
     "request_approval",
     "request_interaction",
+    "resolved_topic",
     "respond_approval",
     "respond_interaction",
     "rules",
@@ -47,6 +53,31 @@ __all__ = [
 T = TypeVar("T")
 
 _TOPIC: Mapping[str, str] = {"approval": "approval", "interaction": "interaction"}
+
+DEADLINES = "requests.deadlines"
+"""``Services.extra`` key: ``(expires_at_ms) -> None``, told of each new pending deadline after its commit
+(``runtime/request_expiry.py``: an earlier one moves the timer's wake-up). Never raises."""
+
+
+def note_deadline(ctx: SessionContext, expires_at: int | None) -> None:
+    """A pending request with a deadline committed: the expiry timer may have to wake earlier."""
+    services = ctx.services
+    notify = services.extra.get(DEADLINES) if services is not None and expires_at is not None else None
+    if notify is not None:
+        notify(expires_at)
+
+
+def expire_lapsed(conn: Any, kind: Kind, request_id: str, now_ms: int) -> dict[str, Any] | None:
+    """The one expiry transition (a late answer, the expiry timer): a request still pending at ``now_ms``
+    past its deadline becomes ``expired``. The ``<kind>.resolved`` payload when this call changed it;
+    None when it was not due or something settled it first (nothing to announce)."""
+    if not approvals.expire_stale(conn, kind, request_id, now_ms):
+        return None
+    return {"request": approvals.get_request(conn, kind, request_id)}
+
+
+def resolved_topic(kind: Kind) -> str:
+    return f"{_TOPIC[kind]}.resolved"
 
 
 async def _running_turn(ctx: SessionContext, turn_id: str) -> None:
@@ -60,7 +91,7 @@ async def _running_turn(ctx: SessionContext, turn_id: str) -> None:
 
 
 def _publish_resolved(ctx: SessionContext, kind: Kind, result: Mapping[str, Any]) -> None:
-    ctx.publish(f"{_TOPIC[kind]}.resolved", dict(result))
+    ctx.publish(resolved_topic(kind), dict(result))
 
 
 def publish_cancelled(ctx: SessionContext, cancelled: list[dict[str, Any]]) -> None:
@@ -122,6 +153,7 @@ async def request_approval(ctx: SessionContext, p: m.ApprovalsRequestParams, key
     if created[0]:
         if result["request"]["status"] == "pending":
             ctx.publish("approval.requested", {"request": result["request"]})
+            note_deadline(ctx, result["request"].get("expiresAt"))
         else:
             _publish_resolved(ctx, "approval", result)
     return result
@@ -132,10 +164,9 @@ async def _refuse_late(ctx: SessionContext, kind: Kind, request_id: str) -> None
     sid, now = ctx.sid, ctx.now()
     row = await ctx.read(approvals.get_request, kind, request_id)
     if row["sessionId"] == sid and row["status"] == "pending" and (row.get("expiresAt") or now + 1) <= now:
-        changed = await ctx.db(lambda conn: approvals.expire_stale(conn, kind, request_id, now), durable=True)
-        if changed:
-            expired = await ctx.read(approvals.get_request, kind, request_id)
-            _publish_resolved(ctx, kind, {"request": expired})
+        expired = await ctx.db(lambda conn: expire_lapsed(conn, kind, request_id, now), durable=True)
+        if expired is not None:  # None: the expiry timer (or another answer) settled it first and announced it
+            _publish_resolved(ctx, kind, expired)
     await ctx.read(approvals.require_pending, kind, request_id, sid, now)  # raises the CONFLICT
 
 
@@ -217,6 +248,7 @@ async def request_interaction(ctx: SessionContext, p: m.InteractionsRequestParam
     result = await ctx.commit(op)
     if created[0]:
         ctx.publish("interaction.requested", {"request": result["request"]})
+        note_deadline(ctx, result["request"].get("expiresAt"))
     return result
 
 

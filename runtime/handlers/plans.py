@@ -16,7 +16,11 @@ proposal while an unattended task run is running in the session:
 
 After the commit they publish ``plan.requested`` (the pending row) and
 ``plan.resolved`` (approved/rejected/expired); rows the boot fence interrupts
-are not announced — ``plans.pending`` is the rehydration path.
+are not announced — ``plans.pending`` is the rehydration path. A request reaches
+its deadline: the expiry timer (``runtime/request_expiry.py``) expires it with
+:func:`expire_lapsed` and announces it; a late response or the next submission
+(the timer behind) applies the same transition, and only whoever changed the row
+announces it.
 
 Execution (§4.6a): an approval queues its execution; ``plans.startExecution``
 binds it to the running turn that executes it (queued → running) and
@@ -38,6 +42,7 @@ import trio
 from actors.session_context import Lines, SessionContext
 from protocol import models as m
 from runtime.context import ReadContext, Services
+from runtime.handlers.approvals import note_deadline
 from store import approvals, plans, tasks
 from store.errors import Conflict, CorruptData, InvalidInput, StoreError
 from store.fsutil import remove_file_durable
@@ -45,8 +50,10 @@ from store.ids import new_id
 from store.indexing import index
 from store.receipts import ReceiptKey
 
-__all__ = ["check_mode_change", "finish_execution", "pending", "publish_executions", "respond", "respond_target",
-           "start_execution", "submit"]
+__all__ = ["RESOLVED", "check_mode_change", "expire_lapsed", "finish_execution", "pending", "publish_executions",
+           "resolved_payload", "respond", "respond_target", "start_execution", "submit"]
+
+RESOLVED = "plan.resolved"
 
 
 UNDO_SECONDS = 10.0
@@ -100,10 +107,10 @@ async def submit(ctx: SessionContext, p: m.PlansSubmitParams, key: ReceiptKey | 
             await ctx.io(plans.abandon_submission, intent, root, planned)
         raise
 
-    expired: list[str] = []
+    expired: list[dict[str, Any]] = []
 
     def op(conn: Any) -> Any:
-        expired[:] = plans.stale_pending(conn, sid, now)  # insert_pending marks them expired in this transaction
+        expired[:] = expire_lapsed(conn, sid, now)  # the timer is behind: expired in this transaction
         return plans.insert_pending(
             conn, request_id=request_id, session_id=sid, turn_id=p.turn_id, tool_call_id=p.tool_call_id,
             kind=kind, markdown=p.markdown, title=p.title, question=p.question, artifact=artifact,
@@ -118,8 +125,9 @@ async def submit(ctx: SessionContext, p: m.PlansSubmitParams, key: ReceiptKey | 
         raise
     await ctx.io(remove_file_durable, intent)
     for stale in expired:
-        _publish_resolved(ctx, stale, "expired")
+        ctx.publish(RESOLVED, stale)
     ctx.publish("plan.requested", {"approval": result})
+    note_deadline(ctx, result.get("expiresAt"))
     return result
 
 
@@ -139,10 +147,10 @@ async def respond(ctx: SessionContext, p: m.PlansRespondParams, key: ReceiptKey 
         raise Conflict(f"approval request {request_id} belongs to another session", data={"requestId": request_id})
     if current["status"] == "pending" and current.get("expiresAt") is not None and current["expiresAt"] <= now:
         sid = ctx.sid
-        await ctx.db(lambda conn: plans.expire_stale(conn, sid, now), durable=True)
+        # announced only by whoever changed the row: the expiry timer may have settled it meanwhile
+        for expired in await ctx.db(lambda conn: expire_lapsed(conn, sid, now), durable=True):
+            ctx.publish(RESOLVED, expired)
         current = await ctx.read(plans.get_request, request_id)
-        if current["status"] == "expired":
-            _publish_resolved(ctx, request_id, "expired")
     if current["status"] != "pending":
         raise Conflict(f"approval request {request_id} is {current['status']}, not pending: a stale response "
                        "is refused", data={"requestId": request_id, "status": current["status"]})
@@ -187,9 +195,22 @@ def pending(ctx: ReadContext, p: m.PlansPendingParams) -> Any:
     return {"pending": plans.list_pending(ctx.conn, p.session_id, ctx.now)}
 
 
+def resolved_payload(request_id: str, session_id: str, status: str) -> dict[str, Any]:
+    return {"requestId": request_id, "sessionId": session_id, "status": status}
+
+
+def expire_lapsed(conn: Any, session_id: str, now_ms: int) -> list[dict[str, Any]]:
+    """The one expiry transition (a late response, a submission, the expiry timer): the session's request
+    still pending at ``now_ms`` past its deadline becomes ``expired`` (the session stays in its contract
+    mode). The ``plan.resolved`` payloads of the rows this call changed (none: something settled them first)."""
+    stale = plans.stale_pending(conn, session_id, now_ms)
+    plans.expire_stale(conn, session_id, now_ms)
+    return [resolved_payload(request_id, session_id, "expired") for request_id in stale]
+
+
 def _publish_resolved(ctx: SessionContext, request_id: str, status: str) -> None:
     """``plan.resolved`` after the commit. Boot interruptions are not announced: ``plans.pending`` rehydrates."""
-    ctx.publish("plan.resolved", {"requestId": request_id, "sessionId": ctx.sid, "status": status})
+    ctx.publish(RESOLVED, resolved_payload(request_id, ctx.sid, status))
 
 
 async def _undo_mode_line(ctx: SessionContext, request_id: str, before: Mapping[str, Any]) -> None:

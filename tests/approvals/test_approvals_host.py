@@ -158,7 +158,8 @@ async def test_a_late_answer_is_refused_and_the_request_expires(tmp_path: Path) 
 
 async def test_a_request_past_its_deadline_reads_expired_before_anything_touches_it(tmp_path: Path) -> None:
     """It left ``approvals.pending`` at its deadline; ``session.get``'s decisions did not list it until an
-    answer or a restart wrote ``expired``: for that while it was in no read."""
+    answer or a restart wrote ``expired``: for that while it was in no read. Since the host's expiry timer
+    (``runtime/request_expiry.py``) the row is written ``expired`` at its deadline too."""
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c:
             sid = await session_with_turn(c)
@@ -169,7 +170,11 @@ async def test_a_request_past_its_deadline_reads_expired_before_anything_touches
             assert (await c.call("approvals.pending", {"sessionId": sid}))["pending"] == []
             shown = (await c.call("session.get", {"sessionId": sid}))["decisions"]
             assert [(d["requestId"], d["status"], d["resolvedAt"]) for d in shown] == [(rid, "expired", deadline)]
-            assert rows(tmp_path, "SELECT status FROM approvals") == [("pending",)]  # a read writes nothing
+            with trio.fail_after(5):  # the expiry timer's transaction, at the deadline
+                while rows(tmp_path, "SELECT status FROM approvals") != [("expired",)]:  # noqa: ASYNC110 - the row is in another thread's database: no event to wait on here
+                    await trio.sleep(0.05)
+            again = (await c.call("session.get", {"sessionId": sid}))["decisions"]
+            assert [(d["requestId"], d["status"], d["resolvedAt"]) for d in again] == [(rid, "expired", deadline)]
 
 
 async def test_the_sidecar_cannot_answer_its_own_request(tmp_path: Path) -> None:

@@ -1,0 +1,263 @@
+"""The expiry timer: pending user requests expire at their deadline, and that is announced.
+
+A tool-permission approval, an ask-the-user interaction or a plan/goal
+approval may carry an absolute deadline (``expiresAt``, wall-clock ms). When it
+passes unanswered the request is ``expired`` (seed 003 §4.6a: a plan or goal
+session stays in its contract mode and its gate closes; a sidecar waiting on an
+approval or interaction stops waiting). Reads already show it so; this actor
+writes it at the deadline and publishes the ``<kind>.resolved`` event a late
+answer would have published, so a UI or sidecar waiting for one hears it.
+
+One supervised actor per host (``request-expiry``), beside the scheduler and
+built like it. It keeps only the earliest pending deadline in memory, read from
+the database on start and on every wake-up, and sleeps until then (its mailbox
+wait bounded by ``trio.move_on_at``, which delivers a :class:`Tick`), and at
+least every ``max_sleep`` seconds so a wall-clock step is noticed. A request
+created pending with a deadline tells it (:func:`deadline_notifier`, after the
+commit): a tell lost to a full mailbox is harmless, since the queued ones make
+it read the earliest deadline again.
+
+A wake-up with something due runs ONE durable DB-writer transaction expiring
+at most ``batch_limit`` requests, each with the transition a late answer applies
+(:func:`runtime.handlers.approvals.expire_lapsed`,
+:func:`runtime.handlers.plans.expire_lapsed`); after the commit it publishes the
+payload each of them returned, so one event per row that transaction changed.
+More due than that: the next transaction follows at once, after the mailbox had
+its turn. A late answer racing it runs the same transition: both are
+``UPDATE ... WHERE status = 'pending'`` in the DB writer's serial order, so
+whichever runs first changes the row and announces it, and the other changes
+nothing and announces nothing. An answer given in time whose commit comes after
+the timer's finds the row ``expired`` and is refused (``CONFLICT``): one
+resolution, one event.
+
+Cancel-safe: the write and the publishing after it are shielded (bounded by the
+DB writer's ask timeout), so a transaction that commits is announced even if
+the actor is stopped or killed meanwhile. A failed write (the DB writer
+restarting, an I/O error) is retried with exponential backoff.
+
+Restarts: nothing lives only in memory. The boot fence settles every request
+that was pending before a restart (past its deadline: ``expired`` at it; any
+other: ``interrupted``, seed 003 §11.18), and a new incarnation of this actor
+(host restart or actor crash) reads the earliest deadline again on start.
+
+Time: ``now_ms()`` (the host's injected wall clock) decides what is due; trio's
+clock does the sleeping.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Protocol
+
+import trio
+
+from runtime.handlers import approvals as approval_handlers
+from runtime.handlers import plans as plan_handlers
+from runtime.kernel.actor import Actor, ActorError, Envelope
+from store import approvals, plans
+
+log = logging.getLogger("pi_host.request_expiry")
+
+__all__ = [
+    "DeadlineAdded",
+    "ExpiryBatch",
+    "ExpiryConfig",
+    "ExpiryStatus",
+    "RequestExpiry",
+    "Tick",
+    "deadline_notifier",
+    "expire_lapsed",
+    "next_deadline",
+]
+
+NAME = "request-expiry"
+
+
+class _Db(Protocol):
+    async def write(self, fn: Callable[[Any], Any], *, durable: bool = True, label: str = "") -> Any: ...
+
+
+class _Reads(Protocol):
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any: ...
+
+
+class _Bus(Protocol):
+    def publish(self, topic: str, data: dict[str, Any], *, session_id: str | None = None) -> int: ...
+
+
+@dataclass(frozen=True)
+class ExpiryConfig:
+    max_sleep: float = 60.0  # longest sleep between wall-clock checks (s)
+    retry_min: float = 1.0  # first backoff after a failed write (s), doubled per failure
+    retry_max: float = 60.0
+    batch_limit: int = 64  # most requests expired in one transaction
+
+
+@dataclass(frozen=True)
+class DeadlineAdded:
+    """A request with this deadline was created pending: wake earlier if it is the earliest."""
+
+    at: int
+
+
+@dataclass(frozen=True)
+class Tick:
+    """The wake-up time passed (sent by the actor to itself)."""
+
+
+@dataclass(frozen=True)
+class ExpiryStatus:
+    """Ask: a snapshot ``{nextDeadline, expired, failures}``."""
+
+
+@dataclass(frozen=True)
+class Announcement:
+    topic: str
+    data: dict[str, Any]
+    session_id: str
+
+
+@dataclass(frozen=True)
+class ExpiryBatch:
+    """What one expiry transaction changed, and the earliest deadline still pending after it."""
+
+    announcements: list[Announcement] = field(default_factory=list)
+    next_deadline: int | None = None
+
+
+def next_deadline(conn: Any) -> int | None:
+    """The earliest deadline of any pending request (approval, interaction, plan/goal approval)."""
+    found = [at for at in (approvals.next_deadline(conn), plans.next_deadline(conn)) if at is not None]
+    return min(found) if found else None
+
+
+def expire_lapsed(conn: Any, *, now_ms: int, limit: int) -> ExpiryBatch:
+    """One transaction: at most ``limit`` requests past their deadline at ``now_ms`` expired, each with
+    the late-answer transition; the events of those this transaction changed."""
+    out: list[Announcement] = []
+    for kind, request_id in approvals.lapsed(conn, now_ms, limit):
+        payload = approval_handlers.expire_lapsed(conn, kind, request_id, now_ms)
+        if payload is not None:
+            out.append(Announcement(approval_handlers.resolved_topic(kind), payload,
+                                    payload["request"]["sessionId"]))
+    for session_id in plans.lapsed_sessions(conn, now_ms, max(0, limit - len(out))):
+        out.extend(Announcement(plan_handlers.RESOLVED, payload, session_id)
+                   for payload in plan_handlers.expire_lapsed(conn, session_id, now_ms))
+    return ExpiryBatch(out, next_deadline(conn))
+
+
+class RequestExpiry(Actor):
+    def __init__(
+        self,
+        *,
+        db: _Db,
+        reads: _Reads,
+        bus: _Bus,
+        now_ms: Callable[[], int],
+        config: ExpiryConfig = ExpiryConfig(),
+        name: str = NAME,
+        mailbox_size: int = 64,
+    ) -> None:
+        super().__init__(name, mailbox_size=mailbox_size, batch_limit=mailbox_size)
+        self._db = db
+        self._reads = reads
+        self._bus = bus
+        self._now_ms = now_ms
+        self._config = config
+        self._next: int | None = None
+        self._retry_at: float | None = None  # trio time before which no write is attempted
+        self._failures = 0
+        self._expired = 0
+
+    # -- actor hooks ----------------------------------------------------------
+
+    async def on_start(self) -> None:
+        await self._refresh()
+
+    async def handle_batch(self, batch: list[Envelope]) -> None:
+        """Any number of tells (deadlines, ticks) cost one read of the earliest deadline and at most
+        one expiry transaction; status asks are answered after it."""
+        for env in batch:
+            if not isinstance(env.msg, (DeadlineAdded, Tick, ExpiryStatus)):
+                raise TypeError(f"request expiry got {type(env.msg).__name__}")
+        if any(not isinstance(env.msg, ExpiryStatus) for env in batch):
+            await self._refresh()
+            await self._expire_due()
+        status = {"nextDeadline": self._next, "expired": self._expired, "failures": self._failures}
+        for env in batch:
+            if env.reply is not None:
+                self._deliver(env.reply, value=dict(status))
+
+    async def _wait_for_message(self) -> Envelope | None:
+        """The kernel's mailbox wait, bounded by the next wake-up (then a :class:`Tick`)."""
+        with trio.move_on_at(self._wake_at()):
+            try:
+                return await self._recv.receive()
+            except trio.EndOfChannel:
+                return None
+        return Envelope(Tick())
+
+    # -- expiring ---------------------------------------------------------------
+
+    async def _refresh(self) -> None:
+        """Re-read the earliest pending deadline (a lost tell only delays a wake-up to the next one)."""
+        try:
+            self._next = await self._reads.run(next_deadline)
+        except Exception as exc:  # noqa: BLE001 - resync through the next expiry attempt instead
+            log.warning("request expiry: reading the next deadline failed (%s: %s)", type(exc).__name__, exc)
+            self._next = self._now_ms()
+
+    def _wake_at(self) -> float:
+        now_t = trio.current_time()
+        wake = now_t + self._config.max_sleep
+        if self._retry_at is not None:
+            return min(wake, self._retry_at)
+        if self._next is not None:
+            wake = min(wake, now_t + max(0, self._next - self._now_ms()) / 1000)
+        return wake
+
+    async def _expire_due(self) -> None:
+        """At most one transaction per wake-up; more due than it took: the next wake-up is now."""
+        if self._next is None or (self._retry_at is not None and trio.current_time() < self._retry_at):
+            return
+        now = self._now_ms()
+        if now < self._next:
+            return
+        op = partial(expire_lapsed, now_ms=now, limit=self._config.batch_limit)
+        try:
+            with trio.CancelScope(shield=True):  # committed means announced, even if we are being stopped
+                batch: ExpiryBatch = await self._db.write(op, durable=True, label="requests.expire")
+                self._announce(batch)
+        except Exception as exc:  # noqa: BLE001 - retried later; trio.Cancelled is a BaseException
+            self._backoff(exc)
+            return
+        self._failures, self._retry_at = 0, None
+        self._next = batch.next_deadline
+
+    def _announce(self, batch: ExpiryBatch) -> None:
+        for item in batch.announcements:
+            self._expired += 1
+            self._bus.publish(item.topic, item.data, session_id=item.session_id)
+
+    def _backoff(self, exc: BaseException) -> None:
+        self._failures += 1
+        delay = min(self._config.retry_max, self._config.retry_min * 2 ** (self._failures - 1))
+        self._retry_at = trio.current_time() + delay
+        log.warning("request expiry: expiring requests past their deadline failed (%s: %s); retrying in %.1fs",
+                    type(exc).__name__, exc, delay)
+
+
+def deadline_notifier(tell_nowait: Callable[[Any], None]) -> Callable[[int], None]:
+    """The never-raising ``DEADLINES`` service (``runtime.handlers.approvals``): tells the actor of a
+    new pending deadline. Dropped when its mailbox is full (a queued tell re-reads every deadline) or
+    between two incarnations (the next one reads them on start)."""
+    def notify(at: int) -> None:
+        try:
+            tell_nowait(DeadlineAdded(at))
+        except ActorError:
+            pass
+
+    return notify
