@@ -42,6 +42,14 @@ serialized by the caller (one lock per host), so a put of the same content
 cannot race an eviction of it; a re-put of an evicted blob's bytes revives it
 (and clears its references' marks).
 
+A GC with a command receipt key also writes, in step 1, its answer (victims,
+freed bytes, orphans, the estimate after marking) as a pending row
+``kv(pi-host/attachments.gc, [clientId, submissionId])`` (a namespace no
+``settings.*`` call can name); step 3 drops it with the receipt row. A retry
+after a crash between them finds the pending row, plans nothing new, finishes
+the unlinking and tombstones, and answers what the first attempt would have:
+the command has one effect and one answer wherever it died.
+
 Synchronous: file functions run in a worker thread, SQL functions inside a DB
 writer / reader call.
 """
@@ -63,6 +71,7 @@ import orjson
 from store.errors import InvalidInput, NotFound, PayloadTooLarge, PermissionDenied, SessionNotFound, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import TEMP_MARKER, fsync_dir, open_nofollow, remove_file_durable, write_all
+from store.receipts import ReceiptKey, conflict
 from store.safe_open import check_path, is_under, open_under
 
 __all__ = [
@@ -84,6 +93,7 @@ __all__ = [
     "finish_eviction",
     "mark_for_eviction",
     "pending_evictions",
+    "pending_gc",
     "plan_eviction",
     "record_blob",
     "record_ref",
@@ -694,10 +704,52 @@ class WriteTx(Protocol):
     def __call__(self, fn: Callable[[sqlite3.Connection], T], /) -> T: ...
 
 
+PENDING_GC_NS = "pi-host/attachments.gc"
+"""kv namespace of the GC answers recorded in step 1 (``/`` keeps it out of every ``settings.*`` call)."""
+
+
+def _pending_key(key: ReceiptKey) -> str:
+    return orjson.dumps([key.client_id, key.submission_id]).decode()
+
+
+def pending_gc(conn: sqlite3.Connection, key: ReceiptKey) -> dict[str, Any] | None:
+    """The answer a GC with this receipt key recorded when it marked its victims (its retry's answer);
+    IDEMPOTENCY_CONFLICT when the key was used for a different request."""
+    row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = ?",
+                       (PENDING_GC_NS, _pending_key(key))).fetchone()
+    if row is None:
+        return None
+    rec = orjson.loads(row[0])
+    if rec.get("fingerprint") != key.fingerprint or rec.get("method") != key.method:
+        raise conflict(key, str(rec.get("method")))
+    answer: dict[str, Any] = rec["answer"]
+    return answer
+
+
+def _record_pending_gc(conn: sqlite3.Connection, key: ReceiptKey, answer: Mapping[str, Any], now_ms: int) -> None:
+    value = {"method": key.method, "fingerprint": key.fingerprint, "answer": dict(answer)}
+    conn.execute("INSERT OR REPLACE INTO kv(ns, key, value_json, updated_at) VALUES (?, ?, ?, ?)",
+                 (PENDING_GC_NS, _pending_key(key), orjson.dumps(value).decode(), now_ms))
+
+
+def _drop_pending_gc(conn: sqlite3.Connection, key: ReceiptKey) -> None:
+    conn.execute("DELETE FROM kv WHERE ns = ? AND key = ?", (PENDING_GC_NS, _pending_key(key)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Marked:
+    """What step 1 decided: the answer, the blobs whose bytes go (this GC's and earlier ones') and orphans."""
+
+    answer: dict[str, Any]
+    marked: list[str]
+    orphans: list[str]
+
+
 def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
             active_session_id: str | None,
             finalize: Callable[[sqlite3.Connection, dict[str, object]], object] | None = None,
-            sessions_dir: str | os.PathLike[str] | None = None, now_ms: int = 0) -> object:
+            sessions_dir: str | os.PathLike[str] | None = None, now_ms: int = 0,
+            receipt: ReceiptKey | None = None) -> object:
     """Budget eviction + repair, in the durable order described in the module doc.
 
     ``write(fn)`` runs ``fn(conn)`` in one committed transaction (the DB writer
@@ -705,38 +757,47 @@ def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
     every other attachment writer. ``sessions_dir``: where the session files
     are scanned for references (none: only recorded references count).
     ``finalize(conn, result)`` runs in the last transaction (e.g. to store a
-    command receipt) and its value is returned.
+    command receipt) and its value is returned. ``receipt``: the command's
+    receipt key; its answer is recorded with the marks, so a retry after a
+    crash finishes this GC (nothing new planned) and answers the same.
     """
     faults = files.faults
     present = set(files.blob_names())
     scan = scan_references(sessions_dir) if sessions_dir is not None else None
 
-    def step1(conn: sqlite3.Connection) -> tuple[list[str], list[str], list[str], int]:
+    def step1(conn: sqlite3.Connection) -> _Marked:
         if scan is not None:
             sync_derived_refs(conn, scan.refs | queue_references(conn), now_ms, full=True)
         limit = budget if budget is not None else budget_bytes(conn)
         lost = missing_bytes(conn, present)
         mark_for_eviction(conn, lost, now_ms)
-        victims = plan_eviction(conn, limit, active_session_id)
-        sizes = {sha: int(size) for sha, size in conn.execute(
-            "SELECT sha256, size_bytes FROM attachment_blobs WHERE deletion_state = 'live'")}
-        freed = sum(sizes[s] for s in victims)
-        mark_for_eviction(conn, victims, now_ms)
+        answer = pending_gc(conn, receipt) if receipt is not None else None
         orphans = sorted(present - known_blobs(conn))
-        return victims, pending_evictions(conn), orphans, freed
+        if answer is None:  # a first attempt (a retry only finishes what its first attempt marked)
+            victims = plan_eviction(conn, limit, active_session_id)
+            sizes = {sha: int(size) for sha, size in conn.execute(
+                "SELECT sha256, size_bytes FROM attachment_blobs WHERE deletion_state = 'live'")}
+            mark_for_eviction(conn, victims, now_ms)
+            answer = {"evicted": victims, "freedBytes": sum(sizes[s] for s in victims),
+                      "orphansRemoved": len(orphans), "estimate": estimate(conn, limit).to_wire()}
+            if receipt is not None:
+                _record_pending_gc(conn, receipt, answer, now_ms)
+        return _Marked(answer, pending_evictions(conn), orphans)
 
-    victims, marked, orphans, freed = write(step1)
+    step = write(step1)
     faults.point("attachments.gc.after_mark")
-    if scan is not None and marked:
+    if scan is not None and step.marked:
         late = scan_references(sessions_dir, since=scan) if sessions_dir is not None else Scan()
         write(lambda conn: sync_derived_refs(conn, late.refs | queue_references(conn), now_ms, full=False))
-    for sha in [*marked, *orphans]:
+    for sha in [*step.marked, *step.orphans]:
         files.delete(sha)
         faults.point("attachments.gc.after_unlink")
-    result: dict[str, object] = {"evicted": victims, "freedBytes": freed, "orphansRemoved": len(orphans)}
+    result: dict[str, object] = dict(step.answer)
 
     def step3(conn: sqlite3.Connection) -> object:
-        result["finished"] = finish_eviction(conn, marked, now_ms)
+        result["finished"] = finish_eviction(conn, step.marked, now_ms)
+        if receipt is not None:
+            _drop_pending_gc(conn, receipt)
         return finalize(conn, result) if finalize is not None else result
 
     return write(step3)

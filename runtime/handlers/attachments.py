@@ -125,7 +125,9 @@ def estimate(ctx: ReadContext, p: m.AttachmentsEstimateParams) -> Any:
 
 async def gc(ctx: HostContext, p: m.AttachmentsGcParams, key: ReceiptKey | None) -> Any:
     """Evict over budget (never the active session's blocks' blobs), references marked before bytes go;
-    references are derived from the session files and the queue first; repair orphans and lost bytes."""
+    references are derived from the session files and the queue first; repair orphans and lost bytes.
+    The answer is recorded with the marks under the receipt key: a retry after a crash finishes the
+    same eviction and answers it (``attachments.collect``)."""
     blobs: Blobs = ctx.services.get(SERVICE)
     db = ctx.services.db
     sessions_dir = ctx.services.data_dir.sessions_dir
@@ -135,12 +137,12 @@ async def gc(ctx: HostContext, p: m.AttachmentsGcParams, key: ReceiptKey | None)
         return trio.from_thread.run(lambda: db.write(fn, durable=True))
 
     def finalize(conn: Any, result: dict[str, Any]) -> Any:
-        out = {"evicted": result["evicted"], "freedBytes": result["freedBytes"],
-               "orphansRemoved": result["orphansRemoved"], "estimate": attachments.estimate(conn).to_wire()}
+        # the answer as the marking transaction recorded it (a retry after a crash answers the same)
+        out = {k: result[k] for k in ("evicted", "freedBytes", "orphansRemoved", "estimate")}
         return ctx.with_receipt(lambda _conn: out)(conn)
 
     async with blobs.lock:
         return await blobs.run(lambda: attachments.collect(blobs.files, write, budget=None,
                                                            active_session_id=p.active_session_id,
                                                            finalize=finalize, sessions_dir=sessions_dir,
-                                                           now_ms=now))
+                                                           now_ms=now, receipt=key))
