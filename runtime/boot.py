@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from runtime.datadir import DataDir
-from store import collab, projects
+from store import collab, plugins, projects
 from store.approvals import apply_recorded_decisions
 from store.config.providers import follow_stored_keys
 from store.config.secrets_meta_rebuild import rebuild_secrets_meta
@@ -212,6 +212,8 @@ def run_boot(
     live = _session_ids_on_disk(data_dir)
     with transaction(conn):
         report["planIntents"] = sweep_intents(conn, data_dir.sessions_dir)
+    # an uninstall intent whose receipts all committed (a kill right after the commit) has done its work
+    report["uninstallIntents"] = plugins.sweep_uninstall_intents(conn, data_dir.root / "plugins")
     plugin_dirs = [d for d in (data_dir.root / "plugins", data_dir.root / "plugins" / "assets") if d.is_dir()]
     report["tempFilesRemoved"] = sum(
         len(sweep_temp_files(d))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
 import stat
 
@@ -18,6 +19,7 @@ from store.faults import NO_FAULTS, Faults
 
 __all__ = [
     "TEMP_MARKER",
+    "is_temp_name",
     "NotRegularFile",
     "atomic_write",
     "fsync_dir",
@@ -29,6 +31,14 @@ __all__ = [
 
 TEMP_MARKER = ".tmp."
 """Temp files are named ``<name>.tmp.<hex>``; boot removes stray ones."""
+
+_TEMP_NAME = re.compile(r"\.tmp\.[0-9a-f]+\Z")
+
+
+def is_temp_name(name: str) -> bool:
+    """``name`` is one of our temp files (``<name>.tmp.<hex>``): a plugin's asset bundle whose plugin id
+    merely contains ``.tmp.`` (``x.tmp.y.json``) is not."""
+    return _TEMP_NAME.search(name) is not None
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -143,7 +153,7 @@ def sweep_temp_files(directory: str | os.PathLike[str]) -> list[str]:
     removed: list[str] = []
     with os.scandir(directory) as entries:
         for entry in entries:
-            if TEMP_MARKER not in entry.name or entry.is_dir(follow_symlinks=False):
+            if not is_temp_name(entry.name) or entry.is_dir(follow_symlinks=False):
                 continue
             try:
                 os.unlink(entry.path)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -39,6 +40,7 @@ from typing import Any, Final
 import orjson
 
 from store.errors import CorruptData, InvalidInput, NotFound, PayloadTooLarge
+from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, remove_file_durable
 from store.rules import (
     MAX_PLUGIN_ASSET_BYTES,
@@ -53,6 +55,7 @@ __all__ = [
     "Asset",
     "asset_metas",
     "bundle_path",
+    "has_bundle",
     "read_asset",
     "read_bundle",
     "remove_bundle",
@@ -167,7 +170,8 @@ def read_bundle(directory: Path, plugin_id: str) -> dict[str, Any] | None:
     return doc
 
 
-def write_bundle(directory: Path, plugin_id: str, assets: Sequence[Asset], now_ms: int) -> bool:
+def write_bundle(directory: Path, plugin_id: str, assets: Sequence[Asset], now_ms: int,
+                 faults: Faults = NO_FAULTS) -> bool:
     """Install ``assets`` (replacing the whole set; an empty set removes the file). False: already installed."""
     try:
         old = read_bundle(directory, plugin_id)
@@ -180,8 +184,13 @@ def write_bundle(directory: Path, plugin_id: str, assets: Sequence[Asset], now_m
     target = bundle_path(directory, plugin_id)
     target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     doc = {"version": BUNDLE_VERSION, "pluginId": plugin_id, "installedAt": now_ms, "assets": list(assets)}
-    atomic_write(target, orjson.dumps(doc), point_prefix="plugins.assets")
+    atomic_write(target, orjson.dumps(doc), faults=faults, point_prefix="plugins.assets")
     return True
+
+
+def has_bundle(directory: Path, plugin_id: str) -> bool:
+    """Whether the plugin has installed assets (a file is there, readable or not)."""
+    return os.path.lexists(bundle_path(directory, plugin_id))
 
 
 def remove_bundle(directory: Path, plugin_id: str) -> bool:

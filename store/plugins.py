@@ -17,37 +17,69 @@ What a plugin owns in the database: its ``kv(plugin:<id>)`` namespace, the
 ``session_import_origins.plugin_id`` is ``<id>``. Uninstall deletes the
 namespace in one statement and releases the provider rows to the user
 (``owner_plugin_id = NULL``); imported sessions stay.
+
+Uninstall's file steps (the registry entry, the asset bundle) come before its
+transaction, and a retry cannot tell from the files what the first try removed.
+So a keyed uninstall that has something to remove first records it, as
+``projects.remove`` does: the *uninstall intent*
+``plugins/uninstall-<hex of the id>.intent`` (:class:`UninstallIntent`, written
+whole and fsynced; the id is hex-encoded so no name holds a temp-file marker)
+names the plugin, whether its entry and its assets were there, and the receipt
+record of each keyed call that took part. A call that finds it (the retry of
+one cut short) removes what is left and answers from it; its transaction
+stores the receipt of every call the intent names with that one answer
+(:func:`store_uninstall_receipts`); the intent goes after that transaction.
+One left by a kill right after the transaction has all its receipts stored
+(:func:`uninstall_finished`): it is ignored, and replaced by the next uninstall
+(boot may remove it: :func:`sweep_uninstall_intents`).
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
 
+from store import receipts
 from store.config.settings import delete_namespace
 from store.errors import CorruptData, InvalidInput
-from store.fsutil import atomic_write
+from store.faults import NO_FAULTS, Faults
+from store.fsutil import atomic_write, remove_file_durable
 from store.rules import PLUGIN_ID_RE
+from store.safe_open import open_regular, read_bounded
 
 __all__ = [
     "REGISTRY_FILE",
+    "UninstallIntent",
+    "drop_uninstall_intent",
     "forget_plugin",
     "plugin_namespace",
     "read_registry",
+    "read_uninstall_intent",
     "registry_entries",
     "release_providers",
     "session_owner",
+    "store_uninstall_receipts",
+    "sweep_uninstall_intents",
+    "uninstall_finished",
+    "uninstall_intent_path",
     "validate_plugin_id",
     "with_entry",
     "without_entry",
     "write_registry",
+    "write_uninstall_intent",
 ]
 
 REGISTRY_FILE: Final = "registry.json"
 REGISTRY_VERSION: Final = 1
+_MAX_INTENT_BYTES: Final = 1 << 20
+
+
 def validate_plugin_id(plugin_id: object) -> str:
     if not isinstance(plugin_id, str) or not PLUGIN_ID_RE.fullmatch(plugin_id):
         raise InvalidInput(f"plugin id must match {PLUGIN_ID_RE.pattern}", data={"field": "pluginId"})
@@ -101,10 +133,107 @@ def without_entry(doc: dict[str, Any], plugin_id: str) -> tuple[dict[str, Any], 
     return {**doc, "plugins": plugins}, removed
 
 
-def write_registry(directory: Path, doc: dict[str, Any]) -> None:
+def write_registry(directory: Path, doc: dict[str, Any], faults: Faults = NO_FAULTS) -> None:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     atomic_write(directory / REGISTRY_FILE, orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS),
-                 point_prefix="plugins.registry")
+                 faults=faults, point_prefix="plugins.registry")
+
+
+# -- the uninstall intent: what an uninstall removes, durable before its first file step -----------------
+
+
+@dataclass(frozen=True, slots=True)
+class UninstallIntent:
+    """An uninstall in progress: what it found to remove and the receipt record of each keyed call in it."""
+
+    plugin_id: str
+    registry_entry_removed: bool = False
+    assets_removed: bool = False
+    receipt_records: tuple[Mapping[str, Any], ...] = ()
+
+    def found(self, *, entry: bool, assets: bool) -> UninstallIntent:
+        """Also what this call finds still there (an entry registered again since counts)."""
+        return replace(self, registry_entry_removed=self.registry_entry_removed or entry,
+                       assets_removed=self.assets_removed or assets)
+
+    def with_receipt(self, record: Mapping[str, Any] | None) -> UninstallIntent:
+        if record is None or any(_same_key(r, record) for r in self.receipt_records):
+            return self
+        return replace(self, receipt_records=(*self.receipt_records, dict(record)))
+
+    def answer(self, removed_rows: Mapping[str, Any]) -> dict[str, Any]:
+        """The uninstall's answer: what the intent says the files held, and what the transaction removed."""
+        out = {"pluginId": self.plugin_id, "registryEntryRemoved": self.registry_entry_removed, **removed_rows}
+        if self.assets_removed:
+            out["assetsRemoved"] = True
+        return out
+
+
+def _same_key(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return (a.get("clientId"), a.get("submissionId")) == (b.get("clientId"), b.get("submissionId"))
+
+
+def uninstall_intent_path(directory: Path, plugin_id: str) -> Path:
+    return directory / f"uninstall-{validate_plugin_id(plugin_id).encode().hex()}.intent"
+
+
+def write_uninstall_intent(directory: Path, intent: UninstallIntent, faults: Faults = NO_FAULTS) -> None:
+    """Replace the intent whole (temp, fsync, rename, directory fsync)."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    body = {"type": "plugin_uninstall", "pluginId": intent.plugin_id,
+            "registryEntryRemoved": intent.registry_entry_removed, "assetsRemoved": intent.assets_removed,
+            "receipts": list(intent.receipt_records)}
+    atomic_write(uninstall_intent_path(directory, intent.plugin_id), orjson.dumps(body) + b"\n", faults=faults,
+                 point_prefix="plugins.uninstall.intent")
+
+
+def read_uninstall_intent(directory: Path, plugin_id: str) -> UninstallIntent | None:
+    """The plugin's intent; ``None`` when there is none (or it is not one: it is then replaced)."""
+    path = uninstall_intent_path(directory, plugin_id)
+    try:
+        fd = open_regular(path, max_bytes=_MAX_INTENT_BYTES)
+    except FileNotFoundError:
+        return None
+    try:
+        raw = read_bounded(fd, _MAX_INTENT_BYTES, path=os.fspath(path))
+    finally:
+        os.close(fd)
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(body, dict) or body.get("type") != "plugin_uninstall" or body.get("pluginId") != plugin_id:
+        return None
+    entry, assets, records = body.get("registryEntryRemoved"), body.get("assetsRemoved"), body.get("receipts")
+    if not (isinstance(entry, bool) and isinstance(assets, bool) and isinstance(records, list)):
+        return None
+    kept = tuple(r for r in records if receipts.key_of_record(r) is not None)
+    return UninstallIntent(plugin_id, entry, assets, kept)
+
+
+def drop_uninstall_intent(directory: Path, plugin_id: str) -> None:
+    remove_file_durable(uninstall_intent_path(directory, plugin_id))
+
+
+def uninstall_finished(conn: sqlite3.Connection, intent: UninstallIntent) -> bool:
+    """Whether the intent's uninstall committed (every receipt it names is stored): a kill right after the
+    transaction left it, and it answers for nothing any more."""
+    for record in intent.receipt_records:
+        key = receipts.key_of_record(record)
+        if key is not None and receipts.get(conn, key.client_id, key.submission_id) is None:
+            return False
+    return True
+
+
+def store_uninstall_receipts(conn: sqlite3.Connection, intent: UninstallIntent, answer: Any, *,
+                             now_ms: int, skip: receipts.ReceiptKey | None = None) -> None:
+    """In the uninstall's transaction: the receipt of every keyed call the intent names (but ``skip``, the
+    caller's own, which its commit stores), with the one answer."""
+    for record in intent.receipt_records:
+        key = receipts.key_of_record(record)
+        if key is not None and (skip is None or (key.client_id, key.submission_id)
+                                != (skip.client_id, skip.submission_id)):
+            receipts.store(conn, key, answer, session_id=None, now_ms=now_ms)
 
 
 # -- ownership in the database -----------------------------------------------------------
@@ -131,3 +260,20 @@ def forget_plugin(conn: sqlite3.Connection, plugin_id: str) -> dict[str, Any]:
     delete_namespace(conn, ns)
     released = release_providers(conn, plugin_id)
     return {"settingsRemoved": keys, "providersReleased": released}
+
+
+def sweep_uninstall_intents(conn: sqlite3.Connection, directory: Path) -> int:
+    """Remove every finished uninstall intent in ``directory`` (one left by a kill right after its
+    transaction, or not an intent at all); one still waiting for its retry stays. Returns how many went."""
+    swept = 0
+    for path in sorted(directory.glob("uninstall-*.intent")) if directory.is_dir() else []:
+        try:
+            plugin_id = bytes.fromhex(path.name.removeprefix("uninstall-").removesuffix(".intent")).decode()
+            intent = read_uninstall_intent(directory, validate_plugin_id(plugin_id))
+        except (ValueError, InvalidInput):
+            intent = None
+        if intent is not None and not uninstall_finished(conn, intent):
+            continue
+        remove_file_durable(path)
+        swept += 1
+    return swept

@@ -14,7 +14,10 @@ No project or model binding is made, except an explicit host-created ``projectId
 
 Receipt: in the effect's transaction (``ctx.commit``); after a crash between the
 link and the commit, boot indexes the orphan transcript with its origin (the
-``session_info`` line carries it), so the retry finds the key and answers it.
+``session_info`` line carries the whole origin row), so the retry finds the key;
+the transcript's header carries the request's receipt record, so the retry
+knows the import is its own and answers ``created: true``, as the first try
+would have (``answer_found``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from store.interchange.import_write import ImportTarget, publish, undo
 from store.interchange.native_pi import is_native_id
 from store.interchange.plugin_imports import (
     PluginImport,
+    answer_found,
     bound_project,
     commit_plugin_import,
     existing_result,
@@ -95,13 +99,25 @@ class _Call:
 async def import_session(ctx: HostContext, p: m.PluginImportSessionParams, key: ReceiptKey | None) -> Any:
     plugin = require_plugin(ctx.caller, "plugins.importSession")
     req = _request(plugin, p)
-    found = await ctx.read(existing_result, req)
-    if found is not None:
-        return await ctx.commit(lambda conn: found) if key is not None else found
     sid = derived_id("plugin-import", key.client_id, key.submission_id, prefix="pl-")[:40] if key is not None \
         else new_id("pl-")
     target: ImportTarget = ctx.services.get(IMPORTS).target
+    found = await ctx.read(existing_result, req)
+    if found is not None:
+        if key is None:
+            return found
+        answer = await _answer(found, sid, target, key)
+        return await ctx.commit(lambda conn: answer)
     return await ctx.session_call(sid, IMPORT_SESSION, _Call(req, target), key)
+
+
+async def _answer(found: dict[str, Any], sid: str, target: ImportTarget, key: ReceiptKey) -> dict[str, Any]:
+    """The answer for a key imported before: ``created: true`` if this very request imported it (its id is
+    the one the key derives, and the header carries the key's receipt: a retry after a crash before the
+    commit), else ``created: false`` (``answer_found``)."""
+    if found["sessionId"] != sid:
+        return found
+    return await trio.to_thread.run_sync(answer_found, found, target.transcript(sid), key)
 
 
 async def _import_in_actor(ctx: SessionContext, call: _Call, key: ReceiptKey | None) -> Any:
@@ -113,10 +129,11 @@ async def _import_in_actor(ctx: SessionContext, call: _Call, key: ReceiptKey | N
         found = await ctx.read(existing_result, req)
         if found is None or found["sessionId"] != ctx.sid:
             raise Conflict(f"session {ctx.sid} exists and is not this import", data={"sessionId": ctx.sid})
-        return await ctx.commit(lambda conn: found)
+        answer = await _answer(found, ctx.sid, target, key) if key is not None else found
+        return await ctx.commit(lambda conn: answer)
     now = ctx.now()
     project = await ctx.read(bound_project, req)
-    staged = await ctx.io(lambda: stage_plugin_import(req, ctx.sid, target, project, now_ms=now))
+    staged = await ctx.io(lambda: stage_plugin_import(req, ctx.sid, target, project, now_ms=now, key=key))
     try:
         await ctx.io(lambda: publish(staged, faults=target.faults))
         result = await ctx.commit(lambda conn: commit_plugin_import(conn, req, staged, now_ms=now))

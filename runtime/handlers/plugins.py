@@ -21,7 +21,12 @@ registry's lock; each write is idempotent by construction (the same request
 writes the same entry), so a retry after a crash between the file and the
 receipt's transaction repeats the file step harmlessly. ``plugins.uninstall``
 then deletes ``kv(plugin:<id>)`` in one statement and releases the plugin's
-provider rows to the user, in one transaction with its receipt.
+provider rows to the user, in one transaction with its receipt. What its file
+steps removed (the entry, the assets) cannot be read back from the files by a
+retry, so a keyed uninstall records it first in its intent
+(``store.plugins.UninstallIntent``): a retry after a crash answers from it.
+The file writes pass the host's fault points (``plugins.registry.*``,
+``plugins.assets.*``, ``plugins.uninstall.intent.*``).
 """
 
 from __future__ import annotations
@@ -37,7 +42,10 @@ from protocol import models as m
 from runtime.context import HostContext
 from store import plugin_assets as asset_store
 from store import plugins as plugin_store
+from store import receipts
 from store.errors import InvalidInput, NotFound, PermissionDenied
+from store.faults import NO_FAULTS, Faults
+from store.plugins import UninstallIntent
 from store.receipts import ReceiptKey
 
 T = TypeVar("T")
@@ -77,14 +85,20 @@ class PluginRegistry:
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._thread)
 
-    async def change(self, edit: Callable[[dict[str, Any]], tuple[dict[str, Any], Any]]) -> Any:
+    async def change(self, edit: Callable[[dict[str, Any]], tuple[dict[str, Any], Any]],
+                     faults: Faults = NO_FAULTS) -> Any:
         """Read, edit and replace the registry under the lock; returns what ``edit`` reports."""
         async with self.lock:
-            doc = await self.run(plugin_store.read_registry, self.directory)
-            new, report = edit(doc)
-            if new != doc:
-                await self.run(plugin_store.write_registry, self.directory, new)
-            return report
+            return await self.change_locked(edit, faults)
+
+    async def change_locked(self, edit: Callable[[dict[str, Any]], tuple[dict[str, Any], Any]],
+                            faults: Faults = NO_FAULTS) -> Any:
+        """:meth:`change` for a caller that holds the lock."""
+        doc = await self.run(plugin_store.read_registry, self.directory)
+        new, report = edit(doc)
+        if new != doc:
+            await self.run(plugin_store.write_registry, self.directory, new, faults)
+        return report
 
 
 async def list_plugins(ctx: HostContext, p: m.PluginsListParams, key: ReceiptKey | None) -> Any:
@@ -112,11 +126,12 @@ async def register(ctx: HostContext, p: m.PluginsRegisterParams, key: ReceiptKey
         new = plugin_store.with_entry(doc, p.plugin_id, fields, now)
         return new, new["plugins"][p.plugin_id]
 
-    entry = await registry.change(edit)
+    entry = await registry.change(edit, ctx.services.faults)
     out: dict[str, Any] = {"plugin": {**entry, "id": p.plugin_id}}
     if assets is not None:  # the install's assets, replaced whole (idempotent: a retry writes the same file)
         async with registry.lock:
-            await registry.run(asset_store.write_bundle, registry.directory, p.plugin_id, assets, now)
+            await registry.run(asset_store.write_bundle, registry.directory, p.plugin_id, assets, now,
+                               ctx.services.faults)
         out["assets"] = asset_store.asset_metas(assets)
     return await ctx.commit(lambda conn: out)
 
@@ -157,26 +172,47 @@ async def set_enabled(ctx: HostContext, p: m.PluginsSetEnabledParams, key: Recei
         new = plugin_store.with_entry(doc, p.plugin_id, {"enabled": p.enabled}, now)
         return new, new["plugins"][p.plugin_id]
 
-    entry = await registry.change(edit)
+    entry = await registry.change(edit, ctx.services.faults)
     if entry is None:
         raise NotFound(f"plugin {p.plugin_id!r} is not registered", data={"pluginId": p.plugin_id})
     return await ctx.commit(lambda conn: {"plugin": {**entry, "id": p.plugin_id}})
 
 
+async def _begin_uninstall(ctx: HostContext, registry: PluginRegistry, plugin_id: str,
+                           key: ReceiptKey | None) -> UninstallIntent:
+    """What the uninstall removes (with what an earlier call cut short recorded), made durable in the
+    intent before any file step when a receipt must answer it."""
+    directory = registry.directory
+    earlier = await registry.run(plugin_store.read_uninstall_intent, directory, plugin_id)
+    if earlier is not None and await ctx.read(plugin_store.uninstall_finished, earlier):
+        earlier = None  # left by a kill right after its commit: that uninstall is over
+    doc = await registry.run(plugin_store.read_registry, directory)
+    assets = await registry.run(asset_store.has_bundle, directory, plugin_id)
+    record = receipts.file_record(key) if key is not None else None
+    intent = (earlier or UninstallIntent(plugin_id)).found(entry=plugin_id in doc["plugins"], assets=assets) \
+        .with_receipt(record)
+    if intent.receipt_records and intent != earlier and (intent.registry_entry_removed or intent.assets_removed):
+        await registry.run(plugin_store.write_uninstall_intent, directory, intent, ctx.services.faults)
+    return intent
+
+
 async def uninstall(ctx: HostContext, p: m.PluginsUninstallParams, key: ReceiptKey | None) -> Any:
     registry: PluginRegistry = ctx.services.get(SERVICE)
     plugin_id = plugin_store.validate_plugin_id(p.plugin_id)
-    removed = await registry.change(lambda doc: plugin_store.without_entry(doc, plugin_id))
-    async with registry.lock:
-        assets_removed = await registry.run(asset_store.remove_bundle, registry.directory, plugin_id)
+    async with registry.lock:  # one uninstall (or register) at a time, from its intent to its commit
+        intent = await _begin_uninstall(ctx, registry, plugin_id, key)
+        await registry.change_locked(lambda doc: plugin_store.without_entry(doc, plugin_id), ctx.services.faults)
+        await registry.run(asset_store.remove_bundle, registry.directory, plugin_id)
+        now = ctx.now()
 
-    def effect(conn: Any) -> Any:
-        out = {"pluginId": plugin_id, "registryEntryRemoved": removed, **plugin_store.forget_plugin(conn, plugin_id)}
-        if assets_removed:
-            out["assetsRemoved"] = True
-        return out
+        def effect(conn: Any) -> Any:
+            out = intent.answer(plugin_store.forget_plugin(conn, plugin_id))
+            plugin_store.store_uninstall_receipts(conn, intent, out, now_ms=now, skip=key)
+            return out
 
-    result = await ctx.commit(effect)
+        result = await ctx.commit(effect)
+        # this one's, or one a kill right after its commit left (the uninstall that wrote it is over)
+        await registry.run(plugin_store.drop_uninstall_intent, registry.directory, plugin_id)
     if result["settingsRemoved"]:
         ctx.publish("settings.changed", {"ns": plugin_store.plugin_namespace(plugin_id),
                                          "keys": result["settingsRemoved"]})

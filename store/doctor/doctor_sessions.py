@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from store.doctor.doctor_report import DoctorReport, Progress, Severity
-from store.fsutil import TEMP_MARKER, fsync_dir, sweep_temp_files
+from store.fsutil import fsync_dir, is_temp_name, sweep_temp_files
 from store.ids import remapped_message_id
 from store.indexing.index import IndexRecord
 from store.indexing.reconcile import ReconcilePlan, TailScan, apply_plan, dedupe, read_header, scan_from
@@ -326,7 +326,7 @@ def check_surroundings(conn: sqlite3.Connection | None, paths: DataDirPaths, rep
                     shutil.rmtree(root / name)
                     finding.repaired = True
     for directory in (paths.sessions_dir, paths.secrets_dir, paths.attachments_dir):
-        stray = [n for n in _names(directory) if TEMP_MARKER in n and (directory / n).is_file()]
+        stray = [n for n in _names(directory) if is_temp_name(n) and (directory / n).is_file()]
         if stray:
             finding = report.add("temp.files", str(directory.relative_to(paths.root)),
                                  f"{len(stray)} stray temp file(s) of interrupted writes; repair removes them",

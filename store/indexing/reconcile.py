@@ -367,7 +367,8 @@ def imported_source(info: Mapping[str, Any] | None) -> str | None:
 
 
 def restore_import_origin(conn: Any, session_id: str, info: Mapping[str, Any] | None, *, now_ms: int) -> bool:
-    """Re-create the session_import_origins row an import recorded in its session_info line."""
+    """Re-create the session_import_origins row an import recorded in its session_info line (a plugin's
+    import records the row whole: its ``history`` is the row's origin_json, ``importedAt`` its time)."""
     origin = (info or {}).get("importOrigin")
     if not isinstance(origin, Mapping):
         return False
@@ -377,11 +378,12 @@ def restore_import_origin(conn: Any, session_id: str, info: Mapping[str, Any] | 
     raw = origin.get("history")
     history: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     label = origin.get("label") if isinstance(origin.get("label"), str) else None
+    at = origin.get("importedAt")
     conn.execute(
         "INSERT OR IGNORE INTO session_import_origins(plugin_id, source_id, external_id, session_id, source_label, "
         "origin_json, created_at) VALUES (?,?,?,?,?,?,?)",
         (origin["pluginId"], origin["sourceId"], origin["externalId"], session_id, label,
-         orjson.dumps(dict(history)).decode(), now_ms),
+         orjson.dumps(dict(history)).decode(), at if type(at) is int and at >= 0 else now_ms),
     )
     return True
 

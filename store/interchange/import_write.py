@@ -42,6 +42,7 @@ existing session must run there (the DB step in the DB writer).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import secrets
 import sqlite3
@@ -186,6 +187,11 @@ class StagedImport:
     history_model: tuple[str | None, str] | None = None
     """(provider, model) of the last written message that names one (kept in the origin history)."""
     project_path: str | None = None
+    receipt: Mapping[str, Any] | None = None
+    """The receipt record of the request that writes a new transcript (a plugin import's), carried in its
+    header as ``session.create`` carries its own."""
+    imported_ms: int | None = None
+    """When a plugin's import commits (its origin row's ``created_at``), carried in the session_info line."""
     revisions: Path | None = None
     revision_lines: list[bytes] = field(default_factory=list)
     """Full ``revision`` lines of the source's abandoned branches this import adds (see
@@ -255,10 +261,19 @@ def _temp_name(transcript: Path, tag: str) -> Path:
 
 
 def origin_record(staged: StagedImport) -> dict[str, Any]:
-    """Who imported the session and from where (also in the session_info line: survives an index rebuild)."""
+    """Who imported the session and from where (also in the session_info line: survives an index rebuild).
+
+    A plugin's import is written once, whole (never re-imported): its line carries the whole origin row as
+    the commit writes it (``history``: the row's ``origin_json``; ``importedAt``: its ``created_at``), so a
+    crash between the link and the commit leaves boot what it needs to rebuild that row unchanged."""
     meta = staged.meta
-    return {"pluginId": staged.plugin_id, "sourceId": meta.source, "externalId": meta.external_id,
-            "label": meta.label or meta.source, "history": {"projectPath": meta.cwd, **meta.history}}
+    rec: dict[str, Any] = {"pluginId": staged.plugin_id, "sourceId": meta.source, "externalId": meta.external_id,
+                           "label": meta.label or meta.source, "history": {"projectPath": meta.cwd, **meta.history}}
+    if staged.plugin_id != HOST_IMPORTER:
+        rec["history"] = _origin_history(staged)
+        if staged.imported_ms is not None:
+            rec["importedAt"] = staged.imported_ms
+    return rec
 
 
 def _session_info(staged: StagedImport) -> bytes:
@@ -323,12 +338,15 @@ def stage_parsed(
     known_compactions: Callable[[], Iterable[str]] | None = None,
     plugin_id: str = HOST_IMPORTER,
     project: tuple[int, str] | None = None,
+    receipt: Mapping[str, Any] | None = None,
+    imported_ms: int | None = None,
 ) -> StagedImport:
-    """:func:`stage` for records from any producer (an importer, a plugin's messages)."""
+    """:func:`stage` for records from any producer (an importer, a plugin's messages). ``receipt`` and
+    ``imported_ms``: a plugin import's (see :class:`StagedImport`)."""
     try:
         return _stage(parsed, session_id, target, sink, spans=spans, dry_run=dry_run, created_ms=created_ms,
                       known_ids=known_ids, known_compactions=known_compactions, plugin_id=plugin_id,
-                      project=project)
+                      project=project, receipt=receipt, imported_ms=imported_ms)
     except Refused as exc:
         exc.report = parsed.report.refuse(exc.code, exc.message)
         raise
@@ -337,7 +355,8 @@ def stage_parsed(
 def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, spans: Spans | None, dry_run: bool,
            created_ms: Callable[[], int] | None, known_ids: Callable[[], Iterable[tuple[str, bool]]] | None,
            known_compactions: Callable[[], Iterable[str]] | None, plugin_id: str,
-           project: tuple[int, str] | None) -> StagedImport:
+           project: tuple[int, str] | None, receipt: Mapping[str, Any] | None = None,
+           imported_ms: int | None = None) -> StagedImport:
     transcript = target.transcript(sid)
     kind = "new" if spans is None else "append"
     temp = None if dry_run else _temp_name(transcript, "" if kind == "new" else ".import")
@@ -347,7 +366,7 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
         raise classify_os_error(exc, f"create {temp}") from exc
     staged = StagedImport(sid, parsed.report, parsed.meta, kind, transcript, temp, plugin_id=plugin_id,
                           project_id=project[0] if project else None, project_path=project[1] if project else None,
-                          revisions=target.revisions(sid))
+                          receipt=receipt, imported_ms=imported_ms, revisions=target.revisions(sid))
     live = _LiveOrder()
     ok = False
     try:
@@ -396,17 +415,18 @@ def _write_new(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImpor
         raise Refused("EMPTY_SESSION", "the session holds no messages")
     meta = staged.meta
     created = meta.created_ms if meta.created_ms is not None else (created_ms() if created_ms else 0)
-    header, parsed_header = header_line(staged.session_id, created)
+    header, parsed_header = header_line(staged.session_id, created, receipt=staged.receipt)
     staged.epoch = parsed_header.epoch
     out.write(header)
     staged.body_start = len(header)
-    out.write(dumps_line(first))
-    count = 1
-    messages = int(first.get("type") == "message")
-    for record in records:
+    count = messages = 0
+    for record in itertools.chain((first,), records):
         out.write(dumps_line(record))
         count += 1
-        messages += record.get("type") == "message"
+        if record.get("type") == "message":
+            messages += 1
+            # the model the written messages name last: apply_index finds the same one reading them back
+            staged.history_model = _named_model(record) or staged.history_model
     staged.report.new_records = count
     staged.report.new_messages = messages
     staged.body_end = out.length  # then the pager stamps, if any, and the session_info line (:func:`_stage`)
@@ -1140,10 +1160,7 @@ def _record_usage(conn: sqlite3.Connection, sid: str,
     for msg in msgs:
         rec = msg.record if isinstance(msg, index.IndexRecord) else msg
         meta = rec.get("meta")
-        if (isinstance(meta, Mapping) and isinstance(meta.get("modelId"), str) and meta["modelId"]
-                and meta["modelId"] != "<synthetic>"):
-            provider = meta.get("providerId")
-            model = (provider if isinstance(provider, str) and provider else None, meta["modelId"])
+        model = _named_model(rec) or model
         if rec.get("role") not in ("assistant", "tool") or not isinstance(meta, Mapping) or "usageRaw" not in meta:
             continue
         usage = meta.get("usage")
@@ -1155,6 +1172,16 @@ def _record_usage(conn: sqlite3.Connection, sid: str,
                                     model_id=model_id if isinstance(model_id, str) else None, usage=usage,
                                     at_ms=max(0, rfc3339_to_ms(str(rec.get("createdAt")), 0)))
     return model
+
+
+def _named_model(rec: Mapping[str, Any]) -> tuple[str | None, str] | None:
+    """(provider, model) a message's ``meta`` names, if it names a model."""
+    meta = rec.get("meta")
+    if (isinstance(meta, Mapping) and isinstance(meta.get("modelId"), str) and meta["modelId"]
+            and meta["modelId"] != "<synthetic>"):
+        provider = meta.get("providerId")
+        return (provider if isinstance(provider, str) and provider else None, meta["modelId"])
+    return None
 
 
 def _follow_title(conn: sqlite3.Connection, sid: str, current: object, title: str | None) -> None:
@@ -1188,7 +1215,9 @@ def _record_compaction_usage(conn: sqlite3.Connection, sid: str, comps: Sequence
                                     at_ms=max(0, rfc3339_to_ms(str(rec.get("createdAt")), 0)))
 
 
-def write_origin(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) -> None:
+def _origin_history(staged: StagedImport) -> dict[str, Any]:
+    """The origin row's ``origin_json`` as this import leaves it (before a re-import's fallback to the
+    model the row named before: :func:`write_origin`)."""
     meta = staged.meta
     files = {f.path: {"size": f.size, "mtimeNs": f.mtime_ns, "consumed": f.consumed, "sha256": f.sha256}
              for f in staged.report.files if f.sha256}
@@ -1202,7 +1231,13 @@ def write_origin(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int)
         for key, value in zip(("providerId", "modelId"), staged.history_model, strict=True):
             if value is not None and not origin.get(key):
                 origin[key] = value
-    else:  # a re-import whose new lines name no model keeps the one the history named before
+    return origin
+
+
+def write_origin(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) -> None:
+    meta = staged.meta
+    origin = _origin_history(staged)
+    if staged.history_model is None:  # a re-import whose new lines name no model keeps the one the history named before
         row = conn.execute("SELECT origin_json FROM session_import_origins WHERE session_id = ?",
                            (staged.session_id,)).fetchone()
         before = orjson.loads(row[0]) if row and row[0] else {}

@@ -13,6 +13,10 @@ A plugin hands the host a session it found elsewhere (``pluginId``,
   and ``providerId`` are kept as history in ``origin_json`` and never become
   the session's ``project_id``/``model_id``/``provider_id``. Only an explicit
   ``projectId`` of a project the host already has is bound;
+* **a retry answers as the first try**: a keyed import's transcript header carries its receipt record and
+  its ``session_info`` line the whole origin row; after a crash between the link and the commit, boot
+  indexes the transcript and rebuilds that row from it, and the retry finds its own import there
+  (:func:`answer_found`: ``created: true``, as without the crash);
 * **ownership-scoped reads and mutations**: :func:`require_owned` /
   :func:`list_plugin_sessions` give a plugin its own sessions only; a trashed
   session is hidden from its reads until restored (:mod:`store.trash`).
@@ -28,13 +32,16 @@ import re
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
 
+from store import receipts
 from store.errors import InvalidInput, NotFound, PermissionDenied, SessionNotFound, StoreError
 from store.ids import new_id
 from store.indexing import index
+from store.indexing.reconcile import read_header
 from store.interchange.import_write import ImportTarget, StagedImport, apply_index, publish, stage_parsed, undo
 from store.interchange.importers.common import (
     BlobSink,
@@ -49,13 +56,16 @@ from store.interchange.importers.common import (
     to_ms,
 )
 from store.interchange.importers.common import Slot as _Slot
+from store.receipts import ReceiptKey
 from store.rules import MAX_BLOCKS_PER_MESSAGE as MAX_BLOCKS
 from store.rules import MAX_PLUGIN_MESSAGES, PLUGIN_ID_RE
 from store.transcripts.records import normalize_message
+from store.transcripts.transcript import header_receipts
 
 __all__ = [
     "MAX_PLUGIN_MESSAGES",
     "PluginImport",
+    "answer_found",
     "find_import",
     "bound_project",
     "check_request",
@@ -153,6 +163,23 @@ def existing_result(conn: sqlite3.Connection, req: PluginImport) -> dict[str, An
             "messageCount": index.require_session(conn, existing)["messageCount"]}
 
 
+def answer_found(found: Mapping[str, Any], transcript: Path, key: ReceiptKey) -> dict[str, Any]:
+    """The answer to ``key``'s request for a key imported before (``found``: :func:`existing_result`).
+
+    ``created: true`` when the transcript's header carries ``key``'s receipt: this very request wrote it
+    (its first try was killed before its commit, and boot indexed what it linked), so it answers what that
+    try would have; ``IDEMPOTENCY_CONFLICT`` when the header carries the key for another request; else
+    ``created: false`` (another request imported it). Reads the header: run it in a worker thread."""
+    for rec in header_receipts(read_header(transcript)):
+        written = receipts.key_of_record(rec)
+        if written is None or (written.client_id, written.submission_id) != (key.client_id, key.submission_id):
+            continue
+        if (written.method, written.fingerprint) != (key.method, key.fingerprint):
+            raise receipts.conflict(key, written.method)
+        return {**found, "created": True}
+    return dict(found)
+
+
 def bound_project(conn: sqlite3.Connection, req: PluginImport) -> tuple[int, str] | None:
     """The explicit host-created project to bind (``NOT_FOUND`` for an unknown id)."""
     if req.project_id is None:
@@ -164,8 +191,9 @@ def bound_project(conn: sqlite3.Connection, req: PluginImport) -> tuple[int, str
 
 
 def stage_plugin_import(req: PluginImport, sid: str, target: ImportTarget, project: tuple[int, str] | None, *,
-                        now_ms: int) -> StagedImport:
-    """Step 1 (file I/O, no database): the new transcript in a temp file (``INVALID_PARAMS`` if refused)."""
+                        now_ms: int, key: ReceiptKey | None = None) -> StagedImport:
+    """Step 1 (file I/O, no database): the new transcript in a temp file (``INVALID_PARAMS`` if refused).
+    Its header carries ``key``'s receipt record, its session_info line the origin row (see the module doc)."""
     plugin, source, external = check_request(req)
     history = {k: req.history[k] for k in HISTORY_KEYS if isinstance(req.history.get(k), str)}
     meta = SessionMeta(source, external, sid, title=clean_title(req.title),
@@ -175,7 +203,8 @@ def stage_plugin_import(req: PluginImport, sid: str, target: ImportTarget, proje
     parsed = Parsed(meta, report, finalize(_records(req, sid, now_ms, meta), report, target.limits))
     try:
         return stage_parsed(parsed, sid, target, sink=BlobSink(None), spans=None, created_ms=lambda: now_ms,
-                            plugin_id=plugin, project=project)
+                            plugin_id=plugin, project=project, imported_ms=now_ms,
+                            receipt=receipts.file_record(key) if key is not None else None)
     except Refused as exc:
         raise InvalidInput(exc.message, data={"field": "messages", "reason": exc.code}) from None
 
