@@ -10,9 +10,15 @@
   a retry after a crash exports again (a fresh nonce: a new, equally valid bundle).
 * ``configSync.apply``: the bundle is verified and decrypted with this host's
   vault key before anything is written (a flipped byte or another key's bundle
-  is ``CORRUPT_DATA`` and changes nothing), merged in ONE transaction with the
-  receipt, then kept as ``config-sync/base.bin``. Applying the same bundle again
-  changes nothing more (idempotent by construction).
+  is ``CORRUPT_DATA`` and changes nothing), kept as ``config-sync/base.bin``
+  (temp + rename, durable) *before* the merge commits in ONE transaction with
+  the receipt: base.bin is what the commit makes true, so a crash after the
+  commit cannot leave a receipt whose retry never writes it. A merge the rules
+  refuse puts the previous base.bin back; a crash (or an I/O failure) before the
+  commit leaves the new one, which the retry (no receipt: it runs again) makes
+  true. Applying the same bundle again changes nothing more (idempotent by
+  construction). Applies run one at a time (the vault lock), so a refusal
+  never puts back over another apply's base.bin.
 
 No method returns the files themselves or a secret value.
 """
@@ -31,7 +37,7 @@ from store.config import config_sync as sync
 from store.config import secrets as secret_store
 from store.config.providers import validate_base_url
 from store.config.settings import get_value, set_value
-from store.errors import Conflict, InvalidInput, NotFound
+from store.errors import Conflict, InvalidInput, NotFound, StoreError
 from store.receipts import ReceiptKey
 from store.upgrade.seed_migrations import current_platform
 
@@ -151,10 +157,27 @@ async def apply(ctx: HostContext, p: m.ConfigSyncApplyParams, key: ReceiptKey | 
     doc = sync.decode_bundle(vault_key, blob)  # refuses before anything is written
     now, platform = ctx.now(), current_platform()
     digest = hashlib.sha256(blob).hexdigest()
-    result = await ctx.commit(lambda conn: {"sha256": digest,
-                                            "applied": sync.apply_portable(conn, doc, now, platform)})
+    refused: list[StoreError] = []
+
+    def effect(conn: Any) -> Any:
+        try:
+            applied = sync.apply_portable(conn, doc, now, platform)
+        except StoreError as exc:
+            refused.append(exc)  # rolled back with its savepoint: nothing of it commits
+            raise
+        return {"sha256": digest, "applied": applied}
+
+    vault: Vault = ctx.services.get(VAULT)
     directory = ctx.services.data_dir.root / "config-sync"
-    await ctx.in_thread(sync.write_bundle, directory, sync.BASE_FILE, blob)
+    async with vault.lock:
+        previous = await ctx.in_thread(sync.read_bundle, directory, sync.BASE_FILE)
+        await ctx.in_thread(sync.write_bundle, directory, sync.BASE_FILE, blob)  # what the commit makes true
+        try:
+            result = await ctx.commit(effect)
+        except StoreError:
+            if refused:
+                await ctx.in_thread(sync.restore_bundle, directory, sync.BASE_FILE, previous)
+            raise
     for ns in ("app", "projectMemory", "projectGroups"):
         ctx.publish("settings.changed", {"ns": ns, "keys": []})
     ctx.publish("providers.changed", {"providerIds": []})

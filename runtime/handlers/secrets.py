@@ -2,8 +2,14 @@
 
 ``secrets.set`` / ``delete`` change a file first (in the vault's own worker
 thread, writers serialized by the vault's lock), then one transaction with the
-``secrets_meta`` row and the receipt. A retry after a crash between the two
-re-runs the request (writing the same value again is the same effect).
+``secrets_meta`` row and the receipt. A keyed request leaves its own mark in
+the file step (``store/config/secrets.py``): ``set`` writes a keyed MAC of its
+receipt key into the file's authenticated header, ``delete`` renames the file
+to a trace named by that MAC, which then holds the receipt record and no value
+(removed after the commit, or by boot once the receipt row is there). A retry
+after a crash between the file and the commit finds its own effect there and
+answers what the first try would have (the same version, not the next one;
+``deleted: true``), writing nothing more; then the row and the receipt commit.
 Receipts of ``secrets.set`` never confirm a value: the fingerprint is a keyed
 MAC (machine key) of the request *without* its value, so whether a replayed
 ``submissionId`` carries the same value or another one changes nothing in the
@@ -84,7 +90,7 @@ async def set_secret(ctx: HostContext, p: m.SecretsSetParams, key: ReceiptKey | 
     _check_value(p.ref, p.value)
     async with vault.lock:
         now = ctx.now()
-        version = await vault.run(lambda: vault.store.set(p.ref, p.value, now_ms=now))
+        version = await vault.run(lambda: vault.store.set(p.ref, p.value, now_ms=now, receipt=key))
         changed: list[str | None] = []
 
         def effect(conn: Any) -> Any:
@@ -131,7 +137,8 @@ async def delete(ctx: HostContext, p: m.SecretsDeleteParams, key: ReceiptKey | N
     ref = secret_store.validate_ref(p.ref)
     async with vault.lock:
         now = ctx.now()
-        removed = await vault.run(lambda: vault.store.delete(ref, now_ms=now))  # file first: the value is gone
+        # file first: the value is gone (a keyed delete leaves its trace until the receipt is durable)
+        removed = await vault.run(lambda: vault.store.delete(ref, now_ms=now, receipt=key))
         changed: list[str | None] = []
 
         def effect(conn: Any) -> Any:
@@ -139,6 +146,8 @@ async def delete(ctx: HostContext, p: m.SecretsDeleteParams, key: ReceiptKey | N
             return {"ref": ref, "deleted": secret_store.delete_meta(conn, ref) or removed}
 
         result = await ctx.commit(effect)
+        if key is not None and removed:
+            await vault.run(vault.store.forget_delete, ref, key)
     _announce(ctx, changed)
     return result
 

@@ -44,11 +44,12 @@ from store import project_groups, skills
 from store.config import catalog, providers
 from store.config.settings import get_value, namespace_rows, set_value
 from store.config.settings_rules import APP_NS, APP_SETTINGS_KEY, clean_app, plan_write
-from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge
-from store.fsutil import atomic_write
+from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge, classify_os_error
+from store.fsutil import atomic_write, open_nofollow, remove_file_durable
 from store.indexing import index
 from store.project_memory import EMPTY, normalize_memory
 from store.rules import MAX_BUNDLE_BYTES
+from store.safe_open import read_bounded
 
 __all__ = [
     "BASE_FILE",
@@ -64,6 +65,8 @@ __all__ = [
     "encode_bundle",
     "export_portable",
     "new_vault_key",
+    "read_bundle",
+    "restore_bundle",
     "write_bundle",
 ]
 
@@ -138,6 +141,29 @@ def decode_bundle(key: bytes, blob: bytes) -> dict[str, Any]:
 def write_bundle(directory: Path, name: str, blob: bytes) -> None:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     atomic_write(directory / name, blob, point_prefix=f"configSync.{name}")
+
+
+def read_bundle(directory: Path, name: str) -> bytes | None:
+    """The bytes of a bundle file (``None``: there is none)."""
+    path = directory / name
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise classify_os_error(exc, f"read {path}") from exc
+    try:
+        return read_bounded(fd, MAX_BUNDLE_BYTES, path=str(path))
+    finally:
+        os.close(fd)
+
+
+def restore_bundle(directory: Path, name: str, previous: bytes | None) -> None:
+    """Put back what :func:`read_bundle` found (``None``: remove the file), durably."""
+    if previous is None:
+        remove_file_durable(directory / name)
+    else:
+        write_bundle(directory, name, previous)
 
 
 def bundle_info(directory: Path, name: str) -> dict[str, Any] | None:

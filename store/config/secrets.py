@@ -8,10 +8,17 @@ secrets: that is the documented risk of this backend (seed §10.2).
 
 File format (all integers big-endian)::
 
-    MAGIC (8 bytes "PISEC01\\n") | version u32 | ref_len u16 | ref (UTF-8)
-    | nonce (12) | ciphertext + GCM tag (16)
+    MAGIC (8 bytes "PISEC02\\n") | version u32 | ref_len u16 | ref (UTF-8)
+    | receipt (32) | nonce (12) | ciphertext + GCM tag (16)
 
-The AAD is ``"pi-secret/v1" NUL ref NUL version``, with ``ref`` taken from the
+``receipt`` names the request that wrote the file: a keyed MAC (machine key) of
+its receipt key (clientId, submissionId, method, fingerprint), zeros for a write
+without one. A retry whose receipt row a crash lost finds its own write there
+and answers its version without writing again (:meth:`SecretStore.set`).
+Files of the first format (``"PISEC01\\n"``, no receipt field) are still read.
+
+The AAD is ``"pi-secret/v2" NUL ref NUL version NUL receipt`` (the first
+format: ``"pi-secret/v1" NUL ref NUL version``), with ``ref`` taken from the
 *request*, never from the file, so every header field, the nonce, the
 ciphertext and the tag are authenticated: a flipped bit, a truncated file, a
 file swapped with another ref's file (same key) or a wrong key all fail with
@@ -21,6 +28,14 @@ aside to ``<name>.tampered-<ms>`` first and keep it for inspection.
 Rollback to an older, genuine file of the *same* ref is not detectable (the
 version is not recorded elsewhere); that is outside this backend's threat
 model, like the key-beside-ciphertext risk.
+
+A keyed delete (``delete(..., receipt=)``) renames the file to a trace named by
+the same MAC (``<name>.deleting-<mac>``) and replaces its content with the
+receipt record (:func:`store.receipts.file_record`, no value) before the row
+and the receipt commit: the value is gone, and a retry whose receipt row a
+crash lost finds the trace and answers ``deleted: true``. The handler removes
+the trace once the receipt is durable; boot removes one whose receipt row
+exists (``secrets_meta_rebuild.sweep_delete_traces``).
 
 Key file rules: created once with ``O_CREAT|O_EXCL`` (0600, ``fchmod`` since
 the umask cannot be trusted), written to a temp name and hard-linked into
@@ -43,19 +58,22 @@ import secrets as _random
 import sqlite3
 import stat
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from store.errors import CorruptData, InvalidInput, NotFound, PayloadTooLarge, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import TEMP_MARKER, atomic_write, fsync_dir, open_nofollow, remove_file_durable, write_all
+from store.receipts import ReceiptKey, file_record, key_of_record
 
 __all__ = [
     "BACKEND",
     "KEY_FILE",
+    "MAGICS",
     "MAX_REF_BYTES",
     "MAX_VALUE_BYTES",
     "SecretStore",
@@ -68,7 +86,12 @@ KEY_FILE = ".machine-key"
 KEY_BYTES = 32
 NONCE_BYTES = 12
 TAG_BYTES = 16
-MAGIC = b"PISEC01\n"
+MAGIC = b"PISEC02\n"
+MAGIC_V1 = b"PISEC01\n"
+MAGICS = (MAGIC, MAGIC_V1)
+RECEIPT_BYTES = 32
+NO_RECEIPT = bytes(RECEIPT_BYTES)
+DELETING = ".deleting-"
 MAX_REF_BYTES = 512
 MAX_VALUE_BYTES = 64 * 1024
 TAMPERED = "secret store corrupt/tampered"
@@ -80,10 +103,15 @@ class StoredSecret:
     ref: str
     version: int
     value: str
+    receipt: bytes = field(default=NO_RECEIPT, compare=False, repr=False)
+    """The MAC of the receipt key of the write (``NO_RECEIPT``: none, or a first-format file)."""
 
 
-def _aad(ref: str, version: int) -> bytes:
-    return b"pi-secret/v1\x00" + ref.encode("utf-8") + b"\x00" + str(version).encode("ascii")
+def _aad(ref: str, version: int, receipt: bytes | None) -> bytes:
+    """``receipt`` None: a first-format file."""
+    tail = b"" if receipt is None else b"\x00" + receipt
+    label = b"pi-secret/v1" if receipt is None else b"pi-secret/v2"
+    return label + b"\x00" + ref.encode("utf-8") + b"\x00" + str(version).encode("ascii") + tail
 
 
 def validate_ref(ref: object) -> str:
@@ -94,12 +122,15 @@ def validate_ref(ref: object) -> str:
     return ref
 
 
-def encode_file(key: bytes, ref: str, version: int, value: str, *, nonce: bytes | None = None) -> bytes:
+def encode_file(key: bytes, ref: str, version: int, value: str, *, receipt: bytes = NO_RECEIPT,
+                nonce: bytes | None = None) -> bytes:
     """The file bytes for one secret (pure; ``nonce`` only for tests)."""
+    if len(receipt) != RECEIPT_BYTES:
+        raise ValueError("receipt must be 32 bytes")
     nonce = nonce if nonce is not None else _random.token_bytes(NONCE_BYTES)
     ref_b = ref.encode("utf-8")
-    body = AESGCM(key).encrypt(nonce, value.encode("utf-8"), _aad(ref, version))
-    return MAGIC + _HEADER.pack(version, len(ref_b)) + ref_b + nonce + body
+    body = AESGCM(key).encrypt(nonce, value.encode("utf-8"), _aad(ref, version, receipt))
+    return MAGIC + _HEADER.pack(version, len(ref_b)) + ref_b + receipt + nonce + body
 
 
 def decode_file(key: bytes, ref: str, blob: bytes) -> StoredSecret:
@@ -108,25 +139,27 @@ def decode_file(key: bytes, ref: str, blob: bytes) -> StoredSecret:
         return CorruptData(f"{TAMPERED}: {reason} (ref {ref!r})", data={"ref": ref, "reason": reason})
 
     fixed = len(MAGIC) + _HEADER.size
-    if len(blob) < fixed or blob[: len(MAGIC)] != MAGIC:
+    if len(blob) < fixed or blob[: len(MAGIC)] not in MAGICS:
         raise bad("unknown or truncated header")
     version, ref_len = _HEADER.unpack_from(blob, len(MAGIC))
     ref_b = ref.encode("utf-8")
     end_ref = fixed + ref_len
-    if len(blob) < end_ref + NONCE_BYTES + TAG_BYTES:
+    receipt = blob[end_ref : end_ref + RECEIPT_BYTES] if blob[: len(MAGIC)] == MAGIC else None
+    end_head = end_ref + (RECEIPT_BYTES if receipt is not None else 0)
+    if len(blob) < end_head + NONCE_BYTES + TAG_BYTES:
         raise bad("truncated")
     if blob[fixed:end_ref] != ref_b:
         raise bad("file belongs to another ref")
-    nonce = blob[end_ref : end_ref + NONCE_BYTES]
+    nonce = blob[end_head : end_head + NONCE_BYTES]
     try:
-        plain = AESGCM(key).decrypt(nonce, blob[end_ref + NONCE_BYTES :], _aad(ref, version))
+        plain = AESGCM(key).decrypt(nonce, blob[end_head + NONCE_BYTES :], _aad(ref, version, receipt))
     except InvalidTag:
         raise bad("authentication failed (tampered data or wrong key)") from None
     try:
         value = plain.decode("utf-8")
     except UnicodeDecodeError:  # pragma: no cover - authenticated bytes we wrote ourselves
         raise bad("value is not UTF-8") from None
-    return StoredSecret(ref, version, value)
+    return StoredSecret(ref, version, value, NO_RECEIPT if receipt is None else receipt)
 
 
 class SecretStore:
@@ -231,7 +264,9 @@ class SecretStore:
         return self.directory / (hashlib.sha256(validate_ref(ref).encode("utf-8")).hexdigest() + ".sec")
 
     def _read_blob(self, ref: str) -> bytes | None:
-        path = self.path_for(ref)
+        return self._read_path(self.path_for(ref))
+
+    def _read_path(self, path: Path) -> bytes | None:
         try:
             fd = open_nofollow(path, os.O_RDONLY)
         except FileNotFoundError:
@@ -263,51 +298,122 @@ class SecretStore:
         """Keyed digest of a request without its value (a receipt fingerprint nobody can test guesses against)."""
         return hmac.new(self.key(), b"receipt-request\x00" + body, hashlib.sha256).hexdigest()
 
-    def _current_version(self, ref: str, now_ms: int) -> int:
-        """Version of the file now on disk (0 if none); a tampered file is moved aside, kept."""
+    def receipt_mac(self, receipt: ReceiptKey) -> bytes:
+        """Keyed digest of a receipt key: names the request that wrote (or deleted) a file, and only that."""
+        body = orjson.dumps([receipt.client_id, receipt.submission_id, receipt.method, receipt.fingerprint])
+        return hmac.new(self.key(), b"receipt-file\x00" + body, hashlib.sha256).digest()
+
+    def _current(self, ref: str, now_ms: int) -> tuple[int, bytes]:
+        """Version of the file now on disk (0 if none) and its writer's receipt MAC; a tampered file is
+        moved aside, kept."""
         blob = self._read_blob(ref)
         if blob is None:
-            return 0
+            return 0, NO_RECEIPT
         try:
-            return decode_file(self.key(), ref, blob).version
+            stored = decode_file(self.key(), ref, blob)
         except CorruptData:
-            self._set_aside(ref, now_ms)
-            return _HEADER.unpack_from(blob, len(MAGIC))[0] if len(blob) >= len(MAGIC) + _HEADER.size else 0
+            self._set_aside(self.path_for(ref), now_ms)
+            return (_HEADER.unpack_from(blob, len(MAGIC))[0] if len(blob) >= len(MAGIC) + _HEADER.size else 0,
+                    NO_RECEIPT)
+        return stored.version, stored.receipt
 
-    def _set_aside(self, ref: str, now_ms: int) -> Path:
-        src = self.path_for(ref)
-        dst = src.with_name(f"{src.name}.tampered-{now_ms}-{_random.token_hex(3)}")
+    def _set_aside(self, src: Path, now_ms: int, *, keep_link: bool = False) -> Path:
+        """Move (or, ``keep_link``, hard-link) a tampered file to ``<ref's name>.tampered-...``."""
+        name = src.name.split(DELETING, 1)[0]
+        dst = src.with_name(f"{name}.tampered-{now_ms}-{_random.token_hex(3)}")
         try:
-            os.rename(src, dst)
+            (os.link if keep_link else os.rename)(src, dst)
             fsync_dir(self.directory)
         except OSError as exc:
             raise classify_os_error(exc, f"set aside tampered secret {src.name}") from exc
         return dst
 
-    def set(self, ref: str, value: str, *, now_ms: int) -> int:
-        """Encrypt and atomically (re)write ``ref``; returns the new version."""
+    def set(self, ref: str, value: str, *, now_ms: int, receipt: ReceiptKey | None = None) -> int:
+        """Encrypt and atomically (re)write ``ref``; returns the new version.
+
+        With ``receipt``, the file records its MAC; when the file on disk already carries it, it is
+        this request's own write from before a crash (its receipt row never committed): its version
+        is answered and nothing is written (a replay does not write its value, README §4).
+        """
         validate_ref(ref)
         if not isinstance(value, str):
             raise InvalidInput("secret value must be a string", data={"field": "value"})
         if len(value.encode("utf-8")) > MAX_VALUE_BYTES:
             raise PayloadTooLarge(f"secret value is larger than {MAX_VALUE_BYTES} bytes", data={"field": "value"})
         key = self.key()
-        version = (self._current_version(ref, now_ms) % 0xFFFFFFFF) + 1
-        atomic_write(self.path_for(ref), encode_file(key, ref, version, value), faults=self.faults,
+        mac = self.receipt_mac(receipt) if receipt is not None else NO_RECEIPT
+        current, written_by = self._current(ref, now_ms)
+        if receipt is not None and hmac.compare_digest(written_by, mac):
+            return current
+        version = (current % 0xFFFFFFFF) + 1
+        atomic_write(self.path_for(ref), encode_file(key, ref, version, value, receipt=mac), faults=self.faults,
                      point_prefix="secrets.write")
         return version
 
-    def delete(self, ref: str, *, now_ms: int) -> bool:
-        """Remove ``ref``'s file (durably). A tampered file is moved aside, not destroyed."""
+    def delete(self, ref: str, *, now_ms: int, receipt: ReceiptKey | None = None) -> bool:
+        """Remove ``ref``'s file (durably). A tampered file is moved aside, not destroyed.
+
+        With ``receipt`` the file is renamed to this request's trace, which then holds only the
+        receipt record (see the module docstring); a trace found already is this request's delete
+        from before a crash: it is finished and answered ``True``. :meth:`forget_delete` removes it.
+        """
+        if receipt is None:
+            return self._delete_now(ref, now_ms)
+        trace = self._trace(ref, receipt)
+        if not os.path.lexists(trace):
+            try:
+                os.rename(self.path_for(ref), trace)  # in one step: the value leaves its name, the trace is there
+                fsync_dir(self.directory)
+            except FileNotFoundError:
+                return False
+            except OSError as exc:
+                raise classify_os_error(exc, f"delete secret {trace.name}") from exc
+            self.faults.point("secrets.delete.after_aside")
+        self._finish_trace(ref, trace, receipt, now_ms)
+        return True
+
+    def forget_delete(self, ref: str, receipt: ReceiptKey) -> None:
+        """Remove a keyed delete's trace once its receipt is durable (a leftover one: boot removes it)."""
+        try:
+            os.unlink(self._trace(ref, receipt))
+        except OSError:
+            pass
+
+    def _trace(self, ref: str, receipt: ReceiptKey) -> Path:
+        path = self.path_for(ref)
+        return path.with_name(f"{path.name}{DELETING}{self.receipt_mac(receipt).hex()}")
+
+    def _finish_trace(self, ref: str, trace: Path, receipt: ReceiptKey, now_ms: int) -> None:
+        """Make the trace hold the receipt record only: a genuine value is dropped, a tampered file kept
+        aside."""
+        blob = self._read_path(trace)
+        if blob is None or _holds_record(blob):
+            return
+        try:
+            decode_file(self.key(), ref, blob)
+        except CorruptData:
+            if os.stat(trace, follow_symlinks=False).st_nlink == 1:  # not linked aside before a crash yet
+                self._set_aside(trace, now_ms, keep_link=True)
+        atomic_write(trace, orjson.dumps(file_record(receipt)), faults=self.faults, point_prefix="secrets.trace")
+
+    def _delete_now(self, ref: str, now_ms: int) -> bool:
         blob = self._read_blob(ref)
         if blob is None:
             return False
         try:
             decode_file(self.key(), ref, blob)
         except CorruptData:
-            self._set_aside(ref, now_ms)
+            self._set_aside(self.path_for(ref), now_ms)
             return True
         return remove_file_durable(self.path_for(ref))
+
+
+def _holds_record(blob: bytes) -> bool:
+    """A keyed delete's trace that holds its receipt record (not the renamed secret file)."""
+    try:
+        return key_of_record(orjson.loads(blob)) is not None
+    except orjson.JSONDecodeError:
+        return False
 
 
 # -- secrets_meta (bookkeeping only; never a value) ------------------------

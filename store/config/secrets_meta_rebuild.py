@@ -2,13 +2,18 @@
 
 The encrypted files are the source of truth for *which* secrets exist; the
 table is only an enumerable registry of them. Each file's cleartext header
-names its ref (``store/config/secrets.py``: MAGIC | version | ref_len | ref | ...),
+names its ref (``store/config/secrets.py``: MAGIC | version | ref_len | ref | ..., either format),
 and the file name must be ``sha256(ref).sec`` - a file whose header names
 another ref (swapped or renamed) is skipped and counted, never trusted. No key
 is needed and no value is read: this runs before anything is served.
 
 Owner and kind are not stored in the files, so a rebuilt row gets the table
 defaults (``provider`` / ``api_key``); ``updated_at`` is the file's mtime.
+
+A keyed ``secrets.delete`` leaves a trace (``<name>.sec.deleting-<mac>``, holding
+its receipt record, never a value) until its receipt commits; a crash after
+the commit leaves it behind, and :func:`sweep_delete_traces` removes it once
+its receipt row is there (one without its row is kept: the retry needs it).
 
 Two uses at boot:
 
@@ -36,11 +41,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from store.config.secrets import BACKEND, MAGIC, MAX_REF_BYTES
+import orjson
 
-__all__ = ["SecretFile", "rebuild_secrets_meta", "scan_secret_files"]
+from store import receipts
+from store.config.secrets import BACKEND, DELETING, MAGIC, MAGICS, MAX_REF_BYTES
+
+__all__ = ["SecretFile", "rebuild_secrets_meta", "scan_secret_files", "sweep_delete_traces"]
 
 _NAME_RE = re.compile(r"^([0-9a-f]{64})\.sec$")
+_TRACE_RE = re.compile(r"^[0-9a-f]{64}\.sec" + re.escape(DELETING) + r"[0-9a-f]{64}$")
+_MAX_TRACE = 1 << 16
 _HEADER = struct.Struct(">IH")
 
 
@@ -62,7 +72,7 @@ def _read_header(path: Path) -> tuple[int, str] | None:
         head = os.read(fd, fixed + MAX_REF_BYTES)
     finally:
         os.close(fd)
-    if len(head) < fixed or head[: len(MAGIC)] != MAGIC:
+    if len(head) < fixed or head[: len(MAGIC)] not in MAGICS:
         return None
     version, ref_len = _HEADER.unpack_from(head, len(MAGIC))
     raw = head[fixed : fixed + ref_len]
@@ -86,7 +96,7 @@ def scan_secret_files(directory: str | os.PathLike[str]) -> tuple[list[SecretFil
     for name in names:
         match = _NAME_RE.fullmatch(name)
         if match is None:
-            continue  # key file, temp files, *.tampered-* kept for inspection
+            continue  # key file, temp files, *.tampered-* kept for inspection, keyed deletes' traces
         path = root / name
         header = _read_header(path)
         if header is None or hashlib.sha256(header[1].encode("utf-8")).hexdigest() != match.group(1):
@@ -122,5 +132,45 @@ def rebuild_secrets_meta(conn: sqlite3.Connection, directory: str | os.PathLike[
         if (Path(directory) / digest).exists():
             continue  # a seed-layout ciphertext: kept with its row (see the module docstring)
         removed += conn.execute("DELETE FROM secrets_meta WHERE secret_ref = ?", (ref,)).rowcount
-    return {"rebuilt": bool(files) and (db_rebuilt or empty), "files": len(files), "added": added,
-            "removed": removed, "skipped": skipped}
+    out: dict[str, Any] = {"rebuilt": bool(files) and (db_rebuilt or empty), "files": len(files), "added": added,
+                           "removed": removed, "skipped": skipped}
+    traces = sweep_delete_traces(conn, directory)
+    if traces:
+        out["tracesRemoved"] = traces
+    return out
+
+
+def sweep_delete_traces(conn: sqlite3.Connection, directory: str | os.PathLike[str]) -> int:
+    """Remove keyed deletes' traces whose receipt row exists (their retries are answered from it)."""
+    root = Path(directory)
+    try:
+        names = sorted(n for n in os.listdir(root) if _TRACE_RE.fullmatch(n))
+    except FileNotFoundError:
+        return 0
+    removed = 0
+    for name in names:
+        key = _trace_key(root / name)
+        found = receipts.get(conn, key.client_id, key.submission_id) if key is not None else None
+        if key is None or found is None or found["method"] != key.method:
+            continue  # still holding the renamed file, or its delete never committed: the retry finishes it
+        try:
+            os.unlink(root / name)
+        except FileNotFoundError:
+            continue
+        removed += 1
+    return removed
+
+
+def _trace_key(path: Path) -> receipts.ReceiptKey | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        blob = os.read(fd, _MAX_TRACE)
+    finally:
+        os.close(fd)
+    try:
+        return receipts.key_of_record(orjson.loads(blob))
+    except orjson.JSONDecodeError:
+        return None
