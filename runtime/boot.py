@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from runtime.datadir import DataDir
-from store import collab, plugins, projects
+from store import collab, plugins, projects, review
 from store.approvals import apply_recorded_decisions
 from store.config.providers import follow_stored_keys
 from store.config.secrets_meta_rebuild import rebuild_secrets_meta
@@ -284,6 +284,7 @@ def run_boot(
                 shutil.rmtree(root / name, ignore_errors=True)
                 swept += 1
     report["scratchSwept"] = swept
+    report["tempFilesRemoved"] += review.sweep_snapshot_temp_files(data_dir.review_changes_dir)
     report["projectRemovalsSwept"] = projects.sweep_removal_intents(conn, data_dir.sessions_dir)
     report["durationMs"] = int((time.perf_counter() - t0) * 1000)
     # Summary figures (protocol BootReport); the detailed sections stay alongside.

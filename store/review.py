@@ -44,7 +44,7 @@ from store.errors import (
     classify_os_error,
 )
 from store.faults import NO_FAULTS, Faults
-from store.fsutil import TEMP_MARKER, atomic_write, fsync_dir, open_nofollow, write_all
+from store.fsutil import TEMP_MARKER, atomic_write, fsync_dir, open_nofollow, sweep_temp_files, write_all
 from store.receipts import ReceiptKey, file_record, key_of_record
 from store.rules import MAX_REVIEW_FILE_BYTES, MAX_REVIEW_META_BYTES, REVIEW_SNAPSHOT_ID_RE
 
@@ -70,6 +70,7 @@ __all__ = [
     "review_ref",
     "snapshot_id_for",
     "start_restore",
+    "sweep_snapshot_temp_files",
     "wire_snapshot",
     "write_snapshot",
 ]
@@ -433,3 +434,18 @@ def decode_before(value: str | None) -> bytes | None:
         return base64.b64decode(value, validate=True)
     except ValueError as exc:
         raise InvalidInput("beforeBase64 is not valid base64", data={"field": "beforeBase64"}) from exc
+
+
+def sweep_snapshot_temp_files(review_root: Path) -> int:
+    """Boot: remove the temp files interrupted snapshot writes left inside ``review-changes/<sid>/<rv>/``
+    (the data directory's own sweep covers only its top folders). Returns how many went."""
+    removed = 0
+    for session in os.listdir(review_root):
+        session_dir = review_root / session
+        if not session_dir.is_dir() or session_dir.is_symlink():
+            continue
+        for snapshot in os.listdir(session_dir):
+            snapshot_dir = session_dir / snapshot
+            if snapshot_dir.is_dir() and not snapshot_dir.is_symlink():
+                removed += len(sweep_temp_files(snapshot_dir))
+    return removed

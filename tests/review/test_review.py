@@ -341,3 +341,24 @@ async def test_a_retry_after_a_crash_is_answered_from_the_snapshot_files(tmp_pat
                 await c.call("review.restore", {**restore, "submissionId": "res-2"})
             assert mine.value.data_code == "CONFLICT"
     assert notes.read_bytes() == BEFORE
+
+
+async def test_boot_removes_temp_files_an_interrupted_snapshot_write_left(tmp_path: Path) -> None:
+    """Found by this session's crash sweep: review.record killed after a snapshot file's temp write
+    (``review.before.after_tmp_write`` and the like) left ``review-changes/<sid>/rv-*/*.tmp.<hex>`` for
+    good (boot swept temp files only in the data directory's top folders). The snapshot itself stays."""
+    data, ws = tmp_path / "data", _workspace(tmp_path)
+    (ws / "docs" / "notes.md").write_bytes(AFTER)
+    with trio.fail_after(60):
+        async with inprocess_host(data) as host, client_for(host) as c:
+            sid = await _session(c, ws)
+            await _call(c, "review.record", _record_params(sid))
+        (snapshot,) = _snapshot_dirs(data, sid)
+        kept = sorted(p.name for p in snapshot.iterdir())
+        stray = snapshot / "before.bin.tmp.0123456789ab"
+        stray.write_bytes(b"half")
+        async with inprocess_host(data) as host, client_for(host) as c:
+            assert not stray.exists()
+            assert sorted(p.name for p in snapshot.iterdir()) == kept
+            assert (await c.call("host.status"))["boot"]["tempFilesRemoved"] == 1
+            assert len((await _call(c, "review.list", {"sessionId": sid}))["snapshots"]) == 1
