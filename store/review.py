@@ -162,16 +162,24 @@ def file_state(root: str, path: str) -> FileState:
     return _state_of(read_workspace_file(root, path))
 
 
-def _write_workspace_file(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` (temp + fsync + rename + dir fsync), keeping the file's mode."""
+def _write_workspace_file(path: str, data: bytes, snapshot_id: str) -> None:
+    """Replace ``path`` with ``data`` (temp + fsync + rename + dir fsync), keeping the file's mode.
+
+    The temp file sits in the user's workspace, so its name is the snapshot's (``<path>.tmp.<12 hex of
+    the snapshot id>``), not random: an attempt killed before its rename leaves one name, which the
+    retry of that restore removes before it writes (never a file of the user's)."""
     directory = os.path.dirname(path)
     try:
         mode = stat.S_IMODE(os.lstat(path).st_mode)
     except FileNotFoundError:
         mode = 0o644
-    tmp = f"{path}{TEMP_MARKER}{secrets.token_hex(6)}"
+    tmp = f"{path}{TEMP_MARKER}{hashlib.sha256(snapshot_id.encode()).hexdigest()[:12]}"
     renamed = False
     try:
+        try:
+            os.unlink(tmp)  # an earlier attempt of this restore, killed before its rename
+        except FileNotFoundError:
+            pass
         fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         try:
             os.fchmod(fd, mode)
@@ -415,7 +423,7 @@ def finish_restore(session_dir: Path, meta: Mapping[str, Any], root: str, before
         if before is None:
             _remove_workspace_file(path)
         else:
-            _write_workspace_file(path, before)
+            _write_workspace_file(path, before, str(meta["snapshotId"]))
     intent = meta.get("restore") or {}
     updated = {**meta, "state": "restored", "restoredAt": int(intent.get("at", 0))}
     target = _snapshot_dir(session_dir, str(meta["snapshotId"])) / META

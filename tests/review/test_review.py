@@ -324,6 +324,9 @@ async def test_a_retry_after_a_crash_is_answered_from_the_snapshot_files(tmp_pat
         key = ReceiptKey("agent-1", "res-1", "review.restore", fingerprint("review.restore", shown))
         directory = data / "review-changes" / sid
         review.start_restore(directory, review.load_meta(directory, snap) or {}, key, 1767229260000)
+        # the killed attempt's temp file in the workspace, before its rename: the retry removes it
+        leftover = notes.with_name(f"notes.md.tmp.{hashlib.sha256(snap.encode()).hexdigest()[:12]}")
+        leftover.write_bytes(b"half")
         async with inprocess_host(data) as host, client_for(host, "agent-1") as c:
             with pytest.raises(RpcError) as other:  # another request under that key: refused from meta.json
                 await c.call("review.record", {**record, "toolCallId": "call_9"})
@@ -334,6 +337,7 @@ async def test_a_retry_after_a_crash_is_answered_from_the_snapshot_files(tmp_pat
             done = await _call(c, "review.restore", restore)
             assert done["snapshot"]["state"] == "restored" and done["snapshot"]["restoredAt"] == 1767229260000
             assert notes.read_bytes() == BEFORE
+            assert not list(notes.parent.glob("notes.md.tmp.*"))  # nothing of the restore left in the project
         _drop_receipts(data)
         async with inprocess_host(data) as host, client_for(host, "agent-1") as c:
             assert await _call(c, "review.restore", restore) == done
