@@ -29,13 +29,16 @@ Rollback to an older, genuine file of the *same* ref is not detectable (the
 version is not recorded elsewhere); that is outside this backend's threat
 model, like the key-beside-ciphertext risk.
 
-A keyed delete (``delete(..., receipt=)``) renames the file to a trace named by
-the same MAC (``<name>.deleting-<mac>``) and replaces its content with the
-receipt record (:func:`store.receipts.file_record`, no value) before the row
-and the receipt commit: the value is gone, and a retry whose receipt row a
-crash lost finds the trace and answers ``deleted: true``. The handler removes
-the trace once the receipt is durable; boot removes one whose receipt row
-exists (``secrets_meta_rebuild.sweep_delete_traces``).
+A keyed delete (``delete(..., receipt=)``) first writes a trace named by the
+same MAC (``<name>.deleting-<mac>``, temp + fsync + rename) holding only the
+receipt record (:func:`store.receipts.file_record`, never a value), then removes
+the file, before the row and the receipt commit: a retry whose receipt row a
+crash lost finds the trace, removes the file if it is still there, and answers
+``deleted: true``. A trace never holds a value, so a delete cut short with no
+retry leaves the secret whole under its own name. The handler removes the
+trace once the receipt is durable; boot removes one whose receipt row exists,
+or whose file is still there (the delete never happened; its retry starts
+again) (``secrets_meta_rebuild.sweep_delete_traces``).
 
 Key file rules: created once with ``O_CREAT|O_EXCL`` (0600, ``fchmod`` since
 the umask cannot be trusted), written to a temp name and hard-linked into
@@ -68,7 +71,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from store.errors import CorruptData, InvalidInput, NotFound, PayloadTooLarge, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import TEMP_MARKER, atomic_write, fsync_dir, open_nofollow, remove_file_durable, write_all
-from store.receipts import ReceiptKey, file_record, key_of_record
+from store.receipts import ReceiptKey, file_record
 
 __all__ = [
     "BACKEND",
@@ -353,23 +356,26 @@ class SecretStore:
     def delete(self, ref: str, *, now_ms: int, receipt: ReceiptKey | None = None) -> bool:
         """Remove ``ref``'s file (durably). A tampered file is moved aside, not destroyed.
 
-        With ``receipt`` the file is renamed to this request's trace, which then holds only the
-        receipt record (see the module docstring); a trace found already is this request's delete
-        from before a crash: it is finished and answered ``True``. :meth:`forget_delete` removes it.
+        With ``receipt``, this request's trace (its receipt record, never a value: see the module
+        docstring) is made durable first, then the file goes: a trace found already is this request's
+        delete from before a crash, finished now and answered ``True``. :meth:`forget_delete` removes it
+        once the receipt row is durable.
         """
         if receipt is None:
             return self._delete_now(ref, now_ms)
         trace = self._trace(ref, receipt)
+        path = self.path_for(ref)
         if not os.path.lexists(trace):
-            try:
-                os.rename(self.path_for(ref), trace)  # in one step: the value leaves its name, the trace is there
-                fsync_dir(self.directory)
-            except FileNotFoundError:
+            blob = self._read_blob(ref)
+            if blob is None:
                 return False
-            except OSError as exc:
-                raise classify_os_error(exc, f"delete secret {trace.name}") from exc
+            try:
+                decode_file(self.key(), ref, blob)
+            except CorruptData:
+                self._set_aside(path, now_ms)  # kept for inspection, under its own name
+            atomic_write(trace, orjson.dumps(file_record(receipt)), faults=self.faults, point_prefix="secrets.trace")
             self.faults.point("secrets.delete.after_aside")
-        self._finish_trace(ref, trace, receipt, now_ms)
+        remove_file_durable(path)
         return True
 
     def forget_delete(self, ref: str, receipt: ReceiptKey) -> None:
@@ -383,19 +389,6 @@ class SecretStore:
         path = self.path_for(ref)
         return path.with_name(f"{path.name}{DELETING}{self.receipt_mac(receipt).hex()}")
 
-    def _finish_trace(self, ref: str, trace: Path, receipt: ReceiptKey, now_ms: int) -> None:
-        """Make the trace hold the receipt record only: a genuine value is dropped, a tampered file kept
-        aside."""
-        blob = self._read_path(trace)
-        if blob is None or _holds_record(blob):
-            return
-        try:
-            decode_file(self.key(), ref, blob)
-        except CorruptData:
-            if os.stat(trace, follow_symlinks=False).st_nlink == 1:  # not linked aside before a crash yet
-                self._set_aside(trace, now_ms, keep_link=True)
-        atomic_write(trace, orjson.dumps(file_record(receipt)), faults=self.faults, point_prefix="secrets.trace")
-
     def _delete_now(self, ref: str, now_ms: int) -> bool:
         blob = self._read_blob(ref)
         if blob is None:
@@ -406,14 +399,6 @@ class SecretStore:
             self._set_aside(self.path_for(ref), now_ms)
             return True
         return remove_file_durable(self.path_for(ref))
-
-
-def _holds_record(blob: bytes) -> bool:
-    """A keyed delete's trace that holds its receipt record (not the renamed secret file)."""
-    try:
-        return key_of_record(orjson.loads(blob)) is not None
-    except orjson.JSONDecodeError:
-        return False
 
 
 # -- secrets_meta (bookkeeping only; never a value) ------------------------

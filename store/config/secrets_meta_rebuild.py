@@ -141,7 +141,9 @@ def rebuild_secrets_meta(conn: sqlite3.Connection, directory: str | os.PathLike[
 
 
 def sweep_delete_traces(conn: sqlite3.Connection, directory: str | os.PathLike[str]) -> int:
-    """Remove keyed deletes' traces whose receipt row exists (their retries are answered from it)."""
+    """Remove keyed deletes' traces whose receipt row exists (their retries are answered from it), and
+    those whose secret file is still there (cut before the file went: nothing happened, and a retry
+    starts the delete again)."""
     root = Path(directory)
     try:
         names = sorted(n for n in os.listdir(root) if _TRACE_RE.fullmatch(n))
@@ -151,8 +153,9 @@ def sweep_delete_traces(conn: sqlite3.Connection, directory: str | os.PathLike[s
     for name in names:
         key = _trace_key(root / name)
         found = receipts.get(conn, key.client_id, key.submission_id) if key is not None else None
-        if key is None or found is None or found["method"] != key.method:
-            continue  # still holding the renamed file, or its delete never committed: the retry finishes it
+        undone = os.path.lexists(root / name.split(DELETING, 1)[0])
+        if not undone and (key is None or found is None or found["method"] != key.method):
+            continue  # its file went and its receipt never committed: the retry answers from it
         try:
             os.unlink(root / name)
         except FileNotFoundError:

@@ -108,7 +108,8 @@ async def test_a_delete_killed_after_the_value_is_gone_is_retried_to_deleted_tru
     keyed = {"ref": REF, "submissionId": "del-1"}
     await _killed_during(tmp_path, point, "secrets.delete", keyed)
     path = s.SecretStore(tmp_path / "secrets").path_for(REF)
-    assert not path.exists()  # the value left its name before the kill
+    # the trace (a receipt record, never a value) is durable before the file goes
+    assert path.exists() == (point == "secrets.delete.after_aside")
     with trio.fail_after(60):
         async with inprocess_host(tmp_path) as host, client_for(host, CLIENT, kind="ui") as c:
             first = await c.call("secrets.delete", keyed)
@@ -123,6 +124,27 @@ async def test_a_delete_killed_after_the_value_is_gone_is_retried_to_deleted_tru
             assert (await c.call("secrets.delete", {"ref": REF, "submissionId": "del-2"}))["deleted"] is False
     # nothing of the deleted secret is left (the trace went with the commit, or at the restart's boot)
     assert [p.name for p in (tmp_path / "secrets").iterdir() if p.name.startswith(path.name)] == []
+
+
+async def test_a_delete_cut_before_its_file_went_and_never_retried_leaves_the_secret_whole(tmp_path: Path) -> None:
+    """Found in review: the first version renamed the file to its trace before writing the receipt record
+    into it; killed between the two and never retried, the value stayed on disk under the trace's name,
+    hidden from every read and from any later delete. Now the trace is written first and never holds a
+    value: the secret stays readable under its own name, boot drops the trace, a later delete deletes it."""
+    await _setup(tmp_path, existing=True)
+    keyed = {"ref": REF, "submissionId": "del-1"}
+    await _killed_during(tmp_path, "secrets.delete.after_aside", "secrets.delete", keyed)
+    traces = list((tmp_path / "secrets").glob("*.deleting-*"))
+    assert [orjson.loads(t.read_bytes())["submissionId"] for t in traces] == ["del-1"]  # a record, no ciphertext
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, CLIENT, kind="ui") as c:
+            assert (await c.call("secrets.get", {"ref": REF}))["value"] == "old-key"
+            assert REF in {m["ref"] for m in (await c.call("secrets.list", {}))["secrets"]}
+    assert not list((tmp_path / "secrets").glob("*.deleting-*"))  # boot dropped it: the file is still there
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, CLIENT, kind="ui") as c:
+            assert await c.call("secrets.delete", {"ref": REF, "submissionId": "del-7"}) == \
+                {"ref": REF, "deleted": True}
 
 
 # -- the store, in process ------------------------------------------------------------------------
