@@ -71,7 +71,7 @@ from runtime.kernel.actor import InternalBug, reply_callback_failed
 from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
 from runtime.kernel.task_steps import TaskSteps
 from runtime.pipeline import Pipeline
-from runtime.request_expiry import RequestExpiry, deadline_notifier
+from runtime.request_expiry import RequestExpiry, deadline_notifier, session_runner
 from runtime.routes import ROUTES, Route
 from runtime.version import VERSION
 from store.errors import StoreError
@@ -246,8 +246,6 @@ async def run_host(
                     ChildSpec("scheduler", lambda: Scheduler(db=db, reads=reads, bus=bus, now_ms=now_ms,
                                                              faults=faults))
                 )
-                expiry_ref = await supervisor.start_child(  # pending requests expire at their deadline, announced
-                    ChildSpec("request-expiry", lambda: RequestExpiry(db=db, reads=reads, bus=bus, now_ms=now_ms)))
                 sessions = DynamicSupervisor(
                     intensity=config.session_restart_intensity, period=config.restart_period,
                     max_children=config.max_sessions_active,
@@ -264,9 +262,13 @@ async def run_host(
                            "native": NativeCatalog(config.native_pi_root),
                            "plugins": PluginRegistry(data_dir.root / "plugins"),
                            "providers.lock": trio.Lock(),
-                           DEADLINES: deadline_notifier(expiry_ref.tell_nowait),
                            LOGIN_CODES: LoginCodes(time.monotonic)},
                 )
+                # pending requests expire at their deadline, announced; each in its session's actor (ordered
+                # with the answers there)
+                expiry_ref = await supervisor.start_child(ChildSpec("request-expiry", lambda: RequestExpiry(
+                    db=db, reads=reads, bus=bus, now_ms=now_ms, in_session=session_runner(services))))
+                services.extra[DEADLINES] = deadline_notifier(expiry_ref.tell_nowait)
                 deps = SessionDeps(
                     paths=data_dir.session_paths, db=db, reads=reads, bus=bus, faults=faults, now_ms=now_ms,
                     index_log=index_log, writer=writer_ref, db_generation=db_stats.generation_of,

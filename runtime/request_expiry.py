@@ -17,18 +17,19 @@ created pending with a deadline tells it (:func:`deadline_notifier`, after the
 commit): a tell lost to a full mailbox is harmless, since the queued ones make
 it read the earliest deadline again.
 
-A wake-up with something due runs ONE durable DB-writer transaction expiring
-at most ``batch_limit`` requests, each with the transition a late answer applies
+A wake-up with something due finds the sessions holding lapsed requests and,
+for each, runs ONE durable DB-writer transaction expiring at most
+``batch_limit`` of its requests *as an operation of that session's actor*
+(:func:`session_runner`), with the transition a late answer applies
 (:func:`runtime.handlers.approvals.expire_lapsed`,
 :func:`runtime.handlers.plans.expire_lapsed`); after the commit it publishes the
 payload each of them returned, so one event per row that transaction changed.
-More due than that: the next transaction follows at once, after the mailbox had
-its turn. A late answer racing it runs the same transition: both are
-``UPDATE ... WHERE status = 'pending'`` in the DB writer's serial order, so
-whichever runs first changes the row and announces it, and the other changes
-nothing and announces nothing. An answer given in time whose commit comes after
-the timer's finds the row ``expired`` and is refused (``CONFLICT``): one
-resolution, one event.
+Running in the session's actor orders it with that session's answers: an answer
+given in time writes its decision line and commits before the timer's expiry
+can run, which then finds the row settled and changes nothing; a late answer
+and the timer apply the same ``UPDATE ... WHERE status = 'pending'`` one after
+the other, so whichever runs first changes the row and announces it. A session
+no actor can take (gone meanwhile) is expired through the DB writer directly.
 
 Cancel-safe: the write and the publishing after it are shielded (bounded by the
 DB writer's ask timeout), so a transaction that commits is announced even if
@@ -47,17 +48,23 @@ clock does the sleeping.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
 import trio
 
+from actors.gateway_types import CallContext
+from actors.session import SessionOp
+from actors.session_context import SessionContext
+from runtime.context import Services, session_call
 from runtime.handlers import approvals as approval_handlers
 from runtime.handlers import plans as plan_handlers
 from runtime.kernel.actor import Actor, ActorError, Envelope
 from store import approvals, plans
+from store.errors import StoreError
+from store.receipts import ReceiptKey
 
 log = logging.getLogger("pi_host.request_expiry")
 
@@ -70,7 +77,9 @@ __all__ = [
     "Tick",
     "deadline_notifier",
     "expire_lapsed",
+    "lapsed_sessions",
     "next_deadline",
+    "session_runner",
 ]
 
 NAME = "request-expiry"
@@ -134,19 +143,34 @@ def next_deadline(conn: Any) -> int | None:
     return min(found) if found else None
 
 
-def expire_lapsed(conn: Any, *, now_ms: int, limit: int) -> ExpiryBatch:
-    """One transaction: at most ``limit`` requests past their deadline at ``now_ms`` expired, each with
-    the late-answer transition; the events of those this transaction changed."""
+def lapsed_sessions(conn: Any, now_ms: int, limit: int) -> list[str]:
+    """The sessions (at most ``limit``) holding a pending request past its deadline at ``now_ms``."""
+    found = [sid for _kind, _rid, sid in approvals.lapsed(conn, now_ms, limit)]
+    found += plans.lapsed_sessions(conn, now_ms, limit)
+    return list(dict.fromkeys(found))[:limit]
+
+
+def expire_lapsed(conn: Any, *, now_ms: int, limit: int, session_id: str | None = None) -> ExpiryBatch:
+    """One transaction: at most ``limit`` requests (of ``session_id`` only, if given) past their deadline
+    at ``now_ms`` expired, each with the late-answer transition; the events of those this transaction
+    changed."""
     out: list[Announcement] = []
-    for kind, request_id in approvals.lapsed(conn, now_ms, limit):
+    for kind, request_id, _sid in approvals.lapsed(conn, now_ms, limit, session_id):
         payload = approval_handlers.expire_lapsed(conn, kind, request_id, now_ms)
         if payload is not None:
             out.append(Announcement(approval_handlers.resolved_topic(kind), payload,
                                     payload["request"]["sessionId"]))
-    for session_id in plans.lapsed_sessions(conn, now_ms, max(0, limit - len(out))):
-        out.extend(Announcement(plan_handlers.RESOLVED, payload, session_id)
-                   for payload in plan_handlers.expire_lapsed(conn, session_id, now_ms))
+    sessions = [session_id] if session_id is not None else plans.lapsed_sessions(conn, now_ms,
+                                                                                 max(0, limit - len(out)))
+    for sid in sessions:
+        out.extend(Announcement(plan_handlers.RESOLVED, payload, sid)
+                   for payload in plan_handlers.expire_lapsed(conn, sid, now_ms))
     return ExpiryBatch(out, next_deadline(conn))
+
+
+InSession = Callable[[str, Callable[[Any], ExpiryBatch]], Awaitable[ExpiryBatch]]
+"""Run one expiry transaction in a session's actor (ordered with that session's answers: an answer
+whose decision line is durable commits before the timer can expire its request)."""
 
 
 class RequestExpiry(Actor):
@@ -160,6 +184,7 @@ class RequestExpiry(Actor):
         config: ExpiryConfig = ExpiryConfig(),
         name: str = NAME,
         mailbox_size: int = 64,
+        in_session: InSession | None = None,
     ) -> None:
         super().__init__(name, mailbox_size=mailbox_size, batch_limit=mailbox_size)
         self._db = db
@@ -167,6 +192,7 @@ class RequestExpiry(Actor):
         self._bus = bus
         self._now_ms = now_ms
         self._config = config
+        self._in_session = in_session
         self._next: int | None = None
         self._retry_at: float | None = None  # trio time before which no write is attempted
         self._failures = 0
@@ -226,16 +252,29 @@ class RequestExpiry(Actor):
         now = self._now_ms()
         if now < self._next:
             return
-        op = partial(expire_lapsed, now_ms=now, limit=self._config.batch_limit)
+        limit = self._config.batch_limit
         try:
             with trio.CancelScope(shield=True):  # committed means announced, even if we are being stopped
-                batch: ExpiryBatch = await self._db.write(op, durable=True, label="requests.expire")
-                self._announce(batch)
+                if self._in_session is None:
+                    batch: ExpiryBatch = await self._db.write(partial(expire_lapsed, now_ms=now, limit=limit),
+                                                              durable=True, label="requests.expire")
+                    self._announce(batch)
+                    following = batch.next_deadline
+                else:
+                    for sid in await self._reads.run(lapsed_sessions, now, limit):
+                        op = partial(expire_lapsed, now_ms=now, limit=limit, session_id=sid)
+                        try:
+                            batch = await self._in_session(sid, op)
+                        except StoreError as exc:  # no actor can take it (gone meanwhile): none answers there
+                            log.info("request expiry: session %s: %s; expired directly", sid, exc)
+                            batch = await self._db.write(op, durable=True, label="requests.expire")
+                        self._announce(batch)
+                    following = await self._reads.run(next_deadline)
         except Exception as exc:  # noqa: BLE001 - retried later; trio.Cancelled is a BaseException
             self._backoff(exc)
             return
         self._failures, self._retry_at = 0, None
-        self._next = batch.next_deadline
+        self._next = following
 
     def _announce(self, batch: ExpiryBatch) -> None:
         for item in batch.announcements:
@@ -248,6 +287,24 @@ class RequestExpiry(Actor):
         self._retry_at = trio.current_time() + delay
         log.warning("request expiry: expiring requests past their deadline failed (%s: %s); retrying in %.1fs",
                     type(exc).__name__, exc, delay)
+
+
+async def _expire_here(ctx: SessionContext, op: Callable[[Any], ExpiryBatch], _key: ReceiptKey | None) -> ExpiryBatch:
+    result: ExpiryBatch = await ctx.db(op)
+    return result
+
+
+_EXPIRE = SessionOp(_expire_here, mutating=False, name="requests.expire")
+_CALLER = CallContext(connection_id=0, client_id="pi-host/request-expiry", client_kind="host", protocol=1)
+
+
+def session_runner(services: Services) -> InSession:
+    """The host's :data:`InSession`: the expiry transaction as an operation of the session's actor."""
+    async def run(session_id: str, op: Callable[[Any], ExpiryBatch]) -> ExpiryBatch:
+        result: ExpiryBatch = await session_call(services, session_id, _EXPIRE, op, _CALLER)
+        return result
+
+    return run
 
 
 def deadline_notifier(tell_nowait: Callable[[Any], None]) -> Callable[[int], None]:

@@ -312,15 +312,19 @@ def next_deadline(conn: sqlite3.Connection) -> int | None:
     return min(deadlines) if deadlines else None
 
 
-def lapsed(conn: sqlite3.Connection, now_ms: int, limit: int) -> list[tuple[Kind, str]]:
-    """At most ``limit`` pending requests (either kind) whose deadline passed at ``now_ms``, earliest first."""
-    rows: list[tuple[int, str, Kind]] = []
+def lapsed(conn: sqlite3.Connection, now_ms: int, limit: int,
+           session_id: str | None = None) -> list[tuple[Kind, str, str]]:
+    """At most ``limit`` pending requests (either kind; of ``session_id`` only, if given) whose deadline
+    passed at ``now_ms``, earliest first: ``(kind, request id, session id)``."""
+    rows: list[tuple[int, str, Kind, str]] = []
+    where = "" if session_id is None else " AND session_id = ?"
     for kind in KINDS:
-        rows.extend((at, rid, kind) for at, rid in conn.execute(
-            f"SELECT expires_at, request_id FROM {_TABLE[kind]} WHERE status = 'pending' "
-            "AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at, request_id LIMIT ?",
-            (now_ms, limit)))
-    return [(kind, rid) for _at, rid, kind in sorted(rows)[:limit]]
+        args: tuple[Any, ...] = (now_ms,) if session_id is None else (now_ms, session_id)
+        rows.extend((at, rid, kind, sid) for at, rid, sid in conn.execute(
+            f"SELECT expires_at, request_id, session_id FROM {_TABLE[kind]} WHERE status = 'pending' "
+            f"AND expires_at IS NOT NULL AND expires_at <= ?{where} ORDER BY expires_at, request_id LIMIT ?",
+            (*args, limit)))
+    return [(kind, rid, sid) for _at, rid, kind, sid in sorted(rows)[:limit]]
 
 
 def require_pending(conn: sqlite3.Connection, kind: Kind, request_id: str, session_id: str,
