@@ -34,7 +34,9 @@ origin row (or, for opencode, whose session rows/files digest to the same
 ``contentFingerprint``) is ``unchanged`` without parsing. A parse that finds
 nothing new removes its staging file at once: no outcome leaves a temp file. A grown file is parsed again and
 only its new lines (plus replacements of records that changed, e.g. a tool call
-whose result arrived) are appended. The staging file and ``<sid>.jsonl`` are
+whose result arrived) are appended; the turn rows the held lines' usage lacks and the model they name are
+recorded too (an import killed between its write and its commit left its lines to boot, which indexes only
+their messages: the retry holds every line and writes none). The staging file and ``<sid>.jsonl`` are
 owned by the session's actor in a running host: stage/publish/undo of an
 existing session must run there (the DB step in the DB writer).
 """
@@ -186,6 +188,13 @@ class StagedImport:
     """A plugin import's explicit, host-created project (host imports bind ``meta.cwd`` instead)."""
     history_model: tuple[str | None, str] | None = None
     """(provider, model) of the last written message that names one (kept in the origin history)."""
+    source_model: tuple[str | None, str] | None = None
+    """A re-import's: (provider, model) of the last message the source gives that names one, whether its line
+    is written or already held (what the history names when the written lines name none)."""
+    held_usage: list[tuple[str, tuple[int, int]]] = field(default_factory=list)
+    """A re-import's: ``(id, line span)`` of the line the transcript already holds for each record the source
+    gives that carries a response's or checkpoint's usage (its turn row is recorded if the index lacks it:
+    see :func:`_record_held_usage`)."""
     project_path: str | None = None
     receipt: Mapping[str, Any] | None = None
     """The receipt record of the request that writes a new transcript (a plugin import's), carried in its
@@ -486,6 +495,8 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
                     continue
                 span = known.get(rid)
                 if span is not None:
+                    if _carries_usage(record) and len(staged.held_usage) < MAX_TRACKED_NEW:
+                        staged.held_usage.append((rid, span))
                     held = _old_line(fd, span)
                     if held != line and record.get("role") == "user":
                         line = _carry_stamp(record, held, line)
@@ -513,6 +524,8 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
         for record in records:
             line = dumps_line(record)
             batch.append((record, line))
+            if record.get("type") == "message":
+                staged.source_model = _named_model(record) or staged.source_model
             batched += len(line)
             if on_branch is not None and record.get("type") in ("message", "compaction"):
                 on_branch.add(record["id"])
@@ -1132,6 +1145,12 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
     last = conn.execute("SELECT MAX(created_at) FROM messages WHERE session_id = ?", (sid,)).fetchone()[0]
     if last is not None:
         conn.execute("UPDATE sessions SET updated_at = MAX(updated_at, ?) WHERE id = ?", (last, sid))
+    if staged.held_usage:
+        _record_held_usage(conn, staged)
+    if model is None and staged.kind == "append" and not staged.report.older_copy:
+        # the lines the source still gives name it: the first import's, or those of an import killed before
+        # its commit (boot indexed them; this import writes them no more, but their model is its to record)
+        model = staged.source_model
     if model is not None:
         staged.history_model = model
         if staged.plugin_id == HOST_IMPORTER:
@@ -1172,6 +1191,48 @@ def _record_usage(conn: sqlite3.Connection, sid: str,
                                     model_id=model_id if isinstance(model_id, str) else None, usage=usage,
                                     at_ms=max(0, rfc3339_to_ms(str(rec.get("createdAt")), 0)))
     return model
+
+
+def _carries_usage(rec: Mapping[str, Any]) -> bool:
+    """A response (or a checkpoint's request) whose usage becomes a turn row (:func:`_record_usage`,
+    :func:`_record_compaction_usage`)."""
+    if rec.get("type") == "compaction":
+        details = rec.get("details")
+        return isinstance(details, Mapping) and "usageRaw" in details and isinstance(details.get("usage"), Mapping)
+    meta = rec.get("meta")
+    return (rec.get("role") in ("assistant", "tool") and isinstance(meta, Mapping) and "usageRaw" in meta
+            and isinstance(meta.get("usage"), Mapping))
+
+
+def _record_held_usage(conn: sqlite3.Connection, staged: StagedImport) -> None:
+    """The turn rows the held lines that carry usage lack (none, after a clean import).
+
+    An import killed after writing its lines and before its commit left them to boot, which indexes their
+    messages but not their usage (turn rows are the import's alone); the retry finds every line held and
+    writes none, so it records their turn rows from the lines themselves here."""
+    sid = staged.session_id
+    missing: list[tuple[int, int]] = []
+    for i in range(0, len(staged.held_usage), 500):
+        chunk = staged.held_usage[i : i + 500]
+        marks = ",".join("?" * len(chunk))
+        have = {tid for (tid,) in conn.execute(f"SELECT id FROM turns WHERE session_id = ? AND id IN ({marks})",
+                                               (sid, *(rid for rid, _ in chunk)))}
+        missing.extend(span for rid, span in chunk if rid not in have)
+    if not missing:
+        return
+    try:
+        fd = open_nofollow(staged.transcript, os.O_RDONLY)
+    except OSError as exc:
+        raise classify_os_error(exc, f"read {staged.transcript}") from exc
+    try:
+        for offset, length in missing:
+            rec = loads_line(_old_line(fd, (offset, length)))
+            if rec.get("type") == "compaction":
+                _record_compaction_usage(conn, sid, [index.CompactionRecord(rec, offset, length)])
+            else:
+                _record_usage(conn, sid, [rec])
+    finally:
+        os.close(fd)
 
 
 def _named_model(rec: Mapping[str, Any]) -> tuple[str | None, str] | None:
