@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from runtime.client import HostClient, open_client
+from runtime.client import ClientClosed, HostClient, open_client
 from runtime.config import HostConfig
 from runtime.datadir import DataDir
 from runtime.host import RunningHost, run_host
@@ -142,3 +142,27 @@ async def index_caught_up(host: RunningHost) -> None:
     """Wait until the index covers every acknowledged append (appends are acknowledged before
     their index rows commit): a fault armed on the next DB commit then hits the next request's."""
     await host.services.index_log.barrier()
+
+
+async def call_killed_at(data_dir: Path, point: str, method: str, params: dict[str, Any], *, nth: int = 1,
+                         client_id: str = "test", client_kind: str = "ui", plugin_id: str | None = None) -> None:
+    """Call ``method`` on a ``pi-host serve`` process armed to SIGKILL itself at the ``nth`` hit of the fault
+    point ``point`` (``RT_CRASHPOINT``), and make sure it died there without answering: the first half of
+    every kill-restart-retry test (the retry then runs on a host started on ``data_dir`` again)."""
+    crashing = start_host_process(data_dir, env={"RT_CRASHPOINT": f"{point}:{nth}"})
+    answered: Any = None
+    try:
+        with trio.fail_after(60):
+            try:
+                async with open_client(crashing.url, crashing.token, client_id=client_id,
+                                       client_kind=client_kind, plugin_id=plugin_id) as c:
+                    answered = await c.call(method, params)
+            except (ClientClosed, OSError):
+                pass
+            if answered is None:
+                await trio.to_thread.run_sync(lambda: crashing.proc.wait(timeout=30))
+    finally:
+        if crashing.proc.poll() is None:
+            crashing.kill9()  # the point was never reached: never leave the host running
+    assert answered is None, f"the host answered instead of dying at {point}:{nth}"
+    assert crashing.proc.returncode == -9, f"the host did not die at {point}:{nth}"

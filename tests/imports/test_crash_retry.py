@@ -21,8 +21,8 @@ import orjson
 import pytest
 import trio
 
-from runtime.client import ClientClosed, HostClient, open_client
-from tests.hostkit import client_for, index_caught_up, inprocess_host, start_host_process
+from runtime.client import HostClient
+from tests.hostkit import call_killed_at, client_for, index_caught_up, inprocess_host
 
 SOURCE = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "claude-code" / "2.1.197" / "projects"
 CLIENT = "importer-1"
@@ -104,22 +104,7 @@ def references(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any,
 
 
 async def _killed_during_import(src: Path, data: Path, point: str, nth: int) -> None:
-    crashing = start_host_process(data, env={"RT_CRASHPOINT": f"{point}:{nth}"})
-    answered: Any = None
-    try:
-        with trio.fail_after(60):
-            try:
-                async with open_client(crashing.url, crashing.token, client_id=CLIENT, client_kind="ui") as c:
-                    answered = await c.call("import.sessions", _params(src))
-            except (ClientClosed, OSError):
-                pass
-            if answered is None:
-                await trio.to_thread.run_sync(lambda: crashing.proc.wait(timeout=30))
-    finally:
-        if crashing.proc.poll() is None:
-            crashing.kill9()
-    assert answered is None, f"the host answered instead of dying at {point}:{nth}"
-    assert crashing.proc.returncode == -9, f"the host did not die at {point}:{nth}"
+    await call_killed_at(data, point, "import.sessions", _params(src), nth=nth, client_id=CLIENT)
 
 
 def test_a_crash_free_import_records_turns_and_models(references: dict[str, tuple[Any, dict[str, Any]]]) -> None:

@@ -19,8 +19,8 @@ import orjson
 import pytest
 import trio
 
-from runtime.client import ClientClosed, HostClient, RpcError, open_client
-from tests.hostkit import client_for, index_caught_up, inprocess_host, msg, start_host_process
+from runtime.client import HostClient, RpcError
+from tests.hostkit import call_killed_at, client_for, index_caught_up, inprocess_host, msg
 
 PLUGIN = "chat-plugin"
 CLIENT = "plugin-rt"
@@ -89,23 +89,8 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, 
 
 
 async def _killed_during_import(root: Path, point: str, nth: int) -> None:
-    crashing = start_host_process(root, env={"RT_CRASHPOINT": f"{point}:{nth}"})
-    answered: Any = None
-    try:
-        with trio.fail_after(60):
-            try:
-                async with open_client(crashing.url, crashing.token, client_id=CLIENT, client_kind="plugin",
-                                       plugin_id=PLUGIN) as c:
-                    answered = await c.call("plugins.importSession", PARAMS)
-            except (ClientClosed, OSError):
-                pass
-            if answered is None:
-                await trio.to_thread.run_sync(lambda: crashing.proc.wait(timeout=30))
-    finally:
-        if crashing.proc.poll() is None:
-            crashing.kill9()
-    assert answered is None, f"the host answered instead of dying at {point}:{nth}"
-    assert crashing.proc.returncode == -9, f"the host did not die at {point}:{nth}"
+    await call_killed_at(root, point, "plugins.importSession", PARAMS, nth=nth, client_id=CLIENT,
+                         client_kind="plugin", plugin_id=PLUGIN)
 
 
 def test_a_crash_free_import_keeps_its_whole_origin(reference: tuple[Any, dict[str, Any], dict[str, Any]]) -> None:

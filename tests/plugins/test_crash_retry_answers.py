@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import trio
 
-from runtime.client import ClientClosed, HostClient, open_client
+from runtime.client import HostClient
 from store import receipts
-from tests.hostkit import client_for, inprocess_host, start_host_process
+from tests.hostkit import call_killed_at, client_for, inprocess_host
 
 CLIENT = "ui-plugins"
 README = base64.b64encode(b"# hi\n").decode()
@@ -75,22 +75,7 @@ def _copy(src: Path, tmp_path: Path) -> Path:
 
 
 async def _killed_during(root: Path, point: str, nth: int, method: str, params: dict[str, Any]) -> None:
-    crashing = start_host_process(root, env={"RT_CRASHPOINT": f"{point}:{nth}"})
-    answered: Any = None
-    try:
-        with trio.fail_after(60):
-            try:
-                async with open_client(crashing.url, crashing.token, client_id=CLIENT, client_kind="ui") as c:
-                    answered = await c.call(method, params)
-            except (ClientClosed, OSError):
-                pass
-            if answered is None:
-                await trio.to_thread.run_sync(lambda: crashing.proc.wait(timeout=30))
-    finally:
-        if crashing.proc.poll() is None:
-            crashing.kill9()  # the point was never reached: never leave the host running
-    assert answered is None, f"the host answered instead of dying at {point}:{nth}"
-    assert crashing.proc.returncode == -9, f"the host did not die at {point}:{nth}"
+    await call_killed_at(root, point, method, params, nth=nth, client_id=CLIENT)
 
 
 def _leftovers(root: Path) -> list[str]:

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import trio
 
-from runtime.client import ClientClosed, HostClient, RpcError, open_client
-from tests.hostkit import client_for, index_caught_up, inprocess_host, msg, start_host_process
+from runtime.client import HostClient, RpcError
+from tests.hostkit import call_killed_at, client_for, index_caught_up, inprocess_host, msg
 
 Vars = dict[str, Any]
 CLIENT = "ui-rm"
@@ -92,22 +92,7 @@ def _rows(root: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
 
 async def _killed_during_remove(root: Path, point: str, nth: int, params: dict[str, Any],
                                 client_id: str = CLIENT) -> None:
-    crashing = start_host_process(root, env={"RT_CRASHPOINT": f"{point}:{nth}"})
-    answered: Any = None
-    try:
-        with trio.fail_after(60):
-            try:
-                async with open_client(crashing.url, crashing.token, client_id=client_id, client_kind="ui") as c:
-                    answered = await c.call("projects.remove", params)
-            except (ClientClosed, OSError):
-                pass
-        if answered is None:
-            await trio.to_thread.run_sync(lambda: crashing.proc.wait(timeout=30))
-    finally:
-        if crashing.proc.poll() is None:
-            crashing.kill9()  # the point was never reached: never leave the host running
-    assert answered is None, f"the host answered instead of dying at {point}:{nth}"
-    assert crashing.proc.returncode == -9, f"the host did not die at {point}:{nth}"
+    await call_killed_at(root, point, "projects.remove", params, nth=nth, client_id=client_id)
 
 
 async def _assert_removed_once(c: HostClient, root: Path, v: Vars) -> None:
