@@ -36,7 +36,6 @@ One left by a kill right after the transaction has all its receipts stored
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -51,7 +50,7 @@ from store.errors import CorruptData, InvalidInput
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, remove_file_durable
 from store.rules import PLUGIN_ID_RE
-from store.safe_open import open_regular, read_bounded
+from store.safe_open import read_json_file
 
 __all__ = [
     "REGISTRY_FILE",
@@ -189,19 +188,7 @@ def write_uninstall_intent(directory: Path, intent: UninstallIntent, faults: Fau
 
 def read_uninstall_intent(directory: Path, plugin_id: str) -> UninstallIntent | None:
     """The plugin's intent; ``None`` when there is none (or it is not one: it is then replaced)."""
-    path = uninstall_intent_path(directory, plugin_id)
-    try:
-        fd = open_regular(path, max_bytes=_MAX_INTENT_BYTES)
-    except FileNotFoundError:
-        return None
-    try:
-        raw = read_bounded(fd, _MAX_INTENT_BYTES, path=os.fspath(path))
-    finally:
-        os.close(fd)
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
+    body = read_json_file(uninstall_intent_path(directory, plugin_id), _MAX_INTENT_BYTES)
     if not isinstance(body, dict) or body.get("type") != "plugin_uninstall" or body.get("pluginId") != plugin_id:
         return None
     entry, assets, records = body.get("registryEntryRemoved"), body.get("assetsRemoved"), body.get("receipts")

@@ -35,7 +35,7 @@ from store import receipts
 from store.errors import Conflict, NotFound
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, remove_file_durable
-from store.safe_open import open_regular, read_bounded
+from store.safe_open import read_json_file
 
 __all__ = [
     "RemovalIntent",
@@ -167,19 +167,7 @@ def write_removal_intent(path: Path, intent: RemovalIntent, *, faults: Faults = 
 
 def read_removal_intent(path: Path) -> RemovalIntent | None:
     """The intent at ``path``; ``None`` when there is none (or it is not one: it is then replaced)."""
-    try:
-        fd = open_regular(path, max_bytes=_MAX_INTENT_BYTES)
-    except FileNotFoundError:
-        return None
-    try:
-        raw = read_bounded(fd, _MAX_INTENT_BYTES, path=os.fspath(path))
-    finally:
-        os.close(fd)
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return _intent_of(body)
+    return _intent_of(read_json_file(path, _MAX_INTENT_BYTES))
 
 
 def _intent_of(body: Any) -> RemovalIntent | None:

@@ -29,6 +29,9 @@ import errno
 import os
 import stat
 from collections.abc import Iterable
+from typing import Any
+
+import orjson
 
 from store.errors import (
     InvalidInput,
@@ -41,7 +44,7 @@ from store.errors import (
 )
 from store.rules import MAX_PATH_BYTES, MAX_PATH_COMPONENT_BYTES
 
-__all__ = ["check_path", "is_under", "open_regular", "open_under", "path_error", "read_bounded"]
+__all__ = ["check_path", "is_under", "open_regular", "open_under", "path_error", "read_bounded", "read_json_file"]
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -187,3 +190,21 @@ def read_bounded(fd: int, max_bytes: int, *, path: str = "", start: int = 0) -> 
         return b"".join(chunks)
     except OSError as exc:
         raise IOFailure(f"read {path or 'file'}: {exc.strerror or exc}", data={"errno": exc.errno}) from None
+
+
+def read_json_file(path: str | os.PathLike[str], max_bytes: int) -> Any:
+    """The JSON value of the regular file at ``path`` (at most ``max_bytes``, never through a symlink);
+    ``None`` when there is no file or its bytes are not JSON (a record file a crash left half written is
+    then replaced by its next write)."""
+    try:
+        fd = open_regular(path, max_bytes=max_bytes)
+    except FileNotFoundError:
+        return None
+    try:
+        raw = read_bounded(fd, max_bytes, path=os.fspath(path))
+    finally:
+        os.close(fd)
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
