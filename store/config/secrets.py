@@ -63,6 +63,7 @@ import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import orjson
 from cryptography.exceptions import InvalidTag
@@ -361,18 +362,16 @@ class SecretStore:
         delete from before a crash, finished now and answered ``True``. :meth:`forget_delete` removes it
         once the receipt row is durable.
         """
-        if receipt is None:
-            return self._delete_now(ref, now_ms)
-        trace = self._trace(ref, receipt)
         path = self.path_for(ref)
+        if receipt is None:
+            found = self._genuine_or_aside(ref, now_ms)
+            if found != "genuine":
+                return found == "aside"
+            return remove_file_durable(path)
+        trace = self._trace(ref, receipt)
         if not os.path.lexists(trace):
-            blob = self._read_blob(ref)
-            if blob is None:
+            if self._genuine_or_aside(ref, now_ms) is None:
                 return False
-            try:
-                decode_file(self.key(), ref, blob)
-            except CorruptData:
-                self._set_aside(path, now_ms)  # kept for inspection, under its own name
             atomic_write(trace, orjson.dumps(file_record(receipt)), faults=self.faults, point_prefix="secrets.trace")
             self.faults.point("secrets.delete.after_aside")
         remove_file_durable(path)
@@ -389,16 +388,18 @@ class SecretStore:
         path = self.path_for(ref)
         return path.with_name(f"{path.name}{DELETING}{self.receipt_mac(receipt).hex()}")
 
-    def _delete_now(self, ref: str, now_ms: int) -> bool:
+    def _genuine_or_aside(self, ref: str, now_ms: int) -> Literal["genuine", "aside"] | None:
+        """What a delete finds under ``ref``'s name: nothing (``None``), a file this host wrote, or a
+        tampered one, which is moved aside now (kept for inspection, never destroyed)."""
         blob = self._read_blob(ref)
         if blob is None:
-            return False
+            return None
         try:
             decode_file(self.key(), ref, blob)
         except CorruptData:
             self._set_aside(self.path_for(ref), now_ms)
-            return True
-        return remove_file_durable(self.path_for(ref))
+            return "aside"
+        return "genuine"
 
 
 # -- secrets_meta (bookkeeping only; never a value) ------------------------
