@@ -8,8 +8,8 @@ approval or interaction stops waiting). Reads already show it so; this actor
 writes it at the deadline and publishes the ``<kind>.resolved`` event a late
 answer would have published, so a UI or sidecar waiting for one hears it.
 
-One supervised actor per host (``request-expiry``), beside the scheduler and
-built like it. It keeps only the earliest pending deadline in memory, read from
+One supervised actor per host (``request-expiry``), beside the scheduler, on the
+same timer (``actors/wall_timer.py``). It keeps only the earliest pending deadline in memory, read from
 the database on start and on every wake-up, and sleeps until then (its mailbox
 wait bounded by ``trio.move_on_at``, which delivers a :class:`Tick`), and at
 least every ``max_sleep`` seconds so a wall-clock step is noticed. A request
@@ -51,17 +51,18 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
 from actors.gateway_types import CallContext
 from actors.session import SessionOp
 from actors.session_context import SessionContext
+from actors.wall_timer import Publishes, Reads, Tick, TimerConfig, WallTimer, Writes
 from runtime.context import Services, session_call
 from runtime.handlers import approvals as approval_handlers
 from runtime.handlers import plans as plan_handlers
-from runtime.kernel.actor import Actor, ActorError, Envelope
+from runtime.kernel.actor import ActorError, Envelope
 from store import approvals, plans
 from store.errors import StoreError
 from store.receipts import ReceiptKey
@@ -85,23 +86,8 @@ __all__ = [
 NAME = "request-expiry"
 
 
-class _Db(Protocol):
-    async def write(self, fn: Callable[[Any], Any], *, durable: bool = True, label: str = "") -> Any: ...
-
-
-class _Reads(Protocol):
-    async def run(self, fn: Callable[..., Any], *args: Any) -> Any: ...
-
-
-class _Bus(Protocol):
-    def publish(self, topic: str, data: dict[str, Any], *, session_id: str | None = None) -> int: ...
-
-
 @dataclass(frozen=True)
-class ExpiryConfig:
-    max_sleep: float = 60.0  # longest sleep between wall-clock checks (s)
-    retry_min: float = 1.0  # first backoff after a failed write (s), doubled per failure
-    retry_max: float = 60.0
+class ExpiryConfig(TimerConfig):
     batch_limit: int = 64  # most requests expired in one transaction
 
 
@@ -110,11 +96,6 @@ class DeadlineAdded:
     """A request with this deadline was created pending: wake earlier if it is the earliest."""
 
     at: int
-
-
-@dataclass(frozen=True)
-class Tick:
-    """The wake-up time passed (sent by the actor to itself)."""
 
 
 @dataclass(frozen=True)
@@ -173,35 +154,34 @@ InSession = Callable[[str, Callable[[Any], ExpiryBatch]], Awaitable[ExpiryBatch]
 whose decision line is durable commits before the timer can expire its request)."""
 
 
-class RequestExpiry(Actor):
+class RequestExpiry(WallTimer):
+    log = log
+    next_what = "deadline"
+    work_what = "expiring requests past their deadline"
+
     def __init__(
         self,
         *,
-        db: _Db,
-        reads: _Reads,
-        bus: _Bus,
+        db: Writes,
+        reads: Reads,
+        bus: Publishes,
         now_ms: Callable[[], int],
         config: ExpiryConfig = ExpiryConfig(),
         name: str = NAME,
         mailbox_size: int = 64,
         in_session: InSession | None = None,
     ) -> None:
-        super().__init__(name, mailbox_size=mailbox_size, batch_limit=mailbox_size)
+        super().__init__(name, reads=reads, now_ms=now_ms, config=config, mailbox_size=mailbox_size,
+                         batch_limit=mailbox_size)
         self._db = db
-        self._reads = reads
         self._bus = bus
-        self._now_ms = now_ms
-        self._config = config
         self._in_session = in_session
-        self._next: int | None = None
-        self._retry_at: float | None = None  # trio time before which no write is attempted
-        self._failures = 0
         self._expired = 0
 
-    # -- actor hooks ----------------------------------------------------------
+    def _read_next(self, conn: Any) -> int | None:
+        return next_deadline(conn)
 
-    async def on_start(self) -> None:
-        await self._refresh()
+    # -- actor hooks ----------------------------------------------------------
 
     async def handle_batch(self, batch: list[Envelope]) -> None:
         """Any number of tells (deadlines, ticks) cost one read of the earliest deadline and at most
@@ -217,37 +197,11 @@ class RequestExpiry(Actor):
             if env.reply is not None:
                 self._deliver(env.reply, value=dict(status))
 
-    async def _wait_for_message(self) -> Envelope | None:
-        """The kernel's mailbox wait, bounded by the next wake-up (then a :class:`Tick`)."""
-        with trio.move_on_at(self._wake_at()):
-            try:
-                return await self._recv.receive()
-            except trio.EndOfChannel:
-                return None
-        return Envelope(Tick())
-
     # -- expiring ---------------------------------------------------------------
-
-    async def _refresh(self) -> None:
-        """Re-read the earliest pending deadline (a lost tell only delays a wake-up to the next one)."""
-        try:
-            self._next = await self._reads.run(next_deadline)
-        except Exception as exc:  # noqa: BLE001 - resync through the next expiry attempt instead
-            log.warning("request expiry: reading the next deadline failed (%s: %s)", type(exc).__name__, exc)
-            self._next = self._now_ms()
-
-    def _wake_at(self) -> float:
-        now_t = trio.current_time()
-        wake = now_t + self._config.max_sleep
-        if self._retry_at is not None:
-            return min(wake, self._retry_at)
-        if self._next is not None:
-            wake = min(wake, now_t + max(0, self._next - self._now_ms()) / 1000)
-        return wake
 
     async def _expire_due(self) -> None:
         """At most one transaction per wake-up; more due than it took: the next wake-up is now."""
-        if self._next is None or (self._retry_at is not None and trio.current_time() < self._retry_at):
+        if self._next is None or self._backing_off():
             return
         now = self._now_ms()
         if now < self._next:
@@ -273,7 +227,7 @@ class RequestExpiry(Actor):
         except Exception as exc:  # noqa: BLE001 - retried later; trio.Cancelled is a BaseException
             self._backoff(exc)
             return
-        self._failures, self._retry_at = 0, None
+        self._recovered()
         self._next = following
 
     def _announce(self, batch: ExpiryBatch) -> None:
@@ -281,12 +235,6 @@ class RequestExpiry(Actor):
             self._expired += 1
             self._bus.publish(item.topic, item.data, session_id=item.session_id)
 
-    def _backoff(self, exc: BaseException) -> None:
-        self._failures += 1
-        delay = min(self._config.retry_max, self._config.retry_min * 2 ** (self._failures - 1))
-        self._retry_at = trio.current_time() + delay
-        log.warning("request expiry: expiring requests past their deadline failed (%s: %s); retrying in %.1fs",
-                    type(exc).__name__, exc, delay)
 
 
 async def _expire_here(ctx: SessionContext, op: Callable[[Any], ExpiryBatch], _key: ReceiptKey | None) -> ExpiryBatch:
