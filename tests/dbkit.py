@@ -44,3 +44,12 @@ def tx(conn: sqlite3.Connection) -> Callable[[Callable[[sqlite3.Connection], T]]
 def add_session(conn: sqlite3.Connection, sid: str, *, mode: str = "agent", project_id: Any = None) -> None:
     conn.execute("INSERT INTO sessions(id, title, mode, project_id, created_at, updated_at) VALUES (?,?,?,?,?,?)",
                  (sid, sid, mode, project_id, NOW, NOW))
+
+
+def rows(root: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    """``sql`` against a data directory's pi.sqlite, read-only (a host may be running on it)."""
+    conn = sqlite3.connect(f"file:{root / 'pi.sqlite'}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()

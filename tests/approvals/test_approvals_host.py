@@ -7,7 +7,6 @@ validated against its model by the test host.
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +14,11 @@ import pytest
 import trio
 
 from runtime.client import ClientEvent, HostClient, RpcError
+from tests.dbkit import rows
 from tests.hostkit import client_for, inprocess_host, msg
 from tests.turns.turnkit import end, rpc_error, start
 
 DECISION_PREFIX = b'{"type":"approval_decision"'
-
-
-def rows(root: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(f"file:{root / 'pi.sqlite'}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 def decision_lines(root: Path, sid: str) -> list[dict[str, Any]]:

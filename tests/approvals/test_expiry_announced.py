@@ -14,7 +14,6 @@ nudged with a :class:`Tick`, or the actor runs alone on virtual time over a real
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from runtime.host import RunningHost
 from runtime.kernel.actor import ActorCrashed
 from runtime.request_expiry import DeadlineAdded, ExpiryConfig, ExpiryStatus, RequestExpiry, Tick, deadline_notifier
 from store import approvals, plans
+from tests.dbkit import rows
 from tests.hostkit import client_for, inprocess_host
 from tests.scheduler.hostclock import SetClock, host_at
 from tests.scheduler.schedkit import BASE, HOUR, MINUTE, LoopDb, VirtualWall, open_db
@@ -41,14 +41,6 @@ from tests.scheduler.schedkit import BASE, HOUR, MINUTE, LoopDb, VirtualWall, op
 RESOLVED = ("approval.resolved", "interaction.resolved", "plan.resolved")
 MARKDOWN = "# Plan\n\n1. Do it\n"
 EXPIRY = "request-expiry"
-
-
-def rows(root: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(f"file:{root / 'pi.sqlite'}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 def request_id_of(topic: str, data: dict[str, Any]) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -10,16 +9,9 @@ import pytest
 import trio
 
 from runtime.client import ClientEvent, HostClient
+from tests.dbkit import rows
 from tests.hostkit import client_for, inprocess_host, msg
 from tests.turns.turnkit import end, rpc_error, start
-
-
-def rows(root: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(f"file:{root / 'pi.sqlite'}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 async def session(c: HostClient, title: str, **fields: Any) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 from runtime.client import HostClient
 from store.config.secrets import SecretStore
 from store.errors import NotFound
+from tests.dbkit import rows
 from tests.hostkit import msg
 from tests.httpkit import FakeProvider, Reply
 from tests.importers import gen
@@ -46,14 +46,6 @@ async def new_session(c: HostClient, **fields: Any) -> str:
 
 async def append(c: HostClient, sid: str, mid: str, text: str = "hello", role: str = "user") -> None:
     await c.call("session.appendMessage", {"sessionId": sid, "message": msg(mid, text, role=role)})
-
-
-def rows(root: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(f"file:{root / 'pi.sqlite'}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 def count(sql: str) -> Callable[[Path, Vars], int]:

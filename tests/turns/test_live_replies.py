@@ -7,7 +7,6 @@ One test per rule. The host validates every event payload against its model
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import trio
 
 from runtime.client import ClientEvent, HostClient
 from store.inflight import Checkpoint, promoted_record
+from tests.dbkit import rows
 from tests.hostkit import client_for, inprocess_host, msg
 from tests.turns.turnkit import assistant, end, new_session, rpc_error, start
 
@@ -44,14 +44,6 @@ async def events_until(c: HostClient, done: Any, limit: float = 5.0) -> list[Cli
             if done(event):
                 break
     return got
-
-
-def rows(root: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(f"file:{root / 'pi.sqlite'}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 async def test_a_subscribed_ui_sees_each_saved_checkpoint_as_a_transient_preview(tmp_path: Path) -> None:
