@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from store.rules import (
+    COLLAB_INPUT_ID_PREFIX,
     MAX_FOLDER_CHARS,
     MAX_ORIGIN_CHARS,
     MAX_PRESET_CHARS,
@@ -50,7 +51,12 @@ provenance, collab.begin) and ``fromAgent`` (an imported sub-agent thread's prom
 
 
 def refuse_host_meta(message: TranscriptMessage) -> TranscriptMessage:
-    """A client cannot forge host-written metadata (:data:`HOST_META_KEYS`) in a message it sends."""
+    """A client cannot forge host-written metadata (:data:`HOST_META_KEYS`) in a message it sends, nor take
+    the id of a collaboration input line (``collab-<deliveryId>``: the line ``collab.begin`` writes, which a
+    later begin would take for its own)."""
+    if message.id.startswith(COLLAB_INPUT_ID_PREFIX):
+        raise ValueError(f"message ids starting with {COLLAB_INPUT_ID_PREFIX!r} are the collaboration input lines "
+                         "the host writes (collab.begin); a client cannot use one")
     if message.meta and (forged := sorted(HOST_META_KEYS.intersection(message.meta))):
         raise ValueError(f"meta.{forged[0]} is provenance the host writes (meta.sessionMessage: collab.begin; "
                          "meta.fromAgent: an import of a sub-agent thread); a client cannot set it")

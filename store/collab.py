@@ -85,6 +85,7 @@ from store.errors import (
     SessionNotFound,
 )
 from store.faults import NO_FAULTS, Faults
+from store.rules import COLLAB_INPUT_ID_PREFIX
 from store.transcripts.records import meta_of
 
 __all__ = [
@@ -345,7 +346,7 @@ def _require(conn: sqlite3.Connection, delivery_id: str, target: str) -> dict[st
 
 def input_message_id(delivery_id: str) -> str:
     """The id of the target's input line for a delivery (deterministic: a retry finds it)."""
-    return f"collab-{delivery_id}"
+    return COLLAB_INPUT_ID_PREFIX + delivery_id
 
 
 def provenance(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -476,9 +477,9 @@ def bind_landed_inputs(conn: sqlite3.Connection, *, now_ms: int) -> int:
     Returns how many."""
     rows = conn.execute(
         "SELECT c.id, c.target_session_id, m.turn_id FROM session_collaboration_messages c "
-        "JOIN messages m ON m.id = 'collab-' || c.id AND m.session_id = c.target_session_id "
-        "WHERE c.status = 'queued' AND c.turn_id IS NULL AND m.deleted = 0 AND m.turn_id IS NOT NULL"
-    ).fetchall()
+        "JOIN messages m ON m.id = ? || c.id AND m.session_id = c.target_session_id "
+        "WHERE c.status = 'queued' AND c.turn_id IS NULL AND m.deleted = 0 AND m.turn_id IS NOT NULL",
+        (COLLAB_INPUT_ID_PREFIX,)).fetchall()
     bound = 0
     for delivery_id, target, turn_id in rows:
         if bind_landed(conn, delivery_id, target, turn_id, now_ms).deliveries:
@@ -620,10 +621,17 @@ def check_rewrite(old: Mapping[str, Mapping[str, Any]], new: Sequence[Mapping[st
     ``meta.sessionMessage`` (collaboration input) or ``meta.fromAgent`` (a parent agent's prompt).
 
     ``old``: the live transcript's records by id; ``new``: the records the rewrite writes.
-    Dropping such a line entirely is allowed (it does not become human input).
+    Dropping such a line entirely is allowed (it does not become human input); adding a line with the id of
+    a collaboration input (``collab-<deliveryId>``) that is not there is not (a later begin would take it for
+    its own).
     """
     for rec in new:
-        before = old.get(str(rec.get("id")))
+        rid = str(rec.get("id"))
+        before = old.get(rid)
+        if rid.startswith(COLLAB_INPUT_ID_PREFIX) and before is None:
+            raise PermissionDenied(f"message {rid}: ids starting with {COLLAB_INPUT_ID_PREFIX!r} are the "
+                                   "collaboration input lines the host writes (collab.begin); a client cannot "
+                                   "add one", data={"messageId": rid})
         for key, (written_by, what) in _PROVENANCE.items():
             mine = meta_of(rec).get(key)
             theirs = meta_of(before).get(key) if before is not None else None

@@ -154,6 +154,9 @@ SESSION_REF_RE = re.compile(r"^(?:[A-Za-z0-9_-]{1,64}|native-pi:[A-Za-z0-9_\-.@+
 WIRE_ID_RE = re.compile(r"^[A-Za-z0-9_\-:.@+=/]{1,200}$")
 REVIEW_SNAPSHOT_ID_RE = re.compile(r"^rv-[0-9a-f]{32}$")
 """A review snapshot id: its directory name under ``review-changes/<sessionId>/``."""
+COLLAB_INPUT_ID_PREFIX: Final = "collab-"
+"""The id of a delivery's input line in its target is this prefix + the delivery id
+(``store/collab.py``): the host writes such lines (``collab.begin``), a client never sends one."""
 PLUGIN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 """Plugin ids (they name the ``plugin:<id>`` kv namespace)."""
 SKILL_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
