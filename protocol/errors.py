@@ -36,12 +36,14 @@ numeric        string codes                                                retri
 This module does no I/O and imports neither trio nor the store: anything with a
 string ``.code`` attribute maps by that code (optional ``.data`` dict,
 ``.message`` str and ``.retriable`` bool are honoured), pydantic's
-``ValidationError`` maps to INVALID_PARAMS, everything else to INTERNAL with a
+``ValidationError`` maps to INVALID_PARAMS, an ``OSError`` of a full or failing disk
+(ENOSPC, EDQUOT, EFBIG, EIO; EMFILE, ENFILE) to its code, everything else to INTERNAL with a
 generic message (the traceback is logged, never sent).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -63,6 +65,11 @@ __all__ = [
 ]
 
 INTERNAL_MESSAGE: Final = "internal error"
+_STORAGE_ERRNOS: Final[Mapping[int, str]] = MappingProxyType({
+    errno.ENOSPC: "STORAGE_FULL", errno.EDQUOT: "STORAGE_FULL", errno.EFBIG: "STORAGE_FULL",
+    errno.EMFILE: "RESOURCE_EXHAUSTED", errno.ENFILE: "RESOURCE_EXHAUSTED", errno.EIO: "IO_ERROR",
+})
+"""An ``OSError`` that reached here unclassified (``store.errors.classify_os_error`` is the usual place)."""
 _MAX_VALIDATION_ERRORS: Final = 20
 _MAX_MESSAGE_CHARS: Final = 500
 
@@ -225,5 +232,11 @@ def error_object(exc: BaseException) -> dict[str, Any]:
             data if isinstance(data, Mapping) else {},
             retriable is True,
         )
+    storage = _STORAGE_ERRNOS.get(leaf.errno or 0) if isinstance(leaf, OSError) else None
+    if storage is not None and isinstance(leaf, OSError):
+        # a storage failure no layer classified: said as what it is (retry, free space), not INTERNAL
+        logger.warning("unclassified storage error while handling a request", exc_info=leaf)
+        # strerror only: str(leaf) would carry the file's path to the client
+        return _build(storage, f"storage error: {leaf.strerror or storage.lower()}", {"errno": leaf.errno})
     logger.error("unexpected exception while handling a request", exc_info=leaf)
     return _build(RpcErrorCode.INTERNAL, INTERNAL_MESSAGE, {})

@@ -967,8 +967,11 @@ def _publish_transcript(staged: StagedImport, faults: Faults) -> None:
             raise classify_os_error(exc, f"publish {staged.transcript}") from exc
         staged.published = True
         _unlink(staged.temp)
-        faults.point("import.after_link")
-        fsync_dir(staged.transcript.parent)
+        try:
+            faults.point("import.after_link")
+            fsync_dir(staged.transcript.parent)
+        except OSError as exc:  # the caller undoes what is published (``staged.published``)
+            raise classify_os_error(exc, f"publish {staged.transcript}") from exc
         return
     try:
         _append_file(staged, faults)
