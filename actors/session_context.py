@@ -111,6 +111,11 @@ class SessionContext:
         self.method = method
         self.committed: Any = UNSET
 
+    def without_receipt(self) -> SessionContext:
+        """This call's context for a write that is not its effect (an undo after a failure): its
+        commit stores no receipt, so a retry of the call runs it again instead of replaying that write."""
+        return SessionContext(self._actor, self.caller, None, self.method)
+
     # -- identity and services
     @property
     def sid(self) -> str:

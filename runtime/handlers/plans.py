@@ -221,7 +221,8 @@ async def _undo_mode_line(ctx: SessionContext, request_id: str, before: Mapping[
     try:
         state = await ctx.read(plans.get_request, request_id)
         if state["status"] != "approved":
-            await ctx.append_lines(Lines([ctx.session_info_line(dict(before))]), durable=False)
+            undo = ctx.without_receipt()  # the call failed: its retry must run again, not replay this line
+            await undo.append_lines(Lines([undo.session_info_line(dict(before))]), durable=False)
     except StoreError:
         pass  # the rebuild before the next request re-derives the row from the transcript
 
