@@ -27,6 +27,7 @@ from actors.session import DbHandle, SessionCall, SessionOp
 from runtime.datadir import DataDir
 from runtime.kernel.actor import CallbackReply
 from store import receipts
+from store.errors import StoreError
 from store.faults import Faults
 from store.receipts import ReceiptKey
 from store.transcripts.session_files import SessionPaths
@@ -173,6 +174,18 @@ class HostContext:
         self.services.faults.point(f"{self.method}.after_commit")
         self.committed = value
         return value
+
+    async def landed(self, check: Callable[[sqlite3.Connection], bool]) -> bool:
+        """After :meth:`commit` raised: whether its transaction took place all the same (an error once the
+        commit may have happened). With a receipt, its row says; else ``check`` (reads the effect's rows).
+        Not known (the read fails too): False."""
+        key = self.receipt
+        try:
+            if key is not None:
+                return await self.read(receipts.check, key) is not None
+            return await self.read(check)
+        except StoreError:
+            return False
 
     async def session_call(self, session_id: str, op: SessionOp, params: Any,
                            receipt: ReceiptKey | None = None) -> Any:

@@ -87,17 +87,12 @@ async def configure(ctx: HostContext, p: m.ConfigSyncConfigureParams, key: Recei
         sync.decode_vault_key(p.vault_key)
     now = ctx.now()
     async with vault.lock:
-        if "webdav_password" in sent:
-            if p.webdav_password is not None:
-                await vault.run(lambda: vault.store.set(sync.PASSWORD_REF, p.webdav_password or "", now_ms=now))
-            else:
-                await vault.run(lambda: vault.store.delete(sync.PASSWORD_REF, now_ms=now))
-        if p.vault_key is not None:
-            await vault.run(lambda: vault.store.set(sync.VAULT_KEY_REF, p.vault_key or "", now_ms=now))
-        elif not await vault.run(vault.store.exists, sync.VAULT_KEY_REF):
-            fresh = sync.new_vault_key()
-            await vault.run(lambda: vault.store.set(sync.VAULT_KEY_REF, fresh, now_ms=now))
-        has_password = await vault.run(vault.store.exists, sync.PASSWORD_REF)
+        before = await vault.before(sync.PASSWORD_REF, sync.VAULT_KEY_REF)
+        try:
+            has_password = await _write_secrets(vault, p, key, now)
+        except StoreError:
+            await vault.put_back(before)
+            raise
 
     def effect(conn: Any) -> Any:
         settings = _settings(conn)
@@ -121,9 +116,35 @@ async def configure(ctx: HostContext, p: m.ConfigSyncConfigureParams, key: Recei
         set_value(conn, *sync.SETTINGS_KEY, settings, now)
         return {"settings": settings, "hasVaultKey": True, "hasWebdavPassword": has_password}
 
-    result = await ctx.commit(effect)
+    def landed(conn: Any) -> bool:
+        found = get_value(conn, *sync.SETTINGS_KEY)
+        return found is not None and found[1] == now
+
+    try:
+        result = await ctx.commit(effect)
+    except StoreError:
+        async with vault.lock:
+            await vault.take_back(ctx, before, landed)
+        raise
     ctx.publish("settings.changed", {"ns": sync.SETTINGS_KEY[0], "keys": [sync.SETTINGS_KEY[1]]})
     return result
+
+
+async def _write_secrets(vault: Vault, p: m.ConfigSyncConfigureParams, key: ReceiptKey | None, now: int) -> bool:
+    """The password and the vault key as ``p`` says (hold the vault's lock); whether a password is stored.
+    With the call's receipt: a retry after a failed commit finds its own write, not a second one."""
+    if "webdav_password" in p.model_fields_set:
+        if p.webdav_password is not None:
+            await vault.run(lambda: vault.store.set(sync.PASSWORD_REF, p.webdav_password or "", now_ms=now,
+                                                    receipt=key))
+        else:
+            await vault.run(lambda: vault.store.delete(sync.PASSWORD_REF, now_ms=now))
+    if p.vault_key is not None:
+        await vault.run(lambda: vault.store.set(sync.VAULT_KEY_REF, p.vault_key or "", now_ms=now, receipt=key))
+    elif not await vault.run(vault.store.exists, sync.VAULT_KEY_REF):
+        fresh = sync.new_vault_key()
+        await vault.run(lambda: vault.store.set(sync.VAULT_KEY_REF, fresh, now_ms=now))
+    return await vault.run(vault.store.exists, sync.PASSWORD_REF)
 
 
 async def _vault_key(ctx: HostContext) -> bytes:

@@ -17,7 +17,7 @@ rows and refreshes them with ``providers.sync``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 import trio
@@ -26,7 +26,7 @@ from protocol import models as m
 from runtime.context import HostContext, ReadContext, Services, WriterContext
 from store.config import providers as store
 from store.config import secrets as secret_store
-from store.errors import Conflict, InvalidInput, NotFound, PermissionDenied
+from store.errors import Conflict, InvalidInput, NotFound, PermissionDenied, StoreError
 from store.ids import derived_id, new_id
 from store.receipts import ReceiptKey
 
@@ -113,8 +113,11 @@ async def create(ctx: HostContext, p: m.ProvidersCreateParams, key: ReceiptKey |
         wrote = False
         async with vault.lock:
             stored = await vault.run(vault.store.exists, ref)  # a key set under provider/<id> before the row
+            before = await vault.before(ref)
             if p.api_key is not None:
-                await vault.run(lambda: vault.store.set(ref, p.api_key or "", now_ms=now))
+                # with the receipt: a retry after a failed commit finds its own write, not a second one
+                await _put_back_on_failure(vault, before, vault.run(
+                    lambda: vault.store.set(ref, p.api_key or "", now_ms=now, receipt=key)))
                 wrote, stored = not stored, True
 
         def effect(conn: Any) -> Any:
@@ -130,6 +133,10 @@ async def create(ctx: HostContext, p: m.ProvidersCreateParams, key: ReceiptKey |
             if wrote:  # a plugin's sync took the id meanwhile: leave no key behind for it
                 async with vault.lock:
                     await vault.run(lambda: vault.store.delete(ref, now_ms=now))
+            raise
+        except StoreError:
+            async with vault.lock:
+                await vault.take_back(ctx, before, lambda conn: _exists(conn, pid))
             raise
     ctx.publish(TOPIC, {"providerIds": [pid]})
     return result
@@ -153,10 +160,13 @@ async def update(ctx: HostContext, p: m.ProvidersUpdateParams, key: ReceiptKey |
         row = await ctx.read(store.get_provider, pid)
         require_owner(ctx.caller, row["ownerPluginId"], what=f"provider {pid}", user_may_change=False)
         now = ctx.now()
+        before: dict[str, bytes | None] = {}
         if key_change:
             async with vault.lock:
-                if p.api_key is not None:
-                    await vault.run(lambda: vault.store.set(ref, p.api_key or "", now_ms=now))
+                before = await vault.before(ref)
+                if p.api_key is not None:  # with the receipt, like create
+                    await _put_back_on_failure(vault, before, vault.run(
+                        lambda: vault.store.set(ref, p.api_key or "", now_ms=now, receipt=key)))
                 else:
                     await vault.run(lambda: vault.store.delete(ref, now_ms=now))
 
@@ -173,9 +183,23 @@ async def update(ctx: HostContext, p: m.ProvidersUpdateParams, key: ReceiptKey |
                 updated = store.update_provider(conn, pid, changes, now_ms=now)
             return {"provider": store.provider_view(updated)}
 
-        result = await ctx.commit(effect)
+        try:
+            result = await ctx.commit(effect)
+        except StoreError:
+            async with vault.lock:
+                await vault.take_back(ctx, before, lambda conn: store.get_provider(conn, pid)["updatedAt"] == now)
+            raise
     ctx.publish(TOPIC, {"providerIds": [pid]})
     return result
+
+
+async def _put_back_on_failure(vault: Vault, before: Mapping[str, bytes | None], write: Awaitable[Any]) -> None:
+    """``write`` (of the refs in ``before``), taken back if it fails once its file may be in place."""
+    try:
+        await write
+    except StoreError:
+        await vault.put_back(before)
+        raise
 
 
 async def delete(ctx: HostContext, p: m.ProvidersDeleteParams, key: ReceiptKey | None) -> Any:

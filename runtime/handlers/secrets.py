@@ -29,6 +29,7 @@ clients get ``PERMISSION_DENIED``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -39,7 +40,7 @@ from runtime.context import HostContext, ReadContext, Services
 from store import receipts
 from store.config import config_sync, providers
 from store.config import secrets as secret_store
-from store.errors import InvalidInput, PermissionDenied
+from store.errors import InvalidInput, PermissionDenied, StoreError
 from store.faults import Faults
 from store.receipts import ReceiptKey
 
@@ -47,6 +48,7 @@ T = TypeVar("T")
 
 __all__ = ["Vault", "delete", "fingerprint", "fingerprint_hiding", "get", "list_secrets", "set_secret"]
 
+log = logging.getLogger("pi_host")
 SERVICE = "vault"
 SECRET_READERS = frozenset({"agent", "ui"})
 PROVIDERS_TOPIC = "providers.changed"  # runtime/handlers/providers.TOPIC (which imports this module)
@@ -62,6 +64,29 @@ class Vault:
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._thread)
+
+    async def before(self, *refs: str) -> dict[str, bytes | None]:
+        """The files of ``refs`` as they are, for :meth:`put_back` (hold :attr:`lock`)."""
+        return {ref: await self.run(self.store.raw, ref) for ref in refs}
+
+    async def put_back(self, before: Mapping[str, bytes | None]) -> None:
+        """A call that wrote these refs failed before its row committed (its transaction was refused, or
+        the write failed once its file was in place): the values it found come back, so a failed call
+        leaves no value it did not store (hold :attr:`lock`). A failure here is logged: the call's own
+        error is the one answered."""
+        for ref, blob in before.items():
+            try:
+                await self.run(self.store.put_back, ref, blob)
+            except StoreError as exc:
+                log.warning("secret %s: a failed call's write could not be taken back: %s", ref, exc)
+
+    async def take_back(self, ctx: HostContext, before: Mapping[str, bytes | None],
+                        check: Callable[[Any], bool]) -> None:
+        """The call's commit raised: its writes of ``before``'s refs are put back unless that commit took
+        place all the same (``ctx.landed(check)``: its rows name these values; taking them back would
+        lose what a retry is then answered). Hold :attr:`lock`."""
+        if not await ctx.landed(check):
+            await self.put_back(before)
 
 
 async def fingerprint(services: Services, method: str, raw: Mapping[str, Any]) -> str:
@@ -90,8 +115,13 @@ async def set_secret(ctx: HostContext, p: m.SecretsSetParams, key: ReceiptKey | 
     _check_value(p.ref, p.value)
     async with vault.lock:
         now = ctx.now()
-        version = await vault.run(lambda: vault.store.set(p.ref, p.value, now_ms=now, receipt=key))
+        before = await vault.before(p.ref)
         changed: list[str | None] = []
+        try:
+            version = await vault.run(lambda: vault.store.set(p.ref, p.value, now_ms=now, receipt=key))
+        except StoreError:
+            await vault.put_back(before)
+            raise
 
         def effect(conn: Any) -> Any:
             secret_store.upsert_meta(conn, p.ref, owner_kind=p.owner_kind, owner_id=p.owner_id, kind=p.kind,
@@ -99,7 +129,15 @@ async def set_secret(ctx: HostContext, p: m.SecretsSetParams, key: ReceiptKey | 
             changed.append(providers.follow_key(conn, p.ref, stored=True, now_ms=now))
             return {"ref": p.ref, "updatedAt": now, "version": version}
 
-        result = await ctx.commit(effect)
+        def landed(conn: Any) -> bool:
+            meta = secret_store.get_meta(conn, p.ref)
+            return meta is not None and meta["updatedAt"] == now
+
+        try:
+            result = await ctx.commit(effect)
+        except StoreError:
+            await vault.take_back(ctx, before, landed)
+            raise
     _announce(ctx, changed)
     return result
 

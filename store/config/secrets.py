@@ -332,6 +332,20 @@ class SecretStore:
             raise classify_os_error(exc, f"set aside tampered secret {src.name}") from exc
         return dst
 
+    def raw(self, ref: str) -> bytes | None:
+        """``ref``'s file as it is now (``None``: none), for :meth:`put_back`."""
+        return self._read_blob(validate_ref(ref))
+
+    def put_back(self, ref: str, before: bytes | None) -> None:
+        """Take back a write of ``ref`` whose call failed before its row committed: the file becomes
+        ``before`` again (what :meth:`raw` read before the write; ``None``: removed)."""
+        if self._read_blob(validate_ref(ref)) == before:
+            return
+        if before is None:
+            remove_file_durable(self.path_for(ref))
+        else:
+            atomic_write(self.path_for(ref), before, faults=self.faults, point_prefix="secrets.put_back")
+
     def set(self, ref: str, value: str, *, now_ms: int, receipt: ReceiptKey | None = None) -> int:
         """Encrypt and atomically (re)write ``ref``; returns the new version.
 

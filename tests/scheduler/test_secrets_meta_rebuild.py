@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 import trio
 
+from runtime.client import RpcError
 from store.config import secrets as secret_store
 from store.config.secrets_meta_rebuild import rebuild_secrets_meta, scan_secret_files
 from tests.dbkit import NOW
-from tests.hostkit import client_for, index_caught_up, inprocess_host
+from tests.hostkit import call_killed_at, client_for, index_caught_up, inprocess_host
 from tests.scheduler.schedkit import open_db
 
 
@@ -93,17 +94,33 @@ async def test_secrets_meta_is_rebuilt_with_the_index(tmp_path: Path, damage: st
 
 
 async def test_a_set_that_crashed_before_its_row_is_listed_after_restart(tmp_path: Path) -> None:
+    """Killed with the file written and its row not committed: the outcome was never answered, and boot
+    lists the value the file holds."""
     with trio.fail_after(60):
         async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as c:
             await c.call("secrets.set", {"ref": "provider/a", "value": "1"})
-            await index_caught_up(host)
-            host.faults.add("index.before_commit", nth=1, action="raise")  # file written, row not committed
-            try:
-                await c.call("secrets.set", {"ref": "provider/b", "value": "2"})
-            except Exception:  # noqa: BLE001 - the write reported its failure
-                pass
-            assert [m["ref"] for m in (await c.call("secrets.list", {}))["secrets"]] == ["provider/a"]
+        await call_killed_at(tmp_path, "secrets.set.before_commit", "secrets.set", {"ref": "provider/b", "value": "2"})
         async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as c:
             assert host.boot.report["secrets"]["added"] == 1
             assert [m["ref"] for m in (await c.call("secrets.list", {}))["secrets"]] == ["provider/a", "provider/b"]
             assert (await c.call("secrets.get", {"ref": "provider/b"}))["value"] == "2"
+
+
+async def test_a_set_answered_failed_before_its_row_leaves_the_value_it_found(tmp_path: Path) -> None:
+    """Its row's commit failed and the caller was told so: the file is taken back (no new secret after a
+    restart, and an overwritten one reads its old value)."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as c:
+            await c.call("secrets.set", {"ref": "provider/a", "value": "1"})
+            await index_caught_up(host)
+            for ref, value in (("provider/b", "2"), ("provider/a", "changed")):
+                host.faults.add("index.before_commit", nth=1, action="raise")  # file written, row not committed
+                with pytest.raises(RpcError):
+                    await c.call("secrets.set", {"ref": ref, "value": value})
+                host.faults.clear()
+            assert [m["ref"] for m in (await c.call("secrets.list", {}))["secrets"]] == ["provider/a"]
+            assert (await c.call("secrets.get", {"ref": "provider/a"}))["value"] == "1"
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as c:
+            assert host.boot.report["secrets"]["added"] == 0
+            assert [m["ref"] for m in (await c.call("secrets.list", {}))["secrets"]] == ["provider/a"]
+            assert (await c.call("secrets.get", {"ref": "provider/a"}))["value"] == "1"
