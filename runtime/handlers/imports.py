@@ -36,6 +36,7 @@ receipt row (``ctx.commit``), so a retry after completion gets the same answer.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from itertools import islice
@@ -55,7 +56,7 @@ from store.errors import InvalidInput, NotFound, StoreError, classify_os_error
 from store.faults import Faults
 from store.ids import derived_id, new_id
 from store.indexing import index
-from store.interchange.import_write import ImportTarget, apply_index, publish, undo
+from store.interchange.import_write import ImportTarget, StagedImport, apply_index, publish, undo
 from store.interchange.importers import default_root, discover
 from store.interchange.importers.common import SessionReport, SourceUnit
 from store.interchange.imports import ImportSummary, finish, prepare_unit, refuse_after, resolve_unit
@@ -67,6 +68,7 @@ __all__ = ["IMPORT_UNIT", "Imports", "UnitCall", "import_sessions", "import_unit
 SERVICE = "imports"
 BLOBS = "blobs"
 TOPIC = "import.progress"
+log = logging.getLogger("pi_host")
 
 
 class Imports:
@@ -111,9 +113,12 @@ async def import_unit(ctx: SessionContext, call: UnitCall, key: ReceiptKey | Non
                 await ctx.io(lambda: publish(staged, faults=faults))
             await ctx.db(lambda conn: apply_index(conn, staged, now_ms=now), durable=False)
         except StoreError as exc:
-            await _undo(ctx, staged)
             ctx.mark_stale()
-            return refuse_after(prepared, exc)
+            if not await landed(ctx, staged):
+                await _undo(ctx, staged)
+                return refuse_after(prepared, exc)
+            # the index step failed once its commit had taken place: the session is imported (kept)
+            log.warning("import of session %s: an error after its index commit: %s", ctx.sid, exc.message)
         except AskTimeout:
             # The index step's outcome is unknown: keep the published (complete, fsynced) lines; the
             # next call's catch-up indexes them from the file either way, and a re-import finds them.
@@ -133,6 +138,16 @@ async def import_unit(ctx: SessionContext, call: UnitCall, key: ReceiptKey | Non
         topic = "session.created" if report.status == "new" else "session.updated"
         ctx.publish(topic, {"session": index.public_session(row)})
     return report
+
+
+async def landed(ctx: SessionContext, staged: StagedImport) -> bool:
+    """After the index step failed: whether its commit took place all the same (an error once the commit
+    may have happened). Then its rows name the published lines, and undoing them would lose the session."""
+    try:
+        row = await ctx.read(index.session_row, ctx.sid)
+    except StoreError:  # not known: undone as before (the original error is the one to report)
+        return False
+    return row is not None and (staged.kind == "new" or int(row["_indexedLen"]) >= staged.file_end)
 
 
 async def _undo(ctx: SessionContext, staged: Any) -> None:

@@ -33,7 +33,7 @@ from actors.session import SessionOp
 from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.context import HostContext, ReadContext
-from store.errors import Conflict, PermissionDenied, SessionNotFound
+from store.errors import Conflict, PermissionDenied, SessionNotFound, StoreError
 from store.ids import derived_id, new_id
 from store.indexing import index
 from store.interchange.import_write import ImportTarget, publish, undo
@@ -51,6 +51,7 @@ from store.plugins import session_owner
 from store.receipts import ReceiptKey
 
 from .imports import SERVICE as IMPORTS
+from .imports import landed
 from .plugins import require_owner
 
 __all__ = ["IMPORT_SESSION", "import_session", "list_sessions", "require_plugin", "scope_session"]
@@ -136,10 +137,19 @@ async def _import_in_actor(ctx: SessionContext, call: _Call, key: ReceiptKey | N
     staged = await ctx.io(lambda: stage_plugin_import(req, ctx.sid, target, project, now_ms=now, key=key))
     try:
         await ctx.io(lambda: publish(staged, faults=target.faults))
-        result = await ctx.commit(lambda conn: commit_plugin_import(conn, req, staged, now_ms=now))
     except BaseException:
         with trio.CancelScope(shield=True):
             await ctx.io(undo, staged)
+        raise
+    try:
+        result = await ctx.commit(lambda conn: commit_plugin_import(conn, req, staged, now_ms=now))
+    except StoreError:
+        # Refused, or failed with its outcome unknown (an error once the commit may have taken place):
+        # the transcript goes only if no row names it. Any other exception leaves it too: the next
+        # catch-up (or boot) indexes it as this import, like after a kill.
+        with trio.CancelScope(shield=True):
+            if not await landed(ctx, staged):
+                await ctx.io(undo, staged)
         raise
     if not result["created"]:  # another import of the key won the race: it wrote the session, not us
         await ctx.io(undo, staged)
