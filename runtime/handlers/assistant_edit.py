@@ -44,6 +44,7 @@ from store.receipts import ReceiptKey, file_record
 from store.revisions import upsert_row
 from store.transcripts.records import ms_to_rfc3339
 
+from .fork import child_landed
 from .revisions import resolve_position, snapshot
 
 __all__ = ["assistant_edit"]
@@ -99,7 +100,8 @@ async def assistant_edit(ctx: SessionContext, p: m.AssistantEditParams, key: Rec
     except BaseException:
         if not committed:
             with trio.CancelScope(shield=True):
-                await _undo(ctx, child, child_paths)
+                if not await child_landed(ctx, child):
+                    await _undo(ctx, child, child_paths)
         raise
     ctx.publish("session.created", {"session": result["session"]}, session_id=child)
     return result

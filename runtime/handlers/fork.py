@@ -35,7 +35,7 @@ from store.transcripts.records import ms_to_rfc3339
 
 from .revisions import resolve_position, snapshot
 
-__all__ = ["fork"]
+__all__ = ["child_landed", "fork"]
 
 
 async def fork(ctx: SessionContext, p: m.ForkParams, key: ReceiptKey | None) -> Any:
@@ -75,10 +75,20 @@ async def fork(ctx: SessionContext, p: m.ForkParams, key: ReceiptKey | None) -> 
     except BaseException:
         if not committed:
             with trio.CancelScope(shield=True):
-                await _undo(ctx, child, child_paths.transcript, child_paths.scratch)
+                if not await child_landed(ctx, child):
+                    await _undo(ctx, child, child_paths.transcript, child_paths.scratch)
         raise
     ctx.publish("session.created", {"session": result}, session_id=child)
     return result
+
+
+async def child_landed(ctx: SessionContext, child: str) -> bool:
+    """After a failure: whether the child's commit took place all the same (a failure after the commit,
+    ``STORAGE_FULL`` / ``IO_ERROR`` included). Then it is the effect its receipt answers with: kept."""
+    try:
+        return await ctx.read(index.session_row, child) is not None
+    except Exception:  # noqa: BLE001 - not known: undone as before (the original error is the one to report)
+        return False
 
 
 async def _undo(ctx: SessionContext, child: str, path: Any, scratch: Any) -> None:

@@ -1,0 +1,68 @@
+"""session.fork / session.assistantEdit failing with ENOSPC / EIO after their commit: the child session
+they answer with (on the retry, from the receipt) exists.
+
+A `pi-host serve` process raises ``OSError`` at a named point (``RT_CRASHPOINT=<point>:1:<action>``)
+once the child's rows and the receipt are committed. The handler took any failure before it saw the
+commit's value for a failed commit and removed the child (files and rows); the receipt stayed, so the
+retry answered the child's summary for a session that no longer existed (acknowledged, then lost).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.client import RpcError, open_client
+from runtime.datadir import DataDir
+from tests.hostkit import client_for, inprocess_host, msg, start_host_process
+
+CLIENT = "cli-1"
+CODES = {"enospc": "STORAGE_FULL", "eio": "IO_ERROR"}
+CALLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "fork": ("session.fork", {"sessionId": "s1", "throughMessageId": "a0", "title": "F"}),
+    "assistantEdit": ("session.assistantEdit", {"sessionId": "s1", "messageId": "a1",
+                                                "blocks": [{"type": "text", "text": "edited"}]}),
+}
+
+
+async def _setup(root: Path) -> None:
+    async with inprocess_host(root) as host, client_for(host, CLIENT, kind="agent") as c:
+        await c.call("session.create", {"sessionId": "s1", "title": "First"})
+        for m in (msg("u0", "q0"), msg("a0", "r0", role="assistant"), msg("u1", "q1"),
+                  msg("a1", "r1", role="assistant")):
+            await c.call("session.appendMessage", {"sessionId": "s1", "message": m})
+
+
+def _child_of(answer: dict[str, Any]) -> dict[str, Any]:
+    return answer["session"] if "session" in answer else answer
+
+
+@pytest.mark.parametrize("action", ["enospc", "eio"])
+@pytest.mark.parametrize("point", ["index.after_commit", "after_commit"])
+@pytest.mark.parametrize("kind", ["fork", "assistantEdit"])
+async def test_child_committed_before_a_storage_error_is_kept(tmp_path: Path, kind: str, point: str,
+                                                               action: str) -> None:
+    await _setup(tmp_path)
+    method, params = CALLS[kind]
+    params = {**params, "submissionId": "sub-1"}
+    armed = f"{method}.after_commit" if point == "after_commit" else point
+    proc = start_host_process(tmp_path, env={"RT_CRASHPOINT": f"{armed}:1:{action}"})
+    try:
+        with trio.fail_after(60):
+            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c:
+                with pytest.raises(RpcError) as failed:
+                    await c.call(method, params)
+                assert failed.value.data_code == CODES[action]
+                retried = await c.call(method, params)
+                assert await c.call(method, params) == retried
+                child = _child_of(retried)["id"]
+                listed = [s["id"] for s in (await c.call("session.list", {}))["sessions"]]
+                got = await c.call("session.get", {"sessionId": child, "full": True})
+    finally:
+        assert proc.terminate() == 0
+    assert child in listed
+    assert len(got["messages"]) == _child_of(retried)["messageCount"] > 0
+    assert DataDir(tmp_path).transcript(child).exists()
