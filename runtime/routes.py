@@ -160,7 +160,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "session.turnEnvironment":     from_reads(turns.turn_environment),
     "session.verifyEnvironment":   on_session(turns.verify_environment),
     "session.saveInflightMessage": on_session(inflight.save),
-    "session.recoverInflight":     on_session(inflight.recover),
+    "session.recoverInflight":     on_session(inflight.recover, replayed=inflight.recover_replayed),
     "notifications.list":          from_reads(notifications.list_notifications),
     "notifications.markRead":      in_writer(notifications.mark_read),
     "notifications.markAllRead":   in_writer(notifications.mark_all_read),

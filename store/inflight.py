@@ -275,6 +275,15 @@ def record_promotion(conn: sqlite3.Connection, sid: str, settlement: Settlement,
     )
 
 
+def promotion_recorded(conn: sqlite3.Connection, sid: str, message_id: str) -> bool:
+    """Whether the audit record of a promotion of ``message_id`` committed (the promoted line is written
+    first: a failure between the two leaves the line without it)."""
+    return conn.execute(
+        "SELECT 1 FROM audit_log WHERE session_id = ? AND kind = 'inflight_promoted' "
+        "AND json_extract(payload_json, '$.messageId') = ? LIMIT 1", (sid, message_id),
+    ).fetchone() is not None
+
+
 def _settle(conn: sqlite3.Connection, sid: str, path: Path, quarantine_dir: Path, transcript: Path,
             now_ms: int, faults: Faults, report: dict[str, Any]) -> None:
     settlement = plan_settlement(conn, sid, path, transcript)

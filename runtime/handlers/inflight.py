@@ -33,12 +33,13 @@ from store import inflight, turns
 from store.attachments import mark_evicted_blocks
 from store.errors import Conflict, CorruptData, InvalidInput, NotFound
 from store.indexing import index
+from store.jsonio import loads_line
 from store.receipts import ReceiptKey
 from store.transcripts.records import cap_content, is_streaming, normalize_message, wire_record
 from store.transcripts.transcript import read_spans
 
 __all__ = ["PREVIEW_TEXT_MAX", "TOPIC", "AfterAppend", "current", "event_key", "learned_checkpoint_id", "recover",
-           "save", "settle_on_turn_end", "supersedes"]
+           "recover_replayed", "save", "settle_on_turn_end", "supersedes"]
 
 _KEY = "inflight.messageId"
 _UNKNOWN = object()
@@ -265,6 +266,7 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
             out["message"] = ref
         return out
 
+    promoted = await _promoted_line(ctx, settlement) if settlement.action == "remove" else None
     if settlement.action == "promote":
         rec = settlement.record
         assert rec is not None
@@ -274,6 +276,17 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
             return answer("promoted", end_turn(conn), ref)
 
         result, _ = await append_record(ctx, rec, promote)
+        await remove(ctx)
+    elif promoted is not None:
+        # an earlier try wrote the promoted line and failed before its commit: that promotion, finished
+        line, ref = promoted
+
+        def finish(conn: Any) -> dict[str, Any]:
+            inflight.record_promotion(conn, sid, inflight.Settlement("promote", settlement.checkpoint, line), now,
+                                      reason="recoverInflight")
+            return answer("promoted", end_turn(conn), ref)
+
+        result = await ctx.commit(finish)
         await remove(ctx)
     else:
         if settlement.action == "quarantine":
@@ -291,6 +304,32 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
             turn_aftermath.publish(ctx, aftermath[-1])
         await queue.after_turn_end(ctx)
     return result
+
+
+async def recover_replayed(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptKey | None) -> None:
+    """A keyed retry answered from its receipt: a checkpoint its first try settled but left on disk
+    (a failure after the commit, before the removal) goes now, not at the next boot."""
+    settlement = await ctx.io_with_reader(inflight.plan_settlement, ctx.sid, ctx.paths.inflight,
+                                          ctx.paths.transcript)
+    if settlement.action == "remove":
+        await remove(ctx)
+
+
+async def _promoted_line(ctx: SessionContext, settlement: inflight.Settlement
+                         ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The settled line of a checkpoint still on disk, with its MessageRef, when that line is the
+    checkpoint's own promotion (``meta.recoveredFrom``, not a final the sidecar appended) whose commit
+    did not take place (no audit record of it)."""
+    cp = settlement.checkpoint
+    assert cp is not None
+    found = (await ctx.read(index.lookup_ids, [cp.message_id])).get(cp.message_id)
+    if found is None or found[0] != ctx.sid or await ctx.read(inflight.promotion_recorded, ctx.sid, cp.message_id):
+        return None
+    line = loads_line((await ctx.io(read_spans, ctx.paths.transcript, [(found[2], found[3])]))[0])
+    meta = line.get("meta")
+    if not isinstance(meta, Mapping) or meta.get("recoveredFrom") != "inflight":
+        return None
+    return line, (await ctx.read(index.message_refs, [cp.message_id]))[cp.message_id]
 
 
 SIDECAR_LOST = "SIDECAR_LOST"
