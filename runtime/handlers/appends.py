@@ -90,8 +90,11 @@ async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> lis
 
     # Acknowledged once durable; the index catches up behind the read barrier.
     done = await ctx.append_lines(step, later=True, after_write=after_write)
-    checkpoint.remember(ctx)
     plan: AppendPlan = done.planned
+    replayed = [r.message for r, o in zip(requests, plan.outcomes, strict=True) if isinstance(o, Replay)]
+    if replayed:  # a retry whose first try's line is durable (its answer lost): the rule that try missed
+        await ctx.io(checkpoint, replayed)
+    checkpoint.remember(ctx)
     writes = plan.writes
     if writes:
         for w in writes:
