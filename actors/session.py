@@ -46,13 +46,13 @@ from actors.session_context import UNSET, Lines, SessionContext, session_info_li
 from runtime.kernel.actor import Actor, Envelope, InternalBug
 from runtime.kernel.threads import run_in_thread
 from store import orphans, receipts
-from store.errors import IOFailure, SessionNotFound, StorageFull, StoreError, TranscriptChanged
+from store.errors import IOFailure, SessionNotFound, StoreError, TranscriptChanged
 from store.faults import Faults
 from store.indexing import index
-from store.indexing.reconcile import apply_plan, plan_reconcile
+from store.indexing.reconcile import ReconcilePlan, apply_plan, forget_deleted, plan_reconcile
 from store.receipts import ReceiptKey
 from store.rules import READ_AHEAD_BYTES, READ_AHEAD_SECONDS
-from store.transcripts.session_files import SessionPaths
+from store.transcripts.session_files import PendingDelete, SessionPaths, finish_delete, pending_delete
 from store.transcripts.transcript import TranscriptWriter, create_transcript
 
 logger = logging.getLogger(__name__)
@@ -408,6 +408,10 @@ class SessionActor(Actor):
             if op.mutating and call.receipt is not None:
                 # Before the existence check: the answer of a completed delete is still its answer.
                 found = await self.read(receipts.check, call.receipt)
+                if found is None and op.ready_check and self.known.needs_catchup and not self.known.deleted:
+                    # catching up restores a receipt the transcript carries (a rewrite whose commit failed)
+                    await ctx.ensure_ready()
+                    found = await self.read(receipts.check, call.receipt)
                 if found is not None:
                     if op.replayed is not None:
                         if op.ready_check:
@@ -521,19 +525,45 @@ class SessionActor(Actor):
         row = await self.read(index.session_row, self.sid)
         indexed = row["_indexedLen"] if row else 0
         epoch = row["_fileEpoch"] if row else None
-        path = self.paths.transcript
-        plan = await self.io(plan_reconcile, path, indexed, epoch)
+        paths = self.paths
+
+        def look() -> PendingDelete | ReconcilePlan:  # one hop: a delete that did not finish, else the plan
+            return pending_delete(paths) or plan_reconcile(paths.transcript, indexed, epoch)
+
+        plan = await self.io(look)
+        if isinstance(plan, PendingDelete):
+            await self._finish_delete(plan)
+            return
         needs_apply = plan.kind != "clean" or row is None or indexed != plan.file_len
         if plan.kind == "missing":
             needs_apply = row is not None and bool(row["_indexedLen"] or row["messageCount"])
         if needs_apply:
             now = self.deps.now_ms()
-            await self.deps.db.write(lambda conn: apply_plan(conn, self.sid, plan, now_ms=now), durable=True)
+            # the file was replaced since the index's last commit (a rewrite whose commit failed, another
+            # program): the row moves now, as that rewrite's commit would have moved it
+            replaced = row is not None and plan.kind == "full" and row["_fileEpoch"] != plan.epoch
+
+            def apply(conn: Any) -> None:
+                apply_plan(conn, self.sid, plan, now_ms=now)
+                if replaced:
+                    index.touch_session(conn, self.sid, now)
+
+            await self.deps.db.write(apply, durable=True)
             row = await self.read(index.session_row, self.sid)
         st.file_len, st.epoch = (0, None) if plan.kind == "missing" else (plan.file_len, plan.epoch)
         st.row = row
         st.seen = st.seen or row is not None
         st.needs_catchup = False
+
+    async def _finish_delete(self, pending: PendingDelete) -> None:
+        """A delete of this session began (its marker is durable) and did not finish (a failure after its
+        rows went): it happened. Finished as boot finishes it, never indexed again from its transcript."""
+        now = self.deps.now_ms()
+        await self.deps.db.write(lambda conn: forget_deleted(conn, pending, now_ms=now), durable=True)
+        await self.io(finish_delete, self.paths)
+        st = self.known
+        st.row, st.deleted, st.seen, st.file_len, st.epoch, st.needs_catchup = None, True, False, 0, None, False
+        st.cache.clear()
 
     async def open_writer(self) -> TranscriptWriter:
         st = self.known
@@ -590,7 +620,7 @@ class SessionActor(Actor):
         try:
             planned, batch, start, end = await self.io(run)
         except IOFailure as exc:
-            if not isinstance(exc, StorageFull):
+            if writer.failed:  # a failed fsync (RELIABILITY rule 7); a failed write was cut back (rule 2)
                 self.known.storage_failed = exc
             raise
         self.known.file_len = end

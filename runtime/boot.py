@@ -36,14 +36,12 @@ from store.errors import StoreError
 from store.faults import NO_FAULTS, Faults
 from store.fence import interrupt_deliveries, interruption_fence, record_boot_report, retention
 from store.fsutil import sweep_temp_files
-from store.indexing import index
 from store.indexing.database import close_writer, incremental_vacuum, open_writer, transaction
 from store.indexing.index import index_marks, session_ids
-from store.indexing.reconcile import TailScan, apply_plan, plan_reconcile, restore_receipt, verify_clean
+from store.indexing.reconcile import TailScan, apply_plan, forget_deleted, plan_reconcile, verify_clean
 from store.inflight import sweep as sweep_inflight
 from store.plan_recovery import apply_recorded_approvals
 from store.plans import sweep_intents
-from store.queue import forget_session as forget_queue
 from store.queue import settle_after_restart
 from store.rules import SESSION_ID_RE
 from store.transcripts.session_files import finish_delete, pending_deletes
@@ -116,10 +114,7 @@ def _finish_deletes(conn: sqlite3.Connection, data_dir: DataDir, now: int) -> li
     for pending in pending_deletes(data_dir.sessions_dir):
         sid = pending.session_id
         with transaction(conn):
-            index.delete_session_rows(conn, sid, now_ms=now)
-            forget_queue(conn, sid)
-            if pending.receipt is not None:
-                restore_receipt(conn, sid, {"method": "session.delete", **pending.receipt}, now_ms=now)
+            forget_deleted(conn, pending, now_ms=now)
         finish_delete(data_dir.session_paths(sid))
         done.append(sid)
     return sorted(done)

@@ -9,6 +9,7 @@ delete marker written before anything is removed (``store/transcripts/session_fi
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from functools import partial
 from pathlib import Path
@@ -19,7 +20,7 @@ from protocol import models as m
 from protocol.jsonrpc import Encoded
 from runtime.context import Services
 from runtime.handlers import inflight, plans
-from store import queue, thread_meta
+from store import queue, receipts, thread_meta
 from store.errors import Conflict, MessageNotFound, StorageFull
 from store.ids import derived_id, new_id
 from store.indexing import index
@@ -28,13 +29,15 @@ from store.inflight import checkpoint_message_id
 from store.receipts import ReceiptKey, file_record
 from store.rules import DEFAULT_WINDOW, MAX_REPLY_BYTES, MAX_WHOLE_READ_BYTES
 from store.transcripts import windows
-from store.transcripts.session_files import finish_delete, write_delete_marker
+from store.transcripts.session_files import finish_delete, withdraw_delete_marker, write_delete_marker
 from store.transcripts.transcript import create_transcript
 from store.transcripts.window_reply import with_field
 
 from .plugin_imports import scope_session
 
-__all__ = ["create", "create_target", "delete", "get", "rename", "update", "window_request"]
+__all__ = ["create", "create_target", "delete", "get", "rename", "update", "window_request", "withdraw_if_kept"]
+
+log = logging.getLogger("pi_host")
 
 
 # ---------------------------------------------------------------------- create
@@ -53,6 +56,9 @@ async def create_target(services: Services, p: m.SessionCreateParams, key: Recei
 async def create(ctx: SessionContext, p: m.SessionCreateParams, key: ReceiptKey | None) -> Any:
     ctx.undelete()  # an id whose session was deleted may be created again
     if await ctx.catch_up() is not None:
+        if key is not None and (first := await ctx.read(receipts.check, key)) is not None:
+            # this call's first try made it (its header's receipt, restored by the catch-up): its answer
+            return first["response"]
         raise Conflict(f"session {ctx.sid} already exists", data={"sessionId": ctx.sid})
     path = ctx.paths.transcript
     if await ctx.io(os.path.lexists, path):
@@ -228,13 +234,23 @@ async def _write_settings(ctx: SessionContext, info: dict[str, Any], *, rename: 
 # ---------------------------------------------------------------------- delete
 
 
+async def withdraw_if_kept(ctx: SessionContext) -> None:
+    """A delete (or purge) failed after its marker: if the session's rows stayed, it did not happen and
+    its marker goes; if they went, it did (the session's next catch-up, or boot, finishes it from the
+    marker). Not known, or the marker cannot go: it stays (boot finishes the delete, as after a kill)."""
+    try:
+        if await ctx.read(index.session_row, ctx.sid) is not None:
+            await ctx.io(withdraw_delete_marker, ctx.paths)
+    except Exception:  # noqa: BLE001 - the delete's own error is the one to report
+        log.warning("could not withdraw the delete marker of session %s", ctx.sid, exc_info=True)
+
+
 async def delete(ctx: SessionContext, p: m.SessionDeleteParams, key: ReceiptKey | None) -> Any:
     """Marker (with the receipt) → rows → files (``store/transcripts/session_files.py``)."""
     paths = ctx.paths
     receipt = file_record(key) if key is not None else None
     await ctx.close_writer()
     await ctx.io(write_delete_marker, paths, receipt)
-    await ctx.io(ctx.faults.point, "delete.after_marker")
     sid = ctx.sid
 
     now = ctx.now()
@@ -244,7 +260,12 @@ async def delete(ctx: SessionContext, p: m.SessionDeleteParams, key: ReceiptKey 
         queue.forget_session(conn, sid)
         return {"sessionId": sid, "deleted": True}
 
-    result = await ctx.commit(op)
+    try:
+        await ctx.io(ctx.faults.point, "delete.after_marker")
+        result = await ctx.commit(op)
+    except Exception:
+        await withdraw_if_kept(ctx)
+        raise
     await ctx.io(ctx.faults.point, "delete.before_files")
     await ctx.io(finish_delete, paths)
     ctx.forget_session()

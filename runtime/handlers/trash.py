@@ -18,6 +18,7 @@ from typing import Any
 from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.context import ReadContext
+from runtime.handlers.sessions import withdraw_if_kept
 from store import queue
 from store.receipts import ReceiptKey, file_record
 from store.transcripts.session_files import finish_delete, write_delete_marker
@@ -48,8 +49,7 @@ async def purge(ctx: SessionContext, p: m.TrashParams, key: ReceiptKey | None) -
     await ctx.read(lambda conn: check_purgeable(conn, sid, plugin_id=plugin))
     receipt = file_record(key) if key is not None else None
     await ctx.close_writer()
-    await ctx.io(write_delete_marker, paths, receipt)  # from here on the purge has happened: boot finishes it
-    await ctx.io(ctx.faults.point, "purge.after_marker")
+    await ctx.io(write_delete_marker, paths, receipt)  # boot finishes the purge from here (see below)
 
     now = ctx.now()
 
@@ -58,7 +58,12 @@ async def purge(ctx: SessionContext, p: m.TrashParams, key: ReceiptKey | None) -
         queue.forget_session(conn, sid)
         return out
 
-    result = await ctx.commit(op)
+    try:
+        await ctx.io(ctx.faults.point, "purge.after_marker")
+        result = await ctx.commit(op)
+    except Exception:
+        await withdraw_if_kept(ctx)
+        raise
     await ctx.io(ctx.faults.point, "purge.before_files")
     await ctx.io(finish_delete, paths)
     ctx.forget_session()

@@ -25,6 +25,7 @@ from store.fsutil import open_nofollow
 from store.indexing import index
 from store.indexing.index import CompactionRecord, IndexRecord
 from store.jsonio import loads_line
+from store.queue import forget_session as forget_queue
 from store.revisions import (
     RevisionFile,
     live_stamps,
@@ -34,7 +35,7 @@ from store.revisions import (
     sync_active,
 )
 from store.transcripts.records import rfc3339_to_ms
-from store.transcripts.session_files import REVISIONS_SUFFIX
+from store.transcripts.session_files import REVISIONS_SUFFIX, PendingDelete
 from store.transcripts.transcript import header_receipts
 
 
@@ -459,6 +460,9 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
             conn, session_id, scan.messages, indexed_len=plan.file_len, file_epoch=plan.epoch,
             now_ms=now_ms, touch=False,
         )
+        if scan.messages:  # the row moves as the appends' own commits would have moved it (as in "full")
+            newest = max(rfc3339_to_ms(item.record.get("createdAt"), now_ms) for item in scan.messages)
+            index.touch_session(conn, session_id, newest)
         index.index_compactions(conn, session_id, scan.compactions, now_ms)
         for mid, flag in scan.tombstones.items():
             index.set_deleted(conn, session_id, mid, flag)
@@ -518,6 +522,16 @@ def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any 
             return None
         return {"session": summary, "revisions": revision_rows(conn, session_id, root)}
     return None
+
+
+def forget_deleted(conn: Any, pending: PendingDelete, *, now_ms: int) -> None:
+    """A delete that began (its marker) and did not finish, on the index: the session's rows and queue
+    gone, the receipt the marker carries recorded (boot, and a session actor catching up)."""
+    sid = pending.session_id
+    index.delete_session_rows(conn, sid, now_ms=now_ms)
+    forget_queue(conn, sid)
+    if pending.receipt is not None:
+        restore_receipt(conn, sid, {"method": "session.delete", **pending.receipt}, now_ms=now_ms)
 
 
 def restore_receipt(conn: Any, session_id: str, rec: Any, *, now_ms: int) -> bool:

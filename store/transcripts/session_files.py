@@ -39,7 +39,9 @@ __all__ = [
     "PendingDelete",
     "SessionPaths",
     "finish_delete",
+    "pending_delete",
     "pending_deletes",
+    "withdraw_delete_marker",
     "write_delete_marker",
 ]
 
@@ -118,6 +120,12 @@ def write_delete_marker(paths: SessionPaths, receipt: Mapping[str, Any] | None) 
     atomic_write(paths.delete_marker, orjson.dumps(body) + b"\n")
 
 
+def withdraw_delete_marker(paths: SessionPaths) -> None:
+    """A delete whose rows were not removed (its commit failed): its marker goes, so that neither the
+    next boot nor the session's next catch-up finishes a delete the caller was told did not happen."""
+    remove_file_durable(paths.delete_marker)
+
+
 def finish_delete(paths: SessionPaths) -> None:
     """Last step of a delete (also run by boot for an interrupted one): every file, the marker last."""
     for path in (paths.legacy_deleted, paths.transcript, paths.revisions, paths.inflight, paths.plan_intent):
@@ -135,6 +143,13 @@ def _read_marker(path: Path) -> Mapping[str, Any] | None:
         return None
     receipt = value.get("receipt") if isinstance(value, dict) else None
     return receipt if isinstance(receipt, Mapping) else None
+
+
+def pending_delete(paths: SessionPaths) -> PendingDelete | None:
+    """This session's delete that began (its marker) and did not finish, if one did."""
+    if not os.path.lexists(paths.delete_marker):
+        return None
+    return PendingDelete(paths.session_id, _read_marker(paths.delete_marker))
 
 
 def pending_deletes(sessions_dir: Path) -> list[PendingDelete]:

@@ -1,0 +1,111 @@
+"""An append whose line became durable but whose answer was a storage error (ENOSPC / EIO after the
+fsync, or its index commit failing) moves the session's ``updatedAt`` as the crash-free append does.
+
+A `pi-host serve` process raises ``OSError`` at a named point (``RT_CRASHPOINT=<point>:1:<action>``)
+inside ``session.appendMessage``; the line is in the transcript, and the index takes it from there
+(the actor's catch-up, a tail reconcile). That path indexed the lines without moving the row's
+``updated_at``: the session kept its old time and ``session.list`` (newest first) put a session
+written to earlier above it, unlike a run without the fault.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.client import HostClient, RpcError, open_client
+from tests.hostkit import client_for, inprocess_host, msg, start_host_process
+
+CLIENT = "cli-1"
+
+
+async def _setup(root: Path) -> None:
+    """s1 with one message, then s9 (created after s1's last write)."""
+    async with inprocess_host(root) as host, client_for(host, CLIENT, kind="agent") as c:
+        await c.call("session.create", {"sessionId": "s1", "title": "First"})
+        await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("m1", "hello")})
+        await c.call("session.create", {"sessionId": "s9", "title": "Other"})
+
+
+async def _append(c: HostClient) -> Any:
+    return await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("m2", "two"),
+                                                  "submissionId": "sub-1"})
+
+
+@pytest.mark.parametrize(("point", "action", "code"), [
+    ("append.after_fsync", "enospc", "STORAGE_FULL"),
+    ("append.after_fsync", "eio", "IO_ERROR"),  # the file is failed until the next boot: retried there
+    ("index.before_commit", "enospc", None),  # answered: the line is durable, the index catches up
+])
+async def test_append_retried_after_a_storage_error_moves_updated_at(tmp_path: Path, point: str, action: str,
+                                                                     code: str | None) -> None:
+    await _setup(tmp_path)
+    proc = start_host_process(tmp_path, env={"RT_CRASHPOINT": f"{point}:1:{action}"})
+    try:
+        with trio.fail_after(60):
+            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c:
+                if code is None:
+                    answer = await _append(c)
+                else:
+                    with pytest.raises(RpcError) as failed:
+                        await _append(c)
+                    assert failed.value.data_code == code
+                    if action == "enospc":
+                        answer = await _append(c)  # the same call again: the line the fault left is its effect
+        if action == "eio":
+            assert proc.terminate() == 0
+            proc = start_host_process(tmp_path)
+            with trio.fail_after(60):
+                async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c:
+                    answer = await _append(c)
+        with trio.fail_after(60):
+            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c:
+                listed = (await c.call("session.list", {}))["sessions"]
+    finally:
+        assert proc.terminate() == 0
+    assert answer["message"]["id"] == "m2" and answer["message"]["seq"] == 2
+    assert [s["id"] for s in listed] == ["s1", "s9"]
+    s1 = next(s for s in listed if s["id"] == "s1")
+    assert s1["updatedAt"] >= answer["message"]["createdAt"]
+    assert s1["messageCount"] == 2
+
+
+async def _setup_four(root: Path) -> None:
+    """s1 with two exchanges, then s9 (created after s1's last write)."""
+    async with inprocess_host(root) as host, client_for(host, CLIENT, kind="agent") as c:
+        await c.call("session.create", {"sessionId": "s1", "title": "First"})
+        for m in (msg("u0", "q0"), msg("a0", "r0", role="assistant"), msg("u1", "q1"),
+                  msg("a1", "r1", role="assistant")):
+            await c.call("session.appendMessage", {"sessionId": "s1", "message": m})
+        await c.call("session.create", {"sessionId": "s9", "title": "Other"})
+
+
+@pytest.mark.parametrize(("point", "action"), [
+    ("rewrite.after_rename", "enospc"),  # the new file in place, the rewrite's write failed after it
+    ("rewrite.before_reindex", "eio"),
+    ("session.truncateFrom.before_commit", "enospc"),  # the new file in place, its commit rolled back
+])
+async def test_rewrite_retried_after_a_storage_error_moves_updated_at(tmp_path: Path, point: str,
+                                                                      action: str) -> None:
+    """A rewrite (truncateFrom) whose new transcript is in place but whose commit failed: the actor's
+    catch-up reindexed the new file whole and the retry found its effect there, but nothing moved the
+    row's ``updated_at`` as the rewrite's commit does."""
+    await _setup_four(tmp_path)
+    call = {"sessionId": "s1", "messageId": "a1", "mode": "regenerate", "submissionId": "sub-1"}
+    proc = start_host_process(tmp_path, env={"RT_CRASHPOINT": f"{point}:1:{action}"})
+    try:
+        with trio.fail_after(60):
+            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c:
+                with pytest.raises(RpcError) as failed:
+                    await c.call("session.truncateFrom", call)
+                assert failed.value.data_code == {"enospc": "STORAGE_FULL", "eio": "IO_ERROR"}[action]
+                await c.call("session.truncateFrom", call)
+                listed = (await c.call("session.list", {}))["sessions"]
+                got = await c.call("session.get", {"sessionId": "s1", "full": True})
+    finally:
+        assert proc.terminate() == 0
+    assert [m["id"] for m in got["messages"]] == ["u0", "a0", "u1"]
+    assert [s["id"] for s in listed] == ["s1", "s9"]
