@@ -55,6 +55,7 @@ from store.transcripts.transcript import lines_naming
 __all__ = [
     "DECISION_LINE",
     "Kind",
+    "apply_decision_lines",
     "apply_recorded_decisions",
     "cancel_for_turn",
     "decision_record",
@@ -550,42 +551,61 @@ def apply_recorded_decisions(conn: sqlite3.Connection, transcript_of: Callable[[
     The answer's receipt, carried in the line, is stored again with the
     response computed from the resolved rows.
     """
-    applied = 0
     by_session: dict[str, list[tuple[Kind, dict[str, Any]]]] = {}
     for kind in KINDS:
         for row in list_pending(conn, kind, None, -1):
             by_session.setdefault(row["sessionId"], []).append((kind, row))
+    applied = 0
     for sid, pending in sorted(by_session.items()):
         lines = _find_decision_lines(transcript_of(sid), {r["requestId"] for _, r in pending})
-        for kind, row in pending:
-            rec = lines.get(row["requestId"])
-            if rec is None or rec.get("requestKind") != kind:
-                continue
-            at = rec.get("decidedAtMs")
-            at = at if isinstance(at, int) else rfc3339_to_ms(rec.get("decidedAt"), now_ms)
-            status = rec.get("status")
-            if status not in ("allowed", "denied", "answered"):
-                continue
-            resolve(conn, kind, row["requestId"], status=str(status),
-                    option_id=rec.get("optionId") if kind == "approval" else None,
-                    answer=rec.get("answer") if kind == "interaction" else None,
-                    responder=str(rec.get("respondedBy") or rec.get("by")), now_ms=at)
-            if kind == "approval" and status == "denied":  # the audit row the crash kept from landing
-                audit.record_denied(conn, row, by=str(rec.get("by") or "user"), now_ms=at,
-                                    rule_id=rec.get("ruleId"), option_id=rec.get("optionId"))
-            remember = rec.get("remember")
-            if kind == "approval" and remember in ("session", "project", "global"):
-                project = conn.execute("SELECT project_id FROM sessions WHERE id = ?", (sid,)).fetchone()
-                rule_id = rule_id_for(row["requestId"])
-                upsert_rule(conn, rule_id=rule_id, scope=str(remember), session_id=sid,
-                            project_id=project[0] if project else None, tool=row["tool"],
-                            decision="allow" if status == "allowed" else "deny",
-                            source_request_id=row["requestId"], now_ms=at)
-                link_rule(conn, row["requestId"], rule_id)
-            key = receipts.key_of_record(rec.get("receipt"))
-            if key is not None and receipts.get(conn, key.client_id, key.submission_id) is None:
-                receipts.store(conn, key, response_of(conn, kind, row["requestId"]), session_id=sid, now_ms=at)
-            applied += 1
+        applied += _apply_decisions(conn, sid, lines, pending, now_ms)
+    return applied
+
+
+def apply_decision_lines(conn: sqlite3.Connection, session_id: str, records: Sequence[Mapping[str, Any]],
+                         now_ms: int) -> int:
+    """The same for decision lines a catch-up indexes (lines past the index mark: a failed or interrupted
+    answer wrote its line, its row stayed pending): each still-pending request takes the decision its line
+    records, and the answer's receipt; a retry of that answer is then answered from it, not decided twice."""
+    lines = {str(rec["id"]): dict(rec) for rec in records if isinstance(rec.get("id"), str)}
+    pending = [(kind, row) for kind in KINDS for row in list_pending(conn, kind, session_id, -1)
+               if row["requestId"] in lines]
+    return _apply_decisions(conn, session_id, lines, pending, now_ms) if pending else 0
+
+
+def _apply_decisions(conn: sqlite3.Connection, sid: str, lines: Mapping[str, Mapping[str, Any]],
+                     pending: list[tuple[Kind, dict[str, Any]]], now_ms: int) -> int:
+    """Each pending row whose request has a line in ``lines`` (request id → its newest decision line)."""
+    applied = 0
+    for kind, row in pending:
+        rec = lines.get(row["requestId"])
+        if rec is None or rec.get("requestKind") != kind:
+            continue
+        at = rec.get("decidedAtMs")
+        at = at if isinstance(at, int) else rfc3339_to_ms(rec.get("decidedAt"), now_ms)
+        status = rec.get("status")
+        if status not in ("allowed", "denied", "answered"):
+            continue
+        resolve(conn, kind, row["requestId"], status=str(status),
+                option_id=rec.get("optionId") if kind == "approval" else None,
+                answer=rec.get("answer") if kind == "interaction" else None,
+                responder=str(rec.get("respondedBy") or rec.get("by")), now_ms=at)
+        if kind == "approval" and status == "denied":  # the audit row the crash kept from landing
+            audit.record_denied(conn, row, by=str(rec.get("by") or "user"), now_ms=at,
+                                rule_id=rec.get("ruleId"), option_id=rec.get("optionId"))
+        remember = rec.get("remember")
+        if kind == "approval" and remember in ("session", "project", "global"):
+            project = conn.execute("SELECT project_id FROM sessions WHERE id = ?", (sid,)).fetchone()
+            rule_id = rule_id_for(row["requestId"])
+            upsert_rule(conn, rule_id=rule_id, scope=str(remember), session_id=sid,
+                        project_id=project[0] if project else None, tool=row["tool"],
+                        decision="allow" if status == "allowed" else "deny",
+                        source_request_id=row["requestId"], now_ms=at)
+            link_rule(conn, row["requestId"], rule_id)
+        key = receipts.key_of_record(rec.get("receipt"))
+        if key is not None and receipts.get(conn, key.client_id, key.submission_id) is None:
+            receipts.store(conn, key, response_of(conn, kind, row["requestId"]), session_id=sid, now_ms=at)
+        applied += 1
     return applied
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from store import assistant_edit, orphans, receipts, thread_meta
+from store import approvals, assistant_edit, orphans, receipts, thread_meta
 from store.errors import CorruptData, classify_os_error
 from store.fsutil import open_nofollow
 from store.indexing import index
@@ -53,6 +53,9 @@ class TailScan:
     bad_lines: list[int] = field(default_factory=list)
     unknown_lines: int = 0
     torn_tail_bytes: int = 0
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    """``approval_decision`` lines, in file order (applied to a request still pending: an answer whose row
+    did not commit after its line did; ``store.approvals.apply_decision_lines``)."""
     line_receipts: list[dict[str, Any]] = field(default_factory=list)
     """Receipts that ``tombstone`` and ``session_info`` lines carry (``receipt``): the effect and its
     receipt in one fsynced line; a reconcile restores a row the database lost (:func:`restore_receipt`)."""
@@ -217,7 +220,7 @@ def _take(scan: TailScan, rec: dict[str, Any], offset: int, line: bytes) -> None
     elif kind == "session" and offset == 0:
         scan.header = rec
     elif kind == "approval_decision":
-        pass  # a user's decision (store/approvals.py): the database holds its state
+        scan.decisions.append(rec)  # a user's decision (store/approvals.py): the database holds its state
     else:
         scan.unknown_lines += 1
 
@@ -482,6 +485,8 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
                 report["restoredReceipt"] = restored
     for carried in scan.line_receipts:  # a crash between a line's fsync and its receipt's commit
         restore_receipt(conn, session_id, carried, now_ms=now_ms)
+    if scan.decisions:  # the same for an answer's decision line: its row and its receipt
+        approvals.apply_decision_lines(conn, session_id, scan.decisions, now_ms)
     return report
 
 
