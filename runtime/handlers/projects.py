@@ -32,7 +32,7 @@ __all__ = ["list_projects", "pin", "remove"]
 
 log = logging.getLogger("pi_host")
 
-_DELETE = SessionOp(delete_session, mutating=True)
+_DELETE = SessionOp(delete_session, mutating=True, name="session.delete")  # as session.delete does it
 
 
 def list_projects(ctx: ReadContext, p: m.ProjectsListParams) -> Any:

@@ -25,13 +25,13 @@ from tests.hostkit import call_killed_at, client_for, index_caught_up, inprocess
 Vars = dict[str, Any]
 CLIENT = "ui-rm"
 
-# (fault point, hit): one per step of the removal. A session's delete in its actor commits through an
-# unnamed op, hence the bare ``.before_commit`` / ``.after_commit``; three sessions hit each point 3 times.
+# (fault point, hit): one per step of the removal. A session's delete in its actor commits as session.delete
+# does (``session.delete.before_commit`` / ``.after_commit``); three sessions hit each point 3 times.
 POINTS = [
     ("projects.remove.intent.after_rename", 1),  # the removal's record is durable, nothing deleted yet
     ("delete.after_marker", 1),  # the first session's marker: boot finishes that delete
-    (".before_commit", 2),  # the second session's rows, uncommitted
-    (".after_commit", 2),  # the second session's rows committed, its files not yet removed
+    ("session.delete.before_commit", 2),  # the second session's rows, uncommitted
+    ("session.delete.after_commit", 2),  # the second session's rows committed, its files not yet removed
     ("delete.before_files", 3),
     ("delete.after_marker", 3),
     ("projects.remove.before_commit", 1),  # every session gone, the project row and receipt not committed
