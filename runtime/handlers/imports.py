@@ -108,9 +108,11 @@ async def import_unit(ctx: SessionContext, call: UnitCall, key: ReceiptKey | Non
         if staged is None:
             return prepared.report
         await ctx.close_writer()  # the transcript changes under it: no descriptor keeps the old length
+        indexing = False
         try:
             if prepared.changed:
                 await ctx.io(lambda: publish(staged, faults=faults))
+            indexing = True
             await ctx.db(lambda conn: apply_index(conn, staged, now_ms=now), durable=False)
         except StoreError as exc:
             ctx.mark_stale()
@@ -126,6 +128,9 @@ async def import_unit(ctx: SessionContext, call: UnitCall, key: ReceiptKey | Non
             return prepared.report.refuse("TIMEOUT", "the index step did not answer in time; the transcript "
                                           "is kept and is indexed from the file on the session's next use")
         except BaseException:
+            if indexing:  # cancelled (or a bug) while the index step was posted: it may still commit
+                ctx.mark_stale()  # the lines stay; the next catch-up indexes them (as after a kill)
+                raise
             with trio.CancelScope(shield=True):
                 await _undo(ctx, staged)
             raise
