@@ -458,6 +458,9 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
                 conn.execute(
                     "UPDATE sessions SET updated_at = MAX(updated_at, ?) WHERE id = ?", (last, session_id)
                 )
+        written = scan.header.get("writtenAt") if scan.header is not None else None
+        if isinstance(written, int) and not isinstance(written, bool):  # a rewrite's time: as its commit set it
+            index.touch_session(conn, session_id, written)
     else:
         index.index_messages(
             conn, session_id, scan.messages, indexed_len=plan.file_len, file_epoch=plan.epoch,

@@ -265,7 +265,8 @@ def apply_rewrite(
     """
     keep_dropped_lines(path, dropped_offsets, now_ms)
     header = rewrite_transcript(path, session_id, created_at_ms, plan.body, receipt=receipt,
-                                receipts=carried_receipts(carried, receipt), faults=faults)
+                                receipts=carried_receipts(carried, receipt), faults=faults,
+                                written_at_ms=now_ms or None)
     return rewritten(plan, header.epoch, header.length)
 
 

@@ -112,7 +112,7 @@ def header_receipts(header: Mapping[str, Any] | None) -> list[dict[str, Any]]:
 
 def header_line(
     session_id: str, created_at_ms: int, *, receipt: Mapping[str, Any] | None = None,
-    receipts: Sequence[Mapping[str, Any]] = (),
+    receipts: Sequence[Mapping[str, Any]] = (), written_at_ms: int | None = None,
 ) -> tuple[bytes, TranscriptHeader]:
     """A new header line with a fresh epoch, and its parsed form.
 
@@ -120,6 +120,8 @@ def header_line(
     file (``store.receipts.file_record``): it rides in the header so boot can
     restore it with the file (ARCHITECTURE.md "Receipts ride with their effect").
     ``receipts``: those of earlier rewrites, carried forward (``store.transcripts.rewrite``).
+    ``written_at_ms``: when a rewrite wrote the file (``writtenAt``): the session's ``updatedAt`` as that
+    rewrite's commit sets it, which a reindex after a crash before the commit restores from here.
     """
     validate_session_id(session_id)
     created_at = now_rfc3339(created_at_ms)
@@ -135,6 +137,8 @@ def header_line(
         record["receipt"] = dict(receipt)
     if receipts:
         record["receipts"] = [dict(r) for r in receipts]
+    if written_at_ms is not None:
+        record["writtenAt"] = written_at_ms
     line = dumps_line(record)
     return line, TranscriptHeader(session_id, created_at, epoch, SCHEMA, len(line))
 
@@ -241,15 +245,17 @@ def rewrite_transcript(
     receipt: Mapping[str, Any] | None = None,
     receipts: Sequence[Mapping[str, Any]] = (),
     faults: Faults = NO_FAULTS,
+    written_at_ms: int | None = None,
 ) -> TranscriptHeader:
-    """Atomically replace the whole file: new header (new epoch, ``receipt``, the carried ``receipts``)
-    + ``body_lines``.
+    """Atomically replace the whole file: new header (new epoch, ``receipt``, the carried ``receipts``,
+    ``writtenAt``) + ``body_lines``.
 
     Any open :class:`TranscriptWriter` on the old file must be closed first and
     a new one opened afterwards (appends through the old one are refused).
     """
     _check_lines(body_lines)
-    line, header = header_line(session_id, created_at_ms, receipt=receipt, receipts=receipts)
+    line, header = header_line(session_id, created_at_ms, receipt=receipt, receipts=receipts,
+                               written_at_ms=written_at_ms)
     atomic_write(path, b"".join([line, *body_lines]), faults=faults, point_prefix="rewrite")
     return header
 

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from runtime.client import HostClient, RpcError, open_client
-from tests.hostkit import client_for, inprocess_host, msg, start_host_process
+from tests.hostkit import call_killed_at, client_for, inprocess_host, msg, start_host_process
 
 CLIENT = "cli-1"
 
@@ -109,3 +109,26 @@ async def test_rewrite_retried_after_a_storage_error_moves_updated_at(tmp_path: 
         assert proc.terminate() == 0
     assert [m["id"] for m in got["messages"]] == ["u0", "a0", "u1"]
     assert [s["id"] for s in listed] == ["s1", "s9"]
+
+
+@pytest.mark.parametrize("point", ["rewrite.after_rename", "rewrite.before_reindex",
+                                   "session.truncateFrom.before_commit"])
+async def test_rewrite_killed_before_its_commit_moves_updated_at_as_without_the_kill(tmp_path: Path,
+                                                                                    point: str) -> None:
+    """Killed with the new transcript in place and its commit not made: boot reindexed the new file whole,
+    and the row kept the time of the last message left (older than the session created after it). Now the
+    rewritten header carries when it was written (``writtenAt``), the time its commit would have set."""
+    await _setup_four(tmp_path)
+    call = {"sessionId": "s1", "messageId": "a1", "mode": "regenerate", "submissionId": "sub-1"}
+    async with inprocess_host(tmp_path) as host, client_for(host, CLIENT, kind="agent") as c:
+        before = {s["id"]: s["updatedAt"] for s in (await c.call("session.list", {}))["sessions"]}
+    await call_killed_at(tmp_path, point, "session.truncateFrom", call, client_id=CLIENT, client_kind="agent")
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, CLIENT, kind="agent") as c:
+            listed = (await c.call("session.list", {}))["sessions"]
+            retried = await c.call("session.truncateFrom", call)
+            again = (await c.call("session.list", {}))["sessions"]
+    assert [s["id"] for s in listed] == ["s1", "s9"] == [s["id"] for s in again]
+    s1 = next(s for s in listed if s["id"] == "s1")
+    assert s1["updatedAt"] > before["s9"] >= before["s1"]
+    assert retried["session"]["updatedAt"] == s1["updatedAt"] == next(s for s in again if s["id"] == "s1")["updatedAt"]
