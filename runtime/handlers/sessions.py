@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from actors.session_context import Lines, SessionContext
 from protocol import models as m
@@ -35,9 +36,10 @@ from store.transcripts.window_reply import with_field
 
 from .plugin_imports import scope_session
 
-__all__ = ["create", "create_target", "delete", "get", "rename", "update", "window_request", "withdraw_if_kept"]
+__all__ = ["create", "create_target", "delete", "get", "remove_session", "rename", "update", "window_request"]
 
 log = logging.getLogger("pi_host")
+T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------- create
@@ -234,40 +236,42 @@ async def _write_settings(ctx: SessionContext, info: dict[str, Any], *, rename: 
 # ---------------------------------------------------------------------- delete
 
 
-async def withdraw_if_kept(ctx: SessionContext) -> None:
-    """A delete (or purge) failed after its marker: if the session's rows stayed, it did not happen and
-    its marker goes; if they went, it did (the session's next catch-up, or boot, finishes it from the
-    marker). Not known, or the marker cannot go: it stays (boot finishes the delete, as after a kill)."""
+async def remove_session(ctx: SessionContext, key: ReceiptKey | None, rows: Callable[[Any], T], *,
+                         points: str) -> T:
+    """The delete protocol (``session.delete``, ``sessions.purge``): the marker (with the receipt) → the
+    rows (``rows(conn)``, its value the answer) → the files (``store/transcripts/session_files.py``).
+    Fault points ``<points>.after_marker`` / ``<points>.before_files``.
+
+    A failure after the marker: if the session's rows stayed, the delete did not happen and its marker
+    goes; if they went, it did (the session's next catch-up, or boot, finishes it from the marker). Not
+    known, or the marker cannot go: it stays (boot finishes the delete, as after a kill)."""
+    paths, sid = ctx.paths, ctx.sid
+    await ctx.close_writer()
+    await ctx.io(write_delete_marker, paths, file_record(key) if key is not None else None)
     try:
-        if await ctx.read(index.session_row, ctx.sid) is not None:
-            await ctx.io(withdraw_delete_marker, ctx.paths)
-    except Exception:  # noqa: BLE001 - the delete's own error is the one to report
-        log.warning("could not withdraw the delete marker of session %s", ctx.sid, exc_info=True)
+        await ctx.io(ctx.faults.point, f"{points}.after_marker")
+        result = await ctx.commit(rows)
+    except Exception:
+        try:
+            if await ctx.read(index.session_row, sid) is not None:
+                await ctx.io(withdraw_delete_marker, paths)
+        except Exception:  # noqa: BLE001 - the delete's own error is the one to report
+            log.warning("could not withdraw the delete marker of session %s", sid, exc_info=True)
+        raise
+    await ctx.io(ctx.faults.point, f"{points}.before_files")
+    await ctx.io(finish_delete, paths)
+    ctx.forget_session()
+    ctx.publish("session.deleted", {"sessionId": sid})
+    return result
 
 
 async def delete(ctx: SessionContext, p: m.SessionDeleteParams, key: ReceiptKey | None) -> Any:
-    """Marker (with the receipt) → rows → files (``store/transcripts/session_files.py``)."""
-    paths = ctx.paths
-    receipt = file_record(key) if key is not None else None
-    await ctx.close_writer()
-    await ctx.io(write_delete_marker, paths, receipt)
-    sid = ctx.sid
-
-    now = ctx.now()
+    """Marker (with the receipt) → rows → files (:func:`remove_session`)."""
+    sid, now = ctx.sid, ctx.now()
 
     def op(conn: Any) -> Any:
         index.delete_session_rows(conn, sid, now_ms=now)
         queue.forget_session(conn, sid)
         return {"sessionId": sid, "deleted": True}
 
-    try:
-        await ctx.io(ctx.faults.point, "delete.after_marker")
-        result = await ctx.commit(op)
-    except Exception:
-        await withdraw_if_kept(ctx)
-        raise
-    await ctx.io(ctx.faults.point, "delete.before_files")
-    await ctx.io(finish_delete, paths)
-    ctx.forget_session()
-    ctx.publish("session.deleted", {"sessionId": sid})
-    return result
+    return await remove_session(ctx, key, op, points="delete")

@@ -18,10 +18,9 @@ from typing import Any
 from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.context import ReadContext
-from runtime.handlers.sessions import withdraw_if_kept
+from runtime.handlers.sessions import remove_session
 from store import queue
-from store.receipts import ReceiptKey, file_record
-from store.transcripts.session_files import finish_delete, write_delete_marker
+from store.receipts import ReceiptKey
 from store.trash import check_purgeable, list_trashed, purge_rows, restore_session, trash_session
 
 __all__ = ["list_trash", "purge", "restore", "trash"]
@@ -44,31 +43,17 @@ async def restore(ctx: SessionContext, p: m.TrashParams, key: ReceiptKey | None)
 
 
 async def purge(ctx: SessionContext, p: m.TrashParams, key: ReceiptKey | None) -> Any:
-    """Refused unless trashed (before any file is touched); then marker → rows → files."""
-    sid, plugin, paths = ctx.sid, ctx.caller.plugin_id, ctx.paths
+    """Refused unless trashed (before any file is touched); then marker → rows → files
+    (``runtime/handlers/sessions.remove_session``, as ``session.delete``)."""
+    sid, plugin, now = ctx.sid, ctx.caller.plugin_id, ctx.now()
     await ctx.read(lambda conn: check_purgeable(conn, sid, plugin_id=plugin))
-    receipt = file_record(key) if key is not None else None
-    await ctx.close_writer()
-    await ctx.io(write_delete_marker, paths, receipt)  # boot finishes the purge from here (see below)
-
-    now = ctx.now()
 
     def op(conn: Any) -> Any:
         out = purge_rows(conn, sid, now_ms=now, plugin_id=plugin)
         queue.forget_session(conn, sid)
         return out
 
-    try:
-        await ctx.io(ctx.faults.point, "purge.after_marker")
-        result = await ctx.commit(op)
-    except Exception:
-        await withdraw_if_kept(ctx)
-        raise
-    await ctx.io(ctx.faults.point, "purge.before_files")
-    await ctx.io(finish_delete, paths)
-    ctx.forget_session()
-    ctx.publish("session.deleted", {"sessionId": sid})
-    return result
+    return await remove_session(ctx, key, op, points="purge")
 
 
 def list_trash(ctx: ReadContext, p: m.ListTrashedParams) -> Any:
