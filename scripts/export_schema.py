@@ -302,7 +302,8 @@ ERROR_MEANINGS: dict[str, str] = {
     "TIMEOUT": "No reply in time; the effect may or may not have happened. Retry with the same `submissionId`.",
     "ACTOR_RESTARTED": "The actor handling the request crashed and was restarted. Retry with the same `submissionId`.",
     "STORAGE_FULL": "Disk full; nothing was acknowledged. Retry once space is freed.",
-    "IO_ERROR": "An I/O error (e.g. failed fsync); the session's storage is marked failed until reopened.",
+    "IO_ERROR": "An I/O error (EIO). A failed fsync of a transcript marks that session's storage failed until "
+                "the host restarts; any other I/O error fails this call only (a failed write is rolled back).",
     "RESOURCE_EXHAUSTED": "The host ran out of file descriptors for this request; nothing changed. Retry shortly.",
     "CORRUPT_DATA": "Durable data failed validation (digest mismatch, unreadable record).",
     "CURSOR_EXPIRED": "The pagination or event cursor is no longer valid; start again without it.",
