@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from runtime.client import ClientClosed, HostClient, open_client
+from runtime.client import ClientClosed, HostClient, RpcError, open_client
 from runtime.config import HostConfig
 from runtime.datadir import DataDir
 from runtime.host import RunningHost, run_host
@@ -138,6 +138,15 @@ def msg(mid: str, text: str, role: str = "user", **extra: Any) -> dict[str, Any]
     return {"id": mid, "role": role, "blocks": [{"type": "text", "text": text}], **extra}
 
 
+async def create_two_exchanges(c: HostClient, session_id: str = "s1", title: str = "First") -> None:
+    """Create the session ``session_id`` and append two exchanges to it: ``u0``, ``a0``, ``u1``, ``a1`` (the
+    ``a`` ones assistant replies)."""
+    await c.call("session.create", {"sessionId": session_id, "title": title})
+    for m in (msg("u0", "q0"), msg("a0", "r0", role="assistant"), msg("u1", "q1"),
+              msg("a1", "r1", role="assistant")):
+        await c.call("session.appendMessage", {"sessionId": session_id, "message": m})
+
+
 async def index_caught_up(host: RunningHost) -> None:
     """Wait until the index covers every acknowledged append (appends are acknowledged before
     their index rows commit): a fault armed on the next DB commit then hits the next request's."""
@@ -166,3 +175,34 @@ async def call_killed_at(data_dir: Path, point: str, method: str, params: dict[s
             crashing.kill9()  # the point was never reached: never leave the host running
     assert answered is None, f"the host answered instead of dying at {point}:{nth}"
     assert crashing.proc.returncode == -9, f"the host did not die at {point}:{nth}"
+
+
+@asynccontextmanager
+async def faulted_client(data_dir: Path, spec: str | None, *, client_id: str, client_kind: str = "agent",
+                         plugin_id: str | None = None) -> AsyncIterator[HostClient]:
+    """A client of a ``pi-host serve`` process on ``data_dir`` armed with the fault ``spec``
+    (``RT_CRASHPOINT=<point>:<nth>:<action>``, e.g. ``append.after_fsync:1:enospc``; ``None``: not armed),
+    all of it inside ``trio.fail_after(60)``. On exit the process is stopped and must exit with 0: a
+    fault that raises an error is answered, it never takes the host down."""
+    proc = start_host_process(data_dir, env=None if spec is None else {"RT_CRASHPOINT": spec})
+    try:
+        with trio.fail_after(60):
+            async with open_client(proc.url, proc.token, client_id=client_id, client_kind=client_kind,
+                                   plugin_id=plugin_id) as c:
+                yield c
+    finally:
+        assert proc.terminate() == 0
+
+
+async def failed_then_retried(c: HostClient, method: str, params: dict[str, Any], code: str) -> Any:
+    """Call ``method`` with ``params``: the first call fails with the error code ``code`` (``data_code``), the
+    retry answers and a second retry answers the same; the retry's answer."""
+    try:
+        answered = await c.call(method, params)
+    except RpcError as failed:
+        assert failed.data_code == code, f"{method} failed with {failed.data_code}, not {code}"
+    else:
+        raise AssertionError(f"{method} answered {answered!r} instead of failing with {code}")
+    retried = await c.call(method, params)
+    assert await c.call(method, params) == retried
+    return retried

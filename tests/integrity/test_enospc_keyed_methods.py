@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 import trio
 
-from runtime.client import HostClient, RpcError, open_client
+from runtime.client import RpcError
 from store.config.secrets import SecretStore
-from tests.hostkit import HostProcess, client_for, index_caught_up, inprocess_host, msg, start_host_process
+from tests.hostkit import client_for, failed_then_retried, faulted_client, index_caught_up, inprocess_host, msg
 from tests.importers import gen
 
 CLIENT = "cli-1"
@@ -39,32 +39,14 @@ CODES = {"enospc": "STORAGE_FULL", "eio": "IO_ERROR"}
 ACTIONS = pytest.mark.parametrize("action", ["enospc", "eio"])
 
 
-async def _failed_then_retried(c: HostClient, method: str, params: dict[str, Any], action: str) -> Any:
-    """The first call fails with the action's code; two retries answer the same."""
-    with pytest.raises(RpcError) as failed:
-        await c.call(method, params)
-    assert failed.value.data_code == CODES[action]
-    retried = await c.call(method, params)
-    assert await c.call(method, params) == retried
-    return retried
-
-
-def _host(root: Path, point: str, action: str) -> HostProcess:
-    return start_host_process(root, env={"RT_CRASHPOINT": f"{point}:1:{action}"})
-
-
 @ACTIONS
 async def test_an_unclassified_storage_error_after_the_commit_is_answered_by_its_code(tmp_path: Path,
                                                                                       action: str) -> None:
-    proc = _host(tmp_path, "providers.create.after_commit", action)
-    try:
-        with trio.fail_after(60):
-            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="ui") as c:
-                params = {"id": "p1", "name": "one", "submissionId": "sub-1"}
-                retried = await _failed_then_retried(c, "providers.create", params, action)
-                listed = (await c.call("providers.list", {}))["providers"]
-    finally:
-        assert proc.terminate() == 0
+    async with faulted_client(tmp_path, f"providers.create.after_commit:1:{action}", client_id=CLIENT,
+                              client_kind="ui") as c:
+        params = {"id": "p1", "name": "one", "submissionId": "sub-1"}
+        retried = await failed_then_retried(c, "providers.create", params, CODES[action])
+        listed = (await c.call("providers.list", {}))["providers"]
     assert retried["provider"]["id"] == "p1" and retried["provider"]["name"] == "one"
     assert [p["id"] for p in listed] == ["p1"]
 
@@ -76,21 +58,16 @@ async def test_plan_approval_retried_after_a_storage_error_approves(tmp_path: Pa
     ws = tmp_path / "ws"
     ws.mkdir()
     data = tmp_path / "data"
-    proc = _host(data, point, action)
-    try:
-        with trio.fail_after(60):
-            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="ui") as c:
-                sid = (await c.call("session.create", {"title": "p", "projectPath": str(ws), "mode": "plan"}))["id"]
-                request = (await c.call("plans.submit", {
-                    "sessionId": sid, "turnId": "t1", "toolCallId": "call1", "kind": "plan",
-                    "markdown": "# Plan\n\nDo it.\n", "workspaceRoot": str(ws)}))["requestId"]
-                params = {"requestId": request, "action": "approve", "targetPermissionMode": "accept-edits",
-                          "submissionId": "sub-1"}
-                retried = await _failed_then_retried(c, "plans.respond", params, action)
-                pending = (await c.call("plans.pending", {}))["pending"]
-                session = (await c.call("session.get", {"sessionId": sid}))["session"]
-    finally:
-        assert proc.terminate() == 0
+    async with faulted_client(data, f"{point}:1:{action}", client_id=CLIENT, client_kind="ui") as c:
+        sid = (await c.call("session.create", {"title": "p", "projectPath": str(ws), "mode": "plan"}))["id"]
+        request = (await c.call("plans.submit", {
+            "sessionId": sid, "turnId": "t1", "toolCallId": "call1", "kind": "plan",
+            "markdown": "# Plan\n\nDo it.\n", "workspaceRoot": str(ws)}))["requestId"]
+        params = {"requestId": request, "action": "approve", "targetPermissionMode": "accept-edits",
+                  "submissionId": "sub-1"}
+        retried = await failed_then_retried(c, "plans.respond", params, CODES[action])
+        pending = (await c.call("plans.pending", {}))["pending"]
+        session = (await c.call("session.get", {"sessionId": sid}))["session"]
     assert retried is not None
     assert retried["approval"]["status"] == "approved" and retried["approval"]["requestId"] == request
     assert pending == []
@@ -101,26 +78,17 @@ async def test_plan_approval_retried_after_a_storage_error_approves(tmp_path: Pa
 @pytest.mark.parametrize("point", ["providers.update.before_commit", "secrets.write.before_dirsync"])
 async def test_provider_key_retried_after_a_storage_error_is_written_once(tmp_path: Path, point: str,
                                                                          action: str) -> None:
-    proc = start_host_process(tmp_path)
-    try:
-        async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="ui") as c:
-            await c.call("providers.create", {"id": "p1", "name": "one", "apiKey": "key-one"})
-    finally:
-        assert proc.terminate() == 0
-    proc = _host(tmp_path, point, action)
-    try:
-        with trio.fail_after(60):
-            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="ui") as c:
-                params = {"providerId": "p1", "apiKey": "key-new", "submissionId": "sub-1"}
-                with pytest.raises(RpcError) as failed:
-                    await c.call("providers.update", params)
-                assert failed.value.data_code == CODES[action]
-                assert (await c.call("secrets.get", {"ref": "provider/p1"}))["value"] == "key-one"
-                retried = await c.call("providers.update", params)
-                assert await c.call("providers.update", params) == retried
-                key = await c.call("secrets.get", {"ref": "provider/p1"})
-    finally:
-        assert proc.terminate() == 0
+    async with faulted_client(tmp_path, None, client_id=CLIENT, client_kind="ui") as c:
+        await c.call("providers.create", {"id": "p1", "name": "one", "apiKey": "key-one"})
+    async with faulted_client(tmp_path, f"{point}:1:{action}", client_id=CLIENT, client_kind="ui") as c:
+        params = {"providerId": "p1", "apiKey": "key-new", "submissionId": "sub-1"}
+        with pytest.raises(RpcError) as failed:
+            await c.call("providers.update", params)
+        assert failed.value.data_code == CODES[action]
+        assert (await c.call("secrets.get", {"ref": "provider/p1"}))["value"] == "key-one"
+        retried = await c.call("providers.update", params)
+        assert await c.call("providers.update", params) == retried
+        key = await c.call("secrets.get", {"ref": "provider/p1"})
     assert retried["provider"]["hasApiKey"] is True
     assert key["value"] == "key-new"
     assert SecretStore(tmp_path / "secrets").get("provider/p1").version == 2  # create, then one update
@@ -128,17 +96,12 @@ async def test_provider_key_retried_after_a_storage_error_is_written_once(tmp_pa
 
 @ACTIONS
 async def test_plugin_import_failing_after_its_commit_keeps_its_transcript(tmp_path: Path, action: str) -> None:
-    proc = _host(tmp_path, "plugins.importSession.after_commit", action)
-    try:
-        with trio.fail_after(60):
-            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="plugin",
-                                   plugin_id="test-plugin") as c:
-                params = {"sourceId": "chat", "externalId": "e1", "messages": [msg("m1", "from a plugin")],
-                          "submissionId": "sub-1"}
-                retried = await _failed_then_retried(c, "plugins.importSession", params, action)
-                got = await c.call("session.get", {"sessionId": retried["sessionId"], "full": True})
-    finally:
-        assert proc.terminate() == 0
+    async with faulted_client(tmp_path, f"plugins.importSession.after_commit:1:{action}", client_id=CLIENT,
+                              client_kind="plugin", plugin_id="test-plugin") as c:
+        params = {"sourceId": "chat", "externalId": "e1", "messages": [msg("m1", "from a plugin")],
+                  "submissionId": "sub-1"}
+        retried = await failed_then_retried(c, "plugins.importSession", params, CODES[action])
+        got = await c.call("session.get", {"sessionId": retried["sessionId"], "full": True})
     assert retried["created"] is True and retried["messageCount"] == 1
     assert [m["id"].split(":")[-1] for m in got["messages"]] == ["m1"]
     assert (tmp_path / "sessions" / f"{retried['sessionId']}.jsonl").is_file()
@@ -146,14 +109,10 @@ async def test_plugin_import_failing_after_its_commit_keeps_its_transcript(tmp_p
 
 @ACTIONS
 async def test_sync_password_retried_after_a_storage_error_is_written_once(tmp_path: Path, action: str) -> None:
-    proc = _host(tmp_path, "configSync.configure.before_commit", action)
-    try:
-        with trio.fail_after(60):
-            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="ui") as c:
-                params = {"enabled": True, "webdavPassword": "pw-1", "submissionId": "sub-1"}
-                retried = await _failed_then_retried(c, "configSync.configure", params, action)
-    finally:
-        assert proc.terminate() == 0
+    async with faulted_client(tmp_path, f"configSync.configure.before_commit:1:{action}", client_id=CLIENT,
+                              client_kind="ui") as c:
+        params = {"enabled": True, "webdavPassword": "pw-1", "submissionId": "sub-1"}
+        retried = await failed_then_retried(c, "configSync.configure", params, CODES[action])
     assert retried["hasWebdavPassword"] is True
     stored = SecretStore(tmp_path / "secrets").get("configSync/webdavPassword")
     assert (stored.value, stored.version) == ("pw-1", 1)
@@ -168,16 +127,11 @@ async def test_import_failing_to_publish_reports_the_storage_code(tmp_path: Path
     sid = "5a1e0000-0000-4000-8000-000000000001"
     (source / f"{sid}.jsonl").write_bytes(b"".join(gen.claude_code_lines(conv, session=sid)))
     data = tmp_path / "data"
-    proc = _host(data, "import.after_link", action)
-    try:
-        with trio.fail_after(60):
-            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="ui") as c:
-                params = {"source": "claude-code", "root": str(source.parent)}
-                refused = await c.call("import.sessions", {**params, "submissionId": "sub-1"})
-                imported = await c.call("import.sessions", {**params, "submissionId": "sub-2"})
-                listed = (await c.call("session.list", {}))["sessions"]
-    finally:
-        assert proc.terminate() == 0
+    async with faulted_client(data, f"import.after_link:1:{action}", client_id=CLIENT, client_kind="ui") as c:
+        params = {"source": "claude-code", "root": str(source.parent)}
+        refused = await c.call("import.sessions", {**params, "submissionId": "sub-1"})
+        imported = await c.call("import.sessions", {**params, "submissionId": "sub-2"})
+        listed = (await c.call("session.list", {}))["sessions"]
     assert refused["counts"]["refused"] == 1
     assert [r["reason"] for r in refused["sessions"]] == [CODES[action]]
     assert imported["counts"]["new"] == 1
@@ -189,29 +143,20 @@ async def test_import_failing_to_publish_reports_the_storage_code(tmp_path: Path
 @pytest.mark.parametrize("ref", ["k1", "k-new"])
 async def test_failed_secret_write_leaves_the_value_it_found(tmp_path: Path, point: str, action: str,
                                                              ref: str) -> None:
-    proc = start_host_process(tmp_path)
-    try:
-        async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="ui") as c:
-            await c.call("secrets.set", {"ref": "k1", "value": "v1"})
-    finally:
-        assert proc.terminate() == 0
-    proc = _host(tmp_path, point, action)
-    try:
-        with trio.fail_after(60):
-            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="ui") as c:
-                params = {"ref": ref, "value": "v2", "submissionId": "sub-1"}
-                with pytest.raises(RpcError) as failed:
-                    await c.call("secrets.set", params)
-                assert failed.value.data_code == CODES[action]
-                with pytest.raises(RpcError) as missing:
-                    await c.call("secrets.get", {"ref": "k-new"})
-                assert missing.value.data_code == "NOT_FOUND"
-                assert (await c.call("secrets.get", {"ref": "k1"}))["value"] == "v1"
-                retried = await c.call("secrets.set", params)
-                assert await c.call("secrets.set", params) == retried
-                now = (await c.call("secrets.get", {"ref": ref}))["value"]
-    finally:
-        assert proc.terminate() == 0
+    async with faulted_client(tmp_path, None, client_id=CLIENT, client_kind="ui") as c:
+        await c.call("secrets.set", {"ref": "k1", "value": "v1"})
+    async with faulted_client(tmp_path, f"{point}:1:{action}", client_id=CLIENT, client_kind="ui") as c:
+        params = {"ref": ref, "value": "v2", "submissionId": "sub-1"}
+        with pytest.raises(RpcError) as failed:
+            await c.call("secrets.set", params)
+        assert failed.value.data_code == CODES[action]
+        with pytest.raises(RpcError) as missing:
+            await c.call("secrets.get", {"ref": "k-new"})
+        assert missing.value.data_code == "NOT_FOUND"
+        assert (await c.call("secrets.get", {"ref": "k1"}))["value"] == "v1"
+        retried = await c.call("secrets.set", params)
+        assert await c.call("secrets.set", params) == retried
+        now = (await c.call("secrets.get", {"ref": ref}))["value"]
     assert now == "v2"
     assert retried["version"] == SecretStore(tmp_path / "secrets").get(ref).version == (2 if ref == "k1" else 1)
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import trio
 
-from runtime.client import RpcError, open_client
+from runtime.client import RpcError
 from runtime.datadir import DataDir
-from tests.hostkit import client_for, inprocess_host, msg, start_host_process
+from tests.hostkit import client_for, faulted_client, inprocess_host, msg
 
 CLIENT = "cli-1"
 
@@ -29,24 +28,19 @@ async def test_final_retried_after_a_storage_error_removes_its_checkpoint(tmp_pa
         await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("m1", "hello")})
     final = {"sessionId": "s1", "message": msg("a2", "done", role="assistant", turnId="t1"),
              "submissionId": "sub-1"}
-    proc = start_host_process(tmp_path, env={"RT_CRASHPOINT": "append.after_fsync:2:enospc"})
     checkpoint = DataDir(tmp_path).session_paths("s1").inflight
-    try:
-        with trio.fail_after(60):
-            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c:
-                await c.call("session.startTurn", {"sessionId": "s1", "turnId": "t1"})
-                await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("u2", "go", turnId="t1")})
-                await c.call("session.saveInflightMessage", {
-                    "sessionId": "s1", "turnId": "t1",
-                    "message": msg("a2", "partial", role="assistant", meta={"status": "streaming"})})
-                assert checkpoint.exists()
-                with pytest.raises(RpcError) as failed:
-                    await c.call("session.appendMessage", final)
-                assert failed.value.data_code == "STORAGE_FULL"
-                retried = await c.call("session.appendMessage", final)
-                got = await c.call("session.get", {"sessionId": "s1", "full": True})
-    finally:
-        assert proc.terminate() == 0
+    async with faulted_client(tmp_path, "append.after_fsync:2:enospc", client_id=CLIENT) as c:
+        await c.call("session.startTurn", {"sessionId": "s1", "turnId": "t1"})
+        await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("u2", "go", turnId="t1")})
+        await c.call("session.saveInflightMessage", {
+            "sessionId": "s1", "turnId": "t1",
+            "message": msg("a2", "partial", role="assistant", meta={"status": "streaming"})})
+        assert checkpoint.exists()
+        with pytest.raises(RpcError) as failed:
+            await c.call("session.appendMessage", final)
+        assert failed.value.data_code == "STORAGE_FULL"
+        retried = await c.call("session.appendMessage", final)
+        got = await c.call("session.get", {"sessionId": "s1", "full": True})
     assert retried["message"]["id"] == "a2" and retried["message"]["seq"] == 3
     assert [m["id"] for m in got["messages"]] == ["m1", "u2", "a2"]
     assert got["messages"][-1]["blocks"][0]["text"] == "done"

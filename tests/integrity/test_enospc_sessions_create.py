@@ -14,10 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
-from runtime.client import RpcError, open_client
-from tests.hostkit import client_for, inprocess_host, start_host_process
+from tests.hostkit import client_for, failed_then_retried, faulted_client, inprocess_host
 
 CLIENT = "cli-1"
 CODES = {"enospc": "STORAGE_FULL", "eio": "IO_ERROR"}
@@ -32,19 +30,9 @@ async def test_create_retried_after_a_storage_error_answers_the_session(tmp_path
     async with inprocess_host(tmp_path) as host, client_for(host, CLIENT, kind="agent") as c:
         await c.call("session.create", {"sessionId": "s0", "title": "Other"})
     params: dict[str, Any] = {"title": "New", "submissionId": "sub-1", **({"sessionId": "s1"} if with_id else {})}
-    proc = start_host_process(tmp_path, env={"RT_CRASHPOINT": f"{point}:1:{action}"})
-    try:
-        with trio.fail_after(60):
-            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c:
-                with pytest.raises(RpcError) as failed:
-                    await c.call("session.create", params)
-                assert failed.value.data_code == CODES[action]
-                retried = await c.call("session.create", params)
-                again = await c.call("session.create", params)
-                listed = (await c.call("session.list", {}))["sessions"]
-    finally:
-        assert proc.terminate() == 0
-    assert retried == again
+    async with faulted_client(tmp_path, f"{point}:1:{action}", client_id=CLIENT) as c:
+        retried = await failed_then_retried(c, "session.create", params, CODES[action])
+        listed = (await c.call("session.list", {}))["sessions"]
     assert retried["title"] == "New" and retried["messageCount"] == 0
     if with_id:
         assert retried["id"] == "s1"

@@ -15,11 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import trio
 
-from runtime.client import RpcError, open_client
+from runtime.client import RpcError
 from runtime.datadir import DataDir
-from tests.hostkit import client_for, inprocess_host, msg, start_host_process
+from tests.hostkit import client_for, faulted_client, inprocess_host, msg
 
 CLIENT = "cli-1"
 CODES = {"enospc": "STORAGE_FULL", "eio": "IO_ERROR"}
@@ -48,31 +47,26 @@ async def test_delete_failed_after_its_marker_is_done_in_the_same_process(tmp_pa
     point = {"after_marker": f"{prefix}.after_marker", "before_commit": f"{method}.before_commit",
              "before_files": f"{prefix}.before_files"}.get(step, step)
     answer = {"sessionId": "s1", "deleted" if method == "session.delete" else "purged": True}
-    proc = start_host_process(tmp_path, env={"RT_CRASHPOINT": f"{point}:1:{action}"})
-    try:
-        with trio.fail_after(60):
-            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c:
-                with pytest.raises(RpcError) as failed:
-                    await c.call(method, DELETE)
-                assert failed.value.data_code == CODES[action]
-                if read_first and step in COMMITTED:
-                    with pytest.raises(RpcError) as gone:
-                        await c.call("session.get", {"sessionId": "s1"})
-                    assert gone.value.data_code == "SESSION_NOT_FOUND"
-                elif read_first:  # rolled back: the session is there, and nothing will delete it later
-                    kept = await c.call("session.get", {"sessionId": "s1"})
-                    assert [m["id"] for m in kept["messages"]] == ["m-s1"]
-                    assert not DataDir(tmp_path).session_paths("s1").delete_marker.exists()
-                assert await c.call(method, DELETE) == answer
-                assert await c.call(method, DELETE) == answer
-                listed = [s["id"] for s in (await c.call("session.list", {}))["sessions"]]
-                trashed = (await c.call("sessions.listTrashed", {}))["sessions"]
-                with pytest.raises(RpcError) as gone:
-                    await c.call("session.get", {"sessionId": "s1"})
-                assert gone.value.data_code == "SESSION_NOT_FOUND"
-                other = await c.call("session.get", {"sessionId": "s9"})
-    finally:
-        assert proc.terminate() == 0
+    async with faulted_client(tmp_path, f"{point}:1:{action}", client_id=CLIENT) as c:
+        with pytest.raises(RpcError) as failed:
+            await c.call(method, DELETE)
+        assert failed.value.data_code == CODES[action]
+        if read_first and step in COMMITTED:
+            with pytest.raises(RpcError) as gone:
+                await c.call("session.get", {"sessionId": "s1"})
+            assert gone.value.data_code == "SESSION_NOT_FOUND"
+        elif read_first:  # rolled back: the session is there, and nothing will delete it later
+            kept = await c.call("session.get", {"sessionId": "s1"})
+            assert [m["id"] for m in kept["messages"]] == ["m-s1"]
+            assert not DataDir(tmp_path).session_paths("s1").delete_marker.exists()
+        assert await c.call(method, DELETE) == answer
+        assert await c.call(method, DELETE) == answer
+        listed = [s["id"] for s in (await c.call("session.list", {}))["sessions"]]
+        trashed = (await c.call("sessions.listTrashed", {}))["sessions"]
+        with pytest.raises(RpcError) as gone:
+            await c.call("session.get", {"sessionId": "s1"})
+        assert gone.value.data_code == "SESSION_NOT_FOUND"
+        other = await c.call("session.get", {"sessionId": "s9"})
     assert listed == ["s9"] and trashed == []
     assert [m["id"] for m in other["messages"]] == ["m-s9"]
     sessions = DataDir(tmp_path).sessions_dir

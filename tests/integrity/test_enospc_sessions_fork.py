@@ -13,11 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
-from runtime.client import RpcError, open_client
 from runtime.datadir import DataDir
-from tests.hostkit import client_for, inprocess_host, msg, start_host_process
+from tests.hostkit import client_for, create_two_exchanges, failed_then_retried, faulted_client, inprocess_host
 
 CLIENT = "cli-1"
 CODES = {"enospc": "STORAGE_FULL", "eio": "IO_ERROR"}
@@ -30,10 +28,7 @@ CALLS: dict[str, tuple[str, dict[str, Any]]] = {
 
 async def _setup(root: Path) -> None:
     async with inprocess_host(root) as host, client_for(host, CLIENT, kind="agent") as c:
-        await c.call("session.create", {"sessionId": "s1", "title": "First"})
-        for m in (msg("u0", "q0"), msg("a0", "r0", role="assistant"), msg("u1", "q1"),
-                  msg("a1", "r1", role="assistant")):
-            await c.call("session.appendMessage", {"sessionId": "s1", "message": m})
+        await create_two_exchanges(c)
 
 
 def _child_of(answer: dict[str, Any]) -> dict[str, Any]:
@@ -49,20 +44,11 @@ async def test_child_committed_before_a_storage_error_is_kept(tmp_path: Path, ki
     method, params = CALLS[kind]
     params = {**params, "submissionId": "sub-1"}
     armed = f"{method}.after_commit" if point == "after_commit" else point
-    proc = start_host_process(tmp_path, env={"RT_CRASHPOINT": f"{armed}:1:{action}"})
-    try:
-        with trio.fail_after(60):
-            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c:
-                with pytest.raises(RpcError) as failed:
-                    await c.call(method, params)
-                assert failed.value.data_code == CODES[action]
-                retried = await c.call(method, params)
-                assert await c.call(method, params) == retried
-                child = _child_of(retried)["id"]
-                listed = [s["id"] for s in (await c.call("session.list", {}))["sessions"]]
-                got = await c.call("session.get", {"sessionId": child, "full": True})
-    finally:
-        assert proc.terminate() == 0
+    async with faulted_client(tmp_path, f"{armed}:1:{action}", client_id=CLIENT) as c:
+        retried = await failed_then_retried(c, method, params, CODES[action])
+        child = _child_of(retried)["id"]
+        listed = [s["id"] for s in (await c.call("session.list", {}))["sessions"]]
+        got = await c.call("session.get", {"sessionId": child, "full": True})
     assert child in listed
     assert len(got["messages"]) == _child_of(retried)["messageCount"] > 0
     assert DataDir(tmp_path).transcript(child).exists()

@@ -14,11 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import trio
 
-from runtime.client import RpcError, open_client
 from runtime.datadir import DataDir
-from tests.hostkit import client_for, inprocess_host, msg, start_host_process
+from tests.hostkit import client_for, failed_then_retried, faulted_client, inprocess_host, msg
 
 CLIENT = "cli-1"
 CODES = {"enospc": "STORAGE_FULL", "eio": "IO_ERROR"}
@@ -40,25 +38,16 @@ async def _setup(root: Path) -> None:
 async def test_recover_inflight_retried_after_a_storage_error(tmp_path: Path, point: str, nth: int,
                                                               action: str) -> None:
     await _setup(tmp_path)
-    proc = start_host_process(tmp_path, env={"RT_CRASHPOINT": f"{point}:{nth}:{action}"})
-    try:
-        with trio.fail_after(60):
-            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c:
-                # the turn (the first append of this process), its prompt, a streaming checkpoint
-                await c.call("session.startTurn", {"sessionId": "s1", "turnId": "t1"})
-                await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("u2", "go", turnId="t1")})
-                await c.call("session.saveInflightMessage", {
-                    "sessionId": "s1", "turnId": "t1",
-                    "message": msg("a2", "partial", role="assistant", meta={"status": "streaming"})})
-                with pytest.raises(RpcError) as failed:
-                    await c.call("session.recoverInflight", RECOVER)
-                assert failed.value.data_code == CODES[action]
-                retried = await c.call("session.recoverInflight", RECOVER)
-                assert await c.call("session.recoverInflight", RECOVER) == retried
-                got = await c.call("session.get", {"sessionId": "s1", "full": True})
-                turns = (await c.call("session.listTurns", {"sessionId": "s1"}))["turns"]
-    finally:
-        assert proc.terminate() == 0
+    async with faulted_client(tmp_path, f"{point}:{nth}:{action}", client_id=CLIENT) as c:
+        # the turn (the first append of this process), its prompt, a streaming checkpoint
+        await c.call("session.startTurn", {"sessionId": "s1", "turnId": "t1"})
+        await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("u2", "go", turnId="t1")})
+        await c.call("session.saveInflightMessage", {
+            "sessionId": "s1", "turnId": "t1",
+            "message": msg("a2", "partial", role="assistant", meta={"status": "streaming"})})
+        retried = await failed_then_retried(c, "session.recoverInflight", RECOVER, CODES[action])
+        got = await c.call("session.get", {"sessionId": "s1", "full": True})
+        turns = (await c.call("session.listTurns", {"sessionId": "s1"}))["turns"]
     assert retried["action"] == "promoted"
     assert retried["message"]["id"] == "a2" and retried["message"]["seq"] == 3
     assert retried["turn"]["status"] == "aborted" and retried["turn"]["errorCode"] == "SIDECAR_LOST"

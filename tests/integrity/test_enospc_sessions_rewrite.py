@@ -15,10 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
-from runtime.client import RpcError, open_client
-from tests.hostkit import client_for, inprocess_host, msg, start_host_process
+from tests.hostkit import client_for, create_two_exchanges, failed_then_retried, faulted_client, inprocess_host, msg
 
 CLIENT = "cli-1"
 CODES = {"enospc": "STORAGE_FULL", "eio": "IO_ERROR"}
@@ -30,10 +28,7 @@ CALLS: dict[str, dict[str, Any]] = {
 
 async def _setup(root: Path) -> None:
     async with inprocess_host(root) as host, client_for(host, CLIENT, kind="agent") as c:
-        await c.call("session.create", {"sessionId": "s1", "title": "First"})
-        for m in (msg("u0", "q0"), msg("a0", "r0", role="assistant"), msg("u1", "q1"),
-                  msg("a1", "r1", role="assistant")):
-            await c.call("session.appendMessage", {"sessionId": "s1", "message": m})
+        await create_two_exchanges(c)
 
 
 async def _crash_free(root: Path, method: str) -> tuple[Any, list[str]]:
@@ -59,17 +54,8 @@ async def test_rewrite_retried_at_once_answers_the_first_try(tmp_path: Path, met
     await _setup(root)
     armed = f"{method}.before_commit" if point == "before_commit" else point
     params = {**CALLS[method], "submissionId": "sub-1"}
-    proc = start_host_process(root, env={"RT_CRASHPOINT": f"{armed}:1:{action}"})
-    try:
-        with trio.fail_after(60):
-            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c:
-                with pytest.raises(RpcError) as failed:
-                    await c.call(method, params)
-                assert failed.value.data_code == CODES[action]
-                retried = await c.call(method, params)
-                again = await c.call(method, params)
-                got = await c.call("session.get", {"sessionId": "s1", "full": True})
-    finally:
-        assert proc.terminate() == 0
-    assert _stable(retried) == _stable(again) == _stable(expected)
+    async with faulted_client(root, f"{armed}:1:{action}", client_id=CLIENT) as c:
+        retried = await failed_then_retried(c, method, params, CODES[action])
+        got = await c.call("session.get", {"sessionId": "s1", "full": True})
+    assert _stable(retried) == _stable(expected)
     assert [m["id"] for m in got["messages"]] == expected_ids

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import trio
 
-from runtime.client import HostClient, RpcError, open_client
-from tests.hostkit import call_killed_at, client_for, inprocess_host, msg, start_host_process
+from runtime.client import HostClient, RpcError
+from tests.hostkit import call_killed_at, client_for, create_two_exchanges, faulted_client, inprocess_host, msg
 
 CLIENT = "cli-1"
 
@@ -43,29 +43,21 @@ async def _append(c: HostClient) -> Any:
 async def test_append_retried_after_a_storage_error_moves_updated_at(tmp_path: Path, point: str, action: str,
                                                                      code: str | None) -> None:
     await _setup(tmp_path)
-    proc = start_host_process(tmp_path, env={"RT_CRASHPOINT": f"{point}:1:{action}"})
-    try:
-        with trio.fail_after(60):
-            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c:
-                if code is None:
-                    answer = await _append(c)
-                else:
-                    with pytest.raises(RpcError) as failed:
-                        await _append(c)
-                    assert failed.value.data_code == code
-                    if action == "enospc":
-                        answer = await _append(c)  # the same call again: the line the fault left is its effect
-        if action == "eio":
-            assert proc.terminate() == 0
-            proc = start_host_process(tmp_path)
-            with trio.fail_after(60):
-                async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c:
-                    answer = await _append(c)
-        with trio.fail_after(60):
-            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c:
-                listed = (await c.call("session.list", {}))["sessions"]
-    finally:
-        assert proc.terminate() == 0
+    async with faulted_client(tmp_path, f"{point}:1:{action}", client_id=CLIENT) as c:
+        if code is None:
+            answer = await _append(c)
+        else:
+            with pytest.raises(RpcError) as failed:
+                await _append(c)
+            assert failed.value.data_code == code
+            if action == "enospc":
+                answer = await _append(c)  # the same call again: the line the fault left is its effect
+        if action != "eio":
+            listed = (await c.call("session.list", {}))["sessions"]
+    if action == "eio":  # the file is failed until the next boot: the call is retried there
+        async with faulted_client(tmp_path, None, client_id=CLIENT) as c:
+            answer = await _append(c)
+            listed = (await c.call("session.list", {}))["sessions"]
     assert answer["message"]["id"] == "m2" and answer["message"]["seq"] == 2
     assert [s["id"] for s in listed] == ["s1", "s9"]
     s1 = next(s for s in listed if s["id"] == "s1")
@@ -76,10 +68,7 @@ async def test_append_retried_after_a_storage_error_moves_updated_at(tmp_path: P
 async def _setup_four(root: Path) -> None:
     """s1 with two exchanges, then s9 (created after s1's last write)."""
     async with inprocess_host(root) as host, client_for(host, CLIENT, kind="agent") as c:
-        await c.call("session.create", {"sessionId": "s1", "title": "First"})
-        for m in (msg("u0", "q0"), msg("a0", "r0", role="assistant"), msg("u1", "q1"),
-                  msg("a1", "r1", role="assistant")):
-            await c.call("session.appendMessage", {"sessionId": "s1", "message": m})
+        await create_two_exchanges(c)
         await c.call("session.create", {"sessionId": "s9", "title": "Other"})
 
 
@@ -95,18 +84,13 @@ async def test_rewrite_retried_after_a_storage_error_moves_updated_at(tmp_path: 
     row's ``updated_at`` as the rewrite's commit does."""
     await _setup_four(tmp_path)
     call = {"sessionId": "s1", "messageId": "a1", "mode": "regenerate", "submissionId": "sub-1"}
-    proc = start_host_process(tmp_path, env={"RT_CRASHPOINT": f"{point}:1:{action}"})
-    try:
-        with trio.fail_after(60):
-            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c:
-                with pytest.raises(RpcError) as failed:
-                    await c.call("session.truncateFrom", call)
-                assert failed.value.data_code == {"enospc": "STORAGE_FULL", "eio": "IO_ERROR"}[action]
-                await c.call("session.truncateFrom", call)
-                listed = (await c.call("session.list", {}))["sessions"]
-                got = await c.call("session.get", {"sessionId": "s1", "full": True})
-    finally:
-        assert proc.terminate() == 0
+    async with faulted_client(tmp_path, f"{point}:1:{action}", client_id=CLIENT) as c:
+        with pytest.raises(RpcError) as failed:
+            await c.call("session.truncateFrom", call)
+        assert failed.value.data_code == {"enospc": "STORAGE_FULL", "eio": "IO_ERROR"}[action]
+        await c.call("session.truncateFrom", call)
+        listed = (await c.call("session.list", {}))["sessions"]
+        got = await c.call("session.get", {"sessionId": "s1", "full": True})
     assert [m["id"] for m in got["messages"]] == ["u0", "a0", "u1"]
     assert [s["id"] for s in listed] == ["s1", "s9"]
 

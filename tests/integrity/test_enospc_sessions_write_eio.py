@@ -12,10 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import trio
 
-from runtime.client import RpcError, open_client
-from tests.hostkit import client_for, inprocess_host, msg, start_host_process
+from runtime.client import RpcError
+from tests.hostkit import client_for, failed_then_retried, faulted_client, inprocess_host, msg
 
 CLIENT = "cli-1"
 PROMPT = {"sessionId": "s1", "message": msg("u2", "go", turnId="t1"), "submissionId": "sub-1"}
@@ -30,20 +29,11 @@ async def _setup(root: Path) -> None:
 @pytest.mark.parametrize("point", ["append.before_write", "append.after_write"])
 async def test_prompt_retried_after_a_write_eio_in_the_same_process(tmp_path: Path, point: str) -> None:
     await _setup(tmp_path)
-    proc = start_host_process(tmp_path, env={"RT_CRASHPOINT": f"{point}:1:eio"})
-    try:
-        with trio.fail_after(60):
-            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c:
-                await c.call("session.startTurn", {"sessionId": "s1", "turnId": "t1"})
-                with pytest.raises(RpcError) as failed:
-                    await c.call("session.appendMessage", PROMPT)
-                assert failed.value.data_code == "IO_ERROR"
-                retried = await c.call("session.appendMessage", PROMPT)
-                assert await c.call("session.appendMessage", PROMPT) == retried
-                got = await c.call("session.get", {"sessionId": "s1", "full": True})
-                turns = (await c.call("session.listTurns", {"sessionId": "s1"}))["turns"]
-    finally:
-        assert proc.terminate() == 0
+    async with faulted_client(tmp_path, f"{point}:1:eio", client_id=CLIENT) as c:
+        await c.call("session.startTurn", {"sessionId": "s1", "turnId": "t1"})
+        retried = await failed_then_retried(c, "session.appendMessage", PROMPT, "IO_ERROR")
+        got = await c.call("session.get", {"sessionId": "s1", "full": True})
+        turns = (await c.call("session.listTurns", {"sessionId": "s1"}))["turns"]
     assert retried["message"]["id"] == "u2" and retried["message"]["seq"] == 2
     assert [m["id"] for m in got["messages"]] == ["m1", "u2"]
     assert [(t["id"], t["status"]) for t in turns] == [("t1", "running")]
@@ -51,15 +41,10 @@ async def test_prompt_retried_after_a_write_eio_in_the_same_process(tmp_path: Pa
 
 async def test_a_failed_fsync_still_fails_the_session_until_a_boot(tmp_path: Path) -> None:
     await _setup(tmp_path)
-    proc = start_host_process(tmp_path, env={"RT_CRASHPOINT": "append.after_fsync:1:eio"})
-    try:
-        with trio.fail_after(60):
-            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c:
-                with pytest.raises(RpcError) as failed:
-                    await c.call("session.appendMessage", {**PROMPT, "message": msg("m2", "two")})
-                assert failed.value.data_code == "IO_ERROR"
-                with pytest.raises(RpcError) as refused:
-                    await c.call("session.appendMessage", {**PROMPT, "message": msg("m2", "two")})
-                assert refused.value.data_code == "IO_ERROR" and "failed earlier" in refused.value.message
-    finally:
-        assert proc.terminate() == 0
+    async with faulted_client(tmp_path, "append.after_fsync:1:eio", client_id=CLIENT) as c:
+        with pytest.raises(RpcError) as failed:
+            await c.call("session.appendMessage", {**PROMPT, "message": msg("m2", "two")})
+        assert failed.value.data_code == "IO_ERROR"
+        with pytest.raises(RpcError) as refused:
+            await c.call("session.appendMessage", {**PROMPT, "message": msg("m2", "two")})
+        assert refused.value.data_code == "IO_ERROR" and "failed earlier" in refused.value.message
