@@ -67,12 +67,21 @@ class HostProcess:
     def kill9(self) -> None:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
+        self.reap(30)
 
     def terminate(self, timeout: float = 30) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=timeout)
+        return self.reap(timeout)
+
+    def reap(self, timeout: float = 30) -> int:
+        """Wait for the exit and drain and close the child's pipes (an exec'd host's ``Popen`` pipes would
+        otherwise stay open: "unclosed file" warnings). A later ``proc.communicate()`` still answers what
+        the host wrote."""
+        self.proc.communicate(timeout=timeout)
+        code = self.proc.returncode
+        assert code is not None
+        return code
 
 
 def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None = None,
@@ -169,10 +178,9 @@ async def call_killed_at(data_dir: Path, point: str, method: str, params: dict[s
             except (ClientClosed, OSError):
                 pass
             if answered is None:
-                await trio.to_thread.run_sync(lambda: crashing.proc.wait(timeout=30))
+                await trio.to_thread.run_sync(crashing.reap)
     finally:
-        if crashing.proc.poll() is None:
-            crashing.kill9()  # the point was never reached: never leave the host running
+        crashing.kill9()  # the point was never reached: never leave the host running (and close its pipes)
     assert answered is None, f"the host answered instead of dying at {point}:{nth}"
     assert crashing.proc.returncode == -9, f"the host did not die at {point}:{nth}"
 

@@ -13,21 +13,12 @@ import trio
 
 from protocol.methods import EVENTS
 from runtime.client import ClientEvent, HostClient, RpcError, open_client
-from tests.hostkit import HostProcess, start_host_process
+from tests.hostkit import start_host_process
 
 THROTTLE = 0.25  # the host's default session.inflight interval
 SLACK = 0.35  # scheduling on a shared 2-core machine
 CHECKPOINT_EVERY = 0.1
 
-
-def _stop(proc: HostProcess, *, kill: bool) -> None:
-    if kill:
-        proc.kill9()
-    else:
-        proc.terminate()
-    for pipe in (proc.proc.stdout, proc.proc.stderr):
-        if pipe is not None:
-            pipe.close()
 
 
 class Ui:
@@ -164,12 +155,12 @@ async def test_three_clients_stream_prompt_and_survive_a_sigkill(tmp_path: Path)
                 second = await sc.call("approvals.request", {"sessionId": sid, "turnId": "t2", "tool": "Write",
                                                              "argsSummary": "write out.txt", "risk": "high"})
                 pending_id = second["request"]["requestId"]
-                await trio.to_thread.run_sync(lambda: _stop(proc, kill=True))
+                await trio.to_thread.run_sync(proc.kill9)
                 killed = True
                 nursery.cancel_scope.cancel()
         finally:
             if not killed:
-                await trio.to_thread.run_sync(lambda: _stop(proc, kill=True))
+                await trio.to_thread.run_sync(proc.kill9)
         proc = await trio.to_thread.run_sync(start_host_process, data)
         try:
             async with open_client(proc.url, proc.token, client_id="ui-1", client_kind="ui") as c1:
@@ -194,4 +185,4 @@ async def test_three_clients_stream_prompt_and_survive_a_sigkill(tmp_path: Path)
                 turns = {t["id"]: t["status"] for t in listed["turns"]}
                 assert turns == {"t1": "completed", "t2": "aborted"}
         finally:
-            await trio.to_thread.run_sync(lambda: _stop(proc, kill=False))
+            await trio.to_thread.run_sync(proc.terminate)

@@ -7,21 +7,12 @@ from pathlib import Path
 import trio
 
 from runtime.client import RpcError, open_client
-from tests.hostkit import HostProcess, client_for, start_host_process
+from tests.hostkit import client_for, start_host_process
 from tests.pipeline.scenarios import rows
 from tests.scheduler.hostclock import SetClock, host_at
 
 MARKDOWN = "# Plan\n\n1. Do it\n"
 
-
-def _stop(proc: HostProcess, *, kill: bool) -> None:
-    if kill:
-        proc.kill9()
-    else:
-        proc.terminate()
-    for pipe in (proc.proc.stdout, proc.proc.stderr):
-        if pipe is not None:
-            pipe.close()
 
 
 async def test_acceptance_11_18_restart_interrupts_every_pending_request_and_refuses_stale_answers(
@@ -63,7 +54,7 @@ async def test_acceptance_11_18_restart_interrupts_every_pending_request_and_ref
                                                               "workspaceRoot": str(ws)})
                 assert (await ui.call("approvals.pending", {}))["pending"][0]["requestId"] == waiting
         finally:
-            await trio.to_thread.run_sync(lambda: _stop(proc, kill=True))
+            await trio.to_thread.run_sync(proc.kill9)
         before = rows(data, "SELECT status FROM approvals WHERE request_id = ?", answered)
         proc = await trio.to_thread.run_sync(start_host_process, data)
         try:
@@ -109,7 +100,7 @@ async def test_acceptance_11_18_restart_interrupts_every_pending_request_and_ref
                                                             "risk": "high"})
                 assert fresh["request"]["status"] == "pending" and fresh["request"]["requestId"] != waiting
         finally:
-            await trio.to_thread.run_sync(lambda: _stop(proc, kill=False))
+            await trio.to_thread.run_sync(proc.terminate)
 
 
 async def test_a_request_past_its_deadline_stays_expired_across_a_restart(tmp_path: Path) -> None:

@@ -224,7 +224,7 @@ def test_stop_terminates_cleanly_and_says_so(tmp_path: Path) -> None:
         done = cli("--data-dir", str(data), "stop")
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == f"pi-host stopped cleanly (pid {host.proc.pid})"
-        assert host.proc.wait(timeout=30) == 0
+        assert host.reap(30) == 0
         assert (data / "clean-shutdown").exists() and not (data / "host.json").exists()
     finally:
         host.terminate()

@@ -198,7 +198,7 @@ async def test_sigkill_during_assistant_edit_then_retry_has_exactly_one_effect(t
                 await turn(c, "src", "u1", "a1")
                 with pytest.raises(ClientClosed):  # the host dies under the call
                     await c.call("session.assistantEdit", p)
-        assert proc.proc.wait(timeout=30) == -signal.SIGKILL
+        assert proc.reap(30) == -signal.SIGKILL
     finally:
         proc.kill9()
         proc.proc.communicate()

@@ -225,7 +225,7 @@ async def test_sigkill_during_fork_gives_no_child_or_a_whole_one(tmp_path, point
                 await c.call("session.appendMessage", {"sessionId": "src", "message": msg("a1", "x", role="assistant")})
                 with pytest.raises(ClientClosed):  # the host dies under the call
                     await c.call("session.fork", {"sessionId": "src"})
-        assert proc.proc.wait(timeout=30) == -signal.SIGKILL
+        assert proc.reap(30) == -signal.SIGKILL
     finally:
         proc.kill9()
         proc.proc.communicate()

@@ -53,7 +53,7 @@ async def test_sigkill_during_rewrite(tmp_path, point, nth):
             with pytest.raises(ClientClosed):  # the host dies under the call
                 async with open_client(proc.url, proc.token, client_id="crash") as c:
                     await _scenario(c)
-        assert proc.proc.wait(timeout=30) == -signal.SIGKILL
+        assert proc.reap(30) == -signal.SIGKILL
     finally:
         proc.kill9()
         proc.proc.communicate()  # closes the pipes
@@ -93,7 +93,7 @@ async def test_a_regenerate_retried_after_a_kill_archives_its_tail_once(tmp_path
                         await c.call("session.appendMessage", {"sessionId": SID, "message": msg(
                             mid, f"text {mid}", role=role)})
                     await c.call("session.truncateFrom", cut)
-        assert proc.proc.wait(timeout=30) == -signal.SIGKILL
+        assert proc.reap(30) == -signal.SIGKILL
     finally:
         proc.kill9()
         proc.proc.communicate()
