@@ -229,6 +229,15 @@ class SessionContext:
         while a full disk keeps the index behind)."""
         return await self._actor.deps.reads.run(fn, *args)
 
+    async def landed(self, check: Callable[[Any], bool]) -> bool:
+        """After :meth:`commit` raised: whether its transaction took place all the same (an error once the
+        commit may have happened; ``store.receipts.landed``: the receipt's row, else ``check``, a read of the
+        effect's rows). Not known (the read fails too): False."""
+        try:
+            return await self.read(receipts.landed, self.receipt, check)
+        except StoreError:
+            return False
+
     def read_ahead(self, key: Hashable, fn: Callable[..., T], *args: Any, bound: int,
                    size: Callable[[T], int]) -> None:
         """Read ``fn(conn, *args)`` (at most ``bound`` bytes) once this actor's mailbox is empty, for

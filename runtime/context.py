@@ -179,11 +179,8 @@ class HostContext:
         """After :meth:`commit` raised: whether its transaction took place all the same (an error once the
         commit may have happened). With a receipt, its row says; else ``check`` (reads the effect's rows).
         Not known (the read fails too): False."""
-        key = self.receipt
         try:
-            if key is not None:
-                return await self.read(receipts.check, key) is not None
-            return await self.read(check)
+            return await self.read(receipts.landed, self.receipt, check)
         except StoreError:
             return False
 

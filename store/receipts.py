@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +94,15 @@ def check(conn: sqlite3.Connection, key: ReceiptKey) -> dict[str, Any] | None:
     if found["fingerprint"] != key.fingerprint or found["method"] != key.method:
         raise conflict(key, str(found["method"]))
     return found
+
+
+def landed(conn: sqlite3.Connection, key: ReceiptKey | None, effect: Callable[[sqlite3.Connection], bool]) -> bool:
+    """After a commit raised (an error once it may have taken place): whether its transaction took place
+    all the same. With a receipt, its row says (it rides in the effect's transaction); else ``effect(conn)``,
+    a read of the effect's own rows."""
+    if key is not None:
+        return check(conn, key) is not None
+    return effect(conn)
 
 
 def store(

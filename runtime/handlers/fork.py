@@ -85,10 +85,7 @@ async def fork(ctx: SessionContext, p: m.ForkParams, key: ReceiptKey | None) -> 
 async def child_landed(ctx: SessionContext, child: str) -> bool:
     """After a failure: whether the child's commit took place all the same (a failure after the commit,
     ``STORAGE_FULL`` / ``IO_ERROR`` included). Then it is the effect its receipt answers with: kept."""
-    try:
-        return await ctx.read(index.session_row, child) is not None
-    except Exception:  # noqa: BLE001 - not known: undone as before (the original error is the one to report)
-        return False
+    return await ctx.landed(lambda conn: index.session_row(conn, child) is not None)
 
 
 async def _undo(ctx: SessionContext, child: str, path: Any, scratch: Any) -> None:

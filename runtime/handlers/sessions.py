@@ -253,7 +253,7 @@ async def remove_session(ctx: SessionContext, key: ReceiptKey | None, rows: Call
         result = await ctx.commit(rows)
     except Exception:
         try:
-            if await ctx.read(index.session_row, sid) is not None:
+            if not await ctx.read(receipts.landed, key, lambda conn: index.session_row(conn, sid) is None):
                 await ctx.io(withdraw_delete_marker, paths)
         except Exception:  # noqa: BLE001 - the delete's own error is the one to report
             log.warning("could not withdraw the delete marker of session %s", sid, exc_info=True)
