@@ -49,13 +49,35 @@ One JSON object per line. What becomes what:
   subagent files are merged into the main file's records at their time
   position (by ``createdAt``), so a subagent's rows follow the ``Task`` call
   that spawned it instead of trailing the whole conversation.
+* Branches: a rewind (Esc Esc to an earlier prompt, an edit) writes nothing of its own; the next
+  prompt names as ``parentUuid`` the line the picked prompt hung off, and the abandoned lines stay in
+  the file. Claude Code shows and resumes the branch of the newest conversation line, so that is the
+  transcript; every other branch goes to the host's revisions store as pi's do (``Parsed.off_branch``,
+  :mod:`store.interchange.import_write`), its responses counted by ``usage.*``. A first pass
+  (:class:`_Tree`: a few machine words per line, no text) walks the main file's non-sidechain tree from
+  the leaf (the last ``user``/``assistant`` line; a ``compact_boundary`` without a parent continues at its
+  ``logicalParentUuid``: a compaction is no rewind) and keeps with that path what hangs off it without
+  being another turn, as Claude Code's loader does: lines that are no conversation (``progress`` with
+  the subagent rows of ``agent_progress``, hooks, attachments, ``system`` lines), the other lines of a
+  response on the path (parallel tool calls share its ``message.id``) and the tool results under them,
+  a checkpoint's summary. Every conversation line off it is on an abandoned branch: the newest such line
+  is a leaf, its branch is found the same way, and so on (each converted like the live one, from its
+  root, with the inline sidechain and subagent rows the live transcript shows before it diverges).
+  Inline sidechains and subagent files stay in the live transcript. The file imports in file order, every
+  line live, as before, when it has no branch, when its tree cannot be trusted to say which is live (a
+  duplicate ``uuid``, a live path ending at a missing parent or in a cycle), or past
+  :data:`MAX_TREE_RECORDS` / :data:`MAX_BRANCHES` / :data:`MAX_BRANCH_WORK` (then its report's
+  ``skipped`` names the bound).
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
+import hashlib
 import heapq
 import re
+from array import array
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +88,7 @@ from store.interchange.importers.common import (
     ChainTracker,
     Emitter,
     FileReport,
+    ImportLimits,
     LineReader,
     ParseContext,
     Parsed,
@@ -267,10 +290,14 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     shared = _Shared()
 
     files = unit.files[: ctx.limits.max_files_per_session]
+    scanned = _scan_tree(files[0], ctx.limits) if files else None
+    split = scanned if isinstance(scanned, _Split) else None
 
     def primary() -> Iterator[Slot]:
         conv = _FileConverter(ctx, meta, report, shared, sid, files[0], primary=True)
-        yield from conv.run()
+        if isinstance(scanned, str):
+            conv.file.skipped[f"branches(not split: {scanned})"] += 1
+        yield from conv.run(split.live_select if split is not None else None)
         if not shared.recognized:
             if conv.file.lines == conv.file.blank_lines:
                 raise Refused("EMPTY_SESSION", f"{files[0]} holds no complete line")
@@ -286,7 +313,350 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
         subs = [(_first_time(path), path) for path in files[1:]]
         yield from merge_in_time(primary(), [(start, functools.partial(subagent, path)) for start, path in subs])
 
-    return Parsed(meta, report, finalize(records(), report, ctx.limits))
+    if split is None:
+        return Parsed(meta, report, finalize(records(), report, ctx.limits))
+
+    live_ids: set[str] = set()
+
+    def live() -> Iterator[dict[str, Any]]:
+        for record in finalize(records(), report, ctx.limits):
+            if isinstance(record.get("id"), str):
+                live_ids.add(record["id"])
+            yield record
+
+    def branch(b: _Branch) -> list[dict[str, Any]]:
+        """One abandoned branch's records: the path from its root to its leaf with what hangs off it, converted
+        as the live branch is, with the records the live transcript shows before the branch left it (inline
+        sidechain lines, subagent files' rows) so its shared part reads as the live one. Scratch state."""
+        scratch = SessionReport(SOURCE, unit.external_id, sid)
+        bmeta = SessionMeta(SOURCE, unit.external_id, sid)
+        bshared = _Shared(agents=dict(shared.agents), recognized=True, known_tasks=dict(shared.known_tasks))
+
+        lines = split.lines(b)
+
+        def main() -> Iterator[Slot]:
+            conv = _FileConverter(ctx, bmeta, scratch, bshared, sid, files[0], primary=False)
+            yield from conv.run(lines.select, end=lines.end, unparsed=lines.unparsed)
+
+        def sub(path: Path) -> Iterator[Slot]:
+            for slot in _FileConverter(ctx, bmeta, scratch, bshared, sid, path, primary=False).run():
+                if lines.cutoff is None or slot.record.get("createdAt", EPOCH_STAMP) >= lines.cutoff:
+                    return
+                yield slot
+
+        subs = [(_first_time(path), path) for path in files[1:]]
+        merged = merge_in_time(main(), [(start, functools.partial(sub, path)) for start, path in subs])
+        return list(finalize(merged, scratch, ctx.limits))
+
+    def off_branch() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+        for b in split.branches:
+            yield b.leaf, branch(b)
+
+    branch_ids: list[set[str]] = []
+
+    def source_ids() -> set[str]:
+        """Every id a line of the files becomes, on the live branch or off it (once the records are read)."""
+        if not branch_ids:
+            branch_ids.append({r["id"] for b in split.branches for r in branch(b) if isinstance(r.get("id"), str)})
+        return live_ids | branch_ids[0]
+
+    return Parsed(meta, report, live(), follows_branch=True, source_ids=source_ids, off_branch=off_branch)
+
+
+# --------------------------------------------------------------------------- the conversation tree
+
+MAX_TREE_RECORDS = 2_000_000
+"""Records of a main transcript's ``uuid``/``parentUuid`` tree kept to split it into branches (about 200
+bytes each, no text); a longer file imports in file order, every record live, as before branches were split."""
+MAX_BRANCHES = 1_000
+"""Abandoned branches one file may hand over; past it the file imports in file order."""
+MAX_BRANCH_WORK = 5_000_000
+"""Branches × tree records one file may cost (each branch is converted by one more read of the file up to
+its end): a file of 100,000 lines splits at most 50 branches; past it the file imports in file order."""
+TOO_MANY = "too many records", "too many branches"
+"""Why a file with branches imported in file order (counted in its report's ``skipped``)."""
+
+_PROMPT, _RESULT, _ASSISTANT, _SUMMARY, _OTHER, _BOUNDARY = range(6)
+"""Node kinds: a user line with words (a turn record), one holding only ``tool_result`` blocks, an assistant
+line, the ``isCompactSummary`` user line, any other line of the chain (system, progress, attachment), a
+``compact_boundary``."""
+_TURNS = (_PROMPT, _RESULT, _ASSISTANT, _SUMMARY)
+_ROOT, _DANGLING = -1, -2
+_LIVE, _OFF = 1, 2
+
+
+def _digest(value: str) -> int:
+    return int.from_bytes(hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big",
+                          signed=True) or 1
+
+
+def _node_kind(rec: Mapping[str, Any]) -> int:
+    kind = rec.get("type")
+    if kind == "assistant":
+        return _ASSISTANT
+    if kind == "user":
+        if rec.get("isCompactSummary") is True:
+            return _SUMMARY
+        message = rec.get("message")
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list) and content and all(
+                isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content):
+            return _RESULT
+        return _PROMPT
+    if kind == "system" and rec.get("subtype") == "compact_boundary":
+        return _BOUNDARY
+    return _OTHER
+
+
+@dataclass
+class _Branch:
+    """One abandoned branch of the main transcript, as :func:`parse`'s ``off_branch`` converts it (its lines
+    are resolved when it is converted, :meth:`_Split.lines`: one branch's set in memory at a time)."""
+
+    node: int
+    """Its leaf: the newest conversation line of the branch."""
+    leaf: str = ""
+    """The leaf's ``uuid`` (``sourceLeaf`` of its revision line)."""
+
+
+@dataclass(frozen=True)
+class _Lines:
+    """The lines of one branch: the path from its root to its leaf and what hangs off that path."""
+
+    members: frozenset[int]
+    """Offsets of its tree lines."""
+    end: int
+    """Offset just past its last line."""
+    diverge: int
+    """Offset of its first line the live branch does not hold."""
+    cutoff: str | None
+    """The time of that line (stamp): the subagent rows before it are the live transcript's, shared."""
+    nodes: array[int]
+    """Offsets of every tree line of the file (sorted): a line in none of them is parsed for bookkeeping."""
+
+    def unparsed(self, offset: int) -> bool:
+        """A tree line of another branch: left without parsing it."""
+        if offset in self.members:
+            return False
+        i = bisect.bisect_left(self.nodes, offset)
+        return i < len(self.nodes) and self.nodes[i] == offset
+
+    def select(self, offset: int, rec: Mapping[str, Any]) -> bool:
+        if offset in self.members:
+            return True
+        if rec.get("isSidechain") is True:  # an inline sidechain (1.x) the live transcript shows before it
+            return offset < self.diverge
+        uuid = rec.get("uuid")
+        return not (isinstance(uuid, str) and uuid)  # bookkeeping lines (titles, cost-state)
+
+
+class _Split:
+    """A main transcript with abandoned branches: the lines off the live branch and the branches."""
+
+    def __init__(self, tree: _Tree, skip: frozenset[int], branches: list[_Branch]) -> None:
+        self.tree = tree
+        self.skip = skip
+        """Offsets of the lines the live transcript leaves out (each is in a branch)."""
+        self.branches = branches
+
+    def live_select(self, offset: int, rec: Mapping[str, Any]) -> bool:
+        return offset not in self.skip
+
+    def lines(self, branch: _Branch) -> _Lines:
+        tree = self.tree
+        members, _ = tree.cover(branch.node)
+        first = min((m for m in members if tree.state[m] != _LIVE), key=lambda m: tree.offsets[m])
+        ms = tree.times[first]
+        return _Lines(frozenset(tree.offsets[m] for m in members), max(tree.ends[m] for m in members),
+                      tree.offsets[first], stamp(ms) if ms >= 0 else None, tree.offsets)
+
+
+class _Tree:
+    """Pass 1 over a main transcript: the tree its non-sidechain lines form through ``uuid``/``parentUuid``.
+
+    Per line a few machine words (digests, offsets, kind), no text; :meth:`split` resolves the live branch
+    and the abandoned ones (see the module docstring)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.index: dict[int, int] = {}
+        self.offsets = array("q")
+        self.ends = array("q")
+        self.parent_keys = array("q")
+        self.groups = array("q")
+        self.times = array("q")
+        self.kinds = bytearray()
+        self.logical: dict[int, int] = {}
+        """Node of a compact boundary without a parent → its ``logicalParentUuid`` digest (0: none)."""
+        self.failed: str | None = None
+        self.parents = array("q")
+        self.first_child = array("q")
+        self.next_sibling = array("q")
+        self.state = bytearray()
+        """Per node: 0 not placed yet, :data:`_LIVE`, :data:`_OFF` (on an abandoned branch)."""
+
+    def add(self, rec: Mapping[str, Any], offset: int, end: int) -> None:
+        if self.failed is not None or rec.get("isSidechain") is True:
+            return
+        uuid = rec.get("uuid")
+        if not isinstance(uuid, str) or not uuid:
+            return
+        key = _digest(uuid)
+        if key in self.index:
+            self.failed = "duplicate uuid"
+            return
+        if len(self.index) >= self.limit:
+            self.failed = TOO_MANY[0]
+            return
+        node = len(self.offsets)
+        self.index[key] = node
+        parent = rec.get("parentUuid")
+        kind = _node_kind(rec)
+        self.offsets.append(offset)
+        self.ends.append(end)
+        self.parent_keys.append(_digest(parent) if isinstance(parent, str) and parent else 0)
+        message = rec.get("message")
+        api_id = message.get("id") if kind == _ASSISTANT and isinstance(message, Mapping) else None
+        self.groups.append(_digest(api_id) if isinstance(api_id, str) and api_id else 0)
+        self.times.append(to_ms(rec.get("timestamp")) or -1)
+        self.kinds.append(kind)
+        if kind == _BOUNDARY and not self.parent_keys[node]:
+            logical = rec.get("logicalParentUuid")
+            self.logical[node] = _digest(logical) if isinstance(logical, str) and logical else 0
+
+    def link(self) -> None:
+        """Parents as node numbers (the digests are dropped), children lists."""
+        n = len(self.offsets)
+        kinds = self.kinds
+        parents = array("q", [_ROOT]) * n
+        last_turn = _ROOT
+        for i in range(n):
+            pk = self.parent_keys[i]
+            if pk:
+                parents[i] = self.index.get(pk, _DANGLING)
+            elif i in self.logical:  # a compact boundary continues the conversation it summarised
+                lk = self.logical[i]
+                p = self.index.get(lk, _DANGLING) if lk else _DANGLING
+                parents[i] = p if p >= 0 else last_turn
+            if kinds[i] in _TURNS:
+                last_turn = i
+        self.index, self.parent_keys, self.logical = {}, array("q"), {}
+        first_child = array("q", [-1]) * n
+        next_sibling = array("q", [-1]) * n
+        for i in range(n - 1, -1, -1):
+            p = parents[i]
+            if p >= 0:
+                next_sibling[i] = first_child[p]
+                first_child[p] = i
+        self.parents, self.first_child, self.next_sibling = parents, first_child, next_sibling
+        self.state = bytearray(n)
+
+    def cover(self, start: int, *, new_only: bool = False) -> tuple[set[int], bool]:
+        """The path from ``start`` to its root, and what hangs off it without being another turn: lines
+        that are no conversation (hooks, progress, attachments, system lines), the other lines of a
+        response on the path (parallel tool calls share its ``message.id``) and the tool results under
+        them, a checkpoint's summary (what Claude Code's own loader keeps beside the path). ``new_only``:
+        stop at lines already placed (they and what hangs off them are). The flag: the path reached a root."""
+        parents, kinds, groups, state = self.parents, self.kinds, self.groups, self.state
+        path: list[int] = []
+        members: set[int] = set()
+        cur = start
+        while cur >= 0 and cur not in members and not (new_only and state[cur]):
+            members.add(cur)
+            path.append(cur)
+            cur = parents[cur]
+        reached = cur == _ROOT
+        wanted = {groups[i] for i in path if groups[i]}
+        stack = path
+        while stack:
+            p = stack.pop()
+            c = self.first_child[p]
+            while c >= 0:
+                k = kinds[c]
+                if c not in members and not (new_only and state[c]) and (
+                        k in (_OTHER, _BOUNDARY) or (k == _RESULT and kinds[p] == _ASSISTANT)
+                        or (k == _SUMMARY and kinds[p] == _BOUNDARY)
+                        or (k == _ASSISTANT and groups[c] != 0 and groups[c] in wanted)):
+                    members.add(c)
+                    stack.append(c)
+                c = self.next_sibling[c]
+        return members, reached
+
+    def split(self) -> _Split | None:
+        """The live branch (from the newest conversation line, as Claude Code resumes it) and every
+        abandoned one; None when the file has none, or its tree cannot be trusted to say so (a duplicate
+        uuid, a live path that ends at a missing parent or in a cycle, past the bounds): then every line is
+        live, in file order, as before branches were split. O(lines): each line is placed once."""
+        if self.failed is not None:
+            return None
+        n = len(self.offsets)
+        kinds = self.kinds
+        leaf = next((i for i in range(n - 1, -1, -1) if kinds[i] in _TURNS), None)
+        if leaf is None:
+            return None
+        self.link()
+        live, reached = self.cover(leaf)
+        if not reached:
+            self.failed = "the live path ends at a missing parent or in a cycle"
+            return None
+        state = self.state
+        for i in live:
+            state[i] = _LIVE
+        found: list[int] = []
+        for i in range(n - 1, -1, -1):
+            if kinds[i] not in _TURNS or state[i]:
+                continue
+            if len(found) >= MAX_BRANCHES or (len(found) + 1) * n > MAX_BRANCH_WORK:
+                self.failed = TOO_MANY[1]
+                return None
+            members, _ = self.cover(i, new_only=True)
+            for m in members:
+                state[m] = _OFF
+            found.append(i)
+        if not found:
+            return None
+        return _Split(self, frozenset(self.offsets[i] for i in range(n) if state[i] == _OFF),
+                      [_Branch(i) for i in sorted(found)])
+
+
+def _scan_tree(path: Path, limits: ImportLimits) -> _Split | str | None:
+    """Pass 1 over the main transcript: its branches; None: it imports in file order (see :meth:`_Tree.split`),
+    or one of :data:`TOO_MANY` when that is because of a bound. A file that is no Claude Code transcript, or
+    cannot be read, has none (the conversion says why)."""
+    tree = _Tree(min(limits.max_tracked_ids, MAX_TREE_RECORDS))
+    leaves: dict[int, str] = {}
+    try:
+        reader = LineReader(path, max_line_bytes=limits.max_line_bytes, chunk=limits.read_chunk)
+        recognized = False
+        parsed = 0
+        for line in reader:
+            if line.data is None or not line.data.strip():
+                continue
+            rec = parse_object(line.data)
+            if rec is None:
+                continue
+            parsed += 1
+            recognized = recognized or rec.get("type") in KNOWN_TYPES
+            if not recognized and parsed >= limits.recognize_within_lines:
+                return None
+            tree.add(rec, line.offset, line.offset + line.length)
+            if tree.failed is not None:
+                break
+        split = tree.split()
+        if split is None:
+            return tree.failed if tree.failed in TOO_MANY else None
+        wanted = {tree.offsets[b.node] for b in split.branches}
+        for line in LineReader(path, max_line_bytes=limits.max_line_bytes, chunk=limits.read_chunk,
+                               end=max(tree.ends[b.node] for b in split.branches)):
+            if line.offset in wanted and line.data is not None:
+                rec = parse_object(line.data)
+                uuid = rec.get("uuid") if rec is not None else None
+                leaves[line.offset] = uuid if isinstance(uuid, str) else f"L{line.offset}"
+    except OSError:
+        return None
+    for b in split.branches:
+        b.leaf = leaves.get(tree.offsets[b.node], f"L{tree.offsets[b.node]}")
+    return split
 
 
 _Start = Callable[[], Iterator[Slot]]
@@ -401,8 +771,12 @@ class _FileConverter:
         self.parsed_lines = 0
 
     # ------------------------------------------------------------------ driver
-    def run(self) -> Iterator[Slot]:
-        reader = LineReader(self.path, max_line_bytes=self.ctx.limits.max_line_bytes, chunk=self.ctx.limits.read_chunk)
+    def run(self, select: Callable[[int, Mapping[str, Any]], bool] | None = None, end: int | None = None,
+            unparsed: Callable[[int], bool] | None = None) -> Iterator[Slot]:
+        """``select``: the lines of one branch (:class:`_Split`, :class:`_Lines`), the others only counted;
+        ``unparsed``: lines not even parsed (another branch's, in a branch's conversion)."""
+        reader = LineReader(self.path, max_line_bytes=self.ctx.limits.max_line_bytes, chunk=self.ctx.limits.read_chunk,
+                            end=end)
         for line in reader:
             self.file.lines += 1
             if line.data is None:
@@ -411,11 +785,16 @@ class _FileConverter:
             if not line.data.strip():
                 self.file.blank_lines += 1
                 continue
+            if unparsed is not None and unparsed(line.offset):
+                continue
             rec = parse_object(line.data)
             if rec is None:
                 self.file.bad_lines += 1
                 continue
             self.parsed_lines += 1
+            if select is not None and not select(line.offset, rec):
+                self.off_branch(rec)
+                continue
             self.take(rec, line.offset, line.length)
             if (self.primary and not self.shared.recognized
                     and self.parsed_lines >= self.ctx.limits.recognize_within_lines):
@@ -426,6 +805,16 @@ class _FileConverter:
         file_report(reader, self.file)
         self.file.roots = self.chain.roots
         self.file.dangling_parents = self.chain.dangling
+
+    def off_branch(self, rec: Mapping[str, Any]) -> None:
+        """A line of another branch: counted as it was before branches were split (type, chain), not converted."""
+        kind = rec.get("type")
+        self.file.record_types[kind if isinstance(kind, str) else "<no type>"] += 1
+        if kind in KNOWN_TYPES:
+            self.shared.recognized = True
+        if "uuid" in rec or "parentUuid" in rec:
+            self.chain.add(rec.get("uuid"), rec.get("parentUuid"))
+        self.report.off_branch += 1
 
     def close(self) -> None:
         self.close_group()
