@@ -36,7 +36,7 @@ from store.revisions import (
 )
 from store.transcripts.records import rfc3339_to_ms
 from store.transcripts.session_files import REVISIONS_SUFFIX, PendingDelete
-from store.transcripts.transcript import header_receipts
+from store.transcripts.transcript import IMPORT_RECEIPT, header_receipts
 
 
 @dataclass
@@ -56,6 +56,9 @@ class TailScan:
     decisions: list[dict[str, Any]] = field(default_factory=list)
     """``approval_decision`` lines, in file order (applied to a request still pending: an answer whose row
     did not commit after its line did; ``store.approvals.apply_decision_lines``)."""
+    import_receipt: dict[str, Any] | None = None
+    """The newest ``import_receipt`` line: which keyed ``import.sessions`` request wrote the session last, and
+    its answer for it (:func:`restore_last_import`)."""
     line_receipts: list[dict[str, Any]] = field(default_factory=list)
     """Receipts that ``tombstone`` and ``session_info`` lines carry (``receipt``): the effect and its
     receipt in one fsynced line; a reconcile restores a row the database lost (:func:`restore_receipt`)."""
@@ -219,6 +222,8 @@ def _take(scan: TailScan, rec: dict[str, Any], offset: int, line: bytes) -> None
             scan.line_receipts.append(carried)
     elif kind == "session" and offset == 0:
         scan.header = rec
+    elif kind == IMPORT_RECEIPT:
+        scan.import_receipt = rec
     elif kind == "approval_decision":
         scan.decisions.append(rec)  # a user's decision (store/approvals.py): the database holds its state
     else:
@@ -392,6 +397,28 @@ def restore_import_origin(conn: Any, session_id: str, info: Mapping[str, Any] | 
     return True
 
 
+def restore_last_import(conn: Any, session_id: str, line: Mapping[str, Any]) -> None:
+    """Record in the session's import record (``origin_json.lastImport``) the keyed import an
+    ``import_receipt`` line names: the lines it ends were written by that request, whose index commit the
+    database lost (a kill between the write and the commit). The request's retry then finds its own write
+    there and answers it as its first try would have (``store.interchange.imports.prepare_unit``)."""
+    receipt, answer = line.get("receipt"), line.get("answer")
+    if not isinstance(receipt, Mapping) or receipts.key_of_record(receipt) is None or not isinstance(answer, Mapping):
+        return
+    row = conn.execute("SELECT origin_json FROM session_import_origins WHERE session_id = ?", (session_id,)).fetchone()
+    if row is None:
+        return
+    try:
+        origin = orjson.loads(row[0]) if row[0] else {}
+    except orjson.JSONDecodeError:
+        origin = {}
+    if not isinstance(origin, dict):
+        origin = {}
+    origin["lastImport"] = {"receipt": dict(receipt), "answer": dict(answer)}
+    conn.execute("UPDATE session_import_origins SET origin_json = ? WHERE session_id = ?",
+                 (orjson.dumps(origin).decode(), session_id))
+
+
 def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) -> dict[str, Any]:
     """Bring the index in line with the transcript (runs in the DB writer's transaction).
 
@@ -440,6 +467,8 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
     elif settings:
         index.update_session_settings(conn, session_id, settings, now_ms=now_ms)
     thread_meta.restore_from_info(conn, session_id, scan.session_info, now_ms=now_ms)
+    if scan.import_receipt is not None:
+        restore_last_import(conn, session_id, scan.import_receipt)
     if plan.kind == "full":
         before = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)).fetchone()[0]
         msgs = dedupe(scan.messages)

@@ -27,7 +27,7 @@ import orjson
 from store.errors import classify_os_error
 from store.fsutil import open_nofollow
 from store.jsonio import loads_line
-from store.transcripts.transcript import open_error, parse_header, read_first_line
+from store.transcripts.transcript import IMPORT_RECEIPT, open_error, parse_header, read_first_line
 
 __all__ = ["Layout", "ScanStats", "classify_line", "scan_layout", "spans"]
 
@@ -218,6 +218,8 @@ def _apply(layout: Layout, entries: list[_Entry]) -> None:
             layout.specials.append((kind, offset, length))
         elif kind == "session" and offset == 0:
             layout.header_len = length
+        elif kind == IMPORT_RECEIPT:  # an import's receipt: nothing a window shows
+            pass
         elif kind == "":
             layout.bad_offsets.append(offset)
         else:

@@ -49,6 +49,7 @@ from store.jsonio import dumps_line, loads_line, now_rfc3339
 
 __all__ = [
     "DROPPED_MARKER",
+    "IMPORT_RECEIPT",
     "SCHEMA",
     "CompactionEntry",
     "MessageEntry",
@@ -93,6 +94,12 @@ class TranscriptHeader:
     """Bytes of the header line, newline included (= offset of the first body line)."""
     receipts: tuple[dict[str, Any], ...] = field(default=(), compare=False)
     """Every receipt the header carries, oldest first (:func:`header_receipts`)."""
+
+
+IMPORT_RECEIPT = "import_receipt"
+"""The line kind that ends a keyed ``import.sessions`` write of one session (``store.interchange.import_write``):
+``{"type":"import_receipt","receipt":{clientId,submissionId,fingerprint,method},"answer":{...}}``. Readers
+skip it; reconcile copies it into the session's import record, where the request's retry finds its own write."""
 
 
 def header_receipts(header: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -753,6 +760,8 @@ def _take_line(out: Transcript, line: bytes, offset: int, length: int) -> None:
         out.tombstones[mid] = Tombstone(tid if isinstance(tid, str) else "", mid, deleted, offset)
     elif kind == "session_info":
         out.session_info = record
+    elif kind == IMPORT_RECEIPT:  # an import's receipt (reconcile's): nothing a reader shows, no rewrite keeps
+        pass
     elif kind == "approval_decision" and isinstance(record.get("id"), str):
         anchor = out.messages[-1].id if out.messages else None
         out.decisions = [(a, d) for a, d in out.decisions if d.get("id") != record["id"]]
