@@ -32,6 +32,13 @@ carry the counts after each session and once more at the end.
 Receipt: idempotent by construction (deterministic session ids; a re-import of
 unchanged sources writes nothing), and the final summary is committed with the
 receipt row (``ctx.commit``), so a retry after completion gets the same answer.
+A retry before that commit (the host was killed, or the commit failed) answers
+what a call without the crash answers too: each session a keyed request writes
+carries the key and the request's answer for it in the write itself (an
+``import_receipt`` line, then ``lastImport`` in its import record), so the retry
+finds the sessions its first try wrote and answers them ``new`` / ``updated`` with
+that try's counts, not ``unchanged`` (``store/interchange/imports.py``,
+``prepare_unit``). Any other request finds them unchanged.
 """
 
 from __future__ import annotations
@@ -85,6 +92,8 @@ class UnitCall:
 
     unit: SourceUnit
     target: ImportTarget
+    receipt: ReceiptKey | None = None
+    """The ``import.sessions`` request's key: its write of the session carries it (a retry finds its own)."""
 
 
 # --------------------------------------------------------------------------- one session, in its actor
@@ -92,7 +101,7 @@ class UnitCall:
 
 async def import_unit(ctx: SessionContext, call: UnitCall, key: ReceiptKey | None) -> SessionReport:
     """Import one session inside its actor (steps 1-5 of the module doc); returns its report."""
-    unit, target = call.unit, call.target
+    unit, target, receipt = call.unit, call.target, call.receipt
     ctx.undelete()  # a session deleted here is imported again, like any session the index lacks
     try:
         await ctx.catch_up()
@@ -103,7 +112,8 @@ async def import_unit(ctx: SessionContext, call: UnitCall, key: ReceiptKey | Non
     faults = target.faults
     blobs = ctx.services.get(BLOBS)
     async with blobs.lock:
-        prepared = await ctx.io_with_reader(lambda conn: prepare_unit(conn, unit, target, now_ms=now))
+        prepared = await ctx.io_with_reader(lambda conn: prepare_unit(conn, unit, target, now_ms=now,
+                                                                      receipt=receipt))
         staged = prepared.staged
         if staged is None:
             return prepared.report
@@ -256,7 +266,7 @@ async def import_sessions(ctx: HostContext, p: m.ImportSessionsParams, key: Rece
         found = await ctx.in_thread(_discover, p.source, root)
         run = _Run(import_id, p.source, str(root), p.dry_run, len(found.units), found.total_bytes)
         for unit in found.units:
-            report = await _one(ctx, imports, unit, p.dry_run)
+            report = await _one(ctx, imports, unit, p.dry_run, key)
             run.add(report)
             ctx.publish(TOPIC, run.progress(report))
         if found.overflow:
@@ -270,7 +280,8 @@ async def import_sessions(ctx: HostContext, p: m.ImportSessionsParams, key: Rece
     return result
 
 
-async def _one(ctx: HostContext, imports: Imports, unit: SourceUnit, dry_run: bool) -> SessionReport:
+async def _one(ctx: HostContext, imports: Imports, unit: SourceUnit, dry_run: bool,
+               key: ReceiptKey | None) -> SessionReport:
     target = imports.target
     if dry_run:
         now = ctx.now()
@@ -281,7 +292,7 @@ async def _one(ctx: HostContext, imports: Imports, unit: SourceUnit, dry_run: bo
     sid = unit.session_id
     started_here = not registry.running(sid)
     try:
-        report: SessionReport = await ctx.session_call(sid, IMPORT_UNIT, UnitCall(unit, target))
+        report: SessionReport = await ctx.session_call(sid, IMPORT_UNIT, UnitCall(unit, target, key))
     except Exception as exc:  # noqa: BLE001 - one session's failure is its report, the import goes on
         code = getattr(exc, "code", "INTERNAL")
         message = getattr(exc, "message", None) or str(exc) or type(exc).__name__

@@ -29,6 +29,13 @@ For each session an importer yields, in order:
 4. **undo** on any failure after publish: the new transcript is removed, or
    the appended bytes are truncated away — never a half-imported session.
 
+A keyed ``import.sessions`` request (a ``submissionId``) ends each session's write with an
+``import_receipt`` line: its receipt record and its answer for the session (:func:`answer_of`: the status
+and the counts of what the write did). The index step keeps both in the origin row (``lastImport``;
+reconcile puts them there from the line when a kill took that step), so the same request's retry finds the
+write as its own and answers it as the first try would have, where it would otherwise find every line held
+and answer ``unchanged`` (``store.interchange.imports.prepare_unit``).
+
 A re-import whose source files are byte-identical to the fingerprints in the
 origin row (or, for opencode, whose session rows/files digest to the same
 ``contentFingerprint``) is ``unchanged`` without parsing. A parse that finds
@@ -95,20 +102,25 @@ from store.revisions import (
 )
 from store.tombstones import tombstone_line
 from store.transcripts.records import rfc3339_to_ms
-from store.transcripts.transcript import header_line, read_transcript
+from store.transcripts.transcript import IMPORT_RECEIPT, header_line, read_transcript
 
 __all__ = [
+    "ANSWER_FIELDS",
     "HOST_IMPORTER",
     "IMPORT_RULES",
     "ImportTarget",
     "Spans",
     "StagedImport",
+    "answer_of",
+    "apply_answer",
     "apply_index",
+    "import_receipt_line",
     "publish",
     "stage",
     "stage_parsed",
     "undo",
     "upsert_origin",
+    "valid_answer",
 ]
 
 IMPORT_RULES = 9
@@ -199,6 +211,14 @@ class StagedImport:
     receipt: Mapping[str, Any] | None = None
     """The receipt record of the request that writes a new transcript (a plugin import's), carried in its
     header as ``session.create`` carries its own."""
+    import_receipt: Mapping[str, Any] | None = None
+    """The receipt record of a keyed ``import.sessions`` request: its write ends with an ``import_receipt``
+    line naming it and :attr:`answer` (see :func:`answer_of`)."""
+    prior: Mapping[str, Any] | None = None
+    """The answer the same request recorded for this session on an earlier try (a retry after a crash)."""
+    answer: dict[str, Any] | None = None
+    """A keyed import's answer for this session (:data:`ANSWER_FIELDS`): this write's, or, on a retry, the
+    earlier try's (with what this one adds). The report takes it (``store.interchange.imports``)."""
     imported_ms: int | None = None
     """When a plugin's import commits (its origin row's ``created_at``), carried in the session_info line."""
     revisions: Path | None = None
@@ -220,6 +240,70 @@ class StagedImport:
     def has_writes(self) -> bool:
         """Anything to publish: transcript lines or revision lines."""
         return self.body_end > self.body_start or bool(self.revision_lines)
+
+
+# --------------------------------------------------------------------------- a keyed import's answer
+
+
+ANSWER_FIELDS = {"newRecords": "new_records", "newMessages": "new_messages", "replacedRecords": "replaced_records",
+                 "unchangedRecords": "unchanged_records", "appendedBytes": "appended_bytes",
+                 "hiddenOffBranch": "hidden_off_branch", "restoredOnBranch": "restored_on_branch",
+                 "archivedBranches": "archived_branches"}
+"""The counts of a session's report that say what its write did (the rest say what the source holds: a
+retry that parses the same source finds them again), with ``status`` and ``olderCopy`` the answer a keyed
+import records for each session it writes."""
+_ADDED = ("newRecords", "newMessages", "replacedRecords", "appendedBytes", "hiddenOffBranch", "restoredOnBranch",
+          "archivedBranches")
+
+
+def answer_of(staged: StagedImport, prior: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A keyed import's answer for the session it staged (``staged.body_end`` set).
+
+    Without ``prior``: this write's status and counts. With ``prior`` (the answer the same request recorded
+    for the session on an earlier try that wrote it and then died, or failed before its receipt committed):
+    that answer when this try writes nothing (the session holds what the earlier try wrote, so this one finds
+    it all held), else that answer plus what this try adds (the source changed between the tries)."""
+    r = staged.report
+    wrote = staged.has_writes
+    mine: dict[str, Any] = {"status": "new" if staged.kind == "new" else ("updated" if wrote else "unchanged")}
+    mine.update({key: getattr(r, attr) for key, attr in ANSWER_FIELDS.items()})
+    mine["appendedBytes"] = staged.body_end - staged.body_start
+    mine["olderCopy"] = r.older_copy
+    if prior is None:
+        return mine
+    if not wrote:
+        return dict(prior)
+    out = dict(prior)
+    for key in _ADDED:
+        out[key] = prior[key] + mine[key]
+    out["olderCopy"] = prior["olderCopy"] or mine["olderCopy"]
+    return out
+
+
+def valid_answer(value: object) -> dict[str, Any] | None:
+    """``value`` if it is an answer :func:`answer_of` made for a write (as read back from a file or a row)."""
+    if not isinstance(value, Mapping) or value.get("status") not in ("new", "updated"):
+        return None
+    for key in ANSWER_FIELDS:
+        n = value.get(key)
+        if type(n) is not int or n < 0:
+            return None
+    if type(value.get("olderCopy")) is not bool:
+        return None
+    return {"status": value["status"], **{key: value[key] for key in ANSWER_FIELDS}, "olderCopy": value["olderCopy"]}
+
+
+def apply_answer(report: SessionReport, answer: Mapping[str, Any]) -> None:
+    """Put a keyed import's answer (:func:`answer_of`) into the session's report (not its status)."""
+    for key, attr in ANSWER_FIELDS.items():
+        setattr(report, attr, answer[key])
+    report.older_copy = answer["olderCopy"]
+
+
+def import_receipt_line(receipt: Mapping[str, Any], answer: Mapping[str, Any]) -> bytes:
+    """The line that ends a keyed import's write of a session (``IMPORT_RECEIPT``): whose write it is and
+    what that request answers for the session."""
+    return dumps_line({"type": IMPORT_RECEIPT, "receipt": dict(receipt), "answer": dict(answer)})
 
 
 # --------------------------------------------------------------------------- stage
@@ -317,6 +401,8 @@ def stage(
     created_ms: Callable[[], int] | None = None,
     known_ids: Callable[[], Iterable[tuple[str, bool]]] | None = None,
     known_compactions: Callable[[], Iterable[str]] | None = None,
+    import_receipt: Mapping[str, Any] | None = None,
+    prior: Mapping[str, Any] | None = None,
 ) -> StagedImport:
     """Parse ``unit`` and write what must be written to a temp file (see the module doc).
 
@@ -326,12 +412,14 @@ def stage(
     that follows a branch, visibility converges on it: see :func:`_converge_branch`) and
     ``known_compactions`` the ids of its checkpoints the index serves. Raises
     :class:`Refused` (nothing left behind, ``exc.report`` set) or a
-    :class:`StoreError` for I/O.
+    :class:`StoreError` for I/O. ``import_receipt``: a keyed request's receipt record, ``prior``: the answer
+    it recorded for this session before (see :func:`answer_of`).
     """
     sink = BlobSink(target.attachments.put_bytes if target.attachments is not None and not dry_run else None)
     parsed = parse(unit, ParseContext(target.limits, sink))
     return stage_parsed(parsed, unit.session_id, target, sink=sink, spans=spans, dry_run=dry_run,
-                        created_ms=created_ms, known_ids=known_ids, known_compactions=known_compactions)
+                        created_ms=created_ms, known_ids=known_ids, known_compactions=known_compactions,
+                        import_receipt=import_receipt, prior=prior)
 
 
 def stage_parsed(
@@ -349,13 +437,16 @@ def stage_parsed(
     project: tuple[int, str] | None = None,
     receipt: Mapping[str, Any] | None = None,
     imported_ms: int | None = None,
+    import_receipt: Mapping[str, Any] | None = None,
+    prior: Mapping[str, Any] | None = None,
 ) -> StagedImport:
     """:func:`stage` for records from any producer (an importer, a plugin's messages). ``receipt`` and
     ``imported_ms``: a plugin import's (see :class:`StagedImport`)."""
     try:
         return _stage(parsed, session_id, target, sink, spans=spans, dry_run=dry_run, created_ms=created_ms,
                       known_ids=known_ids, known_compactions=known_compactions, plugin_id=plugin_id,
-                      project=project, receipt=receipt, imported_ms=imported_ms)
+                      project=project, receipt=receipt, imported_ms=imported_ms,
+                      import_receipt=None if dry_run else import_receipt, prior=prior)
     except Refused as exc:
         exc.report = parsed.report.refuse(exc.code, exc.message)
         raise
@@ -365,7 +456,8 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
            created_ms: Callable[[], int] | None, known_ids: Callable[[], Iterable[tuple[str, bool]]] | None,
            known_compactions: Callable[[], Iterable[str]] | None, plugin_id: str,
            project: tuple[int, str] | None, receipt: Mapping[str, Any] | None = None,
-           imported_ms: int | None = None) -> StagedImport:
+           imported_ms: int | None = None, import_receipt: Mapping[str, Any] | None = None,
+           prior: Mapping[str, Any] | None = None) -> StagedImport:
     transcript = target.transcript(sid)
     kind = "new" if spans is None else "append"
     temp = None if dry_run else _temp_name(transcript, "" if kind == "new" else ".import")
@@ -375,7 +467,8 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
         raise classify_os_error(exc, f"create {temp}") from exc
     staged = StagedImport(sid, parsed.report, parsed.meta, kind, transcript, temp, plugin_id=plugin_id,
                           project_id=project[0] if project else None, project_path=project[1] if project else None,
-                          receipt=receipt, imported_ms=imported_ms, revisions=target.revisions(sid))
+                          receipt=receipt, imported_ms=imported_ms, revisions=target.revisions(sid),
+                          import_receipt=import_receipt, prior=prior)
     live = _LiveOrder()
     ok = False
     try:
@@ -395,7 +488,13 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
         if kind == "new":
             staged.body_end = out.length
             out.write(_session_info(staged))
-            staged.file_end = out.length
+        else:
+            staged.body_end = staged.pre_length + out.length
+        if import_receipt is not None:
+            staged.answer = answer_of(staged, prior)
+            if staged.has_writes:  # the request's receipt rides with its write (ARCHITECTURE.md)
+                out.write(import_receipt_line(import_receipt, staged.answer))
+        staged.file_end = out.length if kind == "new" else staged.pre_length + out.length
         staged.identity = out.close(sync=kind == "new")
         staged.blobs = list(sink.stored)
         ok = True
@@ -410,7 +509,6 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
             if temp is not None:
                 _unlink(temp)
     if kind == "append":
-        staged.body_end = staged.file_end = staged.pre_length + out.length
         if out.length == 0 and temp is not None:  # nothing new: nothing to publish, no temp file left behind
             _unlink(temp)
             staged.temp = None
@@ -952,7 +1050,7 @@ def publish(staged: StagedImport, *, faults: Faults = NO_FAULTS) -> None:
 
 
 def _publish_transcript(staged: StagedImport, faults: Faults) -> None:
-    if staged.temp is None and staged.kind == "append" and staged.body_end == staged.body_start:
+    if staged.temp is None and staged.kind == "append" and staged.file_end == staged.pre_length:
         return
     assert staged.temp is not None
     if staged.kind == "new":
@@ -981,7 +1079,7 @@ def _publish_transcript(staged: StagedImport, faults: Faults) -> None:
 
 def _append_file(staged: StagedImport, faults: Faults) -> None:
     assert staged.temp is not None
-    length = staged.body_end - staged.body_start
+    length = staged.file_end - staged.pre_length
     if length == 0:
         return
     try:
@@ -1076,7 +1174,7 @@ def undo(staged: StagedImport) -> None:
     else:
         fd = open_nofollow(staged.transcript, os.O_WRONLY)
         try:
-            if os.fstat(fd).st_size == staged.body_end:
+            if os.fstat(fd).st_size == staged.file_end:
                 _truncate(fd, staged.pre_length)
         finally:
             os.close(fd)
@@ -1144,6 +1242,7 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
             index.index_compactions(conn, sid, comps, now_ms)
             for mid, flag in tombs:
                 index.set_deleted(conn, sid, mid, flag)
+    if staged.file_end > staged.body_start:  # lines written (an import_receipt line may be all of them)
         index.set_index_mark(conn, sid, staged.file_end, staged.epoch)
     last = conn.execute("SELECT MAX(created_at) FROM messages WHERE session_id = ?", (sid,)).fetchone()[0]
     if last is not None:
@@ -1301,13 +1400,19 @@ def _origin_history(staged: StagedImport) -> dict[str, Any]:
 def write_origin(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) -> None:
     meta = staged.meta
     origin = _origin_history(staged)
+    row = conn.execute("SELECT origin_json FROM session_import_origins WHERE session_id = ?",
+                       (staged.session_id,)).fetchone()
+    before = orjson.loads(row[0]) if row and row[0] else {}
+    if not isinstance(before, dict):
+        before = {}
     if staged.history_model is None:  # a re-import whose new lines name no model keeps the one the history named before
-        row = conn.execute("SELECT origin_json FROM session_import_origins WHERE session_id = ?",
-                           (staged.session_id,)).fetchone()
-        before = orjson.loads(row[0]) if row and row[0] else {}
         for key in ("providerId", "modelId"):
-            if isinstance(before, dict) and key in before and key not in origin:
+            if key in before and key not in origin:
                 origin[key] = before[key]
+    if staged.import_receipt is not None and staged.answer is not None and staged.has_writes:
+        origin["lastImport"] = {"receipt": dict(staged.import_receipt), "answer": staged.answer}
+    elif "lastImport" in before:  # the newest keyed write's, until another keyed request writes the session
+        origin["lastImport"] = before["lastImport"]
     upsert_origin(conn, staged.plugin_id, meta.source, meta.external_id, staged.session_id,
                   meta.label or meta.source, origin, now_ms)
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from store import receipts
 from store.errors import StoreError
 from store.fsutil import open_nofollow
 from store.indexing import index, reconcile
@@ -35,15 +36,18 @@ from store.interchange.import_write import (
     ImportTarget,
     Spans,
     StagedImport,
+    apply_answer,
     apply_index,
     publish,
     stage,
     undo,
+    valid_answer,
 )
 from store.interchange.importers import content_fingerprint, discover, former_ids, kept_as_imported
 from store.interchange.importers.common import Refused, SessionReport, SourceUnit, session_id_for
 from store.interchange.importers.report import MAX_UNKNOWN_KINDS, unknown_kinds
 from store.jsonio import loads_line
+from store.receipts import ReceiptKey
 from store.rules import MAX_IMPORT_REPORTS
 from store.transcripts.transcript import read_first_line
 
@@ -56,6 +60,7 @@ __all__ = [
     "import_unit",
     "origin_row",
     "prepare_unit",
+    "prior_answer",
     "refuse_after",
     "resolve_unit",
     "sources_unchanged",
@@ -102,6 +107,20 @@ def origin_row(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | No
         origin = {}
     return {"pluginId": row[0], "sourceId": row[1], "externalId": row[2], "label": row[3],
             "origin": origin if isinstance(origin, dict) else {}, "createdAt": row[5]}
+
+
+def prior_answer(origin: Mapping[str, Any] | None, key: ReceiptKey | None) -> dict[str, Any] | None:
+    """The answer ``key``'s request recorded for a session it wrote (``origin``: the session's import record,
+    :func:`origin_row`'s ``origin``), if the newest keyed write of the session is that request's: its retry
+    (after a kill, or an error before its receipt committed) answers what that write did. None for any other
+    request, keyed or not."""
+    last = origin.get("lastImport") if origin is not None and key is not None else None
+    if not isinstance(last, Mapping):
+        return None
+    written = receipts.key_of_record(last.get("receipt"))
+    if written != key:
+        return None
+    return valid_answer(last.get("answer"))
 
 
 def _imported_files(origin: Mapping[str, Any] | None) -> set[str]:
@@ -213,7 +232,7 @@ class PreparedImport:
 
 
 def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarget, *, now_ms: int,
-                 dry_run: bool = False) -> PreparedImport:
+                 dry_run: bool = False, receipt: ReceiptKey | None = None) -> PreparedImport:
     """Decide and stage one session's import (reads only: ``conn`` may be a read-only connection).
 
     Unchanged sources and refusals come back as a final report; otherwise the
@@ -222,6 +241,11 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
     in one transaction and calls :func:`finish` — or :func:`store.interchange.import_write.undo`
     on failure. The index must already cover the transcript (the caller caught it up).
     Never raises for bad input.
+
+    ``receipt``: the key of the request (``import.sessions`` with a ``submissionId``). Its write ends with an
+    ``import_receipt`` line, and the session's import record keeps the key and its answer
+    (``lastImport``). When that record names this very request, the session holds what an earlier try of it
+    wrote: it is parsed again (never ``unchanged`` unread) and answered as that try would have been.
     """
     earlier = resolve_unit(conn, unit)
     if earlier is not unit:
@@ -233,8 +257,11 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
         return PreparedImport(report.refuse("CONFLICT", f"session {sid} exists and was not imported from "
                                             f"{unit.source}"))
     origin = origin_row(conn, sid)
+    prior = prior_answer(origin["origin"], receipt) if row is not None and origin is not None and not dry_run \
+        else None
     try:
-        unchanged = row is not None and origin is not None and sources_unchanged(unit, origin["origin"])
+        unchanged = prior is None and row is not None and origin is not None and sources_unchanged(unit,
+                                                                                                   origin["origin"])
     except OSError as exc:
         return PreparedImport(report.refuse("READ_ERROR", str(exc)))
     if unchanged:
@@ -259,7 +286,8 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
     try:
         staged = stage(unit, target, spans=spans, dry_run=dry_run, created_ms=lambda: now_ms,
                        known_ids=known_ids if row is not None else None,
-                       known_compactions=known_compactions if row is not None else None)
+                       known_compactions=known_compactions if row is not None else None,
+                       import_receipt=receipts.file_record(receipt) if receipt is not None else None, prior=prior)
     except Refused as exc:
         return PreparedImport(exc.report if exc.report is not None else report.refuse(exc.code, exc.message))
     except OSError as exc:
@@ -273,6 +301,9 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
         report.status = f"would-{status}" if status != "unchanged" else "unchanged"
         return PreparedImport(report)
     report.appended_bytes = staged.body_end - staged.body_start
+    if staged.answer is not None:  # a keyed import's answer (an earlier try's, on a retry)
+        apply_answer(report, staged.answer)
+        status = staged.answer["status"]
     return PreparedImport(report, staged, status)
 
 
