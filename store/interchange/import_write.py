@@ -261,17 +261,19 @@ def answer_of(staged: StagedImport, prior: Mapping[str, Any] | None) -> dict[str
 
     Without ``prior``: this write's status and counts. With ``prior`` (the answer the same request recorded
     for the session on an earlier try that wrote it and then died, or failed before its receipt committed):
-    that answer when this try writes nothing (the session holds what the earlier try wrote, so this one finds
-    it all held), else that answer plus what this try adds (the source changed between the tries)."""
+    that answer when this try writes no transcript line (the session holds what the earlier try wrote, so
+    this one finds it all held; revision lines it writes are those the earlier try staged and counted, then
+    died before appending), else that answer plus what this try adds (the source changed between the
+    tries)."""
     r = staged.report
-    wrote = staged.has_writes
-    mine: dict[str, Any] = {"status": "new" if staged.kind == "new" else ("updated" if wrote else "unchanged")}
+    mine: dict[str, Any] = {"status": "new" if staged.kind == "new" else ("updated" if staged.has_writes
+                                                                           else "unchanged")}
     mine.update({key: getattr(r, attr) for key, attr in ANSWER_FIELDS.items()})
     mine["appendedBytes"] = staged.body_end - staged.body_start
     mine["olderCopy"] = r.older_copy
     if prior is None:
         return mine
-    if not wrote:
+    if staged.body_end == staged.body_start:
         return dict(prior)
     out = dict(prior)
     for key in _ADDED:
@@ -492,7 +494,9 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
             staged.body_end = staged.pre_length + out.length
         if import_receipt is not None:
             staged.answer = answer_of(staged, prior)
-            if staged.has_writes:  # the request's receipt rides with its write (ARCHITECTURE.md)
+            # the request's receipt rides with its write (ARCHITECTURE.md), once: a retry that only appends the
+            # revision lines its first try counted and did not append has nothing new to say
+            if staged.body_end > staged.body_start or (prior is None and staged.revision_lines):
                 out.write(import_receipt_line(import_receipt, staged.answer))
         staged.file_end = out.length if kind == "new" else staged.pre_length + out.length
         staged.identity = out.close(sync=kind == "new")
