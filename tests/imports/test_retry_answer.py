@@ -17,6 +17,7 @@ last one the summary's receipt commit), ``import.sessions.before_commit`` / ``im
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,14 @@ from tests.imports import test_crash_retry as base
 SESSIONS = 6
 FINAL = SESSIONS + 1
 """The DB commit that holds the summary's receipt row (one index transaction per new session before it)."""
+PI = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "pi" / "0.73.1" / "sessions"
+PI_BRANCHING = "2026-12-02T02-55-56-729Z_01a234ae-2138-74d0-915b-820c7db7af9d.jsonl"
+"""The recorded pi session with two branches: its first 11 lines hold the first one only."""
+SCENARIOS = ("fresh", "grown", "pi", "pi-moved")
 
-# (scenario, point, nth): "fresh" imports six new sessions, "grown" re-imports the one whose source grew
+# (scenario, point, nth): "fresh" imports six new Claude Code sessions, "grown" re-imports the one whose source
+# grew; "pi" imports three pi sessions (one keeps the branch its file left in the revisions store), "pi-moved"
+# re-imports that one after its file grew a second branch (its lines appended, the first branch archived)
 KILLS = [
     ("fresh", "import.after_link", 1),
     ("fresh", "import.after_link", 4),
@@ -50,6 +57,15 @@ KILLS = [
     ("grown", "index.after_commit", 1),
     ("grown", "import.sessions.before_commit", 1),
     ("grown", "import.sessions.after_commit", 1),
+    ("pi", "import.after_link", 2),
+    ("pi", "revisions.after_write", 1),
+    ("pi", "index.before_commit", 2),
+    ("pi", "import.sessions.before_commit", 1),
+    ("pi-moved", "import.after_append_write", 1),
+    ("pi-moved", "revisions.after_write", 1),
+    ("pi-moved", "index.before_commit", 1),
+    ("pi-moved", "index.after_commit", 1),
+    ("pi-moved", "import.sessions.before_commit", 1),
 ]
 
 # Failures that end the call with an error (its receipt not committed, or committed and the reply failed), or
@@ -64,6 +80,8 @@ FAILS = [
     ("fresh", "index.after_commit", 3),
     ("grown", "import.sessions.before_commit", 1),
     ("grown", "index.after_commit", 1),
+    ("pi-moved", "import.sessions.before_commit", 1),
+    ("pi-moved", "index.after_commit", 1),
 ]
 CODES = {"enospc": "STORAGE_FULL", "eio": "IO_ERROR"}
 
@@ -73,15 +91,49 @@ def _answer(answer: Any, src: Path) -> Any:
     return orjson.loads(orjson.dumps(answer).replace(str(src).encode(), b"<src>"))
 
 
+def _params(src: Path, scenario: str) -> dict[str, Any]:
+    return {**base._params(src), "source": "pi" if scenario.startswith("pi") else "claude-code"}
+
+
+async def _setup(tmp: Path, scenario: str) -> tuple[Path, Path]:
+    """The sources and a data directory (see :data:`KILLS`); a re-import's first import done (unkeyed)."""
+    if not scenario.startswith("pi"):
+        return await base._setup(tmp, scenario)
+    src, data = tmp / "pi", tmp / "data"
+    shutil.copytree(PI, src)
+    if scenario == "pi-moved":
+        (branching,) = src.rglob(PI_BRANCHING)
+        whole = branching.read_bytes()
+        branching.write_bytes(b"".join(whole.splitlines(keepends=True)[:11]))
+        async with inprocess_host(data) as host, client_for(host, base.CLIENT, "ui") as c:
+            await c.call("import.sessions", {"source": "pi", "root": str(src)})
+            await index_caught_up(host)
+        branching.write_bytes(whole)
+    return src, data
+
+
 async def _reference(tmp: Path, scenario: str) -> tuple[Any, dict[str, Any]]:
-    answer, state = await base._crash_free(tmp, scenario)
-    return _answer(answer, tmp / "projects"), state
+    src, data = await _setup(tmp, scenario)
+    async with inprocess_host(data) as host, client_for(host, base.CLIENT, "ui") as c:
+        answer = await c.call("import.sessions", _params(src, scenario))
+        await index_caught_up(host)
+        return _answer(answer, src), await _state(c, data)
+
+
+async def _state(c: Any, data: Path) -> dict[str, Any]:
+    """:func:`tests.imports.test_crash_retry._state`, and each session's revisions (its archived branches; their
+    ``createdAt`` is the clock's when the import ran)."""
+    out = await base._state(c, data)
+    for sid in [k for k in out if k != "transcripts"]:
+        revisions = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+        out[sid]["revisions"] = [{k: v for k, v in r.items() if k != "createdAt"} for r in revisions]
+    return out
 
 
 @pytest.fixture(scope="module")
 def references(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, dict[str, Any]]]:
     return {scenario: trio.run(_reference, tmp_path_factory.mktemp(f"ref-{scenario}"), scenario)
-            for scenario in ("fresh", "grown")}
+            for scenario in SCENARIOS}
 
 
 def _same_as_crash_free(got: tuple[Any, dict[str, Any]], ref: tuple[Any, dict[str, Any]], what: str) -> None:
@@ -99,20 +151,24 @@ def test_the_reference_writes_what_the_cases_compare(references: dict[str, tuple
     assert fresh["counts"]["new"] == SESSIONS and fresh["counts"]["refused"] == 0
     assert grown["counts"]["updated"] == 1 and grown["counts"]["unchanged"] == SESSIONS - 1
     assert all(s["newRecords"] > 0 and s["appendedBytes"] > 0 for s in fresh["sessions"])
+    pi, moved = references["pi"][0], references["pi-moved"][0]
+    assert pi["counts"]["new"] == 3 and sum(s["archivedBranches"] for s in pi["sessions"]) == 1
+    assert moved["counts"]["updated"] == 1 and moved["counts"]["unchanged"] == 2
+    assert sum(s["archivedBranches"] for s in moved["sessions"]) == 1
 
 
 @pytest.mark.parametrize(("scenario", "point", "nth"), KILLS)
 async def test_a_retry_after_a_kill_answers_as_a_crash_free_call(
         tmp_path: Path, references: dict[str, tuple[Any, dict[str, Any]]], scenario: str, point: str,
         nth: int) -> None:
-    src, data = await base._setup(tmp_path, scenario)
-    await call_killed_at(data, point, "import.sessions", base._params(src), nth=nth, client_id=base.CLIENT)
+    src, data = await _setup(tmp_path, scenario)
+    await call_killed_at(data, point, "import.sessions", _params(src, scenario), nth=nth, client_id=base.CLIENT)
     with trio.fail_after(60):
         async with inprocess_host(data) as host, client_for(host, base.CLIENT, "ui") as c:
-            retried = await c.call("import.sessions", base._params(src))
-            assert await c.call("import.sessions", base._params(src)) == retried
+            retried = await c.call("import.sessions", _params(src, scenario))
+            assert await c.call("import.sessions", _params(src, scenario)) == retried
             await index_caught_up(host)
-            state = await base._state(c, data)
+            state = await _state(c, data)
     _same_as_crash_free((_answer(retried, src), state), references[scenario], f"killed at {point}:{nth}")
 
 
@@ -121,23 +177,23 @@ async def test_a_retry_after_a_kill_answers_as_a_crash_free_call(
 async def test_a_retry_after_a_storage_error_answers_as_a_crash_free_call(
         tmp_path: Path, references: dict[str, tuple[Any, dict[str, Any]]], scenario: str, point: str, nth: int,
         action: str) -> None:
-    src, data = await base._setup(tmp_path, scenario)
+    src, data = await _setup(tmp_path, scenario)
     with trio.fail_after(60):
         async with inprocess_host(data) as host, client_for(host, base.CLIENT, "ui") as c:
             await index_caught_up(host)
             host.faults.add(point, nth=nth, action=action)
             try:
-                first: Any = await c.call("import.sessions", base._params(src))
+                first: Any = await c.call("import.sessions", _params(src, scenario))
             except RpcError as failed:
                 assert failed.data_code == CODES[action]
                 first = None
             assert host.faults.hits(point) >= nth, "the fault did not fire inside the import"
             host.faults.clear()
-            retried = await c.call("import.sessions", base._params(src))
+            retried = await c.call("import.sessions", _params(src, scenario))
             if first is not None:
                 assert retried == first
             await index_caught_up(host)
-            state = await base._state(c, data)
+            state = await _state(c, data)
     _same_as_crash_free((_answer(retried, src), state), references[scenario], f"{action} at {point}:{nth}")
 
 
