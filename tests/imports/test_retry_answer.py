@@ -9,10 +9,13 @@ write of a session ends with an ``import_receipt`` line (the key and what the re
 the session's import record keeps it (reconcile copies it there when the index commit was lost), and the same
 request's retry answers it. Another request re-importing the same sources still answers ``unchanged``.
 
-The fault points (``store/interchange/import_write.py``, ``store/indexing/group_commit.py``,
-``runtime/context.py``): ``import.after_link`` (a new transcript linked), ``import.after_append_write`` (a grown
-source's lines appended), ``index.before_commit`` / ``index.after_commit`` (each session's index transaction, the
-last one the summary's receipt commit), ``import.sessions.before_commit`` / ``import.sessions.after_commit``.
+The fault points an import passes (``store/interchange/import_write.py``, ``store/revisions.py``,
+``store/indexing/group_commit.py``, ``runtime/context.py``): ``import.after_link`` (a new transcript linked),
+``import.after_append_write`` (a grown source's lines appended), ``revisions.after_write`` (a pi source's
+abandoned branches appended to the revisions store), ``index.before_commit`` / ``index.after_commit`` (each
+session's index transaction, the last one the summary's receipt commit), ``import.sessions.before_commit`` /
+``import.sessions.after_commit``. (Blobs an import finds are stored by ``AttachmentFiles.put_bytes``, which has
+no fault point.)
 """
 
 from __future__ import annotations
