@@ -38,7 +38,10 @@ FINAL = SESSIONS + 1
 PI = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "pi" / "0.73.1" / "sessions"
 PI_BRANCHING = "2026-12-02T02-55-56-729Z_01a234ae-2138-74d0-915b-820c7db7af9d.jsonl"
 """The recorded pi session with two branches: its first 11 lines hold the first one only."""
-SCENARIOS = ("fresh", "grown", "pi", "pi-moved")
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
+OTHERS = {"codex": RECORDED / "codex" / "0.171.0" / "sessions", "opencode": RECORDED / "opencode" / "1.18.33"}
+"""Sources imported whole (Codex: a spawned thread linked to its parent; opencode: one database of sessions)."""
+SCENARIOS = ("fresh", "grown", "pi", "pi-moved", *OTHERS)
 
 # (scenario, point, nth): "fresh" imports six new Claude Code sessions, "grown" re-imports the one whose source
 # grew; "pi" imports three pi sessions (one keeps the branch its file left in the revisions store), "pi-moved"
@@ -69,6 +72,12 @@ KILLS = [
     ("pi-moved", "index.before_commit", 1),
     ("pi-moved", "index.after_commit", 1),
     ("pi-moved", "import.sessions.before_commit", 1),
+    ("codex", "import.after_link", 3),
+    ("codex", "index.before_commit", 3),
+    ("codex", "import.sessions.before_commit", 1),
+    ("opencode", "import.after_link", 2),
+    ("opencode", "index.before_commit", 2),
+    ("opencode", "import.sessions.before_commit", 1),
 ]
 
 # Failures that end the call with an error (its receipt not committed, or committed and the reply failed), or
@@ -95,11 +104,16 @@ def _answer(answer: Any, src: Path) -> Any:
 
 
 def _params(src: Path, scenario: str) -> dict[str, Any]:
-    return {**base._params(src), "source": "pi" if scenario.startswith("pi") else "claude-code"}
+    source = "pi" if scenario.startswith("pi") else scenario if scenario in OTHERS else "claude-code"
+    return {**base._params(src), "source": source}
 
 
 async def _setup(tmp: Path, scenario: str) -> tuple[Path, Path]:
     """The sources and a data directory (see :data:`KILLS`); a re-import's first import done (unkeyed)."""
+    if scenario in OTHERS:
+        src = tmp / scenario
+        shutil.copytree(OTHERS[scenario], src)
+        return src, tmp / "data"
     if not scenario.startswith("pi"):
         return await base._setup(tmp, scenario)
     src, data = tmp / "pi", tmp / "data"
@@ -158,6 +172,8 @@ def test_the_reference_writes_what_the_cases_compare(references: dict[str, tuple
     assert pi["counts"]["new"] == 3 and sum(s["archivedBranches"] for s in pi["sessions"]) == 1
     assert moved["counts"]["updated"] == 1 and moved["counts"]["unchanged"] == 2
     assert sum(s["archivedBranches"] for s in moved["sessions"]) == 1
+    for name in OTHERS:
+        assert references[name][0]["counts"]["new"] > 1 and references[name][0]["counts"]["refused"] == 0, name
 
 
 @pytest.mark.parametrize(("scenario", "point", "nth"), KILLS)
