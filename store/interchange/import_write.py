@@ -123,7 +123,7 @@ __all__ = [
     "valid_answer",
 ]
 
-IMPORT_RULES = 9
+IMPORT_RULES = 10
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -145,7 +145,9 @@ branch is a variant too (a ``revision_live`` reference, ``is_active``), the root
 stamp (``revisionCount``/``activeRevision``), a reference whose branch the file left is stored in full, and
 a branch that starts with pi's branch summary belongs to the user turn before it (restorable); Codex: a
 spawned thread's prompt from its parent agent carries ``meta.fromAgent``. 9 = Codex: a web search's
-results (the ``web_search_end`` event) are the sources of its ``hostedSearch`` round."""
+results (the ``web_search_end`` event) are the sources of its ``hostedSearch`` round. 10 = Claude Code:
+a rewound file's transcript is the branch Claude Code shows (the newest conversation line's), its
+abandoned branches are kept in the revisions store as pi's are (it imported every line in file order)."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""
