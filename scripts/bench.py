@@ -125,7 +125,10 @@ def _index_variants(sizes: Sizes, work: Path, sec: Section) -> None:
                 f"{corpus} corpus, {sizes.history_messages:,}-message session: disk per message, transcript + "
                 f"index (B), schema's index ({schema_row['variant']})",
                 schema_row["diskBytesPerMessage"], "<=", 3000.0,
-                f"floor without a trigram index: {res['variants'][0]['diskBytesPerMessage']:.0f} B"))
+                f"floor without a trigram index: {res['variants'][0]['diskBytesPerMessage']:.0f} B; with an "
+                f"index that keeps positions (8-character p95 needs them: see the detail=none row), at least "
+                f"{res['variants'][0]['diskBytesPerMessage'] + res['trigramPositionsPerMessage']:.0f} B (one byte "
+                f"for each of the {res['trigramPositionsPerMessage']:.0f} trigram positions per message)"))
     sec.notes.append("trigram index variants (scripts/bench_index_variants.py), each built on the same corpus:\n"
                      + "\n\n".join(tables))
 

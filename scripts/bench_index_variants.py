@@ -318,12 +318,20 @@ def run(*, messages: int = 50_000, sessions: int = 1, queries: int = 20, reps: i
         "corpus": corpus_kind,
         "transcriptBytesPerMessage": corpus.transcript_bytes / messages,
         "searchableMessages": sum(1 for r in corpus.rows if r[6] is not None),
+        "trigramPositionsPerMessage": trigram_positions(corpus) / messages,
         "examples": {k: v[:3] for k, v in qs.items()},
         "variants": rows,
         "wallSeconds": round(time.perf_counter() - t0, 1),
     }
     (out_dir / "bench_index_variants.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     return result
+
+
+def trigram_positions(corpus: Corpus) -> int:
+    """Trigram occurrences in the indexed texts (a text of n characters holds n - 2): what an index that
+    keeps positions (``detail=full``, the one an 8-character phrase is answered from without reading the
+    texts) stores at least one byte for each (FTS5 writes a position as a varint delta, 1 byte at least)."""
+    return sum(max(0, len(r[6]) - 2) for r in corpus.rows if r[6] is not None)
 
 
 HEADER = (f"{'variant':<40} {'batch':>5} {'CPU µs/msg':>10} {'merge µs':>8} {'index B/msg':>11} "
