@@ -248,7 +248,7 @@ async def run_host(
                 )
                 sessions = DynamicSupervisor(
                     intensity=config.session_restart_intensity, period=config.restart_period,
-                    max_children=config.max_sessions_active,
+                    max_children=config.max_sessions_active, evict_idle=True,
                 )
                 await nursery.start(sessions.run)
                 blobs = Blobs(data_dir.attachments_dir, faults=faults, import_roots=config.import_roots)

@@ -344,6 +344,7 @@ class Actor:
         self._room = trio.Event()  # set (and replaced) whenever the loop takes messages out
         self._idle_work_due = True  # on_idle may have work once after start and after every batch
         self._hold_wake: trio.Event | None = None  # set while a batch is held (see _hold)
+        self._idle_since: float | None = None  # set while the loop waits on an empty mailbox
 
     # -- hooks for subclasses -------------------------------------------------
 
@@ -393,6 +394,13 @@ class Actor:
     @property
     def state(self) -> ActorState:
         return self._state
+
+    @property
+    def idle_since(self) -> float | None:
+        """When the loop began waiting on an empty mailbox (trio clock); ``None`` while it handles a
+        batch, runs idle work or is not running: such an actor may be passivated early (see
+        ``DynamicSupervisor(evict_idle=True)``)."""
+        return self._idle_since if self._state == "running" else None
 
     @property
     def ready(self) -> bool:
@@ -700,19 +708,25 @@ class Actor:
         idle = self.idle_timeout
         passivate_at = trio.current_time() + idle if idle is not None else math.inf
         delay = self.idle_work_after
-        while True:
-            work_at = math.inf
-            if delay is not None and self._idle_work_due:
-                work_at = trio.current_time() + delay
-            with trio.move_on_at(min(passivate_at, work_at)):
-                try:
-                    return await self._recv.receive()
-                except trio.EndOfChannel:
+        try:
+            while True:
+                work_at = math.inf
+                if delay is not None and self._idle_work_due:
+                    work_at = trio.current_time() + delay
+                self._idle_since = trio.current_time() if self._idle_since is None else self._idle_since
+                with trio.move_on_at(min(passivate_at, work_at)):
+                    try:
+                        return await self._recv.receive()
+                    except trio.EndOfChannel:
+                        return None
+                if trio.current_time() >= passivate_at or self._stop_requested:
                     return None
-            if trio.current_time() >= passivate_at or self._stop_requested:
-                return None
-            self._idle_work_due = await self.on_idle()
-            delay = self.idle_work_interval
+                since, self._idle_since = self._idle_since, None  # idle work is work: not evictable
+                self._idle_work_due = await self.on_idle()
+                self._idle_since = since
+                delay = self.idle_work_interval
+        finally:
+            self._idle_since = None
 
     async def _dispatch(self, batch: list[Envelope]) -> None:
         c = self._counters

@@ -332,7 +332,12 @@ class Supervisor:
 
 
 class DynamicSupervisor(Supervisor):
-    """Many short-lived ``transient`` children by key, at most ``max_children``."""
+    """Many short-lived ``transient`` children by key, at most ``max_children``.
+
+    At the bound, a new key is refused with :class:`Busy`; with ``evict_idle`` the child that has
+    waited longest on an empty mailbox is stopped first (an early passivation: its next use starts
+    it again), and only a bound made of children that are all working is refused.
+    """
 
     def __init__(
         self,
@@ -342,11 +347,13 @@ class DynamicSupervisor(Supervisor):
         max_children: int,
         name: str = "dynamic-supervisor",
         stop_grace: float = 5.0,
+        evict_idle: bool = False,
     ) -> None:
         super().__init__(intensity, period, name=name, stop_grace=stop_grace)
         if max_children < 1:
             raise ValueError(f"supervisor {name!r}: max_children must be >= 1")
         self.max_children = max_children
+        self.evict_idle = evict_idle
 
     async def get_or_start(self, key: str, factory: Callable[[], Actor]) -> ActorRef:
         """A reference to ``key``'s actor, starting it (after any old one exited) if needed."""
@@ -361,7 +368,12 @@ class DynamicSupervisor(Supervisor):
                     raise ActorStopped(f"supervisor {self.name!r}: child {name!r} is not running")
                 self._check_running()
                 if len(self._children) >= self.max_children:
-                    raise Busy(f"supervisor {self.name!r}: {self.max_children} children already running")
+                    victim = self._longest_idle() if self.evict_idle else None
+                    if victim is None:
+                        raise Busy(f"supervisor {self.name!r}: {self.max_children} children already running")
+                    victim.actor.stop()  # as its idle timeout would: a message sent meanwhile goes to the next one
+                    await victim.done.wait()
+                    continue
                 await self._start(ChildSpec(name, factory, "transient"))
                 continue
             exiting = child.actor.state in ("stopping", "stopped", "passivated") and not child.gone
@@ -370,6 +382,17 @@ class DynamicSupervisor(Supervisor):
             # Wait for the next incarnation, or for the old one to be gone
             # entirely so the next one never overlaps it.
             await child.changed.wait()
+
+
+    def _longest_idle(self) -> _Child | None:
+        """The child waiting longest on an empty mailbox, if any."""
+        best: _Child | None = None
+        best_since = math.inf
+        for child in self._children.values():
+            since = None if child.gone else child.actor.idle_since
+            if since is not None and since < best_since:
+                best, best_since = child, since
+        return best
 
 
 class ActorRef:

@@ -282,6 +282,33 @@ async def test_dynamic_get_or_start_reuses_running_child_and_bounds_children() -
         assert sup.children() == ["s1", "s3"]
 
 
+async def test_dynamic_evict_idle_passivates_the_longest_idle_child_at_the_bound() -> None:
+    """With ``evict_idle`` a full supervisor stops the child idle longest for a new key; a child that
+    is working is never chosen, and a bound of working children is still ``Busy``."""
+    sup = DynamicSupervisor(intensity=5, period=10, max_children=2, evict_idle=True)
+    makers = {key: Factory(key) for key in ("s1", "s2", "s3", "s4")}
+    async with supervisor_running(sup) as nursery:
+        s1 = await sup.get_or_start("s1", makers["s1"])
+        await trio.sleep(0.01)
+        s2 = await sup.get_or_start("s2", makers["s2"])
+        assert await s2.ask("ping") == ("pong", 1)  # s2 was used last: s1 is idle longest
+        s3 = await sup.get_or_start("s3", makers["s3"])
+        assert sup.children() == ["s2", "s3"]
+        assert makers["s1"].built[0].state == "stopped"
+        assert await s3.ask("ping") == ("pong", 1)
+        assert await s1.ask(("effect", "back")) == "back"  # its next use starts it again (s2 goes)
+        assert sorted(sup.children()) == ["s1", "s3"]
+        gates = [trio.Event(), trio.Event()]
+        held = [spawn(nursery, s1.ask, ("block", gates[0])), spawn(nursery, s3.ask, ("block", gates[1]))]
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(Busy):
+            await sup.get_or_start("s4", makers["s4"])
+        for gate in gates:
+            gate.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert held == [{"value": "unblocked"}, {"value": "unblocked"}]
+
+
 async def test_dynamic_crash_restarts_child() -> None:
     sup = DynamicSupervisor(intensity=5, period=10, max_children=4)
     make = Factory("s1")
