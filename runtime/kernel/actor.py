@@ -719,8 +719,16 @@ class Actor:
                         return await self._recv.receive()
                     except trio.EndOfChannel:
                         return None
-                if trio.current_time() >= passivate_at or self._stop_requested:
+                if self._stop_requested:
                     return None
+                if trio.current_time() >= passivate_at:
+                    # A message that came as the timer fired (or while idle work ran past it) is in
+                    # the mailbox, not handed over: the actor is not idle after all. Passivating now
+                    # would fail it as enqueued, so the caller would get ACTOR_RESTARTED.
+                    try:
+                        return self._recv.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        return None
                 since, self._idle_since = self._idle_since, None  # idle work is work: not evictable
                 self._idle_work_due = await self.on_idle()
                 self._idle_since = since

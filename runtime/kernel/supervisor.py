@@ -389,7 +389,7 @@ class DynamicSupervisor(Supervisor):
         best: _Child | None = None
         best_since = math.inf
         for child in self._children.values():
-            since = None if child.gone else child.actor.idle_since
+            since = None if child.gone or child.actor.statistics().mailbox_depth else child.actor.idle_since
             if since is not None and since < best_since:
                 best, best_since = child, since
         return best

@@ -309,6 +309,39 @@ async def test_dynamic_evict_idle_passivates_the_longest_idle_child_at_the_bound
         assert held == [{"value": "unblocked"}, {"value": "unblocked"}]
 
 
+class SlowIdle(Probe):
+    """Idle work that outlasts the idle timeout (a prefetch that reads a page from disk)."""
+
+    idle_work_after = 1.0
+
+    async def on_idle(self) -> bool:
+        await trio.sleep(3)
+        return False
+
+
+async def test_dynamic_message_that_arrives_as_the_idle_timer_fires_is_handled_not_failed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Race audit (h44): an ask enqueued while idle work ran past the idle timeout (or in the instant
+    the timer fired) sat in the mailbox when the actor decided to passivate: it was failed as
+    enqueued, so the caller got ACTOR_RESTARTED for a request that was never run. The actor now takes
+    it and stays."""
+    sup = DynamicSupervisor(intensity=5, period=10, max_children=4)
+    built: list[Probe] = []
+
+    def make() -> Actor:
+        built.append(SlowIdle("s1", idle_timeout=2))
+        return built[-1]
+
+    async with supervisor_running(sup) as nursery:
+        ref = await sup.get_or_start("s1", make)
+        await trio.sleep(1.5)  # idle work started at 1 s and runs until 4 s; the timer fires at 2 s
+        answer = spawn(nursery, ref.ask, ("effect", "a"))
+        await trio.sleep(5)
+        assert answer == {"value": "a"}
+        assert built[0].effects == 1 and len(built) == 1
+
+
 async def test_dynamic_crash_restarts_child() -> None:
     sup = DynamicSupervisor(intensity=5, period=10, max_children=4)
     make = Factory("s1")
