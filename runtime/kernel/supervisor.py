@@ -369,11 +369,15 @@ class DynamicSupervisor(Supervisor):
                 self._check_running()
                 if len(self._children) >= self.max_children:
                     victim = self._longest_idle() if self.evict_idle else None
-                    if victim is None:
-                        raise Busy(f"supervisor {self.name!r}: {self.max_children} children already running")
-                    victim.actor.stop()  # as its idle timeout would: a message sent meanwhile goes to the next one
-                    await victim.done.wait()
-                    continue
+                    if victim is not None:
+                        victim.actor.stop()  # as its idle timeout would: a message sent meanwhile goes to the next one
+                        await victim.done.wait()
+                        continue
+                    leaving = self._leaving() if self.evict_idle else None
+                    if leaving is not None:  # a slot is being freed (another eviction, a passivation): wait for it
+                        await leaving.changed.wait()
+                        continue
+                    raise Busy(f"supervisor {self.name!r}: {self.max_children} children already running")
                 await self._start(ChildSpec(name, factory, "transient"))
                 continue
             exiting = child.actor.state in ("stopping", "stopped", "passivated") and not child.gone
@@ -393,6 +397,14 @@ class DynamicSupervisor(Supervisor):
             if since is not None and since < best_since:
                 best, best_since = child, since
         return best
+
+
+    def _leaving(self) -> _Child | None:
+        """A child whose incarnation is on its way out, if any."""
+        for child in self._children.values():
+            if not child.gone and child.actor.state in ("stopping", "stopped", "passivated", "crashed"):
+                return child
+        return None
 
 
 class ActorRef:

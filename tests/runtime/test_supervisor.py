@@ -309,6 +309,32 @@ async def test_dynamic_evict_idle_passivates_the_longest_idle_child_at_the_bound
         assert held == [{"value": "unblocked"}, {"value": "unblocked"}]
 
 
+async def test_dynamic_evict_idle_waits_for_a_slot_being_freed_instead_of_busy() -> None:
+    """At the bound with no idle child but one on its way out (an eviction or a passivation in
+    progress), a new key waits for that slot instead of answering ``Busy``."""
+    sup = DynamicSupervisor(intensity=5, period=10, max_children=2, evict_idle=True)
+    makers = {key: Factory(key) for key in ("s1", "s2", "s3")}
+    async with supervisor_running(sup) as nursery:
+        s1 = await sup.get_or_start("s1", makers["s1"])
+        await sup.get_or_start("s2", makers["s2"])
+        gate = trio.Event()
+        held = spawn(nursery, s1.ask, ("block", gate))
+        leaving = makers["s2"].built[0]
+        leaving.stop_gate = trio.Event()
+        leaving.stop()
+        await trio.testing.wait_all_tasks_blocked()
+        assert leaving.state == "stopping"
+        started = spawn(nursery, sup.get_or_start, "s3", makers["s3"])
+        await trio.testing.wait_all_tasks_blocked()
+        assert started == {}  # waiting for s2's slot, not refused
+        leaving.stop_gate.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert await started["value"].ask(("effect", "s3")) == "s3"
+        gate.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert held == {"value": "unblocked"}
+
+
 class SlowIdle(Probe):
     """Idle work that outlasts the idle timeout (a prefetch that reads a page from disk)."""
 
