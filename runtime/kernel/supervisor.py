@@ -387,7 +387,6 @@ class DynamicSupervisor(Supervisor):
             # entirely so the next one never overlaps it.
             await child.changed.wait()
 
-
     def _longest_idle(self) -> _Child | None:
         """The child waiting longest on an empty mailbox, if any."""
         best: _Child | None = None
@@ -397,7 +396,6 @@ class DynamicSupervisor(Supervisor):
             if since is not None and since < best_since:
                 best, best_since = child, since
         return best
-
 
     def _leaving(self) -> _Child | None:
         """A child whose incarnation is on its way out, if any."""
