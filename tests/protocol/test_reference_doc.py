@@ -35,6 +35,13 @@ def test_limits_table_states_the_unauthenticated_cap_the_host_uses() -> None:
     assert f"{cap} that have not said `host.hello`" in _section("7. Limits")
 
 
+def test_limits_table_states_the_live_session_bound_the_host_uses() -> None:
+    """The race audit met the bound of live session actors (BUSY); the table now states it."""
+    limits = _section("7. Limits")
+    assert f"{HOST_DEFAULTS['max_sessions_active']:,} (`HostConfig.max_sessions_active`)" in limits
+    assert f"passivates after {HOST_DEFAULTS['session_idle_timeout']:g} s" in limits
+
+
 def test_oversize_frame_and_params_are_documented_as_the_host_handles_them() -> None:
     """Finding: a frame over 16 MiB closes the connection with 1009 though the reference promised
     PAYLOAD_TOO_LARGE. The reference now says 1009 for the frame, PAYLOAD_TOO_LARGE for params."""
