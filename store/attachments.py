@@ -30,7 +30,11 @@ until usage is back under the budget, in durable steps:
    queue — use :func:`mark_evicted_blocks`; the transcript itself is never
    rewritten, seed 003 §8);
    1b. the tails the files grew by since step 0 are scanned again, and any new
-   block referring to a victim is recorded, marked (one more transaction);
+   block referring to a victim is recorded, marked (one more transaction); a
+   victim that the active session came to reference meanwhile (an append
+   acknowledged after the scan, before the marks) is taken back in that same
+   transaction, live with its marks cleared, and leaves the answer: its bytes
+   are still there, and the active session's blobs are never evicted;
 2. the bytes are unlinked (directory fsynced);
 3. one transaction turns the marked rows into tombstones (``evicted``).
 
@@ -743,6 +747,24 @@ class _Marked:
     answer: dict[str, Any]
     marked: list[str]
     orphans: list[str]
+    retried: bool = False
+    """The answer was recorded by an earlier attempt (this one only finishes it)."""
+
+
+def _spare(conn: sqlite3.Connection, shas: Iterable[str]) -> dict[str, int]:
+    """Take blobs marked in step 1 back (their bytes are still there): live again, their references'
+    marks cleared, as a re-put would. sha → size of each blob taken back."""
+    out: dict[str, int] = {}
+    for sha in shas:
+        row = conn.execute("SELECT size_bytes FROM attachment_blobs WHERE sha256 = ? AND deletion_state = 'evicting'",
+                           (sha,)).fetchone()
+        if row is None:
+            continue
+        conn.execute("UPDATE attachment_blobs SET marked_for_eviction = 0, deletion_state = 'live', evicted_at = NULL "
+                     "WHERE sha256 = ?", (sha,))
+        conn.execute("UPDATE attachment_refs SET evicted_at = NULL WHERE sha256 = ?", (sha,))
+        out[sha] = int(row[0])
+    return out
 
 
 def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
@@ -772,6 +794,7 @@ def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
         lost = missing_bytes(conn, present)
         mark_for_eviction(conn, lost, now_ms)
         answer = pending_gc(conn, receipt) if receipt is not None else None
+        retried = answer is not None
         orphans = sorted(present - known_blobs(conn))
         if answer is None:  # a first attempt (a retry only finishes what its first attempt marked)
             victims = plan_eviction(conn, limit, active_session_id)
@@ -782,13 +805,30 @@ def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
                       "orphansRemoved": len(orphans), "estimate": estimate(conn, limit).to_wire()}
             if receipt is not None:
                 _record_pending_gc(conn, receipt, answer, now_ms)
-        return _Marked(answer, pending_evictions(conn), orphans)
+        return _Marked(answer, pending_evictions(conn), orphans, retried)
 
     step = write(step1)
     faults.point("attachments.gc.after_mark")
     if scan is not None and step.marked:
         late = scan_references(sessions_dir, since=scan) if sessions_dir is not None else Scan()
-        write(lambda conn: sync_derived_refs(conn, late.refs | queue_references(conn), now_ms, full=False))
+        planned = set(step.answer["evicted"]) if not step.retried else set()
+        spared = sorted({r[0] for r in late.refs if r[1] == active_session_id and r[0] in planned})
+
+        def step1b(conn: sqlite3.Connection) -> _Marked:
+            sync_derived_refs(conn, late.refs | queue_references(conn), now_ms, full=False)
+            if not spared:
+                return step
+            # an append into the active session that landed after the scan, before the marks: its blobs stay
+            revived = _spare(conn, spared)
+            answer = dict(step.answer)
+            answer["evicted"] = [sha for sha in answer["evicted"] if sha not in revived]
+            answer["freedBytes"] = int(answer["freedBytes"]) - sum(revived.values())
+            answer["estimate"] = estimate(conn, int(answer["estimate"]["budgetBytes"])).to_wire()
+            if receipt is not None:
+                _record_pending_gc(conn, receipt, answer, now_ms)
+            return _Marked(answer, pending_evictions(conn), step.orphans, step.retried)
+
+        step = write(step1b)
     for sha in [*step.marked, *step.orphans]:
         files.delete(sha)
         faults.point("attachments.gc.after_unlink")
