@@ -39,8 +39,10 @@ until usage is back under the budget, in durable steps:
 3. one transaction turns the marked rows into tombstones (``evicted``).
 
 A crash after 1 leaves ``evicting`` rows that every later GC finishes first (a
-marked blob counts as gone: no new reference can be made to it); a crash in 2
-or 3 leaves rows without bytes that are likewise marked. A reference therefore
+marked blob counts as gone: no new reference can be made to it), except those
+the later GC's active session references while their bytes are still there:
+taken back as in 1b; a crash in 2 or 3 leaves rows without bytes that are
+likewise marked. A reference therefore
 never points at missing bytes unmarked. Writers (put/import/ref/gc) are
 serialized by the caller (one lock per host), so a put of the same content
 cannot race an eviction of it; a re-put of an evicted blob's bytes revives it
@@ -747,8 +749,6 @@ class _Marked:
     answer: dict[str, Any]
     marked: list[str]
     orphans: list[str]
-    retried: bool = False
-    """The answer was recorded by an earlier attempt (this one only finishes it)."""
 
 
 def _spare(conn: sqlite3.Connection, shas: Iterable[str]) -> dict[str, int]:
@@ -764,6 +764,16 @@ def _spare(conn: sqlite3.Connection, shas: Iterable[str]) -> dict[str, int]:
                      "WHERE sha256 = ?", (sha,))
         conn.execute("UPDATE attachment_refs SET evicted_at = NULL WHERE sha256 = ?", (sha,))
         out[sha] = int(row[0])
+    return out
+
+
+def _without(conn: sqlite3.Connection, answer: Mapping[str, Any], spared: Mapping[str, int]) -> dict[str, Any]:
+    """A GC's answer without the blobs it took back (:func:`_spare`)."""
+    out = dict(answer)
+    gone = [sha for sha in answer["evicted"] if sha in spared]
+    out["evicted"] = [sha for sha in answer["evicted"] if sha not in spared]
+    out["freedBytes"] = int(answer["freedBytes"]) - sum(spared[sha] for sha in gone)
+    out["estimate"] = estimate(conn, int(answer["estimate"]["budgetBytes"])).to_wire()
     return out
 
 
@@ -788,13 +798,20 @@ def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
     scan = scan_references(sessions_dir) if sessions_dir is not None else None
 
     def step1(conn: sqlite3.Connection) -> _Marked:
+        spared: dict[str, int] = {}
         if scan is not None:
-            sync_derived_refs(conn, scan.refs | queue_references(conn), now_ms, full=True)
+            found = scan.refs | queue_references(conn)
+            sync_derived_refs(conn, found, now_ms, full=True)
+            # marks an earlier GC left (cut short before its bytes went): the active session's stay
+            spared = _spare(conn, sorted({r[0] for r in found if r[1] == active_session_id} & present))
         limit = budget if budget is not None else budget_bytes(conn)
         lost = missing_bytes(conn, present)
         mark_for_eviction(conn, lost, now_ms)
         answer = pending_gc(conn, receipt) if receipt is not None else None
-        retried = answer is not None
+        if answer is not None and spared.keys() & set(answer["evicted"]):
+            answer = _without(conn, answer, spared)
+            if receipt is not None:
+                _record_pending_gc(conn, receipt, answer, now_ms)
         orphans = sorted(present - known_blobs(conn))
         if answer is None:  # a first attempt (a retry only finishes what its first attempt marked)
             victims = plan_eviction(conn, limit, active_session_id)
@@ -805,28 +822,23 @@ def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
                       "orphansRemoved": len(orphans), "estimate": estimate(conn, limit).to_wire()}
             if receipt is not None:
                 _record_pending_gc(conn, receipt, answer, now_ms)
-        return _Marked(answer, pending_evictions(conn), orphans, retried)
+        return _Marked(answer, pending_evictions(conn), orphans)
 
     step = write(step1)
     faults.point("attachments.gc.after_mark")
     if scan is not None and step.marked:
         late = scan_references(sessions_dir, since=scan) if sessions_dir is not None else Scan()
-        planned = set(step.answer["evicted"]) if not step.retried else set()
-        spared = sorted({r[0] for r in late.refs if r[1] == active_session_id and r[0] in planned})
+        spared = sorted({r[0] for r in late.refs if r[1] == active_session_id} & set(step.marked))
 
         def step1b(conn: sqlite3.Connection) -> _Marked:
             sync_derived_refs(conn, late.refs | queue_references(conn), now_ms, full=False)
             if not spared:
                 return step
             # an append into the active session that landed after the scan, before the marks: its blobs stay
-            revived = _spare(conn, spared)
-            answer = dict(step.answer)
-            answer["evicted"] = [sha for sha in answer["evicted"] if sha not in revived]
-            answer["freedBytes"] = int(answer["freedBytes"]) - sum(revived.values())
-            answer["estimate"] = estimate(conn, int(answer["estimate"]["budgetBytes"])).to_wire()
+            answer = _without(conn, step.answer, _spare(conn, spared))
             if receipt is not None:
                 _record_pending_gc(conn, receipt, answer, now_ms)
-            return _Marked(answer, pending_evictions(conn), step.orphans, step.retried)
+            return _Marked(answer, pending_evictions(conn), step.orphans)
 
         step = write(step1b)
     for sha in [*step.marked, *step.orphans]:
