@@ -154,8 +154,10 @@ def run_revisions(sizes: Sizes, work: Path) -> Section:
         "growthPerTurn": growth,
     }
     spread = max(steady) / min(steady) if steady and min(steady) > 0 else None
-    sec.targets = [Target("revisions growth per finished turn: max / min over turns 3..N", spread, "<=", 1.0,
-                          "constant growth for a live branch")]
+    sec.targets = [Target("revisions growth per finished turn: max / min over turns 3..N", spread, "<=", 1.01,
+                          "constant growth for a live branch (a line that grew with its branch would double it "
+                          "by turn 40); the goal leaves room for a counter's next decimal digit (the refresh "
+                          "line's message count reaching 10 adds one byte)")]
     sec.notes = [f"{res['turns']} regenerate-and-continue turns of {res['messageBytes']} B messages, one branch"]
     return sec
 
