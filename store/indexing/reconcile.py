@@ -24,6 +24,7 @@ from store.errors import CorruptData, classify_os_error
 from store.fsutil import open_nofollow
 from store.indexing import index
 from store.indexing.index import CompactionRecord, IndexRecord
+from store.interchange.origin_history import origin_row
 from store.jsonio import loads_line
 from store.queue import forget_session as forget_queue
 from store.revisions import (
@@ -405,15 +406,10 @@ def restore_last_import(conn: Any, session_id: str, line: Mapping[str, Any]) -> 
     receipt, answer = line.get("receipt"), line.get("answer")
     if not isinstance(receipt, Mapping) or receipts.key_of_record(receipt) is None or not isinstance(answer, Mapping):
         return
-    row = conn.execute("SELECT origin_json FROM session_import_origins WHERE session_id = ?", (session_id,)).fetchone()
+    row = origin_row(conn, session_id)
     if row is None:
         return
-    try:
-        origin = orjson.loads(row[0]) if row[0] else {}
-    except orjson.JSONDecodeError:
-        origin = {}
-    if not isinstance(origin, dict):
-        origin = {}
+    origin = dict(row["origin"])
     origin["lastImport"] = {"receipt": dict(receipt), "answer": dict(answer)}
     conn.execute("UPDATE session_import_origins SET origin_json = ? WHERE session_id = ?",
                  (orjson.dumps(origin).decode(), session_id))

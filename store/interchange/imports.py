@@ -23,8 +23,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from store import receipts
 from store.errors import StoreError
 from store.fsutil import open_nofollow
@@ -46,6 +44,7 @@ from store.interchange.import_write import (
 from store.interchange.importers import content_fingerprint, discover, former_ids, kept_as_imported
 from store.interchange.importers.common import Refused, SessionReport, SourceUnit, session_id_for
 from store.interchange.importers.report import MAX_UNKNOWN_KINDS, unknown_kinds
+from store.interchange.origin_history import origin_row
 from store.jsonio import loads_line
 from store.receipts import ReceiptKey
 from store.rules import MAX_IMPORT_REPORTS
@@ -93,20 +92,6 @@ def existing_spans(conn: sqlite3.Connection, session_id: str) -> Spans:
         return out
 
     return lookup
-
-
-def origin_row(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | None:
-    row = conn.execute(
-        "SELECT plugin_id, source_id, external_id, source_label, origin_json, created_at "
-        "FROM session_import_origins WHERE session_id = ?", (session_id,)).fetchone()
-    if row is None:
-        return None
-    try:
-        origin = orjson.loads(row[4]) if row[4] else {}
-    except orjson.JSONDecodeError:
-        origin = {}
-    return {"pluginId": row[0], "sourceId": row[1], "externalId": row[2], "label": row[3],
-            "origin": origin if isinstance(origin, dict) else {}, "createdAt": row[5]}
 
 
 def prior_answer(origin: Mapping[str, Any] | None, key: ReceiptKey | None) -> dict[str, Any] | None:

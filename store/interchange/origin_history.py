@@ -27,6 +27,21 @@ from store.indexing.sql_lists import in_chunks
 SPAWN_KEYS = ("sessionId", "toolCallId", "agentName")
 
 
+def origin_row(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | None:
+    """A session's ``session_import_origins`` row, its history JSON as a dict (``{}`` when unreadable)."""
+    row = conn.execute(
+        "SELECT plugin_id, source_id, external_id, source_label, origin_json, created_at "
+        "FROM session_import_origins WHERE session_id = ?", (session_id,)).fetchone()
+    if row is None:
+        return None
+    try:
+        origin = orjson.loads(row[4]) if row[4] else {}
+    except orjson.JSONDecodeError:
+        origin = {}
+    return {"pluginId": row[0], "sourceId": row[1], "externalId": row[2], "label": row[3],
+            "origin": origin if isinstance(origin, dict) else {}, "createdAt": row[5]}
+
+
 def project(origin: Mapping[str, Any]) -> dict[str, Any]:
     """The session-row fields an origin's history JSON yields (none when it names nothing)."""
     out: dict[str, Any] = {}
