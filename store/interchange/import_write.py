@@ -123,7 +123,7 @@ __all__ = [
     "valid_answer",
 ]
 
-IMPORT_RULES = 10
+IMPORT_RULES = 11
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -147,7 +147,9 @@ a branch that starts with pi's branch summary belongs to the user turn before it
 spawned thread's prompt from its parent agent carries ``meta.fromAgent``. 9 = Codex: a web search's
 results (the ``web_search_end`` event) are the sources of its ``hostedSearch`` round. 10 = Claude Code:
 a rewound file's transcript is the branch Claude Code shows (the newest conversation line's), its
-abandoned branches are kept in the revisions store as pi's are (it imported every line in file order)."""
+abandoned branches are kept in the revisions store as pi's are (it imported every line in file order). 11 =
+Claude Code: a subagent file's rows follow the branch of the ``Task`` call that started it (a rewound file
+kept them live when the call was on an abandoned branch)."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

@@ -63,7 +63,9 @@ One JSON object per line. What becomes what:
   a checkpoint's summary. Every conversation line off it is on an abandoned branch: the newest such line
   is a leaf, its branch is found the same way, and so on (each converted like the live one, from its
   root, with the inline sidechain and subagent rows the live transcript shows before it diverges).
-  Inline sidechains and subagent files stay in the live transcript. The file imports in file order, every
+  Inline sidechains stay in the live transcript; a subagent file's rows follow the ``Task`` call that
+  started it (the live transcript when the call is on the live path or not known, else the revision of the
+  abandoned branch holding it, whole). The file imports in file order, every
   line live, as before, when it has no branch, when its tree cannot be trusted to say which is live (a
   duplicate ``uuid``, a live path ending at a missing parent or in a cycle), or past
   :data:`MAX_TREE_RECORDS` / :data:`MAX_BRANCHES` / :data:`MAX_BRANCH_WORK` (then its report's
@@ -275,6 +277,9 @@ class _Shared:
     recognized: bool = False
     known_tasks: dict[str, str | None] = field(default_factory=dict)
     """Task call id -> subagent_type, read ahead by :func:`_learn_agents`."""
+    task_lines: dict[str, int] = field(default_factory=dict)
+    """Task call id -> offset of the main transcript's (non-sidechain) line holding it, read ahead by
+    :func:`_learn_agents`: the branch a subagent file's rows follow."""
 
 
 @dataclass
@@ -303,13 +308,29 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
                 raise Refused("EMPTY_SESSION", f"{files[0]} holds no complete line")
             raise Refused("NOT_A_SESSION_FILE", f"{files[0]} is not a Claude Code transcript")
 
+    learned: list[bool] = []
+
+    def learn() -> None:
+        if files and not learned:
+            _learn_agents(files[0], shared, ctx)
+            learned.append(True)
+
+    def task_line(path: Path) -> int | None:
+        """The offset of the main transcript line holding the Task call that started the subagent of
+        ``path`` (None: not known; its rows then go as before, with the live transcript)."""
+        agent = _agent_id(path)
+        link = shared.agents.get(agent) if agent else None
+        return shared.task_lines.get(link[0]) if link is not None and link[0] else None
+
     def subagent(path: Path) -> Iterator[Slot]:
-        yield from _FileConverter(ctx, meta, report, shared, sid, path, primary=False).run()
+        at = task_line(path) if split is not None else None
+        off = split is not None and at is not None and at in split.skip  # its Task call was rewound
+        yield from _FileConverter(ctx, meta, report, shared, sid, path, primary=False).run(_none if off else None)
 
     def records() -> Iterator[Slot]:
         if not files:
             return
-        _learn_agents(files[0], shared, ctx)
+        learn()
         subs = [(_first_time(path), path) for path in files[1:]]
         yield from merge_in_time(primary(), [(start, functools.partial(subagent, path)) for start, path in subs])
 
@@ -330,6 +351,7 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
         sidechain lines, subagent files' rows) so its shared part reads as the live one. Scratch state."""
         scratch = SessionReport(SOURCE, unit.external_id, sid)
         bmeta = SessionMeta(SOURCE, unit.external_id, sid)
+        learn()
         bshared = _Shared(agents=dict(shared.agents), recognized=True, known_tasks=dict(shared.known_tasks))
 
         lines = split.lines(b)
@@ -339,8 +361,12 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
             yield from conv.run(lines.select, end=lines.end, unparsed=lines.unparsed)
 
         def sub(path: Path) -> Iterator[Slot]:
+            at = task_line(path)
+            own = at is not None and at in lines.members and at in split.skip  # started on this branch's own part
+            if at is not None and at not in lines.members:
+                return  # started on another branch (the live one after this one left it, or another abandoned one)
             for slot in _FileConverter(ctx, bmeta, scratch, bshared, sid, path, primary=False).run():
-                if lines.cutoff is None or slot.record.get("createdAt", EPOCH_STAMP) >= lines.cutoff:
+                if not own and (lines.cutoff is None or slot.record.get("createdAt", EPOCH_STAMP) >= lines.cutoff):
                     return
                 yield slot
 
@@ -698,10 +724,26 @@ def merge_in_time(main: Iterator[Slot], later: list[tuple[str, _Start]]) -> Iter
         pull(stream, it)
 
 
+def _none(offset: int, rec: Mapping[str, Any]) -> bool:
+    """The selection of a file none of whose lines are on the branch (a subagent whose Task call is off it)."""
+    return False
+
+
+def _agent_id(path: Path) -> str | None:
+    """The agent id of a subagent file: its name (``agent-<id>.jsonl``), else its lines' ``agentId``."""
+    if path.stem.startswith("agent-") and len(path.stem) > len("agent-"):
+        return path.stem[len("agent-"):]
+    return peek_field(path, ("agentId",))
+
+
 def _first_time(path: Path) -> str:
     """The canonical stamp of a subagent file's first timestamp ("" when it has none: it goes first)."""
     ms = to_ms(peek_field(path, ("timestamp",)))
     return stamp(ms) if ms is not None else ""
+
+
+_AGENT_MARKS = (b'"agentId"', b'"subagent_type"', b'"Task"', b'"Agent"')
+"""Bytes of a line that may name an agent or a Task call (the only lines :func:`_learn_agents` parses)."""
 
 
 def _learn_agents(path: Path, shared: _Shared, ctx: ParseContext) -> None:
@@ -710,12 +752,13 @@ def _learn_agents(path: Path, shared: _Shared, ctx: ParseContext) -> None:
     The link (``toolUseResult.agentId`` of the Task result, ``agentId`` of ``agent_progress``
     lines) is written when the subagent has finished, after its rows; the subagent files are
     merged in at their time position, so it is known before the main file is converted. Only lines
-    naming an agent are parsed.
+    naming an agent or a Task call are parsed; a Task call's line offset says which branch its subagent's
+    rows follow.
     """
     try:
         reader = LineReader(path, max_line_bytes=ctx.limits.max_line_bytes, chunk=ctx.limits.read_chunk)
         for line in reader:
-            if line.data is None or (b'"agentId"' not in line.data and b'"subagent_type"' not in line.data):
+            if line.data is None or not any(mark in line.data for mark in _AGENT_MARKS):
                 continue
             rec = parse_object(line.data)
             if rec is None or len(shared.agents) >= MAX_TASKS or len(shared.tasks) >= MAX_TASKS:
@@ -730,6 +773,8 @@ def _learn_agents(path: Path, shared: _Shared, ctx: ParseContext) -> None:
                         and isinstance(block.get("id"), str) and isinstance(args, Mapping)):
                     kind = args.get("subagent_type")
                     shared.known_tasks[block["id"]] = kind if isinstance(kind, str) and kind else None
+                    if rec.get("isSidechain") is not True:
+                        shared.task_lines.setdefault(block["id"], line.offset)
                 extra = rec.get("toolUseResult")
                 call_id = block.get("tool_use_id")
                 if (block.get("type") == "tool_result" and isinstance(call_id, str) and isinstance(extra, Mapping)
