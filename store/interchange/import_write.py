@@ -149,7 +149,8 @@ results (the ``web_search_end`` event) are the sources of its ``hostedSearch`` r
 a rewound file's transcript is the branch Claude Code shows (the newest conversation line's), its
 abandoned branches are kept in the revisions store as pi's are (it imported every line in file order). 11 =
 Claude Code: a subagent file's rows follow the branch of the ``Task`` call that started it (a rewound file
-kept them live when the call was on an abandoned branch)."""
+kept them live when the call was on an abandoned branch); pi: an entry pi appended behind a torn line (a crash,
+then a resume) is read, so the turns after it are shown instead of a fallback to the branch before it."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

@@ -8,6 +8,7 @@ conversation's beginning (or nothing), and said so nowhere.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -84,3 +85,45 @@ def test_a_repaired_file_hides_the_notice_on_reimport(tmp_path: Path, db: sqlite
                         now_ms=NOW + 1)
     assert not again.older_copy
     assert shown(target, sid) == [*BRANCH_A, "q4 on A"]
+
+
+RECORDED_PI = next((Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "pi" / "0.73.1").glob(
+    "sessions/*/*_01a234ad-dfe8-7038-b380-b3ff8f231306.jsonl"))
+"""The recorded pi 0.73.1 ``basics`` session: plain, thinking, tool-ok and tool-fail turns, one line each."""
+
+
+def _crashed(dst: Path) -> Path:
+    """The recorded session as pi leaves it after a crash while writing the tool-ok turn's reply and a resume:
+    that line's first half without its newline (the write stopped there), then the next prompt pi appended on
+    resume right after those bytes, hanging off the last intact entry (the tool result: the torn entry was
+    skipped when pi loaded the file). Every other line is the file's own."""
+    lines = RECORDED_PI.read_bytes().splitlines(keepends=True)
+    torn_at = next(i for i, line in enumerate(lines) if b"The tool answered: fidelity-ok" in line)
+    torn, resumed = json.loads(lines[torn_at]), json.loads(lines[torn_at + 1])
+    assert resumed["parentId"] == torn["id"] and resumed["message"]["role"] == "user"
+    resumed["parentId"] = torn["parentId"]
+    cut = lines[torn_at][: len(lines[torn_at]) // 2]
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_bytes(b"".join([*lines[:torn_at], cut, json.dumps(resumed, separators=(",", ":")).encode() + b"\n",
+                              *lines[torn_at + 2:]]))
+    return dst
+
+
+def test_an_entry_written_after_a_torn_line_keeps_the_newer_part_with_a_notice(
+        tmp_path: Path, db: sqlite3.Connection, target: ImportTarget) -> None:
+    """Seed 000 §3.4: "On load, leafId must reach a root. Corrupt data falls back to the highest-sequence
+    reachable leaf and produces a system notice." The entry pi wrote on resume (behind the torn bytes) is
+    read, so the newest leaf reaches the root: the turns after the crash are shown, not hidden behind a
+    fallback to the entry before it; the lost entry is a notice where it was."""
+    path = _crashed(tmp_path / "pi" / RECORDED_PI.name)
+    outcome = import_unit(db, unit(path), target, now_ms=NOW)
+    t = read_transcript(target.transcript(outcome.session_id))
+    texts = [(m.record["role"], (m.record["blocks"][0].get("text") or m.record.get("toolName") or "")[:30])
+             for m in t.messages if m.id not in t.deleted_ids]
+    assert texts[-4:] == [("system", "An entry of this session was c"), ("user", "[tool-fail] read a file that i"),
+                          ("tool", "read"), ("assistant", "The tool answered: ENOENT: no ")]
+    assert not [m for m in t.messages if (m.record.get("meta") or {}).get("importedKind") == "pi/corrupt_leaf"]
+    assert "The tool answered: fidelity-ok" not in [x for _, x in texts]  # the torn reply itself is lost
+    assert outcome.files[0].skipped["torn entry"] == 1
+    again = import_unit(db, unit(path), target, now_ms=NOW + 1)
+    assert again.status == "unchanged"

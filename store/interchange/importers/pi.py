@@ -147,6 +147,36 @@ class Header:
 
 CORRUPT_LEAF = "corrupt-leaf"
 """Key prefix of the system notice a fallback from a corrupt leaf writes (seed 000 §3.4)."""
+TORN = "torn-entry"
+"""Key prefix of the system notice before an entry recovered from behind a torn one (:func:`read_entry`)."""
+MAX_RECOVERY_TRIES = 64
+"""Entry starts tried from the end of a line that does not parse (:func:`read_entry`)."""
+_ENTRY_START = b'{"type":'
+
+
+def read_entry(data: bytes) -> tuple[dict[str, Any] | None, bool]:
+    """A line's entry, and whether it was recovered from behind a torn one.
+
+    pi appends each entry as one ``JSON.stringify(entry) + "\n"``. A crash in the middle of a write leaves
+    the start of that line without its newline; pi skips it when it loads the file and, resumed, appends
+    the next entry right after those bytes, with the last intact entry as its parent. The line then holds
+    the torn start and one whole entry: without that entry every later one hangs off a parent the file
+    lacks and the tree's newest leaf reaches no root (seed 000 §3.4's fallback would show the branch
+    before the crash and hide everything after it). The entry is the line's longest suffix that is one
+    JSON object starting as pi writes an entry (``{"type":``), found from the end (bounded)."""
+    rec = parse_object(data)
+    if rec is not None:
+        return rec, False
+    end = len(data)
+    for _ in range(MAX_RECOVERY_TRIES):
+        start = data.rfind(_ENTRY_START, 1, end)
+        if start < 0:
+            break
+        found = parse_object(data[start:])
+        if found is not None and isinstance(found.get("type"), str):
+            return found, True
+        end = start
+    return None, False
 
 
 @dataclass
@@ -195,6 +225,7 @@ class Branch:
         # a corrupt-leaf notice an earlier import wrote for any entry is this file's too: a repaired file
         # then hides it as off-branch instead of reading as an older copy
         out.update(make_id(f"{CORRUPT_LEAF}:{key}") for key in self.all_keys)
+        out.update(make_id(f"{TORN}:{key}") for key in self.all_keys)
         for key, n in self.calls.items():
             out.update(make_id(f"{key}.{i}") for i in range(n))
         return out
@@ -236,7 +267,7 @@ def find_branch(lines: Iterable[Line], file: FileReport, report: SessionReport, 
         end = line.offset + line.length
         if line.data is None or not line.data.strip():
             continue
-        rec = parse_object(line.data)
+        rec, _ = read_entry(line.data) if header is not None else (parse_object(line.data), False)
         if rec is None:
             continue
         if header is None:
@@ -350,10 +381,12 @@ class PiConverter:
             if not line.data.strip():
                 self.file.blank_lines += 1
                 continue
-            rec = parse_object(line.data)
+            rec, recovered = read_entry(line.data) if line.offset else (parse_object(line.data), False)
             if rec is None:
                 self.file.bad_lines += 1
                 continue
+            if recovered:
+                self.file.skipped["torn entry"] += 1
             kind = rec.get("type")
             self.file.record_types[kind if isinstance(kind, str) else "<no type>"] += 1
             if kind == "session" and line.offset == 0:
@@ -361,6 +394,8 @@ class PiConverter:
             key = entry_key(branch.header.version, rec, line.offset)
             if key is None or key not in branch.keys:
                 continue
+            if recovered:
+                self.torn_notice(key, to_ms(rec.get("timestamp")))
             self.entry(rec, key, line.length)
             yield from self.emitter.ready()
         if branch.corrupt_leaf is not None:
@@ -377,6 +412,13 @@ class PiConverter:
                 f"{corrupt['fallback']}.")
         self.notice(f"{CORRUPT_LEAF}:{corrupt['leaf']}", self.meta.updated_ms, [text_block(text)],
                     {"importedKind": "pi/corrupt_leaf", "corruptLeaf": dict(corrupt)})
+
+    def torn_notice(self, key: str, ts: int | None) -> None:
+        """Seed 000 §3.4 ("Corrupt data ... produces a system notice"): an entry pi was writing when it stopped
+        is lost; the notice stands where it was, before the entry recovered from behind it."""
+        text = ("An entry of this session was cut short while pi was writing it (pi stopped before the line "
+                "was complete) and could not be read; the conversation goes on from the entry before it.")
+        self.notice(f"{TORN}:{key}", ts, [text_block(text)], {"importedKind": "pi/torn_entry", "nextEntry": key})
 
     def start(self, header: Header) -> None:
         self.meta.cwd = header.cwd
