@@ -39,6 +39,7 @@ same files read-only as native sessions (with its own ids).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,12 +79,39 @@ KNOWN_ENTRIES = frozenset({"message", "model_change", "thinking_level_change", "
 
 def discover(root: Path) -> Iterator[SourceUnit]:
     """Sessions under a sessions root, a project folder, or one file. pi's agent directory
-    (``~/.pi/agent``, ``PI_CODING_AGENT_DIR``: it holds ``sessions/``) is read as that folder."""
+    (``~/.pi/agent``, ``PI_CODING_AGENT_DIR``: it holds ``sessions/``) is read as that folder. A session is
+    named by its header's id; of several files carrying one id, the longest is that session and each other
+    is one of its own (:func:`_primaries`)."""
     if root.is_dir() and (root / "sessions").is_dir():
         root = root / "sessions"
     files = [root] if root.is_file() else sorted(p for p in root.rglob("*.jsonl") if p.is_file())
-    for path in files:
-        yield SourceUnit(SOURCE, _external_id(path), (path,))
+    named = [(path, _external_id(path)) for path in files]
+    primary = _primaries(named)
+    for path, external in named:
+        yield SourceUnit(SOURCE, external if primary[external] == path else _copy_id(external, path), (path,))
+
+
+def _primaries(named: list[tuple[Path, str]]) -> dict[str, Path]:
+    """Per session id, the file that is the session when several files carry it (a backup, a copy that went
+    on elsewhere): the longest (an older copy of a growing file is a prefix of it), then the first by path,
+    never the order a folder lists its files in. The others keep their own sessions (:func:`_copy_id`)."""
+    out: dict[str, tuple[int, Path]] = {}
+    for path, external in named:
+        try:
+            size = path.stat().st_size
+        except OSError:
+            size = -1
+        best = out.get(external)
+        if best is None or size > best[0] or (size == best[0] and str(path) < str(best[1])):
+            out[external] = (size, path)
+    return {external: path for external, (_, path) in out.items()}
+
+
+def _copy_id(external: str, path: Path) -> str:
+    """The id of a file that carries another file's session id (not the session's own file): the id and a
+    digest of its path, so both stay importable, each as its own session."""
+    digest = hashlib.sha256(str(path.absolute()).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return f"{external}@{digest}"
 
 
 def _external_id(path: Path) -> str:
