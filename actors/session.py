@@ -620,7 +620,11 @@ class SessionActor(Actor):
         try:
             planned, batch, start, end = await self.io(run)
         except IOFailure as exc:
-            if writer.failed:  # a failed fsync (RELIABILITY rule 7); a failed write was cut back (rule 2)
+            # A failed fsync (RELIABILITY rule 7) fails the session's storage; a failed write was cut back
+            # (rule 2), and an error after the fsync left the lines durable: the call that fails with it
+            # poisons this actor, whose rebuild opens a new writer (the tail re-validated, the index caught
+            # up from the file, the line's receipt with it), so a retry of the call is answered from there.
+            if writer.storage_failed:
                 self.known.storage_failed = exc
             raise
         self.known.file_len = end

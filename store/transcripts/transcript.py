@@ -417,6 +417,11 @@ class TranscriptWriter:
     rollback or any unexpected exception marks it failed, and every later
     append raises :class:`IOFailure` until a new writer is opened, which
     re-validates the tail.
+
+    A failure after the fsync succeeded (``append.after_fsync``) also stops
+    this writer, but the lines it wrote are durable and the file ends where it
+    says: :attr:`storage_failed` stays False, so its owner may open a new
+    writer at once (never true after a failed fsync: rule 7, no retry).
     """
 
     def __init__(
@@ -435,6 +440,7 @@ class TranscriptWriter:
         self._faults = faults
         self._last_repair = last_repair
         self._failure: str | None = None
+        self._durable_failure = False
         st = os.fstat(fd)
         self._identity = (st.st_dev, st.st_ino)
 
@@ -501,6 +507,12 @@ class TranscriptWriter:
         return self._failure is not None
 
     @property
+    def storage_failed(self) -> bool:
+        """Failed with what the file holds in doubt (a failed fsync or rollback, an unexpected error
+        before the lines were durable). False for a writer stopped after its lines were durable."""
+        return self._failure is not None and not self._durable_failure
+
+    @property
     def closed(self) -> bool:
         return self._fd is None
 
@@ -516,8 +528,9 @@ class TranscriptWriter:
             )
         return self._fd
 
-    def _fail(self, reason: str) -> None:
+    def _fail(self, reason: str, *, durable: bool = False) -> None:
         self._failure = reason
+        self._durable_failure = durable
 
     def append(self, lines: Sequence[bytes]) -> tuple[int, int]:
         """Append complete lines durably. Returns (offset of the first new line, new length).
@@ -530,6 +543,7 @@ class TranscriptWriter:
         if not lines:
             return self._length, self._length
         data = b"".join(lines)
+        durable = False
         try:
             pre = self._check_identity(fd)
             try:
@@ -540,6 +554,7 @@ class TranscriptWriter:
                 self._rollback(fd, pre)
                 raise classify_os_error(exc, f"append to {self._path}") from exc
             try:
+                self._faults.point("append.fsync")  # an error injected here is the fsync's own
                 os.fdatasync(fd)
             except OSError as exc:
                 # fsyncgate: the kernel may have dropped the dirty pages and will
@@ -555,17 +570,20 @@ class TranscriptWriter:
                     data={"path": self._path, "errno": exc.errno},
                 ) from exc
             self._length = pre + len(data)
+            durable = True
             self._faults.point("append.after_fsync")
             return pre, self._length
         except StoreError:
             raise
         except OSError as exc:
-            self._fail(f"unexpected I/O error: {exc.strerror or exc}")
+            # After the fsync the lines are durable and the file ends at ``self._length``: this writer
+            # stops, the file is sound (``storage_failed`` stays False). Before it: state unknown.
+            self._fail(f"unexpected I/O error: {exc.strerror or exc}", durable=durable)
             raise classify_os_error(exc, f"append to {self._path}") from exc
         except BaseException:
-            # Unexpected (an injected crash, a bug): state unknown, stop writing.
+            # Unexpected (an injected crash, a bug): stop writing; the file is in doubt unless durable.
             if self._failure is None:
-                self._fail("unexpected error during append")
+                self._fail("unexpected error during append", durable=durable)
             raise
 
     def _check_identity(self, fd: int) -> int:

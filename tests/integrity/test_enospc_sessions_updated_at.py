@@ -37,7 +37,8 @@ async def _append(c: HostClient) -> Any:
 
 @pytest.mark.parametrize(("point", "action", "code"), [
     ("append.after_fsync", "enospc", "STORAGE_FULL"),
-    ("append.after_fsync", "eio", "IO_ERROR"),  # the file is failed until the next boot: retried there
+    ("append.after_fsync", "eio", "IO_ERROR"),  # the line durable: the retry finds it in the same process
+    ("append.fsync", "eio", "IO_ERROR"),  # a failed fsync: the file is failed until the next boot
     ("index.before_commit", "enospc", None),  # answered: the line is durable, the index catches up
 ])
 async def test_append_retried_after_a_storage_error_moves_updated_at(tmp_path: Path, point: str, action: str,
@@ -50,11 +51,11 @@ async def test_append_retried_after_a_storage_error_moves_updated_at(tmp_path: P
             with pytest.raises(RpcError) as failed:
                 await _append(c)
             assert failed.value.data_code == code
-            if action == "enospc":
+            if point != "append.fsync":
                 answer = await _append(c)  # the same call again: the line the fault left is its effect
-        if action != "eio":
+        if point != "append.fsync":
             listed = (await c.call("session.list", {}))["sessions"]
-    if action == "eio":  # the file is failed until the next boot: the call is retried there
+    if point == "append.fsync":  # the file is failed until the next boot: the call is retried there
         async with faulted_client(tmp_path, None, client_id=CLIENT) as c:
             answer = await _append(c)
             listed = (await c.call("session.list", {}))["sessions"]

@@ -40,11 +40,35 @@ async def test_prompt_retried_after_a_write_eio_in_the_same_process(tmp_path: Pa
 
 
 async def test_a_failed_fsync_still_fails_the_session_until_a_boot(tmp_path: Path) -> None:
+    """``append.fsync``: an error raised there is the fsync's own (``append.after_fsync`` is after it)."""
     await _setup(tmp_path)
-    async with faulted_client(tmp_path, "append.after_fsync:1:eio", client_id=CLIENT) as c:
+    async with faulted_client(tmp_path, "append.fsync:1:eio", client_id=CLIENT) as c:
         with pytest.raises(RpcError) as failed:
             await c.call("session.appendMessage", {**PROMPT, "message": msg("m2", "two")})
         assert failed.value.data_code == "IO_ERROR"
         with pytest.raises(RpcError) as refused:
             await c.call("session.appendMessage", {**PROMPT, "message": msg("m2", "two")})
         assert refused.value.data_code == "IO_ERROR" and "failed earlier" in refused.value.message
+
+
+async def test_an_error_after_a_durable_fsync_recovers_in_the_same_process(tmp_path: Path) -> None:
+    """``OSError(EIO)`` at ``append.after_fsync``: the line and its receipt are durable, only the answer
+    failed. The actor marked the session's storage failed as for a failed fsync, so the retry and every
+    later write were refused until a restart (which aborted the running turn). Now the writer is retired,
+    the next call re-opens the file (tail re-validated, index caught up from it) and the retry is answered
+    from the line's receipt: one line, one effect."""
+    await _setup(tmp_path)
+    async with faulted_client(tmp_path, "append.after_fsync:1:eio", client_id=CLIENT) as c:
+        await c.call("session.startTurn", {"sessionId": "s1", "turnId": "t1"})
+        retried = await failed_then_retried(c, "session.appendMessage", PROMPT, "IO_ERROR")
+        later = await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("m3", "three")})
+        got = await c.call("session.get", {"sessionId": "s1", "full": True})
+        listed = (await c.call("session.list", {}))["sessions"]
+        turns = (await c.call("session.listTurns", {"sessionId": "s1"}))["turns"]
+    assert retried["message"]["id"] == "u2" and retried["message"]["seq"] == 2
+    assert later["message"]["seq"] == 3
+    assert [m["id"] for m in got["messages"]] == ["m1", "u2", "m3"]
+    assert [s["messageCount"] for s in listed if s["id"] == "s1"] == [3]
+    assert [(t["id"], t["status"]) for t in turns] == [("t1", "running")]
+    lines = (tmp_path / "sessions" / "s1.jsonl").read_text().splitlines()
+    assert sum('"id":"u2"' in line for line in lines) == 1

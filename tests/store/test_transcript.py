@@ -231,6 +231,30 @@ def test_fsync_failure_is_never_retried_and_poisons_the_writer(
     assert ids(session) == ["m0", "m1", "m2", "m3"]
 
 
+@pytest.mark.parametrize(("point", "durable"), [("append.fsync", False), ("append.after_fsync", True)])
+def test_an_error_after_the_fsync_stops_the_writer_but_leaves_the_storage_sound(
+    session: Path, point: str, durable: bool
+) -> None:
+    """EIO at the fsync is rule 7 (the storage fails, the line is cut back); EIO after it leaves the line
+    durable and the file sound: the writer stops, but it does not say the storage failed."""
+    faults = Faults()
+    faults.add(point, 1, "eio")
+    w = TranscriptWriter.open(session, faults=faults)
+    pre = w.length
+    with pytest.raises(IOFailure):
+        w.append([message("m3")])
+    assert w.failed and w.storage_failed is not durable
+    with pytest.raises(IOFailure):
+        w.append([message("m4")])
+    w.close()
+    assert ids(session) == (["m0", "m1", "m2", "m3"] if durable else ["m0", "m1", "m2"])
+    assert session.stat().st_size == (w.length if durable else pre)
+    with TranscriptWriter.open(session) as w2:
+        assert w2.last_repair is None and w2.length == session.stat().st_size
+        w2.append([message("m5")])
+    assert ids(session)[-1] == "m5"
+
+
 def test_injected_crash_mid_append_poisons_writer_and_reopen_recovers(session: Path) -> None:
     faults = Faults()
     faults.add("append.after_write", 1, "raise")
