@@ -30,10 +30,13 @@ file and with the live root stamps. Synchronous; no trio.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from store.errors import IOFailure, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
@@ -134,6 +137,26 @@ class RevisionFile:
 
     def live_refs(self) -> set[Key]:
         return {k for k, e in self.entries.items() if e.live}
+
+    def stored_digests(self) -> dict[Key, str]:
+        """:func:`payload_digest` of every key whose newest record is a full ``revision`` line."""
+        return {k: payload_digest(e) for k, e in self.entries.items() if not e.live}
+
+
+def payload_digest(entry: RevisionEntry) -> str:
+    """What a full ``revision`` line stores of its branch, not when (``createdAt``): its messages, turns,
+    checkpoints and deleted ids. Two lines of one key with one digest store the same variant twice."""
+    body = {"messages": list(entry.messages), "turns": dict(entry.turns), "compactions": list(entry.compactions),
+            "deleted": sorted(entry.deleted)}
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def entry_of_line(line: bytes) -> RevisionEntry | None:
+    """The record a revisions line holds, as a reader takes it (None: not a revision record)."""
+    try:
+        return _entry(loads_line(line))
+    except ValueError:
+        return None
 
 
 def _entry(rec: Mapping[str, Any]) -> RevisionEntry | None:
@@ -524,11 +547,13 @@ __all__ = [
     "RevisionFile",
     "Stamp",
     "append_revision_lines",
+    "entry_of_line",
     "family_of",
     "find_root",
     "hidden_by_import",
     "live_stamps",
     "parse_revisions",
+    "payload_digest",
     "read_revisions",
     "resolve",
     "restore_rows",

@@ -21,8 +21,11 @@ the header), and :func:`ensure_synced` re-derives the branch rows and
 ``is_active`` from the files once per actor incarnation.
 
 Per-incarnation memo in ``ctx.cache``: ``revisions.synced`` (rows and
-``is_active`` match the files) and ``revisions.liveRefs`` (the
-``(root, index)`` pairs whose newest record is a ``revision_live`` reference).
+``is_active`` match the files), ``revisions.liveRefs`` (the
+``(root, index)`` pairs whose newest record is a ``revision_live`` reference)
+and ``revisions.stored`` (the payload digest of each pair whose newest record
+is a full ``revision`` line: an archive whose exact payload the file already
+holds, written by an interrupted try of the same rewrite, is not written again).
 """
 
 from __future__ import annotations
@@ -41,10 +44,12 @@ from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey, file_record
 from store.revisions import (
     append_revision_lines,
+    entry_of_line,
     family_of,
     find_root,
     hidden_by_import,
     live_stamps,
+    payload_digest,
     read_revisions,
     restore_rows,
     revision_line,
@@ -76,6 +81,7 @@ __all__ = ["activate", "list_revisions", "replace_messages", "save_active", "sna
 
 SYNCED = "revisions.synced"
 LIVE_REFS = "revisions.liveRefs"
+STORED = "revisions.stored"
 ARCHIVE_MODES = ("regenerate", "retry", "edit")
 
 Archive = tuple[str, int, list[dict[str, Any]], dict[str, str]]
@@ -115,6 +121,7 @@ async def ensure_synced(ctx: SessionContext, live: LiveTranscript | None = None)
 
     await ctx.db(op, durable=True)
     ctx.cache[LIVE_REFS] = rf.live_refs()
+    ctx.cache[STORED] = rf.stored_digests()
     ctx.cache[SYNCED] = True
     return live
 
@@ -123,6 +130,18 @@ def _live_refs(ctx: SessionContext) -> set[tuple[str, int]]:
     refs = ctx.cache.setdefault(LIVE_REFS, set())
     assert isinstance(refs, set)
     return refs
+
+
+def _stored(ctx: SessionContext) -> dict[tuple[str, int], str]:
+    stored = ctx.cache.setdefault(STORED, {})
+    assert isinstance(stored, dict)
+    return stored
+
+
+def _referenced(ctx: SessionContext, key: tuple[str, int]) -> None:
+    """A ``revision_live`` line for ``key`` is durable: its newest record is a reference now."""
+    _live_refs(ctx).add(key)
+    _stored(ctx).pop(key, None)
 
 
 async def archive(ctx: SessionContext, items: Sequence[Archive],
@@ -136,6 +155,8 @@ async def archive(ctx: SessionContext, items: Sequence[Archive],
     if not items:
         return now
     lines = []
+    written: list[tuple[tuple[str, int], str]] = []
+    stored = _stored(ctx)
     hidden = deleted_ids(tombstones or {})
     for root, idx, msgs, turns in items:
         ids = {msg["id"] for msg in msgs}
@@ -146,9 +167,18 @@ async def archive(ctx: SessionContext, items: Sequence[Archive],
         deleted = sorted(ids & hidden)
         if deleted:
             extra["deleted"] = deleted
-        lines.append(revision_line(root, idx, msgs, turns, created_at_ms=now, extra=extra or None))
-    path, faults = ctx.paths.revisions, ctx.faults
-    await ctx.io(lambda: append_revision_lines(path, lines, faults=faults))
+        line = revision_line(root, idx, msgs, turns, created_at_ms=now, extra=extra or None)
+        entry = entry_of_line(line)
+        digest = payload_digest(entry) if entry is not None else ""
+        if digest and stored.get((root, idx)) == digest:
+            continue  # durable already (an interrupted try of this rewrite wrote it): one line per variant
+        lines.append(line)
+        written.append(((root, idx), digest))
+    if lines:
+        path, faults = ctx.paths.revisions, ctx.faults
+        await ctx.io(lambda: append_revision_lines(path, lines, faults=faults))
+    for key, digest in written:
+        stored[key] = digest
     refs = _live_refs(ctx)
     for root, idx, _, _ in items:
         refs.discard((root, idx))
@@ -295,11 +325,11 @@ async def save_active(ctx: SessionContext, p: m.SaveActiveRevisionParams, key: R
     if stamp:
         done = await ctx.append_lines(Lines(stamp, records=[stamped_rec]), then=op, touch=False,
                                       after_write=reference)
-        _live_refs(ctx).add((family, idx))
+        _referenced(ctx, (family, idx))
         result = done.value
     else:
         await ctx.io(reference)
-        _live_refs(ctx).add((family, idx))
+        _referenced(ctx, (family, idx))
         result = await ctx.commit(op)
     if stamp:
         ref = {**index.message_ref(sid, pos + 1, stamped_rec, None),
@@ -362,10 +392,15 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
         raise CorruptData(
             f"revision {target_idx} of family {family} is only a live reference but is not the live branch",
             data={"sessionId": sid, "rootUserId": family, "revisionIndex": target_idx})
-    live_idx = current if current is not None else max(known, default=0) + 1
     turns = await ctx.read(turn_map, sid)
     hidden = hidden_by_import(sid, live.tombstones)  # other branches of an imported tree: stored apart
     live_branch = [dict(msg) for msg in live.messages[rpos:] if msg["id"] not in hidden]
+    if current is not None:
+        live_idx = current
+    else:  # an unsaved live branch: the next variant, unless an interrupted try of this switch stored it
+        # already (its revisions line durable, the rewrite that would have stamped the root not made)
+        again = stored_as(rf, family, live_branch)
+        live_idx = again if again is not None else max(known, default=0) + 1
     branch_ids = {msg["id"] for msg in live_branch}
     # 1. materialize the live branch as a full revision line first (it is about to leave),
     #    unless the file already holds exactly this branch for its variant

@@ -14,8 +14,9 @@ import pytest
 import trio
 
 from runtime.client import ClientClosed, open_client
-from tests.hostkit import client_for, inprocess_host, msg, start_host_process
-from tests.revisions.helpers import assert_index_matches_file, file_message_ids, full, ids, query
+from store.revisions import read_revisions
+from tests.hostkit import call_killed_at, client_for, inprocess_host, msg, start_host_process
+from tests.revisions.helpers import assert_index_matches_file, file_message_ids, full, ids, query, revisions_path
 
 POINTS = ["rewrite.after_tmp_write", "rewrite.after_tmp_fsync", "rewrite.after_rename",
           "rewrite.before_dirsync", "rewrite.before_reindex"]
@@ -81,7 +82,8 @@ async def test_a_regenerate_retried_after_a_kill_archives_its_tail_once(tmp_path
     """truncateFrom (regenerate) writes the archived tail to the revisions file before the transcript
     rewrite that carries its receipt. Killed between the two, the retry with the same submissionId minted a
     second, identical variant (two revision lines, revisionIndex 1 and 2). It finds the stored one and
-    refreshes it: one variant, the same as an uninterrupted run."""
+    refreshes it: one variant, the same as an uninterrupted run. Its line, already durable with the same
+    payload, was written a second time (two identical lines for variant 1): it is not written again."""
     proc = start_host_process(tmp_path, env={"RT_CRASHPOINT": f"{point}:1:kill"})
     cut = {"sessionId": SID, "messageId": "a2", "mode": "regenerate", "submissionId": "cut-1"}
     try:
@@ -101,8 +103,44 @@ async def test_a_regenerate_retried_after_a_kill_archives_its_tail_once(tmp_path
         async with inprocess_host(tmp_path) as host, client_for(host, "crash") as c:
             assert (await c.call("session.truncateFrom", cut))["removed"] == 1
             assert ids(await full(c, SID)) == ["u1", "a1", "u2"]
+            # and one line: the retry does not store the same variant's payload a second time
+            assert revisions_path(tmp_path, SID).read_bytes().count(b"\n") == 1
             revs = (await c.call("session.listRevisions", {"sessionId": SID}))["revisions"]
             assert [(r["revisionIndex"], r["messageCount"]) for r in revs] == [(1, 2)], revs
             await c.call("session.appendMessage", {"sessionId": SID, "message": msg("a2b", "b", role="assistant")})
             await c.call("session.activateRevision", {"sessionId": SID, "rootUserId": "u2", "revisionIndex": 1})
             assert ids(await full(c, SID)) == ["u1", "a1", "u2", "a2"]
+
+
+@pytest.mark.parametrize("point", ["revisions.after_write", "rewrite.after_tmp_write"])
+async def test_a_switch_from_an_unsaved_branch_retried_after_a_kill_archives_it_once(tmp_path, point):
+    """activateRevision from a live branch no variant names yet (an edit under a new id: its root carries
+    the family but no pager stamp) stores that branch as the next variant in the revisions file before the
+    transcript rewrite. Killed between the two, the retry (or a plain second try) read the variant the
+    file now held as one more known index and stored the same branch again under the next one: two
+    identical variants. It finds the stored one: one variant, as an uninterrupted switch leaves."""
+    edit = msg("u2e", "text u2 edited", meta={"revisionRootId": "u2"})
+    switch = {"sessionId": SID, "rootUserId": "u2", "revisionIndex": 1, "submissionId": "switch-1"}
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, "crash") as c:
+            await c.call("session.create", {"sessionId": SID})
+            for mid, role in (("u1", "user"), ("a1", "assistant"), ("u2", "user"), ("a2", "assistant")):
+                await c.call("session.appendMessage", {"sessionId": SID, "message": msg(mid, f"text {mid}",
+                                                                                          role=role)})
+            await c.call("session.truncateFrom", {"sessionId": SID, "messageId": "u2", "mode": "edit"})
+            await c.call("session.appendMessage", {"sessionId": SID, "message": edit})
+            await c.call("session.appendMessage", {"sessionId": SID, "message": msg("a2e", "b", role="assistant")})
+    await call_killed_at(tmp_path, point, "session.activateRevision", switch, client_id="crash")
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, "crash") as c:
+            again = await c.call("session.activateRevision", switch)
+            assert ids(await full(c, SID)) == ["u1", "a1", "u2", "a2"]
+            assert revisions_path(tmp_path, SID).read_bytes().count(b"\n") == 2  # variant 1, variant 2
+            revs = (await c.call("session.listRevisions", {"sessionId": SID, "rootUserId": "u2"}))["revisions"]
+            assert [(r["revisionIndex"], r["isActive"], r["messageCount"]) for r in revs] == [
+                (1, True, 2), (2, False, 2)], revs
+            assert again["revisions"] == revs
+            await c.call("session.activateRevision", {**switch, "revisionIndex": 2, "submissionId": "switch-2"})
+            assert ids(await full(c, SID)) == ["u1", "a1", "u2e", "a2e"]
+    stored = read_revisions(revisions_path(tmp_path, SID))
+    assert sorted(stored.entries) == [("u2", 1), ("u2", 2)]

@@ -14,9 +14,11 @@ from store.indexing.reconcile import dedupe, scan_from
 from store.jsonio import dumps_line
 from store.revisions import (
     append_revision_lines,
+    entry_of_line,
     find_root,
     live_stamps,
     parse_revisions,
+    payload_digest,
     read_revisions,
     resolve,
     revision_line,
@@ -148,6 +150,24 @@ def test_rewrite_crash_before_rename_leaves_old_file(tmp_path):
     with pytest.raises(InjectedFault):
         apply_rewrite(path, "s", 1000, plan_rewrite([m("u1")]), faults=faults)
     assert path.read_bytes() == before
+
+
+def test_a_payload_digest_names_what_a_line_stores_not_when():
+    """Two lines of one variant written at different times store the same payload; a different deleted set,
+    checkpoint or message is another payload (``runtime/handlers/revisions.archive`` writes only those)."""
+    msgs = [m("u1"), m("a1", "assistant")]
+
+    def digest(at: int, **extra: object) -> str:
+        entry = entry_of_line(revision_line("u1", 1, msgs, {"a1": "t1"}, created_at_ms=at, extra=extra or None))
+        assert entry is not None
+        return payload_digest(entry)
+
+    assert digest(1) == digest(2)
+    assert len({digest(1), digest(1, deleted=["a1"]), digest(1, compactions=[{"type": "compaction", "id": "c"}])}) == 3
+    stored = parse_revisions(revision_line("u1", 1, msgs, {}, created_at_ms=5)
+                             + revision_live_line("u2", 1, created_at_ms=5)).stored_digests()
+    assert list(stored) == [("u1", 1)]
+    assert entry_of_line(b"not json\n") is None
 
 
 # ---------------------------------------------------------------- compaction records
