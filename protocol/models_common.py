@@ -44,6 +44,7 @@ from store.rules import (  # noqa: E402 - re-exported for the models
     SESSION_ID_RE,
     SESSION_REF_RE,
     WIRE_ID_RE,
+    is_absolute_path,
 )
 
 __all__ = [
@@ -156,8 +157,19 @@ def _check_fs_path(value: str) -> str:
     return value
 
 
+def _check_absolute(value: str) -> str:
+    if not is_absolute_path(value.strip()):
+        raise ValueError("must be an absolute path (starting with / or, on Windows, a drive such as C:\\); "
+                         "a blank or relative path names no project")
+    return value
+
+
 ProjectPath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS),
                         AfterValidator(_check_fs_path)]
+ProjectRoot = Annotated[ProjectPath, AfterValidator(_check_absolute),
+                        Field(description="An absolute path (/... or a Windows drive C:\\...); stored canonical: "
+                              "trimmed, '/' separators, no trailing '/'.")]
+"""A project's root (session.create/update ``projectPath``, project group roots, ``workspace.open``): absolute."""
 FsPath = Annotated[str, StringConstraints(min_length=2, max_length=MAX_PATH_CHARS), AfterValidator(_check_fs_path)]
 PluginId = Annotated[
     str,

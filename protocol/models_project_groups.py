@@ -8,7 +8,7 @@ from pydantic import Field, StringConstraints
 
 from store.rules import MAX_GROUP_ROOTS, MAX_TEXT_FIELD
 
-from .models_common import MutatingParams, Params, ProjectPath, Result, TimestampMs
+from .models_common import MutatingParams, Params, ProjectRoot, Result, TimestampMs
 
 GroupId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,100}$")]
 GroupName = Annotated[str, StringConstraints(min_length=1, max_length=200)]
@@ -60,8 +60,8 @@ class ProjectGroupsGetResult(Result):
 class ProjectGroupsSaveParams(MutatingParams):
     group_id: GroupId | None = Field(default=None, description="Absent: create a group.")
     name: GroupName
-    roots: list[ProjectPath] = Field(min_length=1, max_length=MAX_GROUP_ROOTS)
-    primary_root: ProjectPath | None = Field(default=None, description="Default: the first root.")
+    roots: list[ProjectRoot] = Field(min_length=1, max_length=MAX_GROUP_ROOTS)
+    primary_root: ProjectRoot | None = Field(default=None, description="Default: the first root.")
 
 
 class ProjectGroupResult(Result):

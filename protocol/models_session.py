@@ -18,7 +18,7 @@ from .models_common import (
     MutatingParams,
     Params,
     PermissionMode,
-    ProjectPath,
+    ProjectRoot,
     Ref,
     Result,
     SessionId,
@@ -45,7 +45,7 @@ class SessionCreateParams(MutatingParams):
         default=None, description="Client-chosen id; the host generates one when absent."
     )
     title: Title | None = None
-    project_path: ProjectPath | None = None
+    project_path: ProjectRoot | None = None
     provider_id: Ref | None = None
     model_id: Ref | None = None
     mode: Mode | None = Field(default=None, description="Default agent.")
@@ -168,7 +168,7 @@ class SessionUpdateParams(MutatingParams):
     mode: Mode | None = None
     thinking_level: ThinkingLevel | None = None
     permission_mode: PermissionMode | None = None
-    project_path: ProjectPath | None = None
+    project_path: ProjectRoot | None = None
 
     @model_validator(mode="after")
     def _something_to_update(self) -> SessionUpdateParams:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .models_common import MutatingParams, Params, ProjectPath, Result, SessionId, Title
+from .models_common import MutatingParams, Params, ProjectPath, ProjectRoot, Result, SessionId, Title
 from .models_projects import Project
 
 
 class WorkspaceOpenParams(MutatingParams):
-    path: ProjectPath = Field(description="Absolute; stored canonical (trimmed, '/' separators, no trailing '/').")
+    path: ProjectRoot = Field(description="Absolute; stored canonical (trimmed, '/' separators, no trailing '/').")
     name: Title | None = Field(default=None, description="Display name (default: the last path component).")
 
 

@@ -9,6 +9,8 @@ checks), so ``protocol/`` and ``store/`` both import it and neither imports the 
 * **Id patterns** — ids that become file names or must match them, checked before
   any path is built (RELIABILITY.md row 14: no path traversal, ever). The checks that
   raise the store's ``InvalidId`` are in ``store/ids.py``.
+* **Paths** — the canonical form of a project path and what counts as absolute
+  (a project root on the wire, an attachment block's path reference).
 * **Credential detection** — names and value shapes that look like a credential
   (pure; the run-environment filter of the wire models and the stored snapshots use it);
   the section below says how.
@@ -164,6 +166,27 @@ SKILL_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
 SKILL_VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$")
 PLUGIN_ASSET_PATH_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}(?:/[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}){0,3}$")
 """A plugin asset's name: up to 4 relative segments, none starting with a dot (no ``..``, no hidden files)."""
+
+# ---------------------------------------------------------------------- paths
+
+_DRIVE_RE = re.compile(r"^[A-Za-z]:/")
+
+
+def canonical_project_path(path: str) -> str:
+    """Seed 003 §4.2: a project path is stored trimmed, separators normalized to ``/``, trailing
+    separators removed (the key of ``projects.path`` and of the project's memory)."""
+    p = path.strip().replace("\\", "/")
+    while len(p) > 1 and p.endswith("/"):
+        p = p[:-1]
+    return p
+
+
+def is_absolute_path(path: str) -> bool:
+    """``/...`` or a Windows drive (``C:/...``, ``C:\\...``). A blank path, a relative one and a
+    drive-relative one (``C:dir``) are not: a project root or an attachment path reference must be one."""
+    p = path.replace("\\", "/")
+    return p.startswith("/") or bool(_DRIVE_RE.match(p))
+
 
 # ---------------------------------------------------------------------- credential detection
 # A run environment snapshot must hold credential *references*, never values

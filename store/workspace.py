@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import posixpath
-import re
 import sqlite3
 from typing import Any, Final
 
@@ -22,21 +21,17 @@ from store.config.settings_rules import canonical_path
 from store.errors import Conflict, InvalidInput
 from store.indexing import index
 from store.projects import get_project
+from store.rules import is_absolute_path
 
 __all__ = ["CURRENT_KEY", "current_project", "open_workspace", "resolve_for_session", "resolve_under"]
 
 CURRENT_KEY: Final = ("app", "currentProjectId")
-_DRIVE = re.compile(r"^[A-Za-z]:/")
-
-
-def _absolute(path: str) -> bool:
-    return path.startswith("/") or bool(_DRIVE.match(path))
 
 
 def open_workspace(conn: sqlite3.Connection, path: str, name: str | None, now_ms: int) -> dict[str, Any]:
     """Upsert the project of ``path`` (touching ``last_opened_at``) and make it the current one."""
     canonical = canonical_path(path)
-    if not canonical or "\x00" in canonical or not _absolute(canonical):
+    if not canonical or "\x00" in canonical or not is_absolute_path(canonical):
         raise InvalidInput("path must be an absolute project path", data={"field": "path"})
     project_id = index.upsert_project(conn, canonical, now_ms)
     if name is not None:
@@ -59,7 +54,7 @@ def current_project(conn: sqlite3.Connection) -> dict[str, Any] | None:
 def resolve_under(root: str, path: str) -> tuple[str, bool]:
     """``path`` (relative: against ``root``) folded lexically, and whether it stays under ``root``."""
     p = path.replace("\\", "/")
-    joined = p if _absolute(p) else f"{root.rstrip('/')}/{p}"
+    joined = p if is_absolute_path(p) else f"{root.rstrip('/')}/{p}"
     resolved = posixpath.normpath(joined)
     if resolved.startswith("//"):
         resolved = "/" + resolved.lstrip("/")
@@ -82,7 +77,7 @@ def resolve_for_session(conn: sqlite3.Connection, session_id: str, path: str | N
     if "\x00" in path:
         raise InvalidInput("path must not contain NUL", data={"field": "path"})
     if not root:
-        if not _absolute(path.replace("\\", "/")):
+        if not is_absolute_path(path.replace("\\", "/")):
             raise Conflict(f"session {session_id} has no project root to resolve {path!r} against",
                            data={"sessionId": session_id, "reason": "no_project_root"})
         resolved = posixpath.normpath(path.replace("\\", "/"))

@@ -17,6 +17,7 @@ from store.errors import Conflict, CorruptData, LimitExceeded, SessionNotFound
 from store.ids import remapped_message_id
 from store.indexing.sql_lists import in_chunks
 from store.interchange import origin_history
+from store.rules import canonical_project_path
 from store.session_state import with_projection
 from store.transcripts.records import extract_text, rfc3339_to_ms, searchable, tool_info
 from store.transcripts.window_reply import describe_line
@@ -228,10 +229,8 @@ def public_session(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def normalize_project_path(path: str) -> str:
-    p = path.strip().replace("\\", "/")
-    while len(p) > 1 and p.endswith("/"):
-        p = p[:-1]
-    return p
+    """:func:`store.rules.canonical_project_path` (the one rule)."""
+    return canonical_project_path(path)
 
 
 def upsert_project(conn: sqlite3.Connection, path: str, now_ms: int) -> int:

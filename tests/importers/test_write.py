@@ -318,6 +318,22 @@ def test_ids_projects_and_times(tmp_path: Path, db: sqlite3.Connection, target: 
     assert created == gen.BASE_MS and updated == last < NOW
 
 
+def test_an_imported_relative_or_blank_cwd_is_data_and_still_imports(tmp_path: Path, db: sqlite3.Connection,
+                                                                     target: ImportTarget) -> None:
+    """The wire refuses a blank or relative ``projectPath`` (protocol ProjectRoot); another agent's file
+    may record any cwd: that is history, imported as the file holds it (a relative cwd is its project key,
+    a blank one binds no project)."""
+    rel, blank = tmp_path / "rel.jsonl", tmp_path / "blank.jsonl"
+    rel.write_bytes(b"".join(gen.pi_lines([gen.User("rel")], session="session-r")).replace(
+        b'"/gen/project"', b'"gen/project"'))
+    blank.write_bytes(b"".join(gen.pi_lines([gen.User("blank")], session="session-b")).replace(
+        b'"/gen/project"', b'""'))
+    r, b = import_unit(db, unit("pi", rel), target, now_ms=NOW), import_unit(db, unit("pi", blank), target, now_ms=NOW)
+    assert r.status == b.status == "new"
+    assert rows(db, "SELECT s.id, p.path FROM sessions s LEFT JOIN projects p ON p.id = s.project_id "
+                    "ORDER BY s.id") == sorted([(r.session_id, "gen/project"), (b.session_id, None)])
+
+
 def test_a_claude_code_projects_tree_merges_subagent_files_into_their_session(
         tmp_path: Path, db: sqlite3.Connection, target: ImportTarget) -> None:
     samples = samples_dir() / "claude-code"

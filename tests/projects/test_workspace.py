@@ -151,3 +151,47 @@ async def test_project_groups_roots_detached_paths_memory_and_legacy_projection(
             await c.call("settings.set", {"ns": "projectMemory", "key": p1, "value": "legacy memory"})
             lp1 = next(g for g in (await c.call("projectGroups.list", {}))["groups"] if g["roots"] == [p1])
             assert (await c.call("projectGroups.get", {"groupId": lp1["id"]}))["memory"]["content"] == "legacy memory"
+
+
+_WIRE_PATHS = ("session.create", "session.update", "projectGroups.save roots", "projectGroups.save primaryRoot")
+
+
+@pytest.mark.parametrize("where", _WIRE_PATHS)
+@pytest.mark.parametrize("bad", ["", "   ", "relative/dir", "./here", "..", "C:relative"])
+async def test_a_blank_or_relative_project_path_is_refused_on_the_wire_and_changes_nothing(
+        tmp_path: Path, bad: str, where: str) -> None:
+    """Audit: session.create / session.update took a blank or relative projectPath: a project row with path ""
+    (or "relative/dir") appeared and session.resolvePath answered relative paths. projectGroups.save took
+    relative roots. Each is INVALID_PARAMS naming the field now, and nothing is written."""
+    data, root = tmp_path / "data", str(tmp_path / "p")
+    with trio.fail_after(60):
+        async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
+            sid = str((await c.call("session.create", {"title": "t", "projectPath": root}))["id"])
+            state = probe.state(data)
+            method, params, loc = {
+                "session.create": ("session.create", {"title": "x", "projectPath": bad}, "projectPath"),
+                "session.update": ("session.update", {"sessionId": sid, "projectPath": bad}, "projectPath"),
+                "projectGroups.save roots": ("projectGroups.save", {"name": "G", "roots": [root, bad]}, "roots.1"),
+                "projectGroups.save primaryRoot": ("projectGroups.save", {"name": "G", "roots": [root],
+                                                                          "primaryRoot": bad}, "primaryRoot"),
+            }[where]
+            err = await _err(c.call(method, params))
+            assert err.data_code == "INVALID_PARAMS"
+            assert [e["loc"] for e in err.data["errors"]] == [loc], err.data
+            assert bad == "" or "absolute" in err.data["errors"][0]["msg"], err.data
+            assert probe.state(data) == state
+            assert [p["path"] for p in (await c.call("projects.list", {}))["projects"]] == [root]
+            assert (await c.call("session.resolvePath", {"sessionId": sid}))["root"] == root
+
+
+async def test_an_absolute_project_path_is_stored_canonical_on_every_platform_form(tmp_path: Path) -> None:
+    """The absolute forms stay accepted: POSIX, a Windows drive (either separator), with a trailing separator
+    or surrounding blanks (stored trimmed, '/' separators, no trailing '/')."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, kind="ui") as c:
+            for given, stored in ((f" {tmp_path}/a/ ", f"{tmp_path}/a"), ("C:\\Users\\ada\\src", "C:/Users/ada/src"),
+                                  ("D:/work/", "D:/work"), ("/", "/")):
+                s = await c.call("session.create", {"title": "t", "projectPath": given})
+                assert s["projectPath"] == stored, given
+            group = await c.call("projectGroups.save", {"name": "G", "roots": ["E:\\code", f"{tmp_path}/b/"]})
+            assert group["group"]["roots"] == ["E:/code", f"{tmp_path}/b"]
