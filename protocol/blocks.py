@@ -15,12 +15,15 @@ the models agree on required keys.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
+
+from store.rules import MAX_PATH_CHARS, is_absolute_path
 
 from .models_common import MAX_BLOCKS_PER_MESSAGE
 
@@ -50,6 +53,20 @@ def _one_of(*allowed: str) -> _Check:
 
 
 _SEARCH_STATUS = ("searching", "completed", "failed")
+_BLOB_REF = re.compile(r"^attachments/[0-9a-f]{64}$")
+
+
+def is_attachment_ref(value: Any) -> bool:
+    """An attachment block's ``ref`` (seed 003 §4.7: ``attachments/<sha256> or absolute path``): a blob
+    of the attachment store (the name is the lowercase hex SHA-256 that ``attachments.put`` answers), or
+    an absolute path (``/...``, ``C:/...``) with no ``..`` component and no NUL. A relative path names
+    nothing the host or the sidecar can resolve safely (``../../etc/passwd``)."""
+    if not isinstance(value, str) or not value or len(value) > MAX_PATH_CHARS or "\x00" in value:
+        return False
+    if value.startswith("attachments/"):
+        return bool(_BLOB_REF.fullmatch(value))
+    return is_absolute_path(value) and ".." not in value.replace("\\", "/").split("/")
+
 
 # type -> ((key, required, check, what-it-must-be), ...)
 _BLOCK_RULES: Mapping[str, tuple[tuple[str, bool, _Check, str], ...]] = MappingProxyType(
@@ -70,7 +87,8 @@ _BLOCK_RULES: Mapping[str, tuple[tuple[str, bool, _Check, str], ...]] = MappingP
         "attachment": (
             ("kind", True, _one_of("image", "file"), '"image" or "file"'),
             ("name", True, _is_str, "a string"),
-            ("ref", True, _is_str, "a string"),
+            ("ref", True, is_attachment_ref, "attachments/<sha256> (as attachments.put answers) or an absolute "
+             "path without '..'"),
             ("mimeType", False, _is_str, "a string"),
             ("size", False, _is_count, "a non-negative integer"),
         ),
@@ -213,7 +231,7 @@ class AttachmentBlock(_BlockDoc):
     type: Literal["attachment"]
     kind: Literal["image", "file"]
     name: str
-    ref: str = Field(description="attachments/<sha256> or an absolute path.")
+    ref: str = Field(description="attachments/<sha256> or an absolute path (no '..' component).")
     mime_type: str | None = None
     size: int | None = Field(default=None, ge=0)
     evicted: bool | None = Field(

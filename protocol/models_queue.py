@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints
 
-from .blocks import refuse_inline_bytes
+from .blocks import check_block
 from .models_common import (
     MAX_ATTACHMENTS,
     MAX_TEXT_FIELD,
@@ -24,12 +24,17 @@ from .models_records import QueueEntry
 MAX_QUEUE_ENTRIES = 8
 
 
-def _by_reference(attachment: dict[str, Any]) -> dict[str, Any]:
-    refuse_inline_bytes(attachment)  # seed 003 §4.6b: attachments_json keeps references; bytes stay out
-    return attachment
+def _attachment_block(attachment: dict[str, Any]) -> dict[str, Any]:
+    """Seed 003 §4.6b: attachments_json keeps the prompt's attachment references, bytes stay out. A queued
+    attachment is the block the prompt's user message carries, checked by the one block check every message
+    method runs (inline bytes refused, ``ref`` a blob or an absolute path: :func:`protocol.blocks.check_block`)."""
+    if attachment.get("type") != "attachment":
+        raise ValueError('a queued attachment is an attachment block {"type": "attachment", "kind", "name", '
+                         '"ref"}: ref attachments/<sha256> (attachments.put) or an absolute path')
+    return check_block(attachment)
 
 
-QueueAttachment = Annotated[JsonObject, AfterValidator(_by_reference)]
+QueueAttachment = Annotated[JsonObject, AfterValidator(_attachment_block)]
 
 
 class QueuePushParams(MutatingParams):
@@ -43,16 +48,16 @@ class QueuePushParams(MutatingParams):
     content: Annotated[str, StringConstraints(max_length=MAX_TEXT_FIELD)]
     attachments: list[QueueAttachment] | None = Field(
         default=None, max_length=MAX_ATTACHMENTS,
-        description="The prompt's attachment references, kept as given (seed 003 §4.6b): attachment blocks "
-        "by reference (attachments/<sha256>) or the caller's own reference objects (a path in the session "
-        "scratch or project root); an attachment or image block carrying its bytes inline is refused, as in "
-        "session.appendMessage.")
+        description="The prompt's attachment references (seed 003 §4.6b): attachment blocks {type: "
+        "\"attachment\", kind, name, ref}, checked as in session.appendMessage: ref is attachments/<sha256> "
+        "(attachments.put) or an absolute path without '..' (a file in the session scratch or project root); "
+        "bytes inline, a relative ref or another kind of object is refused.")
     permission_mode: PermissionMode
     session_message_id: WireId | None = Field(
         default=None,
         description="Binds the admission to its session collaboration ledger row "
-        "(seed 003 §4.6c); part of the idempotency check. A delivery addressed to another session, "
-        "or one already admitted in this queue, is INVALID_PARAMS.",
+        "(seed 003 §4.6c); part of the idempotency check. An id naming no delivery, a delivery addressed "
+        "to another session, or one already admitted in this queue, is INVALID_PARAMS.",
     )
 
 

@@ -30,8 +30,11 @@ Rules:
   handed out): a binding into another session's queue would let that queue
   cancel a foreign delivery, and a second admission would hand one delivery out
   twice (``INVALID_PARAMS``, see :func:`check_binding`). A
-  ``session_message_id`` that names no delivery at all is still accepted as a
-  loose reference (clients already send those); it can change no delivery.
+  ``session_message_id`` that names no delivery at all is refused too: the
+  column binds an admission to its ledger row (seed 003 §4.6c), so such an
+  entry would be handed out as a delivery no ``collab.begin`` can start, and
+  it would bind a delivery that got that id later. (A retry of a push already
+  made is answered as its replay before any of this is checked.)
 * Delivery order: promoted entries (``priority`` set) first in click order
   (priority ascending), then the rest by position.
 * ``prioritize`` writes ``MAX(priority) + 1`` within the session; an entry that
@@ -223,10 +226,11 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class Binding:
-    """The collaboration delivery a push's ``session_message_id`` names (its ledger row)."""
+    """The collaboration delivery a push's ``session_message_id`` names (its ledger row); ``target_session_id``
+    None when no ledger row has that id."""
 
     delivery_id: str
-    target_session_id: str
+    target_session_id: str | None
 
 
 @dataclass(frozen=True)
@@ -377,6 +381,12 @@ def check_binding(snap: Snapshot, binding: Binding) -> None:
     that queue does not hold), and only as its one admission (a second would hand it out twice, and
     removing either would cancel it under the other)."""
     sid = snap.session_id
+    if binding.target_session_id is None:
+        raise InvalidInput(
+            f"sessionMessageId {binding.delivery_id} names no collaboration delivery: it binds an admission to "
+            "the delivery collab.deliver created (leave it out for a prompt of your own)",
+            data={"field": "sessionMessageId", "sessionId": sid, "deliveryId": binding.delivery_id},
+        )
     if binding.target_session_id != sid:
         raise InvalidInput(
             f"sessionMessageId {binding.delivery_id} names a collaboration delivery addressed to another "
@@ -608,12 +618,13 @@ def load(conn: sqlite3.Connection, session_id: str) -> Snapshot:
 
 
 def load_binding(conn: sqlite3.Connection, session_message_id: str | None) -> Binding | None:
-    """The collaboration delivery ``session_message_id`` names, if it names one."""
+    """The collaboration delivery ``session_message_id`` names (None without one; a binding with no target
+    when no ledger row has that id)."""
     if session_message_id is None:
         return None
     row = conn.execute("SELECT target_session_id FROM session_collaboration_messages WHERE id = ?",
                        (session_message_id,)).fetchone()
-    return None if row is None else Binding(session_message_id, str(row[0]))
+    return Binding(session_message_id, None if row is None else str(row[0]))
 
 
 def apply(conn: sqlite3.Connection, session_id: str, plan: Plan, *, now_ms: int, faults: Faults = NO_FAULTS) -> None:

@@ -480,11 +480,32 @@ def test_known_blocks_with_extra_keys_are_kept() -> None:
     blocks = [
         {"type": "thinking", "text": "hm", "signature": "abc"},
         {"type": "tool_call", "callId": "c1", "name": "Write", "args": {}, "status": "success", "result": {}},
-        {"type": "attachment", "kind": "image", "name": "a.png", "ref": "attachments/ab", "size": 10},
+        {"type": "attachment", "kind": "image", "name": "a.png", "ref": "attachments/" + "ab" * 32, "size": 10},
         {"type": "hostedSearch", "status": "completed", "rounds": [{"id": "r", "status": "completed", "sources": []}]},
     ]
     parsed = parse_params("session.appendMessage", _append(_msg(blocks)))
     assert parsed.model_dump(by_alias=True)["message"]["blocks"] == blocks
+
+
+@pytest.mark.parametrize(("ref", "ok"), [
+    ("attachments/" + "0f" * 32, True), ("/home/ada/notes.txt", True), ("C:\\Users\\ada\\a.png", True),
+    ("D:/w/a.png", True), ("/w/./a.png", True),
+    ("attachments/ab", False), ("attachments/" + "0F" * 32, False), ("attachments/../pi.sqlite", False),
+    ("../../etc/passwd", False), ("notes.txt", False), ("/w/../../etc/passwd", False), ("C:..\\x", False),
+    ("", False), (" ", False), ("/w/a\x00b", False), ("/" + "a" * 5000, False),
+])
+def test_an_attachment_ref_is_a_blob_or_an_absolute_path(ref: str, ok: bool) -> None:
+    """Seed 003 §4.7: ``ref: attachments/<sha256> or absolute path``; every method that takes an attachment
+    block (messages, queued prompts) runs this one check."""
+    block = {"type": "attachment", "kind": "file", "name": "a", "ref": ref}
+    for method, params in (("session.appendMessage", _append(_msg([block]))),
+                           ("session.queuePush", {"sessionId": "s1", "principal": "ui", "content": "x",
+                                                  "permissionMode": "ask", "attachments": [block]})):
+        if ok:
+            parse_params(method, params)
+        else:
+            with pytest.raises(ValidationError, match="absolute path"):
+                parse_params(method, params)
 
 
 @pytest.mark.parametrize("block_type", sorted(BLOCK_MODELS))

@@ -24,6 +24,10 @@ async def push(c: HostClient, sid: str, content: str = "next", **extra: Any) -> 
     return dict(result)
 
 
+def _att(ref: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "attachment", "kind": "file", "name": "notes.txt", "ref": ref, **extra}
+
+
 async def listing(c: HostClient, sid: str) -> dict[str, Any]:
     state = await c.call("session.queueList", {"sessionId": sid})
     QueueState.model_validate(state)
@@ -47,13 +51,13 @@ async def test_push_list_and_positions_through_the_gateway(tmp_path) -> None:
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             sid = await new_session(c)
-            r1 = await push(c, sid, "one", attachments=[{"path": "a.png", "mime": "image/png"}])
+            r1 = await push(c, sid, "one", attachments=[_att("/w/a.png", kind="image", mimeType="image/png")])
             r2 = await push(c, sid, "two", permissionMode="auto")
             assert r1["replayed"] is False and r1["entry"]["position"] == 1
             assert r2["entry"]["position"] == 2 and r2["entry"]["permissionMode"] == "auto"
             state = await listing(c, sid)
             assert [e["id"] for e in state["entries"]] == [r1["entry"]["id"], r2["entry"]["id"]]
-            assert state["entries"][0]["attachments"] == [{"path": "a.png", "mime": "image/png"}]
+            assert state["entries"][0]["attachments"] == [_att("/w/a.png", kind="image", mimeType="image/png")]
             assert state["held"] is True and "controllerId" not in state
 
 
@@ -292,3 +296,60 @@ async def test_unknown_session_is_session_not_found(tmp_path) -> None:
             with pytest.raises(RpcError) as info:
                 await push(c, "nope", "a")
             assert info.value.data_code == "SESSION_NOT_FOUND"
+
+
+@pytest.mark.parametrize("attachment", [
+    _att("../../etc/passwd"),
+    _att("attachments/../../host.token"),
+    _att("attachments/" + "AB" * 32),
+    _att("notes.txt"),
+    _att("/proj/../../etc/passwd"),
+    _att(""),
+    {"ref": "../../etc/passwd"},  # a bare reference object: not an attachment block
+    {"path": "/proj/notes.txt"},
+    {"type": "attachment", "name": "notes.txt", "ref": "attachments/" + "ab" * 32},  # no kind
+], ids=lambda a: str(a.get("ref", a.get("path"))) + ("" if a.get("type") else " (no type)"))
+async def test_a_queued_attachment_is_checked_like_a_message_attachment_and_nothing_is_queued(
+        tmp_path, attachment: dict[str, Any]) -> None:
+    """Audit: queuePush kept attachments as given (only inline bytes were refused): a ref such as
+    ../../etc/passwd was queued, and the sidecar would hand it to the model. A queued attachment is the
+    attachment block the prompt's user message will carry, checked by the one block check
+    session.appendMessage runs (protocol.blocks.check_block): a blob ref attachments/<sha256> or an
+    absolute path without '..'. Both methods refuse the same input."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await new_session(c)
+            with pytest.raises(RpcError) as info:
+                await push(c, sid, "look", attachments=[attachment])
+            assert info.value.data_code == "INVALID_PARAMS"
+            assert [e["loc"] for e in info.value.data["errors"]] == ["attachments.0"]
+            assert (await listing(c, sid))["entries"] == []
+            if attachment.get("type") == "attachment":  # the append refuses the same block
+                with pytest.raises(RpcError) as appended:
+                    await c.call("session.appendMessage", {"sessionId": sid, "message": {
+                        "id": "u1", "role": "user", "blocks": [{"type": "text", "text": "look"}, attachment]}})
+                assert appended.value.data_code == "INVALID_PARAMS"
+
+
+async def test_a_queued_attachment_by_blob_or_absolute_path_is_kept(tmp_path) -> None:
+    blob, path = _att("attachments/" + "ab" * 32, size=3), _att("/home/ada/src/notes.txt", mimeType="text/plain")
+    drive = _att("C:\\Users\\ada\\notes.txt")
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await new_session(c)
+            pushed = await push(c, sid, "look", attachments=[blob, path, drive])
+            assert pushed["entry"]["attachments"] == [blob, path, drive]
+
+
+async def test_a_session_message_id_naming_no_delivery_is_refused(tmp_path) -> None:
+    """Audit: sessionMessageId binds the admission to its collaboration ledger row (seed 003 §4.6c,
+    turn_queue.session_message_id); one naming no delivery was queued as a "loose reference". Its entry
+    would be handed out as a delivery no collab.begin can start, and the id could bind a delivery
+    created later. INVALID_PARAMS naming the field; nothing is queued."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await new_session(c)
+            with pytest.raises(RpcError) as info:
+                await push(c, sid, "x", sessionMessageId="col_nothing")
+            assert info.value.data_code == "INVALID_PARAMS" and info.value.data["field"] == "sessionMessageId"
+            assert (await listing(c, sid))["entries"] == []

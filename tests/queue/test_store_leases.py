@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from store import fence, queue, turns
+from store import collab, fence, queue, turns
 from store.upgrade.migrations import migrate
 from store.upgrade.schema import message_mid
 from tests.queue.conftest import NOW_MS, add_session, open_queue_db
@@ -125,8 +125,11 @@ def test_another_controller_is_offered_what_the_last_one_took(db: sqlite3.Connec
 
 
 def test_a_collaboration_admission_handed_out_is_dropped_when_its_delivery_begins(db: sqlite3.Connection) -> None:
-    a = push(db, content="a", smid="d1").plan.entry
-    assert a is not None
+    collab.deliver(db, delivery_id="d1", entry_id="q-d1", plugin_id="team", source_session_id="s2",
+                   target_session_id="s1", kind="task", content="a", notify_on_completion=False,
+                   idempotency_key="k1", remaining_hops=None, permission_ceiling=None, now_ms=NOW_MS)
+    (a,) = queue.list_entries(db, "s1")
+    assert a.session_message_id == "d1"
     queue.take(db, "s1", now_ms=NOW_MS)
     out = queue.drop(db, "s1", a.id, now_ms=NOW_MS)
     assert out.plan.entry is not None and lease(db, a.id)[0] == "gone"

@@ -274,7 +274,7 @@ export interface AttachmentBlock {
   type: "attachment";
   kind: "image" | "file";
   name: string;
-  /** attachments/<sha256> or an absolute path. */
+  /** attachments/<sha256> or an absolute path (no '..' component). */
   ref: string;
   mimeType?: string | null;
   size?: number | null;
@@ -2097,10 +2097,10 @@ export interface QueuePushParams {
   /** Same principal + key returns the same entry; a different input fails with IDEMPOTENCY_CONFLICT. */
   idempotencyKey?: string | null;
   content: string;
-  /** The prompt's attachment references, kept as given (seed 003 §4.6b): attachment blocks by reference (attachments/<sha256>) or the caller's own reference objects (a path in the session scratch or project root); an attachment or image block carrying its bytes inline is refused, as in session.appendMessage. */
+  /** The prompt's attachment references (seed 003 §4.6b): attachment blocks {type: "attachment", kind, name, ref}, checked as in session.appendMessage: ref is attachments/<sha256> (attachments.put) or an absolute path without '..' (a file in the session scratch or project root); bytes inline, a relative ref or another kind of object is refused. */
   attachments?: JsonObject[] | null;
   permissionMode: "inherit" | "ask" | "accept-edits" | "auto";
-  /** Binds the admission to its session collaboration ledger row (seed 003 §4.6c); part of the idempotency check. A delivery addressed to another session, or one already admitted in this queue, is INVALID_PARAMS. */
+  /** Binds the admission to its session collaboration ledger row (seed 003 §4.6c); part of the idempotency check. An id naming no delivery, a delivery addressed to another session, or one already admitted in this queue, is INVALID_PARAMS. */
   sessionMessageId?: string | null;
 }
 
