@@ -15,9 +15,11 @@ Pure validation (:func:`normalize`, bounded by ``store.rules``) and SQL; no trio
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -37,8 +39,11 @@ EMPTY: dict[str, Any] = {"tags": [], "folder": None, "preset": None, "archived":
                          "origins": []}
 KEYS = tuple(EMPTY)
 
-__all__ = ["EMPTY", "KEYS", "ORIGIN_STATUSES", "attach", "get", "is_empty", "merge", "normalize",
-           "restore_from_info", "upsert"]
+__all__ = ["EMPTY", "KEYS", "ORIGIN_STATUSES", "attach", "canonical_origin", "get", "is_empty", "merge",
+           "normalize", "restore_from_info", "upsert"]
+
+_URL_ORIGIN = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#@\s]+)/?$")
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443, "ftp": 21}
 
 
 def _bad(field: str, why: str) -> InvalidInput:
@@ -58,11 +63,42 @@ def _text(value: Any, field: str, limit: int) -> str | None:
     return out or None
 
 
+def canonical_origin(origin: str) -> str:
+    """A URL origin (``scheme://host[:port]``, a trailing ``/`` allowed) in its canonical form: scheme and
+    host lowercase, the scheme's default port left out (RFC 6454), so ``HTTPS://A.COM:443/`` is
+    ``https://a.com``. Any other text (a URL with a path, a label) is kept as given."""
+    found = _URL_ORIGIN.fullmatch(origin)
+    if found is None:
+        return origin
+    scheme = found.group(1).lower()
+    try:
+        parts = urlsplit(f"{scheme}://{found.group(2)}")
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a port that is no number, a bad IPv6 literal
+        return origin
+    if not host:
+        return origin
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}" if port is None or port == _DEFAULT_PORTS.get(scheme) else f"{scheme}://{host}:{port}"
+
+
+def _one_per_origin(items: Iterable[tuple[str, str]]) -> list[dict[str, str]]:
+    """``{origin, status}`` once per canonical origin, the last status winning, in the order of that last one."""
+    by_origin: dict[str, str] = {}
+    for origin, status in items:
+        key = canonical_origin(origin)
+        by_origin.pop(key, None)
+        by_origin[key] = status
+    return [{"origin": o, "status": s} for o, s in by_origin.items()]
+
+
 def normalize(raw: Mapping[str, Any]) -> dict[str, Any]:
     """The canonical, bounded object (every key present). Raises INVALID_PARAMS, changing nothing.
 
     Tags are trimmed, empty ones and repeats (case-insensitive) dropped, order kept; origins
-    are deduplicated by origin (the last status wins).
+    are deduplicated by origin (the last status wins), a URL origin compared and stored in its
+    canonical form (:func:`canonical_origin`).
     """
     out = dict(EMPTY)
     tags = raw.get("tags") or []
@@ -92,7 +128,7 @@ def normalize(raw: Mapping[str, Any]) -> dict[str, Any]:
     origins = raw.get("origins") or []
     if not isinstance(origins, list):
         raise _bad("origins", "must be a list")
-    by_origin: dict[str, str] = {}
+    given: list[tuple[str, str]] = []
     for item in origins:
         if not isinstance(item, Mapping):
             raise _bad("origins", "entries must be objects {origin, status}")
@@ -100,11 +136,10 @@ def normalize(raw: Mapping[str, Any]) -> dict[str, Any]:
         status = item.get("status")
         if origin is None or status not in ORIGIN_STATUSES:
             raise _bad("origins", f"entries need an origin and a status ({' or '.join(ORIGIN_STATUSES)})")
-        by_origin.pop(origin, None)
-        by_origin[origin] = str(status)
-    if len(by_origin) > MAX_THREAD_ORIGINS:
+        given.append((origin, str(status)))
+    out["origins"] = _one_per_origin(given)
+    if len(out["origins"]) > MAX_THREAD_ORIGINS:
         raise _bad("origins", f"holds more than {MAX_THREAD_ORIGINS} origins")
-    out["origins"] = [{"origin": o, "status": s} for o, s in by_origin.items()]
     return out
 
 
@@ -141,10 +176,21 @@ def upsert(conn: sqlite3.Connection, session_id: str, meta: Mapping[str, Any], *
     )
 
 
+def _stored_origins(raw: str) -> list[Any]:
+    """A row's origins, one per canonical origin: a row written before origins were canonical may hold two
+    spellings of one (it is rewritten canonical by the session's next metadata update)."""
+    stored = orjson.loads(raw)
+    if not isinstance(stored, list) or not all(
+            isinstance(i, dict) and isinstance(i.get("origin"), str) and isinstance(i.get("status"), str)
+            for i in stored):
+        return stored if isinstance(stored, list) else []
+    return _one_per_origin((i["origin"], i["status"]) for i in stored)
+
+
 def _from_row(row: tuple[Any, ...]) -> dict[str, Any]:
     tags, folder, preset, archived, parent, origins = row
     return {"tags": orjson.loads(tags), "folder": folder, "preset": preset, "archived": bool(archived),
-            "parentThreadId": parent, "origins": orjson.loads(origins)}
+            "parentThreadId": parent, "origins": _stored_origins(origins)}
 
 
 def get(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
 import trio
 
 from runtime.client import RpcError
+from store import thread_meta
 from store.rules import MAX_FOLDER_CHARS, MAX_TAG_CHARS, MAX_TAGS, MAX_THREAD_ORIGINS
 from tests.hostkit import client_for, index_caught_up, inprocess_host
 from tests.revisions.helpers import full, query, transcript_path, turn
@@ -121,3 +123,58 @@ async def test_thread_metadata_survives_a_rebuilt_index_after_rename_and_rewrite
             # a fork is an independent session: it does not inherit the source's thread metadata
             child = await c.call("session.fork", {"sessionId": sid})
             assert "thread" not in child
+
+
+async def test_origins_are_compared_as_url_origins_and_stored_rows_stay_readable(tmp_path):
+    """Audit: https://a.com and HTTPS://A.COM were two origins. A URL origin's scheme and host are
+    case-insensitive and its default port is no part of it (RFC 6454), so they are one origin, stored in
+    the canonical form (last status wins); other text is kept as given. A row stored before (two spellings
+    of one origin) reads back as one, and the next update stores it canonical."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            got = await c.call("session.updateMetadata", {"sessionId": sid, "origins": [
+                {"origin": "https://a.com", "status": "reached"},
+                {"origin": "HTTPS://A.COM:443/", "status": "approved"},
+                {"origin": "http://A.com:80", "status": "reached"},
+                {"origin": "http://a.com:8080", "status": "reached"},
+                {"origin": "https://[::1]:443", "status": "reached"},
+                {"origin": "Chrome-Extension://AbC", "status": "reached"},
+                {"origin": "https://a.com/Docs", "status": "reached"},
+                {"origin": "Some Label", "status": "approved"}]})
+            assert got["thread"]["origins"] == [
+                {"origin": "https://a.com", "status": "approved"}, {"origin": "http://a.com", "status": "reached"},
+                {"origin": "http://a.com:8080", "status": "reached"}, {"origin": "https://[::1]", "status": "reached"},
+                {"origin": "chrome-extension://abc", "status": "reached"},
+                {"origin": "https://a.com/Docs", "status": "reached"},
+                {"origin": "Some Label", "status": "approved"}]
+            await index_caught_up(host)
+    # a row an older build stored, with two spellings of one origin
+    old = '[{"origin":"HTTPS://B.COM","status":"reached"},{"origin":"https://b.com:443","status":"approved"}]'
+    conn = sqlite3.connect(tmp_path / "pi.sqlite")
+    with conn:
+        conn.execute("UPDATE thread_meta SET origins_json = ? WHERE session_id = ?", (old, sid))
+    conn.close()
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            want = [{"origin": "https://b.com", "status": "approved"}]
+            assert (await c.call("session.get", {"sessionId": sid}))["session"]["thread"]["origins"] == want
+            listed = {s["id"]: s for s in (await c.call("session.list", {}))["sessions"]}
+            assert listed[sid]["thread"]["origins"] == want
+            got = await c.call("session.updateMetadata", {"sessionId": sid, "tags": ["t"]})
+            assert got["thread"]["origins"] == want
+            await index_caught_up(host)
+            assert query(tmp_path, "SELECT origins_json FROM thread_meta") == [
+                ('[{"origin":"https://b.com","status":"approved"}]',)]
+
+
+def test_a_rebuilt_index_takes_an_older_session_info_line_origins_canonical():
+    """A session_info line an older build wrote may hold two spellings of one origin: a rebuilt index
+    (``restore_from_info`` runs ``normalize``) stores one."""
+    older = {"origins": [{"origin": "HTTPS://B.COM", "status": "reached"},
+                         {"origin": "https://b.com:443/", "status": "approved"},
+                         {"origin": "wss://Chat.B.com:443", "status": "reached"}]}
+    assert thread_meta.normalize(older)["origins"] == [{"origin": "https://b.com", "status": "approved"},
+                                                       {"origin": "wss://chat.b.com", "status": "reached"}]
+    assert thread_meta.canonical_origin("http://a.com:notaport") == "http://a.com:notaport"
+    assert thread_meta.canonical_origin("https://user@a.com") == "https://user@a.com"
