@@ -15,11 +15,17 @@ Rules (limits: ``store/rules.py``):
 * the name is the key (:data:`~store.rules.SKILL_NAME_RE`), the version a
   bounded token, the source non-empty text of at most
   :data:`~store.rules.MAX_SKILL_SOURCE_BYTES` without NUL characters;
-* a name and version identify one source: a put of the same version with other
-  source is ``CONFLICT`` (bump the version), so what a run environment snapshot
-  recorded as ``name@version`` never silently changes (seed 000 §4 fixes the
-  Skill content of a run);
-* the same put again changes nothing (``changed: false``, ``updatedAt`` kept);
+* a name and version identify one source, for good: every ``name@version``
+  ever stored keeps its digest in ``kv(skillVersions, <name>@<version>)``
+  (``{sha256, sizeBytes, createdAt}``, host-owned), also after a newer version
+  replaced it and after ``skills.delete``. A put of a stored version with other
+  source is ``CONFLICT`` (bump the version) and changes nothing, so what a run
+  environment snapshot recorded as ``name@version`` never silently changes
+  (seed 000 §4 fixes the Skill content of a run). A skill stored before these
+  rows existed is held to the version its ``kv(skills)`` row holds, and that
+  digest is recorded when a put or a delete replaces it (no migration);
+* the same put again changes nothing (``changed: false``, ``updatedAt`` kept); a
+  put of an older version with its own source makes it current again;
 * at most :data:`~store.rules.MAX_SKILLS` skills (``LIMIT_EXCEEDED``).
 
 Memories are the existing project and group memory (``kv(projectMemory)``,
@@ -51,6 +57,7 @@ from store.rules import (
 __all__ = [
     "MEMORY_SCOPES",
     "SKILLS_NS",
+    "VERSIONS_NS",
     "delete_skill",
     "get_skill",
     "list_memories",
@@ -60,6 +67,7 @@ __all__ = [
 ]
 
 SKILLS_NS: Final = "skills"
+VERSIONS_NS: Final = "skillVersions"
 MEMORY_SCOPES: Final = {"project": "projectMemory", "group": "projectGroupMemory"}
 _META: Final = ("name", "version", "description", "origin", "sha256", "sizeBytes", "createdAt", "updatedAt")
 
@@ -105,16 +113,43 @@ def _checked(name: object, version: object, source: object, description: object,
     return out
 
 
+def _version_key(name: str, version: str) -> str:
+    return f"{name}@{version}"
+
+
+def _stored_digest(conn: sqlite3.Connection, name: str, version: str, current: dict[str, Any] | None) -> str | None:
+    """The digest ``name@version`` was stored with: its ``kv(skillVersions)`` row, else (a skill stored by an
+    older build) the current row when it holds that version."""
+    found = get_value(conn, VERSIONS_NS, _version_key(name, version))
+    if found is not None and isinstance(found[0], dict) and isinstance(found[0].get("sha256"), str):
+        return str(found[0]["sha256"])
+    if current is not None and current.get("version") == version and isinstance(current.get("sha256"), str):
+        return str(current["sha256"])
+    return None
+
+
+def _remember(conn: sqlite3.Connection, skill: dict[str, Any], now_ms: int) -> None:
+    """Record ``skill``'s name@version digest unless it is recorded already (the first one stays)."""
+    name, version = skill.get("name"), skill.get("version")
+    if not isinstance(name, str) or not isinstance(version, str) or not isinstance(skill.get("sha256"), str):
+        return
+    record = {"sha256": skill["sha256"], "sizeBytes": skill.get("sizeBytes"),
+              "createdAt": skill.get("updatedAt") if isinstance(skill.get("updatedAt"), int) else now_ms}
+    conn.execute("INSERT OR IGNORE INTO kv(ns, key, value_json, updated_at) VALUES (?,?,?,?)",
+                 (VERSIONS_NS, _version_key(name, version), orjson.dumps(record).decode(), now_ms))
+
+
 def put_skill(conn: sqlite3.Connection, *, name: object, version: object, source: object,
               description: object = None, origin: object = None, now_ms: int) -> tuple[dict[str, Any], bool]:
     """Store a skill; (the stored skill, whether anything changed). Raises before writing on a bad value."""
     new = _checked(name, version, source, description, origin)
     found = get_value(conn, SKILLS_NS, new["name"])
     old = found[0] if found is not None and isinstance(found[0], dict) else None
-    if old is not None and old.get("version") == new["version"] and old.get("sha256") != new["sha256"]:
-        raise Conflict(f"skill {new['name']} version {new['version']} already holds other source: "
+    digest = _stored_digest(conn, new["name"], new["version"], old)
+    if digest is not None and digest != new["sha256"]:
+        raise Conflict(f"skill {new['name']} version {new['version']} was stored with other source: "
                        "a new source needs a new version",
-                       data={"name": new["name"], "version": new["version"], "sha256": old.get("sha256")})
+                       data={"name": new["name"], "version": new["version"], "sha256": digest})
     if old is None:
         count = int(conn.execute("SELECT COUNT(*) FROM kv WHERE ns = ?", (SKILLS_NS,)).fetchone()[0])
         if count >= MAX_SKILLS:
@@ -124,6 +159,9 @@ def put_skill(conn: sqlite3.Connection, *, name: object, version: object, source
     if old is not None and {k: v for k, v in old.items() if k not in ("createdAt", "updatedAt")} == new:
         return old, False
     stored = {**new, "createdAt": created, "updatedAt": now_ms}
+    if old is not None:
+        _remember(conn, old, now_ms)  # a row an older build stored: its version keeps its source too
+    _remember(conn, stored, now_ms)
     set_value(conn, SKILLS_NS, new["name"], stored, now_ms)
     return stored, True
 
@@ -147,7 +185,11 @@ def list_skills(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     return out
 
 
-def delete_skill(conn: sqlite3.Connection, name: str) -> bool:
+def delete_skill(conn: sqlite3.Connection, name: str, *, now_ms: int) -> bool:
+    """Remove the skill; the digests of its versions stay (a later put of one of them must bring its source)."""
+    current = get_skill(conn, name)
+    if current is not None:
+        _remember(conn, current, now_ms)
     return delete_value(conn, SKILLS_NS, validate_skill_name(name))
 
 

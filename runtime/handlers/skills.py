@@ -41,7 +41,7 @@ def put(ctx: WriterContext, p: m.SkillsPutParams, key: ReceiptKey | None) -> Any
 
 
 def delete(ctx: WriterContext, p: m.SkillsDeleteParams, key: ReceiptKey | None) -> Any:
-    deleted = skills.delete_skill(ctx.conn, p.name)
+    deleted = skills.delete_skill(ctx.conn, p.name, now_ms=ctx.now)
     if deleted:
         ctx.publish(TOPIC, {"ns": skills.SKILLS_NS, "keys": [p.name]})
     return {"name": p.name, "deleted": deleted}

@@ -24,7 +24,7 @@ Namespaces:
 * ``projectMemory`` — key: a project path (normalized to its canonical form),
   value: memory (``store/project_memory.py``).
 * ``projectGroups``, ``projectGroupMemory``, ``projectGroupInstructions``,
-  ``configSync``, ``skills`` — host-owned: written only by their own methods.
+  ``configSync``, ``skills``, ``skillVersions`` — host-owned: written only by their own methods.
 * any other namespace — a new config domain (seed §4.1), generically bounded.
 """
 
@@ -104,6 +104,7 @@ HOST_OWNED_NAMESPACES: Final[Mapping[str, str]] = {
     "projectGroupInstructions": "projectGroups.setInstructions",
     "configSync": "configSync.configure",
     "skills": "skills.put / skills.delete",
+    "skillVersions": "skills.put / skills.delete",
 }
 REFRESH_STAMP_PREFIX: Final = "modelRefresh:"
 RECENT_MODELS_KEY: Final = "recentModels"

@@ -7,6 +7,7 @@ Seed 003 §9: "new config domain (MCP servers, memories) | kv namespace | no [mi
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,58 @@ def test_a_skill_version_names_one_source(conn: sqlite3.Connection) -> None:
     bumped, changed = tx(conn)(lambda c: skills.put_skill(c, name="a", version="2", source="two", now_ms=NOW + 3))
     assert changed and bumped["createdAt"] == NOW and bumped["updatedAt"] == NOW + 3
     assert skills.get_skill(conn, "a") == bumped
+
+
+def test_a_stored_name_at_version_keeps_its_source_after_newer_versions_and_a_delete(
+        conn: sqlite3.Connection) -> None:
+    """Audit: kv(skills, <name>) holds only the current version, so once 2 was put, a put of 1 with other
+    source was taken: what a run recorded as a@1 changed under it. Every name@version ever stored keeps its
+    digest (kv(skillVersions), also after skills.delete): other source is CONFLICT and changes nothing; the
+    same source is accepted (that version becomes current again)."""
+    put = tx(conn)
+    put(lambda c: skills.put_skill(c, name="a", version="1", source="one", now_ms=NOW))
+    put(lambda c: skills.put_skill(c, name="a", version="2", source="two", now_ms=NOW + 1))
+    before = conn.execute("SELECT * FROM kv ORDER BY ns, key").fetchall()
+    with pytest.raises(Conflict) as info:
+        put(lambda c: skills.put_skill(c, name="a", version="1", source="forged", now_ms=NOW + 2))
+    assert info.value.data["version"] == "1" and info.value.data["sha256"] == hashlib.sha256(b"one").hexdigest()
+    assert conn.execute("SELECT * FROM kv ORDER BY ns, key").fetchall() == before
+    back, changed = put(lambda c: skills.put_skill(c, name="a", version="1", source="one", now_ms=NOW + 3))
+    assert changed and back["version"] == "1" and skills.get_skill(conn, "a") == back
+    again, changed = put(lambda c: skills.put_skill(c, name="a", version="1", source="one", now_ms=NOW + 4))
+    assert not changed and again == back
+    with pytest.raises(Conflict):  # the newer one is kept too
+        put(lambda c: skills.put_skill(c, name="a", version="2", source="other", now_ms=NOW + 5))
+    assert put(lambda c: skills.delete_skill(c, "a", now_ms=NOW + 5))
+    with pytest.raises(Conflict):  # a delete frees the name, not what its versions were
+        put(lambda c: skills.put_skill(c, name="a", version="2", source="other", now_ms=NOW + 6))
+    fresh, changed = put(lambda c: skills.put_skill(c, name="a", version="2", source="two", now_ms=NOW + 7))
+    assert changed and fresh["createdAt"] == NOW + 7 and skills.list_skills(conn)[0]["version"] == "2"
+
+
+def test_a_skill_stored_before_versions_were_kept_is_held_to_its_source(conn: sqlite3.Connection) -> None:
+    """A skill an older build stored has no kv(skillVersions) row: its current version still names its source,
+    and replacing it by a newer version keeps that digest."""
+    put = tx(conn)
+    put(lambda c: skills.put_skill(c, name="a", version="1", source="one", now_ms=NOW))
+    put(lambda c: c.execute("DELETE FROM kv WHERE ns = 'skillVersions'"))
+    with pytest.raises(Conflict):
+        put(lambda c: skills.put_skill(c, name="a", version="1", source="forged", now_ms=NOW + 1))
+    put(lambda c: skills.put_skill(c, name="a", version="2", source="two", now_ms=NOW + 2))
+    with pytest.raises(Conflict):
+        put(lambda c: skills.put_skill(c, name="a", version="1", source="forged", now_ms=NOW + 3))
+
+
+async def test_skills_put_of_an_older_version_with_other_source_is_conflict_on_the_wire(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            await c.call("skills.put", {"name": "notes", "version": "1.0.0", "source": "one"})
+            await c.call("skills.put", {"name": "notes", "version": "1.1.0", "source": "two"})
+            err = await _err(c.call("skills.put", {"name": "notes", "version": "1.0.0", "source": "forged"}))
+            assert err.data_code == "CONFLICT" and err.data["version"] == "1.0.0"
+            assert (await c.call("skills.get", {"name": "notes"}))["skill"]["source"] == "two"
+            err = await _err(c.call("settings.set", {"ns": "skillVersions", "key": "notes@1.0.0", "value": {}}))
+            assert err.data_code == "INVALID_PARAMS" and err.data["owner"] == "skills.put / skills.delete"
 
 
 def test_skill_count_and_text_bounds(conn: sqlite3.Connection) -> None:
