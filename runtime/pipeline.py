@@ -447,7 +447,10 @@ class Pipeline:
             fp = await bound.route.fingerprint(self.services, method, shown)
         else:
             fp = receipts.fingerprint(method, shown)
-        return ReceiptKey(receipt_client(caller), str(submission), method, fp)
+        legacy = None
+        if bound.route.legacy_fingerprint is not None:
+            legacy = await bound.route.legacy_fingerprint(self.services, method, shown)
+        return ReceiptKey(receipt_client(caller), str(submission), method, fp, legacy)
 
     async def _dispatch(self, bound: _Bound, params: Any, key: ReceiptKey | None, caller: CallContext,
                         answer: _Answer, more: bool, turn: Turn | None) -> None:

@@ -100,6 +100,9 @@ class Route:
     """READS: wait until the index covers every append acknowledged before the read arrived."""
     fingerprint: Callable[..., Awaitable[str]] | None = None
     """``(services, method, raw params) -> fingerprint`` when the plain one would hold a secret."""
+    legacy_fingerprint: Callable[..., Awaitable[str]] | None = None
+    """``(services, method, raw params) -> fingerprint`` an earlier build stored for the same request
+    (``ReceiptKey.legacy_fingerprint``: its receipts still answer a retry after an in-place upgrade)."""
     native: Any = None
     """SESSION: the host handler ``(HostContext, params, receipt)`` for a native pi session id
     (``native-pi:...``, seed §12); a route without one refuses such ids (UNSUPPORTED_FOR_NATIVE_SESSION)."""
@@ -198,7 +201,8 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "search.sessions":             from_reads(search.sessions, barrier=True),
     "search.query":                from_reads(search.query, barrier=True),
     # secrets
-    "secrets.set":                 on_host(secrets.set_secret, fingerprint=secrets.fingerprint),
+    "secrets.set":                 on_host(secrets.set_secret, fingerprint=secrets.fingerprint,
+                                           legacy_fingerprint=secrets.legacy_fingerprint),
     "secrets.get":                 on_host(secrets.get),
     "secrets.delete":              on_host(secrets.delete),
     "secrets.list":                from_reads(secrets.list_secrets),

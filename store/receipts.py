@@ -24,7 +24,7 @@ import hashlib
 import json
 import sqlite3
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -44,12 +44,18 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class ReceiptKey:
-    """Command receipt identity + request fingerprint."""
+    """Command receipt identity + request fingerprint.
+
+    ``legacy_fingerprint``: the fingerprint an earlier build stored for the same request, where it
+    differs from today's (``secrets.set``: before its keyed MAC without the value, builds fingerprinted
+    the request with a MAC of the value in its place); a retry of a request that build answered must
+    still find its receipt after an in-place upgrade. Only matched, never stored."""
 
     client_id: str
     submission_id: str
     method: str
     fingerprint: str
+    legacy_fingerprint: str | None = field(default=None, compare=False)
 
 
 def fingerprint(method: str, params: Mapping[str, Any]) -> str:
@@ -91,7 +97,7 @@ def check(conn: sqlite3.Connection, key: ReceiptKey) -> dict[str, Any] | None:
     found = get(conn, key.client_id, key.submission_id)
     if found is None:
         return None
-    if found["fingerprint"] != key.fingerprint or found["method"] != key.method:
+    if found["fingerprint"] not in (key.fingerprint, key.legacy_fingerprint) or found["method"] != key.method:
         raise conflict(key, str(found["method"]))
     return found
 

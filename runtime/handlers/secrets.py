@@ -46,7 +46,8 @@ from store.receipts import ReceiptKey
 
 T = TypeVar("T")
 
-__all__ = ["Vault", "delete", "fingerprint", "fingerprint_hiding", "get", "list_secrets", "set_secret"]
+__all__ = ["Vault", "delete", "fingerprint", "fingerprint_hiding", "get", "legacy_fingerprint", "list_secrets",
+           "set_secret"]
 
 log = logging.getLogger("pi_host")
 SERVICE = "vault"
@@ -92,6 +93,18 @@ class Vault:
 async def fingerprint(services: Services, method: str, raw: Mapping[str, Any]) -> str:
     """A keyed MAC of the request without its value: the answer to a replay cannot depend on the value."""
     return await fingerprint_hiding(services, method, raw, ("value",))
+
+
+async def legacy_fingerprint(services: Services, method: str, raw: Mapping[str, Any]) -> str:
+    """The fingerprint builds before the keyed one (schema v24 and earlier) stored for ``secrets.set``:
+    the plain one of the request with its value replaced by a keyed MAC of it (``valueMac``). A retry of
+    a request such a build answered finds its receipt after an in-place upgrade instead of
+    IDEMPOTENCY_CONFLICT; it is only matched against such a row, never stored."""
+    vault: Vault = services.get(SERVICE)
+    value = raw.get("value")
+    mac = await vault.run(vault.store.value_mac, value if isinstance(value, str) else "")
+    shown = {k: v for k, v in raw.items() if k != "value"}
+    return receipts.fingerprint(method, {**shown, "valueMac": mac})
 
 
 async def fingerprint_hiding(services: Services, method: str, raw: Mapping[str, Any],
