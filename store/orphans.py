@@ -34,9 +34,20 @@ from store.indexing import index
 __all__ = ["insert_stub", "left_traces", "was_deleted"]
 
 
+_DELETES = ("session.delete", "sessions.purge")
+
+
 def was_deleted(conn: sqlite3.Connection, session_id: str) -> bool:
+    """Whether the user deleted (or purged) this session id: its ``known_sessions`` row says; a session
+    deleted by a build before that record (schema v29) has no row there, and then a keyed delete's
+    receipt naming it says (its create's and appends' receipts are traces too, which must not bring
+    back what the user deleted when an outbox retries them after an in-place upgrade)."""
     row = conn.execute("SELECT deleted_at FROM known_sessions WHERE id = ?", (session_id,)).fetchone()
-    return row is not None and row[0] is not None
+    if row is not None:
+        return row[0] is not None
+    return conn.execute(
+        f"SELECT 1 FROM command_receipts WHERE session_id = ? AND method IN ({', '.join('?' * len(_DELETES))}) "
+        "LIMIT 1", (session_id, *_DELETES)).fetchone() is not None
 
 
 _TRACES = (
