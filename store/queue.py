@@ -560,6 +560,10 @@ def _entry(row: Sequence[Any]) -> Entry:
 def _clients(entry_id: str, raw: str | None) -> tuple[str, ...]:
     if raw is None:
         return ()  # handed out before schema v31: no taker kept
+    if raw and not raw.startswith("["):
+        # the first v31 build kept the one client it was handed to as plain text (a client id never
+        # starts with "["); the same schema version, so no step converts it: read it as that client
+        return (raw,)
     try:
         got = orjson.loads(raw)
     except orjson.JSONDecodeError:
