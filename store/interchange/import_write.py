@@ -150,7 +150,9 @@ a rewound file's transcript is the branch Claude Code shows (the newest conversa
 abandoned branches are kept in the revisions store as pi's are (it imported every line in file order). 11 =
 Claude Code: a subagent file's rows follow the branch of the ``Task`` call that started it (a rewound file
 kept them live when the call was on an abandoned branch); pi: an entry pi appended behind a torn line (a crash,
-then a resume) is read, so the turns after it are shown instead of a fallback to the branch before it."""
+then a resume) is read, so the turns after it are shown instead of a fallback to the branch before it; Claude
+Code: a response's usage is its last line's report (each line repeats the report as it stood when that block was
+written; the first line's was kept once the record was written, e.g. 3 of a response's 993 output tokens)."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

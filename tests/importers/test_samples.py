@@ -443,3 +443,55 @@ def test_images_become_attachment_refs_with_their_bytes_stored(untouched_samples
 
 def test_samples_are_still_byte_identical(untouched_samples: Path) -> None:
     assert assert_checksums(samples_dir()) == 21
+
+
+@pytest.mark.parametrize("name", [n for n in EXPECTED if n.startswith("claude-code/")])
+def test_claude_code_usage_is_each_responses_last_report(name: str, untouched_samples: Path,
+                                                         db: sqlite3.Connection, target: ImportTarget) -> None:
+    """Claude Code writes one line per content block, each with the response's usage as it stood then: the
+    2.0.76 sample's response ``…9xxTLt8Y`` reports 3 output tokens on its thinking and first tool_use lines and
+    993 on its last. The imported record carries the last report (it was the first line's: 990 of the
+    sample's 1,480 output tokens were missing from ``usage.*``)."""
+    path = untouched_samples / name
+    last: dict[str, int] = {}
+    for r in raw_lines(path):
+        data = r.get("data") if r.get("type") == "progress" else None
+        if isinstance(data, dict) and data.get("type") == "agent_progress" and isinstance(data.get("message"), dict):
+            r = data["message"]  # a subagent's response embedded in its parent's transcript
+        message = r.get("message")
+        if r.get("type") != "assistant" or not isinstance(message, dict) or message.get("model") == "<synthetic>":
+            continue
+        if isinstance(message.get("usage"), dict) and message.get("id"):
+            last[str(message["id"])] = int(message["usage"].get("output_tokens") or 0)
+    rep = import_sample(db, target, path)
+    messages, _ = transcript_records(target, rep.session_id)
+    credited = [m["meta"]["usageRaw"] for m in messages if "usageRaw" in (m.get("meta") or {})]
+    assert sum(int(u.get("output_tokens") or 0) for u in credited) == sum(last.values())
+    assert len(credited) == len(last)
+    (turn_out,) = db.execute("SELECT TOTAL(output_tokens) FROM turns WHERE session_id = ?",
+                             (rep.session_id,)).fetchone()
+    assert int(turn_out) == sum(last.values())
+
+
+def test_a_claude_code_session_imported_with_first_line_usage_is_corrected_by_the_next_import(
+        untouched_samples: Path, db: sqlite3.Connection, target: ImportTarget, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Import rules 11: a session the previous rules imported (each response's usage from its first line) is
+    parsed again on the next import; its records carry the last reports and ``usage.*`` counts each response
+    once, with the same messages served."""
+    from store.interchange import import_write, imports
+    from store.interchange.importers import claude_code
+
+    path = untouched_samples / "claude-code/fasthooks_v2.0.76_compaction_thinking_errors.jsonl"
+    with monkeypatch.context() as m:  # the rules-10 importer: a usage record was written as soon as it could be
+        m.setattr(claude_code._FileConverter, "_may_continue_response", lambda self, rec, kind: False)
+        m.setattr(import_write, "IMPORT_RULES", 10)
+        m.setattr(imports, "IMPORT_RULES", 10)
+        rep = import_sample(db, target, path)
+    total = "SELECT TOTAL(output_tokens), COUNT(*) FROM turns WHERE session_id = ?"
+    assert db.execute(total, (rep.session_id,)).fetchone() == (490.0, 12)
+    before, _ = transcript_records(target, rep.session_id)
+    again = import_sample(db, target, path)
+    assert again.session_id == rep.session_id
+    assert db.execute(total, (rep.session_id,)).fetchone() == (1480.0, 12)
+    after, _ = transcript_records(target, rep.session_id)
+    assert [m["id"] for m in after] == [m["id"] for m in before]

@@ -863,6 +863,7 @@ class _FileConverter:
 
     def close(self) -> None:
         self.close_group()
+        self.unpin_usage()
         if self.compaction is not None and self.emitter.discard(self.compaction):
             # a boundary at the very end whose summary line is not written yet: the checkpoint is
             # imported once the summary is there (a later line of a checkpoint id replaces it, but an
@@ -944,6 +945,8 @@ class _FileConverter:
         self.file.record_types[kind_name] += 1
         if kind in KNOWN_TYPES:
             self.shared.recognized = True
+        if self.usage_owner is not None and self.usage_owner[1].pinned and not self._may_continue_response(rec, kind):
+            self.unpin_usage()
         duplicate = False
         if "uuid" in rec or "parentUuid" in rec:
             duplicate = self.chain.add(rec.get("uuid"), rec.get("parentUuid"))
@@ -1193,21 +1196,49 @@ class _FileConverter:
     def credit_usage(self, api_id: object, values: dict[str, Any], made: Slot | None) -> None:
         """One API response's usage on the first record it produced, once.
 
-        Claude Code writes one line per content block, each repeating the response's usage; a
+        Claude Code writes one line per content block, each repeating the response's usage as it stood
+        when the block was written: a later line's report is larger (2.0.x: 3 output tokens on the
+        thinking and first tool_use lines, 993 on the last), and the last one is the response's. A
         response that only calls tools produces only tool records, and one that writes text, calls a
-        tool and writes again produces two groups: its usage still goes on one record. A later line
-        of the same response refreshes it while that record is not written yet (the last report is
-        the final one).
+        tool and writes again produces two groups: its usage still goes on one record, which stays
+        pinned (not written) while the lines that follow can be the same response's
+        (:meth:`_may_continue_response`), so each later line of it refreshes the report in place. Past
+        the import's pending bounds the record is written as it is (a forced flush), with the report
+        it has then.
         """
         owner = self.usage_owner
         if owner is not None and api_id is not None and owner[0] == api_id:
             if not owner[1].drained:
                 owner[1].record["meta"] = {**(owner[1].record.get("meta") or {}), **values}
             return
+        self.unpin_usage()
         if made is None:
             return
         made.record["meta"] = {**(made.record.get("meta") or {}), **values}
+        made.pinned = api_id is not None
         self.usage_owner = (api_id, made)
+
+    def unpin_usage(self) -> None:
+        if self.usage_owner is not None:
+            self.usage_owner[1].pinned = False
+
+    def _may_continue_response(self, rec: Mapping[str, Any], kind: object) -> bool:
+        """Whether a line can come between two lines of the response whose usage record is pinned:
+        another line of that response, the results of its tool calls, a hook's progress, bookkeeping.
+        Any other line (a prompt, another response, a subagent's row, a system line) ends it."""
+        assert self.usage_owner is not None
+        if kind == "assistant":
+            message = rec.get("message")
+            return isinstance(message, Mapping) and message.get("id") == self.usage_owner[0]
+        if kind == "user":
+            message = rec.get("message")
+            content = message.get("content") if isinstance(message, Mapping) else None
+            return (isinstance(content, list) and bool(content)
+                    and all(isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content))
+        if kind == "progress":
+            data = rec.get("data")
+            return not (isinstance(data, Mapping) and data.get("type") == "agent_progress")
+        return kind in SKIPPED_TYPES
 
     def assistant_block(self, block: Mapping[str, Any], kind: object) -> dict[str, Any] | None:
         if kind == "text" and isinstance(block.get("text"), str):

@@ -400,6 +400,9 @@ class Slot:
     replacement: bool = False
     """A second line for an id already written (readers keep the last one in place)."""
     dropped: bool = False
+    pinned: bool = False
+    """Held back like ``held``, for another reason than a tool result: a record carrying a response's usage
+    while later lines of that response may still refresh it (Claude Code)."""
 
 
 class Emitter:
@@ -445,10 +448,10 @@ class Emitter:
         queue = self._queue
         while queue:
             head = queue[0]
-            if head.held:
+            if head.held or head.pinned:
                 if len(queue) <= self._limits.max_pending_records and self._weight <= self._limits.max_pending_bytes:
                     return
-                head.held = False
+                head.held = head.pinned = False
                 self._report.forced_flushes += 1
             queue.popleft()
             self._weight -= head.weight
@@ -458,7 +461,7 @@ class Emitter:
 
     def finish(self) -> Iterator[Slot]:
         for slot in self._queue:
-            slot.held = False
+            slot.held = slot.pinned = False
         yield from self.ready()
 
     def __len__(self) -> int:
