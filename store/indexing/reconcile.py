@@ -29,6 +29,7 @@ from store.jsonio import loads_line
 from store.queue import forget_session as forget_queue
 from store.revisions import (
     RevisionFile,
+    family_of,
     live_stamps,
     read_revisions,
     restore_rows,
@@ -74,6 +75,10 @@ class ReconcilePlan:
     revisions: RevisionFile | None = None
     """The session's revisions file, read when the header carries an ``activateRevision`` receipt: its
     response lists the branch rows, which must follow the files before it is rebuilt."""
+    archived: RevisionFile | None = None
+    """The session's revisions file on a full reindex (None: no such file): the archived branches keep the
+    lines a regenerate or an edit took out of the transcript, each with the ``meta.receipt`` its append
+    wrote, which a rebuilt index must still answer (:func:`restore_archived_receipts`)."""
 
 
 _SCAN_CHUNK = 8 << 20
@@ -264,11 +269,13 @@ def plan_reconcile(path: Path, indexed_len: int, file_epoch: str | None) -> Reco
             return ReconcilePlan(kind="clean", file_len=indexed_len, epoch=epoch, scan=scan)
         return ReconcilePlan(kind="tail", file_len=scan.end, epoch=epoch, scan=scan)
     scan = scan_from(path, 0)
+    revisions_path = path.with_name(f"{path.name.removesuffix('.jsonl')}{REVISIONS_SUFFIX}")
+    archived = read_revisions(revisions_path) if os.path.lexists(revisions_path) else None
     revisions = None
     if any(rec.get("method") == "session.activateRevision" for rec in header_receipts(scan.header)):
-        revisions = read_revisions(path.with_name(f"{path.name.removesuffix('.jsonl')}{REVISIONS_SUFFIX}"))
+        revisions = archived if archived is not None else RevisionFile()
     return ReconcilePlan(kind="full", file_len=scan.end, epoch=(scan.header or {}).get("epoch"), scan=scan,
-                         revisions=revisions)
+                         revisions=revisions, archived=archived)
 
 
 def plan_missing_bytes(path: Path, indexed_len: int, epoch: str | None, stop: int) -> ReconcilePlan:
@@ -513,9 +520,46 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
                 report["restoredReceipt"] = restored
     for carried in scan.line_receipts:  # a crash between a line's fsync and its receipt's commit
         restore_receipt(conn, session_id, carried, now_ms=now_ms)
+    if plan.archived is not None and plan.kind == "full":
+        restore_archived_receipts(conn, session_id, plan.archived, [item.record for item in dedupe(scan.messages)],
+                                  now_ms=now_ms)
     if scan.decisions:  # the same for an answer's decision line: its row and its receipt
         approvals.apply_decision_lines(conn, session_id, scan.decisions, now_ms)
     return report
+
+
+def restore_archived_receipts(conn: Any, session_id: str, archived: RevisionFile,
+                              live: Sequence[Mapping[str, Any]], *, now_ms: int) -> int:
+    """The append receipts of lines that left the transcript for an archived branch (a regenerate, an
+    edit, ``activateRevision``): rows a rebuilt index lost, so a retried append is answered, not written
+    again at the end of the transcript. Runs after the live lines' own receipts were restored (one of
+    those wins: a receipt is never overwritten).
+
+    The answer is the one the append gave: the line's ``seq`` was its place in the transcript, which is
+    the family's place now (the branch hung under the same parent) plus its place in the branch. A branch
+    whose family no live user message continues is skipped (its place is unknown: a retry writes again,
+    as before). The turn is not bound (turn rows are database state, as for a live line's rebuilt
+    receipt). Returns the rows added."""
+    family_seq: dict[str, int] = {}
+    for seq, rec in enumerate(live, start=1):
+        if rec.get("role") == "user":
+            family_seq.setdefault(family_of(rec), seq)
+    added = 0
+    for (root, _index), entry in sorted(archived.entries.items()):
+        start = family_seq.get(root)
+        if entry.live or start is None:
+            continue
+        for offset, rec in enumerate(entry.messages):
+            meta = rec.get("meta")
+            carried = meta.get("receipt") if isinstance(meta, Mapping) else None
+            key = receipts.key_of_record(carried, default_method="session.appendMessage")
+            if (key is None or not isinstance(rec.get("id"), str)
+                    or receipts.get(conn, key.client_id, key.submission_id) is not None):
+                continue
+            index.store_append_receipt(conn, session_id, rec, index.message_ref(session_id, start + offset, rec, None),
+                                       now_ms)
+            added += 1
+    return added
 
 
 def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any | None:

@@ -1,0 +1,72 @@
+"""A lost or corrupt ``pi.sqlite`` loses nothing the files hold: keyed writes whose effect is in a file are
+answered from the rebuilt index, and a retry adds nothing (ARCHITECTURE "Receipts ride with their effect").
+
+Black-box, on a real host process: the data directory is built through the wire, the host stopped, the
+database removed (with its ``-wal``/``-shm``) or its header overwritten, the host started again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.client import HostClient, open_client
+from tests.hostkit import msg, start_host_process
+from tests.revisions.helpers import revisions_path, transcript_path
+
+
+async def _on_host(root: Path, work: Any) -> Any:
+    proc = await trio.to_thread.run_sync(start_host_process, root)
+    try:
+        async with open_client(proc.url, proc.token, client_id="ui-1", client_kind="ui") as c:
+            return await work(c)
+    finally:
+        assert await trio.to_thread.run_sync(proc.terminate) == 0
+
+
+def _damage(root: Path, how: str) -> None:
+    if how == "deleted":
+        for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+            (root / name).unlink(missing_ok=True)
+    else:
+        with open(root / "pi.sqlite", "r+b") as fh:
+            fh.write(b"not an SQLite header, garbage!!" * 8)
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupt"])
+async def test_a_retried_append_archived_by_a_regenerate_is_answered_not_written_again(
+        tmp_path: Path, how: str) -> None:
+    """An append's receipt rides in its line; a regenerate and a branch switch move that line into the
+    revisions file. The rebuilt index used to restore receipts from live lines only: the retry of the
+    regenerated reply's append then wrote it again, at the end of the transcript (a duplicate, behind
+    the branch the user had switched back to)."""
+    sid = "s1"
+    keyed: list[tuple[dict[str, Any], Any]] = []
+
+    async def build(c: HostClient) -> None:
+        async def append(m: dict[str, Any], key: str) -> None:
+            params = {"sessionId": sid, "message": m, "submissionId": key}
+            keyed.append((params, await c.call("session.appendMessage", params)))
+
+        await c.call("session.create", {"sessionId": sid, "title": "t"})
+        await append(msg("u1", "question"), "k-u1")
+        await append(msg("a1", "first answer", role="assistant"), "k-a1")
+        await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+        await append(msg("a1r", "second answer", role="assistant"), "k-a1r")
+        await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 1})
+        await append(msg("u2", "after the switch"), "k-u2")
+
+    async def retry(c: HostClient) -> list[tuple[Any, Any]]:
+        return [(await c.call("session.appendMessage", params), answer) for params, answer in keyed]
+
+    with trio.fail_after(60):
+        await _on_host(tmp_path, build)
+        files = (transcript_path(tmp_path, sid).read_bytes(), revisions_path(tmp_path, sid).read_bytes())
+        _damage(tmp_path, how)
+        answers = await _on_host(tmp_path, retry)
+    assert [got for got, _ in answers] == [answer for _, answer in answers]
+    assert [got["message"]["seq"] for got, _ in answers] == [1, 2, 2, 3]  # a1r stood where a1 stands again
+    assert (transcript_path(tmp_path, sid).read_bytes(), revisions_path(tmp_path, sid).read_bytes()) == files
