@@ -38,6 +38,7 @@ from store.jsonio import dumps_line
 from store.receipts import ReceiptKey, file_record
 from store.transcripts.records import ms_to_rfc3339
 from store.transcripts.session_files import SessionPaths
+from store.trash import TRASHED_AT
 
 if TYPE_CHECKING:
     from actors.session import SessionActor
@@ -424,15 +425,21 @@ class SessionContext:
     def settings(self) -> dict[str, Any]:
         return settings_of(self.row)
 
-    def session_info_line(self, settings: Mapping[str, Any]) -> bytes:
-        """The line; it carries the session's thread metadata too (the newest line is the one a
-        rewrite keeps and a rebuilt index reads), unless ``settings`` names it, and this call's
-        receipt (``receipt``: durable with the effect; a reconcile restores a row the database lost)."""
-        thread = self._actor.known.row.get("thread") if self._actor.known.row is not None else None
+    def session_info_line(self, settings: Mapping[str, Any], *,
+                          receipt_extra: Mapping[str, Any] | None = None) -> bytes:
+        """The line; it carries the session's thread metadata and trash state too (the newest line
+        is the one a rewrite keeps and a rebuilt index reads), unless ``settings`` names them, and
+        this call's receipt (``receipt``: durable with the effect; a reconcile restores a row the
+        database lost; ``receipt_extra``: what its answer needs beyond the state the file leaves)."""
+        row = self._actor.known.row
+        thread = row.get("thread") if row is not None else None
         if thread is not None and "thread" not in settings:
             settings = {**settings, "thread": thread}
+        trashed = row.get("deletedAt") if row is not None else None
+        if trashed is not None and TRASHED_AT not in settings:
+            settings = {**settings, TRASHED_AT: trashed}
         if self.receipt is not None:
-            settings = {**settings, "receipt": file_record(self.receipt)}
+            settings = {**settings, "receipt": file_record(self.receipt, **(receipt_extra or {}))}
         return session_info_line(settings, self.now())
 
 

@@ -1,6 +1,10 @@
 """Recoverable trash: ``sessions.trash`` / ``sessions.restore`` / ``sessions.purge`` (seed 003 §4.5, §11.20).
 
-Trash is the ``sessions.deleted_at`` host timestamp. A trashed session is
+Trash is the ``sessions.deleted_at`` host timestamp, durable in the session's
+own transcript: ``sessions.trash`` and ``sessions.restore`` write a ``session_info``
+line carrying it (``trashedAt``: the time, ``null`` once restored; every later
+``session_info`` line of a trashed session carries it too), so a rebuilt index
+puts it back (:func:`restore_from_info`). A trashed session is
 hidden from session lists (:func:`store.indexing.index.list_sessions`), search
 (:mod:`store.search.search` skips ``deleted_at`` sessions) and plugin reads
 (:mod:`store.interchange.plugin_imports`), while its transcript, index rows and import
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from store.errors import Conflict, PermissionDenied
@@ -32,14 +36,22 @@ from store.indexing.database import in_transaction
 from store.transcripts.session_files import SessionPaths, finish_delete, write_delete_marker
 
 __all__ = [
+    "TRASHED_AT",
     "check_purgeable",
+    "check_scope",
     "list_trashed",
     "owner_of",
     "purge_rows",
     "purge_session",
+    "restore_from_info",
     "restore_session",
     "trash_session",
+    "trashed_at_of",
 ]
+
+TRASHED_AT = "trashedAt"
+"""The ``session_info`` field that records the trash state: the ``deleted_at`` time, ``null`` once restored
+(absent: the line says nothing about it, as every line an older build wrote)."""
 
 
 def owner_of(conn: sqlite3.Connection, session_id: str) -> str | None:
@@ -48,7 +60,9 @@ def owner_of(conn: sqlite3.Connection, session_id: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def _scoped(conn: sqlite3.Connection, session_id: str, plugin_id: str | None) -> dict[str, Any]:
+def check_scope(conn: sqlite3.Connection, session_id: str, plugin_id: str | None) -> dict[str, Any]:
+    """The session's row, if the caller may trash, restore or purge it (``PERMISSION_DENIED`` for a plugin
+    that did not import it; before its line is written, so a refused call leaves no line)."""
     row = index.require_session(conn, session_id)
     if plugin_id is not None and owner_of(conn, session_id) != plugin_id:
         raise PermissionDenied(f"session {session_id} was not imported by plugin {plugin_id}",
@@ -59,21 +73,21 @@ def _scoped(conn: sqlite3.Connection, session_id: str, plugin_id: str | None) ->
 def trash_session(conn: sqlite3.Connection, session_id: str, *, now_ms: int,
                   plugin_id: str | None = None) -> dict[str, Any]:
     """Hide a session (idempotent: trashing it again keeps the first ``deleted_at``)."""
-    _scoped(conn, session_id, plugin_id)
+    check_scope(conn, session_id, plugin_id)
     conn.execute("UPDATE sessions SET deleted_at = ? WHERE id = ? AND deleted_at IS NULL", (now_ms, session_id))
     return index.public_session(index.require_session(conn, session_id))
 
 
 def restore_session(conn: sqlite3.Connection, session_id: str, *, plugin_id: str | None = None) -> dict[str, Any]:
     """Bring a trashed session back (a session not in the trash is left as it is)."""
-    _scoped(conn, session_id, plugin_id)
+    check_scope(conn, session_id, plugin_id)
     conn.execute("UPDATE sessions SET deleted_at = NULL WHERE id = ?", (session_id,))
     return index.public_session(index.require_session(conn, session_id))
 
 
 def check_purgeable(conn: sqlite3.Connection, session_id: str, *, plugin_id: str | None = None) -> None:
     """Before step 1: the caller may purge it and it is in the trash (``CONFLICT`` otherwise)."""
-    row = _scoped(conn, session_id, plugin_id)
+    row = check_scope(conn, session_id, plugin_id)
     if row["deletedAt"] is None:
         raise Conflict(f"session {session_id} is not in the trash: trash it before purging",
                        data={"sessionId": session_id})
@@ -103,6 +117,29 @@ def list_trashed(conn: sqlite3.Connection, *, plugin_id: str | None = None, limi
         if row is not None:
             out.append(index.public_session(row))
     return out
+
+
+def trashed_at_of(info: Mapping[str, Any] | None) -> tuple[bool, int | None]:
+    """``(says, at)``: whether a ``session_info`` record says anything about the trash state, and what
+    (the ``deleted_at`` time, None: not in the trash). A value that is no time says nothing."""
+    if not info or TRASHED_AT not in info:
+        return False, None
+    at = info[TRASHED_AT]
+    if at is None:
+        return True, None
+    if type(at) is int and at >= 0:
+        return True, at
+    return False, None
+
+
+def restore_from_info(conn: sqlite3.Connection, session_id: str, info: Mapping[str, Any] | None) -> bool:
+    """A rebuilt (or caught-up) index takes the trash state the newest ``session_info`` line that records
+    it says. True if the row changed."""
+    says, at = trashed_at_of(info)
+    if not says:
+        return False
+    return conn.execute("UPDATE sessions SET deleted_at = ? WHERE id = ? AND deleted_at IS NOT ?",
+                        (at, session_id, at)).rowcount > 0
 
 
 def purge_session(conn: sqlite3.Connection, paths: SessionPaths, *, plugin_id: str | None = None,

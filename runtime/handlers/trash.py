@@ -2,7 +2,10 @@
 
 Trash is the ``sessions.deleted_at`` host timestamp: a trashed session is hidden
 from ``session.list``, plugin reads and search, while its transcript, rows and
-origin stay, so ``restore`` brings it back exactly. ``purge`` (only from the
+origin stay, so ``restore`` brings it back exactly. ``trash`` and ``restore``
+write it into the transcript first (a ``session_info`` line with ``trashedAt``,
+the call's receipt riding in it), then the row in the line's commit: a rebuilt
+index keeps the trash (``store/trash.py``). ``purge`` (only from the
 trash) removes it for good with the delete protocol: the ``.deleting`` marker
 carrying the receipt → rows (cascades: messages, origin...) → files, marker
 last; boot finishes a purge a crash interrupted and restores its receipt.
@@ -13,31 +16,47 @@ the store checks the owner in the transaction (``store/trash.py``, ``plugin_id``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from actors.session_context import SessionContext
+from actors.session_context import Lines, SessionContext
 from protocol import models as m
 from runtime.context import ReadContext
 from runtime.handlers.sessions import remove_session
 from store import queue
 from store.receipts import ReceiptKey
-from store.trash import check_purgeable, list_trashed, purge_rows, restore_session, trash_session
+from store.trash import (
+    TRASHED_AT,
+    check_purgeable,
+    check_scope,
+    list_trashed,
+    purge_rows,
+    restore_session,
+    trash_session,
+)
 
 __all__ = ["list_trash", "purge", "restore", "trash"]
 
 
 async def trash(ctx: SessionContext, p: m.TrashParams, key: ReceiptKey | None) -> Any:
     sid, now, plugin = ctx.sid, ctx.now(), ctx.caller.plugin_id
-    result = await ctx.commit(lambda conn: {"session": trash_session(conn, sid, now_ms=now, plugin_id=plugin)},
-                              reload_row=True)
-    ctx.publish("session.updated", result)
-    return result
+    row = await ctx.read(lambda conn: check_scope(conn, sid, plugin))
+    at = row["deletedAt"] if row["deletedAt"] is not None else now  # trashed again: keeps the first time
+    return await _write_state(ctx, at, lambda conn: {"session": trash_session(conn, sid, now_ms=at, plugin_id=plugin)})
 
 
 async def restore(ctx: SessionContext, p: m.TrashParams, key: ReceiptKey | None) -> Any:
     sid, plugin = ctx.sid, ctx.caller.plugin_id
-    result = await ctx.commit(lambda conn: {"session": restore_session(conn, sid, plugin_id=plugin)},
-                              reload_row=True)
+    await ctx.read(lambda conn: check_scope(conn, sid, plugin))
+    return await _write_state(ctx, None, lambda conn: {"session": restore_session(conn, sid, plugin_id=plugin)})
+
+
+async def _write_state(ctx: SessionContext, at: int | None, rows: Callable[[Any], Any]) -> Any:
+    """The trash state (``at``: its time, None: restored) as a ``session_info`` line, then ``rows(conn)`` in
+    the line's commit (its value the answer; the caller was checked before the line was written). The
+    receipt in the line carries the time, so an answer rebuilt from it is the one given."""
+    line = ctx.session_info_line({**ctx.settings(), TRASHED_AT: at}, receipt_extra={TRASHED_AT: at})
+    result = (await ctx.append_lines(Lines([line]), then=lambda conn, refs: rows(conn), touch=False)).value
     ctx.publish("session.updated", result)
     return result
 

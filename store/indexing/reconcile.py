@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from store import approvals, assistant_edit, orphans, receipts, thread_meta
+from store import approvals, assistant_edit, orphans, receipts, thread_meta, trash
 from store.errors import CorruptData, classify_os_error
 from store.fsutil import open_nofollow
 from store.indexing import index
@@ -470,6 +470,7 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
     elif settings:
         index.update_session_settings(conn, session_id, settings, now_ms=now_ms)
     thread_meta.restore_from_info(conn, session_id, scan.session_info, now_ms=now_ms)
+    trash.restore_from_info(conn, session_id, scan.session_info)
     if scan.import_receipt is not None:
         restore_last_import(conn, session_id, scan.import_receipt)
     if plan.kind == "full":
@@ -586,6 +587,12 @@ def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any 
         return summary
     if method == "session.assistantEdit":
         return assistant_edit.response(summary, extra)
+    if method in ("sessions.trash", "sessions.restore"):
+        # the time its line recorded: a restore since then does not change what the trash answered
+        says, at = trash.trashed_at_of(extra)
+        if method == "sessions.trash" and (not says or at is None):
+            return None
+        return {"session": {**summary, "deletedAt": at if method == "sessions.trash" else None}}
     if method == "session.replaceMessages":
         return {"session": summary}
     if method == "session.truncateFrom":

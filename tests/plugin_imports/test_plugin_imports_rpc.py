@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trio
 
@@ -179,7 +180,10 @@ async def test_ui_trash_restore_purge_of_a_host_session_and_search(tmp_path: Pat
             await ui.call("sessions.trash", {"sessionId": sid})
             assert (await ui.call("search.sessions", {"query": "flamingo"}))["results"] == []
             assert (await ui.call("session.list", {}))["sessions"] == []
-            assert (root / "sessions" / f"{sid}.jsonl").read_bytes() == before  # nothing removed
+            after = (root / "sessions" / f"{sid}.jsonl").read_bytes()
+            assert after.startswith(before)  # nothing removed: one line records the trash (kept by a rebuild)
+            added = orjson.loads(after[len(before):])
+            assert added["type"] == "session_info" and isinstance(added["trashedAt"], int)
             await ui.call("sessions.restore", {"sessionId": sid})
             assert [r["sessionId"] for r in (await ui.call("search.sessions", {"query": "flamingo"}))["results"]] == [
                 sid]
