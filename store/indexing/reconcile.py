@@ -24,6 +24,7 @@ from store.errors import CorruptData, classify_os_error
 from store.fsutil import open_nofollow
 from store.indexing import index
 from store.indexing.index import CompactionRecord, IndexRecord
+from store.interchange.import_rebuild import restore_imported
 from store.interchange.origin_history import origin_row
 from store.jsonio import loads_line
 from store.queue import forget_session as forget_queue
@@ -64,6 +65,9 @@ class TailScan:
     line_receipts: list[dict[str, Any]] = field(default_factory=list)
     """Receipts that ``tombstone`` and ``session_info`` lines carry (``receipt``): the effect and its
     receipt in one fsynced line; a reconcile restores a row the database lost (:func:`restore_receipt`)."""
+    first_import_info: int | None = None
+    """Offset of the first ``session_info`` line naming an ``importOrigin``: the line a new import's write
+    ends with (the lines before it are that import's; :func:`store.interchange.import_rebuild.restore_imported`)."""
 
 
 @dataclass
@@ -224,6 +228,8 @@ def _take(scan: TailScan, rec: dict[str, Any], offset: int, line: bytes) -> None
     elif kind == "session_info":
         carried = rec.pop("receipt", None)
         scan.session_info = {**(scan.session_info or {}), **rec}
+        if scan.first_import_info is None and "importOrigin" in rec:
+            scan.first_import_info = offset
         if isinstance(carried, dict):
             scan.line_receipts.append(carried)
     elif kind == "session" and offset == 0:
@@ -526,6 +532,10 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
                                   now_ms=now_ms)
     if scan.decisions:  # the same for an answer's decision line: its row and its receipt
         approvals.apply_decision_lines(conn, session_id, scan.decisions, now_ms)
+    if report["restoredRow"] and plan.kind == "full":
+        # an imported session's usage turn rows and model, derived from its lines as the import derived them
+        restore_imported(conn, session_id, scan.session_info, scan.messages, scan.compactions, plan.archived,
+                         first_import_end=scan.first_import_info, settings=settings)
     return report
 
 

@@ -114,8 +114,12 @@ __all__ = [
     "answer_of",
     "apply_answer",
     "apply_index",
+    "carries_usage",
     "import_receipt_line",
+    "named_model",
     "publish",
+    "record_compaction_usage",
+    "record_usage",
     "stage",
     "stage_parsed",
     "undo",
@@ -544,7 +548,7 @@ def _write_new(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImpor
         if record.get("type") == "message":
             messages += 1
             # the model the written messages name last: apply_index finds the same one reading them back
-            staged.history_model = _named_model(record) or staged.history_model
+            staged.history_model = named_model(record) or staged.history_model
     staged.report.new_records = count
     staged.report.new_messages = messages
     staged.body_end = out.length  # then the pager stamps, if any, and the session_info line (:func:`_stage`)
@@ -604,7 +608,7 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
                     continue
                 span = known.get(rid)
                 if span is not None:
-                    if _carries_usage(record) and len(staged.held_usage) < MAX_TRACKED_NEW:
+                    if carries_usage(record) and len(staged.held_usage) < MAX_TRACKED_NEW:
                         staged.held_usage.append((rid, span))
                     held = _old_line(fd, span)
                     if held != line and record.get("role") == "user":
@@ -634,7 +638,7 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
             line = dumps_line(record)
             batch.append((record, line))
             if record.get("type") == "message":
-                staged.source_model = _named_model(record) or staged.source_model
+                staged.source_model = named_model(record) or staged.source_model
             batched += len(line)
             if on_branch is not None and record.get("type") in ("message", "compaction"):
                 on_branch.add(record["id"])
@@ -1248,8 +1252,8 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
         for end, msgs, comps, tombs in _index_lines(staged, DEFAULT_LIMITS):
             index.index_messages(conn, sid, msgs, indexed_len=end, file_epoch=staged.epoch, now_ms=now_ms,
                                  touch=False, audit_effects=False)
-            model = _record_usage(conn, sid, msgs) or model
-            _record_compaction_usage(conn, sid, comps)
+            model = record_usage(conn, sid, msgs) or model
+            record_compaction_usage(conn, sid, comps)
             index.index_compactions(conn, sid, comps, now_ms)
             for mid, flag in tombs:
                 index.set_deleted(conn, sid, mid, flag)
@@ -1276,14 +1280,14 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
     for root, idx in staged.revision_active:  # the variant the root's pager stamp names (seed 003 §4.9)
         set_active(conn, sid, root, idx)
     if staged.revision_records:  # an abandoned branch's responses count like the transcript's (one row each)
-        _record_usage(conn, sid, staged.revision_records)
+        record_usage(conn, sid, staged.revision_records)
     for blob, message_id in staged.blobs:
         attachments.record_blob(conn, blob.sha256, blob.size, blob.mime_type, now_ms)
         attachments.record_ref(conn, blob.sha256, sid, message_id, now_ms)
     write_origin(conn, staged, now_ms=now_ms)
 
 
-def _record_usage(conn: sqlite3.Connection, sid: str,
+def record_usage(conn: sqlite3.Connection, sid: str,
                   msgs: Sequence[index.IndexRecord | Mapping[str, Any]]) -> tuple[str | None, str] | None:
     """A turn row per imported response with usage (normalised by the importer: ``usageRaw`` beside it; a
     response that only called tools has it on its first tool record). Returns the last (provider, model)
@@ -1292,7 +1296,7 @@ def _record_usage(conn: sqlite3.Connection, sid: str,
     for msg in msgs:
         rec = msg.record if isinstance(msg, index.IndexRecord) else msg
         meta = rec.get("meta")
-        model = _named_model(rec) or model
+        model = named_model(rec) or model
         if rec.get("role") not in ("assistant", "tool") or not isinstance(meta, Mapping) or "usageRaw" not in meta:
             continue
         usage = meta.get("usage")
@@ -1306,9 +1310,9 @@ def _record_usage(conn: sqlite3.Connection, sid: str,
     return model
 
 
-def _carries_usage(rec: Mapping[str, Any]) -> bool:
-    """A response (or a checkpoint's request) whose usage becomes a turn row (:func:`_record_usage`,
-    :func:`_record_compaction_usage`)."""
+def carries_usage(rec: Mapping[str, Any]) -> bool:
+    """A response (or a checkpoint's request) whose usage becomes a turn row (:func:`record_usage`,
+    :func:`record_compaction_usage`)."""
     if rec.get("type") == "compaction":
         details = rec.get("details")
         return isinstance(details, Mapping) and "usageRaw" in details and isinstance(details.get("usage"), Mapping)
@@ -1341,14 +1345,14 @@ def _record_held_usage(conn: sqlite3.Connection, staged: StagedImport) -> None:
         for offset, length in missing:
             rec = loads_line(_old_line(fd, (offset, length)))
             if rec.get("type") == "compaction":
-                _record_compaction_usage(conn, sid, [index.CompactionRecord(rec, offset, length)])
+                record_compaction_usage(conn, sid, [index.CompactionRecord(rec, offset, length)])
             else:
-                _record_usage(conn, sid, [rec])
+                record_usage(conn, sid, [rec])
     finally:
         os.close(fd)
 
 
-def _named_model(rec: Mapping[str, Any]) -> tuple[str | None, str] | None:
+def named_model(rec: Mapping[str, Any]) -> tuple[str | None, str] | None:
     """(provider, model) a message's ``meta`` names, if it names a model."""
     meta = rec.get("meta")
     if (isinstance(meta, Mapping) and isinstance(meta.get("modelId"), str) and meta["modelId"]
@@ -1372,7 +1376,7 @@ def _follow_title(conn: sqlite3.Connection, sid: str, current: object, title: st
         conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, sid))
 
 
-def _record_compaction_usage(conn: sqlite3.Connection, sid: str, comps: Sequence[index.CompactionRecord]) -> None:
+def record_compaction_usage(conn: sqlite3.Connection, sid: str, comps: Sequence[index.CompactionRecord]) -> None:
     """A turn row per imported checkpoint whose request's usage the source recorded (``details.usage``,
     raw beside it: Claude Code's ``cost-state`` growth across a compaction, opencode's summarizing response),
     as for a response."""
