@@ -37,7 +37,7 @@ from store.faults import NO_FAULTS, Faults
 from store.fence import interrupt_deliveries, interruption_fence, record_boot_report, retention
 from store.fsutil import sweep_temp_files
 from store.indexing.database import close_writer, incremental_vacuum, open_writer, transaction
-from store.indexing.index import index_marks, session_ids
+from store.indexing.index import index_marks, raise_project_id_floor, session_ids
 from store.indexing.reconcile import TailScan, apply_plan, forget_deleted, plan_reconcile, verify_clean
 from store.inflight import sweep as sweep_inflight
 from store.plan_recovery import apply_recorded_approvals
@@ -106,6 +106,22 @@ def _session_ids_on_disk(data_dir: DataDir) -> set[str]:
             if SESSION_ID_RE.fullmatch(sid):
                 live.add(sid)
     return live
+
+
+_USED_FOLDERS = ("sessions", "attachments", "secrets", "plugins", "config-sync", "quarantine")
+
+
+def _used_before(data_dir: DataDir) -> bool:
+    """Whether a database created anew replaces one that was lost: a host served this data directory
+    before (something in its folders). A new data directory starts its project ids at 1."""
+    for name in _USED_FOLDERS:
+        try:
+            with os.scandir(data_dir.root / name) as entries:
+                if next(entries, None) is not None:
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 def _finish_deletes(conn: sqlite3.Connection, data_dir: DataDir, now: int) -> list[str]:
@@ -186,6 +202,11 @@ def run_boot(
 
     between("the maintenance transaction")
     now = now_ms()
+    if open_report.rebuilt or (open_report.created_fresh and _used_before(data_dir)):
+        # a database rebuilt from the files numbers the projects again: above any id the lost one issued
+        floor = projects.id_floor_after_loss((data_dir.root, data_dir.sessions_dir), now_ms=now)
+        with transaction(conn):
+            report["projectIdFloor"] = raise_project_id_floor(conn, floor, now)
     # seed-era attachment files get their rows once, after the migration asked for it; so does every blob
     # file of a database created anew or rebuilt from the files (the blobs are files, their rows derived:
     # without one, GC takes a referenced blob for an orphan of an interrupted put and deletes it)

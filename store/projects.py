@@ -18,12 +18,21 @@ answer (:func:`store_removal_receipts`). The intent is removed after that
 transaction; one left by a crash right after it names a project incarnation
 that no longer exists and is ignored (and replaced by the next removal of
 that id).
+
+Project ids (``projectId`` on the wire: an integer ≥ 1) come from this
+database: :func:`store.indexing.index.upsert_project` issues one above the
+highest id the database ever issued (``kv(projectIds, issued)``), so the id of
+a removed project never names another one. A database rebuilt from the files
+(lost or corrupt: boot) numbers its projects again; it first raises that mark
+to :func:`id_floor_after_loss`, so an id a client kept from the lost database
+answers ``NOT_FOUND`` rather than naming another project.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,6 +50,7 @@ __all__ = [
     "RemovalIntent",
     "drop_removal_intent",
     "get_project",
+    "id_floor_after_loss",
     "list_projects",
     "pin_project",
     "read_removal_intent",
@@ -66,6 +76,23 @@ def _project(row: tuple[Any, ...]) -> dict[str, Any]:
 
 _SELECT = ("SELECT p.id, p.path, p.name, p.pinned, p.created_at, p.last_opened_at, "
            "(SELECT COUNT(*) FROM sessions s WHERE s.project_id = p.id AND s.deleted_at IS NULL) FROM projects p")
+
+
+def id_floor_after_loss(evidence: Sequence[Path], *, now_ms: int) -> int:
+    """The project id mark of a database rebuilt from the files: no earlier database can have reached it.
+
+    The clock in microseconds (never earlier than the newest modification time of ``evidence``, the
+    data directory's folders, in case the clock went back): a database issues ids one by one, one per
+    project it creates (the rebuild's own included: each takes a transcript read), never a million a
+    second, so an earlier database, created at an earlier microsecond ``t0`` and starting at ``t0`` at
+    most, stays below now. About 1.8e15 in 2026, 2**53 (a JSON number's exact integers) in 2255."""
+    stamp = max(time.time_ns() // 1000, now_ms * 1000)
+    for path in evidence:
+        try:
+            stamp = max(stamp, os.stat(path).st_mtime_ns // 1000 + 1)
+        except OSError:
+            continue
+    return stamp
 
 
 def list_projects(conn: sqlite3.Connection) -> list[dict[str, Any]]:

@@ -24,7 +24,8 @@ Namespaces:
 * ``projectMemory`` — key: a project path (normalized to its canonical form),
   value: memory (``store/project_memory.py``).
 * ``projectGroups``, ``projectGroupMemory``, ``projectGroupInstructions``,
-  ``configSync``, ``skills``, ``skillVersions`` — host-owned: written only by their own methods.
+  ``configSync``, ``skills``, ``skillVersions`` — host-owned: written only by their own methods;
+  ``projectIds`` (``issued``: the highest project id issued) — written by the host alone.
 * any other namespace — a new config domain (seed §4.1), generically bounded.
 """
 
@@ -105,6 +106,7 @@ HOST_OWNED_NAMESPACES: Final[Mapping[str, str]] = {
     "configSync": "configSync.configure",
     "skills": "skills.put / skills.delete",
     "skillVersions": "skills.put / skills.delete",
+    "projectIds": "the host (the highest project id issued)",
 }
 REFRESH_STAMP_PREFIX: Final = "modelRefresh:"
 RECENT_MODELS_KEY: Final = "recentModels"

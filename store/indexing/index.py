@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Final
 
 from store import artifacts, attachments, receipts, thread_meta
 from store.errors import Conflict, CorruptData, LimitExceeded, SessionNotFound
@@ -233,16 +233,45 @@ def normalize_project_path(path: str) -> str:
     return canonical_project_path(path)
 
 
+PROJECT_IDS_KV: Final = ("projectIds", "issued")
+"""``kv`` row: the highest project id this database issued (host-owned: ``store/config/settings_rules.py``)."""
+
+
+def issued_project_id(conn: sqlite3.Connection) -> int:
+    """The highest project id ever issued here: a removed project's id is never issued again."""
+    row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = ?", PROJECT_IDS_KV).fetchone()
+    try:
+        issued = int(row[0]) if row is not None else 0
+    except ValueError:
+        issued = 0
+    top = conn.execute("SELECT MAX(id) FROM projects").fetchone()[0]
+    return max(issued, int(top or 0))
+
+
+def raise_project_id_floor(conn: sqlite3.Connection, floor: int, now_ms: int) -> int:
+    """Issue every project id from now on above ``floor`` (a database rebuilt from the files: the ids
+    of the lost one must name nothing, ``runtime/boot.py``). Returns the new high-water mark."""
+    issued = max(issued_project_id(conn), int(floor))
+    conn.execute("INSERT INTO kv(ns, key, value_json, updated_at) VALUES (?, ?, ?, ?) "
+                 "ON CONFLICT(ns, key) DO UPDATE SET value_json = excluded.value_json, "
+                 "updated_at = excluded.updated_at", (*PROJECT_IDS_KV, str(issued), now_ms))
+    return issued
+
+
 def upsert_project(conn: sqlite3.Connection, path: str, now_ms: int) -> int:
+    """The id of the project at ``path`` (canonical), its row inserted if there is none. A new row's id
+    is one above every id this database issued (not ``MAX(id) + 1``: the id of a removed project never
+    names another one)."""
     norm = normalize_project_path(path)
-    name = norm.rsplit("/", 1)[-1] or norm
-    conn.execute(
-        "INSERT INTO projects(path, name, created_at, last_opened_at) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT(path) DO UPDATE SET last_opened_at = excluded.last_opened_at",
-        (norm, name, now_ms, now_ms),
-    )
     row = conn.execute("SELECT id FROM projects WHERE path = ?", (norm,)).fetchone()
-    return int(row[0])
+    if row is not None:
+        conn.execute("UPDATE projects SET last_opened_at = ? WHERE id = ?", (now_ms, row[0]))
+        return int(row[0])
+    name = norm.rsplit("/", 1)[-1] or norm
+    project_id = raise_project_id_floor(conn, issued_project_id(conn) + 1, now_ms)
+    conn.execute("INSERT INTO projects(id, path, name, created_at, last_opened_at) VALUES (?, ?, ?, ?, ?)",
+                 (project_id, norm, name, now_ms, now_ms))
+    return project_id
 
 
 SESSION_SETTINGS = {
