@@ -560,7 +560,8 @@ class SessionActor(Actor):
         rows went): it happened. Finished as boot finishes it, never indexed again from its transcript."""
         now = self.deps.now_ms()
         await self.deps.db.write(lambda conn: forget_deleted(conn, pending, now_ms=now), durable=True)
-        await self.io(finish_delete, self.paths)
+        paths = self.paths
+        await self.io(lambda: finish_delete(paths, now_ms=now))
         st = self.known
         st.row, st.deleted, st.seen, st.file_len, st.epoch, st.needs_catchup = None, True, False, 0, None, False
         st.cache.clear()

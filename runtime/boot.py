@@ -38,12 +38,13 @@ from store.fence import interrupt_deliveries, interruption_fence, record_boot_re
 from store.fsutil import sweep_temp_files
 from store.indexing.database import close_writer, incremental_vacuum, open_writer, transaction
 from store.indexing.index import index_marks, raise_project_id_floor, session_ids
-from store.indexing.reconcile import TailScan, apply_plan, forget_deleted, plan_reconcile, verify_clean
+from store.indexing.reconcile import TailScan, apply_plan, forget_deleted, forget_logged, plan_reconcile, verify_clean
 from store.inflight import sweep as sweep_inflight
 from store.plan_recovery import apply_recorded_approvals
 from store.plans import sweep_intents
 from store.queue import settle_after_restart
 from store.rules import SESSION_ID_RE
+from store.transcripts import deleted_log
 from store.transcripts.session_files import finish_delete, pending_deletes
 from store.upgrade.attachment_adopt import adopt_pending, mark_pending
 
@@ -131,7 +132,7 @@ def _finish_deletes(conn: sqlite3.Connection, data_dir: DataDir, now: int) -> li
         sid = pending.session_id
         with transaction(conn):
             forget_deleted(conn, pending, now_ms=now)
-        finish_delete(data_dir.session_paths(sid))
+        finish_delete(data_dir.session_paths(sid), now_ms=now)
         done.append(sid)
     return sorted(done)
 
@@ -226,6 +227,12 @@ def run_boot(
     #    submissions (an artifact no row records is removed), stray temp files
     report["finishedDeletes"] = _finish_deletes(conn, data_dir, now)
     live = _session_ids_on_disk(data_dir)
+    if open_report.rebuilt or open_report.created_fresh:
+        # the ids the user deleted, from the log outside the database: deleted again, never recreated by a retry
+        logged = deleted_log.read(data_dir.sessions_dir)
+        with transaction(conn):
+            report["deletedSessionsRestored"] = forget_logged(conn, logged, live)
+    report["deletedLogCompacted"] = deleted_log.compact(data_dir.sessions_dir, live=sorted(live))
     with transaction(conn):
         report["planIntents"] = sweep_intents(conn, data_dir.sessions_dir)
     # an uninstall intent whose receipts all committed (a kill right after the commit) has done its work

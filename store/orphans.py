@@ -20,6 +20,11 @@ Two kinds of session id never get a stub; their appends stay ``SESSION_NOT_FOUND
   receipt, an audit row or index rows still naming it), or its actor having
   seen the row in this run.
 
+``known_sessions`` lives in the database; the deleted-sessions log
+(``store/transcripts/deleted_log.py``) keeps a deleted id outside it, with the
+receipts :func:`created_receipts` finds, so a database rebuilt after a loss
+knows the id as deleted again (``store.indexing.reconcile.forget_logged``).
+
 SQL only; runs in the caller's (the DB writer's) transaction.
 """
 
@@ -28,13 +33,35 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+import orjson
+
 from store.errors import Conflict
 from store.indexing import index
 
-__all__ = ["insert_stub", "left_traces", "was_deleted"]
+__all__ = ["CREATES", "created_receipts", "insert_stub", "left_traces", "was_deleted"]
 
 
 _DELETES = ("session.delete", "sessions.purge")
+CREATES = ("session.create", "session.fork", "session.assistantEdit", "plugins.importSession")
+"""Methods whose effect is a new session: their receipts outlive its delete in the deleted-sessions log."""
+
+
+def created_receipts(conn: sqlite3.Connection, session_id: str, *, limit: int = 8) -> list[dict[str, Any]]:
+    """The receipt records, with their answers, of the requests that made this session (the newest
+    ``limit``): a retry of one after the database was lost is answered as before, not run again."""
+    rows = conn.execute(
+        "SELECT client_id, submission_id, fingerprint, method, response_json FROM command_receipts "
+        f"WHERE session_id = ? AND method IN ({', '.join('?' * len(CREATES))}) AND status = 'completed' "
+        "AND response_json IS NOT NULL ORDER BY created_at DESC LIMIT ?", (session_id, *CREATES, limit)).fetchall()
+    out: list[dict[str, Any]] = []
+    for client_id, submission_id, fp, method, response in rows:
+        try:
+            answer = orjson.loads(response)
+        except orjson.JSONDecodeError:
+            continue
+        out.append({"clientId": client_id, "submissionId": submission_id, "fingerprint": fp, "method": method,
+                    "response": answer})
+    return out
 
 
 def was_deleted(conn: sqlite3.Connection, session_id: str) -> bool:

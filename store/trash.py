@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from store import orphans
 from store.errors import Conflict, PermissionDenied
 from store.indexing import index
 from store.indexing.database import in_transaction
@@ -151,9 +152,9 @@ def purge_session(conn: sqlite3.Connection, paths: SessionPaths, *, plugin_id: s
     now = int(time.time() * 1000) if now_ms is None else now_ms
     run = write or (lambda fn: in_transaction(conn, fn))
     check_purgeable(conn, session_id, plugin_id=plugin_id)  # refuse before touching any file
-    write_delete_marker(paths, None)
+    write_delete_marker(paths, None, orphans.created_receipts(conn, session_id))
     result = run(lambda c: purge_rows(c, session_id, now_ms=now, plugin_id=plugin_id))
-    finish_delete(paths)
+    finish_delete(paths, now_ms=now)
     return dict(result)
 
 

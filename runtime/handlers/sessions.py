@@ -21,7 +21,7 @@ from protocol import models as m
 from protocol.jsonrpc import Encoded
 from runtime.context import Services
 from runtime.handlers import inflight, plans
-from store import queue, receipts, thread_meta
+from store import orphans, queue, receipts, thread_meta
 from store.errors import Conflict, MessageNotFound, StorageFull
 from store.ids import derived_id, new_id
 from store.indexing import index
@@ -247,7 +247,8 @@ async def remove_session(ctx: SessionContext, key: ReceiptKey | None, rows: Call
     known, or the marker cannot go: it stays (boot finishes the delete, as after a kill)."""
     paths, sid = ctx.paths, ctx.sid
     await ctx.close_writer()
-    await ctx.io(write_delete_marker, paths, file_record(key) if key is not None else None)
+    created = await ctx.read(orphans.created_receipts, sid)  # carried into the deleted-sessions log
+    await ctx.io(write_delete_marker, paths, file_record(key) if key is not None else None, created)
     try:
         await ctx.io(ctx.faults.point, f"{points}.after_marker")
         result = await ctx.commit(rows)
@@ -259,7 +260,8 @@ async def remove_session(ctx: SessionContext, key: ReceiptKey | None, rows: Call
             log.warning("could not withdraw the delete marker of session %s", sid, exc_info=True)
         raise
     await ctx.io(ctx.faults.point, f"{points}.before_files")
-    await ctx.io(finish_delete, paths)
+    now, faults = ctx.now(), ctx.faults
+    await ctx.io(lambda: finish_delete(paths, now_ms=now, faults=faults))
     ctx.forget_session()
     ctx.publish("session.deleted", {"sessionId": sid})
     return result

@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from store.revisions import (
     revision_rows,
     sync_active,
 )
+from store.transcripts.deleted_log import LoggedDelete
 from store.transcripts.records import rfc3339_to_ms
 from store.transcripts.session_files import REVISIONS_SUFFIX, PendingDelete
 from store.transcripts.transcript import IMPORT_RECEIPT, header_receipts
@@ -626,6 +627,28 @@ def forget_deleted(conn: Any, pending: PendingDelete, *, now_ms: int) -> None:
     forget_queue(conn, sid)
     if pending.receipt is not None:
         restore_receipt(conn, sid, {"method": "session.delete", **pending.receipt}, now_ms=now_ms)
+
+
+def forget_logged(conn: Any, entries: Iterable[LoggedDelete], live: Container[str]) -> int:
+    """A database rebuilt from the files (boot): each id the deleted-sessions log names, unless a session
+    of that id lives again (its transcript is in ``live``), is a deleted id again (``known_sessions``), its
+    delete's receipt restored and the receipts of the requests that made it (with their answers): their
+    retries are answered as before the loss, the session stays deleted. Returns how many ids."""
+    seen: set[str] = set()
+    for entry in entries:  # in file order: the newest line of an id sets its deletion time
+        sid = entry.session_id
+        if sid in live:
+            continue
+        seen.add(sid)
+        index.delete_session_rows(conn, sid, now_ms=entry.deleted_at)
+        forget_queue(conn, sid)
+        if entry.receipt is not None:
+            restore_receipt(conn, sid, {"method": "session.delete", **entry.receipt}, now_ms=entry.deleted_at)
+        for rec in entry.created:
+            key = receipts.key_of_record(rec)
+            if key is not None and "response" in rec and receipts.get(conn, key.client_id, key.submission_id) is None:
+                receipts.store(conn, key, rec["response"], session_id=sid, now_ms=entry.deleted_at)
+    return len(seen)
 
 
 def restore_receipt(conn: Any, session_id: str, rec: Any, *, now_ms: int) -> bool:

@@ -4,10 +4,13 @@ A whole-session delete is physical (seed 000 §3.3) and must survive a crash at
 any step without resurrecting the session or losing the delete's receipt:
 
 1. :func:`write_delete_marker` — ``sessions/<id>.deleting`` (atomic write,
-   fsynced, directory fsynced) holding the session id and the request's
-   receipt record. From here on the delete *has happened*: boot finishes it.
+   fsynced, directory fsynced) holding the session id, the request's
+   receipt record and the receipts (with their answers) of the requests that
+   made the session. From here on the delete *has happened*: boot finishes it.
 2. the DB transaction: the session's rows go, the receipt row is stored;
-3. :func:`finish_delete` — transcript, revisions, in-flight checkpoint,
+3. :func:`finish_delete` — first the id's line in the deleted-sessions log
+   (``store/transcripts/deleted_log.py``: what keeps it deleted if the
+   database is lost), then transcript, revisions, in-flight checkpoint,
    scratch and review snapshots removed, the marker last.
 
 Boot runs :func:`pending_deletes` → (rows + receipt, :func:`finish_delete`)
@@ -19,7 +22,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -27,9 +31,11 @@ from typing import Any
 
 import orjson
 
+from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, remove_file_durable
 from store.plans import INTENT_SUFFIX
 from store.rules import SESSION_ID_RE
+from store.transcripts import deleted_log
 
 __all__ = [
     "DELETE_MARKER_SUFFIX",
@@ -90,6 +96,10 @@ class SessionPaths:
     def legacy_deleted(self) -> Path:
         return self._sessions / f"{self.session_id}{LEGACY_DELETED_SUFFIX}"
 
+    @property
+    def sessions_dir(self) -> Path:
+        return self._sessions
+
     @cached_property
     def plan_intent(self) -> Path:
         return self._sessions / f"{self.session_id}{INTENT_SUFFIX}"
@@ -112,11 +122,16 @@ class PendingDelete:
     receipt: Mapping[str, Any] | None
 
 
-def write_delete_marker(paths: SessionPaths, receipt: Mapping[str, Any] | None) -> None:
-    """Step 1 of a delete: the durable record that it happened (and of its receipt)."""
+def write_delete_marker(paths: SessionPaths, receipt: Mapping[str, Any] | None,
+                        created: Sequence[Mapping[str, Any]] = ()) -> None:
+    """Step 1 of a delete: the durable record that it happened (and of its receipt). ``created``: the
+    receipt records, with their answers, of the requests that made the session (``store.orphans.created_receipts``),
+    carried into the deleted-sessions log."""
     body: dict[str, Any] = {"type": "session_delete", "sessionId": paths.session_id}
     if receipt is not None:
         body["receipt"] = dict(receipt)
+    if created:
+        body["created"] = [dict(r) for r in created]
     atomic_write(paths.delete_marker, orjson.dumps(body) + b"\n")
 
 
@@ -126,8 +141,15 @@ def withdraw_delete_marker(paths: SessionPaths) -> None:
     remove_file_durable(paths.delete_marker)
 
 
-def finish_delete(paths: SessionPaths) -> None:
-    """Last step of a delete (also run by boot for an interrupted one): every file, the marker last."""
+def finish_delete(paths: SessionPaths, *, now_ms: int | None = None, faults: Faults = NO_FAULTS) -> None:
+    """Last step of a delete (also run by boot for an interrupted one): the id's line in the
+    deleted-sessions log (durable before anything goes, from the marker), then every file, the marker
+    last. ``now_ms`` (default: the wall clock): the time the line records. Fault point
+    ``session_delete.after_log``."""
+    at = int(time.time() * 1000) if now_ms is None else now_ms
+    marker = _read_marker_body(paths.delete_marker) if os.path.lexists(paths.delete_marker) else None
+    deleted_log.append(paths.sessions_dir, deleted_log.entry_of_marker(marker, paths.session_id, at))
+    faults.point("session_delete.after_log")
     for path in (paths.legacy_deleted, paths.transcript, paths.revisions, paths.inflight, paths.plan_intent):
         remove_file_durable(path)
     for directory in (paths.scratch, paths.review_changes):
@@ -135,13 +157,18 @@ def finish_delete(paths: SessionPaths) -> None:
     remove_file_durable(paths.delete_marker)
 
 
-def _read_marker(path: Path) -> Mapping[str, Any] | None:
+def _read_marker_body(path: Path) -> dict[str, Any] | None:
     try:
         with open(path, "rb") as fh:
             value = orjson.loads(fh.read(1 << 20))
     except (OSError, ValueError):
         return None
-    receipt = value.get("receipt") if isinstance(value, dict) else None
+    return value if isinstance(value, dict) else None
+
+
+def _read_marker(path: Path) -> Mapping[str, Any] | None:
+    value = _read_marker_body(path)
+    receipt = value.get("receipt") if value is not None else None
     return receipt if isinstance(receipt, Mapping) else None
 
 
