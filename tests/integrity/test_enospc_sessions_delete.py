@@ -70,4 +70,4 @@ async def test_delete_failed_after_its_marker_is_done_in_the_same_process(tmp_pa
     assert listed == ["s9"] and trashed == []
     assert [m["id"] for m in other["messages"]] == ["m-s9"]
     sessions = DataDir(tmp_path).sessions_dir
-    assert sorted(p.name for p in sessions.iterdir()) == ["s9.jsonl"]
+    assert sorted(p.name for p in sessions.iterdir()) == ["deleted-sessions.log", "s9.jsonl"]

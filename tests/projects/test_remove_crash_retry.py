@@ -172,8 +172,9 @@ async def test_a_removal_another_call_finished_is_answered_to_both(
 
 async def test_a_record_left_by_a_finished_removal_never_answers_for_a_new_project_row(tmp_path: Path) -> None:
     """Killed right after the commit, the removal's record stays behind. The project's path opened again
-    gets a new row with the same id (SQLite reuses the highest id); removing that one answers only its own
-    session, not the sessions of the row removed before."""
+    gets a new row (with a new id: a removed project's id is never issued again, where SQLite would reuse
+    the highest one); removing that one answers only its own session, not the sessions of the row removed
+    before, and the old id names nothing."""
     root = tmp_path / "data"
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -192,7 +193,10 @@ async def test_a_record_left_by_a_finished_removal_never_answers_for_a_new_proje
             assert (await c.call("projects.remove", params))["deletedSessions"] == old
             new = (await c.call("session.create", {"title": "again", "projectPath": str(ws)}))["id"]
             again = (await c.call("projects.list", {}))["projects"]
-            assert [p["id"] for p in again] == [pid]  # the same id, a new row
-            out = await c.call("projects.remove", {"projectId": pid, "submissionId": "rm-2"})
-            assert out == {"projectId": pid, "path": str(ws), "deletedSessions": [new]}
+            assert [p["id"] for p in again] == [pid + 1]  # a new row, a new id
+            with pytest.raises(RpcError) as gone:
+                await c.call("projects.pin", {"projectId": pid, "pinned": True})
+            assert gone.value.data_code == "NOT_FOUND"
+            out = await c.call("projects.remove", {"projectId": pid + 1, "submissionId": "rm-2"})
+            assert out == {"projectId": pid + 1, "path": str(ws), "deletedSessions": [new]}
     assert list((root / "sessions").glob("project-*")) == []
