@@ -1,0 +1,184 @@
+"""pihost_client against real host processes that are SIGKILLed, SIGTERMed and restarted: the client holds up.
+
+The bar, checked black-box through the client's typed methods (answers validated against the wire models):
+
+* every call the client reports as successful is present exactly once after any crash; a call that raised may
+  be absent or present once, never twice;
+* the client never hangs forever (its own timeouts bound every wait) and raises its typed errors
+  (:class:`ConnectionLost` and its subclasses, :class:`RpcError`), never a raw internal exception;
+* subscriptions resume after a reconnect: within one boot at their cursor with no gap, after a restart with a
+  :class:`Resync` first (cursors restart with every boot: protocol/README.md section 5).
+
+Every scenario runs under asyncio and trio (the client claims both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from pihost_client import connect
+from protocol.methods import METHODS
+from tests.hostkit import HostProcess, start_host_process
+
+BACKENDS = ("asyncio", "trio")
+
+
+def fast(data_dir: Path, client_id: str, **options: Any) -> Any:
+    """``connect()`` that reconnects quickly (a restarted host is back within a second)."""
+    return connect(data_dir=data_dir, client_id=client_id, backoff=0.05, max_backoff=0.25, **options)
+
+
+def valid(method: str, result: Any) -> Any:
+    """``result`` after checking it against the method's result model (what the wire promises)."""
+    METHODS[method].result_model.model_validate(result)
+    return result
+
+
+class Host:
+    """The host process of one data directory, killed and restarted at will."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.proc: HostProcess | None = None
+        self.starts = 0
+
+    async def start(self, env: dict[str, str] | None = None) -> None:
+        self.proc = await anyio.to_thread.run_sync(partial(start_host_process, self.data_dir, env=env))
+        self.starts += 1
+
+    @property
+    def current(self) -> HostProcess:
+        assert self.proc is not None
+        return self.proc
+
+    async def kill(self) -> None:
+        await anyio.to_thread.run_sync(self.current.kill9)
+
+    async def terminate(self) -> int:
+        return await anyio.to_thread.run_sync(self.current.terminate)
+
+    async def died(self) -> int:
+        """Wait for the process to exit by itself (a crash point); its exit status."""
+        return await anyio.to_thread.run_sync(partial(self.current.reap, 60))
+
+    def cleanup(self) -> None:
+        if self.proc is not None and self.proc.proc.poll() is None:
+            self.proc.kill9()
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[Host]:
+    h = Host(tmp_path / "data")
+    try:
+        yield h
+    finally:
+        h.cleanup()
+
+
+def run(backend: str, body: Callable[[], Awaitable[None]]) -> None:
+    anyio.run(body, backend=backend)
+
+
+def text_message(mid: str, text: str, role: str = "user") -> Any:
+    return {"id": mid, "role": role, "blocks": [{"type": "text", "text": text}]}
+
+
+async def message_ids(c: Any, session_id: str) -> list[str]:
+    page = valid("session.get", await c.session.get(session_id=session_id, full=True))
+    return [m["id"] for m in page["messages"]]
+
+
+# -- 2. the host killed exactly while a call is in flight -------------------------------------------------------
+async def _killed_in_flight(host: Host, point: str, call: Callable[[Any, str], Awaitable[Any]]) -> tuple[Any, Any]:
+    """Run ``call(client, submission_id)`` on a host armed to SIGKILL itself at ``point`` (after the effect, before
+    the reply); a helper restarts the host once it died. The client's answer and a second retry's answer."""
+    await host.start(env={"RT_CRASHPOINT": f"{point}:1:kill"})
+    armed, starts = host.current, host.starts
+    async with fast(host.data_dir, "in-flight") as c:
+        submission = f"sub-{point}"
+        boot = c.hello["bootId"]
+
+        async def restart_when_dead() -> None:
+            assert await host.died() == -9, f"the host did not die at {point}"
+            await host.start()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(restart_when_dead)
+            with anyio.fail_after(30):
+                answered = await call(c, submission)
+        assert armed.proc.returncode == -9 and host.starts == starts + 1
+        assert c.hello["bootId"] != boot and c.connects == 2, "the answer did not come from the restarted host"
+        again = await call(c, submission)
+    return answered, again
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_append_in_flight_when_the_host_dies_lands_once(host: Host, backend: str) -> None:
+    """SIGKILL after the append's line is fsynced, before the reply: the client's automatic retry on the restarted
+    host gets the original answer from the receipt (in the line), and the message is stored once."""
+
+    async def body() -> None:
+        await host.start()
+        async with connect(data_dir=host.data_dir, client_id="in-flight") as c:
+            sid = valid("session.create", await c.session.create(title="In flight"))["id"]
+            await c.session.append_message(session_id=sid, message=text_message("m0", "before"))
+        await host.terminate()
+
+        async def append(c: Any, submission: str) -> Any:
+            return valid("session.appendMessage", await c.session.append_message(
+                session_id=sid, message=text_message("m1", "in flight"), submission_id=submission))
+
+        answered, again = await _killed_in_flight(host, "append.after_fsync", append)
+        assert answered == again and answered["replayed"] is False and answered["message"]["id"] == "m1"
+        async with connect(data_dir=host.data_dir, client_id="reader") as fresh:
+            assert await message_ids(fresh, sid) == ["m0", "m1"]
+        await host.terminate()
+
+    run(backend, body)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("method", ["session.queuePush", "secrets.set"])
+def test_a_db_only_call_in_flight_when_the_host_dies_applies_once(host: Host, backend: str, method: str) -> None:
+    """SIGKILL right after the commit of a database-only method (its receipt in the same transaction), before the
+    reply: the retry answers the original result; one queue entry, one secret version."""
+
+    async def body() -> None:
+        await host.start()
+        async with connect(data_dir=host.data_dir, client_id="in-flight") as c:
+            sid = (await c.session.create(title="Queue"))["id"]
+        await host.terminate()
+
+        async def push(c: Any, submission: str) -> Any:
+            return valid(method, await c.session.queue_push(
+                session_id=sid, principal="user", content="only once", permission_mode="ask",
+                submission_id=submission))
+
+        async def set_secret(c: Any, submission: str) -> Any:
+            return valid(method, await c.secrets.set(ref="provider/in-flight", value="sk-only-once",
+                                                     submission_id=submission))
+
+        answered, again = await _killed_in_flight(host, f"{method}.after_commit",
+                                                  push if method == "session.queuePush" else set_secret)
+        assert answered == again
+        async with connect(data_dir=host.data_dir, client_id="reader") as fresh:
+            if method == "session.queuePush":
+                assert answered["replayed"] is False
+                entries = valid("session.queueList", await fresh.session.queue_list(session_id=sid))["entries"]
+                assert [(e["id"], e["content"]) for e in entries] == [(answered["entry"]["id"], "only once")]
+            else:
+                assert answered["version"] == 1
+                listed = valid("secrets.list", await fresh.secrets.list())["secrets"]
+                assert [s["ref"] for s in listed] == ["provider/in-flight"]
+                # applied once: the next write of that ref is its second version
+                assert (await fresh.secrets.set(ref="provider/in-flight", value="sk-next"))["version"] == 2
+        await host.terminate()
+
+    run(backend, body)
+
