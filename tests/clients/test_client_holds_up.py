@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import pytest
 
-from pihost_client import connect
+from pihost_client import ConnectionLost, HostUnavailable, connect
 from protocol.methods import METHODS
 from tests.hostkit import HostProcess, start_host_process
 
@@ -182,3 +182,47 @@ def test_a_db_only_call_in_flight_when_the_host_dies_applies_once(host: Host, ba
 
     run(backend, body)
 
+
+# -- 4. the host down for longer than the client's reconnect window ---------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_host_down_past_the_reconnect_window_is_a_typed_error_then_calls_work_again(host: Host,
+                                                                                      backend: str) -> None:
+    """The host is killed and stays down: a call waits ``reconnect_timeout`` for a connection, then raises
+    HostUnavailable (a ConnectionLost, naming why it could not reconnect), a call in flight too; once the host is
+    back, the same client's calls work, and the in-flight append that raised is there once (a retry with its
+    submissionId gets the original answer)."""
+
+    async def body() -> None:
+        await host.start()
+        async with connect(data_dir=host.data_dir, client_id="down") as c:
+            sid = (await c.session.create(title="Down"))["id"]
+        await host.terminate()
+        await host.start(env={"RT_CRASHPOINT": "append.after_fsync:1:kill"})
+        async with fast(host.data_dir, "down", reconnect_timeout=1.0) as c:
+            # in flight: the host dies after the fsync, before the reply, and stays down
+            started = anyio.current_time()
+            with anyio.fail_after(10), pytest.raises(HostUnavailable) as in_flight:
+                await c.session.append_message(session_id=sid, message=text_message("m1", "in flight"),
+                                               submission_id="in-flight-1")
+            assert 1.0 <= anyio.current_time() - started < 8
+            assert await host.died() == -9
+            # not connected: a read and a write wait the window, then fail the same way
+            for call in (partial(c.session.get, session_id=sid),
+                         partial(c.session.rename, session_id=sid, title="while down")):
+                started = anyio.current_time()
+                with anyio.fail_after(10), pytest.raises(HostUnavailable) as waited:
+                    await call()
+                assert 1.0 <= anyio.current_time() - started < 8
+            for exc in (in_flight.value, waited.value):
+                assert isinstance(exc, ConnectionLost) and exc.waited == 1.0
+                assert "no connection to the host within 1" in str(exc) and "not running" in str(exc), str(exc)
+            await host.start()
+            with anyio.fail_after(30):
+                renamed = valid("session.rename", await c.session.rename(session_id=sid, title="back"))
+                again = valid("session.appendMessage", await c.session.append_message(
+                    session_id=sid, message=text_message("m1", "in flight"), submission_id="in-flight-1"))
+            assert renamed["title"] == "back" and again["replayed"] is False and again["message"]["id"] == "m1"
+            assert await message_ids(c, sid) == ["m1"]
+        await host.terminate()
+
+    run(backend, body)

@@ -20,6 +20,10 @@ Runs under asyncio and trio (anyio). What it does for you:
   (``TIMEOUT``, ``ACTOR_RESTARTED``, ``BUSY``, ``SHUTTING_DOWN``,
   ``STORAGE_FULL``), the same request is sent again with the same id, so the
   host applies it at most once and answers the retry from its receipt.
+* **Bounded waits**: a call made while the client is disconnected (or whose
+  connection dropped) waits at most ``reconnect_timeout`` seconds for the
+  next connection, then raises :class:`HostUnavailable`; the client goes on
+  reconnecting, so a later call works once the host is back.
 * **Resubscribe**: each :class:`Subscription` is re-established on the new
   connection from the last cursor it delivered. If the host restarted (a new
   ``bootId``) or no longer holds that history (``CURSOR_EXPIRED``), the
@@ -46,11 +50,11 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from ._generated import MUTATING, PROTOCOL_VERSION, RETRIABLE_CODES, GeneratedMethods
 from ._ws import WebSocket, WebSocketClosed, connect_websocket
-from .errors import ConnectionLost, HostNotRunning, HostRefused
+from .errors import ConnectionLost, HostNotRunning, HostRefused, HostUnavailable
 from .hostinfo import HostInfo, read_host_info
 
-__all__ = ["Client", "ConnectionLost", "Event", "HostNotRunning", "HostRefused", "Resync", "RpcError", "Subscription",
-           "connect"]
+__all__ = ["Client", "ConnectionLost", "Event", "HostNotRunning", "HostRefused", "HostUnavailable", "Resync",
+           "RpcError", "Subscription", "connect"]
 
 REFUSED_HELLO_CODES = frozenset({"UNAUTHENTICATED", "UNSUPPORTED_PROTOCOL"})
 """``host.hello`` errors no retry can fix: the client stops at once with :class:`HostRefused`."""
@@ -292,7 +296,7 @@ class Client(GeneratedMethods):
 
     def __init__(self, endpoint: Callable[[], HostInfo], *, client_id: str, client_kind: str,
                  origin: str | None, reconnect: bool, max_attempts: int, backoff: float,
-                 max_backoff: float) -> None:
+                 max_backoff: float, reconnect_timeout: float = 30.0) -> None:
         super().__init__(self._call)
         self._endpoint = endpoint
         self.client_id = client_id
@@ -302,6 +306,7 @@ class Client(GeneratedMethods):
         self._max_attempts = max_attempts
         self._backoff = backoff
         self._max_backoff = max_backoff
+        self._reconnect_timeout = reconnect_timeout
         self._conn: _Connection | None = None
         self._ready = anyio.Event()
         self._closing = False
@@ -409,17 +414,22 @@ class Client(GeneratedMethods):
             self.on_state(state)
         self._last_state = state
 
-    async def _connection(self) -> _Connection:
-        while True:
-            conn = self._conn
-            if conn is not None and not conn.done.is_set():
-                return conn
-            if self._closing:
-                if self.fatal is not None:
-                    raise self.fatal
-                raise ConnectionLost(f"not connected ({self.last_error or 'the client is closed'})")
-            self._rearm()
-            await self._ready.wait()
+    async def _connection(self, patience: float | None = None) -> _Connection:
+        """The live connection, waiting for the reconnect loop to make one: at most ``patience`` seconds (None:
+        ``reconnect_timeout``), then :class:`HostUnavailable`."""
+        waited = self._reconnect_timeout if patience is None else patience
+        with anyio.move_on_after(waited):
+            while True:
+                conn = self._conn
+                if conn is not None and not conn.done.is_set():
+                    return conn
+                if self._closing:
+                    if self.fatal is not None:
+                        raise self.fatal
+                    raise ConnectionLost(f"not connected ({self.last_error or 'the client is closed'})")
+                self._rearm()
+                await self._ready.wait()
+        raise HostUnavailable(waited, self.last_error)
 
     # -- calls -----------------------------------------------------------------
     async def _call(self, method: str, params: dict[str, Any], mutating: bool) -> Any:
@@ -511,7 +521,7 @@ async def connect(url: str | None = None, token: str | None = None, *,
                   data_dir: str | os.PathLike[str] | None = None, client_id: str | None = None,
                   client_kind: str = "ui", origin: str | None = None, reconnect: bool = True,
                   max_attempts: int = 8, backoff: float = 0.1, max_backoff: float = 2.0,
-                  connect_timeout: float = 30.0, wait_for_host: bool = False,
+                  connect_timeout: float = 30.0, reconnect_timeout: float = 30.0, wait_for_host: bool = False,
                   on_state: Callable[[str], None] | None = None) -> AsyncIterator[Client]:
     """Connect to a host by ``url`` + ``token``, or by its data directory (``host.json``; the
     default data directory when neither is given). ``client_id`` should be stable per install
@@ -521,7 +531,11 @@ async def connect(url: str | None = None, token: str | None = None, *,
     host refuses the token or protocol (:class:`HostRefused`), when the data directory does not
     exist, and when no host runs on it (:class:`HostNotRunning`; ``wait_for_host=True`` waits for
     one instead, up to ``connect_timeout``, telling ``on_state`` so). Exceptions raised in the
-    ``async with`` body come out as they were raised, not wrapped in a group."""
+    ``async with`` body come out as they were raised, not wrapped in a group.
+
+    Once connected, a call made while the connection is down waits at most ``reconnect_timeout`` seconds
+    for the client to reconnect (``math.inf``: as long as it takes), then raises :class:`HostUnavailable`
+    (a :class:`ConnectionLost`); the client keeps reconnecting in the background."""
     if url is not None:
         if token is None:
             raise ValueError("a url needs its token")
@@ -535,7 +549,8 @@ async def connect(url: str | None = None, token: str | None = None, *,
 
     client = Client(endpoint, client_id=client_id or f"py-{uuid.uuid4().hex[:12]}", client_kind=client_kind,
                     origin=origin, reconnect=reconnect, max_attempts=max_attempts if reconnect else 1,
-                    backoff=backoff, max_backoff=max_backoff if math.isfinite(max_backoff) else 2.0)
+                    backoff=backoff, max_backoff=max_backoff if math.isfinite(max_backoff) else 2.0,
+                    reconnect_timeout=reconnect_timeout)
     client._wait_for_host = wait_for_host
     client.on_state = on_state
     try:
@@ -543,7 +558,7 @@ async def connect(url: str | None = None, token: str | None = None, *,
             await tg.start(client._run)
             try:
                 with anyio.fail_after(connect_timeout):
-                    await client._connection()
+                    await client._connection(math.inf)
             except TimeoutError:
                 tg.cancel_scope.cancel()
                 raise ConnectionLost(

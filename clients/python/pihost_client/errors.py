@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConnectionLost", "HostNotRunning", "HostRefused"]
+__all__ = ["ConnectionLost", "HostNotRunning", "HostRefused", "HostUnavailable"]
 
 
 class ConnectionLost(Exception):
@@ -26,3 +26,16 @@ class HostNotRunning(ConnectionLost, OSError):
         super().__init__(message)
         self.stale_pid = stale_pid
         self.no_data_dir = no_data_dir
+
+
+class HostUnavailable(ConnectionLost):
+    """The connection was lost and no host answered within the client's ``reconnect_timeout`` (``waited``
+    seconds; ``last_error``: why the last attempt failed). The call that waited gives up; the client keeps
+    reconnecting in the background, so a later call works once the host is back. A mutating call that raised
+    this may or may not have taken effect: send it again with the same ``submissionId`` and the host answers
+    from its receipt instead of applying it twice."""
+
+    def __init__(self, waited: float, last_error: BaseException | None) -> None:
+        super().__init__(f"no connection to the host within {waited:g} s ({last_error or 'not connected'})")
+        self.waited = waited
+        self.last_error = last_error
