@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import pytest
 
-from pihost_client import ConnectionLost, Event, HostUnavailable, Resync, connect
+from pihost_client import ConnectionLost, Event, HostUnavailable, Resync, RpcError, connect
 from protocol.methods import METHODS
 from protocol.models_events import EVENT_PAYLOADS
 from tests.clients.relay import Relay
@@ -314,3 +314,28 @@ def test_events_after_a_restart_start_with_a_resync(host: Host, backend: str) ->
 
     run(backend, body)
 
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_refused_subscription_does_not_stop_the_client_reconnecting(host: Host, backend: str) -> None:
+    """A subscribe the host refuses (an unknown topic: INVALID_PARAMS) raises RpcError and is forgotten: the next
+    reconnect does not send it again (it was: every reconnect failed on it, and the client never reconnected)."""
+
+    async def body() -> None:
+        await host.start()
+        async with fast(host.data_dir, "refused", reconnect_timeout=20) as c:
+            sid = (await c.session.create(title="Refused"))["id"]
+            with pytest.raises(RpcError) as refused:
+                async with c.subscribe(["no.such.topic"]):
+                    pass
+            assert refused.value.data_code == "INVALID_PARAMS"
+            async with c.subscribe(["session.message"], session_id=sid) as events:
+                await host.kill()
+                await host.start()
+                with anyio.fail_after(15):
+                    await c.session.append_message(session_id=sid, message=text_message("m0", "after"))
+                    items = await next_items(events, 2)
+            assert isinstance(items[0], Resync) and message_event(items[1]) == "m0"
+            assert c.connects == 2
+        await host.terminate()
+
+    run(backend, body)

@@ -480,13 +480,20 @@ class _SubscribeContext:
 
     async def __aenter__(self) -> Subscription:
         self._client._subscriptions.add(self._sub)
-        while True:  # a reconnect attaches it too; a duplicate is dropped by cursor
-            conn = await self._client._connection()
-            try:
-                await self._sub._attach(conn)
-            except ConnectionLost:
-                continue
-            return self._sub
+        try:
+            while True:  # a reconnect attaches it too; a duplicate is dropped by cursor
+                conn = await self._client._connection()
+                try:
+                    await self._sub._attach(conn)
+                except ConnectionLost:
+                    continue
+                return self._sub
+        except BaseException:
+            # refused (RpcError), not connected in time, cancelled: forget it, or every reconnect would send it
+            # again (and fail on a refused one: the client never reconnected)
+            with anyio.CancelScope(shield=True):
+                await self._sub.aclose()
+            raise
 
     async def __aexit__(self, *exc: object) -> None:
         with anyio.CancelScope(shield=True):
