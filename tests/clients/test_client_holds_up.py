@@ -14,6 +14,10 @@ Every scenario runs under asyncio and trio (the client claims both).
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import random
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -339,3 +343,149 @@ def test_a_refused_subscription_does_not_stop_the_client_reconnecting(host: Host
         await host.terminate()
 
     run(backend, body)
+
+
+# -- 1. a workload while the host is SIGKILLed and restarted at random points ------------------------------------
+class Ledger:
+    """What the client acknowledged and what raised, per intent (a key); any other exception fails the test."""
+
+    def __init__(self) -> None:
+        self.acked: dict[str, Any] = {}
+        self.raised: dict[str, BaseException] = {}
+
+    async def do(self, key: str, method: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        try:
+            answer = await call()
+        except (ConnectionLost, RpcError) as exc:  # the client's typed errors, nothing else
+            self.raised[key] = exc
+            return None
+        self.acked[key] = valid(method, answer)
+        return answer
+
+    def once(self, key: str, count: int) -> None:
+        """Acknowledged: exactly once; raised: at most once; never tried: absent."""
+        if key in self.acked:
+            assert count == 1, f"{key} acknowledged, present {count} times"
+        elif key in self.raised:
+            assert count <= 1, f"{key} raised ({self.raised[key]!r}), present {count} times"
+        else:
+            assert count == 0, f"{key} never sent, present {count} times"
+
+
+def blob(i: int) -> tuple[str, str]:
+    data = f"attachment {i}".encode()
+    return base64.b64encode(data).decode(), hashlib.sha256(data).hexdigest()
+
+
+async def workload(c: Any, ledger: Ledger, i: int) -> None:
+    """One round of mutating calls through the typed client (each with its own submissionId)."""
+    created = await ledger.do(f"create{i}", "session.create", partial(c.session.create, title=f"w{i}"))
+    if created is None:
+        return
+    sid = created["id"]
+    for j in "ab":
+        await ledger.do(f"append{i}{j}", "session.appendMessage", partial(
+            c.session.append_message, session_id=sid, message=text_message(f"m{i}{j}", f"round {i} {j}")))
+    await ledger.do(f"queue{i}", "session.queuePush", partial(
+        c.session.queue_push, session_id=sid, principal="user", content=f"q{i}", permission_mode="ask"))
+    await ledger.do(f"rename{i}", "session.rename", partial(c.session.rename, session_id=sid, title=f"r{i}"))
+    await ledger.do(f"update{i}", "session.update", partial(c.session.update, session_id=sid, thinking_level="high"))
+    await ledger.do(f"fork{i}", "session.fork", partial(c.session.fork, session_id=sid, title=f"f{i}"))
+    if f"append{i}b" in ledger.acked:
+        await ledger.do(f"truncate{i}", "session.truncateFrom", partial(
+            c.session.truncate_from, session_id=sid, message_id=f"m{i}b", mode="edit"))
+    await ledger.do(f"secret{i}", "secrets.set", partial(c.secrets.set, ref=f"provider/w{i}", value=f"sk-{i}"))
+    data, _ = blob(i)
+    await ledger.do(f"attach{i}", "attachments.put", partial(
+        c.attachments.put, name=f"a{i}.txt", mime_type="text/plain", data_base64=data))
+    await ledger.do(f"task{i}", "tasks.create", partial(c.tasks.create, title=f"t{i}", prompt=f"task {i}"))
+
+
+async def audit(c: Any, ledger: Ledger, rounds: int) -> None:
+    """Read everything back through a fresh client and hold it against the ledger."""
+    sessions: list[Any] = []
+    cursor = None
+    while True:
+        page = valid("session.list", await c.session.list(limit=200, cursor=cursor))
+        sessions += page["sessions"]
+        cursor = page.get("nextCursor")
+        if not cursor:
+            break
+    titles = Counter(s["title"] for s in sessions)
+    queue_contents: Counter[str] = Counter()
+    for i in range(rounds):
+        ledger.once(f"create{i}", titles[f"w{i}"] + titles[f"r{i}"])
+        ledger.once(f"fork{i}", titles[f"f{i}"])
+        created = ledger.acked.get(f"create{i}")
+        if created is None:
+            continue
+        sid = created["id"]
+        page = valid("session.get", await c.session.get(session_id=sid, full=True))
+        ids = Counter(m["id"] for m in page["messages"])
+        ledger.once(f"append{i}a", ids[f"m{i}a"])
+        if f"truncate{i}" in ledger.acked:
+            assert ids[f"m{i}b"] == 0, f"truncate{i} acknowledged, m{i}b still there"
+        elif f"truncate{i}" not in ledger.raised:
+            ledger.once(f"append{i}b", ids[f"m{i}b"])
+        assert max(ids.values(), default=0) <= 1, ids
+        summary = page["session"]
+        if f"rename{i}" in ledger.acked:
+            assert summary["title"] == f"r{i}"
+        if f"update{i}" in ledger.acked:
+            assert summary["thinkingLevel"] == "high"
+        entries = valid("session.queueList", await c.session.queue_list(session_id=sid))["entries"]
+        queue_contents.update(e["content"] for e in entries)
+        ledger.once(f"queue{i}", queue_contents[f"q{i}"])
+    refs = Counter(s["ref"] for s in valid("secrets.list", await c.secrets.list())["secrets"])
+    tasks = Counter(t["title"] for t in valid("tasks.list", await c.tasks.list())["tasks"])
+    for i in range(rounds):
+        ledger.once(f"task{i}", tasks[f"t{i}"])
+        if f"secret{i}" in ledger.acked:
+            assert refs[f"provider/w{i}"] == 1
+        if f"attach{i}" in ledger.acked:
+            _, sha = blob(i)
+            got = valid("attachments.get", await c.attachments.get(sha256=sha))
+            assert got["sha256"] == sha and got["size"] == len(f"attachment {i}") and got["deletionState"] == "live"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_workload_through_random_sigkills_is_applied_exactly_once(host: Host, backend: str) -> None:
+    """Rounds of create, append, queuePush, rename, update, fork, truncateFrom, secrets.set, attachments.put and
+    tasks.create while the host is SIGKILLed (from outside, at random points) and restarted three times: after the
+    last restart a fresh client finds every acknowledged call exactly once, every call that raised at most once."""
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+
+    async def body() -> None:
+        await host.start()
+        ledger = Ledger()
+        rounds = 0
+        killed = anyio.Event()
+
+        async def killer() -> None:
+            for _ in range(3):
+                await anyio.sleep(rng.uniform(0.2, 0.8))
+                await host.kill()
+                await anyio.sleep(rng.uniform(0, 0.3))
+                await host.start()
+            killed.set()
+
+        async with fast(host.data_dir, "workload", reconnect_timeout=20) as c:
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(killer)
+                    while not killed.is_set() or rounds < 2:
+                        await workload(c, ledger, rounds)
+                        rounds += 1
+            assert c.connects >= 2
+        async with connect(data_dir=host.data_dir, client_id="auditor") as fresh:
+            await audit(fresh, ledger, rounds)
+        assert len(ledger.acked) > len(ledger.raised), (seed, ledger.raised)
+        await host.terminate()
+
+    try:
+        run(backend, body)
+    except BaseException as exc:
+        exc.add_note(f"random seed {seed}")
+        raise
+
