@@ -489,3 +489,59 @@ def test_a_workload_through_random_sigkills_is_applied_exactly_once(host: Host, 
         exc.add_note(f"random seed {seed}")
         raise
 
+
+# -- 3. SIGTERM (graceful) during a stream of calls -------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_graceful_stop_during_a_stream_of_calls_answers_or_retries_each_once(host: Host, backend: str) -> None:
+    """Eight tasks stream appends (and a few queue pushes); the host gets SIGTERM (in-flight calls answered, new
+    ones SHUTTING_DOWN, then the connections close with 1001) and is started again. Every call is answered, on the
+    old host or by a retry on the new one (none raises), and each is stored exactly once.
+
+    The calls sent as the 1001 close arrived raised ConnectionLost at once: their retries went to the closing
+    connection again (its reader had not finished yet) and used up every attempt without yielding, so a task that
+    kept calling spun and starved the event loop (cancellation never arrived)."""
+
+    async def body() -> None:
+        await host.start()
+        ledger = Ledger()
+        async with fast(host.data_dir, "stream", reconnect_timeout=20) as c:
+            sid = (await c.session.create(title="Stream"))["id"]
+            stopped = anyio.Event()
+            sent: list[str] = []
+
+            async def writer(w: int) -> None:
+                n = 0
+                while (not stopped.is_set() or n < 3) and n < 400:  # bounded, whatever the client does
+                    key = f"m{w}-{n}"
+                    sent.append(key)
+                    if n == 1:  # the queue holds 8 prompts at most
+                        await ledger.do(key, "session.queuePush", partial(
+                            c.session.queue_push, session_id=sid, principal="user", content=key,
+                            permission_mode="ask"))
+                    else:
+                        await ledger.do(key, "session.appendMessage", partial(
+                            c.session.append_message, session_id=sid, message=text_message(key, key)))
+                    n += 1
+
+            async def stopper() -> None:
+                await anyio.sleep(0.3)
+                assert await host.terminate() == 0
+                await host.start()
+                stopped.set()
+
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(stopper)
+                    for w in range(8):
+                        tg.start_soon(writer, w)
+            assert c.connects == 2
+        assert not ledger.raised, Counter(repr(e) for e in ledger.raised.values())
+        async with connect(data_dir=host.data_dir, client_id="auditor") as fresh:
+            ids = Counter(await message_ids(fresh, sid))
+            entries = valid("session.queueList", await fresh.session.queue_list(session_id=sid))["entries"]
+            queued = Counter(e["content"] for e in entries)
+        for key in sent:
+            ledger.once(key, ids[key] + queued[key])
+        await host.terminate()
+
+    run(backend, body)

@@ -46,6 +46,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._generated import MUTATING, PROTOCOL_VERSION, RETRIABLE_CODES, GeneratedMethods
@@ -143,6 +144,7 @@ class _Connection:
             try:
                 await self.ws.send(frame)
             except WebSocketClosed as exc:
+                await self.abort()  # the reader ends now, so the client reconnects
                 raise ConnectionLost(str(exc)) from None
             await slot.event.wait()
             response = slot.response
@@ -153,6 +155,17 @@ class _Connection:
             return response.get("result")
         finally:
             self._slots.pop(request_id, None)
+
+    @property
+    def alive(self) -> bool:
+        """Open for calls: its reader runs and no close was seen (a close frame marks the socket closed before
+        the reader has finished with it)."""
+        return not self.done.is_set() and self.ws.closed is None
+
+    async def abort(self) -> None:
+        """Close the socket under the reader, which then ends (``done``)."""
+        with anyio.CancelScope(shield=True):
+            await self.ws.aclose()
 
     async def read(self) -> None:
         try:
@@ -328,7 +341,7 @@ class Client(GeneratedMethods):
 
     @property
     def connected(self) -> bool:
-        return self._conn is not None and not self._conn.done.is_set()
+        return self._conn is not None and self._conn.alive
 
     # -- the connection loop ---------------------------------------------------
     def _wake(self) -> None:
@@ -421,7 +434,7 @@ class Client(GeneratedMethods):
         with anyio.move_on_after(waited):
             while True:
                 conn = self._conn
-                if conn is not None and not conn.done.is_set():
+                if conn is not None and conn.alive:
                     return conn
                 if self._closing:
                     if self.fatal is not None:
@@ -444,6 +457,7 @@ class Client(GeneratedMethods):
         retry_safe = method not in MUTATING or params.get("submissionId") is not None
         attempt = 0
         delay = self._backoff
+        await anyio.lowlevel.checkpoint()  # every call yields, even one that fails at once (no busy loop)
         while True:
             attempt += 1
             conn = await self._connection()
