@@ -545,3 +545,50 @@ def test_a_graceful_stop_during_a_stream_of_calls_answers_or_retries_each_once(h
         await host.terminate()
 
     run(backend, body)
+
+
+# -- 7. the Agents SDK session adapter across a host restart -----------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_agents_session_adds_each_item_once_across_a_crash(host: Host, backend: str) -> None:
+    """PiHostSession.add_items while the host SIGKILLs itself after the second item's line is durable (before the
+    reply) and is restarted: add_items completes, each item is stored once, get_items (through a fresh client,
+    after another plain SIGKILL and restart) returns exactly what was added, in order."""
+    from pihost_client.agents_session import PiHostSession
+
+    first = [{"role": "user", "content": "Where is my parcel?"}]
+    items = [{"type": "function_call", "call_id": "c1", "name": "track", "arguments": '{"id": 42}'},
+             {"type": "function_call_output", "call_id": "c1", "output": "in Lyon"},
+             {"role": "assistant", "content": [{"type": "output_text", "text": "It is in Lyon."}]},
+             {"role": "user", "content": "Thanks"}]
+
+    async def body() -> None:
+        await host.start()
+        async with connect(data_dir=host.data_dir, client_id="agents-app") as c:
+            session = await PiHostSession.open(c, "support-42", title="Support")
+            await session.add_items(first)
+        await host.terminate()
+        await host.start(env={"RT_CRASHPOINT": "append.after_fsync:2:kill"})
+        armed = host.current
+        async with fast(host.data_dir, "agents-app") as c:
+            session = await PiHostSession.open(c, "support-42")
+
+            async def restart_when_dead() -> None:
+                assert await host.died() == -9
+                await host.start()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(restart_when_dead)
+                with anyio.fail_after(30):
+                    await session.add_items(items)
+            assert armed.proc.returncode == -9 and c.connects == 2
+            assert await session.get_items() == first + items
+        await host.kill()
+        await host.start()
+        async with connect(data_dir=host.data_dir, client_id="agents-reader") as fresh:
+            session = PiHostSession(fresh, "support-42")
+            assert await session.get_items() == first + items
+            assert await session.get_items(limit=2) == items[-2:]
+            assert len(await message_ids(fresh, "support-42")) == 5
+        await host.terminate()
+
+    run(backend, body)
