@@ -5,8 +5,10 @@
 // Reconnection is done once, in one place (`HostClient.run`): a single retry chain with exponential backoff,
 // jitter and a cap; a visible state (`onState`: "waiting for a host on …", "reconnected; resumed at cursor …");
 // bad token and protocol mismatch fail at once with `HostRefused` (a `ConnectionLost`); the memory held while
-// the host is away is bounded (one socket, one timer, at most `maxWaitingCalls` calls waiting); subscriptions
-// are re-established after a reconnect from the last cursor they delivered (or resynced when the host restarted).
+// the host is away is bounded (one socket, one backoff timer, at most `maxWaitingCalls` calls waiting), and so is
+// the time a call waits for it (`reconnectTimeoutMs`, then `HostUnavailable`; the client goes on reconnecting);
+// subscriptions are re-established after a reconnect from the last cursor they delivered (or resynced when the
+// host restarted).
 import {
   MUTATING_METHODS,
   PROTOCOL_VERSION,
@@ -39,7 +41,8 @@ export class RpcError extends Error {
   }
 }
 
-/** The connection is gone and the client does not (or may no longer) reconnect. */
+/** The connection is gone and the client does not (or may no longer) reconnect; or, as {@link HostUnavailable},
+ * a call could not wait any longer for it to come back. */
 export class ConnectionLost extends Error {
   constructor(message: string) {
     super(message);
@@ -67,6 +70,21 @@ export class HostNotRunning extends ConnectionLost {
   constructor(message: string) {
     super(message);
     this.name = "HostNotRunning";
+  }
+}
+
+/** A call waited `waitedMs` (the client's `reconnectTimeoutMs`) for the client to reconnect, and no host
+ * answered (`lastError`: why the last attempt failed, or why the connection was lost). The call gives up; the
+ * client keeps reconnecting in the background, so a later call works once the host is back. A mutating call that
+ * failed with this may or may not have taken effect: send it again with the same `submissionId` and the host
+ * answers from its receipt instead of applying it twice. */
+export class HostUnavailable extends ConnectionLost {
+  constructor(
+    readonly waitedMs: number,
+    readonly lastError: Error | null,
+  ) {
+    super(`no connection to the host within ${waitedMs} ms (${lastError?.message ?? "not connected"})`);
+    this.name = "HostUnavailable";
   }
 }
 
@@ -142,6 +160,10 @@ export interface ConnectOptions {
   helloTimeoutMs?: number;
   /** Calls that may wait for a reconnect at once; more are refused with `ConnectionLost`. Default 256. */
   maxWaitingCalls?: number;
+  /** How long a call waits for the client to reconnect (ms), made while the connection is down or sent on one that
+   * dropped before the answer; then it fails with `HostUnavailable` while the client goes on reconnecting.
+   * Default 30000; `Infinity`: as long as it takes. (The first connection is bounded by `connectTimeoutMs`.) */
+  reconnectTimeoutMs?: number;
   /** How many times a call is sent (a lost connection or a retriable error). Default 8. */
   maxCallAttempts?: number;
 }
@@ -163,6 +185,9 @@ export class Subscription {
 
 type Pending = { resolve: (value: unknown) => void; reject: (error: unknown) => void };
 type Waiter = { resolve: (conn: Connection) => void; reject: (error: unknown) => void };
+
+/** The longest delay `setTimeout` takes (a longer one fires at once). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 function newSubmissionId(): string {
   const bytes = new Uint8Array(16);
@@ -194,14 +219,17 @@ class Connection {
   open(): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       let settled = false;
+      let detail = "";
       this.ws.onopen = () => {
         if (!settled) {
           settled = true;
           resolve();
         }
       };
-      this.ws.onerror = () => {
-        // a failed handshake is followed by close; an error after open also ends in close
+      this.ws.onerror = (ev: { message?: unknown } | null) => {
+        // a failed handshake is followed by close; an error after open also ends in close. Keep what went wrong
+        // (the ws package says e.g. "connect ECONNREFUSED 127.0.0.1:8470"; browsers say nothing)
+        if (typeof ev?.message === "string" && ev.message !== "") detail = ev.message;
       };
       this.ws.onclose = (ev: { code?: number; reason?: string }) => {
         const code = ev?.code ?? 1006;
@@ -209,7 +237,8 @@ class Connection {
         this.close(code, reason);
         if (!settled) {
           settled = true;
-          reject(new ConnectionLost(`the connection failed (${code}${reason ? ` ${reason}` : ""})`));
+          const why = `${code}${reason ? ` ${reason}` : ""}${detail ? `: ${detail}` : ""}`;
+          reject(new ConnectionLost(`the connection failed (${why})`));
         }
       };
       this.ws.onmessage = (ev: { data: unknown }) => this.route(String(ev.data));
@@ -301,6 +330,8 @@ export class HostClient {
   private lastBootId: string | null = null;
   /** Why the client stopped for good, once it has. */
   fatal: ConnectionLost | null = null;
+  /** Why the last connection attempt failed, or why the last connection was lost (null: neither happened yet). */
+  lastError: Error | null = null;
   /** Connection attempts made so far (one retry chain: they are sequential, spaced by the backoff). */
   attempts = 0;
   /** Successful connections so far. */
@@ -316,6 +347,10 @@ export class HostClient {
       );
     }
     this.Impl = Impl;
+    const patience = options.reconnectTimeoutMs;
+    if (patience !== undefined && !(patience >= 0)) {
+      throw new RangeError(`reconnectTimeoutMs must be a number of ms ≥ 0 (or Infinity), not ${patience}`);
+    }
   }
 
   /** Connect and authenticate with `host.hello`; the client then keeps itself connected until `close()`.
@@ -328,7 +363,7 @@ export class HostClient {
     } catch (err) {
       return Promise.reject(err);
     }
-    const first = client.connection();
+    const first = client.connection(Infinity); // bounded by connectTimeoutMs below
     void client.run();
     const timeoutMs = options.connectTimeoutMs ?? 30000;
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -375,12 +410,14 @@ export class HostClient {
         const how = await conn.done;
         if (this.conn === conn) this.conn = null;
         reason = `the connection closed (${how.code}${how.reason ? ` ${how.reason}` : ""})`;
+        this.lastError = new ConnectionLost(reason);
       } catch (err) {
         if (err instanceof HostRefused) {
           this.stop(err);
           return;
         }
         reason = err instanceof Error ? err.message : String(err);
+        this.lastError = err instanceof Error ? err : new ConnectionLost(reason);
         if (this.connects === 0 && !(this.options.waitForHost ?? false) && !this.closing) {
           this.stop(new HostNotRunning(`no host answers on ${this.options.url}: ${reason}`));
           return;
@@ -538,20 +575,43 @@ export class HostClient {
     this.options.onClose?.(1000, error === null ? "closed" : error.message);
   }
 
-  /** The live connection, waiting (bounded) for the retry chain to make one. */
-  private connection(): Promise<Connection> {
+  /** The live connection, waiting for the retry chain to make one: at most `patienceMs` (default
+   * `reconnectTimeoutMs`), then `HostUnavailable`; at most `maxWaitingCalls` callers at once. */
+  private connection(patienceMs: number = this.options.reconnectTimeoutMs ?? 30000): Promise<Connection> {
     const conn = this.conn;
     if (conn !== null && !conn.isDone) return Promise.resolve(conn);
     if (this.closing) return Promise.reject(this.fatal ?? new ConnectionLost("the client is closed"));
     if (this.waiters.size >= (this.options.maxWaitingCalls ?? 256)) {
       return Promise.reject(new ConnectionLost("not connected, and too many calls are already waiting for the host"));
     }
-    return new Promise<Connection>((resolve, reject) => this.waiters.add({ resolve, reject }));
+    return new Promise<Connection>((resolve, reject) => {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const waiter: Waiter = {
+        resolve: (conn) => {
+          clearTimeout(timer);
+          resolve(conn);
+        },
+        reject: (error) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      };
+      if (patienceMs < Infinity) {
+        timer = setTimeout(() => {
+          // settled once: a connection made in this same turn has not resolved this waiter yet
+          if (!this.waiters.delete(waiter)) return;
+          reject(new HostUnavailable(patienceMs, this.lastError));
+        }, Math.min(patienceMs, MAX_TIMER_MS));
+      }
+      this.waiters.add(waiter);
+    });
   }
 
   // -- calls -----------------------------------------------------------------------------------------------------
   /** Call a routed method; a mutating call gets a fresh submissionId unless one is given, so it is sent again
-   * after a lost connection or a retriable error (the host answers the repeat from its receipt). */
+   * after a lost connection or a retriable error (the host answers the repeat from its receipt). Waiting for a
+   * lost connection to come back takes at most `reconnectTimeoutMs`, then the call rejects with `HostUnavailable`
+   * (and is not sent again: only a connection, never a timer, ends a request in flight). */
   async call<M extends MethodName>(method: M, params: ParamsOf<M>): Promise<ResultOf<M>> {
     let sent: object = params;
     if ((MUTATING_METHODS as readonly string[]).includes(method) && !("submissionId" in params && params.submissionId)) {
