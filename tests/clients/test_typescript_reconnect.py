@@ -286,3 +286,124 @@ def test_node_without_a_global_websocket_says_what_to_pass(harness: Path) -> Non
         pytest.skip("this Node has a global WebSocket")
     assert proc.stdout.strip().startswith("TypeError: this runtime has no global WebSocket"), proc.stdout
     assert "WebSocketImpl" in proc.stdout
+
+
+# -- the time a call waits for a reconnect is bounded (reconnectTimeoutMs), like pihost_client's reconnect_timeout --
+def _started(node: Node, tag: str, method: str, **params: Any) -> Callable[[float], Line]:
+    """Send a call without waiting; returns a function waiting (up to a timeout) for the line saying how it ended."""
+    node.run("start", tag=tag, method=method, params=params)
+    return lambda timeout: node.seen(lambda x: x.get("kind") == "done" and x.get("tag") == tag, timeout)
+
+
+def _call(node: Node, method: str, timeout: float = 20, **params: Any) -> Line:
+    return _started(node, f"{method}-{uuid.uuid4().hex[:6]}", method, **params)(timeout)
+
+
+def _message(mid: str) -> dict[str, Any]:
+    return {"id": mid, "role": "user", "blocks": [{"type": "text", "text": mid}]}
+
+
+def _assert_host_unavailable(done: Line, window_ms: int) -> None:
+    assert done.get("name") == "HostUnavailable" and done["connectionLost"] is True, done
+    assert done["waitedMs"] == window_ms, done
+    assert f"no connection to the host within {window_ms} ms" in done["error"], done
+    # the last connection error says why: the host's port refuses connections
+    assert done["lastError"] and "ECONNREFUSED" in done["lastError"], done
+    assert window_ms - 50 <= done["elapsedMs"] < window_ms + 4000, done
+
+
+def test_a_call_while_the_host_is_down_fails_with_host_unavailable_then_calls_work_again(
+        harness: Path, data_dir: Path) -> None:
+    """With the host stopped, a read and a write each wait ``reconnectTimeoutMs`` for the client to reconnect,
+    then fail with ``HostUnavailable`` (a ``ConnectionLost`` carrying how long it waited and the last connection
+    error) instead of waiting forever; the client goes on reconnecting meanwhile, and once a host runs on the
+    port again the same client's calls work. Closing it leaves no timer behind (the process exits by itself)."""
+    window_ms = 1500
+    port = free_port()
+    host = start_host_process(data_dir, "--port", str(port))
+    node = Node(harness, host.url, host.token, backoff={"initialMs": INITIAL_MS, "maxMs": CAP_MS},
+                reconnectTimeoutMs=window_ms)
+    try:
+        node.expect(lambda x: x.get("kind") == "connected")
+        sid = node.run("create", title="TS down")
+        assert host.terminate() == 0
+        node.expect(_state("waiting"))
+
+        for method, params in (("session.get", {"sessionId": sid}),
+                               ("session.rename", {"sessionId": sid, "title": "while down"})):
+            _assert_host_unavailable(_call(node, method, **params), window_ms)
+        # the client did not give up: it still tries (one chain), so it finds the host when it is back
+        tried = sum(1 for x in node.lines if x.get("state") == "connecting")
+        node.expect(_state("connecting"), timeout=10)
+        assert not any(x.get("state") == "closed" for x in node.lines), node.lines
+
+        host = start_host_process(data_dir, "--port", str(port))
+        node.expect(_state("reconnected"), timeout=30)
+        renamed = _call(node, "session.rename", sessionId=sid, title="back")
+        assert renamed.get("value", {}).get("title") == "back", renamed
+        got = _call(node, "session.get", sessionId=sid)
+        assert got.get("value", {}).get("session", {}).get("title") == "back", got
+        assert sum(1 for x in node.lines if x.get("state") == "connecting") > tried
+        node.run("close")
+        assert node.proc.wait(timeout=10) == 0
+    finally:
+        node.stop()
+        host.terminate()
+        host.proc.communicate()
+
+
+@pytest.mark.slow  # a host killed three times, then booted again on its port
+def test_a_call_in_flight_when_the_host_dies_gets_its_answer_once_or_host_unavailable_past_the_window(
+        harness: Path, data_dir: Path) -> None:
+    """An append in flight when the host is SIGKILLed (after its fsync, before the answer):
+
+    * the host is back within ``reconnectTimeoutMs``: the call is sent again with its submissionId and resolves
+      once, with the original answer from the receipt (``replayed: false``: not a second apply met by the
+      message-id check), and no ``HostUnavailable``;
+    * the host stays down: the call fails once with ``HostUnavailable`` after the window (never also resolves);
+      sent again with the same submissionId once the host is back, it is answered, and each message is stored
+      once."""
+    window_ms = 6000
+    crash = {"RT_CRASHPOINT": "append.after_fsync:1:kill"}
+    port = free_port()
+    host = start_host_process(data_dir, "--port", str(port))
+    node = Node(harness, host.url, host.token, backoff={"initialMs": INITIAL_MS, "maxMs": CAP_MS},
+                reconnectTimeoutMs=window_ms)
+    try:
+        node.expect(lambda x: x.get("kind") == "connected")
+        sid = node.run("create", title="TS in flight")
+        assert host.terminate() == 0
+        host = start_host_process(data_dir, "--port", str(port), env=crash)
+        node.expect(_state("reconnected"), timeout=30)
+
+        # 1. back within the window: the original answer, once
+        m1 = _started(node, "m1", "session.appendMessage", sessionId=sid, message=_message("m1"),
+                      submissionId="ts-in-flight-m1")
+        assert host.reap(30) == -9
+        host = start_host_process(data_dir, "--port", str(port), env=crash)
+        first = m1(30)
+        assert "error" not in first, first
+        assert first["value"]["message"]["id"] == "m1" and first["value"]["replayed"] is False, first
+
+        # 2. down past the window: HostUnavailable, once
+        m2 = _started(node, "m2", "session.appendMessage", sessionId=sid, message=_message("m2"),
+                      submissionId="ts-in-flight-m2")
+        assert host.reap(30) == -9
+        _assert_host_unavailable(m2(window_ms / 1000 + 20), window_ms)
+
+        host = start_host_process(data_dir, "--port", str(port))
+        node.expect(_state("reconnected"), timeout=30)
+        again = _call(node, "session.appendMessage", sessionId=sid, message=_message("m2"),
+                      submissionId="ts-in-flight-m2")
+        assert "error" not in again and again["value"]["message"]["id"] == "m2", again
+        session = _call(node, "session.get", sessionId=sid)["value"]
+        assert [m["id"] for m in session["messages"]] == ["m1", "m2"], session
+        # each call settled once (a late second settlement would show as a second line)
+        time.sleep(0.5)
+        assert [x["tag"] for x in node.lines if x.get("kind") == "done" and x["tag"] in ("m1", "m2")] == ["m1", "m2"]
+        node.run("close")
+        assert node.proc.wait(timeout=10) == 0
+    finally:
+        node.stop()
+        host.terminate()
+        host.proc.communicate()

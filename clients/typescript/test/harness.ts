@@ -2,7 +2,15 @@
 // with the `ws` package as its WebSocket): JSON commands on stdin, JSON lines out (states, events, results).
 import { createInterface } from "node:readline";
 import WebSocket from "ws";
-import { ConnectionLost, HostClient, HostRefused, type ConnectOptions, type Subscription } from "../src/client.js";
+import {
+  ConnectionLost,
+  HostClient,
+  HostRefused,
+  type ConnectOptions,
+  type MethodName,
+  type ParamsOf,
+  type Subscription,
+} from "../src/client.js";
 
 function out(line: { [key: string]: unknown }): void {
   process.stdout.write(JSON.stringify({ t: Date.now(), ...line }) + "\n");
@@ -13,11 +21,27 @@ type Command =
   | { op: "subscribe"; sessionId: string }
   | { op: "append"; sessionId: string; id: string; text: string }
   | { op: "flood"; n: number }
+  /** Send any call without waiting for it: a `done` line with `tag` says how it ended. */
+  | { op: "start"; tag: string; method: MethodName; params: { [key: string]: unknown } }
   | { op: "settle" }
   | { op: "close" };
 
 /** Calls sent while the host was away ("flood"): how many were refused at once, how many resolved later. */
 const flood = { refused: 0, resolved: 0, failed: 0, pending: [] as Promise<void>[] };
+
+/** How a call failed, for the test to check: the error's class and what a `HostUnavailable` carries (read by
+ * property, so the harness builds against a client without it too). */
+function failure(err: unknown, started: number): { [key: string]: unknown } {
+  const extra = err as { waitedMs?: unknown; lastError?: unknown };
+  return {
+    error: String(err),
+    name: err instanceof Error ? err.name : typeof err,
+    connectionLost: err instanceof ConnectionLost,
+    waitedMs: extra?.waitedMs ?? null,
+    lastError: extra?.lastError instanceof Error ? extra.lastError.message : null,
+    elapsedMs: Date.now() - started,
+  };
+}
 
 async function main(): Promise<void> {
   const [url, token, extra] = process.argv.slice(2);
@@ -87,6 +111,15 @@ async function main(): Promise<void> {
           }
           await new Promise((resolve) => setTimeout(resolve, 100));
           out({ kind: "result", op: cmd.op, value: { refused: flood.refused, resolved: flood.resolved } });
+          break;
+        }
+        case "start": {
+          const started = Date.now();
+          client.call(cmd.method, cmd.params as ParamsOf<MethodName>).then(
+            (value: unknown) => out({ kind: "done", tag: cmd.tag, value, elapsedMs: Date.now() - started }),
+            (err: unknown) => out({ kind: "done", tag: cmd.tag, ...failure(err, started) }),
+          );
+          out({ kind: "result", op: cmd.op, value: cmd.tag });
           break;
         }
         case "settle": {
