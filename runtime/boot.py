@@ -32,11 +32,19 @@ from store import collab, plugins, projects, review
 from store.approvals import apply_recorded_decisions
 from store.config.providers import follow_stored_keys
 from store.config.secrets_meta_rebuild import rebuild_secrets_meta
-from store.errors import StoreError
+from store.errors import StorageFull, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.fence import interrupt_deliveries, interruption_fence, record_boot_report, retention
 from store.fsutil import sweep_temp_files
-from store.indexing.database import close_writer, incremental_vacuum, open_writer, transaction
+from store.indexing.database import (
+    OpenReport,
+    close_writer,
+    disk_full,
+    incremental_vacuum,
+    open_writer,
+    sqlite_failure,
+    transaction,
+)
 from store.indexing.index import index_marks, raise_project_id_floor, session_ids
 from store.indexing.reconcile import TailScan, apply_plan, forget_deleted, forget_logged, plan_reconcile, verify_clean
 from store.inflight import sweep as sweep_inflight
@@ -195,6 +203,31 @@ def run_boot(
         data_dir.db_path, quarantine_dir=data_dir.quarantine_dir, now_ms=now_ms(), faults=faults
     )
     report["database"] = open_report.to_dict()
+    try:
+        return _recover(conn, open_report, data_dir, report, t0=t0, boot_id=boot_id, faults=faults,
+                        now_ms=now_ms, audit_retention_days=audit_retention_days,
+                        inflight_sweep=inflight_sweep, clean_shutdown=clean_shutdown,
+                        stop_requested=stop_requested)
+    except BootInterrupted:
+        raise
+    except BaseException as exc:
+        if not disk_full(exc):
+            raise
+        # every step commits on its own: what ran stays done, the next boot (with room) goes on from there
+        close_writer(conn)
+        if isinstance(exc, StorageFull):
+            raise
+        if isinstance(exc, sqlite3.Error):
+            raise sqlite_failure(exc, "recovering the data directory at boot") from exc
+        assert isinstance(exc, OSError)
+        raise classify_os_error(exc, "recovering the data directory at boot") from exc
+
+
+def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDir, report: dict[str, Any], *,
+             t0: float, boot_id: str, faults: Faults, now_ms: Callable[[], int], audit_retention_days: int,
+             inflight_sweep: InflightSweep | None, clean_shutdown: bool | None,
+             stop_requested: Callable[[], bool]) -> BootResult:
+    """The steps of :func:`run_boot` after the index opened."""
 
     def between(step: str) -> None:
         if stop_requested():
@@ -277,6 +310,8 @@ def run_boot(
             reconciled["indexedMessages"] += out["indexed"]
             reconciled["removedRows"] += out["removed"]
         except (StoreError, sqlite3.Error, ValueError, OSError) as exc:
+            if disk_full(exc):
+                raise  # no room for the index: boot fails STORAGE_FULL, never serves a partial index
             reconciled["errors"] += 1
             errors.append({"sessionId": sid, "error": f"{type(exc).__name__}: {exc}"})
     report["reconcile"] = reconciled

@@ -31,6 +31,7 @@ from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, fsync_dir, remove_file_durable
 from store.ids import remapped_message_id
 from store.indexing import index
+from store.indexing.database import disk_full
 from store.indexing.reconcile import apply_plan, plan_reconcile
 from store.jsonio import dumps_line, loads_line
 from store.rules import SESSION_ID_RE
@@ -215,6 +216,8 @@ def sweep(
         except (StoreError, sqlite3.Error, OSError) as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            if disk_full(exc):
+                raise  # boot fails STORAGE_FULL: serving before the reply lands would order later lines before it
             report["errors"].append({"sessionId": sid, "error": f"{type(exc).__name__}: {exc}"})
     return report
 

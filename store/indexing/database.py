@@ -12,6 +12,7 @@ writer may switch a batch of derived-only rows to ``NORMAL`` with
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
-from store.errors import CorruptData, IOFailure, UnsupportedSQLite, classify_os_error
+from store.errors import CorruptData, IOFailure, StorageFull, StoreError, UnsupportedSQLite, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import fsync_dir
 from store.search.search_upkeep import tune_index
@@ -317,6 +318,29 @@ def _connect_writer(db_path: Path) -> sqlite3.Connection:
         raise IOFailure(f"cannot open {db_path}: {exc}") from exc
 
 
+_SQLITE_FULL = 13
+
+
+def disk_full(exc: BaseException) -> bool:
+    """The failure is a full file system: :class:`StorageFull`, ``ENOSPC``/``EDQUOT``/``EFBIG``, or
+    SQLite's "database or disk is full" (``SQLITE_FULL``)."""
+    if isinstance(exc, StorageFull):
+        return True
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    if not isinstance(exc, sqlite3.Error):
+        return False
+    return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == _SQLITE_FULL or "disk is full" in str(exc).lower()
+
+
+def sqlite_failure(exc: sqlite3.Error, what: str) -> StoreError:
+    """The stable error for an SQLite failure outside the writer actor: a full disk is
+    :class:`StorageFull` (retriable once space is freed), anything else :class:`IOFailure`."""
+    if disk_full(exc):
+        return StorageFull(f"{what}: the disk is full ({exc})")
+    return IOFailure(f"{what}: {exc}")
+
+
 def open_writer(
     db_path: Path,
     *,
@@ -380,7 +404,7 @@ def open_writer(
     except BaseException as exc:
         conn.close()
         if isinstance(exc, sqlite3.Error):
-            raise IOFailure(f"cannot prepare {db_path}: {exc}") from exc
+            raise sqlite_failure(exc, f"cannot prepare {db_path}") from exc
         if isinstance(exc, OSError):
             raise classify_os_error(exc, f"preparing {db_path}") from exc
         raise
