@@ -1,0 +1,241 @@
+"""Boot on a full disk, black box: real ``pi-host serve`` processes on a small tmpfs data directory.
+
+Whatever recovery boot must write (a database quarantined and rebuilt from the transcripts, a database
+created anew, a migration and its backup, an in-flight reply promoted into its transcript) either
+finishes or the start fails with exit code 5 and a ``STORAGE_FULL`` message: never a traceback, an
+IO_ERROR or a host serving a partial index. Not one transcript byte changes; once space is back the
+next start succeeds and every acknowledged message reads back exactly once."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.client import RpcError, open_client
+from tests.hostile.test_full_disk import fill, small_disk
+from tests.hostkit import REPO, HostProcess, msg, start_host_process
+
+pytestmark = pytest.mark.slow
+
+UPGRADES = REPO / "tests" / "fixtures" / "upgrades"
+
+
+def _sums(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _boot_once(data: Path, fault: str | None = None) -> subprocess.CompletedProcess[str]:
+    """A start that must end by itself (a refusal): a fresh interpreter, its output captured; ``fault``:
+    ``RT_CRASHPOINT``. A start that serves instead is stopped after 60 s (and fails the caller's check)."""
+    env = {**os.environ, **({"RT_CRASHPOINT": fault} if fault else {})}
+    proc = subprocess.Popen([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), "serve", "--port", "0",
+                             "--quiet"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        out, err = proc.communicate()
+        err += "\n(still serving after 60 s: terminated)"
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _refused_full(proc: subprocess.CompletedProcess[str]) -> None:
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 5, (proc.returncode, proc.stderr[-3000:])
+    assert last.startswith("pi-host: cannot open the data directory: STORAGE_FULL: "), last
+    assert "host.json" not in last, last  # refused by boot's recovery, not after it (by the gateway's files)
+    assert "Traceback" not in proc.stderr.split("--- Logging error ---")[0], proc.stderr[-3000:]
+
+
+async def _on(data: Path, work: Any, **kw: Any) -> Any:
+    host: HostProcess = await trio.to_thread.run_sync(lambda: start_host_process(data, **kw))
+    try:
+        async with open_client(host.url, host.token, client_id="ui-1", client_kind="ui") as c:
+            return await work(c)
+    finally:
+        await trio.to_thread.run_sync(host.terminate)
+
+
+async def _fill_through_the_wire(data: Path) -> dict[str, list[str]]:
+    acked: dict[str, list[str]] = {}
+
+    async def work(c: Any) -> None:
+        sids = [(await c.call("session.create", {"title": f"s{i}"}))["id"] for i in range(3)]
+        n = 0
+        while True:
+            for sid in sids:
+                try:
+                    await c.call("session.appendMessage", {"sessionId": sid, "message": msg(
+                        f"m{n}", os.urandom(3000).hex())})
+                except RpcError as exc:
+                    assert exc.data_code == "STORAGE_FULL", exc
+                    return
+                acked.setdefault(sid, []).append(f"m{n}")
+                n += 1
+
+    await _on(data, work)
+    return acked
+
+
+async def _reads(data: Path, sessions: list[str]) -> tuple[dict[str, list[str]], dict[str, Any]]:
+    async def work(c: Any) -> tuple[dict[str, list[str]], dict[str, Any]]:
+        out = {}
+        for sid in sessions:
+            got = await c.call("session.get", {"sessionId": sid, "messageLimit": 5000})
+            out[sid] = [m["id"] for m in got["messages"]]
+        return out, (await c.call("host.status", {}))["boot"]
+
+    result: tuple[dict[str, list[str]], dict[str, Any]] = await _on(data, work)
+    return result
+
+
+def _damage(data: Path, how: str) -> None:
+    db = data / "pi.sqlite"
+    if how == "deleted":
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        return
+    # the header overwritten in place (no space freed), and the WAL's too: a WAL copy of page 1 would
+    # otherwise hide the damage from SQLite
+    for path in (db, Path(f"{db}-wal")):
+        if path.exists() and path.stat().st_size:
+            with open(path, "r+b") as fh:
+                fh.write(b"not an SQLite header, garbage!!!" * 2)
+
+
+@pytest.mark.parametrize("how", ["corrupt", "deleted"])
+async def test_a_rebuild_on_a_full_disk_fails_storage_full_and_succeeds_once_space_is_back(
+        tmp_path: Path, how: str) -> None:
+    """Found: with the disk full, the quarantine of a corrupt ``pi.sqlite`` (or a lost one) left boot
+    creating a database there was no room for; the start failed with ``IO_ERROR: cannot prepare ...:
+    database or disk is full`` (exit 5) instead of STORAGE_FULL. Now STORAGE_FULL; the transcripts are
+    untouched, the corrupt file stays in quarantine/, and with room the next start rebuilds the index."""
+    with small_disk("tmpfs", tmp_path, size_mb=6) as mnt, trio.fail_after(300):
+        data = mnt / "data"
+        acked = await _fill_through_the_wire(data)
+        assert sum(map(len, acked.values())) > 20
+        _damage(data, how)
+        await trio.to_thread.run_sync(fill, mnt / "filler")  # what deleting the database freed: full again
+        before = _sums(data / "sessions")
+        for _ in range(2):  # a second refused start changes nothing either
+            _refused_full(await trio.to_thread.run_sync(_boot_once, data))
+            assert _sums(data / "sessions") == before
+        if how == "corrupt":
+            assert any(p.name.startswith("pi.sqlite.corrupt-") for p in (data / "quarantine").iterdir())
+        (mnt / "filler").unlink()
+        await trio.run_process(["mount", "-o", "remount,size=64m", str(mnt)], capture_stdout=True)
+        got, boot = await _reads(data, sorted(acked))
+        assert got == acked
+        assert boot["reconcile"]["errors"] == 0 and boot["reconcile"]["full"] == 3, boot["reconcile"]
+        assert _sums(data / "sessions") == before
+
+
+async def test_a_rebuild_that_runs_out_of_space_part_way_fails_storage_full(tmp_path: Path) -> None:
+    """Room for a new database but not for the whole index: reconcile's first failed transaction used to
+    be counted as a session "not repaired" and the host served with sessions missing from the index; now
+    the start fails STORAGE_FULL, and with room the next one indexes every session."""
+    with small_disk("tmpfs", tmp_path, size_mb=8) as mnt, trio.fail_after(300):
+        data = mnt / "data"
+        scratch = mnt / "scratch"
+        scratch.write_bytes(b"\0" * (2 << 20))
+        acked = await _fill_through_the_wire(data)
+        _damage(data, "deleted")
+        before = _sums(data / "sessions")
+        # free some room: enough for the schema, far too little for ~6 MB of transcripts' index
+        scratch.unlink()
+        await trio.to_thread.run_sync(fill, scratch)
+        os.truncate(scratch, max(0, scratch.stat().st_size - (1536 << 10)))
+        _refused_full(await trio.to_thread.run_sync(_boot_once, data))
+        assert _sums(data / "sessions") == before
+        scratch.unlink()
+        await trio.run_process(["mount", "-o", "remount,size=64m", str(mnt)], capture_stdout=True)
+        got, boot = await _reads(data, sorted(acked))
+        assert got == acked and boot["reconcile"]["errors"] == 0
+        assert _sums(data / "sessions") == before
+
+
+async def test_a_migration_on_a_full_disk_fails_storage_full_and_runs_once_space_is_back(tmp_path: Path) -> None:
+    """An earlier build's data directory (schema 23) on a full disk: the migration's backup has no room."""
+    tarball = UPGRADES / "v23-d6f1e45.tar.gz"
+    with small_disk("tmpfs", tmp_path, size_mb=8) as mnt, trio.fail_after(300):
+        with tarfile.open(tarball) as tar:
+            tar.extractall(mnt, filter="data")
+        data = mnt / "data"
+        before = _sums(data / "sessions")
+        db_before = hashlib.sha256((data / "pi.sqlite").read_bytes()).hexdigest()
+        await trio.to_thread.run_sync(fill, mnt / "filler")
+        _refused_full(await trio.to_thread.run_sync(_boot_once, data))
+        assert _sums(data / "sessions") == before
+        assert hashlib.sha256((data / "pi.sqlite").read_bytes()).hexdigest() == db_before
+        (mnt / "filler").unlink()
+        manifest = json.loads(tarball.with_name("v23-d6f1e45.json").read_text())
+        got, boot = await _reads(data, sorted(manifest["sessions"]))
+        assert boot["database"]["migratedFrom"] == 23 and boot["reconcile"]["errors"] == 0
+        for sid, want in manifest["sessions"].items():
+            promoted = [manifest["turn"]["inflightId"]] if sid == manifest["turn"]["sessionId"] else []
+            assert got[sid] == [m["id"] for m in want["messages"]] + promoted, sid
+
+
+async def test_an_inflight_promotion_on_a_full_disk_fails_storage_full_then_lands_once(tmp_path: Path) -> None:
+    """A turn streaming a reply (``saveInflightMessage``) when the host is SIGKILLed, restarted with the disk
+    full: the boot sweep's promotion is a transcript append. Found: the sweep counted the ENOSPC as an
+    error and the host served, the reply left behind as a checkpoint to be appended after whatever the
+    session got next. Now the start fails STORAGE_FULL; with room the reply lands once, aborted."""
+    with small_disk("tmpfs", tmp_path, size_mb=8) as mnt, trio.fail_after(300):
+        data = mnt / "data"
+        host = await trio.to_thread.run_sync(start_host_process, data)
+        try:
+            async with open_client(host.url, host.token, client_id="ui-1", client_kind="ui") as c:
+                sid = (await c.call("session.create", {"title": "streaming"}))["id"]
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg("u1", "question")})
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": "turn1"})
+                await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "turn1", "message": msg(
+                    "r1", "partial answer " + "x" * 20_000, role="assistant")})
+            await trio.to_thread.run_sync(fill, mnt / "filler")
+        finally:
+            await trio.to_thread.run_sync(host.kill9)
+        before = _sums(data / "sessions")
+        assert any(name.endswith(".inflight.json") for name in before), before
+        _refused_full(await trio.to_thread.run_sync(_boot_once, data))
+        assert _sums(data / "sessions") == before
+        (mnt / "filler").unlink()
+        for _ in range(2):  # promoted once, and not again by the next start
+            got, boot = await _reads(data, [sid])
+            assert got == {sid: ["u1", "r1"]}, got
+        assert boot["inflight"]["errors"] == []
+
+
+async def test_an_inflight_promotion_whose_append_finds_no_room_fails_storage_full(tmp_path: Path) -> None:
+    """The sweep's own append failing ENOSPC (injected: room for the database, none for the line). Found:
+    the sweep counted it in ``inflight.errors`` and the host served, the turn aborted without its reply and
+    the checkpoint left to be appended after whatever the session got next. Now the start fails
+    STORAGE_FULL with the transcript untouched; the next start promotes the reply once."""
+    data = tmp_path / "data"
+    host = await trio.to_thread.run_sync(start_host_process, data)
+    try:
+        async with open_client(host.url, host.token, client_id="ui-1", client_kind="ui") as c:
+            sid = (await c.call("session.create", {"title": "streaming"}))["id"]
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("u1", "question")})
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "turn1"})
+            await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "turn1", "message": msg(
+                "r1", "partial answer", role="assistant")})
+    finally:
+        await trio.to_thread.run_sync(host.kill9)
+    before = _sums(data / "sessions")
+    _refused_full(await trio.to_thread.run_sync(_boot_once, data, "append.before_write:1:enospc"))
+    assert _sums(data / "sessions") == before
+    for _ in range(2):
+        got, boot = await _reads(data, [sid])
+        assert got == {sid: ["u1", "r1"]}, got
+    assert boot["inflight"]["errors"] == []
