@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -19,19 +18,10 @@ from store.receipts import ReceiptKey, file_record
 from store.transcripts import deleted_log
 from store.transcripts.deleted_log import FILE_NAME, LoggedDelete
 from store.transcripts.session_files import SessionPaths, finish_delete, pending_deletes, write_delete_marker
-from tests.dbkit import NOW, fresh_db
+from tests.dbkit import NOW
 
 CREATE = ReceiptKey("ui-1", "k-create", "session.create", "f" * 64)
 DELETE = ReceiptKey("ui-1", "k-delete", "session.delete", "d" * 64)
-
-
-@pytest.fixture
-def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
-    c = fresh_db(tmp_path / "pi.sqlite")
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def _paths(root: Path, sid: str = "s1") -> SessionPaths:
