@@ -123,6 +123,9 @@ class RotatingNdjsonHandler(logging.Handler):
         self._fd: int | None = None
         self._size = 0
         self._started: float | None = None
+        self.dropped = 0
+        """Records lost to write errors (a full disk) since the last one written."""
+        self._torn = False
         self._open()
 
     def _open(self) -> None:
@@ -176,13 +179,26 @@ class RotatingNdjsonHandler(logging.Handler):
             ):
                 self._rotate(now)
             fd = self._fd if self._fd is not None else self._reopen()
+            if self._torn:  # the last record stopped part way: this one starts a line of its own
+                line = b"\n" + line
             view = memoryview(line)
             while view:
                 written = os.write(fd, view)
+                self._torn = True
                 view = view[written:]
+            self._torn = False
             if not self._size:
                 self._started = now
             self._size += len(line)
+            self.dropped = 0
+        except OSError as exc:
+            # A full disk (or a vanished directory) fails every record: one line on stderr when it starts,
+            # not logging's traceback per record burying the host's own error; the next record written
+            # ends the episode.
+            if not self.dropped:
+                print(f"pi-host: cannot write the host log {self.path}: {exc.strerror or exc}; "
+                      "records are dropped until it can be written", file=sys.stderr, flush=True)
+            self.dropped += 1
         except Exception:
             self.handleError(record)
 

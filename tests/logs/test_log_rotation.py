@@ -162,3 +162,47 @@ def test_setup_logging_writes_host_ndjson_with_the_given_bounds(tmp_path: Path) 
         assert record["msg"] == "hello" and record["sessionId"] == "s1"
     finally:
         teardown_logging(handlers)
+
+
+def test_a_full_disk_drops_records_with_one_line_on_stderr_and_no_torn_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """ENOSPC on the host log: logging's traceback per record buried the host's own STORAGE_FULL line on a
+    full disk. Now one line says records are dropped; a record cut part way leaves no line joined to the next."""
+    h = RotatingNdjsonHandler(tmp_path, LogRotation())
+    h.setFormatter(NdjsonFormatter())
+    real_write = os.write
+    state = {"full": False, "partial": True}
+
+    def write(fd: int, data: memoryview | bytes) -> int:
+        if not state["full"]:
+            return real_write(fd, data)
+        if state["partial"]:  # the first failing record gets a few bytes out
+            state["partial"] = False
+            return real_write(fd, bytes(data[:7]))
+        raise OSError(28, "No space left on device")
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("pi_host", logging.INFO, __file__, 1, msg, None, None)
+
+    try:
+        h.emit(record("before"))
+        monkeypatch.setattr("runtime.logs.os.write", write)
+        state["full"] = True
+        for i in range(5):
+            h.emit(record(f"lost {i}"))
+        assert h.dropped == 5
+        state["full"] = False
+        h.emit(record("after"))
+        assert h.dropped == 0
+    finally:
+        h.close()
+    err = capsys.readouterr().err
+    assert err.count("records are dropped") == 1 and "Traceback" not in err
+    lines = (tmp_path / LOG_NAME).read_bytes().split(b"\n")
+    parsed = []
+    for line in lines:
+        try:
+            parsed.append(json.loads(line)["msg"] if line else None)
+        except ValueError:
+            parsed.append("<torn>")
+    assert [p for p in parsed if p is not None] == ["before", "<torn>", "after"]
