@@ -136,10 +136,7 @@ class Compaction(Record):
         default_factory=list,
         max_length=MAX_RETAINED_TAIL,
         description="Message records kept after the summary (at most the latest "
-        "user message for an active turn; empty after a completed turn). A kept "
-        "message is a copy of the session's message of that id: its role and blocks "
-        "must match the transcript's (MESSAGE_NOT_FOUND, INVALID_PARAMS otherwise), "
-        "and the transcript's copy is stored.",
+        "user message for an active turn; empty after a completed turn).",
     )
     provider_id: Ref | None = None
     model_id: Ref | None = None

@@ -613,7 +613,7 @@ export interface Compaction {
   /** Durable transcript boundary. */
   throughMessageId: string;
   tokensBefore: number;
-  /** Message records kept after the summary (at most the latest user message for an active turn; empty after a completed turn). A kept message is a copy of the session's message of that id: its role and blocks must match the transcript's (MESSAGE_NOT_FOUND, INVALID_PARAMS otherwise), and the transcript's copy is stored. */
+  /** Message records kept after the summary (at most the latest user message for an active turn; empty after a completed turn). */
   retainedTail?: JsonObject[];
   providerId?: string | null;
   modelId?: string | null;
