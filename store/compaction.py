@@ -13,9 +13,7 @@ Rules kept here:
   (``details.retainedTailMode = "active_turn"``) and nothing after a completed
   turn (``"completed_turn"``). A legacy record (no mode) is normalised to its
   latest user message. A tail message over the retention limit is stored in
-  marked, truncated form (the transcript keeps the original). A retained message
-  is a copy of a transcript message, never the caller's word for it
-  (:func:`retained_copy`: same role and blocks, stored as the transcript holds it).
+  marked, truncated form (the transcript keeps the original).
 * ``details.fallback`` may only be ``"retained_tail"`` (automatic compaction
   failed) and then carries a short recovery summary.
 * ``details.retainedReasoning`` is a bounded list of prior thinking turns with
@@ -219,39 +217,6 @@ def normalize_compaction(
     return record
 
 
-def retained_copy(
-    sent: Mapping[str, Any], stored: Mapping[str, Any], where: str, *, limits: CompactionLimits = DEFAULT_LIMITS
-) -> dict[str, Any]:
-    """The retained-tail entry for ``sent`` (one entry of a :func:`normalize_compaction` record) given
-    ``stored``, the transcript's line record of the message ``sent`` names.
-
-    The tail reproduces a transcript message after a compaction (seed 003 §2.1); it is the
-    message's identity, its role and blocks (bounded as :func:`normalize_compaction` bounds them,
-    so a copy sent whole or already bounded both match), that must agree. The entry kept is the
-    transcript's copy: the line's id, turn and meta, never the caller's (``meta.receipt`` stays
-    on the line). Raises :class:`InvalidInput` when they differ.
-    """
-    copy = {k: v for k, v in stored.items() if k != "type"}
-    meta = copy.get("meta")
-    if isinstance(meta, Mapping) and "receipt" in meta:
-        rest = {k: v for k, v in meta.items() if k != "receipt"}
-        if rest:
-            copy["meta"] = rest
-        else:
-            del copy["meta"]
-    try:
-        kept = _tail_message(copy, limits, where)
-    except InvalidInput:
-        raise _invalid(f"{where} names a line that is not a message", where) from None
-    if kept.get("role") != sent.get("role"):
-        raise _invalid(f"{where}: message {kept['id']} is a {kept.get('role')} message in the transcript, "
-                       f"not {sent.get('role')}", f"{where}.role")
-    if kept.get("blocks") != sent.get("blocks"):
-        raise _invalid(f"{where}: the blocks differ from message {kept['id']} in the transcript (a retained "
-                       "message is a copy of it)", f"{where}.blocks")
-    return kept
-
-
 def normalize_on_read(record: Mapping[str, Any]) -> dict[str, Any]:
     """A stored record as readers return it: a legacy tail reduced to its latest user message.
 
@@ -297,7 +262,6 @@ __all__ = [
     "normalize_compaction",
     "normalize_details",
     "normalize_on_read",
-    "retained_copy",
     "split_valid",
     "still_valid",
 ]

@@ -10,7 +10,7 @@ from typing import Any
 
 from actors.session_context import Lines, SessionContext
 from protocol import models as m
-from store.compaction import normalize_compaction, normalize_on_read, retained_copy
+from store.compaction import normalize_compaction, normalize_on_read
 from store.errors import Conflict, MessageNotFound
 from store.indexing import index
 from store.jsonio import dumps_line, loads_line
@@ -33,16 +33,6 @@ async def append_compaction(ctx: SessionContext, p: m.AppendCompactionParams, ke
             raise MessageNotFound(f"compaction {name} {anchor} is not in session {sid}",
                                   data={"sessionId": sid, "messageId": anchor})
         rec[name] = stored
-    tail = rec["retainedTail"]
-    for i, sent in enumerate(tail):  # a copy of the transcript's message, never the caller's word for it
-        stored = await ctx.read(index.resolve_id, sid, sent["id"])
-        span = None if stored is None else await ctx.read(index.message_span, sid, stored)
-        if span is None:
-            raise MessageNotFound(f"compaction retainedTail[{i}] {sent['id']} is not a message of session {sid}",
-                                  data={"sessionId": sid, "messageId": sent["id"],
-                                        "field": f"compaction.retainedTail[{i}].id"})
-        held = loads_line((await ctx.io(read_spans, ctx.paths.transcript, [span]))[0])
-        tail[i] = retained_copy(sent, held, f"compaction.retainedTail[{i}]")
     if await ctx.read(index.resolve_id, sid, rec["id"]) is not None:
         # one id, two things: session.context would list it twice, and a delete of the message would
         # silently end the checkpoint

@@ -820,13 +820,6 @@ def compaction_span(conn: sqlite3.Connection, session_id: str, compaction_id: st
     return (int(row[0]), int(row[1])) if row else None
 
 
-def message_span(conn: sqlite3.Connection, session_id: str, message_id: str) -> tuple[int, int] | None:
-    """Byte span of the transcript line of the message stored as ``message_id`` in the session."""
-    row = conn.execute("SELECT line_offset, line_len FROM messages WHERE session_id = ? AND id = ?",
-                       (session_id, message_id)).fetchone()
-    return (int(row[0]), int(row[1])) if row and row[0] is not None else None
-
-
 def set_project_id(conn: sqlite3.Connection, session_id: str, project_id: int | None) -> None:
     conn.execute("UPDATE sessions SET project_id = ? WHERE id = ?", (project_id, session_id))
 

@@ -272,7 +272,8 @@ class HistoryMachine(RuleBasedStateMachine):
         through = t % len(live)
         first_kept = live[k % (through + 1)]["id"] if first else None
         users = [m for m in live[: through + 1] if m["role"] == "user"]
-        kept_tail = [dict(users[-1])] if tail and users else []  # a copy: the host refuses other content
+        kept_tail = [dict(users[-1], blocks=[{"type": "text", "text": f"tail {users[-1]['id']}"}])] \
+            if tail and users else []
         cid = self.fresh("c")
         cp = Checkpoint(cid, f"summary {cid}", live[through]["id"], first_kept, kept_tail)
         self.call("session.appendCompaction", compaction=cp.wire())

@@ -85,8 +85,7 @@ async def test_compaction_append_chain_and_rewrite_validity(tmp_path):
             assert err.value.data_code == "MESSAGE_NOT_FOUND"
             before = transcript_path(tmp_path, sid).read_bytes()
             r = await c.call("session.appendCompaction", {"sessionId": sid, "compaction": cp(
-                "c1", "a1", firstKeptMessageId="u1",
-                retainedTail=[msg("u1", "q u1 "), msg("x", "y", role="assistant")])})
+                "c1", "a1", firstKeptMessageId="u1", retainedTail=[msg("u1", "q"), msg("x", "y", role="assistant")])})
             # appended after its boundary, messages untouched; a legacy tail → its latest user message
             after = transcript_path(tmp_path, sid).read_bytes()
             assert after.startswith(before)

@@ -7,7 +7,7 @@ import os
 import orjson
 import pytest
 
-from store.compaction import normalize_compaction, normalize_on_read, retained_copy, split_valid
+from store.compaction import normalize_compaction, normalize_on_read, split_valid
 from store.errors import InvalidInput
 from store.faults import Faults, InjectedFault
 from store.indexing.reconcile import dedupe, scan_from
@@ -208,36 +208,6 @@ def test_normalize_compaction_rules():
     with pytest.raises(InvalidInput):
         normalize_compaction({"id": "c", "summary": "s", "throughMessageId": "a", "tokensBefore": -1}, now_ms=0)
     dumps_line(rec)
-
-
-def test_a_retained_message_is_the_transcripts_copy():
-    """Seed 003 §2.1: the tail reproduces a transcript message; its role and blocks must be the line's
-    (compared bounded, so a long message sent whole or already cut both match), and what is kept is the
-    line's copy (its id, turn and meta; never the receipt)."""
-    long_text = "x" * 70_000
-    line = {"type": "message", "id": "s:u1", "role": "user", "turnId": "t1", "createdAt": "2026-01-01T00:00:00.000Z",
-            "blocks": [{"type": "text", "text": long_text}],
-            "meta": {"steering": True, "receipt": {"clientId": "c", "submissionId": "x"}}}
-    sent_whole = {"id": "u1", "role": "user", "blocks": [{"type": "text", "text": long_text}]}
-
-    def bounded(sent: dict) -> dict:
-        return normalize_compaction({"id": "c", "summary": "s", "throughMessageId": "a", "tokensBefore": 0,
-                                     "retainedTail": [sent], "details": {"retainedTailMode": "active_turn"}},
-                                    now_ms=0)["retainedTail"][0]
-
-    whole = bounded(sent_whole)
-    kept = retained_copy(whole, line, "t")
-    assert kept["id"] == "s:u1" and kept["turnId"] == "t1" and "type" not in kept
-    assert kept["meta"] == {"steering": True, "retainedTruncated": True}
-    assert kept["blocks"] == whole["blocks"] and len(kept["blocks"][0]["text"]) == 64_000
-    assert retained_copy(bounded(kept), line, "t") == kept  # the bounded form, sent again
-    for sent in ({**sent_whole, "blocks": [{"type": "text", "text": "made up"}]},
-                 {**sent_whole, "blocks": [{"type": "text", "text": long_text + "!"}]},
-                 {**sent_whole, "role": "assistant"}):
-        with pytest.raises(InvalidInput):
-            retained_copy(sent, line, "t")
-    with pytest.raises(InvalidInput):
-        retained_copy(whole, {**line, "role": "assistant"}, "t")
 
 
 def test_legacy_records_normalized_on_read_and_validity_per_record():
