@@ -53,14 +53,15 @@ def _one_of(*allowed: str) -> _Check:
 
 
 _SEARCH_STATUS = ("searching", "completed", "failed")
-_BLOB_REF = re.compile(r"^attachments/[0-9a-f]{64}$")
+_BLOB_REF = re.compile(r"^attachments/[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def is_attachment_ref(value: Any) -> bool:
-    """An attachment block's ``ref`` (seed 003 §4.7: ``attachments/<sha256> or absolute path``): a blob
-    of the attachment store (the name is the lowercase hex SHA-256 that ``attachments.put`` answers), or
-    an absolute path (``/...``, ``C:/...``) with no ``..`` component and no NUL. A relative path names
-    nothing the host or the sidecar can resolve safely (``../../etc/passwd``)."""
+    """An attachment block's ``ref`` (seed 003 §4.7: ``attachments/<sha256> or absolute path``): a name in
+    the attachment store (``attachments.put`` answers the lowercase hex SHA-256; any one plain file name is
+    taken, so a blob named some other way, or not stored yet, stays referable), or an absolute path
+    (``/...``, ``C:/...``) with no ``..`` component and no NUL. A relative path, or a name with a ``/``,
+    names nothing the host or the sidecar can resolve safely (``../../etc/passwd``)."""
     if not isinstance(value, str) or not value or len(value) > MAX_PATH_CHARS or "\x00" in value:
         return False
     if value.startswith("attachments/"):

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints
 
-from .blocks import check_block
+from .blocks import check_block, refuse_inline_bytes
 from .models_common import (
     MAX_ATTACHMENTS,
     MAX_TEXT_FIELD,
@@ -24,17 +24,22 @@ from .models_records import QueueEntry
 MAX_QUEUE_ENTRIES = 8
 
 
-def _attachment_block(attachment: dict[str, Any]) -> dict[str, Any]:
-    """Seed 003 §4.6b: attachments_json keeps the prompt's attachment references, bytes stay out. A queued
-    attachment is the block the prompt's user message carries, checked by the one block check every message
-    method runs (inline bytes refused, ``ref`` a blob or an absolute path: :func:`protocol.blocks.check_block`)."""
-    if attachment.get("type") != "attachment":
-        raise ValueError('a queued attachment is an attachment block {"type": "attachment", "kind", "name", '
-                         '"ref"}: ref attachments/<sha256> (attachments.put) or an absolute path')
-    return check_block(attachment)
+def _queue_attachment(attachment: dict[str, Any]) -> dict[str, Any]:
+    """Seed 003 §4.6b: attachments_json keeps the prompt's attachment references, bytes stay out. An attachment
+    block runs the one block check every message method runs (inline bytes refused, ``ref`` a blob or an
+    absolute path: :func:`protocol.blocks.check_block`); a reference object of the caller's own (a path in the
+    session scratch or project root) is kept as given, without inline bytes and without a ``..`` component."""
+    if attachment.get("type") == "attachment":
+        return check_block(attachment)
+    refuse_inline_bytes(attachment)
+    for key in ("ref", "path"):
+        value = attachment.get(key)
+        if isinstance(value, str) and ("\x00" in value or ".." in value.replace("\\", "/").split("/")):
+            raise ValueError(f"a queued attachment's {key} may not hold a '..' component or a NUL: {value[:80]!r}")
+    return attachment
 
 
-QueueAttachment = Annotated[JsonObject, AfterValidator(_attachment_block)]
+QueueAttachment = Annotated[JsonObject, AfterValidator(_queue_attachment)]
 
 
 class QueuePushParams(MutatingParams):
@@ -49,15 +54,15 @@ class QueuePushParams(MutatingParams):
     attachments: list[QueueAttachment] | None = Field(
         default=None, max_length=MAX_ATTACHMENTS,
         description="The prompt's attachment references (seed 003 §4.6b): attachment blocks {type: "
-        "\"attachment\", kind, name, ref}, checked as in session.appendMessage: ref is attachments/<sha256> "
-        "(attachments.put) or an absolute path without '..' (a file in the session scratch or project root); "
-        "bytes inline, a relative ref or another kind of object is refused.")
+        "\"attachment\", kind, name, ref}, checked as in session.appendMessage (ref attachments/<sha256> or an "
+        "absolute path without '..'), or the caller's own reference objects (a path in the session scratch or "
+        "project root), kept as given; bytes inline, or a ref/path with a '..' component, are refused.")
     permission_mode: PermissionMode
     session_message_id: WireId | None = Field(
         default=None,
         description="Binds the admission to its session collaboration ledger row "
-        "(seed 003 §4.6c); part of the idempotency check. An id naming no delivery, a delivery addressed "
-        "to another session, or one already admitted in this queue, is INVALID_PARAMS.",
+        "(seed 003 §4.6c); part of the idempotency check. A delivery addressed to another session, "
+        "or one already admitted in this queue, is INVALID_PARAMS.",
     )
 
 

@@ -30,11 +30,9 @@ Rules:
   handed out): a binding into another session's queue would let that queue
   cancel a foreign delivery, and a second admission would hand one delivery out
   twice (``INVALID_PARAMS``, see :func:`check_binding`). A
-  ``session_message_id`` that names no delivery at all is refused too: the
-  column binds an admission to its ledger row (seed 003 §4.6c), so such an
-  entry would be handed out as a delivery no ``collab.begin`` can start, and
-  it would bind a delivery that got that id later. (A retry of a push already
-  made is answered as its replay before any of this is checked.)
+  ``session_message_id`` that names no delivery at all is still accepted as a
+  loose reference (clients already send those; seed 003 §4.6b gives the
+  column no other rule); it can change no delivery.
 * Delivery order: promoted entries (``priority`` set) first in click order
   (priority ascending), then the rest by position.
 * ``prioritize`` writes ``MAX(priority) + 1`` within the session; an entry that
@@ -382,11 +380,7 @@ def check_binding(snap: Snapshot, binding: Binding) -> None:
     removing either would cancel it under the other)."""
     sid = snap.session_id
     if binding.target_session_id is None:
-        raise InvalidInput(
-            f"sessionMessageId {binding.delivery_id} names no collaboration delivery: it binds an admission to "
-            "the delivery collab.deliver created (leave it out for a prompt of your own)",
-            data={"field": "sessionMessageId", "sessionId": sid, "deliveryId": binding.delivery_id},
-        )
+        return  # a loose reference: it names no delivery, so it can change none
     if binding.target_session_id != sid:
         raise InvalidInput(
             f"sessionMessageId {binding.delivery_id} names a collaboration delivery addressed to another "

@@ -490,7 +490,8 @@ def test_known_blocks_with_extra_keys_are_kept() -> None:
 @pytest.mark.parametrize(("ref", "ok"), [
     ("attachments/" + "0f" * 32, True), ("/home/ada/notes.txt", True), ("C:\\Users\\ada\\a.png", True),
     ("D:/w/a.png", True), ("/w/./a.png", True),
-    ("attachments/ab", False), ("attachments/" + "0F" * 32, False), ("attachments/../pi.sqlite", False),
+    ("attachments/ab", True), ("attachments/" + "0F" * 32, True), ("attachments/../pi.sqlite", False),
+    ("attachments/a/b", False), ("attachments/", False), ("attachments/.hidden", False),
     ("../../etc/passwd", False), ("notes.txt", False), ("/w/../../etc/passwd", False), ("C:..\\x", False),
     ("", False), (" ", False), ("/w/a\x00b", False), ("/" + "a" * 5000, False),
 ])

@@ -2097,10 +2097,10 @@ export interface QueuePushParams {
   /** Same principal + key returns the same entry; a different input fails with IDEMPOTENCY_CONFLICT. */
   idempotencyKey?: string | null;
   content: string;
-  /** The prompt's attachment references (seed 003 §4.6b): attachment blocks {type: "attachment", kind, name, ref}, checked as in session.appendMessage: ref is attachments/<sha256> (attachments.put) or an absolute path without '..' (a file in the session scratch or project root); bytes inline, a relative ref or another kind of object is refused. */
+  /** The prompt's attachment references (seed 003 §4.6b): attachment blocks {type: "attachment", kind, name, ref}, checked as in session.appendMessage (ref attachments/<sha256> or an absolute path without '..'), or the caller's own reference objects (a path in the session scratch or project root), kept as given; bytes inline, or a ref/path with a '..' component, are refused. */
   attachments?: JsonObject[] | null;
   permissionMode: "inherit" | "ask" | "accept-edits" | "auto";
-  /** Binds the admission to its session collaboration ledger row (seed 003 §4.6c); part of the idempotency check. An id naming no delivery, a delivery addressed to another session, or one already admitted in this queue, is INVALID_PARAMS. */
+  /** Binds the admission to its session collaboration ledger row (seed 003 §4.6c); part of the idempotency check. A delivery addressed to another session, or one already admitted in this queue, is INVALID_PARAMS. */
   sessionMessageId?: string | null;
 }
 
