@@ -69,3 +69,22 @@ async def test_a_settings_write_retried_after_the_crash_never_runs_again(
             answer = await c.call(method, call)
             assert answer[field] == value  # the stored answer of the first call
             assert (await c.call("session.get", {"sessionId": "s1"}))["session"][field] == next(iter(later.values()))
+
+
+async def test_a_trash_retried_after_the_crash_never_runs_again(tmp_path: Path) -> None:
+    """sessions.trash writes a ``session_info`` line with ``trashedAt`` (its receipt in it): killed after the
+    line's fsync, the restarted host has the session in the trash, and a retry after the user restored it
+    answers the first call and leaves it restored."""
+    await _setup(tmp_path)
+    call = {"sessionId": "s1", "submissionId": "trash-1"}
+    await _killed_during(tmp_path, "sessions.trash", call)
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui-1", kind="ui") as c:
+            trashed = (await c.call("sessions.listTrashed", {}))["sessions"]
+            assert [s["id"] for s in trashed] == ["s1"]
+            assert (await c.call("session.list", {}))["sessions"] == []
+            await c.call("sessions.restore", {"sessionId": "s1"})  # the user, later
+            answer = await c.call("sessions.trash", call)
+            assert answer["session"]["id"] == "s1" and answer["session"]["deletedAt"] is not None
+            assert (await c.call("sessions.listTrashed", {}))["sessions"] == []
+            assert [s["id"] for s in (await c.call("session.list", {}))["sessions"]] == ["s1"]
