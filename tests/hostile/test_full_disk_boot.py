@@ -187,6 +187,18 @@ async def test_a_migration_on_a_full_disk_fails_storage_full_and_runs_once_space
             assert got[sid] == [m["id"] for m in want["messages"]] + promoted, sid
 
 
+async def _stream_a_reply(host: HostProcess, partial: str) -> str:
+    """A new session whose turn ``turn1`` is streaming reply ``r1`` (``partial`` so far, an in-flight
+    checkpoint) after prompt ``u1``; its id."""
+    async with open_client(host.url, host.token, client_id="ui-1", client_kind="ui") as c:
+        sid: str = (await c.call("session.create", {"title": "streaming"}))["id"]
+        await c.call("session.appendMessage", {"sessionId": sid, "message": msg("u1", "question")})
+        await c.call("session.startTurn", {"sessionId": sid, "turnId": "turn1"})
+        await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "turn1", "message": msg(
+            "r1", partial, role="assistant")})
+    return sid
+
+
 async def test_an_inflight_promotion_on_a_full_disk_fails_storage_full_then_lands_once(tmp_path: Path) -> None:
     """A turn streaming a reply (``saveInflightMessage``) when the host is SIGKILLed, restarted with the disk
     full: the boot sweep's promotion is a transcript append. Found: the sweep counted the ENOSPC as an
@@ -196,12 +208,7 @@ async def test_an_inflight_promotion_on_a_full_disk_fails_storage_full_then_land
         data = mnt / "data"
         host = await trio.to_thread.run_sync(start_host_process, data)
         try:
-            async with open_client(host.url, host.token, client_id="ui-1", client_kind="ui") as c:
-                sid = (await c.call("session.create", {"title": "streaming"}))["id"]
-                await c.call("session.appendMessage", {"sessionId": sid, "message": msg("u1", "question")})
-                await c.call("session.startTurn", {"sessionId": sid, "turnId": "turn1"})
-                await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "turn1", "message": msg(
-                    "r1", "partial answer " + "x" * 20_000, role="assistant")})
+            sid = await _stream_a_reply(host, "partial answer " + "x" * 20_000)
             await trio.to_thread.run_sync(fill, mnt / "filler")
         finally:
             await trio.to_thread.run_sync(host.kill9)
@@ -224,12 +231,7 @@ async def test_an_inflight_promotion_whose_append_finds_no_room_fails_storage_fu
     data = tmp_path / "data"
     host = await trio.to_thread.run_sync(start_host_process, data)
     try:
-        async with open_client(host.url, host.token, client_id="ui-1", client_kind="ui") as c:
-            sid = (await c.call("session.create", {"title": "streaming"}))["id"]
-            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("u1", "question")})
-            await c.call("session.startTurn", {"sessionId": sid, "turnId": "turn1"})
-            await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "turn1", "message": msg(
-                "r1", "partial answer", role="assistant")})
+        sid = await _stream_a_reply(host, "partial answer")
     finally:
         await trio.to_thread.run_sync(host.kill9)
     before = _sums(data / "sessions")

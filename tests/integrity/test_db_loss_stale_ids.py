@@ -65,14 +65,19 @@ async def test_a_project_id_issued_before_the_loss_names_no_other_project_after_
     assert not before & {p["id"] for p in got["projects"].values()}  # no id of the lost database comes back
 
 
+def _s1_requests() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The keyed create, append and delete of session s1 the deleted-session tests make and retry."""
+    return ({"sessionId": "s1", "title": "t", "submissionId": "k-create"},
+            {"sessionId": "s1", "message": msg("u1", "question"), "submissionId": "k-append"},
+            {"sessionId": "s1", "submissionId": "k-delete"})
+
+
 @pytest.mark.parametrize("how", ["deleted", "corrupt"])
 async def test_a_session_deleted_before_the_loss_is_not_created_again_by_a_retry(tmp_path: Path, how: str) -> None:
     """``known_sessions`` lived in the database only: the retried create made the deleted session again
     and the retried append landed in it."""
     data = tmp_path / "data"
-    create = {"sessionId": "s1", "title": "t", "submissionId": "k-create"}
-    append = {"sessionId": "s1", "message": msg("u1", "question"), "submissionId": "k-append"}
-    delete = {"sessionId": "s1", "submissionId": "k-delete"}
+    create, append, delete = _s1_requests()
     first: dict[str, Any] = {}
 
     async def build(c: HostClient) -> None:
@@ -107,9 +112,7 @@ async def test_a_delete_killed_before_its_files_went_stays_done_when_the_databas
     """Killed after the rows went (before the log line, or after it and before any file went), then the
     database lost: the marker finishes the delete at boot, and the log keeps the id deleted."""
     data = tmp_path / "data"
-    create = {"sessionId": "s1", "title": "t", "submissionId": "k-create"}
-    append = {"sessionId": "s1", "message": msg("u1", "question"), "submissionId": "k-append"}
-    delete = {"sessionId": "s1", "submissionId": "k-delete"}
+    create, append, delete = _s1_requests()
     first: dict[str, Any] = {}
 
     async def build(c: HostClient) -> None:
