@@ -31,12 +31,15 @@ SQL only; runs in the caller's (the DB writer's) transaction.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
+from store import receipts
 from store.errors import Conflict
 from store.indexing import index
+from store.transcripts.transcript import header_receipts
 
 __all__ = ["CREATES", "created_receipts", "insert_stub", "left_traces", "was_deleted"]
 
@@ -46,13 +49,30 @@ CREATES = ("session.create", "session.fork", "session.assistantEdit", "plugins.i
 """Methods whose effect is a new session: their receipts outlive its delete in the deleted-sessions log."""
 
 
-def created_receipts(conn: sqlite3.Connection, session_id: str, *, limit: int = 8) -> list[dict[str, Any]]:
+def created_receipts(conn: sqlite3.Connection, session_id: str, *, header: Mapping[str, Any] | None = None,
+                     limit: int = 8) -> list[dict[str, Any]]:
     """The receipt records, with their answers, of the requests that made this session (the newest
-    ``limit``): a retry of one after the database was lost is answered as before, not run again."""
+    ``limit``): a retry of one after the database was lost is answered as before, not run again.
+
+    Found under the session's id, and through ``header`` (its transcript's header): a fork or an
+    assistant edit keeps its receipt row under the session it was asked of, the parent; the child's
+    header names it."""
     rows = conn.execute(
         "SELECT client_id, submission_id, fingerprint, method, response_json FROM command_receipts "
         f"WHERE session_id = ? AND method IN ({', '.join('?' * len(CREATES))}) AND status = 'completed' "
         "AND response_json IS NOT NULL ORDER BY created_at DESC LIMIT ?", (session_id, *CREATES, limit)).fetchall()
+    seen = {(r[0], r[1]) for r in rows}
+    for rec in header_receipts(header):
+        key = receipts.key_of_record(rec)
+        if key is None or key.method not in CREATES or (key.client_id, key.submission_id) in seen:
+            continue
+        row = conn.execute(
+            "SELECT client_id, submission_id, fingerprint, method, response_json FROM command_receipts "
+            "WHERE client_id = ? AND submission_id = ? AND status = 'completed' AND response_json IS NOT NULL",
+            (key.client_id, key.submission_id)).fetchone()
+        if row is not None:
+            seen.add((row[0], row[1]))
+            rows.append(row)
     out: list[dict[str, Any]] = []
     for client_id, submission_id, fp, method, response in rows:
         try:

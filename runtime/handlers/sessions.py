@@ -22,10 +22,10 @@ from protocol.jsonrpc import Encoded
 from runtime.context import Services
 from runtime.handlers import inflight, plans
 from store import orphans, queue, receipts, thread_meta
-from store.errors import Conflict, MessageNotFound, StorageFull
+from store.errors import Conflict, MessageNotFound, StorageFull, StoreError
 from store.ids import derived_id, new_id
 from store.indexing import index
-from store.indexing.reconcile import ReconcilePlan, apply_plan, plan_reconcile
+from store.indexing.reconcile import ReconcilePlan, apply_plan, plan_reconcile, read_header
 from store.inflight import checkpoint_message_id
 from store.receipts import ReceiptKey, file_record
 from store.rules import DEFAULT_WINDOW, MAX_REPLY_BYTES, MAX_WHOLE_READ_BYTES
@@ -236,6 +236,15 @@ async def _write_settings(ctx: SessionContext, info: dict[str, Any], *, rename: 
 # ---------------------------------------------------------------------- delete
 
 
+def _created_header(path: Path) -> dict[str, Any] | None:
+    """The transcript's header, for the receipts of the request that made the session (a fork's is kept
+    under its parent); a file that cannot be read names none, and the delete goes on."""
+    try:
+        return read_header(path)
+    except (StoreError, OSError):
+        return None
+
+
 async def remove_session(ctx: SessionContext, key: ReceiptKey | None, rows: Callable[[Any], T], *,
                          points: str) -> T:
     """The delete protocol (``session.delete``, ``sessions.purge``): the marker (with the receipt) → the
@@ -247,7 +256,8 @@ async def remove_session(ctx: SessionContext, key: ReceiptKey | None, rows: Call
     known, or the marker cannot go: it stays (boot finishes the delete, as after a kill)."""
     paths, sid = ctx.paths, ctx.sid
     await ctx.close_writer()
-    created = await ctx.read(orphans.created_receipts, sid)  # carried into the deleted-sessions log
+    header = await ctx.io(_created_header, paths.transcript)
+    created = await ctx.read(partial(orphans.created_receipts, header=header), sid)  # into the deleted-sessions log
     await ctx.io(write_delete_marker, paths, file_record(key) if key is not None else None, created)
     try:
         await ctx.io(ctx.faults.point, f"{points}.after_marker")

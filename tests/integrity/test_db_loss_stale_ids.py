@@ -134,3 +134,39 @@ async def test_a_delete_killed_before_its_files_went_stays_done_when_the_databas
     assert got["delete"] == {"sessionId": "s1", "deleted": True}
     assert got["create"] == first["create"] and got["append"] == "SESSION_NOT_FOUND" and got["sessions"] == []
     assert sorted(p.name for p in (data / "sessions").iterdir()) == ["deleted-sessions.log"]
+
+
+def _child_of(method: str, answer: dict[str, Any]) -> str:
+    return str(answer["id"] if method == "session.fork" else answer["session"]["id"])
+
+
+@pytest.mark.parametrize("method", ["session.fork", "session.assistantEdit"])
+async def test_a_fork_deleted_before_the_loss_is_not_made_again_by_a_retry(tmp_path: Path, method: str) -> None:
+    """The fork's (and the assistant edit's) receipt row lives under the parent, the session it was asked
+    of: the child's delete did not carry it into the deleted-sessions log, and after the loss the retried
+    fork made the child again under its derived id (it came back into session.list)."""
+    data = tmp_path / "data"
+    params: dict[str, Any] = {"sessionId": "s1", "submissionId": "k-child"}
+    if method == "session.assistantEdit":
+        params |= {"messageId": "a1", "blocks": [{"type": "text", "text": "edited"}]}
+    first: dict[str, Any] = {}
+
+    async def build(c: HostClient) -> None:
+        await c.call("session.create", {"sessionId": "s1", "title": "t"})
+        for m in (msg("u1", "question"), msg("a1", "answer", role="assistant")):
+            await c.call("session.appendMessage", {"sessionId": "s1", "message": m})
+        made = await c.call(method, params)
+        await c.call("session.delete", {"sessionId": _child_of(method, made), "submissionId": "k-del"})
+        first["retry"] = await c.call(method, params)  # what a retry answers while the database is whole
+
+    async def retry(c: HostClient) -> dict[str, Any]:
+        return {"retry": await c.call(method, params),
+                "sessions": sorted(s["id"] for s in (await c.call("session.list", {}))["sessions"])}
+
+    with trio.fail_after(60):
+        await _on_host(data, build)
+        _damage(data, "deleted")
+        got = await _on_host(data, retry)
+    assert got["sessions"] == ["s1"]
+    assert got["retry"] == first["retry"]  # answered from the receipt the log carried, nothing made
+    assert not (data / "sessions" / f"{_child_of(method, first['retry'])}.jsonl").exists()
