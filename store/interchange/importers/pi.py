@@ -227,7 +227,9 @@ class Branch:
     """Entry key → tool calls of an assistant message (each becomes a message ``<key>.<i>``)."""
     corrupt_leaf: dict[str, str] | None = None
     """Seed 000 §3.4: the file's leaf did not reach a root (``leaf``, ``reason``), so the branch
-    is the one of ``fallback``, the highest-sequence leaf that does (a system notice says so)."""
+    is the one of ``fallback``, the highest-sequence leaf that does (a system notice says so); without
+    ``fallback`` no entry reaches a root, the leaf's chain loops and the branch is the leaf's own fragment (a
+    notice says so too)."""
     parents: dict[str, str | None] = field(default_factory=dict)
     """Entry key → its parent's key (file order)."""
     ends: dict[str, int] = field(default_factory=dict)
@@ -339,6 +341,11 @@ def find_branch(lines: Iterable[Line], file: FileReport, report: SessionReport, 
             corrupt = {"leaf": leaf, "fallback": fallback, "reason": reason}
             leaf = fallback
             keys, _ = _walk(parents, leaf)
+        elif reason.startswith("parent cycle"):
+            # no entry reaches a root and the leaf's chain loops: its fragment is all there is, and the
+            # notice says so (a chain that only starts at a missing parent is how pi itself shows the file:
+            # it is imported as it is, counted in the report's danglingParents)
+            corrupt = {"leaf": leaf, "reason": reason}
     report.off_branch += len(parents) - len(keys)
     return Branch(header, keys, leaf, len(parents), end, referenced, kept_index, frozenset(parents), calls,
                   corrupt, parents, ends)
@@ -434,10 +441,18 @@ class PiConverter:
 
     def corrupt_leaf_notice(self, corrupt: Mapping[str, str]) -> None:
         """Seed 000 §3.4: "Corrupt data falls back to the highest-sequence reachable leaf and produces a
-        system notice." — one ``system`` message after the branch it fell back to."""
-        text = (f"This session's last entry ({corrupt['leaf']}) does not lead back to the start of the "
-                f"conversation ({corrupt['reason']}); showing the newest intact branch, ending at entry "
-                f"{corrupt['fallback']}.")
+        system notice." — one ``system`` message after the branch it fell back to. When no entry of the file
+        reaches a root and the leaf's chain loops, there is no intact branch to fall back to: the leaf's
+        fragment is shown (nothing of it is dropped) and the notice still says the data is corrupt
+        (``corruptLeaf`` has no ``fallback``)."""
+        if "fallback" in corrupt:
+            text = (f"This session's last entry ({corrupt['leaf']}) does not lead back to the start of the "
+                    f"conversation ({corrupt['reason']}); showing the newest intact branch, ending at entry "
+                    f"{corrupt['fallback']}.")
+        else:
+            text = (f"This session's last entry ({corrupt['leaf']}) does not lead back to the start of the "
+                    f"conversation ({corrupt['reason']}), and no entry of it does; showing the entries that "
+                    f"lead to it, from the first one that could be read.")
         self.notice(f"{CORRUPT_LEAF}:{corrupt['leaf']}", self.meta.updated_ms, [text_block(text)],
                     {"importedKind": "pi/corrupt_leaf", "corruptLeaf": dict(corrupt)})
 
