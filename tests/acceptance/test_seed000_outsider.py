@@ -429,3 +429,70 @@ async def test_the_quota_warning_starts_just_above_80_percent(tmp_path: Path) ->
             assert at["percent"] == 80.0 and at["warning"] is False
             await c.call("settings.set", {"ns": "app", "key": "attachmentBudgetBytes", "value": 1249})
             assert (await c.call("attachments.estimate", {}))["warning"] is True
+
+
+async def test_eviction_spares_the_active_threads_queue_checkpoint_and_recorded_refs(tmp_path: Path) -> None:
+    """Seed 000 §2.3 / §5: the active Thread's attachments include those of its queued prompt, of its
+    streaming reply's checkpoint, of a recorded reference without a message, and of a blob another thread
+    shares with it; with a budget smaller than any one blob, only the blob nothing in the active thread
+    refers to goes."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            active = await new_session(c)
+            other = await new_session(c)
+            orphan, queued, streaming, shared, recorded = [await _put(c, bytes([fill])) for fill in b"OQISR"]
+            await c.call("session.queuePush", {"sessionId": active, "principal": "me", "content": "look",
+                                               "permissionMode": "inherit", "attachments": [_att(queued)]})
+            await c.call("session.startTurn", {"sessionId": active, "turnId": "t-gc"})
+            await c.call("session.saveInflightMessage", {"sessionId": active, "turnId": "t-gc", "message": msg(
+                "x1", "p", role="assistant", blocks=[{"type": "text", "text": "p"}, _att(streaming)])})
+            for sid, mid in ((other, "o1"), (active, "k1")):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(
+                    mid, "x", blocks=[_att(shared)])})
+            await c.call("attachments.ref", {"sha256": recorded["sha256"], "sessionId": active})
+            await c.call("settings.set", {"ns": "app", "key": "attachmentBudgetBytes", "value": 999})
+            gc = await c.call("attachments.gc", {"activeSessionId": active})
+            assert gc["evicted"] == [orphan["sha256"]]
+
+
+async def test_a_streaming_checkpoint_is_not_a_node(tmp_path: Path) -> None:
+    """Seed 000 §1/§2.2: "Streaming deltas are not nodes. The final assistant result is written after the
+    provider stream completes." A checkpoint of a reply still streaming is neither in the tree nor in the
+    model history; the final reply is."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await new_session(c)
+            await say(c, sid, "u1", "q")
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t-s"})
+            await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t-s",
+                                                         "message": msg("x1", "partial", role="assistant")})
+            t = await tree(c, sid)
+            assert [n["id"] for n in t["nodes"]] == ["u1"] and t["activeLeafId"] == "u1"
+            assert await ctx_ids(c, sid) == ["u1"]
+            await say(c, sid, "x1", "final", "assistant", turnId="t-s")
+            t = await tree(c, sid)
+            assert [n["id"] for n in t["nodes"]] == ["u1", "x1"] and t["activeLeafId"] == "x1"
+
+
+async def test_edits_of_the_root_message_are_sibling_roots_and_each_can_be_switched_to(tmp_path: Path) -> None:
+    """Seed 000 §3.2 at the root: the first user message has no parent, so its edits (under the same id,
+    then under a new id naming it) are sibling roots; switching restores each whole branch."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await new_session(c)
+            await say(c, sid, "u1", "q")
+            await say(c, sid, "a1", "r", "assistant")
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u1", "mode": "edit"})
+            await say(c, sid, "u1", "q edited, same id")
+            await say(c, sid, "a1x", "r2", "assistant")
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u1", "mode": "edit"})
+            await say(c, sid, "u1n", "q edited, new id", meta={"revisionRootId": "u1"})
+            t = await tree(c, sid)
+            roots = [n for n in t["nodes"] if n.get("parentId") is None]
+            assert [n["id"] for n in roots] == ["rev:u1:1:u1", "rev:u1:2:u1", "u1n"]
+            assert t["activeLeafId"] == "u1n"
+            for index, expected in ((1, ["u1", "a1"]), (2, ["u1", "a1x"])):
+                await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1",
+                                                          "revisionIndex": index})
+                assert await ctx_ids(c, sid) == expected
+                assert (await tree(c, sid))["activeLeafId"] == expected[-1]
