@@ -8,7 +8,10 @@ Tasks per connection (all in one nursery inside one cancel scope):
   task per request: the answer comes back through a reply callback that
   encodes it and queues it; at most ``max_in_flight`` requests are unanswered
   at once (reading waits beyond that);
-- one *writer*: drains the bounded outbound queue into the socket;
+- one *writer*: drains the bounded outbound queue into the socket; a small
+  frame with nothing queued or being sent before it goes to the socket from
+  the task that answered (``deliver``: no hop to the writer and back), and
+  the writer only finishes what the socket did not take at once;
 - one *pump* per event subscription, forwarding bus events as notifications.
 
 Every reply is encoded once (orjson bytes, which are the frame's payload as they
@@ -49,12 +52,15 @@ from actors.events import EventBus, SubscriberOverflow, Subscription
 from actors.gateway_outbound import (
     ByteBudget,
     CloseAfter,
+    Flush,
     Frame,
     Outbound,
     PeerGone,
     RequestRate,
     SharedBytes,
+    flush_unsent,
     send_text,
+    send_text_nowait,
 )
 from actors.gateway_types import PROTOCOL_VERSION, CallContext, Dispatcher, GatewayConfig
 from protocol.errors import RpcErrorCode, RpcFailure
@@ -264,6 +270,7 @@ class GatewayConnection:
         self._pieces = 0  # encoded replies held by batches not yet complete (all of this connection's)
         self._pieces_freed = trio.Event()
         self.zero_copy_frames = 0
+        self.direct_frames = 0  # of them, sent from the replying task (no hop to the writer)
         self.ignored_notifications = 0  # requests without an id: never run (logged once per connection)
         self._ctx: CallContext | None = None
         self._subs: dict[str, tuple[Subscription, trio.CancelScope]] = {}
@@ -398,7 +405,18 @@ class GatewayConnection:
         """Queue one encoded frame; one that does not fit the byte bound closes the connection (1008)."""
         if self._close_reason is not None:
             return
-        if not self._out.offer(frame):
+        out = self._out
+        if not out and not out.closed:
+            # Nothing waits for the writer: a small frame goes to the socket from this task (no hop to
+            # the writer task and back); the writer only sends what the socket did not take at once.
+            unsent = send_text_nowait(self._ws, frame.chunks, frame.size)
+            if unsent is not None:
+                self.zero_copy_frames += 1
+                self.direct_frames += 1
+                if unsent:
+                    out.offer(Flush())
+                return
+        if not out.offer(frame):
             self._counters.slow_consumer_closes += 1
             logger.warning("connection %d: %d bytes in %d frames unread, closing (slow consumer)",
                            self.id, self._out.queued_bytes, len(self._out))
@@ -419,7 +437,11 @@ class GatewayConnection:
                 with trio.move_on_after(self._config.send_stall_timeout) as stalled:
                     self._mid_frame = True
                     try:
-                        fast = await send_text(self._ws, item.chunks, item.size)
+                        if isinstance(item, Flush):
+                            await flush_unsent(self._ws)
+                            fast = False  # counted when it was started
+                        else:
+                            fast = await send_text(self._ws, item.chunks, item.size)
                     except PeerGone:
                         self.close(1000, "")
                         return

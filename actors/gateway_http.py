@@ -24,6 +24,7 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
+import socket
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -77,11 +78,54 @@ class LoginCodes:
 
 
 class PrefixedStream(trio.abc.Stream):
-    """A stream whose first bytes were already read: they are returned again first."""
+    """A stream whose first bytes were already read: they are returned again first.
+
+    :meth:`send_nowait` hands bytes to the socket at once, without a task switch (an append's
+    reply, when nothing else is being sent); what the socket did not take is kept as
+    :attr:`unsent` and goes out first on the next :meth:`send_all` (whoever sends next:
+    the gateway's writer, trio-websocket's pong or close), or on :meth:`flush`.
+    """
 
     def __init__(self, stream: trio.abc.Stream, prefix: bytes) -> None:
         self._stream = stream
         self._prefix = prefix
+        self._unsent = b""
+        sock = getattr(stream, "socket", None)
+        raw = getattr(sock, "_sock", None)  # a trio socket's stdlib socket (non-blocking); no public accessor
+        self._sock: trio.socket.SocketType | None = sock if isinstance(raw, socket.socket) else None
+        self._raw: socket.socket | None = raw if self._sock is not None else None
+
+    @property
+    def unsent(self) -> int:
+        """Bytes :meth:`send_nowait` accepted that the socket has not taken yet."""
+        return len(self._unsent)
+
+    def send_nowait(self, data: bytes) -> bool:
+        """Start sending ``data`` now. ``False``: nothing was sent (no plain socket under this stream,
+        bytes still unsent, the socket's buffer full or broken), the caller sends it the usual way.
+        ``True``: the socket took ``data``, or part of it and the rest is :attr:`unsent`.
+
+        The caller makes sure nobody is in :meth:`send_all` (trio-websocket's send lock is free)."""
+        if self._raw is None or self._unsent or not data:
+            return False
+        try:
+            sent = self._raw.send(data)
+        except OSError:  # BlockingIOError included: nothing was sent
+            return False
+        if sent < len(data):
+            self._unsent = data[sent:]
+        return True
+
+    async def flush(self) -> None:
+        """Send what :meth:`send_nowait` left unsent. Cancelled, nothing is lost track of: each
+        send either took bytes (and they are dropped from :attr:`unsent`) or none."""
+        while self._unsent:
+            assert self._sock is not None
+            try:
+                sent = await self._sock.send(self._unsent)
+            except OSError as exc:
+                raise trio.BrokenResourceError(str(exc)) from exc
+            self._unsent = self._unsent[sent:]
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         if self._prefix:
@@ -92,6 +136,8 @@ class PrefixedStream(trio.abc.Stream):
         return bytes(await self._stream.receive_some(max_bytes))
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self._unsent:
+            await self.flush()
         await self._stream.send_all(data)
 
     async def wait_send_all_might_not_block(self) -> None:

@@ -26,7 +26,10 @@ from dataclasses import dataclass
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
-__all__ = ["ByteBudget", "CloseAfter", "Frame", "Outbound", "PeerGone", "RequestRate", "SharedBytes", "send_text"]
+from actors.gateway_http import PrefixedStream
+
+__all__ = ["ByteBudget", "CloseAfter", "Flush", "Frame", "Outbound", "PeerGone", "RequestRate", "SharedBytes",
+           "flush_unsent", "send_text", "send_text_nowait"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +48,12 @@ class CloseAfter:
 
     code: int
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Flush:
+    """Outbound sentinel: a frame started at once (``GatewayConnection.deliver``) left bytes the
+    socket did not take; the writer sends them (they go before anything queued after it)."""
 
 
 class PeerGone(Exception):
@@ -68,7 +77,7 @@ class Outbound:
         self.max_bytes = max_bytes
         self.max_frames = max_frames
         self._shared = shared
-        self._items: deque[Frame | CloseAfter] = deque()
+        self._items: deque[Frame | CloseAfter | Flush] = deque()
         self.queued_bytes = 0
         self.peak_bytes = 0
         self.peak_frames = 0
@@ -79,7 +88,11 @@ class Outbound:
     def __len__(self) -> int:
         return len(self._items)
 
-    def offer(self, item: Frame | CloseAfter) -> bool:
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def offer(self, item: Frame | CloseAfter | Flush) -> bool:
         """Queue ``item``; ``False`` if it does not fit (the consumer is too slow) or the queue is closed."""
         if self._closed:
             return False
@@ -107,7 +120,7 @@ class Outbound:
     async def wait_progress(self) -> None:
         await self._progress.wait()
 
-    async def get(self) -> Frame | CloseAfter:
+    async def get(self) -> Frame | CloseAfter | Flush:
         while not self._items:
             if self._closed:
                 raise trio.EndOfChannel
@@ -157,6 +170,44 @@ def _fast_path(ws: WebSocketConnection) -> tuple[trio.abc.Stream, trio.StrictFIF
     if proto is None or getattr(proto, "extensions", None):
         return None  # a negotiated extension (compression) must frame the payload itself
     return stream, lock
+
+
+def send_text_nowait(ws: WebSocketConnection, chunks: Sequence[bytes], size: int) -> int | None:
+    """Start sending ``chunks`` as ONE small text frame at once, from the caller's task (no hop to the
+    writer task, no task switch): ``None`` when nothing was sent (the frame is not small, nothing may be
+    sent now, the socket's buffer is full): the caller queues it for the writer. Otherwise the bytes
+    the socket did not take yet (usually 0); they stay with the stream (:class:`PrefixedStream`), which
+    sends them before anything else, and :func:`flush_unsent` sends them.
+
+    Only while nobody sends (trio-websocket's send lock is free) and only on a plain socket."""
+    if size > SMALL_FRAME or ws.closed is not None:
+        return None
+    fast = _fast_path(ws)
+    if fast is None:
+        return None
+    stream, lock = fast
+    if lock.locked() or not isinstance(stream, PrefixedStream):
+        return None
+    if not stream.send_nowait(b"".join((_header(size), *chunks))):
+        return None
+    return stream.unsent
+
+
+async def flush_unsent(ws: WebSocketConnection) -> None:
+    """Send what :func:`send_text_nowait` left unsent (under trio-websocket's send lock).
+
+    Raises :class:`PeerGone` when the socket broke."""
+    fast = _fast_path(ws)
+    if fast is None:
+        return
+    stream, lock = fast
+    if not isinstance(stream, PrefixedStream):
+        return
+    async with lock:
+        try:
+            await stream.flush()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise PeerGone() from None
 
 
 async def send_text(ws: WebSocketConnection, chunks: Sequence[bytes], size: int) -> bool:
