@@ -88,24 +88,25 @@ async def test_small_replies_are_sent_by_the_answering_task(nursery: trio.Nurser
 
 
 async def test_replies_to_a_client_that_reads_late_arrive_whole_and_in_order(nursery: trio.Nursery) -> None:
-    """The client sends 300 requests before reading one reply (about 9 MB of replies): the socket fills,
-    a reply is left half sent, the rest wait for the writer; every reply arrives intact, in order."""
+    """The client sends 600 requests before reading one reply (about 18 MB of replies, more than loopback
+    socket buffers hold): the socket fills, a reply is left half sent, the rest wait for the writer; every
+    reply arrives intact, in order."""
     h = await start_gateway(nursery, max_frame_bytes=2**20)
     blob = "z" * 30_000
     with trio.fail_after(30):
         async with connect(h.url, message_queue_size=1) as ws:
             await hello(ws)
-            for i in range(300):
+            for i in range(600):
                 request = {"jsonrpc": "2.0", "id": i, "method": "echo", "params": {"i": i, "b": blob}}
                 await ws.send_message(frame(request))
             conn = next(iter(h.gateway._connections.values()))
             for _ in range(3000):  # until the gateway read and answered them all
-                if len(h.dispatcher.enqueued) == 300:
+                if len(h.dispatcher.enqueued) == 600:
                     break
                 await trio.sleep(0.01)
-            assert len(h.dispatcher.enqueued) == 300
-            assert conn.direct_frames < 301  # some had to wait: the socket was full
-            for i in range(300):
+            assert len(h.dispatcher.enqueued) == 600
+            assert conn.direct_frames < 601  # some had to wait: the socket was full
+            for i in range(600):
                 assert orjson.loads(await ws.get_message()) == {"jsonrpc": "2.0", "id": i,
                                                                 "result": {"i": i, "b": blob}}
             await ws.send_message(frame({"jsonrpc": "2.0", "id": "last", "method": "echo", "params": {}}))
