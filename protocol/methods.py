@@ -511,7 +511,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         "attachments.gc",
         m.AttachmentsGcParams,
         m.AttachmentsGcResult,
-        "Evict least recently used blobs over budget (never the active session's); refs before bytes.",
+        "Sweep blobs nothing references any more (past the grace), then evict least recently used blobs "
+        "over budget (never the active session's); refs before bytes.",
         _codes(_DB_WRITE, ("UNSUPPORTED_FOR_NATIVE_SESSION",)),
     ),
     # -- scheduled tasks (seed 003 §4.11) ------------------------------------

@@ -154,8 +154,14 @@ class AttachmentsGcParams(MutatingParams):
 
 
 class AttachmentsGcResult(Result):
-    evicted: list[Sha256] = Field(description="Least recently used first.")
-    freed_bytes: Count
+    evicted: list[Sha256] = Field(description="Budget eviction: least recently used first.")
+    unreferenced_evicted: list[Sha256] = Field(
+        default_factory=list,
+        description="Swept whatever the budget: referenced by no session file, queued turn or recorded reference "
+        "of an existing session, and last used (put, import, ref) longer ago than app.attachmentUnreferencedGraceMs "
+        "(default 1 hour). Least recently used first; never in evicted too.",
+    )
+    freed_bytes: Count = Field(description="Bytes of the evicted and the unreferencedEvicted blobs.")
     orphans_removed: Count = Field(description="Blob files without an index row (crash leftovers).")
     estimate: AttachmentsEstimate
 

@@ -941,9 +941,10 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "attachments.gc": (
         {"activeSessionId": "s_4f2a"},
         {"evicted": ["9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"],
-         "freedBytes": 48213377, "orphansRemoved": 0,
-         "estimate": {"usedBytes": 130044543, "budgetBytes": 209715200, "percent": 62.01, "warning": False,
-                      "blobs": 40}},
+         "unreferencedEvicted": ["60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752"],
+         "freedBytes": 48313377, "orphansRemoved": 0,
+         "estimate": {"usedBytes": 129944543, "budgetBytes": 209715200, "percent": 61.96, "warning": False,
+                      "blobs": 39}},
     ),
     "tasks.create": (
         {"title": "Morning digest", "prompt": "Summarize yesterday's commits", "cadence": "daily",

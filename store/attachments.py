@@ -16,7 +16,17 @@ Transcript lines never hold the bytes: an attachment block carries metadata and
 
 Budget eviction (default 200 MB, the app settings' ``attachmentBudgetBytes`` overrides)
 removes the least recently used blobs **not referenced by the active session**
-until usage is back under the budget, in durable steps:
+until usage is back under the budget. Before that, whatever the budget, it
+sweeps every live blob **nothing references any more** (seed 003 §8, seed 000
+§3.3; :func:`plan_unreferenced`): no block of any session file (transcript,
+revisions, in-flight checkpoint) or queued turn holds it, no reference row of an
+existing session does (a deleted or purged session's rows cascade away with it,
+a trashed one's stay), and its last use (put, import, ref) is older than the
+grace (default 1 hour, the app settings' ``attachmentUnreferencedGraceMs``), so
+a blob put for a message not yet appended stays. The sweep needs the scan (no
+``sessions_dir``: no sweep) and goes through the same steps; in 1b a swept blob
+that *any* session or queued turn came to reference is taken back. Both lists
+are in the answer (``evicted``, ``unreferencedEvicted``). The durable steps:
 
 0. the session files and queue entries are scanned for references (outside
    any transaction), and the derived references are brought up to date in the
@@ -84,6 +94,7 @@ __all__ = [
     "BLOB_KINDS",
     "BlobMeta",
     "DEFAULT_BUDGET_BYTES",
+    "DEFAULT_GRACE_MS",
     "REF_ORIGINS",
     "Scan",
     "evicted_marks",
@@ -101,6 +112,7 @@ __all__ = [
     "pending_evictions",
     "pending_gc",
     "plan_eviction",
+    "plan_unreferenced",
     "record_blob",
     "record_ref",
     "validate_sha",
@@ -110,6 +122,9 @@ DEFAULT_BUDGET_BYTES = 200 * 1024 * 1024
 MAX_PUT_BYTES = 4 * 1024 * 1024  # inline base64 puts; bigger files use importFile
 WARN_FRACTION = 0.8
 BUDGET_SETTING = ("app", "attachmentBudgetBytes")
+GRACE_SETTING = ("app", "attachmentUnreferencedGraceMs")
+DEFAULT_GRACE_MS = 60 * 60 * 1000
+"""An unreferenced blob is swept only when its last use (put, import, ref) is older than this."""
 _CHUNK = 1 << 20
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _QUOTED_REF_RE = re.compile(rb'"attachments/([0-9a-f]{64})"')
@@ -273,6 +288,19 @@ def budget_bytes(conn: sqlite3.Connection, default: int = DEFAULT_BUDGET_BYTES) 
     return default
 
 
+def grace_ms(conn: sqlite3.Connection, default: int = DEFAULT_GRACE_MS) -> int:
+    """``attachmentUnreferencedGraceMs`` of the app settings blob (``settings.set`` validated it)."""
+    row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = 'settings'", (GRACE_SETTING[0],)).fetchone()
+    if row is None:
+        return default
+    try:
+        value = orjson.loads(row[0])
+    except orjson.JSONDecodeError:
+        return default
+    value = value.get(GRACE_SETTING[1]) if isinstance(value, dict) else None
+    return value if type(value) is int and value >= 0 else default
+
+
 @dataclass(frozen=True, slots=True)
 class BlobMeta:
     """Seed 000 §2.3: what a blob is and where it came from (all optional; the first writer's values stay)."""
@@ -431,6 +459,20 @@ def plan_eviction(conn: sqlite3.Connection, budget: int, active_session_id: str 
         victims.append(sha)
         used -= int(size)
     return victims
+
+
+def plan_unreferenced(conn: sqlite3.Connection, found: Iterable[Ref], now_ms: int, grace: int) -> list[str]:
+    """Live blobs nothing references any more, last used (put, import, ref) more than ``grace`` ms ago.
+
+    Referenced means: a block of any session file or queued turn (``found``, whether or not its session
+    is indexed) or a recorded reference of a session that still exists (a deleted session's rows went
+    with it, a trashed one's stay). The active session's blobs are always in ``found``."""
+    held = {r[0] for r in found}
+    rows = conn.execute(
+        "SELECT b.sha256 FROM attachment_blobs b WHERE b.deletion_state = 'live' AND b.last_used_at < ? "
+        "AND NOT EXISTS (SELECT 1 FROM attachment_refs r WHERE r.sha256 = b.sha256) "
+        "ORDER BY b.last_used_at, b.created_at, b.sha256", (now_ms - grace,))
+    return [sha for (sha,) in rows if sha not in held]
 
 
 def mark_for_eviction(conn: sqlite3.Connection, shas: Iterable[str], now_ms: int = 0) -> int:
@@ -770,8 +812,10 @@ def _spare(conn: sqlite3.Connection, shas: Iterable[str]) -> dict[str, int]:
 def _without(conn: sqlite3.Connection, answer: Mapping[str, Any], spared: Mapping[str, int]) -> dict[str, Any]:
     """A GC's answer without the blobs it took back (:func:`_spare`)."""
     out = dict(answer)
-    gone = [sha for sha in answer["evicted"] if sha in spared]
+    swept = list(answer.get("unreferencedEvicted", []))
+    gone = [sha for sha in [*answer["evicted"], *swept] if sha in spared]
     out["evicted"] = [sha for sha in answer["evicted"] if sha not in spared]
+    out["unreferencedEvicted"] = [sha for sha in swept if sha not in spared]
     out["freedBytes"] = int(answer["freedBytes"]) - sum(spared[sha] for sha in gone)
     out["estimate"] = estimate(conn, int(answer["estimate"]["budgetBytes"])).to_wire()
     return out
@@ -781,8 +825,8 @@ def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
             active_session_id: str | None,
             finalize: Callable[[sqlite3.Connection, dict[str, object]], object] | None = None,
             sessions_dir: str | os.PathLike[str] | None = None, now_ms: int = 0,
-            receipt: ReceiptKey | None = None) -> object:
-    """Budget eviction + repair, in the durable order described in the module doc.
+            receipt: ReceiptKey | None = None, grace: int | None = None) -> object:
+    """Unreferenced sweep + budget eviction + repair, in the durable order described in the module doc.
 
     ``write(fn)`` runs ``fn(conn)`` in one committed transaction (the DB writer
     in the host, a plain ``with conn:`` in tests). Callers serialize it with
@@ -791,7 +835,9 @@ def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
     ``finalize(conn, result)`` runs in the last transaction (e.g. to store a
     command receipt) and its value is returned. ``receipt``: the command's
     receipt key; its answer is recorded with the marks, so a retry after a
-    crash finishes this GC (nothing new planned) and answers the same.
+    crash finishes this GC (nothing new planned) and answers the same. ``grace``: how long an
+    unreferenced blob stays after its last use (none: the app setting); the sweep needs ``sessions_dir``
+    (without a scan no blob is known to be unreferenced).
     """
     faults = files.faults
     present = set(files.blob_names())
@@ -799,6 +845,7 @@ def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
 
     def step1(conn: sqlite3.Connection) -> _Marked:
         spared: dict[str, int] = {}
+        found: set[Ref] = set()
         if scan is not None:
             found = scan.refs | queue_references(conn)
             sync_derived_refs(conn, found, now_ms, full=True)
@@ -808,17 +855,22 @@ def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
         lost = missing_bytes(conn, present)
         mark_for_eviction(conn, lost, now_ms)
         answer = pending_gc(conn, receipt) if receipt is not None else None
-        if answer is not None and spared.keys() & set(answer["evicted"]):
+        if answer is not None and spared.keys() & {*answer["evicted"], *answer.get("unreferencedEvicted", ())}:
             answer = _without(conn, answer, spared)
             if receipt is not None:
                 _record_pending_gc(conn, receipt, answer, now_ms)
         orphans = sorted(present - known_blobs(conn))
         if answer is None:  # a first attempt (a retry only finishes what its first attempt marked)
-            victims = plan_eviction(conn, limit, active_session_id)
             sizes = {sha: int(size) for sha, size in conn.execute(
                 "SELECT sha256, size_bytes FROM attachment_blobs WHERE deletion_state = 'live'")}
+            swept: list[str] = []
+            if scan is not None:  # nothing references them any more: gone whatever the budget
+                swept = plan_unreferenced(conn, found, now_ms, grace if grace is not None else grace_ms(conn))
+                mark_for_eviction(conn, swept, now_ms)
+            victims = plan_eviction(conn, limit, active_session_id)
             mark_for_eviction(conn, victims, now_ms)
-            answer = {"evicted": victims, "freedBytes": sum(sizes[s] for s in victims),
+            answer = {"evicted": victims, "unreferencedEvicted": swept,
+                      "freedBytes": sum(sizes[s] for s in [*swept, *victims]),
                       "orphansRemoved": len(orphans), "estimate": estimate(conn, limit).to_wire()}
             if receipt is not None:
                 _record_pending_gc(conn, receipt, answer, now_ms)
@@ -828,10 +880,14 @@ def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
     faults.point("attachments.gc.after_mark")
     if scan is not None and step.marked:
         late = scan_references(sessions_dir, since=scan) if sessions_dir is not None else Scan()
-        spared = sorted({r[0] for r in late.refs if r[1] == active_session_id} & set(step.marked))
+        active_late = {r[0] for r in late.refs if r[1] == active_session_id}
 
         def step1b(conn: sqlite3.Connection) -> _Marked:
-            sync_derived_refs(conn, late.refs | queue_references(conn), now_ms, full=False)
+            late_refs = late.refs | queue_references(conn)
+            sync_derived_refs(conn, late_refs, now_ms, full=False)
+            # a blob swept as unreferenced that something came to reference meanwhile (any session) stays too
+            swept = set(step.answer.get("unreferencedEvicted", ()))
+            spared = sorted((active_late & set(step.marked)) | ({r[0] for r in late_refs} & swept))
             if not spared:
                 return step
             # an append into the active session that landed after the scan, before the marks: its blobs stay

@@ -124,7 +124,8 @@ def estimate(ctx: ReadContext, p: m.AttachmentsEstimateParams) -> Any:
 
 
 async def gc(ctx: HostContext, p: m.AttachmentsGcParams, key: ReceiptKey | None) -> Any:
-    """Evict over budget (never the active session's blocks' blobs), references marked before bytes go;
+    """Sweep blobs nothing references any more (last used before the grace), then evict over budget
+    (never the active session's blocks' blobs), references marked before bytes go;
     references are derived from the session files and the queue first; repair orphans and lost bytes.
     The answer is recorded with the marks under the receipt key: a retry after a crash finishes the
     same eviction and answers it (``attachments.collect``)."""
@@ -139,6 +140,7 @@ async def gc(ctx: HostContext, p: m.AttachmentsGcParams, key: ReceiptKey | None)
     def finalize(conn: Any, result: dict[str, Any]) -> Any:
         # the answer as the marking transaction recorded it (a retry after a crash answers the same)
         out = {k: result[k] for k in ("evicted", "freedBytes", "orphansRemoved", "estimate")}
+        out["unreferencedEvicted"] = result.get("unreferencedEvicted", [])  # absent: an older build's pending GC
         return ctx.with_receipt(lambda _conn: out)(conn)
 
     async with blobs.lock:

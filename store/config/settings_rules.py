@@ -93,6 +93,7 @@ DROPPED_APP_FIELDS: Final = ("promptEnhancementSystemPrompt",)
 """Stored by older builds, no longer read: dropped on every read and write."""
 MAX_BYPASS: Final = 64
 MAX_ATTACHMENT_BUDGET: Final = 1 << 40
+MAX_ATTACHMENT_GRACE_MS: Final = 365 * 24 * 3600 * 1000
 
 HOST_OWNED_APP_KEYS: Final[Mapping[str, str]] = {
     APP_SETTINGS_KEY: "settings.set/settings.update (one field at a time)",
@@ -240,6 +241,12 @@ def _budget(value: Any, platform: str) -> Any:
     raise _Bad(f"must be an integer from 1 to {MAX_ATTACHMENT_BUDGET}")
 
 
+def _grace(value: Any, platform: str) -> Any:
+    if type(value) is int and 0 <= value <= MAX_ATTACHMENT_GRACE_MS:
+        return value
+    raise _Bad(f"must be an integer from 0 to {MAX_ATTACHMENT_GRACE_MS} (milliseconds)")
+
+
 Rule = Callable[[Any, str], Any]
 
 APP_FIELDS: Final[Mapping[str, Rule]] = {
@@ -254,6 +261,7 @@ APP_FIELDS: Final[Mapping[str, Rule]] = {
     "defaultMode": _mode,
     "defaultCommandShell": _shell,
     "attachmentBudgetBytes": _budget,
+    "attachmentUnreferencedGraceMs": _grace,
 }
 APP_DEFAULTS: Final[Mapping[str, Any]] = {"largePasteThreshold": LARGE_PASTE_DEFAULT,
                                          "thinkingDisplayMode": "detailed"}

@@ -240,6 +240,7 @@ class AttachmentsGcParams(TypedDict):
 
 class AttachmentsGcResult(TypedDict):
     evicted: list[str]
+    unreferencedEvicted: NotRequired[list[str]]
     freedBytes: int
     orphansRemoved: int
     estimate: AttachmentsEstimate
@@ -3579,7 +3580,7 @@ class AttachmentsMethods:
         return cast(AttachmentsEstimate, await self._call("attachments.estimate", params, False))
 
     async def gc(self, *, submission_id: str | None = None, active_session_id: str | None = None) -> AttachmentsGcResult:
-        """``attachments.gc``: Evict least recently used blobs over budget (never the active session's); refs before bytes. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``attachments.gc``: Sweep blobs nothing references any more (past the grace), then evict least recently used blobs over budget (never the active session's); refs before bytes. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         if submission_id is not None:
             params["submissionId"] = submission_id

@@ -316,8 +316,11 @@ export interface AttachmentsGcParams {
 }
 
 export interface AttachmentsGcResult {
-  /** Least recently used first. */
+  /** Budget eviction: least recently used first. */
   evicted: string[];
+  /** Swept whatever the budget: referenced by no session file, queued turn or recorded reference of an existing session, and last used (put, import, ref) longer ago than app.attachmentUnreferencedGraceMs (default 1 hour). Least recently used first; never in evicted too. */
+  unreferencedEvicted?: string[];
+  /** Bytes of the evicted and the unreferencedEvicted blobs. */
   freedBytes: number;
   /** Blob files without an index row (crash leftovers). */
   orphansRemoved: number;
@@ -3590,7 +3593,7 @@ export interface Methods {
   "attachments.get": { params: AttachmentsGetParams; result: AttachmentsGetResult };
   /** Blob usage against the budget; warning above 80 %. */
   "attachments.estimate": { params: AttachmentsEstimateParams; result: AttachmentsEstimate };
-  /** Evict least recently used blobs over budget (never the active session's); refs before bytes. (mutating: accepts submissionId) */
+  /** Sweep blobs nothing references any more (past the grace), then evict least recently used blobs over budget (never the active session's); refs before bytes. (mutating: accepts submissionId) */
   "attachments.gc": { params: AttachmentsGcParams; result: AttachmentsGcResult };
   /** Create a scheduled task (schedule, permission, model, thinking level at the top level or in config). (mutating: accepts submissionId) */
   "tasks.create": { params: TasksCreateParams; result: ScheduledTask };
