@@ -41,14 +41,24 @@ def insert_for_turn(
     nid = new_id("n_")
     cur = conn.execute(
         f"INSERT INTO notifications({_COLUMNS}) VALUES (?,?,?,?,?,?,?,NULL) ON CONFLICT(turn_id) DO NOTHING",
-        (nid, kind, session_id, title, turn_id, error_code, now_ms),
+        (nid, kind, session_id, title, turn_id, error_code, created_at(conn, now_ms)),
     )
     if cur.rowcount == 0:
         return None
     prune_notifications(conn, cap)
     row = conn.execute(f"SELECT {_COLUMNS} FROM notifications WHERE id = ?", (nid,)).fetchone()
-    # A row older than the 200 newest (clock skew) is pruned at once: nothing was kept.
     return _note(row) if row else None
+
+
+def created_at(conn: sqlite3.Connection, now_ms: int) -> int:
+    """A new notification's ``created_at``: ``now_ms``, but always after every row's.
+
+    The inbox (and its newest-200 cap) orders by ``(created_at DESC, id DESC)`` and ids are random: a
+    clock stepped back (NTP, a restored snapshot, a date fixed by hand) would list the new row under
+    older ones, or prune it in the very transaction that reports it, and two rows of one millisecond
+    would come in random order. Never decreasing, the order is the order the turns ended in."""
+    newest = conn.execute("SELECT MAX(created_at) FROM notifications").fetchone()[0]
+    return now_ms if newest is None or newest < now_ms else int(newest) + 1
 
 
 def list_notifications(
