@@ -92,7 +92,7 @@ class Scheduler(WallTimer):
         self._counts = {"fired": 0, "refused": 0, "skipped": 0}
 
     def _read_next(self, conn: Any) -> int | None:
-        return schedule.next_due_at(conn)
+        return schedule.next_due_at(conn, self._now_ms())
 
     # -- actor hooks ----------------------------------------------------------
 

@@ -19,6 +19,13 @@ was down fire once, then the next future slot is scheduled - never a burst.
 A task whose next slot cannot be computed (or is not in the future) is
 disarmed instead of firing in a loop.
 
+A wall clock stepped back (a clock that ran ahead, corrected) leaves a
+``nextRunAt`` computed on the wrong clock: beyond what the cadence can reach
+from now (:func:`reach`), the task would wait out the whole step (a year
+ahead: a year without a run). :func:`fire_due` moves such a slot back to the
+reach, in its transaction, firing nothing: the slot the task last ran for is
+not run again, and the next one comes at most one period late.
+
 Pure SQL on a connection the caller owns; no trio.
 """
 
@@ -41,11 +48,14 @@ __all__ = [
     "FireOutcome",
     "due_payload",
     "fire_due",
+    "beyond_reach",
     "is_armed",
     "next_due_at",
+    "reach",
 ]
 
 FIRE_POINT = "scheduler.fire.after_start"
+DAY_MS = 24 * 3600 * 1000
 REFUSED_CODE = PlanRequiresInteractiveSession.code
 OutcomeKind = Literal["started", "refused", "skipped"]
 
@@ -70,10 +80,38 @@ def is_armed(task: Mapping[str, Any]) -> bool:
     return bool(task["enabled"]) and task["cadence"] != "manual" and isinstance(task.get("nextRunAt"), int)
 
 
-def next_due_at(conn: sqlite3.Connection) -> int | None:
-    """Earliest ``nextRunAt`` over the armed tasks (``None``: nothing to wait for)."""
-    slots = [t["nextRunAt"] for t in tasks.list_tasks(conn) if is_armed(t)]
+def reach(task: Mapping[str, Any], now_ms: int) -> int | None:
+    """The latest ``nextRunAt`` the task's cadence gives from ``now_ms`` on a clock that never went back:
+    hourly one hour on, daily/weekly the first slot at least a day on (``None``: no slot).
+
+    A later slot was computed on a clock that has since stepped back by more than that."""
+    cadence, config = task["cadence"], task["config"]
+    if cadence == "hourly":
+        return tasks.next_run_at(cadence, config, now_ms)
+    return tasks.next_run_at(cadence, config, now_ms + DAY_MS - 1)
+
+
+def beyond_reach(task: Mapping[str, Any], now_ms: int) -> bool:
+    """An armed task whose ``nextRunAt`` a clock stepped back left out of reach (:func:`reach`)."""
+    limit = reach(task, now_ms)
+    return limit is not None and int(task["nextRunAt"]) > limit
+
+
+def next_due_at(conn: sqlite3.Connection, now_ms: int | None = None) -> int | None:
+    """Earliest ``nextRunAt`` over the armed tasks (``None``: nothing to wait for). With ``now_ms``: a
+    task whose slot is beyond reach (:func:`beyond_reach`) is due now (:func:`fire_due` moves it back)."""
+    slots = [now_ms if now_ms is not None and beyond_reach(t, now_ms) else t["nextRunAt"]
+             for t in tasks.list_tasks(conn) if is_armed(t)]
     return min(slots) if slots else None
+
+
+def _move_back(conn: sqlite3.Connection, task: Mapping[str, Any], now_ms: int) -> None:
+    """A slot beyond reach back to the reach (nothing fires, ``last_run_at`` stays)."""
+    slot = reach(task, now_ms)
+    assert slot is not None
+    config = {**task["config"], "nextRunAt": slot}
+    conn.execute("UPDATE scheduled_tasks SET config_json = ? WHERE id = ?",
+                 (orjson.dumps(config).decode(), task["id"]))
 
 
 def due_payload(outcome: FireOutcome) -> dict[str, Any]:
@@ -137,6 +175,10 @@ def fire_due(conn: sqlite3.Connection, *, now_ms: int, new_run_id: Callable[[], 
              faults: Faults = NO_FAULTS, limit: int = 32) -> FireBatch:
     """Fire up to ``limit`` due tasks (oldest slot first) in the caller's transaction."""
     armed = [t for t in tasks.list_tasks(conn) if is_armed(t)]
+    for task in armed:
+        if beyond_reach(task, now_ms):
+            _move_back(conn, task, now_ms)
+    armed = [t for t in tasks.list_tasks(conn) if is_armed(t)]
     due = sorted((t for t in armed if t["nextRunAt"] <= now_ms), key=lambda t: (t["nextRunAt"], t["id"]))
     outcomes = [_fire_one(conn, t, new_run_id(), now_ms, faults) for t in due[:limit]]
-    return FireBatch(outcomes=outcomes, next_due=next_due_at(conn), more_due=len(due) > limit)
+    return FireBatch(outcomes=outcomes, next_due=next_due_at(conn, now_ms), more_due=len(due) > limit)

@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from actors.scheduler import SchedulerStatus, Tick
 from runtime.client import HostClient
+from runtime.host import RunningHost
+from store import tasks
 from tests.hostkit import client_for, msg
 from tests.scheduler.hostclock import SetClock, host_at
 from tests.scheduler.schedkit import BASE, DAY, HOUR, MINUTE
@@ -95,3 +98,67 @@ async def test_the_newest_200_cap_keeps_an_acknowledged_notification_after_the_c
             listed = await c.call("notifications.list", {"limit": 1})
             assert [n["turnId"] for n in listed["notifications"]] == ["fresh"]  # ... and it is the newest
             assert listed["unreadCount"] == 200
+# --------------------------------------------------------------------------- scheduled tasks
+
+
+def tick(host: RunningHost) -> None:
+    assert host.scheduler is not None
+    host.scheduler.tell_nowait(Tick())
+
+
+async def next_due(host: RunningHost) -> int | None:
+    assert host.scheduler is not None
+    status = await host.scheduler.ask(SchedulerStatus())
+    return None if status["nextDueAt"] is None else int(status["nextDueAt"])
+
+
+async def fired(c: HostClient) -> dict[str, object]:
+    """The next ``task.due`` event's data."""
+    with trio.fail_after(10):
+        while True:
+            ev = await c.next_event()
+            if ev.topic == "task.due":
+                return dict(ev.data)
+
+
+async def runs_of(c: HostClient, task_id: str) -> list[dict[str, object]]:
+    return list((await c.call("tasks.runs", {"taskId": task_id}))["runs"])
+
+
+CADENCES = [pytest.param("hourly", {}, HOUR, id="hourly"),
+            pytest.param("daily", {"schedule": {"hour": 9, "minute": 0}}, DAY, id="daily")]
+
+
+@pytest.mark.parametrize("step", BACK_STEPS)
+@pytest.mark.parametrize(("cadence", "config", "period"), CADENCES)
+async def test_a_task_that_ran_on_a_clock_ahead_runs_again_one_period_after_the_correction(
+        tmp_path: Path, step: int, cadence: str, config: dict[str, object], period: int) -> None:
+    """The clock was ``step`` ahead when the task fired (at the slot's time on that clock); it is
+    corrected while the host is down. The task does not fire again at once (its slot ran), and its
+    next run comes at most a period late (not ``step`` later: a year ahead, a year without a run)."""
+    ahead = BASE + step
+    clock = SetClock(ahead - MINUTE)
+    with trio.fail_after(60):
+        async with host_at(tmp_path, clock) as host, client_for(host, "sidecar", kind="agent") as c:
+            await c.subscribe(["task.due"], cursor=0)
+            created = await c.call("tasks.create", {"taskId": "t", "title": "Digest", "prompt": "Summarize",
+                                                    "cadence": cadence, "config": config})
+            slot = tasks.next_run_at(cadence, config, clock.ms)
+            assert slot is not None and created["nextRunAt"] == tasks.rfc3339(slot)
+            clock.ms = slot
+            tick(host)
+            assert (await fired(c))["scheduledFor"] == slot
+            [run] = await runs_of(c, "t")
+            await c.call("tasks.finishRun", {"runId": run["id"], "status": "completed"})
+        clock.ms = slot - step + MINUTE  # corrected: the real time the slot ran at, a minute later
+        async with host_at(tmp_path, clock) as host, client_for(host, "sidecar", kind="agent") as c:
+            await c.subscribe(["task.due"], cursor=0)
+            due = await next_due(host)
+            assert due is not None and due > clock.ms  # not again at once
+            assert len(await runs_of(c, "t")) == 1
+            # at most one period late: the first slot a period on (a daily slot is a day or two away)
+            assert due <= clock.ms + (period if cadence == "hourly" else 2 * DAY)
+            clock.ms = due
+            tick(host)
+            assert (await fired(c))["scheduledFor"] == due
+            assert len(await runs_of(c, "t")) == 2
