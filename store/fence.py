@@ -49,8 +49,8 @@ def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -
     ).rowcount
     # Scheduled-task runs that were running: aborted, never resumed (seed §4.11, no replay).
     runs = conn.execute(
-        "UPDATE task_runs SET status = 'aborted', error_code = COALESCE(error_code, 'INTERRUPTED'), ended_at = ? "
-        "WHERE status = 'running'",
+        "UPDATE task_runs SET status = 'aborted', error_code = COALESCE(error_code, 'INTERRUPTED'), "
+        "ended_at = MAX(started_at, ?) WHERE status = 'running'",  # never before its start (a clock stepped back)
         (now_ms,),
     ).rowcount
     deliveries = interrupt_deliveries(conn, now_ms=now_ms, running=True)

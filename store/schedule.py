@@ -133,8 +133,9 @@ def due_payload(outcome: FireOutcome) -> dict[str, Any]:
     return out
 
 
-def _set_next(conn: sqlite3.Connection, task_id: str, now_ms: int, *, last_run: bool) -> int | None:
-    """Recompute ``nextRunAt`` from ``now``; disarm when there is no future slot."""
+def _set_next(conn: sqlite3.Connection, task_id: str, now_ms: int, *, last_run: int | None) -> int | None:
+    """Recompute ``nextRunAt`` from ``now``; disarm when there is no future slot. ``last_run``: the
+    ``last_run_at`` to record (the run's ``started_at``), ``None``: keep it."""
     task = tasks.get_task(conn, task_id)
     config = dict(task["config"])
     nxt = tasks.next_run_at(task["cadence"], config, now_ms)
@@ -143,8 +144,9 @@ def _set_next(conn: sqlite3.Connection, task_id: str, now_ms: int, *, last_run: 
     else:
         nxt = None
         config.pop("nextRunAt", None)
-    sql = "UPDATE scheduled_tasks SET config_json = ?" + (", last_run_at = ?" if last_run else "") + " WHERE id = ?"
-    args: tuple[Any, ...] = (orjson.dumps(config).decode(), *((now_ms,) if last_run else ()), task_id)
+    sql = ("UPDATE scheduled_tasks SET config_json = ?" + (", last_run_at = ?" if last_run is not None else "")
+           + " WHERE id = ?")
+    args: tuple[Any, ...] = (orjson.dumps(config).decode(), *(() if last_run is None else (last_run,)), task_id)
     conn.execute(sql, args)
     return nxt
 
@@ -159,14 +161,15 @@ def _fire_one(conn: sqlite3.Connection, task: dict[str, Any], run_id: str, now_m
         kind = "started"
     except PlanRequiresInteractiveSession:
         # §11.19: refused before any work; the refusal itself is the run's history.
+        at = tasks.run_started_at(conn, task["id"], now_ms)
         conn.execute(
             "INSERT INTO task_runs(id, task_id, session_id, status, error_code, started_at, ended_at) "
-            "VALUES (?, ?, NULL, 'error', ?, ?, ?)", (run_id, task["id"], REFUSED_CODE, now_ms, now_ms))
+            "VALUES (?, ?, NULL, 'error', ?, ?, ?)", (run_id, task["id"], REFUSED_CODE, at, at))
         tasks.prune_runs(conn, task["id"])
         run, kind = tasks.get_run(conn, run_id), "refused"
     except Conflict:
         run, kind = None, "skipped"  # the previous run is still running: no overlap
-    nxt = _set_next(conn, task["id"], now_ms, last_run=kind != "skipped")
+    nxt = _set_next(conn, task["id"], now_ms, last_run=None if run is None else int(run["startedAt"]))
     faults.point(FIRE_POINT)  # run recorded + slot advanced, transaction not yet committed
     return FireOutcome(kind, task, slot, run, nxt)
 

@@ -414,9 +414,10 @@ def start_run(conn: sqlite3.Connection, *, task_id: str, run_id: str, session_id
     check_runnable(conn, task, session_id)
     if conn.execute("SELECT 1 FROM task_runs WHERE task_id = ? AND status = 'running'", (task_id,)).fetchone():
         raise Conflict(f"task {task_id} already has a running run", data={"taskId": task_id})
+    started = run_started_at(conn, task_id, now_ms)
     try:
         conn.execute(f"INSERT INTO task_runs({_RUN_COLS}) VALUES (?, ?, ?, 'running', NULL, ?, NULL)",
-                     (run_id, task_id, session_id, now_ms))
+                     (run_id, task_id, session_id, started))
     except sqlite3.IntegrityError:
         raise Conflict(f"task run {run_id} already exists", data={"runId": run_id}) from None
     config = dict(task["config"])
@@ -424,9 +425,19 @@ def start_run(conn: sqlite3.Connection, *, task_id: str, run_id: str, session_id
     if nxt is not None:
         config["nextRunAt"] = nxt
     conn.execute("UPDATE scheduled_tasks SET last_run_at = ?, config_json = ? WHERE id = ?",
-                 (now_ms, orjson.dumps(config).decode(), task_id))
+                 (started, orjson.dumps(config).decode(), task_id))
     prune_runs(conn, task_id)
     return get_run(conn, run_id)
+
+
+def run_started_at(conn: sqlite3.Connection, task_id: str, now_ms: int) -> int:
+    """A new run's ``started_at``: ``now_ms``, but always after every run of the task so far.
+
+    ``tasks.runs`` and the last-100 cap order a task's runs by ``(started_at DESC, id DESC)`` and run
+    ids are random: on a clock stepped back the run just started would be listed under older runs,
+    or pruned in the very transaction that starts it (its ``tasks.finishRun`` then ``NOT_FOUND``)."""
+    newest = conn.execute("SELECT MAX(started_at) FROM task_runs WHERE task_id = ?", (task_id,)).fetchone()[0]
+    return now_ms if newest is None or newest < now_ms else int(newest) + 1
 
 
 def prune_runs(conn: sqlite3.Connection, task_id: str, keep: int = RUNS_KEPT) -> int:
@@ -447,6 +458,6 @@ def finish_run(conn: sqlite3.Connection, *, run_id: str, status: str, error_code
         if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
             raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
         conn.execute("UPDATE task_runs SET session_id = ? WHERE id = ?", (session_id, run_id))
-    conn.execute("UPDATE task_runs SET status = ?, error_code = ?, ended_at = ? WHERE id = ?",
-                 (status, error_code, now_ms, run_id))
+    conn.execute("UPDATE task_runs SET status = ?, error_code = ?, ended_at = MAX(started_at, ?) WHERE id = ?",
+                 (status, error_code, now_ms, run_id))  # never before its start (a clock stepped back)
     return get_run(conn, run_id)

@@ -162,3 +162,28 @@ async def test_a_task_that_ran_on_a_clock_ahead_runs_again_one_period_after_the_
             tick(host)
             assert (await fired(c))["scheduledFor"] == due
             assert len(await runs_of(c, "t")) == 2
+
+
+@pytest.mark.parametrize("step", BACK_STEPS)
+async def test_a_run_started_after_the_clock_went_back_is_kept_by_the_last_100_and_listed_first(
+        tmp_path: Path, step: int) -> None:
+    clock = SetClock(BASE)
+    with trio.fail_after(120):
+        async with host_at(tmp_path, clock) as host, client_for(host, "sidecar", kind="agent") as c:
+            task = await c.call("tasks.create", {"title": "t", "prompt": "p"})
+            for _ in range(100):
+                clock.ms += 1
+                run = await c.call("tasks.startRun", {"taskId": task["id"]})
+                await c.call("tasks.finishRun", {"runId": run["id"], "status": "completed"})
+            clock.ms -= step
+            fresh = await c.call("tasks.startRun", {"taskId": task["id"]})
+            [first] = (await c.call("tasks.runs", {"taskId": task["id"], "limit": 1}))["runs"]
+            assert first["id"] == fresh["id"]  # the newest run, kept by the last-100 cap ...
+            done = await c.call("tasks.finishRun", {"runId": fresh["id"], "status": "completed"})
+            assert done["status"] == "completed" and done["endedAt"] >= done["startedAt"]  # ... and finishable
+        clock.ms -= step  # and again while the host is down
+        async with host_at(tmp_path, clock) as host, client_for(host, "sidecar", kind="agent") as c:
+            again = await c.call("tasks.startRun", {"taskId": task["id"]})
+            runs = (await c.call("tasks.runs", {"taskId": task["id"]}))["runs"]
+            assert [r["id"] for r in runs[:2]] == [again["id"], fresh["id"]] and len(runs) == 100
+            assert (await c.call("tasks.get", {"taskId": task["id"]}))["lastRunAt"] == again["startedAt"]
