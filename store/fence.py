@@ -32,8 +32,8 @@ def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -
                                                "reason": "host restarted"}).decode()),
         )
     conn.execute(
-        "UPDATE turns SET status = 'aborted', error_code = COALESCE(error_code, 'INTERRUPTED'), ended_at = ? "
-        "WHERE status = 'running'",
+        "UPDATE turns SET status = 'aborted', error_code = COALESCE(error_code, 'INTERRUPTED'), "
+        "ended_at = MAX(started_at, ?) WHERE status = 'running'",  # never before its start (a clock stepped back)
         (now_ms,),
     )
     plans.expire_all_stale(conn, now_ms)  # past its deadline before the restart: expired, not interrupted

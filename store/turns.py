@@ -135,7 +135,7 @@ def start_turn(
     conn.execute(
         "INSERT INTO turns(id, session_id, status, provider_id, model_id, started_at, retry_of) "
         "VALUES (?, ?, 'running', ?, ?, ?, ?)",
-        (turn_id, session_id, provider_id, model_id, now_ms, retry_of),
+        (turn_id, session_id, provider_id, model_id, turn_started_at(conn, session_id, now_ms), retry_of),
     )
     if snapshot is not None:
         store_snapshot(conn, turn_id, snapshot, now_ms)
@@ -143,6 +143,16 @@ def start_turn(
     turn = get_turn(conn, turn_id)
     assert turn is not None
     return turn, True
+
+
+def turn_started_at(conn: sqlite3.Connection, session_id: str, now_ms: int) -> int:
+    """A new turn's ``started_at``: ``now_ms``, but always after every turn of the session so far.
+
+    The session's ``latestTurn`` and ``session.listTurns`` order its turns by ``(started_at, id)``, and
+    turn ids are the caller's: on a clock stepped back the turn just started would not be the latest
+    (the summary would show the previous, finished one) and would be listed under older turns."""
+    newest = conn.execute("SELECT MAX(started_at) FROM turns WHERE session_id = ?", (session_id,)).fetchone()[0]
+    return now_ms if newest is None or newest < now_ms else int(newest) + 1
 
 
 def _token(usage: Mapping[str, Any], *keys: str) -> int:
@@ -182,7 +192,7 @@ def end_turn(
                 data={"turnId": turn_id, "status": turn["status"]},
             )
         return EndOutcome(turn, None, False)
-    sets = ["status = ?", "ended_at = ?", "error_code = ?"]
+    sets = ["status = ?", "ended_at = MAX(started_at, ?)", "error_code = ?"]  # never before its start
     args: list[Any] = [status, now_ms, error_code]
     if usage is not None:
         sets += ["input_tokens = ?", "output_tokens = ?", "usage_json = ?", "cost_micros = ?"]
@@ -211,7 +221,8 @@ def turn_status(conn: sqlite3.Connection, turn_id: str) -> tuple[str, str | None
 def abort_running(conn: sqlite3.Connection, session_id: str, now_ms: int) -> list[str]:
     """A rewrite cut the reply a running turn was producing: the turn ends ``aborted``. The ids it ended."""
     return [r[0] for r in conn.execute(
-        "UPDATE turns SET status = 'aborted', ended_at = ? WHERE session_id = ? AND status = 'running' RETURNING id",
+        "UPDATE turns SET status = 'aborted', ended_at = MAX(started_at, ?) WHERE session_id = ? "
+        "AND status = 'running' RETURNING id",
         (now_ms, session_id),
     ).fetchall()]
 

@@ -187,3 +187,32 @@ async def test_a_run_started_after_the_clock_went_back_is_kept_by_the_last_100_a
             runs = (await c.call("tasks.runs", {"taskId": task["id"]}))["runs"]
             assert [r["id"] for r in runs[:2]] == [again["id"], fresh["id"]] and len(runs) == 100
             assert (await c.call("tasks.get", {"taskId": task["id"]}))["lastRunAt"] == again["startedAt"]
+
+
+# --------------------------------------------------------------------------- turns
+
+
+@pytest.mark.parametrize("step", BACK_STEPS)
+async def test_a_turn_started_after_the_clock_went_back_is_the_sessions_latest_turn(
+        tmp_path: Path, step: int) -> None:
+    clock = SetClock(BASE)
+    with trio.fail_after(60):
+        async with host_at(tmp_path, clock) as host, client_for(host) as c:
+            sid = await new_session(c)
+            await finished_turn(c, sid, "t1")
+            clock.ms -= step
+            await start(c, sid, "t2")
+            got = await c.call("session.get", {"sessionId": sid})
+            assert got["session"]["latestTurn"] == {"id": "t2", "status": "running"}
+            turns = await c.call("session.listTurns", {"sessionId": sid})
+            assert [t["id"] for t in turns["turns"]] == ["t2", "t1"]
+            ended = (await end(c, sid, "t2"))["turn"]
+            assert ended["endedAt"] >= ended["startedAt"]
+        clock.ms -= step  # and again while the host is down
+        async with host_at(tmp_path, clock) as host, client_for(host) as c:
+            await start(c, sid, "t3")
+            listed = (await c.call("session.list", {}))["sessions"]
+            assert listed[0]["latestTurn"] == {"id": "t3", "status": "running"}
+            turns = await c.call("session.listTurns", {"sessionId": sid, "limit": 1})
+            rest = await c.call("session.listTurns", {"sessionId": sid, "cursor": turns["nextCursor"]})
+            assert [t["id"] for t in turns["turns"] + rest["turns"]] == ["t3", "t2", "t1"]
