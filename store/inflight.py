@@ -188,9 +188,16 @@ def promoted_record(cp: Checkpoint, *, turn_completed: bool) -> dict[str, Any]:
 
 
 def _quarantine(path: Path, quarantine_dir: Path, now_ms: int) -> str:
+    """``path`` moved to ``<quarantine>/<name>.<now_ms>`` (``-<n>`` when taken: a clock stepped back onto
+    an earlier boot's stamp must not replace what that boot set aside)."""
     target = quarantine_dir / f"{path.name}.{now_ms}"
+    n = 1
+    while os.path.lexists(target):
+        target = quarantine_dir / f"{path.name}.{now_ms}-{n}"
+        n += 1
     os.replace(path, target)
     fsync_dir(path.parent)
+    fsync_dir(quarantine_dir)
     return str(target)
 
 

@@ -15,6 +15,7 @@ import trio
 
 from actors.scheduler import SchedulerStatus, Tick
 from runtime.client import HostClient
+from runtime.datadir import DataDir
 from runtime.host import RunningHost
 from store import tasks
 from tests.hostkit import client_for, msg
@@ -216,3 +217,30 @@ async def test_a_turn_started_after_the_clock_went_back_is_the_sessions_latest_t
             turns = await c.call("session.listTurns", {"sessionId": sid, "limit": 1})
             rest = await c.call("session.listTurns", {"sessionId": sid, "cursor": turns["nextCursor"]})
             assert [t["id"] for t in turns["turns"] + rest["turns"]] == ["t3", "t2", "t1"]
+
+
+# --------------------------------------------------------------------------- boot sweeps
+
+
+async def test_a_checkpoint_quarantined_at_a_boot_never_replaces_one_an_earlier_boot_quarantined(
+        tmp_path: Path) -> None:
+    """Boot moves an unusable in-flight checkpoint aside under a name stamped with the clock: a clock
+    stepped back onto the stamp an earlier boot used (a restored snapshot, an hour corrected) must not
+    overwrite that earlier evidence."""
+    data = DataDir(tmp_path)
+    clock = SetClock(BASE)
+    with trio.fail_after(60):
+        async with host_at(tmp_path, clock) as host, client_for(host) as c:
+            sid = await new_session(c)
+        data.inflight(sid).write_bytes(b"first torn checkpoint")
+        async with host_at(tmp_path, clock):
+            pass
+        clock.ms += HOUR
+        async with host_at(tmp_path, clock) as host, client_for(host) as c:
+            await finished_turn(c, sid, "t1")
+        clock.ms -= HOUR  # corrected: back on the first quarantine's stamp
+        data.inflight(sid).write_bytes(b"second torn checkpoint")
+        async with host_at(tmp_path, clock):
+            pass
+    kept = sorted(p.read_bytes() for p in data.quarantine_dir.iterdir() if p.name.startswith(f"{sid}."))
+    assert kept == [b"first torn checkpoint", b"second torn checkpoint"]
