@@ -322,6 +322,14 @@ class BlobMeta:
 NO_META = BlobMeta()
 
 
+def use_stamp(conn: sqlite3.Connection, now_ms: int) -> int:
+    """The ``last_used_at`` of a blob used now: ``now_ms``, or just after the most recent use when the
+    clock is behind it (stepped back). Budget eviction takes least recently used blobs first: on a
+    clock stepped back, a blob used this minute would otherwise go before ones untouched for days."""
+    newest = conn.execute("SELECT MAX(last_used_at) FROM attachment_blobs").fetchone()[0]
+    return now_ms if newest is None or newest <= now_ms else int(newest) + 1
+
+
 def record_blob(conn: sqlite3.Connection, sha: str, size: int, mime_type: str | None, now_ms: int,
                 meta: BlobMeta = NO_META) -> None:
     """Upsert the blob row: a re-put refreshes ``last_used_at``, fills metadata the row lacks, and revives
@@ -332,7 +340,7 @@ def record_blob(conn: sqlite3.Connection, sha: str, size: int, mime_type: str | 
     conn.execute(
         "INSERT INTO attachment_blobs(sha256, size_bytes, mime_type, created_at, last_used_at, kind, trust, "
         "provenance, source, run_id, meta_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT(sha256) DO UPDATE SET last_used_at = excluded.last_used_at, "
+        "ON CONFLICT(sha256) DO UPDATE SET last_used_at = MAX(attachment_blobs.last_used_at, excluded.last_used_at), "
         "size_bytes = excluded.size_bytes, mime_type = COALESCE(attachment_blobs.mime_type, excluded.mime_type), "
         "kind = COALESCE(attachment_blobs.kind, excluded.kind), "
         "trust = COALESCE(attachment_blobs.trust, excluded.trust), "
@@ -341,8 +349,8 @@ def record_blob(conn: sqlite3.Connection, sha: str, size: int, mime_type: str | 
         "run_id = COALESCE(attachment_blobs.run_id, excluded.run_id), "
         "meta_json = COALESCE(attachment_blobs.meta_json, excluded.meta_json), "
         "marked_for_eviction = 0, deletion_state = 'live', evicted_at = NULL",
-        (sha, size, mime_type, now_ms, now_ms, meta.kind, meta.trust, meta.provenance, meta.source, meta.run_id,
-         meta_json),
+        (sha, size, mime_type, now_ms, use_stamp(conn, now_ms), meta.kind, meta.trust, meta.provenance, meta.source,
+         meta.run_id, meta_json),
     )
     if revived:
         conn.execute("UPDATE attachment_refs SET evicted_at = NULL WHERE sha256 = ?", (sha,))
@@ -395,7 +403,8 @@ def record_ref(conn: sqlite3.Connection, sha: str, session_id: str, message_id: 
         raise NotFound(f"attachment {sha} not found (never stored or evicted)", data={"sha256": sha})
     if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
         raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
-    conn.execute("UPDATE attachment_blobs SET last_used_at = MAX(last_used_at, ?) WHERE sha256 = ?", (now_ms, sha))
+    conn.execute("UPDATE attachment_blobs SET last_used_at = MAX(last_used_at, ?) WHERE sha256 = ?",
+                 (use_stamp(conn, now_ms), sha))
     exists = conn.execute(
         "SELECT 1 FROM attachment_refs WHERE sha256 = ? AND session_id = ? AND message_id IS ?",
         (sha, session_id, message_id)).fetchone()

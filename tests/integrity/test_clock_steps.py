@@ -8,6 +8,7 @@ acknowledged drops out of a read, a retry has one effect, and nothing is run twi
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,38 @@ async def test_a_checkpoint_quarantined_at_a_boot_never_replaces_one_an_earlier_
             pass
     kept = sorted(p.read_bytes() for p in data.quarantine_dir.iterdir() if p.name.startswith(f"{sid}."))
     assert kept == [b"first torn checkpoint", b"second torn checkpoint"]
+
+
+# --------------------------------------------------------------------------- attachment eviction
+
+
+async def put_blob(c: HostClient, data: bytes) -> str:
+    got = await c.call("attachments.put", {"name": "f.bin", "mimeType": "application/octet-stream",
+                                           "dataBase64": base64.b64encode(data).decode()})
+    return str(got["sha256"])
+
+
+@pytest.mark.parametrize("step", BACK_STEPS)
+async def test_budget_eviction_takes_the_least_recently_used_blob_across_a_clock_step_back(
+        tmp_path: Path, step: int) -> None:
+    """``attachments.gc`` evicts least recently used first: a blob put (or put again, or referenced)
+    after the clock stepped back was used last, and an older blob goes before it."""
+    clock = SetClock(BASE)
+    with trio.fail_after(60):
+        async with host_at(tmp_path, clock) as host, client_for(host) as c:
+            sid = await new_session(c)
+            old = await put_blob(c, b"o" * 1000)
+            clock.ms += MINUTE
+            reput = await put_blob(c, b"r" * 1000)
+            clock.ms += MINUTE
+            mid = await put_blob(c, b"m" * 1000)
+            clock.ms -= step
+            fresh = await put_blob(c, b"f" * 1000)
+            await put_blob(c, b"r" * 1000)  # used again: as recent as the fresh one
+            await c.call("attachments.ref", {"sha256": old, "sessionId": sid})  # and this one too
+            await c.call("settings.set", {"ns": "app", "key": "attachmentBudgetBytes", "value": 3000})
+            gc = await c.call("attachments.gc", {})
+            assert gc["evicted"] == [mid]
+            for sha in (old, reput, fresh):
+                got = await c.call("attachments.get", {"sha256": sha})
+                assert got["deletionState"] == "live"
