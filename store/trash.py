@@ -47,6 +47,7 @@ __all__ = [
     "restore_from_info",
     "restore_session",
     "trash_session",
+    "trash_time",
     "trashed_at_of",
 ]
 
@@ -118,6 +119,15 @@ def list_trashed(conn: sqlite3.Connection, *, plugin_id: str | None = None, limi
         if row is not None:
             out.append(index.public_session(row))
     return out
+
+
+def trash_time(conn: sqlite3.Connection, now_ms: int) -> int:
+    """The ``deleted_at`` of a session trashed now: ``now_ms``, but after every session in the trash.
+
+    ``sessions.listTrashed`` lists most recently trashed first, the newest ``limit``: on a clock stepped
+    back a session trashed now would sort under older ones, and behind 200 of them drop out of the list."""
+    newest = conn.execute("SELECT MAX(deleted_at) FROM sessions").fetchone()[0]
+    return now_ms if newest is None or newest < now_ms else int(newest) + 1
 
 
 def trashed_at_of(info: Mapping[str, Any] | None) -> tuple[bool, int | None]:

@@ -33,6 +33,7 @@ from store.trash import (
     purge_rows,
     restore_session,
     trash_session,
+    trash_time,
 )
 
 __all__ = ["list_trash", "purge", "restore", "trash"]
@@ -40,8 +41,8 @@ __all__ = ["list_trash", "purge", "restore", "trash"]
 
 async def trash(ctx: SessionContext, p: m.TrashParams, key: ReceiptKey | None) -> Any:
     sid, now, plugin = ctx.sid, ctx.now(), ctx.caller.plugin_id
-    row = await ctx.read(lambda conn: check_scope(conn, sid, plugin))
-    at = row["deletedAt"] if row["deletedAt"] is not None else now  # trashed again: keeps the first time
+    row, stamp = await ctx.read(lambda conn: (check_scope(conn, sid, plugin), trash_time(conn, now)))
+    at = row["deletedAt"] if row["deletedAt"] is not None else stamp  # trashed again: keeps the first time
     return await _write_state(ctx, at, lambda conn: {"session": trash_session(conn, sid, now_ms=at, plugin_id=plugin)})
 
 

@@ -280,3 +280,27 @@ async def test_budget_eviction_takes_the_least_recently_used_blob_across_a_clock
             for sha in (old, reput, fresh):
                 got = await c.call("attachments.get", {"sha256": sha})
                 assert got["deletionState"] == "live"
+
+
+# --------------------------------------------------------------------------- trash
+
+
+async def test_a_session_trashed_after_the_clock_went_back_is_listed_first_in_the_trash(tmp_path: Path) -> None:
+    """``sessions.listTrashed`` shows the most recently trashed first, the newest 200 by default: a
+    session trashed after a clock step back must not sort under (nor drop out behind) older ones."""
+    clock = SetClock(BASE)
+    with trio.fail_after(180):
+        async with host_at(tmp_path, clock) as host, client_for(host) as c:
+            for i in range(200):
+                clock.ms += 1
+                await c.call("sessions.trash", {"sessionId": await new_session(c, f"old {i}")})
+            sid = await new_session(c, "fresh")
+            clock.ms -= DAY
+            trashed = (await c.call("sessions.trash", {"sessionId": sid}))["session"]
+            listed = (await c.call("sessions.listTrashed", {}))["sessions"]
+            assert listed[0]["id"] == sid and listed[0]["deletedAt"] == trashed["deletedAt"]
+        clock.ms -= DAY  # the index rebuilt from the files keeps it
+        (tmp_path / "pi.sqlite").unlink()
+        async with host_at(tmp_path, clock) as host, client_for(host) as c:
+            listed = (await c.call("sessions.listTrashed", {}))["sessions"]
+            assert listed[0]["id"] == sid and listed[0]["deletedAt"] == trashed["deletedAt"]
