@@ -45,6 +45,10 @@ MIN_SQLITE_VERSION = (3, 34, 0)
 BUSY_TIMEOUT_MS = 5000
 CACHE_SIZE_KIB = 16000
 READER_MMAP_BYTES = 256 * 1024 * 1024
+WAL_SIZE_LIMIT = 16 * 1024 * 1024
+"""What the WAL file keeps of its size once a checkpoint let it start over (``journal_size_limit``). Without it
+the file stays as large as the largest transaction ever made it (a full FTS merge: about the whole search
+index) for the rest of the host's life; ordinary batches stay under it, so it rarely shrinks and regrows."""
 SYNCHRONOUS_MODES = {"FULL": 2, "NORMAL": 1}
 _AUTO_VACUUM_INCREMENTAL = 2
 
@@ -122,6 +126,7 @@ def apply_pragmas(
     if str(journal).lower() != "wal":
         raise IOFailure(f"could not switch the database to WAL journal mode (got {journal!r})")
     conn.execute(f"PRAGMA synchronous = {mode}")
+    conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
     conn.execute("PRAGMA temp_store = MEMORY")

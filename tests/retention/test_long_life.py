@@ -1,0 +1,71 @@
+"""A host that runs for weeks: what a burst, a crash or a long run leaves on disk must not stay there for the
+rest of the host's life. Black-box, against a real ``pi-host serve`` process (CI-sized; ``PIHOST_SOAK=1``
+makes the bursts bigger)."""
+
+from __future__ import annotations
+
+import random
+import string
+import time
+from pathlib import Path
+
+import trio
+
+from runtime.client import HostClient, RpcError, open_client
+from store.indexing.database import WAL_SIZE_LIMIT
+from tests.hostkit import msg, start_host_process
+from tests.soak import soak
+
+
+def _words(rnd: random.Random, count: int) -> str:
+    return " ".join("".join(rnd.choices(string.ascii_lowercase, k=6)) for _ in range(count))
+
+
+async def _burst(c: HostClient, sid: str, batches: int, words: int) -> None:
+    """Batches of 64 large messages of varied text: each batch is a few index transactions of tens of MB
+    (message rows and their search trigrams)."""
+    rnd = random.Random(7)
+    for b in range(batches):
+        calls = [("session.appendMessage", {"sessionId": sid, "message": msg(f"m{b}-{i}", _words(rnd, words))})
+                 for i in range(64)]
+        assert not [r for r in await c.batch(calls) if isinstance(r, RpcError)]
+
+
+async def test_the_wal_shrinks_back_after_a_burst(tmp_path: Path) -> None:
+    """A burst of large appends (an import, a long agent run) grows ``pi.sqlite-wal`` past tens of MB. Once a
+    checkpoint let the log start over, the next writes must bring the file back under ``WAL_SIZE_LIMIT``;
+    SQLite alone keeps it at its largest size until the host stops (measured: 47 MB, for weeks)."""
+    host = await trio.to_thread.run_sync(lambda: start_host_process(tmp_path))
+    wal = tmp_path / "pi.sqlite-wal"
+    try:
+        with trio.fail_after(120):
+            async with open_client(host.url, host.token, client_id="burst", client_kind="agent") as c:
+                sid = str((await c.call("session.create", {"title": "burst"}))["id"])
+                peak = 0
+                async with trio.open_nursery() as watch:
+                    async def sample() -> None:
+                        nonlocal peak
+                        while True:
+                            peak = max(peak, wal.stat().st_size)
+                            await trio.sleep(0.01)
+
+                    watch.start_soon(sample)
+                    await _burst(c, sid, soak(3, 12), 15_000)
+                    await trio.sleep(0.5)
+                    watch.cancel_scope.cancel()
+                assert peak > WAL_SIZE_LIMIT, f"the burst left a WAL of {peak} bytes only: it tests nothing"
+                # a few small writes after it, as a host in use makes: each may find the log checkpointed
+                deadline = time.monotonic() + 20
+                size = peak
+                while time.monotonic() < deadline:
+                    await c.call("session.rename", {"sessionId": sid, "title": f"t{time.monotonic()}"})
+                    size = wal.stat().st_size
+                    if size <= WAL_SIZE_LIMIT:
+                        break
+                    await trio.sleep(0.2)
+                print(f"\nWAL peak {peak / 2**20:.1f} MiB, after the burst {size / 2**20:.1f} MiB "
+                      f"(limit {WAL_SIZE_LIMIT / 2**20:.0f} MiB)")
+                assert size <= WAL_SIZE_LIMIT, f"the WAL stayed at {size} bytes after the burst"
+        assert await trio.to_thread.run_sync(host.terminate) == 0
+    finally:
+        await trio.to_thread.run_sync(host.kill9)
