@@ -270,10 +270,13 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
         report["planIntents"] = sweep_intents(conn, data_dir.sessions_dir)
     # an uninstall intent whose receipts all committed (a kill right after the commit) has done its work
     report["uninstallIntents"] = plugins.sweep_uninstall_intents(conn, data_dir.root / "plugins")
-    plugin_dirs = [d for d in (data_dir.root / "plugins", data_dir.root / "plugins" / "assets") if d.is_dir()]
+    # every folder an atomic write publishes into, the data directory's own files (host.json, the
+    # clean-shutdown marker) and config-sync/ included: a kill between a temp write and its rename leaves one
+    own_dirs = [d for d in (data_dir.root / "plugins", data_dir.root / "plugins" / "assets",
+                            data_dir.root / "config-sync") if d.is_dir()]
     report["tempFilesRemoved"] = sum(
         len(sweep_temp_files(d))
-        for d in (data_dir.sessions_dir, data_dir.secrets_dir, data_dir.attachments_dir, *plugin_dirs)
+        for d in (data_dir.root, data_dir.sessions_dir, data_dir.secrets_dir, data_dir.attachments_dir, *own_dirs)
     )
     between("the secrets_meta rebuild")
     # 2b. secrets_meta from the secrets/*.sec headers (full rebuild after an index rebuild)

@@ -69,3 +69,25 @@ async def test_the_wal_shrinks_back_after_a_burst(tmp_path: Path) -> None:
         assert await trio.to_thread.run_sync(host.terminate) == 0
     finally:
         await trio.to_thread.run_sync(host.kill9)
+
+
+async def test_boot_removes_the_temp_files_a_kill_left_in_every_folder_it_writes(tmp_path: Path) -> None:
+    """Every atomic write goes through ``<name>.tmp.<hex>``: a SIGKILL between the temp write and the rename
+    leaves that file, and one more at each such kill. Boot sweeps the data directory's own files
+    (``host.json``, the clean-shutdown marker) and ``config-sync/`` as it sweeps ``sessions/``: before, those
+    two were never swept, so every kill at that step left a file for good. A file of another shape stays."""
+    first = await trio.to_thread.run_sync(lambda: start_host_process(tmp_path))
+    assert await trio.to_thread.run_sync(first.terminate) == 0
+    (tmp_path / "config-sync").mkdir(exist_ok=True)
+    left = [tmp_path / "host.json.tmp.0123456789ab", tmp_path / "clean-shutdown.tmp.a1b2c3d4e5f6",
+            tmp_path / "config-sync" / "base.bin.tmp.00ff00ff00ff", tmp_path / "sessions" / "s1.jsonl.tmp.abcdef"]
+    kept = [tmp_path / "notes.tmp.txt", tmp_path / "config-sync" / "pending.bin.tmp-17"]
+    for path in [*left, *kept]:
+        path.write_bytes(b"half a write")
+    host = await trio.to_thread.run_sync(lambda: start_host_process(tmp_path))
+    try:
+        assert [p.name for p in left if p.exists()] == []
+        assert [p.name for p in kept if not p.exists()] == []
+        assert await trio.to_thread.run_sync(host.terminate) == 0
+    finally:
+        await trio.to_thread.run_sync(host.kill9)
