@@ -50,15 +50,28 @@ class ControllerSlot:
 
 
 class QueueControl:
-    """Per-host book of queue controllers (one slot per session that was asked about)."""
+    """Per-host book of queue controllers: one slot per session whose queue a controller drives. A held
+    queue needs no slot (its state is the default), so reading or pushing to a queue leaves nothing
+    behind, and a slot goes when its controller's client does: the book never grows with the sessions
+    merely touched over the host's life."""
 
     def __init__(self) -> None:
         self._slots: dict[str, ControllerSlot] = {}
 
     def slot(self, session_id: str, session_created_at: Any) -> ControllerSlot:
+        """The session's slot: the stored one (a controller attached), or a fresh held one, not stored."""
         found = self._slots.get(session_id)
         if found is None or found.session_created_at != session_created_at:
-            found = self._slots[session_id] = ControllerSlot(session_created_at)
+            self._slots.pop(session_id, None)  # a deleted and re-created session id starts held again
+            return ControllerSlot(session_created_at)
+        return found
+
+    def attach(self, session_id: str, session_created_at: Any, controller_id: str,
+               client_id: str) -> ControllerSlot:
+        """``controller_id`` (of ``client_id``) drives the session's queue from now on; its slot."""
+        found = self.slot(session_id, session_created_at)
+        found.controller_id, found.client_id = controller_id, client_id
+        self._slots[session_id] = found
         return found
 
     def forget(self, session_id: str) -> None:
@@ -68,15 +81,19 @@ class QueueControl:
         """The client that attached these sessions' controller is gone: they are held again (until a
         controller attaches, as after a restart). The sessions released."""
         released = []
-        for sid, slot in self._slots.items():
+        for sid, slot in list(self._slots.items()):
             if slot.controller_id is not None and slot.client_id == client_id:
                 slot.controller_id = slot.client_id = None
+                del self._slots[sid]
                 released.append(sid)
         return sorted(released)
 
     def peek(self, session_id: str) -> ControllerSlot:
         """The session's slot as it is (a held one when nobody asked), without making one."""
         return self._slots.get(session_id) or ControllerSlot()
+
+    def statistics(self) -> dict[str, int]:
+        return {"controlled": len(self._slots)}
 
 
 def _slot(ctx: SessionContext) -> ControllerSlot:
@@ -221,9 +238,9 @@ async def _attach(ctx: SessionContext, p: m.QueueControllerParams) -> tuple[dict
             f"(this connection is {kind!r})",
             data={"sessionId": ctx.sid, "clientKind": kind},
         )
-    slot = _slot(ctx)
-    changed = slot.controller_id != p.controller_id
-    slot.controller_id, slot.client_id = p.controller_id, ctx.caller.client_id
+    control: QueueControl = ctx.services.get(SERVICE)
+    changed = _slot(ctx).controller_id != p.controller_id
+    slot = control.attach(ctx.sid, ctx.row.get("createdAt"), p.controller_id, ctx.caller.client_id)
     if await ctx.read(queue.has_leases, ctx.sid):
         sid = ctx.sid
         # A controller attaching has just started (or reconnected): what was taken and no turn began

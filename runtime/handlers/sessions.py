@@ -21,6 +21,7 @@ from protocol import models as m
 from protocol.jsonrpc import Encoded
 from runtime.context import Services
 from runtime.handlers import inflight, plans
+from runtime.handlers import queue as queue_control
 from store import orphans, queue, receipts, thread_meta
 from store.errors import Conflict, MessageNotFound, StorageFull, StoreError
 from store.ids import derived_id, new_id
@@ -273,6 +274,9 @@ async def remove_session(ctx: SessionContext, key: ReceiptKey | None, rows: Call
     now, faults = ctx.now(), ctx.faults
     await ctx.io(lambda: finish_delete(paths, now_ms=now, faults=faults))
     ctx.forget_session()
+    control = ctx.services.extra.get(queue_control.SERVICE)
+    if isinstance(control, queue_control.QueueControl):
+        control.forget(sid)  # its controller drives no queue any more
     ctx.publish("session.deleted", {"sessionId": sid})
     return result
 

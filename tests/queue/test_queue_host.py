@@ -9,6 +9,7 @@ import trio
 
 from protocol.models_queue import QueuePushResult, QueueState, QueueTakeResult
 from runtime.client import HostClient, RpcError
+from runtime.handlers.queue import SERVICE, QueueControl
 from runtime.host import RunningHost
 from tests.hostkit import client_for, inprocess_host
 
@@ -351,3 +352,30 @@ async def test_a_session_message_id_naming_no_delivery_stays_a_loose_reference(t
             entries = (await listing(c, sid))["entries"]
             assert [e["id"] for e in entries] == [pushed["entry"]["id"]]
             assert (await c.call("collab.list", {"sessionId": sid}))["deliveries"] == []
+
+
+async def test_the_controller_book_keeps_only_controlled_queues(tmp_path) -> None:
+    """The in-memory controller book (``QueueControl``) lives as long as the host: reading, pushing to or
+    taking from a held queue leaves no slot, a deleted session's slot goes with it, and a gone client's
+    slots go when its queues are held again. Before, every session ever asked about kept one for good."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path, client_gone_after=0.1) as host:
+            control: QueueControl = host.services.get(SERVICE)
+            async with client_for(host, "ui", kind="ui") as ui:
+                touched = [await new_session(ui) for _ in range(20)]
+                for sid in touched:
+                    await push(ui, sid, "a")
+                    await listing(ui, sid)
+                assert control.statistics() == {"controlled": 0}
+                async with client_for(host, "sidecar", kind="agent") as agent:
+                    for sid in touched[:3]:
+                        await agent.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
+                        await agent.call("session.queueTake", {"sessionId": sid, "controllerId": "ctl"})
+                    assert control.statistics() == {"controlled": 3}
+                    await ui.call("session.delete", {"sessionId": touched[0]})
+                    assert control.statistics() == {"controlled": 2}
+                    assert (await listing(ui, touched[1]))["controllerId"] == "ctl"
+                with trio.fail_after(10):
+                    while control.statistics()["controlled"]:  # noqa: ASYNC110 - the client-gone timer
+                        await trio.sleep(0.05)
+                assert (await listing(ui, touched[1]))["held"] is True
