@@ -403,10 +403,10 @@ class GatewayConnection:
 
     def deliver(self, frame: Frame) -> None:
         """Queue one encoded frame; one that does not fit the byte bound closes the connection (1008)."""
-        if self._close_reason is not None:
-            return
+        if self._close_reason is not None or self._out.closed:
+            return  # a peer that left is not a slow consumer: its replies are dropped
         out = self._out
-        if not out and not out.closed:
+        if not out:
             # Nothing waits for the writer: a small frame goes to the socket from this task (no hop to
             # the writer task and back); the writer only sends what the socket did not take at once.
             unsent = send_text_nowait(self._ws, frame.chunks, frame.size)

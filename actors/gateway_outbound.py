@@ -90,6 +90,7 @@ class Outbound:
 
     @property
     def closed(self) -> bool:
+        """The writer is gone (the peer left, or the connection closed): nothing is sent any more."""
         return self._closed
 
     def offer(self, item: Frame | CloseAfter | Flush) -> bool:
