@@ -1,0 +1,362 @@
+"""Seed 003 §5 "Write paths (consistency)", §4.6b turn_queue and §4.14 notifications read by an outsider:
+black-box checks over a real host's WebSocket gateway with nasty-but-legal inputs, and a SIGKILL + restart
+where the seed makes a crash claim. Each test quotes the statement it checks; the methods are the ones
+protocol/README.md documents for each write path."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.client import HostClient, RpcError, open_client
+from tests.hostkit import HostProcess, client_for, inprocess_host, msg, start_host_process
+
+
+@asynccontextmanager
+async def real_host(data_dir: Path) -> AsyncIterator[tuple[HostProcess, HostClient]]:
+    """A ``pi-host serve`` process on ``data_dir`` and a client of it; the caller kills or stops it."""
+    proc = start_host_process(data_dir)
+    try:
+        async with open_client(proc.url, proc.token, client_id="outsider", client_kind="agent") as c:
+            yield proc, c
+    finally:
+        proc.kill9()
+
+
+async def say(c: HostClient, sid: str, mid: str, text: str, role: str = "user", **extra: Any) -> dict[str, Any]:
+    result: dict[str, Any] = await c.call("session.appendMessage",
+                                          {"sessionId": sid, "message": msg(mid, text, role=role, **extra)})
+    return result
+
+
+async def get(c: HostClient, sid: str) -> dict[str, Any]:
+    result: dict[str, Any] = await c.call("session.get", {"sessionId": sid})
+    return result
+
+
+async def ids(c: HostClient, sid: str) -> list[str]:
+    return [m["id"] for m in (await get(c, sid))["messages"]]
+
+
+async def code_of(c: HostClient, method: str, params: dict[str, Any]) -> str | None:
+    try:
+        await c.call(method, params)
+    except RpcError as failed:
+        return failed.data_code
+    return None
+
+
+# ------------------------------------------------------------------------------- in-flight checkpoints (§5)
+
+async def test_message_end_removes_the_checkpoint_only_when_its_id_matches(tmp_path: Path) -> None:
+    """§5: "assistant/tool message end — append message line; remove the in-flight checkpoint when its id
+    matches". A tool row and another assistant row ending while the reply streams leave the checkpoint; the
+    reply's own final row removes it."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t/1:a"})
+            await say(c, sid, "u1", "question", turnId="t/1:a")
+            partial = msg("a.1", "half an ans", role="assistant", turnId="t/1:a")
+            assert (await c.call("session.saveInflightMessage",
+                                 {"sessionId": sid, "turnId": "t/1:a", "message": partial}))["saved"] is True
+            await say(c, sid, "tool-1", "ls output", role="tool", turnId="t/1:a", toolName="Bash")
+            await say(c, sid, "a.0", "a preamble", role="assistant", turnId="t/1:a")
+            view = await get(c, sid)
+            assert view["inflight"]["message"]["id"] == "a.1"
+            assert view["inflight"]["message"]["blocks"] == partial["blocks"]
+            await say(c, sid, "a.1", "half an answer, finished", role="assistant", turnId="t/1:a")
+            view = await get(c, sid)
+            assert "inflight" not in view or view["inflight"] is None
+            assert [m["id"] for m in view["messages"]] == ["u1", "tool-1", "a.0", "a.1"]
+
+
+async def test_save_inflight_is_a_no_op_for_an_empty_message_and_an_indexed_id(tmp_path: Path) -> None:
+    """§5: "streaming reply checkpoint (session.saveInflightMessage) — atomically replace <id>.inflight.json;
+    no-op for an empty message or an id already indexed". A no-op must not replace (or remove) the checkpoint
+    that is already there."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            await say(c, sid, "u1", "question", turnId="t1")
+            await say(c, sid, "a0", "done already", role="assistant", turnId="t1")
+            live = msg("a1", "streaming…", role="assistant", turnId="t1")
+            await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1", "message": live})
+            empty = {"id": "a2", "role": "assistant", "turnId": "t1", "blocks": []}
+            r = await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1", "message": empty})
+            assert r["saved"] is False and r.get("reason") == "empty"
+            indexed = msg("a0", "a rewrite of a landed row", role="assistant", turnId="t1")
+            r = await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1", "message": indexed})
+            assert r["saved"] is False and r.get("reason") == "already_indexed"
+            view = await get(c, sid)
+            assert view["inflight"]["message"]["id"] == "a1"
+            assert view["inflight"]["message"]["blocks"] == live["blocks"]
+            assert [m["blocks"][0]["text"] for m in view["messages"]] == ["question", "done already"]
+            assert not (tmp_path / "sessions" / f"{sid}.inflight.json").read_text().count("a rewrite")
+
+
+async def test_completed_end_turn_keeps_an_unindexed_checkpoint_and_boot_promotes_it_complete(tmp_path: Path) -> None:
+    """§5: "completed/error: remove the in-flight checkpoint only when its id is already indexed; otherwise
+    leave it for the outbox or boot" and "The boot sweep promotes a leftover checkpoint whose final row never
+    landed: as complete when the turn already completed". SIGKILL after the endTurn, restart: the reply is a
+    row of the completed turn, not an interrupted one, and the turn's notification exists exactly once."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with trio.fail_after(60):
+        async with real_host(data) as (proc, c):
+            created = await c.call("session.create", {})
+            sid = created["id"]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            await say(c, sid, "u1", "question", turnId="t1")
+            reply = msg("a1", "the whole answer", role="assistant", turnId="t1")
+            await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1", "message": reply})
+            ended = await c.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "completed"})
+            assert ended["turn"]["status"] == "completed"
+            assert ended["notification"]["kind"] == "task.completed"
+            assert ended["notification"]["sessionTitle"] == created["title"]
+            assert (await get(c, sid))["inflight"]["message"]["id"] == "a1"
+            proc.kill9()
+        async with real_host(data) as (proc, c):
+            view = await get(c, sid)
+            assert [m["id"] for m in view["messages"]] == ["u1", "a1"]
+            promoted = view["messages"][1]
+            assert promoted["blocks"] == reply["blocks"]
+            assert promoted.get("turnId") == "t1"
+            assert not (promoted.get("meta") or {}).get("interrupted")
+            assert view.get("inflight") is None
+            listed = await c.call("notifications.list", {})
+            assert [n["turnId"] for n in listed["notifications"]] == ["t1"]
+            again = await c.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "completed"})
+            assert "notification" not in again or again["notification"] is None
+            assert len((await c.call("notifications.list", {}))["notifications"]) == 1
+
+
+async def test_recover_inflight_promotes_complete_after_a_completed_turn_and_aborted_otherwise(
+        tmp_path: Path) -> None:
+    """§5: "recoverInflight: append the leftover as complete when the turn is completed, otherwise as
+    aborted, when its final row never landed"."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, kind="agent") as c:
+            done = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": done, "turnId": "t1"})
+            await say(c, done, "u1", "q", turnId="t1")
+            await c.call("session.saveInflightMessage", {"sessionId": done, "turnId": "t1",
+                                                         "message": msg("a1", "full", role="assistant",
+                                                                        turnId="t1")})
+            await c.call("session.endTurn", {"sessionId": done, "turnId": "t1", "status": "completed",
+                                             "createNotification": False})
+            r = await c.call("session.recoverInflight", {"sessionId": done, "turnId": "t1"})
+            assert r["action"] == "promoted" and r["turn"]["status"] == "completed"
+            row = (await get(c, done))["messages"][-1]
+            assert row["id"] == "a1" and not (row.get("meta") or {}).get("interrupted")
+
+            live = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": live, "turnId": "t2"})
+            await say(c, live, "u2", "q", turnId="t2")
+            await c.call("session.saveInflightMessage", {"sessionId": live, "turnId": "t2",
+                                                         "message": msg("a2", "part", role="assistant",
+                                                                        turnId="t2")})
+            r = await c.call("session.recoverInflight", {"sessionId": live, "turnId": "t2"})
+            assert r["action"] == "promoted" and r["turn"]["status"] == "aborted"
+            row = (await get(c, live))["messages"][-1]
+            assert row["id"] == "a2" and (row.get("meta") or {}).get("interrupted") is True
+            assert (await c.call("notifications.list", {}))["notifications"] == []
+
+
+# ------------------------------------------------------------------------------------ notifications (§4.14)
+
+async def test_end_turn_notifications_error_code_abort_and_repeats(tmp_path: Path) -> None:
+    """§4.14: "inserts task.completed for completed or task.failed for error in the same transaction ...
+    aborted never inserts a row", "Repeating a terminal update cannot duplicate a notification ... The RPC
+    result includes the record only when this call inserted it", "session deletion also cascades its rows",
+    and mark-read / clear change no turn or transcript data."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "日本語 ✓"}))["id"]
+            other = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "bad"})
+            r = await c.call("session.endTurn", {"sessionId": sid, "turnId": "bad", "status": "error",
+                                                 "errorCode": "provider/429: rate"})
+            assert r["notification"]["kind"] == "task.failed"
+            assert r["notification"]["errorCode"] == "provider/429: rate"
+            assert r["notification"]["sessionTitle"] == "日本語 ✓"
+            r = await c.call("session.endTurn", {"sessionId": sid, "turnId": "bad", "status": "error",
+                                                 "errorCode": "provider/429: rate"})
+            assert r.get("notification") is None
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "stop"})
+            r = await c.call("session.endTurn", {"sessionId": sid, "turnId": "stop", "status": "aborted"})
+            assert r.get("notification") is None
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "quiet"})
+            r = await c.call("session.endTurn", {"sessionId": sid, "turnId": "quiet", "status": "completed",
+                                                 "createNotification": False})
+            assert r.get("notification") is None
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "ok"})
+            await c.call("session.endTurn", {"sessionId": sid, "turnId": "ok", "status": "completed"})
+            await c.call("session.startTurn", {"sessionId": other, "turnId": "o1"})
+            await c.call("session.endTurn", {"sessionId": other, "turnId": "o1", "status": "completed"})
+            listed = await c.call("notifications.list", {})
+            assert sorted(n["turnId"] for n in listed["notifications"]) == ["bad", "o1", "ok"]
+            assert listed["unreadCount"] == 3
+            first = listed["notifications"][0]["id"]
+            assert (await c.call("notifications.markRead", {"ids": [first, first]}))["updated"] == 1
+            assert (await c.call("notifications.markRead", {"ids": [first]}))["updated"] == 0
+            assert (await c.call("notifications.list", {"unreadOnly": True}))["unreadCount"] == 2
+            await c.call("session.delete", {"sessionId": sid})
+            listed = await c.call("notifications.list", {})
+            assert [n["turnId"] for n in listed["notifications"]] == ["o1"]
+            assert (await c.call("notifications.clear", {}))["deleted"] == 1
+            assert (await get(c, other))["session"]["id"] == other
+
+
+# --------------------------------------------------------------------------- checkpoints (compaction lines)
+
+async def _compacted(c: HostClient, p: str = "") -> str:
+    """Three exchanges ``{p}u0``/``{p}a0`` ... and a checkpoint through ``{p}a1`` (message ids are global:
+    a second session of the same ids gets host-scoped ones, so tests pass distinct prefixes)."""
+    sid: str = (await c.call("session.create", {}))["id"]
+    for i in range(3):
+        await say(c, sid, f"{p}u{i}", f"question {i}")
+        await say(c, sid, f"{p}a{i}", f"answer {i}", role="assistant")
+    await c.call("session.appendCompaction", {"sessionId": sid, "compaction": {
+        "id": f"{p}cp-1", "summary": "summary of 0 and 1", "firstKeptMessageId": f"{p}u2",
+        "throughMessageId": f"{p}a1", "tokensBefore": 0, "retainedTail": []}})
+    return sid
+
+
+async def test_truncate_and_replace_preserve_only_a_checkpoint_whose_boundary_remains(tmp_path: Path) -> None:
+    """§5: truncateFrom "preserve only a checkpoint whose boundary remains"; replaceMessages likewise."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await _compacted(c)
+            assert [cp["id"] for cp in (await get(c, sid))["compactions"]] == ["cp-1"]
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a2", "mode": "regenerate"})
+            assert [cp["id"] for cp in (await get(c, sid))["compactions"]] == ["cp-1"]
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "retry"})
+            view = await get(c, sid)
+            assert [m["id"] for m in view["messages"]] == ["u0", "a0", "u1"]
+            assert view["compactions"] == []
+
+            sid = await _compacted(c, "r")
+            full = (await get(c, sid))["messages"]
+            plain = [{k: m[k] for k in ("id", "role", "blocks") if k in m} for m in full]
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": plain[:4]})
+            assert [cp["id"] for cp in (await get(c, sid))["compactions"]] == ["rcp-1"]
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": plain[:1] + plain[2:3]})
+            view = await get(c, sid)
+            assert [m["id"] for m in view["messages"]] == ["ru0", "ru1"]
+            assert view["compactions"] == []
+
+
+async def test_fork_copies_the_checkpoint_only_when_its_boundary_is_included(tmp_path: Path) -> None:
+    """§5: "session fork — write a new transcript with remapped message/tool-call ids; copy/remap the
+    checkpoint only when its boundary is included"."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await _compacted(c)
+            short = await c.call("session.fork", {"sessionId": sid, "throughMessageId": "u1"})
+            view = await get(c, short["id"])
+            assert len(view["messages"]) == 3 and view["compactions"] == []
+            whole = await c.call("session.fork", {"sessionId": sid, "throughMessageId": "a1"})
+            view = await get(c, whole["id"])
+            child_ids = [m["id"] for m in view["messages"]]
+            assert len(child_ids) == 4
+            [cp] = view["compactions"]
+            assert cp["throughMessageId"] == child_ids[3]
+            assert cp["summary"] == "summary of 0 and 1"
+            full = await c.call("session.fork", {"sessionId": sid})
+            view = await get(c, full["id"])
+            [cp] = view["compactions"]
+            child_ids = [m["id"] for m in view["messages"]]
+            assert cp["throughMessageId"] == child_ids[3]
+            assert cp.get("firstKeptMessageId") == child_ids[4]
+
+
+async def test_append_compaction_boundary_must_be_a_durable_message(tmp_path: Path) -> None:
+    """§5: "context checkpoint (session.appendCompaction) — append typed checkpoint line after its referenced
+    message boundary": a checkpoint naming a message the transcript does not hold has no boundary to follow
+    and is refused, leaving no checkpoint behind."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await say(c, sid, "u0", "q")
+            code = await code_of(c, "session.appendCompaction", {"sessionId": sid, "compaction": {
+                "id": "cp-x", "summary": "s", "throughMessageId": "nowhere", "tokensBefore": 1}})
+            assert code is not None
+            assert (await get(c, sid))["compactions"] == []
+
+
+# ------------------------------------------------------------------------------------- turn queue (§4.6b)
+
+def _push(sid: str, content: str, key: str | None = None, principal: str = "ui") -> dict[str, Any]:
+    params: dict[str, Any] = {"sessionId": sid, "principal": principal, "content": content,
+                              "permissionMode": "ask"}
+    if key is not None:
+        params["idempotencyKey"] = key
+    return params
+
+
+async def test_queue_positions_idempotency_cap_priority_and_restart(tmp_path: Path) -> None:
+    """§4.6b: "position is per session and only grows, so a removed entry never reorders the rest", "principal
+    plus idempotency_key make a retried push return the same row; a reused key with a different input_hash
+    fails with IDEMPOTENCY_CONFLICT", "A session holds at most eight entries", promotion order, "queueReorder
+    ... refuses a promoted entry", "After a restart the module lists every entry, holds each session's queue
+    until a controller attaches", "Deleting the session cascades to its entries". SIGKILL mid-way."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with trio.fail_after(60):
+        async with real_host(data) as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            e = [(await c.call("session.queuePush", _push(sid, f"p{i}", key=f"k{i}")))["entry"] for i in range(3)]
+            again = await c.call("session.queuePush", _push(sid, "p1", key="k1"))
+            assert again["replayed"] is True and again["entry"]["id"] == e[1]["id"]
+            # the same key under another principal is a different row
+            bob = await c.call("session.queuePush", _push(sid, "p1", key="k1", principal="bob"))
+            assert bob["replayed"] is False and bob["entry"]["id"] != e[1]["id"]
+            assert await code_of(c, "session.queuePush", _push(sid, "other", key="k1")) == "IDEMPOTENCY_CONFLICT"
+            await c.call("session.queueRemove", {"sessionId": sid, "entryId": e[1]["id"]})
+            later = (await c.call("session.queuePush", _push(sid, "", key=None)))["entry"]
+            assert later["position"] > bob["entry"]["position"] > e[2]["position"] > e[0]["position"]
+            for i in range(4):
+                await c.call("session.queuePush", _push(sid, f"fill{i}"))
+            state = await c.call("session.queueList", {"sessionId": sid})
+            assert len(state["entries"]) == 8
+            assert await code_of(c, "session.queuePush", _push(sid, "ninth")) == "LIMIT_EXCEEDED"
+            # a replay of an existing key is not a ninth entry
+            assert (await c.call("session.queuePush", _push(sid, "p0", key="k0")))["replayed"] is True
+            order = [x["id"] for x in state["entries"]]
+            await c.call("session.queuePrioritize", {"sessionId": sid, "entryId": order[5]})
+            state = await c.call("session.queuePrioritize", {"sessionId": sid, "entryId": order[2]})
+            expect = [order[5], order[2]] + [x for x in order if x not in (order[5], order[2])]
+            assert [x["id"] for x in state["entries"]] == expect
+            assert await code_of(c, "session.queueReorder", {"sessionId": sid, "entryId": order[5],
+                                                             "direction": "down"}) == "CONFLICT"
+            state = await c.call("session.queueReorder", {"sessionId": sid, "entryId": order[4],
+                                                          "direction": "up"})
+            swapped = [x["id"] for x in state["entries"]]
+            assert swapped[2:] == [order[0], order[1], order[4], order[3], order[6], order[7]]
+            proc.kill9()
+        async with real_host(data) as (proc, c):
+            state = await c.call("session.queueList", {"sessionId": sid})
+            assert [x["id"] for x in state["entries"]] == swapped
+            assert state["held"] is True
+            await c.call("session.delete", {"sessionId": sid})
+            assert await code_of(c, "session.queueList", {"sessionId": sid}) == "SESSION_NOT_FOUND"
+
+
+@pytest.mark.parametrize("content", ["", " \u0000\u202e", "x" * 100_000])
+async def test_queue_push_keeps_odd_content_as_given(tmp_path: Path, content: str) -> None:
+    """§4.6b: the row keeps the prompt ``content`` as given (TEXT NOT NULL): an empty prompt, control and
+    bidi characters, a large prompt."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            pushed = (await c.call("session.queuePush", _push(sid, content, key="k")))["entry"]
+            assert pushed["content"] == content
+            [listed] = (await c.call("session.queueList", {"sessionId": sid}))["entries"]
+            assert listed["content"] == content
