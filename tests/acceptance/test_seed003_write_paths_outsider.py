@@ -360,3 +360,167 @@ async def test_queue_push_keeps_odd_content_as_given(tmp_path: Path, content: st
             assert pushed["content"] == content
             [listed] = (await c.call("session.queueList", {"sessionId": sid}))["entries"]
             assert listed["content"] == content
+
+
+# ---------------------------------------------------------------------- stop, truncate, replace, fork (§5)
+
+async def test_user_stop_leaves_the_checkpoint_for_the_aborted_final_row_and_boot_promotes_it_aborted(
+        tmp_path: Path) -> None:
+    """§5 Rules: "A user Stop does not touch the checkpoint, because the runtime's own aborted final row is
+    still on its way and removes it on arrival" and the boot sweep promotes a leftover "otherwise as aborted
+    under an aborted turn". Kill -9 after the Stop, before the final row: boot promotes it interrupted."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with trio.fail_after(60):
+        async with real_host(data) as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            await say(c, sid, "u1", "q", turnId="t1")
+            part = msg("a1", "partial 日本語 \u0000 reply", role="assistant", turnId="t1")
+            await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1", "message": part})
+            r = await c.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "aborted"})
+            assert r.get("notification") is None
+            assert (await get(c, sid))["inflight"]["message"]["id"] == "a1"
+            proc.kill9()
+        async with real_host(data) as (proc, c):
+            view = await get(c, sid)
+            assert [m["id"] for m in view["messages"]] == ["u1", "a1"]
+            assert view["messages"][1]["blocks"] == part["blocks"]
+            assert (view["messages"][1].get("meta") or {}).get("interrupted") is True
+            assert view.get("inflight") is None
+            assert (await c.call("notifications.list", {}))["notifications"] == []
+
+
+async def test_truncate_aborts_the_running_turn_drops_the_checkpoint_and_resets_last_seq(tmp_path: Path) -> None:
+    """§5: truncateFrom "abort leftover running turn ... drop inflight checkpoint ... reset last_seq", and
+    replaceMessages "reset last_seq": the next append continues the numbering of what survived."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, kind="agent") as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            await say(c, sid, "u1", "q1", turnId="t1")
+            await say(c, sid, "a1", "r1", role="assistant", turnId="t1")
+            await c.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "completed",
+                                             "createNotification": False})
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t2"})
+            await say(c, sid, "u2", "q2", turnId="t2")
+            await say(c, sid, "x2", "tool out", role="tool", turnId="t2", toolName="Bash")
+            await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t2",
+                                                         "message": msg("a2", "so far", role="assistant",
+                                                                        turnId="t2")})
+            r = await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u2", "mode": "edit"})
+            assert r["removed"] == 2
+            view = await get(c, sid)
+            assert view.get("inflight") is None
+            assert [(m["id"], m.get("turnId")) for m in view["messages"]] == [("u1", "t1"), ("a1", "t1")]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t3"})  # t2 no longer runs
+            assert (await say(c, sid, "u3", "q3", turnId="t3"))["message"]["seq"] == 3
+            plain = [{k: m[k] for k in ("id", "role", "blocks", "turnId") if k in m}
+                     for m in (await get(c, sid))["messages"]]
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": plain[:1]})
+            assert (await say(c, sid, "u4", "q4"))["message"]["seq"] == 2
+
+
+async def test_fork_remaps_message_and_tool_call_ids_consistently(tmp_path: Path) -> None:
+    """§5: "session fork — write a new transcript with remapped message/tool-call ids": the child's ids are
+    new, and a tool call and the tool row answering it still pair up in the child."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await say(c, sid, "fu", "do it")
+            call = {"type": "tool_call", "callId": "call:1/a", "name": "Bash", "args": {"cmd": "ls"},
+                    "result": "ok", "status": "ok"}
+            await c.call("session.appendMessage", {"sessionId": sid, "message": {
+                "id": "fa", "role": "assistant", "blocks": [call]}})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": {
+                "id": "ft", "role": "tool", "toolName": "Bash", "blocks": [call]}})
+            child = await c.call("session.fork", {"sessionId": sid})
+            rows = (await get(c, child["id"]))["messages"]
+            assert len(rows) == 3
+            assert not {m["id"] for m in rows} & {"fu", "fa", "ft"}
+            a_call = rows[1]["blocks"][0]["callId"]
+            assert rows[2]["blocks"][0]["callId"] == a_call
+            assert rows[1]["blocks"][0]["args"] == {"cmd": "ls"}
+            original = (await get(c, sid))["messages"]
+            assert [m["id"] for m in original] == ["fu", "fa", "ft"]
+            assert original[1]["blocks"][0]["callId"] == "call:1/a"
+
+
+# ------------------------------------------------------------------------------ regenerate branches (§5)
+
+async def test_active_revision_refresh_and_switch_survive_a_kill(tmp_path: Path) -> None:
+    """§5: "turn-completion branch archive (session.saveActiveRevision) — append a revision_live reference
+    line ... index row with message_count (+ is_active flip)"; "a refresh only updates message_count";
+    "revision switch — append a full revision line ..., atomic transcript rewrite". §11.13: switching never
+    rewrites the revisions file (it only grows). SIGKILL, restart: the families and the live branch hold."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with trio.fail_after(60):
+        async with real_host(data) as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await say(c, sid, "q", "question")
+            await say(c, sid, "r0", "reply 0", role="assistant")
+            first = (await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "q"}))["revision"]
+            assert first["revisionIndex"] == 1 and first["isActive"] is True
+            await say(c, sid, "t0", "tool", role="tool", toolName="Bash")
+            await say(c, sid, "r0b", "reply 0 continued", role="assistant")
+            again = (await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "q"}))["revision"]
+            assert again["revisionIndex"] == 1
+            assert again["messageCount"] == first["messageCount"] + 2
+            listed = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+            assert [(x["revisionIndex"], x["isActive"]) for x in listed] == [(1, True)]
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "r0", "mode": "regenerate"})
+            await say(c, sid, "r1", "reply 1", role="assistant")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "q"})
+            listed = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+            assert [(x["revisionIndex"], x["isActive"]) for x in listed] == [(1, False), (2, True)]
+            revs = data / "sessions" / f"{sid}.revisions.jsonl"
+            before = revs.read_bytes()
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "q", "revisionIndex": 1})
+            assert revs.read_bytes().startswith(before)
+            assert await ids(c, sid) == ["q", "r0", "t0", "r0b"]
+            proc.kill9()
+        async with real_host(data) as (proc, c):
+            assert await ids(c, sid) == ["q", "r0", "t0", "r0b"]
+            listed = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+            assert [(x["revisionIndex"], x["isActive"], x["messageCount"]) for x in listed] == [
+                (1, True, again["messageCount"]), (2, False, 2)]
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "q", "revisionIndex": 2})
+            assert await ids(c, sid) == ["q", "r1"]
+            assert (await say(c, sid, "q2", "next"))["message"]["seq"] == 3
+
+
+# ------------------------------------------------------------------------- tool results, artifacts (§5)
+
+async def test_acknowledged_write_results_keep_artifacts_audit_and_search_across_a_kill(tmp_path: Path) -> None:
+    """§5: "tool succeeded (Write/Edit) — upsert artifacts + audit_log row, same tx as result persistence";
+    §11.4: a kill between file append and index commit leaves the message readable. SIGKILL right after
+    a burst of acknowledged tool results (one path written twice, one failed write): after the restart every
+    acknowledged result is a row, each success is audited once, the twice-written path is one artifact and the
+    failed write none."""
+    data = tmp_path / "data"
+    data.mkdir()
+    project = tmp_path / "project"
+    project.mkdir()
+
+    def write(mid: str, path: str, status: str = "ok") -> dict[str, Any]:
+        return {"id": mid, "role": "tool", "toolName": "Write", "blocks": [
+            {"type": "tool_call", "callId": f"c-{mid}", "name": "Write", "args": {"path": path},
+             "status": status, "result": f"wrote {mid} ✓"}]}
+
+    with trio.fail_after(60):
+        async with real_host(data) as (proc, c):
+            sid = (await c.call("session.create", {"projectPath": str(project)}))["id"]
+            for i in range(12):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": write(f"w{i}", f"f{i}.txt")})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": write("w12", "f0.txt")})
+            await c.call("session.appendMessage", {"sessionId": sid,
+                                                   "message": write("bad", "nope.txt", status="error")})
+            proc.kill9()
+        async with real_host(data) as (proc, c):
+            assert len(await ids(c, sid)) == 14
+            listed = (await c.call("artifacts.list", {"sessionId": sid}))["artifacts"]
+            assert sorted(a["path"] for a in listed) == sorted(f"{project}/f{i}.txt" for i in range(12))
+            audited = (await c.call("audit.list", {"sessionId": sid, "kind": "tool_execute",
+                                                   "limit": 100}))["entries"]
+            assert sorted(e["payload"]["messageId"] for e in audited) == sorted(f"w{i}" for i in range(13))
