@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-from runtime.client import HostClient, RpcError, open_client
+from runtime.client import ClientClosed, HostClient, RpcError, open_client
 from tests.hostkit import HostProcess, client_for, inprocess_host, msg, start_host_process
 
 
@@ -340,11 +340,20 @@ async def test_queue_positions_idempotency_cap_priority_and_restart(tmp_path: Pa
                                                           "direction": "up"})
             swapped = [x["id"] for x in state["entries"]]
             assert swapped[2:] == [order[0], order[1], order[4], order[3], order[6], order[7]]
+            assert (await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ag"}))["held"] is False
             proc.kill9()
         async with real_host(data) as (proc, c):
             state = await c.call("session.queueList", {"sessionId": sid})
             assert [x["id"] for x in state["entries"]] == swapped
             assert state["held"] is True
+            take = {"sessionId": sid, "controllerId": "ag2"}
+            assert (await c.call("session.queueTake", take)).get("entry") is None
+            await c.call("session.queueAttach", take)
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "busy"})
+            taken = await c.call("session.queueTake", take)
+            assert taken.get("entry") is None and taken.get("reason") == "turnRunning"
+            await c.call("session.endTurn", {"sessionId": sid, "turnId": "busy", "status": "aborted"})
+            assert (await c.call("session.queueTake", take))["entry"]["id"] == swapped[0]
             await c.call("session.delete", {"sessionId": sid})
             assert await code_of(c, "session.queueList", {"sessionId": sid}) == "SESSION_NOT_FOUND"
 
@@ -524,3 +533,75 @@ async def test_acknowledged_write_results_keep_artifacts_audit_and_search_across
             audited = (await c.call("audit.list", {"sessionId": sid, "kind": "tool_execute",
                                                    "limit": 100}))["entries"]
             assert sorted(e["payload"]["messageId"] for e in audited) == sorted(f"w{i}" for i in range(13))
+
+
+@pytest.mark.parametrize("spec", ["append.after_fsync:2", "index.before_commit:5"])
+async def test_a_kill_after_the_final_row_is_written_never_promotes_its_checkpoint_twice(
+        tmp_path: Path, spec: str) -> None:
+    """§5: the boot sweep promotes a leftover checkpoint only when "its final row never landed", and "A crash
+    between file append and index commit leaves the message readable". The turn completes with its reply
+    still a checkpoint (the outbox delivers the final row late, D327); SIGKILL once the final row's line is
+    durable (before its index commit, before the checkpoint is removed; ``spec`` counts this scenario's hits):
+    after the restart the reply is one row holding the final content, and no checkpoint is left."""
+    data = tmp_path / "data"
+    data.mkdir()
+    final = msg("a1", "the final reply", role="assistant", turnId="t1")
+    crashing = start_host_process(data, env={"RT_CRASHPOINT": spec})
+    with trio.fail_after(60):
+        try:
+            async with open_client(crashing.url, crashing.token, client_id="outsider", client_kind="agent") as c:
+                sid = (await c.call("session.create", {}))["id"]
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+                await say(c, sid, "u1", "q", turnId="t1")
+                await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1", "message": msg(
+                    "a1", "partial", role="assistant", turnId="t1")})
+                await c.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "completed",
+                                                 "createNotification": False})
+                await c.call("session.appendMessage", {"sessionId": sid, "message": final})
+                await get(c, sid)  # the index commit of the final row may come after its answer
+        except (ClientClosed, OSError):
+            pass
+        await trio.to_thread.run_sync(crashing.reap)
+        assert crashing.proc.returncode == -9
+        async with real_host(data) as (proc, c):
+            view = await get(c, sid)
+            assert [m["id"] for m in view["messages"]] == ["u1", "a1"]
+            assert view["messages"][1]["blocks"] == final["blocks"]
+            assert view.get("inflight") is None
+            assert view["session"]["messageCount"] == 2
+
+
+async def test_the_newest_200_notifications_survive_a_kill_with_their_title_snapshots(tmp_path: Path) -> None:
+    """§4.14: "After an insert, the same transaction prunes all but the newest 200 rows by (created_at DESC,
+    id DESC). This is a global cap"; "session_title is the stable session-name snapshot at notification
+    creation". 205 terminal turns over two sessions (many in the same millisecond), a rename half-way,
+    SIGKILL, restart: exactly the newest 200 remain, each with the title of its moment."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with trio.fail_after(60):
+        async with real_host(data) as (proc, c):
+            a = (await c.call("session.create", {"title": "before"}))["id"]
+            b = (await c.call("session.create", {"title": "  other  "}))["id"]
+            for i in range(205):
+                if i == 100:
+                    await c.call("session.rename", {"sessionId": a, "title": "after ✓"})
+                sid = a if i % 2 == 0 else b
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": f"t{i:03d}"})
+                await c.call("session.endTurn", {"sessionId": sid, "turnId": f"t{i:03d}",
+                                                 "status": "error" if i % 3 else "completed"})
+            proc.kill9()
+        async with real_host(data) as (proc, c):
+            seen: list[dict[str, Any]] = []
+            params: dict[str, Any] = {"limit": 64}
+            while True:
+                page = await c.call("notifications.list", params)
+                seen += page["notifications"]
+                if not page.get("nextCursor"):
+                    break
+                params = {"limit": 64, "cursor": page["nextCursor"]}
+            assert page["unreadCount"] == 200
+            assert sorted(n["turnId"] for n in seen) == [f"t{i:03d}" for i in range(5, 205)]
+            titles = {n["turnId"]: n["sessionTitle"] for n in seen}
+            assert titles["t098"] == "before" and titles["t100"] == "after ✓" and titles["t099"] == "other"
+            kinds = {n["turnId"]: n["kind"] for n in seen}
+            assert kinds["t006"] == "task.completed" and kinds["t007"] == "task.failed"
