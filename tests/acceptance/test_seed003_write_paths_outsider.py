@@ -605,3 +605,54 @@ async def test_the_newest_200_notifications_survive_a_kill_with_their_title_snap
             assert titles["t098"] == "before" and titles["t100"] == "after ✓" and titles["t099"] == "other"
             kinds = {n["turnId"]: n["kind"] for n in seen}
             assert kinds["t006"] == "task.completed" and kinds["t007"] == "task.failed"
+
+
+async def test_queue_positions_only_grow_past_removed_tail_entries_and_kills(tmp_path: Path) -> None:
+    """§4.6b: "position is per session and only grows": removing the newest entry, or every entry, and a
+    SIGKILL in between never hands out a position again."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with trio.fail_after(60):
+        async with real_host(data) as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            e = [(await c.call("session.queuePush", _push(sid, f"p{i}")))["entry"] for i in range(3)]
+            await c.call("session.queueRemove", {"sessionId": sid, "entryId": e[2]["id"]})
+            await c.call("session.queueRemove", {"sessionId": sid, "entryId": e[1]["id"]})
+            proc.kill9()
+        async with real_host(data) as (proc, c):
+            n = (await c.call("session.queuePush", _push(sid, "p3")))["entry"]
+            assert n["position"] > e[2]["position"]
+            for entry_id in (n["id"], e[0]["id"]):
+                await c.call("session.queueRemove", {"sessionId": sid, "entryId": entry_id})
+            proc.kill9()
+        async with real_host(data) as (proc, c):
+            assert (await c.call("session.queuePush", _push(sid, "p4")))["entry"]["position"] > n["position"]
+
+
+async def test_a_revision_switch_keeps_the_checkpoints_whose_anchors_survive(tmp_path: Path) -> None:
+    """§5: "revision switch — ... atomic transcript rewrite keeping checkpoints whose anchors survive ... reset
+    last_seq". A checkpoint through the family's root user survives both switches; one through a branch's
+    reply is not shown while another branch is live."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, kind="agent") as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await say(c, sid, "p0", "pre")
+            await say(c, sid, "pa", "pre reply", role="assistant")
+            await say(c, sid, "q", "question")
+            await c.call("session.appendCompaction", {"sessionId": sid, "compaction": {
+                "id": "cq", "summary": "through q", "throughMessageId": "q", "tokensBefore": 1}})
+            await say(c, sid, "r0", "reply 0", role="assistant")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "q"})
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "r0", "mode": "regenerate"})
+            view = await get(c, sid)
+            assert [m["id"] for m in view["messages"]] == ["p0", "pa", "q"]
+            assert [x["id"] for x in view["compactions"]] == ["cq"]
+            await say(c, sid, "r1", "reply 1", role="assistant")
+            await c.call("session.appendCompaction", {"sessionId": sid, "compaction": {
+                "id": "c1", "summary": "through r1", "throughMessageId": "r1", "tokensBefore": 1}})
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "q"})
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "q", "revisionIndex": 1})
+            view = await get(c, sid)
+            assert [m["id"] for m in view["messages"]] == ["p0", "pa", "q", "r0"]
+            assert [x["id"] for x in view["compactions"]] == ["cq"]
+            assert (await say(c, sid, "n", "next"))["message"]["seq"] == 5
