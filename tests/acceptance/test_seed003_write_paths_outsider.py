@@ -130,6 +130,8 @@ async def test_completed_end_turn_keeps_an_unindexed_checkpoint_and_boot_promote
             assert promoted.get("turnId") == "t1"
             assert not (promoted.get("meta") or {}).get("interrupted")
             assert view.get("inflight") is None
+            hits = (await c.call("search.query", {"query": "whole answer"}))["results"]
+            assert [(h["sessionId"], h["messageId"]) for h in hits] == [(sid, "a1")]
             listed = await c.call("notifications.list", {})
             assert [n["turnId"] for n in listed["notifications"]] == ["t1"]
             again = await c.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "completed"})
@@ -153,6 +155,8 @@ async def test_recover_inflight_promotes_complete_after_a_completed_turn_and_abo
                                              "createNotification": False})
             r = await c.call("session.recoverInflight", {"sessionId": done, "turnId": "t1"})
             assert r["action"] == "promoted" and r["turn"]["status"] == "completed"
+            assert r["message"]["id"] == "a1" and r["message"].get("turnId") == "t1"
+            assert (await c.call("session.recoverInflight", {"sessionId": done}))["action"] == "none"
             row = (await get(c, done))["messages"][-1]
             assert row["id"] == "a1" and not (row.get("meta") or {}).get("interrupted")
 
@@ -166,6 +170,8 @@ async def test_recover_inflight_promotes_complete_after_a_completed_turn_and_abo
             assert r["action"] == "promoted" and r["turn"]["status"] == "aborted"
             row = (await get(c, live))["messages"][-1]
             assert row["id"] == "a2" and (row.get("meta") or {}).get("interrupted") is True
+            hits = (await c.call("search.query", {"query": "part", "sessionId": live}))["results"]
+            assert [h["messageId"] for h in hits] == ["a2"]
             assert (await c.call("notifications.list", {}))["notifications"] == []
 
 
@@ -241,6 +247,8 @@ async def test_truncate_and_replace_preserve_only_a_checkpoint_whose_boundary_re
             view = await get(c, sid)
             assert [m["id"] for m in view["messages"]] == ["u0", "a0", "u1"]
             assert view["compactions"] == []
+            hits = (await c.call("search.query", {"query": "answer", "sessionId": sid}))["results"]
+            assert [h["messageId"] for h in hits] == ["a0"]
 
             sid = await _compacted(c, "r")
             full = (await get(c, sid))["messages"]
@@ -251,6 +259,7 @@ async def test_truncate_and_replace_preserve_only_a_checkpoint_whose_boundary_re
             view = await get(c, sid)
             assert [m["id"] for m in view["messages"]] == ["ru0", "ru1"]
             assert view["compactions"] == []
+            assert (await c.call("search.query", {"query": "answer", "sessionId": sid}))["results"] == []
 
 
 async def test_fork_copies_the_checkpoint_only_when_its_boundary_is_included(tmp_path: Path) -> None:
@@ -656,3 +665,31 @@ async def test_a_revision_switch_keeps_the_checkpoints_whose_anchors_survive(tmp
             assert [m["id"] for m in view["messages"]] == ["p0", "pa", "q", "r0"]
             assert [x["id"] for x in view["compactions"]] == ["cq"]
             assert (await say(c, sid, "n", "next"))["message"]["seq"] == 5
+
+
+async def test_mark_read_mark_all_read_and_clear_touch_only_notifications(tmp_path: Path) -> None:
+    """§4.14: "Mark-read updates are idempotent (read_at changes only from null), mark all read is one indexed
+    update, and clear deletes notification rows only. None of these operations changes sessions, turns, or
+    transcripts." An unknown id among the ids, a repeated id, an empty ``ids`` list for clear (not "all")."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await say(c, sid, "u", "hello")
+            for t in ("t1", "t2", "t3"):
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": t})
+                await c.call("session.endTurn", {"sessionId": sid, "turnId": t, "status": "completed"})
+            before = await get(c, sid)
+            listed = (await c.call("notifications.list", {}))["notifications"]
+            assert (await c.call("notifications.markRead", {"ids": [listed[0]["id"], "n_unknown",
+                                                                    listed[0]["id"]]}))["updated"] == 1
+            read_at = (await c.call("notifications.list", {}))["notifications"][0]["readAt"]
+            await trio.sleep(0.01)
+            assert (await c.call("notifications.markAllRead", {}))["updated"] == 2
+            assert (await c.call("notifications.markAllRead", {}))["updated"] == 0
+            after = (await c.call("notifications.list", {}))
+            assert after["notifications"][0]["readAt"] == read_at and after["unreadCount"] == 0
+            assert (await c.call("notifications.clear", {"ids": []}))["deleted"] == 0
+            assert (await c.call("notifications.clear", {"ids": [listed[1]["id"]] * 2}))["deleted"] == 1
+            assert [n["turnId"] for n in (await c.call("notifications.list", {}))["notifications"]] == ["t3", "t1"]
+            assert (await c.call("notifications.clear", {}))["deleted"] == 2
+            assert await get(c, sid) == before
