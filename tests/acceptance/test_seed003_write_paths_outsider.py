@@ -693,3 +693,29 @@ async def test_mark_read_mark_all_read_and_clear_touch_only_notifications(tmp_pa
             assert [n["turnId"] for n in (await c.call("notifications.list", {}))["notifications"]] == ["t3", "t1"]
             assert (await c.call("notifications.clear", {}))["deleted"] == 2
             assert await get(c, sid) == before
+
+
+async def test_concurrent_appends_from_three_clients_get_gapless_seqs_in_file_order(tmp_path: Path) -> None:
+    """§5: "prompt accepted — append user message line — last_seq alloc (RETURNING) + index row + touch
+    sessions.updated_at": three connections appending to one session at once get the seqs 1..N without a
+    gap or a repeat, in the order of the transcript lines, and the session counts N."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "c0") as c0, \
+                client_for(host, "c1") as c1, client_for(host, "c2") as c2:
+            sid = (await c0.call("session.create", {}))["id"]
+            seqs: dict[str, int] = {}
+
+            async def burst(c: HostClient, tag: str) -> None:
+                for i in range(25):
+                    mid = f"{tag}-{i}"
+                    seqs[mid] = (await say(c, sid, mid, f"text {mid}",
+                                           role="user" if i % 2 else "assistant"))["message"]["seq"]
+
+            async with trio.open_nursery() as nursery:
+                for tag, c in (("x", c0), ("y", c1), ("z", c2)):
+                    nursery.start_soon(burst, c, tag)
+            assert sorted(seqs.values()) == list(range(1, 76))
+            view = await c0.call("session.get", {"sessionId": sid, "messageLimit": 500})
+            assert [seqs[m["id"]] for m in view["messages"]] == list(range(1, 76))
+            assert [m["seq"] for m in view["messages"]] == list(range(1, 76))
+            assert view["session"]["messageCount"] == 75
