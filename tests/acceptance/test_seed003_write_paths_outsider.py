@@ -719,3 +719,29 @@ async def test_concurrent_appends_from_three_clients_get_gapless_seqs_in_file_or
             assert [seqs[m["id"]] for m in view["messages"]] == list(range(1, 76))
             assert [m["seq"] for m in view["messages"]] == list(range(1, 76))
             assert view["session"]["messageCount"] == 75
+
+
+@pytest.mark.parametrize("status", ["completed", "error"])
+async def test_a_terminal_end_turn_removes_a_checkpoint_whose_id_is_already_indexed(
+        tmp_path: Path, status: str) -> None:
+    """§5: "turn terminal via session.endTurn — completed/error: remove the in-flight checkpoint only when its
+    id is already indexed". The reply's row landed by a rewrite (replaceMessages, which does not settle
+    checkpoints) while its checkpoint stayed: the terminal endTurn removes it, and it is never shown beside
+    its own row nor promoted again by a restart."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, kind="agent") as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            await say(c, sid, "u1", "q", turnId="t1")
+            await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1", "message": msg(
+                "a1", "partial", role="assistant", turnId="t1")})
+            final = [msg("u1", "q", turnId="t1"), msg("a1", "final", role="assistant", turnId="t1")]
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": final})
+            assert (await get(c, sid)).get("inflight") is None
+            await c.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": status,
+                                             "createNotification": False})
+            assert not (tmp_path / "sessions" / f"{sid}.inflight.json").exists()
+            assert (await c.call("session.recoverInflight", {"sessionId": sid}))["action"] == "none"
+        async with inprocess_host(tmp_path) as host, client_for(host, kind="agent") as c:
+            view = await get(c, sid)
+            assert [(m["id"], m["blocks"][0]["text"]) for m in view["messages"]] == [("u1", "q"), ("a1", "final")]
