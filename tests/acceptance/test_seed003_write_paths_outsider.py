@@ -745,3 +745,37 @@ async def test_a_terminal_end_turn_removes_a_checkpoint_whose_id_is_already_inde
         async with inprocess_host(tmp_path) as host, client_for(host, kind="agent") as c:
             view = await get(c, sid)
             assert [(m["id"], m["blocks"][0]["text"]) for m in view["messages"]] == [("u1", "q"), ("a1", "final")]
+
+
+async def test_session_delete_leaves_nothing_for_a_session_recreated_under_the_same_id(tmp_path: Path) -> None:
+    """§5: "session delete — remove both session files after row delete — DELETE FROM sessions (cascades)";
+    §4.6b "Deleting the session cascades to its entries"; §4.14 "session deletion also cascades its rows". A
+    session holding every kind of state (revision, checkpoint, compaction, queue entry, notification) is
+    deleted and created again under its id: nothing of the old one shows, files, queue or inbox, even after a
+    restart (no boot sweep promotes an old checkpoint)."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, kind="agent") as c:
+            await c.call("session.create", {"sessionId": "dup"})
+            await c.call("session.startTurn", {"sessionId": "dup", "turnId": "dt"})
+            await say(c, "dup", "d1", "q", turnId="dt")
+            await say(c, "dup", "d2", "r", role="assistant", turnId="dt")
+            await c.call("session.saveActiveRevision", {"sessionId": "dup", "rootUserId": "d1"})
+            await c.call("session.appendCompaction", {"sessionId": "dup", "compaction": {
+                "id": "dc", "summary": "s", "throughMessageId": "d2", "tokensBefore": 3}})
+            await c.call("session.queuePush", _push("dup", "later", key="k"))
+            await c.call("session.endTurn", {"sessionId": "dup", "turnId": "dt", "status": "completed"})
+            await c.call("session.startTurn", {"sessionId": "dup", "turnId": "dt2"})
+            await c.call("session.saveInflightMessage", {"sessionId": "dup", "turnId": "dt2", "message": msg(
+                "d3", "partial", role="assistant", turnId="dt2")})
+            await c.call("session.delete", {"sessionId": "dup"})
+            assert not [p.name for p in (tmp_path / "sessions").iterdir() if p.name.startswith("dup")]
+            assert (await c.call("notifications.list", {}))["notifications"] == []
+            await c.call("session.create", {"sessionId": "dup"})
+        async with inprocess_host(tmp_path) as host, client_for(host, kind="agent") as c:
+            view = await get(c, "dup")
+            assert view["messages"] == [] and view["compactions"] == [] and view.get("inflight") is None
+            assert (await c.call("session.listRevisions", {"sessionId": "dup"}))["revisions"] == []
+            assert (await c.call("session.queueList", {"sessionId": "dup"}))["entries"] == []
+            again = await c.call("session.queuePush", _push("dup", "other", key="k"))
+            assert again["replayed"] is False
+            assert (await c.call("search.query", {"query": "partial"}))["results"] == []
