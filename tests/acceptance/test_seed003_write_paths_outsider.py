@@ -779,3 +779,31 @@ async def test_session_delete_leaves_nothing_for_a_session_recreated_under_the_s
             again = await c.call("session.queuePush", _push("dup", "other", key="k"))
             assert again["replayed"] is False
             assert (await c.call("search.query", {"query": "partial"}))["results"] == []
+
+
+async def test_a_taken_entry_no_turn_began_with_is_offered_again_after_a_kill(tmp_path: Path) -> None:
+    """§4.6b: "After a restart the module lists every entry, holds each session's queue until a controller
+    attaches, and drains one entry after the active turn's terminal event"; protocol/README: a taken entry
+    no turn began with is listed again, first, after a restart. SIGKILL between the take and the turn."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with trio.fail_after(60):
+        async with real_host(data) as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            first = (await c.call("session.queuePush", _push(sid, "first ✓", key="a")))["entry"]
+            second = (await c.call("session.queuePush", _push(sid, "second", key="b")))["entry"]
+            ctl = {"sessionId": sid, "controllerId": "sidecar-1"}
+            await c.call("session.queueAttach", ctl)
+            assert (await c.call("session.queueTake", ctl))["entry"]["id"] == first["id"]
+            assert [x["id"] for x in (await c.call("session.queueList", {"sessionId": sid}))["entries"]] == [
+                second["id"]]
+            proc.kill9()
+        async with real_host(data) as (proc, c):
+            state = await c.call("session.queueList", {"sessionId": sid})
+            assert state["held"] is True
+            assert [x["id"] for x in state["entries"]] == [first["id"], second["id"]]
+            ctl = {"sessionId": sid, "controllerId": "sidecar-2"}
+            assert (await c.call("session.queueTake", ctl)).get("reason") == "held"
+            await c.call("session.queueAttach", ctl)
+            again = (await c.call("session.queueTake", ctl))["entry"]
+            assert (again["id"], again["content"]) == (first["id"], "first ✓")
