@@ -339,6 +339,7 @@ async def test_queue_positions_idempotency_cap_priority_and_restart(tmp_path: Pa
             # a replay of an existing key is not a ninth entry
             assert (await c.call("session.queuePush", _push(sid, "p0", key="k0")))["replayed"] is True
             order = [x["id"] for x in state["entries"]]
+            listed_before = state["entries"]
             await c.call("session.queuePrioritize", {"sessionId": sid, "entryId": order[5]})
             state = await c.call("session.queuePrioritize", {"sessionId": sid, "entryId": order[2]})
             expect = [order[5], order[2]] + [x for x in order if x not in (order[5], order[2])]
@@ -349,6 +350,11 @@ async def test_queue_positions_idempotency_cap_priority_and_restart(tmp_path: Pa
                                                           "direction": "up"})
             swapped = [x["id"] for x in state["entries"]]
             assert swapped[2:] == [order[0], order[1], order[4], order[3], order[6], order[7]]
+            pos = {x["id"]: x["position"] for x in state["entries"]}
+            was = {x["id"]: x["position"] for x in listed_before}
+            assert (pos[order[4]], pos[order[3]]) == (was[order[3]], was[order[4]])  # the values swapped
+            assert all(pos[x] == was[x] for x in order if x not in (order[3], order[4]))
+            assert [x.get("priority") for x in state["entries"][:3]] == [1, 2, None]
             assert (await c.call("session.queueAttach", {"sessionId": sid, "controllerId": "ag"}))["held"] is False
             proc.kill9()
         async with real_host(data) as (proc, c):
