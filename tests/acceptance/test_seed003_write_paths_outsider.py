@@ -813,3 +813,31 @@ async def test_a_taken_entry_no_turn_began_with_is_offered_again_after_a_kill(tm
             await c.call("session.queueAttach", ctl)
             again = (await c.call("session.queueTake", ctl))["entry"]
             assert (again["id"], again["content"]) == (first["id"], "first ✓")
+
+
+async def test_a_kill_at_the_end_turn_commit_leaves_no_half_settled_turn(tmp_path: Path) -> None:
+    """§11.14: "Completed and failed turns atomically create one durable notification"; §5 "update turns; for
+    completed/error insert one notification ... in the same tx". SIGKILL at the endTurn's commit: after the
+    restart the turn is not completed without its notification — boot aborted it, so the retried endTurn is a
+    stale update (CONFLICT) and the inbox is empty."""
+    data = tmp_path / "data"
+    data.mkdir()
+    crashing = start_host_process(data, env={"RT_CRASHPOINT": "index.before_commit:3"})
+    sid = ""
+    with trio.fail_after(60):
+        try:
+            async with open_client(crashing.url, crashing.token, client_id="outsider", client_kind="agent") as c:
+                sid = (await c.call("session.create", {}))["id"]
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+                await c.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "completed"})
+        except (ClientClosed, OSError):
+            pass
+        await trio.to_thread.run_sync(crashing.reap)
+        assert crashing.proc.returncode == -9 and sid
+        async with real_host(data) as (proc, c):
+            assert (await c.call("notifications.list", {}))["notifications"] == []
+            [turn] = (await c.call("session.listTurns", {"sessionId": sid}))["turns"]
+            assert turn["status"] == "aborted"
+            retry = {"sessionId": sid, "turnId": "t1", "status": "completed"}
+            assert await code_of(c, "session.endTurn", retry) == "CONFLICT"
+            assert (await c.call("notifications.list", {}))["notifications"] == []
