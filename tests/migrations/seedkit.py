@@ -634,9 +634,29 @@ BOOT_SET = object()
 """Marker: the boot fence sets this column to its own time."""
 
 
+class _EarlierSlot:
+    """Matches an integer slot earlier than ``than`` (compared inside a parsed ``config_json``)."""
+
+    def __init__(self, than: int) -> None:
+        self.than = than
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is int and other < self.than
+
+    def __repr__(self) -> str:
+        return f"<a slot before {self.than}>"
+
+
 def after_boot(expected: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
-    """What the boot fence (seed §3, §11.18) does to the migrated rows; nothing is replayed."""
+    """What the boot fence (seed §3, §11.18) does to the migrated rows; nothing is replayed. And the
+    scheduler's first look: the seed's hourly slot (30 days on) is beyond what an hourly cadence can reach
+    from now, so it is moved back within the hour (``store.schedule.beyond_reach``), firing nothing."""
     out = copy.deepcopy(expected)
+    for row in out.get("scheduled_tasks", []):
+        config = json.loads(row["config_json"]) if isinstance(row.get("config_json"), str) else None
+        if row.get("cadence") == "hourly" and row.get("enabled") and isinstance(config, dict) \
+                and isinstance(config.get("nextRunAt"), int):
+            row["config_json"] = {**config, "nextRunAt": _EarlierSlot(config["nextRunAt"])}
     for row in out["turns"]:
         if row["status"] == "running":
             row.update({"status": "aborted", "error_code": "INTERRUPTED", "ended_at": BOOT_SET})
