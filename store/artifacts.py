@@ -20,6 +20,8 @@ is excluded like an absolute one (audited, not listed).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sqlite3
 from collections.abc import Mapping, Sequence
@@ -27,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from store.errors import InvalidCursor
 
 TOOL_OPS: Mapping[str, str] = {"write": "write", "edit": "edit", "multiedit": "edit", "delete": "delete"}
 OPS = ("write", "edit", "delete")
@@ -187,17 +191,62 @@ def _audited(sent: str, resolved: str | None, op: str, artifact: bool) -> dict[s
     return out
 
 
+# A cursor's key names the last item's path. A path too long for a cursor (a cursor param is at most 512
+# characters) is named by a prefix and a digest instead, after a NUL (which no path holds), and found again
+# through the (session_id, path) key when the next page is asked for.
+_CURSOR_PATH_MAX = 200  # characters of the path as the cursor's JSON spells it (ensure_ascii)
+_CURSOR_PREFIX_MAX = 150
+_CURSOR_DIGEST = 32
+
+
+def _digest(path: str) -> str:
+    return hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:_CURSOR_DIGEST]
+
+
+def _spelled(text: str) -> int:
+    return len(json.dumps(text, ensure_ascii=True)) - 2
+
+
+def cursor_path(path: str) -> str:
+    """The path as a cursor holds it: itself, or (too long) NUL + digest + a prefix."""
+    if _spelled(path) <= _CURSOR_PATH_MAX:
+        return path
+    prefix = ""
+    for ch in path:
+        if _spelled(prefix + ch) > _CURSOR_PREFIX_MAX:
+            break
+        prefix += ch
+    return "\x00" + _digest(path) + prefix
+
+
+def _cursor_path_back(conn: sqlite3.Connection, session_id: str, held: str) -> str:
+    """The path a cursor's key names (see :func:`cursor_path`); ``INVALID_CURSOR`` if no row has it any more."""
+    if not held.startswith("\x00"):
+        return held
+    digest, prefix = held[1:1 + _CURSOR_DIGEST], held[1 + _CURSOR_DIGEST:]
+    for (path,) in conn.execute("SELECT path FROM artifacts WHERE session_id = ? AND path >= ? ORDER BY path",
+                                (session_id, prefix)):
+        if not path.startswith(prefix):
+            break
+        if _digest(path) == digest:
+            return str(path)
+    raise InvalidCursor("the file this cursor ended on is no longer listed; start again without a cursor",
+                        data={"field": "cursor"})
+
+
 def list_artifacts(
     conn: sqlite3.Connection, *, session_id: str | None, limit: int, cursor: Sequence[Any] | None
 ) -> tuple[list[dict[str, Any]], list[Any] | None]:
-    """Newest ``updated_at`` first (ties by session, path); per session or global."""
+    """Newest ``updated_at`` first (ties by session, path); per session or global. The next cursor's key is
+    ``[updatedAt, sessionId, cursor_path(path)]`` of the last item."""
     where: list[str] = []
     args: list[Any] = []
     if session_id is not None:
         where.append("session_id = ?")
         args.append(session_id)
     if cursor is not None:
-        ts, sid, path = cursor
+        ts, sid, held = cursor
+        path = _cursor_path_back(conn, sid, held)
         where.append("(updated_at < ? OR (updated_at = ? AND (session_id < ? OR (session_id = ? AND path < ?))))")
         args += [ts, ts, sid, sid, path]
     clause = f"WHERE {' AND '.join(where)}" if where else ""
@@ -208,5 +257,5 @@ def list_artifacts(
     ).fetchall()
     more = len(rows) > limit
     items = [{"sessionId": r[0], "path": r[1], "op": r[2], "turnId": r[3], "updatedAt": r[4]} for r in rows[:limit]]
-    nxt = [items[-1]["updatedAt"], items[-1]["sessionId"], items[-1]["path"]] if more and items else None
+    nxt = [items[-1]["updatedAt"], items[-1]["sessionId"], cursor_path(items[-1]["path"])] if more and items else None
     return items, nxt

@@ -313,3 +313,50 @@ async def test_windows_stitch_after_a_kill_between_fsync_and_the_index_commit(tm
             assert full == [f"m{i}" for i in range(10)]
             ids, _ = await windows_back(c, "s1", 3)
             assert ids == full
+
+
+# --------------------------------------------------------------------------- long keys in a cursor
+
+
+def _write(mid: str, path: str) -> dict[str, Any]:
+    return {"id": mid, "role": "tool", "toolName": "Write", "blocks": [
+        {"type": "tool_call", "callId": f"c-{mid}", "name": "Write", "args": {"path": path}, "status": "ok"}]}
+
+
+async def test_artifact_pages_with_long_paths_and_one_timestamp(tmp_path: Path) -> None:
+    """Artifact paths are long (deep workspaces): the nextCursor the host issues for a page ending on
+    such a path must be accepted back (a cursor param is at most 512 characters) and page on."""
+    project = tmp_path / "project"
+    project.mkdir()
+    clock = SetClock(BASE)
+    with trio.fail_after(60):
+        async with host_at(tmp_path / "data", clock) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "t", "projectPath": str(project)}))["id"]
+            deep = "/".join(["directory_with_a_long_name"] * 20)
+            paths = [f"{project}/{deep}/file{i}.py" for i in range(5)]
+            for i, path in enumerate(paths):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": _write(f"m{i}", path)})
+
+            async def between(n: int) -> None:
+                await c.call("session.appendMessage", {
+                    "sessionId": sid, "message": _write(f"late{n}", f"{project}/{deep}/late{n}.py")})
+
+            seen = await page_all(c, "artifacts.list", {"sessionId": sid, "limit": 2}, "artifacts", "path", between)
+            no_dupes_no_skips(seen, set(paths))
+            seen = await page_all(c, "artifacts.list", {"limit": 2}, "artifacts", "path")
+            no_dupes_no_skips(seen, set(paths))
+            # a cursor ending on a long path whose file is written again (it moves ahead) still pages on
+            first = await c.call("artifacts.list", {"sessionId": sid, "limit": 2})
+            last = first["artifacts"][-1]["path"]
+            clock.ms += 1
+            await c.call("session.appendMessage", {"sessionId": sid, "message": _write("again", last)})
+            rest = await page_all(c, "artifacts.list", {"sessionId": sid, "limit": 2,
+                                                        "cursor": first["nextCursor"]}, "artifacts", "path")
+            assert last not in rest
+            seen = [a["path"] for a in first["artifacts"]] + rest
+            no_dupes_no_skips(seen, set(paths) - {last})
+            # a forged digest is refused with the stable code
+            with pytest.raises(RpcError) as exc:
+                await c.call("artifacts.list", {"sessionId": sid, "limit": 2,
+                                                "cursor": first["nextCursor"][:-8] + "AAAAAAAA"})
+            assert exc.value.data_code == "INVALID_CURSOR"
