@@ -36,6 +36,7 @@ from store.errors import StorageFull, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.fence import interrupt_deliveries, interruption_fence, record_boot_report, retention
 from store.fsutil import sweep_temp_files
+from store.indexing.cursors import renew_index_identity
 from store.indexing.database import (
     OpenReport,
     close_writer,
@@ -246,6 +247,9 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
     # without one, GC takes a referenced blob for an orphan of an interrupted put and deletes it)
     if open_report.rebuilt or open_report.created_fresh:
         mark_pending(conn)
+        # search.query cursors hold session ordinals, which this index numbered anew
+        with transaction(conn):
+            renew_index_identity(conn, now)
     report["attachmentsAdopted"] = adopt_pending(conn, data_dir.attachments_dir, now_ms=now)
     # 1. maintenance transaction: the fence, retention, notification cap
     with transaction(conn):

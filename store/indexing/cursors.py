@@ -15,10 +15,13 @@ import base64
 import binascii
 import hashlib
 import json
+import secrets
+import sqlite3
 from typing import Any
 
 from store.errors import InvalidCursor
 
+_IDENTITY_KV = ("index", "identity")
 _VERSION = 2  # 2: schema v22 renumbered messages.mid, which search.query cursors hold
 _INT64 = (-(2**63), 2**63 - 1)
 
@@ -28,6 +31,21 @@ def query_fingerprint(kind: str, *parts: str | None) -> str:
     for part in parts:
         h.update(b"\x00" + (part or "").encode("utf-8", "surrogatepass"))
     return h.hexdigest()[:16]
+
+
+def index_identity(conn: sqlite3.Connection) -> tuple[str, ...]:
+    """What a cursor whose key holds index-local numbers (``messages.mid``: session ordinals) adds to its
+    fingerprint: the identity of this index, renewed when it is created or rebuilt from the files, which
+    number the sessions again. Nothing for an index from before identities (its cursors stay valid)."""
+    row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = ?", _IDENTITY_KV).fetchone()
+    return (f"index:{row[0]}",) if row is not None else ()
+
+
+def renew_index_identity(conn: sqlite3.Connection, now_ms: int) -> None:
+    """A new identity for an index created or rebuilt: cursors issued by the one before are refused."""
+    conn.execute("INSERT INTO kv(ns, key, value_json, updated_at) VALUES (?, ?, ?, ?) "
+                 "ON CONFLICT(ns, key) DO UPDATE SET value_json = excluded.value_json, "
+                 "updated_at = excluded.updated_at", (*_IDENTITY_KV, f'"{secrets.token_hex(8)}"', now_ms))
 
 
 def encode_cursor(kind: str, fingerprint: str, key: list[Any]) -> str:

@@ -81,7 +81,7 @@ import orjson
 
 from store.errors import InvalidInput, SessionNotFound
 from store.ids import validate_session_id
-from store.indexing.cursors import decode_cursor, encode_cursor, query_fingerprint
+from store.indexing.cursors import decode_cursor, encode_cursor, index_identity, query_fingerprint
 from store.indexing.sql_lists import in_chunks
 from store.search.search_text import (
     QueryPlan,
@@ -789,7 +789,9 @@ def search_messages(
         validate_session_id(session_id)
     _check_scope(scope)
     plan = plan_query(q)
-    fingerprint = query_fingerprint("messages", plan.folded, session_id, *_scope_part(scope))
+    # the key holds mids (session ordinals): a cursor of an index since rebuilt is refused, never misread
+    fingerprint = query_fingerprint("messages", plan.folded, session_id, *_scope_part(scope),
+                                    *index_identity(conn))
     after = decode_cursor(cursor, "messages", fingerprint, (int, int)) if cursor is not None else None
     params = {**_params(plan), "sid": session_id, "lim": limit + 1}
     if scope == "tools":

@@ -360,3 +360,87 @@ async def test_artifact_pages_with_long_paths_and_one_timestamp(tmp_path: Path) 
                 await c.call("artifacts.list", {"sessionId": sid, "limit": 2,
                                                 "cursor": first["nextCursor"][:-8] + "AAAAAAAA"})
             assert exc.value.data_code == "INVALID_CURSOR"
+
+
+async def test_windows_stitch_while_compactions_deletions_and_edits_land(tmp_path: Path) -> None:
+    """Compaction lines, tombstones and assistant edits written between window reads: the windows (older
+    ones by ``messageBefore``) still stitch without a gap or an overlap to what the whole read gives."""
+    clock = SetClock(BASE)
+    with trio.fail_after(90):
+        async with host_at(tmp_path, clock) as host, client_for(host) as ui, \
+                client_for(host, client_id="agent", kind="agent") as agent:
+            sid = (await agent.call("session.create", {"title": "w"}))["id"]
+            for i in range(20):
+                role = "assistant" if i % 2 else "user"
+                await agent.call("session.appendMessage", {
+                    "sessionId": sid, "message": msg(f"m{i:02d}", f"x{i}", role=role)})
+
+            async def between(n: int) -> None:
+                if n == 0:
+                    await agent.call("session.appendCompaction", {"sessionId": sid, "compaction": {
+                        "id": "cp1", "summary": "so far", "firstKeptMessageId": "m10", "throughMessageId": "m09",
+                        "tokensBefore": 1000, "retainedTail": []}})
+                elif n == 1:
+                    await agent.call("session.deleteMessage", {"sessionId": sid, "messageId": "m03"})
+                    await agent.call("session.deleteMessage", {"sessionId": sid, "messageId": "m18"})
+                elif n == 2:
+                    await agent.call("session.assistantEdit", {"sessionId": sid, "messageId": "m05",
+                                                               "blocks": [{"type": "text", "text": "edited"}]})
+                await agent.call("session.appendMessage", {"sessionId": sid, "message": msg(f"late{n}", "y")})
+
+            got = await ui.call("session.get", {"sessionId": sid, "messageLimit": 4})
+            chunks = [got]
+            n = 0
+            while got["hasMoreBefore"]:
+                await between(n)
+                n += 1
+                got = await ui.call("session.get", {"sessionId": sid, "messageLimit": 4,
+                                                    "messageBefore": got["messageStart"]})
+                assert got["messageEnd"] == chunks[-1]["messageStart"]
+                chunks.append(got)
+            ids = [m["id"] for chunk in reversed(chunks) for m in chunk["messages"]]
+            full = await ui.call("session.get", {"sessionId": sid, "full": True})
+            whole = [m["id"] for m in full["messages"]]
+            assert len(ids) == len(set(ids))
+            assert ids == whole[: len(ids)], (ids, whole)
+            unchanged = {f"m{i:02d}" for i in range(20)} - {"m03", "m18"}
+            assert unchanged <= set(ids), sorted(unchanged - set(ids))
+
+
+async def test_cursors_after_the_index_is_rebuilt(tmp_path: Path) -> None:
+    """A restart that rebuilds a lost index: every cursor issued before it either pages on exactly (no
+    item twice, none skipped) or is refused with a stable code, never a wrong page. Sessions are created
+    out of id order and every message shares one timestamp, so the ties are broken by index numbering.
+    (Notifications and turn rows live in the index only: a lost index loses them, nothing to page.)"""
+    clock = SetClock(BASE)
+    calls: dict[str, tuple[dict[str, Any], str, str]] = {
+        "session.list": ({"limit": 2}, "sessions", "id"),
+        "search.query": ({"query": "needle", "limit": 3}, "results", "messageId"),
+        "search.sessions": ({"query": "needle", "limit": 2}, "results", "sessionId"),
+    }
+    with trio.fail_after(120):
+        async with host_at(tmp_path, clock) as host, client_for(host) as c:
+            for sid in ("s-e", "s-a", "s-d", "s-b", "s-c"):
+                await c.call("session.create", {"sessionId": sid, "title": sid})
+                for i in range(3):
+                    await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"{sid}-{i}", "needle")})
+                await start(c, sid, f"t{sid}")
+                await end(c, sid, f"t{sid}")
+            await start(c, "s-e", "x1")
+            await end(c, "s-e", "x1")
+            whole = {m: await page_all(c, m, p, k, i) for m, (p, k, i) in calls.items()}
+            first = {m: await c.call(m, p) for m, (p, _, _) in calls.items()}
+        from tests.integrity.test_db_loss_receipts import _damage
+        _damage(tmp_path, "deleted")
+        async with host_at(tmp_path, clock) as host, client_for(host) as c:
+            for method, (params, key, ident) in calls.items():
+                assert sorted(await page_all(c, method, params, key, ident)) == sorted(whole[method]), method
+                page = first[method]
+                head = [str(x[ident]) for x in page[key]]
+                try:
+                    rest = await page_all(c, method, {**params, "cursor": page["nextCursor"]}, key, ident)
+                except RpcError as exc:
+                    assert exc.data_code in ("INVALID_CURSOR", "CURSOR_EXPIRED"), (method, exc.data_code)
+                    continue
+                got = head + rest
+                assert len(got) == len(set(got)) and set(got) == set(whole[method]), (method, head, rest)
