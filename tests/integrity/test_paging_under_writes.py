@@ -444,3 +444,31 @@ async def test_cursors_after_the_index_is_rebuilt(tmp_path: Path) -> None:
                     continue
                 got = head + rest
                 assert len(got) == len(set(got)) and set(got) == set(whole[method]), (method, head, rest)
+
+
+async def test_collab_deliveries_with_one_timestamp_while_more_are_delivered(tmp_path: Path) -> None:
+    clock = SetClock(BASE)
+    with trio.fail_after(90):
+        async with host_at(tmp_path, clock) as host, client_for(host) as ui, \
+                client_for(host, client_id="agent", kind="agent") as agent:
+            src = (await agent.call("session.create", {"title": "src"}))["id"]
+            dsts = [(await agent.call("session.create", {"title": f"dst{i}"}))["id"] for i in range(6)]
+
+            async def deliver(key: str, to: int) -> str:
+                got = await agent.call("collab.deliver", {
+                    "pluginId": "pl", "sourceSessionId": src, "targetSessionId": dsts[to], "kind": "task",
+                    "content": f"task {key}", "idempotencyKey": key})
+                return str(got["delivery"]["id"] if "delivery" in got else got["id"])
+
+            ids = {await deliver(f"k{n}", n % 3) for n in range(9)}
+            late = iter(range(1000))
+
+            async def between(n: int) -> None:
+                k = next(late)
+                await deliver(f"late{k}", 3 + k % 3)
+
+            outgoing = {"sessionId": src, "direction": "outgoing", "limit": 3}
+            seen = await page_all(ui, "collab.list", outgoing, "deliveries", "id", between)
+            no_dupes_no_skips(seen, ids)
+            seen = await page_all(ui, "collab.list", {"limit": 3}, "deliveries", "id", between)
+            no_dupes_no_skips(seen, ids)
