@@ -472,3 +472,47 @@ async def test_collab_deliveries_with_one_timestamp_while_more_are_delivered(tmp
             no_dupes_no_skips(seen, ids)
             seen = await page_all(ui, "collab.list", {"limit": 3}, "deliveries", "id", between)
             no_dupes_no_skips(seen, ids)
+
+
+async def test_audit_pages_with_one_timestamp_while_tools_write(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    clock = SetClock(BASE)
+    with trio.fail_after(60):
+        async with host_at(tmp_path / "data", clock) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "t", "projectPath": str(project)}))["id"]
+            for i in range(7):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": _write(f"m{i}", f"f{i}.py")})
+            ids = {str(e["id"]) for e in (await c.call("audit.list", {"limit": 500}))["entries"]}
+            assert len(ids) >= 7
+
+            async def between(n: int) -> None:
+                await c.call("session.appendMessage", {"sessionId": sid, "message": _write(f"late{n}", "g.py")})
+
+            no_dupes_no_skips(await page_all(c, "audit.list", {"limit": 2}, "entries", "id", between), ids)
+            no_dupes_no_skips(await page_all(c, "audit.list", {"limit": 2, "sessionId": sid}, "entries", "id",
+                                             between), ids)
+
+
+async def test_a_forward_stream_under_max_bytes_while_appends_land(tmp_path: Path) -> None:
+    """``messageEnd: 0, maxBytes: N`` then ``messageEnd: <previous messageEnd>``: every line once, in order,
+    the appends that land meanwhile included."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as ui, \
+                client_for(host, client_id="agent", kind="agent") as agent:
+            sid = (await agent.call("session.create", {"title": "s"}))["id"]
+            for i in range(15):
+                await agent.call("session.appendMessage", {"sessionId": sid, "message": msg(f"m{i:02d}", "x" * 300)})
+            ids: list[str] = []
+            got: dict[str, Any] = {"messageEnd": 0, "hasMoreAfter": True}
+            n = 0
+            while got["hasMoreAfter"]:
+                got = await ui.call("session.get", {"sessionId": sid, "messageEnd": got["messageEnd"],
+                                                    "maxBytes": 1500})
+                assert got["messages"], got
+                ids += [m["id"] for m in got["messages"]]
+                if n < 3:
+                    await agent.call("session.appendMessage", {"sessionId": sid, "message": msg(f"late{n}", "y")})
+                n += 1
+            full = [m["id"] for m in (await ui.call("session.get", {"sessionId": sid, "full": True}))["messages"]]
+            assert ids == full
