@@ -258,13 +258,48 @@ def find_literal(text: str, query: str) -> tuple[int, int] | None:
     return start_i, end_i
 
 
+_ZWJ = "\u200d"
+_MAX_CLUSTER_WIDEN = 32
+"""How far a snippet window is widened on each side to keep a grapheme cluster whole."""
+
+
+def _is_regional_indicator(ch: str) -> bool:
+    return "\U0001f1e6" <= ch <= "\U0001f1ff"
+
+
+def _joins_previous(text: str, i: int) -> bool:
+    """Whether ``text[i]`` belongs to the grapheme cluster of ``text[i - 1]`` (``0 < i < len(text)``): a
+    cut between them would show a stray mark, joiner or modifier, or half a flag.
+
+    A close approximation of the extended grapheme cluster rules (UAX #29) from the characters alone:
+    marks (every general category M, spacing marks too), a zero-width joiner and the character after
+    it, variation selectors, emoji modifiers, tag characters, and the second regional indicator of a
+    pair (counted from the start of its run)."""
+    ch = text[i]
+    if unicodedata.category(ch)[0] == "M" or ch == _ZWJ or text[i - 1] == _ZWJ:
+        return True
+    if ("\ufe00" <= ch <= "\ufe0f" or "\U000e0100" <= ch <= "\U000e01ef" or "\U0001f3fb" <= ch <= "\U0001f3ff"
+            or "\U000e0020" <= ch <= "\U000e007f"):
+        return True
+    if _is_regional_indicator(ch):
+        run = 0
+        while i - run - 1 >= 0 and _is_regional_indicator(text[i - run - 1]):
+            run += 1
+        return run % 2 == 1
+    return False
+
+
 def snippet(text: str, query: str, *, width: int = 120) -> str:
     """A window of about ``width`` code points of ``text`` around the first match.
 
     The match is centred when it fits, and always inside the window (a match
     longer than ``width`` is shown from its start). ``…`` marks each side that
     was cut. Newlines and tabs become spaces. A window never starts or ends in
-    the middle of a combining sequence. Without a match, the start of the text.
+    the middle of a grapheme cluster (a combining sequence, a ZWJ emoji sequence,
+    a flag's regional-indicator pair, an emoji with its modifier, variation
+    selector or tags: see :func:`_joins_previous`), unless the cluster runs on
+    for more than ``_MAX_CLUSTER_WIDEN`` code points (a run of marks: the
+    window would be the whole run). Without a match, the start of the text.
     """
     if width < 1:
         raise InvalidInput("snippet width must be at least 1", data={"field": "width"})
@@ -280,9 +315,10 @@ def snippet(text: str, query: str, *, width: int = 120) -> str:
             start = max(0, m_start - (width - m_len) // 2)
             end = min(len(text), start + width)
             start = max(0, end - width)
-    while start > 0 and unicodedata.combining(text[start]):
+    floor, ceiling = max(0, start - _MAX_CLUSTER_WIDEN), min(len(text), end + _MAX_CLUSTER_WIDEN)
+    while start > floor and _joins_previous(text, start):
         start -= 1
-    while end < len(text) and unicodedata.combining(text[end]):
+    while end < ceiling and _joins_previous(text, end):
         end += 1
     body = text[start:end].translate(_WHITESPACE_TO_SPACE)
     return (_ELLIPSIS if start > 0 else "") + body + (_ELLIPSIS if end < len(text) else "")

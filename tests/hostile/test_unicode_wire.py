@@ -365,6 +365,53 @@ async def test_an_import_source_with_bad_bytes_keeps_its_session(tmp_path: Path,
             list(_transcript_lines(data))
 
 
+GRAPHEMES = ["👨\u200d👩\u200d👧\u200d👦", "🇫🇷", "👍🏽", "❤\ufe0f", "\u0915\u093f", "\u0e01\u0e31", "e\u0301\u0308",
+             "🏴\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f"]
+
+
+def _graphemes_whole(snippet: str, grapheme: str) -> bool:
+    """``snippet`` (ellipses dropped) holds only whole copies of ``grapheme``."""
+    body = snippet.strip("\u2026")
+    return body.replace(grapheme, "").strip("abcdefghijklmnopqrstuvwxyz ") == ""
+
+
+async def test_snippets_never_cut_a_grapheme(tmp_path: Path) -> None:
+    """A snippet window cut inside a ZWJ sequence, a flag's regional-indicator pair, an emoji with its skin
+    tone or variation selector, an Indic vowel sign (a spacing mark), a Thai mark or a tag sequence showed
+    a stray joiner, half a flag or a lone modifier: the window is widened to whole grapheme clusters, as it
+    already was for combining marks."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            await c.call("session.create", {"sessionId": "s1", "title": "t"})
+            for i, grapheme in enumerate(GRAPHEMES):
+                for pad in range(len(grapheme) + 1):  # every phase of the cut against the cluster
+                    text = grapheme * 60 + " " + "a" * pad + f" needle{i}x{pad} " + grapheme * 60
+                    await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(f"m{i}x{pad}", text)})
+            await host.services.index_log.barrier()
+            for i, grapheme in enumerate(GRAPHEMES):
+                for pad in range(len(grapheme) + 1):
+                    (hit,) = (await c.call("search.query", {"query": f"needle{i}x{pad} "}))["results"]
+                    assert f"needle{i}x{pad}" in hit["snippet"]
+                    assert _graphemes_whole(hit["snippet"].replace(f"needle{i}x{pad}", ""), grapheme), \
+                        (grapheme, pad, hit["snippet"])
+
+
+async def test_a_snippet_stays_short_beside_a_run_of_marks(tmp_path: Path) -> None:
+    """A window is widened to whole clusters only so far: a match beside a million combining marks (or a
+    million-long ZWJ chain) got a snippet of the whole run: a million characters in every hit's snippet."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            await c.call("session.create", {"sessionId": "s1", "title": "t"})
+            runs = ["\u0301" * 1_000_000, "a\u200d" * 500_000, "\u0301" * 1_000_000 + "needle", "\u093f" * 1_000_000]
+            for i, run in enumerate(runs * 2):
+                text = f"needle {i} " + run if i % 2 else run + f" needle {i}"
+                await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(f"m{i}", text)})
+            await host.services.index_log.barrier()
+            hits = (await c.call("search.query", {"query": "needle"}))["results"]
+            assert len(hits) == len(runs) * 2
+            assert all(len(hit["snippet"]) < 400 for hit in hits), [len(hit["snippet"]) for hit in hits]
+            assert (await c.call("search.sessions", {"query": "needle"}))["totalMessageMatches"] == len(runs) * 2
+
 @pytest.mark.xfail(strict=True, reason="the index stores a NUL as U+FFFD (store/transcripts/records.py "
                    "NUL_STAND_IN), so a query holding U+FFFD also counts texts that hold a NUL")
 async def test_a_replacement_character_query_does_not_count_texts_holding_a_nul(tmp_path: Path) -> None:
