@@ -66,7 +66,8 @@ SQLITE_UTF8_REPLACED: frozenset[str] = frozenset({"\ufffd", "\ufffe", "\uffff"})
 TRIGRAM_TEXT_HAZARDS: tuple[str, ...] = ("\u0130", "\u017f")
 
 _ELLIPSIS = "\u2026"
-_WHITESPACE_TO_SPACE = str.maketrans({"\n": " ", "\r": " ", "\t": " ", "\v": " ", "\f": " "})
+_WHITESPACE_TO_SPACE = str.maketrans({"\n": " ", "\r": " ", "\t": " ", "\v": " ", "\f": " ", "\x85": " ",
+                                      "\u2028": " ", "\u2029": " "})
 
 
 def fold(s: str) -> str:
@@ -294,7 +295,7 @@ def snippet(text: str, query: str, *, width: int = 120) -> str:
 
     The match is centred when it fits, and always inside the window (a match
     longer than ``width`` is shown from its start). ``…`` marks each side that
-    was cut. Newlines and tabs become spaces. A window never starts or ends in
+    was cut. Newlines (U+2028, U+2029 and NEL too) and tabs become spaces. A window never starts or ends in
     the middle of a grapheme cluster (a combining sequence, a ZWJ emoji sequence,
     a flag's regional-indicator pair, an emoji with its modifier, variation
     selector or tags: see :func:`_joins_previous`), unless the cluster runs on

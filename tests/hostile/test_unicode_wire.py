@@ -412,6 +412,21 @@ async def test_a_snippet_stays_short_beside_a_run_of_marks(tmp_path: Path) -> No
             assert all(len(hit["snippet"]) < 400 for hit in hits), [len(hit["snippet"]) for hit in hits]
             assert (await c.call("search.sessions", {"query": "needle"}))["totalMessageMatches"] == len(runs) * 2
 
+
+async def test_snippets_are_one_line(tmp_path: Path) -> None:
+    """Newlines and tabs become spaces in a snippet (protocol: a one-line excerpt); the Unicode line and
+    paragraph separators and NEL came through and broke the line in a renderer that honours them."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            await c.call("session.create", {"sessionId": "s1", "title": "t"})
+            text = "one\u2028two\u2029three\x85four\r\nfive\vsix\fseven\tneedle"
+            await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("m1", text)})
+            await host.services.index_log.barrier()
+            (hit,) = (await c.call("search.query", {"query": "needle"}))["results"]
+            assert hit["snippet"] == "one two three four  five six seven needle"
+            stored = (await c.call("session.get", {"sessionId": "s1"}))["messages"][0]["blocks"][0]["text"]
+            assert stored == text  # the message itself is untouched
+
 @pytest.mark.xfail(strict=True, reason="the index stores a NUL as U+FFFD (store/transcripts/records.py "
                    "NUL_STAND_IN), so a query holding U+FFFD also counts texts that hold a NUL")
 async def test_a_replacement_character_query_does_not_count_texts_holding_a_nul(tmp_path: Path) -> None:
