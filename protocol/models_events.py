@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -70,6 +70,11 @@ class SessionMessageEvent(Result):
     deleted: bool | None = Field(
         default=None,
         description="Set when a tombstone line changed the message's state (deleteMessage/restoreMessage).",
+    )
+    record: dict[str, Any] | None = Field(
+        default=None,
+        description="The line itself, as session.get returns it, when its JSON is at most 8 KiB; absent for a "
+        "larger line (read it with session.get).",
     )
 
 

@@ -2042,6 +2042,7 @@ class SessionMessageEvent(TypedDict):
     message: MessageRef
     replaced: NotRequired[bool]
     deleted: NotRequired[bool | None]
+    record: NotRequired[JsonObject | None]
 
 
 class SessionQueueEvent(TypedDict):

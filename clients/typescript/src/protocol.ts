@@ -2605,6 +2605,8 @@ export interface SessionMessageEvent {
   replaced?: boolean;
   /** Set when a tombstone line changed the message's state (deleteMessage/restoreMessage). */
   deleted?: boolean | null;
+  /** The line itself, as session.get returns it, when its JSON is at most 8 KiB; absent for a larger line (read it with session.get). */
+  record?: JsonObject | null;
 }
 
 /** The session's queue after a change. */
