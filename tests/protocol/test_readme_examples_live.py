@@ -1,0 +1,380 @@
+"""protocol/README.md's examples, sent to a running host (a real process, shared by the module).
+
+Each walk sets up the state an example needs, sends the documented request (ids adapted: the README's
+``s_4f2a`` becomes the walk's own session, a host-made id such as ``q_2`` becomes the one the host
+returned, ``/home/ada/src/parser`` a real directory), and checks that the reply has the documented shape
+(tests/protocol/shapekit.py: the keys the schema requires, no undocumented key, the documented JSON types,
+the example's types). Documented error cases are checked for their code, which must be one the method
+lists. Subscriptions are checked for the documented events and payload keys."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.client import ClientEvent, HostClient, RpcError, open_client
+from tests.hostkit import HostProcess, start_host_process
+from tests.protocol.shapekit import documented_errors, event_schema, result_schema, shape_errors
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "export_schema.py"
+
+
+def _load_examples() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("export_schema_live", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+DOC = _load_examples()
+EXAMPLES: Mapping[str, tuple[dict[str, Any], dict[str, Any]]] = DOC.EXAMPLES
+EVENT_EXAMPLES: Mapping[str, dict[str, Any]] = DOC.EVENT_EXAMPLES
+ID_KEYS_SKIPPED = frozenset({"clientId", "bootId"})
+GLOBAL_IDS = ("t_9", "t_10", "t_11", "m_1", "m_2", "m_14")
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
+    proc = start_host_process(tmp_path_factory.mktemp("readme-live"))
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+
+
+class Walk:
+    """A client per role, the example ids mapped to live ones, and the checks."""
+
+    def __init__(self, clients: Mapping[str, HostClient], ids: dict[Any, Any]) -> None:
+        self.clients = clients
+        self.ids = ids
+
+    def adapt(self, value: Any, key: str | None = None) -> Any:
+        if isinstance(value, dict):
+            return {k: self.adapt(v, k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.adapt(v, key) for v in value]
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and key is not None:
+            return self.ids.get((key, value), value)
+        if isinstance(value, str):
+            if value in self.ids:
+                return self.ids[value]
+            for doc_path, live_path in self.ids.items():  # a path under a mapped project root
+                if isinstance(doc_path, str) and doc_path.startswith("/") and value.startswith(doc_path + "/"):
+                    return live_path + value[len(doc_path):]
+        return value
+
+    def learn(self, doc: Any, live: Any) -> None:
+        """Host-made ids the example shows map to the ones the host returned."""
+        if isinstance(doc, dict) and isinstance(live, dict):
+            for key in doc.keys() & live.keys():
+                d, v = doc[key], live[key]
+                if (key == "id" or key.endswith("Id")) and key not in ID_KEYS_SKIPPED and d != v \
+                        and type(d) is type(v) and isinstance(d, (str, int)):
+                    if isinstance(d, str):
+                        self.ids.setdefault(d, v)
+                    else:
+                        self.ids.setdefault((key, d), v)
+                        self.ids.setdefault(("id", d), v)
+                self.learn(d, v)
+        elif isinstance(doc, list) and isinstance(live, list) and doc and live:
+            self.learn(doc[0], live[0])
+
+    async def call(self, name: str, *, over: Mapping[str, Any] | None = None, drop: tuple[str, ...] = (),
+                   by: str = "agent", learn: bool = True) -> Any:
+        params, result = EXAMPLES[name]
+        sent = {k: v for k, v in self.adapt(params).items() if k not in drop}
+        sent.update(self.adapt(dict(over or {})))
+        try:
+            live = await self.clients[by].call(name, sent)
+        except RpcError as exc:
+            raise AssertionError(f"{name} {sent}: {exc.data_code} {exc}") from exc
+        errors = shape_errors(result_schema(name), live, result)
+        assert not errors, f"{name}: the reply departs from the README: {errors}"
+        if learn:
+            self.learn(result, live)
+        return live
+
+    async def error(self, name: str, params: Mapping[str, Any], code: str, *, by: str = "agent") -> None:
+        assert code in documented_errors(name), f"{code} is not among {name}'s documented errors"
+        with pytest.raises(RpcError) as exc:
+            await self.clients[by].call(name, self.adapt(dict(params)))
+        assert exc.value.data_code == code, f"{name}: {exc.value.data_code} {exc.value}"
+
+
+def check_event(event: ClientEvent) -> None:
+    errors = shape_errors(event_schema(event.topic), event.data, EVENT_EXAMPLES[event.topic])
+    assert not errors, f"{event.topic}: the payload departs from the README: {errors}"
+
+
+async def events_until(client: HostClient, topics: set[str]) -> dict[str, ClientEvent]:
+    """The first event of each topic (checked against the README as it comes)."""
+    seen: dict[str, ClientEvent] = {}
+    with trio.fail_after(15):
+        while not topics <= seen.keys():
+            event = await client.next_event()
+            check_event(event)
+            seen.setdefault(event.topic, event)
+    return seen
+
+
+@asynccontextmanager
+async def walk(host: HostProcess, tmp_path: Path, session_id: str) -> AsyncIterator[Walk]:
+    parser, lexer = tmp_path / "parser", tmp_path / "lexer"
+    parser.mkdir()
+    lexer.mkdir()
+    ids: dict[Any, Any] = {"s_4f2a": session_id, "/home/ada/src/parser": str(parser),
+                           "/home/ada/src/lexer": str(lexer)}
+    ids.update({doc_id: f"{doc_id}.{session_id}" for doc_id in GLOBAL_IDS})  # turn and message ids are host-wide
+    async with open_client(host.url, host.token, client_id=f"agent-{session_id}", client_kind="agent") as agent, \
+            open_client(host.url, host.token, client_id=f"ui-{session_id}", client_kind="ui") as ui:
+        yield Walk({"agent": agent, "ui": ui}, ids)
+
+
+async def make_session(w: Walk, **over: Any) -> dict[str, Any]:
+    live: dict[str, Any] = await w.call("session.create", over={"sessionId": w.ids["s_4f2a"], **over})
+    return live
+
+
+# ---------------------------------------------------------------------------
+# The walks
+
+
+async def test_host_methods(host: HostProcess, tmp_path: Path) -> None:
+    async with walk(host, tmp_path, "s_host") as w:
+        hello = w.clients["ui"].hello
+        assert not shape_errors(result_schema("host.hello"), hello, EXAMPLES["host.hello"][1])
+        await w.call("host.status")
+        await w.call("host.createLoginCode", by="ui")
+        await w.call("logs.append")
+        hello_params = {**EXAMPLES["host.hello"][0], "token": host.token}
+        await w.error("host.hello", hello_params, "ALREADY_AUTHENTICATED")
+
+
+async def test_session_and_turn_examples(host: HostProcess, tmp_path: Path) -> None:
+    async with walk(host, tmp_path, "s_turns") as w:
+        ui = w.clients["ui"]
+        await make_session(w)
+        await w.call("session.list")
+        await w.call("session.rename")
+        await w.call("session.update")
+        await w.call("events.subscribe", drop=("cursor",), by="ui",
+                     over={"topics": ["session.message", "turn.started", "turn.ended", "session.inflight",
+                                      "notification.created", "session.updated"]})
+        await w.call("session.startTurn")
+        await w.call("session.turnEnvironment")
+        await w.call("session.saveInflightMessage")
+        get = await w.call("session.get", over={"messageLimit": 2})
+        assert get["inflight"]["turnId"] == w.ids["t_9"]
+        await w.call("session.appendMessage")
+        await w.call("session.endTurn")
+        await events_until(ui, {"turn.started", "session.message", "turn.ended", "session.inflight",
+                                "notification.created"})
+        await w.call("session.listTurns")
+        await w.call("usage.session")
+        await w.call("usage.history")
+        await w.call("notifications.list")
+        await w.call("notifications.markRead", by="ui")
+        await w.call("notifications.markAllRead", by="ui")
+        await w.call("notifications.clear", by="ui")
+        sub = await ui.call("events.subscribe", {"topics": ["session.deleted"]})
+        await w.call("events.unsubscribe", over={"subscriptionId": sub["subscriptionId"]}, by="ui")
+        await w.error("events.unsubscribe", {"subscriptionId": sub["subscriptionId"]}, "NOT_FOUND", by="ui")
+        await w.error("session.get", {"sessionId": "s_nowhere"}, "SESSION_NOT_FOUND")
+        await w.error("session.endTurn", {**EXAMPLES["session.endTurn"][0], "turnId": "t_nowhere"}, "NOT_FOUND")
+        await w.error("session.create", {"sessionId": w.ids["s_4f2a"]}, "CONFLICT")
+        await w.call("session.delete")
+
+
+async def test_inflight_recovery_example(host: HostProcess, tmp_path: Path) -> None:
+    async with walk(host, tmp_path, "s_lost") as w:
+        await make_session(w)
+        await w.call("session.startTurn", over={"turnId": "t_10"})
+        await w.call("session.saveInflightMessage", over={"turnId": "t_10", "message": {
+            **EXAMPLES["session.saveInflightMessage"][0]["message"], "id": "m_14", "turnId": "t_10"}})
+        live = await w.call("session.recoverInflight")
+        assert live["action"] == "promoted"
+
+
+async def test_queue_examples(host: HostProcess, tmp_path: Path) -> None:
+    async with walk(host, tmp_path, "s_queue") as w:
+        ui = w.clients["ui"]
+        await make_session(w)
+        await ui.call("events.subscribe", {"topics": ["session.queue"], "sessionId": w.ids["s_4f2a"]})
+        await w.call("session.queuePush", by="ui")
+        await events_until(ui, {"session.queue"})
+        await w.call("session.queueList")
+        await w.call("session.queueAttach")
+        second = await w.call("session.queuePush", by="ui", over={"idempotencyKey": "k-18"}, learn=False)
+        await w.call("session.queueReorder", over={"entryId": second["entry"]["id"]})
+        await w.call("session.queuePrioritize")
+        await w.error("session.queueReorder", EXAMPLES["session.queueReorder"][0], "CONFLICT")
+        await w.call("session.queueRemove", over={"entryId": second["entry"]["id"]})
+        await w.call("session.queueTake")
+        await w.error("session.queueRemove", EXAMPLES["session.queueRemove"][0], "NOT_FOUND")
+
+
+async def test_history_examples(host: HostProcess, tmp_path: Path) -> None:
+    async with walk(host, tmp_path, "s_hist") as w:
+        await make_session(w)
+        user = EXAMPLES["session.replaceMessages"][0]["messages"][0]
+        await w.call("session.appendMessage", over={"message": user}, drop=("submissionId",))
+        await w.call("session.startTurn", drop=("environment",))
+        await w.call("session.appendMessage")
+        await w.call("session.endTurn")
+        await w.call("session.tree")
+        await w.call("session.context")
+        await w.call("search.sessions")
+        await w.call("search.query")
+        await w.call("artifacts.list")
+        await w.call("audit.list")
+        await w.call("session.saveActiveRevision")
+        await w.call("session.listRevisions")
+        await w.call("session.activateRevision")
+        await w.call("session.fork")
+        await w.call("session.updateMetadata", by="ui")
+        await w.call("session.deleteMessage")
+        await w.call("session.restoreMessage")
+        await w.call("session.appendCompaction")
+        await w.call("session.export")
+        await w.call("session.assistantEdit", by="ui")
+        await w.call("session.truncateFrom")
+        await w.call("session.replaceMessages")
+        await w.error("session.deleteMessage", {"sessionId": "s_4f2a", "messageId": "m_nowhere"},
+                      "MESSAGE_NOT_FOUND")
+        await w.call("sessions.trash", by="ui")
+        await w.call("sessions.listTrashed", by="ui")
+        await w.call("sessions.restore", by="ui")
+        await w.call("sessions.trash", by="ui", over={"submissionId": "tr-2"})
+        await w.call("sessions.purge", by="ui")
+
+
+async def test_attachment_examples(host: HostProcess, tmp_path: Path) -> None:
+    async with walk(host, tmp_path, "s_att") as w:
+        await make_session(w)
+        await w.call("session.appendMessage", over={"message": EXAMPLES["session.replaceMessages"][0]["messages"][0]})
+        put = await w.call("attachments.put")
+        data = base64.b64decode(EXAMPLES["attachments.put"][0]["dataBase64"])
+        assert put["sha256"] == hashlib.sha256(data).hexdigest()
+        # The README's follow-up calls name the blob by the sha256 its put example shows.
+        assert EXAMPLES["attachments.put"][1]["sha256"] == put["sha256"]
+        await w.call("attachments.ref")
+        await w.call("attachments.get")
+        await w.call("attachments.estimate")
+        await w.call("attachments.gc")
+        video = host.data_dir / "scratch" / "demo.mp4"  # a folder the host may read for a client
+        video.write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes(64))
+        await w.call("attachments.importFile", over={"path": str(video)})
+
+
+async def test_settings_and_project_examples(host: HostProcess, tmp_path: Path) -> None:
+    async with walk(host, tmp_path, "s_proj") as w:
+        ui = w.clients["ui"]
+        await ui.call("events.subscribe", {"topics": ["settings.changed"]})
+        await w.call("settings.set", by="ui")
+        await events_until(ui, {"settings.changed"})
+        await w.call("settings.get")
+        await w.call("settings.getAll")
+        await w.call("settings.update", by="ui")
+        await w.call("settings.delete", by="ui")
+        await w.call("workspace.open", by="ui")
+        await w.call("workspace.get")
+        await make_session(w)
+        await w.call("projects.list")
+        await w.call("session.resolvePath")
+        await w.call("projects.pin", by="ui")
+        await w.call("projectGroups.save", by="ui")
+        await w.call("projectGroups.list")
+        await w.call("projectGroups.setMemory", by="ui")
+        await w.call("projectGroups.setInstructions", by="ui")
+        await w.call("projectGroups.get")
+        await w.call("projectGroups.delete", by="ui")
+        await w.call("projects.remove", by="ui", over={"submissionId": f"rm-{w.ids['s_4f2a']}"})
+
+
+async def test_provider_secret_and_config_examples(host: HostProcess, tmp_path: Path) -> None:
+    async with walk(host, tmp_path, "s_prov") as w:
+        ui = w.clients["ui"]
+        await ui.call("events.subscribe", {"topics": ["providers.changed", "models.changed"]})
+        await w.call("secrets.set", by="ui")
+        await w.call("secrets.get")
+        await w.call("secrets.list")
+        await w.call("secrets.delete", by="ui")
+        await w.call("providers.create", by="ui")
+        await w.call("providers.list")
+        await w.call("providers.get")
+        await w.call("providers.update", by="ui")
+        await w.call("models.add", by="ui")
+        await events_until(ui, {"providers.changed", "models.changed"})
+        await w.call("models.list")
+        await w.call("models.remove", by="ui")
+        await w.call("providers.reorder", by="ui")
+        await w.call("providers.delete", by="ui")
+        await w.error("providers.get", EXAMPLES["providers.get"][0], "NOT_FOUND")
+        await w.call("skills.put", by="ui")
+        await w.call("skills.list")
+        await w.call("skills.get")
+        await w.call("skills.delete", by="ui")
+        await w.call("memories.list")
+        await w.call("configSync.get")
+        await w.error("configSync.export", EXAMPLES["configSync.export"][0], "CONFLICT", by="ui")
+
+
+async def test_task_examples(host: HostProcess, tmp_path: Path) -> None:
+    async with walk(host, tmp_path, "s_task") as w:
+        await make_session(w)
+        await w.call("tasks.create", by="ui")
+        await w.call("tasks.update", by="ui")
+        await w.call("tasks.list")
+        await w.call("tasks.get")
+        await w.call("tasks.startRun")
+        await w.call("tasks.finishRun")
+        await w.call("tasks.runs")
+        await w.call("tasks.delete", by="ui")
+        await w.error("tasks.get", EXAMPLES["tasks.get"][0], "NOT_FOUND")
+
+
+async def test_approval_interaction_and_plan_examples(host: HostProcess, tmp_path: Path) -> None:
+    async with walk(host, tmp_path, "s_ask") as w:
+        ui, agent = w.clients["ui"], w.clients["agent"]
+        await make_session(w)
+        sid = w.ids["s_4f2a"]
+        await ui.call("events.subscribe", {"topics": ["approval.requested", "interaction.requested",
+                                                      "plan.requested"], "sessionId": sid})
+        await agent.call("events.subscribe", {"topics": ["approval.resolved", "interaction.resolved",
+                                                         "plan.resolved"], "sessionId": sid})
+        await w.call("secrets.set", by="ui", over={"submissionId": f"sec-{sid}"})
+        await w.call("session.startTurn", over={"turnId": "t_10"})
+        await w.call("session.verifyEnvironment", over={"turnId": "t_10"})
+        await w.call("approvals.request", over={"expiresAt": 4102444800000})
+        await w.call("approvals.pending", by="ui")
+        await w.call("approvals.respond", by="ui")
+        await w.call("approvals.rules")
+        await w.call("approvals.removeRule", by="ui")
+        await w.call("interactions.request")
+        await w.call("interactions.pending", by="ui")
+        await w.call("interactions.respond", by="ui")
+        await events_until(ui, {"approval.requested", "interaction.requested"})
+        await events_until(agent, {"approval.resolved", "interaction.resolved"})
+        await w.error("approvals.respond", {**EXAMPLES["approvals.respond"][0], "submissionId": "ui-a-18"},
+                      "CONFLICT", by="ui")  # answered already
+        await w.call("session.endTurn", over={"turnId": "t_10"})
+        await w.call("session.update", over={"mode": "plan"})
+        await w.call("session.startTurn", drop=("environment",))
+        await w.call("plans.submit", over={"expiresAt": 4102444800000})
+        await w.call("plans.pending", by="ui")
+        await w.call("plans.respond", by="ui")
+        await events_until(ui, {"plan.requested"})
+        await events_until(agent, {"plan.resolved"})
