@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.util
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,8 +22,10 @@ from typing import Any
 import pytest
 import trio
 
+from protocol.methods import METHODS
 from runtime.client import ClientEvent, HostClient, RpcError, open_client
 from tests.hostkit import HostProcess, start_host_process
+from tests.httpkit import FakeProvider, Reply
 from tests.protocol.shapekit import documented_errors, event_schema, result_schema, shape_errors
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "export_schema.py"
@@ -40,7 +43,7 @@ DOC = _load_examples()
 EXAMPLES: Mapping[str, tuple[dict[str, Any], dict[str, Any]]] = DOC.EXAMPLES
 EVENT_EXAMPLES: Mapping[str, dict[str, Any]] = DOC.EVENT_EXAMPLES
 ID_KEYS_SKIPPED = frozenset({"clientId", "bootId"})
-GLOBAL_IDS = ("t_9", "t_10", "t_11", "m_1", "m_2", "m_14")
+GLOBAL_IDS = ("t_9", "t_10", "t_11", "t_40", "m_1", "m_2", "m_7", "m_14", "call_3", "call_4")
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +142,10 @@ async def walk(host: HostProcess, tmp_path: Path, session_id: str) -> AsyncItera
                            "/home/ada/src/lexer": str(lexer)}
     ids.update({doc_id: f"{doc_id}.{session_id}" for doc_id in GLOBAL_IDS})  # turn and message ids are host-wide
     async with open_client(host.url, host.token, client_id=f"agent-{session_id}", client_kind="agent") as agent, \
-            open_client(host.url, host.token, client_id=f"ui-{session_id}", client_kind="ui") as ui:
-        yield Walk({"agent": agent, "ui": ui}, ids)
+            open_client(host.url, host.token, client_id=f"ui-{session_id}", client_kind="ui") as ui, \
+            open_client(host.url, host.token, client_id=f"acme-{session_id}", client_kind="plugin",
+                        plugin_id="acme.tools") as plugin:
+        yield Walk({"agent": agent, "ui": ui, "plugin": plugin}, ids)
 
 
 async def make_session(w: Walk, **over: Any) -> dict[str, Any]:
@@ -166,6 +171,7 @@ async def test_host_methods(host: HostProcess, tmp_path: Path) -> None:
 async def test_session_and_turn_examples(host: HostProcess, tmp_path: Path) -> None:
     async with walk(host, tmp_path, "s_turns") as w:
         ui = w.clients["ui"]
+        await ui.call("events.subscribe", {"topics": ["session.created", "session.updated", "session.deleted"]})
         await make_session(w)
         await w.call("session.list")
         await w.call("session.rename")
@@ -180,8 +186,8 @@ async def test_session_and_turn_examples(host: HostProcess, tmp_path: Path) -> N
         assert get["inflight"]["turnId"] == w.ids["t_9"]
         await w.call("session.appendMessage")
         await w.call("session.endTurn")
-        await events_until(ui, {"turn.started", "session.message", "turn.ended", "session.inflight",
-                                "notification.created"})
+        await events_until(ui, {"session.created", "session.updated", "turn.started", "session.message",
+                                "turn.ended", "session.inflight", "notification.created"})
         await w.call("session.listTurns")
         await w.call("usage.session")
         await w.call("usage.history")
@@ -196,6 +202,7 @@ async def test_session_and_turn_examples(host: HostProcess, tmp_path: Path) -> N
         await w.error("session.endTurn", {**EXAMPLES["session.endTurn"][0], "turnId": "t_nowhere"}, "NOT_FOUND")
         await w.error("session.create", {"sessionId": w.ids["s_4f2a"]}, "CONFLICT")
         await w.call("session.delete")
+        await events_until(ui, {"session.deleted"})
 
 
 async def test_inflight_recovery_example(host: HostProcess, tmp_path: Path) -> None:
@@ -305,31 +312,36 @@ async def test_settings_and_project_examples(host: HostProcess, tmp_path: Path) 
 
 
 async def test_provider_secret_and_config_examples(host: HostProcess, tmp_path: Path) -> None:
-    async with walk(host, tmp_path, "s_prov") as w:
-        ui = w.clients["ui"]
-        await ui.call("events.subscribe", {"topics": ["providers.changed", "models.changed"]})
-        await w.call("secrets.set", by="ui")
-        await w.call("secrets.get")
-        await w.call("secrets.list")
-        await w.call("secrets.delete", by="ui")
-        await w.call("providers.create", by="ui")
-        await w.call("providers.list")
-        await w.call("providers.get")
-        await w.call("providers.update", by="ui")
-        await w.call("models.add", by="ui")
-        await events_until(ui, {"providers.changed", "models.changed"})
-        await w.call("models.list")
-        await w.call("models.remove", by="ui")
-        await w.call("providers.reorder", by="ui")
-        await w.call("providers.delete", by="ui")
-        await w.error("providers.get", EXAMPLES["providers.get"][0], "NOT_FOUND")
-        await w.call("skills.put", by="ui")
-        await w.call("skills.list")
-        await w.call("skills.get")
-        await w.call("skills.delete", by="ui")
-        await w.call("memories.list")
-        await w.call("configSync.get")
-        await w.error("configSync.export", EXAMPLES["configSync.export"][0], "CONFLICT", by="ui")
+    listed = [{"id": "anthropic/claude-sonnet-4", "name": "Claude Sonnet 4", "context_length": 200000}]
+    with FakeProvider(Reply(models=listed)) as server:  # the provider the examples name, on 127.0.0.1
+        async with walk(host, tmp_path, "s_prov") as w:
+            ui = w.clients["ui"]
+            w.ids["https://openrouter.ai/api/v1"] = server.base_url
+            await ui.call("events.subscribe", {"topics": ["providers.changed", "models.changed"]})
+            await w.call("secrets.set", by="ui")
+            await w.call("secrets.get")
+            await w.call("secrets.list")
+            await w.call("secrets.delete", by="ui")
+            # The README elides the key ("sk-or-…"); a real one is ASCII (a header value cannot carry "…").
+            await w.call("providers.create", by="ui", over={"apiKey": "sk-or-v1-0123456789abcdef"})
+            await w.call("providers.list")
+            await w.call("providers.get")
+            await w.call("providers.update", by="ui")
+            await w.call("models.refresh", by="ui")
+            await w.call("models.add", by="ui")
+            await events_until(ui, {"providers.changed", "models.changed"})
+            await w.call("models.list")
+            await w.call("models.remove", by="ui")
+            await w.call("providers.reorder", by="ui")
+            await w.call("providers.delete", by="ui")
+            await w.error("providers.get", EXAMPLES["providers.get"][0], "NOT_FOUND")
+            await w.call("skills.put", by="ui")
+            await w.call("skills.list")
+            await w.call("skills.get")
+            await w.call("skills.delete", by="ui")
+            await w.call("memories.list")
+            await w.call("configSync.get")
+            await w.error("configSync.export", EXAMPLES["configSync.export"][0], "CONFLICT", by="ui")
 
 
 async def test_task_examples(host: HostProcess, tmp_path: Path) -> None:
@@ -378,3 +390,85 @@ async def test_approval_interaction_and_plan_examples(host: HostProcess, tmp_pat
         await w.call("plans.respond", by="ui")
         await events_until(ui, {"plan.requested"})
         await events_until(agent, {"plan.resolved"})
+
+
+async def test_plan_execution_examples(host: HostProcess, tmp_path: Path) -> None:
+    async with walk(host, tmp_path, "s_exec") as w:
+        ui = w.clients["ui"]
+        await make_session(w, mode="plan")
+        await ui.call("events.subscribe", {"topics": ["plan.execution"], "sessionId": w.ids["s_4f2a"]})
+        await w.call("session.startTurn", drop=("environment",))
+        await w.call("plans.submit", over={"expiresAt": 4102444800000})
+        await w.call("plans.respond", by="ui")
+        await w.call("session.endTurn")
+        await w.call("session.startTurn", drop=("environment",), over={"turnId": "t_11"})
+        await w.call("plans.startExecution")
+        await events_until(ui, {"plan.execution"})
+        await w.call("plans.finishExecution")
+
+
+async def test_review_examples(host: HostProcess, tmp_path: Path) -> None:
+    async with walk(host, tmp_path, "s_review") as w:
+        await make_session(w)
+        notes = Path(w.ids["/home/ada/src/parser"]) / "docs" / "notes.md"
+        notes.parent.mkdir()
+        notes.write_text("# Notes\n\nSplit it.\n")  # what the Edit tool wrote over "# Notes\n"
+        await w.call("review.record")
+        await w.call("review.get")
+        await w.call("review.list")
+        await w.call("review.restore")
+        assert notes.read_bytes() == base64.b64decode(EXAMPLES["review.record"][0]["beforeBase64"])
+
+
+async def test_plugin_examples(host: HostProcess, tmp_path: Path) -> None:
+    async with walk(host, tmp_path, "s_plug") as w:
+        await w.call("plugins.register", by="ui")
+        await w.call("plugins.list")
+        await w.call("plugins.listAssets")
+        await w.call("plugins.getAsset", by="plugin")
+        await w.call("providers.sync", by="plugin")
+        await w.call("plugins.importSession", by="plugin",
+                     over={"sourceId": "chatlog", "externalId": "conv-81"})
+        await w.call("plugins.listSessions", by="plugin")
+        await w.call("plugins.setEnabled", by="ui")
+        await w.call("plugins.uninstall", by="ui")
+
+
+async def test_collaboration_examples(host: HostProcess, tmp_path: Path) -> None:
+    async with walk(host, tmp_path, "s_lead") as w:
+        agent = w.clients["agent"]
+        w.ids["s_9c07"] = "s_reviewer"
+        await make_session(w)
+        await w.call("session.create", over={"sessionId": "s_reviewer", "title": "Reviewer"},
+                     drop=("submissionId",), learn=False)
+        await agent.call("events.subscribe", {"topics": ["collab.delivery"], "sessionId": "s_reviewer"})
+        await w.call("collab.deliver", by="agent")
+        await w.call("session.queueAttach", over={"sessionId": "s_reviewer"}, learn=False)
+        await agent.call("session.queueTake", {"sessionId": "s_reviewer", "controllerId": "agent-1"})
+        await w.call("session.startTurn", drop=("environment",),
+                     over={"sessionId": "s_reviewer", "turnId": "t_40"}, learn=False)
+        await w.call("collab.begin")
+        await events_until(agent, {"collab.delivery"})
+        await w.call("collab.settle")
+        await w.call("collab.list")
+        await w.call("collab.get")
+        second = await w.call("collab.deliver", by="agent", over={"idempotencyKey": "review-18"}, learn=False)
+        await w.call("collab.cancel", over={"deliveryId": second["delivery"]["id"]}, by="agent")
+
+
+async def test_config_sync_and_import_examples(host: HostProcess, tmp_path: Path) -> None:
+    async with walk(host, tmp_path, "s_sync") as w:
+        await w.call("configSync.configure", by="ui")
+        await w.call("configSync.get")
+        exported = await w.call("configSync.export", by="ui")
+        await w.call("configSync.apply", by="ui", over={"bundleBase64": exported["bundleBase64"]})
+        root = tmp_path / "claude-projects"
+        root.mkdir()
+        w.ids["/home/ada/.claude/projects"] = str(root)
+        await w.call("import.sessions", by="ui")
+
+
+def test_every_method_example_is_walked() -> None:
+    """A method added to the protocol gets its README example sent here too."""
+    walked = set(re.findall(r'w\.(?:call|error)\(\s*"([A-Za-z.]+)"', Path(__file__).read_text(encoding="utf-8")))
+    assert walked == set(METHODS)
