@@ -1,8 +1,7 @@
 """Compare a live reply with the README's example and the published schema (tests/protocol live checks).
 
 A live value has the documented shape when every key the schema requires is there, every key it carries
-is one the schema documents (a map with no documented properties, or a record whose description says
-"Keys may grow", is open), an optional key is present,
+is one the schema documents (see ``_open`` for the maps any key may join), an optional key is present,
 ``null`` or absent, and each value has the documented JSON type (the example's type where it shows one)."""
 
 from __future__ import annotations
@@ -57,6 +56,13 @@ def _type_ok(schema: Mapping[str, Any], live: Any) -> bool:
     return kind in names or (kind == "integer" and "number" in names)
 
 
+def _open(schema: Mapping[str, Any]) -> bool:
+    """A map any key may join: no documented properties, a content block of the open vocabulary (only its
+    ``type`` declared), or a record that says "Keys may grow"."""
+    props = schema.get("properties", {})
+    return not props or set(props) == {"type"} or "Keys may grow" in schema.get("description", "")
+
+
 def _tag(schema: Mapping[str, Any]) -> Any:
     schema = _resolve(schema)
     if "const" in schema:
@@ -109,7 +115,7 @@ def shape_errors(schema: Mapping[str, Any], live: Any, example: Any = None, path
                         errors.append(f"{path}.{key}: required, null")
                     continue
                 errors += shape_errors(props[key], value, sub_example, f"{path}.{key}")
-            elif props and "Keys may grow" not in branch.get("description", ""):
+            elif not _open(branch):
                 errors.append(f"{path}.{key}: not documented ({json.dumps(value)[:60]})")
             elif isinstance(extra, dict):
                 errors += shape_errors(extra, value, sub_example, f"{path}.{key}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.util
+import json
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
@@ -166,6 +167,18 @@ async def test_host_methods(host: HostProcess, tmp_path: Path) -> None:
         await w.call("logs.append")
         hello_params = {**EXAMPLES["host.hello"][0], "token": host.token}
         await w.error("host.hello", hello_params, "ALREADY_AUTHENTICATED")
+
+        # section 1: host.json as documented
+        info = json.loads((host.data_dir / "host.json").read_text(encoding="utf-8"))
+        assert {"pid", "url", "tokenFile", "startedAt"} <= info.keys()
+        assert (await trio.Path(info["tokenFile"]).read_text(encoding="utf-8")).strip() == host.token
+        # section 3: the error object as documented
+        bad = {"sessionId": "s_host", "message": {"id": "m_x", "role": "user", "blocks": [{"type": "text"}]}}
+        with pytest.raises(RpcError) as exc:
+            await w.clients["agent"].call("session.appendMessage", bad)
+        assert exc.value.code == -32602 and exc.value.data_code == "INVALID_PARAMS"
+        assert exc.value.data["retriable"] is False
+        assert exc.value.data["errors"] and all({"loc", "msg", "type"} <= e.keys() for e in exc.value.data["errors"])
 
 
 async def test_session_and_turn_examples(host: HostProcess, tmp_path: Path) -> None:
@@ -472,3 +485,25 @@ def test_every_method_example_is_walked() -> None:
     """A method added to the protocol gets its README example sent here too."""
     walked = set(re.findall(r'w\.(?:call|error)\(\s*"([A-Za-z.]+)"', Path(__file__).read_text(encoding="utf-8")))
     assert walked == set(METHODS)
+
+
+async def test_prose_examples(host: HostProcess, tmp_path: Path) -> None:
+    """The request examples in the README's prose (sections 5, 6)."""
+    async with walk(host, tmp_path, "s_prose") as w:
+        agent = w.clients["agent"]
+        await make_session(w)
+        logged = await agent.call("logs.append", {"source": "agent", "category": "tools", "records": [
+            {"level": "info", "msg": "bash finished", "sessionId": "s_4f2a"}]})
+        assert not shape_errors(result_schema("logs.append"), logged, EXAMPLES["logs.append"][1])
+        assert logged["written"] == 1 and logged["file"] == "logs/agent/tools.ndjson"
+        turn = await agent.call("session.startTurn", w.adapt(
+            {"sessionId": "s_4f2a", "turnId": "t_9", "environment": {
+                "version": 1, "executionBindings": {"modelId": "claude-sonnet-4"}},
+             "input": {"messageId": "m_7", "blocks": [{"type": "text", "text": "Split the tokenizer."}]}}))
+        assert not shape_errors(result_schema("session.startTurn"), turn, EXAMPLES["session.startTurn"][1])
+        context = await agent.call("session.context", {"sessionId": w.ids["s_4f2a"]})
+        assert not shape_errors(result_schema("session.context"), context, EXAMPLES["session.context"][1])
+        assert context["turnContext"]["turnId"] == w.ids["t_9"]
+        assert {"turnId", "version", "digest", "snapshot"} <= context["turnContext"].keys()
+        found = await agent.call("search.query", {"query": "ECONNREFUSED", "scope": "tools", "limit": 20})
+        assert not shape_errors(result_schema("search.query"), found, EXAMPLES["search.query"][1])
