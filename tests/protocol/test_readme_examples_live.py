@@ -507,3 +507,109 @@ async def test_prose_examples(host: HostProcess, tmp_path: Path) -> None:
         assert {"turnId", "version", "digest", "snapshot"} <= context["turnContext"].keys()
         found = await agent.call("search.query", {"query": "ECONNREFUSED", "scope": "tools", "limit": 20})
         assert not shape_errors(result_schema("search.query"), found, EXAMPLES["search.query"][1])
+
+
+def _field(data: Mapping[str, Any], key: str) -> Any:
+    if key == "messageId":  # session.message: the message ref's id
+        return data["message"]["id"]
+    return data.get(key)
+
+
+async def next_of(client: HostClient, topic: str, **match: Any) -> ClientEvent:
+    """The next ``topic`` event whose data matches (other events pass, each checked against the README)."""
+    with trio.fail_after(15):
+        while True:
+            event = await client.next_event()
+            check_event(event)
+            if event.topic == topic and all(_field(event.data, k) == v for k, v in match.items()):
+                return event
+
+
+def recipe_ui_topics() -> list[str]:
+    readme = (SCRIPT.parents[1] / "protocol" / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## 11. One turn, end to end"):readme.index("# Reference")]
+    row = re.search(r'^\| `events\.subscribe \{topics: \[([^\]]*)\], sessionId\}` \|', section, re.M)
+    assert row is not None, "section 11 no longer has the UI's subscription row"
+    return re.findall(r'"([a-z.]+)"', row.group(1))
+
+
+async def test_one_turn_recipe_of_section_11(host: HostProcess, tmp_path: Path) -> None:
+    """protocol/README.md section 11, step by step as the table writes it (raw calls, no SDK)."""
+    with FakeProvider(Reply(models=[])) as server:
+        async with walk(host, tmp_path, "s_recipe") as w:
+            ui, agent = w.clients["ui"], w.clients["agent"]
+            await ui.call("providers.create", {"id": "recipe", "name": "Recipe", "baseUrl": server.base_url,
+                                               "apiKey": "sk-recipe-0123456789"})
+            # UI: session.create {title, projectPath} (and the provider the sidecar will look up)
+            session = await ui.call("session.create", {"title": "One turn",
+                                                       "projectPath": w.ids["/home/ada/src/parser"],
+                                                       "providerId": "recipe", "modelId": "m-1"})
+            sid = session["id"]
+            # sidecar: events.subscribe {topics: ["session.queue"]}
+            await agent.call("events.subscribe", {"topics": ["session.queue"]})
+            # UI: events.subscribe {topics: [...], sessionId}, the topics as the table lists them
+            await ui.call("events.subscribe", {"topics": recipe_ui_topics(), "sessionId": sid})
+            # UI: session.queuePush {sessionId, principal: "user", content, permissionMode}
+            await ui.call("session.queuePush", {"sessionId": sid, "principal": "user", "content": "List the files",
+                                                "permissionMode": "ask"})
+            # sidecar: gets session.queue with the entry; queueAttach; queueTake -> entry
+            queued = await next_of(agent, "session.queue", sessionId=sid)
+            assert queued.data["entries"]
+            await agent.call("session.queueAttach", {"sessionId": sid, "controllerId": "sidecar-1"})
+            entry = (await agent.call("session.queueTake", {"sessionId": sid, "controllerId": "sidecar-1"}))["entry"]
+            assert entry["content"] == "List the files"
+            # sidecar: startTurn with the endpoint from providers.get and the key from secrets.get
+            provider = (await agent.call("providers.get", {"providerId": session["providerId"]}))["provider"]
+            key = (await agent.call("secrets.get", {"ref": provider["secretRef"]}))["value"]
+            assert key == "sk-recipe-0123456789"
+            turn_id = f"turn-{entry['id']}"
+            await agent.call("session.startTurn", {
+                "sessionId": sid, "turnId": turn_id, "providerId": provider["id"], "modelId": session["modelId"],
+                "environment": {"version": 1, "connection": {"baseUrl": provider["baseUrl"]},
+                                "credentialRefs": [provider["secretRef"]]},
+                "submissionId": f"start-{turn_id}"})
+            # sidecar: appendMessage the user's prompt (turnId; an id derived from the entry)
+            prompt_id = f"prompt-{entry['id']}"
+            prompt = {"id": prompt_id, "role": "user", "blocks": [{"type": "text", "text": entry["content"]}]}
+            await agent.call("session.appendMessage", {"sessionId": sid, "turnId": turn_id, "submissionId": prompt_id,
+                                                       "message": prompt})
+            # sidecar: session.context -> messages and this turn's environment as turnContext
+            context = await agent.call("session.context", {"sessionId": sid})
+            assert [m["id"] for m in context["messages"]] == [prompt_id]
+            assert context["turnContext"]["turnId"] == turn_id
+            # sidecar: checkpoints while the model streams; UI: session.inflight
+            reply_id = f"reply-{entry['id']}"
+            await agent.call("session.saveInflightMessage", {"sessionId": sid, "turnId": turn_id, "message": {
+                "id": reply_id, "role": "assistant", "turnId": turn_id, "blocks": [{"type": "text", "text": "Look"}]}})
+            await next_of(ui, "session.inflight")
+            # sidecar: approval.resolved subscription, then approvals.request; UI answers approval.requested
+            await agent.call("events.subscribe", {"topics": ["approval.resolved"], "sessionId": sid})
+            asked = (await agent.call("approvals.request", {
+                "sessionId": sid, "turnId": turn_id, "toolCallId": "call-ls", "tool": "Bash", "argsSummary": "ls",
+                "risk": "low", "submissionId": "ask-call-ls"}))["request"]
+            shown = await next_of(ui, "approval.requested")
+            assert shown.data["request"]["requestId"] == asked["requestId"]
+            await ui.call("approvals.respond", {"sessionId": sid, "requestId": asked["requestId"],
+                                                "optionId": "allow_once"})
+            resolved = await next_of(agent, "approval.resolved")
+            assert resolved.data["request"]["status"] == "allowed"
+            # sidecar: the tool row, then the final reply (same id as the checkpoints), then endTurn
+            await agent.call("session.appendMessage", {"sessionId": sid, "submissionId": "tool-ls", "message": {
+                "id": f"tool-{entry['id']}", "role": "assistant", "turnId": turn_id, "blocks": [
+                    {"type": "tool_call", "callId": "call-ls", "name": "Bash", "args": {"command": "ls"},
+                     "status": "ok", "result": "README.md"}]}})
+            await agent.call("session.appendMessage", {"sessionId": sid, "submissionId": reply_id, "message": {
+                "id": reply_id, "role": "assistant", "turnId": turn_id,
+                "blocks": [{"type": "text", "text": "One file: README.md"}]}})
+            got = await next_of(ui, "session.message", messageId=reply_id)  # the final reply
+            assert got.data["record"]["blocks"] == [{"type": "text", "text": "One file: README.md"}]
+            ended = await agent.call("session.endTurn", {"sessionId": sid, "turnId": turn_id, "status": "completed",
+                                                         "usage": {"inputTokens": 10, "outputTokens": 5}})
+            assert ended["turn"]["status"] == "completed"
+            final = await next_of(ui, "turn.ended")
+            assert final.data["turn"]["id"] == turn_id
+            # then queueTake again: nothing waits
+            assert (await agent.call("session.queueTake", {"sessionId": sid, "controllerId": "sidecar-1"})).get(
+                "entry") is None
+            window = await ui.call("session.get", {"sessionId": sid})
+            assert [m["id"] for m in window["messages"]][-1] == reply_id
