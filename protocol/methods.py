@@ -37,8 +37,9 @@ def _codes(*groups: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(code for group in groups for code in group))
 
 
-# Every method can fail these ways (PAYLOAD_TOO_LARGE: a reply over the reply cap).
-_ANY = ("INVALID_PARAMS", "INTERNAL", "PAYLOAD_TOO_LARGE")
+# Every method can fail these ways (PAYLOAD_TOO_LARGE: a reply over the reply cap; PERMISSION_DENIED: a
+# plugin connection calling a method or reaching data not opened to it, README section 8.5).
+_ANY = ("INVALID_PARAMS", "INTERNAL", "PAYLOAD_TOO_LARGE", "PERMISSION_DENIED")
 # Work handed to an actor (mailbox full, no reply in time, actor died, out of file descriptors).
 _ACTOR = ("BUSY", "TIMEOUT", "ACTOR_RESTARTED", "SHUTTING_DOWN", "RESOURCE_EXHAUSTED")
 _DB_READ = _codes(_ANY, _ACTOR, ("CORRUPT_DATA",))

@@ -613,3 +613,24 @@ async def test_one_turn_recipe_of_section_11(host: HostProcess, tmp_path: Path) 
                 "entry") is None
             window = await ui.call("session.get", {"sessionId": sid})
             assert [m["id"] for m in window["messages"]][-1] == reply_id
+
+
+async def test_example_requests_fail_only_with_documented_codes(tmp_path: Path) -> None:
+    """Every example request, verbatim, from each kind of connection to a host that holds none of the
+    examples' state: whatever fails, fails with a code the method lists (a plugin connection is refused
+    what section 8.5 does not open to it, PERMISSION_DENIED)."""
+    own = start_host_process(tmp_path / "data")
+    try:
+        undocumented: list[str] = []
+        for kind, plugin_id in (("ui", None), ("agent", None), ("plugin", "acme.tools")):
+            async with open_client(own.url, own.token, client_id=f"sweep-{kind}", client_kind=kind,
+                                   plugin_id=plugin_id) as client:
+                for name in sorted(METHODS):
+                    try:
+                        await client.call(name, EXAMPLES[name][0])
+                    except RpcError as exc:
+                        if exc.data_code not in documented_errors(name):
+                            undocumented.append(f"{kind} {name}: {exc.data_code} ({exc})")
+        assert not undocumented
+    finally:
+        own.terminate()
