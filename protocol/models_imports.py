@@ -97,6 +97,13 @@ class ImportProgress(Result):
     total: Count
     counts: ImportCounts
     messages: Count
+    new_messages: Count = Field(default=0, description="Messages this import added so far.")
+    hidden_off_branch: Count = Field(
+        default=0, description="Messages hidden so far because the source holds them off its active branch.")
+    restored_on_branch: Count = Field(
+        default=0, description="Messages an earlier import hid that are on the source's active branch again, so far.")
+    unknown_kinds: dict[str, Count] = Field(
+        default_factory=dict, description="Source record kinds the importer does not know, skipped so far.")
     source_bytes: Count
     total_bytes: Count = Field(description="Bytes of every source file found (the progress bar's 100 %).")
     session_id: SessionId | None = Field(default=None, description="The session just done.")

@@ -1347,7 +1347,8 @@ EVENT_EXAMPLES: dict[str, dict[str, Any]] = {
     "models.changed": {"providerId": "openrouter"},
     "import.progress": {"importId": "imp-1", "source": "claude-code", "root": "/home/ada/.claude/projects",
                         "dryRun": False, "done": 1, "total": 2, "counts": {**_IMPORT_COUNTS, "refused": 0},
-                        "messages": 96, "sourceBytes": 480100, "totalBytes": 482113,
+                        "messages": 96, "newMessages": 96, "hiddenOffBranch": 0, "restoredOnBranch": 0,
+                        "unknownKinds": {"world_state": 3}, "sourceBytes": 480100, "totalBytes": 482113,
                         "sessionId": "cc-1d4e8f0a2b3c5d6e7f8091a2b3c4d5e6", "status": "new", "finished": False},
 }
 

@@ -58,9 +58,10 @@ def _type_ok(schema: Mapping[str, Any], live: Any) -> bool:
 
 def _open(schema: Mapping[str, Any]) -> bool:
     """A map any key may join: no documented properties, a content block of the open vocabulary (only its
-    ``type`` declared), or a record that says "Keys may grow"."""
+    ``type`` declared), or a record that says so ("Keys may grow", "more counters may appear")."""
     props = schema.get("properties", {})
-    return not props or set(props) == {"type"} or "Keys may grow" in schema.get("description", "")
+    says = schema.get("description", "").lower()
+    return not props or set(props) == {"type"} or "keys may grow" in says or "counters may appear" in says
 
 
 def _tag(schema: Mapping[str, Any]) -> Any:

@@ -14,6 +14,7 @@ import hashlib
 import importlib.util
 import json
 import re
+import shutil
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -28,6 +29,7 @@ from runtime.client import ClientEvent, HostClient, RpcError, open_client
 from tests.hostkit import HostProcess, start_host_process
 from tests.httpkit import FakeProvider, Reply
 from tests.protocol.shapekit import documented_errors, event_schema, result_schema, shape_errors
+from tests.samplekit import sample_files
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "export_schema.py"
 
@@ -476,9 +478,14 @@ async def test_config_sync_and_import_examples(host: HostProcess, tmp_path: Path
         exported = await w.call("configSync.export", by="ui")
         await w.call("configSync.apply", by="ui", over={"bundleBase64": exported["bundleBase64"]})
         root = tmp_path / "claude-projects"
-        root.mkdir()
+        sample = sample_files("claude-code")[0]
+        (root / "-work-sample").mkdir(parents=True)
+        shutil.copy(sample, root / "-work-sample" / sample.name)
         w.ids["/home/ada/.claude/projects"] = str(root)
-        await w.call("import.sessions", by="ui")
+        ui = w.clients["ui"]
+        await ui.call("events.subscribe", {"topics": ["import.progress"]})
+        await w.call("import.sessions", by="ui", over={"importId": f"imp-{w.ids['s_4f2a']}"})
+        await events_until(ui, {"import.progress"})
 
 
 def test_every_method_example_is_walked() -> None:

@@ -687,6 +687,10 @@ class ImportProgress(TypedDict):
     total: int
     counts: ImportCounts
     messages: int
+    newMessages: NotRequired[int]
+    hiddenOffBranch: NotRequired[int]
+    restoredOnBranch: NotRequired[int]
+    unknownKinds: NotRequired[dict[str, int]]
     sourceBytes: int
     totalBytes: int
     sessionId: NotRequired[str | None]

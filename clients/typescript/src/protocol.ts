@@ -893,6 +893,14 @@ export interface ImportProgress {
   total: number;
   counts: ImportCounts;
   messages: number;
+  /** Messages this import added so far. */
+  newMessages?: number;
+  /** Messages hidden so far because the source holds them off its active branch. */
+  hiddenOffBranch?: number;
+  /** Messages an earlier import hid that are on the source's active branch again, so far. */
+  restoredOnBranch?: number;
+  /** Source record kinds the importer does not know, skipped so far. */
+  unknownKinds?: { [key: string]: number };
   sourceBytes: number;
   /** Bytes of every source file found (the progress bar's 100 %). */
   totalBytes: number;
