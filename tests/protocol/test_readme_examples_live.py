@@ -428,7 +428,8 @@ async def test_review_examples(host: HostProcess, tmp_path: Path) -> None:
         notes = Path(w.ids["/home/ada/src/parser"]) / "docs" / "notes.md"
         notes.parent.mkdir()
         notes.write_text("# Notes\n\nSplit it.\n")  # what the Edit tool wrote over "# Notes\n"
-        await w.call("review.record")
+        recorded = await w.call("review.record")
+        assert recorded["snapshot"]["before"] == EXAMPLES["review.record"][1]["snapshot"]["before"]
         await w.call("review.get")
         await w.call("review.list")
         await w.call("review.restore")
@@ -437,7 +438,9 @@ async def test_review_examples(host: HostProcess, tmp_path: Path) -> None:
 
 async def test_plugin_examples(host: HostProcess, tmp_path: Path) -> None:
     async with walk(host, tmp_path, "s_plug") as w:
-        await w.call("plugins.register", by="ui")
+        registered = await w.call("plugins.register", by="ui")
+        # the example's digest is the one of the bytes it installs
+        assert registered["assets"] == EXAMPLES["plugins.register"][1]["assets"]
         await w.call("plugins.list")
         await w.call("plugins.listAssets")
         await w.call("plugins.getAsset", by="plugin")
