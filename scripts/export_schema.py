@@ -1183,8 +1183,9 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "providers.list": ({}, {"providers": [_PROVIDER]}),
     "providers.get": ({"providerId": "openrouter"}, {"provider": _PROVIDER}),
     "providers.create": (
-        {"id": "openrouter", "name": "OpenRouter", "baseUrl": "https://openrouter.ai/api/v1", "apiKey": "sk-or-…",
-         "config": {"headers": {"HTTP-Referer": "https://pi.desktop"}}, "submissionId": "prov-1"},
+        {"id": "openrouter", "name": "OpenRouter", "baseUrl": "https://openrouter.ai/api/v1",
+         "apiKey": "sk-or-v1-0123456789abcdef", "config": {"headers": {"HTTP-Referer": "https://pi.desktop"}},
+         "submissionId": "prov-1"},
         {"provider": _PROVIDER},
     ),
     "providers.update": (

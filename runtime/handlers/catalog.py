@@ -120,6 +120,11 @@ async def fetch_model_list(url: str, headers: dict[str, str], *, timeout_s: floa
                                           data={"error": type(exc).__name__}) from None
 
 
+def _header_safe(value: str) -> bool:
+    """Whether ``value`` can go in an HTTP header as it is: printable ASCII (and tabs)."""
+    return value.isascii() and all(ch == "\t" or " " <= ch <= "~" for ch in value)
+
+
 async def refresh(ctx: HostContext, p: m.ModelsRefreshParams, key: ReceiptKey | None) -> Any:
     pid = p.provider_id
     row, proxy = await ctx.read(_target, pid)
@@ -135,6 +140,12 @@ async def refresh(ctx: HostContext, p: m.ModelsRefreshParams, key: ReceiptKey | 
         except NotFound:
             secret = None
         if secret is not None:
+            if not _header_safe(secret.value):
+                # httpx would refuse the header with a message about the baseUrl or headers; the value
+                # itself is never echoed
+                raise InvalidInput(f"provider {pid!r}'s API key holds a character an HTTP header cannot "
+                                   "carry (not ASCII, or a control character: a pasted placeholder such as "
+                                   "'…'?); set the key again", data={"field": "apiKey"})
             headers["Authorization"] = f"Bearer {secret.value}"
     body = await fetch_model_list(base.rstrip("/") + "/models", headers, timeout_s=p.timeout_ms / 1000,
                                   proxy=proxy)

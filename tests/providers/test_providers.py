@@ -292,3 +292,20 @@ async def test_a_base_url_or_header_that_cannot_make_a_request_is_a_clear_error(
             err = await _err(c.call("models.refresh", {"providerId": "odd", "timeoutMs": 2000}))
             assert err.data_code in ("INVALID_PARAMS", "PROVIDER_UNREACHABLE"), (err.data_code, err.message)
             assert probe.state(data) == state
+
+
+@pytest.mark.parametrize("api_key", ["sk-or-\u2026", "sk-caf\u00e9", "sk-\u00a0pasted"])
+async def test_an_api_key_an_http_header_cannot_carry_is_named_as_the_key(tmp_path: Path, api_key: str) -> None:
+    """The README's providers.create example key ends in '…' (a placeholder a newcomer pastes as it is): it is
+    stored (keys are not checked), and models.refresh answered INVALID_PARAMS blaming the baseUrl or headers.
+    It names the key now, without echoing it, and writes nothing."""
+    data = tmp_path / "data"
+    with trio.fail_after(30):
+        async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
+            await c.call("providers.create", {"id": "odd", "name": "Odd", "baseUrl": "http://127.0.0.1:9/v1",
+                                              "apiKey": api_key})
+            state = probe.state(data)
+            err = await _err(c.call("models.refresh", {"providerId": "odd", "timeoutMs": 2000}))
+            assert err.data_code == "INVALID_PARAMS" and err.data["field"] == "apiKey", err.message
+            assert "API key" in err.message and api_key not in err.message
+            assert probe.state(data) == state
