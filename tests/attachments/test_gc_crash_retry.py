@@ -85,12 +85,13 @@ async def _reference(root: Path, setup: dict[str, Any]) -> tuple[dict[str, Any],
         return answer, await _blob_states(c, setup["shas"])
 
 
-async def _killed_during_gc(root: Path, point: str, params: dict[str, Any]) -> None:
+async def _killed_during_gc(root: Path, point: str, params: dict[str, Any], *, client_id: str = CLIENT) -> None:
+    """A host process that SIGKILLs itself at ``point`` while it runs the keyed ``attachments.gc``."""
     name, _, nth = point.partition(":")
     crashing = start_host_process(root, env={"RT_CRASHPOINT": f"{name}:{nth}"})
     answered = None
     try:
-        async with open_client(crashing.url, crashing.token, client_id=CLIENT, client_kind="ui") as c:
+        async with open_client(crashing.url, crashing.token, client_id=client_id, client_kind="ui") as c:
             answered = await c.call("attachments.gc", params)
     except (ClientClosed, OSError):
         pass

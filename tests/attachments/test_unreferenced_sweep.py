@@ -21,10 +21,11 @@ import orjson
 import pytest
 import trio
 
-from runtime.client import ClientClosed, HostClient, RpcError, open_client
+from runtime.client import HostClient, RpcError
 from store import attachments as a
+from tests.attachments.test_gc_crash_retry import _killed_during_gc
 from tests.dbkit import NOW, add_session, tx
-from tests.hostkit import client_for, index_caught_up, inprocess_host, msg, start_host_process
+from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 from tests.scheduler.hostclock import SetClock, host_at
 
 BASE = 1_700_000_000_000
@@ -190,16 +191,7 @@ async def test_a_sweep_retried_after_a_crash_answers_the_first_attempt_once(tmp_
         assert (reference["evicted"], sorted(reference["unreferencedEvicted"]), reference["freedBytes"]) == (
             [], setup["swept"], 200)
 
-        name, _, nth = point.partition(":")
-        crashing = start_host_process(root, env={"RT_CRASHPOINT": f"{name}:{nth}"})
-        answered = None
-        try:
-            async with open_client(crashing.url, crashing.token, client_id=CLIENT, client_kind="ui") as c:
-                answered = await c.call("attachments.gc", params)
-        except (ClientClosed, OSError):
-            pass
-        await trio.to_thread.run_sync(lambda: crashing.proc.communicate(timeout=30))
-        assert crashing.proc.returncode == -9 and answered is None, f"the host did not die at {point}"
+        await _killed_during_gc(root, point, params, client_id=CLIENT)
 
         async with inprocess_host(root) as host, client_for(host, CLIENT, kind="ui") as c:
             assert await c.call("attachments.gc", params) == reference
