@@ -89,6 +89,7 @@ from store.faults import NO_FAULTS, Faults
 from store.fsutil import TEMP_MARKER, fsync_dir, open_nofollow, remove_file_durable, write_all
 from store.receipts import ReceiptKey, conflict
 from store.safe_open import check_path, is_under, open_under
+from store.stamps import after_newest
 
 __all__ = [
     "BLOB_KINDS",
@@ -326,8 +327,7 @@ def use_stamp(conn: sqlite3.Connection, now_ms: int) -> int:
     """The ``last_used_at`` of a blob used now: ``now_ms``, or just after the most recent use when the
     clock is behind it (stepped back). Budget eviction takes least recently used blobs first: on a
     clock stepped back, a blob used this minute would otherwise go before ones untouched for days."""
-    newest = conn.execute("SELECT MAX(last_used_at) FROM attachment_blobs").fetchone()[0]
-    return now_ms if newest is None or newest <= now_ms else int(newest) + 1
+    return after_newest(conn, "SELECT MAX(last_used_at) FROM attachment_blobs", (), now_ms, ties=True)
 
 
 def record_blob(conn: sqlite3.Connection, sha: str, size: int, mime_type: str | None, now_ms: int,

@@ -15,6 +15,7 @@ from typing import Any
 from store.fence import NOTIFICATION_CAP, prune_notifications
 from store.ids import new_id
 from store.indexing.sql_lists import in_chunks
+from store.stamps import after_newest
 
 _COLUMNS = "id, kind, session_id, session_title, turn_id, error_code, created_at, read_at"
 
@@ -57,8 +58,7 @@ def created_at(conn: sqlite3.Connection, now_ms: int) -> int:
     clock stepped back (NTP, a restored snapshot, a date fixed by hand) would list the new row under
     older ones, or prune it in the very transaction that reports it, and two rows of one millisecond
     would come in random order. Never decreasing, the order is the order the turns ended in."""
-    newest = conn.execute("SELECT MAX(created_at) FROM notifications").fetchone()[0]
-    return now_ms if newest is None or newest < now_ms else int(newest) + 1
+    return after_newest(conn, "SELECT MAX(created_at) FROM notifications", (), now_ms)
 
 
 def list_notifications(

@@ -49,6 +49,7 @@ import orjson
 
 from store.errors import Conflict, InvalidInput, NotFound, PlanRequiresInteractiveSession, SessionNotFound
 from store.rules import MAX_PATH_CHARS
+from store.stamps import after_newest
 
 __all__ = [
     "CADENCES",
@@ -436,8 +437,7 @@ def run_started_at(conn: sqlite3.Connection, task_id: str, now_ms: int) -> int:
     ``tasks.runs`` and the last-100 cap order a task's runs by ``(started_at DESC, id DESC)`` and run
     ids are random: on a clock stepped back the run just started would be listed under older runs,
     or pruned in the very transaction that starts it (its ``tasks.finishRun`` then ``NOT_FOUND``)."""
-    newest = conn.execute("SELECT MAX(started_at) FROM task_runs WHERE task_id = ?", (task_id,)).fetchone()[0]
-    return now_ms if newest is None or newest < now_ms else int(newest) + 1
+    return after_newest(conn, "SELECT MAX(started_at) FROM task_runs WHERE task_id = ?", (task_id,), now_ms)
 
 
 def prune_runs(conn: sqlite3.Connection, task_id: str, keep: int = RUNS_KEPT) -> int:

@@ -34,6 +34,7 @@ from store import orphans
 from store.errors import Conflict, PermissionDenied
 from store.indexing import index
 from store.indexing.database import in_transaction
+from store.stamps import after_newest
 from store.transcripts.session_files import SessionPaths, finish_delete, write_delete_marker
 
 __all__ = [
@@ -126,8 +127,7 @@ def trash_time(conn: sqlite3.Connection, now_ms: int) -> int:
 
     ``sessions.listTrashed`` lists most recently trashed first, the newest ``limit``: on a clock stepped
     back a session trashed now would sort under older ones, and behind 200 of them drop out of the list."""
-    newest = conn.execute("SELECT MAX(deleted_at) FROM sessions").fetchone()[0]
-    return now_ms if newest is None or newest < now_ms else int(newest) + 1
+    return after_newest(conn, "SELECT MAX(deleted_at) FROM sessions", (), now_ms)
 
 
 def trashed_at_of(info: Mapping[str, Any] | None) -> tuple[bool, int | None]:

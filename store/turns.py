@@ -21,6 +21,7 @@ import orjson
 from store import notifications, queue, tasks
 from store.errors import Conflict, InvalidInput, NotFound
 from store.snapshots import PreparedSnapshot, store_snapshot
+from store.stamps import after_newest
 from store.usage import cost_micros
 
 TERMINAL = ("completed", "aborted", "error")
@@ -151,8 +152,7 @@ def turn_started_at(conn: sqlite3.Connection, session_id: str, now_ms: int) -> i
     The session's ``latestTurn`` and ``session.listTurns`` order its turns by ``(started_at, id)``, and
     turn ids are the caller's: on a clock stepped back the turn just started would not be the latest
     (the summary would show the previous, finished one) and would be listed under older turns."""
-    newest = conn.execute("SELECT MAX(started_at) FROM turns WHERE session_id = ?", (session_id,)).fetchone()[0]
-    return now_ms if newest is None or newest < now_ms else int(newest) + 1
+    return after_newest(conn, "SELECT MAX(started_at) FROM turns WHERE session_id = ?", (session_id,), now_ms)
 
 
 def _token(usage: Mapping[str, Any], *keys: str) -> int:
