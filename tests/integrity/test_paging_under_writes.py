@@ -12,7 +12,7 @@ reads and after a kill between a line's fsync and its index commit.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,15 @@ from tests.scheduler.schedkit import BASE
 from tests.turns.turnkit import end, start
 
 Between = Callable[[int], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def ui_and_agent(data: Path, clock: SetClock) -> AsyncIterator[tuple[HostClient, HostClient]]:
+    """An in-process host on ``clock`` (held still: many items share a timestamp), a UI client that pages and
+    an agent client that writes between its pages."""
+    async with host_at(data, clock) as host, client_for(host) as ui, \
+            client_for(host, client_id="agent", kind="agent") as agent:
+        yield ui, agent
 
 
 async def page_all(c: HostClient, method: str, params: dict[str, Any], key: str, ident: str,
@@ -58,8 +67,7 @@ async def test_session_list_with_one_timestamp_while_sessions_are_created_touche
         tmp_path: Path) -> None:
     clock = SetClock(BASE)
     with trio.fail_after(90):
-        async with host_at(tmp_path, clock) as host, client_for(host) as ui, \
-                client_for(host, client_id="agent", kind="agent") as agent:
+        async with ui_and_agent(tmp_path, clock) as (ui, agent):
             sids = [(await agent.call("session.create", {"sessionId": f"s{i:02d}", "title": f"t{i}"}))["id"]
                     for i in range(14)]
             touched: set[str] = set()
@@ -80,8 +88,7 @@ async def test_session_list_with_one_timestamp_while_sessions_are_created_touche
 async def test_notifications_with_one_timestamp_while_turns_end_and_some_are_read(tmp_path: Path) -> None:
     clock = SetClock(BASE)
     with trio.fail_after(90):
-        async with host_at(tmp_path, clock) as host, client_for(host) as ui, \
-                client_for(host, client_id="agent", kind="agent") as agent:
+        async with ui_and_agent(tmp_path, clock) as (ui, agent):
             sid = (await agent.call("session.create", {"title": "n"}))["id"]
             for i in range(10):
                 await start(agent, sid, f"t{i:02d}")
@@ -112,8 +119,7 @@ async def test_notifications_with_one_timestamp_while_turns_end_and_some_are_rea
 async def test_turns_with_one_timestamp_while_turns_start_and_end(tmp_path: Path) -> None:
     clock = SetClock(BASE)
     with trio.fail_after(90):
-        async with host_at(tmp_path, clock) as host, client_for(host) as ui, \
-                client_for(host, client_id="agent", kind="agent") as agent:
+        async with ui_and_agent(tmp_path, clock) as (ui, agent):
             sid = (await agent.call("session.create", {"title": "turns"}))["id"]
             for i in range(9):
                 await start(agent, sid, f"t{i}")
@@ -130,8 +136,7 @@ async def test_turns_with_one_timestamp_while_turns_start_and_end(tmp_path: Path
 async def test_search_pages_with_one_timestamp_while_messages_are_appended_and_truncated(tmp_path: Path) -> None:
     clock = SetClock(BASE)
     with trio.fail_after(90):
-        async with host_at(tmp_path, clock) as host, client_for(host) as ui, \
-                client_for(host, client_id="agent", kind="agent") as agent:
+        async with ui_and_agent(tmp_path, clock) as (ui, agent):
             for s in range(6):
                 await agent.call("session.create", {"sessionId": f"s{s}", "title": f"t{s}"})
                 for i in range(4):
@@ -239,8 +244,7 @@ async def windows_back(c: HostClient, sid: str, limit: int, between: Between | N
 async def test_windows_stitch_to_the_transcript_while_appends_land(tmp_path: Path) -> None:
     clock = SetClock(BASE)
     with trio.fail_after(90):
-        async with host_at(tmp_path, clock) as host, client_for(host) as ui, \
-                client_for(host, client_id="agent", kind="agent") as agent:
+        async with ui_and_agent(tmp_path, clock) as (ui, agent):
             sid = (await agent.call("session.create", {"title": "w"}))["id"]
             for i in range(23):
                 await agent.call("session.appendMessage", {"sessionId": sid, "message": msg(f"m{i:02d}", f"x{i}")})
@@ -367,8 +371,7 @@ async def test_windows_stitch_while_compactions_deletions_and_edits_land(tmp_pat
     ones by ``messageBefore``) still stitch without a gap or an overlap to what the whole read gives."""
     clock = SetClock(BASE)
     with trio.fail_after(90):
-        async with host_at(tmp_path, clock) as host, client_for(host) as ui, \
-                client_for(host, client_id="agent", kind="agent") as agent:
+        async with ui_and_agent(tmp_path, clock) as (ui, agent):
             sid = (await agent.call("session.create", {"title": "w"}))["id"]
             for i in range(20):
                 role = "assistant" if i % 2 else "user"
@@ -449,8 +452,7 @@ async def test_cursors_after_the_index_is_rebuilt(tmp_path: Path) -> None:
 async def test_collab_deliveries_with_one_timestamp_while_more_are_delivered(tmp_path: Path) -> None:
     clock = SetClock(BASE)
     with trio.fail_after(90):
-        async with host_at(tmp_path, clock) as host, client_for(host) as ui, \
-                client_for(host, client_id="agent", kind="agent") as agent:
+        async with ui_and_agent(tmp_path, clock) as (ui, agent):
             src = (await agent.call("session.create", {"title": "src"}))["id"]
             dsts = [(await agent.call("session.create", {"title": f"dst{i}"}))["id"] for i in range(6)]
 
