@@ -371,7 +371,9 @@ _SPECS: tuple[MethodSpec, ...] = (
         "session.deleteMessage",
         m.MessageIdParams,
         m.TombstoneResult,
-        "Hide a message with a tombstone line (reversible).",
+        "Hide a message with a tombstone line (reversible). A message only an archived branch holds (a "
+        "regenerate or edit moved it out of the transcript) is tombstoned on that branch's revision line: "
+        "activating the branch brings it back deleted (no session.message event).",
         _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND",)),
     ),
     _spec(

@@ -215,12 +215,60 @@ def parse_revisions(data: bytes) -> RevisionFile:
         out.first_seen_ms.setdefault(entry.key, rfc3339_to_ms(entry.created_at, 0))
 
 
+def archived_deletion_lines(path: str | os.PathLike[str], line_ids: Iterable[str], deleted: bool, *,
+                            created_at_ms: int) -> tuple[bool, list[bytes]]:
+    """Delete or restore a message that only an archived branch holds (seed 000 §3.3: any node can be
+    tombstoned, whichever leaf is current). ``path``: the revisions file; ``line_ids``: the ids the
+    message's line may carry. Returns whether some branch stored in full (its newest line a
+    ``revision``) holds the message, and one refreshed ``revision`` line per such branch whose
+    ``deleted`` ids change: the newest line again, every other key kept (a refresh is one more line;
+    the file is never rewritten), ``createdAt`` now."""
+    data = _read_all(path)
+    wanted = set(line_ids)
+    newest: dict[Key, dict[str, Any]] = {}
+    pos = 0
+    while (nl := data.find(b"\n", pos)) >= 0:
+        line, pos = data[pos:nl], nl + 1
+        try:
+            rec = loads_line(line) if line.strip(b"\x00 \t\r") else None
+        except ValueError:
+            continue
+        entry = _entry(rec) if rec is not None else None
+        if entry is not None and rec is not None:
+            newest[entry.key] = dict(rec)
+    found = False
+    out: list[bytes] = []
+    for rec in newest.values():
+        if rec.get("type") != REVISION:
+            continue
+        held = {m.get("id") for m in rec["messages"] if isinstance(m, dict)} & wanted
+        if not held:
+            continue
+        found = True
+        raw = rec.get("deleted")
+        before = {d for d in raw if isinstance(d, str)} if isinstance(raw, list) else set()
+        after = before | held if deleted else before - held
+        if after == before:
+            continue
+        refreshed = {k: v for k, v in rec.items() if k != "deleted"}
+        refreshed["createdAt"] = ms_to_rfc3339(created_at_ms)
+        if after:
+            refreshed["deleted"] = sorted(after)
+        out.append(dumps_line(refreshed))
+    return found, out
+
+
 def read_revisions(path: str | os.PathLike[str]) -> RevisionFile:
     """Read the whole file; a missing file is an empty history."""
+    return parse_revisions(_read_all(path))
+
+
+def _read_all(path: str | os.PathLike[str]) -> bytes:
+    """The file's bytes (empty when it does not exist)."""
     try:
         fd = open_nofollow(path, os.O_RDONLY)
     except FileNotFoundError:
-        return RevisionFile()
+        return b""
     except OSError as exc:
         raise classify_os_error(exc, f"read revisions {os.fspath(path)}") from exc
     try:
@@ -232,7 +280,7 @@ def read_revisions(path: str | os.PathLike[str]) -> RevisionFile:
             chunks.append(chunk)
     finally:
         os.close(fd)
-    return parse_revisions(b"".join(chunks))
+    return b"".join(chunks)
 
 
 # --------------------------------------------------------------------------- appending
@@ -540,6 +588,7 @@ def restore_rows(
 
 
 __all__ = [
+    "archived_deletion_lines",
     "Branch",
     "REVISION",
     "REVISION_LIVE",

@@ -44,6 +44,7 @@ from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey, file_record
 from store.revisions import (
     append_revision_lines,
+    archived_deletion_lines,
     entry_of_line,
     family_of,
     find_root,
@@ -77,7 +78,8 @@ from store.transcripts.rewrite import (
 from store.transcripts.transcript import read_spans
 from store.turns import abort_running, get_turn
 
-__all__ = ["activate", "list_revisions", "replace_messages", "save_active", "snapshot", "truncate_from"]
+__all__ = ["activate", "list_revisions", "replace_messages", "save_active", "set_archived_deleted", "snapshot",
+           "truncate_from"]
 
 SYNCED = "revisions.synced"
 LIVE_REFS = "revisions.liveRefs"
@@ -124,6 +126,24 @@ async def ensure_synced(ctx: SessionContext, live: LiveTranscript | None = None)
     ctx.cache[STORED] = rf.stored_digests()
     ctx.cache[SYNCED] = True
     return live
+
+
+async def set_archived_deleted(ctx: SessionContext, message_id: str, deleted: bool) -> bool:
+    """Tombstone (or restore) a message only an archived branch holds: one refreshed ``revision`` line
+    per branch holding it (write + fsync), which a restore of the branch honours (seed 000 §3.3).
+    False: no branch stored in full holds it. Asking for the state it has writes nothing."""
+    await ensure_synced(ctx)
+    path, faults, now = ctx.paths.revisions, ctx.faults, ctx.now()
+    spellings = index.line_spellings(ctx.sid, message_id)
+    found, lines = await ctx.io(lambda: archived_deletion_lines(path, spellings, deleted, created_at_ms=now))
+    if lines:
+        await ctx.io(lambda: append_revision_lines(path, lines, faults=faults))
+        stored = _stored(ctx)
+        for line in lines:
+            entry = entry_of_line(line)
+            if entry is not None:  # what archive() compares a branch leaving the transcript with
+                stored[entry.key] = payload_digest(entry)
+    return found
 
 
 def _live_refs(ctx: SessionContext) -> set[tuple[str, int]]:

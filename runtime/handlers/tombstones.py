@@ -1,8 +1,11 @@
 """``session.deleteMessage`` / ``restoreMessage``: a reversible tombstone line (seed 000 §3.3).
 
 One ``tombstone`` line (write + fsync) through ``ctx.append_lines``, whose index
-op sets ``messages.deleted`` and moves the mark, reply last. Asking for the state a message already has
-writes nothing. The line is authoritative (a tail catch-up re-applies it);
+op sets ``messages.deleted`` and moves the mark, reply last. A message only an archived
+branch holds (a regenerate or edit moved it to the revisions file) is tombstoned on that
+branch's ``revision`` line instead (``revisions.set_archived_deleted``): activating the
+branch brings it back deleted; no ``session.message`` event (it is in no transcript).
+Asking for the state a message already has writes nothing. The line is authoritative (a tail catch-up re-applies it);
 only a receipt needs a durable commit.
 """
 
@@ -12,6 +15,7 @@ from typing import Any
 
 from actors.session_context import Lines, SessionContext
 from protocol import models as m
+from runtime.handlers.revisions import set_archived_deleted
 from store.errors import MessageNotFound
 from store.ids import new_id
 from store.indexing import index
@@ -33,10 +37,13 @@ async def _set_deleted(ctx: SessionContext, p: m.MessageIdParams, deleted: bool)
     sid = ctx.sid
     stored = await ctx.read(index.resolve_id, sid, p.message_id)
     state = await ctx.read(message_state, sid, stored) if stored is not None else None
-    if stored is None or state is None:
-        raise MessageNotFound(f"message {p.message_id} is not in session {sid}",
-                              data={"sessionId": sid, "messageId": p.message_id})
     result = {"messageId": p.message_id, "deleted": deleted}
+    if stored is None or state is None:
+        # not in the transcript: a message of a branch a regenerate or edit archived
+        if not await set_archived_deleted(ctx, p.message_id, deleted):
+            raise MessageNotFound(f"message {p.message_id} is not in session {sid}",
+                                  data={"sessionId": sid, "messageId": p.message_id})
+        return await ctx.commit(lambda conn: result) if ctx.receipt is not None else result
     now = ctx.now()
     if state["deleted"] == deleted:
         return await ctx.commit(lambda conn: result) if ctx.receipt is not None else result

@@ -8,7 +8,7 @@ import trio
 from runtime.client import RpcError
 from store.jsonio import loads_line
 from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
-from tests.revisions.helpers import query, transcript_path, turn
+from tests.revisions.helpers import query, revisions_path, transcript_path, turn
 
 
 def deleted_flags(root, sid):  # type: ignore[no-untyped-def]
@@ -182,3 +182,73 @@ async def test_rewrites_carry_tombstones_of_surviving_messages(tmp_path):
             await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u2", "revisionIndex": 1})
             await index_caught_up(host)
             assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 1, "u2": 0, "a2": 1}
+
+
+async def _regenerated(c, sid: str) -> None:  # type: ignore[no-untyped-def]
+    """u1 a1 | u2 a2, then a2 regenerated as a2b: a2 is only on the archived variant 1 of u2."""
+    await turn(c, sid, "u1", "a1")
+    await turn(c, sid, "u2", "a2", "walrus")
+    await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a2", "mode": "regenerate"})
+    await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a2b", "again", role="assistant")})
+
+
+async def _shown(c, sid: str) -> dict[str, bool]:  # type: ignore[no-untyped-def]
+    got = await c.call("session.get", {"sessionId": sid, "full": True})
+    return {m["id"]: m.get("deleted", False) for m in got["messages"]}
+
+
+async def test_a_message_only_an_archived_branch_holds_can_be_deleted_and_restored(tmp_path):
+    """Seed 000 §3.3: any node can be tombstoned, not only those on the current leaf's path. The
+    regenerated-away reply is deleted where it is stored (its branch's revision line, one more line;
+    the transcript untouched), and comes back deleted when its branch is activated."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await _regenerated(c, sid)
+            before = transcript_path(tmp_path, sid).read_bytes()
+            rev_before = revisions_path(tmp_path, sid).read_bytes()
+            r = await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "a2"})
+            assert r == {"messageId": "a2", "deleted": True}
+            assert transcript_path(tmp_path, sid).read_bytes() == before
+            rev_after = revisions_path(tmp_path, sid).read_bytes()
+            assert rev_after.startswith(rev_before)  # one more line, nothing rewritten
+            (added,) = rev_after[len(rev_before):].splitlines()
+            rec = loads_line(added)
+            assert rec["type"] == "revision" and rec["deleted"] == ["a2"]
+            # asking again writes nothing
+            again = await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "a2"})
+            assert again == r and revisions_path(tmp_path, sid).read_bytes() == rev_after
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u2", "revisionIndex": 1})
+            assert await _shown(c, sid) == {"u1": False, "a1": False, "u2": False, "a2": True}
+            ctx = await c.call("session.context", {"sessionId": sid})
+            assert [m["id"] for m in ctx["messages"]] == ["u1", "a1", "u2"]
+            assert await search_ids(c, "walrus", sid) == ["u2"]
+            # back to the regenerated reply; a2 is archived again, and restored there
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u2", "revisionIndex": 2})
+            assert await _shown(c, sid) == {"u1": False, "a1": False, "u2": False, "a2b": False}
+            r = await c.call("session.restoreMessage", {"sessionId": sid, "messageId": "a2"})
+            assert r == {"messageId": "a2", "deleted": False}
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u2", "revisionIndex": 1})
+            assert await _shown(c, sid) == {"u1": False, "a1": False, "u2": False, "a2": False}
+            with pytest.raises(RpcError) as err:
+                await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "nowhere"})
+            assert err.value.data_code == "MESSAGE_NOT_FOUND"
+
+
+async def test_an_archived_delete_survives_a_restart_and_a_lost_index_and_its_retry_is_one_effect(tmp_path):
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await _regenerated(c, sid)
+            p = {"sessionId": sid, "messageId": "a2", "submissionId": "del-a2"}
+            first = await c.call("session.deleteMessage", p)
+            size = revisions_path(tmp_path, sid).stat().st_size
+        for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+            (tmp_path / name).unlink(missing_ok=True)
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            assert await c.call("session.deleteMessage", p) == first  # the retry after a lost ack
+            assert revisions_path(tmp_path, sid).stat().st_size == size
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u2", "revisionIndex": 1})
+            assert await _shown(c, sid) == {"u1": False, "a1": False, "u2": False, "a2": True}
+            await index_caught_up(host)
+            assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 0, "u2": 0, "a2": 1}

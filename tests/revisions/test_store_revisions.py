@@ -11,9 +11,10 @@ from store.compaction import normalize_compaction, normalize_on_read, split_vali
 from store.errors import InvalidInput
 from store.faults import Faults, InjectedFault
 from store.indexing.reconcile import dedupe, scan_from
-from store.jsonio import dumps_line
+from store.jsonio import dumps_line, loads_line
 from store.revisions import (
     append_revision_lines,
+    archived_deletion_lines,
     entry_of_line,
     find_root,
     live_stamps,
@@ -218,3 +219,30 @@ def test_legacy_records_normalized_on_read_and_validity_per_record():
     assert normalize_on_read(modern) == modern
     kept, dropped = split_valid([legacy, {**legacy, "id": "d", "throughMessageId": "zz"}], ["u1", "a1"])
     assert [x["id"] for x in kept] == ["c"] and [x["id"] for x in dropped] == ["d"]
+
+
+def test_archived_deletion_lines_refresh_only_full_branches_holding_the_message(tmp_path):
+    path = tmp_path / "s.revisions.jsonl"
+    a = [{"id": "u1", "role": "user"}, {"id": "a1", "role": "assistant"}]
+    b = [{"id": "u1", "role": "user"}, {"id": "a2", "role": "assistant"}]
+    whole = (revision_line("u1", 1, a, {"a1": "t1"}, created_at_ms=1_000, extra={"importedFrom": "x"})
+             + revision_line("u1", 2, b, {}, created_at_ms=2_000)
+             + revision_live_line("u1", 3, created_at_ms=3_000))
+    path.write_bytes(whole + b'{"type":"revision","rootUs')  # a torn tail is skipped
+    found, lines = archived_deletion_lines(path, ["a1"], True, created_at_ms=9_000)
+    assert found and len(lines) == 1
+    rec = loads_line(lines[0])
+    assert rec["deleted"] == ["a1"] and rec["importedFrom"] == "x" and rec["turns"] == {"a1": "t1"}
+    assert rec["messages"] == a and (rec["rootUserId"], rec["revisionIndex"]) == ("u1", 1)
+    # the root user message is on both full branches; restoring what is not deleted writes nothing
+    found, both = archived_deletion_lines(path, ["u1"], True, created_at_ms=9_000)
+    assert found and sorted(loads_line(x)["revisionIndex"] for x in both) == [1, 2]
+    assert archived_deletion_lines(path, ["a2"], False, created_at_ms=9_000) == (True, [])
+    assert archived_deletion_lines(path, ["zz"], True, created_at_ms=9_000) == (False, [])
+    assert archived_deletion_lines(tmp_path / "missing", ["a1"], True, created_at_ms=9_000) == (False, [])
+    # the reader takes the refreshed line; a restore drops the key again
+    path.write_bytes(whole + lines[0])
+    entry = read_revisions(path).get("u1", 1)
+    assert entry is not None and entry.deleted == frozenset({"a1"}) and entry.messages == tuple(a)
+    found, lines = archived_deletion_lines(path, ["a1"], False, created_at_ms=9_500)
+    assert found and "deleted" not in loads_line(lines[0])

@@ -3232,7 +3232,7 @@ class SessionMethods:
         return cast(AssistantEditResult, await self._call("session.assistantEdit", params, True))
 
     async def delete_message(self, *, session_id: str, message_id: str, submission_id: str | None = None) -> TombstoneResult:
-        """``session.deleteMessage``: Hide a message with a tombstone line (reversible). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``session.deleteMessage``: Hide a message with a tombstone line (reversible). A message only an archived branch holds (a regenerate or edit moved it out of the transcript) is tombstoned on that branch's revision line: activating the branch brings it back deleted (no session.message event). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["sessionId"] = session_id
         params["messageId"] = message_id

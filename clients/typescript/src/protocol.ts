@@ -3565,7 +3565,7 @@ export interface Methods {
   "session.fork": { params: ForkParams; result: SessionSummary };
   /** Assistant Edit: fork through an assistant reply with its content replaced; the child's revisions hold the original and the edited tail. (mutating: accepts submissionId) */
   "session.assistantEdit": { params: AssistantEditParams; result: AssistantEditResult };
-  /** Hide a message with a tombstone line (reversible). (mutating: accepts submissionId) */
+  /** Hide a message with a tombstone line (reversible). A message only an archived branch holds (a regenerate or edit moved it out of the transcript) is tombstoned on that branch's revision line: activating the branch brings it back deleted (no session.message event). (mutating: accepts submissionId) */
   "session.deleteMessage": { params: MessageIdParams; result: TombstoneResult };
   /** Undo deleteMessage. (mutating: accepts submissionId) */
   "session.restoreMessage": { params: MessageIdParams; result: TombstoneResult };
