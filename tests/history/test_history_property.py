@@ -293,6 +293,27 @@ class HistoryMachine(RuleBasedStateMachine):
         assert self.call("session.restoreMessage", messageId=mid) == {"messageId": mid, "deleted": False}
         self.model.deleted.discard(mid)
 
+    def archived_only(self) -> list[str]:
+        live = set(self.model.ids())
+        held = {m["id"] for k in self.model.full_entries() for m in self.model.entries[k] or ()}
+        return sorted(held - live)
+
+    @precondition(lambda self: bool(self.archived_only()))
+    @rule(i=PICK, deleted=st.booleans())
+    def tombstone_archived(self, i: int, deleted: bool) -> None:
+        """A message only archived branches hold (seed 000 §3.3: any node can be deleted): the state
+        rides on each of those branches and comes back when one is activated."""
+        mid = self.pick(self.archived_only(), i)
+        method = "session.deleteMessage" if deleted else "session.restoreMessage"
+        assert self.call(method, messageId=mid) == {"messageId": mid, "deleted": deleted}
+        for key in self.model.full_entries():
+            if any(m["id"] == mid for m in self.model.entries[key] or ()):
+                marks = self.model.entry_deleted.setdefault(key, set())
+                if deleted:
+                    marks.add(mid)
+                else:
+                    marks.discard(mid)
+
     @precondition(lambda self: bool(self.model.live))
     @rule(keep=st.lists(st.booleans(), min_size=1, max_size=80), change=PICK, add=st.booleans())
     def replace_messages(self, keep: list[bool], change: int, add: bool) -> None:
