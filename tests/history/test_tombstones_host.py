@@ -215,6 +215,8 @@ async def test_a_message_only_an_archived_branch_holds_can_be_deleted_and_restor
             (added,) = rev_after[len(rev_before):].splitlines()
             rec = loads_line(added)
             assert rec["type"] == "revision" and rec["deleted"] == ["a2"]
+            tree = (await c.call("session.tree", {"sessionId": sid}))["nodes"]
+            assert [(n["messageId"], n["deleted"]) for n in tree if n["messageId"] == "a2"] == [("a2", True)]
             # asking again writes nothing
             again = await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "a2"})
             assert again == r and revisions_path(tmp_path, sid).read_bytes() == rev_after
