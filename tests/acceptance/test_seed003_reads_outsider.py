@@ -933,3 +933,48 @@ async def test_index_rows_promote_tool_name_error_and_integer_times(tmp_path: Pa
     assert rows == [("u1", 1, "user", None, 0, "run it", ms + 250),
                     ("t1", 2, "tool", "Bash", 1, None, ms),
                     ("a1", 3, "assistant", None, 0, "it failed", ms + 1000)]
+
+
+# ------------------------------------------------------------------ §11.2 / §6 measured from outside the host
+
+def _rchar(pid: int) -> int:
+    """Bytes the process has read through read-like system calls (files and sockets), from /proc."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar")
+
+
+async def test_window_reads_of_a_5k_session_read_about_the_window_not_the_file(tmp_path: Path) -> None:
+    """§6: "renderer transcript open → one sequential streaming read of the JSONL file for the requested
+    window"; §1 goal 3 "bounded renderer transcript reads"; §11.2: a 5k-message load is one sequential file
+    read (a whole read reads the file about once). Measured as the host process's read bytes."""
+    data = tmp_path / "data"
+    data.mkdir()
+    width = 1000
+    with trio.fail_after(90):
+        async with real_host(data) as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            for start in range(0, 5000, 250):
+                results = await c.batch([("session.appendMessage", {"sessionId": sid, "message": msg(
+                    f"m{i:05d}", f"{i:05d} " + "y" * width, role="user" if i % 2 == 0 else "assistant")})
+                    for i in range(start, start + 250)])
+                assert not [r for r in results if isinstance(r, RpcError)]
+            proc.kill9()
+        size = (data / "sessions" / f"{sid}.jsonl").stat().st_size
+        assert size > 5000 * width
+        async with real_host(data) as (proc, c):
+            await c.call("session.list", {})
+            pid = proc.proc.pid
+            for params in ({"messageLimit": 50}, {"messageAround": "m02500", "messageLimit": 50},
+                           {"messageBefore": 1000, "messageLimit": 50}, {"messageEnd": 10, "messageLimit": 50}):
+                before = _rchar(pid)
+                view = await c.call("session.get", {"sessionId": sid, **params})
+                assert len(view["messages"]) == 50
+                read = _rchar(pid) - before
+                assert read < 50 * (width + 200) + 512 * 1024, (params, read, size)
+            before = _rchar(pid)
+            view = await c.call("session.get", {"sessionId": sid, "full": True})
+            assert len(view["messages"]) == 5000
+            assert _rchar(pid) - before < 2 * size, "a whole load read the transcript more than once"
+
