@@ -90,6 +90,11 @@ class TranscriptMessage(Record):
         default=None, exclude=True,
         description='Optional: the line kind, as session.get returns a message and the file spells it '
         '("message" only). The host writes it on every message line either way.')
+    seq: int | None = Field(
+        default=None, exclude=True,
+        description="Optional and ignored: the ordinal a session.get read gives every message, so a message "
+        "of a read can be sent back as it is. The host assigns seq itself (file order) and never stores "
+        "this one.")
     id: WireId
     role: Role
     blocks: Blocks

@@ -978,3 +978,28 @@ async def test_window_reads_of_a_5k_session_read_about_the_window_not_the_file(t
             assert len(view["messages"]) == 5000
             assert _rchar(pid) - before < 2 * size, "a whole load read the transcript more than once"
 
+
+async def test_messages_of_a_whole_read_can_be_sent_back_as_they_are(tmp_path: Path) -> None:
+    """§1 goal 1 / §2.1 (lossless transcripts, UI shapes derived at the RPC boundary) and protocol/README §6:
+    a message "may also carry type: "message", as session.get returns it and the file spells it ... so a
+    line of the file or of a read can be sent back as it is" — a read's messages carry their seq, which the
+    host assigns itself (a rewrite's order is its seq), so it is accepted and ignored, never stored."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, kind="agent") as c:
+            sid = (await c.call("session.create", {}))["id"]
+            for m in RICH:
+                await c.call("session.appendMessage", {"sessionId": sid, "message": m})
+            read = (await c.call("session.get", {"sessionId": sid, "full": True}))["messages"]
+            assert all("seq" in m for m in read)
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": read[::-1]})
+            again = (await c.call("session.get", {"sessionId": sid, "full": True}))["messages"]
+            assert [m["id"] for m in again] == ["t1", "a1", "u1"] and [m["seq"] for m in again] == [1, 2, 3]
+            assert [{k: v for k, v in m.items() if k != "seq"} for m in again] == [
+                {k: v for k, v in m.items() if k != "seq"} for m in read[::-1]]
+            copy = (await c.call("session.create", {}))["id"]
+            appended = await c.call("session.appendMessage", {"sessionId": copy,
+                                                              "message": dict(read[1], id="a1-copy", seq=99)})
+            assert appended["message"]["seq"] == 1
+            assert (await c.call("session.appendMessage", {"sessionId": sid, "message": again[1]}))["replayed"]
+    for line in (tmp_path / "sessions" / f"{sid}.jsonl").read_text().splitlines():
+        assert '"seq"' not in line

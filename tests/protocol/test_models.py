@@ -476,6 +476,18 @@ def test_a_message_may_carry_its_line_kind() -> None:
     assert _errors(exc) == [(("message", "type"), "literal_error")]
 
 
+def test_a_message_may_carry_the_seq_a_read_gave_it() -> None:
+    """A message of a ``session.get`` read carries its ``seq``; sent back as it is, it is accepted and the
+    seq is not kept (the host numbers messages itself)."""
+    for method, params in (
+            ("session.appendMessage", _append(_msg([{"type": "text", "text": "x"}], type="message", seq=7))),
+            ("session.replaceMessages", {"sessionId": "s1", "messages": [
+                _msg([{"type": "text", "text": "x"}], type="message", seq=3)]})):
+        dumped = parse_params(method, params).model_dump(by_alias=True, exclude_unset=True)
+        for message in dumped.get("messages") or [dumped["message"]]:
+            assert "seq" not in message and "type" not in message
+
+
 def test_known_blocks_with_extra_keys_are_kept() -> None:
     blocks = [
         {"type": "thinking", "text": "hm", "signature": "abc"},

@@ -2524,6 +2524,7 @@ class ToolTokenUsage(TypedDict):
 class TranscriptMessage(TypedDict):
     """A message as stored in the transcript file (seed 003 §2.1): lossless."""
     type: NotRequired[Literal["message"] | None]
+    seq: NotRequired[int | None]
     id: str
     role: Literal["user", "assistant", "tool", "system"]
     blocks: list[Block]

@@ -3216,6 +3216,8 @@ export interface ToolTokenUsage {
 export interface TranscriptMessage {
   /** Optional: the line kind, as session.get returns a message and the file spells it ("message" only). The host writes it on every message line either way. */
   type?: "message" | null;
+  /** Optional and ignored: the ordinal a session.get read gives every message, so a message of a read can be sent back as it is. The host assigns seq itself (file order) and never stores this one. */
+  seq?: number | null;
   /** Message/turn/entry id. */
   id: string;
   role: "user" | "assistant" | "tool" | "system";
