@@ -642,24 +642,37 @@ async def test_context_navigation_resolves_ids_to_physical_positions_and_changes
 
 async def test_the_same_provider_message_id_in_two_sessions(tmp_path: Path) -> None:
     """§4.7: "colliding provider toolCallIds remap to {sessionId}:{id} (D444)": one id used by two
-    sessions is stored in both, and each session reads back and searches its own message."""
+    sessions is stored in both, each session reads back and searches its own message, and (protocol/README
+    §4) "every method that takes a message id accepts the id you chose and finds that spelling within its
+    session, also after the other session's row is gone"."""
     with trio.fail_after(60):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             a = (await c.call("session.create", {}))["id"]
             b = (await c.call("session.create", {}))["id"]
-            await say(c, a, "toolu_01", "alpha walrus reply", role="assistant")
-            await say(c, b, "toolu_01", "beta walrus reply", role="assistant")
+            for sid in (a, b):
+                await say(c, sid, "u_01", f"question {sid[:6]}")
+                r = await say(c, sid, "toolu_01", f"{sid[:6]} walrus reply", role="assistant")
+            assert r.get("remappedFrom") == "toolu_01"
             got_a = (await c.call("session.get", {"sessionId": a}))["messages"]
             got_b = (await c.call("session.get", {"sessionId": b}))["messages"]
-            assert [m["blocks"][0]["text"] for m in got_a] == ["alpha walrus reply"]
-            assert [m["blocks"][0]["text"] for m in got_b] == ["beta walrus reply"]
+            assert [m["blocks"][0]["text"] for m in got_a][1] == f"{a[:6]} walrus reply"
+            assert [m["blocks"][0]["text"] for m in got_b][1] == f"{b[:6]} walrus reply"
             page = (await c.call("search.query", {"query": "walrus"}))["results"]
             assert sorted(h["sessionId"] for h in page) == sorted([a, b])
             found, _ = await sessions_of(c, "walrus")
             assert found[a]["messageMatches"] == 1 and found[b]["messageMatches"] == 1
-            for sid, got in ((a, got_a), (b, got_b)):
-                around = await c.call("session.get", {"sessionId": sid, "messageAround": got[0]["id"]})
-                assert [m["blocks"][0]["text"] for m in around["messages"]] == [got[0]["blocks"][0]["text"]]
+            for gone in (False, True):
+                if gone:
+                    await c.call("session.delete", {"sessionId": a})
+                around = await c.call("session.get", {"sessionId": b, "messageAround": "toolu_01",
+                                                      "messageLimit": 1})
+                assert [m["blocks"][0]["text"] for m in around["messages"]] == [f"{b[:6]} walrus reply"]
+                saved = await c.call("session.saveActiveRevision", {"sessionId": b, "rootUserId": "u_01"})
+                assert saved["revision"]["messageCount"] == 2
+            await c.call("session.truncateFrom", {"sessionId": b, "messageId": "toolu_01", "mode": "regenerate"})
+            assert [m["blocks"][0]["text"] for m in (await c.call("session.get", {"sessionId": b}))["messages"]] == [
+                f"question {b[:6]}"]
+            assert {h["sessionId"] for h in (await c.call("search.query", {"query": "walrus"}))["results"]} == set()
 
 
 # ------------------------------------------------------------------- revisions file: legacy, torn (§2.1, §4.9)
