@@ -961,7 +961,9 @@ def _rchar(pid: int) -> int:
 async def test_window_reads_of_a_5k_session_read_about_the_window_not_the_file(tmp_path: Path) -> None:
     """§6: "renderer transcript open → one sequential streaming read of the JSONL file for the requested
     window"; §1 goal 3 "bounded renderer transcript reads"; §11.2: a 5k-message load is one sequential file
-    read (a whole read reads the file about once). Measured as the host process's read bytes."""
+    read (a whole read reads the file about once, as does a full consumer: "one sequential read of
+    sessions/<id>.jsonl (no DB)"), and search answers from the index. Measured as the host process's read
+    bytes."""
     data = tmp_path / "data"
     data.mkdir()
     width = 1000
@@ -990,6 +992,16 @@ async def test_window_reads_of_a_5k_session_read_about_the_window_not_the_file(t
             view = await c.call("session.get", {"sessionId": sid, "full": True})
             assert len(view["messages"]) == 5000
             assert _rchar(pid) - before < 2 * size, "a whole load read the transcript more than once"
+            before = _rchar(pid)
+            context = await c.call("session.context", {"sessionId": sid})
+            assert len(context["messages"]) == 5000
+            assert _rchar(pid) - before < 2 * size, "a context build read the transcript more than once"
+            before = _rchar(pid)
+            page = await c.call("search.query", {"query": "04999 yyy", "sessionId": sid})
+            assert [h["messageId"] for h in page["results"]] == ["m04999"]
+            found, _ = await sessions_of(c, "02500 y")
+            assert found[sid]["messageMatches"] == 1
+            assert _rchar(pid) - before < size // 2, "a search read the transcript"
 
 
 async def test_messages_of_a_whole_read_can_be_sent_back_as_they_are(tmp_path: Path) -> None:
