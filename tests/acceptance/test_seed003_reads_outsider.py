@@ -720,6 +720,39 @@ async def test_a_legacy_revisions_file_reads_back_message_for_message(tmp_path: 
             assert [(m["id"], m["blocks"]) for m in got] == [(m["id"], m["blocks"]) for m in new]
 
 
+async def test_unknown_line_kinds_in_the_revisions_file_are_skipped_on_restart_and_rebuild(tmp_path: Path) -> None:
+    """§2.1: "Readers skip unknown type lines ... new line kinds need no migration" — in the revisions file
+    too, whether the index is kept (restart) or rebuilt from the files (database lost)."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await say(c, sid, "u1", "q")
+            await say(c, sid, "a1", "first reply", role="assistant")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+            await say(c, sid, "a2", "second reply", role="assistant")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+    path = tmp_path / "sessions" / f"{sid}.revisions.jsonl"
+    lines = path.read_text().splitlines()
+    lines.insert(1, json.dumps({"type": "revision_future", "rootUserId": "u1", "revisionIndex": 9, "x": 1}))
+    lines.insert(0, json.dumps({"type": "something_new"}))
+    path.write_text("\n".join(lines) + "\n")
+    for rebuild in (False, True):
+        if rebuild:
+            for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+                (tmp_path / name).unlink(missing_ok=True)
+        with trio.fail_after(60):
+            async with inprocess_host(tmp_path) as host, client_for(host) as c:
+                revs = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+                assert [(r["revisionIndex"], r["isActive"], r["messageCount"]) for r in revs] == [
+                    (1, False, 2), (2, True, 2)], rebuild
+                for index, reply in ((1, "first reply"), (2, "second reply")):
+                    await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1",
+                                                              "revisionIndex": index})
+                    got = (await c.call("session.get", {"sessionId": sid}))["messages"]
+                    assert [m["blocks"][0]["text"] for m in got] == ["q", reply], (rebuild, index)
+
+
 TORN = b'{"type":"revision","rootUserId":"u1","revisionIndex":7,"messa'
 
 
