@@ -488,6 +488,17 @@ def test_a_message_may_carry_the_seq_a_read_gave_it() -> None:
             assert "seq" not in message and "type" not in message
 
 
+def test_a_reads_other_projections_are_not_input() -> None:
+    """protocol/README: ``truncated``, ``deleted``, ``steering`` and ``sessionMessage`` of a read are refused
+    (a cut must not be stored, a tombstone has its own methods, ``meta.steering`` is the input, provenance
+    is the host's)."""
+    for extra in ({"truncated": True}, {"deleted": True}, {"steering": True},
+                  {"sessionMessage": {"sourceSessionId": "s2", "deliveryId": "d1"}}):
+        with pytest.raises(ValidationError) as exc:
+            parse_params("session.appendMessage", _append(_msg([{"type": "text", "text": "x"}], **extra)))
+        assert [loc for loc, _ in _errors(exc)] == [("message", next(iter(extra)))], extra
+
+
 def test_known_blocks_with_extra_keys_are_kept() -> None:
     blocks = [
         {"type": "thinking", "text": "hm", "signature": "abc"},
