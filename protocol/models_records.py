@@ -95,6 +95,10 @@ class TranscriptMessage(Record):
         description="Optional and ignored: the ordinal a session.get read gives every message, so a message "
         "of a read can be sent back as it is. The host assigns seq itself (file order) and never stores "
         "this one.")
+    steering: Literal[True] | None = Field(
+        default=None, exclude=True,
+        description="Optional: the projection of meta.steering a read gives a steering row, accepted when "
+        "meta.steering is true too (meta.steering is what the host keeps).")
     id: WireId
     role: Role
     blocks: Blocks
@@ -118,6 +122,12 @@ class TranscriptMessage(Record):
             if reserved:
                 raise ValueError(f"meta.{min(reserved)} is reserved for the host")
         return meta
+
+    @model_validator(mode="after")
+    def _steering_is_meta(self) -> TranscriptMessage:
+        if self.steering and (self.meta or {}).get("steering") is not True:
+            raise ValueError("steering is a read's projection of meta.steering: send meta.steering: true")
+        return self
 
     @model_validator(mode="after")
     def _tool_calls_are_named(self) -> TranscriptMessage:

@@ -1061,3 +1061,25 @@ async def test_messages_of_a_whole_read_can_be_sent_back_as_they_are(tmp_path: P
             assert (await c.call("session.appendMessage", {"sessionId": sid, "message": again[1]}))["replayed"]
     for line in (tmp_path / "sessions" / f"{sid}.jsonl").read_text().splitlines():
         assert '"seq"' not in line
+
+
+async def test_a_steering_row_of_a_read_can_be_sent_back_as_it_is(tmp_path: Path) -> None:
+    """A steering input reads back with ``steering: true`` beside its ``meta.steering`` (seed 003, active-turn
+    steering: "round-tripped as UiMessage.steering"); a rewrite that sends the read back keeps it a steering
+    row and stores the projection nowhere."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, kind="agent") as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.appendMessage", {"sessionId": sid, "message": {
+                "id": "u1", "role": "user", "blocks": [{"type": "text", "text": "go"}]}})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": {
+                "id": "s1", "role": "user", "blocks": [{"type": "text", "text": "also this"}],
+                "meta": {"steering": True}}})
+            read = (await c.call("session.get", {"sessionId": sid, "full": True}))["messages"]
+            assert read[1]["steering"] is True and read[1]["meta"]["steering"] is True
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": read})
+            again = (await c.call("session.get", {"sessionId": sid, "full": True}))["messages"]
+            assert again == read
+    records = [json.loads(line) for line in (tmp_path / "sessions" / f"{sid}.jsonl").read_text().splitlines()]
+    assert not any("steering" in rec for rec in records)  # the projection is never stored
+    assert [rec["id"] for rec in records if (rec.get("meta") or {}).get("steering") is True] == ["s1"]

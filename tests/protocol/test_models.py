@@ -492,11 +492,21 @@ def test_a_reads_other_projections_are_not_input() -> None:
     """protocol/README: ``truncated``, ``deleted``, ``steering`` and ``sessionMessage`` of a read are refused
     (a cut must not be stored, a tombstone has its own methods, ``meta.steering`` is the input, provenance
     is the host's)."""
-    for extra in ({"truncated": True}, {"deleted": True}, {"steering": True},
+    for extra in ({"truncated": True}, {"deleted": True},
                   {"sessionMessage": {"sourceSessionId": "s2", "deliveryId": "d1"}}):
         with pytest.raises(ValidationError) as exc:
             parse_params("session.appendMessage", _append(_msg([{"type": "text", "text": "x"}], **extra)))
         assert [loc for loc, _ in _errors(exc)] == [("message", next(iter(extra)))], extra
+    # a steering row as a read gives it is accepted (meta.steering kept, the projection not stored twice)
+    row = _msg([{"type": "text", "text": "x"}], steering=True, meta={"steering": True})
+    for method, params in (("session.appendMessage", _append(row)),
+                           ("session.replaceMessages", {"sessionId": "s1", "messages": [row]})):
+        dumped = parse_params(method, params).model_dump(by_alias=True, exclude_unset=True)
+        for message in dumped.get("messages") or [dumped["message"]]:
+            assert "steering" not in message and message["meta"] == {"steering": True}
+    with pytest.raises(ValidationError) as exc:  # alone it would lose what it asks for
+        parse_params("session.appendMessage", _append(_msg([{"type": "text", "text": "x"}], steering=True)))
+    assert [loc for loc, _ in _errors(exc)] == [("message",)]
 
 
 def test_known_blocks_with_extra_keys_are_kept() -> None:

@@ -2525,6 +2525,7 @@ class TranscriptMessage(TypedDict):
     """A message as stored in the transcript file (seed 003 §2.1): lossless."""
     type: NotRequired[Literal["message"] | None]
     seq: NotRequired[int | None]
+    steering: NotRequired[Literal[True] | None]
     id: str
     role: Literal["user", "assistant", "tool", "system"]
     blocks: list[Block]

@@ -3218,6 +3218,8 @@ export interface TranscriptMessage {
   type?: "message" | null;
   /** Optional and ignored: the ordinal a session.get read gives every message, so a message of a read can be sent back as it is. The host assigns seq itself (file order) and never stores this one. */
   seq?: number | null;
+  /** Optional: the projection of meta.steering a read gives a steering row, accepted when meta.steering is true too (meta.steering is what the host keeps). */
+  steering?: true | null;
   /** Message/turn/entry id. */
   id: string;
   role: "user" | "assistant" | "tool" | "system";
