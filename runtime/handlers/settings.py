@@ -51,19 +51,27 @@ def get(ctx: ReadContext, p: m.SettingsGetParams) -> Any:
     if ns == APP_NS and p.key not in HOST_OWNED_APP_KEYS.keys() - {APP_SETTINGS_KEY}:
         found = settings.get_value(ctx.conn, APP_NS, APP_SETTINGS_KEY)
         view = app_view(found[0] if found else None, current_platform())
-        value = view if p.key == APP_SETTINGS_KEY else view.get(p.key)
+        if p.key != APP_SETTINGS_KEY and p.key not in view:
+            return _got(ns, p.key, _UNSET, found[1] if found else None)
+        value = view if p.key == APP_SETTINGS_KEY else view[p.key]
         return _got(ns, p.key, value, found[1] if found else None)
     found = settings.get_value(ctx.conn, ns, canonical_key(ns, p.key))
     if found is None:
-        return _got(ns, p.key, None, None)
+        return _got(ns, p.key, _UNSET, None)
     value, updated = found
     if ns == "projectMemory":
         value = memory_view(value)
     return _got(ns, p.key, value, updated)
 
 
+_UNSET: Any = object()
+"""A key that is not set: ``value`` is left out (README SettingsGetResult), so it differs from a stored null."""
+
+
 def _got(ns: str, key: str, value: Any, updated: int | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"ns": ns, "key": key, "value": value}
+    out: dict[str, Any] = {"ns": ns, "key": key}
+    if value is not _UNSET:
+        out["value"] = value
     if updated is not None:
         out["updatedAt"] = updated
     return out

@@ -47,10 +47,10 @@ async def test_remove_deletes_owned_sessions_and_memory_never_the_folder(tmp_pat
                 assert err.data_code == "SESSION_NOT_FOUND"
                 assert not (data / "sessions" / f"{sid}.jsonl").exists()
             assert [p["path"] for p in (await c.call("projects.list", {}))["projects"]] == [str(other)]
-            assert (await c.call("settings.get", {"ns": "projectMemory", "key": str(ws)}))["value"] is None
+            assert "value" not in (await c.call("settings.get", {"ns": "projectMemory", "key": str(ws)}))
             assert (await c.call("settings.get", {"ns": "projectMemory", "key": str(other)}))["value"]["content"] \
                 == "other memory"
-            assert (await c.call("settings.get", {"ns": "app", "key": "currentProjectId"}))["value"] is None
+            assert "value" not in (await c.call("settings.get", {"ns": "app", "key": "currentProjectId"}))
             assert "projectId" not in await c.call("tasks.get", {"taskId": task["id"]})
             assert (await c.call("session.get", {"sessionId": kept}))["session"]["projectPath"] == str(other)
             assert (await _err(c.call("projects.remove", {"projectId": pid}))).data_code == "NOT_FOUND"

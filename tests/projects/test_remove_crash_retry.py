@@ -108,7 +108,7 @@ async def _assert_removed_once(c: HostClient, root: Path, v: Vars) -> None:
     kept = await c.call("session.get", {"sessionId": v["kept"], "full": True})
     assert [m["id"] for m in kept["messages"]] == ["k1"]
     assert [p["path"] for p in (await c.call("projects.list", {}))["projects"]] == [v["other"]]
-    assert (await c.call("settings.get", {"ns": "projectMemory", "key": v["ws"]}))["value"] is None
+    assert "value" not in (await c.call("settings.get", {"ns": "projectMemory", "key": v["ws"]}))
     other = (await c.call("settings.get", {"ns": "projectMemory", "key": v["other"]}))["value"]
     assert other["content"] == "other memory"
     assert _rows(root, "SELECT id FROM sessions") == [(v["kept"],)]

@@ -68,6 +68,24 @@ async def test_settings_over_the_wire(tmp_path: Path) -> None:
             assert listed.data_code == "INVALID_PARAMS"
 
 
+async def test_a_key_that_is_not_set_reads_without_a_value_and_a_stored_null_reads_as_null(tmp_path: Path) -> None:
+    """README SettingsGetResult: ``value`` is "Absent when the key is not set (app fields read their default)".
+    A stored JSON null is a value: the two answers differ, in every namespace and for an app field that has no
+    default."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, kind="ui") as c:
+            for ns, key in (("ui", "never"), ("plugin:acme", "never"), ("newDomain", "never"),
+                            ("projectMemory", "/w/none"), ("app", "currentProjectId"), ("app", "someField")):
+                assert await c.call("settings.get", {"ns": ns, "key": key}) == {"ns": ns, "key": key}, (ns, key)
+            await c.call("settings.set", {"ns": "ui", "key": "nulled", "value": None})
+            got = await c.call("settings.get", {"ns": "ui", "key": "nulled"})
+            assert got["value"] is None and "updatedAt" in got
+            await c.call("settings.set", {"key": "someField", "value": None})
+            assert (await c.call("settings.get", {"key": "someField"}))["value"] is None
+            await c.call("settings.delete", {"ns": "ui", "key": "nulled"})
+            assert "value" not in await c.call("settings.get", {"ns": "ui", "key": "nulled"})
+
+
 def _cli(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), *args], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
