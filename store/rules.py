@@ -174,9 +174,11 @@ _DRIVE_RE = re.compile(r"^[A-Za-z]:/")
 
 def canonical_project_path(path: str) -> str:
     """Seed 003 §4.2: a project path is stored trimmed, separators normalized to ``/``, trailing
-    separators removed (the key of ``projects.path`` and of the project's memory)."""
+    separators removed (the key of ``projects.path`` and of the project's memory). A root keeps its one
+    separator: ``/`` stays ``/`` and a drive root ``C:\\`` is ``C:/`` (``C:`` alone is drive-relative)."""
     p = path.strip().replace("\\", "/")
-    while len(p) > 1 and p.endswith("/"):
+    keep = 3 if _DRIVE_RE.match(p) else 1
+    while len(p) > keep and p.endswith("/"):
         p = p[:-1]
     return p
 

@@ -195,3 +195,24 @@ async def test_an_absolute_project_path_is_stored_canonical_on_every_platform_fo
                 assert s["projectPath"] == stored, given
             group = await c.call("projectGroups.save", {"name": "G", "roots": ["E:\\code", f"{tmp_path}/b/"]})
             assert group["group"]["roots"] == ["E:/code", f"{tmp_path}/b"]
+
+
+async def test_a_drive_root_is_an_absolute_project_path_stored_with_its_separator(tmp_path: Path) -> None:
+    """Seed 003 §4.2 / README §8.2: a Windows drive path (``C:\\…``, ``C:/…``) is absolute, and trailing
+    separators are removed before the upsert. The drive root itself keeps its one separator, as ``/`` does:
+    ``C:\\`` and ``C:/`` were canonicalized to ``C:`` (drive-relative) and then refused as not absolute."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, kind="ui") as c:
+            opened = await c.call("workspace.open", {"path": "C:\\"})
+            assert opened["project"]["path"] == "C:/"
+            for spelling in ("C:/", " C:\\\\ ", "C://"):
+                s = await c.call("session.create", {"title": "t", "projectPath": spelling})
+                assert (s["projectId"], s["projectPath"]) == (opened["project"]["id"], "C:/"), spelling
+            group = await c.call("projectGroups.save", {"name": "G", "roots": ["D:\\"]})
+            assert group["group"]["roots"] == ["D:/"]
+            await c.call("settings.set", {"ns": "projectMemory", "key": "C:\\", "value": "drive notes"})
+            got = await c.call("settings.get", {"ns": "projectMemory", "key": "C:/"})
+            assert got["value"]["content"] == "drive notes"
+            assert [p["path"] for p in (await c.call("projects.list", {}))["projects"]] == ["C:/"]
+            err = await _err(c.call("workspace.open", {"path": "C:"}))  # drive-relative: still refused
+            assert err.data_code == "INVALID_PARAMS"
