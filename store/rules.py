@@ -169,7 +169,7 @@ PLUGIN_ASSET_PATH_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}(?:/[A-Za-
 
 # ---------------------------------------------------------------------- paths
 
-_DRIVE_RE = re.compile(r"^[A-Za-z]:/")
+DRIVE_RE = re.compile(r"^[A-Za-z]:/")
 
 
 def canonical_project_path(path: str) -> str:
@@ -177,7 +177,7 @@ def canonical_project_path(path: str) -> str:
     separators removed (the key of ``projects.path`` and of the project's memory). A root keeps its one
     separator: ``/`` stays ``/`` and a drive root ``C:\\`` is ``C:/`` (``C:`` alone is drive-relative)."""
     p = path.strip().replace("\\", "/")
-    keep = 3 if _DRIVE_RE.match(p) else 1
+    keep = 3 if DRIVE_RE.match(p) else 1
     while len(p) > keep and p.endswith("/"):
         p = p[:-1]
     return p
@@ -187,7 +187,7 @@ def is_absolute_path(path: str) -> bool:
     """``/...`` or a Windows drive (``C:/...``, ``C:\\...``). A blank path, a relative one and a
     drive-relative one (``C:dir``) are not: a project root or an attachment path reference must be one."""
     p = path.replace("\\", "/")
-    return p.startswith("/") or bool(_DRIVE_RE.match(p))
+    return p.startswith("/") or bool(DRIVE_RE.match(p))
 
 
 # ---------------------------------------------------------------------- credential detection

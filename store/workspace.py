@@ -21,9 +21,9 @@ from store.config.settings_rules import canonical_path
 from store.errors import Conflict, InvalidInput
 from store.indexing import index
 from store.projects import get_project
-from store.rules import is_absolute_path
+from store.rules import DRIVE_RE, is_absolute_path
 
-__all__ = ["CURRENT_KEY", "current_project", "open_workspace", "resolve_for_session", "resolve_under"]
+__all__ = ["CURRENT_KEY", "current_project", "fold_absolute", "open_workspace", "resolve_for_session", "resolve_under"]
 
 CURRENT_KEY: Final = ("app", "currentProjectId")
 
@@ -51,13 +51,22 @@ def current_project(conn: sqlite3.Connection) -> dict[str, Any] | None:
     return get_project(conn, value) if row else None
 
 
+def fold_absolute(path: str) -> str:
+    """An absolute ``/``-separated path with ``.``/``..`` folded lexically. A Windows drive path folds below
+    its drive: ``..`` stops at ``C:/`` as it stops at ``/`` (posixpath alone reads ``C:`` as a segment it can
+    leave, so ``C:/w/..`` became the drive-relative ``C:`` and ``C:/w/../../x`` the relative ``x``)."""
+    drive = path[:2] if DRIVE_RE.match(path) else ""
+    folded = posixpath.normpath(path[len(drive):])
+    if folded.startswith("//"):
+        folded = "/" + folded.lstrip("/")
+    return drive + folded
+
+
 def resolve_under(root: str, path: str) -> tuple[str, bool]:
     """``path`` (relative: against ``root``) folded lexically, and whether it stays under ``root``."""
     p = path.replace("\\", "/")
     joined = p if is_absolute_path(p) else f"{root.rstrip('/')}/{p}"
-    resolved = posixpath.normpath(joined)
-    if resolved.startswith("//"):
-        resolved = "/" + resolved.lstrip("/")
+    resolved = fold_absolute(joined)
     base = root.rstrip("/") or "/"
     inside = resolved == base or resolved.startswith(base if base.endswith("/") else base + "/")
     return resolved, inside
@@ -80,7 +89,7 @@ def resolve_for_session(conn: sqlite3.Connection, session_id: str, path: str | N
         if not is_absolute_path(path.replace("\\", "/")):
             raise Conflict(f"session {session_id} has no project root to resolve {path!r} against",
                            data={"sessionId": session_id, "reason": "no_project_root"})
-        resolved = posixpath.normpath(path.replace("\\", "/"))
+        resolved = fold_absolute(path.replace("\\", "/"))
         out.update(path=resolved, insideRoot=False)
         return out
     resolved, inside = resolve_under(root, path)

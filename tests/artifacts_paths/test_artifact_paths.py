@@ -91,3 +91,24 @@ def test_artifact_resolution_is_the_resolve_path_rule(conn: sqlite3.Connection) 
     assert root == "/home/ada/proj"
     for path in ("a.txt", "./a/./b/../c.txt", "..\\up.txt", "/abs/x", "/abs/../y", "C:/w/z", "deep/../../out"):
         assert artifacts.resolve_path(root, path) == workspace.resolve_for_session(conn, "s", path)["path"]
+
+
+async def test_dot_dot_folds_below_a_windows_drive_and_never_leaves_a_relative_path(tmp_path: Path) -> None:
+    """README §8.2 / seed 003 §4.10: ``session.resolvePath`` answers the path "absolute and folded ('.', '..')"
+    and every listed artifact path is absolute. Under a drive root ``..`` stops at ``C:/`` as it stops at
+    ``/``: ``C:/w/..`` was folded to the drive-relative ``C:`` and ``C:/w/../../x.py`` to the relative
+    ``x.py`` (listed as an artifact nobody can open)."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "t", "projectPath": "C:\\w"}))["id"]
+            bare = (await c.call("session.create", {"title": "no root"}))["id"]
+            for path, resolved, inside in (("..", "C:/", False), ("../../x.py", "C:/x.py", False),
+                                           ("a\\..\\..\\..\\b", "C:/b", False), ("./y/../z", "C:/w/z", True),
+                                           ("D:/q/../..", "D:/", False)):
+                got = await c.call("session.resolvePath", {"sessionId": sid, "path": path})
+                assert (got["path"], got["insideRoot"]) == (resolved, inside), path
+            assert (await c.call("session.resolvePath", {"sessionId": bare, "path": "E:/a/../../b"}))["path"] == "E:/b"
+            await c.call("session.appendMessage", {"sessionId": sid, "message": _write("m1", "../../x.py")})
+            await c.call("session.appendMessage", {"sessionId": bare, "message": _write("m2", "E:\\a\\..\\..\\b")})
+            assert await _listed(c, sid) == ["C:/x.py"]
+            assert await _listed(c, bare) == ["E:/b"]
