@@ -84,7 +84,7 @@ def retention(conn: sqlite3.Connection, *, now_ms: int, audit_days: int = 90) ->
     audit = conn.execute("DELETE FROM audit_log WHERE ts < ?", (now_ms - audit_days * DAY_MS,)).rowcount
     runs = conn.execute(
         "DELETE FROM task_runs WHERE id IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER "
-        "(PARTITION BY task_id ORDER BY started_at DESC) AS rn FROM task_runs) WHERE rn > 100)"
+        "(PARTITION BY task_id ORDER BY started_at DESC, id DESC) AS rn FROM task_runs) WHERE rn > 100)"
     ).rowcount
     notes = prune_notifications(conn)
     return {"auditPruned": audit, "taskRunsPruned": runs, "notificationsPruned": notes}

@@ -154,3 +154,19 @@ async def test_boot_prunes_old_audit_rows(tmp_path: Path) -> None:
             assert [e["payload"]["n"] for e in entries] == ["new"]
             status = await c.call("host.status", {})
             assert status["boot"]["retention"]["auditPruned"] == 1
+
+
+def test_boot_keeps_the_newest_100_runs_in_the_listing_order_when_start_times_tie(conn: sqlite3.Connection) -> None:
+    """Seed 003 §8: "task_runs: keep last 100 per task (prune with the same boot pass)". "Last" is the order
+    tasks.runs lists and the insert-time cap keeps, (started_at DESC, id DESC): the boot pass ordered by
+    started_at alone, so among runs sharing a start time it could drop one of the newest 100 and keep the
+    101st (runs an older build recorded, or a task imported with its history)."""
+    conn.execute("INSERT INTO scheduled_tasks (id, title, prompt, created_at, updated_at) "
+                 "VALUES ('t', 't', 'p', ?, ?)", (NOW, NOW))
+    ids = [f"r{i:03d}" for i in range(103)]
+    for rid in ids:  # the oldest id first: the table's own order is the reverse of (started_at, id) DESC
+        conn.execute("INSERT INTO task_runs (id, task_id, status, started_at) VALUES (?, 't', 'completed', ?)",
+                     (rid, NOW))
+    assert retention(conn, now_ms=NOW)["taskRunsPruned"] == 3
+    kept = [r[0] for r in conn.execute("SELECT id FROM task_runs ORDER BY id DESC")]
+    assert kept == sorted(ids, reverse=True)[:100]
