@@ -235,7 +235,7 @@ def plan_for(live: LiveTranscript, messages: Sequence[Mapping[str, Any]], *,
     held = {c.get("id") for c in live.compactions}
     compactions = [*live.compactions, *(c for c in restored if c.get("id") not in held)]
     return plan_rewrite(messages, compactions, tombstones=tombstones, session_info=live.session_info,
-                        decisions=live.decisions)
+                        decisions=live.decisions, opaque=live.unknown)
 
 
 async def commit_rewrite(
@@ -261,7 +261,7 @@ async def commit_rewrite(
     def write() -> Rewritten:
         # the old header's receipts ride on: a later rewrite must not leave an earlier one only in SQLite
         return apply_rewrite(path, sid, live.created_at_ms, plan, receipt=receipt, carried=live.receipts,
-                             faults=faults, dropped_offsets=live.dropped_offsets, now_ms=now)
+                             faults=faults, dropped_offsets=[*live.dropped_offsets, *plan.left_out], now_ms=now)
 
     def reindexed(conn: Any, rewritten: Rewritten) -> None:
         reindex(conn, sid, rewritten, now_ms=now, turn_overrides=turn_overrides)

@@ -9,8 +9,10 @@ through three pure-or-synchronous steps that the session actor orders:
    every compaction still valid against them (a record whose
    ``throughMessageId`` is gone is dropped, per record) placed after its
    boundary and in its original relative order, the tombstones of surviving
-   messages, and the ``session_info`` line so a rebuilt index keeps the
-   session's metadata. Offsets are computed here, so no re-scan is needed.
+   messages, the approval decisions and the lines of kinds this version does
+   not know after the message they followed (while it survives), and the
+   ``session_info`` line so a rebuilt index keeps the session's metadata.
+   Offsets are computed here, so no re-scan is needed.
 3. :func:`apply_rewrite` (file: temp + fsync + rename + dir fsync, new header
    epoch) then :func:`reindex` (one DB transaction replacing every row).
 
@@ -91,8 +93,12 @@ class LiveTranscript:
     while that message survives)."""
     valid_length: int = 0
     dropped_offsets: list[int] = field(default_factory=list)
-    """Lines readers skip (damaged, or of a kind this version does not know): a rewrite cannot carry
-    them over, so it keeps them beside the transcript first (:func:`keep_dropped_lines`)."""
+    """Lines readers skip that a rewrite cannot carry over (damaged, or of no kind at all): it keeps them
+    beside the transcript first (:func:`keep_dropped_lines`)."""
+    unknown: list[tuple[str | None, int, bytes]] = field(default_factory=list)
+    """Lines of a kind this version does not know (``Transcript.unknown``): a rewrite writes them again
+    after the message they followed while it survives (:func:`plan_rewrite` ``opaque``), and keeps the
+    others beside the transcript (``RewritePlan.left_out``)."""
     receipts: list[dict[str, Any]] = field(default_factory=list)
     """The receipts the header carries (``TranscriptHeader.receipts``): a rewrite carries them forward."""
 
@@ -121,7 +127,9 @@ def load_live(path: str | os.PathLike[str], *, default_created_ms: int = 0) -> L
         session_info=t.session_info,
         decisions=list(t.decisions),
         valid_length=t.valid_length,
-        dropped_offsets=[*t.bad_line_offsets, *t.unknown_line_offsets],
+        dropped_offsets=[*t.bad_line_offsets,
+                         *sorted(set(t.unknown_line_offsets) - {off for _, off, _ in t.unknown})],
+        unknown=list(t.unknown),
         receipts=list(header.receipts) if header is not None else [],
     )
     for mid, tomb in t.tombstones.items():
@@ -141,6 +149,9 @@ class RewritePlan:
     compaction_spans: list[tuple[int, int]]
     dropped_compactions: list[str]
     deleted_ids: list[str]
+    left_out: list[int] = field(default_factory=list)
+    """Offsets of the ``opaque`` lines the body does not hold (the message they followed is gone): kept
+    beside the transcript by :func:`apply_rewrite`'s caller (``dropped_offsets``)."""
 
 
 def _placement(messages: Sequence[Mapping[str, Any]], kept: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -166,11 +177,15 @@ def plan_rewrite(
     tombstones: Mapping[str, Mapping[str, Any]] | None = None,
     session_info: Mapping[str, Any] | None = None,
     decisions: Sequence[tuple[str | None, Mapping[str, Any]]] = (),
+    opaque: Sequence[tuple[str | None, int, bytes]] = (),
 ) -> RewritePlan:
     """Lay out a rewritten body. Messages must have unique ids (the caller decides which).
 
     ``decisions`` (``approval_decision`` lines) follow the message they followed
     before, when it survives (``None``: the body's start); the others go.
+    ``opaque``: lines of kinds this version does not know (``LiveTranscript.unknown``),
+    written again byte for byte after their decisions under the same rule; the offsets
+    of the others are ``left_out``.
     """
     ids = [m["id"] for m in messages]
     if len(set(ids)) != len(ids):
@@ -196,17 +211,33 @@ def plan_rewrite(
         offset += len(line)
         return span
 
+    def put_raw(line: bytes) -> None:
+        nonlocal offset
+        body.append(line)
+        offset += len(line)
+
     surviving = set(ids)
     after_msg: dict[str | None, list[Mapping[str, Any]]] = {}
     for anchor, rec in decisions:
         if anchor is None or anchor in surviving:
             after_msg.setdefault(anchor, []).append(rec)
+    raw_after: dict[str | None, list[bytes]] = {}
+    left_out: list[int] = []
+    for anchor, at, line in opaque:
+        if anchor is None or anchor in surviving:
+            raw_after.setdefault(anchor, []).append(line)
+        else:
+            left_out.append(at)
     for rec in after_msg.get(None, ()):
         put(rec)
+    for line in raw_after.get(None, ()):
+        put_raw(line)
     for i, rec in enumerate(messages):
         msg_spans.append(put(rec))
         for decision in after_msg.get(rec["id"], ()):
             put(decision)
+        for line in raw_after.get(rec["id"], ()):
+            put_raw(line)
         tomb = (tombstones or {}).get(rec["id"])
         if tomb is not None and tomb.get("deleted", True) is True:
             put(tomb)
@@ -228,6 +259,7 @@ def plan_rewrite(
         compaction_spans=comp_spans,
         dropped_compactions=[str(c.get("id")) for c in dropped],
         deleted_ids=deleted,
+        left_out=left_out,
     )
 
 

@@ -683,6 +683,10 @@ class Transcript:
     """Complete lines that are not JSON objects, or known kinds missing their ids."""
     unknown_line_offsets: list[int] = field(default_factory=list)
     """Lines of a kind this version does not know (a newer version's, say): skipped by readers."""
+    unknown: list[tuple[str | None, int, bytes]] = field(default_factory=list)
+    """The JSON-object lines among those whose ``type`` names a kind this version does not know (seed 003
+    §9: a new line kind needs no migration), each as ``(id of the message line before it, offset, the
+    line's bytes)``: a rewrite writes them again, byte for byte, after that message while it survives."""
     unknown_lines: int = 0
     torn_tail: bool = False
     valid_length: int = 0
@@ -791,6 +795,8 @@ def _take_line(out: Transcript, line: bytes, offset: int, length: int) -> None:
     else:
         out.unknown_lines += 1
         out.unknown_line_offsets.append(offset)
+        if isinstance(kind, str) and kind != "session":  # a newer version's line, whole: rewrites carry it
+            out.unknown.append((out.messages[-1].id if out.messages else None, offset, bytes(line) + b"\n"))
 
 
 # --------------------------------------------------------------------------- span reads

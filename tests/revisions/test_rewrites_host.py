@@ -6,6 +6,7 @@ import pytest
 import trio
 
 from runtime.client import RpcError
+from store.jsonio import loads_line
 from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 from tests.revisions.helpers import (
     assert_index_matches_file,
@@ -281,3 +282,51 @@ async def test_a_rewrite_keeps_the_lines_it_cannot_carry_beside_the_transcript(t
     report = DoctorReport(str(tmp_path), repair=False)
     check_surroundings(None, DataDir(tmp_path), report, repair=False, now_ms=0)
     assert any(f.check == "quarantine.dropped_lines" for f in report.findings)
+
+
+async def test_a_rewrite_carries_a_newer_versions_lines_after_the_message_they_followed(tmp_path):
+    """Seed 003 §9: a new transcript line kind needs no migration (readers skip it). A rewrite by this
+    version writes such a line again, byte for byte, after the message it followed while that message
+    survives (in place through a truncate, with its message through a reorder and a branch switch), so
+    a newer version finds its lines after a round trip through this one; only the lines of messages the
+    rewrite removes go beside the transcript."""
+    head = b'{"type":"future_head","id":"h1","big":123456789012345678901234567890}\n'
+    after_a1 = b'{"type":"future_kind","id":"f1","payload":{"x":1.0,"y":"\\u00e9"}}\n'
+    after_a2 = b'{"type":"future_kind","id":"f2"}\n'
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            path = tmp_path / "sessions" / f"{sid}.jsonl"
+            with path.open("ab") as f:
+                f.write(head)
+            await turn(c, sid, "u1", "a1")
+            with path.open("ab") as f:
+                f.write(after_a1)
+            await turn(c, sid, "u2", "a2")
+            with path.open("ab") as f:
+                f.write(after_a2)
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("u3", "u3")})
+
+            def kinds() -> list[str]:
+                recs = [loads_line(x) for x in path.read_bytes().splitlines(keepends=True)[1:]]
+                return [str(r["id"]) for r in recs if r["type"] != "session_info"]
+
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u3"})
+            data = path.read_bytes()
+            assert head in data and after_a1 in data and after_a2 in data  # byte for byte
+            assert kinds() == ["h1", "u1", "a1", "f1", "u2", "a2", "f2"]
+            assert not list((tmp_path / "sessions").glob(f"{sid}.jsonl.dropped-*"))
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a2", "mode": "regenerate"})
+            assert kinds() == ["h1", "u1", "a1", "f1", "u2"]  # f2 left with its message, kept aside
+            [aside] = list((tmp_path / "sessions").glob(f"{sid}.jsonl.dropped-*"))
+            assert aside.read_bytes() == after_a2
+            read = (await c.call("session.get", {"sessionId": sid, "full": True}))["messages"]
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": [read[2], read[0], read[1]]})
+            assert kinds() == ["h1", "u2", "u1", "a1", "f1"]
+            await index_caught_up(host)
+            assert_index_matches_file(tmp_path, sid)
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            got = await c.call("session.get", {"sessionId": sid, "full": True})
+            assert [m["id"] for m in got["messages"]] == ["u2", "u1", "a1"]
+            await index_caught_up(host)
+            assert_index_matches_file(tmp_path, sid)

@@ -142,6 +142,30 @@ def test_plan_keeps_valid_compactions_after_their_boundary_in_order(tmp_path):
         plan_rewrite([m("u1"), m("u1")])
 
 
+def test_plan_writes_unknown_kinds_again_after_the_message_they_followed(tmp_path):
+    """Lines of kinds this version does not know (seed 003 §9) ride through a rewrite byte for byte while the
+    message they followed survives; the offsets of the others are left out for the caller to keep aside."""
+    path = tmp_path / "s.jsonl"
+    create_transcript(path, "s", 1000)
+    first = b'{"type":"future","id":"f0","n":1.0}\n'
+    later = b'{"type":"future","id":"f1","n":123456789012345678901234567890}\n'
+    gone = b'{"type":"future","id":"f2"}\n'
+    with path.open("ab") as f:
+        f.write(first + dumps_line(m("u1")) + dumps_line(m("a1", "assistant")) + later
+                + dumps_line(m("u2")) + gone + b'{"no_type":1}\n' + b'{"type":"session","id":"x"}\n')
+    live = load_live(path)
+    assert [(anchor, line) for anchor, _, line in live.unknown] == [(None, first), ("a1", later), ("u2", gone)]
+    assert len(live.dropped_offsets) == 2  # no kind at all, a second header: damaged, kept aside as before
+    plan = plan_rewrite([m("a1", "assistant"), m("u1")], opaque=live.unknown)
+    assert plan.body[0] == first and plan.body[2] == later
+    assert plan.left_out == [live.unknown[2][1]]
+    out = apply_rewrite(path, "s", 1000, plan)
+    data = path.read_bytes()
+    for item in out.messages:
+        assert orjson.loads(data[item.offset:item.offset + item.length]) == item.record
+    assert load_live(path).ids == ["a1", "u1"] and first in data and later in data and gone not in data
+
+
 def test_rewrite_crash_before_rename_leaves_old_file(tmp_path):
     path = tmp_path / "s.jsonl"
     create_transcript(path, "s", 1000)
