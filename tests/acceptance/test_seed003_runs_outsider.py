@@ -272,6 +272,8 @@ async def test_a_running_execution_is_interrupted_by_kill9_never_replayed_and_th
         async with real_host(data) as (proc, agent, ui):
             session = (await agent.call("session.get", {"sessionId": sid}))["session"]
             assert (session["mode"], session["permissionMode"]) == ("agent", "accept-edits")
+            assert session.get("state") is None  # no longer "running": nothing runs after the restart
+            assert (session["latestTurn"]["id"], session["latestTurn"]["status"]) == ("t2", "aborted")
             assert (await turns_of(agent, sid))["t2"]["status"] == "aborted"
             assert (await ui.call("plans.pending", {}))["pending"] == []
             assert await code_of(agent, "plans.finishExecution", {"sessionId": sid, "executionId": exec_id,
@@ -769,6 +771,97 @@ async def test_delivery_provenance_lives_in_the_transcript_and_survives_a_lost_i
             assert delivered["blocks"][0]["text"] == "audit the tokenizer"
             assert steering.get("steering") is True and steering.get("sessionMessage") is None
             assert "sessionMessage" not in (steering.get("meta") or {})
+
+
+async def test_a_completion_receipt_outlives_the_session_that_sent_it(tmp_path: Path) -> None:
+    """§4.6c: "source_session_id deliberately has no foreign key, unlike target_session_id, which cascades,
+    so a delivery record and its completion receipt outlive a deleted sender". The completion's sender is
+    the session that handled the delivery: deleting it leaves the completion queued for the original source
+    (its sender reported available: false), and the source can still begin and settle it, without a further
+    callback."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            src, dst = await _pair(c)
+            did = (await c.call("collab.deliver", {
+                "pluginId": "team", "sourceSessionId": src, "targetSessionId": dst, "kind": "task",
+                "content": "check it", "notifyOnCompletion": True, "idempotencyKey": "k1"}))["delivery"]["id"]
+            await c.call("session.startTurn", {"sessionId": dst, "turnId": "t1"})
+            await c.call("collab.begin", {"sessionId": dst, "deliveryId": did, "turnId": "t1"})
+            receipt = (await c.call("collab.settle", {"sessionId": dst, "deliveryId": did, "turnId": "t1",
+                                                      "status": "completed", "result": "fine"}))["callback"]
+            await c.call("session.delete", {"sessionId": dst})
+            kept = await c.call("collab.get", {"deliveryId": receipt["id"]})
+            assert (kept["status"], kept["kind"], kept["replyToMessageId"]) == ("queued", "completion", did)
+            assert (kept["source"]["sessionId"], kept["source"]["available"]) == (dst, False)
+            assert (kept["target"]["sessionId"], kept["target"]["available"]) == (src, True)
+            entries = (await c.call("session.queueList", {"sessionId": src}))["entries"]
+            assert [e.get("sessionMessageId") for e in entries] == [receipt["id"]]
+            await c.call("session.startTurn", {"sessionId": src, "turnId": "s1"})
+            await c.call("collab.begin", {"sessionId": src, "deliveryId": receipt["id"], "turnId": "s1"})
+            done = await c.call("collab.settle", {"sessionId": src, "deliveryId": receipt["id"], "turnId": "s1",
+                                                  "status": "completed"})
+            assert done["delivery"]["status"] == "completed" and done.get("callback") is None
+
+
+# ------------------------------------------------------------------------------- plugin imports (§11.20)
+
+IMPORTED = {"sourceId": "chatlog", "externalId": "conv-81", "title": "Parser ideas",
+            "history": {"projectPath": "/elsewhere/parser", "modelId": "gpt-x", "providerId": "openai"},
+            "messages": [msg("u1", "how do I split the lexer"), msg("a1", "move it to lexer.py", role="assistant")]}
+
+
+async def test_plugin_import_idempotency_holds_across_kill9_trash_purge_and_a_lost_index(tmp_path: Path) -> None:
+    """§11.20: "host-generated session ids, one origin row per session, (pluginId, source, externalId)
+    idempotency ... and recoverable trash before purge". An exact retry after a SIGKILL answers the stored
+    response; a re-import while the session is in the trash writes nothing and leaves it there; after a purge
+    the same key imports a new session; with the database deleted, the rebuilt index still knows the origin
+    (a re-import is created: false) and the owner still reads its session."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with trio.fail_after(90):
+        proc = start_host_process(data)
+        try:
+            async with open_client(proc.url, proc.token, client_id="plug-1", client_kind="plugin",
+                                   plugin_id="alpha") as alpha:
+                first = await alpha.call("plugins.importSession", {**IMPORTED, "submissionId": "imp-1"})
+                assert first["created"] is True and first["sessionId"] not in ("conv-81", "chatlog")
+        finally:
+            proc.kill9()
+        proc = start_host_process(data)
+        try:
+            async with open_client(proc.url, proc.token, client_id="plug-1", client_kind="plugin",
+                                   plugin_id="alpha") as alpha, \
+                    open_client(proc.url, proc.token, client_id="plug-2", client_kind="plugin",
+                                plugin_id="beta") as beta:
+                assert await alpha.call("plugins.importSession", {**IMPORTED, "submissionId": "imp-1"}) == first
+                sid = first["sessionId"]
+                assert await code_of(beta, "session.get", {"sessionId": sid}) == "PERMISSION_DENIED"
+                await alpha.call("sessions.trash", {"sessionId": sid})
+                again = await alpha.call("plugins.importSession", IMPORTED)
+                assert (again["sessionId"], again["created"]) == (sid, False)
+                assert [s["id"] for s in (await alpha.call("sessions.listTrashed", {}))["sessions"]] == [sid]
+                assert (await alpha.call("plugins.listSessions", {}))["sessions"] == []
+                await alpha.call("sessions.purge", {"sessionId": sid})
+                reborn = await alpha.call("plugins.importSession", {**IMPORTED, "messages": [msg("u9", "anew")]})
+                assert reborn["created"] is True and reborn["sessionId"] != sid
+        finally:
+            proc.kill9()
+        for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+            (data / name).unlink(missing_ok=True)
+        proc = start_host_process(data)
+        try:
+            async with open_client(proc.url, proc.token, client_id="plug-1", client_kind="plugin",
+                                   plugin_id="alpha") as alpha:
+                again = await alpha.call("plugins.importSession", {**IMPORTED, "messages": [msg("u9", "anew")]})
+                assert (again["sessionId"], again["created"]) == (reborn["sessionId"], False)
+                assert [s["id"] for s in (await alpha.call("plugins.listSessions", {}))["sessions"]] == [
+                    reborn["sessionId"]]
+                page = await alpha.call("session.get", {"sessionId": reborn["sessionId"]})
+                assert [m["blocks"][0]["text"] for m in page["messages"]] == ["anew"]
+                assert await code_of(alpha, "session.get", {"sessionId": sid}) in ("SESSION_NOT_FOUND",
+                                                                                   "PERMISSION_DENIED")
+        finally:
+            proc.kill9()
 
 
 # ---------------------------------------------------------------------------- native Pi sessions (§12, ADR 0254)
