@@ -256,6 +256,15 @@ def _check_project(conn: sqlite3.Connection, project_id: int | None) -> None:
         raise NotFound(f"project {project_id} not found", data={"projectId": project_id})
 
 
+def task_created_at(conn: sqlite3.Connection, now_ms: int) -> int:
+    """A new task's ``created_at``: ``now_ms``, but always after every task so far.
+
+    ``tasks.list`` is "oldest first", ordered by ``(created_at, id)``, and generated task ids are random:
+    tasks created in one millisecond (a batch) would list by id, and a task created on a clock stepped back
+    would list before the older ones."""
+    return after_newest(conn, "SELECT MAX(created_at) FROM scheduled_tasks", (), now_ms)
+
+
 def create_task(conn: sqlite3.Connection, *, task_id: str, title: str, prompt: str, cadence: str = "manual",
                 enabled: bool = True, project_id: int | None = None, config: Mapping[str, Any] | None = None,
                 now_ms: int) -> dict[str, Any]:
@@ -268,10 +277,12 @@ def create_task(conn: sqlite3.Connection, *, task_id: str, title: str, prompt: s
     if nxt is not None:
         cfg["nextRunAt"] = nxt
     _check_project(conn, project_id)
+    created = task_created_at(conn, now_ms)
     try:
         conn.execute(
             f"INSERT INTO scheduled_tasks({_TASK_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
-            (task_id, title, prompt, cadence, int(enabled), project_id, orjson.dumps(cfg).decode(), now_ms, now_ms))
+            (task_id, title, prompt, cadence, int(enabled), project_id, orjson.dumps(cfg).decode(), created,
+             created))
     except sqlite3.IntegrityError:
         raise Conflict(f"task {task_id} already exists", data={"taskId": task_id}) from None
     return get_task(conn, task_id)

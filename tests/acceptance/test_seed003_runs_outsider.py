@@ -575,6 +575,25 @@ async def test_weekdays_override_the_legacy_weekday_in_the_next_slot(tmp_path: P
             assert local(dropped).isoweekday() % 7 == 3
 
 
+async def test_tasks_list_oldest_first_keeps_creation_order_within_one_millisecond(tmp_path: Path) -> None:
+    """§11.6 through RPC; protocol/README tasks.list: "Every scheduled task, oldest first", and writes of one
+    batch "apply in the order they were sent". Tasks created by one batch (the same millisecond) with ids in
+    reverse alphabetical order list in the order they were created, not by id; so does a restart."""
+    data = tmp_path / "data"
+    data.mkdir()
+    order = ["zeta", "yak", "t10", "t9", "task_b", "task_a", "alpha"]
+    with trio.fail_after(60):
+        async with real_host(data) as (proc, _agent, ui):
+            made = await ui.batch([("tasks.create", {"taskId": tid, "title": tid, "prompt": "p"}) for tid in order])
+            assert [m["id"] for m in made] == order
+            assert [t["id"] for t in (await ui.call("tasks.list", {}))["tasks"]] == order
+            stamps = [m["createdAt"] for m in made]
+            assert stamps == sorted(stamps)
+            proc.kill9()
+        async with real_host(data) as (proc, _agent, ui):
+            assert [t["id"] for t in (await ui.call("tasks.list", {}))["tasks"]] == order
+
+
 # --------------------------------------------------------------------------- collaboration ledger (§4.6c, §11.21)
 
 async def _pair(c: HostClient) -> tuple[str, str]:

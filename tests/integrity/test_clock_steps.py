@@ -191,6 +191,26 @@ async def test_a_run_started_after_the_clock_went_back_is_kept_by_the_last_100_a
             assert (await c.call("tasks.get", {"taskId": task["id"]}))["lastRunAt"] == again["startedAt"]
 
 
+@pytest.mark.parametrize("step", BACK_STEPS)
+async def test_a_task_created_after_the_clock_went_back_is_listed_last(tmp_path: Path, step: int) -> None:
+    """tasks.list is "Every scheduled task, oldest first": a task created after the clock stepped back is
+    still the newest (listed last), within the run and after a restart on a clock stepped back again."""
+    clock = SetClock(BASE)
+    with trio.fail_after(60):
+        async with host_at(tmp_path, clock) as host, client_for(host) as c:
+            for tid in ("b", "c"):
+                await c.call("tasks.create", {"taskId": tid, "title": tid, "prompt": "p"})
+                clock.ms += MINUTE
+            clock.ms -= step
+            later = await c.call("tasks.create", {"taskId": "a", "title": "a", "prompt": "p"})
+            assert [t["id"] for t in (await c.call("tasks.list", {}))["tasks"]] == ["b", "c", "a"]
+        clock.ms -= step  # and again while the host is down
+        async with host_at(tmp_path, clock) as host, client_for(host) as c:
+            newest = await c.call("tasks.create", {"taskId": "0", "title": "0", "prompt": "p"})
+            assert newest["createdAt"] > later["createdAt"]
+            assert [t["id"] for t in (await c.call("tasks.list", {}))["tasks"]] == ["b", "c", "a", "0"]
+
+
 # --------------------------------------------------------------------------- turns
 
 
