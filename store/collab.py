@@ -86,6 +86,7 @@ from store.errors import (
 )
 from store.faults import NO_FAULTS, Faults
 from store.rules import COLLAB_INPUT_ID_PREFIX
+from store.stamps import after_newest
 from store.transcripts.records import meta_of
 
 __all__ = [
@@ -270,11 +271,15 @@ def _admit(conn: sqlite3.Connection, changed: Changed, *, session_id: str, deliv
 def _insert(conn: sqlite3.Connection, *, delivery_id: str, plugin_id: str, source: str, target: str, kind: str,
             content: str, notify: bool, reply_to: str | None, key: str, hops: int, ceiling: str,
             now_ms: int) -> None:
+    """Record a delivery (or a completion) as ``queued``. Its ``created_at`` is ``now_ms``, but always after
+    every delivery so far: collab.list is "newest first" by ``(created_at, id)`` and ids are random, so
+    deliveries made in one millisecond, or after the wall clock stepped back, would list out of order."""
+    created = after_newest(conn, "SELECT MAX(created_at) FROM session_collaboration_messages", (), now_ms)
     conn.execute(
         f"INSERT INTO session_collaboration_messages({_COLS}) VALUES (?,?,?,?,?,?,?,?,'queued',?,NULL,?,?,?,?,"
         "NULL,NULL,?,?)",
         (delivery_id, plugin_id, source, _title(conn, source), target, _title(conn, target), kind, content,
-         int(notify), reply_to, key, hops, ceiling, now_ms, now_ms))
+         int(notify), reply_to, key, hops, ceiling, created, created))
 
 
 def deliver(conn: sqlite3.Connection, *, delivery_id: str, entry_id: str, plugin_id: str, source_session_id: str,

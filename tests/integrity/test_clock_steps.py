@@ -240,6 +240,44 @@ async def test_a_turn_started_after_the_clock_went_back_is_the_sessions_latest_t
             assert [t["id"] for t in turns["turns"] + rest["turns"]] == ["t3", "t2", "t1"]
 
 
+# --------------------------------------------------------------------------- collaboration deliveries
+
+
+async def _deliveries(c: HostClient, sid: str, limit: int) -> list[str]:
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = await c.call("collab.list", {"sessionId": sid, "limit": limit, **({"cursor": cursor} if cursor else {})})
+        seen += [d["content"] for d in page["deliveries"]]
+        cursor = page.get("nextCursor")
+        if not cursor:
+            return seen
+
+
+@pytest.mark.parametrize("step", [pytest.param(0, id="same-millisecond"), *BACK_STEPS])
+async def test_a_delivery_made_after_the_clock_went_back_is_listed_first(tmp_path: Path, step: int) -> None:
+    """collab.list is "Deliveries, newest first" (seed 003 §4.6c): deliveries made in one millisecond list in
+    reverse order of making (their ids are random), and one made after the clock stepped back lists first,
+    on every page size, within the run and after a restart on a clock stepped back again."""
+    clock = SetClock(BASE)
+    with trio.fail_after(60):
+        async with host_at(tmp_path, clock) as host, client_for(host) as c:
+            src = await new_session(c)
+            dst = await new_session(c)
+            for i in range(6):
+                await c.call("collab.deliver", {"pluginId": "team", "sourceSessionId": src, "targetSessionId": dst,
+                                                "kind": "message", "content": f"m{i}", "idempotencyKey": f"k{i}"})
+                clock.ms -= step
+            want = [f"m{i}" for i in reversed(range(6))]
+            for limit in (1, 4, 50):
+                assert await _deliveries(c, dst, limit) == want
+        clock.ms -= step
+        async with host_at(tmp_path, clock) as host, client_for(host) as c:
+            await c.call("collab.deliver", {"pluginId": "team", "sourceSessionId": src, "targetSessionId": dst,
+                                            "kind": "message", "content": "m6", "idempotencyKey": "k6"})
+            assert await _deliveries(c, dst, 2) == ["m6", *want]
+
+
 # --------------------------------------------------------------------------- boot sweeps
 
 
