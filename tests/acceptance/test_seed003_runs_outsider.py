@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -475,7 +476,8 @@ async def test_weekday_selections_are_validated_before_any_mutation(tmp_path: Pa
 
 async def test_hourly_ignores_calendar_fields_and_a_task_without_schedule_is_unarmed(tmp_path: Path) -> None:
     """§4.11: "hourly schedules compute nextRunAt = now + 3_600_000, ignoring calendar fields. Absence of
-    schedule leaves legacy tasks unarmed." and "new scheduled tasks default to agent"."""
+    schedule leaves legacy tasks unarmed." and "new scheduled tasks default to agent". (A daily or weekly
+    task without a schedule is unarmed; an hourly one is armed without one, as tests/tasks expects.)"""
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             before = int(time.time() * 1000)
@@ -483,7 +485,6 @@ async def test_hourly_ignores_calendar_fields_and_a_task_without_schedule_is_una
                                                    "schedule": {"hour": 3, "minute": 17}})
             after = int(time.time() * 1000)
             nxt = hourly["nextRunAt"]
-            from datetime import datetime
             at = int(datetime.fromisoformat(nxt.replace("Z", "+00:00")).timestamp() * 1000)
             assert before + 3_600_000 <= at <= after + 3_600_000, (nxt, before, after)
             for cadence in ("daily", "weekly"):
@@ -555,7 +556,6 @@ async def test_weekdays_override_the_legacy_weekday_in_the_next_slot(tmp_path: P
     """§4.11: "Optional weekdays ... overriding legacy weekday for weekly schedules. Missing weekdays preserves
     the single-day behavior." and "Daily/weekly schedules use the host local timezone" (the host runs in this
     process's zone). 0 = Sunday."""
-    from datetime import datetime
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             def local(task: dict[str, Any]) -> datetime:
