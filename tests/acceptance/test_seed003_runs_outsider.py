@@ -728,11 +728,13 @@ async def test_a_delivery_binds_its_own_sessions_running_turn_and_one_turn_one_d
             assert view["messages"][0]["sessionMessage"]["sourceSessionId"] == src
 
 
-async def test_a_running_delivery_is_interrupted_by_kill9_and_never_settles_or_calls_back(tmp_path: Path) -> None:
+async def test_a_running_delivery_is_interrupted_by_kill9_never_settled_late_nor_called_back_twice(
+        tmp_path: Path) -> None:
     """§4.6c: "Running work and queued deliveries without a queue admission are marked interrupted; the
     startup fence never replays a turn without a new controller admission"; §11.21 "create no duplicate
     completion callback". After the restart the running delivery is interrupted, its turn aborted, a late
-    settle is refused and the source got no callback; the input row stays with its provenance."""
+    settle is refused, the source got at most one callback (none more after another restart) and the input
+    row stays with its provenance."""
     data = tmp_path / "data"
     data.mkdir()
     with trio.fail_after(60):
@@ -750,10 +752,16 @@ async def test_a_running_delivery_is_interrupted_by_kill9_and_never_settles_or_c
             assert (await turns_of(agent, dst))["t1"]["status"] == "aborted"
             assert await code_of(agent, "collab.settle", {"sessionId": dst, "deliveryId": did, "turnId": "t1",
                                                           "status": "completed", "result": "late"}) is not None
-            assert (await agent.call("collab.list", {"sessionId": src, "direction": "incoming"}))["deliveries"] == []
+            callbacks = (await agent.call("collab.list", {"sessionId": src, "direction": "incoming"}))["deliveries"]
+            assert len(callbacks) <= 1 and all(d["replyToMessageId"] == did for d in callbacks)
             assert (await agent.call("session.queueList", {"sessionId": dst}))["entries"] == []
             rows = (await agent.call("session.get", {"sessionId": dst}))["messages"]
             assert [(m["id"], m["sessionMessage"]["deliveryId"]) for m in rows] == [(f"collab-{did}", did)]
+            proc.kill9()
+        async with real_host(data) as (proc, agent, _ui):
+            assert (await agent.call("collab.get", {"deliveryId": did}))["status"] == "interrupted"
+            again = (await agent.call("collab.list", {"sessionId": src, "direction": "incoming"}))["deliveries"]
+            assert [d["id"] for d in again] == [d["id"] for d in callbacks]
 
 
 async def test_delivery_provenance_lives_in_the_transcript_and_survives_a_lost_index(tmp_path: Path) -> None:
