@@ -273,8 +273,12 @@ def _insert(conn: sqlite3.Connection, *, delivery_id: str, plugin_id: str, sourc
             now_ms: int) -> None:
     """Record a delivery (or a completion) as ``queued``. Its ``created_at`` is ``now_ms``, but always after
     every delivery so far: collab.list is "newest first" by ``(created_at, id)`` and ids are random, so
-    deliveries made in one millisecond, or after the wall clock stepped back, would list out of order."""
-    created = after_newest(conn, "SELECT MAX(created_at) FROM session_collaboration_messages", (), now_ms)
+    deliveries made in one millisecond, or after the wall clock stepped back, would list out of order.
+
+    The newest stamp is the last inserted row's (``created_at`` has no index, and the rule keeps the stamps
+    in insertion order), one lookup instead of a scan of the whole ledger on every delivery."""
+    created = after_newest(conn, "SELECT MAX(created_at) FROM (SELECT created_at FROM "
+                           "session_collaboration_messages ORDER BY rowid DESC LIMIT 1)", (), now_ms)
     conn.execute(
         f"INSERT INTO session_collaboration_messages({_COLS}) VALUES (?,?,?,?,?,?,?,?,'queued',?,NULL,?,?,?,?,"
         "NULL,NULL,?,?)",
