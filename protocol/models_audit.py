@@ -24,8 +24,8 @@ class AuditListParams(Params):
 
     @model_validator(mode="after")
     def _ordered_range(self) -> AuditListParams:
-        if self.since is not None and self.until is not None and self.since >= self.until:
-            raise ValueError("since must be before until")
+        if self.since is not None and self.until is not None and self.since > self.until:
+            raise ValueError("since must not be after until (since == until is the empty range)")
         return self
 
 

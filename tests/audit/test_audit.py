@@ -119,8 +119,10 @@ async def test_audit_list_pages_and_filters_by_session_kind_and_time(tmp_path: P
             with pytest.raises(RpcError) as exc:  # a cursor is bound to the filter it was issued for
                 await c.call("audit.list", {"sessionId": b, "cursor": first["nextCursor"]})
             assert exc.value.data_code == "INVALID_CURSOR"
+            # since inclusive, until exclusive: since == until is the empty range, since after until a mistake
+            assert (await c.call("audit.list", {"since": NOW + 2000, "until": NOW + 2000}))["entries"] == []
             with pytest.raises(RpcError) as exc:
-                await c.call("audit.list", {"since": NOW, "until": NOW})
+                await c.call("audit.list", {"since": NOW + 1, "until": NOW})
             assert exc.value.data_code == "INVALID_PARAMS"
 
 
