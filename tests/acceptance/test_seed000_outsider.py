@@ -16,16 +16,13 @@ import pytest
 import trio
 
 from runtime.client import HostClient, RpcError
+from tests.acceptance.outsiderkit import say
 from tests.hostkit import client_for, inprocess_host, msg
 from tests.importers.test_pi_branches import HEADER, STAGE_3, entry
 
 
 def by_id(tree: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {n["id"]: n for n in tree["nodes"]}
-
-
-async def say(c: HostClient, sid: str, mid: str, text: str, role: str = "user", **extra: Any) -> None:
-    await c.call("session.appendMessage", {"sessionId": sid, "message": msg(mid, text, role=role, **extra)})
 
 
 async def ctx_ids(c: HostClient, sid: str) -> list[str]:

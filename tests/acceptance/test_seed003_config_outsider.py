@@ -16,22 +16,10 @@ from typing import Any
 
 import trio
 
-from runtime.client import HostClient, RpcError, open_client
-from tests.hostkit import HostProcess, client_for, inprocess_host, msg, start_host_process
+from runtime.client import HostClient, open_client
+from tests.acceptance.outsiderkit import code_of, real_host
+from tests.hostkit import HostProcess, client_for, inprocess_host, msg
 from tests.httpkit import FakeProvider, Reply
-
-
-@asynccontextmanager
-async def real_host(data_dir: Path, kind: str = "ui", client_id: str = "outsider",
-                    plugin_id: str | None = None) -> AsyncIterator[tuple[HostProcess, HostClient]]:
-    """A ``pi-host serve`` process on ``data_dir`` and a client of it; the caller kills or stops it."""
-    proc = start_host_process(data_dir)
-    try:
-        async with open_client(proc.url, proc.token, client_id=client_id, client_kind=kind,
-                               plugin_id=plugin_id) as c:
-            yield proc, c
-    finally:
-        proc.kill9()
 
 
 @asynccontextmanager
@@ -39,14 +27,6 @@ async def plugin_of(proc: HostProcess, plugin_id: str) -> AsyncIterator[HostClie
     async with open_client(proc.url, proc.token, client_id=f"{plugin_id}-rt", client_kind="plugin",
                            plugin_id=plugin_id) as c:
         yield c
-
-
-async def code_of(c: HostClient, method: str, params: dict[str, Any]) -> str | None:
-    try:
-        await c.call(method, params)
-    except RpcError as failed:
-        return failed.data_code
-    return None
 
 
 def sqlite_bytes(data: Path) -> bytes:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,24 +15,8 @@ from typing import Any
 import trio
 
 from runtime.client import ClientClosed, HostClient, RpcError, open_client
-from tests.hostkit import HostProcess, client_for, inprocess_host, msg, start_host_process
-
-
-@asynccontextmanager
-async def real_host(data_dir: Path, kind: str = "ui") -> AsyncIterator[tuple[HostProcess, HostClient]]:
-    """A ``pi-host serve`` process on ``data_dir`` and a client of it; killed (SIGKILL) on exit."""
-    proc = start_host_process(data_dir)
-    try:
-        async with open_client(proc.url, proc.token, client_id="outsider", client_kind=kind) as c:
-            yield proc, c
-    finally:
-        proc.kill9()
-
-
-async def say(c: HostClient, sid: str, mid: str, text: str, role: str = "user", **extra: Any) -> dict[str, Any]:
-    result: dict[str, Any] = await c.call("session.appendMessage",
-                                          {"sessionId": sid, "message": msg(mid, text, role=role, **extra)})
-    return result
+from tests.acceptance.outsiderkit import error_of, real_host, say
+from tests.hostkit import client_for, inprocess_host, msg, start_host_process
 
 
 async def hits(c: HostClient, query: str, **params: Any) -> set[str]:
@@ -66,14 +48,6 @@ async def sessions_of(c: HostClient, query: str, limit: int = 100, **params: Any
         cursor = page.get("nextCursor")
         if not cursor:
             return results, pages
-
-
-async def code_of(c: HostClient, method: str, params: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
-    try:
-        await c.call(method, params)
-    except RpcError as failed:
-        return failed.data_code, failed.data
-    return None, {}
 
 
 # ------------------------------------------------------------------------------------------ search (§4.8)
@@ -243,7 +217,7 @@ async def test_counts_title_project_thinking_tools_deleted_and_trashed_sessions(
             assert {s["messageId"] for s in found[body]["snippets"]} <= {"b1", "b2"}
             assert await hits(c, "zeta") == {"b1", "b2", "p1"}
             assert await hits(c, "zeta", scope="tools") == {"b5"}
-            code, _ = await code_of(c, "search.query", {"query": "zeta", "sessionId": deleted})
+            code, _ = await error_of(c, "search.query", {"query": "zeta", "sessionId": deleted})
             assert code == "SESSION_NOT_FOUND"
 
             await c.call("session.restoreMessage", {"sessionId": body, "messageId": "b7"})
@@ -456,7 +430,7 @@ async def test_revisions_file_is_only_appended_through_switches_retries_and_a_ki
             assert (view["messages"][0]["meta"]["revisionCount"], view["messages"][0]["meta"]["activeRevision"]) == (
                 2, 2)
             assert await hits(c, "teal") == {"a1b"} and await hits(c, "crimson") == set()
-            code, _ = await code_of(c, "session.activateRevision", {"sessionId": sid, "rootUserId": "u1",
+            code, _ = await error_of(c, "session.activateRevision", {"sessionId": sid, "rootUserId": "u1",
                                                                     "revisionIndex": 9})
             assert code in {"NOT_FOUND", "MESSAGE_NOT_FOUND"}
             assert grew(seen, sid) == seen
@@ -490,7 +464,7 @@ async def test_very_large_messages_are_read_in_bounded_windows_and_snippets(tmp_
             small = await c.call("session.get", {"sessionId": sid, "maxBytes": 4096})
             assert [m["id"] for m in small["messages"]] == ["s0", "s1", "s2"]
             assert small["hasMoreBefore"] is True and small["messageStart"] == 4
-            code, info = await code_of(c, "session.get", {"sessionId": sid, "maxBytes": 4096,
+            code, info = await error_of(c, "session.get", {"sessionId": sid, "maxBytes": 4096,
                                                           "messageBefore": small["messageStart"]})
             assert code == "PAYLOAD_TOO_LARGE" and BIG < info["needed"] <= 2 * BIG
             page = await c.call("session.get", {"sessionId": sid, "maxBytes": info["needed"],
@@ -514,7 +488,7 @@ async def test_very_large_messages_are_read_in_bounded_windows_and_snippets(tmp_
             assert found[sid]["messageMatches"] == 3 and pages[0]["totalMessageMatches"] == 3
             assert all(len(s["snippet"]) <= 300 for s in found[sid]["snippets"])
 
-            code, info = await code_of(c, "session.get", {"sessionId": sid, "full": True})
+            code, info = await error_of(c, "session.get", {"sessionId": sid, "full": True})
             assert code == "PAYLOAD_TOO_LARGE" and "messageEnd" in info["paging"]
             streamed: list[str] = []
             end = 0
@@ -635,7 +609,7 @@ async def test_context_navigation_resolves_ids_to_physical_positions_and_changes
             assert [m["id"] for m in full["messages"]] == [f"m{i}" for i in range(40)]
             assert all(not m.get("truncated") for m in full["messages"])
             await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "m10", "mode": "edit"})
-            code, _ = await code_of(c, "session.get", {"sessionId": sid, "messageAround": "m13"})
+            code, _ = await error_of(c, "session.get", {"sessionId": sid, "messageAround": "m13"})
             assert code == "MESSAGE_NOT_FOUND"
             assert await hits(c, "needle-here") == set()
 
@@ -888,16 +862,16 @@ async def test_query_bounds_whitespace_nul_and_cursors(tmp_path: Path) -> None:
             assert await hits(c, "漢" * 500) == {"long"}
             for method in ("search.query", "search.sessions"):
                 for bad in ("   ", "\t\n", "", "a\x00b", "漢" * 501):
-                    code, _ = await code_of(c, method, {"query": bad})
+                    code, _ = await error_of(c, method, {"query": bad})
                     assert code == "INVALID_PARAMS", (method, repr(bad[:5]))
             first = await c.call("search.query", {"query": "pager", "limit": 1})
             assert len(first["results"]) == 1 and first.get("nextCursor")
-            code, _ = await code_of(c, "search.query", {"query": "item", "limit": 1,
+            code, _ = await error_of(c, "search.query", {"query": "item", "limit": 1,
                                                         "cursor": first["nextCursor"]})
             assert code == "INVALID_CURSOR"
-            code, _ = await code_of(c, "search.sessions", {"query": "pager", "cursor": first["nextCursor"]})
+            code, _ = await error_of(c, "search.sessions", {"query": "pager", "cursor": first["nextCursor"]})
             assert code == "INVALID_CURSOR"
-            code, _ = await code_of(c, "search.query", {"query": "pager", "cursor": "garbage!!"})
+            code, _ = await error_of(c, "search.query", {"query": "pager", "cursor": "garbage!!"})
             assert code == "INVALID_CURSOR"
             seen = [h["messageId"] for h in first["results"]]
             cursor = first["nextCursor"]

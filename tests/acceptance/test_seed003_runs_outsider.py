@@ -19,6 +19,7 @@ from typing import Any
 import trio
 
 from runtime.client import HostClient, RpcError, open_client
+from tests.acceptance.outsiderkit import code_of, say
 from tests.hostkit import HostProcess, client_for, inprocess_host, msg, start_host_process
 
 
@@ -33,14 +34,6 @@ async def real_host(data_dir: Path) -> AsyncIterator[tuple[HostProcess, HostClie
             yield proc, agent, ui
     finally:
         proc.kill9()
-
-
-async def code_of(c: HostClient, method: str, params: dict[str, Any]) -> str | None:
-    try:
-        await c.call(method, params)
-    except RpcError as failed:
-        return failed.data_code
-    return None
 
 
 async def all_at_once(calls: list[tuple[HostClient, str, dict[str, Any]]]) -> list[dict[str, Any] | str | None]:
@@ -59,12 +52,6 @@ async def all_at_once(calls: list[tuple[HostClient, str, dict[str, Any]]]) -> li
     return out
 
 
-async def say(c: HostClient, sid: str, mid: str, text: str, role: str = "user", **extra: Any) -> dict[str, Any]:
-    result: dict[str, Any] = await c.call("session.appendMessage",
-                                          {"sessionId": sid, "message": msg(mid, text, role=role, **extra)})
-    return result
-
-
 async def turns_of(c: HostClient, sid: str) -> dict[str, dict[str, Any]]:
     return {t["id"]: t for t in (await c.call("session.listTurns", {"sessionId": sid}))["turns"]}
 
@@ -76,6 +63,14 @@ def submit(sid: str, ws: Path, call_id: str, turn_id: str, kind: str = "plan", *
     return {"sessionId": sid, "turnId": turn_id, "toolCallId": call_id, "kind": kind, "markdown": PLAN_MD,
             "title": "Split *the* tokenizer", "question": "Proceed — with `x`?", "workspaceRoot": str(ws), **extra}
 
+
+
+def _dirs(tmp_path: Path) -> tuple[Path, Path]:
+    """A data directory and a workspace folder, both made."""
+    data, ws = tmp_path / "data", tmp_path / "ws"
+    data.mkdir()
+    ws.mkdir()
+    return data, ws
 
 # ------------------------------------------------------------------------------------------- turns (§4.6, §11.3)
 
@@ -255,9 +250,7 @@ async def test_a_running_execution_is_interrupted_by_kill9_never_replayed_and_th
     running turn is aborted. ... no replay ... an already-approved queued/running interruption leaves it
     Agent" and stale responses are rejected. The running case (not only queued): the execution can be
     neither finished nor started again after the restart."""
-    data, ws = tmp_path / "data", tmp_path / "ws"
-    data.mkdir()
-    ws.mkdir()
+    data, ws = _dirs(tmp_path)
     with trio.fail_after(60):
         async with real_host(data) as (proc, agent, ui):
             sid = (await agent.call("session.create", {"projectPath": str(ws), "mode": "plan"}))["id"]
@@ -296,9 +289,7 @@ async def test_keyed_plan_submit_and_respond_retries_survive_kill9(tmp_path: Pat
     answers the stored response and writes no second file; the restart interrupted that pending row, so a
     new proposal opens a new pending row and a new file. An exact retry of a plans.respond answers the stored
     response after a restart too, while a fresh answer is stale (CONFLICT)."""
-    data, ws = tmp_path / "data", tmp_path / "ws"
-    data.mkdir()
-    ws.mkdir()
+    data, ws = _dirs(tmp_path)
     with trio.fail_after(60):
         async with real_host(data) as (proc, agent, ui):
             sid = (await agent.call("session.create", {"projectPath": str(ws), "mode": "plan"}))["id"]
@@ -376,9 +367,7 @@ async def test_a_deadline_passed_unanswered_closes_the_gate_for_the_next_proposa
 async def test_a_deadline_that_passes_while_the_host_is_down_leaves_nothing_to_answer(tmp_path: Path) -> None:
     """§4.6a/§11.18 with the deadline passing during the outage: after the restart nothing is pending, an
     answer is stale, the session is still in its contract mode and a new proposal opens a new row."""
-    data, ws = tmp_path / "data", tmp_path / "ws"
-    data.mkdir()
-    ws.mkdir()
+    data, ws = _dirs(tmp_path)
     with trio.fail_after(60):
         async with real_host(data) as (proc, agent, _ui):
             sid = (await agent.call("session.create", {"projectPath": str(ws), "mode": "goal"}))["id"]
@@ -602,6 +591,18 @@ async def _pair(c: HostClient) -> tuple[str, str]:
     return src, dst
 
 
+async def _begun(c: HostClient, content: str) -> tuple[str, str, str]:
+    """A lead and a reviewer session, a delivery (completion callback asked for) and the reviewer's turn
+    ``t1`` begun on it: ``(source, target, delivery id)``."""
+    src, dst = await _pair(c)
+    did = (await c.call("collab.deliver", {
+        "pluginId": "team", "sourceSessionId": src, "targetSessionId": dst, "kind": "task",
+        "content": content, "notifyOnCompletion": True, "idempotencyKey": "k1"}))["delivery"]["id"]
+    await c.call("session.startTurn", {"sessionId": dst, "turnId": "t1"})
+    await c.call("collab.begin", {"sessionId": dst, "deliveryId": did, "turnId": "t1"})
+    return src, dst, did
+
+
 async def test_a_delivery_outlives_its_deleted_sender_and_settles_without_failing(tmp_path: Path) -> None:
     """§4.6c: "source_session_id deliberately has no foreign key ... so a delivery record and its completion
     receipt outlive a deleted sender. Read projections therefore report such references with available:
@@ -635,12 +636,7 @@ async def test_completion_callback_is_bounded_at_most_once_and_never_calls_back(
     data.mkdir()
     with trio.fail_after(60):
         async with real_host(data) as (proc, agent, _ui):
-            src, dst = await _pair(agent)
-            did = (await agent.call("collab.deliver", {
-                "pluginId": "team", "sourceSessionId": src, "targetSessionId": dst, "kind": "task",
-                "content": "do it", "notifyOnCompletion": True, "idempotencyKey": "k1"}))["delivery"]["id"]
-            await agent.call("session.startTurn", {"sessionId": dst, "turnId": "t1"})
-            await agent.call("collab.begin", {"sessionId": dst, "deliveryId": did, "turnId": "t1"})
+            src, dst, did = await _begun(agent, "do it")
             settle = {"sessionId": dst, "deliveryId": did, "turnId": "t1", "status": "failed",
                       "error": "boom " * 2000, "submissionId": "settle-1"}
             first = await agent.call("collab.settle", settle)
@@ -739,12 +735,7 @@ async def test_a_running_delivery_is_interrupted_by_kill9_never_settled_late_nor
     data.mkdir()
     with trio.fail_after(60):
         async with real_host(data) as (proc, agent, _ui):
-            src, dst = await _pair(agent)
-            did = (await agent.call("collab.deliver", {
-                "pluginId": "team", "sourceSessionId": src, "targetSessionId": dst, "kind": "task",
-                "content": "long job", "notifyOnCompletion": True, "idempotencyKey": "k1"}))["delivery"]["id"]
-            await agent.call("session.startTurn", {"sessionId": dst, "turnId": "t1"})
-            await agent.call("collab.begin", {"sessionId": dst, "deliveryId": did, "turnId": "t1"})
+            src, dst, did = await _begun(agent, "long job")
             proc.kill9()
         async with real_host(data) as (proc, agent, _ui):
             got = await agent.call("collab.get", {"deliveryId": did})
@@ -808,12 +799,7 @@ async def test_a_completion_receipt_outlives_the_session_that_sent_it(tmp_path: 
     callback."""
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
-            src, dst = await _pair(c)
-            did = (await c.call("collab.deliver", {
-                "pluginId": "team", "sourceSessionId": src, "targetSessionId": dst, "kind": "task",
-                "content": "check it", "notifyOnCompletion": True, "idempotencyKey": "k1"}))["delivery"]["id"]
-            await c.call("session.startTurn", {"sessionId": dst, "turnId": "t1"})
-            await c.call("collab.begin", {"sessionId": dst, "deliveryId": did, "turnId": "t1"})
+            src, dst, did = await _begun(c, "check it")
             receipt = (await c.call("collab.settle", {"sessionId": dst, "deliveryId": did, "turnId": "t1",
                                                       "status": "completed", "result": "fine"}))["callback"]
             await c.call("session.delete", {"sessionId": dst})

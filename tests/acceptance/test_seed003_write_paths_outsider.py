@@ -13,25 +13,17 @@ from typing import Any
 import pytest
 import trio
 
-from runtime.client import ClientClosed, HostClient, RpcError, open_client
+from runtime.client import ClientClosed, HostClient, open_client
+from tests.acceptance.outsiderkit import code_of, say
+from tests.acceptance.outsiderkit import real_host as outsider_host
 from tests.hostkit import HostProcess, client_for, inprocess_host, msg, start_host_process
 
 
 @asynccontextmanager
 async def real_host(data_dir: Path) -> AsyncIterator[tuple[HostProcess, HostClient]]:
-    """A ``pi-host serve`` process on ``data_dir`` and a client of it; the caller kills or stops it."""
-    proc = start_host_process(data_dir)
-    try:
-        async with open_client(proc.url, proc.token, client_id="outsider", client_kind="agent") as c:
-            yield proc, c
-    finally:
-        proc.kill9()
-
-
-async def say(c: HostClient, sid: str, mid: str, text: str, role: str = "user", **extra: Any) -> dict[str, Any]:
-    result: dict[str, Any] = await c.call("session.appendMessage",
-                                          {"sessionId": sid, "message": msg(mid, text, role=role, **extra)})
-    return result
+    """The outsider host with an agent client."""
+    async with outsider_host(data_dir, kind="agent") as pair:
+        yield pair
 
 
 async def get(c: HostClient, sid: str) -> dict[str, Any]:
@@ -41,14 +33,6 @@ async def get(c: HostClient, sid: str) -> dict[str, Any]:
 
 async def ids(c: HostClient, sid: str) -> list[str]:
     return [m["id"] for m in (await get(c, sid))["messages"]]
-
-
-async def code_of(c: HostClient, method: str, params: dict[str, Any]) -> str | None:
-    try:
-        await c.call(method, params)
-    except RpcError as failed:
-        return failed.data_code
-    return None
 
 
 # ------------------------------------------------------------------------------- in-flight checkpoints (§5)

@@ -1,0 +1,49 @@
+"""What the outsider test files share (tests written from the seeds' text alone, black-box against real
+``pi-host serve`` processes): a host with one client, an append, and a call's error code."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from runtime.client import HostClient, RpcError, open_client
+from tests.hostkit import HostProcess, msg, start_host_process
+
+__all__ = ["code_of", "error_of", "real_host", "say"]
+
+
+@asynccontextmanager
+async def real_host(data_dir: Path, kind: str = "ui", client_id: str = "outsider",
+                    plugin_id: str | None = None) -> AsyncIterator[tuple[HostProcess, HostClient]]:
+    """A ``pi-host serve`` process on ``data_dir`` and a client of it; killed (SIGKILL) on exit, so the
+    caller's restart boots from whatever reached the disk."""
+    proc = start_host_process(data_dir)
+    try:
+        async with open_client(proc.url, proc.token, client_id=client_id, client_kind=kind,
+                               plugin_id=plugin_id) as c:
+            yield proc, c
+    finally:
+        proc.kill9()
+
+
+async def say(c: HostClient, sid: str, mid: str, text: str, role: str = "user", **extra: Any) -> dict[str, Any]:
+    """Append one message (``tests.hostkit.msg``); the append's result."""
+    result: dict[str, Any] = await c.call("session.appendMessage",
+                                          {"sessionId": sid, "message": msg(mid, text, role=role, **extra)})
+    return result
+
+
+async def error_of(c: HostClient, method: str, params: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """The call's error code and data (``(None, {})`` when it succeeds)."""
+    try:
+        await c.call(method, params)
+    except RpcError as failed:
+        return failed.data_code, failed.data
+    return None, {}
+
+
+async def code_of(c: HostClient, method: str, params: dict[str, Any]) -> str | None:
+    """The call's error code (None when it succeeds)."""
+    return (await error_of(c, method, params))[0]
