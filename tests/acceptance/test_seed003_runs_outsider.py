@@ -64,13 +64,13 @@ def submit(sid: str, ws: Path, call_id: str, turn_id: str, kind: str = "plan", *
             "title": "Split *the* tokenizer", "question": "Proceed — with `x`?", "workspaceRoot": str(ws), **extra}
 
 
-
 def _dirs(tmp_path: Path) -> tuple[Path, Path]:
     """A data directory and a workspace folder, both made."""
     data, ws = tmp_path / "data", tmp_path / "ws"
     data.mkdir()
     ws.mkdir()
     return data, ws
+
 
 # ------------------------------------------------------------------------------------------- turns (§4.6, §11.3)
 
