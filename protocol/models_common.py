@@ -216,6 +216,9 @@ TurnStatus = Literal["running", "completed", "aborted", "error"]
 TerminalTurnStatus = Literal["completed", "aborted", "error"]
 NotificationKind = Literal["task.completed", "task.failed"]
 ClientKind = Literal["ui", "agent", "cli", "test", "plugin"]
+HelloClientKind = Literal["ui", "agent", "sidecar", "cli", "test", "plugin"]
+"""What host.hello takes: ``sidecar`` is ARCHITECTURE.md's name for the agent sidecar, the same kind as
+``agent`` (the connection is an ``agent`` one from then on)."""
 ArtifactOp = Literal["write", "edit", "delete"]
 TruncateMode = Literal["regenerate", "edit", "retry"]
 Topic = Literal[

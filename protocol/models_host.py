@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from .models_common import (
     MAX_TOKEN_CHARS,
     ClientKind,
     Count,
+    HelloClientKind,
     Params,
     PluginId,
     Result,
@@ -26,13 +27,21 @@ class HelloParams(Params):
         description="Contents of <dataDir>/host.token."
     )
     client_id: WireId = Field(description="Stable per client install; keys command receipts.")
-    client_kind: ClientKind
+    client_kind: HelloClientKind = Field(
+        description="Who is calling. `sidecar` (ARCHITECTURE.md's name for the agent sidecar) is the same as "
+        "`agent`: the connection is an agent one."
+    )
     protocol: int = Field(ge=1, description="Protocol version the client speaks.")
     plugin_id: PluginId | None = Field(
         default=None,
         description="Required with clientKind plugin (and only then): the connection's reads and writes are "
         "scoped to what that plugin owns.",
     )
+
+    @field_validator("client_kind", mode="after")
+    @classmethod
+    def _one_name_per_kind(cls, kind: HelloClientKind) -> ClientKind:
+        return "agent" if kind == "sidecar" else kind
 
     @model_validator(mode="after")
     def _plugin_identity(self) -> HelloParams:

@@ -632,7 +632,7 @@ class GatewayStats(TypedDict):
 class HelloParams(TypedDict):
     token: str
     clientId: str
-    clientKind: Literal["ui", "agent", "cli", "test", "plugin"]
+    clientKind: Literal["ui", "agent", "sidecar", "cli", "test", "plugin"]
     protocol: int
     pluginId: NotRequired[str | None]
 

@@ -822,7 +822,8 @@ export interface HelloParams {
   token: string;
   /** Stable per client install; keys command receipts. */
   clientId: string;
-  clientKind: "ui" | "agent" | "cli" | "test" | "plugin";
+  /** Who is calling. `sidecar` (ARCHITECTURE.md's name for the agent sidecar) is the same as `agent`: the connection is an agent one. */
+  clientKind: "ui" | "agent" | "sidecar" | "cli" | "test" | "plugin";
   /** Protocol version the client speaks. */
   protocol: number;
   /** Required with clientKind plugin (and only then): the connection's reads and writes are scoped to what that plugin owns. */
