@@ -46,7 +46,8 @@ async def _http_get(port: int, path: str, host: str | None = None) -> tuple[int,
     """One plain HTTP/1.1 GET; status, headers (lower-case names) and body."""
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     async with stream:
-        head = f"GET {path} HTTP/1.1\r\nHost: {host or f'127.0.0.1:{port}'}\r\nConnection: close\r\n\r\n"
+        name = f"127.0.0.1:{port}" if host is None else host
+        head = f"GET {path} HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n"
         await stream.send_all(head.encode())
         data = b""
         while True:
@@ -562,3 +563,192 @@ async def test_a_second_signal_cuts_the_in_flight_wait_short(tmp_path: Path) -> 
     async with real_host(data) as (proc, c):
         assert (await c.call("host.status", {}))["bootId"] == c.hello["bootId"]
         assert proc.terminate() == 0
+
+
+# ------------------------------------------------------------------------------------- more of the same
+
+async def test_a_first_frame_that_is_a_batch_without_hello_is_unauthenticated_and_closed(tmp_path: Path) -> None:
+    """"The first request on a connection must be `host.hello` ...; anything else first gets
+    `UNAUTHENTICATED` and the connection closes" — also when that first frame is a batch (JSON-RPC allows
+    one "object (or batch array) per text frame"): nothing of it runs."""
+    data = tmp_path / "data"
+    async with real_host(data) as (proc, c):
+        with trio.fail_after(30):
+            async with connect(proc.url) as ws:
+                batch = [{"jsonrpc": "2.0", "id": 1, "method": "session.create", "params": {"sessionId": "sneak"}},
+                         {"jsonrpc": "2.0", "id": 2, "method": "host.hello",
+                          "params": {"token": proc.token, "clientId": "raw", "clientKind": "ui", "protocol": 1}}]
+                await ws.send_message(json.dumps(batch))
+                answer = orjson.loads(await ws.get_message())
+                errors = answer if isinstance(answer, list) else [answer]
+                assert any(e.get("error", {}).get("data", {}).get("code") == "UNAUTHENTICATED" for e in errors), answer
+                assert not any("result" in e and e.get("id") == 1 for e in errors), answer
+                with pytest.raises(Exception):  # noqa: B017 - the connection is closed, however the library says it
+                    for _ in range(3):
+                        await ws.get_message()
+            failed = await _code(c.call("session.get", {"sessionId": "sneak"}))
+            assert failed.data_code == "SESSION_NOT_FOUND"
+
+
+async def test_the_host_header_must_be_a_loopback_name_with_the_host_s_own_port(tmp_path: Path) -> None:
+    """"The handshake refuses ... a `Host` header that is not a loopback name (DNS rebinding)"; the
+    protocol page: "a `Host` header that is not a loopback name with its port"; RELIABILITY §5: "Host must
+    be one of `127.0.0.1:PORT`, `localhost:PORT` or `[::1]:PORT`" (CVE-2021-22884 bypassed an allow-list
+    via `localhost6`)."""
+    data = tmp_path / "data"
+    proc = start_host_process(data)
+    try:
+        with trio.fail_after(30):
+            port = _port(proc)
+            for name in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", f"LOCALHOST:{port}"):
+                assert (await _http_get(port, "/healthz", host=name))[0] == 200, name
+            for name in (f"localhost6:{port}", f"127.0.0.1:{port + 1 if port < 65535 else 1}", f"127.1:{port}",
+                         f"2130706433:{port}", f"localhost.evil.example:{port}", f"[::ffff:7f00:1]x:{port}", ""):
+                assert (await _http_get(port, "/healthz", host=name))[0] in (400, 403), name
+    finally:
+        assert proc.terminate() == 0
+
+
+async def test_same_key_for_two_sessions_at_once_runs_one_and_conflicts_the_other(tmp_path: Path) -> None:
+    """From seed 000 / Request pipeline: "Two requests with the same key that arrive at the same time — on
+    one connection or two, for one session or two — run once: the second waits for the first and gets its
+    response"; a different request under that key is `IDEMPOTENCY_CONFLICT` and "a completed receipt is
+    never overwritten"; "only a success is stored" (a failed try leaves no receipt)."""
+    data = tmp_path / "data"
+    async with real_host(data, client_id="same") as (proc, c):
+        with trio.fail_after(60):
+            async with open_client(proc.url, proc.token, client_id="same", client_kind="ui") as c2:
+                for sid in ("a", "b"):
+                    await c.call("session.create", {"sessionId": sid})
+                for round_ in range(5):
+                    key = f"k{round_}"
+                    got: dict[str, Any] = {}
+
+                    async def append(client: HostClient, sid: str, key: str = key, got: dict[str, Any] = got) -> None:
+                        try:
+                            got[sid] = await client.call("session.appendMessage", {
+                                "sessionId": sid, "message": msg(f"{sid}-{key}", f"to {sid}"), "submissionId": key})
+                        except RpcError as exc:
+                            got[sid] = exc
+
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(append, c, "a")
+                        nursery.start_soon(append, c2, "b")
+                    ok = [sid for sid, r in got.items() if not isinstance(r, RpcError)]
+                    conflicts = [r.data_code for r in got.values() if isinstance(r, RpcError)]
+                    assert len(ok) == 1 and conflicts == ["IDEMPOTENCY_CONFLICT"], got
+                    winner = ok[0]
+                    replay = await c2.call("session.appendMessage", {
+                        "sessionId": winner, "message": msg(f"{winner}-{key}", f"to {winner}"), "submissionId": key})
+                    assert replay == got[winner]
+                a = [m["id"] for m in (await c.call("session.get", {"sessionId": "a"}))["messages"]]
+                b = [m["id"] for m in (await c.call("session.get", {"sessionId": "b"}))["messages"]]
+                assert len(a) + len(b) == 5, (a, b)
+                late = {"sessionId": "later", "message": msg("l1", "first try fails"), "submissionId": "k-fail"}
+                assert (await _code(c.call("session.appendMessage", late))).data_code == "SESSION_NOT_FOUND"
+                await c.call("session.create", {"sessionId": "later"})
+                assert (await c.call("session.appendMessage", late))["message"]["id"] == "l1"
+
+
+async def test_a_single_signal_waits_for_a_stuck_request_only_up_to_the_deadline(tmp_path: Path) -> None:
+    """Shutdown: "in-flight requests finish within a deadline" (protocol/README: "for up to 10 seconds;
+    then the connections close with code 1001"). A refresh whose provider never answers does not keep the
+    host alive: it exits 0 soon after the deadline, the marker is written, host.json is gone, and the next
+    boot reports a clean shutdown."""
+    data = tmp_path / "data"
+    with trio.fail_after(60):
+        async with _stuck_refresh(data, delay=100) as (proc, _c, _server, outcome, done):
+            started = time.monotonic()
+            os.kill(proc.proc.pid, signal.SIGTERM)
+            code = await trio.to_thread.run_sync(proc.reap, 40)
+            took = time.monotonic() - started
+            assert code == 0
+            assert 8.0 <= took <= 25.0, f"the host exited {took:.1f} s after SIGTERM"
+            with trio.fail_after(5):
+                await done.wait()
+            assert isinstance(outcome.get("error"), (ClientClosed, RpcError)), outcome
+            if isinstance(outcome["error"], ClientClosed):
+                assert outcome["error"].code == 1001, outcome
+    assert not (data / "host.json").exists(), "a stopped host left host.json behind"
+    async with real_host(data) as (proc, c):
+        assert (await c.call("host.status", {}))["boot"]["cleanShutdown"] is True
+
+
+def _damage_index(db: Path, damage: str) -> None:
+    """Delete the index (with its WAL), or overwrite its header with garbage (and drop the WAL)."""
+    if damage == "garbage":
+        with db.open("r+b") as f:
+            f.write(b"this is not a database file at all" * 4)
+    for suffix in ("", "-wal", "-shm") if damage == "deleted" else ("-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("damage", ["deleted", "garbage"])
+async def test_a_lost_or_corrupt_index_is_rebuilt_from_the_files_with_the_receipts_they_carry(
+        tmp_path: Path, damage: str) -> None:
+    """Durability: "A corrupt or missing `pi.sqlite` is quarantined and rebuilt from the files"; "an
+    append's command receipt rides in its line's `meta` ... and boot rebuilds receipt rows from lines";
+    Receipts ride with their effect: "in the new header, in the rewritten file's header". After the index
+    is gone, retries of a keyed create, append and truncate answer what they answered and do nothing
+    again; search and the session list come back."""
+    data = tmp_path / "data"
+    async with real_host(data, client_id="rb") as (proc, c):
+        created = await c.call("session.create", {"title": "kept", "submissionId": "k-c"})
+        sid = created["id"]
+        appended = []
+        for i in range(4):
+            appended.append(await c.call("session.appendMessage", {
+                "sessionId": sid, "message": msg(f"m{i}", f"wombat{i} words"), "submissionId": f"k-a{i}"}))
+        truncated = await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "m3", "submissionId": "k-t"})
+        proc.kill9()
+    db = data / "pi.sqlite"
+    _damage_index(db, damage)
+    with trio.fail_after(60):
+        async with real_host(data, client_id="rb") as (proc, c):
+            # (the summary a rebuilt create receipt answers is the session as it is now — messageCount and
+            # updatedAt of the later appends — not the one first answered: store/receipts.py rebuilds it "from
+            # the state the file left behind"; the identity of what was created is the same)
+            again_created = await c.call("session.create", {"title": "kept", "submissionId": "k-c"})
+            assert {k: again_created[k] for k in ("id", "title", "createdAt")} == \
+                {k: created[k] for k in ("id", "title", "createdAt")}
+            for i in range(3):
+                again = await c.call("session.appendMessage", {
+                    "sessionId": sid, "message": msg(f"m{i}", f"wombat{i} words"), "submissionId": f"k-a{i}"})
+                assert again == appended[i], (i, again, appended[i])
+            assert await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "m3",
+                                                         "submissionId": "k-t"}) == truncated
+            conflict = await _code(c.call("session.appendMessage", {
+                "sessionId": sid, "message": msg("other", "x"), "submissionId": "k-a0"}))
+            assert conflict.data_code == "IDEMPOTENCY_CONFLICT"
+            assert [m["id"] for m in (await c.call("session.get", {"sessionId": sid}))["messages"]] == \
+                ["m0", "m1", "m2"]
+            assert [s["id"] for s in (await c.call("session.list", {}))["sessions"]] == [sid]
+            hits = (await c.call("search.query", {"query": "wombat1"}))["results"]
+            assert [(h["sessionId"], h["messageId"]) for h in hits] == [(sid, "m1")]
+            assert not (await c.call("search.query", {"query": "wombat3"}))["results"]
+    if damage == "garbage":
+        assert [p for p in data.rglob("*") if "pi.sqlite" in p.name and p != db and "corrupt" in str(p).lower()
+                or "quarantine" in str(p).lower()], "the corrupt index was not kept aside"
+
+
+async def test_db_only_writes_survive_a_sigkill_right_after_their_answer(tmp_path: Path) -> None:
+    """Read barriers: "DB-only state (queue, approvals, receipts of DB-only methods, settings) is never
+    deferred: its commit precedes its reply". SIGKILL right after the answers: the setting, the queue
+    entry and the settings receipt are there after the restart."""
+    data = tmp_path / "data"
+    async with real_host(data, client_id="db") as (proc, c):
+        sid = (await c.call("session.create", {}))["id"]
+        setting = await c.call("settings.set", {"ns": "ui", "key": "pane", "value": {"w": 3}, "submissionId": "k-s"})
+        pushed = await c.call("session.queuePush", {"sessionId": sid, "principal": "user", "content": "later",
+                                                    "permissionMode": "ask", "submissionId": "k-q"})
+        proc.kill9()
+    async with real_host(data, client_id="db") as (proc, c):
+        assert (await c.call("settings.get", {"ns": "ui", "key": "pane"}))["value"] == {"w": 3}
+        entries = (await c.call("session.queueList", {"sessionId": sid}))["entries"]
+        assert [e["content"] for e in entries] == ["later"]
+        assert await c.call("settings.set", {"ns": "ui", "key": "pane", "value": {"w": 3},
+                                             "submissionId": "k-s"}) == setting
+        assert await c.call("session.queuePush", {"sessionId": sid, "principal": "user", "content": "later",
+                                                  "permissionMode": "ask", "submissionId": "k-q"}) == pushed
+        assert len((await c.call("session.queueList", {"sessionId": sid}))["entries"]) == 1
+
