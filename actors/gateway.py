@@ -80,6 +80,7 @@ class Gateway:
         self._authenticated: set[int] = set()
         self._port: int | None = None
         self._closing = False
+        self._none_left: trio.Event | None = None  # set when the last connection ended (``wait_closed``)
 
     @property
     def port(self) -> int | None:
@@ -210,6 +211,8 @@ class Gateway:
             self._connections.pop(connection_id, None)
             self._unauthenticated.pop(connection_id, None)
             self._authenticated.discard(connection_id)
+            if not self._connections and self._none_left is not None:
+                self._none_left.set()
 
     def _make_room_unauthenticated(self) -> bool:
         """Admission before ``host.hello``: its own small cap, separate from authenticated connections.
@@ -245,6 +248,18 @@ class Gateway:
         """Close every open connection once what is queued for it was sent."""
         for conn in list(self._connections.values()):
             conn.close_after_queued(code, reason)
+
+    async def wait_closed(self) -> None:
+        """After :meth:`close_connections`: wait until every connection has ended, each within its
+        ``close_timeout`` (the close frame and the peer's reply), at most that long in all.
+
+        The host waits here before it cancels the gateway: a cancel would end each connection's
+        WebSocket reader task first, and a close handshake without its reader waits out the whole
+        ``close_timeout`` for a reply nobody reads (every open connection made a stop take 5 s more)."""
+        with trio.move_on_after(self._config.close_timeout):
+            while self._connections:
+                self._none_left = trio.Event()
+                await self._none_left.wait()
 
     def connection(self, connection_id: int) -> GatewayConnection | None:
         return self._connections.get(connection_id)

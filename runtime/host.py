@@ -385,6 +385,7 @@ async def _shut_down(config: HostConfig, shutdown: Shutdown, gateway: Gateway, p
     if pipeline.in_flight:
         log.warning("shutdown: %d request(s) still in flight after the deadline", pipeline.in_flight)
     gateway.close_connections(CLOSE_GOING_AWAY, "the host is shutting down")
+    await gateway.wait_closed()  # before the actors go and the gateway is cancelled (bounded: close_timeout)
     grace = 0.0 if shutdown.hurried.is_set() else config.shutdown_grace
     states: collections.Counter[str] = collections.Counter()
     with trio.move_on_after(2 * grace + 5):

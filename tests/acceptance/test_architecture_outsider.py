@@ -752,3 +752,28 @@ async def test_db_only_writes_survive_a_sigkill_right_after_their_answer(tmp_pat
                                                   "permissionMode": "ask", "submissionId": "k-q"}) == pushed
         assert len((await c.call("session.queueList", {"sessionId": sid}))["entries"]) == 1
 
+
+async def test_a_stop_with_an_idle_client_connected_does_not_wait(tmp_path: Path) -> None:
+    """Shutdown: the waits are for requests in flight ("in-flight requests finish within a deadline"); with
+    none in flight, SIGTERM stops the host at once, and the open connection is closed with 1001 ("going
+    away", protocol/README) while the host is still there to finish the close handshake. Before, a stop
+    with a client connected took the whole 5 s close timeout more (the gateway was cancelled with the
+    close handshake under way, and nobody read the client's reply)."""
+    data = tmp_path / "data"
+    proc = start_host_process(data)
+    try:
+        with trio.fail_after(60):
+            async with open_client(proc.url, proc.token, client_id="ui", client_kind="ui") as ui:
+                await ui.call("session.create", {"sessionId": "idle"})
+                started = time.monotonic()
+                os.kill(proc.proc.pid, signal.SIGTERM)
+                code = await trio.to_thread.run_sync(proc.reap, 30)
+                took = time.monotonic() - started
+                assert code == 0
+                assert took < 3.0, f"the host took {took:.1f} s to stop with an idle client connected"
+                with pytest.raises(ClientClosed) as closed:
+                    await ui.call("host.status", {})
+                assert closed.value.code == 1001, closed.value
+    finally:
+        proc.kill9()
+    assert (data / "clean-shutdown").exists()
