@@ -777,3 +777,88 @@ async def test_a_stop_with_an_idle_client_connected_does_not_wait(tmp_path: Path
     finally:
         proc.kill9()
     assert (data / "clean-shutdown").exists()
+
+
+def _count_in(report: Any, name: str) -> int:
+    """The sum of every ``name`` count anywhere in a JSON report."""
+    if isinstance(report, dict):
+        own = report.get(name)
+        return (own if isinstance(own, int) and not isinstance(own, bool) else 0) + \
+            sum(_count_in(v, name) for k, v in report.items() if k != name)
+    if isinstance(report, list):
+        return sum(_count_in(v, name) for v in report)
+    return 0
+
+
+async def test_lines_start_with_type_and_a_bad_middle_line_is_counted_kept_and_skipped(tmp_path: Path) -> None:
+    """Durability: "Lines are written with `type` as their first key"; "Readers skip a torn trailing line
+    and unknown line kinds, and dedupe message ids keep-last; a bad line in the middle is counted and
+    reported, never silently dropped". With the host down, a garbage line goes in the middle and a later
+    copy of a message (same id, other text) at the end: the read shows each id once with the later text,
+    the boot report counts the bad line, and the file still holds it after the next append."""
+    data = tmp_path / "data"
+    async with real_host(data) as (proc, c):
+        sid = (await c.call("session.create", {"title": "lines"}))["id"]
+        for i in range(3):
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"m{i}", f"text {i}")})
+        await c.call("session.rename", {"sessionId": sid, "title": "renamed"})
+        await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "m2"})
+        proc.kill9()
+    path = data / "sessions" / f"{sid}.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    for line in lines:
+        assert next(iter(json.loads(line))) == "type", line
+    m1 = next(json.loads(line) for line in lines if json.loads(line).get("id") == "m1")
+    later = json.dumps({**m1, "blocks": [{"type": "text", "text": "text 1, the later copy"}]}).encode() + b"\n"
+    garbage = b'{"type":"message","id":"broken", this is not json\n'
+    path.write_bytes(b"".join(lines[:2]) + garbage + b"".join(lines[2:]) + later)
+    async with real_host(data) as (proc, c):
+        boot = (await c.call("host.status", {}))["boot"]
+        assert _count_in(boot, "badLines") >= 1, boot
+        view = await c.call("session.get", {"sessionId": sid})
+        ids = [m["id"] for m in view["messages"]]
+        assert ids.count("m1") == 1 and "broken" not in ids, ids
+        assert next(m for m in view["messages"] if m["id"] == "m1")["blocks"][0]["text"] == "text 1, the later copy"
+        await c.call("session.appendMessage", {"sessionId": sid, "message": msg("m3", "after the damage")})
+        assert "m3" in [m["id"] for m in (await c.call("session.get", {"sessionId": sid}))["messages"]]
+        proc.kill9()
+    assert garbage in path.read_bytes(), "the bad line was dropped from the file"
+
+
+async def test_behind_a_slow_write_the_reader_goes_on_and_a_concurrent_duplicate_waits_for_it(tmp_path: Path) -> None:
+    """Request pipeline 2-3: a later request "takes effect after every earlier mutating request of that
+    connection ... The reader keeps reading frames meanwhile"; "a concurrent duplicate waits for the first
+    and gets its response". A refresh held open by its provider: on its connection `events.subscribe` and
+    a malformed request are answered at once while a read waits behind it; the same key from another
+    connection of that clientId waits too, and gets the first one's answer: the provider was asked once."""
+    data = tmp_path / "data"
+    with trio.fail_after(60):
+        async with _stuck_refresh(data, delay=60) as (proc, c, server, outcome, done), \
+                open_client(proc.url, proc.token, client_id="slow", client_kind="ui") as twin, \
+                trio.open_nursery() as nursery:
+            answers: dict[str, Any] = {}
+
+            async def keep(name: str, client: HostClient, method: str, params: dict[str, Any]) -> None:
+                try:
+                    answers[name] = await client.call(method, params)
+                except RpcError as exc:
+                    answers[name] = exc
+
+            nursery.start_soon(keep, "read", c, "settings.get", {"ns": "ui", "key": "x"})
+            nursery.start_soon(keep, "dup", twin, "models.refresh",
+                               {"providerId": "local", "timeoutMs": 120000, "submissionId": "r-1"})
+            with trio.fail_after(5):
+                assert (await c.call("events.subscribe", {"topics": ["session.created"]}))["subscriptionId"]
+                bad = await _code(c.call("session.get", {"sessionId": "../etc"}))
+                assert bad.data_code in ("INVALID_PARAMS", "INVALID_ID"), bad
+            await trio.sleep(0.5)
+            assert "read" not in answers and "dup" not in answers and not done.is_set(), (answers, outcome)
+            server._release.set()
+            await done.wait()
+            with trio.fail_after(10):
+                while len(answers) < 2:  # noqa: ASYNC110 - tasks of this nursery, polled
+                    await trio.sleep(0.02)
+            assert "result" in outcome, outcome
+            assert answers["dup"] == outcome["result"], (answers["dup"], outcome)
+            assert not isinstance(answers["read"], RpcError), answers["read"]
+            assert len(server.requests) == 1, server.requests
