@@ -862,3 +862,33 @@ async def test_behind_a_slow_write_the_reader_goes_on_and_a_concurrent_duplicate
             assert answers["dup"] == outcome["result"], (answers["dup"], outcome)
             assert not isinstance(answers["read"], RpcError), answers["read"]
             assert len(server.requests) == 1, server.requests
+
+
+async def test_a_plugin_s_receipts_are_its_own_even_under_a_shared_client_id(tmp_path: Path) -> None:
+    """From seed 000: a receipt is keyed by "the connection's `clientId` (from `host.hello`)"; protocol/README
+    §4: "a plugin connection's `clientId` counts within its `pluginId`: two plugins, or a plugin and a UI,
+    sharing a `clientId` never share receipts". Each gets its own effect and answer under one key, also
+    after a SIGKILL and restart (the replay then comes from each one's own receipt)."""
+    data = tmp_path / "data"
+    key = "shared-key"
+
+    async def each(proc: HostProcess) -> dict[str, Any]:
+        answers: dict[str, Any] = {}
+        for who, plugin_id, ns in (("ui", None, "ui"), ("p1", "acme.one", "plugin:acme.one"),
+                                   ("p2", "acme.two", "plugin:acme.two")):
+            kind = "plugin" if plugin_id else "ui"
+            async with open_client(proc.url, proc.token, client_id="same", client_kind=kind,
+                                   plugin_id=plugin_id) as c:
+                answers[who] = await c.call("settings.set", {"ns": ns, "key": "k", "value": who, "submissionId": key})
+                other = await _code(c.call("settings.set", {"ns": ns, "key": "k", "value": "changed",
+                                                            "submissionId": key}))
+                assert other.data_code == "IDEMPOTENCY_CONFLICT", (who, other)
+                assert (await c.call("settings.get", {"ns": ns, "key": "k"}))["value"] == who
+        return answers
+
+    with trio.fail_after(60):
+        async with real_host(data) as (proc, _c):
+            first = await each(proc)
+            proc.kill9()
+        async with real_host(data) as (proc, _c):
+            assert await each(proc) == first
