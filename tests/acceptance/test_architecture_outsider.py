@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import stat
 import time
 from collections.abc import AsyncIterator
@@ -61,6 +62,19 @@ async def _http_get(port: int, path: str, host: str | None = None) -> tuple[int,
     return int(lines[0].split(" ")[1]), headers, body
 
 
+def _non_loopback_address() -> str | None:
+    """An IPv4 address of this machine that is not loopback (the one a default route would use), if any."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("10.255.255.255", 1))  # no packet is sent: this only picks a source address
+        address = str(probe.getsockname()[0])
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
 async def _code(call: Any) -> RpcError:
     with pytest.raises(RpcError) as failed:
         await call
@@ -91,6 +105,12 @@ async def test_first_start_writes_host_json_atomically_and_a_0600_token_kept_acr
         assert not [p.name for p in data.iterdir() if p.name.startswith("host.json") and p.name != "host.json"]
         async with open_client(proc.url, raw.strip(), client_id="first", client_kind="ui") as c:
             assert (await c.call("host.status", {}))["bootId"] == c.hello["bootId"]
+        outside = _non_loopback_address()
+        if outside is not None:  # loopback only: the port is closed on the machine's other addresses
+            with pytest.raises(OSError):
+                with trio.fail_after(5):
+                    stream = await trio.open_tcp_stream(outside, _port(proc))
+                    await stream.aclose()
     finally:
         assert proc.terminate() == 0
     again = start_host_process(data)
