@@ -912,3 +912,42 @@ async def test_a_plugin_s_receipts_are_its_own_even_under_a_shared_client_id(tmp
             proc.kill9()
         async with real_host(data) as (proc, _c):
             assert await each(proc) == first
+
+
+@pytest.mark.parametrize("point", ["append.before_write", "append.after_write", "append.after_fsync"])
+async def test_an_unexpected_failure_mid_append_is_a_clear_error_and_the_keyed_retry_lands_once(
+        tmp_path: Path, point: str) -> None:
+    """Process and actors: "An actor that dies fails every pending `ask` with an error the gateway maps to
+    a retriable JSON-RPC error; nothing is silently dropped"; Request pipeline 4: "a failed mutation marks
+    its session actor for rebuild from the transcript". An unexpected exception at a step of an append:
+    the client gets an error (never a hang, never a success), the same key then lands exactly once and
+    reads, search and a restart agree."""
+    data = tmp_path / "data"
+    proc = start_host_process(data, env={"RT_CRASHPOINT": f"{point}:1:raise"})
+    try:
+        with trio.fail_after(60):
+            async with open_client(proc.url, proc.token, client_id="ux", client_kind="ui") as c:
+                sid = (await c.call("session.create", {}))["id"]
+                params = {"sessionId": sid, "message": msg("m1", "okapi words"), "submissionId": "k-1"}
+                first: Any
+                try:
+                    first = await c.call("session.appendMessage", params)
+                except RpcError as exc:
+                    first = exc
+                retried = await c.call("session.appendMessage", params)
+                if not isinstance(first, RpcError):
+                    assert retried == first  # the line was durable: the failure after it may answer from it
+                assert await c.call("session.appendMessage", params) == retried
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg("m2", "next one")})
+                view = await c.call("session.get", {"sessionId": sid})
+                assert [m["id"] for m in view["messages"]] == ["m1", "m2"]
+                hits = (await c.call("search.query", {"query": "okapi"}))["results"]
+                assert [h["messageId"] for h in hits] == ["m1"]
+            assert proc.terminate() == 0
+        lines = (data / "sessions" / f"{sid}.jsonl").read_text().splitlines()
+        assert sum('"m1"' in line for line in lines) == 1, lines
+        async with real_host(data, client_id="ux") as (again, c):
+            assert await c.call("session.appendMessage", params) == retried
+            assert [m["id"] for m in (await c.call("session.get", {"sessionId": sid}))["messages"]] == ["m1", "m2"]
+    finally:
+        proc.kill9()
