@@ -22,7 +22,7 @@ import pytest
 import trio
 
 from runtime.client import ClientClosed, HostClient, RpcError, open_client
-from tests.gateway.conftest import connect
+from tests.gateway.conftest import connect, raw_upgrade
 from tests.hostkit import HostProcess, msg, start_host_process
 from tests.httpkit import FakeProvider, Reply
 
@@ -951,3 +951,25 @@ async def test_an_unexpected_failure_mid_append_is_a_clear_error_and_the_keyed_r
             assert [m["id"] for m in (await c.call("session.get", {"sessionId": sid}))["messages"]] == ["m1", "m2"]
     finally:
         proc.kill9()
+
+
+async def test_the_origin_allow_list_is_exact_and_never_lets_null_or_an_ip_literal_in(tmp_path: Path) -> None:
+    """"The handshake refuses a browser `Origin` not on the allow-list (config)"; protocol/README: "exact
+    match; `null` and other IP-literal origins are always refused" (even when put on the list), and the
+    host's own inspector origin is accepted; RELIABILITY §5 (CVE-2025-30360: IP-address origins allowed)."""
+    data = tmp_path / "data"
+    proc = start_host_process(data, "--allow-origin", "https://app.example", "--allow-origin", "http://10.0.0.5:3000",
+                              "--allow-origin", "null")
+    try:
+        with trio.fail_after(30):
+            port = _port(proc)
+            own = f"127.0.0.1:{port}"
+            for origin, status in (("https://app.example", 101), (f"http://127.0.0.1:{port}", 101),
+                                   ("https://app.example.evil.example", 403), ("https://APP.example.", 403),
+                                   ("http://app.example", 403), ("http://10.0.0.5:3000", 403), ("null", 403),
+                                   ("https://evil.example", 403)):
+                got = await raw_upgrade(port, {"Host": own, "Origin": origin})
+                assert got == status, (origin, got)
+            assert await raw_upgrade(port, {"Host": own}) == 101  # no Origin: not a browser
+    finally:
+        assert proc.terminate() == 0
