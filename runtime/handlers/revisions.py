@@ -206,16 +206,22 @@ async def archive(ctx: SessionContext, items: Sequence[Archive],
 
 
 def dropped_live_branches(
-    ctx: SessionContext, old: Sequence[Mapping[str, Any]], new_ids: set[str], handled: set[tuple[str, int]],
-    turns: Mapping[str, str],
+    ctx: SessionContext, old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]],
+    handled: set[tuple[str, int]], turns: Mapping[str, str],
 ) -> list[Archive]:
-    """archive_dropped_live_branches: every referenced live branch whose root the rewrite deletes."""
+    """archive_dropped_live_branches: every referenced live branch the rewrite takes out of the live
+    position its ``revision_live`` reference names: its root deleted, or kept without the stamp that
+    marks it that variant (a ``replaceMessages`` sending the root without its pager meta), which would
+    leave the reference naming a branch that is no longer live."""
     out: list[Archive] = []
     for root, idx in sorted(_live_refs(ctx)):
         if (root, idx) in handled:
             continue
         pos = find_root(old, root)
-        if pos is None or old[pos]["id"] in new_ids:
+        if pos is None:
+            continue
+        npos = find_root(new, root)
+        if npos is not None and new[npos]["id"] == old[pos]["id"] and stamp_of(new[npos]).active == idx:
             continue
         branch = [dict(m) for m in old[pos:]]
         out.append((root, idx, branch, {k: v for k, v in turns.items() if any(m["id"] == k for m in branch)}))
@@ -438,7 +444,7 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
         merged[rec["id"]] = rec  # keep-last content at first position (the reader rule)
     new_msgs = list(merged.values())
     await _check_foreign_ids(ctx, [msg["id"] for msg in restored])
-    archives += dropped_live_branches(ctx, live.messages, set(merged), {(family, live_idx)}, turns)
+    archives += dropped_live_branches(ctx, live.messages, new_msgs, {(family, live_idx)}, turns)
     plan = plan_for(live, new_msgs, shown=hidden & ({msg["id"] for msg in restored} | {
         str(c["id"]) for c in target.compactions}), restored=target.compactions, hide=target.deleted)
 
@@ -513,7 +519,7 @@ async def truncate_from(ctx: SessionContext, p: m.TruncateFromParams, key: Recei
             if rpos < pos:  # the root stays: its pager now counts the variant about to be generated
                 after = known | {idx}
                 new_msgs[rpos] = with_stamp(root, count=len(after) + 1, active=max(after) + 1, root=family)
-    archives += dropped_live_branches(ctx, old, {msg["id"] for msg in new_msgs}, handled, turns)
+    archives += dropped_live_branches(ctx, old, new_msgs, handled, turns)
     plan = plan_for(live, new_msgs)
     removed = len(old) - pos
     # The in-flight checkpoint belongs to the reply being cut; drop it before the rewrite so the
@@ -563,7 +569,7 @@ async def replace_messages(ctx: SessionContext, p: m.ReplaceMessagesParams, key:
     for rec in recs:
         dumps_line(rec)  # an unencodable message fails here, before anything changed
     turns = await ctx.read(turn_map, ctx.sid)
-    archives = dropped_live_branches(ctx, live.messages, set(ids), set(), turns)
+    archives = dropped_live_branches(ctx, live.messages, recs, set(), turns)
     plan = plan_for(live, recs)
     sid = ctx.sid
 

@@ -330,3 +330,22 @@ async def test_a_rewrite_carries_a_newer_versions_lines_after_the_message_they_f
             assert [m["id"] for m in got["messages"]] == ["u2", "u1", "a1"]
             await index_caught_up(host)
             assert_index_matches_file(tmp_path, sid)
+
+
+async def test_replace_keeping_a_saved_root_without_its_stamp_archives_the_reference(tmp_path):
+    """A replaceMessages that keeps a saved root but sends it without its pager meta takes the branch out
+    of the live variant its ``revision_live`` reference names: the branch is archived in full first, so
+    the reference is never stranded (activating it later restores it, never CORRUPT_DATA)."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": [
+                msg("u1", "q u1 "), msg("a2", "another reply", role="assistant")]})
+            assert revision_kinds(tmp_path, sid) == {("u1", 1): False}
+            r = await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 1})
+            assert {(x["revisionIndex"], x["isActive"]) for x in r["revisions"]} == {(1, True), (2, False)}
+            assert ids(await full(c, sid)) == ["u1", "a1"]
+            await index_caught_up(host)
+            assert_index_matches_file(tmp_path, sid)
