@@ -575,16 +575,21 @@ def rows_from_file(
 def restore_rows(
     conn: Any, session_id: str, rf: RevisionFile, live_messages: Sequence[Mapping[str, Any]], now_ms: int
 ) -> int:
-    """Insert rows the index lost (a crash or a rebuilt database); existing rows are kept."""
-    added = 0
+    """Insert rows the index lost (a crash or a rebuilt database) and give every row the count the file's
+    newest line says (a crash after a branch was archived in full, before the rewrite's transaction, left
+    the row with the count of the reference it replaced); ``is_active`` and ``created_at`` are kept. The
+    number of rows inserted or changed."""
+    changed = 0
     for root, idx, count, created in rows_from_file(rf, live_messages):
         cur = conn.execute(
-            "INSERT OR IGNORE INTO message_revisions(id, session_id, root_user_id, revision_index, is_active, "
-            "message_count, created_at) VALUES (?,?,?,?,0,?,?)",
+            "INSERT INTO message_revisions(id, session_id, root_user_id, revision_index, is_active, "
+            "message_count, created_at) VALUES (?,?,?,?,0,?,?) "
+            "ON CONFLICT(session_id, root_user_id, revision_index) DO UPDATE SET "
+            "message_count = excluded.message_count WHERE message_count != excluded.message_count",
             (row_id(session_id, root, idx), session_id, root, idx, count, created or now_ms),
         )
-        added += cur.rowcount
-    return added
+        changed += cur.rowcount
+    return changed
 
 
 __all__ = [

@@ -144,3 +144,36 @@ async def test_a_switch_from_an_unsaved_branch_retried_after_a_kill_archives_it_
             assert ids(await full(c, SID)) == ["u1", "a1", "u2e", "a2e"]
     stored = read_revisions(revisions_path(tmp_path, SID))
     assert sorted(stored.entries) == [("u2", 1), ("u2", 2)]
+
+
+async def test_a_saved_branch_archived_before_a_kill_lists_the_count_its_line_says(tmp_path):
+    """A saved live branch (``revision_live``, counted when saved) that grew, then a rewrite that drops its
+    root: the branch is archived in full (its grown count) before the transcript rewrite. Killed between
+    the two, the reboot kept the row's old count: listRevisions disagreed with the file and with an index
+    rebuilt from it. The rows take the count the newest line says. (The first write of the revisions
+    file is the saveActiveRevision's reference, the second the archive.)"""
+    proc = start_host_process(tmp_path, env={"RT_CRASHPOINT": "revisions.after_write:2:kill"})
+    try:
+        with trio.fail_after(30):
+            with pytest.raises(ClientClosed):
+                async with open_client(proc.url, proc.token, client_id="crash") as c:
+                    await c.call("session.create", {"sessionId": SID})
+                    for mid, role in (("u1", "user"), ("a1", "assistant")):
+                        await c.call("session.appendMessage", {"sessionId": SID, "message": msg(
+                            mid, f"text {mid}", role=role)})
+                    await c.call("session.saveActiveRevision", {"sessionId": SID, "rootUserId": "u1"})
+                    for mid, role in (("u2", "user"), ("a2", "assistant")):
+                        await c.call("session.appendMessage", {"sessionId": SID, "message": msg(
+                            mid, f"text {mid}", role=role)})
+                    await c.call("session.truncateFrom", {"sessionId": SID, "messageId": "u1", "mode": "edit"})
+        assert proc.reap(30) == -signal.SIGKILL
+    finally:
+        proc.kill9()
+        proc.proc.communicate()
+    stored = read_revisions(revisions_path(tmp_path, SID)).entries
+    assert not stored[("u1", 1)].live and len(stored[("u1", 1)].messages) == 4
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            assert ids(await full(c, SID)) == ["u1", "a1", "u2", "a2"]  # the rewrite never happened
+            revs = (await c.call("session.listRevisions", {"sessionId": SID}))["revisions"]
+            assert [(r["revisionIndex"], r["isActive"], r["messageCount"]) for r in revs] == [(1, True, 4)]
