@@ -31,7 +31,7 @@ import pytest
 import trio
 
 from runtime.client import ClientClosed, HostClient, RpcError, open_client
-from store.revisions import read_revisions
+from store.revisions import family_of, read_revisions, stamp_of
 from tests.hostkit import HostProcess, msg, start_host_process
 from tests.revisions.helpers import (
     assert_index_matches_file,
@@ -343,7 +343,13 @@ async def check_live(w: World, host: HostProcess, root: Path) -> None:
             if trashed:
                 await c.call("sessions.restore", {"sessionId": sid})
             got = await c.call("session.get", {"sessionId": sid, "full": True})
-            assert [m["id"] for m in got["messages"]] == file_message_ids(root, sid), sid
+            in_file = file_message_ids(root, sid)
+            assert [m["id"] for m in got["messages"]] == in_file, sid
+            assert got["totalMessages"] == got["session"]["messageCount"] == len(in_file), sid
+            listed_in = {s["id"]: s for s in (await c.call("session.list", {"limit": 500}))["sessions"]}
+            assert listed_in[sid]["messageCount"] == len(in_file), sid
+            await c.call("session.tree", {"sessionId": sid})
+            await c.call("session.context", {"sessionId": sid})
             for m in got["messages"]:
                 token = w.tokens.get((sid, m["id"]))
                 if token is None or m.get("deleted"):
@@ -354,10 +360,35 @@ async def check_live(w: World, host: HostProcess, root: Path) -> None:
             listed = await c.call("session.listRevisions", {"sessionId": sid})
             stored = read_revisions(revisions_path(root, sid)).entries
             assert {(r["rootUserId"], r["revisionIndex"]) for r in listed["revisions"]} == set(stored), sid
+            stamps = {family_of(m): stamp_of(m).active for m in got["messages"] if m["role"] == "user"}
             for r in listed["revisions"]:
                 entry = stored[(r["rootUserId"], r["revisionIndex"])]
                 if not entry.live:
-                    assert r["messageCount"] == len(entry.messages), (sid, r)
+                    assert r["messageCount"] == len(entry.messages), ("count", sid, r)
+                else:  # a reference names the live branch: its root is there, stamped with its index
+                    assert stamps.get(r["rootUserId"]) == r["revisionIndex"], ("stranded ref", sid, r, stamps)
+                assert r["isActive"] == (stamps.get(r["rootUserId"]) == r["revisionIndex"]), (
+                    "isActive", sid, r, stamps, entry.live)
+    await check_search_stale(w, host, root)
+
+
+async def check_search_stale(w: World, host: HostProcess, root: Path) -> None:
+    """Search never finds a message no live transcript holds any more (a stale full-text row)."""
+    held: dict[str, set[str]] = {}
+
+    def holds(sid: str, mid: str) -> bool:
+        if sid not in held:  # a child of a fork answered or not (one in flight at a SIGKILL)
+            held[sid] = set(file_message_ids(root, sid)) if transcript_path(root, sid).exists() else set()
+        return mid in held[sid]
+
+    async with open_client(host.url, host.token, client_id="checker", client_kind="ui") as c:
+        for (sid, mid), token in sorted(w.tokens.items()):
+            if holds(sid, mid):
+                continue
+            found = await c.call("search.query", {"query": token})
+            for hit in found["results"]:
+                # a fork or an Assistant Edit copies the message under another id into its child
+                assert holds(hit["sessionId"], hit["messageId"]), (sid, mid, token, hit)
 
 
 async def check_retries(w: World, host: HostProcess, limit: int) -> None:
@@ -376,13 +407,17 @@ async def check_retries(w: World, host: HostProcess, limit: int) -> None:
 
 def check_index(w: World, root: Path) -> None:
     """Index rows == a rebuild from each transcript; a deleted session left no file and no row."""
-    deleted = {op.params["sessionId"] for op in w.ops if op.method == "session.delete" and op.ok}
+    # a delete in flight at a SIGKILL may have taken effect unanswered
+    deleted = {op.params["sessionId"] for op in w.ops if op.method == "session.delete" and op.code is None}
+    acked = {op.params["sessionId"] for op in w.ops if op.method == "session.delete" and op.ok}
     for sid in w.sessions:
         if transcript_path(root, sid).exists():
-            assert sid not in deleted, f"deleted session {sid} came back"
+            assert sid not in acked, f"deleted session {sid} came back"
             assert_index_matches_file(root, sid)
         else:
-            assert sid in deleted, f"session {sid} lost its transcript without a delete"
+            assert sid in deleted, (f"session {sid} lost its transcript without a delete", [
+                (op.method, op.start, op.end, op.code, op.result) for op in w.ops
+                if sid in (op.params.get("sessionId"), (op.result or {}).get("id"))][-8:])
             assert query(root, "SELECT COUNT(*) FROM messages WHERE session_id = ?", sid) == [(0,)]
             assert query(root, "SELECT COUNT(*) FROM sessions WHERE id = ?", sid) == [(0,)]
 
