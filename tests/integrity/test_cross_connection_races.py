@@ -8,11 +8,13 @@ After the storm (quiescence, or a SIGKILL and a restart) every session must agre
   (``INTERNAL``, ``CORRUPT_DATA``, ``IO_ERROR``, ``ACTOR_RESTARTED`` ... no faults are injected here);
 * every acknowledged append is in the transcript, or in an archived branch (the revisions file), or a
   rewrite (or the session's delete) acknowledged after the append was sent can have cut it;
-* ``session.get`` full lists exactly the transcript file's messages;
-* the index rows equal a rebuild from the transcript;
-* search finds every live, not tombstoned message of a session outside the trash;
-* ``session.listRevisions`` names exactly the revisions file's branches;
-* a keyed retry of any acknowledged write answers the same response.
+* ``session.get`` full lists exactly the transcript file's messages, and every count says as many;
+* the index rows equal a rebuild from the transcript; a deleted session left no file and no row;
+* search finds every live, not tombstoned message of a session outside the trash, and nothing else;
+* ``session.listRevisions`` names exactly the revisions file's branches, with its counts, active exactly
+  where the live root's stamp says;
+* a keyed retry of any acknowledged write answers the same response (also two copies in flight at once
+  on two connections of one clientId, and after a restart).
 
 ``PIHOST_SOAK=1`` runs more seeds with more operations each.
 """
