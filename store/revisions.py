@@ -215,16 +215,34 @@ def parse_revisions(data: bytes) -> RevisionFile:
         out.first_seen_ms.setdefault(entry.key, rfc3339_to_ms(entry.created_at, 0))
 
 
+CARRIED_LINE_RECEIPTS = 64
+"""At most this many receipts of archived deletes ride on one branch's line, the newest kept."""
+
+
+@dataclass(frozen=True)
+class ArchivedDeletion:
+    """What :func:`archived_deletion_lines` found: whether some full branch holds the message, the lines
+    to append, and the receipt of the asking request's key one of those branches already carries (the
+    request ran before: nothing to write, its answer is what the line records)."""
+
+    found: bool
+    lines: list[bytes]
+    carried: dict[str, Any] | None = None
+
+
 def archived_deletion_lines(path: str | os.PathLike[str], line_ids: Iterable[str], deleted: bool, *,
-                            created_at_ms: int) -> tuple[bool, list[bytes]]:
+                            created_at_ms: int, receipt: Mapping[str, Any] | None = None) -> ArchivedDeletion:
     """Delete or restore a message that only an archived branch holds (seed 000 §3.3: any node can be
     tombstoned, whichever leaf is current). ``path``: the revisions file; ``line_ids``: the ids the
-    message's line may carry. Returns whether some branch stored in full (its newest line a
-    ``revision``) holds the message, and one refreshed ``revision`` line per such branch whose
-    ``deleted`` ids change: the newest line again, every other key kept (a refresh is one more line;
-    the file is never rewritten), ``createdAt`` now."""
+    message's line may carry; ``receipt``: the request's receipt record (``receipts.file_record``).
+    Finds whether some branch stored in full (its newest line a ``revision``) holds the message, and
+    makes one refreshed ``revision`` line per such branch whose ``deleted`` ids change: the newest
+    line again, every other key kept (a refresh is one more line; the file is never rewritten),
+    ``createdAt`` now, the receipt added to the line's ``receipts`` (the receipt rides with its
+    effect). A branch already carrying the receipt's key is the request's own earlier effect."""
     data = _read_all(path)
     wanted = set(line_ids)
+    key = (receipt.get("clientId"), receipt.get("submissionId")) if receipt is not None else None
     newest: dict[Key, dict[str, Any]] = {}
     pos = 0
     while (nl := data.find(b"\n", pos)) >= 0:
@@ -245,6 +263,11 @@ def archived_deletion_lines(path: str | os.PathLike[str], line_ids: Iterable[str
         if not held:
             continue
         found = True
+        raw_receipts = rec.get("receipts")
+        carried = [r for r in raw_receipts if isinstance(r, dict)] if isinstance(raw_receipts, list) else []
+        for earlier in carried:
+            if key is not None and (earlier.get("clientId"), earlier.get("submissionId")) == key:
+                return ArchivedDeletion(True, [], dict(earlier))
         raw = rec.get("deleted")
         before = {d for d in raw if isinstance(d, str)} if isinstance(raw, list) else set()
         after = before | held if deleted else before - held
@@ -254,8 +277,10 @@ def archived_deletion_lines(path: str | os.PathLike[str], line_ids: Iterable[str
         refreshed["createdAt"] = ms_to_rfc3339(created_at_ms)
         if after:
             refreshed["deleted"] = sorted(after)
+        if receipt is not None:
+            refreshed["receipts"] = [*carried, dict(receipt)][-CARRIED_LINE_RECEIPTS:]
         out.append(dumps_line(refreshed))
-    return found, out
+    return ArchivedDeletion(found, out)
 
 
 def read_revisions(path: str | os.PathLike[str]) -> RevisionFile:
@@ -593,6 +618,7 @@ def restore_rows(
 
 
 __all__ = [
+    "ArchivedDeletion",
     "archived_deletion_lines",
     "Branch",
     "REVISION",

@@ -42,6 +42,7 @@ from store.fsutil import remove_file_durable
 from store.indexing import index
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey, file_record
+from store.receipts import conflict as receipts_conflict
 from store.revisions import (
     append_revision_lines,
     archived_deletion_lines,
@@ -130,20 +131,29 @@ async def ensure_synced(ctx: SessionContext, live: LiveTranscript | None = None)
 
 async def set_archived_deleted(ctx: SessionContext, message_id: str, deleted: bool) -> bool:
     """Tombstone (or restore) a message only an archived branch holds: one refreshed ``revision`` line
-    per branch holding it (write + fsync), which a restore of the branch honours (seed 000 §3.3).
-    False: no branch stored in full holds it. Asking for the state it has writes nothing."""
+    per branch holding it (write + fsync), which a restore of the branch honours (seed 000 §3.3), with the
+    request's receipt on it. False: no branch stored in full holds it. Asking for the state it has writes
+    nothing; a retry whose receipt a branch line already carries (its row lost in a crash before the
+    commit) writes nothing either, and a different request under that key is IDEMPOTENCY_CONFLICT."""
     await ensure_synced(ctx)
     path, faults, now = ctx.paths.revisions, ctx.faults, ctx.now()
     spellings = index.line_spellings(ctx.sid, message_id)
-    found, lines = await ctx.io(lambda: archived_deletion_lines(path, spellings, deleted, created_at_ms=now))
-    if lines:
+    receipt = file_record(ctx.receipt, messageId=message_id) if ctx.receipt is not None else None
+    got = await ctx.io(lambda: archived_deletion_lines(path, spellings, deleted, created_at_ms=now, receipt=receipt))
+    if got.carried is not None and ctx.receipt is not None:
+        if (got.carried.get("fingerprint"), got.carried.get("method")) != (ctx.receipt.fingerprint,
+                                                                          ctx.receipt.method):
+            raise receipts_conflict(ctx.receipt, str(got.carried.get("method")))
+        return True  # the request's own effect, durable before a crash took its row: answered the same
+    if got.lines:
+        lines = got.lines
         await ctx.io(lambda: append_revision_lines(path, lines, faults=faults))
         stored = _stored(ctx)
         for line in lines:
             entry = entry_of_line(line)
             if entry is not None:  # what archive() compares a branch leaving the transcript with
                 stored[entry.key] = payload_digest(entry)
-    return found
+    return got.found
 
 
 def _live_refs(ctx: SessionContext) -> set[tuple[str, int]]:

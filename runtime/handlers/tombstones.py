@@ -3,7 +3,7 @@
 One ``tombstone`` line (write + fsync) through ``ctx.append_lines``, whose index
 op sets ``messages.deleted`` and moves the mark, reply last. A message only an archived
 branch holds (a regenerate or edit moved it to the revisions file) is tombstoned on that
-branch's ``revision`` line instead (``revisions.set_archived_deleted``): activating the
+branch's ``revision`` line instead, with the request's receipt (``revisions.set_archived_deleted``): activating the
 branch brings it back deleted; no ``session.message`` event (it is in no transcript).
 Asking for the state a message already has writes nothing. The line is authoritative (a tail catch-up re-applies it);
 only a receipt needs a durable commit.

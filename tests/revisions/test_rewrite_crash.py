@@ -13,7 +13,7 @@ import signal
 import pytest
 import trio
 
-from runtime.client import ClientClosed, open_client
+from runtime.client import ClientClosed, RpcError, open_client
 from store.revisions import read_revisions
 from tests.hostkit import call_killed_at, client_for, inprocess_host, msg, start_host_process
 from tests.revisions.helpers import assert_index_matches_file, file_message_ids, full, ids, query, revisions_path
@@ -177,3 +177,36 @@ async def test_a_saved_branch_archived_before_a_kill_lists_the_count_its_line_sa
             assert ids(await full(c, SID)) == ["u1", "a1", "u2", "a2"]  # the rewrite never happened
             revs = (await c.call("session.listRevisions", {"sessionId": SID}))["revisions"]
             assert [(r["revisionIndex"], r["isActive"], r["messageCount"]) for r in revs] == [(1, True, 4)]
+
+
+async def test_an_archived_delete_retried_after_a_kill_answers_from_the_receipt_its_line_carries(tmp_path):
+    """A message only an archived branch holds is deleted on that branch's revisions line, which carries the
+    request's receipt (the receipt rides with its effect). Killed after the line reached the file, before the
+    receipt row committed: another client restores the message meanwhile; the retry answers as the first
+    try would have and does not delete it again (state alone would have flipped it back)."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, "crash") as c:
+            await c.call("session.create", {"sessionId": SID})
+            for mid, role in (("u1", "user"), ("a1", "assistant"), ("u2", "user"), ("a2", "assistant")):
+                await c.call("session.appendMessage", {"sessionId": SID, "message": msg(mid, f"text {mid}",
+                                                                                          role=role)})
+            await c.call("session.truncateFrom", {"sessionId": SID, "messageId": "a2", "mode": "regenerate"})
+            await c.call("session.appendMessage", {"sessionId": SID, "message": msg("a2b", "b", role="assistant")})
+    delete = {"sessionId": SID, "messageId": "a2", "submissionId": "del-1"}
+    await call_killed_at(tmp_path, "revisions.after_write", "session.deleteMessage", delete, client_id="crash")
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, "crash") as c, \
+                client_for(host, "other") as other:
+            assert await other.call("session.restoreMessage", {"sessionId": SID, "messageId": "a2"}) == {
+                "messageId": "a2", "deleted": False}
+            size = revisions_path(tmp_path, SID).stat().st_size
+            assert await c.call("session.deleteMessage", delete) == {"messageId": "a2", "deleted": True}
+            assert revisions_path(tmp_path, SID).stat().st_size == size  # nothing written again
+            assert await c.call("session.deleteMessage", delete) == {"messageId": "a2", "deleted": True}
+            with pytest.raises(RpcError) as err:
+                await c.call("session.restoreMessage", delete)
+            assert err.value.data_code == "IDEMPOTENCY_CONFLICT"
+            await c.call("session.activateRevision", {"sessionId": SID, "rootUserId": "u2", "revisionIndex": 1})
+            got = await full(c, SID)
+            assert [(m["id"], m.get("deleted", False)) for m in got["messages"]] == [
+                ("u1", False), ("a1", False), ("u2", False), ("a2", False)]

@@ -13,6 +13,7 @@ from store.faults import Faults, InjectedFault
 from store.indexing.reconcile import dedupe, scan_from
 from store.jsonio import dumps_line, loads_line
 from store.revisions import (
+    ArchivedDeletion,
     append_revision_lines,
     archived_deletion_lines,
     entry_of_line,
@@ -253,20 +254,28 @@ def test_archived_deletion_lines_refresh_only_full_branches_holding_the_message(
              + revision_line("u1", 2, b, {}, created_at_ms=2_000)
              + revision_live_line("u1", 3, created_at_ms=3_000))
     path.write_bytes(whole + b'{"type":"revision","rootUs')  # a torn tail is skipped
-    found, lines = archived_deletion_lines(path, ["a1"], True, created_at_ms=9_000)
-    assert found and len(lines) == 1
-    rec = loads_line(lines[0])
+    got = archived_deletion_lines(path, ["a1"], True, created_at_ms=9_000)
+    assert got.found and len(got.lines) == 1 and got.carried is None
+    rec = loads_line(got.lines[0])
     assert rec["deleted"] == ["a1"] and rec["importedFrom"] == "x" and rec["turns"] == {"a1": "t1"}
     assert rec["messages"] == a and (rec["rootUserId"], rec["revisionIndex"]) == ("u1", 1)
+    assert "receipts" not in rec
     # the root user message is on both full branches; restoring what is not deleted writes nothing
-    found, both = archived_deletion_lines(path, ["u1"], True, created_at_ms=9_000)
-    assert found and sorted(loads_line(x)["revisionIndex"] for x in both) == [1, 2]
-    assert archived_deletion_lines(path, ["a2"], False, created_at_ms=9_000) == (True, [])
-    assert archived_deletion_lines(path, ["zz"], True, created_at_ms=9_000) == (False, [])
-    assert archived_deletion_lines(tmp_path / "missing", ["a1"], True, created_at_ms=9_000) == (False, [])
-    # the reader takes the refreshed line; a restore drops the key again
-    path.write_bytes(whole + lines[0])
+    both = archived_deletion_lines(path, ["u1"], True, created_at_ms=9_000)
+    assert both.found and sorted(loads_line(x)["revisionIndex"] for x in both.lines) == [1, 2]
+    assert archived_deletion_lines(path, ["a2"], False, created_at_ms=9_000) == ArchivedDeletion(True, [])
+    assert archived_deletion_lines(path, ["zz"], True, created_at_ms=9_000) == ArchivedDeletion(False, [])
+    assert not archived_deletion_lines(tmp_path / "missing", ["a1"], True, created_at_ms=9_000).found
+    # the receipt rides on the refreshed line; the reader takes that line; a later refresh keeps it
+    receipt = {"clientId": "c", "submissionId": "s1", "fingerprint": "f", "method": "session.deleteMessage",
+               "extra": {"messageId": "a1"}}
+    keyed = archived_deletion_lines(path, ["a1"], True, created_at_ms=9_000, receipt=receipt)
+    assert loads_line(keyed.lines[0])["receipts"] == [receipt]
+    path.write_bytes(whole + keyed.lines[0])
     entry = read_revisions(path).get("u1", 1)
     assert entry is not None and entry.deleted == frozenset({"a1"}) and entry.messages == tuple(a)
-    found, lines = archived_deletion_lines(path, ["a1"], False, created_at_ms=9_500)
-    assert found and "deleted" not in loads_line(lines[0])
+    again = archived_deletion_lines(path, ["a1"], True, created_at_ms=9_100, receipt=receipt)
+    assert again == ArchivedDeletion(True, [], receipt)  # its own effect: nothing to write
+    restored = archived_deletion_lines(path, ["a1"], False, created_at_ms=9_500)
+    out = loads_line(restored.lines[0])
+    assert "deleted" not in out and out["receipts"] == [receipt]
