@@ -30,10 +30,15 @@ STATES = [
 ]
 
 
-async def _scenario(c) -> None:
-    await c.call("session.create", {"sessionId": SID, "title": "crash"})
+async def _two_turns(c, **create: str) -> None:
+    """Session SID with u1 a1 u2 a2."""
+    await c.call("session.create", {"sessionId": SID, **create})
     for mid, role in (("u1", "user"), ("a1", "assistant"), ("u2", "user"), ("a2", "assistant")):
         await c.call("session.appendMessage", {"sessionId": SID, "message": msg(mid, f"text {mid}", role=role)})
+
+
+async def _scenario(c) -> None:
+    await _two_turns(c, title="crash")
     await c.call("session.appendCompaction", {"sessionId": SID, "compaction": {
         "id": "c1", "summary": "s", "throughMessageId": "a1", "tokensBefore": 1}})
     await c.call("session.saveActiveRevision", {"sessionId": SID, "rootUserId": "u2"})
@@ -90,10 +95,7 @@ async def test_a_regenerate_retried_after_a_kill_archives_its_tail_once(tmp_path
         with trio.fail_after(30):
             with pytest.raises(ClientClosed):
                 async with open_client(proc.url, proc.token, client_id="crash") as c:
-                    await c.call("session.create", {"sessionId": SID})
-                    for mid, role in (("u1", "user"), ("a1", "assistant"), ("u2", "user"), ("a2", "assistant")):
-                        await c.call("session.appendMessage", {"sessionId": SID, "message": msg(
-                            mid, f"text {mid}", role=role)})
+                    await _two_turns(c)
                     await c.call("session.truncateFrom", cut)
         assert proc.reap(30) == -signal.SIGKILL
     finally:
@@ -123,10 +125,7 @@ async def test_a_switch_from_an_unsaved_branch_retried_after_a_kill_archives_it_
     switch = {"sessionId": SID, "rootUserId": "u2", "revisionIndex": 1, "submissionId": "switch-1"}
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host, "crash") as c:
-            await c.call("session.create", {"sessionId": SID})
-            for mid, role in (("u1", "user"), ("a1", "assistant"), ("u2", "user"), ("a2", "assistant")):
-                await c.call("session.appendMessage", {"sessionId": SID, "message": msg(mid, f"text {mid}",
-                                                                                          role=role)})
+            await _two_turns(c)
             await c.call("session.truncateFrom", {"sessionId": SID, "messageId": "u2", "mode": "edit"})
             await c.call("session.appendMessage", {"sessionId": SID, "message": edit})
             await c.call("session.appendMessage", {"sessionId": SID, "message": msg("a2e", "b", role="assistant")})
@@ -186,10 +185,7 @@ async def test_an_archived_delete_retried_after_a_kill_answers_from_the_receipt_
     try would have and does not delete it again (state alone would have flipped it back)."""
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host, "crash") as c:
-            await c.call("session.create", {"sessionId": SID})
-            for mid, role in (("u1", "user"), ("a1", "assistant"), ("u2", "user"), ("a2", "assistant")):
-                await c.call("session.appendMessage", {"sessionId": SID, "message": msg(mid, f"text {mid}",
-                                                                                          role=role)})
+            await _two_turns(c)
             await c.call("session.truncateFrom", {"sessionId": SID, "messageId": "a2", "mode": "regenerate"})
             await c.call("session.appendMessage", {"sessionId": SID, "message": msg("a2b", "b", role="assistant")})
     delete = {"sessionId": SID, "messageId": "a2", "submissionId": "del-1"}
