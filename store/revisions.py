@@ -127,6 +127,8 @@ class RevisionFile:
     bad_lines: int = 0
     unknown_lines: int = 0
     torn_tail: bool = False
+    records: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    """The last record per key as the file holds it (only from ``parse_revisions(..., records=True)``)."""
 
     def family(self, root_user_id: str) -> list[RevisionEntry]:
         return sorted((e for e in self.entries.values() if e.root_user_id == root_user_id),
@@ -187,7 +189,8 @@ def _entry(rec: Mapping[str, Any]) -> RevisionEntry | None:
     return RevisionEntry(root, idx, False, created, kept, turn_map, checkpoints, deleted)
 
 
-def parse_revisions(data: bytes) -> RevisionFile:
+def parse_revisions(data: bytes, *, records: bool = False) -> RevisionFile:
+    """``records``: also keep each key's newest record as the file spells it (``RevisionFile.records``)."""
     out = RevisionFile()
     pos = 0
     while True:
@@ -213,6 +216,8 @@ def parse_revisions(data: bytes) -> RevisionFile:
             continue
         out.entries[entry.key] = entry
         out.first_seen_ms.setdefault(entry.key, rfc3339_to_ms(entry.created_at, 0))
+        if records:
+            out.records[entry.key] = rec
 
 
 CARRIED_LINE_RECEIPTS = 64
@@ -240,26 +245,13 @@ def archived_deletion_lines(path: str | os.PathLike[str], line_ids: Iterable[str
     line again, every other key kept (a refresh is one more line; the file is never rewritten),
     ``createdAt`` now, the receipt added to the line's ``receipts`` (the receipt rides with its
     effect). A branch already carrying the receipt's key is the request's own earlier effect."""
-    data = _read_all(path)
+    rf = parse_revisions(_read_all(path), records=True)
     wanted = set(line_ids)
     key = (receipt.get("clientId"), receipt.get("submissionId")) if receipt is not None else None
-    newest: dict[Key, dict[str, Any]] = {}
-    pos = 0
-    while (nl := data.find(b"\n", pos)) >= 0:
-        line, pos = data[pos:nl], nl + 1
-        try:
-            rec = loads_line(line) if line.strip(b"\x00 \t\r") else None
-        except ValueError:
-            continue
-        entry = _entry(rec) if rec is not None else None
-        if entry is not None and rec is not None:
-            newest[entry.key] = dict(rec)
     found = False
     out: list[bytes] = []
-    for rec in newest.values():
-        if rec.get("type") != REVISION:
-            continue
-        held = {m.get("id") for m in rec["messages"] if isinstance(m, dict)} & wanted
+    for branch, rec in rf.records.items():
+        held = {m["id"] for m in rf.entries[branch].messages} & wanted  # a live reference holds none
         if not held:
             continue
         found = True
