@@ -61,6 +61,9 @@ class RunEnvironmentSnapshot(Record):
     tool_schemas: list[JsonObject] = Field(default_factory=list, max_length=4096)
     execution_bindings: JsonObject = Field(default_factory=dict)
     permission_policy: JsonObject = Field(default_factory=dict)
+    browser_submission_context: JsonObject = Field(
+        default_factory=dict, description="What a browser page the turn submits to (or was submitted from) "
+        "needs to be the same on recovery, e.g. its origin, URL and form; credential references only.")
     credential_refs: list[WireId] = Field(default_factory=list, max_length=64)
     capabilities: JsonObject = Field(default_factory=dict, description="Capability/pricing.")
 
@@ -89,6 +92,7 @@ class RunEnvironmentView(Result):
     tool_schemas: list[JsonObject] = Field(default_factory=list)
     execution_bindings: JsonObject = Field(default_factory=dict)
     permission_policy: JsonObject = Field(default_factory=dict)
+    browser_submission_context: JsonObject = Field(default_factory=dict)
     credential_refs: list[str] = Field(default_factory=list)
     capabilities: JsonObject = Field(default_factory=dict)
 

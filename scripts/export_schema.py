@@ -684,6 +684,7 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                 "toolSchemas": [{"name": "Write", "parameters": {"type": "object"}}],
                 "executionBindings": {"cwd": "/home/ada/src/parser"},
                 "permissionPolicy": {"mode": "ask"},
+                "browserSubmissionContext": {},
                 "credentialRefs": ["provider/anthropic"],
                 "capabilities": {"vision": True},
             },

@@ -1,7 +1,8 @@
 """Run environment snapshots (seed 000 §4): canonical form, digest, bounds, secret check.
 
 A snapshot freezes what a turn ran with (connection, model, parameters, system
-prompt, skills, tool schemas, bindings, permission policy, capabilities). It is
+prompt, skills, tool schemas, bindings, permission policy, browser submission context,
+capabilities). It is
 stored as canonical JSON (sorted keys, orjson, UTF-8) with its SHA-256 digest
 and byte size, and verified on every read: an unknown version, a digest or
 size mismatch, or an oversized/too-deep structure is ``CORRUPT_DATA``.

@@ -74,6 +74,28 @@ async def test_environment_snapshot_round_trip_with_digest(tmp_path):
             assert err.data_code == "NOT_FOUND"
 
 
+async def test_environment_snapshot_keeps_the_browser_submission_context(tmp_path):
+    """Seed 000 §4: the snapshot fixes the browser submission context too, under the digest; a secret value in it
+    is refused like anywhere else in the snapshot (credential references only)."""
+    browser = {"origin": "https://app.example", "url": "https://app.example/form", "method": "POST",
+               "fields": [{"name": "q", "value": "parser"}], "cookieRef": "secret:browser-session"}
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await new_session(c)
+            turn = await start(c, sid, "t1", environment=env(browserSubmissionContext=browser))
+            back = await c.call("session.turnEnvironment", {"turnId": "t1"})
+            assert back["snapshot"]["browserSubmissionContext"] == browser
+            await end(c, sid, "t1")
+            plain = await start(c, sid, "t2", environment=env())
+            assert plain["environmentDigest"] != turn["environmentDigest"]
+            again = await c.call("session.turnEnvironment", {"turnId": "t2"})
+            assert again["snapshot"]["browserSubmissionContext"] == {}
+            await end(c, sid, "t2")
+            err = await rpc_error(start(c, sid, "t3", environment=env(browserSubmissionContext={
+                "url": "https://app.example", "headers": {"Cookie": "session=abcdefghijklmnop"}})))
+            assert err.data_code == "INVALID_PARAMS"
+
+
 async def test_environment_snapshot_rejects_secret_values_and_unknown_version(tmp_path):
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:

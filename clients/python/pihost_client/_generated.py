@@ -1805,6 +1805,7 @@ class RunEnvironmentSnapshot(TypedDict):
     toolSchemas: NotRequired[list[JsonObject]]
     executionBindings: NotRequired[JsonObject]
     permissionPolicy: NotRequired[JsonObject]
+    browserSubmissionContext: NotRequired[JsonObject]
     credentialRefs: NotRequired[list[str]]
     capabilities: NotRequired[JsonObject]
 
@@ -1820,6 +1821,7 @@ class RunEnvironmentView(TypedDict):
     toolSchemas: NotRequired[list[JsonObject]]
     executionBindings: NotRequired[JsonObject]
     permissionPolicy: NotRequired[JsonObject]
+    browserSubmissionContext: NotRequired[JsonObject]
     credentialRefs: NotRequired[list[str]]
     capabilities: NotRequired[JsonObject]
 

@@ -2303,6 +2303,8 @@ export interface RunEnvironmentSnapshot {
   toolSchemas?: JsonObject[];
   executionBindings?: JsonObject;
   permissionPolicy?: JsonObject;
+  /** What a browser page the turn submits to (or was submitted from) needs to be the same on recovery, e.g. its origin, URL and form; credential references only. */
+  browserSubmissionContext?: JsonObject;
   credentialRefs?: string[];
   /** Capability/pricing. */
   capabilities?: JsonObject;
@@ -2319,6 +2321,7 @@ export interface RunEnvironmentView {
   toolSchemas?: JsonObject[];
   executionBindings?: JsonObject;
   permissionPolicy?: JsonObject;
+  browserSubmissionContext?: JsonObject;
   credentialRefs?: string[];
   capabilities?: JsonObject;
 }
