@@ -30,6 +30,12 @@ it too (completed → completed, error → failed, aborted → cancelled). Each 
 publishes ``plan.execution`` and ``session.updated`` (the projected state).
 A mode change that would break a pending contract (``session.update``) is
 refused: see :func:`check_mode_change`.
+
+The artifact lives under the workspace it was written to: the session's project
+at submission. A session moved to another project while its request is pending
+(``session.update {projectPath}``) is still approved against that workspace,
+which the host remembers per session in :data:`SUBMITTED_ROOTS` (see
+:func:`submitted_root`).
 """
 
 from __future__ import annotations
@@ -50,10 +56,17 @@ from store.ids import new_id
 from store.indexing import index
 from store.receipts import ReceiptKey
 
-__all__ = ["RESOLVED", "check_mode_change", "expire_lapsed", "finish_execution", "pending", "publish_executions",
-           "resolved_payload", "respond", "respond_target", "start_execution", "submit"]
+__all__ = ["RESOLVED", "SUBMITTED_ROOTS", "check_mode_change", "expire_lapsed", "finish_execution", "pending",
+           "publish_executions", "resolved_payload", "respond", "respond_target", "start_execution", "submit",
+           "submitted_root"]
 
 RESOLVED = "plan.resolved"
+
+SUBMITTED_ROOTS = "plans.submitted_roots"
+"""``Services.extra`` key: ``{session_id: (request_id, workspace_root)}``, the workspace each session's latest
+committed submission wrote its artifact under. Memory is enough: a request is only ever verified by the
+process that created it (boot interrupts every pending row; an approval that boot applies from its mode
+line was verified before that line was written), and a session has one pending request at a time."""
 
 
 UNDO_SECONDS = 10.0
@@ -123,6 +136,7 @@ async def submit(ctx: SessionContext, p: m.PlansSubmitParams, key: ReceiptKey | 
         # the intent stays for the boot sweep, which keeps the artifact exactly when the row exists.
         await ctx.io(plans.abandon_submission, intent, root, artifact)
         raise
+    _remember_root(ctx, result["requestId"], root)
     await ctx.io(remove_file_durable, intent)
     for stale in expired:
         ctx.publish(RESOLVED, stale)
@@ -163,7 +177,9 @@ async def respond(ctx: SessionContext, p: m.PlansRespondParams, key: ReceiptKey 
         rejected = await ctx.commit(reject_op)
         _publish_resolved(ctx, request_id, rejected["approval"]["status"])
         return rejected
-    root = row.get("projectPath")
+    # the workspace the artifact was written under, the session's current project for a request this
+    # process did not submit (none is pending after a restart: only the stale-response refusal is left)
+    root = submitted_root(ctx, request_id) or row.get("projectPath")
     if not root:
         raise CorruptData(f"session {ctx.sid} lost its project; the artifact cannot be verified",
                           data={"requestId": request_id})
@@ -189,6 +205,28 @@ async def respond(ctx: SessionContext, p: m.PlansRespondParams, key: ReceiptKey 
     ctx.publish("session.updated", {"session": result["session"]})
     _publish_resolved(ctx, request_id, result["approval"]["status"])
     return result
+
+
+def _submitted_roots(ctx: SessionContext) -> dict[str, tuple[str, str]] | None:
+    services = ctx.services
+    if services is None:
+        return None
+    roots: dict[str, tuple[str, str]] = services.extra.setdefault(SUBMITTED_ROOTS, {})
+    return roots
+
+
+def _remember_root(ctx: SessionContext, request_id: str, root: str) -> None:
+    roots = _submitted_roots(ctx)
+    if roots is not None:
+        roots[ctx.sid] = (request_id, root)
+
+
+def submitted_root(ctx: SessionContext, request_id: str) -> str | None:
+    """The workspace ``request_id``'s artifact was written under, remembered at its submission (§4.6a: the
+    row is an immutable checkpoint whose path is relative to the session's workspace at submission; the
+    session may have moved to another project since). None: nothing remembered (no shared services)."""
+    remembered = (_submitted_roots(ctx) or {}).get(ctx.sid)
+    return remembered[1] if remembered is not None and remembered[0] == request_id else None
 
 
 def pending(ctx: ReadContext, p: m.PlansPendingParams) -> Any:
