@@ -262,3 +262,30 @@ async def test_a_reused_tool_call_id_is_refused_and_leaves_no_file(tmp_path: Pat
             _exact(ws, r1, "# Plan\n\n1. Do it\n")
             slash = {**_submit(s2, ws, "call-y"), "workspaceRoot": f"{ws}/"}
             assert (await c.call("plans.submit", slash))["status"] == "pending"
+
+
+async def _answer(outcomes: dict[str, str | None], client: HostClient, request_id: str, action: str) -> None:
+    outcomes[action] = await code_of(client, "plans.respond", {"requestId": request_id, "action": action})
+
+
+async def test_racing_answers_from_two_people_settle_once(tmp_path: Path) -> None:
+    """§4.6a: approval is one transaction; §11.18 "rejects stale responses". Two UI clients answer one
+    request at the same moment (approve vs reject): exactly one answer lands, the other is CONFLICT, and the
+    session's mode is the winner's (agent after an approval, the contract mode after a rejection)."""
+    ws = _ws(tmp_path)
+    with trio.fail_after(60):
+        async with real_host(tmp_path / "data") as (proc, c):
+            for round_ in range(3):
+                sid = await _session(c, ws, "goal")
+                row = await c.call("plans.submit", _submit(sid, ws, f"g{round_}", kind="goal"))
+                outcomes: dict[str, str | None] = {}
+                async with open_client(proc.url, proc.token, client_id=f"ui-2-{round_}", client_kind="ui") as other:
+
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(_answer, outcomes, c, row["requestId"], "approve")
+                        nursery.start_soon(_answer, outcomes, other, row["requestId"], "reject")
+                assert sorted(str(v) for v in outcomes.values()) == ["CONFLICT", "None"]
+                winner = next(k for k, v in outcomes.items() if v is None)
+                session = (await c.call("session.get", {"sessionId": sid}))["session"]
+                assert session["mode"] == ("agent" if winner == "approve" else "goal")
+                assert (await c.call("plans.pending", {"sessionId": sid}))["pending"] == []
