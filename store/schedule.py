@@ -1,7 +1,9 @@
 """Firing scheduled tasks: the SQL half of the scheduler actor (seed 003 §4.11, §8, §11.19).
 
-A task is *armed* when it is enabled, its cadence is not ``manual`` and its
-``config.nextRunAt`` is an integer; it is *due* when ``nextRunAt <= now``.
+A task is *armed* when it is enabled, its cadence is hourly, daily or weekly,
+it has a saved ``config.schedule`` object (§4.11: "Absence of schedule leaves
+legacy tasks unarmed", hourly ones too) and its ``config.nextRunAt`` is an
+integer; it is *due* when ``nextRunAt <= now``.
 :func:`fire_due` fires every due task inside the caller's ONE transaction:
 
 * agent task: :func:`store.tasks.start_run` inserts a ``running`` run and
@@ -77,7 +79,8 @@ class FireBatch:
 
 
 def is_armed(task: Mapping[str, Any]) -> bool:
-    return bool(task["enabled"]) and task["cadence"] != "manual" and isinstance(task.get("nextRunAt"), int)
+    return (bool(task["enabled"]) and tasks.has_schedule(task["cadence"], task["config"])
+            and isinstance(task.get("nextRunAt"), int))
 
 
 def reach(task: Mapping[str, Any], now_ms: int) -> int | None:

@@ -16,6 +16,13 @@ the scheduler compares); :func:`to_wire` is the §4.11 wire projection: RFC 3339
 applies: a missing permission is Ask for an automatic run and inherit for Run
 now; a missing thinking level is ``off`` for both.
 
+Arming (§4.11): an hourly, daily or weekly task is armed only with a saved
+``schedule`` object ("Absence of schedule leaves legacy tasks unarmed"; the
+object is "required by Hourly intervals"). Hourly: ``nextRunAt = now + 1 h``,
+ignoring the schedule's fields. A task without one has no ``nextRunAt`` (a
+legacy row's stored integer stays in its config, unused) and never fires;
+Run now needs no schedule.
+
 Calendar provenance (§4.11 "Scheduled calendar provenance"):
 ``config.calendarConfigured`` records explicit calendar intent. A legacy
 daily/weekly row with a saved schedule infers it; a legacy hourly row does not,
@@ -62,6 +69,7 @@ __all__ = [
     "delete_task",
     "finish_run",
     "get_task",
+    "has_schedule",
     "list_runs",
     "list_tasks",
     "next_run_at",
@@ -84,6 +92,7 @@ _PERMISSION_MODES = ("inherit", "ask", "accept-edits", "auto")
 _THINKING = ("off", "minimal", "low", "medium", "high", "xhigh", "max", "omit")
 MAX_CONFIG_BYTES = 64 * 1024
 CALENDAR_CADENCES = ("daily", "weekly")
+SCHEDULED_CADENCES = ("hourly", *CALENDAR_CADENCES)
 # config_json keys the wire projects to the top level of a task (and accepts there on input).
 PROJECTED_KEYS = ("schedule", "weekdays", "workspacePath", "permissionMode", "providerId", "modelId",
                   "thinkingLevel", "calendarConfigured")
@@ -146,13 +155,24 @@ def normalize_config(config: Mapping[str, Any] | None, cadence: str) -> dict[str
     return out
 
 
+def has_schedule(cadence: str, config: Mapping[str, Any]) -> bool:
+    """§4.11: only a task with a scheduled cadence AND a saved ``schedule`` object can be armed.
+
+    "Absence of schedule leaves legacy tasks unarmed", whatever the cadence: the
+    schedule object is "required by Hourly intervals" too (an hourly task ignores
+    its fields, but without one it never fires). Run now needs no schedule.
+    """
+    return cadence in SCHEDULED_CADENCES and isinstance(config.get("schedule"), Mapping)
+
+
 def next_run_at(cadence: str, config: Mapping[str, Any], now_ms: int, tz: Any = None) -> int | None:
-    """Next due time: hourly = now + 1 h; daily/weekly at schedule hour:minute in local time."""
+    """Next due time: hourly = now + 1 h (ignoring the schedule's fields); daily/weekly at the schedule's
+    hour:minute in local time. ``None`` (unarmed): manual, or no saved schedule (:func:`has_schedule`)."""
+    if not has_schedule(cadence, config):
+        return None
     if cadence == "hourly":
         return now_ms + HOUR_MS
-    schedule = config.get("schedule")
-    if cadence not in ("daily", "weekly") or not isinstance(schedule, Mapping):
-        return None  # manual, or a legacy task without a schedule: unarmed
+    schedule = config["schedule"]
     now = datetime.fromtimestamp(now_ms / 1000, tz=tz).astimezone(tz)
     hour, minute = int(schedule.get("hour", 0)), int(schedule.get("minute", 0))
     if cadence == "daily":
@@ -235,7 +255,8 @@ def _task(row: tuple[Any, ...]) -> dict[str, Any]:
         out["projectId"] = project_id
     if last_run is not None:
         out["lastRunAt"] = last_run
-    if isinstance(config.get("nextRunAt"), int):
+    if isinstance(config.get("nextRunAt"), int) and has_schedule(cadence, config):
+        # a legacy row's stored slot without a schedule is kept as stored but arms nothing (§4.11)
         out["nextRunAt"] = config["nextRunAt"]
     return out
 
@@ -334,8 +355,10 @@ def update_task(conn: sqlite3.Connection, task_id: str, patch: Mapping[str, Any]
     schedule_keys = ("schedule", "weekdays")
     rescheduled = (cadence != cur["cadence"] or enabled != bool(cur["enabled"])
                    or any(cfg.get(k) != old_cfg.get(k) for k in schedule_keys))
-    # Renaming or editing the prompt keeps the armed slot; a schedule change recomputes it.
-    nxt = kept if (not rescheduled and isinstance(kept, int)) else next_run_at(cadence, cfg, now_ms)
+    # Renaming or editing the prompt keeps the armed slot; a schedule change recomputes it. A legacy
+    # row's slot without a schedule is not kept: it armed nothing (§4.11).
+    keep = not rescheduled and isinstance(kept, int) and has_schedule(cadence, cfg)
+    nxt = kept if keep else next_run_at(cadence, cfg, now_ms)
     if nxt is not None:
         cfg["nextRunAt"] = nxt
     project_id = patch["projectId"] if "projectId" in patch else cur.get("projectId")

@@ -465,8 +465,8 @@ async def test_weekday_selections_are_validated_before_any_mutation(tmp_path: Pa
 
 async def test_hourly_ignores_calendar_fields_and_a_task_without_schedule_is_unarmed(tmp_path: Path) -> None:
     """§4.11: "hourly schedules compute nextRunAt = now + 3_600_000, ignoring calendar fields. Absence of
-    schedule leaves legacy tasks unarmed." and "new scheduled tasks default to agent". (A daily or weekly
-    task without a schedule is unarmed; an hourly one is armed without one, as tests/tasks expects.)"""
+    schedule leaves legacy tasks unarmed." and "new scheduled tasks default to agent". A task without a
+    schedule object is unarmed whatever its cadence: the object is "required by Hourly intervals" too."""
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             before = int(time.time() * 1000)
@@ -476,7 +476,7 @@ async def test_hourly_ignores_calendar_fields_and_a_task_without_schedule_is_una
             nxt = hourly["nextRunAt"]
             at = int(datetime.fromisoformat(nxt.replace("Z", "+00:00")).timestamp() * 1000)
             assert before + 3_600_000 <= at <= after + 3_600_000, (nxt, before, after)
-            for cadence in ("daily", "weekly"):
+            for cadence in ("hourly", "daily", "weekly"):
                 unarmed = await c.call("tasks.create", {"title": cadence, "prompt": "p", "cadence": cadence})
                 assert unarmed.get("nextRunAt") is None, unarmed
                 assert unarmed["mode"] == "agent"

@@ -73,7 +73,8 @@ async def test_every_topic_is_published_and_validated(tmp_path: Path, monkeypatc
             empty = tmp_path / "nothing-to-import"
             empty.mkdir()
             await ui.call("import.sessions", {"source": "claude-code", "root": str(empty)})
-            await c.call("tasks.create", {"taskId": "t", "title": "T", "prompt": "p", "cadence": "hourly"})
+            await c.call("tasks.create", {"taskId": "t", "title": "T", "prompt": "p", "cadence": "hourly",
+                                          "schedule": {"hour": 0, "minute": 0}})  # §4.11: armed by it
             clock.ms = BASE + HOUR
             assert host.scheduler is not None
             await host.scheduler.tell(Tick())

@@ -127,7 +127,7 @@ async def runs_of(c: HostClient, task_id: str) -> list[dict[str, object]]:
     return list((await c.call("tasks.runs", {"taskId": task_id}))["runs"])
 
 
-CADENCES = [pytest.param("hourly", {}, HOUR, id="hourly"),
+CADENCES = [pytest.param("hourly", {"schedule": {"hour": 0, "minute": 0}}, HOUR, id="hourly"),  # §4.11: armed by it
             pytest.param("daily", {"schedule": {"hour": 9, "minute": 0}}, DAY, id="daily")]
 
 

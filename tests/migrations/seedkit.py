@@ -649,13 +649,15 @@ class _EarlierSlot:
 
 def after_boot(expected: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
     """What the boot fence (seed §3, §11.18) does to the migrated rows; nothing is replayed. And the
-    scheduler's first look: the seed's hourly slot (30 days on) is beyond what an hourly cadence can reach
-    from now, so it is moved back within the hour (``store.schedule.beyond_reach``), firing nothing."""
+    scheduler's first look: an armed hourly slot far off (30 days on) is beyond what an hourly cadence can
+    reach from now, so it is moved back within the hour (``store.schedule.beyond_reach``), firing nothing.
+    Only a row with a saved ``schedule`` is armed (§4.11 "Absence of schedule leaves legacy tasks unarmed"):
+    the seed's legacy hourly row has none, so it keeps every field as migrated, its stored slot too."""
     out = copy.deepcopy(expected)
     for row in out.get("scheduled_tasks", []):
         config = json.loads(row["config_json"]) if isinstance(row.get("config_json"), str) else None
         if row.get("cadence") == "hourly" and row.get("enabled") and isinstance(config, dict) \
-                and isinstance(config.get("nextRunAt"), int):
+                and isinstance(config.get("schedule"), dict) and isinstance(config.get("nextRunAt"), int):
             row["config_json"] = {**config, "nextRunAt": _EarlierSlot(config["nextRunAt"])}
     for row in out["turns"]:
         if row["status"] == "running":

@@ -84,6 +84,13 @@ def test_serve_opens_a_seed_data_directory_without_losing_a_byte(tmp_path: Path,
     assert settings["networkProxy"]["url"] == "http://127.0.0.1:3128" and settings["largePasteThreshold"] == 1200
     assert sorted(t["id"] for t in seen["tasks"]["tasks"]) == ["task-daily", "task-hourly", "task-manual",
                                                                "task-weekly"]
+    # §4.11 "Absence of schedule leaves legacy tasks unarmed": the seed's hourly row has no schedule
+    # object, so after the upgrade it is unarmed (no nextRunAt, it never fires) and keeps its fields (its
+    # config_json row stays as migrated, checked below).
+    listed = {t["id"]: t for t in seen["tasks"]["tasks"]}
+    hourly = listed["task-hourly"]
+    assert "nextRunAt" not in hourly and "schedule" not in hourly and hourly["enabled"] is True
+    assert hourly["cadence"] == "hourly" and hourly["calendarConfigured"] is False
     assert {n["id"] for n in seen["notifications"]["notifications"]} == {"n-1", "n-2"}
     assert seen["pending"]["pending"] == []  # §11.18: the pending approval was interrupted, not replayed
     # what the files say

@@ -102,10 +102,19 @@ async def running_scheduler(db: LoopDb, clock: Callable[[], int], *, faults: Fau
             sched.stop()
 
 
+HOURLY_SCHEDULE = {"hour": 0, "minute": 0}
+"""An hourly task's schedule object: §4.11 requires one to arm it ("required by Hourly intervals"); an
+hourly task ignores its fields (nextRunAt = now + 1 h)."""
+
+
 def create(db: LoopDb, task_id: str, now_ms: int, *, cadence: str = "hourly", enabled: bool = True,
            config: dict[str, Any] | None = None, title: str = "Digest") -> dict[str, Any]:
+    """Create a task; an hourly one gets :data:`HOURLY_SCHEDULE` unless ``config`` names a schedule."""
+    cfg = dict(config or {})
+    if cadence == "hourly":
+        cfg.setdefault("schedule", HOURLY_SCHEDULE)
     return db.tx(lambda c: tasks.create_task(c, task_id=task_id, title=title, prompt=f"run {task_id}",
-                                             cadence=cadence, enabled=enabled, config=config, now_ms=now_ms))
+                                             cadence=cadence, enabled=enabled, config=cfg, now_ms=now_ms))
 
 
 def runs(db: LoopDb, task_id: str) -> list[dict[str, Any]]:

@@ -48,7 +48,7 @@ async def _drain(bus: EventBus, topic: str = "task.due") -> list[dict[str, objec
 
 DUE_CASES = [
     # tz, now, cadence, config, expected next slot
-    ("UTC0", BASE, "hourly", {}, BASE + HOUR),
+    ("UTC0", BASE, "hourly", {"schedule": {"hour": 0, "minute": 0}}, BASE + HOUR),
     ("UTC0", BASE, "daily", {"schedule": {"hour": 9, "minute": 0}}, BASE + DAY),  # strictly after now
     ("UTC0", BASE, "daily", {"schedule": {"hour": 10, "minute": 30}}, BASE + HOUR + 30 * MINUTE),
     ("UTC0", BASE, "weekly", {"schedule": {"hour": 9, "minute": 0, "weekday": 0}}, BASE + 7 * DAY),
@@ -67,6 +67,8 @@ DUE_CASES = [
     ("EST5", BASE - 10 * HOUR, "weekly", {"schedule": {"hour": 9, "minute": 0}, "weekdays": [0]}, BASE + 5 * HOUR),
     ("UTC0", BASE, "manual", {"schedule": {"hour": 9}}, None),
     ("UTC0", BASE, "daily", {}, None),  # legacy task without a schedule: unarmed
+    ("UTC0", BASE, "hourly", {}, None),  # §4.11: hourly needs a schedule object too
+    ("UTC0", BASE, "weekly", {"weekdays": [1]}, None),  # weekdays alone are no schedule
 ]
 
 
@@ -177,10 +179,13 @@ async def test_disabled_manual_and_unarmed_tasks_never_fire(tmp_path: Path, auto
         create(db, "manual", BASE, cadence="manual")
         create(db, "off", BASE, enabled=False)
         create(db, "legacy", BASE, cadence="daily")  # no schedule: never armed
+        for tid in ("bare-hourly", "bare-weekly"):  # §4.11: no schedule object, whatever the cadence
+            db.tx(lambda c, tid=tid: tasks.create_task(c, task_id=tid, title="t", prompt="p",
+                                                       cadence=tid.split("-")[1], now_ms=BASE))
         async with running_scheduler(db, clock) as (sched, bus):
             assert (await status(sched))["nextDueAt"] is None
             await clock.sleep_until(BASE + 8 * DAY)
-            for tid in ("manual", "off", "legacy"):
+            for tid in ("manual", "off", "legacy", "bare-hourly", "bare-weekly"):
                 assert runs(db, tid) == []
             assert await _drain(bus) == []
             assert db.writes == 0  # the wake-ups every max_sleep seconds touch nothing
@@ -274,11 +279,11 @@ async def test_slot_is_skipped_while_the_previous_run_is_still_running(tmp_path:
 
 def test_a_slot_that_cannot_advance_is_disarmed_not_looped(tmp_path: Path) -> None:
     with open_db(tmp_path / "pi.sqlite") as db:
-        create(db, "t", BASE, cadence="daily", config={"schedule": {"hour": 9}})
+        create(db, "t", BASE, cadence="weekly", config={"schedule": {"hour": 9}, "weekdays": [1]})
 
-        def corrupt(c: sqlite3.Connection) -> None:  # a hand-edited row: daily, armed, but no schedule
+        def corrupt(c: sqlite3.Connection) -> None:  # a hand-edited row: weekly, armed, but no day to run on
             c.execute("UPDATE scheduled_tasks SET config_json = ? WHERE id = 't'",
-                            (f'{{"mode": "agent", "nextRunAt": {BASE - 1}}}',))
+                      (f'{{"mode": "agent", "schedule": {{"hour": 9}}, "weekdays": [], "nextRunAt": {BASE - 1}}}',))
 
         db.tx(corrupt)
         batch = db.tx(lambda c: schedule.fire_due(c, now_ms=BASE, new_run_id=lambda: "r1"))
@@ -286,6 +291,28 @@ def test_a_slot_that_cannot_advance_is_disarmed_not_looped(tmp_path: Path) -> No
         assert batch.next_due is None and "nextRunAt" not in task(db, "t")
         again = db.tx(lambda c: schedule.fire_due(c, now_ms=BASE + 1, new_run_id=lambda: "r2"))
         assert again.outcomes == []
+
+
+@pytest.mark.parametrize("cadence", ["hourly", "daily", "weekly"])
+def test_a_stored_slot_without_a_schedule_arms_nothing(tmp_path: Path, cadence: str) -> None:
+    """§4.11 "Absence of schedule leaves legacy tasks unarmed": a row with a stored nextRunAt (an older
+    host's, or hand-edited) but no schedule object is not armed: it never fires, its slot is neither
+    moved back (clock-step reach) nor rewritten, and it is not on the wire."""
+    with open_db(tmp_path / "pi.sqlite") as db:
+        create(db, "t", BASE, cadence="manual")
+        stored = f'{{"mode": "agent", "weekdays": [1], "nextRunAt": {BASE + 400 * DAY}}}'  # far beyond reach
+
+        def legacy(c: sqlite3.Connection) -> None:
+            c.execute("UPDATE scheduled_tasks SET cadence = ?, config_json = ? WHERE id = 't'", (cadence, stored))
+
+        db.tx(legacy)
+        assert not schedule.is_armed(task(db, "t")) and "nextRunAt" not in tasks.to_wire(task(db, "t"))
+        for now in (BASE, BASE + HOUR, BASE + 500 * DAY):
+            batch = db.tx(lambda c, now=now: schedule.fire_due(c, now_ms=now, new_run_id=lambda: "r"))
+            assert (batch.outcomes, batch.next_due) == ([], None)
+            assert db.tx(lambda c, now=now: schedule.next_due_at(c, now)) is None
+        assert runs(db, "t") == []
+        assert db.conn.execute("SELECT config_json FROM scheduled_tasks WHERE id = 't'").fetchone() == (stored,)
 
 
 def test_fire_batch_limit_reports_more_due(tmp_path: Path) -> None:

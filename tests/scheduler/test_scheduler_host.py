@@ -21,7 +21,7 @@ from runtime.host import RunningHost
 from store import schedule, tasks
 from tests.hostkit import REPO, HostProcess, client_for, start_host_process
 from tests.scheduler.hostclock import SetClock, host_at
-from tests.scheduler.schedkit import BASE, HOUR, MINUTE
+from tests.scheduler.schedkit import BASE, HOUR, HOURLY_SCHEDULE, MINUTE
 
 AGENT_CONFIG = {"providerId": "anthropic", "modelId": "claude-sonnet", "permissionMode": "ask",
                 "thinkingLevel": "low", "workspacePath": "/home/ada/src"}
@@ -47,9 +47,10 @@ async def test_task_due_reaches_the_sidecar_and_missed_slots_fire_once(tmp_path:
     with trio.fail_after(60):
         async with host_at(tmp_path, clock) as host, client_for(host) as c:
             agent = await c.call("tasks.create", {"taskId": "a", "title": "Digest", "prompt": "Summarize",
-                                                  "cadence": "hourly", "config": AGENT_CONFIG})
+                                                  "cadence": "hourly", "schedule": HOURLY_SCHEDULE,
+                                                  "config": AGENT_CONFIG})
             await c.call("tasks.create", {"taskId": "p", "title": "Plan", "prompt": "Plan it", "cadence": "hourly",
-                                          "mode": "plan"})
+                                          "schedule": HOURLY_SCHEDULE, "mode": "plan"})
             await c.call("tasks.create", {"taskId": "m", "title": "Manual", "prompt": "Now", "cadence": "manual"})
             assert agent["nextRunAt"] == tasks.rfc3339(BASE + HOUR)
             assert (await _status(host))["nextDueAt"] == BASE + HOUR
@@ -78,7 +79,8 @@ async def test_tasks_methods_wake_the_scheduler_and_the_slot_fires(tmp_path: Pat
         async with host_at(tmp_path, clock) as host, client_for(host, "sidecar", kind="agent") as c:
             await c.subscribe(["task.due"])
             assert (await _status(host))["nextDueAt"] is None
-            created = await c.call("tasks.create", {"taskId": "t", "title": "T", "prompt": "p", "cadence": "hourly"})
+            created = await c.call("tasks.create", {"taskId": "t", "title": "T", "prompt": "p", "cadence": "hourly",
+                                                    "schedule": HOURLY_SCHEDULE})
             assert (await _status(host))["nextDueAt"] == BASE + HOUR
             assert created["nextRunAt"] == tasks.rfc3339(BASE + HOUR)
             await c.call("tasks.update", {"taskId": "t", "enabled": False})
@@ -103,7 +105,8 @@ async def test_fault_inside_the_fire_transaction_rolls_back_then_fires_once(tmp_
     with trio.fail_after(60):
         async with host_at(tmp_path, clock) as host, client_for(host, "sidecar", kind="agent") as c:
             await c.subscribe(["task.due"])
-            await c.call("tasks.create", {"taskId": "t", "title": "T", "prompt": "p", "cadence": "hourly"})
+            await c.call("tasks.create", {"taskId": "t", "title": "T", "prompt": "p", "cadence": "hourly",
+                                          "schedule": HOURLY_SCHEDULE})
             host.faults.add(schedule.FIRE_POINT, nth=1, action="raise")
             clock.ms = BASE + HOUR
             assert host.scheduler is not None
@@ -136,7 +139,8 @@ async def test_sigkill_inside_the_fire_transaction_never_double_fires(tmp_path: 
     proc = start_host_process(tmp_path)
     try:
         async with open_client(proc.url, proc.token, client_id="t", client_kind="test") as c:
-            await c.call("tasks.create", {"taskId": "t", "title": "T", "prompt": "p", "cadence": "hourly"})
+            await c.call("tasks.create", {"taskId": "t", "title": "T", "prompt": "p", "cadence": "hourly",
+                                          "schedule": HOURLY_SCHEDULE})
     finally:
         assert _stop(proc) == 0
     missed = int(time.time() * 1000) - 10 * MINUTE

@@ -122,7 +122,11 @@ def test_contract_session_is_refused_in_store(conn: sqlite3.Connection) -> None:
 def test_next_run_at() -> None:
     utc = UTC
     now = int(datetime(2026, 7, 29, 9, 0, tzinfo=utc).timestamp() * 1000)  # a Wednesday
-    assert tasks.next_run_at("hourly", {}, now, utc) == now + tasks.HOUR_MS
+    # §4.11: hourly is now + 1 h ignoring the calendar fields, but only with a schedule object
+    assert tasks.next_run_at("hourly", {"schedule": {"hour": 0, "minute": 0}}, now, utc) == now + tasks.HOUR_MS
+    assert tasks.next_run_at("hourly", {"schedule": {}}, now, utc) == now + tasks.HOUR_MS
+    assert tasks.next_run_at("hourly", {}, now, utc) is None  # "Absence of schedule leaves legacy tasks unarmed"
+    assert tasks.next_run_at("weekly", {"weekdays": [1]}, now, utc) is None
     assert tasks.next_run_at("manual", {"schedule": {"hour": 1}}, now, utc) is None
     assert tasks.next_run_at("daily", {}, now, utc) is None  # legacy task without schedule: unarmed
     daily = tasks.next_run_at("daily", {"schedule": {"hour": 8, "minute": 30}}, now, utc)

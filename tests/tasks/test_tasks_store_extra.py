@@ -26,7 +26,7 @@ def conn(tmp_path: Path) -> sqlite3.Connection:
 def test_rename_keeps_next_run_but_cadence_change_recomputes(conn: sqlite3.Connection) -> None:
     t0 = 1_700_000_000_000
     task = tasks.create_task(conn, task_id="t1", title="a", prompt="p", cadence="hourly", enabled=True,
-                             project_id=None, config={}, now_ms=t0)
+                             project_id=None, config={"schedule": {"hour": 0, "minute": 0}}, now_ms=t0)
     armed = task["config"]["nextRunAt"]
     assert armed == t0 + HOUR
     renamed = tasks.update_task(conn, "t1", {"title": "b", "prompt": "q"}, now_ms=t0 + 30 * 60_000)

@@ -24,6 +24,7 @@ from tests.dbkit import NOW, add_session
 from tests.hostkit import client_for, inprocess_host
 
 HOUR = 3_600_000
+HOURLY = {"hour": 0, "minute": 0}  # §4.11: an hourly task is armed only with a schedule object
 
 
 def _legacy_row(conn: sqlite3.Connection, tid: str, cadence: str, config: dict[str, Any]) -> None:
@@ -140,9 +141,10 @@ def _fire(conn: sqlite3.Connection, now: int) -> dict[str, dict[str, Any]]:
 def test_automatic_run_without_permission_gets_ask(conn: sqlite3.Connection) -> None:
     """§4.11: "Missing permission keeps legacy behavior: Ask for automatic runs and inherited
     permission for Run now." - the task.due event of a task without permissionMode says ask."""
-    tasks.create_task(conn, task_id="a", title="t", prompt="p", cadence="hourly", config={}, now_ms=NOW)
+    tasks.create_task(conn, task_id="a", title="t", prompt="p", cadence="hourly", config={"schedule": HOURLY},
+                      now_ms=NOW)
     tasks.create_task(conn, task_id="b", title="t", prompt="p", cadence="hourly",
-                      config={"permissionMode": "auto"}, now_ms=NOW)
+                      config={"schedule": HOURLY, "permissionMode": "auto"}, now_ms=NOW)
     due = _fire(conn, NOW + HOUR)
     assert due["a"]["permissionMode"] == "ask"
     assert due["b"]["permissionMode"] == "auto"  # a task-owned value wins
@@ -169,8 +171,9 @@ def test_thinking_level_is_applied_to_manual_and_automatic_runs(conn: sqlite3.Co
     """§4.11: "Both manual and automatic runs apply the saved level. Missing or cleared levels retain
     the legacy off behavior"."""
     tasks.create_task(conn, task_id="x", title="t", prompt="p", cadence="hourly",
-                      config={"thinkingLevel": "xhigh"}, now_ms=NOW)
-    tasks.create_task(conn, task_id="y", title="t", prompt="p", cadence="hourly", config={}, now_ms=NOW)
+                      config={"schedule": HOURLY, "thinkingLevel": "xhigh"}, now_ms=NOW)
+    tasks.create_task(conn, task_id="y", title="t", prompt="p", cadence="hourly", config={"schedule": HOURLY},
+                      now_ms=NOW)
     due = _fire(conn, NOW + HOUR)
     assert (due["x"]["thinkingLevel"], due["y"]["thinkingLevel"]) == ("xhigh", "off")
     assert tasks.run_settings(tasks.get_task(conn, "x"), trigger="manual")["thinkingLevel"] == "xhigh"
@@ -182,7 +185,8 @@ def test_thinking_level_is_applied_to_manual_and_automatic_runs(conn: sqlite3.Co
 def test_missing_model_fields_keep_app_default_resolution(conn: sqlite3.Connection) -> None:
     """§4.11: "Missing model fields retain run-time app-default resolution." - neither the due event
     nor the Run now settings invent a provider or model."""
-    tasks.create_task(conn, task_id="n", title="t", prompt="p", cadence="hourly", config={}, now_ms=NOW)
+    tasks.create_task(conn, task_id="n", title="t", prompt="p", cadence="hourly", config={"schedule": HOURLY},
+                      now_ms=NOW)
     payload = _fire(conn, NOW + HOUR)["n"]
     settings = tasks.run_settings(tasks.get_task(conn, "n"), trigger="manual")
     assert not {"providerId", "modelId"} & (payload.keys() | settings.keys())
@@ -269,6 +273,7 @@ def test_run_settings_carry_the_session_independent_fields(conn: sqlite3.Connect
     as saved on the task."""
     add_session(conn, "s1")
     tasks.create_task(conn, task_id="f", title="t", prompt="p", cadence="hourly",
-                      config={"workspacePath": "/w", "providerId": "openai", "modelId": "gpt-5"}, now_ms=NOW)
+                      config={"schedule": HOURLY, "workspacePath": "/w", "providerId": "openai", "modelId": "gpt-5"},
+                      now_ms=NOW)
     payload = _fire(conn, NOW + HOUR)["f"]
     assert (payload["workspacePath"], payload["providerId"], payload["modelId"]) == ("/w", "openai", "gpt-5")
