@@ -41,7 +41,8 @@ ProviderRef = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 
 
 class TaskSchedule(Result):
-    """Calendar fields of a task (host local time); hourly tasks ignore them."""
+    """Calendar fields of a task (host local time); hourly tasks ignore them. The object itself arms the
+    task: an hourly, daily or weekly task without one is unarmed (no nextRunAt, never fires)."""
 
     hour: int | None = None
     minute: int | None = None
@@ -83,7 +84,9 @@ class ScheduledTask(Result):
                                    "saved schedule. Converting an hourly task to daily/weekly needs it true.")
     project_id: int | None = None
     last_run_at: TimestampMs | None = None
-    next_run_at: RunAt | None = Field(default=None, description="The next armed slot; absent when unarmed.")
+    next_run_at: RunAt | None = Field(default=None, description="The next armed slot; absent when unarmed "
+                                                                "(manual, or no saved schedule object: hourly "
+                                                                "needs one too).")
     created_at: TimestampMs
     updated_at: TimestampMs
 

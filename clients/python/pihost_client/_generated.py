@@ -2377,7 +2377,7 @@ class TaskRunSettings(TypedDict):
 
 
 class TaskSchedule(TypedDict):
-    """Calendar fields of a task (host local time); hourly tasks ignore them."""
+    """Calendar fields of a task (host local time); hourly tasks ignore them. The object itself arms the task: an hourly, daily or weekly task without one is unarmed (no nextRunAt, never fires)."""
     hour: NotRequired[int | None]
     minute: NotRequired[int | None]
     weekday: NotRequired[int | None]

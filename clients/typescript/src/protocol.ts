@@ -2377,7 +2377,7 @@ export interface ScheduledTask {
   calendarConfigured?: boolean;
   projectId?: number | null;
   lastRunAt?: number | null;
-  /** The next armed slot; absent when unarmed. */
+  /** The next armed slot; absent when unarmed (manual, or no saved schedule object: hourly needs one too). */
   nextRunAt?: string | null;
   /** Unix time in milliseconds. */
   createdAt: number;
@@ -3036,7 +3036,7 @@ export interface TaskRunSettings {
   workspacePath?: string | null;
 }
 
-/** Calendar fields of a task (host local time); hourly tasks ignore them. */
+/** Calendar fields of a task (host local time); hourly tasks ignore them. The object itself arms the task: an hourly, daily or weekly task without one is unarmed (no nextRunAt, never fires). */
 export interface TaskSchedule {
   hour?: number | null;
   minute?: number | null;
