@@ -165,6 +165,27 @@ def has_schedule(cadence: str, config: Mapping[str, Any]) -> bool:
     return cadence in SCHEDULED_CADENCES and isinstance(config.get("schedule"), Mapping)
 
 
+def _field(value: Any, low: int, high: int) -> int | None:
+    """An integer calendar field within ``low..high`` (``None``: anything else, a bool or float too)."""
+    return value if type(value) is int and low <= value <= high else None
+
+
+def _calendar_fields(cadence: str, config: Mapping[str, Any]) -> tuple[int, int, set[int]] | None:
+    """(hour, minute, weekdays 0..6) of a daily/weekly task's saved schedule; ``None`` when a field is out of
+    range or not an integer (the wire refuses such fields; a row written elsewhere may still hold them)."""
+    schedule = config["schedule"]
+    hour, minute = _field(schedule.get("hour", 0), 0, 23), _field(schedule.get("minute", 0), 0, 59)
+    if hour is None or minute is None:
+        return None
+    if cadence == "daily":
+        return hour, minute, set(range(7))
+    wd = config.get("weekdays")
+    days = [_field(d, 0, 6) for d in wd] if isinstance(wd, list) else [_field(schedule.get("weekday", 0), 0, 6)]
+    if not days or None in days:
+        return None
+    return hour, minute, {d for d in days if d is not None}
+
+
 def next_run_at(cadence: str, config: Mapping[str, Any], now_ms: int, tz: Any = None) -> int | None:
     """Next due time: hourly = now + 1 h (ignoring the schedule's fields); daily/weekly at the schedule's
     hour:minute in local time. ``None`` (unarmed): manual, or no saved schedule (:func:`has_schedule`)."""
@@ -172,14 +193,11 @@ def next_run_at(cadence: str, config: Mapping[str, Any], now_ms: int, tz: Any = 
         return None
     if cadence == "hourly":
         return now_ms + HOUR_MS
-    schedule = config["schedule"]
+    slot = _calendar_fields(cadence, config)
+    if slot is None:
+        return None  # fields no slot comes out of (another version's or a hand-edited row): unarmed
+    hour, minute, days = slot
     now = datetime.fromtimestamp(now_ms / 1000, tz=tz).astimezone(tz)
-    hour, minute = int(schedule.get("hour", 0)), int(schedule.get("minute", 0))
-    if cadence == "daily":
-        days = set(range(7))
-    else:
-        wd = config.get("weekdays")
-        days = set(wd) if isinstance(wd, list) else {int(schedule.get("weekday", 0))}
     for offset in range(8):
         day = (now + timedelta(days=offset)).replace(hour=hour, minute=minute, second=0, microsecond=0)
         # weekday numbering 0..6 = Sunday..Saturday (JS getDay, as the desktop app stores it)

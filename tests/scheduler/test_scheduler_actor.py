@@ -8,9 +8,11 @@ overlapping runs.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -291,6 +293,32 @@ def test_a_slot_that_cannot_advance_is_disarmed_not_looped(tmp_path: Path) -> No
         assert batch.next_due is None and "nextRunAt" not in task(db, "t")
         again = db.tx(lambda c: schedule.fire_due(c, now_ms=BASE + 1, new_run_id=lambda: "r2"))
         assert again.outcomes == []
+
+
+@pytest.mark.parametrize("bad", [{"hour": "x"}, {"hour": 25}, {"minute": 61}, {"hour": None}, {"hour": 9.5},
+                                 {"hour": True}, {"weekday": "mon"}, {"hour": 2 ** 70}])
+def test_a_schedule_that_gives_no_slot_disarms_its_task_and_blocks_no_other(tmp_path: Path, bad: Any) -> None:
+    """A row another version (or a hand) wrote with schedule fields no slot comes out of: the scheduler fires
+    what is due at its stored slot, then disarms it (no slot to advance to), and the other due tasks fire in the
+    same batch; before, the slot computation raised inside the fire transaction and no task fired, ever."""
+    with open_db(tmp_path / "pi.sqlite") as db:
+        create(db, "bad", BASE, cadence="weekly", config={"schedule": {"hour": 9}, "weekdays": [1]})
+        create(db, "good", BASE, cadence="hourly", config={"schedule": {"hour": 0, "minute": 0}})
+
+        def corrupt(c: sqlite3.Connection) -> None:
+            config = {"mode": "agent", "schedule": bad, "nextRunAt": BASE - 1}
+            c.execute("UPDATE scheduled_tasks SET config_json = ? WHERE id = 'bad'", (json.dumps(config),))
+
+        db.tx(corrupt)
+        assert db.tx(lambda c: schedule.next_due_at(c, BASE)) == BASE - 1
+        batch = db.tx(lambda c: schedule.fire_due(c, now_ms=BASE + HOUR, new_run_id=iter(["r1", "r2"]).__next__))
+        assert sorted((o.task["id"], o.kind) for o in batch.outcomes) == [("bad", "started"), ("good", "started")]
+        assert "nextRunAt" not in task(db, "bad") and task(db, "good")["nextRunAt"] == BASE + 2 * HOUR
+        assert tasks.next_run_at("weekly", {"schedule": bad}, BASE) is None
+        assert ("weekday" in bad) != (tasks.next_run_at("daily", {"schedule": bad}, BASE) is None)  # daily: no day
+        db.tx(lambda c: tasks.finish_run(c, run_id="r2", status="completed", error_code=None, now_ms=BASE + HOUR))
+        again = db.tx(lambda c: schedule.fire_due(c, now_ms=BASE + 2 * HOUR, new_run_id=lambda: "r3"))
+        assert [(o.task["id"], o.kind) for o in again.outcomes] == [("good", "started")]
 
 
 @pytest.mark.parametrize("cadence", ["hourly", "daily", "weekly"])
