@@ -212,6 +212,10 @@ def _decode(message: str) -> Any:
         raise RpcFailure(RpcErrorCode.PARSE_ERROR, f"invalid JSON: {type(exc).__name__}") from None
 
 
+def _int_or_none(token: str) -> int | None:
+    return int(token) if len(token) <= 40 else None
+
+
 def _id_of_refused(message: str, exc: BaseException) -> RequestId:
     """The id of a request refused only for an integer outside int64 (well-formed JSON otherwise), so the
     client can match the PARSE_ERROR to the call it is waiting for; ``None`` for any other parse failure,
@@ -219,7 +223,9 @@ def _id_of_refused(message: str, exc: BaseException) -> RequestId:
     if not isinstance(exc, IntegerOutOfRange):
         return None
     try:
-        value = json.loads(message)  # the stdlib reader: exact big integers, no duplicate-key check needed here
+        # the stdlib reader, no duplicate-key check needed here; an integer too long for int() (4,300 digits)
+        # is no valid id either
+        value = json.loads(message, parse_int=_int_or_none)
     except (ValueError, RecursionError):
         return None
     request_id = value.get("id") if isinstance(value, dict) else None

@@ -152,7 +152,11 @@ def loads_strict(data: bytes | str, *, max_depth: int = 64, max_int_digits: int 
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         if "infinity" in str(exc):  # an integer of 310+ digits overflows the float path
-            _check_int_digits(_structure(raw), max_int_digits)
+            structure = _structure(raw)
+            # with int64, an integer this long is out of range: say so (IntegerOutOfRange) when it is the
+            # document's only fault, as for the shorter ones below
+            out_of_range = int64 and _strict_but_for_long_ints(raw, structure, max_depth)
+            _check_int_digits(structure, max_int_digits, out_of_range=out_of_range)
         raise _fail(str(exc)) from None
 
     structure = _structure(raw)
@@ -176,12 +180,29 @@ def _check_int64(structure: bytes) -> None:
             raise IntegerOutOfRange(f"invalid JSON: integer {token[:40].decode()} is outside the signed 64-bit range")
 
 
-def _check_int_digits(structure: bytes, max_int_digits: int) -> None:
+def _check_int_digits(structure: bytes, max_int_digits: int, *, out_of_range: bool = False) -> None:
     for match in _INT_TOKEN_RE.finditer(structure):
         token = match.group()
         digits = len(token) - token.startswith(b"-")
         if digits > max_int_digits:
+            if out_of_range:
+                raise IntegerOutOfRange(f"invalid JSON: integer with {digits} digits is outside the signed "
+                                        "64-bit range")
             raise _fail(f"integer with {digits} digits (limit {max_int_digits})")
+
+
+def _strict_but_for_long_ints(raw: bytes, structure: bytes, max_depth: int) -> bool:
+    """Is ``raw`` strict JSON once every integer is read as 0 (orjson stopped at an over-long one, so the rest
+    of the document was never checked)?"""
+    if _nesting_exceeds(structure, max_depth):
+        return False
+    try:
+        value = json.loads(raw.decode("utf-8"), object_pairs_hook=_pairs_no_duplicates,
+                           parse_constant=_reject_constant, parse_int=lambda _token: 0)
+        orjson.dumps(value)  # a lone surrogate escape does not encode
+    except (ValueError, RecursionError, StrictJSONError, orjson.JSONEncodeError):
+        return False
+    return True
 
 
 def _has_duplicate_keys(raw: bytes, structure: bytes, value: Any) -> bool:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.errors import InvalidInput
-from store.jsonio import StrictJSONError, dumps_line, loads_line, loads_strict, now_rfc3339
+from store.jsonio import IntegerOutOfRange, StrictJSONError, dumps_line, loads_line, loads_strict, now_rfc3339
 
 # ----------------------------------------------------------------- loads_strict: rejections
 
@@ -108,6 +108,19 @@ def test_huge_integers_are_bounded() -> None:
         loads_strict(b'{"a": [-' + b"9" * 65 + b"]}")
     with pytest.raises(StrictJSONError):
         loads_strict(b"[" + b"7" * 30 + b"]", max_int_digits=20)
+
+
+@pytest.mark.parametrize("digits", [40, 309, 310, 400, 5000])
+def test_an_over_long_integer_is_out_of_int64_range_when_it_is_the_only_fault(digits: int) -> None:
+    """protocol/README.md §2: a huge integer in otherwise valid JSON is answered with the request's own id
+    (IntegerOutOfRange); 310+ digits took orjson's infinity path and lost that (RELIABILITY.md row 11)."""
+    big = "9" * digits
+    with pytest.raises(IntegerOutOfRange):
+        loads_strict(f'{{"id": 2, "p": {{"k": -{big}, "s": "x"}}}}', max_int_digits=20, int64=True)
+    for rest in ('"k": NaN', '"k": 1, "k": 2', '"k": "\\ud800"', '"k": ' + "[" * 70 + "]" * 70, '"k": '):
+        with pytest.raises(StrictJSONError) as err:
+            loads_strict(f'{{"id": 2, "p": {{"n": {big}, {rest}}}}}', max_int_digits=20, int64=True)
+        assert not isinstance(err.value, IntegerOutOfRange), rest
 
 
 def test_big_integers_within_bound_are_exact() -> None:
