@@ -790,3 +790,51 @@ async def test_anchor_token_and_key_files_are_0600_whatever_the_umask(tmp_path: 
         async with open_client(proc.url, proc.token, client_id="late"):
             pass
 
+
+
+async def test_row14_symlinks_planted_beside_a_live_session_are_never_followed(tmp_path: Path) -> None:
+    """Row 14 "a symlink planted in the sessions directory ... a sentinel outside the root is untouched"
+    (O_NOFOLLOW, realpath containment) for every per-session file a write path creates or appends to: the
+    revisions log (a regenerate archives the tail), the in-flight checkpoint, and the delete path."""
+    data = tmp_path / "data"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    suffixes = (".revisions.jsonl", ".inflight.json", ".deleting", ".plan-intent.json", ".jsonl.deleted")
+    sentinels = {suffix: outside / f"sentinel{suffix}" for suffix in suffixes}
+    for path in sentinels.values():
+        path.write_bytes(b'{"type":"sentinel"}\n')
+    before = tree(outside)
+    async with running(data) as proc:
+        with trio.fail_after(60):
+            async with client(proc, "sidecar", kind="agent") as c:
+                await c.call("session.create", {"sessionId": "s1", "title": "links"})
+                for m in (msg("u0", "q0"), msg("a0", "r0", role="assistant"), msg("u1", "q1"),
+                          msg("a1", "r1", role="assistant")):
+                    await c.call("session.appendMessage", {"sessionId": "s1", "message": m})
+                for suffix, target in sentinels.items():
+                    if suffix not in (".deleting", ".jsonl.deleted"):
+                        os.symlink(target, data / "sessions" / f"s1{suffix}")
+                outcomes: dict[str, str | None] = {}
+                outcomes["truncateFrom"] = await code_of(
+                    c, "session.truncateFrom", {"sessionId": "s1", "messageId": "a1", "mode": "regenerate"})
+                outcomes["startTurn"] = await code_of(c, "session.startTurn", {"sessionId": "s1", "turnId": "t1"})
+                outcomes["saveInflight"] = await code_of(c, "session.saveInflightMessage", {
+                    "sessionId": "s1", "turnId": "t1",
+                    "message": msg("a2", "streaming", role="assistant", meta={"status": "streaming"})})
+                outcomes["endTurn"] = await code_of(
+                    c, "session.endTurn", {"sessionId": "s1", "turnId": "t1", "status": "completed"})
+                got = await c.call("session.get", {"sessionId": "s1"})
+                outcomes["kept"] = ",".join(m["id"] for m in got["messages"])
+                # the regenerate either archived its tail elsewhere or failed clearly and changed nothing
+                assert outcomes["truncateFrom"] in (None, "IO_ERROR"), outcomes
+                if outcomes["truncateFrom"] is not None:
+                    assert outcomes["kept"].startswith("u0,a0,u1,a1"), outcomes
+                assert outcomes["saveInflight"] is None, outcomes
+                for suffix in (".deleting", ".jsonl.deleted"):
+                    os.symlink(sentinels[suffix], data / "sessions" / f"s1{suffix}")
+                outcomes["delete"] = await code_of(c, "session.delete", {"sessionId": "s1"})
+                assert tree(outside) == before, f"a sentinel outside the data directory changed ({outcomes})"
+    async with running(data) as proc:
+        async with client(proc) as c:
+            await c.call("session.list", {})
+    assert tree(outside) == before
