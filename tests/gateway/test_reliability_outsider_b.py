@@ -838,3 +838,62 @@ async def test_row14_symlinks_planted_beside_a_live_session_are_never_followed(t
         async with client(proc) as c:
             await c.call("session.list", {})
     assert tree(outside) == before
+
+
+async def test_row17_sigkill_at_random_mid_stream_promotes_an_acked_checkpoint_once(tmp_path: Path) -> None:
+    """Row 17 "SIGKILL at random within the checkpoint cycle": a sidecar streams growing checkpoints; the
+    host is killed at a random moment; after the restart the reply is there once, interrupted, holding the
+    last acknowledged checkpoint or the one in flight (never less, never a torn mix), and the turn is
+    fenced."""
+    data = tmp_path / "data"
+    rng = random.Random(17)
+    for cycle in range(3):
+        sid, turn, reply_id = f"s{cycle}", f"t{cycle}", f"a{cycle}"
+        sent, acked = await _stream_until_killed(data, sid, turn, reply_id, 0.3 + rng.random() * 1.5)
+        assert acked, "no checkpoint was acknowledged before the kill"
+        async with running(data) as again:
+            with trio.fail_after(30):
+                async with client(again, "sidecar", kind="agent") as c:
+                    got = await c.call("session.get", {"sessionId": sid})
+                    assert [m["id"] for m in got["messages"]] == [f"u-{sid}", reply_id], (cycle, got["messages"])
+                    reply = got["messages"][1]
+                    text = reply["blocks"][0]["text"]
+                    assert text in sent[acked - 1:], (cycle, acked, text[-40:])
+                    assert reply["meta"]["interrupted"] is True and reply["meta"]["status"] == "aborted"
+                    assert await code_of(c, "session.endTurn",
+                                         {"sessionId": sid, "turnId": turn, "status": "completed"}) == "CONFLICT"
+
+
+async def _stream_until_killed(data: Path, sid: str, turn: str, reply_id: str, after: float) -> tuple[list[str], int]:
+    """Stream growing checkpoints of ``reply_id`` to a host on ``data`` and SIGKILL it ``after`` seconds in:
+    every text sent (in order) and how many of them were acknowledged."""
+    proc = start_host_process(data)
+    sent: list[str] = []
+    acked = 0
+    try:
+        async with client(proc, "sidecar", kind="agent") as c:
+            await c.call("session.create", {"sessionId": sid, "title": "stream"})
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": turn})
+            await c.call("session.appendMessage",
+                         {"sessionId": sid, "turnId": turn, "message": msg(f"u-{sid}", "q")})
+
+            async def stream() -> None:
+                nonlocal acked
+                text = ""
+                with pytest.raises((ClientClosed, RpcError)):
+                    for n in range(10_000):
+                        text += f"word{n} "
+                        sent.append(text)
+                        await c.call("session.saveInflightMessage", {
+                            "sessionId": sid, "turnId": turn,
+                            "message": msg(reply_id, text, role="assistant", meta={"status": "streaming"})})
+                        acked += 1
+                        await trio.sleep(0.01)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stream)
+                await trio.sleep(after)
+                os.kill(proc.proc.pid, 9)
+    finally:
+        proc.kill9()
+    return sent, acked
