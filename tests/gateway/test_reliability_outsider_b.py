@@ -897,3 +897,90 @@ async def _stream_until_killed(data: Path, sid: str, turn: str, reply_id: str, a
     finally:
         proc.kill9()
     return sent, acked
+
+
+# --------------------------------------------------------------------------------- row 16: clock jumps
+
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+def _no_preexec() -> None:
+    """Given as ``preexec_fn``: the host is exec'd (not forked from the warm server), so LD_PRELOAD applies."""
+
+
+@asynccontextmanager
+async def host_at(data: Path, offset: str, *, kill: bool = False) -> AsyncIterator[HostProcess]:
+    """A real host whose wall clock is ``offset`` from now (libfaketime: ``+1d``, ``-1h``); its monotonic
+    clock is the real one. Stopped with SIGTERM (exit 0) or, with ``kill``, SIGKILL."""
+    env = {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": offset, "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+           "FAKETIME_NO_CACHE": "1"}
+    proc = start_host_process(data, env=env, preexec_fn=_no_preexec)
+    try:
+        yield proc
+    finally:
+        if kill:
+            proc.kill9()
+        else:
+            code = proc.terminate()
+            assert code == 0, f"host at {offset} exited with {code}"
+
+
+@pytest.mark.skipif(not LIBFAKETIME.exists(), reason="libfaketime (Debian faketime) is not installed")
+async def test_row16_wall_clock_jumps_across_real_restarts_keep_order_receipts_and_promotion(tmp_path: Path) -> None:
+    """Row 16 at the process level (``faketime``): a host a day ahead writes, takes a keyed append and leaves
+    a checkpoint, and is killed; the host back on the real clock promotes it once and answers the retry
+    from its receipt; a host an hour behind that writes more. Reads keep written order (seq, never time),
+    the inbox lists the newest ending first, and no host crashes on a negative duration."""
+    data = tmp_path / "data"
+    keyed = {"sessionId": "s1", "submissionId": "k1", "message": msg("u1", "keyed")}
+    async with host_at(data, "+1d", kill=True) as proc:
+        with trio.fail_after(30):
+            async with client(proc, "sidecar", kind="agent") as c:
+                await c.call("session.create", {"sessionId": "s1", "title": "clock"})
+                await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("u0", "ahead")})
+                first = await c.call("session.appendMessage", keyed)
+                await c.call("session.startTurn", {"sessionId": "s1", "turnId": "t1"})
+                await c.call("session.saveInflightMessage", {
+                    "sessionId": "s1", "turnId": "t1",
+                    "message": msg("a1", "streamed a day ahead", role="assistant", meta={"status": "streaming"})})
+                await c.call("session.create", {"sessionId": "s-ahead", "title": "written ahead"})
+    async with host_at(data, "+0") as proc:
+        with trio.fail_after(30):
+            async with client(proc, "sidecar", kind="agent") as c:
+                assert await c.call("session.appendMessage", keyed) == first
+                got = await c.call("session.get", {"sessionId": "s1"})
+                assert [m["id"] for m in got["messages"]] == ["u0", "u1", "a1"]
+                assert got["messages"][2]["meta"]["interrupted"] is True
+                await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("u2", "back on time")})
+                await c.call("session.startTurn", {"sessionId": "s1", "turnId": "t2"})
+                ended_t2 = await c.call("session.endTurn", {"sessionId": "s1", "turnId": "t2", "status": "completed"})
+                assert ended_t2
+    async with host_at(data, "-1h") as proc:
+        with trio.fail_after(30):
+            async with client(proc, "sidecar", kind="agent") as c:
+                await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("u3", "an hour behind")})
+                await c.call("session.startTurn", {"sessionId": "s1", "turnId": "t3"})
+                await c.call("session.endTurn", {"sessionId": "s1", "turnId": "t3", "status": "completed"})
+                got = await c.call("session.get", {"sessionId": "s1"})
+                assert [m["id"] for m in got["messages"]] == ["u0", "u1", "a1", "u2", "u3"]
+                assert [m["seq"] for m in got["messages"]] == sorted(m["seq"] for m in got["messages"])
+                assert sum(m["id"] == "u1" for m in got["messages"]) == 1
+                stamps = {m["id"]: m["createdAt"] for m in got["messages"]}
+                # the clock really jumped: written later, stamped earlier
+                assert stamps["u0"] > stamps["u2"] > stamps["u3"], stamps
+                inbox = (await c.call("notifications.list", {}))["notifications"]
+                turns = [n.get("turnId") for n in inbox if n.get("sessionId") == "s1"]
+                assert turns[:2] == ["t3", "t2"], inbox
+                assert inbox[0]["createdAt"] > inbox[1]["createdAt"]
+                found = await c.call("search.query", {"query": "an hour behind"})
+                assert [r["messageId"] for r in found["results"]] == ["u3"]
+                listed = {s["id"] for s in (await c.call("session.list", {"limit": 500}))["sessions"]}
+                assert {"s1", "s-ahead"} <= listed
+    assert await _boots_clean(data)
+
+
+async def _boots_clean(data: Path) -> bool:
+    async with running(data) as proc:
+        async with client(proc) as c:
+            status = await c.call("host.status", {})
+    return bool(status["boot"]["cleanShutdown"])
