@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import pytest
 import trio
-from trio_websocket import ConnectionClosed, WebSocketConnection, open_websocket_url
+from trio_websocket import ConnectionClosed, WebSocketConnection, open_websocket_url, wrap_client_stream
 
 from actors.gateway_connection import close_transport
 from runtime.client import ClientClosed, RpcError, open_client
@@ -984,3 +984,63 @@ async def _boots_clean(data: Path) -> bool:
         async with client(proc) as c:
             status = await c.call("host.status", {})
     return bool(status["boot"]["cleanShutdown"])
+
+
+async def test_row10_a_subscriber_that_falls_behind_is_closed_1013_and_resumes_gap_free_with_its_cursor(
+        tmp_path: Path) -> None:
+    """Row 10 "slow consumers closed (1008 or 1013)" and §5 "A slow subscriber is disconnected instead of
+    being buffered without limit": a subscriber with a small receive window stops reading while thousands
+    of messages are appended; the host closes it (its log says 1013), and a new
+    connection subscribing with the last cursor it processed gets every later message once, in order."""
+    data = tmp_path / "data"
+    log = data / "logs" / "host" / "host.ndjson"
+    async with running(data) as proc:
+        with trio.fail_after(80):
+            async with client(proc, "writer", kind="agent") as w, trio.open_nursery() as nursery:
+                await w.call("session.create", {"sessionId": "s1", "title": "flood"})
+                sock = trio.socket.socket()
+                sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, 4096)
+                await sock.connect(("127.0.0.1", port_of(proc)))
+                stuck = await wrap_client_stream(nursery, trio.SocketStream(sock), f"127.0.0.1:{port_of(proc)}", "/",
+                                                 message_queue_size=1, max_message_size=64 * MIB)
+                try:
+                    assert "result" in await exchange(stuck, hello_frame(proc.token, "slow-subscriber"))
+                    sub = await exchange(stuck, orjson.dumps({
+                        "jsonrpc": "2.0", "id": 1, "method": "events.subscribe",
+                        "params": {"topics": ["session.message"], "sessionId": "s1"}}).decode())
+                    cursor = sub["result"]["cursor"]
+                    written: list[str] = []
+                    for b in range(60):  # until the host gives up on the subscriber
+                        batch = [("session.appendMessage", {"sessionId": "s1", "message": msg(f"m{b}-{i}", "x")})
+                                 for i in range(1000)]
+                        await w.batch(batch)
+                        written += [f"m{b}-{i}" for i in range(1000)]
+                        if "overflowed, closing (1013)" in log.read_text("utf-8", errors="replace"):
+                            break
+                    else:
+                        raise AssertionError("the subscriber was never closed")
+                    seen: list[str] = []
+                    with trio.fail_after(30), pytest.raises(ConnectionClosed) as closed:
+                        while True:
+                            frame = orjson.loads(await stuck.get_message())
+                            if frame.get("method") == "event":
+                                assert frame["params"]["cursor"] > cursor
+                                cursor = frame["params"]["cursor"]
+                                seen.append(frame["params"]["data"]["message"]["id"])
+                    # 1013, or no close frame at all (1006) when the host cut the stream in the middle of a frame
+                    # it could not finish sending (actors/gateway_connection.py: a close frame's bytes would
+                    # be read as that frame's payload): either way the client resumes with its cursor
+                    assert closed.value.reason is not None and closed.value.reason.code in (1013, 1006)
+                finally:
+                    await close_transport(stuck)
+                assert len(seen) < len(written), "the subscriber was not behind"
+                async with client(proc, "slow-subscriber") as again:
+                    await again.subscribe(["session.message"], session_id="s1", cursor=cursor)
+                    while len(seen) < len(written):
+                        with trio.fail_after(20):
+                            ev = await again.next_event()
+                        assert ev.cursor > cursor
+                        cursor = ev.cursor
+                        seen.append(ev.data["message"]["id"])
+                assert seen == written, "a message was missed or repeated across the 1013 and the resume"
+        await alive(proc)
