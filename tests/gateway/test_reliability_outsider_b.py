@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 import random
+import re
 import shutil
 import stat
 import subprocess
@@ -514,6 +515,16 @@ async def test_row14_hostile_session_ids_touch_nothing_and_a_planted_symlink_is_
                             ("session.rename", {"sessionId": bad, "title": "y"}),
                             ("session.delete", {"sessionId": bad})):
                         assert await code_of(c, method, params) in ("INVALID_PARAMS", "INVALID_ID"), (method, bad)
+                # random ids over a nasty alphabet: the allow-list is applied exactly, no more, no less
+                rng = random.Random(14)
+                alphabet = "aZ09_-./\\:%\x00 é\u202e\ufeff~*?$"
+                for _ in range(200):
+                    sid = "".join(rng.choice(alphabet) for _ in range(rng.choice((1, 2, 3, 8, 64, 65))))
+                    got = await code_of(c, "session.get", {"sessionId": sid})
+                    if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", sid):
+                        assert got == "SESSION_NOT_FOUND", (sid, got)
+                    else:
+                        assert got in ("INVALID_PARAMS", "INVALID_ID"), (sid, got)
                 for good in ("CON", "NUL", "x" * 64, "-", "_"):
                     await c.call("session.create", {"sessionId": good, "title": "legal"})
                     await c.call("session.appendMessage", {"sessionId": good, "message": msg("m1", "x")})
