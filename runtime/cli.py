@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import ipaddress
 import os
 import sys
 from collections.abc import Iterator
@@ -64,6 +65,22 @@ class _ImportSources:
         return name in self._names()
 
 
+def _loopback_host(value: str) -> str:
+    """``serve --host``: a loopback address or ``localhost`` only. A local WebSocket daemon bound to another
+    interface is reachable from the network (RELIABILITY.md §5, CVE-2018-12120); the token alone is not meant
+    to stand between the host and a network."""
+    if value == "localhost":
+        return value
+    try:
+        loopback = ipaddress.ip_address(value.strip("[]")).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a loopback address: the host listens on 127.0.0.1, "
+                                         "::1 or localhost only")
+    return value.strip("[]")
+
+
 def _parser() -> argparse.ArgumentParser:
     data_dir_help = "data directory (default: $PI_DESKTOP_DATA_DIR, else ~/.pi-desktop, or with --dev " \
                     "~/.pi-desktop-dev)"
@@ -79,7 +96,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command")
     serve = sub.add_parser("serve", help="run the host in the foreground", parents=[common])
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--host", type=_loopback_host, default="127.0.0.1",
+                       help="loopback address to listen on (127.0.0.1, ::1 or localhost; nothing else)")
     serve.add_argument("--allow-origin", action="append", default=[], help="browser Origin to accept")
     serve.add_argument("--idle-timeout", type=float, default=300.0, help="session actor idle passivation (s)")
     serve.add_argument("--synchronous", choices=["FULL", "NORMAL"], default=None,

@@ -10,6 +10,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -318,3 +319,31 @@ def test_offline_reads_of_a_damaged_index_or_a_file_for_a_data_dir_say_so_withou
     a_file.write_text("hi")
     got = cli("--data-dir", str(a_file), "sessions")
     assert got.returncode not in (0, 1) and "Traceback" not in got.stderr, got.stderr
+
+
+def test_serve_listens_on_loopback_only(tmp_path: Path) -> None:
+    """RELIABILITY.md §5 "Bind to 127.0.0.1 (and ::1) only": ``--host`` takes a loopback address or localhost,
+    and any other address is refused before anything is opened (before, 0.0.0.0 listened on every interface)."""
+    data = tmp_path / "data"
+    for address in ("0.0.0.0", "::", "192.168.1.5", "example.com", ""):
+        done = cli("--data-dir", str(data), "serve", "--port", "0", "--quiet", "--host", address)
+        assert done.returncode == 2, (address, done.stderr)
+        assert "not a loopback address" in done.stderr and "127.0.0.1, ::1 or localhost" in done.stderr
+    assert not data.exists()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), "serve", "--port",
+                             str(port), "--quiet", "--host", "127.0.0.2"], cwd=REPO, stderr=subprocess.PIPE)
+    try:
+        info = data / "host.json"
+        for _ in range(600):
+            if info.exists() and json.loads(info.read_text() or "{}").get("pid") == proc.pid:
+                break
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.05)
+        assert "127.0.0.2" in json.loads(info.read_text())["url"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0
