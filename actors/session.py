@@ -627,6 +627,10 @@ class SessionActor(Actor):
             # up from the file, the line's receipt with it), so a retry of the call is answered from there.
             if writer.storage_failed:
                 self.known.storage_failed = exc
+                # Rule 7 / row 6: the error is the client's answer and the log's record (the client may
+                # be gone by then; the operator learns why the session refuses writes until a restart).
+                logger.error("transcript of session %s failed its fsync; its writes are refused until the host "
+                             "restarts: %s", self.sid, exc.message, extra={"sessionId": self.sid, "error": exc.message})
             raise
         self.known.file_len = end
         return planned, batch, start, end
