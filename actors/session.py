@@ -181,6 +181,9 @@ class SessionDeps:
     idle_timeout: float | None = 300.0
     mailbox_size: int = 512
     batch_limit: int = 256
+    failed_storage: dict[str, StoreError] = field(default_factory=dict)
+    """Sessions whose transcript failed an fsync in this run (RELIABILITY rule 7): refused until the host
+    restarts, also by the actor that follows one stopped when idle (or restarted after a crash)."""
 
 
 @dataclass
@@ -215,7 +218,7 @@ class SessionActor(Actor):
         self.sid = session_id
         self.deps = deps
         self.paths = deps.paths(session_id)
-        self.known = _State()
+        self.known = _State(storage_failed=deps.failed_storage.get(session_id))
         self.poisoned = False
         self._io = trio.CapacityLimiter(1)
         self.idle_work_after = None  # on_idle runs only while a read-ahead is wanted or held
@@ -626,7 +629,7 @@ class SessionActor(Actor):
             # poisons this actor, whose rebuild opens a new writer (the tail re-validated, the index caught
             # up from the file, the line's receipt with it), so a retry of the call is answered from there.
             if writer.storage_failed:
-                self.known.storage_failed = exc
+                self.known.storage_failed = self.deps.failed_storage[self.sid] = exc
                 # Rule 7 / row 6: the error is the client's answer and the log's record (the client may
                 # be gone by then; the operator learns why the session refuses writes until a restart).
                 logger.error("transcript of session %s failed its fsync; its writes are refused until the host "

@@ -513,3 +513,32 @@ async def test_index_files_deleted_after_a_kill_are_reconciled_and_no_transcript
     for sid in ("s1", "s2"):
         assert index_message_ids(data, sid) == [f"{sid}m{i}" for i in range(3)]
 
+
+
+async def test_a_failed_fsync_stays_failed_after_the_session_actor_went_idle(tmp_path: Path) -> None:
+    """Rule 7: "never retry-then-ack ... next boot trusts the disk"; protocol/README (IO_ERROR): "A failed
+    fsync of a transcript marks that session's storage failed until the host restarts". The session's actor
+    passivating after ``--idle-timeout`` forgot the mark: the retry of the very append whose fsync failed
+    was then written again and acknowledged in the same process."""
+    data = tmp_path / "data"
+    data.mkdir()
+    async with host(data) as (proc, c):
+        await _session_with_turn(c)
+    failing = {"sessionId": "s1", "message": msg("m9", "never acked"), "submissionId": "eio-idle"}
+    proc = start_host_process(data, "--idle-timeout", "0.3", env={"RT_CRASHPOINT": "append.fsync:1:eio"})
+    try:
+        with trio.fail_after(60):
+            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c:
+                assert (await error_of(c, "session.appendMessage", failing))[0] == "IO_ERROR"
+                for _ in range(100):  # until the idle actor stopped
+                    if (await c.call("host.status", {}))["actors"]["sessions"] == 0:
+                        break
+                    await trio.sleep(0.1)
+                else:
+                    raise AssertionError("the session's actor never went idle")
+                code, err = await error_of(c, "session.appendMessage", failing)
+                assert code == "IO_ERROR", (code, err)
+                assert (await error_of(c, "session.rename", {"sessionId": "s1", "title": "x"}))[0] == "IO_ERROR"
+    finally:
+        proc.kill9()
+    assert message_ids_on_file(transcript(data, "s1")) == ["u1", "a1"]
