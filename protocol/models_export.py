@@ -42,6 +42,9 @@ class SessionExportResult(Result):
     environments: Count
     redactions: Count = Field(description="Secrets, credential references and secret-named values removed.")
     thinking_omitted: Count
+    unreadable_lines: Count | None = Field(
+        default=None, description="Indexed transcript lines that no longer parse (damaged on disk), left out of the "
+                                  "export; `pi-host doctor` names them. Absent when there are none.")
 
 
 __all__ = ["SessionExportParams", "SessionExportResult"]

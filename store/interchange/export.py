@@ -109,11 +109,15 @@ class ExportReport:
     redactions: int = 0
     thinking_omitted: int = 0
     bytes: int = 0
+    unreadable_lines: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": self.format, "messages": self.messages, "compactions": self.compactions,
-                "environments": self.environments, "redactions": self.redactions,
-                "thinkingOmitted": self.thinking_omitted, "bytes": self.bytes}
+        out: dict[str, Any] = {"format": self.format, "messages": self.messages, "compactions": self.compactions,
+                               "environments": self.environments, "redactions": self.redactions,
+                               "thinkingOmitted": self.thinking_omitted, "bytes": self.bytes}
+        if self.unreadable_lines:
+            out["unreadableLines"] = self.unreadable_lines
+        return out
 
 
 def secret_values(conn: sqlite3.Connection, store: SecretStore) -> tuple[str, ...]:
@@ -193,20 +197,36 @@ class SessionView:
     path: Path
     conn: sqlite3.Connection
     checkpoints: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    unreadable: int = 0
+    """Indexed lines that no longer parse (bit rot, an outside edit): left out and counted, never fatal
+    (RELIABILITY rule 3: readers skip a bad mid-file line; it is reported, never silently dropped)."""
+
+    def _parsed(self, raw: bytes) -> dict[str, Any] | None:
+        try:
+            return loads_line(raw)
+        except ValueError:
+            self.unreadable += 1
+            return None
 
     def records(self) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
         """(message record, the checkpoints whose boundary it is), in transcript order, tombstoned ones out."""
         sid = self.row["id"]
         total = self.row["messageCount"]
         start = 0
+        carried: list[dict[str, Any]] = []  # the checkpoints after an unreadable line: after the next message
         while start < total:
             window = index.window_rows(self.conn, sid, start, start + WINDOW)
             if not window:
                 break
             live = [r for r in window if not r[4] and r[2] is not None]  # the rows LIVE selects
             for row, raw in zip(live, read_spans(self.path, [(r[2], r[3]) for r in live]), strict=True):
-                record = mark_evicted_blocks(self.conn, loads_line(raw))  # seed 000 §2.3, as session.get
-                yield record, self.checkpoints.pop(row[1], [])
+                parsed = self._parsed(raw)
+                if parsed is None:
+                    carried.extend(self.checkpoints.pop(row[1], []))
+                    continue
+                record = mark_evicted_blocks(self.conn, parsed)  # seed 000 §2.3, as session.get
+                yield record, [*carried, *self.checkpoints.pop(row[1], [])]
+                carried = []
             start = window[-1][0]
 
     def load_checkpoints(self) -> int:
@@ -214,7 +234,10 @@ class SessionView:
         exported message it follows (``""``: before every message), re-anchored (see the module doc)."""
         rows = index.compaction_rows(self.conn, self.row["id"])
         for _row, raw in zip(rows, read_spans(self.path, [(r[2], r[3]) for r in rows]), strict=True):
-            after, record = self._re_anchored(loads_line(raw))
+            parsed = self._parsed(raw)
+            if parsed is None:
+                continue
+            after, record = self._re_anchored(parsed)
             self.checkpoints.setdefault(after, []).append(record)
         return len(rows)
 
@@ -326,7 +349,9 @@ def export_session(conn: sqlite3.Connection, transcript: Path, session_id: str, 
     session["messageCount"] = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ? AND deleted = 0",
                                            (session_id,)).fetchone()[0]
     orphans = view.checkpoints.pop("", [])
-    return export_records(session, view.records(), orphans, view.environments(), out, options)
+    report = export_records(session, view.records(), orphans, view.environments(), out, options)
+    report.unreadable_lines = view.unreadable
+    return report
 
 
 def export_records(session: Mapping[str, Any], records: Iterable[tuple[dict[str, Any], list[dict[str, Any]]]],

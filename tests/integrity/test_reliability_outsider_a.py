@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import resource
 import sqlite3
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,7 +20,7 @@ import trio
 
 from runtime.client import ClientClosed, HostClient, RpcError, open_client
 from tests.acceptance.outsiderkit import error_of
-from tests.hostkit import HostProcess, call_killed_at, msg, start_host_process
+from tests.hostkit import REPO, HostProcess, call_killed_at, msg, start_host_process
 
 CLIENT = "outsider-a"
 
@@ -542,3 +543,38 @@ async def test_a_failed_fsync_stays_failed_after_the_session_actor_went_idle(tmp
     finally:
         proc.kill9()
     assert message_ids_on_file(transcript(data, "s1")) == ["u1", "a1"]
+async def test_a_bad_line_inside_the_indexed_part_is_reported_by_doctor_and_readers_survive_it(
+        tmp_path: Path) -> None:
+    """Rule 3 / row 4, the other way a mid-file line goes bad: one byte of an already indexed line flips
+    while the host is down (the file keeps its length, so the boot's reconcile trusts its mark and does not
+    rescan the file). ``pi-host doctor`` reports the line with its count; ``session.get`` marks the row
+    corrupt; ``session.export`` and search keep answering (an export is a reader: never INTERNAL, the
+    "host bug" code); appends go on."""
+    data = tmp_path / "data"
+    data.mkdir()
+    async with host(data) as (proc, c):
+        await c.call("session.create", {"sessionId": "s1", "title": "rot"})
+        for i in range(4):
+            await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(f"m{i}", f"text {i}")})
+        await c.call("session.get", {"sessionId": "s1"})
+    path = transcript(data, "s1")
+    raw = path.read_bytes()
+    at = raw.index(b'{"type":"message","id":"m1"')
+    path.write_bytes(raw[:at] + b"X" + raw[at + 1:])  # same length; the line no longer parses
+    doctor = await trio.run_process([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), "doctor", "--json"],
+                                    cwd=REPO, capture_stdout=True, capture_stderr=True, check=False)
+    findings = json.loads(doctor.stdout)["findings"]
+    bad = [f for f in findings if f["check"] == "transcript.bad_lines" and "s1" in f["subject"]]
+    assert len(bad) == 1 and bad[0]["detail"].startswith("1 line"), findings
+    assert doctor.returncode != 0
+    async with host(data) as (proc, c):
+        got = await c.call("session.get", {"sessionId": "s1", "full": True})
+        assert [m.get("id") for m in got["messages"]] == ["m0", None, "m2", "m3"]
+        assert got["messages"][1].get("corrupt") is True
+        exported = await c.call("session.export", {"sessionId": "s1", "format": "jsonl"})
+        assert [json.loads(line).get("id") for line in exported["content"].splitlines()
+                if json.loads(line).get("type") == "message"] == ["m0", "m2", "m3"]
+        assert exported["messages"] == 3 and exported["unreadableLines"] == 1
+        md = await c.call("session.export", {"sessionId": "s1", "format": "md"})
+        assert "text 2" in md["content"]
+        await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("m4", "next")})

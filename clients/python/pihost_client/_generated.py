@@ -1996,6 +1996,7 @@ class SessionExportResult(TypedDict):
     environments: int
     redactions: int
     thinkingOmitted: int
+    unreadableLines: NotRequired[int | None]
 
 
 class SessionGetParams(TypedDict):

@@ -2548,6 +2548,8 @@ export interface SessionExportResult {
   /** Secrets, credential references and secret-named values removed. */
   redactions: number;
   thinkingOmitted: number;
+  /** Indexed transcript lines that no longer parse (damaged on disk), left out of the export; `pi-host doctor` names them. Absent when there are none. */
+  unreadableLines?: number | null;
 }
 
 /** A bounded window of the transcript (seed 003 §5). ``sessionId`` may be a native pi session (`native-pi:...`): the window is then read from an immutable snapshot of its file, on its current branch. At most one anchor: `messageBefore` (backward paging, exclusive end), `messageAround` (centre on a message id) or `messageEnd` (forward paging: the window starts at a previous response's `messageEnd`). Without an anchor the newest window is returned. Positions are 0-based physical message positions in the transcript file. */
