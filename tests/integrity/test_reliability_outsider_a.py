@@ -7,6 +7,8 @@ claim it checks; the claims other tests already cover from the same angle are le
 from __future__ import annotations
 
 import json
+import os
+import random
 import resource
 import sqlite3
 import sys
@@ -578,3 +580,99 @@ async def test_a_bad_line_inside_the_indexed_part_is_reported_by_doctor_and_read
         md = await c.call("session.export", {"sessionId": "s1", "format": "md"})
         assert "text 2" in md["content"]
         await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("m4", "next")})
+
+
+# ------------------------------------------------------------------ row 7: a corrupt index between runs
+
+@pytest.mark.parametrize("damage", ["truncated-to-a-third", "random-bytes-mid-file"])
+async def test_a_corrupt_index_found_at_boot_is_quarantined_and_rebuilt_equal_to_the_transcripts(
+        tmp_path: Path, damage: str) -> None:
+    """Row 7: "random bytes mid-page or truncate to 1/3 (`SQLITE_CORRUPT` from `quick_check`) ... boot runs
+    `PRAGMA quick_check`, quarantines db+wal+shm and rebuilds from JSONL"; figure "rows equal". The index is
+    checkpointed into ``pi.sqlite`` between runs (so the damage is not masked by the WAL), then damaged; the
+    next boot says it rebuilt, every session reads as its transcript, search finds every message, keyed
+    retries answer their receipts, and the transcripts are untouched."""
+    data = tmp_path / "data"
+    data.mkdir()
+    acked: list[tuple[dict[str, Any], Any]] = []
+    async with host(data) as (proc, c):
+        for s in range(3):
+            await c.call("session.create", {"sessionId": f"s{s}", "title": f"title {s}"})
+            for i in range(25):
+                p = {"sessionId": f"s{s}", "message": msg(f"s{s}m{i}", f"needle{s} {i} " + "w" * (200 + 37 * i)),
+                     "submissionId": f"s{s}-{i}"}
+                acked.append((p, await c.call("session.appendMessage", p)))
+        await c.call("session.get", {"sessionId": "s2"})
+        assert proc.terminate() == 0
+    conn = sqlite3.connect(data / "pi.sqlite")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    db = data / "pi.sqlite"
+    size = db.stat().st_size
+    if damage == "truncated-to-a-third":
+        os.truncate(db, size // 3)
+    else:
+        with db.open("r+b") as fh:
+            fh.seek(size // 2)
+            fh.write(random.Random(7).randbytes(size // 8))
+    files = {s: transcript(data, f"s{s}").read_bytes() for s in range(3)}
+    async with host(data) as (proc, c):
+        report = (await c.call("host.status", {}))["boot"]
+        assert report["dbRebuilt"] is True and report["database"]["corruption"], report["database"]
+        assert report["database"]["quarantined"]
+        for s in range(3):
+            assert await ids(c, f"s{s}") == [f"s{s}m{i}" for i in range(25)]
+            hits = (await c.call("search.query", {"query": f"needle{s}", "limit": 100}))["results"]
+            assert sorted(h["messageId"] for h in hits) == sorted(f"s{s}m{i}" for i in range(25))
+        for p, answer in acked[::7]:
+            assert await c.call("session.appendMessage", p) == answer
+    assert {s: transcript(data, f"s{s}").read_bytes() for s in range(3)} == files
+    for s in range(3):
+        assert index_message_ids(data, f"s{s}") == [f"s{s}m{i}" for i in range(25)]
+
+
+# ------------------------------------------------------------------ row 4: torn tails at every offset, one boot
+
+TORN = (b'{"type":"message","id":"torn","role":"user","blocks":[{"type":"text","text":"never acked \xc3\xa9"}],'
+        b'"createdAt":"2026-07-26T09:00:00.000Z"}\n')
+
+
+async def test_a_torn_trailing_line_at_every_byte_offset_is_cut_before_the_next_append(tmp_path: Path) -> None:
+    """Row 4: "truncate the last line at **every** byte offset; NUL tail (the ext4 case); garbage without a
+    newline ... reader returns every complete record; boot truncates the tail before the next append";
+    figure "0 misparsed, 0 glued lines after next append". One session per tail (an unacknowledged line cut
+    at each offset, the whole line without its newline, 18 NUL bytes, garbage), all booted at once on a
+    real host: each reads as its acknowledged messages, the next append lands whole after them, and every
+    line of every file parses."""
+    data = tmp_path / "data"
+    data.mkdir()
+    tails: dict[str, bytes] = {f"cut{k}": TORN[:k] for k in range(1, len(TORN) - 1)}
+    tails |= {"nul": b"\0" * 18, "garbage": b"\x9f\x00garbage{{ no newline", "nonl": TORN[:-1]}
+    async with host(data) as (proc, c):
+        calls = []
+        for sid in tails:
+            calls += [("session.create", {"sessionId": sid, "title": sid}),
+                      ("session.appendMessage", {"sessionId": sid, "message": msg(f"{sid}-0", "acked zero")}),
+                      ("session.appendMessage", {"sessionId": sid, "message": msg(f"{sid}-1", "acked one")})]
+        for method, params in calls:
+            await c.call(method, params)
+        await c.call("session.get", {"sessionId": "garbage"})
+        assert proc.terminate() == 0
+    for sid, tail in tails.items():
+        with transcript(data, sid).open("ab") as fh:
+            fh.write(tail)
+    async with host(data) as (proc, c):
+        report = (await c.call("host.status", {}))["boot"]
+        views = {sid: await ids(c, sid) for sid in tails}
+        for sid in tails:
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"{sid}-2", "the next append")})
+        after = {sid: await ids(c, sid) for sid in tails}
+    misread = {sid: v for sid, v in views.items() if v != [f"{sid}-0", f"{sid}-1"] and sid != "nonl"}
+    assert misread == {}
+    assert views["nonl"] in (["nonl-0", "nonl-1"], ["nonl-0", "nonl-1", "torn"])  # a whole line lacking its newline
+    glued = {sid: v for sid, v in after.items() if v[:2] != [f"{sid}-0", f"{sid}-1"] or v[-1] != f"{sid}-2"}
+    assert glued == {}
+    for sid in tails:
+        records = parsed(transcript(data, sid))  # every line parses: nothing glued to the torn bytes
+        assert [r["id"] for r in records if r.get("type") == "message"][-1] == f"{sid}-2"
+    assert report["reconcile"]["tornTails"] >= len(tails) - 1, report["reconcile"]
