@@ -676,3 +676,143 @@ async def test_a_torn_trailing_line_at_every_byte_offset_is_cut_before_the_next_
         records = parsed(transcript(data, sid))  # every line parses: nothing glued to the torn bytes
         assert [r["id"] for r in records if r.get("type") == "message"][-1] == f"{sid}-2"
     assert report["reconcile"]["tornTails"] >= len(tails) - 1, report["reconcile"]
+
+
+# ------------------------------------------------------------------ rules 2 and 7 under concurrent appends
+
+async def _concurrent_appends(c: HostClient, sid: str, n: int, tag: str) -> dict[str, Any]:
+    """``n`` keyed appends to ``sid`` sent at once (the session's writer may take them as one group): each
+    message id → its answer, or the error code it failed with."""
+    out: dict[str, Any] = {}
+
+    async def one(i: int) -> None:
+        params = {"sessionId": sid, "message": msg(f"{tag}{i}", f"{tag} {i} " + "q" * 500), "submissionId": f"{tag}{i}"}
+        code, _ = await error_of(c, "session.appendMessage", params)
+        out[f"{tag}{i}"] = code or "ok"
+
+    async with trio.open_nursery() as nursery:
+        for i in range(n):
+            nursery.start_soon(one, i)
+    return out
+
+
+@pytest.mark.parametrize("fault", ["fsync-eio", "short-write"])
+async def test_appends_in_flight_when_the_write_fails_are_none_of_them_acknowledged(tmp_path: Path,
+                                                                                   fault: str) -> None:
+    """Rule 7: "report unacked writes since the last good fsync as failed"; rule 2: on any OSError the file
+    is cut back to ``pre``; row 5/6: "no ack". Eight appends sent at once while the first fsync fails (EIO)
+    or the write finds no room (RLIMIT_FSIZE): none answers success, none is on file or in the index after a
+    restart, and their retries (same keys) land once each after it."""
+    data = tmp_path / "data"
+    data.mkdir()
+    async with host(data) as (proc, c):
+        await _session_with_turn(c)
+    path = transcript(data, "s1")
+    if fault == "short-write":
+        with path.open("ab") as fh:  # the largest file the host writes: only the appends cross the limit
+            fh.write(b"".join(json.dumps({"type": "x-outsider-pad", "n": i, "pad": "p" * 65_000}).encode() + b"\n"
+                              for i in range(96)))
+    env = {"RT_CRASHPOINT": "append.fsync:1:eio"} if fault == "fsync-eio" else None
+    async with host(data, env=env) as (proc, c):
+        await c.call("session.get", {"sessionId": "s1"})
+        pre = path.stat().st_size
+        if fault == "short-write":
+            set_fsize_limit(proc.proc.pid, pre + 300)
+        outcome = await _concurrent_appends(c, "s1", 8, "g")
+        assert "ok" not in outcome.values(), outcome
+        assert set(outcome.values()) == {"IO_ERROR" if fault == "fsync-eio" else "STORAGE_FULL"}, outcome
+        assert path.stat().st_size == pre
+        assert await ids(c, "s1") == ["u1", "a1"]
+    async with host(data) as (proc, c):
+        assert await ids(c, "s1") == ["u1", "a1"]
+        again = await _concurrent_appends(c, "s1", 8, "g")
+        assert set(again.values()) == {"ok"}, again
+        assert sorted(await ids(c, "s1")) == sorted(["u1", "a1", *(f"g{i}" for i in range(8))])
+    on_file = message_ids_on_file(path)
+    assert sorted(on_file) == sorted(["u1", "a1", *(f"g{i}" for i in range(8))])
+
+
+# ------------------------------------------------------------------ row 9: queued-turn keys across a kill
+
+@pytest.mark.parametrize("killed", ["after-take", "prompt-durable-unacked"])
+async def test_a_queued_prompt_runs_once_across_a_kill(tmp_path: Path, killed: str) -> None:
+    """Row 9: "queued-turn keys ... after kill -9 between durable write and ack": protocol/README §10
+    "host restart ... queueTake offers again the entry taken before the restart if no turn began with it",
+    and the prompt's append carries "an id derived from the entry, so a retry cannot duplicate it". Killed
+    right after the take, the entry is offered again, once; killed between the prompt line's fsync and its
+    answer, the retry of that append answers (twice the same) and the transcript holds the prompt once."""
+    data = tmp_path / "data"
+    data.mkdir()
+    async with host(data, kind="ui", client_id="ui-1") as (proc, c):
+        await _session_with_turn(c)
+        pushed = (await c.call("session.queuePush", {"sessionId": "s1", "principal": "user", "content": "do it",
+                                                     "permissionMode": "ask", "submissionId": "push-1"}))["entry"]
+    entry_id = pushed["id"]
+    prompt = {"sessionId": "s1", "message": msg(f"p-{entry_id}", "do it", turnId="t1"),
+              "submissionId": f"prompt-{entry_id}"}
+
+    async def take(c: HostClient) -> Any:
+        await c.call("session.queueAttach", {"sessionId": "s1", "controllerId": "agent-1"})
+        return (await c.call("session.queueTake", {"sessionId": "s1", "controllerId": "agent-1"})).get("entry")
+
+    if killed == "after-take":
+        async with host(data) as (proc, c):
+            assert (await take(c))["id"] == entry_id
+    else:
+        async def steps(c: HostClient) -> None:
+            assert (await take(c))["id"] == entry_id
+            await c.call("session.startTurn", {"sessionId": "s1", "turnId": "t1"})
+            await c.call("session.appendMessage", prompt)
+
+        await killed_during(data, "append.after_fsync:1", steps)
+    async with host(data) as (proc, c):
+        offered = await take(c)
+        if killed == "after-take":
+            assert offered is not None and offered["id"] == entry_id
+            await c.call("session.startTurn", {"sessionId": "s1", "turnId": "t1"})
+        else:
+            assert offered is None or offered["id"] != entry_id, offered
+        first = await c.call("session.appendMessage", prompt)
+        assert await c.call("session.appendMessage", prompt) == first
+        assert first["message"]["seq"] == 3
+        assert await ids(c, "s1") == ["u1", "a1", f"p-{entry_id}"]
+        assert (await c.call("session.queueList", {"sessionId": "s1"}))["entries"] == []
+        assert await take(c) is None
+    assert message_ids_on_file(transcript(data, "s1")).count(f"p-{entry_id}") == 1
+
+
+async def test_one_key_sent_at_once_with_different_payloads_takes_effect_once(tmp_path: Path) -> None:
+    """Row 9: "one effect per key ... key reuse with a different payload rejected clearly"; protocol/README
+    §4: "Two requests with the same key that arrive at the same time — on one connection or two, for one
+    session or two — run once". Six appends under one key on two connections at once, half with another
+    message and half to another session: exactly one payload takes effect; every other request either gets
+    that one's answer (the same request) or IDEMPOTENCY_CONFLICT."""
+    data = tmp_path / "data"
+    data.mkdir()
+    variants = [{"sessionId": "s1", "message": msg("k1", "first payload"), "submissionId": "race-1"},
+                {"sessionId": "s1", "message": msg("k2", "second payload"), "submissionId": "race-1"},
+                {"sessionId": "s2", "message": msg("k3", "third payload"), "submissionId": "race-1"}]
+    async with host(data) as (proc, c):
+        await _session_with_turn(c)
+        await _session_with_turn(c, "s2")
+        results: list[tuple[int, Any]] = []
+
+        async def send(client: HostClient, i: int) -> None:
+            try:
+                results.append((i, await client.call("session.appendMessage", variants[i])))
+            except RpcError as exc:
+                results.append((i, exc.data_code))
+
+        async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="agent") as c2:
+            async with trio.open_nursery() as nursery:
+                for n in range(6):
+                    nursery.start_soon(send, (c, c2)[n % 2], n % 3)
+        wins = {i for i, r in results if isinstance(r, dict)}
+        assert len(wins) == 1, results
+        won = wins.pop()
+        answers = [r for i, r in results if i == won]
+        assert all(a == answers[0] for a in answers)
+        assert {r for i, r in results if i != won} == {"IDEMPOTENCY_CONFLICT"}, results
+        landed = {sid: await ids(c, sid) for sid in ("s1", "s2")}
+    extra = [mid for sid in ("s1", "s2") for mid in landed[sid] if mid.startswith("k")]
+    assert extra == [variants[won]["message"]["id"]], landed
