@@ -169,6 +169,8 @@ TEMP_CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "inflight.after_tmp_write": ("session.saveInflightMessage", {
         "sessionId": "s1", "turnId": "t1", "message": msg("a2", "partial", role="assistant", turnId="t1")}),
     "secrets.write.after_tmp_write": ("secrets.set", {"ref": "provider/outsider", "value": "sk-outsider"}),
+    "assistantEdit.revisions.after_tmp_write": ("session.assistantEdit", {
+        "sessionId": "s1", "messageId": "a1", "blocks": [{"type": "text", "text": "edited answer"}]}),
 }
 
 
