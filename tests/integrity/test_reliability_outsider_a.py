@@ -818,3 +818,49 @@ async def test_one_key_sent_at_once_with_different_payloads_takes_effect_once(tm
         landed = {sid: await ids(c, sid) for sid in ("s1", "s2")}
     extra = [mid for sid in ("s1", "s2") for mid in landed[sid] if mid.startswith("k")]
     assert extra == [variants[won]["message"]["id"]], landed
+
+
+async def test_an_index_corrupted_while_the_host_runs_is_said_so_and_rebuilt_by_the_next_boot(tmp_path: Path) -> None:
+    """Row 7: "corrupt it while running". The index is checkpointed into ``pi.sqlite`` and a stretch of it
+    overwritten while the host serves. Reads that meet the damage answer CORRUPT_DATA (what the error table
+    says of "durable data [that] failed validation"), not INTERNAL ("a host bug"), and the host log says
+    so; nothing acknowledged is lost: after a restart the boot quarantines the index, rebuilds it from the
+    transcripts, and every acknowledged message reads and searches again."""
+    data = tmp_path / "data"
+    data.mkdir()
+    acked: dict[str, list[str]] = {}
+    async with host(data) as (proc, c):
+        for s in range(3):
+            sid = f"s{s}"
+            await c.call("session.create", {"sessionId": sid, "title": "t"})
+            acked[sid] = []
+            for i in range(30):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(
+                    f"{sid}m{i}", f"needle{s} " + random.Random(i).randbytes(300).hex())})
+                acked[sid].append(f"{sid}m{i}")
+        await c.call("session.get", {"sessionId": "s2"})
+        conn = sqlite3.connect(data / "pi.sqlite")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+        db = data / "pi.sqlite"
+        size = db.stat().st_size
+        with db.open("r+b") as fh:
+            fh.seek(size // 2)
+            fh.write(random.Random(11).randbytes(size // 4))
+        codes: list[str | None] = []
+        for q in range(3):
+            codes.append((await error_of(c, "search.query", {"query": "needle1"}))[0])
+            late = {"sessionId": "s1", "message": msg(f"late{q}", "late")}
+            code, _ = await error_of(c, "session.appendMessage", late)
+            codes.append(code)
+            if code is None:
+                acked["s1"].append(f"late{q}")
+            codes.append((await error_of(c, "session.get", {"sessionId": "s1", "full": True}))[0])
+        assert "INTERNAL" not in codes, codes
+        assert "CORRUPT_DATA" in codes, codes
+    assert any(r.get("level") == "error" and "corrupt" in json.dumps(r).lower() for r in log_records(data))
+    async with host(data) as (proc, c):
+        report = (await c.call("host.status", {}))["boot"]
+        assert report["dbRebuilt"] is True, report["database"]
+        for sid, want in acked.items():
+            assert (await ids(c, sid))[:len(want)] == want
