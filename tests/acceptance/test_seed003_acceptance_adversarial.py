@@ -1,0 +1,576 @@
+"""Seed 003 §11 acceptance items, read adversarially: the variants of items 1, 3, 4, 7, 13, 14, 18, 21 and
+the "Active-turn steering transcript reservations" paragraphs that the happy-path acceptance tests leave out
+(every block kind at once, a torn tail *and* a checkpoint *and* a running turn in one crash, a rewrite after
+a lost index commit, a search needle spanning two messages, concurrent terminal updates, edge hop budgets).
+Black-box against real ``pi-host serve`` processes over the documented wire protocol only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from runtime.client import ClientClosed, HostClient, open_client
+from tests.acceptance.outsiderkit import code_of, real_host, say
+from tests.hostkit import msg, start_host_process
+
+
+def _data(tmp_path: Path) -> Path:
+    root = tmp_path / "data"
+    root.mkdir()
+    return root
+
+
+async def _full(c: HostClient, sid: str) -> dict[str, Any]:
+    result: dict[str, Any] = await c.call("session.get", {"sessionId": sid, "full": True})
+    return result
+
+
+def _stable(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as a restart must keep them (``seq`` aside: it is a read projection)."""
+    return [{k: v for k, v in m.items() if k != "seq"} for m in messages]
+
+
+async def _hits(c: HostClient, query: str, **extra: Any) -> list[tuple[str, str]]:
+    found = (await c.call("search.query", {"query": query, **extra}))["results"]
+    return [(h["sessionId"], h["messageId"]) for h in found]
+
+
+async def _terminate(proc: Any) -> None:
+    """A clean stop (SIGTERM): the host must exit 0."""
+    assert await trio.to_thread.run_sync(proc.terminate) == 0
+
+
+# ------------------------------------------------------------------------------------ item 1: byte-identical
+
+_EVERY_BLOCK = [
+    {"type": "thinking", "text": "weighing 漢字 and emoji 🧪", "signature": "sig/+==", "redacted": False},
+    {"type": "text", "text": "line one\nline two\t\u2028 end \\ \"quoted\""},
+    {"type": "tool_call", "callId": "c-1", "name": "Bash", "args": {"command": "ls -la", "nested": {"a": [1, 2.5,
+     None, True]}}, "result": {"stdout": "x" * 200_000, "exitCode": 0}, "status": "success"},
+    {"type": "attachment", "kind": "image", "name": "pic.png", "ref": "/tmp/pic.png", "mimeType": "image/png",
+     "size": 12, "extra": {"w": 3}},
+    {"type": "hostedSearch", "status": "completed", "rounds": [{"id": "r1", "status": "completed", "kind": "search",
+     "query": "trio nursery", "futureKey": [1]}], "replay": [{"opaque": True}]},
+    {"type": "martian_block_v9", "payload": {"deep": {"deeper": [{"x": 1e-7}, "", {}]}}, "n": 12345678901234567},
+    {"type": "image_generation", "status": "done", "items": []},
+]
+
+
+async def test_item1_every_block_kind_usage_and_a_large_tool_result_survive_kill_clean_stop_and_db_loss(
+        tmp_path: Path) -> None:
+    """§11.1 "Sessions and transcripts survive restart byte-identically (blocks, usage, tool results)" —
+    with every known block type, unknown ones, a usage/model meta and a 200 kB tool result in one message;
+    identical after a SIGKILL, after a clean restart, and after the whole index is deleted (content reloads
+    from sessions/<id>.jsonl). The transcript file itself is never rewritten by any of the restarts."""
+    root = _data(tmp_path)
+    meta = {"usage": {"input": 1830, "output": 412, "cacheRead": 0, "cost": {"total": 0.0123}},
+            "modelId": "claude-sonnet-4", "providerId": "anthropic", "stopReason": "toolUse",
+            "custom": {"unknownField": [1, {"b": None}]}}
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            sid = (await c.call("session.create", {"title": "blocks"}))["id"]
+            await say(c, sid, "u1", "go")
+            await say(c, sid, "a1", "", role="assistant", blocks=_EVERY_BLOCK, meta=meta,
+                      createdAt="2026-07-26T09:00:04.120Z")
+            await say(c, sid, "t1", "", role="tool", toolName="Bash",
+                      blocks=[{"type": "tool_call", "callId": "c-2", "args": {}, "result": {"big": "y" * 50_000},
+                               "status": "error", "futureField": 1}])
+            before = _stable((await _full(c, sid))["messages"])
+            assert before[1]["blocks"] == _EVERY_BLOCK and before[1]["meta"] == meta
+            proc.kill9()
+        transcript = root / "sessions" / f"{sid}.jsonl"
+        on_disk = transcript.read_bytes()
+        async with real_host(root, kind="agent") as (proc, c):
+            assert _stable((await _full(c, sid))["messages"]) == before
+            await _terminate(proc)
+        async with real_host(root, kind="agent") as (proc, c):
+            assert _stable((await _full(c, sid))["messages"]) == before
+            proc.kill9()
+        for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+            (root / name).unlink(missing_ok=True)
+        async with real_host(root, kind="agent") as (proc, c):
+            after = await _full(c, sid)
+            assert _stable(after["messages"]) == before
+            assert after["session"]["title"] == "blocks"
+            assert await _hits(c, "line two") == [(sid, "a1")]
+        assert transcript.read_bytes() == on_disk
+
+
+# --------------------------------------------------------------- item 3: crash with a turn, a checkpoint, a tear
+
+async def test_item3_kill_with_running_turn_checkpoint_and_torn_tail_in_one_session(tmp_path: Path) -> None:
+    """§11.3 "Kill -9 during a running turn: boot marks the turn aborted, transcript intact up to the last
+    fsync'd message line; a torn trailing line is skipped on read" — in one session at once: a running turn,
+    an in-flight checkpoint and a torn line after the last whole one. After the restart the turn is aborted,
+    the checkpoint is promoted as an interrupted assistant row of that turn, the torn line is gone, the next
+    append is a whole line of its own, and a second restart reads the same."""
+    root = _data(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            await say(c, sid, "u1", "question", turnId="t1")
+            await say(c, sid, "tool1", "", role="tool", turnId="t1", toolName="Read",
+                      blocks=[{"type": "tool_call", "callId": "c1", "args": {"p": "a"}, "result": "ok",
+                               "status": "success"}])
+            await c.call("session.saveInflightMessage", {
+                "sessionId": sid, "turnId": "t1",
+                "message": msg("a1", "half of the answer", role="assistant", turnId="t1")})
+            proc.kill9()
+        transcript = root / "sessions" / f"{sid}.jsonl"
+        with transcript.open("ab") as fh:
+            fh.write(b'{"type":"message","id":"torn","role":"assistant","blocks":[{"type":"te')
+        async with real_host(root, kind="agent") as (proc, c):
+            view = await _full(c, sid)
+            assert [m["id"] for m in view["messages"]] == ["u1", "tool1", "a1"]
+            promoted = view["messages"][2]
+            assert promoted["turnId"] == "t1"
+            assert promoted["blocks"] == [{"type": "text", "text": "half of the answer"}]
+            assert promoted["meta"].get("interrupted") is True
+            assert not view.get("inflight")
+            turns = (await c.call("session.listTurns", {"sessionId": sid}))["turns"]
+            assert [(t["id"] if "id" in t else t["turnId"], t["status"]) for t in turns] == [("t1", "aborted")]
+            assert await code_of(c, "session.endTurn",
+                                 {"sessionId": sid, "turnId": "t1", "status": "completed"}) == "CONFLICT"
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t2"})
+            await say(c, sid, "u2", "again", turnId="t2")
+            await c.call("session.endTurn", {"sessionId": sid, "turnId": "t2", "status": "completed"})
+            first = _stable((await _full(c, sid))["messages"])
+            proc.kill9()
+        for line in transcript.read_bytes().splitlines():
+            json.loads(line)  # every line whole: the torn bytes never glued onto the next append
+        async with real_host(root, kind="agent") as (proc, c):
+            assert _stable((await _full(c, sid))["messages"]) == first
+            assert [m["id"] for m in first] == ["u1", "tool1", "a1", "u2"]
+            notes = (await c.call("notifications.list", {}))["notifications"]
+            assert [n["turnId"] for n in notes] == ["t2"]
+
+
+# ----------------------------------------------------- item 4: lost index commit, then a rewrite self-heals
+
+async def test_item4_lost_index_commit_then_truncate_rewrite_makes_search_find_it(tmp_path: Path) -> None:
+    """§11.4 "Kill -9 between file append and index commit: the message still renders after restart; search
+    misses it only until the next transcript rewrite" — the rewrite here is a truncateFrom (regenerate) of a
+    *later* message, and then a replaceMessages: after each, search finds the once-lost message; the
+    session's message count and ids agree with the file."""
+    root = _data(tmp_path)
+    with trio.fail_after(120):
+        async with real_host(root, client_id="test") as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await say(c, sid, "u1", "first plain")
+            proc.kill9()
+        await _append_killed_before_index_commit(root, {"sessionId": sid,
+                                                         "message": msg("lost1", "zebracorn appears once")})
+        async with real_host(root, client_id="test") as (proc, c):
+            view = await _full(c, sid)
+            assert [m["id"] for m in view["messages"]] == ["u1", "lost1"]
+            await say(c, sid, "a1", "reply", role="assistant")
+            await say(c, sid, "u2", "later question")
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u2", "mode": "edit"})
+            assert await _hits(c, "zebracorn") == [(sid, "lost1")]
+            view = await _full(c, sid)
+            assert [m["id"] for m in view["messages"]] == ["u1", "lost1", "a1"]
+            assert view["session"]["messageCount"] == 3
+            proc.kill9()
+        async with real_host(root, client_id="test") as (proc, c):
+            assert await _hits(c, "zebracorn") == [(sid, "lost1")]
+            kept = (await _full(c, sid))["messages"]
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": kept[:2]})
+            assert await _hits(c, "zebracorn") == [(sid, "lost1")]
+            assert await _hits(c, "reply") == []
+
+
+async def test_item4_lost_index_commit_replay_of_the_same_append_is_a_no_op(tmp_path: Path) -> None:
+    """§11.4 with the outbox's retry: the append whose index commit was lost is sent again after the restart
+    (same id): it is a no-op — one line in the file, one row, one message in the read."""
+    root = _data(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root, client_id="test") as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            proc.kill9()
+        params = {"sessionId": sid, "message": msg("m1", "sent twice"), "submissionId": "sub-1"}
+        await _append_killed_before_index_commit(root, params)
+        async with real_host(root, client_id="test") as (proc, c):
+            again = await c.call("session.appendMessage", params)
+            assert again["message"]["id"] == "m1"
+            await say(c, sid, "m2", "next")
+            view = await _full(c, sid)
+            assert [m["id"] for m in view["messages"]] == ["m1", "m2"]
+            assert view["session"]["messageCount"] == 2
+        lines = (root / "sessions" / f"{sid}.jsonl").read_bytes().count(b'"id":"m1"')
+        assert lines == 1
+
+
+async def _append_killed_before_index_commit(root: Path, params: dict[str, Any]) -> None:
+    """The append on a host armed to SIGKILL itself before the index commit (the append may be answered
+    first: it is acknowledged once durable); the host died of it."""
+    crashing = start_host_process(root, env={"RT_CRASHPOINT": "index.before_commit:1"})
+    try:
+        with trio.fail_after(60):
+            try:
+                async with open_client(crashing.url, crashing.token, client_id="test", client_kind="ui") as c:
+                    await c.call("session.appendMessage", params)
+                    await c.call("host.status", {})
+            except (ClientClosed, OSError):
+                pass
+            await trio.to_thread.run_sync(crashing.reap)
+    finally:
+        crashing.kill9()
+    assert crashing.proc.returncode == -9
+
+
+# ------------------------------------------------------------------------------------ item 7: FTS and delete
+
+async def test_item7_cjk_and_ascii_substrings_never_span_two_messages(tmp_path: Path) -> None:
+    """§11.7 "FTS finds CJK and ASCII substrings across sessions": a substring inside a message is found in
+    every session holding it; a needle whose halves sit in two adjacent messages (or in a thinking block and
+    the answer) is found nowhere."""
+    root = _data(tmp_path)
+    with trio.fail_after(60):
+        async with real_host(root, kind="agent") as (proc, c):
+            a = (await c.call("session.create", {}))["id"]
+            b = (await c.call("session.create", {}))["id"]
+            await say(c, a, "a1", "前半は東京")
+            await say(c, a, "a2", "都庁の話です")
+            await say(c, b, "b1", "私は東京都庁で働く")
+            await say(c, a, "a3", "abcdef")
+            await say(c, a, "a4", "ghijkl")
+            await say(c, b, "b2", "xx abcdefghijkl yy")
+            await say(c, a, "a5", "", role="assistant",
+                      blocks=[{"type": "thinking", "text": "secret 思考内容"}, {"type": "text", "text": "答えです"}])
+            assert await _hits(c, "東京都庁") == [(b, "b1")]
+            assert await _hits(c, "defghi") == [(b, "b2")]
+            assert sorted(await _hits(c, "東京")) == sorted([(a, "a1"), (b, "b1")])
+            assert await _hits(c, "思考内容") == []
+            assert await _hits(c, "内容答え") == []
+            assert await _hits(c, "答えです") == [(a, "a5")]
+
+
+async def test_item7_delete_removes_every_file_and_its_search_rows_even_after_a_kill(tmp_path: Path) -> None:
+    """§11.7 "deleting a session removes its index entries and both session files" — with a revisions file
+    and an in-flight checkpoint present too; SIGKILL right after the delete answered, restart: no file is
+    back, search, list and get know nothing of it, the other session is untouched."""
+    root = _data(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            gone = (await c.call("session.create", {}))["id"]
+            kept = (await c.call("session.create", {}))["id"]
+            await say(c, gone, "u1", "quokka shared word")
+            await say(c, gone, "a1", "first quokka reply", role="assistant")
+            await c.call("session.saveActiveRevision", {"sessionId": gone, "rootUserId": "u1"})
+            await c.call("session.truncateFrom", {"sessionId": gone, "messageId": "a1", "mode": "regenerate"})
+            await say(c, gone, "a1b", "second quokka reply", role="assistant")
+            await c.call("session.startTurn", {"sessionId": gone, "turnId": "t9"})
+            await c.call("session.saveInflightMessage", {"sessionId": gone, "turnId": "t9",
+                                                         "message": msg("a9", "quokka stream", role="assistant",
+                                                                        turnId="t9")})
+            await say(c, kept, "k1", "quokka elsewhere")
+            sessions = root / "sessions"
+            assert (sessions / f"{gone}.revisions.jsonl").exists()
+            assert (sessions / f"{gone}.inflight.json").exists()
+            await c.call("session.delete", {"sessionId": gone})
+            proc.kill9()
+        assert sorted(p.name for p in sessions.iterdir() if p.name.startswith(gone)) == []
+        async with real_host(root, kind="agent") as (proc, c):
+            assert await _hits(c, "quokka") == [(kept, "k1")]
+            assert await code_of(c, "session.get", {"sessionId": gone}) == "SESSION_NOT_FOUND"
+            listed = (await c.call("session.list", {}))["sessions"]
+            assert [s["id"] for s in listed] == [kept]
+            assert (await c.call("notifications.list", {}))["notifications"] == []
+        assert sorted(p.name for p in sessions.iterdir() if p.name.startswith(gone)) == []
+
+
+# -------------------------------------------------------------------------- item 13: branches and restarts
+
+def _grew(path: Path, before: bytes) -> bytes:
+    now = path.read_bytes() if path.exists() else b""
+    assert now.startswith(before), "the revisions file was rewritten"
+    return now
+
+
+async def test_item13_a_branch_that_grew_after_its_archive_comes_back_whole_after_a_kill_and_db_loss(
+        tmp_path: Path) -> None:
+    """§11.13 + §4.9 (D307): "A branch keeps growing after its archive: later prompts append to it ... so
+    every operation that discards the live branch first writes it back". Variant 2 is archived, then two
+    more exchanges land on it; switching to variant 1, SIGKILL, restart, switching back must restore all of
+    variant 2 (with each message's turn), the root reloads with revisionCount / activeRevision, the
+    revisions file only grows, and after the index is lost the variants are still listed and switchable."""
+    root = _data(tmp_path)
+    with trio.fail_after(120):
+        async with real_host(root, kind="agent") as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            revisions = root / "sessions" / f"{sid}.revisions.jsonl"
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            await say(c, sid, "u1", "pick a colour", turnId="t1")
+            await say(c, sid, "a1", "crimson", role="assistant", turnId="t1")
+            await c.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "completed"})
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            seen = _grew(revisions, b"")
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+            seen = _grew(revisions, seen)
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t2"})
+            await say(c, sid, "a1b", "teal", role="assistant", turnId="t2")
+            await c.call("session.endTurn", {"sessionId": sid, "turnId": "t2", "status": "completed"})
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            seen = _grew(revisions, seen)
+            for n in (3, 4):  # the branch grows after its archive
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": f"t{n}"})
+                await say(c, sid, f"u{n}", f"follow-up {n} ocelot", turnId=f"t{n}")
+                await say(c, sid, f"a{n}", f"answer {n}", role="assistant", turnId=f"t{n}")
+                await c.call("session.endTurn", {"sessionId": sid, "turnId": f"t{n}", "status": "completed"})
+            variant2 = _stable((await _full(c, sid))["messages"])
+            assert [m["id"] for m in variant2] == ["u1", "a1b", "u3", "a3", "u4", "a4"]
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 1})
+            seen = _grew(revisions, seen)
+            proc.kill9()
+        async with real_host(root, kind="agent") as (proc, c):
+            view = await _full(c, sid)
+            assert [m["id"] for m in view["messages"]] == ["u1", "a1"]
+            assert (view["messages"][0]["meta"]["revisionCount"], view["messages"][0]["meta"]["activeRevision"]) \
+                == (2, 1)
+            assert await _hits(c, "ocelot") == []
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 2})
+            seen = _grew(revisions, seen)
+            back = _stable((await _full(c, sid))["messages"])
+            assert [m["id"] for m in back] == [m["id"] for m in variant2]
+            assert [m.get("turnId") for m in back[1:]] == [m.get("turnId") for m in variant2[1:]]
+            assert [m["blocks"] for m in back] == [m["blocks"] for m in variant2]
+            assert sorted(await _hits(c, "ocelot")) == [(sid, "u3"), (sid, "u4")]
+            proc.kill9()
+        for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+            (root / name).unlink(missing_ok=True)
+        async with real_host(root, kind="agent") as (proc, c):
+            listed = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+            assert sorted((r["revisionIndex"], r["isActive"]) for r in listed) == [(1, False), (2, True)]
+            assert [m["id"] for m in (await _full(c, sid))["messages"]] == [m["id"] for m in variant2]
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 1})
+            assert [m["id"] for m in (await _full(c, sid))["messages"]] == ["u1", "a1"]
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 2})
+            assert [m["id"] for m in (await _full(c, sid))["messages"]] == [m["id"] for m in variant2]
+            _grew(revisions, seen)
+
+
+async def test_item13_repeated_turns_over_one_live_branch_cost_the_revisions_file_nothing(tmp_path: Path) -> None:
+    """§11.13 "A branch that is still live is referenced, not copied, so repeated turns over one branch cost
+    the file nothing": archiving the same live branch after every turn, while a 40 kB message sits in it,
+    adds no bytes that grow with the branch (each archive is at most one constant-size reference line)."""
+    root = _data(tmp_path)
+    with trio.fail_after(60):
+        async with real_host(root, kind="agent") as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            revisions = root / "sessions" / f"{sid}.revisions.jsonl"
+            await say(c, sid, "u1", "start")
+            await say(c, sid, "a1", "z" * 40_000, role="assistant")
+            sizes = []
+            for n in range(2, 7):
+                await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+                sizes.append(revisions.stat().st_size if revisions.exists() else 0)
+                await say(c, sid, f"u{n}", "w" * 5_000)
+                await say(c, sid, f"a{n}", "q" * 5_000, role="assistant")
+            growth = [b - a for a, b in zip(sizes, sizes[1:], strict=False)]
+            assert sizes[0] < 1_000 and all(g < 1_000 for g in growth), sizes
+            root_meta = (await _full(c, sid))["messages"][0]["meta"]
+            assert (root_meta["revisionCount"], root_meta["activeRevision"]) == (1, 1)
+
+
+# ---------------------------------------------------------------- item 14: concurrent terminal updates
+
+async def test_item14_concurrent_terminal_updates_make_one_notification_and_abort_makes_none(
+        tmp_path: Path) -> None:
+    """§11.14 "repeated terminal updates do not duplicate it, aborted turns create none": two endTurn
+    (completed) for one turn sent at once from two clients give one notification (exactly one reply carries
+    it); completed racing error: one wins, the loser is CONFLICT, one notification of the winner's kind;
+    aborted then completed: CONFLICT, none. All of it holds after a SIGKILL + restart."""
+    root = _data(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            async with open_client(proc.url, proc.token, client_id="second", client_kind="agent") as c2:
+                sid = (await c.call("session.create", {}))["id"]
+                results: list[Any] = []
+
+                async def end(client: HostClient, turn: str, status: str) -> None:
+                    try:
+                        results.append(await client.call("session.endTurn",
+                                                         {"sessionId": sid, "turnId": turn, "status": status}))
+                    except Exception as failed:  # noqa: BLE001 - the loser's error code is the assertion
+                        results.append(getattr(failed, "data_code", repr(failed)))
+
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": "same"})
+                async with trio.open_nursery() as nursery:
+                    for client in (c, c2, c, c2):
+                        nursery.start_soon(end, client, "same", "completed")
+                assert sum(1 for r in results if isinstance(r, dict) and r.get("notification")) == 1
+                assert all(isinstance(r, dict) and r["turn"]["status"] == "completed" for r in results)
+                results.clear()
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": "race"})
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(end, c, "race", "completed")
+                    nursery.start_soon(end, c2, "race", "error")
+                winners = [r for r in results if isinstance(r, dict)]
+                assert len(winners) == 1 and results.count("CONFLICT") == 1, results
+                kind = {"completed": "task.completed", "error": "task.failed"}[winners[0]["turn"]["status"]]
+                assert winners[0]["notification"]["kind"] == kind
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": "stop"})
+                assert (await c.call("session.endTurn", {"sessionId": sid, "turnId": "stop",
+                                                         "status": "aborted"})).get("notification") is None
+                assert await code_of(c, "session.endTurn",
+                                     {"sessionId": sid, "turnId": "stop", "status": "completed"}) == "CONFLICT"
+                listed = (await c.call("notifications.list", {}))["notifications"]
+                assert sorted(n["turnId"] for n in listed) == ["race", "same"]
+            proc.kill9()
+        async with real_host(root, kind="agent") as (proc, c):
+            listed = (await c.call("notifications.list", {}))["notifications"]
+            assert sorted(n["turnId"] for n in listed) == ["race", "same"]
+            again = await c.call("session.endTurn", {"sessionId": sid, "turnId": "same", "status": "completed"})
+            assert again.get("notification") is None
+            assert len((await c.call("notifications.list", {}))["notifications"]) == 2
+
+
+async def test_item14_the_newest_200_cap_keeps_the_newest_through_a_kill(tmp_path: Path) -> None:
+    """§11.14 "the newest-200 cap survives restart": 205 completed turns leave the newest 200 (the 5 oldest
+    gone), the same after SIGKILL + restart, and a turn ending after the restart still evicts exactly the
+    oldest."""
+    root = _data(tmp_path)
+    with trio.fail_after(120):
+        async with real_host(root, kind="agent") as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            for n in range(205):
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": f"t{n:03}"})
+                await c.call("session.endTurn", {"sessionId": sid, "turnId": f"t{n:03}", "status": "completed"})
+            page = await c.call("notifications.list", {"limit": 200})
+            assert [n["turnId"] for n in page["notifications"]] == [f"t{n:03}" for n in range(204, 4, -1)]
+            assert not page.get("nextCursor") and page["unreadCount"] == 200
+            proc.kill9()
+        async with real_host(root, kind="agent") as (proc, c):
+            listed = (await c.call("notifications.list", {"limit": 200}))["notifications"]
+            assert [n["turnId"] for n in listed] == [f"t{n:03}" for n in range(204, 4, -1)]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t205"})
+            await c.call("session.endTurn", {"sessionId": sid, "turnId": "t205", "status": "error"})
+            page = await c.call("notifications.list", {"limit": 200})
+            assert [n["turnId"] for n in page["notifications"]] == [f"t{n:03}" for n in range(205, 5, -1)]
+            assert not page.get("nextCursor") and page["unreadCount"] == 200
+
+
+# ------------------------------------------------------------------ steering: streaming reservations
+
+async def test_steering_terminal_final_replaces_the_streaming_reservation_in_place_and_stays_settled(
+        tmp_path: Path) -> None:
+    """Active-turn steering: a streaming assistant is stored provisionally before the steering user row;
+    "Further stream checkpoints remain valid while the indexed assistant has status: streaming"; a terminal
+    assistant "updates exactly that transcript line and search text, retaining sequence, owning turn and
+    every other row"; "Late partial snapshots and duplicate terminal snapshots cannot overwrite the settled
+    result". Read back the same after SIGKILL and after the index is lost."""
+    root = _data(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            await say(c, sid, "u1", "first ask", turnId="t1")
+            reserved = await say(c, sid, "a1", "provisional wombat", role="assistant", turnId="t1",
+                                 meta={"status": "streaming"})
+            await say(c, sid, "s1", "steer: shorter please", meta={"steering": True})
+            saved = await c.call("session.saveInflightMessage", {
+                "sessionId": sid, "turnId": "t1",
+                "message": msg("a1", "provisional wombat and more", role="assistant", turnId="t1",
+                               meta={"status": "streaming"})})
+            assert saved["saved"] is True
+            final = await say(c, sid, "a1", "final koala answer", role="assistant",
+                              meta={"status": "completed"})
+            assert final["message"]["seq"] == reserved["message"]["seq"]
+            assert final["message"].get("turnId") == "t1"
+            late = await say(c, sid, "a1", "provisional wombat and more and", role="assistant", turnId="t1",
+                             meta={"status": "streaming"})
+            assert late.get("replayed") is True
+            assert await code_of(c, "session.appendMessage", {"sessionId": sid, "message": msg(
+                "a1", "another final", role="assistant", turnId="t1", meta={"status": "completed"})}) \
+                == "IDEMPOTENCY_CONFLICT"
+            dup = await say(c, sid, "a1", "final koala answer", role="assistant", meta={"status": "completed"})
+            assert dup.get("replayed") is True
+            await c.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "completed"})
+            view = await _full(c, sid)
+            assert [m["id"] for m in view["messages"]] == ["u1", "a1", "s1"]
+            assert view["messages"][1]["blocks"] == [{"type": "text", "text": "final koala answer"}]
+            assert view["messages"][2].get("steering") is True
+            assert not view.get("inflight")
+            assert await _hits(c, "koala") == [(sid, "a1")] and await _hits(c, "wombat") == []
+            settled = _stable(view["messages"])
+            proc.kill9()
+        async with real_host(root, kind="agent") as (proc, c):
+            assert _stable((await _full(c, sid))["messages"]) == settled
+            proc.kill9()
+        for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+            (root / name).unlink(missing_ok=True)
+        async with real_host(root, kind="agent") as (proc, c):
+            assert _stable((await _full(c, sid))["messages"]) == settled
+            assert await _hits(c, "koala") == [(sid, "a1")] and await _hits(c, "wombat") == []
+
+
+async def test_steering_crash_promotes_the_latest_checkpoint_in_the_reserved_position(tmp_path: Path) -> None:
+    """Active-turn steering: "The host stores the provisional row and an in-flight checkpoint, including an
+    empty reservation so crash recovery can settle it ... Recovery promotes the latest checkpoint in that
+    same position." An empty provisional row, a steering row after it, two checkpoints, SIGKILL: after the
+    restart the reply sits before the steering row with the newest checkpoint's content, once; the turn is
+    aborted; a final sent again after the restart replaces the promoted row (README §4)."""
+    root = _data(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            await say(c, sid, "u1", "ask", turnId="t1")
+            await say(c, sid, "a1", "", role="assistant", turnId="t1", blocks=[], meta={"status": "streaming"})
+            await say(c, sid, "s1", "steer", meta={"steering": True})
+            for text in ("first chunk", "first chunk, second chunk"):
+                r = await c.call("session.saveInflightMessage", {
+                    "sessionId": sid, "turnId": "t1",
+                    "message": msg("a1", text, role="assistant", turnId="t1", meta={"status": "streaming"})})
+                assert r["saved"] is True
+            proc.kill9()
+        async with real_host(root, kind="agent") as (proc, c):
+            view = await _full(c, sid)
+            assert [m["id"] for m in view["messages"]] == ["u1", "a1", "s1"]
+            promoted = view["messages"][1]
+            assert promoted["blocks"] == [{"type": "text", "text": "first chunk, second chunk"}]
+            assert promoted.get("turnId") == "t1"
+            assert promoted["meta"].get("status") != "streaming"
+            assert not view.get("inflight")
+            assert await _hits(c, "second chunk") == [(sid, "a1")]
+            final = await say(c, sid, "a1", "the whole settled reply", role="assistant", turnId="t1",
+                              meta={"status": "completed"})
+            assert final["message"]["seq"] == promoted["seq"]
+            view = await _full(c, sid)
+            assert [m["id"] for m in view["messages"]] == ["u1", "a1", "s1"]
+            assert view["messages"][1]["blocks"] == [{"type": "text", "text": "the whole settled reply"}]
+
+
+async def test_steering_remapped_id_replay_is_a_no_op_across_restart_and_index_loss(tmp_path: Path) -> None:
+    """Steering paragraph 2: "If messages.id already belongs to another session, the host remaps to
+    {sessionId}:{id} before any JSONL write; a replay of the original id is a no-op against that remapped
+    row" — after a SIGKILL and after the index is lost too: one row, one line, the other session intact."""
+    root = _data(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            a = (await c.call("session.create", {}))["id"]
+            b = (await c.call("session.create", {}))["id"]
+            await say(c, a, "shared-1", "alpha owns it")
+            first = await say(c, b, "shared-1", "beta collides")
+            assert first.get("remappedFrom") == "shared-1"
+            again = await say(c, b, "shared-1", "beta collides")
+            assert again.get("replayed") is True
+            proc.kill9()
+        async with real_host(root, kind="agent") as (proc, c):
+            assert (await say(c, b, "shared-1", "beta collides")).get("replayed") is True
+            proc.kill9()
+        for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+            (root / name).unlink(missing_ok=True)
+        async with real_host(root, kind="agent") as (proc, c):
+            assert (await say(c, b, "shared-1", "beta collides")).get("replayed") is True
+            await say(c, b, "next", "after")
+            got_b = (await _full(c, b))["messages"]
+            assert [m["blocks"][0]["text"] for m in got_b] == ["beta collides", "after"]
+            got_a = (await _full(c, a))["messages"]
+            assert [(m["id"], m["blocks"][0]["text"]) for m in got_a] == [("shared-1", "alpha owns it")]
+            assert sorted(await _hits(c, "collides")) == [(b, got_b[0]["id"])]
+        assert (root / "sessions" / f"{b}.jsonl").read_bytes().count(b"beta collides") == 1
