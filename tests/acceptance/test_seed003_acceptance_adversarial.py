@@ -14,7 +14,7 @@ import trio
 
 from runtime.client import ClientClosed, HostClient, open_client
 from tests.acceptance.outsiderkit import code_of, real_host, say
-from tests.hostkit import msg, start_host_process
+from tests.hostkit import call_killed_at, msg, start_host_process
 
 
 def _data(tmp_path: Path) -> Path:
@@ -574,3 +574,205 @@ async def test_steering_remapped_id_replay_is_a_no_op_across_restart_and_index_l
             assert [(m["id"], m["blocks"][0]["text"]) for m in got_a] == [("shared-1", "alpha owns it")]
             assert sorted(await _hits(c, "collides")) == [(b, got_b[0]["id"])]
         assert (root / "sessions" / f"{b}.jsonl").read_bytes().count(b"beta collides") == 1
+
+
+# ------------------------------------------------------------- item 18: every approval state in one restart
+
+_MD = "# Goal\n\nShip it   \r\n"
+
+
+def _submit(sid: str, ws: Path, turn: str, call: str, kind: str) -> dict[str, Any]:
+    return {"sessionId": sid, "turnId": turn, "toolCallId": call, "kind": kind, "markdown": _MD,
+            "title": f"{kind} title", "question": "ok?", "workspaceRoot": str(ws)}
+
+
+async def test_item18_one_restart_interrupts_a_pending_goal_a_queued_goal_and_a_running_plan(tmp_path: Path) -> None:
+    """§11.18 "Full process restart marks pending/queued/running approval rows interrupted, aborts associated
+    turns, performs no replay, keeps pending sessions in their contract mode, keeps already-approved
+    interrupted sessions Agent, and rejects stale responses" — the goal kind as well as plan, all three
+    states in one restart: the pending goal session stays goal, the queued goal and running plan sessions
+    stay agent, every turn is aborted, nothing is pending, no execution can start or finish, every stale
+    answer (approve, reject, exact retry aside) is CONFLICT, and the artifact files are untouched."""
+    root = _data(tmp_path)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, agent):
+            async with open_client(proc.url, proc.token, client_id="ui", client_kind="ui") as ui:
+                pend = (await agent.call("session.create", {"projectPath": str(ws), "mode": "goal"}))["id"]
+                queued = (await agent.call("session.create", {"projectPath": str(ws), "mode": "goal"}))["id"]
+                running = (await agent.call("session.create", {"projectPath": str(ws), "mode": "plan"}))["id"]
+                for sid in (pend, queued, running):
+                    await agent.call("session.startTurn", {"sessionId": sid, "turnId": f"{sid}-t1"})
+                p_req = await agent.call("plans.submit", _submit(pend, ws, f"{pend}-t1", "c-p", "goal"))
+                q_req = await agent.call("plans.submit", _submit(queued, ws, f"{queued}-t1", "c-q", "goal"))
+                r_req = await agent.call("plans.submit", _submit(running, ws, f"{running}-t1", "c-r", "plan"))
+                q_ok = await ui.call("plans.respond", {"requestId": q_req["requestId"], "action": "approve",
+                                                       "targetPermissionMode": "auto", "submissionId": "ans-q"})
+                r_ok = await ui.call("plans.respond", {"requestId": r_req["requestId"], "action": "approve"})
+                await agent.call("session.endTurn", {"sessionId": running, "turnId": f"{running}-t1",
+                                                     "status": "completed"})
+                await agent.call("session.startTurn", {"sessionId": running, "turnId": f"{running}-t2"})
+                await agent.call("plans.startExecution", {"sessionId": running, "turnId": f"{running}-t2",
+                                                          "executionId": r_ok["approval"]["executionId"]})
+                files = {p: p.read_bytes() for p in ws.rglob("*.md")}
+                assert len(files) == 3
+            proc.kill9()
+        async with real_host(root, kind="agent") as (proc, agent):
+            async with open_client(proc.url, proc.token, client_id="ui", client_kind="ui") as ui:
+                modes = {sid: (await agent.call("session.get", {"sessionId": sid}))["session"]
+                         for sid in (pend, queued, running)}
+                assert modes[pend]["mode"] == "goal"
+                assert modes[queued]["mode"] == "agent" and modes[queued]["permissionMode"] == "auto"
+                assert modes[running]["mode"] == "agent"
+                expected = {pend: {f"{pend}-t1": "aborted"}, queued: {f"{queued}-t1": "aborted"},
+                            running: {f"{running}-t1": "completed", f"{running}-t2": "aborted"}}
+                for sid in (pend, queued, running):
+                    turns = (await agent.call("session.listTurns", {"sessionId": sid}))["turns"]
+                    assert {t["id"]: t["status"] for t in turns} == expected[sid]
+                assert modes[pend]["state"] == "planning"  # goal mode, nothing awaiting approval any more
+                assert modes[queued].get("state") is None and modes[running].get("state") is None
+                assert (await ui.call("plans.pending", {}))["pending"] == []
+                for req in (p_req, q_req, r_req):
+                    for action in ("approve", "reject"):
+                        assert await code_of(ui, "plans.respond", {"requestId": req["requestId"],
+                                                                   "action": action}) == "CONFLICT"
+                assert await ui.call("plans.respond", {"requestId": q_req["requestId"], "action": "approve",
+                                                       "targetPermissionMode": "auto",
+                                                       "submissionId": "ans-q"}) == q_ok
+                await agent.call("session.startTurn", {"sessionId": queued, "turnId": "q-t2"})
+                assert await code_of(agent, "plans.startExecution", {
+                    "sessionId": queued, "turnId": "q-t2", "executionId": q_ok["approval"]["executionId"]}) \
+                    == "CONFLICT"
+                assert await code_of(agent, "plans.finishExecution", {
+                    "sessionId": running, "turnId": f"{running}-t2", "outcome": "completed",
+                    "executionId": r_ok["approval"]["executionId"]}) == "CONFLICT"
+                assert (await agent.call("session.get", {"sessionId": pend}))["session"]["mode"] == "goal"
+                assert {p: p.read_bytes() for p in ws.rglob("*.md")} == files
+
+
+# ------------------------------------------------ item 20: import killed between the file and the row
+
+async def test_item20_import_killed_between_file_and_row_then_a_keyless_retry_makes_one_session(
+        tmp_path: Path) -> None:
+    """§11.20 "(pluginId, source, externalId) idempotency" when the first attempt died after its transcript
+    file was linked and before its rows committed, and the retry carries no receipt key (a plugin that lost
+    its outbox): one session with the messages once, one listed session, and a third import is created:
+    false with the same id — also after another SIGKILL."""
+    root = _data(tmp_path)
+    imported = {"sourceId": "chatlog", "externalId": "conv-7", "title": "Imported",
+                "messages": [msg("u1", "capybara question"), msg("a1", "capybara answer", role="assistant")]}
+    with trio.fail_after(90):
+        async with real_host(root, kind="plugin", client_id="plug", plugin_id="alpha") as (proc, c):
+            pass
+        await call_killed_at(root, "import.after_link", "plugins.importSession", imported,
+                             client_id="plug", client_kind="plugin", plugin_id="alpha")
+        async with real_host(root, kind="plugin", client_id="plug", plugin_id="alpha") as (proc, c):
+            first = await c.call("plugins.importSession", imported)
+            sid = first["sessionId"]
+            listed = (await c.call("plugins.listSessions", {}))["sessions"]
+            assert [s["id"] for s in listed] == [sid]
+            again = await c.call("plugins.importSession", imported)
+            assert (again["sessionId"], again["created"]) == (sid, False)
+            proc.kill9()
+        async with real_host(root, kind="plugin", client_id="plug", plugin_id="alpha") as (proc, c):
+            again = await c.call("plugins.importSession", imported)
+            assert (again["sessionId"], again["created"]) == (sid, False)
+            assert [s["id"] for s in (await c.call("plugins.listSessions", {}))["sessions"]] == [sid]
+            texts = [m["blocks"][0]["text"] for m in (await _full(c, sid))["messages"]]
+            assert texts == ["capybara question", "capybara answer"]
+        async with real_host(root, kind="ui") as (proc, ui):
+            listed = [s["id"] for s in (await ui.call("session.list", {}))["sessions"]]
+            assert listed == [sid]
+
+
+# ---------------------------------------------------------------- item 21: hop and ceiling edges
+
+def _deliver(src: str, dst: str, key: str, **extra: Any) -> dict[str, Any]:
+    return {"pluginId": "team", "sourceSessionId": src, "targetSessionId": dst, "kind": "task",
+            "content": f"job {key}", "idempotencyKey": key, **extra}
+
+
+async def test_item21_hop_budget_edges_and_a_held_budget_across_a_kill(tmp_path: Path) -> None:
+    """§11.21 "enforce ... hop limits" at the edges: a delivery sent with remainingHops 0 is accepted but
+    its handling turn cannot forward; 16 (the maximum) forwards as 15; 17 is refused before any write. A
+    queued delivery with one hop left is held across a SIGKILL with its budget: after the restart its turn
+    forwards once (0) and the next hop is LIMIT_EXCEEDED."""
+    root = _data(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            a, b, d, e, f = [(await c.call("session.create", {"title": n, "permissionMode": "ask"}))["id"]
+                             for n in "abdef"]
+            zero = (await c.call("collab.deliver", _deliver(a, b, "z", remainingHops=0)))["delivery"]
+            assert zero["remainingHops"] == 0
+            await c.call("session.startTurn", {"sessionId": b, "turnId": "b1"})
+            await c.call("collab.begin", {"sessionId": b, "deliveryId": zero["id"], "turnId": "b1"})
+            assert await code_of(c, "collab.deliver", _deliver(b, d, "fwd-z")) == "LIMIT_EXCEEDED"
+            await c.call("collab.settle", {"sessionId": b, "deliveryId": zero["id"], "turnId": "b1",
+                                           "status": "completed", "result": "done"})
+            assert await code_of(c, "collab.deliver", _deliver(b, d, "fwd-z2")) == "LIMIT_EXCEEDED"
+            await c.call("session.endTurn", {"sessionId": b, "turnId": "b1", "status": "completed"})
+            top = (await c.call("collab.deliver", _deliver(a, d, "max", remainingHops=16)))["delivery"]
+            assert top["remainingHops"] == 16
+            assert await code_of(c, "collab.deliver", _deliver(a, d, "over", remainingHops=17)) == "INVALID_PARAMS"
+            assert await code_of(c, "collab.deliver", _deliver(a, d, "neg", remainingHops=-1)) == "INVALID_PARAMS"
+            await c.call("session.startTurn", {"sessionId": d, "turnId": "d1"})
+            await c.call("collab.begin", {"sessionId": d, "deliveryId": top["id"], "turnId": "d1"})
+            step = (await c.call("collab.deliver", _deliver(d, e, "step", remainingHops=16)))["delivery"]
+            assert step["remainingHops"] == 15
+            one = (await c.call("collab.deliver", _deliver(a, f, "one", remainingHops=1)))["delivery"]
+            proc.kill9()
+        async with real_host(root, kind="agent") as (proc, c):
+            held = await c.call("collab.get", {"deliveryId": one["id"]})
+            assert (held["status"], held["remainingHops"]) == ("queued", 1)
+            assert (await c.call("collab.get", {"deliveryId": top["id"]}))["status"] == "interrupted"
+            assert (await c.call("collab.get", {"deliveryId": step["id"]}))["status"] == "queued"
+            await c.call("session.queueAttach", {"sessionId": f, "controllerId": "ctl"})
+            taken = (await c.call("session.queueTake", {"sessionId": f, "controllerId": "ctl"}))["entry"]
+            assert taken["sessionMessageId"] == one["id"]
+            await c.call("session.startTurn", {"sessionId": f, "turnId": "f1"})
+            await c.call("collab.begin", {"sessionId": f, "deliveryId": one["id"], "turnId": "f1"})
+            fwd = (await c.call("collab.deliver", _deliver(f, b, "fwd-after", remainingHops=9)))["delivery"]
+            assert fwd["remainingHops"] == 0
+            await c.call("session.startTurn", {"sessionId": b, "turnId": "b2"})
+            await c.call("collab.begin", {"sessionId": b, "deliveryId": fwd["id"], "turnId": "b2"})
+            assert await code_of(c, "collab.deliver", _deliver(b, d, "fwd-after-2")) == "LIMIT_EXCEEDED"
+
+
+async def test_item21_permission_ceiling_edges_with_inherit_and_after_a_kill(tmp_path: Path) -> None:
+    """§11.21 "enforce permission ceilings": an equal mode passes; a target one step above is
+    PERMISSION_DENIED and writes nothing; an ``inherit`` sender counts as its effective mode (``ask`` with no
+    app default), so an accept-edits target is refused. A target raised above the snapshotted ceiling after
+    the delivery, then SIGKILL + restart: beginning it is still PERMISSION_DENIED and the delivery stays
+    queued with no input row."""
+    root = _data(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            mk = {m: (await c.call("session.create", {"title": m, "permissionMode": m}))["id"]
+                  for m in ("inherit", "ask", "accept-edits", "auto")}
+            peer = (await c.call("session.create", {"title": "peer", "permissionMode": "accept-edits"}))["id"]
+            assert await code_of(c, "collab.deliver", _deliver(mk["ask"], mk["accept-edits"], "up")) \
+                == "PERMISSION_DENIED"
+            assert await code_of(c, "collab.deliver", _deliver(mk["inherit"], mk["accept-edits"], "up2")) \
+                == "PERMISSION_DENIED"
+            assert await code_of(c, "collab.deliver", _deliver(mk["accept-edits"], mk["auto"], "up3")) \
+                == "PERMISSION_DENIED"
+            same = (await c.call("collab.deliver", _deliver(mk["accept-edits"], peer, "eq")))
+            assert same["delivery"]["permissionCeiling"] == "accept-edits"
+            down = (await c.call("collab.deliver", _deliver(mk["auto"], mk["ask"], "down")))["delivery"]
+            inherit_ok = await c.call("collab.deliver", _deliver(mk["ask"], mk["inherit"], "inh"))
+            assert inherit_ok["delivery"]["permissionCeiling"] == "ask"
+            listed = (await c.call("collab.list", {}))["deliveries"]
+            assert sorted(d["id"] for d in listed) == sorted([same["delivery"]["id"], down["id"],
+                                                              inherit_ok["delivery"]["id"]])
+            await c.call("session.update", {"sessionId": mk["inherit"], "permissionMode": "auto"})
+            proc.kill9()
+        async with real_host(root, kind="agent") as (proc, c):
+            target = mk["inherit"]
+            await c.call("session.startTurn", {"sessionId": target, "turnId": "t1"})
+            assert await code_of(c, "collab.begin", {"sessionId": target, "turnId": "t1",
+                                                     "deliveryId": inherit_ok["delivery"]["id"]}) \
+                == "PERMISSION_DENIED"
+            got = await c.call("collab.get", {"deliveryId": inherit_ok["delivery"]["id"]})
+            assert got["status"] == "queued" and got.get("turnId") is None
+            assert (await c.call("session.get", {"sessionId": target}))["messages"] == []
