@@ -776,3 +776,247 @@ async def test_item21_permission_ceiling_edges_with_inherit_and_after_a_kill(tmp
             got = await c.call("collab.get", {"deliveryId": inherit_ok["delivery"]["id"]})
             assert got["status"] == "queued" and got.get("turnId") is None
             assert (await c.call("session.get", {"sessionId": target}))["messages"] == []
+
+
+# ------------------------------------------------------------------ more crash edges (items 3, 7, 12)
+
+async def test_steering_a_settled_final_is_never_overwritten_by_its_stale_checkpoint_after_a_kill(
+        tmp_path: Path) -> None:
+    """Steering: "Late partial snapshots and duplicate terminal snapshots cannot overwrite the settled
+    result" — the checkpoint saved before the final replaced the reservation must not be promoted over the
+    final when the host is killed while the turn still runs; an empty checkpoint is kept while the indexed
+    row is streaming (README §6), a checkpoint after the final is dropped."""
+    root = _data(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            await say(c, sid, "u1", "ask", turnId="t1")
+            await say(c, sid, "a1", "reserv", role="assistant", turnId="t1", meta={"status": "streaming"})
+            await say(c, sid, "s1", "steer", meta={"steering": True})
+            empty = {"id": "a1", "role": "assistant", "turnId": "t1", "blocks": [], "meta": {"status": "streaming"}}
+            kept = await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1", "message": empty})
+            assert kept["saved"] is True
+            await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1", "message": msg(
+                "a1", "stale partial", role="assistant", turnId="t1", meta={"status": "streaming"})})
+            await say(c, sid, "a1", "settled final", role="assistant", turnId="t1", meta={"status": "completed"})
+            late = await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1", "message": msg(
+                "a1", "stale partial, later", role="assistant", turnId="t1", meta={"status": "streaming"})})
+            assert late["saved"] is False
+            proc.kill9()
+        async with real_host(root, kind="agent") as (proc, c):
+            view = await _full(c, sid)
+            assert [m["id"] for m in view["messages"]] == ["u1", "a1", "s1"]
+            assert view["messages"][1]["blocks"] == [{"type": "text", "text": "settled final"}]
+            assert await _hits(c, "stale") == []
+            assert not view.get("inflight")
+
+
+async def test_item7_a_delete_killed_midway_is_all_or_nothing_and_its_retry_finishes_it(tmp_path: Path) -> None:
+    """§11.7 / §5 "session delete — remove both session files after row delete": a SIGKILL right after the
+    delete is logged leaves no half-deleted session after the restart (either it reads back whole with its
+    search rows, or nothing of it is left); the client's retry of the delete then leaves no file, no row
+    and no search hit — and the session does not come back after yet another restart."""
+    root = _data(tmp_path)
+    with trio.fail_after(120):
+        async with real_host(root, kind="ui", client_id="test") as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            other = (await c.call("session.create", {}))["id"]
+            await say(c, sid, "u1", "pangolin words")
+            await say(c, sid, "a1", "pangolin reply", role="assistant")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            await say(c, other, "o1", "pangolin elsewhere")
+            proc.kill9()
+        await call_killed_at(root, "session_delete.after_log", "session.delete", {"sessionId": sid})
+        sessions = root / "sessions"
+        async with real_host(root, kind="ui", client_id="test") as (proc, c):
+            listed = [s["id"] for s in (await c.call("session.list", {}))["sessions"]]
+            files = sorted(p.name for p in sessions.iterdir() if p.name.startswith(sid))
+            if sid in listed:
+                assert [m["id"] for m in (await _full(c, sid))["messages"]] == ["u1", "a1"]
+                assert f"{sid}.jsonl" in files
+            else:
+                assert files == []
+                assert sorted(await _hits(c, "pangolin")) == [(other, "o1")]
+            code = await code_of(c, "session.delete", {"sessionId": sid})
+            assert code in (None, "SESSION_NOT_FOUND")
+            assert sorted(p.name for p in sessions.iterdir() if p.name.startswith(sid)) == []
+            assert await _hits(c, "pangolin") == [(other, "o1")]
+            proc.kill9()
+        async with real_host(root, kind="ui", client_id="test") as (proc, c):
+            assert [s["id"] for s in (await c.call("session.list", {}))["sessions"]] == [other]
+            assert await _hits(c, "pangolin") == [(other, "o1")]
+            assert await code_of(c, "session.get", {"sessionId": sid}) == "SESSION_NOT_FOUND"
+
+
+async def test_item12_thinking_stays_out_of_search_through_edits_rewrites_and_a_rebuild(tmp_path: Path) -> None:
+    """§11.12 "Assistant thinking blocks round-trip independently from final answer text; the derived search
+    text excludes thinking content" — after a replaceMessages that edits both the thinking and the answer,
+    after a truncateFrom + new reply, after a revision switch and after the index is rebuilt from files:
+    thinking words never match, answer words always do, and the blocks read back separately."""
+    root = _data(tmp_path)
+
+    def reply(mid: str, think: str, say_: str) -> dict[str, Any]:
+        return msg(mid, "", role="assistant", blocks=[{"type": "thinking", "text": think, "signature": "s"},
+                                                        {"type": "text", "text": say_}])
+
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await say(c, sid, "u1", "question")
+            await c.call("session.appendMessage", {"sessionId": sid, "message": reply("a1", "hidden narwhal",
+                                                                                     "visible heron")})
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            current = (await _full(c, sid))["messages"]
+            edited = [current[0], reply("a1", "hidden narwhal edited", "visible heron edited")]
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": edited})
+            assert await _hits(c, "narwhal") == [] and await _hits(c, "heron edited") == [(sid, "a1")]
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": reply("a2", "secret walrus",
+                                                                                     "plain egret")})
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 1})
+            view = (await _full(c, sid))["messages"]
+            assert view[1]["blocks"][0] == {"type": "thinking", "text": "hidden narwhal edited", "signature": "s"}
+            assert await _hits(c, "narwhal") == [] and await _hits(c, "walrus") == []
+            assert await _hits(c, "heron edited") == [(sid, "a1")]
+            proc.kill9()
+        for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+            (root / name).unlink(missing_ok=True)
+        async with real_host(root, kind="agent") as (proc, c):
+            assert await _hits(c, "narwhal") == [] and await _hits(c, "walrus") == []
+            assert await _hits(c, "heron edited") == [(sid, "a1")]
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 2})
+            assert await _hits(c, "walrus") == [] and await _hits(c, "plain egret") == [(sid, "a2")]
+            view = (await _full(c, sid))["messages"]
+            assert view[1]["blocks"] == [{"type": "thinking", "text": "secret walrus", "signature": "s"},
+                                         {"type": "text", "text": "plain egret"}]
+
+
+async def test_steering_a_remapped_streaming_reservation_is_replaced_by_its_final_and_recovered_in_place(
+        tmp_path: Path) -> None:
+    """Steering paragraph 2 where its two rules meet: the streaming reservation's id already belongs to
+    another session, so it is stored as {sessionId}:{id}; the terminal final sent under the original id
+    replaces that remapped row in place (not a replay, not a conflict), and in a second session a crash
+    promotes the checkpoint into the remapped reservation's position; the other session is never touched."""
+    root = _data(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            owner = (await c.call("session.create", {}))["id"]
+            await say(c, owner, "dup-a", "owner keeps this", role="assistant")
+            await say(c, owner, "dup-b", "owner keeps that", role="assistant")
+            live = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": live, "turnId": "t1"})
+            await say(c, live, "u1", "ask", turnId="t1")
+            reserved = await say(c, live, "dup-a", "prov", role="assistant", turnId="t1",
+                                 meta={"status": "streaming"})
+            assert reserved.get("remappedFrom") == "dup-a"
+            await say(c, live, "s1", "steer", meta={"steering": True})
+            r = await c.call("session.saveInflightMessage", {"sessionId": live, "turnId": "t1", "message": msg(
+                "dup-a", "prov more", role="assistant", turnId="t1", meta={"status": "streaming"})})
+            assert r["saved"] is True
+            final = await say(c, live, "dup-a", "final mongoose", role="assistant", turnId="t1",
+                              meta={"status": "completed"})
+            assert final["message"]["seq"] == reserved["message"]["seq"]
+            assert final.get("replayed") is not True
+            await c.call("session.endTurn", {"sessionId": live, "turnId": "t1", "status": "completed"})
+            got = (await _full(c, live))["messages"]
+            assert [m["blocks"][0]["text"] for m in got] == ["ask", "final mongoose", "steer"]
+            assert not (await _full(c, live)).get("inflight")
+
+            crashed = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": crashed, "turnId": "t2"})
+            await say(c, crashed, "u2", "ask again", turnId="t2")
+            await say(c, crashed, "dup-b", "", role="assistant", turnId="t2", blocks=[],
+                      meta={"status": "streaming"})
+            await say(c, crashed, "s2", "steer again", meta={"steering": True})
+            await c.call("session.saveInflightMessage", {"sessionId": crashed, "turnId": "t2", "message": msg(
+                "dup-b", "recovered jackal", role="assistant", turnId="t2", meta={"status": "streaming"})})
+            proc.kill9()
+        async with real_host(root, kind="agent") as (proc, c):
+            got = (await _full(c, crashed))["messages"]
+            assert [m["blocks"][0]["text"] if m["blocks"] else "" for m in got] == [
+                "ask again", "recovered jackal", "steer again"]
+            assert [m["blocks"][0]["text"] for m in (await _full(c, owner))["messages"]] == [
+                "owner keeps this", "owner keeps that"]
+            assert [m["blocks"][0]["text"] for m in (await _full(c, live))["messages"]] == [
+                "ask", "final mongoose", "steer"]
+            assert await _hits(c, "jackal") == [(crashed, got[1]["id"])]
+
+
+async def test_item3_a_whole_last_line_without_its_newline_reads_consistently(tmp_path: Path) -> None:
+    """§11.3 / §2.1 "a torn trailing line is skipped on read": a kill can also leave a complete JSON record
+    whose newline never reached the disk. Whatever the host decides for it, the read, the message count and
+    search agree, the next append is a whole line of its own, and a second restart reads the same."""
+    root = _data(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await say(c, sid, "m1", "first line")
+            proc.kill9()
+        transcript = root / "sessions" / f"{sid}.jsonl"
+        created = json.loads(transcript.read_bytes().splitlines()[-1])["createdAt"]
+        with transcript.open("ab") as fh:
+            fh.write(json.dumps({"type": "message", "id": "m2", "role": "user", "createdAt": created,
+                                 "blocks": [{"type": "text", "text": "almost iguana"}]},
+                                separators=(",", ":")).encode())
+        async with real_host(root, kind="agent") as (proc, c):
+            view = await _full(c, sid)
+            ids = [m["id"] for m in view["messages"]]
+            assert ids in (["m1"], ["m1", "m2"])
+            assert view["session"]["messageCount"] == len(ids)
+            assert await _hits(c, "iguana") == ([(sid, "m2")] if "m2" in ids else [])
+            await say(c, sid, "m3", "after the tear")
+            after = _stable((await _full(c, sid))["messages"])
+            assert [m["id"] for m in after] == [*ids, "m3"]
+            proc.kill9()
+        for line in transcript.read_bytes().splitlines():
+            json.loads(line)
+        async with real_host(root, kind="agent") as (proc, c):
+            assert _stable((await _full(c, sid))["messages"]) == after
+
+
+async def test_item13_a_legacy_revisions_file_reads_back_message_for_message_after_an_index_rebuild(
+        tmp_path: Path) -> None:
+    """§11.13 "a file written only by an older build still reads back message-for-message" (§2.1: revision
+    "is the only line kind a legacy file contains"; a refresh is "last record for (rootUserId, revisionIndex)
+    wins"): the revisions file is replaced by the full-copy lines an older build would have written (the
+    live variant stored in full too, variant 1 refreshed once), the index is deleted, and after the restart
+    both variants are listed and each switch restores its messages exactly; the file only grows."""
+    root = _data(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            await say(c, sid, "u1", "q", turnId="t1")
+            await say(c, sid, "a1", "old first answer", role="assistant", turnId="t1")
+            await c.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "completed"})
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+            await say(c, sid, "a2", "second answer", role="assistant")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            live = (await _full(c, sid))["messages"]
+            proc.kill9()
+        revisions = root / "sessions" / f"{sid}.revisions.jsonl"
+        stored = [json.loads(line) for line in revisions.read_bytes().splitlines()]
+        [variant1] = [r for r in stored if r["type"] == "revision" and r["revisionIndex"] == 1]
+        stale = dict(variant1, messages=[variant1["messages"][0],
+                                         dict(variant1["messages"][1], blocks=[{"type": "text", "text": "stale"}])])
+        own = [{k: v for k, v in m.items() if k != "seq"} for m in live]
+        variant2 = {"type": "revision", "rootUserId": "u1", "revisionIndex": 2,
+                    "createdAt": variant1["createdAt"], "messages": own, "turns": {"u1": "t1"}}
+        legacy = b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in (stale, variant1, variant2))
+        revisions.write_bytes(legacy)
+        for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+            (root / name).unlink(missing_ok=True)
+        async with real_host(root, kind="agent") as (proc, c):
+            listed = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+            assert sorted((r["revisionIndex"], r["isActive"]) for r in listed) == [(1, False), (2, True)]
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 1})
+            one = (await _full(c, sid))["messages"]
+            assert [(m["id"], m["blocks"]) for m in one] == [(m["id"], m["blocks"]) for m in variant1["messages"]]
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 2})
+            two = (await _full(c, sid))["messages"]
+            assert [(m["id"], m["blocks"]) for m in two] == [(m["id"], m["blocks"]) for m in live]
+            assert await _hits(c, "second answer") == [(sid, "a2")] and await _hits(c, "stale") == []
+        assert revisions.read_bytes().startswith(legacy)
