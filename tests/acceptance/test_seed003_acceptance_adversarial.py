@@ -13,7 +13,7 @@ from typing import Any
 import trio
 
 from runtime.client import ClientClosed, HostClient, open_client
-from tests.acceptance.outsiderkit import code_of, real_host, say
+from tests.acceptance.outsiderkit import code_of, error_of, real_host, say
 from tests.hostkit import call_killed_at, msg, start_host_process
 
 
@@ -1020,3 +1020,50 @@ async def test_item13_a_legacy_revisions_file_reads_back_message_for_message_aft
             assert [(m["id"], m["blocks"]) for m in two] == [(m["id"], m["blocks"]) for m in live]
             assert await _hits(c, "second answer") == [(sid, "a2")] and await _hits(c, "stale") == []
         assert revisions.read_bytes().startswith(legacy)
+
+
+# ----------------------------------------------------------------- item 19: unattended Plan/Goal paths
+
+async def test_item19_a_session_switched_to_goal_under_a_running_run_cannot_propose_and_nothing_auto_approves(
+        tmp_path: Path) -> None:
+    """§11.19 "A scheduled or unattended Plan or Goal run fails before provider/artifact/queue work with
+    PLAN_REQUIRES_INTERACTIVE_SESSION; no background path auto-approves either kind": a run bound to an
+    agent session, the session then switched to goal (or plan): plans.submit from that run is refused with
+    that code and writes no .pi file; after the run ends a proposal is accepted, and neither the agent
+    sidecar nor a plugin can answer it (PERMISSION_DENIED, still pending) — only a person can."""
+    root = _data(tmp_path)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with trio.fail_after(90):
+        async with real_host(root, kind="ui") as (proc, ui):
+            async with open_client(proc.url, proc.token, client_id="agent", client_kind="agent") as agent, \
+                    open_client(proc.url, proc.token, client_id="plug", client_kind="plugin",
+                                plugin_id="helper") as plugin:
+                for kind in ("goal", "plan"):
+                    sid = (await agent.call("session.create", {"projectPath": str(ws)}))["id"]
+                    task = await ui.call("tasks.create", {"title": kind, "prompt": "p", "workspacePath": str(ws)})
+                    run = await agent.call("tasks.startRun", {"taskId": task["id"], "sessionId": sid})
+                    assert run["status"] == "running"
+                    await agent.call("session.startTurn", {"sessionId": sid, "turnId": f"{kind}-t0"})
+                    await agent.call("session.endTurn", {"sessionId": sid, "turnId": f"{kind}-t0",
+                                                         "status": "completed"})
+                    switched = await error_of(ui, "session.update", {"sessionId": sid, "mode": kind})
+                    if switched[0] is None:
+                        assert await code_of(agent, "session.startTurn", {"sessionId": sid, "turnId": f"{kind}-t1"}) \
+                            == "PLAN_REQUIRES_INTERACTIVE_SESSION"
+                        assert await code_of(agent, "plans.submit", _submit(sid, ws, f"{kind}-t0", f"{kind}-c1",
+                                                                            kind)) is not None
+                        assert not (ws / ".pi" / kind).exists()
+                        assert (await ui.call("plans.pending", {}))["pending"] == []
+                    await agent.call("tasks.finishRun", {"runId": run["id"], "status": "completed"})
+                    if switched[0] is not None:
+                        await ui.call("session.update", {"sessionId": sid, "mode": kind})
+                    await agent.call("session.startTurn", {"sessionId": sid, "turnId": f"{kind}-t2"})
+                    req = await agent.call("plans.submit", _submit(sid, ws, f"{kind}-t2", f"{kind}-c2", kind))
+                    for who in (agent, plugin):
+                        assert await code_of(who, "plans.respond", {"requestId": req["requestId"],
+                                                                    "action": "approve"}) == "PERMISSION_DENIED"
+                    pending = (await ui.call("plans.pending", {"sessionId": sid}))["pending"]
+                    assert [(p["requestId"], p["status"]) for p in pending] == [(req["requestId"], "pending")]
+                    ok = await ui.call("plans.respond", {"requestId": req["requestId"], "action": "approve"})
+                    assert ok["approval"]["status"] == "approved"
