@@ -1067,3 +1067,42 @@ async def test_item19_a_session_switched_to_goal_under_a_running_run_cannot_prop
                     assert [(p["requestId"], p["status"]) for p in pending] == [(req["requestId"], "pending")]
                     ok = await ui.call("plans.respond", {"requestId": req["requestId"], "action": "approve"})
                     assert ok["approval"]["status"] == "approved"
+
+
+async def test_item14_an_end_turn_killed_before_its_commit_leaves_no_notification_and_its_retry_is_stale(
+        tmp_path: Path) -> None:
+    """§11.14 "Completed and failed turns atomically create one durable notification ... aborted turns
+    create none" with a SIGKILL inside the completing endTurn, before its commit: after the restart the
+    turn is aborted (§11.3), its unlanded checkpoint is promoted as interrupted, there is no notification,
+    and the sidecar's retry of the completion is stale (CONFLICT) and creates none; a second restart
+    changes nothing."""
+    root = _data(tmp_path)
+    with trio.fail_after(90):
+        crashing = start_host_process(root, env={"RT_CRASHPOINT": "session.endTurn.before_commit:1"})
+        answered: Any = None
+        try:
+            async with open_client(crashing.url, crashing.token, client_id="test", client_kind="agent") as c:
+                sid = (await c.call("session.create", {}))["id"]
+                end = {"sessionId": sid, "turnId": "t1", "status": "completed"}
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+                await say(c, sid, "u1", "question", turnId="t1")
+                await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1", "message": msg(
+                    "a1", "an unlanded reply", role="assistant", turnId="t1")})
+                try:
+                    answered = await c.call("session.endTurn", end)
+                except (ClientClosed, OSError):
+                    pass
+            await trio.to_thread.run_sync(crashing.reap)
+        finally:
+            crashing.kill9()
+        assert answered is None and crashing.proc.returncode == -9
+        for _ in range(2):
+            async with real_host(root, kind="agent", client_id="test") as (proc, c):
+                turns = (await c.call("session.listTurns", {"sessionId": sid}))["turns"]
+                assert [(t["id"], t["status"]) for t in turns] == [("t1", "aborted")]
+                view = await _full(c, sid)
+                assert [m["id"] for m in view["messages"]] == ["u1", "a1"]
+                assert view["messages"][1]["meta"].get("interrupted") is True
+                assert (await c.call("notifications.list", {}))["notifications"] == []
+                assert await code_of(c, "session.endTurn", end) == "CONFLICT"
+                assert (await c.call("notifications.list", {}))["notifications"] == []
