@@ -36,6 +36,8 @@ the id is held here, another role or other blocks     :class:`Refuse` ``IDEMPOTE
 awaits its final and the new one has another role)
 the id is held here otherwise                         :class:`Replay` of the held row,
                                                       ``replayed: true`` (no new line)
+a new steering row (``meta.steering``) naming a turn  :class:`Refuse` ``INVALID_PARAMS`` (it must
+another session claimed for a collaboration delivery  target that delivery's session; seed 003)
 a new id                                              :class:`Write` with the next seq
 ====================================================  =========================================
 """
@@ -149,6 +151,9 @@ class Known:
     roots: Mapping[str, str | None] = field(default_factory=dict)
     """Per id a user message names in ``meta.revisionRootId`` (:func:`named_root`): the family it joins
     (:func:`store.revisions.family_root`), or ``None`` when it is a live message of this session."""
+    foreign_deliveries: Mapping[str, str] = field(default_factory=dict)
+    """Named turns that another session claimed for a collaboration delivery: turn id -> that
+    session (a steering row naming one is refused: it must target the delivery's session)."""
 
 
 def named_root(message: Mapping[str, Any]) -> str | None:
@@ -296,6 +301,14 @@ def plan_appends(
             ref = {**held_ref, "role": rec.get("role"), "createdAt": rfc3339_to_ms(rec.get("createdAt"), 0)}
         else:
             turn = rec.get("turnId")
+            owner_of_turn = known.foreign_deliveries.get(turn) if isinstance(turn, str) else None
+            if owner_of_turn is not None and _is_steering(rec):
+                outcomes.append(Refuse(InvalidInput(
+                    f"turn {turn} runs a collaboration delivery of session {owner_of_turn}: steering into it "
+                    f"must target that session, not {session_id}",
+                    data={"field": "message.turnId", "sessionId": session_id, "turnId": turn,
+                          "targetSessionId": owner_of_turn, "messageId": mid})))
+                continue
             if rec.get("role") == "user" and isinstance(turn, str) and turn in known.aborted:
                 outcomes.append(Refuse(Conflict(
                     f"turn {turn} of session {session_id} was aborted; a prompt for it is not appended "
@@ -405,8 +418,32 @@ def gather(
             turns.add(turn_id)
             if status == "aborted":
                 aborted.add(turn_id)
+    foreign: dict[str, str] = {}
+    steered = sorted({t for t, req in _named_turns(requests) if t not in turns and _is_steering(req.message)})
+    for marks, chunk in in_chunks(steered):
+        for turn_id, target in conn.execute(
+                f"SELECT turn_id, target_session_id FROM session_collaboration_messages WHERE turn_id IN ({marks})",
+                chunk):
+            if target != session_id:
+                foreign[turn_id] = target
     return Known(found, held, frozenset(turns), frozenset(aborted),
-                 _roots(conn, session_id, requests, pending or {}, revisions_path))
+                 _roots(conn, session_id, requests, pending or {}, revisions_path), foreign)
+
+
+def _named_turns(requests: Sequence[AppendRequest]) -> list[tuple[str, AppendRequest]]:
+    """Each request's named turn (its ``turnId`` param, else its message's), with the request."""
+    out: list[tuple[str, AppendRequest]] = []
+    for req in requests:
+        turn = req.turn_id if req.turn_id is not None else req.message.get("turnId")
+        if isinstance(turn, str):
+            out.append((turn, req))
+    return out
+
+
+def _is_steering(message: Mapping[str, Any]) -> bool:
+    """An accepted steering input (``meta.steering: true``; seed 003, active-turn steering)."""
+    meta = message.get("meta")
+    return isinstance(meta, Mapping) and meta.get("steering") is True
 
 
 def _roots(conn: sqlite3.Connection, session_id: str, requests: Sequence[AppendRequest],

@@ -1106,3 +1106,30 @@ async def test_item14_an_end_turn_killed_before_its_commit_leaves_no_notificatio
                 assert (await c.call("notifications.list", {}))["notifications"] == []
                 assert await code_of(c, "session.endTurn", end) == "CONFLICT"
                 assert (await c.call("notifications.list", {}))["notifications"] == []
+
+
+async def test_steering_into_a_delivery_turn_must_target_that_deliverys_session(tmp_path: Path) -> None:
+    """Steering paragraph 2: "Steering into a claimed collaboration delivery turn is extra human input: it
+    must target that delivery's session". A steering row naming the delivery's turn but sent to another
+    session (here the delivery's source) is refused and writes nothing there; the same row sent to the
+    delivery's session lands, as steering, in that turn."""
+    root = _data(tmp_path)
+    with trio.fail_after(60):
+        async with real_host(root, kind="agent") as (proc, c):
+            src = (await c.call("session.create", {"permissionMode": "auto"}))["id"]
+            dst = (await c.call("session.create", {"permissionMode": "ask"}))["id"]
+            did = (await c.call("collab.deliver", _deliver(src, dst, "k1")))["delivery"]["id"]
+            await c.call("session.startTurn", {"sessionId": dst, "turnId": "t1"})
+            await c.call("collab.begin", {"sessionId": dst, "deliveryId": did, "turnId": "t1"})
+            steer = msg("s1", "also check the tests", meta={"steering": True})
+            assert await code_of(c, "session.appendMessage", {"sessionId": src, "turnId": "t1",
+                                                              "message": steer}) == "INVALID_PARAMS"
+            assert await code_of(c, "session.appendMessage", {"sessionId": src,
+                                                              "message": {**steer, "turnId": "t1"}}) \
+                == "INVALID_PARAMS"
+            assert (await _full(c, src))["messages"] == []
+            assert not (root / "sessions" / f"{src}.jsonl").read_bytes().count(b"also check")
+            landed = await c.call("session.appendMessage", {"sessionId": dst, "turnId": "t1", "message": steer})
+            assert landed["message"]["turnId"] == "t1"
+            rows = (await _full(c, dst))["messages"]
+            assert [(m["id"], m.get("steering")) for m in rows] == [(f"collab-{did}", None), ("s1", True)]
