@@ -1133,3 +1133,56 @@ async def test_steering_into_a_delivery_turn_must_target_that_deliverys_session(
             assert landed["message"]["turnId"] == "t1"
             rows = (await _full(c, dst))["messages"]
             assert [(m["id"], m.get("steering")) for m in rows] == [(f"collab-{did}", None), ("s1", True)]
+
+
+async def test_steering_racing_finals_and_checkpoints_settle_once_and_survive_a_kill(tmp_path: Path) -> None:
+    """Steering paragraph 2 under concurrency: for each of several streaming reservations a checkpoint and
+    two different terminal finals race from two connections. Exactly one final wins (the other is
+    IDEMPOTENCY_CONFLICT), the row keeps its position, and after a SIGKILL with the turn still running no
+    stale checkpoint is promoted over a settled final."""
+    root = _data(tmp_path)
+    settled: dict[str, str] = {}
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            async with open_client(proc.url, proc.token, client_id="second", client_kind="agent") as c2:
+                sid = (await c.call("session.create", {}))["id"]
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+                await say(c, sid, "u1", "ask", turnId="t1")
+                for n in range(6):
+                    mid = f"a{n}"
+                    await say(c, sid, mid, "", role="assistant", turnId="t1", blocks=[],
+                              meta={"status": "streaming"})
+                    await say(c, sid, f"s{n}", f"steer {n}", meta={"steering": True})
+                    outcomes: dict[str, Any] = {}
+
+                    async def final(client: HostClient, label: str, mid: str = mid,
+                                    outcomes: dict[str, Any] = outcomes) -> None:
+                        outcomes[label] = await code_of(client, "session.appendMessage", {
+                            "sessionId": sid, "message": msg(mid, f"final {label}", role="assistant",
+                                                             turnId="t1", meta={"status": "completed"})})
+
+                    async def checkpoint(mid: str = mid) -> None:
+                        await code_of(c2, "session.saveInflightMessage", {
+                            "sessionId": sid, "turnId": "t1", "message": msg(
+                                mid, "stale checkpoint", role="assistant", turnId="t1",
+                                meta={"status": "streaming"})})
+
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(checkpoint)
+                        nursery.start_soon(final, c, "one")
+                        nursery.start_soon(final, c2, "two")
+                    winners = [label for label, code in outcomes.items() if code is None]
+                    assert len(winners) == 1 and list(outcomes.values()).count("IDEMPOTENCY_CONFLICT") == 1, \
+                        outcomes
+                    settled[mid] = f"final {winners[0]}"
+                view = await _full(c, sid)
+                expected = ["u1"] + [x for n in range(6) for x in (f"a{n}", f"s{n}")]
+                assert [m["id"] for m in view["messages"]] == expected
+                proc.kill9()
+        async with real_host(root, kind="agent") as (proc, c):
+            view = await _full(c, sid)
+            assert [m["id"] for m in view["messages"]] == expected
+            for m in view["messages"]:
+                if m["id"] in settled:
+                    assert m["blocks"] == [{"type": "text", "text": settled[m["id"]]}], m
+            assert await _hits(c, "stale checkpoint") == []
