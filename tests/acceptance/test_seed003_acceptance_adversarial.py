@@ -1186,3 +1186,41 @@ async def test_steering_racing_finals_and_checkpoints_settle_once_and_survive_a_
                 if m["id"] in settled:
                     assert m["blocks"] == [{"type": "text", "text": settled[m["id"]]}], m
             assert await _hits(c, "stale checkpoint") == []
+
+
+async def test_item3_a_torn_tail_in_the_revisions_file_never_glues_onto_the_next_archive(tmp_path: Path) -> None:
+    """§2.1 "Readers skip unknown type lines and a torn trailing line ... a crash mid-append cannot poison
+    the file", for sessions/<id>.revisions.jsonl (append-only, §11.13): a torn revision line left by a
+    kill is skipped, the next archive is a whole line of its own, and every variant still switches after
+    two more restarts."""
+    root = _data(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await say(c, sid, "u1", "pick")
+            await say(c, sid, "a1", "first variant", role="assistant")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            proc.kill9()
+        revisions = root / "sessions" / f"{sid}.revisions.jsonl"
+        with revisions.open("ab") as fh:
+            fh.write(b'{"type":"revision","rootUserId":"u1","revisionIndex":7,"messages":[{"type":"mess')
+        async with real_host(root, kind="agent") as (proc, c):
+            listed = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+            assert [r["revisionIndex"] for r in listed] == [1]
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+            await say(c, sid, "a2", "second variant", role="assistant")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            proc.kill9()
+        records = [json.loads(line) for line in revisions.read_bytes().splitlines()]  # every line whole
+        assert [(r["type"], r["revisionIndex"]) for r in records][-1] == ("revision_live", 2)
+        assert 7 not in [r["revisionIndex"] for r in records]
+        for _ in range(2):
+            async with real_host(root, kind="agent") as (proc, c):
+                listed = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+                assert sorted(r["revisionIndex"] for r in listed) == [1, 2]
+                await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 1})
+                assert [m["blocks"][0]["text"] for m in (await _full(c, sid))["messages"]] == ["pick",
+                                                                                             "first variant"]
+                await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 2})
+                assert [m["blocks"][0]["text"] for m in (await _full(c, sid))["messages"]] == ["pick",
+                                                                                             "second variant"]
