@@ -1224,3 +1224,33 @@ async def test_item3_a_torn_tail_in_the_revisions_file_never_glues_onto_the_next
                 await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 2})
                 assert [m["blocks"][0]["text"] for m in (await _full(c, sid))["messages"]] == ["pick",
                                                                                              "second variant"]
+
+
+async def test_item4_a_steering_final_killed_before_its_index_commit_reads_back_in_place(tmp_path: Path) -> None:
+    """§11.4 meets the steering replacement: the terminal final that replaces a streaming reservation is
+    durable in the file, then SIGKILL before the index knows it. After the restart the reply reads back
+    with the final's content in the reservation's position (before the steering row), exactly once, and a
+    retry of the same final is a replay; the next rewrite makes search find it."""
+    root = _data(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            await say(c, sid, "u1", "ask", turnId="t1")
+            await say(c, sid, "a1", "prov", role="assistant", turnId="t1", meta={"status": "streaming"})
+            await say(c, sid, "s1", "steer", meta={"steering": True})
+            proc.kill9()
+        final = {"sessionId": sid, "message": msg("a1", "final lynx words", role="assistant", turnId="t1",
+                                                  meta={"status": "completed"})}
+        await _append_killed_before_index_commit(root, final)
+        async with real_host(root, kind="agent") as (proc, c):
+            view = await _full(c, sid)
+            assert [m["id"] for m in view["messages"]] == ["u1", "a1", "s1"]
+            assert view["messages"][1]["blocks"] == [{"type": "text", "text": "final lynx words"}]
+            assert view["session"]["messageCount"] == 3
+            again = await c.call("session.appendMessage", final)
+            assert again["message"]["seq"] == view["messages"][1]["seq"]
+            assert [m["id"] for m in (await _full(c, sid))["messages"]] == ["u1", "a1", "s1"]
+            kept = (await _full(c, sid))["messages"]
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": kept})
+            assert await _hits(c, "lynx") == [(sid, "a1")] and await _hits(c, "prov") == []
