@@ -62,20 +62,27 @@ def refuse_host_meta(message: TranscriptMessage) -> TranscriptMessage:
                          "meta.fromAgent: an import of a sub-agent thread); a client cannot set it")
     return message
 
+STEERING_STRIPPED_META_KEYS: frozenset[str] = HOST_META_KEYS | {"session_message", "from_agent"}
+"""What a steering input's ``meta`` loses: the host-written provenance keys, in the wire's spelling and in
+the seed's (``session_message``: "has any client-supplied session_message stripped")."""
+
+
 def strip_steering_provenance(data: Any) -> Any:
     """Raw append params: a steering input (``meta.steering: true``) is extra human input, even when it
     steers a turn that runs a collaboration delivery; it never inherits a delivery's origin, so a
-    client-supplied ``meta.sessionMessage`` in it is stripped (seed 003, active-turn steering).
-    Any other message carrying it is refused (:func:`refuse_host_meta`)."""
+    client-supplied ``meta.sessionMessage`` (or ``session_message``) in it is stripped (seed 003,
+    active-turn steering). Any other message carrying ``meta.sessionMessage`` is refused
+    (:func:`refuse_host_meta`)."""
     if not isinstance(data, dict):
         return data
     message = data.get("message")
     if not isinstance(message, dict):
         return data
     meta = message.get("meta")
-    if not isinstance(meta, dict) or meta.get("steering") is not True or not HOST_META_KEYS.intersection(meta):
+    if (not isinstance(meta, dict) or meta.get("steering") is not True
+            or not STEERING_STRIPPED_META_KEYS.intersection(meta)):
         return data
-    kept = {k: v for k, v in meta.items() if k not in HOST_META_KEYS}
+    kept = {k: v for k, v in meta.items() if k not in STEERING_STRIPPED_META_KEYS}
     return {**data, "message": {**message, "meta": kept}}
 
 
@@ -433,6 +440,7 @@ __all__ = [
     "QueueEntry",
     "HOST_META_KEYS",
     "RESERVED_META_KEYS",
+    "STEERING_STRIPPED_META_KEYS",
     "RevisionInfo",
     "NativeInfo",
     "SessionSummary",

@@ -1254,3 +1254,35 @@ async def test_item4_a_steering_final_killed_before_its_index_commit_reads_back_
             kept = (await _full(c, sid))["messages"]
             await c.call("session.replaceMessages", {"sessionId": sid, "messages": kept})
             assert await _hits(c, "lynx") == [(sid, "a1")] and await _hits(c, "prov") == []
+
+
+async def test_steering_strips_a_client_supplied_session_message_in_either_spelling(tmp_path: Path) -> None:
+    """Steering paragraph 2: steering into a claimed delivery turn "does not inherit the delivery origin,
+    and has any client-supplied session_message stripped" — the seed's own spelling (``session_message``)
+    as well as the wire's (``sessionMessage``): neither reaches the transcript line nor a read, before or
+    after the index is rebuilt; the delivery's own input row keeps its provenance."""
+    root = _data(tmp_path)
+    with trio.fail_after(60):
+        async with real_host(root, kind="agent") as (proc, c):
+            src = (await c.call("session.create", {"permissionMode": "auto"}))["id"]
+            dst = (await c.call("session.create", {"permissionMode": "ask"}))["id"]
+            did = (await c.call("collab.deliver", _deliver(src, dst, "k1")))["delivery"]["id"]
+            await c.call("session.startTurn", {"sessionId": dst, "turnId": "t1"})
+            await c.call("collab.begin", {"sessionId": dst, "deliveryId": did, "turnId": "t1"})
+            prov = (await _full(c, dst))["messages"][0]["sessionMessage"]
+            for n, key in enumerate(("session_message", "sessionMessage")):
+                await c.call("session.appendMessage", {"sessionId": dst, "turnId": "t1", "message": msg(
+                    f"s{n}", f"steer {n}", meta={"steering": True, key: prov})})
+            rows = (await _full(c, dst))["messages"]
+            proc.kill9()
+        for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+            (root / name).unlink(missing_ok=True)
+        async with real_host(root, kind="agent") as (proc, c):
+            rebuilt = (await _full(c, dst))["messages"]
+    for view in (rows, rebuilt):
+        assert [m["id"] for m in view] == [f"collab-{did}", "s0", "s1"]
+        assert view[0]["sessionMessage"] == prov
+        for steer in view[1:]:
+            assert steer["meta"] == {"steering": True} and steer.get("sessionMessage") is None
+    lines = (root / "sessions" / f"{dst}.jsonl").read_bytes().splitlines()
+    assert sum(b"session_message" in line or b"sessionMessage" in line for line in lines) == 1
