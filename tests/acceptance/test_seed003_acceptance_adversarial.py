@@ -1286,3 +1286,44 @@ async def test_steering_strips_a_client_supplied_session_message_in_either_spell
             assert steer["meta"] == {"steering": True} and steer.get("sessionMessage") is None
     lines = (root / "sessions" / f"{dst}.jsonl").read_bytes().splitlines()
     assert sum(b"session_message" in line or b"sessionMessage" in line for line in lines) == 1
+
+
+async def test_item13_a_referenced_branch_dropped_by_a_rewrite_is_stored_in_full_and_restorable_after_db_loss(
+        tmp_path: Path) -> None:
+    """§11.13 "a branch that leaves the transcript is stored in full first": the live branch is archived as a
+    reference, grows by one more exchange, then a replaceMessages drops its root turn (smart Stop / message
+    delete). The revisions file then holds that branch in full (the reference alone would be stranded);
+    after a SIGKILL and the index's loss the variant is still listed, and once its root is back switching
+    to it restores every message of it, the late exchange too."""
+    root = _data(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await say(c, sid, "u0", "intro")
+            await say(c, sid, "a0", "hello", role="assistant")
+            await say(c, sid, "u1", "pick")
+            await say(c, sid, "a1", "tapir answer", role="assistant")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            await say(c, sid, "u2", "and then")
+            await say(c, sid, "a2", "late tapir", role="assistant")
+            before = _stable((await _full(c, sid))["messages"])
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": before[:2]})
+            proc.kill9()
+        revisions = root / "sessions" / f"{sid}.revisions.jsonl"
+        stored = [json.loads(line) for line in revisions.read_bytes().splitlines()]
+        full = [r for r in stored if r["type"] == "revision" and r["rootUserId"] == "u1"]
+        assert full and [m["id"] for m in full[-1]["messages"]] == ["u1", "a1", "u2", "a2"]
+        for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+            (root / name).unlink(missing_ok=True)
+        async with real_host(root, kind="agent") as (proc, c):
+            assert [m["id"] for m in (await _full(c, sid))["messages"]] == ["u0", "a0"]
+            listed = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+            assert [(r["rootUserId"], r["revisionIndex"]) for r in listed] == [("u1", 1)]
+            # the pager hangs off a live root: put the root back (an undo), then restore the branch
+            bare_root = {k: v for k, v in before[2].items() if k != "meta"}  # its pager stamp went with it
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": [*before[:2], bare_root]})
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 1})
+            back = (await _full(c, sid))["messages"]
+            assert [m["id"] for m in back] == ["u0", "a0", "u1", "a1", "u2", "a2"]
+            assert [m["blocks"] for m in back[2:]] == [m["blocks"] for m in before[2:]]
+            assert sorted(await _hits(c, "tapir")) == [(sid, "a1"), (sid, "a2")]
