@@ -199,8 +199,15 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
+PREFIXED_CODES: frozenset[str] = frozenset({"PERMISSION_DENIED"})
+"""Codes whose message starts with ``<CODE>: ``: seed 003 D597, the desktop outbox drops a permanently refused
+append "whose host error carries a PERMISSION_DENIED: prefix" (and keeps draining) by the message text."""
+
+
 def _build(code: str, message: str, extra: Mapping[str, Any], retriable: bool = False) -> dict[str, Any]:
     spec = RpcErrorCode.spec(code)
+    if code in PREFIXED_CODES and not message.startswith(f"{code}:"):
+        message = f"{code}: {message}"
     data = _json_safe(extra)
     data["code"] = code
     data["retriable"] = spec.retriable or retriable

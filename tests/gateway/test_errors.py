@@ -10,7 +10,7 @@ import pytest
 
 from protocol.errors import INTERNAL_MESSAGE, MethodNotFound, RpcErrorCode, RpcFailure, error_object
 from protocol.jsonrpc import NO_ID, Call, Encoded, Invalid, encode, encode_batch, encoded_parts, parse_message, success
-from store.errors import IdempotencyConflict, InvalidId, PayloadTooLarge, SessionNotFound, StorageFull
+from store.errors import IdempotencyConflict, InvalidId, PayloadTooLarge, PermissionDenied, SessionNotFound, StorageFull
 from store.jsonio import StrictJSONError
 from tests.gateway.conftest import SECRET, CodedError
 
@@ -147,3 +147,14 @@ def test_a_pre_encoded_result_is_framed_around_its_own_bytes(request_id: int | s
     assert orjson.loads(b"".join(parts)) == {"jsonrpc": "2.0", "id": request_id, "result": orjson.loads(data)}
     assert encoded_parts(success(request_id, {"a": 1})) is None
     assert encoded_parts({"jsonrpc": "2.0", "id": 1, "error": {"code": 1}}) is None
+
+
+def test_permission_denied_message_carries_the_outbox_prefix_once() -> None:
+    """Seed 003 D597: the desktop outbox drops a refused append "whose host error carries a PERMISSION_DENIED:
+    prefix" by the message text; other codes keep their message as raised."""
+    err = error_object(PermissionDenied("a plugin connection may not call session.delete"))
+    assert err["message"] == "PERMISSION_DENIED: a plugin connection may not call session.delete"
+    assert err["data"]["code"] == "PERMISSION_DENIED" and err["code"] == -32008
+    again = error_object(PermissionDenied("PERMISSION_DENIED: already said"))
+    assert again["message"] == "PERMISSION_DENIED: already said"
+    assert error_object(SessionNotFound("no such session"))["message"] == "no such session"
