@@ -20,6 +20,7 @@ import trio
 
 from runtime.kernel.threads import run_in_thread
 from store.indexing.database import open_reader
+from store.indexing.group_commit import is_corruption
 
 T = TypeVar("T")
 
@@ -31,8 +32,11 @@ class PoolClosed(RuntimeError):
 
 class ReadPool:
     def __init__(self, db_path: Path, *, size: int = 4,
-                 prepare: Callable[[sqlite3.Connection], None] | None = None) -> None:
+                 prepare: Callable[[sqlite3.Connection], None] | None = None,
+                 on_corruption: Callable[[BaseException], None] | None = None) -> None:
         self._db_path = db_path
+        self._on_corruption = on_corruption or (lambda exc: None)
+        """Told (from the worker thread that met it) when a read finds the database corrupt."""
         self._size = size
         self._prepare = prepare
         """Run on each connection as it opens (blocking): statements its reads will run, prepared."""
@@ -76,6 +80,10 @@ class ReadPool:
                     self._all.append(conn)
             try:
                 yield conn
+            except sqlite3.DatabaseError as exc:
+                if is_corruption(exc):
+                    self._on_corruption(exc)
+                raise
             finally:
                 # Each read is its own snapshot: no implicit transaction may linger.
                 if conn.in_transaction:

@@ -162,8 +162,12 @@ class DbWriter(Actor):
         upkeep_after: float | None = None,
         index_hold: float = 0.0,
         index_wanted: Callable[[], bool] | None = None,
+        on_corruption: Callable[[BaseException], None] | None = None,
     ) -> None:
         super().__init__(name, mailbox_size=mailbox_size)
+        self._on_corruption = on_corruption or (lambda exc: None)
+        """Told (from the trio thread) before the actor crashes on a corrupt database: the host restarts
+        itself on a rebuilt index (RELIABILITY.md row 7)."""
         self.batch_limit = batch_limit
         self.idle_work_after = upkeep_after  # None: no idle upkeep
         self.linger_ticks = 2  # sessions committing at the same moment share one transaction
@@ -187,6 +191,7 @@ class DbWriter(Actor):
         outcome = await trio.to_thread.run_sync(self._commit.upkeep, limiter=self._limiter)
         if isinstance(outcome, BaseException):
             if is_corruption(outcome):
+                self._on_corruption(outcome)
                 raise Fatal(outcome)
             return False  # disk full, I/O error: try again after the next batch
         return outcome
@@ -215,6 +220,7 @@ class DbWriter(Actor):
                 for env in group:
                     _deliver(env, ok, value)
         if isinstance(outcome, BaseException) and is_corruption(outcome):
+            self._on_corruption(outcome)
             raise Fatal(outcome)
 
 

@@ -251,7 +251,7 @@ def error_object(exc: BaseException) -> dict[str, Any]:
     if isinstance(leaf, sqlite3.DatabaseError) and any(m in str(leaf).lower() for m in _CORRUPT_DATABASE):
         # RELIABILITY row 7: the index went corrupt while the host runs (damage on disk, not a host bug)
         logger.error("the index database is corrupt: %s", leaf, exc_info=leaf)
-        return _build("CORRUPT_DATA", "the index database is corrupt; restart the host: its boot "
-                      "quarantines it and rebuilds it from the transcripts", {"reason": "index_corrupt"})
+        return _build("CORRUPT_DATA", "the index database is corrupt; the host restarts on an index rebuilt "
+                      "from the transcripts: reconnect and retry", {"reason": "index_corrupt"})
     logger.error("unexpected exception while handling a request", exc_info=leaf)
     return _build(RpcErrorCode.INTERNAL, INTERNAL_MESSAGE, {})

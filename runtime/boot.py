@@ -189,19 +189,22 @@ def run_boot(
     inflight_sweep: InflightSweep | None = None,
     clean_shutdown: bool | None = None,
     stop_requested: Callable[[], bool] = lambda: False,
+    rebuild_index: bool = False,
 ) -> BootResult:
     """Recover the data directory before anything is served (``inflight_sweep``: tests inject
     their own; the default is :func:`inflight_boot_sweep` with ``faults``).
 
     ``stop_requested`` is asked between steps (from this worker thread): True stops the boot
-    with :class:`BootInterrupted`."""
+    with :class:`BootInterrupted`. ``rebuild_index``: quarantine the index and rebuild it from the files
+    whatever its check says (the running host met it corrupt)."""
     t0 = time.perf_counter()
     boot_id = secrets.token_hex(8)
     report: dict[str, Any] = {"bootId": boot_id}
     if stop_requested():
         raise BootInterrupted("opening the index")
     conn, open_report = open_writer(
-        data_dir.db_path, quarantine_dir=data_dir.quarantine_dir, now_ms=now_ms(), faults=faults
+        data_dir.db_path, quarantine_dir=data_dir.quarantine_dir, now_ms=now_ms(), faults=faults,
+        quarantine="the running host met it corrupt" if rebuild_index else None,
     )
     report["database"] = open_report.to_dict()
     try:

@@ -8,12 +8,16 @@ pay for it. Exit codes are :mod:`runtime.cli`'s.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import logging
 import os
 import signal
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -67,26 +71,24 @@ def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         # shutdown: a signal during boot stops it before its next step; once serving,
         # the first signal asks for an orderly stop, a second one hurries it.
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            shutdown = Shutdown()
-            serving = trio.Event()
-            async with trio.open_nursery() as nursery:
-
-                async def host(*, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
-                    await run_host(config, task_status=task_status, shutdown=shutdown)
-                    nursery.cancel_scope.cancel()  # the host stopped: stop forwarding signals too
-
-                nursery.start_soon(_forward_signals, signals, shutdown, serving, signals_seen)
-                running = await nursery.start(host)
-                serving.set()
-                print(f"pi-host listening on {running.url} (data dir {data_dir.root})", flush=True)
-                recovered = recovery_line(running.boot.report)
-                if recovered is not None:
-                    print(recovered, flush=True)
-                log.info("listening", extra={"url": running.url, "dataDir": str(data_dir.root)})
-                started = time.perf_counter()
-                frozen = freeze_boot_objects()  # boot's survivors live as long as the process: never walked again
-                log.info("boot objects frozen", extra={"objects": frozen,
-                                                       "ms": round((time.perf_counter() - started) * 1000, 1)})
+            run = _Run()
+            async with trio.open_nursery() as outer:
+                outer.start_soon(_forward_signals, signals, lambda: run, signals_seen)
+                run_config, restarts = config, _Restarts()
+                while True:
+                    async with trio.open_nursery() as nursery:
+                        running = await nursery.start(partial(run_host, run_config, shutdown=run.shutdown))
+                        run.serving.set()
+                        _say_listening(running, data_dir)
+                    # the host stopped: for good, or to start again on a rebuilt index (RELIABILITY.md row 7)
+                    if run.shutdown.restart_reason is None or signals_seen:
+                        break
+                    restarts.count(run.shutdown.restart_reason)
+                    print("pi-host: the index database is corrupt; restarting on an index rebuilt from the "
+                          "transcripts", file=sys.stderr, flush=True)
+                    run_config = dataclasses.replace(config, port=running.port, rebuild_index=True)
+                    run = _Run()
+                outer.cancel_scope.cancel()  # stop forwarding signals too
 
     try:
         trio.run(main_async)
@@ -117,6 +119,42 @@ def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         return 0
     print("pi-host stopped cleanly", file=sys.stderr)
     return 0
+
+
+@dataclass
+class _Run:
+    """One run of the host in this process: its stop switch and whether it serves yet."""
+
+    shutdown: Shutdown = field(default_factory=Shutdown)
+    serving: trio.Event = field(default_factory=trio.Event)
+
+
+@dataclass
+class _Restarts:
+    """The restarts on a rebuilt index: past ``limit`` within ``window`` seconds, the index is not what fails
+    (the disk is), and the process exits like a supervisor that gave up."""
+
+    limit: int = 3
+    window: float = 600.0
+    times: list[float] = field(default_factory=list)
+
+    def count(self, reason: str) -> None:
+        now = time.monotonic()
+        self.times = [t for t in self.times if now - t < self.window] + [now]
+        if len(self.times) > self.limit:
+            raise RestartIntensityExceeded("host", reason, self.limit, self.window)
+
+
+def _say_listening(running: Any, data_dir: DataDir) -> None:
+    print(f"pi-host listening on {running.url} (data dir {data_dir.root})", flush=True)
+    recovered = recovery_line(running.boot.report)
+    if recovered is not None:
+        print(recovered, flush=True)
+    log.info("listening", extra={"url": running.url, "dataDir": str(data_dir.root)})
+    started = time.perf_counter()
+    frozen = freeze_boot_objects()  # boot's survivors live as long as the process: never walked again
+    log.info("boot objects frozen", extra={"objects": frozen,
+                                           "ms": round((time.perf_counter() - started) * 1000, 1)})
 
 
 def recovery_line(report: dict[str, Any]) -> str | None:
@@ -181,11 +219,13 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-async def _forward_signals(signals: Any, shutdown: Shutdown, serving: trio.Event, seen: list[int]) -> None:
+async def _forward_signals(signals: Any, current: Callable[[], _Run], seen: list[int]) -> None:
     count = 0
     async for signum in signals:
         count += 1
         seen.append(int(signum))
+        run = current()
+        shutdown, serving = run.shutdown, run.serving
         if not serving.is_set():  # boot stops before its next step; run_host raises BootInterrupted
             log.info("stop asked for before the host serves", extra={"signal": int(signum)})
             shutdown.request()

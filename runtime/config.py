@@ -15,6 +15,9 @@ class HostConfig:
     data_dir: DataDir
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
+    rebuild_index: bool = False
+    """Quarantine the index at boot and rebuild it from the files, whatever its check says (the restart after
+    the running host met a corrupt index: RELIABILITY.md row 7)."""
     allowed_origins: frozenset[str] = field(default_factory=frozenset)
     session_idle_timeout: float = 300.0
     max_sessions_active: int = 2048

@@ -102,6 +102,11 @@ def validate_event(topic: str, data: dict[str, Any]) -> None:
         raise InternalBug(f"event {topic} does not match the protocol model {model.__name__}") from None
 
 
+INDEX_CORRUPT = "index_corrupt"
+"""A :class:`Shutdown` restart reason: the running host met a corrupt index database. Its caller starts it
+again with ``HostConfig.rebuild_index`` (RELIABILITY.md row 7: quarantined and rebuilt from the transcripts)."""
+
+
 @dataclass
 class Shutdown:
     """How a host is asked to stop: :meth:`request` once, :meth:`hurry` to cut the waits.
@@ -113,6 +118,8 @@ class Shutdown:
     requested: trio.Event = field(default_factory=trio.Event)
     hurried: trio.Event = field(default_factory=trio.Event)
     _asked: threading.Event = field(default_factory=threading.Event)
+    restart_reason: str | None = None
+    """Why the host stopped to be started again (:data:`INDEX_CORRUPT`), None: a plain stop."""
 
     def request(self) -> None:
         self._asked.set()
@@ -121,6 +128,12 @@ class Shutdown:
     def hurry(self) -> None:
         self.request()
         self.hurried.set()
+
+    def request_restart(self, reason: str) -> None:
+        """Stop in order, and tell the caller to start the host again (:attr:`restart_reason`)."""
+        if self.restart_reason is None:
+            self.restart_reason = reason
+        self.request()
 
     def asked(self) -> bool:
         """Whether a stop was requested (safe from any thread)."""
@@ -175,6 +188,27 @@ class RunningHost:
         return bool(self.supervisor.kill(name))
 
 
+def _corruption_restarts(shutdown: Shutdown) -> Callable[[BaseException], None]:
+    """What a reader (any thread) or the DB writer calls when it meets a corrupt index: the host stops in
+    order and its caller starts it again on an index rebuilt from the transcripts (RELIABILITY.md row 7:
+    "a corruption found at runtime crashes the DB-writer actor, and the supervisor rebuilds")."""
+    token = trio.lowlevel.current_trio_token()
+
+    def restart(exc: BaseException) -> None:
+        if shutdown.restart_reason is None:
+            log.error("the index database is corrupt; restarting on an index rebuilt from the transcripts",
+                      extra={"error": str(exc)})
+        shutdown.request_restart(INDEX_CORRUPT)
+
+    def told(exc: BaseException) -> None:
+        try:
+            token.run_sync_soon(restart, exc)
+        except trio.RunFinishedError:
+            pass  # the host already stopped
+
+    return told
+
+
 async def run_host(
     config: HostConfig,
     *,
@@ -211,7 +245,8 @@ async def run_host(
         boot = await trio.to_thread.run_sync(
             lambda: run_boot(data_dir, faults=faults, now_ms=now_ms,
                              audit_retention_days=config.audit_retention_days,
-                             clean_shutdown=clean is not None, stop_requested=shutdown.asked)
+                             clean_shutdown=clean is not None, stop_requested=shutdown.asked,
+                             rebuild_index=config.rebuild_index)
         )
         if shutdown.asked():  # asked after boot's last step: still before anything is served
             await trio.to_thread.run_sync(close_writer, boot.conn)
@@ -219,7 +254,9 @@ async def run_host(
         if clean is not None:
             boot.report["previousShutdown"] = clean
         log.info("boot finished", extra={"report": boot.report})
-        reads = ReadPool(data_dir.db_path, size=config.read_pool_size, prepare=windows.prepare_reads)
+        index_corrupt = _corruption_restarts(shutdown)
+        reads = ReadPool(data_dir.db_path, size=config.read_pool_size, prepare=windows.prepare_reads,
+                         on_corruption=index_corrupt)
         await trio.to_thread.run_sync(reads.warm)
         bus = EventBus(backlog=config.event_backlog, backlog_bytes=config.event_backlog_bytes,
                        transient_interval=config.inflight_event_interval, supersedes=inflight.supersedes,
@@ -236,7 +273,8 @@ async def run_host(
                         boot.conn, mailbox_size=config.db_mailbox, batch_limit=config.db_batch_limit,
                         faults=faults, stats=db_stats, force_synchronous=config.synchronous,
                         upkeep_after=config.search_upkeep_after,
-                        index_hold=config.index_hold, index_wanted=index_log.wanted))
+                        index_hold=config.index_hold, index_wanted=index_log.wanted,
+                        on_corruption=index_corrupt))
                 )
                 index_log.on_wanted(writer_ref.wake)
                 db = DbHandle(lambda op: writer_ref.ask(op, timeout=config.ask_timeout))

@@ -306,8 +306,9 @@ ERROR_MEANINGS: dict[str, str] = {
                 "the host restarts; any other I/O error fails this call only (a failed write is rolled back).",
     "RESOURCE_EXHAUSTED": "The host ran out of file descriptors for this request; nothing changed. Retry shortly.",
     "CORRUPT_DATA": "Durable data failed validation (digest mismatch, unreadable record; `data.reason: "
-                    "\"index_corrupt\"`: the index database went corrupt while the host runs, a restart rebuilds "
-                    "it from the transcripts).",
+                    "\"index_corrupt\"`: the index database went corrupt while the host runs; `pi-host serve` then "
+                    "restarts itself in the same process and port on an index rebuilt from the transcripts: "
+                    "reconnect and retry with the same `submissionId`).",
     "CURSOR_EXPIRED": "The pagination or event cursor is no longer valid; start again without it.",
     "PLAN_REQUIRES_INTERACTIVE_SESSION": ("A Plan/Goal run was started unattended, or Plan/Goal work (a turn, a "
                                           "proposal) was attempted in a session a running task run is bound to; "

@@ -354,6 +354,7 @@ def open_writer(
     faults: Faults = NO_FAULTS,
     synchronous: str = "FULL",
     platform: str | None = None,
+    quarantine: str | None = None,
 ) -> tuple[sqlite3.Connection, OpenReport]:
     """Open (creating, quarantining, archiving or migrating as needed) the writer.
 
@@ -365,13 +366,14 @@ def open_writer(
     :func:`store.upgrade.migrations.migrate` (the seed's chain and ours; ``platform``
     picks the shell catalog the guarded seed step checks, default: this one).
     A leftover ``-wal``/``-journal`` without its database is quarantined too:
-    it must never be replayed into a fresh file.
+    it must never be replayed into a fresh file. ``quarantine``: why an existing file is quarantined
+    without a probe (damage met while it was in use, which a ``quick_check`` may not see).
     """
     check_sqlite_support()
     db_path = Path(db_path)
     report = OpenReport(db_path=db_path)
     if db_path.exists():
-        probe = probe_database(db_path)
+        probe = DatabaseProbe(corrupt=True, problem=quarantine) if quarantine else probe_database(db_path)
         if probe.corrupt:
             report.corruption = probe.problem
             report.quarantined = quarantine_database(

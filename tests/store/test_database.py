@@ -117,6 +117,20 @@ def test_reopening_a_current_database_is_a_plain_open(tmp_path: Path) -> None:
     assert not (tmp_path / "quarantine").exists()
 
 
+def test_a_quarantine_asked_for_moves_even_a_file_that_checks_clean(tmp_path: Path) -> None:
+    """The running host met the index corrupt (a read or the writer): the restart quarantines it whatever a
+    ``quick_check`` says now (damage a check does not see, or a page read back right once) and starts fresh."""
+    _populated(tmp_path, sessions=1, per_session=3)
+    conn, report = open_writer(tmp_path / "pi.sqlite", quarantine_dir=tmp_path / "quarantine", now_ms=NOW_MS,
+                               quarantine="the running host met it corrupt")
+    try:
+        assert report.rebuilt and report.corruption == "the running host met it corrupt"
+        assert [p.name for p in report.quarantined][0] == f"pi.sqlite.corrupt-{NOW_MS}"
+        assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
+    finally:
+        conn.close()
+
+
 def _corrupt_header(data: bytes, _root: Path) -> bytes:
     return b"this is not an sqlite file!!" * 4 + data[112:]
 
