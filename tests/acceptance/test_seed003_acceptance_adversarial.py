@@ -204,6 +204,17 @@ async def test_item4_lost_index_commit_replay_of_the_same_append_is_a_no_op(tmp_
         assert lines == 1
 
 
+async def _steered_reservation(c: HostClient, text: str, **extra: Any) -> str:
+    """A new session whose running turn t1 holds u1 ("ask"), the streaming reservation a1 (``text``) and the
+    steering row s1 after it; the session id."""
+    sid: str = (await c.call("session.create", {}))["id"]
+    await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+    await say(c, sid, "u1", "ask", turnId="t1")
+    await say(c, sid, "a1", text, role="assistant", turnId="t1", meta={"status": "streaming"}, **extra)
+    await say(c, sid, "s1", "steer", meta={"steering": True})
+    return sid
+
+
 async def _append_killed_before_index_commit(root: Path, params: dict[str, Any]) -> None:
     """The append on a host armed to SIGKILL itself before the index commit (the append may be answered
     first: it is acknowledged once durable); the host died of it."""
@@ -517,11 +528,7 @@ async def test_steering_crash_promotes_the_latest_checkpoint_in_the_reserved_pos
     root = _data(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
-            sid = (await c.call("session.create", {}))["id"]
-            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
-            await say(c, sid, "u1", "ask", turnId="t1")
-            await say(c, sid, "a1", "", role="assistant", turnId="t1", blocks=[], meta={"status": "streaming"})
-            await say(c, sid, "s1", "steer", meta={"steering": True})
+            sid = await _steered_reservation(c, "", blocks=[])
             for text in ("first chunk", "first chunk, second chunk"):
                 r = await c.call("session.saveInflightMessage", {
                     "sessionId": sid, "turnId": "t1",
@@ -789,11 +796,7 @@ async def test_steering_a_settled_final_is_never_overwritten_by_its_stale_checkp
     root = _data(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
-            sid = (await c.call("session.create", {}))["id"]
-            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
-            await say(c, sid, "u1", "ask", turnId="t1")
-            await say(c, sid, "a1", "reserv", role="assistant", turnId="t1", meta={"status": "streaming"})
-            await say(c, sid, "s1", "steer", meta={"steering": True})
+            sid = await _steered_reservation(c, "reserv")
             empty = {"id": "a1", "role": "assistant", "turnId": "t1", "blocks": [], "meta": {"status": "streaming"}}
             kept = await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1", "message": empty})
             assert kept["saved"] is True
@@ -1234,11 +1237,7 @@ async def test_item4_a_steering_final_killed_before_its_index_commit_reads_back_
     root = _data(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
-            sid = (await c.call("session.create", {}))["id"]
-            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
-            await say(c, sid, "u1", "ask", turnId="t1")
-            await say(c, sid, "a1", "prov", role="assistant", turnId="t1", meta={"status": "streaming"})
-            await say(c, sid, "s1", "steer", meta={"steering": True})
+            sid = await _steered_reservation(c, "prov")
             proc.kill9()
         final = {"sessionId": sid, "message": msg("a1", "final lynx words", role="assistant", turnId="t1",
                                                   meta={"status": "completed"})}
