@@ -700,6 +700,16 @@ def _deliver(src: str, dst: str, key: str, **extra: Any) -> dict[str, Any]:
             "content": f"job {key}", "idempotencyKey": key, **extra}
 
 
+async def _begun_delivery(c: HostClient) -> tuple[str, str, str]:
+    """A delivery from a new session (auto) to another (ask) whose turn t1 began it: (source, target, delivery)."""
+    src: str = (await c.call("session.create", {"permissionMode": "auto"}))["id"]
+    dst: str = (await c.call("session.create", {"permissionMode": "ask"}))["id"]
+    did: str = (await c.call("collab.deliver", _deliver(src, dst, "k1")))["delivery"]["id"]
+    await c.call("session.startTurn", {"sessionId": dst, "turnId": "t1"})
+    await c.call("collab.begin", {"sessionId": dst, "deliveryId": did, "turnId": "t1"})
+    return src, dst, did
+
+
 async def test_item21_hop_budget_edges_and_a_held_budget_across_a_kill(tmp_path: Path) -> None:
     """§11.21 "enforce ... hop limits" at the edges: a delivery sent with remainingHops 0 is accepted but
     its handling turn cannot forward; 16 (the maximum) forwards as 15; 17 is refused before any write. A
@@ -1119,11 +1129,7 @@ async def test_steering_into_a_delivery_turn_must_target_that_deliverys_session(
     root = _data(tmp_path)
     with trio.fail_after(60):
         async with real_host(root, kind="agent") as (proc, c):
-            src = (await c.call("session.create", {"permissionMode": "auto"}))["id"]
-            dst = (await c.call("session.create", {"permissionMode": "ask"}))["id"]
-            did = (await c.call("collab.deliver", _deliver(src, dst, "k1")))["delivery"]["id"]
-            await c.call("session.startTurn", {"sessionId": dst, "turnId": "t1"})
-            await c.call("collab.begin", {"sessionId": dst, "deliveryId": did, "turnId": "t1"})
+            src, dst, did = await _begun_delivery(c)
             steer = msg("s1", "also check the tests", meta={"steering": True})
             assert await code_of(c, "session.appendMessage", {"sessionId": src, "turnId": "t1",
                                                               "message": steer}) == "INVALID_PARAMS"
@@ -1263,11 +1269,7 @@ async def test_steering_strips_a_client_supplied_session_message_in_either_spell
     root = _data(tmp_path)
     with trio.fail_after(60):
         async with real_host(root, kind="agent") as (proc, c):
-            src = (await c.call("session.create", {"permissionMode": "auto"}))["id"]
-            dst = (await c.call("session.create", {"permissionMode": "ask"}))["id"]
-            did = (await c.call("collab.deliver", _deliver(src, dst, "k1")))["delivery"]["id"]
-            await c.call("session.startTurn", {"sessionId": dst, "turnId": "t1"})
-            await c.call("collab.begin", {"sessionId": dst, "deliveryId": did, "turnId": "t1"})
+            src, dst, did = await _begun_delivery(c)
             prov = (await _full(c, dst))["messages"][0]["sessionMessage"]
             for n, key in enumerate(("session_message", "sessionMessage")):
                 await c.call("session.appendMessage", {"sessionId": dst, "turnId": "t1", "message": msg(
