@@ -31,6 +31,12 @@ SNAPSHOT_VERSION = 1
 SUPPORTED_VERSIONS = frozenset({SNAPSHOT_VERSION})
 MAX_SNAPSHOT_BYTES = 1024 * 1024
 MAX_SNAPSHOT_DEPTH = 32
+# The limit applies to the snapshot as the client sent it (protocol/README §7: "1 MiB of canonical
+# JSON"); the stored form also holds the sections the client left out, filled with their empty
+# defaults (``"skills":[]``, ``"browserSubmissionContext":{}`` ...: about 200 bytes). A stored
+# record may exceed the limit by that much and no more.
+DEFAULT_SECTIONS_SLACK_BYTES = 1024
+MAX_STORED_SNAPSHOT_BYTES = MAX_SNAPSHOT_BYTES + DEFAULT_SECTIONS_SLACK_BYTES
 
 # A key names a secret when, lower-cased without "-"/"_", it equals one of these or
 # ends with one (``X-Api-Key``, ``OPENAI_API_KEY``, ``client_secret``) ...
@@ -104,8 +110,11 @@ def find_secret(snapshot: Mapping[str, Any]) -> str | None:
     return None if found is None else found.partition(": ")[0]
 
 
-def prepare_snapshot(snapshot: Mapping[str, Any], *, max_bytes: int = MAX_SNAPSHOT_BYTES) -> PreparedSnapshot:
-    """Validate a snapshot and produce its stored form (canonical JSON + SHA-256)."""
+def prepare_snapshot(snapshot: Mapping[str, Any], *, max_bytes: int = MAX_SNAPSHOT_BYTES,
+                     sent: Mapping[str, Any] | None = None) -> PreparedSnapshot:
+    """Validate a snapshot and produce its stored form (canonical JSON + SHA-256). ``sent`` is the snapshot
+    as the client gave it (without the sections filled with defaults): the size limit measures that, so a
+    snapshot of exactly ``max_bytes`` is accepted whatever it leaves out."""
     if not isinstance(snapshot, Mapping):
         raise InvalidInput("environment must be an object", data={"field": "environment"})
     version = snapshot.get("version")
@@ -126,16 +135,17 @@ def prepare_snapshot(snapshot: Mapping[str, Any], *, max_bytes: int = MAX_SNAPSH
             data={"field": f"environment.{where}"},
         )
     body = canonical_bytes(snapshot)
-    if len(body) > max_bytes:
+    measured = len(body) if sent is None else len(canonical_bytes(sent))
+    if measured > max_bytes or len(body) > max_bytes + DEFAULT_SECTIONS_SLACK_BYTES:
         raise PayloadTooLarge(
-            f"environment snapshot is {len(body)} bytes; the limit is {max_bytes}",
-            data={"field": "environment", "size": len(body), "limit": max_bytes},
+            f"environment snapshot is {measured} bytes; the limit is {max_bytes}",
+            data={"field": "environment", "size": measured, "limit": max_bytes},
         )
     return PreparedSnapshot(int(version), hashlib.sha256(body).hexdigest(), body.decode(), len(body))
 
 
 def verify_snapshot(
-    version: int, digest: str, json_text: str, size: int, *, max_bytes: int = MAX_SNAPSHOT_BYTES
+    version: int, digest: str, json_text: str, size: int, *, max_bytes: int = MAX_STORED_SNAPSHOT_BYTES
 ) -> dict[str, Any]:
     """Check a stored snapshot; return it parsed. Any mismatch raises ``CorruptData``."""
     if version not in SUPPORTED_VERSIONS:

@@ -36,7 +36,10 @@ def _clean(d: dict[str, Any]) -> dict[str, Any]:
 async def start_turn(ctx: SessionContext, p: m.StartTurnParams, key: ReceiptKey | None) -> Any:
     # Every field, defaults included, nothing dropped: this is what gets digested.
     env = p.environment.model_dump(mode="json", by_alias=True) if p.environment is not None else None
-    snapshot = prepare_snapshot(env) if env is not None else None
+    # The size limit measures the snapshot as sent, not the defaults filled in for what it left out.
+    sent = (p.environment.model_dump(mode="json", by_alias=True, exclude_unset=True)
+            if p.environment is not None else None)
+    snapshot = prepare_snapshot(env, sent=sent) if env is not None else None
     if p.input is not None and snapshot is None:
         raise InvalidInput("input is bound to an environment snapshot: give `environment` too",
                            data={"field": "input"})

@@ -358,41 +358,56 @@ async def test_a_snapshot_edited_on_disk_under_its_old_digest_is_refused_after_a
             assert ok["snapshot"]["browserSubmissionContext"]["url"] == "https://app.example/form"
 
 
+def _canonical_size(snapshot: dict[str, Any]) -> int:
+    """The size of canonical JSON as an outsider computes it: sorted keys, no whitespace, UTF-8."""
+    return len(json.dumps(snapshot, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    """An object ``levels`` objects deep."""
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(levels - 1):
+        value = {"n": value}
+    return value
+
+
 async def test_snapshot_size_and_depth_limits_refuse_only_past_the_limit(tmp_path: Path) -> None:
     """Seed 000 §4 "Recovery rejects ... oversized structure" with protocol/README §7's limit (1 MiB of
-    canonical JSON, nesting depth 32): a snapshot just under a MiB and one nested well within the depth are
-    stored and read back verified after a SIGKILL; one just over a MiB and one nested past the depth are
-    refused and store nothing."""
+    canonical JSON, nesting depth 32), at the edges: a snapshot of exactly 1,048,576 bytes of canonical JSON
+    (leaving most sections out) and one exactly 32 levels deep are stored and read back verified after a
+    SIGKILL; one byte more, or one level more, is refused and stores nothing. (The host used to count the
+    empty sections it fills in for what the client left out, and refused the exact-limit snapshot.)"""
     data = tmp_path / "data"
     data.mkdir()
-    near = 1024 * 1024 - 4096
-    nested: dict[str, Any] = {"leaf": 1}
-    for _ in range(20):
-        nested = {"n": nested}
-    too_deep: dict[str, Any] = {"leaf": 1}
-    for _ in range(40):
-        too_deep = {"n": too_deep}
+    limit = 1024 * 1024
+    exact: dict[str, Any] = {"version": 1, "systemPrompt": "", "model": {"id": "m1"}}
+    exact["systemPrompt"] = "p" * (limit - _canonical_size(exact))
+    assert _canonical_size(exact) == limit
+    over = {**exact, "systemPrompt": exact["systemPrompt"] + "p"}
+    deep = {"version": 1, "parameters": _nested(31)}  # the snapshot object is the first level
+    too_deep = {"version": 1, "parameters": _nested(32)}
     with trio.fail_after(60):
         async with real_host(data, kind="agent") as (_proc, c):
             sid = (await c.call("session.create", {}))["id"]
-            big = await c.call("session.startTurn", {"sessionId": sid, "turnId": "t-big",
-                                                     "environment": _env(systemPrompt="p" * near)})
-            await c.call("session.endTurn", {"sessionId": sid, "turnId": "t-big", "status": "completed"})
-            deep = await c.call("session.startTurn", {"sessionId": sid, "turnId": "t-deep",
-                                                      "environment": _env(parameters={"x": nested})})
-            await c.call("session.endTurn", {"sessionId": sid, "turnId": "t-deep", "status": "completed"})
-            code, _ = await error_of(c, "session.startTurn", {
-                "sessionId": sid, "turnId": "t-huge", "environment": _env(systemPrompt="p" * (1024 * 1024 + 16))})
-            assert code in ("INVALID_PARAMS", "PAYLOAD_TOO_LARGE"), code
-            code, _ = await error_of(c, "session.startTurn", {
-                "sessionId": sid, "turnId": "t-too-deep", "environment": _env(parameters={"x": too_deep})})
-            assert code in ("INVALID_PARAMS", "PAYLOAD_TOO_LARGE"), code
+            started = {}
+            for turn, env in (("t-exact", exact), ("t-deep", deep)):
+                started[turn] = await c.call("session.startTurn", {"sessionId": sid, "turnId": turn,
+                                                                   "environment": env})
+                await c.call("session.endTurn", {"sessionId": sid, "turnId": turn, "status": "completed"})
+            code, err = await error_of(c, "session.startTurn", {"sessionId": sid, "turnId": "t-over",
+                                                                 "environment": over})
+            assert (code, err.get("size"), err.get("limit")) == ("PAYLOAD_TOO_LARGE", limit + 1, limit)
+            code, _ = await error_of(c, "session.startTurn", {"sessionId": sid, "turnId": "t-too-deep",
+                                                              "environment": too_deep})
+            assert code == "INVALID_PARAMS"
         async with real_host(data, kind="agent") as (_proc, c):
-            back = await c.call("session.turnEnvironment", {"turnId": "t-big"})
-            assert back["digest"] == big["environmentDigest"] and len(back["snapshot"]["systemPrompt"]) == near
-            back = await c.call("session.turnEnvironment", {"turnId": "t-deep"})
-            assert back["digest"] == deep["environmentDigest"]
-            for gone in ("t-huge", "t-too-deep"):
+            for turn in ("t-exact", "t-deep"):
+                back = await c.call("session.turnEnvironment", {"turnId": turn})
+                assert back["digest"] == started[turn]["environmentDigest"]
+            assert (await c.call("session.turnEnvironment", {"turnId": "t-exact"}))["snapshot"]["systemPrompt"] \
+                == exact["systemPrompt"]
+            assert await c.call("session.verifyEnvironment", {"sessionId": sid, "turnId": "t-exact"})
+            for gone in ("t-over", "t-too-deep"):
                 assert await code_of(c, "session.turnEnvironment", {"turnId": gone}) == "NOT_FOUND"
 
 

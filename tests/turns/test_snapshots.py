@@ -8,10 +8,13 @@ import sqlite3
 import orjson
 import pytest
 
+from protocol.models_turns import RunEnvironmentSnapshot
 from store.errors import CorruptData, InvalidInput, NotFound, PayloadTooLarge
 from store.indexing.database import open_writer
 from store.snapshots import (
+    DEFAULT_SECTIONS_SLACK_BYTES,
     MAX_SNAPSHOT_DEPTH,
+    canonical_bytes,
     find_secret,
     load_snapshot,
     prepare_snapshot,
@@ -114,3 +117,21 @@ def test_verify_rejects_oversized_record_even_if_digest_matches():
     assert verify_snapshot(1, digest, text, len(text))["p"] == "x" * 100
     with pytest.raises(CorruptData):
         verify_snapshot(1, digest, text, len(text), max_bytes=50)
+
+
+def test_the_limit_measures_the_snapshot_as_sent_and_the_defaults_fit_the_stored_slack():
+    """protocol/README §7: 1 MiB of canonical JSON, measured on what the client sent; the sections it left
+    out are stored with their empty defaults, which always fit in the stored record's slack."""
+    every_default = RunEnvironmentSnapshot.model_validate({"version": 1}).model_dump(mode="json", by_alias=True)
+    assert len(canonical_bytes(every_default)) - len(canonical_bytes({"version": 1})) \
+        < DEFAULT_SECTIONS_SLACK_BYTES
+    sent = {"version": 1, "systemPrompt": ""}
+    sent["systemPrompt"] = "p" * (1024 * 1024 - len(canonical_bytes(sent)))
+    assert len(canonical_bytes(sent)) == 1024 * 1024
+    full = RunEnvironmentSnapshot.model_validate(sent).model_dump(mode="json", by_alias=True)
+    snap = prepare_snapshot(full, sent=sent)
+    assert snap.size > 1024 * 1024
+    assert verify_snapshot(snap.version, snap.digest, snap.json_text, snap.size) == full
+    with pytest.raises(PayloadTooLarge):
+        prepare_snapshot({**full, "systemPrompt": full["systemPrompt"] + "p"},
+                         sent={**sent, "systemPrompt": sent["systemPrompt"] + "p"})
