@@ -688,3 +688,151 @@ async def test_appends_racing_a_thread_delete_never_resurrect_it(tmp_path: Path)
             assert await c.call("session.delete", {"sessionId": sid, "submissionId": "del-t"}) == deleted[0]
             assert sid not in json.dumps(await c.call("session.list", {"limit": 50}))
     assert not [p for p in data.rglob(f"*{sid}*") if p.suffix == ".jsonl"]
+
+
+async def test_a_retry_with_its_params_in_another_key_order_is_the_same_request(tmp_path: Path) -> None:
+    """Seed 000 §2.4: the fingerprint is of the request, not of its bytes on the wire (transport identity
+    excluded). A keyed startTurn and a keyed append retried after a SIGKILL with every object's keys in
+    reverse order — nested snapshot sections and message blocks included — are replays, not conflicts."""
+    data = tmp_path / "data"
+    data.mkdir()
+
+    def reversed_keys(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: reversed_keys(value[k]) for k in reversed(list(value))}
+        if isinstance(value, list):
+            return [reversed_keys(v) for v in value]
+        return value
+
+    with trio.fail_after(60):
+        async with real_host(data, kind="agent") as (_proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            start = {"sessionId": sid, "turnId": "t1", "environment": _env(parameters={"a": 1, "b": {"c": 2, "d": 3}}),
+                     "submissionId": "start-order"}
+            append = {"sessionId": sid, "submissionId": "append-order", "message": msg(
+                "m1", "hello", blocks=[{"type": "text", "text": "hello"}, {"type": "text", "text": "again"}],
+                turnId="t1")}
+            started = await c.call("session.startTurn", start)
+            appended = await c.call("session.appendMessage", append)
+        async with real_host(data, kind="agent") as (_proc, c):
+            assert await c.call("session.startTurn", reversed_keys(start)) == started
+            assert await c.call("session.appendMessage", reversed_keys(append)) == appended
+            page = await c.call("session.get", {"sessionId": sid})
+            assert [m["id"] for m in page["messages"]] == ["m1"]
+
+
+async def test_a_thread_deleted_mid_turn_is_not_brought_back_by_its_checkpoint_after_kill9(tmp_path: Path) -> None:
+    """Seed 000 §3.3: "thread.delete first stops admission and active or recovered execution, then deletes
+    Thread nodes, attachments, Runs, approvals, interactions ...". A session is deleted while its turn
+    streams (a checkpoint saved, a question pending); the sidecar's late calls are refused; after a SIGKILL
+    the boot's in-flight sweep must not promote the checkpoint into a resurrected session, and nothing of
+    the turn is left to answer."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with trio.fail_after(60):
+        async with real_host(data, kind="agent", client_id="sidecar") as (proc, sc):
+            sid = (await sc.call("session.create", {}))["id"]
+            await say(sc, sid, "u1", "question")
+            await sc.call("session.startTurn", {"sessionId": sid, "turnId": "t1", "environment": _env()})
+            await sc.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1",
+                                                          "message": msg("a1", "partial", role="assistant")})
+            qid = (await sc.call("interactions.request", {"sessionId": sid, "turnId": "t1", "question": "which?",
+                                                          "allowFreeText": True}))["request"]["requestId"]
+            async with second_client(proc, "ui") as ui:
+                await ui.call("session.delete", {"sessionId": sid})
+                assert await code_of(ui, "interactions.respond", {"sessionId": sid, "requestId": qid, "answer": {
+                    "choiceIds": [], "text": "late"}}) is not None
+            for method, params in (
+                    ("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1",
+                                                     "message": msg("a1", "more", role="assistant")}),
+                    ("session.appendMessage", {"sessionId": sid, "message": msg("a1", "final", role="assistant",
+                                                                                 turnId="t1")})):
+                assert await code_of(sc, method, params) == "SESSION_NOT_FOUND", method
+        async with real_host(data, kind="agent", client_id="sidecar") as (_proc, sc):
+            assert await code_of(sc, "session.get", {"sessionId": sid}) == "SESSION_NOT_FOUND"
+            assert sid not in json.dumps(await sc.call("session.list", {"limit": 50}))
+            assert (await sc.call("interactions.pending", {}))["pending"] == []
+            assert await code_of(sc, "session.turnEnvironment", {"turnId": "t1"}) == "NOT_FOUND"
+            status = await sc.call("host.status", {})
+            assert sid not in json.dumps(status.get("boot", {}).get("inflight", []))
+    assert not [p for p in data.rglob(f"*{sid}*") if p.is_file()]
+
+
+async def test_one_message_id_in_two_threads_is_tombstoned_only_where_it_was_deleted(tmp_path: Path) -> None:
+    """Seed 000 §3.3/§3.4 ("A parent must exist in the same Thread"): nodes belong to their Thread. Two
+    sessions each hold a message the client named ``m1``; tombstoning it in the second hides it there only,
+    also after a SIGKILL and the loss of the database; restoring it there brings it back there only."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with trio.fail_after(60):
+        async with real_host(data) as (_proc, c):
+            first = (await c.call("session.create", {}))["id"]
+            second = (await c.call("session.create", {}))["id"]
+            for sid in (first, second):
+                await say(c, sid, "m1", f"hello from {sid}")
+                await say(c, sid, "m2", "reply", "assistant")
+            await c.call("session.deleteMessage", {"sessionId": second, "messageId": "m1"})
+        lose_database(data)
+        async with real_host(data) as (_proc, c):
+            assert len(await ctx_ids(c, first)) == 2
+            assert len(await ctx_ids(c, second)) == 1
+            first_tree = await tree(c, first)
+            assert not any(n["deleted"] for n in first_tree["nodes"])
+            await c.call("session.restoreMessage", {"sessionId": second, "messageId": "m1"})
+            await c.call("session.deleteMessage", {"sessionId": first, "messageId": "m2"})
+            assert len(await ctx_ids(c, second)) == 2
+            assert len(await ctx_ids(c, first)) == 1
+
+
+async def test_a_receipt_keeps_a_fingerprint_not_the_input_text(tmp_path: Path) -> None:
+    """Seed 000 §2.4: the receipt "stores command type, status, terminal response, and an optional SHA-256
+    request fingerprint. The fingerprint excludes transport identity and does not copy input text." After
+    keyed calls whose input carries text their answers do not echo (an append, a start with a system prompt,
+    a queued prompt), no receipt — neither the database rows nor the receipt an append carries in its
+    transcript line — holds that text; the fingerprint is a SHA-256 hex digest. Checked after a SIGKILL."""
+    data = tmp_path / "data"
+    data.mkdir()
+    marker = "zq-unrepeatable-input-text-7f3a"
+    with trio.fail_after(60):
+        async with real_host(data, kind="agent") as (_proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.appendMessage", {"sessionId": sid, "submissionId": "r-append",
+                                                   "message": msg("m1", f"user says {marker}")})
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1", "submissionId": "r-start",
+                                               "environment": _env(systemPrompt=f"prompt {marker}")})
+            await c.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "completed",
+                                             "submissionId": "r-end"})
+    conn = sqlite3.connect(data / "pi.sqlite")
+    try:
+        rows = conn.execute("SELECT submission_id, method, status, response_json, fingerprint "
+                            "FROM command_receipts WHERE submission_id LIKE 'r-%'").fetchall()
+    finally:
+        conn.close()
+    assert {r[0] for r in rows} == {"r-append", "r-start", "r-end"}
+    for submission, _method, _status, response, fingerprint in rows:
+        assert marker not in (response or "") and marker not in fingerprint, submission
+        assert len(fingerprint) == 64 and int(fingerprint, 16) >= 0, submission
+    (line,) = [line for line in transcript_lines(data, sid) if line.get("id") == "m1"]
+    assert json.dumps(line).count(marker) == 1  # the message itself, not a copy in its receipt
+
+
+async def test_a_replayed_secret_write_never_rolls_a_rotated_secret_back(tmp_path: Path) -> None:
+    """Seed 000 §4 ("allowing encrypted values behind the same reference to rotate") with §2.4: the secret
+    behind a snapshot's reference is set (key ``sec-1``) and rotated (key ``sec-2``); after a SIGKILL the
+    first write is retried with its key and its old value. The retry is answered from its receipt and must
+    not put the old value back: the reference still holds the rotated one and the snapshot still verifies.
+    (After the loss of the database such a stale retry is not recognised: protocol/README §4 keeps only the
+    latest write's receipt in the secret's file.)"""
+    data = tmp_path / "data"
+    data.mkdir()
+    with trio.fail_after(90):
+        async with real_host(data, kind="agent") as (_proc, c):
+            first = await c.call("secrets.set", {"ref": "provider/p1", "value": "old-value", "submissionId": "sec-1"})
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1", "environment": _env()})
+            await c.call("secrets.set", {"ref": "provider/p1", "value": "rotated-value", "submissionId": "sec-2"})
+        async with real_host(data, kind="agent") as (_proc, c):
+            again = await c.call("secrets.set", {"ref": "provider/p1", "value": "old-value", "submissionId": "sec-1"})
+            assert again == first
+            assert (await c.call("secrets.get", {"ref": "provider/p1"}))["value"] == "rotated-value"
+            await c.call("session.verifyEnvironment", {"sessionId": sid, "turnId": "t1"})
