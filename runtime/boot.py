@@ -253,7 +253,8 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
         # search.query cursors hold session ordinals, which this index numbered anew
         with transaction(conn):
             renew_index_identity(conn, now)
-    report["attachmentsAdopted"] = adopt_pending(conn, data_dir.attachments_dir, now_ms=now)
+    report["attachmentsAdopted"] = adopt_pending(conn, data_dir.attachments_dir, now_ms=now,
+                                                 sessions_dir=data_dir.sessions_dir)
     # 1. maintenance transaction: the fence, retention, notification cap
     with transaction(conn):
         # an answer whose decision line was fsynced before the host died takes effect, not the fence

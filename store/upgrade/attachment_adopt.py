@@ -8,6 +8,12 @@ it. Boot runs :func:`adopt_unindexed_blobs` once, right after the migration
 from a seed version; ``pi-host doctor --repair`` runs it for any file it finds
 without a row. A file whose bytes do not hash to its name is left alone (and
 reported by doctor). Runs inside the caller's transaction.
+
+A database created anew or rebuilt from the files has also lost the marks of evicted blobs (seed 000
+§2.3: "Eviction marks references before deleting bytes"): a block of a session file that names a blob
+whose bytes are gone would read back unmarked. :func:`adopt_pending` gives each such blob a tombstone row
+(``evicted``, size unknown: 0) and records the references to it marked, so every read marks those blocks
+again; storing the bytes again revives the blob as after any eviction.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import os
 import re
 import sqlite3
 from pathlib import Path
+
+from store.attachments import scan_references, sync_derived_refs
 
 _SHA_NAME = re.compile(r"^[0-9a-f]{64}$")
 _CHUNK = 1 << 20
@@ -68,13 +76,33 @@ def mark_pending(conn: sqlite3.Connection) -> None:
     conn.execute("INSERT OR REPLACE INTO kv(ns, key, value_json, updated_at) VALUES (?, ?, 'true', 0)", PENDING_KEY)
 
 
-def adopt_pending(conn: sqlite3.Connection, directory: Path, *, now_ms: int) -> dict[str, int] | None:
-    """At boot: adopt the seed-era attachment files if the migration asked for it (one transaction)."""
+def mark_lost_blobs(conn: sqlite3.Connection, directory: Path, sessions_dir: Path, *, now_ms: int) -> int:
+    """Tombstone rows for the blobs the session files refer to whose bytes are gone and which have no row,
+    and the references to every evicted blob recorded marked; the number of tombstones added."""
+    scan = scan_references(sessions_dir)
+    present = set(blob_files(directory))
+    known = {r[0] for r in conn.execute("SELECT sha256 FROM attachment_blobs")}
+    added = 0
+    for sha in sorted({r[0] for r in scan.refs} - present - known):
+        added += conn.execute(
+            "INSERT OR IGNORE INTO attachment_blobs(sha256, size_bytes, mime_type, created_at, last_used_at, "
+            "deletion_state, evicted_at) VALUES (?, 0, NULL, ?, ?, 'evicted', ?)",
+            (sha, now_ms, now_ms, now_ms)).rowcount
+    sync_derived_refs(conn, scan.refs, now_ms, full=False)
+    return added
+
+
+def adopt_pending(conn: sqlite3.Connection, directory: Path, *, now_ms: int,
+                  sessions_dir: Path | None = None) -> dict[str, int] | None:
+    """At boot: adopt the seed-era attachment files if the migration asked for it (one transaction); with
+    ``sessions_dir``, also mark the blobs its files refer to whose bytes are gone (:func:`mark_lost_blobs`)."""
     if conn.execute("SELECT 1 FROM kv WHERE ns = ? AND key = ?", PENDING_KEY).fetchone() is None:
         return None
     conn.execute("BEGIN IMMEDIATE")
     try:
         out = adopt_unindexed_blobs(conn, directory, now_ms=now_ms)
+        if sessions_dir is not None:
+            out["lostMarked"] = mark_lost_blobs(conn, directory, sessions_dir, now_ms=now_ms)
         conn.execute("DELETE FROM kv WHERE ns = ? AND key = ?", PENDING_KEY)
         conn.execute("COMMIT")
     except BaseException:

@@ -519,6 +519,38 @@ async def test_the_default_budget_holds_exactly_200_mb_and_one_byte_more_evicts(
             assert (await c.call("attachments.get", {"sha256": byte["sha256"]}))["deletionState"] == "live"
 
 
+async def test_an_evicted_blobs_references_stay_marked_after_the_database_is_lost(tmp_path: Path) -> None:
+    """Seed 000 §2.3: "Eviction marks references before deleting bytes" — the marks are what tell a reader
+    the bytes are gone. After an eviction, a SIGKILL and the loss of the database, the rebuilt host must
+    not show the block as if its bytes were there: ``session.get`` and ``session.context`` read it back
+    ``evicted: true`` and ``attachments.get`` says ``evicted``; storing the bytes again revives it and
+    clears the marks. (The marks used to live in the database only: the block read back unmarked and
+    ``attachments.get`` answered NOT_FOUND.)"""
+    data = tmp_path / "data"
+    data.mkdir()
+    with trio.fail_after(60):
+        async with real_host(data) as (_proc, c):
+            active = (await c.call("session.create", {}))["id"]
+            other = (await c.call("session.create", {}))["id"]
+            gone = await _put(c, b"g")
+            await c.call("session.appendMessage", {"sessionId": other, "message": msg(
+                "o1", "x", blocks=[{"type": "text", "text": "see"}, _att(gone)])})
+            await c.call("settings.set", {"ns": "app", "key": "attachmentBudgetBytes", "value": 10})
+            assert (await c.call("attachments.gc", {"activeSessionId": active}))["evicted"] == [gone["sha256"]]
+        lose_database(data)
+        async with real_host(data) as (_proc, c):
+            (message,) = (await c.call("session.get", {"sessionId": other}))["messages"]
+            assert message["blocks"][1].get("evicted") is True
+            (message,) = (await c.call("session.context", {"sessionId": other}))["messages"]
+            assert [b.get("evicted") for b in message["blocks"] if b["type"] == "attachment"] == [True]
+            assert (await c.call("attachments.get", {"sha256": gone["sha256"]}))["deletionState"] == "evicted"
+            assert (await c.call("attachments.estimate", {}))["usedBytes"] == 0
+            await _put(c, b"g")
+            assert (await c.call("attachments.get", {"sha256": gone["sha256"]}))["deletionState"] == "live"
+            (message,) = (await c.call("session.get", {"sessionId": other}))["messages"]
+            assert "evicted" not in message["blocks"][1]
+
+
 # ------------------------------------------------------------------- approvals and interactions
 
 async def test_racing_answers_to_one_approval_leave_one_winner_and_a_keyed_answer_replays_after_kill9(
