@@ -551,6 +551,31 @@ async def test_an_evicted_blobs_references_stay_marked_after_the_database_is_los
             assert "evicted" not in message["blocks"][1]
 
 
+async def test_concurrent_copies_of_a_keyed_gc_evict_once_and_answer_alike(tmp_path: Path) -> None:
+    """Seed 000 §5 with §2.4: four copies of one keyed ``attachments.gc`` sent at once on two connections run
+    once: every copy answers the same eviction (the oldest blob outside the active session, which brings
+    usage under the budget), and no copy evicts another blob."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with trio.fail_after(60):
+        async with real_host(data) as (proc, c):
+            active = (await c.call("session.create", {}))["id"]
+            blobs = [await _put(c, bytes([fill])) for fill in b"xyz"]
+            await c.call("settings.set", {"ns": "app", "key": "attachmentBudgetBytes", "value": 2500})
+            answers: list[Any] = []
+            async with second_client(proc) as d:
+                async def one(client: HostClient) -> None:
+                    answers.append(await client.call("attachments.gc", {"activeSessionId": active,
+                                                                        "submissionId": "gc-race"}))
+                async with trio.open_nursery() as nursery:
+                    for i in range(4):
+                        nursery.start_soon(one, c if i % 2 else d)
+            assert len(answers) == 4 and all(a == answers[0] for a in answers)
+            assert answers[0]["evicted"] == [blobs[0]["sha256"]]
+            states = [(await c.call("attachments.get", {"sha256": b["sha256"]}))["deletionState"] for b in blobs]
+            assert states == ["evicted", "live", "live"]
+
+
 # ------------------------------------------------------------------- approvals and interactions
 
 async def test_racing_answers_to_one_approval_leave_one_winner_and_a_keyed_answer_replays_after_kill9(
