@@ -214,6 +214,34 @@ async def test_a_keyed_regenerate_killed_after_archiving_makes_one_sibling_once(
             assert await ctx_ids(c, sid) == ["q", "r0"]
 
 
+async def test_a_stale_keyed_edit_retried_after_later_rewrites_and_a_lost_database_changes_nothing(
+        tmp_path: Path) -> None:
+    """Seed 000 §2.4 + §3.2: an edit keyed ``edit-1`` is followed by a regenerate keyed ``regen-2`` (each
+    rewrite archives a branch); the host is SIGKILLed and its database lost. The late retry of ``edit-1``
+    answers what it answered and cuts nothing: the newest branch stays the visible history."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with trio.fail_after(60):
+        async with real_host(data) as (_proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await say(c, sid, "q", "question")
+            await say(c, sid, "r0", "reply", "assistant")
+            edit = {"sessionId": sid, "messageId": "q", "mode": "edit", "submissionId": "edit-1"}
+            first = await c.call("session.truncateFrom", edit)
+            await say(c, sid, "q", "question, edited")
+            await say(c, sid, "r1", "reply to the edit", "assistant")
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "r1", "mode": "regenerate",
+                                                  "submissionId": "regen-2"})
+            await say(c, sid, "r2", "regenerated reply", "assistant")
+        lose_database(data)
+        async with real_host(data) as (_proc, c):
+            again = await c.call("session.truncateFrom", edit)
+            assert again["removed"] == first["removed"]
+            assert again["session"]["id"] == first["session"]["id"]
+            assert await ctx_ids(c, sid) == ["q", "r2"]
+            assert (await tree(c, sid))["activeLeafId"] == "r2"
+
+
 # ---------------------------------------------------------------------------------- branches (§3.2)
 
 async def test_switching_back_to_a_branch_follows_its_newest_descendants(tmp_path: Path) -> None:
