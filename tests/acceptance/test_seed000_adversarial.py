@@ -575,6 +575,7 @@ async def test_an_evicted_blobs_references_stay_marked_after_the_database_is_los
             assert (await c.call("attachments.estimate", {}))["usedBytes"] == 0
             await _put(c, b"g")
             assert (await c.call("attachments.get", {"sha256": gone["sha256"]}))["deletionState"] == "live"
+            assert (await c.call("attachments.estimate", {}))["usedBytes"] == 1000
             (message,) = (await c.call("session.get", {"sessionId": other}))["messages"]
             assert "evicted" not in message["blocks"][1]
 
