@@ -1,0 +1,261 @@
+"""protocol/README.md's limits at their edges, against real ``pi-host serve`` processes: each limit exactly
+at its bound (accepted, and a stored value reads back intact, also after a SIGKILL + restart) and one past it
+(refused with the documented code, nothing written, the connection still usable). Limits named in characters
+are probed with 4-byte emoji (one code point, four UTF-8 bytes, two UTF-16 units); limits named in bytes with
+multi-byte text whose character count is under the bound while its UTF-8 size is over it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, get_args
+
+import trio
+
+from protocol.models_common import Topic
+from runtime.client import HostClient
+from tests.acceptance.outsiderkit import code_of, real_host
+from tests.hostkit import msg
+
+EMOJI = "\U0001f600"  # one code point, 4 UTF-8 bytes
+
+
+async def alive(c: HostClient) -> None:
+    """The connection still answers after a refusal."""
+    assert isinstance((await c.call("session.list", {"limit": 1}))["sessions"], list)
+
+
+async def refused(c: HostClient, method: str, params: dict[str, Any], code: str = "INVALID_PARAMS") -> None:
+    assert await code_of(c, method, params) == code, (method, code)
+    await alive(c)
+
+
+async def summary(c: HostClient, sid: str) -> dict[str, Any]:
+    result: dict[str, Any] = (await c.call("session.get", {"sessionId": sid}))["session"]
+    return result
+
+
+# ------------------------------------------------------------------------- receipts and loose references
+
+async def test_submission_id_of_200_emoji_is_a_receipt_key_201_is_refused(tmp_path: Path) -> None:
+    """`submissionId`: "Command receipt key (1-200 chars)": 200 code points work as a key (a retry, also after a
+    restart, answers the stored response); 201 is INVALID_PARAMS and creates nothing."""
+    key = EMOJI * 200
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            first = await c.call("session.create", {"submissionId": key, "title": "keyed"})
+            again = await c.call("session.create", {"submissionId": key, "title": "keyed"})
+            assert again["id"] == first["id"]
+            await refused(c, "session.create", {"submissionId": key + EMOJI, "title": "too long a key"})
+            await refused(c, "session.create", {"submissionId": "", "title": "empty key"})
+            assert len((await c.call("session.list", {"limit": 500}))["sessions"]) == 1
+        async with real_host(tmp_path) as (_, c):
+            replay = await c.call("session.create", {"submissionId": key, "title": "keyed"})
+            assert replay["id"] == first["id"]
+            assert len((await c.call("session.list", {"limit": 500}))["sessions"]) == 1
+
+
+async def test_provider_and_model_ids_of_200_emoji_are_stored_201_refused(tmp_path: Path) -> None:
+    """`providerId` / `modelId`: "Loose reference …: 1-200 chars" on session.create."""
+    pid, mid = EMOJI * 200, "\u00e9" * 200
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            sid = (await c.call("session.create", {"providerId": pid, "modelId": mid}))["id"]
+            await refused(c, "session.create", {"providerId": pid + "x", "modelId": mid})
+            await refused(c, "session.create", {"providerId": pid, "modelId": mid + "x"})
+            assert len((await c.call("session.list", {"limit": 500}))["sessions"]) == 1
+        async with real_host(tmp_path) as (_, c):
+            s = await summary(c, sid)
+            assert (s["providerId"], s["modelId"]) == (pid, mid)
+
+
+# ----------------------------------------------------------------------------------- thread metadata
+
+async def test_thread_metadata_at_its_bounds_survives_a_restart_and_one_past_changes_nothing(tmp_path: Path) -> None:
+    """README "Thread metadata": `tags` (at most 32, each 1-64 code points), `folder` (≤ 256), `preset` (≤ 128)."""
+    tags = [f"{i:02d}" + EMOJI * 62 for i in range(32)]  # 64 code points each, 250 UTF-8 bytes
+    folder, preset = EMOJI * 256, EMOJI * 128
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            sid = (await c.call("session.create", {}))["id"]
+            out = await c.call("session.updateMetadata",
+                               {"sessionId": sid, "tags": tags, "folder": folder, "preset": preset})
+            assert (out["thread"]["tags"], out["thread"]["folder"], out["thread"]["preset"]) == (tags, folder, preset)
+            await refused(c, "session.updateMetadata", {"sessionId": sid, "tags": [*tags, "extra"]})
+            await refused(c, "session.updateMetadata", {"sessionId": sid, "tags": ["x" + EMOJI * 64]})
+            await refused(c, "session.updateMetadata", {"sessionId": sid, "folder": folder + "x"})
+            await refused(c, "session.updateMetadata", {"sessionId": sid, "preset": preset + "x"})
+        async with real_host(tmp_path) as (_, c):
+            thread = (await summary(c, sid))["thread"]
+            assert (thread["tags"], thread["folder"], thread["preset"]) == (tags, folder, preset)
+
+
+# ---------------------------------------------------------------------------------------- reads
+
+async def test_list_page_search_query_and_topics_at_and_past_their_bounds(tmp_path: Path) -> None:
+    """§7: "`session.list` / `artifacts.list` page | 1–500", "search query | 1–500 characters", "topics per
+    subscription | 16"."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            await c.call("session.create", {"title": "hello"})
+            assert len((await c.call("session.list", {"limit": 500}))["sessions"]) == 1
+            await refused(c, "session.list", {"limit": 501})
+            await refused(c, "session.list", {"limit": 0})
+            assert (await c.call("search.query", {"query": EMOJI * 500}))["results"] == []
+            await refused(c, "search.query", {"query": EMOJI * 501})
+            topics = list(get_args(Topic))  # the enum the README's `topics` row is generated from
+            assert len(topics) >= 17
+            await c.call("events.subscribe", {"topics": topics[:16]})
+            await refused(c, "events.subscribe", {"topics": topics[:17]})
+
+
+# ------------------------------------------------------------------------------- notifications
+
+async def test_notification_ids_1000_per_call_1001_refused(tmp_path: Path) -> None:
+    """§7: "ids per `notifications.markRead` / `clear` | 1000"."""
+    ids = [f"n{i}" for i in range(1000)]
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            await c.call("notifications.markRead", {"ids": ids})
+            await refused(c, "notifications.markRead", {"ids": [*ids, "n1000"]})
+            await refused(c, "notifications.markRead", {"ids": []})
+            await c.call("notifications.clear", {"ids": ids})
+            await refused(c, "notifications.clear", {"ids": [*ids, "n1000"]})
+
+
+# ------------------------------------------------------------------------------------ settings
+
+async def test_settings_update_takes_100_keys_and_refuses_101_whole(tmp_path: Path) -> None:
+    """§7: "keys per `settings.update` | 1–100 (all or none)"."""
+    values = {f"k{i}": EMOJI * i for i in range(100)}
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            await c.call("settings.update", {"ns": "ui", "values": values})
+            await refused(c, "settings.update", {"ns": "ui", "values": {**{f"z{i}": i for i in range(101)}}})
+            await refused(c, "settings.update", {"ns": "ui", "values": {}})
+        async with real_host(tmp_path) as (_, c):
+            stored = (await c.call("settings.getAll", {"ns": "ui"}))["values"]
+            assert {k: stored.get(k) for k in values} == values
+            assert not any(k.startswith("z") for k in stored)
+
+
+async def test_prompt_template_of_8000_emoji_is_kept_8001_refused(tmp_path: Path) -> None:
+    """§8.1: `promptEnhancementUserTemplate` "text of at most 8,000 characters containing `{{draft}}`";
+    `promptEnhancement…Id` "an id of at most 200 characters"."""
+    template = "{{draft}}" + EMOJI * (8000 - len("{{draft}}"))
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            await c.call("settings.set", {"key": "promptEnhancementUserTemplate", "value": template})
+            await c.call("settings.set", {"key": "promptEnhancementProviderId", "value": EMOJI * 200})
+            await refused(c, "settings.set", {"key": "promptEnhancementUserTemplate", "value": template + "x"})
+            await refused(c, "settings.set", {"key": "promptEnhancementProviderId", "value": EMOJI * 201})
+        async with real_host(tmp_path) as (_, c):
+            got = (await c.call("settings.get", {"key": "promptEnhancementUserTemplate"}))["value"]
+            assert got == template
+            assert (await c.call("settings.get", {"key": "promptEnhancementProviderId"}))["value"] == EMOJI * 200
+
+
+# ---------------------------------------------------------------------------------------- secrets
+
+async def test_secret_ref_is_bounded_in_utf8_bytes(tmp_path: Path) -> None:
+    """`secrets.set` `ref`: "1-512 bytes": 128 emoji (512 bytes) is stored; 129 emoji (129 characters, 516
+    bytes) and 511 ASCII + one 2-byte letter (512 characters, 513 bytes) are refused."""
+    ref = "p/" + EMOJI * 127 + "xx"  # 2 + 508 + 2 = 512 bytes
+    assert len(ref.encode()) == 512
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            await c.call("secrets.set", {"ref": ref, "value": "v" * 65536})
+            await refused(c, "secrets.set", {"ref": "p/" + EMOJI * 128, "value": "v"})
+            await refused(c, "secrets.set", {"ref": "p" * 511 + "\u00e9", "value": "v"})
+            await refused(c, "secrets.set", {"ref": "p/over", "value": "v" * 65537})
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            assert (await c.call("secrets.get", {"ref": ref}))["value"] == "v" * 65536
+            refs = [s["ref"] for s in (await c.call("secrets.list", {}))["secrets"]]
+            assert refs == [ref]
+
+
+# ----------------------------------------------------------------------------------------- skills
+
+async def test_skill_source_is_bounded_in_utf8_bytes(tmp_path: Path) -> None:
+    """`skills.put`: `source` "at most 65536 bytes of UTF-8", `name` at most 64 characters, `version` at most
+    64, `description` max length 1024."""
+    source = EMOJI * 16384  # 65536 bytes
+    name = "a" * 64
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            await c.call("skills.put", {"name": name, "version": "v" * 64, "source": source,
+                                        "description": EMOJI * 1024})
+            await refused(c, "skills.put", {"name": "b", "version": "1", "source": source + "x"},
+                          "PAYLOAD_TOO_LARGE")
+            await refused(c, "skills.put", {"name": "a" * 65, "version": "1", "source": "x"})
+            await refused(c, "skills.put", {"name": "c", "version": "v" * 65, "source": "x"})
+            await refused(c, "skills.put", {"name": "d", "version": "1", "source": "x",
+                                            "description": EMOJI * 1025})
+        async with real_host(tmp_path) as (_, c):
+            got = (await c.call("skills.get", {"name": name}))["skill"]
+            assert (got["source"], got["sizeBytes"], got["description"]) == (source, 65536, EMOJI * 1024)
+            names = [s["name"] for s in (await c.call("skills.list", {}))["skills"]]
+            assert names == [name]
+
+
+# ------------------------------------------------------------------------------------------- logs
+
+async def test_log_records_100_per_call_16_kib_each(tmp_path: Path) -> None:
+    """§ logs: "1 to 100 records, each at most 16 KiB as JSON and together at most 256 KiB
+    (`PAYLOAD_TOO_LARGE`, nothing written)"."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (proc, c):
+            await c.call("logs.append",
+                         {"source": "app", "category": "edge", "records": [{"i": i} for i in range(100)]})
+            await refused(c, "logs.append", {"source": "app", "category": "edge2",
+                                             "records": [{"i": i} for i in range(101)]})
+            # {"t":"…"} is 8 bytes of JSON around the text: 16376 bytes of text is exactly 16 KiB.
+            at = {"t": EMOJI * 4094}
+            over = {"t": EMOJI * 4094 + "x"}
+            await c.call("logs.append", {"source": "app", "category": "edge3", "records": [at]})
+            await refused(c, "logs.append", {"source": "app", "category": "edge4", "records": [over]},
+                          "PAYLOAD_TOO_LARGE")
+            logs = proc.data_dir / "logs" / "app"
+            assert not (logs / "edge2.ndjson").exists() and not (logs / "edge4.ndjson").exists()
+
+
+# ------------------------------------------------------------------------------------ messages
+
+async def test_a_message_of_4096_blocks_lands_4097_is_refused(tmp_path: Path) -> None:
+    """§7: "blocks per message | 4096"."""
+    blocks = [{"type": "text", "text": f"{EMOJI}{i}"} for i in range(4096)]
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.appendMessage",
+                         {"sessionId": sid, "message": {"id": "m1", "role": "user", "blocks": blocks}})
+            over = [*blocks, {"type": "text", "text": "one more"}]
+            await refused(c, "session.appendMessage",
+                          {"sessionId": sid, "message": {"id": "m2", "role": "user", "blocks": over}})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("m3", "after")})
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            got = (await c.call("session.get", {"sessionId": sid}))["messages"]
+            assert [m["id"] for m in got] == ["m1", "m3"]
+            assert got[0]["blocks"] == blocks
+
+
+# ---------------------------------------------------------------------------------------- paths
+
+async def test_a_path_is_bounded_in_utf8_bytes_per_component_and_whole(tmp_path: Path) -> None:
+    """§7: "a path in params | 4096 UTF-8 bytes, 255 per component, no NUL | `INVALID_PARAMS`": a component of
+    63 emoji + 3 ASCII (255 bytes) is accepted, one of 64 emoji (64 characters, 256 bytes) refused; a path of
+    4096 bytes is accepted, 4097 refused."""
+    comp = EMOJI * 63 + "abc"  # 255 bytes
+    assert len(comp.encode()) == 255
+    whole = "/" + "/".join([comp] * 16)  # 1 + 16 * 256 - 1 = 4096 bytes
+    assert len(whole.encode()) == 4096
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            opened = await c.call("workspace.open", {"path": whole})
+            await refused(c, "workspace.open", {"path": "/w/" + EMOJI * 64})
+            await refused(c, "workspace.open", {"path": whole + "x"})
+            await refused(c, "workspace.open", {"path": "/w/a\x00b"})
+        async with real_host(tmp_path) as (_, c):
+            got = await c.call("workspace.get", {})
+            assert got["project"]["path"] == whole
+            paths = [p["path"] for p in (await c.call("projects.list", {}))["projects"]]
+            assert paths == [whole], opened
