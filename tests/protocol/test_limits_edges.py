@@ -6,6 +6,9 @@ multi-byte text whose character count is under the bound while its UTF-8 size is
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 from pathlib import Path
 from typing import Any, get_args
 
@@ -259,3 +262,111 @@ async def test_a_path_is_bounded_in_utf8_bytes_per_component_and_whole(tmp_path:
             assert got["project"]["path"] == whole
             paths = [p["path"] for p in (await c.call("projects.list", {}))["projects"]]
             assert paths == [whole], opened
+
+
+# ------------------------------------------------------------------------------- settings namespaces
+
+async def test_a_ui_value_is_bounded_at_64_kib_of_utf8_json(tmp_path: Path) -> None:
+    """§8.1: "`ui`: renderer state (values ≤ 64 KiB, ≤ 500 keys)": a string value whose JSON is 65,536 UTF-8
+    bytes (16,383 emoji + 2 letters + 2 quotes) is stored; one byte more is PAYLOAD_TOO_LARGE."""
+    value = EMOJI * 16383 + "ab"
+    assert len(json.dumps(value, ensure_ascii=False).encode()) == 64 * 1024
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            await c.call("settings.set", {"ns": "ui", "key": "big", "value": value})
+            await refused(c, "settings.set", {"ns": "ui", "key": "bigger", "value": value + "c"}, "PAYLOAD_TOO_LARGE")
+        async with real_host(tmp_path) as (_, c):
+            assert (await c.call("settings.get", {"ns": "ui", "key": "big"}))["value"] == value
+            assert "bigger" not in (await c.call("settings.getAll", {"ns": "ui"}))["values"]
+
+
+async def test_project_memory_is_capped_at_32_kib_of_utf8_content(tmp_path: Path) -> None:
+    """§8.2 / seed 003 §4.2: project memory "capped at 32 KiB" of derived content (`PAYLOAD_TOO_LARGE`): 8,192
+    emoji (32,768 bytes) are stored, one letter more is refused and the stored memory is unchanged."""
+    text = EMOJI * 8192
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            await c.call("settings.set", {"ns": "projectMemory", "key": "/w/app", "value": text})
+            await refused(c, "settings.set", {"ns": "projectMemory", "key": "/w/app", "value": text + "x"},
+                          "PAYLOAD_TOO_LARGE")
+        async with real_host(tmp_path) as (_, c):
+            stored = (await c.call("settings.get", {"ns": "projectMemory", "key": "/w/app"}))["value"]
+            assert stored["content"] == text
+
+
+async def test_group_memory_and_instructions_are_capped_at_32_kib(tmp_path: Path) -> None:
+    """§7: "project / group memory, group instructions | 32 KiB of content; 200 entries"."""
+    text = EMOJI * 8192
+    entries = [{"title": f"e{i}", "content": "x"} for i in range(200)]
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            gid = (await c.call("projectGroups.save", {"name": "G", "roots": ["/w/a"]}))["group"]["id"]
+            await c.call("projectGroups.setInstructions", {"groupId": gid, "instructions": text})
+            await refused(c, "projectGroups.setInstructions", {"groupId": gid, "instructions": text + "x"},
+                          "PAYLOAD_TOO_LARGE")
+            await c.call("projectGroups.setMemory", {"groupId": gid, "memory": text})
+            await refused(c, "projectGroups.setMemory", {"groupId": gid, "memory": text + "x"},
+                          "PAYLOAD_TOO_LARGE")
+            memory = {"format": "entries-v1", "entries": entries}
+            over = {"format": "entries-v1", "entries": [*entries, {"title": "one more", "content": "x"}]}
+            code = await code_of(c, "projectGroups.setMemory", {"groupId": gid, "memory": over})
+            assert code == "INVALID_PARAMS", code
+            await c.call("projectGroups.setMemory", {"groupId": gid, "memory": memory})
+        async with real_host(tmp_path) as (_, c):
+            got = await c.call("projectGroups.get", {"groupId": gid})
+            assert got["instructions"] == text
+            assert [e["title"] for e in got["memory"]["entries"]] == [e["title"] for e in entries]
+
+
+async def test_recent_models_holds_20_entries(tmp_path: Path) -> None:
+    """§8.1: `cache` `recentModels` — "a list of at most 20 distinct `{providerId, modelId}`"."""
+    recent = [{"providerId": EMOJI, "modelId": f"m{i}"} for i in range(20)]
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            await c.call("settings.set", {"ns": "cache", "key": "recentModels", "value": recent})
+            over = [*recent, {"providerId": "p", "modelId": "m20"}]
+            await refused(c, "settings.set", {"ns": "cache", "key": "recentModels", "value": over})
+        async with real_host(tmp_path) as (_, c):
+            assert (await c.call("settings.get", {"ns": "cache", "key": "recentModels"}))["value"] == recent
+
+
+# -------------------------------------------------------------------------------- blobs and plans
+
+async def test_an_attachment_of_4_mib_is_stored_one_byte_more_is_refused(tmp_path: Path) -> None:
+    """`attachments.put`: "Standard base64 of at most 4 MiB"; `meta` "at most 4096 bytes as JSON"."""
+    data = bytes(range(256)) * (4 * 1024 * 1024 // 256)
+    meta = {"t": EMOJI * 1022}  # {"t":"…"}: 8 + 4088 = 4096 bytes of compact UTF-8 JSON
+    assert len(json.dumps(meta, ensure_ascii=False, separators=(",", ":")).encode()) == 4096
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (proc, c):
+            put = await c.call("attachments.put", {"name": EMOJI * 63 + "abc", "mimeType": "application/octet-stream",
+                                                   "dataBase64": base64.b64encode(data).decode(), "meta": meta})
+            assert (put["size"], put["sha256"]) == (len(data), hashlib.sha256(data).hexdigest())
+            await refused(c, "attachments.put", {"name": "over", "mimeType": "application/octet-stream",
+                                                 "dataBase64": base64.b64encode(data + b"x").decode()},
+                          "PAYLOAD_TOO_LARGE")
+            code = await code_of(c, "attachments.put", {"name": "m", "mimeType": "text/plain",
+                                                        "dataBase64": "eA==", "meta": {"t": EMOJI * 1022 + "x"}})
+            assert code == "INVALID_PARAMS", code
+            blobs = sorted(p.name for p in (proc.data_dir / "attachments").iterdir() if not p.name.startswith("."))
+            assert blobs == [put["sha256"]], blobs
+
+
+async def test_plan_markdown_is_bounded_in_utf8_bytes(tmp_path: Path) -> None:
+    """`plans.submit` `markdown`: "at most 1,048,576 bytes of UTF-8 (PAYLOAD_TOO_LARGE), so fewer characters when
+    some are multi-byte": 262,144 emoji are written byte-for-byte; one letter more is refused, nothing written."""
+    ws = tmp_path / "proj"
+    ws.mkdir()
+    body = EMOJI * 262144
+    with trio.fail_after(60):
+        async with real_host(tmp_path / "data", kind="agent") as (_, c):
+            sid = (await c.call("session.create", {"projectPath": str(ws), "mode": "plan"}))["id"]
+            base = {"sessionId": sid, "turnId": "t1", "kind": "plan", "workspaceRoot": str(ws)}
+            await refused(c, "plans.submit", {**base, "toolCallId": "c0", "markdown": body + "x"},
+                          "PAYLOAD_TOO_LARGE")
+            assert not (ws / ".pi").exists() or not any((ws / ".pi").rglob("*.md"))
+            req = await c.call("plans.submit", {**base, "toolCallId": "c1", "markdown": body})
+            written = (ws / req["artifactPath"]).read_bytes()
+            assert written == body.encode() and req["artifactSize"] == 1024 * 1024
+        async with real_host(tmp_path / "data", kind="agent") as (_, c):
+            assert [p.name for p in (ws / ".pi").rglob("*.md")] == [Path(req["artifactPath"]).name]
