@@ -15,7 +15,7 @@ from typing import Any, get_args
 import trio
 
 from protocol.models_common import Topic
-from runtime.client import HostClient
+from runtime.client import HostClient, open_client
 from tests.acceptance.outsiderkit import code_of, real_host
 from tests.hostkit import msg
 
@@ -370,3 +370,104 @@ async def test_plan_markdown_is_bounded_in_utf8_bytes(tmp_path: Path) -> None:
             assert written == body.encode() and req["artifactSize"] == 1024 * 1024
         async with real_host(tmp_path / "data", kind="agent") as (_, c):
             assert [p.name for p in (ws / ".pi").rglob("*.md")] == [Path(req["artifactPath"]).name]
+
+
+# ------------------------------------------------------------------------------ prompts and questions
+
+async def test_permission_prompt_options_and_texts_at_their_bounds(tmp_path: Path) -> None:
+    """§7: "permission prompt options | 8"; `approvals.request` `tool` 1-200, `argsSummary` max length 4000,
+    an option's `label` max length 500."""
+    options = [{"id": f"o{i}", "label": EMOJI * 500, "decision": "allow" if i else "deny"} for i in range(8)]
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            base = {"sessionId": sid, "turnId": "t1", "risk": "low"}
+            await refused(c, "approvals.request", {**base, "tool": "T", "options": [
+                *options, {"id": "o8", "label": "x", "decision": "allow"}]})
+            await refused(c, "approvals.request", {**base, "tool": EMOJI * 201})
+            await refused(c, "approvals.request", {**base, "tool": "T", "argsSummary": EMOJI * 4001})
+            await refused(c, "approvals.request", {**base, "tool": "T", "options": [
+                {"id": "o", "label": EMOJI * 501, "decision": "allow"}]})
+            assert (await c.call("approvals.pending", {"sessionId": sid}))["pending"] == []
+            asked = (await c.call("approvals.request", {**base, "tool": EMOJI * 200, "argsSummary": EMOJI * 4000,
+                                                        "options": options}))["request"]
+            pending = (await c.call("approvals.pending", {"sessionId": sid}))["pending"]
+            assert [p["requestId"] for p in pending] == [asked["requestId"]]
+            got = pending[0]
+            assert (got["tool"], got["argsSummary"]) == (EMOJI * 200, EMOJI * 4000)
+            assert [(o["id"], o["label"]) for o in got["options"]] == [(o["id"], o["label"]) for o in options]
+
+
+async def test_question_choices_32_and_answer_text_20000_characters(tmp_path: Path) -> None:
+    """§7: "question choices / answer text | 32 / 20,000 characters"; `question` max length 4000. Refused
+    answers do not use up the one answer a question takes."""
+    choices = [{"id": f"c{i}", "label": EMOJI * 500} for i in range(32)]
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            base = {"sessionId": sid, "turnId": "t1", "multiple": True, "allowFreeText": True}
+            await refused(c, "interactions.request", {**base, "question": "q", "choices": [
+                *choices, {"id": "c32", "label": "x"}]})
+            await refused(c, "interactions.request", {**base, "question": EMOJI * 4001, "choices": choices})
+            asked = (await c.call("interactions.request",
+                                  {**base, "question": EMOJI * 4000, "choices": choices}))["request"]
+            rid = asked["requestId"]
+            async with open_client(proc.url, proc.token, client_id="ui-1", client_kind="ui") as ui:
+                answer = {"sessionId": sid, "requestId": rid}
+                await refused(ui, "interactions.respond", {**answer, "answer": {"text": EMOJI * 20001}})
+                await refused(ui, "interactions.respond", {**answer, "answer": {
+                    "choiceIds": [f"c{i}" for i in range(33)]}})
+                ids32 = [f"c{i}" for i in range(32)]
+                done = await ui.call("interactions.respond",
+                                     {**answer, "answer": {"choiceIds": ids32, "text": EMOJI * 20000}})
+                assert done["request"]["answer"] == {"choiceIds": ids32, "text": EMOJI * 20000}
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            got = await c.call("session.get", {"sessionId": sid})
+            assert EMOJI * 20000 in json.dumps(got, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------------------------- run environment
+
+def _canonical_size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode())
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    """An object nested ``depth`` levels deep (``{}`` is one level)."""
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"n": value}
+    return value
+
+
+async def test_run_environment_snapshot_of_1_mib_and_depth_32(tmp_path: Path) -> None:
+    """§7: "run environment snapshot | 1 MiB of canonical JSON, nesting depth 32": the snapshot as stored, every
+    field present (a sidecar's full snapshot), sorted keys, compact, UTF-8. A snapshot of exactly 1 MiB (the
+    system prompt in emoji) is stored and reads back after a restart, one byte more is PAYLOAD_TOO_LARGE; the
+    snapshot object nested 32 levels deep is stored, 33 is INVALID_PARAMS."""
+    env: dict[str, Any] = {"version": 1, "connection": {}, "model": {}, "parameters": {}, "systemPrompt": "",
+                           "skills": [], "toolSchemas": [], "executionBindings": {}, "permissionPolicy": {},
+                           "browserSubmissionContext": {}, "credentialRefs": [], "capabilities": {}}
+    pad = 1024 * 1024 - _canonical_size(env)
+    env["systemPrompt"] = EMOJI * (pad // 4) + "a" * (pad % 4)
+    assert _canonical_size(env) == 1024 * 1024
+    deep = {**env, "systemPrompt": "", "parameters": _nested(31)}  # the snapshot is level 1
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await refused(c, "session.startTurn", {"sessionId": sid, "turnId": "t0",
+                                                   "environment": {**env, "systemPrompt": env["systemPrompt"] + "b"}},
+                          "PAYLOAD_TOO_LARGE")
+            await refused(c, "session.startTurn", {"sessionId": sid, "turnId": "t0",
+                                                   "environment": {**deep, "parameters": _nested(32)}})
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1", "environment": env})
+            await c.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "completed"})
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t2", "environment": deep})
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            got = await c.call("session.turnEnvironment", {"turnId": "t1"})
+            assert got["snapshot"]["systemPrompt"] == env["systemPrompt"]
+            got = await c.call("session.turnEnvironment", {"turnId": "t2"})
+            assert got["snapshot"]["parameters"] == deep["parameters"]
+            assert await code_of(c, "session.turnEnvironment", {"turnId": "t0"}) is not None
