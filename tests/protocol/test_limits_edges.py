@@ -471,3 +471,73 @@ async def test_run_environment_snapshot_of_1_mib_and_depth_32(tmp_path: Path) ->
             got = await c.call("session.turnEnvironment", {"turnId": "t2"})
             assert got["snapshot"]["parameters"] == deep["parameters"]
             assert await code_of(c, "session.turnEnvironment", {"turnId": "t0"}) is not None
+
+
+# ----------------------------------------------------------------------------------- collaboration
+
+async def test_a_callback_projects_2000_characters_of_the_result(tmp_path: Path) -> None:
+    """§7: "callback projection 2,000 characters": a result of 2,000 emoji is called back whole; of 2,001 the
+    callback holds the first 2,000 and a cut marker, never the 2,001st (characters, not bytes or UTF-16 units);
+    the completion reads back the same after a restart."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            src = (await c.call("session.create", {"title": "lead"}))["id"]
+            contents: list[str] = []
+            for n, turn in ((2000, "t1"), (2001, "t2")):
+                tgt = (await c.call("session.create", {"title": f"worker {n}"}))["id"]
+                d = (await c.call("collab.deliver", {"pluginId": "team", "sourceSessionId": src, "targetSessionId": tgt,
+                                                     "kind": "task", "content": "go", "idempotencyKey": f"k{n}",
+                                                     "notifyOnCompletion": True}))["delivery"]
+                await c.call("session.startTurn", {"sessionId": tgt, "turnId": turn})
+                await c.call("collab.begin", {"sessionId": tgt, "deliveryId": d["id"], "turnId": turn})
+                result = EMOJI * (n - 1) + "\u00e9"
+                done = await c.call("collab.settle", {"sessionId": tgt, "deliveryId": d["id"], "turnId": turn,
+                                                      "status": "completed", "result": result})
+                assert done["delivery"]["result"] == result
+                contents.append(done["callback"]["content"])
+                cb_id = done["callback"]["id"]
+            whole, cut = contents
+            assert EMOJI * 1999 + "\u00e9" in whole and "more characters" not in whole
+            assert EMOJI * 2000 in cut and "\u00e9" not in cut and "1 more character" in cut
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            assert (await c.call("collab.get", {"deliveryId": cb_id}))["content"] == cut
+
+
+async def _fill(c: HostClient, ns: str, count: int, prefix: str = "k") -> None:
+    for start in range(0, count, 100):
+        await c.call("settings.update", {"ns": ns, "values": {
+            f"{prefix}{i}": i for i in range(start, min(count, start + 100))}})
+
+
+async def test_namespace_key_counts_at_their_bounds(tmp_path: Path) -> None:
+    """§8.1: `ui` ≤ 500 keys, `cache` ≤ 200, `plugin:<id>` ≤ 256, any other namespace ≤ 1000, the `app` blob
+    500 keys (§7): the last key fits, one more is refused and not stored; an existing key can still be
+    rewritten at the bound."""
+    bounds = {"ui": 500, "cache": 200, "plugin:acme": 256, "mcpServers": 1000, "app": 500}
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            for ns, bound in bounds.items():
+                await _fill(c, ns, bound)
+                await refused(c, "settings.set", {"ns": ns, "key": "one-more", "value": 1})
+                await c.call("settings.set", {"ns": ns, "key": "k0", "value": EMOJI})
+        async with real_host(tmp_path) as (_, c):
+            for ns, bound in bounds.items():
+                stored = (await c.call("settings.getAll", {"ns": ns}))["values"]
+                assert "one-more" not in stored, ns
+                assert stored["k0"] == EMOJI and all(stored[f"k{i}"] == i for i in range(1, bound)), ns
+
+
+async def test_namespace_value_sizes_at_their_bounds(tmp_path: Path) -> None:
+    """§8.1: `cache` values ≤ 16 KiB, `plugin:<id>` ≤ 64 KiB, any other namespace ≤ 256 KiB, counted on the
+    value's UTF-8 JSON: exactly at the bound in emoji is stored, one byte more is PAYLOAD_TOO_LARGE."""
+    sizes = {"cache": 16 * 1024, "plugin:acme": 64 * 1024, "mcpServers": 256 * 1024}
+    values = {ns: EMOJI * ((size - 2) // 4) + "a" * ((size - 2) % 4) for ns, size in sizes.items()}
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            for ns, value in values.items():
+                assert len(json.dumps(value, ensure_ascii=False).encode()) == sizes[ns]
+                await c.call("settings.set", {"ns": ns, "key": "v", "value": value})
+                await refused(c, "settings.set", {"ns": ns, "key": "w", "value": value + "b"}, "PAYLOAD_TOO_LARGE")
+        async with real_host(tmp_path) as (_, c):
+            for ns, value in values.items():
+                assert (await c.call("settings.getAll", {"ns": ns}))["values"] == {"v": value}, ns
