@@ -17,6 +17,7 @@ import trio
 from protocol.models_common import Topic
 from runtime.client import HostClient, open_client
 from tests.acceptance.outsiderkit import code_of, real_host
+from tests.hostile.wire import error_code, exchange, raw_connection
 from tests.hostkit import msg
 
 EMOJI = "\U0001f600"  # one code point, 4 UTF-8 bytes
@@ -541,3 +542,51 @@ async def test_namespace_value_sizes_at_their_bounds(tmp_path: Path) -> None:
         async with real_host(tmp_path) as (_, c):
             for ns, value in values.items():
                 assert (await c.call("settings.getAll", {"ns": ns}))["values"] == {"v": value}, ns
+
+
+# ------------------------------------------------------------------------------------------- frames
+
+def request(method: str, params: Any, request_id: Any = 1) -> str:
+    """A request frame (stdlib json: integers past 64 bits are written as they are)."""
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params},
+                      ensure_ascii=False, separators=(",", ":"))
+
+
+async def test_request_id_of_256_characters_and_integers_of_64_bits(tmp_path: Path) -> None:
+    """§ requests: "an `id` (a string of at most 256 characters, or an integer)": 256 emoji are echoed exactly
+    (also when the frame spells them as surrogate-pair escapes), 257 is INVALID_REQUEST with `id: null`.
+    §7: "integers anywhere in a frame | signed 64-bit | `PARSE_ERROR`": ±(2^63 - 1) and -2^63 are kept exactly
+    (as an id and inside a stored message), 2^63 and -2^63 - 1 are PARSE_ERROR and nothing is stored."""
+    top, bottom = 2**63 - 1, -(2**63)
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            async with raw_connection(proc.url, proc.token) as ws:
+                listing = {"limit": 1}
+                answer = await exchange(ws, request("session.list", listing, EMOJI * 256))
+                assert answer["id"] == EMOJI * 256 and "result" in answer
+                escaped = request("session.list", listing, EMOJI * 256).replace(EMOJI, "\\ud83d\\ude00")
+                answer = await exchange(ws, escaped)
+                assert answer["id"] == EMOJI * 256 and "result" in answer
+                answer = await exchange(ws, request("session.list", listing, EMOJI * 257))
+                assert answer["id"] is None and error_code(answer) == "INVALID_REQUEST"
+                for n in (top, bottom):
+                    answer = await exchange(ws, request("session.list", listing, n))
+                    assert answer["id"] == n and "result" in answer
+                for n in (top + 1, bottom - 1):
+                    answer = await exchange(ws, request("session.list", listing, n))
+                    assert error_code(answer) == "PARSE_ERROR", answer
+                meta = {"top": top, "bottom": bottom, "negTop": -top}
+                answer = await exchange(ws, request("session.appendMessage", {
+                    "sessionId": sid, "message": {**msg("m1", "ints"), "meta": meta}}))
+                assert "result" in answer, answer
+                for i, n in enumerate((top + 1, bottom - 1)):
+                    answer = await exchange(ws, request("session.appendMessage", {
+                        "sessionId": sid, "message": {**msg(f"bad{i}", "ints"), "meta": {"n": n}}}, 7))
+                    assert error_code(answer) == "PARSE_ERROR", answer
+                answer = await exchange(ws, request("session.list", listing, 8))
+                assert answer["id"] == 8 and "result" in answer
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            rows = (await c.call("session.get", {"sessionId": sid}))["messages"]
+            assert [m["id"] for m in rows] == ["m1"]
+            assert {k: rows[0]["meta"][k] for k in meta} == meta
