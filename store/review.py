@@ -439,9 +439,13 @@ def decode_before(value: str | None) -> bytes | None:
         raise PayloadTooLarge(f"before is over {MAX_REVIEW_FILE_BYTES} bytes",
                               data={"field": "beforeBase64", "limit": MAX_REVIEW_FILE_BYTES})
     try:
-        return base64.b64decode(value, validate=True)
+        data = base64.b64decode(value, validate=True)
     except ValueError as exc:
         raise InvalidInput("beforeBase64 is not valid base64", data={"field": "beforeBase64"}) from exc
+    if len(data) > MAX_REVIEW_FILE_BYTES:  # the text bound above still lets 1-2 bytes more through
+        raise PayloadTooLarge(f"before is {len(data)} bytes, over {MAX_REVIEW_FILE_BYTES}",
+                              data={"field": "beforeBase64", "limit": MAX_REVIEW_FILE_BYTES})
+    return data
 
 
 def sweep_snapshot_temp_files(review_root: Path) -> int:

@@ -590,3 +590,52 @@ async def test_request_id_of_256_characters_and_integers_of_64_bits(tmp_path: Pa
             rows = (await c.call("session.get", {"sessionId": sid}))["messages"]
             assert [m["id"] for m in rows] == ["m1"]
             assert {k: rows[0]["meta"][k] for k in meta} == meta
+
+
+# ------------------------------------------------------------------------------- review, providers, logs
+
+async def test_review_snapshots_of_4_mib_files(tmp_path: Path) -> None:
+    """§7 / review: "a file (before or after) of at most 4 MiB (`PAYLOAD_TOO_LARGE`)": 4 MiB before and after
+    is recorded and its before bytes read back whole after a restart; 4 MiB + 1 either side is refused and
+    writes no snapshot."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    limit = 4 * 1024 * 1024
+    before = bytes(range(256)) * (limit // 256)
+    (ws / "at.bin").write_bytes(b"a" * limit)
+    (ws / "over.bin").write_bytes(b"a" * (limit + 1))
+    data = tmp_path / "data"
+
+    def record(path: str, old: bytes) -> dict[str, Any]:
+        return {"sessionId": sid, "path": path, "beforeBase64": base64.b64encode(old).decode(), "toolName": "Edit"}
+
+    with trio.fail_after(60):
+        async with real_host(data, kind="agent") as (_, c):
+            sid = (await c.call("session.create", {"projectPath": str(ws)}))["id"]
+            await refused(c, "review.record", record("at.bin", before + b"x"), "PAYLOAD_TOO_LARGE")
+            await refused(c, "review.record", record("over.bin", b"old"), "PAYLOAD_TOO_LARGE")
+            snap = (await c.call("review.record", record("at.bin", before)))["snapshot"]
+            assert len(list((data / "review-changes" / sid).glob("rv-*"))) == 1
+        async with real_host(data, kind="agent") as (_, c):
+            got = await c.call("review.get", {"sessionId": sid, "snapshotId": snap["snapshotId"],
+                                              "includeBefore": True})
+            assert base64.b64decode(got["beforeBase64"]) == before
+
+
+async def test_provider_config_of_64_kib(tmp_path: Path) -> None:
+    """§8.3: "`config` is checked (an object ≤ 64 KiB …)", counted on its UTF-8 JSON: exactly 64 KiB in emoji
+    is stored and reads back after a restart; one byte more is PAYLOAD_TOO_LARGE and creates no provider."""
+    config = {"note": ""}
+    pad = 64 * 1024 - len(json.dumps(config, ensure_ascii=False, separators=(",", ":")).encode())
+    config["note"] = EMOJI * (pad // 4) + "a" * (pad % 4)
+    assert len(json.dumps(config, ensure_ascii=False, separators=(",", ":")).encode()) == 64 * 1024
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            await refused(c, "providers.create", {"id": "over", "name": "over",
+                                                  "config": {"note": config["note"] + "b"}}, "PAYLOAD_TOO_LARGE")
+            await c.call("providers.create", {"id": "at", "name": EMOJI * 200, "config": config})
+        async with real_host(tmp_path) as (_, c):
+            listed = (await c.call("providers.list", {}))["providers"]
+            assert [p["id"] for p in listed] == ["at"]
+            assert listed[0]["config"] == config and listed[0]["name"] == EMOJI * 200
+
