@@ -47,12 +47,11 @@ async def append(ctx: HostContext, p: m.LogsAppendParams, key: ReceiptKey | None
         if size > m.MAX_LOG_RECORD_BYTES:
             raise PayloadTooLarge(f"log record {i} is {size} bytes (at most {m.MAX_LOG_RECORD_BYTES})",
                                   data={"field": f"records.{i}", "limit": m.MAX_LOG_RECORD_BYTES})
-        line = orjson.dumps({"ts": now, "clientId": client, "record": record}).decode()
-        total += len(line) + 1
+        total += size  # the records' own UTF-8 JSON (README §logs), not the lines' characters
         if total > m.MAX_LOG_APPEND_BYTES:
             raise PayloadTooLarge(f"the records add up to more than {m.MAX_LOG_APPEND_BYTES} bytes",
                                   data={"field": "records", "limit": m.MAX_LOG_APPEND_BYTES})
-        lines.append(line)
+        lines.append(orjson.dumps({"ts": now, "clientId": client, "record": record}).decode())
     sink = _sink(ctx)
     sink.path(p.source, p.category)  # validated before any path is built or thread started
     written = await ctx.in_thread(sink.append, p.source, p.category, lines)

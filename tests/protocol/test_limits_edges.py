@@ -639,3 +639,28 @@ async def test_provider_config_of_64_kib(tmp_path: Path) -> None:
             assert [p["id"] for p in listed] == ["at"]
             assert listed[0]["config"] == config and listed[0]["name"] == EMOJI * 200
 
+
+async def test_log_calls_of_256_kib_and_64_categories(tmp_path: Path) -> None:
+    """Logs: records "together at most 256 KiB (`PAYLOAD_TOO_LARGE`, nothing written)"; "a source has at most 64
+    categories (`LIMIT_EXCEEDED` for a new one beyond)". The 256 KiB count the records' UTF-8 JSON: not the
+    characters (4-byte emoji past it are refused) and not the lines the host wraps them in (ASCII records
+    that fit are written)."""
+    per = {"t": EMOJI * 4094}  # 16,384 bytes of compact JSON each: 16 of them are 256 KiB
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (proc, c):
+            logs = proc.data_dir / "logs" / "app"
+            await refused(c, "logs.append", {"source": "app", "category": "c0", "records": [*[per] * 16, {}]},
+                          "PAYLOAD_TOO_LARGE")
+            assert not (logs / "c0.ndjson").exists()
+            assert (await c.call("logs.append", {"source": "app", "category": "c0",
+                                                 "records": [per] * 16}))["written"] == 16
+            ascii_per = {"t": "a" * 16376}  # the same 256 KiB in ASCII: the lines written are longer, not the records
+            assert (await c.call("logs.append", {"source": "app", "category": "c0",
+                                                 "records": [ascii_per] * 16}))["written"] == 16
+            for i in range(1, 64):
+                await c.call("logs.append", {"source": "app", "category": f"c{i}", "records": [{}]})
+            await refused(c, "logs.append", {"source": "app", "category": "c64", "records": [{}]},
+                          "LIMIT_EXCEEDED")
+            await c.call("logs.append", {"source": "app", "category": "c63", "records": [{"again": True}]})
+            assert not (logs / "c64.ndjson").exists()
+            assert len((logs / "c0.ndjson").read_text().splitlines()) == 32
