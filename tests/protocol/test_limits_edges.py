@@ -16,7 +16,8 @@ import trio
 
 from protocol.models_common import Topic
 from runtime.client import HostClient, open_client
-from tests.acceptance.outsiderkit import code_of, real_host
+from store.config.config_sync import KEY_ID_BYTES, MAGIC
+from tests.acceptance.outsiderkit import code_of, error_of, real_host
 from tests.hostile.wire import error_code, exchange, raw_connection
 from tests.hostkit import msg
 
@@ -664,3 +665,57 @@ async def test_log_calls_of_256_kib_and_64_categories(tmp_path: Path) -> None:
             await c.call("logs.append", {"source": "app", "category": "c63", "records": [{"again": True}]})
             assert not (logs / "c64.ndjson").exists()
             assert len((logs / "c0.ndjson").read_text().splitlines()) == 32
+
+
+# --------------------------------------------------------------------------------- plugins and sync
+
+async def test_plugin_assets_1_mib_each_4_mib_together_64_at_most(tmp_path: Path) -> None:
+    """Plugins: "at most 64 assets, 1 MiB each and 4 MiB together" (`PAYLOAD_TOO_LARGE` / `INVALID_PARAMS`
+    naming `assets.<i>.<field>`), validated whole before anything is written: a set of four 1 MiB assets is
+    installed and reads back after a restart; 1 MiB + 1 (a base64 text the field's length bound lets
+    through), 4 MiB + 1 together and a 65th asset change nothing."""
+    mib = 1024 * 1024
+    text = ("\u00e9" * (mib // 2)).encode()  # 1 MiB of UTF-8 text/plain
+
+    def asset(path: str, data: bytes) -> dict[str, Any]:
+        return {"path": path, "mediaType": "text/plain", "dataBase64": base64.b64encode(data).decode()}
+
+    at = [asset(f"a{i}.txt", text) for i in range(4)]
+    base = {"pluginId": "acme", "name": "Acme", "version": "1"}
+    with trio.fail_after(90):
+        async with real_host(tmp_path) as (_, c):
+            await refused(c, "plugins.register", {**base, "assets": [asset("big.txt", text + b"a")]},
+                          "PAYLOAD_TOO_LARGE")
+            await refused(c, "plugins.register", {**base, "assets": [*at, asset("one.txt", b"a")]},
+                          "PAYLOAD_TOO_LARGE")
+            many = [asset(f"s{i}.txt", b"x") for i in range(65)]
+            assert await code_of(c, "plugins.register", {**base, "assets": many}) == "INVALID_PARAMS"
+            await c.call("plugins.register", {**base, "assets": [asset(f"s{i}.txt", b"x") for i in range(64)]})
+            await c.call("plugins.register", {**base, "assets": at})
+        async with real_host(tmp_path) as (_, c):
+            listed = (await c.call("plugins.listAssets", {"pluginId": "acme"}))["assets"]
+            assert sorted(a["path"] for a in listed) == [f"a{i}.txt" for i in range(4)]
+            got = await c.call("plugins.getAsset", {"pluginId": "acme", "path": "a3.txt"})
+            assert base64.b64decode(got["asset"]["dataBase64"] if "asset" in got else got["dataBase64"]) == text
+
+
+async def test_a_config_sync_bundle_is_bounded_at_4_mib(tmp_path: Path) -> None:
+    """§7: "config-sync bundle | 4 MiB": a bundle of exactly 4 MiB is read through to its key check (another
+    device's key: `foreign_key`); one of 4 MiB + 1 byte is refused before it (`CORRUPT_DATA`, `tampered`: no
+    host writes one); neither changes anything and the connection stays usable."""
+    limit = 4 * 1024 * 1024
+    head = MAGIC + b"\xff" * KEY_ID_BYTES  # a bundle header with another vault key's id
+
+    def bundle(size: int) -> str:
+        return base64.b64encode(head + b"\0" * (size - len(head))).decode()
+
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            await c.call("configSync.configure", {})
+            before = await c.call("configSync.get", {})
+            code, data = await error_of(c, "configSync.apply", {"bundleBase64": bundle(limit)})
+            assert (code, data.get("reason")) == ("CORRUPT_DATA", "foreign_key"), (code, data)
+            code, data = await error_of(c, "configSync.apply", {"bundleBase64": bundle(limit + 1)})
+            assert (code, data.get("reason")) == ("CORRUPT_DATA", "tampered"), (code, data)
+            await alive(c)
+            assert await c.call("configSync.get", {}) == before
