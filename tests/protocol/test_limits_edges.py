@@ -719,3 +719,35 @@ async def test_a_config_sync_bundle_is_bounded_at_4_mib(tmp_path: Path) -> None:
             assert (code, data.get("reason")) == ("CORRUPT_DATA", "tampered"), (code, data)
             await alive(c)
             assert await c.call("configSync.get", {}) == before
+
+
+# ------------------------------------------------------------------------------------ transcripts
+
+async def test_replace_messages_takes_100000_messages(tmp_path: Path) -> None:
+    """§7: "messages per `session.replaceMessages` | 100 000": the whole set lands and survives a restart;
+    100 001 is INVALID_PARAMS and the transcript is unchanged."""
+    rows = [{"id": f"m{i}", "role": "user", "blocks": [{"type": "text", "text": "x"}]} for i in range(100_000)]
+    with trio.fail_after(90):
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await refused(c, "session.replaceMessages", {"sessionId": sid, "messages": [*rows, {
+                "id": "m100000", "role": "user", "blocks": [{"type": "text", "text": "x"}]}]})
+            assert (await c.call("session.get", {"sessionId": sid}))["messages"] == []
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": rows})
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            got = await c.call("session.get", {"sessionId": sid, "messageLimit": 1})
+            assert [m["id"] for m in got["messages"]] == ["m99999"]
+            assert got["session"]["messageCount"] == 100_000
+
+
+async def test_window_max_bytes_and_cursor_bounds(tmp_path: Path) -> None:
+    """`session.get` `maxBytes`: "default and maximum 16 MiB"; a `cursor` is 1-512 characters."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            sid = (await c.call("session.create", {}))["id"]
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("m1", EMOJI)})
+            got = await c.call("session.get", {"sessionId": sid, "maxBytes": 16 * 1024 * 1024})
+            assert [m["id"] for m in got["messages"]] == ["m1"]
+            await refused(c, "session.get", {"sessionId": sid, "maxBytes": 16 * 1024 * 1024 + 1})
+            assert await code_of(c, "session.list", {"cursor": "c" * 512}) == "INVALID_CURSOR"  # read, not its length
+            await refused(c, "session.list", {"cursor": "c" * 513})
