@@ -751,3 +751,27 @@ async def test_window_max_bytes_and_cursor_bounds(tmp_path: Path) -> None:
             await refused(c, "session.get", {"sessionId": sid, "maxBytes": 16 * 1024 * 1024 + 1})
             assert await code_of(c, "session.list", {"cursor": "c" * 512}) == "INVALID_CURSOR"  # read, not its length
             await refused(c, "session.list", {"cursor": "c" * 513})
+
+
+async def test_an_inflight_preview_carries_32768_characters_per_block(tmp_path: Path) -> None:
+    """§7 / events: "`session.inflight` previews | … 32,768 characters per block"; "Each block's text is capped
+    at 32,768 characters; `session.get` has the whole reply": 32,768 emoji arrive whole, 32,769 arrive as the
+    first 32,768 (cut on a character, marked truncated) while `session.get` returns them all."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            await c.call("events.subscribe", {"topics": ["session.inflight"]})
+            for n in (32768, 32769):
+                sid = (await c.call("session.create", {}))["id"]
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": f"t{n}"})
+                reply = {"id": "a1", "role": "assistant", "turnId": f"t{n}",
+                         "blocks": [{"type": "text", "text": EMOJI * n}]}
+                await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": f"t{n}", "message": reply})
+                while True:
+                    event = await c.next_event()
+                    if event.topic == "session.inflight" and event.data.get("sessionId") == sid:
+                        break
+                block = event.data["message"]["blocks"][0]
+                assert block["text"] == EMOJI * min(n, 32768)
+                assert bool(block.get("truncated")) is (n > 32768)
+                whole = (await c.call("session.get", {"sessionId": sid}))["inflight"]["message"]
+                assert whole["blocks"][0]["text"] == EMOJI * n
