@@ -775,3 +775,57 @@ async def test_an_inflight_preview_carries_32768_characters_per_block(tmp_path: 
                 assert bool(block.get("truncated")) is (n > 32768)
                 whole = (await c.call("session.get", {"sessionId": sid}))["inflight"]["message"]
                 assert whole["blocks"][0]["text"] == EMOJI * n
+
+
+# ------------------------------------------------------------------------------ trimming and counts
+
+async def test_trimmed_limits_count_after_trimming(tmp_path: Path) -> None:
+    """§7 "session title | 1–80 characters after trimming" and thread metadata "`tags` (… each 1-64 code
+    points, trimmed …)": 80 / 64 emoji with whitespace around are accepted and stored trimmed; whitespace
+    alone is refused; a title of 320 characters (its field's length) that trims to 80 is accepted."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            sid = (await c.call("session.create", {"title": "  " + EMOJI * 80 + "\t"}))["id"]
+            assert (await summary(c, sid))["title"] == EMOJI * 80
+            padded = " " * 120 + EMOJI * 80 + " " * 120
+            assert (await c.call("session.rename", {"sessionId": sid, "title": padded}))["title"] == EMOJI * 80
+            await refused(c, "session.rename", {"sessionId": sid, "title": " " + EMOJI * 81 + " "})
+            await refused(c, "session.rename", {"sessionId": sid, "title": "   "})
+            tag = EMOJI * 64
+            out = await c.call("session.updateMetadata", {"sessionId": sid, "tags": [f" {tag} ", "\u00e9" * 64]})
+            assert out["thread"]["tags"] == [tag, "\u00e9" * 64]
+            await refused(c, "session.updateMetadata", {"sessionId": sid, "tags": [" " + EMOJI * 65 + " "]})
+        async with real_host(tmp_path) as (_, c):
+            s = await summary(c, sid)
+            assert (s["title"], s["thread"]["tags"]) == (EMOJI * 80, [tag, "\u00e9" * 64])
+
+
+async def test_list_fields_at_their_item_counts(tmp_path: Path) -> None:
+    """Item counts of the field tables: `projectGroups.save` `roots` (max items 64), a run environment's
+    `credentialRefs` (max items 64), `tasks.create` `weekdays` (1-7), `networkProxy.bypass` (≤ 64 host
+    patterns, §8.1): the bound is accepted, one more is INVALID_PARAMS and writes nothing."""
+    roots = [f"/w/{EMOJI}{i}" for i in range(64)]
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            await refused(c, "projectGroups.save", {"name": "G", "roots": [*roots, "/w/x"]})
+            gid = (await c.call("projectGroups.save", {"name": "G", "roots": roots}))["group"]["id"]
+            sid = (await c.call("session.create", {}))["id"]
+            env = {"version": 1, "credentialRefs": [f"secret:r{i}" for i in range(64)]}
+            await refused(c, "session.startTurn", {"sessionId": sid, "turnId": "t0", "environment": {
+                **env, "credentialRefs": [*env["credentialRefs"], "secret:r64"]}})
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1", "environment": env})
+            task = {"title": EMOJI * 200, "prompt": "p", "cadence": "weekly", "weekdays": [0, 1, 2, 3, 4, 5, 6],
+                    "schedule": {"hour": 9, "minute": 0}}
+            await refused(c, "tasks.create", {**task, "weekdays": [0, 1, 2, 3, 4, 5, 6, 0]})
+            await refused(c, "tasks.create", {**task, "title": EMOJI * 201})
+            created = await c.call("tasks.create", task)
+            proxy = {"mode": "manual", "url": "http://proxy.local:3128", "bypass": [f"h{i}.local" for i in range(64)]}
+            await c.call("settings.set", {"key": "networkProxy", "value": proxy})
+            await refused(c, "settings.set", {"key": "networkProxy", "value": {
+                **proxy, "bypass": [*proxy["bypass"], "h64.local"]}})
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            assert (await c.call("projectGroups.get", {"groupId": gid}))["group"]["roots"] == roots
+            got = await c.call("session.turnEnvironment", {"turnId": "t1"})
+            assert got["snapshot"]["credentialRefs"] == env["credentialRefs"]
+            assert (await c.call("settings.get", {"key": "networkProxy"}))["value"]["bypass"] == proxy["bypass"]
+            assert [t["title"] for t in (await c.call("tasks.list", {}))["tasks"]] == [EMOJI * 200], created
