@@ -20,6 +20,7 @@ from store.config.config_sync import KEY_ID_BYTES, MAGIC
 from tests.acceptance.outsiderkit import code_of, error_of, real_host
 from tests.hostile.wire import error_code, exchange, raw_connection
 from tests.hostkit import msg
+from tests.httpkit import FakeProvider, Reply
 
 EMOJI = "\U0001f600"  # one code point, 4 UTF-8 bytes
 
@@ -829,3 +830,37 @@ async def test_list_fields_at_their_item_counts(tmp_path: Path) -> None:
             assert got["snapshot"]["credentialRefs"] == env["credentialRefs"]
             assert (await c.call("settings.get", {"key": "networkProxy"}))["value"]["bypass"] == proxy["bypass"]
             assert [t["title"] for t in (await c.call("tasks.list", {}))["tasks"]] == [EMOJI * 200], created
+
+
+async def test_a_host_keeps_1000_providers(tmp_path: Path) -> None:
+    """§7: "providers / models per provider | 1000 / 5000": 999 a plugin declares plus one of the user's make
+    1000; another is LIMIT_EXCEEDED and not created; a declaration of 1001 is INVALID_PARAMS."""
+    declared = [{"id": f"acme-{i}", "name": f"{EMOJI} {i}"} for i in range(999)]
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="plugin", plugin_id="acme") as (proc, plugin):
+            await refused(plugin, "providers.sync", {"providers": [*declared, *[
+                {"id": f"acme-x{i}", "name": "x"} for i in range(2)]]})
+            await plugin.call("providers.sync", {"providers": declared})
+            async with open_client(proc.url, proc.token, client_id="ui-1", client_kind="ui") as ui:
+                await ui.call("providers.create", {"id": "mine", "name": "Mine"})
+                await refused(ui, "providers.create", {"id": "one-more", "name": "One more"}, "LIMIT_EXCEEDED")
+        async with real_host(tmp_path) as (_, c):
+            ids = {p["id"] for p in (await c.call("providers.list", {}))["providers"]}
+            assert len(ids) == 1000 and "mine" in ids and "one-more" not in ids
+
+
+async def test_a_provider_keeps_5000_models(tmp_path: Path) -> None:
+    """§7: "providers / models per provider | 1000 / 5000": a provider listing 5000 models is refreshed
+    whole; a 5001st (added by hand) is LIMIT_EXCEEDED; a listing of 5001 is PROVIDER_BAD_REPLY (§8.4: "more than
+    5,000 models") and changes nothing."""
+    models = [{"id": f"m-{i}", "object": "model"} for i in range(5000)]
+    with trio.fail_after(90), FakeProvider(Reply(models=models)) as server:
+        async with real_host(tmp_path) as (_, c):
+            await c.call("providers.create", {"id": "local", "name": "Local", "baseUrl": server.base_url})
+            assert (await c.call("models.refresh", {"providerId": "local"}))["listed"] == 5000
+            await refused(c, "models.add", {"providerId": "local", "modelId": "by-hand"}, "LIMIT_EXCEEDED")
+            server.reply = Reply(models=[*models, {"id": "m-5000", "object": "model"}])
+            await refused(c, "models.refresh", {"providerId": "local"}, "PROVIDER_BAD_REPLY")
+        async with real_host(tmp_path) as (_, c):
+            ids = {m["modelId"] for m in (await c.call("models.list", {"providerId": "local"}))["models"]}
+            assert ids == {m["id"] for m in models}
