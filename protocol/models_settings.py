@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints
 
-from store.rules import MAX_SETTING_KEY_CHARS, MAX_SETTINGS_PER_UPDATE
+from store.rules import MAX_PATH_CHARS, MAX_SETTING_KEY_CHARS, MAX_SETTINGS_PER_UPDATE
 
 from .models_common import (
     MutatingParams,
@@ -23,12 +23,19 @@ Namespace = Annotated[
     StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,100}$"),
     Field(description="kv namespace: app, ui, cache, plugin:<id>, projectMemory ..."),
 ]
-SettingKey = Annotated[str, StringConstraints(min_length=1, max_length=MAX_SETTING_KEY_CHARS)]
+SettingKey = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_PATH_CHARS),
+    Field(description=f"1-{MAX_SETTING_KEY_CHARS} characters; in `projectMemory` a project path of up to "
+          f"{MAX_PATH_CHARS} (the host checks the namespace's bound)."),
+]
 
 
 class SettingsGetParams(Params):
     ns: Namespace = "app"
-    key: SettingKey = Field(description="In `app`, a field of the settings blob (`settings` = the whole blob).")
+    key: SettingKey = Field(description="In `app`, a field of the settings blob (`settings` = the whole blob). "
+                            f"1-{MAX_SETTING_KEY_CHARS} characters; in `projectMemory` a project path of up to "
+                            f"{MAX_PATH_CHARS}.")
 
 
 class SettingsGetResult(Result):

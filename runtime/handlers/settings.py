@@ -23,6 +23,7 @@ from store.config.settings_rules import (
     HOST_OWNED_APP_KEYS,
     app_view,
     canonical_key,
+    check_key,
     plan_write,
     plugin_of,
     rules_for,
@@ -48,6 +49,7 @@ def require_namespace(caller: Any, ns: str) -> None:
 def get(ctx: ReadContext, p: m.SettingsGetParams) -> Any:
     require_namespace(ctx.caller, p.ns)
     ns = p.ns
+    check_key(ns, p.key)
     if ns == APP_NS and p.key not in HOST_OWNED_APP_KEYS.keys() - {APP_SETTINGS_KEY}:
         found = settings.get_value(ctx.conn, APP_NS, APP_SETTINGS_KEY)
         view = app_view(found[0] if found else None, current_platform())

@@ -75,6 +75,7 @@ __all__ = [
     "NsRules",
     "app_view",
     "canonical_key",
+    "check_key",
     "canonical_path",
     "clean_app",
     "plugin_of",
@@ -330,6 +331,14 @@ def rules_for(ns: str) -> NsRules:
     return NsRules("other", MAX_OTHER_VALUE_BYTES, MAX_OTHER_KEYS)
 
 
+def check_key(ns: str, key: Any) -> None:
+    """A key's length: 1-MAX_SETTING_KEY_CHARS characters, or a project path of up to MAX_PATH_CHARS in
+    ``projectMemory`` (seed 003 §4.2: memory for every project path, and a project path may be that long)."""
+    limit = MAX_PATH_CHARS if ns == "projectMemory" else MAX_SETTING_KEY_CHARS
+    if not isinstance(key, str) or not 1 <= len(key) <= limit:
+        raise InvalidInput(f"keys of {ns} must be 1-{limit} characters", data={"ns": ns, "field": key})
+
+
 def canonical_key(ns: str, key: str) -> str:
     """The key as stored: project memory is keyed by the canonical project path."""
     if ns == "projectMemory":
@@ -396,8 +405,7 @@ def plan_write(ns: str, current: Mapping[str, Any], changes: Mapping[str, Any], 
         raise InvalidInput(f"{ns}.{key}: namespace {ns} is host-owned, written by {rules.owner}",
                            data={"field": key, "ns": ns, "owner": rules.owner})
     for key in changes:
-        if not isinstance(key, str) or not 1 <= len(key) <= MAX_SETTING_KEY_CHARS:
-            raise InvalidInput(f"keys must be 1-{MAX_SETTING_KEY_CHARS} characters", data={"ns": ns, "field": key})
+        check_key(ns, key)
     if rules.kind == "app":
         return _plan_app(current.get(APP_SETTINGS_KEY), changes, platform)
     plan = KvPlan(ns)

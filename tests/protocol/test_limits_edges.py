@@ -864,3 +864,24 @@ async def test_a_provider_keeps_5000_models(tmp_path: Path) -> None:
         async with real_host(tmp_path) as (_, c):
             ids = {m["modelId"] for m in (await c.call("models.list", {"providerId": "local"}))["models"]}
             assert ids == {m["id"] for m in models}
+
+
+async def test_project_memory_is_keyed_by_any_project_path(tmp_path: Path) -> None:
+    """Seed 003 §4.2: project memory is "independent for every project path" (kv key = the canonical path),
+    and §7 lets a path in params be 4096 UTF-8 bytes: a project at a 4096-byte path gets its memory (set,
+    read after a restart, deleted); other namespaces keep keys of 1-512 characters."""
+    deep = ("/" + "a" * 255) * 16  # 16 components of 255 bytes: 4096 bytes
+    assert len(deep.encode()) == 4096
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            await c.call("workspace.open", {"path": deep})
+            await c.call("settings.set", {"ns": "projectMemory", "key": deep, "value": "first"})
+            await c.call("settings.update", {"ns": "projectMemory", "values": {deep: "remember " + EMOJI}})
+            await refused(c, "settings.set", {"ns": "ui", "key": "k" * 513, "value": 1})
+            await refused(c, "settings.get", {"ns": "ui", "key": "k" * 513})
+            await c.call("settings.set", {"ns": "ui", "key": "k" * 512, "value": 1})
+        async with real_host(tmp_path) as (_, c):
+            got = (await c.call("settings.get", {"ns": "projectMemory", "key": deep}))["value"]
+            assert got["content"] == "remember " + EMOJI
+            assert (await c.call("settings.delete", {"ns": "projectMemory", "key": deep}))["deleted"] is True
+            assert "value" not in await c.call("settings.get", {"ns": "projectMemory", "key": deep})

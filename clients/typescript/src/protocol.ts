@@ -2757,6 +2757,7 @@ export interface SettingsDeleteParams {
   submissionId?: string | null;
   /** kv namespace: app, ui, cache, plugin:<id>, projectMemory ... */
   ns?: string;
+  /** 1-512 characters; in `projectMemory` a project path of up to 4096 (the host checks the namespace's bound). */
   key: string;
 }
 
@@ -2784,7 +2785,7 @@ export interface SettingsGetAllResult {
 export interface SettingsGetParams {
   /** kv namespace: app, ui, cache, plugin:<id>, projectMemory ... */
   ns?: string;
-  /** In `app`, a field of the settings blob (`settings` = the whole blob). */
+  /** In `app`, a field of the settings blob (`settings` = the whole blob). 1-512 characters; in `projectMemory` a project path of up to 4096. */
   key: string;
 }
 
@@ -2801,6 +2802,7 @@ export interface SettingsSetParams {
   submissionId?: string | null;
   /** kv namespace: app, ui, cache, plugin:<id>, projectMemory ... */
   ns?: string;
+  /** 1-512 characters; in `projectMemory` a project path of up to 4096 (the host checks the namespace's bound). */
   key: string;
   /** Any JSON value the namespace's rules accept. */
   value: unknown;
