@@ -885,3 +885,17 @@ async def test_project_memory_is_keyed_by_any_project_path(tmp_path: Path) -> No
             assert got["content"] == "remember " + EMOJI
             assert (await c.call("settings.delete", {"ns": "projectMemory", "key": deep}))["deleted"] is True
             assert "value" not in await c.call("settings.get", {"ns": "projectMemory", "key": deep})
+
+
+async def test_a_connection_holds_64_subscriptions(tmp_path: Path) -> None:
+    """§7: "subscriptions per connection | 64 (`LIMIT_EXCEEDED`)": the 64th is accepted, the 65th refused
+    (the connection stays usable); after an `events.unsubscribe` there is room for one again."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            subs = [(await c.call("events.subscribe", {"topics": ["session.created"]}))["subscriptionId"]
+                    for _ in range(64)]
+            assert len(set(subs)) == 64
+            await refused(c, "events.subscribe", {"topics": ["session.created"]}, "LIMIT_EXCEEDED")
+            await c.call("events.unsubscribe", {"subscriptionId": subs[0]})
+            await c.call("events.subscribe", {"topics": ["session.created"]})
+            await refused(c, "events.subscribe", {"topics": ["session.created"]}, "LIMIT_EXCEEDED")
