@@ -106,6 +106,12 @@ async def test_list_page_search_query_and_topics_at_and_past_their_bounds(tmp_pa
             assert len((await c.call("session.list", {"limit": 500}))["sessions"]) == 1
             await refused(c, "session.list", {"limit": 501})
             await refused(c, "session.list", {"limit": 0})
+            assert (await c.call("artifacts.list", {"limit": 500}))["artifacts"] == []
+            await refused(c, "artifacts.list", {"limit": 501})
+            await refused(c, "artifacts.list", {"limit": 0})
+            await c.call("search.sessions", {"query": EMOJI * 500, "limit": 100})
+            await refused(c, "search.sessions", {"query": EMOJI * 501})
+            await refused(c, "search.sessions", {"query": "x", "limit": 101})
             assert (await c.call("search.query", {"query": EMOJI * 500}))["results"] == []
             await refused(c, "search.query", {"query": EMOJI * 501})
             topics = list(get_args(Topic))  # the enum the README's `topics` row is generated from
