@@ -452,10 +452,10 @@ def _nested(depth: int) -> dict[str, Any]:
 
 
 async def test_run_environment_snapshot_of_1_mib_and_depth_32(tmp_path: Path) -> None:
-    """§7: "run environment snapshot | 1 MiB of canonical JSON, nesting depth 32": the snapshot as stored, every
-    field present (a sidecar's full snapshot), sorted keys, compact, UTF-8. A snapshot of exactly 1 MiB (the
-    system prompt in emoji) is stored and reads back after a restart, one byte more is PAYLOAD_TOO_LARGE; the
-    snapshot object nested 32 levels deep is stored, 33 is INVALID_PARAMS."""
+    """§7: "run environment snapshot | 1 MiB of canonical JSON, nesting depth 32": the snapshot as sent, here
+    with every field present (a sidecar's full snapshot, so as stored too), sorted keys, compact, UTF-8. A
+    snapshot of exactly 1 MiB (the system prompt in emoji) is stored and reads back after a restart, one byte
+    more is PAYLOAD_TOO_LARGE; the snapshot object nested 32 levels deep is stored, 33 is INVALID_PARAMS."""
     env: dict[str, Any] = {"version": 1, "connection": {}, "model": {}, "parameters": {}, "systemPrompt": "",
                            "skills": [], "toolSchemas": [], "executionBindings": {}, "permissionPolicy": {},
                            "browserSubmissionContext": {}, "credentialRefs": [], "capabilities": {}}
