@@ -35,6 +35,7 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from runtime.datadir import DataDir
@@ -76,11 +77,21 @@ def lock_held(data_dir: DataDir) -> bool:
 
 
 def _pid_alive(pid: int) -> bool:
+    """True when ``pid`` is a live process. A zombie (killed, not yet reaped by its parent) is not one: it holds
+    no lock and will never answer, and calling it "a reused pid" sent the reader of a ``kill -9`` the wrong way."""
+    if pid <= 0:  # 0 and -1 name a process group / every process to kill(2), never one host
+        return False
     try:
         os.kill(pid, 0)
     except OSError as exc:
         return exc.errno == errno.EPERM
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:
+        return not Path("/proc/self/stat").exists()  # with procfs: reaped between the two looks
+    except OSError:
+        return True  # no procfs to ask: kill(pid, 0) is all there is
+    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
 
 
 def find_host(data_dir: DataDir) -> HostState:
@@ -88,7 +99,8 @@ def find_host(data_dir: DataDir) -> HostState:
     pid: int | None = None
     try:
         raw = json.loads(path.read_text("utf-8"))
-        pid = raw.get("pid") if isinstance(raw, dict) and isinstance(raw.get("pid"), int) else None
+        named = raw.get("pid") if isinstance(raw, dict) else None
+        pid = named if isinstance(named, int) and not isinstance(named, bool) and named > 0 else None
     except FileNotFoundError:
         raw = None
     except (OSError, ValueError):
@@ -215,8 +227,12 @@ OFFLINE_COMMANDS = frozenset({"sessions", "show", "search"})
 def stop_host(data_dir: DataDir, timeout: float) -> int:
     """SIGTERM the host named by ``host.json``; wait for its clean-shutdown marker."""
     state = find_host(data_dir)
-    if not state.running or state.pid is None:
+    if not state.running:
         print(f"pi-host: nothing to stop: {state.problem}", file=sys.stderr)
+        return EXIT_NO_HOST
+    if state.pid is None:  # never kill(0 or -1, ...): those signal a process group or every process
+        print(f"pi-host: cannot stop the host on {data_dir.root}: {data_dir.host_json_path} names no process id",
+              file=sys.stderr)
         return EXIT_NO_HOST
     pid = state.pid
     marker = data_dir.clean_shutdown_path

@@ -1,0 +1,274 @@
+"""An outsider's pass over the CLI as README.md and ``pi-host <command> --help`` describe it: the real entry
+point (``python -m runtime.cli``) in subprocesses against real host processes.
+
+What tests/cli, tests/doctor, tests/imports and tests/settings already cover is left to them; this file
+checks what they leave out: how ``stop`` and ``status`` read a ``host.json`` whose pid is a zombie, a live
+stranger or no process at all (``stop`` must never signal anything but the host); ``stop --timeout``;
+every client command without a host (one line, nothing created); the ``--json`` shapes and ``open --print``;
+completion scripts that their shell parses and that complete the session ids of every command taking one;
+``import --dry-run`` leaving the index alone; and ``export`` on stdout in its three formats, with secrets
+only when asked and a redaction count that counts redactions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from runtime.client import open_client
+from tests.hostkit import REPO, HostProcess, msg, start_host_process
+from tests.importers import gen
+
+SECRET = "sk-outsider-0123456789abcdef"
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PI_DESKTOP_DATA_DIR"}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    env.update(extra or {})
+    return env
+
+
+def cli(data: Path | None, *args: str, env: dict[str, str] | None = None, timeout: float = 60,
+        new_session: bool = False) -> subprocess.CompletedProcess[str]:
+    head = ["--data-dir", str(data)] if data is not None else []
+    return subprocess.run([sys.executable, "-m", "runtime.cli", *head, *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env=_env(env), start_new_session=new_session)
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[HostProcess]:
+    proc = start_host_process(tmp_path / "data")
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+
+
+def _seed(host: HostProcess, titles: tuple[str, ...] = ("Outsider",), texts: tuple[str, ...] = ("hello",)
+          ) -> list[str]:
+    async def go() -> list[str]:
+        ids = []
+        async with open_client(host.url, host.token, client_id="cli-outsider", client_kind="ui") as c:
+            for title in titles:
+                sid = str((await c.call("session.create", {"title": title}))["id"])
+                for i, text in enumerate(texts):
+                    await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"m{i}", text)})
+                ids.append(sid)
+        return ids
+
+    return trio.run(go)
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:
+        return "gone"
+    return stat[stat.rfind(b")") + 2:][:1].decode()
+
+
+# -- host.json and the pid it names ----------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs procfs to make a zombie visible")
+def test_a_killed_host_whose_parent_has_not_reaped_it_is_called_killed(tmp_path: Path) -> None:
+    """README: "Kill it with kill -9 instead and the CLI says in one line that host.json is stale". Until its
+    parent reaps it, a killed host is a zombie that ``kill(pid, 0)`` still finds: the CLI called that "pid N is
+    alive but does not hold host.lock (a reused pid)", sending the reader looking for another process."""
+    data = tmp_path / "data"
+    proc = subprocess.Popen([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), "serve", "--port", "0",
+                             "--quiet"], cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline and proc.poll() is None, "the host did not start"
+            try:
+                if json.loads((data / "host.json").read_text()).get("pid") == proc.pid:
+                    break
+            except (FileNotFoundError, ValueError):
+                pass
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)  # not waited for: a zombie until proc.wait() below
+        while _proc_state(proc.pid) != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        status = cli(data, "status")
+        assert status.returncode == 2
+        line = one_line(status.stderr)
+        assert f"is stale: pid {proc.pid} is not running (the host was killed)" in line, line
+        stop = cli(data, "stop")
+        assert stop.returncode == 2 and "nothing to stop" in one_line(stop.stderr)
+        assert "(the host was killed)" in stop.stderr
+        listed = cli(data, "sessions")
+        assert listed.returncode == 0 and "(the host was killed)" in listed.stderr, listed.stderr
+        doctor = cli(None, "doctor", "--data-dir", str(data))  # the host is stopped: doctor checks, never refuses
+        assert doctor.returncode in (0, 1), doctor.stdout + doctor.stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_stop_leaves_a_live_stranger_that_reused_the_pid_alone(tmp_path: Path) -> None:
+    """``stop`` signals only a host that holds ``host.lock``; a live process under the pid of a killed host's
+    ``host.json`` is someone else's."""
+    data = tmp_path / "data"
+    start_host_process(data).kill9()
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        info = json.loads((data / "host.json").read_text())
+        info["pid"] = stranger.pid
+        (data / "host.json").write_text(json.dumps(info))
+        status = cli(data, "status")
+        assert status.returncode == 2
+        assert f"pid {stranger.pid} is alive but does not hold host.lock (a reused pid)" in one_line(status.stderr)
+        stop = cli(data, "stop", "--timeout", "2")
+        assert stop.returncode == 2 and one_line(stop.stderr).startswith("pi-host: nothing to stop: ")
+        time.sleep(0.2)
+        assert stranger.poll() is None  # not signalled
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_stop_never_signals_a_process_group_for_a_host_json_without_a_pid(host: HostProcess) -> None:
+    """``kill(0, SIGTERM)`` signals the caller's own process group (and -1 every process): a ``host.json``
+    naming pid 0 made ``pi-host stop`` kill itself (and its process group) instead of stopping the host."""
+    info_path = host.data_dir / "host.json"
+    info = json.loads(info_path.read_text())
+    for bad in (0, None, "123"):
+        damaged = dict(info, pid=bad)
+        tmp = info_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(damaged))
+        os.replace(tmp, info_path)
+        stop = cli(host.data_dir, "stop", "--timeout", "2", new_session=True)  # its own group: safe if it fails
+        assert stop.returncode == 2, (bad, stop.returncode, stop.stderr)
+        assert "names no process id" in one_line(stop.stderr), stop.stderr
+    assert host.proc.poll() is None  # the host was left running
+    info_path.write_text(json.dumps(info))
+    assert cli(host.data_dir, "status", "--json").returncode == 0  # and still answers
+
+
+def test_stop_gives_up_after_its_timeout_and_the_host_still_stops_cleanly(host: HostProcess) -> None:
+    """``stop --timeout``: "seconds to wait"; a host that cannot act on SIGTERM (here: SIGSTOPped) makes
+    ``stop`` give up with one line and a non-zero status; the SIGTERM still takes effect once it runs."""
+    os.kill(host.proc.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        stop = cli(host.data_dir, "stop", "--timeout", "1")
+        took = time.monotonic() - started
+        assert stop.returncode == 1, stop.stderr
+        assert f"pid {host.proc.pid} did not stop within 1 s" in one_line(stop.stderr)
+        assert took < 15
+    finally:
+        os.kill(host.proc.pid, signal.SIGCONT)
+    assert host.reap(60) == 0
+    assert (host.data_dir / "clean-shutdown").exists() and not (host.data_dir / "host.json").exists()
+
+
+# -- no host --------------------------------------------------------------------------------------------------
+
+
+def test_every_client_command_without_a_host_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
+    nowhere = tmp_path / "nowhere"
+    for args in (["status"], ["status", "--json"], ["follow", "abc"], ["settings", "get"], ["settings", "set",
+                 "k", "1"], ["providers"], ["models"], ["export", "abc"], ["import", "pi", str(tmp_path)],
+                 ["open", "--print"]):
+        done = cli(nowhere, *args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert one_line(done.stderr) == f"pi-host: no host is running on {nowhere}", args
+        assert done.stdout == ""
+    stop = cli(nowhere, "stop")
+    assert stop.returncode == 2
+    assert one_line(stop.stderr) == f"pi-host: nothing to stop: no host is running on {nowhere}"
+    for args in (["sessions"], ["sessions", "--json"], ["show", "abc"], ["search", "x"]):
+        done = cli(nowhere, *args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert "is not a pi-host data directory" in one_line(done.stderr) and done.stdout == ""
+    assert not nowhere.exists()
+
+
+# -- reads on a running host ------------------------------------------------------------------------------------
+
+
+def test_json_shapes_open_print_and_a_missing_session(host: HostProcess) -> None:
+    first, second = _seed(host, titles=("First", "Second"), texts=("hello outsider", "again"))
+    status = json.loads(cli(host.data_dir, "status", "--json").stdout)
+    assert {"version", "bootId", "uptimeMs", "actors", "boot"} <= set(status)
+    assert status["bootId"] == json.loads((host.data_dir / "host.json").read_text())["bootId"]
+    page = json.loads(cli(host.data_dir, "sessions", "--json", "--limit", "1").stdout)
+    assert [s["id"] for s in page["sessions"]] == [second] and page["nextCursor"]  # newest first
+    both = json.loads(cli(host.data_dir, "sessions", "--json").stdout)
+    assert [s["id"] for s in both["sessions"]] == [second, first] and both["nextCursor"] is None
+    human = cli(host.data_dir, "sessions", "--limit", "1").stdout.splitlines()
+    assert len(human) == 1 and human[0].startswith(second)
+    hits = json.loads(cli(host.data_dir, "search", "outsider", "--json").stdout)
+    assert hits["totalSessions"] == 2 and {r["sessionId"] for r in hits["results"]} == {first, second}
+    none = cli(host.data_dir, "search", "zzqqxx")
+    assert none.returncode == 0 and none.stdout == ""
+    window = json.loads(cli(host.data_dir, "show", first, "--json").stdout)
+    assert [m["id"] for m in window["messages"]] == ["m0", "m1"]
+
+    port = host.url.rsplit(":", 1)[1]
+    urls = [cli(host.data_dir, "open", "--print") for _ in range(2)]
+    assert all(u.returncode == 0 for u in urls), urls
+    links = [u.stdout.strip() for u in urls]
+    assert all(link.startswith(f"http://127.0.0.1:{port}/#code=") for link in links), links
+    assert links[0] != links[1] and host.token not in "".join(links)  # a one-time code, never the token
+
+    for args in (["show", "nosuch"], ["follow", "nosuch"], ["export", "nosuch", "--out",
+                                                            str(host.data_dir.parent / "x.md")]):
+        done = cli(host.data_dir, *args)
+        assert done.returncode == 1, (args, done.stderr)
+        assert done.stderr.splitlines()[0] == "pi-host: SESSION_NOT_FOUND: session nosuch not found", args
+        assert "Traceback" not in done.stderr and done.stdout == ""
+    assert not (host.data_dir.parent / "x.md").exists()
+
+
+# -- import and export ------------------------------------------------------------------------------------------
+
+
+def test_import_dry_run_leaves_the_index_and_the_files_alone(tmp_path: Path, host: HostProcess) -> None:
+    project = tmp_path / "claude" / "projects" / "-work-outsider"
+    project.mkdir(parents=True)
+    conv = [gen.User("the dry run word is heron"), gen.Response((("text", "noted"),), ())]
+    for i in range(2):
+        name = f"0d000000-0000-4000-8000-00000000000{i}"
+        (project / f"{name}.jsonl").write_bytes(b"".join(gen.claude_code_lines(conv, session=name)))
+    (existing,) = _seed(host)
+
+    def files() -> list[str]:
+        return sorted(str(p.relative_to(host.data_dir)) for p in host.data_dir.rglob("*")
+                      if p.is_file() and not p.name.startswith(("pi.sqlite", "host.")) and "logs" not in p.parts)
+
+    before_files = files()
+    before_list = cli(host.data_dir, "sessions", "--json").stdout
+    dry = cli(host.data_dir, "import", "claude-code", str(project.parent), "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    summary = json.loads(dry.stdout)
+    assert summary["dryRun"] is True and summary["counts"]["would-new"] == 2
+    assert files() == before_files
+    assert cli(host.data_dir, "sessions", "--json").stdout == before_list
+    assert cli(host.data_dir, "search", "heron").stdout == ""
+    human = cli(host.data_dir, "import", "claude-code", str(project.parent), "--dry-run")
+    assert human.returncode == 0 and "would import 2 session(s)" in human.stdout, human.stdout
+    done = json.loads(cli(host.data_dir, "import", "claude-code", str(project.parent), "--json").stdout)
+    assert done["dryRun"] is False and done["counts"]["new"] == 2  # the dry runs recorded nothing
+    listed = json.loads(cli(host.data_dir, "sessions", "--json").stdout)["sessions"]
+    assert len(listed) == 3 and existing in {s["id"] for s in listed}
