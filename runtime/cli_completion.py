@@ -15,7 +15,7 @@ import argparse
 
 __all__ = ["completion_script"]
 
-SESSION_COMMANDS = ("show", "follow", "chat")
+SESSION_COMMANDS = ("show", "follow", "chat", "export")
 
 
 def _options(parser: argparse.ArgumentParser) -> tuple[list[str], list[str]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -239,6 +240,45 @@ def test_json_shapes_open_print_and_a_missing_session(host: HostProcess) -> None
         assert done.stderr.splitlines()[0] == "pi-host: SESSION_NOT_FOUND: session nosuch not found", args
         assert "Traceback" not in done.stderr and done.stdout == ""
     assert not (host.data_dir.parent / "x.md").exists()
+
+
+# -- completion ---------------------------------------------------------------------------------------------------
+
+
+def _complete(script: str, words: list[str]) -> list[str]:
+    line = " ".join(f'"{w}"' for w in words)
+    code = f'{script}\nCOMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _pi_host; printf "%s\\n" "${{COMPREPLY[@]}}"'
+    done = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=60, env=_env())
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_completion_scripts_parse_and_complete_every_command_and_every_session_argument(host: HostProcess) -> None:
+    """README: ``source <(pi-host completion bash)`` (or ``zsh``) completes commands, options and session ids.
+    ``export <sessionId>`` is in the tour, but its session ids did not complete."""
+    bash = cli(None, "completion", "bash")
+    zsh = cli(None, "completion", "zsh")
+    assert bash.returncode == 0 and zsh.returncode == 0
+    checked = subprocess.run(["bash", "-n"], input=bash.stdout, capture_output=True, text=True, timeout=30)
+    assert checked.returncode == 0, checked.stderr
+    if shutil.which("zsh"):
+        checked = subprocess.run(["zsh", "-n"], input=zsh.stdout, capture_output=True, text=True, timeout=30)
+        assert checked.returncode == 0, checked.stderr
+    sourced = subprocess.run(["bash", "-c", "source <(pi-host completion bash) && complete -p pi-host"],
+                             capture_output=True, text=True, timeout=60, env=_env())
+    assert sourced.returncode == 0 and "_pi_host" in sourced.stdout, sourced.stderr
+    bad = cli(None, "completion", "fish")
+    assert bad.returncode == 2 and "invalid choice: 'fish'" in bad.stderr
+
+    commands = {"serve", "status", "sessions", "show", "search", "follow", "stop", "open", "agent", "chat",
+                "completion", "types", "import", "export", "settings", "providers", "models", "doctor"}
+    assert commands <= set(_complete(bash.stdout, ["pi-host", ""]))
+    assert {"--include-secrets", "--include-thinking", "--format", "--out"} <= set(
+        _complete(bash.stdout, ["pi-host", "export", "--"]))
+    (sid,) = _seed(host)
+    for command in ("show", "follow", "export", "chat"):
+        words = _complete(bash.stdout, ["pi-host", "--data-dir", str(host.data_dir), command, ""])
+        assert sid in words, (command, words)
 
 
 # -- import and export ------------------------------------------------------------------------------------------
