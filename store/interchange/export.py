@@ -174,8 +174,9 @@ class Redactor:
         if isinstance(value, Mapping):
             out: dict[str, Any] = {}
             for key, inner in value.items():
-                if _norm(str(key)) in REF_KEYS:
-                    self.count += 1
+                if _norm(str(key)) in REF_KEYS:  # left out either way; counted when it referred to something
+                    if inner is not None and inner != "" and inner != [] and inner != {}:
+                        self.count += 1
                     continue
                 if isinstance(inner, str) and inner and is_secret_key(str(key), credential_section=False):
                     out[key] = REDACTED

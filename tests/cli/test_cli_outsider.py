@@ -312,3 +312,56 @@ def test_import_dry_run_leaves_the_index_and_the_files_alone(tmp_path: Path, hos
     assert done["dryRun"] is False and done["counts"]["new"] == 2  # the dry runs recorded nothing
     listed = json.loads(cli(host.data_dir, "sessions", "--json").stdout)["sessions"]
     assert len(listed) == 3 and existing in {s["id"] for s in listed}
+
+
+def test_export_formats_on_stdout_secrets_only_when_asked_and_honest_counts(tmp_path: Path,
+                                                                             host: HostProcess) -> None:
+    async def fill() -> tuple[str, str]:
+        async with open_client(host.url, host.token, client_id="cli-outsider-export", client_kind="ui") as c:
+            await c.call("providers.create", {"id": "op", "name": "Outsider", "apiKey": SECRET,
+                                              "baseUrl": "https://example.invalid/v1"})
+            leaky = str((await c.call("session.create", {"title": "Leaky"}))["id"])
+            await c.call("session.appendMessage", {"sessionId": leaky, "message": msg(
+                "u1", f"my key is {SECRET}, keep it safe")})
+            await c.call("session.appendMessage", {"sessionId": leaky, "message": msg(
+                "a1", "", role="assistant", blocks=[
+                    {"type": "thinking", "text": "a private thought"},
+                    {"type": "text", "text": "the reply to the outsider"}])})
+            clean = str((await c.call("session.create", {"title": "Clean"}))["id"])
+            await c.call("session.appendMessage", {"sessionId": clean, "message": msg("c1", "nothing secret")})
+        async with open_client(host.url, host.token, client_id="cli-outsider-agent", client_kind="agent") as c:
+            await c.call("session.startTurn", {"sessionId": clean, "turnId": "t1", "environment": {
+                "version": 1, "connection": {"baseUrl": "http://127.0.0.1:9/v1", "credentialRef": None},
+                "credentialRefs": []}})  # what the reference sidecar sends for its fake model: no credential
+            await c.call("session.appendMessage", {"sessionId": clean, "turnId": "t1", "message": msg(
+                "c2", "a reply", role="assistant")})
+        return leaky, clean
+
+    leaky, clean = trio.run(fill)
+    for fmt in ("md", "html", "jsonl"):
+        plain = cli(host.data_dir, "export", leaky, "--format", fmt)
+        assert plain.returncode == 0, plain.stderr
+        assert "the reply to the outsider" in plain.stdout and SECRET not in plain.stdout, fmt
+        assert "a private thought" not in plain.stdout, fmt
+        full = cli(host.data_dir, "export", leaky, "--format", fmt, "--include-secrets", "--include-thinking")
+        assert full.returncode == 0 and SECRET in full.stdout and "a private thought" in full.stdout, fmt
+        if fmt == "html":
+            assert plain.stdout.lower().startswith("<!doctype html>")
+        if fmt == "jsonl":
+            lines = [json.loads(line) for line in plain.stdout.splitlines()]
+            assert lines[0]["type"] == "session"
+    out = tmp_path / "leaky.md"
+    saved = cli(host.data_dir, "export", leaky, "--out", str(out))
+    assert saved.returncode == 0 and saved.stdout == ""
+    assert SECRET not in out.read_text() and "the reply to the outsider" in out.read_text()
+    assert "exported 2 messages" in saved.stderr and "0 redaction(s)" not in saved.stderr
+    # a session with nothing secret in it reports no redactions, in every format
+    for fmt in ("md", "html", "jsonl"):
+        target = tmp_path / f"clean.{fmt}"
+        done = cli(host.data_dir, "export", clean, "--format", fmt, "--out", str(target))
+        assert done.returncode == 0, done.stderr
+        assert "exported 2 messages" in done.stderr and ", 0 redaction(s))" in done.stderr, (fmt, done.stderr)
+    missing_dir = tmp_path / "no" / "such" / "dir" / "x.md"
+    done = cli(host.data_dir, "export", clean, "--out", str(missing_dir))
+    assert done.returncode != 0 and "Traceback" not in done.stderr and not missing_dir.exists()
+    assert done.stderr.startswith("pi-host: ")
