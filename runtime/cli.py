@@ -11,7 +11,7 @@
     pi-host import claude-code|codex|pi|opencode|pi-host [PATH] [--dry-run] [--json]
     pi-host export SESSION [--format md|html|jsonl] [--out FILE] [--include-thinking] [--include-secrets]
     pi-host settings get [KEY] | set KEY JSON | delete KEY  [--ns NS]   (app: a field of the settings blob)
-    pi-host providers | models [--provider ID]
+    pi-host providers | models [--provider ID]  [--json]
     pi-host doctor [--repair] [--json] [--data-dir D]   (offline; exit 0 clean, 1 repairable/repaired,
                                                         2 damage it cannot repair, 3 refused: host running)
 
@@ -182,9 +182,12 @@ def _config_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     rm.add_argument("key")
     for verb in (get, put, rm):
         verb.add_argument("--ns", default="app", help="namespace (default app: the settings blob)")
-    sub.add_parser("providers", help="list providers (never their keys)", parents=[common])
+    get.add_argument("--json", action="store_true", help="print the result as JSON (it always is)")
+    providers = sub.add_parser("providers", help="list providers (never their keys)", parents=[common])
     models = sub.add_parser("models", help="list the model catalog", parents=[common])
     models.add_argument("--provider", help="one provider's models")
+    for read in (providers, models):  # README: every read takes --json
+        read.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 EXIT_BROKEN_PIPE = 141

@@ -79,14 +79,22 @@ async def _config_command(c: HostClient, command: str, args: argparse.Namespace)
             res = await c.call("settings.delete", {"ns": args.ns, "key": args.key})
             print("deleted" if res["deleted"] else "not set")
     elif command == "providers":
-        for p in (await c.call("providers.list", {}))["providers"]:
+        listed = await c.call("providers.list", {})
+        if args.json:
+            _print(listed)
+            return
+        for p in listed["providers"]:
             key = "key set" if p["hasApiKey"] else "no key"
             owner = f"  (plugin {p['ownerPluginId']})" if p.get("ownerPluginId") else ""
             state = "" if p["enabled"] else "  disabled"
             print(f"{p['id']}  {p['name']}  {p.get('baseUrl') or '-'}  {key}{state}{owner}")
     else:
         params = {"providerId": args.provider} if args.provider else {}
-        for mdl in (await c.call("models.list", params))["models"]:
+        catalog = await c.call("models.list", params)
+        if args.json:
+            _print(catalog)
+            return
+        for mdl in catalog["models"]:
             flags = " deprecated" if mdl["deprecated"] else ""
             print(f"{mdl['providerId']}/{mdl['modelId']}  {mdl['displayName']}  [{mdl['source']}]{flags}")
 

@@ -226,6 +226,15 @@ def test_json_shapes_open_print_and_a_missing_session(host: HostProcess) -> None
     window = json.loads(cli(host.data_dir, "show", first, "--json").stdout)
     assert [m["id"] for m in window["messages"]] == ["m0", "m1"]
 
+    # README: "Every read takes --json" - the configuration reads too
+    for args in (["providers"], ["models"], ["models", "--provider", "none"], ["settings", "get"],
+                 ["settings", "get", "largePasteThreshold"]):
+        read = cli(host.data_dir, *args, "--json")
+        assert read.returncode == 0, (args, read.stderr)
+        json.loads(read.stdout)
+    assert json.loads(cli(host.data_dir, "providers", "--json").stdout) == {"providers": []}
+    assert isinstance(json.loads(cli(host.data_dir, "models", "--json").stdout)["models"], list)
+
     port = host.url.rsplit(":", 1)[1]
     urls = [cli(host.data_dir, "open", "--print") for _ in range(2)]
     assert all(u.returncode == 0 for u in urls), urls
