@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from store.rules import MAX_FOLDER_CHARS, MAX_PRESET_CHARS, MAX_TAGS, MAX_THREAD_ORIGINS
+from store.rules import MAX_FOLDER_CHARS, MAX_PRESET_CHARS, MAX_SESSION_PAGE, MAX_TAGS, MAX_THREAD_ORIGINS
 
 from .models_approvals import UserRequest
 from .models_common import (
@@ -54,7 +54,7 @@ class SessionCreateParams(MutatingParams):
 
 
 class SessionListParams(Params):
-    limit: int = Field(default=50, ge=1, le=500)
+    limit: int = Field(default=50, ge=1, le=MAX_SESSION_PAGE)
     cursor: Cursor | None = None
     project_id: int | None = Field(default=None, ge=1)
 

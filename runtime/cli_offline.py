@@ -28,10 +28,11 @@ from typing import Any
 
 from runtime.cli_client import EXIT_ERROR, EXIT_NO_HOST, HostState, print_error, print_result
 from runtime.datadir import DataDir
-from store.errors import StoreError
+from store.errors import InvalidInput, StoreError
 from store.indexing import index
 from store.indexing.database import open_offline_reader, schema_version
 from store.indexing.reconcile import plan_reconcile
+from store.rules import MAX_SESSION_PAGE, MAX_WINDOW
 from store.search.search import search_sessions
 from store.transcripts import windows
 from store.transcripts.records import wire_record
@@ -83,7 +84,18 @@ def read_offline_command(command: str, args: argparse.Namespace, data_dir: DataD
     return 0
 
 
+def _check_bounds(command: str, args: argparse.Namespace) -> None:
+    """The bounds the host's params enforce (session.list, session.get): out of them an offline read answers
+    INVALID_PARAMS as the host would, not an empty listing (``--limit 0``) or a window of nothing."""
+    limit_max = MAX_SESSION_PAGE if command == "sessions" else MAX_WINDOW if command == "show" else None
+    if limit_max is not None and not 1 <= args.limit <= limit_max:
+        raise InvalidInput(f"limit must be an integer in 1..{limit_max}", data={"field": "limit"})
+    if command == "show" and args.before is not None and args.before < 0:
+        raise InvalidInput("before must be an integer >= 0", data={"field": "before"})
+
+
 def read_offline(data_dir: DataDir, command: str, args: argparse.Namespace) -> dict[str, Any]:
+    _check_bounds(command, args)
     with _shared_lock(data_dir):
         try:
             conn = open_offline_reader(data_dir.db_path)

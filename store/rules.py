@@ -43,6 +43,8 @@ DEFAULT_WINDOW: Final = 100
 """``session.get`` without ``messageLimit`` (UI clients; a sidecar gets the whole transcript)."""
 MAX_WINDOW: Final = 5000
 """Largest ``messageLimit`` of ``session.get``."""
+MAX_SESSION_PAGE: Final = 500
+"""Largest ``limit`` of ``session.list`` (and of ``pi-host sessions`` offline)."""
 EVENT_RECORD_MAX: Final = 8 * 1024
 """A ``session.message`` event carries the record only up to this many bytes (else by ref only)."""
 

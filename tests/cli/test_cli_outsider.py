@@ -251,6 +251,38 @@ def test_json_shapes_open_print_and_a_missing_session(host: HostProcess) -> None
     assert not (host.data_dir.parent / "x.md").exists()
 
 
+def test_offline_reads_refuse_the_bounds_the_host_refuses(tmp_path: Path) -> None:
+    """README: ``sessions``, ``show`` and ``search`` "also work with no host running" and a test holds their
+    output equal online and offline. Out of the host's bounds they were not: ``sessions --limit 0`` (or -1)
+    and ``show --limit 0`` / ``--before -1`` printed an empty listing with exit 0 offline, where the host
+    answers INVALID_PARAMS (exit 1)."""
+    host = start_host_process(tmp_path / "data")
+    try:
+        (sid,) = _seed(host)
+        bad = (["sessions", "--limit", "0"], ["sessions", "--limit", "-1"], ["sessions", "--limit", "501"],
+               ["show", sid, "--limit", "0"], ["show", sid, "--limit", "5001"], ["show", sid, "--before", "-1"],
+               ["search", "hello", "--limit", "0"])
+        good = (["sessions", "--limit", "500", "--json"], ["show", sid, "--limit", "5000", "--json"],
+                ["show", sid, "--before", "0", "--json"])
+        online_good = []
+        for args in bad:
+            done = cli(host.data_dir, *args)
+            assert done.returncode == 1 and done.stderr.startswith("pi-host: INVALID_PARAMS: "), (args, done.stderr)
+        for args in good:
+            done = cli(host.data_dir, *args)
+            assert done.returncode == 0, (args, done.stderr)
+            online_good.append(json.loads(done.stdout))
+    finally:
+        host.terminate()
+    for args in bad:
+        done = cli(host.data_dir, *args)
+        assert done.returncode == 1, (args, done.returncode, done.stdout, done.stderr)
+        assert done.stderr.startswith("pi-host: INVALID_PARAMS: ") and done.stdout == "", (args, done.stderr)
+    for args, online in zip(good, online_good, strict=True):
+        done = cli(host.data_dir, *args)
+        assert done.returncode == 0 and json.loads(done.stdout) == online, (args, done.stderr)
+
+
 # -- completion ---------------------------------------------------------------------------------------------------
 
 
