@@ -57,7 +57,8 @@ def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
         "    if ((skip)); then skip=0; continue; fi",
         '    case "$w" in',
         f'      {"|".join(sorted(valued))}) skip=1;'
-        ' [[ $w == --data-dir ]] && dd=(--data-dir "${COMP_WORDS[i+1]}") ;;',
+        ' [[ $w == --data-dir ]] && dd+=(--data-dir "${COMP_WORDS[i+1]}") ;;',
+        "      --dev) dd+=(--dev) ;;",  # ids of the development root, as the command itself would read
         "      -*) ;;",
         '      *) [[ -z $cmd ]] && cmd="$w" ;;',
         "    esac",

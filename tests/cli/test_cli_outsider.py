@@ -286,10 +286,10 @@ def test_offline_reads_refuse_the_bounds_the_host_refuses(tmp_path: Path) -> Non
 # -- completion ---------------------------------------------------------------------------------------------------
 
 
-def _complete(script: str, words: list[str]) -> list[str]:
+def _complete(script: str, words: list[str], env: dict[str, str] | None = None) -> list[str]:
     line = " ".join(f'"{w}"' for w in words)
     code = f'{script}\nCOMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _pi_host; printf "%s\\n" "${{COMPREPLY[@]}}"'
-    done = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=60, env=_env())
+    done = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=60, env=_env(env))
     assert done.returncode == 0, done.stderr
     return done.stdout.split()
 
@@ -320,6 +320,24 @@ def test_completion_scripts_parse_and_complete_every_command_and_every_session_a
     for command in ("show", "follow", "export", "chat"):
         words = _complete(bash.stdout, ["pi-host", "--data-dir", str(host.data_dir), command, ""])
         assert sid in words, (command, words)
+
+
+def test_completion_offers_the_session_ids_of_the_development_root_after_dev(tmp_path: Path) -> None:
+    """README: ``--dev`` picks ``~/.pi-desktop-dev`` for every command, and completion completes session ids;
+    after ``--dev`` it listed the ids of the packaged root instead (only ``--data-dir`` reached the lookup)."""
+    home = tmp_path / "home"
+    host = start_host_process(home / ".pi-desktop-dev")
+    try:
+        (sid,) = _seed(host)
+    finally:
+        host.terminate()
+    script = cli(None, "completion", "bash").stdout
+    env = {"HOME": str(home)}
+    for words in (["pi-host", "--dev", "show", ""], ["pi-host", "show", "--dev", ""],
+                  ["pi-host", "--dev", "export", ""]):
+        assert sid in _complete(script, words, env), words
+    assert sid not in _complete(script, ["pi-host", "show", ""], env)  # the packaged root holds no session
+    assert not (home / ".pi-desktop").exists()
 
 
 # -- import and export ------------------------------------------------------------------------------------------
