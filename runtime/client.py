@@ -419,20 +419,27 @@ async def _websocket(
     port = parts.port or (443 if secure else 80)
     resource = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     host_header = parts.hostname if port in (80, 443) else f"{parts.hostname}:{port}"
-    with trio.fail_after(_CONNECT_TIMEOUT):
-        if secure:
-            stream: trio.abc.Stream = await trio.open_ssl_over_tcp_stream(
-                parts.hostname, port, ssl_context=ssl.create_default_context(), https_compatible=True)
-        else:
-            stream = await trio.open_tcp_stream(parts.hostname, port)
+    try:
+        with trio.fail_after(_CONNECT_TIMEOUT):
+            if secure:
+                stream: trio.abc.Stream = await trio.open_ssl_over_tcp_stream(
+                    parts.hostname, port, ssl_context=ssl.create_default_context(), https_compatible=True)
+            else:
+                stream = await trio.open_tcp_stream(parts.hostname, port)
+    except trio.TooSlowError:  # an OSError, as every other way a connect fails
+        raise TimeoutError(f"no connection to {url} within {_CONNECT_TIMEOUT:g} s") from None
     try:
         async with trio.open_nursery() as nursery:
             watched = _HandshakeWatch(stream)
             closed_early = watched.scope = trio.CancelScope()
-            with trio.fail_after(_CONNECT_TIMEOUT), closed_early:
-                ws = await wrap_client_stream(nursery, watched, host_header, resource,  # type: ignore[arg-type]
-                                              extra_headers=headers, max_message_size=max_message_size,
-                                              receive_buffer_size=_RECEIVE_BUFFER)
+            try:
+                with trio.fail_after(_CONNECT_TIMEOUT), closed_early:
+                    ws = await wrap_client_stream(nursery, watched, host_header, resource,  # type: ignore[arg-type]
+                                                  extra_headers=headers, max_message_size=max_message_size,
+                                                  receive_buffer_size=_RECEIVE_BUFFER)
+            except trio.TooSlowError:  # a host that accepts but never answers (stopped, hung): not a traceback
+                raise HandshakeError(f"the host accepted the connection but did not answer the WebSocket handshake "
+                                     f"within {_CONNECT_TIMEOUT:g} s (is it stopped or hung?)") from None
             if closed_early.cancelled_caught:
                 # trio-websocket 0.12 waits for a handshake reply that can no longer come (until the
                 # connect timeout) when the host closes the connection first (it died, or is stopping)

@@ -183,6 +183,32 @@ def test_stop_gives_up_after_its_timeout_and_the_host_still_stops_cleanly(host: 
     assert (host.data_dir / "clean-shutdown").exists() and not (host.data_dir / "host.json").exists()
 
 
+HUNG_DRIVER = """
+import sys
+import runtime.client
+runtime.client._CONNECT_TIMEOUT = 1.0  # the 60 s a real run waits, shortened
+from runtime.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_host_that_never_answers_is_one_line_not_a_traceback(host: HostProcess) -> None:
+    """A stopped (SIGSTOP) or hung host accepts the TCP connection and never answers the WebSocket
+    handshake: after the connect timeout every client command printed a 60-line ExceptionGroup traceback
+    ending in trio.TooSlowError instead of the one line naming the problem."""
+    os.kill(host.proc.pid, signal.SIGSTOP)
+    try:
+        for args in (["status"], ["sessions"], ["settings", "get"], ["export", "abc"]):
+            done = subprocess.run([sys.executable, "-c", HUNG_DRIVER, "--data-dir", str(host.data_dir), *args],
+                                  cwd=REPO, capture_output=True, text=True, timeout=60, env=_env())
+            assert done.returncode == 2, (args, done.returncode, done.stderr[-2000:])
+            line = one_line(done.stderr)
+            assert line.startswith("pi-host: the host ") and " did not answer (" in line, (args, line)
+            assert "did not answer the WebSocket handshake within 1 s" in line, (args, line)
+    finally:
+        os.kill(host.proc.pid, signal.SIGCONT)
+
+
 # -- no host --------------------------------------------------------------------------------------------------
 
 
