@@ -3,11 +3,12 @@ point (``python -m runtime.cli``) in subprocesses against real host processes.
 
 What tests/cli, tests/doctor, tests/imports and tests/settings already cover is left to them; this file
 checks what they leave out: how ``stop`` and ``status`` read a ``host.json`` whose pid is a zombie, a live
-stranger or no process at all (``stop`` must never signal anything but the host); ``stop --timeout``;
-every client command without a host (one line, nothing created); the ``--json`` shapes and ``open --print``;
-completion scripts that their shell parses and that complete the session ids of every command taking one;
-``import --dry-run`` leaving the index alone; and ``export`` on stdout in its three formats, with secrets
-only when asked and a redaction count that counts redactions.
+stranger or no process at all (``stop`` must never signal anything but the host); ``stop --timeout``; a host
+that accepts connections but never answers; every client command without a host (one line, nothing
+created); the ``--json`` shapes of every read and ``open --print``; offline reads refusing what the host
+refuses; completion scripts that their shell parses and that complete the session ids of every command
+taking one, in the root ``--dev`` names; ``import --dry-run`` leaving the index alone; and ``export`` on
+stdout in its three formats, with secrets only when asked and a redaction count that counts redactions.
 """
 
 from __future__ import annotations
