@@ -47,6 +47,11 @@ def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
     except DataDirUnsafe as exc:
         print(f"pi-host: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a file, a folder it may not write, a read-only disk: one line, as for a busy port
+        why = "it is not a folder" if isinstance(exc, FileExistsError) else exc.strerror or str(exc)
+        where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(data_dir.root) else ""
+        print(f"pi-host: cannot use {data_dir.root} as the data directory: {why}{where}", file=sys.stderr)
+        return 2
     setup_logging(data_dir.logs_dir, stderr=not args.quiet)
     tune_allocator()
     raise_fd_limit()

@@ -210,6 +210,18 @@ def test_a_host_that_never_answers_is_one_line_not_a_traceback(host: HostProcess
         os.kill(host.proc.pid, signal.SIGCONT)
 
 
+def test_serve_on_a_file_for_a_data_dir_is_one_line(tmp_path: Path) -> None:
+    """``serve --data-dir`` naming a file (or a path below one) ended in a FileExistsError /
+    NotADirectoryError traceback; every other refusal of ``serve`` is one line."""
+    a_file = tmp_path / "afile"
+    a_file.write_text("mine\n")
+    for root, why in ((a_file, "it is not a folder"), (a_file / "below", "Not a directory")):
+        done = cli(root, "serve", "--port", "0", "--quiet")
+        assert done.returncode == 2, done.stderr
+        assert one_line(done.stderr) == f"pi-host: cannot use {root} as the data directory: {why}"
+    assert a_file.read_text() == "mine\n"
+
+
 # -- no host --------------------------------------------------------------------------------------------------
 
 
