@@ -11,7 +11,14 @@ from typing import Any
 from runtime.client import HostClient, RpcError, open_client
 from tests.hostkit import HostProcess, msg, start_host_process
 
-__all__ = ["code_of", "error_of", "real_host", "say"]
+__all__ = ["code_of", "data_dir", "error_of", "real_host", "say"]
+
+
+def data_dir(tmp_path: Path) -> Path:
+    """A new, empty data directory under ``tmp_path``."""
+    root = tmp_path / "data"
+    root.mkdir()
+    return root
 
 
 @asynccontextmanager

@@ -17,7 +17,7 @@ from typing import Any
 import trio
 
 from runtime.client import HostClient, open_client
-from tests.acceptance.outsiderkit import code_of, error_of, real_host, say
+from tests.acceptance.outsiderkit import code_of, data_dir, error_of, real_host, say
 from tests.hostkit import HostProcess, call_killed_at, msg
 from tests.importers.test_pi_branches import HEADER, STAGE_3, entry
 
@@ -56,8 +56,7 @@ async def test_a_keyed_tombstone_retried_after_kill9_and_a_lost_database_is_answ
     ``del-1`` is undone by ``restoreMessage`` (another key); the host is SIGKILLed and its database lost; the
     retry of ``del-1`` answers ``deleted: true`` again but must not hide the message a second time, and the
     same key sent with the restore's method is a conflict."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(data) as (_proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -86,8 +85,7 @@ async def test_one_key_sent_on_two_connections_at_once_writes_one_tombstone(tmp_
     """Seed 000 §2.4 and protocol/README §4: two requests with the same clientId + submissionId that arrive
     at the same time run once; both get the one stored response. Eight concurrent copies of a keyed
     ``deleteMessage`` over two connections of one client leave exactly one tombstone line."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(data) as (proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -116,8 +114,7 @@ async def test_a_history_whose_every_message_is_tombstoned_derives_nothing_and_t
     ancestor. When nothing is visible, the derived history is empty and the leaf has no visible ancestor
     (also after a SIGKILL); a message appended then starts a new root, and restoring one tombstone brings
     exactly it back before the new message."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(data) as (_proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -146,8 +143,7 @@ async def test_a_tombstoned_leaf_survives_kill9_and_a_lost_database_and_restores
     """Seed 000 §1 "recovery replays nodes rather than deserializing a separate snapshot" and §3.3: the
     tombstone of the leaf is a durable node; after a SIGKILL and the loss of the database the replayed tree
     still ends at the visible ancestor, and restoring the message makes it the leaf again."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(data) as (_proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -171,8 +167,7 @@ async def test_a_keyed_tombstone_killed_after_its_line_is_durable_keeps_its_rece
     fsynced and the host dies before it answers (and before any index commit). The effect never exists
     without its receipt: after the restart the retry answers ``deleted: true`` and writes no second
     tombstone, and the same key naming another message is IDEMPOTENCY_CONFLICT and hides nothing."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(data) as (_proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -194,8 +189,7 @@ async def test_a_keyed_regenerate_killed_after_archiving_makes_one_sibling_once(
     the worst moment: the regenerate's archive of the cut reply is written and the host dies before the
     transcript is rewritten. After the restart the keyed retry answers once and the tree holds the old reply
     as exactly one archived sibling — never two copies, never lost."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(data) as (_proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -219,8 +213,7 @@ async def test_a_stale_keyed_edit_retried_after_later_rewrites_and_a_lost_databa
     """Seed 000 §2.4 + §3.2: an edit keyed ``edit-1`` is followed by a regenerate keyed ``regen-2`` (each
     rewrite archives a branch); the host is SIGKILLed and its database lost. The late retry of ``edit-1``
     answers what it answered and cuts nothing: the newest branch stays the visible history."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(data) as (_proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -249,8 +242,7 @@ async def test_switching_back_to_a_branch_follows_its_newest_descendants(tmp_pat
     descendants when switching." Branch B of the first reply itself grew a regenerated second reply; after
     switching to branch A and back to B, the history ends at B's newest second reply, not its first. The
     same holds after a SIGKILL."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(data) as (_proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -293,8 +285,7 @@ async def test_an_orphaned_subtree_newer_than_every_reachable_leaf_is_not_the_fa
     sequence overall is unreachable, so the fallback is e8, the highest *reachable* leaf. The notice is
     produced once: a SIGKILL, the loss of the database and a second import of the unchanged file do not
     add another."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     entries = [*STAGE_3, entry("e9", "gone", "user", "orphan q", 9),
                entry("e10", "e9", "assistant", "orphan a", 10), entry("e11", "e10", "user", "orphan q2", 11)]
     source = _pi_file(tmp_path / "src", entries)
@@ -338,8 +329,7 @@ async def test_a_keyed_start_turn_retried_after_kill9_answers_the_stored_snapsho
     ``startTurn`` after a SIGKILL answers the stored response (same digest) whatever the restart did to the
     turn, and the same key with a snapshot that differs only in its browser submission context is an
     IDEMPOTENCY_CONFLICT that stores nothing."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(data, kind="agent") as (_proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -359,8 +349,7 @@ async def test_a_snapshot_edited_on_disk_under_its_old_digest_is_refused_after_a
     """Seed 000 §4: "Recovery rejects ... digest mismatch". The stored snapshot's browser submission context
     is changed behind the host's back (digest and version untouched); after a SIGKILL and restart every
     reader refuses it with CORRUPT_DATA, and an untouched sibling turn still reads back."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(data, kind="agent") as (_proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -405,8 +394,7 @@ async def test_snapshot_size_and_depth_limits_refuse_only_past_the_limit(tmp_pat
     (leaving most sections out) and one exactly 32 levels deep are stored and read back verified after a
     SIGKILL; one byte more, or one level more, is refused and stores nothing. (The host used to count the
     empty sections it fills in for what the client left out, and refused the exact-limit snapshot.)"""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     limit = 1024 * 1024
     exact: dict[str, Any] = {"version": 1, "systemPrompt": "", "model": {"id": "m1"}}
     exact["systemPrompt"] = "p" * (limit - _canonical_size(exact))
@@ -445,8 +433,7 @@ async def test_a_secret_rotated_twice_across_kills_still_verifies_and_a_swapped_
     binding drift. The secret behind the snapshot's reference is rotated twice, with a SIGKILL after each;
     verification still passes with the same digest, and the snapshot never holds a secret value. A
     reference that is gone is drift."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(data, kind="agent") as (_proc, c):
             await c.call("secrets.set", {"ref": "provider/p1", "value": "first-value"})
@@ -486,8 +473,7 @@ async def test_the_budget_is_200_mb_and_eviction_starts_only_one_byte_past_it(tm
     exactly the budget evicts nothing, a budget one byte below usage evicts exactly the oldest blob outside
     the active session — and a keyed retry of that GC after a SIGKILL answers the same and evicts nothing
     more, although usage is still over a budget lowered meanwhile."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(data) as (_proc, c):
             assert (await c.call("attachments.estimate", {}))["budgetBytes"] == 200 * 1024 * 1024
@@ -554,8 +540,7 @@ async def test_an_evicted_blobs_references_stay_marked_after_the_database_is_los
     ``evicted: true`` and ``attachments.get`` says ``evicted``; storing the bytes again revives it and
     clears the marks. (The marks used to live in the database only: the block read back unmarked and
     ``attachments.get`` answered NOT_FOUND.)"""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(data) as (_proc, c):
             active = (await c.call("session.create", {}))["id"]
@@ -584,8 +569,7 @@ async def test_concurrent_copies_of_a_keyed_gc_evict_once_and_answer_alike(tmp_p
     """Seed 000 §5 with §2.4: four copies of one keyed ``attachments.gc`` sent at once on two connections run
     once: every copy answers the same eviction (the oldest blob outside the active session, which brings
     usage under the budget), and no copy evicts another blob."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(data) as (proc, c):
             active = (await c.call("session.create", {}))["id"]
@@ -613,8 +597,7 @@ async def test_racing_answers_to_one_approval_leave_one_winner_and_a_keyed_answe
     one approval at once with different keys — exactly one wins, the other is CONFLICT. The winner's keyed
     answer, retried after a SIGKILL, is answered from its receipt (not refused as interrupted or answered);
     a question answered the same way replays too."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(data, kind="agent", client_id="sidecar") as (proc, sc):
             sid = (await sc.call("session.create", {}))["id"]
@@ -657,8 +640,7 @@ async def test_a_key_belongs_to_its_client_and_a_failure_leaves_no_receipt(tmp_p
     submissionId is another request: it runs (no replay, no conflict). And only a terminal success is
     stored: a keyed tombstone of a message that does not exist yet fails, and its retry once the message
     exists runs for real."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(data, client_id="client-a") as (proc, a):
             sid = (await a.call("session.create", {}))["id"]
@@ -687,8 +669,7 @@ async def test_concurrent_copies_of_a_keyed_start_turn_start_one_turn(tmp_path: 
     """Seed 000 §2.4 + §4: six copies of one keyed ``startTurn`` (with its snapshot) sent at once on two
     connections start one turn with one snapshot; every copy gets the same answer, and a differently keyed
     start of another turn meanwhile is a CONFLICT (one running turn per session)."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(data, kind="agent") as (proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -714,8 +695,7 @@ async def test_a_tombstone_does_not_hide_a_new_message_that_reuses_the_id_after_
     (the edit reuses the id, as the first pass's root edits do): the edited prompt is a new sibling node and
     must be visible, in the tree and in the context, also after a SIGKILL; the deleted original stays
     deleted on its archived branch."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(data) as (_proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -744,8 +724,7 @@ async def test_appends_racing_a_thread_delete_never_resurrect_it(tmp_path: Path)
     on two other connections race a keyed delete: whatever was admitted before it goes with the session,
     everything after it is SESSION_NOT_FOUND, and after a SIGKILL and a restart the session is still gone
     (no stub, no transcript) while the delete's retry answers what it answered."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(data) as (proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -780,8 +759,7 @@ async def test_a_retry_with_its_params_in_another_key_order_is_the_same_request(
     """Seed 000 §2.4: the fingerprint is of the request, not of its bytes on the wire (transport identity
     excluded). A keyed startTurn and a keyed append retried after a SIGKILL with every object's keys in
     reverse order — nested snapshot sections and message blocks included — are replays, not conflicts."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
 
     def reversed_keys(value: Any) -> Any:
         if isinstance(value, dict):
@@ -813,8 +791,7 @@ async def test_a_thread_deleted_mid_turn_is_not_brought_back_by_its_checkpoint_a
     streams (a checkpoint saved, a question pending); the sidecar's late calls are refused; after a SIGKILL
     the boot's in-flight sweep must not promote the checkpoint into a resurrected session, and nothing of
     the turn is left to answer."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(data, kind="agent", client_id="sidecar") as (proc, sc):
             sid = (await sc.call("session.create", {}))["id"]
@@ -848,8 +825,7 @@ async def test_one_message_id_in_two_threads_is_tombstoned_only_where_it_was_del
     """Seed 000 §3.3/§3.4 ("A parent must exist in the same Thread"): nodes belong to their Thread. Two
     sessions each hold a message the client named ``m1``; tombstoning it in the second hides it there only,
     also after a SIGKILL and the loss of the database; restoring it there brings it back there only."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(data) as (_proc, c):
             first = (await c.call("session.create", {}))["id"]
@@ -876,8 +852,7 @@ async def test_a_receipt_keeps_a_fingerprint_not_the_input_text(tmp_path: Path) 
     keyed calls whose input carries text their answers do not echo (an append, a start with a system prompt,
     a queued prompt), no receipt — neither the database rows nor the receipt an append carries in its
     transcript line — holds that text; the fingerprint is a SHA-256 hex digest. Checked after a SIGKILL."""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     marker = "zq-unrepeatable-input-text-7f3a"
     with trio.fail_after(60):
         async with real_host(data, kind="agent") as (_proc, c):
@@ -909,8 +884,7 @@ async def test_a_replayed_secret_write_never_rolls_a_rotated_secret_back(tmp_pat
     not put the old value back: the reference still holds the rotated one and the snapshot still verifies.
     (After the loss of the database such a stale retry is not recognised: protocol/README §4 keeps only the
     latest write's receipt in the secret's file.)"""
-    data = tmp_path / "data"
-    data.mkdir()
+    data = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(data, kind="agent") as (_proc, c):
             first = await c.call("secrets.set", {"ref": "provider/p1", "value": "old-value", "submissionId": "sec-1"})

@@ -13,14 +13,8 @@ from typing import Any
 import trio
 
 from runtime.client import ClientClosed, HostClient, open_client
-from tests.acceptance.outsiderkit import code_of, error_of, real_host, say
+from tests.acceptance.outsiderkit import code_of, data_dir, error_of, real_host, say
 from tests.hostkit import call_killed_at, msg, start_host_process
-
-
-def _data(tmp_path: Path) -> Path:
-    root = tmp_path / "data"
-    root.mkdir()
-    return root
 
 
 async def _full(c: HostClient, sid: str) -> dict[str, Any]:
@@ -65,7 +59,7 @@ async def test_item1_every_block_kind_usage_and_a_large_tool_result_survive_kill
     with every known block type, unknown ones, a usage/model meta and a 200 kB tool result in one message;
     identical after a SIGKILL, after a clean restart, and after the whole index is deleted (content reloads
     from sessions/<id>.jsonl). The transcript file itself is never rewritten by any of the restarts."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     meta = {"usage": {"input": 1830, "output": 412, "cacheRead": 0, "cost": {"total": 0.0123}},
             "modelId": "claude-sonnet-4", "providerId": "anthropic", "stopReason": "toolUse",
             "custom": {"unknownField": [1, {"b": None}]}}
@@ -107,7 +101,7 @@ async def test_item3_kill_with_running_turn_checkpoint_and_torn_tail_in_one_sess
     an in-flight checkpoint and a torn line after the last whole one. After the restart the turn is aborted,
     the checkpoint is promoted as an interrupted assistant row of that turn, the torn line is gone, the next
     append is a whole line of its own, and a second restart reads the same."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -156,7 +150,7 @@ async def test_item4_lost_index_commit_then_truncate_rewrite_makes_search_find_i
     misses it only until the next transcript rewrite" — the rewrite here is a truncateFrom (regenerate) of a
     *later* message, and then a replaceMessages: after each, search finds the once-lost message; the
     session's message count and ids agree with the file."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(120):
         async with real_host(root, client_id="test") as (proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -186,7 +180,7 @@ async def test_item4_lost_index_commit_then_truncate_rewrite_makes_search_find_i
 async def test_item4_lost_index_commit_replay_of_the_same_append_is_a_no_op(tmp_path: Path) -> None:
     """§11.4 with the outbox's retry: the append whose index commit was lost is sent again after the restart
     (same id): it is a no-op — one line in the file, one row, one message in the read."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, client_id="test") as (proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -239,7 +233,7 @@ async def test_item7_cjk_and_ascii_substrings_never_span_two_messages(tmp_path: 
     """§11.7 "FTS finds CJK and ASCII substrings across sessions": a substring inside a message is found in
     every session holding it; a needle whose halves sit in two adjacent messages (or in a thinking block and
     the answer) is found nowhere."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(root, kind="agent") as (proc, c):
             a = (await c.call("session.create", {}))["id"]
@@ -264,7 +258,7 @@ async def test_item7_delete_removes_every_file_and_its_search_rows_even_after_a_
     """§11.7 "deleting a session removes its index entries and both session files" — with a revisions file
     and an in-flight checkpoint present too; SIGKILL right after the delete answered, restart: no file is
     back, search, list and get know nothing of it, the other session is untouched."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
             gone = (await c.call("session.create", {}))["id"]
@@ -309,7 +303,7 @@ async def test_item13_a_branch_that_grew_after_its_archive_comes_back_whole_afte
     more exchanges land on it; switching to variant 1, SIGKILL, restart, switching back must restore all of
     variant 2 (with each message's turn), the root reloads with revisionCount / activeRevision, the
     revisions file only grows, and after the index is lost the variants are still listed and switchable."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(120):
         async with real_host(root, kind="agent") as (proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -368,7 +362,7 @@ async def test_item13_repeated_turns_over_one_live_branch_cost_the_revisions_fil
     """§11.13 "A branch that is still live is referenced, not copied, so repeated turns over one branch cost
     the file nothing": archiving the same live branch after every turn, while a 40 kB message sits in it,
     adds no bytes that grow with the branch (each archive is at most one constant-size reference line)."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(root, kind="agent") as (proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -395,7 +389,7 @@ async def test_item14_concurrent_terminal_updates_make_one_notification_and_abor
     (completed) for one turn sent at once from two clients give one notification (exactly one reply carries
     it); completed racing error: one wins, the loser is CONFLICT, one notification of the winner's kind;
     aborted then completed: CONFLICT, none. All of it holds after a SIGKILL + restart."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
             async with open_client(proc.url, proc.token, client_id="second", client_kind="agent") as c2:
@@ -444,7 +438,7 @@ async def test_item14_the_newest_200_cap_keeps_the_newest_through_a_kill(tmp_pat
     """§11.14 "the newest-200 cap survives restart": 205 completed turns leave the newest 200 (the 5 oldest
     gone), the same after SIGKILL + restart, and a turn ending after the restart still evicts exactly the
     oldest."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(120):
         async with real_host(root, kind="agent") as (proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -474,7 +468,7 @@ async def test_steering_terminal_final_replaces_the_streaming_reservation_in_pla
     assistant "updates exactly that transcript line and search text, retaining sequence, owning turn and
     every other row"; "Late partial snapshots and duplicate terminal snapshots cannot overwrite the settled
     result". Read back the same after SIGKILL and after the index is lost."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -525,7 +519,7 @@ async def test_steering_crash_promotes_the_latest_checkpoint_in_the_reserved_pos
     same position." An empty provisional row, a steering row after it, two checkpoints, SIGKILL: after the
     restart the reply sits before the steering row with the newest checkpoint's content, once; the turn is
     aborted; a final sent again after the restart replaces the promoted row (README §4)."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
             sid = await _steered_reservation(c, "", blocks=[])
@@ -556,7 +550,7 @@ async def test_steering_remapped_id_replay_is_a_no_op_across_restart_and_index_l
     """Steering paragraph 2: "If messages.id already belongs to another session, the host remaps to
     {sessionId}:{id} before any JSONL write; a replay of the original id is a no-op against that remapped
     row" — after a SIGKILL and after the index is lost too: one row, one line, the other session intact."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
             a = (await c.call("session.create", {}))["id"]
@@ -600,7 +594,7 @@ async def test_item18_one_restart_interrupts_a_pending_goal_a_queued_goal_and_a_
     states in one restart: the pending goal session stays goal, the queued goal and running plan sessions
     stay agent, every turn is aborted, nothing is pending, no execution can start or finish, every stale
     answer (approve, reject, exact retry aside) is CONFLICT, and the artifact files are untouched."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     ws = tmp_path / "ws"
     ws.mkdir()
     with trio.fail_after(90):
@@ -666,7 +660,7 @@ async def test_item20_import_killed_between_file_and_row_then_a_keyless_retry_ma
     file was linked and before its rows committed, and the retry carries no receipt key (a plugin that lost
     its outbox): one session with the messages once, one listed session, and a third import is created:
     false with the same id — also after another SIGKILL."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     imported = {"sourceId": "chatlog", "externalId": "conv-7", "title": "Imported",
                 "messages": [msg("u1", "capybara question"), msg("a1", "capybara answer", role="assistant")]}
     with trio.fail_after(90):
@@ -715,7 +709,7 @@ async def test_item21_hop_budget_edges_and_a_held_budget_across_a_kill(tmp_path:
     its handling turn cannot forward; 16 (the maximum) forwards as 15; 17 is refused before any write. A
     queued delivery with one hop left is held across a SIGKILL with its budget: after the restart its turn
     forwards once (0) and the next hop is LIMIT_EXCEEDED."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
             a, b, d, e, f = [(await c.call("session.create", {"title": n, "permissionMode": "ask"}))["id"]
@@ -762,7 +756,7 @@ async def test_item21_permission_ceiling_edges_with_inherit_and_after_a_kill(tmp
     app default), so an accept-edits target is refused. A target raised above the snapshotted ceiling after
     the delivery, then SIGKILL + restart: beginning it is still PERMISSION_DENIED and the delivery stays
     queued with no input row."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
             mk = {m: (await c.call("session.create", {"title": m, "permissionMode": m}))["id"]
@@ -803,7 +797,7 @@ async def test_steering_a_settled_final_is_never_overwritten_by_its_stale_checkp
     result" — the checkpoint saved before the final replaced the reservation must not be promoted over the
     final when the host is killed while the turn still runs; an empty checkpoint is kept while the indexed
     row is streaming (README §6), a checkpoint after the final is dropped."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
             sid = await _steered_reservation(c, "reserv")
@@ -830,7 +824,7 @@ async def test_item7_a_delete_killed_midway_is_all_or_nothing_and_its_retry_fini
     delete is logged leaves no half-deleted session after the restart (either it reads back whole with its
     search rows, or nothing of it is left); the client's retry of the delete then leaves no file, no row
     and no search hit — and the session does not come back after yet another restart."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(120):
         async with real_host(root, kind="ui", client_id="test") as (proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -867,7 +861,7 @@ async def test_item12_thinking_stays_out_of_search_through_edits_rewrites_and_a_
     text excludes thinking content" — after a replaceMessages that edits both the thinking and the answer,
     after a truncateFrom + new reply, after a revision switch and after the index is rebuilt from files:
     thinking words never match, answer words always do, and the blocks read back separately."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
 
     def reply(mid: str, think: str, say_: str) -> dict[str, Any]:
         return msg(mid, "", role="assistant", blocks=[{"type": "thinking", "text": think, "signature": "s"},
@@ -912,7 +906,7 @@ async def test_steering_a_remapped_streaming_reservation_is_replaced_by_its_fina
     another session, so it is stored as {sessionId}:{id}; the terminal final sent under the original id
     replaces that remapped row in place (not a replay, not a conflict), and in a second session a crash
     promotes the checkpoint into the remapped reservation's position; the other session is never touched."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
             owner = (await c.call("session.create", {}))["id"]
@@ -961,7 +955,7 @@ async def test_item3_a_whole_last_line_without_its_newline_reads_consistently(tm
     """§11.3 / §2.1 "a torn trailing line is skipped on read": a kill can also leave a complete JSON record
     whose newline never reached the disk. Whatever the host decides for it, the read, the message count and
     search agree, the next append is a whole line of its own, and a second restart reads the same."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -996,7 +990,7 @@ async def test_item13_a_legacy_revisions_file_reads_back_message_for_message_aft
     wins"): the revisions file is replaced by the full-copy lines an older build would have written (the
     live variant stored in full too, variant 1 refreshed once), the index is deleted, and after the restart
     both variants are listed and each switch restores its messages exactly; the file only grows."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -1044,7 +1038,7 @@ async def test_item19_a_session_switched_to_goal_under_a_running_run_cannot_prop
     agent session, the session then switched to goal (or plan): plans.submit from that run is refused with
     that code and writes no .pi file; after the run ends a proposal is accepted, and neither the agent
     sidecar nor a plugin can answer it (PERMISSION_DENIED, still pending) — only a person can."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     ws = tmp_path / "ws"
     ws.mkdir()
     with trio.fail_after(90):
@@ -1089,7 +1083,7 @@ async def test_item14_an_end_turn_killed_before_its_commit_leaves_no_notificatio
     turn is aborted (§11.3), its unlanded checkpoint is promoted as interrupted, there is no notification,
     and the sidecar's retry of the completion is stale (CONFLICT) and creates none; a second restart
     changes nothing."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(90):
         crashing = start_host_process(root, env={"RT_CRASHPOINT": "session.endTurn.before_commit:1"})
         answered: Any = None
@@ -1126,7 +1120,7 @@ async def test_steering_into_a_delivery_turn_must_target_that_deliverys_session(
     must target that delivery's session". A steering row naming the delivery's turn but sent to another
     session (here the delivery's source) is refused and writes nothing there; the same row sent to the
     delivery's session lands, as steering, in that turn."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(root, kind="agent") as (proc, c):
             src, dst, did = await _begun_delivery(c)
@@ -1149,7 +1143,7 @@ async def test_steering_racing_finals_and_checkpoints_settle_once_and_survive_a_
     two different terminal finals race from two connections. Exactly one final wins (the other is
     IDEMPOTENCY_CONFLICT), the row keeps its position, and after a SIGKILL with the turn still running no
     stale checkpoint is promoted over a settled final."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     settled: dict[str, str] = {}
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
@@ -1202,7 +1196,7 @@ async def test_item3_a_torn_tail_in_the_revisions_file_never_glues_onto_the_next
     the file", for sessions/<id>.revisions.jsonl (append-only, §11.13): a torn revision line left by a
     kill is skipped, the next archive is a whole line of its own, and every variant still switches after
     two more restarts."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
             sid = (await c.call("session.create", {}))["id"]
@@ -1240,7 +1234,7 @@ async def test_item4_a_steering_final_killed_before_its_index_commit_reads_back_
     durable in the file, then SIGKILL before the index knows it. After the restart the reply reads back
     with the final's content in the reservation's position (before the steering row), exactly once, and a
     retry of the same final is a replay; the next rewrite makes search find it."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
             sid = await _steered_reservation(c, "prov")
@@ -1266,7 +1260,7 @@ async def test_steering_strips_a_client_supplied_session_message_in_either_spell
     and has any client-supplied session_message stripped" — the seed's own spelling (``session_message``)
     as well as the wire's (``sessionMessage``): neither reaches the transcript line nor a read, before or
     after the index is rebuilt; the delivery's own input row keeps its provenance."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(60):
         async with real_host(root, kind="agent") as (proc, c):
             src, dst, did = await _begun_delivery(c)
@@ -1296,7 +1290,7 @@ async def test_item13_a_referenced_branch_dropped_by_a_rewrite_is_stored_in_full
     delete). The revisions file then holds that branch in full (the reference alone would be stranded);
     after a SIGKILL and the index's loss the variant is still listed, and once its root is back switching
     to it restores every message of it, the late exchange too."""
-    root = _data(tmp_path)
+    root = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
             sid = (await c.call("session.create", {}))["id"]
