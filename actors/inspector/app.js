@@ -181,8 +181,20 @@ async function exchangeCode(code) {
 }
 
 // -- lists ---------------------------------------------------------------------------------
+// Events arrive faster than the reads they trigger answer: two loads of one list may be in flight, and the
+// older one may answer last. Only the newest load of each list is drawn (an older answer would put back
+// what the newer one already saw change: a question asked between the two reads vanished for good).
+const loads = new Map();
+function newest(list) {
+  const mine = (loads.get(list) || 0) + 1;
+  loads.set(list, mine);
+  return () => loads.get(list) === mine;
+}
+
 async function loadSessions() {
+  const current = newest("sessions");
   const res = await call("session.list", { limit: 200 });
+  if (!current()) return;
   for (const s of res.sessions) state.titles.set(s.id, s.title || "(untitled)");
   const list = $("sessions");
   list.replaceChildren(...res.sessions.map((s) => el("li", {
@@ -191,7 +203,9 @@ async function loadSessions() {
 }
 
 async function loadNotifications() {
+  const current = newest("notifications");
   const res = await call("notifications.list", { limit: 20 });
+  if (!current()) return;
   $("unread").textContent = res.unreadCount ? `(${res.unreadCount} unread)` : "";
   $("notifications").replaceChildren(...res.notifications.map((n) =>
     el("li", {}, `${n.kind}: ${n.sessionTitle || n.sessionId}`)));
@@ -199,9 +213,11 @@ async function loadNotifications() {
 
 async function loadApprovals() {
   // Everything waiting for the user: tool permissions (answered here), questions, plans/goals.
+  const current = newest("approvals");
   const [tools, questions, plans] = await Promise.all([
     call("approvals.pending", {}), call("interactions.pending", {}), call("plans.pending", {}),
   ]);
+  if (!current()) return;
   const rows = [
     ...tools.pending.map((r) => el("li", { class: "approval", "data-request": r.requestId },
       `permission in ${titleOf(r.sessionId)}: ${r.argsSummary || r.tool} (risk ${r.risk}) `,

@@ -216,3 +216,39 @@ async def test_a_page_from_another_origin_cannot_reach_the_api(tmp_path: Path) -
                 await page.screenshot(SHOTS / "8-other-origin.png")
         assert result["ws"].startswith("refused"), result
         assert result["fetch"].startswith("blocked"), result  # no CORS header: the page cannot read a reply
+
+
+async def test_an_older_answer_never_draws_over_a_newer_list(tmp_path: Path) -> None:
+    """Two events in a row (a permission, then a question) start two loads of the pending list; the first
+    load's read, taken before the question existed, answers last. The page drew it over the newer list and
+    the question vanished until the next event (the browser test above failed that way once under load).
+    Only the newest load of a list is drawn now. The first load's answer is held back in the page."""
+    with host_process(tmp_path / "data") as host, trio.fail_after(90):
+        async with open_client(host.url, host.token, client_id="inspector-race", client_kind="agent") as c:
+            sid = (await c.call("session.create", {"title": "Race"}))["id"]
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            url = (await c.call("host.createLoginCode", {}))["url"]
+            async with chromium(tmp_path / "profile") as browser:
+                page = await browser.new_page()
+                await page.goto(url)
+                await page.wait("!document.getElementById('app').hidden")
+                await page.wait("document.querySelector('#approvals li') !== null")
+                await page.eval("""(() => { const real = window.call; window.held = 'armed';
+                    window.call = async (method, params) => {
+                      const answer = await real(method, params);
+                      if (method === 'interactions.pending' && window.held === 'armed') {
+                        window.held = 'holding';
+                        await new Promise((done) => setTimeout(done, 1500));
+                        window.held = 'released';
+                      }
+                      return answer; }; return true; })()""")
+                await c.call("approvals.request", {
+                    "sessionId": sid, "turnId": "t1", "toolCallId": "tc1", "tool": "read_file",
+                    "argsSummary": "read_file notes.txt", "risk": "low"})
+                await page.wait("window.held === 'holding'")  # the first load read: no question yet
+                await c.call("interactions.request", {"sessionId": sid, "turnId": "t1", "question": "Which list?",
+                                                      "choices": [{"id": "a", "label": "groceries"}]})
+                await page.wait("window.held === 'released'")
+                await trio.sleep(0.3)  # the held answer is handled by now
+                shown = await page.eval("document.getElementById('approvals').textContent")
+        assert "Which list?" in shown and "read_file notes.txt" in shown, shown
