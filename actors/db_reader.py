@@ -20,7 +20,7 @@ import trio
 
 from runtime.kernel.threads import run_in_thread
 from store.indexing.database import open_reader
-from store.indexing.group_commit import is_corruption
+from store.indexing.group_commit import index_corrupt, is_corruption
 
 T = TypeVar("T")
 
@@ -81,9 +81,10 @@ class ReadPool:
             try:
                 yield conn
             except sqlite3.DatabaseError as exc:
-                if is_corruption(exc):
-                    self._on_corruption(exc)
-                raise
+                if not is_corruption(exc):
+                    raise
+                self._on_corruption(exc)
+                raise index_corrupt(exc) from exc
             finally:
                 # Each read is its own snapshot: no implicit transaction may linger.
                 if conn.in_transaction:

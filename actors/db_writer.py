@@ -31,7 +31,7 @@ from runtime.kernel.actor import Actor, Envelope, Fatal
 from runtime.kernel.threads import run_in_thread
 from store.faults import NO_FAULTS, Faults
 from store.indexing.appends import Written, follows, index_written, index_written_batch
-from store.indexing.group_commit import GroupCommit, GroupStats, is_corruption
+from store.indexing.group_commit import GroupCommit, GroupStats, index_corrupt, is_corruption
 
 DbWriterStats = GroupStats
 
@@ -210,6 +210,10 @@ class DbWriter(Actor):
             return
         runs = _runs(envs)
         outcome = await run_in_thread(self._commit.run, [op for op, _ in runs])  # one batch at a time
+        corrupt = index_corrupt(outcome) if isinstance(outcome, sqlite3.DatabaseError) \
+            and is_corruption(outcome) else None
+        if corrupt is not None:
+            outcome = corrupt  # what each request of the batch answers (CORRUPT_DATA)
         results: list[tuple[bool, Any]] = [(False, outcome)] * len(runs) if isinstance(outcome, BaseException) \
             else outcome
         for (op, group), (ok, value) in zip(runs, results, strict=True):
@@ -219,9 +223,9 @@ class DbWriter(Actor):
             else:
                 for env in group:
                     _deliver(env, ok, value)
-        if isinstance(outcome, BaseException) and is_corruption(outcome):
-            self._on_corruption(outcome)
-            raise Fatal(outcome)
+        if corrupt is not None:
+            self._on_corruption(corrupt)
+            raise Fatal(corrupt)
 
 
 def _deliver(env: Envelope, ok: bool, value: Any) -> None:

@@ -37,15 +37,15 @@ This module does no I/O and imports neither trio nor the store: anything with a
 string ``.code`` attribute maps by that code (optional ``.data`` dict,
 ``.message`` str and ``.retriable`` bool are honoured), pydantic's
 ``ValidationError`` maps to INVALID_PARAMS, an ``OSError`` of a full or failing disk
-(ENOSPC, EDQUOT, EFBIG, EIO; EMFILE, ENFILE) to its code, SQLite's "the database is corrupt" to
-CORRUPT_DATA, everything else to INTERNAL with a generic message (the traceback is logged, never sent).
+(ENOSPC, EDQUOT, EFBIG, EIO; EMFILE, ENFILE) to its code, everything else to INTERNAL with a
+generic message (the traceback is logged, never sent). A corrupt index carries its code
+(``store.indexing.group_commit.IndexCorrupt``, raised where the database is read and written).
 """
 
 from __future__ import annotations
 
 import errno
 import logging
-import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -66,8 +66,6 @@ __all__ = [
 ]
 
 INTERNAL_MESSAGE: Final = "internal error"
-_CORRUPT_DATABASE: Final = ("database disk image is malformed", "file is not a database")
-"""What SQLite says of a corrupt database file (SQLITE_CORRUPT, SQLITE_NOTADB)."""
 _STORAGE_ERRNOS: Final[Mapping[int, str]] = MappingProxyType({
     errno.ENOSPC: "STORAGE_FULL", errno.EDQUOT: "STORAGE_FULL", errno.EFBIG: "STORAGE_FULL",
     errno.EMFILE: "RESOURCE_EXHAUSTED", errno.ENFILE: "RESOURCE_EXHAUSTED", errno.EIO: "IO_ERROR",
@@ -248,10 +246,5 @@ def error_object(exc: BaseException) -> dict[str, Any]:
         logger.warning("unclassified storage error while handling a request", exc_info=leaf)
         # strerror only: str(leaf) would carry the file's path to the client
         return _build(storage, f"storage error: {leaf.strerror or storage.lower()}", {"errno": leaf.errno})
-    if isinstance(leaf, sqlite3.DatabaseError) and any(m in str(leaf).lower() for m in _CORRUPT_DATABASE):
-        # RELIABILITY row 7: the index went corrupt while the host runs (damage on disk, not a host bug)
-        logger.error("the index database is corrupt: %s", leaf, exc_info=leaf)
-        return _build("CORRUPT_DATA", "the index database is corrupt; the host restarts on an index rebuilt "
-                      "from the transcripts: reconnect and retry", {"reason": "index_corrupt"})
     logger.error("unexpected exception while handling a request", exc_info=leaf)
     return _build(RpcErrorCode.INTERNAL, INTERNAL_MESSAGE, {})

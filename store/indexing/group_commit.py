@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from store.errors import Conflict, IOFailure, StorageFull, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.search.search_upkeep import upkeep_step
 
-__all__ = ["GroupCommit", "GroupStats", "Op", "attempt", "is_corruption"]
+__all__ = ["GroupCommit", "GroupStats", "IndexCorrupt", "Op", "attempt", "index_corrupt", "is_corruption"]
 
 _CORRUPT_MARKERS = ("malformed", "not a database", "disk image", "corrupt")
 _FULL_MARKERS = ("disk is full", "database or disk is full")
@@ -110,6 +111,26 @@ def _sessions_of(ops: Sequence[Op]) -> frozenset[str] | None:
 def is_corruption(exc: BaseException) -> bool:
     text = str(exc).lower()
     return isinstance(exc, sqlite3.DatabaseError) and any(m in text for m in _CORRUPT_MARKERS)
+
+
+class IndexCorrupt(sqlite3.DatabaseError):
+    """The index database met corrupt while the host runs (RELIABILITY.md row 7), as the reader or the DB writer
+    that met it raises it on: still an ``sqlite3.DatabaseError`` for whoever catches those, and ``CORRUPT_DATA``
+    for the client (it carries its code, like a ``StoreError``). The host restarts on a rebuilt index."""
+
+    code = "CORRUPT_DATA"
+    message = ("the index database is corrupt; the host restarts on an index rebuilt from the transcripts: "
+               "reconnect and retry")
+    data: Mapping[str, Any] = MappingProxyType({"reason": "index_corrupt"})
+
+
+def index_corrupt(exc: sqlite3.DatabaseError) -> IndexCorrupt:
+    """``exc`` (:func:`is_corruption`) as what a request that met it answers; its cause kept."""
+    if isinstance(exc, IndexCorrupt):
+        return exc
+    corrupt = IndexCorrupt(str(exc))
+    corrupt.__cause__ = exc
+    return corrupt
 
 
 def _is_full(exc: BaseException) -> bool:

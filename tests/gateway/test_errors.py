@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 
 import orjson
 import pydantic
@@ -11,6 +12,7 @@ import pytest
 from protocol.errors import INTERNAL_MESSAGE, MethodNotFound, RpcErrorCode, RpcFailure, error_object
 from protocol.jsonrpc import NO_ID, Call, Encoded, Invalid, encode, encode_batch, encoded_parts, parse_message, success
 from store.errors import IdempotencyConflict, InvalidId, PayloadTooLarge, PermissionDenied, SessionNotFound, StorageFull
+from store.indexing.group_commit import index_corrupt
 from store.jsonio import StrictJSONError
 from tests.gateway.conftest import SECRET, CodedError
 
@@ -158,3 +160,13 @@ def test_permission_denied_message_carries_the_outbox_prefix_once() -> None:
     again = error_object(PermissionDenied("PERMISSION_DENIED: already said"))
     assert again["message"] == "PERMISSION_DENIED: already said"
     assert error_object(SessionNotFound("no such session"))["message"] == "no such session"
+
+
+def test_a_corrupt_index_is_corrupt_data_by_its_own_code() -> None:
+    """Where the database is read and written (the read pool, the DB writer) a corrupt index is raised on as
+    ``IndexCorrupt``, which carries CORRUPT_DATA; the translator classifies no SQLite text of its own."""
+    met = sqlite3.DatabaseError("database disk image is malformed")
+    err = error_object(index_corrupt(met))
+    assert err["data"]["code"] == "CORRUPT_DATA" and err["data"]["reason"] == "index_corrupt"
+    assert "restarts on an index rebuilt" in err["message"]
+    assert index_corrupt(index_corrupt(met)).__cause__ is met and isinstance(index_corrupt(met), sqlite3.DatabaseError)
