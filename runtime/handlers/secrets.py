@@ -10,6 +10,11 @@ to a trace named by that MAC, which then holds the receipt record and no value
 after a crash between the file and the commit finds its own effect there and
 answers what the first try would have (the same version, not the next one;
 ``deleted: true``), writing nothing more; then the row and the receipt commit.
+The file also keeps the ref's earlier keyed writes with their answers (a
+``.receipts`` record beside it while the ref has no file): a retry whose receipt
+row went with a lost database is answered what it was answered, and only its
+receipt row commits - an older ``set`` never puts its value back, an older
+``delete`` never removes a value set since (README §4).
 Receipts of ``secrets.set`` never confirm a value: the fingerprint is a keyed
 MAC (machine key) of the request *without* its value, so whether a replayed
 ``submissionId`` carries the same value or another one changes nothing in the
@@ -131,20 +136,23 @@ async def set_secret(ctx: HostContext, p: m.SecretsSetParams, key: ReceiptKey | 
         before = await vault.before(p.ref)
         changed: list[str | None] = []
         try:
-            version = await vault.run(lambda: vault.store.set(p.ref, p.value, now_ms=now, receipt=key))
+            done = await vault.run(lambda: vault.store.put(p.ref, p.value, now_ms=now, receipt=key))
         except StoreError:
             await vault.put_back(before)
             raise
+        answer = {"ref": p.ref, "updatedAt": done.updated_at, "version": done.version}
 
         def effect(conn: Any) -> Any:
+            if done.replayed == "earlier":
+                return answer  # written or deleted since under another key: only the receipt row is missing
             secret_store.upsert_meta(conn, p.ref, owner_kind=p.owner_kind, owner_id=p.owner_id, kind=p.kind,
-                                     now_ms=now)
+                                     now_ms=done.updated_at)
             changed.append(providers.follow_key(conn, p.ref, stored=True, now_ms=now))
-            return {"ref": p.ref, "updatedAt": now, "version": version}
+            return answer
 
         def landed(conn: Any) -> bool:
             meta = secret_store.get_meta(conn, p.ref)
-            return meta is not None and meta["updatedAt"] == now
+            return meta is not None and meta["updatedAt"] == done.updated_at
 
         try:
             result = await ctx.commit(effect)
@@ -188,16 +196,22 @@ async def delete(ctx: HostContext, p: m.SecretsDeleteParams, key: ReceiptKey | N
     ref = secret_store.validate_ref(p.ref)
     async with vault.lock:
         now = ctx.now()
+        # what a keyed delete answers is recorded with it (a retry after a database loss gets it again)
+        listed = key is not None and await ctx.read(lambda conn: secret_store.get_meta(conn, ref) is not None)
         # file first: the value is gone (a keyed delete leaves its trace until the receipt is durable)
-        removed = await vault.run(lambda: vault.store.delete(ref, now_ms=now, receipt=key))
+        done = await vault.run(lambda: vault.store.remove(ref, now_ms=now, receipt=key, listed=listed))
+        removed = done.deleted and not done.replayed
         changed: list[str | None] = []
 
         def effect(conn: Any) -> Any:
+            if done.replayed and done.present:
+                return {"ref": ref, "deleted": done.deleted}  # set again since under another key: leave it
             changed.append(providers.follow_key(conn, ref, stored=False, now_ms=now))
-            return {"ref": ref, "deleted": secret_store.delete_meta(conn, ref) or removed}
+            gone = secret_store.delete_meta(conn, ref) or removed
+            return {"ref": ref, "deleted": done.deleted if done.replayed else gone}
 
         result = await ctx.commit(effect)
-        if key is not None and removed:
+        if key is not None and done.deleted:
             await vault.run(vault.store.forget_delete, ref, key)
     _announce(ctx, changed)
     return result

@@ -8,18 +8,37 @@ secrets: that is the documented risk of this backend (seed §10.2).
 
 File format (all integers big-endian)::
 
-    MAGIC (8 bytes "PISEC02\\n") | version u32 | ref_len u16 | ref (UTF-8)
-    | receipt (32) | nonce (12) | ciphertext + GCM tag (16)
+    MAGIC (8 bytes "PISEC03\\n") | version u32 | ref_len u16 | ref (UTF-8)
+    | receipt (32) | written_at u64 | count u16 | count x earlier write (45)
+    | nonce (12) | ciphertext + GCM tag (16)
 
 ``receipt`` names the request that wrote the file: a keyed MAC (machine key) of
 its receipt key (clientId, submissionId, method, fingerprint), zeros for a write
-without one. A retry whose receipt row a crash lost finds its own write there
-and answers its version without writing again (:meth:`SecretStore.set`).
-Files of the first format (``"PISEC01\\n"``, no receipt field) are still read.
+without one; ``written_at`` is the time that write answered. A retry whose
+receipt row a crash lost finds its own write there and answers its version
+without writing again (:meth:`SecretStore.put`).
 
-The AAD is ``"pi-secret/v2" NUL ref NUL version NUL receipt`` (the first
-format: ``"pi-secret/v1" NUL ref NUL version``), with ``ref`` taken from the
-*request*, never from the file, so every header field, the nonce, the
+The earlier writes are the keyed writes of this ref before this one, newest
+last, at most :data:`MAX_HISTORY`: ``mac (32) | op u8 | n u32 | at u64`` (op 1:
+a ``set`` that answered version ``n``; op 2: a ``delete`` that answered
+``deleted: n == 1``). They answer a retry whose receipt row went with a lost
+database (the rows are rebuilt from files, and these methods' receipts were
+in the database only): a ``set`` retried after the secret was set again (or
+deleted) under another key is answered what it was answered, and does not put
+its old value back. While a ref has no file (deleted, or never set) the same
+list lives in ``<sha256(ref)>.receipts`` beside it: ``"PISECR1\\n" | count u16
+| entries | HMAC-SHA256 (machine key) of ref and the rest`` (never a value; it
+counts only while there is no ``.sec`` file: a delete writes it before the file
+goes, and the next ``set`` carries its entries on). A key older than the newest
+:data:`MAX_HISTORY` keyed writes of its ref is forgotten: after a database
+loss its retry runs again.
+Files of the earlier formats (``"PISEC01\\n"``: no receipt field;
+``"PISEC02\\n"``: a receipt and nothing after it) are still read.
+
+The AAD is ``"pi-secret/v3" NUL ref NUL`` and the whole header, magic to the
+last earlier write (``"pi-secret/v2" NUL ref NUL version NUL receipt``, the
+first format: ``"pi-secret/v1" NUL ref NUL version``), with ``ref`` taken from
+the *request*, never from the file, so every header field, the nonce, the
 ciphertext and the tag are authenticated: a flipped bit, a truncated file, a
 file swapped with another ref's file (same key) or a wrong key all fail with
 :class:`~store.errors.CorruptData` ("secret store corrupt/tampered"). A
@@ -78,11 +97,15 @@ __all__ = [
     "BACKEND",
     "KEY_FILE",
     "MAGICS",
+    "MAX_HISTORY",
     "MAX_REF_BYTES",
     "MAX_VALUE_BYTES",
+    "DeleteOutcome",
     "SecretStore",
+    "SetOutcome",
     "StoredSecret",
     "TAMPERED",
+    "Written",
 ]
 
 BACKEND = "file_fallback"
@@ -90,16 +113,35 @@ KEY_FILE = ".machine-key"
 KEY_BYTES = 32
 NONCE_BYTES = 12
 TAG_BYTES = 16
-MAGIC = b"PISEC02\n"
+MAGIC = b"PISEC03\n"
+MAGIC_V2 = b"PISEC02\n"
 MAGIC_V1 = b"PISEC01\n"
-MAGICS = (MAGIC, MAGIC_V1)
+MAGICS = (MAGIC, MAGIC_V2, MAGIC_V1)
+RECEIPTS_MAGIC = b"PISECR1\n"
 RECEIPT_BYTES = 32
 NO_RECEIPT = bytes(RECEIPT_BYTES)
 DELETING = ".deleting-"
+RECEIPTS = ".receipts"
+MAX_HISTORY = 64
+SET, DELETE = 1, 2
 MAX_REF_BYTES = 512
 MAX_VALUE_BYTES = 64 * 1024
 TAMPERED = "secret store corrupt/tampered"
 _HEADER = struct.Struct(">IH")  # version, ref_len
+_TAIL = struct.Struct(">QH")  # written_at, count of earlier writes (format 3)
+_ENTRY = struct.Struct(">32sBIQ")  # mac, op, n, at
+
+
+@dataclass(frozen=True)
+class Written:
+    """One keyed write of a ref and what it answered (see the module docstring)."""
+
+    mac: bytes
+    op: int
+    """``SET`` (``n``: the version answered) or ``DELETE`` (``n``: 1 if it answered ``deleted: true``)."""
+    n: int
+    at: int
+    """The time it answered (``updatedAt`` of a set; 0: not known)."""
 
 
 @dataclass(frozen=True)
@@ -109,13 +151,54 @@ class StoredSecret:
     value: str
     receipt: bytes = field(default=NO_RECEIPT, compare=False, repr=False)
     """The MAC of the receipt key of the write (``NO_RECEIPT``: none, or a first-format file)."""
+    written_at: int = field(default=0, compare=False, repr=False)
+    """When that write answered (0: a file of an earlier format)."""
+    history: tuple[Written, ...] = field(default=(), compare=False, repr=False)
+    """The keyed writes of this ref before this one, newest last."""
+
+
+@dataclass(frozen=True)
+class SetOutcome:
+    """What a ``set`` answers: ``replayed`` says it found its own receipt key and wrote nothing - in the
+    file on disk (``"own"``: its write is the current one) or among the earlier writes (``"earlier"``:
+    the ref was written or deleted since, under another key)."""
+
+    version: int
+    updated_at: int
+    replayed: Literal["own", "earlier"] | None = None
+
+
+@dataclass(frozen=True)
+class DeleteOutcome:
+    """What a ``delete`` did: ``deleted`` whether it removed a file (a replay: what it answered the first
+    time); ``replayed``: its receipt key was found among the ref's writes and nothing was done now;
+    ``present``: a file of the ref is there (a later ``set``: a replay must leave the bookkeeping alone)."""
+
+    deleted: bool
+    replayed: bool = False
+    present: bool = False
 
 
 def _aad(ref: str, version: int, receipt: bytes | None) -> bytes:
-    """``receipt`` None: a first-format file."""
+    """``receipt`` None: a first-format file (format 2 only: format 3 authenticates its whole header)."""
     tail = b"" if receipt is None else b"\x00" + receipt
     label = b"pi-secret/v1" if receipt is None else b"pi-secret/v2"
     return label + b"\x00" + ref.encode("utf-8") + b"\x00" + str(version).encode("ascii") + tail
+
+
+def _aad_v3(ref: str, header: bytes) -> bytes:
+    return b"pi-secret/v3\x00" + ref.encode("utf-8") + b"\x00" + header
+
+
+def _encode_entries(entries: tuple[Written, ...]) -> bytes:
+    return b"".join(_ENTRY.pack(e.mac, e.op, e.n, e.at) for e in entries)
+
+
+def _decode_entries(blob: bytes, start: int, count: int) -> tuple[Written, ...] | None:
+    """``count`` entries from ``start`` (``None``: the blob is too short)."""
+    if len(blob) < start + count * _ENTRY.size:
+        return None
+    return tuple(Written(*_ENTRY.unpack_from(blob, start + i * _ENTRY.size)) for i in range(count))
 
 
 def validate_ref(ref: object) -> str:
@@ -127,14 +210,18 @@ def validate_ref(ref: object) -> str:
 
 
 def encode_file(key: bytes, ref: str, version: int, value: str, *, receipt: bytes = NO_RECEIPT,
-                nonce: bytes | None = None) -> bytes:
+                written_at: int = 0, history: tuple[Written, ...] = (), nonce: bytes | None = None) -> bytes:
     """The file bytes for one secret (pure; ``nonce`` only for tests)."""
     if len(receipt) != RECEIPT_BYTES:
         raise ValueError("receipt must be 32 bytes")
+    if len(history) > MAX_HISTORY:
+        raise ValueError(f"at most {MAX_HISTORY} earlier writes")
     nonce = nonce if nonce is not None else _random.token_bytes(NONCE_BYTES)
     ref_b = ref.encode("utf-8")
-    body = AESGCM(key).encrypt(nonce, value.encode("utf-8"), _aad(ref, version, receipt))
-    return MAGIC + _HEADER.pack(version, len(ref_b)) + ref_b + receipt + nonce + body
+    header = (MAGIC + _HEADER.pack(version, len(ref_b)) + ref_b + receipt + _TAIL.pack(written_at, len(history))
+              + _encode_entries(history))
+    body = AESGCM(key).encrypt(nonce, value.encode("utf-8"), _aad_v3(ref, header))
+    return header + nonce + body
 
 
 def decode_file(key: bytes, ref: str, blob: bytes) -> StoredSecret:
@@ -143,27 +230,39 @@ def decode_file(key: bytes, ref: str, blob: bytes) -> StoredSecret:
         return CorruptData(f"{TAMPERED}: {reason} (ref {ref!r})", data={"ref": ref, "reason": reason})
 
     fixed = len(MAGIC) + _HEADER.size
-    if len(blob) < fixed or blob[: len(MAGIC)] not in MAGICS:
+    magic = blob[: len(MAGIC)]
+    if len(blob) < fixed or magic not in MAGICS:
         raise bad("unknown or truncated header")
     version, ref_len = _HEADER.unpack_from(blob, len(MAGIC))
     ref_b = ref.encode("utf-8")
     end_ref = fixed + ref_len
-    receipt = blob[end_ref : end_ref + RECEIPT_BYTES] if blob[: len(MAGIC)] == MAGIC else None
+    receipt = blob[end_ref : end_ref + RECEIPT_BYTES] if magic != MAGIC_V1 else None
     end_head = end_ref + (RECEIPT_BYTES if receipt is not None else 0)
+    written_at = 0
+    history: tuple[Written, ...] = ()
+    if magic == MAGIC:
+        if len(blob) < end_head + _TAIL.size:
+            raise bad("truncated")
+        written_at, count = _TAIL.unpack_from(blob, end_head)
+        found = _decode_entries(blob, end_head + _TAIL.size, count) if count <= MAX_HISTORY else None
+        if found is None:
+            raise bad("truncated")
+        history, end_head = found, end_head + _TAIL.size + count * _ENTRY.size
     if len(blob) < end_head + NONCE_BYTES + TAG_BYTES:
         raise bad("truncated")
     if blob[fixed:end_ref] != ref_b:
         raise bad("file belongs to another ref")
     nonce = blob[end_head : end_head + NONCE_BYTES]
+    aad = _aad_v3(ref, blob[:end_head]) if magic == MAGIC else _aad(ref, version, receipt)
     try:
-        plain = AESGCM(key).decrypt(nonce, blob[end_head + NONCE_BYTES :], _aad(ref, version, receipt))
+        plain = AESGCM(key).decrypt(nonce, blob[end_head + NONCE_BYTES :], aad)
     except InvalidTag:
         raise bad("authentication failed (tampered data or wrong key)") from None
     try:
         value = plain.decode("utf-8")
     except UnicodeDecodeError:  # pragma: no cover - authenticated bytes we wrote ourselves
         raise bad("value is not UTF-8") from None
-    return StoredSecret(ref, version, value, NO_RECEIPT if receipt is None else receipt)
+    return StoredSecret(ref, version, value, NO_RECEIPT if receipt is None else receipt, written_at, history)
 
 
 class SecretStore:
@@ -307,19 +406,64 @@ class SecretStore:
         body = orjson.dumps([receipt.client_id, receipt.submission_id, receipt.method, receipt.fingerprint])
         return hmac.new(self.key(), b"receipt-file\x00" + body, hashlib.sha256).digest()
 
-    def _current(self, ref: str, now_ms: int) -> tuple[int, bytes]:
-        """Version of the file now on disk (0 if none) and its writer's receipt MAC; a tampered file is
-        moved aside, kept."""
-        blob = self._read_blob(ref)
+    def _state(self, ref: str, now_ms: int) -> _State:
+        """What is under ``ref`` now: its file's version (0 if none), the write that made it and the keyed
+        writes before it (with no file: the ``.receipts`` record's); a tampered file is moved aside, kept."""
+        path = self.path_for(ref)
+        blob = self._read_path(path)
         if blob is None:
-            return 0, NO_RECEIPT
+            return _State(present=False, version=0, own=None, history=self._read_receipts(ref))
         try:
             stored = decode_file(self.key(), ref, blob)
         except CorruptData:
-            self._set_aside(self.path_for(ref), now_ms)
-            return (_HEADER.unpack_from(blob, len(MAGIC))[0] if len(blob) >= len(MAGIC) + _HEADER.size else 0,
-                    NO_RECEIPT)
-        return stored.version, stored.receipt
+            self._set_aside(path, now_ms)
+            version = _HEADER.unpack_from(blob, len(MAGIC))[0] if len(blob) >= len(MAGIC) + _HEADER.size else 0
+            return _State(present=False, version=version, own=None, history=(), aside=True)
+        own = None
+        if stored.receipt != NO_RECEIPT:
+            at = stored.written_at or self._mtime_ms(path)
+            own = Written(stored.receipt, SET, stored.version, at)
+        return _State(present=True, version=stored.version, own=own, history=stored.history)
+
+    @staticmethod
+    def _mtime_ms(path: Path) -> int:
+        try:
+            return os.stat(path, follow_symlinks=False).st_mtime_ns // 1_000_000
+        except OSError:
+            return 0
+
+    # -- the .receipts record of a ref without a file ------------------------
+    def receipts_path(self, ref: str) -> Path:
+        return self.path_for(ref).with_suffix(RECEIPTS)
+
+    def _receipts_mac(self, ref: str, body: bytes) -> bytes:
+        return hmac.new(self.key(), b"receipts\x00" + ref.encode("utf-8") + b"\x00" + body, hashlib.sha256).digest()
+
+    def _read_receipts(self, ref: str) -> tuple[Written, ...]:
+        """The keyed writes recorded for ``ref`` while it has no file; one that does not verify (damaged,
+        another ref's, another key's) counts as none."""
+        blob = self._read_path(self.receipts_path(ref))
+        head = len(RECEIPTS_MAGIC) + 2
+        if blob is None or len(blob) < head + RECEIPT_BYTES or not blob.startswith(RECEIPTS_MAGIC):
+            return ()
+        body, mac = blob[:-RECEIPT_BYTES], blob[-RECEIPT_BYTES:]
+        if not hmac.compare_digest(mac, self._receipts_mac(ref, body)):
+            return ()
+        count = int.from_bytes(body[len(RECEIPTS_MAGIC):head], "big")
+        if len(body) != head + count * _ENTRY.size:
+            return ()
+        return _decode_entries(body, head, count) or ()
+
+    def _write_receipts(self, ref: str, entries: tuple[Written, ...]) -> None:
+        """Record ``entries`` for ``ref`` (or drop a stale record when there are none): a delete does it
+        before the file goes, so the writes it carried outlive it."""
+        entries = entries[-MAX_HISTORY:]
+        if not entries:
+            remove_file_durable(self.receipts_path(ref))
+            return
+        body = RECEIPTS_MAGIC + len(entries).to_bytes(2, "big") + _encode_entries(entries)
+        atomic_write(self.receipts_path(ref), body + self._receipts_mac(ref, body), faults=self.faults,
+                     point_prefix="secrets.receipts")
 
     def _set_aside(self, src: Path, now_ms: int, *, keep_link: bool = False) -> Path:
         """Move (or, ``keep_link``, hard-link) a tampered file to ``<ref's name>.tampered-...``."""
@@ -347,11 +491,17 @@ class SecretStore:
             atomic_write(self.path_for(ref), before, faults=self.faults, point_prefix="secrets.put_back")
 
     def set(self, ref: str, value: str, *, now_ms: int, receipt: ReceiptKey | None = None) -> int:
+        """Encrypt and atomically (re)write ``ref``; returns the version answered (:meth:`put`)."""
+        return self.put(ref, value, now_ms=now_ms, receipt=receipt).version
+
+    def put(self, ref: str, value: str, *, now_ms: int, receipt: ReceiptKey | None = None) -> SetOutcome:
         """Encrypt and atomically (re)write ``ref``; returns the new version.
 
-        With ``receipt``, the file records its MAC; when the file on disk already carries it, it is
-        this request's own write from before a crash (its receipt row never committed): its version
-        is answered and nothing is written (a replay does not write its value, README §4).
+        With ``receipt``, the file records its MAC (and carries the earlier keyed writes on). When the
+        file on disk already carries it, it is this request's own write from before a crash (its receipt
+        row never committed); when one of the earlier writes does, the ref was written or deleted since
+        under another key and this is a retry whose receipt row went with a lost database. Either way
+        what it answered is answered and nothing is written (a replay does not write its value, README §4).
         """
         validate_ref(ref)
         if not isinstance(value, str):
@@ -360,36 +510,61 @@ class SecretStore:
             raise PayloadTooLarge(f"secret value is larger than {MAX_VALUE_BYTES} bytes", data={"field": "value"})
         key = self.key()
         mac = self.receipt_mac(receipt) if receipt is not None else NO_RECEIPT
-        current, written_by = self._current(ref, now_ms)
-        if receipt is not None and hmac.compare_digest(written_by, mac):
-            return current
-        version = (current % 0xFFFFFFFF) + 1
-        atomic_write(self.path_for(ref), encode_file(key, ref, version, value, receipt=mac), faults=self.faults,
-                     point_prefix="secrets.write")
-        return version
+        state = self._state(ref, now_ms)
+        if receipt is not None:
+            if state.own is not None and hmac.compare_digest(state.own.mac, mac):
+                return SetOutcome(state.own.n, state.own.at or now_ms, "own")
+            earlier = _find(state.history, mac, SET)
+            if earlier is not None:
+                return SetOutcome(earlier.n, earlier.at or now_ms, "earlier")
+        version = (state.version % 0xFFFFFFFF) + 1
+        history = (state.history + ((state.own,) if state.own is not None else ()))[-MAX_HISTORY:]
+        atomic_write(self.path_for(ref), encode_file(key, ref, version, value, receipt=mac, written_at=now_ms,
+                                                     history=history),
+                     faults=self.faults, point_prefix="secrets.write")
+        return SetOutcome(version, now_ms)
 
     def delete(self, ref: str, *, now_ms: int, receipt: ReceiptKey | None = None) -> bool:
+        """Remove ``ref``'s file (durably); whether there was one (:meth:`remove`)."""
+        return self.remove(ref, now_ms=now_ms, receipt=receipt).deleted
+
+    def remove(self, ref: str, *, now_ms: int, receipt: ReceiptKey | None = None,
+               listed: bool = False) -> DeleteOutcome:
         """Remove ``ref``'s file (durably). A tampered file is moved aside, not destroyed.
 
+        The keyed writes the file carried are recorded beside it first (``.receipts``, no value), with
+        this request's own (it answers ``deleted: true`` if a file went or ``listed``, the ref's
+        bookkeeping row, is there): a retry of any of them after a database loss is answered from it.
         With ``receipt``, this request's trace (its receipt record, never a value: see the module
-        docstring) is made durable first, then the file goes: a trace found already is this request's
+        docstring) is made durable next, then the file goes: a trace found already is this request's
         delete from before a crash, finished now and answered ``True``. :meth:`forget_delete` removes it
-        once the receipt row is durable.
+        once the receipt row is durable. A request found among the ref's writes (the file's, or the
+        record's while there is no file) is a replay: what it answered is answered, nothing is done.
         """
         path = self.path_for(ref)
+        state = self._state(ref, now_ms)
+        carried = state.history + ((state.own,) if state.own is not None else ())
         if receipt is None:
-            found = self._genuine_or_aside(ref, now_ms)
-            if found != "genuine":
-                return found == "aside"
-            return remove_file_durable(path)
+            if state.present:
+                self._write_receipts(ref, carried)
+                remove_file_durable(path)
+            return DeleteOutcome(state.present or state.aside)
+        mac = self.receipt_mac(receipt)
+        earlier = _find(state.history, mac, DELETE)
+        if earlier is not None:
+            return DeleteOutcome(earlier.n == 1, replayed=True, present=state.present)
         trace = self._trace(ref, receipt)
-        if not os.path.lexists(trace):
-            if self._genuine_or_aside(ref, now_ms) is None:
-                return False
-            atomic_write(trace, orjson.dumps(file_record(receipt)), faults=self.faults, point_prefix="secrets.trace")
-            self.faults.point("secrets.delete.after_aside")
+        if os.path.lexists(trace):
+            remove_file_durable(path)
+            return DeleteOutcome(True)
+        gone = state.present or state.aside
+        self._write_receipts(ref, carried + (Written(mac, DELETE, int(gone or listed), now_ms),))
+        if not gone:
+            return DeleteOutcome(False)
+        atomic_write(trace, orjson.dumps(file_record(receipt)), faults=self.faults, point_prefix="secrets.trace")
+        self.faults.point("secrets.delete.after_aside")
         remove_file_durable(path)
-        return True
+        return DeleteOutcome(True)
 
     def forget_delete(self, ref: str, receipt: ReceiptKey) -> None:
         """Remove a keyed delete's trace once its receipt is durable (a leftover one: boot removes it)."""
@@ -402,18 +577,23 @@ class SecretStore:
         path = self.path_for(ref)
         return path.with_name(f"{path.name}{DELETING}{self.receipt_mac(receipt).hex()}")
 
-    def _genuine_or_aside(self, ref: str, now_ms: int) -> Literal["genuine", "aside"] | None:
-        """What a delete finds under ``ref``'s name: nothing (``None``), a file this host wrote, or a
-        tampered one, which is moved aside now (kept for inspection, never destroyed)."""
-        blob = self._read_blob(ref)
-        if blob is None:
-            return None
-        try:
-            decode_file(self.key(), ref, blob)
-        except CorruptData:
-            self._set_aside(self.path_for(ref), now_ms)
-            return "aside"
-        return "genuine"
+
+
+@dataclass(frozen=True)
+class _State:
+    present: bool
+    version: int
+    own: Written | None
+    history: tuple[Written, ...]
+    aside: bool = False
+    """A tampered file was there and is moved aside now."""
+
+
+def _find(history: tuple[Written, ...], mac: bytes, op: int) -> Written | None:
+    for entry in reversed(history):
+        if entry.op == op and hmac.compare_digest(entry.mac, mac):
+            return entry
+    return None
 
 
 # -- secrets_meta (bookkeeping only; never a value) ------------------------

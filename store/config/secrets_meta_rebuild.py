@@ -2,7 +2,7 @@
 
 The encrypted files are the source of truth for *which* secrets exist; the
 table is only an enumerable registry of them. Each file's cleartext header
-names its ref (``store/config/secrets.py``: MAGIC | version | ref_len | ref | ..., either format),
+names its ref (``store/config/secrets.py``: MAGIC | version | ref_len | ref | ..., every format),
 and the file name must be ``sha256(ref).sec`` - a file whose header names
 another ref (swapped or renamed) is skipped and counted, never trusted. No key
 is needed and no value is read: this runs before anything is served.
@@ -96,7 +96,7 @@ def scan_secret_files(directory: str | os.PathLike[str]) -> tuple[list[SecretFil
     for name in names:
         match = _NAME_RE.fullmatch(name)
         if match is None:
-            continue  # key file, temp files, *.tampered-* kept for inspection, keyed deletes' traces
+            continue  # key file, temp files, *.tampered-* kept for inspection, deletes' traces, .receipts
         path = root / name
         header = _read_header(path)
         if header is None or hashlib.sha256(header[1].encode("utf-8")).hexdigest() != match.group(1):

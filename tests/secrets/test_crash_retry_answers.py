@@ -180,7 +180,12 @@ def test_a_set_finds_only_its_own_write(tmp_path: Path) -> None:
     assert st.set("r", "a", now_ms=NOW, receipt=KEY) == 1
     assert st.set("r", "a", now_ms=NOW, receipt=KEY) == 1  # its own write: not written again
     assert st.set("r", "b", now_ms=NOW) == 2
-    assert st.set("r", "c", now_ms=NOW, receipt=KEY) == 3  # the file holds another write now
+    other = ReceiptKey("c1", "sub-2", "secrets.set", "f" * 64)
+    assert st.set("r", "c", now_ms=NOW, receipt=other) == 3  # another key's write is not taken for its own
+    assert st.get("r") == s.StoredSecret("r", 3, "c")
+    # KEY wrote version 1 and the file holds a later write now: a retry of KEY whose receipt row a lost
+    # database took is answered its version and does not put its old value back
+    assert st.put("r", "a", now_ms=NOW + 1, receipt=KEY) == s.SetOutcome(1, NOW, "earlier")
     assert st.get("r") == s.StoredSecret("r", 3, "c")
 
 
