@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 import trio
 
-from runtime.client import HostClient, RpcError
+from runtime.client import ClientClosed, HostClient, RpcError, open_client
+from tests.hostkit import start_host_process
 from tests.integrity.test_db_loss_receipts import _damage, _on_host
 
 REF = "provider/acme"
@@ -109,3 +110,45 @@ async def test_many_rotations_keep_every_recent_key(tmp_path: Path) -> None:
     calls.append(_set("k-last", "last"))
     got = await _run(tmp_path, "deleted", calls)
     assert got["before"] == got["after"] == {"value": "last", "listed": [REF]}
+
+
+async def _killed_during(root: Path, point: str, method: str, params: dict[str, Any]) -> None:
+    """``method`` on a host that SIGKILLs itself at ``point`` (the client of ``_on_host``)."""
+    crashing = start_host_process(root, env={"RT_CRASHPOINT": f"{point}:1"})
+    try:
+        async with open_client(crashing.url, crashing.token, client_id="ui-1", client_kind="ui") as c:
+            await c.call(method, params)
+    except (ClientClosed, OSError):
+        pass
+    await trio.to_thread.run_sync(lambda: crashing.proc.communicate(timeout=30))
+    assert crashing.proc.returncode == -9, f"the host did not die at {point}"
+
+
+@pytest.mark.parametrize("point", ["secrets.set.before_commit", "secrets.delete.before_commit"])
+async def test_a_call_killed_before_its_row_and_then_the_database_lost_is_answered_once(
+        tmp_path: Path, point: str) -> None:
+    """SIGKILL between the file and the row, then the database lost too: the killed call's retry finishes it
+    once, and the call before it is still answered from the file."""
+    first_method, first_params = _set("k-a", "v1")
+    killed_method, killed_params = _set("k-b", "v2") if point.startswith("secrets.set") else _delete("k-d")
+
+    async def build(c: HostClient) -> Any:
+        return await c.call(first_method, first_params)
+
+    async def retry(c: HostClient) -> dict[str, Any]:
+        return {"first": await c.call(first_method, first_params),
+                "killed": [await c.call(killed_method, killed_params) for _ in range(2)],
+                "value": await _value(c), "listed": await _listed(c)}
+
+    with trio.fail_after(90):
+        first = await _on_host(tmp_path, build)
+        await _killed_during(tmp_path, point, killed_method, killed_params)
+        _damage(tmp_path, "deleted")
+        got = await _on_host(tmp_path, retry)
+    assert got["first"] == first
+    if killed_method == "secrets.set":
+        assert [a["version"] for a in got["killed"]] == [2, 2]
+        assert (got["value"], got["listed"]) == ("v2", [REF])
+    else:
+        assert got["killed"] == [{"ref": REF, "deleted": True}] * 2
+        assert (got["value"], got["listed"]) == (None, [])
