@@ -11,8 +11,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import trio
@@ -28,16 +26,6 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> s
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "runtime.cli", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, env=full)
-
-
-@contextmanager
-def running(data: Path) -> Iterator[HostProcess]:
-    host = start_host_process(data)
-    try:
-        yield host
-    finally:
-        host.terminate()
-        host.proc.communicate()
 
 
 async def _seed(host: HostProcess) -> str:
@@ -123,17 +111,16 @@ def test_a_refused_migration_is_one_line(tmp_path: Path) -> None:
     assert done.stderr.startswith("pi-host: cannot open the data directory: SCHEMA_TOO_NEW")
 
 
-def test_errors_print_code_message_and_field_details(tmp_path: Path) -> None:
-    with running(tmp_path / "data") as host:
-        bad = cli("--data-dir", str(host.data_dir), "sessions", "--limit", "0")
-        assert bad.returncode == 1
-        lines = bad.stderr.splitlines()
-        assert lines[0].startswith("pi-host: INVALID_PARAMS: invalid params")
-        assert any(line.startswith("  limit: Input should be greater than or equal to 1") for line in lines)
-        missing = cli("--data-dir", str(host.data_dir), "show", "nosuch")
-        assert missing.returncode == 1
-        assert missing.stderr.splitlines()[0].startswith("pi-host: SESSION_NOT_FOUND: session nosuch not found")
-        assert '  sessionId: "nosuch"' in missing.stderr
+def test_errors_print_code_message_and_field_details(host: HostProcess) -> None:
+    bad = cli("--data-dir", str(host.data_dir), "sessions", "--limit", "0")
+    assert bad.returncode == 1
+    lines = bad.stderr.splitlines()
+    assert lines[0].startswith("pi-host: INVALID_PARAMS: invalid params")
+    assert any(line.startswith("  limit: Input should be greater than or equal to 1") for line in lines)
+    missing = cli("--data-dir", str(host.data_dir), "show", "nosuch")
+    assert missing.returncode == 1
+    assert missing.stderr.splitlines()[0].startswith("pi-host: SESSION_NOT_FOUND: session nosuch not found")
+    assert '  sessionId: "nosuch"' in missing.stderr
 
 
 def _json_reads(data: Path, sid: str) -> dict[str, object]:

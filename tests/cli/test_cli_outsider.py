@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,15 +50,6 @@ def one_line(err: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
     return lines[0]
-
-
-@pytest.fixture
-def host(tmp_path: Path) -> Iterator[HostProcess]:
-    proc = start_host_process(tmp_path / "data")
-    try:
-        yield proc
-    finally:
-        proc.terminate()
 
 
 def _seed(host: HostProcess, titles: tuple[str, ...] = ("Outsider",), texts: tuple[str, ...] = ("hello",)
