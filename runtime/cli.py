@@ -138,7 +138,9 @@ def _add_client_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     """status / sessions / show / search / follow / stop / open / agent / chat / completion."""
     as_json = argparse.ArgumentParser(add_help=False)
     as_json.add_argument("--json", action="store_true", help="print the result as JSON")
-    sub.add_parser("status", help="host.status of the running host", parents=[common, as_json])
+    status_help = "the running host's version, uptime, actors and boot recovery report, in brief (--json: the " \
+                  "whole host.status result)"
+    sub.add_parser("status", help=status_help, description=status_help, parents=[common, as_json])
     sessions = sub.add_parser("sessions", help="list sessions (offline when no host runs)", parents=[common, as_json])
     sessions.add_argument("--limit", type=int, default=200)
     sessions.add_argument("--ids", action="store_true", help=argparse.SUPPRESS)  # shell completion

@@ -19,8 +19,9 @@ directory's layout): ``pi-host sessions --ids``, which shell completion runs on
 every Tab, and ``stop`` import nothing more.
 
 Errors print their stable code, their message and every field detail the
-host sent; ``--json`` prints the result as JSON (``follow``: one event per
-line).
+host sent. Every read prints text for a person; ``--json`` prints the result
+as JSON (``status``: the whole ``host.status`` result; ``follow``: one event
+per line).
 """
 
 from __future__ import annotations
@@ -207,10 +208,56 @@ def print_search(res: dict[str, Any], args: argparse.Namespace) -> None:
             print(f"    [{snip.get('seq')}] {snip.get('role')}: {snip.get('snippet')}")
 
 
+def _duration(ms: int) -> str:
+    seconds = max(0, int(ms) // 1000)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [f"{days}d"] * bool(days) + [f"{hours}h"] * bool(hours) + [f"{minutes}m"] * bool(minutes)
+    return " ".join([*parts, f"{seconds}s"] if not parts or seconds else parts)
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
+
+
+def print_status(res: dict[str, Any], args: argparse.Namespace) -> None:
+    """``status``: a few lines for a person (``--json``: the whole ``host.status`` result, unchanged)."""
+    if args.json:
+        _dump(res)
+        return
+    actors, writer, boot = res.get("actors") or {}, res.get("dbWriter") or {}, res.get("boot") or {}
+    print(f"pi-host {res.get('version')}  up {_duration(res.get('uptimeMs', 0))}  boot {res.get('bootId')}")
+    print(f"actors: {actors.get('total', 0)} ({actors.get('sessions', 0)} sessions), "
+          f"{actors.get('restarts', 0)} restarts; DB writer queue {writer.get('queueDepth', 0)} "
+          f"(peak {writer.get('peakDepth', 0)}), {writer.get('batches', 0)} batches")
+    gateway, index = res.get("gateway"), res.get("index")
+    if gateway is not None or index is not None:
+        conns = gateway.get("connections", 0) if gateway is not None else 0
+        parts = [f"gateway: {conns} connection{'' if conns == 1 else 's'}"] if gateway is not None else []
+        if index is not None:
+            parts.append(f"index {index.get('lagOps', 0)} ops behind")
+        print("; ".join(parts))
+    disk = res.get("disk")
+    line = f"data dir: {_size(res.get('dataDirBytes', 0))}"
+    if disk is not None:
+        line += f"; disk {_size(disk.get('freeBytes', 0))} free" + (" (LOW)" if disk.get("warning") else "")
+    print(line)
+    stop = "clean" if boot.get("cleanShutdown") else "unclean (recovered)"
+    print(f"boot: last stop {stop}, {boot.get('sessionsScanned', 0)} sessions scanned in "
+          f"{boot.get('durationMs', 0)} ms, {boot.get('inflightPromoted', 0)} in-flight promoted, "
+          f"{boot.get('turnsAborted', 0)} turns aborted" + ("; index rebuilt" if boot.get("dbRebuilt") else ""))
+
+
 def print_result(command: str, res: dict[str, Any], args: argparse.Namespace) -> None:
     """A read's result, the same for a host's answer and an offline read."""
     if command == "status":
-        _dump(res)
+        print_status(res, args)
     elif command == "sessions":
         print_sessions(res, args)
     elif command == "show":

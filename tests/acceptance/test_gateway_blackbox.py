@@ -252,7 +252,7 @@ async def test_cli_status_sessions_show_search(host: HostProcess) -> None:
             for i in range(6):
                 await c.call("session.appendMessage", {"sessionId": s["id"], "message": msg(f"c{i}", f"line {i}")})
             boot_id = c.hello["bootId"]
-        status = await trio.to_thread.run_sync(_cli, host, "status")
+        status = await trio.to_thread.run_sync(_cli, host, "status", "--json")
         assert status.returncode == 0, status.stderr
         parsed = json.loads(status.stdout)
         assert parsed["bootId"] == boot_id and parsed["version"]
