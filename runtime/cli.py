@@ -2,7 +2,7 @@
 
     pi-host serve [--data-dir D | --dev] [--port N] [--host H] [--allow-origin O ...]
     pi-host status | sessions | show SESSION | search QUERY  [--json]   (reads work offline too)
-    pi-host follow SESSION [--json]      tail a session's events
+    pi-host follow SESSION [--json]      tail a session's events; says when it waits for a host (Ctrl-C: 130)
     pi-host stop [--timeout S]           SIGTERM the host, wait for its clean shutdown
     pi-host open                         the browser inspector, logged in with a one-time code
     pi-host agent ... | chat [SESSION]   the reference sidecar and the terminal chat (pihost-client)
@@ -153,7 +153,8 @@ def _add_client_commands(sub: Any, common: argparse.ArgumentParser) -> None:
                             parents=[common, as_json])
     search.add_argument("query")
     search.add_argument("--limit", type=int, default=20)
-    follow = sub.add_parser("follow", help="tail a session's events (Ctrl-C stops)", parents=[common, as_json])
+    follow = sub.add_parser("follow", help="tail a session's events (Ctrl-C stops: exit 130)",
+                            parents=[common, as_json], description=FOLLOW_DESCRIPTION)
     follow.add_argument("session")
     stop = sub.add_parser("stop", help="stop the running host cleanly (SIGTERM, wait for clean-shutdown)",
                           parents=[common])
@@ -191,6 +192,14 @@ def _config_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     for read in (providers, models):  # README: every read takes --json
         read.add_argument("--json", action="store_true", help="print the result as JSON")
 
+
+FOLLOW_DESCRIPTION = (
+    "Print a session's events as they happen (--json: one JSON object per line), until Ctrl-C or SIGTERM, which "
+    "exit 130 / 143 (128 + the signal). If the host goes away (stopped, killed, restarting) follow says so in one "
+    "line on stderr (\"pi-host: waiting for ...\") and waits for it: a host that comes back on the data "
+    "directory is followed again from the last event printed (\"reconnected; resumed at cursor N\"), or, if it "
+    "restarted and cannot replay what it sent before, after a \"-- resync\" line. An error the host answers "
+    "(an unknown session) exits 1; no host at the start exits 2.")
 
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE, what a shell reports for a program whose reader went away."""

@@ -129,7 +129,8 @@ def _follow(args: argparse.Namespace, data_dir: DataDir) -> int:
         return 0
 
     async def until_interrupted() -> int:
-        """Ctrl-C / SIGTERM cancel the tail at a checkpoint (never a KeyboardInterrupt mid-frame)."""
+        """Ctrl-C / SIGTERM cancel the tail at a checkpoint (never a KeyboardInterrupt mid-frame) and exit
+        128 + the signal's number (130, 143), as ``agent`` and a ``serve`` stopped during boot do."""
         code = 0
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with anyio.create_task_group() as tg:
@@ -139,12 +140,13 @@ def _follow(args: argparse.Namespace, data_dir: DataDir) -> int:
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(run_tail)
-                async for _ in signals:
+                async for signum in signals:
+                    code = 128 + int(signum)
                     tg.cancel_scope.cancel()
                     break
         return code
 
     try:
         return int(anyio.run(until_interrupted, backend="trio"))
-    except KeyboardInterrupt:
-        return 0
+    except KeyboardInterrupt:  # Ctrl-C before the signal receiver was open
+        return 128 + signal.SIGINT

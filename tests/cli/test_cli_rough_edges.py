@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import trio
@@ -53,3 +55,45 @@ def test_status_prints_a_summary_for_a_person_and_the_whole_result_with_json(hos
     assert lines[0].startswith(f"pi-host {parsed['version']}  up ") and parsed["bootId"] in lines[0]
     assert any(line.startswith("actors: ") for line in lines)
     assert any(line.startswith("boot: last stop ") for line in lines)
+
+
+def _follow(data: Path, sid: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PI_DESKTOP_DATA_DIR"}
+    return subprocess.Popen([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), "follow", sid], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _stderr_line(proc: subprocess.Popen[str]) -> str:
+    assert proc.stderr is not None
+    return proc.stderr.readline().rstrip("\n")
+
+
+def test_follow_exits_128_plus_the_signal_and_says_in_one_line_that_the_host_went_away(host: HostProcess) -> None:
+    """``follow`` ended with exit 0 on Ctrl-C, where ``agent`` (and ``serve`` stopped during boot) exit 128 + the
+    signal, the shell's convention: 130 for SIGINT, 143 for SIGTERM (``pi-host follow --help`` says so). A host
+    that stops under it is said in one line on stderr, and follow waits for the next one."""
+    (sid,) = _seed(host)
+    terminated = _follow(host.data_dir, sid)
+    try:
+        assert _stderr_line(terminated).startswith(f"pi-host: following {sid}")
+        terminated.send_signal(signal.SIGTERM)
+        out, err = terminated.communicate(timeout=30)
+    finally:
+        if terminated.poll() is None:
+            terminated.kill()
+            terminated.communicate()
+    assert terminated.returncode == 143 and out == "" and "Traceback" not in err, (terminated.returncode, err)
+    interrupted = _follow(host.data_dir, sid)
+    try:
+        assert _stderr_line(interrupted).startswith(f"pi-host: following {sid}")
+        assert cli(host.data_dir, "stop").returncode == 0
+        assert _stderr_line(interrupted).startswith("pi-host: waiting for a host: no host is running on ")
+        time.sleep(1.5)  # several attempts: still the one line
+        interrupted.send_signal(signal.SIGINT)
+        out, err = interrupted.communicate(timeout=30)
+    finally:
+        if interrupted.poll() is None:
+            interrupted.kill()
+            interrupted.communicate()
+    assert interrupted.returncode == 130, (interrupted.returncode, err)
+    assert out == "" and err == "", err  # nothing more after the waiting line, no traceback

@@ -1,6 +1,6 @@
 """``pi-host follow`` across a lost connection: a visible waiting line, "reconnected; resumed at cursor N" with the
-missed events when the host kept running, a resync line when it restarted, and a clean exit on Ctrl-C, also
-while it waits.
+missed events when the host kept running, a resync line when it restarted, and a clean exit on Ctrl-C (130, the
+shell's 128 + SIGINT), also while it waits.
 
 Reproduces issue 25's "reconnection done once, well, in every client ... ``follow``": follow reconnected
 silently (nothing told the user the host was gone, nor where it resumed).
@@ -103,7 +103,7 @@ def _session(host: HostProcess) -> str:
 def test_follow_waits_visibly_for_a_restarted_host_then_resyncs(tmp_path: Path) -> None:
     """Issue 25: the host is SIGKILLed: follow prints one waiting line (not one per attempt), then, once a new
     host runs, "reconnected; resubscribed without a cursor ..." and a resync line (a new boot cannot replay the
-    old one's events), then the events that follow; Ctrl-C ends it within a couple of seconds, exit 0."""
+    old one's events), then the events that follow; Ctrl-C ends it within a couple of seconds, exit 130."""
     data = tmp_path / "data"
     host = start_host_process(data)
     sid = _session(host)
@@ -122,7 +122,7 @@ def test_follow_waits_visibly_for_a_restarted_host_then_resyncs(tmp_path: Path) 
         waiting = [x for x in follow.seen_err if "waiting for" in x]
         assert len(waiting) <= 2, follow.seen_err  # the same state is said once, not per attempt
         took = follow.interrupt()
-        assert follow.proc.returncode == 0 and took < 5, (follow.proc.returncode, took)
+        assert follow.proc.returncode == 130 and took < 5, (follow.proc.returncode, took)
         assert not any("Traceback" in x for x in follow.seen_err + list(follow.err.queue))
     finally:
         follow.stop()
@@ -162,7 +162,7 @@ def test_follow_resumes_at_its_cursor_with_the_missed_events(tmp_path: Path) -> 
         relay.down()
         follow.expect("err", lambda x: x.startswith("pi-host: waiting for the host to answer: "))
         took = follow.interrupt()
-        assert follow.proc.returncode == 0 and took < 5, (follow.proc.returncode, took)
+        assert follow.proc.returncode == 130 and took < 5, (follow.proc.returncode, took)
         assert not any("Traceback" in x for x in follow.seen_err + list(follow.err.queue))
     finally:
         follow.stop()
