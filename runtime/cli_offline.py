@@ -28,11 +28,11 @@ from typing import Any
 
 from runtime.cli_client import EXIT_ERROR, EXIT_NO_HOST, HostState, print_error, print_result
 from runtime.datadir import DataDir
-from store.errors import InvalidInput, StoreError
+from store.errors import InvalidInput, SessionNotFound, StoreError
 from store.indexing import index
 from store.indexing.database import open_offline_reader, schema_version
 from store.indexing.reconcile import plan_reconcile
-from store.rules import MAX_SESSION_PAGE, MAX_WINDOW
+from store.rules import MAX_SESSION_PAGE, MAX_WINDOW, NATIVE_SESSION_ID_RE, SESSION_REF_RE
 from store.search.search import search_sessions
 from store.transcripts import windows
 from store.transcripts.records import wire_record
@@ -84,18 +84,37 @@ def read_offline_command(command: str, args: argparse.Namespace, data_dir: DataD
     return 0
 
 
-def _check_bounds(command: str, args: argparse.Namespace) -> None:
-    """The bounds the host's params enforce (session.list, session.get): out of them an offline read answers
-    INVALID_PARAMS as the host would, not an empty listing (``--limit 0``) or a window of nothing."""
-    limit_max = MAX_SESSION_PAGE if command == "sessions" else MAX_WINDOW if command == "show" else None
-    if limit_max is not None and not 1 <= args.limit <= limit_max:
-        raise InvalidInput(f"limit must be an integer in 1..{limit_max}", data={"field": "limit"})
-    if command == "show" and args.before is not None and args.before < 0:
-        raise InvalidInput("before must be an integer >= 0", data={"field": "before"})
+def _range_error(loc: str, value: int, low: int, high: int | None = None) -> dict[str, str] | None:
+    if value < low:
+        return {"loc": loc, "msg": f"Input should be greater than or equal to {low}", "type": "greater_than_equal"}
+    if high is not None and value > high:
+        return {"loc": loc, "msg": f"Input should be less than or equal to {high}", "type": "less_than_equal"}
+    return None
+
+
+def _check_params(command: str, args: argparse.Namespace) -> None:
+    """What the host's params refuse (``session.list``, ``session.get``), refused offline in the host's shape:
+    INVALID_PARAMS "invalid params: N error(s)" with one ``{loc, msg, type}`` per field, in the params' field
+    order (protocol/errors.py words a validation error so; the CLI prints each as ``  loc: msg (type)``). Out of
+    them an offline read printed an empty listing (``--limit 0``), a window of nothing, or, for a malformed
+    session id (``show ../x``), INVALID_ID where the host answers INVALID_PARAMS."""
+    found: list[dict[str, str] | None] = []
+    if command == "sessions":
+        found.append(_range_error("limit", args.limit, 1, MAX_SESSION_PAGE))
+    elif command == "show":
+        if not SESSION_REF_RE.match(args.session):
+            found.append({"loc": "sessionId", "msg": f"String should match pattern '{SESSION_REF_RE.pattern}'",
+                          "type": "string_pattern_mismatch"})
+        if args.before is not None:
+            found.append(_range_error("messageBefore", args.before, 0))
+        found.append(_range_error("messageLimit", args.limit, 1, MAX_WINDOW))
+    errors = [e for e in found if e is not None]
+    if errors:
+        raise InvalidInput(f"invalid params: {len(errors)} error(s)", data={"errors": errors})
 
 
 def read_offline(data_dir: DataDir, command: str, args: argparse.Namespace) -> dict[str, Any]:
-    _check_bounds(command, args)
+    _check_params(command, args)
     with _shared_lock(data_dir):
         try:
             conn = open_offline_reader(data_dir.db_path)
@@ -128,6 +147,9 @@ def _caught_up(conn: Any, data_dir: DataDir, summary: dict[str, Any]) -> dict[st
 
 def _show(conn: Any, data_dir: DataDir, args: argparse.Namespace) -> dict[str, Any]:
     sid = args.session
+    if NATIVE_SESSION_ID_RE.match(sid):  # the host's answer without a native root (the index has none)
+        raise SessionNotFound(f"native session {sid} not found: an offline read has no native pi session root",
+                              data={"sessionId": sid})
     path = data_dir.transcript(sid)
     req = windows.WindowRequest(before=args.before, start=None, limit=args.limit, content_limit=None, around=None)
     window = windows.read_cold(conn, sid, path, req)

@@ -97,3 +97,28 @@ def test_follow_exits_128_plus_the_signal_and_says_in_one_line_that_the_host_wen
             interrupted.communicate()
     assert interrupted.returncode == 130, (interrupted.returncode, err)
     assert out == "" and err == "", err  # nothing more after the waiting line, no traceback
+
+
+def test_offline_reads_refuse_malformed_params_with_the_hosts_code_and_message(host: HostProcess) -> None:
+    """``show ../x`` answered INVALID_ID offline where the host answers INVALID_PARAMS ("invalid params: 1
+    error(s)" and the field's pattern); the offline bounds were worded differently too. Offline, each answer is
+    now the host's, line for line; a native pi id (which an offline read cannot see) is SESSION_NOT_FOUND, as on
+    a host without a native root."""
+    (sid,) = _seed(host)
+    refused = (["show", "../x"], ["show", "../x", "--limit", "0", "--before", "-1"], ["show", sid, "--limit", "5001"],
+               ["sessions", "--limit", "0"], ["sessions", "--limit", "501"])
+    online = {}
+    for args in refused:
+        done = cli(host.data_dir, *args)
+        assert done.returncode == 1 and done.stderr.startswith("pi-host: INVALID_PARAMS: invalid params: "), done
+        online[tuple(args)] = done.stderr
+    native = cli(host.data_dir, "show", "native-pi:abc")
+    assert native.returncode == 1 and native.stderr.startswith("pi-host: SESSION_NOT_FOUND: native session "), native
+    host.terminate()
+    for args in refused:
+        done = cli(host.data_dir, *args)
+        assert (done.returncode, done.stdout, done.stderr) == (1, "", online[tuple(args)]), args
+    offline_native = cli(host.data_dir, "show", "native-pi:abc")
+    assert offline_native.returncode == 1
+    assert offline_native.stderr.startswith("pi-host: SESSION_NOT_FOUND: native session native-pi:abc not found")
+    assert offline_native.stderr.splitlines()[1:] == native.stderr.splitlines()[1:] == ['  sessionId: "native-pi:abc"']
