@@ -1,7 +1,7 @@
 """``pi-host``: run the host, or talk to a running one.
 
     pi-host serve [--data-dir D | --dev] [--port N] [--host H] [--allow-origin O ...]
-    pi-host status | sessions | show SESSION | search QUERY  [--json]   (reads work offline too)
+    pi-host status | sessions [--cursor C] | show SESSION | search QUERY  [--json]   (reads work offline too)
     pi-host follow SESSION [--json]      tail a session's events; says when it waits for a host (Ctrl-C: 130)
     pi-host stop [--timeout S]           SIGTERM the host, wait for its clean shutdown
     pi-host open                         the browser inspector, logged in with a one-time code
@@ -141,8 +141,11 @@ def _add_client_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     status_help = "the running host's version, uptime, actors and boot recovery report, in brief (--json: the " \
                   "whole host.status result)"
     sub.add_parser("status", help=status_help, description=status_help, parents=[common, as_json])
-    sessions = sub.add_parser("sessions", help="list sessions (offline when no host runs)", parents=[common, as_json])
-    sessions.add_argument("--limit", type=int, default=200)
+    sessions = sub.add_parser("sessions", help="list sessions, newest first, a page at a time (offline when no host "
+                              "runs)", parents=[common, as_json])
+    sessions.add_argument("--limit", type=int, default=200, help="sessions per page (1-500, default 200)")
+    sessions.add_argument("--cursor", default=None,
+                          help="the next page: the cursor a page ended with (on stderr, or nextCursor with --json)")
     sessions.add_argument("--ids", action="store_true", help=argparse.SUPPRESS)  # shell completion
     show = sub.add_parser("show", help="print a session's newest messages (offline when no host runs)",
                           parents=[common, as_json])

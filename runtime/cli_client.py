@@ -152,6 +152,8 @@ def print_sessions(res: dict[str, Any], args: argparse.Namespace) -> None:
     else:
         for s in res["sessions"]:
             print(f"{s['id']}  {s['messageCount']:>6} msgs  {s.get('title') or '(untitled)'}")
+        if res.get("nextCursor"):  # on stderr: the listing on stdout stays one session a line
+            print(f"pi-host: more sessions: pi-host sessions --cursor {res['nextCursor']}", file=sys.stderr)
 
 
 def _block_text(block: Mapping[str, Any]) -> str | None:

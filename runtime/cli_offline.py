@@ -29,10 +29,10 @@ from typing import Any
 from runtime.cli_client import EXIT_ERROR, EXIT_NO_HOST, HostState, print_error, print_result
 from runtime.datadir import DataDir
 from store.errors import InvalidInput, SessionNotFound, StoreError
-from store.indexing import index
+from store.indexing import cursors, index
 from store.indexing.database import open_offline_reader, schema_version
 from store.indexing.reconcile import plan_reconcile
-from store.rules import MAX_SESSION_PAGE, MAX_WINDOW, NATIVE_SESSION_ID_RE, SESSION_REF_RE
+from store.rules import MAX_CURSOR_CHARS, MAX_SESSION_PAGE, MAX_WINDOW, NATIVE_SESSION_ID_RE, SESSION_REF_RE
 from store.search.search import search_sessions
 from store.transcripts import windows
 from store.transcripts.records import wire_record
@@ -101,6 +101,12 @@ def _check_params(command: str, args: argparse.Namespace) -> None:
     found: list[dict[str, str] | None] = []
     if command == "sessions":
         found.append(_range_error("limit", args.limit, 1, MAX_SESSION_PAGE))
+        if args.cursor is not None and not args.cursor:
+            found.append({"loc": "cursor", "msg": "String should have at least 1 character",
+                          "type": "string_too_short"})
+        elif args.cursor is not None and len(args.cursor) > MAX_CURSOR_CHARS:
+            found.append({"loc": "cursor", "msg": f"String should have at most {MAX_CURSOR_CHARS} characters",
+                          "type": "string_too_long"})
     elif command == "show":
         if not SESSION_REF_RE.match(args.session):
             found.append({"loc": "sessionId", "msg": f"String should match pattern '{SESSION_REF_RE.pattern}'",
@@ -126,14 +132,25 @@ def read_offline(data_dir: DataDir, command: str, args: argparse.Namespace) -> d
                 raise OfflineRefused(f"the index is schema v{version}, this build reads v{SCHEMA_VERSION}: "
                                      "start `pi-host serve` once to migrate it")
             if command == "sessions":
-                items, _more = index.list_sessions(conn, limit=args.limit, cursor=None, project_id=None)
-                return {"sessions": [_caught_up(conn, data_dir, index.public_session(r)) for r in items],
-                        "nextCursor": None}  # the newest --limit sessions; no paging offline
+                return _sessions(conn, data_dir, args)
             if command == "search":
                 return search_sessions(conn, args.query, limit=args.limit)
             return _show(conn, data_dir, args)
         finally:
             conn.close()
+
+
+def _sessions(conn: Any, data_dir: DataDir, args: argparse.Namespace) -> dict[str, Any]:
+    """A page of ``session.list``: ``--limit`` sessions after ``--cursor``, with the cursor of the next page (the
+    host's cursors: a page read offline continues online and back)."""
+    fp = cursors.session_list_fingerprint(None)
+    after = None
+    if args.cursor is not None:
+        key = cursors.decode_cursor(args.cursor, cursors.SESSION_LIST_KIND, fp, (int, str))  # INVALID_CURSOR
+        after = (int(key[0]), str(key[1]))
+    items, more = index.list_sessions(conn, limit=args.limit, cursor=after, project_id=None)
+    nxt = cursors.encode_cursor(cursors.SESSION_LIST_KIND, fp, list(more)) if more is not None else None
+    return {"sessions": [_caught_up(conn, data_dir, index.public_session(r)) for r in items], "nextCursor": nxt}
 
 
 def _caught_up(conn: Any, data_dir: DataDir, summary: dict[str, Any]) -> dict[str, Any]:

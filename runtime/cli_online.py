@@ -27,7 +27,10 @@ def _requests(command: str, args: argparse.Namespace) -> tuple[str, dict[str, An
     if command == "status":
         return "host.status", {}
     if command == "sessions":
-        return "session.list", {"limit": args.limit}
+        listing: dict[str, Any] = {"limit": args.limit}
+        if args.cursor is not None:
+            listing["cursor"] = args.cursor
+        return "session.list", listing
     if command == "show":
         params: dict[str, Any] = {"sessionId": args.session, "messageLimit": args.limit}
         if args.before is not None:

@@ -48,8 +48,8 @@ def _catalog(ctx: HostContext) -> NativeCatalog:
 async def list_sessions(ctx: HostContext, p: m.SessionListParams, key: ReceiptKey | None) -> Any:
     """The host's sessions and the native ones, one order, one cursor (a plugin sees only its own imports)."""
     await ctx.services.index_barrier()
-    fp = cursors.query_fingerprint("session.list", str(p.project_id))
-    after_raw = cursors.decode_cursor(p.cursor, "sessions.list", fp, (int, str)) if p.cursor else None
+    fp = cursors.session_list_fingerprint(p.project_id)
+    after_raw = cursors.decode_cursor(p.cursor, cursors.SESSION_LIST_KIND, fp, (int, str)) if p.cursor else None
     after = (int(after_raw[0]), str(after_raw[1])) if after_raw else None
     plugin = ctx.caller.plugin_id
     items, more = await ctx.read(lambda conn: index.list_sessions(conn, limit=p.limit, cursor=after,
@@ -64,7 +64,7 @@ async def list_sessions(ctx: HostContext, p: m.SessionListParams, key: ReceiptKe
     has_more = more is not None or len(page) > p.limit
     page = page[: p.limit]
     nxt = [page[-1]["updatedAt"], page[-1]["id"]] if has_more and page else None
-    return {"sessions": page, "nextCursor": cursors.encode_cursor("sessions.list", fp, nxt) if nxt else None}
+    return {"sessions": page, "nextCursor": cursors.encode_cursor(cursors.SESSION_LIST_KIND, fp, nxt) if nxt else None}
 
 
 async def get(ctx: HostContext, p: m.SessionGetParams, key: ReceiptKey | None) -> Any:

@@ -33,6 +33,15 @@ def query_fingerprint(kind: str, *parts: str | None) -> str:
     return h.hexdigest()[:16]
 
 
+SESSION_LIST_KIND = "sessions.list"
+
+
+def session_list_fingerprint(project_id: int | None) -> str:
+    """``session.list``'s cursor fingerprint: the host's handler and the CLI's offline ``sessions`` issue and
+    read the same cursors, so a page read offline continues online and back."""
+    return query_fingerprint("session.list", str(project_id))
+
+
 def index_identity(conn: sqlite3.Connection) -> tuple[str, ...]:
     """What a cursor whose key holds index-local numbers (``messages.mid``: session ordinals) adds to its
     fingerprint: the identity of this index, renewed when it is created or rebuilt from the files, which

@@ -122,3 +122,43 @@ def test_offline_reads_refuse_malformed_params_with_the_hosts_code_and_message(h
     assert offline_native.returncode == 1
     assert offline_native.stderr.startswith("pi-host: SESSION_NOT_FOUND: native session native-pi:abc not found")
     assert offline_native.stderr.splitlines()[1:] == native.stderr.splitlines()[1:] == ['  sessionId: "native-pi:abc"']
+
+
+def _pages(data: Path, *first: str) -> tuple[list[list[str]], list[str | None]]:
+    """Every page of ``sessions --limit 2 --json``, from ``first`` (extra arguments) on."""
+    pages: list[list[str]] = []
+    cursors: list[str | None] = []
+    extra = list(first)
+    while True:
+        done = cli(data, "sessions", "--limit", "2", "--json", *extra)
+        assert done.returncode == 0, done.stderr
+        page = json.loads(done.stdout)
+        pages.append([s["id"] for s in page["sessions"]])
+        cursors.append(page["nextCursor"])
+        if page["nextCursor"] is None:
+            return pages, cursors
+        extra = ["--cursor", page["nextCursor"]]
+        assert len(pages) < 10
+
+
+def test_sessions_pages_with_cursor_online_and_offline_alike(host: HostProcess) -> None:
+    """Offline ``sessions`` listed the newest ``--limit`` (at most 500) with ``nextCursor: null``, and neither mode
+    took a cursor: no way to see more. ``--cursor`` pages as ``session.list`` does, with the host's cursors, so a
+    page read online continues offline; a human listing names the next page on stderr."""
+    ids = _seed(host, 5)
+    online, online_cursors = _pages(host.data_dir)
+    assert [len(p) for p in online] == [2, 2, 1] and sorted(sum(online, [])) == sorted(ids)
+    text = cli(host.data_dir, "sessions", "--limit", "2")
+    assert text.returncode == 0 and len(text.stdout.splitlines()) == 2
+    assert text.stderr.strip() == f"pi-host: more sessions: pi-host sessions --cursor {online_cursors[0]}"
+    bad_online = [cli(host.data_dir, "sessions", "--cursor", c).stderr for c in ("", "zzz", "a" * 513)]
+    assert [e.split(":")[1].strip() for e in bad_online] == ["INVALID_PARAMS", "INVALID_CURSOR", "INVALID_PARAMS"]
+    host.terminate()
+    offline, offline_cursors = _pages(host.data_dir)
+    assert offline == online
+    assert _pages(host.data_dir, "--cursor", str(online_cursors[0]))[0] == online[1:]  # an online cursor, offline
+    assert offline_cursors == online_cursors
+    text = cli(host.data_dir, "sessions", "--limit", "2")
+    assert text.stderr.splitlines()[-1] == f"pi-host: more sessions: pi-host sessions --cursor {online_cursors[0]}"
+    bad_offline = [cli(host.data_dir, "sessions", "--cursor", c) for c in ("", "zzz", "a" * 513)]
+    assert [(d.returncode, d.stderr) for d in bad_offline] == [(1, e) for e in bad_online]
