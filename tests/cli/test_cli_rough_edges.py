@@ -162,3 +162,27 @@ def test_sessions_pages_with_cursor_online_and_offline_alike(host: HostProcess) 
     assert text.stderr.splitlines()[-1] == f"pi-host: more sessions: pi-host sessions --cursor {online_cursors[0]}"
     bad_offline = [cli(host.data_dir, "sessions", "--cursor", c) for c in ("", "zzz", "a" * 513)]
     assert [(d.returncode, d.stderr) for d in bad_offline] == [(1, e) for e in bad_online]
+
+
+def _complete(words: list[str]) -> list[str]:
+    script = cli(None, "completion", "bash").stdout
+    line = " ".join(f'"{w}"' for w in words)
+    code = f'{script}\nCOMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _pi_host; printf "%s\\n" "${{COMPREPLY[@]}}"'
+    done = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_completion_offers_the_verbs_of_settings_then_each_verbs_options(tmp_path: Path) -> None:
+    """README: completion completes "commands, options and session ids"; ``settings`` offered only its own
+    options, never ``get`` / ``set`` / ``delete``, nor ``--ns`` after one of them. Listed choices complete too:
+    ``completion bash|zsh`` and ``export --format md|html|jsonl``."""
+    assert {"get", "set", "delete"} <= set(_complete(["pi-host", "settings", ""]))
+    assert _complete(["pi-host", "settings", "g"]) == ["get"]
+    assert _complete(["pi-host", "--data-dir", str(tmp_path), "settings", "de"]) == ["delete"]
+    after_get = set(_complete(["pi-host", "settings", "get", "--"]))
+    assert {"--ns", "--json"} <= after_get and "get" not in after_get
+    assert "--ns" in _complete(["pi-host", "settings", "--data-dir", str(tmp_path), "set", "--n"])
+    assert _complete(["pi-host", "settings", "set", "--ns", "app", "--j"]) == []  # set takes no --json
+    assert set(_complete(["pi-host", "completion", ""])) >= {"bash", "zsh"}
+    assert _complete(["pi-host", "export", "s1", "--format", ""]) == ["md", "html", "jsonl"]
