@@ -34,7 +34,13 @@ from store.config.providers import follow_stored_keys
 from store.config.secrets_meta_rebuild import rebuild_secrets_meta
 from store.errors import StorageFull, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
-from store.fence import interrupt_deliveries, interruption_fence, record_boot_report, retention
+from store.fence import (
+    interrupt_deliveries,
+    interruption_fence,
+    previous_boot_started,
+    record_boot_report,
+    retention,
+)
 from store.fsutil import sweep_temp_files
 from store.indexing.cursors import renew_index_identity
 from store.indexing.database import (
@@ -64,9 +70,14 @@ InflightSweep = Callable[[sqlite3.Connection, DataDir, int], dict[str, Any]]
 
 def inflight_boot_sweep(conn: sqlite3.Connection, data_dir: DataDir, now_ms: int, *,
                         faults: Faults = NO_FAULTS) -> dict[str, Any]:
-    """Boot step 4: promote leftover in-flight checkpoints (``store/inflight.py``)."""
+    """Boot step 4: promote leftover in-flight checkpoints, then settle the streaming reservations of the
+    turns that ended since the previous boot began (the fence's included) that no checkpoint settled
+    (``store/inflight.py``). A clock stepped back below that start still covers the fence's turns."""
+    previous = previous_boot_started(conn)
+    since = 0 if previous is None else min(previous, now_ms)
     return sweep_inflight(conn, sessions_dir=data_dir.sessions_dir, quarantine_dir=data_dir.quarantine_dir,
-                          transcript_path=data_dir.transcript, now_ms=now_ms, faults=faults)
+                          transcript_path=data_dir.transcript, now_ms=now_ms, faults=faults,
+                          reservations_since_ms=since)
 
 
 class BootInterrupted(Exception):

@@ -98,6 +98,13 @@ def prune_notifications(conn: sqlite3.Connection, cap: int = NOTIFICATION_CAP) -
     ).rowcount
 
 
+def previous_boot_started(conn: sqlite3.Connection) -> int | None:
+    """When the newest boot recorded so far started (this boot records its own at its end): what ran
+    since, the previous host's run, began then. None when no boot was recorded (a new index)."""
+    row = conn.execute("SELECT MAX(started_at) FROM boot_reports").fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
 def record_boot_report(conn: sqlite3.Connection, boot_id: str, now_ms: int, report_json: str,
                        keep: int = 50) -> None:
     """The boot's report, keeping the newest ``keep`` (``host.status`` shows the current one)."""

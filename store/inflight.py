@@ -13,6 +13,13 @@ reconcile of the file tail, plus an audit record) → remove the checkpoint. A
 crash anywhere in between leaves the checkpoint; the next sweep finds the id
 indexed as a settled row and only removes it, and a line appended twice is
 deduplicated keep-last at the first position like every other repeated id.
+
+A streaming reservation (an assistant row appended with ``meta.status:
+"streaming"``, seed 003 "Active-turn steering") whose checkpoint never came (a
+client that died between the two, a plugin that never checkpoints) is settled
+by the same boot sweep from its own line, the same way and through the same
+steps (:func:`settle_reservations`); otherwise no reader could tell it from a
+live stream.
 """
 
 from __future__ import annotations
@@ -209,8 +216,10 @@ def sweep(
     transcript_path: Callable[[str], Path],
     now_ms: int,
     faults: Faults = NO_FAULTS,
+    reservations_since_ms: int | None = None,
 ) -> dict[str, Any]:
-    """Settle every leftover checkpoint (boot, after reconcile; ``conn`` in autocommit mode)."""
+    """Settle every leftover checkpoint (boot, after reconcile; ``conn`` in autocommit mode), then, given
+    ``reservations_since_ms``, every streaming reservation no checkpoint settled (:func:`settle_reservations`)."""
     report: dict[str, Any] = {"promoted": 0, "promotedIds": [], "removed": 0, "quarantined": [], "errors": []}
     names = sorted(n for n in os.listdir(sessions_dir) if n.endswith(SUFFIX))
     for name in names:
@@ -226,6 +235,9 @@ def sweep(
             if disk_full(exc):
                 raise  # boot fails STORAGE_FULL: serving before the reply lands would order later lines before it
             report["errors"].append({"sessionId": sid, "error": f"{type(exc).__name__}: {exc}"})
+    if reservations_since_ms is not None:
+        settle_reservations(conn, sessions_dir=sessions_dir, transcript_path=transcript_path,
+                            since_ms=reservations_since_ms, now_ms=now_ms, report=report, faults=faults)
     return report
 
 
@@ -273,15 +285,18 @@ def quarantine_checkpoint(path: Path, quarantine_dir: Path, now_ms: int) -> str:
 
 
 def record_promotion(conn: sqlite3.Connection, sid: str, settlement: Settlement, now_ms: int, *,
-                     reason: str = "boot") -> None:
-    """The audit record of a promotion (inside the transaction that indexes the line)."""
+                     reason: str = "boot", source: str = "checkpoint") -> None:
+    """The audit record of a promotion (inside the transaction that indexes the line); ``source``
+    ``reservation``: a streaming row settled from its own content (no checkpoint)."""
     cp, rec = settlement.checkpoint, settlement.record
     assert cp is not None and rec is not None
+    payload: dict[str, Any] = {"messageId": cp.message_id, "turnId": cp.turn_id, "status": rec["meta"]["status"],
+                               "savedAt": cp.saved_at, "reason": reason}
+    if source != "checkpoint":
+        payload["from"] = source
     conn.execute(
         "INSERT INTO audit_log(ts, kind, session_id, payload_json) VALUES (?, 'inflight_promoted', ?, ?)",
-        (now_ms, sid, orjson.dumps({"messageId": cp.message_id, "turnId": cp.turn_id,
-                                    "status": rec["meta"]["status"], "savedAt": cp.saved_at,
-                                    "reason": reason}).decode()),
+        (now_ms, sid, orjson.dumps(payload).decode()),
     )
 
 
@@ -306,6 +321,14 @@ def _settle(conn: sqlite3.Connection, sid: str, path: Path, quarantine_dir: Path
         remove_checkpoint(path)  # the final row landed; the checkpoint is stale
         report["removed"] += 1
         return
+    _promote(conn, sid, transcript, settlement, now_ms, faults, report)
+    faults.point("inflight.before_remove")
+    remove_checkpoint(path)
+
+
+def _promote(conn: sqlite3.Connection, sid: str, transcript: Path, settlement: Settlement, now_ms: int,
+             faults: Faults, report: dict[str, Any], *, source: str = "checkpoint") -> None:
+    """Append the settled line (file first, fsync), then index it with its audit record in one transaction."""
     cp, rec = settlement.checkpoint, settlement.record
     assert cp is not None and rec is not None
     line = dumps_line(rec)
@@ -320,14 +343,75 @@ def _settle(conn: sqlite3.Connection, sid: str, path: Path, quarantine_dir: Path
         row = conn.execute("SELECT indexed_len, file_epoch FROM sessions WHERE id = ?", (sid,)).fetchone()
         plan = plan_reconcile(transcript, int(row[0] or 0), row[1])
         apply_plan(conn, sid, plan, now_ms=now_ms)
-        record_promotion(conn, sid, settlement, now_ms)
+        record_promotion(conn, sid, settlement, now_ms, source=source)
         faults.point("inflight.before_commit")
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    faults.point("inflight.before_remove")
-    remove_checkpoint(path)
     report["promoted"] += 1
-    report["promotedIds"].append({"sessionId": sid, "messageId": cp.message_id, "status": rec["meta"]["status"]})
+    promoted = {"sessionId": sid, "messageId": cp.message_id, "status": rec["meta"]["status"]}
+    if source != "checkpoint":
+        promoted["from"] = source
+    report["promotedIds"].append(promoted)
+
+
+# ---------------------------------------------------------------------------
+# streaming reservations that never got a checkpoint
+
+
+def reservations_since(conn: sqlite3.Connection, since_ms: int) -> list[tuple[str, str, str, str, int, int, int]]:
+    """Assistant rows of the turns that ended at or after ``since_ms`` (every turn the fence just ended
+    and every turn that ended while the previous host ran): the only rows that can still be a streaming
+    reservation. ``(session_id, message_id, turn_id, turn_status, created_at, line_offset, line_len)``,
+    by session and seq; whether each is still streaming is its transcript line's to say."""
+    rows = conn.execute(
+        "SELECT m.session_id, m.id, t.id, t.status, m.created_at, m.line_offset, m.line_len FROM turns t "
+        "JOIN messages m ON m.turn_id = t.id AND m.session_id = t.session_id "
+        "WHERE t.ended_at >= ? AND t.status != 'running' AND m.role = 'assistant' AND m.deleted = 0 "
+        "AND m.line_offset IS NOT NULL ORDER BY m.session_id, m.seq",
+        (since_ms,),
+    ).fetchall()
+    return [(str(r[0]), str(r[1]), str(r[2]), str(r[3]), int(r[4]), int(r[5]), int(r[6])) for r in rows]
+
+
+def settle_reservations(
+    conn: sqlite3.Connection,
+    *,
+    sessions_dir: Path,
+    transcript_path: Callable[[str], Path],
+    since_ms: int,
+    now_ms: int,
+    report: dict[str, Any],
+    faults: Faults = NO_FAULTS,
+) -> None:
+    """Settle every streaming reservation (an assistant row still ``meta.status: "streaming"``) whose turn
+    has ended and that no checkpoint settled (boot, after :func:`sweep`): the row is promoted from its own
+    content exactly as a leftover checkpoint is (:func:`promoted_record`): complete when its turn
+    completed, otherwise aborted + interrupted, in its position (the line is appended with the same id and
+    read keep-last at the first position). A session whose checkpoint is still on disk (its sweep failed)
+    is left to the next boot, whose checkpoint promotion must not find the row settled already."""
+    by_session: dict[str, list[tuple[str, str, str, str, int, int, int]]] = {}
+    for row in reservations_since(conn, since_ms):
+        by_session.setdefault(row[0], []).append(row)
+    for sid, rows in by_session.items():
+        if (sessions_dir / f"{sid}{SUFFIX}").exists():
+            continue
+        transcript = transcript_path(sid)
+        try:
+            lines = read_spans(transcript, [(r[5], r[6]) for r in rows])
+            for row, blob in zip(rows, lines, strict=True):
+                if line_state(blob) != "streaming":
+                    continue
+                _, _, turn_id, turn_status, created_at, _, _ = row
+                cp = Checkpoint(sid, turn_id, created_at, loads_line(blob))
+                rec = promoted_record(cp, turn_completed=turn_status == "completed")
+                _promote(conn, sid, transcript, Settlement("promote", cp, rec), now_ms, faults, report,
+                         source="reservation")
+        except (StoreError, sqlite3.Error, OSError, ValueError) as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if disk_full(exc):
+                raise
+            report["errors"].append({"sessionId": sid, "error": f"{type(exc).__name__}: {exc}"})
