@@ -12,6 +12,7 @@ next to it in the same host and asks that both read back settled alike. Real ``p
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -214,3 +215,37 @@ async def test_a_reservation_whose_turn_already_ended_settles_as_its_turn_ended(
         async with host(root) as (proc, c):
             await check_retry_and_final(c, done, done_reserved)
             await check_retry_and_final(c, stopped, stopped_reserved)
+
+
+def boot_killed_at(root: Path, point: str) -> bool:
+    """Boot ``root`` armed to SIGKILL itself at the first hit of ``point``: True when it died there."""
+    try:
+        proc = start_host_process(root, env={"RT_CRASHPOINT": f"{point}:1"}, timeout=30)
+    except RuntimeError as died:
+        assert "exited with -9" in str(died), str(died)[-2000:]
+        return True
+    assert proc.terminate() == 0
+    return False
+
+
+async def test_a_boot_killed_while_settling_a_reservation_settles_it_once(tmp_path: Path) -> None:
+    """The settling boot itself is SIGKILLed after the settled line is durable, and before its index commit:
+    the boot after it reads the reservation settled once, in place, and its keyed retry answers as before."""
+    root = tmp_path / "data"
+    with trio.fail_after(90):
+        async with host(root) as (proc, c):
+            sid, reserved = await reserve(c, checkpoint=False)
+            proc.kill9()
+        for point in ("inflight.after_append", "inflight.before_commit"):
+            copy = tmp_path / point
+            shutil.copytree(root, copy, symlinks=True)
+            assert await trio.to_thread.run_sync(boot_killed_at, copy, point), point
+            async with host(copy) as (proc, c):
+                view = await full(c, sid)
+                assert [m["id"] for m in view["messages"]] == [mid(sid, x) for x in ("u1", "a1", "s1")], point
+                a1 = view["messages"][1]
+                assert settled_meta(a1) == {"status": "aborted", "interrupted": True,
+                                            "recoveredFrom": "inflight"}, (point, a1)
+                assert a1["seq"] == reserved["message"]["seq"], point
+                assert a1["blocks"] == [{"type": "text", "text": "provisional koala"}], point
+                await check_retry_and_final(c, sid, reserved)
