@@ -569,14 +569,20 @@ class SessionActor(Actor):
         st.row, st.deleted, st.seen, st.file_len, st.epoch, st.needs_catchup = None, True, False, 0, None, False
         st.cache.clear()
 
-    async def open_writer(self) -> TranscriptWriter:
-        st = self.known
-        if st.storage_failed is not None:
+    def refuse_if_storage_failed(self) -> None:
+        """RELIABILITY rule 7: after a failed fsync every write of this session's storage is refused (the
+        transcript's appends and rewrites, its in-flight checkpoint) until the host restarts."""
+        failed = self.known.storage_failed
+        if failed is not None:
             raise IOFailure(
-                f"storage for session {self.sid} failed earlier ({st.storage_failed.message}); "
+                f"storage for session {self.sid} failed earlier ({failed.message}); "
                 "writes are refused until the host restarts",
                 data={"sessionId": self.sid},
             )
+
+    async def open_writer(self) -> TranscriptWriter:
+        st = self.known
+        self.refuse_if_storage_failed()
         if st.writer is None:
             path = self.paths.transcript
             if st.row is not None and not await self.io(os.path.exists, path):

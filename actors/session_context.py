@@ -416,6 +416,10 @@ class SessionContext:
     def storage_failed(self, exc: StoreError) -> None:
         self._actor.known.storage_failed = exc
 
+    def refuse_if_storage_failed(self) -> None:
+        """``IO_ERROR``, as an append gets it, once a failed fsync failed this session's storage (rule 7)."""
+        self._actor.refuse_if_storage_failed()
+
     # -- events
     def publish(self, topic: str, data: dict[str, Any], *, session_id: str | None = None,
                 size: int | None = None) -> None:

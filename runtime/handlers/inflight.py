@@ -109,6 +109,7 @@ async def indexed_state(ctx: SessionContext, message_id: str) -> inflight.Indexe
 
 
 async def save(ctx: SessionContext, p: m.SaveInflightParams, key: ReceiptKey | None) -> Any:
+    ctx.refuse_if_storage_failed()  # RELIABILITY rule 7: a checkpoint is a write of the session's storage
     turn_id = p.turn_id
     status = await ctx.read(turns.turn_status, turn_id)
     if status is None or status[2] != ctx.sid:

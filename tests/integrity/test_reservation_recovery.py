@@ -20,8 +20,8 @@ from typing import Any
 
 import trio
 
-from runtime.client import HostClient, open_client
-from tests.hostkit import HostProcess, msg, start_host_process
+from runtime.client import HostClient, RpcError, open_client
+from tests.hostkit import HostProcess, faulted_client, msg, start_host_process
 
 SIDECAR = "reservation-sidecar"
 
@@ -249,3 +249,38 @@ async def test_a_boot_killed_while_settling_a_reservation_settles_it_once(tmp_pa
                 assert a1["seq"] == reserved["message"]["seq"], point
                 assert a1["blocks"] == [{"type": "text", "text": "provisional koala"}], point
                 await check_retry_and_final(c, sid, reserved)
+
+
+async def refusal(c: HostClient, method: str, params: dict[str, Any]) -> tuple[str | None, str]:
+    """The call's error code and message; it must fail."""
+    try:
+        answered = await c.call(method, params)
+    except RpcError as failed:
+        return failed.data_code, failed.message
+    raise AssertionError(f"{method} answered {answered!r}")
+
+
+async def test_a_checkpoint_save_after_a_failed_transcript_fsync_is_refused_like_an_append(tmp_path: Path) -> None:
+    """RELIABILITY rule 7: a failed fsync is fatal for the session's storage until a restart ("mark session
+    storage failed, reject writes with a clear error"). A checkpoint is a write of that session's storage (and
+    the next boot would promote it into the transcript whose lines the failed fsync may have lost): it is
+    refused with the append's error, and the checkpoint saved before the failure is left as it was."""
+    root = tmp_path / "data"
+    with trio.fail_after(60):
+        async with host(root) as (proc, c):
+            sid: str = (await c.call("session.create", {}))["id"]
+            proc.kill9()
+        async with faulted_client(root, "append.fsync:1:eio", client_id=SIDECAR) as c:
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": turn(sid)})
+            before = msg(mid(sid, "a1"), "saved before", role="assistant", turnId=turn(sid))
+            assert (await c.call("session.saveInflightMessage",
+                                 {"sessionId": sid, "turnId": turn(sid), "message": before}))["saved"] is True
+            prompt = {"sessionId": sid, "turnId": turn(sid), "message": msg(mid(sid, "u1"), "ask")}
+            assert (await refusal(c, "session.appendMessage", prompt))[0] == "IO_ERROR"  # the failed fsync
+            code, message = await refusal(c, "session.appendMessage", prompt)
+            assert code == "IO_ERROR" and "failed earlier" in message, message
+            after = msg(mid(sid, "a1"), "saved before, and after", role="assistant", turnId=turn(sid))
+            assert await refusal(c, "session.saveInflightMessage",
+                                 {"sessionId": sid, "turnId": turn(sid), "message": after}) == (code, message)
+            view = await full(c, sid)
+            assert view["inflight"]["message"]["blocks"] == before["blocks"]
