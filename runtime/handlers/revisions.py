@@ -329,6 +329,7 @@ async def _locate_root(ctx: SessionContext, family: str) -> tuple[int, dict[str,
 
 
 async def save_active(ctx: SessionContext, p: m.SaveActiveRevisionParams, key: ReceiptKey | None) -> Any:
+    ctx.refuse_if_storage_failed()  # RELIABILITY rule 7: nothing is written after a failed fsync
     await ensure_synced(ctx)
     sid = ctx.sid
     pos, root, total = await _locate_root(ctx, await resolve_family(ctx, p.root_user_id))
@@ -400,6 +401,7 @@ async def _family_named(ctx: SessionContext, root_user_id: str) -> str:
 
 
 async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: ReceiptKey | None) -> Any:
+    ctx.refuse_if_storage_failed()  # RELIABILITY rule 7: nothing is written after a failed fsync
     live = await snapshot(ctx)
     await ensure_synced(ctx, live)
     sid = ctx.sid
@@ -489,6 +491,7 @@ async def _check_foreign_ids(ctx: SessionContext, ids: Sequence[str]) -> None:
 
 
 async def truncate_from(ctx: SessionContext, p: m.TruncateFromParams, key: ReceiptKey | None) -> Any:
+    ctx.refuse_if_storage_failed()  # RELIABILITY rule 7: nothing is written after a failed fsync
     live = await snapshot(ctx)
     await ensure_synced(ctx, live)
     sid = ctx.sid
@@ -558,6 +561,7 @@ async def truncate_from(ctx: SessionContext, p: m.TruncateFromParams, key: Recei
 
 
 async def replace_messages(ctx: SessionContext, p: m.ReplaceMessagesParams, key: ReceiptKey | None) -> Any:
+    ctx.refuse_if_storage_failed()  # RELIABILITY rule 7: nothing is written after a failed fsync
     now = ctx.now()
     recs: list[dict[str, Any]] = []
     for i, msg in enumerate(p.messages):

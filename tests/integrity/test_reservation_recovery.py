@@ -284,3 +284,40 @@ async def test_a_checkpoint_save_after_a_failed_transcript_fsync_is_refused_like
                                  {"sessionId": sid, "turnId": turn(sid), "message": after}) == (code, message)
             view = await full(c, sid)
             assert view["inflight"]["message"]["blocks"] == before["blocks"]
+
+
+async def test_transcript_rewrites_after_a_failed_fsync_are_refused_like_an_append(tmp_path: Path) -> None:
+    """RELIABILITY rule 7 for the session's other writes: a truncate, a whole-transcript replace, a revision
+    save and a revision switch after the failed fsync are refused with the append's error and change no file (a rewrite
+    would otherwise acknowledge, from the page cache, a transcript whose last fsync failed)."""
+    root = tmp_path / "data"
+    with trio.fail_after(60):
+        async with host(root) as (proc, c):
+            sid: str = (await c.call("session.create", {}))["id"]
+            for name in ("u1", "a1", "a1b", "u2"):
+                role = "assistant" if name.startswith("a") else "user"
+                if name == "a1b":  # a regenerated reply: a1 is archived as a revision of u1's family
+                    await c.call("session.truncateFrom",
+                                 {"sessionId": sid, "messageId": mid(sid, "a1"), "mode": "regenerate"})
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(mid(sid, name), name,
+                                                                                         role=role)})
+            proc.kill9()
+        files = {p.name: p.read_bytes() for p in (root / "sessions").iterdir() if p.is_file()}
+        async with faulted_client(root, "append.fsync:1:eio", client_id=SIDECAR) as c:
+            lost = {"sessionId": sid, "message": msg(mid(sid, "u3"), "lost")}
+            assert (await refusal(c, "session.appendMessage", lost))[0] == "IO_ERROR"  # the failed fsync
+            code, message = await refusal(c, "session.appendMessage", lost)
+            assert code == "IO_ERROR" and "failed earlier" in message, message
+            for method, params in (
+                ("session.truncateFrom", {"sessionId": sid, "messageId": mid(sid, "u2")}),
+                ("session.replaceMessages", {"sessionId": sid, "messages": [msg(mid(sid, "u1"), "u1")]}),
+                ("session.saveActiveRevision", {"sessionId": sid, "rootUserId": mid(sid, "u1")}),
+                ("session.activateRevision", {"sessionId": sid, "rootUserId": mid(sid, "u1"), "revisionIndex": 1}),
+            ):
+                assert await refusal(c, method, params) == (code, message), method
+            assert [m["id"] for m in (await full(c, sid))["messages"]] == [mid(sid, x) for x in ("u1", "a1b", "u2")]
+        after = {p.name: p.read_bytes() for p in (root / "sessions").iterdir() if p.is_file()}
+        transcript = f"{sid}.jsonl"
+        assert after[transcript].startswith(files[transcript])  # at most the line whose fsync failed, after
+        assert {k: v for k, v in after.items() if k != transcript} == \
+            {k: v for k, v in files.items() if k != transcript}
