@@ -402,7 +402,7 @@ def settle_reservations(
         try:
             lines = read_spans(transcript, [(r[5], r[6]) for r in rows])
             for row, blob in zip(rows, lines, strict=True):
-                if line_state(blob) != "streaming":
+                if b'"streaming"' not in blob or line_state(blob) != "streaming":  # most lines are never parsed
                     continue
                 _, _, turn_id, turn_status, created_at, _, _ = row
                 cp = Checkpoint(sid, turn_id, created_at, loads_line(blob))
