@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from runtime.datadir import DataDir
-from store import collab, plugins, projects, review
+from store import collab, plugins, projects, review, schedule
 from store.approvals import apply_recorded_decisions
 from store.config.providers import follow_stored_keys
 from store.config.secrets_meta_rebuild import rebuild_secrets_meta
@@ -266,13 +266,15 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
             renew_index_identity(conn, now)
     report["attachmentsAdopted"] = adopt_pending(conn, data_dir.attachments_dir, now_ms=now,
                                                  sessions_dir=data_dir.sessions_dir)
-    # 1. maintenance transaction: the fence, retention, notification cap
+    # 1. maintenance transaction: the fence, retention, notification cap, unslotted scheduled tasks
     with transaction(conn):
         # an answer whose decision line was fsynced before the host died takes effect, not the fence
         report["decisionsRecovered"] = apply_recorded_decisions(conn, data_dir.transcript, now)
         report["planApprovalsRecovered"] = apply_recorded_approvals(conn, data_dir.transcript, now)
         report["fence"] = interruption_fence(conn, now_ms=now, boot_id=boot_id)
         report["retention"] = retention(conn, now_ms=now, audit_days=audit_retention_days)
+        # a saved schedule without a stored slot (an older build's row, a hand-written one) is armed from now
+        report["tasksArmed"] = schedule.arm_unslotted(conn, now)
     incremental_vacuum(conn)
     between("finishing interrupted deletes")
     # 2. interrupted deletes (their receipts restored from the markers), interrupted plan

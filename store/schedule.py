@@ -21,6 +21,12 @@ was down fire once, then the next future slot is scheduled - never a burst.
 A task whose next slot cannot be computed (or is not in the future) is
 disarmed instead of firing in a loop.
 
+A daily, weekly or hourly row that has a saved ``schedule`` but no stored
+``nextRunAt`` (an older build's row, or one written by hand) is armed once at
+boot by :func:`arm_unslotted`: its next slot from *now* is stored, as for a new
+task (daily/weekly in the host local timezone), so no slot that passed while the
+host was down fires; a schedule no slot comes out of leaves it unarmed.
+
 A wall clock stepped back (a clock that ran ahead, corrected) leaves a
 ``nextRunAt`` computed on the wrong clock: beyond what the cadence can reach
 from now (:func:`reach`), the task would wait out the whole step (a year
@@ -46,6 +52,7 @@ from store.faults import NO_FAULTS, Faults
 
 __all__ = [
     "FIRE_POINT",
+    "arm_unslotted",
     "FireBatch",
     "FireOutcome",
     "due_payload",
@@ -106,6 +113,28 @@ def next_due_at(conn: sqlite3.Connection, now_ms: int | None = None) -> int | No
     slots = [now_ms if now_ms is not None and beyond_reach(t, now_ms) else t["nextRunAt"]
              for t in tasks.list_tasks(conn) if is_armed(t)]
     return min(slots) if slots else None
+
+
+def arm_unslotted(conn: sqlite3.Connection, now_ms: int) -> list[str]:
+    """Store the next slot of every task with a saved schedule but no stored ``nextRunAt`` (§4.11:
+    a saved schedule arms a task; "Absence of schedule leaves legacy tasks unarmed", presence arms it).
+
+    The slot is computed from ``now_ms`` as :func:`store.tasks.create_task` does for a new task, so a
+    row that never had one fires at its next slot, never at once. Disabled tasks get theirs too (a
+    created disabled task has one; enabling recomputes it). A schedule no slot comes out of
+    (:func:`store.tasks.next_run_at` ``None``) leaves the row as it is. Returns the armed task ids."""
+    armed: list[str] = []
+    for task in tasks.list_tasks(conn):
+        config = task["config"]
+        if isinstance(config.get("nextRunAt"), int) or not tasks.has_schedule(task["cadence"], config):
+            continue
+        nxt = tasks.next_run_at(task["cadence"], config, now_ms)
+        if nxt is None or nxt <= now_ms:
+            continue
+        conn.execute("UPDATE scheduled_tasks SET config_json = ? WHERE id = ?",
+                     (orjson.dumps({**config, "nextRunAt": nxt}).decode(), task["id"]))
+        armed.append(task["id"])
+    return armed
 
 
 def _move_back(conn: sqlite3.Connection, task: Mapping[str, Any], now_ms: int) -> None:
