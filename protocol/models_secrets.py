@@ -69,7 +69,9 @@ class SecretMeta(Result):
     owner_id: str | None = None
     kind: str
     backend: str = Field(description="file_fallback (safe_storage is reserved).")
-    updated_at: TimestampMs
+    updated_at: TimestampMs = Field(description=(
+        "When the secret's last write answered (what secrets.set answered). A row rebuilt from the files "
+        "after a lost database takes it from the file's header; a file of an earlier format gives its mtime."))
 
 
 class SecretsListResult(Result):

@@ -8,7 +8,12 @@ another ref (swapped or renamed) is skipped and counted, never trusted. No key
 is needed and no value is read: this runs before anything is served.
 
 Owner and kind are not stored in the files, so a rebuilt row gets the table
-defaults (``provider`` / ``api_key``); ``updated_at`` is the file's mtime.
+defaults (``provider`` / ``api_key``); ``updated_at`` is the time the write
+that made the file answered, from the header's ``written_at`` (format 3: the
+``updatedAt`` ``secrets.set`` answered and stored), so ``secrets.list`` shows
+after the rebuild what it showed before the loss; a file of an earlier format
+(or one without that time) gives its mtime instead. Like the ref, the time is
+read from the cleartext header without the key (``secrets.get`` authenticates it).
 
 A keyed ``secrets.delete`` leaves a trace (``<name>.sec.deleting-<mac>``, holding
 its receipt record, never a value) until its receipt commits; a crash after
@@ -44,7 +49,7 @@ from typing import Any
 import orjson
 
 from store import receipts
-from store.config.secrets import BACKEND, DELETING, MAGIC, MAGICS, MAX_REF_BYTES
+from store.config.secrets import BACKEND, DELETING, MAGIC, MAGICS, MAX_REF_BYTES, RECEIPT_BYTES
 
 __all__ = ["SecretFile", "rebuild_secrets_meta", "scan_secret_files", "sweep_delete_traces"]
 
@@ -52,6 +57,8 @@ _NAME_RE = re.compile(r"^([0-9a-f]{64})\.sec$")
 _TRACE_RE = re.compile(r"^[0-9a-f]{64}\.sec" + re.escape(DELETING) + r"[0-9a-f]{64}$")
 _MAX_TRACE = 1 << 16
 _HEADER = struct.Struct(">IH")
+_WRITTEN_AT = struct.Struct(">Q")  # format 3: after the receipt
+_MAX_MS = 2**53 - 1  # a time the wire (and SQLite) can carry
 
 
 @dataclass(frozen=True)
@@ -59,17 +66,25 @@ class SecretFile:
     ref: str
     version: int
     mtime_ms: int
+    written_at: int = 0
+    """When the write that made the file answered (format 3 header; 0: not recorded)."""
+
+    @property
+    def updated_at(self) -> int:
+        """``secrets_meta.updated_at`` for the file: the time its write answered, else its mtime."""
+        return self.written_at or self.mtime_ms
 
 
-def _read_header(path: Path) -> tuple[int, str] | None:
-    """``(version, ref)`` from a file's cleartext header, or ``None`` if it is not one of ours."""
+def _read_header(path: Path) -> tuple[int, str, int] | None:
+    """``(version, ref, written_at)`` from a file's cleartext header (``written_at`` 0 unless a format-3
+    header holds a usable time), or ``None`` if it is not one of ours."""
     fixed = len(MAGIC) + _HEADER.size
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        head = os.read(fd, fixed + MAX_REF_BYTES)
+        head = os.read(fd, fixed + MAX_REF_BYTES + RECEIPT_BYTES + _WRITTEN_AT.size)
     finally:
         os.close(fd)
     if len(head) < fixed or head[: len(MAGIC)] not in MAGICS:
@@ -79,9 +94,15 @@ def _read_header(path: Path) -> tuple[int, str] | None:
     if ref_len == 0 or ref_len > MAX_REF_BYTES or len(raw) != ref_len:
         return None
     try:
-        return version, raw.decode("utf-8")
+        ref = raw.decode("utf-8")
     except UnicodeDecodeError:
         return None
+    written_at = 0
+    at = fixed + ref_len + RECEIPT_BYTES
+    if head[: len(MAGIC)] == MAGIC and len(head) >= at + _WRITTEN_AT.size:
+        (found,) = _WRITTEN_AT.unpack_from(head, at)
+        written_at = found if 0 < found <= _MAX_MS else 0
+    return version, ref, written_at
 
 
 def scan_secret_files(directory: str | os.PathLike[str]) -> tuple[list[SecretFile], int]:
@@ -107,7 +128,7 @@ def scan_secret_files(directory: str | os.PathLike[str]) -> tuple[list[SecretFil
         except OSError:
             skipped += 1
             continue
-        found.append(SecretFile(ref=header[1], version=header[0], mtime_ms=mtime_ms))
+        found.append(SecretFile(ref=header[1], version=header[0], mtime_ms=mtime_ms, written_at=header[2]))
     return found, skipped
 
 
@@ -123,7 +144,7 @@ def rebuild_secrets_meta(conn: sqlite3.Connection, directory: str | os.PathLike[
         if f.ref not in rows:
             added += conn.execute(
                 "INSERT OR IGNORE INTO secrets_meta(secret_ref, owner_kind, owner_id, kind, backend, updated_at) "
-                "VALUES (?, 'provider', NULL, 'api_key', ?, ?)", (f.ref, BACKEND, f.mtime_ms)).rowcount
+                "VALUES (?, 'provider', NULL, 'api_key', ?, ?)", (f.ref, BACKEND, f.updated_at)).rowcount
     removed = 0
     for ref in sorted(rows - on_disk):
         digest = hashlib.sha256(ref.encode("utf-8")).hexdigest()

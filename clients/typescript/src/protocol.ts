@@ -2423,7 +2423,7 @@ export interface SecretMeta {
   kind: string;
   /** file_fallback (safe_storage is reserved). */
   backend: string;
-  /** Unix time in milliseconds. */
+  /** When the secret's last write answered (what secrets.set answered). A row rebuilt from the files after a lost database takes it from the file's header; a file of an earlier format gives its mtime. */
   updatedAt: number;
 }
 
