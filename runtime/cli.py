@@ -2,7 +2,8 @@
 
     pi-host serve [--data-dir D | --dev] [--port N] [--host H] [--allow-origin O ...]
     pi-host status | sessions [--cursor C] | show SESSION | search QUERY  [--json]   (reads work offline too)
-    pi-host follow SESSION [--json]      tail a session's events; says when it waits for a host (Ctrl-C: 130)
+    pi-host follow SESSION [--json]      tail a session's events; says when it waits for a host (Ctrl-C: 130,
+                                         the session deleted: 1)
     pi-host stop [--timeout S]           SIGTERM the host, wait for its clean shutdown
     pi-host open                         the browser inspector, logged in with a one-time code
     pi-host agent ... | chat [SESSION]   the reference sidecar and the terminal chat (pihost-client)
@@ -201,8 +202,9 @@ FOLLOW_DESCRIPTION = (
     "exit 130 / 143 (128 + the signal). If the host goes away (stopped, killed, restarting) follow says so in one "
     "line on stderr (\"pi-host: waiting for ...\") and waits for it: a host that comes back on the data "
     "directory is followed again from the last event printed (\"reconnected; resumed at cursor N\"), or, if it "
-    "restarted and cannot replay what it sent before, after a \"-- resync\" line. An error the host answers "
-    "(an unknown session) exits 1; no host at the start exits 2.")
+    "restarted and cannot replay what it sent before, after a \"-- resync\" line. When the session is deleted "
+    "(its session.deleted event, or found gone after a resync) follow says so in one line on stderr and exits 1, "
+    "as for an unknown session; any other error the host answers exits 1 too; no host at the start exits 2.")
 
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE, what a shell reports for a program whose reader went away."""

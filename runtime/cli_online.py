@@ -1,5 +1,6 @@
 """The CLI's reads on a running host: ``status``, ``sessions``, ``show``, ``search`` (one request each) and
-``follow`` (a session's events until Ctrl-C, through pihost_client, which reconnects across host restarts).
+``follow`` (a session's events until Ctrl-C or the session's deletion, through pihost_client, which reconnects
+across host restarts).
 
 :mod:`runtime.cli` imports this module only when a host runs (:func:`runtime.cli_client.find_host`);
 without one, the reads go to :mod:`runtime.cli_offline`.
@@ -95,7 +96,9 @@ def _event_line(topic: str, cursor: int, data: dict[str, Any]) -> str:
 def _follow(args: argparse.Namespace, data_dir: DataDir) -> int:
     """Tail a session's events until interrupted; reconnects across host restarts (pihost_client: one retry
     chain, capped backoff with jitter), saying so on stderr ("waiting for a host: ...", "reconnected; resumed
-    at cursor N"); a restarted host cannot replay what it sent before, so that case prints a resync line."""
+    at cursor N"); a restarted host cannot replay what it sent before, so that case prints a resync line.
+    The session's deletion (its ``session.deleted`` event, or found gone after a resync) ends it: one line on
+    stderr, exit 1 (:data:`EXIT_ERROR`, what ``show`` of a missing session exits)."""
     try:
         import anyio
 
@@ -108,6 +111,11 @@ def _follow(args: argparse.Namespace, data_dir: DataDir) -> int:
     def tell(state: str) -> None:
         if state != "connected":  # the first connection is announced by "following ..."
             print(f"pi-host: {state}", file=sys.stderr, flush=True)
+
+    def deleted() -> int:
+        """The followed session is gone: no event for it will ever come (exit 1, as ``show`` of it does)."""
+        print(f"pi-host: session {args.session} was deleted; nothing more to follow", file=sys.stderr, flush=True)
+        return EXIT_ERROR
 
     async def tail() -> int:
         async with connect(data_dir=data_dir.root, client_id=f"cli-follow-{os.getpid()}", client_kind="cli",
@@ -129,7 +137,18 @@ def _follow(args: argparse.Namespace, data_dir: DataDir) -> int:
                         line = (json.dumps(shown, ensure_ascii=False) if args.json
                                 else _event_line(item.topic, item.cursor, item.data))
                     print(line, flush=True)
+                    if isinstance(item, Event) and item.topic == "session.deleted":
+                        return deleted()
+                    if isinstance(item, Resync) and await gone(c):
+                        return deleted()  # deleted while follow waited for a host: its event is not replayed
         return 0
+
+    async def gone(c: Any) -> bool:
+        try:
+            await c.session.get(session_id=args.session, message_limit=1)
+        except ClientRpcError as exc:
+            return exc.data_code == "SESSION_NOT_FOUND"
+        return False
 
     async def until_interrupted() -> int:
         """Ctrl-C / SIGTERM cancel the tail at a checkpoint (never a KeyboardInterrupt mid-frame) and exit

@@ -169,3 +169,70 @@ def test_follow_resumes_at_its_cursor_with_the_missed_events(tmp_path: Path) -> 
         relay.down()
         host.terminate()
         host.proc.communicate()
+
+
+def _delete(host: HostProcess, sid: str) -> None:
+    async def go() -> None:
+        async with open_client(host.url, host.token, client_id="follow-delete", client_kind="test") as c:
+            await c.call("session.delete", {"sessionId": sid})
+
+    trio.run(go)
+
+
+def _show_exit(data: Path, sid: str) -> int:
+    env = {k: v for k, v in os.environ.items() if k != "PI_DESKTOP_DATA_DIR"}
+    return subprocess.run([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), "show", sid],
+                          cwd=REPO, capture_output=True, env=env, timeout=60, check=False).returncode
+
+
+def test_follow_ends_when_its_session_is_deleted(tmp_path: Path) -> None:
+    """The followed session is deleted: follow printed the session.deleted event and went on waiting for events
+    that never come. Now it says so in one line and exits 1, what `pi-host show` of that session exits."""
+    data = tmp_path / "data"
+    host = start_host_process(data)
+    sid = _session(host)
+    follow = Follow(data, sid)
+    try:
+        follow.expect("err", lambda x: "following" in x)
+        _delete(host, sid)
+        follow.expect("out", lambda x: "session.deleted" in x)
+        follow.expect("err", lambda x: x == f"pi-host: session {sid} was deleted; nothing more to follow")
+        follow.proc.wait(timeout=10)
+        assert follow.proc.returncode == 1 == _show_exit(data, sid), follow.seen_err
+        assert not any("Traceback" in x for x in follow.seen_err + list(follow.err.queue))
+    finally:
+        follow.stop()
+        host.terminate()
+        host.proc.communicate()
+    helped = subprocess.run([sys.executable, "-m", "runtime.cli", "follow", "--help"], cwd=REPO, capture_output=True,
+                            text=True, timeout=60, check=True).stdout
+    assert "session is deleted" in " ".join(helped.split()) and "exits 1" in helped
+
+
+@pytest.mark.slow  # a host killed, then booted again
+def test_follow_ends_when_its_session_was_deleted_while_it_waited(tmp_path: Path) -> None:
+    """Deleted while follow was away (here: stopped while its host was killed and a new one deleted the
+    session): the new host cannot replay the deletion, so after the resync follow finds the session gone,
+    says so in one line and exits 1."""
+    data = tmp_path / "data"
+    host = start_host_process(data)
+    sid = _session(host)
+    follow = Follow(data, sid)
+    try:
+        follow.expect("err", lambda x: "following" in x)
+        follow.proc.send_signal(signal.SIGSTOP)
+        host.kill9()
+        host.proc.communicate()
+        host = start_host_process(data)
+        _delete(host, sid)
+        follow.proc.send_signal(signal.SIGCONT)
+        follow.expect("out", lambda x: x.startswith("-- resync: "))
+        follow.expect("err", lambda x: x == f"pi-host: session {sid} was deleted; nothing more to follow")
+        follow.proc.wait(timeout=10)
+        assert follow.proc.returncode == 1, follow.seen_err
+        assert not any("Traceback" in x for x in follow.seen_err + list(follow.err.queue))
+    finally:
+        follow.proc.send_signal(signal.SIGCONT)
+        follow.stop()
+        host.terminate()
+        host.proc.communicate()
