@@ -1,0 +1,420 @@
+"""protocol/README.md read as the spec a client developer codes against, by an outsider: for the methods
+the rest of the suite tests least (skills, memories, project groups, permission rules, provider order,
+the model catalog, plugins, tasks, usage, subscriptions), each documented claim that no other test pins —
+an error code and when it comes, "every refusal changes nothing", a default, an order, a page, the
+identical answer of a keyed retry, what an event carries — checked black-box against a real ``pi-host
+serve`` process. Every result is validated against its pydantic result model (``protocol.methods``) and
+every event's ``data`` against its payload model (``protocol.models_events``). Each test quotes what it
+checks."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from protocol.methods import METHODS
+from protocol.models_events import EVENT_PAYLOADS
+from runtime.client import ClientEvent, HostClient, RpcError
+from tests.acceptance.outsiderkit import data_dir
+from tests.acceptance.outsiderkit import real_host as outsider_host
+from tests.hostkit import HostProcess, msg
+
+
+@asynccontextmanager
+async def real_host(tmp_path: Path, kind: str = "ui") -> AsyncIterator[tuple[HostProcess, HostClient]]:
+    async with outsider_host(data_dir(tmp_path), kind=kind) as pair:
+        yield pair
+
+
+async def call(c: HostClient, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The call's result, validated against the method's documented result model."""
+    result: dict[str, Any] = await c.call(method, params or {})
+    METHODS[method].result_model.model_validate(result)
+    return result
+
+
+async def refused(c: HostClient, method: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The error code and data of a call that must fail; the code must be one the README lists for it."""
+    try:
+        await c.call(method, params)
+    except RpcError as failed:
+        assert failed.data_code in METHODS[method].errors, (method, failed.data_code)
+        return failed.data_code, failed.data
+    raise AssertionError(f"{method} {params} succeeded")
+
+
+async def events_until_quiet(c: HostClient, quiet: float = 0.3) -> list[ClientEvent]:
+    """Every event received until none arrives for ``quiet`` seconds; each ``data`` validated against its
+    topic's payload model."""
+    got: list[ClientEvent] = []
+    while True:
+        with trio.move_on_after(quiet) as scope:
+            event = await c.next_event()
+        if scope.cancelled_caught:
+            return got
+        EVENT_PAYLOADS[event.topic].model_validate(event.data)
+        got.append(event)
+
+
+# ------------------------------------------------------------------------------------------- skills (§8.6)
+
+async def test_skills_delete_get_and_keyed_retries(tmp_path: Path) -> None:
+    """§8.6 and the skills.* reference: "`skills.get {name}` the whole skill (`NOT_FOUND` when not stored);
+    `skills.delete {name}` answers `deleted: false` when there was nothing to delete. Writes carry command
+    receipts and publish `settings.changed {ns: "skills", keys}`"; "The same put again writes nothing
+    (`changed: false`)"; §4: "A retry with the same key returns the stored response and has no other
+    effect ... The same key used for a different request ... fails with `IDEMPOTENCY_CONFLICT` and changes
+    nothing"; "`settings.set` on `skills` is `INVALID_PARAMS` naming the owner"."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            await c.subscribe(["settings.changed"])
+            put = {"name": "notes", "version": "1.0", "source": "# notes\n", "submissionId": "sk-put"}
+            first = await call(c, "skills.put", put)
+            assert first["changed"] is True and "source" not in first["skill"]
+            assert await call(c, "skills.put", put) == first  # the keyed retry: the stored answer
+            again = await call(c, "skills.put", {**put, "submissionId": "sk-put-2"})
+            assert again["changed"] is False
+            await call(c, "skills.put", {"name": "other", "version": "1", "source": "x"})
+            events = await events_until_quiet(c)
+            assert [(e.data["ns"], e.data["keys"]) for e in events] == [("skills", ["notes"]), ("skills", ["other"])]
+
+            assert (await refused(c, "skills.get", {"name": "absent"}))[0] == "NOT_FOUND"
+            assert await call(c, "skills.delete", {"name": "absent"}) == {"name": "absent", "deleted": False}
+            gone = await call(c, "skills.delete", {"name": "notes", "submissionId": "sk-del"})
+            assert gone == {"name": "notes", "deleted": True}
+            assert [e.data for e in await events_until_quiet(c)] == [{"ns": "skills", "keys": ["notes"]}]
+            assert await call(c, "skills.delete", {"name": "notes", "submissionId": "sk-del"}) == gone
+            assert (await refused(c, "skills.get", {"name": "notes"}))[0] == "NOT_FOUND"
+            code, _ = await refused(c, "skills.delete", {"name": "other", "submissionId": "sk-del"})
+            assert code == "IDEMPOTENCY_CONFLICT"
+            assert (await call(c, "skills.get", {"name": "other"}))["skill"]["source"] == "x"
+
+            code, data = await refused(c, "settings.set", {"ns": "skills", "key": "other", "value": {"x": 1}})
+            assert code == "INVALID_PARAMS"
+            listed = (await call(c, "skills.list"))["skills"]
+            assert [s["name"] for s in listed] == ["other"] and all("source" not in s for s in listed)
+            assert await events_until_quiet(c) == []  # refusals and replays publish nothing
+
+
+async def test_a_skill_version_conflict_names_the_stored_digest_and_changes_nothing(tmp_path: Path) -> None:
+    """§8.6: "`skills.put` of a version ever stored under that name (the current one, an older one a newer
+    put replaced, or one of a deleted skill) with other source is `CONFLICT` (bump the version;
+    `data.sha256` is the stored digest) and changes nothing"; "a put of an older version with its own
+    source makes it current again"."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            v1 = (await call(c, "skills.put", {"name": "a", "version": "1", "source": "one"}))["skill"]
+            v2 = (await call(c, "skills.put", {"name": "a", "version": "2", "source": "two"}))["skill"]
+            code, data = await refused(c, "skills.put", {"name": "a", "version": "1", "source": "uno"})
+            assert code == "CONFLICT" and data.get("sha256") == v1["sha256"]
+            assert (await call(c, "skills.get", {"name": "a"}))["skill"]["sha256"] == v2["sha256"]
+            back = await call(c, "skills.put", {"name": "a", "version": "1", "source": "one"})
+            assert back["changed"] is True and back["skill"]["version"] == "1"
+            await call(c, "skills.delete", {"name": "a"})
+            code, data = await refused(c, "skills.put", {"name": "a", "version": "2", "source": "deux"})
+            assert code == "CONFLICT" and data.get("sha256") == v2["sha256"]
+            assert (await refused(c, "skills.get", {"name": "a"}))[0] == "NOT_FOUND"
+
+
+# ----------------------------------------------------------------------------------------- memories (§8.6)
+
+async def test_memories_list_defaults_order_and_pages(tmp_path: Path) -> None:
+    """memories.list: "`scope` ... (default `"project"`)", "`limit` ≥ 1, ≤ 500, default `100`"; §8.6:
+    "pages through what is stored, by key (the canonical project path or the group id): each item has the
+    entry count, the derived content's size and `updatedAt`, never the content; `nextAfter` is set when
+    more may follow (pass it as `after`)"; §8.2: "memory with no entries stores no key"."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            values = {f"/w/p{i:03d}": f"memory {i}" for i in range(105)}
+            values["/w/p050"] = {"format": "entries-v1", "entries": [{"content": "a"}, {"title": "T", "content": "b"}]}
+            names = sorted(values)  # §7: "keys per `settings.update` | 1–100 (all or none)"
+            for part in (names[:100], names[100:]):
+                await call(c, "settings.update", {"ns": "projectMemory", "values": {k: values[k] for k in part}})
+            await call(c, "settings.set", {"ns": "projectMemory", "key": "/w/empty",
+                                            "value": {"format": "entries-v1", "entries": []}})
+            group = (await call(c, "projectGroups.save", {"name": "G", "roots": ["/w/g"]}))["group"]["id"]
+            await call(c, "projectGroups.setMemory", {"groupId": group, "memory": "group memory"})
+
+            page = await call(c, "memories.list")
+            keys = [m["key"] for m in page["memories"]]
+            assert len(keys) == 100 and keys == sorted(keys) and keys[0] == "/w/p000"
+            assert all(m["scope"] == "project" and "content" not in m for m in page["memories"])
+            assert page["nextAfter"] == keys[-1]
+            rest = await call(c, "memories.list", {"after": page["nextAfter"]})
+            assert [m["key"] for m in rest["memories"]] == sorted(values)[100:]
+            assert not rest.get("nextAfter")
+            item = {m["key"]: m for m in page["memories"]}["/w/p050"]
+            assert item["entries"] == 2 and item["contentBytes"] > 0
+            small = await call(c, "memories.list", {"limit": 1, "after": "/w/p103"})
+            assert [m["key"] for m in small["memories"]] == ["/w/p104"]
+
+            groups = await call(c, "memories.list", {"scope": "group"})
+            assert [(m["scope"], m["key"], m["entries"]) for m in groups["memories"]] == [("group", group, 1)]
+            assert (await refused(c, "memories.list", {"limit": 501}))[0] == "INVALID_PARAMS"
+            assert (await refused(c, "memories.list", {"scope": "session"}))[0] == "INVALID_PARAMS"
+
+
+# -------------------------------------------------------------------------------------- project groups (§8.2)
+
+async def test_project_groups_save_list_get_and_their_refusals(tmp_path: Path) -> None:
+    """projectGroups.save: "`groupId` Absent: create a group", "`primaryRoot` Default: the first root";
+    §8.2: "stores a group's ordered canonical `roots` and `primaryRoot`; a root belongs to one group at most
+    (`CONFLICT`), and a root a later save leaves out moves to `detachedPaths`. `projectGroups.list` also
+    projects every path project no group claims as a read-only legacy group `project:<projectId>`";
+    ProjectGroupsListResult: "Stored groups by name, then legacy projections"; "a blank or relative one
+    (`INVALID_PARAMS` naming the field, nothing written)"; §8: "every refusal changes nothing"; a keyed
+    retry of the create answers the same group (§4)."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            solo = (await call(c, "workspace.open", {"path": "/w/solo"}))["project"]["id"]
+            claimed = (await call(c, "workspace.open", {"path": "/w/z2"}))["project"]["id"]
+            create = {"name": "Zed", "roots": ["/w/z1/", "\\w\\z2"], "submissionId": "g-create"}
+            zed = (await call(c, "projectGroups.save", create))["group"]
+            assert zed["roots"] == ["/w/z1", "/w/z2"] and zed["primaryRoot"] == "/w/z1"
+            assert (await call(c, "projectGroups.save", create))["group"] == zed
+            alpha = (await call(c, "projectGroups.save", {"name": "Alpha", "roots": ["/w/a"]}))["group"]
+            assert alpha["id"] != zed["id"]
+
+            before = await call(c, "projectGroups.list")
+            assert [g["id"] for g in before["groups"]] == [alpha["id"], zed["id"], f"project:{solo}"]
+            legacy = before["groups"][-1]
+            assert legacy["legacy"] is True and legacy["roots"] == ["/w/solo"]
+            assert f"project:{claimed}" not in [g["id"] for g in before["groups"]]
+
+            code, data = await refused(c, "projectGroups.save", {"name": "Taken", "roots": ["/w/z2/"]})
+            assert code == "CONFLICT"
+            code, data = await refused(c, "projectGroups.save", {"name": "Rel", "roots": ["/w/ok", "rel/x"]})
+            assert code == "INVALID_PARAMS" and "roots" in str(data)
+            code, _ = await refused(c, "projectGroups.save", {"name": "Ghost", "groupId": "g-ghost", "roots": ["/w/q"]})
+            assert code == "NOT_FOUND"
+            code, _ = await refused(c, "projectGroups.save", {**create, "name": "Other"})
+            assert code == "IDEMPOTENCY_CONFLICT"
+            assert await call(c, "projectGroups.list") == before
+
+            moved = (await call(c, "projectGroups.save", {"groupId": zed["id"], "name": "Zed",
+                                                          "roots": ["/w/z2"]}))["group"]
+            assert moved["roots"] == ["/w/z2"] and moved["primaryRoot"] == "/w/z2"
+            assert "/w/z1" in (moved.get("detachedPaths") or [])
+            assert moved["createdAt"] == zed["createdAt"]
+            # the detached root is free again
+            await call(c, "projectGroups.save", {"name": "Free", "roots": ["/w/z1"]})
+
+            assert (await refused(c, "projectGroups.get", {"groupId": "g-ghost"}))[0] == "NOT_FOUND"
+            got = await call(c, "projectGroups.get", {"groupId": f"project:{solo}"})
+            assert got["group"]["legacy"] is True and got["memory"]["entries"] == []
+
+
+async def test_project_group_memory_instructions_and_delete(tmp_path: Path) -> None:
+    """projectGroups.setMemory: "entries-v1 or text, at most 32 KiB of content; empty removes it";
+    setInstructions: "at most 32 KiB; blank removes them"; §8.2 "(at most 32 KiB, `PAYLOAD_TOO_LARGE`
+    beyond)"; NOT_FOUND for a group that is not stored; projectGroups.delete: "Delete a group record with its
+    memory and instructions (sessions and files stay)" — no NOT_FOUND listed: a group that is not there
+    answers `deleted: false`; a keyed retry answers what the first call answered; SettingsChangedEvent lists
+    projectGroups.* among its writers."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            gid = (await call(c, "projectGroups.save", {"name": "G", "roots": ["/w/g"]}))["group"]["id"]
+            other = (await call(c, "projectGroups.save", {"name": "H", "roots": ["/w/h"]}))["group"]["id"]
+            await c.subscribe(["settings.changed"])
+            mem = await call(c, "projectGroups.setMemory", {"groupId": gid, "memory": {
+                "format": "entries-v1", "entries": [{"title": "Build", "content": "make"}]}})
+            assert mem["groupId"] == gid and "make" in mem["memory"]["content"]
+            ins = await call(c, "projectGroups.setInstructions", {"groupId": gid, "instructions": "Run tests."})
+            assert ins == {"groupId": gid, "instructions": "Run tests."}
+            events = await events_until_quiet(c)
+            assert events and all(e.data["ns"].startswith("projectGroup") for e in events)
+
+            big = "x" * (32 * 1024 + 1)
+            assert (await refused(c, "projectGroups.setMemory", {"groupId": gid, "memory": big}))[0] == \
+                "PAYLOAD_TOO_LARGE"
+            assert (await refused(c, "projectGroups.setInstructions", {"groupId": gid, "instructions": big}))[0] \
+                == "PAYLOAD_TOO_LARGE"
+            for method, field in (("projectGroups.setMemory", "memory"),
+                                  ("projectGroups.setInstructions", "instructions")):
+                assert (await refused(c, method, {"groupId": "g-ghost", field: "x"}))[0] == "NOT_FOUND"
+            got = await call(c, "projectGroups.get", {"groupId": gid})
+            assert got["instructions"] == "Run tests." and got["memory"]["content"] == mem["memory"]["content"]
+            assert await events_until_quiet(c) == []
+
+            await call(c, "projectGroups.setInstructions", {"groupId": other, "instructions": "  \n "})
+            await call(c, "projectGroups.setMemory", {"groupId": other, "memory": "kept"})
+            await call(c, "projectGroups.setMemory", {"groupId": other, "memory": ""})
+            cleared = await call(c, "projectGroups.get", {"groupId": other})
+            assert not cleared.get("instructions") and cleared["memory"]["entries"] == []
+            assert [m["key"] for m in (await call(c, "memories.list", {"scope": "group"}))["memories"]] == [gid]
+
+            gone = await call(c, "projectGroups.delete", {"groupId": gid, "submissionId": "g-del"})
+            assert gone == {"groupId": gid, "deleted": True}
+            assert await call(c, "projectGroups.delete", {"groupId": gid, "submissionId": "g-del"}) == gone
+            assert await call(c, "projectGroups.delete", {"groupId": gid}) == {"groupId": gid, "deleted": False}
+            assert (await refused(c, "projectGroups.delete", {"groupId": other, "submissionId": "g-del"}))[0] == \
+                "IDEMPOTENCY_CONFLICT"
+            assert (await refused(c, "projectGroups.get", {"groupId": gid}))[0] == "NOT_FOUND"
+            assert (await call(c, "memories.list", {"scope": "group"}))["memories"] == []
+            assert [g["id"] for g in (await call(c, "projectGroups.list"))["groups"]] == [other]
+            got = await call(c, "settings.get", {"ns": "projectGroupInstructions", "key": gid})
+            assert got.get("value") is None
+
+
+# ------------------------------------------------------------------------------- providers and models (§8.3-4)
+
+async def test_provider_order_ignores_unknown_ids_and_lists_the_rest_in_creation_order(tmp_path: Path) -> None:
+    """providers.reorder: "ids no provider has are ignored"; §8.3: "`list` follows it, ids it does not name
+    follow in creation order, deleted ids are skipped. An id in the request that no provider has ... is
+    ignored, not refused: the reply's `providerIds` is the order saved"; §8.1: "`providers.order` [is a]
+    separate row, readable here but written only by ... `providers.reorder`"; a keyed retry answers the
+    stored reply; SettingsChangedEvent names providers.reorder among its writers."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            for pid in ("p1", "p2", "p3", "p4"):
+                await call(c, "providers.create", {"id": pid, "name": pid.upper()})
+            await c.subscribe(["settings.changed"])
+            keyed = {"providerIds": ["p3", "ghost", "p1"], "submissionId": "order-1"}
+            saved = await call(c, "providers.reorder", keyed)
+            assert saved == {"providerIds": ["p3", "p1"]}
+            [event] = await events_until_quiet(c)
+            assert event.data["ns"] == "app" and "providers.order" in event.data["keys"]
+            listed = [p["id"] for p in (await call(c, "providers.list"))["providers"]]
+            assert listed == ["p3", "p1", "p2", "p4"]
+            assert (await call(c, "settings.get", {"key": "providers.order"}))["value"] == ["p3", "p1"]
+            await call(c, "providers.delete", {"providerId": "p3"})
+            assert [p["id"] for p in (await call(c, "providers.list"))["providers"]] == ["p1", "p2", "p4"]
+            assert await call(c, "providers.reorder", keyed) == saved  # the receipt, whatever changed since
+            code, _ = await refused(c, "providers.reorder", {**keyed, "providerIds": ["p2"]})
+            assert code == "IDEMPOTENCY_CONFLICT"
+            code, _ = await refused(c, "settings.set", {"key": "providers.order", "value": ["p4"]})
+            assert code in ("INVALID_PARAMS", "PERMISSION_DENIED")
+            assert [p["id"] for p in (await call(c, "providers.list"))["providers"]] == ["p1", "p2", "p4"]
+            assert await call(c, "providers.reorder", {"providerIds": []}) == {"providerIds": []}
+            assert [p["id"] for p in (await call(c, "providers.list"))["providers"]] == ["p1", "p2", "p4"]
+
+
+async def test_models_remove_answers_deleted_false_for_what_is_not_there(tmp_path: Path) -> None:
+    """models.remove: "Remove a user-added model (discovered ones are managed by models.refresh)"; its
+    errors list no NOT_FOUND, so a model (or provider) that is not there answers `deleted: false`; a keyed
+    retry answers the stored `deleted: true`; ModelsChangedEvent: "The model catalog of a provider changed
+    (models.add / remove / refresh)" — and models.add of a provider that does not exist is `NOT_FOUND`."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            await call(c, "providers.create", {"id": "p1", "name": "P"})
+            await c.subscribe(["models.changed"])
+            await call(c, "models.add", {"providerId": "p1", "modelId": "m/x", "contextWindow": 4096})
+            assert [e.data for e in await events_until_quiet(c)] == [{"providerId": "p1"}]
+            keyed = {"providerId": "p1", "modelId": "m/x", "submissionId": "rm-1"}
+            first = await call(c, "models.remove", keyed)
+            assert first == {"providerId": "p1", "modelId": "m/x", "deleted": True}
+            assert [e.data for e in await events_until_quiet(c)] == [{"providerId": "p1"}]
+            assert await call(c, "models.remove", keyed) == first
+            assert (await call(c, "models.remove", {"providerId": "p1", "modelId": "m/x"}))["deleted"] is False
+            assert (await call(c, "models.remove", {"providerId": "ghost", "modelId": "m/x"}))["deleted"] is False
+            assert await events_until_quiet(c) == []
+            assert (await refused(c, "models.add", {"providerId": "ghost", "modelId": "m/y"}))[0] == "NOT_FOUND"
+            assert (await call(c, "models.list", {}))["models"] == []
+
+
+# ------------------------------------------------------------------------------ notifications and usage (§10)
+
+async def ended_turn(c: HostClient, sid: str, tid: str, status: str, **extra: Any) -> dict[str, Any]:
+    await call(c, "session.startTurn", {"sessionId": sid, "turnId": tid})
+    await call(c, "session.appendMessage", {"sessionId": sid, "turnId": tid, "message": msg(f"{tid}-u", "go")})
+    return await call(c, "session.endTurn", {"sessionId": sid, "turnId": tid, "status": status, **extra})
+
+
+async def test_notification_inbox_order_paging_and_keyed_bulk_writes(tmp_path: Path) -> None:
+    """session.endTurn: "`createNotification` Insert a task.completed/task.failed notification (never for
+    aborted) ... (default `true`)"; notifications.list: "newest first, with the unread count", "`unreadOnly`
+    default `false`", cursors "pass the cursor back unchanged. A missing `nextCursor` means there are no
+    more pages"; markRead "(idempotent)" with `updated` = "Rows whose readAt changed"; markAllRead "Mark
+    every notification read"; clear: "All notifications when absent"; §4: a keyed retry returns the stored
+    response (not a recount) and the same key for another request is IDEMPOTENCY_CONFLICT, changing
+    nothing; the `notification.created` event carries the row."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            sid = (await call(c, "session.create", {"title": "Inbox"}))["id"]
+            await c.subscribe(["notification.created"])
+            await ended_turn(c, sid, "t1", "completed")
+            await ended_turn(c, sid, "t2", "error", errorCode="PROVIDER_TIMEOUT")
+            await ended_turn(c, sid, "t3", "aborted")
+            await ended_turn(c, sid, "t4", "completed", createNotification=False)
+            await ended_turn(c, sid, "t5", "completed")
+            events = await events_until_quiet(c)
+            assert [(e.data["notification"]["turnId"], e.data["notification"]["kind"]) for e in events] == \
+                [("t1", "task.completed"), ("t2", "task.failed"), ("t5", "task.completed")]
+            assert events[1].data["notification"]["errorCode"] == "PROVIDER_TIMEOUT"
+            assert all(e.session_id == sid and e.data["notification"]["sessionTitle"] == "Inbox" for e in events)
+
+            inbox = await call(c, "notifications.list")
+            assert [n["turnId"] for n in inbox["notifications"]] == ["t5", "t2", "t1"]
+            assert inbox["unreadCount"] == 3 and not inbox.get("nextCursor")
+            ids = {n["turnId"]: n["id"] for n in inbox["notifications"]}
+            page1 = await call(c, "notifications.list", {"limit": 2})
+            assert [n["turnId"] for n in page1["notifications"]] == ["t5", "t2"] and page1["nextCursor"]
+            page2 = await call(c, "notifications.list", {"limit": 2, "cursor": page1["nextCursor"]})
+            assert [n["turnId"] for n in page2["notifications"]] == ["t1"] and not page2.get("nextCursor")
+
+            assert await call(c, "notifications.markRead", {"ids": [ids["t1"], "n-ghost"]}) == {"updated": 1}
+            assert await call(c, "notifications.markRead", {"ids": [ids["t1"]]}) == {"updated": 0}
+            unread = await call(c, "notifications.list", {"unreadOnly": True})
+            assert [n["turnId"] for n in unread["notifications"]] == ["t5", "t2"] and unread["unreadCount"] == 2
+            assert (await call(c, "notifications.list"))["notifications"][2]["readAt"] > 0
+
+            all_read = await call(c, "notifications.markAllRead", {"submissionId": "read-all"})
+            assert all_read == {"updated": 2}
+            assert await call(c, "notifications.markAllRead", {"submissionId": "read-all"}) == all_read
+            assert await call(c, "notifications.markAllRead", {}) == {"updated": 0}
+            assert (await call(c, "notifications.list"))["unreadCount"] == 0
+
+            one = await call(c, "notifications.clear", {"ids": [ids["t2"]], "submissionId": "clear-1"})
+            assert one == {"deleted": 1}
+            assert await call(c, "notifications.clear", {"ids": [ids["t2"]], "submissionId": "clear-1"}) == one
+            code, _ = await refused(c, "notifications.clear", {"submissionId": "clear-1"})
+            assert code == "IDEMPOTENCY_CONFLICT"
+            assert [n["turnId"] for n in (await call(c, "notifications.list"))["notifications"]] == ["t5", "t1"]
+            assert await call(c, "notifications.clear", {}) == {"deleted": 2}
+            empty = await call(c, "notifications.list")
+            assert (empty["notifications"], empty["unreadCount"], empty.get("nextCursor")) == ([], 0, None)
+            assert await events_until_quiet(c) == []
+
+
+def days_near(offset_minutes: int) -> set[str]:
+    """The day (YYYY-MM-DD) at ``offset_minutes`` east of UTC, now and a minute ago (a test crossing
+    midnight)."""
+    now = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=offset_minutes)
+    return {(now - dt.timedelta(seconds=s)).strftime("%Y-%m-%d") for s in (0, 60)}
+
+
+async def test_usage_history_defaults_days_and_sessions(tmp_path: Path) -> None:
+    """usage.history: "Tokens and cost per day of the turns that ended in the last N days", `days` "default
+    `30`", `utcOffsetMinutes` "Where a day starts (the UI's zone) ... default `0`", `sessionId` "One
+    session's; every session's when absent" (SESSION_NOT_FOUND for an unknown one); UsageHistoryResult
+    "Oldest first; days without ended turns are left out"; UsageDay: `costMicros` "Sum of usage.cost.total,
+    in millionths", `failedTurns` "Turns that ended with status error"; a running turn has not ended."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            assert await call(c, "usage.history") == {"days": []}
+            a = (await call(c, "session.create", {}))["id"]
+            b = (await call(c, "session.create", {}))["id"]
+            await ended_turn(c, a, "a1", "completed",
+                             usage={"inputTokens": 100, "outputTokens": 10, "cost": {"total": 0.25}})
+            await ended_turn(c, a, "a2", "error", usage={"inputTokens": 5, "outputTokens": 1})
+            await ended_turn(c, b, "b1", "aborted", usage={"inputTokens": 7, "outputTokens": 0})
+            await call(c, "session.startTurn", {"sessionId": b, "turnId": "b2"})  # still running
+
+            [day] = (await call(c, "usage.history"))["days"]
+            assert (day["turns"], day["inputTokens"], day["outputTokens"]) == (3, 112, 11)
+            assert (day["failedTurns"], day["abortedTurns"], day["costMicros"]) == (1, 1, 250000)
+            assert day["day"] in days_near(0)
+            [only_a] = (await call(c, "usage.history", {"sessionId": a, "days": 1}))["days"]
+            assert (only_a["turns"], only_a["inputTokens"], only_a["abortedTurns"]) == (2, 105, 0)
+            for offset in (-840, 840):
+                shifted = (await call(c, "usage.history", {"utcOffsetMinutes": offset}))["days"]
+                assert sum(d["turns"] for d in shifted) == 3
+                assert shifted[-1]["day"] in days_near(offset)
+            assert (await refused(c, "usage.history", {"sessionId": "ghost"}))[0] == "SESSION_NOT_FOUND"
+            for bad in ({"days": 0}, {"days": 367}, {"utcOffsetMinutes": 841}, {"days": "30"}):
+                assert (await refused(c, "usage.history", bad))[0] == "INVALID_PARAMS"
