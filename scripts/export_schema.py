@@ -329,6 +329,8 @@ ERROR_MEANINGS: dict[str, str] = {
     "PROVIDER_BAD_REPLY": "The provider's answer is not a model list (status, JSON, shape); nothing was written.",
     "UNSUPPORTED_FOR_NATIVE_SESSION": "The method does not apply to a native pi session (`native-pi:...`, owned by "
     "pi): only session.list, session.get, session.fork and session.export do; fork it to change it.",
+    "FILE_CHANGED": "`review.restore`: the workspace file is no longer what the tool wrote (by SHA-256; "
+                    "`data.expectedSha256` / `data.actualSha256`); nothing was restored.",
 }
 
 _SESSION = {

@@ -61,6 +61,25 @@ async def events_until_quiet(c: HostClient, quiet: float = 0.3) -> list[ClientEv
         got.append(event)
 
 
+# ------------------------------------------------------------------------------------- the error table (§3)
+
+README = Path(__file__).resolve().parents[2] / "protocol" / "README.md"
+
+
+def test_every_error_code_the_reference_lists_says_what_it_means() -> None:
+    """§3: "`error.data.code` is a **stable string**. Clients should branch on this field ... The table in
+    the generated part of this page lists every string code with its numeric code": a client codes its
+    branch from the meaning column, so no code (every one a method lists among its errors) may leave it
+    blank."""
+    table = README.read_text(encoding="utf-8").split("### Error codes", 1)[1].split("## Methods", 1)[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()
+            if line.startswith("| `")]
+    meanings = {row[0].strip("`"): row[3] for row in rows}
+    listed = {code for spec in METHODS.values() for code in spec.errors}
+    assert listed <= set(meanings)
+    assert [code for code, meaning in meanings.items() if not meaning] == []
+
+
 # ------------------------------------------------------------------------------------------- skills (§8.6)
 
 async def test_skills_delete_get_and_keyed_retries(tmp_path: Path) -> None:
