@@ -95,7 +95,8 @@ class ProvidersDeleteResult(Result):
 
 
 class ProvidersReorderParams(MutatingParams):
-    provider_ids: list[WireId] = Field(max_length=MAX_PROVIDERS, description="The display order; every id must exist.")
+    provider_ids: list[WireId] = Field(max_length=MAX_PROVIDERS, description=(
+        "The display order, each id once (a repeated id is INVALID_PARAMS); an id no provider has is ignored."))
 
 
 class ProvidersReorderResult(Result):

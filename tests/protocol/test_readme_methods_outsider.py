@@ -309,8 +309,20 @@ async def test_provider_order_ignores_unknown_ids_and_lists_the_rest_in_creation
             code, _ = await refused(c, "settings.set", {"key": "providers.order", "value": ["p4"]})
             assert code in ("INVALID_PARAMS", "PERMISSION_DENIED")
             assert [p["id"] for p in (await call(c, "providers.list"))["providers"]] == ["p1", "p2", "p4"]
+            code, data = await refused(c, "providers.reorder", {"providerIds": ["p2", "p1", "p2"]})
+            assert code == "INVALID_PARAMS" and data.get("field") == "providerIds"
+            assert [p["id"] for p in (await call(c, "providers.list"))["providers"]] == ["p1", "p2", "p4"]
             assert await call(c, "providers.reorder", {"providerIds": []}) == {"providerIds": []}
             assert [p["id"] for p in (await call(c, "providers.list"))["providers"]] == ["p1", "p2", "p4"]
+
+
+def test_the_reference_of_providers_reorder_agrees_with_section_8_3() -> None:
+    """§8.3 and the method's summary: an id no provider has "is ignored, not refused"; the generated field
+    description a client reads beside it must not say the opposite ("every id must exist"), and it names
+    the one refusal the host makes (a repeated id)."""
+    entry = README.read_text(encoding="utf-8").split("### `providers.reorder`", 1)[1].split("\n### ", 1)[0]
+    [row] = [line for line in entry.splitlines() if line.startswith("| `providerIds`")]
+    assert "must exist" not in row and "ignored" in row and "INVALID_PARAMS" in row
 
 
 async def test_models_remove_answers_deleted_false_for_what_is_not_there(tmp_path: Path) -> None:

@@ -2003,7 +2003,7 @@ export interface ProvidersListResult {
 export interface ProvidersReorderParams {
   /** Command receipt key (1-200 chars). A retry with the same clientId + submissionId returns the stored response. */
   submissionId?: string | null;
-  /** The display order; every id must exist. */
+  /** The display order, each id once (a repeated id is INVALID_PARAMS); an id no provider has is ignored. */
   providerIds: string[];
 }
 
