@@ -19,7 +19,8 @@ from .models_common import (
 
 
 class SubscribeParams(Params):
-    topics: list[Topic] = Field(min_length=1, max_length=MAX_TOPICS)
+    topics: list[Topic] = Field(min_length=1, max_length=MAX_TOPICS,
+                                description="Each topic once (a repeated topic is INVALID_PARAMS).")
     session_id: SessionId | None = Field(
         default=None, description="Only events of this session (all sessions when absent)."
     )

@@ -19,7 +19,7 @@ import trio
 
 from protocol.methods import METHODS
 from protocol.models_events import EVENT_PAYLOADS
-from runtime.client import ClientEvent, HostClient, RpcError
+from runtime.client import ClientEvent, HostClient, RpcError, open_client
 from tests.acceptance.outsiderkit import data_dir
 from tests.acceptance.outsiderkit import real_host as outsider_host
 from tests.hostkit import HostProcess, msg
@@ -449,3 +449,67 @@ async def test_usage_history_defaults_days_and_sessions(tmp_path: Path) -> None:
             assert (await refused(c, "usage.history", {"sessionId": "ghost"}))[0] == "SESSION_NOT_FOUND"
             for bad in ({"days": 0}, {"days": 367}, {"utcOffsetMinutes": 841}, {"days": "30"}):
                 assert (await refused(c, "usage.history", bad))[0] == "INVALID_PARAMS"
+
+
+# ------------------------------------------------------------------------------------------- events (§5)
+
+async def test_subscriptions_filter_resume_and_unsubscribe(tmp_path: Path) -> None:
+    """§5: "`cursor` is host-wide and strictly increasing ... After a reconnect, subscribe with it to get the
+    events you missed, with no gaps"; events.subscribe `sessionId` "Only events of this session (all sessions
+    when absent)"; events.unsubscribe: "Stop a subscription of this connection" with NOT_FOUND for one it
+    does not have (another connection's included); §7: "subscriptions per connection | 64 (`LIMIT_EXCEEDED`;
+    `events.unsubscribe` makes room)"; SubscribeResult `cursor`: "Cursor of the newest event already sent or
+    skipped"; topics "max items 16", each topic once."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (proc, c):
+            a = (await call(c, "session.create", {}))["id"]
+            b = (await call(c, "session.create", {}))["id"]
+            only_a = await call(c, "events.subscribe", {"topics": ["session.message"], "sessionId": a})
+            every = await call(c, "events.subscribe", {"topics": ["session.message", "session.updated"]})
+            assert only_a["subscriptionId"] != every["subscriptionId"]
+            for sid, mid in ((a, "a1"), (b, "b1"), (a, "a2")):
+                await call(c, "session.appendMessage", {"sessionId": sid, "message": msg(mid, "hi")})
+            got = await events_until_quiet(c)
+            mine = [e for e in got if e.subscription_id == only_a["subscriptionId"]]
+            assert [e.data["message"]["id"] for e in mine] == ["a1", "a2"]
+            assert all(e.session_id == a and e.topic == "session.message" for e in mine)
+            seen = [e for e in got if e.subscription_id == every["subscriptionId"]]
+            assert {e.topic for e in seen} <= {"session.message", "session.updated"}
+            assert [e.data["message"]["id"] for e in seen if e.topic == "session.message"] == ["a1", "b1", "a2"]
+            cursors = [e.cursor for e in seen]
+            assert cursors == sorted(set(cursors)) and cursors[0] > every["cursor"]
+
+            async with open_client(proc.url, proc.token, client_id="late", client_kind="ui") as late:
+                resumed = await call(late, "events.subscribe", {"topics": ["session.message", "session.updated"],
+                                                                "cursor": every["cursor"]})
+                replay = await events_until_quiet(late)
+                assert [(e.topic, e.cursor, e.data) for e in replay] == [(e.topic, e.cursor, e.data) for e in seen]
+                assert resumed["cursor"] >= cursors[-1]
+                code, _ = await refused(late, "events.unsubscribe", {"subscriptionId": every["subscriptionId"]})
+                assert code == "NOT_FOUND"
+
+            assert await call(c, "events.unsubscribe", {"subscriptionId": every["subscriptionId"]}) == {"ok": True}
+            code, _ = await refused(c, "events.unsubscribe", {"subscriptionId": every["subscriptionId"]})
+            assert code == "NOT_FOUND"
+            await call(c, "session.appendMessage", {"sessionId": b, "message": msg("b2", "hi")})
+            await call(c, "session.appendMessage", {"sessionId": a, "message": msg("a3", "hi")})
+            after = await events_until_quiet(c)
+            assert [(e.subscription_id, e.data["message"]["id"]) for e in after] == [(only_a["subscriptionId"], "a3")]
+
+            more = [await call(c, "events.subscribe", {"topics": ["task.due"]}) for _ in range(63)]  # with only_a: 64
+            assert (await refused(c, "events.subscribe", {"topics": ["task.due"]}))[0] == "LIMIT_EXCEEDED"
+            await call(c, "events.unsubscribe", {"subscriptionId": more[0]["subscriptionId"]})
+            await call(c, "events.subscribe", {"topics": ["task.due"]})
+            topics = list(EVENT_PAYLOADS)[:17]
+            assert (await refused(c, "events.subscribe", {"topics": topics}))[0] == "INVALID_PARAMS"
+            code, _ = await refused(c, "events.subscribe", {"topics": ["task.due", "task.due"]})
+            assert code == "INVALID_PARAMS"
+            assert (await refused(c, "events.subscribe", {"topics": []}))[0] == "INVALID_PARAMS"
+
+
+def test_the_reference_of_events_subscribe_names_its_refusal_of_a_repeated_topic() -> None:
+    """The host refuses a repeated topic (INVALID_PARAMS, checked live above); the `topics` row a client
+    codes against says so instead of listing only the item counts."""
+    entry = README.read_text(encoding="utf-8").split("### `events.subscribe`", 1)[1].split("\n### ", 1)[0]
+    [row] = [line for line in entry.splitlines() if line.startswith("| `topics`")]
+    assert "repeated topic is INVALID_PARAMS" in row

@@ -2971,6 +2971,7 @@ export interface StatusResult {
 }
 
 export interface SubscribeParams {
+  /** Each topic once (a repeated topic is INVALID_PARAMS). */
   topics: ("session.created" | "session.updated" | "session.deleted" | "session.message" | "session.queue" | "notification.created" | "turn.started" | "turn.ended" | "task.due" | "plan.requested" | "plan.resolved" | "session.inflight" | "approval.requested" | "approval.resolved" | "interaction.requested" | "interaction.resolved" | "plan.execution" | "collab.delivery" | "settings.changed" | "providers.changed" | "models.changed" | "import.progress")[];
   /** Only events of this session (all sessions when absent). */
   sessionId?: string | null;
