@@ -513,3 +513,128 @@ def test_the_reference_of_events_subscribe_names_its_refusal_of_a_repeated_topic
     entry = README.read_text(encoding="utf-8").split("### `events.subscribe`", 1)[1].split("\n### ", 1)[0]
     [row] = [line for line in entry.splitlines() if line.startswith("| `topics`")]
     assert "repeated topic is INVALID_PARAMS" in row
+
+
+# ------------------------------------------------------------------------------------ tasks and the queue
+
+async def test_tasks_delete_takes_the_run_history_and_answers_retries_from_the_receipt(tmp_path: Path) -> None:
+    """tasks.delete: "Delete a task and its run history" (NOT_FOUND listed: an unknown task); tasks.runs:
+    "A task's run history, newest first"; tasks.list: "Every scheduled task, oldest first"; tasks.startRun
+    answers CONFLICT for a task with a running run (its errors list it); §4: the keyed delete's retry
+    answers `deleted: true` again and the same key for another task is IDEMPOTENCY_CONFLICT, changing
+    nothing; the session a run used stays."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            sid = (await call(c, "session.create", {}))["id"]
+            for tid in ("t-b", "t-a"):
+                await call(c, "tasks.create", {"taskId": tid, "title": tid, "prompt": "p"})
+            assert [t["id"] for t in (await call(c, "tasks.list"))["tasks"]] == ["t-b", "t-a"]
+            await call(c, "tasks.startRun", {"taskId": "t-b", "runId": "r1", "sessionId": sid})
+            assert (await refused(c, "tasks.startRun", {"taskId": "t-b", "runId": "r9"}))[0] == "CONFLICT"
+            await call(c, "tasks.finishRun", {"runId": "r1", "status": "completed", "sessionId": sid})
+            await call(c, "tasks.startRun", {"taskId": "t-b", "runId": "r2"})
+            assert [r["id"] for r in (await call(c, "tasks.runs", {"taskId": "t-b"}))["runs"]] == ["r2", "r1"]
+            assert [r["id"] for r in (await call(c, "tasks.runs", {"taskId": "t-b", "limit": 1}))["runs"]] == ["r2"]
+
+            assert (await refused(c, "tasks.delete", {"taskId": "t-ghost"}))[0] == "NOT_FOUND"
+            keyed = {"taskId": "t-b", "submissionId": "del-task"}
+            gone = await call(c, "tasks.delete", keyed)
+            assert gone == {"taskId": "t-b", "deleted": True}
+            assert await call(c, "tasks.delete", keyed) == gone
+            assert (await refused(c, "tasks.delete", {**keyed, "taskId": "t-a"}))[0] == "IDEMPOTENCY_CONFLICT"
+            assert [t["id"] for t in (await call(c, "tasks.list"))["tasks"]] == ["t-a"]
+            for method in ("tasks.get", "tasks.runs", "tasks.delete"):
+                assert (await refused(c, method, {"taskId": "t-b"}))[0] == "NOT_FOUND"
+            assert (await refused(c, "tasks.finishRun", {"runId": "r2", "status": "aborted"}))[0] == "NOT_FOUND"
+            assert (await call(c, "session.get", {"sessionId": sid}))["session"]["id"] == sid
+
+
+async def test_queue_reorder_swaps_neighbours_and_refuses_what_it_cannot_move(tmp_path: Path) -> None:
+    """session.queueReorder: "Swap an unpromoted entry with its neighbour" (seed 003 §4.6b: "swaps two
+    adjacent non-promoted position values and refuses a promoted entry"); NOT_FOUND for an entry the queue
+    does not hold, SESSION_NOT_FOUND for a session that does not exist; queueList "in delivery order";
+    every refusal changes nothing; a keyed retry answers the stored state and does not swap again."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            sid = (await call(c, "session.create", {}))["id"]
+            ids = [(await call(c, "session.queuePush", {"sessionId": sid, "principal": "ui", "content": text,
+                                                        "permissionMode": "ask"}))["entry"]["id"]
+                   for text in ("a", "b", "c", "d")]
+
+            async def order() -> list[str]:
+                return [e["id"] for e in (await call(c, "session.queueList", {"sessionId": sid}))["entries"]]
+
+            keyed = {"sessionId": sid, "entryId": ids[2], "direction": "up", "submissionId": "swap-1"}
+            swapped = await call(c, "session.queueReorder", keyed)
+            assert [e["id"] for e in swapped["entries"]] == [ids[0], ids[2], ids[1], ids[3]] == await order()
+            assert await call(c, "session.queueReorder", keyed) == swapped
+            assert await order() == [ids[0], ids[2], ids[1], ids[3]]
+            code, _ = await refused(c, "session.queueReorder", {**keyed, "direction": "down"})
+            assert code == "IDEMPOTENCY_CONFLICT"
+
+            await call(c, "session.queuePrioritize", {"sessionId": sid, "entryId": ids[3]})
+            assert await order() == [ids[3], ids[0], ids[2], ids[1]]
+            before = await order()
+            for entry, direction, expected in ((ids[3], "down", "CONFLICT"), ("q-ghost", "up", "NOT_FOUND")):
+                code, _ = await refused(c, "session.queueReorder", {"sessionId": sid, "entryId": entry,
+                                                                    "direction": direction})
+                assert code == expected
+            code, _ = await refused(c, "session.queueReorder", {"sessionId": "ghost", "entryId": ids[0],
+                                                                "direction": "up"})
+            assert code == "SESSION_NOT_FOUND"
+            assert await order() == before
+
+
+# ------------------------------------------------------------------------------------ permission rules (§10)
+
+async def test_permission_rules_by_scope_and_a_keyed_remove(tmp_path: Path) -> None:
+    """§10: "An option with `remember: session | project | global` also stores a rule (`approvals.rules`,
+    `approvals.removeRule`)"; approvals.rules: "Stored permission rules (every one, or those that apply to a
+    session)", `sessionId` "(its own, its project's, global)", SESSION_NOT_FOUND for an unknown session;
+    approvals.removeRule: "Forget a permission rule (later requests for that tool ask again)" — no
+    NOT_FOUND listed, so an unknown rule answers `removed: false`; §4: a keyed retry answers the stored
+    `removed: true`, the same key for another rule is IDEMPOTENCY_CONFLICT and changes nothing."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (proc, agent), \
+                open_client(proc.url, proc.token, client_id="ui", client_kind="ui") as ui:
+            here, there = tmp_path / "here", tmp_path / "there"
+            here.mkdir()
+            there.mkdir()
+            sids = []
+            for n, root in enumerate((here, here, there)):
+                sid = (await call(agent, "session.create", {"projectPath": str(root)}))["id"]
+                await call(agent, "session.startTurn", {"sessionId": sid, "turnId": f"t{n}"})
+                sids.append(sid)
+            a, same_project, elsewhere = sids
+            options = [{"id": "s", "label": "session", "decision": "allow", "remember": "session"},
+                       {"id": "p", "label": "project", "decision": "allow", "remember": "project"},
+                       {"id": "g", "label": "global", "decision": "deny", "remember": "global"}]
+            rules = {}
+            for tool, option in (("Read", "s"), ("Edit", "p"), ("Bash", "g")):
+                asked = await call(agent, "approvals.request", {"sessionId": a, "turnId": "t0", "tool": tool,
+                                                               "risk": "low", "options": options})
+                answered = await call(ui, "approvals.respond", {"sessionId": a, "optionId": option,
+                                                               "requestId": asked["request"]["requestId"]})
+                rules[tool] = answered["rule"]
+            assert {r["scope"] for r in rules.values()} == {"session", "project", "global"}
+
+            async def rule_ids(params: dict[str, Any]) -> set[str]:
+                return {r["id"] for r in (await call(ui, "approvals.rules", params))["rules"]}
+
+            every = {r["id"] for r in rules.values()}
+            assert await rule_ids({}) == every == await rule_ids({"sessionId": a})
+            assert await rule_ids({"sessionId": same_project}) == {rules["Edit"]["id"], rules["Bash"]["id"]}
+            assert await rule_ids({"sessionId": elsewhere}) == {rules["Bash"]["id"]}
+            assert (await refused(ui, "approvals.rules", {"sessionId": "ghost"}))[0] == "SESSION_NOT_FOUND"
+
+            assert await call(ui, "approvals.removeRule", {"ruleId": "rule-ghost"}) == {"removed": False}
+            keyed = {"ruleId": rules["Bash"]["id"], "submissionId": "forget-bash"}
+            assert await call(ui, "approvals.removeRule", keyed) == {"removed": True}
+            assert await call(ui, "approvals.removeRule", keyed) == {"removed": True}
+            code, _ = await refused(ui, "approvals.removeRule", {**keyed, "ruleId": rules["Edit"]["id"]})
+            assert code == "IDEMPOTENCY_CONFLICT"
+            assert await rule_ids({}) == {rules["Read"]["id"], rules["Edit"]["id"]}
+            again = await call(agent, "approvals.request", {"sessionId": elsewhere, "turnId": "t2", "tool": "Bash",
+                                                           "risk": "low"})
+            assert again["request"]["status"] == "pending"
+            assert await call(ui, "approvals.removeRule", {"ruleId": rules["Bash"]["id"]}) == {"removed": False}
