@@ -9,7 +9,9 @@ checks."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -638,3 +640,124 @@ async def test_permission_rules_by_scope_and_a_keyed_remove(tmp_path: Path) -> N
                                                            "risk": "low"})
             assert again["request"]["status"] == "pending"
             assert await call(ui, "approvals.removeRule", {"ruleId": rules["Bash"]["id"]}) == {"removed": False}
+
+
+# ---------------------------------------------------------------------------------- attachments and plugins
+
+async def test_attachments_estimate_counts_blobs_once_against_the_budget(tmp_path: Path) -> None:
+    """attachments.estimate: "Blob usage against the budget; warning above 80 %"; AttachmentsEstimate:
+    `budgetBytes` "kv(app, attachmentBudgetBytes), default 200 MB" (the example: 209715200), `warning`
+    "True above 80 % of the budget"; attachments.put: "content-addressed under attachments/<sha256>", so the
+    same bytes twice are one blob; §8.1: `attachmentBudgetBytes` "integer ≥ 1" (a bad value INVALID_PARAMS,
+    nothing written)."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            empty = await call(c, "attachments.estimate")
+            assert (empty["usedBytes"], empty["blobs"], empty["warning"]) == (0, 0, False)
+            assert empty["budgetBytes"] == 209715200 and empty["percent"] == 0
+            blob = {"name": "a.txt", "mimeType": "text/plain", "dataBase64": "MDEyMzQ1Njc="}  # 8 bytes
+            first = await call(c, "attachments.put", blob)
+            second = await call(c, "attachments.put", {**blob, "name": "b.txt"})
+            assert (second["sha256"], second["ref"]) == (first["sha256"], first["ref"])
+            used = await call(c, "attachments.estimate")
+            assert (used["usedBytes"], used["blobs"]) == (8, 1)
+            await call(c, "settings.set", {"key": "attachmentBudgetBytes", "value": 10})
+            at_80 = await call(c, "attachments.estimate")
+            assert (at_80["budgetBytes"], at_80["percent"], at_80["warning"]) == (10, 80.0, False)
+            await call(c, "settings.set", {"key": "attachmentBudgetBytes", "value": 9})
+            over = await call(c, "attachments.estimate")
+            assert over["budgetBytes"] == 9 and over["percent"] > 80 and over["warning"] is True
+            for bad in (0, "10", 10.5, True):
+                code, _ = await refused(c, "settings.set", {"key": "attachmentBudgetBytes", "value": bad})
+                assert code == "INVALID_PARAMS"
+            assert (await call(c, "attachments.estimate"))["budgetBytes"] == 9
+
+
+async def test_plugins_set_enabled(tmp_path: Path) -> None:
+    """plugins.setEnabled: "Enable or disable a registered plugin" (NOT_FOUND: not registered), answering
+    the entry (PluginResult); plugins.list shows it; §4: a keyed retry answers the stored entry and the same
+    key with `enabled` flipped is IDEMPOTENCY_CONFLICT, changing nothing; plugins.register `enabled`
+    "default `true`"."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            code, _ = await refused(c, "plugins.setEnabled", {"pluginId": "ghost", "enabled": True})
+            assert code == "NOT_FOUND"
+            assert (await call(c, "plugins.list"))["plugins"] == []
+            entry = (await call(c, "plugins.register", {"pluginId": "acme", "name": "Acme", "version": "1"}))["plugin"]
+            assert entry["enabled"] is True
+            keyed = {"pluginId": "acme", "enabled": False, "submissionId": "off-1"}
+            off = await call(c, "plugins.setEnabled", keyed)
+            assert off["plugin"]["enabled"] is False and off["plugin"]["installedAt"] == entry["installedAt"]
+            assert await call(c, "plugins.setEnabled", keyed) == off
+            code, _ = await refused(c, "plugins.setEnabled", {**keyed, "enabled": True})
+            assert code == "IDEMPOTENCY_CONFLICT"
+            assert (await call(c, "plugins.list"))["plugins"] == [off["plugin"]]
+            on = await call(c, "plugins.setEnabled", {"pluginId": "acme", "enabled": True})
+            assert on["plugin"]["enabled"] is True
+            await call(c, "plugins.uninstall", {"pluginId": "acme"})
+            code, _ = await refused(c, "plugins.setEnabled", {"pluginId": "acme", "enabled": True})
+            assert code == "NOT_FOUND"
+
+
+# ------------------------------------------------------------------------------------ review snapshots (§6)
+
+async def test_review_get_list_and_restore_as_documented(tmp_path: Path) -> None:
+    """§6 review.*: "`review.get` reads one snapshot (`includeBefore: true` adds `beforeBase64`)" — default
+    `false`, NOT_FOUND for a snapshot the session does not have; "`review.list` lists a session's snapshots
+    oldest first (`messageId` keeps one message's)", `limit` default 1000, `truncated` "More snapshots
+    matched than limit"; "`review.restore` puts the `before` bytes back (a file the tool created is
+    removed), only while the file is exactly what the tool wrote ... Anything else is refused and changes
+    nothing: `FILE_CHANGED` (`data.expectedSha256` / `data.actualSha256`) or `CONFLICT` with `data.reason:
+    "already_restored"`"; §4: a keyed restore's retry answers what it answered."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            root = tmp_path / "ws"
+            root.mkdir()
+            sid = (await call(c, "session.create", {"projectPath": str(root)}))["id"]
+            (root / "notes.md").write_bytes(b"# Notes\nmore\n")
+            edit = await call(c, "review.record", {"sessionId": sid, "path": "notes.md", "toolName": "Edit",
+                                                   "beforeBase64": base64.b64encode(b"# Notes\n").decode(),
+                                                   "messageId": "m1", "toolCallId": "call-1"})
+            (root / "new.txt").write_bytes(b"created")
+            made = await call(c, "review.record", {"sessionId": sid, "path": str(root / "new.txt"),
+                                                   "toolName": "Write", "beforeBase64": None, "messageId": "m2"})
+            edit_id, made_id = edit["snapshot"]["snapshotId"], made["snapshot"]["snapshotId"]
+
+            got = await call(c, "review.get", {"sessionId": sid, "snapshotId": edit_id})
+            assert got["snapshot"] == edit["snapshot"] and got.get("beforeBase64") is None
+            with_before = await call(c, "review.get", {"sessionId": sid, "snapshotId": edit_id, "includeBefore": True})
+            assert base64.b64decode(with_before["beforeBase64"]) == b"# Notes\n"
+            code, _ = await refused(c, "review.get", {"sessionId": sid, "snapshotId": "rv-" + "0" * 32})
+            assert code == "NOT_FOUND"
+            other = (await call(c, "session.create", {"projectPath": str(root)}))["id"]
+            assert (await refused(c, "review.get", {"sessionId": other, "snapshotId": edit_id}))[0] == "NOT_FOUND"
+
+            listed = await call(c, "review.list", {"sessionId": sid})
+            expected = sorted([edit["snapshot"], made["snapshot"]], key=lambda s: (s["createdAt"], s["snapshotId"]))
+            assert [s["snapshotId"] for s in listed["snapshots"]] == [s["snapshotId"] for s in expected]
+            assert listed["truncated"] is False
+            one = await call(c, "review.list", {"sessionId": sid, "limit": 1})
+            assert len(one["snapshots"]) == 1 and one["truncated"] is True
+            only_m2 = await call(c, "review.list", {"sessionId": sid, "messageId": "m2"})
+            assert [s["snapshotId"] for s in only_m2["snapshots"]] == [made_id]
+            assert (await call(c, "review.list", {"sessionId": other}))["snapshots"] == []
+
+            (root / "notes.md").write_bytes(b"# Notes\nedited by hand\n")
+            code, data = await refused(c, "review.restore", {"sessionId": sid, "snapshotId": edit_id})
+            assert code == "FILE_CHANGED"
+            assert data["expectedSha256"] == edit["snapshot"]["after"]["sha256"]
+            assert data["actualSha256"] == hashlib.sha256(b"# Notes\nedited by hand\n").hexdigest()
+            assert (root / "notes.md").read_bytes() == b"# Notes\nedited by hand\n"
+            assert (await call(c, "review.get", {"sessionId": sid, "snapshotId": edit_id}))["snapshot"]["state"] == \
+                "recorded"
+
+            keyed = {"sessionId": sid, "snapshotId": made_id, "submissionId": "undo-1"}
+            undone = await call(c, "review.restore", keyed)
+            assert undone["snapshot"]["state"] == "restored" and undone["snapshot"]["restoredAt"] > 0
+            assert not (root / "new.txt").exists()
+            assert await call(c, "review.restore", keyed) == undone
+            code, data = await refused(c, "review.restore", {"sessionId": sid, "snapshotId": made_id})
+            assert code == "CONFLICT" and data.get("reason") == "already_restored"
+            code, _ = await refused(c, "review.restore", {**keyed, "snapshotId": edit_id})
+            assert code == "IDEMPOTENCY_CONFLICT"
+            assert (root / "notes.md").read_bytes() == b"# Notes\nedited by hand\n"
