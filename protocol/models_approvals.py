@@ -68,7 +68,8 @@ class ApprovalsRequestParams(MutatingParams):
         default=None,
         max_length=8,
         description="Default: allow once, always allow in this project (when the session has one), "
-        "always allow in this session, deny.",
+        "always allow in this session, deny. Options you give need unique ids and at least one deny option, and "
+        "remember: project needs a session with a project (else INVALID_PARAMS, nothing asked).",
     )
     expires_at: TimestampMs | None = Field(default=None, description="Absolute deadline; later answers are refused.")
 

@@ -761,3 +761,28 @@ async def test_review_get_list_and_restore_as_documented(tmp_path: Path) -> None
             code, _ = await refused(c, "review.restore", {**keyed, "snapshotId": edit_id})
             assert code == "IDEMPOTENCY_CONFLICT"
             assert (root / "notes.md").read_bytes() == b"# Notes\nedited by hand\n"
+
+
+async def test_approval_options_a_sidecar_gives_are_checked_as_the_reference_says(tmp_path: Path) -> None:
+    """approvals.request `options`: "Options you give need unique ids and at least one deny option, and
+    remember: project needs a session with a project (else INVALID_PARAMS, nothing asked)" — the user can
+    always refuse, and no rule is offered for a project the session does not have."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            sid = (await call(c, "session.create", {}))["id"]
+            await call(c, "session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            ask = {"sessionId": sid, "turnId": "t1", "tool": "Bash", "risk": "low"}
+            deny = {"id": "no", "decision": "deny"}
+            for options in ([{"id": "ok", "decision": "allow"}],
+                            [{"id": "no", "decision": "allow"}, deny],
+                            [{"id": "ok", "decision": "allow", "remember": "project"}, deny]):
+                code, _ = await refused(c, "approvals.request", {**ask, "options": options})
+                assert code == "INVALID_PARAMS", options
+            assert (await call(c, "approvals.pending", {"sessionId": sid}))["pending"] == []
+            fine = await call(c, "approvals.request", {**ask, "options": [{"id": "ok", "decision": "allow"}, deny]})
+            assert [o["id"] for o in fine["request"]["options"]] == ["ok", "no"]
+            default = await call(c, "approvals.request", {**ask, "tool": "Edit"})
+            assert [o["id"] for o in default["request"]["options"]] == ["allow_once", "allow_session", "deny"]
+    entry = README.read_text(encoding="utf-8").split("### `approvals.request`", 1)[1].split("\n### ", 1)[0]
+    [row] = [line for line in entry.splitlines() if line.startswith("| `options`")]
+    assert "at least one deny option" in row and "unique ids" in row

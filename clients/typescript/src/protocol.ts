@@ -169,7 +169,7 @@ export interface ApprovalsRequestParams {
   /** What the call will do, for the prompt (never the raw arguments). */
   argsSummary?: string;
   risk: "low" | "medium" | "high";
-  /** Default: allow once, always allow in this project (when the session has one), always allow in this session, deny. */
+  /** Default: allow once, always allow in this project (when the session has one), always allow in this session, deny. Options you give need unique ids and at least one deny option, and remember: project needs a session with a project (else INVALID_PARAMS, nothing asked). */
   options?: ApprovalOption[] | null;
   /** Absolute deadline; later answers are refused. */
   expiresAt?: number | null;
