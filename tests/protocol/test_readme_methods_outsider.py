@@ -763,6 +763,71 @@ async def test_review_get_list_and_restore_as_documented(tmp_path: Path) -> None
             assert (root / "notes.md").read_bytes() == b"# Notes\nedited by hand\n"
 
 
+# ------------------------------------------------------------------------- receipts across a SIGKILL (§4)
+
+async def test_keyed_writes_of_the_thin_methods_answer_the_same_after_a_sigkill(tmp_path: Path) -> None:
+    """§4: "A retry with the same key returns the stored response and has no other effect. This holds across
+    reconnects and host restarts"; "a top-level field is taken in its camelCase spelling, so a retry
+    spelling it `session_id` is the same request"; "The same key used for a different request ... fails with
+    `IDEMPOTENCY_CONFLICT`" — also after the restart. Each write below is keyed; the host is killed with
+    SIGKILL right after the answers and every retry (half of them in snake_case) must answer the same,
+    though re-running any of them now would answer otherwise (already deleted, nothing left to mark)."""
+    root = data_dir(tmp_path)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    calls: list[tuple[str, dict[str, Any]]] = []
+    with trio.fail_after(90):
+        async with outsider_host(root, kind="agent", client_id="keyed") as (proc, c):
+            sid = (await call(c, "session.create", {"projectPath": str(ws)}))["id"]
+            await call(c, "session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            asked = await call(c, "approvals.request", {"sessionId": sid, "turnId": "t1", "tool": "Bash",
+                                                       "risk": "low", "options": [
+                                                           {"id": "g", "decision": "allow", "remember": "global"},
+                                                           {"id": "no", "decision": "deny"}]})
+            async with open_client(proc.url, proc.token, client_id="ui", client_kind="ui") as ui:
+                rule = (await call(ui, "approvals.respond", {"sessionId": sid, "optionId": "g",
+                                                            "requestId": asked["request"]["requestId"]}))["rule"]
+            await call(c, "session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "completed"})
+            await call(c, "skills.put", {"name": "sk", "version": "1", "source": "s"})
+            gid = (await call(c, "projectGroups.save", {"name": "G", "roots": ["/w/g"]}))["group"]["id"]
+            await call(c, "tasks.create", {"taskId": "task-1", "title": "T", "prompt": "p"})
+            await call(c, "providers.create", {"id": "p1", "name": "P"})
+            await call(c, "models.add", {"providerId": "p1", "modelId": "m"})
+            await call(c, "plugins.register", {"pluginId": "acme", "name": "A", "version": "1"})
+            calls = [
+                ("skills.delete", {"name": "sk"}),
+                ("projectGroups.delete", {"groupId": gid}),
+                ("approvals.removeRule", {"ruleId": rule["id"]}),
+                ("notifications.markAllRead", {}),
+                ("notifications.clear", {}),
+                ("tasks.delete", {"taskId": "task-1"}),
+                ("models.remove", {"providerId": "p1", "modelId": "m"}),
+                ("providers.reorder", {"providerIds": ["p1", "gone"]}),
+                ("plugins.setEnabled", {"pluginId": "acme", "enabled": False}),
+                ("session.updateMetadata", {"sessionId": sid, "tags": ["x"]}),
+            ]
+            answers = [await call(c, m, {**p, "submissionId": f"k-{i}"}) for i, (m, p) in enumerate(calls)]
+            assert answers[0]["deleted"] and answers[1]["deleted"] and answers[2]["removed"]
+            assert answers[3]["updated"] == 1 and answers[4]["deleted"] == 1 and answers[6]["deleted"]
+
+        async with outsider_host(root, kind="agent", client_id="keyed") as (_, c):
+            for i, ((method, params), first) in enumerate(zip(calls, answers, strict=True)):
+                spelled = {_snake(k) if i % 2 else k: v for k, v in params.items()}
+                assert await call(c, method, {**spelled, "submissionId": f"k-{i}"}) == first, method
+                if params:
+                    other = {**params, next(iter(params)): "zz-other"} if method != "providers.reorder" else \
+                        {"providerIds": ["p1"]}
+                    code, _ = await refused(c, method, {**other, "submissionId": f"k-{i}"})
+                    assert code == "IDEMPOTENCY_CONFLICT", method
+            assert (await call(c, "notifications.markAllRead", {"submissionId": "fresh"}))["updated"] == 0
+            assert (await call(c, "skills.delete", {"name": "sk", "submissionId": "fresh-2"}))["deleted"] is False
+
+
+def _snake(key: str) -> str:
+    return "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in key)
+
+
+
 async def test_approval_options_a_sidecar_gives_are_checked_as_the_reference_says(tmp_path: Path) -> None:
     """approvals.request `options`: "Options you give need unique ids and at least one deny option, and
     remember: project needs a session with a project (else INVALID_PARAMS, nothing asked)" — the user can
