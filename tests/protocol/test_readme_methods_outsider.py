@@ -142,6 +142,24 @@ async def test_a_skill_version_conflict_names_the_stored_digest_and_changes_noth
             assert (await refused(c, "skills.get", {"name": "a"}))[0] == "NOT_FOUND"
 
 
+
+async def test_at_most_200_skills_but_a_stored_one_still_updates(tmp_path: Path) -> None:
+    """§8.6: "At most 200 skills (`LIMIT_EXCEEDED`; updating a stored one still works)" — the 201st name is
+    refused and nothing is written; a new version of a stored skill, and a new name once one is deleted,
+    are accepted."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            puts = [("skills.put", {"name": f"s{i:03d}", "version": "1", "source": f"source {i}"}) for i in range(200)]
+            assert not [r for r in await c.batch(puts) if isinstance(r, RpcError)]
+            code, _ = await refused(c, "skills.put", {"name": "one-more", "version": "1", "source": "x"})
+            assert code == "LIMIT_EXCEEDED"
+            assert (await refused(c, "skills.get", {"name": "one-more"}))[0] == "NOT_FOUND"
+            bumped = await call(c, "skills.put", {"name": "s000", "version": "2", "source": "newer"})
+            assert bumped["changed"] is True and bumped["skill"]["version"] == "2"
+            assert len((await call(c, "skills.list"))["skills"]) == 200
+            await call(c, "skills.delete", {"name": "s199"})
+            assert (await call(c, "skills.put", {"name": "one-more", "version": "1", "source": "x"}))["changed"]
+
 # ----------------------------------------------------------------------------------------- memories (§8.6)
 
 async def test_memories_list_defaults_order_and_pages(tmp_path: Path) -> None:
@@ -851,3 +869,45 @@ async def test_approval_options_a_sidecar_gives_are_checked_as_the_reference_say
     entry = README.read_text(encoding="utf-8").split("### `approvals.request`", 1)[1].split("\n### ", 1)[0]
     [row] = [line for line in entry.splitlines() if line.startswith("| `options`")]
     assert "at least one deny option" in row and "unique ids" in row
+
+
+# ------------------------------------------------------------------------------ workspace and projects (§8.2)
+
+async def test_workspace_get_and_a_removed_project(tmp_path: Path) -> None:
+    """§8.2: "`workspace.open {path}` upserts the project by its canonical path (trimmed, `\\` → `/`, no
+    trailing `/`) ... `workspace.get` reads it back ... and it changes nothing"; workspace.open `name`
+    "default: the last path component"; WorkspaceResult `project` "Absent when no (existing) project is
+    selected"; projects.remove: "Delete a project's sessions (rows and files), its row and project memory;
+    never its folder", NOT_FOUND for a project that is not there, a keyed retry answering what it answered;
+    projects.pin NOT_FOUND; "The id of a removed project is never issued again"."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            assert (await call(c, "workspace.get")).get("project") is None
+            folder = tmp_path / "app"
+            folder.mkdir()
+            (folder / "keep.txt").write_text("mine")
+            opened = await call(c, "workspace.open", {"path": f"  {folder}/ "})
+            pid = opened["currentProjectId"]
+            assert opened["project"]["path"] == str(folder) and opened["project"]["name"] == "app"
+            sid = (await call(c, "session.create", {"projectPath": str(folder)}))["id"]
+            await call(c, "settings.set", {"ns": "projectMemory", "key": str(folder), "value": "remember"})
+            got = await call(c, "workspace.get")
+            assert got["currentProjectId"] == pid and got["project"]["sessionCount"] == 1
+            assert await call(c, "workspace.get") == got  # reading changes nothing
+            assert (await refused(c, "projects.pin", {"projectId": pid + 1000, "pinned": True}))[0] == "NOT_FOUND"
+            pinned = await call(c, "projects.pin", {"projectId": pid, "pinned": True})
+            assert pinned["project"]["pinned"] is True
+
+            keyed = {"projectId": pid, "submissionId": "rm-project"}
+            removed = await call(c, "projects.remove", keyed)
+            assert removed == {"projectId": pid, "path": str(folder), "deletedSessions": [sid]}
+            assert await call(c, "projects.remove", keyed) == removed
+            assert (await refused(c, "projects.remove", {"projectId": pid}))[0] == "NOT_FOUND"
+            assert (folder / "keep.txt").read_text() == "mine"
+            assert (await refused(c, "session.get", {"sessionId": sid}))[0] == "SESSION_NOT_FOUND"
+            assert (await call(c, "settings.get", {"ns": "projectMemory", "key": str(folder)})).get("value") is None
+            assert (await call(c, "memories.list"))["memories"] == []
+            assert (await call(c, "workspace.get")).get("project") is None
+            assert (await call(c, "projects.list"))["projects"] == []
+            again = await call(c, "workspace.open", {"path": str(folder)})
+            assert again["project"]["id"] != pid and again["project"]["pinned"] is False
