@@ -911,3 +911,54 @@ async def test_workspace_get_and_a_removed_project(tmp_path: Path) -> None:
             assert (await call(c, "projects.list"))["projects"] == []
             again = await call(c, "workspace.open", {"path": str(folder)})
             assert again["project"]["id"] != pid and again["project"]["pinned"] is False
+
+
+async def test_a_plugins_provider_rows_sync_and_are_released_on_uninstall(tmp_path: Path) -> None:
+    """providers.sync: "A plugin declares its providers: its rows are upserted, the ones it no longer declares
+    deleted" (ProvidersSyncResult `removed`); §8.3: "the user path may not edit or delete them
+    (`PERMISSION_DENIED`); a plugin may not touch a user row or another plugin's" (CONFLICT is listed for the
+    sync, changing nothing); §8.5: "`plugins.uninstall` ... releases the plugin's provider rows to the user";
+    ProvidersChangedEvent "synced by a plugin or released"; a keyed sync's retry answers what it answered."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (proc, ui):
+            for pid in ("acme", "other"):
+                await call(ui, "plugins.register", {"pluginId": pid, "name": pid, "version": "1"})
+            await call(ui, "providers.create", {"id": "user-row", "name": "Mine"})
+            await ui.subscribe(["providers.changed"])
+            async with open_client(proc.url, proc.token, client_id="acme-c", client_kind="plugin",
+                                   plugin_id="acme") as acme, \
+                    open_client(proc.url, proc.token, client_id="other-c", client_kind="plugin",
+                                plugin_id="other") as other:
+                keyed = {"providers": [{"id": "acme-a", "name": "A"}, {"id": "acme-b", "name": "B"}],
+                         "submissionId": "sync-1"}
+                first = await call(acme, "providers.sync", keyed)
+                assert sorted(p["id"] for p in first["providers"]) == ["acme-a", "acme-b"]
+                assert all(p["ownerPluginId"] == "acme" for p in first["providers"]) and first["removed"] == []
+                assert await call(acme, "providers.sync", keyed) == first
+                events = await events_until_quiet(ui)
+                assert len(events) == 1 and sorted(events[0].data["providerIds"]) == ["acme-a", "acme-b"]
+
+                for method, params in (("providers.update", {"providerId": "acme-a", "name": "Renamed"}),
+                                       ("providers.delete", {"providerId": "acme-a"})):
+                    assert (await refused(ui, method, params))[0] == "PERMISSION_DENIED"
+                for plugin, taken in ((acme, "user-row"), (other, "acme-a")):
+                    code, _ = await refused(plugin, "providers.sync", {"providers": [{"id": taken, "name": "X"}]})
+                    assert code in ("CONFLICT", "PERMISSION_DENIED")
+                code, _ = await refused(acme, "providers.create", {"id": "acme-c", "name": "C"})
+                assert code == "PERMISSION_DENIED"
+                listed = {p["id"]: p for p in (await call(ui, "providers.list"))["providers"]}
+                assert set(listed) == {"user-row", "acme-a", "acme-b"} and listed["user-row"]["name"] == "Mine"
+                assert [p["id"] for p in (await call(acme, "providers.list"))["providers"]] == ["acme-a", "acme-b"]
+                assert (await call(other, "providers.list"))["providers"] == []
+                await events_until_quiet(ui)
+
+                later = await call(acme, "providers.sync", {"providers": [{"id": "acme-a", "name": "A2"}]})
+                assert [p["name"] for p in later["providers"]] == ["A2"] and later["removed"] == ["acme-b"]
+            gone = await call(ui, "plugins.uninstall", {"pluginId": "acme"})
+            assert gone["providersReleased"] == ["acme-a"]
+            released = (await call(ui, "providers.get", {"providerId": "acme-a"}))["provider"]
+            assert released.get("ownerPluginId") is None
+            assert (await call(ui, "providers.update", {"providerId": "acme-a", "name": "Mine now"}))["provider"][
+                "name"] == "Mine now"
+            assert any("acme-a" in e.data["providerIds"] or e.data["providerIds"] == []
+                       for e in await events_until_quiet(ui))
