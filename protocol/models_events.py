@@ -193,6 +193,7 @@ class InteractionResolvedEvent(Result):
 
 class SettingsChangedEvent(Result):
     """Keys of a kv namespace changed (settings.*, workspace.open, providers.reorder, projectGroups.*,
+    skills.*, projects.remove (its project memory, and currentProjectId when it named the project),
     plugins.uninstall, configSync.*). Names only, never values: read them with settings.get.
     An empty ``keys`` list means "many keys changed": reload the namespace."""
 

@@ -112,8 +112,9 @@ def session_ids(conn: sqlite3.Connection, project_id: int) -> list[str]:
     return [r[0] for r in conn.execute("SELECT id FROM sessions WHERE project_id = ? ORDER BY id", (project_id,))]
 
 
-def remove_project_row(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
-    """Delete the row, its project memory and a current-project pointer to it (one transaction).
+def remove_project_row(conn: sqlite3.Connection, project_id: int) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """Delete the row, its project memory and a current-project pointer to it (one transaction): the
+    project, and the kv keys that went with it by namespace (what ``settings.changed`` announces).
 
     Refuses (``CONFLICT``) while sessions still belong to it: the caller deletes
     those first, through their session actors.
@@ -123,7 +124,9 @@ def remove_project_row(conn: sqlite3.Connection, project_id: int) -> dict[str, A
     if left:
         raise Conflict(f"project {project_id} still owns {len(left)} session(s)",
                        data={"projectId": project_id, "sessions": left[:20]})
-    conn.execute("DELETE FROM kv WHERE ns = ? AND key = ?", (MEMORY_NS, project["path"]))
+    cleared: dict[str, list[str]] = {}
+    if conn.execute("DELETE FROM kv WHERE ns = ? AND key = ?", (MEMORY_NS, project["path"])).rowcount:
+        cleared[MEMORY_NS] = [project["path"]]
     current = conn.execute("SELECT value_json FROM kv WHERE ns = 'app' AND key = 'currentProjectId'").fetchone()
     if current is not None:
         try:
@@ -132,8 +135,9 @@ def remove_project_row(conn: sqlite3.Connection, project_id: int) -> dict[str, A
             value = None
         if value == project_id or value == str(project_id):
             conn.execute("DELETE FROM kv WHERE ns = 'app' AND key = 'currentProjectId'")
+            cleared["app"] = ["currentProjectId"]
     conn.execute("DELETE FROM projects WHERE id = ?", (project_id,))
-    return project
+    return project, cleared
 
 
 def pin_project(conn: sqlite3.Connection, project_id: int, pinned: bool) -> dict[str, Any]:

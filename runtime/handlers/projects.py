@@ -5,10 +5,12 @@ removal intent (``store/projects.py``: the project's incarnation, its session
 ids and this call's receipt record). Then it deletes each owned session
 exactly as ``session.delete`` does, through that session's actor (marker,
 rows, files), then the project row and its project memory in a last
-transaction with the receipt (of every keyed call the intent names), and
-removes the intent. A retry after a crash at any step finds the intent,
-deletes what is left and answers from it: every session of the removal,
-whichever attempt deleted it. The project's folder on disk is never touched.
+transaction with the receipt (of every keyed call the intent names), announces
+the kv keys that went with it (``settings.changed``: the project memory, and
+``currentProjectId`` when it named the project), and removes the intent. A
+retry after a crash at any step finds the intent, deletes what is left and
+answers from it: every session of the removal, whichever attempt deleted it.
+The project's folder on disk is never touched.
 """
 
 from __future__ import annotations
@@ -56,12 +58,15 @@ async def remove(ctx: HostContext, p: m.ProjectsRemoveParams, key: ReceiptKey | 
             intent = await _record(ctx, path, intent, base.with_sessions(ids).with_receipt(record))
         for sid in ids:
             intent = await _delete_one(ctx, path, intent, sid)
+        cleared: dict[str, list[str]] = {}
         try:
-            answer = await ctx.commit(_last_step(ctx, project_id, intent))
+            answer = await ctx.commit(_last_step(ctx, project_id, intent, cleared))
         except Conflict as exc:
             if "sessions" not in exc.data:
                 raise
             continue
+        for ns, keys in cleared.items():  # the project memory and the workspace pointer that went with it
+            ctx.publish("settings.changed", {"ns": ns, "keys": keys})
         if intent is not None:
             await _drop(ctx, path)
         return answer
@@ -93,14 +98,18 @@ async def _delete_one(ctx: HostContext, path: Path, intent: RemovalIntent | None
     return intent
 
 
-def _last_step(ctx: HostContext, project_id: int, intent: RemovalIntent | None) -> Any:
+def _last_step(ctx: HostContext, project_id: int, intent: RemovalIntent | None,
+               cleared: dict[str, list[str]]) -> Any:
+    """The last transaction; ``cleared`` receives the kv keys it deleted, by namespace."""
     now = ctx.now()
 
     def effect(conn: Any) -> Any:
-        removed = projects.remove_project_row(conn, project_id)
+        removed, gone = projects.remove_project_row(conn, project_id)
         answer = projects.removal_answer(removed, intent)
         if intent is not None:
             projects.store_removal_receipts(conn, intent, answer, now_ms=now)
+        cleared.clear()
+        cleared.update(gone)
         return answer
 
     return effect

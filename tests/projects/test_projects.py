@@ -70,5 +70,6 @@ def test_row_removal_refuses_while_sessions_remain(conn: sqlite3.Connection) -> 
     with pytest.raises(Conflict):
         projects.remove_project_row(conn, 1)
     conn.execute("DELETE FROM sessions")
-    assert projects.remove_project_row(conn, 1)["path"] == "/p"
+    removed, cleared = projects.remove_project_row(conn, 1)
+    assert removed["path"] == "/p" and cleared == {}  # no memory, not the current project: no kv key went
     assert projects.list_projects(conn) == []

@@ -962,3 +962,24 @@ async def test_a_plugins_provider_rows_sync_and_are_released_on_uninstall(tmp_pa
                 "name"] == "Mine now"
             assert any("acme-a" in e.data["providerIds"] or e.data["providerIds"] == []
                        for e in await events_until_quiet(ui))
+
+
+async def test_projects_remove_announces_the_settings_it_deletes(tmp_path: Path) -> None:
+    """§8.1: "After a change the host publishes `settings.changed {ns, keys}`"; projects.remove deletes "its
+    row and project memory" (seed 003 §5: "plus the project row and its projectMemory kv entry") and the
+    `kv(app, currentProjectId)` pointer to it (workspace.get then has no project): another window showing
+    the selected workspace or the memory list learns it from those events, as it does from the
+    `settings.changed` of `workspace.open`. A project that is neither current nor has memory changes no kv
+    key and announces none."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (proc, c):
+            quiet = (await call(c, "workspace.open", {"path": "/w/quiet"}))["project"]["id"]
+            current = (await call(c, "workspace.open", {"path": "/w/app"}))["project"]["id"]
+            await call(c, "settings.set", {"ns": "projectMemory", "key": "/w/app", "value": "remember"})
+            async with open_client(proc.url, proc.token, client_id="window-2", client_kind="ui") as other:
+                await other.subscribe(["settings.changed"])
+                await call(c, "projects.remove", {"projectId": quiet})
+                assert await events_until_quiet(other) == []
+                await call(c, "projects.remove", {"projectId": current})
+                changed = sorted((e.data["ns"], tuple(e.data["keys"])) for e in await events_until_quiet(other))
+                assert changed == [("app", ("currentProjectId",)), ("projectMemory", ("/w/app",))]

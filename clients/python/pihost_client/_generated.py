@@ -2147,7 +2147,7 @@ class SessionUpdateParams(TypedDict):
 
 
 class SettingsChangedEvent(TypedDict):
-    """Keys of a kv namespace changed (settings.*, workspace.open, providers.reorder, projectGroups.*, plugins.uninstall, configSync.*). Names only, never values: read them with settings.get. An empty ``keys`` list means "many keys changed": reload the namespace."""
+    """Keys of a kv namespace changed (settings.*, workspace.open, providers.reorder, projectGroups.*, skills.*, projects.remove (its project memory, and currentProjectId when it named the project), plugins.uninstall, configSync.*). Names only, never values: read them with settings.get. An empty ``keys`` list means "many keys changed": reload the namespace."""
     ns: str
     keys: list[str]
 
