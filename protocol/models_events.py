@@ -208,7 +208,7 @@ class ProvidersChangedEvent(Result):
 
 
 class ModelsChangedEvent(Result):
-    """The model catalog of a provider changed (models.add / remove / refresh)."""
+    """The model catalog of a provider changed (models.add / remove / refresh, configSync.apply)."""
 
     provider_id: str
 

@@ -18,7 +18,10 @@
   commit leaves the new one, which the retry (no receipt: it runs again) makes
   true. Applying the same bundle again changes nothing more (idempotent by
   construction). Applies run one at a time (the vault lock), so a refusal
-  never puts back over another apply's base.bin.
+  never puts back over another apply's base.bin. Once committed, the apply
+  announces every namespace the merge may write (``settings.changed`` with
+  empty ``keys``: reload it), the providers and each provider catalog the
+  bundle carried models for (``models.changed``).
 
 No method returns the files themselves or a secret value.
 """
@@ -199,7 +202,9 @@ async def apply(ctx: HostContext, p: m.ConfigSyncApplyParams, key: ReceiptKey | 
             if refused:
                 await ctx.in_thread(sync.restore_bundle, directory, sync.BASE_FILE, previous)
             raise
-    for ns in ("app", "projectMemory", "projectGroups"):
+    for ns in sync.MERGED_NAMESPACES:  # every kind of thing the merge writes: reload it
         ctx.publish("settings.changed", {"ns": ns, "keys": []})
     ctx.publish("providers.changed", {"providerIds": []})
+    for provider_id in sync.model_providers(doc):
+        ctx.publish("models.changed", {"providerId": provider_id})
     return result

@@ -54,6 +54,7 @@ from store.safe_open import read_bounded
 __all__ = [
     "BASE_FILE",
     "MAGIC",
+    "MERGED_NAMESPACES",
     "PENDING_FILE",
     "PASSWORD_REF",
     "SETTINGS_KEY",
@@ -64,6 +65,7 @@ __all__ = [
     "decode_vault_key",
     "encode_bundle",
     "export_portable",
+    "model_providers",
     "new_vault_key",
     "read_bundle",
     "restore_bundle",
@@ -77,6 +79,9 @@ TAG_BYTES: Final = 16
 BASE_FILE: Final = "base.bin"
 PENDING_FILE: Final = "pending.bin"
 SETTINGS_KEY: Final = ("configSync", "settings")
+MERGED_NAMESPACES: Final = (APP_NS, "projectMemory", project_groups.GROUPS_NS, project_groups.MEMORY_NS,
+                            project_groups.INSTRUCTIONS_NS, skills.SKILLS_NS)
+"""The kv namespaces :func:`apply_portable` may write (the app blob and the provider order are both ``app``)."""
 VAULT_KEY_REF: Final = "configSync/vaultKey"
 PASSWORD_REF: Final = "configSync/webdavPassword"
 DOC_SCHEMA: Final = 1
@@ -265,6 +270,14 @@ def _put_group(conn: sqlite3.Connection, record: Any, now_ms: int) -> None:
     if merged:
         saved["detachedPaths"] = merged[-project_groups.MAX_DETACHED:]
         set_value(conn, project_groups.GROUPS_NS, gid, saved, now_ms)
+
+
+def model_providers(doc: dict[str, Any]) -> list[str]:
+    """The providers whose user models a verified document carries (their catalogs change on apply)."""
+    models = doc.get("models")
+    items = models if isinstance(models, list) else []
+    return sorted({item["providerId"] for item in items
+                   if isinstance(item, dict) and isinstance(item.get("providerId"), str)})
 
 
 def apply_portable(conn: sqlite3.Connection, doc: dict[str, Any], now_ms: int, platform: str) -> dict[str, int]:

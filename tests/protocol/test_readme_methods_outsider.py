@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -983,3 +984,42 @@ async def test_projects_remove_announces_the_settings_it_deletes(tmp_path: Path)
                 await call(c, "projects.remove", {"projectId": current})
                 changed = sorted((e.data["ns"], tuple(e.data["keys"])) for e in await events_until_quiet(other))
                 assert changed == [("app", ("currentProjectId",)), ("projectMemory", ("/w/app",))]
+
+
+# ------------------------------------------------------------------------------------------ config sync (§8.7)
+
+async def test_config_sync_apply_announces_every_kind_of_thing_it_merges(tmp_path: Path) -> None:
+    """§8.7: `configSync.apply` merges "app settings, user providers *without keys*, display order, user
+    models, projects, groups, memory, instructions, skills" in one transaction; §8.1: "After a change the
+    host publishes `settings.changed {ns, keys}` ... (an empty `keys` means "reload the namespace")"
+    (SettingsChangedEvent lists configSync.* among its writers), §8.6 skills writes "publish
+    `settings.changed {ns: "skills", keys}`", ModelsChangedEvent: "The model catalog of a provider
+    changed". A window of the applying host must hear of each namespace and each provider catalog the
+    bundle wrote, or it keeps showing what the merge replaced."""
+    key = base64.b64encode(os.urandom(32)).decode()
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+    with trio.fail_after(60):
+        async with outsider_host(data_dir(tmp_path / "a")) as (_, a), \
+                outsider_host(data_dir(tmp_path / "b")) as (_, b):
+            for c in (a, b):
+                await call(c, "configSync.configure", {"vaultKey": key})
+            await call(a, "providers.create", {"id": "p1", "name": "P", "apiKey": "k-123"})
+            await call(a, "models.add", {"providerId": "p1", "modelId": "m1"})
+            gid = (await call(a, "projectGroups.save", {"name": "G", "roots": ["/w/g"]}))["group"]["id"]
+            await call(a, "projectGroups.setMemory", {"groupId": gid, "memory": "group memory"})
+            await call(a, "projectGroups.setInstructions", {"groupId": gid, "instructions": "group rules"})
+            await call(a, "skills.put", {"name": "sk", "version": "1", "source": "s"})
+            bundle = (await call(a, "configSync.export"))["bundleBase64"]
+
+            await b.subscribe(["settings.changed", "models.changed", "providers.changed"])
+            applied = (await call(b, "configSync.apply", {"bundleBase64": bundle}))["applied"]
+            assert applied["models"] == 1 and applied["skills"] == 1 and applied["projectGroups"] == 1
+            events = await events_until_quiet(b)
+            namespaces = {e.data["ns"] for e in events if e.topic == "settings.changed"}
+            assert {"projectGroups", "projectGroupMemory", "projectGroupInstructions", "skills"} <= namespaces
+            assert {"providerId": "p1"} in [e.data for e in events if e.topic == "models.changed"]
+            assert any(e.topic == "providers.changed" for e in events)
+            got = await call(b, "projectGroups.get", {"groupId": gid})
+            assert got["instructions"] == "group rules" and got["memory"]["content"] == "group memory"
+            assert (await call(b, "providers.get", {"providerId": "p1"}))["provider"]["hasApiKey"] is False

@@ -1019,7 +1019,7 @@ class ModelsAddParams(TypedDict):
 
 
 class ModelsChangedEvent(TypedDict):
-    """The model catalog of a provider changed (models.add / remove / refresh)."""
+    """The model catalog of a provider changed (models.add / remove / refresh, configSync.apply)."""
     providerId: str
 
 

@@ -1308,7 +1308,7 @@ export interface ModelsAddParams {
   maxOutputTokens?: number | null;
 }
 
-/** The model catalog of a provider changed (models.add / remove / refresh). */
+/** The model catalog of a provider changed (models.add / remove / refresh, configSync.apply). */
 export interface ModelsChangedEvent {
   providerId: string;
 }
