@@ -113,7 +113,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.SessionListResult,
         "Sessions by updatedAt, newest first; trashed sessions excluded. Pages follow (updatedAt, id): no "
         "session appears on two pages, and one updated while you page moves ahead of your cursor (to the "
-        "first page; a `session.updated` event says so), so a UI that pages keeps its list with those events.",
+        "first page; the `session.message` event of a new message says so, a `session.updated` event any other "
+        "change), so a UI that pages keeps its list with those events.",
         _codes(_DB_READ, _PAGED),
     ),
     _spec(

@@ -1023,3 +1023,34 @@ async def test_config_sync_apply_announces_every_kind_of_thing_it_merges(tmp_pat
             got = await call(b, "projectGroups.get", {"groupId": gid})
             assert got["instructions"] == "group rules" and got["memory"]["content"] == "group memory"
             assert (await call(b, "providers.get", {"providerId": "p1"}))["provider"]["hasApiKey"] is False
+
+
+# ------------------------------------------------------------------------------------- session.list pages
+
+async def test_a_session_that_moves_ahead_while_a_client_pages_is_announced(tmp_path: Path) -> None:
+    """session.list: "Pages follow (updatedAt, id): no session appears on two pages, and one updated while you
+    page moves ahead of your cursor (to the first page; the `session.message` event of a new message says so,
+    a `session.updated` event any other change), so a UI that pages keeps its list with those events" — an
+    append moves its session to the first page and the event a paging UI hears for it is the message's (the
+    host sends no `session.updated` per append); a rewrite (`session.replaceMessages`) is a
+    `session.updated`."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            for sid in ("s-old", "s-mid", "s-new"):
+                await call(c, "session.create", {"sessionId": sid})
+                await trio.sleep(0.005)
+            await c.subscribe(["session.updated", "session.message"])
+            first = await call(c, "session.list", {"limit": 1})
+            assert [s["id"] for s in first["sessions"]] == ["s-new"]
+            await call(c, "session.appendMessage", {"sessionId": "s-old", "message": msg("m1", "news")})
+            heard = [(e.topic, e.session_id) for e in await events_until_quiet(c)]
+            assert heard == [("session.message", "s-old")]
+            rest = await call(c, "session.list", {"limit": 10, "cursor": first["nextCursor"]})
+            assert [s["id"] for s in rest["sessions"]] == ["s-mid"]  # s-old moved ahead of the cursor
+            assert [s["id"] for s in (await call(c, "session.list"))["sessions"]] == ["s-old", "s-new", "s-mid"]
+            await call(c, "session.replaceMessages", {"sessionId": "s-mid", "messages": [msg("m2", "again")]})
+            heard = [(e.topic, e.session_id) for e in await events_until_quiet(c)]
+            assert ("session.updated", "s-mid") in heard
+            assert [s["id"] for s in (await call(c, "session.list"))["sessions"]][0] == "s-mid"
+    entry = README.read_text(encoding="utf-8").split("### `session.list`", 1)[1].split("\n### ", 1)[0]
+    assert "the `session.message` event of a new message says so" in entry

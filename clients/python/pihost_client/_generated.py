@@ -2920,7 +2920,7 @@ class SessionMethods:
         return cast(SessionSummary, await self._call("session.create", params, True))
 
     async def list(self, *, limit: int | None = None, cursor: str | None = None, project_id: int | None = None) -> SessionListResult:
-        """``session.list``: Sessions by updatedAt, newest first; trashed sessions excluded. Pages follow (updatedAt, id): no session appears on two pages, and one updated while you page moves ahead of your cursor (to the first page; a `session.updated` event says so), so a UI that pages keeps its list with those events."""
+        """``session.list``: Sessions by updatedAt, newest first; trashed sessions excluded. Pages follow (updatedAt, id): no session appears on two pages, and one updated while you page moves ahead of your cursor (to the first page; the `session.message` event of a new message says so, a `session.updated` event any other change), so a UI that pages keeps its list with those events."""
         params: dict[str, Any] = {}
         if limit is not None:
             params["limit"] = limit

@@ -3510,7 +3510,7 @@ export interface Methods {
   "logs.append": { params: LogsAppendParams; result: LogsAppendResult };
   /** Create an empty session (header line + index row). (mutating: accepts submissionId) */
   "session.create": { params: SessionCreateParams; result: SessionSummary };
-  /** Sessions by updatedAt, newest first; trashed sessions excluded. Pages follow (updatedAt, id): no session appears on two pages, and one updated while you page moves ahead of your cursor (to the first page; a `session.updated` event says so), so a UI that pages keeps its list with those events. */
+  /** Sessions by updatedAt, newest first; trashed sessions excluded. Pages follow (updatedAt, id): no session appears on two pages, and one updated while you page moves ahead of your cursor (to the first page; the `session.message` event of a new message says so, a `session.updated` event any other change), so a UI that pages keeps its list with those events. */
   "session.list": { params: SessionListParams; result: SessionListResult };
   /** A bounded window of the transcript plus every valid compaction. */
   "session.get": { params: SessionGetParams; result: SessionGetResult };
