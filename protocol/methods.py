@@ -852,7 +852,9 @@ _SPECS: tuple[MethodSpec, ...] = (
         "session.resolvePath",
         m.SessionResolvePathParams,
         m.SessionResolvePathResult,
-        "A session's own persisted project root (never the visible workspace) and a path resolved against it.",
+        "A session's own persisted project root (never the visible workspace) and a path resolved against it. "
+        "In a session without a project, a relative path is CONFLICT (data.reason: no_project_root); an "
+        "absolute one comes back folded, insideRoot false.",
         _codes(_DB_READ, ("SESSION_NOT_FOUND", "CONFLICT")),
     ),
     _spec(

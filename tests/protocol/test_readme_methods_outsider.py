@@ -1054,3 +1054,28 @@ async def test_a_session_that_moves_ahead_while_a_client_pages_is_announced(tmp_
             assert [s["id"] for s in (await call(c, "session.list"))["sessions"]][0] == "s-mid"
     entry = README.read_text(encoding="utf-8").split("### `session.list`", 1)[1].split("\n### ", 1)[0]
     assert "the `session.message` event of a new message says so" in entry
+
+
+async def test_resolve_path_in_a_session_with_and_without_a_project_root(tmp_path: Path) -> None:
+    """§8.2: "the sidecar calls `session.resolvePath {sessionId, path}` and gets `root` and `path` resolved
+    against it (`.`/`..` folded, `insideRoot` says whether it stays under the root)"; the method lists
+    CONFLICT, which its summary explains: "In a session without a project, a relative path is CONFLICT
+    (data.reason: no_project_root); an absolute one comes back folded, insideRoot false"."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            bare = (await call(c, "session.create", {}))["id"]
+            code, data = await refused(c, "session.resolvePath", {"sessionId": bare, "path": "a.txt"})
+            assert code == "CONFLICT" and data.get("reason") == "no_project_root"
+            absolute = await call(c, "session.resolvePath", {"sessionId": bare, "path": "/abs/x/../a.txt"})
+            assert absolute["path"] == "/abs/a.txt" and absolute["insideRoot"] is False
+            assert absolute.get("root") is None
+            sid = (await call(c, "session.create", {"projectPath": "/w/p"}))["id"]
+            await call(c, "workspace.open", {"path": "/w/elsewhere"})
+            inside = await call(c, "session.resolvePath", {"sessionId": sid, "path": "src/./a/../b.py"})
+            assert (inside["root"], inside["path"], inside["insideRoot"]) == ("/w/p", "/w/p/src/b.py", True)
+            out = await call(c, "session.resolvePath", {"sessionId": sid, "path": "../q"})
+            assert (out["path"], out["insideRoot"]) == ("/w/q", False)
+            assert (await refused(c, "session.resolvePath", {"sessionId": "ghost", "path": "x"}))[0] == \
+                "SESSION_NOT_FOUND"
+    entry = README.read_text(encoding="utf-8").split("### `session.resolvePath`", 1)[1].split("\n### ", 1)[0]
+    assert "no_project_root" in entry

@@ -3277,7 +3277,7 @@ class SessionMethods:
         return cast(ListTurnsResult, await self._call("session.listTurns", params, False))
 
     async def resolve_path(self, *, session_id: str, path: str | None = None) -> SessionResolvePathResult:
-        """``session.resolvePath``: A session's own persisted project root (never the visible workspace) and a path resolved against it."""
+        """``session.resolvePath``: A session's own persisted project root (never the visible workspace) and a path resolved against it. In a session without a project, a relative path is CONFLICT (data.reason: no_project_root); an absolute one comes back folded, insideRoot false."""
         params: dict[str, Any] = {}
         params["sessionId"] = session_id
         if path is not None:

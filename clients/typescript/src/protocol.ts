@@ -3706,7 +3706,7 @@ export interface Methods {
   "workspace.open": { params: WorkspaceOpenParams; result: WorkspaceResult };
   /** The visible workspace (restores currentProjectId; changes nothing). */
   "workspace.get": { params: WorkspaceGetParams; result: WorkspaceResult };
-  /** A session's own persisted project root (never the visible workspace) and a path resolved against it. */
+  /** A session's own persisted project root (never the visible workspace) and a path resolved against it. In a session without a project, a relative path is CONFLICT (data.reason: no_project_root); an absolute one comes back folded, insideRoot false. */
   "session.resolvePath": { params: SessionResolvePathParams; result: SessionResolvePathResult };
   /** Pin or unpin a project row. (mutating: accepts submissionId) */
   "projects.pin": { params: ProjectsPinParams; result: ProjectResult };
