@@ -1079,3 +1079,45 @@ async def test_resolve_path_in_a_session_with_and_without_a_project_root(tmp_pat
                 "SESSION_NOT_FOUND"
     entry = README.read_text(encoding="utf-8").split("### `session.resolvePath`", 1)[1].split("\n### ", 1)[0]
     assert "no_project_root" in entry
+
+
+async def test_config_sync_refusals_name_their_cause_and_change_nothing(tmp_path: Path) -> None:
+    """§8.7: "Until `configSync.configure` has given this host a vault key, `configSync.export` and
+    `configSync.apply` are `CONFLICT` (`data.reason: "not_configured"`) and write nothing"; "a bundle of a
+    format this host does not read (`data.reason: "unsupported"`)" is CORRUPT_DATA; "A bundle whose content
+    breaks a rule is refused whole with that rule's own error ... and changes nothing" (the method lists
+    CONFLICT, NOT_FOUND and LIMIT_EXCEEDED beside CORRUPT_DATA). The bundles are sealed with this host's
+    vault key, read back with `secrets.get` (what the sidecar may do)."""
+    from store.config.config_sync import VAULT_KEY_REF, encode_bundle
+
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (_, c):
+            for method, params in (("configSync.export", {}), ("configSync.apply", {"bundleBase64": "AAAA"})):
+                code, data = await refused(c, method, params)
+                assert code == "CONFLICT" and data.get("reason") == "not_configured", method
+            state = await call(c, "configSync.get")
+            assert state["hasVaultKey"] is False and state.get("pending") is None and state.get("base") is None
+            await call(c, "configSync.configure", {})
+            key = base64.b64decode((await call(c, "secrets.get", {"ref": VAULT_KEY_REF}))["value"])
+            before = await call(c, "configSync.get")
+            for doc, expected in (
+                ({"schema": 1, "providers": [{"id": "p", "name": "P", "config": {"apiKey": "sk-x"}}]},
+                 "INVALID_PARAMS"),
+                ({"schema": 1, "projects": [{"path": "/p"}], "projectMemory": {"/p": "x" * 40000}},
+                 "PAYLOAD_TOO_LARGE"),
+                ({"schema": 1, "projects": [{"path": "/p"}], "projectGroupInstructions": {"g-unknown": "t"}},
+                 "CONFLICT"),
+                ({"schema": 1, "projects": [{"path": "/p"}], "models": [{"providerId": "gone", "modelId": "m"}]},
+                 "NOT_FOUND"),
+                ({"schema": 99}, "CORRUPT_DATA"),
+            ):
+                blob = base64.b64encode(encode_bundle(key, doc)).decode()
+                code, data = await refused(c, "configSync.apply", {"bundleBase64": blob})
+                assert code == expected, doc
+                if code == "CORRUPT_DATA":
+                    assert data.get("reason") == "unsupported"
+            assert (await call(c, "projects.list"))["projects"] == []
+            assert (await call(c, "providers.list"))["providers"] == []
+            assert await call(c, "configSync.get") == before  # no base.bin kept from a refused apply
+    section = README.read_text(encoding="utf-8").split("### 8.7 Config sync", 1)[1].split("\n## ", 1)[0]
+    assert "not_configured" in section and "unsupported" in section and "that rule's own error" in section
