@@ -699,7 +699,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         "collab.cancel",
         m.CollabCancelParams,
         m.CollabCancelResult,
-        "Cancel a queued or running delivery (its queue admission goes; the target session stays).",
+        "Cancel a queued or running delivery (its queue admission goes; the target session stays). A cancelled "
+        "one is answered as it is, changing nothing; one that already ended otherwise is CONFLICT (data.status).",
         _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT")),
     ),
     _spec(

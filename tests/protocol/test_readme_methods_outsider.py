@@ -1121,3 +1121,51 @@ async def test_config_sync_refusals_name_their_cause_and_change_nothing(tmp_path
             assert await call(c, "configSync.get") == before  # no base.bin kept from a refused apply
     section = README.read_text(encoding="utf-8").split("### 8.7 Config sync", 1)[1].split("\n## ", 1)[0]
     assert "not_configured" in section and "unsupported" in section and "that rule's own error" in section
+
+
+# ----------------------------------------------------------------------------------------- collaboration (§10)
+
+async def test_collab_cancel_and_queue_remove_end_a_delivery_at_both_ends(tmp_path: Path) -> None:
+    """§10: "`collab.cancel` ends a queued or running delivery (its admission goes; the session stays)";
+    §5: "`collab.delivery` follows a collaboration delivery (sent once with the target's and once with the
+    source's `sessionId`)"; session.queueRemove: "A queued collaboration delivery the entry admitted is
+    cancelled with it (collab.delivery to both ends)"; collab.cancel: "A cancelled one is answered as it is,
+    changing nothing; one that already ended otherwise is CONFLICT (data.status)", NOT_FOUND for an unknown
+    delivery; a keyed cancel's retry answers what it answered."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (_, c):
+            source = (await call(c, "session.create", {}))["id"]
+            target = (await call(c, "session.create", {}))["id"]
+
+            async def deliver(key: str) -> dict[str, Any]:
+                return (await call(c, "collab.deliver", {"pluginId": "team", "sourceSessionId": source,
+                                                         "targetSessionId": target, "kind": "task",
+                                                         "content": f"do {key}", "idempotencyKey": key}))["delivery"]
+
+            first, second = await deliver("k1"), await deliver("k2")
+            entries = (await call(c, "session.queueList", {"sessionId": target}))["entries"]
+            admitted = {e.get("sessionMessageId"): e["id"] for e in entries}
+            assert {first["id"], second["id"]} <= set(admitted)
+            await c.subscribe(["collab.delivery"])
+
+            keyed = {"deliveryId": first["id"], "submissionId": "cancel-1"}
+            cancelled = await call(c, "collab.cancel", keyed)
+            assert cancelled["delivery"]["status"] == "cancelled"
+            assert await call(c, "collab.cancel", keyed) == cancelled
+            heard = await events_until_quiet(c)
+            assert sorted(e.session_id or "" for e in heard) == sorted([source, target])
+            assert all(e.data["delivery"]["id"] == first["id"] for e in heard)
+            left = [e["id"] for e in (await call(c, "session.queueList", {"sessionId": target}))["entries"]]
+            assert admitted[first["id"]] not in left and admitted[second["id"]] in left
+            again = await call(c, "collab.cancel", {"deliveryId": first["id"]})
+            assert again["delivery"] == cancelled["delivery"] and await events_until_quiet(c) == []
+            assert (await refused(c, "collab.cancel", {"deliveryId": "col-ghost"}))[0] == "NOT_FOUND"
+
+            await call(c, "session.queueRemove", {"sessionId": target, "entryId": admitted[second["id"]]})
+            heard = await events_until_quiet(c)
+            assert sorted(e.session_id or "" for e in heard) == sorted([source, target])
+            got = await call(c, "collab.get", {"deliveryId": second["id"]})
+            assert got["status"] == "cancelled"  # collab.get answers the CollabDelivery itself
+            assert (await call(c, "session.get", {"sessionId": target}))["session"]["id"] == target
+    entry = README.read_text(encoding="utf-8").split("### `collab.cancel`", 1)[1].split("\n### ", 1)[0]
+    assert "A cancelled one is answered as it is" in entry

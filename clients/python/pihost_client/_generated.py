@@ -3954,7 +3954,7 @@ class CollabMethods:
         return cast(CollabSettleResult, await self._call("collab.settle", params, True))
 
     async def cancel(self, *, delivery_id: str, submission_id: str | None = None) -> CollabCancelResult:
-        """``collab.cancel``: Cancel a queued or running delivery (its queue admission goes; the target session stays). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``collab.cancel``: Cancel a queued or running delivery (its queue admission goes; the target session stays). A cancelled one is answered as it is, changing nothing; one that already ended otherwise is CONFLICT (data.status). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["deliveryId"] = delivery_id
         if submission_id is not None:

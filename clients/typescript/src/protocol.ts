@@ -3666,7 +3666,7 @@ export interface Methods {
   "collab.begin": { params: CollabBeginParams; result: CollabBeginResult };
   /** Settle a running delivery from its turn; at most one completion callback is queued for the source. (mutating: accepts submissionId) */
   "collab.settle": { params: CollabSettleParams; result: CollabSettleResult };
-  /** Cancel a queued or running delivery (its queue admission goes; the target session stays). (mutating: accepts submissionId) */
+  /** Cancel a queued or running delivery (its queue admission goes; the target session stays). A cancelled one is answered as it is, changing nothing; one that already ended otherwise is CONFLICT (data.status). (mutating: accepts submissionId) */
   "collab.cancel": { params: CollabCancelParams; result: CollabCancelResult };
   /** Deliveries, newest first (a session's incoming/outgoing; available: false for a deleted end). */
   "collab.list": { params: CollabListParams; result: CollabListResult };
