@@ -1169,3 +1169,35 @@ async def test_collab_cancel_and_queue_remove_end_a_delivery_at_both_ends(tmp_pa
             assert (await call(c, "session.get", {"sessionId": target}))["session"]["id"] == target
     entry = README.read_text(encoding="utf-8").split("### `collab.cancel`", 1)[1].split("\n### ", 1)[0]
     assert "A cancelled one is answered as it is" in entry
+
+
+async def test_a_notifications_cursor_survives_new_rows_and_a_restart(tmp_path: Path) -> None:
+    """§2 Conventions: "A cursor stays valid across writes and host restarts: items written after it never
+    shift a page boundary. A cursor the host can no longer place exactly is `INVALID_CURSOR` ..., never a
+    wrong page"; INVALID_CURSOR: "A paging cursor this host did not issue for this list and query (forged,
+    foreign or stale)"; notifications.list `limit` "default `50`". Checked on the inbox: a page boundary
+    holds after newer notifications and after a SIGKILL + restart, and a forged or foreign cursor is
+    refused."""
+    root = data_dir(tmp_path)
+    with trio.fail_after(90):
+        async with outsider_host(root, kind="agent") as (_, c):
+            sid = (await call(c, "session.create", {"title": "Inbox"}))["id"]
+            for n in range(53):
+                await ended_turn(c, sid, f"t{n:02d}", "completed")
+            full = await call(c, "notifications.list")
+            assert len(full["notifications"]) == 50 and full["nextCursor"]
+            assert [n["turnId"] for n in full["notifications"]][:2] == ["t52", "t51"]
+            page = await call(c, "notifications.list", {"limit": 3})
+            assert [n["turnId"] for n in page["notifications"]] == ["t52", "t51", "t50"]
+            cursor = page["nextCursor"]
+            await ended_turn(c, sid, "t53", "completed")
+            after = await call(c, "notifications.list", {"limit": 3, "cursor": cursor})
+            assert [n["turnId"] for n in after["notifications"]] == ["t49", "t48", "t47"]
+            code, _ = await refused(c, "notifications.list", {"cursor": "bm90LWEtY3Vyc29y"})
+            assert code == "INVALID_CURSOR"
+        async with outsider_host(root, kind="agent") as (_, c):
+            again = await call(c, "notifications.list", {"limit": 3, "cursor": cursor})
+            assert [n["turnId"] for n in again["notifications"]] == ["t49", "t48", "t47"]
+            unread = await call(c, "notifications.list", {"unreadOnly": True, "limit": 3})
+            code, _ = await refused(c, "notifications.list", {"cursor": unread["nextCursor"]})  # another query's
+            assert code == "INVALID_CURSOR"
