@@ -213,6 +213,11 @@ class ModelsChangedEvent(Result):
     provider_id: str
 
 
+HOST_TOPICS: frozenset[str] = frozenset(
+    {"settings.changed", "providers.changed", "models.changed", "task.due", "import.progress"}
+)
+"""Host-wide topics: published without a ``sessionId``, so a subscription with one never receives them."""
+
 EVENT_PAYLOADS: Mapping[str, type[BaseModel]] = MappingProxyType(
     {
         "session.created": SessionEvent,
@@ -245,6 +250,7 @@ __all__ = [
     "ApprovalResolvedEvent",
     "CollabDeliveryEvent",
     "EVENT_PAYLOADS",
+    "HOST_TOPICS",
     "InteractionRequestedEvent",
     "InteractionResolvedEvent",
     "EventParams",

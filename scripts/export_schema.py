@@ -36,6 +36,7 @@ from protocol.methods import (  # noqa: E402 - after the sys.path setup above
     dump_event,
 )
 from protocol.models import EventParams  # noqa: E402 - after the sys.path setup above
+from protocol.models_events import HOST_TOPICS  # noqa: E402 - after the sys.path setup above
 
 SCHEMA_PATH = ROOT / "protocol" / "schema.json"
 README_PATH = ROOT / "protocol" / "README.md"
@@ -235,7 +236,8 @@ def render_reference(doc: Mapping[str, Any]) -> str:
         lines.append(f"| `{topic}` | {_type_str(ref)} |")
     lines += ["", "Examples (`params` of the notification):", ""]
     for cursor, (topic, data) in enumerate(EVENT_EXAMPLES.items(), start=1040):
-        params = dump_event(topic, data, cursor=cursor, subscription_id="sub_1", session_id="s_4f2a")
+        params = dump_event(topic, data, cursor=cursor, subscription_id="sub_1",
+                            session_id=None if topic in HOST_TOPICS else "s_4f2a")
         lines += [f"`{topic}`:", "", *_json_block(params), ""]
 
     lines += ["## Records", "", "Results, nested records and event payloads, A-Z.", ""]

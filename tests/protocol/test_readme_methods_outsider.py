@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
+import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -1201,3 +1202,36 @@ async def test_a_notifications_cursor_survives_new_rows_and_a_restart(tmp_path: 
             unread = await call(c, "notifications.list", {"unreadOnly": True, "limit": 3})
             code, _ = await refused(c, "notifications.list", {"cursor": unread["nextCursor"]})  # another query's
             assert code == "INVALID_CURSOR"
+
+
+# ------------------------------------------------------------------------------------- host-wide events (§5)
+
+HOST_WIDE = ("settings.changed", "providers.changed", "models.changed", "task.due", "import.progress")
+
+
+async def test_host_wide_events_carry_no_session_and_skip_a_session_filter(tmp_path: Path) -> None:
+    """§5: "Host-wide topics (`settings.changed`, `providers.changed`, `models.changed`, `task.due`,
+    `import.progress`) carry no `sessionId`: a subscription with a `sessionId` does not receive them";
+    the README's event examples must show them that way, since a client codes its filter from them."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (proc, c):
+            sid = (await call(c, "session.create", {}))["id"]
+            await c.subscribe(["settings.changed", "providers.changed", "models.changed"])
+            async with open_client(proc.url, proc.token, client_id="filtered", client_kind="ui") as filtered:
+                await filtered.subscribe(["settings.changed", "providers.changed", "models.changed"],
+                                         session_id=sid)
+                await call(c, "settings.set", {"ns": "ui", "key": "k", "value": 1})
+                await call(c, "providers.create", {"id": "p1", "name": "P"})
+                await call(c, "models.add", {"providerId": "p1", "modelId": "m"})
+                heard = await events_until_quiet(c)
+                assert sorted(e.topic for e in heard) == ["models.changed", "providers.changed", "settings.changed"]
+                assert all(e.session_id is None for e in heard)
+                assert await events_until_quiet(filtered) == []
+    text = README.read_text(encoding="utf-8")
+    section = " ".join(text.split("## 5. Events", 1)[1].split("\n## ", 1)[0].split())
+    assert "a subscription with a `sessionId` does not receive them" in section
+    examples = text.split("Examples (`params` of the notification):", 1)[1].split("## Records", 1)[0]
+    for topic in EVENT_PAYLOADS:
+        block = examples.split(f"`{topic}`:", 1)[1].split("```json", 1)[1].split("```", 1)[0]
+        params = json.loads(block)
+        assert ("sessionId" in params) == (topic not in HOST_WIDE), topic
