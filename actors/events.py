@@ -184,6 +184,8 @@ class Subscription:
     start_cursor: int  # bus head when subscribed; replayed events come before it
     _bus: EventBus
     _capacity: int
+    accept: Callable[[Event], bool] | None = None
+    """Beyond topics and session: which events this subscriber may see at all (a plugin: its own data)."""
     _interval: float = TRANSIENT_INTERVAL
     _max_keys: int = TRANSIENT_KEYS
     _replay: deque[Event] = field(default_factory=deque)
@@ -201,6 +203,8 @@ class Subscription:
 
     def wants(self, event: Event) -> bool:
         if self.session_id is not None and event.session_id != self.session_id:
+            return False
+        if self.accept is not None and not self.accept(event):
             return False
         return _matches(self.topics, event.topic)
 
@@ -421,8 +425,10 @@ class EventBus:
         *,
         session_id: str | None = None,
         cursor: int | None = None,
+        accept: Callable[[Event], bool] | None = None,
     ) -> Subscription:
-        """Subscribe; with ``cursor``, first replay retained matching events after it."""
+        """Subscribe; with ``cursor``, first replay retained matching events after it. ``accept``: which
+        events the subscriber may see at all, whatever its topics (replayed ones too)."""
         patterns = _validate_topics(topics)
         replay: deque[Event] = deque()
         if cursor is not None:
@@ -438,6 +444,7 @@ class EventBus:
             start_cursor=self._head,
             _bus=self,
             _capacity=self._subscriber_queue,
+            accept=accept,
             _interval=self._transient_interval,
             _max_keys=self._transient_keys,
             _replay=replay,

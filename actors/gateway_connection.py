@@ -38,7 +38,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -48,7 +48,7 @@ import pydantic
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
-from actors.events import EventBus, SubscriberOverflow, Subscription
+from actors.events import Event, EventBus, SubscriberOverflow, Subscription
 from actors.gateway_outbound import (
     ByteBudget,
     CloseAfter,
@@ -92,6 +92,8 @@ CLOSE_POLICY = 1008  # policy violation: unauthenticated, slow consumer
 CLOSE_TRY_AGAIN = 1013  # event subscriber overflowed: resubscribe with cursor
 CLOSE_GOING_AWAY = 1001  # the host is shutting down
 _CONNECTION_METHODS = frozenset({"host.hello", "events.subscribe", "events.unsubscribe"})
+_PLUGIN_TOPICS = frozenset({"settings.changed"})
+"""What a plugin connection may subscribe to (its own namespace's events only: ``_plugin_scope``)."""
 
 
 @dataclass
@@ -694,9 +696,11 @@ class GatewayConnection:
         if isinstance(params, dict) and params.get("sessionId") is not None:
             validate_session_id(params["sessionId"])  # INVALID_ID before any other check
         request = SubscribeParams.model_validate(params)
+        accept = self._plugin_scope(request.topics)
         if len(self._subs) >= self._config.max_subscriptions:
             raise RpcFailure("LIMIT_EXCEEDED", f"at most {self._config.max_subscriptions} subscriptions per connection")
-        sub = self._bus.subscribe(request.topics, session_id=request.session_id, cursor=request.cursor)
+        sub = self._bus.subscribe(request.topics, session_id=request.session_id, cursor=request.cursor,
+                                  accept=accept)
         sub_id = f"sub-{sub.id}"
         scope = trio.CancelScope()
         ready = trio.Event()
@@ -705,6 +709,25 @@ class GatewayConnection:
         self._nursery.start_soon(self._pump, sub, sub_id, scope, ready)
         after.append(ready.set)  # events flow only after the response was queued
         return {"subscriptionId": sub_id, "cursor": sub.start_cursor}
+
+    def _plugin_scope(self, topics: Iterable[str]) -> Callable[[Event], bool] | None:
+        """A plugin connection is scoped to what its plugin owns (README §8.5): events are reads, so it may
+        subscribe to ``settings.changed`` only and hears its own ``plugin:<id>`` namespace; any other topic
+        (a user's session messages, other namespaces, providers, imports) is PERMISSION_DENIED. Other
+        connections: no scope (None)."""
+        plugin = self._ctx.plugin_id if self._ctx is not None else None
+        if plugin is None:
+            return None
+        refused = sorted(set(topics) - _PLUGIN_TOPICS)
+        if refused:
+            raise RpcFailure("PERMISSION_DENIED", f"a plugin connection may subscribe to settings.changed only "
+                             f"(its own namespace), not {', '.join(refused)}", data={"topics": refused})
+        namespace = f"plugin:{plugin}"
+
+        def own(event: Event) -> bool:
+            return isinstance(event.data, dict) and event.data.get("ns") == namespace
+
+        return own
 
     def _unsubscribe(self, params: Any) -> dict[str, Any]:
         sub_id = UnsubscribeParams.model_validate({} if params is None else params).subscription_id

@@ -166,7 +166,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         "events.subscribe",
         m.SubscribeParams,
         m.SubscribeResult,
-        "Receive 'event' notifications for topics, optionally resuming at a cursor.",
+        "Receive 'event' notifications for topics, optionally resuming at a cursor. A plugin connection may "
+        "subscribe to settings.changed only and hears its own plugin:<id> namespace (else PERMISSION_DENIED).",
         _codes(_ANY, ("INVALID_ID", "CURSOR_EXPIRED", "LIMIT_EXCEEDED")),
     ),
     _spec(

@@ -1235,3 +1235,32 @@ async def test_host_wide_events_carry_no_session_and_skip_a_session_filter(tmp_p
         block = examples.split(f"`{topic}`:", 1)[1].split("```json", 1)[1].split("```", 1)[0]
         params = json.loads(block)
         assert ("sessionId" in params) == (topic not in HOST_WIDE), topic
+
+
+async def test_a_plugin_connection_hears_only_its_own_settings(tmp_path: Path) -> None:
+    """§1: a plugin's "connection is scoped to what that plugin owns"; §8.5: "It may call only `settings.*`
+    on its own `plugin:<id>` namespace, ... anything else, or another plugin's data, is
+    `PERMISSION_DENIED`" (seed 003 §4: plugin imports scope "every plugin read/write to the plugin_id that
+    created the row"). Events are reads: a plugin may not follow a user's sessions (`session.message` carries
+    the message itself) or another namespace's keys. It may subscribe to `settings.changed` and hears its
+    own namespace only; any other topic is `PERMISSION_DENIED` and nothing is subscribed."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (proc, ui):
+            await call(ui, "plugins.register", {"pluginId": "acme", "name": "A", "version": "1"})
+            async with open_client(proc.url, proc.token, client_id="acme-c", client_kind="plugin",
+                                   plugin_id="acme") as plugin:
+                for topics in (["session.message"], ["session.created", "settings.changed"], ["providers.changed"],
+                               ["approval.requested"], ["import.progress"]):
+                    code, _ = await refused(plugin, "events.subscribe", {"topics": topics})
+                    assert code == "PERMISSION_DENIED", topics
+                own = await call(plugin, "events.subscribe", {"topics": ["settings.changed"]})
+                sid = (await call(ui, "session.create", {"title": "private"}))["id"]
+                await call(ui, "session.appendMessage", {"sessionId": sid, "message": msg("m1", "private words")})
+                await call(ui, "settings.set", {"ns": "app", "key": "largePasteThreshold", "value": 900})
+                await call(ui, "settings.set", {"ns": "plugin:other", "key": "token-ref", "value": "x"})
+                await call(ui, "settings.set", {"ns": "plugin:acme", "key": "mode", "value": "fast"})
+                heard = await events_until_quiet(plugin)
+                assert [(e.subscription_id, e.data) for e in heard] == \
+                    [(own["subscriptionId"], {"ns": "plugin:acme", "keys": ["mode"]})]
+    section = " ".join(README.read_text(encoding="utf-8").split("### 8.5 Plugins", 1)[1].split("###", 1)[0].split())
+    assert "`events.subscribe` to `settings.changed` only" in section
