@@ -143,7 +143,7 @@ class ApprovalsRulesParams(Params):
 
 
 class ApprovalsRulesResult(Result):
-    rules: list[PermissionRule]
+    rules: list[PermissionRule] = Field(description="Oldest first (createdAt, then id).")
 
 
 class ApprovalsRemoveRuleParams(MutatingParams):
@@ -221,7 +221,7 @@ class InteractionsPendingParams(Params):
 
 
 class InteractionsPendingResult(Result):
-    pending: list[InteractionRequest]
+    pending: list[InteractionRequest] = Field(description="Only pending, unexpired rows, newest first.")
 
 
 class InteractionsRespondParams(MutatingParams):

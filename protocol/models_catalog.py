@@ -28,7 +28,7 @@ class ModelsListParams(Params):
 
 
 class ModelsListResult(Result):
-    models: list[Model]
+    models: list[Model] = Field(description="By providerId, then modelId.")
 
 
 class ModelsAddParams(MutatingParams):

@@ -77,7 +77,8 @@ class PlansPendingParams(Params):
 
 
 class PlansPendingResult(Result):
-    pending: list[PlanApproval] = Field(description="Only pending rows; terminal ones are never rehydrated.")
+    pending: list[PlanApproval] = Field(description="Only pending rows, newest first; terminal ones are never "
+                                        "rehydrated.")
 
 
 class PlansRespondParams(MutatingParams):

@@ -75,7 +75,7 @@ class SecretMeta(Result):
 
 
 class SecretsListResult(Result):
-    secrets: list[SecretMeta] = Field(description="Bookkeeping only; never a value.")
+    secrets: list[SecretMeta] = Field(description="Bookkeeping only; never a value. By ref.")
 
 
 __all__ = [

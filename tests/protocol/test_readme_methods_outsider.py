@@ -1264,3 +1264,65 @@ async def test_a_plugin_connection_hears_only_its_own_settings(tmp_path: Path) -
                     [(own["subscriptionId"], {"ns": "plugin:acme", "keys": ["mode"]})]
     section = " ".join(README.read_text(encoding="utf-8").split("### 8.5 Plugins", 1)[1].split("###", 1)[0].split())
     assert "`events.subscribe` to `settings.changed` only" in section
+
+
+# ------------------------------------------------------------------------------------------ list orders
+
+async def test_lists_come_in_their_documented_order(tmp_path: Path) -> None:
+    """The order each list result documents: ApprovalsRulesResult "Oldest first (createdAt, then id)";
+    ModelsListResult "By providerId, then modelId"; SecretsListResult "By ref"; ApprovalsPendingResult and
+    InteractionsPendingResult "newest first"; SkillsListResult "by name"; PluginsListResult "by id";
+    ProjectsListResult "Most recently opened first". Each list is written out of its order."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path, kind="agent") as (proc, c), \
+                open_client(proc.url, proc.token, client_id="ui", client_kind="ui") as ui:
+            for pid in ("pz", "pa"):
+                await call(ui, "providers.create", {"id": pid, "name": pid})
+            for pid, mid in (("pz", "b"), ("pa", "z"), ("pz", "a"), ("pa", "c")):
+                await call(ui, "models.add", {"providerId": pid, "modelId": mid})
+            models = [(m["providerId"], m["modelId"]) for m in (await call(ui, "models.list"))["models"]]
+            assert models == [("pa", "c"), ("pa", "z"), ("pz", "a"), ("pz", "b")]
+            for ref in ("z/one", "a/two", "m/three"):
+                await call(c, "secrets.set", {"ref": ref, "value": "v"})
+            assert [s["ref"] for s in (await call(ui, "secrets.list"))["secrets"]][:3] == ["a/two", "m/three", "z/one"]
+            for name in ("zeta", "alpha", "mid"):
+                await call(ui, "skills.put", {"name": name, "version": "1", "source": name})
+            assert [s["name"] for s in (await call(ui, "skills.list"))["skills"]] == ["alpha", "mid", "zeta"]
+            for pid in ("zz.plugin", "aa.plugin"):
+                await call(ui, "plugins.register", {"pluginId": pid, "name": pid, "version": "1"})
+            assert [p["id"] for p in (await call(ui, "plugins.list"))["plugins"]] == ["aa.plugin", "zz.plugin"]
+            for path in ("/w/first", "/w/second", "/w/first"):
+                await call(ui, "workspace.open", {"path": path})
+                await trio.sleep(0.005)
+            assert [p["path"] for p in (await call(ui, "projects.list"))["projects"]] == ["/w/first", "/w/second"]
+
+            sid = (await call(c, "session.create", {}))["id"]
+            await call(c, "session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            deny = {"id": "no", "decision": "deny"}
+            asked = []
+            for tool in ("Edit", "Bash", "Read"):
+                options = [{"id": "s", "decision": "allow", "remember": "session"}, deny]
+                asked.append((await call(c, "approvals.request", {"sessionId": sid, "turnId": "t1", "tool": tool,
+                                                                 "risk": "low", "options": options}))["request"])
+                await trio.sleep(0.005)
+            pending = [r["requestId"] for r in (await call(ui, "approvals.pending", {"sessionId": sid}))["pending"]]
+            assert pending == [r["requestId"] for r in reversed(asked)]
+            for request in asked:
+                await call(ui, "approvals.respond", {"sessionId": sid, "requestId": request["requestId"],
+                                                     "optionId": "s"})
+                await trio.sleep(0.005)
+            assert [r["tool"] for r in (await call(ui, "approvals.rules", {}))["rules"]] == ["Edit", "Bash", "Read"]
+            questions = []
+            for text in ("first?", "second?"):
+                questions.append((await call(c, "interactions.request", {
+                    "sessionId": sid, "turnId": "t1", "question": text, "allowFreeText": True}))["request"])
+                await trio.sleep(0.005)
+            got = [q["requestId"] for q in (await call(ui, "interactions.pending", {}))["pending"]]
+            assert got == [q["requestId"] for q in reversed(questions)]
+    records = README.read_text(encoding="utf-8").split("## Records", 1)[1]
+    for record, order in (("ApprovalsRulesResult", "Oldest first (createdAt, then id)."),
+                          ("ModelsListResult", "By providerId, then modelId."),
+                          ("SecretsListResult", "By ref."),
+                          ("InteractionsPendingResult", "newest first"),
+                          ("PlansPendingResult", "newest first")):
+        assert order in records.split(f"### {record}\n", 1)[1].split("\n### ", 1)[0], record

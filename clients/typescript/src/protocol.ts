@@ -205,6 +205,7 @@ export interface ApprovalsRulesParams {
 }
 
 export interface ApprovalsRulesResult {
+  /** Oldest first (createdAt, then id). */
   rules: PermissionRule[];
 }
 
@@ -1081,6 +1082,7 @@ export interface InteractionsPendingParams {
 }
 
 export interface InteractionsPendingResult {
+  /** Only pending, unexpired rows, newest first. */
   pending: InteractionRequest[];
 }
 
@@ -1318,6 +1320,7 @@ export interface ModelsListParams {
 }
 
 export interface ModelsListResult {
+  /** By providerId, then modelId. */
   models: Model[];
 }
 
@@ -1517,7 +1520,7 @@ export interface PlansPendingParams {
 }
 
 export interface PlansPendingResult {
-  /** Only pending rows; terminal ones are never rehydrated. */
+  /** Only pending rows, newest first; terminal ones are never rehydrated. */
   pending: PlanApproval[];
 }
 
@@ -2451,7 +2454,7 @@ export interface SecretsListParams {
 }
 
 export interface SecretsListResult {
-  /** Bookkeeping only; never a value. */
+  /** Bookkeeping only; never a value. By ref. */
   secrets: SecretMeta[];
 }
 
