@@ -1326,3 +1326,38 @@ async def test_lists_come_in_their_documented_order(tmp_path: Path) -> None:
                           ("InteractionsPendingResult", "newest first"),
                           ("PlansPendingResult", "newest first")):
         assert order in records.split(f"### {record}\n", 1)[1].split("\n### ", 1)[0], record
+
+
+# ------------------------------------------------------------------------------------------------ logs (§5)
+
+async def test_logs_append_lines_bounds_and_sources(tmp_path: Path) -> None:
+    """§5 Logs: "the host writes one line `{"ts": <receive time, ms>, "clientId": "...", "record": {...}}`
+    per record" to `logs/app/<category>.ndjson`; the result is `{written, bytes, file}`; "a source has at
+    most 64 categories (`LIMIT_EXCEEDED` for a new one beyond)"; "A `ui` connection writes `app` only ...
+    (`PERMISSION_DENIED`)"; "Files are 0600"; "The call is not a command (no `submissionId`)" — params are
+    strict, so one is INVALID_PARAMS."""
+    with trio.fail_after(60):
+        async with real_host(tmp_path) as (proc, c):
+            records = [{"level": "info", "msg": "é one"}, {"level": "warn", "n": 2}]
+            before = dt.datetime.now(dt.UTC).timestamp() * 1000
+            got = await call(c, "logs.append", {"source": "app", "category": "ui-events", "records": records})
+            assert got["written"] == 2 and got["file"] == "logs/app/ui-events.ndjson"
+            path = proc.data_dir / got["file"]
+            lines = path.read_bytes().splitlines()
+            assert got["bytes"] == sum(len(line) + 1 for line in lines)
+            parsed = [json.loads(line) for line in lines]
+            assert [p["record"] for p in parsed] == records
+            assert all(p["clientId"] == "outsider" and p["ts"] >= before - 1000 for p in parsed)
+            assert path.stat().st_mode & 0o777 == 0o600
+            code, _ = await refused(c, "logs.append", {"source": "agent", "category": "x", "records": [{}]})
+            assert code == "PERMISSION_DENIED"
+            code, _ = await refused(c, "logs.append", {"source": "app", "category": "x", "records": [{}],
+                                                       "submissionId": "s"})
+            assert code == "INVALID_PARAMS"
+            batch = [("logs.append", {"source": "app", "category": f"c{i:02d}", "records": [{"i": i}]})
+                     for i in range(63)]
+            assert not [r for r in await c.batch(batch) if isinstance(r, RpcError)]
+            code, _ = await refused(c, "logs.append", {"source": "app", "category": "one-too-many", "records": [{}]})
+            assert code == "LIMIT_EXCEEDED"
+            assert not (proc.data_dir / "logs" / "app" / "one-too-many.ndjson").exists()
+            assert (await call(c, "logs.append", {"source": "app", "category": "c00", "records": [{}]}))["written"] == 1
