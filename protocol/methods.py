@@ -278,7 +278,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         "session.queueReorder",
         m.QueueReorderParams,
         m.QueueState,
-        "Swap an unpromoted entry with its neighbour.",
+        "Swap an unpromoted entry with its neighbour; a promoted entry, or one with no unpromoted neighbour that way "
+        "(the first moved up, the last moved down), is CONFLICT and nothing moves.",
         _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT")),
     ),
     _spec(

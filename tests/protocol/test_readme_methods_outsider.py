@@ -572,8 +572,10 @@ async def test_tasks_delete_takes_the_run_history_and_answers_retries_from_the_r
 
 
 async def test_queue_reorder_swaps_neighbours_and_refuses_what_it_cannot_move(tmp_path: Path) -> None:
-    """session.queueReorder: "Swap an unpromoted entry with its neighbour" (seed 003 §4.6b: "swaps two
-    adjacent non-promoted position values and refuses a promoted entry"); NOT_FOUND for an entry the queue
+    """session.queueReorder: "Swap an unpromoted entry with its neighbour; a promoted entry, or one with no
+    unpromoted neighbour that way (the first moved up, the last moved down), is CONFLICT and nothing moves"
+    (seed 003 §4.6b: "swaps two adjacent non-promoted position values and refuses a promoted entry");
+    NOT_FOUND for an entry the queue
     does not hold, SESSION_NOT_FOUND for a session that does not exist; queueList "in delivery order";
     every refusal changes nothing; a keyed retry answers the stored state and does not swap again."""
     with trio.fail_after(60):
@@ -597,7 +599,8 @@ async def test_queue_reorder_swaps_neighbours_and_refuses_what_it_cannot_move(tm
             await call(c, "session.queuePrioritize", {"sessionId": sid, "entryId": ids[3]})
             assert await order() == [ids[3], ids[0], ids[2], ids[1]]
             before = await order()
-            for entry, direction, expected in ((ids[3], "down", "CONFLICT"), ("q-ghost", "up", "NOT_FOUND")):
+            for entry, direction, expected in ((ids[3], "down", "CONFLICT"), ("q-ghost", "up", "NOT_FOUND"),
+                                               (ids[0], "up", "CONFLICT"), (ids[1], "down", "CONFLICT")):
                 code, _ = await refused(c, "session.queueReorder", {"sessionId": sid, "entryId": entry,
                                                                     "direction": direction})
                 assert code == expected
@@ -605,6 +608,8 @@ async def test_queue_reorder_swaps_neighbours_and_refuses_what_it_cannot_move(tm
                                                                 "direction": "up"})
             assert code == "SESSION_NOT_FOUND"
             assert await order() == before
+    entry = README.read_text(encoding="utf-8").split("### `session.queueReorder`", 1)[1].split("\n### ", 1)[0]
+    assert "the first moved up, the last moved down" in entry
 
 
 # ------------------------------------------------------------------------------------ permission rules (§10)

@@ -3129,7 +3129,7 @@ class SessionMethods:
         return cast(QueueState, await self._call("session.queuePrioritize", params, True))
 
     async def queue_reorder(self, *, session_id: str, entry_id: str, direction: Literal["up", "down"], submission_id: str | None = None) -> QueueState:
-        """``session.queueReorder``: Swap an unpromoted entry with its neighbour. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``session.queueReorder``: Swap an unpromoted entry with its neighbour; a promoted entry, or one with no unpromoted neighbour that way (the first moved up, the last moved down), is CONFLICT and nothing moves. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["sessionId"] = session_id
         params["entryId"] = entry_id

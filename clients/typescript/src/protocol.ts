@@ -3559,7 +3559,7 @@ export interface Methods {
   "session.queueRemove": { params: QueueEntryParams; result: QueueState };
   /** 'Send now': deliver this entry before unpromoted ones. (mutating: accepts submissionId) */
   "session.queuePrioritize": { params: QueueEntryParams; result: QueueState };
-  /** Swap an unpromoted entry with its neighbour. (mutating: accepts submissionId) */
+  /** Swap an unpromoted entry with its neighbour; a promoted entry, or one with no unpromoted neighbour that way (the first moved up, the last moved down), is CONFLICT and nothing moves. (mutating: accepts submissionId) */
   "session.queueReorder": { params: QueueReorderParams; result: QueueState };
   /** Become the session's queue controller; releases a held queue (what was taken and no turn began with is offered again). (mutating: accepts submissionId) */
   "session.queueAttach": { params: QueueControllerParams; result: QueueState };
