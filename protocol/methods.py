@@ -885,7 +885,9 @@ _SPECS: tuple[MethodSpec, ...] = (
         "projectGroups.save",
         m.ProjectGroupsSaveParams,
         m.ProjectGroupResult,
-        "Create a group or replace its name, roots and primary root (removed roots become detached paths).",
+        "Create a group or replace its name, roots and primary root (removed roots become detached paths). "
+        "Roots are distinct once canonical and primaryRoot is one of them; a legacy project:<id> projection is "
+        "read-only (each INVALID_PARAMS naming the field); a root another group holds is CONFLICT.",
         _codes(_DB_WRITE, ("NOT_FOUND", "CONFLICT")),
     ),
     _spec(

@@ -208,8 +208,10 @@ async def test_project_groups_save_list_get_and_their_refusals(tmp_path: Path) -
     (`CONFLICT`), and a root a later save leaves out moves to `detachedPaths`. `projectGroups.list` also
     projects every path project no group claims as a read-only legacy group `project:<projectId>`";
     ProjectGroupsListResult: "Stored groups by name, then legacy projections"; "a blank or relative one
-    (`INVALID_PARAMS` naming the field, nothing written)"; §8: "every refusal changes nothing"; a keyed
-    retry of the create answers the same group (§4)."""
+    (`INVALID_PARAMS` naming the field, nothing written)"; the save's summary: "Roots are distinct once
+    canonical and primaryRoot is one of them; a legacy project:<id> projection is read-only (each
+    INVALID_PARAMS naming the field)"; §8: "every refusal changes nothing"; a keyed retry of the create
+    answers the same group (§4)."""
     with trio.fail_after(60):
         async with real_host(tmp_path) as (_, c):
             solo = (await call(c, "workspace.open", {"path": "/w/solo"}))["project"]["id"]
@@ -235,6 +237,11 @@ async def test_project_groups_save_list_get_and_their_refusals(tmp_path: Path) -
             assert code == "NOT_FOUND"
             code, _ = await refused(c, "projectGroups.save", {**create, "name": "Other"})
             assert code == "IDEMPOTENCY_CONFLICT"
+            for bad, field in (({"roots": ["/w/b", "/w/b/"]}, "roots.1"),
+                               ({"roots": ["/w/b"], "primaryRoot": "/w/c"}, "primaryRoot"),
+                               ({"roots": ["/w/solo"], "groupId": f"project:{solo}"}, "groupId")):
+                code, data = await refused(c, "projectGroups.save", {"name": "Bad", **bad})
+                assert code == "INVALID_PARAMS" and data.get("field") == field, bad
             assert await call(c, "projectGroups.list") == before
 
             moved = (await call(c, "projectGroups.save", {"groupId": zed["id"], "name": "Zed",
@@ -248,6 +255,8 @@ async def test_project_groups_save_list_get_and_their_refusals(tmp_path: Path) -
             assert (await refused(c, "projectGroups.get", {"groupId": "g-ghost"}))[0] == "NOT_FOUND"
             got = await call(c, "projectGroups.get", {"groupId": f"project:{solo}"})
             assert got["group"]["legacy"] is True and got["memory"]["entries"] == []
+    entry = README.read_text(encoding="utf-8").split("### `projectGroups.save`", 1)[1].split("\n### ", 1)[0]
+    assert "Roots are distinct once canonical and primaryRoot is one of them" in entry
 
 
 async def test_project_group_memory_instructions_and_delete(tmp_path: Path) -> None:

@@ -4187,7 +4187,7 @@ class ProjectgroupsMethods:
         return cast(ProjectGroupsGetResult, await self._call("projectGroups.get", params, False))
 
     async def save(self, *, name: str, roots: builtins.list[str], submission_id: str | None = None, group_id: str | None = None, primary_root: str | None = None) -> ProjectGroupResult:
-        """``projectGroups.save``: Create a group or replace its name, roots and primary root (removed roots become detached paths). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``projectGroups.save``: Create a group or replace its name, roots and primary root (removed roots become detached paths). Roots are distinct once canonical and primaryRoot is one of them; a legacy project:<id> projection is read-only (each INVALID_PARAMS naming the field); a root another group holds is CONFLICT. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["name"] = name
         params["roots"] = roots

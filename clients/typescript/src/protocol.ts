@@ -3717,7 +3717,7 @@ export interface Methods {
   "projectGroups.list": { params: ProjectGroupsListParams; result: ProjectGroupsListResult };
   /** One group with its memory and instructions. */
   "projectGroups.get": { params: ProjectGroupsGetParams; result: ProjectGroupsGetResult };
-  /** Create a group or replace its name, roots and primary root (removed roots become detached paths). (mutating: accepts submissionId) */
+  /** Create a group or replace its name, roots and primary root (removed roots become detached paths). Roots are distinct once canonical and primaryRoot is one of them; a legacy project:<id> projection is read-only (each INVALID_PARAMS naming the field); a root another group holds is CONFLICT. (mutating: accepts submissionId) */
   "projectGroups.save": { params: ProjectGroupsSaveParams; result: ProjectGroupResult };
   /** Delete a group record with its memory and instructions (sessions and files stay). (mutating: accepts submissionId) */
   "projectGroups.delete": { params: ProjectGroupsDeleteParams; result: ProjectGroupsDeleteResult };
