@@ -250,8 +250,12 @@ def print_status(res: dict[str, Any], args: argparse.Namespace) -> None:
     if disk is not None:
         line += f"; disk {_size(disk.get('freeBytes', 0))} free" + (" (LOW)" if disk.get("warning") else "")
     print(line)
-    stop = "clean" if boot.get("cleanShutdown") else "unclean (recovered)"
-    print(f"boot: last stop {stop}, {boot.get('sessionsScanned', 0)} sessions scanned in "
+    database = boot.get("database") or {}
+    if database.get("createdFresh") and not database.get("rebuilt") and not boot.get("sessionsScanned"):
+        stop = "first start (a new data directory)"  # no previous run: nothing was recovered (as serve says)
+    else:
+        stop = "last stop " + ("clean" if boot.get("cleanShutdown") else "unclean (recovered)")
+    print(f"boot: {stop}, {boot.get('sessionsScanned', 0)} sessions scanned in "
           f"{boot.get('durationMs', 0)} ms, {boot.get('inflightPromoted', 0)} in-flight promoted, "
           f"{boot.get('turnsAborted', 0)} turns aborted" + ("; index rebuilt" if boot.get("dbRebuilt") else ""))
 

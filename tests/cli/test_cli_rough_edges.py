@@ -16,7 +16,7 @@ from pathlib import Path
 import trio
 
 from runtime.client import open_client
-from tests.hostkit import REPO, HostProcess, msg
+from tests.hostkit import REPO, HostProcess, msg, start_host_process
 
 
 def cli(data: Path | None, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -54,7 +54,30 @@ def test_status_prints_a_summary_for_a_person_and_the_whole_result_with_json(hos
     assert not brief.stdout.lstrip().startswith("{") and 3 <= len(lines) <= 8, brief.stdout
     assert lines[0].startswith(f"pi-host {parsed['version']}  up ") and parsed["bootId"] in lines[0]
     assert any(line.startswith("actors: ") for line in lines)
-    assert any(line.startswith("boot: last stop ") for line in lines)
+    assert any(line.startswith("boot: first start (a new data directory), ") for line in lines), brief.stdout
+
+
+def test_status_says_how_the_last_run_ended_after_a_restart(tmp_path: Path) -> None:
+    """The boot line tells a new data directory (nothing recovered: it said "last stop unclean (recovered)")
+    from a restart after a clean stop and after a kill, as ``serve``'s recovery line does."""
+    data = tmp_path / "data"
+    first = start_host_process(data)
+    try:
+        _seed(first)
+    finally:
+        assert first.terminate() == 0
+    again = start_host_process(data)
+    try:
+        lines = cli(data, "status").stdout.splitlines()
+        assert any(line.startswith("boot: last stop clean, 1 sessions scanned") for line in lines), lines
+    finally:
+        again.kill9()
+    third = start_host_process(data)
+    try:
+        lines = cli(data, "status").stdout.splitlines()
+        assert any(line.startswith("boot: last stop unclean (recovered), ") for line in lines), lines
+    finally:
+        third.terminate()
 
 
 def _follow(data: Path, sid: str) -> subprocess.Popen[str]:
