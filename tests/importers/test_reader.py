@@ -97,3 +97,48 @@ async def test_a_reimport_of_a_touched_codex_file_is_unchanged(tmp_path: Path) -
                 sizes.append((tmp_path / "data" / "sessions" / f"{got['sessionId']}.jsonl").stat().st_size)
             assert got["status"] == "unchanged" and got.get("replacedRecords", 0) == 0, got
             assert sizes[0] == sizes[1] == sizes[2]
+
+
+def test_a_lone_surrogate_escape_reads_as_a_replacement_character_not_a_bad_line(tmp_path: Path) -> None:
+    """JavaScript's JSON.stringify writes half of a split surrogate pair as an escape (a prompt or a tool
+    output cut at a UTF-16 unit), so Claude Code and pi files hold them. Such a line was a bad line: its
+    message was dropped, and in a pi header the whole session was refused. It is read with U+FFFD in the
+    half's place; an escaped backslash before ``u`` is no escape, and a line bad for another reason stays
+    bad."""
+    import json
+
+    from store.attachments import AttachmentFiles
+    from store.interchange.import_write import ImportTarget
+    from store.interchange.importers.reader import parse_object
+    from store.interchange.imports import import_root
+    from store.transcripts.transcript import read_transcript
+    from tests.samplekit import NOW, open_db
+
+    assert parse_object(b'{"a":"x\\ud83d","b":"\\ud83d\\ude00","c":"\\\\ud800"}') == \
+        {"a": "x\ufffd", "b": "\U0001f600", "c": "\\ud800"}
+    assert parse_object(b'{"a":NaN,"b":"\\ud800"}') is None
+    recorded = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
+    (claude,) = recorded.joinpath("claude-code").rglob("f4c39419-*.jsonl")
+    (pi,) = recorded.joinpath("pi").rglob("*01a234ad-dfe8-*.jsonl")
+    for n, (source, path, says) in enumerate([("claude-code", claude, b"The command printed fixture-ok"),
+                                              ("pi", pi, b"Reply to: hello there")]):
+        lines = path.read_bytes().splitlines()
+        lines[0] = lines[0][:-1] + b',"futureField":"\\udc00"}'
+        (at,) = [i for i, line in enumerate(lines) if says in line]
+        lines[at] = lines[at].replace(says, says + b" \\ud83d")
+        assert json.loads(lines[at]) and json.loads(lines[0])  # JSON, as JavaScript reads it
+        src = tmp_path / f"src{n}" / path.name
+        src.parent.mkdir()
+        src.write_bytes(b"\n".join(lines) + b"\n")
+        (tmp_path / f"t{n}").mkdir()
+        target = ImportTarget(tmp_path / f"t{n}", AttachmentFiles(tmp_path / f"b{n}"))
+        conn = open_db(tmp_path / f"pi{n}.sqlite")
+        try:
+            (rep,) = import_root(conn, source, src, target, now_ms=lambda: NOW).sessions
+        finally:
+            conn.close()
+        assert rep.status == "new", rep.to_dict()
+        assert rep.files[0].bad_lines == 0
+        texts = [b["text"] for m in read_transcript(target.transcript(rep.session_id)).messages
+                 for b in m.record["blocks"] if b["type"] == "text"]
+        assert any(t.startswith(says.decode() + " \ufffd") for t in texts), texts

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -160,12 +161,35 @@ def _unmarked(offset: int, data: bytes) -> bytes:
     return data[len(_BOM):] if offset == 0 and data.startswith(_BOM) else data
 
 
+_SURROGATE_ESCAPE = re.compile(
+    rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+"""An escaped backslash, an escaped surrogate pair, or a lone surrogate escape (scanned left to right,
+so the ``u`` after an escaped backslash is never taken for an escape)."""
+
+
+def _lone_to_replacement(match: re.Match[bytes]) -> bytes:
+    token = match.group()
+    return token if len(token) != 6 else b"\\ufffd"
+
+
 def parse_object(data: bytes) -> dict[str, Any] | None:
-    """One JSON object (orjson: no NaN, no lone surrogates, 64-bit integers); None otherwise."""
+    """One JSON object (orjson: no NaN, 64-bit integers); None otherwise.
+
+    A lone surrogate escape (``"\\ud83d"``) reads as U+FFFD: JavaScript's ``JSON.stringify`` writes one
+    for half of a pair (a text a tool cut at a UTF-16 unit), and the rest of that line is the person's
+    data; the host's own files hold valid UTF-8 only."""
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return None
+        if b"\\u" not in data:
+            return None
+        fixed = _SURROGATE_ESCAPE.sub(_lone_to_replacement, data)
+        if fixed == data:
+            return None
+        try:
+            value = orjson.loads(fixed)
+        except orjson.JSONDecodeError:
+            return None
     return value if isinstance(value, dict) else None
 
 
