@@ -92,3 +92,26 @@ def test_child_sessions_attachments_and_a_broken_part(tmp_path: Path, db: sqlite
     origin = origin_row(db, by_ext["ses_child01"].session_id)
     assert origin is not None and origin["origin"]["parentSessionId"] == "ses_gen0001"
     assert rows(db, "SELECT title FROM sessions WHERE id = ?", by_ext["ses_child01"].session_id) == [("subtask",)]
+
+
+def test_a_lone_surrogate_escape_in_a_recorded_part_keeps_the_part(tmp_path: Path, db: sqlite3.Connection,
+                                                                   target: ImportTarget) -> None:
+    """opencode is JavaScript: JSON.stringify writes half of a split surrogate pair as an escape, into the
+    ``data`` column of a part. That part (a reply's text, a tool's output) was counted bad and dropped; it
+    is read with U+FFFD in the half's place, as a source line is."""
+    recorded = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "opencode"
+    (source,) = recorded.rglob("opencode.db")
+    copy = tmp_path / "opencode.db"
+    copy.write_bytes(source.read_bytes())
+    said = '"text":"Reply to: hello there, this is a plain turn"'
+    with sqlite3.connect(copy) as conn:
+        (sid, n), = conn.execute("SELECT session_id, COUNT(*) FROM part WHERE data LIKE ? GROUP BY session_id "
+                                 "ORDER BY session_id LIMIT 1", (f"%{said}%",))
+        conn.execute("UPDATE part SET data = replace(data, ?, ?) WHERE session_id = ?",
+                     (said, said[:-1] + ' \\ud83d"', sid))
+    reps = {r.external_id: r for r in import_root(db, "opencode", copy, target, now_ms=lambda: NOW).sessions}
+    rep = reps[sid]
+    assert rep.status == "new" and rep.files[0].bad_lines == 0, rep.to_dict()
+    texts = [b["text"] for m in read_transcript(target.transcript(rep.session_id)).messages
+             for b in m.record["blocks"] if b["type"] == "text"]
+    assert "Reply to: hello there, this is a plain turn \ufffd" in texts, texts

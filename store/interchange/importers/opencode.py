@@ -67,6 +67,7 @@ from store.interchange.importers.common import (
     join_id,
     json_value_ok,
     message_record,
+    parse_object,
     read_json_file,
     session_id_for,
     stamp,
@@ -218,16 +219,21 @@ def _json_parts(storage: Path, session: str) -> Iterator[bytes]:
                 yield path.read_bytes()
 
 
+def _json_object(data: str | bytes) -> dict[str, Any] | None:
+    """A JSON column as a source line is read (:func:`parse_object`: a lone surrogate escape, which
+    opencode's JavaScript writes for half of a split pair, reads as U+FFFD)."""
+    return parse_object(data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass"))
+
+
 def _spawning_part(data: object, child: str) -> dict[str, str] | None:
     """``{toolCallId?, agentName?}`` of a ``task`` part whose ``state.metadata.sessionId`` is ``child``."""
     if not isinstance(data, (str, bytes)) or child.encode() not in (
             data.encode() if isinstance(data, str) else data):
         return None
-    try:
-        part = orjson.loads(data)
-    except orjson.JSONDecodeError:
+    part = _json_object(data)
+    if part is None:
         return None
-    state = part.get("state") if isinstance(part, dict) else None
+    state = part.get("state")
     md = state.get("metadata") if isinstance(state, Mapping) else None
     if not isinstance(md, Mapping) or md.get("sessionId") != child:
         return None
@@ -344,11 +350,8 @@ class _Converter:
     def load(self, data: object) -> dict[str, Any] | None:
         self.file.lines += 1
         if isinstance(data, (bytes, str)) and len(data) <= self.ctx.limits.max_line_bytes:
-            try:
-                value = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                value = None
-            if isinstance(value, dict):
+            value = _json_object(data)
+            if value is not None:
                 return value
         self.file.bad_lines += 1
         return None
@@ -357,11 +360,7 @@ class _Converter:
         """A JSON column that may be NULL (``session.revert``); not counted as a line."""
         if not isinstance(data, (bytes, str)) or len(data) > self.ctx.limits.max_line_bytes:
             return None
-        try:
-            value = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return None
-        return value if isinstance(value, dict) else None
+        return _json_object(data)
 
     def session(self, info: Mapping[str, Any]) -> None:
         revert = info.get("revert")
