@@ -602,7 +602,8 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
                     continue
                 if rid in written:
                     digest = _line_digest(line)
-                    if written[rid] != digest:
+                    if written[rid] != digest:  # a later version of a record this import wrote: a line more
+                        staged.report.replaced_records += 1
                         out.write(line)
                         written[rid] = digest
                     continue

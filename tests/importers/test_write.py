@@ -359,3 +359,25 @@ def test_a_claude_code_projects_tree_merges_subagent_files_into_their_session(
     assert merged.session_id in {h["sessionId"] for h in hit}
     again = import_root(db, "claude-code", projects, target, now_ms=lambda: NOW)
     assert again.counts() == {"unchanged": 2}
+
+
+def test_a_grown_import_counts_every_line_it_appends(tmp_path: Path, db: sqlite3.Connection,
+                                                      target: ImportTarget) -> None:
+    """A record written twice by one import (Claude Code wrote a tool call's line twice: the call goes
+    out without its result, then again with it) appended two lines but counted one: the report's
+    ``newRecords + replacedRecords`` fell short of the lines the transcript grew by."""
+    recorded = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "claude-code"
+    (path,) = recorded.rglob("f4c39419-*.jsonl")
+    lines = path.read_bytes().splitlines(keepends=True)
+    (call,) = [i for i, line in enumerate(lines) if b'"tool_use","id":"toolu_fake0002"' in line]
+    lines.insert(call + 1, lines[call])  # the same line again, as a crash-and-resume may leave it
+    src = tmp_path / path.name
+    src.write_bytes(b"".join(lines[:call - 2]))
+    first = import_unit(db, unit("claude-code", src), target, now_ms=NOW)
+    before = target.transcript(first.session_id).read_bytes()
+    src.write_bytes(b"".join(lines))
+    grown = import_unit(db, unit("claude-code", src), target, now_ms=NOW + 1000)
+    after = target.transcript(first.session_id).read_bytes()
+    assert grown.status == "updated" and after.startswith(before)
+    appended = after[len(before):].count(b"\n")
+    assert appended == grown.new_records + grown.replaced_records + grown.hidden_off_branch, grown.to_dict()
