@@ -335,7 +335,9 @@ async def test_an_import_source_with_bad_bytes_keeps_its_session(tmp_path: Path,
     """Claude Code, Codex and pi sources with one line holding invalid UTF-8, an overlong encoding, an
     encoded or escaped lone surrogate, or a cut line (or the whole file CRLF-ended behind a BOM): the
     session is imported with every other message exactly as written, the host's transcript is valid
-    UTF-8 JSONL, and the damage is reported (a bad line; pi's broken chain also gets its notice)."""
+    UTF-8 JSONL, and the damage is reported (a bad line; pi's broken chain also gets its notice). An
+    escaped lone surrogate is no damage but JSON as JavaScript writes it: its line is kept, the half read
+    as U+FFFD."""
     conv = [User(IMPORT_TEXTS[0]), Response((("text", IMPORT_TEXTS[1]),), ()), User(IMPORT_TEXTS[2]),
             Response((("text", IMPORT_TEXTS[3]),), ()), User(IMPORT_TEXTS[4])]
     sources = {"claude-code": claude_code_lines(conv), "codex": codex_lines(conv), "pi": pi_lines(conv)}
@@ -354,6 +356,9 @@ async def test_an_import_source_with_bad_bytes_keeps_its_session(tmp_path: Path,
             assert IMPORT_TEXTS[0] in texts and IMPORT_TEXTS[1] in texts, (tool, texts)
             if how == "crlf+bom":
                 assert texts == IMPORT_TEXTS, (tool, texts)
+            elif how == "escaped surrogate":  # valid JSON (JSON.stringify writes it): the line is kept, U+FFFD
+                assert texts == [t.replace("SECOND-MARK", "SECOND\ufffd") for t in IMPORT_TEXTS], (tool, texts)
+                assert summary["files"][0]["badLines"] == 0, (tool, summary["files"])
             else:
                 assert not any(t and "SECOND" in t for t in texts), (tool, texts)
                 (report,) = summary["files"]
