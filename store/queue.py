@@ -22,7 +22,8 @@ Rules:
   remembers the last :data:`CONSUMED_KEYS_KEPT` keys whose entries were taken
   or removed, so a late retry of an already delivered push is answered as a
   replay instead of queueing the prompt twice.
-* At most :data:`MAX_ENTRIES` entries per session (``LIMIT_EXCEEDED``).
+* At most :data:`MAX_ENTRIES` entries per session (``LIMIT_EXCEEDED``), counting the handed-out ones
+  whose turn has not run: they may wait again (see leases below).
 * ``session_message_id`` binds an admission to a collaboration delivery (seed
   003 §4.6c; ``store/collab.py``): removing the admission cancels that delivery,
   beginning it consumes it. So a new entry may name a delivery only when it is
@@ -401,10 +402,12 @@ def check_binding(snap: Snapshot, binding: Binding) -> None:
 # planners (pure: snapshot in, plan out; raise before anything is written)
 
 
-def plan_push(snap: Snapshot, inp: PushInput, *, new_id: str, now_ms: int, binding: Binding | None = None) -> Plan:
+def plan_push(snap: Snapshot, inp: PushInput, *, new_id: str, now_ms: int, binding: Binding | None = None,
+              ran: frozenset[str] = frozenset()) -> Plan:
     """``binding``: the delivery ``inp.session_message_id`` names (:func:`load_binding`; None when it names
     none). A retry of an earlier push is answered as a replay before the binding is checked, so the
-    retried push of an admission is not refused as its own second admission."""
+    retried push of an admission is not refused as its own second admission. ``ran``: the handed-out
+    entries whose turn ran (:func:`turns_ran`); every other handed-out entry counts against the limit."""
     validate_push(inp)
     h = input_hash(inp.content, inp.attachments, inp.permission_mode)
     sid = snap.session_id
@@ -423,9 +426,13 @@ def plan_push(snap: Snapshot, inp: PushInput, *, new_id: str, now_ms: int, bindi
                 return Plan(entry=gone, replayed=True)
     if binding is not None:
         check_binding(snap, binding)
-    if len(snap.entries) >= MAX_ENTRIES:
+    # A handed-out entry whose turn has not run may wait again (a restart or an attach offers a taken
+    # one again, an aborted turn re-queues its prompt): it still holds its place, or the queue would
+    # list a ninth entry then.
+    waiting = len(snap.entries) + sum(e.id not in ran for e in snap.leased)
+    if waiting >= MAX_ENTRIES:
         raise LimitExceeded(
-            f"session {sid} already has {len(snap.entries)} queued prompts (at most {MAX_ENTRIES}); "
+            f"session {sid} already has {waiting} queued prompts (at most {MAX_ENTRIES}); "
             "remove one or wait until one is delivered",
             data={"sessionId": sid, "limit": MAX_ENTRIES},
         )
@@ -685,8 +692,9 @@ def _run(conn: sqlite3.Connection, session_id: str, plan: Plan, now_ms: int, fau
 
 def push(conn: sqlite3.Connection, session_id: str, inp: PushInput, *, new_id: str, now_ms: int,
          faults: Faults = NO_FAULTS) -> Outcome:
-    plan = plan_push(load(conn, session_id), inp, new_id=new_id, now_ms=now_ms,
-                     binding=load_binding(conn, inp.session_message_id))
+    snap = load(conn, session_id)
+    plan = plan_push(snap, inp, new_id=new_id, now_ms=now_ms, binding=load_binding(conn, inp.session_message_id),
+                     ran=turns_ran(conn, snap.leased))
     return _run(conn, session_id, plan, now_ms, faults)
 
 
