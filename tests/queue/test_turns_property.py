@@ -196,9 +196,12 @@ class Turn:
 
 @dataclass
 class Approval:
+    """A permission request (``kind`` approval) or a question (``kind`` interaction)."""
     id: str
     turn: str
-    status: str  # pending | allowed | denied | expired | cancelled | interrupted
+    status: str  # pending | allowed | denied (approval) | answered (interaction) | expired | cancelled | interrupted
+    kind: str = "approval"
+    params: dict[str, Any] = field(default_factory=dict)  # what the sidecar asked with
 
 
 @dataclass
@@ -596,35 +599,78 @@ class TurnsMachine(RuleBasedStateMachine):
         assert err.data_code == "CONFLICT", err
 
     @precondition(lambda self: self.m.running is not None)
-    @rule(short=st.booleans())
-    def request_approval(self, short: bool) -> None:
+    @rule(short=st.booleans(), question=st.booleans())
+    def request_approval(self, short: bool, question: bool) -> None:
+        """The sidecar asks for a tool permission (or asks the person a question); ``short`` ones expire."""
         turn = self.m.running
         assert turn is not None
         now = int(time.time() * 1000)
-        params = {"sessionId": SID, "turnId": turn.id, "toolCallId": self.fresh("call-"), "tool": "Bash",
-                  "argsSummary": "ls", "risk": "low", "expiresAt": now + (250 if short else 600_000)}
-        out = self.keyed("agent", "approvals.request", params)["request"]
+        params: dict[str, Any] = {"sessionId": SID, "turnId": turn.id, "toolCallId": self.fresh("call-"),
+                                  "expiresAt": now + (250 if short else 600_000)}
+        if question:
+            params.update(question="which one?", choices=[{"id": "x", "label": "X"}], allowFreeText=True)
+            method, kind = "interactions.request", "interaction"
+        else:
+            params.update(tool="Bash", argsSummary="ls", risk="low")
+            method, kind = "approvals.request", "approval"
+        out = self.keyed("agent", method, params)["request"]
         assert out["status"] == "pending", out
-        self.m.approvals[out["requestId"]] = Approval(out["requestId"], turn.id, "pending")
+        a = self.m.approvals[out["requestId"]] = Approval(out["requestId"], turn.id, "pending", kind, params)
         if short:
             time.sleep(0.4)  # past expiresAt: the host's timer writes it expired
-            self.m.approvals[out["requestId"]].status = "expired"
-        again = self.keyed("agent", "approvals.request", params)["request"]
-        assert again["requestId"] == out["requestId"], "a retried request for one tool call gives the first"
+            a.status = "expired"
+        self.ask_again_for(a)
+
+    def ask_again_for(self, a: Approval) -> None:
+        """A sidecar that asks again for the same tool call gets the first request, as it stands; once the
+        turn ended it may instead be told that only a running turn asks (CONFLICT): nothing new is asked."""
+        method = "approvals.request" if a.kind == "approval" else "interactions.request"
+        try:
+            again = self.keyed("agent", method, a.params)["request"]
+        except RpcError as err:
+            note(f"asking again after the turn ended: {a.kind} {err.data_code}")
+            assert self.m.turns[a.turn].status != "running" and err.data_code == "CONFLICT", (err, a)
+            return
+        assert again["requestId"] == a.id and again["status"] == a.status, (again, a)
+
+    @precondition(lambda self: bool(self.m.approvals))
+    @rule(i=st.integers(0, 7))
+    def ask_again(self, i: int) -> None:
+        ids = sorted(self.m.approvals)
+        self.ask_again_for(self.m.approvals[ids[i % len(ids)]])
+
+    @precondition(lambda self: any(t.status != "running" for t in self.m.turns.values()))
+    @rule(i=st.integers(0, 20))
+    def start_ended_turn_again(self, i: int) -> None:
+        """Starting an ended turn's id again (a sidecar flow that goes on after a restart) never runs it again."""
+        ended = sorted(t.id for t in self.m.turns.values() if t.status != "running")
+        err = self.keyed_error("agent", "session.startTurn", {"sessionId": SID, "turnId": ended[i % len(ended)]})
+        assert err.data_code == "CONFLICT", err
 
     @precondition(lambda self: bool(self.m.approvals))
     @rule(i=st.integers(0, 7), allow=st.booleans())
     def respond(self, i: int, allow: bool) -> None:
+        """A UI answers: exactly one answer wins; a second, a late one, one after the turn ended or after a
+        restart is CONFLICT with the request's status."""
         ids = sorted(self.m.approvals)
         a = self.m.approvals[ids[i % len(ids)]]
-        params = {"sessionId": SID, "requestId": a.id, "optionId": "allow_once" if allow else "deny"}
-        note(f"respond to {a.status}")
+        if a.kind == "approval":
+            method = "approvals.respond"
+            params: dict[str, Any] = {"sessionId": SID, "requestId": a.id,
+                                      "optionId": "allow_once" if allow else "deny"}
+            status = "allowed" if allow else "denied"
+        else:
+            method = "interactions.respond"
+            params = {"sessionId": SID, "requestId": a.id,
+                      "answer": {"choiceIds": ["x"]} if allow else {"text": "neither"}}
+            status = "answered"
+        note(f"respond to {a.kind} {a.status}")
         if a.status != "pending":
-            err = self.keyed_error("ui", "approvals.respond", params)
+            err = self.keyed_error("ui", method, params)
             assert err.data_code == "CONFLICT" and (err.data or {}).get("status") == a.status, (err, err.data, a)
             return
-        out = self.keyed("ui", "approvals.respond", params)["request"]
-        a.status = "allowed" if allow else "denied"
+        out = self.keyed("ui", method, params)["request"]
+        a.status = status
         assert out["status"] == a.status, out
 
     @precondition(lambda self: self.m.running is not None)
@@ -705,7 +751,8 @@ class TurnsMachine(RuleBasedStateMachine):
         running = [t for t in m.turns.values() if t.status == "running"]
         assert len(running) <= 1
 
-        pending = self.host.call("ui", "approvals.pending", {"sessionId": SID})["pending"]
+        pending = [*self.host.call("ui", "approvals.pending", {"sessionId": SID})["pending"],
+                   *self.host.call("ui", "interactions.pending", {"sessionId": SID})["pending"]]
         assert sorted(p["requestId"] for p in pending) == sorted(
             a.id for a in m.approvals.values() if a.status == "pending")
         for p in pending:
@@ -727,7 +774,7 @@ class TurnsMachine(RuleBasedStateMachine):
             assert text in reply.texts, (x, reply)
             if status == "aborted":
                 assert (x.get("meta") or {}).get("interrupted") is True, x
-        decisions = [d for d in got_session.get("decisions", []) if d.get("kind", "approval") == "approval"]
+        decisions = got_session.get("decisions", [])
         ids = [d["requestId"] for d in decisions]
         assert len(ids) == len(set(ids)), f"a decision listed twice: {ids}"
         # ``decisions`` covers the window's turns: those with a row in it and, the newest window, those
