@@ -455,7 +455,9 @@ def plan_prioritize(snap: Snapshot, entry_id: str) -> Plan:
     transition(entry, "prioritize")
     if entry.state == "promoted":
         return Plan(entry=entry)
-    top = max((e.priority for e in snap.entries if e.priority is not None), default=0)
+    # MAX over the session's rows, the handed-out ones too: one may come back (its place kept), and a
+    # promotion made meanwhile must still come after it in click order.
+    top = max((e.priority for e in snap.entries + snap.leased if e.priority is not None), default=0)
     return Plan(effects=(SetPriority(entry.id, top + 1),), entry=replace(entry, priority=top + 1))
 
 

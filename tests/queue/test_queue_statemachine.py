@@ -39,7 +39,8 @@ class QueueModel(RuleBasedStateMachine):
         self.high = 0
         self.used: dict[str, tuple[str, str]] = {}  # key -> (entry id, content) ever admitted
         self.n = 0
-        self.leased = 0  # a taken entry no turn began with: it may be offered again, so it holds a place
+        self.leased: ModelEntry | None = None  # taken, no turn began with it: it may be offered again,
+        # so it holds a place (and its priority) in the session
 
     def teardown(self) -> None:
         self.conn.close()
@@ -67,14 +68,14 @@ class QueueModel(RuleBasedStateMachine):
             assert expect_replay and self.used[key][1] != content  # type: ignore[index]
             return
         except LimitExceeded:
-            assert not expect_replay and len(self.entries) + self.leased == queue.MAX_ENTRIES
+            assert not expect_replay and len(self.entries) + (self.leased is not None) == queue.MAX_ENTRIES
             return
         assert out.plan.entry is not None
         if expect_replay:
             assert out.plan.replayed and out.plan.entry.id == self.used[key][0]  # type: ignore[index]
             assert self.used[key][1] == content  # type: ignore[index]
             return
-        assert len(self.entries) + self.leased < queue.MAX_ENTRIES
+        assert len(self.entries) + (self.leased is not None) < queue.MAX_ENTRIES
         self.high += 1
         assert out.plan.entry.position == self.high
         self.entries.append(ModelEntry(new_id, key, content, self.high))
@@ -102,7 +103,8 @@ class QueueModel(RuleBasedStateMachine):
         entry = self.pick(i)
         queue.prioritize(self.conn, "s", entry.id, now_ms=NOW_MS)
         if entry.priority is None:
-            entry.priority = max((e.priority for e in self.entries if e.priority is not None), default=0) + 1
+            rows = self.entries + ([self.leased] if self.leased is not None else [])
+            entry.priority = max((e.priority for e in rows if e.priority is not None), default=0) + 1
 
     @precondition(lambda self: bool(self.entries))
     @rule(i=st.integers(0, 7), direction=st.sampled_from(["up", "down"]))
@@ -126,14 +128,14 @@ class QueueModel(RuleBasedStateMachine):
     @rule()
     def take(self) -> None:
         out = queue.take(self.conn, "s", now_ms=NOW_MS)
-        self.leased = 0  # the previous one was never started: consumed
+        self.leased = None  # the previous one was never started: consumed
         expected = self.order()
         if not expected:
             assert out.plan.entry is None
             return
         assert out.plan.entry is not None and out.plan.entry.id == expected[0].id
         self.entries.remove(expected[0])
-        self.leased = 1
+        self.leased = expected[0]
 
     # invariants --------------------------------------------------------
     @invariant()

@@ -250,6 +250,13 @@ class Model:
         running = self.running is not None and self.running.entry is not None and not self.running.landed
         return len(self.entries) + (self.lease is not None) + running
 
+    def handed_out(self) -> list[Entry]:
+        """The entries taken and not settled yet: their rows (and places) are kept."""
+        out = [self.lease] if self.lease is not None else []
+        if self.running is not None and self.running.entry is not None:
+            out.append(self.running.entry)
+        return out
+
     def release_key(self, entry: Entry) -> None:
         """An entry left the queue (taken and ran, or removed). Its key is not released: the host remembers
         the keys of the last entries that left, so a late retry of a delivered push is a replay (of the
@@ -411,7 +418,9 @@ class TurnsMachine(RuleBasedStateMachine):
         entry = self.m.entries[i % len(self.m.entries)]
         self.keyed("ui", "session.queuePrioritize", {"sessionId": SID, "entryId": entry.id})
         if entry.priority is None:
-            entry.priority = max((e.priority for e in self.m.entries if e.priority is not None), default=0) + 1
+            # MAX(priority) + 1 inside the session: over its rows, the handed-out ones too
+            rows = [*self.m.entries, *self.m.handed_out()]
+            entry.priority = max((e.priority for e in rows if e.priority is not None), default=0) + 1
 
     @precondition(lambda self: bool(self.m.entries))
     @rule(i=st.integers(0, 7), direction=st.sampled_from(["up", "down"]))
@@ -465,23 +474,60 @@ class TurnsMachine(RuleBasedStateMachine):
         m.lease = order[0]
 
     @precondition(lambda self: self.m.running is None)
-    @rule()
-    def start_turn(self) -> None:
+    @rule(ui=st.booleans())
+    def start_turn(self, ui: bool = False) -> None:
+        """The sidecar starts a turn (it carries what the sidecar took); or the UI starts one of its own,
+        which leaves the entry the sidecar took alone."""
         m = self.m
         tid = self.fresh("t")
-        turn = self.keyed("agent", "session.startTurn", {"sessionId": SID, "turnId": tid})
+        turn = self.keyed("ui" if ui else "agent", "session.startTurn", {"sessionId": SID, "turnId": tid})
         assert turn["status"] == "running" and turn["id"] == tid
-        entry = m.lease
-        offered = [e for e in m.entries if e.first]
-        if entry is None and offered:
-            # An entry this client took, offered again by a restart or an attach: a flow that goes on
-            # after a reconnect still carries it into its startTurn.
-            entry = offered[0]
-            note("a turn carried an entry offered again")
-            m.entries.remove(entry)
-            entry.first = False
+        entry: Entry | None = None
+        if not ui:
+            entry = m.lease
+            offered = [e for e in m.entries if e.first]
+            if entry is None and offered:
+                # An entry this client took, offered again by a restart or an attach: a flow that goes on
+                # after a reconnect still carries it into its startTurn.
+                entry = offered[0]
+                note("a turn carried an entry offered again")
+                m.entries.remove(entry)
+                entry.first = False
+            m.lease = None
+        elif m.lease is not None or any(e.first for e in m.entries):
+            note("another client's turn left a handed-out entry alone")
         m.running = m.turns[tid] = Turn(tid, "running", entry=entry, started=self.n)
-        m.lease = None
+
+    @precondition(lambda self: self.m.lease is not None)
+    @rule()
+    def remove_handed_out(self) -> None:
+        """A handed-out entry is not listed: removing it is NOT_FOUND and it stays handed out."""
+        assert self.m.lease is not None
+        err = self.keyed_error("ui", "session.queueRemove", {"sessionId": SID, "entryId": self.m.lease.id})
+        assert err.data_code == "NOT_FOUND", err
+
+    @precondition(lambda self: self.last is not None and self.last.method in (
+        "session.queuePush", "session.appendMessage", "approvals.respond", "session.endTurn"))
+    @rule()
+    def retry_last_changed(self) -> None:
+        """The last keyed write's submissionId with another request: IDEMPOTENCY_CONFLICT, no effect."""
+        last = self.last
+        assert last is not None
+        params = dict(last.params)
+        if last.method == "session.queuePush":
+            params["content"] = params["content"] + "-changed"
+        elif last.method == "session.appendMessage":
+            params["message"] = {**params["message"], "blocks": [{"type": "text", "text": "changed"}]}
+        elif last.method == "approvals.respond":
+            params["optionId"] = "deny" if params["optionId"] != "deny" else "allow_once"
+        else:
+            params["status"] = "error" if params["status"] != "error" else "completed"
+        try:
+            self.host.call(last.who, last.method, params)
+        except RpcError as err:
+            assert err.data_code == "IDEMPOTENCY_CONFLICT", (last.method, err)
+            return
+        raise AssertionError(f"{last.method} reused submissionId with another request was accepted")
 
     @precondition(lambda self: self.m.running is not None)
     @rule()
@@ -807,6 +853,19 @@ def run_steps(steps: list[tuple[str, dict[str, Any]]]) -> None:
             state.host_agrees_with_the_model()
     finally:
         state.teardown()
+
+
+def test_a_promotion_while_a_promoted_entry_is_handed_out_keeps_click_order() -> None:
+    """Seed 003 §4.6b: a promotion writes MAX(priority) + 1 inside the session, so promoted entries are
+    delivered first in click order. The host took the MAX over the listed entries only: with the first
+    promoted entry handed out, a second promotion got the same priority, and when a restart brought the
+    first one back (its place kept) the two tied and the later click was delivered first."""
+    run_steps([("push", {"key": None, "content": "a"}), ("push", {"key": None, "content": "b"}),
+               ("push", {"key": None, "content": "c"}), ("prioritize", {"i": 2}), ("take", {}),
+               ("prioritize", {"i": 0}), ("restart", {"hard": True}), ("attach", {}),
+               ("start_turn", {"ui": False}), ("end_turn", {"status": "aborted"}), ("attach", {}),
+               ("take", {}), ("start_turn", {"ui": False}), ("land_prompt", {}),
+               ("end_turn", {"status": "completed"}), ("take", {})])
 
 
 def test_a_handed_out_prompt_keeps_its_place_in_a_full_queue() -> None:
