@@ -730,6 +730,26 @@ class TurnsMachine(RuleBasedStateMachine):
         assert out["turn"]["status"] == status
         self.end_running(status, "cancelled")
 
+    @precondition(lambda self: self.m.running is not None)
+    @rule()
+    def recover_inflight(self) -> None:
+        """The sidecar is gone: a UI recovers its turn. It ends aborted (SIDECAR_LOST), what it still asked
+        is cancelled, its checkpoint is settled and its queue entry settles as at endTurn."""
+        turn = self.m.running
+        assert turn is not None
+        out = self.keyed("ui", "session.recoverInflight", {"sessionId": SID, "turnId": turn.id})
+        assert out["turn"]["status"] == "aborted" and out["turn"].get("errorCode") == "SIDECAR_LOST", out
+        self.end_running("aborted", "cancelled")
+
+    @precondition(lambda self: any(t.status != "running" for t in self.m.turns.values()))
+    @rule(i=st.integers(0, 20))
+    def recover_ended(self, i: int) -> None:
+        """Recovering a turn that already ended changes nothing."""
+        ended = sorted(t.id for t in self.m.turns.values() if t.status != "running")
+        turn = self.m.turns[ended[i % len(ended)]]
+        out = self.keyed("ui", "session.recoverInflight", {"sessionId": SID, "turnId": turn.id})
+        assert out["turn"]["status"] == turn.status, out
+
     @precondition(lambda self: any(t.status != "running" for t in self.m.turns.values()))
     @rule(i=st.integers(0, 20), same=st.booleans())
     def end_turn_again(self, i: int, same: bool) -> None:
