@@ -711,6 +711,8 @@ class TurnsMachine(RuleBasedStateMachine):
                       "answer": {"choiceIds": ["x"]} if allow else {"text": "neither"}}
             status = "answered"
         note(f"respond to {a.kind} {a.status}")
+        err = self.keyed_error("agent", method, params)  # the sidecar may not answer its own request
+        assert err.data_code == "PERMISSION_DENIED", err
         if a.status != "pending":
             err = self.keyed_error("ui", method, params)
             assert err.data_code == "CONFLICT" and (err.data or {}).get("status") == a.status, (err, err.data, a)
