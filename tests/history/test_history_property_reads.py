@@ -210,8 +210,8 @@ class ReadsMachine(HistoryMachine):
         if w.db_lost and w.method not in FILE_RECEIPTS:
             return  # its receipt was a database row (README §4): nothing promises its answer now
         if w.db_lost and w.method == "session.appendMessage" and (
-                w.replaced or w.params["message"]["id"] not in self.model.ids()):
-            return  # the line that carried its receipt is gone
+                w.replaced or w.params["message"]["id"] not in self.held()):
+            return  # the line that carried its receipt is gone (a plain truncate dropped it)
         got = self.rhost.call_fresh(w.method, w.params)
         if w.db_lost and w.method in REBUILT and w is not self.writes[-1]:
             # A receipt row rebuilt from a transcript header answers with the session as it is now
@@ -220,6 +220,11 @@ class ReadsMachine(HistoryMachine):
             assert stable(w.method, got) == stable(w.method, w.answer), w.method
         else:
             assert got == w.answer, w.method
+
+    def held(self) -> set[str]:
+        """Ids of the lines the transcript and the archived branches hold (reconcile restores an append's
+        receipt from either: ``restore_archived_receipts``)."""
+        return set(self.model.ids()) | {m["id"] for k in self.model.full_entries() for m in self.model.entries[k] or ()}
 
     @precondition(lambda self: bool(self.writes))
     @rule()
@@ -292,6 +297,7 @@ class ReadsMachine(HistoryMachine):
         page = self.call("session.get", messageLimit=limit)
         while True:
             assert page["totalMessages"] == len(whole)
+            assert page["compactions"] == full["compactions"]  # every checkpoint, whichever window
             back = page["messages"] + back
             if not page["hasMoreBefore"]:
                 break
@@ -302,6 +308,7 @@ class ReadsMachine(HistoryMachine):
         while True:
             page = self.call("session.get", messageEnd=end, messageLimit=limit)
             assert page["messageStart"] == end
+            assert (page["totalMessages"], page["compactions"]) == (len(whole), full["compactions"])
             fwd += page["messages"]
             end = page["messageEnd"]
             if not page["hasMoreAfter"]:
