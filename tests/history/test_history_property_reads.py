@@ -256,8 +256,8 @@ class ReadsMachine(HistoryMachine):
         return {tok: m["id"] for m in self.model.live
                 if m["role"] in SEARCHABLE and m["id"] not in self.model.deleted for tok in tokens_of(m)}
 
-    def query(self, query: str, session: str | None) -> list[dict[str, Any]]:
-        params: dict[str, Any] = {"query": query, "limit": 500}
+    def query(self, query: str, session: str | None, scope: str = "messages") -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"query": query, "limit": 500, "scope": scope}
         if session is not None:
             params["sessionId"] = session
         hits: list[dict[str, Any]] = []
@@ -279,14 +279,21 @@ class ReadsMachine(HistoryMachine):
         res = self.host.call("search.sessions", {"query": MARK, "limit": 100})["results"]
         mine = [r for r in res if r["sessionId"] == SID]
         assert (mine[0]["messageMatches"] if mine else 0) == len(want)
+        tool_found = {tok: m["id"] for m in self.model.live
+                      if m["role"] == "tool" and m["id"] not in self.model.deleted for tok in tokens_of(m)}
+        tools = sorted(tool_found.values())
+        tool_hits = self.query(MARK, SID, "tools")  # a tool row's text blocks are its output (README §6)
+        assert sorted(h["messageId"] for h in tool_hits) == tools
+        assert all((h["seq"], h["role"]) == pos[h["messageId"]] for h in tool_hits)
         for child, count in self.children[-2:]:  # a fork's copies are found in the child, as its own rows
             assert len({h["messageId"] for h in self.query(MARK, child)}) == count, child
         live = {tok for m in self.model.live for tok in tokens_of(m)}
-        gone = [(t, mid) for t, mid in self.issued if t not in found]
-        alive = [(t, mid) for t, mid in self.issued if t in found]
+        gone = [(t, mid) for t, mid in self.issued if t not in found and t not in tool_found]
+        alive = [(t, mid) for t, mid in self.issued if t in found or t in tool_found]
         for tok, mid in alive[-3:] + gone[-3:]:
-            ids = [h["messageId"] for h in self.query(tok, None) if h["sessionId"] == SID]
-            assert ids == ([mid] if tok in found else []), (tok, mid, tok in live)
+            for scope, where in (("messages", found), ("tools", tool_found)):
+                ids = [h["messageId"] for h in self.query(tok, None, scope) if h["sessionId"] == SID]
+                assert ids == ([mid] if tok in where else []), (scope, tok, mid, tok in live)
 
     @invariant()
     def paging_agrees(self) -> None:
