@@ -318,7 +318,7 @@ def plan_appends(
             new_seq, replace = seq + 1, False
             ref = message_ref(session_id, new_seq, rec,
                               turn if isinstance(turn, str) and turn in known.turns else None)
-        record = _with_receipt(rec, req.receipt, remapped_from)
+        record = _with_receipt(rec, req.receipt, remapped_from, new_seq)
         try:
             line = dumps_line(record)
         except StoreError as exc:
@@ -343,10 +343,16 @@ def _remapped_here(known: Known, session_id: str, mid: str, owner: Held | None) 
     return spelled is not None and spelled.session_id == session_id
 
 
-def _with_receipt(rec: dict[str, Any], key: ReceiptKey | None, remapped_from: str | None) -> dict[str, Any]:
+def _with_receipt(rec: dict[str, Any], key: ReceiptKey | None, remapped_from: str | None,
+                  seq: int) -> dict[str, Any]:
+    """The line with its receipt; ``extra.seq`` is the seq the append answers, so a rebuilt index answers
+    it even when the line has left the transcript for a branch with no live place (reconcile's
+    ``restore_archived_receipts``)."""
     if key is None:
         return rec
-    extra = {"remappedFrom": remapped_from} if remapped_from is not None else {}
+    extra: dict[str, Any] = {"seq": seq}
+    if remapped_from is not None:
+        extra["remappedFrom"] = remapped_from
     return with_receipt(rec, receipts.file_record(key, **extra))
 
 

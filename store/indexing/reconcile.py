@@ -547,11 +547,12 @@ def restore_archived_receipts(conn: Any, session_id: str, archived: RevisionFile
     again at the end of the transcript. Runs after the live lines' own receipts were restored (one of
     those wins: a receipt is never overwritten).
 
-    The answer is the one the append gave: the line's ``seq`` was its place in the transcript, which is
-    the family's place now (the branch hung under the same parent) plus its place in the branch. A branch
-    whose family no live user message continues is skipped (its place is unknown: a retry writes again,
-    as before). The turn is not bound (turn rows are database state, as for a live line's rebuilt
-    receipt). Returns the rows added."""
+    The answer is the one the append gave: the ``seq`` its receipt recorded (``extra.seq``), or, for a
+    line written before receipts recorded it, its place in the transcript then, which is the family's
+    place now (the branch hung under the same parent) plus its place in the branch. Such an older line
+    whose family no live user message continues is skipped (its place is unknown: a retry writes again).
+    The turn is not bound (turn rows are database state, as for a live line's rebuilt receipt). Returns
+    the rows added."""
     family_seq: dict[str, int] = {}
     for seq, rec in enumerate(live, start=1):
         if rec.get("role") == "user":
@@ -559,7 +560,7 @@ def restore_archived_receipts(conn: Any, session_id: str, archived: RevisionFile
     added = 0
     for (root, _index), entry in sorted(archived.entries.items()):
         start = family_seq.get(root)
-        if entry.live or start is None:
+        if entry.live:
             continue
         for offset, rec in enumerate(entry.messages):
             meta = rec.get("meta")
@@ -568,8 +569,15 @@ def restore_archived_receipts(conn: Any, session_id: str, archived: RevisionFile
             if (key is None or not isinstance(rec.get("id"), str)
                     or receipts.get(conn, key.client_id, key.submission_id) is not None):
                 continue
-            index.store_append_receipt(conn, session_id, rec, index.message_ref(session_id, start + offset, rec, None),
-                                       now_ms)
+            extra = carried.get("extra") if isinstance(carried, Mapping) else None
+            said = extra.get("seq") if isinstance(extra, Mapping) else None
+            if isinstance(said, int) and not isinstance(said, bool) and said >= 1:
+                seq = said
+            elif start is not None:
+                seq = start + offset
+            else:
+                continue
+            index.store_append_receipt(conn, session_id, rec, index.message_ref(session_id, seq, rec, None), now_ms)
             added += 1
     return added
 

@@ -70,3 +70,41 @@ async def test_a_retried_append_archived_by_a_regenerate_is_answered_not_written
     assert [got for got, _ in answers] == [answer for _, answer in answers]
     assert [got["message"]["seq"] for got, _ in answers] == [1, 2, 2, 3]  # a1r stood where a1 stands again
     assert (transcript_path(tmp_path, sid).read_bytes(), revisions_path(tmp_path, sid).read_bytes()) == files
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupt"])
+async def test_a_retried_append_whose_branch_has_no_live_place_is_answered_not_written_again(
+        tmp_path: Path, how: str) -> None:
+    """An edit archives the user's message with its branch; a later truncate cuts the edited message too,
+    so no live message continues that family. The rebuilt index placed an archived line's receipt at its
+    family's live place, and skipped a branch without one: the retry of the first prompt's append then
+    wrote it again at the end of the transcript (found by tests/history/test_history_property_reads.py)."""
+    sid = "s1"
+    keyed: list[tuple[dict[str, Any], Any]] = []
+
+    async def build(c: HostClient) -> None:
+        async def append(m: dict[str, Any], key: str) -> None:
+            params = {"sessionId": sid, "message": m, "submissionId": key}
+            keyed.append((params, await c.call("session.appendMessage", params)))
+
+        await c.call("session.create", {"sessionId": sid, "title": "t"})
+        await append(msg("u0", "hello"), "k-u0")
+        await append(msg("u1", "question"), "k-u1")
+        await append(msg("a1", "answer", role="assistant"), "k-a1")
+        await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u1", "mode": "edit"})
+        await c.call("session.appendMessage",  # cut below without an archive: its line (and receipt) is gone
+                     {"sessionId": sid, "message": msg("e1", "question, edited", meta={"revisionRootId": "u1"})})
+        await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "e1"})
+        await append(msg("u2", "something else"), "k-u2")
+
+    async def retry(c: HostClient) -> list[tuple[Any, Any]]:
+        return [(await c.call("session.appendMessage", params), answer) for params, answer in keyed]
+
+    with trio.fail_after(60):
+        await _on_host(tmp_path, build)
+        files = (transcript_path(tmp_path, sid).read_bytes(), revisions_path(tmp_path, sid).read_bytes())
+        _damage(tmp_path, how)
+        answers = await _on_host(tmp_path, retry)
+    assert [got for got, _ in answers] == [answer for _, answer in answers]
+    assert [got["message"]["seq"] for got, _ in answers] == [1, 2, 3, 2]
+    assert (transcript_path(tmp_path, sid).read_bytes(), revisions_path(tmp_path, sid).read_bytes()) == files

@@ -90,7 +90,7 @@ def test_an_id_another_session_holds_is_remapped_d444() -> None:
     assert isinstance(out, Write) and out.record["id"] == f"{SID}:m1" and out.remapped_from == "m1"
     assert out.response()["remappedFrom"] == "m1" and out.ref["id"] == f"{SID}:m1"
     carried = receipt_of(out.record)
-    assert carried == receipts.file_record(KEY, remappedFrom="m1")
+    assert carried == receipts.file_record(KEY, seq=out.seq, remappedFrom="m1")  # the seq it answered, too
 
 
 def test_a_replay_of_the_remapped_id_is_a_no_op_against_the_remapped_row() -> None:
