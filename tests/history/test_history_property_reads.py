@@ -9,18 +9,21 @@ invariant) and adds:
   a missing ``pi.sqlite`` is rebuilt from the files; seed 003 §11.13: revisions live in
   ``<id>.revisions.jsonl``); tombstones and compaction checkpoints are transcript lines, so the
   model (every read it predicts) is unchanged;
-* ``retry_last``: every write is keyed (``submissionId``); the last one is sent again on a new
-  connection with the same ``clientId`` and the same params, right away, after a restart or after a
-  lost database: the answer equals the first answer and nothing changes (seed 000 §2.4,
-  protocol/README.md §4). After a lost database only the methods whose receipt rides in a file
-  (README §4's table: appendMessage in its line, truncateFrom / replaceMessages / activateRevision
-  in the rewritten header, fork in the child's header) keep their answer; the others' receipts were
-  database rows, so their retry is skipped there;
+* ``retry_last`` (and ``retry_earlier``, any earlier keyed write): every write is keyed
+  (``submissionId``); one is sent again on a new connection with the same ``clientId`` and the same
+  params, right away, after a restart or after a lost database: the answer equals the first answer and
+  nothing changes (seed 000 §2.4, protocol/README.md §4). After a lost database only the methods whose
+  receipt rides in a file (README §4's table: create / fork in the new header, appendMessage in its
+  line or an archived branch's copy of it, truncateFrom / replaceMessages / activateRevision in the
+  rewritten header) are retried; the others' receipts were database rows. A header receipt's answer is
+  rebuilt from the session's current row (``rebuild_response``), so for an earlier one of those only
+  what it did is compared (see :func:`stable`);
 * ``search_agrees``: every message text carries a marker and a unique token; searching the marker in
   the session finds exactly the live, not tombstoned user/assistant messages (seed 003 §4.8: the
   index holds user/assistant text; tombstoned rows never match; archived branches are not in the
   transcript), ``search.sessions`` counts them, and each recent token (live or gone: truncated away,
-  tombstoned, replaced, archived) finds its message exactly when it is searchable;
+  tombstoned, replaced, archived) finds its message exactly when it is searchable; the same for tool
+  rows' output (``scope: "tools"``) and for the copies in fork children;
 * ``paging_agrees``: reading the session backwards (``messageBefore`` + a small ``messageLimit``) and
   forwards (``messageEnd``) rebuilds exactly the full read, with the same seqs.
 
