@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import sqlite3
 import tempfile
-import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,73 +38,34 @@ from hypothesis.stateful import (
 from runtime.client import HostClient, RpcError
 from tests.history.history_model import Checkpoint, HistoryModel, record, text, wire
 from tests.hostkit import client_for, inprocess_host
+from tests.loopthread import LoopThread
 
 SID = "prop"
 
 
-class ThreadHost:
+class ThreadHost(LoopThread):
     """An in-process host (and one client) served by a trio loop in a background thread."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.client: HostClient | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._nursery: trio.Nursery | None = None
-        self._stop: trio.Event | None = None
-        self._done: trio.Event | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._main, name="prop-host", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(30):
-            raise RuntimeError("host thread did not start")
+        super().__init__("prop-host")
         self.start()
 
-    def _main(self) -> None:
-        try:
-            trio.run(self._amain)
-        except BaseException as exc:  # noqa: BLE001 - reported by close()
-            self._error = exc
-            self._ready.set()
-
-    async def _amain(self) -> None:
-        self._token = trio.lowlevel.current_trio_token()
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            self._ready.set()
-            await trio.sleep_forever()
-
-    async def _serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        assert self._stop is not None and self._done is not None
+    @asynccontextmanager
+    async def _opened(self) -> AsyncIterator[None]:
         try:
             async with inprocess_host(self.root) as host, client_for(host) as c:
                 self.client = c
-                task_status.started()
-                await self._stop.wait()
+                yield
         finally:
             self.client = None
-            self._done.set()
-
-    def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return trio.from_thread.run(fn, *args, trio_token=self._token)
 
     def start(self) -> None:
-        async def go() -> None:
-            self._stop, self._done = trio.Event(), trio.Event()
-            assert self._nursery is not None
-            with trio.fail_after(30):
-                await self._nursery.start(self._serve)
-
-        self._run(go)
+        self.connect()
 
     def stop(self) -> None:
-        async def go() -> None:
-            assert self._stop is not None and self._done is not None
-            self._stop.set()
-            with trio.fail_after(30):
-                await self._done.wait()
-
-        self._run(go)
+        self.disconnect()
 
     def restart(self) -> None:
         self.stop()
@@ -116,16 +77,12 @@ class ThreadHost:
             with trio.fail_after(30):
                 return await self.client.call(method, params)
 
-        return self._run(go)
+        return self.run(go)
 
     def close(self) -> None:
         if self.client is not None:
             self.stop()
-        if self._nursery is not None:
-            trio.from_thread.run_sync(self._nursery.cancel_scope.cancel, trio_token=self._token)
-        self._thread.join(30)
-        if self._error is not None:
-            raise self._error
+        self.shutdown()
 
 
 def index_rows(root: Path) -> list[tuple[str, int, int]]:

@@ -35,6 +35,8 @@ from __future__ import annotations
 import copy
 import tempfile
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,16 +99,14 @@ class ReadsHost(ThreadHost):
         self.running: RunningHost | None = None
         super().__init__(root)
 
-    async def _serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        assert self._stop is not None and self._done is not None
+    @asynccontextmanager
+    async def _opened(self) -> AsyncIterator[None]:
         try:
             async with inprocess_host(self.root) as host, client_for(host) as c:
                 self.running, self.client = host, c
-                task_status.started()
-                await self._stop.wait()
+                yield
         finally:
             self.running, self.client = None, None
-            self._done.set()
 
     def call_fresh(self, method: str, params: dict[str, Any]) -> Any:
         """One call on a new connection with the same ``clientId`` as the main one."""
@@ -116,7 +116,7 @@ class ReadsHost(ThreadHost):
                 async with client_for(self.running) as c:
                     return await c.call(method, params)
 
-        return self._run(go)
+        return self.run(go)
 
     def lose_db(self) -> None:
         self.stop()

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from hypothesis.stateful import (
 from protocol.models_queue import QueueState
 from runtime.client import HostClient, RpcError, open_client
 from tests.hostkit import HostProcess, start_host_process
+from tests.loopthread import LoopThread
 
 SOAK = os.environ.get("PIHOST_SOAK") == "1"
 SID = "turnprop"
@@ -56,78 +57,34 @@ AGENT_ID = "agent-1"
 MAX_ENTRIES = 8
 
 
-class ProcHost:
+class ProcHost(LoopThread):
     """A real host process and two connections (a UI and the agent sidecar), driven from a trio loop in a
     background thread so the synchronous state machine can call it."""
+
+    tolerate_errors_after_stop = True  # the connections die with a SIGKILLed host
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.proc: HostProcess | None = None
         self.clients: dict[str, HostClient] = {}
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._nursery: trio.Nursery | None = None
-        self._stop: trio.Event | None = None
-        self._done: trio.Event | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._main, name="turnprop-host", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(30):
-            raise RuntimeError("host thread did not start")
+        super().__init__("turnprop-host")
         self.start()
 
-    def _main(self) -> None:
-        try:
-            trio.run(self._amain)
-        except BaseException as exc:  # noqa: BLE001 - reported by close()
-            self._error = exc
-            self._ready.set()
-
-    async def _amain(self) -> None:
-        self._token = trio.lowlevel.current_trio_token()
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            self._ready.set()
-            await trio.sleep_forever()
-
-    async def _serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        assert self._stop is not None and self._done is not None and self.proc is not None
+    @asynccontextmanager
+    async def _opened(self) -> AsyncIterator[None]:
+        assert self.proc is not None
         proc = self.proc
         try:
             async with open_client(proc.url, proc.token, client_id=UI_ID, client_kind="ui") as ui, \
                     open_client(proc.url, proc.token, client_id=AGENT_ID, client_kind="agent") as agent:
                 self.clients = {"ui": ui, "agent": agent}
-                task_status.started()
-                await self._stop.wait()
-        except Exception:  # noqa: BLE001 - the connections die with a SIGKILLed host
-            if not self._stop.is_set():
-                raise
+                yield
         finally:
             self.clients = {}
-            self._done.set()
-
-    def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return trio.from_thread.run(fn, *args, trio_token=self._token)
 
     def start(self) -> None:
         self.proc = start_host_process(self.root)
-
-        async def go() -> None:
-            self._stop, self._done = trio.Event(), trio.Event()
-            assert self._nursery is not None
-            with trio.fail_after(30):
-                await self._nursery.start(self._serve)
-
-        self._run(go)
-
-    def _disconnect(self) -> None:
-        async def go() -> None:
-            assert self._stop is not None and self._done is not None
-            self._stop.set()
-            with trio.fail_after(30):
-                await self._done.wait()
-
-        self._run(go)
+        self.connect()
 
     def _close_pipes(self) -> None:
         assert self.proc is not None
@@ -139,9 +96,9 @@ class ProcHost:
         assert self.proc is not None
         if hard:
             self.proc.kill9()  # while both clients are still connected
-            self._disconnect()
+            self.disconnect()
         else:
-            self._disconnect()
+            self.disconnect()
             self.proc.terminate()
         self._close_pipes()
         self.start()
@@ -151,19 +108,15 @@ class ProcHost:
             with trio.fail_after(30):
                 return await self.clients[who].call(method, params)
 
-        return self._run(go)
+        return self.run(go)
 
     def close(self) -> None:
         if self.proc is not None:
             if self.clients:
-                self._disconnect()
+                self.disconnect()
             self.proc.terminate()
             self._close_pipes()
-        if self._nursery is not None:
-            trio.from_thread.run_sync(self._nursery.cancel_scope.cancel, trio_token=self._token)
-        self._thread.join(30)
-        if self._error is not None:
-            raise self._error
+        self.shutdown()
 
 
 def note(what: str) -> None:
