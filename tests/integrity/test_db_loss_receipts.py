@@ -7,6 +7,7 @@ database removed (with its ``-wal``/``-shm``) or its header overwritten, the hos
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +37,14 @@ def _damage(root: Path, how: str) -> None:
             fh.write(b"not an SQLite header, garbage!!" * 8)
 
 
-@pytest.mark.parametrize("how", ["deleted", "corrupt"])
-async def test_a_retried_append_archived_by_a_regenerate_is_answered_not_written_again(
-        tmp_path: Path, how: str) -> None:
-    """An append's receipt rides in its line; a regenerate and a branch switch move that line into the
-    revisions file. The rebuilt index used to restore receipts from live lines only: the retry of the
-    regenerated reply's append then wrote it again, at the end of the transcript (a duplicate, behind
-    the branch the user had switched back to)."""
-    sid = "s1"
+Append = Callable[[dict[str, Any], str], Awaitable[None]]
+
+
+async def _retried_after_damage(root: Path, sid: str, how: str,
+                                script: Callable[[HostClient, Append], Awaitable[None]]) -> list[Any]:
+    """Run ``script`` on a host (its ``append(message, key)`` sends a keyed append to ``sid``), damage the
+    database as ``how`` says, then retry every keyed append on a new host: the retries' answers, after
+    checking that each equals its first answer and that neither the transcript nor the revisions file moved."""
     keyed: list[tuple[dict[str, Any], Any]] = []
 
     async def build(c: HostClient) -> None:
@@ -52,6 +53,31 @@ async def test_a_retried_append_archived_by_a_regenerate_is_answered_not_written
             keyed.append((params, await c.call("session.appendMessage", params)))
 
         await c.call("session.create", {"sessionId": sid, "title": "t"})
+        await script(c, append)
+
+    async def retry(c: HostClient) -> list[Any]:
+        return [await c.call("session.appendMessage", params) for params, _ in keyed]
+
+    with trio.fail_after(60):
+        await _on_host(root, build)
+        files = (transcript_path(root, sid).read_bytes(), revisions_path(root, sid).read_bytes())
+        _damage(root, how)
+        answers = await _on_host(root, retry)
+    assert answers == [answer for _, answer in keyed]
+    assert (transcript_path(root, sid).read_bytes(), revisions_path(root, sid).read_bytes()) == files
+    return answers
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupt"])
+async def test_a_retried_append_archived_by_a_regenerate_is_answered_not_written_again(
+        tmp_path: Path, how: str) -> None:
+    """An append's receipt rides in its line; a regenerate and a branch switch move that line into the
+    revisions file. The rebuilt index used to restore receipts from live lines only: the retry of the
+    regenerated reply's append then wrote it again, at the end of the transcript (a duplicate, behind
+    the branch the user had switched back to)."""
+    sid = "s1"
+
+    async def script(c: HostClient, append: Append) -> None:
         await append(msg("u1", "question"), "k-u1")
         await append(msg("a1", "first answer", role="assistant"), "k-a1")
         await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
@@ -59,17 +85,8 @@ async def test_a_retried_append_archived_by_a_regenerate_is_answered_not_written
         await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 1})
         await append(msg("u2", "after the switch"), "k-u2")
 
-    async def retry(c: HostClient) -> list[tuple[Any, Any]]:
-        return [(await c.call("session.appendMessage", params), answer) for params, answer in keyed]
-
-    with trio.fail_after(60):
-        await _on_host(tmp_path, build)
-        files = (transcript_path(tmp_path, sid).read_bytes(), revisions_path(tmp_path, sid).read_bytes())
-        _damage(tmp_path, how)
-        answers = await _on_host(tmp_path, retry)
-    assert [got for got, _ in answers] == [answer for _, answer in answers]
-    assert [got["message"]["seq"] for got, _ in answers] == [1, 2, 2, 3]  # a1r stood where a1 stands again
-    assert (transcript_path(tmp_path, sid).read_bytes(), revisions_path(tmp_path, sid).read_bytes()) == files
+    answers = await _retried_after_damage(tmp_path, sid, how, script)
+    assert [got["message"]["seq"] for got in answers] == [1, 2, 2, 3]  # a1r stood where a1 stands again
 
 
 @pytest.mark.parametrize("how", ["deleted", "corrupt"])
@@ -80,14 +97,8 @@ async def test_a_retried_append_whose_branch_has_no_live_place_is_answered_not_w
     family's live place, and skipped a branch without one: the retry of the first prompt's append then
     wrote it again at the end of the transcript (found by tests/history/test_history_property_reads.py)."""
     sid = "s1"
-    keyed: list[tuple[dict[str, Any], Any]] = []
 
-    async def build(c: HostClient) -> None:
-        async def append(m: dict[str, Any], key: str) -> None:
-            params = {"sessionId": sid, "message": m, "submissionId": key}
-            keyed.append((params, await c.call("session.appendMessage", params)))
-
-        await c.call("session.create", {"sessionId": sid, "title": "t"})
+    async def script(c: HostClient, append: Append) -> None:
         await append(msg("u0", "hello"), "k-u0")
         await append(msg("u1", "question"), "k-u1")
         await append(msg("a1", "answer", role="assistant"), "k-a1")
@@ -97,14 +108,5 @@ async def test_a_retried_append_whose_branch_has_no_live_place_is_answered_not_w
         await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "e1"})
         await append(msg("u2", "something else"), "k-u2")
 
-    async def retry(c: HostClient) -> list[tuple[Any, Any]]:
-        return [(await c.call("session.appendMessage", params), answer) for params, answer in keyed]
-
-    with trio.fail_after(60):
-        await _on_host(tmp_path, build)
-        files = (transcript_path(tmp_path, sid).read_bytes(), revisions_path(tmp_path, sid).read_bytes())
-        _damage(tmp_path, how)
-        answers = await _on_host(tmp_path, retry)
-    assert [got for got, _ in answers] == [answer for _, answer in answers]
-    assert [got["message"]["seq"] for got, _ in answers] == [1, 2, 3, 2]
-    assert (transcript_path(tmp_path, sid).read_bytes(), revisions_path(tmp_path, sid).read_bytes()) == files
+    answers = await _retried_after_damage(tmp_path, sid, how, script)
+    assert [got["message"]["seq"] for got in answers] == [1, 2, 3, 2]
