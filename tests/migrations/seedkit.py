@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from store import tasks
+
 SEED_SQL = Path(__file__).resolve().parent / "seed_sql"
 VERSIONS = (7, 8, 9, 10, 11, 14, 15, 16, 17, 18, 19)
 DAY_MS = 86_400_000
@@ -647,15 +649,36 @@ class _EarlierSlot:
         return f"<a slot before {self.than}>"
 
 
+class _ArmedSlot:
+    """Matches the slot boot computes for a row with a saved schedule and no stored one: an integer
+    within a week and a day of now (a daily, weekly or hourly slot counted from the boot's clock)."""
+
+    def __init__(self) -> None:
+        self.now_ms = int(time.time() * 1000)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is int and abs(other - self.now_ms) <= 8 * 86_400_000
+
+    def __repr__(self) -> str:
+        return "<a slot computed at boot>"
+
+
 def after_boot(expected: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
     """What the boot fence (seed §3, §11.18) does to the migrated rows; nothing is replayed. And the
     scheduler's first look: an armed hourly slot far off (30 days on) is beyond what an hourly cadence can
     reach from now, so it is moved back within the hour (``store.schedule.beyond_reach``), firing nothing.
     Only a row with a saved ``schedule`` is armed (§4.11 "Absence of schedule leaves legacy tasks unarmed"):
-    the seed's legacy hourly row has none, so it keeps every field as migrated, its stored slot too."""
+    the seed's legacy hourly row has none, so it keeps every field as migrated, its stored slot too. A row
+    with a saved schedule but no stored slot is armed by boot (``store.schedule.arm_unslotted``): its slot
+    is computed from the boot's clock, every other field kept."""
     out = copy.deepcopy(expected)
     for row in out.get("scheduled_tasks", []):
-        config = json.loads(row["config_json"]) if isinstance(row.get("config_json"), str) else None
+        raw = row.get("config_json")
+        config = json.loads(raw) if isinstance(raw, str) else raw if isinstance(raw, dict) else None
+        if isinstance(config, dict) and not isinstance(config.get("nextRunAt"), int) \
+                and tasks.has_schedule(str(row.get("cadence")), config) \
+                and tasks.next_run_at(str(row.get("cadence")), config, int(time.time() * 1000)) is not None:
+            row["config_json"] = {**config, "nextRunAt": _ArmedSlot()}
         if row.get("cadence") == "hourly" and row.get("enabled") and isinstance(config, dict) \
                 and isinstance(config.get("schedule"), dict) and isinstance(config.get("nextRunAt"), int):
             row["config_json"] = {**config, "nextRunAt": _EarlierSlot(config["nextRunAt"])}
