@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -93,6 +95,21 @@ def target(tmp_path: Path) -> ImportTarget:
     sessions.mkdir()
     blobs.mkdir()
     return ImportTarget(sessions, AttachmentFiles(blobs))
+
+
+@contextmanager
+def import_workspace() -> Iterator[tuple[Path, sqlite3.Connection, ImportTarget]]:
+    """A fresh import target outside pytest's fixtures (hypothesis examples need one each): ``root`` with
+    ``sessions/``, ``blobs/`` and ``src/`` (for the test's sources), the index open on ``root/pi.sqlite``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for name in ("sessions", "blobs", "src"):
+            (root / name).mkdir()
+        conn = open_db(root / "pi.sqlite")
+        try:
+            yield root, conn, ImportTarget(root / "sessions", AttachmentFiles(root / "blobs"))
+        finally:
+            conn.close()
 
 
 @pytest.fixture(scope="session", autouse=False)

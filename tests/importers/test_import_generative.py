@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,12 +36,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from store.attachments import AttachmentFiles
 from store.interchange.import_write import ImportTarget
 from store.interchange.importers.report import SessionReport
 from store.interchange.imports import import_root
 from store.transcripts.transcript import read_transcript
-from tests.samplekit import NOW, open_db
+from tests.samplekit import NOW, import_workspace
 from tests.soak import soak
 
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")  # a failing long text
@@ -415,20 +412,6 @@ def base_lines(path: Path) -> list[bytes]:
 # --------------------------------------------------------------------------- the import
 
 
-@contextmanager
-def workspace() -> Iterator[tuple[Path, sqlite3.Connection, ImportTarget]]:
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        (root / "sessions").mkdir()
-        (root / "blobs").mkdir()
-        (root / "src").mkdir()
-        conn = open_db(root / "pi.sqlite")
-        try:
-            yield root, conn, ImportTarget(root / "sessions", AttachmentFiles(root / "blobs"))
-        finally:
-            conn.close()
-
-
 def source_path(root: Path, base: Path | str) -> Path:
     return root / "src" / (base if isinstance(base, str) else base.name)
 
@@ -457,7 +440,7 @@ def host_transcript(n: int) -> tuple[str, list[bytes]]:
     """A pi-host source made from a recorded file: the transcript an import of it wrote."""
     tool, k = HOST_FROM[n % len(HOST_FROM)]
     base = BASES[tool][k]
-    with workspace() as (root, conn, target):
+    with import_workspace() as (root, conn, target):
         src = source_path(root, base)
         src.write_bytes(base.read_bytes())
         rep = run(conn, tool, src, target)
@@ -486,7 +469,7 @@ def test_mutated_recorded_file_imports_without_loss_and_reimports_unchanged(
     if torn:
         whole = mutated.lines[data.draw(st.integers(0, len(mutated.lines) - 1), label="torn line")]
         tail = whole[: data.draw(st.integers(1, max(1, len(whole) - 1)), label="torn at")]
-    with workspace() as (root, conn, target):
+    with import_workspace() as (root, conn, target):
         src = source_path(root, base)
         src.write_bytes(render(mutated.lines, crlf=crlf, bom=bom, tail=tail))
         rep = run(conn, tool, src, target)
@@ -510,7 +493,7 @@ def test_a_grown_mutated_file_imports_exactly_its_new_lines_once(
     lines = mutated.lines
     cut = data.draw(st.integers(2, len(lines) - 1), label="cut")
     tail = lines[cut][: data.draw(st.integers(1, max(1, len(lines[cut]) - 1)), label="torn at")] if torn_first else b""
-    with workspace() as (root, conn, target):
+    with import_workspace() as (root, conn, target):
         src = source_path(root, base)
         src.write_bytes(render(lines[:cut], crlf=crlf, tail=tail))
         first = run(conn, tool, src, target)
@@ -527,7 +510,7 @@ def test_a_grown_mutated_file_imports_exactly_its_new_lines_once(
         got = held(target, sid)
         assert_nothing_lost(expected(tool, lines), got)
         assert len(got.ids) == len(set(got.ids)), "a message twice"
-        with workspace() as (_, conn2, target2):
+        with import_workspace() as (_, conn2, target2):
             fresh = run(conn2, tool, src, target2)
             assert held(target2, fresh.session_id).ids == got.ids
             assert visible_rows(conn2, sid) == visible_rows(conn, sid)
@@ -539,7 +522,7 @@ def test_a_grown_mutated_file_imports_exactly_its_new_lines_once(
 @given(case=cases, data=st.data())
 def test_a_rewritten_or_rewound_file_never_loses_what_was_imported(case: tuple[str, int], data: st.DataObject) -> None:
     tool, base, lines = pick(case)
-    with workspace() as (root, conn, target):
+    with import_workspace() as (root, conn, target):
         src = source_path(root, base)
         src.write_bytes(render(lines))
         first = run(conn, tool, src, target)
@@ -664,7 +647,7 @@ def opencode_import(conn: sqlite3.Connection, db: Path, target: ImportTarget,
 @SETTINGS
 @given(muts=db_mutations)
 def test_mutated_opencode_database_imports_without_loss_and_reimports_unchanged(muts: list[DbMutation]) -> None:
-    with workspace() as (root, conn, target):
+    with import_workspace() as (root, conn, target):
         db = root / "src" / "opencode.db"
         db.write_bytes(OPENCODE_DB.read_bytes())
         bad = mutate_db(db, muts)
@@ -683,7 +666,7 @@ def test_mutated_opencode_database_imports_without_loss_and_reimports_unchanged(
 @given(muts=db_mutations, data=st.data())
 def test_a_grown_opencode_database_imports_exactly_its_new_parts_once(muts: list[DbMutation],
                                                                      data: st.DataObject) -> None:
-    with workspace() as (root, conn, target):
+    with import_workspace() as (root, conn, target):
         full = root / "full.db"
         full.write_bytes(OPENCODE_DB.read_bytes())
         mutate_db(full, muts)
@@ -709,6 +692,6 @@ def test_a_grown_opencode_database_imports_exactly_its_new_parts_once(muts: list
             got = held(target, grown[sid].session_id)
             assert_nothing_lost(exp, got)
             assert len(got.ids) == len(set(got.ids))
-            with workspace() as (_, conn2, target2):
+            with import_workspace() as (_, conn2, target2):
                 fresh = opencode_import(conn2, db, target2)
                 assert held(target2, fresh[sid].session_id).ids == got.ids

@@ -15,23 +15,20 @@ from __future__ import annotations
 import dataclasses
 import os
 import sqlite3
-import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.attachments import AttachmentFiles
 from store.interchange.import_write import ImportTarget
 from store.interchange.importers import IMPORTERS
 from store.interchange.importers.common import ImportLimits, ParseContext, Refused, SourceUnit
 from store.interchange.imports import import_root, import_unit
 from store.transcripts.transcript import read_transcript
 from tests.importers import gen
-from tests.samplekit import NOW, open_db
+from tests.samplekit import NOW, import_workspace
 from tests.soak import soak, soaking
 
 SETTINGS = settings(max_examples=soak(40, 400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -49,19 +46,6 @@ FORMATS = [*LINE_FORMATS, "opencode-json", "opencode-db"]
 
 def source_of(fmt: str) -> str:
     return "pi" if fmt.startswith("pi") else ("opencode" if fmt.startswith("opencode") else fmt)
-
-
-@contextmanager
-def workspace() -> Iterator[tuple[Path, sqlite3.Connection, ImportTarget]]:
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        (root / "sessions").mkdir()
-        (root / "blobs").mkdir()
-        conn = open_db(root / "pi.sqlite")
-        try:
-            yield root, conn, ImportTarget(root / "sessions", AttachmentFiles(root / "blobs"))
-        finally:
-            conn.close()
 
 
 def write(fmt: str, conv: list[gen.Event], where: Path, *, cut: int | None = None) -> Path:
@@ -116,7 +100,7 @@ def visible_rows(conn: sqlite3.Connection, sid: str) -> list[Any]:
 def test_generated_transcript_imports_to_the_intended_messages(fmt: str, conv: list[gen.Event], window: int) -> None:
     """``window`` bounds the look-behind that pairs calls with results: past it a call is written without
     its result and the result comes as a replacement line; readers see the same messages either way."""
-    with workspace() as (root, conn, base):
+    with import_workspace() as (root, conn, base):
         target = dataclasses.replace(base, limits=ImportLimits(max_pending_records=window))
         rep = import_unit(conn, only_unit(fmt, write(fmt, conv, root)), target, now_ms=NOW)
         want_msgs, want_comps = gen.expected(conv)
@@ -134,7 +118,7 @@ def test_generated_transcript_imports_to_the_intended_messages(fmt: str, conv: l
 @SETTINGS
 @given(fmt=st.sampled_from(FORMATS), conv=gen.conversations())
 def test_reimport_changes_nothing(fmt: str, conv: list[gen.Event]) -> None:
-    with workspace() as (root, conn, target):
+    with import_workspace() as (root, conn, target):
         src = write(fmt, conv, root)
         first = import_unit(conn, only_unit(fmt, src), target, now_ms=NOW)
         assert first.status == "new"
@@ -156,7 +140,7 @@ def test_reimport_changes_nothing(fmt: str, conv: list[gen.Event]) -> None:
 def test_grown_source_adds_only_its_new_lines(fmt: str, conv: list[gen.Event], data: st.DataObject) -> None:
     total = length(fmt, conv)
     cut = data.draw(st.integers(min_value=1 if source_of(fmt) != "pi" else 2, max_value=total), label="cut")
-    with workspace() as (root, conn, target):
+    with import_workspace() as (root, conn, target):
         src = write(fmt, conv, root, cut=cut)
         first = import_unit(conn, only_unit(fmt, src), target, now_ms=NOW)
         if first.status == "refused":  # a prefix may hold no message yet
@@ -176,7 +160,7 @@ def test_grown_source_adds_only_its_new_lines(fmt: str, conv: list[gen.Event], d
         want_msgs, want_comps = gen.expected(conv)
         msgs, comps, ids = held(target, sid)
         assert msgs == want_msgs and comps == want_comps
-        with workspace() as (root2, conn2, target2):
+        with import_workspace() as (root2, conn2, target2):
             fresh = import_unit(conn2, only_unit(fmt, src), target2, now_ms=NOW)
             assert held(target2, fresh.session_id)[2] == ids
             assert visible_rows(conn2, sid) == visible_rows(conn, sid)
@@ -188,7 +172,7 @@ def test_truncating_a_generated_source_at_any_byte_never_crashes(fmt: str, conv:
                                                                  data: st.DataObject) -> None:
     body = b"".join(LINE_FORMATS[fmt](conv))
     cut = data.draw(st.integers(min_value=0, max_value=len(body)), label="cut")
-    with workspace() as (root, conn, target):
+    with import_workspace() as (root, conn, target):
         path = root / "cut.jsonl"
         path.write_bytes(body[:cut])
         summary = import_root(conn, source_of(fmt), path, target, now_ms=lambda: NOW)
