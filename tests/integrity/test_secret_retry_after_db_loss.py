@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import trio
 
-from runtime.client import ClientClosed, HostClient, RpcError, open_client
-from tests.hostkit import start_host_process
+from runtime.client import HostClient, RpcError
+from tests.hostkit import call_killed_at
 from tests.integrity.test_db_loss_receipts import _damage, _on_host
 
 REF = "provider/acme"
@@ -112,18 +112,6 @@ async def test_many_rotations_keep_every_recent_key(tmp_path: Path) -> None:
     assert got["before"] == got["after"] == {"value": "last", "listed": [REF]}
 
 
-async def _killed_during(root: Path, point: str, method: str, params: dict[str, Any]) -> None:
-    """``method`` on a host that SIGKILLs itself at ``point`` (the client of ``_on_host``)."""
-    crashing = start_host_process(root, env={"RT_CRASHPOINT": f"{point}:1"})
-    try:
-        async with open_client(crashing.url, crashing.token, client_id="ui-1", client_kind="ui") as c:
-            await c.call(method, params)
-    except (ClientClosed, OSError):
-        pass
-    await trio.to_thread.run_sync(lambda: crashing.proc.communicate(timeout=30))
-    assert crashing.proc.returncode == -9, f"the host did not die at {point}"
-
-
 @pytest.mark.parametrize("point", ["secrets.set.before_commit", "secrets.delete.before_commit"])
 async def test_a_call_killed_before_its_row_and_then_the_database_lost_is_answered_once(
         tmp_path: Path, point: str) -> None:
@@ -142,7 +130,7 @@ async def test_a_call_killed_before_its_row_and_then_the_database_lost_is_answer
 
     with trio.fail_after(90):
         first = await _on_host(tmp_path, build)
-        await _killed_during(tmp_path, point, killed_method, killed_params)
+        await call_killed_at(tmp_path, point, killed_method, killed_params, client_id="ui-1")
         _damage(tmp_path, "deleted")
         got = await _on_host(tmp_path, retry)
     assert got["first"] == first
