@@ -185,6 +185,18 @@ async def call_killed_at(data_dir: Path, point: str, method: str, params: dict[s
     assert crashing.proc.returncode == -9, f"the host did not die at {point}:{nth}"
 
 
+def boot_killed_at(data_dir: Path, point: str) -> bool:
+    """Boot ``data_dir`` armed to SIGKILL itself at the first hit of ``point`` (``RT_CRASHPOINT``): True when
+    it died there, False when it came up without reaching the point (it is then stopped)."""
+    try:
+        proc = start_host_process(data_dir, env={"RT_CRASHPOINT": f"{point}:1"}, timeout=30)
+    except RuntimeError as died:
+        assert "exited with -9" in str(died), str(died)[-2000:]
+        return True
+    assert proc.terminate() == 0
+    return False
+
+
 @asynccontextmanager
 async def faulted_client(data_dir: Path, spec: str | None, *, client_id: str, client_kind: str = "agent",
                          plugin_id: str | None = None) -> AsyncIterator[HostClient]:

@@ -31,7 +31,7 @@ from store.config.secrets import SecretStore
 from tests.acceptance.outsiderkit import code_of
 from tests.hostile.wire import hello_frame
 from tests.hostile.wire import raw_connection as raw_ws
-from tests.hostkit import REPO, HostProcess, msg, start_host_process
+from tests.hostkit import REPO, HostProcess, boot_killed_at, msg, start_host_process
 
 MIB = 1024 * 1024
 MAX_FRAME = 16 * MIB  # protocol/README.md §7: a text frame longer than 16 MiB (characters) closes with 1009
@@ -633,22 +633,10 @@ async def test_row17_sigkill_at_every_recovery_step_promotes_the_leftover_once_a
     for point in ("inflight.after_append", "inflight.before_commit", "inflight.before_remove"):
         copy = tmp_path / point
         shutil.copytree(data, copy, symlinks=True)
-        assert await trio.to_thread.run_sync(_boot_killed_at, copy, point), f"boot did not die at {point}"
+        assert await trio.to_thread.run_sync(boot_killed_at, copy, point), f"boot did not die at {point}"
         # killed at the same step of the re-promotion, if the next boot passes it again
-        await trio.to_thread.run_sync(_boot_killed_at, copy, point)
+        await trio.to_thread.run_sync(boot_killed_at, copy, point)
         await _recovered_once(copy, point)
-
-
-def _boot_killed_at(data: Path, point: str) -> bool:
-    """Boot ``data`` armed to SIGKILL itself at the first hit of ``point``: True when it died there, False
-    when it came up without reaching the point (it is then stopped)."""
-    try:
-        proc = start_host_process(data, env={"RT_CRASHPOINT": f"{point}:1"}, timeout=30)
-    except RuntimeError as died:
-        assert "exited with -9" in str(died), str(died)[-2000:]
-        return True
-    assert proc.terminate() == 0
-    return False
 
 
 async def _recovered_once(data: Path, point: str) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import trio
 
 from runtime.client import HostClient, RpcError, open_client
-from tests.hostkit import HostProcess, faulted_client, msg, start_host_process
+from tests.hostkit import HostProcess, boot_killed_at, faulted_client, msg, start_host_process
 
 SIDECAR = "reservation-sidecar"
 
@@ -215,17 +215,6 @@ async def test_a_reservation_whose_turn_already_ended_settles_as_its_turn_ended(
         async with host(root) as (proc, c):
             await check_retry_and_final(c, done, done_reserved)
             await check_retry_and_final(c, stopped, stopped_reserved)
-
-
-def boot_killed_at(root: Path, point: str) -> bool:
-    """Boot ``root`` armed to SIGKILL itself at the first hit of ``point``: True when it died there."""
-    try:
-        proc = start_host_process(root, env={"RT_CRASHPOINT": f"{point}:1"}, timeout=30)
-    except RuntimeError as died:
-        assert "exited with -9" in str(died), str(died)[-2000:]
-        return True
-    assert proc.terminate() == 0
-    return False
 
 
 async def test_a_boot_killed_while_settling_a_reservation_settles_it_once(tmp_path: Path) -> None:
