@@ -146,6 +146,7 @@ async def set_archived_deleted(ctx: SessionContext, message_id: str, deleted: bo
             raise receipts_conflict(ctx.receipt, str(got.carried.get("method")))
         return True  # the request's own effect, durable before a crash took its row: answered the same
     if got.lines:
+        ctx.refuse_if_storage_failed()  # RELIABILITY rule 7: nothing is written after a failed fsync
         lines = got.lines
         await ctx.io(lambda: append_revision_lines(path, lines, faults=faults))
         stored = _stored(ctx)

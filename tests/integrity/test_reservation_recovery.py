@@ -302,6 +302,7 @@ async def test_transcript_rewrites_after_a_failed_fsync_are_refused_like_an_appe
                 ("session.replaceMessages", {"sessionId": sid, "messages": [msg(mid(sid, "u1"), "u1")]}),
                 ("session.saveActiveRevision", {"sessionId": sid, "rootUserId": mid(sid, "u1")}),
                 ("session.activateRevision", {"sessionId": sid, "rootUserId": mid(sid, "u1"), "revisionIndex": 1}),
+                ("session.deleteMessage", {"sessionId": sid, "messageId": mid(sid, "a1")}),  # only a revision holds it
             ):
                 assert await refusal(c, method, params) == (code, message), method
             assert [m["id"] for m in (await full(c, sid))["messages"]] == [mid(sid, x) for x in ("u1", "a1b", "u2")]
