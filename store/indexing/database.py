@@ -24,6 +24,7 @@ from typing import NamedTuple, TypeVar
 from store.errors import CorruptData, IOFailure, StorageFull, StoreError, UnsupportedSQLite, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import fsync_dir
+from store.indexing.corruption import is_corruption
 from store.search.search_upkeep import tune_index
 from store.upgrade.migrations import (
     SIDECAR_SUFFIXES,
@@ -54,8 +55,6 @@ _AUTO_VACUUM_INCREMENTAL = 2
 
 # Primary result codes that mean "the file is damaged" (anything else, such as
 # SQLITE_BUSY or SQLITE_IOERR, is an environment problem and never quarantines).
-_SQLITE_CORRUPT = 11
-_SQLITE_NOTADB = 26
 _SQLITE_READONLY = 8
 
 
@@ -169,11 +168,6 @@ class DatabaseProbe:
     has_schema: bool = False
 
 
-def _is_corruption(exc: sqlite3.Error) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code is not None and (code & 0xFF) in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
-
-
 def _ro_uri(db_path: Path) -> str:
     return f"{db_path.resolve().as_uri()}?mode=ro"
 
@@ -220,7 +214,7 @@ def _probe(db_path: Path, *, read_only: bool) -> DatabaseProbe:
         objects = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         return DatabaseProbe(corrupt=False, user_version=version, has_schema=objects > 0)
     except sqlite3.Error as exc:
-        if _is_corruption(exc):
+        if is_corruption(exc):
             name = getattr(exc, "sqlite_errorname", "SQLITE_CORRUPT")
             return DatabaseProbe(corrupt=True, problem=f"{name}: {exc}")
         raise

@@ -26,11 +26,11 @@ from typing import Any, Protocol
 
 from store.errors import Conflict, IOFailure, StorageFull, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
+from store.indexing.corruption import is_corruption
 from store.search.search_upkeep import upkeep_step
 
 __all__ = ["GroupCommit", "GroupStats", "IndexCorrupt", "Op", "attempt", "index_corrupt", "is_corruption"]
 
-_CORRUPT_MARKERS = ("malformed", "not a database", "disk image", "corrupt")
 _FULL_MARKERS = ("disk is full", "database or disk is full")
 
 
@@ -106,11 +106,6 @@ def _sessions_of(ops: Sequence[Op]) -> frozenset[str] | None:
             return None
         out |= mine
     return frozenset(out)
-
-
-def is_corruption(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return isinstance(exc, sqlite3.DatabaseError) and any(m in text for m in _CORRUPT_MARKERS)
 
 
 class IndexCorrupt(sqlite3.DatabaseError):

@@ -1,0 +1,39 @@
+"""Whether an SQLite error means the index database is damaged (RELIABILITY.md row 7).
+
+One answer for every place that meets the index: the boot probe, the DB writer and the read pool.
+Damage shows in more ways than ``SQLITE_CORRUPT``: a stretch of random bytes over ``pi.sqlite`` can leave
+its b-tree pages well formed and still break what they hold, so the error a read meets is one of
+
+- ``SQLITE_CORRUPT`` (and its extended codes) or ``SQLITE_NOTADB``, or their messages;
+- "vtable constructor failed", "invalid fts5 file format", "no such tokenizer": the FTS5 table's shadow tables,
+  its record of its own format or its schema row are unreadable or changed. The host creates ``messages_fts``
+  with the trigram tokenizer only after checking at boot that this SQLite has it, so its absence later is
+  damage to the schema row;
+- "Could not decode to UTF-8 column": a text value that is not UTF-8. The host writes every text through
+  ``sqlite3``'s binding of a Python ``str`` (always valid UTF-8), so such a value is damage, never data.
+
+Anything else (busy, I/O, a full disk, a constraint, a host bug) is not damage: a healthy index is never
+quarantined for it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+__all__ = ["is_corruption"]
+
+_SQLITE_CORRUPT = 11
+_SQLITE_NOTADB = 26
+_MARKERS = ("malformed", "not a database", "disk image", "corrupt", "vtable constructor failed",
+            "invalid fts5 file format", "no such tokenizer", "could not decode to utf-8")
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """``exc`` is an ``sqlite3.DatabaseError`` that a damaged database file raises."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and (code & 0xFF) in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        return True
+    text = str(exc).lower()
+    return any(marker in text for marker in _MARKERS)

@@ -1,0 +1,89 @@
+"""RELIABILITY.md row 7, each way a damaged index shows: "a corruption found at runtime crashes the DB-writer
+actor, and the supervisor rebuilds". A stretch of random bytes over ``pi.sqlite`` (the outsider test's
+damage) can leave the b-tree pages well formed and break only what they hold; depending on where it lands, a
+read then meets ``SQLITE_CORRUPT``, a text value that is not UTF-8, an FTS5 table that cannot be opened or an
+FTS5 index of an unknown format. Each of these is written here on purpose, through SQLite, while the host
+serves: the first read that meets it answers CORRUPT_DATA (never INTERNAL, "a host bug"), and the same
+process comes back on a rebuilt index holding every acknowledged message. (A random stretch answered
+INTERNAL for the last three before; a CI run met the UTF-8 one.)"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+import trio
+
+from runtime.client import ClientClosed, RpcError, open_client
+from tests.acceptance.outsiderkit import error_of
+from tests.integrity.test_reliability_outsider_a import host, ids, msg
+
+DAMAGE = {
+    # Bytes the host never writes (it binds Python str, always UTF-8) where a message's text is kept.
+    "text-not-utf8": "UPDATE messages SET text = CAST(X'6e6565646c653120ff' AS TEXT) WHERE session_id = 's1'",
+    # The FTS5 index's own record of its format.
+    "fts5-format": "UPDATE messages_fts_config SET v = 99 WHERE k = 'version'",
+    # The FTS5 table's schema row, as a damaged sqlite_master page leaves it: its tokenizer gone.
+    "fts5-schema": None,
+}
+
+
+def _damage(db: Path, kind: str) -> None:
+    conn = sqlite3.connect(db, timeout=10, isolation_level=None)
+    try:
+        if kind == "fts5-schema":
+            conn.execute("PRAGMA writable_schema = ON")
+            conn.execute("UPDATE sqlite_master SET sql = replace(sql, 'trigram', 'trigrxm') "
+                         "WHERE name = 'messages_fts'")
+        else:
+            conn.execute(DAMAGE[kind])
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGE))
+async def test_each_kind_of_index_damage_is_corrupt_data_and_the_host_rebuilds(tmp_path: Path, kind: str) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    acked: dict[str, list[str]] = {}
+    async with host(data) as (proc, c):  # the first host writes; the damage meets the second one
+        for s in range(2):
+            sid = f"s{s}"
+            await c.call("session.create", {"sessionId": sid, "title": "t"})
+            acked[sid] = []
+            for i in range(12):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(
+                    f"{sid}m{i}", f"needle{s} " + random.Random(i).randbytes(40).hex())})
+                acked[sid].append(f"{sid}m{i}")
+        found = await c.call("search.query", {"query": "needle1", "limit": 50})  # indexed: its read barrier
+        assert len(found["results"]) == len(acked["s1"])
+        if kind == "text-not-utf8":  # under the serving host
+            _damage(data / "pi.sqlite", kind)
+    if kind != "text-not-utf8":  # between two hosts: FTS5 reads its format and schema when a connection opens it
+        _damage(data / "pi.sqlite", kind)
+    async with host(data) as (proc, c):
+        codes: list[str | None] = []
+        try:
+            for _ in range(3):
+                codes.append((await error_of(c, "search.query", {"query": "needle1"}))[0])
+        except ClientClosed as closed:
+            codes.append(f"closed {closed}")
+        assert "INTERNAL" not in codes, codes
+        assert codes[0] == "CORRUPT_DATA", codes
+        with trio.fail_after(60):
+            while True:  # the same process, the same url
+                try:
+                    async with open_client(proc.url, proc.token, client_id="again", client_kind="agent") as again:
+                        if (await again.call("host.status", {}))["boot"]["dbRebuilt"]:
+                            assert proc.proc.poll() is None
+                            for sid, want in acked.items():
+                                assert await ids(again, sid) == want
+                            found = await again.call("search.query", {"query": "needle1", "limit": 50})
+                            assert sorted(r["messageId"] for r in found["results"]) == sorted(acked["s1"]), found
+                            break
+                except (OSError, ClientClosed, RpcError):
+                    pass
+                await trio.sleep(0.2)
+    assert list((data / "quarantine").glob("pi.sqlite.corrupt-*")), "the damaged index is kept aside"
