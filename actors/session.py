@@ -518,9 +518,13 @@ class SessionActor(Actor):
         finally:
             limiter.release()
 
+    async def indexed(self) -> None:
+        """Until the index covers every append this session acknowledged (its own read barrier)."""
+        await self.deps.index_log.wait_covered(self.known.index_seq)
+
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         """A read-pool snapshot that sees every append this session acknowledged."""
-        await self.deps.index_log.wait_covered(self.known.index_seq)
+        await self.indexed()
         return await self.deps.reads.run(fn, *args)
 
     async def catch_up(self) -> None:

@@ -210,7 +210,9 @@ class SessionContext:
         return await self._actor.io(fn, *args)
 
     async def io_with_reader(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(conn, *args)`` in this actor's worker thread with a read connection (one hop for both)."""
+        """``fn(conn, *args)`` in this actor's worker thread with a read connection (one hop for both) that
+        sees every append this session acknowledged, as :meth:`read`'s does."""
+        await self._actor.indexed()
         reads = self._actor.deps.reads
 
         def run() -> T:

@@ -211,7 +211,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         "session.recoverInflight",
         m.RecoverInflightParams,
         m.RecoverInflightResult,
-        "The sidecar is gone: settle the leftover checkpoint as the boot sweep would; a running turn ends aborted.",
+        "The sidecar is gone: settle the leftover checkpoint (with none, the turn's streaming reservation) "
+        "as the boot sweep would; a running turn ends aborted.",
         _codes(_SESSION_WRITE, ("CONFLICT",)),
     ),
     # -- notifications ------------------------------------------------------

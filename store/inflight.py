@@ -376,6 +376,27 @@ def reservations_since(conn: sqlite3.Connection, since_ms: int) -> list[tuple[st
     return [(str(r[0]), str(r[1]), str(r[2]), str(r[3]), int(r[4]), int(r[5]), int(r[6])) for r in rows]
 
 
+def plan_reservation(conn: sqlite3.Connection, sid: str, transcript: Path, turn_id: str) -> Settlement:
+    """``session.recoverInflight`` with no checkpoint on disk: the turn's newest streaming reservation (an
+    assistant row of ``turn_id`` whose line still says ``meta.status: "streaming"``), settled from its own
+    content as :func:`settle_reservations` settles it at boot (``promote``); ``none`` when the turn has no
+    such row. Reads only (the index and the rows' spans of the transcript)."""
+    rows = conn.execute(
+        "SELECT m.created_at, m.line_offset, m.line_len, t.status FROM messages m "
+        "JOIN turns t ON t.id = m.turn_id AND t.session_id = m.session_id "
+        "WHERE m.session_id = ? AND m.turn_id = ? AND m.role = 'assistant' AND m.deleted = 0 "
+        "AND m.line_offset IS NOT NULL ORDER BY m.seq DESC",
+        (sid, turn_id),
+    ).fetchall()
+    if not rows:
+        return Settlement("none")
+    for row, blob in zip(rows, read_spans(transcript, [(int(r[1]), int(r[2])) for r in rows]), strict=True):
+        if b'"streaming"' in blob and line_state(blob) == "streaming":
+            cp = Checkpoint(sid, turn_id, int(row[0]), loads_line(blob))
+            return Settlement("promote", cp, promoted_record(cp, turn_completed=row[3] == "completed"))
+    return Settlement("none")
+
+
 def settle_reservations(
     conn: sqlite3.Connection,
     *,

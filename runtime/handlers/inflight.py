@@ -227,7 +227,10 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
     The leftover checkpoint is settled exactly as the boot sweep would
     (``store.inflight.plan_settlement``): promoted as ``completed`` when its
     turn completed, otherwise as ``aborted`` + ``interrupted`` under its turn;
-    removed when its final row landed; quarantined when unreadable. A turn
+    removed when its final row landed; quarantined when unreadable. With no checkpoint on disk, the
+    named turn's streaming reservation (a row still ``meta.status: "streaming"``, whose checkpoint never
+    came) is settled the same way from its own content (``store.inflight.plan_reservation``), as boot's
+    ``settle_reservations`` would. A turn
     still ``running`` ends ``aborted`` (``SIDECAR_LOST``) in the same
     transaction as the promoted line's index row, with what a turn end settles:
     its pending requests are cancelled, the plan execution and the delivery it
@@ -242,6 +245,11 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
         raise Conflict(f"the checkpoint of session {sid} belongs to turn {cp.turn_id}, not {p.turn_id}",
                        data={"sessionId": sid, "turnId": cp.turn_id})
     turn_id = p.turn_id or (cp.turn_id if cp is not None else None)
+    source = "checkpoint"
+    if settlement.action == "none" and p.turn_id is not None:
+        # no checkpoint: a streaming reservation of the turn is settled from its own row, as boot would
+        settlement = await ctx.io_with_reader(inflight.plan_reservation, sid, paths.transcript, p.turn_id)
+        source = "reservation"
     ended: list[dict[str, Any]] = []
     aftermath: list[turn_aftermath.Aftermath] = []
 
@@ -273,7 +281,7 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
         assert rec is not None
 
         def promote(conn: Any, ref: dict[str, Any]) -> dict[str, Any]:
-            inflight.record_promotion(conn, sid, settlement, now, reason="recoverInflight")
+            inflight.record_promotion(conn, sid, settlement, now, reason="recoverInflight", source=source)
             return answer("promoted", end_turn(conn), ref)
 
         result, _ = await append_record(ctx, rec, promote)

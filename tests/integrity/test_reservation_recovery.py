@@ -311,3 +311,37 @@ async def test_transcript_rewrites_after_a_failed_fsync_are_refused_like_an_appe
         assert after[transcript].startswith(files[transcript])  # at most the line whose fsync failed, after
         assert {k: v for k, v in after.items() if k != transcript} == \
             {k: v for k, v in files.items() if k != transcript}
+
+
+async def test_recover_inflight_settles_an_uncheckpointed_reservation_while_the_host_runs(tmp_path: Path) -> None:
+    """The sidecar is lost while the host runs (README §10: "a new one, or the UI: session.recoverInflight
+    {turnId}" → the promoted reply and turn.ended aborted). Its reservation had no checkpoint: the call settles
+    it from its own content exactly as its checkpointed twin's checkpoint is settled (aborted + interrupted,
+    in place, once), instead of answering ``none`` and leaving it streaming until the next boot. A retry, keyed
+    or not, changes nothing more; the next boot finds nothing to settle; the final still replaces it."""
+    root = tmp_path / "data"
+    with trio.fail_after(90):
+        async with host(root) as (proc, c):
+            sid, reserved = await reserve(c, checkpoint=False)
+            twin, _ = await reserve(c, checkpoint=True)
+            answers = {}
+            for session in (sid, twin):
+                answers[session] = await c.call("session.recoverInflight", {
+                    "sessionId": session, "turnId": turn(session), "submissionId": f"recover-{session}"})
+            for session, got in answers.items():
+                assert got["action"] == "promoted", (session, got)
+                assert got["turn"]["status"] == "aborted" and got["turn"]["errorCode"] == "SIDECAR_LOST", got
+                assert got["message"]["id"] == mid(session, "a1"), got
+            assert answers[sid]["message"]["seq"] == reserved["message"]["seq"]
+            await check_settled(c, sid, twin, reserved, status="aborted")
+            keyed = await c.call("session.recoverInflight", {
+                "sessionId": sid, "turnId": turn(sid), "submissionId": f"recover-{sid}"})
+            assert keyed == answers[sid]
+            unkeyed = await c.call("session.recoverInflight", {"sessionId": sid, "turnId": turn(sid)})
+            assert unkeyed["action"] == "none", unkeyed
+            await check_settled(c, sid, twin, reserved, status="aborted")
+            proc.kill9()
+        async with host(root) as (proc, c):
+            assert (await c.call("host.status", {}))["boot"]["inflightPromoted"] == 0
+            await check_settled(c, sid, twin, reserved, status="aborted")
+            await check_retry_and_final(c, sid, reserved)

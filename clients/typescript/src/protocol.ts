@@ -3537,7 +3537,7 @@ export interface Methods {
   "session.verifyEnvironment": { params: VerifyEnvironmentParams; result: VerifyEnvironmentResult };
   /** Checkpoint the streaming assistant reply (atomic replace). (mutating: accepts submissionId) */
   "session.saveInflightMessage": { params: SaveInflightParams; result: SaveInflightResult };
-  /** The sidecar is gone: settle the leftover checkpoint as the boot sweep would; a running turn ends aborted. (mutating: accepts submissionId) */
+  /** The sidecar is gone: settle the leftover checkpoint (with none, the turn's streaming reservation) as the boot sweep would; a running turn ends aborted. (mutating: accepts submissionId) */
   "session.recoverInflight": { params: RecoverInflightParams; result: RecoverInflightResult };
   /** The notification inbox, newest first, with the unread count. */
   "notifications.list": { params: NotificationsListParams; result: NotificationsListResult };
