@@ -3,9 +3,10 @@
 lock → open/migrate the index (quarantine + rebuild a corrupt one) →
 maintenance transaction (interruption fence, retention) → finish interrupted
 deletes and sweep temp files → ``secrets_meta`` from the secret files →
-reconcile every transcript with the index → in-flight checkpoint sweep →
-scratch sweep. Synchronous: the supervisor runs it in a worker thread before it
-starts any actor or opens the gateway.
+reconcile every transcript with the index → (an index quarantined as corrupt)
+salvage its DB-only rows and settle them as the maintenance transaction does →
+in-flight checkpoint sweep → queue settling → scratch sweep. Synchronous: the supervisor
+runs it in a worker thread before it starts any actor or opens the gateway.
 
 Between two steps boot asks ``stop_requested`` (the host's shutdown flag, set
 by SIGINT/SIGTERM): when a stop was asked for, it closes the database and raises
@@ -54,6 +55,7 @@ from store.indexing.database import (
 )
 from store.indexing.index import index_marks, raise_project_id_floor, session_ids
 from store.indexing.reconcile import TailScan, apply_plan, forget_deleted, forget_logged, plan_reconcile, verify_clean
+from store.indexing.salvage import SalvageReport, quarantined_main_file, salvage
 from store.inflight import sweep as sweep_inflight
 from store.plan_recovery import apply_recorded_approvals
 from store.plans import sweep_intents
@@ -189,6 +191,57 @@ def _secrets_meta_step(conn: sqlite3.Connection, data_dir: DataDir, *, db_rebuil
     if out["added"] or out["removed"] or out["skipped"] or followed:
         log.info("secrets_meta repaired from secrets/ files", extra={"secrets": out})
     return out
+
+
+def _salvage_step(conn: sqlite3.Connection, data_dir: DataDir, open_report: OpenReport, report: dict[str, Any], *,
+                  now_ms: int, audit_retention_days: int, boot_id: str) -> None:
+    """Copy what only the quarantined index held into the rebuilt one (``store/indexing/salvage.py``), then
+    settle the copied rows as the maintenance transaction settles rows a restart finds: recorded decisions,
+    the interruption fence (a salvaged running turn or pending request is interrupted, a handed-out queue
+    entry offered again), retention, unslotted schedules, and the providers' key state. Its own failure is
+    logged and reported, never a failed boot: the rebuilt index serves without it."""
+    source = quarantined_main_file(open_report.quarantined)
+    if source is None:
+        return
+    detail: dict[str, Any] = {"source": str(source)}
+    out: SalvageReport | None = None
+    try:
+        out = salvage(conn, source, now_ms=now_ms)
+        detail = out.to_dict()
+    except Exception as exc:
+        if disk_full(exc):
+            raise
+        log.warning("salvaging the quarantined index failed; serving the rebuilt index without the rest: %s",
+                    exc, exc_info=True)
+        detail["failed"] = f"{type(exc).__name__}: {exc}"
+    report["salvage"] = detail
+    if out is not None and out.skipped_reason:
+        log.warning("the quarantined index was not salvaged: %s", out.skipped_reason)
+        return
+    try:
+        # each table commits on its own: what a failed salvage had copied is settled too
+        with transaction(conn):
+            detail["settled"] = {
+                "decisionsRecovered": apply_recorded_decisions(conn, data_dir.transcript, now_ms),
+                "planApprovalsRecovered": apply_recorded_approvals(conn, data_dir.transcript, now_ms),
+                "fence": interruption_fence(conn, now_ms=now_ms, boot_id=boot_id),
+                "retention": retention(conn, now_ms=now_ms, audit_days=audit_retention_days),
+                "tasksArmed": schedule.arm_unslotted(conn, now_ms),
+                "providersFollowed": follow_stored_keys(conn, now_ms=now_ms),
+            }
+    except Exception as exc:
+        if disk_full(exc):
+            raise
+        log.warning("settling the salvaged rows failed: %s", exc, exc_info=True)
+        detail["settleFailed"] = f"{type(exc).__name__}: {exc}"
+    if out is None:
+        return
+    log.info("salvaged DB-only rows from the quarantined index", extra={"salvage": detail})
+    report["salvaged"] = {t: n for t, n in out.copied.items() if n}
+    # skipped: rows not copied for what they hold (not UTF-8, bad JSON, an orphan) or a b-tree that failed
+    # midway; rows the rebuild had written already ("kept") are not counted
+    skipped = {t: sum(n for why, n in c.items() if why != "kept") for t, c in out.skipped.items()}
+    report["salvageSkipped"] = {t: n for t, n in skipped.items() if n}
 
 
 def run_boot(
@@ -343,6 +396,11 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
         report["damagedTranscripts"] = damaged[:50]
     if errors:
         report["reconcileErrors"] = errors[:50]
+    if open_report.rebuilt and open_report.corruption is not None:
+        between("salvaging the quarantined index")
+        # 3b. the DB-only rows the quarantined file still reads back, before the sweeps that settle them
+        _salvage_step(conn, data_dir, open_report, report, now_ms=now, audit_retention_days=audit_retention_days,
+                      boot_id=boot_id)
     between("the in-flight checkpoint sweep")
     # 4. in-flight checkpoints whose final row never landed
     if inflight_sweep is not None:

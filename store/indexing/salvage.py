@@ -1,0 +1,398 @@
+"""Salvage the DB-only rows of a quarantined index (RELIABILITY row 7; ARCHITECTURE "Durability").
+
+An index found corrupt is quarantined and rebuilt from the transcripts (``runtime/boot.py``). What the
+transcripts carry comes back that way; what only the database held (settings, providers, models,
+permission rules, scheduled tasks, the turn queue, notifications, receipts of DB-only methods, the audit
+log, ...) would be lost for good, although the damage seldom reaches it: most of the file is the FTS5
+trigram index. :func:`salvage` opens the quarantined copy read-only (``immutable``: never written; a
+non-empty ``-wal`` beside it is read through a private copy of the pair) and copies into the rebuilt
+database, table by table, the rows that read back cleanly:
+
+* a table whose b-tree fails midway keeps the rows read before the failure (``readError``);
+* a row with a text value that is not UTF-8 (``badText``) or a ``*_json`` value that does not parse
+  (``badJson``) is skipped;
+* a row whose foreign key names a row the rebuilt database does not have (a session the transcripts no
+  longer hold, a provider, a task, a turn) is skipped when the schema would cascade (``orphans``) and has
+  the reference cleared when the schema would set it NULL;
+* a row whose key the rebuild already wrote keeps the rebuilt one (``INSERT OR IGNORE``: ``kept``).
+
+Projects are numbered anew by the rebuild (protocol/README.md §8.2: an old id names nothing): a salvaged
+project takes the rebuilt row of its path (its ``pinned`` flag copied) or a new id, and every project
+reference is mapped from the old id to that one. Nothing here is invented: only rows read back are
+written. Synchronous, no trio: boot runs it in its worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from store.attachments import PENDING_GC_NS
+from store.indexing.index import PROJECT_IDS_KV, issued_project_id, raise_project_id_floor
+from store.queue import KV_NS as QUEUE_KV_NS
+from store.upgrade.attachment_adopt import PENDING_KEY as ADOPT_PENDING_KV
+from store.upgrade.schema import SCHEMA_VERSION
+
+log = logging.getLogger("pi_host")
+
+# The tables copied, in this order (a parent before the rows that refer to it), and why each is DB-only.
+SALVAGED: Final[tuple[tuple[str, str], ...]] = (
+    ("projects", "a project without sessions, and every project's pin, live only here; rebuilt rows are "
+                 "matched by path and the old ids mapped to the new ones"),
+    ("kv", "settings, plugin storage, project memory, group records, queue ledgers: DB-only "
+           "(the rebuild's own bookkeeping keys are left to it)"),
+    ("providers", "provider configuration (its key's presence follows secrets_meta afterwards)"),
+    ("models", "the model catalog of each provider"),
+    ("scheduled_tasks", "scheduled tasks and their cadence"),
+    ("task_runs", "the runs of each scheduled task"),
+    ("turns", "a turn's status, usage and cost: transcripts carry messages, not turn rows"),
+    ("run_snapshots", "the environment snapshot bound to each turn"),
+    ("plan_approvals", "plan and goal approvals and their execution state"),
+    ("approvals", "tool permission requests and their answers"),
+    ("interactions", "ask-the-user questions and their answers"),
+    ("permission_rules", "what the user chose to always allow or deny"),
+    ("turn_queue", "the durable turn queue: a user's queued prompts"),
+    ("session_collaboration_messages", "the collaboration ledger between sessions"),
+    ("notifications", "task notifications and their read state"),
+    ("command_receipts", "receipts of DB-only methods (an append's receipt rides in its line and is "
+                         "rebuilt, so the rebuilt one wins)"),
+    ("audit_log", "the audit log, but for tool_execute rows, which the rebuild derives from tool results"),
+)
+
+# Tables never salvaged: the rebuild derives them from the files, which are the source of truth.
+DERIVED: Final[Mapping[str, str]] = {
+    "sessions": "from each transcript's header and session_info lines (no DB-only column is written)",
+    "messages": "from the transcripts",
+    "messages_fts": "from the messages (its shadow tables too)",
+    "search_hazard": "from the messages",
+    "tool_output": "from the tool results in the transcripts",
+    "tool_fts": "from tool_output",
+    "compactions": "from the compaction lines",
+    "message_revisions": "from the .revisions.jsonl files",
+    "session_import_origins": "from session_info importOrigin",
+    "thread_meta": "from session_info thread",
+    "known_sessions": "from the sessions and deleted-sessions.log",
+    "artifacts": "from Write/Edit tool results",
+    "attachment_blobs": "from the blob files (adopted at boot)",
+    "attachment_refs": "from the references in session files",
+    "secrets_meta": "from the secrets/*.sec headers",
+    "boot_reports": "the lost index's own boot history; the in-flight sweep must cover all time after a loss",
+    "session_collaboration_links": "no release writes it",
+}
+
+_SKIPPED_KV: Final[frozenset[tuple[str, str]]] = frozenset({
+    ("index", "identity"),  # search cursors of the lost index must not resolve here
+    PROJECT_IDS_KV,  # raised by the rebuild above every id the lost database can have issued
+    ADOPT_PENDING_KV,
+})
+_SKIPPED_KV_NS: Final[frozenset[str]] = frozenset({PENDING_GC_NS})
+_JSON_COLUMNS_EXTRA: Final[frozenset[str]] = frozenset({"lease_client"})
+_CURRENT_PROJECT: Final = ("app", "currentProjectId")
+
+
+class _BadRow(Exception):
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+@dataclass
+class SalvageReport:
+    source: str
+    copied: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, dict[str, int]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    relinked_messages: int = 0
+    projects_mapped: int = 0
+    skipped_reason: str | None = None
+
+    def skip(self, table: str, why: str, n: int = 1) -> None:
+        counts = self.skipped.setdefault(table, {})
+        counts[why] = counts.get(why, 0) + n
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"source": self.source, "copied": dict(self.copied),
+                               "skipped": {t: dict(c) for t, c in self.skipped.items()}}
+        if self.errors:
+            out["errors"] = dict(self.errors)
+        if self.relinked_messages:
+            out["relinkedMessages"] = self.relinked_messages
+        if self.projects_mapped:
+            out["projectsMapped"] = self.projects_mapped
+        if self.skipped_reason:
+            out["notSalvaged"] = self.skipped_reason
+        return out
+
+
+def quarantined_main_file(quarantined: list[Path]) -> Path | None:
+    """The database file among a quarantine's moved paths (not a ``-wal``/``-journal``/``-shm``)."""
+    for path in quarantined:
+        if not path.name.endswith(("-wal", "-journal", "-shm")):
+            return path
+    return None
+
+
+@contextmanager
+def _open_source(path: Path) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to the quarantined file that never writes it: ``immutable`` when there is no
+    committed WAL beside it, else over a private copy of the pair (reading a WAL may write its ``-shm``)."""
+    wal = Path(f"{path}-wal")
+    scratch: Path | None = None
+    try:
+        if wal.exists() and wal.stat().st_size > 0:
+            scratch = Path(tempfile.mkdtemp(prefix=".salvage-", dir=path.parent))
+            copy = scratch / "pi.sqlite"
+            shutil.copyfile(path, copy)
+            shutil.copyfile(wal, f"{copy}-wal")
+            uri = f"{copy.as_uri()}?mode=ro"
+        else:
+            uri = f"{path.as_uri()}?mode=ro&immutable=1"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        try:
+            conn.text_factory = bytes
+            conn.execute("PRAGMA query_only = ON")
+            yield conn
+        finally:
+            conn.close()
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    names = (r[1] for r in conn.execute(f"PRAGMA table_info({table})"))
+    return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+
+
+def _text(value: Any) -> Any:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _BadRow("badText") from None
+    return value
+
+
+@dataclass(frozen=True)
+class _ForeignKey:
+    column: str
+    parent: str
+    parent_column: str
+    set_null: bool
+
+
+def _foreign_keys(conn: sqlite3.Connection, table: str) -> list[_ForeignKey]:
+    out = []
+    for row in conn.execute(f"PRAGMA foreign_key_list({table})"):
+        parent, column, parent_column, on_delete = str(row[2]), str(row[3]), row[4], str(row[6])
+        if parent_column is None:
+            parent_column = "id"
+        out.append(_ForeignKey(column, parent, str(parent_column), on_delete.upper() == "SET NULL"))
+    return out
+
+
+class _Salvager:
+    def __init__(self, src: sqlite3.Connection, dst: sqlite3.Connection, report: SalvageReport, now_ms: int) -> None:
+        self.src = src
+        self.dst = dst
+        self.report = report
+        self.now_ms = now_ms
+        self.project_map: dict[int, int] = {}
+
+    def _exists(self, table: str, column: str, value: Any) -> bool:
+        return self.dst.execute(f"SELECT 1 FROM {table} WHERE {column} = ? LIMIT 1", (value,)).fetchone() is not None
+
+    def _read(self, table: str, columns: list[str], order: str = "") -> Iterator[tuple[Any, ...]]:
+        """Rows as stored, until the table's b-tree fails (then the failure is recorded and reading stops)."""
+        try:
+            cur = self.src.execute(f"SELECT {', '.join(columns)} FROM {table}{order}")
+            while True:
+                row = cur.fetchone()
+                if row is None:
+                    return
+                yield tuple(row)
+        except sqlite3.DatabaseError as exc:
+            self.report.errors[table] = f"{type(exc).__name__}: {exc}"
+            self.report.skip(table, "readError")
+
+    def _decode(self, columns: list[str], row: tuple[Any, ...]) -> dict[str, Any]:
+        values = {c: _text(v) for c, v in zip(columns, row, strict=True)}
+        for column, value in values.items():
+            if value is not None and (column.endswith("_json") or column in _JSON_COLUMNS_EXTRA):
+                try:
+                    orjson.loads(value)
+                except (orjson.JSONDecodeError, TypeError):
+                    raise _BadRow("badJson") from None
+        return values
+
+    def _link(self, values: dict[str, Any], fks: list[_ForeignKey]) -> None:
+        for fk in fks:
+            value = values.get(fk.column)
+            if value is None:
+                continue
+            if fk.parent == "projects":
+                value = self.project_map.get(value) if isinstance(value, int) else None
+                values[fk.column] = value
+            if value is None or not self._exists(fk.parent, fk.parent_column, value):
+                if not fk.set_null:
+                    raise _BadRow("orphans")
+                values[fk.column] = None
+
+    def copy_table(self, table: str) -> None:
+        dst_columns = _columns(self.dst, table)
+        src_columns = set(_columns(self.src, table))
+        if not src_columns:
+            self.report.errors[table] = "not readable in the quarantined file"
+            return
+        omit = {"id"} if table == "audit_log" else set()
+        columns = [c for c in dst_columns if c in src_columns and c not in omit]
+        fks = _foreign_keys(self.dst, table)
+        sql = f"INSERT OR IGNORE INTO {table}({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
+        order = " ORDER BY id" if table == "audit_log" else ""
+        copied = 0
+        for row in self._read(table, columns, order):
+            try:
+                values = self._decode(columns, row)
+                if not self._wanted(table, values):
+                    continue
+                self._link(values, fks)
+            except _BadRow as bad:
+                self.report.skip(table, bad.why)
+                continue
+            if self.dst.execute(sql, [values[c] for c in columns]).rowcount:
+                copied += 1
+            else:
+                self.report.skip(table, "kept")
+        self.report.copied[table] = copied
+
+    def _wanted(self, table: str, values: dict[str, Any]) -> bool:
+        """False for a row the rebuild owns (dropped silently); raises _BadRow for an orphan."""
+        if table == "kv":
+            key = (values["ns"], values["key"])
+            if key in _SKIPPED_KV or values["ns"] in _SKIPPED_KV_NS:
+                return False
+            if values["ns"] == QUEUE_KV_NS and not self._exists("sessions", "id", values["key"]):
+                raise _BadRow("orphans")
+            if key == _CURRENT_PROJECT:
+                old = orjson.loads(values["value_json"])
+                new = self.project_map.get(old) if isinstance(old, int) and not isinstance(old, bool) else None
+                if new is None:
+                    raise _BadRow("orphans")
+                values["value_json"] = orjson.dumps(new).decode()
+        elif table == "audit_log":
+            return bool(values["kind"] != "tool_execute")
+        elif table == "command_receipts":
+            sid = values.get("session_id")
+            if sid is not None and not self._exists("sessions", "id", sid):
+                raise _BadRow("orphans")
+        return True
+
+    def copy_projects(self) -> None:
+        columns = ["id", "path", "name", "pinned", "created_at", "last_opened_at"]
+        copied = 0
+        for row in self._read("projects", columns):
+            try:
+                values = self._decode(columns, row)
+            except _BadRow as bad:
+                self.report.skip("projects", bad.why)
+                continue
+            old_id, path = values["id"], values["path"]
+            if not isinstance(old_id, int) or not isinstance(path, str):
+                self.report.skip("projects", "badValue")
+                continue
+            found = self.dst.execute("SELECT id FROM projects WHERE path = ?", (path,)).fetchone()
+            if found is not None:
+                self.dst.execute("UPDATE projects SET pinned = ? WHERE id = ?", (int(bool(values["pinned"])), found[0]))
+                self.project_map[old_id] = int(found[0])
+                self.report.projects_mapped += 1
+                continue
+            new_id = raise_project_id_floor(self.dst, issued_project_id(self.dst) + 1, self.now_ms)
+            self.dst.execute(
+                "INSERT INTO projects(id, path, name, pinned, created_at, last_opened_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (new_id, path, values["name"], int(bool(values["pinned"])), values["created_at"],
+                 values["last_opened_at"]))
+            self.project_map[old_id] = new_id
+            copied += 1
+        self.report.copied["projects"] = copied
+
+    def relink_messages(self) -> None:
+        """Rebuilt messages of a salvaged turn: the rebuild indexed them before the turn row was back, so
+        their turn link is missing; the quarantined index's link is taken where it names a turn of the same
+        session that is here now."""
+        rows = self._read("messages", ["id", "session_id", "turn_id"], " WHERE turn_id IS NOT NULL")
+        for row in rows:
+            try:
+                mid, sid, turn = (_text(v) for v in row)
+            except _BadRow:
+                continue
+            self.report.relinked_messages += self.dst.execute(
+                "UPDATE messages SET turn_id = ? WHERE id = ? AND session_id = ? AND turn_id IS NULL "
+                "AND EXISTS (SELECT 1 FROM turns WHERE id = ? AND session_id = ?)",
+                (turn, mid, sid, turn, sid)).rowcount
+        self.report.errors.pop("messages", None)  # a derived table: its damage is no salvage failure
+
+
+def salvage(dst: sqlite3.Connection, source: Path, *, now_ms: int) -> SalvageReport:
+    """Copy the DB-only rows of the quarantined ``source`` into ``dst`` (the rebuilt index), each table in
+    its own transaction on ``dst`` (autocommit connection). Never writes ``source``. A table that cannot
+    be read at all is reported in ``errors``; what was copied stays."""
+    report = SalvageReport(source=str(source))
+    with _open_source(source) as src:
+        try:
+            version = int(src.execute("PRAGMA user_version").fetchone()[0])
+        except sqlite3.DatabaseError as exc:
+            report.skipped_reason = f"the quarantined file cannot be read: {exc}"
+            return report
+        if version != SCHEMA_VERSION:
+            report.skipped_reason = f"its schema version is {version}, this build's {SCHEMA_VERSION}"
+            return report
+        try:
+            tables = {_text(r[0]) for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except (sqlite3.DatabaseError, _BadRow) as exc:
+            report.skipped_reason = f"its schema cannot be read: {exc}"
+            return report
+        worker = _Salvager(src, dst, report, now_ms)
+        for table, _why in SALVAGED:
+            if table not in tables:
+                report.errors[table] = "missing from the quarantined file"
+                continue
+            try:
+                with _write(dst):
+                    if table == "projects":
+                        worker.copy_projects()
+                    else:
+                        worker.copy_table(table)
+                    if table == "turns":
+                        worker.relink_messages()
+            except sqlite3.Error as exc:
+                if _disk_full(exc):
+                    raise
+                report.errors[table] = f"{type(exc).__name__}: {exc}"
+                report.copied.pop(table, None)
+                log.warning("salvaging %s failed: %s", table, exc)
+    return report
+
+
+def _disk_full(exc: sqlite3.Error) -> bool:
+    return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+
+
+@contextmanager
+def _write(conn: sqlite3.Connection) -> Iterator[None]:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

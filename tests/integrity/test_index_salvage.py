@@ -1,0 +1,277 @@
+"""RELIABILITY row 7 with ARCHITECTURE "Durability" (DB-only state's commit precedes its reply): an index found
+corrupt is quarantined and rebuilt from the transcripts, and the DB-only rows its quarantined copy still reads
+back are salvaged into the rebuilt one (``store/indexing/salvage.py``): settings, providers and models,
+permission rules, scheduled tasks, queued prompts, notifications, turns, receipts of DB-only methods. The
+damage lands where random damage mostly lands, in the FTS5 trigram index: at boot (a page of its data
+table overwritten, ``quick_check`` finds it) and under the serving host (search meets it, CORRUPT_DATA, the
+host restarts itself). Before the salvage all of these read back empty after the rebuild."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from actors.session_context import session_info_line
+from runtime.boot import run_boot
+from runtime.client import ClientClosed, HostClient, RpcError, open_client
+from runtime.datadir import DataDir
+from store.faults import NO_FAULTS
+from store.indexing.salvage import salvage
+from store.transcripts.transcript import create_transcript
+from store.upgrade.schema import SCHEMA_VERSION, apply_schema
+from tests.acceptance.outsiderkit import error_of
+from tests.dbkit import NOW
+from tests.hostkit import start_host_process
+from tests.integrity.test_reliability_outsider_a import host, ids, msg
+
+
+async def _write_state(c: HostClient, ui: HostClient, root: Path) -> dict[str, Any]:
+    """DB-only state of every kind, through the wire; what a retry of each keyed write must answer."""
+    await c.call("session.create", {"sessionId": "s1", "title": "Salvage me", "projectPath": str(root / "p2")})
+    await c.call("session.create", {"sessionId": "s2", "title": "Queue"})
+    for i in range(6):
+        await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(f"m{i}", f"needle {i} words")})
+    # a project no session names (the visible workspace, pinned) and a session's project, pinned
+    opened = await c.call("workspace.open", {"path": str(root / "p1")})
+    await c.call("projects.pin", {"projectId": opened["currentProjectId"], "pinned": True})
+    listed = (await c.call("projects.list", {}))["projects"]
+    await c.call("projects.pin", {"projectId": next(p["id"] for p in listed if p["path"].endswith("p2")),
+                                  "pinned": True})
+    await c.call("settings.set", {"ns": "ui", "key": "sidebarWidth", "value": 280, "submissionId": "set-1"})
+    await c.call("settings.set", {"ns": "app", "key": "theme", "value": {"name": "dark"}})
+    await c.call("providers.create", {"id": "orx", "name": "OrX", "baseUrl": "https://example.invalid/v1",
+                                      "apiKey": "sk-test-0123456789abcdef", "submissionId": "prov-1"})
+    await c.call("models.add", {"providerId": "orx", "modelId": "my/finetune", "displayName": "Mine",
+                                "contextWindow": 32768})
+    task = await c.call("tasks.create", {"title": "Digest", "prompt": "Summarize", "submissionId": "task-1"})
+    q1 = await c.call("session.queuePush", {"sessionId": "s2", "principal": "ui", "content": "first queued",
+                                            "permissionMode": "ask", "submissionId": "qp-1"})
+    await c.call("session.queuePush", {"sessionId": "s2", "principal": "ui", "content": "second queued",
+                                       "permissionMode": "ask", "idempotencyKey": "k-2"})
+    # a turn that ends: its turn row and its notification; a permission rule from a UI's answer
+    await c.call("session.startTurn", {"sessionId": "s1", "turnId": "t1"})
+    await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("u1", "question", turnId="t1")})
+    asked = await c.call("approvals.request", {"sessionId": "s1", "turnId": "t1", "toolCallId": "call1",
+                                               "tool": "Bash", "risk": "low"})
+    await ui.call("approvals.respond", {"sessionId": "s1", "requestId": asked["request"]["requestId"],
+                                        "optionId": "allow_project"})
+    asked = await c.call("approvals.request", {"sessionId": "s1", "turnId": "t1", "toolCallId": "call2",
+                                               "tool": "Read", "risk": "low"})
+    await ui.call("approvals.respond", {"sessionId": "s1", "requestId": asked["request"]["requestId"],
+                                        "optionId": "allow_session"})
+    await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("a1", "answer", role="assistant",
+                                                                          turnId="t1")})
+    await c.call("session.endTurn", {"sessionId": "s1", "turnId": "t1", "status": "completed"})
+    await c.call("search.query", {"query": "needle", "limit": 50})  # indexed: the read barrier
+    return {"task": task, "queue": q1}
+
+
+async def _read_state(c: HostClient) -> dict[str, Any]:
+    tasks = (await c.call("tasks.list", {}))
+    projects = {p["id"]: p for p in (await c.call("projects.list", {}))["projects"]}
+    current = (await c.call("workspace.get", {})).get("currentProjectId")
+    return {
+        "projects": sorted((Path(p["path"]).name, p["pinned"]) for p in projects.values()),
+        "workspace": Path(projects[current]["path"]).name if current in projects else current,
+        "sidebar": (await c.call("settings.get", {"ns": "ui", "key": "sidebarWidth"}))["value"],
+        "theme": (await c.call("settings.get", {"ns": "app", "key": "theme"}))["value"],
+        "provider": {k: v for k, v in (await c.call("providers.get", {"providerId": "orx"})).items()
+                     if k in ("id", "name", "baseUrl", "hasApiKey")},
+        "models": sorted(m["modelId"] for m in (await c.call("models.list", {"providerId": "orx"}))["models"]),
+        "tasks": sorted(t["id"] for t in tasks["tasks"]),
+        "queue": [e["content"] for e in (await c.call("session.queueList", {"sessionId": "s2"}))["entries"]],
+        "rules": sorted((r["scope"], r["tool"], r["decision"], Path(projects[r["projectId"]]["path"]).name
+                         if r.get("projectId") in projects else r.get("projectId"))
+                        for r in (await c.call("approvals.rules", {}))["rules"]),
+        "notifications": sorted(n["turnId"] for n in (await c.call("notifications.list", {}))["notifications"]),
+        "s1": await ids(c, "s1"),
+        "titles": sorted(s["title"] for s in (await c.call("session.list", {}))["sessions"]),
+        "search": sorted(r["messageId"] for r in
+                         (await c.call("search.query", {"query": "needle", "limit": 50}))["results"]),
+    }
+
+
+def _damage_fts_pages(db: Path) -> None:
+    """Overwrite the root page of the FTS5 index's data table (a shadow table): nothing else is touched."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'messages_fts_data'").fetchone()[0]
+    finally:
+        conn.close()
+    with open(db, "r+b") as f:
+        f.seek((root - 1) * page_size)
+        f.write(b"\xa5" * page_size)
+
+
+@pytest.mark.parametrize("where", ["boot", "serving"])
+async def test_db_only_state_survives_a_corrupt_index(tmp_path: Path, where: str) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    proc = start_host_process(data)
+    try:
+        with trio.fail_after(60):
+            async with open_client(proc.url, proc.token, client_id="agent-1", client_kind="agent") as c, \
+                    open_client(proc.url, proc.token, client_id="ui-1", client_kind="ui") as ui:
+                answers = await _write_state(c, ui, tmp_path)
+                before = await _read_state(c)
+                if where == "serving":  # the FTS5 index's leaf blocks malformed: a search meets them
+                    conn = sqlite3.connect(data / "pi.sqlite", timeout=10, isolation_level=None)
+                    conn.execute("UPDATE messages_fts_data SET block = X'ffffffff' WHERE id > 10")
+                    conn.close()
+                    code, _ = await error_of(c, "search.query", {"query": "needle"})
+                    assert code == "CORRUPT_DATA"
+        if where == "boot":
+            assert proc.terminate() == 0
+            _damage_fts_pages(data / "pi.sqlite")
+            proc = start_host_process(data)
+        assert before["queue"] == ["first queued", "second queued"] and len(before["rules"]) == 2
+        assert before["notifications"] and before["workspace"] == "p1"
+        assert before["projects"] == [("p1", True), ("p2", True)]
+        after = await _after_rebuild(proc)
+        assert after["state"] == before, (after["state"], after["boot"])
+        boot = after["boot"]
+        assert boot["dbRebuilt"] is True
+        for table in ("projects", "kv", "providers", "models", "scheduled_tasks", "turn_queue", "permission_rules",
+                      "notifications", "turns", "command_receipts"):
+            assert boot["salvaged"].get(table), (table, boot.get("salvaged"), boot.get("salvage"))
+        # keyed DB-only writes retried after the restart answer from their receipts, never run again
+        with trio.fail_after(60):
+            async with open_client(proc.url, proc.token, client_id="agent-1", client_kind="agent") as c:
+                again = await c.call("tasks.create", {"title": "Digest", "prompt": "Summarize",
+                                                      "submissionId": "task-1"})
+                assert again["id"] == answers["task"]["id"]
+                pushed = await c.call("session.queuePush", {"sessionId": "s2", "principal": "ui",
+                                                            "content": "first queued", "permissionMode": "ask",
+                                                            "submissionId": "qp-1"})
+                assert pushed["entry"]["id"] == answers["queue"]["entry"]["id"]
+                assert await _read_state(c) == before
+    finally:
+        proc.kill9()
+    assert list((data / "quarantine").glob("pi.sqlite.corrupt-*")), "the damaged index stays in quarantine"
+    # a second restart changes nothing
+    async with host(data) as (_proc, c):
+        assert await _read_state(c) == before
+        assert not (await c.call("host.status", {}))["boot"]["dbRebuilt"]
+
+
+async def _after_rebuild(proc: Any) -> dict[str, Any]:
+    with trio.fail_after(60):
+        while True:
+            try:
+                async with open_client(proc.url, proc.token, client_id="agent-2", client_kind="agent") as c:
+                    boot = (await c.call("host.status", {}))["boot"]
+                    if boot["dbRebuilt"]:
+                        return {"boot": boot, "state": await _read_state(c)}
+            except (OSError, ClientClosed, RpcError):
+                pass
+            await trio.sleep(0.2)
+
+
+def _make(path: Path, rows: int) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    apply_schema(conn)
+    conn.execute("BEGIN")
+    for i in range(rows):
+        conn.execute("INSERT INTO kv(ns, key, value_json, updated_at) VALUES ('ui', ?, ?, 1)",
+                     (f"k{i:05d}", f'"{"x" * 200}"'))
+    conn.execute("INSERT INTO kv(ns, key, value_json, updated_at) VALUES ('ui', 'bad-json', '{nope', 1)")
+    conn.execute("INSERT INTO kv(ns, key, value_json, updated_at) VALUES ('ui', 'bad-text', "
+                 "CAST(X'22ff22' AS TEXT), 1)")
+    conn.execute("INSERT INTO turn_queue(id, session_id, principal, input_hash, content, permission_mode, position, "
+                 "created_at) VALUES ('q1', 'gone', 'ui', 'h', 'c', 'ask', 1, 1)")
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def test_salvage_of_a_damaged_db_only_table_copies_what_reads_back(tmp_path: Path) -> None:
+    """The kv b-tree itself damaged midway: the rows before the damage are copied, nothing is invented, the
+    bad rows are counted, an orphan is skipped, and the quarantined file is never written."""
+    src = tmp_path / "old.sqlite"
+    _make(src, 2000)
+    conn = sqlite3.connect(src)
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    pages = conn.execute("SELECT pageno FROM dbstat WHERE name = 'kv' AND pagetype = 'leaf' "
+                         "ORDER BY path").fetchall()
+    conn.close()
+    victim = pages[len(pages) // 2][0]
+    with open(src, "r+b") as f:
+        f.seek((victim - 1) * page_size)
+        f.write(b"\xa5" * page_size)
+    before = src.read_bytes()
+    dst_path = tmp_path / "new.sqlite"
+    dst = sqlite3.connect(dst_path, isolation_level=None)
+    apply_schema(dst)
+    out = salvage(dst, src, now_ms=5)
+    assert src.read_bytes() == before
+    copied = dst.execute("SELECT key, value_json FROM kv WHERE ns = 'ui' ORDER BY key").fetchall()
+    assert 0 < out.copied["kv"] == len(copied) < 2000, out
+    assert all(v == f'"{"x" * 200}"' for _, v in copied)
+    assert [k for k, _ in copied] == [f"k{i:05d}" for i in range(len(copied))]  # a prefix, nothing invented
+    assert out.skipped["kv"] == {"badJson": 1, "badText": 1, "readError": 1}, out
+    assert out.skipped["turn_queue"] == {"orphans": 1}
+    assert dst.execute("SELECT COUNT(*) FROM turn_queue").fetchone()[0] == 0
+    dst.close()
+    # a file of another schema version is left alone
+    other = tmp_path / "other.sqlite"
+    c2 = sqlite3.connect(other)
+    c2.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+    c2.close()
+    dst = sqlite3.connect(tmp_path / "new2.sqlite", isolation_level=None)
+    apply_schema(dst)
+    assert "schema version" in (salvage(dst, other, now_ms=5).skipped_reason or "")
+    dst.close()
+
+
+def test_rows_only_in_the_wal_are_salvaged_and_the_quarantined_pair_is_never_written(tmp_path: Path) -> None:
+    """A host killed before a checkpoint leaves committed rows in ``-wal`` only: they are read through a
+    private copy of the pair (opening the quarantined WAL would write its ``-shm``)."""
+    live = tmp_path / "live.sqlite"
+    conn = sqlite3.connect(live, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    apply_schema(conn)
+    conn.execute("INSERT INTO kv(ns, key, value_json, updated_at) VALUES ('ui', 'only-in-wal', '1', 1)")
+    quarantine = tmp_path / "quarantine"
+    quarantine.mkdir()
+    src = quarantine / "pi.sqlite.corrupt-1"
+    shutil.copyfile(live, src)  # the writer still open: the row is in the WAL alone
+    shutil.copyfile(f"{live}-wal", f"{src}-wal")
+    conn.close()
+    before = {p.name: p.read_bytes() for p in quarantine.iterdir()}
+    dst = sqlite3.connect(tmp_path / "new.sqlite", isolation_level=None)
+    apply_schema(dst)
+    out = salvage(dst, src, now_ms=5)
+    assert out.copied["kv"] == 1, out
+    assert dst.execute("SELECT value_json FROM kv WHERE key = 'only-in-wal'").fetchone() == ("1",)
+    dst.close()
+    assert {p.name: p.read_bytes() for p in quarantine.iterdir()} == before
+
+
+def test_the_boot_goes_on_when_the_salvage_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = DataDir(tmp_path / "data")
+    data.ensure()
+    create_transcript(data.transcript("s-a"), "s-a", NOW,
+                      body_lines=[session_info_line({"title": "kept"}, NOW)])
+    boot = run_boot(data, faults=NO_FAULTS, now_ms=lambda: NOW)
+    assert "salvage" not in boot.report  # a missing file is no corruption: nothing to salvage
+    boot.conn.close()
+    _damage_fts_pages(data.db_path)
+
+    def broken(*_args: Any, **_kwargs: Any) -> None:
+        raise RuntimeError("salvage bug")
+
+    monkeypatch.setattr("runtime.boot.salvage", broken)
+    boot = run_boot(data, faults=NO_FAULTS, now_ms=lambda: NOW)
+    try:
+        assert boot.report["dbRebuilt"] is True
+        assert boot.report["salvage"]["failed"] == "RuntimeError: salvage bug"
+        assert boot.conn.execute("SELECT title FROM sessions").fetchall() == [("kept",)]
+    finally:
+        boot.conn.close()
