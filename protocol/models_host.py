@@ -98,6 +98,17 @@ class BootReport(Result):
     secrets_meta_rebuilt: Count | None = Field(
         default=None, description="secrets_meta rows restored from the secrets/*.sec file headers."
     )
+    salvaged: dict[str, Count] | None = Field(
+        default=None,
+        description="Only after an index quarantined as corrupt: DB-only rows copied from the quarantined file "
+        "into the rebuilt index, by table (tables with none left out); `salvage` holds the details.",
+    )
+    salvage_skipped: dict[str, Count] | None = Field(
+        default=None,
+        description="Only after an index quarantined as corrupt: rows of the quarantined file not copied, by "
+        "table (a text value not UTF-8, JSON that does not parse, a reference to a session or row the rebuild "
+        "does not have, or the rest of a table whose pages failed to read).",
+    )
 
 
 class PipelineStats(Result):

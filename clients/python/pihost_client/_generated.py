@@ -345,6 +345,8 @@ class BootReport(TypedDict):
     tempFilesRemoved: NotRequired[int | None]
     dbRebuilt: NotRequired[bool | None]
     secretsMetaRebuilt: NotRequired[int | None]
+    salvaged: NotRequired[dict[str, int] | None]
+    salvageSkipped: NotRequired[dict[str, int] | None]
 
 
 class BundleInfo(TypedDict):

@@ -460,6 +460,10 @@ export interface BootReport {
   dbRebuilt?: boolean | null;
   /** secrets_meta rows restored from the secrets/*.sec file headers. */
   secretsMetaRebuilt?: number | null;
+  /** Only after an index quarantined as corrupt: DB-only rows copied from the quarantined file into the rebuilt index, by table (tables with none left out); `salvage` holds the details. */
+  salvaged?: { [key: string]: number } | null;
+  /** Only after an index quarantined as corrupt: rows of the quarantined file not copied, by table (a text value not UTF-8, JSON that does not parse, a reference to a session or row the rebuild does not have, or the rest of a table whose pages failed to read). */
+  salvageSkipped?: { [key: string]: number } | null;
 }
 
 export interface BundleInfo {
