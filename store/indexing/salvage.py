@@ -63,8 +63,8 @@ SALVAGED: Final[tuple[tuple[str, str], ...]] = (
     ("turn_queue", "the durable turn queue: a user's queued prompts"),
     ("session_collaboration_messages", "the collaboration ledger between sessions"),
     ("notifications", "task notifications and their read state"),
-    ("command_receipts", "receipts of DB-only methods (an append's receipt rides in its line and is "
-                         "rebuilt, so the rebuilt one wins)"),
+    ("command_receipts", "receipts of DB-only methods; a receipt a file carries is restored by the rebuild "
+                         "and wins, an append's is never copied (its line is the receipt)"),
     ("audit_log", "the audit log, but for tool_execute rows, which the rebuild derives from tool results"),
 )
 
@@ -97,6 +97,9 @@ _SKIPPED_KV: Final[frozenset[tuple[str, str]]] = frozenset({
 _SKIPPED_KV_NS: Final[frozenset[str]] = frozenset({PENDING_GC_NS})
 _JSON_COLUMNS_EXTRA: Final[frozenset[str]] = frozenset({"lease_client"})
 _CURRENT_PROJECT: Final = ("app", "currentProjectId")
+# An append's receipt rides in its line: the rebuild restores every one whose message a file holds, and
+# one whose message is in no file must let a retry write it (as ``pi-host doctor --repair`` leaves it).
+_REBUILT_RECEIPTS: Final[frozenset[str]] = frozenset({"session.appendMessage"})
 
 
 class _BadRow(Exception):
@@ -291,6 +294,8 @@ class _Salvager:
         elif table == "audit_log":
             return bool(values["kind"] != "tool_execute")
         elif table == "command_receipts":
+            if values["method"] in _REBUILT_RECEIPTS:
+                return False
             sid = values.get("session_id")
             if sid is not None and not self._exists("sessions", "id", sid):
                 raise _BadRow("orphans")

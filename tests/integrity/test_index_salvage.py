@@ -36,6 +36,8 @@ async def _write_state(c: HostClient, ui: HostClient, root: Path) -> dict[str, A
     await c.call("session.create", {"sessionId": "s2", "title": "Queue"})
     for i in range(6):
         await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(f"m{i}", f"needle {i} words")})
+    appended = await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("mk", "needle keyed"),
+                                                      "submissionId": "ap-1"})
     # a project no session names (the visible workspace, pinned) and a session's project, pinned
     opened = await c.call("workspace.open", {"path": str(root / "p1")})
     await c.call("projects.pin", {"projectId": opened["currentProjectId"], "pinned": True})
@@ -68,7 +70,7 @@ async def _write_state(c: HostClient, ui: HostClient, root: Path) -> dict[str, A
                                                                           turnId="t1")})
     await c.call("session.endTurn", {"sessionId": "s1", "turnId": "t1", "status": "completed"})
     await c.call("search.query", {"query": "needle", "limit": 50})  # indexed: the read barrier
-    return {"task": task, "queue": q1}
+    return {"task": task, "queue": q1, "append": appended}
 
 
 async def _read_state(c: HostClient) -> dict[str, Any]:
@@ -151,6 +153,10 @@ async def test_db_only_state_survives_a_corrupt_index(tmp_path: Path, where: str
                                                             "content": "first queued", "permissionMode": "ask",
                                                             "submissionId": "qp-1"})
                 assert pushed["entry"]["id"] == answers["queue"]["entry"]["id"]
+                # an append's receipt is its line's: the rebuild restores it, the salvage leaves it alone
+                assert await c.call("session.appendMessage", {
+                    "sessionId": "s1", "message": msg("mk", "needle keyed"), "submissionId": "ap-1"}) \
+                    == answers["append"]
                 assert await _read_state(c) == before
     finally:
         proc.kill9()
@@ -186,6 +192,9 @@ def _make(path: Path, rows: int) -> None:
                  "CAST(X'22ff22' AS TEXT), 1)")
     conn.execute("INSERT INTO turn_queue(id, session_id, principal, input_hash, content, permission_mode, position, "
                  "created_at) VALUES ('q1', 'gone', 'ui', 'h', 'c', 'ask', 1, 1)")
+    for key, method in (("k1", "settings.set"), ("k2", "session.appendMessage")):
+        conn.execute("INSERT INTO command_receipts(client_id, submission_id, method, status, response_json, "
+                     "fingerprint, created_at) VALUES ('c', ?, ?, 'ok', '{}', 'fp', 1)", (key, method))
     conn.execute("COMMIT")
     conn.close()
 
@@ -217,6 +226,8 @@ def test_salvage_of_a_damaged_db_only_table_copies_what_reads_back(tmp_path: Pat
     assert out.skipped["kv"] == {"badJson": 1, "badText": 1, "readError": 1}, out
     assert out.skipped["turn_queue"] == {"orphans": 1}
     assert dst.execute("SELECT COUNT(*) FROM turn_queue").fetchone()[0] == 0
+    # a DB-only method's receipt is copied; an append's is its line's (the rebuild's), never copied
+    assert dst.execute("SELECT submission_id FROM command_receipts").fetchall() == [("k1",)]
     dst.close()
     # a file of another schema version is left alone
     other = tmp_path / "other.sqlite"
