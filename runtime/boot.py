@@ -24,6 +24,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -56,6 +57,9 @@ from store.indexing.database import (
 from store.indexing.index import index_marks, raise_project_id_floor, session_ids
 from store.indexing.reconcile import TailScan, apply_plan, forget_deleted, forget_logged, plan_reconcile, verify_clean
 from store.indexing.salvage import SalvageReport, quarantined_main_file, salvage
+from store.indexing.salvage import clear_pending as clear_salvage
+from store.indexing.salvage import mark_pending as mark_salvage
+from store.indexing.salvage import pending_source as pending_salvage
 from store.inflight import sweep as sweep_inflight
 from store.plan_recovery import apply_recorded_approvals
 from store.plans import sweep_intents
@@ -193,20 +197,17 @@ def _secrets_meta_step(conn: sqlite3.Connection, data_dir: DataDir, *, db_rebuil
     return out
 
 
-def _salvage_step(conn: sqlite3.Connection, data_dir: DataDir, open_report: OpenReport, report: dict[str, Any], *,
-                  now_ms: int, audit_retention_days: int, boot_id: str) -> None:
+def _salvage_step(conn: sqlite3.Connection, data_dir: DataDir, source: Path, report: dict[str, Any], *,
+                  now_ms: int, audit_retention_days: int, boot_id: str, faults: Faults) -> None:
     """Copy what only the quarantined index held into the rebuilt one (``store/indexing/salvage.py``), then
     settle the copied rows as the maintenance transaction settles rows a restart finds: recorded decisions,
     the interruption fence (a salvaged running turn or pending request is interrupted, a handed-out queue
     entry offered again), retention, unslotted schedules, and the providers' key state. Its own failure is
     logged and reported, never a failed boot: the rebuilt index serves without it."""
-    source = quarantined_main_file(open_report.quarantined)
-    if source is None:
-        return
     detail: dict[str, Any] = {"source": str(source)}
     out: SalvageReport | None = None
     try:
-        out = salvage(conn, source, now_ms=now_ms)
+        out = salvage(conn, source, now_ms=now_ms, faults=faults)
         detail = out.to_dict()
     except Exception as exc:
         if disk_full(exc):
@@ -217,10 +218,13 @@ def _salvage_step(conn: sqlite3.Connection, data_dir: DataDir, open_report: Open
     report["salvage"] = detail
     if out is not None and out.skipped_reason:
         log.warning("the quarantined index was not salvaged: %s", out.skipped_reason)
+        with transaction(conn):
+            clear_salvage(conn)
         return
     try:
         # each table commits on its own: what a failed salvage had copied is settled too
         with transaction(conn):
+            clear_salvage(conn)
             detail["settled"] = {
                 "decisionsRecovered": apply_recorded_decisions(conn, data_dir.transcript, now_ms),
                 "planApprovalsRecovered": apply_recorded_approvals(conn, data_dir.transcript, now_ms),
@@ -234,6 +238,8 @@ def _salvage_step(conn: sqlite3.Connection, data_dir: DataDir, open_report: Open
             raise
         log.warning("settling the salvaged rows failed: %s", exc, exc_info=True)
         detail["settleFailed"] = f"{type(exc).__name__}: {exc}"
+        with transaction(conn):
+            clear_salvage(conn)
     if out is None:
         return
     log.info("salvaged DB-only rows from the quarantined index", extra={"salvage": detail})
@@ -307,8 +313,12 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
     if open_report.rebuilt or (open_report.created_fresh and _used_before(data_dir)):
         # a database rebuilt from the files numbers the projects again: above any id the lost one issued
         floor = projects.id_floor_after_loss((data_dir.root, data_dir.sessions_dir), now_ms=now)
+        quarantined = quarantined_main_file(open_report.quarantined) if open_report.corruption else None
         with transaction(conn):
             report["projectIdFloor"] = raise_project_id_floor(conn, floor, now)
+            if open_report.rebuilt and quarantined is not None:
+                # owed until it ran: a boot killed before or during it leaves the mark to the next one
+                mark_salvage(conn, quarantined, now)
     # seed-era attachment files get their rows once, after the migration asked for it; so does every blob
     # file of a database created anew or rebuilt from the files (the blobs are files, their rows derived:
     # without one, GC takes a referenced blob for an orphan of an interrupted put and deletes it)
@@ -396,11 +406,12 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
         report["damagedTranscripts"] = damaged[:50]
     if errors:
         report["reconcileErrors"] = errors[:50]
-    if open_report.rebuilt and open_report.corruption is not None:
+    salvage_from = pending_salvage(conn)
+    if salvage_from is not None:
         between("salvaging the quarantined index")
         # 3b. the DB-only rows the quarantined file still reads back, before the sweeps that settle them
-        _salvage_step(conn, data_dir, open_report, report, now_ms=now, audit_retention_days=audit_retention_days,
-                      boot_id=boot_id)
+        _salvage_step(conn, data_dir, salvage_from, report, now_ms=now, audit_retention_days=audit_retention_days,
+                      boot_id=boot_id, faults=faults)
     between("the in-flight checkpoint sweep")
     # 4. in-flight checkpoints whose final row never landed
     if inflight_sweep is not None:

@@ -37,6 +37,7 @@ from typing import Any, Final
 import orjson
 
 from store.attachments import PENDING_GC_NS
+from store.faults import NO_FAULTS, Faults
 from store.indexing.index import PROJECT_IDS_KV, issued_project_id, raise_project_id_floor
 from store.queue import KV_NS as QUEUE_KV_NS
 from store.upgrade.attachment_adopt import PENDING_KEY as ADOPT_PENDING_KV
@@ -89,7 +90,12 @@ DERIVED: Final[Mapping[str, str]] = {
     "session_collaboration_links": "no release writes it",
 }
 
+PENDING_KV: Final = ("pi-host", "salvageQuarantinedIndex")
+"""Set by the boot that rebuilt the index (its first transaction), cleared when the salvage ran: a boot
+killed before or during the salvage leaves it, and the next boot salvages then (every copy is idempotent)."""
+
 _SKIPPED_KV: Final[frozenset[tuple[str, str]]] = frozenset({
+    PENDING_KV,
     ("index", "identity"),  # search cursors of the lost index must not resolve here
     PROJECT_IDS_KV,  # raised by the rebuild above every id the lost database can have issued
     ADOPT_PENDING_KV,
@@ -134,6 +140,28 @@ class SalvageReport:
         if self.skipped_reason:
             out["notSalvaged"] = self.skipped_reason
         return out
+
+
+def mark_pending(conn: sqlite3.Connection, source: Path, now_ms: int) -> None:
+    """Remember that ``source`` is to be salvaged into this (rebuilt) index (inside the caller's transaction)."""
+    conn.execute("INSERT OR REPLACE INTO kv(ns, key, value_json, updated_at) VALUES (?, ?, ?, ?)",
+                 (*PENDING_KV, orjson.dumps({"source": str(source)}).decode(), now_ms))
+
+
+def pending_source(conn: sqlite3.Connection) -> Path | None:
+    """The quarantined file a salvage is owed from, if any."""
+    row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = ?", PENDING_KV).fetchone()
+    if row is None:
+        return None
+    try:
+        source = orjson.loads(row[0]).get("source")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return Path(source) if isinstance(source, str) else None
+
+
+def clear_pending(conn: sqlite3.Connection) -> None:
+    conn.execute("DELETE FROM kv WHERE ns = ? AND key = ?", PENDING_KV)
 
 
 def quarantined_main_file(quarantined: list[Path]) -> Path | None:
@@ -292,7 +320,12 @@ class _Salvager:
                     raise _BadRow("orphans")
                 values["value_json"] = orjson.dumps(new).decode()
         elif table == "audit_log":
-            return bool(values["kind"] != "tool_execute")
+            if values["kind"] == "tool_execute":
+                return False
+            # no key to keep it from a second copy (a salvage resumed after a kill): the same row is not added
+            return self.dst.execute(
+                "SELECT 1 FROM audit_log WHERE ts = ? AND kind = ? AND session_id IS ? AND payload_json = ?",
+                (values["ts"], values["kind"], values["session_id"], values["payload_json"])).fetchone() is None
         elif table == "command_receipts":
             if values["method"] in _REBUILT_RECEIPTS:
                 return False
@@ -346,7 +379,7 @@ class _Salvager:
         self.report.errors.pop("messages", None)  # a derived table: its damage is no salvage failure
 
 
-def salvage(dst: sqlite3.Connection, source: Path, *, now_ms: int) -> SalvageReport:
+def salvage(dst: sqlite3.Connection, source: Path, *, now_ms: int, faults: Faults = NO_FAULTS) -> SalvageReport:
     """Copy the DB-only rows of the quarantined ``source`` into ``dst`` (the rebuilt index), each table in
     its own transaction on ``dst`` (autocommit connection). Never writes ``source``. A table that cannot
     be read at all is reported in ``errors``; what was copied stays."""
@@ -384,6 +417,7 @@ def salvage(dst: sqlite3.Connection, source: Path, *, now_ms: int) -> SalvageRep
                 report.errors[table] = f"{type(exc).__name__}: {exc}"
                 report.copied.pop(table, None)
                 log.warning("salvaging %s failed: %s", table, exc)
+            faults.point("salvage.after_table")
     return report
 
 
