@@ -299,7 +299,12 @@ class _Salvager:
             except _BadRow as bad:
                 self.report.skip(table, bad.why)
                 continue
-            if self.dst.execute(sql, [values[c] for c in columns]).rowcount:
+            try:
+                added = self.dst.execute(sql, [values[c] for c in columns]).rowcount
+            except sqlite3.IntegrityError:  # a constraint OR IGNORE does not cover (a foreign key checked above)
+                self.report.skip(table, "rejected")
+                continue
+            if added:
                 copied += 1
             else:
                 self.report.skip(table, "kept")
@@ -377,6 +382,7 @@ class _Salvager:
                 "AND EXISTS (SELECT 1 FROM turns WHERE id = ? AND session_id = ?)",
                 (turn, mid, sid, turn, sid)).rowcount
         self.report.errors.pop("messages", None)  # a derived table: its damage is no salvage failure
+        self.report.skipped.pop("messages", None)
 
 
 def salvage(dst: sqlite3.Connection, source: Path, *, now_ms: int, faults: Faults = NO_FAULTS) -> SalvageReport:
