@@ -14,7 +14,8 @@ database, table by table, the rows that read back cleanly:
 * a row whose foreign key names a row the rebuilt database does not have (a session the transcripts no
   longer hold, a provider, a task, a turn) is skipped when the schema would cascade (``orphans``) and has
   the reference cleared when the schema would set it NULL;
-* a row whose key the rebuild already wrote keeps the rebuilt one (``INSERT OR IGNORE``: ``kept``).
+* a row whose key the rebuild already wrote keeps the rebuilt one (``INSERT OR IGNORE``: ``kept``), and one
+  the rebuilt index refuses for another constraint is skipped (``rejected``).
 
 Projects are numbered anew by the rebuild (protocol/README.md §8.2: an old id names nothing): a salvaged
 project takes the rebuilt row of its path (its ``pinned`` flag copied) or a new id, and every project
