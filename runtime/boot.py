@@ -64,7 +64,7 @@ from store.inflight import sweep as sweep_inflight
 from store.plan_recovery import apply_recorded_approvals
 from store.plans import sweep_intents
 from store.queue import settle_after_restart
-from store.rules import SESSION_ID_RE
+from store.rules import MAX_TOKEN_CHARS, SESSION_ID_RE
 from store.transcripts import deleted_log
 from store.transcripts.session_files import finish_delete, pending_deletes
 from store.upgrade.attachment_adopt import adopt_pending, mark_pending
@@ -102,7 +102,9 @@ class BootResult:
 
 
 def load_or_create_token(data_dir: DataDir) -> str:
-    """256-bit token in ``host.token`` (0600, created with O_EXCL, then fchmod)."""
+    """256-bit token in ``host.token`` (0600, created with O_EXCL, then fchmod). A file that holds no token
+    a client could send (shorter than 32 characters, not UTF-8, longer than ``host.hello`` takes: damaged)
+    is replaced."""
     path = data_dir.token_path
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -110,8 +112,11 @@ def load_or_create_token(data_dir: DataDir) -> str:
         st = os.stat(path, follow_symlinks=False)
         if st.st_mode & 0o077:
             os.chmod(path, 0o600)
-        token = path.read_text().strip()
-        if len(token) >= 32:
+        try:
+            token = path.read_bytes().decode("utf-8").strip()
+        except UnicodeDecodeError:
+            token = ""
+        if 32 <= len(token) <= MAX_TOKEN_CHARS:
             return token
         os.unlink(path)
         return load_or_create_token(data_dir)

@@ -1,0 +1,357 @@
+"""Damage to the host's own files other than the index (RELIABILITY.md rules 3, 9, §4 rows 4 and 15, the
+shared invariant checker's "every file parses"; seed 003: the transcript is the source of truth, checkpoints,
+secrets; seed 000: snapshots and attachments). Each kind of file a host writes (a transcript, its revisions
+file, an in-flight checkpoint, a secret and its receipts, the machine key, a review snapshot's meta.json
+and before bytes, an attachment blob, the plugin registry, host.json / host.lock / host.token, the host
+log) is damaged with a seeded generator while the host is down (and, for the per-session files, under a
+serving host too); then the methods that read it run, then a restart. Whatever the damage:
+
+- no answer is INTERNAL ("a host bug") and the host log records no unexpected exception;
+- the boot finishes, or refuses with a documented exit status and one ``pi-host:`` line;
+- the host keeps serving the undamaged session: every acknowledged message of it reads back, and it takes
+  a write.
+
+``PIHOST_SOAK=1`` runs more seeds per kind."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import random
+import shutil
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.client import HostClient, RpcError, open_client
+from tests.hostkit import HostProcess, msg, start_host_process
+
+CLIENT = "damage"
+SOAK = os.environ.get("PIHOST_SOAK") == "1"
+SEEDS = range(12) if SOAK else range(2)
+
+# what the template data directory holds (the undamaged session is ``s2``)
+S1_ACKED = ["u0", "a0", "u1", "a1", "u2", "a2b"]
+S2_ACKED = ["x0", "x1", "x2", "x3"]
+SECRET_REF = "provider/damage"
+GONE_REF = "provider/gone"
+ASSET = base64.b64encode(b"# readme\n").decode()
+
+
+async def _populate(c: HostClient, project: Path) -> dict[str, str]:
+    await c.call("session.create", {"sessionId": "s1", "title": "damaged", "projectPath": str(project)})
+    await c.call("session.create", {"sessionId": "s2", "title": "untouched"})
+    for i in range(3):
+        await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(f"u{i}", f"question {i} naïve ✓")})
+        await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(
+            f"a{i}", f"answer {i} " + "é" * 40, role="assistant")})
+    for i in range(4):
+        await c.call("session.appendMessage", {"sessionId": "s2", "message": msg(f"x{i}", f"kept {i}")})
+    await c.call("session.saveActiveRevision", {"sessionId": "s1", "rootUserId": "u2"})
+    await c.call("session.truncateFrom", {"sessionId": "s1", "messageId": "a2", "mode": "regenerate"})
+    await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("a2b", "again", role="assistant")})
+    await c.call("session.assistantEdit", {"sessionId": "s1", "messageId": "a1",
+                                           "blocks": [{"type": "text", "text": "edited answer"}]})
+    await c.call("secrets.set", {"ref": SECRET_REF, "value": "sk-damage-1"})
+    await c.call("secrets.set", {"ref": GONE_REF, "value": "sk-gone", "submissionId": "gone-set"})
+    await c.call("secrets.delete", {"ref": GONE_REF, "submissionId": "gone-del"})
+    blob = await c.call("attachments.put", {"name": "a.txt", "mimeType": "text/plain",
+                                            "dataBase64": base64.b64encode(b"attached bytes").decode()})
+    review = await c.call("review.record", {
+        "sessionId": "s1", "path": str(project / "f.txt"), "beforeBase64": base64.b64encode(b"old\n").decode(),
+        "toolName": "Edit"})
+    await c.call("plugins.register", {"pluginId": "acme", "name": "acme", "version": "1", "assets": [
+        {"path": "README.md", "mediaType": "text/markdown", "dataBase64": ASSET}]})
+    await c.call("session.startTurn", {"sessionId": "s1", "turnId": "t1"})
+    await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("u3", "question 3", turnId="t1")})
+    await c.call("session.saveInflightMessage", {"sessionId": "s1", "turnId": "t1", "message": msg(
+        "a3", "partial answer", role="assistant", turnId="t1")})
+    return {"sha256": blob["sha256"], "snapshotId": review["snapshot"]["snapshotId"]}
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """A data directory left by a SIGKILLed host with one file of every kind (a turn open, a checkpoint
+    saved), and what the reads need to name in it."""
+    root = tmp_path_factory.mktemp("damage-template")
+    data, project = root / "data", root / "project"
+    data.mkdir()
+    project.mkdir()
+    (project / "f.txt").write_text("new text\n")
+    names: dict[str, str] = {}
+
+    async def build() -> None:
+        async with _host(data) as (_, c):
+            names.update(await _populate(c, project))
+
+    trio.run(build)
+    return data, names
+
+
+@asynccontextmanager
+async def _host(data: Path) -> AsyncIterator[tuple[HostProcess, HostClient]]:
+    proc = start_host_process(data)
+    try:
+        with trio.fail_after(60):
+            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="ui") as c:
+                yield proc, c
+    finally:
+        proc.kill9()
+
+
+# ------------------------------------------------------------------ the files
+
+def _one(pattern: str) -> Callable[[Path], Path]:
+    def find(data: Path) -> Path:
+        found = sorted(data.glob(pattern))
+        assert len(found) == 1, (pattern, found)
+        return found[0]
+    return find
+
+
+FILES: dict[str, Callable[[Path], Path]] = {
+    "transcript": _one("sessions/s1.jsonl"),
+    "revisions": _one("sessions/s1.revisions.jsonl"),
+    "inflight": _one("sessions/s1.inflight.json"),
+    "secret": lambda data: _secret(data, SECRET_REF, ".sec"),
+    "secret-receipts": lambda data: _secret(data, GONE_REF, ".receipts"),
+    "machine-key": _one("secrets/.machine-key"),
+    "review-meta": _one("review-changes/s1/*/meta.json"),
+    "review-before": _one("review-changes/s1/*/before"),
+    "attachment": _one("attachments/[0-9a-f]*"),
+    "plugin-registry": _one("plugins/registry.json"),
+    "plugin-assets": _one("plugins/*/acme.json"),
+    "host-json": _one("host.json"),
+    "host-lock": _one("host.lock"),
+    "host-token": _one("host.token"),
+    "host-log": _one("logs/host/host.ndjson"),
+}
+LINE_FILES = {"transcript", "revisions", "host-log"}
+
+
+def _secret(data: Path, ref: str, suffix: str) -> Path:
+    path = data / "secrets" / (hashlib.sha256(ref.encode()).hexdigest() + suffix)
+    assert path.exists(), path
+    return path
+
+
+# ------------------------------------------------------------------ the damage (bytes in, bytes out)
+
+def _mid(rng: random.Random, body: bytes) -> int:
+    return rng.randrange(len(body) // 4, max(len(body) // 4 + 1, 3 * len(body) // 4)) if body else 0
+
+
+def flip_byte(rng: random.Random, body: bytes) -> bytes:
+    if not body:
+        return b"\xff"
+    at = _mid(rng, body)
+    return body[:at] + bytes([body[at] ^ (1 << rng.randrange(8))]) + body[at + 1:]
+
+
+def random_bytes(rng: random.Random, body: bytes) -> bytes:
+    at = _mid(rng, body)
+    return body[:at] + rng.randbytes(rng.randrange(1, 200)) + body[at + rng.randrange(0, 64):]
+
+
+def nul_run(rng: random.Random, body: bytes) -> bytes:
+    at = _mid(rng, body)
+    return body[:at] + b"\0" * rng.randrange(1, 300) + body[at:]
+
+
+def cut(rng: random.Random, body: bytes) -> bytes:
+    """A line cut: a stretch out of the middle (lines glued), or the file cut short."""
+    if rng.random() < 0.5:
+        return body[:rng.randrange(0, max(1, len(body)))]
+    at = _mid(rng, body)
+    return body[:at] + body[at + rng.randrange(1, 80):]
+
+
+def bad_utf8(rng: random.Random, body: bytes) -> bytes:
+    """Invalid UTF-8 inside a JSON string (or anywhere, in a file with no strings)."""
+    spots = [i for i in range(len(body)) if body[i:i + 1] == b'"']
+    bad = rng.choice([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80", b"\xc0\xaf"])
+    if len(spots) >= 2:
+        at = rng.choice(spots[1:]) if len(spots) > 1 else spots[0]
+        return body[:at] + bad + body[at:]
+    at = _mid(rng, body)
+    return body[:at] + bad + body[at:]
+
+
+WRONG_SHAPES = [b"[]", b"{}", b'"text"', b"null", b"42", b'{"type":"message","id":7}',
+                b'{"type":"message","id":"w1","role":"user","blocks":"not a list"}',
+                b'{"type":"message","id":"w2","role":"wizard","blocks":[{"type":"text","text":5}]}',
+                b'{"type":"session","schema":"x","sessionId":["s1"]}',
+                b'{"type":"revision","rootUserId":5,"revisionIndex":"one","messages":{}}',
+                b'{"type":"revision_live","rootUserId":"u2","revisionIndex":-1,"messageCount":1e309}',
+                b'{"schema":1,"sessionId":"s1","turnId":"t1","savedAt":"soon","message":[]}',
+                b'{"version":1,"snapshotId":"rv-0","state":"recorded","before":7}',
+                b'{"plugins":{"acme":"x"},"version":"9"}',
+                b'{"type":"message","id":"w3","role":"user","blocks":[{"type":"image","ref":"../../etc/passwd"}]}',
+                b'{"a":' * 3000 + b"1" + b"}" * 3000, b'{"n": ' + b"9" * 5000 + b"}"]
+
+
+def wrong_shape(rng: random.Random, body: bytes) -> bytes:
+    """A valid JSON line of the wrong shape: between two lines of a line file, or the whole of a file."""
+    line = rng.choice(WRONG_SHAPES)
+    starts = [0] + [i + 1 for i in range(len(body) - 1) if body[i:i + 1] == b"\n"]
+    if len(starts) > 2:
+        at = rng.choice(starts[1:])
+        return body[:at] + line + b"\n" + body[at:]
+    return line + (b"\n" if rng.random() < 0.5 else b"")
+
+
+DAMAGE: dict[str, Callable[[random.Random, bytes], bytes]] = {
+    "flip": flip_byte, "random": random_bytes, "nul": nul_run, "cut": cut, "utf8": bad_utf8, "shape": wrong_shape,
+}
+
+
+def oversize_line(body: bytes) -> bytes:
+    """A line past the reader's line limit (64 MiB) in the middle of a line file."""
+    starts = [i + 1 for i in range(len(body) - 1) if body[i:i + 1] == b"\n"]
+    at = starts[len(starts) // 2]
+    huge = b'{"type":"message","id":"huge","role":"user","blocks":[{"type":"text","text":"' + b"h" * (65 << 20)
+    return body[:at] + huge + b'"}]}\n' + body[at:]
+
+
+# ------------------------------------------------------------------ the reads and the checks
+
+def _reads(names: dict[str, str]) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        ("host.status", {}),
+        ("session.list", {}),
+        ("session.get", {"sessionId": "s1", "full": True}),
+        ("session.get", {"sessionId": "s1"}),
+        ("session.listRevisions", {"sessionId": "s1"}),
+        ("session.tree", {"sessionId": "s1"}),
+        ("session.context", {"sessionId": "s1"}),
+        ("session.listTurns", {"sessionId": "s1"}),
+        ("session.export", {"sessionId": "s1", "format": "jsonl"}),
+        ("session.export", {"sessionId": "s1", "format": "md"}),
+        ("search.query", {"query": "question"}),
+        ("secrets.list", {}),
+        ("secrets.get", {"ref": SECRET_REF}),
+        ("secrets.delete", {"ref": GONE_REF, "submissionId": "gone-del"}),
+        ("attachments.get", {"sha256": names["sha256"]}),
+        ("review.list", {"sessionId": "s1"}),
+        ("review.get", {"sessionId": "s1", "snapshotId": names["snapshotId"], "includeBefore": True}),
+        ("plugins.list", {}),
+        ("plugins.getAsset", {"pluginId": "acme", "path": "README.md"}),
+        ("session.queueList", {"sessionId": "s1"}),
+        ("session.activateRevision", {"sessionId": "s1", "rootUserId": "u2", "revisionIndex": 1}),
+        ("session.appendMessage", {"sessionId": "s1", "message": msg("later", "after the damage")}),
+        ("session.saveInflightMessage", {"sessionId": "s1", "turnId": "t1", "message": msg(
+            "a3", "partial answer, more", role="assistant", turnId="t1")}),
+        ("secrets.set", {"ref": SECRET_REF, "value": "sk-damage-2"}),
+        ("plugins.register", {"pluginId": "beta", "name": "beta", "version": "1"}),
+        ("review.restore", {"sessionId": "s1", "snapshotId": names["snapshotId"]}),
+    ]
+
+
+async def _drive(c: HostClient, names: dict[str, str], codes: list[str]) -> None:
+    for method, params in _reads(names):
+        try:
+            await c.call(method, params)
+            codes.append("ok")
+        except RpcError as failed:
+            codes.append(f"{method}:{failed.data_code}")
+
+
+async def _undamaged_serves(c: HostClient, tag: str) -> None:
+    got = await c.call("session.get", {"sessionId": "s2", "full": True})
+    have = [m["id"] for m in got["messages"]]
+    assert have[:len(S2_ACKED)] == S2_ACKED, have
+    await c.call("session.appendMessage", {"sessionId": "s2", "message": msg(f"y-{tag}", "still served")})
+
+
+def _log_problems(data: Path) -> list[str]:
+    bad: list[str] = []
+    for path in sorted((data / "logs").rglob("*.ndjson")):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            text = json.dumps(record)
+            if not isinstance(record, dict):
+                continue
+            if "unexpected exception" in text or "INTERNAL" in text or record.get("level") == "critical" \
+                    or "actor crashed" in text.lower():
+                bad.append(text[:2000])
+    return bad
+
+
+async def _boot_and_read(data: Path, names: dict[str, str], tag: str) -> list[str]:
+    """One host on ``data``: every read, then the undamaged session; the codes answered. A boot that
+    refuses must say so with a documented status and one line."""
+    codes: list[str] = []
+    try:
+        proc = start_host_process(data)
+    except RuntimeError as refused:
+        text = str(refused)
+        assert "Traceback" not in text, text[-3000:]
+        status = text.split("host exited with ", 1)[1].split(":", 1)[0]
+        assert status in ("2", "5"), text[-3000:]
+        lines = [ln for ln in text.split(":", 1)[1].strip().splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("pi-host:"), text[-3000:]
+        return [f"refused:{status}"]
+    try:
+        with trio.fail_after(90):
+            async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind="ui") as c:
+                await _drive(c, names, codes)
+                await _undamaged_serves(c, tag)
+    finally:
+        assert proc.proc.poll() is None, "the host died"
+        proc.kill9()
+    return codes
+
+
+def _check(codes: list[str], data: Path) -> None:
+    if os.environ.get("PIHOST_DAMAGE_DEBUG"):
+        print("CODES", sorted(set(codes)))
+    assert not [c for c in codes if c.endswith(":INTERNAL")], codes
+    assert _log_problems(data) == []
+
+
+# ------------------------------------------------------------------ between two hosts
+
+CASES = [(kind, damage, seed) for kind in FILES for damage in DAMAGE for seed in SEEDS]
+
+
+@pytest.mark.parametrize(("kind", "damage", "seed"), CASES)
+async def test_a_file_damaged_between_two_hosts(tmp_path: Path, template: tuple[Path, dict[str, str]],
+                                                kind: str, damage: str, seed: int) -> None:
+    src, names = template
+    data = tmp_path / "data"
+    shutil.copytree(src, data, symlinks=True)
+    target = FILES[kind](data)
+    rng = random.Random(f"{kind}/{damage}/{seed}")
+    target.write_bytes(DAMAGE[damage](rng, target.read_bytes()))
+    first = await _boot_and_read(data, names, "first")
+    _check(first, data)
+    second = await _boot_and_read(data, names, "second")
+    _check(second, data)
+
+
+@pytest.mark.parametrize("body", [b"\xff" * 64 + b"\n", b"a" * 600 + b"\n", b"\xc3(" + b"b" * 62],
+                         ids=["not-utf8", "too-long", "bad-sequence"])
+async def test_a_host_token_no_client_could_send_is_replaced_at_boot(tmp_path: Path, body: bytes) -> None:
+    """``host.token`` that is not UTF-8, or longer than ``host.hello`` takes (512 characters), holds no token
+    a client could send: the boot replaces it (as it does a short one) instead of dying with a traceback or
+    serving a token nobody can present."""
+    data = tmp_path / "data"
+    data.mkdir()
+    async with _host(data) as (_, c):
+        await c.call("session.create", {"sessionId": "s2", "title": "untouched"})
+        for mid in S2_ACKED:
+            await c.call("session.appendMessage", {"sessionId": "s2", "message": msg(mid, mid)})
+    (data / "host.token").write_bytes(body)
+    async with _host(data) as (proc, c):
+        await _undamaged_serves(c, "token")
+    token = (data / "host.token").read_bytes()
+    assert token != body and len(token.decode().strip()) == 64
