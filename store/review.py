@@ -281,10 +281,28 @@ def load_meta(session_dir: Path, snapshot_id: str) -> dict[str, Any] | None:
         meta = orjson.loads(raw) if len(raw) <= MAX_REVIEW_META_BYTES else None
     except orjson.JSONDecodeError:
         meta = None
-    if not isinstance(meta, dict) or meta.get("snapshotId") != snapshot_id:
+    if not isinstance(meta, dict) or meta.get("snapshotId") != snapshot_id or not _well_formed(meta):
         raise CorruptData(f"review snapshot {snapshot_id} has an unreadable meta.json",
                           data={"snapshotId": snapshot_id})
     return meta
+
+
+def _side_ok(side: Any, *, exists: bool | None = None) -> bool:
+    if not isinstance(side, dict) or not isinstance(side.get("exists"), bool):
+        return False
+    if exists is not None and side["exists"] is not exists:
+        return False
+    return isinstance(side.get("sha256"), str) if side["exists"] else side.get("sha256") is None
+
+
+def _well_formed(meta: Mapping[str, Any]) -> bool:
+    """The fields readers and restores rely on have the types :func:`new_meta` (and a restore) write: a
+    ``meta.json`` that parses but lost them (a byte changed in a key, a value of another type) is damaged."""
+    intent = meta.get("restore")
+    return (_side_ok(meta.get("before")) and _side_ok(meta.get("after"), exists=True)
+            and isinstance(meta.get("path"), str) and type(meta.get("createdAt")) is int
+            and meta.get("state") in ("recorded", "restored")
+            and (intent is None or (isinstance(intent, dict) and type(intent.get("at")) is int)))
 
 
 def _published_ids(session_dir: Path) -> list[str]:

@@ -29,18 +29,19 @@ from typing import Any
 import pytest
 import trio
 
-from runtime.client import HostClient, RpcError, open_client
+from runtime.client import ClientClosed, HostClient, RpcError, open_client
 from tests.hostkit import HostProcess, msg, start_host_process
 
 CLIENT = "damage"
 SOAK = os.environ.get("PIHOST_SOAK") == "1"
-SEEDS = range(12) if SOAK else range(2)
+SEEDS = range(12) if SOAK else range(1)
 
 # what the template data directory holds (the undamaged session is ``s2``)
 S1_ACKED = ["u0", "a0", "u1", "a1", "u2", "a2b"]
 S2_ACKED = ["x0", "x1", "x2", "x3"]
 SECRET_REF = "provider/damage"
 GONE_REF = "provider/gone"
+PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
 ASSET = base64.b64encode(b"# readme\n").decode()
 
 
@@ -63,6 +64,14 @@ async def _populate(c: HostClient, project: Path) -> dict[str, str]:
     await c.call("secrets.delete", {"ref": GONE_REF, "submissionId": "gone-del"})
     blob = await c.call("attachments.put", {"name": "a.txt", "mimeType": "text/plain",
                                             "dataBase64": base64.b64encode(b"attached bytes").decode()})
+    image = await c.call("attachments.put", {"name": "dot.png", "mimeType": "image/png", "dataBase64": PNG})
+    await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("u2x", "see attached", blocks=[
+        {"type": "text", "text": "see attached"},
+        {"type": "attachment", "kind": "file", "name": "a.txt", "ref": blob["ref"]},
+        {"type": "attachment", "kind": "image", "name": "dot.png", "ref": image["ref"]}])})
+    await c.call("session.create", {"sessionId": "s3", "title": "gone", "submissionId": "s3-create"})
+    await c.call("session.appendMessage", {"sessionId": "s3", "message": msg("g0", "gone")})
+    await c.call("session.delete", {"sessionId": "s3", "submissionId": "s3-delete"})
     review = await c.call("review.record", {
         "sessionId": "s1", "path": str(project / "f.txt"), "beforeBase64": base64.b64encode(b"old\n").decode(),
         "toolName": "Edit"})
@@ -124,7 +133,9 @@ FILES: dict[str, Callable[[Path], Path]] = {
     "machine-key": _one("secrets/.machine-key"),
     "review-meta": _one("review-changes/s1/*/meta.json"),
     "review-before": _one("review-changes/s1/*/before"),
-    "attachment": _one("attachments/[0-9a-f]*"),
+    "attachment": lambda data: data / "attachments" / hashlib.sha256(b"attached bytes").hexdigest(),
+    "image": lambda data: data / "attachments" / hashlib.sha256(base64.b64decode(PNG)).hexdigest(),
+    "deleted-log": _one("sessions/deleted-sessions.log"),
     "plugin-registry": _one("plugins/registry.json"),
     "plugin-assets": _one("plugins/*/acme.json"),
     "host-json": _one("host.json"),
@@ -132,7 +143,6 @@ FILES: dict[str, Callable[[Path], Path]] = {
     "host-token": _one("host.token"),
     "host-log": _one("logs/host/host.ndjson"),
 }
-LINE_FILES = {"transcript", "revisions", "host-log"}
 
 
 def _secret(data: Path, ref: str, suffix: str) -> Path:
@@ -233,6 +243,10 @@ def _reads(names: dict[str, str]) -> list[tuple[str, dict[str, Any]]]:
         ("session.listTurns", {"sessionId": "s1"}),
         ("session.export", {"sessionId": "s1", "format": "jsonl"}),
         ("session.export", {"sessionId": "s1", "format": "md"}),
+        ("session.export", {"sessionId": "s1", "format": "html"}),
+        ("attachments.estimate", {}),
+        ("session.delete", {"sessionId": "s3", "submissionId": "s3-delete"}),
+        ("session.create", {"sessionId": "s3", "title": "gone", "submissionId": "s3-create"}),
         ("search.query", {"query": "question"}),
         ("secrets.list", {}),
         ("secrets.get", {"ref": SECRET_REF}),
@@ -355,3 +369,213 @@ async def test_a_host_token_no_client_could_send_is_replaced_at_boot(tmp_path: P
         await _undamaged_serves(c, "token")
     token = (data / "host.token").read_bytes()
     assert token != body and len(token.decode().strip()) == 64
+
+
+INDEX_LOST_CASES = [(kind, list(DAMAGE)[(i + k) % len(DAMAGE)]) for i, kind in enumerate(FILES) for k in (0, 3)]
+
+
+@pytest.mark.parametrize(("kind", "damage"), INDEX_LOST_CASES)
+async def test_a_file_damaged_and_the_index_lost(tmp_path: Path, template: tuple[Path, dict[str, str]],
+                                                 kind: str, damage: str) -> None:
+    """The damage, and the index gone too (RELIABILITY row 8): the boot rebuilds the index from the files,
+    the damaged one among them, which is the path that reads every file from its first byte."""
+    src, names = template
+    data = tmp_path / "data"
+    shutil.copytree(src, data, symlinks=True)
+    target = FILES[kind](data)
+    rng = random.Random(f"lost/{kind}/{damage}")
+    target.write_bytes(DAMAGE[damage](rng, target.read_bytes()))
+    for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+        (data / name).unlink(missing_ok=True)
+    _check(await _boot_and_read(data, names, "first"), data)
+    _check(await _boot_and_read(data, names, "second"), data)
+
+
+# ------------------------------------------------------------------ under a serving host
+
+SERVING = [kind for kind in FILES if kind not in ("host-lock", "host-token", "machine-key")]
+SERVING_CASES = [(kind, damage, seed) for kind in SERVING for damage in DAMAGE for seed in SEEDS]
+
+
+def _live_reads() -> list[tuple[str, dict[str, Any]]]:
+    """What reads (or rewrites) a live checkpoint and an open turn, besides :func:`_reads`."""
+    return [
+        ("session.get", {"sessionId": "s1"}),
+        ("session.saveInflightMessage", {"sessionId": "s1", "turnId": "t2", "message": msg(
+            "a4", "second partial, longer", role="assistant", turnId="t2")}),
+        ("session.recoverInflight", {"sessionId": "s1", "turnId": "t2"}),
+        ("session.endTurn", {"sessionId": "s1", "turnId": "t2", "status": "completed"}),
+    ]
+
+
+@pytest.mark.parametrize(("kind", "damage", "seed"), SERVING_CASES)
+async def test_a_file_damaged_under_a_serving_host(tmp_path: Path, template: tuple[Path, dict[str, str]],
+                                                   kind: str, damage: str, seed: int) -> None:
+    """The same damage while a host serves (with a turn open and its checkpoint saved): the reads after it
+    answer, or fail with a stable code; the host keeps serving the undamaged session; the next boot too."""
+    src, names = template
+    data = tmp_path / "data"
+    shutil.copytree(src, data, symlinks=True)
+    codes: list[str] = []
+    async with _host(data) as (proc, c):
+        await c.call("session.startTurn", {"sessionId": "s1", "turnId": "t2"})
+        await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("u4", "question 4", turnId="t2")})
+        await c.call("session.saveInflightMessage", {"sessionId": "s1", "turnId": "t2", "message": msg(
+            "a4", "second partial", role="assistant", turnId="t2")})
+        await c.call("session.get", {"sessionId": "s2"})  # the index covers every append
+        target = FILES[kind](data)
+        rng = random.Random(f"serving/{kind}/{damage}/{seed}")
+        target.write_bytes(DAMAGE[damage](rng, target.read_bytes()))
+        try:
+            for method, params in _live_reads() + _reads(names):
+                try:
+                    await c.call(method, params)
+                    codes.append("ok")
+                except RpcError as failed:
+                    codes.append(f"{method}:{failed.data_code}")
+        except ClientClosed as closed:
+            codes.append(f"closed {closed}")
+        assert proc.proc.poll() is None, "the host died"
+        async with open_client(proc.url, proc.token, client_id="other", client_kind="ui") as other:
+            await _undamaged_serves(other, "serving")
+    _check(codes, data)
+    _check(await _boot_and_read(data, names, "after"), data)
+
+
+# ------------------------------------------------------------------ valid JSON of the wrong shape, line by line
+
+def _line(**fields: Any) -> bytes:
+    return json.dumps(fields).encode()
+
+
+MESSAGE_SHAPES: list[bytes] = [
+    _line(type="message", id="w", role="user", blocks="not a list"),
+    _line(type="message", id="w", role="user", blocks=["text", 5, None]),
+    _line(type="message", id="w", role="user", blocks={"type": "text"}),
+    _line(type="message", id="w", role="user", blocks=None),
+    _line(type="message", id="w", role="user"),
+    _line(type="message", id="w", role=5, blocks=[{"type": "text", "text": "x"}]),
+    _line(type="message", id="w", role="wizard", blocks=[{"type": "text", "text": "x"}]),
+    _line(type="message", id="w", role="user", blocks=[{"type": "text", "text": 5}]),
+    _line(type="message", id="w", role="user", blocks=[{"type": "text", "text": ["a"]}]),
+    _line(type="message", id="w", role="user", blocks=[{"type": 7, "text": "x"}]),
+    _line(type="message", id="w", role="user", blocks=[{"text": "no type"}]),
+    _line(type="message", id="w", role="assistant",
+          blocks=[{"type": "tool_call", "name": 5, "arguments": "x", "id": 3}]),
+    _line(type="message", id="w", role="tool", blocks=[{"type": "tool_result", "content": 5, "isError": "yes",
+                                                       "toolCallId": ["x"]}]),
+    _line(type="message", id="w", role="user", blocks=[{"type": "attachment", "ref": 5, "name": None, "kind": 1}]),
+    _line(type="message", id="w", role="user", blocks=[{"type": "attachment", "ref": "attachments/../../etc/passwd",
+                                                       "name": "x", "kind": "file"}]),
+    _line(type="message", id="w", role="user", blocks=[{"type": "image", "ref": "/etc/passwd", "mimeType": 5}]),
+    _line(type="message", id="w", role="assistant", blocks=[{"type": "thinking", "text": None}]),
+    _line(type="message", id="w", role="user", blocks=[{"type": "text", "text": "x"}], createdAt=5),
+    _line(type="message", id="w", role="user", blocks=[{"type": "text", "text": "x"}], createdAt="99999-99-99"),
+    _line(type="message", id="w", role="user", blocks=[{"type": "text", "text": "x"}], createdAt=1e308),
+    _line(type="message", id="w", role="user", blocks=[{"type": "text", "text": "x"}], meta="not a dict"),
+    _line(type="message", id="w", role="user", blocks=[{"type": "text", "text": "x"}], meta={"usage": "lots",
+                                                                                            "revisionCount": "2"}),
+    _line(type="message", id="w", role="assistant", blocks=[{"type": "text", "text": "x"}], turnId=5),
+    _line(type="message", id="w", role="user", blocks=[{"type": "text", "text": "x"}], seq=-3, deleted="yes"),
+    _line(type="message", id="", role="user", blocks=[{"type": "text", "text": "x"}]),
+    _line(type="message", id="../../x", role="user", blocks=[{"type": "text", "text": "x"}]),
+    _line(type="message", id="w" * 5000, role="user", blocks=[{"type": "text", "text": "x"}]),
+    _line(type="message", id="u1", role="user", blocks="dup of a good id"),
+    _line(type="message", id=5, role="user", blocks=[]),
+    _line(type="message", id="w", role="user", blocks=[{"type": "text", "text": "x"}] * 5000),
+    _line(type="compaction", id=5, summary=None, firstKeptMessageId=7, tokensBefore="many"),
+    _line(type="compaction", id="cp", summary="s", firstKeptMessageId="u1", throughMessageId="a1",
+          retainedTail="x", details=[]),
+    _line(type="tombstone", messageId="u1", deleted="no", receipt=[1]),
+    _line(type="tombstone", messageId=["u1"]),
+    _line(type="tombstone", messageId="a0", deleted=True, receipt={"method": 5, "clientId": None}),
+    _line(type="session_info", title=5, projectPath=["x"], pinned="yes", receipt={"x": 1}),
+    _line(type="session_info", importOrigin="x", importHistory=5),
+    _line(type="session", schema="x", sessionId=["s1"], epoch=5),
+    _line(type="import_receipt", units="x"),
+    _line(type="approval_decision", requestId=5, decision=["allow"]),
+    _line(type=["message"], id="w"),
+    b"[]", b"{}", b'"text"', b"null", b"42", b"true",
+    b'{"type":"message","id":"w","role":"user","blocks":[{"type":"text","text":"\\ud800"}]}',
+    b'{"type":"message","id":"w","id":"v","role":"user","blocks":[]}',
+    b'{"type":"message","id":"w","role":"user","blocks":[{"type":"text","text":NaN}]}',
+    b'{"type":"message","id":"w","role":"user","blocks":[],"n":' + b"9" * 5000 + b"}",
+    b'{"a":' * 3000 + b"1" + b"}" * 3000,
+]
+
+REVISION_SHAPES: list[bytes] = [
+    _line(type="revision", rootUserId=5, revisionIndex="one", messages={}),
+    _line(type="revision", rootUserId="u2", revisionIndex=1, messages="x"),
+    _line(type="revision", rootUserId="u2", revisionIndex=2, messages=[5, None, "x"]),
+    _line(type="revision", rootUserId="u2", revisionIndex=2, messages=[{"type": "message", "id": 5}]),
+    _line(type="revision", rootUserId="u2", revisionIndex=2, messages=[{"type": "message", "id": "r", "role": "user",
+                                                                       "blocks": "x"}]),
+    _line(type="revision", rootUserId="u2", revisionIndex=-1, messages=[], createdAt=[]),
+    _line(type="revision", rootUserId="u2", revisionIndex=1e309, messages=[]),
+    _line(type="revision_live", rootUserId="u2", revisionIndex=-1, messageCount="x"),
+    _line(type="revision_live", rootUserId=None, revisionIndex=None),
+    _line(type="revision_live", rootUserId="u2", revisionIndex=2 ** 70, messageCount=2 ** 70),
+    _line(type=5), b"[]", b"{}", b"null", b'"x"',
+]
+
+
+def _insert_mid(body: bytes, line: bytes) -> bytes:
+    starts = [i + 1 for i in range(len(body) - 1) if body[i:i + 1] == b"\n"]
+    at = starts[len(starts) // 2]
+    return body[:at] + line + b"\n" + body[at:]
+
+
+SHAPE_CASES = [("transcript", i) for i in range(len(MESSAGE_SHAPES))] + \
+    [("revisions", i) for i in range(len(REVISION_SHAPES))]
+
+
+@pytest.mark.parametrize(("kind", "index"), SHAPE_CASES)
+async def test_a_valid_json_line_of_the_wrong_shape(tmp_path: Path, template: tuple[Path, dict[str, str]],
+                                                    kind: str, index: int) -> None:
+    """Each line is valid JSON but not what the host writes (a wrong type for a field, a missing field, an
+    unknown record kind, a lone surrogate, NaN, a duplicate key, a 5000-digit number, deep nesting), put
+    in the middle of a transcript or a revisions file between two hosts."""
+    src, names = template
+    data = tmp_path / "data"
+    shutil.copytree(src, data, symlinks=True)
+    target = FILES[kind](data)
+    line = (MESSAGE_SHAPES if kind == "transcript" else REVISION_SHAPES)[index]
+    target.write_bytes(_insert_mid(target.read_bytes(), line))
+    _check(await _boot_and_read(data, names, "first"), data)
+    _check(await _boot_and_read(data, names, "second"), data)
+
+
+REVIEW_META_CHANGES: dict[str, Callable[[dict[str, Any]], None]] = {
+    "before-renamed": lambda m: m.__setitem__("bdfore", m.pop("before")),
+    "before-a-string": lambda m: m.__setitem__("before", "x"),
+    "after-without-hash": lambda m: m["after"].pop("sha256"),
+    "exists-a-string": lambda m: m["before"].__setitem__("exists", "yes"),
+    "created-at-a-string": lambda m: m.__setitem__("createdAt", "soon"),
+    "path-a-number": lambda m: m.__setitem__("path", 5),
+    "restore-a-string": lambda m: m.__setitem__("restore", "x"),
+    "restored-at-missing": lambda m: m.update(state="restored", restore={"receipt": 5}),
+}
+
+
+@pytest.mark.parametrize("change", list(REVIEW_META_CHANGES))
+async def test_a_review_meta_json_that_parses_but_lost_its_shape(
+        tmp_path: Path, template: tuple[Path, dict[str, str]], change: str) -> None:
+    """A snapshot's ``meta.json`` that still parses, with a key or a type changed (one flipped byte in a key
+    does it): review.get / list / restore answer CORRUPT_DATA, as for one that does not parse, never
+    INTERNAL (a KeyError on ``meta["before"]``)."""
+    src, names = template
+    data = tmp_path / "data"
+    shutil.copytree(src, data, symlinks=True)
+    target = FILES["review-meta"](data)
+    meta = json.loads(target.read_bytes())
+    REVIEW_META_CHANGES[change](meta)
+    target.write_bytes(json.dumps(meta).encode() + b"\n")
+    snap = {"sessionId": "s1", "snapshotId": names["snapshotId"]}
+    async with _host(data) as (_, c):
+        for method, params in (("review.get", {**snap, "includeBefore": True}), ("review.list", {"sessionId": "s1"}),
+                               ("review.restore", snap)):
+            with pytest.raises(RpcError) as failed:
+                await c.call(method, params)
+            assert failed.value.data_code == "CORRUPT_DATA", (method, failed.value.data_code)
+        await _undamaged_serves(c, "review")
+    assert _log_problems(data) == []
