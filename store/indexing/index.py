@@ -405,6 +405,14 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _role_column(record: Mapping[str, Any]) -> str:
+    """The row's ``role`` (TEXT NOT NULL): a line whose role is missing or not a string (a line damaged or
+    written behind the host's back; the host writes one of ``ROLES``) gets ``""``, never a value SQLite
+    refuses to bind or to store."""
+    role = record.get("role")
+    return role if isinstance(role, str) else ""
+
+
 def _turn_ref(conn: sqlite3.Connection, session_id: str, turn_id: Any) -> str | None:
     """The row's turn: the record's ``turnId`` when it names a turn of this session (a turn of
     another session is never linked: usage, decisions and turn listings follow this column)."""
@@ -495,7 +503,7 @@ def index_messages(
             conn.execute(
                 "UPDATE messages SET role = ?, text = ?, tool_name = ?, is_error = ?, created_at = ?, "
                 "line_offset = ?, line_len = ?, wire_cut = ?, line_crc = ? WHERE id = ?",
-                (rec.get("role"), text, tool_name, int(is_error), created, item.offset, item.length, wire_cut,
+                (_role_column(rec), text, tool_name, int(is_error), created, item.offset, item.length, wire_cut,
                  line_crc, mid),
             )
             if rec.get("role") == "tool" or old_role == "tool":
@@ -515,7 +523,7 @@ def index_messages(
                     data={"sessionId": session_id, "seq": item.seq, "indexSeq": seq})
             _check_seq(session_id, seq)
             turn = _turn_ref(conn, session_id, rec.get("turnId"))
-            rows.messages.append((message_mid(int(row[1]), seq), mid, session_id, turn, seq, rec.get("role"),
+            rows.messages.append((message_mid(int(row[1]), seq), mid, session_id, turn, seq, _role_column(rec),
                                   tool_name, int(is_error), text, created, item.offset, item.length, wire_cut,
                                   line_crc))
             existing[mid] = (session_id, seq, item.offset, item.length)
@@ -675,7 +683,7 @@ def reindex_session(
         tool_name, is_error = tool_info(rec)
         turn = _turn_ref(conn, session_id, old_turns.get(rec["id"]) or rec.get("turnId"))
         rows.append(
-            (message_mid(ordinal, seq), rec["id"], session_id, turn, seq, rec.get("role"), tool_name, int(is_error),
+            (message_mid(ordinal, seq), rec["id"], session_id, turn, seq, _role_column(rec), tool_name, int(is_error),
              extract_text(rec), rfc3339_to_ms(rec.get("createdAt"), old_created.get(rec["id"], now_ms)),
              item.offset, item.length, *item.wire())
         )

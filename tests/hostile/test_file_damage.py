@@ -229,9 +229,42 @@ def tail(rng: random.Random, body: bytes) -> bytes:
     return keep + rng.choice([b"", b"\0" * rng.randrange(1, 64), rng.randbytes(rng.randrange(1, 64))])
 
 
+OTHER_VALUES: list[Any] = [None, 0, -1, 2 ** 70, 1.5, "", "x", True, [], {}, [1, "a"], {"k": None}]
+
+
+def _retype_value(rng: random.Random, value: Any) -> Any:
+    """``value`` with one node somewhere inside it given another type, or one key removed."""
+    if isinstance(value, dict) and value and rng.random() < 0.7:
+        key = rng.choice(list(value))
+        if rng.random() < 0.25:
+            return {k: v for k, v in value.items() if k != key}
+        return {**value, key: _retype_value(rng, value[key])}
+    if isinstance(value, list) and value and rng.random() < 0.7:
+        at = rng.randrange(len(value))
+        return [*value[:at], _retype_value(rng, value[at]), *value[at + 1:]]
+    return rng.choice([v for v in OTHER_VALUES if type(v) is not type(value)])
+
+
+def retype(rng: random.Random, body: bytes) -> bytes:
+    """Valid JSON that keeps its keys but one value has another type (or a key is gone): in one line of a
+    line file, or in a JSON file; bytes that are not JSON get a wrong-shape line instead."""
+    lines = body.split(b"\n")
+    parsed = []
+    for i, line in enumerate(lines):
+        try:
+            parsed.append((i, json.loads(line)))
+        except (ValueError, RecursionError):
+            continue
+    if not parsed:
+        return wrong_shape(rng, body)
+    i, value = rng.choice(parsed)
+    lines[i] = json.dumps(_retype_value(rng, value)).encode()
+    return b"\n".join(lines)
+
+
 DAMAGE: dict[str, Callable[[random.Random, bytes], bytes]] = {
     "flip": flip_byte, "random": random_bytes, "nul": nul_run, "cut": cut, "utf8": bad_utf8, "shape": wrong_shape,
-    "head": head, "tail": tail,
+    "head": head, "tail": tail, "retype": retype,
 }
 
 
@@ -472,6 +505,13 @@ MESSAGE_SHAPES: list[bytes] = [
     _line(type="message", id="w", role="user", blocks=None),
     _line(type="message", id="w", role="user"),
     _line(type="message", id="w", role=5, blocks=[{"type": "text", "text": "x"}]),
+    _line(type="message", id="w", role={"k": None}, blocks=[{"type": "text", "text": "x"}]),
+    _line(type="message", id="w", role=["user"], blocks=[{"type": "text", "text": "x"}]),
+    _line(type="message", id="w", role=None, blocks=[{"type": "text", "text": "x"}]),
+    _line(type="message", id="w", blocks=[{"type": "text", "text": "x"}]),
+    _line(type="message", id="a0", role={"k": None}, blocks=[{"type": "text", "text": "x"}]),
+    _line(type="message", id="w", role="user", blocks=[{"type": "text", "text": "x"}], turnId={"t": 1}),
+    _line(type="message", id="w", role="tool", toolName={"n": 1}, blocks=[{"type": "text", "text": "x"}]),
     _line(type="message", id="w", role="wizard", blocks=[{"type": "text", "text": "x"}]),
     _line(type="message", id="w", role="user", blocks=[{"type": "text", "text": 5}]),
     _line(type="message", id="w", role="user", blocks=[{"type": "text", "text": ["a"]}]),
@@ -542,7 +582,7 @@ def _insert_mid(body: bytes, line: bytes) -> bytes:
     return body[:at] + line + b"\n" + body[at:]
 
 
-SHAPE_CASES = [("transcript", i) for i in range(len(MESSAGE_SHAPES)) if SOAK or i % 2 == 0] + \
+SHAPE_CASES = [("transcript", i) for i in range(len(MESSAGE_SHAPES)) if SOAK or i % 2 == 0 or i < 16] + \
     [("revisions", i) for i in range(len(REVISION_SHAPES))]
 
 
