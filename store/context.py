@@ -72,7 +72,7 @@ from store.compaction import normalize_on_read, split_valid
 from store.ids import remapped_message_id
 from store.revisions import family_of, live_stamps, stamp_of
 from store.snapshots import load_snapshot
-from store.transcripts.records import extract_text, meta_of
+from store.transcripts.records import blocks_of, extract_text, meta_of
 
 CONTEXT_BLOCK_TYPES = ("text", "tool_call", "attachment")
 REPLAY_KEYS = ("signature", "redacted", "replay")
@@ -99,7 +99,7 @@ def in_context(record: Mapping[str, Any], tombstoned: set[str] | frozenset[str])
 def context_blocks(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     replay = meta_of(record).get("replayReasoning") is True
     out: list[dict[str, Any]] = []
-    for block in record.get("blocks") or ():
+    for block in blocks_of(record):
         if not isinstance(block, Mapping):
             continue
         kind = block.get("type")
@@ -241,7 +241,7 @@ class StoredBranch:
 def preview(record: Mapping[str, Any], limit: int = PREVIEW_CHARS) -> str:
     text = extract_text(record)
     if text is None:
-        names = [name for b in record.get("blocks") or ()
+        names = [name for b in blocks_of(record)
                  if isinstance(b, Mapping) and b.get("type") == "tool_call" and isinstance(name := b.get("name"), str)]
         tool = record.get("toolName")
         text = tool if isinstance(tool, str) else ", ".join(names)

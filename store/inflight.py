@@ -42,7 +42,7 @@ from store.indexing.database import disk_full
 from store.indexing.reconcile import apply_plan, plan_reconcile
 from store.jsonio import dumps_line, loads_line
 from store.rules import SESSION_ID_RE
-from store.transcripts.records import is_streaming
+from store.transcripts.records import blocks_of, is_streaming
 from store.transcripts.transcript import TranscriptWriter, read_spans
 
 SCHEMA = 1
@@ -70,7 +70,7 @@ class Checkpoint:
 
 def has_visible_content(message: Mapping[str, Any]) -> bool:
     """False for an empty reply: no blocks, or only text/thinking blocks without text."""
-    for block in message.get("blocks") or ():
+    for block in blocks_of(message):
         if not isinstance(block, Mapping):
             continue
         if block.get("type") in ("text", "thinking"):

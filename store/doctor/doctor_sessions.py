@@ -38,6 +38,7 @@ from store.ids import remapped_message_id
 from store.indexing.index import IndexRecord
 from store.indexing.reconcile import ReconcilePlan, TailScan, apply_plan, dedupe, read_header, scan_from
 from store.rules import SESSION_ID_RE
+from store.transcripts.records import blocks_of
 from store.transcripts.transcript import DROPPED_MARKER, TranscriptWriter
 
 INFLIGHT_SUFFIX = ".inflight.json"
@@ -191,7 +192,7 @@ def _collect(facts: SessionFacts, sid: str, records: Iterable[IndexRecord]) -> N
     for item in records:
         rid = item.record["id"]
         ids.update((rid, remapped_message_id(sid, rid)))
-        for block in item.record.get("blocks") or ():
+        for block in blocks_of(item.record):
             ref = block.get("ref") if isinstance(block, dict) and block.get("type") == "attachment" else None
             if isinstance(ref, str) and ref.startswith("attachments/"):
                 facts.attachment_refs.setdefault(ref[len("attachments/"):], []).append((sid, rid))

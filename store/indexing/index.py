@@ -19,7 +19,7 @@ from store.indexing.sql_lists import in_chunks
 from store.interchange import origin_history
 from store.rules import canonical_project_path
 from store.session_state import with_projection
-from store.transcripts.records import extract_text, rfc3339_to_ms, searchable, tool_info
+from store.transcripts.records import blocks_of, extract_text, rfc3339_to_ms, searchable, tool_info
 from store.transcripts.window_reply import describe_line
 from store.upgrade.schema import MAX_SEQ, message_mid
 
@@ -59,7 +59,7 @@ def tool_output_text(record: Mapping[str, Any]) -> str | None:
             for item in value:
                 take(item, depth + 1)
 
-    for block in record.get("blocks") or ():
+    for block in blocks_of(record):
         if not isinstance(block, Mapping):
             continue
         kind = block.get("type")

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from store.errors import InvalidInput
+from store.transcripts.records import blocks_of
 
 __all__ = ["HtmlWriter", "MarkdownWriter", "fence"]
 
@@ -91,7 +92,7 @@ class MarkdownWriter(_Writer):
         if meta.get("agentName"):
             head += f" · subagent {meta['agentName']}"
         parts = [f"### {head}", f"*{record.get('createdAt', '')}*", ""]
-        for block in record.get("blocks") or ():
+        for block in blocks_of(record):
             if isinstance(block, Mapping):
                 parts.append(self.block(block))
                 parts.append("")
@@ -236,7 +237,7 @@ class HtmlWriter(_Writer):
         if meta.get("agentName"):
             classes.append("subagent")
             extra = f"<span>subagent {html.escape(str(meta['agentName']))}</span>"
-        body = "\n".join(self.block(b) for b in record.get("blocks") or () if isinstance(b, Mapping))
+        body = "\n".join(self.block(b) for b in blocks_of(record) if isinstance(b, Mapping))
         self.emit(f"<article class=\"{' '.join(classes)}\" id=\"{html.escape(str(record.get('id')))}\">"
                   f"<header><span class=\"role\">{label}</span><time>{html.escape(str(record.get('createdAt', '')))}"
                   f"</time>{extra}</header>\n{body}\n</article>\n")

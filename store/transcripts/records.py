@@ -96,13 +96,20 @@ def searchable(text: str) -> str:
     return text.replace("\x00", NUL_STAND_IN) if "\x00" in text else text
 
 
+def blocks_of(record: Mapping[str, Any]) -> list[Any]:
+    """The record's blocks: its ``blocks`` list, none when that is missing or not a list (a line damaged or
+    written behind the host's back: a number there is not iterable, a string would iterate its characters)."""
+    blocks = record.get("blocks")
+    return blocks if isinstance(blocks, list) else []
+
+
 def extract_text(record: Mapping[str, Any]) -> str | None:
     """Final answer text for search/preview: text blocks only, never thinking; None for tools.
     As the index stores it (:func:`searchable`)."""
     if record.get("role") == "tool":
         return None
     parts: list[str] = []
-    for block in record.get("blocks") or ():
+    for block in blocks_of(record):
         if isinstance(block, Mapping) and block.get("type") == "text":
             text = block.get("text")
             if isinstance(text, str) and text:
@@ -116,7 +123,7 @@ def tool_info(record: Mapping[str, Any]) -> tuple[str | None, bool]:
     """Promoted ``tool_name`` and ``is_error`` for the index row."""
     name = record.get("toolName") if isinstance(record.get("toolName"), str) else None
     is_error = False
-    for block in record.get("blocks") or ():
+    for block in blocks_of(record):
         if isinstance(block, Mapping) and block.get("type") == "tool_call":
             if name is None and isinstance(block.get("name"), str):
                 name = block["name"]

@@ -22,7 +22,7 @@ from store.errors import PayloadTooLarge
 from store.indexing import index
 from store.indexing.reconcile import plan_reconcile
 from store.jsonio import loads_line
-from store.transcripts.records import cap_content, wire_record
+from store.transcripts.records import blocks_of, cap_content, wire_record
 from store.transcripts.transcript import read_spans, read_transcript
 from store.transcripts.window_reply import encode_window, with_field
 
@@ -406,7 +406,7 @@ def find_tool_call_line(path: Path, call_id: str) -> dict[str, Any] | None:
                 continue
             if rec.get("type") != "message":
                 continue
-            for block in rec.get("blocks") or ():
+            for block in blocks_of(rec):
                 if isinstance(block, dict) and block.get("type") == "tool_call" and block.get("callId") == call_id:
                     found = rec
     return found

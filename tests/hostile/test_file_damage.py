@@ -34,7 +34,7 @@ from tests.hostkit import HostProcess, msg, start_host_process
 
 CLIENT = "damage"
 SOAK = os.environ.get("PIHOST_SOAK") == "1"
-SEEDS = range(12) if SOAK else range(1)
+SEEDS = range(int(os.environ.get("PIHOST_DAMAGE_SEEDS", "12"))) if SOAK else range(1)
 
 # what the template data directory holds (the undamaged session is ``s2``)
 S1_ACKED = ["u0", "a0", "u1", "a1", "u2", "a2b"]
@@ -649,5 +649,26 @@ async def test_a_line_far_over_the_line_limit(tmp_path: Path, template: tuple[Pa
     shutil.copytree(src, data, symlinks=True)
     target = FILES[kind](data)
     target.write_bytes(oversize_line(target.read_bytes()))
+    _check(await _boot_and_read(data, names, "first"), data)
+    _check(await _boot_and_read(data, names, "second"), data)
+
+
+@pytest.mark.parametrize("blocks", [1, -1, 1.5, True, 2 ** 70, "text", {"type": "text", "text": "x"}, None],
+                         ids=["one", "minus-one", "float", "true", "huge", "string", "object", "null"])
+async def test_a_message_line_whose_blocks_are_not_a_list(tmp_path: Path, template: tuple[Path, dict[str, str]],
+                                                          blocks: Any) -> None:
+    """An acknowledged message's line rewritten in place with ``blocks`` of another type (a number is not
+    iterable): the boot that re-indexes the transcript finishes (it died with a TypeError, every time: a
+    boot loop), and the reads and rewrites of the session answer."""
+    src, names = template
+    data = tmp_path / "data"
+    shutil.copytree(src, data, symlinks=True)
+    target = FILES["transcript"](data)
+    lines = target.read_bytes().splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        record = json.loads(line)
+        if record.get("id") in ("u1", "u2"):
+            lines[i] = json.dumps({**record, "blocks": blocks}).encode() + b"\n"
+    target.write_bytes(b"".join(lines))
     _check(await _boot_and_read(data, names, "first"), data)
     _check(await _boot_and_read(data, names, "second"), data)
