@@ -184,11 +184,13 @@ def print_window(res: dict[str, Any], args: argparse.Namespace) -> None:
             else f"no messages (of {res['totalMessages']})")
     print(f"# {res['session'].get('title') or res['session']['id']}  ({span})")
     for m in messages:
-        blocks = [b for b in m.get("blocks", []) if isinstance(b, Mapping)]
+        # a row is the transcript line as it is: one damaged (or written by hand) may hold anything there
+        raw_blocks, raw_meta = m.get("blocks"), m.get("meta")
+        blocks = [b for b in raw_blocks if isinstance(b, Mapping)] if isinstance(raw_blocks, list) else []
         parts = [t for t in map(_block_text, blocks) if t]
         plain = all(b.get("type") in ("text", "thinking") for b in blocks)
         text = (" " if plain else " | ").join(parts)  # tool calls and attachments set apart from the text
-        meta = m.get("meta") or {}
+        meta = raw_meta if isinstance(raw_meta, Mapping) else {}
         mark = " [interrupted]" if meta.get("interrupted") else ""
         if meta.get("agentName") or meta.get("parentToolCallId"):  # a subagent's row (§4.7a), not the user's
             mark += f" [subagent {meta.get('agentName') or meta.get('parentToolCallId')}]"

@@ -21,6 +21,8 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,7 +32,7 @@ import pytest
 import trio
 
 from runtime.client import ClientClosed, HostClient, RpcError, open_client
-from tests.hostkit import HostProcess, msg, start_host_process
+from tests.hostkit import REPO, HostProcess, msg, start_host_process
 
 CLIENT = "damage"
 SOAK = os.environ.get("PIHOST_SOAK") == "1"
@@ -672,3 +674,38 @@ async def test_a_message_line_whose_blocks_are_not_a_list(tmp_path: Path, templa
     target.write_bytes(b"".join(lines))
     _check(await _boot_and_read(data, names, "first"), data)
     _check(await _boot_and_read(data, names, "second"), data)
+
+
+# ------------------------------------------------------------------ the offline CLI on a damaged directory
+
+CLI_DAMAGE: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "blocks-a-number": lambda r: {**r, "blocks": 5},
+    "blocks-of-strings": lambda r: {**r, "blocks": ["text", 5]},
+    "meta-a-string": lambda r: {**r, "meta": "not a dict"},
+    "role-an-object": lambda r: {**r, "role": {"k": None}},
+}
+
+
+@pytest.mark.parametrize("damage", list(CLI_DAMAGE))
+def test_the_offline_cli_reads_a_damaged_transcript_without_a_traceback(
+        tmp_path: Path, template: tuple[Path, dict[str, str]], damage: str) -> None:
+    """``pi-host show / sessions / search / doctor`` with no host running read the files themselves: an
+    acknowledged line rewritten with a field of another type prints the session (or one clear line and a
+    non-zero status), never a traceback to the person at the terminal."""
+    src, _ = template
+    data = tmp_path / "data"
+    shutil.copytree(src, data, symlinks=True)
+    target = FILES["transcript"](data)
+    lines = target.read_bytes().splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        record = json.loads(line)
+        if record.get("id") in ("u1", "a1"):
+            lines[i] = json.dumps(CLI_DAMAGE[damage](record)).encode() + b"\n"
+    target.write_bytes(b"".join(lines))
+    for argv in (["show", "s1"], ["show", "s2"], ["sessions"], ["search", "question"], ["doctor"]):
+        done = subprocess.run([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), *argv], cwd=REPO,
+                              capture_output=True, timeout=120, check=False)
+        said = done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
+        assert "Traceback" not in said, (argv, said[-3000:])
+        if argv == ["show", "s2"]:
+            assert done.returncode == 0 and all(f"kept {i}" in said for i in range(4)), said
