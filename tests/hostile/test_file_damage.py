@@ -79,11 +79,16 @@ async def _populate(c: HostClient, project: Path) -> dict[str, str]:
         "toolName": "Edit"})
     await c.call("plugins.register", {"pluginId": "acme", "name": "acme", "version": "1", "assets": [
         {"path": "README.md", "mediaType": "text/markdown", "dataBase64": ASSET}]})
+    await c.call("configSync.configure", {"enabled": False})
+    bundle = await c.call("configSync.export", {})
+    await c.call("configSync.apply", {"bundleBase64": bundle["bundleBase64"]})
+    await c.call("settings.set", {"key": "ui.theme", "value": "dark"})
+    await c.call("configSync.export", {})
     await c.call("session.startTurn", {"sessionId": "s1", "turnId": "t1"})
     await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("u3", "question 3", turnId="t1")})
     await c.call("session.saveInflightMessage", {"sessionId": "s1", "turnId": "t1", "message": msg(
         "a3", "partial answer", role="assistant", turnId="t1")})
-    return {"sha256": blob["sha256"], "snapshotId": review["snapshot"]["snapshotId"]}
+    return {"sha256": blob["sha256"], "snapshotId": review["snapshot"]["snapshotId"], "bundle": bundle["bundleBase64"]}
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +145,8 @@ FILES: dict[str, Callable[[Path], Path]] = {
     "deleted-log": _one("sessions/deleted-sessions.log"),
     "plugin-registry": _one("plugins/registry.json"),
     "plugin-assets": _one("plugins/*/acme.json"),
+    "sync-pending": _one("config-sync/pending.bin"),
+    "sync-base": _one("config-sync/base.bin"),
     "host-json": _one("host.json"),
     "host-lock": _one("host.lock"),
     "host-token": _one("host.token"),
@@ -306,6 +313,9 @@ def _reads(names: dict[str, str]) -> list[tuple[str, dict[str, Any]]]:
         ("plugins.list", {}),
         ("plugins.getAsset", {"pluginId": "acme", "path": "README.md"}),
         ("session.queueList", {"sessionId": "s1"}),
+        ("configSync.get", {}),
+        ("configSync.export", {}),
+        ("configSync.apply", {"bundleBase64": names["bundle"]}),
         ("session.activateRevision", {"sessionId": "s1", "rootUserId": "u2", "revisionIndex": 1}),
         ("session.appendMessage", {"sessionId": "s1", "message": msg("later", "after the damage")}),
         ("session.saveInflightMessage", {"sessionId": "s1", "turnId": "t1", "message": msg(
