@@ -12,6 +12,12 @@ Two directions with different contracts:
 * :func:`dumps_line` / :func:`loads_line` write and read one transcript line
   (docs/DESIGN.md "Transcript file format"): orjson, ``type`` first, ``id``
   second, ``\\n`` terminated.
+* :func:`loads_stored` reads back a JSON column of the index. The host writes
+  only valid JSON there, so a value that does not parse (or is not the shape
+  the host wrote) is damage of that one record: ``CorruptData`` naming it,
+  never a host bug. The index is not quarantined for it: the tables that
+  hold JSON are mostly state only the database holds (tasks, turns, settings),
+  which a rebuild from the transcripts would lose.
 """
 
 from __future__ import annotations
@@ -25,13 +31,14 @@ from typing import Any
 
 import orjson
 
-from store.errors import InvalidInput
+from store.errors import CorruptData, InvalidInput
 
 __all__ = [
     "IntegerOutOfRange",
     "StrictJSONError",
     "dumps_line",
     "loads_line",
+    "loads_stored",
     "loads_strict",
     "now_rfc3339",
 ]
@@ -278,6 +285,18 @@ def loads_line(line: bytes) -> dict[str, Any]:
     value = orjson.loads(line)
     if not isinstance(value, dict):
         raise ValueError(f"transcript line is a {type(value).__name__}, not an object")
+    return value
+
+
+def loads_stored(raw: str | bytes, what: str, shape: type | None = None) -> Any:
+    """A JSON value the host wrote into an index column; ``CorruptData`` naming ``what`` (the record) when it
+    does not parse or is not of ``shape``."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise CorruptData(f"{what} is unreadable: {exc}") from None
+    if shape is not None and not isinstance(value, shape):
+        raise CorruptData(f"{what} is a JSON {type(value).__name__}, not {shape.__name__}")
     return value
 
 

@@ -55,6 +55,7 @@ from typing import Any, Literal
 import orjson
 
 from store.errors import Conflict, InvalidInput, NotFound, PlanRequiresInteractiveSession, SessionNotFound
+from store.jsonio import loads_stored
 from store.rules import MAX_PATH_CHARS
 from store.stamps import after_newest
 
@@ -265,7 +266,7 @@ _TASK_COLS = "id, title, prompt, cadence, enabled, project_id, config_json, last
 
 def _task(row: tuple[Any, ...]) -> dict[str, Any]:
     tid, title, prompt, cadence, enabled, project_id, config_json, last_run, created, updated = row
-    config = orjson.loads(config_json)
+    config = loads_stored(config_json, f"task {tid}'s config_json", dict)
     out: dict[str, Any] = {"id": tid, "title": title, "prompt": prompt, "cadence": cadence,
                            "enabled": bool(enabled), "mode": normalize_mode(config.get("mode")),
                            "config": config, "createdAt": created, "updatedAt": updated}

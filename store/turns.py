@@ -20,6 +20,7 @@ import orjson
 
 from store import notifications, queue, tasks
 from store.errors import Conflict, InvalidInput, NotFound
+from store.jsonio import loads_stored
 from store.snapshots import PreparedSnapshot, store_snapshot
 from store.stamps import after_newest
 from store.usage import cost_micros
@@ -53,7 +54,7 @@ def _turn_dict(row: tuple[Any, ...]) -> dict[str, Any]:
         "errorCode": error_code,
         "inputTokens": tin,
         "outputTokens": tout,
-        "usage": orjson.loads(usage_json) if usage_json else None,
+        "usage": loads_stored(usage_json, f"turn {tid}'s usage_json", dict) if usage_json else None,
         "startedAt": started,
         "endedAt": ended,
         "environmentDigest": digest,

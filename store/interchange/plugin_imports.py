@@ -35,8 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from store import receipts
 from store.errors import InvalidInput, NotFound, PermissionDenied, SessionNotFound, StoreError
 from store.ids import new_id
@@ -56,6 +54,7 @@ from store.interchange.importers.common import (
     to_ms,
 )
 from store.interchange.importers.common import Slot as _Slot
+from store.jsonio import loads_stored
 from store.receipts import ReceiptKey
 from store.rules import MAX_BLOCKS_PER_MESSAGE as MAX_BLOCKS
 from store.rules import MAX_PLUGIN_MESSAGES, PLUGIN_ID_RE
@@ -295,6 +294,7 @@ def list_plugin_sessions(conn: sqlite3.Connection, plugin_id: str, *, source_id:
             continue
         item = index.public_session(row)
         item["origin"] = {"sourceId": src, "externalId": ext, "label": label,
-                          "history": orjson.loads(origin_json) if origin_json else {}}
+                          "history": loads_stored(origin_json, f"the import origin of session {sid}", dict)
+                          if origin_json else {}}
         out.append(item)
     return out
