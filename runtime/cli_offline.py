@@ -30,7 +30,7 @@ from runtime.cli_client import EXIT_ERROR, EXIT_NO_HOST, HostState, print_error,
 from runtime.datadir import DataDir
 from store.errors import InvalidInput, SessionNotFound, StoreError
 from store.indexing import cursors, index
-from store.indexing.database import open_offline_reader, schema_version
+from store.indexing.database import offline_reads, open_offline_reader, schema_version
 from store.indexing.reconcile import plan_reconcile
 from store.rules import MAX_CURSOR_CHARS, MAX_SESSION_PAGE, MAX_WINDOW, NATIVE_SESSION_ID_RE, SESSION_REF_RE
 from store.search.search import search_sessions
@@ -127,15 +127,16 @@ def read_offline(data_dir: DataDir, command: str, args: argparse.Namespace) -> d
         except StoreError as exc:
             raise OfflineRefused(exc.message) from None
         try:
-            version = schema_version(conn)
-            if version != SCHEMA_VERSION:
-                raise OfflineRefused(f"the index is schema v{version}, this build reads v{SCHEMA_VERSION}: "
-                                     "start `pi-host serve` once to migrate it")
-            if command == "sessions":
-                return _sessions(conn, data_dir, args)
-            if command == "search":
-                return search_sessions(conn, args.query, limit=args.limit)
-            return _show(conn, data_dir, args)
+            with offline_reads(data_dir.db_path):
+                version = schema_version(conn)
+                if version != SCHEMA_VERSION:
+                    raise OfflineRefused(f"the index is schema v{version}, this build reads v{SCHEMA_VERSION}: "
+                                         "start `pi-host serve` once to migrate it")
+                if command == "sessions":
+                    return _sessions(conn, data_dir, args)
+                if command == "search":
+                    return search_sessions(conn, args.query, limit=args.limit)
+                return _show(conn, data_dir, args)
         finally:
             conn.close()
 

@@ -456,6 +456,7 @@ __all__ = [
     "check_sqlite_support",
     "checkpoint_wal",
     "in_transaction",
+    "offline_reads",
     "open_offline_reader",
     "open_reader",
     "open_writer",
@@ -528,10 +529,27 @@ def open_offline_reader(db_path: Path) -> sqlite3.Connection:
         conn.execute("PRAGMA user_version").fetchone()  # a file that is no database fails its first read
     except sqlite3.DatabaseError as exc:
         conn.close()
-        raise CorruptData(f"{db_path} cannot be read ({exc}); the next `pi-host serve` quarantines it and "
-                          "rebuilds the index from the transcripts (`pi-host doctor` says more)",
-                          data={"path": str(db_path)}) from exc
+        raise _unreadable(db_path, exc) from exc
     return conn
+
+
+def _unreadable(db_path: Path, exc: sqlite3.DatabaseError) -> CorruptData:
+    return CorruptData(f"{db_path} cannot be read ({exc}); the next `pi-host serve` quarantines it and "
+                       "rebuilds the index from the transcripts (`pi-host doctor` says more)",
+                       data={"path": str(db_path)})
+
+
+@contextmanager
+def offline_reads(db_path: Path) -> Iterator[None]:
+    """Around the reads on an :func:`open_offline_reader` connection: a damaged file met past its first page
+    (:func:`~store.indexing.corruption.is_corruption`: a malformed page, a text value that is not UTF-8, an
+    FTS5 table that cannot be opened) is the same :class:`CorruptData` as one met on opening it."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if not is_corruption(exc):
+            raise
+        raise _unreadable(Path(db_path), exc) from exc
 
 
 def schema_version(conn: sqlite3.Connection) -> int:

@@ -14,6 +14,8 @@ import json
 import os
 import random
 import sqlite3
+import subprocess
+import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ import trio
 from protocol.methods import METHODS
 from runtime.client import ClientClosed, HostClient, RpcError, open_client
 from runtime.routes import ROUTES, Via
-from tests.hostkit import HostProcess, start_host_process
+from tests.hostkit import REPO, HostProcess, msg, start_host_process
 from tests.integrity.test_index_damage_kinds import _damage
 from tests.integrity.test_reliability_outsider_a import log_records
 from tests.pipeline import scenarios as sc
@@ -332,3 +334,89 @@ async def test_a_json_column_that_does_not_parse_is_corrupt_data_of_that_record(
     for method in ("tasks.list", "tasks.get", "tasks.update", "session.listTurns", "plugins.listSessions",
                    "session.queueTake"):
         assert said[method] == "CORRUPT_DATA", (method, answers)
+
+
+# ---------------------------------------------------------------------------------------------- idle upkeep
+
+async def test_the_db_writer_meeting_damage_in_its_idle_upkeep_rebuilds_with_no_request(tmp_path: Path) -> None:
+    """The DB writer's own write path with no request behind it: the search index's merge step it runs when
+    idle meets damaged FTS5 pages; the host restarts on a rebuilt index by itself (no INTERNAL logged), and
+    every acknowledged message searches again."""
+    data = tmp_path / "data"
+    data.mkdir()
+    proc = start_host_process(data, "--search-upkeep-after", "0.3")
+    try:
+        async with open_client(proc.url, proc.token, client_id="idle", client_kind="agent") as c:
+            await c.call("session.create", {"sessionId": "s1", "title": "t"})
+            for i in range(30):
+                await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(f"m{i}", f"needle {i}")})
+            assert len((await c.call("search.query", {"query": "needle", "limit": 50}))["results"]) == 30
+            rng = random.Random(5)
+            conn = sqlite3.connect(data / "pi.sqlite", timeout=10, isolation_level=None)
+            try:  # the segments' pages, not the structure record (id 10) the merge plans with
+                for rowid, size in conn.execute("SELECT id, length(block) FROM messages_fts_data WHERE id > 10"
+                                                ).fetchall():
+                    conn.execute("UPDATE messages_fts_data SET block = ? WHERE id = ?", (rng.randbytes(size), rowid))
+            finally:
+                conn.close()
+        with trio.fail_after(30):
+            while True:  # no request meets the damage: the idle upkeep does
+                try:
+                    async with open_client(proc.url, proc.token, client_id="again", client_kind="agent") as c:
+                        if list((data / "quarantine").glob("pi.sqlite.corrupt-*")) and \
+                                (await c.call("host.status", {}))["boot"]["dbRebuilt"]:
+                            found = await c.call("search.query", {"query": "needle", "limit": 50})
+                            assert len(found["results"]) == 30, found
+                            break
+                except (OSError, ClientClosed, RpcError):
+                    pass
+                await trio.sleep(0.2)
+        assert proc.proc.poll() is None, "the same process serves again"
+    finally:
+        proc.kill9()
+    assert internal_in_log(data) == []
+    assert any("corrupt" in str(r.get("msg")) for r in log_records(data) if r.get("level") == "error")
+
+
+# ---------------------------------------------------------------------------------------------- the CLI
+
+def cli(data: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), *argv], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+CLI_DAMAGE = [("stretch", 1), ("stretch", 4), ("text-not-utf8", 0), ("fts5-format", 0), ("fts5-schema", 0),
+              ("json", 0)]
+
+
+@pytest.mark.parametrize(("kind", "seed"), CLI_DAMAGE)
+async def test_offline_reads_and_doctor_on_a_damaged_index_say_so_without_a_traceback(
+        tmp_path: Path, kind: str, seed: int) -> None:
+    """``pi-host sessions`` / ``show`` / ``search`` read offline, and ``pi-host doctor [--repair]``, on a damaged
+    ``pi.sqlite`` (no host running): a clear ``pi-host:`` line and an exit code from the documented set (the
+    reads: 0, 1 with the error code the host would answer, 2 refused; doctor: 0 clean, 1 repairable or
+    repaired, 2 damage it cannot repair), never a Python traceback printed to a person."""
+    data = tmp_path / "data"
+    data.mkdir()
+    proc = start_host_process(data)
+    try:
+        async with open_client(proc.url, proc.token, client_id="cli", client_kind="agent") as c:
+            await c.call("session.create", {"sessionId": "s1", "title": "t"})
+            for i in range(20):
+                await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(
+                    f"m{i}", "second " + random.Random(i).randbytes(200).hex())})
+            await c.call("tasks.create", {"title": "t", "prompt": "p"})
+            await c.call("session.get", {"sessionId": "s1"})
+    finally:
+        proc.terminate()
+    damage(data / "pi.sqlite", kind, random.Random(seed))
+    runs = {" ".join(argv): cli(data, *argv) for argv in (
+        ("sessions",), ("show", "s1"), ("search", "second"), ("doctor",))}
+    for what, run in runs.items():
+        said = run.stdout + run.stderr
+        assert "Traceback" not in said, (what, said)
+        assert run.returncode in (0, 1, 2), (what, run.returncode, said)
+        if run.returncode and not what.startswith("doctor"):
+            assert run.stderr.startswith("pi-host"), (what, said)
+    if kind in ("text-not-utf8", "fts5-format", "fts5-schema"):  # met by the search
+        assert runs["search second"].returncode == 1 and "CORRUPT_DATA" in runs["search second"].stderr, runs
