@@ -38,6 +38,7 @@ from store.config.secrets import KEY_FILE
 from store.config.secrets_meta_rebuild import rebuild_secrets_meta, scan_secret_files
 from store.doctor.doctor_report import DoctorReport, Progress, Severity
 from store.doctor.doctor_sessions import DataDirPaths, SessionFacts
+from store.indexing.corruption import is_corruption
 from store.revisions import read_revisions
 from store.upgrade.attachment_adopt import adopt_blob, blob_files, file_sha256
 from store.upgrade.schema import hazard_sql, searchable_sql
@@ -156,8 +157,15 @@ def _check_fts(conn: sqlite3.Connection, db_path: Path, report: DoctorReport, *,
     finding = report.add(check, table, f"{what} problems {problems}; repair rebuilds it from the {source} rows",
                          Severity.REPAIRABLE, **problems)
     if repair:
-        rebuild(conn)
-        finding.repaired = fts_integrity_check(db_path, table) is None and not differences(conn)
+        try:
+            rebuild(conn)
+            finding.repaired = fts_integrity_check(db_path, table) is None and not differences(conn)
+        except sqlite3.DatabaseError as exc:  # the table itself cannot be opened: its format record, its schema row
+            if not is_corruption(exc):
+                raise
+            report.add(check, table, f"repair could not rebuild the {what} ({exc}); the next start quarantines "
+                       "pi.sqlite and rebuilds the index from the transcripts (state only the database held is "
+                       "then lost; see the pi.sqlite.v<n>.bak backups)", Severity.DAMAGED)
 
 
 def search_index(conn: sqlite3.Connection, db_path: Path, report: DoctorReport, *, repair: bool) -> None:

@@ -411,7 +411,7 @@ async def test_offline_reads_and_doctor_on_a_damaged_index_say_so_without_a_trac
         proc.terminate()
     damage(data / "pi.sqlite", kind, random.Random(seed))
     runs = {" ".join(argv): cli(data, *argv) for argv in (
-        ("sessions",), ("show", "s1"), ("search", "second"), ("doctor",))}
+        ("sessions",), ("show", "s1"), ("search", "second"), ("doctor",), ("doctor", "--repair"))}
     for what, run in runs.items():
         said = run.stdout + run.stderr
         assert "Traceback" not in said, (what, said)
@@ -420,3 +420,7 @@ async def test_offline_reads_and_doctor_on_a_damaged_index_say_so_without_a_trac
             assert run.stderr.startswith("pi-host"), (what, said)
     if kind in ("text-not-utf8", "fts5-format", "fts5-schema"):  # met by the search
         assert runs["search second"].returncode == 1 and "CORRUPT_DATA" in runs["search second"].stderr, runs
+    if kind in ("fts5-format", "fts5-schema"):  # found, and not repairable in place: the next start rebuilds
+        assert runs["doctor"].returncode == 1, runs["doctor"]
+        assert runs["doctor --repair"].returncode == 2, runs["doctor --repair"]
+        assert "quarantines" in runs["doctor --repair"].stdout
