@@ -46,8 +46,9 @@ from typing import Any, Final, Literal
 import orjson
 
 from store import audit, receipts
-from store.errors import Conflict, InvalidInput, NotFound, PermissionDenied
+from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PermissionDenied
 from store.indexing.sql_lists import in_chunks
+from store.jsonio import loads_stored
 from store.receipts import ReceiptKey
 from store.transcripts.records import ms_to_rfc3339, rfc3339_to_ms
 from store.transcripts.transcript import lines_naming
@@ -173,21 +174,31 @@ def validate_answer(row: Mapping[str, Any], answer: Mapping[str, Any]) -> dict[s
 # rows
 
 
-def _json(text: str | None, default: Any) -> Any:
+def _offered(text: str | None, what: str) -> list[dict[str, Any]]:
+    """A prompt's options or choices: a list of objects with a string ``id`` (the host wrote no other);
+    anything else is damage of that record (``CorruptData``), never an offer read as empty."""
     if not text:
-        return default
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return default
+        return []
+    items: list[dict[str, Any]] = []
+    for item in loads_stored(text, what, list):
+        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+            raise CorruptData(f"{what} holds an entry that is not an object with an id")
+        items.append(item)
+    return items
+
+
+def _answer(text: str | None, what: str) -> dict[str, Any] | None:
+    answer: dict[str, Any] | None = loads_stored(text, what, dict) if text else None
+    return answer
 
 
 def _approval(r: Sequence[Any]) -> dict[str, Any]:
     (rid, sid, turn, call, tool, summary, risk, options, by, status, option, rule, responder, created, updated,
      expires, resolved) = r
+    offered = _offered(options, f"approval {rid}'s options_json")
     out: dict[str, Any] = {
         "kind": "approval", "requestId": rid, "sessionId": sid, "turnId": turn, "toolCallId": call, "tool": tool,
-        "argsSummary": summary, "risk": risk, "options": _json(options, []), "requestedBy": by, "status": status,
+        "argsSummary": summary, "risk": risk, "options": offered, "requestedBy": by, "status": status,
         "optionId": option, "ruleId": rule, "respondedBy": responder, "createdAt": created, "updatedAt": updated,
         "expiresAt": expires, "resolvedAt": resolved,
     }
@@ -197,10 +208,12 @@ def _approval(r: Sequence[Any]) -> dict[str, Any]:
 def _interaction(r: Sequence[Any]) -> dict[str, Any]:
     (rid, sid, turn, call, question, choices, multiple, free, by, status, answer, responder, created, updated,
      expires, resolved) = r
+    offered = _offered(choices, f"interaction {rid}'s choices_json")
+    answered = _answer(answer, f"interaction {rid}'s answer_json")
     out: dict[str, Any] = {
         "kind": "interaction", "requestId": rid, "sessionId": sid, "turnId": turn, "toolCallId": call,
-        "question": question, "choices": _json(choices, []), "multiple": bool(multiple), "allowFreeText": bool(free),
-        "requestedBy": by, "status": status, "answer": _json(answer, None), "respondedBy": responder,
+        "question": question, "choices": offered, "multiple": bool(multiple), "allowFreeText": bool(free),
+        "requestedBy": by, "status": status, "answer": answered, "respondedBy": responder,
         "createdAt": created, "updatedAt": updated, "expiresAt": expires, "resolvedAt": resolved,
     }
     return {k: v for k, v in out.items() if v is not None}

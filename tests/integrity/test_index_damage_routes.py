@@ -163,15 +163,14 @@ JSON_COLUMNS = {
 """A JSON column of each table that has one (the host writes only valid JSON there)."""
 
 
-def bad_json(db: Path) -> None:
+def bad_json(db: Path, text: str = '{"cut') -> None:
+    """Every JSON column of the index set to ``text`` (JSON that does not parse, or of another shape)."""
+    columns = [*JSON_COLUMNS.items(), ("turn_queue", "lease_client"), ("interactions", "answer_json"),
+               ("run_snapshots", "input_json"), ("thread_meta", "origins_json")]
     conn = sqlite3.connect(db, timeout=10, isolation_level=None)
     try:
-        for table, column in JSON_COLUMNS.items():
-            conn.execute(f"UPDATE {table} SET {column} = '{{\"cut' WHERE {column} IS NOT NULL")
-        conn.execute("UPDATE turn_queue SET lease_client = '[\"cut' WHERE lease_client IS NOT NULL")
-        conn.execute("UPDATE interactions SET answer_json = '{\"cut' WHERE answer_json IS NOT NULL")
-        conn.execute("UPDATE run_snapshots SET input_json = '{\"cut' WHERE input_json IS NOT NULL")
-        conn.execute("UPDATE thread_meta SET origins_json = '[\"cut' WHERE origins_json IS NOT NULL")
+        for table, column in columns:
+            conn.execute(f"UPDATE {table} SET {column} = ? WHERE {column} IS NOT NULL", (text,))
     finally:
         conn.close()
 
@@ -189,6 +188,8 @@ def damage(db: Path, kind: str, rng: random.Random) -> None:
     """``kind`` of damage over the index: while a host serves it, or between two hosts."""
     if kind == "json":
         bad_json(db)
+    elif kind == "json-shape":
+        bad_json(db, '"a string"')
     elif kind == "stretch":
         stretch(db, rng)
     elif kind == "few-bytes":
@@ -319,12 +320,14 @@ async def test_every_method_meeting_a_damaged_index_answers_corrupt_data_and_the
             "a damage met at runtime is quarantined and the index rebuilt"
 
 
-async def test_a_json_column_that_does_not_parse_is_corrupt_data_of_that_record(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["json", "json-shape"])
+async def test_a_json_column_that_does_not_parse_is_corrupt_data_of_that_record(tmp_path: Path, kind: str) -> None:
     """The host writes only valid JSON into its JSON columns (tasks' config, turns' usage, an import's
     origin, the queue's attachments, providers, settings ...): bad JSON read back is damage of that record,
     CORRUPT_DATA, never INTERNAL. The index is not quarantined for it: most of these tables are state only the
-    database holds, which a rebuild from the transcripts would lose (ARCHITECTURE.md "Durability")."""
-    hosts, answers = await every_method_after(tmp_path, "json", 0)
+    database holds, which a rebuild from the transcripts would lose (ARCHITECTURE.md "Durability"). The same
+    for valid JSON of another shape than the host wrote (a string where it wrote an object or a list)."""
+    hosts, answers = await every_method_after(tmp_path, kind, 0)
     codes = [(m, c) for h in hosts for m, c in h.codes]
     assert [mc for mc in codes if mc[1] == "INTERNAL"] == [], codes
     for h in hosts:
@@ -332,7 +335,8 @@ async def test_a_json_column_that_does_not_parse_is_corrupt_data_of_that_record(
         assert not list((h.data / "quarantine").glob("pi.sqlite.corrupt-*")), "no rebuild for one record"
     said = dict(answers)
     for method in ("tasks.list", "tasks.get", "tasks.update", "session.listTurns", "plugins.listSessions",
-                   "session.queueTake"):
+                   "session.queueTake", "approvals.pending", "approvals.respond", "interactions.pending",
+                   "interactions.respond"):
         assert said[method] == "CORRUPT_DATA", (method, answers)
 
 
