@@ -248,7 +248,8 @@ def list_pending(conn: sqlite3.Connection, kind: Kind, session_id: str | None, n
     if session_id is not None:
         where += " AND session_id = ?"
         args += (session_id,)
-    return [row(r) for r in conn.execute(f"{sql} WHERE {where} ORDER BY created_at DESC, request_id", args)]
+    rows = conn.execute(f"{sql} WHERE {where} ORDER BY created_at DESC, request_id", args).fetchall()
+    return [row(r) for r in rows]  # read first: a damaged row raising mid-iteration would keep the statement open
 
 
 def _check_existing(existing: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:

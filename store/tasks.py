@@ -288,7 +288,10 @@ def get_task(conn: sqlite3.Connection, task_id: str) -> dict[str, Any]:
 
 
 def list_tasks(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    return [_task(r) for r in conn.execute(f"SELECT {_TASK_COLS} FROM scheduled_tasks ORDER BY created_at, id")]
+    # every row read before any is decoded: a damaged one raising mid-iteration would leave the statement
+    # active (held by the traceback), its read snapshot open on this connection
+    rows = conn.execute(f"SELECT {_TASK_COLS} FROM scheduled_tasks ORDER BY created_at, id").fetchall()
+    return [_task(r) for r in rows]
 
 
 def _check_project(conn: sqlite3.Connection, project_id: int | None) -> None:
