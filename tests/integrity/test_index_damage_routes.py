@@ -3,10 +3,19 @@ runtime crashes the DB-writer actor, and the supervisor rebuilds". A damaged ind
 ANY method answers CORRUPT_DATA, or the connection closes while the same process starts again on an index
 rebuilt from the transcripts; never INTERNAL ("a host bug"), neither on the wire nor in the host's log.
 
-Every routed method is called once after the index is damaged, with the valid request the schema test
-builds for it (``tests/protocol/test_results_validate.READS`` for reads, ``tests/pipeline/scenarios`` for
-the mutating ones), on a real ``pi-host serve`` process. The damage: a stretch of random bytes, a few
-random bytes, each deliberate kind of ``test_index_damage_kinds``. Seeded; more seeds under PIHOST_SOAK=1."""
+- Every routed method is called once after the index is damaged, with the valid request the schema test
+  builds for it (``tests/protocol/test_results_validate.READS`` for reads, ``tests/pipeline/scenarios`` for
+  the mutating ones), on a real ``pi-host serve`` process. The damage: a stretch of random bytes, a few
+  random bytes, each deliberate kind of ``test_index_damage_kinds`` (text that is not UTF-8, the FTS5 format
+  record, the FTS5 schema row).
+- A JSON column that does not parse, or holds JSON of another shape, is damage of that one record:
+  CORRUPT_DATA, no rebuild (most of those tables hold state only the database has, which a rebuild from the
+  transcripts would lose: ARCHITECTURE.md "Durability"), and the writes after it still commit.
+- The DB writer's idle search upkeep meeting damage, with no request behind it.
+- The offline CLI reads and ``pi-host doctor [--repair]`` on a damaged index: a clear line and an exit
+  code, never a traceback.
+
+Seeded; more seeds, and the deliberate kinds over every method, under PIHOST_SOAK=1."""
 
 from __future__ import annotations
 
