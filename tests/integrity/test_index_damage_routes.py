@@ -109,19 +109,23 @@ class Host:
         self.met += 1
         await self.drop_clients()
         assert self.proc is not None
-        with trio.fail_after(60):
+        with trio.move_on_after(60) as waited:
             while True:
                 if self.proc.proc.poll() is not None:
                     self.proc.kill9()
                     await self.start()
-                try:
-                    async with open_client(self.proc.url, self.proc.token, client_id="probe",
-                                           client_kind="agent") as c:
-                        await c.call("host.status", {})
-                        return
-                except (OSError, ClientClosed, RpcError):
-                    pass
+                with trio.move_on_after(5):  # a handshake the stopping run accepted and never answers
+                    try:
+                        async with open_client(self.proc.url, self.proc.token, client_id="probe",
+                                               client_kind="agent") as c:
+                            await c.call("host.status", {})
+                            return
+                    except (OSError, ClientClosed, RpcError):
+                        pass
                 await trio.sleep(0.2)
+        if waited.cancelled_caught:
+            tail = [f"{r.get('level')} {r.get('msg')}" for r in log_records(self.data)][-12:]
+            raise AssertionError(f"the host (exit {self.proc.proc.poll()}) serves no more: {tail}")
 
 
 class Proxy:
@@ -378,17 +382,18 @@ async def test_the_db_writer_meeting_damage_in_its_idle_upkeep_rebuilds_with_no_
                     conn.execute("UPDATE messages_fts_data SET block = ? WHERE id = ?", (rng.randbytes(size), rowid))
             finally:
                 conn.close()
-        with trio.fail_after(30):
+        with trio.fail_after(60):
             while True:  # no request meets the damage: the idle upkeep does
-                try:
-                    async with open_client(proc.url, proc.token, client_id="again", client_kind="agent") as c:
-                        if list((data / "quarantine").glob("pi.sqlite.corrupt-*")) and \
-                                (await c.call("host.status", {}))["boot"]["dbRebuilt"]:
-                            found = await c.call("search.query", {"query": "needle", "limit": 50})
-                            assert len(found["results"]) == 30, found
-                            break
-                except (OSError, ClientClosed, RpcError):
-                    pass
+                with trio.move_on_after(5):  # a handshake the stopping run accepted and never answers
+                    try:
+                        async with open_client(proc.url, proc.token, client_id="again", client_kind="agent") as c:
+                            if list((data / "quarantine").glob("pi.sqlite.corrupt-*")) and \
+                                    (await c.call("host.status", {}))["boot"]["dbRebuilt"]:
+                                found = await c.call("search.query", {"query": "needle", "limit": 50})
+                                assert len(found["results"]) == 30, found
+                                break
+                    except (OSError, ClientClosed, RpcError):
+                        pass
                 await trio.sleep(0.2)
         assert proc.proc.poll() is None, "the same process serves again"
     finally:
