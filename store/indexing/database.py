@@ -218,6 +218,11 @@ def _probe(db_path: Path, *, read_only: bool) -> DatabaseProbe:
             name = getattr(exc, "sqlite_errorname", "SQLITE_CORRUPT")
             return DatabaseProbe(corrupt=True, problem=f"{name}: {exc}")
         raise
+    except UnicodeDecodeError as exc:
+        # SQLite's own error message quotes bytes that are not UTF-8 (a schema row's name the host never
+        # wrote so): the file is damaged, and the message cannot even be decoded into an sqlite3.Error
+        return DatabaseProbe(corrupt=True, problem=f"SQLITE_CORRUPT: an error message quoting bytes that are "
+                                                   f"not UTF-8 ({exc})")
     finally:
         conn.close()
 
@@ -440,7 +445,7 @@ def open_reader(db_path: Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sql
         # Readers map the file instead of copying pages through read(): measured
         # 8-15 % faster on trigram searches over a 1M-message index.
         conn.execute(f"PRAGMA mmap_size = {READER_MMAP_BYTES}")
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, UnicodeDecodeError) as exc:  # the latter: SQLite's message quotes damaged bytes
         conn.close()
         raise IOFailure(f"cannot prepare read-only connection to {db_path}: {exc}") from exc
     return conn

@@ -144,8 +144,8 @@ def checkpoint(db: Path) -> None:
     conn = sqlite3.connect(db, timeout=10)
     try:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    except sqlite3.DatabaseError:  # damaged by an earlier round no call met yet
-        pass
+    except (sqlite3.DatabaseError, UnicodeDecodeError):  # damaged by an earlier round no call met yet (SQLite's
+        pass  # message may quote the damaged bytes)
     finally:
         conn.close()
 
@@ -357,6 +357,39 @@ async def test_a_json_column_that_does_not_parse_is_corrupt_data_of_that_record(
                    "session.queueTake", "approvals.pending", "approvals.respond", "interactions.pending",
                    "interactions.respond"):
         assert said[method] == "CORRUPT_DATA", (method, answers)
+
+
+# ---------------------------------------------------------------------------------------------- at boot
+
+async def test_a_schema_row_named_with_bytes_that_are_not_utf8_is_quarantined_at_boot(tmp_path: Path) -> None:
+    """Row 7: "boot runs PRAGMA quick_check, quarantines db+wal+shm and rebuilds from JSONL". A schema row
+    whose name is not UTF-8 (a few random bytes landed there) makes SQLite's own error message quote those
+    bytes, so Python raises UnicodeDecodeError instead of an sqlite3 error; boot's probe must still call it
+    damage: the host starts, on a rebuilt index holding every acknowledged message."""
+    data = tmp_path / "data"
+    data.mkdir()
+    proc = start_host_process(data)
+    try:
+        async with open_client(proc.url, proc.token, client_id="boot", client_kind="agent") as c:
+            await c.call("session.create", {"sessionId": "s1", "title": "t"})
+            for i in range(5):
+                await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(f"m{i}", f"needle {i}")})
+            await c.call("session.get", {"sessionId": "s1"})
+    finally:
+        proc.terminate()
+    _sql(data / "pi.sqlite", "PRAGMA writable_schema = ON",
+         "UPDATE sqlite_master SET name = CAST(X'6b76ff' AS TEXT), sql = 'CREATE TABLE kv(' WHERE name = 'kv'")
+    proc = start_host_process(data)
+    try:
+        async with open_client(proc.url, proc.token, client_id="boot", client_kind="agent") as c:
+            assert (await c.call("host.status", {}))["boot"]["dbRebuilt"]
+            got = await c.call("session.get", {"sessionId": "s1", "full": True})
+            assert [m["id"] for m in got["messages"]] == [f"m{i}" for i in range(5)]
+            assert len((await c.call("search.query", {"query": "needle"}))["results"]) == 5
+    finally:
+        proc.kill9()
+    assert list((data / "quarantine").glob("pi.sqlite.corrupt-*"))
+    assert internal_in_log(data) == []
 
 
 # ---------------------------------------------------------------------------------------------- idle upkeep
