@@ -80,7 +80,7 @@ class ReadPool:
                     self._all.append(conn)
             try:
                 yield conn
-            except sqlite3.DatabaseError as exc:
+            except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # the latter: a message SQLite quoted
                 if not is_corruption(exc):
                     raise
                 self._on_corruption(exc)

@@ -210,7 +210,7 @@ class DbWriter(Actor):
             return
         runs = _runs(envs)
         outcome = await run_in_thread(self._commit.run, [op for op, _ in runs])  # one batch at a time
-        corrupt = index_corrupt(outcome) if isinstance(outcome, sqlite3.DatabaseError) \
+        corrupt = index_corrupt(outcome) if isinstance(outcome, sqlite3.DatabaseError | UnicodeDecodeError) \
             and is_corruption(outcome) else None
         if corrupt is not None:
             outcome = corrupt  # what each request of the batch answers (CORRUPT_DATA)

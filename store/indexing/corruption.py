@@ -10,7 +10,9 @@ its b-tree pages well formed and still break what they hold, so the error a read
   with the trigram tokenizer only after checking at boot that this SQLite has it, so its absence later is
   damage to the schema row;
 - "Could not decode to UTF-8 column": a text value that is not UTF-8. The host writes every text through
-  ``sqlite3``'s binding of a Python ``str`` (always valid UTF-8), so such a value is damage, never data.
+  ``sqlite3``'s binding of a Python ``str`` (always valid UTF-8), so such a value is damage, never data;
+- a ``UnicodeDecodeError`` whose bytes are one of these messages: SQLite's message quotes a damaged schema
+  row's name ("malformed database schema (kv\\xff)"), which ``sqlite3`` cannot decode into its error.
 
 Anything else (busy, I/O, a full disk, a constraint, a host bug) is not damage: a healthy index is never
 quarantined for it.
@@ -29,7 +31,11 @@ _MARKERS = ("malformed", "not a database", "disk image", "corrupt", "vtable cons
 
 
 def is_corruption(exc: BaseException) -> bool:
-    """``exc`` is an ``sqlite3.DatabaseError`` that a damaged database file raises."""
+    """``exc`` is an ``sqlite3.DatabaseError`` that a damaged database file raises (or the
+    ``UnicodeDecodeError`` of such an error's message)."""
+    if isinstance(exc, UnicodeDecodeError):
+        message = bytes(exc.object).decode("utf-8", "replace").lower()
+        return any(marker in message for marker in _MARKERS)
     if not isinstance(exc, sqlite3.DatabaseError):
         return False
     code = getattr(exc, "sqlite_errorcode", None)

@@ -119,7 +119,7 @@ class IndexCorrupt(sqlite3.DatabaseError):
     data: Mapping[str, Any] = MappingProxyType({"reason": "index_corrupt"})
 
 
-def index_corrupt(exc: sqlite3.DatabaseError) -> IndexCorrupt:
+def index_corrupt(exc: sqlite3.DatabaseError | UnicodeDecodeError) -> IndexCorrupt:
     """``exc`` (:func:`is_corruption`) as what a request that met it answers; its cause kept."""
     if isinstance(exc, IndexCorrupt):
         return exc

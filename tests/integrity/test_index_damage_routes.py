@@ -212,9 +212,17 @@ def damage(db: Path, kind: str, rng: random.Random) -> None:
         few_bytes(db, rng)
     elif kind == "text-not-utf8":  # every message's text (test_index_damage_kinds: one session's)
         _sql(db, "UPDATE messages SET text = CAST(X'7365636f6e6420ff' AS TEXT)")  # 'second \xff': what the reads search
-    elif kind == "fts5-schema":  # and the schema cookie moved on, so a serving host's connections read it again
-        _damage(db, kind)
-        version = sqlite3.connect(db).execute("PRAGMA schema_version").fetchone()[0]
+    elif kind in ("fts5-schema", "schema-name"):  # the schema cookie moved on: a serving host's connections
+        if kind == "fts5-schema":                   # read the schema again
+            _damage(db, kind)
+        else:  # a schema row's name that is not UTF-8: SQLite's message quotes it (UnicodeDecodeError)
+            _sql(db, "PRAGMA writable_schema = ON", "UPDATE sqlite_master SET name = CAST(X'6b76ff' AS TEXT), "
+                 "sql = 'CREATE TABLE kv(' WHERE name = 'kv'")
+        probe = sqlite3.connect(db)
+        try:
+            version = probe.execute("PRAGMA schema_version").fetchone()[0]
+        finally:
+            probe.close()
         _sql(db, "PRAGMA writable_schema = ON", f"PRAGMA schema_version = {version + 1}")
     else:
         _damage(db, kind)
@@ -388,6 +396,34 @@ async def test_a_schema_row_named_with_bytes_that_are_not_utf8_is_quarantined_at
             assert len((await c.call("search.query", {"query": "needle"}))["results"]) == 5
     finally:
         proc.kill9()
+    assert list((data / "quarantine").glob("pi.sqlite.corrupt-*"))
+    assert internal_in_log(data) == []
+
+
+@pytest.mark.parametrize("method", ["search.query", "settings.set"])
+async def test_a_schema_row_named_with_bytes_that_are_not_utf8_under_a_serving_host_is_corrupt_data(
+        tmp_path: Path, method: str) -> None:
+    """The same damage under a serving host (the schema cookie moved on, so its connections read the schema
+    again): a read (the read pool) and a write (the DB writer) that meet it answer CORRUPT_DATA or see their
+    connection closed while the host restarts on a rebuilt index; never INTERNAL, nor an IO_ERROR that
+    leaves the damaged file in place."""
+    data = tmp_path / "data"
+    data.mkdir()
+    h = Host(data)
+    await h.start()
+    try:
+        await h.call("agent", "session.create", {"sessionId": "s1", "title": "t"})
+        await h.call("agent", "session.appendMessage", {"sessionId": "s1", "message": msg("m0", "needle")})
+        damage(data / "pi.sqlite", "schema-name", random.Random(0))
+        params = {"query": "needle"} if method == "search.query" else {"key": "a", "value": 1}
+        with pytest.raises(RpcError) as met:
+            await h.call("agent", method, params)
+        assert met.value.data_code in ("CORRUPT_DATA", "CLOSED"), met.value
+        got = await h.call("agent", "session.get", {"sessionId": "s1", "full": True})
+        assert [m["id"] for m in got["messages"]] == ["m0"]
+    finally:
+        await h.drop_clients()
+        h.kill()
     assert list((data / "quarantine").glob("pi.sqlite.corrupt-*"))
     assert internal_in_log(data) == []
 
