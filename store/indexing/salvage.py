@@ -201,8 +201,13 @@ def _open_source(path: Path) -> Iterator[sqlite3.Connection]:
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    """The table's column names; empty when its CREATE statement is damaged so that a name is not UTF-8
+    (its rows cannot be matched to the rebuilt table's columns: the table is not readable)."""
     names = (r[1] for r in conn.execute(f"PRAGMA table_info({table})"))
-    return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+    try:
+        return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+    except UnicodeDecodeError:
+        return []
 
 
 def _text(value: Any) -> Any:

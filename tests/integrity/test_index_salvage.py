@@ -301,3 +301,23 @@ def test_the_boot_goes_on_when_the_salvage_fails(tmp_path: Path, monkeypatch: py
         assert boot.conn.execute("SELECT title FROM sessions").fetchall() == [("kept",)]
     finally:
         boot.conn.close()
+
+
+def test_a_column_name_that_is_not_utf8_loses_its_table_not_the_salvage(tmp_path: Path) -> None:
+    """A damaged byte in a table's CREATE statement (found by scripts/chaos --mode corrupt): the
+    column name no longer decodes. That table is reported unreadable; every other table is still copied
+    (before: a UnicodeDecodeError failed the whole salvage, and every DB-only row was lost)."""
+    src = tmp_path / "old.sqlite"
+    _make(src, 20)
+    raw = src.read_bytes()
+    assert raw.count(b"usage_json") == 1  # only in the turns table's CREATE statement
+    src.write_bytes(raw.replace(b"usage_json", b"usa\xdce_json"))
+    dst = sqlite3.connect(tmp_path / "new.sqlite", isolation_level=None)
+    apply_schema(dst)
+    try:
+        out = salvage(dst, src, now_ms=5)
+        assert "turns" in out.errors, out
+        assert out.copied["kv"] == 20, out
+        assert dst.execute("SELECT submission_id FROM command_receipts").fetchall() == [("k1",)]
+    finally:
+        dst.close()
