@@ -192,6 +192,10 @@ def _open_source(path: Path) -> Iterator[sqlite3.Connection]:
         try:
             conn.text_factory = bytes
             conn.execute("PRAGMA query_only = ON")
+            # one CREATE statement damaged so that it no longer parses makes SQLite refuse the whole schema
+            # ("malformed database schema"); with writable_schema the broken entry is left out instead and
+            # only its table is lost (nothing can be written: read-only, query_only)
+            conn.execute("PRAGMA writable_schema = ON")
             yield conn
         finally:
             conn.close()

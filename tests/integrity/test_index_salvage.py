@@ -321,3 +321,25 @@ def test_a_column_name_that_is_not_utf8_loses_its_table_not_the_salvage(tmp_path
         assert dst.execute("SELECT submission_id FROM command_receipts").fetchall() == [("k1",)]
     finally:
         dst.close()
+
+
+def test_one_malformed_create_statement_loses_its_table_not_the_salvage(tmp_path: Path) -> None:
+    """A damaged CREATE statement that no longer parses (found by scripts/chaos --mode corrupt): SQLite
+    refuses the whole schema ("malformed database schema"), so the salvage skipped every table. Read with
+    the broken entry ignored, only that table is lost."""
+    src = tmp_path / "old.sqlite"
+    _make(src, 20)
+    raw = src.read_bytes()
+    at = raw.index(b"CREATE TABLE models (")
+    src.write_bytes(raw[:at] + b"CREATE TABLE models )" + raw[at + 21:])
+    before = src.read_bytes()
+    dst = sqlite3.connect(tmp_path / "new.sqlite", isolation_level=None)
+    apply_schema(dst)
+    try:
+        out = salvage(dst, src, now_ms=5)
+        assert out.skipped_reason is None, out
+        assert "models" in out.errors, out
+        assert out.copied["kv"] == 20, out
+    finally:
+        dst.close()
+    assert src.read_bytes() == before
