@@ -12,7 +12,11 @@ its b-tree pages well formed and still break what they hold, so the error a read
 - "Could not decode to UTF-8 column": a text value that is not UTF-8. The host writes every text through
   ``sqlite3``'s binding of a Python ``str`` (always valid UTF-8), so such a value is damage, never data;
 - a ``UnicodeDecodeError`` whose bytes are one of these messages: SQLite's message quotes a damaged schema
-  row's name ("malformed database schema (kv\\xff)"), which ``sqlite3`` cannot decode into its error.
+  row's name ("malformed database schema (kv\\xff)"), which ``sqlite3`` cannot decode into its error;
+- "no such column: X" / "no such table: X" / "table T has no column named X" for a table or column the
+  host's own schema (``store/upgrade/schema.py``) defines: a damaged byte in its CREATE statement left it
+  parseable under another name. Boot checked the schema version, so the file had it; a name the schema does
+  not define is a host bug (INTERNAL), never a reason to quarantine.
 
 Anything else (busy, I/O, a full disk, a constraint, a host bug) is not damage: a healthy index is never
 quarantined for it.
@@ -20,7 +24,10 @@ quarantined for it.
 
 from __future__ import annotations
 
+import re
 import sqlite3
+
+from store.upgrade.schema import apply_schema
 
 __all__ = ["is_corruption"]
 
@@ -42,4 +49,24 @@ def is_corruption(exc: BaseException) -> bool:
     if code is not None and (code & 0xFF) in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
         return True
     text = str(exc).lower()
-    return any(marker in text for marker in _MARKERS)
+    if any(marker in text for marker in _MARKERS):
+        return True
+    missing = _MISSING.search(text)
+    return missing is not None and (missing.group(1) or missing.group(2)) in _schema_names()
+
+
+_MISSING = re.compile(r"no such (?:table|column): (?:\w+\.)*(\w+)|has no column named (\w+)")
+
+
+def _schema_names() -> frozenset[str]:
+    """Every table and column name the host's schema defines (built in memory: such errors are rare)."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        apply_schema(conn)
+        tables = [str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        names = {t.lower() for t in tables}
+        for table in tables:
+            names.update(str(r[1]).lower() for r in conn.execute(f'PRAGMA table_info("{table}")'))
+        return frozenset(names)
+    finally:
+        conn.close()

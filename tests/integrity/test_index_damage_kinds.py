@@ -87,3 +87,59 @@ async def test_each_kind_of_index_damage_is_corrupt_data_and_the_host_rebuilds(t
                     pass
                 await trio.sleep(0.2)
     assert list((data / "quarantine").glob("pi.sqlite.corrupt-*")), "the damaged index is kept aside"
+
+
+async def test_a_column_name_damaged_in_the_schema_is_corrupt_data_not_a_host_bug(tmp_path: Path) -> None:
+    """A random byte in a table's CREATE statement (scripts/chaos --mode corrupt met it in ``turns``):
+    the statement still parses, so SQLite reports no corruption; the host's own SQL then fails with "no
+    such column: t.usage_json", which answered INTERNAL for every turn after. A column (or table) the
+    host's schema defines and the file no longer has is damage: CORRUPT_DATA, then a rebuild."""
+    data = tmp_path / "data"
+    data.mkdir()
+    async with host(data) as (proc, c):
+        await c.call("session.create", {"sessionId": "s1", "title": "t"})
+        await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("m1", "hello")})
+        await c.call("session.startTurn", {"sessionId": "s1", "turnId": "t1"})
+        await c.call("session.endTurn", {"sessionId": "s1", "turnId": "t1", "status": "completed"})
+        # under the serving host, as the chaos run did: the next statement re-reads the schema
+        conn = sqlite3.connect(data / "pi.sqlite", timeout=10, isolation_level=None)
+        try:
+            conn.execute("PRAGMA writable_schema = ON")
+            conn.execute("UPDATE sqlite_master SET sql = replace(sql, 'usage_json', 'usa_e_json') WHERE name = 'turns'")
+            cookie = conn.execute("PRAGMA schema_version").fetchone()[0]  # the host's connections re-read it
+            conn.execute(f"PRAGMA schema_version = {cookie + 1}")
+        finally:
+            conn.close()
+        codes: list[str | None] = []
+        try:
+            for n in range(2, 5):
+                codes.append((await error_of(c, "session.startTurn", {"sessionId": "s1", "turnId": f"t{n}"}))[0])
+        except ClientClosed as closed:
+            codes.append(f"closed {closed}")
+        assert "INTERNAL" not in codes, codes
+        assert codes[0] == "CORRUPT_DATA", codes
+        with trio.fail_after(60):
+            while True:  # the same process, the same url
+                try:
+                    async with open_client(proc.url, proc.token, client_id="again", client_kind="agent") as again:
+                        if (await again.call("host.status", {}))["boot"]["dbRebuilt"]:
+                            assert proc.proc.poll() is None
+                            assert await ids(again, "s1") == ["m1"]
+                            await again.call("session.startTurn", {"sessionId": "s1", "turnId": "t9"})
+                            break
+                except (OSError, ClientClosed, RpcError):
+                    pass
+                await trio.sleep(0.2)
+
+
+@pytest.mark.parametrize(("message", "damage"), [
+    ("no such column: t.usage_json", True),
+    ("table turns has no column named usage_json", True),
+    ("no such table: main.turns", True),
+    ("no such column: t.not_in_the_schema", False),  # the host's own SQL is wrong: a bug, not damage
+    ("no such table: nowhere", False),
+])
+def test_a_missing_name_is_damage_only_when_the_schema_defines_it(message: str, damage: bool) -> None:
+    from store.indexing.corruption import is_corruption
+
+    assert is_corruption(sqlite3.OperationalError(message)) is damage
