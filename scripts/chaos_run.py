@@ -8,6 +8,7 @@
     scripts/chaos --mode powercut --cycles 10      # root: loop-mounted ext4 image
     scripts/chaos --mode fuzz --frames 100000      # every method, fuzzed params (scripts/chaos_fuzz.py)
     scripts/chaos --mode history --cycles 1000 --seed 7   # many methods + faults, history checker
+    scripts/chaos --mode corrupt --cycles 20 --seed 7      # damage pi.sqlite while it runs
 
 * **process** – a subprocess host (``tests/hostkit.start_host_process``) runs the
   workload (``scripts/chaos_workload.py``); it is SIGKILLed at a random moment
@@ -24,6 +25,21 @@
   reads, regressions and index/transcript mismatches (``scripts/chaos_history_mode.py``,
   ``scripts/chaos_history_check.py``); its LAST line is ``ops=… lost=… duplicated=…
   stale_reads=… regressions=… index_mismatch=… db_writer_kills=… actor_kills=… sigkills=…``.
+* **corrupt** – process mode, but instead of a SIGKILL a random stretch (or a few random bytes) of
+  ``pi.sqlite`` is overwritten while the workload runs (after a ``PRAGMA wal_checkpoint`` from a side
+  connection, or not), and the workload goes on: a request meeting the damage must answer
+  ``CORRUPT_DATA`` or see its connection close (``INTERNAL`` is a failure). The host must restart
+  itself (same process, same URL: a new ``bootId``) on an index rebuilt from the transcripts with the
+  DB-only rows salvaged; when it does not notice (the damage landed where nothing reads), reads over
+  every table are sent, and after a bounded wait it is SIGKILLed and restarted as in process mode.
+  Then the checker runs: a DB-only effect (queue entry, setting, turn row, notification, approval,
+  delivery, DB-only receipt) may be missing only when the boot report's ``salvageSkipped`` names its
+  table (or the salvage could not open the file); such losses are ``damaged_lost``, not ``lost``
+  (``scripts/chaos_corrupt.py``). After a rebuild a file-carried receipt may answer its rebuilt
+  response (the same session, fields as they are now) and, once the salvage skipped receipts, DB-only
+  requests acknowledged before are no longer replayed (their replay may run them again). Damage no read
+  met (``integrity_check`` fails after a forced restart) is counted as ``undetected``, not failed. Its
+  LAST line is ``cycles=N acknowledged=A lost=L duplicated=D internal=I damaged_lost=K``.
 * **fuzz** – a subprocess host gets ``--frames`` fuzzed requests over every
   method (``scripts/chaos_fuzz.py``); its LAST line is
   ``frames=… internal=… crashes=… poisoned=…`` and any non-zero figure fails.
@@ -33,8 +49,9 @@ whole history so far; indeterminate appends and queue pushes are then retried
 with the same ``submissionId`` and a sample of acknowledged requests is
 replayed (stored receipts must not change). The seed (``--seed``) drives every
 random choice; timing still varies between runs. The LAST line is
-``cycles=N acknowledged=A lost=L duplicated=D``; the exit status is non-zero on
-any loss, duplicate, unexpected effect or broken invariant.
+``cycles=N acknowledged=A lost=L duplicated=D`` (corrupt mode adds ``internal=I damaged_lost=K``);
+the exit status is non-zero on any loss, duplicate, unexpected effect, ``INTERNAL`` answer or broken
+invariant (``damaged_lost`` alone does not fail a run).
 """
 
 from __future__ import annotations
@@ -49,20 +66,22 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import trio
 import trio.lowlevel
 
-from runtime.client import ClientClosed, open_client
+from runtime.client import ClientClosed, RpcError, open_client
 from scripts.chaos_checker import Report, check
+from scripts.chaos_corrupt import FILE_RECEIPTS, damage, damaged_tables, excused
 from scripts.chaos_fuzz import FuzzReport, Pools, fuzz_host, seed_pools, verify
 from scripts.chaos_fuzz import iter_frames as iter_fuzz_frames
 from scripts.chaos_history import History
 from scripts.chaos_observe import ObserveNotes, observe, queue_entry_ids, scan_checkpoints
 from scripts.chaos_powercut import LoopMount
-from scripts.chaos_workload import HostGone, Worker, WorkloadConfig, make_workers
+from scripts.chaos_workload import HostGone, Pending, Worker, WorkloadConfig, make_workers
 from tests.hostkit import HostProcess, inprocess_host, start_host_process
 
 CRASH_POINTS: tuple[str, ...] = (
@@ -92,6 +111,7 @@ class RunConfig:
     frames: int = 100_000
     clients: int = 3
     verbose: bool = True
+    rebuild_wait: float = 5.0
 
 
 @dataclass
@@ -110,27 +130,58 @@ class Totals:
     retried: int = 0
     receipts_replayed: int = 0
     checks: int = 0
+    corrupt: bool = False
+    internal: int = 0
+    damaged_lost: set[str] = field(default_factory=set)
+    excuse: set[str] = field(default_factory=set)
+    """Corrupt mode: the DB-only tables a salvage so far skipped rows of (their losses are excused)."""
+    undetected: int = 0
+    """Corrupt mode: checks whose ``integrity_check`` found damage the host had not met (nothing read it)."""
+    replays_dropped: int = 0
+    self_restarts: int = 0
+    forced_restarts: int = 0
+    rebuilt: bool = False
+    """Corrupt mode: an index was rebuilt from the transcripts (file-carried receipts answer rebuilt responses)."""
+    rebuilt_answers: int = 0
+    lost_receipts: set[str] = field(default_factory=set)
+    """``method key`` of DB-only receipts a damaged page took (their replays answer a new run's response)."""
 
     @property
     def valid(self) -> bool:
-        return not (self.lost or self.duplicated or self.unexpected or self.problems)
+        return not (self.lost or self.duplicated or self.unexpected or self.problems or self.internal)
 
     def add(self, report: Report) -> None:
         self.checks += 1
         self.acknowledged, self.attempted = report.acknowledged, report.attempted
-        self.lost |= report.lost
+        for name in report.lost:
+            if name in self.damaged_lost or (self.corrupt and excused(name, self.excuse)):
+                self.damaged_lost.add(name)
+            else:
+                self.lost.add(name)
         self.duplicated |= report.duplicated
         self.recovered |= report.recovered
         self.unexpected |= report.unexpected
         for p in report.problems:
+            if self.corrupt and p.startswith("PRAGMA integrity_check"):
+                self.undetected += 1
+                continue
             self.problems.setdefault(p, self.cycles)
 
     def problem(self, text: str) -> None:
+        receipt = " ".join(text.split(":", 2)[1].split()[:2]) if text.startswith("receipt replay:") else ""
+        if self.corrupt and (receipt in self.lost_receipts or excused(text, self.excuse)):
+            self.damaged_lost.add(receipt or text)
+            if receipt:
+                self.lost_receipts.add(receipt)
+            return
         self.problems.setdefault(text, self.cycles)
 
     def last_line(self) -> str:
-        return (f"cycles={self.cycles} acknowledged={self.acknowledged} lost={len(self.lost)} "
+        line = (f"cycles={self.cycles} acknowledged={self.acknowledged} lost={len(self.lost)} "
                 f"duplicated={len(self.duplicated)}")
+        if self.corrupt:
+            line += f" internal={self.internal} damaged_lost={len(self.damaged_lost)}"
+        return line
 
 
 class Runner:
@@ -143,7 +194,7 @@ class Runner:
         wl = WorkloadConfig(sessions=cfg.sessions, retry_retriable=cfg.mode == "actors")
         self.workers = make_workers(self.history, wl, self.rng.getrandbits(64), prefix=f"chaos{cfg.seed % 10000}-s")
         self.notes = ObserveNotes()
-        self.totals = Totals()
+        self.totals = Totals(corrupt=cfg.mode == "corrupt")
 
     def log(self, text: str) -> None:
         if self.cfg.verbose:
@@ -160,6 +211,17 @@ class Runner:
                 boot = status.get("boot") or {}
                 self.log(f"  boot: promoted={boot.get('inflightPromoted')} aborted={boot.get('turnsAborted')} "
                          f"indexRowsAdded={boot.get('indexRowsAdded')} cleanShutdown={boot.get('cleanShutdown')}")
+                if self.totals.corrupt:
+                    damaged = damaged_tables(boot)
+                    self.totals.excuse |= damaged
+                    if "command_receipts" in damaged:
+                        self.drop_replays()
+                    self.totals.rebuilt |= bool((boot.get("database") or {}).get("rebuilt"))
+                    if "salvage" in boot:
+                        sal = boot["salvage"] or {}
+                        self.log(f"  salvage: salvaged={boot.get('salvaged')} skipped={boot.get('salvageSkipped')} "
+                                 f"errors={sorted(sal.get('errors') or {})} "
+                                 f"failed={sal.get('failed') or sal.get('notSalvaged')}")
             report = check(self.history, obs)
             self.totals.add(report)
             entries = await queue_entry_ids(c, [w.sid for w in self.workers])
@@ -177,7 +239,10 @@ class Runner:
             try:
                 async with open_client(url, token, client_id=w.client_id, client_kind="test") as c:
                     self.totals.retried += await w.retry_pending(c)
-                    mismatches = await w.replay_receipts(c, self.cfg.receipt_sample)
+                    accept = self.rebuilt_answer if self.totals.rebuilt else None
+                    if self.totals.rebuilt:
+                        w.acked = [p for p in w.acked if not self.truncated_away(p)]
+                    mismatches = await w.replay_receipts(c, self.cfg.receipt_sample, accept)
                     self.totals.receipts_replayed += min(self.cfg.receipt_sample, len(w.acked))
                     for m in mismatches:
                         self.totals.problem(f"receipt replay: {m}")
@@ -206,6 +271,12 @@ class Runner:
             bad = w.failures.get("IDEMPOTENCY_CONFLICT", 0)
             if bad:
                 self.totals.problem(f"{w.name}: {bad} IDEMPOTENCY_CONFLICT on identical retries")
+        if self.totals.corrupt:
+            internal = [op for op in self.history.ops if op.type in ("info", "fail")
+                        and isinstance(op.result, dict) and op.result.get("code") == "INTERNAL"]
+            self.totals.internal = len(internal)
+            for op in internal[:10]:
+                self.out(f"INTERNAL {op.f} {op.key}: {op.result.get('message')}")
 
     # ------------------------------------------------------------------ process / powercut
     async def start(self, data_dir: Path, spec: str | None) -> HostProcess:
@@ -280,6 +351,133 @@ class Runner:
             await trio.to_thread.run_sync(disk.cut)
             await trio.to_thread.run_sync(disk.remount)
 
+    # ------------------------------------------------------------------ corrupt
+    async def run_corrupt(self) -> None:
+        data_dir = self.workdir / "data"
+        db_path = data_dir / "pi.sqlite"
+        host = await self.start(data_dir, None)
+        try:
+            await self.setup(host.url, host.token)
+            await self.verify(host.url, host.token, data_dir, after_restart=False, leftover={})
+            for cycle in range(1, self.cfg.cycles + 1):
+                self.history.cycle = cycle
+                before = trio.current_time() + self.rng.uniform(*self.cfg.run_time)
+                after = self.rng.uniform(*self.cfg.run_time)
+                checkpoint = self.rng.random() < 0.5
+                boot_id = (await _status(host.url, host.token))["bootId"]
+                stop = trio.Event()
+                async with trio.open_nursery() as n:
+                    for w in self.workers:
+                        n.start_soon(self.drive, w, host.url, host.token, stop)
+                    await trio.sleep_until(before)
+                    what = await trio.to_thread.run_sync(partial(damage, db_path, self.rng, checkpoint=checkpoint))
+                    self.log(f"cycle {cycle}: damaged pi.sqlite: {what}")
+                    await trio.sleep(after)
+                    stop.set()  # the workers finish their step (a turn is cut short after 5 s)
+                    n.cancel_scope.deadline = trio.current_time() + 5.0
+                self.totals.cycles = cycle
+                host = await self.await_rebuild(host, data_dir, boot_id)
+                leftover = await trio.to_thread.run_sync(scan_checkpoints, data_dir / "sessions")
+                await self.verify(host.url, host.token, data_dir, after_restart=True, leftover=leftover)
+                await self.retry_and_replay(host.url, host.token)
+            self.log("final: clean shutdown, restart, full verification")
+            await trio.to_thread.run_sync(host.terminate)
+            _close_pipes(host)
+            leftover = await trio.to_thread.run_sync(scan_checkpoints, data_dir / "sessions")
+            host = await self.start(data_dir, None)
+            await self.verify(host.url, host.token, data_dir, after_restart=True, leftover=leftover, full=True)
+        finally:
+            await trio.to_thread.run_sync(host.kill9)
+            _close_pipes(host)
+
+    async def await_rebuild(self, host: HostProcess, data_dir: Path, boot_id: str) -> HostProcess:
+        """Wait for the host to restart itself (a new bootId at the same URL); if it has not noticed the
+        damage, read every table through it, wait again, then SIGKILL and restart it."""
+        for attempt in range(2):
+            with trio.move_on_after(self.cfg.rebuild_wait):
+                while True:
+                    if host.proc.poll() is not None:
+                        self.totals.problem(f"the host exited ({host.proc.returncode}) instead of restarting itself")
+                        _close_pipes(host)
+                        return await self.start(data_dir, None)
+                    try:
+                        status = await _status(host.url, host.token)
+                    except (ClientClosed, OSError, RpcError):
+                        status = {}
+                    if status.get("bootId") not in (None, boot_id):
+                        self.totals.self_restarts += 1
+                        self.log("  the host restarted itself on a rebuilt index")
+                        return host
+                    await trio.sleep(0.1)
+            if attempt == 0:
+                self.log("  no restart yet: reading every table")
+                await self.read_everything(host.url, host.token)
+        self.log("  the damage went unnoticed: SIGKILL and restart")
+        self.totals.forced_restarts += 1
+        await self.kill(host, None)
+        return await self.start(data_dir, None)
+
+    def rebuilt_answer(self, p: Pending, want: Any, got: Any) -> bool:
+        """After a rebuild, what a replay may answer otherwise, as protocol/README.md documents it: a
+        file-carried receipt's response is rebuilt from the state its file left (the same session, its
+        fields as they are now: store/indexing/reconcile.py ``rebuild_response``), and an append (or a
+        truncation: its receipt rode in the deleted file's header too) to a session deleted since is
+        ``SESSION_NOT_FOUND`` (§4, ``session.delete``'s row: only create and delete receipts are kept)."""
+        if isinstance(got, RpcError):
+            if p.method in ("session.appendMessage", "session.truncateFrom") and got.data_code == "SESSION_NOT_FOUND":
+                life = p.key.split("/")[0]
+                deleted = any(op.type == "ok" and op.f == "lc_delete" and op.key == life for op in self.history.ops)
+                if deleted:
+                    self.totals.rebuilt_answers += 1
+                return deleted
+            return False
+        if p.method in REBUILT_RESPONSES and isinstance(want, dict) and isinstance(got, dict):
+            same = _session_id(want) is not None and _session_id(want) == _session_id(got)
+            self.totals.rebuilt_answers += same
+            return same
+        return False
+
+    def drop_replays(self) -> None:
+        """The salvage skipped receipts: a DB-only receipt acknowledged so far may be gone, and its replay
+        would run the request again (a queue entry pushed again after its removal, an older setting back):
+        such requests are not replayed any more (file-carried receipts still are)."""
+        for w in self.workers:
+            kept = [p for p in w.acked if p.method in FILE_RECEIPTS]
+            self.totals.replays_dropped += len(w.acked) - len(kept)
+            w.acked = kept
+
+    def truncated_away(self, p: Pending) -> bool:
+        """An acknowledged append whose line an acknowledged truncateFrom removed: after a rebuild its receipt
+        is gone with its line, and a retry writes it again (documented: store/indexing/salvage.py, as
+        ``pi-host doctor --repair`` leaves it), so it is not replayed."""
+        if p.f != "lc_append" or not p.key.endswith("/m2"):
+            return False
+        life = p.key.split("/")[0]
+        return any(op.type == "ok" and op.f == "lc_truncate" and op.key == life for op in self.history.ops)
+
+    async def read_everything(self, url: str, token: str) -> None:
+        sids = [w.sid for w in self.workers]
+        calls: list[tuple[str, dict[str, Any]]] = [
+            ("session.list", {"limit": 200}), ("settings.get", {"ns": "chaos"}), ("notifications.list", {}),
+            ("tasks.list", {}), ("providers.list", {}), ("secrets.list", {}), ("approvals.list", {}),
+            ("search.query", {"query": "chaos"}), ("search.query", {"query": "reply"}), ("audit.list", {}),
+        ]
+        for sid in sids:
+            calls += [("session.get", {"sessionId": sid, "full": True}), ("session.queueList", {"sessionId": sid}),
+                      ("collab.list", {"sessionId": sid, "direction": "incoming"}),
+                      ("session.turns", {"sessionId": sid})]
+        try:
+            async with open_client(url, token, client_id=CHECKER_CLIENT, client_kind="test") as c:
+                for method, params in calls:
+                    try:
+                        await c.call(method, params)
+                    except RpcError as exc:
+                        if exc.data_code == "INTERNAL":
+                            self.totals.internal += 1
+                            self.out(f"INTERNAL {method}: {exc.message[:200]}")
+        except (ClientClosed, OSError):
+            pass  # the host met the damage and is restarting
+
     # ------------------------------------------------------------------ actors
     async def run_actors(self) -> None:
         data_dir = self.workdir / "data"
@@ -341,6 +539,8 @@ class Runner:
         try:
             if self.cfg.mode == "actors":
                 await self.run_actors()
+            elif self.cfg.mode == "corrupt":
+                await self.run_corrupt()
             elif self.cfg.mode == "powercut":
                 disk = LoopMount(self.workdir / "disk.img", self.workdir / "mnt", size_mb=self.cfg.image_mb)
                 await trio.to_thread.run_sync(disk.create)
@@ -361,7 +561,9 @@ class Runner:
                  f"attempted={t.attempted} infoOps={sum(1 for op in self.history.ops if op.type == 'info')} "
                  f"recovered={len(t.recovered)} unexpected={len(t.unexpected)} "
                  f"problems={len(t.problems)} retried={t.retried} receiptsReplayed={t.receipts_replayed} "
-                 f"actorKills={t.actor_kills} crashpoints={sum(t.crashpoints.values())} bootCrashes={t.boot_crashes} "
+                 f"actorKills={t.actor_kills} selfRestarts={t.self_restarts} forcedRestarts={t.forced_restarts} "
+                 f"rebuiltAnswers={t.rebuilt_answers} replaysDropped={t.replays_dropped} undetected={t.undetected} "
+                 f"crashpoints={sum(t.crashpoints.values())} bootCrashes={t.boot_crashes} "
                  f"searchVia={self.notes.search_via!r} searched={self.notes.searched} "
                  f"definiteFailures={dict(fails)}")
         acked = Counter(op.f for op in self.history.ops if op.type == "ok")
@@ -380,6 +582,15 @@ class Runner:
         return t
 
 
+REBUILT_RESPONSES: frozenset[str] = frozenset({
+    "session.create", "session.fork", "session.rename", "session.update", "session.truncateFrom"})
+
+
+def _session_id(answer: dict[str, Any]) -> Any:
+    inner = answer.get("session")
+    return inner.get("id") if isinstance(inner, dict) else answer.get("id")
+
+
 async def _status(url: str, token: str) -> dict[str, Any]:
     async with open_client(url, token, client_id=CHECKER_CLIENT, client_kind="test") as c:
         result: dict[str, Any] = await c.call("host.status", {})
@@ -394,7 +605,8 @@ def _close_pipes(host: HostProcess) -> None:
 
 def parse_args(argv: Sequence[str]) -> RunConfig:
     ap = argparse.ArgumentParser(prog="scripts/chaos", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mode", choices=("process", "actors", "powercut", "fuzz", "history"), default="process")
+    ap.add_argument("--mode", choices=("process", "actors", "powercut", "fuzz", "history", "corrupt"),
+                    default="process")
     ap.add_argument("--frames", type=int, default=100_000, help="fuzz mode: fuzzed frames to send")
     ap.add_argument("--cycles", type=int, default=5, help="kill/restart cycles (actors: kill rounds)")
     ap.add_argument("--seed", type=int, default=None, help="RNG seed (default: random, printed)")

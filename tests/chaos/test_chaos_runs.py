@@ -57,3 +57,24 @@ async def test_powercut_mode_ext4_shutdown(tmp_path) -> None:
     totals, lines = await _run(tmp_path, mode="powercut", cycles=2, seed=13, run_time=(0.4, 1.2),
                                crashpoint_rate=0.0, image_mb=32)
     _assert_clean(totals, lines, 2)
+
+
+CORRUPT_LAST_LINE = re.compile(
+    r"^cycles=(\d+) acknowledged=(\d+) lost=(\d+) duplicated=(\d+) internal=(\d+) damaged_lost=(\d+)$")
+
+
+async def test_corrupt_mode_damages_the_index_while_it_runs(tmp_path) -> None:
+    """RELIABILITY row 7 under load: pi.sqlite damaged mid-run; requests meeting it answer CORRUPT_DATA or
+    lose their connection (never INTERNAL), the host restarts itself on a rebuilt, salvaged index (or is
+    restarted when nothing read the damage), and every acknowledged write is there once, but DB-only rows
+    the salvage reports skipped."""
+    totals, lines = await _run(tmp_path, mode="corrupt", cycles=3, seed=14, run_time=(0.4, 1.0), rebuild_wait=3.0)
+    detail = "\n".join(lines[-30:])
+    assert totals.valid, detail
+    m = CORRUPT_LAST_LINE.match(lines[-1])
+    assert m, detail
+    assert int(m.group(1)) == 3
+    assert int(m.group(2)) > 0
+    assert (m.group(3), m.group(4), m.group(5)) == ("0", "0", "0")
+    assert totals.self_restarts + totals.forced_restarts == 3
+    assert totals.checks >= 4
