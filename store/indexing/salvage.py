@@ -293,6 +293,7 @@ class _Salvager:
         src_columns = set(_columns(self.src, table))
         if not src_columns:
             self.report.errors[table] = "not readable in the quarantined file"
+            self.report.skip(table, "readError")  # none of its rows: boot.salvageSkipped names it
             return
         omit = {"id"} if table == "audit_log" else set()
         columns = [c for c in dst_columns if c in src_columns and c not in omit]
@@ -416,8 +417,9 @@ def salvage(dst: sqlite3.Connection, source: Path, *, now_ms: int, faults: Fault
             return report
         worker = _Salvager(src, dst, report, now_ms)
         for table, _why in SALVAGED:
-            if table not in tables:
+            if table not in tables:  # the same schema version has it: its schema row is damaged
                 report.errors[table] = "missing from the quarantined file"
+                report.skip(table, "readError")
                 continue
             try:
                 with _write(dst):
@@ -432,6 +434,7 @@ def salvage(dst: sqlite3.Connection, source: Path, *, now_ms: int, faults: Fault
                     raise
                 report.errors[table] = f"{type(exc).__name__}: {exc}"
                 report.copied.pop(table, None)
+                report.skip(table, "readError")  # what it had copied was rolled back
                 log.warning("salvaging %s failed: %s", table, exc)
             faults.point("salvage.after_table")
     return report

@@ -317,6 +317,7 @@ def test_a_column_name_that_is_not_utf8_loses_its_table_not_the_salvage(tmp_path
     try:
         out = salvage(dst, src, now_ms=5)
         assert "turns" in out.errors, out
+        assert out.skipped["turns"] == {"readError": 1}, out  # so boot.salvageSkipped names it
         assert out.copied["kv"] == 20, out
         assert dst.execute("SELECT submission_id FROM command_receipts").fetchall() == [("k1",)]
     finally:
@@ -339,6 +340,7 @@ def test_one_malformed_create_statement_loses_its_table_not_the_salvage(tmp_path
         out = salvage(dst, src, now_ms=5)
         assert out.skipped_reason is None, out
         assert "models" in out.errors, out
+        assert out.skipped["models"] == {"readError": 1}, out
         assert out.copied["kv"] == 20, out
     finally:
         dst.close()
