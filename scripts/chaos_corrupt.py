@@ -82,9 +82,7 @@ def damaged_tables(boot: dict[str, Any]) -> set[str]:
     salvage = boot.get("salvage") or {}
     if salvage.get("failed") or salvage.get("notSalvaged"):
         return set(ALL_DB_ONLY)
-    tables = {t for t, n in (boot.get("salvageSkipped") or {}).items() if n}
-    tables |= set(salvage.get("errors") or {})
-    return tables
+    return {t for t, n in (boot.get("salvageSkipped") or {}).items() if n}
 
 
 def excused(name: str, tables: set[str]) -> bool:

@@ -364,7 +364,7 @@ class Runner:
                 before = trio.current_time() + self.rng.uniform(*self.cfg.run_time)
                 after = self.rng.uniform(*self.cfg.run_time)
                 checkpoint = self.rng.random() < 0.5
-                boot_id = (await _status(host.url, host.token))["bootId"]
+                boot_id = (await self.serving(host))["bootId"]
                 stop = trio.Event()
                 async with trio.open_nursery() as n:
                     for w in self.workers:
@@ -377,9 +377,15 @@ class Runner:
                     n.cancel_scope.deadline = trio.current_time() + 5.0
                 self.totals.cycles = cycle
                 host = await self.await_rebuild(host, data_dir, boot_id)
-                leftover = await trio.to_thread.run_sync(scan_checkpoints, data_dir / "sessions")
-                await self.verify(host.url, host.token, data_dir, after_restart=True, leftover=leftover)
-                await self.retry_and_replay(host.url, host.token)
+                for _ in range(3):  # the checker's own reads may meet damage nothing else read: it restarts
+                    try:
+                        leftover = await trio.to_thread.run_sync(scan_checkpoints, data_dir / "sessions")
+                        await self.verify(host.url, host.token, data_dir, after_restart=True, leftover=leftover)
+                        await self.retry_and_replay(host.url, host.token)
+                        break
+                    except (ClientClosed, OSError) as exc:
+                        self.log(f"  the host went away during the check ({type(exc).__name__}): checking again")
+                        await self.serving(host)
             self.log("final: clean shutdown, restart, full verification")
             await trio.to_thread.run_sync(host.terminate)
             _close_pipes(host)
@@ -454,6 +460,15 @@ class Runner:
             return False
         life = p.key.split("/")[0]
         return any(op.type == "ok" and op.f == "lc_truncate" and op.key == life for op in self.history.ops)
+
+    async def serving(self, host: HostProcess) -> dict[str, Any]:
+        """``host.status`` once the host serves (it may be restarting itself on a rebuilt index)."""
+        with trio.fail_after(60):
+            while True:
+                try:
+                    return await _status(host.url, host.token)
+                except (ClientClosed, OSError):
+                    await trio.sleep(0.2)
 
     async def read_everything(self, url: str, token: str) -> None:
         sids = [w.sid for w in self.workers]
