@@ -198,6 +198,27 @@ def boot_killed_at(data_dir: Path, point: str) -> bool:
 
 
 @asynccontextmanager
+async def once_rebuilt(proc: HostProcess, *, client_id: str = "again",
+                       ready: Any = None) -> AsyncIterator[HostClient]:
+    """A client of ``proc`` once it serves again on an index rebuilt from the transcripts: a host that met its
+    index corrupt restarts itself in the same process and on the same url (RELIABILITY row 7); a client
+    reconnects as after any restart. ``ready()``, when given, must also be true (e.g. the quarantine holds the
+    file). Within 60 s; each try's handshake is bounded (a stopping run may accept one and never answer it)."""
+    with trio.fail_after(60):
+        while True:
+            with trio.move_on_after(5):
+                try:
+                    async with open_client(proc.url, proc.token, client_id=client_id, client_kind="agent") as probe:
+                        if (ready is None or ready()) and (await probe.call("host.status", {}))["boot"]["dbRebuilt"]:
+                            break
+                except (OSError, ClientClosed, RpcError):
+                    pass
+            await trio.sleep(0.2)
+    async with open_client(proc.url, proc.token, client_id=client_id, client_kind="agent") as again:
+        yield again
+
+
+@asynccontextmanager
 async def faulted_client(data_dir: Path, spec: str | None, *, client_id: str, client_kind: str = "agent",
                          plugin_id: str | None = None) -> AsyncIterator[HostClient]:
     """A client of a ``pi-host serve`` process on ``data_dir`` armed with the fault ``spec``

@@ -14,10 +14,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-import trio
 
-from runtime.client import ClientClosed, RpcError, open_client
+from runtime.client import ClientClosed
 from tests.acceptance.outsiderkit import error_of
+from tests.hostkit import once_rebuilt
 from tests.integrity.test_reliability_outsider_a import host, ids, msg
 
 DAMAGE = {
@@ -72,20 +72,12 @@ async def test_each_kind_of_index_damage_is_corrupt_data_and_the_host_rebuilds(t
             codes.append(f"closed {closed}")
         assert "INTERNAL" not in codes, codes
         assert codes[0] == "CORRUPT_DATA", codes
-        with trio.fail_after(60):
-            while True:  # the same process, the same url
-                try:
-                    async with open_client(proc.url, proc.token, client_id="again", client_kind="agent") as again:
-                        if (await again.call("host.status", {}))["boot"]["dbRebuilt"]:
-                            assert proc.proc.poll() is None
-                            for sid, want in acked.items():
-                                assert await ids(again, sid) == want
-                            found = await again.call("search.query", {"query": "needle1", "limit": 50})
-                            assert sorted(r["messageId"] for r in found["results"]) == sorted(acked["s1"]), found
-                            break
-                except (OSError, ClientClosed, RpcError):
-                    pass
-                await trio.sleep(0.2)
+        async with once_rebuilt(proc) as again:  # the same process, the same url
+            assert proc.proc.poll() is None
+            for sid, want in acked.items():
+                assert await ids(again, sid) == want
+            found = await again.call("search.query", {"query": "needle1", "limit": 50})
+            assert sorted(r["messageId"] for r in found["results"]) == sorted(acked["s1"]), found
     assert list((data / "quarantine").glob("pi.sqlite.corrupt-*")), "the damaged index is kept aside"
 
 
@@ -118,18 +110,10 @@ async def test_a_column_name_damaged_in_the_schema_is_corrupt_data_not_a_host_bu
             codes.append(f"closed {closed}")
         assert "INTERNAL" not in codes, codes
         assert codes[0] == "CORRUPT_DATA", codes
-        with trio.fail_after(60):
-            while True:  # the same process, the same url
-                try:
-                    async with open_client(proc.url, proc.token, client_id="again", client_kind="agent") as again:
-                        if (await again.call("host.status", {}))["boot"]["dbRebuilt"]:
-                            assert proc.proc.poll() is None
-                            assert await ids(again, "s1") == ["m1"]
-                            await again.call("session.startTurn", {"sessionId": "s1", "turnId": "t9"})
-                            break
-                except (OSError, ClientClosed, RpcError):
-                    pass
-                await trio.sleep(0.2)
+        async with once_rebuilt(proc) as again:  # the same process, the same url
+            assert proc.proc.poll() is None
+            assert await ids(again, "s1") == ["m1"]
+            await again.call("session.startTurn", {"sessionId": "s1", "turnId": "t9"})
 
 
 @pytest.mark.parametrize(("message", "damage"), [

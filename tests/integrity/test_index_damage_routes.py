@@ -35,7 +35,7 @@ import trio
 from protocol.methods import METHODS
 from runtime.client import ClientClosed, HostClient, RpcError, open_client
 from runtime.routes import ROUTES, Via
-from tests.hostkit import REPO, HostProcess, msg, start_host_process
+from tests.hostkit import REPO, HostProcess, msg, once_rebuilt, start_host_process
 from tests.integrity.test_index_damage_kinds import _damage
 from tests.integrity.test_reliability_outsider_a import log_records
 from tests.pipeline import scenarios as sc
@@ -446,19 +446,10 @@ async def test_the_db_writer_meeting_damage_in_its_idle_upkeep_rebuilds_with_no_
             # FTS5's structure record (which segments exist), its cookie changed: the merge step reads it
             # whatever the segments are (how the appends were batched decides how many there are)
             _sql(data / "pi.sqlite", "UPDATE messages_fts_data SET block = X'00000000ffffffffffff' WHERE id = 10")
-        with trio.fail_after(60):
-            while True:  # no request meets the damage: the idle upkeep does
-                with trio.move_on_after(5):  # a handshake the stopping run accepted and never answers
-                    try:
-                        async with open_client(proc.url, proc.token, client_id="again", client_kind="agent") as c:
-                            if list((data / "quarantine").glob("pi.sqlite.corrupt-*")) and \
-                                    (await c.call("host.status", {}))["boot"]["dbRebuilt"]:
-                                found = await c.call("search.query", {"query": "needle", "limit": 50})
-                                assert len(found["results"]) == 30, found
-                                break
-                    except (OSError, ClientClosed, RpcError):
-                        pass
-                await trio.sleep(0.2)
+        # no request meets the damage: the idle upkeep does
+        async with once_rebuilt(proc, ready=lambda: list((data / "quarantine").glob("pi.sqlite.corrupt-*"))) as c:
+            found = await c.call("search.query", {"query": "needle", "limit": 50})
+            assert len(found["results"]) == 30, found
         assert proc.proc.poll() is None, "the same process serves again"
     finally:
         proc.kill9()

@@ -22,7 +22,7 @@ import trio
 
 from runtime.client import ClientClosed, HostClient, RpcError, open_client
 from tests.acceptance.outsiderkit import error_of
-from tests.hostkit import REPO, HostProcess, call_killed_at, msg, start_host_process
+from tests.hostkit import REPO, HostProcess, call_killed_at, msg, once_rebuilt, start_host_process
 
 CLIENT = "outsider-a"
 
@@ -857,23 +857,14 @@ async def test_an_index_corrupted_while_the_host_runs_is_rebuilt_by_the_host_its
             codes.append(f"closed {closed}")
         assert "INTERNAL" not in codes, codes
         assert "CORRUPT_DATA" in codes or any(str(code).startswith("closed") for code in codes), codes
-        with trio.fail_after(60):
-            while True:  # the same process, the same url: a client reconnects as after any restart
-                try:
-                    async with open_client(proc.url, proc.token, client_id="again", client_kind="agent") as again:
-                        report = (await again.call("host.status", {}))["boot"]
-                        if report["dbRebuilt"]:
-                            assert proc.proc.poll() is None
-                            for sid, want in acked.items():
-                                assert (await ids(again, sid))[:len(want)] == want
-                            found = await again.call("search.query", {"query": "needle1", "limit": 50})
-                            assert len(found["results"]) == 30, found
-                            late = await again.call("session.appendMessage", {
-                                "sessionId": "s1", "message": msg("late", "after the rebuild")})
-                            assert late["message"]["id"] == "late"
-                            break
-                except (OSError, ClientClosed, RpcError):
-                    pass
-                await trio.sleep(0.2)
+        async with once_rebuilt(proc) as again:  # the same process, the same url
+            assert proc.proc.poll() is None
+            for sid, want in acked.items():
+                assert (await ids(again, sid))[:len(want)] == want
+            found = await again.call("search.query", {"query": "needle1", "limit": 50})
+            assert len(found["results"]) == 30, found
+            late = await again.call("session.appendMessage", {
+                "sessionId": "s1", "message": msg("late", "after the rebuild")})
+            assert late["message"]["id"] == "late"
     assert any(r.get("level") == "error" and "corrupt" in json.dumps(r).lower() for r in log_records(data))
     assert list((data / "quarantine").glob("pi.sqlite.corrupt-*")), "the damaged index is kept aside"
