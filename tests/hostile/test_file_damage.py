@@ -665,6 +665,16 @@ async def test_a_line_far_over_the_line_limit(tmp_path: Path, template: tuple[Pa
     _check(await _boot_and_read(data, names, "second"), data)
 
 
+def _rewrite_messages(target: Path, ids: tuple[str, ...], change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """Rewrite in place the lines of the messages ``ids`` as ``change`` makes them (an acknowledged line damaged)."""
+    lines = target.read_bytes().splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        record = json.loads(line)
+        if record.get("id") in ids:
+            lines[i] = json.dumps(change(record)).encode() + b"\n"
+    target.write_bytes(b"".join(lines))
+
+
 @pytest.mark.parametrize("blocks", [1, -1, 1.5, True, 2 ** 70, "text", {"type": "text", "text": "x"}, None],
                          ids=["one", "minus-one", "float", "true", "huge", "string", "object", "null"])
 async def test_a_message_line_whose_blocks_are_not_a_list(tmp_path: Path, template: tuple[Path, dict[str, str]],
@@ -675,13 +685,7 @@ async def test_a_message_line_whose_blocks_are_not_a_list(tmp_path: Path, templa
     src, names = template
     data = tmp_path / "data"
     shutil.copytree(src, data, symlinks=True)
-    target = FILES["transcript"](data)
-    lines = target.read_bytes().splitlines(keepends=True)
-    for i, line in enumerate(lines):
-        record = json.loads(line)
-        if record.get("id") in ("u1", "u2"):
-            lines[i] = json.dumps({**record, "blocks": blocks}).encode() + b"\n"
-    target.write_bytes(b"".join(lines))
+    _rewrite_messages(FILES["transcript"](data), ("u1", "u2"), lambda r: {**r, "blocks": blocks})
     _check(await _boot_and_read(data, names, "first"), data)
     _check(await _boot_and_read(data, names, "second"), data)
 
@@ -705,13 +709,7 @@ def test_the_offline_cli_reads_a_damaged_transcript_without_a_traceback(
     src, _ = template
     data = tmp_path / "data"
     shutil.copytree(src, data, symlinks=True)
-    target = FILES["transcript"](data)
-    lines = target.read_bytes().splitlines(keepends=True)
-    for i, line in enumerate(lines):
-        record = json.loads(line)
-        if record.get("id") in ("u1", "a1"):
-            lines[i] = json.dumps(CLI_DAMAGE[damage](record)).encode() + b"\n"
-    target.write_bytes(b"".join(lines))
+    _rewrite_messages(FILES["transcript"](data), ("u1", "a1"), CLI_DAMAGE[damage])
     for argv in (["show", "s1"], ["show", "s2"], ["sessions"], ["search", "question"], ["doctor"]):
         done = subprocess.run([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), *argv], cwd=REPO,
                               capture_output=True, timeout=120, check=False)
