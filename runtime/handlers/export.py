@@ -23,7 +23,6 @@ from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.context import HostContext
 from store.errors import PermissionDenied
-from store.indexing import index
 from store.interchange.export import (
     ExportOptions,
     ExportReport,
@@ -78,7 +77,6 @@ async def _secrets(read: Callable[..., Any], services: Any, include: bool) -> tu
 
 async def export(ctx: SessionContext, p: m.SessionExportParams, key: ReceiptKey | None) -> Any:
     await scope_session(ctx.read, ctx.caller, ctx.sid)
-    await ctx.read(index.session_row, ctx.sid)  # the index covers every append acknowledged before this
     services = ctx.services
     values = await _secrets(ctx.read, services, p.include_secrets)
     options = _options(p, ctx.caller.plugin_id, values, services.get(BLOBS), ctx.now())
