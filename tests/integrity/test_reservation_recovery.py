@@ -12,15 +12,17 @@ next to it in the same host and asks that both read back settled alike. Real ``p
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
-from runtime.client import HostClient, RpcError, open_client
+from runtime.client import ClientClosed, HostClient, RpcError, open_client
 from tests.hostkit import HostProcess, boot_killed_at, faulted_client, msg, start_host_process
 
 SIDECAR = "reservation-sidecar"
@@ -345,3 +347,40 @@ async def test_recover_inflight_settles_an_uncheckpointed_reservation_while_the_
             assert (await c.call("host.status", {}))["boot"]["inflightPromoted"] == 0
             await check_settled(c, sid, twin, reserved, status="aborted")
             await check_retry_and_final(c, sid, reserved)
+
+
+async def test_recover_inflight_killed_between_the_promoted_line_and_its_commit_settles_once(tmp_path: Path) -> None:
+    """SIGKILL after the promoted reservation's line is durable and before its transaction commits (RELIABILITY:
+    "a retry after a crash at any moment has exactly one effect"). The next boot indexes that line (the turn is
+    fenced); the keyed retry changes nothing more: the row reads settled once, at its position, and a further
+    restart finds nothing to settle."""
+    root = tmp_path / "data"
+    params: dict[str, Any] = {}
+    with trio.fail_after(90):
+        # u1, the reservation and the steering row are the first three appends: the fourth is the promotion
+        proc = start_host_process(root, env={"RT_CRASHPOINT": "append.after_fsync:4"})
+        try:
+            async with open_client(proc.url, proc.token, client_id=SIDECAR, client_kind="agent") as c:
+                sid, reserved = await reserve(c, checkpoint=False)
+                params = {"sessionId": sid, "turnId": turn(sid), "submissionId": f"recover-{sid}"}
+                with pytest.raises((ClientClosed, OSError)):
+                    await c.call("session.recoverInflight", params)
+            await trio.to_thread.run_sync(proc.reap)
+            assert proc.proc.returncode == -9
+        finally:
+            proc.kill9()
+        async with host(root) as (proc, c):
+            retried = await c.call("session.recoverInflight", params)
+            assert retried["action"] in ("promoted", "none"), retried
+            assert retried["turn"]["status"] == "aborted", retried
+            view = await full(c, sid)
+            assert [m["id"] for m in view["messages"]] == [mid(sid, x) for x in ("u1", "a1", "s1")]
+            a1 = view["messages"][1]
+            assert settled_meta(a1) == {"status": "aborted", "interrupted": True, "recoveredFrom": "inflight"}, a1
+            assert a1["seq"] == reserved["message"]["seq"]
+            assert await c.call("session.recoverInflight", params) == retried
+        await boot_settles_once(root, [sid])
+    lines = [json.loads(line) for line in (root / "sessions" / f"{sid}.jsonl").read_bytes().splitlines()]
+    # the reservation and its one promotion (written before the kill): boot found it settled, the retry too
+    assert [r.get("meta", {}).get("status") for r in lines if r.get("id") == mid(sid, "a1")] == ["streaming",
+                                                                                              "aborted"]
