@@ -139,10 +139,13 @@ class Report:
     recovered: set[str] = field(default_factory=set)
     unexpected: set[str] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
+    damaged: set[str] = field(default_factory=set)
+    """Values no write produced (an id the host never issued): bytes changed in place. SQLite keeps no
+    checksum, so a host cannot see such damage; only corrupt mode, which causes it, may excuse it."""
 
     @property
     def valid(self) -> bool:
-        return not (self.lost or self.duplicated or self.unexpected or self.problems)
+        return not (self.lost or self.duplicated or self.unexpected or self.problems or self.damaged)
 
     def summary(self) -> str:
         return (f"attempted={self.attempted} acknowledged={self.acknowledged} lost={len(self.lost)} "
@@ -549,6 +552,10 @@ def _check_approvals(found: dict[tuple[str, str], Outcome], obs: Observation, re
             continue
         if ask.status == "failed":
             report.unexpected.add(f"{name} (its request failed definitely)")
+        issued = _issued_request_id(ask, answer)
+        if issued is not None and row["requestId"] != issued:
+            report.damaged.add(f"{name}: request id {row['requestId']!r}, issued {issued!r}")
+            continue
         status, shown = row["status"], obs.decisions.get(row["requestId"])
         if obs.after_restart and status == "pending":
             report.problems.append(f"{name}: pending after a restart")
@@ -568,3 +575,14 @@ def _check_approvals(found: dict[tuple[str, str], Outcome], obs: Observation, re
     for call_id, ask in asks.items():
         if ask.status == "acked" and call_id not in obs.approvals:
             report.lost.add(f"approval:{ask.value['sid']}/{call_id}")
+
+
+def _issued_request_id(ask: Outcome, answer: Outcome | None) -> str | None:
+    """The request id the host gave this tool call's approval (its acknowledged request, or the one answered)."""
+    if ask.status == "acked" and isinstance(ask.result, dict):
+        rid = (ask.result.get("request") or {}).get("requestId")
+        if isinstance(rid, str):
+            return rid
+    if answer is not None and isinstance(answer.value.get("requestId"), str):
+        return str(answer.value["requestId"])
+    return None

@@ -13,7 +13,9 @@ run: ``salvage.failed`` / ``salvage.notSalvaged``, when the quarantined file no 
 loss is counted as ``damaged_lost``, apart from ``lost``; anything the transcripts carry (messages,
 titles, sessions) and any DB-only row whose table the salvage copied whole must still be there. The
 excuse is per table and lasts for the rest of the run (a row the salvage skipped stays gone), so it is
-coarse: a row of such a table lost later for another reason is counted as damage too.
+coarse: a row of such a table lost later for another reason is counted as damage too. A value no write
+produced (an approval's request id the host never issued: a byte changed inside a row whose page stays well
+formed) is counted there too: SQLite keeps no checksums, so neither the host nor its salvage can see it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ DB_ONLY: Final[dict[str, frozenset[str]]] = {
     "turn:": frozenset({"turns"}),
     "notification:": frozenset({"notifications"}),
     "approval:": frozenset({"approvals"}),
-    "delivery:": frozenset({"session_collaboration_messages", "turn_queue"}),
+    # a delivery's turn binding is cleared (the schema's ON DELETE SET NULL) when its turn row is lost
+    "delivery:": frozenset({"session_collaboration_messages", "turn_queue", "turns"}),
     "receipt replay:": frozenset({"command_receipts"}),
 }
 ALL_DB_ONLY: Final[frozenset[str]] = frozenset().union(*DB_ONLY.values())

@@ -158,6 +158,11 @@ class Totals:
                 self.damaged_lost.add(name)
             else:
                 self.lost.add(name)
+        for name in report.damaged:  # bytes changed in place: only the damage corrupt mode writes explains it
+            if self.corrupt:
+                self.damaged_lost.add(name)
+            else:
+                self.problems.setdefault(name, self.cycles)
         self.duplicated |= report.duplicated
         self.recovered |= report.recovered
         self.unexpected |= report.unexpected

@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from scripts.chaos_checker import ABSENT, Observation, ObservedMessage, ObservedSession, check
+from scripts.chaos_corrupt import excused
 from scripts.chaos_history import History, outcomes
+from scripts.chaos_run import Totals
 
 SID = "s1"
 
@@ -263,3 +265,30 @@ def test_approvals_lost_unexpected_or_disagreeing_with_the_transcript() -> None:
     assert f"approval:{SID}/c2" not in report.lost
     gone = Observation(sessions, approvals={})
     assert {f"approval:{SID}/c1", f"approval:{SID}/c2"} <= check(h, gone).lost
+
+
+def test_a_request_id_the_host_never_issued_is_damage_not_a_lost_decision() -> None:
+    """Corrupt mode's seed 1164112365 met this: a random byte changed ``apr_…`` into ``a#r_…`` inside a row
+    of the approvals table; the page stayed well formed, so the salvage copied it. No write produces such a
+    value, so it is reported as damaged (excused only where the run damages the index itself)."""
+    h = History()
+    _op(h, "approval_request", "c1", {"sid": SID, "turnId": "t1"}, result={"request": {"requestId": "apr_1"}})
+    _op(h, "approval_respond", "c1", {"sid": SID, "option": "deny", "requestId": "apr_1"})
+    obs = Observation({SID: _session([])}, after_restart=True,
+                      approvals={"c1": {"sid": SID, "requestId": "a#r_1", "status": "denied"}},
+                      decisions={"apr_1": "denied"})
+    report = check(h, obs)
+    assert report.damaged == {f"approval:{SID}/c1: request id 'a#r_1', issued 'apr_1'"}
+    assert not report.problems and not report.lost and not report.valid
+    corrupt, other = Totals(corrupt=True), Totals()
+    corrupt.add(report)
+    other.add(report)
+    assert corrupt.valid and corrupt.damaged_lost == report.damaged
+    assert not other.valid and set(other.problems) == report.damaged
+
+
+def test_a_delivery_whose_turn_row_the_damage_took_is_excused_by_the_turns_table() -> None:
+    """The salvage clears a delivery's turn binding when its turn row is gone (ON DELETE SET NULL)."""
+    lost = "delivery:col_1 begin in s.w1 (turn None, status completed)"
+    assert excused(lost, {"turns"})
+    assert not excused(lost, {"notifications"})
