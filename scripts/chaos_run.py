@@ -112,6 +112,8 @@ class RunConfig:
     clients: int = 3
     verbose: bool = True
     rebuild_wait: float = 5.0
+    check_wait: float = 180.0
+    """A check step (observe, retries, replays) that gets no answer this long is a problem, not a hang."""
 
 
 @dataclass
@@ -383,14 +385,17 @@ class Runner:
                 self.totals.cycles = cycle
                 host = await self.await_rebuild(host, data_dir, boot_id)
                 for _ in range(3):  # the checker's own reads may meet damage nothing else read: it restarts
-                    try:
-                        leftover = await trio.to_thread.run_sync(scan_checkpoints, data_dir / "sessions")
-                        await self.verify(host.url, host.token, data_dir, after_restart=True, leftover=leftover)
-                        await self.retry_and_replay(host.url, host.token)
-                        break
-                    except (ClientClosed, OSError) as exc:
-                        self.log(f"  the host went away during the check ({type(exc).__name__}): checking again")
-                        await self.serving(host)
+                    with trio.move_on_after(self.cfg.check_wait) as bound:
+                        try:
+                            leftover = await trio.to_thread.run_sync(scan_checkpoints, data_dir / "sessions")
+                            await self.verify(host.url, host.token, data_dir, after_restart=True, leftover=leftover)
+                            await self.retry_and_replay(host.url, host.token)
+                            break
+                        except (ClientClosed, OSError) as exc:
+                            self.log(f"  the host went away during the check ({type(exc).__name__}): checking again")
+                    if bound.cancelled_caught:
+                        await self.stalled(host, cycle)
+                    await self.serving(host)
             self.log("final: clean shutdown, restart, full verification")
             await trio.to_thread.run_sync(host.terminate)
             _close_pipes(host)
@@ -400,6 +405,18 @@ class Runner:
         finally:
             await trio.to_thread.run_sync(host.kill9)
             _close_pipes(host)
+
+    async def stalled(self, host: HostProcess, cycle: int) -> None:
+        """A check step got no answer within ``check_wait``: a problem, with what the host says it is doing."""
+        state = "host.status got no answer in 10 s"
+        with trio.move_on_after(10):
+            try:
+                status = await _status(host.url, host.token)
+                state = (f"bootId {status.get('bootId')}, pipeline {status.get('pipeline')}, "
+                         f"process alive {host.proc.poll() is None}")
+            except (ClientClosed, OSError, RpcError) as exc:
+                state = f"host.status failed ({type(exc).__name__})"
+        self.totals.problem(f"cycle {cycle}: a check got no answer within {self.cfg.check_wait:.0f} s ({state})")
 
     async def await_rebuild(self, host: HostProcess, data_dir: Path, boot_id: str) -> HostProcess:
         """Wait for the host to restart itself (a new bootId at the same URL); if it has not noticed the

@@ -78,3 +78,13 @@ async def test_corrupt_mode_damages_the_index_while_it_runs(tmp_path) -> None:
     assert (m.group(3), m.group(4), m.group(5)) == ("0", "0", "0")
     assert totals.self_restarts + totals.forced_restarts == 3
     assert totals.checks >= 4
+
+
+async def test_a_check_that_gets_no_answer_is_a_problem_not_a_hang(tmp_path) -> None:
+    """A 20-cycle corrupt run once sat forever after a self-restart with nothing in flight on the host; a check
+    step is now bounded (``check_wait``) and its overrun fails the run with what the host was doing."""
+    totals, lines = await _run(tmp_path, mode="corrupt", cycles=1, seed=15, run_time=(0.3, 0.5), rebuild_wait=2.0,
+                               check_wait=0.0)
+    assert not totals.valid
+    stalls = [p for p in totals.problems if "a check got no answer within 0 s" in p]
+    assert stalls and all("bootId" in p for p in stalls), "\n".join(lines[-30:])
