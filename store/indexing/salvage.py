@@ -8,7 +8,8 @@ trigram index. :func:`salvage` opens the quarantined copy read-only (``immutable
 non-empty ``-wal`` beside it is read through a private copy of the pair) and copies into the rebuilt
 database, table by table, the rows that read back cleanly:
 
-* a table whose b-tree fails midway keeps the rows read before the failure (``readError``);
+* a table whose b-tree fails midway keeps the rows read before the failure and those read back after it,
+  found from the table's other end (``readError``);
 * a row with a text value that is not UTF-8 (``badText``) or a ``*_json`` value that does not parse
   (``badJson``) is skipped;
 * a row whose foreign key names a row the rebuilt database does not have (a session the transcripts no
@@ -204,6 +205,11 @@ def _open_source(path: Path) -> Iterator[sqlite3.Connection]:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _mark(value: Any) -> str:
+    """A parameter for a key read back (``text_factory=bytes``): a text key is bound as text, not as a blob."""
+    return "CAST(? AS TEXT)" if isinstance(value, bytes) else "?"
+
+
 def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
     """The table's column names; empty when its CREATE statement is damaged so that a name is not UTF-8
     (its rows cannot be matched to the rebuilt table's columns: the table is not readable)."""
@@ -252,18 +258,71 @@ class _Salvager:
     def _exists(self, table: str, column: str, value: Any) -> bool:
         return self.dst.execute(f"SELECT 1 FROM {table} WHERE {column} = ? LIMIT 1", (value,)).fetchone() is not None
 
-    def _read(self, table: str, columns: list[str], order: str = "") -> Iterator[tuple[Any, ...]]:
-        """Rows as stored, until the table's b-tree fails (then the failure is recorded and reading stops)."""
+    def _read(self, table: str, columns: list[str], where: str = "") -> Iterator[tuple[Any, ...]]:
+        """Rows as stored, in key order. Where the table's b-tree fails (recorded as a ``readError``), the
+        rows past the damage are found from the table's other end: a scan backwards from the last key reads
+        down to the damage, keeping only the keys, then each of those rows is read by its key, in key order.
+        So one damaged stretch of pages loses only the rows it holds (with two or more, the rows between
+        them go too)."""
+        key = self._key(table)
+        n = len(key)
+        last: tuple[Any, ...] | None = None
         try:
-            cur = self.src.execute(f"SELECT {', '.join(columns)} FROM {table}{order}")
-            while True:
-                row = cur.fetchone()
-                if row is None:
-                    return
-                yield tuple(row)
+            for row in self._scan(table, key, columns, where, after=last):
+                last = row[:n]
+                yield row[n:]
+            return
         except sqlite3.DatabaseError as exc:
-            self.report.errors[table] = f"{type(exc).__name__}: {exc}"
-            self.report.skip(table, "readError")
+            self._read_error(table, exc)
+        after: list[tuple[Any, ...]] = []
+        try:  # the keys past the damage: read backwards from the end, down to the damage
+            for row in self._scan(table, key, columns, where, after=last, backwards=True):
+                after.append(row[:n])
+        except sqlite3.DatabaseError:
+            pass
+        # each row again by its key, in key order (a forward scan from the first of them could descend into the
+        # damaged page: in a WITHOUT ROWID table an interior cell holds a row, and the seek starts left of it)
+        for found in reversed(after):
+            sql = (f"SELECT {', '.join(columns)} FROM {table} WHERE "
+                   + " AND ".join(f"{k} = {_mark(v)}" for k, v in zip(key, found, strict=True)))
+            try:
+                row = self.src.execute(sql, found).fetchone()
+            except sqlite3.DatabaseError as exc:
+                self._read_error(table, exc)
+                continue
+            if row is not None:
+                yield tuple(row)
+
+    def _key(self, table: str) -> list[str]:
+        """The columns that order the table's b-tree: ``rowid``, or a WITHOUT ROWID table's primary key (from
+        the rebuilt database's schema: the quarantined one's may be damaged)."""
+        sql = self.dst.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+        if sql is None or "WITHOUT ROWID" not in str(sql[0]).upper():
+            return ["rowid"]
+        pk = sorted((int(r[5]), str(r[1])) for r in self.dst.execute(f"PRAGMA table_info({table})") if int(r[5]))
+        return [name for _, name in pk]
+
+    def _scan(self, table: str, key: list[str], columns: list[str], where: str, *, after: tuple[Any, ...] | None,
+              backwards: bool = False) -> Iterator[tuple[Any, ...]]:
+        conditions = [where] if where else []
+        params: tuple[Any, ...] = ()
+        if after is not None:
+            conditions.append(f"({', '.join(key)}) > ({', '.join(_mark(v) for v in after)})")
+            params = after
+        direction = " DESC" if backwards else ""
+        sql = (f"SELECT {', '.join(key + columns)} FROM {table}"
+               f"{' WHERE ' + ' AND '.join(conditions) if conditions else ''}"
+               f" ORDER BY {', '.join(k + direction for k in key)}")
+        cur = self.src.execute(sql, params)
+        while True:
+            row = cur.fetchone()
+            if row is None:
+                return
+            yield tuple(row)
+
+    def _read_error(self, table: str, exc: sqlite3.DatabaseError) -> None:
+        self.report.errors.setdefault(table, f"{type(exc).__name__}: {exc}")
+        self.report.skip(table, "readError")
 
     def _decode(self, columns: list[str], row: tuple[Any, ...]) -> dict[str, Any]:
         values = {c: _text(v) for c, v in zip(columns, row, strict=True)}
@@ -299,9 +358,8 @@ class _Salvager:
         columns = [c for c in dst_columns if c in src_columns and c not in omit]
         fks = _foreign_keys(self.dst, table)
         sql = f"INSERT OR IGNORE INTO {table}({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
-        order = " ORDER BY id" if table == "audit_log" else ""
         copied = 0
-        for row in self._read(table, columns, order):
+        for row in self._read(table, columns):
             try:
                 values = self._decode(columns, row)
                 if not self._wanted(table, values):
@@ -382,7 +440,7 @@ class _Salvager:
         """Rebuilt messages of a salvaged turn: the rebuild indexed them before the turn row was back, so
         their turn link is missing; the quarantined index's link is taken where it names a turn of the same
         session that is here now."""
-        rows = self._read("messages", ["id", "session_id", "turn_id"], " WHERE turn_id IS NOT NULL")
+        rows = self._read("messages", ["id", "session_id", "turn_id"], "turn_id IS NOT NULL")
         for row in rows:
             try:
                 mid, sid, turn = (_text(v) for v in row)

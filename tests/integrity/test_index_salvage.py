@@ -215,8 +215,9 @@ def _make(path: Path, rows: int) -> None:
 
 
 def test_salvage_of_a_damaged_db_only_table_copies_what_reads_back(tmp_path: Path) -> None:
-    """The kv b-tree itself damaged midway: the rows before the damage are copied, nothing is invented, the
-    bad rows are counted, an orphan is skipped, and the quarantined file is never written."""
+    """The kv b-tree itself damaged midway: the rows before the damage and those after it (found from the
+    table's other end) are copied, only the damaged page's rows are lost, nothing is invented, the bad rows
+    are counted, an orphan is skipped, and the quarantined file is never written."""
     src = tmp_path / "old.sqlite"
     _make(src, 2000)
     conn = sqlite3.connect(src)
@@ -237,7 +238,13 @@ def test_salvage_of_a_damaged_db_only_table_copies_what_reads_back(tmp_path: Pat
     copied = dst.execute("SELECT key, value_json FROM kv WHERE ns = 'ui' ORDER BY key").fetchall()
     assert 0 < out.copied["kv"] == len(copied) < 2000, out
     assert all(v == f'"{"x" * 200}"' for _, v in copied)
-    assert [k for k, _ in copied] == [f"k{i:05d}" for i in range(len(copied))]  # a prefix, nothing invented
+    every = [f"k{i:05d}" for i in range(2000)]
+    keys = [k for k, _ in copied]
+    first_lost = next(i for i, k in enumerate(every) if k not in keys)
+    lost = 2000 - len(keys)
+    # a prefix and a suffix, nothing invented: only the damaged page's rows (a 4 KiB leaf holds ~17) are gone
+    assert keys == every[:first_lost] + every[first_lost + lost:], out
+    assert 0 < first_lost and first_lost + lost < 2000 and lost < 40, (first_lost, lost)
     assert out.skipped["kv"] == {"badJson": 1, "badText": 1, "readError": 1}, out
     assert out.skipped["turn_queue"] == {"orphans": 1}
     assert dst.execute("SELECT COUNT(*) FROM turn_queue").fetchone()[0] == 0
@@ -345,3 +352,42 @@ def test_one_malformed_create_statement_loses_its_table_not_the_salvage(tmp_path
     finally:
         dst.close()
     assert src.read_bytes() == before
+
+
+def test_a_rowid_table_damaged_midway_keeps_its_rows_on_both_sides_in_order(tmp_path: Path) -> None:
+    """A rowid table (the audit log, copied in id order under new ids) with a leaf page a third of the way
+    in destroyed: the rows before it and after it come back in their order, and the failure is a
+    ``readError``. With a second page near the end destroyed too, the rows between the two go with them
+    (documented), and the ends still come back."""
+    src = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(src, isolation_level=None)
+    apply_schema(conn)
+    conn.execute("BEGIN")
+    for i in range(3000):
+        conn.execute("INSERT INTO audit_log(ts, kind, session_id, payload_json) VALUES (?, 'test', ?, ?)",
+                     (1000 + i, f"t{i:05d}", f'{{"pad": "{"y" * 150}"}}'))
+    conn.execute("COMMIT")
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    leaves = [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = 'audit_log' AND pagetype = 'leaf' "
+                                         "ORDER BY path")]
+    conn.close()
+    every = [f"t{i:05d}" for i in range(3000)]
+    for n, victims in enumerate(([leaves[len(leaves) // 3]], [leaves[len(leaves) // 3], leaves[-3]])):
+        damaged = tmp_path / f"old{n}.sqlite"
+        damaged.write_bytes(src.read_bytes())
+        with open(damaged, "r+b") as f:
+            for victim in victims:
+                f.seek((victim - 1) * page_size)
+                f.write(b"\x5a" * page_size)
+        dst = sqlite3.connect(tmp_path / f"new{n}.sqlite", isolation_level=None)
+        apply_schema(dst)
+        out = salvage(dst, damaged, now_ms=5)
+        targets = [r[0] for r in dst.execute("SELECT session_id FROM audit_log WHERE kind = 'test' ORDER BY id")]
+        dst.close()
+        assert targets == sorted(targets) and set(targets) <= set(every), out  # in order, nothing invented
+        assert targets[0] == "t00000" and targets[-1] == "t02999", out  # both ends read back
+        assert out.skipped["audit_log"] == {"readError": 1}, out
+        if len(victims) == 1:  # only the damaged leaf's rows (~22 of ~160 bytes on a 4 KiB page) are lost
+            assert 2950 < len(targets) < 3000, len(targets)
+        else:
+            assert 1000 < len(targets) < 1100, len(targets)
