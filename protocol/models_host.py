@@ -107,7 +107,13 @@ class BootReport(Result):
         default=None,
         description="Only after an index quarantined as corrupt: rows of the quarantined file not copied, by "
         "table (a text value not UTF-8, JSON that does not parse, a reference to a session or row the rebuild "
-        "does not have, or the rest of a table whose pages failed to read).",
+        "does not have), plus one for each stretch of a table's pages that failed to read (its rows are lost; "
+        "the rows on both sides of it are copied).",
+    )
+    quarantine_pruned: Count | None = Field(
+        default=None,
+        description="Older quarantined copies of a corrupt index deleted at this boot: `quarantine/` keeps the "
+        "newest 3 (each is as large as the index), never one whose salvage is still owed.",
     )
 
 

@@ -51,6 +51,7 @@ from store.indexing.database import (
     disk_full,
     incremental_vacuum,
     open_writer,
+    prune_quarantined,
     sqlite_failure,
     transaction,
 )
@@ -417,6 +418,15 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
         # 3b. the DB-only rows the quarantined file still reads back, before the sweeps that settle them
         _salvage_step(conn, data_dir, salvage_from, report, now_ms=now, audit_retention_days=audit_retention_days,
                       boot_id=boot_id, faults=faults)
+    # 3c. older quarantined copies of the index (each as large as the index): the newest few are kept
+    try:
+        pruned = prune_quarantined(data_dir.quarantine_dir, data_dir.db_path.name, protect=pending_salvage(conn))
+    except StoreError as exc:
+        log.warning("pruning old quarantined index copies failed: %s", exc)
+    else:
+        if pruned:
+            log.info("old quarantined index copies deleted", extra={"pruned": pruned})
+            report["quarantinePruned"] = len(pruned)
     between("the in-flight checkpoint sweep")
     # 4. in-flight checkpoints whose final row never landed
     if inflight_sweep is not None:

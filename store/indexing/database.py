@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import errno
 import os
+import re
+import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -246,6 +248,47 @@ def quarantine_database(
     moved = move_db_family(db_path, target, keep_empty_sidecars=True)
     faults.point("db.quarantine.after_move")
     return moved
+
+
+QUARANTINED_INDEXES_KEPT = 3
+"""How many quarantined copies of a corrupt index ``quarantine/`` keeps (the newest; each is as large as
+the index, and a failing disk can produce one per restart)."""
+
+
+def prune_quarantined(quarantine_dir: Path, db_name: str, *, keep: int = QUARANTINED_INDEXES_KEPT,
+                      protect: Path | None = None) -> list[str]:
+    """Delete all but the newest ``keep`` quarantined copies of the index (``<db>.corrupt-<ms>`` with its
+    sidecars, newest by the time in the name, never by mtime), never ``protect`` (a copy whose salvage is
+    still owed), and the scratch folders of a salvage a kill interrupted (``.salvage-*``). Only copies
+    :func:`quarantine_database` made are touched: a transcript's quarantined lines are user data and stay.
+    Returns the deleted copies' names."""
+    pattern = re.compile(re.escape(db_name) + r"\.corrupt-(\d+)(\.\d+(-\d+)?)?")
+    try:
+        names = os.listdir(quarantine_dir)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise classify_os_error(exc, f"listing {quarantine_dir}") from exc
+    families: dict[str, int] = {}
+    for name in names:
+        base = next((name[: -len(s)] for s in SIDECAR_SUFFIXES if name.endswith(s)), name)
+        m = pattern.fullmatch(base)
+        if m:
+            families[base] = int(m.group(1))
+    newest_first = sorted(families, key=lambda b: (families[b], b), reverse=True)
+    doomed = [b for b in newest_first[keep:] if protect is None or b != protect.name]
+    try:
+        for base in doomed:
+            for suffix in ("", *SIDECAR_SUFFIXES):
+                (quarantine_dir / f"{base}{suffix}").unlink(missing_ok=True)
+        for name in names:
+            if name.startswith(".salvage-"):
+                shutil.rmtree(quarantine_dir / name, ignore_errors=True)
+        if doomed:
+            fsync_dir(quarantine_dir)
+    except OSError as exc:
+        raise classify_os_error(exc, f"pruning {quarantine_dir}") from exc
+    return sorted(doomed)
 
 
 # --- the writer ---------------------------------------------------------------

@@ -391,3 +391,52 @@ def test_a_rowid_table_damaged_midway_keeps_its_rows_on_both_sides_in_order(tmp_
             assert 2950 < len(targets) < 3000, len(targets)
         else:
             assert 1000 < len(targets) < 1100, len(targets)
+
+
+def test_quarantine_keeps_the_newest_three_index_copies_and_every_transcript_quarantine(tmp_path: Path) -> None:
+    """Each corrupt index is moved whole into quarantine/ (as large as the index); a failing disk can make one
+    per restart. Once the newest copy's salvage is done, boot deletes all but the newest 3 copies (by the time
+    in their names, sidecars with them) and a kill's leftover ``.salvage-*`` scratch folder; a transcript's
+    quarantined lines and checkpoints are never touched, nor a copy whose salvage is still owed."""
+    data = DataDir(tmp_path / "data")
+    data.ensure()
+    create_transcript(data.transcript("s-a"), "s-a", NOW, body_lines=[session_info_line({"title": "kept"}, NOW)])
+    run_boot(data, faults=NO_FAULTS, now_ms=lambda: NOW).conn.close()
+    q = data.quarantine_dir
+    q.mkdir(exist_ok=True)
+    old = [f"pi.sqlite.corrupt-{NOW - 5000 + i}" for i in range(4)] + [f"pi.sqlite.corrupt-{NOW - 4000}.{NOW}"]
+    for name in old:
+        (q / name).write_bytes(b"x")
+        (q / f"{name}-wal").write_bytes(b"w")
+    user_files = ["s-a.jsonl.torn-5", "s-a.jsonl.inflight.7", "pi.sqlite.v30.bak", "notes.txt"]
+    for name in user_files:
+        (q / name).write_bytes(b"keep")
+    (q / ".salvage-abc").mkdir()
+    (q / ".salvage-abc" / "pi.sqlite").write_bytes(b"scratch")
+    _damage_fts_pages(data.db_path)
+    boot = run_boot(data, faults=NO_FAULTS, now_ms=lambda: NOW)
+    try:
+        assert boot.report["dbRebuilt"] is True and "salvaged" in boot.report
+        assert boot.report["quarantinePruned"] == 3  # 5 older + the new one: the newest 3 stay
+    finally:
+        boot.conn.close()
+    left = sorted(p.name for p in q.iterdir())
+    newest = [n for n in left if n.startswith("pi.sqlite.corrupt-") and not n.endswith(("-wal", "-shm"))]
+    assert len(newest) == 3 and f"pi.sqlite.corrupt-{NOW - 4000}.{NOW}" in newest, left  # the new one + 2 old
+    assert f"pi.sqlite.corrupt-{NOW - 5000 + 3}" in newest, left
+    assert all(f"{n}-wal" in left for n in newest if n in old), left  # sidecars stay with their copy
+    assert not any(n.startswith(f"pi.sqlite.corrupt-{NOW - 5000 + i}") for i in range(3) for n in left), left
+    assert set(user_files) <= set(left) and ".salvage-abc" not in left
+
+
+def test_a_copy_whose_salvage_is_owed_is_never_pruned(tmp_path: Path) -> None:
+    from store.indexing.database import prune_quarantined
+
+    q = tmp_path / "quarantine"
+    q.mkdir()
+    names = [f"pi.sqlite.corrupt-{t}" for t in (100, 200, 300, 400, 500)]
+    for name in names:
+        (q / name).write_bytes(b"x")
+    assert prune_quarantined(q, "pi.sqlite", protect=q / names[0]) == [names[1]]
+    assert sorted(p.name for p in q.iterdir()) == [names[0], *names[2:]]
+    assert prune_quarantined(tmp_path / "none", "pi.sqlite") == []

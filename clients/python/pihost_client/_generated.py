@@ -347,6 +347,7 @@ class BootReport(TypedDict):
     secretsMetaRebuilt: NotRequired[int | None]
     salvaged: NotRequired[dict[str, int] | None]
     salvageSkipped: NotRequired[dict[str, int] | None]
+    quarantinePruned: NotRequired[int | None]
 
 
 class BundleInfo(TypedDict):

@@ -462,8 +462,10 @@ export interface BootReport {
   secretsMetaRebuilt?: number | null;
   /** Only after an index quarantined as corrupt: DB-only rows copied from the quarantined file into the rebuilt index, by table (tables with none left out); `salvage` holds the details. */
   salvaged?: { [key: string]: number } | null;
-  /** Only after an index quarantined as corrupt: rows of the quarantined file not copied, by table (a text value not UTF-8, JSON that does not parse, a reference to a session or row the rebuild does not have, or the rest of a table whose pages failed to read). */
+  /** Only after an index quarantined as corrupt: rows of the quarantined file not copied, by table (a text value not UTF-8, JSON that does not parse, a reference to a session or row the rebuild does not have), plus one for each stretch of a table's pages that failed to read (its rows are lost; the rows on both sides of it are copied). */
   salvageSkipped?: { [key: string]: number } | null;
+  /** Older quarantined copies of a corrupt index deleted at this boot: `quarantine/` keeps the newest 3 (each is as large as the index), never one whose salvage is still owed. */
+  quarantinePruned?: number | null;
 }
 
 export interface BundleInfo {
