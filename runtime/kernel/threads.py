@@ -36,8 +36,9 @@ def _never_abort(_: object) -> trio.lowlevel.Abort:
     return trio.lowlevel.Abort.FAILED  # the thread cannot be interrupted: wait for its outcome
 
 
-async def run_in_thread(fn: Callable[[*Ts], T], *args: *Ts) -> T:
-    """``fn(*args)`` in a worker thread; its result (or exception) here."""
+async def run_in_thread(fn: Callable[[*Ts], T], *args: *Ts, on_cancel: Callable[[], None] | None = None) -> T:
+    """``fn(*args)`` in a worker thread; its result (or exception) here. ``on_cancel``: called (on the trio
+    thread) when the caller is cancelled meanwhile, to make ``fn`` end early (it still returns here)."""
     await trio.lowlevel.checkpoint_if_cancelled()
     task = trio.lowlevel.current_task()
     token = trio.lowlevel.current_trio_token()
@@ -46,5 +47,10 @@ async def run_in_thread(fn: Callable[[*Ts], T], *args: *Ts) -> T:
         token.run_sync_soon(trio.lowlevel.reschedule, task, result)
 
     trio.lowlevel.start_thread_soon(partial(fn, *args), deliver)
-    value: T = await trio.lowlevel.wait_task_rescheduled(_never_abort)
+    def ask_to_stop(_: object) -> trio.lowlevel.Abort:
+        assert on_cancel is not None
+        on_cancel()
+        return trio.lowlevel.Abort.FAILED  # the thread still delivers its outcome
+
+    value: T = await trio.lowlevel.wait_task_rescheduled(_never_abort if on_cancel is None else ask_to_stop)
     return value

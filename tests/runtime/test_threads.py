@@ -58,3 +58,20 @@ async def test_many_concurrent_hops_each_get_their_own_answer() -> None:
         for i in range(200):
             nursery.start_soon(one, i)
     assert results == {i: i * i for i in range(200)}
+
+
+async def test_on_cancel_asks_the_thread_to_end_and_its_outcome_still_returns() -> None:
+    """The integrity sweep's check of a large table: a host stopping must not wait for it to end."""
+    stop = threading.Event()
+    ended: list[str] = []
+
+    def long_check() -> str:
+        if not stop.wait(30):
+            raise AssertionError("never asked to stop")
+        ended.append("asked")
+        return "interrupted"
+
+    with trio.move_on_after(0.2) as scope:
+        assert await run_in_thread(long_check, on_cancel=stop.set) == "interrupted"  # its outcome comes back
+        await trio.lowlevel.checkpoint()  # where the pending cancellation lands
+    assert scope.cancelled_caught and ended == ["asked"]
