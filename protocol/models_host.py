@@ -80,6 +80,12 @@ class DbWriterStats(Result):
     search_upkeep_steps: Count | None = Field(
         default=None, description="Idle merge steps of the search index since start (store/search/search_upkeep.py)."
     )
+    integrity_checks: Count | None = Field(
+        default=None, description="Tables the idle integrity sweep checked since start (`serve --integrity-sweep`)."
+    )
+    integrity_passes: Count | None = Field(
+        default=None, description="Whole passes of the idle integrity sweep since start."
+    )
 
 
 class BootReport(Result):

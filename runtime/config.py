@@ -37,6 +37,10 @@ class HostConfig:
     synchronous: str | None = None  # None = FULL/NORMAL chosen per batch; "FULL"/"NORMAL" forces one
     # Seconds the DB writer must be idle before it merges search index segments (None = never).
     search_upkeep_after: float | None = 2.0
+    # The idle integrity sweep (actors/integrity_sweep.py): a pass over the index, table by table, this many
+    # seconds after the last (None = never); each table waits until the DB writer was idle integrity_sweep_after s.
+    integrity_sweep_interval: float | None = 3600.0
+    integrity_sweep_after: float = 5.0
     max_frame_bytes: int = 16 * 1024 * 1024
     max_params_bytes: int = 8 * 1024 * 1024
     log_to_stderr: bool = True

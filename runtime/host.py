@@ -50,6 +50,7 @@ from actors.gateway_connection import CLOSE_GOING_AWAY
 from actors.gateway_http import HttpSite, LoginCodes, load_static
 from actors.gateway_types import CallContext, GatewayConfig, Reply
 from actors.index_log import IndexLog
+from actors.integrity_sweep import IntegritySweep
 from actors.registry import SessionRegistry
 from actors.scheduler import Scheduler, tasks_changed
 from actors.session import DbHandle, SessionDeps
@@ -277,6 +278,10 @@ async def run_host(
                         on_corruption=index_corrupt))
                 )
                 index_log.on_wanted(writer_ref.wake)
+                if config.integrity_sweep_interval is not None:
+                    nursery.start_soon(IntegritySweep(
+                        reads, db_stats, idle_after=config.integrity_sweep_after,
+                        interval=config.integrity_sweep_interval, on_corruption=index_corrupt).run)
                 db = DbHandle(lambda op: writer_ref.ask(op, timeout=config.ask_timeout))
                 # a failed deferred index op is repaired from its transcript before it counts as covered
                 nursery.start_soon(index_log.run_repairs, lambda fn: db.write(fn, durable=False, label="index"))
@@ -343,7 +348,9 @@ async def run_host(
                                      "ops": db_stats.ops, "maxBatch": db_stats.max_batch,
                                      "fullCommits": db_stats.full_commits,
                                      "normalCommits": db_stats.normal_commits,
-                                     "searchUpkeepSteps": db_stats.upkeep_steps},
+                                     "searchUpkeepSteps": db_stats.upkeep_steps,
+                                     "integrityChecks": db_stats.integrity_checks,
+                                     "integrityPasses": db_stats.integrity_passes},
                         "pipeline": {"inFlight": pipeline.in_flight, **pipeline.book.statistics()},
                         "index": _index_status(index_log),
                         "dataDirBytes": size,

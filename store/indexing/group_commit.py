@@ -65,6 +65,9 @@ class GroupStats:
     upkeep_steps: int = 0
     upkeep_failures: int = 0
     upkeep_ms: float = 0.0
+    integrity_checks: int = 0
+    """Tables the idle integrity sweep checked since start (``actors/integrity_sweep.py``)."""
+    integrity_passes: int = 0
     generation: int = 0
     """Odd while the COMMIT of a batch runs, bumped again once it is over: the same even value read
     before a snapshot and after using it means no batch commit became visible in between (a read-ahead's

@@ -10,6 +10,8 @@ database, table by table, the rows that read back cleanly:
 
 * a table whose b-tree fails midway keeps the rows read before the failure and those read back after it,
   found from the table's other end (``readError``);
+* a row whose indexed value no longer matches its index entry (``inconsistent``: ``PRAGMA
+  integrity_check(<table>)`` names it; a byte changed inside it, so some value of it is wrong) is skipped;
 * a row with a text value that is not UTF-8 (``badText``) or a ``*_json`` value that does not parse
   (``badJson``) is skipped;
 * a row whose foreign key names a row the rebuilt database does not have (a session the transcripts no
@@ -41,6 +43,7 @@ import orjson
 from store.attachments import PENDING_GC_NS
 from store.faults import NO_FAULTS, Faults
 from store.indexing.index import PROJECT_IDS_KV, issued_project_id, raise_project_id_floor
+from store.indexing.integrity import inconsistent_rows
 from store.queue import KV_NS as QUEUE_KV_NS
 from store.upgrade.attachment_adopt import PENDING_KEY as ADOPT_PENDING_KV
 from store.upgrade.schema import SCHEMA_VERSION
@@ -258,18 +261,22 @@ class _Salvager:
     def _exists(self, table: str, column: str, value: Any) -> bool:
         return self.dst.execute(f"SELECT 1 FROM {table} WHERE {column} = ? LIMIT 1", (value,)).fetchone() is not None
 
-    def _read(self, table: str, columns: list[str], where: str = "") -> Iterator[tuple[Any, ...]]:
+    def _read(self, table: str, columns: list[str], where: str = "",
+              suspect: frozenset[int] = frozenset()) -> Iterator[tuple[Any, ...]]:
         """Rows as stored, in key order. Where the table's b-tree fails (recorded as a ``readError``), the
         rows past the damage are found from the table's other end: a scan backwards from the last key reads
         down to the damage, keeping only the keys, then each of those rows is read by its key, in key order.
         So one damaged stretch of pages loses only the rows it holds (with two or more, the rows between
-        them go too)."""
+        them go too). ``suspect``: rowids left out (``inconsistent``)."""
         key = self._key(table)
         n = len(key)
         last: tuple[Any, ...] | None = None
         try:
             for row in self._scan(table, key, columns, where, after=last):
                 last = row[:n]
+                if suspect and row[0] in suspect:
+                    self.report.skip(table, "inconsistent")
+                    continue
                 yield row[n:]
             return
         except sqlite3.DatabaseError as exc:
@@ -283,6 +290,9 @@ class _Salvager:
         # each row again by its key, in key order (a forward scan from the first of them could descend into the
         # damaged page: in a WITHOUT ROWID table an interior cell holds a row, and the seek starts left of it)
         for found in reversed(after):
+            if suspect and found[0] in suspect:
+                self.report.skip(table, "inconsistent")
+                continue
             sql = (f"SELECT {', '.join(columns)} FROM {table} WHERE "
                    + " AND ".join(f"{k} = {_mark(v)}" for k, v in zip(key, found, strict=True)))
             try:
@@ -359,7 +369,10 @@ class _Salvager:
         fks = _foreign_keys(self.dst, table)
         sql = f"INSERT OR IGNORE INTO {table}({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
         copied = 0
-        for row in self._read(table, columns):
+        # a row whose indexed value no longer matches its index entry had a byte changed inside it: a wrong
+        # value that reads back as well formed is left out, not copied (rowid tables; integrity_check names it)
+        suspect = frozenset(inconsistent_rows(self.src, table)) if self._key(table) == ["rowid"] else frozenset()
+        for row in self._read(table, columns, suspect=suspect):
             try:
                 values = self._decode(columns, row)
                 if not self._wanted(table, values):

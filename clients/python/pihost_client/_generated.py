@@ -576,6 +576,8 @@ class DbWriterStats(TypedDict):
     fullCommits: NotRequired[int | None]
     normalCommits: NotRequired[int | None]
     searchUpkeepSteps: NotRequired[int | None]
+    integrityChecks: NotRequired[int | None]
+    integrityPasses: NotRequired[int | None]
 
 
 class DeletedResult(TypedDict):

@@ -751,6 +751,10 @@ export interface DbWriterStats {
   normalCommits?: number | null;
   /** Idle merge steps of the search index since start (store/search/search_upkeep.py). */
   searchUpkeepSteps?: number | null;
+  /** Tables the idle integrity sweep checked since start (`serve --integrity-sweep`). */
+  integrityChecks?: number | null;
+  /** Whole passes of the idle integrity sweep since start. */
+  integrityPasses?: number | null;
 }
 
 export interface DeletedResult {

@@ -1,0 +1,64 @@
+"""The index checked table by table: the idle integrity sweep's step (``actors/integrity_sweep.py``) and
+the salvage's view of rows whose index entries disagree with them.
+
+Boot runs ``PRAGMA quick_check``, which walks every b-tree page but does not compare a table with its
+indexes. Damage that leaves the pages well formed (a byte changed inside a row, so its key no longer
+matches its index entry) is then found only by a read that trips over it, and until then a wrong value is
+served. ``PRAGMA integrity_check(<table>)`` (SQLite 3.33+) checks one table's b-tree and its indexes, so a
+sweep can cover the database in steps while the host is idle. Synchronous, no trio.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from typing import Final
+
+__all__ = ["check_table", "inconsistent_rows", "sweep_tables"]
+
+_ROW_MISSING: Final = re.compile(r"^row (\d+) missing from index ")
+_PROBLEMS_PER_TABLE: Final = 100
+
+
+def sweep_tables(conn: sqlite3.Connection) -> list[str]:
+    """The ordinary tables (an FTS5 table is checked through its shadow tables), smallest first by name
+    length then name: a stable order, so a sweep interrupted by a restart starts over the same way."""
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%' "
+                        "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'").fetchall()
+    return sorted((str(r[0]) for r in rows), key=lambda n: (len(n), n))
+
+
+def check_table(conn: sqlite3.Connection, table: str) -> list[str]:
+    """What ``PRAGMA integrity_check`` finds in ``table`` and its indexes (empty: none). SQLite errors (a
+    page that does not read at all) propagate: the caller's read maps them to damage."""
+    cur = conn.execute(f"PRAGMA integrity_check({_quoted(table)})")
+    try:
+        problems = [_text(r[0]) for r in cur.fetchmany(_PROBLEMS_PER_TABLE)]
+    finally:
+        cur.close()
+    return [] if problems == ["ok"] else problems
+
+
+def inconsistent_rows(conn: sqlite3.Connection, table: str) -> set[int]:
+    """The rowids of ``table`` that ``integrity_check`` names as missing from one of its indexes: a row whose
+    indexed value no longer matches its index entry (a byte changed inside it). Nothing when the check itself
+    cannot run."""
+    try:
+        problems = check_table(conn, table)
+    except sqlite3.Error:
+        return set()
+    out: set[int] = set()
+    for problem in problems:
+        m = _ROW_MISSING.match(problem)
+        if m:
+            out.add(int(m.group(1)))
+    return out
+
+
+def _text(value: object) -> str:
+    """A problem line as text (a connection reading with ``text_factory=bytes`` gets bytes)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
