@@ -60,6 +60,7 @@ import argparse
 import os
 import random
 import shutil
+import sqlite3
 import sys
 import tempfile
 import time
@@ -288,8 +289,11 @@ class Runner:
     # ------------------------------------------------------------------ process / powercut
     async def start(self, data_dir: Path, spec: str | None) -> HostProcess:
         env = {"RT_CRASHPOINT": spec} if spec else {"RT_CRASHPOINT": ""}
+        # corrupt mode: the host's own idle integrity sweep runs a pass every 2 s, so damage no request reads
+        # is found by the host (a self-restart), not only by the runner's SIGKILL and the next boot
+        extra = ("--integrity-sweep", "2") if self.cfg.mode == "corrupt" else ()
         try:
-            return await trio.to_thread.run_sync(lambda: start_host_process(data_dir, env=env))
+            return await trio.to_thread.run_sync(lambda: start_host_process(data_dir, *extra, env=env))
         except RuntimeError as exc:
             if not spec:
                 raise
@@ -393,6 +397,10 @@ class Runner:
                             break
                         except (ClientClosed, OSError) as exc:
                             self.log(f"  the host went away during the check ({type(exc).__name__}): checking again")
+                        except sqlite3.DatabaseError as exc:  # the checker's own read of pi.sqlite met damage
+                            self.log(f"  the checker's read met damage ({exc}): the host must meet it too")
+                            host = await self.await_rebuild(host, data_dir, (await self.serving(host))["bootId"])
+                            continue
                     if bound.cancelled_caught:
                         await self.stalled(host, cycle)
                     await self.serving(host)
@@ -495,14 +503,15 @@ class Runner:
     async def read_everything(self, url: str, token: str) -> None:
         sids = [w.sid for w in self.workers]
         calls: list[tuple[str, dict[str, Any]]] = [
-            ("session.list", {"limit": 200}), ("settings.get", {"ns": "chaos"}), ("notifications.list", {}),
-            ("tasks.list", {}), ("providers.list", {}), ("secrets.list", {}), ("approvals.list", {}),
+            ("session.list", {"limit": 200}), ("settings.getAll", {"ns": "chaos"}), ("notifications.list", {}),
+            ("tasks.list", {}), ("providers.list", {}), ("secrets.list", {}), ("approvals.pending", {}),
+            ("interactions.pending", {}),
             ("search.query", {"query": "chaos"}), ("search.query", {"query": "reply"}), ("audit.list", {}),
         ]
         for sid in sids:
             calls += [("session.get", {"sessionId": sid, "full": True}), ("session.queueList", {"sessionId": sid}),
                       ("collab.list", {"sessionId": sid, "direction": "incoming"}),
-                      ("session.turns", {"sessionId": sid})]
+                      ("session.listTurns", {"sessionId": sid})]
         try:
             async with open_client(url, token, client_id=CHECKER_CLIENT, client_kind="test") as c:
                 for method, params in calls:
@@ -512,6 +521,8 @@ class Runner:
                         if exc.data_code == "INTERNAL":
                             self.totals.internal += 1
                             self.out(f"INTERNAL {method}: {exc.message[:200]}")
+                        elif exc.data_code in ("METHOD_NOT_FOUND", "INVALID_PARAMS"):  # this list is wrong
+                            self.totals.problem(f"read_everything: {method} answered {exc.data_code}")
         except (ClientClosed, OSError):
             pass  # the host met the damage and is restarting
 
