@@ -127,7 +127,7 @@ __all__ = [
     "valid_answer",
 ]
 
-IMPORT_RULES = 11
+IMPORT_RULES = 12
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -156,7 +156,10 @@ Claude Code: a subagent file's rows follow the branch of the ``Task`` call that 
 kept them live when the call was on an abandoned branch); pi: an entry pi appended behind a torn line (a crash,
 then a resume) is read, so the turns after it are shown instead of a fallback to the branch before it; Claude
 Code: a response's usage is its last line's report (each line repeats the report as it stood when that block was
-written; the first line's was kept once the record was written, e.g. 3 of a response's 993 output tokens)."""
+written; the first line's was kept once the record was written, e.g. 3 of a response's 993 output tokens). 12 =
+Claude Code: a line that repeats an earlier line of its ``uuid`` word for word is that message written again (shown
+once, as Claude Code does; it was a second message ``<uuid>@<offset>``, and a rewound file holding one imported
+every branch live); a re-import of a rewound file hides such a copy an earlier import made."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

@@ -373,9 +373,10 @@ def test_a_file_without_branches_imports_as_before(path: Path, monkeypatch: pyte
 
 def test_an_untrusted_or_oversized_tree_imports_in_file_order(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past the tree bound (here 10 lines) or the branch bound, with a duplicate uuid, or a live path that
-    ends at a missing parent, the rewound file imports as before: every line live, in file order, nothing
-    archived; a bound says so in the report."""
+    """Past the tree bound (here 10 lines) or the branch bound, with a uuid on two lines that say different
+    things, or a live path that ends at a missing parent, the rewound file imports as before: every line
+    live, in file order, nothing archived; a bound says so in the report. A line written twice word for
+    word is one node: the file still splits."""
     path = _resume(tmp_path)
     full = _parse(path)
     assert full.follows_branch and full.off_branch is not None
@@ -392,10 +393,17 @@ def test_an_untrusted_or_oversized_tree_imports_in_file_order(tmp_path: Path,
         assert bounded.report.files[0].skipped["branches(not split: too many branches)"] == 1
     lines = path.read_text().splitlines()
     first_prompt = next(line for line in lines if json.loads(line).get("type") == "user")
-    dup = tmp_path / "dup" / path.name  # the first prompt's line written twice (one uuid, two lines)
+    dup = tmp_path / "dup" / path.name  # the first prompt's uuid on a second line saying something else
     dup.parent.mkdir()
-    dup.write_text("".join(line + "\n" for line in [*lines, first_prompt]))
+    other = json.loads(first_prompt)
+    other["message"] = {**other["message"], "content": "another prompt under the same uuid"}
+    dup.write_text("".join(line + "\n" for line in [*lines, json.dumps(other)]))
     assert not _parse(dup).follows_branch
+    again = tmp_path / "again" / path.name  # the first prompt's line written twice, word for word: one node
+    again.parent.mkdir()
+    again.write_text("".join(line + "\n" for line in [*lines, first_prompt]))
+    repeated = _parse(again)
+    assert repeated.follows_branch and [r["id"] for r in repeated.records] == [r["id"] for r in live]
     dangling = tmp_path / "dangling" / path.name  # the first prompt names a parent the file lacks
     dangling.parent.mkdir()
     root = json.loads(first_prompt)

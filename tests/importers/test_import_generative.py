@@ -20,7 +20,8 @@ runs per session, as the neighbouring importer tests do) and checked:
 A rewound source (an older copy restored) keeps everything imported before; a rewritten one (a message
 edited in place) shows the source's new text and keeps every message id. Derandomized and CI-sized;
 ``PIHOST_SOAK=1`` runs ten times the examples. Duplicated lines stay as the tools read them: pi and
-pi-host keep the last line of an id, Claude Code imports a repeated ``uuid`` as a line of its own.
+pi-host keep the last line of an id, Claude Code keeps the first of a line written twice word for word (one
+entry per ``uuid``, as its loader does).
 """
 
 from __future__ import annotations

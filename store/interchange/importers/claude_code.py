@@ -38,6 +38,12 @@ One JSON object per line. What becomes what:
   spawning ``Task`` call is known; inline sidechains of Claude Code 1.x
   (``isSidechain`` with ``parentUuid: null`` roots) are matched to the ``Task``
   call whose ``prompt`` equals the root's text.
+* A ``user`` / ``assistant`` / ``system`` line that repeats an earlier line of the file word for word
+  (its ``uuid``, parent and message; only its time may differ: a resume re-recording the chain, an
+  echoed prompt, a retried write) is that message written again: Claude Code's loader keeps one entry
+  per uuid and shows it once, so the first line is the message and the repeat is counted as skipped
+  (``repeated uuid``), also when it arrives in a later import of the grown file; in the tree it is the
+  same node. A uuid on lines that say different things stays a line of its own, as before.
 * ``summary`` / ``custom-title`` / ``ai-title`` lines name the session;
   snapshots, hook progress, queue operations, the request and cost records of
   2.1.3xx (``api-request*``, ``cost-state``, ``tools-used``) and the other
@@ -67,7 +73,7 @@ One JSON object per line. What becomes what:
   started it (the live transcript when the call is on the live path or not known, else the revision of the
   abandoned branch holding it, whole). The file imports in file order, every
   line live, as before, when it has no branch, when its tree cannot be trusted to say which is live (a
-  duplicate ``uuid``, a live path ending at a missing parent or in a cycle), or past
+  ``uuid`` on two lines that say different things, a live path ending at a missing parent or in a cycle), or past
   :data:`MAX_TREE_RECORDS` / :data:`MAX_BRANCHES` / :data:`MAX_BRANCH_WORK` (then its report's
   ``skipped`` names the bound).
 """
@@ -84,6 +90,8 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from store.interchange.importers.common import (
     EPOCH_STAMP,
@@ -129,6 +137,7 @@ COST_KEYS = {"inputTokens": "input_tokens", "outputTokens": "output_tokens",
 HARNESS_ORIGINS = frozenset({"task-notification"})
 """``origin.kind`` of ``user`` lines the harness writes (a finished background agent's
 ``<task-notification>``): system notices, never the user's words."""
+CONVERSATION_TYPES = frozenset({"user", "assistant", "system"})
 KNOWN_TYPES = frozenset({"user", "assistant", "system", "summary", "progress", "custom-title", "ai-title",
                          *SKIPPED_TYPES})
 DENIED_PREFIX = "The user doesn't want to proceed"
@@ -280,6 +289,10 @@ class _Shared:
     task_lines: dict[str, int] = field(default_factory=dict)
     """Task call id -> offset of the main transcript's (non-sidechain) line holding it, read ahead by
     :func:`_learn_agents`: the branch a subagent file's rows follow."""
+    repeated_ids: set[str] = field(default_factory=set)
+    """The ids earlier importers gave the lines that repeat an earlier line's uuid (``<uuid>@<offset>``):
+    a session imported then holds them, and they are the file's own (:func:`parse`'s ``source_ids``), so a
+    re-import hides them as lines off the branch instead of reading the file as an older copy."""
 
 
 @dataclass
@@ -384,7 +397,7 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
         """Every id a line of the files becomes, on the live branch or off it (once the records are read)."""
         if not branch_ids:
             branch_ids.append({r["id"] for b in split.branches for r in branch(b) if isinstance(r.get("id"), str)})
-        return live_ids | branch_ids[0]
+        return live_ids | branch_ids[0] | shared.repeated_ids
 
     return Parsed(meta, report, live(), follows_branch=True, source_ids=source_ids, off_branch=off_branch)
 
@@ -394,6 +407,8 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
 MAX_TREE_RECORDS = 2_000_000
 """Records of a main transcript's ``uuid``/``parentUuid`` tree kept to split it into branches (about 200
 bytes each, no text); a longer file imports in file order, every record live, as before branches were split."""
+MAX_REPEATED_IDS = 100_000
+"""Ids of repeated-uuid lines one session remembers for the branch convergence (:attr:`_Shared.repeated_ids`)."""
 MAX_BRANCHES = 1_000
 """Abandoned branches one file may hand over; past it the file imports in file order."""
 MAX_BRANCH_WORK = 5_000_000
@@ -414,6 +429,35 @@ _LIVE, _OFF = 1, 2
 def _digest(value: str) -> int:
     return int.from_bytes(hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big",
                           signed=True) or 1
+
+
+_SAME_LINE_FIELDS = ("type", "parentUuid", "isSidechain", "isMeta", "isCompactSummary", "subtype", "content",
+                     "message")
+"""What a line says as a message (not when it was written): two lines of one uuid that agree on these are the
+same message written twice."""
+
+
+def _says(rec: Mapping[str, Any]) -> bytes:
+    """What a conversation line says (:data:`_SAME_LINE_FIELDS`), serialized to compare."""
+    fields = [rec.get(k) for k in _SAME_LINE_FIELDS]
+    try:
+        return orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):  # a value orjson cannot write again (e.g. a huge integer)
+        return repr(fields).encode("utf-8", "surrogatepass")
+
+
+def _same_line(path: Path, span: tuple[int, int], rec: Mapping[str, Any]) -> bool:
+    """Whether the line at ``span`` (offset, end) of ``path`` says what ``rec`` says (:func:`_says`). Read
+    only for a line whose uuid came before, which is rare: the first line of each uuid is kept as its span."""
+    offset, end = span
+    try:
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            data = fh.read(end - offset)
+    except OSError:
+        return False
+    first = parse_object(data)
+    return first is not None and _says(first) == _says(rec)
 
 
 def _node_kind(rec: Mapping[str, Any]) -> int:
@@ -503,8 +547,9 @@ class _Tree:
     Per line a few machine words (digests, offsets, kind), no text; :meth:`split` resolves the live branch
     and the abandoned ones (see the module docstring)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, path: Path) -> None:
         self.limit = limit
+        self.path = path
         self.index: dict[int, int] = {}
         self.offsets = array("q")
         self.ends = array("q")
@@ -528,19 +573,22 @@ class _Tree:
         if not isinstance(uuid, str) or not uuid:
             return
         key = _digest(uuid)
+        parent = rec.get("parentUuid")
+        parent_key = _digest(parent) if isinstance(parent, str) and parent else 0
         if key in self.index:
-            self.failed = "duplicate uuid"
-            return
+            node = self.index[key]
+            if not _same_line(self.path, (self.offsets[node], self.ends[node]), rec):
+                self.failed = "duplicate uuid"  # one uuid, two messages: which one is on the branch?
+            return  # the same line written again: one node, as Claude Code keeps one message per uuid
         if len(self.index) >= self.limit:
             self.failed = TOO_MANY[0]
             return
         node = len(self.offsets)
         self.index[key] = node
-        parent = rec.get("parentUuid")
         kind = _node_kind(rec)
         self.offsets.append(offset)
         self.ends.append(end)
-        self.parent_keys.append(_digest(parent) if isinstance(parent, str) and parent else 0)
+        self.parent_keys.append(parent_key)
         message = rec.get("message")
         api_id = message.get("id") if kind == _ASSISTANT and isinstance(message, Mapping) else None
         self.groups.append(_digest(api_id) if isinstance(api_id, str) and api_id else 0)
@@ -649,7 +697,7 @@ def _scan_tree(path: Path, limits: ImportLimits) -> _Split | str | None:
     """Pass 1 over the main transcript: its branches; None: it imports in file order (see :meth:`_Tree.split`),
     or one of :data:`TOO_MANY` when that is because of a bound. A file that is no Claude Code transcript, or
     cannot be read, has none (the conversion says why)."""
-    tree = _Tree(min(limits.max_tracked_ids, MAX_TREE_RECORDS))
+    tree = _Tree(min(limits.max_tracked_ids, MAX_TREE_RECORDS), path)
     leaves: dict[int, str] = {}
     try:
         reader = LineReader(path, max_line_bytes=limits.max_line_bytes, chunk=limits.read_chunk)
@@ -798,6 +846,8 @@ class _FileConverter:
         report.files.append(self.file)
         self.emitter = Emitter(ctx.limits, report)
         self.chain = ChainTracker(ctx.limits.max_tracked_ids)
+        self.first_lines: dict[int, tuple[int, int]] = {}
+        """uuid digest -> (offset, end) of the first conversation line of that uuid."""
         self.embedded = ChainTracker(ctx.limits.max_tracked_ids)
         """Ids of subagent messages embedded in progress lines (their own chain, not this file's)."""
         self.pending: dict[str, Slot] = {}
@@ -838,7 +888,7 @@ class _FileConverter:
                 continue
             self.parsed_lines += 1
             if select is not None and not select(line.offset, rec):
-                self.off_branch(rec)
+                self.off_branch(rec, (line.offset, line.offset + line.length))
                 continue
             self.take(rec, line.offset, line.length)
             if (self.primary and not self.shared.recognized
@@ -851,14 +901,17 @@ class _FileConverter:
         self.file.roots = self.chain.roots
         self.file.dangling_parents = self.chain.dangling
 
-    def off_branch(self, rec: Mapping[str, Any]) -> None:
+    def off_branch(self, rec: Mapping[str, Any], span: tuple[int, int]) -> None:
         """A line of another branch: counted as it was before branches were split (type, chain), not converted."""
         kind = rec.get("type")
         self.file.record_types[kind if isinstance(kind, str) else "<no type>"] += 1
         if kind in KNOWN_TYPES:
             self.shared.recognized = True
+        duplicate = False
         if "uuid" in rec or "parentUuid" in rec:
-            self.chain.add(rec.get("uuid"), rec.get("parentUuid"))
+            duplicate = self.chain.add(rec.get("uuid"), rec.get("parentUuid"))
+        if kind in CONVERSATION_TYPES:
+            self.same_line_again(rec, span, duplicate)
         self.report.off_branch += 1
 
     def close(self) -> None:
@@ -950,6 +1003,9 @@ class _FileConverter:
         duplicate = False
         if "uuid" in rec or "parentUuid" in rec:
             duplicate = self.chain.add(rec.get("uuid"), rec.get("parentUuid"))
+        if kind in CONVERSATION_TYPES and self.same_line_again(rec, (offset, offset + length), duplicate):
+            self.repeated(rec, offset)
+            return
         ts = to_ms(rec.get("timestamp"))
         self.meta.saw_time(ts)
         if self.meta.cwd is None and isinstance(rec.get("cwd"), str) and rec["cwd"]:
@@ -979,6 +1035,31 @@ class _FileConverter:
             self.file.skipped[kind_name] += 1
         else:
             self.file.unknown[kind_name] += 1
+
+    def same_line_again(self, rec: Mapping[str, Any], span: tuple[int, int], duplicate: bool) -> bool:
+        """Whether a conversation line (at ``span``: offset, end) repeats an earlier line of its uuid word for
+        word (:func:`_same_line`); the first line of a uuid is remembered (bounded: past
+        :data:`MAX_TREE_RECORDS` lines none is)."""
+        uuid = rec.get("uuid")
+        if not isinstance(uuid, str) or not uuid:
+            return False
+        key = _digest(uuid)
+        if duplicate:
+            first = self.first_lines.get(key)
+            return first is not None and _same_line(self.path, first, rec)
+        if len(self.first_lines) < MAX_TREE_RECORDS:
+            self.first_lines[key] = span
+        return False
+
+    def repeated(self, rec: Mapping[str, Any], offset: int) -> None:
+        """A conversation line whose ``uuid`` an earlier line of the file has: the same message written again
+        (Claude Code's loader keeps one entry per uuid, so it shows it once). It was taken with the first line;
+        this one is counted, not converted (it became a message of its own, ``<uuid>@<offset>``, before:
+        :attr:`_Shared.repeated_ids` keeps those ids known to the branch convergence)."""
+        self.file.skipped["repeated uuid"] += 1
+        if len(self.shared.repeated_ids) < MAX_REPEATED_IDS:
+            uuid = rec.get("uuid")
+            self.shared.repeated_ids.add(join_id(self.sid, f"{uuid}@{offset}"))
 
     def attribution(self, rec: Mapping[str, Any]) -> dict[str, str]:
         """§4.7a meta for a subagent row ({} for the main conversation)."""
