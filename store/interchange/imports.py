@@ -41,7 +41,7 @@ from store.interchange.import_write import (
     undo,
     valid_answer,
 )
-from store.interchange.importers import content_fingerprint, discover, former_ids, kept_as_imported
+from store.interchange.importers import content_fingerprint, discover, former_ids, kept_as_imported, named_as_before
 from store.interchange.importers.common import Refused, SessionReport, SourceUnit, session_id_for
 from store.interchange.importers.report import MAX_UNKNOWN_KINDS, unknown_kinds
 from store.interchange.origin_history import origin_row
@@ -258,6 +258,9 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
         report.message = kept
         return PreparedImport(report)
     spans = existing_spans(conn, sid) if row is not None else None
+    if row is not None:  # named as the import that made the session named them (e.g. Codex by byte offset)
+        unit = named_as_before(unit, lambda pattern: conn.execute(
+            "SELECT 1 FROM messages WHERE session_id = ? AND id GLOB ? LIMIT 1", (sid, pattern)).fetchone() is not None)
 
     def known_ids() -> Iterator[tuple[str, bool]]:
         for mid, deleted in conn.execute("SELECT id, deleted FROM messages WHERE session_id = ? ORDER BY seq",

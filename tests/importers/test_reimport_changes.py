@@ -32,7 +32,7 @@ import trio
 
 from runtime.client import HostClient
 from store.interchange import import_write, imports
-from store.interchange.importers import claude_code
+from store.interchange.importers import claude_code, codex
 from store.interchange.importers.common import session_id_for
 from tests.hostkit import client_for, inprocess_host
 
@@ -294,3 +294,148 @@ async def test_claude_code_resume_into_a_new_file_is_a_second_whole_session(tmp_
             assert await _shown(c, old_sid) == old_shown and await _shown(c, new_sid) == new_shown
             again = await _import(c, root, "claude-code")
             assert again["counts"]["unchanged"] == 2
+
+
+# --------------------------------------------------------------------------- Codex
+
+CX_FIRST = [("system", "<skills_instructions>\n## Skills\nA skill is a set of local instru"),
+            ("system", "<environment_context>\n  <cwd>/tmp/record-codex-lwo1tagp/work</c"),
+            ("user", "[[scenario:resume]] Remember the word heron."), ("assistant", "Noted: the word is heron.")]
+CX_ALL = [*CX_FIRST, ("user", "What was the word?"), ("assistant", "The word was heron.")]
+CX_RESUMED_AT = 14
+"""The first line ``codex resume`` wrote (its ``thread_settings_applied``): the lines before are the first turn."""
+
+
+def _cx_source(tmp: Path) -> tuple[Path, Path, list[bytes]]:
+    root = tmp / "sessions"
+    path = root / CX_RESUME.relative_to(CX_RESUME.parents[3])
+    path.parent.mkdir(parents=True)
+    return root, path, _lines(CX_RESUME)
+
+
+def _crlf(lines: list[bytes]) -> list[bytes]:
+    return [ln.rstrip(b"\n") + b"\r\n" for ln in lines]
+
+
+def _spaced(lines: list[bytes]) -> list[bytes]:
+    """Each line written again by a JSON writer with spaces after separators (same values, other bytes)."""
+    return [(json.dumps(_rec(ln), ensure_ascii=False) + "\n").encode() for ln in lines]
+
+
+def _meta_grown(lines: list[bytes]) -> list[bytes]:
+    """The ``session_meta`` line written again with the repository's git facts added."""
+    meta = _rec(lines[0])
+    meta["payload"]["git"] = {"commit_hash": "0123456789abcdef0123456789abcdef01234567", "branch": "main",
+                              "repository_url": "https://example.invalid/repo.git"}
+    return [(json.dumps(meta, separators=(",", ":")) + "\n").encode(), *lines[1:]]
+
+
+def _compacted(lines: list[bytes]) -> list[bytes]:
+    """The history before the resume cut and replaced by a ``compacted`` line holding its summary and the
+    replacement history (what Codex keeps of it): the first turn's items are no longer lines of the file."""
+    items = [_rec(ln)["payload"] for ln in lines if _rec(ln)["type"] == "response_item"]
+    compacted = {"timestamp": _rec(lines[-1])["timestamp"], "type": "compacted",
+                 "payload": {"message": "", "replacement_history": items}}
+    return [lines[0], (json.dumps(compacted, separators=(",", ":")) + "\n").encode()]
+
+
+REWRITES = {"crlf": _crlf, "spaced": _spaced, "meta": _meta_grown, "compacted": _compacted}
+
+
+async def _cx_check(c: HostClient, sid: str, want: list[tuple[str, str]], first_ids: list[str]) -> list[Any]:
+    shown = await _shown(c, sid)
+    _once(shown)
+    assert [(role, text[:60]) for _, role, text in shown] == [(role, text[:60]) for role, text in want]
+    assert [m for m, _, _ in shown][: len(first_ids)] == first_ids
+    return shown
+
+
+async def test_codex_resume_appends_each_new_message_once(tmp_path: Path) -> None:
+    root, path, lines = _cx_source(tmp_path)
+    sid = session_id_for("codex", "01a234be-907e-7d13-9348-da115abb4f14")
+    data = tmp_path / "data"
+    with trio.fail_after(TIMEOUT):
+        async with inprocess_host(data) as host, client_for(host) as c:
+            path.write_bytes(b"".join(lines[:CX_RESUMED_AT]))
+            assert (await _import(c, root, "codex"))["counts"]["new"] == 1
+            first_ids = [m for m, _, _ in await _cx_check(c, sid, CX_FIRST, [])]
+            path.write_bytes(b"".join(lines))
+            grown = await _import(c, root, "codex")
+            assert grown["counts"]["updated"] == 1 and grown["newMessages"] == 2
+            shown = await _cx_check(c, sid, CX_ALL, first_ids)
+        async with inprocess_host(data) as host, client_for(host) as c:
+            assert await _shown(c, sid) == shown
+            assert (await _import(c, root, "codex"))["counts"]["unchanged"] == 1
+
+
+@pytest.mark.parametrize("rewrite", sorted(REWRITES))
+async def test_codex_rollout_whose_earlier_part_changed_brings_only_what_is_new(tmp_path: Path,
+                                                                                rewrite: str) -> None:
+    """The first turn imported; then the rollout's first part changes (``rewrite``) and ``codex resume``
+    appends the second turn. The re-import adds the second turn once and keeps the first as it was."""
+    root, path, lines = _cx_source(tmp_path)
+    sid = session_id_for("codex", "01a234be-907e-7d13-9348-da115abb4f14")
+    change = REWRITES[rewrite]
+    data = tmp_path / "data"
+    with trio.fail_after(TIMEOUT):
+        async with inprocess_host(data) as host, client_for(host) as c:
+            path.write_bytes(b"".join(lines[:CX_RESUMED_AT]))
+            await _import(c, root, "codex")
+            first_ids = [m for m, _, _ in await _cx_check(c, sid, CX_FIRST, [])]
+            later = _crlf(lines[CX_RESUMED_AT:]) if rewrite == "crlf" else lines[CX_RESUMED_AT:]
+            path.write_bytes(b"".join([*change(lines[:CX_RESUMED_AT]), *later]))
+            grown = await _import(c, root, "codex")
+            (report,) = grown["sessions"]
+            assert report["status"] == "updated" and grown["newMessages"] == 2, report
+            shown = await _cx_check(c, sid, CX_ALL, first_ids)
+        async with inprocess_host(data) as host, client_for(host) as c:
+            assert await _shown(c, sid) == shown
+            assert (await _import(c, root, "codex"))["counts"]["unchanged"] == 1
+
+
+async def test_codex_torn_line_repaired_on_resume_brings_the_resumed_turn_once(tmp_path: Path) -> None:
+    """A crash tore the rollout's last line (the first reply); ``codex resume`` ends the torn line before it
+    appends. The torn reply is no message (Codex cannot read it either); the resumed turn comes in once."""
+    root, path, lines = _cx_source(tmp_path)
+    sid = session_id_for("codex", "01a234be-907e-7d13-9348-da115abb4f14")
+    reply_at = next(i for i, ln in enumerate(lines) if b"Noted: the word is heron" in ln
+                    and _rec(ln)["type"] == "response_item")
+    torn = lines[reply_at][: len(lines[reply_at]) // 2]
+    data = tmp_path / "data"
+    with trio.fail_after(TIMEOUT):
+        async with inprocess_host(data) as host, client_for(host) as c:
+            path.write_bytes(b"".join([*lines[:reply_at], torn]))
+            await _import(c, root, "codex")
+            first_ids = [m for m, _, _ in await _cx_check(c, sid, CX_FIRST[:3], [])]
+            path.write_bytes(b"".join([*lines[:reply_at], torn + b"\n", *lines[CX_RESUMED_AT:]]))
+            grown = await _import(c, root, "codex")
+            assert grown["newMessages"] == 2
+            shown = await _cx_check(c, sid, [*CX_FIRST[:3], *CX_ALL[4:]], first_ids)
+        async with inprocess_host(data) as host, client_for(host) as c:
+            assert await _shown(c, sid) == shown
+            assert (await _import(c, root, "codex"))["counts"]["unchanged"] == 1
+
+
+async def test_codex_session_an_earlier_import_named_by_offset_keeps_its_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session imported when records were named by byte offset (``L<offset>``) grows: the re-import names
+    the held lines as before and adds only the new turn."""
+    root, path, lines = _cx_source(tmp_path)
+    sid = session_id_for("codex", "01a234be-907e-7d13-9348-da115abb4f14")
+    data = tmp_path / "data"
+    with trio.fail_after(TIMEOUT):
+        with monkeypatch.context() as m:
+            m.setattr(codex._Converter, "line_id", lambda self, rec, offset: f"L{offset}")
+            async with inprocess_host(data) as host, client_for(host) as c:
+                path.write_bytes(b"".join(lines[:CX_RESUMED_AT]))
+                await _import(c, root, "codex")
+                first = await _cx_check(c, sid, CX_FIRST, [])
+        first_ids = [mid for mid, _, _ in first]
+        assert all(mid.split(":", 1)[1].startswith("L") for mid in first_ids)
+        async with inprocess_host(data) as host, client_for(host) as c:
+            path.write_bytes(b"".join(lines))
+            grown = await _import(c, root, "codex")
+            assert grown["newMessages"] == 2
+            shown = await _cx_check(c, sid, CX_ALL, first_ids)
+            assert all(mid.split(":", 1)[1].startswith("L") for mid, _, _ in shown)
+            assert (await _import(c, root, "codex"))["counts"]["unchanged"] == 1

@@ -18,7 +18,7 @@ from store.interchange.importers import claude_code, codex, host_jsonl, opencode
 from store.interchange.importers.common import SOURCES, ParseContext, Parsed, SourceUnit
 
 __all__ = ["IMPORTERS", "SOURCES", "content_fingerprint", "default_root", "discover", "former_ids", "kept_as_imported",
-           "parse"]
+           "named_as_before", "parse"]
 
 IMPORTERS: Mapping[str, ModuleType] = MappingProxyType({
     "claude-code": claude_code,
@@ -66,6 +66,14 @@ def former_ids(unit: SourceUnit) -> tuple[str, ...]:
     if unit.source == "claude-code":
         return claude_code.former_ids(unit)
     return ()
+
+
+def named_as_before(unit: SourceUnit, holds: Callable[[str], bool]) -> SourceUnit:
+    """``unit``, told to name its records as the import that made its session did when this version names them
+    otherwise (``holds(glob)``: whether the session has a message whose id matches the GLOB pattern)."""
+    if unit.source == "codex":
+        return codex.named_as_before(unit, holds)
+    return unit
 
 
 def kept_as_imported(unit: SourceUnit, imported: Collection[str]) -> str | None:

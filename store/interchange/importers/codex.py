@@ -47,14 +47,23 @@ the parent's rollout is under the same root.
 
 Rollouts written before ``session_meta`` existed (a bare first line with
 ``id``/``timestamp``, then bare items) are read the same way.
+
+Names: a record is named by the line it comes from, ``H<digest>`` of that line's JSON value (keys sorted, its
+``ordinal`` left out; ``.<n>`` for the n-th repeat of a line), so a re-import of a rollout whose earlier part
+changed since (an earlier line of another length, CRLF line ends, lines cut at a compaction) finds every line
+it holds and adds only the new ones. Importers before named a record by its line's byte offset (``L<offset>``),
+which a change of any earlier line's length moved: the re-import added every later line again. A session
+imported that way keeps those names (:func:`named_as_before`), or its lines would all come in a second time.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +120,20 @@ FAILED_STATUSES = frozenset({"failed", "declined"})
 MAX_TRACKED_CALLS = 4096
 """Completed tool calls remembered for a late ``item_completed`` status (oldest forgotten first)."""
 _EXIT_LINE = re.compile(r"^Process exited with code (-?\d+)\s*$", re.MULTILINE)
+
+
+LINE_IDS = "lineIds"
+""":attr:`SourceUnit.locator` key: ``offset`` when the session's records are named by byte offset."""
+_OFFSET_IDS = "L[0-9]*"
+
+
+def named_as_before(unit: SourceUnit, holds: Callable[[str], bool]) -> SourceUnit:
+    """``unit``, told to name its records by byte offset when its session was imported so (``holds(glob)``:
+    whether the session has a message whose id matches the GLOB pattern). Importers before content ids named a
+    line ``L<offset>``; their sessions keep those names, or every record would come in a second time."""
+    if holds(f"{unit.session_id}:{_OFFSET_IDS}"):
+        return replace(unit, locator=(*unit.locator, (LINE_IDS, "offset")))
+    return unit
 
 
 def discover(root: Path) -> Iterator[SourceUnit]:
@@ -222,6 +245,7 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     meta = SessionMeta(SOURCE, unit.external_id, sid)
     report = SessionReport(SOURCE, unit.external_id, sid)
     conv = _Converter(ctx, meta, report, sid, unit.files[0])
+    conv.offset_ids = dict(unit.locator).get(LINE_IDS) == "offset"
     parent_file = dict(unit.locator).get("parentFile")
     conv.parent_file = Path(parent_file) if parent_file else None
     return Parsed(meta, report, finalize(conv.run(), report, ctx.limits))
@@ -258,6 +282,33 @@ class _Converter:
         self.turn_from_parent: bool | None = None
         """Whether the current turn was started by the parent agent (None: the rollout does not say)."""
         self.prompts = 0
+        self.offset_ids = False
+        """Name records by their line's byte offset (``L<offset>``), as importers before content ids did: the
+        session was imported that way (:func:`named_as_before`)."""
+        self.seen_lines: set[bytes] = set()
+        self.repeats: dict[bytes, int] = {}
+        """Digests of the item lines read, and how often a line seen before came again (:meth:`line_id`)."""
+
+    def line_id(self, rec: Mapping[str, Any], offset: int) -> str:
+        """The name of what a line becomes: ``H<digest>`` of the line's JSON value (sorted keys, without the
+        ``ordinal`` a rewrite may renumber), ``.<n>`` for its n-th repeat; so a rollout whose earlier part
+        changed (a line's length, CRLF line ends, lines taken out) names every line as before."""
+        if self.offset_ids:
+            return f"L{offset}"
+        value = {k: v for k, v in rec.items() if k != "ordinal"}
+        try:
+            data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except (TypeError, orjson.JSONEncodeError):  # e.g. an integer past 64 bits
+            data = repr(sorted(value.items(), key=lambda kv: kv[0])).encode("utf-8", "surrogatepass")
+        digest = hashlib.blake2b(data, digest_size=10).digest()
+        name = f"H{digest.hex()}"
+        if digest not in self.seen_lines:
+            if len(self.seen_lines) < self.ctx.limits.max_tracked_ids:
+                self.seen_lines.add(digest)
+            return name
+        n = self.repeats.get(digest, 0) + 1
+        self.repeats[digest] = n
+        return f"{name}.{n}"
 
     def run(self) -> Iterator[Slot]:
         reader = LineReader(self.path, max_line_bytes=self.ctx.limits.max_line_bytes, chunk=self.ctx.limits.read_chunk)
@@ -372,9 +423,9 @@ class _Converter:
         elif kind == "token_usage_record":
             self.usage_record(payload)
         elif kind == "response_item":
-            self.item(payload, offset, length, ts)
+            self.item(payload, self.line_id(rec, offset), length, ts)
         elif kind == "compacted":
-            self.compacted(payload, offset, ts)
+            self.compacted(payload, self.line_id(rec, offset), ts)
         elif kind == "event_msg":
             self.event(payload)
         elif kind in SKIPPED_TOP:
@@ -489,15 +540,15 @@ class _Converter:
         self.file.skipped[f"event_msg/{kind}"] += 1
 
     # ------------------------------------------------------------------ items
-    def item(self, item: Mapping[str, Any], offset: int, length: int, ts: int | None) -> None:
+    def item(self, item: Mapping[str, Any], line_id: str, length: int, ts: int | None) -> None:
         kind = item.get("type")
-        msg_id = join_id(self.sid, f"L{offset}")
+        msg_id = join_id(self.sid, line_id)
         if kind == "message":
             self.message(item, msg_id, ts, length)
         elif kind == "reasoning":
             self.reasoning(item, msg_id, ts, length)
         elif kind == "web_search_call":
-            self.group_slot(msg_id, ts, length).record["blocks"].append(self.search_block(item, offset))
+            self.group_slot(msg_id, ts, length).record["blocks"].append(self.search_block(item, line_id))
         elif isinstance(kind, str) and kind in CALL_TYPES:
             self.call(item, kind, msg_id, ts, length)
         elif kind in OUTPUT_TYPES:
@@ -584,12 +635,12 @@ class _Converter:
             block["replay"] = {"encryptedContent": encrypted}
         self.group_slot(msg_id, ts, length).record["blocks"].append(block)
 
-    def search_block(self, item: Mapping[str, Any], offset: int) -> dict[str, Any]:
+    def search_block(self, item: Mapping[str, Any], line_id: str) -> dict[str, Any]:
         action = item.get("action")
         action = action if isinstance(action, Mapping) else {}
         raw_status = item.get("status")
         status = "failed" if raw_status == "failed" else ("searching" if raw_status == "in_progress" else "completed")
-        round_: dict[str, Any] = {"id": str(item.get("id") or f"L{offset}")[:200], "status": status, "sources": []}
+        round_: dict[str, Any] = {"id": str(item.get("id") or line_id)[:200], "status": status, "sources": []}
         kind = SEARCH_KINDS.get(str(action.get("type")))
         if kind:
             round_["kind"] = kind
@@ -741,7 +792,7 @@ class _Converter:
             return (out if json_value_ok(out) else None), None, False
         return (out if json_value_ok(out) else None), None, False
 
-    def compacted(self, payload: Mapping[str, Any], offset: int, ts: int | None) -> None:
+    def compacted(self, payload: Mapping[str, Any], line_id: str, ts: int | None) -> None:
         self.close_group()
         through = self.emitter.last_message_id
         if through is None:
@@ -752,7 +803,7 @@ class _Converter:
         details: dict[str, Any] = {"retainedTailMode": "completed_turn", "importedFrom": SOURCE}
         if isinstance(history, list):
             details["replacementHistoryItems"] = len(history)
-        record = {"type": "compaction", "id": join_id(self.sid, "compaction", f"L{offset}"),
+        record = {"type": "compaction", "id": join_id(self.sid, "compaction", line_id),
                   "summary": summary if isinstance(summary, str) else "", "throughMessageId": through,
                   "tokensBefore": 0, "retainedTail": [], "createdAt": stamp(ts), "details": details}
         self.emitter.push(record)
@@ -778,4 +829,4 @@ def _json_arg(value: Any) -> Any:
     return value if json_value_ok(value) else None
 
 
-__all__ = ["SOURCE", "discover", "parse"]
+__all__ = ["LINE_IDS", "SOURCE", "discover", "named_as_before", "parse"]
