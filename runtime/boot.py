@@ -49,9 +49,11 @@ from store.indexing.database import (
     OpenReport,
     close_writer,
     disk_full,
+    forget_salvage_marker,
     incremental_vacuum,
     open_writer,
     prune_quarantined,
+    salvage_owed_by_marker,
     sqlite_failure,
     transaction,
 )
@@ -316,19 +318,28 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
 
     between("the maintenance transaction")
     now = now_ms()
-    if open_report.rebuilt or (open_report.created_fresh and _used_before(data_dir)):
+    quarantined = quarantined_main_file(open_report.quarantined) if open_report.corruption else None
+    renewed = open_report.rebuilt or open_report.created_fresh  # an index made anew: every derived row is owed
+    if quarantined is None and not open_report.rebuilt:
+        # a host killed after quarantining the index and before the rebuilt one held the salvage's mark (its
+        # first transaction, below): the file written before the move still names the copy; the index is then
+        # missing, or the fresh one that boot created holds nothing yet
+        quarantined = salvage_owed_by_marker(data_dir.quarantine_dir)
+        renewed = renewed or quarantined is not None  # the killed boot made this index: it is one made anew
+    if open_report.rebuilt or (open_report.created_fresh and _used_before(data_dir)) or quarantined is not None:
         # a database rebuilt from the files numbers the projects again: above any id the lost one issued
         floor = projects.id_floor_after_loss((data_dir.root, data_dir.sessions_dir), now_ms=now)
-        quarantined = quarantined_main_file(open_report.quarantined) if open_report.corruption else None
+        faults.point("boot.before_salvage_mark")
         with transaction(conn):
             report["projectIdFloor"] = raise_project_id_floor(conn, floor, now)
-            if open_report.rebuilt and quarantined is not None:
+            if quarantined is not None:
                 # owed until it ran: a boot killed before or during it leaves the mark to the next one
                 mark_salvage(conn, quarantined, now)
+    forget_salvage_marker(data_dir.quarantine_dir)  # the index holds the mark now, or none is owed
     # seed-era attachment files get their rows once, after the migration asked for it; so does every blob
     # file of a database created anew or rebuilt from the files (the blobs are files, their rows derived:
     # without one, GC takes a referenced blob for an orphan of an interrupted put and deletes it)
-    if open_report.rebuilt or open_report.created_fresh:
+    if renewed:
         mark_pending(conn)
         # search.query cursors hold session ordinals, which this index numbered anew
         with transaction(conn):
@@ -350,7 +361,7 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
     #    submissions (an artifact no row records is removed), stray temp files
     report["finishedDeletes"] = _finish_deletes(conn, data_dir, now)
     live = _session_ids_on_disk(data_dir)
-    if open_report.rebuilt or open_report.created_fresh:
+    if renewed:
         # the ids the user deleted, from the log outside the database: deleted again, never recreated by a retry
         logged = deleted_log.read(data_dir.sessions_dir)
         with transaction(conn):
@@ -371,7 +382,7 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
     between("the secrets_meta rebuild")
     # 2b. secrets_meta from the secrets/*.sec headers (full rebuild after an index rebuild)
     report["secrets"] = _secrets_meta_step(conn, data_dir,
-                                           db_rebuilt=bool(open_report.rebuilt or open_report.created_fresh),
+                                           db_rebuilt=renewed,
                                            now_ms=now_ms())
     between("reconciling the transcripts with the index")
     # 3. reconcile the index with every transcript (and every row with its file)

@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
+import orjson
+
 from store.errors import CorruptData, IOFailure, StorageFull, StoreError, UnsupportedSQLite, classify_os_error
 from store.faults import NO_FAULTS, Faults
-from store.fsutil import fsync_dir
+from store.fsutil import atomic_write, fsync_dir, remove_file_durable
 from store.indexing.corruption import is_corruption
 from store.search.search_upkeep import tune_index
 from store.upgrade.migrations import (
@@ -244,10 +246,40 @@ def quarantine_database(
     except OSError as exc:
         raise classify_os_error(exc, f"creating {quarantine_dir}") from exc
     target = free_path(quarantine_dir / f"{db_path.name}.corrupt-{now_ms}", now_ms)
+    # the salvage is owed before the file moves: a kill after the move and before the rebuilt index holds its
+    # mark (boot's first transaction) would leave a fresh index and the DB-only rows in quarantine for good
+    try:
+        atomic_write(quarantine_dir / SALVAGE_OWED, orjson.dumps({"source": target.name}), faults=faults,
+                     point_prefix="quarantine")
+    except OSError as exc:
+        raise classify_os_error(exc, f"writing {quarantine_dir / SALVAGE_OWED}") from exc
     faults.point("db.quarantine.before_move")
     moved = move_db_family(db_path, target, keep_empty_sidecars=True)
     faults.point("db.quarantine.after_move")
     return moved
+
+
+SALVAGE_OWED = "salvage-owed.json"
+"""In ``quarantine/``: the quarantined copy of the index a salvage is owed from, written before the copy
+moves there and removed once the rebuilt index holds the mark (:func:`salvage_owed_by_marker`)."""
+
+
+def salvage_owed_by_marker(quarantine_dir: Path) -> Path | None:
+    """The quarantined copy :data:`SALVAGE_OWED` names, when it is there (a kill before the move leaves the
+    marker naming nothing: the index is still in place and quarantined again)."""
+    try:
+        source = orjson.loads((quarantine_dir / SALVAGE_OWED).read_bytes()).get("source")
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return None
+    if not isinstance(source, str) or "/" in source or not source:
+        return None
+    path = quarantine_dir / source
+    return path if path.is_file() else None
+
+
+def forget_salvage_marker(quarantine_dir: Path) -> None:
+    """Once the rebuilt index holds the salvage's mark (or none is owed)."""
+    remove_file_durable(quarantine_dir / SALVAGE_OWED)
 
 
 QUARANTINED_INDEXES_KEPT = 3

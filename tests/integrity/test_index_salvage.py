@@ -440,3 +440,26 @@ def test_a_copy_whose_salvage_is_owed_is_never_pruned(tmp_path: Path) -> None:
     assert prune_quarantined(q, "pi.sqlite", protect=q / names[0]) == [names[1]]
     assert sorted(p.name for p in q.iterdir()) == [names[0], *names[2:]]
     assert prune_quarantined(tmp_path / "none", "pi.sqlite") == []
+
+
+@pytest.mark.parametrize("point", ["quarantine.after_rename", "db.quarantine.before_move", "db.quarantine.after_move",
+                                   "boot.before_salvage_mark"])
+async def test_a_boot_killed_between_quarantining_the_index_and_marking_its_salvage_still_salvages(
+        tmp_path: Path, point: str) -> None:
+    """Found by scripts/chaos --mode corrupt: a host killed right after it moved the corrupt index into
+    quarantine/ and before the rebuilt index held the salvage's mark (its first transaction) booted next on a
+    missing index, created it fresh, and salvaged nothing: every DB-only row (here a setting) was lost, and
+    the quarantined copy was later pruned. The salvage is now owed in a file written before the move."""
+    data = tmp_path / "data"
+    data.mkdir()
+    async with host(data) as (_proc, c):
+        await c.call("session.create", {"sessionId": "s1", "title": "t"})
+        await c.call("settings.set", {"ns": "ui", "key": "sidebarWidth", "value": 321})
+    _damage_fts_pages(data / "pi.sqlite")
+    with pytest.raises(RuntimeError, match="exited with -9"):
+        start_host_process(data, env={"RT_CRASHPOINT": f"{point}:1:kill"}, timeout=30)
+    async with host(data) as (_proc, c):
+        boot = (await c.call("host.status", {}))["boot"]
+        assert boot.get("salvaged", {}).get("kv"), (boot["database"], boot.get("salvage"))
+        assert (await c.call("settings.get", {"ns": "ui", "key": "sidebarWidth"}))["value"] == 321
+    assert not (data / "quarantine" / "salvage-owed.json").exists()
