@@ -17,7 +17,15 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from store.doctor.doctor_db import attachments, integrity, receipts, search_index, secrets, tool_search_index
+from store.doctor.doctor_db import (
+    attachments,
+    integrity,
+    receipts,
+    search_index,
+    secrets,
+    text_encoding,
+    tool_search_index,
+)
 from store.doctor.doctor_report import DoctorReport, Progress, Severity
 from store.doctor.doctor_sessions import DataDirPaths, check_sessions, check_surroundings
 from store.indexing.database import apply_pragmas
@@ -96,7 +104,7 @@ def run_doctor(paths: DataDirPaths, *, repair: bool, now_ms: int, progress: Prog
             else:
                 report.schema_version = version
                 current = _schema_note(report, version, has_schema)
-                if not integrity(conn, report, repair=repair):
+                if not integrity(conn, report, repair=repair) or not text_encoding(conn, report):
                     conn.close()
                     conn = None
         usable = conn if current else None

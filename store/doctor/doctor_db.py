@@ -4,6 +4,11 @@
   missing from an index, a wrong entry count) are repairable with ``REINDEX``;
   anything else is damage (the host would quarantine the file and rebuild the
   index from the transcripts, losing what only the database holds).
+* text values that are not UTF-8 (every text column of every table): SQLite
+  keeps such bytes with its pages well formed, so ``integrity_check`` passes,
+  but the host writes only Python ``str`` and a read that meets one is index
+  damage to it (``store.indexing.corruption``); damage, and no further check
+  reads the file (its own reads would meet the bytes too).
 * the search index: FTS5's own ``integrity-check``, then its rows against the
   searchable ``messages`` rows (and ``search_hazard`` against the rows that
   need it); repairable by rebuilding both from ``messages``. The same for tool
@@ -89,6 +94,50 @@ def integrity(conn: sqlite3.Connection, report: DoctorReport, *, repair: bool) -
             report.add("sqlite.integrity", "pi.sqlite", f"still after REINDEX: {'; '.join(after[:5])}",
                        Severity.DAMAGED)
     return True
+
+
+def _valid_utf8(value: object) -> int:
+    if not isinstance(value, bytes):
+        return 1
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return 0
+    return 1
+
+
+def text_encoding(conn: sqlite3.Connection, report: DoctorReport) -> bool:
+    """Every text value is UTF-8; False (damage reported) when one is not.
+
+    The host meets such a value as "Could not decode to UTF-8 column" and treats it as a damaged index (it
+    writes every text from a Python ``str``): the read answers CORRUPT_DATA, the file is quarantined and the
+    index rebuilt. One scan per table, of the text values only (each passed as its bytes)."""
+    conn.create_function("pi_doctor_utf8", 1, _valid_utf8, deterministic=True)
+    bad: dict[str, int] = {}
+    try:
+        tables = [str(r[0]) for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%' "
+            "AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+        for table in tables:
+            columns = [str(r[1]) for r in conn.execute(f'PRAGMA table_info("{table}")')]
+            if not columns:
+                continue
+            counts = ", ".join(f'sum(CASE WHEN typeof("{c}") = \'text\' THEN 1 - pi_doctor_utf8(CAST("{c}" AS BLOB)) '
+                               "ELSE 0 END)" for c in columns)
+            row = conn.execute(f'SELECT {counts} FROM "{table}"').fetchone()
+            bad.update({f"{table}.{c}": int(n) for c, n in zip(columns, row, strict=True) if n})
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        report.add("sqlite.integrity", "pi.sqlite", f"SQLite cannot read the file: {exc}; the next start "
+                   "quarantines it and rebuilds the index from the transcripts", Severity.DAMAGED)
+        return False
+    if not bad:
+        return True
+    listed = ", ".join(f"{n} in {column}" for column, n in sorted(bad.items()))
+    report.add("sqlite.text", "pi.sqlite", f"text values that are not UTF-8 ({listed}); the host never writes "
+               "such bytes, so the index is damaged: the first read that meets one quarantines the file and "
+               "rebuilds the index from the transcripts (state only the database held is then lost; see the "
+               "pi.sqlite.v<n>.bak backups)", Severity.DAMAGED, columns=bad)
+    return False
 
 
 def _search_differences(conn: sqlite3.Connection) -> dict[str, int]:

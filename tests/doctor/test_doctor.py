@@ -109,6 +109,28 @@ def test_a_damaged_table_page_is_damage_doctor_cannot_repair(data: DataDir) -> N
     assert [f.check for f in report.findings if str(f.severity) == "damaged"] == ["sqlite.integrity"]
 
 
+@pytest.mark.parametrize(("statement", "column"), [
+    # the damage tests/integrity/test_index_damage_kinds.py writes under a serving host (a random stretch over
+    # pi.sqlite left its pages well formed): the host's first read of it answers CORRUPT_DATA and rebuilds
+    ("UPDATE messages SET text = CAST(X'6e6565646c653120ff' AS TEXT) WHERE id = 'a2'", "messages.text"),
+    ("UPDATE sessions SET title = CAST(X'41ff' AS TEXT) WHERE id = 'alpha'", "sessions.title"),
+    # a column doctor's own checks read: it stopped with a traceback
+    ("UPDATE command_receipts SET response_json = CAST(X'7bff7d' AS TEXT) WHERE submission_id = 'sub-a1'",
+     "command_receipts.response_json"),
+])
+def test_a_text_value_that_is_not_utf8_is_damage_not_clean(data: DataDir, statement: str, column: str) -> None:
+    """SQLite's pages are well formed, so ``integrity_check`` says ok; doctor called such an index clean
+    (or stopped with a traceback) while the running host treats it as damage (``is_corruption``)."""
+    _exec(data, statement)
+    before = snapshot(data.root)
+    report = doctor(data)
+    assert report.exit_code == EXIT_DAMAGED, problems(report)
+    found = [f for f in report.findings if f.check == "sqlite.text"]
+    assert len(found) == 1 and found[0].data["columns"] == {column: 1}, problems(report)
+    assert snapshot(data.root) == before, "doctor without --repair changed a file"
+    assert doctor(data, repair=True).exit_code == EXIT_DAMAGED  # nothing here can put the text back
+
+
 def test_a_corrupt_search_index_is_rebuilt_from_the_messages(data: DataDir) -> None:
     _exec(data, "UPDATE messages_fts_data SET block = randomblob(length(block)) WHERE id > 10")
     _found_then_repaired(data, "fts.index")
