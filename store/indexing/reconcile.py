@@ -40,7 +40,7 @@ from store.revisions import (
 from store.transcripts.deleted_log import LoggedDelete
 from store.transcripts.records import rfc3339_to_ms
 from store.transcripts.session_files import REVISIONS_SUFFIX, PendingDelete
-from store.transcripts.transcript import IMPORT_RECEIPT, header_receipts
+from store.transcripts.transcript import IMPORT_RECEIPT, MAX_LINE_BYTES, header_receipts
 
 
 @dataclass
@@ -87,8 +87,6 @@ class ReconcilePlan:
 
 
 _SCAN_CHUNK = 8 << 20
-MAX_LINE_BYTES = 64 << 20
-"""A transcript line longer than this is counted as a bad line and skipped, never buffered whole."""
 
 
 def _open_transcript(path: Path) -> int:
@@ -132,13 +130,14 @@ def read_header(path: Path) -> dict[str, Any] | None:
     return rec if rec.get("type") == "session" else None
 
 
-def _lines(fd: int, start: int, size: int) -> Iterator[tuple[int, bytes | None, bool]]:
-    """``(offset, line, rest_is_blank)`` for each complete line in ``[start, size)``, read in bounded chunks;
-    finally ``(offset, None, ...)`` for a torn tail. A line over ``MAX_LINE_BYTES`` is yielded as ``b""``
-    (a bad line) without being held whole."""
+def _lines(fd: int, start: int, size: int) -> Iterator[tuple[int, int, bytes | None, bool]]:
+    """``(offset, end, line, rest_is_blank)`` for each complete line in ``[start, size)``, read in bounded
+    chunks; finally ``(offset, size, None, ...)`` for a torn tail. A line over ``MAX_LINE_BYTES``
+    (store/transcripts/transcript.py) is yielded as ``b""`` (a bad line, with its own offset and end)
+    without being held whole."""
     pos = start
     carry = b""
-    skipping = False
+    skipping: int | None = None  # the offset of the over-long line being skipped
     os.lseek(fd, start, os.SEEK_SET)
     while pos < size:
         chunk = os.read(fd, min(_SCAN_CHUNK, size - pos))
@@ -152,17 +151,23 @@ def _lines(fd: int, start: int, size: int) -> Iterator[tuple[int, bytes | None, 
             nl = data.find(b"\n", at)
             if nl < 0:
                 break
-            if skipping:
-                skipping = False
-                yield base + at, b"", False
+            if skipping is not None:
+                yield skipping, base + nl + 1, b"", False
+                skipping = None
+            elif nl - at > MAX_LINE_BYTES:  # the limit holds exactly, wherever the chunks end
+                yield base + at, base + nl + 1, b"", False
             else:
-                yield base + at, data[at : nl + 1], not data[nl + 1 :].strip(b"\x00\n") and pos >= size
+                yield base + at, base + nl + 1, data[at : nl + 1], not data[nl + 1 :].strip(b"\x00\n") and pos >= size
             at = nl + 1
         carry = data[at:]
-        if len(carry) > MAX_LINE_BYTES:
-            skipping, carry = True, b""
-    if carry or skipping:
-        yield size - len(carry), None, False
+        if skipping is None and len(carry) > MAX_LINE_BYTES:
+            skipping, carry = base + at, b""
+        elif skipping is not None:
+            carry = b""
+    if skipping is not None:
+        yield skipping, size, None, False
+    elif carry:
+        yield size - len(carry), size, None, False
 
 
 def scan_from(path: Path, start: int, stop: int | None = None) -> TailScan:
@@ -178,11 +183,11 @@ def scan_from(path: Path, start: int, stop: int | None = None) -> TailScan:
         if stop is not None:
             size = min(size, stop)
         scan = TailScan(start=start, end=start)
-        for offset, line, rest_blank in _lines(fd, start, size):
+        for offset, end, line, rest_blank in _lines(fd, start, size):
             if line is None:
                 scan.torn_tail_bytes = size - offset
                 break
-            scan.end = offset + len(line)
+            scan.end = end
             if not line:
                 scan.bad_lines.append(offset)
                 continue

@@ -50,6 +50,7 @@ from store.jsonio import dumps_line, loads_line, now_rfc3339
 __all__ = [
     "DROPPED_MARKER",
     "IMPORT_RECEIPT",
+    "MAX_LINE_BYTES",
     "SCHEMA",
     "CompactionEntry",
     "MessageEntry",
@@ -73,6 +74,11 @@ __all__ = [
 
 SCHEMA = 1
 _BLOCK = 64 * 1024
+MAX_LINE_BYTES = 64 << 20
+"""A transcript line longer than this (its newline not counted) is unreadable damage for every reader: the
+boot scan counts it as a bad line without buffering it whole, a full read skips it as one, and a rewrite
+keeps it aside (:func:`keep_dropped_lines`) instead of writing it back. No writer makes such a line (a
+request's params are at most 8 MiB), and no reply could carry it (16 MiB)."""
 _MAX_HEADER = 1024 * 1024
 
 
@@ -376,14 +382,14 @@ def keep_dropped_lines(path: str | os.PathLike[str], offsets: Sequence[int], now
     kept: list[bytes] = []
     try:
         for offset in sorted(set(offsets)):
-            line = b""
+            line = bytearray()  # grown in place: a line past MAX_LINE_BYTES is copied aside too, in linear time
             while not line.endswith(b"\n"):
-                chunk = os.pread(fd, 1 << 16, offset + len(line))
+                chunk = os.pread(fd, 1 << 16 if len(line) < 1 << 16 else 1 << 22, offset + len(line))
                 if not chunk:
                     break
                 nl = chunk.find(b"\n")
                 line += chunk if nl < 0 else chunk[: nl + 1]
-            kept.append(line if line.endswith(b"\n") else line + b"\n")
+            kept.append(bytes(line) if line.endswith(b"\n") else bytes(line) + b"\n")
     finally:
         os.close(fd)
     return _write_aside(f"{path}.dropped-{now_ms}", b"".join(kept))
@@ -742,6 +748,9 @@ def read_transcript(path: str | os.PathLike[str]) -> Transcript:
 
 
 def _take_line(out: Transcript, line: bytes, offset: int, length: int) -> None:
+    if len(line) > MAX_LINE_BYTES:  # what the boot scan skips and counts (store/indexing/reconcile.py)
+        out.bad_line_offsets.append(offset)
+        return
     try:
         record = loads_line(line)
     except ValueError:

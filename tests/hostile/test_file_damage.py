@@ -665,6 +665,38 @@ async def test_a_line_far_over_the_line_limit(tmp_path: Path, template: tuple[Pa
     _check(await _boot_and_read(data, names, "second"), data)
 
 
+async def test_a_line_over_the_line_limit_stays_out_of_a_rewritten_transcript(
+        tmp_path: Path, template: tuple[Path, dict[str, str]]) -> None:
+    """The boot scan skips (and counts) a line past the 64 MiB line limit; a rewrite of the whole file
+    (``session.truncateFrom``) read it as a message and wrote it back, the index then held it, and
+    ``session.get`` of the whole history answered PAYLOAD_TOO_LARGE while paged reads worked. The line is
+    unreadable damage everywhere: the rewrite keeps it aside (``<sid>.jsonl.dropped-<ms>``) and leaves it out."""
+    src, _ = template
+    data = tmp_path / "data"
+    shutil.copytree(src, data, symlinks=True)
+    target = FILES["transcript"](data)
+    target.write_bytes(oversize_line(target.read_bytes()))
+    body = target.read_bytes()
+    assert body.index(b'"id":"huge"') < body.index(b'"id":"u3"')  # the rewrite below keeps what is before u3
+    async with _host(data) as (_, c):
+        got = await c.call("session.get", {"sessionId": "s1", "full": True})
+        before = [m["id"] for m in got["messages"]]
+        assert before[:len(S1_ACKED)] == S1_ACKED and "u3" in before and "huge" not in before, before
+        kept = before[:before.index("u3")]
+        await c.call("session.truncateFrom", {"sessionId": "s1", "messageId": "u3", "mode": "edit"})
+        got = await c.call("session.get", {"sessionId": "s1", "full": True})
+        assert [m["id"] for m in got["messages"]] == kept
+        page = await c.call("session.get", {"sessionId": "s1", "messageLimit": 2})
+        assert page["totalMessages"] == len(kept), page
+    assert b'"id":"huge"' not in target.read_bytes()
+    aside = sorted(data.glob("sessions/s1.jsonl.dropped-*"))
+    assert len(aside) == 1 and aside[0].stat().st_size > 64 << 20, aside  # kept, never lost
+    async with _host(data) as (_, c):  # a rebuilt view agrees: the index follows the file
+        got = await c.call("session.get", {"sessionId": "s1", "full": True})
+        assert [m["id"] for m in got["messages"]] == kept
+    assert _log_problems(data) == []
+
+
 def _rewrite_messages(target: Path, ids: tuple[str, ...], change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     """Rewrite in place the lines of the messages ``ids`` as ``change`` makes them (an acknowledged line damaged)."""
     lines = target.read_bytes().splitlines(keepends=True)
