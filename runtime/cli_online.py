@@ -73,21 +73,38 @@ FOLLOW_TOPICS = ["session.message", "session.inflight", "session.queue", "sessio
                  "interaction.resolved"]
 
 
-def _event_line(topic: str, cursor: int, data: dict[str, Any]) -> str:
+def _obj(value: object) -> dict[str, Any]:
+    """``value`` when it is an object; else an empty one (a payload part of another shape draws as absent)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _preview_text(blocks: object) -> str:
+    """The text blocks' text: a checkpoint read back from its file (a damaged one, an older writer's) may
+    hold blocks that are not objects, or text that is not a string; those are left out."""
+    if not isinstance(blocks, list):
+        return ""
+    return " ".join(b["text"] for b in blocks
+                    if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str))
+
+
+def _event_line(topic: str, cursor: int, data: object) -> str:
+    """One event as a line; parts of the payload of an unexpected shape are drawn as absent, never raise."""
+    data = _obj(data)
     if topic == "session.message":
-        m = data.get("message", {})
+        m = _obj(data.get("message"))
         return f"[{cursor}] {topic} #{m.get('seq')} {m.get('role')} {m.get('id')}"
     if topic == "session.inflight":
-        m = data.get("message", {})
-        text = " ".join(b.get("text", "") for b in m.get("blocks", []) if b.get("type") == "text")
-        return f"[{cursor}] {topic} {m.get('id')}: {text[-80:]}"
+        m = _obj(data.get("message"))
+        return f"[{cursor}] {topic} {m.get('id')}: {_preview_text(m.get('blocks'))[-80:]}"
     if topic in ("turn.started", "turn.ended"):
-        t = data.get("turn", {})
+        t = _obj(data.get("turn"))
         return f"[{cursor}] {topic} {t.get('id')} {t.get('status')}"
     if topic == "session.queue":
-        return f"[{cursor}] {topic} {len(data.get('entries', []))} queued, held={data.get('held')}"
+        entries = data.get("entries")
+        return f"[{cursor}] {topic} {len(entries) if isinstance(entries, list) else 0} queued, " \
+               f"held={data.get('held')}"
     if topic.startswith(("approval.", "interaction.")):
-        r = data.get("request", {})
+        r = _obj(data.get("request"))
         what = r.get("argsSummary") or r.get("tool") or r.get("question")
         return f"[{cursor}] {topic} {r.get('requestId')} {r.get('status')}: {what}"
     return f"[{cursor}] {topic}"
