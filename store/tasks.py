@@ -55,6 +55,7 @@ from typing import Any, Literal
 import orjson
 
 from store.errors import Conflict, InvalidInput, NotFound, PlanRequiresInteractiveSession, SessionNotFound
+from store.indexing.group_commit import is_key_conflict
 from store.jsonio import loads_stored
 from store.rules import MAX_PATH_CHARS
 from store.stamps import after_newest
@@ -326,7 +327,9 @@ def create_task(conn: sqlite3.Connection, *, task_id: str, title: str, prompt: s
             f"INSERT INTO scheduled_tasks({_TASK_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
             (task_id, title, prompt, cadence, int(enabled), project_id, orjson.dumps(cfg).decode(), created,
              created))
-    except sqlite3.IntegrityError:
+    except sqlite3.IntegrityError as exc:
+        if not is_key_conflict(exc):
+            raise  # NOT NULL / CHECK: a value the host wrote, never "already exists" (store.indexing.group_commit)
         raise Conflict(f"task {task_id} already exists", data={"taskId": task_id}) from None
     return get_task(conn, task_id)
 
@@ -475,7 +478,9 @@ def start_run(conn: sqlite3.Connection, *, task_id: str, run_id: str, session_id
     try:
         conn.execute(f"INSERT INTO task_runs({_RUN_COLS}) VALUES (?, ?, ?, 'running', NULL, ?, NULL)",
                      (run_id, task_id, session_id, started))
-    except sqlite3.IntegrityError:
+    except sqlite3.IntegrityError as exc:
+        if not is_key_conflict(exc):
+            raise  # NOT NULL / CHECK: a value the host wrote, never "already exists" (store.indexing.group_commit)
         raise Conflict(f"task run {run_id} already exists", data={"runId": run_id}) from None
     config = dict(task["config"])
     nxt = next_run_at(task["cadence"], config, now_ms)

@@ -9,9 +9,16 @@ any batch holding DB-only state commits with ``FULL`` (ARCHITECTURE.md
 step in its own ``NORMAL`` transaction.
 
 Errors become stable codes here: a full disk (``SQLITE_FULL``, ``ENOSPC``) in
-any statement or in the COMMIT is ``STORAGE_FULL`` (retriable), a constraint
-is ``CONFLICT``; a corrupt database is returned as is, for the actor to crash
-on (the supervisor then restarts it and boot rebuilds the file).
+any statement or in the COMMIT is ``STORAGE_FULL`` (retriable), a key
+constraint (UNIQUE, PRIMARY KEY, FOREIGN KEY: a duplicate, or a row another
+request removed) is ``CONFLICT``; a corrupt database is returned as is, for the
+actor to crash on (the supervisor then restarts it and boot rebuilds the file).
+Any other constraint (NOT NULL, CHECK, a trigger's RAISE, a datatype) refuses a
+value the host itself wrote (requests are validated first), so it is never a
+client's conflict: if ``PRAGMA quick_check`` then finds a row that breaks its
+table's constraints, the index is damaged (the host copied a damaged value) and
+it is treated as such (CORRUPT_DATA, rebuild); otherwise it is a host bug, left
+unmapped (INTERNAL).
 """
 
 from __future__ import annotations
@@ -29,7 +36,8 @@ from store.faults import NO_FAULTS, Faults
 from store.indexing.corruption import is_corruption
 from store.search.search_upkeep import upkeep_step
 
-__all__ = ["GroupCommit", "GroupStats", "IndexCorrupt", "Op", "attempt", "index_corrupt", "is_corruption"]
+__all__ = ["GroupCommit", "GroupStats", "IndexCorrupt", "Op", "attempt", "index_corrupt", "is_corruption",
+           "is_key_conflict"]
 
 _FULL_MARKERS = ("disk is full", "database or disk is full")
 
@@ -131,6 +139,32 @@ def index_corrupt(exc: sqlite3.DatabaseError | UnicodeDecodeError) -> IndexCorru
     return corrupt
 
 
+_KEY_CONSTRAINTS = frozenset({"SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY", "SQLITE_CONSTRAINT_ROWID",
+                              "SQLITE_CONSTRAINT_FOREIGNKEY"})
+
+
+def is_key_conflict(exc: BaseException) -> bool:
+    """``exc`` is a constraint a request can meet on a healthy index: a key that is taken (UNIQUE, PRIMARY
+    KEY) or a row it names that another request removed (FOREIGN KEY). An ``IntegrityError`` that SQLite
+    did not name (raised by hand) counts as one, as every constraint did before."""
+    if not isinstance(exc, sqlite3.IntegrityError):
+        return False
+    name = getattr(exc, "sqlite_errorname", None)
+    return name is None or name in _KEY_CONSTRAINTS
+
+
+def _damage_behind(conn: sqlite3.Connection, exc: sqlite3.IntegrityError) -> sqlite3.DatabaseError | None:
+    """After a constraint that only a value the host wrote can break: damage if ``PRAGMA quick_check`` finds
+    a row against its table's constraints (the host copied a damaged value), as the error that says so."""
+    try:
+        rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check(20)")]
+    except sqlite3.DatabaseError as failed:
+        return failed if is_corruption(failed) else None
+    if rows == ["ok"]:
+        return None
+    return sqlite3.DatabaseError(f"database disk image is malformed: {exc} ({'; '.join(rows[:5])[:500]})")
+
+
 def _is_full(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and any(m in str(exc).lower() for m in _FULL_MARKERS)
 
@@ -148,6 +182,10 @@ def attempt(conn: sqlite3.Connection, name: str, fn: Callable[[], Any]) -> tuple
             raise
         conn.execute(f"ROLLBACK TO {name}")
         conn.execute(f"RELEASE {name}")
+        if isinstance(exc, sqlite3.IntegrityError) and not is_key_conflict(exc):
+            damage = _damage_behind(conn, exc)
+            if damage is not None:
+                raise damage from exc
         return False, exc
     conn.execute(f"RELEASE {name}")
     return True, value
@@ -161,9 +199,9 @@ def db_error(exc: BaseException, what: str) -> BaseException:
         return classify_os_error(exc, what)
     if _is_full(exc):
         return StorageFull(f"{what}: the disk is full ({exc})")
-    if isinstance(exc, sqlite3.IntegrityError):
+    if is_key_conflict(exc):
         return Conflict(f"constraint failed: {exc}")
-    return exc
+    return exc  # any other constraint: a value the host wrote (INTERNAL); damage was told apart in attempt()
 
 
 class GroupCommit:
