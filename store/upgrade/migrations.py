@@ -63,6 +63,7 @@ from store.upgrade.schema import (
     DDL_V28,
     DDL_V29,
     DDL_V30,
+    DDL_V31,
     MAX_SEQ,
     MID_SEQ_BITS,
     SCHEMA_VERSION,
@@ -80,6 +81,7 @@ from store.upgrade.schema import (
     V29_KNOWN_SESSIONS,
     V30_QUEUE_LEASES,
     V31_LEASE_CLIENT,
+    V32_WINDOW_INDEX,
     apply_schema,
     hazard_sql,
     searchable_sql,
@@ -270,6 +272,12 @@ def _v31_lease_client(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _v32_window_index(conn: sqlite3.Connection) -> None:
+    """Built from the rows there are (one pass over ``messages``; nothing else changes)."""
+    for statement in V32_WINDOW_INDEX:
+        conn.execute(statement)
+
+
 def _v20_from_seed(conn: sqlite3.Connection) -> None:
     """Seed v19 → our v20: every table to its v20 definition, every row kept.
 
@@ -366,8 +374,14 @@ STEPS: tuple[MigrationStep, ...] = (
         destructive=False,
         apply=_v31_lease_client,
     ),
+    MigrationStep(
+        to_version=32,
+        description="a covering index for window reads (a page of a session from the index alone)",
+        destructive=False,
+        apply=_v32_window_index,
+    ),
 )
-"""This host's own steps, 20 → 21 → … → 31 (immutable on purpose)."""
+"""This host's own steps, 20 → 21 → … → 32 (immutable on purpose)."""
 
 
 def seed_steps(platform: str | None = None) -> tuple[MigrationStep, ...]:
@@ -404,9 +418,9 @@ def chain_steps(platform: str | None = None) -> tuple[MigrationStep, ...]:
 
 
 def ddl_for_version(version: int) -> tuple[str, ...]:
-    """The DDL of a layout this build knows exactly (20 … 30 and ``SCHEMA_VERSION``)."""
+    """The DDL of a layout this build knows exactly (20 … 31 and ``SCHEMA_VERSION``)."""
     known = {20: DDL_V20, 21: DDL_V21, 22: DDL_V22, 23: DDL_V23, 24: DDL_V24, 25: DDL_V25, 26: DDL_V26, 27: DDL_V27,
-             28: DDL_V28, 29: DDL_V29, 30: DDL_V30,
+             28: DDL_V28, 29: DDL_V29, 30: DDL_V30, 31: DDL_V31,
              SCHEMA_VERSION: DDL}
     if version not in known:
         raise ValueError(f"no DDL kept for schema version {version} (known: {', '.join(map(str, known))})")

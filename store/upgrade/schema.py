@@ -67,6 +67,12 @@ Version history kept here (older layouts are archived, never migrated; see
   turn's starter). Only a turn one of them starts carries the entry, and what
   the last taker took and began no turn with is offered again once that client
   is gone (``store/queue.py``). NULL for entries handed out before the step.
+* v32 — ``idx_messages_window`` on ``messages(session_id, seq)`` carrying
+  every column a window reply reads of a row (byte span, tombstone, turn,
+  wire cut, CRC; additive): a page of a session is read from a few index
+  pages instead of one table page per fat row (the rows hold the searchable
+  text), which is most of what the first read of a session in a new process
+  costs the database (``store/transcripts/windows.py``).
 """
 
 from __future__ import annotations
@@ -76,7 +82,7 @@ from collections.abc import Sequence
 
 from store.search.search_text import TRIGRAM_TEXT_HAZARDS
 
-SCHEMA_VERSION = 31
+SCHEMA_VERSION = 32
 
 # --- seed §4.1 – §4.5 -------------------------------------------------------
 
@@ -965,7 +971,17 @@ V31_LEASE_CLIENT: tuple[str, ...] = (
 )
 """What the v31 step adds: only a client an entry was handed to starts a turn with it (``store/queue.py``)."""
 
-DDL: tuple[str, ...] = DDL_V30 + V31_LEASE_CLIENT
+DDL_V31: tuple[str, ...] = DDL_V30 + V31_LEASE_CLIENT
+"""The v31 layout."""
+
+# --- v32: the window reads' covering index ---------------------------------------------
+V32_WINDOW_INDEX: tuple[str, ...] = (
+    "CREATE INDEX idx_messages_window ON messages"
+    "(session_id, seq, line_offset, line_len, deleted, turn_id, wire_cut, line_crc)",
+)
+"""What the v32 step adds: ``index.window_spans`` reads a page from the index alone."""
+
+DDL: tuple[str, ...] = DDL_V31 + V32_WINDOW_INDEX
 """The full current DDL (``SCHEMA_VERSION``), in creation order."""
 
 

@@ -188,6 +188,7 @@ def test_the_v29_step_knows_every_session_there_is(tmp_path: Path) -> None:
     conn.execute("DROP TABLE known_sessions")
     for column in ("lease", "lease_turn_id", "lease_seq", "lease_client"):  # v30, v31
         conn.execute(f"ALTER TABLE turn_queue DROP COLUMN {column}")
+    conn.execute("DROP INDEX idx_messages_window")  # v32
     conn.execute("PRAGMA user_version = 28")
-    assert migrate(conn, tmp_path / "pi.sqlite", now_ms=NOW).applied == [29, 30, 31]
+    assert migrate(conn, tmp_path / "pi.sqlite", now_ms=NOW).applied == [29, 30, 31, 32]
     assert sorted(r[0] for r in conn.execute("SELECT id FROM known_sessions WHERE deleted_at IS NULL")) == ["a", "b"]

@@ -23,7 +23,8 @@ from tests.migrations.seedkit import after_boot, assert_rows_present, build_seed
 from tests.soak import soak
 
 CHAIN_FROM_7 = [(7, 8), (8, 11), (11, 14), (14, 15), (15, 16), (16, 17), (17, 18), (18, 19), (19, 20), (20, 21),
-                (21, 22), (22, 23), (23, 24), (24, 25), (25, 26), (26, 27), (27, 28), (28, 29), (29, 30), (30, 31)]
+                (21, 22), (22, 23), (23, 24), (24, 25), (25, 26), (26, 27), (27, 28), (28, 29), (29, 30), (30, 31),
+                (31, 32)]
 TAKES_BACKUP = {7, 8, 11, 14, 15, 16, 17, 18, 19, 21}
 # each kill is a host start (~2 s); before_commit is killed in every step, after_backup in every other
 # backup-taking step in CI (7, 11, 15, 17, 19) and in all of them under PIHOST_SOAK=1
@@ -69,7 +70,7 @@ def test_sigkill_at_every_step_leaves_one_version_and_the_chain_completes(tmp_pa
                             .fetchone()[0])
     finally:
         conn.close()
-    assert report["database"]["steps"] == [31]  # the last kill was inside 30→31
+    assert report["database"]["steps"] == [32]  # the last kill was inside 31→32
     assert seed.file_bytes() == seed.files
     # every step that takes a backup left one (killed after it, or before its commit), and a restart's
     # repeated backup of a version never replaces the first

@@ -30,7 +30,7 @@ from tests.migrations.seedkit import (
 )
 
 SEED_STEPS = {7: 8, 8: 11, 9: 11, 10: 11, 11: 14, 14: 15, 15: 16, 16: 17, 17: 18, 18: 19, 19: 20}
-HOST_STEPS = [20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31]
+HOST_STEPS = [20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32]
 
 
 def chain_from(version: int) -> list[int]:

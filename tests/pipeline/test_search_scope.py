@@ -63,6 +63,7 @@ def _back_to_v27(db: Path) -> None:
         conn.execute("DROP TABLE known_sessions")  # v29
         for column in ("lease", "lease_turn_id", "lease_seq", "lease_client"):  # v30, v31
             conn.execute(f"ALTER TABLE turn_queue DROP COLUMN {column}")
+        conn.execute("DROP INDEX idx_messages_window")  # v32
         conn.execute("PRAGMA user_version = 27")
     finally:
         conn.close()
@@ -88,6 +89,6 @@ async def test_upgrade_to_v28_makes_earlier_tool_output_searchable(tmp_path):  #
             hits = await c.call("search.query", {"query": "OperationalError", "scope": "tools"})
             assert [h["messageId"] for h in hits["results"]] == ["t1"]
             assert (await c.call("search.query", {"query": "hello"}))["results"][0]["messageId"] == "u1"
-        assert query(tmp_path, "PRAGMA user_version") == [(31,)]
+        assert query(tmp_path, "PRAGMA user_version") == [(32,)]
         marks = dict(query(tmp_path, "SELECT id, indexed_len > 0 FROM sessions"))
         assert marks == {with_tools: 1, without: 1}

@@ -142,8 +142,9 @@ def test_the_v30_step_leaves_every_entry_waiting(tmp_path: Path) -> None:
     assert a is not None
     for column in ("lease", "lease_turn_id", "lease_seq", "lease_client"):
         conn.execute(f"ALTER TABLE turn_queue DROP COLUMN {column}")
+    conn.execute("DROP INDEX idx_messages_window")  # v32
     conn.execute("PRAGMA user_version = 29")
-    assert migrate(conn, tmp_path / "pi.sqlite", now_ms=NOW_MS).applied == [30, 31]
+    assert migrate(conn, tmp_path / "pi.sqlite", now_ms=NOW_MS).applied == [30, 31, 32]
     assert ids(conn) == [a.id] and lease(conn, a.id) == (None, None)
     assert queue.take(conn, "s1", now_ms=NOW_MS).plan.entry.id == a.id  # type: ignore[union-attr]
 
@@ -200,8 +201,9 @@ def test_the_v31_step_keeps_an_entry_handed_out_before_it_bindable_by_any_turn(t
     assert a is not None
     queue.take(conn, "s1", now_ms=NOW_MS)
     conn.execute("ALTER TABLE turn_queue DROP COLUMN lease_client")
+    conn.execute("DROP INDEX idx_messages_window")  # v32
     conn.execute("PRAGMA user_version = 30")
-    assert migrate(conn, tmp_path / "pi.sqlite", now_ms=NOW_MS).applied == [31]
+    assert migrate(conn, tmp_path / "pi.sqlite", now_ms=NOW_MS).applied == [31, 32]
     assert lease(conn, a.id) == ("taken", None)
     start(conn, "t1", client="whoever")
     assert lease(conn, a.id) == ("started", "t1")

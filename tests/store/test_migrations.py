@@ -35,6 +35,7 @@ from store.upgrade.schema import (
     V29_KNOWN_SESSIONS,
     V30_QUEUE_LEASES,
     V31_LEASE_CLIENT,
+    V32_WINDOW_INDEX,
 )
 
 from ._sqlite_helpers import (
@@ -122,8 +123,8 @@ def test_ddl_for_version_20_is_21_without_boot_reports_and_turn_index() -> None:
     assert any("ordinal" in s for s in DDL) and any("search_hazard" in s for s in DDL)
     with pytest.raises(ValueError, match="no DDL kept"):
         ddl_for_version(7)
-    assert [s.to_version for s in STEPS] == [21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31]
-    assert [s.destructive for s in STEPS] == [False, True] + [False] * 9
+    assert [s.to_version for s in STEPS] == [21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32]
+    assert [s.destructive for s in STEPS] == [False, True] + [False] * 10
     assert ddl_for_version(22) + ("CREATE INDEX idx_messages_created ON messages(created_at)",) == ddl_for_version(23)
     assert ddl_for_version(23) + V24_ADDITIONS == ddl_for_version(24)
     assert ddl_for_version(24) + V25_ADDITIONS == ddl_for_version(25)
@@ -132,7 +133,8 @@ def test_ddl_for_version_20_is_21_without_boot_reports_and_turn_index() -> None:
     assert ddl_for_version(27) + V28_TOOL_SEARCH == ddl_for_version(28)
     assert ddl_for_version(28) + V29_KNOWN_SESSIONS == ddl_for_version(29)
     assert ddl_for_version(29) + V30_QUEUE_LEASES == ddl_for_version(30)
-    assert ddl_for_version(30) + V31_LEASE_CLIENT == DDL
+    assert ddl_for_version(30) + V31_LEASE_CLIENT == ddl_for_version(31)
+    assert ddl_for_version(31) + V32_WINDOW_INDEX == DDL
 
 
 def test_pre_v7_database_is_archived_as_v6_bak_and_a_fresh_file_starts(tmp_path: Path) -> None:
@@ -252,7 +254,7 @@ def test_destructive_step_gets_a_readable_backup_first(
 
     backup = tmp_path / "pi.sqlite.v20.bak"
     assert result.backups == [backup, tmp_path / "pi.sqlite.v21.bak"]
-    assert result.applied == [21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31]
+    assert result.applied == [21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32]
     assert user_version(v20_conn) == SCHEMA_VERSION
     assert v20_conn.execute("SELECT ns FROM kv ORDER BY ns").fetchall() == [("app",)]
     assert v20_conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1  # restored
@@ -296,7 +298,7 @@ def test_failing_step_rolls_back_and_leaves_v20_authoritative(
     assert (tmp_path / "pi.sqlite.v20.bak").exists() == destructive
 
     # once the step is fixed, the same file migrates
-    assert migrate(v20_conn, tmp_path / "pi.sqlite", now_ms=NOW_MS).applied == list(range(21, 32))
+    assert migrate(v20_conn, tmp_path / "pi.sqlite", now_ms=NOW_MS).applied == list(range(21, 33))
 
 
 def test_fault_before_commit_rolls_back_the_real_step(

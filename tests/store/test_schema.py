@@ -67,7 +67,7 @@ def _columns(conn: sqlite3.Connection, table: str) -> dict[str, tuple[str, int, 
 
 
 def test_fresh_schema_has_every_seed_table_index_and_trigger(db: sqlite3.Connection) -> None:
-    assert user_version(db) == SCHEMA_VERSION == 31
+    assert user_version(db) == SCHEMA_VERSION == 32
     tables = _names(db, "table")
     fts_shadow = {t for t in tables if t.startswith(("messages_fts_", "tool_fts_"))}
     assert tables - fts_shadow == SEED_TABLES | OUR_TABLES

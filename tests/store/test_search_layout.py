@@ -206,9 +206,9 @@ def test_v21_database_migrates_to_v22_renumbering_mids_and_rebuilding_search(tmp
     try:
         apply_pragmas(conn)
         result = migrate(conn, db, now_ms=NOW_MS)
-        assert result.applied == [22, 23, 24, 25, 26, 27, 28, 29, 30, 31]
+        assert result.applied == [22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32]
         assert result.backups == [tmp_path / "pi.sqlite.v21.bak"]
-        assert user_version(conn) == SCHEMA_VERSION == 31
+        assert user_version(conn) == SCHEMA_VERSION == 32
         after = conn.execute(
             "SELECT id, session_id, seq, role, text, created_at, deleted FROM messages ORDER BY id"
         ).fetchall()
@@ -264,7 +264,7 @@ def test_v22_database_gains_the_created_at_index_without_a_backup(tmp_path: Path
         for i in range(5):
             corpus.message(sid, f"message {i} about the search index", created_at=100 + i)
         result = migrate(conn, db, now_ms=NOW_MS)
-        assert result.applied == list(range(23, 32)) and result.backups == []  # additive: no backup needed
+        assert result.applied == list(range(23, 33)) and result.backups == []  # additive: no backup needed
         assert user_version(conn) == SCHEMA_VERSION
         plan = conn.execute("EXPLAIN QUERY PLAN SELECT mid FROM messages ORDER BY created_at DESC").fetchall()
         assert any("idx_messages_created" in str(row[-1]) for row in plan)
@@ -274,6 +274,48 @@ def test_v22_database_gains_the_created_at_index_without_a_backup(tmp_path: Path
         fresh = open_db(fresh_root / "pi.sqlite")
         try:
             assert schema_objects(conn) == schema_objects(fresh)
+        finally:
+            fresh.close()
+    finally:
+        conn.close()
+
+
+def test_v31_database_gains_the_window_index_and_a_page_is_read_from_it_alone(tmp_path: Path) -> None:
+    """v32 (additive, no backup): ``idx_messages_window`` is built from the rows there are and carries every
+    column ``index.window_spans`` reads, so a page of a session touches index pages only (not one table page
+    per row, whose searchable text makes it fat); the rows it returns are the table's."""
+    from store.indexing.index import iter_window_spans, window_spans
+
+    db = tmp_path / "pi.sqlite"
+    build_db(db, ddl_for_version(31), 31)
+    conn = connect_plain(db)
+    try:
+        apply_pragmas(conn)
+        corpus = Corpus(conn)
+        sid = corpus.session("s1", title="one")
+        for i in range(7):
+            corpus.message(sid, f"message {i} " + "x" * 3000, created_at=100 + i, deleted=i == 3)
+        conn.execute("UPDATE messages SET line_offset = seq * 4000, line_len = 3990, wire_cut = seq * 8 + 1, "
+                     "line_crc = seq * 7")
+        table = conn.execute(
+            "SELECT seq, line_offset, line_len, deleted, turn_id, wire_cut, line_crc FROM messages NOT INDEXED "
+            "WHERE session_id = ? AND seq > 2 AND seq <= 6 ORDER BY seq", (sid,)).fetchall()
+        result = migrate(conn, db, now_ms=NOW_MS)
+        assert result.applied == [32] and result.backups == []
+        assert user_version(conn) == SCHEMA_VERSION
+        assert window_spans(conn, sid, 2, 6) == table
+        assert list(iter_window_spans(conn, sid, 2, 6, newest_first=True)) == table[::-1]
+        for sql in ("SELECT seq, line_offset, line_len, deleted, turn_id, wire_cut, line_crc FROM messages "
+                    "WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
+                    "SELECT seq, line_offset, line_len, deleted, turn_id, wire_cut, line_crc FROM messages "
+                    "WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq DESC"):
+            plan = " ".join(str(row[-1]) for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", (sid, 2, 6)))
+            assert "COVERING INDEX idx_messages_window" in plan, plan
+        fresh_root = tmp_path / "fresh"
+        fresh_root.mkdir()
+        fresh = open_db(fresh_root / "pi.sqlite")
+        try:
+            assert schema_objects(conn) == schema_objects(fresh)  # same objects, same SQL as a fresh install
         finally:
             fresh.close()
     finally:

@@ -175,7 +175,7 @@ def test_v26_database_gains_tool_search_and_asks_to_reindex_sessions_with_tool_r
         corpus.message(plain, "hello")
         conn.execute("UPDATE sessions SET indexed_len = 500")
         result = migrate(conn, db, now_ms=NOW_MS)
-        assert result.applied == [27, 28, 29, 30, 31] and result.backups == []
+        assert result.applied == [27, 28, 29, 30, 31, 32] and result.backups == []
         assert dict(conn.execute("SELECT id, indexed_len FROM sessions")) == {tools: 0, plain: 500}
         assert conn.execute("SELECT count(*) FROM tool_output").fetchone()[0] == 0
         assert search_sessions(conn, "what failed")["totalMessageMatches"] == 1  # the default index as it was
