@@ -89,7 +89,7 @@ class ReconcilePlan:
 _SCAN_CHUNK = 8 << 20
 
 
-def _open_transcript(path: Path) -> int:
+def open_transcript(path: Path) -> int:
     """A transcript is a regular file reached without a symlink (a planted link is refused, never followed)."""
     try:
         return open_nofollow(path, os.O_RDONLY)
@@ -106,20 +106,25 @@ def _open_transcript(path: Path) -> int:
 def read_header(path: Path) -> dict[str, Any] | None:
     """Parse the first line (the session header); None if absent or unreadable."""
     try:
-        fd = _open_transcript(path)
+        fd = open_transcript(path)
     except FileNotFoundError:
         return None
     try:
-        head = b""
-        nl = -1
-        while nl < 0 and len(head) < 1 << 20:  # the header line only, in small reads
-            chunk = os.read(fd, 4096 if not head else len(head))
-            if not chunk:
-                break
-            head += chunk
-            nl = head.find(b"\n")
+        return header_of(fd)
     finally:
         os.close(fd)
+
+
+def header_of(fd: int) -> dict[str, Any] | None:
+    """:func:`read_header` of a transcript open as ``fd`` (read from offset 0; its position is not used)."""
+    head = b""
+    nl = -1
+    while nl < 0 and len(head) < 1 << 20:  # the header line only, in small reads
+        chunk = os.pread(fd, 4096 if not head else len(head), len(head))
+        if not chunk:
+            break
+        head += chunk
+        nl = head.find(b"\n")
     if nl < 0:
         return None
     line = head[: nl + 1]
@@ -177,7 +182,7 @@ def scan_from(path: Path, start: int, stop: int | None = None) -> TailScan:
     to the size ``fstat`` reports when it is opened (or to ``stop``, a line end,
     when that comes first).
     """
-    fd = _open_transcript(path)
+    fd = open_transcript(path)
     try:
         size = os.fstat(fd).st_size
         if stop is not None:
@@ -290,6 +295,20 @@ def plan_reconcile(path: Path, indexed_len: int, file_epoch: str | None) -> Reco
                          revisions=revisions, archived=archived)
 
 
+def clean_plan(fd: int, indexed_len: int, file_epoch: str | None) -> ReconcilePlan | None:
+    """:func:`plan_reconcile`'s answer for a transcript open as ``fd`` (:func:`open_transcript`) when it is
+    the usual one, ``clean`` with nothing past the index's mark: its size is the mark and its header's epoch
+    the index's. ``None`` otherwise (ask :func:`plan_reconcile`). A reader that goes on to read the window
+    uses the same descriptor: one open, no ``lstat`` (``open_transcript`` refuses what ``lstat`` would)."""
+    size = os.fstat(fd).st_size
+    if indexed_len <= 0 or size != indexed_len:
+        return None
+    header = header_of(fd)
+    if header is None or header.get("epoch") != file_epoch:
+        return None
+    return ReconcilePlan(kind="clean", file_len=size, epoch=file_epoch)
+
+
 def plan_missing_bytes(path: Path, indexed_len: int, epoch: str | None, stop: int) -> ReconcilePlan:
     """The bytes ``[indexed_len, stop)`` of a transcript whose index stops short of ``stop`` (a line
     end): a tail plan for exactly them, to apply before an op indexes the lines from ``stop`` on."""
@@ -322,7 +341,7 @@ def last_message_line(path: Path, size: int) -> tuple[int, int] | None | bool:
     """The span ``(offset, length)`` of the transcript's last message line within its first ``size``
     bytes, read backwards in growing windows: ``None`` if it has no message line, ``False`` if none
     was found within the bound (a very long run of other lines at the end: not checked here)."""
-    fd = _open_transcript(path)
+    fd = open_transcript(path)
     try:
         window = min(size, _BACK_CHUNK)
         while True:

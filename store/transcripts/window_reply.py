@@ -140,13 +140,15 @@ def _pread_exactly(fd: int, length: int, offset: int, path: str) -> bytes:
 def encode_window(path: Path, session: Mapping[str, Any], rows: Sequence[Row], compaction_lines: Sequence[bytes],
                   *, start: int, end: int, total: int, content_limit: int | None,
                   target_pos: int | None = None,
-                  evicted: Mapping[int, frozenset[str]] | None = None) -> tuple[bytes, dict[str, Any] | None]:
+                  evicted: Mapping[int, frozenset[str]] | None = None,
+                  fd: int | None = None) -> tuple[bytes, dict[str, Any] | None]:
     """The whole ``session.get`` result as JSON, and the projected ``messageAround`` target (if any).
 
     ``evicted``: seq → evicted attachment refs its line holds (``store.attachments.evicted_marks``);
-    those lines take the parsing path and their referring blocks read back marked."""
+    those lines take the parsing path and their referring blocks read back marked. ``fd``: ``path``
+    open already (the caller closes it); otherwise it is opened here for the read."""
     pieces: list[Any] = [b'{"session":', orjson.dumps(dict(session)), b',"messages":[']
-    target = _encode_messages(pieces, path, rows, content_limit, target_pos, evicted or {})
+    target = _encode_messages(pieces, path, rows, content_limit, target_pos, evicted or {}, fd)
     compactions = [wire_record(normalize_on_read(_loads_or_corrupt(b))) for b in compaction_lines]
     tail = orjson.dumps({
         "compactions": compactions, "messageStart": start, "messageEnd": end,
@@ -163,16 +165,21 @@ def with_field(reply: bytes, key: str, value: Any) -> bytes:
 
 
 def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content_limit: int | None,
-                     target_pos: int | None, evicted: Mapping[int, frozenset[str]]) -> dict[str, Any] | None:
-    """Append the messages' pieces (comma-separated) to ``pieces``; the projected target, if any."""
+                     target_pos: int | None, evicted: Mapping[int, frozenset[str]],
+                     given: int | None = None) -> dict[str, Any] | None:
+    """Append the messages' pieces (comma-separated) to ``pieces``; the projected target, if any.
+    ``given``: ``path`` open already (left open)."""
     if not rows:
         return None
     target: dict[str, Any] | None = None
     name = os.fspath(path)
-    try:
-        fd = open_nofollow(name, os.O_RDONLY)
-    except OSError as exc:
-        raise open_error(exc, name, "read transcript") from exc
+    if given is not None:
+        fd = given
+    else:
+        try:
+            fd = open_nofollow(name, os.O_RDONLY)
+        except OSError as exc:
+            raise open_error(exc, name, "read transcript") from exc
     append = pieces.append
     crc32 = zlib.crc32
     seq_tails = _SEQ_TAILS
@@ -210,7 +217,8 @@ def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content
                 append(orjson.dumps(rec) + b",")
         pieces[-1] = pieces[-1][:-1]  # every message ends with a comma: not the last one
     finally:
-        os.close(fd)
+        if given is None:
+            os.close(fd)
     return target
 
 

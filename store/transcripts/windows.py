@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from store import approvals, attachments, session_state, thread_meta
-from store.errors import PayloadTooLarge
+from store.errors import PayloadTooLarge, StoreError
 from store.indexing import index
-from store.indexing.reconcile import plan_reconcile
+from store.indexing.reconcile import ReconcilePlan, clean_plan, open_transcript, plan_reconcile
 from store.jsonio import loads_line
 from store.transcripts.records import blocks_of, cap_content, wire_record
 from store.transcripts.transcript import read_spans, read_transcript
@@ -120,13 +120,15 @@ def window_bounds(total: int, req: WindowRequest, target_pos: int | None) -> tup
 
 
 def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: WindowRequest,
-              session: Mapping[str, Any], *, derived_fresh: bool = False, now_ms: int | None = None) -> Window:
+              session: Mapping[str, Any], *, derived_fresh: bool = False, now_ms: int | None = None,
+              fd: int | None = None) -> Window:
     """Target position, bounds, window rows, the compaction chain, and the encoded reply, in one snapshot.
 
     The bytes are read in the same call (not in a second worker-thread hop):
     the session actor is the transcript's only writer and awaits this call,
     so the offsets cannot move underneath it. ``derived_fresh``: ``session`` was read
     in this same snapshot with its derived fields (``read_cold``), so they are not derived again.
+    ``fd``: the transcript, open already (``read_cold``); the caller closes it.
     """
     w = Window(total=total)
     if req.around is not None:
@@ -151,7 +153,7 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
     evicted = attachments.evicted_marks(conn, sid, rows[0][0], rows[-1][0]) if rows else None
     w.reply, w.target = encode_window(path, summary, rows, lines, start=w.start, end=w.end,
                                       total=total, content_limit=req.content_limit, target_pos=w.target_pos,
-                                      evicted=evicted)
+                                      evicted=evicted, fd=fd)
     turns = {r[4] for r in rows if r[4] is not None}
     if w.end >= total:  # the newest window: also the turns that have no row yet (asked before replying)
         turns.update(_turns_after(conn, sid, total))
@@ -369,10 +371,23 @@ def read_cold(conn: sqlite3.Connection, sid: str, path: Path, req: WindowRequest
         row = index.session_row(conn, sid, now_ms)
         if row is None:
             return Window()
-        plan = plan_reconcile(path, row["_indexedLen"], row["_fileEpoch"])
-        if plan.kind != "clean" or plan.file_len != row["_indexedLen"]:
-            return Window(row=row, plan_kind=plan.kind)
-        w = read_warm(conn, sid, path, int(row["messageCount"]), req, row, derived_fresh=True, now_ms=now_ms)
+        try:  # the usual clean file: one open serves the check and the window's bytes
+            fd: int | None = open_transcript(path)
+        except (OSError, StoreError):
+            fd = None  # missing or refused: plan_reconcile says so, as it always did
+        try:
+            plan: ReconcilePlan | None = None
+            if fd is not None:
+                plan = clean_plan(fd, row["_indexedLen"], row["_fileEpoch"])
+            if plan is None:
+                plan = plan_reconcile(path, row["_indexedLen"], row["_fileEpoch"])
+            if plan.kind != "clean" or plan.file_len != row["_indexedLen"]:
+                return Window(row=row, plan_kind=plan.kind)
+            w = read_warm(conn, sid, path, int(row["messageCount"]), req, row, derived_fresh=True, now_ms=now_ms,
+                          fd=fd)
+        finally:
+            if fd is not None:
+                os.close(fd)
         w.row, w.plan_kind, w.file_len, w.epoch = row, plan.kind, plan.file_len, plan.epoch
         return w
     finally:

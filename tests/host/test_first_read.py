@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import trio
 
 from actors.db_reader import ReadPool
@@ -177,3 +178,56 @@ async def test_the_read_pool_prepares_every_connection_it_opens(tmp_path: Path) 
         assert await pool.run(lambda conn: conn in seen)
     finally:
         pool.close()
+
+
+async def test_a_clean_first_read_opens_the_transcript_once(tmp_path: Path, monkeypatch: Any) -> None:
+    """The clean check (size and header epoch against the index's mark) and the window's bytes share one
+    descriptor: the transcript is opened once and not ``lstat``-ed (``open_transcript`` refuses a link or
+    a non-regular file as the ``lstat`` did). A transcript that grew past the mark, one that is missing
+    and a planted link are still told apart by ``plan_reconcile``, as before."""
+    import os
+
+    from store.errors import CorruptData
+
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await new_session(c)
+            for i in range(3):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"m{i}", f"text {i}")})
+            await host.services.index_log.barrier()
+    path = tmp_path / "sessions" / f"{sid}.jsonl"
+    conn = open_reader(tmp_path / "pi.sqlite")
+    opened: list[str] = []
+    looked: list[str] = []
+    real_open, real_lstat = os.open, os.lstat
+
+    def counting_open(p: Any, *args: Any, **kwargs: Any) -> int:
+        opened.append(os.fspath(p))
+        return real_open(p, *args, **kwargs)
+
+    def counting_lstat(p: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        looked.append(os.fspath(p))
+        return real_lstat(p, *args, **kwargs)
+
+    try:
+        monkeypatch.setattr(os, "open", counting_open)
+        monkeypatch.setattr(os, "lstat", counting_lstat)
+        window = windows.read_cold(conn, sid, path, windows.WindowRequest(limit=50))
+        monkeypatch.undo()
+        assert window.plan_kind == "clean" and window.total == 3 and window.file_len == path.stat().st_size
+        assert opened.count(str(path)) == 1 and str(path) not in looked
+        assert [m["id"] for m in orjson.loads(window.reply)["messages"]] == ["m0", "m1", "m2"]
+        _append_outside(path, [msg("m3", "written outside")])
+        assert windows.read_cold(conn, sid, path, windows.WindowRequest(limit=50)).plan_kind == "tail"
+        moved = path.with_name("elsewhere.jsonl")
+        path.rename(moved)
+        assert windows.read_cold(conn, sid, path, windows.WindowRequest(limit=50)).plan_kind == "missing"
+        path.symlink_to(moved)
+        try:
+            windows.read_cold(conn, sid, path, windows.WindowRequest(limit=50))
+        except CorruptData as exc:
+            assert exc.data["reason"] == "not_a_regular_file"
+        else:
+            raise AssertionError("a planted link was read")
+    finally:
+        conn.close()
