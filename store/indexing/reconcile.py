@@ -116,11 +116,12 @@ def read_header(path: Path) -> dict[str, Any] | None:
 
 
 def header_of(fd: int) -> dict[str, Any] | None:
-    """:func:`read_header` of a transcript open as ``fd`` (read from offset 0; its position is not used)."""
+    """:func:`read_header` of a transcript open as ``fd`` (read from offset 0; its position moves)."""
+    os.lseek(fd, 0, os.SEEK_SET)
     head = b""
     nl = -1
     while nl < 0 and len(head) < 1 << 20:  # the header line only, in small reads
-        chunk = os.pread(fd, 4096 if not head else len(head), len(head))
+        chunk = os.read(fd, 4096 if not head else len(head))
         if not chunk:
             break
         head += chunk

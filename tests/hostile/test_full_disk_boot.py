@@ -120,7 +120,10 @@ async def test_a_rebuild_on_a_full_disk_fails_storage_full_and_succeeds_once_spa
     """Found: with the disk full, the quarantine of a corrupt ``pi.sqlite`` (or a lost one) left boot
     creating a database there was no room for; the start failed with ``IO_ERROR: cannot prepare ...:
     database or disk is full`` (exit 5) instead of STORAGE_FULL. Now STORAGE_FULL; the transcripts are
-    untouched, the corrupt file stays in quarantine/, and with room the next start rebuilds the index."""
+    untouched, and with room the next start rebuilds the index. A corrupt file is not moved while the disk
+    is full: the note owing its salvage (``quarantine/salvage-owed.json``) is written before the move and
+    there is no room for it, so it stays in place (a file moved without it would be found missing at the
+    next start, and its DB-only rows never salvaged); with room it is quarantined and salvaged."""
     with small_disk("tmpfs", tmp_path, size_mb=6) as mnt, trio.fail_after(300):
         data = mnt / "data"
         acked = await _fill_through_the_wire(data)
@@ -132,11 +135,14 @@ async def test_a_rebuild_on_a_full_disk_fails_storage_full_and_succeeds_once_spa
             _refused_full(await trio.to_thread.run_sync(_boot_once, data))
             assert _sums(data / "sessions") == before
         if how == "corrupt":
-            assert any(p.name.startswith("pi.sqlite.corrupt-") for p in (data / "quarantine").iterdir())
+            assert (data / "pi.sqlite").exists()
+            assert not any(p.name.startswith("pi.sqlite.corrupt-") for p in (data / "quarantine").iterdir())
         (mnt / "filler").unlink()
         await trio.run_process(["mount", "-o", "remount,size=64m", str(mnt)], capture_stdout=True)
         got, boot = await _reads(data, sorted(acked))
         assert got == acked
+        if how == "corrupt":
+            assert boot["database"]["quarantined"] and "salvage" in boot, boot["database"]
         assert boot["reconcile"]["errors"] == 0 and boot["reconcile"]["full"] == 3, boot["reconcile"]
         assert _sums(data / "sessions") == before
 

@@ -15,12 +15,14 @@ import pytest
 from store.errors import IOFailure, SchemaTooNew, UnsupportedSQLite
 from store.faults import Faults
 from store.indexing.database import (
+    SALVAGE_OWED,
     OpenReport,
     check_sqlite_support,
     checkpoint_wal,
     open_reader,
     open_writer,
     probe_database,
+    salvage_owed_by_marker,
     set_synchronous,
 )
 from store.upgrade.schema import SCHEMA_VERSION
@@ -225,7 +227,9 @@ def test_a_second_quarantine_in_the_same_millisecond_keeps_the_first(tmp_path: P
         conn, report = _open(tmp_path)
         conn.close()
     names = listing(tmp_path / "quarantine")
-    assert names == [f"pi.sqlite.corrupt-{NOW_MS}", f"pi.sqlite.corrupt-{NOW_MS}.{NOW_MS}"]
+    # salvage-owed.json names the newest copy until a boot holds the salvage's mark (boot removes it)
+    assert names == [f"pi.sqlite.corrupt-{NOW_MS}", f"pi.sqlite.corrupt-{NOW_MS}.{NOW_MS}", SALVAGE_OWED]
+    assert salvage_owed_by_marker(tmp_path / "quarantine") == tmp_path / "quarantine" / names[1]
 
 
 def test_quarantine_fault_point_stops_before_anything_moves(tmp_path: Path) -> None:
@@ -236,7 +240,9 @@ def test_quarantine_fault_point_stops_before_anything_moves(tmp_path: Path) -> N
     with pytest.raises(OSError):
         open_writer(db, quarantine_dir=tmp_path / "q", now_ms=NOW_MS, faults=faults)
     assert db.read_bytes() == b"garbage" * 100
-    assert listing(tmp_path / "q") == []
+    # only the marker is there, naming a copy that never came: a boot ignores it (the index is still in place)
+    assert listing(tmp_path / "q") == [SALVAGE_OWED]
+    assert salvage_owed_by_marker(tmp_path / "q") is None
 
 
 def test_too_new_database_is_refused_and_left_byte_identical(tmp_path: Path) -> None:
