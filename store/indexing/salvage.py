@@ -95,6 +95,12 @@ DERIVED: Final[Mapping[str, str]] = {
     "session_collaboration_links": "no release writes it",
 }
 
+SALVAGE_FROM_VERSION: Final = 31
+"""The oldest layout whose salvaged tables are this build's, column for column (v32 added only an index).
+An index found corrupt at the first start of a newer build is quarantined before it is migrated, so it is
+still of the older layout. Raise this to the new version whenever a migration step changes a table in
+:data:`SALVAGED` (tests/integrity/test_index_salvage.py compares them)."""
+
 PENDING_KV: Final = ("pi-host", "salvageQuarantinedIndex")
 """Set by the boot that rebuilt the index (its first transaction), cleared when the salvage ran: a boot
 killed before or during the salvage leaves it, and the next boot salvages then (every copy is idempotent)."""
@@ -478,8 +484,9 @@ def salvage(dst: sqlite3.Connection, source: Path, *, now_ms: int, faults: Fault
         except sqlite3.DatabaseError as exc:
             report.skipped_reason = f"the quarantined file cannot be read: {exc}"
             return report
-        if version != SCHEMA_VERSION:
-            report.skipped_reason = f"its schema version is {version}, this build's {SCHEMA_VERSION}"
+        if not SALVAGE_FROM_VERSION <= version <= SCHEMA_VERSION:
+            report.skipped_reason = (f"its schema version is {version}; this build salvages "
+                                     f"{SALVAGE_FROM_VERSION}-{SCHEMA_VERSION}")
             return report
         try:
             tables = {_text(r[0]) for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}

@@ -21,8 +21,9 @@ from runtime.boot import run_boot
 from runtime.client import ClientClosed, HostClient, RpcError, open_client
 from runtime.datadir import DataDir
 from store.faults import NO_FAULTS
-from store.indexing.salvage import SALVAGED, salvage
+from store.indexing.salvage import SALVAGE_FROM_VERSION, SALVAGED, salvage
 from store.transcripts.transcript import create_transcript
+from store.upgrade.migrations import ddl_for_version
 from store.upgrade.schema import SCHEMA_VERSION, apply_schema
 from tests.acceptance.outsiderkit import error_of
 from tests.dbkit import NOW
@@ -251,15 +252,46 @@ def test_salvage_of_a_damaged_db_only_table_copies_what_reads_back(tmp_path: Pat
     # a DB-only method's receipt is copied; an append's is its line's (the rebuild's), never copied
     assert dst.execute("SELECT submission_id FROM command_receipts").fetchall() == [("k1",)]
     dst.close()
-    # a file of another schema version is left alone
-    other = tmp_path / "other.sqlite"
-    c2 = sqlite3.connect(other)
-    c2.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
-    c2.close()
-    dst = sqlite3.connect(tmp_path / "new2.sqlite", isolation_level=None)
+    # a file of a layout older than the salvage knows (or newer than this build) is left alone
+    for version in (SALVAGE_FROM_VERSION - 1, SCHEMA_VERSION + 1):
+        other = tmp_path / f"other{version}.sqlite"
+        c2 = sqlite3.connect(other)
+        c2.execute(f"PRAGMA user_version = {version}")
+        c2.close()
+        dst = sqlite3.connect(tmp_path / f"new{version}.sqlite", isolation_level=None)
+        apply_schema(dst)
+        assert "schema version" in (salvage(dst, other, now_ms=5).skipped_reason or "")
+        dst.close()
+
+
+def test_an_index_of_the_previous_layout_found_corrupt_at_an_upgrade_is_salvaged(tmp_path: Path) -> None:
+    """The first start of a newer build finds the index corrupt before migrating it: the quarantined file is
+    of the older layout. Every layout from SALVAGE_FROM_VERSION on has this build's salvaged tables, column for
+    column, so its DB-only rows are copied (before: only the current version was salvaged, and a corrupt
+    index met at the upgrade lost them all)."""
+    old = tmp_path / "v31.sqlite"
+    conn = sqlite3.connect(old, isolation_level=None)
+    for statement in ddl_for_version(SALVAGE_FROM_VERSION):
+        conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {SALVAGE_FROM_VERSION}")
+    conn.execute("INSERT INTO kv(ns, key, value_json, updated_at) VALUES ('ui', 'sidebarWidth', '280', 1)")
+    conn.close()
+    fresh = sqlite3.connect(":memory:", isolation_level=None)
+    apply_schema(fresh)
+    for table, _why in SALVAGED:  # the layouts agree on every salvaged table
+        assert _table_columns(conn := sqlite3.connect(old), table) == _table_columns(fresh, table), table
+        conn.close()
+    fresh.close()
+    dst = sqlite3.connect(tmp_path / "new.sqlite", isolation_level=None)
     apply_schema(dst)
-    assert "schema version" in (salvage(dst, other, now_ms=5).skipped_reason or "")
+    out = salvage(dst, old, now_ms=5)
+    assert out.skipped_reason is None and out.copied["kv"] == 1, out
+    assert dst.execute("SELECT value_json FROM kv WHERE key = 'sidebarWidth'").fetchone() == ("280",)
     dst.close()
+
+
+def _table_columns(conn: sqlite3.Connection, table: str) -> list[tuple[object, ...]]:
+    return [tuple(r[1:]) for r in conn.execute(f"PRAGMA table_info({table})")]
 
 
 def test_rows_only_in_the_wal_are_salvaged_and_the_quarantined_pair_is_never_written(tmp_path: Path) -> None:
