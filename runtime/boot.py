@@ -71,6 +71,7 @@ from store.rules import MAX_TOKEN_CHARS, SESSION_ID_RE
 from store.transcripts import deleted_log
 from store.transcripts.session_files import finish_delete, pending_deletes
 from store.upgrade.attachment_adopt import adopt_pending, mark_pending
+from store.upgrade.migrations import clear_made_anew, made_anew
 
 log = logging.getLogger("pi_host")
 
@@ -319,14 +320,17 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
     between("the maintenance transaction")
     now = now_ms()
     quarantined = quarantined_main_file(open_report.quarantined) if open_report.corruption else None
-    renewed = open_report.rebuilt or open_report.created_fresh  # an index made anew: every derived row is owed
+    # an index made anew: every derived row is owed (also when the boot that created it was killed before these
+    # steps ran: the schema's own transaction flagged it)
+    unfinished = made_anew(conn) and not open_report.created_fresh
+    renewed = open_report.rebuilt or open_report.created_fresh or unfinished
     if quarantined is None and not open_report.rebuilt:
         # a host killed after quarantining the index and before the rebuilt one held the salvage's mark (its
         # first transaction, below): the file written before the move still names the copy; the index is then
         # missing, or the fresh one that boot created holds nothing yet
         quarantined = salvage_owed_by_marker(data_dir.quarantine_dir)
         renewed = renewed or quarantined is not None  # the killed boot made this index: it is one made anew
-    if open_report.rebuilt or (open_report.created_fresh and _used_before(data_dir)) or quarantined is not None:
+    if open_report.rebuilt or (renewed and _used_before(data_dir)) or quarantined is not None:
         # a database rebuilt from the files numbers the projects again: above any id the lost one issued
         floor = projects.id_floor_after_loss((data_dir.root, data_dir.sessions_dir), now_ms=now)
         faults.point("boot.before_salvage_mark")
@@ -384,6 +388,9 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
     report["secrets"] = _secrets_meta_step(conn, data_dir,
                                            db_rebuilt=renewed,
                                            now_ms=now_ms())
+    if renewed:  # every step owed to an index made anew has run (the salvage below keeps its own mark)
+        with transaction(conn):
+            clear_made_anew(conn)
     between("reconciling the transcripts with the index")
     # 3. reconcile the index with every transcript (and every row with its file)
     rows = index_marks(conn)

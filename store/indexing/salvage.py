@@ -46,6 +46,7 @@ from store.indexing.index import PROJECT_IDS_KV, issued_project_id, raise_projec
 from store.indexing.integrity import inconsistent_rows
 from store.queue import KV_NS as QUEUE_KV_NS
 from store.upgrade.attachment_adopt import PENDING_KEY as ADOPT_PENDING_KV
+from store.upgrade.migrations import MADE_ANEW_KV
 from store.upgrade.schema import SCHEMA_VERSION
 
 log = logging.getLogger("pi_host")
@@ -110,6 +111,7 @@ _SKIPPED_KV: Final[frozenset[tuple[str, str]]] = frozenset({
     ("index", "identity"),  # search cursors of the lost index must not resolve here
     PROJECT_IDS_KV,  # raised by the rebuild above every id the lost database can have issued
     ADOPT_PENDING_KV,
+    MADE_ANEW_KV,  # the lost index's own unfinished start, not this one's
 })
 _SKIPPED_KV_NS: Final[frozenset[str]] = frozenset({PENDING_GC_NS})
 _JSON_COLUMNS_EXTRA: Final[frozenset[str]] = frozenset({"lease_client"})

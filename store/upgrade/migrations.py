@@ -45,6 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import Final
 
 from store.errors import IOFailure, SchemaTooNew, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
@@ -798,7 +799,7 @@ def migrate(
         )
     if action is OpenAction.FRESH:
         faults.point("migrate.before_fresh_schema")
-        apply_schema(conn)
+        apply_schema(conn, then=mark_made_anew)
         result.to_version = SCHEMA_VERSION
         result.created_fresh = True
         return result
@@ -869,3 +870,21 @@ def _preflight(conn: sqlite3.Connection, chain: Sequence[MigrationStep], start: 
                 raise _failure(step, version, exc, what="refused before any change",
                                authoritative=start) from exc
         version = step.to_version
+
+
+MADE_ANEW_KV: Final = ("pi-host", "indexMadeAnew")
+"""Set in the transaction that creates a fresh schema; boot clears it once the steps owed to an index made anew
+(project-id floor, blob adoption, a new cursor identity, the deleted log, secrets_meta) have run. A boot killed
+in between finds it and runs them again: without it the next boot took the empty index for an ordinary one."""
+
+
+def mark_made_anew(conn: sqlite3.Connection) -> None:
+    conn.execute("INSERT OR REPLACE INTO kv(ns, key, value_json, updated_at) VALUES (?, ?, 'true', 0)", MADE_ANEW_KV)
+
+
+def made_anew(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM kv WHERE ns = ? AND key = ?", MADE_ANEW_KV).fetchone() is not None
+
+
+def clear_made_anew(conn: sqlite3.Connection) -> None:
+    conn.execute("DELETE FROM kv WHERE ns = ? AND key = ?", MADE_ANEW_KV)

@@ -78,7 +78,7 @@ Version history kept here (older layouts are archived, never migrated; see
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from store.search.search_text import TRIGRAM_TEXT_HAZARDS
 
@@ -995,8 +995,9 @@ def apply_schema(
     *,
     statements: Sequence[str] = DDL,
     version: int = SCHEMA_VERSION,
+    then: Callable[[sqlite3.Connection], None] | None = None,
 ) -> None:
-    """Create the schema on an empty database in ONE transaction.
+    """Create the schema on an empty database in ONE transaction (``then``: more writes inside it).
 
     ``conn`` must be in autocommit mode (``isolation_level=None``) and the
     database must hold no schema objects and ``user_version`` 0. The PRAGMAs
@@ -1021,6 +1022,8 @@ def apply_schema(
         for statement in statements:
             conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {int(version)}")
+        if then is not None:
+            then(conn)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:

@@ -495,3 +495,39 @@ async def test_a_boot_killed_between_quarantining_the_index_and_marking_its_salv
         assert boot.get("salvaged", {}).get("kv"), (boot["database"], boot.get("salvage"))
         assert (await c.call("settings.get", {"ns": "ui", "key": "sidebarWidth"}))["value"] == 321
     assert not (data / "quarantine" / "salvage-owed.json").exists()
+
+
+async def test_a_boot_killed_before_a_fresh_index_s_first_transaction_still_treats_it_as_made_anew(
+        tmp_path: Path) -> None:
+    """An index lost (deleted, not corrupt): boot creates it fresh and owes it the steps of an index made anew
+    (blob rows adopted from the files, the project-id floor, a new cursor identity, the deleted log,
+    secrets_meta). Killed before its first transaction, the next boot found a well-formed empty index and took it
+    for an ordinary one: blobs a message refers to had no rows (the GC takes such a file for an orphan of an
+    interrupted put). The schema's own transaction now flags the index until those steps have run."""
+    import base64
+
+    data = tmp_path / "data"
+    data.mkdir()
+    body = b"attachment bytes kept across a lost index"
+    async with host(data) as (_proc, c):
+        await c.call("session.create", {"sessionId": "s1", "title": "t"})
+        put = await c.call("attachments.put", {"name": "n.txt", "mimeType": "text/plain",
+                                               "dataBase64": base64.b64encode(body).decode()})
+        message = msg("m1", "see the file")
+        message["blocks"].append({"type": "attachment", "kind": "file", "name": "n.txt",
+                                  "ref": f"attachments/{put['sha256']}"})
+        await c.call("session.appendMessage", {"sessionId": "s1", "message": message})
+    for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+        (data / name).unlink(missing_ok=True)
+    with pytest.raises(RuntimeError, match="exited with -9"):
+        start_host_process(data, env={"RT_CRASHPOINT": "boot.before_salvage_mark:1:kill"}, timeout=30)
+    async with host(data) as (_proc, c):
+        boot = (await c.call("host.status", {}))["boot"]
+        assert not boot["database"]["createdFresh"]  # the killed boot made it
+        assert boot["attachmentsAdopted"] and boot["attachmentsAdopted"]["adopted"] == 1, boot["attachmentsAdopted"]
+        assert "projectIdFloor" in boot
+        got = await c.call("attachments.get", {"sha256": put["sha256"]})
+        assert got["sha256"] == put["sha256"]
+    async with host(data) as (_proc, c):  # the steps ran once: an ordinary start after that
+        boot = (await c.call("host.status", {}))["boot"]
+        assert boot["attachmentsAdopted"] is None and "projectIdFloor" not in boot, boot
