@@ -270,13 +270,15 @@ class _Salvager:
         return self.dst.execute(f"SELECT 1 FROM {table} WHERE {column} = ? LIMIT 1", (value,)).fetchone() is not None
 
     def _read(self, table: str, columns: list[str], where: str = "",
-              suspect: frozenset[int] = frozenset()) -> Iterator[tuple[Any, ...]]:
+              leave_inconsistent: bool = False) -> Iterator[tuple[Any, ...]]:
         """Rows as stored, in key order. Where the table's b-tree fails (recorded as a ``readError``), the
         rows past the damage are found from the table's other end: a scan backwards from the last key reads
         down to the damage, keeping only the keys, then each of those rows is read by its key, in key order.
         So one damaged stretch of pages loses only the rows it holds (with two or more, the rows between
-        them go too). ``suspect``: rowids left out (``inconsistent``)."""
+        them go too). ``leave_inconsistent``: a rowid table's rows ``integrity_check`` names as missing from one
+        of its indexes are left out (``inconsistent``)."""
         key = self._key(table)
+        suspect = inconsistent_rows(self.src, table) if leave_inconsistent and key == ["rowid"] else set()
         n = len(key)
         last: tuple[Any, ...] | None = None
         try:
@@ -379,8 +381,7 @@ class _Salvager:
         copied = 0
         # a row whose indexed value no longer matches its index entry had a byte changed inside it: a wrong
         # value that reads back as well formed is left out, not copied (rowid tables; integrity_check names it)
-        suspect = frozenset(inconsistent_rows(self.src, table)) if self._key(table) == ["rowid"] else frozenset()
-        for row in self._read(table, columns, suspect=suspect):
+        for row in self._read(table, columns, leave_inconsistent=True):
             try:
                 values = self._decode(columns, row)
                 if not self._wanted(table, values):
