@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from actors.session_context import session_info_line
+from protocol.models_host import BootReport
 from runtime.boot import run_boot
 from runtime.client import ClientClosed, HostClient, RpcError, open_client
 from runtime.datadir import DataDir
@@ -450,6 +451,7 @@ def test_quarantine_keeps_the_newest_three_index_copies_and_every_transcript_qua
     try:
         assert boot.report["dbRebuilt"] is True and "salvaged" in boot.report
         assert boot.report["quarantinePruned"] == 3  # 5 older + the new one: the newest 3 stay
+        BootReport.model_validate(boot.report)  # as host.status serves it
     finally:
         boot.conn.close()
     left = sorted(p.name for p in q.iterdir())

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import trio
 
+from protocol.models_host import StatusResult
 from runtime.client import open_client
 from store.indexing.integrity import check_table, inconsistent_rows, sweep_tables
 from store.indexing.salvage import salvage
@@ -97,13 +98,17 @@ async def test_the_serving_host_finds_damage_no_request_reads_and_rebuilds(tmp_p
                     if (await c.call("host.status", {}))["dbWriter"]["integrityPasses"] >= 1:
                         break
                     await trio.sleep(0.5)
-                assert (await c.call("host.status", {}))["bootId"] == boot_id
+                status = await c.call("host.status", {})
+                assert status["bootId"] == boot_id
+                StatusResult.model_validate(status)  # the new dbWriter counters against the wire model
             _change_a_byte_of_the_row(data / "pi.sqlite", "turns", VICTIM)
             async with open_client(proc.url, proc.token, client_id="agent-1", client_kind="agent") as c:
                 # a commit: the readers' page caches see the file again; no request reads the turns table
                 await c.call("settings.set", {"ns": "ui", "key": "k", "value": 1})
             async with once_rebuilt(proc) as again:
-                boot = (await again.call("host.status", {}))["boot"]
+                status = await again.call("host.status", {})
+                StatusResult.model_validate(status)  # the boot report's salvage fields against the wire model
+                boot = status["boot"]
                 turns = (await again.call("session.listTurns", {"sessionId": "s1", "limit": 50}))["turns"]
                 assert boot["salvageSkipped"] == {"turns": 1}, boot.get("salvage")
                 assert sorted(t["id"] for t in turns) == [f"turn-victim-{i:04d}" for i in range(6) if i != 3]
