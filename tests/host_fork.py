@@ -16,6 +16,7 @@ a fresh ``python -m runtime.cli`` process again.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import os
@@ -101,7 +102,10 @@ class ForkedHost:
 
     def send_signal(self, sig: int) -> None:
         if self._process.exitcode is None:
-            os.kill(self.pid, sig)
+            # The forkserver, not this process, reaps the host: it can be gone between the exit code's check
+            # and the signal (a SIGKILL the test sent a moment before, say). Gone is what a signal asks for.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)

@@ -65,8 +65,7 @@ class HostProcess:
     token: str
 
     def kill9(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.send_signal(signal.SIGKILL)
         self.reap(30)
 
     def terminate(self, timeout: float = 30) -> int:
