@@ -70,6 +70,9 @@ SALVAGED: Final[tuple[tuple[str, str], ...]] = (
     ("turn_queue", "the durable turn queue: a user's queued prompts"),
     ("session_collaboration_messages", "the collaboration ledger between sessions"),
     ("notifications", "task notifications and their read state"),
+    ("attachment_blobs", "a blob's row comes back from its file (adopted at boot); what the file does not hold, "
+                         "its seed 000 §2.3 metadata (MIME type, kind, trust, provenance, source, run, page or "
+                         "image metadata) and when it was first stored, is taken from here"),
     ("command_receipts", "receipts of DB-only methods; a receipt a file carries is restored by the rebuild "
                          "and wins, an append's is never copied (its line is the receipt)"),
     ("audit_log", "the audit log, but for tool_execute rows, which the rebuild derives from tool results"),
@@ -89,7 +92,6 @@ DERIVED: Final[Mapping[str, str]] = {
     "thread_meta": "from session_info thread",
     "known_sessions": "from the sessions and deleted-sessions.log",
     "artifacts": "from Write/Edit tool results",
-    "attachment_blobs": "from the blob files (adopted at boot)",
     "attachment_refs": "from the references in session files",
     "secrets_meta": "from the secrets/*.sec headers",
     "boot_reports": "the lost index's own boot history; the in-flight sweep must cover all time after a loss",
@@ -115,6 +117,8 @@ _SKIPPED_KV: Final[frozenset[tuple[str, str]]] = frozenset({
 })
 _SKIPPED_KV_NS: Final[frozenset[str]] = frozenset({PENDING_GC_NS})
 _JSON_COLUMNS_EXTRA: Final[frozenset[str]] = frozenset({"lease_client"})
+# What a blob's file does not hold: filled in where the adopted row lacks it (the first writer's values stay)
+_BLOB_META: Final = ("mime_type", "kind", "trust", "provenance", "source", "run_id", "meta_json")
 _CURRENT_PROJECT: Final = ("app", "currentProjectId")
 # An append's receipt rides in its line: the rebuild restores every one whose message a file holds, and
 # one whose message is in no file must let a retry write it (as ``pi-host doctor --repair`` leaves it).
@@ -401,6 +405,44 @@ class _Salvager:
                 self.report.skip(table, "kept")
         self.report.copied[table] = copied
 
+    def copy_blob_meta(self) -> None:
+        """``attachment_blobs``: boot gave each blob file a row (and each referenced blob whose file is gone a
+        tombstone) before the salvage; each such row gets back what the file does not hold. A blob the rebuilt
+        index has no row for (its file gone and nothing refers to it) is left out (``noBlob``)."""
+        table = "attachment_blobs"
+        src_columns = set(_columns(self.src, table))
+        columns = ["sha256", "created_at", *_BLOB_META]
+        if not src_columns:
+            self.report.errors[table] = "not readable in the quarantined file"
+            self.report.skip(table, "readError")
+            return
+        columns = [c for c in columns if c in src_columns]
+        sets = ", ".join(f"{c} = COALESCE({c}, ?)" for c in columns[2:])
+        sql = (f"UPDATE attachment_blobs SET {sets}, created_at = COALESCE(?, created_at) "
+               "WHERE sha256 = ?")
+        copied = 0
+        for row in self._read(table, columns):
+            try:
+                values = self._decode(columns, row)
+            except _BadRow as bad:
+                self.report.skip(table, bad.why)
+                continue
+            created = values["created_at"]
+            if not isinstance(values["sha256"], str) or not (type(created) is int or created is None):
+                self.report.skip(table, "badValue")
+                continue
+            try:
+                found = self.dst.execute(sql, (*(values[c] for c in columns[2:]), created,
+                                               values["sha256"])).rowcount
+            except sqlite3.IntegrityError:  # a value the schema's CHECK refuses (a damaged byte)
+                self.report.skip(table, "rejected")
+                continue
+            if found:
+                copied += 1
+            else:
+                self.report.skip(table, "noBlob")
+        self.report.copied[table] = copied
+
     def _wanted(self, table: str, values: dict[str, Any]) -> bool:
         """False for a row the rebuild owns (dropped silently); raises _BadRow for an orphan."""
         if table == "kv":
@@ -506,6 +548,8 @@ def salvage(dst: sqlite3.Connection, source: Path, *, now_ms: int, faults: Fault
                 with _write(dst):
                     if table == "projects":
                         worker.copy_projects()
+                    elif table == "attachment_blobs":
+                        worker.copy_blob_meta()
                     else:
                         worker.copy_table(table)
                     if table == "turns":

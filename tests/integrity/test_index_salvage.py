@@ -8,6 +8,8 @@ host restarts itself). Before the salvage all of these read back empty after the
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import shutil
 import sqlite3
 from pathlib import Path
@@ -75,8 +77,22 @@ async def _write_state(c: HostClient, ui: HostClient, root: Path) -> dict[str, A
     await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("a1", "answer", role="assistant",
                                                                           turnId="t1")})
     await c.call("session.endTurn", {"sessionId": "s1", "turnId": "t1", "status": "completed"})
+    # a blob with its seed 000 §2.3 metadata, referred to by a message: the file holds only its bytes
+    put = await c.call("attachments.put", {
+        "name": "shot.png", "mimeType": "image/png", "dataBase64": base64.b64encode(_BLOB).decode(),
+        "kind": "screenshot", "trust": "user", "provenance": "capture", "source": "https://example.org/docs",
+        "runId": "t1", "meta": {"width": 1280, "height": 800}})
+    assert put["sha256"] == _BLOB_SHA
+    message = msg("shot", "a screenshot")
+    message["blocks"].append({"type": "attachment", "kind": "image", "name": "shot.png",
+                              "ref": f"attachments/{_BLOB_SHA}"})
+    await c.call("session.appendMessage", {"sessionId": "s1", "message": message})
     await c.call("search.query", {"query": "needle", "limit": 50})  # indexed: the read barrier
     return {"task": task, "queue": q1, "append": appended}
+
+
+_BLOB = b"\x89PNG a screenshot's bytes"
+_BLOB_SHA = hashlib.sha256(_BLOB).hexdigest()
 
 
 async def _read_state(c: HostClient) -> dict[str, Any]:
@@ -103,6 +119,9 @@ async def _read_state(c: HostClient) -> dict[str, Any]:
         "titles": sorted(s["title"] for s in (await c.call("session.list", {}))["sessions"]),
         "search": sorted(r["messageId"] for r in
                          (await c.call("search.query", {"query": "needle", "limit": 50}))["results"]),
+        # its last use is the file's mtime once the row is adopted again
+        "blob": {k: v for k, v in (await c.call("attachments.get", {"sha256": _BLOB_SHA})).items()
+                 if k != "lastUsedAt"},
     }
 
 
@@ -155,7 +174,7 @@ async def test_db_only_state_survives_a_corrupt_index(tmp_path: Path, where: str
         boot = after["boot"]
         assert boot["dbRebuilt"] is (where != "boot-killed-mid-salvage")
         tables = ("projects", "kv", "providers", "models", "scheduled_tasks", "turn_queue", "permission_rules",
-                  "notifications", "turns", "command_receipts", "audit_log")
+                  "notifications", "turns", "command_receipts", "audit_log", "attachment_blobs")
         for table in () if where == "boot-killed-mid-salvage" else tables:
             assert boot["salvaged"].get(table), (table, boot.get("salvaged"), boot.get("salvage"))
 
