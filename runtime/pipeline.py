@@ -474,6 +474,17 @@ class Pipeline:
                 return
             target = ("session", sid)
             await ready(target)
+            if route.direct is not None and not services.sessions.running(sid):
+                # A read of a session with no actor: no earlier write of this connection waits in a mailbox of
+                # its (there is none), and ``ready`` saw every other one take effect. Served in one read-pool
+                # hop, from this task in-process; a connection's read gets its own task (it never holds up the
+                # requests behind it). Not served there: the actor answers it, as before.
+                if turn is None:
+                    if await self._direct(bound, params, caller, answer):
+                        return
+                else:
+                    self._start(self._direct_or_actor, bound, params, key, caller, answer, sid)
+                    return
             if route.message_ids is not None:
                 answer.release = await self._writing.claim(sid, route.message_ids(params))
             if more and turn is not None and bound.spec.mutating:
@@ -481,12 +492,7 @@ class Pipeline:
                 # elsewhere: then the actor should not linger for it.
                 after = turn.following()
                 more = after is None or after == target
-            ref = await services.sessions.ref(sid)
-            call, reply = SessionCall(bound.op, params, key, caller, more), CallbackReply(answer)
-            try:
-                ref.post_nowait(call, reply)  # room in the mailbox: in, without a task switch
-            except (Busy, ActorStopped, ActorCrashed):
-                await ref.post(call, reply)  # waits for room, or for the next incarnation
+            await self._to_actor(bound, params, key, caller, answer, sid, more)
             return
         if route.via is Via.WRITER:
             await ready(_WRITER)
@@ -500,6 +506,46 @@ class Pipeline:
             self._start(self._read, route, params, caller, answer)
         else:
             self._start(self._host, bound.spec.name, route, params, key, caller, answer)
+
+    async def _to_actor(self, bound: _Bound, params: Any, key: ReceiptKey | None, caller: CallContext,
+                        answer: _Answer, sid: str, more: bool) -> None:
+        """Post the request to its session's actor (started if needed)."""
+        assert bound.op is not None
+        ref = await self.services.sessions.ref(sid)
+        call, reply = SessionCall(bound.op, params, key, caller, more), CallbackReply(answer)
+        try:
+            ref.post_nowait(call, reply)  # room in the mailbox: in, without a task switch
+        except (Busy, ActorStopped, ActorCrashed):
+            await ref.post(call, reply)  # waits for room, or for the next incarnation
+
+    async def _direct(self, bound: _Bound, params: Any, caller: CallContext, answer: _Answer) -> bool:
+        """The route's ``direct`` read; whether it answered (``False``: the actor must)."""
+        assert bound.route.direct is not None
+        try:
+            result = await bound.route.direct(self.services, params, caller)
+        except Exception as exc:
+            answer(outcome.Error(exc))
+            return True
+        except BaseException:
+            answer(outcome.Error(ShuttingDown()))
+            raise
+        if result is None:
+            return False
+        answer(outcome.Value(result))
+        return True
+
+    async def _direct_or_actor(self, bound: _Bound, params: Any, key: ReceiptKey | None, caller: CallContext,
+                               answer: _Answer, sid: str) -> None:
+        """A connection's direct read, in its own task: served, or posted to the actor."""
+        if await self._direct(bound, params, caller, answer):
+            return
+        try:
+            await self._to_actor(bound, params, key, caller, answer, sid, False)
+        except Exception as exc:
+            answer(outcome.Error(exc))
+        except BaseException:
+            answer(outcome.Error(ShuttingDown("the request was cancelled before it was run")))
+            raise
 
     def _start(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         nursery = self._nursery

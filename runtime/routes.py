@@ -110,6 +110,11 @@ class Route:
     """SESSION: the message ids the request writes (``params -> ids``). Two requests writing one id
     to two sessions do not run at once: the second waits for the first's answer, so its session
     sees the id held and remaps it (D444) before it answers, never the index after."""
+    direct: Callable[..., Awaitable[Any]] | None = None
+    """SESSION (a read): ``(services, params, caller) -> result | None``, tried first while the session has
+    no actor running (none in this process, or it passivated): served from the request's own task in one
+    read-pool hop, no actor started; ``None`` hands the request to the actor as usual. It must be exactly
+    what the actor would answer to a cold read (see ``sessions.get_direct``)."""
     writes: bool = False
     """Ordered as a write though its params take no ``submissionId`` (``logs.append``): later requests
     of the connection wait for it, and two of them apply in frame order."""
@@ -150,7 +155,8 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     # sessions
     "session.create":              on_session(sessions.create, session=sessions.create_target, ready_check=False),
     "session.list":                on_host(native_pi.list_sessions, plugins=True),  # + native pi sessions (§12)
-    "session.get":                 on_session(sessions.get, ready_check=False, native=native_pi.get, plugins=True),
+    "session.get":                 on_session(sessions.get, ready_check=False, native=native_pi.get, plugins=True,
+                                              direct=sessions.get_direct),
     "session.appendMessage":       on_session(appends.append, group=appends.append_group,
                                               message_ids=lambda p: (p.message.id,)),
     "session.rename":              on_session(sessions.rename),

@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from actors.gateway_types import CallContext
 from actors.session_context import Lines, SessionContext
 from protocol import models as m
 from protocol.jsonrpc import Encoded
@@ -37,7 +38,8 @@ from store.transcripts.window_reply import with_field
 
 from .plugin_imports import scope_session
 
-__all__ = ["create", "create_target", "delete", "get", "remove_session", "rename", "update", "window_request"]
+__all__ = ["create", "create_target", "delete", "get", "get_direct", "remove_session", "rename", "update",
+           "window_request"]
 
 log = logging.getLogger("pi_host")
 T = TypeVar("T")
@@ -131,6 +133,43 @@ async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None
             reply = with_field(reply, "navigationParent", {**parent, "seq": pos + 1})
     _read_next_page_ahead(ctx, req, window)
     return Encoded(reply)  # encoded once from the lines' own bytes; the gateway sends it as it is
+
+
+async def get_direct(services: Services, p: m.SessionGetParams, caller: CallContext) -> Any:
+    """``session.get`` of a session whose actor is not running, served without starting it: one read-pool
+    hop (``_read_cold``: the session row, the file check, the window, the in-flight checkpoint), from the
+    request's own task. ``None``: not served here, the session actor serves it (the caller posts it there).
+
+    Only the plain case: a caller that is not a plugin (no import scope to check), not a forward page (its
+    next page is read ahead by the actor), a clean file whose size and epoch are the index's, no reply
+    streaming (no checkpoint), no navigation parent, the ``messageAround`` target found. Everything else,
+    and every error, goes to the actor, which reads again and answers as it always did.
+
+    Why it is exact without the actor (``docs/DESIGN.md``, "Reads without the session actor"): with no
+    actor running, every write of this session that was acknowledged is durable in the transcript and, when
+    the index's mark says so, in the index. The row, the spans and the derived fields come from one read
+    snapshot; the file check finds that snapshot's mark and epoch in the very descriptor the lines are read
+    from. A write that starts meanwhile (its actor starts beside this read) appends past the mark, which
+    moves no byte under it, or replaces the file by a rename, which leaves the open descriptor on the old
+    one (the snapshot's). Lines are CRC-checked against the snapshot's rows; a mismatch is not trusted
+    here (the actor reads again: real damage is reported there)."""
+    if caller.plugin_id is not None:
+        return None
+    req = window_request(p, caller.client_kind)
+    if req.start is not None:
+        return None
+    sid = p.session_id
+    paths = services.paths(sid)
+    try:
+        cold, checkpoint = await services.reads.run(_read_cold, sid, paths.transcript, paths.inflight, req,
+                                                    services.now_ms())
+    except StoreError:
+        return None
+    if cold.row is None or cold.plan_kind != "clean" or checkpoint is not None or cold.missing_target:
+        return None
+    if windows.navigation_call_id(cold.target) is not None:
+        return None
+    return Encoded(cold.reply)
 
 
 async def _indexed_window(ctx: SessionContext, req: windows.WindowRequest) -> windows.Window:

@@ -825,19 +825,24 @@ def read_spans(
     spans: Sequence[tuple[int, int]],
     *,
     stats: ReadStats | None = None,
+    fd: int | None = None,
 ) -> list[bytes]:
     """Read exactly the byte ranges ``(offset, length)``: one open, one pread each.
 
     A range past the end of the file means the caller's layout is stale:
-    :class:`CorruptData` (refresh the layout and retry).
+    :class:`CorruptData` (refresh the layout and retry). ``fd``: ``path`` open already
+    (the caller's descriptor is read and left open; the bytes are that file's, even if
+    ``path`` was replaced since).
     """
     target = os.fspath(path)
-    try:
-        fd = open_nofollow(target, os.O_RDONLY)
-    except OSError as exc:
-        raise open_error(exc, target, "read transcript") from exc
-    if stats is not None:
-        stats.opens += 1
+    given = fd
+    if fd is None:
+        try:
+            fd = open_nofollow(target, os.O_RDONLY)
+        except OSError as exc:
+            raise open_error(exc, target, "read transcript") from exc
+        if stats is not None:
+            stats.opens += 1
     out: list[bytes] = []
     try:
         for offset, length in spans:
@@ -857,5 +862,6 @@ def read_spans(
     except OSError as exc:
         raise classify_os_error(exc, f"read transcript {target}") from exc
     finally:
-        os.close(fd)
+        if given is None:
+            os.close(fd)
     return out

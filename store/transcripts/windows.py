@@ -74,13 +74,13 @@ class Window:
     """The projected ``messageAround`` target."""
 
 
-def read_spans_coalesced(path: Path, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+def read_spans_coalesced(path: Path, spans: Sequence[tuple[int, int]], *, fd: int | None = None) -> list[bytes]:
     """``read_spans``, but ranges that lie back to back in the file are read with one pread.
 
     Consecutive message lines of an append-only transcript are adjacent, so a
     window (or a whole-session load) is one sequential read of exactly its
     lines instead of one system call per line (seed 003 §11.2). A merged read
-    is capped at :data:`MAX_COALESCED_READ` bytes.
+    is capped at :data:`MAX_COALESCED_READ` bytes. ``fd``: ``path`` open already (left open).
     """
     merged: list[tuple[int, int]] = []
     for offset, length in spans:
@@ -91,10 +91,10 @@ def read_spans_coalesced(path: Path, spans: Sequence[tuple[int, int]]) -> list[b
                 continue
         merged.append((offset, length))
     if len(merged) == len(spans):
-        return read_spans(path, spans)
+        return read_spans(path, spans, fd=fd)
     out: list[bytes] = []
     pieces = iter(spans)
-    for (_, total), blob in zip(merged, read_spans(path, merged), strict=True):
+    for (_, total), blob in zip(merged, read_spans(path, merged, fd=fd), strict=True):
         view = memoryview(blob)
         pos = 0
         while pos < total:
@@ -126,7 +126,9 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
 
     The bytes are read in the same call (not in a second worker-thread hop):
     the session actor is the transcript's only writer and awaits this call,
-    so the offsets cannot move underneath it. ``derived_fresh``: ``session`` was read
+    so the offsets cannot move underneath it. Called by :func:`read_cold` without an actor
+    (``sessions.get_direct``), every byte (message and compaction lines) is read through ``fd``,
+    the file the snapshot's mark was checked against. ``derived_fresh``: ``session`` was read
     in this same snapshot with its derived fields (``read_cold``), so they are not derived again.
     ``fd``: the transcript, open already (``read_cold``); the caller closes it.
     """
@@ -144,7 +146,7 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
         rows = fit_budget(conn, sid, w, req, sum(int(c[3]) for c in compactions))
         if rows:
             w.start, w.end = rows[0][0] - 1, rows[-1][0]
-    lines = read_spans_coalesced(path, [(c[2], c[3]) for c in compactions]) if compactions else []
+    lines = read_spans_coalesced(path, [(c[2], c[3]) for c in compactions], fd=fd) if compactions else []
     if derived_fresh:
         summary = index.public_session(session)
     else:  # the summary's derived fields as this snapshot has them, not as the actor cached them
