@@ -76,6 +76,9 @@ class GroupStats:
     integrity_checks: int = 0
     """Tables the idle integrity sweep checked since start (``actors/integrity_sweep.py``)."""
     integrity_passes: int = 0
+    writes_begun: int = 0
+    """Transactions the DB writer set out to open (a batch, an upkeep step), counted before it asks for the
+    write lock: the integrity sweep's FTS5 check, which holds that lock, gives way when this moves."""
     generation: int = 0
     """Odd while the COMMIT of a batch runs, bumped again once it is over: the same even value read
     before a snapshot and after using it means no batch commit became visible in between (a read-ahead's
@@ -222,6 +225,7 @@ class GroupCommit:
         """Every op in one transaction (a savepoint each), one commit. Per-op (ok, value or error),
         or the error that failed the whole batch (nothing of it committed)."""
         started = time.perf_counter()
+        self.stats.writes_begun += 1
         mode = self._force_sync or ("FULL" if any(op.durable for op in ops) else "NORMAL")
         try:
             self._use_synchronous(mode)
@@ -255,6 +259,7 @@ class GroupCommit:
         """One search-index merge step in its own transaction: True if work is left."""
         conn = self._conn
         started = time.perf_counter()
+        self.stats.writes_begun += 1
         try:
             self._use_synchronous(self._force_sync or "NORMAL")  # derived rows only
             conn.execute("BEGIN IMMEDIATE")

@@ -5,16 +5,26 @@ Boot runs ``PRAGMA quick_check``, which walks every b-tree page but does not com
 indexes. Damage that leaves the pages well formed (a byte changed inside a row, so its key no longer
 matches its index entry) is then found only by a read that trips over it, and until then a wrong value is
 served. ``PRAGMA integrity_check(<table>)`` (SQLite 3.33+) checks one table's b-tree and its indexes, so a
-sweep can cover the database in steps while the host is idle. Synchronous, no trio.
+sweep can cover the database in steps while the host is idle.
+
+An FTS5 index is more than its shadow tables' b-trees: a leaf that is gone from ``<fts>_data``, or whose
+terms no longer agree with ``<fts>_idx``, passes ``integrity_check`` and breaks only the searches that reach
+it. FTS5's own ``integrity-check`` command walks the whole index (both search indexes are contentless, so
+there is no content table to compare with; the check is of the index's own consistency). Before SQLite
+3.44 (whose ``integrity_check`` runs it) the command is an INSERT: it needs a writable connection and
+holds the write lock while it runs (:func:`check_fts`). Synchronous, no trio.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
+from pathlib import Path
 from typing import Final
 
-__all__ = ["check_table", "inconsistent_rows", "sweep_tables"]
+from store.indexing.corruption import is_corruption
+
+__all__ = ["check_fts", "check_table", "fts_tables", "inconsistent_rows", "open_fts_checker", "sweep_tables"]
 
 _ROW_MISSING: Final = re.compile(r"^row (\d+) missing from index ")
 _PROBLEMS_PER_TABLE: Final = 100
@@ -37,6 +47,45 @@ def check_table(conn: sqlite3.Connection, table: str) -> list[str]:
     finally:
         cur.close()
     return [] if problems == ["ok"] else problems
+
+
+def fts_tables(conn: sqlite3.Connection) -> list[str]:
+    """The FTS5 tables, by name: the sweep's last steps (:func:`check_fts`)."""
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                        "AND sql LIKE 'CREATE VIRTUAL TABLE%USING fts5%'").fetchall()
+    return sorted(str(r[0]) for r in rows)
+
+
+def open_fts_checker(db_path: Path) -> sqlite3.Connection:
+    """A writable connection for :func:`check_fts` (its command is an INSERT by syntax; a ``mode=ro``
+    reader is refused it). ``busy_timeout`` 0: the check never waits for the DB writer, whose
+    transaction holds the write lock; the caller tries again once the writer is idle."""
+    conn = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False, timeout=0)
+    try:
+        conn.execute("PRAGMA busy_timeout = 0")
+        conn.execute("PRAGMA trusted_schema = ON")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def check_fts(conn: sqlite3.Connection, table: str) -> list[str]:
+    """What FTS5's ``integrity-check`` finds in ``table`` (empty: none), run in a transaction that is
+    rolled back: nothing is written. Damage is what the command raises (``SQLITE_CORRUPT_VTAB``, "database
+    disk image is malformed"); any other error (busy, interrupted) propagates."""
+    name = _quoted(table)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(f"INSERT INTO {name}({name}, rank) VALUES ('integrity-check', 0)")
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # the latter: a message quoting damaged bytes
+        if not is_corruption(exc):
+            raise
+        return [f"fts5 integrity-check: {exc}"]
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    return []
 
 
 def inconsistent_rows(conn: sqlite3.Connection, table: str) -> set[int]:
