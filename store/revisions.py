@@ -13,7 +13,9 @@ File format (seed 003 §2.1, §4.9, D105/D109/D307, ADR 0060), one JSON object p
   more line). The file is never rewritten; switching only flips ``is_active``
   in the index.
 * A legacy file holds only ``revision`` lines and reads back message for
-  message. Unknown line kinds and a torn trailing line are skipped.
+  message. Unknown line kinds and a torn trailing line are skipped; a line
+  over ``MAX_LINE_BYTES`` (64 MiB) is a bad line, as in a transcript, and the
+  reader never holds it whole.
 * The file is the source of truth for the index rows: a row's ``created_at`` is
   the ``createdAt`` of the key's first line, its ``message_count`` the newest
   line's (a ``revision``'s messages; a ``revision_live``'s ``messageCount``, the
@@ -43,6 +45,7 @@ from store.faults import NO_FAULTS, Faults
 from store.fsutil import fsync_dir, open_nofollow, write_all
 from store.jsonio import dumps_line, loads_line
 from store.transcripts.records import meta_of, ms_to_rfc3339, rfc3339_to_ms
+from store.transcripts.transcript import MAX_LINE_BYTES, bounded_lines
 
 REVISION = "revision"
 REVISION_LIVE = "revision_live"
@@ -190,7 +193,8 @@ def _entry(rec: Mapping[str, Any]) -> RevisionEntry | None:
 
 
 def parse_revisions(data: bytes, *, records: bool = False) -> RevisionFile:
-    """``records``: also keep each key's newest record as the file spells it (``RevisionFile.records``)."""
+    """``records``: also keep each key's newest record as the file spells it (``RevisionFile.records``).
+    The file itself is read with :func:`read_revisions`, which never holds an over-long line whole."""
     out = RevisionFile()
     pos = 0
     while True:
@@ -198,26 +202,34 @@ def parse_revisions(data: bytes, *, records: bool = False) -> RevisionFile:
         if nl < 0:
             out.torn_tail = pos < len(data)
             return out
-        line = data[pos:nl]
+        _take_line(out, data[pos:nl], records)
         pos = nl + 1
-        if not line.strip(b"\x00 \t\r"):
-            continue
-        try:
-            rec = loads_line(line)
-        except ValueError:
-            out.bad_lines += 1
-            continue
-        if rec.get("type") not in (REVISION, REVISION_LIVE):
-            out.unknown_lines += 1
-            continue
-        entry = _entry(rec)
-        if entry is None:
-            out.bad_lines += 1
-            continue
-        out.entries[entry.key] = entry
-        out.first_seen_ms.setdefault(entry.key, rfc3339_to_ms(entry.created_at, 0))
-        if records:
-            out.records[entry.key] = rec
+
+
+def _take_line(out: RevisionFile, line: bytes, records: bool) -> None:
+    """One line (its newline left off) into ``out``. A line over ``MAX_LINE_BYTES`` is unreadable damage,
+    as in a transcript: a bad line, never parsed."""
+    if len(line) > MAX_LINE_BYTES:
+        out.bad_lines += 1
+        return
+    if not line.strip(b"\x00 \t\r"):
+        return
+    try:
+        rec = loads_line(line)
+    except ValueError:
+        out.bad_lines += 1
+        return
+    if rec.get("type") not in (REVISION, REVISION_LIVE):
+        out.unknown_lines += 1
+        return
+    entry = _entry(rec)
+    if entry is None:
+        out.bad_lines += 1
+        return
+    out.entries[entry.key] = entry
+    out.first_seen_ms.setdefault(entry.key, rfc3339_to_ms(entry.created_at, 0))
+    if records:
+        out.records[entry.key] = rec
 
 
 CARRIED_LINE_RECEIPTS = 64
@@ -245,7 +257,7 @@ def archived_deletion_lines(path: str | os.PathLike[str], line_ids: Iterable[str
     line again, every other key kept (a refresh is one more line; the file is never rewritten),
     ``createdAt`` now, the receipt added to the line's ``receipts`` (the receipt rides with its
     effect). A branch already carrying the receipt's key is the request's own earlier effect."""
-    rf = parse_revisions(_read_all(path), records=True)
+    rf = _read_file(path, records=True)
     wanted = set(line_ids)
     key = (receipt.get("clientId"), receipt.get("submissionId")) if receipt is not None else None
     found = False
@@ -277,27 +289,36 @@ def archived_deletion_lines(path: str | os.PathLike[str], line_ids: Iterable[str
 
 def read_revisions(path: str | os.PathLike[str]) -> RevisionFile:
     """Read the whole file; a missing file is an empty history."""
-    return parse_revisions(_read_all(path))
+    return _read_file(path)
 
 
-def _read_all(path: str | os.PathLike[str]) -> bytes:
-    """The file's bytes (empty when it does not exist)."""
+_READ_CHUNK = 1 << 20
+
+
+def _read_file(path: str | os.PathLike[str], *, records: bool = False) -> RevisionFile:
+    """The file line by line in bounded chunks (``bounded_lines``, as the boot scan reads a transcript): a
+    line over ``MAX_LINE_BYTES`` is counted bad without being held whole, so a runaway line costs no more
+    memory than the limit. A missing file is an empty history."""
+    out = RevisionFile()
     try:
         fd = open_nofollow(path, os.O_RDONLY)
     except FileNotFoundError:
-        return b""
+        return out
     except OSError as exc:
         raise classify_os_error(exc, f"read revisions {os.fspath(path)}") from exc
     try:
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
+        for _, _, line, _ in bounded_lines(fd, 0, os.fstat(fd).st_size, limit=MAX_LINE_BYTES, chunk=_READ_CHUNK):
+            if line is None:
+                out.torn_tail = True
+            elif not line:
+                out.bad_lines += 1  # over the limit
+            else:
+                _take_line(out, line[:-1], records)
+    except OSError as exc:
+        raise classify_os_error(exc, f"read revisions {os.fspath(path)}") from exc
     finally:
         os.close(fd)
-    return b"".join(chunks)
+    return out
 
 
 # --------------------------------------------------------------------------- appending

@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from store.revisions import (
 from store.transcripts.deleted_log import LoggedDelete
 from store.transcripts.records import rfc3339_to_ms
 from store.transcripts.session_files import REVISIONS_SUFFIX, PendingDelete
-from store.transcripts.transcript import IMPORT_RECEIPT, MAX_LINE_BYTES, header_receipts
+from store.transcripts.transcript import IMPORT_RECEIPT, MAX_LINE_BYTES, bounded_lines, header_receipts
 
 
 @dataclass
@@ -136,46 +136,6 @@ def header_of(fd: int) -> dict[str, Any] | None:
     return rec if rec.get("type") == "session" else None
 
 
-def _lines(fd: int, start: int, size: int) -> Iterator[tuple[int, int, bytes | None, bool]]:
-    """``(offset, end, line, rest_is_blank)`` for each complete line in ``[start, size)``, read in bounded
-    chunks; finally ``(offset, size, None, ...)`` for a torn tail. A line over ``MAX_LINE_BYTES``
-    (store/transcripts/transcript.py) is yielded as ``b""`` (a bad line, with its own offset and end)
-    without being held whole."""
-    pos = start
-    carry = b""
-    skipping: int | None = None  # the offset of the over-long line being skipped
-    os.lseek(fd, start, os.SEEK_SET)
-    while pos < size:
-        chunk = os.read(fd, min(_SCAN_CHUNK, size - pos))
-        if not chunk:
-            break
-        data = carry + chunk if carry else chunk
-        base = pos - len(carry)
-        pos += len(chunk)
-        at = 0
-        while True:
-            nl = data.find(b"\n", at)
-            if nl < 0:
-                break
-            if skipping is not None:
-                yield skipping, base + nl + 1, b"", False
-                skipping = None
-            elif nl - at > MAX_LINE_BYTES:  # the limit holds exactly, wherever the chunks end
-                yield base + at, base + nl + 1, b"", False
-            else:
-                yield base + at, base + nl + 1, data[at : nl + 1], not data[nl + 1 :].strip(b"\x00\n") and pos >= size
-            at = nl + 1
-        carry = data[at:]
-        if skipping is None and len(carry) > MAX_LINE_BYTES:
-            skipping, carry = base + at, b""
-        elif skipping is not None:
-            carry = b""
-    if skipping is not None:
-        yield skipping, size, None, False
-    elif carry:
-        yield size - len(carry), size, None, False
-
-
 def scan_from(path: Path, start: int, stop: int | None = None) -> TailScan:
     """Parse every complete line from byte ``start`` (which must be a line start).
 
@@ -189,7 +149,8 @@ def scan_from(path: Path, start: int, stop: int | None = None) -> TailScan:
         if stop is not None:
             size = min(size, stop)
         scan = TailScan(start=start, end=start)
-        for offset, end, line, rest_blank in _lines(fd, start, size):
+        for offset, end, line, rest_blank in bounded_lines(fd, start, size, limit=MAX_LINE_BYTES,
+                                                           chunk=_SCAN_CHUNK):
             if line is None:
                 scan.torn_tail_bytes = size - offset
                 break

@@ -60,6 +60,7 @@ __all__ = [
     "Transcript",
     "TranscriptHeader",
     "TranscriptWriter",
+    "bounded_lines",
     "create_transcript",
     "header_line",
     "keep_dropped_lines",
@@ -80,6 +81,49 @@ boot scan counts it as a bad line without buffering it whole, a full read skips 
 keeps it aside (:func:`keep_dropped_lines`) instead of writing it back. No writer makes such a line (a
 request's params are at most 8 MiB), and no reply could carry it (16 MiB)."""
 _MAX_HEADER = 1024 * 1024
+
+
+def bounded_lines(fd: int, start: int, size: int, *, limit: int = MAX_LINE_BYTES,
+                  chunk: int = 1 << 20) -> Iterator[tuple[int, int, bytes | None, bool]]:
+    """``(offset, end, line, rest_is_blank)`` for each complete line of ``fd`` in ``[start, size)`` (``line``
+    with its newline), read in chunks of ``chunk`` bytes; finally ``(offset, size, None, ...)`` for a torn
+    tail. A line over ``limit`` (its newline not counted; :data:`MAX_LINE_BYTES` for every JSONL file the
+    host keeps) is yielded as ``b""`` (a bad line, with its own offset and end) without being held whole:
+    memory stays under ``limit`` plus two chunks whatever the file holds. The boot scan of a transcript
+    (``store/indexing/reconcile.py``) and the revisions file's reader (``store/revisions.py``) read so."""
+    pos = start
+    carry = b""
+    skipping: int | None = None  # the offset of the over-long line being skipped
+    os.lseek(fd, start, os.SEEK_SET)
+    while pos < size:
+        got = os.read(fd, min(chunk, size - pos))
+        if not got:
+            break
+        data = carry + got if carry else got
+        base = pos - len(carry)
+        pos += len(got)
+        at = 0
+        while True:
+            nl = data.find(b"\n", at)
+            if nl < 0:
+                break
+            if skipping is not None:
+                yield skipping, base + nl + 1, b"", False
+                skipping = None
+            elif nl - at > limit:  # the limit holds exactly, wherever the chunks end
+                yield base + at, base + nl + 1, b"", False
+            else:
+                yield base + at, base + nl + 1, data[at : nl + 1], not data[nl + 1 :].strip(b"\x00\n") and pos >= size
+            at = nl + 1
+        carry = data[at:]
+        if skipping is None and len(carry) > limit:
+            skipping, carry = base + at, b""
+        elif skipping is not None:
+            carry = b""
+    if skipping is not None:
+        yield skipping, size, None, False
+    elif carry:
+        yield size - len(carry), size, None, False
 
 
 def _wall_ms() -> int:
