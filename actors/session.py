@@ -46,7 +46,7 @@ from actors.session_context import UNSET, Lines, SessionContext, session_info_li
 from runtime.kernel.actor import Actor, Envelope, InternalBug
 from runtime.kernel.threads import run_in_thread
 from store import orphans, receipts
-from store.errors import IOFailure, SessionNotFound, StoreError, TranscriptChanged
+from store.errors import IOFailure, NotDurable, SessionNotFound, StoreError, TranscriptChanged
 from store.faults import Faults
 from store.indexing import index
 from store.indexing.reconcile import ReconcilePlan, apply_plan, forget_deleted, plan_reconcile
@@ -416,6 +416,10 @@ class SessionActor(Actor):
                     await ctx.ensure_ready()
                     found = await self.read(receipts.check, call.receipt)
                 if found is not None:
+                    # Not while the session's storage is failed: the receipt may be one a catch-up restored
+                    # from a file whose directory fsync failed (there, its durability unknown). Rule 7: the
+                    # next boot trusts the disk and answers it.
+                    self.refuse_if_storage_failed()
                     if op.replayed is not None:
                         if op.ready_check:
                             await ctx.ensure_ready()
@@ -515,8 +519,20 @@ class SessionActor(Actor):
             await limiter.acquire()
         try:
             return await run_in_thread(fn, *args)  # a checkpoint itself
+        except NotDurable as exc:
+            self._storage_failed(exc)
+            raise
         finally:
             limiter.release()
+
+    def _storage_failed(self, exc: StoreError) -> None:
+        """RELIABILITY rule 7: a failed fsync of this session's storage (a transcript line's, or the directory's
+        after a file of it was published) fails it until the host restarts; the error is the client's answer
+        and the log's record (the client may be gone by then; the operator learns why the session refuses
+        writes)."""
+        self.known.storage_failed = self.deps.failed_storage[self.sid] = exc
+        logger.error("storage of session %s failed its fsync; its writes are refused until the host restarts: %s",
+                     self.sid, exc.message, extra={"sessionId": self.sid, "error": exc.message})
 
     async def indexed(self) -> None:
         """Until the index covers every append this session acknowledged (its own read barrier)."""
@@ -639,11 +655,7 @@ class SessionActor(Actor):
             # poisons this actor, whose rebuild opens a new writer (the tail re-validated, the index caught
             # up from the file, the line's receipt with it), so a retry of the call is answered from there.
             if writer.storage_failed:
-                self.known.storage_failed = self.deps.failed_storage[self.sid] = exc
-                # Rule 7 / row 6: the error is the client's answer and the log's record (the client may
-                # be gone by then; the operator learns why the session refuses writes until a restart).
-                logger.error("transcript of session %s failed its fsync; its writes are refused until the host "
-                             "restarts: %s", self.sid, exc.message, extra={"sessionId": self.sid, "error": exc.message})
+                self._storage_failed(exc)  # rule 7 / row 6
             raise
         self.known.file_len = end
         return planned, batch, start, end

@@ -306,8 +306,11 @@ ERROR_MEANINGS: dict[str, str] = {
     "STORAGE_FULL": "Disk full; nothing was acknowledged. Retry once space is freed.",
     "IO_ERROR": "An I/O error (EIO). A failed fsync of a transcript marks that session's storage failed until "
                 "the host restarts (its appends, its transcript rewrites and revision saves, and its "
-                "`session.saveInflightMessage` checkpoints are then refused with this code); any other I/O error "
-                "fails this call only (a failed write is rolled back).",
+                "`session.saveInflightMessage` checkpoints are then refused with this code); so does a failed "
+                "fsync of the sessions directory after a file of the session was created or replaced (the effect "
+                "is in place, its durability unknown: a retry with the same `submissionId` is refused too, and "
+                "answered after the restart); any other I/O error fails this call only (a failed write is rolled "
+                "back).",
     "RESOURCE_EXHAUSTED": "The host ran out of file descriptors for this request; nothing changed. Retry shortly.",
     "CORRUPT_DATA": "Durable data failed validation (digest mismatch, unreadable record; `data.reason: "
                     "\"index_corrupt\"`: the index database went corrupt while the host runs; `pi-host serve` then "

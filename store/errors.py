@@ -111,6 +111,14 @@ class IOFailure(StoreError):
     code = "IO_ERROR"
 
 
+class NotDurable(IOFailure):
+    """The effect is in place (a rename or a link published it, or a file was created) but the fsync of
+    its directory failed: whether it survives a power cut is unknown. RELIABILITY rule 7: fatal for that
+    file, never retried then acknowledged (the owner fails its storage until the host restarts). Always
+    ``IO_ERROR``, an ENOSPC too: ``STORAGE_FULL`` says nothing was written."""
+
+
+
 class CorruptData(StoreError):
     """Durable data failed validation (digest mismatch, unreadable database...)."""
 

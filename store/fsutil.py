@@ -14,7 +14,7 @@ import re
 import secrets
 import stat
 
-from store.errors import Conflict, classify_os_error
+from store.errors import Conflict, NotDurable, classify_os_error
 from store.faults import NO_FAULTS, Faults
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "NotRegularFile",
     "atomic_write",
     "fsync_dir",
+    "published_fsync_dir",
     "open_nofollow",
     "remove_file_durable",
     "sweep_temp_files",
@@ -48,6 +49,17 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def published_fsync_dir(directory: str | os.PathLike[str], published: str | os.PathLike[str]) -> None:
+    """:func:`fsync_dir` after ``published`` appeared in ``directory`` (a rename, a link, a create): its
+    failure is :class:`~store.errors.NotDurable` (the effect is there, its durability unknown)."""
+    try:
+        fsync_dir(directory)
+    except OSError as exc:
+        raise NotDurable(f"fsync of the directory of {os.fspath(published)} failed ({exc.strerror or exc}); "
+                         "the file is in place but may not survive a power cut",
+                         data={"path": os.fspath(published), "errno": exc.errno}) from exc
 
 
 class NotRegularFile(OSError):
@@ -100,7 +112,8 @@ def atomic_write(
     Sibling temp ``<name>.tmp.<hex>`` (``O_EXCL``, 0600) → write → fsync →
     ``os.replace`` → fsync the directory. On an ``OSError`` the temp file is
     removed and :class:`~store.errors.StorageFull` / :class:`~store.errors.IOFailure`
-    is raised. Any other exception (an injected crash) leaves the temp file for
+    is raised; a failed directory fsync (the new file already in place) is
+    :class:`~store.errors.NotDurable`. Any other exception (an injected crash) leaves the temp file for
     :func:`sweep_temp_files`, exactly as a real crash would.
     """
     target = os.fspath(path)
@@ -130,7 +143,7 @@ def atomic_write(
             renamed = True
         faults.point(f"{point_prefix}.after_rename")
         faults.point(f"{point_prefix}.before_dirsync")
-        fsync_dir(directory)
+        published_fsync_dir(directory, target)
     except OSError as exc:
         if not renamed:
             _unlink_quietly(tmp)

@@ -42,7 +42,7 @@ import orjson
 
 from store.errors import IOFailure, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
-from store.fsutil import fsync_dir, open_nofollow, write_all
+from store.fsutil import open_nofollow, published_fsync_dir, write_all
 from store.jsonio import dumps_line, loads_line
 from store.transcripts.records import meta_of, ms_to_rfc3339, rfc3339_to_ms
 from store.transcripts.transcript import MAX_LINE_BYTES, bounded_lines
@@ -373,7 +373,7 @@ def append_revision_lines(
             raise IOFailure(f"fsync of {target} failed ({exc.strerror or exc}); the revision is not durable",
                             data={"path": target, "errno": exc.errno}) from exc
         if created:
-            fsync_dir(os.path.dirname(os.path.abspath(target)))
+            published_fsync_dir(os.path.dirname(os.path.abspath(target)), target)
         return pre + len(data)
     except StoreError:
         raise
