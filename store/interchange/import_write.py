@@ -127,7 +127,7 @@ __all__ = [
     "valid_answer",
 ]
 
-IMPORT_RULES = 12
+IMPORT_RULES = 13
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -159,7 +159,11 @@ Code: a response's usage is its last line's report (each line repeats the report
 written; the first line's was kept once the record was written, e.g. 3 of a response's 993 output tokens). 12 =
 Claude Code: a line that repeats an earlier line of its ``uuid`` word for word is that message written again (shown
 once, as Claude Code does; it was a second message ``<uuid>@<offset>``, and a rewound file holding one imported
-every branch live); a re-import of a rewound file hides such a copy an earlier import made."""
+every branch live); a re-import of a rewound file hides such a copy an earlier import made. 13 = Claude Code: a
+line that writes an earlier line's ``uuid`` again saying something else (same ``type``, main transcript) is that
+message too, the last line written at the first one's place (Claude Code's loader keeps a map by uuid: the last line
+set); it was a second message ``<uuid>@<offset>`` after the rest, and a rewound file holding one imported every
+branch live. A re-import hides such a copy an earlier import made."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

@@ -373,10 +373,11 @@ def test_a_file_without_branches_imports_as_before(path: Path, monkeypatch: pyte
 
 def test_an_untrusted_or_oversized_tree_imports_in_file_order(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past the tree bound (here 10 lines) or the branch bound, with a uuid on two lines that say different
-    things, or a live path that ends at a missing parent, the rewound file imports as before: every line
-    live, in file order, nothing archived; a bound says so in the report. A line written twice word for
-    word is one node: the file still splits."""
+    """Past the tree bound (here 10 lines) or the branch bound, or with a live path that ends at a missing
+    parent, the rewound file imports as before: every line live, in file order, nothing archived; a bound
+    says so in the report. A line written twice word for word is one node: the file still splits. So does a
+    uuid written again saying something else (rules 13): one node, the last line written (Claude Code's
+    loader keeps a map by uuid), at the first line's place."""
     path = _resume(tmp_path)
     full = _parse(path)
     assert full.follows_branch and full.off_branch is not None
@@ -398,7 +399,13 @@ def test_an_untrusted_or_oversized_tree_imports_in_file_order(tmp_path: Path,
     other = json.loads(first_prompt)
     other["message"] = {**other["message"], "content": "another prompt under the same uuid"}
     dup.write_text("".join(line + "\n" for line in [*lines, json.dumps(other)]))
-    assert not _parse(dup).follows_branch
+    rewritten = _parse(dup)
+    assert rewritten.follows_branch
+    records = list(rewritten.records)
+    assert [r["id"] for r in records] == [r["id"] for r in live]
+    first = next(r for r in records if r["role"] == "user")
+    assert first["id"].endswith(other["uuid"]) and first["blocks"][0]["text"] == "another prompt under the same uuid"
+    assert rewritten.report.files[0].skipped["rewritten uuid"] == 1
     again = tmp_path / "again" / path.name  # the first prompt's line written twice, word for word: one node
     again.parent.mkdir()
     again.write_text("".join(line + "\n" for line in [*lines, first_prompt]))

@@ -236,6 +236,7 @@ async def test_claude_code_copy_an_earlier_import_made_of_a_repeated_line_is_hid
     with trio.fail_after(TIMEOUT):
         with monkeypatch.context() as m:
             m.setattr(claude_code, "_same_line", lambda path, span, rec: False)
+            m.setattr(claude_code, "MAX_REPEATED_IDS", 0)  # and no uuid written again is one message (rules 13)
             m.setattr(import_write, "IMPORT_RULES", 11)
             m.setattr(imports, "IMPORT_RULES", 11)
             async with inprocess_host(data) as host, client_for(host) as c:
@@ -439,3 +440,75 @@ async def test_codex_session_an_earlier_import_named_by_offset_keeps_its_names(
             shown = await _cx_check(c, sid, CX_ALL, first_ids)
             assert all(mid.split(":", 1)[1].startswith("L") for mid, _, _ in shown)
             assert (await _import(c, root, "codex"))["counts"]["unchanged"] == 1
+
+
+def _said_otherwise(line: bytes, text: str) -> bytes:
+    """``line`` written again under its uuid saying something else (its text blocks ``text``), a minute later:
+    the loader of Claude Code keeps one entry per uuid, the last line written (a map by uuid: ``Jm`` in
+    2.0.76's ``cli.js``, the transcript loader of 2.1.3xx likewise)."""
+    rec = _rec(_written_again(line, later=True))
+    content = rec["message"]["content"]
+    rec["message"] = {**rec["message"], "content": text if isinstance(content, str) else [
+        {**b, "text": text} if isinstance(b, dict) and b.get("type") == "text" else b for b in content]}
+    return (json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+
+CC_REPLY_AGAIN = "Noted again: the word is heron."
+
+
+async def test_claude_code_uuid_written_again_saying_something_else_is_one_message_the_last(tmp_path: Path) -> None:
+    """The first reply's line written again after the resume under its uuid, its text changed: Claude Code shows
+    one reply there, the last line written. It was imported as a second message (``<uuid>@<offset>``) after
+    the whole conversation; now it is one message at the first line's place, with the last line's text."""
+    root, path, lines = _cc_source(tmp_path)
+    sid = session_id_for("claude-code", CC_RESUME.stem)
+    reply = next(ln for ln in lines if b"Noted: the word is heron" in ln and _rec(ln)["type"] == "assistant")
+    path.write_bytes(b"".join([*lines, _said_otherwise(reply, CC_REPLY_AGAIN)]))
+    expected = [CC_FIRST[0], ("assistant", CC_REPLY_AGAIN), *[(role, text[:60]) for role, text in CC_ALL[2:]]]
+    data = tmp_path / "data"
+    with trio.fail_after(TIMEOUT):
+        async with inprocess_host(data) as host, client_for(host) as c:
+            first = await _import(c, root, "claude-code")
+            (report,) = first["sessions"]
+            assert report["status"] == "new" and first["newMessages"] == len(CC_ALL), report
+            shown = await _shown(c, sid)
+            _once(shown)
+            assert _texts(shown) == expected
+            assert [m for m, _, _ in shown] == _cc_ids(sid, lines, CC_ALL)
+        async with inprocess_host(data) as host, client_for(host) as c:
+            assert await _shown(c, sid) == shown
+            assert (await _import(c, root, "claude-code"))["counts"]["unchanged"] == 1
+
+
+async def test_claude_code_copy_an_earlier_import_made_of_a_uuid_written_again_is_hidden(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same file imported by the importer of rules 12 (the line written again a message of its own, after
+    the conversation): the import under rules 13 reads the unchanged file again, shows the reply once with the
+    last line's text and hides the copy; a restart serves the same and a further import is ``unchanged``."""
+    root, path, lines = _cc_source(tmp_path)
+    sid = session_id_for("claude-code", CC_RESUME.stem)
+    reply = next(ln for ln in lines if b"Noted: the word is heron" in ln and _rec(ln)["type"] == "assistant")
+    path.write_bytes(b"".join([*lines, _said_otherwise(reply, CC_REPLY_AGAIN)]))
+    expected = [CC_FIRST[0], ("assistant", CC_REPLY_AGAIN), *[(role, text[:60]) for role, text in CC_ALL[2:]]]
+    data = tmp_path / "data"
+    with trio.fail_after(TIMEOUT):
+        with monkeypatch.context() as m:
+            m.setattr(claude_code, "MAX_REPEATED_IDS", 0)  # no uuid written again is one message: rules 12
+            m.setattr(import_write, "IMPORT_RULES", 12)
+            m.setattr(imports, "IMPORT_RULES", 12)
+            async with inprocess_host(data) as host, client_for(host) as c:
+                await _import(c, root, "claude-code")
+                before = await _shown(c, sid)
+                assert len(before) == len(CC_ALL) + 1 and before[-1][2] == CC_REPLY_AGAIN  # the copy, last
+        async with inprocess_host(data) as host, client_for(host) as c:
+            again = await _import(c, root, "claude-code")
+            (report,) = again["sessions"]
+            assert report["status"] == "updated" and report["hiddenOffBranch"] == 1, report
+            assert again["newMessages"] == 0
+            shown = await _shown(c, sid)
+            _once(shown)
+            assert _texts(shown) == expected
+            assert [m for m, _, _ in shown] == _cc_ids(sid, lines, CC_ALL)
+        async with inprocess_host(data) as host, client_for(host) as c:
+            assert await _shown(c, sid) == shown
+            assert (await _import(c, root, "claude-code"))["counts"]["unchanged"] == 1

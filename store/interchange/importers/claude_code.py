@@ -43,7 +43,12 @@ One JSON object per line. What becomes what:
   echoed prompt, a retried write) is that message written again: Claude Code's loader keeps one entry
   per uuid and shows it once, so the first line is the message and the repeat is counted as skipped
   (``repeated uuid``), also when it arrives in a later import of the grown file; in the tree it is the
-  same node. A uuid on lines that say different things stays a line of its own, as before.
+  same node. A uuid written again saying something else (a line of the main transcript of the same
+  ``type``) is one message too, the last line written at the first one's place: Claude Code's loader
+  keeps a map by uuid, so the last line set is the entry it shows, with that line's parent (``Jm`` in
+  2.0.76's ``cli.js``, the transcript loader of 2.1.3xx likewise); the other lines are counted as
+  skipped (``rewritten uuid``). Inline sidechain lines and subagent files keep each such line as a
+  message of its own (``<uuid>@<offset>``), as do lines of other types under one uuid.
 * ``summary`` / ``custom-title`` / ``ai-title`` lines name the session;
   snapshots, hook progress, queue operations, the request and cost records of
   2.1.3xx (``api-request*``, ``cost-state``, ``tools-used``) and the other
@@ -310,9 +315,10 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     files = unit.files[: ctx.limits.max_files_per_session]
     scanned = _scan_tree(files[0], ctx.limits) if files else None
     split = scanned if isinstance(scanned, _Split) else None
+    rewritten = scanned.rewritten if isinstance(scanned, _Split | _OneBranch) else {}
 
     def primary() -> Iterator[Slot]:
-        conv = _FileConverter(ctx, meta, report, shared, sid, files[0], primary=True)
+        conv = _FileConverter(ctx, meta, report, shared, sid, files[0], primary=True, rewritten=rewritten)
         if isinstance(scanned, str):
             conv.file.skipped[f"branches(not split: {scanned})"] += 1
         yield from conv.run(split.live_select if split is not None else None)
@@ -347,7 +353,7 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
         subs = [(_first_time(path), path) for path in files[1:]]
         yield from merge_in_time(primary(), [(start, functools.partial(subagent, path)) for start, path in subs])
 
-    if split is None:
+    if split is None and not rewritten:
         return Parsed(meta, report, finalize(records(), report, ctx.limits))
 
     live_ids: set[str] = set()
@@ -357,6 +363,9 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
             if isinstance(record.get("id"), str):
                 live_ids.add(record["id"])
             yield record
+
+    if split is None:  # one branch, a uuid written again: an earlier import's second message of it is hidden
+        return Parsed(meta, report, live(), follows_branch=True, source_ids=lambda: live_ids | shared.repeated_ids)
 
     def branch(b: _Branch) -> list[dict[str, Any]]:
         """One abandoned branch's records: the path from its root to its leaf with what hangs off it, converted
@@ -370,7 +379,7 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
         lines = split.lines(b)
 
         def main() -> Iterator[Slot]:
-            conv = _FileConverter(ctx, bmeta, scratch, bshared, sid, files[0], primary=False)
+            conv = _FileConverter(ctx, bmeta, scratch, bshared, sid, files[0], primary=False, rewritten=rewritten)
             yield from conv.run(lines.select, end=lines.end, unparsed=lines.unparsed)
 
         def sub(path: Path) -> Iterator[Slot]:
@@ -449,15 +458,19 @@ def _says(rec: Mapping[str, Any]) -> bytes:
 def _same_line(path: Path, span: tuple[int, int], rec: Mapping[str, Any]) -> bool:
     """Whether the line at ``span`` (offset, end) of ``path`` says what ``rec`` says (:func:`_says`). Read
     only for a line whose uuid came before, which is rare: the first line of each uuid is kept as its span."""
-    offset, end = span
+    first = _read_record(path, *span)
+    return first is not None and _says(first) == _says(rec)
+
+
+def _read_record(path: Path, offset: int, end: int) -> dict[str, Any] | None:
+    """The record of the line at ``offset``..``end`` of ``path`` (None: unreadable)."""
     try:
         with path.open("rb") as fh:
             fh.seek(offset)
             data = fh.read(end - offset)
     except OSError:
-        return False
-    first = parse_object(data)
-    return first is not None and _says(first) == _says(rec)
+        return None
+    return parse_object(data)
 
 
 def _node_kind(rec: Mapping[str, Any]) -> int:
@@ -528,6 +541,8 @@ class _Split:
         self.skip = skip
         """Offsets of the lines the live transcript leaves out (each is in a branch)."""
         self.branches = branches
+        self.rewritten: Rewritten = {}
+        """:attr:`_Tree.rewritten` (set by :func:`_scan_tree`)."""
 
     def live_select(self, offset: int, rec: Mapping[str, Any]) -> bool:
         return offset not in self.skip
@@ -560,6 +575,12 @@ class _Tree:
         self.logical: dict[int, int] = {}
         """Node of a compact boundary without a parent → its ``logicalParentUuid`` digest (0: none)."""
         self.failed: str | None = None
+        self.rewritten: dict[int, tuple[int, int, int]] = {}
+        """uuid digest -> (offset of its first line, offset and end of its last) for a uuid written again saying
+        something else: Claude Code's loader keeps the last line of a uuid (a map by uuid), at the first one's
+        place; the node keeps the first line's offset and takes the last line's parent, kind and time."""
+        self.complete = False
+        """The whole file was read (:attr:`rewritten` names every such uuid)."""
         self.parents = array("q")
         self.first_child = array("q")
         self.next_sibling = array("q")
@@ -577,9 +598,29 @@ class _Tree:
         parent_key = _digest(parent) if isinstance(parent, str) and parent else 0
         if key in self.index:
             node = self.index[key]
-            if not _same_line(self.path, (self.offsets[node], self.ends[node]), rec):
-                self.failed = "duplicate uuid"  # one uuid, two messages: which one is on the branch?
-            return  # the same line written again: one node, as Claude Code keeps one message per uuid
+            last = self.rewritten.get(key)
+            span = (last[1], last[2]) if last else (self.offsets[node], self.ends[node])
+            if _same_line(self.path, span, rec):
+                return  # the same line written again: one node, as Claude Code keeps one message per uuid
+            current = _read_record(self.path, *span)
+            if current is None or current.get("type") != rec.get("type") or (
+                    last is None and len(self.rewritten) >= MAX_REPEATED_IDS):
+                # lines of other kinds under one uuid (hand-made data, a placeholder uuid) are no message
+                # written again; past the bound which one is on the branch is not known
+                self.failed = "duplicate uuid"
+                return
+            self.rewritten[key] = (self.offsets[node], offset, end)  # the last line written is the message
+            self.parent_keys[node] = parent_key
+            self.kinds[node] = _node_kind(rec)
+            message = rec.get("message")
+            api_id = message.get("id") if self.kinds[node] == _ASSISTANT and isinstance(message, Mapping) else None
+            self.groups[node] = _digest(api_id) if isinstance(api_id, str) and api_id else 0
+            self.times[node] = to_ms(rec.get("timestamp")) or -1
+            self.logical.pop(node, None)
+            if self.kinds[node] == _BOUNDARY and not parent_key:
+                logical = rec.get("logicalParentUuid")
+                self.logical[node] = _digest(logical) if isinstance(logical, str) and logical else 0
+            return
         if len(self.index) >= self.limit:
             self.failed = TOO_MANY[0]
             return
@@ -693,11 +734,35 @@ class _Tree:
                       [_Branch(i) for i in sorted(found)])
 
 
-def _scan_tree(path: Path, limits: ImportLimits) -> _Split | str | None:
+def _scan_tree(path: Path, limits: ImportLimits) -> _Split | _OneBranch | str | None:
     """Pass 1 over the main transcript: its branches; None: it imports in file order (see :meth:`_Tree.split`),
     or one of :data:`TOO_MANY` when that is because of a bound. A file that is no Claude Code transcript, or
-    cannot be read, has none (the conversion says why)."""
+    cannot be read, has none (the conversion says why). The uuids written again saying something else
+    (:attr:`_Tree.rewritten`, known once the whole file was read) ride on the split, or on a
+    :class:`_OneBranch` when the file has no other branch."""
     tree = _Tree(min(limits.max_tracked_ids, MAX_TREE_RECORDS), path)
+    split = _split_tree(tree, path, limits)
+    rewritten = tree.rewritten if tree.complete else {}
+    if isinstance(split, _Split):
+        split.rewritten = rewritten
+    elif split is None and rewritten:
+        return _OneBranch(rewritten)
+    return split
+
+
+Rewritten = Mapping[int, tuple[int, int, int]]
+"""uuid digest -> (offset of its first line, offset and end of its last line): :attr:`_Tree.rewritten`."""
+
+
+@dataclass(frozen=True)
+class _OneBranch:
+    """A main transcript without abandoned branches whose uuids include some written again saying something
+    else (:attr:`_Tree.rewritten`)."""
+
+    rewritten: Rewritten
+
+
+def _split_tree(tree: _Tree, path: Path, limits: ImportLimits) -> _Split | str | None:
     leaves: dict[int, str] = {}
     try:
         reader = LineReader(path, max_line_bytes=limits.max_line_bytes, chunk=limits.read_chunk)
@@ -716,6 +781,8 @@ def _scan_tree(path: Path, limits: ImportLimits) -> _Split | str | None:
             tree.add(rec, line.offset, line.offset + line.length)
             if tree.failed is not None:
                 break
+        else:
+            tree.complete = True
         split = tree.split()
         if split is None:
             return tree.failed if tree.failed in TOO_MANY else None
@@ -839,9 +906,11 @@ def _learn_agents(path: Path, shared: _Shared, ctx: ParseContext) -> None:
 
 class _FileConverter:
     def __init__(self, ctx: ParseContext, meta: SessionMeta, report: SessionReport, shared: _Shared, sid: str,
-                 path: Path, *, primary: bool) -> None:
+                 path: Path, *, primary: bool, rewritten: Rewritten | None = None) -> None:
         self.ctx, self.meta, self.report, self.shared, self.sid, self.path = ctx, meta, report, shared, sid, path
         self.primary = primary
+        self.rewritten: Rewritten = rewritten or {}
+        """The main transcript's uuids written again saying something else (:attr:`_Tree.rewritten`)."""
         self.file = FileReport(str(path))
         report.files.append(self.file)
         self.emitter = Emitter(ctx.limits, report)
@@ -907,6 +976,11 @@ class _FileConverter:
         self.file.record_types[kind if isinstance(kind, str) else "<no type>"] += 1
         if kind in KNOWN_TYPES:
             self.shared.recognized = True
+        if self.rewritten:
+            last = self.last_written(dict(rec), span[0])  # a copy only in a file that has such a uuid
+            if last is None:
+                return
+            rec = last
         duplicate = False
         if "uuid" in rec or "parentUuid" in rec:
             duplicate = self.chain.add(rec.get("uuid"), rec.get("parentUuid"))
@@ -998,6 +1072,12 @@ class _FileConverter:
         self.file.record_types[kind_name] += 1
         if kind in KNOWN_TYPES:
             self.shared.recognized = True
+        if self.rewritten:
+            last = self.last_written(rec, offset)
+            if last is None:
+                return
+            rec = last
+            kind = rec.get("type")
         if self.usage_owner is not None and self.usage_owner[1].pinned and not self._may_continue_response(rec, kind):
             self.unpin_usage()
         duplicate = False
@@ -1050,6 +1130,25 @@ class _FileConverter:
         if len(self.first_lines) < MAX_TREE_RECORDS:
             self.first_lines[key] = span
         return False
+
+    def last_written(self, rec: dict[str, Any], offset: int) -> dict[str, Any] | None:
+        """A line of a uuid written again saying something else (:attr:`rewritten`): at its first line's place
+        the last line written (what Claude Code's loader keeps: one entry per uuid, the last one set); every
+        other line of it is counted (``rewritten uuid``), not converted (it was a message of its own,
+        ``<uuid>@<offset>``, before rules 13: :attr:`_Shared.repeated_ids` keeps those ids known). Any other
+        line is ``rec`` itself."""
+        uuid = rec.get("uuid")
+        found = self.rewritten.get(_digest(uuid)) if isinstance(uuid, str) and uuid else None
+        if found is None:
+            return rec
+        first, at, end = found
+        if offset == first:
+            last = _read_record(self.path, at, end)
+            return last if last is not None and last.get("uuid") == uuid else rec
+        self.file.skipped["rewritten uuid"] += 1
+        if len(self.shared.repeated_ids) < MAX_REPEATED_IDS:
+            self.shared.repeated_ids.add(join_id(self.sid, f"{uuid}@{offset}"))
+        return None
 
     def repeated(self, rec: Mapping[str, Any], offset: int) -> None:
         """A conversation line whose ``uuid`` an earlier line of the file has: the same message written again
