@@ -345,6 +345,14 @@ class Actor:
         self._idle_work_due = True  # on_idle may have work once after start and after every batch
         self._hold_wake: trio.Event | None = None  # set while a batch is held (see _hold)
         self._idle_since: float | None = None  # set while the loop waits on an empty mailbox
+        # The alarm (see _alarm): one task per actor, started at the first timed mailbox wait, instead
+        # of a cancel scope per wait (each one costs the trio thread microseconds per message).
+        self._alarm_nursery: trio.Nursery | None = None  # set while _loop runs
+        self._alarm_started = False
+        self._alarm_at = math.inf  # when the alarm task wakes next (it may wake early, never late)
+        self._alarm_scope: trio.CancelScope | None = None  # the alarm task's current sleep
+        self._wait_until = math.inf  # while parked on an empty mailbox: when the alarm must wake the loop
+        self._tick = Envelope(None)  # what the alarm hands the parked loop (compared by identity)
 
     # -- hooks for subclasses -------------------------------------------------
 
@@ -425,9 +433,7 @@ class Actor:
                     self._state = "running"
                 self._ready = True
                 task_status.started()
-                passivated = await self._loop()
-                self._state = "stopping"
-                self._send.close()  # no new messages; the mailbox is failed below
+                passivated = await self._loop_with_alarm()  # returns with the mailbox closed
                 self._fail_queued(ActorStopped, cause=None)
                 await self.on_stop()
                 ending = "passivated" if passivated else "stopped"
@@ -628,6 +634,73 @@ class Actor:
                 await self._linger(batch, limit)
             await self._dispatch(batch)
 
+    async def _loop_with_alarm(self) -> bool:
+        """Run :meth:`_loop` beside a nursery for the alarm task; re-raise what the loop raised.
+
+        The loop's own exception (a crash, Cancelled) is kept and re-raised once the alarm is
+        cancelled, so callers see it as it was, not wrapped in an exception group. The mailbox is
+        closed as soon as the loop ends, before waiting for the alarm task: a message sent meanwhile
+        is refused (never enqueued) instead of failed after it was accepted.
+        """
+        error: BaseException | None = None
+        passivated = False
+        async with trio.open_nursery() as nursery:
+            self._alarm_nursery = nursery
+            try:
+                passivated = await self._loop()
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, after the alarm task is gone
+                error = exc
+                if not (self._stop_requested and isinstance(exc, trio.Cancelled)):
+                    self._state = "crashed"  # what a sender refused meanwhile is told (run() settles it)
+            else:
+                self._state = "stopping"
+            finally:
+                self._send.close()  # no new messages; the mailbox is failed by run()
+                self._alarm_nursery = None
+                nursery.cancel_scope.cancel()
+        if error is not None:
+            raise error
+        return passivated
+
+    def _arm(self, at: float) -> bool:
+        """Make the alarm wake the parked loop at ``at``; False: no alarm here (use a cancel scope).
+
+        Lazy: the alarm is moved only when ``at`` is earlier than its next wake-up. A wake-up that
+        comes early (the loop has parked again since, with a later time) just sleeps on.
+        """
+        nursery = self._alarm_nursery
+        if nursery is None:
+            return False
+        if at < self._alarm_at:
+            self._alarm_at = at
+            if self._alarm_scope is not None:
+                self._alarm_scope.deadline = at
+            elif not self._alarm_started:
+                self._alarm_started = True
+                nursery.start_soon(self._alarm, name=f"{self.name}:alarm")
+        self._wait_until = at
+        return True
+
+    async def _alarm(self) -> None:
+        """Wake the loop parked on an empty mailbox once its time (``_wait_until``) has come.
+
+        It hands the loop ``_tick`` through the mailbox, only while the loop is parked in
+        ``receive`` (then the mailbox is empty and the tick goes straight to it: it never takes a
+        slot a sender could need, and is never left behind in the mailbox).
+        """
+        while True:
+            with trio.CancelScope(deadline=self._alarm_at) as scope:
+                self._alarm_scope = scope
+                await trio.sleep_forever()
+            self._alarm_scope = None
+            due = self._wait_until
+            if due <= trio.current_time():
+                if self._recv.statistics().tasks_waiting_receive:
+                    self._wait_until = math.inf
+                    self._send.send_nowait(self._tick)
+                due = math.inf  # not parked: the loop re-arms when it parks again
+            self._alarm_at = due
+
     def _drain_into(self, batch: list[Envelope], limit: int) -> int:
         added = 0
         while len(batch) < limit:
@@ -703,22 +776,41 @@ class Actor:
 
         While waiting, runs :meth:`on_idle` once the mailbox stayed empty for
         ``idle_work_after`` seconds (and again every ``idle_work_interval`` while
-        it asks for more). Idle work does not postpone passivation.
+        it asks for more). Idle work does not postpone passivation. A timed wait parks on the
+        mailbox alone: the actor's alarm task (:meth:`_alarm`) hands it a tick when the time comes,
+        so no cancel scope is built per message.
         """
         idle = self.idle_timeout
         passivate_at = trio.current_time() + idle if idle is not None else math.inf
         delay = self.idle_work_after
         try:
             while True:
+                now = trio.current_time()
                 work_at = math.inf
                 if delay is not None and self._idle_work_due:
-                    work_at = trio.current_time() + delay
-                self._idle_since = trio.current_time() if self._idle_since is None else self._idle_since
-                with trio.move_on_at(min(passivate_at, work_at)):
+                    work_at = now + delay
+                self._idle_since = now if self._idle_since is None else self._idle_since
+                wait_until = min(passivate_at, work_at)
+                if wait_until == math.inf:
                     try:
                         return await self._recv.receive()
                     except trio.EndOfChannel:
                         return None
+                elif wait_until > now and self._arm(wait_until):
+                    try:
+                        got = await self._recv.receive()
+                    except trio.EndOfChannel:
+                        return None
+                    finally:
+                        self._wait_until = math.inf
+                    if got is not self._tick:
+                        return got
+                else:
+                    with trio.move_on_at(wait_until):
+                        try:
+                            return await self._recv.receive()
+                        except trio.EndOfChannel:
+                            return None
                 if self._stop_requested:
                     return None
                 if trio.current_time() >= passivate_at:

@@ -346,6 +346,94 @@ async def test_idle_passivation_only_inbound_messages_reset_timer(autojump_clock
     assert refused.value.enqueued is False
 
 
+async def test_idle_passivation_after_messages_just_under_the_timeout(autojump_clock: trio.testing.MockClock) -> None:
+    # Each message restarts the idle period; the timer set for an earlier wait must neither
+    # passivate the actor early nor be lost: it passivates exactly 10 s after the last message.
+    actor = Probe("a", idle_timeout=10)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(actor.run, name="actor:a")
+        for _ in range(6):
+            await trio.sleep(9.9)
+            assert actor.state == "running"
+            assert await actor.ask("ping") == ("pong", 1)
+        last_message = trio.current_time()
+        await actor.wait_exited()
+        assert trio.current_time() - last_message == pytest.approx(10)
+    assert actor.state == "passivated"
+    stats = actor.statistics()
+    assert (stats.handled, stats.batches) == (6, 6)  # wake-ups are not messages
+
+
+async def test_idle_timer_due_while_busy_takes_no_mailbox_slot(autojump_clock: trio.testing.MockClock) -> None:
+    # The idle timer comes due while a message is being handled and the one-slot mailbox is full:
+    # that must not take a slot nor passivate; the queued message is handled, then the actor
+    # passivates a full timeout after its last wait began.
+    actor = Probe("a", idle_timeout=10, mailbox_size=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(actor.run, name="actor:a")
+        await trio.sleep(5)
+        gate = trio.Event()
+        blocked = spawn(nursery, actor.ask, ("block", gate))
+        await trio.sleep(1)
+        actor.tell_nowait(("effect", 1))  # fills the mailbox
+        with pytest.raises(Busy):
+            actor.tell_nowait(("effect", 2))
+        await trio.sleep(30)  # the first wait's timer (at 10 s) came due meanwhile
+        assert actor.state == "running"
+        assert actor.statistics().mailbox_depth == 1
+        gate.set()
+        released = trio.current_time()
+        await actor.wait_exited()
+        assert trio.current_time() - released == pytest.approx(10)
+    assert blocked == {"value": "unblocked"}
+    assert actor.effects == 1
+    assert actor.state == "passivated"
+    assert actor.statistics().handled == 2
+
+
+async def test_a_message_sent_as_the_idle_timer_fires_is_handled(autojump_clock: trio.testing.MockClock) -> None:
+    # Each ask lands at the very moment the idle timer comes due (the same scheduler pass, in
+    # either order): the actor must take it as a message, not passivate, and wake-ups must never
+    # end up in the mailbox as messages.
+    actor = Probe("a", idle_timeout=10)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(actor.run, name="actor:a")
+        assert await actor.ask("ping") == ("pong", 1)
+        for _ in range(40):
+            await trio.sleep(10)
+            assert await actor.ask("ping") == ("pong", 1)
+            assert actor.state == "running"
+        last_message = trio.current_time()
+        await actor.wait_exited()
+        assert trio.current_time() - last_message == pytest.approx(10)
+    assert actor.state == "passivated"
+    assert actor.statistics().handled == 41
+
+
+async def test_an_ask_meeting_passivation_is_answered_or_refused_never_failed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Asks sent a few scheduler passes after the idle timer fired: each is either handled or
+    # refused before it entered the mailbox (enqueued=False: safe to send to the next incarnation),
+    # never accepted and then failed by the passivation.
+    outcomes: set[str] = set()
+    for passes in range(8):
+        actor = Probe("a", idle_timeout=10)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(actor.run, name="actor:a")
+            await trio.sleep(10)
+            for _ in range(passes):
+                await trio.lowlevel.checkpoint()
+            try:
+                assert await actor.ask("ping") == ("pong", 1)
+                outcomes.add("answered")
+            except ActorStopped as exc:
+                assert exc.enqueued is False, f"accepted, then failed after {passes} passes"
+                outcomes.add("refused")
+            actor.stop()
+    assert "refused" in outcomes
+
+
 async def test_run_twice_is_a_bug() -> None:
     actor = Probe("a")
     async with actor_running(actor):
