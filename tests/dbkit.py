@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from store.indexing.database import apply_pragmas, in_transaction
-from store.upgrade.schema import apply_schema
+from store.indexing.database import in_transaction
+from tests.schema_image import fresh_file_db
 
 T = TypeVar("T")
 NOW = 1_785_056_400_000
@@ -18,10 +18,7 @@ NOW = 1_785_056_400_000
 
 def fresh_db(path: Path) -> sqlite3.Connection:
     """A new database at ``path`` with the host's pragmas and the whole schema (autocommit)."""
-    c = sqlite3.connect(path, isolation_level=None)
-    apply_pragmas(c)
-    apply_schema(c)
-    return c
+    return fresh_file_db(path)  # a copy of one built once (tests/schema_image.py)
 
 
 @pytest.fixture

@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 import pytest
 
 from store.attachments import AttachmentFiles
-from store.indexing.database import apply_pragmas, in_transaction
+from store.indexing.database import in_transaction
 from store.interchange.import_write import ImportTarget
-from store.upgrade.schema import apply_schema
+from tests.schema_image import fresh_file_db
 
 REPO = Path(__file__).resolve().parents[1]
 NOW = 1_785_056_400_000
@@ -73,10 +73,8 @@ def sample_files(source: str) -> list[Path]:
 
 
 def open_db(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None)
-    apply_pragmas(conn)
-    apply_schema(conn)
-    return conn
+    """A new database at ``path`` with the host's pragmas and the whole schema (a copy, tests/schema_image.py)."""
+    return fresh_file_db(path)
 
 
 @pytest.fixture

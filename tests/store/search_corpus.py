@@ -18,6 +18,7 @@ from typing import Any
 
 from store.transcripts.records import extract_text
 from store.upgrade.schema import apply_schema, message_mid
+from tests.schema_image import fresh_memory_db
 
 
 @contextlib.contextmanager
@@ -33,6 +34,12 @@ def patched(module: Any, name: str, value: Any) -> Iterator[None]:
 
 
 def open_db(path: Path | str = ":memory:") -> sqlite3.Connection:
+    """A new database with the whole schema (in memory: a copy of one built once, tests/schema_image.py)."""
+    if str(path) == ":memory:":
+        conn = fresh_memory_db()
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA trusted_schema = ON")
+        return conn
     conn = sqlite3.connect(str(path), isolation_level=None)
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute("PRAGMA trusted_schema = ON")
