@@ -22,6 +22,8 @@ OUT = ROOT / "tests" / "module_costs.json"
 def module_of(classname: str) -> str | None:
     """``tests.host.test_smoke`` or ``tests.host.test_smoke.TestX`` -> ``tests/host/test_smoke.py``."""
     parts = classname.split(".")
+    if not all(parts):  # "" (an interrupted run's report holds one such case), or not a dotted name
+        return None
     for n in range(len(parts), 0, -1):
         path = Path(*parts[:n]).with_suffix(".py")
         if (ROOT / path).is_file():
