@@ -20,6 +20,7 @@ def test_a_junit_report_becomes_seconds_per_module(tmp_path: Path) -> None:
         '<testcase classname="tests.test_layering" name="b" time="2.0"/>'
         '<testcase classname="tests.test_static_checks.TestX" name="c" time="0.25"/>'
         '<testcase classname="not.a.module" name="d" time="9"/>'
+        '<testcase classname="" name="interrupted" time="4"/>'  # an interrupted run's report holds one
         "</testsuite></testsuites>",
         encoding="utf-8",
     )
