@@ -42,6 +42,13 @@ async def inprocess_host(root: Path, **overrides: Any) -> AsyncIterator[RunningH
             nursery.cancel_scope.cancel()
 
 
+async def passivate(running: RunningHost, sid: str) -> None:
+    """Stop the session's idle actor, as its idle timeout would: the next request meets none running."""
+    actor = running.sessions.ref(sid).current()
+    assert actor is not None and running.registry.release_if_idle(sid)
+    await actor.wait_exited()
+
+
 @asynccontextmanager
 async def client_for(
     running: RunningHost, client_id: str = "test-client", kind: str = "test", plugin_id: str | None = None

@@ -24,19 +24,13 @@ from store.indexing.database import open_reader
 from store.jsonio import dumps_line
 from store.transcripts import windows
 from store.transcripts.records import normalize_message
-from tests.hostkit import client_for, inprocess_host, msg, start_host_process
+from tests.hostkit import client_for, inprocess_host, msg, passivate, start_host_process
 from tests.turns.turnkit import assistant, new_session, start
 
 
 def _ids(page: dict[str, Any]) -> list[str]:
     return [m["id"] for m in page["messages"]]
 
-
-async def _passivate(host: Any, sid: str) -> None:
-    """Stop the session's idle actor (as its idle timeout would): the next request starts a new one."""
-    actor = host.sessions.ref(sid).current()
-    assert actor is not None and host.registry.release_if_idle(sid)
-    await actor.wait_exited()
 
 
 def _append_outside(path: Path, messages: list[dict[str, Any]]) -> None:
@@ -108,14 +102,14 @@ async def test_a_new_actors_first_read_shows_the_reply_streaming_and_not_after_i
             await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("u1", "question")})
             await c.call("session.saveInflightMessage",
                          {"sessionId": sid, "turnId": "t1", "message": assistant("a1", "partial answer")})
-            await _passivate(host, sid)
+            await passivate(host, sid)
             page = await c.call("session.get", {"sessionId": sid, "messageLimit": 50})
             assert _ids(page) == ["u1"]
             assert page["inflight"]["message"]["id"] == "a1"
             assert page["inflight"]["message"]["blocks"][0]["text"] == "partial answer"
             await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
                                                    "message": assistant("a1", "final answer")})
-            await _passivate(host, sid)
+            await passivate(host, sid)
             page = await c.call("session.get", {"sessionId": sid, "messageLimit": 50})
             assert _ids(page) == ["u1", "a1"] and "inflight" not in page
 

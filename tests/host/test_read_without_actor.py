@@ -20,19 +20,13 @@ import trio
 
 from store.indexing import appends
 from store.transcripts import transcript, windows
-from tests.hostkit import client_for, inprocess_host, msg
+from tests.hostkit import client_for, inprocess_host, msg, passivate
 from tests.turns.turnkit import new_session
 
 
 def _ids(page: dict[str, Any]) -> list[str]:
     return [m["id"] for m in page["messages"]]
 
-
-async def _passivate(host: Any, sid: str) -> None:
-    """Stop the session's idle actor (as its idle timeout would)."""
-    actor = host.sessions.ref(sid).current()
-    assert actor is not None and host.registry.release_if_idle(sid)
-    await actor.wait_exited()
 
 
 async def test_a_read_of_a_session_without_an_actor_starts_none_and_answers_as_the_actor_does(
@@ -46,7 +40,7 @@ async def test_a_read_of_a_session_without_an_actor_starts_none_and_answers_as_t
                 "id": "cp1", "summary": "so far", "firstKeptMessageId": "m3", "throughMessageId": "m2",
                 "tokensBefore": 10}})
             await host.services.index_log.barrier()
-            await _passivate(host, sid)
+            await passivate(host, sid)
             direct = await c.call("session.get", {"sessionId": sid, "messageLimit": 3})
             assert host.registry.running(sid) is False
             assert _ids(direct) == ["m2", "m3", "m4"] and [cp["id"] for cp in direct["compactions"]] == ["cp1"]
@@ -66,7 +60,7 @@ async def test_a_read_pipelined_behind_an_append_on_its_connection_sees_it(tmp_p
             sid = await new_session(c)
             await c.call("session.appendMessage", {"sessionId": sid, "message": msg("m0", "first")})
             await host.services.index_log.barrier()
-            await _passivate(host, sid)
+            await passivate(host, sid)
             real = transcript.TranscriptWriter.append
 
             def slow_append(self: Any, lines: Any) -> Any:
@@ -109,7 +103,7 @@ async def test_a_read_after_an_append_acknowledged_elsewhere_sees_it_while_the_i
             monkeypatch.setattr(appends, "index_written", slow_index)
             await w.call("session.appendMessage", {"sessionId": sid, "message": msg("m1", "acknowledged")})
             assert host.services.index_log.covered_seq < host.services.index_log.acknowledged
-            await _passivate(host, sid)
+            await passivate(host, sid)
             served_alone.clear()
             page = await r.call("session.get", {"sessionId": sid, "messageLimit": 50})
             assert _ids(page) == ["m0", "m1"] and page["totalMessages"] == 2
@@ -159,7 +153,7 @@ async def test_a_rewrite_landing_inside_a_read_without_an_actor(tmp_path: Path, 
                 "id": "cp1", "summary": "the first exchange", "firstKeptMessageId": "u1",
                 "throughMessageId": "a0", "tokensBefore": 10}})
             await host.services.index_log.barrier()
-            await _passivate(host, sid)
+            await passivate(host, sid)
 
             async def truncate() -> None:
                 await w.call("session.truncateFrom", {"sessionId": sid, "messageId": "u2", "mode": "edit"})
