@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from store.indexing.corruption import is_corruption
 
-__all__ = ["check_fts", "check_table", "fts_tables", "inconsistent_rows", "open_fts_checker", "sweep_tables"]
+__all__ = ["check_fts", "check_table", "fts_tables", "TableDamage", "table_damage", "open_fts_checker", "sweep_tables"]
 
 _ROW_MISSING: Final = re.compile(r"^row (\d+) missing from index ")
+_WRONG_COUNT: Final = re.compile(r"^wrong # of entries in index (.+)$")
 _PROBLEMS_PER_TABLE: Final = 100
 
 
@@ -88,20 +90,53 @@ def check_fts(conn: sqlite3.Connection, table: str) -> list[str]:
     return []
 
 
-def inconsistent_rows(conn: sqlite3.Connection, table: str) -> set[int]:
-    """The rowids of ``table`` that ``integrity_check`` names as missing from one of its indexes: a row whose
-    indexed value no longer matches its index entry (a byte changed inside it). Nothing when the check itself
-    cannot run."""
+@dataclass(frozen=True, slots=True)
+class TableDamage:
+    """What ``integrity_check`` of one rowid table says about its rows (:func:`table_damage`)."""
+
+    inconsistent: frozenset[int] = frozenset()
+    """Rowids named as missing from one of the table's indexes: a row whose indexed value no longer matches
+    its index entry (a byte changed inside it)."""
+    hidden: int = 0
+    """How many more rows a full index of the table holds than a scan of the table finds: rows a damaged page
+    hides from every read of the table (a leaf's cell count lowered by a changed byte leaves its last rows
+    out, with the page otherwise well formed). Their bytes cannot be read back through SQLite."""
+
+
+def table_damage(conn: sqlite3.Connection, table: str) -> TableDamage:
+    """``integrity_check`` of ``table``, read for its rows (nothing when the check itself cannot run)."""
     try:
         problems = check_table(conn, table)
     except sqlite3.Error:
-        return set()
-    out: set[int] = set()
+        return TableDamage()
+    rows: set[int] = set()
+    miscounted: list[str] = []
     for problem in problems:
-        m = _ROW_MISSING.match(problem)
-        if m:
-            out.add(int(m.group(1)))
-    return out
+        if m := _ROW_MISSING.match(problem):
+            rows.add(int(m.group(1)))
+        elif m := _WRONG_COUNT.match(problem):
+            miscounted.append(m.group(1))
+    return TableDamage(frozenset(rows), _hidden_rows(conn, table, miscounted) if miscounted else 0)
+
+
+def _hidden_rows(conn: sqlite3.Connection, table: str, indexes: list[str]) -> int:
+    """The most rows one of ``indexes`` (full ones only: a partial index holds fewer by design) holds beyond
+    what a scan of ``table`` finds."""
+    try:
+        scanned = int(conn.execute(f"SELECT count(*) FROM {_quoted(table)} NOT INDEXED").fetchone()[0])
+        partial = {_text(r[1]): bool(r[4]) for r in conn.execute(f"PRAGMA index_list({_quoted(table)})")}
+    except sqlite3.Error:
+        return 0
+    most = 0
+    for name in indexes:
+        if partial.get(name, True):
+            continue
+        try:
+            held = int(conn.execute(f"SELECT count(*) FROM {_quoted(table)} INDEXED BY {_quoted(name)}").fetchone()[0])
+        except sqlite3.Error:
+            continue
+        most = max(most, held - scanned)
+    return most
 
 
 def _text(value: object) -> str:

@@ -43,7 +43,7 @@ import orjson
 from store.attachments import PENDING_GC_NS
 from store.faults import NO_FAULTS, Faults
 from store.indexing.index import PROJECT_IDS_KV, issued_project_id, raise_project_id_floor
-from store.indexing.integrity import inconsistent_rows
+from store.indexing.integrity import TableDamage, table_damage
 from store.queue import KV_NS as QUEUE_KV_NS
 from store.upgrade.attachment_adopt import PENDING_KEY as ADOPT_PENDING_KV
 from store.upgrade.migrations import MADE_ANEW_KV
@@ -282,7 +282,10 @@ class _Salvager:
         them go too). ``leave_inconsistent``: a rowid table's rows ``integrity_check`` names as missing from one
         of its indexes are left out (``inconsistent``)."""
         key = self._key(table)
-        suspect = inconsistent_rows(self.src, table) if leave_inconsistent and key == ["rowid"] else set()
+        damage = table_damage(self.src, table) if leave_inconsistent and key == ["rowid"] else TableDamage()
+        suspect = damage.inconsistent
+        if damage.hidden:  # no read of the table finds them: counted, so the boot report names the table
+            self.report.skip(table, "hidden", damage.hidden)
         n = len(key)
         last: tuple[Any, ...] | None = None
         try:

@@ -445,6 +445,37 @@ def test_a_rowid_table_damaged_midway_keeps_its_rows_on_both_sides_in_order(tmp_
             assert 1000 < len(targets) < 1100, len(targets)
 
 
+def test_rows_a_damaged_leaf_hides_from_every_read_are_counted_as_hidden(tmp_path: Path) -> None:
+    """A changed byte that lowers a leaf's cell count leaves that leaf's last rows out of every scan of the table,
+    with every page otherwise well formed: no read fails, so the salvage copied the rest and said nothing, and
+    a loss that the boot report does not name is silent (corrupt mode found a collaboration delivery gone this
+    way). The table's full indexes still count those rows: the salvage reports the difference as ``hidden``."""
+    src = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(src, isolation_level=None)
+    apply_schema(conn)
+    conn.execute("BEGIN")
+    for i in range(600):
+        conn.execute("INSERT INTO audit_log(ts, kind, session_id, payload_json) VALUES (?, 'test', ?, ?)",
+                     (1000 + i, f"t{i:05d}", f'{{"pad": "{"y" * 150}"}}'))
+    conn.execute("COMMIT")
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    leaf = [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = 'audit_log' AND pagetype = 'leaf' "
+                                       "ORDER BY path")][2]
+    conn.close()
+    with open(src, "r+b") as f:  # a table leaf's header: its cell count at bytes 3-4, big-endian
+        f.seek((leaf - 1) * page_size + 3)
+        cells = int.from_bytes(f.read(2), "big")
+        f.seek((leaf - 1) * page_size + 3)
+        f.write((cells - 2).to_bytes(2, "big"))
+    dst = sqlite3.connect(tmp_path / "new.sqlite", isolation_level=None)
+    apply_schema(dst)
+    out = salvage(dst, src, now_ms=5)
+    copied = dst.execute("SELECT count(*) FROM audit_log WHERE kind = 'test'").fetchone()[0]
+    dst.close()
+    assert copied == 598 and out.copied["audit_log"] == 598, out
+    assert out.skipped["audit_log"] == {"hidden": 2}, out
+
+
 def test_quarantine_keeps_the_newest_three_index_copies_and_every_transcript_quarantine(tmp_path: Path) -> None:
     """Each corrupt index is moved whole into quarantine/ (as large as the index); a failing disk can make one
     per restart. Once the newest copy's salvage is done, boot deletes all but the newest 3 copies (by the time

@@ -30,9 +30,9 @@ from store.indexing.integrity import (
     check_fts,
     check_table,
     fts_tables,
-    inconsistent_rows,
     open_fts_checker,
     sweep_tables,
+    table_damage,
 )
 from store.indexing.salvage import salvage
 from store.upgrade.schema import apply_schema
@@ -80,7 +80,7 @@ def test_a_byte_changed_inside_a_row_is_found_by_the_check_and_left_out_by_the_s
     assert "turns" in sweep_tables(conn) and "messages_fts_data" in sweep_tables(conn)
     problems = check_table(conn, "turns")
     assert problems and any("missing from index" in p for p in problems), problems
-    bad = inconsistent_rows(conn, "turns")
+    bad = table_damage(conn, "turns").inconsistent
     assert len(bad) == 1
     assert conn.execute("SELECT id FROM turns WHERE rowid = ?", (next(iter(bad)),)).fetchone() == ("t`rn-victim-0003",)
     assert check_table(conn, "kv") == []
