@@ -135,6 +135,19 @@ class _Run:
     serving: trio.Event = field(default_factory=trio.Event)
 
 
+INDEX_KEEPS_FAILING = "the index was found corrupt more than"
+"""How the line of :class:`IndexKeepsFailing` starts (after ``pi-host: ``): what a supervising program looks for."""
+
+
+class IndexKeepsFailing(Exception):
+    """More restarts on a rebuilt index than :class:`_Restarts` allows: exit status 4, as a supervisor that
+    gave up, but said as what it is."""
+
+    def __init__(self, reason: str, limit: int, window: float) -> None:
+        super().__init__(f"{INDEX_KEEPS_FAILING} {limit} times within {window:.0f} s, so the "
+                         f"disk, not the index, is what fails (the last time: {reason})")
+
+
 @dataclass
 class _Restarts:
     """The restarts on a rebuilt index: past ``limit`` within ``window`` seconds, the index is not what fails
@@ -148,7 +161,7 @@ class _Restarts:
         now = time.monotonic()
         self.times = [t for t in self.times if now - t < self.window] + [now]
         if len(self.times) > self.limit:
-            raise RestartIntensityExceeded("host", reason, self.limit, self.window)
+            raise IndexKeepsFailing(reason, self.limit, self.window)
 
 
 def _say_listening(running: Any, data_dir: DataDir) -> None:
@@ -203,6 +216,11 @@ def _serve_failure(exc: BaseException, args: argparse.Namespace) -> int | None:
         if isinstance(leaf, DataDirUnsafe):
             print(f"pi-host: {leaf}", file=sys.stderr)
             return 2
+    for leaf in leaves:
+        if isinstance(leaf, IndexKeepsFailing):
+            log.error("shutting down: %s", leaf)
+            print(f"pi-host: {leaf}; shut down", file=sys.stderr)
+            return 4
     for leaf in leaves:
         if isinstance(leaf, RestartIntensityExceeded):
             print("pi-host: actors kept crashing, shut down", file=sys.stderr)
