@@ -397,16 +397,31 @@ class _Salvager:
             except _BadRow as bad:
                 self.report.skip(table, bad.why)
                 continue
+            params = [values[c] for c in columns]
             try:
-                added = self.dst.execute(sql, [values[c] for c in columns]).rowcount
+                added = self.dst.execute(sql, params).rowcount
             except sqlite3.IntegrityError:  # a constraint OR IGNORE does not cover (a foreign key checked above)
                 self.report.skip(table, "rejected")
                 continue
+            if not added:
+                added = self._ignored(table, columns, params)
             if added:
                 copied += 1
-            else:
-                self.report.skip(table, "kept")
         self.report.copied[table] = copied
+
+    def _ignored(self, table: str, columns: list[str], params: list[Any]) -> int:
+        """Why OR IGNORE left a row out: a row the rebuild wrote under its key (``kept``), or a value the
+        schema refuses (``badValue``: a CHECK or NOT NULL constraint, a byte changed inside the row: it reads
+        back well formed, so only the constraint tells). Found by inserting it once more without OR IGNORE
+        (the failed statement alone is undone); the row count it added (0, unless it went in after all)."""
+        try:
+            return int(self.dst.execute(
+                f"INSERT INTO {table}({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
+                params).rowcount)
+        except sqlite3.IntegrityError as exc:
+            kept = str(exc).startswith(("UNIQUE constraint failed", "PRIMARY KEY constraint failed"))
+            self.report.skip(table, "kept" if kept else "badValue")
+            return 0
 
     def copy_blob_meta(self) -> None:
         """``attachment_blobs``: boot gave each blob file a row (and each referenced blob whose file is gone a

@@ -476,6 +476,31 @@ def test_rows_a_damaged_leaf_hides_from_every_read_are_counted_as_hidden(tmp_pat
     assert out.skipped["audit_log"] == {"hidden": 2}, out
 
 
+def test_a_row_whose_changed_byte_breaks_a_check_constraint_is_a_bad_value_not_kept(tmp_path: Path) -> None:
+    """A random byte turned an approval's ``risk`` from ``low`` into ``lOw`` (corrupt mode, seed 1467108257): the
+    row reads back well formed, the schema's CHECK refuses it, and OR IGNORE left it out silently, counted as
+    ``kept`` (a row the rebuild wrote wins), which the boot report does not count as lost. It is ``badValue``
+    now; a row the rebuilt index holds already stays ``kept``."""
+    src = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(src, isolation_level=None)
+    apply_schema(conn)
+    conn.execute("PRAGMA ignore_check_constraints = ON")
+    for rid, tool, decision in (("r-good", "Bash", "allow"), ("r-flipped", "Read", "aLlow"),
+                                ("r-rebuilt", "Write", "deny")):
+        conn.execute("INSERT INTO permission_rules(id, scope, tool, decision, created_at) "
+                     "VALUES (?, 'global', ?, ?, 1)", (rid, tool, decision))
+    conn.close()
+    dst = sqlite3.connect(tmp_path / "new.sqlite", isolation_level=None)
+    apply_schema(dst)
+    dst.execute("INSERT INTO permission_rules(id, scope, tool, decision, created_at) "
+                "VALUES ('r-rebuilt', 'global', 'Write', 'deny', 2)")
+    out = salvage(dst, src, now_ms=5)
+    rows = sorted(r[0] for r in dst.execute("SELECT id FROM permission_rules"))
+    dst.close()
+    assert rows == ["r-good", "r-rebuilt"], rows
+    assert out.copied["permission_rules"] == 1 and out.skipped["permission_rules"] == {"badValue": 1, "kept": 1}, out
+
+
 def test_quarantine_keeps_the_newest_three_index_copies_and_every_transcript_quarantine(tmp_path: Path) -> None:
     """Each corrupt index is moved whole into quarantine/ (as large as the index); a failing disk can make one
     per restart. Once the newest copy's salvage is done, boot deletes all but the newest 3 copies (by the time
