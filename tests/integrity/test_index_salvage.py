@@ -406,23 +406,30 @@ def test_one_malformed_create_statement_loses_its_table_not_the_salvage(tmp_path
     assert src.read_bytes() == before
 
 
+def _audit_log_source(src: Path, rows: int) -> tuple[int, list[int]]:
+    """A fresh index at ``src`` holding ``rows`` test rows of the audit log (a rowid table, no foreign keys):
+    its page size and the audit log's leaf pages in key order."""
+    conn = sqlite3.connect(src, isolation_level=None)
+    apply_schema(conn)
+    conn.execute("BEGIN")
+    for i in range(rows):
+        conn.execute("INSERT INTO audit_log(ts, kind, session_id, payload_json) VALUES (?, 'test', ?, ?)",
+                     (1000 + i, f"t{i:05d}", f'{{"pad": "{"y" * 150}"}}'))
+    conn.execute("COMMIT")
+    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    leaves = [int(r[0]) for r in conn.execute("SELECT pageno FROM dbstat WHERE name = 'audit_log' "
+                                              "AND pagetype = 'leaf' ORDER BY path")]
+    conn.close()
+    return page_size, leaves
+
+
 def test_a_rowid_table_damaged_midway_keeps_its_rows_on_both_sides_in_order(tmp_path: Path) -> None:
     """A rowid table (the audit log, copied in id order under new ids) with a leaf page a third of the way
     in destroyed: the rows before it and after it come back in their order, and the failure is a
     ``readError``. With a second page near the end destroyed too, the rows between the two go with them
     (documented), and the ends still come back."""
     src = tmp_path / "old.sqlite"
-    conn = sqlite3.connect(src, isolation_level=None)
-    apply_schema(conn)
-    conn.execute("BEGIN")
-    for i in range(3000):
-        conn.execute("INSERT INTO audit_log(ts, kind, session_id, payload_json) VALUES (?, 'test', ?, ?)",
-                     (1000 + i, f"t{i:05d}", f'{{"pad": "{"y" * 150}"}}'))
-    conn.execute("COMMIT")
-    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-    leaves = [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = 'audit_log' AND pagetype = 'leaf' "
-                                         "ORDER BY path")]
-    conn.close()
+    page_size, leaves = _audit_log_source(src, 3000)
     every = [f"t{i:05d}" for i in range(3000)]
     for n, victims in enumerate(([leaves[len(leaves) // 3]], [leaves[len(leaves) // 3], leaves[-3]])):
         damaged = tmp_path / f"old{n}.sqlite"
@@ -448,20 +455,11 @@ def test_a_rowid_table_damaged_midway_keeps_its_rows_on_both_sides_in_order(tmp_
 def test_rows_a_damaged_leaf_hides_from_every_read_are_counted_as_hidden(tmp_path: Path) -> None:
     """A changed byte that lowers a leaf's cell count leaves that leaf's last rows out of every scan of the table,
     with every page otherwise well formed: no read fails, so the salvage copied the rest and said nothing, and
-    a loss that the boot report does not name is silent (corrupt mode found a collaboration delivery gone this
-    way). The table's full indexes still count those rows: the salvage reports the difference as ``hidden``."""
+    a loss that the boot report does not name is silent. The table's full indexes still count those rows: the
+    salvage reports the difference as ``hidden``."""
     src = tmp_path / "old.sqlite"
-    conn = sqlite3.connect(src, isolation_level=None)
-    apply_schema(conn)
-    conn.execute("BEGIN")
-    for i in range(600):
-        conn.execute("INSERT INTO audit_log(ts, kind, session_id, payload_json) VALUES (?, 'test', ?, ?)",
-                     (1000 + i, f"t{i:05d}", f'{{"pad": "{"y" * 150}"}}'))
-    conn.execute("COMMIT")
-    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-    leaf = [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = 'audit_log' AND pagetype = 'leaf' "
-                                       "ORDER BY path")][2]
-    conn.close()
+    page_size, leaves = _audit_log_source(src, 600)
+    leaf = leaves[2]
     with open(src, "r+b") as f:  # a table leaf's header: its cell count at bytes 3-4, big-endian
         f.seek((leaf - 1) * page_size + 3)
         cells = int.from_bytes(f.read(2), "big")
