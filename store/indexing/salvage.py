@@ -42,6 +42,7 @@ import orjson
 
 from store.attachments import PENDING_GC_NS
 from store.faults import NO_FAULTS, Faults
+from store.indexing.group_commit import is_key_conflict
 from store.indexing.index import PROJECT_IDS_KV, issued_project_id, raise_project_id_floor
 from store.indexing.integrity import TableDamage, table_damage
 from store.queue import KV_NS as QUEUE_KV_NS
@@ -418,9 +419,8 @@ class _Salvager:
             return int(self.dst.execute(
                 f"INSERT INTO {table}({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
                 params).rowcount)
-        except sqlite3.IntegrityError as exc:
-            kept = str(exc).startswith(("UNIQUE constraint failed", "PRIMARY KEY constraint failed"))
-            self.report.skip(table, "kept" if kept else "badValue")
+        except sqlite3.IntegrityError as exc:  # a foreign key failed above already, under OR IGNORE too
+            self.report.skip(table, "kept" if is_key_conflict(exc) else "badValue")
             return 0
 
     def copy_blob_meta(self) -> None:
