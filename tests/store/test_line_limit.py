@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,14 +21,19 @@ from store.transcripts.rewrite import load_live
 LIMIT = 300
 
 
-def _line(mid: str, size: int) -> bytes:
-    """A message line of exactly ``size`` bytes before its newline."""
-    head = {"type": "message", "id": mid, "role": "user", "text": ""}
-    bare = len(json.dumps(head, separators=(",", ":")))
-    head["text"] = "x" * (size - bare)
-    line = json.dumps(head, separators=(",", ":")).encode()
+def _padded(record: dict[str, Any], key: str, size: int, fill: str) -> bytes:
+    """``record`` as a line of exactly ``size`` bytes before its newline, ``key`` padded with ``fill``."""
+    record[key] = ""
+    bare = len(json.dumps(record, separators=(",", ":")))
+    record[key] = fill * (size - bare)
+    line = json.dumps(record, separators=(",", ":")).encode()
     assert len(line) == size
     return line + b"\n"
+
+
+def _line(mid: str, size: int) -> bytes:
+    """A message line of exactly ``size`` bytes before its newline."""
+    return _padded({"type": "message", "id": mid, "role": "user", "text": ""}, "text", size, "x")
 
 
 @pytest.mark.parametrize("chunk", [7, 64, 301, 450, 1 << 20])
@@ -76,12 +82,7 @@ def test_an_over_long_torn_tail_is_a_torn_tail_from_its_start(tmp_path: Path, mo
 def _revision(root: str, size: int) -> bytes:
     """A ``revision_live`` line of exactly ``size`` bytes before its newline (a key readers skip pads it)."""
     record = json.loads(revisions.revision_live_line(root, 1, created_at_ms=5, message_count=1))
-    record["pad"] = ""
-    bare = len(json.dumps(record, separators=(",", ":")))
-    record["pad"] = "p" * (size - bare)
-    line = json.dumps(record, separators=(",", ":")).encode()
-    assert len(line) == size
-    return line + b"\n"
+    return _padded(record, "pad", size, "p")
 
 
 @pytest.mark.parametrize("chunk", [7, 64, 301, 450, 1 << 20])
