@@ -49,11 +49,8 @@ class HostConfig:
     index_lag_bytes: int = 64 * 1024 * 1024
     index_lag_ops: int = 50_000
     # Seconds the DB writer may hold index rows nobody reads yet, to commit more at once (0 = never);
-    # a read that needs them, an append waiting for room, a full batch (the DB writer's batch_limit)
-    # or any durable request ends the hold at once. The trigram index's CPU per message falls with
-    # the batch (scripts/bench appends, index SQL alone: 0.14 ms at 30 messages, 0.12 at 60, 0.10-0.11
-    # from 120 on): 0.05 s cut a steady stream of awaited appends into commits of 30-70.
-    index_hold: float = 0.25
+    # a read that needs them, an append waiting for room or any durable request ends the hold at once.
+    index_hold: float = 0.05
     # Shutdown: requests in flight get this long to finish; then each actor gets
     # shutdown_grace seconds after its stop request before it is cancelled.
     shutdown_deadline: float = 10.0
