@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, TypeVarTuple
 
@@ -184,6 +184,11 @@ class SessionDeps:
     failed_storage: dict[str, StoreError] = field(default_factory=dict)
     """Sessions whose transcript failed an fsync in this run (RELIABILITY rule 7): refused until the host
     restarts, also by the actor that follows one stopped when idle (or restarted after a crash)."""
+    doubtful_receipts: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+    """Per failed session: the receipt keys ``(clientId, submissionId)`` whose answer is refused until the
+    restart (:meth:`SessionActor.refuse_if_receipt_doubtful`): the calls under way when its storage failed,
+    and every receipt a catch-up restored from its files since. Every other receipt of it was committed
+    for a write acknowledged before the failure (durable) and is answered, as after the restart."""
 
 
 @dataclass
@@ -226,6 +231,8 @@ class SessionActor(Actor):
         self._wanted: _Wanted | None = None
         self._ahead: _Ahead | None = None
         self._offered: _Ahead | None = None
+        self._calls: Sequence[SessionCall] = ()
+        """The call(s) being handled: their receipts are doubtful if the storage fails under them."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -404,6 +411,7 @@ class SessionActor(Actor):
 
     async def _run_one(self, call: SessionCall) -> Any:
         op = call.op
+        self._calls = (call,)
         try:
             if self.poisoned:
                 await self.rebuild()
@@ -416,10 +424,10 @@ class SessionActor(Actor):
                     await ctx.ensure_ready()
                     found = await self.read(receipts.check, call.receipt)
                 if found is not None:
-                    # Not while the session's storage is failed: the receipt may be one a catch-up restored
-                    # from a file whose directory fsync failed (there, its durability unknown). Rule 7: the
-                    # next boot trusts the disk and answers it.
-                    self.refuse_if_storage_failed()
+                    # Not while the session's storage is failed, if the receipt is the failed call's or one a
+                    # catch-up restored from a file since (its durability unknown): rule 7, the next boot
+                    # trusts the disk and answers it. An earlier acknowledged write's receipt is answered.
+                    self.refuse_if_receipt_doubtful(call.receipt)
                     if op.replayed is not None:
                         if op.ready_check:
                             await ctx.ensure_ready()
@@ -436,8 +444,11 @@ class SessionActor(Actor):
             if op.mutating or not isinstance(exc, StoreError) or exc.code in ("IO_ERROR", "CORRUPT_DATA"):
                 self.poisoned = True
             return exc
+        finally:
+            self._calls = ()
 
     async def _run_group(self, op: SessionOp, calls: list[SessionCall]) -> list[Any]:
+        self._calls = calls
         try:
             try:
                 return await self._group_once(op, calls)
@@ -450,6 +461,8 @@ class SessionActor(Actor):
         except Exception as exc:
             self.poisoned = True
             return [exc] * len(calls)
+        finally:
+            self._calls = ()
 
     async def _group_once(self, op: SessionOp, calls: list[SessionCall]) -> list[Any]:
         assert op.group is not None
@@ -464,6 +477,8 @@ class SessionActor(Actor):
                 return await self._answer_from_receipts(calls, gone)
             await ctx.ensure_ready()
             ctx.publish("session.created", {"session": index.public_session(stub)})
+        if self.known.storage_failed is not None:
+            return await self._answer_while_failed(calls)
         outcomes = await op.group(ctx, calls)
         if len(outcomes) != len(calls):
             raise InternalBug("a group handler must answer every call")
@@ -510,6 +525,38 @@ class SessionActor(Actor):
             return [gone] * len(calls)
         return await self.read(lookup)
 
+    async def _answer_while_failed(self, calls: list[SessionCall]) -> list[Any]:
+        """The session's storage is failed (rule 7): nothing is written; a retry of a write acknowledged
+        before the failure is answered from its receipt (:meth:`refuse_if_receipt_doubtful`), everything
+        else is refused with ``IO_ERROR``, as the writer would refuse it."""
+        keys = [call.receipt for call in calls]
+
+        def lookup(conn: Any) -> list[Any]:
+            out: list[Any] = []
+            for key in keys:
+                try:
+                    found = receipts.check(conn, key) if key is not None else None
+                except StoreError as exc:
+                    out.append(exc)
+                    continue
+                out.append(found)
+            return out
+
+        out: list[Any] = []
+        for key, found in zip(keys, await self.read(lookup), strict=True):
+            if isinstance(found, StoreError):
+                out.append(found)
+                continue
+            try:
+                if found is None:
+                    self.refuse_if_storage_failed()
+                self.refuse_if_receipt_doubtful(key)
+            except IOFailure as exc:
+                out.append(exc)
+                continue
+            out.append(found["response"])
+        return out
+
     # ------------------------------------------------------------------ state (used by SessionContext)
     async def io(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         limiter = self._io
@@ -531,8 +578,18 @@ class SessionActor(Actor):
         and the log's record (the client may be gone by then; the operator learns why the session refuses
         writes)."""
         self.known.storage_failed = self.deps.failed_storage[self.sid] = exc
+        # the calls under way: whatever receipt they got (or a catch-up restores) is of an unacknowledged write
+        self._doubt(call.receipt for call in self._calls)
         logger.error("storage of session %s failed its fsync; its writes are refused until the host restarts: %s",
                      self.sid, exc.message, extra={"sessionId": self.sid, "error": exc.message})
+
+    def _doubt(self, keys: Iterable[ReceiptKey | tuple[str, str] | None]) -> None:
+        doubtful = self.deps.doubtful_receipts.setdefault(self.sid, set())
+        for key in keys:
+            if isinstance(key, ReceiptKey):
+                doubtful.add((key.client_id, key.submission_id))
+            elif key is not None:
+                doubtful.add(key)
 
     async def indexed(self) -> None:
         """Until the index covers every append this session acknowledged (its own read barrier)."""
@@ -565,11 +622,17 @@ class SessionActor(Actor):
             # the file was replaced since the index's last commit (a rewrite whose commit failed, another
             # program): the row moves now, as that rewrite's commit would have moved it
             replaced = row is not None and plan.kind == "full" and row["_fileEpoch"] != plan.epoch
+            # Storage failed: what the files hold past the failure is not known durable; a receipt restored
+            # from them now is doubtful (refused until the restart), whatever request it answers.
+            failed = st.storage_failed is not None
 
             def apply(conn: Any) -> None:
+                before = receipts.keys_of_session(conn, self.sid) if failed else set()
                 apply_plan(conn, self.sid, plan, now_ms=now)
                 if replaced:
                     index.touch_session(conn, self.sid, now)
+                if failed:
+                    self._doubt(receipts.keys_of_session(conn, self.sid) - before)
 
             await self.deps.db.write(apply, durable=True)
             row = await self.read(index.session_row, self.sid)
@@ -599,6 +662,17 @@ class SessionActor(Actor):
                 "writes are refused until the host restarts",
                 data={"sessionId": self.sid},
             )
+
+    def refuse_if_receipt_doubtful(self, key: ReceiptKey | None) -> None:
+        """Before a stored receipt answers a retry while the storage is failed: refused (as
+        :meth:`refuse_if_storage_failed`) if it is the receipt of a call under way when the storage failed,
+        or one a catch-up restored from the session's files since (``SessionDeps.doubtful_receipts``).
+        Any other receipt of the session was committed for a write acknowledged before the failure, whose
+        line (or file) and directory were fsynced: answered now, as after the restart."""
+        if self.known.storage_failed is None:
+            return
+        if key is None or (key.client_id, key.submission_id) in self.deps.doubtful_receipts.get(self.sid, ()):
+            self.refuse_if_storage_failed()
 
     async def open_writer(self) -> TranscriptWriter:
         st = self.known

@@ -422,6 +422,11 @@ class SessionContext:
         """``IO_ERROR``, as an append gets it, once a failed fsync failed this session's storage (rule 7)."""
         self._actor.refuse_if_storage_failed()
 
+    def refuse_if_receipt_doubtful(self, key: ReceiptKey | None) -> None:
+        """While the storage is failed: ``IO_ERROR`` for a retry whose receipt is the failed call's or one a
+        catch-up restored since; an earlier acknowledged write's receipt answers (rule 7)."""
+        self._actor.refuse_if_receipt_doubtful(key)
+
     # -- events
     def publish(self, topic: str, data: dict[str, Any], *, session_id: str | None = None,
                 size: int | None = None) -> None:

@@ -309,8 +309,12 @@ ERROR_MEANINGS: dict[str, str] = {
                 "`session.saveInflightMessage` checkpoints are then refused with this code); so does a failed "
                 "fsync of the sessions directory after a file of the session was created or replaced (the effect "
                 "is in place, its durability unknown: a retry with the same `submissionId` is refused too, and "
-                "answered after the restart); any other I/O error fails this call only (a failed write is rolled "
-                "back).",
+                "answered after the restart). While the storage is failed, the retry of a write the session "
+                "acknowledged *before* the failure (its line or file and directory were fsynced, its receipt "
+                "committed) is still answered from its receipt, with the answer the restart gives; the failed "
+                "write's own retry, a receipt restored from the session's files since the failure, and every new "
+                "write are refused until the restart; any other I/O error fails this call only (a failed write is "
+                "rolled back).",
     "RESOURCE_EXHAUSTED": "The host ran out of file descriptors for this request; nothing changed. Retry shortly.",
     "CORRUPT_DATA": "Durable data failed validation (digest mismatch, unreadable record; `data.reason: "
                     "\"index_corrupt\"`: the index database went corrupt while the host runs; `pi-host serve` then "

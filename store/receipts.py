@@ -38,6 +38,7 @@ __all__ = [
     "fingerprint",
     "get",
     "key_of_record",
+    "keys_of_session",
     "store",
 ]
 
@@ -83,6 +84,13 @@ def get(conn: sqlite3.Connection, client_id: str, submission_id: str) -> dict[st
         "response": orjson.loads(row[2]) if row[2] else None,
         "fingerprint": row[3],
     }
+
+
+def keys_of_session(conn: sqlite3.Connection, session_id: str) -> set[tuple[str, str]]:
+    """``(clientId, submissionId)`` of every receipt recorded for the session (a full scan: no index on
+    ``session_id``; only a session whose storage failed asks, around a catch-up)."""
+    return {(str(c), str(s)) for c, s in conn.execute(
+        "SELECT client_id, submission_id FROM command_receipts WHERE session_id = ?", (session_id,))}
 
 
 def conflict(key: ReceiptKey, stored_method: str) -> IdempotencyConflict:

@@ -64,7 +64,7 @@ async def create(ctx: SessionContext, p: m.SessionCreateParams, key: ReceiptKey 
         if key is not None and (first := await ctx.read(receipts.check, key)) is not None:
             # this call's first try made it (its header's receipt, restored by the catch-up): its answer,
             # unless its file failed its directory fsync (rule 7: answered after the restart)
-            ctx.refuse_if_storage_failed()
+            ctx.refuse_if_receipt_doubtful(key)
             return first["response"]
         raise Conflict(f"session {ctx.sid} already exists", data={"sessionId": ctx.sid})
     path = ctx.paths.transcript
