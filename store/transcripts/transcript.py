@@ -103,6 +103,9 @@ def bounded_lines(fd: int, start: int, size: int, *, limit: int = MAX_LINE_BYTES
         base = pos - len(carry)
         pos += len(got)
         at = 0
+        # where the last chunk's trailing blank (NUL / newline) run starts: a line ending at or past it has
+        # nothing but blank after it (one rstrip per chunk, not a copy of the chunk's rest per line)
+        blank_from = len(data.rstrip(b"\x00\n")) if pos >= size else -1
         while True:
             nl = data.find(b"\n", at)
             if nl < 0:
@@ -113,7 +116,7 @@ def bounded_lines(fd: int, start: int, size: int, *, limit: int = MAX_LINE_BYTES
             elif nl - at > limit:  # the limit holds exactly, wherever the chunks end
                 yield base + at, base + nl + 1, b"", False
             else:
-                yield base + at, base + nl + 1, data[at : nl + 1], not data[nl + 1 :].strip(b"\x00\n") and pos >= size
+                yield base + at, base + nl + 1, data[at : nl + 1], 0 <= blank_from <= nl + 1
             at = nl + 1
         carry = data[at:]
         if skipping is None and len(carry) > limit:
