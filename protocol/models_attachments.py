@@ -164,6 +164,13 @@ class AttachmentsGcResult(Result):
     freed_bytes: Count = Field(description="Bytes of the evicted and the unreferencedEvicted blobs.")
     orphans_removed: Count = Field(description="Blob files without an index row (crash leftovers).")
     estimate: AttachmentsEstimate
+    scan_incomplete: list[str] | None = Field(
+        default=None,
+        description="Present when not empty: the sessions whose files the reference scan could not read whole "
+        "(a line over the 64 MiB line limit, a damaged line, an unreadable file). Such a session may reference "
+        "any blob: this GC swept nothing unreferenced (unreferencedEvicted is empty), kept their recorded "
+        "references, and evicted nothing over budget when one of them is the active session.",
+    )
 
 
 __all__ = [

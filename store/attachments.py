@@ -31,7 +31,12 @@ are in the answer (``evicted``, ``unreferencedEvicted``). The durable steps:
 0. the session files and queue entries are scanned for references (outside
    any transaction), and the derived references are brought up to date in the
    same transaction as step 1 (so the active session's blocks protect their
-   blobs even when no client called ``attachments.ref``);
+   blobs even when no client called ``attachments.ref``). A session whose files
+   could not be read whole (a line over ``MAX_LINE_BYTES``, read past in bounded
+   chunks and never held, a damaged line, an unreadable file: ``Scan.incomplete``)
+   may reference any blob: its recorded references stay, nothing is swept in
+   that GC, nothing is evicted over budget if it is the active session, and the
+   answer names it (``scanIncomplete``);
 1. one transaction marks the victims (``deletion_state = 'evicting'``) and
    **marks every reference to them** (``attachment_refs.evicted_at``): from
    here on every block that referred to them reads back ``"evicted": true``
@@ -90,6 +95,7 @@ from store.fsutil import TEMP_MARKER, fsync_dir, open_nofollow, remove_file_dura
 from store.receipts import ReceiptKey, conflict
 from store.safe_open import check_path, is_under, open_under
 from store.stamps import after_newest
+from store.transcripts.transcript import MAX_LINE_BYTES, bounded_lines
 
 __all__ = [
     "BLOB_KINDS",
@@ -533,6 +539,11 @@ class Scan:
     refs: set[Ref] = field(default_factory=set)
     ends: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     """file name → (device, inode, offset after its last complete line)."""
+    incomplete: set[str] = field(default_factory=set)
+    """Sessions a file of which could not be read whole: a line over ``MAX_LINE_BYTES`` (skipped as it
+    streams past, never held), a damaged line (not JSON), a checkpoint too big or damaged, a file that
+    failed to open or read. What such a session references is not known: it may reference any blob
+    (:func:`collect` sweeps nothing then, and keeps its recorded references)."""
 
 
 _FILE_ORIGINS = ((".revisions.jsonl", "revision"), (".inflight.json", "checkpoint"), (".jsonl", "transcript"))
@@ -549,25 +560,16 @@ def _classify(name: str) -> tuple[str, str] | None:
     return None
 
 
-def _lines(fd: int, start: int) -> Iterator[tuple[int, bytes]]:
-    """Complete lines from ``start`` as (offset after the line, line); a torn tail is left for later."""
-    os.lseek(fd, start, os.SEEK_SET)
-    pos, rest = start, b""
-    while chunk := os.read(fd, _CHUNK):
-        rest += chunk
-        *whole, rest = rest.split(b"\n")
-        for line in whole:
-            pos += len(line) + 1
-            yield pos, line
-
-
 def _line_refs(line: bytes, sid: str, origin: str) -> Iterator[Ref]:
+    """The references of one line (or checkpoint); :class:`_Damaged` if it is not JSON."""
     if b'"attachments/' not in line:
+        if line.strip(_BLANK) and not _is_json(line):
+            raise _Damaged
         return
     try:
         rec = orjson.loads(line)
     except orjson.JSONDecodeError:
-        return  # a torn or foreign line: the transcript reader skips it too
+        raise _Damaged from None  # it may have held references: its session's scan is incomplete
     if not isinstance(rec, dict):
         return
     if origin == "checkpoint":
@@ -581,11 +583,30 @@ def _line_refs(line: bytes, sid: str, origin: str) -> Iterator[Ref]:
             yield sha, sid, mid, origin
 
 
+_BLANK = b" \t\r\n\x00"
+"""A line of only these holds nothing (a crash's zero fill is a write never acknowledged)."""
+
+
+class _Damaged(Exception):
+    """A line (or checkpoint) that is not JSON: what it referenced is unknown."""
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
 def scan_references(sessions_dir: str | os.PathLike[str], since: Scan | None = None) -> Scan:
     """Every ``"attachments/<sha>"`` a transcript, revision file or in-flight checkpoint holds, per message.
 
     With ``since``: only what each file grew by since that scan (a file replaced or shrunk is read whole).
-    Reads line by line, never a whole file at once. Unreadable files are skipped (the doctor reports them).
+    Reads line by line in bounded chunks (``bounded_lines``, as every reader of these files), never a whole
+    file or a whole line over ``MAX_LINE_BYTES`` at once. A session whose file could not be read whole (an
+    over-long or damaged line, an unreadable file; the doctor reports them) is in ``incomplete``: its
+    references are not all known, so the GC keeps every blob it might reference (:func:`collect`).
     """
     out = Scan()
     directory = Path(sessions_dir)
@@ -600,7 +621,10 @@ def scan_references(sessions_dir: str | os.PathLike[str], since: Scan | None = N
         sid, origin = kind
         try:
             fd = open_nofollow(directory / name, os.O_RDONLY)
+        except FileNotFoundError:
+            continue  # gone since the listing (a checkpoint cleared, a session deleted)
         except OSError:
+            out.incomplete.add(sid)
             continue
         try:
             st = os.fstat(fd)
@@ -610,19 +634,34 @@ def scan_references(sessions_dir: str | os.PathLike[str], since: Scan | None = N
                 start = prev[2]
             end = start
             if origin == "checkpoint":  # one JSON object, replaced whole
-                blob = os.read(fd, st.st_size + 1) if st.st_size <= MAX_PUT_BYTES * 4 else b""
-                out.refs.update(_line_refs(blob, sid, origin))
+                if st.st_size > MAX_PUT_BYTES * 4:
+                    out.incomplete.add(sid)
+                else:
+                    _add_refs(out, os.read(fd, st.st_size + 1), sid, origin)
                 end = 0
             else:
-                for after, line in _lines(fd, start):
-                    out.refs.update(_line_refs(line, sid, origin))
+                for _, after, line, _ in bounded_lines(fd, start, st.st_size, limit=MAX_LINE_BYTES, chunk=_CHUNK):
+                    if line is None:
+                        break  # a torn tail: read again once it is whole
+                    if line:
+                        _add_refs(out, line, sid, origin)
+                    else:  # over the limit: skipped unread, it may have held references
+                        out.incomplete.add(sid)
                     end = after
             out.ends[name] = (st.st_dev, st.st_ino, end)
         except OSError:
+            out.incomplete.add(sid)
             continue
         finally:
             os.close(fd)
     return out
+
+
+def _add_refs(out: Scan, line: bytes, sid: str, origin: str) -> None:
+    try:
+        out.refs.update(_line_refs(line, sid, origin))
+    except _Damaged:
+        out.incomplete.add(sid)
 
 
 def queue_references(conn: sqlite3.Connection) -> set[Ref]:
@@ -632,17 +671,20 @@ def queue_references(conn: sqlite3.Connection) -> set[Ref]:
         for sha in _shas(blob.encode())}
 
 
-def sync_derived_refs(conn: sqlite3.Connection, found: set[Ref], now_ms: int, *, full: bool) -> int:
+def sync_derived_refs(conn: sqlite3.Connection, found: set[Ref], now_ms: int, *, full: bool,
+                      incomplete: Iterable[str] = ()) -> int:
     """Record the derived references of blobs this host knows (a reference to an already evicted blob is
-    recorded marked); with ``full``, derived references no longer found (and not marked) are dropped."""
+    recorded marked); with ``full``, derived references no longer found (and not marked) are dropped,
+    except those of the ``incomplete`` sessions (their scan could not read them whole: :class:`Scan`)."""
     sessions = {r[0] for r in conn.execute("SELECT id FROM sessions")}
     states = dict(conn.execute("SELECT sha256, deletion_state FROM attachment_blobs").fetchall())
     keep = {r for r in found if r[1] in sessions and r[0] in states}
+    unread = set(incomplete)
     if full:
         for sha, sid, mid, origin in conn.execute(
                 "SELECT sha256, session_id, message_id, origin FROM attachment_refs "
                 "WHERE origin != 'client' AND evicted_at IS NULL").fetchall():
-            if (sha, sid, mid, origin) not in keep:
+            if (sha, sid, mid, origin) not in keep and sid not in unread:
                 conn.execute("DELETE FROM attachment_refs WHERE sha256 = ? AND session_id = ? AND message_id IS ? "
                              "AND origin = ?", (sha, sid, mid, origin))
     added = 0
@@ -851,13 +893,14 @@ def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
     faults = files.faults
     present = set(files.blob_names())
     scan = scan_references(sessions_dir) if sessions_dir is not None else None
+    unread_active = scan is not None and active_session_id in scan.incomplete
 
     def step1(conn: sqlite3.Connection) -> _Marked:
         spared: dict[str, int] = {}
         found: set[Ref] = set()
         if scan is not None:
             found = scan.refs | queue_references(conn)
-            sync_derived_refs(conn, found, now_ms, full=True)
+            sync_derived_refs(conn, found, now_ms, full=True, incomplete=scan.incomplete)
             # marks an earlier GC left (cut short before its bytes went): the active session's stay
             spared = _spare(conn, sorted({r[0] for r in found if r[1] == active_session_id} & present))
         limit = budget if budget is not None else budget_bytes(conn)
@@ -873,14 +916,20 @@ def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
             sizes = {sha: int(size) for sha, size in conn.execute(
                 "SELECT sha256, size_bytes FROM attachment_blobs WHERE deletion_state = 'live'")}
             swept: list[str] = []
-            if scan is not None:  # nothing references them any more: gone whatever the budget
+            # nothing references them any more: gone whatever the budget. Not when a session's files could
+            # not be read whole: it may reference any blob (the next GC that reads them whole sweeps)
+            if scan is not None and not scan.incomplete:
                 swept = plan_unreferenced(conn, found, now_ms, grace if grace is not None else grace_ms(conn))
                 mark_for_eviction(conn, swept, now_ms)
-            victims = plan_eviction(conn, limit, active_session_id)
-            mark_for_eviction(conn, victims, now_ms)
+            victims: list[str] = []
+            if not unread_active:  # the active session's blobs are never evicted: unknown, none is
+                victims = plan_eviction(conn, limit, active_session_id)
+                mark_for_eviction(conn, victims, now_ms)
             answer = {"evicted": victims, "unreferencedEvicted": swept,
                       "freedBytes": sum(sizes[s] for s in [*swept, *victims]),
                       "orphansRemoved": len(orphans), "estimate": estimate(conn, limit).to_wire()}
+            if scan is not None and scan.incomplete:
+                answer["scanIncomplete"] = sorted(scan.incomplete)
             if receipt is not None:
                 _record_pending_gc(conn, receipt, answer, now_ms)
         return _Marked(answer, pending_evictions(conn), orphans)
@@ -890,17 +939,22 @@ def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
     if scan is not None and step.marked:
         late = scan_references(sessions_dir, since=scan) if sessions_dir is not None else Scan()
         active_late = {r[0] for r in late.refs if r[1] == active_session_id}
+        if active_session_id in late.incomplete:  # what the active session came to reference is unknown
+            active_late |= set(step.answer["evicted"])
 
         def step1b(conn: sqlite3.Connection) -> _Marked:
             late_refs = late.refs | queue_references(conn)
             sync_derived_refs(conn, late_refs, now_ms, full=False)
             # a blob swept as unreferenced that something came to reference meanwhile (any session) stays too
             swept = set(step.answer.get("unreferencedEvicted", ()))
-            spared = sorted((active_late & set(step.marked)) | ({r[0] for r in late_refs} & swept))
-            if not spared:
+            held = swept if late.incomplete else {r[0] for r in late_refs} & swept  # unknown: any of them
+            spared = sorted((active_late & set(step.marked)) | held)
+            if not spared and not late.incomplete:
                 return step
             # an append into the active session that landed after the scan, before the marks: its blobs stay
             answer = _without(conn, step.answer, _spare(conn, spared))
+            if late.incomplete:
+                answer["scanIncomplete"] = sorted({*answer.get("scanIncomplete", ()), *late.incomplete})
             if receipt is not None:
                 _record_pending_gc(conn, receipt, answer, now_ms)
             return _Marked(answer, pending_evictions(conn), step.orphans)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -24,6 +25,8 @@ from store.errors import InvalidInput, NotFound, PayloadTooLarge
 from store.faults import Faults
 from store.indexing import index
 from store.receipts import ReceiptKey
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -141,10 +144,18 @@ async def gc(ctx: HostContext, p: m.AttachmentsGcParams, key: ReceiptKey | None)
         # the answer as the marking transaction recorded it (a retry after a crash answers the same)
         out = {k: result[k] for k in ("evicted", "freedBytes", "orphansRemoved", "estimate")}
         out["unreferencedEvicted"] = result.get("unreferencedEvicted", [])  # absent: an older build's pending GC
+        if result.get("scanIncomplete"):  # sessions whose files could not be read whole: nothing swept
+            out["scanIncomplete"] = result["scanIncomplete"]
         return ctx.with_receipt(lambda _conn: out)(conn)
 
     async with blobs.lock:
-        return await blobs.run(lambda: attachments.collect(blobs.files, write, budget=None,
-                                                           active_session_id=p.active_session_id,
-                                                           finalize=finalize, sessions_dir=sessions_dir,
-                                                           now_ms=now, receipt=key))
+        answer = await blobs.run(lambda: attachments.collect(blobs.files, write, budget=None,
+                                                             active_session_id=p.active_session_id,
+                                                             finalize=finalize, sessions_dir=sessions_dir,
+                                                             now_ms=now, receipt=key))
+    if isinstance(answer, dict) and answer.get("scanIncomplete"):
+        logger.warning("attachments.gc: the files of %d session(s) could not be read whole (an over-long or "
+                       "damaged line, an unreadable file): no unreferenced blob was swept; sessions: %s",
+                       len(answer["scanIncomplete"]), ", ".join(answer["scanIncomplete"]),
+                       extra={"sessionIds": answer["scanIncomplete"]})
+    return answer

@@ -90,7 +90,8 @@ def bounded_lines(fd: int, start: int, size: int, *, limit: int = MAX_LINE_BYTES
     tail. A line over ``limit`` (its newline not counted; :data:`MAX_LINE_BYTES` for every JSONL file the
     host keeps) is yielded as ``b""`` (a bad line, with its own offset and end) without being held whole:
     memory stays under ``limit`` plus two chunks whatever the file holds. The boot scan of a transcript
-    (``store/indexing/reconcile.py``) and the revisions file's reader (``store/revisions.py``) read so."""
+    (``store/indexing/reconcile.py``), the revisions file's reader (``store/revisions.py``) and the attachment
+    GC's reference scan (``store/attachments.py``) read so."""
     pos = start
     carry = b""
     skipping: int | None = None  # the offset of the over-long line being skipped

@@ -244,6 +244,7 @@ class AttachmentsGcResult(TypedDict):
     freedBytes: int
     orphansRemoved: int
     estimate: AttachmentsEstimate
+    scanIncomplete: NotRequired[list[str] | None]
 
 
 class AttachmentsGetParams(TypedDict):

@@ -326,6 +326,8 @@ export interface AttachmentsGcResult {
   /** Blob files without an index row (crash leftovers). */
   orphansRemoved: number;
   estimate: AttachmentsEstimate;
+  /** Present when not empty: the sessions whose files the reference scan could not read whole (a line over the 64 MiB line limit, a damaged line, an unreadable file). Such a session may reference any blob: this GC swept nothing unreferenced (unreferencedEvicted is empty), kept their recorded references, and evicted nothing over budget when one of them is the active session. */
+  scanIncomplete?: string[] | null;
 }
 
 export interface AttachmentsGetParams {
