@@ -313,8 +313,11 @@ ERROR_MEANINGS: dict[str, str] = {
                 "acknowledged *before* the failure (its line or file and directory were fsynced, its receipt "
                 "committed) is still answered from its receipt, with the answer the restart gives; the failed "
                 "write's own retry, a receipt restored from the session's files since the failure, and every new "
-                "write are refused until the restart; any other I/O error fails this call only (a failed write is "
-                "rolled back).",
+                "write are refused until the restart. A failed fsync of a directory after another file was created, "
+                "replaced or removed (a secret's, the plugin registry, a plugin's assets) fails that call, and its "
+                "retry (the same `submissionId`, or the same request) is answered only once a new fsync of that "
+                "directory succeeds (until then this code again); any other I/O error fails this call only (a "
+                "failed write is rolled back).",
     "RESOURCE_EXHAUSTED": "The host ran out of file descriptors for this request; nothing changed. Retry shortly.",
     "CORRUPT_DATA": "Durable data failed validation (digest mismatch, unreadable record; `data.reason: "
                     "\"index_corrupt\"`: the index database went corrupt while the host runs; `pi-host serve` then "

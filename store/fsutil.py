@@ -13,6 +13,7 @@ import os
 import re
 import secrets
 import stat
+import threading
 
 from store.errors import Conflict, NotDurable, classify_os_error
 from store.faults import NO_FAULTS, Faults
@@ -21,6 +22,7 @@ __all__ = [
     "TEMP_MARKER",
     "is_temp_name",
     "NotRegularFile",
+    "OwedSyncs",
     "atomic_write",
     "fsync_dir",
     "published_fsync_dir",
@@ -51,15 +53,57 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def published_fsync_dir(directory: str | os.PathLike[str], published: str | os.PathLike[str]) -> None:
+class OwedSyncs:
+    """The directories of one store whose fsync failed after a file in them was published or removed: that
+    change is in place, its durability unknown, and a retry that finds it there (nothing left to write)
+    must not be acknowledged on it. The store calls :meth:`pay` before anything it answers: each owed
+    directory is fsynced again (a fresh fsync of the directory, which covers every entry in it), and one
+    that fails again is :class:`~store.errors.NotDurable` (``IO_ERROR``) and stays owed. A later write's
+    own successful directory fsync pays its directory as well. Memory only: the next boot trusts the disk
+    (RELIABILITY rule 7). One per store (the object that serializes its writers), never module-level;
+    thread-safe (stores run in worker threads)."""
+
+    def __init__(self) -> None:
+        self._owed: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def owe(self, directory: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+        """``directory``'s fsync failed after ``path`` in it was published or removed."""
+        with self._lock:
+            self._owed[os.fspath(directory)] = os.fspath(path)
+
+    def paid(self, directory: str | os.PathLike[str]) -> None:
+        """An fsync of ``directory`` succeeded."""
+        with self._lock:
+            self._owed.pop(os.fspath(directory), None)
+
+    def owed(self) -> list[str]:
+        with self._lock:
+            return sorted(self._owed)
+
+    def pay(self) -> None:
+        """Fsync every owed directory; the first that fails raises :class:`~store.errors.NotDurable`."""
+        with self._lock:
+            owed = sorted(self._owed.items())
+        for directory, path in owed:
+            published_fsync_dir(directory, path, owed=self)
+
+
+def published_fsync_dir(directory: str | os.PathLike[str], published: str | os.PathLike[str],
+                        *, owed: OwedSyncs | None = None) -> None:
     """:func:`fsync_dir` after ``published`` appeared in ``directory`` (a rename, a link, a create): its
-    failure is :class:`~store.errors.NotDurable` (the effect is there, its durability unknown)."""
+    failure is :class:`~store.errors.NotDurable` (the effect is there, its durability unknown), and
+    ``owed`` records that the directory's fsync is owed (its success: paid)."""
     try:
         fsync_dir(directory)
     except OSError as exc:
+        if owed is not None:
+            owed.owe(directory, published)
         raise NotDurable(f"fsync of the directory of {os.fspath(published)} failed ({exc.strerror or exc}); "
                          "the file is in place but may not survive a power cut",
                          data={"path": os.fspath(published), "errno": exc.errno}) from exc
+    if owed is not None:
+        owed.paid(directory)
 
 
 class NotRegularFile(OSError):
@@ -102,6 +146,7 @@ def atomic_write(
     faults: Faults = NO_FAULTS,
     point_prefix: str = "rewrite",
     exclusive: bool = False,
+    owed: OwedSyncs | None = None,
 ) -> None:
     """Replace ``path`` with ``data``: the file is wholly old or wholly new, never a mix.
 
@@ -113,7 +158,8 @@ def atomic_write(
     ``os.replace`` → fsync the directory. On an ``OSError`` the temp file is
     removed and :class:`~store.errors.StorageFull` / :class:`~store.errors.IOFailure`
     is raised; a failed directory fsync (the new file already in place) is
-    :class:`~store.errors.NotDurable`. Any other exception (an injected crash) leaves the temp file for
+    :class:`~store.errors.NotDurable` (``owed``, when given, then records the directory: see
+    :class:`OwedSyncs`). Any other exception (an injected crash) leaves the temp file for
     :func:`sweep_temp_files`, exactly as a real crash would.
     """
     target = os.fspath(path)
@@ -143,7 +189,7 @@ def atomic_write(
             renamed = True
         faults.point(f"{point_prefix}.after_rename")
         faults.point(f"{point_prefix}.before_dirsync")
-        published_fsync_dir(directory, target)
+        published_fsync_dir(directory, target, owed=owed)
     except OSError as exc:
         if not renamed:
             _unlink_quietly(tmp)
@@ -178,15 +224,24 @@ def sweep_temp_files(directory: str | os.PathLike[str]) -> list[str]:
     return removed
 
 
-def remove_file_durable(path: str | os.PathLike[str]) -> bool:
-    """Unlink ``path`` and fsync its directory. Returns False if it did not exist."""
+def remove_file_durable(path: str | os.PathLike[str], *, owed: OwedSyncs | None = None) -> bool:
+    """Unlink ``path`` and fsync its directory. Returns False if it did not exist. A failed fsync (the
+    file gone, its removal's durability unknown) raises as any I/O error does; ``owed`` records it."""
     target = os.fspath(path)
     try:
         try:
             os.unlink(target)
         except FileNotFoundError:
             return False
-        fsync_dir(_parent(target))
+        directory = _parent(target)
+        try:
+            fsync_dir(directory)
+        except OSError:
+            if owed is not None:
+                owed.owe(directory, target)
+            raise
+        if owed is not None:
+            owed.paid(directory)
     except OSError as exc:
         raise classify_os_error(exc, f"remove {target}") from exc
     return True

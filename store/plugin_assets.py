@@ -41,7 +41,7 @@ import orjson
 
 from store.errors import CorruptData, InvalidInput, NotFound, PayloadTooLarge
 from store.faults import NO_FAULTS, Faults
-from store.fsutil import atomic_write, remove_file_durable
+from store.fsutil import OwedSyncs, atomic_write, remove_file_durable
 from store.rules import (
     MAX_PLUGIN_ASSET_BYTES,
     MAX_PLUGIN_ASSETS,
@@ -171,7 +171,7 @@ def read_bundle(directory: Path, plugin_id: str) -> dict[str, Any] | None:
 
 
 def write_bundle(directory: Path, plugin_id: str, assets: Sequence[Asset], now_ms: int,
-                 faults: Faults = NO_FAULTS) -> bool:
+                 faults: Faults = NO_FAULTS, owed: OwedSyncs | None = None) -> bool:
     """Install ``assets`` (replacing the whole set; an empty set removes the file). False: already installed."""
     try:
         old = read_bundle(directory, plugin_id)
@@ -180,11 +180,11 @@ def write_bundle(directory: Path, plugin_id: str, assets: Sequence[Asset], now_m
     if old is not None and old["assets"] == list(assets):
         return False  # the same set, byte for byte (bytes changed on disk are rewritten)
     if not assets:
-        return remove_bundle(directory, plugin_id)
+        return remove_bundle(directory, plugin_id, owed)
     target = bundle_path(directory, plugin_id)
     target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     doc = {"version": BUNDLE_VERSION, "pluginId": plugin_id, "installedAt": now_ms, "assets": list(assets)}
-    atomic_write(target, orjson.dumps(doc), faults=faults, point_prefix="plugins.assets")
+    atomic_write(target, orjson.dumps(doc), faults=faults, point_prefix="plugins.assets", owed=owed)
     return True
 
 
@@ -193,8 +193,8 @@ def has_bundle(directory: Path, plugin_id: str) -> bool:
     return os.path.lexists(bundle_path(directory, plugin_id))
 
 
-def remove_bundle(directory: Path, plugin_id: str) -> bool:
-    return remove_file_durable(bundle_path(directory, plugin_id))
+def remove_bundle(directory: Path, plugin_id: str, owed: OwedSyncs | None = None) -> bool:
+    return remove_file_durable(bundle_path(directory, plugin_id), owed=owed)
 
 
 def read_asset(directory: Path, plugin_id: str, asset_path: str) -> Asset:

@@ -48,7 +48,7 @@ from store import receipts
 from store.config.settings import delete_namespace
 from store.errors import CorruptData, InvalidInput
 from store.faults import NO_FAULTS, Faults
-from store.fsutil import atomic_write, remove_file_durable
+from store.fsutil import OwedSyncs, atomic_write, remove_file_durable
 from store.rules import PLUGIN_ID_RE
 from store.safe_open import read_json_file
 
@@ -132,10 +132,11 @@ def without_entry(doc: dict[str, Any], plugin_id: str) -> tuple[dict[str, Any], 
     return {**doc, "plugins": plugins}, removed
 
 
-def write_registry(directory: Path, doc: dict[str, Any], faults: Faults = NO_FAULTS) -> None:
+def write_registry(directory: Path, doc: dict[str, Any], faults: Faults = NO_FAULTS,
+                   owed: OwedSyncs | None = None) -> None:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     atomic_write(directory / REGISTRY_FILE, orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS),
-                 faults=faults, point_prefix="plugins.registry")
+                 faults=faults, point_prefix="plugins.registry", owed=owed)
 
 
 # -- the uninstall intent: what an uninstall removes, durable before its first file step -----------------
@@ -176,14 +177,15 @@ def uninstall_intent_path(directory: Path, plugin_id: str) -> Path:
     return directory / f"uninstall-{validate_plugin_id(plugin_id).encode().hex()}.intent"
 
 
-def write_uninstall_intent(directory: Path, intent: UninstallIntent, faults: Faults = NO_FAULTS) -> None:
+def write_uninstall_intent(directory: Path, intent: UninstallIntent, faults: Faults = NO_FAULTS,
+                           owed: OwedSyncs | None = None) -> None:
     """Replace the intent whole (temp, fsync, rename, directory fsync)."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     body = {"type": "plugin_uninstall", "pluginId": intent.plugin_id,
             "registryEntryRemoved": intent.registry_entry_removed, "assetsRemoved": intent.assets_removed,
             "receipts": list(intent.receipt_records)}
     atomic_write(uninstall_intent_path(directory, intent.plugin_id), orjson.dumps(body) + b"\n", faults=faults,
-                 point_prefix="plugins.uninstall.intent")
+                 point_prefix="plugins.uninstall.intent", owed=owed)
 
 
 def read_uninstall_intent(directory: Path, plugin_id: str) -> UninstallIntent | None:
@@ -198,8 +200,8 @@ def read_uninstall_intent(directory: Path, plugin_id: str) -> UninstallIntent | 
     return UninstallIntent(plugin_id, entry, assets, kept)
 
 
-def drop_uninstall_intent(directory: Path, plugin_id: str) -> None:
-    remove_file_durable(uninstall_intent_path(directory, plugin_id))
+def drop_uninstall_intent(directory: Path, plugin_id: str, owed: OwedSyncs | None = None) -> None:
+    remove_file_durable(uninstall_intent_path(directory, plugin_id), owed=owed)
 
 
 def uninstall_finished(conn: sqlite3.Connection, intent: UninstallIntent) -> bool:

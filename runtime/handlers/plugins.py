@@ -19,7 +19,11 @@ one rule for plugin-owned data:
 ``plugins/registry.json`` whole (temp file + rename), serialized by the
 registry's lock; each write is idempotent by construction (the same request
 writes the same entry), so a retry after a crash between the file and the
-receipt's transaction repeats the file step harmlessly. ``plugins.uninstall``
+receipt's transaction repeats the file step harmlessly. A retry that finds the file already so writes
+nothing, so a directory fsync that failed after the first try's file was published (or removed) is
+owed (``PluginRegistry.owed``): it is paid, fsynced again, before the registry is read for the next
+change, and while it fails the call is ``IO_ERROR`` (never answered on a file of unknown durability).
+``plugins.uninstall``
 then deletes ``kv(plugin:<id>)`` in one statement and releases the plugin's
 provider rows to the user, in one transaction with its receipt. What its file
 steps removed (the entry, the assets) cannot be read back from the files by a
@@ -45,6 +49,7 @@ from store import plugins as plugin_store
 from store import receipts
 from store.errors import InvalidInput, NotFound, PermissionDenied
 from store.faults import NO_FAULTS, Faults
+from store.fsutil import OwedSyncs
 from store.plugins import UninstallIntent
 from store.receipts import ReceiptKey
 
@@ -81,6 +86,10 @@ class PluginRegistry:
         self.directory = directory
         self.lock = trio.Lock()
         self._thread = trio.CapacityLimiter(1)
+        self.owed = OwedSyncs()
+        """A directory fsync (the registry's, the intents', the assets') that failed after its file was
+        published or removed: paid before the next change is read, so a retry that finds the first try's
+        files in place (nothing to write) is not answered on them unless that fsync succeeded since."""
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._thread)
@@ -94,10 +103,11 @@ class PluginRegistry:
     async def change_locked(self, edit: Callable[[dict[str, Any]], tuple[dict[str, Any], Any]],
                             faults: Faults = NO_FAULTS) -> Any:
         """:meth:`change` for a caller that holds the lock."""
+        await self.run(self.owed.pay)
         doc = await self.run(plugin_store.read_registry, self.directory)
         new, report = edit(doc)
         if new != doc:
-            await self.run(plugin_store.write_registry, self.directory, new, faults)
+            await self.run(plugin_store.write_registry, self.directory, new, faults, self.owed)
         return report
 
 
@@ -130,8 +140,9 @@ async def register(ctx: HostContext, p: m.PluginsRegisterParams, key: ReceiptKey
     out: dict[str, Any] = {"plugin": {**entry, "id": p.plugin_id}}
     if assets is not None:  # the install's assets, replaced whole (idempotent: a retry writes the same file)
         async with registry.lock:
+            await registry.run(registry.owed.pay)
             await registry.run(asset_store.write_bundle, registry.directory, p.plugin_id, assets, now,
-                               ctx.services.faults)
+                               ctx.services.faults, registry.owed)
         out["assets"] = asset_store.asset_metas(assets)
     return await ctx.commit(lambda conn: out)
 
@@ -192,7 +203,8 @@ async def _begin_uninstall(ctx: HostContext, registry: PluginRegistry, plugin_id
     intent = (earlier or UninstallIntent(plugin_id)).found(entry=plugin_id in doc["plugins"], assets=assets) \
         .with_receipt(record)
     if intent.receipt_records and intent != earlier and (intent.registry_entry_removed or intent.assets_removed):
-        await registry.run(plugin_store.write_uninstall_intent, directory, intent, ctx.services.faults)
+        await registry.run(plugin_store.write_uninstall_intent, directory, intent, ctx.services.faults,
+                           registry.owed)
     return intent
 
 
@@ -202,7 +214,7 @@ async def uninstall(ctx: HostContext, p: m.PluginsUninstallParams, key: ReceiptK
     async with registry.lock:  # one uninstall (or register) at a time, from its intent to its commit
         intent = await _begin_uninstall(ctx, registry, plugin_id, key)
         await registry.change_locked(lambda doc: plugin_store.without_entry(doc, plugin_id), ctx.services.faults)
-        await registry.run(asset_store.remove_bundle, registry.directory, plugin_id)
+        await registry.run(asset_store.remove_bundle, registry.directory, plugin_id, registry.owed)
         now = ctx.now()
 
         def effect(conn: Any) -> Any:
@@ -212,7 +224,7 @@ async def uninstall(ctx: HostContext, p: m.PluginsUninstallParams, key: ReceiptK
 
         result = await ctx.commit(effect)
         # this one's, or one a kill right after its commit left (the uninstall that wrote it is over)
-        await registry.run(plugin_store.drop_uninstall_intent, registry.directory, plugin_id)
+        await registry.run(plugin_store.drop_uninstall_intent, registry.directory, plugin_id, registry.owed)
     if result["settingsRemoved"]:
         ctx.publish("settings.changed", {"ns": plugin_store.plugin_namespace(plugin_id),
                                          "keys": result["settingsRemoved"]})

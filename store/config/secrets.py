@@ -67,6 +67,10 @@ bit, is **refused** (``CorruptData`` with ``reason: insecure_key_file``),
 never silently fixed: a key that others could read may have leaked, and the
 user should decide (``chmod 600`` it, or rotate the secrets).
 
+A directory fsync that failed after a file was published or removed (the call answered ``IO_ERROR``)
+is owed (:attr:`SecretStore.owed`): ``set``/``delete`` fsync the directory again before anything else,
+since their retry may find its effect in place and answer from it without writing.
+
 Synchronous; callers run it in a worker thread and serialize writers.
 """
 
@@ -90,7 +94,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from store.errors import CorruptData, InvalidInput, NotFound, PayloadTooLarge, classify_os_error
 from store.faults import NO_FAULTS, Faults
-from store.fsutil import TEMP_MARKER, atomic_write, fsync_dir, open_nofollow, remove_file_durable, write_all
+from store.fsutil import TEMP_MARKER, OwedSyncs, atomic_write, fsync_dir, open_nofollow, remove_file_durable, write_all
 from store.receipts import ReceiptKey, file_record
 
 __all__ = [
@@ -268,9 +272,13 @@ def decode_file(key: bytes, ref: str, blob: bytes) -> StoredSecret:
 class SecretStore:
     """The ``secrets/`` directory: machine key + one encrypted file per ref."""
 
-    def __init__(self, directory: str | os.PathLike[str], *, faults: Faults = NO_FAULTS) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *, faults: Faults = NO_FAULTS,
+                 owed: OwedSyncs | None = None) -> None:
         self.directory = Path(directory)
         self.faults = faults
+        self.owed = owed if owed is not None else OwedSyncs()
+        """A directory fsync that failed after a file was published or removed: :meth:`put` and
+        :meth:`remove` pay it before anything else (a retry may find its effect there and write nothing)."""
         self._key: bytes | None = None
 
     # -- key ---------------------------------------------------------------
@@ -459,11 +467,11 @@ class SecretStore:
         before the file goes, so the writes it carried outlive it."""
         entries = entries[-MAX_HISTORY:]
         if not entries:
-            remove_file_durable(self.receipts_path(ref))
+            remove_file_durable(self.receipts_path(ref), owed=self.owed)
             return
         body = RECEIPTS_MAGIC + len(entries).to_bytes(2, "big") + _encode_entries(entries)
         atomic_write(self.receipts_path(ref), body + self._receipts_mac(ref, body), faults=self.faults,
-                     point_prefix="secrets.receipts")
+                     point_prefix="secrets.receipts", owed=self.owed)
 
     def _set_aside(self, src: Path, now_ms: int, *, keep_link: bool = False) -> Path:
         """Move (or, ``keep_link``, hard-link) a tampered file to ``<ref's name>.tampered-...``."""
@@ -486,9 +494,10 @@ class SecretStore:
         if self._read_blob(validate_ref(ref)) == before:
             return
         if before is None:
-            remove_file_durable(self.path_for(ref))
+            remove_file_durable(self.path_for(ref), owed=self.owed)
         else:
-            atomic_write(self.path_for(ref), before, faults=self.faults, point_prefix="secrets.put_back")
+            atomic_write(self.path_for(ref), before, faults=self.faults, point_prefix="secrets.put_back",
+                         owed=self.owed)
 
     def set(self, ref: str, value: str, *, now_ms: int, receipt: ReceiptKey | None = None) -> int:
         """Encrypt and atomically (re)write ``ref``; returns the version answered (:meth:`put`)."""
@@ -509,6 +518,7 @@ class SecretStore:
         if len(value.encode("utf-8")) > MAX_VALUE_BYTES:
             raise PayloadTooLarge(f"secret value is larger than {MAX_VALUE_BYTES} bytes", data={"field": "value"})
         key = self.key()
+        self.owed.pay()  # a replay below answers what an earlier write left in place: only once it is durable
         mac = self.receipt_mac(receipt) if receipt is not None else NO_RECEIPT
         state = self._state(ref, now_ms)
         if receipt is not None:
@@ -521,7 +531,7 @@ class SecretStore:
         history = (state.history + ((state.own,) if state.own is not None else ()))[-MAX_HISTORY:]
         atomic_write(self.path_for(ref), encode_file(key, ref, version, value, receipt=mac, written_at=now_ms,
                                                      history=history),
-                     faults=self.faults, point_prefix="secrets.write")
+                     faults=self.faults, point_prefix="secrets.write", owed=self.owed)
         return SetOutcome(version, now_ms)
 
     def delete(self, ref: str, *, now_ms: int, receipt: ReceiptKey | None = None) -> bool:
@@ -542,12 +552,13 @@ class SecretStore:
         record's while there is no file) is a replay: what it answered is answered, nothing is done.
         """
         path = self.path_for(ref)
+        self.owed.pay()  # a replay below answers what an earlier delete left in place: only once it is durable
         state = self._state(ref, now_ms)
         carried = state.history + ((state.own,) if state.own is not None else ())
         if receipt is None:
             if state.present:
                 self._write_receipts(ref, carried)
-                remove_file_durable(path)
+                remove_file_durable(path, owed=self.owed)
             return DeleteOutcome(state.present or state.aside)
         mac = self.receipt_mac(receipt)
         earlier = _find(state.history, mac, DELETE)
@@ -555,15 +566,16 @@ class SecretStore:
             return DeleteOutcome(earlier.n == 1, replayed=True, present=state.present)
         trace = self._trace(ref, receipt)
         if os.path.lexists(trace):
-            remove_file_durable(path)
+            remove_file_durable(path, owed=self.owed)
             return DeleteOutcome(True)
         gone = state.present or state.aside
         self._write_receipts(ref, carried + (Written(mac, DELETE, int(gone or listed), now_ms),))
         if not gone:
             return DeleteOutcome(False)
-        atomic_write(trace, orjson.dumps(file_record(receipt)), faults=self.faults, point_prefix="secrets.trace")
+        atomic_write(trace, orjson.dumps(file_record(receipt)), faults=self.faults, point_prefix="secrets.trace",
+                     owed=self.owed)
         self.faults.point("secrets.delete.after_aside")
-        remove_file_durable(path)
+        remove_file_durable(path, owed=self.owed)
         return DeleteOutcome(True)
 
     def forget_delete(self, ref: str, receipt: ReceiptKey) -> None:
