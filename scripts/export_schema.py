@@ -304,20 +304,20 @@ ERROR_MEANINGS: dict[str, str] = {
     "TIMEOUT": "No reply in time; the effect may or may not have happened. Retry with the same `submissionId`.",
     "ACTOR_RESTARTED": "The actor handling the request crashed and was restarted. Retry with the same `submissionId`.",
     "STORAGE_FULL": "Disk full; nothing was acknowledged. Retry once space is freed.",
-    "IO_ERROR": "An I/O error (EIO). A failed fsync of a transcript marks that session's storage failed until "
-                "the host restarts (its appends, its transcript rewrites and revision saves, and its "
-                "`session.saveInflightMessage` checkpoints are then refused with this code); so does a failed "
-                "fsync of the sessions directory after a file of the session was created or replaced (the effect "
-                "is in place, its durability unknown: a retry with the same `submissionId` is refused too, and "
-                "answered after the restart). While the storage is failed, the retry of a write the session "
-                "acknowledged *before* the failure (its line or file and directory were fsynced, its receipt "
-                "committed) is still answered from its receipt, with the answer the restart gives; the failed "
-                "write's own retry, a receipt restored from the session's files since the failure, and every new "
-                "write are refused until the restart. A failed fsync of a directory after another file was created, "
-                "replaced or removed (a secret's, the plugin registry, a plugin's assets) fails that call, and its "
-                "retry (the same `submissionId`, or the same request) is answered only once a new fsync of that "
-                "directory succeeds (until then this code again); any other I/O error fails this call only (a "
-                "failed write is rolled back).",
+    "IO_ERROR": ("An I/O error (EIO). A failed fsync of a transcript marks that session's storage failed until the "
+                 "host restarts (its appends, its transcript rewrites and revision saves, and its "
+                 "`session.saveInflightMessage` checkpoints are then refused with this code); so does a failed fsync "
+                 "of the sessions directory after a file of the session was created or replaced (the effect is in "
+                 "place, its durability unknown: a retry with the same `submissionId` is refused too, and answered "
+                 "after the restart). While the storage is failed, the retry of a write the session acknowledged "
+                 "*before* the failure (its line or file and directory were fsynced, its receipt committed) is still "
+                 "answered from its receipt, with the answer the restart gives; the failed write's own retry, a "
+                 "receipt restored from the session's files since the failure, and every new write are refused until "
+                 "the restart. A failed fsync of a directory after another file was created, replaced or removed (a "
+                 "secret's, the plugin registry, a plugin's assets, an attachment's bytes) fails that call, and its "
+                 "retry (the same `submissionId`, or the same request) is answered only once a new fsync of that "
+                 "directory succeeds (until then this code again); any other I/O error fails this call only (a failed "
+                 "write is rolled back)."),
     "RESOURCE_EXHAUSTED": "The host ran out of file descriptors for this request; nothing changed. Retry shortly.",
     "CORRUPT_DATA": "Durable data failed validation (digest mismatch, unreadable record; `data.reason: "
                     "\"index_corrupt\"`: the index database went corrupt while the host runs; `pi-host serve` then "

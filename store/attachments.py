@@ -91,7 +91,7 @@ import orjson
 
 from store.errors import InvalidInput, NotFound, PayloadTooLarge, PermissionDenied, SessionNotFound, classify_os_error
 from store.faults import NO_FAULTS, Faults
-from store.fsutil import TEMP_MARKER, fsync_dir, open_nofollow, remove_file_durable, write_all
+from store.fsutil import TEMP_MARKER, OwedSyncs, fsync_dir, open_nofollow, remove_file_durable, write_all
 from store.receipts import ReceiptKey, conflict
 from store.safe_open import check_path, is_under, open_under
 from store.stamps import after_newest
@@ -159,6 +159,9 @@ class AttachmentFiles:
     def __init__(self, directory: str | os.PathLike[str], *, faults: Faults = NO_FAULTS) -> None:
         self.directory = Path(directory)
         self.faults = faults
+        self.owed = OwedSyncs()
+        """A directory fsync that failed after a blob was installed (the call failed): a retry finds the
+        blob present and writes nothing, so :meth:`put_bytes` and :meth:`import_file` pay it first."""
 
     def path(self, sha: str) -> Path:
         return self.directory / validate_sha(sha)
@@ -166,6 +169,7 @@ class AttachmentFiles:
     def put_bytes(self, data: bytes) -> tuple[str, int]:
         """Store ``data`` under its hash; a blob already present is not rewritten."""
         sha = hashlib.sha256(data).hexdigest()
+        self.owed.pay()  # NotDurable while it fails: a blob found present is answered only once durable
         if self._present(sha, len(data)):
             return sha, len(data)
         tmp, fd = self._temp()
@@ -192,6 +196,7 @@ class AttachmentFiles:
         read (a FIFO, a device or a directory is ``INVALID_PARAMS``), and it may
         not be larger than ``max_bytes`` (``PAYLOAD_TOO_LARGE``).
         """
+        self.owed.pay()  # as in put_bytes
         src = check_path(os.fspath(source))
         root_list = list(roots)
         excludes = list(exclude)
@@ -265,7 +270,12 @@ class AttachmentFiles:
 
     def _install(self, tmp: Path, sha: str) -> None:
         os.replace(tmp, self.path(sha))  # same content under the same name: replacing is harmless
-        fsync_dir(self.directory)
+        try:
+            fsync_dir(self.directory)
+        except OSError:
+            self.owed.owe(self.directory, self.path(sha))
+            raise
+        self.owed.paid(self.directory)
 
 
 def _unlink_quietly(path: Path) -> None:

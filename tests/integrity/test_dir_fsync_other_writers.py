@@ -1,11 +1,12 @@
 """The directory fsync after a file other than a session's was published (or removed) fails: the secret
-store, the plugin registry and asset bundles, config sync's bundles, plan artifacts. The call answers
+store, the plugin registry and asset bundles, attachment blobs, config sync's bundles, plan artifacts. The call answers
 IO_ERROR (its file in place, its durability unknown). Its retry (the same submissionId) must not be
 acknowledged unless a fsync of that directory succeeded after the failure: while the fsync keeps failing
 the retry answers IO_ERROR too; once it succeeds the retry answers, with one effect.
 
 Found by this test: a retry that found the first try's state already in place ("the same registration
-again: nothing to write", the delete recorded in the secret's ``.receipts``, the same asset set) wrote
+again: nothing to write", the delete recorded in the secret's ``.receipts``, the same asset set, a blob
+already present) wrote
 nothing, so nothing fsynced the directory, and answered success. The stores now remember the directory
 whose fsync is owed (``store.fsutil.OwedSyncs``) and fsync it before anything else they answer.
 Session files are ``test_dir_fsync_after_rename.py``'s (their storage fails until the restart)."""
@@ -120,13 +121,15 @@ CASES = {
     "secrets.delete": Case("secrets.delete", {"ref": "provider/acme"}, "secrets", skip=2, setup=_secret),
     "configSync.export": Case("configSync.export", {}, "config-sync", setup=_configured),
     "configSync.apply": Case("configSync.apply", {}, "config-sync", setup=_exported),
+    "attachments.put": Case("attachments.put", {"name": "a.txt", "mimeType": "text/plain",
+                                                "dataBase64": base64.b64encode(b"attached").decode()}, "attachments"),
     "plans.submit": Case("plans.submit", {"turnId": "t1", "toolCallId": "c1", "kind": "plan", "markdown": MARKDOWN,
                                           "title": "Split", "question": "Proceed?"}, "../ws/.pi/plan",
                          setup=_plan_session),
 }
 
 
-async def _state(c: HostClient, case: Case, params: dict[str, Any]) -> Any:
+async def _state(c: HostClient, root: Path, case: Case, params: dict[str, Any]) -> Any:
     """What the effect left, to compare with a run without faults."""
     if case.method.startswith("plugins."):
         plugins = (await c.call("plugins.list", {}))["plugins"]
@@ -143,6 +146,8 @@ async def _state(c: HostClient, case: Case, params: dict[str, Any]) -> Any:
         pending = (await c.call("plans.pending", {"sessionId": params["sessionId"]}))["pending"]
         files = sorted(os.listdir(Path(params["workspaceRoot"]) / ".pi" / "plan"))
         return len(pending), len(files)
+    if case.method.startswith("attachments."):
+        return sorted(os.listdir(root / "attachments"))
     return (await c.call("configSync.get", {}))["settings"]
 
 
@@ -163,7 +168,7 @@ async def _crash_free(root: Path, case: Case) -> tuple[Any, Any]:
     async with inprocess_host(root) as host, client_for(host, CLIENT, "ui") as c:
         params = {**case.params, **await case.setup(c, root), "submissionId": "sub-1"}
         answer = await c.call(case.method, params)
-        return _stable(answer), await _state(c, case, params)
+        return _stable(answer), await _state(c, root, case, params)
 
 
 def _failing(root: Path, case: Case, err: int) -> DirFsync:
@@ -199,4 +204,4 @@ async def test_a_retry_is_acknowledged_only_after_the_failed_directory_fsync_suc
         assert "ok" in faults.seen[failed_so_far:], "acknowledged with no directory fsync since the failure"
         assert await c.call(case.method, params) == answer  # its receipt: no second effect
         assert _stable(answer) == expected
-        assert await _state(c, case, params) == expected_state
+        assert await _state(c, root, case, params) == expected_state
