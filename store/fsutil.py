@@ -86,6 +86,9 @@ class OwedSyncs:
         with self._lock:
             owed = sorted(self._owed.items())
         for directory, path in owed:
+            if not os.path.isdir(directory):
+                self.paid(directory)  # gone with what it held: nothing left to make durable
+                continue
             published_fsync_dir(directory, path, owed=self)
 
 

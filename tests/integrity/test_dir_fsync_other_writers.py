@@ -1,15 +1,15 @@
 """The directory fsync after a file other than a session's was published (or removed) fails: the secret
-store, the plugin registry and asset bundles, attachment blobs, config sync's bundles, plan artifacts. The call answers
-IO_ERROR (its file in place, its durability unknown). Its retry (the same submissionId) must not be
-acknowledged unless a fsync of that directory succeeded after the failure: while the fsync keeps failing
-the retry answers IO_ERROR too; once it succeeds the retry answers, with one effect.
+store, the plugin registry and asset bundles, attachment blobs, config sync's bundles, plan artifacts.
+The call answers IO_ERROR (its file in place, its durability unknown). Its retry (the same submissionId)
+must not be acknowledged unless a fsync of that directory succeeded after the failure: while the fsync
+keeps failing the retry answers an error too; once it succeeds the retry answers, with one effect.
 
 Found by this test: a retry that found the first try's state already in place ("the same registration
 again: nothing to write", the delete recorded in the secret's ``.receipts``, the same asset set, a blob
-already present) wrote
-nothing, so nothing fsynced the directory, and answered success. The stores now remember the directory
-whose fsync is owed (``store.fsutil.OwedSyncs``) and fsync it before anything else they answer.
-Session files are ``test_dir_fsync_after_rename.py``'s (their storage fails until the restart)."""
+already present) wrote nothing, so nothing fsynced the directory, and answered success. The stores now
+remember the directory whose fsync is owed (``store.fsutil.OwedSyncs``) and fsync it before anything
+else they answer. Session files are ``test_dir_fsync_after_rename.py``'s (their storage fails until the
+restart)."""
 
 from __future__ import annotations
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from store.errors import IOFailure, StorageFull
+from store.errors import IOFailure, NotDurable, StorageFull
 from store.faults import Faults, InjectedFault
 from store.fsutil import (
+    OwedSyncs,
     atomic_write,
     fsync_dir,
     open_nofollow,
@@ -186,3 +187,54 @@ def test_fsync_dir_and_write_all(tmp_path: Path) -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+def _dir_fsync_fails(monkeypatch: pytest.MonkeyPatch, directory: Path, err: int) -> list[str]:
+    """Every fsync of ``directory`` fails with ``err`` until the list returned gets ``"stop"``."""
+    real, seen = os.fsync, []
+
+    def fsync(fd: int) -> None:
+        if "stop" not in seen and stat.S_ISDIR(os.fstat(fd).st_mode) \
+                and os.readlink(f"/proc/self/fd/{fd}") == str(directory):
+            seen.append("failed")
+            raise OSError(err, os.strerror(err))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return seen
+
+
+@pytest.mark.parametrize("err", [errno.EIO, errno.ENOSPC])
+def test_a_failed_directory_fsync_is_owed_until_one_succeeds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, err: int) -> None:
+    owed = OwedSyncs()
+    target, gone = tmp_path / "f", tmp_path / "g"
+    gone.write_bytes(b"x")
+    seen = _dir_fsync_fails(monkeypatch, tmp_path, err)
+    with pytest.raises(NotDurable) as published:  # in place, durability unknown: IO_ERROR even for ENOSPC
+        atomic_write(target, NEW, owed=owed)
+    assert published.value.code == "IO_ERROR" and target.read_bytes() == NEW
+    with pytest.raises(StorageFull if err == errno.ENOSPC else IOFailure):  # an unlink's: as documented
+        remove_file_durable(gone, owed=owed)
+    assert not gone.exists() and owed.owed() == [str(tmp_path)]
+    with pytest.raises(NotDurable):
+        owed.pay()
+    assert owed.owed() == [str(tmp_path)]  # still owed
+    seen.append("stop")
+    owed.pay()
+    assert owed.owed() == []
+    owed.pay()  # nothing owed: nothing to do
+
+
+def test_a_later_write_pays_its_directory_and_a_vanished_one_is_dropped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    owed = OwedSyncs()
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    owed.owe(tmp_path, tmp_path / "a")
+    owed.owe(sub, sub / "b")
+    atomic_write(tmp_path / "c", OLD, owed=owed)  # its own directory fsync covers every entry
+    assert owed.owed() == [str(sub)]
+    sub.rmdir()
+    owed.pay()
+    assert owed.owed() == []
