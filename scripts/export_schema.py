@@ -314,10 +314,10 @@ ERROR_MEANINGS: dict[str, str] = {
                  "answered from its receipt, with the answer the restart gives; the failed write's own retry, a "
                  "receipt restored from the session's files since the failure, and every new write are refused until "
                  "the restart. A failed fsync of a directory after another file was created, replaced or removed (a "
-                 "secret's, the plugin registry, a plugin's assets, an attachment's bytes) fails that call, and its "
-                 "retry (the same `submissionId`, or the same request) is answered only once a new fsync of that "
-                 "directory succeeds (until then this code again); any other I/O error fails this call only (a failed "
-                 "write is rolled back)."),
+                 "secret's, the plugin registry, a plugin's assets, an attachment's bytes) fails that call, and that "
+                 "store's later writes (a retry with the same `submissionId` too) are refused with this code until the"
+                 " host restarts (the effect is in place, its durability unknown; after the restart the retry is "
+                 "answered once); any other I/O error fails this call only (a failed write is rolled back)."),
     "RESOURCE_EXHAUSTED": "The host ran out of file descriptors for this request; nothing changed. Retry shortly.",
     "CORRUPT_DATA": "Durable data failed validation (digest mismatch, unreadable record; `data.reason: "
                     "\"index_corrupt\"`: the index database went corrupt while the host runs; `pi-host serve` then "

@@ -161,7 +161,8 @@ class AttachmentFiles:
         self.faults = faults
         self.owed = OwedSyncs()
         """A directory fsync that failed after a blob was installed (the call failed): a retry finds the
-        blob present and writes nothing, so :meth:`put_bytes` and :meth:`import_file` pay it first."""
+        blob present and writes nothing, so :meth:`put_bytes` and :meth:`import_file` are refused until the
+        restart (``OwedSyncs``: RELIABILITY rule 7)."""
 
     def path(self, sha: str) -> Path:
         return self.directory / validate_sha(sha)
@@ -169,7 +170,7 @@ class AttachmentFiles:
     def put_bytes(self, data: bytes) -> tuple[str, int]:
         """Store ``data`` under its hash; a blob already present is not rewritten."""
         sha = hashlib.sha256(data).hexdigest()
-        self.owed.pay()  # NotDurable while it fails: a blob found present is answered only once durable
+        self.owed.pay()  # NotDurable after a failed fsync here, until the restart: never answered on it
         if self._present(sha, len(data)):
             return sha, len(data)
         tmp, fd = self._temp()
@@ -275,7 +276,6 @@ class AttachmentFiles:
         except OSError:
             self.owed.owe(self.directory, self.path(sha))
             raise
-        self.owed.paid(self.directory)
 
 
 def _unlink_quietly(path: Path) -> None:

@@ -56,12 +56,13 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
 class OwedSyncs:
     """The directories of one store whose fsync failed after a file in them was published or removed: that
     change is in place, its durability unknown, and a retry that finds it there (nothing left to write)
-    must not be acknowledged on it. The store calls :meth:`pay` before anything it answers: each owed
-    directory is fsynced again (a fresh fsync of the directory, which covers every entry in it), and one
-    that fails again is :class:`~store.errors.NotDurable` (``IO_ERROR``) and stays owed. A later write's
-    own successful directory fsync pays its directory as well. Memory only: the next boot trusts the disk
-    (RELIABILITY rule 7). One per store (the object that serializes its writers), never module-level;
-    thread-safe (stores run in worker threads)."""
+    must not be acknowledged on it. RELIABILITY rule 7 (an fsync error is fatal for what it covered; never
+    retry-then-ack: a later fsync that succeeds proves nothing, the kernel may have dropped the failed
+    writeback): the store calls :meth:`pay` before anything it answers, and while a directory is owed
+    :meth:`pay` raises :class:`~store.errors.NotDurable` (``IO_ERROR``) without trying again, for the rest
+    of the process. Memory only: the next boot trusts the disk. A directory that no longer exists is
+    dropped (what it held went with it). One per store (the object that serializes its writers), never
+    module-level; thread-safe (stores run in worker threads)."""
 
     def __init__(self) -> None:
         self._owed: dict[str, str] = {}
@@ -70,33 +71,30 @@ class OwedSyncs:
     def owe(self, directory: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
         """``directory``'s fsync failed after ``path`` in it was published or removed."""
         with self._lock:
-            self._owed[os.fspath(directory)] = os.fspath(path)
-
-    def paid(self, directory: str | os.PathLike[str]) -> None:
-        """An fsync of ``directory`` succeeded."""
-        with self._lock:
-            self._owed.pop(os.fspath(directory), None)
+            self._owed.setdefault(os.fspath(directory), os.fspath(path))
 
     def owed(self) -> list[str]:
         with self._lock:
             return sorted(self._owed)
 
     def pay(self) -> None:
-        """Fsync every owed directory; the first that fails raises :class:`~store.errors.NotDurable`."""
+        """:class:`~store.errors.NotDurable` while a directory is owed (until the host restarts)."""
         with self._lock:
+            for directory in [d for d in self._owed if not os.path.isdir(d)]:
+                del self._owed[directory]  # gone with what it held: nothing left to make durable
             owed = sorted(self._owed.items())
-        for directory, path in owed:
-            if not os.path.isdir(directory):
-                self.paid(directory)  # gone with what it held: nothing left to make durable
-                continue
-            published_fsync_dir(directory, path, owed=self)
+        if owed:
+            directory, path = owed[0]
+            raise NotDurable(f"an fsync of the directory of {path} failed earlier in this run: writes there are "
+                             "refused until the host restarts (the change is in place, its durability unknown)",
+                             data={"path": path})
 
 
 def published_fsync_dir(directory: str | os.PathLike[str], published: str | os.PathLike[str],
                         *, owed: OwedSyncs | None = None) -> None:
     """:func:`fsync_dir` after ``published`` appeared in ``directory`` (a rename, a link, a create): its
     failure is :class:`~store.errors.NotDurable` (the effect is there, its durability unknown), and
-    ``owed`` records that the directory's fsync is owed (its success: paid)."""
+    ``owed`` records that the directory's fsync is owed (:class:`OwedSyncs`)."""
     try:
         fsync_dir(directory)
     except OSError as exc:
@@ -105,8 +103,6 @@ def published_fsync_dir(directory: str | os.PathLike[str], published: str | os.P
         raise NotDurable(f"fsync of the directory of {os.fspath(published)} failed ({exc.strerror or exc}); "
                          "the file is in place but may not survive a power cut",
                          data={"path": os.fspath(published), "errno": exc.errno}) from exc
-    if owed is not None:
-        owed.paid(directory)
 
 
 class NotRegularFile(OSError):
@@ -243,8 +239,6 @@ def remove_file_durable(path: str | os.PathLike[str], *, owed: OwedSyncs | None 
             if owed is not None:
                 owed.owe(directory, target)
             raise
-        if owed is not None:
-            owed.paid(directory)
     except OSError as exc:
         raise classify_os_error(exc, f"remove {target}") from exc
     return True

@@ -21,8 +21,8 @@ registry's lock; each write is idempotent by construction (the same request
 writes the same entry), so a retry after a crash between the file and the
 receipt's transaction repeats the file step harmlessly. A retry that finds the file already so writes
 nothing, so a directory fsync that failed after the first try's file was published (or removed) is
-owed (``PluginRegistry.owed``): it is paid, fsynced again, before the registry is read for the next
-change, and while it fails the call is ``IO_ERROR`` (never answered on a file of unknown durability).
+owed (``PluginRegistry.owed``): every later change is ``IO_ERROR`` until the host restarts (RELIABILITY
+rule 7: never retry-then-ack; never answered on a file of unknown durability; the next boot trusts the disk).
 ``plugins.uninstall``
 then deletes ``kv(plugin:<id>)`` in one statement and releases the plugin's
 provider rows to the user, in one transaction with its receipt. What its file
@@ -88,8 +88,8 @@ class PluginRegistry:
         self._thread = trio.CapacityLimiter(1)
         self.owed = OwedSyncs()
         """A directory fsync (the registry's, the intents', the assets') that failed after its file was
-        published or removed: paid before the next change is read, so a retry that finds the first try's
-        files in place (nothing to write) is not answered on them unless that fsync succeeded since."""
+        published or removed: the next change is refused (``IO_ERROR``) until the host restarts, so a retry
+        that finds the first try's files in place (nothing to write) is never answered on them."""
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._thread)

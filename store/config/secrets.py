@@ -68,8 +68,8 @@ never silently fixed: a key that others could read may have leaked, and the
 user should decide (``chmod 600`` it, or rotate the secrets).
 
 A directory fsync that failed after a file was published or removed (the call answered ``IO_ERROR``)
-is owed (:attr:`SecretStore.owed`): ``set``/``delete`` fsync the directory again before anything else,
-since their retry may find its effect in place and answer from it without writing.
+is owed (:attr:`SecretStore.owed`): ``set``/``delete`` are refused (``IO_ERROR``) until the host restarts,
+since their retry may find its effect in place and answer from it without writing (RELIABILITY rule 7).
 
 Synchronous; callers run it in a worker thread and serialize writers.
 """
@@ -278,7 +278,7 @@ class SecretStore:
         self.faults = faults
         self.owed = owed if owed is not None else OwedSyncs()
         """A directory fsync that failed after a file was published or removed: :meth:`put` and
-        :meth:`remove` pay it before anything else (a retry may find its effect there and write nothing)."""
+        :meth:`remove` are refused until the restart (a retry may find its effect there and write nothing)."""
         self._key: bytes | None = None
 
     # -- key ---------------------------------------------------------------
@@ -518,7 +518,7 @@ class SecretStore:
         if len(value.encode("utf-8")) > MAX_VALUE_BYTES:
             raise PayloadTooLarge(f"secret value is larger than {MAX_VALUE_BYTES} bytes", data={"field": "value"})
         key = self.key()
-        self.owed.pay()  # a replay below answers what an earlier write left in place: only once it is durable
+        self.owed.pay()  # a replay below answers what an earlier write left in place: never on an owed fsync
         mac = self.receipt_mac(receipt) if receipt is not None else NO_RECEIPT
         state = self._state(ref, now_ms)
         if receipt is not None:
@@ -552,7 +552,7 @@ class SecretStore:
         record's while there is no file) is a replay: what it answered is answered, nothing is done.
         """
         path = self.path_for(ref)
-        self.owed.pay()  # a replay below answers what an earlier delete left in place: only once it is durable
+        self.owed.pay()  # a replay below answers what an earlier delete left in place: never on an owed fsync
         state = self._state(ref, now_ms)
         carried = state.history + ((state.own,) if state.own is not None else ())
         if receipt is None:
