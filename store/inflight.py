@@ -1,8 +1,12 @@
 """In-flight checkpoints (seed 003 §2.1, D299/D327) and their boot promotion.
 
 ``sessions/<id>.inflight.json`` holds the assistant reply currently streaming
-in a session as one ``{schema, sessionId, turnId, savedAt, message}`` object,
-replaced atomically (temp + fsync + rename + dirsync) on every save. It is
+in a session as one ``{schema, sessionId, turnId, savedAt, message, crc32}`` object,
+replaced atomically (temp + fsync + rename + dirsync) on every save. ``crc32``
+(RELIABILITY rule 9) is the CRC-32 of the file's bytes before it, closed with
+``}``: a checkpoint whose bytes changed on disk and still parse (a flipped bit
+in the reply's text) is quarantined, never promoted as the reply; a file
+without it (written before it existed) is read as before. It is
 transient: the final row's append removes it, a completed/error turn end
 removes it once its id is indexed as a settled row, and the boot sweep
 promotes a leftover whose final row never landed. Synchronous, no trio.
@@ -25,7 +29,9 @@ live stream.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,13 +88,29 @@ def has_visible_content(message: Mapping[str, Any]) -> bool:
     return False
 
 
+_CRC_TAIL = re.compile(rb',"crc32":(\d{1,10})\}[ \t\r\n]*\Z')
+"""How :func:`encode` ends a checkpoint: the CRC-32 of every byte before ``,"crc32"``, with ``}`` after."""
+
+
 def encode(session_id: str, turn_id: str, saved_at_ms: int, message: Mapping[str, Any]) -> bytes:
     body = {"schema": SCHEMA, "sessionId": session_id, "turnId": turn_id, "savedAt": saved_at_ms,
             "message": dict(message)}
     try:
-        return orjson.dumps(body)
+        data = orjson.dumps(body)
     except TypeError as exc:
         raise CorruptData(f"checkpoint cannot be encoded: {exc}") from None
+    return data[:-1] + b',"crc32":%d}' % zlib.crc32(data)
+
+
+def _check_crc(path: str | os.PathLike[str], data: bytes, body: Mapping[str, Any]) -> None:
+    """``CorruptData`` when the checkpoint carries a CRC its bytes do not match (or one not where
+    :func:`encode` puts it); a checkpoint without one (an earlier build's) passes."""
+    if "crc32" not in body:
+        return
+    tail = _CRC_TAIL.search(data)
+    if tail is None or zlib.crc32(data[:tail.start()] + b"}") != int(tail.group(1)):
+        raise CorruptData(f"checkpoint {os.fspath(path)} does not match its CRC-32: its bytes changed on disk",
+                          data={"reason": "checksum_mismatch"})
 
 
 def write_checkpoint(
@@ -118,6 +140,7 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint | None:
         body = loads_line(data)
     except ValueError as exc:
         raise CorruptData(f"checkpoint {os.fspath(path)} is not a JSON object: {exc}") from None
+    _check_crc(path, data, body)
     msg = body.get("message")
     if (body.get("schema") != SCHEMA or not isinstance(msg, dict) or not isinstance(msg.get("id"), str)
             or not isinstance(body.get("sessionId"), str) or not isinstance(body.get("turnId"), str)):

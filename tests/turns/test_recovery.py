@@ -262,3 +262,34 @@ def test_kill9_during_running_turn(tmp_path):
     finally:
         proc.terminate()
         _close_pipes(proc)
+
+
+async def test_a_checkpoint_whose_bytes_changed_and_still_parse_is_quarantined_not_promoted(tmp_path):
+    """RELIABILITY rule 9: a checkpoint carries a CRC and boot promotes only a valid one. Before, a byte
+    changed on disk in the reply's text (still JSON) was promoted as the reply: "the reply so far" came
+    back as "the reply so fbr", acknowledged by nobody. Now it is quarantined (kept, never deleted)."""
+    with trio.fail_after(60):
+        sid = await prepare(tmp_path, end_status="completed")
+        body = ckpt(tmp_path, sid).read_bytes()
+        assert body.count(b"so far") == 1 and b'"crc32":' in body
+        ckpt(tmp_path, sid).write_bytes(body.replace(b"so far", b"so fbr"))
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            inflight = (await c.call("host.status", {}))["boot"]["inflight"]
+            assert inflight["promoted"] == 0 and len(inflight["quarantined"]) == 1
+            ids = [m["id"] for m in (await c.call("session.get", {"sessionId": sid}))["messages"]]
+            assert ids == ["u1"]
+        (kept,) = os.listdir(tmp_path / "quarantine")
+        assert kept.startswith(f"{sid}.inflight.json") and b"so fbr" in (tmp_path / "quarantine" / kept).read_bytes()
+
+
+async def test_a_checkpoint_an_earlier_build_wrote_without_a_crc_is_still_promoted(tmp_path):
+    """A file written before the CRC (schema 1, no ``crc32``) is read as before."""
+    with trio.fail_after(60):
+        sid = await prepare(tmp_path, end_status="completed")
+        body = json.loads(ckpt(tmp_path, sid).read_bytes())
+        del body["crc32"]
+        ckpt(tmp_path, sid).write_bytes(json.dumps(body).encode())
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            assert (await c.call("host.status", {}))["boot"]["inflight"]["promoted"] == 1
+            got = (await c.call("session.get", {"sessionId": sid}))["messages"]
+            assert [m["id"] for m in got] == ["u1", "a1"] and got[1]["blocks"][0]["text"] == "the reply so far"
