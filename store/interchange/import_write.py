@@ -127,7 +127,7 @@ __all__ = [
     "valid_answer",
 ]
 
-IMPORT_RULES = 13
+IMPORT_RULES = 14
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -163,7 +163,10 @@ every branch live); a re-import of a rewound file hides such a copy an earlier i
 line that writes an earlier line's ``uuid`` again saying something else (same ``type``, main transcript) is that
 message too, the last line written at the first one's place (Claude Code's loader keeps a map by uuid: the last line
 set); it was a second message ``<uuid>@<offset>`` after the rest, and a rewound file holding one imported every
-branch live. A re-import hides such a copy an earlier import made."""
+branch live. A re-import hides such a copy an earlier import made. 14 = Claude Code: so is such a line of an
+inline sidechain (1.x), of a subagent file (Claude Code loads an agent's file by the same map by uuid) and of a main
+transcript imported in file order past a bound of its tree (too many records or branches) or with an untrusted
+tree; each was still a second message ``<uuid>@<offset>``. A re-import hides such a copy an earlier import made."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

@@ -47,8 +47,13 @@ One JSON object per line. What becomes what:
   ``type``) is one message too, the last line written at the first one's place: Claude Code's loader
   keeps a map by uuid, so the last line set is the entry it shows, with that line's parent (``Jm`` in
   2.0.76's ``cli.js``, the transcript loader of 2.1.3xx likewise); the other lines are counted as
-  skipped (``rewritten uuid``). Inline sidechain lines and subagent files keep each such line as a
-  message of its own (``<uuid>@<offset>``), as do lines of other types under one uuid.
+  skipped (``rewritten uuid``). So it is for an inline sidechain line (the same map holds them), for a
+  line of a subagent file (Claude Code loads an agent's file by the same loader: ``getAgentTranscript``,
+  and writes it without dropping uuids it wrote before: a resumed agent records its transcript again),
+  and for a main transcript imported in file order (past a bound of its tree, or with an untrusted tree:
+  the loader keys a large file's lines by uuid too). Lines of other types under one uuid (hand-made
+  data) keep each line as a message of its own (``<uuid>@<offset>``); past :data:`MAX_TREE_RECORDS`
+  uuids of a file, or :data:`MAX_REPEATED_IDS` such uuids, a line is not followed (as before).
 * ``summary`` / ``custom-title`` / ``ai-title`` lines name the session;
   snapshots, hook progress, queue operations, the request and cost records of
   2.1.3xx (``api-request*``, ``cost-state``, ``tools-used``) and the other
@@ -316,11 +321,15 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     scanned = _scan_tree(files[0], ctx.limits) if files else None
     split = scanned if isinstance(scanned, _Split) else None
     rewritten = scanned.rewritten if isinstance(scanned, _Split | _OneBranch) else {}
+    not_split = scanned if isinstance(scanned, str) else scanned.not_split if isinstance(scanned, _OneBranch) else None
+    sub_rewritten = {path: found for path in files[1:] if (found := _scan_rewrites(path, ctx.limits))}
+    """Each subagent file's uuids written again saying something else (Claude Code loads an agent's file as it
+    loads the main transcript: a map by uuid, the last line set)."""
 
     def primary() -> Iterator[Slot]:
         conv = _FileConverter(ctx, meta, report, shared, sid, files[0], primary=True, rewritten=rewritten)
-        if isinstance(scanned, str):
-            conv.file.skipped[f"branches(not split: {scanned})"] += 1
+        if not_split is not None:
+            conv.file.skipped[f"branches(not split: {not_split})"] += 1
         yield from conv.run(split.live_select if split is not None else None)
         if not shared.recognized:
             if conv.file.lines == conv.file.blank_lines:
@@ -344,7 +353,8 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     def subagent(path: Path) -> Iterator[Slot]:
         at = task_line(path) if split is not None else None
         off = split is not None and at is not None and at in split.skip  # its Task call was rewound
-        yield from _FileConverter(ctx, meta, report, shared, sid, path, primary=False).run(_none if off else None)
+        conv = _FileConverter(ctx, meta, report, shared, sid, path, primary=False, rewritten=sub_rewritten.get(path))
+        yield from conv.run(_none if off else None)
 
     def records() -> Iterator[Slot]:
         if not files:
@@ -353,7 +363,7 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
         subs = [(_first_time(path), path) for path in files[1:]]
         yield from merge_in_time(primary(), [(start, functools.partial(subagent, path)) for start, path in subs])
 
-    if split is None and not rewritten:
+    if split is None and not rewritten and not sub_rewritten:
         return Parsed(meta, report, finalize(records(), report, ctx.limits))
 
     live_ids: set[str] = set()
@@ -387,7 +397,8 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
             own = at is not None and at in lines.members and at in split.skip  # started on this branch's own part
             if at is not None and at not in lines.members:
                 return  # started on another branch (the live one after this one left it, or another abandoned one)
-            for slot in _FileConverter(ctx, bmeta, scratch, bshared, sid, path, primary=False).run():
+            for slot in _FileConverter(ctx, bmeta, scratch, bshared, sid, path, primary=False,
+                                       rewritten=sub_rewritten.get(path)).run():
                 if not own and (lines.cutoff is None or slot.record.get("createdAt", EPOCH_STAMP) >= lines.cutoff):
                     return
                 yield slot
@@ -453,6 +464,20 @@ def _says(rec: Mapping[str, Any]) -> bytes:
         return orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
     except (TypeError, orjson.JSONEncodeError):  # a value orjson cannot write again (e.g. a huge integer)
         return repr(fields).encode("utf-8", "surrogatepass")
+
+
+_SAME, _REWRITTEN, _OTHER_KIND = range(3)
+"""How a line relates to the line its uuid had before (:func:`_written_again`)."""
+
+
+def _written_again(path: Path, span: tuple[int, int], rec: Mapping[str, Any]) -> int:
+    """A line whose uuid an earlier line (at ``span`` of ``path``) has: :data:`_SAME` (it says the same, a message
+    written again), :data:`_REWRITTEN` (the same ``type`` saying something else: Claude Code's loader keeps the
+    last line set, a map by uuid) or :data:`_OTHER_KIND` (another type, hand-made data; or unreadable)."""
+    if _same_line(path, span, rec):
+        return _SAME
+    current = _read_record(path, *span)
+    return _REWRITTEN if current is not None and current.get("type") == rec.get("type") else _OTHER_KIND
 
 
 def _same_line(path: Path, span: tuple[int, int], rec: Mapping[str, Any]) -> bool:
@@ -578,7 +603,11 @@ class _Tree:
         self.rewritten: dict[int, tuple[int, int, int]] = {}
         """uuid digest -> (offset of its first line, offset and end of its last) for a uuid written again saying
         something else: Claude Code's loader keeps the last line of a uuid (a map by uuid), at the first one's
-        place; the node keeps the first line's offset and takes the last line's parent, kind and time."""
+        place; the node keeps the first line's offset and takes the last line's parent, kind and time. Inline
+        sidechain lines (:attr:`side`) are counted here too; so are the uuids of a tree that failed (past a
+        bound, or untrusted): the loader keeps its map by uuid whatever the file's size or shape."""
+        self.side = _Rewrites(path, limit, self.rewritten)
+        """The inline sidechain lines (Claude Code 1.x): no node of the tree, each uuid's first line."""
         self.complete = False
         """The whole file was read (:attr:`rewritten` names every such uuid)."""
         self.parents = array("q")
@@ -588,26 +617,29 @@ class _Tree:
         """Per node: 0 not placed yet, :data:`_LIVE`, :data:`_OFF` (on an abandoned branch)."""
 
     def add(self, rec: Mapping[str, Any], offset: int, end: int) -> None:
-        if self.failed is not None or rec.get("isSidechain") is True:
-            return
+        """One line. Once the tree failed (past a bound, untrusted) no node is added, but the uuids written again
+        among the lines it holds are still found (:attr:`rewritten`)."""
         uuid = rec.get("uuid")
         if not isinstance(uuid, str) or not uuid:
             return
         key = _digest(uuid)
+        if rec.get("isSidechain") is True:
+            if key not in self.index:
+                self.side.add(key, rec, offset, end)
+            return
         parent = rec.get("parentUuid")
         parent_key = _digest(parent) if isinstance(parent, str) and parent else 0
         if key in self.index:
             node = self.index[key]
             last = self.rewritten.get(key)
             span = (last[1], last[2]) if last else (self.offsets[node], self.ends[node])
-            if _same_line(self.path, span, rec):
+            again = _written_again(self.path, span, rec)
+            if again == _SAME:
                 return  # the same line written again: one node, as Claude Code keeps one message per uuid
-            current = _read_record(self.path, *span)
-            if current is None or current.get("type") != rec.get("type") or (
-                    last is None and len(self.rewritten) >= MAX_REPEATED_IDS):
+            if again == _OTHER_KIND or (last is None and len(self.rewritten) >= MAX_REPEATED_IDS):
                 # lines of other kinds under one uuid (hand-made data, a placeholder uuid) are no message
                 # written again; past the bound which one is on the branch is not known
-                self.failed = "duplicate uuid"
+                self.failed = self.failed or "duplicate uuid"
                 return
             self.rewritten[key] = (self.offsets[node], offset, end)  # the last line written is the message
             self.parent_keys[node] = parent_key
@@ -620,6 +652,8 @@ class _Tree:
             if self.kinds[node] == _BOUNDARY and not parent_key:
                 logical = rec.get("logicalParentUuid")
                 self.logical[node] = _digest(logical) if isinstance(logical, str) and logical else 0
+            return
+        if self.failed is not None:
             return
         if len(self.index) >= self.limit:
             self.failed = TOO_MANY[0]
@@ -739,14 +773,14 @@ def _scan_tree(path: Path, limits: ImportLimits) -> _Split | _OneBranch | str | 
     or one of :data:`TOO_MANY` when that is because of a bound. A file that is no Claude Code transcript, or
     cannot be read, has none (the conversion says why). The uuids written again saying something else
     (:attr:`_Tree.rewritten`, known once the whole file was read) ride on the split, or on a
-    :class:`_OneBranch` when the file has no other branch."""
+    :class:`_OneBranch` when the file has no other branch or is not split (in file order, past a bound)."""
     tree = _Tree(min(limits.max_tracked_ids, MAX_TREE_RECORDS), path)
     split = _split_tree(tree, path, limits)
     rewritten = tree.rewritten if tree.complete else {}
     if isinstance(split, _Split):
         split.rewritten = rewritten
-    elif split is None and rewritten:
-        return _OneBranch(rewritten)
+    elif rewritten:
+        return _OneBranch(rewritten, split)
     return split
 
 
@@ -756,10 +790,66 @@ Rewritten = Mapping[int, tuple[int, int, int]]
 
 @dataclass(frozen=True)
 class _OneBranch:
-    """A main transcript without abandoned branches whose uuids include some written again saying something
-    else (:attr:`_Tree.rewritten`)."""
+    """A main transcript imported in file order (no abandoned branch, or not split) whose uuids include some
+    written again saying something else (:attr:`_Tree.rewritten`)."""
 
     rewritten: Rewritten
+    not_split: str | None = None
+    """Why a file with branches imports in file order (one of :data:`TOO_MANY`); None: no other reason to say."""
+
+
+class _Rewrites:
+    """The uuids written again saying something else among lines that are no node of the main transcript's tree
+    (its inline sidechain lines, a subagent file's lines): the first line of each uuid (a few machine words, up
+    to ``limit`` uuids; past it a line is a message of its own, as before) and, in ``found``, the last line of
+    each uuid written again (:attr:`_Tree.rewritten`)."""
+
+    def __init__(self, path: Path, limit: int, found: dict[int, tuple[int, int, int]]) -> None:
+        self.path, self.limit, self.found = path, limit, found
+        self.index: dict[int, int] = {}
+        self.spans = array("q")
+        """Offset and end of each uuid's first line, two per uuid."""
+
+    def add(self, key: int, rec: Mapping[str, Any], offset: int, end: int) -> None:
+        at = self.index.get(key)
+        if at is None:
+            if len(self.index) < self.limit:
+                self.index[key] = len(self.spans)
+                self.spans.extend((offset, end))
+            return
+        first = self.spans[at]
+        last = self.found.get(key)
+        span = (last[1], last[2]) if last else (first, self.spans[at + 1])
+        if (_written_again(self.path, span, rec) == _REWRITTEN
+                and (last is not None or len(self.found) < MAX_REPEATED_IDS)):
+            self.found[key] = (first, offset, end)
+
+
+_MESSAGE_MARK = re.compile(rb'"type":"(?:user|assistant|system)"')
+"""Bytes every line Claude Code writes of a message holds (compact JSON; a quote inside a string is escaped, so no
+text says them): :func:`_scan_rewrites` parses no other line (attachments, the request records: most bytes of a
+2.1.3xx agent file; their uuid written again makes no message). A line written otherwise (spaced JSON, by hand)
+is not followed: each such line stays a message of its own, as before. On a 28.8 MB agent file the scan took
+85 ms of CPU parsing every line with a uuid, 52 ms so (reading its lines alone: 30 ms)."""
+
+
+def _scan_rewrites(path: Path, limits: ImportLimits) -> Rewritten:
+    """A subagent file's uuids written again saying something else (:class:`_Rewrites`): Claude Code loads an
+    agent's transcript as it loads the main one (``getAgentTranscript``: ``loadTranscriptFile``, a map by uuid),
+    so the last line set is the message. Empty when the file cannot be read (the conversion says why)."""
+    found: dict[int, tuple[int, int, int]] = {}
+    side = _Rewrites(path, min(limits.max_tracked_ids, MAX_TREE_RECORDS), found)
+    try:
+        for line in LineReader(path, max_line_bytes=limits.max_line_bytes, chunk=limits.read_chunk):
+            if line.data is None or not _MESSAGE_MARK.search(line.data) or b'"uuid"' not in line.data:
+                continue
+            rec = parse_object(line.data)
+            uuid = rec.get("uuid") if rec is not None else None
+            if rec is not None and isinstance(uuid, str) and uuid:
+                side.add(_digest(uuid), rec, line.offset, line.offset + line.length)
+    except OSError:
+        return {}
+    return found
 
 
 def _split_tree(tree: _Tree, path: Path, limits: ImportLimits) -> _Split | str | None:
@@ -779,10 +869,7 @@ def _split_tree(tree: _Tree, path: Path, limits: ImportLimits) -> _Split | str |
             if not recognized and parsed >= limits.recognize_within_lines:
                 return None
             tree.add(rec, line.offset, line.offset + line.length)
-            if tree.failed is not None:
-                break
-        else:
-            tree.complete = True
+        tree.complete = True  # a failed tree still finds the uuids written again (the loader's map by uuid)
         split = tree.split()
         if split is None:
             return tree.failed if tree.failed in TOO_MANY else None
