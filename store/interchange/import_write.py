@@ -127,7 +127,7 @@ __all__ = [
     "valid_answer",
 ]
 
-IMPORT_RULES = 14
+IMPORT_RULES = 15
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -166,7 +166,10 @@ set); it was a second message ``<uuid>@<offset>`` after the rest, and a rewound 
 branch live. A re-import hides such a copy an earlier import made. 14 = Claude Code: so is such a line of an
 inline sidechain (1.x), of a subagent file (Claude Code loads an agent's file by the same map by uuid) and of a main
 transcript imported in file order past a bound of its tree (too many records or branches) or with an untrusted
-tree; each was still a second message ``<uuid>@<offset>``. A re-import hides such a copy an earlier import made."""
+tree; each was still a second message ``<uuid>@<offset>``. A re-import hides such a copy an earlier import made.
+15 = Claude Code: a subagent file's line under the uuid of a main-transcript line (a forked agent's copy of the
+conversation it forked) is not converted: it took the main line's id and, written later, replaced it as a row of the
+subagent; a re-import gives the main transcript's line back."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

@@ -152,7 +152,7 @@ async def _input_tokens(c: Any, sid: str) -> int:
 
 def _flat(monkeypatch: pytest.MonkeyPatch) -> None:
     """The importer as it was before branches were split: every line in file order."""
-    monkeypatch.setattr(claude_code, "_scan_tree", lambda path, limits: None)
+    monkeypatch.setattr(claude_code, "_scan_tree", lambda path, limits, *found: None)
 
 
 def _parse(path: Path, limits: ImportLimits | None = None) -> Any:

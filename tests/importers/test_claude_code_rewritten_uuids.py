@@ -262,3 +262,75 @@ async def test_a_file_in_file_order_copy_imported_under_rules_13_is_hidden(
     with trio.fail_after(TIMEOUT):
         await _converges(tmp_path, monkeypatch, changed, session_id_for("claude-code", changed.stem),
                          str(json.loads(first)["uuid"]))
+
+
+# --------------------------------------------------------------------------- a forked agent's copy of the conversation
+
+
+def _forked(tmp: Path, name: str) -> tuple[Path, list[tuple[str, str]]]:
+    """A copy of the recorded subagent session whose subagent file starts with the main transcript's messages
+    before the Agent call, as a forked agent writes the conversation it forked (``runForkedAgent``:
+    ``recordSidechainTranscript(forkContextMessages + prompt)``; each line the main one's, with ``isSidechain``,
+    the agent's ``agentId`` and the chain threaded through them; the agent's own first line hangs off the last).
+    The genuine 2.1.39 ``agent-acompact`` sample starts so: lines of the parent conversation, their parents in
+    the parent session. The inherited lines' uuids and types."""
+    main, _ = _subagent(tmp, name, rewrite=None)
+    (agent,) = (main.with_suffix("") / "subagents").glob("agent-*.jsonl")
+    recs = [json.loads(ln) for ln in main.read_text().splitlines()]
+    call = next(i for i, r in enumerate(recs) if r.get("type") == "assistant")
+    forked, parent = [], None
+    for r in recs[:call]:
+        if r.get("type") in ("user", "assistant", "attachment"):
+            forked.append({**r, "parentUuid": parent, "isSidechain": True, "agentId": agent.stem[len("agent-"):]})
+            parent = r["uuid"]
+    own = agent.read_text().splitlines()
+    first = {**json.loads(own[0]), "parentUuid": parent}
+    agent.write_text("".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in forked)
+                     + json.dumps(first, ensure_ascii=False, separators=(",", ":")) + "\n"
+                     + "".join(ln + "\n" for ln in own[1:]))
+    return main, [(r["uuid"], r["type"]) for r in forked]
+
+
+def test_a_forked_agents_copy_of_the_conversation_leaves_the_main_transcripts_lines_as_they_are(
+        tmp_path: Path) -> None:
+    """The copy took the main line's id and, coming later, was its last line: the user's prompt became a row of
+    the subagent (``meta.agentName``). The session is what it is without the copy; the copy's lines are counted."""
+    plain, _ = _subagent(tmp_path, "plain", rewrite=None)
+    changed, uuids = _forked(tmp_path, "forked")
+    before, after = _parse(plain), _parse(changed)
+    assert [r["id"] for r in after.messages] == [r["id"] for r in before.messages]
+    assert after.messages == before.messages
+    said = [r for r in uuids if r[1] in ("user", "assistant")]  # an attachment line makes no message anyway
+    assert sum(f.skipped["inherited uuid"] for f in after.report.files) == len(said) > 0
+
+
+async def test_a_forked_agents_copy_imported_under_rules_14_gives_the_lines_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    changed, _ = _forked(tmp_path, "forked")
+    sid = session_id_for("claude-code", changed.stem)
+    root = changed.parent.parent
+    with trio.fail_after(TIMEOUT):
+        async with inprocess_host(tmp_path / "fresh") as host, client_for(host) as c:
+            await _import(c, root)
+            fresh = (await c.call("session.get", {"sessionId": sid, "full": True}))["messages"]
+        prompt = fresh[0]
+        assert prompt["role"] == "user" and "agentName" not in (prompt.get("meta") or {})
+        data = tmp_path / "data"
+        with monkeypatch.context() as m:
+            m.setattr(claude_code, "MAX_INHERITED_IDS", 0)  # the copy is converted: rules 14
+            m.setattr(import_write, "IMPORT_RULES", 14)
+            m.setattr(imports, "IMPORT_RULES", 14)
+            async with inprocess_host(data) as host, client_for(host) as c:
+                await _import(c, root)
+                before = (await c.call("session.get", {"sessionId": sid, "full": True}))["messages"]
+                assert before[0]["id"] == prompt["id"] and before[0]["meta"]["agentName"]  # the prompt, the agent's
+        async with inprocess_host(data) as host, client_for(host) as c:
+            again = await _import(c, root)
+            assert again["sessions"][0]["status"] == "updated" and again["newMessages"] == 0
+            shown = await _shown(c, sid)
+            assert shown == [(m["id"], "".join(b.get("text", "") for b in m["blocks"] if b.get("type") == "text"))
+                             for m in fresh]
+            window = (await c.call("session.get", {"sessionId": sid, "full": True}))["messages"]
+            assert [m.get("meta") for m in window] == [m.get("meta") for m in fresh]
+        async with inprocess_host(data) as host, client_for(host) as c:
+            assert (await _import(c, root))["counts"]["unchanged"] == 1

@@ -37,7 +37,10 @@ One JSON object per line. What becomes what:
   ``subagent_type``, else the agent id) and ``meta.parentToolCallId`` when the
   spawning ``Task`` call is known; inline sidechains of Claude Code 1.x
   (``isSidechain`` with ``parentUuid: null`` roots) are matched to the ``Task``
-  call whose ``prompt`` equals the root's text.
+  call whose ``prompt`` equals the root's text. A forked agent (a compaction, a side question, a fork
+  subagent) writes the conversation it forked at the head of its file under the main transcript's uuids;
+  those lines are the main transcript's, which the session shows as they are: the copies are counted
+  (``inherited uuid``), not converted (they took the main lines' ids and replaced them as subagent rows).
 * A ``user`` / ``assistant`` / ``system`` line that repeats an earlier line of the file word for word
   (its ``uuid``, parent and message; only its time may differ: a resume re-recording the chain, an
   echoed prompt, a retried write) is that message written again: Claude Code's loader keeps one entry
@@ -318,13 +321,16 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     shared = _Shared()
 
     files = unit.files[: ctx.limits.max_files_per_session]
-    scanned = _scan_tree(files[0], ctx.limits) if files else None
+    sub_uuids: set[int] = set()
+    sub_rewritten = {path: found for path in files[1:] if (found := _scan_rewrites(path, ctx.limits, sub_uuids))}
+    """Each subagent file's uuids written again saying something else (Claude Code loads an agent's file as it
+    loads the main transcript: a map by uuid, the last line set)."""
+    inherited: set[int] = set()
+    """The uuids of main-transcript lines that a subagent file writes too (:meth:`_FileConverter.inherited_line`)."""
+    scanned = _scan_tree(files[0], ctx.limits, sub_uuids, inherited) if files else None
     split = scanned if isinstance(scanned, _Split) else None
     rewritten = scanned.rewritten if isinstance(scanned, _Split | _OneBranch) else {}
     not_split = scanned if isinstance(scanned, str) else scanned.not_split if isinstance(scanned, _OneBranch) else None
-    sub_rewritten = {path: found for path in files[1:] if (found := _scan_rewrites(path, ctx.limits))}
-    """Each subagent file's uuids written again saying something else (Claude Code loads an agent's file as it
-    loads the main transcript: a map by uuid, the last line set)."""
 
     def primary() -> Iterator[Slot]:
         conv = _FileConverter(ctx, meta, report, shared, sid, files[0], primary=True, rewritten=rewritten)
@@ -353,7 +359,8 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     def subagent(path: Path) -> Iterator[Slot]:
         at = task_line(path) if split is not None else None
         off = split is not None and at is not None and at in split.skip  # its Task call was rewound
-        conv = _FileConverter(ctx, meta, report, shared, sid, path, primary=False, rewritten=sub_rewritten.get(path))
+        conv = _FileConverter(ctx, meta, report, shared, sid, path, primary=False, rewritten=sub_rewritten.get(path),
+                              inherited=inherited)
         yield from conv.run(_none if off else None)
 
     def records() -> Iterator[Slot]:
@@ -398,7 +405,7 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
             if at is not None and at not in lines.members:
                 return  # started on another branch (the live one after this one left it, or another abandoned one)
             for slot in _FileConverter(ctx, bmeta, scratch, bshared, sid, path, primary=False,
-                                       rewritten=sub_rewritten.get(path)).run():
+                                       rewritten=sub_rewritten.get(path), inherited=inherited).run():
                 if not own and (lines.cutoff is None or slot.record.get("createdAt", EPOCH_STAMP) >= lines.cutoff):
                     return
                 yield slot
@@ -429,6 +436,9 @@ MAX_TREE_RECORDS = 2_000_000
 bytes each, no text); a longer file imports in file order, every record live, as before branches were split."""
 MAX_REPEATED_IDS = 100_000
 """Ids of repeated-uuid lines one session remembers for the branch convergence (:attr:`_Shared.repeated_ids`)."""
+MAX_INHERITED_IDS = 2_000_000
+"""Uuids of the subagent files' message lines one session checks against its main transcript (a forked agent's
+copy of the conversation it forked: :meth:`_FileConverter.inherited_line`); past it a copy is converted as before."""
 MAX_BRANCHES = 1_000
 """Abandoned branches one file may hand over; past it the file imports in file order."""
 MAX_BRANCH_WORK = 5_000_000
@@ -587,9 +597,14 @@ class _Tree:
     Per line a few machine words (digests, offsets, kind), no text; :meth:`split` resolves the live branch
     and the abandoned ones (see the module docstring)."""
 
-    def __init__(self, limit: int, path: Path) -> None:
+    def __init__(self, limit: int, path: Path, wanted: Collection[int] = (),
+                 inherited: set[int] | None = None) -> None:
         self.limit = limit
         self.path = path
+        self.wanted = wanted
+        """The uuids of the subagent files' message lines (:func:`_scan_rewrites`)."""
+        self.inherited: set[int] = inherited if inherited is not None else set()
+        """Those of them a line of this file has (its sidechain lines aside): a forked agent's copy."""
         self.index: dict[int, int] = {}
         self.offsets = array("q")
         self.ends = array("q")
@@ -627,6 +642,8 @@ class _Tree:
             if key not in self.index:
                 self.side.add(key, rec, offset, end)
             return
+        if self.wanted and key in self.wanted:
+            self.inherited.add(key)
         parent = rec.get("parentUuid")
         parent_key = _digest(parent) if isinstance(parent, str) and parent else 0
         if key in self.index:
@@ -768,13 +785,15 @@ class _Tree:
                       [_Branch(i) for i in sorted(found)])
 
 
-def _scan_tree(path: Path, limits: ImportLimits) -> _Split | _OneBranch | str | None:
+def _scan_tree(path: Path, limits: ImportLimits, sub_uuids: Collection[int] = (),
+               inherited: set[int] | None = None) -> _Split | _OneBranch | str | None:
     """Pass 1 over the main transcript: its branches; None: it imports in file order (see :meth:`_Tree.split`),
     or one of :data:`TOO_MANY` when that is because of a bound. A file that is no Claude Code transcript, or
     cannot be read, has none (the conversion says why). The uuids written again saying something else
     (:attr:`_Tree.rewritten`, known once the whole file was read) ride on the split, or on a
-    :class:`_OneBranch` when the file has no other branch or is not split (in file order, past a bound)."""
-    tree = _Tree(min(limits.max_tracked_ids, MAX_TREE_RECORDS), path)
+    :class:`_OneBranch` when the file has no other branch or is not split (in file order, past a bound).
+    ``inherited`` receives those of ``sub_uuids`` (the subagent files' message uuids) a line of the file has."""
+    tree = _Tree(min(limits.max_tracked_ids, MAX_TREE_RECORDS), path, sub_uuids, inherited)
     split = _split_tree(tree, path, limits)
     rewritten = tree.rewritten if tree.complete else {}
     if isinstance(split, _Split):
@@ -833,10 +852,11 @@ is not followed: each such line stays a message of its own, as before. On a 28.8
 85 ms of CPU parsing every line with a uuid, 52 ms so (reading its lines alone: 30 ms)."""
 
 
-def _scan_rewrites(path: Path, limits: ImportLimits) -> Rewritten:
+def _scan_rewrites(path: Path, limits: ImportLimits, uuids: set[int]) -> Rewritten:
     """A subagent file's uuids written again saying something else (:class:`_Rewrites`): Claude Code loads an
     agent's transcript as it loads the main one (``getAgentTranscript``: ``loadTranscriptFile``, a map by uuid),
-    so the last line set is the message. Empty when the file cannot be read (the conversion says why)."""
+    so the last line set is the message. Empty when the file cannot be read (the conversion says why). The uuids
+    of its message lines go to ``uuids`` (up to :data:`MAX_INHERITED_IDS` in all)."""
     found: dict[int, tuple[int, int, int]] = {}
     side = _Rewrites(path, min(limits.max_tracked_ids, MAX_TREE_RECORDS), found)
     try:
@@ -849,6 +869,9 @@ def _scan_rewrites(path: Path, limits: ImportLimits) -> Rewritten:
                 side.add(_digest(uuid), rec, line.offset, line.offset + line.length)
     except OSError:
         return {}
+    room = MAX_INHERITED_IDS - len(uuids)
+    if room > 0:
+        uuids.update(side.index if len(side.index) <= room else list(side.index)[:room])
     return found
 
 
@@ -993,9 +1016,12 @@ def _learn_agents(path: Path, shared: _Shared, ctx: ParseContext) -> None:
 
 class _FileConverter:
     def __init__(self, ctx: ParseContext, meta: SessionMeta, report: SessionReport, shared: _Shared, sid: str,
-                 path: Path, *, primary: bool, rewritten: Rewritten | None = None) -> None:
+                 path: Path, *, primary: bool, rewritten: Rewritten | None = None,
+                 inherited: Collection[int] = ()) -> None:
         self.ctx, self.meta, self.report, self.shared, self.sid, self.path = ctx, meta, report, shared, sid, path
         self.primary = primary
+        self.inherited = inherited
+        """For a subagent file: the uuids of main-transcript lines it writes too (:meth:`inherited_line`)."""
         self.rewritten: Rewritten = rewritten or {}
         """The main transcript's uuids written again saying something else (:attr:`_Tree.rewritten`)."""
         self.file = FileReport(str(path))
@@ -1063,6 +1089,8 @@ class _FileConverter:
         self.file.record_types[kind if isinstance(kind, str) else "<no type>"] += 1
         if kind in KNOWN_TYPES:
             self.shared.recognized = True
+        if self.inherited and self.inherited_line(rec):
+            return
         if self.rewritten:
             last = self.last_written(dict(rec), span[0])  # a copy only in a file that has such a uuid
             if last is None:
@@ -1159,6 +1187,8 @@ class _FileConverter:
         self.file.record_types[kind_name] += 1
         if kind in KNOWN_TYPES:
             self.shared.recognized = True
+        if self.inherited and self.inherited_line(rec):
+            return
         if self.rewritten:
             last = self.last_written(rec, offset)
             if last is None:
@@ -1216,6 +1246,19 @@ class _FileConverter:
             return first is not None and _same_line(self.path, first, rec)
         if len(self.first_lines) < MAX_TREE_RECORDS:
             self.first_lines[key] = span
+        return False
+
+    def inherited_line(self, rec: Mapping[str, Any]) -> bool:
+        """A subagent file's line under the uuid of a main-transcript line: a forked agent (a compaction, a side
+        question, a fork subagent) writes the conversation it forked at the head of its file under the main
+        transcript's uuids (Claude Code writes an agent's lines without dropping uuids the session holds: its
+        fork-inherited parent messages share the main transcript's uuids). The session Claude Code shows
+        is the main transcript's line; the copy, which took its id (``<uuid>``) and replaced it with the agent's
+        attribution, is counted (``inherited uuid``), not converted."""
+        uuid = rec.get("uuid")
+        if isinstance(uuid, str) and uuid and _digest(uuid) in self.inherited:
+            self.file.skipped["inherited uuid"] += 1
+            return True
         return False
 
     def last_written(self, rec: dict[str, Any], offset: int) -> dict[str, Any] | None:
