@@ -31,6 +31,7 @@ from runtime.kernel.actor import Actor, Envelope, Fatal
 from runtime.kernel.threads import run_in_thread
 from store.faults import NO_FAULTS, Faults
 from store.indexing.appends import Written, follows, index_written, index_written_batch
+from store.indexing.backlog import Backlog
 from store.indexing.group_commit import GroupCommit, GroupStats, index_corrupt, is_corruption
 
 DbWriterStats = GroupStats
@@ -48,6 +49,9 @@ class DbOp:
     requests: int = 1
     sessions: frozenset[str] | None = None
     """May change any row (see ``Op.sessions``)."""
+    backlogs: tuple[Backlog, ...] = ()
+    """Sessions to catch up in bounded commits before the batch (a repair's, a catch-up's: their index may
+    trail their transcript far; ``GroupCommit.run``)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,14 @@ class IndexOp:
     def sessions(self) -> frozenset[str]:
         return frozenset((self.written.session_id,))
 
+    @property
+    def backlogs(self) -> tuple[Backlog, ...]:
+        """The bytes before its lines that the index misses (earlier ops that failed while the disk was
+        full...), caught up in bounded commits when they are many (``store.indexing.backlog.next_step``:
+        one indexed read when the mark stands at its lines, as it does but after a failure)."""
+        w = self.written
+        return (Backlog(w.session_id, w.path, self.now_ms, stop=w.start),)
+
 
 @dataclass(frozen=True)
 class _IndexBatch:
@@ -91,6 +103,10 @@ class _IndexBatch:
     @property
     def sessions(self) -> frozenset[str]:
         return frozenset(op.written.session_id for op in self.ops)
+
+    @property
+    def backlogs(self) -> tuple[Backlog, ...]:
+        return tuple(run[0].backlogs[0] for run in self.runs)
 
     @property
     def fn(self) -> Callable[[sqlite3.Connection], Any]:

@@ -49,6 +49,7 @@ from store import orphans, receipts
 from store.errors import IOFailure, NotDurable, SessionNotFound, StoreError, TranscriptChanged
 from store.faults import Faults
 from store.indexing import index
+from store.indexing.backlog import Backlog
 from store.indexing.reconcile import ReconcilePlan, apply_plan, forget_deleted, plan_reconcile
 from store.receipts import ReceiptKey
 from store.rules import READ_AHEAD_BYTES, READ_AHEAD_SECONDS
@@ -69,8 +70,11 @@ class DbHandle:
     def __init__(self, ask: Callable[[DbOp], Awaitable[Any]]) -> None:
         self._ask = ask
 
-    async def write(self, fn: Callable[[Any], Any], *, durable: bool = True, label: str = "") -> Any:
-        return await self._ask(DbOp(fn, durable=durable, label=label))
+    async def write(self, fn: Callable[[Any], Any], *, durable: bool = True, label: str = "",
+                    backlogs: tuple[Backlog, ...] = ()) -> Any:
+        """``backlogs``: sessions whose index may trail their transcript far, caught up in bounded commits
+        before the op's batch (``store.indexing.backlog``)."""
+        return await self._ask(DbOp(fn, durable=durable, label=label, backlogs=backlogs))
 
 
 SessionHandler = Callable[["SessionContext", Any, ReceiptKey | None], Awaitable[Any]]
@@ -626,15 +630,27 @@ class SessionActor(Actor):
             # from them now is doubtful (refused until the restart), whatever request it answers.
             failed = st.storage_failed is not None
 
+            path = paths.transcript
+            # a tail far past the mark is indexed in bounded commits first (store.indexing.backlog); this
+            # op then indexes what they left from the mark they moved (a tail plan from the old mark
+            # would index their lines twice). Not while the storage is failed: every receipt this catch-up
+            # restores must be seen by the one transaction below, to be doubted
+            backlogs = (Backlog(self.sid, path, now),) if plan.kind == "tail" and not failed else ()
+
             def apply(conn: Any) -> None:
                 before = receipts.keys_of_session(conn, self.sid) if failed else set()
-                apply_plan(conn, self.sid, plan, now_ms=now)
+                todo = plan
+                if backlogs:
+                    mark = index.index_mark(conn, self.sid)
+                    if mark is not None and mark != (indexed, epoch):
+                        todo = plan_reconcile(path, mark[0], mark[1])
+                apply_plan(conn, self.sid, todo, now_ms=now)
                 if replaced:
                     index.touch_session(conn, self.sid, now)
                 if failed:
                     self._doubt(receipts.keys_of_session(conn, self.sid) - before)
 
-            await self.deps.db.write(apply, durable=True)
+            await self.deps.db.write(apply, durable=True, backlogs=backlogs)
             row = await self.read(index.session_row, self.sid)
         st.file_len, st.epoch = (0, None) if plan.kind == "missing" else (plan.file_len, plan.epoch)
         st.row = row

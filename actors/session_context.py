@@ -33,7 +33,7 @@ from store.faults import Faults
 from store.indexing import appends as store_appends
 from store.indexing import index
 from store.indexing.appends import Written
-from store.indexing.reconcile import repair_session
+from store.indexing.backlog import Repair
 from store.jsonio import dumps_line
 from store.receipts import ReceiptKey, file_record
 from store.transcripts.records import ms_to_rfc3339
@@ -396,7 +396,7 @@ class SessionContext:
 
             def settled(result: outcome.Outcome[Any], seq: int = seq) -> None:
                 if isinstance(result, outcome.Error):
-                    log.fail(seq, sid, lambda conn: repair_session(conn, sid, path, now_ms=now))
+                    log.fail(seq, sid, Repair(sid, path, now))
                 else:
                     log.settle(seq)
 

@@ -44,6 +44,7 @@ from store.fence import (
     retention,
 )
 from store.fsutil import sweep_temp_files
+from store.indexing.backlog import Backlog, Steps, run_steps
 from store.indexing.cursors import renew_index_identity
 from store.indexing.database import (
     OpenReport,
@@ -57,7 +58,7 @@ from store.indexing.database import (
     sqlite_failure,
     transaction,
 )
-from store.indexing.index import index_marks, raise_project_id_floor, session_ids
+from store.indexing.index import index_mark, index_marks, raise_project_id_floor, session_ids
 from store.indexing.reconcile import TailScan, apply_plan, forget_deleted, forget_logged, plan_reconcile, verify_clean
 from store.indexing.salvage import SalvageReport, quarantined_main_file, salvage
 from store.indexing.salvage import clear_pending as clear_salvage
@@ -186,6 +187,16 @@ def _count_damage(sid: str, scan: TailScan | None, counts: dict[str, int], damag
                  "tornTailBytes": scan.torn_tail_bytes}
         damaged.append(entry)
         log.warning("transcript of %s has damaged lines (skipped)", sid, extra={"damage": entry})
+
+
+def _with_steps(scan: TailScan | None, steps: Steps) -> TailScan | None:
+    """The damage a catch-up's bounded commits skipped (``steps``) counted with the rest's scan."""
+    if not steps.bad_lines and not steps.unknown_lines:
+        return scan
+    out = scan if scan is not None else TailScan(start=0, end=0)
+    out.bad_lines[:0] = steps.bad_lines
+    out.unknown_lines += steps.unknown_lines
+    return out
 
 
 def _secrets_meta_step(conn: sqlite3.Connection, data_dir: DataDir, *, db_rebuilt: bool,
@@ -403,14 +414,20 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
         indexed_len, epoch = rows.get(sid, (0, None))
         try:
             path = data_dir.transcript(sid)
+            # a tail far past the mark: indexed in bounded commits first, the WAL checkpointed between them
+            # (store.indexing.backlog: not twice the index's size free on disk); the plan below is the rest
+            steps = run_steps(conn, Backlog(sid, path, now), faults=faults) if indexed_len else Steps()
+            if steps.commits:
+                indexed_len, epoch = index_mark(conn, sid) or (0, None)
             plan = plan_reconcile(path, indexed_len or 0, epoch)
-            if plan.kind == "clean" and sid in rows:
+            if plan.kind == "clean" and sid in rows and not steps.commits:
                 # "clean" from the mark alone is checked against the file: a mark moved over
                 # lines that were never indexed is found here and the session reindexed.
                 plan = verify_clean(conn, sid, path, plan)
                 reconciled["markBehindFile"] += int(plan.kind != "clean")
-            reconciled[plan.kind] += 1
-            _count_damage(sid, plan.scan, reconciled, damaged)
+            reconciled["tail" if steps.commits and plan.kind == "clean" else plan.kind] += 1
+            reconciled["indexedMessages"] += steps.messages
+            _count_damage(sid, _with_steps(plan.scan, steps), reconciled, damaged)
             if plan.kind == "clean" and sid in rows:
                 continue
             if plan.kind == "missing" and sid in rows and not rows[sid][0]:

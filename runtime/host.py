@@ -78,6 +78,7 @@ from runtime.version import VERSION
 from store.errors import StoreError
 from store.faults import Faults
 from store.fsutil import atomic_write, remove_file_durable
+from store.indexing.backlog import Repair
 from store.indexing.database import close_writer
 from store.interchange.native_pi_views import NativeCatalog
 from store.transcripts import windows
@@ -285,7 +286,8 @@ async def run_host(
                         db_path=data_dir.db_path).run)
                 db = DbHandle(lambda op: writer_ref.ask(op, timeout=config.ask_timeout))
                 # a failed deferred index op is repaired from its transcript before it counts as covered
-                nursery.start_soon(index_log.run_repairs, lambda fn: db.write(fn, durable=False, label="index"))
+                nursery.start_soon(index_log.run_repairs, lambda fn: db.write(
+                    fn, durable=False, label="index", backlogs=(fn.backlog,) if isinstance(fn, Repair) else ()))
                 scheduler_ref = await supervisor.start_child(
                     ChildSpec("scheduler", lambda: Scheduler(db=db, reads=reads, bus=bus, now_ms=now_ms,
                                                              faults=faults))

@@ -73,6 +73,10 @@ class GroupStats:
     upkeep_steps: int = 0
     upkeep_failures: int = 0
     upkeep_ms: float = 0.0
+    catch_up_commits: int = 0
+    """Bounded commits of a backlog catch-up (``store.indexing.backlog``), each its own transaction."""
+    catch_up_failures: int = 0
+    """Catch-ups stopped by an error (a full disk...): the batch's own transaction then tries the rest."""
     integrity_checks: int = 0
     """Tables the idle integrity sweep checked since start (``actors/integrity_sweep.py``)."""
     integrity_passes: int = 0
@@ -120,6 +124,24 @@ def _sessions_of(ops: Sequence[Op]) -> frozenset[str] | None:
             return None
         out |= mine
     return frozenset(out)
+
+
+class Backlog(Protocol):
+    """A session whose index may trail its transcript far (``store.indexing.backlog.Backlog``)."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    def catch_up(self, conn: sqlite3.Connection, *, commit: Callable[[], None] | None = None,
+                 faults: Faults = NO_FAULTS, on_commit: Callable[[Any], None] | None = None) -> object:
+        """Index it in bounded commits, each committed by ``commit()``."""
+
+
+def _backlogs(op: Op) -> Sequence[Backlog]:
+    """An op's ``backlogs`` (optional): sessions whose index may trail their transcript far (an index
+    op's, a repair's), caught up in bounded commits before the batch's transaction (:meth:`GroupCommit.run`)."""
+    found: Sequence[Backlog] = getattr(op, "backlogs", ())
+    return found
 
 
 class IndexCorrupt(sqlite3.DatabaseError):
@@ -223,13 +245,23 @@ class GroupCommit:
 
     def run(self, ops: Sequence[Op]) -> list[tuple[bool, Any]] | BaseException:
         """Every op in one transaction (a savepoint each), one commit. Per-op (ok, value or error),
-        or the error that failed the whole batch (nothing of it committed)."""
+        or the error that failed the whole batch (nothing of it committed). Before it, the ops'
+        backlogs (:func:`_backlogs`) are caught up in bounded commits of their own (:meth:`_catch_up`);
+        an op whose catch-up failed (a full disk) is not run: it answers that error, and never indexes
+        the whole backlog in the batch's one transaction instead (twice the index's size in the WAL)."""
         started = time.perf_counter()
-        self.stats.writes_begun += 1
         mode = self._force_sync or ("FULL" if any(op.durable for op in ops) else "NORMAL")
         try:
+            stopped: dict[int, Exception] = {}
+            for i, op in enumerate(ops):
+                for backlog in _backlogs(op):
+                    failure = self._catch_up(backlog)
+                    if failure is not None:
+                        stopped[i] = failure
+                        break
+            self.stats.writes_begun += 1
             self._use_synchronous(mode)
-            results = self._execute(ops)
+            results = self._execute(ops, stopped)
             self._faults.point("index.before_commit")
             self._commit(sessions=_sessions_of(ops))
             self._faults.point("index.after_commit")
@@ -277,6 +309,32 @@ class GroupCommit:
         return merged
 
     # -- internals -------------------------------------------------------------
+    def _catch_up(self, backlog: Backlog) -> Exception | None:
+        """A session far behind its transcript, indexed in bounded ``NORMAL`` commits (derived rows, the
+        receipts its lines carry with them) before the batch's own transaction, the WAL checkpointed
+        between them (``store.indexing.backlog``): the batch then finds its op's mark at (or near) its
+        lines. An error stops it with the slices before it committed, and is returned (a corrupt
+        database propagates)."""
+        st = self.stats
+        sessions = frozenset((backlog.session_id,))
+
+        def committed(_steps: object) -> None:
+            st.catch_up_commits += 1
+            st.writes_begun += 1  # the next slice's transaction (or the batch's)
+
+        st.writes_begun += 1
+        try:
+            self._use_synchronous(self._force_sync or "NORMAL")
+            backlog.catch_up(self._conn, commit=partial(self._commit, sessions=sessions), faults=self._faults,
+                             on_commit=committed)
+        except Exception as exc:  # noqa: BLE001 - the batch's own transaction answers
+            self._rollback_quietly()
+            if is_corruption(exc):
+                raise
+            st.catch_up_failures += 1
+            return exc
+        return None
+
     def _commit(self, *, visible: bool = True, sessions: frozenset[str] | None = None) -> None:
         """``visible``: the transaction may change what a read returns (``GroupStats.generation``);
         ``sessions``: only the rows of these sessions (``None``: any)."""
@@ -305,12 +363,16 @@ class GroupCommit:
         except sqlite3.Error:
             pass
 
-    def _execute(self, ops: Sequence[Op]) -> list[tuple[bool, Any]]:
-        """BEGIN and run every op under its own SAVEPOINT (no commit)."""
+    def _execute(self, ops: Sequence[Op], stopped: Mapping[int, Exception]) -> list[tuple[bool, Any]]:
+        """BEGIN and run every op under its own SAVEPOINT (no commit); those in ``stopped`` (their
+        catch-up failed) answer its error instead."""
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         results: list[tuple[bool, Any]] = []
-        for op in ops:
+        for i, op in enumerate(ops):
+            if i in stopped:
+                results.append((False, db_error(stopped[i], "index catch-up")))
+                continue
             ok, value = attempt(conn, "op", partial(op.fn, conn))
             results.append((ok, value if ok else db_error(value, "index write")))  # to that one asker
         return results

@@ -6,6 +6,9 @@ from __future__ import annotations
 import base64
 import errno
 import os
+import random
+import shutil
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -17,7 +20,10 @@ import pytest
 import trio
 
 from runtime.client import HostClient, RpcError
+from runtime.datadir import DataDir
 from scripts.chaos_powercut import LoopMount, PowerCutUnavailable, unavailable_reason
+from store.jsonio import dumps_line
+from store.transcripts.transcript import TranscriptWriter
 from tests.hostkit import REPO, client_for, inprocess_host, msg
 
 
@@ -198,17 +204,24 @@ async def test_full_disk_is_storage_full_reads_work_and_writes_recover(tmp_path:
 
 
 
-async def test_a_disk_that_fills_during_appends_answers_storage_full_then_recovers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hold", [0.05, 0.25])
+async def test_a_disk_that_fills_during_appends_answers_storage_full_then_recovers(tmp_path: Path,
+                                                                                  hold: float) -> None:
     """Found by hand on a 12 MB tmpfs: appends streaming until the disk filled left their index ops
     failing; the next append of the session (its catch-up reads the index) and every read of it waited
     as long as the disk stayed full, and the connection's later requests behind them. Now they answer
     STORAGE_FULL (retriable) within seconds, host.status still answers, session.get serves every
     acknowledged message from the transcript (it failed STORAGE_FULL), and once the filesystem grows
-    the same append goes through; nothing acknowledged is lost or doubled across a restart."""
+    the same append goes through; nothing acknowledged is lost or doubled across a restart.
+
+    ``hold`` 0.25 (the DB writer's index hold, ``HostConfig.index_hold``): the appends ran further ahead
+    of the index before the disk filled, and the catch-up once it grew to 64 MB indexed them all in one
+    transaction: a 20-38 MB WAL over a 19-27 MB index for 5-9 MB of transcript, which filled the disk
+    again (the restart failed STORAGE_FULL). Now it commits in bounded slices (``store.indexing.backlog``)."""
     with small_disk("tmpfs", tmp_path, size_mb=12) as mnt, trio.fail_after(180):
         data = mnt / "data"
         acked: list[str] = []
-        async with inprocess_host(data) as host, client_for(host) as c:
+        async with inprocess_host(data, index_hold=hold) as host, client_for(host) as c:
             sid = (await c.call("session.create", {"title": "fills"}))["id"]
             await trio.to_thread.run_sync(lambda: (mnt / "filler").write_bytes(b"\0" * (2 << 20)))
             n = 0
@@ -245,7 +258,8 @@ async def test_a_disk_that_fills_during_appends_answers_storage_full_then_recove
             acked.append(f"m{n}")
             got = await c.call("session.get", {"sessionId": sid, "messageLimit": 1000})
             assert [m["id"] for m in got["messages"]] == acked
-        async with inprocess_host(data) as host, client_for(host) as c:  # restart: nothing acked lost or doubled
+        # restart: nothing acknowledged lost or doubled
+        async with inprocess_host(data, index_hold=hold) as host, client_for(host) as c:
             got = await c.call("session.get", {"sessionId": sid, "messageLimit": 1000})
             assert [m["id"] for m in got["messages"]] == acked
 
@@ -349,3 +363,53 @@ def test_serve_stopped_on_a_full_disk_says_the_stop_was_not_recorded(tmp_path: P
         assert proc.returncode == 0, err
         assert "Traceback" not in err and "could not record a clean shutdown" in err, err
         assert not (mnt / "data" / "host.json").exists()
+
+
+def _prose_lines(n: int) -> list[bytes]:
+    """``n`` message lines of ~13 KB of prose (deterministic: the index they make has one size)."""
+    rng = random.Random(11)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9))) for _ in range(4000)]
+    return [dumps_line({"type": "message", "id": f"late{i}", "role": "user", "createdAt": "2026-01-01T00:00:00Z",
+                        "blocks": [{"type": "text", "text": " ".join(rng.choice(words) for _ in range(1800))}]})
+            for i in range(n)]
+
+
+def _tree_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+async def test_a_restart_far_behind_its_transcript_needs_room_for_the_index_not_twice(tmp_path: Path) -> None:
+    """A host killed with 6 MB of acknowledged lines its index never took (their ops lost) restarts on a
+    disk with room for the index they make plus 12 MB, not for that index twice: boot's reconcile indexes
+    them in bounded commits, the WAL checkpointed between them. Before, one transaction put all ~28 MB of
+    their index pages in the WAL before any reached the database file: boot failed STORAGE_FULL."""
+    seed = tmp_path / "seed"
+    async with inprocess_host(seed) as host, client_for(host) as c:
+        sid = (await c.call("session.create", {"title": "far behind"}))["id"]
+        await c.call("session.appendMessage", {"sessionId": sid, "message": msg("m0", "before the crash")})
+    lines = _prose_lines(480)
+    writer = TranscriptWriter.open(DataDir(seed).transcript(sid))
+    try:
+        for i in range(0, len(lines), 40):
+            writer.append(lines[i:i + 40])
+    finally:
+        writer.close()
+    before = _tree_bytes(seed)
+    # what the index takes once they are in it: the same restart on a disk with room
+    roomy = tmp_path / "roomy"
+    shutil.copytree(seed, roomy)
+    async with inprocess_host(roomy) as host, client_for(host) as c:
+        assert (await c.call("session.get", {"sessionId": sid, "messageLimit": 5}))["totalMessages"] == 481
+    with sqlite3.connect(roomy / "pi.sqlite") as side:
+        side.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    grown = _tree_bytes(roomy) - before
+    assert grown > 20 << 20, grown  # the index the lines make: ~28 MB
+    size_mb = (before + grown + (12 << 20)) // (1 << 20) + 1
+    with small_disk("tmpfs", tmp_path, size_mb=size_mb) as mnt, trio.fail_after(180):
+        data = mnt / "data"
+        await trio.to_thread.run_sync(lambda: shutil.copytree(seed, data))
+        async with inprocess_host(data) as host, client_for(host) as c:
+            got = await c.call("session.get", {"sessionId": sid, "messageLimit": 1000})
+            assert [m["id"] for m in got["messages"]] == ["m0", *(f"late{i}" for i in range(480))]
+            assert (await c.call("search.query", {"query": "before the crash"}))["results"]
+            assert (await c.call("host.status", {}))["boot"]["reconcile"]["tail"] == 1
