@@ -108,15 +108,19 @@ def wal_bytes(conn: sqlite3.Connection) -> int:
         return 0
 
 
-def checkpoint_between(conn: sqlite3.Connection, *, wait: bool = True) -> bool:
-    """Between two bounded commits (none open): ``PRAGMA wal_checkpoint(TRUNCATE)``, waiting at most
-    :data:`_CHECKPOINT_WAIT_MS` for a reader on the read pool to leave the old frames (``wait=False``:
-    ``PASSIVE``, no wait, after a reader made one wait in vain). True when every frame reached the
-    database: the WAL starts over (from an empty file after ``TRUNCATE``) at the next commit. The
-    writer's ``busy_timeout`` is put back."""
-    if not wait:
+def checkpoint_between(conn: sqlite3.Connection, *, truncate: bool = False) -> bool:
+    """Between two bounded commits (none open): every frame of the WAL into the database, so the next
+    commit starts it over instead of growing it. True when that holds.
+
+    ``PASSIVE`` first (the commit's own autocheckpoint often did it already: then nothing is copied or
+    synced again); when a reader on the read pool still holds old frames, or ``truncate`` (a WAL a full
+    disk's failed transactions left large, given back before the first commit), ``TRUNCATE``, which
+    waits at most :data:`_CHECKPOINT_WAIT_MS` for the readers (reads are short; a long one keeps the
+    WAL growing meanwhile, as it would for any writes). The writer's ``busy_timeout`` is put back."""
+    if not truncate:
         busy, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        return not busy and log == done
+        if not busy and log == done:
+            return True
     (timeout,) = conn.execute("PRAGMA busy_timeout").fetchone()
     conn.execute(f"PRAGMA busy_timeout = {_CHECKPOINT_WAIT_MS}")
     try:
@@ -140,8 +144,9 @@ class Steps:
     bad_lines: list[int] = field(default_factory=list)
     """Offsets of the unparsable lines the slices skipped (as a single catch-up's scan lists them)."""
     unknown_lines: int = 0
-    readers_stayed: bool = False
-    """A checkpoint found a reader on old frames (a long read): the next ones do not wait for it."""
+    pinned: int = 0
+    """Checkpoints a reader kept from the WAL's old frames past their wait (a long read): each commit
+    after one adds its pages to the WAL instead of starting it over."""
 
 
 def run_steps(conn: sqlite3.Connection, backlog: Backlog, *, commit: Callable[[], None] | None = None,
@@ -160,11 +165,11 @@ def run_steps(conn: sqlite3.Connection, backlog: Backlog, *, commit: Callable[[]
             return done
         assert plan.scan is not None
         start = plan.scan.start
-        if wal_bytes(conn) > wal_bound:  # the WAL starts over (a WAL a full disk left large shrinks)
-            if checkpoint_between(conn, wait=not done.readers_stayed):
+        if wal_bytes(conn) > wal_bound:  # the WAL starts over (a WAL a full disk left large shrinks first)
+            if checkpoint_between(conn, truncate=not done.commits):
                 done.checkpoints += 1
             else:
-                done.readers_stayed = True
+                done.pinned += 1
         conn.execute("BEGIN IMMEDIATE")
         try:
             if index.index_mark(conn, backlog.session_id) != (start, plan.epoch):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import shutil
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +229,38 @@ def test_a_catch_up_that_fails_answers_its_op_instead_of_indexing_the_rest_at_on
     mark = index.index_mark(conn, SID)
     assert mark is not None and mark[0] < path.stat().st_size
     assert conn.execute("SELECT MAX(line_offset + line_len) FROM messages").fetchone()[0] == mark[0]
+
+
+class _ShortReads(Faults):
+    """Just before each bounded commit, a read begins on another connection and lasts 80 ms: its
+    snapshot holds the frames before that commit, so no checkpoint can finish until it ends."""
+
+    def __init__(self, db: Path) -> None:
+        super().__init__(enabled=True)
+        self.reader = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        self.timers: list[threading.Timer] = []
+
+    def point(self, name: str) -> None:
+        if name == "index.catch_up.before_commit":
+            self.reader.execute("BEGIN")
+            self.reader.execute("SELECT COUNT(*) FROM messages").fetchone()
+            timer = threading.Timer(0.08, lambda: self.reader.execute("COMMIT"))
+            self.timers.append(timer)
+            timer.start()
+
+
+def test_a_checkpoint_between_two_commits_waits_for_a_short_read_to_leave(tmp_path: Path, template: Path) -> None:
+    """A read on the read pool holding the WAL's old frames when a slice committed: the checkpoint
+    before the next waits for it to end (reads are short) instead of letting the WAL grow by every
+    slice after it (each commit adds new copies of the pages it changed: without a restart the WAL
+    outgrows the single transaction)."""
+    conn, path, _ = _far_behind(template, tmp_path / "pinned")
+    reads = _ShortReads(tmp_path / "pinned" / "pi.sqlite")
+    try:
+        steps = run_steps(conn, Backlog(SID, path, NOW), faults=reads)
+    finally:
+        for timer in reads.timers:
+            timer.join()
+        reads.reader.close()
+    assert steps.commits > 10 and len(reads.timers) == steps.commits
+    assert steps.pinned == 0 and steps.wal_peak < WAL_BOUND, steps
