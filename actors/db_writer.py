@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -65,6 +65,9 @@ class IndexOp:
     durable: bool = False
     label: str = "index"
     requests: int = 1
+    mark_known: bool = False
+    """The DB writer's last commit for this session left its index mark at this op's start (the op
+    before it committed): no backlog to look for (:attr:`backlogs`)."""
 
     @property
     def fn(self) -> Callable[[sqlite3.Connection], Any]:
@@ -79,6 +82,8 @@ class IndexOp:
         """The bytes before its lines that the index misses (earlier ops that failed while the disk was
         full...), caught up in bounded commits when they are many (``store.indexing.backlog.next_step``:
         one indexed read when the mark stands at its lines, as it does but after a failure)."""
+        if self.mark_known:
+            return ()
         w = self.written
         return (Backlog(w.session_id, w.path, self.now_ms, stop=w.start),)
 
@@ -106,7 +111,7 @@ class _IndexBatch:
 
     @property
     def backlogs(self) -> tuple[Backlog, ...]:
-        return tuple(run[0].backlogs[0] for run in self.runs)
+        return tuple(b for run in self.runs for b in run[0].backlogs)
 
     @property
     def fn(self) -> Callable[[sqlite3.Connection], Any]:
@@ -193,6 +198,7 @@ class DbWriter(Actor):
         self._commit = GroupCommit(conn, faults=faults, force_synchronous=force_synchronous, stats=stats)
         self._limiter = trio.CapacityLimiter(1)
         self.stats = self._commit.stats
+        self._marks = _Marks()
 
     def may_hold(self, batch: list[Envelope]) -> bool:
         return not self._index_wanted() and all(_holdable(env.msg) for env in batch)
@@ -224,7 +230,7 @@ class DbWriter(Actor):
                 env.reply.set_exception(TypeError(f"db-writer got {type(env.msg).__name__}, not DbOp"))
         if not envs:
             return
-        runs = _runs(envs)
+        runs = [(self._marks.known(op), group) for op, group in _runs(envs)]
         outcome = await run_in_thread(self._commit.run, [op for op, _ in runs])  # one batch at a time
         corrupt = index_corrupt(outcome) if isinstance(outcome, sqlite3.DatabaseError | UnicodeDecodeError) \
             and is_corruption(outcome) else None
@@ -235,13 +241,55 @@ class DbWriter(Actor):
         for (op, group), (ok, value) in zip(runs, results, strict=True):
             if isinstance(op, _IndexBatch) and ok:
                 for env, (one_ok, one_value) in zip(group, value, strict=True):
+                    self._marks.settled(env.msg, one_ok)
                     _deliver(env, one_ok, one_value)
             else:
                 for env in group:
+                    self._marks.settled(env.msg, ok)
                     _deliver(env, ok, value)
         if corrupt is not None:
             self._on_corruption(corrupt)
             raise Fatal(corrupt)
+
+
+@dataclass
+class _Marks:
+    """Per session, the index mark the DB writer's last commit of an index op of it left (the end of
+    its lines, at their epoch): an op whose lines start there has no backlog before them, and is sent
+    without one (``IndexOp.mark_known``): no read of the mark per op in the usual case. Bounded (past
+    ``LIMIT`` sessions it starts empty again: each then costs one read once). Never wrong for the
+    catch-up: a mark only moves forward within an epoch (a repair's, a catch-up's), and a stale entry
+    names an old epoch or a start the next op does not have."""
+
+    at: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+
+    LIMIT = 4096
+
+    def known(self, op: Planned) -> Planned:
+        """``op`` with the sessions whose mark stands at its lines' start marked known."""
+        if isinstance(op, IndexOp):
+            return replace(op, mark_known=True) if self._at_start(op) else op
+        if isinstance(op, _IndexBatch):
+            runs = [[replace(run[0], mark_known=True), *run[1:]] if self._at_start(run[0]) else run
+                    for run in op.runs]
+            return replace(op, runs=runs)
+        return op
+
+    def _at_start(self, op: IndexOp) -> bool:
+        w = op.written
+        return self.at.get(w.session_id) == (w.start, w.epoch)
+
+    def settled(self, msg: Any, ok: bool) -> None:
+        """The outcome of one request: an index op that committed left its session's mark at its end."""
+        if not isinstance(msg, IndexOp):
+            return
+        w = msg.written
+        if not ok:
+            self.at.pop(w.session_id, None)
+            return
+        if len(self.at) >= self.LIMIT and w.session_id not in self.at:
+            self.at.clear()
+        self.at[w.session_id] = (w.end, w.epoch)
 
 
 def _deliver(env: Envelope, ok: bool, value: Any) -> None:

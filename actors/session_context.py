@@ -33,7 +33,7 @@ from store.faults import Faults
 from store.indexing import appends as store_appends
 from store.indexing import index
 from store.indexing.appends import Written
-from store.indexing.backlog import Repair
+from store.indexing.backlog import Backlog, Repair
 from store.jsonio import dumps_line
 from store.receipts import ReceiptKey, file_record
 from store.transcripts.records import ms_to_rfc3339
@@ -251,17 +251,20 @@ class SessionContext:
         """What was read ahead as ``key`` for this call, if nothing changed since; else ``None``."""
         return self._actor.take_ahead(key)
 
-    async def db(self, fn: Callable[[Any], T], *, durable: bool = True) -> T:
-        """One op in the DB writer's next transaction (no receipt: see :meth:`commit`)."""
-        result: T = await self._actor.deps.db.write(fn, durable=durable)
+    async def db(self, fn: Callable[[Any], T], *, durable: bool = True, backlogs: tuple[Backlog, ...] = ()) -> T:
+        """One op in the DB writer's next transaction (no receipt: see :meth:`commit`); ``backlogs``:
+        caught up in bounded commits before it (``store.indexing.backlog``)."""
+        result: T = await self._actor.deps.db.write(fn, durable=durable, backlogs=backlogs)
         return result
 
-    async def commit(self, fn: Callable[[Any], T], *, durable: bool = True, reload_row: bool = False) -> T:
+    async def commit(self, fn: Callable[[Any], T], *, durable: bool = True, reload_row: bool = False,
+                     backlogs: tuple[Backlog, ...] = ()) -> T:
         """The effect's transaction: ``fn(conn)`` plus this call's receipt row, atomically.
 
         Its value is the response; a handler with a receipt returns exactly it.
         ``reload_row``: the session's row is read again in that same transaction and
         becomes the actor's (a change to the row that writes no line: trash, restore).
+        ``backlogs``: see :meth:`db`.
         """
         key, sid, now, faults, method = self.receipt, self.sid, self.now(), self.faults, self.method
         rows: list[dict[str, Any] | None] = []
@@ -275,7 +278,7 @@ class SessionContext:
             faults.point(f"{method}.before_commit")
             return value
 
-        value = await self.db(op, durable=durable or key is not None)
+        value = await self.db(op, durable=durable or key is not None, backlogs=backlogs)
         faults.point(f"{method}.after_commit")
         if rows:
             self._actor.adopt_row(rows[-1])
@@ -342,7 +345,9 @@ class SessionContext:
             rows.append(index.session_row(conn, sid))
             return value
 
-        value = await self.commit(op, durable=durable)
+        # the bytes before ``start`` the index misses (earlier index ops that failed), when they are many:
+        # in bounded commits before this one (one indexed read when the mark stands at ``start``)
+        value = await self.commit(op, durable=durable, backlogs=(Backlog(sid, written.path, now, stop=start),))
         actor.adopt_row(rows[-1])
         return Appended(planned=planned, offsets=offsets, end=end, refs=refs_box[-1], value=value)
 

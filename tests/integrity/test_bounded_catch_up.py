@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from actors.db_writer import DbOp, IndexOp
+from actors.db_writer import DbOp, IndexOp, _IndexBatch, _Marks
 from store.faults import Faults, InjectedFault
 from store.indexing import index
 from store.indexing.appends import Written
@@ -264,3 +264,25 @@ def test_a_checkpoint_between_two_commits_waits_for_a_short_read_to_leave(tmp_pa
         reads.reader.close()
     assert steps.commits > 10 and len(reads.timers) == steps.commits
     assert steps.pinned == 0 and steps.wal_peak < WAL_BOUND, steps
+
+
+def test_the_db_writer_looks_for_a_backlog_only_when_its_last_commit_did_not_leave_the_mark_there() -> None:
+    """The usual index op follows the one the DB writer committed last for its session: it goes without a
+    backlog (no read of the mark per op); after a failed op, another file or an unknown session it
+    carries one."""
+    marks = _Marks()
+    path = Path("t.jsonl")
+
+    def op(start: int, end: int, epoch: str = "e1") -> IndexOp:
+        return IndexOp(Written(SID, path, start, end, epoch, [b"x\n"] * (end - start)), NOW)
+
+    assert marks.known(op(10, 12)).backlogs  # nothing known yet
+    marks.settled(op(10, 12), True)
+    assert not marks.known(op(12, 13)).backlogs
+    assert marks.known(op(13, 14)).backlogs and marks.known(op(12, 13, "e2")).backlogs
+    marks.settled(op(12, 13), False)  # failed: its lines (and the mark) are a repair's now
+    assert marks.known(op(13, 14)).backlogs and marks.known(op(12, 13)).backlogs
+    batch = _IndexBatch([[op(20, 21), op(21, 22)]])
+    marks.settled(op(15, 20), True)
+    known = marks.known(batch)
+    assert isinstance(known, _IndexBatch) and not known.backlogs
