@@ -44,7 +44,7 @@ from store.fence import (
     retention,
 )
 from store.fsutil import sweep_temp_files
-from store.indexing.backlog import Backlog, Steps, run_steps
+from store.indexing.backlog import CATCH_UP_STEP_BYTES, Backlog, Steps, run_steps
 from store.indexing.cursors import renew_index_identity
 from store.indexing.database import (
     OpenReport,
@@ -187,6 +187,16 @@ def _count_damage(sid: str, scan: TailScan | None, counts: dict[str, int], damag
                  "tornTailBytes": scan.torn_tail_bytes}
         damaged.append(entry)
         log.warning("transcript of %s has damaged lines (skipped)", sid, extra={"damage": entry})
+
+
+def _far_behind(path: Path, indexed_len: int | None) -> bool:
+    """The transcript runs more than one bounded commit past a mark its index has (one ``stat``)."""
+    if not indexed_len:
+        return False
+    try:
+        return os.stat(path).st_size - indexed_len > CATCH_UP_STEP_BYTES
+    except OSError:
+        return False  # missing or unreadable: the plan below says which
 
 
 def _with_steps(scan: TailScan | None, steps: Steps) -> TailScan | None:
@@ -416,7 +426,8 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
             path = data_dir.transcript(sid)
             # a tail far past the mark: indexed in bounded commits first, the WAL checkpointed between them
             # (store.indexing.backlog: not twice the index's size free on disk); the plan below is the rest
-            steps = run_steps(conn, Backlog(sid, path, now), faults=faults) if indexed_len else Steps()
+            steps = run_steps(conn, Backlog(sid, path, now), faults=faults) if _far_behind(path, indexed_len) \
+                else Steps()
             if steps.commits:
                 indexed_len, epoch = index_mark(conn, sid) or (0, None)
             plan = plan_reconcile(path, indexed_len or 0, epoch)
