@@ -76,7 +76,7 @@ class GroupStats:
     catch_up_commits: int = 0
     """Bounded commits of a backlog catch-up (``store.indexing.backlog``), each its own transaction."""
     catch_up_failures: int = 0
-    """Catch-ups stopped by an error (a full disk...): the batch's own transaction then tries the rest."""
+    """Catch-ups stopped by an error (a full disk...): the op that carried it answers that error."""
     integrity_checks: int = 0
     """Tables the idle integrity sweep checked since start (``actors/integrity_sweep.py``)."""
     integrity_passes: int = 0
@@ -327,7 +327,7 @@ class GroupCommit:
             self._use_synchronous(self._force_sync or "NORMAL")
             backlog.catch_up(self._conn, commit=partial(self._commit, sessions=sessions), faults=self._faults,
                              on_commit=committed)
-        except Exception as exc:  # noqa: BLE001 - the batch's own transaction answers
+        except Exception as exc:  # noqa: BLE001 - the op that carried it answers it
             self._rollback_quietly()
             if is_corruption(exc):
                 raise
