@@ -599,7 +599,7 @@ class TranscriptWriter:
         data = b"".join(lines)
         durable = False
         try:
-            pre = self._check_identity(fd)
+            pre = self._check_identity()
             try:
                 self._faults.point("append.before_write")
                 write_all(fd, data)
@@ -640,15 +640,17 @@ class TranscriptWriter:
                 self._fail("unexpected error during append", durable=durable)
             raise
 
-    def _check_identity(self, fd: int) -> int:
+    def _check_identity(self) -> int:
         """Return the current length; refuse if the path now names another file, or if the file is
         not the length this writer left it at (another program wrote to it, or cut it): the lines
         about to be written were planned on what the writer knew, and their offsets and sequence
-        numbers would not be theirs."""
-        st = os.fstat(fd)
+        numbers would not be theirs.
+
+        One ``stat`` of the path answers both: when it names this writer's file (same device and
+        inode), its size is the size ``fstat(fd)`` would report (the same inode)."""
         try:
-            on_disk = os.stat(self._path, follow_symlinks=False)
-            same = (on_disk.st_dev, on_disk.st_ino) == self._identity
+            st = os.stat(self._path, follow_symlinks=False)
+            same = (st.st_dev, st.st_ino) == self._identity
         except FileNotFoundError:
             same = False
         if not same:
