@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -547,7 +547,7 @@ def index_written(conn: sqlite3.Connection, w: Written, *, now_ms: int,
     if w.seqs:
         starts = _line_starts(w)
         by_offset = {starts[i]: seq for i, seq in w.seqs.items()}
-        items = [replace(item, seq=by_offset.get(item.offset)) for item in items]
+        items = [item.with_seq(by_offset.get(item.offset)) for item in items]
     refs: list[dict[str, Any]]
     if pending is not None:
         refs = _index_lines(conn, w, items, scan, now_ms=now_ms, pending=pending)  # its owner rolls back

@@ -165,6 +165,11 @@ class IndexRecord:
     def wire(self) -> tuple[int | None, int | None]:
         return describe_line(self.line, self.record) if self.line is not None else (None, None)
 
+    def with_seq(self, seq: int | None) -> IndexRecord:
+        """This record with ``seq`` (what ``dataclasses.replace`` gives, without its per-call field walk:
+        the DB writer calls it for every message it indexes)."""
+        return IndexRecord(self.record, self.offset, self.length, seq, self.line)
+
 
 @dataclass(frozen=True)
 class CompactionRecord:
