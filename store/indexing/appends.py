@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -369,7 +370,31 @@ def gather(
 
     ``pending`` is the session actor's record of ids it wrote that the index
     does not cover yet; it wins over what the index says.
+
+    On a connection in autocommit mode every statement is a read transaction of its own (its own
+    WAL read lock, taken and released; a commit may land between two of them): when more than one
+    statement reads, they run in one read transaction, the snapshot this promises. One statement
+    (an append without receipt or turn: the id lookup) runs as it is.
     """
+    reads = sum(req.receipt is not None for req in requests)
+    reads += any(_client_id(req.message) is not None for req in requests)
+    reads += any(isinstance(turn, str) for turn, _ in _named_turns(requests))
+    if reads < 2 or conn.in_transaction:
+        return _gather(conn, path, session_id, requests, pending, revisions_path)
+    conn.execute("BEGIN")
+    try:
+        known = _gather(conn, path, session_id, requests, pending, revisions_path)
+    except BaseException:
+        if conn.in_transaction:  # the error raised is the one the caller sees, never one of ending the read
+            with suppress(sqlite3.Error):
+                conn.rollback()
+        raise
+    conn.execute("COMMIT")  # a read transaction: it ends, nothing else
+    return known
+
+
+def _gather(conn: sqlite3.Connection, path: Path, session_id: str, requests: Sequence[AppendRequest],
+            pending: Mapping[str, Held] | None, revisions_path: Path | None) -> Known:
     found: list[Any] = []
     for req in requests:
         if req.receipt is None:

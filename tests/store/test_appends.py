@@ -21,7 +21,7 @@ from store.indexing.appends import (
     gather,
     plan_appends,
 )
-from store.indexing.database import open_writer
+from store.indexing.database import open_reader, open_writer
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey
 from store.transcripts.records import awaits_final, receipt_of
@@ -227,3 +227,38 @@ def test_gather_reads_receipts_held_ids_streaming_state_and_turns(tmp_path: Path
     assert known.held["m1"].session_id == "other"
     assert known.turns == frozenset({"t1"})  # not t9: another session's turn binds no row of this one
     conn.close()
+
+
+def test_gather_reads_one_snapshot_when_a_commit_lands_between_its_reads(tmp_path: Path) -> None:
+    """A receipt, an id and a turn: three statements, one read transaction. A commit by another
+    connection after the first statement (the DB writer indexing another session's line with the
+    same id) is not seen by the later ones: what gather returns is one state of the index."""
+    writer, _ = open_writer(tmp_path / "pi.sqlite", quarantine_dir=tmp_path / "q", now_ms=NOW)
+    path = tmp_path / f"{SID}.jsonl"
+    create_transcript(path, SID, NOW)
+    writer.execute("BEGIN")
+    index.insert_session(writer, SID, now_ms=NOW)
+    index.insert_session(writer, "other", now_ms=NOW)
+    writer.execute("COMMIT")
+    reader = open_reader(tmp_path / "pi.sqlite")
+    selects: list[str] = []
+
+    def commit_after_first_read(sql: str) -> None:  # runs as a statement starts: the second one
+        if sql.lstrip().upper().startswith("SELECT"):
+            selects.append(sql)
+        if len(selects) == 2 and sql is selects[-1]:
+            writer.execute("BEGIN")
+            index.index_messages(writer, "other", [index.IndexRecord({"type": "message", **message("m1")}, 0, 10)],
+                                 indexed_len=10, file_epoch=None, now_ms=NOW)
+            writer.execute("COMMIT")
+
+    reader.set_trace_callback(commit_after_first_read)
+    known = gather(reader, path, SID, [AppendRequest(message("m1"), turn_id="t1", receipt=KEY)])
+    reader.set_trace_callback(None)
+    assert len(selects) >= 2, "the commit ran between two reads"
+    assert "m1" not in known.held  # the snapshot began before the commit
+    assert not reader.in_transaction
+    assert gather(reader, path, SID, [AppendRequest(message("m1"), turn_id="t1", receipt=KEY)]).held[
+        "m1"].session_id == "other"  # the next gather sees it
+    reader.close()
+    writer.close()
