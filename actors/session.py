@@ -513,20 +513,23 @@ class SessionActor(Actor):
         """The session is gone: a retry of a call that completed before is still answered from its
         receipt; everything else is ``SESSION_NOT_FOUND``."""
         keys = [call.receipt for call in calls]
+        if not any(keys):
+            return [gone] * len(calls)
+        return [found if isinstance(found, StoreError) else gone if found is None else found["response"]
+                for found in await self._stored_receipts(keys)]
+
+    async def _stored_receipts(self, keys: list[ReceiptKey | None]) -> list[Any]:
+        """Each key's stored receipt (``None``: none, or no key), or the ``StoreError`` its lookup raised."""
 
         def lookup(conn: Any) -> list[Any]:
             out: list[Any] = []
             for key in keys:
                 try:
-                    found = receipts.check(conn, key) if key is not None else None
+                    out.append(receipts.check(conn, key) if key is not None else None)
                 except StoreError as exc:
                     out.append(exc)
-                    continue
-                out.append(gone if found is None else found["response"])
             return out
 
-        if not any(keys):
-            return [gone] * len(calls)
         return await self.read(lookup)
 
     async def _answer_while_failed(self, calls: list[SessionCall]) -> list[Any]:
@@ -534,20 +537,8 @@ class SessionActor(Actor):
         before the failure is answered from its receipt (:meth:`refuse_if_receipt_doubtful`), everything
         else is refused with ``IO_ERROR``, as the writer would refuse it."""
         keys = [call.receipt for call in calls]
-
-        def lookup(conn: Any) -> list[Any]:
-            out: list[Any] = []
-            for key in keys:
-                try:
-                    found = receipts.check(conn, key) if key is not None else None
-                except StoreError as exc:
-                    out.append(exc)
-                    continue
-                out.append(found)
-            return out
-
         out: list[Any] = []
-        for key, found in zip(keys, await self.read(lookup), strict=True):
+        for key, found in zip(keys, await self._stored_receipts(keys), strict=True):
             if isinstance(found, StoreError):
                 out.append(found)
                 continue
