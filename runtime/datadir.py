@@ -159,6 +159,12 @@ class DataDir:
     def clean_shutdown_path(self) -> Path:
         return self.root / "clean-shutdown"
 
+    @property
+    def index_corrupt_path(self) -> Path:
+        """Written when a host stops because it met its index corrupt: the next boot rebuilds it, even if that
+        stop was not followed by the in-process restart (a signal came meanwhile)."""
+        return self.root / "index-corrupt"
+
     # per session (ids validated before any path is built) -------------------
     def transcript(self, session_id: str) -> Path:
         return self.session_paths(session_id).transcript

@@ -58,7 +58,7 @@ from protocol.methods import EVENTS
 from runtime.boot import BootInterrupted, BootResult, load_or_create_token, run_boot
 from runtime.config import HostConfig
 from runtime.context import Services
-from runtime.datadir import DataDirLock
+from runtime.datadir import DataDir, DataDirLock
 from runtime.handlers import inflight
 from runtime.handlers.approvals import DEADLINES
 from runtime.handlers.attachments import Blobs
@@ -243,13 +243,17 @@ async def run_host(
     try:
         clean = await trio.to_thread.run_sync(_read_clean_marker, data_dir)
         await trio.to_thread.run_sync(remove_file_durable, data_dir.clean_shutdown_path)
+        # the previous run met its index corrupt and stopped before it started again on a rebuilt one
+        met_corrupt = await trio.to_thread.run_sync(data_dir.index_corrupt_path.exists)
         token = await trio.to_thread.run_sync(load_or_create_token, data_dir)
         boot = await trio.to_thread.run_sync(
             lambda: run_boot(data_dir, faults=faults, now_ms=now_ms,
                              audit_retention_days=config.audit_retention_days,
                              clean_shutdown=clean is not None, stop_requested=shutdown.asked,
-                             rebuild_index=config.rebuild_index)
+                             rebuild_index=config.rebuild_index or met_corrupt)
         )
+        if met_corrupt:  # rebuilt: the verdict is spent
+            await trio.to_thread.run_sync(remove_file_durable, data_dir.index_corrupt_path)
         if shutdown.asked():  # asked after boot's last step: still before anything is served
             await trio.to_thread.run_sync(close_writer, boot.conn)
             raise BootInterrupted("starting the actors (boot had finished)")
@@ -403,6 +407,8 @@ async def run_host(
             reads.close()
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(close_writer, boot.conn)
+                if shutdown.restart_reason == INDEX_CORRUPT:
+                    await trio.to_thread.run_sync(_write_corrupt_marker, data_dir, now_ms())
                 if drained:
                     await trio.to_thread.run_sync(_write_clean_marker, data_dir, now_ms(), ended)
                 else:
@@ -418,6 +424,16 @@ async def run_host(
         if callback_failures:
             raise InternalBug(f"{len(callback_failures)} reply callback(s) raised (their requests were answered "
                               f"INTERNAL); the first: {callback_failures[0]!r}") from callback_failures[0]
+
+
+def _write_corrupt_marker(data_dir: DataDir, at_ms: int) -> None:
+    """The index-corrupt verdict, durable before the host's caller decides whether to start it again: a
+    signal meanwhile ends the process, and corruption ``quick_check`` cannot see (a value that does not
+    decode, an FTS5 segment) would otherwise be served again by the next boot until a read met it again."""
+    try:
+        atomic_write(data_dir.index_corrupt_path, orjson.dumps({"metCorruptAt": at_ms}) + b"\n")
+    except (OSError, StoreError) as exc:
+        log.error("could not record that the index is corrupt (the next boot checks it again): %s", exc)
 
 
 async def _shut_down(config: HostConfig, shutdown: Shutdown, gateway: Gateway, pipeline: Pipeline,
