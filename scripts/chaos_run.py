@@ -143,6 +143,8 @@ class Totals:
     undetected: int = 0
     """Corrupt mode: checks whose ``integrity_check`` found damage the host had not met (nothing read it)."""
     replays_dropped: int = 0
+    replays_unanswered: int = 0
+    """Replays the host answered only with "stopping" (``chaos_workload.host_stopping``): not checked."""
     self_restarts: int = 0
     gave_up: int = 0  # corrupt mode: the host exited 4 after more rebuilds than it allows (README), restarted
     forced_restarts: int = 0
@@ -253,7 +255,9 @@ class Runner:
                     accept = self.rebuilt_answer if self.totals.rebuilt else None
                     if self.totals.rebuilt:
                         w.acked = [p for p in w.acked if not self.truncated_away(p)]
+                    unanswered = w.replays_unanswered
                     mismatches = await w.replay_receipts(c, self.cfg.receipt_sample, accept)
+                    self.totals.replays_unanswered += w.replays_unanswered - unanswered
                     self.totals.receipts_replayed += min(self.cfg.receipt_sample, len(w.acked))
                     for m in mismatches:
                         self.totals.problem(f"receipt replay: {m}")
@@ -622,7 +626,8 @@ class Runner:
                  f"problems={len(t.problems)} retried={t.retried} receiptsReplayed={t.receipts_replayed} "
                  f"actorKills={t.actor_kills} selfRestarts={t.self_restarts} gaveUp={t.gave_up} "
                  f"forcedRestarts={t.forced_restarts} "
-                 f"rebuiltAnswers={t.rebuilt_answers} replaysDropped={t.replays_dropped} undetected={t.undetected} "
+                 f"rebuiltAnswers={t.rebuilt_answers} replaysDropped={t.replays_dropped} "
+                 f"replaysUnanswered={t.replays_unanswered} undetected={t.undetected} "
                  f"crashpoints={sum(t.crashpoints.values())} bootCrashes={t.boot_crashes} "
                  f"searchVia={self.notes.search_via!r} searched={self.notes.searched} "
                  f"definiteFailures={dict(fails)}")

@@ -292,3 +292,27 @@ def test_a_delivery_whose_turn_row_the_damage_took_is_excused_by_the_turns_table
     lost = "delivery:col_1 begin in s.w1 (turn None, status completed)"
     assert excused(lost, {"turns"})
     assert not excused(lost, {"notifications"})
+
+
+async def test_a_replay_the_host_answers_only_with_stopping_is_counted_not_a_mismatch() -> None:
+    """Found by corrupt mode: a receipt replay that met the host stopping (SHUTTING_DOWN, or CORRUPT_DATA
+    ``index_corrupt``: the protocol says reconnect and retry with the same submissionId) was reported as a
+    changed receipt. It is now counted as unanswered; any other error is still a mismatch."""
+    import random
+
+    from runtime.client import RpcError
+    from scripts.chaos_workload import Pending, Worker, WorkloadConfig
+
+    answers = iter([RpcError(-32004, "SHUTTING_DOWN", "stopping", {}),
+                    RpcError(-32005, "CORRUPT_DATA", "corrupt", {"reason": "index_corrupt"}),
+                    RpcError(-32005, "CORRUPT_DATA", "bad record", {})])
+
+    class Client:
+        async def call(self, method: str, params: dict[str, Any]) -> Any:
+            raise next(answers)
+
+    w = Worker("w", "s", random.Random(1), History(), WorkloadConfig())
+    w.acked = [Pending("append", f"k{i}", {}, "session.appendMessage", {"n": i}) for i in range(3)]
+    mismatches = await w.replay_receipts(Client(), 3)  # type: ignore[arg-type]
+    assert w.replays_unanswered == 2
+    assert len(mismatches) == 1 and mismatches[0].endswith("retry failed with CORRUPT_DATA"), mismatches
