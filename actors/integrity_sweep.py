@@ -5,11 +5,14 @@ reads, so a byte changed inside a DB-only row (a turn, an approval, a setting) w
 something tripped over it. Each step here runs ``PRAGMA integrity_check(<table>)`` on a read-pool
 connection in a worker thread (a WAL reader: the DB writer is never held up), one table per step, each
 after the DB writer has committed nothing for ``idle_after`` seconds; each pass starts ``interval``
-seconds after the previous one ended (the first, that long after boot, whose ``quick_check`` just
-ran). Damage found is treated as a read meeting it: the host is told (``on_corruption``)
-and restarts itself on an index rebuilt from the transcripts, salvaging the DB-only rows that still read
-back (``store/indexing/salvage.py``, which leaves out the rows the check names). The sweep never stops the
-host by failing: an unexpected error is logged and the pass goes on at the next interval.
+seconds after the previous one ended. The first starts ``first_after`` seconds after boot (a minute by
+default, at most ``interval``): boot's ``quick_check`` is blind to damage inside a row and to the search
+indexes, so damage made while the host was down (a disk, a copy, another program) is found within a
+minute of serving, not an interval later. Damage found is treated as a read meeting it: the host is told
+(``on_corruption``) and restarts itself on an index rebuilt from the transcripts, salvaging the DB-only
+rows that still read back (``store/indexing/salvage.py``, which leaves out the rows the check names). The
+sweep never stops the host by failing: an unexpected error is logged and the pass goes on at the next
+interval.
 
 The last steps check each FTS5 index with its own ``integrity-check`` (``store/indexing/integrity.py``:
 ``integrity_check`` sees only its shadow tables' b-trees, not a leaf gone from the index). That command
@@ -49,20 +52,25 @@ every 70 ms, which the DB writer would wait."""
 
 class IntegritySweep:
     def __init__(self, reads: ReadPool, stats: GroupStats, *, idle_after: float, interval: float,
-                 on_corruption: Callable[[BaseException], None], db_path: Path | None = None) -> None:
+                 on_corruption: Callable[[BaseException], None], db_path: Path | None = None,
+                 first_after: float | None = None) -> None:
         self._reads = reads
         self._db_path = db_path
         """The index file, for the FTS5 checks' writable connection (None: those steps are left out)."""
         self._stats = stats
         self._idle_after = idle_after
         self._interval = interval
+        self._first_after = interval if first_after is None else min(first_after, interval)
+        """Seconds from boot to the first pass (None: one interval)."""
         self._on_corruption = on_corruption
         self._seen = -1
         """The DB writer's batch count when the host was last seen idle."""
 
     async def run(self) -> None:
+        wait = self._first_after
         while True:
-            await trio.sleep(self._interval)  # boot has just run quick_check: the first pass waits too
+            await trio.sleep(wait)
+            wait = self._interval
             try:
                 if await self._one_pass():
                     return  # damage found: the host restarts

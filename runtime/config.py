@@ -40,6 +40,7 @@ class HostConfig:
     # The idle integrity sweep (actors/integrity_sweep.py): a pass over the index, table by table, this many
     # seconds after the last (None = never); each table waits until the DB writer was idle integrity_sweep_after s.
     integrity_sweep_interval: float | None = 3600.0
+    integrity_sweep_first: float = 60.0  # the first pass, this many seconds after boot (at most the interval)
     integrity_sweep_after: float = 5.0
     max_frame_bytes: int = 16 * 1024 * 1024
     max_params_bytes: int = 8 * 1024 * 1024

@@ -287,7 +287,7 @@ async def run_host(
                     nursery.start_soon(IntegritySweep(
                         reads, db_stats, idle_after=config.integrity_sweep_after,
                         interval=config.integrity_sweep_interval, on_corruption=index_corrupt,
-                        db_path=data_dir.db_path).run)
+                        db_path=data_dir.db_path, first_after=config.integrity_sweep_first).run)
                 db = DbHandle(lambda op: writer_ref.ask(op, timeout=config.ask_timeout))
                 # a failed deferred index op is repaired from its transcript before it counts as covered
                 nursery.start_soon(index_log.run_repairs, lambda fn: db.write(

@@ -520,8 +520,15 @@ def rounds_of(work: Mapping[str, Sequence[Any]], rounds: int) -> list[dict[str, 
 # ----------------------------------------------------------------------------- hosts
 
 
+SWEEP_OFF = ("--integrity-sweep", "0")
+"""The idle integrity sweep (a pass a minute after boot, then hourly, only while the DB writer is idle) is
+left out of every measured host: its pass over a large index would share the cores with whatever a section
+measures next, differently from run to run."""
+
+
 def host_config(root: Path, **overrides: Any) -> HostConfig:
-    base: dict[str, Any] = dict(data_dir=DataDir(root), port=0, session_idle_timeout=3600.0, ask_timeout=300.0)
+    base: dict[str, Any] = dict(data_dir=DataDir(root), port=0, session_idle_timeout=3600.0, ask_timeout=300.0,
+                                integrity_sweep_interval=None)
     base.update(overrides)
     return HostConfig(**base)
 
@@ -561,7 +568,8 @@ def start_host_process(data_dir: Path, *extra: str, timeout: float = 120) -> Hos
     """``pi-host serve --port 0`` as a subprocess; returns once its ``host.json`` names it."""
     host_json = data_dir / "host.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runtime.cli", "--data-dir", str(data_dir), "serve", "--port", "0", "--quiet", *extra],
+        [sys.executable, "-m", "runtime.cli", "--data-dir", str(data_dir), "serve", "--port", "0", "--quiet",
+         *SWEEP_OFF, *extra],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + timeout

@@ -51,7 +51,7 @@ def _msg(mid: str, role: str, size: int) -> dict[str, Any]:
 
 
 async def _drive(root: Path, turns: int, size: int) -> dict[str, Any]:
-    cfg = replace(HostConfig(data_dir=DataDir(root), port=0), session_idle_timeout=600.0)
+    cfg = replace(HostConfig(data_dir=DataDir(root), port=0), session_idle_timeout=600.0, integrity_sweep_interval=None)
     rev_path = trio.Path(root / "sessions" / "bench.revisions.jsonl")  # stat off the loop: the host runs on it
     sizes: list[int] = []
     naive = 0

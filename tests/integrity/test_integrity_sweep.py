@@ -268,3 +268,29 @@ def _sql_optimize(db: Path) -> None:
         conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
     finally:
         conn.close()
+
+
+async def test_the_first_pass_comes_a_minute_after_boot_not_an_interval(tmp_path: Path, autojump_clock: object) -> None:
+    """Damage made while no host ran (inside a row: boot's quick_check passes) is found by the first pass, a
+    minute after boot, not an hour later (the interval between two passes)."""
+    db = tmp_path / "pi.sqlite"
+    _turns(db, 8)
+    _change_a_byte_of_the_row(db, "turns", VICTIM)
+    found: list[float] = []
+    reads = ReadPool(db, size=1)
+    try:
+        await _first_pass_times(reads, db, found)
+    finally:
+        reads.close()
+
+
+async def _first_pass_times(reads: ReadPool, db: Path, found: list[float]) -> None:
+    start = trio.current_time()
+    await IntegritySweep(reads, GroupStats(), idle_after=0, interval=3600, first_after=60, db_path=db,
+                         on_corruption=lambda exc: found.append(trio.current_time() - start)).run()
+    assert len(found) == 1 and 60 <= found[0] < 3600, found
+    found.clear()
+    start = trio.current_time()
+    await IntegritySweep(reads, GroupStats(), idle_after=0, interval=30, first_after=60, db_path=db,
+                         on_corruption=lambda exc: found.append(trio.current_time() - start)).run()
+    assert len(found) == 1 and 30 <= found[0] < 60, found  # never later than the interval
