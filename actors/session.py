@@ -49,8 +49,15 @@ from store import orphans, receipts
 from store.errors import IOFailure, NotDurable, SessionNotFound, StoreError, TranscriptChanged
 from store.faults import Faults
 from store.indexing import index
-from store.indexing.backlog import Backlog
-from store.indexing.reconcile import ReconcilePlan, apply_plan, forget_deleted, plan_reconcile
+from store.indexing.backlog import CATCH_UP_STEP_BYTES, Backlog
+from store.indexing.reconcile import (
+    ReconcilePlan,
+    apply_plan,
+    forget_deleted,
+    plan_catch_up,
+    plan_reconcile,
+    replan_from_mark,
+)
 from store.receipts import ReceiptKey
 from store.rules import READ_AHEAD_BYTES, READ_AHEAD_SECONDS
 from store.transcripts.session_files import PendingDelete, SessionPaths, finish_delete, pending_delete
@@ -601,9 +608,17 @@ class SessionActor(Actor):
         indexed = row["_indexedLen"] if row else 0
         epoch = row["_fileEpoch"] if row else None
         paths = self.paths
+        # Storage failed: what the files hold past the failure is not known durable; a receipt restored
+        # from them now is doubtful (refused until the restart), whatever request it answers.
+        failed = st.storage_failed is not None
+        # a tail far past the mark is indexed in bounded commits (store.indexing.backlog), each reading its
+        # own slice: it is not read whole here first. Not while the storage is failed: every receipt this
+        # catch-up restores must be seen by the one transaction below, to be doubted
+        far = None if failed else CATCH_UP_STEP_BYTES
 
         def look() -> PendingDelete | ReconcilePlan:  # one hop: a delete that did not finish, else the plan
-            return pending_delete(paths) or plan_reconcile(paths.transcript, indexed, epoch)
+            return pending_delete(paths) or (plan_reconcile(paths.transcript, indexed, epoch) if far is None
+                                             else plan_catch_up(paths.transcript, indexed, epoch, far=far))
 
         plan = await self.io(look)
         if isinstance(plan, PendingDelete):
@@ -617,31 +632,25 @@ class SessionActor(Actor):
             # the file was replaced since the index's last commit (a rewrite whose commit failed, another
             # program): the row moves now, as that rewrite's commit would have moved it
             replaced = row is not None and plan.kind == "full" and row["_fileEpoch"] != plan.epoch
-            # Storage failed: what the files hold past the failure is not known durable; a receipt restored
-            # from them now is doubtful (refused until the restart), whatever request it answers.
-            failed = st.storage_failed is not None
 
             path = paths.transcript
             # a tail far past the mark is indexed in bounded commits first (store.indexing.backlog); this
             # op then indexes what they left from the mark they moved (a tail plan from the old mark
-            # would index their lines twice). Not while the storage is failed: every receipt this catch-up
-            # restores must be seen by the one transaction below, to be doubted
+            # would index their lines twice; a far tail's plan has not read its lines at all)
             backlogs = (Backlog(self.sid, path, now),) if plan.kind == "tail" and not failed else ()
+            planned = plan
 
-            def apply(conn: Any) -> None:
+            def apply(conn: Any) -> ReconcilePlan:
                 before = receipts.keys_of_session(conn, self.sid) if failed else set()
-                todo = plan
-                if backlogs:
-                    mark = index.index_mark(conn, self.sid)
-                    if mark is not None and mark != (indexed, epoch):
-                        todo = plan_reconcile(path, mark[0], mark[1])
+                todo = replan_from_mark(conn, self.sid, path, planned, (indexed, epoch)) if backlogs else planned
                 apply_plan(conn, self.sid, todo, now_ms=now)
                 if replaced:
                     index.touch_session(conn, self.sid, now)
                 if failed:
                     self._doubt(receipts.keys_of_session(conn, self.sid) - before)
+                return todo
 
-            await self.deps.db.write(apply, durable=True, backlogs=backlogs)
+            plan = await self.deps.db.write(apply, durable=True, backlogs=backlogs)
             row = await self.read(index.session_row, self.sid)
         st.file_len, st.epoch = (0, None) if plan.kind == "missing" else (plan.file_len, plan.epoch)
         st.row = row

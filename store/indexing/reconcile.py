@@ -257,6 +257,40 @@ def plan_reconcile(path: Path, indexed_len: int, file_epoch: str | None) -> Reco
                          revisions=revisions, archived=archived)
 
 
+def plan_catch_up(path: Path, indexed_len: int, file_epoch: str | None, *, far: int) -> ReconcilePlan:
+    """:func:`plan_reconcile` for a catch-up that indexes a far tail in bounded steps
+    (``store.indexing.backlog``): a tail more than ``far`` bytes past the index's mark, in the file the
+    mark counts, is not read here (its lines are read a slice at a time by the steps, and the rest from
+    the mark they leave): the plan is ``tail`` with no scan and the file's size as ``file_len``, which the
+    caller plans again from the mark before applying (:func:`replan_from_mark`). Anything else is
+    :func:`plan_reconcile`'s plan. Without this, a catch-up held every line of the tail parsed at once
+    before the steps read them again: memory grew with the tail (up to the index lag, 64 MiB of lines)."""
+    try:
+        size = os.lstat(path).st_size
+    except FileNotFoundError:
+        return ReconcilePlan(kind="missing")
+    if indexed_len > 0 and size - indexed_len > far:
+        header = read_header(path)
+        if header is not None and header.get("epoch") == file_epoch:
+            return ReconcilePlan(kind="tail", file_len=size, epoch=file_epoch)
+    return plan_reconcile(path, indexed_len, file_epoch)
+
+
+def replan_from_mark(conn: Any, session_id: str, path: Path, plan: ReconcilePlan,
+                     planned_from: tuple[int, str | None]) -> ReconcilePlan:
+    """``plan`` (made from the mark ``planned_from``) as it stands in the transaction about to apply it:
+    planned again from the session's mark when bounded steps moved it meanwhile, or when ``plan`` is a
+    far tail :func:`plan_catch_up` left unread (the steps leave at most their budget past the mark)."""
+    if plan.kind != "tail":
+        return plan
+    mark = index.index_mark(conn, session_id)
+    if mark is None:  # the row went meanwhile: the whole file, as a session the index does not know
+        return plan_reconcile(path, 0, None) if plan.scan is None else plan
+    if mark != planned_from or plan.scan is None:
+        return plan_reconcile(path, mark[0], mark[1])
+    return plan
+
+
 def clean_plan(fd: int, indexed_len: int, file_epoch: str | None) -> ReconcilePlan | None:
     """:func:`plan_reconcile`'s answer for a transcript open as ``fd`` (:func:`open_transcript`) when it is
     the usual one, ``clean`` with nothing past the index's mark: its size is the mark and its header's epoch

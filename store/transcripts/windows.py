@@ -20,7 +20,8 @@ from typing import Any
 from store import approvals, attachments, session_state, thread_meta
 from store.errors import PayloadTooLarge, StoreError
 from store.indexing import index
-from store.indexing.reconcile import ReconcilePlan, clean_plan, open_transcript, plan_reconcile
+from store.indexing.backlog import CATCH_UP_STEP_BYTES
+from store.indexing.reconcile import ReconcilePlan, clean_plan, open_transcript, plan_catch_up
 from store.jsonio import loads_line
 from store.transcripts.records import blocks_of, cap_content, wire_record
 from store.transcripts.transcript import read_spans, read_transcript
@@ -381,8 +382,8 @@ def read_cold(conn: sqlite3.Connection, sid: str, path: Path, req: WindowRequest
             plan: ReconcilePlan | None = None
             if fd is not None:
                 plan = clean_plan(fd, row["_indexedLen"], row["_fileEpoch"])
-            if plan is None:
-                plan = plan_reconcile(path, row["_indexedLen"], row["_fileEpoch"])
+            if plan is None:  # whether a whole line follows the mark; a far tail is not read here (nor twice)
+                plan = plan_catch_up(path, row["_indexedLen"], row["_fileEpoch"], far=CATCH_UP_STEP_BYTES)
             if plan.kind != "clean" or plan.file_len != row["_indexedLen"]:
                 return Window(row=row, plan_kind=plan.kind)
             w = read_warm(conn, sid, path, int(row["messageCount"]), req, row, derived_fresh=True, now_ms=now_ms,
