@@ -223,17 +223,23 @@ def sweep_temp_files(directory: str | os.PathLike[str]) -> list[str]:
     return removed
 
 
-def remove_file_durable(path: str | os.PathLike[str], *, owed: OwedSyncs | None = None) -> bool:
+def remove_file_durable(path: str | os.PathLike[str], *, owed: OwedSyncs | None = None,
+                        faults: Faults = NO_FAULTS, point_prefix: str | None = None) -> bool:
     """Unlink ``path`` and fsync its directory. Returns False if it did not exist. A failed fsync (the
-    file gone, its removal's durability unknown) raises as any I/O error does; ``owed`` records it."""
+    file gone, its removal's durability unknown) raises as any I/O error does; ``owed`` records it.
+    ``point_prefix``: fault points ``<prefix>.before_unlink`` and ``<prefix>.before_dirsync``."""
     target = os.fspath(path)
     try:
         try:
+            if point_prefix is not None:
+                faults.point(f"{point_prefix}.before_unlink")
             os.unlink(target)
         except FileNotFoundError:
             return False
         directory = _parent(target)
         try:
+            if point_prefix is not None:
+                faults.point(f"{point_prefix}.before_dirsync")
             fsync_dir(directory)
         except OSError:
             if owed is not None:

@@ -200,8 +200,13 @@ def read_uninstall_intent(directory: Path, plugin_id: str) -> UninstallIntent | 
     return UninstallIntent(plugin_id, entry, assets, kept)
 
 
-def drop_uninstall_intent(directory: Path, plugin_id: str, owed: OwedSyncs | None = None) -> None:
-    remove_file_durable(uninstall_intent_path(directory, plugin_id), owed=owed)
+def drop_uninstall_intent(directory: Path, plugin_id: str, owed: OwedSyncs | None = None,
+                          faults: Faults = NO_FAULTS) -> None:
+    """Remove the intent of an uninstall that committed (fault points ``plugins.uninstall.intent.drop.*``).
+    Left behind, it is harmless: every receipt it names is stored, so :func:`uninstall_finished` says
+    so, the next uninstall ignores it and boot sweeps it (:func:`sweep_uninstall_intents`)."""
+    remove_file_durable(uninstall_intent_path(directory, plugin_id), owed=owed, faults=faults,
+                        point_prefix="plugins.uninstall.intent.drop")
 
 
 def uninstall_finished(conn: sqlite3.Connection, intent: UninstallIntent) -> bool:

@@ -35,6 +35,7 @@ The file writes pass the host's fault points (``plugins.registry.*``,
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,7 +48,7 @@ from runtime.context import HostContext
 from store import plugin_assets as asset_store
 from store import plugins as plugin_store
 from store import receipts
-from store.errors import InvalidInput, NotFound, PermissionDenied
+from store.errors import InvalidInput, NotFound, PermissionDenied, StoreError
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import OwedSyncs
 from store.plugins import UninstallIntent
@@ -59,6 +60,8 @@ __all__ = ["PluginRegistry", "get_asset", "list_assets", "list_plugins", "regist
            "uninstall"]
 
 SERVICE = "plugins"
+
+log = logging.getLogger("pi_host")
 
 
 def require_owner(caller: CallContext, owner: str | None, *, what: str, user_may_change: bool = True) -> None:
@@ -208,6 +211,21 @@ async def _begin_uninstall(ctx: HostContext, registry: PluginRegistry, plugin_id
     return intent
 
 
+async def _drop_intent(ctx: HostContext, registry: PluginRegistry, plugin_id: str) -> None:
+    """The uninstall committed: its intent goes (this one's, or one a kill right after its commit left; the
+    uninstall that wrote it is over). Left behind, every receipt it names is stored: the next uninstall
+    ignores it (``uninstall_finished``) and boot sweeps it (``sweep_uninstall_intents``), so a failure here
+    does not fail the committed call. RELIABILITY rule 7 holds: the answer vouches for the committed
+    transaction (and the file steps before it, fsynced), never for this removal, whose durability a failed
+    directory fsync leaves unknown (``registry.owed`` then refuses every later plugin change until the host
+    restarts)."""
+    try:
+        await registry.run(plugin_store.drop_uninstall_intent, registry.directory, plugin_id, registry.owed,
+                           ctx.services.faults)
+    except StoreError as exc:
+        log.warning("a finished uninstall of plugin %s left its intent: %s", plugin_id, exc)
+
+
 async def uninstall(ctx: HostContext, p: m.PluginsUninstallParams, key: ReceiptKey | None) -> Any:
     registry: PluginRegistry = ctx.services.get(SERVICE)
     plugin_id = plugin_store.validate_plugin_id(p.plugin_id)
@@ -223,8 +241,7 @@ async def uninstall(ctx: HostContext, p: m.PluginsUninstallParams, key: ReceiptK
             return out
 
         result = await ctx.commit(effect)
-        # this one's, or one a kill right after its commit left (the uninstall that wrote it is over)
-        await registry.run(plugin_store.drop_uninstall_intent, registry.directory, plugin_id, registry.owed)
+        await _drop_intent(ctx, registry, plugin_id)
     if result["settingsRemoved"]:
         ctx.publish("settings.changed", {"ns": plugin_store.plugin_namespace(plugin_id),
                                          "keys": result["settingsRemoved"]})

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import trio
 
-from runtime.client import HostClient
+from runtime.client import HostClient, RpcError
 from store import receipts
 from tests.hostkit import call_killed_at, client_for, inprocess_host
 
@@ -150,6 +150,42 @@ async def test_a_finished_uninstalls_record_never_answers_for_a_later_one(tmp_pa
             assert out == {"pluginId": "acme", "registryEntryRemoved": True, "settingsRemoved": [],
                            "providersReleased": []}
     assert _leftovers(root) == []
+
+
+@pytest.mark.parametrize("step", ["before_unlink", "before_dirsync"])
+async def test_an_uninstall_whose_intent_could_not_go_answers_what_it_committed(
+        tmp_path: Path, prepared: Path, step: str) -> None:
+    """After the commit, dropping the intent failed (its unlink, or the directory fsync after it). The
+    uninstall took effect with its receipt, yet the call answered ``IO_ERROR``. Now it answers success:
+    the answer vouches for the committed transaction, never for the intent's removal (RELIABILITY rule 7),
+    and an intent left behind names only stored receipts (ignored, then swept at boot)."""
+    root = _copy(prepared, tmp_path)
+    point = f"plugins.uninstall.intent.drop.{step}"
+    with trio.fail_after(60):
+        async with inprocess_host(root) as host, client_for(host, CLIENT, "ui") as ui:
+            host.faults.add(point, nth=1, action="eio")
+            first = await ui.call("plugins.uninstall", UNINSTALL)
+            assert host.faults.hits(point) == 1
+            assert first == UNINSTALLED
+            assert await ui.call("plugins.uninstall", UNINSTALL) == first
+            await _assert_uninstalled_once(ui, root)
+            later = ui.call("plugins.uninstall", {"pluginId": "acme", "submissionId": "un-9"})
+            if step == "before_unlink":
+                assert _leftovers(root) == [f"uninstall-{b'acme'.hex()}.intent"]
+                # the next uninstall ignores the finished intent (and drops it)
+                assert await later == {"pluginId": "acme", "registryEntryRemoved": False, "settingsRemoved": [],
+                                       "providersReleased": []}
+                assert _leftovers(root) == []
+            else:  # the intent is gone, its removal's durability unknown: no later plugin change is answered
+                with pytest.raises(RpcError) as exc:
+                    await later
+                assert exc.value.data_code == "IO_ERROR"
+        async with inprocess_host(root) as host, client_for(host, CLIENT, "ui") as ui:
+            assert await ui.call("plugins.uninstall", UNINSTALL) == first
+            await _assert_uninstalled_once(ui, root)
+            assert _leftovers(root) == []
+            assert await ui.call("plugins.uninstall", {"pluginId": "acme", "submissionId": "un-10"}) == \
+                {"pluginId": "acme", "registryEntryRemoved": False, "settingsRemoved": [], "providersReleased": []}
 
 
 def _timeless(x: Any) -> Any:
