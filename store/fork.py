@@ -385,6 +385,7 @@ def remove_child_files(transcript: str | os.PathLike[str], scratch_dir: str | os
 __all__ = [
     "ForkPlan",
     "Remapper",
+    "child_answer",
     "copy_pasted",
     "derived_id",
     "plan_fork",
@@ -399,7 +400,28 @@ def index_child(conn: sqlite3.Connection, child: str, written: Rewritten, *, now
     """The child session's row and its index rows, in the caller's transaction (``session.fork``,
     ``session.assistantEdit``): the parent's settings that are set, and the exact ``project_id`` (not a
     lookup by path, which would touch the project row)."""
-    index.insert_session(conn, child, now_ms=now_ms, created_at_ms=now_ms, title=title,
-                         settings={k: v for k, v in settings.items() if v is not None}, file_epoch=written.epoch)
-    index.set_project_id(conn, child, project_id)
+    _insert_child_row(conn, child, now_ms=now_ms, title=title, settings=settings, project_id=project_id,
+                      file_epoch=written.epoch)
     reindex(conn, child, written, now_ms=now_ms)
+
+
+def child_answer(conn: sqlite3.Connection, child: str, plan: RewritePlan, *, now_ms: int, title: str,
+                 settings: dict[str, Any], project_id: int | None) -> dict[str, Any]:
+    """The summary ``session.fork``'s commit (:func:`index_child`) will answer for the child ``plan`` makes:
+    its row, with the count of messages the reindex gives it, read and rolled back
+    (:func:`store.indexing.index.dry_run`; the message rows themselves are not indexed twice)."""
+
+    def insert(c: sqlite3.Connection) -> dict[str, Any]:
+        _insert_child_row(c, child, now_ms=now_ms, title=title, settings=settings, project_id=project_id,
+                          file_epoch=None)
+        c.execute("UPDATE sessions SET last_seq = ? WHERE id = ?", (len(plan.messages), child))
+        return index.public_session(index.require_session(c, child))
+
+    return index.dry_run(conn, insert)
+
+
+def _insert_child_row(conn: sqlite3.Connection, child: str, *, now_ms: int, title: str, settings: dict[str, Any],
+                      project_id: int | None, file_epoch: str | None) -> None:
+    index.insert_session(conn, child, now_ms=now_ms, created_at_ms=now_ms, title=title,
+                         settings={k: v for k, v in settings.items() if v is not None}, file_epoch=file_epoch)
+    index.set_project_id(conn, child, project_id)

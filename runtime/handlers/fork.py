@@ -21,6 +21,7 @@ import trio
 from actors.session_context import SessionContext
 from protocol import models as m
 from store.fork import (
+    child_answer,
     copy_pasted,
     index_child,
     plan_fork,
@@ -34,6 +35,7 @@ from store.receipts import ReceiptKey, file_record
 from store.transcripts.records import ms_to_rfc3339
 
 from .revisions import resolve_position, snapshot
+from .sessions import warn_if_moved
 
 __all__ = ["child_landed", "fork"]
 
@@ -56,7 +58,14 @@ async def fork(ctx: SessionContext, p: m.ForkParams, key: ReceiptKey | None) -> 
     child_paths = ctx.services.paths(child)
     pasted_src = ctx.paths.scratch / "pasted"
     project_id = row.get("projectId")
-    receipt = file_record(key) if key is not None else None
+    receipt = answer = None
+    if key is not None:
+        # the child's header carries the answer this call will give (a retry after the database was lost is
+        # answered with it, not with the child as it is then)
+        answer = await ctx.db(lambda conn: child_answer(conn, child, plan.plan, now_ms=now, title=title,
+                                                        settings=settings, project_id=project_id), durable=False)
+        receipt = file_record(key, response=answer)
+    summaries: list[dict[str, Any]] = []
     committed = False
     try:
         names = await ctx.io(resolve_pasted, pasted_src, plan.pasted_refs)
@@ -68,7 +77,8 @@ async def fork(ctx: SessionContext, p: m.ForkParams, key: ReceiptKey | None) -> 
         def op(conn: Any) -> Any:
             index_child(conn, child, written, now_ms=now, title=title, settings=settings, project_id=project_id)
             faults.point("fork.index_before_commit")
-            return index.public_session(index.require_session(conn, child))
+            summaries.append(index.public_session(index.require_session(conn, child)))
+            return summaries[-1] if answer is None else answer  # keyed: the one the child's header carries
 
         result = await ctx.commit(op)
         committed = True
@@ -78,6 +88,7 @@ async def fork(ctx: SessionContext, p: m.ForkParams, key: ReceiptKey | None) -> 
                 if not await child_landed(ctx, child):
                     await _undo(ctx, child, child_paths.transcript, child_paths.scratch)
         raise
+    warn_if_moved("session.fork", answer, summaries)
     ctx.publish("session.created", {"session": result}, session_id=child)
     return result
 

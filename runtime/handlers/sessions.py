@@ -27,7 +27,7 @@ from store import orphans, queue, receipts, thread_meta
 from store.errors import Conflict, MessageNotFound, StorageFull, StoreError
 from store.ids import derived_id, new_id
 from store.indexing import index
-from store.indexing.reconcile import ReconcilePlan, apply_plan, plan_reconcile, read_header
+from store.indexing.reconcile import ReconcilePlan, apply_plan, created_answer, plan_reconcile, read_header
 from store.inflight import checkpoint_message_id
 from store.receipts import ReceiptKey, file_record
 from store.rules import DEFAULT_WINDOW, MAX_REPLY_BYTES, MAX_WHOLE_READ_BYTES
@@ -39,7 +39,7 @@ from store.transcripts.window_reply import with_field
 from .plugin_imports import scope_session
 
 __all__ = ["create", "create_target", "delete", "get", "get_direct", "remove_session", "rename", "update",
-           "window_request"]
+           "warn_if_moved", "window_request"]
 
 log = logging.getLogger("pi_host")
 T = TypeVar("T")
@@ -78,19 +78,40 @@ async def create(ctx: SessionContext, p: m.SessionCreateParams, key: ReceiptKey 
             settings[name] = value
     now = ctx.now()
     info = ctx.session_info_line(settings)
-    receipt = file_record(key) if key is not None else None
     faults = ctx.faults
     sid = ctx.sid
+    receipt = answer = None
+    if key is not None:
+        # the header carries the answer this call will give (a retry after the database was lost is answered
+        # with it, not with the session as it is then); the project row it names goes in for good first
+        answer = await ctx.db(lambda conn: created_answer(conn, sid, now, info, now_ms=now),
+                              durable=p.project_path is not None)
+        receipt = file_record(key, response=answer)
 
     def write() -> ReconcilePlan:
         create_transcript(path, sid, now, body_lines=[info], receipt=receipt, faults=faults)
         return plan_reconcile(path, 0, None)
 
-    result = await ctx.rewrite_file(
-        write, lambda conn, plan: apply_plan(conn, sid, plan, now_ms=now),
-        lambda conn: index.public_session(index.require_session(conn, sid)), fault="create.before_index")
+    summaries: list[dict[str, Any]] = []
+
+    def answered(conn: Any) -> Any:
+        summaries.append(index.public_session(index.require_session(conn, sid)))
+        # keyed: the header's answer, which apply_plan just stored as the receipt's (every retry gets it)
+        return summaries[-1] if answer is None else answer
+
+    result = await ctx.rewrite_file(write, lambda conn, plan: apply_plan(conn, sid, plan, now_ms=now), answered,
+                                    fault="create.before_index")
+    warn_if_moved("session.create", answer, summaries)
     ctx.publish("session.created", {"session": result})
     return result
+
+
+def warn_if_moved(method: str, answer: Any, summaries: list[dict[str, Any]]) -> None:
+    """A keyed create's (or fork's) commit made another summary than the answer its header carries, computed
+    just before (a create's project row removed in between): the answer stays the header's, as every retry's
+    (a create's receipt row is the header's already: ``apply_plan`` restored it in the commit)."""
+    if answer is not None and summaries and summaries[-1] != answer:
+        log.warning("%s answered %r as its header carries; its commit made %r", method, answer, summaries[-1])
 
 
 # ---------------------------------------------------------------------- reads

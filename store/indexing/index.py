@@ -8,9 +8,9 @@ opens files: callers pass parsed transcript records with their byte spans.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from store import artifacts, attachments, receipts, thread_meta
 from store.errors import Conflict, CorruptData, LimitExceeded, SessionNotFound
@@ -22,6 +22,8 @@ from store.session_state import with_projection
 from store.transcripts.records import blocks_of, extract_text, rfc3339_to_ms, searchable, tool_info
 from store.transcripts.window_reply import describe_line
 from store.upgrade.schema import MAX_SEQ, message_mid
+
+T = TypeVar("T")
 
 TOOL_OUTPUT_MAX_CHARS = 65_536
 """A tool row's output is searchable (``scope: "tools"``) up to this many characters."""
@@ -231,6 +233,18 @@ def _session_dict(row: Sequence[Any]) -> dict[str, Any]:
 
 def public_session(row: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in row.items() if not k.startswith("_")}
+
+
+def dry_run(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """``fn(conn)`` under a savepoint rolled back: its value, none of its rows (the caller's transaction,
+    and what it did before, stay as they were). A keyed create or fork asks what its commit will answer
+    before it writes the file that carries the answer (``store.receipts.file_record``)."""
+    conn.execute("SAVEPOINT dry_run")
+    try:
+        return fn(conn)
+    finally:
+        conn.execute("ROLLBACK TO dry_run")
+        conn.execute("RELEASE dry_run")
 
 
 def normalize_project_path(path: str) -> str:

@@ -26,7 +26,7 @@ from store.indexing import index
 from store.indexing.index import CompactionRecord, IndexRecord
 from store.interchange.import_rebuild import restore_imported
 from store.interchange.origin_history import origin_row
-from store.jsonio import loads_line
+from store.jsonio import loads_line, now_rfc3339
 from store.queue import forget_session as forget_queue
 from store.revisions import (
     RevisionFile,
@@ -449,6 +449,50 @@ def restore_last_import(conn: Any, session_id: str, line: Mapping[str, Any]) -> 
                  (orjson.dumps(origin).decode(), session_id))
 
 
+def _insert_row(conn: Any, session_id: str, header: Mapping[str, Any] | None, info: Mapping[str, Any] | None, *,
+                file_epoch: str | None, now_ms: int) -> None:
+    """The row of a session the index lacks, as its header and newest ``session_info`` line say."""
+    settings = session_info_settings(info)
+    index.insert_session(
+        conn,
+        session_id,
+        now_ms=now_ms,
+        created_at_ms=rfc3339_to_ms((header or {}).get("createdAt"), now_ms),
+        title=str(settings.get("title") or ""),
+        project_path=settings.get("projectPath"),
+        settings=settings,
+        file_epoch=file_epoch,
+        source=imported_source(info),
+    )
+    restore_import_origin(conn, session_id, info, now_ms=now_ms)
+
+
+def _restore_meta(conn: Any, session_id: str, info: Mapping[str, Any] | None, *, now_ms: int) -> None:
+    thread_meta.restore_from_info(conn, session_id, info, now_ms=now_ms)
+    trash.restore_from_info(conn, session_id, info)
+
+
+def created_answer(conn: Any, session_id: str, created_at_ms: int, info_line: bytes, *,
+                   now_ms: int) -> dict[str, Any]:
+    """The summary ``session.create``'s commit will answer for a new transcript made of a header created at
+    ``created_at_ms`` and the ``session_info`` line ``info_line``: the rows :func:`apply_plan` inserts for it,
+    read and rolled back (:func:`store.indexing.index.dry_run`). Its project row, when ``info`` names one,
+    is inserted for good first: the project id the answer names is then the one the commit finds (another
+    project made in between takes the next id, not this one)."""
+    info = loads_line(info_line)
+    path = session_info_settings(info).get("projectPath")
+    if path:
+        index.upsert_project(conn, path, now_ms)
+    header = {"createdAt": now_rfc3339(created_at_ms)}
+
+    def insert(c: Any) -> dict[str, Any]:
+        _insert_row(c, session_id, header, info, file_epoch=None, now_ms=now_ms)
+        _restore_meta(c, session_id, info, now_ms=now_ms)
+        return index.public_session(index.require_session(c, session_id))
+
+    return index.dry_run(conn, insert)
+
+
 def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) -> dict[str, Any]:
     """Bring the index in line with the transcript (runs in the DB writer's transaction).
 
@@ -479,25 +523,11 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
         return report
     settings = session_info_settings(scan.session_info)
     if row is None:
-        header = scan.header or {}
-        created = rfc3339_to_ms(header.get("createdAt"), now_ms)
-        index.insert_session(
-            conn,
-            session_id,
-            now_ms=now_ms,
-            created_at_ms=created,
-            title=str(settings.get("title") or ""),
-            project_path=settings.get("projectPath"),
-            settings=settings,
-            file_epoch=plan.epoch,
-            source=imported_source(scan.session_info),
-        )
-        restore_import_origin(conn, session_id, scan.session_info, now_ms=now_ms)
+        _insert_row(conn, session_id, scan.header, scan.session_info, file_epoch=plan.epoch, now_ms=now_ms)
         report["restoredRow"] = True
     elif settings:
         index.update_session_settings(conn, session_id, settings, now_ms=now_ms)
-    thread_meta.restore_from_info(conn, session_id, scan.session_info, now_ms=now_ms)
-    trash.restore_from_info(conn, session_id, scan.session_info)
+    _restore_meta(conn, session_id, scan.session_info, now_ms=now_ms)
     if scan.import_receipt is not None:
         restore_last_import(conn, session_id, scan.import_receipt)
     if plan.kind == "full":
@@ -603,7 +633,8 @@ def restore_archived_receipts(conn: Any, session_id: str, archived: RevisionFile
 
 
 def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any | None:
-    """The terminal response of a file-carried receipt, from the state its file left behind.
+    """The terminal response of a file-carried receipt, from the state its file left behind (a create's or a
+    fork's: the answer it carries, ``extra.response``).
 
     ``None`` when the method's response cannot be rebuilt from that state
     (then no row is restored and a retry runs the request again).
@@ -621,6 +652,11 @@ def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any 
     row = index.session_row(conn, session_id)
     if row is None:
         return None
+    if method in ("session.create", "session.fork"):
+        # the answer the request gave, which its header carries (a header written before it did: the summary)
+        said = extra.get("response")
+        if isinstance(said, Mapping) and said.get("id") == session_id:
+            return dict(said)
     summary = index.public_session(row)
     if method in ("session.create", "session.fork", "session.rename", "session.update", "session.updateMetadata"):
         return summary

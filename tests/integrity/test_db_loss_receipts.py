@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 import trio
 
+from protocol.models import SessionSummary
 from runtime.client import HostClient, open_client
+from store.ids import derived_id
 from tests.hostkit import msg, start_host_process
 from tests.revisions.helpers import revisions_path, transcript_path
 
@@ -110,3 +112,45 @@ async def test_a_retried_append_whose_branch_has_no_live_place_is_answered_not_w
 
     answers = await _retried_after_damage(tmp_path, sid, how, script)
     assert [got["message"]["seq"] for got in answers] == [1, 2, 3, 2]
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupt"])
+async def test_a_retried_create_or_fork_is_answered_as_the_first_time_after_the_loss(
+        tmp_path: Path, how: str) -> None:
+    """A create's and a fork's receipt ride in the new transcript's header. The rebuilt index answered their
+    retries with the session's summary as it is now (renamed since, messages added, cut by a rewrite that
+    carried the receipt forward), not with the answer the first call got (seed 000 §2.4)."""
+    create = {"sessionId": "s1", "title": "first", "projectPath": str(tmp_path / "proj"), "mode": "plan",
+              "submissionId": "k-create"}
+    fork = {"sessionId": "s1", "title": "the fork", "submissionId": "k-fork"}
+    child = derived_id("fork", "ui-1", "k-fork")
+    first: dict[str, Any] = {}
+
+    async def build(c: HostClient) -> None:
+        first["create"] = await c.call("session.create", create)
+        for n in (1, 2):
+            await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(f"u{n}", f"question {n}")})
+        first["fork"] = await c.call("session.fork", fork)
+        for sid in ("s1", child):
+            await c.call("session.rename", {"sessionId": sid, "title": f"renamed {sid}"})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"{sid}-u3", "later")})
+        # a rewrite: the create's and the fork's receipts move to the new headers' carried receipts
+        await c.call("session.truncateFrom", {"sessionId": "s1", "messageId": "u2"})
+        await c.call("session.truncateFrom", {"sessionId": child, "messageId": f"{child}-u3"})
+        assert await c.call("session.create", create) == first["create"]  # the database whole: its row answers
+        assert await c.call("session.fork", fork) == first["fork"]
+
+    async def retry(c: HostClient) -> dict[str, Any]:
+        return {"create": await c.call("session.create", create), "fork": await c.call("session.fork", fork),
+                "sessions": sorted(s["id"] for s in (await c.call("session.list", {}))["sessions"])}
+
+    with trio.fail_after(60):
+        await _on_host(tmp_path, build)
+        _damage(tmp_path, how)
+        got = await _on_host(tmp_path, retry)
+    assert first["fork"]["id"] == child and first["fork"]["messageCount"] == 2
+    assert got["create"] == first["create"]
+    assert got["fork"] == first["fork"]
+    for answer in (got["create"], got["fork"]):
+        SessionSummary.model_validate(answer)
+    assert got["sessions"] == sorted(["s1", child])  # nothing created again
