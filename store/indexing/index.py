@@ -7,6 +7,7 @@ opens files: callers pass parsed transcript records with their byte spans.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -241,10 +242,19 @@ def dry_run(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> 
     before it writes the file that carries the answer (``store.receipts.file_record``)."""
     conn.execute("SAVEPOINT dry_run")
     try:
-        return fn(conn)
-    finally:
-        conn.execute("ROLLBACK TO dry_run")
-        conn.execute("RELEASE dry_run")
+        value = fn(conn)
+    except BaseException:
+        # never masks the error: the caller's own savepoint (the DB writer's op) rolls back what is left
+        with contextlib.suppress(sqlite3.Error):
+            _undo_dry_run(conn)
+        raise
+    _undo_dry_run(conn)
+    return value
+
+
+def _undo_dry_run(conn: sqlite3.Connection) -> None:
+    conn.execute("ROLLBACK TO dry_run")
+    conn.execute("RELEASE dry_run")
 
 
 def normalize_project_path(path: str) -> str:

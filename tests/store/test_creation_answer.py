@@ -4,8 +4,11 @@ commit answers, computed before the file is written, and what a rebuilt index an
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from store import receipts
 from store.indexing import index
@@ -52,3 +55,22 @@ def test_a_rebuilt_receipt_answers_what_the_header_carries_or_as_before_without_
     assert write(lambda c: rebuild_response(c, "s1", record)) == said
     record = receipts.file_record(KEY, response={**said, "id": "s2"})  # not this session's: not trusted
     assert write(lambda c: rebuild_response(c, "s1", record)) == now
+
+
+def test_a_dry_run_leaves_no_row_whether_it_returns_or_raises(conn: sqlite3.Connection) -> None:
+    write = tx(conn)
+
+    def insert_then(fail: bool) -> Callable[[sqlite3.Connection], int]:
+        def run(c: sqlite3.Connection) -> int:
+            index.insert_session(c, "s1", now_ms=NOW)
+            if fail:
+                raise LookupError("after the insert")
+            return int(c.execute("SELECT COUNT(*) FROM sessions").fetchone()[0])
+        return run
+
+    assert write(lambda c: index.dry_run(c, insert_then(False))) == 1
+    with pytest.raises(LookupError):
+        write(lambda c: (index.insert_session(c, "kept", now_ms=NOW), index.dry_run(c, insert_then(True))))
+    assert conn.execute("SELECT id FROM sessions").fetchall() == []
+    write(lambda c: (index.insert_session(c, "kept", now_ms=NOW), index.dry_run(c, insert_then(False))))
+    assert conn.execute("SELECT id FROM sessions").fetchall() == [("kept",)]  # what ran before it stays
