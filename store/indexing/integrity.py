@@ -30,6 +30,7 @@ __all__ = ["check_fts", "check_table", "fts_tables", "TableDamage", "table_damag
 _ROW_MISSING: Final = re.compile(r"^row (\d+) missing from index ")
 _WRONG_COUNT: Final = re.compile(r"^wrong # of entries in index (.+)$")
 _PROBLEMS_PER_TABLE: Final = 100
+_PARTIAL: Final = re.compile(r"\sWHERE\s(.*)$", re.IGNORECASE | re.DOTALL)
 
 
 def sweep_tables(conn: sqlite3.Connection) -> list[str]:
@@ -109,14 +110,71 @@ def table_damage(conn: sqlite3.Connection, table: str) -> TableDamage:
         problems = check_table(conn, table)
     except sqlite3.Error:
         return TableDamage()
-    rows: set[int] = set()
+    missing: dict[str, set[int]] = {}
     miscounted: list[str] = []
     for problem in problems:
         if m := _ROW_MISSING.match(problem):
-            rows.add(int(m.group(1)))
+            missing.setdefault(problem[m.end():], set()).add(int(m.group(1)))
         elif m := _WRONG_COUNT.match(problem):
             miscounted.append(m.group(1))
+    rows: set[int] = set()
+    for index, named in missing.items():
+        rows |= named - _index_damaged(conn, table, index, named)
     return TableDamage(frozenset(rows), _hidden_rows(conn, table, miscounted) if miscounted else 0)
+
+
+def _index_damaged(conn: sqlite3.Connection, table: str, index: str, rows: set[int]) -> set[int]:
+    """Of ``rows`` (named missing from ``index``), those whose mismatch is the index's damage, not the row's:
+    all of them when the index's own b-tree no longer reads (a page of it damaged: its entries cannot testify
+    against a row that reads back whole), else those whose entry in it holds text that is not UTF-8 where the
+    row's value is (the byte changed in the entry), or, for rows that have no entry at all, as many garbled
+    entries naming no row as there are such rows (the changed bytes took the entry's rowid too). Any other
+    mismatch cannot tell which side changed: the row stays suspect. A partial index whose condition cannot be
+    read is left to testify."""
+    try:
+        info = conn.execute(f"PRAGMA index_info({_quoted(index)})").fetchall()
+        sql = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = ?", (index,)).fetchone()
+    except sqlite3.Error:
+        return set()
+    columns = [_text(r[2]) for r in info if r[2] is not None]
+    if not columns or len(columns) != len(info):  # an expression index: nothing here to compare
+        return set()
+    where = ""
+    if sql is not None and sql[0] is not None:
+        found = _PARTIAL.search(_text(sql[0]))
+        where = f" WHERE {found.group(1)}" if found else ""
+    names = ", ".join(_quoted(c) for c in columns)
+    entries: dict[int, tuple[object, ...]] = {}
+    stray: list[int] = []
+    try:
+        for row in conn.execute(f"SELECT rowid, {names} FROM {_quoted(table)} INDEXED BY {_quoted(index)}{where} "
+                                f"ORDER BY {names}"):
+            if row[0] in rows:
+                entries[int(row[0])] = tuple(row[1:])
+            elif _garbled(tuple(row[1:])):
+                stray.append(int(row[0]))
+        # a garbled entry whose rowid names no row had its rowid changed with it: it stands for a row named missing
+        stray = [r for r in stray if conn.execute(f"SELECT 1 FROM {_quoted(table)} WHERE rowid = ?",
+                                                  (r,)).fetchone() is None]
+    except sqlite3.DatabaseError as exc:
+        # no plan over the index (its condition read back wrong) is no damage of it: it testifies as before
+        return set(rows) if is_corruption(exc) else set()
+    damaged = {rowid for rowid, entry in entries.items() if _garbled(entry)}
+    unmatched = rows - entries.keys()
+    if unmatched and len(unmatched) <= len(stray):
+        damaged |= unmatched
+    return damaged
+
+
+def _garbled(values: tuple[object, ...]) -> bool:
+    """True when a text value is not UTF-8 (read with ``text_factory=bytes``: every text is bytes)."""
+    for value in values:
+        if isinstance(value, bytes):
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError:
+                return True
+    return False
 
 
 def _hidden_rows(conn: sqlite3.Connection, table: str, indexes: list[str]) -> int:

@@ -606,3 +606,65 @@ async def test_a_boot_killed_before_a_fresh_index_s_first_transaction_still_trea
     async with host(data) as (_proc, c):  # the steps ran once: an ordinary start after that
         boot = (await c.call("host.status", {}))["boot"]
         assert boot["attachmentsAdopted"] is None and "projectIdFloor" not in boot, boot
+
+
+def _ledger_source(src: Path, rows: int) -> tuple[int, list[int]]:
+    """A fresh index at ``src`` holding ``rows`` collaboration deliveries (a rowid table with a text primary
+    key): its page size and the leaf pages of the primary key's index, in key order."""
+    conn = sqlite3.connect(src, isolation_level=None)
+    apply_schema(conn)
+    conn.execute("BEGIN")
+    for sid in ("sa", "sb"):
+        conn.execute("INSERT INTO sessions(id, title, created_at, updated_at) VALUES (?, 't', 1, 1)", (sid,))
+    for i in range(rows):
+        conn.execute(
+            "INSERT INTO session_collaboration_messages(id, plugin_id, source_session_id, source_title, "
+            "target_session_id, target_title, kind, content, status, idempotency_key, remaining_hops, "
+            "permission_ceiling, created_at, updated_at) VALUES (?, 'chaos', 'sa', 't', 'sb', 't', 'task', ?, "
+            "'completed', ?, 4, 'ask', 1, 1)", (f"d{i:05d}", "c" * 100, f"key-{i:05d}"))
+    conn.execute("COMMIT")
+    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    leaves = [int(r[0]) for r in conn.execute(
+        "SELECT pageno FROM dbstat WHERE name = 'sqlite_autoindex_session_collaboration_messages_1' "
+        "AND pagetype = 'leaf' ORDER BY path")]
+    conn.close()
+    return page_size, leaves
+
+
+@pytest.mark.parametrize("where", ["cell pointers", "entry text", "entry text and rowid"])
+def test_rows_whose_index_entries_are_damaged_are_salvaged_whole(tmp_path: Path, where: str) -> None:
+    """Corrupt mode's lead: a delivery acknowledged before the damage was gone after the rebuild although its
+    row read back whole. The damage was in a page of the table's *index*, not of the table: ``integrity_check``
+    names the rows whose entries it held as missing from that index, and the salvage left them out as
+    ``inconsistent`` (a byte changed inside the row) when the row was right and its index entry wrong. An index
+    whose b-tree no longer reads, or whose entry holds text that is not UTF-8 where the row's is, cannot testify
+    against a row: every delivery comes back. (A byte changed inside a row stays ``inconsistent``:
+    test_integrity_sweep.py.)"""
+    src = tmp_path / "old.sqlite"
+    page_size, leaves = _ledger_source(src, 600)
+    leaf = leaves[len(leaves) // 2]
+    with open(src, "r+b") as f:
+        f.seek((leaf - 1) * page_size)
+        page = f.read(page_size)
+        if where == "cell pointers":  # cell offsets out of range: the index's b-tree no longer reads
+            at, length = 200, 8
+        else:  # one entry's id (and, with it, the rowid stored right after it) overwritten
+            at = page.find(b"d00")
+            assert at > 0
+            length = 6 if where == "entry text" else 8
+        f.seek((leaf - 1) * page_size + at)
+        f.write(b"\xa5" * length)
+    conn = sqlite3.connect(src)
+    problems = [str(r[0]) for r in conn.execute("PRAGMA integrity_check(session_collaboration_messages)")]
+    conn.close()
+    assert any("missing from index sqlite_autoindex_session_collaboration_messages_1" in p for p in problems)
+    dst = sqlite3.connect(tmp_path / "new.sqlite", isolation_level=None)
+    apply_schema(dst)
+    for sid in ("sa", "sb"):
+        dst.execute("INSERT INTO sessions(id, title, created_at, updated_at) VALUES (?, 't', 1, 1)", (sid,))
+    out = salvage(dst, src, now_ms=5)
+    ids = [r[0] for r in dst.execute("SELECT id FROM session_collaboration_messages ORDER BY id")]
+    dst.close()
+    assert ids == [f"d{i:05d}" for i in range(600)], (len(ids), out)
+    assert out.copied["session_collaboration_messages"] == 600
+    assert "session_collaboration_messages" not in out.skipped, out
