@@ -287,6 +287,26 @@ def test_a_request_id_the_host_never_issued_is_damage_not_a_lost_decision() -> N
     assert not other.valid and set(other.problems) == report.damaged
 
 
+def test_a_completion_whose_delivery_is_gone_is_a_lost_delivery_excused_by_damage_to_its_table() -> None:
+    """Corrupt mode reported "a completion of an unknown delivery" as a problem: a damaged page of the ledger
+    took the settled delivery (the salvage skipped it and said so) and kept its completion. The delivery's
+    loss was excused by the damage; the completion's finding was not, although it says the same. It is now
+    that delivery's loss, excused like any other where the ledger was damaged, counted as lost otherwise."""
+    h = History()
+    obs = Observation({SID: _session([]), "a": _session([])}, deliveries={
+        "c1": _delivery(SID, "a", "completion:d1", "queued", kind="completion", replyTo="d1", notify=False),
+    }, admissions={"c1": 1})
+    report = check(h, obs)
+    assert report.lost == {"delivery:d1 (completion c1 answers it)"} and not report.problems, report
+    corrupt = Totals(corrupt=True)
+    corrupt.excuse = {"session_collaboration_messages"}
+    corrupt.add(report)
+    assert corrupt.valid and corrupt.damaged_lost == report.lost
+    other = Totals()
+    other.add(report)
+    assert not other.valid and other.lost == report.lost
+
+
 def test_a_delivery_whose_turn_row_the_damage_took_is_excused_by_the_turns_table() -> None:
     """The salvage clears a delivery's turn binding when its turn row is gone (ON DELETE SET NULL)."""
     lost = "delivery:col_1 begin in s.w1 (turn None, status completed)"
