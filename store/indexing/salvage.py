@@ -279,9 +279,10 @@ class _Salvager:
         """Rows as stored, in key order. Where the table's b-tree fails (recorded as a ``readError``), the
         rows past the damage are found from the table's other end: a scan backwards from the last key reads
         down to the damage, keeping only the keys, then each of those rows is read by its key, in key order.
-        So one damaged stretch of pages loses only the rows it holds (with two or more, the rows between
-        them go too). ``leave_inconsistent``: a rowid table's rows ``integrity_check`` names as missing from one
-        of its indexes are left out (``inconsistent``)."""
+        So one damaged stretch of pages loses only the rows it holds; with two or more, the rows between them
+        are found through the table's full indexes (a rowid table: :meth:`_gap_rowids`), else they go too.
+        ``leave_inconsistent``: a rowid table's rows ``integrity_check`` names as missing from one of its
+        indexes are left out (``inconsistent``)."""
         key = self._key(table)
         damage = table_damage(self.src, table) if leave_inconsistent and key == ["rowid"] else TableDamage()
         suspect = damage.inconsistent
@@ -305,9 +306,12 @@ class _Salvager:
                 after.append(row[:n])
         except sqlite3.DatabaseError:
             pass
+        after.reverse()
+        if key == ["rowid"]:
+            after = self._gap_rowids(table, last, after)
         # each row again by its key, in key order (a forward scan from the first of them could descend into the
         # damaged page: in a WITHOUT ROWID table an interior cell holds a row, and the seek starts left of it)
-        for found in reversed(after):
+        for found in after:
             if suspect and found[0] in suspect:
                 self.report.skip(table, "inconsistent")
                 continue
@@ -320,6 +324,28 @@ class _Salvager:
                 continue
             if row is not None:
                 yield tuple(row)
+
+    def _gap_rowids(self, table: str, last: tuple[Any, ...] | None, after: list[tuple[Any, ...]]
+                    ) -> list[tuple[Any, ...]]:
+        """``after`` (the rowids read back from the table's end, in order) with the rowids between the damage the
+        forward scan met and the first of them, as the table's full indexes name them: with two damaged stretches
+        of the table's b-tree, the rows between them are found through an index (each index is read until it
+        fails; a rowid named by none of them, or whose row does not read, stays lost)."""
+        low = last[0] if last is not None else None
+        high = after[0][0] if after else None
+        found: set[int] = set()
+        try:
+            indexes = [_text(r[1]) for r in self.src.execute(f"PRAGMA index_list({table})") if not r[4]]
+        except (sqlite3.DatabaseError, _BadRow):
+            return after
+        for index in indexes:
+            try:
+                for (rowid,) in self.src.execute(f'SELECT rowid FROM {table} INDEXED BY "{index}"'):
+                    if (low is None or rowid > low) and (high is None or rowid < high):
+                        found.add(int(rowid))
+            except sqlite3.DatabaseError:
+                continue
+        return [(rowid,) for rowid in sorted(found)] + after
 
     def _key(self, table: str) -> list[str]:
         """The columns that order the table's b-tree: ``rowid``, or a WITHOUT ROWID table's primary key (from
