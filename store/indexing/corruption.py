@@ -12,7 +12,9 @@ its b-tree pages well formed and still break what they hold, so the error a read
 - "Could not decode to UTF-8 column": a text value that is not UTF-8. The host writes every text through
   ``sqlite3``'s binding of a Python ``str`` (always valid UTF-8), so such a value is damage, never data;
 - a ``UnicodeDecodeError`` whose bytes are one of these messages: SQLite's message quotes a damaged schema
-  row's name ("malformed database schema (kv\\xff)"), which ``sqlite3`` cannot decode into its error;
+  row's name ("malformed database schema (kv\\xff)"), which ``sqlite3`` cannot decode into its error; or a
+  constraint's message quoting a damaged CHECK expression ("CHECK constraint failed: status IN (...,
+  'complet\\xe7d', ...)": a byte changed inside a string literal leaves the schema parseable);
 - "no such column: X" / "no such table: X" / "table T has no column named X" for a table or column the
   host's own schema (``store/upgrade/schema.py``) defines: a damaged byte in its CREATE statement left it
   parseable under another name. Boot checked the schema version, so the file had it; a name the schema does
@@ -35,6 +37,10 @@ _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
 _MARKERS = ("malformed", "not a database", "disk image", "corrupt", "vtable constructor failed",
             "invalid fts5 file format", "no such tokenizer", "could not decode to utf-8")
+# Messages that quote the schema (a CHECK's expression, a constraint's columns): undecodable, they quote
+# damaged schema bytes, since the host's schema is UTF-8 (decodable, such a failure is told apart elsewhere:
+# ``group_commit.attempt``)
+_QUOTING_SCHEMA = ("constraint failed",)
 
 
 def is_corruption(exc: BaseException) -> bool:
@@ -42,7 +48,7 @@ def is_corruption(exc: BaseException) -> bool:
     ``UnicodeDecodeError`` of such an error's message)."""
     if isinstance(exc, UnicodeDecodeError):
         message = bytes(exc.object).decode("utf-8", "replace").lower()
-        return any(marker in message for marker in _MARKERS)
+        return any(marker in message for marker in (*_MARKERS, *_QUOTING_SCHEMA))
     if not isinstance(exc, sqlite3.DatabaseError):
         return False
     code = getattr(exc, "sqlite_errorcode", None)

@@ -94,3 +94,34 @@ def test_tasks_say_already_exists_only_for_a_taken_id(db: tuple[sqlite3.Connecti
     # a value the host got wrong (None where the schema says NOT NULL) is not "already exists"
     assert _code(conn, lambda c: create_task(c, task_id="k2", title=None, prompt="p",  # type: ignore[arg-type]
                                              now_ms=NOW)) == "INTERNAL"
+
+
+def test_a_check_constraint_whose_schema_text_is_damaged_is_a_corrupt_index(tmp_path: Path) -> None:
+    """Corrupt mode (seed 151906): a random byte landed inside a CHECK's string literal in the ledger's
+    ``CREATE TABLE`` (``'completed'`` read ``'complet\\xe7d'``). The schema still parses, so nothing noticed it
+    until ``collab.settle`` wrote ``completed``: the CHECK refused it, and SQLite's message quoting the
+    damaged expression could not be decoded, so ``sqlite3`` raised a ``UnicodeDecodeError`` that no marker
+    named as damage: the settle answered INTERNAL on a damaged index, and so would every retry. A constraint
+    message that is not UTF-8 quotes damaged schema bytes (the host's schema is UTF-8): a corrupt index."""
+    path = tmp_path / "pi.sqlite"
+    conn, _ = open_writer(path, quarantine_dir=tmp_path / "quarantine", now_ms=NOW)
+    conn.execute("BEGIN")
+    index.insert_session(conn, "s1", now_ms=NOW, title="one")
+    conn.execute("COMMIT")
+    conn.close()
+    other = sqlite3.connect(path, isolation_level=None)  # bytes the host never wrote, as damage leaves them
+    other.execute("PRAGMA writable_schema = ON")
+    other.execute("UPDATE sqlite_master SET sql = replace(sql, '''accept-edits''', "
+                  "'''accept-' || CAST(X'E7' AS TEXT) || 'dits''') WHERE name = 'sessions'")
+    other.close()
+    conn, _ = open_writer(path, quarantine_dir=tmp_path / "quarantine", now_ms=NOW)
+    try:
+        with pytest.raises(UnicodeDecodeError) as raised:
+            conn.execute("UPDATE sessions SET permission_mode = 'accept-edits' WHERE id = 's1'")
+        assert b"CHECK constraint failed" in bytes(raised.value.object)
+        outcome = GroupCommit(conn).run([DbOp(lambda c: c.execute(
+            "UPDATE sessions SET permission_mode = 'accept-edits' WHERE id = 's1'"))])
+        assert isinstance(outcome, UnicodeDecodeError) and is_corruption(outcome), outcome
+        assert error_object(index_corrupt(outcome))["data"]["code"] == "CORRUPT_DATA"
+    finally:
+        conn.close()
