@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Final
 
@@ -126,6 +127,16 @@ def _chunks(rows: Sequence[Row]) -> list[tuple[int, int, int, int]]:
     return out
 
 
+def _runs(rows: Sequence[Row]) -> list[tuple[int, int, int, int]]:
+    """:func:`_chunks`, in O(1) for the usual window: its lines lie back to back in seq order, so the
+    bytes from the first line's offset to the last line's end are exactly the lines' (``lengths``)."""
+    first, last = rows[0], rows[-1]
+    size = last[OFFSET] + last[LENGTH] - first[OFFSET]
+    if 0 < size <= MAX_CHUNK and size == sum(map(itemgetter(LENGTH), rows)):
+        return [(0, len(rows), first[OFFSET], size)]
+    return _chunks(rows)
+
+
 def _pread_exactly(fd: int, length: int, offset: int, path: str) -> bytes:
     got = os.pread(fd, length, offset)
     while len(got) < length:
@@ -187,19 +198,20 @@ def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content
     cap = content_limit
     any_evicted = bool(evicted)
     try:
-        for lo, hi, offset, size in _chunks(rows):
-            buf = _pread_exactly(fd, size, offset, name)
+        for lo, hi, base, size in _runs(rows):
+            buf = _pread_exactly(fd, size, base, name)
             view = memoryview(buf)  # slices of it are not copies: the reply's join copies each byte once
-            pos = 0
-            for row in rows[lo:hi]:
-                seq, _, length, deleted, turn, wire, crc = row
-                begin = pos
-                pos += length
+            for row in rows[lo:hi] if lo or hi < len(rows) else rows:
+                seq, offset, length, deleted, turn, wire, crc = row
+                begin = offset - base
+                if 0 <= begin and begin + length <= size:
+                    span = view[begin:begin + length]
+                else:  # not in the run's bytes (a line out of seq order, which the host never writes): alone
+                    span = memoryview(_pread_exactly(fd, length, offset, name))
                 # the fast path: a described line, its bytes intact, shown whole (a whole-history read
                 # takes it for every line: the loop is kept to what it must check)
                 if (wire is not None and not deleted and seq != no_target and (cap is None or length <= cap)
                         and (not any_evicted or seq not in evicted)):
-                    span = view[begin:pos]
                     if crc32(span) == crc:
                         append(span[:wire >> _FLAG_BITS])
                         if turn is None or wire & _HAS_TURN:
@@ -207,7 +219,7 @@ def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content
                         else:
                             append(_TURN_TAILS[wire & _CLOSE_META] % (seq, orjson.dumps(turn)))
                         continue
-                line = bytes(view[begin:pos])
+                line = bytes(span)
                 rec = project_line(line[:-1] if line.endswith(b"\n") else line, row, content_limit,
                                    target=seq == no_target)
                 if seq in evicted:
