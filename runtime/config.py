@@ -27,6 +27,7 @@ class HostConfig:
     session_mailbox: int = 512
     session_batch_limit: int = 256
     read_pool_size: int = 12
+    warm_reads: int = 12  # boot: the newest page of the last-updated session read this often (0: none)
     faults_spec: str | None = None
     audit_retention_days: int = 90
     restart_intensity: int = 20  # core actors (db-writer): past this many restarts per period the host exits

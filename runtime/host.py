@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import orjson
@@ -60,6 +61,7 @@ from runtime.config import HostConfig
 from runtime.context import Services
 from runtime.datadir import DataDir, DataDirLock
 from runtime.handlers import inflight
+from runtime.handlers import sessions as sessions_handlers
 from runtime.handlers.approvals import DEADLINES
 from runtime.handlers.attachments import Blobs
 from runtime.handlers.client_gone import on_client_gone
@@ -391,6 +393,9 @@ async def run_host(
                                       pipeline=pipeline, services=services, bus=bus, faults=faults,
                                       gateway=gateway,
                                       shutdown=shutdown, scheduler=scheduler_ref)
+                if config.warm_reads:  # the last step before the host is started (the warmth lasts only so long)
+                    await sessions_handlers.warm_reads(services, partial(pipeline.call, decode=False),
+                                                       config.warm_reads)
                 task_status.started(running)
                 try:
                     await shutdown.requested.wait()

@@ -34,6 +34,7 @@ __all__ = [
     "find_tool_call_line",
     "navigation_call_id",
     "navigation_parent",
+    "newest_read_target",
     "prepare_reads",
     "read_cold",
     "read_spans_coalesced",
@@ -197,6 +198,14 @@ def prepare_reads(conn: sqlite3.Connection) -> None:
     approvals.decisions_for_turns(conn, none, [none], 0)
     conn.execute("BEGIN")  # read_cold's snapshot
     conn.execute("ROLLBACK")
+
+
+def newest_read_target(conn: sqlite3.Connection) -> str | None:
+    """The live session with messages that was updated last: the one a client most likely opens first
+    after a restart (the host's read warm-up reads its newest page, ``sessions.warm_reads``)."""
+    row = conn.execute("SELECT id FROM sessions WHERE deleted_at IS NULL AND last_seq > 0 "
+                       "ORDER BY updated_at DESC LIMIT 1").fetchone()
+    return None if row is None else str(row[0])
 
 
 PER_MESSAGE_OVERHEAD = 64
