@@ -202,13 +202,13 @@ WARM_READS = 12
 a few times, and until then the read path runs markedly slower (measured: a fresh host's first get of a
 page costs about 1.5x a later one, and still 1.2-1.4x after one read of another session; after a dozen
 reads of another session, what a later one costs)."""
-WARM_BUDGET = 0.05
+WARM_BUDGET = 0.02
 """Seconds the warm-up may take at most (it stops after the read that passes them)."""
 WARM_CALLER = CallContext(connection_id=0, client_id="host-warmup", client_kind="host", protocol=1)
 
 
 async def warm_reads(services: Services, call: Callable[[str, Any, CallContext], Awaitable[Any]],
-                     times: int = WARM_READS, budget: float = WARM_BUDGET) -> int:
+                     times: int = WARM_READS, budget: float | None = None) -> int:
     """At boot, before any client is served: the newest page of the session updated last, read ``times``
     times through ``call`` (the pipeline: validation, routing, ``get_direct``'s read-pool hop, snapshot
     and encoded reply), so that the first ``session.get`` a client sends costs what a later one does.
@@ -225,7 +225,7 @@ async def warm_reads(services: Services, call: Callable[[str, Any, CallContext],
         if await get_direct(services, params, WARM_CALLER) is None:
             return 0  # served by the actor: not warmed (no actor is started for it)
         done = 1
-        deadline = trio.current_time() + budget
+        deadline = trio.current_time() + (WARM_BUDGET if budget is None else budget)
         while done < times and trio.current_time() < deadline and not services.sessions.running(sid):
             await call("session.get", raw, WARM_CALLER)
             done += 1
