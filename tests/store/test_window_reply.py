@@ -194,6 +194,23 @@ def test_reads_in_chunks_and_keeps_lines_that_cross_no_chunk_boundary(tmp_path: 
                                                                                for i in range(7)]
 
 
+def test_rows_whose_lengths_add_up_to_the_run_but_one_lies_outside_it(tmp_path: Path) -> None:
+    """Five lines of one length; the rows point at lines 0, 4 and 2 (a file the host never writes, a
+    row order no longer the file's): their lengths add up to the bytes from the first row's line to the
+    last row's end, so one read serves the run, and the row whose line lies past it is read alone."""
+    lines = [dumps_line({"type": "message", "id": f"l{i}", "role": "user", "blocks": [{"type": "text", "text": "z"}]})
+             for i in range(5)]
+    assert len({len(line) for line in lines}) == 1
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"".join(lines))
+    size = len(lines[0])
+    rows = [(seq, line_no * size, size, 0, None, *describe_line(lines[line_no], orjson.loads(lines[line_no])))
+            for seq, line_no in ((1, 0), (2, 4), (3, 2))]
+    assert sum(r[2] for r in rows) == rows[-1][1] + rows[-1][2] - rows[0][1]
+    reply, _ = encode_window(path, SESSION, rows, [], start=0, end=3, total=3, content_limit=None)
+    assert [(m["id"], m["seq"]) for m in orjson.loads(reply)["messages"]] == [("l0", 1), ("l4", 2), ("l2", 3)]
+
+
 def test_compactions_and_an_extra_field(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     comp = dumps_line({"type": "compaction", "id": "c1", "summary": "so far", "firstKeptId": "m1",
