@@ -29,18 +29,24 @@ async def _two_sessions(root: Path) -> tuple[str, str]:
         return older, newer
 
 
+def _note_cold_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The sessions ``windows.read_cold`` reads, in order (the warm-up's reads and a client's cold ones)."""
+    read: list[str] = []
+    real_cold = windows.read_cold
+
+    def noting_cold(conn: Any, sid: str, *args: Any, **kwargs: Any) -> Any:
+        read.append(sid)
+        return real_cold(conn, sid, *args, **kwargs)
+
+    monkeypatch.setattr(windows, "read_cold", noting_cold)
+    return read
+
+
 async def test_the_host_reads_its_last_updated_sessions_newest_page_before_it_starts_and_starts_no_actor(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with trio.fail_after(60):
         _, newer = await _two_sessions(tmp_path)
-        read: list[str] = []
-        real_cold = windows.read_cold
-
-        def noting_cold(conn: Any, sid: str, *args: Any, **kwargs: Any) -> Any:
-            read.append(sid)
-            return real_cold(conn, sid, *args, **kwargs)
-
-        monkeypatch.setattr(windows, "read_cold", noting_cold)
+        read = _note_cold_reads(monkeypatch)
         monkeypatch.setattr(sessions, "WARM_BUDGET", 60.0)  # a slow test machine still makes every read
         async with inprocess_host(tmp_path, warm_reads=5) as host:
             at_start = list(read)
@@ -54,14 +60,7 @@ async def test_the_host_reads_its_last_updated_sessions_newest_page_before_it_st
 
 async def test_no_warm_up_when_it_is_off_or_there_is_nothing_to_read(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    read: list[str] = []
-    real_cold = windows.read_cold
-
-    def noting_cold(conn: Any, sid: str, *args: Any, **kwargs: Any) -> Any:
-        read.append(sid)
-        return real_cold(conn, sid, *args, **kwargs)
-
-    monkeypatch.setattr(windows, "read_cold", noting_cold)
+    read = _note_cold_reads(monkeypatch)
     with trio.fail_after(60):
         async with inprocess_host(tmp_path / "empty"):
             assert read == []  # no session at all
