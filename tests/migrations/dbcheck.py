@@ -8,6 +8,8 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +45,8 @@ def layout(conn: sqlite3.Connection) -> Layout:
 
 
 def file_layout(path: Path) -> Layout:
-    conn = open_copy(path)
-    try:
+    with open_copy(path) as conn:
         return layout(conn)
-    finally:
-        conn.close()
 
 
 def seed_layout(version: int) -> Layout:
@@ -74,32 +73,32 @@ def host_layout(version: int) -> Layout:
         conn.close()
 
 
-def open_copy(path: Path) -> sqlite3.Connection:
-    """A connection to a private copy of ``path`` (+ its -wal), so looking never writes the original."""
-    tmp = Path(tempfile.mkdtemp(prefix="dbcheck-"))
-    for suffix in ("", "-wal"):
-        if Path(f"{path}{suffix}").exists():
-            shutil.copyfile(f"{path}{suffix}", tmp / f"db{suffix}")
-    conn = sqlite3.connect(tmp / "db")
-    conn.execute("PRAGMA trusted_schema = ON")
-    return conn
+@contextmanager
+def open_copy(path: Path) -> Iterator[sqlite3.Connection]:
+    """A connection to a private copy of ``path`` (+ its -wal), so looking never writes the original; the
+    copy is removed when the connection is done with."""
+    with tempfile.TemporaryDirectory(prefix="dbcheck-") as name:
+        tmp = Path(name)
+        for suffix in ("", "-wal"):
+            if Path(f"{path}{suffix}").exists():
+                shutil.copyfile(f"{path}{suffix}", tmp / f"db{suffix}")
+        conn = sqlite3.connect(tmp / "db")
+        try:
+            conn.execute("PRAGMA trusted_schema = ON")
+            yield conn
+        finally:
+            conn.close()
 
 
 def user_version(path: Path) -> int:
-    conn = open_copy(path)
-    try:
+    with open_copy(path) as conn:
         return int(conn.execute("PRAGMA user_version").fetchone()[0])
-    finally:
-        conn.close()
 
 
 def dump(path: Path) -> list[str]:
     """A logical dump (every schema object and row) of the file at ``path``."""
-    conn = open_copy(path)
-    try:
+    with open_copy(path) as conn:
         return list(conn.iterdump())
-    finally:
-        conn.close()
 
 
 def sqlite3_cli(path: Path, sql: str) -> list[str]:

@@ -50,12 +50,9 @@ def test_sigkill_at_every_step_leaves_one_version_and_the_chain_completes(tmp_pa
             # the old version, whole: its layout, its version number, the rows it had
             assert user_version(seed.db) == start, point
             assert file_layout(seed.db) == layouts[start], point
-            conn = open_copy(seed.db)
-            try:
+            with open_copy(seed.db) as conn:
                 assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
                 assert_rows_present(conn, {t: seed.rows[t] for t in ("providers", "secrets_meta", "notifications")})
-            finally:
-                conn.close()
             assert not (data / "host.json").exists()
         # the next start gets exactly one step further (it dies at the next step's point)
     host = start_host_process(data)
