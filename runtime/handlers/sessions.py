@@ -197,21 +197,20 @@ async def get_direct(services: Services, p: m.SessionGetParams, caller: CallCont
     return Encoded(cold.reply)
 
 
-WARM_READS = 12
-"""Reads of the boot warm-up (:func:`warm_reads`): CPython specializes a function's bytecode once it ran
-a few times, and until then the read path runs markedly slower (measured: a fresh host's first get of a
-page costs about 1.5x a later one, and still 1.2-1.4x after one read of another session; after a dozen
-reads of another session, what a later one costs)."""
 WARM_BUDGET = 0.02
 """Seconds the warm-up may take at most (it stops after the read that passes them)."""
 WARM_CALLER = CallContext(connection_id=0, client_id="host-warmup", client_kind="host", protocol=1)
 
 
 async def warm_reads(services: Services, call: Callable[[str, Any, CallContext], Awaitable[Any]],
-                     times: int = WARM_READS, budget: float | None = None) -> int:
+                     times: int, budget: float | None = None) -> int:
     """At boot, before any client is served: the newest page of the session updated last, read ``times``
     times through ``call`` (the pipeline: validation, routing, ``get_direct``'s read-pool hop, snapshot
     and encoded reply), so that the first ``session.get`` a client sends costs what a later one does.
+    Why a dozen (``HostConfig.warm_reads``): CPython specializes a function's bytecode once it ran a few
+    times, and until then the read path runs markedly slower (measured: a fresh host's first get of a page
+    costs about 1.5x a later one, and still 1.2-1.4x after one read of another session; after a dozen reads
+    of another session, what a later one costs).
     Reads only: a read that would start the session's actor (``get_direct`` declines it) is not made,
     and an error ends the warm-up; it is logged, never raised (a client's read meets it again and is
     answered as always). Returns how many reads it made."""
