@@ -17,6 +17,7 @@ over them; a deferred op that fails is repaired before it counts as covered.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, TypeVarTuple
@@ -34,7 +35,7 @@ from store.indexing import appends as store_appends
 from store.indexing import index
 from store.indexing.appends import Written
 from store.indexing.backlog import Backlog, Repair
-from store.jsonio import dumps_line
+from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey, file_record
 from store.transcripts.records import ms_to_rfc3339
 from store.transcripts.session_files import SessionPaths
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from actors.session import SessionActor
 
 T = TypeVar("T")
+log = logging.getLogger("pi_host")
 Ts = TypeVarTuple("Ts")
 
 __all__ = ["SETTING_KEYS", "Appended", "FileShape", "Lines", "SessionContext", "UNSET", "session_info_line",
@@ -441,12 +443,47 @@ class SessionContext:
     def settings(self) -> dict[str, Any]:
         return settings_of(self.row)
 
-    def session_info_line(self, settings: Mapping[str, Any], *,
-                          receipt_extra: Mapping[str, Any] | None = None) -> bytes:
+    async def append_info(self, settings: Mapping[str, Any], then: Callable[[Any, list[dict[str, Any]]], T], *,
+                          touch: bool = True, receipt_extra: Mapping[str, Any] | None = None) -> T:
+        """A :meth:`session_info_line` of ``settings``, then its commit with ``then(conn, refs)``, whose value
+        is the answer (:meth:`append_lines`).
+
+        Keyed, the line's receipt carries that answer (``extra.response``): a retry after the database was
+        lost is answered with it, not with the session as it is then. It is computed before the line is
+        written, by a dry run of the commit's op (``store.indexing.appends.info_answer``: the line's effect
+        on the row and ``then``, rolled back) in the DB writer. The writer runs ops in the order they came,
+        so the dry run comes after every index op of this session's earlier lines (the actor's index lag:
+        appends acknowledged before their rows committed); ``backlogs`` catches up first what an op that
+        failed left out, as the commit does. One more round trip for a keyed call, no fsync (unless the
+        line names a project the index lacks: its row goes in for good first); unkeyed calls as before."""
+        now = self.now()
+        answer: T | None = None
+        if self.receipt is not None:
+            draft = loads_line(self.session_info_line(settings, receipt_extra=receipt_extra, now_ms=now))
+            sid, start = self.sid, self.file_len
+            answer = await self.db(
+                lambda conn: store_appends.info_answer(conn, sid, draft, then, now_ms=now),
+                durable=bool(draft.get("projectPath")),
+                backlogs=(Backlog(sid, self.paths.transcript, now, stop=start),))
+        line = self.session_info_line(settings, receipt_extra=receipt_extra, now_ms=now, answer=answer)
+        made: list[T] = []
+
+        def answered(conn: Any, refs: list[dict[str, Any]]) -> T:
+            made.append(then(conn, refs))
+            return made[-1] if answer is None else answer  # keyed: the one its line carries
+
+        result: T = (await self.append_lines(Lines([line]), then=answered, touch=touch)).value
+        if answer is not None and made and made[-1] != answer:
+            log.warning("%s answered %r as its line carries; its commit made %r", self.method, answer, made[-1])
+        return result
+
+    def session_info_line(self, settings: Mapping[str, Any], *, receipt_extra: Mapping[str, Any] | None = None,
+                          now_ms: int | None = None, answer: Any = None) -> bytes:
         """The line; it carries the session's thread metadata and trash state too (the newest line
         is the one a rewrite keeps and a rebuilt index reads), unless ``settings`` names them, and
         this call's receipt (``receipt``: durable with the effect; a reconcile restores a row the
-        database lost; ``receipt_extra``: what its answer needs beyond the state the file leaves)."""
+        database lost; ``receipt_extra``: what its answer needs beyond the state the file leaves;
+        ``answer``: the answer itself, as ``extra.response``, see :meth:`append_info`)."""
         row = self._actor.known.row
         thread = row.get("thread") if row is not None else None
         if thread is not None and "thread" not in settings:
@@ -455,8 +492,9 @@ class SessionContext:
         if trashed is not None and TRASHED_AT not in settings:
             settings = {**settings, TRASHED_AT: trashed}
         if self.receipt is not None:
-            settings = {**settings, "receipt": file_record(self.receipt, **(receipt_extra or {}))}
-        return session_info_line(settings, self.now())
+            extra = {**(receipt_extra or {}), **({"response": answer} if answer is not None else {})}
+            settings = {**settings, "receipt": file_record(self.receipt, **extra)}
+        return session_info_line(settings, self.now() if now_ms is None else now_ms)
 
 
 def settings_of(row: Mapping[str, Any]) -> dict[str, Any]:

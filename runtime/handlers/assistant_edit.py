@@ -37,7 +37,14 @@ from store.assistant_edit import (
     write_revisions,
 )
 from store.errors import Conflict, MessageNotFound
-from store.fork import copy_pasted, index_child, remove_child_files, resolve_pasted, write_child_transcript
+from store.fork import (
+    child_answer,
+    copy_pasted,
+    index_child,
+    remove_child_files,
+    resolve_pasted,
+    write_child_transcript,
+)
 from store.ids import derived_id, new_id
 from store.indexing import index
 from store.receipts import ReceiptKey, file_record
@@ -46,6 +53,7 @@ from store.transcripts.records import ms_to_rfc3339
 
 from .fork import child_landed
 from .revisions import resolve_position, snapshot
+from .sessions import warn_if_moved
 
 __all__ = ["assistant_edit"]
 
@@ -74,7 +82,15 @@ async def assistant_edit(ctx: SessionContext, p: m.AssistantEditParams, key: Rec
     pasted_src = ctx.paths.scratch / "pasted"
     project_id = row.get("projectId")
     extra = {"messageId": edit.edited_id, "originalMessageId": edit.original_id, "rootUserId": edit.root_user_id}
-    receipt = file_record(key, **extra) if key is not None else None
+    receipt = answer = None
+    if key is not None:
+        # the child's header carries the answer this call will give (a retry after the database was lost is
+        # answered with it, not with the child as it is then), as a fork's does
+        summary = await ctx.db(lambda conn: child_answer(conn, child, edit.plan, now_ms=now, title=title,
+                                                         settings=settings, project_id=project_id), durable=False)
+        answer = response(summary, extra)
+        receipt = file_record(key, **extra, response=answer)
+    made: list[dict[str, Any]] = []
     committed = False
     try:
         names = await ctx.io(resolve_pasted, pasted_src, edit.fork.pasted_refs)
@@ -93,7 +109,8 @@ async def assistant_edit(ctx: SessionContext, p: m.AssistantEditParams, key: Rec
             faults.point("assistantEdit.index_before_commit")
             value = response(index.public_session(index.require_session(conn, child)), extra)
             assert value is not None  # extra holds every id it needs
-            return value
+            made.append(value)
+            return value if answer is None else answer  # keyed: the one the child's header carries
 
         result = await ctx.commit(op)
         committed = True
@@ -103,6 +120,7 @@ async def assistant_edit(ctx: SessionContext, p: m.AssistantEditParams, key: Rec
                 if not await child_landed(ctx, child):
                     await _undo(ctx, child, child_paths)
         raise
+    warn_if_moved("session.assistantEdit", answer, made)
     ctx.publish("session.created", {"session": result["session"]}, session_id=child)
     return result
 

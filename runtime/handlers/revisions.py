@@ -30,6 +30,7 @@ holds, written by an interrupted try of the same rewrite, is not written again).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +39,7 @@ from protocol import models as m
 from runtime.handlers import turn_aftermath
 from store import collab
 from store.errors import Conflict, CorruptData, InvalidInput, MessageNotFound, NotFound, PermissionDenied
+from store.faults import NO_FAULTS, Faults
 from store.fsutil import remove_file_durable
 from store.indexing import index
 from store.jsonio import dumps_line, loads_line
@@ -71,6 +73,7 @@ from store.transcripts.rewrite import (
     RewritePlan,
     Rewritten,
     apply_rewrite,
+    as_reindexed,
     load_live,
     plan_rewrite,
     reindex,
@@ -89,6 +92,8 @@ ARCHIVE_MODES = ("regenerate", "retry", "edit")
 
 Archive = tuple[str, int, list[dict[str, Any]], dict[str, str]]
 """(rootUserId, revisionIndex, branch messages, turns) to store as a full ``revision`` line."""
+
+log = logging.getLogger("pi_host")
 
 
 # ---------------------------------------------------------------------- shared steps
@@ -259,7 +264,7 @@ async def commit_rewrite(
     ctx: SessionContext,
     live: LiveTranscript,
     plan: RewritePlan,
-    finish: Callable[[Any, int], Any],
+    finish: Callable[[Any, int, Faults | None], Any],
     *,
     archives: Sequence[Archive] = (),
     turn_overrides: Mapping[str, str] | None = None,
@@ -267,13 +272,36 @@ async def commit_rewrite(
 ) -> Any:
     """Archive → atomic rewrite (receipt in the header) → one reindex transaction.
 
-    Returns ``finish(conn, now)``'s value: the response, stored with the receipt.
+    Returns ``finish(conn, now, faults)``'s value: the response, stored with the receipt. Keyed, the
+    header's receipt carries it (``extra.response``: a retry after the database was lost is answered
+    with it, not with the session as it is then), computed before the file is written by a dry run of
+    the commit's steps in the DB writer (rolled back, ``index.dry_run``): behind every index op of the
+    session's earlier lines (the writer runs ops in the order they came), with the row as the reindex
+    leaves it (``as_reindexed``: its message count; the answer reads no message row), and
+    ``finish(conn, now, None)``: no fault point, nothing kept for after the commit. One more round trip
+    for a keyed rewrite, no fsync; unkeyed ones as before.
     """
     archived_at = await archive(ctx, archives, live.compactions, live.tombstones)
-    receipt = file_record(ctx.receipt, **dict(receipt_extra or {})) if ctx.receipt is not None else None
     path, sid, faults = ctx.paths.transcript, ctx.sid, ctx.faults
     stamps = live_stamps(plan.messages)
     now = ctx.now()
+
+    def then(conn: Any, faults: Faults | None = faults) -> Any:
+        for root, idx, msgs, _ in archives:  # a new row's createdAt is its line's (a rebuild reads that)
+            upsert_row(conn, sid, root, idx, message_count=len(msgs), now_ms=archived_at)
+        sync_active(conn, sid, stamps)
+        return finish(conn, now, faults)
+
+    receipt = answer = None
+    if ctx.receipt is not None:
+        def dry(conn: Any) -> Any:
+            as_reindexed(conn, sid, plan)
+            index.touch_session(conn, sid, now)
+            return then(conn, None)
+
+        answer = await ctx.db(lambda conn: index.dry_run(conn, dry), durable=False)
+        receipt = file_record(ctx.receipt, **dict(receipt_extra or {}), response=answer)
+    made: list[Any] = []
 
     def write() -> Rewritten:
         # the old header's receipts ride on: a later rewrite must not leave an earlier one only in SQLite
@@ -284,13 +312,13 @@ async def commit_rewrite(
         reindex(conn, sid, rewritten, now_ms=now, turn_overrides=turn_overrides)
         index.touch_session(conn, sid, now)
 
-    def then(conn: Any) -> Any:
-        for root, idx, msgs, _ in archives:  # a new row's createdAt is its line's (a rebuild reads that)
-            upsert_row(conn, sid, root, idx, message_count=len(msgs), now_ms=archived_at)
-        sync_active(conn, sid, stamps)
-        return finish(conn, now)
+    def answered(conn: Any) -> Any:
+        made.append(then(conn))
+        return made[-1] if answer is None else answer  # keyed: the one the header carries
 
-    result = await ctx.rewrite_file(write, reindexed, then, fault="rewrite.before_reindex")
+    result = await ctx.rewrite_file(write, reindexed, answered, fault="rewrite.before_reindex")
+    if answer is not None and made and made[-1] != answer:
+        log.warning("%s answered %r as its header carries; its commit made %r", ctx.method, answer, made[-1])
     ctx.publish("session.updated", {"session": index.public_session(ctx.row)})
     return result
 
@@ -461,7 +489,7 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
     plan = plan_for(live, new_msgs, shown=hidden & ({msg["id"] for msg in restored} | {
         str(c["id"]) for c in target.compactions}), restored=target.compactions, hide=target.deleted)
 
-    def finish(conn: Any, now: int) -> Any:
+    def finish(conn: Any, now: int, faults: Faults | None) -> Any:
         return {"session": _session(conn, sid), "revisions": revision_rows(conn, sid, family)}
 
     return await commit_rewrite(ctx, live, plan, finish, archives=archives, turn_overrides=dict(target.turns),
@@ -540,12 +568,13 @@ async def truncate_from(ctx: SessionContext, p: m.TruncateFromParams, key: Recei
     # boot sweep can never promote it back after the cut.
     await ctx.io(remove_file_durable, ctx.paths.inflight)
 
-    faults = ctx.faults
     aftermath: list[tuple[list[str], turn_aftermath.Aftermath]] = []
 
-    def finish(conn: Any, now: int) -> Any:
+    def finish(conn: Any, now: int, faults: Faults | None) -> Any:
         aborted = abort_running(conn, sid, now)  # and what those turns still asked or ran ends with them
-        aftermath.append((aborted, turn_aftermath.settle(conn, sid, aborted, "aborted", None, now, faults)))
+        settled = turn_aftermath.settle(conn, sid, aborted, "aborted", None, now, faults or NO_FAULTS)
+        if faults is not None:  # not a dry run: published after the commit
+            aftermath.append((aborted, settled))
         return {"session": _session(conn, sid), "removed": removed}
 
     result = await commit_rewrite(ctx, live, plan, finish, archives=archives, receipt_extra={"removed": removed})
@@ -588,7 +617,7 @@ async def replace_messages(ctx: SessionContext, p: m.ReplaceMessagesParams, key:
     plan = plan_for(live, recs)
     sid = ctx.sid
 
-    def finish(conn: Any, now_ms: int) -> Any:
+    def finish(conn: Any, now_ms: int, faults: Faults | None) -> Any:
         return {"session": _session(conn, sid)}
 
     return await commit_rewrite(ctx, live, plan, finish, archives=archives)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import trio
 
 from actors.gateway_types import CallContext
-from actors.session_context import Lines, SessionContext
+from actors.session_context import SessionContext
 from protocol import models as m
 from protocol.jsonrpc import Encoded
 from runtime.context import Services
@@ -312,8 +312,7 @@ async def update_metadata(ctx: SessionContext, p: m.SessionUpdateMetadataParams,
         thread_meta.upsert(conn, sid, meta, now_ms=now)
         return index.public_session(index.require_session(conn, sid))
 
-    line = ctx.session_info_line({**ctx.settings(), "thread": meta})
-    result = (await ctx.append_lines(Lines([line]), then=then, touch=False)).value
+    result = await ctx.append_info({**ctx.settings(), "thread": meta}, then, touch=False)
     ctx.publish("session.updated", {"session": result})
     return result
 
@@ -329,7 +328,7 @@ async def _write_settings(ctx: SessionContext, info: dict[str, Any], *, rename: 
             index.update_session_settings(conn, sid, {k: v for k, v in info.items() if k != "title"}, now_ms=now)
         return index.public_session(index.require_session(conn, sid))
 
-    result = (await ctx.append_lines(Lines([ctx.session_info_line(info)]), then=then)).value
+    result = await ctx.append_info(info, then)
     ctx.publish("session.updated", {"session": result})
     return result
 

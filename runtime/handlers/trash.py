@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.session_context import Lines, SessionContext
+from actors.session_context import SessionContext
 from protocol import models as m
 from runtime.context import ReadContext
 from runtime.handlers.sessions import remove_session
@@ -56,8 +56,8 @@ async def _write_state(ctx: SessionContext, at: int | None, rows: Callable[[Any]
     """The trash state (``at``: its time, None: restored) as a ``session_info`` line, then ``rows(conn)`` in
     the line's commit (its value the answer; the caller was checked before the line was written). The
     receipt in the line carries the time, so an answer rebuilt from it is the one given."""
-    line = ctx.session_info_line({**ctx.settings(), TRASHED_AT: at}, receipt_extra={TRASHED_AT: at})
-    result = (await ctx.append_lines(Lines([line]), then=lambda conn, refs: rows(conn), touch=False)).value
+    result = await ctx.append_info({**ctx.settings(), TRASHED_AT: at}, lambda conn, refs: rows(conn), touch=False,
+                                   receipt_extra={TRASHED_AT: at})
     ctx.publish("session.updated", result)
     return result
 

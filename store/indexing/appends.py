@@ -45,12 +45,12 @@ a new id                                              :class:`Write` with the ne
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from store import receipts
 from store.errors import Conflict, CorruptData, IdempotencyConflict, InvalidInput, SessionNotFound, StoreError
@@ -81,6 +81,8 @@ from store.transcripts.records import (
 )
 from store.transcripts.transcript import read_spans
 
+T = TypeVar("T")
+
 __all__ = [
     "AppendPlan",
     "AppendRequest",
@@ -95,6 +97,7 @@ __all__ = [
     "gather",
     "follows",
     "index_written",
+    "info_answer",
     "index_written_batch",
     "index_written_run",
     "join_written",
@@ -694,10 +697,34 @@ def _index_lines(conn: sqlite3.Connection, w: Written, items: Sequence[IndexReco
         pending.flush(conn)  # a tombstone flips a row's flag: the row must be there
     for mid, flag in scan.tombstones.items():
         index.set_deleted(conn, sid, mid, flag)
-    settings = session_info_settings(scan.session_info)
+    _index_info(conn, sid, scan.session_info, now_ms=now_ms)
+    return refs
+
+
+def _index_info(conn: sqlite3.Connection, sid: str, info: Mapping[str, Any] | None, *, now_ms: int) -> None:
+    """What a ``session_info`` line does to its session's row: the settings it names."""
+    settings = session_info_settings(info)
     if settings:
         index.update_session_settings(conn, sid, settings, now_ms=now_ms)
-    return refs
+
+
+def info_answer(conn: sqlite3.Connection, sid: str, info: Mapping[str, Any],
+                then: Callable[[sqlite3.Connection, list[dict[str, Any]]], T], *, now_ms: int) -> T:
+    """The answer the commit of a ``session_info`` line (``info``, alone in its append) will give: what its
+    index op does to the row (:func:`_index_info`; a line without messages has no other rows and leaves
+    ``updated_at``) then ``then(conn, [])``, read in a savepoint rolled back
+    (:func:`store.indexing.index.dry_run`). The caller runs it in the DB writer behind every index op of the
+    session's earlier lines, so the row it starts from is the one the commit starts from. A project row the
+    line names goes in for good first (the project id the answer names is the one the commit finds)."""
+    path = session_info_settings(info).get("projectPath")
+    if path:
+        index.upsert_project(conn, path, now_ms)
+
+    def run(c: sqlite3.Connection) -> T:
+        _index_info(c, sid, info, now_ms=now_ms)
+        return then(c, [])
+
+    return index.dry_run(conn, run)
 
 
 def _refs_of(conn: sqlite3.Connection, sid: str, items: Sequence[IndexRecord], *,

@@ -731,8 +731,13 @@ def reindex_session(
     index_compactions(conn, session_id, compactions, now_ms)
     for mid in deleted_ids:
         set_deleted(conn, session_id, mid, True)
-    conn.execute("UPDATE sessions SET last_seq = ? WHERE id = ?", (len(messages), session_id))
+    set_message_count(conn, session_id, len(messages))
     set_index_mark(conn, session_id, indexed_len, file_epoch)
+
+
+def set_message_count(conn: sqlite3.Connection, session_id: str, count: int) -> None:
+    """The session's message count (``last_seq``) after a whole reindex: its file's messages."""
+    conn.execute("UPDATE sessions SET last_seq = ? WHERE id = ?", (count, session_id))
 
 
 def window_rows(

@@ -15,7 +15,7 @@ import stat
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -632,9 +632,34 @@ def restore_archived_receipts(conn: Any, session_id: str, archived: RevisionFile
     return added
 
 
+ANSWER_CARRIED: Final[Mapping[str, str | None]] = {
+    "session.create": None, "session.fork": None, "session.rename": None, "session.update": None,
+    "session.updateMetadata": None, "sessions.trash": "session", "sessions.restore": "session",
+    "session.truncateFrom": "session", "session.replaceMessages": "session", "session.activateRevision": "session",
+    "session.assistantEdit": "session",
+}
+"""The methods whose receipt in a transcript carries the answer they gave (``extra.response``), and where
+that answer names its session: the summary itself (None) or under that key."""
+
+
+def carried_answer(method: Any, session_id: str, extra: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The answer a receipt in a transcript carries (``extra.response``), if it is one of ``method``'s about
+    ``session_id``; ``None`` for a receipt written before the field (or not trusted: another session's)."""
+    if not isinstance(method, str) or method not in ANSWER_CARRIED:
+        return None
+    said = extra.get("response")
+    if not isinstance(said, Mapping):
+        return None
+    where = ANSWER_CARRIED[method]
+    summary = said if where is None else said.get(where)
+    if not isinstance(summary, Mapping) or summary.get("id") != session_id:
+        return None
+    return dict(said)
+
+
 def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any | None:
-    """The terminal response of a file-carried receipt, from the state its file left behind (a create's or a
-    fork's: the answer it carries, ``extra.response``).
+    """The terminal response of a file-carried receipt, from the state its file left behind; the answer it
+    carries (``extra.response``, :data:`ANSWER_CARRIED`) when it does.
 
     ``None`` when the method's response cannot be rebuilt from that state
     (then no row is restored and a retry runs the request again).
@@ -652,11 +677,9 @@ def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any 
     row = index.session_row(conn, session_id)
     if row is None:
         return None
-    if method in ("session.create", "session.fork"):
-        # the answer the request gave, which its header carries (a header written before it did: the summary)
-        said = extra.get("response")
-        if isinstance(said, Mapping) and said.get("id") == session_id:
-            return dict(said)
+    said = carried_answer(method, session_id, extra)
+    if said is not None:
+        return said
     summary = index.public_session(row)
     if method in ("session.create", "session.fork", "session.rename", "session.update", "session.updateMetadata"):
         return summary

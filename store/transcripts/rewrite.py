@@ -37,7 +37,7 @@ from typing import Any
 
 from store.compaction import split_valid
 from store.faults import NO_FAULTS, Faults
-from store.indexing.index import CompactionRecord, IndexRecord, reindex_session
+from store.indexing.index import CompactionRecord, IndexRecord, reindex_session, set_message_count
 from store.jsonio import dumps_line
 from store.transcripts.records import rfc3339_to_ms
 from store.transcripts.transcript import (
@@ -335,6 +335,13 @@ def reindex(
     )
 
 
+def as_reindexed(conn: Any, session_id: str, plan: RewritePlan) -> None:
+    """The session's row as :func:`reindex` of ``plan``'s file leaves it, without its message rows (its message
+    count): a dry run of a rewrite's commit, for the answer its header carries, which reads the row and the
+    rows the commit's other steps write, never the message rows (``runtime/handlers/revisions.commit_rewrite``)."""
+    set_message_count(conn, session_id, len(plan.messages))
+
+
 def turn_map(conn: Any, session_id: str, ids: Iterable[str] | None = None) -> dict[str, str]:
     """``messageId → turnId`` from the index (the owning turn of each live message)."""
     rows = conn.execute(
@@ -346,6 +353,7 @@ def turn_map(conn: Any, session_id: str, ids: Iterable[str] | None = None) -> di
 
 __all__ = [
     "CARRIED_RECEIPTS",
+    "as_reindexed",
     "LiveTranscript",
     "RewritePlan",
     "Rewritten",

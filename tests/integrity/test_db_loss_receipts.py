@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import trio
 
+from protocol.methods import METHODS
 from protocol.models import SessionSummary
 from runtime.client import HostClient, open_client
 from store.ids import derived_id
@@ -154,3 +155,79 @@ async def test_a_retried_create_or_fork_is_answered_as_the_first_time_after_the_
     for answer in (got["create"], got["fork"]):
         SessionSummary.model_validate(answer)
     assert got["sessions"] == sorted(["s1", child])  # nothing created again
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupt"])
+async def test_a_retried_session_change_is_answered_as_the_first_time_after_the_loss(
+        tmp_path: Path, how: str) -> None:
+    """The keyed changes whose receipt rides in a transcript line (a ``session_info`` line, a rewritten
+    header, an assistant edit's child header): the rebuilt index answered their retries with the session as
+    it is at the retry (renamed, grown, changed again since), not with the answer the first call got
+    (seed 000 §2.4). Each session below gets one keyed change, then a change that would alter its answer."""
+    edit_child = derived_id("assistantEdit", "ui-1", "k-edit")
+    keyed: dict[str, tuple[str, dict[str, Any]]] = {
+        "rename": ("session.rename", {"sessionId": "r", "title": "the first title"}),
+        "update": ("session.update", {"sessionId": "u", "modelId": "model-a", "thinkingLevel": "high"}),
+        "metadata": ("session.updateMetadata", {"sessionId": "m", "tags": ["first"], "folder": "f1"}),
+        "trash": ("sessions.trash", {"sessionId": "t"}),
+        "restore": ("sessions.restore", {"sessionId": "t"}),
+        "truncate": ("session.truncateFrom", {"sessionId": "x", "messageId": "x-u1"}),
+        "replace": ("session.replaceMessages", {"sessionId": "p", "messages": [msg("p-u0", "q0")]}),
+        "activate": ("session.activateRevision", {"sessionId": "v", "rootUserId": "v-u1", "revisionIndex": 1}),
+        "edit": ("session.assistantEdit", {"sessionId": "e", "messageId": "e-a1", "title": "edited",
+                                           "blocks": [{"type": "text", "text": "r1, edited"}]}),
+    }
+    for name, (_, params) in keyed.items():
+        params["submissionId"] = f"k-{name}"
+    first: dict[str, Any] = {}
+
+    async def send(c: HostClient, name: str) -> None:
+        method, params = keyed[name]
+        first[name] = await c.call(method, params)
+
+    async def later(c: HostClient, sid: str, n: int = 0) -> None:
+        await c.call("session.rename", {"sessionId": sid, "title": f"renamed since {n}"})
+        await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"{sid}-later-{n}", "later")})
+
+    async def build(c: HostClient) -> None:
+        for sid in "rumtxpve":
+            await c.call("session.create", {"sessionId": sid, "title": f"session {sid}"})
+            for n in (0, 1):
+                for m in (msg(f"{sid}-u{n}", f"q{n}"), msg(f"{sid}-a{n}", f"r{n}", role="assistant")):
+                    await c.call("session.appendMessage", {"sessionId": sid, "message": m})
+        await send(c, "rename")
+        await send(c, "update")
+        await c.call("session.update", {"sessionId": "u", "modelId": "model-b", "thinkingLevel": "low"})
+        await send(c, "metadata")
+        await c.call("session.updateMetadata", {"sessionId": "m", "tags": ["second"], "folder": "f2"})
+        await send(c, "trash")
+        await send(c, "restore")
+        await send(c, "truncate")
+        await send(c, "replace")
+        await c.call("session.truncateFrom", {"sessionId": "v", "messageId": "v-a1", "mode": "regenerate"})
+        await c.call("session.appendMessage", {"sessionId": "v", "message": msg("v-a1r", "again", role="assistant")})
+        await send(c, "activate")
+        await send(c, "edit")
+        for sid in ("r", "u", "m", "t", "x", "p", "v", "e", edit_child):
+            await later(c, sid)
+        for name, (method, params) in keyed.items():  # the database whole: the receipt rows answer
+            assert await c.call(method, params) == first[name], name
+
+    async def retry(c: HostClient) -> dict[str, Any]:
+        got = {name: await c.call(method, params) for name, (method, params) in keyed.items()}
+        got["sessions"] = sorted(s["id"] for s in (await c.call("session.list", {}))["sessions"])
+        return got
+
+    sessions = sorted([*"rumtxpve", edit_child])
+    with trio.fail_after(90):
+        await _on_host(tmp_path, build)
+        files = {sid: transcript_path(tmp_path, sid).read_bytes() for sid in sessions}
+        _damage(tmp_path, how)
+        got = await _on_host(tmp_path, retry)
+    assert first["truncate"]["removed"] == 2 and first["trash"]["session"]["deletedAt"] is not None
+    assert [name for name in keyed if got[name] != first[name]] == []  # which ones answered otherwise
+    assert {name: got[name] for name in keyed} == first
+    for name, (method, _) in keyed.items():
+        METHODS[method].result_model.model_validate(got[name])
+    assert got["sessions"] == sessions  # nothing made again
+    assert {sid: transcript_path(tmp_path, sid).read_bytes() for sid in sessions} == files  # nor written again

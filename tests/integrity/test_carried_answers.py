@@ -1,0 +1,57 @@
+"""The answer a keyed session change carries in its transcript line (``extra.response``) is computed before
+the line is written, by a dry run in the DB writer: it must count what the session acknowledged before it
+even while those appends' index rows are still held (the index lag), so it is the answer the commit gives
+and the one every retry gets (``SessionContext.append_info``, ``revisions.commit_rewrite``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from store.jsonio import loads_line
+from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
+from tests.revisions.helpers import transcript_path
+
+
+def _carried(root: Path, sid: str, submission: str) -> Any:
+    """The answer the receipt of ``submission`` carries in ``sid``'s transcript (a line or the header)."""
+    for raw in transcript_path(root, sid).read_bytes().splitlines():
+        rec = loads_line(raw)
+        receipt = rec.get("receipt")
+        if isinstance(receipt, dict) and receipt.get("submissionId") == submission:
+            return receipt["extra"]["response"]
+    raise AssertionError(f"no receipt {submission} in {sid}")
+
+
+async def test_a_keyed_change_answers_with_the_appends_whose_index_rows_are_held(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    with trio.fail_after(60):
+        async with inprocess_host(root, index_hold=3600.0) as host, client_for(host) as c:
+            await c.call("session.create", {"sessionId": "s1", "title": "t"})
+            await index_caught_up(host)
+            got: dict[str, Any] = {}
+            for n in range(3):  # held: acknowledged, their index rows not committed
+                await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(f"u{n}", f"q{n}")})
+            log = host.services.index_log
+            assert log.acknowledged - log.covered_seq == 3  # the three appends' rows are held
+            got["rename"] = await c.call("session.rename", {"sessionId": "s1", "title": "renamed",
+                                                            "submissionId": "k-rename"})
+            for n in range(3, 5):
+                await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(f"u{n}", f"q{n}")})
+            assert log.acknowledged - log.covered_seq == 2
+            got["metadata"] = await c.call("session.updateMetadata", {"sessionId": "s1", "tags": ["a"],
+                                                                      "submissionId": "k-meta"})
+            carried = {"rename": _carried(root, "s1", "k-rename"), "metadata": _carried(root, "s1", "k-meta")}
+            await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("u5", "q5")})
+            assert log.acknowledged - log.covered_seq == 1
+            got["truncate"] = await c.call("session.truncateFrom", {"sessionId": "s1", "messageId": "u4",
+                                                                     "submissionId": "k-cut"})
+            now = (await c.call("session.get", {"sessionId": "s1"}))["session"]
+    assert got["rename"]["messageCount"] == 3 and got["rename"]["title"] == "renamed"
+    assert got["metadata"]["messageCount"] == 5 and got["metadata"]["thread"]["tags"] == ["a"]
+    assert got["truncate"]["session"]["messageCount"] == 4 and got["truncate"]["removed"] == 2
+    assert got["truncate"]["session"] == now
+    assert carried == {"rename": got["rename"], "metadata": got["metadata"]}
+    assert _carried(root, "s1", "k-cut") == got["truncate"]  # in the rewritten header
