@@ -100,7 +100,8 @@ class LiveTranscript:
     after the message they followed while it survives (:func:`plan_rewrite` ``opaque``), and keeps the
     others beside the transcript (``RewritePlan.left_out``)."""
     receipts: list[dict[str, Any]] = field(default_factory=list)
-    """The receipts the header carries (``TranscriptHeader.receipts``): a rewrite carries them forward."""
+    """The receipts the header carries (``TranscriptHeader.receipts``), then those of the ``session_info``
+    lines (``Transcript.info_receipts``): a rewrite carries them forward."""
 
     @property
     def ids(self) -> list[str]:
@@ -111,6 +112,15 @@ class LiveTranscript:
             if rec["id"] == message_id:
                 return i
         return None
+
+
+def _carried_in(header: Sequence[Mapping[str, Any]], lines: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """What a rewrite carries forward: the header's receipts, then those of the ``session_info`` lines (the
+    rewrite keeps only the newest line) whose key the header does not hold (a create's first line carries
+    its receipt without the answer its header holds)."""
+    held = {(r.get("clientId"), r.get("submissionId")) for r in header}
+    return [*(dict(r) for r in header),
+            *(dict(r) for r in lines if (r.get("clientId"), r.get("submissionId")) not in held)]
 
 
 def load_live(path: str | os.PathLike[str], *, default_created_ms: int = 0) -> LiveTranscript:
@@ -130,7 +140,7 @@ def load_live(path: str | os.PathLike[str], *, default_created_ms: int = 0) -> L
         dropped_offsets=[*t.bad_line_offsets,
                          *sorted(set(t.unknown_line_offsets) - {off for _, off, _ in t.unknown})],
         unknown=list(t.unknown),
-        receipts=list(header.receipts) if header is not None else [],
+        receipts=_carried_in(header.receipts if header is not None else (), t.info_receipts),
     )
     for mid, tomb in t.tombstones.items():
         live.tombstones[mid] = {"type": "tombstone", "id": tomb.id or f"t-{mid}", "messageId": mid,

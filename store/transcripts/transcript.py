@@ -732,6 +732,9 @@ class Transcript:
     tombstones: dict[str, Tombstone] = field(default_factory=dict)
     """Last tombstone per messageId."""
     session_info: dict[str, Any] | None = None
+    info_receipts: list[dict[str, Any]] = field(default_factory=list)
+    """The receipts the ``session_info`` lines carry (a rename's, a trash's...), in file order: a rewrite,
+    which keeps only the newest line, carries them forward in its header."""
     decisions: list[tuple[str | None, dict[str, Any]]] = field(default_factory=list)
     """``approval_decision`` lines (deduped by id, keep-last), each with the id of the message
     line before it (``None``: before the first message)."""
@@ -841,6 +844,9 @@ def _take_line(out: Transcript, line: bytes, offset: int, length: int) -> None:
         out.tombstones[mid] = Tombstone(tid if isinstance(tid, str) else "", mid, deleted, offset)
     elif kind == "session_info":
         out.session_info = record
+        receipt = record.get("receipt")
+        if isinstance(receipt, Mapping):
+            out.info_receipts.append(dict(receipt))
     elif kind == IMPORT_RECEIPT:  # an import's receipt (reconcile's): nothing a reader shows, no rewrite keeps
         pass
     elif kind == "approval_decision" and isinstance(record.get("id"), str):

@@ -163,7 +163,9 @@ async def test_a_retried_session_change_is_answered_as_the_first_time_after_the_
     """The keyed changes whose receipt rides in a transcript line (a ``session_info`` line, a rewritten
     header, an assistant edit's child header): the rebuilt index answered their retries with the session as
     it is at the retry (renamed, grown, changed again since), not with the answer the first call got
-    (seed 000 §2.4). Each session below gets one keyed change, then a change that would alter its answer."""
+    (seed 000 §2.4). Each session below gets one keyed change, then a change that would alter its answer. A
+    rewrite kept only the newest ``session_info`` line: the receipt of an earlier one was lost with the
+    database, and its retry renamed the session again."""
     edit_child = derived_id("assistantEdit", "ui-1", "k-edit")
     keyed: dict[str, tuple[str, dict[str, Any]]] = {
         "rename": ("session.rename", {"sessionId": "r", "title": "the first title"}),
@@ -176,6 +178,8 @@ async def test_a_retried_session_change_is_answered_as_the_first_time_after_the_
         "activate": ("session.activateRevision", {"sessionId": "v", "rootUserId": "v-u1", "revisionIndex": 1}),
         "edit": ("session.assistantEdit", {"sessionId": "e", "messageId": "e-a1", "title": "edited",
                                            "blocks": [{"type": "text", "text": "r1, edited"}]}),
+        # its line then dropped by a rewrite (which keeps the newest session_info line only)
+        "rename-then-cut": ("session.rename", {"sessionId": "w", "title": "before the cut"}),
     }
     for name, (_, params) in keyed.items():
         params["submissionId"] = f"k-{name}"
@@ -190,7 +194,7 @@ async def test_a_retried_session_change_is_answered_as_the_first_time_after_the_
         await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"{sid}-later-{n}", "later")})
 
     async def build(c: HostClient) -> None:
-        for sid in "rumtxpve":
+        for sid in "rumtxpvew":
             await c.call("session.create", {"sessionId": sid, "title": f"session {sid}"})
             for n in (0, 1):
                 for m in (msg(f"{sid}-u{n}", f"q{n}"), msg(f"{sid}-a{n}", f"r{n}", role="assistant")):
@@ -208,7 +212,10 @@ async def test_a_retried_session_change_is_answered_as_the_first_time_after_the_
         await c.call("session.appendMessage", {"sessionId": "v", "message": msg("v-a1r", "again", role="assistant")})
         await send(c, "activate")
         await send(c, "edit")
-        for sid in ("r", "u", "m", "t", "x", "p", "v", "e", edit_child):
+        await send(c, "rename-then-cut")
+        await c.call("session.rename", {"sessionId": "w", "title": "renamed before the cut"})
+        await c.call("session.truncateFrom", {"sessionId": "w", "messageId": "w-u1"})
+        for sid in ("r", "u", "m", "t", "x", "p", "v", "e", "w", edit_child):
             await later(c, sid)
         for name, (method, params) in keyed.items():  # the database whole: the receipt rows answer
             assert await c.call(method, params) == first[name], name
@@ -218,7 +225,7 @@ async def test_a_retried_session_change_is_answered_as_the_first_time_after_the_
         got["sessions"] = sorted(s["id"] for s in (await c.call("session.list", {}))["sessions"])
         return got
 
-    sessions = sorted([*"rumtxpve", edit_child])
+    sessions = sorted([*"rumtxpvew", edit_child])
     with trio.fail_after(90):
         await _on_host(tmp_path, build)
         files = {sid: transcript_path(tmp_path, sid).read_bytes() for sid in sessions}
