@@ -38,11 +38,13 @@ async def test_a_keyed_change_answers_with_the_appends_whose_index_rows_are_held
             assert log.acknowledged - log.covered_seq == 3  # the three appends' rows are held
             got["rename"] = await c.call("session.rename", {"sessionId": "s1", "title": "renamed",
                                                             "submissionId": "k-rename"})
+            assert got["rename"] == (await c.call("session.get", {"sessionId": "s1"}))["session"]  # its commit's
             for n in range(3, 5):
                 await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(f"u{n}", f"q{n}")})
             assert log.acknowledged - log.covered_seq == 2
             got["metadata"] = await c.call("session.updateMetadata", {"sessionId": "s1", "tags": ["a"],
                                                                       "submissionId": "k-meta"})
+            assert got["metadata"] == (await c.call("session.get", {"sessionId": "s1"}))["session"]
             carried = {"rename": _carried(root, "s1", "k-rename"), "metadata": _carried(root, "s1", "k-meta")}
             await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("u5", "q5")})
             assert log.acknowledged - log.covered_seq == 1
