@@ -57,3 +57,23 @@ async def test_a_keyed_change_answers_with_the_appends_whose_index_rows_are_held
     assert got["truncate"]["session"] == now
     assert carried == {"rename": got["rename"], "metadata": got["metadata"]}
     assert _carried(root, "s1", "k-cut") == got["truncate"]  # in the rewritten header
+
+
+async def test_a_keyed_change_after_a_failed_index_op_answers_with_the_lines_it_left_out(tmp_path: Path) -> None:
+    """An append whose index op failed (the disk full) is acknowledged; its rows come back by a repair, or
+    by the next commit of the session, which indexes the bytes the index misses first. The answer computed
+    before the next keyed change's line must count it too, as that commit will."""
+    root = tmp_path / "data"
+    with trio.fail_after(60):
+        async with inprocess_host(root) as host, client_for(host) as c:
+            await c.call("session.create", {"sessionId": "s1", "title": "t"})
+            await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("m1", "first")})
+            await index_caught_up(host)
+            faults = host.faults
+            faults.add("index.before_commit", faults.hits("index.before_commit") + 1, "enospc")
+            assert (await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("m2", "second")})
+                    )["message"]["seq"] == 2
+            renamed = await c.call("session.rename", {"sessionId": "s1", "title": "renamed", "submissionId": "k-1"})
+            now = (await c.call("session.get", {"sessionId": "s1"}))["session"]
+    assert renamed["messageCount"] == 2 and renamed == now
+    assert _carried(root, "s1", "k-1") == renamed
