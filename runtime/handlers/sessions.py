@@ -109,9 +109,10 @@ async def create(ctx: SessionContext, p: m.SessionCreateParams, key: ReceiptKey 
 
 
 def warn_if_moved(method: str, answer: Any, summaries: list[dict[str, Any]]) -> None:
-    """A keyed create's (or fork's) commit made another summary than the answer its header carries, computed
-    just before (a create's project row removed in between): the answer stays the header's, as every retry's
-    (a create's receipt row is the header's already: ``apply_plan`` restored it in the commit)."""
+    """A keyed create's (fork's, assistant edit's) commit made another summary than the answer its header
+    carries, computed just before (a create's project row removed in between): the answer stays the
+    header's, as every retry's (a create's receipt row is the header's already: ``apply_plan`` restored it
+    in the commit)."""
     if answer is not None and summaries and summaries[-1] != answer:
         log.warning("%s answered %r as its header carries; its commit made %r", method, answer, summaries[-1])
 
