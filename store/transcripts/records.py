@@ -168,15 +168,30 @@ def with_receipt(record: dict[str, Any], receipt: Mapping[str, Any]) -> dict[str
     return out
 
 
+def _projected(meta: Any) -> tuple[bool, bool]:
+    """What :func:`wire_record` lifts out of ``meta`` to the top level: (provenance, steering)."""
+    if not isinstance(meta, Mapping):
+        return False, False
+    return isinstance(meta.get("sessionMessage"), Mapping), meta.get("steering") is True
+
+
+def projects_new_keys(record: Mapping[str, Any]) -> bool:
+    """Whether :func:`wire_record` of ``record`` holds a top-level key ``record`` has not (it lifts
+    provenance or steering out of ``meta``), told without building the projection."""
+    provenance, steering = _projected(record.get("meta"))
+    return (provenance and "sessionMessage" not in record) or (steering and "steering" not in record)
+
+
 def wire_record(record: Mapping[str, Any]) -> dict[str, Any]:
     """The record as clients see it: the internal receipt is stripped from meta; collaboration
     provenance (``meta.sessionMessage``, host-written) is projected as ``sessionMessage`` and an
     accepted steering input (``meta.steering: true``) as ``steering`` (seed 003, active-turn steering)."""
     out = dict(record)
-    meta = record.get("meta")
-    if isinstance(meta, Mapping) and isinstance(meta.get("sessionMessage"), Mapping):
+    meta: Any = record.get("meta")
+    provenance, steering = _projected(meta)
+    if provenance:
         out["sessionMessage"] = dict(meta["sessionMessage"])
-    if isinstance(meta, Mapping) and meta.get("steering") is True:
+    if steering:
         out["steering"] = True
     if isinstance(meta, Mapping) and "receipt" in meta:
         stripped = {k: v for k, v in meta.items() if k != "receipt"}

@@ -40,7 +40,7 @@ from store.compaction import normalize_on_read
 from store.errors import CorruptData
 from store.fsutil import open_nofollow
 from store.jsonio import loads_line
-from store.transcripts.records import cap_content, wire_record
+from store.transcripts.records import cap_content, projects_new_keys, wire_record
 from store.transcripts.transcript import open_error
 
 __all__ = ["MAX_CHUNK", "Row", "describe_line", "encode_window", "project_line", "with_field"]
@@ -80,7 +80,7 @@ def describe_line(line: bytes, record: Mapping[str, Any]) -> tuple[int | None, i
         return None, crc
     flags = _HAS_TURN if "turnId" in record else 0
     meta = record.get("meta")
-    if any(key not in record for key in wire_record(record)):
+    if projects_new_keys(record):
         return None, crc  # wire_record projects something to the top level (provenance, steering): parsed
     if not isinstance(meta, Mapping) or "receipt" not in meta:
         return (len(line) - 2) << _FLAG_BITS | flags, crc

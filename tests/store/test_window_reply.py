@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.jsonio import dumps_line
+from store.transcripts.records import projects_new_keys, wire_record
 from store.transcripts.window_reply import MAX_CHUNK, describe_line, encode_window, with_field
 
 SESSION = {"id": "s", "title": "t", "messageCount": 0}
@@ -220,3 +221,23 @@ def test_compactions_and_an_extra_field(tmp_path: Path) -> None:
     got = orjson.loads(with_field(reply, "navigationParent", {"id": "p"}))
     assert got["messages"] == [] and got["navigationParent"] == {"id": "p"}
     assert [c["id"] for c in got["compactions"]] == ["c1"] and "meta" not in got["compactions"][0]
+
+
+def test_a_line_whose_projection_lifts_keys_out_of_meta_is_not_described() -> None:
+    """``describe_line`` tells a record ``wire_record`` adds top-level keys to (provenance, steering) without
+    building the projection: the same answer as comparing the keys of the projection itself."""
+    base = {"type": "message", "id": "m1", "role": "user", "blocks": [{"type": "text", "text": "hi"}]}
+    provenance = {"deliveryId": "d1", "kind": "task"}
+    metas: list[Any] = [None, "x", {}, {"status": "ok"}, {"steering": True}, {"steering": "yes"},
+                        {"sessionMessage": provenance}, {"sessionMessage": "d1"},
+                        {"sessionMessage": provenance, "steering": True}]
+    for meta in metas:
+        for top in ({}, {"steering": True}, {"sessionMessage": provenance},
+                    {"steering": True, "sessionMessage": provenance}):
+            rec = {**base, **top, **({} if meta is None else {"meta": meta})}
+            lifts = any(key not in rec for key in wire_record(rec))
+            assert projects_new_keys(rec) is lifts, rec
+            wire, _ = describe_line(dumps_line(rec), rec)
+            if lifts:
+                assert wire is None, rec
+    assert describe_line(dumps_line(base), base)[0] is not None
