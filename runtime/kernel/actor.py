@@ -344,6 +344,7 @@ class Actor:
         self._room = trio.Event()  # set (and replaced) whenever the loop takes messages out
         self._idle_work_due = True  # on_idle may have work once after start and after every batch
         self._hold_wake: trio.Event | None = None  # set while a batch is held (see _hold)
+        self._held_entries = 0  # envelopes that entered the mailbox since the current hold began
         self._idle_since: float | None = None  # set while the loop waits on an empty mailbox
         # The alarm (see _alarm): one task per actor, started at the first timed mailbox wait, instead
         # of a cancel scope per wait (each one costs the trio thread microseconds per message).
@@ -519,7 +520,7 @@ class Actor:
             state=self._state,
             mailbox_size=self._mailbox_size,
             mailbox_depth=chan.current_buffer_used,
-            peak_depth=c.peak_depth,
+            peak_depth=max(c.peak_depth, chan.current_buffer_used),  # noted when the loop takes messages out
             senders_waiting=chan.tasks_waiting_send,
             handled=c.handled,
             batches=c.batches,
@@ -583,11 +584,22 @@ class Actor:
         self._entered(env)
 
     def _entered(self, env: Envelope) -> None:
-        """``env`` is in the mailbox: note the depth; end a hold it must not wait behind."""
-        depth = self._recv.statistics().current_buffer_used
-        self._note_depth(depth)
+        """``env`` is in the mailbox: end a hold it must not wait behind.
+
+        No channel statistics per message (an object built per call, on every send): the peak depth
+        is noted where the loop takes messages out (:meth:`_drain_into`), and while a batch is held
+        the envelopes that entered since the hold began bound the depth from above (the mailbox
+        was empty when it began, and nothing takes messages out during it); the exact depth is
+        read only once that bound reaches the batch limit."""
         wake = self._hold_wake
-        if wake is not None and (depth + len(self._counters.in_flight) >= self.batch_limit or self.ends_hold(env.msg)):
+        if wake is None:
+            return
+        self._held_entries += 1
+        if self.ends_hold(env.msg):
+            wake.set()
+            return
+        limit = self.batch_limit - len(self._counters.in_flight)
+        if self._held_entries >= limit and self._recv.statistics().current_buffer_used >= limit:
             wake.set()
 
     def _closed_error(self) -> ActorError:
@@ -620,12 +632,14 @@ class Actor:
                 if got is None:
                     return not self._stop_requested
                 batch = [got]
+                taken = 0  # handed over to the parked loop (or the one message there was): depth 0 or 1
             else:
                 # A mailbox that never empties still lets the other tasks run once per batch;
                 # the message taken is in flight (failed, not lost, if this is cancelled).
                 batch = self._counters.in_flight = [first]
+                taken = 1
                 await trio.lowlevel.checkpoint()
-            self._drain_into(batch, limit)
+            self._drain_into(batch, limit, taken=taken)
             self._room.set()
             self._room = trio.Event()
             if self.hold_seconds and len(batch) < limit and self.may_hold(batch):
@@ -701,7 +715,10 @@ class Actor:
                 due = math.inf  # not parked: the loop re-arms when it parks again
             self._alarm_at = due
 
-    def _drain_into(self, batch: list[Envelope], limit: int) -> int:
+    def _drain_into(self, batch: list[Envelope], limit: int, *, taken: int = 0) -> int:
+        """Take what the mailbox holds into ``batch`` (up to ``limit``), and note the depth it had:
+        the mailbox only fills between two takes, so its peak is what it held right before one
+        (``taken``: messages taken out just before, without a task switch since)."""
         added = 0
         while len(batch) < limit:
             try:
@@ -709,6 +726,10 @@ class Actor:
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
             added += 1
+        depth = taken + added
+        if len(batch) >= limit:  # stopped at the limit: what it left counts too
+            depth += self._recv.statistics().current_buffer_used
+        self._note_depth(min(depth, self._mailbox_size))
         return added
 
     async def _linger(self, batch: list[Envelope], limit: int) -> None:
@@ -759,6 +780,7 @@ class Actor:
         full batch, and on stop. Then whatever arrived joins the batch.
         """
         self._counters.in_flight = batch
+        self._held_entries = 0
         wake = self._hold_wake = trio.Event()
         try:
             if self._stop_requested:
@@ -864,11 +886,13 @@ class Actor:
         c = self._counters
         pending = c.in_flight
         c.in_flight = []
+        queued = len(pending)
         while True:
             try:
                 pending.append(self._recv.receive_nowait())
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
+        self._note_depth(min(len(pending) - queued, self._mailbox_size))
         what = "crashed" if kind is ActorCrashed else "stopped"
         for env in pending:
             if env.reply is None:
