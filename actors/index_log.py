@@ -89,6 +89,8 @@ class IndexLog:
     _waiters: list[tuple[int, int, trio.Event]] = field(default_factory=list)
     _tie: Any = field(default_factory=itertools.count)
     _room: trio.Event = field(default_factory=trio.Event)
+    _room_wanted: bool = False
+    """An append waits on ``_room`` (:meth:`wait_room`): the next advance that leaves room sets it."""
     _lag_bytes: int = 0
     _peak_ops: int = 0
     _peak_bytes: int = 0
@@ -138,6 +140,7 @@ class IndexLog:
             self._stalls += 1
             self._want()
         while self.full():
+            self._room_wanted = True
             await self._room.wait()
 
     # -- the DB writer -----------------------------------------------------------
@@ -235,7 +238,8 @@ class IndexLog:
         self.covered_seq = advanced
         while self._waiters and self._waiters[0][0] <= advanced:
             heapq.heappop(self._waiters)[2].set()
-        if not self.full():
+        if self._room_wanted and not self.full():
+            self._room_wanted = False
             self._room.set()
             self._room = trio.Event()
         for fn in self._on_covered:

@@ -341,7 +341,8 @@ class Actor:
         self._stop_requested = False
         self._exited = trio.Event()
         self._counters = _Counters()
-        self._room = trio.Event()  # set (and replaced) whenever the loop takes messages out
+        self._room = trio.Event()  # set (and replaced) when the loop takes messages out while someone waits on it
+        self._room_wanted = False  # a wait_room() waits on _room: the next take sets it
         self._idle_work_due = True  # on_idle may have work once after start and after every batch
         self._hold_wake: trio.Event | None = None  # set while a batch is held (see _hold)
         self._held_entries = 0  # envelopes that entered the mailbox since the current hold began
@@ -508,6 +509,7 @@ class Actor:
     async def wait_room(self) -> None:
         """Return once the mailbox has room (a following ``*_nowait`` can still find it full)."""
         while self._recv.statistics().current_buffer_used >= self._mailbox_size and self._state not in _TERMINAL:
+            self._room_wanted = True
             await self._room.wait()
         await trio.lowlevel.checkpoint()
 
@@ -602,6 +604,13 @@ class Actor:
         if self._held_entries >= limit and self._recv.statistics().current_buffer_used >= limit:
             wake.set()
 
+    def _made_room(self) -> None:
+        """The loop took messages out: wake whoever waits for room (a new event only then, not per batch)."""
+        if self._room_wanted:
+            self._room_wanted = False
+            self._room.set()
+            self._room = trio.Event()
+
     def _closed_error(self) -> ActorError:
         if self._state == "crashed":
             return ActorCrashed(f"actor {self.name!r} (incarnation {self.incarnation}) has crashed")
@@ -640,8 +649,7 @@ class Actor:
                 taken = 1
                 await trio.lowlevel.checkpoint()
             self._drain_into(batch, limit, taken=taken)
-            self._room.set()
-            self._room = trio.Event()
+            self._made_room()
             if self.hold_seconds and len(batch) < limit and self.may_hold(batch):
                 await self._hold(batch, limit)  # sleeps for company: no tick-by-tick linger first
             elif (self.linger_ticks or self.expects_more(batch)) and len(batch) < limit:
@@ -790,8 +798,7 @@ class Actor:
         finally:
             self._hold_wake = None
         self._drain_into(batch, limit)
-        self._room.set()
-        self._room = trio.Event()
+        self._made_room()
 
     async def _wait_for_message(self) -> Envelope | None:
         """Block for the next message; ``None`` when closed or idle for too long.

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import trio
+import trio.testing
 
 from actors.index_log import IndexLog
 from store.errors import CorruptData, StorageFull
@@ -91,3 +92,35 @@ async def test_while_the_disk_stays_full_a_wait_ends_with_storage_full_not_a_han
             await log.barrier()  # space came back: the attempt this wait asks for commits
         nursery.cancel_scope.cancel()
     assert log.covered_seq == seq
+
+
+async def test_an_append_waiting_for_room_wakes_and_no_event_is_built_per_settle(monkeypatch: Any) -> None:
+    """``IndexLog.settle`` builds a new room event only when an append waits for room, not at every sequence."""
+    built = 0
+    real = trio.Event
+
+    def counting() -> trio.Event:
+        nonlocal built
+        built += 1
+        return real()
+
+    log = IndexLog(max_lag_ops=2)
+    monkeypatch.setattr(trio, "Event", counting)
+    for _ in range(10):
+        log.settle(log.enqueue(10))
+    assert built == 0 and log.covered_seq == 10
+    first, _second = log.enqueue(10), log.enqueue(10)
+    assert log.full()
+    woke: list[bool] = []
+
+    async def append() -> None:
+        await log.wait_room()
+        woke.append(True)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(append)
+        await trio.testing.wait_all_tasks_blocked()
+        assert woke == []
+        log.settle(first)
+        await trio.testing.wait_all_tasks_blocked()
+    assert woke == [True]
