@@ -164,28 +164,41 @@ class _MessageIds:
     """
 
     def __init__(self) -> None:
-        self._writing: dict[str, tuple[str, trio.Event]] = {}
+        self._writing: dict[str, _Claim] = {}
 
     async def claim(self, sid: str, ids: tuple[str, ...]) -> Callable[[], None]:
         """Wait while another session writes one of ``ids``; the returned function releases them."""
         while True:
-            other = next((held for mid in ids if (held := self._writing.get(mid)) is not None and held[0] != sid),
+            other = next((held for mid in ids if (held := self._writing.get(mid)) is not None and held.sid != sid),
                          None)
             if other is None:
                 break
-            await other[1].wait()
-        done = trio.Event()
+            if other.done is None:  # the first to wait for it: built only then, not per claim
+                other.done = trio.Event()
+            await other.done.wait()
+        mine_claim = _Claim(sid)
         mine = [mid for mid in ids if mid not in self._writing]  # this session's own earlier write keeps its claim
         for mid in mine:
-            self._writing[mid] = (sid, done)
+            self._writing[mid] = mine_claim
 
         def release() -> None:
             for mid in mine:
-                if self._writing.get(mid, (sid, None))[1] is done:
+                if self._writing.get(mid) is mine_claim:
                     del self._writing[mid]
-            done.set()
+            if mine_claim.done is not None:
+                mine_claim.done.set()
 
         return release
+
+
+class _Claim:
+    """One session's claim of the message ids it is writing; ``done`` is built when another session waits."""
+
+    __slots__ = ("sid", "done")
+
+    def __init__(self, sid: str) -> None:
+        self.sid = sid
+        self.done: trio.Event | None = None
 
 
 def _native_session_param(raw: Any, *, allowed: bool) -> str | None:
@@ -256,8 +269,8 @@ class Pipeline:
                                replayed=route.replayed)
             self._bound[name] = _Bound(route, spec, op, _wire_names(spec.params_model))
         self._in_flight = 0
-        self._idle = trio.Event()
-        self._idle.set()
+        self._idle = trio.Event()  # set (and built again) when the last request in flight is answered while
+        self._idle_wanted = False  # drained() waits on it: not one event per request
         self._nursery: trio.Nursery | None = None
         self._orders: dict[int, Ordering] = {}  # per connection, while it has requests in its order
         self._writing = _MessageIds()
@@ -281,12 +294,15 @@ class Pipeline:
     async def drained(self) -> None:
         """Wait until every request submitted so far has been answered."""
         while self._in_flight:
+            self._idle_wanted = True
             await self._idle.wait()
 
     def _finished(self) -> None:
         self._in_flight -= 1
-        if self._in_flight == 0:
+        if self._in_flight == 0 and self._idle_wanted:
+            self._idle_wanted = False
             self._idle.set()
+            self._idle = trio.Event()
 
     # -- requests ----------------------------------------------------------------
     def routes(self) -> Mapping[str, Route]:
@@ -357,7 +373,6 @@ class Pipeline:
                                                  data={"method": method, "pluginId": caller.plugin_id})))
             return None
         self._in_flight += 1
-        self._idle = trio.Event()
         return bound, params, _Answer(self, bound, reply)
 
     def connected(self, caller: CallContext) -> None:

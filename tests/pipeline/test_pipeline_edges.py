@@ -26,6 +26,7 @@ import trio.testing
 from runtime.client import HostClient, RpcError
 from runtime.handlers import secrets
 from runtime.host import RunningHost, run_host
+from runtime.pipeline import _MessageIds
 from runtime.routes import ROUTES
 from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 from tests.hostkit import test_config as host_config
@@ -136,3 +137,36 @@ async def test_same_message_id_appended_to_two_sessions_at_once_replays_what_eac
             replayed = {(sid, key, mid): await _append(c, sid, key, mid) for sid, key, mid in answered}
     mismatched = {k: (answered[k], replayed[k]) for k in answered if answered[k] != replayed[k]}
     assert not mismatched
+
+
+async def test_a_message_id_claim_builds_an_event_only_when_another_session_waits_for_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_MessageIds`` (one session at a time writes an id): an uncontended claim, every append's, builds no
+    event; a second session's claim of a held id waits for the first's release and then goes on."""
+    built = 0
+    real = trio.Event
+
+    def counting() -> trio.Event:
+        nonlocal built
+        built += 1
+        return real()
+
+    ids = _MessageIds()
+    monkeypatch.setattr(trio, "Event", counting)
+    for i in range(5):
+        (await ids.claim("s1", (f"m{i}",)))()
+    assert built == 0
+    release = await ids.claim("s1", ("shared",))
+    got: list[str] = []
+
+    async def other() -> None:
+        (await ids.claim("s2", ("shared",)))()
+        got.append("s2")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == [] and built == 1
+        release()
+    assert got == ["s2"]
+    (await ids.claim("s3", ("shared",)))()  # released by both: free again
