@@ -18,7 +18,11 @@ its b-tree pages well formed and still break what they hold, so the error a read
 - "no such column: X" / "no such table: X" / "table T has no column named X" for a table or column the
   host's own schema (``store/upgrade/schema.py``) defines: a damaged byte in its CREATE statement left it
   parseable under another name. Boot checked the schema version, so the file had it; a name the schema does
-  not define is a host bug (INTERNAL), never a reason to quarantine.
+  not define is a host bug (INTERNAL), never a reason to quarantine;
+- a stored definition that is not the host's (:func:`altered_definition`): a byte changed into another
+  readable one inside a CHECK's string literal (``'completed'`` read ``'complebed'``) leaves the schema
+  parseable and its messages decodable, and SQLite refuses a valid value with a plain "CHECK constraint
+  failed". Only a constraint failure on a value the host wrote asks it (``group_commit.attempt``).
 
 Anything else (busy, I/O, a full disk, a constraint, a host bug) is not damage: a healthy index is never
 quarantined for it.
@@ -29,9 +33,10 @@ from __future__ import annotations
 import re
 import sqlite3
 
-from store.upgrade.schema import apply_schema
+from store.upgrade.schema import DDL, apply_schema
+from store.upgrade.schema_rebuild import normalize_sql, parse_statement
 
-__all__ = ["is_corruption"]
+__all__ = ["altered_definition", "is_corruption"]
 
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
@@ -74,5 +79,34 @@ def _schema_names() -> frozenset[str]:
         for table in tables:
             names.update(str(r[1]).lower() for r in conn.execute(f'PRAGMA table_info("{table}")'))
         return frozenset(names)
+    finally:
+        conn.close()
+
+
+def altered_definition(conn: sqlite3.Connection) -> str | None:
+    """The first object of the host's schema (``store/upgrade/schema.py``) whose stored definition in
+    ``sqlite_master`` is not the one the host creates (up to layout, :func:`normalize_sql`), or that is
+    missing; ``None`` when every one is the host's. Every layout the host migrates from ends in exactly the
+    fresh definitions (tests/migrations), and nothing drops or alters an object at runtime, so a difference
+    is damage. Objects the host's schema does not name (FTS5 shadow tables, autoindexes) are not compared.
+    Built in memory each time, like :func:`_schema_names`: asked only after a constraint failed."""
+    stored = {str(name): str(sql or "") for name, sql in conn.execute("SELECT name, sql FROM sqlite_master")}
+    for name, sql in _host_definitions().items():
+        if name not in stored:
+            return f"{name} is missing"
+        if normalize_sql(stored[name]) != sql:
+            return f"the stored definition of {name} is not the host's"
+    return None
+
+
+def _host_definitions() -> dict[str, str]:
+    """Every schema object the host's DDL creates, by name: its definition as ``sqlite_master`` holds it once
+    the DDL ran (an ``ALTER TABLE ... ADD COLUMN`` rewrites its table's), normalized."""
+    named = {parse_statement(s).name for s in DDL if s.lstrip().upper().startswith("CREATE")}
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        apply_schema(conn)
+        return {str(name): normalize_sql(str(sql or "")) for name, sql in
+                conn.execute("SELECT name, sql FROM sqlite_master") if name in named}
     finally:
         conn.close()

@@ -16,9 +16,10 @@ actor to crash on (the supervisor then restarts it and boot rebuilds the file).
 Any other constraint (NOT NULL, CHECK, a trigger's RAISE, a datatype) refuses a
 value the host itself wrote (requests are validated first), so it is never a
 client's conflict: if ``PRAGMA quick_check`` then finds a row that breaks its
-table's constraints, the index is damaged (the host copied a damaged value) and
-it is treated as such (CORRUPT_DATA, rebuild); otherwise it is a host bug, left
-unmapped (INTERNAL).
+table's constraints (the host copied a damaged value), or the stored schema is
+not the one the host creates (a damaged byte in a CHECK's literal refused a
+valid value), the index is damaged and it is treated as such (CORRUPT_DATA,
+rebuild); otherwise it is a host bug, left unmapped (INTERNAL).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any, Protocol
 
 from store.errors import Conflict, IOFailure, StorageFull, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
-from store.indexing.corruption import is_corruption
+from store.indexing.corruption import altered_definition, is_corruption
 from store.search.search_upkeep import upkeep_step
 
 __all__ = ["GroupCommit", "GroupStats", "IndexCorrupt", "Op", "attempt", "index_corrupt", "is_corruption",
@@ -180,11 +181,16 @@ def is_key_conflict(exc: BaseException) -> bool:
 
 def _damage_behind(conn: sqlite3.Connection, exc: sqlite3.IntegrityError) -> sqlite3.DatabaseError | None:
     """After a constraint that only a value the host wrote can break: damage if ``PRAGMA quick_check`` finds
-    a row against its table's constraints (the host copied a damaged value), as the error that says so."""
+    a row against its table's constraints (the host copied a damaged value), or if the stored schema is not
+    the host's (a damaged byte in a CHECK's literal refused a valid value: ``altered_definition``), as the
+    error that says so."""
     try:
         rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check(20)")]
+        altered = altered_definition(conn) if rows == ["ok"] else None
     except sqlite3.DatabaseError as failed:
         return failed if is_corruption(failed) else None
+    if altered is not None:
+        return sqlite3.DatabaseError(f"database disk image is malformed: {exc} ({altered})")
     if rows == ["ok"]:
         return None
     return sqlite3.DatabaseError(f"database disk image is malformed: {exc} ({'; '.join(rows[:5])[:500]})")

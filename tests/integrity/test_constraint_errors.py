@@ -19,7 +19,7 @@ import pytest
 from actors.db_writer import DbOp
 from protocol.errors import error_object
 from store.indexing import index
-from store.indexing.corruption import is_corruption
+from store.indexing.corruption import altered_definition, is_corruption
 from store.indexing.database import open_writer
 from store.indexing.group_commit import GroupCommit, index_corrupt
 from tests.dbkit import NOW
@@ -125,3 +125,56 @@ def test_a_check_constraint_whose_schema_text_is_damaged_is_a_corrupt_index(tmp_
         assert error_object(index_corrupt(outcome))["data"]["code"] == "CORRUPT_DATA"
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize(("table", "literal", "damaged", "statement"), [
+    # what session.update writes: a session's permission mode, its thinking level
+    ("sessions", "'accept-edits'", "'accept-edibs'",
+     "UPDATE sessions SET permission_mode = 'accept-edits' WHERE id = 's1'"),
+    ("sessions", "'high'", "'higt'", "UPDATE sessions SET thinking_level = 'high' WHERE id = 's1'"),
+])
+def test_a_check_whose_schema_literal_changed_into_readable_bytes_is_a_corrupt_index(
+        tmp_path: Path, table: str, literal: str, damaged: str, statement: str) -> None:
+    """The readable twin of the case above: the byte changed into another readable character (``'complebed'``),
+    so SQLite's message decodes and is a plain "CHECK constraint failed" on a valid value, and no row breaks a
+    constraint (``quick_check`` says ok): the write answered INTERNAL, and so did every retry on that index.
+    The stored ``CREATE TABLE`` is not the host's: a corrupt index (CORRUPT_DATA, the host rebuilds)."""
+    path = tmp_path / "pi.sqlite"
+    conn, _ = open_writer(path, quarantine_dir=tmp_path / "quarantine", now_ms=NOW)
+    conn.execute("BEGIN")
+    index.insert_session(conn, "s1", now_ms=NOW, title="one")
+    conn.execute("COMMIT")
+    conn.close()
+    other = sqlite3.connect(path, isolation_level=None)  # bytes the host never wrote, as damage leaves them
+    other.execute("PRAGMA writable_schema = ON")
+    other.execute("UPDATE sqlite_master SET sql = replace(sql, ?, ?) WHERE name = ?", (literal, damaged, table))
+    other.close()
+    conn, _ = open_writer(path, quarantine_dir=tmp_path / "quarantine", now_ms=NOW)
+    try:
+        assert conn.execute("PRAGMA quick_check").fetchall() == [("ok",)]
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
+            conn.execute(statement)  # decodable: not a UnicodeDecodeError, nothing names it damage by itself
+        outcome = GroupCommit(conn).run([DbOp(lambda c: c.execute(statement))])
+        assert isinstance(outcome, sqlite3.DatabaseError) and is_corruption(outcome), outcome
+        assert f"the stored definition of {table} is not the host's" in str(outcome)
+        assert error_object(index_corrupt(outcome))["data"]["code"] == "CORRUPT_DATA"
+    finally:
+        conn.close()
+
+
+def test_an_intact_schema_compares_equal_and_a_missing_object_does_not(
+        db: tuple[sqlite3.Connection, Path]) -> None:
+    """What the constraint failure above asks of the stored schema: the host's own (fresh here; every migrated
+    layout ends in the same definitions, tests/migrations) is not damage, a definition gone is."""
+    conn, path = db
+    assert altered_definition(conn) is None
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("PRAGMA writable_schema = ON")
+    other.execute("UPDATE sqlite_master SET name = 'messages_ax', sql = replace(sql, 'messages_ai', 'messages_ax') "
+                  "WHERE name = 'messages_ai'")  # a readable byte in a trigger's name
+    other.close()
+    again = sqlite3.connect(path, isolation_level=None)
+    try:
+        assert altered_definition(again) == "messages_ai is missing"
+    finally:
+        again.close()
