@@ -45,6 +45,7 @@ from store.fence import (
 )
 from store.fsutil import sweep_temp_files
 from store.indexing.backlog import CATCH_UP_STEP_BYTES, Backlog, Steps, run_steps
+from store.indexing.corruption import is_corruption
 from store.indexing.cursors import renew_index_identity
 from store.indexing.database import (
     OpenReport,
@@ -315,6 +316,9 @@ def run_boot(
     except BootInterrupted:
         raise
     except BaseException as exc:
+        if isinstance(exc, (sqlite3.DatabaseError, UnicodeDecodeError)) and is_corruption(exc):
+            close_writer(conn)  # the caller quarantines the index and boots again (``runtime.host``)
+            raise
         if not disk_full(exc):
             raise
         # every step commits on its own: what ran stays done, the next boot (with room) goes on from there

@@ -32,6 +32,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -81,6 +82,7 @@ from store.errors import StoreError
 from store.faults import Faults
 from store.fsutil import atomic_write, remove_file_durable
 from store.indexing.backlog import Repair
+from store.indexing.corruption import is_corruption
 from store.indexing.database import close_writer
 from store.interchange.native_pi_views import NativeCatalog
 from store.transcripts import windows
@@ -248,24 +250,19 @@ async def run_host(
         # the previous run met its index corrupt and stopped before it started again on a rebuilt one
         met_corrupt = await trio.to_thread.run_sync(data_dir.index_corrupt_path.exists)
         token = await trio.to_thread.run_sync(load_or_create_token, data_dir)
-        boot = await trio.to_thread.run_sync(
-            lambda: run_boot(data_dir, faults=faults, now_ms=now_ms,
-                             audit_retention_days=config.audit_retention_days,
-                             clean_shutdown=clean is not None, stop_requested=shutdown.asked,
-                             rebuild_index=config.rebuild_index or met_corrupt)
-        )
+        index_corrupt = _corruption_restarts(shutdown)
+        boot, reads = await _boot(config, faults=faults, now_ms=now_ms, clean_shutdown=clean is not None,
+                                  shutdown=shutdown, rebuild=config.rebuild_index or met_corrupt,
+                                  on_corruption=index_corrupt)
         if met_corrupt:  # rebuilt: the verdict is spent
             await trio.to_thread.run_sync(remove_file_durable, data_dir.index_corrupt_path)
         if shutdown.asked():  # asked after boot's last step: still before anything is served
+            reads.close()
             await trio.to_thread.run_sync(close_writer, boot.conn)
             raise BootInterrupted("starting the actors (boot had finished)")
         if clean is not None:
             boot.report["previousShutdown"] = clean
         log.info("boot finished", extra={"report": boot.report})
-        index_corrupt = _corruption_restarts(shutdown)
-        reads = ReadPool(data_dir.db_path, size=config.read_pool_size, prepare=windows.prepare_reads,
-                         on_corruption=index_corrupt)
-        await trio.to_thread.run_sync(reads.warm)
         bus = EventBus(backlog=config.event_backlog, backlog_bytes=config.event_backlog_bytes,
                        transient_interval=config.inflight_event_interval, supersedes=inflight.supersedes,
                        validate=validate_event if config.validate_results else None)
@@ -429,6 +426,43 @@ async def run_host(
         if callback_failures:
             raise InternalBug(f"{len(callback_failures)} reply callback(s) raised (their requests were answered "
                               f"INTERNAL); the first: {callback_failures[0]!r}") from callback_failures[0]
+
+
+async def _boot(config: HostConfig, *, faults: Faults, now_ms: Callable[[], int], clean_shutdown: bool,
+                shutdown: Shutdown, rebuild: bool,
+                on_corruption: Callable[[BaseException], None]) -> tuple[BootResult, ReadPool]:
+    """Boot (``runtime.boot``), then open the read pool (each reader prepares the statements of a page read).
+    Either may meet the index damaged where boot's ``quick_check`` does not look (a readable byte changed in
+    the stored schema: a column under another name): the index is then quarantined and boot runs again on
+    one rebuilt from the transcripts, once (RELIABILITY.md row 7); damage met on a rebuilt index is raised."""
+    data_dir = config.data_dir
+    while True:
+        try:
+            boot = await trio.to_thread.run_sync(partial(
+                run_boot, data_dir, faults=faults, now_ms=now_ms, audit_retention_days=config.audit_retention_days,
+                clean_shutdown=clean_shutdown, stop_requested=shutdown.asked, rebuild_index=rebuild))
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # run_boot closed its connection
+            if rebuild or not is_corruption(exc):
+                raise
+            met: BaseException = exc
+        else:
+            reads = ReadPool(data_dir.db_path, size=config.read_pool_size, prepare=windows.prepare_reads,
+                             on_corruption=on_corruption)
+            try:
+                await trio.to_thread.run_sync(reads.warm)
+            except BaseException as exc:
+                reads.close()
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(close_writer, boot.conn)
+                if rebuild or not isinstance(exc, (sqlite3.DatabaseError, UnicodeDecodeError)) \
+                        or not is_corruption(exc):
+                    raise
+                met = exc
+            else:
+                return boot, reads
+        log.error("boot met the index corrupt; booting again on an index rebuilt from the transcripts",
+                  extra={"error": str(met)})
+        rebuild = True
 
 
 def _write_corrupt_marker(data_dir: DataDir, at_ms: int) -> None:
