@@ -96,6 +96,9 @@ class ObservedSession:
     queue_keys: list[str]
     """Idempotency keys of the session's queue entries (``session.queueList``)."""
     bad_lines: int = 0
+    unreadable: str | None = None
+    """What ``session.get`` answered when it met a damaged record it shows (CORRUPT_DATA: an approval
+    decision's options that do not parse); ``messages`` and ``title`` are then the transcript's."""
 
 
 @dataclass
@@ -221,6 +224,8 @@ def _check_lifecycles(found: dict[tuple[str, str], Outcome], obs: Observation, r
 
 def _check_sessions_consistent(obs: Observation, report: Report) -> None:
     for sid, s in obs.sessions.items():
+        if s.unreadable is not None:  # a byte changed in place in a record the read shows: damage, not a loss
+            report.damaged.add(f"session:{sid}: session.get answers CORRUPT_DATA ({s.unreadable})")
         index_ids = [mid for mid, _ in s.index_rows]
         if index_ids != s.file_ids:
             report.problems.append(

@@ -96,18 +96,37 @@ def _search_direct(db_path: Path, tokens: Sequence[str]) -> dict[str, list[tuple
         conn.close()
 
 
-def _files(sessions_dir: Path, sids: Sequence[str]) -> dict[str, tuple[list[str], int, dict[str, str]]]:
-    """Per session: message ids, bad lines, and the visible approval decisions (request id → status)."""
-    out: dict[str, tuple[list[str], int, dict[str, str]]] = {}
+@dataclass
+class _File:
+    ids: list[str]
+    bad_lines: int
+    decisions: dict[str, str]
+    """The visible approval decisions: request id → status."""
+    messages: list[ObservedMessage]
+    """As ``session.get`` would show them (for a session whose ``session.get`` met a damaged record)."""
+    title: str | None
+
+
+def _files(sessions_dir: Path, sids: Sequence[str]) -> dict[str, _File]:
+    out: dict[str, _File] = {}
     for sid in sids:
         path = sessions_dir / f"{sid}.jsonl"
         if not path.exists():
-            out[sid] = ([], 0, {})
+            out[sid] = _File([], 0, {}, [], None)
             continue
         t = read_transcript(path)
         shown = {str(d["id"]): str(d.get("status")) for _, d in t.decisions}
-        out[sid] = ([m.id for m in t.messages], t.bad_lines, shown)
+        msgs = [ObservedMessage(m.id, str(m.record.get("role")), _text(m.record), pos)
+                for pos, m in enumerate(t.messages, start=1)]
+        title = str((t.session_info or {}).get("title") or "")  # what a rebuilt index reads back
+        out[sid] = _File([m.id for m in t.messages], t.bad_lines, shown, msgs, title)
     return out
+
+
+def damaged_record(exc: RpcError) -> bool:
+    """A read answered CORRUPT_DATA for one damaged record (a JSON column that does not parse: the host keeps
+    serving that index, RELIABILITY.md row 7), not for the whole index (``index_corrupt``: the host restarts)."""
+    return exc.data_code == "CORRUPT_DATA" and exc.data.get("reason") != "index_corrupt"
 
 
 async def observe(
@@ -125,14 +144,19 @@ async def observe(
     sids = [w.sid for w in workers]
     sessions: dict[str, ObservedSession] = {}
     gets: dict[str, Any] = {}
+    unreadable: dict[str, str] = {}
+    """session id → what its ``session.get`` answered: CORRUPT_DATA of a damaged record it shows (an approval
+    decision's options): its messages are then observed in its transcript."""
     queues: dict[str, list[str]] = {}
     for sid in sids:
         try:
             gets[sid] = await client.call("session.get", {"sessionId": sid, "full": True})
         except RpcError as exc:
-            if exc.data_code != "SESSION_NOT_FOUND":
+            if exc.data_code == "SESSION_NOT_FOUND":
+                continue
+            if not damaged_record(exc):
                 raise
-            continue
+            gets[sid], unreadable[sid] = None, exc.message
         q = await client.call("session.queueList", {"sessionId": sid})
         queues[sid] = [e.get("idempotencyKey") or e["id"] for e in q["entries"] if not e.get("sessionMessageId")]
     settings: dict[str, Any] = {}
@@ -146,14 +170,18 @@ async def observe(
     all_tokens: list[str] = []
     decisions: dict[str, str] = {}
     for sid, got in gets.items():
-        msgs = [ObservedMessage(m["id"], m["role"], _text(m), m.get("seq")) for m in got["messages"]]
+        file = files[sid]
+        if got is None:
+            msgs, title = file.messages, file.title
+        else:
+            msgs = [ObservedMessage(m["id"], m["role"], _text(m), m.get("seq")) for m in got["messages"]]
+            title = got["session"].get("title")
         for m in msgs:
             all_tokens += TOKEN_RE.findall(m.text)
-        file_ids, bad, seen_decisions = files[sid]
-        decisions.update(seen_decisions)
-        sessions[sid] = ObservedSession(messages=msgs, file_ids=file_ids, index_rows=db["rows"].get(sid, []),
-                                        title=got["session"].get("title"), queue_keys=queues.get(sid, []),
-                                        bad_lines=bad)
+        decisions.update(file.decisions)
+        sessions[sid] = ObservedSession(messages=msgs, file_ids=file.ids, index_rows=db["rows"].get(sid, []),
+                                        title=title, queue_keys=queues.get(sid, []), bad_lines=file.bad_lines,
+                                        unreadable=unreadable.get(sid))
     tokens = sorted(set(all_tokens))
     if search_sample is not None:
         new = [t for t in tokens if t not in notes.checked_tokens]
@@ -233,4 +261,4 @@ async def queue_entry_ids(client: HostClient, sids: Sequence[str]) -> dict[str, 
     return out
 
 
-__all__ = ["ObserveNotes", "observe", "queue_entry_ids", "scan_checkpoints", "sync_queues"]
+__all__ = ["ObserveNotes", "damaged_record", "observe", "queue_entry_ids", "scan_checkpoints", "sync_queues"]

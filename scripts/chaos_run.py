@@ -38,8 +38,10 @@
   (``scripts/chaos_corrupt.py``). After a rebuild a file-carried receipt may answer its rebuilt
   response (the same session, fields as they are now) and, once the salvage skipped receipts, DB-only
   requests acknowledged before are no longer replayed (their replay may run them again). Damage no read
-  met (``integrity_check`` fails after a forced restart) is counted as ``undetected``, not failed. Its
-  LAST line is ``cycles=N acknowledged=A lost=L duplicated=D internal=I damaged_lost=K``.
+  met (``integrity_check`` fails after a forced restart) is counted as ``undetected``, not failed. A
+  ``session.get`` that answers CORRUPT_DATA for a damaged record it shows (an approval decision's JSON: the
+  host keeps serving that index) is damage too (``damaged_lost``); that session's messages are then checked
+  in its transcript. Its LAST line is ``cycles=N acknowledged=A lost=L duplicated=D internal=I damaged_lost=K``.
 * **fuzz** – a subprocess host gets ``--frames`` fuzzed requests over every
   method (``scripts/chaos_fuzz.py``); its LAST line is
   ``frames=… internal=… crashes=… poisoned=…`` and any non-zero figure fails.

@@ -336,3 +336,59 @@ async def test_a_replay_the_host_answers_only_with_stopping_is_counted_not_a_mis
     mismatches = await w.replay_receipts(Client(), 3)  # type: ignore[arg-type]
     assert w.replays_unanswered == 2
     assert len(mismatches) == 1 and mismatches[0].endswith("retry failed with CORRUPT_DATA"), mismatches
+
+
+async def test_a_session_get_that_meets_a_damaged_record_is_damage_observed_from_the_transcript(
+        tmp_path: Any) -> None:
+    """Corrupt mode's seed 298758022 met this: a byte changed in place inside an approval's ``options_json``
+    (``"allow",mremember"``), on a page that stays well formed. ``session.get`` shows that decision, so it
+    answers CORRUPT_DATA for the record (the host keeps serving that index: RELIABILITY.md row 7), and the
+    observer raised it: the run ended with a traceback and no verdict. The session is now observed in its
+    transcript and reported as damaged (excused only where the run damages the index itself); a CORRUPT_DATA
+    of the whole index (the host restarts) is still raised to the runner."""
+    import random
+
+    import pytest
+    import trio
+
+    from runtime.client import RpcError
+    from scripts.chaos_observe import ObserveNotes, observe
+    from scripts.chaos_workload import Worker, WorkloadConfig
+    from tests.hostkit import client_for, inprocess_host, msg
+
+    h = _history_three()
+    damaged = RpcError(-32005, "CORRUPT_DATA", "approval apr_1's options_json is unreadable", {})
+    whole = RpcError(-32005, "CORRUPT_DATA", "the index database is corrupt", {"reason": "index_corrupt"})
+
+    class Damaged:
+        def __init__(self, inner: Any, error: RpcError) -> None:
+            self.inner, self.error = inner, error
+
+        async def call(self, method: str, params: dict[str, Any]) -> Any:
+            if method == "session.get" and params.get("sessionId") == SID:
+                raise self.error
+            return await self.inner.call(method, params)
+
+    root = tmp_path / "data"
+    worker = Worker("w0", SID, random.Random(1), h, WorkloadConfig())
+    with trio.fail_after(60):
+        async with inprocess_host(root) as host, client_for(host) as c:
+            await c.call("session.create", {"sessionId": SID, "title": "kept"})
+            for mid in ("m1", "m2", "m3"):
+                await c.call("session.appendMessage", {"sessionId": SID, "message": msg(mid, f"text {mid}")})
+            obs = await observe(Damaged(c, damaged), [worker], root, after_restart=False,  # type: ignore[arg-type]
+                                leftover={}, notes=ObserveNotes(), rng=random.Random(1))
+            with pytest.raises(RpcError, match="index database is corrupt"):
+                await observe(Damaged(c, whole), [worker], root, after_restart=False,  # type: ignore[arg-type]
+                              leftover={}, notes=ObserveNotes(), rng=random.Random(1))
+    seen = obs.sessions[SID]
+    assert seen.unreadable == "approval apr_1's options_json is unreadable"
+    assert [m.id for m in seen.messages] == ["m1", "m2", "m3"] and seen.title == "kept"
+    report = check(h, obs)
+    assert report.damaged == {f"session:{SID}: session.get answers CORRUPT_DATA ({seen.unreadable})"}
+    assert not report.lost and not report.problems and not report.valid, report
+    corrupt, other = Totals(corrupt=True), Totals()
+    corrupt.add(report)
+    other.add(report)
+    assert corrupt.valid and corrupt.damaged_lost == report.damaged
+    assert not other.valid and set(other.problems) == report.damaged
