@@ -306,6 +306,7 @@ def run_boot(
     conn, open_report = open_writer(
         data_dir.db_path, quarantine_dir=data_dir.quarantine_dir, now_ms=now_ms(), faults=faults,
         quarantine="the running host met it corrupt" if rebuild_index else None,
+        verdict=data_dir.index_corrupt_path,  # spent once the file is in quarantine
     )
     report["database"] = open_report.to_dict()
     try:

@@ -429,6 +429,7 @@ def open_writer(
     synchronous: str = "FULL",
     platform: str | None = None,
     quarantine: str | None = None,
+    verdict: Path | None = None,
 ) -> tuple[sqlite3.Connection, OpenReport]:
     """Open (creating, quarantining, archiving or migrating as needed) the writer.
 
@@ -441,7 +442,11 @@ def open_writer(
     picks the shell catalog the guarded seed step checks, default: this one).
     A leftover ``-wal``/``-journal`` without its database is quarantined too:
     it must never be replayed into a fresh file. ``quarantine``: why an existing file is quarantined
-    without a probe (damage met while it was in use, which a ``quick_check`` may not see).
+    without a probe (damage met while it was in use, which a ``quick_check`` may not see); ``verdict``: the
+    file that asked for it (the host's record that it met the index corrupt), removed as soon as the file is
+    in quarantine, before a fresh index is created: a boot killed after that opens the new index, which
+    holds (or :data:`SALVAGE_OWED` names) the salvage still owed from the quarantined copy, instead of
+    quarantining the new one too and salvaging from it.
     """
     check_sqlite_support()
     db_path = Path(db_path)
@@ -475,6 +480,11 @@ def open_writer(
         report.quarantined = quarantine_database(
             db_path, Path(quarantine_dir), now_ms=now_ms, faults=faults
         )
+    if quarantine and verdict is not None:
+        try:
+            remove_file_durable(verdict)
+        except OSError as exc:
+            raise classify_os_error(exc, f"removing {verdict}") from exc
     conn = _connect_writer(db_path)
     try:
         apply_pragmas(conn, synchronous=synchronous)

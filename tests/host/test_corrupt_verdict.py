@@ -11,9 +11,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
 import trio
 
-from runtime.client import RpcError
+from runtime.client import RpcError, open_client
 from runtime.host import RunningHost, run_host
 from tests import hostkit
 from tests.hostkit import client_for, inprocess_host, msg
@@ -59,3 +60,44 @@ async def test_a_plain_stop_leaves_no_verdict(tmp_path: Path) -> None:
         assert not (root / "index-corrupt").exists()
         async with inprocess_host(root) as again, client_for(again) as c:
             assert (await c.call("host.status", {}))["boot"]["database"]["rebuilt"] is False
+
+
+async def test_a_boot_killed_while_it_rebuilds_on_the_verdict_still_salvages_the_damaged_copy(
+        tmp_path: Path) -> None:
+    """Found by chaos corrupt mode (seed 1815820303): the host met its index corrupt (the integrity sweep),
+    stopped with the verdict recorded and started again; the runner's SIGKILL landed during that rebuilding
+    boot, after it quarantined the damaged file and marked the salvage it owed in the new index, before the
+    salvage ran. The verdict was spent only once a boot finished, so the next boot read it again and
+    quarantined the new index (nothing but what the killed boot had written), then salvaged from that one: the
+    damaged copy's DB-only rows (settings, turns, approvals, notifications ...) were never salvaged, and 224
+    acknowledged effects were lost. The verdict is spent as soon as its file is quarantined; the mark in the
+    new index carries the salvage still owed to the next boot."""
+    data = tmp_path / "data"
+    data.mkdir()
+    proc = hostkit.start_host_process(data)
+    try:
+        with trio.fail_after(60):
+            async with open_client(proc.url, proc.token, client_id="ui", client_kind="ui") as c:
+                await c.call("session.create", {"sessionId": "s1", "title": "kept"})
+                await c.call("session.appendMessage", {"sessionId": "s1", "message": msg("m1", "hello")})
+                await c.call("settings.set", {"ns": "ui", "key": "sidebarWidth", "value": 280})
+    finally:
+        assert proc.terminate() == 0
+    (root := data / "index-corrupt").write_bytes(b'{"metCorruptAt": 1}\n')  # a running host met it corrupt
+    with pytest.raises(RuntimeError, match="exited with -9"):  # killed after the salvage's first table
+        hostkit.start_host_process(data, env={"RT_CRASHPOINT": "salvage.after_table:1"}, timeout=30)
+    assert not root.exists()  # spent: its file is in quarantine
+    proc = hostkit.start_host_process(data)
+    try:
+        with trio.fail_after(60):
+            async with open_client(proc.url, proc.token, client_id="ui", client_kind="ui") as c:
+                boot = (await c.call("host.status", {}))["boot"]
+                width = (await c.call("settings.get", {"ns": "ui", "key": "sidebarWidth"})).get("value")
+                got = await c.call("session.get", {"sessionId": "s1"})
+    finally:
+        proc.kill9()
+    copies = sorted(p.name for p in (data / "quarantine").glob("pi.sqlite.corrupt-*") if "-wal" not in p.name
+                    and "-shm" not in p.name)
+    assert len(copies) == 1, copies  # the new index was not quarantined again
+    assert Path(boot["salvage"]["source"]).name == copies[0] and boot["salvaged"].get("kv")
+    assert width == 280 and [m["id"] for m in got["messages"]] == ["m1"]
