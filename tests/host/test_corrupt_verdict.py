@@ -83,10 +83,10 @@ async def test_a_boot_killed_while_it_rebuilds_on_the_verdict_still_salvages_the
                 await c.call("settings.set", {"ns": "ui", "key": "sidebarWidth", "value": 280})
     finally:
         assert proc.terminate() == 0
-    (root := data / "index-corrupt").write_bytes(b'{"metCorruptAt": 1}\n')  # a running host met it corrupt
+    (verdict := data / "index-corrupt").write_bytes(b'{"metCorruptAt": 1}\n')  # a running host met it corrupt
     with pytest.raises(RuntimeError, match="exited with -9"):  # killed after the salvage's first table
         hostkit.start_host_process(data, env={"RT_CRASHPOINT": "salvage.after_table:1"}, timeout=30)
-    assert not root.exists()  # spent: its file is in quarantine
+    assert not verdict.exists()  # spent: its file is in quarantine
     proc = hostkit.start_host_process(data)
     try:
         with trio.fail_after(60):
