@@ -149,6 +149,12 @@ class SessionGetResult(Result):
         description="Approvals and interactions of the window's turns that are no longer pending (answered, "
         "expired, cancelled, interrupted), oldest first; the answers are approval_decision lines in the transcript.",
     )
+    unreadable_decisions: list[str] | None = Field(
+        default=None,
+        description="Request ids of the window's turns' approvals and interactions whose stored record is damaged "
+        "(a JSON column that no longer parses): left out of decisions, so the page of messages still reads. "
+        "Absent when every record reads.",
+    )
     inflight: InflightMessage | None = Field(
         default=None,
         description="Newest window only (hasMoreAfter false): the reply streaming right now, after the "

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -56,6 +57,7 @@ from store.transcripts.transcript import lines_naming
 __all__ = [
     "DECISION_LINE",
     "Kind",
+    "TurnDecisions",
     "apply_decision_lines",
     "apply_recorded_decisions",
     "cancel_for_turn",
@@ -422,15 +424,27 @@ def interrupt_pending(conn: sqlite3.Connection, now_ms: int) -> dict[str, int]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class TurnDecisions:
+    """:func:`decisions_for_turns`: the decisions, and the requests whose stored record no longer reads."""
+
+    decisions: list[dict[str, Any]]
+    unreadable: list[str]
+    """Request ids (sorted) of rows whose JSON column no longer parses (damage of that record, which only the
+    database holds): left out of the decisions, so the page of messages that shows their turn still reads."""
+
+
 def decisions_for_turns(conn: sqlite3.Connection, session_id: str, turn_ids: Iterable[str],
-                        now_ms: int | None = None) -> list[dict[str, Any]]:
+                        now_ms: int | None = None) -> TurnDecisions:
     """Every request of these turns that is no longer pending, oldest first (``session.get``).
 
     A row still ``pending`` past its deadline at ``now_ms`` is shown ``expired`` (resolved at its
     deadline), as an answer or the next restart would settle it: a read does not write, and the
-    request is in neither ``approvals.pending`` nor the decisions otherwise."""
+    request is in neither ``approvals.pending`` nor the decisions otherwise. A row whose record is
+    damaged is named in ``unreadable`` instead: one decision's damage never costs the messages' page."""
     ids = sorted(set(turn_ids))
     out: list[dict[str, Any]] = []
+    unreadable: list[str] = []
     lapsed_at = -1 if now_ms is None else now_ms  # one statement shape (prepared once per connection)
     for kind in KINDS:
         sql, row = _select(kind)
@@ -439,12 +453,16 @@ def decisions_for_turns(conn: sqlite3.Connection, session_id: str, turn_ids: Ite
                     f"{sql} WHERE session_id = ? AND turn_id IN ({marks}) AND (status <> 'pending' "
                     "OR (status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?))",
                     (session_id, *chunk, lapsed_at)):
-                found = row(r)
+                try:
+                    found = row(r)
+                except CorruptData:
+                    unreadable.append(str(r[0]))  # request_id: the first column of both tables
+                    continue
                 if found["status"] == "pending":
                     found.update(status="expired", resolvedAt=found["expiresAt"])
                 out.append(found)
     out.sort(key=lambda r: (r.get("resolvedAt") or r["createdAt"], r["requestId"]))
-    return out
+    return TurnDecisions(out, sorted(unreadable))
 
 
 # ---------------------------------------------------------------------------

@@ -161,9 +161,12 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
     turns = {r[4] for r in rows if r[4] is not None}
     if w.end >= total:  # the newest window: also the turns that have no row yet (asked before replying)
         turns.update(_turns_after(conn, sid, total))
-    decisions = approvals.decisions_for_turns(conn, sid, turns, now_ms) if turns else []
-    if decisions:
-        w.reply = with_field(w.reply, "decisions", decisions)
+    if turns:
+        found = approvals.decisions_for_turns(conn, sid, turns, now_ms)
+        if found.decisions:
+            w.reply = with_field(w.reply, "decisions", found.decisions)
+        if found.unreadable:
+            w.reply = with_field(w.reply, "unreadableDecisions", found.unreadable)
     return w
 
 

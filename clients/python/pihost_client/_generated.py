@@ -2028,6 +2028,7 @@ class SessionGetResult(TypedDict):
     totalMessages: int
     navigationParent: NotRequired[UiMessage | None]
     decisions: NotRequired[list[ApprovalRequest | InteractionRequest] | None]
+    unreadableDecisions: NotRequired[list[str] | None]
     inflight: NotRequired[InflightMessage | None]
 
 

@@ -2601,6 +2601,8 @@ export interface SessionGetResult {
   navigationParent?: UiMessage | null;
   /** Approvals and interactions of the window's turns that are no longer pending (answered, expired, cancelled, interrupted), oldest first; the answers are approval_decision lines in the transcript. */
   decisions?: (ApprovalRequest | InteractionRequest)[] | null;
+  /** Request ids of the window's turns' approvals and interactions whose stored record is damaged (a JSON column that no longer parses): left out of decisions, so the page of messages still reads. Absent when every record reads. */
+  unreadableDecisions?: string[] | null;
   /** Newest window only (hasMoreAfter false): the reply streaming right now, after the indexed rows; absent once its final row landed. */
   inflight?: InflightMessage | null;
 }
