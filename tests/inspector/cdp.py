@@ -11,8 +11,10 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -139,13 +141,32 @@ def _devtools_port(port_file: Path, seconds: float = 30) -> tuple[str, str]:
 
 @asynccontextmanager
 async def chromium(profile: Path) -> AsyncIterator[Browser]:
-    """A headless Chromium with its own profile; its DevTools port is chosen by the browser."""
+    """A headless Chromium with its own profile; its DevTools port is chosen by the browser.
+
+    Chromium puts its process-singleton socket in a fresh ``org.chromium.Chromium.XXXXXX`` directory under
+    TMPDIR and leaves it there when it is terminated (SIGTERM and ``Browser.close`` alike), so each browser
+    gets a private TMPDIR, removed once the browser has exited. It is a short directory directly in the
+    system temp directory, not under the test's tmp_path: the socket's path must fit a Unix socket address
+    (108 bytes), which pytest's per-test paths can exceed.
+    """
+    scratch = Path(await trio.to_thread.run_sync(lambda: tempfile.mkdtemp(prefix="pihost-chromium-")))
+    try:
+        async with _chromium_process(profile, scratch) as browser:
+            yield browser
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(shutil.rmtree, scratch)
+
+
+@asynccontextmanager
+async def _chromium_process(profile: Path, scratch: Path) -> AsyncIterator[Browser]:
+    env = {**os.environ, "TMPDIR": str(scratch)}
     proc = await trio.to_thread.run_sync(lambda: subprocess.Popen(
         [chromium_binary(), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--no-default-browser-check", "--disable-extensions", "--disable-background-networking",
          "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", f"--user-data-dir={profile}",
          "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
     try:
         port, path = await trio.to_thread.run_sync(_devtools_port, profile / "DevToolsActivePort")
         async with open_websocket_url(f"ws://127.0.0.1:{port}{path}", max_message_size=64 * 1024 * 1024) as ws:
@@ -157,9 +178,12 @@ async def chromium(profile: Path) -> AsyncIterator[Browser]:
                 finally:
                     nursery.cancel_scope.cancel()
     finally:
-        proc.terminate()
-        try:
-            await trio.to_thread.run_sync(lambda: proc.wait(timeout=10))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            await trio.to_thread.run_sync(proc.wait)
+        # shielded: a test that timed out (fail_after) still waits for its browser to exit, so no browser
+        # outlives its test and the scratch directory is removed after the last write to it
+        with trio.CancelScope(shield=True):
+            proc.terminate()
+            try:
+                await trio.to_thread.run_sync(lambda: proc.wait(timeout=10))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                await trio.to_thread.run_sync(proc.wait)

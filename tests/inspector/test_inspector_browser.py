@@ -202,7 +202,12 @@ async def test_the_login_page_shows_only_its_card(tmp_path: Path) -> None:
             shown = await page.eval("""(() => { const d = (id) => getComputedStyle(document.getElementById(id)).display;
                 return [d('app'), d('login'), document.getElementById('app').getBoundingClientRect().height]; })()""")
             await page.screenshot(SHOTS / "0-login.png")
+            # the browser's singleton socket (the profile links to it) is in a directory Chromium makes in
+            # TMPDIR and leaves there when it is terminated: the test's browser removes it when it closes
+            socket_dir = (tmp_path / "profile" / "SingletonSocket").readlink().parent
+            assert socket_dir.name.startswith("org.chromium.Chromium.") and socket_dir.is_dir(), socket_dir
         assert shown[0] == "none" and shown[1] != "none" and shown[2] == 0, shown
+        assert not socket_dir.exists(), f"the browser left {socket_dir} behind"
 
 
 async def test_a_page_from_another_origin_cannot_reach_the_api(tmp_path: Path) -> None:
