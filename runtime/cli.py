@@ -107,6 +107,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="merge search index segments once the DB writer is idle this long (0 = never)")
     serve.add_argument("--integrity-sweep", type=float, default=3600.0, metavar="SECONDS",
                        help="check the index table by table while idle, a pass every SECONDS (0 = never)")
+    serve.add_argument("--integrity-sweep-after", type=float, default=5.0, metavar="SECONDS",
+                       help="each step of that check waits until the DB writer has been idle this long")
     serve.add_argument("--native-pi-root", metavar="DIR", default=None,
                        help="list the pi sessions under DIR read-only as native-pi:<id> sessions")
     serve.add_argument("--quiet", action="store_true", help="no human log lines on stderr")

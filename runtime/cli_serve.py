@@ -64,6 +64,7 @@ def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         synchronous=args.synchronous,
         search_upkeep_after=args.search_upkeep_after if args.search_upkeep_after > 0 else None,
         integrity_sweep_interval=args.integrity_sweep if args.integrity_sweep > 0 else None,
+        integrity_sweep_after=max(0.0, args.integrity_sweep_after),
         import_roots=tuple(os.path.abspath(r) for r in args.import_root),
         disk_warn_below_bytes=args.disk_warn_below,
         native_pi_root=Path(args.native_pi_root).resolve() if args.native_pi_root else None,

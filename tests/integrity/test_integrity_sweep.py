@@ -98,7 +98,9 @@ def test_a_byte_changed_inside_a_row_is_found_by_the_check_and_left_out_by_the_s
 async def test_the_serving_host_finds_damage_no_request_reads_and_rebuilds(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    proc = start_host_process(data, "--integrity-sweep", "1")
+    # a pass every second, each step once the DB writer was idle 0.5 s (5 s by default): the polls below wait
+    # for passes, not for idle periods
+    proc = start_host_process(data, "--integrity-sweep", "1", "--integrity-sweep-after", "0.5")
     try:
         with trio.fail_after(90):
             async with open_client(proc.url, proc.token, client_id="agent-1", client_kind="agent") as c:
@@ -232,7 +234,8 @@ async def test_the_serving_host_finds_a_search_index_leaf_gone_and_rebuilds(tmp_
     data.mkdir()
     n = 120
     # no idle upkeep: its merge step would meet the damage first (a restart too, but not the sweep's)
-    proc = start_host_process(data, "--integrity-sweep", "1", "--search-upkeep-after", "0")
+    proc = start_host_process(data, "--integrity-sweep", "1", "--integrity-sweep-after", "0.5",
+                              "--search-upkeep-after", "0")
     try:
         with trio.fail_after(120):
             async with open_client(proc.url, proc.token, client_id="agent-1", client_kind="agent") as c:
