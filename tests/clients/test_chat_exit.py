@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -54,8 +53,7 @@ def test_the_chat_exits_on_quit_ctrl_c_and_ctrl_d(tmp_path: Path) -> None:
                 assert "chat-exited-with-0" in screen, screen + err.read_text()
                 assert err.read_text() == "", err.read_text()
             finally:
-                subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True, timeout=30,
-                               check=False)
+                tmux.kill()
     finally:
         host.terminate()
         host.proc.communicate()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -62,6 +61,6 @@ def test_a_turn_lost_to_a_restart_is_shown_and_search_says_its_scope(tmp_path: P
         flat = "".join(_unwrapped(screen).split("\n"))
         assert "#1 " in flat and "#2 " in flat and "Garden" not in flat, flat
     finally:
-        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True, timeout=30, check=False)
+        tmux.kill()
         host.terminate()
         host.proc.communicate()

@@ -30,6 +30,8 @@ from tests.hostkit import REPO, HostProcess, start_host_process
 class Tmux:
     def __init__(self, socket: str) -> None:
         self.socket = socket
+        self.socket_path: Path | None = None
+        """Where the server's socket was, once :meth:`kill` removed it."""
 
     def run(self, *args: str) -> str:
         proc = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=30,
@@ -42,6 +44,17 @@ class Tmux:
     def type(self, text: str) -> None:
         self.run("send-keys", "-t", "chat", "-l", text)
         self.run("send-keys", "-t", "chat", "Enter")
+
+    def kill(self) -> None:
+        """Stop the tmux server and remove its socket, which ``kill-server`` leaves behind (one file per test
+        in ``/tmp/tmux-<uid>/`` each run)."""
+        try:
+            path = Path(self.run("display-message", "-p", "#{socket_path}").strip())
+        except subprocess.CalledProcessError:  # no server answers (its session ended): tmux's own default path
+            path = Path(os.environ.get("TMUX_TMPDIR") or "/tmp").resolve() / f"tmux-{os.getuid()}" / self.socket
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30, check=False)
+        path.unlink(missing_ok=True)
+        self.socket_path = path
 
     def wait(self, ok: Callable[[str], bool], what: str, timeout: float = 30) -> str:
         deadline = time.monotonic() + timeout
@@ -65,7 +78,7 @@ def tmux_chat(data: Path, project: Path) -> Iterator[Tmux]:
     try:
         yield tmux
     finally:
-        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True, timeout=30, check=False)
+        tmux.kill()
 
 
 def _unwrapped(screen: str) -> str:
@@ -157,5 +170,6 @@ def test_a_reply_survives_a_host_kill_in_the_chat(tmp_path: Path) -> None:
             agent.wait()
         agent_log.close()
         _stop(host)
+    assert tmux.socket_path is not None and not tmux.socket_path.exists(), tmux.socket_path
     log = (tmp_path / "agent.log").read_text()
     assert "ended elsewhere (a host restart or a recovery); dropped" in log, log
