@@ -103,18 +103,8 @@ def test_a_check_constraint_whose_schema_text_is_damaged_is_a_corrupt_index(tmp_
     damaged expression could not be decoded, so ``sqlite3`` raised a ``UnicodeDecodeError`` that no marker
     named as damage: the settle answered INTERNAL on a damaged index, and so would every retry. A constraint
     message that is not UTF-8 quotes damaged schema bytes (the host's schema is UTF-8): a corrupt index."""
-    path = tmp_path / "pi.sqlite"
-    conn, _ = open_writer(path, quarantine_dir=tmp_path / "quarantine", now_ms=NOW)
-    conn.execute("BEGIN")
-    index.insert_session(conn, "s1", now_ms=NOW, title="one")
-    conn.execute("COMMIT")
-    conn.close()
-    other = sqlite3.connect(path, isolation_level=None)  # bytes the host never wrote, as damage leaves them
-    other.execute("PRAGMA writable_schema = ON")
-    other.execute("UPDATE sqlite_master SET sql = replace(sql, '''accept-edits''', "
-                  "'''accept-' || CAST(X'E7' AS TEXT) || 'dits''') WHERE name = 'sessions'")
-    other.close()
-    conn, _ = open_writer(path, quarantine_dir=tmp_path / "quarantine", now_ms=NOW)
+    conn = altered_schema(tmp_path, "sessions", "?, '''accept-' || CAST(X'E7' AS TEXT) || 'dits'''",
+                          ("'accept-edits'",))
     try:
         with pytest.raises(UnicodeDecodeError) as raised:
             conn.execute("UPDATE sessions SET permission_mode = 'accept-edits' WHERE id = 's1'")
@@ -139,17 +129,7 @@ def test_a_check_whose_schema_literal_changed_into_readable_bytes_is_a_corrupt_i
     so SQLite's message decodes and is a plain "CHECK constraint failed" on a valid value, and no row breaks a
     constraint (``quick_check`` says ok): the write answered INTERNAL, and so did every retry on that index.
     The stored ``CREATE TABLE`` is not the host's: a corrupt index (CORRUPT_DATA, the host rebuilds)."""
-    path = tmp_path / "pi.sqlite"
-    conn, _ = open_writer(path, quarantine_dir=tmp_path / "quarantine", now_ms=NOW)
-    conn.execute("BEGIN")
-    index.insert_session(conn, "s1", now_ms=NOW, title="one")
-    conn.execute("COMMIT")
-    conn.close()
-    other = sqlite3.connect(path, isolation_level=None)  # bytes the host never wrote, as damage leaves them
-    other.execute("PRAGMA writable_schema = ON")
-    other.execute("UPDATE sqlite_master SET sql = replace(sql, ?, ?) WHERE name = ?", (literal, damaged, table))
-    other.close()
-    conn, _ = open_writer(path, quarantine_dir=tmp_path / "quarantine", now_ms=NOW)
+    conn = altered_schema(tmp_path, table, "?, ?", (literal, damaged))
     try:
         assert conn.execute("PRAGMA quick_check").fetchall() == [("ok",)]
         with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
@@ -178,3 +158,20 @@ def test_an_intact_schema_compares_equal_and_a_missing_object_does_not(
         assert altered_definition(again) == "messages_ai is missing"
     finally:
         again.close()
+
+
+def altered_schema(tmp_path: Path, table: str, replace_args: str, params: tuple[str, ...]) -> sqlite3.Connection:
+    """A writer on a database holding session ``s1`` whose stored ``CREATE`` of ``table`` went through
+    ``replace(sql, <replace_args>)`` (``params`` bound): bytes the host never wrote, as damage leaves them."""
+    path = tmp_path / "pi.sqlite"
+    conn, _ = open_writer(path, quarantine_dir=tmp_path / "quarantine", now_ms=NOW)
+    conn.execute("BEGIN")
+    index.insert_session(conn, "s1", now_ms=NOW, title="one")
+    conn.execute("COMMIT")
+    conn.close()
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("PRAGMA writable_schema = ON")
+    other.execute(f"UPDATE sqlite_master SET sql = replace(sql, {replace_args}) WHERE name = ?", (*params, table))
+    other.close()
+    conn, _ = open_writer(path, quarantine_dir=tmp_path / "quarantine", now_ms=NOW)
+    return conn

@@ -10,6 +10,7 @@ import trio.testing
 
 from actors.index_log import IndexLog
 from store.errors import CorruptData, StorageFull
+from tests.eventkit import count_events
 
 
 async def test_a_failed_op_holds_the_barrier_until_its_repair_commits(autojump_clock: Any) -> None:
@@ -96,19 +97,11 @@ async def test_while_the_disk_stays_full_a_wait_ends_with_storage_full_not_a_han
 
 async def test_an_append_waiting_for_room_wakes_and_no_event_is_built_per_settle(monkeypatch: Any) -> None:
     """``IndexLog.settle`` builds a new room event only when an append waits for room, not at every sequence."""
-    built = 0
-    real = trio.Event
-
-    def counting() -> trio.Event:
-        nonlocal built
-        built += 1
-        return real()
-
     log = IndexLog(max_lag_ops=2)
-    monkeypatch.setattr(trio, "Event", counting)
+    events = count_events(monkeypatch)
     for _ in range(10):
         log.settle(log.enqueue(10))
-    assert built == 0 and log.covered_seq == 10
+    assert events.built == 0 and log.covered_seq == 10
     first, _second = log.enqueue(10), log.enqueue(10)
     assert log.full()
     woke: list[bool] = []

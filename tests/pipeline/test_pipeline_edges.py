@@ -28,6 +28,7 @@ from runtime.handlers import secrets
 from runtime.host import RunningHost, run_host
 from runtime.pipeline import _MessageIds
 from runtime.routes import ROUTES
+from tests.eventkit import count_events
 from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 from tests.hostkit import test_config as host_config
 
@@ -143,19 +144,11 @@ async def test_a_message_id_claim_builds_an_event_only_when_another_session_wait
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``_MessageIds`` (one session at a time writes an id): an uncontended claim, every append's, builds no
     event; a second session's claim of a held id waits for the first's release and then goes on."""
-    built = 0
-    real = trio.Event
-
-    def counting() -> trio.Event:
-        nonlocal built
-        built += 1
-        return real()
-
     ids = _MessageIds()
-    monkeypatch.setattr(trio, "Event", counting)
+    events = count_events(monkeypatch)
     for i in range(5):
         (await ids.claim("s1", (f"m{i}",)))()
-    assert built == 0
+    assert events.built == 0
     release = await ids.claim("s1", ("shared",))
     got: list[str] = []
 
@@ -166,7 +159,7 @@ async def test_a_message_id_claim_builds_an_event_only_when_another_session_wait
     async with trio.open_nursery() as nursery:
         nursery.start_soon(other)
         await trio.testing.wait_all_tasks_blocked()
-        assert got == [] and built == 1
+        assert got == [] and events.built == 1
         release()
     assert got == ["s2"]
     (await ids.claim("s3", ("shared",)))()  # released by both: free again

@@ -20,6 +20,7 @@ from runtime.kernel.actor import (
     InternalBug,
     ReplySlot,
 )
+from tests.eventkit import count_events
 from tests.runtime.actor_testing import Probe, actor_running, no_leaked_actor_tasks, spawn
 
 __all__ = ["no_leaked_actor_tasks"]  # autouse fixture
@@ -631,22 +632,14 @@ async def test_sends_read_no_channel_statistics_and_the_peak_depth_is_still_note
 async def test_wait_room_wakes_when_the_loop_takes_messages_and_no_event_is_built_per_batch(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The room event is set (and a new one built) only when a ``wait_room`` waits on it, not at every batch."""
-    built = 0
-    real = trio.Event
-
-    def counting() -> trio.Event:
-        nonlocal built
-        built += 1
-        return real()
-
     actor = Probe("a", mailbox_size=1)
     gate = trio.Event()
     async with actor_running(actor) as nursery:
-        monkeypatch.setattr(trio, "Event", counting)
+        events = count_events(monkeypatch)
         for i in range(20):
             actor.tell_nowait(("effect", i))
             await trio.testing.wait_all_tasks_blocked()
-        assert actor.effects == 20 and built == 0
+        assert actor.effects == 20 and events.built == 0
         spawn(nursery, actor.ask, ("block", gate))
         await trio.testing.wait_all_tasks_blocked()
         actor.tell_nowait(("effect", 20))  # the mailbox (one message) is full
