@@ -47,10 +47,16 @@ from store.transcripts.transcript import (
 )
 
 CARRIED_RECEIPTS = 64
-"""At most this many receipts of earlier rewrites ride in a rewritten header, the newest kept (a few
-hundred bytes each: the header stays small, and it is read on every open). A retry older than that
-many later keyed rewrites is answered from the database row while it exists; after a rebuild that
-lost it, it runs again."""
+"""At most this many receipts of earlier rewrites and ``session_info`` changes ride in a rewritten header,
+the newest kept (a few hundred bytes each: the header stays small, and it is read on every open), beside
+the receipt of the call that made the file (:data:`BIRTH_METHODS`), which is never dropped. A retry older
+than that many later keyed changes is answered from the database row while it exists; after a rebuild
+that lost it, it runs again."""
+
+BIRTH_METHODS = frozenset({"session.create", "session.fork", "session.assistantEdit"})
+"""The calls that make a transcript (a session, a fork's or an edit's child): one such receipt per file, kept
+by every rewrite whatever came after it, so its retry after a lost database is answered with its first
+answer (``extra.response``), never CONFLICT."""
 
 
 # --------------------------------------------------------------------------- receipts in the header
@@ -60,7 +66,7 @@ def carried_receipts(previous: Sequence[Mapping[str, Any]],
                      receipt: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """The receipts a new header carries beside its own ``receipt``: ``previous`` (the old header's,
     oldest first) without ``receipt``'s key, one per key (the newest), the newest
-    :data:`CARRIED_RECEIPTS`."""
+    :data:`CARRIED_RECEIPTS`, and the file's birth receipt (:data:`BIRTH_METHODS`) wherever it stood."""
 
     def key(rec: Mapping[str, Any]) -> tuple[Any, Any]:
         return rec.get("clientId"), rec.get("submissionId")
@@ -73,7 +79,10 @@ def carried_receipts(previous: Sequence[Mapping[str, Any]],
             continue
         newest.pop(k, None)  # re-inserted: the dict keeps the last occurrence's place (oldest first)
         newest[k] = dict(rec)
-    return list(newest.values())[-CARRIED_RECEIPTS:]
+    records = list(newest.values())
+    later = [r for r in records if r.get("method") not in BIRTH_METHODS]
+    kept = {id(r) for r in later[-CARRIED_RECEIPTS:]}
+    return [r for r in records if id(r) in kept or r.get("method") in BIRTH_METHODS]
 
 
 @dataclass

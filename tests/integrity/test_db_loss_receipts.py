@@ -18,6 +18,7 @@ from protocol.methods import METHODS
 from protocol.models import SessionSummary
 from runtime.client import HostClient, open_client
 from store.ids import derived_id
+from store.transcripts.rewrite import CARRIED_RECEIPTS
 from tests.hostkit import msg, start_host_process
 from tests.revisions.helpers import revisions_path, transcript_path
 
@@ -120,7 +121,9 @@ async def test_a_retried_create_or_fork_is_answered_as_the_first_time_after_the_
         tmp_path: Path, how: str) -> None:
     """A create's and a fork's receipt ride in the new transcript's header. The rebuilt index answered their
     retries with the session's summary as it is now (renamed since, messages added, cut by a rewrite that
-    carried the receipt forward), not with the answer the first call got (seed 000 §2.4)."""
+    carried the receipt forward), not with the answer the first call got (seed 000 §2.4). More keyed changes
+    than a rewritten header carries (``CARRIED_RECEIPTS``) came in between: the birth receipt is never dropped
+    (a retry answered CONFLICT, "already exists", once 64 receipts of renames had pushed it out)."""
     create = {"sessionId": "s1", "title": "first", "projectPath": str(tmp_path / "proj"), "mode": "plan",
               "submissionId": "k-create"}
     fork = {"sessionId": "s1", "title": "the fork", "submissionId": "k-fork"}
@@ -133,7 +136,10 @@ async def test_a_retried_create_or_fork_is_answered_as_the_first_time_after_the_
             await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(f"u{n}", f"question {n}")})
         first["fork"] = await c.call("session.fork", fork)
         for sid in ("s1", child):
-            await c.call("session.rename", {"sessionId": sid, "title": f"renamed {sid}"})
+            # more keyed changes than a rewritten header carries: the birth receipt stays beside the newest
+            for n in range(CARRIED_RECEIPTS + 1):
+                await c.call("session.rename", {"sessionId": sid, "title": f"renamed {sid} {n}",
+                                                "submissionId": f"k-rename-{sid}-{n}"})
             await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"{sid}-u3", "later")})
         # a rewrite: the create's and the fork's receipts move to the new headers' carried receipts
         await c.call("session.truncateFrom", {"sessionId": "s1", "messageId": "u2"})

@@ -131,6 +131,11 @@ def test_carried_receipts_are_bounded_and_read_from_old_headers() -> None:
     kept = carried_receipts(many, rec(CARRIED_RECEIPTS + 20))
     assert kept == many[-CARRIED_RECEIPTS:]  # the newest, oldest first
     assert carried_receipts([rec(1), rec(2), rec(1)], rec(2)) == [rec(1)]  # one per key; never the new one
+    # the file's birth receipt (a keyed create, fork or edit's child) stays, however many keyed changes came after
+    born = {"clientId": "c", "submissionId": "born", "fingerprint": "f", "method": "session.create"}
+    kept = carried_receipts([born, *many], rec(CARRIED_RECEIPTS + 20))
+    assert kept == [born, *many[-CARRIED_RECEIPTS:]]
+    assert carried_receipts(kept, rec(CARRIED_RECEIPTS + 21))[0] == born
 
 
 # ---------------------------------------------------------------------- 2. nested families in the tree
