@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, TypeVarTuple
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, TypeVarTuple
 
 import outcome
 
@@ -48,8 +48,8 @@ T = TypeVar("T")
 log = logging.getLogger("pi_host")
 Ts = TypeVarTuple("Ts")
 
-__all__ = ["SETTING_KEYS", "Appended", "FileShape", "Lines", "SessionContext", "UNSET", "session_info_line",
-           "settings_of"]
+__all__ = ["SETTING_KEYS", "Appended", "CarriedAnswer", "FileShape", "Lines", "SessionContext", "UNSET",
+           "session_info_line", "settings_of"]
 
 SETTING_KEYS = ("title", "projectPath", "providerId", "modelId", "mode", "thinkingLevel", "permissionMode")
 
@@ -466,15 +466,10 @@ class SessionContext:
                 durable=bool(draft.get("projectPath")),
                 backlogs=(Backlog(sid, self.paths.transcript, now, stop=start),))
         line = self.session_info_line(settings, receipt_extra=receipt_extra, now_ms=now, answer=answer)
-        made: list[T] = []
-
-        def answered(conn: Any, refs: list[dict[str, Any]]) -> T:
-            made.append(then(conn, refs))
-            return made[-1] if answer is None else answer  # keyed: the one its line carries
-
-        result: T = (await self.append_lines(Lines([line]), then=answered, touch=touch)).value
-        if answer is not None and made and made[-1] != answer:
-            log.warning("%s answered %r as its line carries; its commit made %r", self.method, answer, made[-1])
+        carried = CarriedAnswer(answer)
+        result: T = (await self.append_lines(Lines([line]), then=lambda conn, refs: carried.give(then(conn, refs)),
+                                             touch=touch)).value
+        carried.check(self.method)
         return result
 
     def session_info_line(self, settings: Mapping[str, Any], *, receipt_extra: Mapping[str, Any] | None = None,
@@ -495,6 +490,30 @@ class SessionContext:
             extra = {**(receipt_extra or {}), **({"response": answer} if answer is not None else {})}
             settings = {**settings, "receipt": file_record(self.receipt, **extra)}
         return session_info_line(settings, self.now() if now_ms is None else now_ms)
+
+
+class CarriedAnswer(Generic[T]):
+    """A keyed call's answer computed before its file or line was written, which its receipt carries
+    (``extra.response``: a retry after a lost database is answered with it), and what its commit made.
+
+    ``give`` is the commit's last step: it answers with the carried one (None: an unkeyed call, its commit's
+    own); ``check``, after the commit, logs a commit that made another (the rows moved between the dry run
+    and the commit): the answer stays the carried one, as every retry's."""
+
+    __slots__ = ("carried", "made")
+
+    def __init__(self, carried: T | None) -> None:
+        self.carried = carried
+        self.made: T | None = None
+
+    def give(self, made: T) -> T:
+        self.made = made
+        return made if self.carried is None else self.carried
+
+    def check(self, method: str) -> None:
+        if self.carried is not None and self.made is not None and self.made != self.carried:
+            log.warning("%s answered %r as its receipt carries; its commit made %r", method, self.carried,
+                        self.made)
 
 
 def settings_of(row: Mapping[str, Any]) -> dict[str, Any]:

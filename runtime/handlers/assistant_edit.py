@@ -26,7 +26,7 @@ from typing import Any
 
 import trio
 
-from actors.session_context import SessionContext
+from actors.session_context import CarriedAnswer, SessionContext
 from protocol import models as m
 from store.assistant_edit import (
     EDITED_REVISION,
@@ -53,7 +53,6 @@ from store.transcripts.records import ms_to_rfc3339
 
 from .fork import child_landed
 from .revisions import resolve_position, snapshot
-from .sessions import warn_if_moved
 
 __all__ = ["assistant_edit"]
 
@@ -90,7 +89,7 @@ async def assistant_edit(ctx: SessionContext, p: m.AssistantEditParams, key: Rec
                                                          settings=settings, project_id=project_id), durable=False)
         answer = response(summary, extra)
         receipt = file_record(key, **extra, response=answer)
-    made: list[dict[str, Any]] = []
+    carried = CarriedAnswer(answer)
     committed = False
     try:
         names = await ctx.io(resolve_pasted, pasted_src, edit.fork.pasted_refs)
@@ -109,8 +108,7 @@ async def assistant_edit(ctx: SessionContext, p: m.AssistantEditParams, key: Rec
             faults.point("assistantEdit.index_before_commit")
             value = response(index.public_session(index.require_session(conn, child)), extra)
             assert value is not None  # extra holds every id it needs
-            made.append(value)
-            return value if answer is None else answer  # keyed: the one the child's header carries
+            return carried.give(value)  # keyed: the one the child's header carries
 
         result = await ctx.commit(op)
         committed = True
@@ -120,7 +118,7 @@ async def assistant_edit(ctx: SessionContext, p: m.AssistantEditParams, key: Rec
                 if not await child_landed(ctx, child):
                     await _undo(ctx, child, child_paths)
         raise
-    warn_if_moved("session.assistantEdit", answer, made)
+    carried.check("session.assistantEdit")
     ctx.publish("session.created", {"session": result["session"]}, session_id=child)
     return result
 

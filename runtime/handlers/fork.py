@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from actors.session_context import SessionContext
+from actors.session_context import CarriedAnswer, SessionContext
 from protocol import models as m
 from store.fork import (
     child_answer,
@@ -35,7 +35,6 @@ from store.receipts import ReceiptKey, file_record
 from store.transcripts.records import ms_to_rfc3339
 
 from .revisions import resolve_position, snapshot
-from .sessions import warn_if_moved
 
 __all__ = ["child_landed", "fork"]
 
@@ -65,7 +64,7 @@ async def fork(ctx: SessionContext, p: m.ForkParams, key: ReceiptKey | None) -> 
         answer = await ctx.db(lambda conn: child_answer(conn, child, plan.plan, now_ms=now, title=title,
                                                         settings=settings, project_id=project_id), durable=False)
         receipt = file_record(key, response=answer)
-    summaries: list[dict[str, Any]] = []
+    carried = CarriedAnswer(answer)
     committed = False
     try:
         names = await ctx.io(resolve_pasted, pasted_src, plan.pasted_refs)
@@ -77,8 +76,7 @@ async def fork(ctx: SessionContext, p: m.ForkParams, key: ReceiptKey | None) -> 
         def op(conn: Any) -> Any:
             index_child(conn, child, written, now_ms=now, title=title, settings=settings, project_id=project_id)
             faults.point("fork.index_before_commit")
-            summaries.append(index.public_session(index.require_session(conn, child)))
-            return summaries[-1] if answer is None else answer  # keyed: the one the child's header carries
+            return carried.give(index.public_session(index.require_session(conn, child)))  # keyed: the header's
 
         result = await ctx.commit(op)
         committed = True
@@ -88,7 +86,7 @@ async def fork(ctx: SessionContext, p: m.ForkParams, key: ReceiptKey | None) -> 
                 if not await child_landed(ctx, child):
                     await _undo(ctx, child, child_paths.transcript, child_paths.scratch)
         raise
-    warn_if_moved("session.fork", answer, summaries)
+    carried.check("session.fork")
     ctx.publish("session.created", {"session": result}, session_id=child)
     return result
 

@@ -30,11 +30,10 @@ holds, written by an interrupted try of the same rewrite, is not written again).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from actors.session_context import Lines, SessionContext
+from actors.session_context import CarriedAnswer, Lines, SessionContext
 from protocol import models as m
 from runtime.handlers import turn_aftermath
 from store import collab
@@ -92,8 +91,6 @@ ARCHIVE_MODES = ("regenerate", "retry", "edit")
 
 Archive = tuple[str, int, list[dict[str, Any]], dict[str, str]]
 """(rootUserId, revisionIndex, branch messages, turns) to store as a full ``revision`` line."""
-
-log = logging.getLogger("pi_host")
 
 
 # ---------------------------------------------------------------------- shared steps
@@ -301,7 +298,7 @@ async def commit_rewrite(
 
         answer = await ctx.db(lambda conn: index.dry_run(conn, dry), durable=False)
         receipt = file_record(ctx.receipt, **dict(receipt_extra or {}), response=answer)
-    made: list[Any] = []
+    carried = CarriedAnswer(answer)
 
     def write() -> Rewritten:
         # the old header's receipts ride on: a later rewrite must not leave an earlier one only in SQLite
@@ -312,13 +309,9 @@ async def commit_rewrite(
         reindex(conn, sid, rewritten, now_ms=now, turn_overrides=turn_overrides)
         index.touch_session(conn, sid, now)
 
-    def answered(conn: Any) -> Any:
-        made.append(then(conn))
-        return made[-1] if answer is None else answer  # keyed: the one the header carries
-
-    result = await ctx.rewrite_file(write, reindexed, answered, fault="rewrite.before_reindex")
-    if answer is not None and made and made[-1] != answer:
-        log.warning("%s answered %r as its header carries; its commit made %r", ctx.method, answer, made[-1])
+    result = await ctx.rewrite_file(write, reindexed, lambda conn: carried.give(then(conn)),
+                                    fault="rewrite.before_reindex")  # keyed: the answer the header carries
+    carried.check(ctx.method)
     ctx.publish("session.updated", {"session": index.public_session(ctx.row)})
     return result
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import trio
 
 from actors.gateway_types import CallContext
-from actors.session_context import SessionContext
+from actors.session_context import CarriedAnswer, SessionContext
 from protocol import models as m
 from protocol.jsonrpc import Encoded
 from runtime.context import Services
@@ -41,7 +41,7 @@ from store.transcripts.window_reply import with_field
 from .plugin_imports import scope_session
 
 __all__ = ["create", "create_target", "delete", "get", "get_direct", "remove_session", "rename", "update",
-           "warm_reads", "warn_if_moved", "window_request"]
+           "warm_reads", "window_request"]
 
 log = logging.getLogger("pi_host")
 T = TypeVar("T")
@@ -94,27 +94,17 @@ async def create(ctx: SessionContext, p: m.SessionCreateParams, key: ReceiptKey 
         create_transcript(path, sid, now, body_lines=[info], receipt=receipt, faults=faults)
         return plan_reconcile(path, 0, None)
 
-    summaries: list[dict[str, Any]] = []
+    carried = CarriedAnswer(answer)
 
     def answered(conn: Any) -> Any:
-        summaries.append(index.public_session(index.require_session(conn, sid)))
         # keyed: the header's answer, which apply_plan just stored as the receipt's (every retry gets it)
-        return summaries[-1] if answer is None else answer
+        return carried.give(index.public_session(index.require_session(conn, sid)))
 
     result = await ctx.rewrite_file(write, lambda conn, plan: apply_plan(conn, sid, plan, now_ms=now), answered,
                                     fault="create.before_index")
-    warn_if_moved("session.create", answer, summaries)
+    carried.check("session.create")  # e.g. its project row removed in between; the answer stays the header's
     ctx.publish("session.created", {"session": result})
     return result
-
-
-def warn_if_moved(method: str, answer: Any, summaries: list[dict[str, Any]]) -> None:
-    """A keyed create's (fork's, assistant edit's) commit made another summary than the answer its header
-    carries, computed just before (a create's project row removed in between): the answer stays the
-    header's, as every retry's (a create's receipt row is the header's already: ``apply_plan`` restored it
-    in the commit)."""
-    if answer is not None and summaries and summaries[-1] != answer:
-        log.warning("%s answered %r as its header carries; its commit made %r", method, answer, summaries[-1])
 
 
 # ---------------------------------------------------------------------- reads
