@@ -714,11 +714,12 @@ def info_answer(conn: sqlite3.Connection, sid: str, info: Mapping[str, Any],
     index op does to the row (:func:`_index_info`; a line without messages has no other rows and leaves
     ``updated_at``) then ``then(conn, [])``, read in a savepoint rolled back
     (:func:`store.indexing.index.dry_run`). The caller runs it in the DB writer behind every index op of the
-    session's earlier lines, so the row it starts from is the one the commit starts from. A project row the
-    line names goes in for good first (the project id the answer names is the one the commit finds)."""
+    session's earlier lines, so the row it starts from is the one the commit starts from. The id of a new
+    project the line names is reserved for good first, not its row (the project id the answer names is the
+    one the commit gives it; a change that fails leaves no project behind)."""
     path = session_info_settings(info).get("projectPath")
     if path:
-        index.upsert_project(conn, path, now_ms)
+        index.reserve_project_id(conn, path, now_ms)
 
     def run(c: sqlite3.Connection) -> T:
         _index_info(c, sid, info, now_ms=now_ms)

@@ -287,17 +287,51 @@ def raise_project_id_floor(conn: sqlite3.Connection, floor: int, now_ms: int) ->
     return issued
 
 
+PROJECT_RESERVED_NS: Final = "projectIdReserved"
+"""kv namespace: the id issued to a project path that has no row yet (key: the canonical path), by
+:func:`reserve_project_id`; the row made for that path takes it."""
+
+
+def _reserved_project_id(conn: sqlite3.Connection, norm: str) -> int | None:
+    row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = ?", (PROJECT_RESERVED_NS, norm)).fetchone()
+    try:
+        return int(row[0]) if row is not None else None
+    except ValueError:
+        return None
+
+
+def reserve_project_id(conn: sqlite3.Connection, path: str, now_ms: int) -> None:
+    """Issue the id the project at ``path`` will have, without its row, when it has neither a row nor an id
+    reserved. A keyed call's dry run commits this before it computes the answer its file carries (a project
+    made in between then takes another id, and this path's row takes this one); a call that fails after it
+    leaves no project behind, only an id that names nothing."""
+    norm = normalize_project_path(path)
+    if conn.execute("SELECT 1 FROM projects WHERE path = ?", (norm,)).fetchone() is not None:
+        return
+    if _reserved_project_id(conn, norm) is not None:
+        return
+    project_id = raise_project_id_floor(conn, issued_project_id(conn) + 1, now_ms)
+    conn.execute("INSERT OR REPLACE INTO kv(ns, key, value_json, updated_at) VALUES (?, ?, ?, ?)",
+                 (PROJECT_RESERVED_NS, norm, str(project_id), now_ms))
+
+
 def upsert_project(conn: sqlite3.Connection, path: str, now_ms: int) -> int:
-    """The id of the project at ``path`` (canonical), its row inserted if there is none. A new row's id
-    is one above every id this database issued (not ``MAX(id) + 1``: the id of a removed project never
-    names another one)."""
+    """The id of the project at ``path`` (canonical), its row inserted if there is none. A new row's id is
+    the one reserved for its path (:func:`reserve_project_id`) if it is free, else one above every id this
+    database issued (not ``MAX(id) + 1``: the id of a removed project never names another one)."""
     norm = normalize_project_path(path)
     row = conn.execute("SELECT id FROM projects WHERE path = ?", (norm,)).fetchone()
     if row is not None:
         conn.execute("UPDATE projects SET last_opened_at = ? WHERE id = ?", (now_ms, row[0]))
         return int(row[0])
     name = norm.rsplit("/", 1)[-1] or norm
-    project_id = raise_project_id_floor(conn, issued_project_id(conn) + 1, now_ms)
+    reserved = _reserved_project_id(conn, norm)
+    if reserved is not None:
+        conn.execute("DELETE FROM kv WHERE ns = ? AND key = ?", (PROJECT_RESERVED_NS, norm))
+    if reserved is not None and conn.execute("SELECT 1 FROM projects WHERE id = ?", (reserved,)).fetchone() is None:
+        project_id = reserved
+    else:
+        project_id = raise_project_id_floor(conn, issued_project_id(conn) + 1, now_ms)
     conn.execute("INSERT INTO projects(id, path, name, created_at, last_opened_at) VALUES (?, ?, ?, ?, ?)",
                  (project_id, norm, name, now_ms, now_ms))
     return project_id

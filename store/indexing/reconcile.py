@@ -476,13 +476,14 @@ def created_answer(conn: Any, session_id: str, created_at_ms: int, info_line: by
                    now_ms: int) -> dict[str, Any]:
     """The summary ``session.create``'s commit will answer for a new transcript made of a header created at
     ``created_at_ms`` and the ``session_info`` line ``info_line``: the rows :func:`apply_plan` inserts for it,
-    read and rolled back (:func:`store.indexing.index.dry_run`). Its project row, when ``info`` names one,
-    is inserted for good first: the project id the answer names is then the one the commit finds (another
-    project made in between takes the next id, not this one)."""
+    read and rolled back (:func:`store.indexing.index.dry_run`). The id of its project, when ``info`` names a
+    new one, is reserved for good first (:func:`store.indexing.index.reserve_project_id`), not its row: the
+    project id the answer names is then the one the commit gives it, and a create that fails leaves no
+    project behind."""
     info = loads_line(info_line)
     path = session_info_settings(info).get("projectPath")
     if path:
-        index.upsert_project(conn, path, now_ms)
+        index.reserve_project_id(conn, path, now_ms)
     header = {"createdAt": now_rfc3339(created_at_ms)}
 
     def insert(c: Any) -> dict[str, Any]:

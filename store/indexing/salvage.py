@@ -43,7 +43,7 @@ import orjson
 from store.attachments import PENDING_GC_NS
 from store.faults import NO_FAULTS, Faults
 from store.indexing.group_commit import is_key_conflict
-from store.indexing.index import PROJECT_IDS_KV, issued_project_id, raise_project_id_floor
+from store.indexing.index import PROJECT_IDS_KV, PROJECT_RESERVED_NS, issued_project_id, raise_project_id_floor
 from store.indexing.integrity import TableDamage, table_damage
 from store.queue import KV_NS as QUEUE_KV_NS
 from store.upgrade.attachment_adopt import PENDING_KEY as ADOPT_PENDING_KV
@@ -116,7 +116,8 @@ _SKIPPED_KV: Final[frozenset[tuple[str, str]]] = frozenset({
     ADOPT_PENDING_KV,
     MADE_ANEW_KV,  # the lost index's own unfinished start, not this one's
 })
-_SKIPPED_KV_NS: Final[frozenset[str]] = frozenset({PENDING_GC_NS})
+# PROJECT_RESERVED_NS: ids the lost database issued, below the rebuild's mark (PROJECT_IDS_KV)
+_SKIPPED_KV_NS: Final[frozenset[str]] = frozenset({PENDING_GC_NS, PROJECT_RESERVED_NS})
 _JSON_COLUMNS_EXTRA: Final[frozenset[str]] = frozenset({"lease_client"})
 # What a blob's file does not hold: filled in where the adopted row lacks it (the first writer's values stay)
 _BLOB_META: Final = ("mime_type", "kind", "trust", "provenance", "source", "run_id", "meta_json")

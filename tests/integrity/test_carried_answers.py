@@ -8,8 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
+from runtime.client import RpcError
 from store.jsonio import loads_line
 from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 from tests.revisions.helpers import transcript_path
@@ -77,3 +79,43 @@ async def test_a_keyed_change_after_a_failed_index_op_answers_with_the_lines_it_
             now = (await c.call("session.get", {"sessionId": "s1"}))["session"]
     assert renamed["messageCount"] == 2 and renamed == now
     assert _carried(root, "s1", "k-1") == renamed
+
+
+@pytest.mark.parametrize("change", ["create", "create-in-existing", "update"])
+async def test_a_keyed_change_that_failed_leaves_the_projects_as_they_were(tmp_path: Path, change: str) -> None:
+    """The dry run of a keyed create or ``session.update`` naming a project used to insert that project's row
+    for good (so that the id its answer names is the commit's), before the file write that can still fail: a
+    create refused with STORAGE_FULL left a project with no session in ``projects.list`` (and moved an
+    existing one's ``lastOpenedAt``). A failed command changes nothing; its retry makes the project once, with
+    the id its answer names."""
+    root = tmp_path / "data"
+    new, old = str(tmp_path / "new"), str(tmp_path / "old")
+    params: dict[str, Any] = {
+        "create": {"sessionId": "s1", "title": "t", "projectPath": new},
+        "create-in-existing": {"sessionId": "s1", "title": "t", "projectPath": old},
+        "update": {"sessionId": "s0", "projectPath": new},
+    }[change]
+    method = "session.update" if change == "update" else "session.create"
+    point = "append.before_write" if change == "update" else "create.after_tmp_write"
+    with trio.fail_after(60):
+        async with inprocess_host(root) as host, client_for(host) as c:
+            await c.call("session.create", {"sessionId": "s0", "title": "t", "projectPath": old})
+            before = (await c.call("projects.list", {}))["projects"]
+            await trio.sleep(0.002)  # a later millisecond: a moved lastOpenedAt would show
+            host.faults.add(point, host.faults.hits(point) + 1, "enospc")
+            with pytest.raises(RpcError) as failed:
+                await c.call(method, {**params, "submissionId": "k-1"})
+            assert failed.value.data_code == "STORAGE_FULL"
+            after_failure = (await c.call("projects.list", {}))["projects"]
+            answer = await c.call(method, {**params, "submissionId": "k-1"})
+            listed = (await c.call("projects.list", {}))["projects"]
+            sid = params["sessionId"]
+            assert answer == (await c.call("session.get", {"sessionId": sid}))["session"]
+    assert after_failure == before
+    path = params["projectPath"]
+    (project,) = [p for p in listed if p["path"] == path]
+    assert answer["projectId"] == project["id"]
+    if change == "create-in-existing":
+        assert len(listed) == 1 and project["sessionCount"] == 2
+    else:
+        assert len(listed) == 2 and project["sessionCount"] == 1 and project["id"] == 2

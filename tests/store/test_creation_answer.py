@@ -30,16 +30,18 @@ def test_the_answer_computed_before_the_file_is_the_one_the_commit_gives(tmp_pat
     write(lambda c: index.upsert_project(c, str(tmp_path / "other"), NOW))  # the next project id is not 1
     info = _info(title="t", projectPath=str(tmp_path / "proj"), mode="plan", modelId="m")
     answer = write(lambda c: created_answer(c, "s1", NOW, info, now_ms=NOW))
-    # no session row, no known id: only the project row stays (its id is the one the answer names)
+    # no session row, no known id, no project row: only the project's id is reserved (the answer names it)
     assert conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 0
     assert conn.execute("SELECT COUNT(*) FROM known_sessions").fetchone()[0] == 0
-    assert conn.execute("SELECT id FROM projects WHERE path = ?", (str(tmp_path / "proj"),)).fetchone()[0] \
-        == answer["projectId"] == 2
+    assert conn.execute("SELECT COUNT(*) FROM projects").fetchone()[0] == 1
+    assert answer["projectId"] == 2
+    assert write(lambda c: index.upsert_project(c, str(tmp_path / "made in between"), NOW)) == 3
     path = tmp_path / "s1.jsonl"
     create_transcript(path, "s1", NOW, body_lines=[info], receipt=receipts.file_record(KEY, response=answer))
     committed = write(lambda c: (apply_plan(c, "s1", plan_reconcile(path, 0, None), now_ms=NOW + 5),
                                  index.public_session(index.require_session(c, "s1")))[1])
     assert committed == answer
+    assert conn.execute("SELECT id FROM projects WHERE path = ?", (str(tmp_path / "proj"),)).fetchone()[0] == 2
     assert answer["state"] == "planning" and answer["messageCount"] == 0 and answer["createdAt"] == NOW
 
 
