@@ -444,10 +444,14 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
     stamped = stamp_of(root).active
     current = stamped if stamped in known else None
     if current == target_idx:
-        # already live: nothing is rewritten (the receipt, if any, is a row)
-        summary = index.public_session(await ctx.read(index.require_session, sid))
-        result = {"session": summary, "revisions": rows}
-        return await ctx.commit(lambda conn: result) if key is not None else result
+        # already live: nothing is rewritten. Keyed, its receipt rides in a session_info line that changes
+        # nothing, with the answer it gives (a retry after the database was lost is answered with it)
+        if key is None:
+            return {"session": index.public_session(await ctx.read(index.require_session, sid)), "revisions": rows}
+        def answer(conn: Any, refs: Any) -> Any:
+            return {"session": _session(conn, sid), "revisions": revision_rows(conn, sid, family)}
+
+        return await ctx.append_info(ctx.settings(), answer, touch=False, receipt_extra={"rootUserId": family})
     if target.live:
         raise CorruptData(
             f"revision {target_idx} of family {family} is only a live reference but is not the live branch",

@@ -182,6 +182,8 @@ async def test_a_retried_session_change_is_answered_as_the_first_time_after_the_
         "truncate": ("session.truncateFrom", {"sessionId": "x", "messageId": "x-u1"}),
         "replace": ("session.replaceMessages", {"sessionId": "p", "messages": [msg("p-u0", "q0")]}),
         "activate": ("session.activateRevision", {"sessionId": "v", "rootUserId": "v-u1", "revisionIndex": 1}),
+        # the branch already live: nothing to rewrite, its receipt used to be a database row only
+        "activate-live": ("session.activateRevision", {"sessionId": "v", "rootUserId": "v-u1", "revisionIndex": 1}),
         "edit": ("session.assistantEdit", {"sessionId": "e", "messageId": "e-a1", "title": "edited",
                                            "blocks": [{"type": "text", "text": "r1, edited"}]}),
         # its line then dropped by a rewrite (which keeps the newest session_info line only)
@@ -217,6 +219,7 @@ async def test_a_retried_session_change_is_answered_as_the_first_time_after_the_
         await c.call("session.truncateFrom", {"sessionId": "v", "messageId": "v-a1", "mode": "regenerate"})
         await c.call("session.appendMessage", {"sessionId": "v", "message": msg("v-a1r", "again", role="assistant")})
         await send(c, "activate")
+        await send(c, "activate-live")
         await send(c, "edit")
         await send(c, "rename-then-cut")
         await c.call("session.rename", {"sessionId": "w", "title": "renamed before the cut"})
@@ -238,6 +241,7 @@ async def test_a_retried_session_change_is_answered_as_the_first_time_after_the_
         _damage(tmp_path, how)
         got = await _on_host(tmp_path, retry)
     assert first["truncate"]["removed"] == 2 and first["trash"]["session"]["deletedAt"] is not None
+    assert first["activate-live"] == first["activate"]
     assert [name for name in keyed if got[name] != first[name]] == []  # which ones answered otherwise
     assert {name: got[name] for name in keyed} == first
     for name, (method, _) in keyed.items():
