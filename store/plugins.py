@@ -32,12 +32,22 @@ stores the receipt of every call the intent names with that one answer
 One left by a kill right after the transaction has all its receipts stored
 (:func:`uninstall_finished`): it is ignored, and replaced by the next uninstall
 (boot may remove it: :func:`sweep_uninstall_intents`).
+
+A keyed uninstall always writes its intent, with the answer it will give
+(``answer``: what the files held and what the transaction will remove, read
+before the first file step), and its registry write carries the receipt record
+of each keyed call in it with that answer (``uninstallReceipts``, the newest
+:data:`CARRIED_UNINSTALL_RECEIPTS`). If the database is lost, a retry finds its
+record there: an intent naming it still waits (the retry finishes the uninstall
+and answers the intent's answer), else the uninstall is over and the retry is
+answered the record's answer, with no second effect (a plugin registered again
+since stays).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
@@ -54,9 +64,11 @@ from store.safe_open import read_json_file
 
 __all__ = [
     "REGISTRY_FILE",
+    "CARRIED_UNINSTALL_RECEIPTS",
     "UninstallIntent",
     "drop_uninstall_intent",
     "forget_plugin",
+    "forgotten_by",
     "plugin_namespace",
     "read_registry",
     "read_uninstall_intent",
@@ -64,11 +76,13 @@ __all__ = [
     "release_providers",
     "session_owner",
     "store_uninstall_receipts",
+    "uninstall_receipt",
     "sweep_uninstall_intents",
     "uninstall_finished",
     "uninstall_intent_path",
     "validate_plugin_id",
     "with_entry",
+    "with_uninstall_receipts",
     "without_entry",
     "write_registry",
     "write_uninstall_intent",
@@ -77,6 +91,10 @@ __all__ = [
 REGISTRY_FILE: Final = "registry.json"
 REGISTRY_VERSION: Final = 1
 _MAX_INTENT_BYTES: Final = 1 << 20
+UNINSTALL_RECEIPTS: Final = "uninstallReceipts"
+CARRIED_UNINSTALL_RECEIPTS: Final = 64
+"""How many keyed uninstalls' receipt records the registry keeps, newest first (a retry of an older one after
+the database was lost runs again)."""
 
 
 def validate_plugin_id(plugin_id: object) -> str:
@@ -139,6 +157,29 @@ def write_registry(directory: Path, doc: dict[str, Any], faults: Faults = NO_FAU
                  faults=faults, point_prefix="plugins.registry", owed=owed)
 
 
+def with_uninstall_receipts(doc: dict[str, Any], records: Sequence[Mapping[str, Any]],
+                            answer: Any) -> dict[str, Any]:
+    """The registry with the receipt record of each keyed call of an uninstall (``records``), carrying its
+    ``answer``, first among the kept ones (the newest :data:`CARRIED_UNINSTALL_RECEIPTS`)."""
+    new = [{**record, "extra": {"response": answer}} for record in records]
+    kept = doc.get(UNINSTALL_RECEIPTS)
+    older = [r for r in kept if isinstance(r, dict) and not any(_same_key(r, n) for n in new)] \
+        if isinstance(kept, list) else []
+    return {**doc, UNINSTALL_RECEIPTS: (new + older)[:CARRIED_UNINSTALL_RECEIPTS]}
+
+
+def uninstall_receipt(doc: Mapping[str, Any], key: receipts.ReceiptKey) -> tuple[receipts.ReceiptKey, Any] | None:
+    """The key and answer the registry keeps for a keyed uninstall with ``key``'s client and submission id."""
+    kept = doc.get(UNINSTALL_RECEIPTS)
+    for record in kept if isinstance(kept, list) else []:
+        found = receipts.key_of_record(record)
+        extra = record.get("extra") if isinstance(record, Mapping) else None
+        if (found is not None and (found.client_id, found.submission_id) == (key.client_id, key.submission_id)
+                and isinstance(extra, Mapping) and isinstance(extra.get("response"), Mapping)):
+            return found, dict(extra["response"])
+    return None
+
+
 # -- the uninstall intent: what an uninstall removes, durable before its first file step -----------------
 
 
@@ -150,6 +191,9 @@ class UninstallIntent:
     registry_entry_removed: bool = False
     assets_removed: bool = False
     receipt_records: tuple[Mapping[str, Any], ...] = ()
+    carried: Mapping[str, Any] | None = None
+    """A keyed uninstall's answer, read before its first file step (:meth:`answer` of :func:`forgotten_by`):
+    the one it gives, and every retry (also after the database was lost)."""
 
     def found(self, *, entry: bool, assets: bool) -> UninstallIntent:
         """Also what this call finds still there (an entry registered again since counts)."""
@@ -183,7 +227,8 @@ def write_uninstall_intent(directory: Path, intent: UninstallIntent, faults: Fau
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     body = {"type": "plugin_uninstall", "pluginId": intent.plugin_id,
             "registryEntryRemoved": intent.registry_entry_removed, "assetsRemoved": intent.assets_removed,
-            "receipts": list(intent.receipt_records)}
+            "receipts": list(intent.receipt_records),
+            **({"answer": dict(intent.carried)} if intent.carried is not None else {})}
     atomic_write(uninstall_intent_path(directory, intent.plugin_id), orjson.dumps(body) + b"\n", faults=faults,
                  point_prefix="plugins.uninstall.intent", owed=owed)
 
@@ -197,7 +242,8 @@ def read_uninstall_intent(directory: Path, plugin_id: str) -> UninstallIntent | 
     if not (isinstance(entry, bool) and isinstance(assets, bool) and isinstance(records, list)):
         return None
     kept = tuple(r for r in records if receipts.key_of_record(r) is not None)
-    return UninstallIntent(plugin_id, entry, assets, kept)
+    answer = body.get("answer")
+    return UninstallIntent(plugin_id, entry, assets, kept, dict(answer) if isinstance(answer, dict) else None)
 
 
 def drop_uninstall_intent(directory: Path, plugin_id: str, owed: OwedSyncs | None = None,
@@ -247,10 +293,17 @@ def release_providers(conn: sqlite3.Connection, plugin_id: str) -> list[str]:
     return ids
 
 
+def forgotten_by(conn: sqlite3.Connection, plugin_id: str) -> dict[str, Any]:
+    """What :func:`forget_plugin` would remove now (read only)."""
+    keys = [r[0] for r in conn.execute("SELECT key FROM kv WHERE ns = ? ORDER BY key", (plugin_namespace(plugin_id),))]
+    ids = [r[0] for r in conn.execute("SELECT id FROM providers WHERE owner_plugin_id = ? ORDER BY id", (plugin_id,))]
+    return {"settingsRemoved": keys, "providersReleased": ids}
+
+
 def forget_plugin(conn: sqlite3.Connection, plugin_id: str) -> dict[str, Any]:
     """Uninstall's transaction: ``kv(plugin:<id>)`` in one statement, provider rows released."""
     ns = plugin_namespace(plugin_id)
-    keys = [r[0] for r in conn.execute("SELECT key FROM kv WHERE ns = ? ORDER BY key", (ns,))]
+    keys = forgotten_by(conn, plugin_id)["settingsRemoved"]
     delete_namespace(conn, ns)
     released = release_providers(conn, plugin_id)
     return {"settingsRemoved": keys, "providersReleased": released}

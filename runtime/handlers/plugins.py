@@ -35,6 +35,7 @@ The file writes pass the host's fault points (``plugins.registry.*``,
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +44,7 @@ from typing import Any, TypeVar
 import trio
 
 from actors.gateway_types import CallContext
+from actors.session_context import CarriedAnswer
 from protocol import models as m
 from runtime.context import HostContext
 from store import plugin_assets as asset_store
@@ -205,10 +207,33 @@ async def _begin_uninstall(ctx: HostContext, registry: PluginRegistry, plugin_id
     record = receipts.file_record(key) if key is not None else None
     intent = (earlier or UninstallIntent(plugin_id)).found(entry=plugin_id in doc["plugins"], assets=assets) \
         .with_receipt(record)
-    if intent.receipt_records and intent != earlier and (intent.registry_entry_removed or intent.assets_removed):
+    if intent.receipt_records and (intent.carried is None or earlier is None or (
+            intent.registry_entry_removed, intent.assets_removed) != (earlier.registry_entry_removed,
+                                                                      earlier.assets_removed)):
+        # the answer it will give (every retry too, also after the database was lost): read before any step
+        # (again when this call finds more to remove than the try cut short did: that one never answered)
+        rows = await ctx.read(plugin_store.forgotten_by, plugin_id)
+        intent = dataclasses.replace(intent, carried=intent.answer(rows))
+    if intent.receipt_records and intent != earlier:
         await registry.run(plugin_store.write_uninstall_intent, directory, intent, ctx.services.faults,
                            registry.owed)
     return intent
+
+
+async def _answered_before(ctx: HostContext, registry: PluginRegistry, plugin_id: str, key: ReceiptKey) -> Any:
+    """The answer of this keyed call's uninstall, kept in the registry, when that uninstall is over (no intent
+    naming the call waits): the database that held its receipt was lost. ``None``: not answered before."""
+    kept = plugin_store.uninstall_receipt(await registry.run(plugin_store.read_registry, registry.directory), key)
+    if kept is None:
+        return None
+    found, answer = kept
+    if found.fingerprint != key.fingerprint or found.method != key.method:
+        raise receipts.conflict(key, found.method)
+    intent = await registry.run(plugin_store.read_uninstall_intent, registry.directory, plugin_id)
+    if intent is not None and any(receipts.key_of_record(r) == found for r in intent.receipt_records) \
+            and not await ctx.read(plugin_store.uninstall_finished, intent):
+        return None  # cut short: the retry finishes it (and answers the intent's answer)
+    return answer
 
 
 async def _drop_intent(ctx: HostContext, registry: PluginRegistry, plugin_id: str) -> None:
@@ -230,17 +255,29 @@ async def uninstall(ctx: HostContext, p: m.PluginsUninstallParams, key: ReceiptK
     registry: PluginRegistry = ctx.services.get(SERVICE)
     plugin_id = plugin_store.validate_plugin_id(p.plugin_id)
     async with registry.lock:  # one uninstall (or register) at a time, from its intent to its commit
+        await registry.run(registry.owed.pay)  # nothing written nor answered on files of unknown durability
+        if key is not None and (said := await _answered_before(ctx, registry, plugin_id, key)) is not None:
+            return await ctx.commit(lambda conn: said)  # its receipt row again; nothing removed twice
         intent = await _begin_uninstall(ctx, registry, plugin_id, key)
-        await registry.change_locked(lambda doc: plugin_store.without_entry(doc, plugin_id), ctx.services.faults)
+
+        def edit(doc: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+            new, removed = plugin_store.without_entry(doc, plugin_id)
+            if intent.receipt_records:  # the receipts ride with the file step, with the answer
+                new = plugin_store.with_uninstall_receipts(new, intent.receipt_records, intent.carried)
+            return new, removed
+
+        await registry.change_locked(edit, ctx.services.faults)
         await registry.run(asset_store.remove_bundle, registry.directory, plugin_id, registry.owed)
         now = ctx.now()
+        carried = CarriedAnswer(intent.carried)
 
         def effect(conn: Any) -> Any:
-            out = intent.answer(plugin_store.forget_plugin(conn, plugin_id))
+            out = carried.give(intent.answer(plugin_store.forget_plugin(conn, plugin_id)))
             plugin_store.store_uninstall_receipts(conn, intent, out, now_ms=now, skip=key)
             return out
 
         result = await ctx.commit(effect)
+        carried.check("plugins.uninstall")
         await _drop_intent(ctx, registry, plugin_id)
     if result["settingsRemoved"]:
         ctx.publish("settings.changed", {"ns": plugin_store.plugin_namespace(plugin_id),

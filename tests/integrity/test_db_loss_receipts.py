@@ -19,7 +19,7 @@ from protocol.models import SessionSummary
 from runtime.client import HostClient, open_client
 from store.ids import derived_id
 from store.transcripts.rewrite import CARRIED_RECEIPTS
-from tests.hostkit import msg, start_host_process
+from tests.hostkit import call_killed_at, msg, start_host_process
 from tests.revisions.helpers import revisions_path, transcript_path
 
 
@@ -248,3 +248,72 @@ async def test_a_retried_session_change_is_answered_as_the_first_time_after_the_
         METHODS[method].result_model.model_validate(got[name])
     assert got["sessions"] == sessions  # nothing made again
     assert {sid: transcript_path(tmp_path, sid).read_bytes() for sid in sessions} == files  # nor written again
+
+
+_ASSET = [{"path": "README.md", "mediaType": "text/markdown", "dataBase64": "IyBoaQo="}]
+
+
+async def _plugin_acme(c: HostClient) -> None:
+    await c.call("plugins.register", {"pluginId": "acme", "name": "acme", "version": "1", "assets": _ASSET})
+    await c.call("settings.update", {"ns": "plugin:acme", "values": {"a": 1, "b": 2}})
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupt"])
+async def test_a_retried_uninstall_is_answered_as_the_first_time_after_the_loss(tmp_path: Path, how: str) -> None:
+    """An uninstall's effect is in files (the registry entry, the assets) and in the database (the plugin's
+    settings, its providers); its receipt was a database row only, and its intent went with the commit. After
+    the loss its retry uninstalled again what was registered since (a second effect) and answered
+    ``registryEntryRemoved: false`` without the settings it removed. A keyed call with nothing to remove
+    (``ghost``) answers the same too."""
+    calls = {"acme": {"pluginId": "acme", "submissionId": "k-un"},
+             "ghost": {"pluginId": "ghost", "submissionId": "k-gh"}}
+    first: dict[str, Any] = {}
+
+    async def build(c: HostClient) -> None:
+        await _plugin_acme(c)
+        for name, params in calls.items():
+            first[name] = await c.call("plugins.uninstall", params)
+        await c.call("plugins.register", {"pluginId": "acme", "name": "acme", "version": "2"})  # again, since
+
+    async def retry(c: HostClient) -> dict[str, Any]:
+        got = {name: await c.call("plugins.uninstall", params) for name, params in calls.items()}
+        got["plugins"] = [(p["id"], p["version"]) for p in (await c.call("plugins.list", {}))["plugins"]]
+        return got
+
+    with trio.fail_after(60):
+        await _on_host(tmp_path, build)
+        _damage(tmp_path, how)
+        got = await _on_host(tmp_path, retry)
+    assert first["acme"] == {"pluginId": "acme", "registryEntryRemoved": True, "assetsRemoved": True,
+                             "settingsRemoved": ["a", "b"], "providersReleased": []}
+    assert {name: got[name] for name in calls} == first
+    assert got["plugins"] == [("acme", "2")]  # not uninstalled again
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupt"])
+async def test_an_uninstall_intent_left_over_after_the_loss_is_finished_once_by_its_retry(
+        tmp_path: Path, how: str) -> None:
+    """Killed right after its commit, the uninstall's intent stays; boot removes it once every receipt it
+    names is stored, but the lost database stores none: it stays, and the retry finishes the uninstall (the
+    files are gone, the rebuilt database holds nothing of the plugin). That retry answered
+    ``settingsRemoved: []``: the settings the uninstall removed went with the database. The intent carries
+    the answer now, as a crash-free run gives it."""
+    params = {"pluginId": "acme", "submissionId": "k-un"}
+    await _on_host(tmp_path, _plugin_acme)
+    await call_killed_at(tmp_path, "plugins.uninstall.after_commit", "plugins.uninstall", params, client_id="ui-1")
+    _damage(tmp_path, how)
+    intents = sorted(p.name for p in (tmp_path / "plugins").glob("*.intent"))
+
+    async def retry(c: HostClient) -> list[Any]:
+        left = sorted(p.name for p in (tmp_path / "plugins").glob("*.intent"))  # after boot
+        return [left, await c.call("plugins.uninstall", params), await c.call("plugins.uninstall", params),
+                (await c.call("plugins.list", {}))["plugins"],
+                (await c.call("plugins.listAssets", {"pluginId": "acme"}))["assets"]]
+
+    with trio.fail_after(60):
+        left, answer, again, plugins, assets = await _on_host(tmp_path, retry)
+    assert intents == left == [f"uninstall-{b'acme'.hex()}.intent"]  # boot cannot tell it finished
+    assert answer == again == {"pluginId": "acme", "registryEntryRemoved": True, "assetsRemoved": True,
+                               "settingsRemoved": ["a", "b"], "providersReleased": []}
+    assert plugins == [] and assets == []
+    assert sorted(p.name for p in (tmp_path / "plugins").glob("*.intent")) == []
