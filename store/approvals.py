@@ -540,10 +540,12 @@ def delete_rule(conn: sqlite3.Connection, rule_id: str) -> bool:
 def decision_record(kind: Kind, row: Mapping[str, Any], *, status: str, decided_at_ms: int, by: str,
                     responder: str | None = None, option: Mapping[str, str] | None = None,
                     answer: Mapping[str, Any] | None = None, rule_id: str | None = None,
-                    receipt: ReceiptKey | None = None) -> dict[str, Any]:
+                    receipt: ReceiptKey | None = None, response: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``approval_decision`` line of a decision (``type`` first, then ``id`` = the request id).
 
-    ``by`` is ``user`` (``responder``: the answering client's id) or ``rule``.
+    ``by`` is ``user`` (``responder``: the answering client's id) or ``rule``. ``response``: the answer the
+    call with ``receipt`` gives, carried by the receipt (``extra.response``): a database rebuilt without the
+    request's row restores the receipt with it (:func:`apply_decision_lines`).
     """
     rec: dict[str, Any] = {"type": DECISION_LINE, "id": row["requestId"], "requestKind": kind,
                            "turnId": row["turnId"], "status": status, "by": by,
@@ -563,7 +565,7 @@ def decision_record(kind: Kind, row: Mapping[str, Any], *, status: str, decided_
     if rule_id is not None:
         rec["ruleId"] = rule_id
     if receipt is not None:
-        rec["receipt"] = receipts.file_record(receipt)
+        rec["receipt"] = receipts.file_record(receipt, **({"response": dict(response)} if response else {}))
     return rec
 
 
@@ -602,7 +604,25 @@ def apply_decision_lines(conn: sqlite3.Connection, session_id: str, records: Seq
     lines = {str(rec["id"]): dict(rec) for rec in records if isinstance(rec.get("id"), str)}
     pending = [(kind, row) for kind in KINDS for row in list_pending(conn, kind, session_id, -1)
                if row["requestId"] in lines]
+    for rec in records:  # a request the database lost (rebuilt): an answer's receipt, with the answer it gave
+        _restore_carried(conn, session_id, rec, now_ms)
     return _apply_decisions(conn, session_id, lines, pending, now_ms) if pending else 0
+
+
+def _restore_carried(conn: sqlite3.Connection, session_id: str, rec: Mapping[str, Any], now_ms: int) -> None:
+    """The receipt of a decision line whose request has no row, restored with the answer it carries."""
+    raw = rec.get("receipt")
+    key = receipts.key_of_record(raw)
+    kind, request_id = rec.get("requestKind"), rec.get("id")
+    extra = raw.get("extra") if isinstance(raw, Mapping) else None
+    said = extra.get("response") if isinstance(extra, Mapping) else None
+    if (key is None or kind not in KINDS or not isinstance(request_id, str) or not isinstance(said, Mapping)
+            or not isinstance(said.get("request"), Mapping) or said["request"].get("requestId") != request_id):
+        return
+    known = conn.execute(f"SELECT 1 FROM {_TABLE[kind]} WHERE request_id = ?", (request_id,)).fetchone()
+    if known is None and receipts.get(conn, key.client_id, key.submission_id) is None:
+        at = rec.get("decidedAtMs")
+        receipts.store(conn, key, dict(said), session_id=session_id, now_ms=at if isinstance(at, int) else now_ms)
 
 
 def _apply_decisions(conn: sqlite3.Connection, sid: str, lines: Mapping[str, Mapping[str, Any]],

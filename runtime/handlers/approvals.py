@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from actors.session_context import Lines, SessionContext
+from actors.session_context import CarriedAnswer, Lines, SessionContext
 from protocol import models as m
 from runtime.context import ReadContext, WriterContext
 from store import approvals, audit, turns
@@ -184,9 +184,6 @@ async def _respond(ctx: SessionContext, kind: Kind, request_id: str, option_id: 
     status, option = approvals.outcome_of(kind, row, option_id, answer)
     remember = option["remember"] if option is not None else "once"
     rule_id = approvals.rule_id_for(request_id) if remember != "once" else None
-    decision = approvals.decision_record(
-        kind, row, status=status, decided_at_ms=now, by="user", responder=responder, option=option, answer=answer,
-        rule_id=rule_id, receipt=key)
     project_id = ctx.row.get("projectId")
 
     def op(conn: Any) -> dict[str, Any]:
@@ -202,7 +199,17 @@ async def _respond(ctx: SessionContext, kind: Kind, request_id: str, option_id: 
             approvals.link_rule(conn, request_id, rule_id)
         return approvals.response_of(conn, kind, request_id)
 
-    result = await _decide(ctx, decision, op)
+    said = None
+    if key is not None:
+        # the decision line's receipt carries the answer (the request is a row only: after the database was
+        # lost, a retry is answered with it): ``op`` run before the line, rolled back
+        said = await ctx.db(lambda conn: index.dry_run(conn, op), durable=False)
+    decision = approvals.decision_record(
+        kind, row, status=status, decided_at_ms=now, by="user", responder=responder, option=option, answer=answer,
+        rule_id=rule_id, receipt=key, response=said)
+    carried = CarriedAnswer(said)
+    result = await _decide(ctx, decision, lambda conn: carried.give(op(conn)))
+    carried.check(ctx.method)
     _publish_resolved(ctx, kind, result)
     return result
 

@@ -23,11 +23,15 @@ from tests.hostkit import call_killed_at, msg, start_host_process
 from tests.revisions.helpers import revisions_path, transcript_path
 
 
-async def _on_host(root: Path, work: Any) -> Any:
+async def _on_host(root: Path, work: Any, *, sidecar: bool = False) -> Any:
+    """``work(ui)`` on a host process on ``root``; ``sidecar``: ``work(ui, agent)``, with an agent client too."""
     proc = await trio.to_thread.run_sync(start_host_process, root)
     try:
         async with open_client(proc.url, proc.token, client_id="ui-1", client_kind="ui") as c:
-            return await work(c)
+            if not sidecar:
+                return await work(c)
+            async with open_client(proc.url, proc.token, client_id="sidecar", client_kind="agent") as sc:
+                return await work(c, sc)
     finally:
         assert await trio.to_thread.run_sync(proc.terminate) == 0
 
@@ -317,3 +321,42 @@ async def test_an_uninstall_intent_left_over_after_the_loss_is_finished_once_by_
                                "settingsRemoved": ["a", "b"], "providersReleased": []}
     assert plugins == [] and assets == []
     assert sorted(p.name for p in (tmp_path / "plugins").glob("*.intent")) == []
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupt"])
+async def test_a_retried_answer_of_a_request_is_answered_as_the_first_time_after_the_loss(
+        tmp_path: Path, how: str) -> None:
+    """``approvals.respond`` and ``interactions.respond`` write the decision line (with the call's receipt)
+    before the rows. The request itself is a database row: after the loss there is none, and the retry
+    answered NOT_FOUND although the decision stands in the transcript. The line carries the answer now."""
+    first: dict[str, Any] = {}
+    keyed: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    async def build(c: HostClient, sc: HostClient) -> None:
+        await sc.call("session.create", {"sessionId": "s1", "title": "t"})
+        await sc.call("session.startTurn", {"sessionId": "s1", "turnId": "t1"})
+        asked = await sc.call("approvals.request", {"sessionId": "s1", "turnId": "t1", "tool": "Read",
+                                                    "risk": "low"})
+        question = await sc.call("interactions.request", {"sessionId": "s1", "turnId": "t1",
+                                                           "question": "Which?", "allowFreeText": True})
+        keyed["approval"] = ("approvals.respond", {"sessionId": "s1", "requestId": asked["request"]["requestId"],
+                                                   "optionId": "allow_session", "submissionId": "k-allow"})
+        keyed["question"] = ("interactions.respond", {
+            "sessionId": "s1", "requestId": question["request"]["requestId"], "answer": {"text": "this one"},
+            "submissionId": "k-answer"})
+        for name, (method, params) in keyed.items():
+            first[name] = await c.call(method, params)
+
+    async def retry(c: HostClient) -> dict[str, Any]:
+        return {name: await c.call(method, params) for name, (method, params) in keyed.items()}
+
+    with trio.fail_after(60):
+        await _on_host(tmp_path, build, sidecar=True)
+        transcript = transcript_path(tmp_path, "s1").read_bytes()
+        _damage(tmp_path, how)
+        got = await _on_host(tmp_path, retry)
+    assert first["approval"]["request"]["status"] == "allowed" and first["question"]["request"]["status"] == "answered"
+    assert got == first
+    for name, (method, _) in keyed.items():
+        METHODS[method].result_model.model_validate(got[name])
+    assert transcript_path(tmp_path, "s1").read_bytes() == transcript  # no second decision line
