@@ -360,3 +360,42 @@ async def test_a_retried_answer_of_a_request_is_answered_as_the_first_time_after
     for name, (method, _) in keyed.items():
         METHODS[method].result_model.model_validate(got[name])
     assert transcript_path(tmp_path, "s1").read_bytes() == transcript  # no second decision line
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupt"])
+async def test_a_retried_database_only_change_runs_once_on_what_the_loss_left(tmp_path: Path, how: str) -> None:
+    """A change whose whole effect is database state (a queue entry, a task, a setting) commits its receipt in
+    the same transaction: both are lost together, so nothing can answer as the first call did. Its retry runs
+    as a first call on the rebuilt database: the effect is there once, and the answer is what the rebuilt
+    state holds (a fresh task id, not the lost one, which names nothing now). Nothing is there twice."""
+    keyed: dict[str, tuple[str, dict[str, Any]]] = {
+        "queue": ("session.queuePush", {"sessionId": "s1", "principal": "ui", "content": "later, please",
+                                         "permissionMode": "ask"}),
+        "task": ("tasks.create", {"title": "nightly", "prompt": "check"}),
+        "setting": ("settings.set", {"ns": "ui", "key": "theme", "value": "dark"}),
+    }
+    for name, (_, params) in keyed.items():
+        params["submissionId"] = f"k-{name}"
+
+    async def build(c: HostClient) -> dict[str, Any]:
+        await c.call("session.create", {"sessionId": "s1", "title": "t"})
+        return {name: await c.call(method, params) for name, (method, params) in keyed.items()}
+
+    async def retry(c: HostClient) -> dict[str, Any]:
+        got = {name: await c.call(method, params) for name, (method, params) in keyed.items()}
+        for name, (method, params) in keyed.items():  # and again: now answered from the new receipt
+            assert await c.call(method, params) == got[name], name
+        got["queued"] = (await c.call("session.queueList", {"sessionId": "s1"}))["entries"]
+        got["tasks"] = (await c.call("tasks.list", {}))["tasks"]
+        got["theme"] = (await c.call("settings.get", {"ns": "ui", "key": "theme"}))["value"]
+        return got
+
+    with trio.fail_after(60):
+        first = await _on_host(tmp_path, build)
+        _damage(tmp_path, how)
+        got = await _on_host(tmp_path, retry)
+    for name, (method, _) in keyed.items():
+        METHODS[method].result_model.model_validate(got[name])
+    assert [e["content"] for e in got["queued"]] == ["later, please"]
+    assert got["tasks"] == [got["task"]] and got["task"]["id"] != first["task"]["id"]
+    assert got["theme"] == "dark"
