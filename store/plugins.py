@@ -36,12 +36,18 @@ One left by a kill right after the transaction has all its receipts stored
 A keyed uninstall always writes its intent, with the answer it will give
 (``answer``: what the files held and what the transaction will remove, read
 before the first file step), and its registry write carries the receipt record
-of each keyed call in it with that answer (``uninstallReceipts``, the newest
-:data:`CARRIED_UNINSTALL_RECEIPTS`). If the database is lost, a retry finds its
-record there: an intent naming it still waits (the retry finishes the uninstall
-and answers the intent's answer), else the uninstall is over and the retry is
-answered the record's answer, with no second effect (a plugin registered again
-since stays).
+of each keyed call in it with that answer (``receipts``, below). If the database
+is lost, a retry finds its record there: an intent naming it still waits (the
+retry finishes the uninstall and answers the intent's answer), else the
+uninstall is over and the retry is answered the record's answer, with no second
+effect (a plugin registered again since stays).
+
+``receipts`` in the registry: the receipt record, with its answer
+(``extra.response``), of each keyed ``plugins.register`` / ``setEnabled`` /
+``uninstall`` whose registry write carried it, newest first (the newest
+:data:`CARRIED_REGISTRY_RECEIPTS`). Their effect is that file, so their receipt
+rides in it: after the database was lost, a retry is answered from it and does
+not undo what changed since.
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ from store.safe_open import read_json_file
 
 __all__ = [
     "REGISTRY_FILE",
-    "CARRIED_UNINSTALL_RECEIPTS",
+    "CARRIED_REGISTRY_RECEIPTS",
     "UninstallIntent",
     "drop_uninstall_intent",
     "forget_plugin",
@@ -73,16 +79,16 @@ __all__ = [
     "read_registry",
     "read_uninstall_intent",
     "registry_entries",
+    "registry_receipt",
     "release_providers",
     "session_owner",
     "store_uninstall_receipts",
-    "uninstall_receipt",
     "sweep_uninstall_intents",
     "uninstall_finished",
     "uninstall_intent_path",
     "validate_plugin_id",
     "with_entry",
-    "with_uninstall_receipts",
+    "with_receipts",
     "without_entry",
     "write_registry",
     "write_uninstall_intent",
@@ -91,10 +97,10 @@ __all__ = [
 REGISTRY_FILE: Final = "registry.json"
 REGISTRY_VERSION: Final = 1
 _MAX_INTENT_BYTES: Final = 1 << 20
-UNINSTALL_RECEIPTS: Final = "uninstallReceipts"
-CARRIED_UNINSTALL_RECEIPTS: Final = 64
-"""How many keyed uninstalls' receipt records the registry keeps, newest first (a retry of an older one after
-the database was lost runs again)."""
+REGISTRY_RECEIPTS: Final = "receipts"
+CARRIED_REGISTRY_RECEIPTS: Final = 64
+"""How many keyed registry changes' receipt records the registry keeps, newest first (a retry of an older one
+after the database was lost runs again)."""
 
 
 def validate_plugin_id(plugin_id: object) -> str:
@@ -157,20 +163,20 @@ def write_registry(directory: Path, doc: dict[str, Any], faults: Faults = NO_FAU
                  faults=faults, point_prefix="plugins.registry", owed=owed)
 
 
-def with_uninstall_receipts(doc: dict[str, Any], records: Sequence[Mapping[str, Any]],
-                            answer: Any) -> dict[str, Any]:
-    """The registry with the receipt record of each keyed call of an uninstall (``records``), carrying its
-    ``answer``, first among the kept ones (the newest :data:`CARRIED_UNINSTALL_RECEIPTS`)."""
+def with_receipts(doc: dict[str, Any], records: Sequence[Mapping[str, Any]], answer: Any) -> dict[str, Any]:
+    """The registry with the receipt record of each keyed call of a change (``records``: one, or an
+    uninstall's), carrying its ``answer``, first among the kept ones (the newest
+    :data:`CARRIED_REGISTRY_RECEIPTS`)."""
     new = [{**record, "extra": {"response": answer}} for record in records]
-    kept = doc.get(UNINSTALL_RECEIPTS)
+    kept = doc.get(REGISTRY_RECEIPTS)
     older = [r for r in kept if isinstance(r, dict) and not any(_same_key(r, n) for n in new)] \
         if isinstance(kept, list) else []
-    return {**doc, UNINSTALL_RECEIPTS: (new + older)[:CARRIED_UNINSTALL_RECEIPTS]}
+    return {**doc, REGISTRY_RECEIPTS: (new + older)[:CARRIED_REGISTRY_RECEIPTS]}
 
 
-def uninstall_receipt(doc: Mapping[str, Any], key: receipts.ReceiptKey) -> tuple[receipts.ReceiptKey, Any] | None:
-    """The key and answer the registry keeps for a keyed uninstall with ``key``'s client and submission id."""
-    kept = doc.get(UNINSTALL_RECEIPTS)
+def registry_receipt(doc: Mapping[str, Any], key: receipts.ReceiptKey) -> tuple[receipts.ReceiptKey, Any] | None:
+    """The key and answer the registry keeps for a keyed change with ``key``'s client and submission id."""
+    kept = doc.get(REGISTRY_RECEIPTS)
     for record in kept if isinstance(kept, list) else []:
         found = receipts.key_of_record(record)
         extra = record.get("extra") if isinstance(record, Mapping) else None

@@ -19,7 +19,10 @@ one rule for plugin-owned data:
 ``plugins/registry.json`` whole (temp file + rename), serialized by the
 registry's lock; each write is idempotent by construction (the same request
 writes the same entry), so a retry after a crash between the file and the
-receipt's transaction repeats the file step harmlessly. A retry that finds the file already so writes
+receipt's transaction repeats the file step harmlessly. A keyed change's
+registry write also keeps its receipt record with its answer (the registry's
+``receipts``): a retry whose receipt row a lost database took is answered from
+it and undoes nothing that changed since. A retry that finds the file already so writes
 nothing, so a directory fsync that failed after the first try's file was published (or removed) is
 owed (``PluginRegistry.owed``): every later change is ``IO_ERROR`` until the host restarts (RELIABILITY
 rule 7: never retry-then-ack; never answered on a file of unknown durability; the next boot trusts the disk).
@@ -134,22 +137,55 @@ async def register(ctx: HostContext, p: m.PluginsRegisterParams, key: ReceiptKey
         raw = [{"path": a.path, "mediaType": a.media_type, "dataBase64": a.data_base64} for a in p.assets]
         assets = await registry.run(asset_store.validate_assets, raw)
 
+    metas = asset_store.asset_metas(assets) if assets is not None else None
+    said: list[Any] = []
+
     def edit(doc: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        if key is not None and _kept_answer(doc, key, said):
+            return doc, None
         old = doc["plugins"].get(p.plugin_id)
         if old is not None and all(old.get(k) == v for k, v in fields.items()):
-            return doc, old  # the same registration again: nothing to write
-        new = plugin_store.with_entry(doc, p.plugin_id, fields, now)
-        return new, new["plugins"][p.plugin_id]
+            new, entry = doc, old  # the same registration again: nothing to write (but a receipt)
+        else:
+            new = plugin_store.with_entry(doc, p.plugin_id, fields, now)
+            entry = new["plugins"][p.plugin_id]
+        if key is not None:
+            answer = {"plugin": {**entry, "id": p.plugin_id}, **({"assets": metas} if metas is not None else {})}
+            new = plugin_store.with_receipts(new, [receipts.file_record(key)], answer)
+        return new, entry
 
     entry = await registry.change(edit, ctx.services.faults)
+    if said:  # answered before (the database that held its receipt was lost): nothing undone since
+        if assets is not None:
+            async with registry.lock:  # cut short before its assets, and still registered: they go in once
+                await registry.run(registry.owed.pay)
+                doc = await registry.run(plugin_store.read_registry, registry.directory)
+                if (p.plugin_id in doc["plugins"]
+                        and not await registry.run(asset_store.has_bundle, registry.directory, p.plugin_id)):
+                    await registry.run(asset_store.write_bundle, registry.directory, p.plugin_id, assets, now,
+                                       ctx.services.faults, registry.owed)
+        return await ctx.commit(lambda conn: said[0])
     out: dict[str, Any] = {"plugin": {**entry, "id": p.plugin_id}}
     if assets is not None:  # the install's assets, replaced whole (idempotent: a retry writes the same file)
         async with registry.lock:
             await registry.run(registry.owed.pay)
             await registry.run(asset_store.write_bundle, registry.directory, p.plugin_id, assets, now,
                                ctx.services.faults, registry.owed)
-        out["assets"] = asset_store.asset_metas(assets)
+        out["assets"] = metas
     return await ctx.commit(lambda conn: out)
+
+
+def _kept_answer(doc: dict[str, Any], key: ReceiptKey, said: list[Any]) -> bool:
+    """Whether the registry keeps the answer of this keyed call (appended to ``said``): its change is in this
+    file, and its receipt row went with a lost database. The same key for another request is a conflict."""
+    kept = plugin_store.registry_receipt(doc, key)
+    if kept is None:
+        return False
+    found, answer = kept
+    if found.fingerprint != key.fingerprint or found.method != key.method:
+        raise receipts.conflict(key, found.method)
+    said.append(answer)
+    return True
 
 
 def _asset_owner(ctx: HostContext, plugin_id: str | None, what: str) -> str:
@@ -179,16 +215,26 @@ async def set_enabled(ctx: HostContext, p: m.PluginsSetEnabledParams, key: Recei
     registry: PluginRegistry = ctx.services.get(SERVICE)
     now = ctx.now()
 
+    said: list[Any] = []
+
     def edit(doc: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        if key is not None and _kept_answer(doc, key, said):
+            return doc, None
         old = doc["plugins"].get(p.plugin_id)
         if old is None:
             return doc, None
         if old.get("enabled") is p.enabled:
-            return doc, old
-        new = plugin_store.with_entry(doc, p.plugin_id, {"enabled": p.enabled}, now)
-        return new, new["plugins"][p.plugin_id]
+            new, entry = doc, old
+        else:
+            new = plugin_store.with_entry(doc, p.plugin_id, {"enabled": p.enabled}, now)
+            entry = new["plugins"][p.plugin_id]
+        if key is not None:
+            new = plugin_store.with_receipts(new, [receipts.file_record(key)], {"plugin": {**entry, "id": p.plugin_id}})
+        return new, entry
 
     entry = await registry.change(edit, ctx.services.faults)
+    if said:  # answered before (the database that held its receipt was lost): nothing undone since
+        return await ctx.commit(lambda conn: said[0])
     if entry is None:
         raise NotFound(f"plugin {p.plugin_id!r} is not registered", data={"pluginId": p.plugin_id})
     return await ctx.commit(lambda conn: {"plugin": {**entry, "id": p.plugin_id}})
@@ -223,17 +269,19 @@ async def _begin_uninstall(ctx: HostContext, registry: PluginRegistry, plugin_id
 async def _answered_before(ctx: HostContext, registry: PluginRegistry, plugin_id: str, key: ReceiptKey) -> Any:
     """The answer of this keyed call's uninstall, kept in the registry, when that uninstall is over (no intent
     naming the call waits): the database that held its receipt was lost. ``None``: not answered before."""
-    kept = plugin_store.uninstall_receipt(await registry.run(plugin_store.read_registry, registry.directory), key)
-    if kept is None:
+    said: list[Any] = []
+    if not _kept_answer(await registry.run(plugin_store.read_registry, registry.directory), key, said):
         return None
-    found, answer = kept
-    if found.fingerprint != key.fingerprint or found.method != key.method:
-        raise receipts.conflict(key, found.method)
     intent = await registry.run(plugin_store.read_uninstall_intent, registry.directory, plugin_id)
-    if intent is not None and any(receipts.key_of_record(r) == found for r in intent.receipt_records) \
+    if intent is not None and any(_same_call(r, key) for r in intent.receipt_records) \
             and not await ctx.read(plugin_store.uninstall_finished, intent):
         return None  # cut short: the retry finishes it (and answers the intent's answer)
-    return answer
+    return said[0]
+
+
+def _same_call(record: Any, key: ReceiptKey) -> bool:
+    found = receipts.key_of_record(record)
+    return found is not None and (found.client_id, found.submission_id) == (key.client_id, key.submission_id)
 
 
 async def _drop_intent(ctx: HostContext, registry: PluginRegistry, plugin_id: str) -> None:
@@ -263,7 +311,7 @@ async def uninstall(ctx: HostContext, p: m.PluginsUninstallParams, key: ReceiptK
         def edit(doc: dict[str, Any]) -> tuple[dict[str, Any], Any]:
             new, removed = plugin_store.without_entry(doc, plugin_id)
             if intent.receipt_records:  # the receipts ride with the file step, with the answer
-                new = plugin_store.with_uninstall_receipts(new, intent.receipt_records, intent.carried)
+                new = plugin_store.with_receipts(new, intent.receipt_records, intent.carried)
             return new, removed
 
         await registry.change_locked(edit, ctx.services.faults)

@@ -399,3 +399,36 @@ async def test_a_retried_database_only_change_runs_once_on_what_the_loss_left(tm
     assert [e["content"] for e in got["queued"]] == ["later, please"]
     assert got["tasks"] == [got["task"]] and got["task"]["id"] != first["task"]["id"]
     assert got["theme"] == "dark"
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupt"])
+async def test_a_retried_plugin_registration_is_answered_as_the_first_time_after_the_loss(
+        tmp_path: Path, how: str) -> None:
+    """``plugins.register`` and ``plugins.setEnabled`` change ``plugins/registry.json``; their receipts were
+    database rows only. After the loss their retries ran again: the registration put version 1 back over the
+    version 2 registered since, the switch disabled the plugin enabled since (a second effect each, undoing a
+    later change), and each answered the entry as it then was. The registry write carries the receipt now."""
+    keyed: dict[str, tuple[str, dict[str, Any]]] = {
+        "register": ("plugins.register", {"pluginId": "acme", "name": "acme", "version": "1", "assets": _ASSET,
+                                          "submissionId": "k-reg"}),
+        "disable": ("plugins.setEnabled", {"pluginId": "acme", "enabled": False, "submissionId": "k-off"}),
+    }
+    first: dict[str, Any] = {}
+
+    async def build(c: HostClient) -> None:
+        for name, (method, params) in keyed.items():
+            first[name] = await c.call(method, params)
+        await c.call("plugins.setEnabled", {"pluginId": "acme", "enabled": True})  # later changes
+        await c.call("plugins.register", {"pluginId": "acme", "name": "acme", "version": "2"})
+
+    async def retry(c: HostClient) -> dict[str, Any]:
+        got = {name: await c.call(method, params) for name, (method, params) in keyed.items()}
+        got["plugins"] = [(p["id"], p["version"], p["enabled"]) for p in (await c.call("plugins.list", {}))["plugins"]]
+        return got
+
+    with trio.fail_after(60):
+        await _on_host(tmp_path, build)
+        _damage(tmp_path, how)
+        got = await _on_host(tmp_path, retry)
+    assert {name: got[name] for name in keyed} == first
+    assert got["plugins"] == [("acme", "2", True)]  # nothing undone
