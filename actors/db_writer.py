@@ -19,6 +19,7 @@ The transaction mechanics (savepoints, the commit, the error codes) are
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,10 +34,14 @@ from store.faults import NO_FAULTS, Faults
 from store.indexing.appends import Written, follows, index_written, index_written_batch
 from store.indexing.backlog import Backlog
 from store.indexing.group_commit import GroupCommit, GroupStats, index_corrupt, is_corruption
+from store.indexing.message_ids import MessageIds
 
 DbWriterStats = GroupStats
 
 __all__ = ["DbOp", "DbWriter", "DbWriterStats", "IndexOp"]
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -184,8 +189,13 @@ class DbWriter(Actor):
         index_hold: float = 0.0,
         index_wanted: Callable[[], bool] | None = None,
         on_corruption: Callable[[BaseException], None] | None = None,
+        message_ids: MessageIds | None = None,
     ) -> None:
         super().__init__(name, mailbox_size=mailbox_size)
+        self._conn = conn
+        self._message_ids = message_ids
+        """The filter of indexed message ids that appends test (``store.indexing.message_ids``): fed by a
+        TEMP trigger on ``conn``, (re)built on it at every start of this actor unless already fed by it."""
         self._on_corruption = on_corruption or (lambda exc: None)
         """Told (from the trio thread) before the actor crashes on a corrupt database: the host restarts
         itself on a rebuilt index (RELIABILITY.md row 7)."""
@@ -207,7 +217,17 @@ class DbWriter(Actor):
         return not _holdable(msg)
 
     async def on_start(self) -> None:
-        await trio.to_thread.run_sync(self._commit.reset, limiter=self._limiter)
+        await trio.to_thread.run_sync(self._start, limiter=self._limiter)
+
+    def _start(self) -> None:
+        self._commit.reset()
+        if self._message_ids is None:
+            return
+        try:  # in this thread, before any op: nothing writes through the connection while it is built
+            self._message_ids.attach(self._conn)
+        except (sqlite3.Error, UnicodeDecodeError) as exc:  # appends look every id up; the ops meet the cause
+            self._message_ids.detach()
+            log.warning("the filter of indexed message ids was not built: every append looks its id up (%s)", exc)
 
     async def on_idle(self) -> bool:
         outcome = await trio.to_thread.run_sync(self._commit.upkeep, limiter=self._limiter)

@@ -50,6 +50,7 @@ from store.errors import IOFailure, NotDurable, SessionNotFound, StoreError, Tra
 from store.faults import Faults
 from store.indexing import index
 from store.indexing.backlog import CATCH_UP_STEP_BYTES, Backlog
+from store.indexing.message_ids import MessageIds
 from store.indexing.reconcile import (
     ReconcilePlan,
     apply_plan,
@@ -189,6 +190,9 @@ class SessionDeps:
     """A session's commit generation at the DB writer (``GroupStats.generation_of``); ``None``: no
     read-ahead."""
     read_ahead: ReadAhead = field(default_factory=ReadAhead)
+    message_ids: MessageIds | None = None
+    """The filter of indexed message ids the DB writer feeds (``store.indexing.message_ids``): an append
+    skips the id lookup of an id it says is certainly absent; None: every id is looked up."""
     idle_timeout: float | None = 300.0
     mailbox_size: int = 512
     batch_limit: int = 256

@@ -35,6 +35,7 @@ from store.indexing import appends as store_appends
 from store.indexing import index
 from store.indexing.appends import Written
 from store.indexing.backlog import Backlog, Repair
+from store.indexing.message_ids import MessageIds
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey, file_record
 from store.transcripts.records import ms_to_rfc3339
@@ -139,6 +140,10 @@ class SessionContext:
     @property
     def index_log(self) -> IndexLog:
         return self._actor.deps.index_log
+
+    @property
+    def message_ids(self) -> MessageIds | None:
+        return self._actor.deps.message_ids
 
     @property
     def cache(self) -> dict[str, Any]:

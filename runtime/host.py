@@ -84,6 +84,7 @@ from store.fsutil import atomic_write, remove_file_durable
 from store.indexing.backlog import Repair
 from store.indexing.corruption import is_corruption
 from store.indexing.database import close_writer
+from store.indexing.message_ids import MessageIds
 from store.interchange.native_pi_views import NativeCatalog
 from store.transcripts import windows
 
@@ -186,6 +187,8 @@ class RunningHost:
     gateway: Gateway
     shutdown: Shutdown
     scheduler: ActorRef | None = None
+    message_ids: MessageIds | None = None
+    """The filter of indexed message ids appends test (``store.indexing.message_ids``)."""
 
     def kill_actor(self, name: str) -> bool:
         """Chaos hook: crash an actor by name ("db-writer", "scheduler" or "session:<id>")."""
@@ -268,6 +271,7 @@ async def run_host(
                        validate=validate_event if config.validate_results else None)
         db_stats = DbWriterStats()
         index_log = IndexLog(max_lag_bytes=config.index_lag_bytes, max_lag_ops=config.index_lag_ops)
+        message_ids = MessageIds()  # built on boot's writer connection when the DB writer starts
         drained = False  # the marker's condition: the shutdown steps ran to the end and nothing crashed
         try:
             async with trio.open_nursery() as nursery:
@@ -279,7 +283,7 @@ async def run_host(
                         faults=faults, stats=db_stats, force_synchronous=config.synchronous,
                         upkeep_after=config.search_upkeep_after,
                         index_hold=config.index_hold, index_wanted=index_log.wanted,
-                        on_corruption=index_corrupt))
+                        on_corruption=index_corrupt, message_ids=message_ids))
                 )
                 index_log.on_wanted(writer_ref.wake)
                 if config.integrity_sweep_interval is not None:
@@ -321,6 +325,7 @@ async def run_host(
                 deps = SessionDeps(
                     paths=data_dir.session_paths, db=db, reads=reads, bus=bus, faults=faults, now_ms=now_ms,
                     index_log=index_log, writer=writer_ref, db_generation=db_stats.generation_of,
+                    message_ids=message_ids,
                     services=services, idle_timeout=config.session_idle_timeout,
                     mailbox_size=config.session_mailbox, batch_limit=config.session_batch_limit,
                 )
@@ -389,7 +394,7 @@ async def run_host(
                                       registry=registry, supervisor=supervisor, sessions=sessions,
                                       pipeline=pipeline, services=services, bus=bus, faults=faults,
                                       gateway=gateway,
-                                      shutdown=shutdown, scheduler=scheduler_ref)
+                                      shutdown=shutdown, scheduler=scheduler_ref, message_ids=message_ids)
                 if config.warm_reads:  # the last step before the host is started (the warmth lasts only so long)
                     await sessions_handlers.warm_reads(services, partial(pipeline.call, decode=False),
                                                        config.warm_reads)

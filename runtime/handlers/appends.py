@@ -67,6 +67,7 @@ async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> lis
     roots = [root for r in requests if (root := named_root(r.message)) is not None]  # rare: edits naming one
     pending = log.held([*candidates, *(remapped_message_id(sid, m) for m in candidates), *roots])
     revisions_path = ctx.paths.revisions if roots else None
+    ids = ctx.message_ids
 
     checkpoint = inflight.AfterAppend(ctx)
     planned: list[Lines] = []
@@ -75,7 +76,7 @@ async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> lis
         # The row as it is once the writer is open: opening it may have found lines the actor did not
         # know (a torn tail cut, another program's line) and caught the index up: seqs follow those.
         last_seq = int(ctx.row["messageCount"])
-        known = gather(conn, path, sid, requests, pending=pending, revisions_path=revisions_path)
+        known = gather(conn, path, sid, requests, pending=pending, revisions_path=revisions_path, ids=ids)
         plan = plan_appends(sid, requests, known, last_seq=last_seq, now_ms=now)
         writes = plan.writes
         held = {w.record["id"]: Held(sid, w.ref, awaits_final(w.record), content_of(w.record)) for w in writes}

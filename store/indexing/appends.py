@@ -58,6 +58,7 @@ from store.ids import remapped_message_id
 from store.indexing import index
 from store.indexing.group_commit import attempt, db_error
 from store.indexing.index import IndexRecord, PendingRows, index_messages, message_ref
+from store.indexing.message_ids import MessageIds
 from store.indexing.reconcile import (
     TailScan,
     apply_plan,
@@ -368,25 +369,33 @@ def gather(
     *,
     pending: Mapping[str, Held] | None = None,
     revisions_path: Path | None = None,
+    ids: MessageIds | None = None,
 ) -> Known:
     """One read snapshot (plus the lines of held streaming candidates) for :func:`plan_appends`.
 
     ``pending`` is the session actor's record of ids it wrote that the index
-    does not cover yet; it wins over what the index says.
+    does not cover yet; it wins over what the index says. The caller reads it (and the index log's
+    held ids of every session) before this call: an id released from there since was committed first.
+
+    ``ids``: the filter of every indexed message id (:class:`~store.indexing.message_ids.MessageIds`);
+    an id it says is certainly absent, in both spellings, is not looked up (the SQL runs for the rest).
+    None: every id is looked up.
 
     On a connection in autocommit mode every statement is a read transaction of its own (its own
     WAL read lock, taken and released; a commit may land between two of them): when more than one
     statement reads, they run in one read transaction, the snapshot this promises. One statement
     (an append without receipt or turn: the id lookup) runs as it is.
     """
+    candidates = _candidates(session_id, requests)
+    lookup = [mid for mid in candidates if ids is None or ids.might_hold(mid)]
     reads = sum(req.receipt is not None for req in requests)
-    reads += any(_client_id(req.message) is not None for req in requests)
+    reads += bool(lookup)
     reads += any(isinstance(turn, str) for turn, _ in _named_turns(requests))
     if reads < 2 or conn.in_transaction:
-        return _gather(conn, path, session_id, requests, pending, revisions_path)
+        return _gather(conn, path, session_id, requests, pending, revisions_path, candidates, lookup)
     conn.execute("BEGIN")
     try:
-        known = _gather(conn, path, session_id, requests, pending, revisions_path)
+        known = _gather(conn, path, session_id, requests, pending, revisions_path, candidates, lookup)
     except BaseException:
         if conn.in_transaction:  # the error raised is the one the caller sees, never one of ending the read
             with suppress(sqlite3.Error):
@@ -396,8 +405,20 @@ def gather(
     return known
 
 
+def _candidates(session_id: str, requests: Sequence[AppendRequest]) -> list[str]:
+    """The ids the requests may find held: each client id and its ``{sessionId}:{id}`` spelling."""
+    out: list[str] = []
+    for req in requests:
+        mid = _client_id(req.message)
+        if mid is not None:
+            out += [mid, remapped_message_id(session_id, mid)]
+    return list(dict.fromkeys(out))
+
+
 def _gather(conn: sqlite3.Connection, path: Path, session_id: str, requests: Sequence[AppendRequest],
-            pending: Mapping[str, Held] | None, revisions_path: Path | None) -> Known:
+            pending: Mapping[str, Held] | None, revisions_path: Path | None, candidates: Sequence[str],
+            lookup: Sequence[str]) -> Known:
+    """``lookup``: the ``candidates`` the index may hold (the others are certainly not in it)."""
     found: list[Any] = []
     for req in requests:
         if req.receipt is None:
@@ -409,18 +430,14 @@ def _gather(conn: sqlite3.Connection, path: Path, session_id: str, requests: Seq
             found.append(exc)
             continue
         found.append(None if row is None else row["response"])
-    candidates: list[str] = []
     turn_ids: set[str] = set()
     for req in requests:
-        mid = _client_id(req.message)
-        if mid is not None:
-            candidates += [mid, remapped_message_id(session_id, mid)]
         turn = req.turn_id if req.turn_id is not None else req.message.get("turnId")
         if isinstance(turn, str):
             turn_ids.add(turn)
     held: dict[str, Held] = {}
     spans: dict[str, tuple[int, int]] = {}
-    for marks, chunk in in_chunks(list(dict.fromkeys(candidates))):
+    for marks, chunk in in_chunks(list(lookup)):
         for mid, sid, seq, off, length, turn, role, created in conn.execute(
             "SELECT id, session_id, seq, line_offset, line_len, turn_id, role, created_at FROM messages "
             f"WHERE id IN ({marks})", chunk,
