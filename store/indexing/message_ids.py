@@ -48,7 +48,6 @@ the index log's held ids) before it tests: what that snapshot could show, the fi
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
 
 from rbloom import Bloom
 
@@ -120,21 +119,15 @@ class MessageIds:
         conn.execute(f"CREATE TEMP TRIGGER IF NOT EXISTS {_TRIGGERS[1]} AFTER UPDATE OF id ON main.messages "
                      f"BEGIN SELECT {_FUNCTION}(new.id); END")
         count = int(conn.execute("SELECT count(*) FROM messages").fetchone()[0])
-        self._start(max(2 * count, self._min_capacity), self._fp_rate)
-        self._extend(r[0] for r in conn.execute("SELECT id FROM messages"))
+        capacity = max(2 * count, self._min_capacity)
+        layer = Bloom(capacity, self._fp_rate)
+        layer.update(r[0] if isinstance(r[0], str) else str(r[0]) for r in conn.execute("SELECT id FROM messages"))
+        self._layers, self._capacity, self._added = [layer], capacity, count
         self._conn = conn
 
     def detach(self) -> None:
         """Every id "maybe" from now on (the writer connection is closing)."""
         self._conn = None
-
-    def _start(self, capacity: int, rate: float) -> None:
-        self._capacity, self._added = capacity, 0
-        self._layers = [Bloom(capacity, rate)]
-
-    def _extend(self, ids: Iterable[str]) -> None:
-        for mid in ids:
-            self._add(mid)
 
     def _add(self, message_id: object) -> None:
         """The trigger's function (the DB writer's thread). A non-text id (the column is TEXT NOT NULL;
