@@ -123,6 +123,12 @@ class ApprovalsPendingParams(Params):
 
 class ApprovalsPendingResult(Result):
     pending: list[ApprovalRequest] = Field(description="Only pending, unexpired rows, newest first.")
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="Request ids of pending approvals whose stored record is damaged (a JSON column that no "
+        "longer parses, a value outside its set): left out of pending, so the others still list. Such a request "
+        "can still be denied (approvals.respond with optionId deny). Absent when every record reads.",
+    )
 
 
 class ApprovalsRespondParams(MutatingParams):
@@ -222,6 +228,12 @@ class InteractionsPendingParams(Params):
 
 class InteractionsPendingResult(Result):
     pending: list[InteractionRequest] = Field(description="Only pending, unexpired rows, newest first.")
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="Request ids of pending questions whose stored record is damaged (a JSON column that no "
+        "longer parses, a value outside its set): left out of pending, so the others still list. Absent when "
+        "every record reads.",
+    )
 
 
 class InteractionsRespondParams(MutatingParams):

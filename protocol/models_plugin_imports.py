@@ -74,6 +74,12 @@ class PluginSession(SessionSummary):
 
 class PluginListSessionsResult(Result):
     sessions: list[PluginSession] = Field(description="The calling plugin's imported sessions, newest first.")
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="Session ids of imported sessions whose stored import origin is damaged (an origin_json that "
+        "no longer parses): left out of sessions, so the others still list; they count toward limit. Absent when "
+        "every record reads.",
+    )
 
 
 __all__ = [

@@ -153,6 +153,11 @@ class TasksListParams(Params):
 
 class TasksListResult(Result):
     tasks: list[ScheduledTask]
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="Ids of tasks whose stored record is damaged (a config_json that no longer parses): left out "
+        "of tasks, so the others still list; tasks.get of one answers CORRUPT_DATA. Absent when every record reads.",
+    )
 
 
 class TaskRunSettings(Result):

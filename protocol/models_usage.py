@@ -55,6 +55,12 @@ class ListTurnsParams(Params):
 class ListTurnsResult(Result):
     turns: list[Turn] = Field(description="Newest first; retryOf links a retry to the turn it retries.")
     next_cursor: str | None = None
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="Ids of this page's turns whose stored record is damaged (usage_json that no longer parses, "
+        "a status outside its set): left out of turns; nextCursor still moves past them. Absent when every "
+        "record reads.",
+    )
 
 
 __all__ = [

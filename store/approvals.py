@@ -42,20 +42,22 @@ import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from types import MappingProxyType
+from typing import Any, Final, Literal, TypeVar
 
 import orjson
 
 from store import audit, receipts
-from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PermissionDenied
+from store.errors import Conflict, DamagedRecord, InvalidInput, NotFound, PermissionDenied
 from store.indexing.sql_lists import in_chunks
-from store.jsonio import loads_stored
+from store.jsonio import Readable, loads_stored, readable, stored_value
 from store.receipts import ReceiptKey
 from store.transcripts.records import ms_to_rfc3339, rfc3339_to_ms
 from store.transcripts.transcript import lines_naming
 
 __all__ = [
     "DECISION_LINE",
+    "DENY",
     "Kind",
     "TurnDecisions",
     "apply_decision_lines",
@@ -79,12 +81,16 @@ __all__ = [
     "require_pending",
     "resolve",
     "response_of",
+    "settled_request",
     "validate_answer",
 ]
 
 Kind = Literal["approval", "interaction"]
+_T = TypeVar("_T")
 DECISION_LINE: Final = "approval_decision"
 RISKS: Final = ("low", "medium", "high")
+APPROVAL_STATUSES: Final = ("pending", "allowed", "denied", "expired", "interrupted", "cancelled")
+INTERACTION_STATUSES: Final = ("pending", "answered", "expired", "interrupted", "cancelled")
 REMEMBER: Final = ("once", "session", "project", "global")
 MAX_OPTIONS: Final = 8
 MAX_CHOICES: Final = 32
@@ -106,6 +112,11 @@ _RULE_COLS = "id, scope, session_id, project_id, tool, decision, source_request_
 # options and answers (pure)
 
 
+DENY: Final[Mapping[str, str]] = MappingProxyType(
+    {"id": "deny", "label": "Deny", "decision": "deny", "remember": "once"})
+"""The default deny option, also the answer to an approval whose stored options no longer read."""
+
+
 def default_options(has_project: bool) -> list[dict[str, str]]:
     """Allow once / always in this project (when there is one) / in this session / deny."""
     options = [{"id": "allow_once", "label": "Allow once", "decision": "allow", "remember": "once"}]
@@ -114,7 +125,7 @@ def default_options(has_project: bool) -> list[dict[str, str]]:
                         "remember": "project"})
     options.append({"id": "allow_session", "label": "Always allow in this session", "decision": "allow",
                     "remember": "session"})
-    options.append({"id": "deny", "label": "Deny", "decision": "deny", "remember": "once"})
+    options.append(dict(DENY))
     return options
 
 
@@ -178,13 +189,13 @@ def validate_answer(row: Mapping[str, Any], answer: Mapping[str, Any]) -> dict[s
 
 def _offered(text: str | None, what: str) -> list[dict[str, Any]]:
     """A prompt's options or choices: a list of objects with a string ``id`` (the host wrote no other);
-    anything else is damage of that record (``CorruptData``), never an offer read as empty."""
+    anything else is damage of that record (``DamagedRecord``), never an offer read as empty."""
     if not text:
         return []
     items: list[dict[str, Any]] = []
     for item in loads_stored(text, what, list):
         if not isinstance(item, dict) or not isinstance(item.get("id"), str):
-            raise CorruptData(f"{what} holds an entry that is not an object with an id")
+            raise DamagedRecord(f"{what} holds an entry that is not an object with an id")
         items.append(item)
     return items
 
@@ -194,10 +205,22 @@ def _answer(text: str | None, what: str) -> dict[str, Any] | None:
     return answer
 
 
-def _approval(r: Sequence[Any]) -> dict[str, Any]:
+def _or_empty(read: Callable[[], _T], empty: _T, lenient: bool) -> _T:
+    """``read()``; with ``lenient``, ``empty`` when its JSON column is damaged (:func:`get_request`)."""
+    try:
+        return read()
+    except DamagedRecord:
+        if not lenient:
+            raise
+        return empty
+
+
+def _approval(r: Sequence[Any], lenient: bool = False) -> dict[str, Any]:
     (rid, sid, turn, call, tool, summary, risk, options, by, status, option, rule, responder, created, updated,
      expires, resolved) = r
-    offered = _offered(options, f"approval {rid}'s options_json")
+    offered = _or_empty(lambda: _offered(options, f"approval {rid}'s options_json"), list[dict[str, Any]](), lenient)
+    stored_value(risk, RISKS, f"approval {rid}'s risk")
+    stored_value(status, APPROVAL_STATUSES, f"approval {rid}'s status")
     out: dict[str, Any] = {
         "kind": "approval", "requestId": rid, "sessionId": sid, "turnId": turn, "toolCallId": call, "tool": tool,
         "argsSummary": summary, "risk": risk, "options": offered, "requestedBy": by, "status": status,
@@ -207,11 +230,12 @@ def _approval(r: Sequence[Any]) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def _interaction(r: Sequence[Any]) -> dict[str, Any]:
+def _interaction(r: Sequence[Any], lenient: bool = False) -> dict[str, Any]:
     (rid, sid, turn, call, question, choices, multiple, free, by, status, answer, responder, created, updated,
      expires, resolved) = r
-    offered = _offered(choices, f"interaction {rid}'s choices_json")
-    answered = _answer(answer, f"interaction {rid}'s answer_json")
+    offered = _or_empty(lambda: _offered(choices, f"interaction {rid}'s choices_json"), list[dict[str, Any]](), lenient)
+    answered = _or_empty(lambda: _answer(answer, f"interaction {rid}'s answer_json"), None, lenient)
+    stored_value(status, INTERACTION_STATUSES, f"interaction {rid}'s status")
     out: dict[str, Any] = {
         "kind": "interaction", "requestId": rid, "sessionId": sid, "turnId": turn, "toolCallId": call,
         "question": question, "choices": offered, "multiple": bool(multiple), "allowFreeText": bool(free),
@@ -221,18 +245,30 @@ def _interaction(r: Sequence[Any]) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def _select(kind: Kind) -> tuple[str, Callable[[Sequence[Any]], dict[str, Any]]]:
+def _select(kind: Kind) -> tuple[str, Callable[..., dict[str, Any]]]:
     if kind == "approval":
         return f"SELECT {_APPROVAL_COLS} FROM approvals", _approval
     return f"SELECT {_INTERACTION_COLS} FROM interactions", _interaction
 
 
-def get_request(conn: sqlite3.Connection, kind: Kind, request_id: str) -> dict[str, Any]:
+def get_request(conn: sqlite3.Connection, kind: Kind, request_id: str, lenient: bool = False) -> dict[str, Any]:
+    """The request; ``DamagedRecord`` (CORRUPT_DATA) when its record is damaged. ``lenient``: a JSON column
+    that no longer reads is shown empty instead (options or choices ``[]``, no answer), for a transition that
+    needs none of it (a deny, a cancel, an expiry) and its announcement; a damaged status or risk still raises."""
     sql, row = _select(kind)
     found = conn.execute(f"{sql} WHERE request_id = ?", (request_id,)).fetchone()
     if found is None:
         raise NotFound(f"{kind} request {request_id} not found", data={"requestId": request_id})
-    return row(found)
+    return row(found, lenient)
+
+
+def settled_request(conn: sqlite3.Connection, kind: Kind, request_id: str) -> dict[str, Any] | None:
+    """A request a transition just settled (cancelled by its turn's end, expired), for its announcement: read
+    ``lenient``; None when even its status or risk is damaged (the transition stands, nothing to announce)."""
+    try:
+        return get_request(conn, kind, request_id, lenient=True)
+    except DamagedRecord:
+        return None
 
 
 def find_by_tool_call(conn: sqlite3.Connection, kind: Kind, session_id: str,
@@ -242,8 +278,11 @@ def find_by_tool_call(conn: sqlite3.Connection, kind: Kind, session_id: str,
     return row(found) if found else None
 
 
-def list_pending(conn: sqlite3.Connection, kind: Kind, session_id: str | None, now_ms: int) -> list[dict[str, Any]]:
-    """Pending rows (newest first) that have not passed their deadline, with the original ``expiresAt``."""
+def list_pending(conn: sqlite3.Connection, kind: Kind, session_id: str | None,
+                 now_ms: int) -> Readable[dict[str, Any]]:
+    """Pending rows (newest first) that have not passed their deadline, with the original ``expiresAt``.
+    A row whose record is damaged is named in ``unreadable`` (request ids), not listed: one damaged prompt
+    never hides the others."""
     sql, row = _select(kind)
     where = "status = 'pending' AND (expires_at IS NULL OR expires_at > ?)"
     args: tuple[Any, ...] = (now_ms,)
@@ -251,7 +290,7 @@ def list_pending(conn: sqlite3.Connection, kind: Kind, session_id: str | None, n
         where += " AND session_id = ?"
         args += (session_id,)
     rows = conn.execute(f"{sql} WHERE {where} ORDER BY created_at DESC, request_id", args).fetchall()
-    return [row(r) for r in rows]  # read first: a damaged row raising mid-iteration would keep the statement open
+    return readable(rows, row, lambda r: str(r[0]))  # request_id: the first column of both tables
 
 
 def _check_existing(existing: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -345,9 +384,10 @@ def lapsed(conn: sqlite3.Connection, now_ms: int, limit: int,
 
 
 def require_pending(conn: sqlite3.Connection, kind: Kind, request_id: str, session_id: str,
-                    now_ms: int) -> dict[str, Any]:
-    """The row an answer may resolve; ``CONFLICT`` for another session's, a settled or an expired one."""
-    row = get_request(conn, kind, request_id)
+                    now_ms: int, lenient: bool = False) -> dict[str, Any]:
+    """The row an answer may resolve; ``CONFLICT`` for another session's, a settled or an expired one
+    (``lenient``: :func:`get_request`'s)."""
+    row = get_request(conn, kind, request_id, lenient)
     if row["sessionId"] != session_id:
         raise Conflict(f"{kind} request {request_id} belongs to another session, not {session_id}",
                        data={"requestId": request_id, "sessionId": session_id})
@@ -362,9 +402,18 @@ def require_pending(conn: sqlite3.Connection, kind: Kind, request_id: str, sessi
 
 def outcome_of(kind: Kind, row: Mapping[str, Any], option_id: str | None,
                answer: Mapping[str, Any] | None) -> tuple[str, dict[str, str] | None]:
-    """(status, chosen option) an answer gives (pure; raises for an option the prompt did not offer)."""
+    """(status, chosen option) an answer gives (pure; raises for an option the prompt did not offer).
+
+    An approval whose options no longer read (its damaged record read ``lenient``: none) can still be denied
+    with :data:`DENY`'s id, the answer that is safe whatever was offered: the tool does not run and the turn
+    goes on. An allow is refused: what it would allow (and remember) is not known."""
     if kind == "interaction":
         return "answered", None
+    if not row.get("options"):
+        if option_id != DENY["id"]:
+            raise DamagedRecord(f"approval {row['requestId']}'s options no longer read: it can only be denied "
+                                f"(optionId {DENY['id']!r})", data={"requestId": row["requestId"]})
+        return "denied", dict(DENY)
     option = next((o for o in row.get("options") or () if o["id"] == option_id), None)
     if option is None:
         raise InvalidInput(f"option {option_id!r} is not one of the prompt's options", data={"field": "optionId"})
@@ -388,9 +437,9 @@ def resolve(conn: sqlite3.Connection, kind: Kind, request_id: str, *, status: st
         raise Conflict(f"{kind} request {request_id} is no longer pending", data={"requestId": request_id})
 
 
-def response_of(conn: sqlite3.Connection, kind: Kind, request_id: str) -> dict[str, Any]:
+def response_of(conn: sqlite3.Connection, kind: Kind, request_id: str, lenient: bool = False) -> dict[str, Any]:
     """The response of an answer (``approvals.respond`` / ``interactions.respond``), from the rows."""
-    row = get_request(conn, kind, request_id)
+    row = get_request(conn, kind, request_id, lenient)
     out: dict[str, Any] = {"request": row}
     if kind == "approval" and row.get("ruleId"):
         rule = get_rule(conn, row["ruleId"])
@@ -455,7 +504,7 @@ def decisions_for_turns(conn: sqlite3.Connection, session_id: str, turn_ids: Ite
                     (session_id, *chunk, lapsed_at)):
                 try:
                     found = row(r)
-                except CorruptData:
+                except DamagedRecord:
                     unreadable.append(str(r[0]))  # request_id: the first column of both tables
                     continue
                 if found["status"] == "pending":
@@ -587,7 +636,7 @@ def apply_recorded_decisions(conn: sqlite3.Connection, transcript_of: Callable[[
     """
     by_session: dict[str, list[tuple[Kind, dict[str, Any]]]] = {}
     for kind in KINDS:
-        for row in list_pending(conn, kind, None, -1):
+        for row in list_pending(conn, kind, None, -1).items:  # a damaged one: the fence settles it by SQL alone
             by_session.setdefault(row["sessionId"], []).append((kind, row))
     applied = 0
     for sid, pending in sorted(by_session.items()):
@@ -602,7 +651,7 @@ def apply_decision_lines(conn: sqlite3.Connection, session_id: str, records: Seq
     answer wrote its line, its row stayed pending): each still-pending request takes the decision its line
     records, and the answer's receipt; a retry of that answer is then answered from it, not decided twice."""
     lines = {str(rec["id"]): dict(rec) for rec in records if isinstance(rec.get("id"), str)}
-    pending = [(kind, row) for kind in KINDS for row in list_pending(conn, kind, session_id, -1)
+    pending = [(kind, row) for kind in KINDS for row in list_pending(conn, kind, session_id, -1).items
                if row["requestId"] in lines]
     for rec in records:  # a request the database lost (rebuilt): an answer's receipt, with the answer it gave
         _restore_carried(conn, session_id, rec, now_ms)

@@ -125,6 +125,12 @@ class CorruptData(StoreError):
     code = "CORRUPT_DATA"
 
 
+class DamagedRecord(CorruptData):
+    """One record that only the database holds does not read: a JSON column that no longer parses or has
+    another shape than the host wrote, or a value outside its column's set. Its single-record getter answers
+    ``CORRUPT_DATA``; a listing leaves the record out and names it (``unreadable``)."""
+
+
 class SchemaTooNew(StoreError):
     code = "SCHEMA_TOO_NEW"
 

@@ -17,7 +17,10 @@ Two directions with different contracts:
   the host wrote) is damage of that one record: ``CorruptData`` naming it,
   never a host bug. The index is not quarantined for it: the tables that
   hold JSON are mostly state only the database holds (tasks, turns, settings),
-  which a rebuild from the transcripts would lose.
+  which a rebuild from the transcripts would lose. :func:`stored_value` is the
+  same for a value outside its column's set, and :func:`readable` decodes a
+  listing's rows one by one: a damaged record is left out and named, never the
+  whole listing lost for it.
 """
 
 from __future__ import annotations
@@ -26,22 +29,30 @@ import json
 import math
 import re
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import orjson
 
-from store.errors import CorruptData, InvalidInput
+from store.errors import DamagedRecord, InvalidInput
 
 __all__ = [
     "IntegerOutOfRange",
+    "Readable",
     "StrictJSONError",
     "dumps_line",
     "loads_line",
     "loads_stored",
     "loads_strict",
     "now_rfc3339",
+    "readable",
+    "stored_value",
 ]
+
+_Row = TypeVar("_Row")
+_Item = TypeVar("_Item")
+_Other = TypeVar("_Other")
 
 # bytes.translate tables for the structural pre-scan.
 _NON_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
@@ -289,15 +300,57 @@ def loads_line(line: bytes) -> dict[str, Any]:
 
 
 def loads_stored(raw: str | bytes, what: str, shape: type | None = None) -> Any:
-    """A JSON value the host wrote into an index column; ``CorruptData`` naming ``what`` (the record) when it
-    does not parse or is not of ``shape``."""
+    """A JSON value the host wrote into an index column; ``DamagedRecord`` (``CorruptData``) naming ``what``
+    (the record) when it does not parse or is not of ``shape``."""
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise CorruptData(f"{what} is unreadable: {exc}") from None
+        raise DamagedRecord(f"{what} is unreadable: {exc}") from None
     if shape is not None and not isinstance(value, shape):
-        raise CorruptData(f"{what} is a JSON {type(value).__name__}, not {shape.__name__}")
+        raise DamagedRecord(f"{what} is a JSON {type(value).__name__}, not {shape.__name__}")
     return value
+
+
+def stored_value(value: Any, allowed: Collection[str], what: str) -> str:
+    """A value of a column with a fixed set (a status, a risk) as the host wrote it; ``DamagedRecord`` naming
+    ``what`` when a changed byte left it outside the set (SQLite checks a CHECK on writes only)."""
+    if value not in allowed:
+        raise DamagedRecord(f"{what} is {value!r}, not one of {', '.join(allowed)}")
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Readable(Generic[_Item]):
+    """A listing's records that read, and the ids of those that do not (:func:`readable`)."""
+
+    items: list[_Item]
+    unreadable: list[str]
+    """Ids of the damaged records, in the listing's order: left out of ``items``."""
+
+    def map(self, fn: Callable[[_Item], _Other]) -> Readable[_Other]:
+        """The same listing with each readable record passed through ``fn`` (the wire shape)."""
+        return Readable([fn(item) for item in self.items], self.unreadable)
+
+    def result(self, key: str, **more: Any) -> dict[str, Any]:
+        """The wire result: the records under ``key``, and ``unreadable`` when a record was left out."""
+        out: dict[str, Any] = {key: self.items, **more}
+        if self.unreadable:
+            out["unreadable"] = self.unreadable
+        return out
+
+
+def readable(rows: Iterable[_Row], decode: Callable[[_Row], _Item], id_of: Callable[[_Row], str]) -> Readable[_Item]:
+    """Decode a listing's rows one by one: a row whose record is damaged (:class:`DamagedRecord`) is left out
+    and named, so one record's damage never hides the others (the caller reads every row first: a raise
+    mid-iteration would leave its statement open)."""
+    items: list[_Item] = []
+    unreadable: list[str] = []
+    for row in rows:
+        try:
+            items.append(decode(row))
+        except DamagedRecord:
+            unreadable.append(id_of(row))
+    return Readable(items, unreadable)
 
 
 def now_rfc3339(ms: int) -> str:

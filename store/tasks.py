@@ -56,7 +56,7 @@ import orjson
 
 from store.errors import Conflict, InvalidInput, NotFound, PlanRequiresInteractiveSession, SessionNotFound
 from store.indexing.group_commit import is_key_conflict
-from store.jsonio import loads_stored
+from store.jsonio import Readable, loads_stored, readable
 from store.rules import MAX_PATH_CHARS
 from store.stamps import after_newest
 
@@ -74,6 +74,7 @@ __all__ = [
     "has_schedule",
     "list_runs",
     "list_tasks",
+    "readable_tasks",
     "next_run_at",
     "normalize_config",
     "require_interactive",
@@ -289,10 +290,18 @@ def get_task(conn: sqlite3.Connection, task_id: str) -> dict[str, Any]:
 
 
 def list_tasks(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Every task, oldest first (the scheduler's); a damaged one raises: :func:`readable_tasks` lists around it."""
+    rows = conn.execute(f"SELECT {_TASK_COLS} FROM scheduled_tasks ORDER BY created_at, id").fetchall()
+    return [_task(r) for r in rows]  # read first, as readable_tasks
+
+
+def readable_tasks(conn: sqlite3.Connection) -> Readable[dict[str, Any]]:
+    """Every task, oldest first (``tasks.list``); one whose record is damaged is named in ``unreadable`` (task
+    ids) instead."""
     # every row read before any is decoded: a damaged one raising mid-iteration would leave the statement
     # active (held by the traceback), its read snapshot open on this connection
     rows = conn.execute(f"SELECT {_TASK_COLS} FROM scheduled_tasks ORDER BY created_at, id").fetchall()
-    return [_task(r) for r in rows]
+    return readable(rows, _task, lambda r: str(r[0]))
 
 
 def _check_project(conn: sqlite3.Connection, project_id: int | None) -> None:

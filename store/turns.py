@@ -20,12 +20,13 @@ import orjson
 
 from store import notifications, queue, tasks
 from store.errors import Conflict, InvalidInput, NotFound
-from store.jsonio import loads_stored
+from store.jsonio import Readable, loads_stored, readable, stored_value
 from store.snapshots import PreparedSnapshot, store_snapshot
 from store.stamps import after_newest
 from store.usage import cost_micros
 
 TERMINAL = ("completed", "aborted", "error")
+STATUSES = ("running", *TERMINAL)
 INTERRUPTED = "INTERRUPTED"  # error_code the boot fence gives the turns it aborts
 
 _COLUMNS = (
@@ -48,7 +49,7 @@ def _turn_dict(row: tuple[Any, ...]) -> dict[str, Any]:
     return {
         "id": tid,
         "sessionId": sid,
-        "status": status,
+        "status": stored_value(status, STATUSES, f"turn {tid}'s status"),
         "providerId": provider,
         "modelId": model,
         "errorCode": error_code,
@@ -66,6 +67,14 @@ def _turn_dict(row: tuple[Any, ...]) -> dict[str, Any]:
 def get_turn(conn: sqlite3.Connection, turn_id: str) -> dict[str, Any] | None:
     row = conn.execute(f"SELECT {_COLUMNS} FROM turns t WHERE t.id = ?", (turn_id,)).fetchone()
     return _turn_dict(row) if row else None
+
+
+def turns_by_id(conn: sqlite3.Connection, turn_ids: list[str]) -> Readable[dict[str, Any]]:
+    """These turns in this order (a page of ``session.listTurns``); a turn whose record is damaged is named in
+    ``unreadable`` instead. An id with no row (deleted since) is left out."""
+    rows = [row for tid in turn_ids
+            if (row := conn.execute(f"SELECT {_COLUMNS} FROM turns t WHERE t.id = ?", (tid,)).fetchone())]
+    return readable(rows, _turn_dict, lambda r: str(r[0]))
 
 
 def require_turn(conn: sqlite3.Connection, session_id: str, turn_id: str) -> dict[str, Any]:

@@ -73,7 +73,8 @@ def expire_lapsed(conn: Any, kind: Kind, request_id: str, now_ms: int) -> dict[s
     None when it was not due or something settled it first (nothing to announce)."""
     if not approvals.expire_stale(conn, kind, request_id, now_ms):
         return None
-    return {"request": approvals.get_request(conn, kind, request_id)}
+    settled = approvals.settled_request(conn, kind, request_id)  # None: damaged beyond showing; it expired still
+    return {"request": settled} if settled is not None else None
 
 
 def resolved_topic(kind: Kind) -> str:
@@ -162,12 +163,12 @@ async def request_approval(ctx: SessionContext, p: m.ApprovalsRequestParams, key
 async def _refuse_late(ctx: SessionContext, kind: Kind, request_id: str) -> None:
     """A pending request past its deadline is marked ``expired`` before the answer is refused."""
     sid, now = ctx.sid, ctx.now()
-    row = await ctx.read(approvals.get_request, kind, request_id)
+    row = await ctx.read(approvals.get_request, kind, request_id, True)  # lenient: only its status counts here
     if row["sessionId"] == sid and row["status"] == "pending" and (row.get("expiresAt") or now + 1) <= now:
         expired = await ctx.db(lambda conn: expire_lapsed(conn, kind, request_id, now), durable=True)
         if expired is not None:  # None: the expiry timer (or another answer) settled it first and announced it
             _publish_resolved(ctx, kind, expired)
-    await ctx.read(approvals.require_pending, kind, request_id, sid, now)  # raises the CONFLICT
+    await ctx.read(approvals.require_pending, kind, request_id, sid, now, True)  # raises the CONFLICT
 
 
 async def _respond(ctx: SessionContext, kind: Kind, request_id: str, option_id: str | None,
@@ -175,8 +176,11 @@ async def _respond(ctx: SessionContext, kind: Kind, request_id: str, option_id: 
     """Answer once: check pending (late → expired), the decision line, then the row + rule + receipt."""
     approvals.check_responder(ctx.caller.client_kind)
     sid, now, responder = ctx.sid, ctx.now(), ctx.caller.client_id
+    # a deny needs none of the stored options: an approval whose options no longer read can still be denied
+    # (approvals.outcome_of), so the turn waiting on it goes on; anything else of a damaged record is CORRUPT_DATA
+    lenient = kind == "approval" and option_id == approvals.DENY["id"]
     try:
-        row = await ctx.read(approvals.require_pending, kind, request_id, sid, now)
+        row = await ctx.read(approvals.require_pending, kind, request_id, sid, now, lenient)
     except Conflict:
         await _refuse_late(ctx, kind, request_id)
         raise
@@ -187,7 +191,7 @@ async def _respond(ctx: SessionContext, kind: Kind, request_id: str, option_id: 
     project_id = ctx.row.get("projectId")
 
     def op(conn: Any) -> dict[str, Any]:
-        current = approvals.require_pending(conn, kind, request_id, sid, now)
+        current = approvals.require_pending(conn, kind, request_id, sid, now, lenient)
         approvals.resolve(conn, kind, request_id, status=status, option_id=option_id, answer=answer,
                           responder=responder, now_ms=now)
         if kind == "approval" and status == "denied":  # seed 003 §4.13: in the denial's transaction
@@ -197,7 +201,7 @@ async def _respond(ctx: SessionContext, kind: Kind, request_id: str, option_id: 
                                   tool=current["tool"], decision="allow" if status == "allowed" else "deny",
                                   source_request_id=request_id, now_ms=now)
             approvals.link_rule(conn, request_id, rule_id)
-        return approvals.response_of(conn, kind, request_id)
+        return approvals.response_of(conn, kind, request_id, lenient)
 
     said = None
     if key is not None:
@@ -219,7 +223,7 @@ async def respond_approval(ctx: SessionContext, p: m.ApprovalsRespondParams, key
 
 
 def pending_approvals(ctx: ReadContext, p: m.ApprovalsPendingParams) -> Any:
-    return {"pending": approvals.list_pending(ctx.conn, "approval", p.session_id, ctx.now)}
+    return approvals.list_pending(ctx.conn, "approval", p.session_id, ctx.now).result("pending")
 
 
 def rules(ctx: ReadContext, p: m.ApprovalsRulesParams) -> Any:
@@ -266,4 +270,4 @@ async def respond_interaction(ctx: SessionContext, p: m.InteractionsRespondParam
 
 
 def pending_interactions(ctx: ReadContext, p: m.InteractionsPendingParams) -> Any:
-    return {"pending": approvals.list_pending(ctx.conn, "interaction", p.session_id, ctx.now)}
+    return approvals.list_pending(ctx.conn, "interaction", p.session_id, ctx.now).result("pending")

@@ -166,5 +166,5 @@ IMPORT_SESSION = SessionOp(_import_in_actor, mutating=True, name="plugins.import
 
 def list_sessions(ctx: ReadContext, p: m.PluginListSessionsParams) -> Any:
     plugin = require_plugin(ctx.caller, "plugins.listSessions")
-    return {"sessions": list_plugin_sessions(ctx.conn, plugin, source_id=p.source_id,
-                                             include_trashed=p.include_trashed, limit=p.limit)}
+    return list_plugin_sessions(ctx.conn, plugin, source_id=p.source_id, include_trashed=p.include_trashed,
+                                limit=p.limit).result("sessions")

@@ -75,7 +75,7 @@ def finish_run(ctx: WriterContext, p: m.TasksFinishRunParams, key: ReceiptKey | 
 
 
 def list_tasks(ctx: ReadContext, p: m.TasksListParams) -> Any:
-    return {"tasks": [tasks.to_wire(t) for t in tasks.list_tasks(ctx.conn)]}
+    return tasks.readable_tasks(ctx.conn).map(tasks.to_wire).result("tasks")
 
 
 def get(ctx: ReadContext, p: m.TaskIdParams) -> Any:

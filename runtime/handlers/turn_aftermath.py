@@ -48,8 +48,9 @@ def settle(conn: Any, sid: str, turn_ids: Iterable[str], status: str, error_code
     """Inside the transaction that ended ``turn_ids`` with ``status``."""
     out = Aftermath()
     for turn_id in turn_ids:
-        out.cancelled.extend(approvals.get_request(conn, kind, rid)
-                             for kind, rid in approvals.cancel_for_turn(conn, sid, turn_id, now))
+        # a damaged record is cancelled all the same (its turn ended); announced as far as it reads
+        out.cancelled.extend(row for kind, rid in approvals.cancel_for_turn(conn, sid, turn_id, now)
+                             if (row := approvals.settled_request(conn, kind, rid)) is not None)
         out.executions.extend(plan_rows.settle_for_turn(conn, sid, turn_id, status, error_code, now))
         out.deliveries.append(collab.settle_for_turn(conn, sid, turn_id, status, error_code, now, faults))
     if out.executions:

@@ -30,6 +30,6 @@ def list_turns(ctx: ReadContext, p: m.ListTurnsParams) -> Any:
     before = cursors.decode_cursor(p.cursor, "turns", fp, (int, str)) if p.cursor else None
     ids, nxt = usage.list_turns(ctx.conn, p.session_id, limit=p.limit,
                                 before=(before[0], before[1]) if before else None)
-    found = [turns.get_turn(ctx.conn, tid) for tid in ids]
-    return {"turns": [{k: v for k, v in t.items() if v is not None} for t in found if t is not None],
-            "nextCursor": cursors.encode_cursor("turns", fp, list(nxt)) if nxt else None}
+    # the cursor comes from the rows' keys, damaged or not: a page whose every turn is damaged still moves on
+    found = turns.turns_by_id(ctx.conn, ids).map(lambda t: {k: v for k, v in t.items() if v is not None})
+    return found.result("turns", nextCursor=cursors.encode_cursor("turns", fp, list(nxt)) if nxt else None)

@@ -54,7 +54,7 @@ from store.interchange.importers.common import (
     to_ms,
 )
 from store.interchange.importers.common import Slot as _Slot
-from store.jsonio import loads_stored
+from store.jsonio import Readable, loads_stored, readable
 from store.receipts import ReceiptKey
 from store.rules import MAX_BLOCKS_PER_MESSAGE as MAX_BLOCKS
 from store.rules import MAX_PLUGIN_MESSAGES, PLUGIN_ID_RE
@@ -275,8 +275,9 @@ def require_owned(conn: sqlite3.Connection, plugin_id: str, session_id: str, *,
 
 
 def list_plugin_sessions(conn: sqlite3.Connection, plugin_id: str, *, source_id: str | None = None,
-                         include_trashed: bool = False, limit: int = 200) -> list[dict[str, Any]]:
-    """A plugin's own imported sessions, newest first, with their origin (history included)."""
+                         include_trashed: bool = False, limit: int = 200) -> Readable[dict[str, Any]]:
+    """A plugin's own imported sessions, newest first, with their origin (history included). A session whose
+    import origin is damaged is named in ``unreadable`` (session ids) instead; it counts toward ``limit``."""
     sql = ("SELECT o.session_id, o.source_id, o.external_id, o.source_label, o.origin_json "
            "FROM session_import_origins o JOIN sessions s ON s.id = o.session_id WHERE o.plugin_id = ?")
     args: list[Any] = [plugin_id]
@@ -287,14 +288,15 @@ def list_plugin_sessions(conn: sqlite3.Connection, plugin_id: str, *, source_id:
         sql += " AND s.deleted_at IS NULL"
     sql += " ORDER BY o.created_at DESC, o.session_id LIMIT ?"
     args.append(limit)
-    out = []
-    for sid, src, ext, label, origin_json in conn.execute(sql, args).fetchall():
-        row = index.session_row(conn, sid)
-        if row is None:
-            continue
+    rows = [(found, origin) for origin in conn.execute(sql, args).fetchall()
+            if (found := index.session_row(conn, origin[0])) is not None]
+
+    def listed(pair: tuple[dict[str, Any], tuple[Any, ...]]) -> dict[str, Any]:
+        row, (sid, src, ext, label, origin_json) = pair
         item = index.public_session(row)
         item["origin"] = {"sourceId": src, "externalId": ext, "label": label,
                           "history": loads_stored(origin_json, f"the import origin of session {sid}", dict)
                           if origin_json else {}}
-        out.append(item)
-    return out
+        return item
+
+    return readable(rows, listed, lambda pair: str(pair[1][0]))

@@ -70,7 +70,7 @@ def test_seed_11_20_plugin_imports(db: sqlite3.Connection, target: ImportTarget)
     row = index.require_session(db, sid)
     assert (row["projectId"], row["modelId"], row["providerId"]) == (None, None, None)
     assert rows(db, "SELECT COUNT(*) FROM projects") == [(0,)]
-    (listed,) = list_plugin_sessions(db, "chat-export")
+    (listed,) = list_plugin_sessions(db, "chat-export").items
     assert listed["origin"]["history"]["projectPath"] == "/their/project"
     assert listed["origin"]["history"]["modelId"] == "their-model"
     assert row["source"] == "chatgpt" and row["title"] == "From the plugin"
@@ -90,7 +90,7 @@ def test_seed_11_20_plugin_imports(db: sqlite3.Connection, target: ImportTarget)
             require_owned(db, foreign, sid)
         with pytest.raises(PermissionDenied):
             tx(db, lambda c, f=foreign: trash_session(c, sid, now_ms=NOW, plugin_id=f))
-    assert [s["id"] for s in list_plugin_sessions(db, "other-plugin")] == [other_plugin["sessionId"]]
+    assert [s["id"] for s in list_plugin_sessions(db, "other-plugin").items] == [other_plugin["sessionId"]]
     # recoverable trash before purge
     with pytest.raises(Conflict):
         purge_session(db, files(target, sid), plugin_id="chat-export")
@@ -201,7 +201,7 @@ def test_an_index_rebuild_restores_the_origin_and_the_plugins_scope(tmp_path: Pa
     assert require_owned(db, "chat-export", sid)["source"] == "chatgpt"
     row = index.require_session(db, sid)
     assert (row["projectId"], row["modelId"]) == (None, None)
-    (listed,) = list_plugin_sessions(db, "chat-export")
+    (listed,) = list_plugin_sessions(db, "chat-export").items
     assert listed["origin"]["history"]["projectPath"] == "/their/project"
 
 

@@ -29,9 +29,10 @@ async def test_every_method_meeting_a_damaged_index_answers_corrupt_data_and_the
 async def test_a_json_column_that_does_not_parse_is_corrupt_data_of_that_record(tmp_path: Path, kind: str) -> None:
     """The host writes only valid JSON into its JSON columns (tasks' config, turns' usage, an import's
     origin, the queue's attachments, providers, settings ...): bad JSON read back is damage of that record,
-    CORRUPT_DATA, never INTERNAL. The index is not quarantined for it: most of these tables are state only the
-    database holds, which a rebuild from the transcripts would lose (ARCHITECTURE.md "Durability"). The same
-    for valid JSON of another shape than the host wrote (a string where it wrote an object or a list)."""
+    CORRUPT_DATA for a method that needs that record, never INTERNAL; a listing answers around it. The index
+    is not quarantined for it: most of these tables are state only the database holds, which a rebuild from
+    the transcripts would lose (ARCHITECTURE.md "Durability"). The same for valid JSON of another shape than
+    the host wrote (a string where it wrote an object or a list)."""
     hosts, answers = await every_method_after(tmp_path, kind, 0)
     codes = [(m, c) for h in hosts for m, c in h.codes]
     assert [mc for mc in codes if mc[1] == "INTERNAL"] == [], codes
@@ -42,7 +43,10 @@ async def test_a_json_column_that_does_not_parse_is_corrupt_data_of_that_record(
     # the DB writer's connection: its old snapshot made every later commit "database is locked")
     assert [mc for mc in codes if mc[1] == "IO_ERROR"] == [], [s for h in hosts for s in h.said]
     said = dict(answers)
-    for method in ("tasks.list", "tasks.get", "tasks.update", "session.listTurns", "plugins.listSessions",
-                   "session.queueTake", "approvals.pending", "approvals.respond", "interactions.pending",
-                   "interactions.respond"):
+    for method in ("tasks.get", "tasks.update", "session.queueTake", "approvals.respond", "interactions.respond"):
         assert said[method] == "CORRUPT_DATA", (method, answers)
+    # a listing leaves the damaged record out and names it in `unreadable` (tests/integrity/
+    # test_damaged_listings.py): the records that read still list
+    for method in ("tasks.list", "session.listTurns", "plugins.listSessions", "approvals.pending",
+                   "interactions.pending"):
+        assert said[method] == "ok", (method, answers)

@@ -110,6 +110,7 @@ class ApprovalsPendingParams(TypedDict):
 
 class ApprovalsPendingResult(TypedDict):
     pending: list[ApprovalRequest]
+    unreadable: NotRequired[list[str] | None]
 
 
 class ApprovalsRemoveRuleParams(TypedDict):
@@ -841,6 +842,7 @@ class InteractionsPendingParams(TypedDict):
 
 class InteractionsPendingResult(TypedDict):
     pending: list[InteractionRequest]
+    unreadable: NotRequired[list[str] | None]
 
 
 class InteractionsRequestParams(TypedDict):
@@ -903,6 +905,7 @@ class ListTurnsParams(TypedDict):
 class ListTurnsResult(TypedDict):
     turns: list[Turn]
     nextCursor: NotRequired[str | None]
+    unreadable: NotRequired[list[str] | None]
 
 
 class LoginCodeParams(TypedDict):
@@ -1296,6 +1299,7 @@ class PluginListSessionsParams(TypedDict):
 
 class PluginListSessionsResult(TypedDict):
     sessions: list[PluginSession]
+    unreadable: NotRequired[list[str] | None]
 
 
 class PluginResult(TypedDict):
@@ -2441,6 +2445,7 @@ class TasksListParams(TypedDict):
 
 class TasksListResult(TypedDict):
     tasks: list[ScheduledTask]
+    unreadable: NotRequired[list[str] | None]
 
 
 class TasksRunsParams(TypedDict):

@@ -142,6 +142,8 @@ export interface ApprovalsPendingParams {
 export interface ApprovalsPendingResult {
   /** Only pending, unexpired rows, newest first. */
   pending: ApprovalRequest[];
+  /** Request ids of pending approvals whose stored record is damaged (a JSON column that no longer parses, a value outside its set): left out of pending, so the others still list. Such a request can still be denied (approvals.respond with optionId deny). Absent when every record reads. */
+  unreadable?: string[] | null;
 }
 
 export interface ApprovalsRemoveRuleParams {
@@ -1096,6 +1098,8 @@ export interface InteractionsPendingParams {
 export interface InteractionsPendingResult {
   /** Only pending, unexpired rows, newest first. */
   pending: InteractionRequest[];
+  /** Request ids of pending questions whose stored record is damaged (a JSON column that no longer parses, a value outside its set): left out of pending, so the others still list. Absent when every record reads. */
+  unreadable?: string[] | null;
 }
 
 export interface InteractionsRequestParams {
@@ -1170,6 +1174,8 @@ export interface ListTurnsResult {
   /** Newest first; retryOf links a retry to the turn it retries. */
   turns: Turn[];
   nextCursor?: string | null;
+  /** Ids of this page's turns whose stored record is damaged (usage_json that no longer parses, a status outside its set): left out of turns; nextCursor still moves past them. Absent when every record reads. */
+  unreadable?: string[] | null;
 }
 
 export interface LoginCodeParams {
@@ -1656,6 +1662,8 @@ export interface PluginListSessionsParams {
 export interface PluginListSessionsResult {
   /** The calling plugin's imported sessions, newest first. */
   sessions: PluginSession[];
+  /** Session ids of imported sessions whose stored import origin is damaged (an origin_json that no longer parses): left out of sessions, so the others still list; they count toward limit. Absent when every record reads. */
+  unreadable?: string[] | null;
 }
 
 export interface PluginResult {
@@ -3125,6 +3133,8 @@ export interface TasksListParams {
 
 export interface TasksListResult {
   tasks: ScheduledTask[];
+  /** Ids of tasks whose stored record is damaged (a config_json that no longer parses): left out of tasks, so the others still list; tasks.get of one answers CORRUPT_DATA. Absent when every record reads. */
+  unreadable?: string[] | null;
 }
 
 export interface TasksRunsParams {

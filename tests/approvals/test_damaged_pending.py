@@ -1,0 +1,121 @@
+"""A pending request whose stored record is damaged (only the database holds it) costs that request, never the
+others: ``approvals.pending`` / ``interactions.pending`` list the ones that read and name the damaged one in
+``unreadable``. Before, both listings answered CORRUPT_DATA, so a person saw none of their pending prompts.
+
+What a person can do with the damaged one: deny it (``approvals.respond`` with ``optionId`` ``deny``, the answer
+that is safe whatever was offered), so the turn waiting on it goes on; an allow is refused (what it would allow is
+not known). The turn's end cancels it whatever its damage, as it cancels any pending request; before, the end of
+that turn answered CORRUPT_DATA, so the turn could not end."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import trio
+
+from protocol.models_approvals import (
+    ApprovalsPendingResult,
+    ApprovalsRespondResult,
+    InteractionRequest,
+    InteractionsPendingResult,
+)
+from protocol.models_turns import EndTurnResult
+from tests.approvals.test_approvals_host import answer, ask, decision_lines, next_event, session_with_turn, turn_of
+from tests.hostkit import client_for, inprocess_host
+from tests.turns.turnkit import end, rpc_error
+
+
+def damage(root: Path, table: str, column: str, request_id: str, value: str = '[{"id":"deny","lab') -> None:
+    """A changed byte inside the record: a JSON column that no longer parses, or a value outside its CHECK (the
+    host wrote neither; SQLite checks a CHECK on writes only, so the row is changed with the checks off)."""
+    conn = sqlite3.connect(root / "pi.sqlite")
+    try:
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        with conn:
+            changed = conn.execute(f"UPDATE {table} SET {column} = ? WHERE request_id = ?",
+                                   (value, request_id)).rowcount
+        assert changed == 1
+    finally:
+        conn.close()
+
+
+async def test_a_damaged_pending_approval_is_named_and_can_be_denied(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid = await session_with_turn(c)
+            intact = (await ask(c, sid, toolCallId="call-1"))["request"]["requestId"]
+            damaged = (await ask(c, sid, toolCallId="call-2"))["request"]["requestId"]
+            risky = (await ask(c, sid, toolCallId="call-3"))["request"]["requestId"]
+            damage(tmp_path, "approvals", "options_json", damaged)
+            damage(tmp_path, "approvals", "risk", risky, "higt")
+            for params in ({"sessionId": sid}, {}):  # one session's, and every session's
+                listed = ApprovalsPendingResult.model_validate(await ui.call("approvals.pending", params))
+                assert [r.request_id for r in listed.pending] == [intact]
+                assert sorted(listed.unreadable or []) == sorted([damaged, risky])
+            # an allow of what is not known is refused; a deny goes through, and the sidecar hears it
+            refused = await rpc_error(answer(ui, sid, damaged, "allow_once"))
+            assert refused.data_code == "CORRUPT_DATA"
+            await c.subscribe(["approval.resolved"], session_id=sid)
+            denied = ApprovalsRespondResult.model_validate(await answer(ui, sid, damaged, "deny"))
+            assert (denied.request.request_id, denied.request.status, denied.request.option_id) == (
+                damaged, "denied", "deny")
+            assert denied.request.options == []  # they no longer read: none is shown
+            heard = await next_event(c, "approval.resolved")
+            assert heard.data["request"]["requestId"] == damaged and heard.data["request"]["status"] == "denied"
+            line = next(rec for rec in decision_lines(tmp_path, sid) if rec["id"] == damaged)
+            assert (line["status"], line["optionId"], line["remember"]) == ("denied", "deny", "once")
+            # answered once: a second deny is the CONFLICT any answered request gives
+            assert (await rpc_error(answer(ui, sid, damaged, "deny"))).data_code == "CONFLICT"
+            listed = ApprovalsPendingResult.model_validate(await ui.call("approvals.pending", {"sessionId": sid}))
+            assert [r.request_id for r in listed.pending] == [intact] and listed.unreadable == [risky]
+            # the intact one answers as before
+            assert (await answer(ui, sid, intact))["request"]["status"] == "allowed"
+
+
+async def test_the_turn_ends_past_damaged_pending_requests_and_cancels_them(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid = await session_with_turn(c)
+            asked = await c.call("interactions.request", {
+                "sessionId": sid, "turnId": turn_of(sid), "question": "which file?",
+                "choices": [{"id": "a", "label": "a.py"}, {"id": "b", "label": "b.py"}]})
+            question = asked["request"]["requestId"]
+            risky = (await ask(c, sid, toolCallId="call-1"))["request"]["requestId"]
+            damage(tmp_path, "interactions", "choices_json", question)
+            damage(tmp_path, "approvals", "risk", risky, "higt")
+            listed = InteractionsPendingResult.model_validate(await ui.call("interactions.pending", {"sessionId": sid}))
+            assert listed.pending == [] and listed.unreadable == [question]
+            # its choices no longer read: an answer cannot be checked against them
+            refused = await rpc_error(ui.call("interactions.respond", {"sessionId": sid, "requestId": question,
+                                                                       "answer": {"choiceIds": ["a"]}}))
+            assert refused.data_code == "CORRUPT_DATA"
+            await ui.subscribe(["interaction.resolved", "approval.resolved"], session_id=sid)
+            ended = EndTurnResult.model_validate(await end(c, sid, turn_of(sid)))
+            assert ended.turn.status == "completed"
+            heard = await next_event(ui, "interaction.resolved")
+            cancelled = InteractionRequest.model_validate(heard.data["request"])
+            assert (cancelled.request_id, cancelled.status, cancelled.choices) == (question, "cancelled", [])
+            for method in ("interactions.pending", "approvals.pending"):
+                assert await ui.call(method, {"sessionId": sid}) == {"pending": []}
+    conn = sqlite3.connect(tmp_path / "pi.sqlite")
+    try:
+        assert conn.execute("SELECT status FROM approvals WHERE request_id = ?", (risky,)).fetchone() == (
+            "cancelled",)  # its risk is still damaged: cancelled, not announced (nothing of it reads as a request)
+    finally:
+        conn.close()
+
+
+async def test_a_host_starts_on_a_damaged_pending_request_and_its_fence_settles_it(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c:
+            sid = await session_with_turn(c)
+            damaged = (await ask(c, sid, toolCallId="call-1"))["request"]["requestId"]
+        damage(tmp_path, "approvals", "options_json", damaged)
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            assert await ui.call("approvals.pending", {}) == {"pending": []}
+            refused = await rpc_error(answer(ui, sid, damaged, "deny"))
+            assert refused.data_code == "CONFLICT" and refused.data["status"] == "interrupted"
+            assert list((tmp_path / "quarantine").glob("pi.sqlite.corrupt-*")) == []  # no rebuild for one record

@@ -1,0 +1,155 @@
+"""One damaged record (a JSON column that no longer parses, a value outside its set; only the database holds
+these records, and nothing repairs them) is left out of a listing and named in its ``unreadable`` field; the
+records that read list as before, and a cursor still moves past a damaged row. The getter of the damaged record
+still answers CORRUPT_DATA. Before, each listing answered CORRUPT_DATA as a whole: ``session.listTurns``,
+``tasks.list`` and ``plugins.listSessions`` here; ``approvals.pending`` and ``interactions.pending`` in
+tests/approvals/test_damaged_pending.py."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from protocol.models_plugin_imports import PluginListSessionsResult
+from protocol.models_tasks import TasksListResult
+from protocol.models_usage import ListTurnsResult
+from runtime.client import HostClient
+from store import approvals, tasks, turns
+from store.errors import DamagedRecord
+from store.interchange.plugin_imports import list_plugin_sessions
+from tests.dbkit import NOW, add_session, fresh_db
+from tests.hostkit import client_for, inprocess_host, msg
+from tests.turns.turnkit import end, rpc_error, start
+
+
+def damage(root: Path, sql: str, *args: Any) -> None:
+    conn = sqlite3.connect(root / "pi.sqlite")
+    try:
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        with conn:
+            assert conn.execute(sql, args).rowcount == 1
+    finally:
+        conn.close()
+
+
+async def all_pages(c: HostClient, sid: str) -> tuple[list[str], list[str], int]:
+    """Every page of session.listTurns, one turn a page: (turn ids, unreadable ids, pages)."""
+    listed: list[str] = []
+    unreadable: list[str] = []
+    cursor: str | None = None
+    for pages in range(1, 20):
+        page = ListTurnsResult.model_validate(await c.call("session.listTurns", {
+            "sessionId": sid, "limit": 1, **({"cursor": cursor} if cursor else {})}))
+        listed += [t.id for t in page.turns]
+        unreadable += page.unreadable or []
+        cursor = page.next_cursor
+        if cursor is None:
+            return listed, unreadable, pages
+    raise AssertionError("the cursor never ended")
+
+
+async def test_list_turns_names_a_damaged_turn_and_its_cursor_moves_past_it(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c:
+            sid = str((await c.call("session.create", {"title": "turns"}))["id"])
+            for i in range(4):
+                await start(c, sid, f"t{i}")
+                await c.call("session.appendMessage", {"sessionId": sid, "turnId": f"t{i}",
+                                                       "message": msg(f"m{i}", f"go {i}")})
+                await end(c, sid, f"t{i}")
+            damage(tmp_path, "UPDATE turns SET usage_json = '{\"cut' WHERE id = 't2'")
+            damage(tmp_path, "UPDATE turns SET status = 'complexed' WHERE id = 't1'")
+            whole = ListTurnsResult.model_validate(await c.call("session.listTurns", {"sessionId": sid}))
+            assert [t.id for t in whole.turns] == ["t3", "t0"] and whole.unreadable == ["t2", "t1"]
+            # one turn a page: the pages of damaged turns are empty and still lead on to the end
+            assert await all_pages(c, sid) == (["t3", "t0"], ["t2", "t1"], 4)
+
+
+async def test_tasks_list_names_a_damaged_task_and_its_getter_still_refuses(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            ids = [(await ui.call("tasks.create", {"title": f"task {i}", "prompt": "p"}))["id"] for i in range(3)]
+            damage(tmp_path, "UPDATE scheduled_tasks SET config_json = '{\"cut' WHERE id = ?", ids[1])
+            listed = TasksListResult.model_validate(await ui.call("tasks.list", {}))
+            assert [t.id for t in listed.tasks] == [ids[0], ids[2]] and listed.unreadable == [ids[1]]
+            assert (await rpc_error(ui.call("tasks.get", {"taskId": ids[1]}))).data_code == "CORRUPT_DATA"
+            assert (await ui.call("tasks.get", {"taskId": ids[2]}))["id"] == ids[2]
+
+
+async def test_plugin_list_sessions_names_a_session_whose_origin_is_damaged(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, \
+                client_for(host, "p1", kind="plugin", plugin_id="alpha") as alpha:
+            sids = [(await alpha.call("plugins.importSession", {
+                "sourceId": "chatlog", "externalId": f"conv-{i}", "title": f"conv {i}", "history": {"modelId": f"m{i}"},
+                "messages": [msg("u1", "hello")]}))["sessionId"] for i in range(3)]
+            damage(tmp_path, "UPDATE session_import_origins SET origin_json = '\"a string\"' WHERE session_id = ?",
+                   sids[1])
+            listed = PluginListSessionsResult.model_validate(await alpha.call("plugins.listSessions", {}))
+            assert [s.id for s in listed.sessions] == [sids[2], sids[0]] and listed.unreadable == [sids[1]]
+            # the session itself (its messages are in its transcript) still reads
+            page = await alpha.call("session.get", {"sessionId": sids[1]})
+            assert [m["id"] for m in page["messages"]] == [f"{sids[1]}:u1"]
+
+
+# ---------------------------------------------------------------------------
+# the store
+
+
+def test_the_store_listings_leave_a_damaged_record_out_and_name_it(tmp_path: Path) -> None:
+    conn = fresh_db(tmp_path / "pi.sqlite")
+    conn.execute("PRAGMA ignore_check_constraints = ON")
+    add_session(conn, "s1")
+    for i, (status, usage) in enumerate((("completed", '{"total": 1}'), ("completed", '{"cut'),
+                                         ("complexed", None))):
+        conn.execute("INSERT INTO turns(id, session_id, status, usage_json, started_at) VALUES (?, 's1', ?, ?, ?)",
+                     (f"t{i}", status, usage, NOW + i))
+    found = turns.turns_by_id(conn, ["t2", "t1", "t0", "gone"])
+    assert [t["id"] for t in found.items] == ["t0"] and found.unreadable == ["t2", "t1"]
+    with pytest.raises(DamagedRecord):
+        turns.get_turn(conn, "t1")
+    for i, config in enumerate(('{}', '[]', '{"mode": "agent"}')):
+        conn.execute("INSERT INTO scheduled_tasks(id, title, prompt, config_json, created_at, updated_at) "
+                     "VALUES (?, 'x', 'y', ?, ?, ?)", (f"k{i}", config, NOW + i, NOW + i))
+    listed = tasks.readable_tasks(conn)
+    assert [t["id"] for t in listed.items] == ["k0", "k2"] and listed.unreadable == ["k1"]
+    assert listed.map(lambda t: t["id"]).result("tasks") == {"tasks": ["k0", "k2"], "unreadable": ["k1"]}
+    with pytest.raises(DamagedRecord):
+        tasks.list_tasks(conn)  # the scheduler's reading is all or nothing, as before
+    for i, origin in enumerate(('{"n": 0}', '{"cut')):
+        add_session(conn, f"p{i}")
+        conn.execute("INSERT INTO session_import_origins(plugin_id, source_id, external_id, session_id, "
+                     "origin_json, created_at) VALUES ('alpha', 'src', ?, ?, ?, ?)",
+                     (f"e{i}", f"p{i}", origin, NOW + i))
+    found = list_plugin_sessions(conn, "alpha")
+    assert [s["id"] for s in found.items] == ["p0"] and found.unreadable == ["p1"]
+    assert found.result("sessions")["unreadable"] == ["p1"]
+
+
+def test_the_store_lists_pending_requests_around_a_damaged_one_and_lets_it_be_denied(tmp_path: Path) -> None:
+    conn = fresh_db(tmp_path / "pi.sqlite")
+    conn.execute("PRAGMA ignore_check_constraints = ON")
+    add_session(conn, "s1")
+    conn.execute("INSERT INTO turns(id, session_id, status, started_at) VALUES ('t1', 's1', 'running', 1)")
+    for rid, risk, options in (("r-ok", "low", '[{"id":"deny","label":"Deny","decision":"deny","remember":"once"}]'),
+                               ("r-json", "low", '[{"id":"deny","lab'), ("r-risk", "higt", "[]")):
+        conn.execute(
+            "INSERT INTO approvals(request_id, session_id, turn_id, tool, args_summary, risk, options_json, "
+            "requested_by, status, created_at, updated_at) VALUES (?, 's1', 't1', 'Bash', 'run', ?, ?, 'agent', "
+            "'pending', 1, 2)", (rid, risk, options))
+    found = approvals.list_pending(conn, "approval", "s1", 10)
+    assert [r["requestId"] for r in found.items] == ["r-ok"] and sorted(found.unreadable) == ["r-json", "r-risk"]
+    with pytest.raises(DamagedRecord):
+        approvals.get_request(conn, "approval", "r-json")
+    lenient = approvals.get_request(conn, "approval", "r-json", lenient=True)
+    assert lenient["options"] == [] and lenient["status"] == "pending"
+    assert approvals.outcome_of("approval", lenient, "deny", None) == ("denied", dict(approvals.DENY))
+    with pytest.raises(DamagedRecord):
+        approvals.outcome_of("approval", lenient, "allow_once", None)
+    with pytest.raises(DamagedRecord):  # a status or risk outside its set is not shown, leniently or not
+        approvals.get_request(conn, "approval", "r-risk", lenient=True)
+    assert approvals.settled_request(conn, "approval", "r-risk") is None
