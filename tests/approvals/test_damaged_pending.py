@@ -119,3 +119,19 @@ async def test_a_host_starts_on_a_damaged_pending_request_and_its_fence_settles_
             refused = await rpc_error(answer(ui, sid, damaged, "deny"))
             assert refused.data_code == "CONFLICT" and refused.data["status"] == "interrupted"
             assert list((tmp_path / "quarantine").glob("pi.sqlite.corrupt-*")) == []  # no rebuild for one record
+
+
+async def test_the_expiry_timer_expires_a_damaged_request_and_the_others_after_it(tmp_path: Path) -> None:
+    """Before, reading the expired row back for its announcement raised inside the timer's transaction: nothing
+    expired, this request nor any other, and the sidecars waiting on them were never told."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c:
+            sid = await session_with_turn(c)
+            await c.subscribe(["approval.resolved"], session_id=sid)
+            now = host.services.now_ms()
+            damaged = (await ask(c, sid, toolCallId="call-1", expiresAt=now + 3000))["request"]["requestId"]
+            intact = (await ask(c, sid, toolCallId="call-2", expiresAt=now + 3200))["request"]["requestId"]
+            damage(tmp_path, "approvals", "options_json", damaged)
+            heard = [(await next_event(c, "approval.resolved", 30)).data["request"] for _ in range(2)]
+            assert [(r["requestId"], r["status"]) for r in heard] == [(damaged, "expired"), (intact, "expired")]
+            assert heard[0]["options"] == [] and heard[1]["options"] != []
