@@ -107,11 +107,17 @@ def beyond_reach(task: Mapping[str, Any], now_ms: int) -> bool:
     return limit is not None and int(task["nextRunAt"]) > limit
 
 
+def _tasks(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """The tasks the scheduler arms and fires: every one whose record reads. A damaged one (``tasks.list`` names
+    it in ``unreadable``) cannot fire, its schedule being unknown, and never keeps the others from firing."""
+    return tasks.readable_tasks(conn).items
+
+
 def next_due_at(conn: sqlite3.Connection, now_ms: int | None = None) -> int | None:
     """Earliest ``nextRunAt`` over the armed tasks (``None``: nothing to wait for). With ``now_ms``: a
     task whose slot is beyond reach (:func:`beyond_reach`) is due now (:func:`fire_due` moves it back)."""
     slots = [now_ms if now_ms is not None and beyond_reach(t, now_ms) else t["nextRunAt"]
-             for t in tasks.list_tasks(conn) if is_armed(t)]
+             for t in _tasks(conn) if is_armed(t)]
     return min(slots) if slots else None
 
 
@@ -124,7 +130,7 @@ def arm_unslotted(conn: sqlite3.Connection, now_ms: int) -> list[str]:
     created disabled task has one; enabling recomputes it). A schedule no slot comes out of
     (:func:`store.tasks.next_run_at` ``None``) leaves the row as it is. Returns the armed task ids."""
     armed: list[str] = []
-    for task in tasks.list_tasks(conn):
+    for task in _tasks(conn):
         config = task["config"]
         if isinstance(config.get("nextRunAt"), int) or not tasks.has_schedule(task["cadence"], config):
             continue
@@ -209,11 +215,11 @@ def _fire_one(conn: sqlite3.Connection, task: dict[str, Any], run_id: str, now_m
 def fire_due(conn: sqlite3.Connection, *, now_ms: int, new_run_id: Callable[[], str],
              faults: Faults = NO_FAULTS, limit: int = 32) -> FireBatch:
     """Fire up to ``limit`` due tasks (oldest slot first) in the caller's transaction."""
-    armed = [t for t in tasks.list_tasks(conn) if is_armed(t)]
+    armed = [t for t in _tasks(conn) if is_armed(t)]
     for task in armed:
         if beyond_reach(task, now_ms):
             _move_back(conn, task, now_ms)
-    armed = [t for t in tasks.list_tasks(conn) if is_armed(t)]
+    armed = [t for t in _tasks(conn) if is_armed(t)]
     due = sorted((t for t in armed if t["nextRunAt"] <= now_ms), key=lambda t: (t["nextRunAt"], t["id"]))
     outcomes = [_fire_one(conn, t, new_run_id(), now_ms, faults) for t in due[:limit]]
     return FireBatch(outcomes=outcomes, next_due=next_due_at(conn, now_ms), more_due=len(due) > limit)

@@ -73,7 +73,6 @@ __all__ = [
     "get_task",
     "has_schedule",
     "list_runs",
-    "list_tasks",
     "readable_tasks",
     "next_run_at",
     "normalize_config",
@@ -289,15 +288,9 @@ def get_task(conn: sqlite3.Connection, task_id: str) -> dict[str, Any]:
     return _task(row)
 
 
-def list_tasks(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    """Every task, oldest first (the scheduler's); a damaged one raises: :func:`readable_tasks` lists around it."""
-    rows = conn.execute(f"SELECT {_TASK_COLS} FROM scheduled_tasks ORDER BY created_at, id").fetchall()
-    return [_task(r) for r in rows]  # read first, as readable_tasks
-
-
 def readable_tasks(conn: sqlite3.Connection) -> Readable[dict[str, Any]]:
-    """Every task, oldest first (``tasks.list``); one whose record is damaged is named in ``unreadable`` (task
-    ids) instead."""
+    """Every task, oldest first (``tasks.list``, the scheduler); one whose record is damaged is named in
+    ``unreadable`` (task ids) instead."""
     # every row read before any is decoded: a damaged one raising mid-iteration would leave the statement
     # active (held by the traceback), its read snapshot open on this connection
     rows = conn.execute(f"SELECT {_TASK_COLS} FROM scheduled_tasks ORDER BY created_at, id").fetchall()

@@ -119,7 +119,7 @@ def test_the_store_listings_leave_a_damaged_record_out_and_name_it(tmp_path: Pat
     assert [t["id"] for t in listed.items] == ["k0", "k2"] and listed.unreadable == ["k1"]
     assert listed.map(lambda t: t["id"]).result("tasks") == {"tasks": ["k0", "k2"], "unreadable": ["k1"]}
     with pytest.raises(DamagedRecord):
-        tasks.list_tasks(conn)  # the scheduler's reading is all or nothing, as before
+        tasks.get_task(conn, "k1")
     for i, origin in enumerate(('{"n": 0}', '{"cut')):
         add_session(conn, f"p{i}")
         conn.execute("INSERT INTO session_import_origins(plugin_id, source_id, external_id, session_id, "

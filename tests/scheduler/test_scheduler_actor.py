@@ -321,6 +321,23 @@ def test_a_schedule_that_gives_no_slot_disarms_its_task_and_blocks_no_other(tmp_
         assert [(o.task["id"], o.kind) for o in again.outcomes] == [("good", "started")]
 
 
+def test_a_damaged_task_record_fires_nothing_and_blocks_no_other(tmp_path: Path) -> None:
+    """A task whose config_json no longer parses (damage of that record; only the database holds it): its
+    schedule is unknown, so it cannot fire, and ``tasks.list`` names it in ``unreadable``; the other tasks are
+    armed and fire as before. Before, every read of the tasks raised, in the fire transaction too: no task
+    fired, ever, until something repaired the record (nothing does)."""
+    with open_db(tmp_path / "pi.sqlite") as db:
+        hourly = {"schedule": {"hour": 0, "minute": 0}}
+        create(db, "bad", BASE, cadence="hourly", config=hourly)
+        create(db, "good", BASE, cadence="hourly", config=hourly)
+        db.tx(lambda c: c.execute("UPDATE scheduled_tasks SET config_json = '{\"cut' WHERE id = 'bad'"))
+        assert db.tx(lambda c: schedule.arm_unslotted(c, BASE)) == []
+        assert db.tx(lambda c: schedule.next_due_at(c, BASE)) == BASE + HOUR
+        batch = db.tx(lambda c: schedule.fire_due(c, now_ms=BASE + HOUR, new_run_id=lambda: "r1"))
+        assert [(o.task["id"], o.kind) for o in batch.outcomes] == [("good", "started")]
+        assert batch.next_due == BASE + 2 * HOUR
+
+
 @pytest.mark.parametrize("cadence", ["hourly", "daily", "weekly"])
 def test_a_stored_slot_without_a_schedule_arms_nothing(tmp_path: Path, cadence: str) -> None:
     """§4.11 "Absence of schedule leaves legacy tasks unarmed": a row with a stored nextRunAt (an older

@@ -148,4 +148,4 @@ def test_next_run_at() -> None:
 def test_invalid_config_is_refused_before_mutation(conn: sqlite3.Connection, config: dict[str, object]) -> None:
     with pytest.raises(InvalidInput):
         tasks.create_task(conn, task_id="t", title="t", prompt="p", cadence="weekly", config=config, now_ms=NOW)
-    assert tasks.list_tasks(conn) == []
+    assert tasks.readable_tasks(conn).items == []

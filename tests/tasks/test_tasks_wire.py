@@ -199,7 +199,7 @@ def test_legacy_daily_and_weekly_rows_with_a_schedule_infer_calendar_intent(conn
     _legacy_row(conn, "w", "weekly", {"schedule": {"hour": 7, "minute": 0, "weekday": 2}})
     _legacy_row(conn, "bare", "daily", {})  # no saved schedule: nothing to infer
     _legacy_row(conn, "h", "hourly", {"schedule": {"hour": 7, "minute": 0}})
-    wire = {t["id"]: tasks.to_wire(t) for t in tasks.list_tasks(conn)}
+    wire = {t["id"]: tasks.to_wire(t) for t in tasks.readable_tasks(conn).items}
     assert {k: v["calendarConfigured"] for k, v in wire.items()} == {
         "d": True, "w": True, "bare": False, "h": False}
     for tid, cadence in (("d", "hourly"), ("w", "hourly")):  # ... and a conversion back needs no confirmation
