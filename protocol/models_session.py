@@ -62,6 +62,12 @@ class SessionListParams(Params):
 class SessionListResult(Result):
     sessions: list[SessionSummary] = Field(description="Newest updatedAt first.")
     next_cursor: str | None = None
+    unreadable_threads: list[str] | None = Field(
+        default=None,
+        description="Ids of this page's sessions whose stored thread metadata is damaged (a JSON column that no "
+        "longer parses): listed without thread; the session itself reads, and session.updateMetadata writes new "
+        "metadata over it. Absent when every record reads.",
+    )
 
 
 class SessionIdParams(Params):

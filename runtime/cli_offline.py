@@ -149,9 +149,13 @@ def _sessions(conn: Any, data_dir: DataDir, args: argparse.Namespace) -> dict[st
     if args.cursor is not None:
         key = cursors.decode_cursor(args.cursor, cursors.SESSION_LIST_KIND, fp, (int, str))  # INVALID_CURSOR
         after = (int(key[0]), str(key[1]))
-    items, more = index.list_sessions(conn, limit=args.limit, cursor=after, project_id=None)
+    items, more, damaged = index.list_sessions(conn, limit=args.limit, cursor=after, project_id=None)
     nxt = cursors.encode_cursor(cursors.SESSION_LIST_KIND, fp, list(more)) if more is not None else None
-    return {"sessions": [_caught_up(conn, data_dir, index.public_session(r)) for r in items], "nextCursor": nxt}
+    out: dict[str, Any] = {"sessions": [_caught_up(conn, data_dir, index.public_session(r)) for r in items],
+                           "nextCursor": nxt}
+    if damaged:
+        out["unreadableThreads"] = damaged
+    return out
 
 
 def _caught_up(conn: Any, data_dir: DataDir, summary: dict[str, Any]) -> dict[str, Any]:

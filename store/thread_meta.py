@@ -23,7 +23,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from store.errors import InvalidInput
+from store.errors import DamagedRecord, InvalidInput
+from store.jsonio import loads_stored
 from store.rules import (
     MAX_FOLDER_CHARS,
     MAX_ORIGIN_CHARS,
@@ -176,10 +177,10 @@ def upsert(conn: sqlite3.Connection, session_id: str, meta: Mapping[str, Any], *
     )
 
 
-def _stored_origins(raw: str) -> list[Any]:
+def _stored_origins(raw: str, what: str) -> list[Any]:
     """A row's origins, one per canonical origin: a row written before origins were canonical may hold two
     spellings of one (it is rewritten canonical by the session's next metadata update)."""
-    stored = orjson.loads(raw)
+    stored = loads_stored(raw, what)
     if not isinstance(stored, list) or not all(
             isinstance(i, dict) and isinstance(i.get("origin"), str) and isinstance(i.get("status"), str)
             for i in stored):
@@ -187,22 +188,26 @@ def _stored_origins(raw: str) -> list[Any]:
     return _one_per_origin((i["origin"], i["status"]) for i in stored)
 
 
-def _from_row(row: tuple[Any, ...]) -> dict[str, Any]:
+def _from_row(session_id: str, row: tuple[Any, ...]) -> dict[str, Any]:
+    """``DamagedRecord`` when a JSON column no longer parses (or its tags are not a list)."""
     tags, folder, preset, archived, parent, origins = row
-    return {"tags": orjson.loads(tags), "folder": folder, "preset": preset, "archived": bool(archived),
-            "parentThreadId": parent, "origins": _stored_origins(origins)}
+    return {"tags": loads_stored(tags, f"session {session_id}'s thread tags_json", list), "folder": folder,
+            "preset": preset, "archived": bool(archived), "parentThreadId": parent,
+            "origins": _stored_origins(origins, f"session {session_id}'s thread origins_json")}
 
 
 def get(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | None:
     row = conn.execute(
         "SELECT tags_json, folder, preset, archived, parent_thread_id, origins_json FROM thread_meta "
         "WHERE session_id = ?", (session_id,)).fetchone()
-    return _from_row(row) if row else None
+    return _from_row(session_id, row) if row else None
 
 
-def attach(conn: sqlite3.Connection, rows: Iterable[dict[str, Any]]) -> None:
+def attach(conn: sqlite3.Connection, rows: Iterable[dict[str, Any]]) -> list[str]:
     """Set ``thread`` on session rows that have metadata (in place); others get none. Unset
-    optional fields are left out, as on the wire."""
+    optional fields are left out, as on the wire. Returns the ids of the sessions whose metadata record is
+    damaged: they get no ``thread`` (``session.list`` names them), and the session itself still reads."""
+    unreadable: list[str] = []
     by_id = {r["id"]: r for r in rows}
     for row in by_id.values():
         row.pop("thread", None)
@@ -212,8 +217,14 @@ def attach(conn: sqlite3.Connection, rows: Iterable[dict[str, Any]]) -> None:
         marks = ", ".join("?" for _ in chunk)
         for found in conn.execute(
             "SELECT session_id, tags_json, folder, preset, archived, parent_thread_id, origins_json "
-            f"FROM thread_meta WHERE session_id IN ({marks})", chunk):
-            by_id[found[0]]["thread"] = {k: v for k, v in _from_row(found[1:]).items() if v is not None}
+            f"FROM thread_meta WHERE session_id IN ({marks})", chunk).fetchall():
+            try:
+                meta = _from_row(found[0], found[1:])
+            except DamagedRecord:
+                unreadable.append(found[0])
+                continue
+            by_id[found[0]]["thread"] = {k: v for k, v in meta.items() if v is not None}
+    return unreadable
 
 
 def restore_from_info(conn: sqlite3.Connection, session_id: str, info: Mapping[str, Any] | None, *,
@@ -226,7 +237,12 @@ def restore_from_info(conn: sqlite3.Connection, session_id: str, info: Mapping[s
         meta = normalize(raw)
     except InvalidInput:
         return False  # a damaged object is skipped, never half-applied
-    if get(conn, session_id) == meta or (is_empty(meta) and get(conn, session_id) is None):
+    try:
+        current = get(conn, session_id)
+    except DamagedRecord:  # the row no longer reads: the transcript's metadata replaces it
+        upsert(conn, session_id, meta, now_ms=now_ms)
+        return True
+    if current == meta or (is_empty(meta) and current is None):
         return False
     upsert(conn, session_id, meta, now_ms=now_ms)
     return True

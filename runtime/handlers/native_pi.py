@@ -52,7 +52,7 @@ async def list_sessions(ctx: HostContext, p: m.SessionListParams, key: ReceiptKe
     after_raw = cursors.decode_cursor(p.cursor, cursors.SESSION_LIST_KIND, fp, (int, str)) if p.cursor else None
     after = (int(after_raw[0]), str(after_raw[1])) if after_raw else None
     plugin = ctx.caller.plugin_id
-    items, more = await ctx.read(lambda conn: index.list_sessions(conn, limit=p.limit, cursor=after,
+    items, more, damaged = await ctx.read(lambda conn: index.list_sessions(conn, limit=p.limit, cursor=after,
                                                                  project_id=p.project_id, owner_plugin=plugin,
                                                                  now_ms=ctx.now()))
     page = [index.public_session(r) for r in items]
@@ -64,7 +64,12 @@ async def list_sessions(ctx: HostContext, p: m.SessionListParams, key: ReceiptKe
     has_more = more is not None or len(page) > p.limit
     page = page[: p.limit]
     nxt = [page[-1]["updatedAt"], page[-1]["id"]] if has_more and page else None
-    return {"sessions": page, "nextCursor": cursors.encode_cursor(cursors.SESSION_LIST_KIND, fp, nxt) if nxt else None}
+    out: dict[str, Any] = {"sessions": page,
+                           "nextCursor": cursors.encode_cursor(cursors.SESSION_LIST_KIND, fp, nxt) if nxt else None}
+    listed = {s["id"] for s in page}
+    if unreadable := [sid for sid in damaged if sid in listed]:
+        out["unreadableThreads"] = unreadable  # listed without their thread metadata (its record is damaged)
+    return out
 
 
 async def get(ctx: HostContext, p: m.SessionGetParams, key: ReceiptKey | None) -> Any:

@@ -419,8 +419,9 @@ def delete_session_rows(conn: sqlite3.Connection, session_id: str, *, now_ms: in
 def list_sessions(
     conn: sqlite3.Connection, *, limit: int, cursor: tuple[int, str] | None, project_id: int | None = None,
     owner_plugin: str | None = None, now_ms: int | None = None,
-) -> tuple[list[dict[str, Any]], tuple[int, str] | None]:
-    """Sessions not in the trash, newest ``updated_at`` first; ``owner_plugin``: only that plugin's imports."""
+) -> tuple[list[dict[str, Any]], tuple[int, str] | None, list[str]]:
+    """Sessions not in the trash, newest ``updated_at`` first; ``owner_plugin``: only that plugin's imports.
+    (sessions, next cursor, ids of the sessions listed without ``thread``: their metadata record is damaged)."""
     where = ["s.deleted_at IS NULL"]
     args: list[Any] = []
     if owner_plugin is not None:
@@ -442,10 +443,10 @@ def list_sessions(
     rows = rows[:limit]
     items = [_session_dict(r) for r in rows]
     with_projection(conn, items, now_ms)
-    thread_meta.attach(conn, items)
+    unreadable_threads = thread_meta.attach(conn, items)
     origin_history.attach(conn, items)
     next_cursor = (items[-1]["updatedAt"], items[-1]["id"]) if more and items else None
-    return items, next_cursor
+    return items, next_cursor, unreadable_threads
 
 
 # ---------------------------------------------------------------------------

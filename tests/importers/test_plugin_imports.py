@@ -211,7 +211,7 @@ def test_plugin_import_history_model_is_listed_not_bound(db: sqlite3.Connection,
     from protocol.models_records import SessionSummary
 
     sid = import_plugin_session(db, request(), target, now_ms=NOW, make_id=lambda: "pl-hist-1")["sessionId"]
-    items, _ = index.list_sessions(db, limit=10, cursor=None)
+    items, _, _ = index.list_sessions(db, limit=10, cursor=None)
     (listed,) = [i for i in items if i["id"] == sid]
     assert listed["historyModel"] == {"providerId": "their-provider", "modelId": "their-model"}
     assert (listed["providerId"], listed["modelId"]) == (None, None)

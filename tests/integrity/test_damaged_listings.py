@@ -15,10 +15,11 @@ import pytest
 import trio
 
 from protocol.models_plugin_imports import PluginListSessionsResult
+from protocol.models_session import SessionListResult
 from protocol.models_tasks import TasksListResult
 from protocol.models_usage import ListTurnsResult
 from runtime.client import HostClient
-from store import approvals, tasks, turns
+from store import approvals, tasks, thread_meta, turns
 from store.errors import DamagedRecord
 from store.interchange.plugin_imports import list_plugin_sessions
 from tests.dbkit import NOW, add_session, fresh_db
@@ -153,3 +154,50 @@ def test_the_store_lists_pending_requests_around_a_damaged_one_and_lets_it_be_de
     with pytest.raises(DamagedRecord):  # a status or risk outside its set is not shown, leniently or not
         approvals.get_request(conn, "approval", "r-risk", lenient=True)
     assert approvals.settled_request(conn, "approval", "r-risk") is None
+
+
+async def test_session_list_shows_a_session_whose_thread_metadata_is_damaged_without_it(tmp_path: Path) -> None:
+    """Thread metadata (tags, folder...) is a record of its own: damaged, the session is listed without
+    ``thread`` and named in ``unreadableThreads``, and it still reads and can be given new metadata. Before,
+    session.list answered INTERNAL for every session (a bare JSON error), and so did the damaged session's
+    reads once a host started on it."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            sids = [(await ui.call("session.create", {"title": f"s{i}"}))["id"] for i in range(2)]
+            for sid in sids:
+                await ui.call("session.updateMetadata", {"sessionId": sid, "tags": ["mine"]})
+            damage(tmp_path, "UPDATE thread_meta SET tags_json = '{\"cut' WHERE session_id = ?", sids[0])
+            await check_listed(ui, sids)
+    async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+        await check_listed(ui, sids)
+        page = await ui.call("session.get", {"sessionId": sids[0]})
+        assert page["session"]["id"] == sids[0] and "thread" not in page["session"]
+        await ui.call("session.updateMetadata", {"sessionId": sids[0], "tags": ["again"]})  # written over it
+        listed = SessionListResult.model_validate(await ui.call("session.list", {}))
+        assert listed.unreadable_threads is None
+        assert {s.id: s.thread.tags if s.thread else None for s in listed.sessions} == {
+            sids[0]: ["again"], sids[1]: ["mine"]}
+
+
+async def check_listed(ui: HostClient, sids: list[str]) -> None:
+    listed = SessionListResult.model_validate(await ui.call("session.list", {}))
+    assert sorted(s.id for s in listed.sessions) == sorted(sids) and listed.unreadable_threads == [sids[0]]
+    threads = {s.id: s.thread for s in listed.sessions}
+    assert threads[sids[0]] is None and threads[sids[1]] is not None and threads[sids[1]].tags == ["mine"]
+
+
+def test_damaged_thread_metadata_is_left_off_and_a_transcript_line_restores_it(tmp_path: Path) -> None:
+    conn = fresh_db(tmp_path / "pi.sqlite")
+    for sid in ("s1", "s2"):
+        add_session(conn, sid)
+        thread_meta.upsert(conn, sid, thread_meta.merge(None, {"tags": ["t"]}), now_ms=NOW)
+    conn.execute("UPDATE thread_meta SET tags_json = '{\"cut' WHERE session_id = 's1'")
+    rows: list[dict[str, Any]] = [{"id": "s1"}, {"id": "s2"}]
+    assert thread_meta.attach(conn, rows) == ["s1"]
+    assert "thread" not in rows[0] and rows[1]["thread"]["tags"] == ["t"]
+    with pytest.raises(DamagedRecord):
+        thread_meta.get(conn, "s1")
+    # a rebuild or catch-up meeting the session's session_info line writes its metadata over the damaged row
+    assert thread_meta.restore_from_info(conn, "s1", {"thread": {"tags": ["back"]}}, now_ms=NOW)
+    found = thread_meta.get(conn, "s1")
+    assert found is not None and found["tags"] == ["back"]

@@ -2053,6 +2053,7 @@ class SessionListParams(TypedDict):
 class SessionListResult(TypedDict):
     sessions: list[SessionSummary]
     nextCursor: NotRequired[str | None]
+    unreadableThreads: NotRequired[list[str] | None]
 
 
 class SessionMessageEvent(TypedDict):

@@ -2635,6 +2635,8 @@ export interface SessionListResult {
   /** Newest updatedAt first. */
   sessions: SessionSummary[];
   nextCursor?: string | null;
+  /** Ids of this page's sessions whose stored thread metadata is damaged (a JSON column that no longer parses): listed without thread; the session itself reads, and session.updateMetadata writes new metadata over it. Absent when every record reads. */
+  unreadableThreads?: string[] | null;
 }
 
 /** A message line was appended (or replaced a streaming row in place). */
