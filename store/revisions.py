@@ -82,9 +82,11 @@ def revision_line(
 
 
 def revision_live_line(root_user_id: str, revision_index: int, *, created_at_ms: int,
-                       message_count: int | None = None) -> bytes:
+                       message_count: int | None = None, receipt: Mapping[str, Any] | None = None) -> bytes:
     """A constant-size reference to the branch that is the live transcript suffix. ``message_count``:
-    the suffix's length when it was saved, which the index row stores (a rebuilt row reads it back)."""
+    the suffix's length when it was saved, which the index row stores (a rebuilt row reads it back).
+    ``receipt``: a keyed ``session.saveActiveRevision``'s receipt record, with the answer it gives
+    (``RevisionFile.line_receipts``: a rebuilt index restores it)."""
     rec: dict[str, Any] = {
         "type": REVISION_LIVE,
         "rootUserId": root_user_id,
@@ -93,6 +95,8 @@ def revision_live_line(root_user_id: str, revision_index: int, *, created_at_ms:
     }
     if message_count is not None:
         rec["messageCount"] = message_count
+    if receipt is not None:
+        rec["receipt"] = dict(receipt)
     return dumps_line(rec)
 
 
@@ -132,6 +136,9 @@ class RevisionFile:
     torn_tail: bool = False
     records: dict[Key, dict[str, Any]] = field(default_factory=dict)
     """The last record per key as the file holds it (only from ``parse_revisions(..., records=True)``)."""
+    line_receipts: list[dict[str, Any]] = field(default_factory=list)
+    """The receipt records the ``revision_live`` lines carry, oldest first (every line's: a later line of
+    the key, a refresh or a regenerate's archive, leaves them standing)."""
 
     def family(self, root_user_id: str) -> list[RevisionEntry]:
         return sorted((e for e in self.entries.values() if e.root_user_id == root_user_id),
@@ -227,6 +234,9 @@ def _take_line(out: RevisionFile, line: bytes, records: bool) -> None:
         out.bad_lines += 1
         return
     out.entries[entry.key] = entry
+    carried = rec.get("receipt")
+    if entry.live and isinstance(carried, dict):
+        out.line_receipts.append(carried)
     out.first_seen_ms.setdefault(entry.key, rfc3339_to_ms(entry.created_at, 0))
     if records:
         out.records[entry.key] = rec

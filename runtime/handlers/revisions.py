@@ -367,19 +367,28 @@ async def save_active(ctx: SessionContext, p: m.SaveActiveRevisionParams, key: R
     # 1. the pager stamp: a same-id replacement line (keep-last at first position), only if it changes
     stamped_rec = with_stamp(root, count=count, active=idx, root=family)
     stamp = [dumps_line(stamped_rec)] if stamped_rec != root else []
+    # 3. index: the stamp line's op (the root row's span), the branch row (+ is_active flip), the receipt
+    def made(conn: Any) -> Any:
+        upsert_row(conn, sid, family, idx, message_count=message_count, now_ms=now, active=True)
+        info = next(r for r in revision_rows(conn, sid, family) if r["revisionIndex"] == idx)
+        return {"revision": info}
+
+    # keyed: the reference line carries the receipt with the answer, asked of a rolled-back run of the op
+    # before the line is written (a retry after the database was lost is answered with it, writes nothing)
+    answer = None if key is None else await ctx.db(lambda conn: index.dry_run(conn, made))
+    receipt = None if key is None else file_record(key, response=answer)
+    carried = CarriedAnswer(answer)
+
+    def op(conn: Any, refs: Any = None) -> Any:
+        return carried.give(made(conn))
+
     # 2. the constant-size reference line, after the stamp line (same worker-thread hop)
     path, faults = ctx.paths.revisions, ctx.faults
 
     def reference() -> None:
         # the count rides in the line: a rebuilt row reads back what this one stores
-        line = revision_live_line(family, idx, created_at_ms=now, message_count=message_count)
+        line = revision_live_line(family, idx, created_at_ms=now, message_count=message_count, receipt=receipt)
         append_revision_lines(path, [line], faults=faults)
-
-    # 3. index: the stamp line's op (the root row's span), the branch row (+ is_active flip), the receipt
-    def op(conn: Any, refs: Any = None) -> Any:
-        upsert_row(conn, sid, family, idx, message_count=message_count, now_ms=now, active=True)
-        info = next(r for r in revision_rows(conn, sid, family) if r["revisionIndex"] == idx)
-        return {"revision": info}
 
     if stamp:
         done = await ctx.append_lines(Lines(stamp, records=[stamped_rec]), then=op, touch=False,
@@ -390,6 +399,7 @@ async def save_active(ctx: SessionContext, p: m.SaveActiveRevisionParams, key: R
         await ctx.io(reference)
         _referenced(ctx, (family, idx))
         result = await ctx.commit(op)
+    carried.check(ctx.method)
     if stamp:
         ref = {**index.message_ref(sid, pos + 1, stamped_rec, None),
                "createdAt": rfc3339_to_ms(stamped_rec.get("createdAt"), now)}

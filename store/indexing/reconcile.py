@@ -580,6 +580,8 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
     for carried in scan.line_receipts:  # a crash between a line's fsync and its receipt's commit
         restore_receipt(conn, session_id, carried, now_ms=now_ms)
     if plan.archived is not None and plan.kind == "full":
+        for carried in plan.archived.line_receipts:  # a keyed saveActiveRevision's, on its reference line
+            restore_receipt(conn, session_id, carried, now_ms=now_ms)
         restore_archived_receipts(conn, session_id, plan.archived, [item.record for item in dedupe(scan.messages)],
                                   now_ms=now_ms)
     if scan.decisions:  # the same for an answer's decision line: its row and its receipt
@@ -675,6 +677,9 @@ def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any 
         return {"messageId": asked, "deleted": method == "session.deleteMessage"} if isinstance(asked, str) else None
     if method == "sessions.purge":
         return {"sessionId": session_id, "purged": True}
+    if method == "session.saveActiveRevision":  # its reference line carries the answer it gave
+        said = extra.get("response")
+        return dict(said) if isinstance(said, Mapping) and isinstance(said.get("revision"), Mapping) else None
     row = index.session_row(conn, session_id)
     if row is None:
         return None

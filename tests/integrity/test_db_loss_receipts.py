@@ -16,7 +16,7 @@ import trio
 
 from protocol.methods import METHODS
 from protocol.models import SessionSummary
-from runtime.client import HostClient, open_client
+from runtime.client import HostClient, RpcError, open_client
 from store.ids import derived_id
 from store.transcripts.rewrite import CARRIED_RECEIPTS
 from tests.hostkit import call_killed_at, msg, start_host_process
@@ -432,3 +432,79 @@ async def test_a_retried_plugin_registration_is_answered_as_the_first_time_after
         got = await _on_host(tmp_path, retry)
     assert {name: got[name] for name in keyed} == first
     assert got["plugins"] == [("acme", "2", True)]  # nothing undone
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupt"])
+async def test_a_retried_change_held_in_a_file_is_answered_once_after_the_loss(tmp_path: Path, how: str) -> None:
+    """More keyed changes whose effect is a file (seed 000 §2.4), each followed by a change that would alter its
+    answer or that a second run would undo. ``session.saveActiveRevision``'s receipt was a database row only:
+    after the loss its retry saved the live branch again (another reference line, the regenerated variant's)
+    and answered that variant, not the one it saved. Its reference line carries the receipt and the answer now.
+    ``projects.remove``: the project is a database row and its removal intent goes once the removal is over, so
+    nothing is left to answer from; the retry is NOT_FOUND and deletes nothing again (its sessions stay
+    deleted: ``sessions/deleted-sessions.log`` names them)."""
+    data, folder = tmp_path / "data", tmp_path / "project"
+    data.mkdir()
+    folder.mkdir()
+    keyed: dict[str, tuple[str, dict[str, Any]]] = {
+        "save": ("session.saveActiveRevision", {"sessionId": "sv", "rootUserId": "sv-u1"}),
+        "hide": ("session.deleteMessage", {"sessionId": "dm", "messageId": "dm-a0"}),
+        "delete": ("session.delete", {"sessionId": "d"}),
+        "compact": ("session.appendCompaction", {"sessionId": "c", "compaction": {
+            "id": "cp1", "summary": "so far", "throughMessageId": "c-a1", "tokensBefore": 10}}),
+        "secret": ("secrets.set", {"ref": "provider/acme", "value": "first"}),
+        "put": ("attachments.put", {"name": "a.txt", "mimeType": "text/plain", "dataBase64": "aGkK"}),
+    }
+    for name, (_, params) in keyed.items():
+        params["submissionId"] = f"k-{name}"
+    first: dict[str, Any] = {}
+    sessions = ("sv", "dm", "c")
+
+    async def build(c: HostClient) -> None:
+        for sid in (*sessions, "d"):
+            await c.call("session.create", {"sessionId": sid, "title": f"session {sid}"})
+            for n in (0, 1):
+                for m in (msg(f"{sid}-u{n}", f"q{n}"), msg(f"{sid}-a{n}", f"r{n}", role="assistant")):
+                    await c.call("session.appendMessage", {"sessionId": sid, "message": m})
+        made = await c.call("session.create", {"sessionId": "pj", "title": "p", "projectPath": str(folder)})
+        keyed["remove"] = ("projects.remove", {"projectId": made["projectId"], "submissionId": "k-remove"})
+        for name, (method, params) in keyed.items():
+            first[name] = await c.call(method, params)
+        # later changes
+        await c.call("session.truncateFrom", {"sessionId": "sv", "messageId": "sv-a1", "mode": "regenerate"})
+        await c.call("session.restoreMessage", {"sessionId": "dm", "messageId": "dm-a0"})
+        first["secret-since"] = await c.call("secrets.set", {"ref": "provider/acme", "value": "second"})
+        for sid in sessions:
+            await c.call("session.rename", {"sessionId": sid, "title": "renamed since"})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"{sid}-later", "later")})
+
+    async def retry(c: HostClient) -> dict[str, Any]:
+        got: dict[str, Any] = {}
+        for name, (method, params) in keyed.items():
+            try:
+                got[name] = await c.call(method, params)
+            except RpcError as exc:
+                got[name] = exc.data_code
+        got["secrets"] = [(s["ref"], s["updatedAt"]) for s in (await c.call("secrets.list", {}))["secrets"]]
+        got["sessions"] = sorted(s["id"] for s in (await c.call("session.list", {}))["sessions"])
+        return got
+
+    def files() -> dict[str, tuple[bytes, bytes | None]]:
+        return {sid: (transcript_path(data, sid).read_bytes(),
+                      revisions_path(data, sid).read_bytes() if revisions_path(data, sid).exists() else None)
+                for sid in sessions}
+
+    with trio.fail_after(90):
+        await _on_host(data, build)
+        before = files()
+        _damage(data, how)
+        got = await _on_host(data, retry)
+    assert first["save"]["revision"]["revisionIndex"] == 1 and first["remove"]["deletedSessions"] == ["pj"]
+    assert [name for name in keyed if name != "remove" and got[name] != first[name]] == []
+    for name, (method, _) in keyed.items():
+        if name != "remove":
+            METHODS[method].result_model.model_validate(got[name])
+    assert got["remove"] == "NOT_FOUND"
+    assert files() == before  # nothing saved, hidden or compacted again
+    assert got["secrets"] == [("provider/acme", first["secret-since"]["updatedAt"])]  # the later value stays
+    assert got["sessions"] == sorted(sessions)  # "d" and "pj" stay deleted
