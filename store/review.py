@@ -372,12 +372,15 @@ def restore_answer(meta: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_record_retry(meta: Mapping[str, Any], key: ReceiptKey) -> dict[str, Any]:
-    """A snapshot already published under this receipt key: its answer, or IDEMPOTENCY_CONFLICT."""
+    """A snapshot already published under this receipt key: its answer, or IDEMPOTENCY_CONFLICT. The answer
+    is the one the recording gave (``recorded``), even when a restore since changed ``meta.json`` (a retry
+    after the database was lost, which took the receipt row, comes here)."""
     found = key_of_record(meta.get("receipt"))
     if found != key:
         raise IdempotencyConflict(f"submissionId {key.submission_id} was already used for a different request",
                                   data={"submissionId": key.submission_id, "method": key.method})
-    return record_answer(meta)
+    recorded = {k: v for k, v in meta.items() if k not in ("restoredAt", "restore")}
+    return record_answer({**recorded, "state": "recorded"})
 
 
 # ---------------------------------------------------------------------- restore
@@ -394,15 +397,20 @@ def plan_restore(meta: Mapping[str, Any], current: FileState, key: ReceiptKey | 
     """What a restore does, given the file now (by hash):
 
     * the file is what the tool wrote → ``write`` the before bytes back;
+    * this call's own restore is over (its intent is in ``meta``, which says ``restored``) → ``answered``,
+      whatever the file holds now (a retry after the database was lost: its receipt row went with it; the
+      file changed since is not this call's to judge again);
     * it already holds the before bytes and this call's own restore intent is in ``meta`` → ``finish``
-      (a retry after a crash: publish the restored state) or ``answered`` (it was published);
+      (a retry after a crash: publish the restored state);
     * anything else → ``FILE_CHANGED`` (the user or another tool changed it since) or ``CONFLICT``
       (already restored by another call).
     """
     intent = meta.get("restore") if isinstance(meta.get("restore"), Mapping) else None
     mine = intent is not None and key is not None and key_of_record(intent.get("receipt")) == key
+    if mine and meta.get("state") == "restored":
+        return "answered"
     if _same(current, meta["before"]) and mine:
-        return "answered" if meta.get("state") == "restored" else "finish"
+        return "finish"
     if _same(current, meta["after"]) and (meta.get("state") != "restored" or mine):
         return "write"
     if meta.get("state") == "restored" and _same(current, meta["before"]):

@@ -508,3 +508,49 @@ async def test_a_retried_change_held_in_a_file_is_answered_once_after_the_loss(t
     assert files() == before  # nothing saved, hidden or compacted again
     assert got["secrets"] == [("provider/acme", first["secret-since"]["updatedAt"])]  # the later value stays
     assert got["sessions"] == sorted(sessions)  # "d" and "pj" stay deleted
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupt"])
+async def test_a_retried_review_record_and_restore_answer_as_the_first_time_after_the_loss(
+        tmp_path: Path, how: str) -> None:
+    """A review snapshot's ``meta.json`` carries the recording call's receipt and the restore's intent with its
+    receipt; the receipt rows go with the database. After the loss the retried record answered the snapshot as
+    ``meta.json`` says now (``restored``), not ``recorded``, and the retried restore, the file edited since,
+    answered FILE_CHANGED though its own restore was over. Neither writes anything (the edit stays)."""
+    data, ws = tmp_path / "data", tmp_path / "ws"
+    data.mkdir()
+    (ws / "docs").mkdir(parents=True)
+    notes = ws / "docs" / "notes.md"
+    notes.write_bytes(b"after\n")
+    keyed: dict[str, tuple[str, dict[str, Any]]] = {
+        "record": ("review.record", {"sessionId": "rv", "path": "docs/notes.md", "toolName": "Edit",
+                                     "beforeBase64": "YmVmb3JlCg==", "toolCallId": "call_3", "messageId": "a1",
+                                     "submissionId": "k-record"}),
+    }
+    first: dict[str, Any] = {}
+
+    async def build(c: HostClient) -> None:
+        await c.call("session.create", {"sessionId": "rv", "title": "r", "projectPath": str(ws)})
+        first["record"] = await c.call(*keyed["record"])
+        snapshot = first["record"]["snapshot"]["snapshotId"]
+        keyed["restore"] = ("review.restore", {"sessionId": "rv", "snapshotId": snapshot, "submissionId": "k-restore"})
+        first["restore"] = await c.call(*keyed["restore"])
+        notes.write_bytes(b"edited since\n")
+
+    async def retry(c: HostClient) -> dict[str, Any]:
+        got = {name: await c.call(method, params) for name, (method, params) in keyed.items()}
+        got["snapshots"] = (await c.call("review.list", {"sessionId": "rv"}))["snapshots"]
+        return got
+
+    with trio.fail_after(60):
+        await _on_host(data, build)
+        review = sorted(p.name for p in (data / "review-changes" / "rv").iterdir())
+        _damage(data, how)
+        got = await _on_host(data, retry)
+    assert first["record"]["snapshot"]["state"] == "recorded" and first["restore"]["snapshot"]["state"] == "restored"
+    assert {name: got[name] for name in keyed} == first
+    for name, (method, _) in keyed.items():
+        METHODS[method].result_model.model_validate(got[name])
+    assert got["snapshots"] == [first["restore"]["snapshot"]]  # recorded once
+    assert sorted(p.name for p in (data / "review-changes" / "rv").iterdir()) == review
+    assert notes.read_bytes() == b"edited since\n"  # not restored again
