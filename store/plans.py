@@ -47,8 +47,10 @@ __all__ = [
     "approve",
     "check_markdown_size",
     "expire_stale",
+    "find_keyed_artifact",
     "get_request",
     "insert_pending",
+    "keyed_token",
     "lapsed_sessions",
     "list_pending",
     "next_deadline",
@@ -104,12 +106,45 @@ def _ensure_real_dir(path: str) -> None:
         raise Conflict(f"{path} is not a directory (symlinks are refused)", data={"path": path})
 
 
-def artifact_name(kind: str, now_ms: int | None = None) -> str:
-    """A fresh relative path ``.pi/<kind>/<stamp>-<random>.md`` (chosen before anything is written)."""
+def artifact_name(kind: str, now_ms: int | None = None, token: str | None = None) -> str:
+    """A fresh relative path ``.pi/<kind>/<stamp>-<token>.md`` (chosen before anything is written); the token
+    is random, or a keyed submission's :func:`keyed_token`."""
     if kind not in KINDS:
         raise InvalidInput("kind must be plan or goal", data={"field": "kind"})
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime((now_ms or int(time.time() * 1000)) / 1000))
-    return f".pi/{kind}/{stamp}-{secrets.token_hex(6)}.md"
+    return f".pi/{kind}/{stamp}-{token or secrets.token_hex(6)}.md"
+
+
+def keyed_token(client_id: str, submission_id: str) -> str:
+    """The name token (12 hex) of a keyed submission's artifact, derived from its receipt key."""
+    return hashlib.sha256(f"{client_id}\x00{submission_id}".encode()).hexdigest()[:12]
+
+
+def find_keyed_artifact(workspace_root: str, kind: str, token: str, markdown: bytes) -> Artifact | None:
+    """The artifact an earlier try of this keyed submission published (its name ends in the key's token) if it
+    holds exactly ``markdown``: a retry whose row and receipt went with a lost database names it again and
+    publishes no second file. None: there is none (or it changed: then the retry writes its own)."""
+    if kind not in KINDS:
+        raise InvalidInput("kind must be plan or goal", data={"field": "kind"})
+    root = _check_root(workspace_root)
+    kind_dir = os.path.join(root, ".pi", kind)
+    try:
+        names = sorted(os.listdir(kind_dir))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise classify_os_error(exc, f"list {kind} artifacts in {root}") from exc
+    sha, size = hashlib.sha256(markdown).hexdigest(), len(markdown)
+    for name in names:
+        rel = f".pi/{kind}/{name}"
+        if not name.endswith(f"-{token}.md") or not _REL_RE.fullmatch(rel):
+            continue
+        try:
+            verify_artifact(root, rel, sha, size)  # no symlink followed, exact bytes
+        except CorruptData:
+            continue
+        return Artifact(rel, sha, size)
+    return None
 
 
 def check_markdown_size(markdown: bytes) -> None:

@@ -52,7 +52,7 @@ from runtime.handlers.approvals import note_deadline
 from store import approvals, plans, tasks
 from store.errors import Conflict, CorruptData, InvalidInput, StoreError
 from store.fsutil import remove_file_durable
-from store.ids import new_id
+from store.ids import derived_id, new_id
 from store.indexing import index
 from store.receipts import ReceiptKey
 
@@ -103,14 +103,22 @@ async def submit(ctx: SessionContext, p: m.PlansSubmitParams, key: ReceiptKey | 
     if existing is not None:
         raise Conflict(f"session {ctx.sid} already has a pending {existing['kind']} approval",
                        data={"sessionId": ctx.sid, "requestId": existing["requestId"]})
-    request_id = new_id("plan_")
-    planned = plans.Artifact(plans.artifact_name(kind, now), plans.sha256_of(markdown), len(markdown))
+    # keyed: the request id and the artifact's name token derive from the key, and an artifact an earlier try
+    # published (its row and receipt lost with the database) is named again, not written a second time
+    token = None if key is None else plans.keyed_token(key.client_id, key.submission_id)
+    request_id = new_id("plan_") if key is None else derived_id(key.client_id, key.submission_id, prefix="plan_")
+    found = None if token is None else await ctx.io(plans.find_keyed_artifact, root, kind, token, markdown)
+    planned = found or plans.Artifact(plans.artifact_name(kind, now, token), plans.sha256_of(markdown),
+                                      len(markdown))
     intent, faults = ctx.paths.plan_intent, ctx.faults
     try:
         await ctx.io(lambda: plans.write_intent(intent, request_id=request_id, session_id=sid,
                                                 workspace_root=root, artifact=planned, faults=faults))
-        artifact = await ctx.io(lambda: plans.write_artifact(root, kind, markdown, faults=faults, now_ms=now,
-                                                             relative_path=planned.relative_path))
+        if found is not None:
+            artifact = found
+        else:
+            artifact = await ctx.io(lambda: plans.write_artifact(root, kind, markdown, faults=faults, now_ms=now,
+                                                                 relative_path=planned.relative_path))
         await ctx.io(faults.point, "plans.before_row")
     except BaseException:
         # Nothing was sent to the DB yet, so no row can ever name this artifact: undo it here rather

@@ -554,3 +554,36 @@ async def test_a_retried_review_record_and_restore_answer_as_the_first_time_afte
     assert got["snapshots"] == [first["restore"]["snapshot"]]  # recorded once
     assert sorted(p.name for p in (data / "review-changes" / "rv").iterdir()) == review
     assert notes.read_bytes() == b"edited since\n"  # not restored again
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupt"])
+async def test_a_retried_plan_submission_writes_no_second_artifact_after_the_loss(tmp_path: Path, how: str) -> None:
+    """``plans.submit`` writes its Markdown artifact into the workspace, then the pending approval (a database
+    row) with the receipt. After the loss the row and the receipt are gone; the retry wrote a second artifact
+    (another unique name) for a new request id. A keyed submission's request id and artifact name token derive
+    from the key now, and its retry names the artifact the first try published: one file, one pending approval
+    with the first request id and artifact (the row is made again: its times are the retry's)."""
+    data, ws = tmp_path / "data", tmp_path / "ws"
+    data.mkdir()
+    ws.mkdir()
+    params = {"sessionId": "pl", "turnId": "t0", "toolCallId": "c1", "kind": "plan", "markdown": "# plan\n",
+              "workspaceRoot": str(ws), "submissionId": "k-plan"}
+
+    async def build(c: HostClient, sc: HostClient) -> Any:
+        await c.call("session.create", {"sessionId": "pl", "title": "p", "projectPath": str(ws), "mode": "plan"})
+        await sc.call("session.startTurn", {"sessionId": "pl", "turnId": "t0"})
+        return await sc.call("plans.submit", params)
+
+    async def retry(c: HostClient, sc: HostClient) -> tuple[Any, Any]:
+        return await sc.call("plans.submit", params), (await c.call("plans.pending", {}))["pending"]
+
+    with trio.fail_after(60):
+        first = await _on_host(data, build, sidecar=True)
+        _damage(data, how)
+        got, pending = await _on_host(data, retry, sidecar=True)
+    same = ("requestId", "sessionId", "turnId", "toolCallId", "kind", "status", "artifactPath", "artifactSha256",
+            "artifactSize", "version")
+    assert {k: got[k] for k in same} == {k: first[k] for k in same}
+    METHODS["plans.submit"].result_model.model_validate(got)
+    assert sorted(p.name for p in (ws / ".pi" / "plan").iterdir()) == [first["artifactPath"].rsplit("/", 1)[1]]
+    assert [p["requestId"] for p in pending] == [first["requestId"]]
