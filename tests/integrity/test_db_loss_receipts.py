@@ -7,6 +7,7 @@ database removed (with its ``-wal``/``-shm``) or its header overwritten, the hos
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from runtime.client import HostClient, RpcError, open_client
 from store.ids import derived_id
 from store.transcripts.rewrite import CARRIED_RECEIPTS
 from tests.hostkit import call_killed_at, msg, start_host_process
+from tests.imports.test_crash_retry import SOURCE as CLAUDE_CODE
+from tests.plugin_imports.test_plugin_imports_rpc import IMPORT as PLUGIN_IMPORT
 from tests.revisions.helpers import revisions_path, transcript_path
 
 
@@ -587,3 +590,41 @@ async def test_a_retried_plan_submission_writes_no_second_artifact_after_the_los
     METHODS["plans.submit"].result_model.model_validate(got)
     assert sorted(p.name for p in (ws / ".pi" / "plan").iterdir()) == [first["artifactPath"].rsplit("/", 1)[1]]
     assert [p["requestId"] for p in pending] == [first["requestId"]]
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupt"])
+async def test_a_retried_import_is_answered_as_the_first_time_after_the_loss(tmp_path: Path, how: str) -> None:
+    """``import.sessions`` and ``plugins.importSession`` carry their receipts in the sessions they write (an
+    ``import_receipt`` line, the new transcript's header): after the loss their retries answer what the first
+    calls answered (``new`` / ``created: true``, not ``unchanged``) and write no session again."""
+    data, src = tmp_path / "data", tmp_path / "src"
+    data.mkdir()
+    shutil.copytree(CLAUDE_CODE, src)
+    keyed = {"sessions": ("import.sessions", {"source": "claude-code", "root": str(src), "submissionId": "k-import"}),
+             "plugin": ("plugins.importSession", {**PLUGIN_IMPORT, "submissionId": "k-plugin"})}
+
+    async def run(c: HostClient, plugin: HostClient) -> dict[str, Any]:
+        got = {name: await (plugin if method.startswith("plugins.") else c).call(method, params)
+               for name, (method, params) in keyed.items()}
+        got["listed"] = sorted(s["id"] for s in (await c.call("session.list", {}))["sessions"])
+        return got
+
+    async def on_host(work: Any, *, register: bool = False) -> Any:
+        proc = await trio.to_thread.run_sync(start_host_process, data)
+        try:
+            async with open_client(proc.url, proc.token, client_id="ui-1", client_kind="ui") as c, \
+                    open_client(proc.url, proc.token, client_id="p1", client_kind="plugin", plugin_id="alpha") as p:
+                if register:
+                    await c.call("plugins.register", {"pluginId": "alpha", "name": "alpha", "version": "1"})
+                return await work(c, p)
+        finally:
+            assert await trio.to_thread.run_sync(proc.terminate) == 0
+
+    with trio.fail_after(90):
+        first = await on_host(run, register=True)
+        files = sorted((p.name, p.read_bytes()) for p in (data / "sessions").glob("*.jsonl"))
+        _damage(data, how)
+        got = await on_host(run)
+    assert first["sessions"]["counts"]["new"] == 6 and first["plugin"]["created"] is True and len(files) == 7
+    assert got == first
+    assert sorted((p.name, p.read_bytes()) for p in (data / "sessions").glob("*.jsonl")) == files
