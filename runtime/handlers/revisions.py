@@ -375,7 +375,7 @@ async def save_active(ctx: SessionContext, p: m.SaveActiveRevisionParams, key: R
 
     # keyed: the reference line carries the receipt with the answer, asked of a rolled-back run of the op
     # before the line is written (a retry after the database was lost is answered with it, writes nothing)
-    answer = None if key is None else await ctx.db(lambda conn: index.dry_run(conn, made))
+    answer = None if key is None else await ctx.db(lambda conn: index.dry_run(conn, made), durable=False)
     receipt = None if key is None else file_record(key, response=answer)
     carried = CarriedAnswer(answer)
 
