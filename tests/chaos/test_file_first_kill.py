@@ -50,6 +50,11 @@ def transcript_files(root: Path, v: Vars) -> int:
                and not p.name.endswith(".revisions.jsonl"))
 
 
+def info_lines(root: Path, v: Vars) -> int:
+    path = root / "sessions" / f"{v['sid']}.jsonl"
+    return sum(1 for line in path.read_bytes().splitlines() if b'"type":"session_info"' in line)
+
+
 # method -> (fault points between the file and the commit, how one effect shows)
 CASES: dict[str, tuple[tuple[str, ...], Count | None]] = {
     "session.create": (("create.after_tmp_fsync", "create.after_rename", "create.before_index",
@@ -101,6 +106,24 @@ CASES: dict[str, tuple[tuple[str, ...], Count | None]] = {
     # thread metadata: a session_info line (its receipt rides in it), then the thread_meta row
     "session.updateMetadata": (("append.after_fsync", "session.updateMetadata.before_commit",
                                 "session.updateMetadata.after_commit"), None),
+    "session.rename": (("append.after_fsync", "session.rename.before_commit", "session.rename.after_commit"),
+                       info_lines),
+    "session.update": (("append.after_fsync", "session.update.before_commit", "session.update.after_commit"),
+                       info_lines),
+    "sessions.trash": (("append.after_fsync", "sessions.trash.before_commit", "sessions.trash.after_commit"),
+                       info_lines),
+    "sessions.restore": (("append.after_fsync", "sessions.restore.before_commit", "sessions.restore.after_commit"),
+                         info_lines),
+    # the queue is database-only: a kill anywhere in its transaction leaves it whole or absent
+    **{f"session.{op}": (("queue.after_apply", f"session.{op}.before_commit", f"session.{op}.after_commit"),
+                         SCENARIOS[f"session.{op}"].count)
+       for op in ("queuePush", "queueRemove", "queuePrioritize", "queueReorder")},
+    "session.queueAttach": (("session.queueAttach.before_commit", "session.queueAttach.after_commit"), None),
+    # set up in the crashing host (a controller's attachment does not outlive its host), whose setup
+    # pushes entries through queue.after_apply: the take's own commit points only. Killed before its
+    # commit, the take's retry finds the queue held (no controller since the restart) and takes nothing
+    # until a controller attaches; so no count of one effect here
+    "session.queueTake": (("session.queueTake.before_commit", "session.queueTake.after_commit"), None),
 }
 
 
@@ -115,7 +138,8 @@ def _client(proc: HostProcess, kind: str) -> Any:
 IN_PLACE = {"plans.submit", "attachments.importFile", "review.record", "review.restore"}
 # A running turn does not outlive its host (the boot fence ends it): these are set up in the host that
 # then dies at the point (their setups write no transcript line, so the point's first hit is the call's).
-IN_CRASHING_HOST = {"approvals.respond", "interactions.respond", "collab.begin", "session.recoverInflight"}
+IN_CRASHING_HOST = {"approvals.respond", "interactions.respond", "collab.begin", "session.recoverInflight",
+                    "session.queueTake"}
 
 
 async def _setup(method: str, root: Path) -> Vars:
