@@ -198,34 +198,38 @@ async def test_sigkill_between_file_and_commit_then_retry(tmp_path: Path, prepar
         before = effect(root, v) if effect else None
     crashing = start_host_process(root, env={"RT_CRASHPOINT": f"{point}:1"})
     acked: Any = None
-    with trio.fail_after(60):
-        try:
-            async with _client(crashing, scenario.kind) as c:
-                if method in IN_CRASHING_HOST:
-                    v = await scenario.setup(c, root)
-                    await c.call("session.get", {"sessionId": v["sid"]})  # the index covers the setup
-                    before = effect(root, v) if effect else None
-                params = {**scenario.params(v), "submissionId": f"chaos-{method}"}
-                acked = await c.call(method, params)
-                # An append is acknowledged once its line is durable, before its index commit:
-                # the host dies right after the answer (``index.*`` points).
-                assert method == "session.appendMessage" and point.startswith("index."), (method, point)
-                await c.call("host.status", {})  # the connection drops when the host dies
-        except (ClientClosed, OSError):
-            pass
-        await trio.to_thread.run_sync(lambda: crashing.proc.communicate(timeout=30))
-        assert crashing.proc.returncode == -9, f"the host did not die at {point}"
-        # The restart's boot recovery and the retries run in this process (the same boot, actors, gateway
-        # and WebSocket client as a `pi-host serve`): only the host that dies needs a process of its own.
-        async with inprocess_host(root) as again, client_for(again, "chaos-file", scenario.kind) as c:
-            first = await c.call(method, params)
-            if acked is not None:
-                assert first == acked, "the retry did not get the acknowledged answer"
-            assert await c.call(method, params) == first
-            if effect is not None:
-                assert before is not None
-                assert abs(effect(root, v) - before) == 1, f"{method} at {point}: not exactly one effect"
-            await _check_effect(c, root, method, v, first)
+    try:
+        with trio.fail_after(60):
+            try:
+                async with _client(crashing, scenario.kind) as c:
+                    if method in IN_CRASHING_HOST:
+                        v = await scenario.setup(c, root)
+                        await c.call("session.get", {"sessionId": v["sid"]})  # the index covers the setup
+                        before = effect(root, v) if effect else None
+                    params = {**scenario.params(v), "submissionId": f"chaos-{method}"}
+                    acked = await c.call(method, params)
+                    # An append is acknowledged once its line is durable, before its index commit:
+                    # the host dies right after the answer (``index.*`` points).
+                    assert method == "session.appendMessage" and point.startswith("index."), (method, point)
+                    await c.call("host.status", {})  # the connection drops when the host dies
+            except (ClientClosed, OSError):
+                pass
+            await trio.to_thread.run_sync(lambda: crashing.proc.communicate(timeout=30))
+            assert crashing.proc.returncode == -9, f"the host did not die at {point}"
+            # The restart's boot recovery and the retries run in this process (the same boot, actors, gateway
+            # and WebSocket client as a `pi-host serve`): only the host that dies needs a process of its own.
+            async with inprocess_host(root) as again, client_for(again, "chaos-file", scenario.kind) as c:
+                first = await c.call(method, params)
+                if acked is not None:
+                    assert first == acked, "the retry did not get the acknowledged answer"
+                assert await c.call(method, params) == first
+                if effect is not None:
+                    assert before is not None
+                    assert abs(effect(root, v) - before) == 1, f"{method} at {point}: not exactly one effect"
+                await _check_effect(c, root, method, v, first)
+    finally:  # a host that did not die at its point would outlive the test (and hang its exit)
+        if crashing.proc.poll() is None:
+            crashing.kill9()
 
 
 async def _check_effect(c: Any, root: Path, method: str, v: Vars, first: Any) -> None:
