@@ -5,7 +5,6 @@ page showing that turn answered CORRUPT_DATA, so the session's acknowledged mess
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import trio
@@ -14,20 +13,9 @@ from protocol.models_session import SessionGetResult
 from runtime.client import HostClient
 from store import approvals
 from tests.approvals.test_approvals_host import answer, ask, session_with_turn, turn_of
+from tests.approvals.test_damaged_pending import damage
 from tests.dbkit import add_session, fresh_db
 from tests.hostkit import client_for, inprocess_host, msg
-
-
-def damage_options(root: Path, request_id: str) -> None:
-    """A changed byte inside the record's JSON: it no longer parses (the host wrote valid JSON there)."""
-    conn = sqlite3.connect(root / "pi.sqlite")
-    try:
-        with conn:
-            changed = conn.execute("UPDATE approvals SET options_json = substr(options_json, 1, 20) || '}' "
-                                   "WHERE request_id = ?", (request_id,)).rowcount
-        assert changed == 1
-    finally:
-        conn.close()
 
 
 async def test_a_damaged_decision_is_named_and_the_page_still_reads(tmp_path: Path) -> None:
@@ -44,7 +32,7 @@ async def test_a_damaged_decision_is_named_and_the_page_still_reads(tmp_path: Pa
                                                        "message": msg(f"{sid}-a{i}", f"after {i}")})
             before = SessionGetResult.model_validate(await ui.call("session.get", {"sessionId": sid}))
             assert before.unreadable_decisions is None and len(before.decisions or []) == 2
-            damage_options(tmp_path, damaged)
+            damage(tmp_path, "approvals", "options_json", damaged)
             await check_page(ui, sid, before, intact, damaged)
     # a host started on it (the session's first read there, with no actor running) reads the page the same way
     async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
