@@ -36,11 +36,12 @@ from typing import Any
 from actors.session_context import CarriedAnswer, Lines, SessionContext
 from protocol import models as m
 from runtime.handlers import turn_aftermath
-from store import collab
+from store import collab, receipts
 from store.errors import Conflict, CorruptData, InvalidInput, MessageNotFound, NotFound, PermissionDenied
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import remove_file_durable
 from store.indexing import index
+from store.indexing.reconcile import restore_receipt
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey, file_record
 from store.receipts import conflict as receipts_conflict
@@ -112,7 +113,9 @@ def resolve_position(live: LiveTranscript, session_id: str, message_id: str) -> 
 
 
 async def ensure_synced(ctx: SessionContext, live: LiveTranscript | None = None) -> LiveTranscript | None:
-    """Once per actor incarnation: branch rows the index lost come back, ``is_active`` follows the stamps."""
+    """Once per actor incarnation: branch rows the index lost come back, ``is_active`` follows the stamps,
+    and the receipt rows of keyed saves whose reference line carries them (a crash between the line and
+    the commit left no row: the retry is answered from the line, :func:`save_active`)."""
     if ctx.cache.get(SYNCED):
         return live
     live = live or await snapshot(ctx)
@@ -123,6 +126,8 @@ async def ensure_synced(ctx: SessionContext, live: LiveTranscript | None = None)
     def op(conn: Any) -> None:
         restore_rows(conn, sid, rf, messages, now)
         sync_active(conn, sid, stamps)
+        for carried in rf.line_receipts:  # a row already there (the usual case) is left alone
+            restore_receipt(conn, sid, carried, now_ms=now)
 
     await ctx.db(op, durable=True)
     ctx.cache[LIVE_REFS] = rf.live_refs()
@@ -353,6 +358,11 @@ async def _locate_root(ctx: SessionContext, family: str) -> tuple[int, dict[str,
 async def save_active(ctx: SessionContext, p: m.SaveActiveRevisionParams, key: ReceiptKey | None) -> Any:
     ctx.refuse_if_storage_failed()  # RELIABILITY rule 7: nothing is written after a failed fsync
     await ensure_synced(ctx)
+    if key is not None:
+        # the receipt a crash before the commit left on the reference line only, restored just now
+        found = await ctx.read(receipts.check, key)
+        if found is not None:
+            return found["response"]
     sid = ctx.sid
     pos, root, total = await _locate_root(ctx, await resolve_family(ctx, p.root_user_id))
     family = family_of(root)

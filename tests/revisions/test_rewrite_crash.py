@@ -206,3 +206,31 @@ async def test_an_archived_delete_retried_after_a_kill_answers_from_the_receipt_
             got = await full(c, SID)
             assert [(m["id"], m.get("deleted", False)) for m in got["messages"]] == [
                 ("u1", False), ("a1", False), ("u2", False), ("a2", False)]
+
+
+@pytest.mark.parametrize("saved_before", [False, True], ids=["new-variant", "refresh"])
+async def test_a_save_active_retried_after_a_kill_before_its_commit_answers_from_its_reference_line(
+        tmp_path, saved_before):
+    """A keyed ``session.saveActiveRevision`` carries its receipt, with its answer, on its ``revision_live``
+    reference line. Killed after that line reached the file, before the commit (the database whole): no
+    receipt row. The retry used to save the branch again (one more reference line, a refresh) instead of
+    answering from the line; boot's first look at the revisions file restores the receipt now."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, "crash") as c:
+            await _two_turns(c)
+            if saved_before:
+                await c.call("session.saveActiveRevision", {"sessionId": SID, "rootUserId": "u2"})
+    save = {"sessionId": SID, "rootUserId": "u2", "submissionId": "save-1"}
+    await call_killed_at(tmp_path, "revisions.after_write", "session.saveActiveRevision", save, client_id="crash")
+    path = revisions_path(tmp_path, SID)
+    carried = read_revisions(path).line_receipts[-1]
+    assert carried["submissionId"] == "save-1"
+    size = path.stat().st_size
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, "crash") as c:
+            assert await c.call("session.saveActiveRevision", save) == carried["extra"]["response"]
+            assert path.stat().st_size == size  # no second reference line
+            assert await c.call("session.saveActiveRevision", save) == carried["extra"]["response"]
+            revs = (await c.call("session.listRevisions", {"sessionId": SID, "rootUserId": "u2"}))["revisions"]
+            assert [(r["revisionIndex"], r["isActive"], r["messageCount"]) for r in revs] == [(1, True, 2)]
+    assert path.stat().st_size == size
