@@ -75,6 +75,7 @@ from typing import Any, Final
 import orjson
 
 from store import queue, tasks
+from store.config.settings import delete_value, get_value, set_value
 from store.errors import (
     Conflict,
     IdempotencyConflict,
@@ -85,6 +86,7 @@ from store.errors import (
     SessionNotFound,
 )
 from store.faults import NO_FAULTS, Faults
+from store.ids import derived_id
 from store.rules import COLLAB_INPUT_ID_PREFIX
 from store.stamps import after_newest
 from store.transcripts.records import meta_of
@@ -102,6 +104,13 @@ __all__ = [
     "cancel",
     "check_begin",
     "check_rewrite",
+    "delivered_record",
+    "delivery_ids",
+    "forget_delivered",
+    "has_row",
+    "keep_delivered",
+    "prune_delivered",
+    "DELIVERED_META",
     "deliver",
     "effective_permission",
     "get",
@@ -353,6 +362,49 @@ def _require(conn: sqlite3.Connection, delivery_id: str, target: str) -> dict[st
     return row
 
 
+DELIVERED_META: Final = "collabDelivered"
+"""The input line's meta key (internal: never on the wire) carrying what its ``collab.deliver`` answered:
+``{"response": answer, "receipt": receipt record or absent}``. The ledger row and its admission are database
+rows; once the delivery began, its input line is the one trace a lost database leaves: a retry of the deliver
+is answered from it (the keyed one's receipt row is restored from it) and delivers nothing again."""
+_DELIVERED_NS: Final = "collabDelivered"
+
+
+def delivery_ids(plugin_id: str, source_session_id: str, idempotency_key: str) -> tuple[str, str]:
+    """(delivery id, admission entry id) of a delivery, derived from its idempotency triple: a retry after
+    the database was lost finds the input line of the delivery it made (:func:`input_message_id`)."""
+    digest = derived_id("collab.deliver", plugin_id, source_session_id, idempotency_key)
+    return "col_" + digest, "q_" + digest
+
+
+def has_row(conn: sqlite3.Connection, delivery_id: str) -> bool:
+    return conn.execute("SELECT 1 FROM session_collaboration_messages WHERE id = ?",
+                        (delivery_id,)).fetchone() is not None
+
+
+def keep_delivered(conn: sqlite3.Connection, delivery_id: str, carried: Mapping[str, Any], now_ms: int) -> None:
+    """Until its begin writes the input line: what the deliver answered (:data:`DELIVERED_META`)."""
+    set_value(conn, _DELIVERED_NS, delivery_id, dict(carried), now_ms)
+
+
+def delivered_record(conn: sqlite3.Connection, delivery_id: str) -> dict[str, Any] | None:
+    got = get_value(conn, _DELIVERED_NS, delivery_id)
+    return dict(got[0]) if got is not None and isinstance(got[0], Mapping) else None
+
+
+def forget_delivered(conn: sqlite3.Connection, delivery_id: str) -> None:
+    """The input line carries it now (or the delivery ended without one)."""
+    delete_value(conn, _DELIVERED_NS, delivery_id)
+
+
+def prune_delivered(conn: sqlite3.Connection) -> int:
+    """Boot: the answers kept for deliveries no longer queued (interrupted, cancelled, lost): none of them
+    begins now, so no input line will carry it."""
+    return conn.execute(
+        "DELETE FROM kv WHERE ns = ? AND key NOT IN (SELECT id FROM session_collaboration_messages "
+        "WHERE status = 'queued')", (_DELIVERED_NS,)).rowcount
+
+
 def input_message_id(delivery_id: str) -> str:
     """The id of the target's input line for a delivery (deterministic: a retry finds it)."""
     return COLLAB_INPUT_ID_PREFIX + delivery_id
@@ -587,6 +639,7 @@ def cancel(conn: sqlite3.Connection, delivery_id: str, target: str, *, now_ms: i
     _drop_admission(conn, changed, target, delivery_id, now_ms, faults)
     conn.execute("UPDATE session_collaboration_messages SET status = 'cancelled', updated_at = ? WHERE id = ?",
                  (now_ms, delivery_id))
+    forget_delivered(conn, delivery_id)  # it never begins now: no input line will carry its answer
     cancelled = get(conn, delivery_id)
     changed.deliveries.append(cancelled)
     return cancelled, changed
@@ -608,6 +661,7 @@ def remove_admission(conn: sqlite3.Connection, target: str, entry_id: str, *, no
         if conn.execute("UPDATE session_collaboration_messages SET status = 'cancelled', updated_at = ? "
                         "WHERE id = ? AND target_session_id = ? AND status = 'queued'",
                         (now_ms, delivery_id, target)).rowcount:
+            forget_delivered(conn, delivery_id)
             changed.deliveries.append(get(conn, delivery_id))
     return out, changed
 

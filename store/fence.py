@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from store import approvals, plans, queue
+from store import approvals, collab, plans, queue
 
 NOTIFICATION_CAP = 200
 DAY_MS = 86_400_000
@@ -71,13 +71,15 @@ def interrupt_deliveries(conn: sqlite3.Connection, *, now_ms: int, running: bool
     running) become ``interrupted``, never replayed. Boot runs it again after settling the queue entries
     whose turn the fence ended: an admission a turn had begun with is consumed there once its input
     landed, and its delivery is no longer held."""
-    return conn.execute(
+    cut = conn.execute(
         "UPDATE session_collaboration_messages SET status = 'interrupted', updated_at = ? "
         "WHERE (? AND status = 'running') OR (status = 'queued' AND NOT EXISTS "
         "(SELECT 1 FROM turn_queue q WHERE q.session_message_id = session_collaboration_messages.id "
         "AND q.session_id = session_collaboration_messages.target_session_id))",  # its own queue's only
         (now_ms, running),
     ).rowcount
+    collab.prune_delivered(conn)  # a deliver's answer kept for an input line that will never be written
+    return cut
 
 
 def retention(conn: sqlite3.Connection, *, now_ms: int, audit_days: int = 90) -> dict[str, Any]:

@@ -32,10 +32,13 @@ from runtime.handlers.host_lines import append_record
 from runtime.handlers.queue import QueueControl, publish_deliveries, queue_state
 from store import collab
 from store.collab import Changed
+from store.errors import Conflict
 from store.ids import new_id
 from store.indexing import cursors, index
-from store.receipts import ReceiptKey
-from store.transcripts.records import ms_to_rfc3339
+from store.jsonio import loads_line
+from store.receipts import ReceiptKey, file_record
+from store.transcripts.records import meta_of, ms_to_rfc3339
+from store.transcripts.transcript import read_spans
 
 __all__ = ["begin", "cancel", "cancel_target", "deliver", "deliver_target", "get", "list_deliveries", "publish",
            "settle", "settle_for_turn"]
@@ -66,7 +69,11 @@ def publish(ctx: SessionContext, changed: Changed, owners: dict[str, Any]) -> No
 
 async def deliver(ctx: SessionContext, p: m.CollabDeliverParams, key: ReceiptKey | None) -> Any:
     now, faults = ctx.now(), ctx.faults
-    delivery_id, entry_id = new_id("col_"), "q_" + new_id()
+    # derived from the idempotency triple: a retry after the database was lost finds its input line
+    delivery_id, entry_id = collab.delivery_ids(p.plugin_id, p.source_session_id, p.idempotency_key)
+    began = await _began_without_row(ctx, delivery_id)
+    if began is not None:
+        return began
     effects: list[tuple[Changed, dict[str, Any]]] = []
 
     def op(conn: Any) -> dict[str, Any]:
@@ -81,11 +88,33 @@ async def deliver(ctx: SessionContext, p: m.CollabDeliverParams, key: ReceiptKey
         entry = next((e for e in entries if e.session_message_id == row["id"]), None)
         if entry is not None:
             out["entry"] = entry.to_wire()
+        if not replayed:  # until its begin's input line carries it (collab.DELIVERED_META)
+            carried: dict[str, Any] = {"response": out}
+            if key is not None:
+                carried["receipt"] = file_record(key, response=out)
+            collab.keep_delivered(conn, delivery_id, carried, now)
         return out
 
     result = await ctx.commit(op)
     publish(ctx, *effects[0])
     return result
+
+
+async def _began_without_row(ctx: SessionContext, delivery_id: str) -> dict[str, Any] | None:
+    """A retry of a delivery whose ledger row a lost database took, while its input line (it began) is in
+    the target's transcript: answered from the line (what the first deliver answered, ``replayed``), never
+    delivered again. ``None``: no such line, or the row is there (the ledger answers)."""
+    mid = collab.input_message_id(delivery_id)
+    hit = (await ctx.read(index.lookup_ids, [mid])).get(mid)
+    if hit is None or hit[0] != ctx.sid or await ctx.read(collab.has_row, delivery_id):
+        return None
+    blob = (await ctx.io(read_spans, ctx.paths.transcript, [(hit[2], hit[3])]))[0]
+    carried = meta_of(loads_line(blob)).get(collab.DELIVERED_META)
+    said = carried.get("response") if isinstance(carried, dict) else None
+    if not isinstance(said, dict) or not isinstance(said.get("delivery"), dict):
+        raise Conflict(f"delivery {delivery_id} began (its input line is in the transcript) and its ledger "
+                       "record was lost: it is not delivered again", data={"deliveryId": delivery_id})
+    return {"delivery": said["delivery"], "replayed": True}
 
 
 async def begin(ctx: SessionContext, p: m.CollabBeginParams, key: ReceiptKey | None) -> Any:
@@ -109,10 +138,18 @@ async def begin(ctx: SessionContext, p: m.CollabBeginParams, key: ReceiptKey | N
     if how != "new":  # the line is there (or the begin is): only the ledger is left, if anything
         result = await ctx.commit(lambda conn: respond(conn, landed))
     else:
+        meta: dict[str, Any] = {"sessionMessage": collab.provenance(row)}
+        delivered = await ctx.read(collab.delivered_record, p.delivery_id)
+        if delivered is not None:  # the line carries what the deliver answered (a lost database keeps it)
+            meta[collab.DELIVERED_META] = delivered
         record = {"type": "message", "id": mid, "role": "user", "createdAt": ms_to_rfc3339(now),
-                  "turnId": p.turn_id, "blocks": [{"type": "text", "text": row["content"]}],
-                  "meta": {"sessionMessage": collab.provenance(row)}}
-        result, _ = await append_record(ctx, record, respond)
+                  "turnId": p.turn_id, "blocks": [{"type": "text", "text": row["content"]}], "meta": meta}
+
+        def begun(conn: Any, ref: dict[str, Any]) -> dict[str, Any]:
+            collab.forget_delivered(conn, p.delivery_id)
+            return respond(conn, ref)
+
+        result, _ = await append_record(ctx, record, begun)
     publish(ctx, *effects[0])
     return result
 

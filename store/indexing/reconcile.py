@@ -20,6 +20,7 @@ from typing import Any, Final
 import orjson
 
 from store import approvals, assistant_edit, orphans, receipts, thread_meta, trash
+from store.collab import DELIVERED_META
 from store.errors import CorruptData, classify_os_error
 from store.fsutil import open_nofollow
 from store.indexing import index
@@ -38,7 +39,7 @@ from store.revisions import (
     sync_active,
 )
 from store.transcripts.deleted_log import LoggedDelete
-from store.transcripts.records import rfc3339_to_ms
+from store.transcripts.records import meta_of, rfc3339_to_ms
 from store.transcripts.session_files import REVISIONS_SUFFIX, PendingDelete
 from store.transcripts.transcript import IMPORT_RECEIPT, MAX_LINE_BYTES, bounded_lines, header_receipts
 
@@ -192,6 +193,9 @@ def _take(scan: TailScan, rec: dict[str, Any], offset: int, line: bytes) -> None
     kind = rec.get("type")
     if kind == "message" and isinstance(rec.get("id"), str):
         scan.messages.append(IndexRecord(rec, offset, len(line), line=line))
+        delivered = meta_of(rec).get(DELIVERED_META)  # a collaboration input: its deliver's receipt
+        if isinstance(delivered, dict) and isinstance(delivered.get("receipt"), dict):
+            scan.line_receipts.append(delivered["receipt"])
     elif kind == "compaction":
         scan.compactions.append(CompactionRecord(rec, offset, len(line)))
     elif kind == "tombstone" and isinstance(rec.get("messageId"), str):
@@ -677,6 +681,9 @@ def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any 
         return {"messageId": asked, "deleted": method == "session.deleteMessage"} if isinstance(asked, str) else None
     if method == "sessions.purge":
         return {"sessionId": session_id, "purged": True}
+    if method == "collab.deliver":  # its delivery's input line carries the answer it gave
+        said = extra.get("response")
+        return dict(said) if isinstance(said, Mapping) and isinstance(said.get("delivery"), Mapping) else None
     if method == "session.saveActiveRevision":  # its reference line carries the answer it gave
         said = extra.get("response")
         return dict(said) if isinstance(said, Mapping) and isinstance(said.get("revision"), Mapping) else None

@@ -182,8 +182,13 @@ def projects_new_keys(record: Mapping[str, Any]) -> bool:
     return (provenance and "sessionMessage" not in record) or (steering and "steering" not in record)
 
 
+_INTERNAL_META = ("receipt", "collabDelivered")
+"""``meta`` keys only the host reads: a receipt, and a collaboration input's deliver answer
+(``store.collab.DELIVERED_META``)."""
+
+
 def wire_record(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The record as clients see it: the internal receipt is stripped from meta; collaboration
+    """The record as clients see it: the internal receipt (and deliver answer) is stripped from meta; collaboration
     provenance (``meta.sessionMessage``, host-written) is projected as ``sessionMessage`` and an
     accepted steering input (``meta.steering: true``) as ``steering`` (seed 003, active-turn steering)."""
     out = dict(record)
@@ -193,8 +198,8 @@ def wire_record(record: Mapping[str, Any]) -> dict[str, Any]:
         out["sessionMessage"] = dict(meta["sessionMessage"])
     if steering:
         out["steering"] = True
-    if isinstance(meta, Mapping) and "receipt" in meta:
-        stripped = {k: v for k, v in meta.items() if k != "receipt"}
+    if isinstance(meta, Mapping) and any(k in meta for k in _INTERNAL_META):
+        stripped = {k: v for k, v in meta.items() if k not in _INTERNAL_META}
         if stripped:
             out["meta"] = stripped
         else:

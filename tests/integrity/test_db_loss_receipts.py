@@ -628,3 +628,46 @@ async def test_a_retried_import_is_answered_as_the_first_time_after_the_loss(tmp
     assert first["sessions"]["counts"]["new"] == 6 and first["plugin"]["created"] is True and len(files) == 7
     assert got == first
     assert sorted((p.name, p.read_bytes()) for p in (data / "sessions").glob("*.jsonl")) == files
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupt"])
+async def test_a_retried_delivery_that_began_is_not_delivered_again_after_the_loss(tmp_path: Path, how: str) -> None:
+    """``collab.deliver``'s ledger row and queue admission are database rows; the begin's input line
+    (``collab-<deliveryId>``) is the only trace in a file. After the loss the retry queued a NEW delivery
+    (a new id, another admission): the task was delivered twice. Now a delivery's id derives from its
+    idempotency key and its input line carries the deliver's receipt and answer: the keyed retry answers
+    the first answer, a retry by idempotency key alone answers that delivery replayed, and nothing is
+    queued or written again."""
+    deliver = {"pluginId": "team", "sourceSessionId": "src", "targetSessionId": "tgt", "kind": "task",
+               "content": "review it", "idempotencyKey": "k1", "notifyOnCompletion": True}
+    keyed = {**deliver, "submissionId": "k-deliver"}
+
+    async def build(c: HostClient) -> Any:
+        for sid in ("src", "tgt"):
+            await c.call("session.create", {"sessionId": sid, "title": sid})
+        first = await c.call("collab.deliver", keyed)
+        did = first["delivery"]["id"]
+        await c.call("session.startTurn", {"sessionId": "tgt", "turnId": "t1"})
+        await c.call("collab.begin", {"sessionId": "tgt", "deliveryId": did, "turnId": "t1"})
+        await c.call("session.endTurn", {"sessionId": "tgt", "turnId": "t1", "status": "completed"})
+        return first
+
+    async def retry(c: HostClient) -> Any:
+        again = await c.call("collab.deliver", keyed)
+        unkeyed = await c.call("collab.deliver", deliver)
+        queued = (await c.call("session.queueList", {"sessionId": "tgt"}))
+        listed = await c.call("collab.list", {"sessionId": "tgt", "direction": "incoming"})
+        return again, unkeyed, queued, listed
+
+    with trio.fail_after(60):
+        first = await _on_host(tmp_path, build)
+        transcript = transcript_path(tmp_path, "tgt").read_bytes()
+        _damage(tmp_path, how)
+        again, unkeyed, queued, listed = await _on_host(tmp_path, retry)
+    did = first["delivery"]["id"]
+    assert first["replayed"] is False and first["entry"]["sessionMessageId"] == did
+    assert again == first
+    assert unkeyed["replayed"] is True and unkeyed["delivery"]["id"] == did
+    assert queued["entries"] == []  # no admission of a second delivery
+    assert [d["id"] for d in listed["deliveries"]] in ([], [did])  # nothing new queued
+    assert transcript_path(tmp_path, "tgt").read_bytes() == transcript
