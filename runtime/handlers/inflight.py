@@ -25,17 +25,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from actors.events import Event
-from actors.session_context import SessionContext
+from actors.session_context import CarriedAnswer, SessionContext
 from protocol import models as m
 from runtime.handlers import queue, turn_aftermath
 from runtime.handlers.host_lines import append_record
 from store import inflight, turns
 from store.attachments import mark_evicted_blocks
 from store.errors import Conflict, CorruptData, InvalidInput, NotFound
+from store.indexing import appends as store_appends
 from store.indexing import index
-from store.jsonio import loads_line
-from store.receipts import ReceiptKey
-from store.transcripts.records import cap_content, is_streaming, normalize_message, wire_record
+from store.indexing.appends import Written
+from store.indexing.backlog import Backlog
+from store.jsonio import dumps_line, loads_line
+from store.receipts import ReceiptKey, file_record
+from store.transcripts.records import cap_content, is_streaming, normalize_message, wire_record, with_receipt
 from store.transcripts.transcript import read_spans
 
 __all__ = ["PREVIEW_TEXT_MAX", "TOPIC", "AfterAppend", "current", "event_key", "learned_checkpoint_id", "recover",
@@ -253,7 +256,7 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
     ended: list[dict[str, Any]] = []
     aftermath: list[turn_aftermath.Aftermath] = []
 
-    def end_turn(conn: Any) -> dict[str, Any] | None:
+    def end_turn(conn: Any, dry: bool = False) -> dict[str, Any] | None:
         if turn_id is None:
             return None
         status = turns.turn_status(conn, turn_id)
@@ -262,6 +265,8 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
         if status[0] == "running":
             out = turns.end_turn(conn, session_id=sid, turn_id=turn_id, status="aborted",
                                  error_code=SIDECAR_LOST, usage=None, create_notification=False, now_ms=now)
+            if dry:  # a rolled-back run asking what the commit answers: nothing to settle or publish
+                return out.turn
             ended.append(out.turn)
             aftermath.append(turn_aftermath.settle(conn, sid, [turn_id], "aborted", SIDECAR_LOST, now, ctx.faults))
             return out.turn
@@ -279,12 +284,28 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
     if settlement.action == "promote":
         rec = settlement.record
         assert rec is not None
+        said: dict[str, Any] | None = None
+        if key is not None:
+            # keyed: the promoted line carries the receipt with the answer, asked of a rolled-back run before
+            # the line is written (the checkpoint goes after it: a retry after the database was lost finds
+            # none, and is answered with it)
+            draft, start = dumps_line(dict(rec)), ctx.file_len
+            written = Written(sid, paths.transcript, start, start + len(draft), ctx.epoch, [draft], [rec])
+
+            def predicted(conn: Any, refs: list[dict[str, Any]]) -> dict[str, Any]:
+                return answer("promoted", end_turn(conn, dry=True), refs[0])
+
+            said = await ctx.db(lambda conn: store_appends.message_answer(conn, written, predicted, now_ms=now),
+                                durable=False, backlogs=(Backlog(sid, paths.transcript, now, stop=start),))
+            rec = with_receipt(dict(rec), file_record(key, response=said))
+        carried = CarriedAnswer(said)
 
         def promote(conn: Any, ref: dict[str, Any]) -> dict[str, Any]:
             inflight.record_promotion(conn, sid, settlement, now, reason="recoverInflight", source=source)
-            return answer("promoted", end_turn(conn), ref)
+            return carried.give(answer("promoted", end_turn(conn), ref))
 
         result, _ = await append_record(ctx, rec, promote)
+        carried.check(ctx.method)
         await remove(ctx)
     elif promoted is not None:
         # an earlier try wrote the promoted line and failed before its commit: that promotion, finished

@@ -745,6 +745,15 @@ def info_answer(conn: sqlite3.Connection, sid: str, info: Mapping[str, Any],
     return index.dry_run(conn, run)
 
 
+def message_answer(conn: sqlite3.Connection, w: Written,
+                   then: Callable[[sqlite3.Connection, list[dict[str, Any]]], T], *, now_ms: int) -> T:
+    """The answer the commit of message lines not yet written (``w``, where the actor will write them) will
+    give: their index op (:func:`index_written`: a replaced row keeps its seq, an id another session holds
+    takes its D444 spelling) then ``then(conn, refs)``, read in a savepoint rolled back. Run in the DB writer
+    behind every index op of the session's earlier lines, as :func:`info_answer`."""
+    return index.dry_run(conn, lambda c: then(c, index_written(c, w, now_ms=now_ms)))
+
+
 def _refs_of(conn: sqlite3.Connection, sid: str, items: Sequence[IndexRecord], *,
              strict: bool = True) -> list[dict[str, Any]]:
     """The MessageRefs the index holds for ``items`` (after a reconcile indexed them instead);

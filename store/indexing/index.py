@@ -885,6 +885,16 @@ def store_append_receipt(
     key = receipts.key_of_record(carried, default_method="session.appendMessage")
     if key is None or not isinstance(carried, Mapping):
         return
+    if key.method == "session.recoverInflight":  # a promoted line: the answer its recovery gave, carried
+        extra = carried.get("extra")
+        said = extra.get("response") if isinstance(extra, Mapping) else None
+        turn = said.get("turn") if isinstance(said, Mapping) and said.get("action") == "promoted" else None
+        # only once the database that held its turn is gone: with the turn's row here, the line may be all of
+        # the promotion that landed (its commit failed or never came): the retry finishes it and answers then
+        if isinstance(said, Mapping) and isinstance(turn, Mapping) and conn.execute(
+                "SELECT 1 FROM turns WHERE id = ? AND session_id = ?", (turn.get("id"), session_id)).fetchone() is None:
+            receipts.store(conn, key, dict(said), session_id=session_id, now_ms=now_ms)
+        return
     receipts.store(conn, key, append_response(ref, carried), session_id=session_id, now_ms=now_ms)
 
 

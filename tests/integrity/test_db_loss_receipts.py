@@ -671,3 +671,36 @@ async def test_a_retried_delivery_that_began_is_not_delivered_again_after_the_lo
     assert queued["entries"] == []  # no admission of a second delivery
     assert [d["id"] for d in listed["deliveries"]] in ([], [did])  # nothing new queued
     assert transcript_path(tmp_path, "tgt").read_bytes() == transcript
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupt"])
+async def test_a_retried_inflight_recovery_is_answered_as_the_first_time_after_the_loss(
+        tmp_path: Path, how: str) -> None:
+    """``session.recoverInflight`` promotes the checkpoint into a transcript line and removes the checkpoint;
+    its receipt was a database row only: after the loss the retry found no checkpoint and answered
+    ``{"action": "none"}``. The promoted line carries the receipt with the answer now."""
+    sid = "s1"
+    recover = {"sessionId": sid, "turnId": "t1", "submissionId": "k-recover"}
+
+    async def build(c: HostClient) -> Any:
+        await c.call("session.create", {"sessionId": sid, "title": "t"})
+        await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+        await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("u1", "question")})
+        await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1", "message": msg(
+            "a1", "partial answer", role="assistant", meta={"status": "streaming"})})
+        first = await c.call("session.recoverInflight", recover)
+        listed = (await c.call("session.get", {"sessionId": sid}))["messages"]
+        return first, listed
+
+    async def retry(c: HostClient) -> Any:
+        return await c.call("session.recoverInflight", recover), await c.call("session.recoverInflight", recover)
+
+    with trio.fail_after(60):
+        first, listed = await _on_host(tmp_path, build)
+        transcript = transcript_path(tmp_path, sid).read_bytes()
+        _damage(tmp_path, how)
+        again, twice = await _on_host(tmp_path, retry)
+    assert first["action"] == "promoted" and first["turn"]["status"] == "aborted"
+    assert (first["message"]["id"], first["message"]["seq"]) == (listed[-1]["id"], listed[-1]["seq"])
+    assert again == first and twice == first
+    assert transcript_path(tmp_path, sid).read_bytes() == transcript
