@@ -32,7 +32,7 @@ from runtime.handlers.host_lines import append_record
 from runtime.handlers.queue import QueueControl, publish_deliveries, queue_state
 from store import collab
 from store.collab import Changed
-from store.errors import Conflict
+from store.errors import Conflict, IdempotencyConflict
 from store.ids import new_id
 from store.indexing import cursors, index
 from store.jsonio import loads_line
@@ -106,8 +106,11 @@ async def _began_without_row(ctx: SessionContext, delivery_id: str) -> dict[str,
     delivered again. ``None``: no such line, or the row is there (the ledger answers)."""
     mid = collab.input_message_id(delivery_id)
     hit = (await ctx.read(index.lookup_ids, [mid])).get(mid)
-    if hit is None or hit[0] != ctx.sid or await ctx.read(collab.has_row, delivery_id):
+    if hit is None or await ctx.read(collab.has_row, delivery_id):
         return None
+    if hit[0] != ctx.sid:  # the key's delivery began in another target: not this request's
+        raise IdempotencyConflict(f"idempotencyKey of delivery {delivery_id} was already used for a delivery to "
+                                  "another session", data={"deliveryId": delivery_id, "differs": ["target"]})
     blob = (await ctx.io(read_spans, ctx.paths.transcript, [(hit[2], hit[3])]))[0]
     carried = meta_of(loads_line(blob)).get(collab.DELIVERED_META)
     said = carried.get("response") if isinstance(carried, dict) else None

@@ -643,7 +643,7 @@ async def test_a_retried_delivery_that_began_is_not_delivered_again_after_the_lo
     keyed = {**deliver, "submissionId": "k-deliver"}
 
     async def build(c: HostClient) -> Any:
-        for sid in ("src", "tgt"):
+        for sid in ("src", "tgt", "other"):
             await c.call("session.create", {"sessionId": sid, "title": sid})
         first = await c.call("collab.deliver", keyed)
         did = first["delivery"]["id"]
@@ -657,6 +657,10 @@ async def test_a_retried_delivery_that_began_is_not_delivered_again_after_the_lo
         unkeyed = await c.call("collab.deliver", deliver)
         queued = (await c.call("session.queueList", {"sessionId": "tgt"}))
         listed = await c.call("collab.list", {"sessionId": "tgt", "direction": "incoming"})
+        with pytest.raises(RpcError) as elsewhere:  # the key's delivery began in tgt: not one to another target
+            await c.call("collab.deliver", {**deliver, "targetSessionId": "other"})
+        assert elsewhere.value.data_code == "IDEMPOTENCY_CONFLICT"
+        assert (await c.call("session.queueList", {"sessionId": "other"}))["entries"] == []
         return again, unkeyed, queued, listed
 
     with trio.fail_after(60):
