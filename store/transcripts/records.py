@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -182,7 +182,7 @@ def projects_new_keys(record: Mapping[str, Any]) -> bool:
     return (provenance and "sessionMessage" not in record) or (steering and "steering" not in record)
 
 
-_INTERNAL_META = ("receipt", "collabDelivered")
+INTERNAL_META: Final = ("receipt", "collabDelivered")
 """``meta`` keys only the host reads: a receipt, and a collaboration input's deliver answer
 (``store.collab.DELIVERED_META``)."""
 
@@ -198,8 +198,8 @@ def wire_record(record: Mapping[str, Any]) -> dict[str, Any]:
         out["sessionMessage"] = dict(meta["sessionMessage"])
     if steering:
         out["steering"] = True
-    if isinstance(meta, Mapping) and any(k in meta for k in _INTERNAL_META):
-        stripped = {k: v for k, v in meta.items() if k not in _INTERNAL_META}
+    if isinstance(meta, Mapping) and any(k in meta for k in INTERNAL_META):
+        stripped = {k: v for k, v in meta.items() if k not in INTERNAL_META}
         if stripped:
             out["meta"] = stripped
         else:

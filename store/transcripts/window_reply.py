@@ -40,7 +40,7 @@ from store.compaction import normalize_on_read
 from store.errors import CorruptData
 from store.fsutil import open_nofollow
 from store.jsonio import loads_line
-from store.transcripts.records import cap_content, projects_new_keys, wire_record
+from store.transcripts.records import INTERNAL_META, cap_content, projects_new_keys, wire_record
 from store.transcripts.transcript import open_error
 
 __all__ = ["MAX_CHUNK", "Row", "describe_line", "encode_window", "project_line", "with_field"]
@@ -82,6 +82,8 @@ def describe_line(line: bytes, record: Mapping[str, Any]) -> tuple[int | None, i
     meta = record.get("meta")
     if projects_new_keys(record):
         return None, crc  # wire_record projects something to the top level (provenance, steering): parsed
+    if isinstance(meta, Mapping) and any(k in meta for k in INTERNAL_META[1:]):
+        return None, crc  # host-only meta besides the receipt (a collaboration input's deliver answer): parsed
     if not isinstance(meta, Mapping) or "receipt" not in meta:
         return (len(line) - 2) << _FLAG_BITS | flags, crc
     if list(record)[-1] != "meta" or list(meta)[-1] != "receipt":  # the host writes both last

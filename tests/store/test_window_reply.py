@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.jsonio import dumps_line
-from store.transcripts.records import projects_new_keys, wire_record
+from store.transcripts.records import INTERNAL_META, projects_new_keys, wire_record
 from store.transcripts.window_reply import MAX_CHUNK, describe_line, encode_window, with_field
 
 SESSION = {"id": "s", "title": "t", "messageCount": 0}
@@ -241,3 +241,19 @@ def test_a_line_whose_projection_lifts_keys_out_of_meta_is_not_described() -> No
             if lifts:
                 assert wire is None, rec
     assert describe_line(dumps_line(base), base)[0] is not None
+
+
+def test_a_line_with_host_only_meta_besides_its_receipt_is_parsed_and_stripped(tmp_path: Path) -> None:
+    """A collaboration input's deliver answer (``meta.collabDelivered``) is the host's, like the receipt: a line
+    holding it never goes out as its own bytes, even without the provenance that would have it parsed anyway."""
+    rec = {"type": "message", "id": "m1", "role": "user", "blocks": [{"type": "text", "text": "task"}],
+           "meta": {"status": "ok", INTERNAL_META[1]: {"response": {"delivery": {"id": "col_1"}}},
+                    "receipt": {"clientId": "c", "submissionId": "s"}}}
+    line = dumps_line(rec)
+    wire, crc = describe_line(line, rec)
+    assert wire is None
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(line)
+    reply, _ = encode_window(path, SESSION, [(1, 0, len(line), 0, "t9", wire, crc)], [], start=0, end=1, total=1,
+                             content_limit=None)
+    assert orjson.loads(reply)["messages"][0]["meta"] == {"status": "ok"}
