@@ -34,6 +34,13 @@ def writer(tmp_path: Path) -> sqlite3.Connection:
     return conn
 
 
+def attached(tmp_path: Path) -> tuple[sqlite3.Connection, MessageIds]:
+    """A writer connection and a filter built on it (its trigger feeding it)."""
+    conn = writer(tmp_path)
+    ids = MessageIds()
+    ids.attach(conn)
+    return conn, ids
+
 def put(conn: sqlite3.Connection, sid: str, *mids: str, pending: index.PendingRows | None = None) -> None:
     items = [index.IndexRecord(message(mid), i * 10, 10) for i, mid in enumerate(mids)]
     index.index_messages(conn, sid, items, indexed_len=None, file_epoch=None, now_ms=NOW, pending=pending)
@@ -61,9 +68,7 @@ def test_it_is_built_from_the_rows_already_indexed(tmp_path: Path) -> None:
 
 
 def test_every_insert_through_index_messages_makes_the_id_maybe(tmp_path: Path) -> None:
-    conn = writer(tmp_path)
-    ids = MessageIds()
-    ids.attach(conn)
+    conn, ids = attached(tmp_path)
     assert not ids.might_hold("m1")
     conn.execute("BEGIN")
     put(conn, SID, "m1")
@@ -75,9 +80,7 @@ def test_every_insert_through_index_messages_makes_the_id_maybe(tmp_path: Path) 
 
 
 def test_the_batched_insert_of_several_sessions_feeds_it_too(tmp_path: Path) -> None:
-    conn = writer(tmp_path)
-    ids = MessageIds()
-    ids.attach(conn)
+    conn, ids = attached(tmp_path)
     pending = index.PendingRows()
     conn.execute("BEGIN")
     put(conn, SID, "b1", "b2", pending=pending)
@@ -102,9 +105,7 @@ def test_an_update_of_an_id_feeds_it(tmp_path: Path) -> None:
 
 def test_a_reindex_from_the_transcript_feeds_it(tmp_path: Path) -> None:
     """Reconcile (boot, repairs, rewrites, foreign lines) indexes through the same connection."""
-    conn = writer(tmp_path)
-    ids = MessageIds()
-    ids.attach(conn)
+    conn, ids = attached(tmp_path)
     path = tmp_path / f"{SID}.jsonl"
     create_transcript(path, SID, NOW)
     with TranscriptWriter.open(path) as w:
@@ -118,9 +119,7 @@ def test_a_reindex_from_the_transcript_feeds_it(tmp_path: Path) -> None:
 
 
 def test_a_rolled_back_insert_stays_maybe_a_false_positive_only(tmp_path: Path) -> None:
-    conn = writer(tmp_path)
-    ids = MessageIds()
-    ids.attach(conn)
+    conn, ids = attached(tmp_path)
     conn.execute("BEGIN")
     put(conn, SID, "gone")
     conn.execute("ROLLBACK")
@@ -147,9 +146,7 @@ def test_it_grows_past_its_capacity_without_a_false_negative_and_a_bounded_rate(
 def test_a_reopened_writer_is_not_trusted_until_it_is_built_on_the_new_connection(tmp_path: Path) -> None:
     """A TEMP trigger lives with its connection: rows another connection wrote meanwhile are found by the
     rebuild on the new one; until then every id is "maybe"."""
-    conn = writer(tmp_path)
-    ids = MessageIds()
-    ids.attach(conn)
+    conn, ids = attached(tmp_path)
     conn.close()
     other, _ = open_writer(tmp_path / "pi.sqlite", quarantine_dir=tmp_path / "q", now_ms=NOW)
     put(other, SID, "written-elsewhere")
