@@ -99,6 +99,12 @@ class ApprovalRequest(Result):
     updated_at: TimestampMs
     expires_at: TimestampMs | None = None
     resolved_at: TimestampMs | None = None
+    unreadable: list[Literal["options", "risk", "status"]] | None = Field(
+        default=None,
+        description="Only on a request whose stored record is damaged, as a deny, a cancel or an expiry of it "
+        "answers or announces it: the fields that no longer read, each shown by a stand-in "
+        "(options [], risk high, status pending for a request never settled). Absent when every field reads.",
+    )
 
 
 class PermissionRule(Result):
@@ -216,6 +222,12 @@ class InteractionRequest(Result):
     updated_at: TimestampMs
     expires_at: TimestampMs | None = None
     resolved_at: TimestampMs | None = None
+    unreadable: list[Literal["choices", "answer", "status"]] | None = Field(
+        default=None,
+        description="Only on a question whose stored record is damaged, as a cancel or an expiry of it announces "
+        "it: the fields that no longer read, each shown by a stand-in (choices [], "
+        "no answer, status pending for a question never settled). Absent when every field reads.",
+    )
 
 
 class InteractionsRequestResult(Result):

@@ -96,6 +96,9 @@ MAX_OPTIONS: Final = 8
 MAX_CHOICES: Final = 32
 MAX_ANSWER_CHARS: Final = 20_000
 RULE_SCOPES: Final = ("session", "project", "global")
+RISK_STAND_IN: Final = "high"
+"""The risk a lenient read shows for an approval whose stored risk is damaged (the most cautious; the request
+names ``risk`` in its ``unreadable``)."""
 
 _TABLE: Final[Mapping[str, str]] = {"approval": "approvals", "interaction": "interactions"}
 KINDS: Final[tuple[Kind, ...]] = ("approval", "interaction")
@@ -106,6 +109,14 @@ _INTERACTION_COLS = ("request_id, session_id, turn_id, tool_call_id, question, c
                      "allow_free_text, requested_by, status, answer_json, responded_by, created_at, updated_at, "
                      "expires_at, resolved_at")
 _RULE_COLS = "id, scope, session_id, project_id, tool, decision, source_request_id, created_at"
+_PENDING: Final[Mapping[str, str]] = {
+    kind: "(status = 'pending' OR (resolved_at IS NULL AND status NOT IN ({})))".format(
+        ", ".join(f"'{status}'" for status in statuses))
+    for kind, statuses in (("approval", APPROVAL_STATUSES), ("interaction", INTERACTION_STATUSES))}
+"""SQL: a row still pending: its status says so, or its status is damaged (outside its set; SQLite checks a
+CHECK on writes only) and it has no resolution time, which every transition out of pending sets in the same
+statement. Such a row can be denied, cancelled by its turn's end, expired and interrupted like any pending one
+(the listings and the expiry timer find pending rows by their partial index, ``status = 'pending'``: not it)."""
 
 
 # ---------------------------------------------------------------------------
@@ -205,27 +216,44 @@ def _answer(text: str | None, what: str) -> dict[str, Any] | None:
     return answer
 
 
-def _or_empty(read: Callable[[], _T], empty: _T, lenient: bool) -> _T:
-    """``read()``; with ``lenient``, ``empty`` when its JSON column is damaged (:func:`get_request`)."""
+def _lenient(read: Callable[[], _T], stand_in: Callable[[], _T], field: str, damaged: list[str] | None) -> _T:
+    """``read()``; when its column is damaged and ``damaged`` is a list (a lenient read: :func:`get_request`),
+    ``stand_in()`` instead, ``field`` noted in ``damaged`` (the record's ``unreadable``)."""
     try:
         return read()
     except DamagedRecord:
-        if not lenient:
+        if damaged is None:
             raise
-        return empty
+        value = stand_in()
+        damaged.append(field)
+        return value
+
+
+def _unsettled(rid: str, resolved: int | None) -> Callable[[], str]:
+    """The stand-in of a damaged status: ``pending`` when the row has no resolution time (every transition out
+    of pending sets ``resolved_at`` in the same statement, :data:`_PENDING`); a settled row's status cannot be
+    told (``DamagedRecord``)."""
+    def stand_in() -> str:
+        if resolved is not None:
+            raise DamagedRecord(f"request {rid}'s status is damaged and it was settled: how is not known")
+        return "pending"
+    return stand_in
 
 
 def _approval(r: Sequence[Any], lenient: bool = False) -> dict[str, Any]:
     (rid, sid, turn, call, tool, summary, risk, options, by, status, option, rule, responder, created, updated,
      expires, resolved) = r
-    offered = _or_empty(lambda: _offered(options, f"approval {rid}'s options_json"), list[dict[str, Any]](), lenient)
-    stored_value(risk, RISKS, f"approval {rid}'s risk")
-    stored_value(status, APPROVAL_STATUSES, f"approval {rid}'s status")
+    damaged: list[str] | None = [] if lenient else None
+    offered = _lenient(lambda: _offered(options, f"approval {rid}'s options_json"), list, "options", damaged)
+    shown_risk = _lenient(lambda: stored_value(risk, RISKS, f"approval {rid}'s risk"), lambda: RISK_STAND_IN,
+                          "risk", damaged)
+    shown_status = _lenient(lambda: stored_value(status, APPROVAL_STATUSES, f"approval {rid}'s status"),
+                            _unsettled(rid, resolved), "status", damaged)
     out: dict[str, Any] = {
         "kind": "approval", "requestId": rid, "sessionId": sid, "turnId": turn, "toolCallId": call, "tool": tool,
-        "argsSummary": summary, "risk": risk, "options": offered, "requestedBy": by, "status": status,
+        "argsSummary": summary, "risk": shown_risk, "options": offered, "requestedBy": by, "status": shown_status,
         "optionId": option, "ruleId": rule, "respondedBy": responder, "createdAt": created, "updatedAt": updated,
-        "expiresAt": expires, "resolvedAt": resolved,
+        "expiresAt": expires, "resolvedAt": resolved, "unreadable": damaged or None,
     }
     return {k: v for k, v in out.items() if v is not None}
 
@@ -233,14 +261,18 @@ def _approval(r: Sequence[Any], lenient: bool = False) -> dict[str, Any]:
 def _interaction(r: Sequence[Any], lenient: bool = False) -> dict[str, Any]:
     (rid, sid, turn, call, question, choices, multiple, free, by, status, answer, responder, created, updated,
      expires, resolved) = r
-    offered = _or_empty(lambda: _offered(choices, f"interaction {rid}'s choices_json"), list[dict[str, Any]](), lenient)
-    answered = _or_empty(lambda: _answer(answer, f"interaction {rid}'s answer_json"), None, lenient)
-    stored_value(status, INTERACTION_STATUSES, f"interaction {rid}'s status")
+    damaged: list[str] | None = [] if lenient else None
+    offered = _lenient(lambda: _offered(choices, f"interaction {rid}'s choices_json"), list, "choices", damaged)
+    answered = _lenient(lambda: _answer(answer, f"interaction {rid}'s answer_json"), lambda: None, "answer",
+                        damaged)
+    shown_status = _lenient(lambda: stored_value(status, INTERACTION_STATUSES, f"interaction {rid}'s status"),
+                            _unsettled(rid, resolved), "status", damaged)
     out: dict[str, Any] = {
         "kind": "interaction", "requestId": rid, "sessionId": sid, "turnId": turn, "toolCallId": call,
         "question": question, "choices": offered, "multiple": bool(multiple), "allowFreeText": bool(free),
-        "requestedBy": by, "status": status, "answer": answered, "respondedBy": responder,
+        "requestedBy": by, "status": shown_status, "answer": answered, "respondedBy": responder,
         "createdAt": created, "updatedAt": updated, "expiresAt": expires, "resolvedAt": resolved,
+        "unreadable": damaged or None,
     }
     return {k: v for k, v in out.items() if v is not None}
 
@@ -252,9 +284,11 @@ def _select(kind: Kind) -> tuple[str, Callable[..., dict[str, Any]]]:
 
 
 def get_request(conn: sqlite3.Connection, kind: Kind, request_id: str, lenient: bool = False) -> dict[str, Any]:
-    """The request; ``DamagedRecord`` (CORRUPT_DATA) when its record is damaged. ``lenient``: a JSON column
-    that no longer reads is shown empty instead (options or choices ``[]``, no answer), for a transition that
-    needs none of it (a deny, a cancel, an expiry) and its announcement; a damaged status or risk still raises."""
+    """The request; ``DamagedRecord`` (CORRUPT_DATA) when its record is damaged. ``lenient``: a column that no
+    longer reads is shown by a stand-in instead (options or choices ``[]``, no answer, risk
+    :data:`RISK_STAND_IN`, status ``pending`` for a row never settled: :data:`_PENDING`) and named in the
+    request's ``unreadable``, for a transition that needs none of it (a deny, a cancel, an expiry) and its
+    announcement; a damaged status of a settled row still raises."""
     sql, row = _select(kind)
     found = conn.execute(f"{sql} WHERE request_id = ?", (request_id,)).fetchone()
     if found is None:
@@ -262,13 +296,11 @@ def get_request(conn: sqlite3.Connection, kind: Kind, request_id: str, lenient: 
     return row(found, lenient)
 
 
-def settled_request(conn: sqlite3.Connection, kind: Kind, request_id: str) -> dict[str, Any] | None:
-    """A request a transition just settled (cancelled by its turn's end, expired), for its announcement: read
-    ``lenient``; None when even its status or risk is damaged (the transition stands, nothing to announce)."""
-    try:
-        return get_request(conn, kind, request_id, lenient=True)
-    except DamagedRecord:
-        return None
+def settled_request(conn: sqlite3.Connection, kind: Kind, request_id: str) -> dict[str, Any]:
+    """A request a transition just settled (cancelled by its turn's end, expired), for its
+    announcement: read ``lenient``, so a damaged record is announced like any other (the status it was just
+    given reads; its damaged columns are stand-ins, named in ``unreadable``)."""
+    return get_request(conn, kind, request_id, lenient=True)
 
 
 def find_by_tool_call(conn: sqlite3.Connection, kind: Kind, session_id: str,
@@ -356,7 +388,7 @@ def expire_stale(conn: sqlite3.Connection, kind: Kind, request_id: str, now_ms: 
     fence and the reads have it (True if it changed; False if anything settled it first)."""
     return conn.execute(
         f"UPDATE {_TABLE[kind]} SET status = 'expired', updated_at = ?, resolved_at = expires_at "
-        "WHERE request_id = ? AND status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?",
+        f"WHERE request_id = ? AND {_PENDING[kind]} AND expires_at IS NOT NULL AND expires_at <= ?",
         (now_ms, request_id, now_ms)).rowcount > 0
 
 
@@ -404,19 +436,23 @@ def outcome_of(kind: Kind, row: Mapping[str, Any], option_id: str | None,
                answer: Mapping[str, Any] | None) -> tuple[str, dict[str, str] | None]:
     """(status, chosen option) an answer gives (pure; raises for an option the prompt did not offer).
 
-    An approval whose options no longer read (its damaged record read ``lenient``: none) can still be denied
-    with :data:`DENY`'s id, the answer that is safe whatever was offered: the tool does not run and the turn
-    goes on. An allow is refused: what it would allow (and remember) is not known."""
+    An approval whose record is damaged (read ``lenient``: its ``unreadable`` names what) can still be denied,
+    the answer that is safe whatever was offered: the tool does not run and the turn goes on. With its options
+    unreadable (none shown), :data:`DENY`'s id denies it. An allow is refused: what it would allow (and
+    remember), or whether it may still be allowed, is not known."""
     if kind == "interaction":
         return "answered", None
+    damaged = f"approval {row['requestId']}'s {', '.join(row.get('unreadable') or ())} no longer read"
     if not row.get("options"):
         if option_id != DENY["id"]:
-            raise DamagedRecord(f"approval {row['requestId']}'s options no longer read: it can only be denied "
-                                f"(optionId {DENY['id']!r})", data={"requestId": row["requestId"]})
+            raise DamagedRecord(f"{damaged}: it can only be denied (optionId {DENY['id']!r})",
+                                data={"requestId": row["requestId"]})
         return "denied", dict(DENY)
     option = next((o for o in row.get("options") or () if o["id"] == option_id), None)
     if option is None:
         raise InvalidInput(f"option {option_id!r} is not one of the prompt's options", data={"field": "optionId"})
+    if option["decision"] == "allow" and row.get("unreadable"):
+        raise DamagedRecord(f"{damaged}: it can only be denied", data={"requestId": row["requestId"]})
     return ("allowed" if option["decision"] == "allow" else "denied"), dict(option)
 
 
@@ -426,12 +462,12 @@ def resolve(conn: sqlite3.Connection, kind: Kind, request_id: str, *, status: st
     if kind == "approval":
         changed = conn.execute(
             "UPDATE approvals SET status = ?, option_id = ?, responded_by = ?, updated_at = ?, resolved_at = ? "
-            "WHERE request_id = ? AND status = 'pending'",
+            f"WHERE request_id = ? AND {_PENDING[kind]}",
             (status, option_id, responder, now_ms, now_ms, request_id)).rowcount
     else:
         changed = conn.execute(
             "UPDATE interactions SET status = ?, answer_json = ?, responded_by = ?, updated_at = ?, resolved_at = ? "
-            "WHERE request_id = ? AND status = 'pending'",
+            f"WHERE request_id = ? AND {_PENDING[kind]}",
             (status, orjson.dumps(dict(answer or {})).decode(), responder, now_ms, now_ms, request_id)).rowcount
     if not changed:
         raise Conflict(f"{kind} request {request_id} is no longer pending", data={"requestId": request_id})
@@ -454,7 +490,7 @@ def cancel_for_turn(conn: sqlite3.Connection, session_id: str, turn_id: str, now
     for kind in KINDS:
         rows = conn.execute(
             f"UPDATE {_TABLE[kind]} SET status = 'cancelled', updated_at = ?, resolved_at = ? "
-            "WHERE session_id = ? AND turn_id = ? AND status = 'pending' RETURNING request_id",
+            f"WHERE session_id = ? AND turn_id = ? AND {_PENDING[kind]} RETURNING request_id",
             (now_ms, now_ms, session_id, turn_id)).fetchall()
         out.extend((kind, r[0]) for r in rows)
     return out
@@ -466,9 +502,9 @@ def interrupt_pending(conn: sqlite3.Connection, now_ms: int) -> dict[str, int]:
     out: dict[str, int] = {}
     for kind, table in _TABLE.items():
         conn.execute(f"UPDATE {table} SET status = 'expired', updated_at = ?, resolved_at = expires_at "
-                     "WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?", (now_ms, now_ms))
+                     f"WHERE {_PENDING[kind]} AND expires_at IS NOT NULL AND expires_at <= ?", (now_ms, now_ms))
         out[kind] = conn.execute(
-            f"UPDATE {table} SET status = 'interrupted', updated_at = ?, resolved_at = ? WHERE status = 'pending'",
+            f"UPDATE {table} SET status = 'interrupted', updated_at = ?, resolved_at = ? WHERE {_PENDING[kind]}",
             (now_ms, now_ms)).rowcount
     return out
 

@@ -73,8 +73,7 @@ def expire_lapsed(conn: Any, kind: Kind, request_id: str, now_ms: int) -> dict[s
     None when it was not due or something settled it first (nothing to announce)."""
     if not approvals.expire_stale(conn, kind, request_id, now_ms):
         return None
-    settled = approvals.settled_request(conn, kind, request_id)  # None: damaged beyond showing; it expired still
-    return {"request": settled} if settled is not None else None
+    return {"request": approvals.settled_request(conn, kind, request_id)}
 
 
 def resolved_topic(kind: Kind) -> str:
@@ -176,9 +175,10 @@ async def _respond(ctx: SessionContext, kind: Kind, request_id: str, option_id: 
     """Answer once: check pending (late → expired), the decision line, then the row + rule + receipt."""
     approvals.check_responder(ctx.caller.client_kind)
     sid, now, responder = ctx.sid, ctx.now(), ctx.caller.client_id
-    # a deny needs none of the stored options: an approval whose options no longer read can still be denied
-    # (approvals.outcome_of), so the turn waiting on it goes on; anything else of a damaged record is CORRUPT_DATA
-    lenient = kind == "approval" and option_id == approvals.DENY["id"]
+    # a deny needs nothing of the stored record but its id: an approval whose record is damaged (its options,
+    # risk or status) can still be denied (approvals.outcome_of), so the turn waiting on it goes on; an allow of
+    # it, and an answer to a damaged question, are CORRUPT_DATA
+    lenient = kind == "approval"
     try:
         row = await ctx.read(approvals.require_pending, kind, request_id, sid, now, lenient)
     except Conflict:

@@ -48,9 +48,10 @@ def settle(conn: Any, sid: str, turn_ids: Iterable[str], status: str, error_code
     """Inside the transaction that ended ``turn_ids`` with ``status``."""
     out = Aftermath()
     for turn_id in turn_ids:
-        # a damaged record is cancelled all the same (its turn ended); announced as far as it reads
-        out.cancelled.extend(row for kind, rid in approvals.cancel_for_turn(conn, sid, turn_id, now)
-                             if (row := approvals.settled_request(conn, kind, rid)) is not None)
+        # a damaged record is cancelled and announced all the same (its turn ended): what no longer reads is
+        # shown by stand-ins and named in the request's `unreadable`
+        out.cancelled.extend(approvals.settled_request(conn, kind, rid)
+                             for kind, rid in approvals.cancel_for_turn(conn, sid, turn_id, now))
         out.executions.extend(plan_rows.settle_for_turn(conn, sid, turn_id, status, error_code, now))
         out.deliveries.append(collab.settle_for_turn(conn, sid, turn_id, status, error_code, now, faults))
     if out.executions:

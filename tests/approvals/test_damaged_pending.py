@@ -15,6 +15,7 @@ from pathlib import Path
 import trio
 
 from protocol.models_approvals import (
+    ApprovalRequest,
     ApprovalsPendingResult,
     ApprovalsRespondResult,
     InteractionRequest,
@@ -95,17 +96,58 @@ async def test_the_turn_ends_past_damaged_pending_requests_and_cancels_them(tmp_
             await ui.subscribe(["interaction.resolved", "approval.resolved"], session_id=sid)
             ended = EndTurnResult.model_validate(await end(c, sid, turn_of(sid)))
             assert ended.turn.status == "completed"
+            # its risk is damaged: cancelled and announced all the same, the risk a stand-in named in `unreadable`
+            heard = await next_event(ui, "approval.resolved")
+            gone = ApprovalRequest.model_validate(heard.data["request"])
+            assert (gone.request_id, gone.status, gone.risk, gone.unreadable) == (risky, "cancelled", "high",
+                                                                                   ["risk"])
             heard = await next_event(ui, "interaction.resolved")
             cancelled = InteractionRequest.model_validate(heard.data["request"])
             assert (cancelled.request_id, cancelled.status, cancelled.choices) == (question, "cancelled", [])
+            assert cancelled.unreadable == ["choices"]
             for method in ("interactions.pending", "approvals.pending"):
                 assert await ui.call(method, {"sessionId": sid}) == {"pending": []}
     conn = sqlite3.connect(tmp_path / "pi.sqlite")
     try:
         assert conn.execute("SELECT status FROM approvals WHERE request_id = ?", (risky,)).fetchone() == (
-            "cancelled",)  # its risk is still damaged: cancelled, not announced (nothing of it reads as a request)
+            "cancelled",)
     finally:
         conn.close()
+
+
+async def test_an_approval_whose_risk_or_status_is_damaged_can_be_denied_and_its_turn_ends_past_it(
+        tmp_path: Path) -> None:
+    """Its risk or its status outside its set: a deny goes through (the answer safe whatever the record said),
+    the sidecar hears it, the decision line is written; an allow is refused. A damaged status of a request never
+    settled (no resolution time) is pending: the turn's end cancels it and announces it. Before, the deny was
+    CORRUPT_DATA, the turn's end cancelled a damaged risk without a word and left a damaged status alone."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid = await session_with_turn(c)
+            risky = (await ask(c, sid, toolCallId="call-1"))["request"]["requestId"]
+            unsure = (await ask(c, sid, toolCallId="call-2"))["request"]["requestId"]
+            left = (await ask(c, sid, toolCallId="call-3"))["request"]["requestId"]
+            damage(tmp_path, "approvals", "risk", risky, "higt")
+            damage(tmp_path, "approvals", "status", unsure, "pendinf")
+            damage(tmp_path, "approvals", "status", left, "pendinf")
+            await c.subscribe(["approval.resolved"], session_id=sid)
+            for rid, field in ((risky, "risk"), (unsure, "status")):
+                refused = await rpc_error(answer(ui, sid, rid, "allow_once"))
+                assert refused.data_code == "CORRUPT_DATA"
+                denied = ApprovalsRespondResult.model_validate(await answer(ui, sid, rid, "deny"))
+                assert (denied.request.request_id, denied.request.status, denied.request.option_id) == (
+                    rid, "denied", "deny")
+                assert denied.request.unreadable == ([field] if field == "risk" else None)
+                heard = ApprovalRequest.model_validate((await next_event(c, "approval.resolved")).data["request"])
+                assert (heard.request_id, heard.status) == (rid, "denied")
+                line = next(rec for rec in decision_lines(tmp_path, sid) if rec["id"] == rid)
+                assert (line["status"], line["optionId"]) == ("denied", "deny")
+                assert (await rpc_error(answer(ui, sid, rid, "deny"))).data_code == "CONFLICT"
+            ended = EndTurnResult.model_validate(await end(c, sid, turn_of(sid)))
+            assert ended.turn.status == "completed"
+            heard = ApprovalRequest.model_validate((await next_event(c, "approval.resolved")).data["request"])
+            assert (heard.request_id, heard.status, heard.unreadable) == (left, "cancelled", None)
 
 
 async def test_a_host_starts_on_a_damaged_pending_request_and_its_fence_settles_it(tmp_path: Path) -> None:

@@ -151,9 +151,23 @@ def test_the_store_lists_pending_requests_around_a_damaged_one_and_lets_it_be_de
     assert approvals.outcome_of("approval", lenient, "deny", None) == ("denied", dict(approvals.DENY))
     with pytest.raises(DamagedRecord):
         approvals.outcome_of("approval", lenient, "allow_once", None)
-    with pytest.raises(DamagedRecord):  # a status or risk outside its set is not shown, leniently or not
+    assert lenient["unreadable"] == ["options"]
+    # a risk outside its set: shown leniently as the most cautious one, named; a deny only
+    risky = approvals.get_request(conn, "approval", "r-risk", lenient=True)
+    assert (risky["risk"], risky["unreadable"]) == (approvals.RISK_STAND_IN, ["risk"])
+    with pytest.raises(DamagedRecord):
+        approvals.get_request(conn, "approval", "r-risk")
+    # a damaged status of a row never settled (no resolution time) is pending: shown so leniently, and the
+    # transitions of a pending row take it (here the fence's)
+    conn.execute("UPDATE approvals SET status = 'pendinf' WHERE request_id = 'r-ok'")
+    unsure = approvals.get_request(conn, "approval", "r-ok", lenient=True)
+    assert (unsure["status"], unsure["unreadable"]) == ("pending", ["status"])
+    assert approvals.interrupt_pending(conn, 20) == {"approval": 3, "interaction": 0}
+    assert approvals.get_request(conn, "approval", "r-ok")["status"] == "interrupted"
+    # a settled row whose status is damaged: how it was settled is not known, leniently or not
+    conn.execute("UPDATE approvals SET status = 'denieb' WHERE request_id = 'r-risk'")
+    with pytest.raises(DamagedRecord):
         approvals.get_request(conn, "approval", "r-risk", lenient=True)
-    assert approvals.settled_request(conn, "approval", "r-risk") is None
 
 
 async def test_session_list_shows_a_session_whose_thread_metadata_is_damaged_without_it(tmp_path: Path) -> None:

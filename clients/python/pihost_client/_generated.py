@@ -91,6 +91,7 @@ class ApprovalRequest(TypedDict):
     updatedAt: int
     expiresAt: NotRequired[int | None]
     resolvedAt: NotRequired[int | None]
+    unreadable: NotRequired[list[Literal["options", "risk", "status"]] | None]
 
 
 class ApprovalRequestedEvent(TypedDict):
@@ -824,6 +825,7 @@ class InteractionRequest(TypedDict):
     updatedAt: int
     expiresAt: NotRequired[int | None]
     resolvedAt: NotRequired[int | None]
+    unreadable: NotRequired[list[Literal["choices", "answer", "status"]] | None]
 
 
 class InteractionRequestedEvent(TypedDict):

@@ -121,6 +121,8 @@ export interface ApprovalRequest {
   updatedAt: number;
   expiresAt?: number | null;
   resolvedAt?: number | null;
+  /** Only on a request whose stored record is damaged, as a deny, a cancel or an expiry of it answers or announces it: the fields that no longer read, each shown by a stand-in (options [], risk high, status pending for a request never settled). Absent when every field reads. */
+  unreadable?: ("options" | "risk" | "status")[] | null;
 }
 
 /** A sidecar asked for a tool permission; answer with ``approvals.respond`` (UIs). */
@@ -1079,6 +1081,8 @@ export interface InteractionRequest {
   updatedAt: number;
   expiresAt?: number | null;
   resolvedAt?: number | null;
+  /** Only on a question whose stored record is damaged, as a cancel or an expiry of it announces it: the fields that no longer read, each shown by a stand-in (choices [], no answer, status pending for a question never settled). Absent when every field reads. */
+  unreadable?: ("choices" | "answer" | "status")[] | null;
 }
 
 /** A sidecar asked the user a question; answer with ``interactions.respond``. */
