@@ -79,6 +79,12 @@ class PlansPendingParams(Params):
 class PlansPendingResult(Result):
     pending: list[PlanApproval] = Field(description="Only pending rows, newest first; terminal ones are never "
                                         "rehydrated.")
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="Request ids of pending plan/goal approvals whose stored record is damaged (a value outside "
+        "its set): left out of pending, so the others still list; such a request still holds its session (a new "
+        "plans.submit is CONFLICT naming it). Absent when every record reads.",
+    )
 
 
 class PlansRespondParams(MutatingParams):

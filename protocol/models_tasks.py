@@ -192,6 +192,12 @@ class TasksRunsParams(Params):
 
 class TasksRunsResult(Result):
     runs: list[TaskRun] = Field(description="Newest first; at most the last 100 are kept.")
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="Ids of runs whose stored record is damaged (a status outside its set): left out of runs, so "
+        "the others still list; they count toward limit. A task whose own record is damaged still lists its runs. "
+        "Absent when every record reads.",
+    )
 
 
 class TasksStartRunParams(MutatingParams):

@@ -32,9 +32,19 @@ from typing import Any
 
 import orjson
 
-from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge, StoreError, classify_os_error
+from store.errors import (
+    Conflict,
+    CorruptData,
+    DamagedRecord,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    StoreError,
+    classify_os_error,
+)
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, fsync_dir, remove_file_durable, write_all
+from store.jsonio import Readable, readable
 from store.safe_open import check_path, open_regular, open_under, path_error, read_bounded
 
 __all__ = [
@@ -373,15 +383,41 @@ def markdown_of(conn: sqlite3.Connection, request_id: str) -> str:
     return str(row[0])
 
 
-def list_pending(conn: sqlite3.Connection, session_id: str | None, now_ms: int) -> list[dict[str, Any]]:
-    """Only live ``pending`` rows, with their original ``expires_at``: terminal ones are never rehydrated,
-    and a row past its deadline is expired whether or not anything has marked it yet (seed 003 §4.5)."""
+_SETS: tuple[tuple[int, tuple[str | None, ...], str], ...] = (
+    (_KEYS.index("kind"), ("plan", "goal"), "kind"),
+    (_KEYS.index("status"), ("pending", "approved", "changes_requested", "rejected", "expired", "interrupted"),
+     "status"),
+    (_KEYS.index("action"), (None, "approve", "request_changes", "reject"), "action"),
+    (_KEYS.index("targetPermissionMode"), (None, "ask", "accept-edits", "auto"), "target_permission_mode"),
+    (_KEYS.index("executionState"), (None, "queued", "running", "completed", "interrupted"), "execution_state"),
+    (_KEYS.index("_outcome"), (None, *EXECUTION_OUTCOMES, "interrupted"), "execution_outcome"),
+)
+"""The columns with a fixed set (their CHECKs), by position in :data:`_COLS`."""
+
+
+def _checked(row: tuple[Any, ...]) -> dict[str, Any]:
+    """:func:`_row`, each column with a fixed set checked (``DamagedRecord`` naming it: SQLite checks a CHECK on
+    writes only)."""
+    for at, allowed, column in _SETS:
+        if row[at] not in allowed:
+            raise DamagedRecord(f"plan approval {row[0]}'s {column} is {row[at]!r}, not one of its set")
+    return _row(row)
+
+
+def _pending_rows(conn: sqlite3.Connection, session_id: str | None, now_ms: int) -> list[tuple[Any, ...]]:
     sql = f"SELECT {_COLS} FROM plan_approvals WHERE {LIVE_PENDING}"
     args: tuple[Any, ...] = (now_ms,)
     if session_id is not None:
         sql += " AND session_id = ?"
         args += (session_id,)
-    return [_row(r) for r in conn.execute(sql + " ORDER BY created_at DESC, request_id", args)]
+    return conn.execute(sql + " ORDER BY created_at DESC, request_id", args).fetchall()
+
+
+def list_pending(conn: sqlite3.Connection, session_id: str | None, now_ms: int) -> Readable[dict[str, Any]]:
+    """Only live ``pending`` rows, with their original ``expires_at``: terminal ones are never rehydrated,
+    and a row past its deadline is expired whether or not anything has marked it yet (seed 003 §4.5). A row
+    whose record is damaged (a column outside its set) is named in ``unreadable`` (request ids), not listed."""
+    return readable(_pending_rows(conn, session_id, now_ms), _checked, lambda r: str(r[0]))
 
 
 def expire_all_stale(conn: sqlite3.Connection, now_ms: int) -> int:
@@ -421,8 +457,9 @@ def stale_pending(conn: sqlite3.Connection, session_id: str, now_ms: int) -> lis
 
 
 def pending_of(conn: sqlite3.Connection, session_id: str, now_ms: int) -> dict[str, Any] | None:
-    rows = list_pending(conn, session_id, now_ms)
-    return rows[0] if rows else None
+    """The session's live pending request, damaged or not (it holds the session all the same: one at a time)."""
+    rows = _pending_rows(conn, session_id, now_ms)
+    return _row(rows[0]) if rows else None
 
 
 def insert_pending(conn: sqlite3.Connection, *, request_id: str, session_id: str, turn_id: str, tool_call_id: str,

@@ -56,7 +56,7 @@ import orjson
 
 from store.errors import Conflict, InvalidInput, NotFound, PlanRequiresInteractiveSession, SessionNotFound
 from store.indexing.group_commit import is_key_conflict
-from store.jsonio import Readable, loads_stored, readable
+from store.jsonio import Readable, loads_stored, readable, stored_value
 from store.rules import MAX_PATH_CHARS
 from store.stamps import after_newest
 
@@ -412,7 +412,8 @@ _RUN_COLS = "id, task_id, session_id, status, error_code, started_at, ended_at"
 
 def _run(row: tuple[Any, ...]) -> dict[str, Any]:
     rid, tid, sid, status, err, started, ended = row
-    out: dict[str, Any] = {"id": rid, "taskId": tid, "status": status, "startedAt": started}
+    out: dict[str, Any] = {"id": rid, "taskId": tid, "startedAt": started,
+                           "status": stored_value(status, ("running", *RUN_STATUSES), f"task run {rid}'s status")}
     for key, value in (("sessionId", sid), ("errorCode", err), ("endedAt", ended)):
         if value is not None:
             out[key] = value
@@ -426,11 +427,16 @@ def get_run(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
     return _run(row)
 
 
-def list_runs(conn: sqlite3.Connection, task_id: str, *, limit: int = RUNS_KEPT) -> list[dict[str, Any]]:
-    get_task(conn, task_id)
-    return [_run(r) for r in conn.execute(
+def list_runs(conn: sqlite3.Connection, task_id: str, *, limit: int = RUNS_KEPT) -> Readable[dict[str, Any]]:
+    """The task's runs, newest first; a run whose record is damaged is named in ``unreadable`` (run ids). A
+    task whose own record is damaged still has its runs (they are records of their own): only a missing task
+    is ``NOT_FOUND``."""
+    if conn.execute("SELECT 1 FROM scheduled_tasks WHERE id = ?", (task_id,)).fetchone() is None:
+        raise NotFound(f"task {task_id} not found", data={"taskId": task_id})
+    rows = conn.execute(
         f"SELECT {_RUN_COLS} FROM task_runs WHERE task_id = ? ORDER BY started_at DESC, id DESC LIMIT ?",
-        (task_id, limit))]
+        (task_id, limit)).fetchall()
+    return readable(rows, _run, lambda r: str(r[0]))
 
 
 def check_runnable(conn: sqlite3.Connection, task: Mapping[str, Any], session_id: str | None) -> None:

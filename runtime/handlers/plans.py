@@ -238,7 +238,7 @@ def submitted_root(ctx: SessionContext, request_id: str) -> str | None:
 
 
 def pending(ctx: ReadContext, p: m.PlansPendingParams) -> Any:
-    return {"pending": plans.list_pending(ctx.conn, p.session_id, ctx.now)}
+    return plans.list_pending(ctx.conn, p.session_id, ctx.now).result("pending")
 
 
 def resolved_payload(request_id: str, session_id: str, status: str) -> dict[str, Any]:

@@ -83,4 +83,4 @@ def get(ctx: ReadContext, p: m.TaskIdParams) -> Any:
 
 
 def runs(ctx: ReadContext, p: m.TasksRunsParams) -> Any:
-    return {"runs": tasks.list_runs(ctx.conn, p.task_id, limit=p.limit)}
+    return tasks.list_runs(ctx.conn, p.task_id, limit=p.limit).result("runs")

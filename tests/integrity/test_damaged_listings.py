@@ -14,16 +14,18 @@ from typing import Any
 import pytest
 import trio
 
+from protocol.models_plans import PlansPendingResult
 from protocol.models_plugin_imports import PluginListSessionsResult
 from protocol.models_session import SessionListResult
-from protocol.models_tasks import TasksListResult
+from protocol.models_tasks import TasksListResult, TasksRunsResult
 from protocol.models_usage import ListTurnsResult
 from runtime.client import HostClient
-from store import approvals, tasks, thread_meta, turns
-from store.errors import DamagedRecord
+from store import approvals, plans, tasks, thread_meta, turns
+from store.errors import DamagedRecord, NotFound
 from store.interchange.plugin_imports import list_plugin_sessions
 from tests.dbkit import NOW, add_session, fresh_db
 from tests.hostkit import client_for, inprocess_host, msg
+from tests.plans.test_executions import contract_session, submit
 from tests.turns.turnkit import end, rpc_error, start
 
 
@@ -79,6 +81,49 @@ async def test_tasks_list_names_a_damaged_task_and_its_getter_still_refuses(tmp_
             assert [t.id for t in listed.tasks] == [ids[0], ids[2]] and listed.unreadable == [ids[1]]
             assert (await rpc_error(ui.call("tasks.get", {"taskId": ids[1]}))).data_code == "CORRUPT_DATA"
             assert (await ui.call("tasks.get", {"taskId": ids[2]}))["id"] == ids[2]
+
+
+async def test_tasks_runs_answers_the_runs_of_a_damaged_task_and_names_a_damaged_run(tmp_path: Path) -> None:
+    """Before, tasks.runs of a task whose own record is damaged answered CORRUPT_DATA although its runs (records
+    of their own) read, and a run's status outside its set went out unchecked."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            task = (await ui.call("tasks.create", {"title": "task", "prompt": "p"}))["id"]
+            runs = []
+            for _ in range(3):
+                runs.append((await ui.call("tasks.startRun", {"taskId": task}))["id"])
+                await ui.call("tasks.finishRun", {"runId": runs[-1], "status": "completed"})
+            damage(tmp_path, "UPDATE scheduled_tasks SET config_json = '{\"cut' WHERE id = ?", task)
+            damage(tmp_path, "UPDATE task_runs SET status = 'complexed' WHERE id = ?", runs[1])
+            listed = TasksRunsResult.model_validate(await ui.call("tasks.runs", {"taskId": task}))
+            assert [r.id for r in listed.runs] == [runs[2], runs[0]] and listed.unreadable == [runs[1]]
+            assert [r.status for r in listed.runs] == ["completed", "completed"]
+            # the getter of the damaged task still refuses; a task that is not there is NOT_FOUND
+            assert (await rpc_error(ui.call("tasks.get", {"taskId": task}))).data_code == "CORRUPT_DATA"
+            assert (await rpc_error(ui.call("tasks.runs", {"taskId": "task_none"}))).data_code == "NOT_FOUND"
+
+
+async def test_plans_pending_names_a_damaged_request_which_still_holds_its_session(tmp_path: Path) -> None:
+    """Before, plans.pending sent a stored value outside its set (a kind, a permission mode) as it was."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            asked = []
+            for i in range(3):
+                sid, ws = await contract_session(c, tmp_path / f"p{i}")
+                asked.append((sid, ws, (await submit(c, sid, ws))["requestId"]))
+            damage(tmp_path, "UPDATE plan_approvals SET kind = 'plab' WHERE request_id = ?", asked[0][2])
+            damage(tmp_path, "UPDATE plan_approvals SET target_permission_mode = 'sure' WHERE request_id = ?",
+                   asked[1][2])
+            listed = PlansPendingResult.model_validate(await ui.call("plans.pending", {}))
+            assert [r.request_id for r in listed.pending] == [asked[2][2]]
+            assert listed.unreadable == [asked[1][2], asked[0][2]]  # newest first, as listed
+            one = PlansPendingResult.model_validate(await ui.call("plans.pending", {"sessionId": asked[0][0]}))
+            assert (one.pending, one.unreadable) == ([], [asked[0][2]])
+            # it still holds its session: one pending request at a time
+            sid, ws, rid = asked[0]
+            refused = await rpc_error(submit(c, sid, ws, call="c2"))
+            assert refused.data_code == "CONFLICT" and refused.data["requestId"] == rid
 
 
 async def test_plugin_list_sessions_names_a_session_whose_origin_is_damaged(tmp_path: Path) -> None:
@@ -215,3 +260,29 @@ def test_damaged_thread_metadata_is_left_off_and_a_transcript_line_restores_it(t
     assert thread_meta.restore_from_info(conn, "s1", {"thread": {"tags": ["back"]}}, now_ms=NOW)
     found = thread_meta.get(conn, "s1")
     assert found is not None and found["tags"] == ["back"]
+
+
+def test_the_store_lists_runs_of_a_damaged_task_and_pending_plans_around_a_damaged_one(tmp_path: Path) -> None:
+    conn = fresh_db(tmp_path / "pi.sqlite")
+    conn.execute("PRAGMA ignore_check_constraints = ON")
+    tasks.create_task(conn, task_id="k", title="k", prompt="p", now_ms=NOW)
+    for i, status in enumerate(("completed", "complexed", "running")):
+        conn.execute("INSERT INTO task_runs(id, task_id, status, started_at) VALUES (?, 'k', ?, ?)",
+                     (f"r{i}", status, NOW + i))
+    conn.execute("UPDATE scheduled_tasks SET config_json = '{\"cut' WHERE id = 'k'")
+    found = tasks.list_runs(conn, "k")
+    assert [r["id"] for r in found.items] == ["r2", "r0"] and found.unreadable == ["r1"]
+    with pytest.raises(DamagedRecord):
+        tasks.get_run(conn, "r1")
+    with pytest.raises(NotFound):
+        tasks.list_runs(conn, "none")
+    for i, (kind, mode) in enumerate((("plan", None), ("goal", "sure"), ("plab", None))):
+        add_session(conn, f"s{i}")
+        conn.execute(
+            "INSERT INTO plan_approvals(request_id, session_id, turn_id, tool_call_id, kind, plan_json, status, "
+            "target_permission_mode, created_at, updated_at) VALUES (?, ?, 't', ?, ?, '# p', 'pending', ?, ?, ?)",
+            (f"q{i}", f"s{i}", f"c{i}", kind, mode, NOW + i, NOW + i))
+    pending = plans.list_pending(conn, None, NOW)
+    assert [r["requestId"] for r in pending.items] == ["q0"] and pending.unreadable == ["q2", "q1"]
+    held = plans.pending_of(conn, "s2", NOW)  # a damaged one still holds its session
+    assert held is not None and held["requestId"] == "q2"

@@ -118,7 +118,7 @@ def create(db: LoopDb, task_id: str, now_ms: int, *, cadence: str = "hourly", en
 
 
 def runs(db: LoopDb, task_id: str) -> list[dict[str, Any]]:
-    return list(reversed(tasks.list_runs(db.conn, task_id)))  # oldest first
+    return list(reversed(tasks.list_runs(db.conn, task_id).items))  # oldest first
 
 
 def task(db: LoopDb, task_id: str) -> dict[str, Any]:

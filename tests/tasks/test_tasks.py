@@ -98,7 +98,7 @@ def test_runs_are_pruned_to_the_last_100(conn: sqlite3.Connection) -> None:
     for i in range(105):
         tasks.start_run(conn, task_id="t", run_id=f"r{i:03}", session_id=None, now_ms=NOW + i)
         tasks.finish_run(conn, run_id=f"r{i:03}", status="completed", error_code=None, now_ms=NOW + i)
-    runs = tasks.list_runs(conn, "t")
+    runs = tasks.list_runs(conn, "t").items
     assert len(runs) == 100 and runs[0]["id"] == "r104" and runs[-1]["id"] == "r005"
 
 

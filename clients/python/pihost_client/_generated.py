@@ -1204,6 +1204,7 @@ class PlansPendingParams(TypedDict):
 
 class PlansPendingResult(TypedDict):
     pending: list[PlanApproval]
+    unreadable: NotRequired[list[str] | None]
 
 
 class PlansRespondParams(TypedDict):
@@ -2458,6 +2459,7 @@ class TasksRunsParams(TypedDict):
 
 class TasksRunsResult(TypedDict):
     runs: list[TaskRun]
+    unreadable: NotRequired[list[str] | None]
 
 
 class TasksStartRunParams(TypedDict):

@@ -1544,6 +1544,8 @@ export interface PlansPendingParams {
 export interface PlansPendingResult {
   /** Only pending rows, newest first; terminal ones are never rehydrated. */
   pending: PlanApproval[];
+  /** Request ids of pending plan/goal approvals whose stored record is damaged (a value outside its set): left out of pending, so the others still list; such a request still holds its session (a new plans.submit is CONFLICT naming it). Absent when every record reads. */
+  unreadable?: string[] | null;
 }
 
 export interface PlansRespondParams {
@@ -3152,6 +3154,8 @@ export interface TasksRunsParams {
 export interface TasksRunsResult {
   /** Newest first; at most the last 100 are kept. */
   runs: TaskRun[];
+  /** Ids of runs whose stored record is damaged (a status outside its set): left out of runs, so the others still list; they count toward limit. A task whose own record is damaged still lists its runs. Absent when every record reads. */
+  unreadable?: string[] | null;
 }
 
 export interface TasksStartRunParams {
