@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, Literal, TypeVar
@@ -59,7 +58,6 @@ __all__ = [
     "DECISION_LINE",
     "DENY",
     "Kind",
-    "TurnDecisions",
     "apply_decision_lines",
     "apply_recorded_decisions",
     "cancel_for_turn",
@@ -509,24 +507,15 @@ def interrupt_pending(conn: sqlite3.Connection, now_ms: int) -> dict[str, int]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class TurnDecisions:
-    """:func:`decisions_for_turns`: the decisions, and the requests whose stored record no longer reads."""
-
-    decisions: list[dict[str, Any]]
-    unreadable: list[str]
-    """Request ids (sorted) of rows whose JSON column no longer parses (damage of that record, which only the
-    database holds): left out of the decisions, so the page of messages that shows their turn still reads."""
-
-
 def decisions_for_turns(conn: sqlite3.Connection, session_id: str, turn_ids: Iterable[str],
-                        now_ms: int | None = None) -> TurnDecisions:
+                        now_ms: int | None = None) -> Readable[dict[str, Any]]:
     """Every request of these turns that is no longer pending, oldest first (``session.get``).
 
     A row still ``pending`` past its deadline at ``now_ms`` is shown ``expired`` (resolved at its
     deadline), as an answer or the next restart would settle it: a read does not write, and the
     request is in neither ``approvals.pending`` nor the decisions otherwise. A row whose record is
-    damaged is named in ``unreadable`` instead: one decision's damage never costs the messages' page."""
+    damaged is named in ``unreadable`` (request ids, sorted) instead: one decision's damage never costs
+    the messages' page."""
     ids = sorted(set(turn_ids))
     out: list[dict[str, Any]] = []
     unreadable: list[str] = []
@@ -534,20 +523,17 @@ def decisions_for_turns(conn: sqlite3.Connection, session_id: str, turn_ids: Ite
     for kind in KINDS:
         sql, row = _select(kind)
         for marks, chunk in in_chunks(ids):
-            for r in conn.execute(
-                    f"{sql} WHERE session_id = ? AND turn_id IN ({marks}) AND (status <> 'pending' "
-                    "OR (status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?))",
-                    (session_id, *chunk, lapsed_at)):
-                try:
-                    found = row(r)
-                except DamagedRecord:
-                    unreadable.append(str(r[0]))  # request_id: the first column of both tables
-                    continue
-                if found["status"] == "pending":
-                    found.update(status="expired", resolvedAt=found["expiresAt"])
-                out.append(found)
+            found = readable(conn.execute(
+                f"{sql} WHERE session_id = ? AND turn_id IN ({marks}) AND (status <> 'pending' "
+                "OR (status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?))",
+                (session_id, *chunk, lapsed_at)).fetchall(), row, lambda r: str(r[0]))  # request_id: column 1
+            out.extend(found.items)
+            unreadable.extend(found.unreadable)
+    for decision in out:
+        if decision["status"] == "pending":
+            decision.update(status="expired", resolvedAt=decision["expiresAt"])
     out.sort(key=lambda r: (r.get("resolvedAt") or r["createdAt"], r["requestId"]))
-    return TurnDecisions(out, sorted(unreadable))
+    return Readable(out, sorted(unreadable))
 
 
 # ---------------------------------------------------------------------------

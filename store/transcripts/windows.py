@@ -163,8 +163,8 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
         turns.update(_turns_after(conn, sid, total))
     if turns:
         found = approvals.decisions_for_turns(conn, sid, turns, now_ms)
-        if found.decisions:
-            w.reply = with_field(w.reply, "decisions", found.decisions)
+        if found.items:
+            w.reply = with_field(w.reply, "decisions", found.items)
         if found.unreadable:
             w.reply = with_field(w.reply, "unreadableDecisions", found.unreadable)
     return w

@@ -60,5 +60,5 @@ def test_the_store_names_the_damaged_request_and_keeps_the_others(tmp_path: Path
             "requested_by, status, option_id, created_at, updated_at, resolved_at) "
             "VALUES (?, 's1', 't1', 'Bash', 'run', 'low', ?, 'agent', 'denied', 'deny', 1, 2, 2)", (rid, options))
     found = approvals.decisions_for_turns(conn, "s1", ["t1"], 10)
-    assert [d["requestId"] for d in found.decisions] == ["r-ok"]
+    assert [d["requestId"] for d in found.items] == ["r-ok"]
     assert found.unreadable == ["r-bad"]
