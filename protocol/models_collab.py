@@ -131,6 +131,12 @@ class CollabListParams(Params):
 class CollabListResult(Result):
     deliveries: list[CollabDelivery] = Field(description="Newest first.")
     next_cursor: str | None = None
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="Ids of this page's deliveries whose stored record is damaged (a kind, status or permission "
+        "ceiling outside its set): left out of deliveries, so the others still list; they count toward limit and "
+        "nextCursor moves past them; collab.get of one answers CORRUPT_DATA. Absent when every record reads.",
+    )
 
 
 class CollabGetParams(Params):

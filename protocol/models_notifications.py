@@ -29,6 +29,13 @@ class NotificationsListResult(Result):
     notifications: list[Notification] = Field(description="Newest first.")
     unread_count: Count
     next_cursor: str | None = None
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="Ids of this page's notifications whose stored record is damaged (a kind outside its set): "
+        "left out of notifications, so the others still list; they count toward limit and unreadCount, "
+        "nextCursor moves past them, and notifications.markRead / clear take their ids. Absent when every "
+        "record reads.",
+    )
 
 
 class NotificationsMarkReadParams(MutatingParams):

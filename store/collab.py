@@ -87,6 +87,7 @@ from store.errors import (
 )
 from store.faults import NO_FAULTS, Faults
 from store.ids import derived_id
+from store.jsonio import Readable, readable, stored_value
 from store.rules import COLLAB_INPUT_ID_PREFIX
 from store.stamps import after_newest
 from store.transcripts.records import meta_of
@@ -206,17 +207,36 @@ def _row(conn: sqlite3.Connection, r: Sequence[Any]) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def get(conn: sqlite3.Connection, delivery_id: str) -> dict[str, Any]:
+_SETS: Final = ((6, ("task", "message", "completion"), "kind"),
+                 (8, ("queued", "running", "completed", "failed", "cancelled", "interrupted"), "status"),
+                 (14, tuple(CEILING), "permission_ceiling"))
+"""The columns with a fixed set (their CHECKs), by position in :data:`_COLS`."""
+
+
+def _checked(conn: sqlite3.Connection, r: Sequence[Any]) -> dict[str, Any]:
+    """:func:`_row`, each column with a fixed set checked (``DamagedRecord`` naming it: SQLite checks a CHECK on
+    writes only), for what goes out on the wire (``collab.list``, ``collab.get``)."""
+    for at, allowed, column in _SETS:
+        stored_value(r[at], allowed, f"delivery {r[0]}'s {column}")
+    return _row(conn, r)
+
+
+def get(conn: sqlite3.Connection, delivery_id: str, checked: bool = False) -> dict[str, Any]:
+    """The delivery; ``checked`` (``collab.get``): ``DamagedRecord`` (CORRUPT_DATA) when a column is outside
+    its set."""
     found = conn.execute(f"SELECT {_COLS} FROM session_collaboration_messages WHERE id = ?",
                          (delivery_id,)).fetchone()
     if found is None:
         raise NotFound(f"delivery {delivery_id} not found", data={"deliveryId": delivery_id})
-    return _row(conn, found)
+    return _checked(conn, found) if checked else _row(conn, found)
 
 
 def list_deliveries(conn: sqlite3.Connection, *, session_id: str | None, direction: str, status: str | None,
-                    limit: int, before: tuple[int, str] | None) -> tuple[list[dict[str, Any]], tuple[int, str] | None]:
-    """Newest first; ``direction`` incoming (target), outgoing (source) or all (either)."""
+                    limit: int, before: tuple[int, str] | None
+                    ) -> tuple[Readable[dict[str, Any]], tuple[int, str] | None]:
+    """Newest first; ``direction`` incoming (target), outgoing (source) or all (either). A delivery whose record
+    is damaged (a column outside its set) is named in ``unreadable`` (ids), not listed; the cursor comes from
+    the rows' keys, so it moves past it."""
     where: list[str] = []
     args: list[Any] = []
     if session_id is not None:
@@ -241,8 +261,8 @@ def list_deliveries(conn: sqlite3.Connection, *, session_id: str | None, directi
     rows = conn.execute(sql + " ORDER BY created_at DESC, id DESC LIMIT ?", (*args, limit + 1)).fetchall()
     more = len(rows) > limit
     rows = rows[:limit]
-    items = [_row(conn, r) for r in rows]
-    return items, ((items[-1]["createdAt"], items[-1]["id"]) if more and items else None)
+    found = readable(rows, lambda r: _checked(conn, r), lambda r: str(r[0]))
+    return found, ((int(rows[-1][17]), str(rows[-1][0])) if more and rows else None)  # created_at, id
 
 
 def _parent(conn: sqlite3.Connection, session_id: str) -> tuple[str, int, str] | None:

@@ -10,20 +10,30 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from store.fence import NOTIFICATION_CAP, prune_notifications
 from store.ids import new_id
 from store.indexing.sql_lists import in_chunks
+from store.jsonio import Readable, readable, stored_value
 from store.stamps import after_newest
 
 _COLUMNS = "id, kind, session_id, session_title, turn_id, error_code, created_at, read_at"
+
+
+KINDS: Final = ("task.completed", "task.failed")
 
 
 def _note(row: Sequence[Any]) -> dict[str, Any]:
     nid, kind, sid, title, turn_id, error_code, created, read_at = row
     return {"id": nid, "kind": kind, "sessionId": sid, "sessionTitle": title, "turnId": turn_id,
             "errorCode": error_code, "createdAt": created, "readAt": read_at}
+
+
+def _checked(row: Sequence[Any]) -> dict[str, Any]:
+    """:func:`_note` with its kind checked (``DamagedRecord``: SQLite checks a CHECK on writes only)."""
+    stored_value(row[1], KINDS, f"notification {row[0]}'s kind")
+    return _note(row)
 
 
 def insert_for_turn(
@@ -63,8 +73,10 @@ def created_at(conn: sqlite3.Connection, now_ms: int) -> int:
 
 def list_notifications(
     conn: sqlite3.Connection, *, unread_only: bool, limit: int, cursor: tuple[int, str] | None
-) -> tuple[list[dict[str, Any]], tuple[int, str] | None, int]:
-    """Newest first by (created_at DESC, id DESC). Returns (page, next cursor, unread count)."""
+) -> tuple[Readable[dict[str, Any]], tuple[int, str] | None, int]:
+    """Newest first by (created_at DESC, id DESC). Returns (page, next cursor, unread count). A notification
+    whose record is damaged (its kind outside its set) is named in the page's ``unreadable``; the cursor
+    comes from the rows' keys, so it moves past it."""
     where: list[str] = []
     args: list[Any] = []
     if unread_only:
@@ -78,9 +90,9 @@ def list_notifications(
         (*args, limit + 1),
     ).fetchall()
     more = len(rows) > limit
-    items = [_note(r) for r in rows[:limit]]
-    nxt = (items[-1]["createdAt"], items[-1]["id"]) if more and items else None
-    return items, nxt, unread_count(conn)
+    rows = rows[:limit]
+    nxt = (int(rows[-1][6]), str(rows[-1][0])) if more and rows else None  # created_at, id
+    return readable(rows, _checked, lambda r: str(r[0])), nxt, unread_count(conn)
 
 
 def unread_count(conn: sqlite3.Connection) -> int:

@@ -220,11 +220,11 @@ async def cancel(ctx: SessionContext, p: m.CollabCancelParams, key: ReceiptKey |
 def list_deliveries(ctx: ReadContext, p: m.CollabListParams) -> Any:
     fp = cursors.query_fingerprint("collab.list", p.session_id, p.direction, p.status)
     before = cursors.decode_cursor(p.cursor, "collab", fp, (int, str)) if p.cursor else None
-    items, nxt = collab.list_deliveries(ctx.conn, session_id=p.session_id, direction=p.direction, status=p.status,
+    found, nxt = collab.list_deliveries(ctx.conn, session_id=p.session_id, direction=p.direction, status=p.status,
                                         limit=p.limit, before=(before[0], before[1]) if before else None)
-    return {"deliveries": items, "nextCursor": cursors.encode_cursor("collab", fp, list(nxt)) if nxt else None}
+    return found.result("deliveries", nextCursor=cursors.encode_cursor("collab", fp, list(nxt)) if nxt else None)
 
 
 def get(ctx: ReadContext, p: m.CollabGetParams) -> Any:
-    return collab.get(ctx.conn, p.delivery_id)
+    return collab.get(ctx.conn, p.delivery_id, checked=True)
 

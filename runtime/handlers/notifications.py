@@ -19,11 +19,11 @@ __all__ = ["clear", "list_notifications", "mark_all_read", "mark_read"]
 def list_notifications(ctx: ReadContext, p: m.NotificationsListParams) -> Any:
     fp = cursors.query_fingerprint("notifications.list", str(p.unread_only))
     after = cursors.decode_cursor(p.cursor, "notifications", fp, (int, str)) if p.cursor else None
-    items, nxt, unread = notifications.list_notifications(
+    found, nxt, unread = notifications.list_notifications(
         ctx.conn, unread_only=p.unread_only, limit=p.limit, cursor=(after[0], after[1]) if after else None)
-    return {"notifications": [{k: v for k, v in n.items() if v is not None} for n in items],
-            "unreadCount": unread,
-            "nextCursor": cursors.encode_cursor("notifications", fp, list(nxt)) if nxt else None}
+    return found.map(lambda n: {k: v for k, v in n.items() if v is not None}).result(
+        "notifications", unreadCount=unread,
+        nextCursor=cursors.encode_cursor("notifications", fp, list(nxt)) if nxt else None)
 
 
 def mark_read(ctx: WriterContext, p: m.NotificationsMarkReadParams, key: ReceiptKey | None) -> Any:

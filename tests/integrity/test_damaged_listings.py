@@ -14,15 +14,19 @@ from typing import Any
 import pytest
 import trio
 
+from protocol.models_collab import CollabListResult
+from protocol.models_notifications import NotificationsListResult
 from protocol.models_plans import PlansPendingResult
 from protocol.models_plugin_imports import PluginListSessionsResult
 from protocol.models_session import SessionListResult
 from protocol.models_tasks import TasksListResult, TasksRunsResult
 from protocol.models_usage import ListTurnsResult
 from runtime.client import HostClient
-from store import approvals, plans, tasks, thread_meta, turns
+from store import approvals, collab, notifications, plans, tasks, thread_meta, turns
 from store.errors import DamagedRecord, NotFound
 from store.interchange.plugin_imports import list_plugin_sessions
+from tests.collab.test_collab_host import deliver
+from tests.collab.test_collab_host import session as collab_session
 from tests.dbkit import NOW, add_session, fresh_db
 from tests.hostkit import client_for, inprocess_host, msg
 from tests.plans.test_executions import contract_session, submit
@@ -124,6 +128,61 @@ async def test_plans_pending_names_a_damaged_request_which_still_holds_its_sessi
             sid, ws, rid = asked[0]
             refused = await rpc_error(submit(c, sid, ws, call="c2"))
             assert refused.data_code == "CONFLICT" and refused.data["requestId"] == rid
+
+
+async def test_collab_list_names_a_damaged_delivery_and_its_cursor_moves_past_it(tmp_path: Path) -> None:
+    """Before, collab.list sent a stored kind, status or permission ceiling outside its set as it was (a value
+    no client model accepts), and so did collab.get."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "plugin") as c:
+            src, tgt = await collab_session(c, "Lead"), await collab_session(c, "Reviewer")
+            ids = [(await deliver(c, src, tgt, key=f"k{i}"))["delivery"]["id"] for i in range(4)]
+            damage(tmp_path, "UPDATE session_collaboration_messages SET status = 'queueb' WHERE id = ?", ids[2])
+            damage(tmp_path, "UPDATE session_collaboration_messages SET permission_ceiling = 'al' WHERE id = ?",
+                   ids[1])
+            whole = CollabListResult.model_validate(await c.call("collab.list", {"sessionId": tgt}))
+            assert [d.id for d in whole.deliveries] == [ids[3], ids[0]] and whole.unreadable == [ids[2], ids[1]]
+            listed: list[str] = []
+            unreadable: list[str] = []
+            cursor: str | None = None
+            for _ in range(4):  # one delivery a page: the pages of damaged ones are empty and lead on
+                page = CollabListResult.model_validate(await c.call("collab.list", {
+                    "sessionId": tgt, "limit": 1, **({"cursor": cursor} if cursor else {})}))
+                listed += [d.id for d in page.deliveries]
+                unreadable += page.unreadable or []
+                cursor = page.next_cursor
+            assert (listed, unreadable, cursor) == ([ids[3], ids[0]], [ids[2], ids[1]], None)
+            assert (await rpc_error(c.call("collab.get", {"deliveryId": ids[2]}))).data_code == "CORRUPT_DATA"
+            assert (await c.call("collab.get", {"deliveryId": ids[0]}))["id"] == ids[0]
+
+
+async def test_notifications_list_names_a_damaged_notification_and_its_cursor_moves_past_it(
+        tmp_path: Path) -> None:
+    """Before, notifications.list sent a stored kind outside its set as it was."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c:
+            sid = str((await c.call("session.create", {"title": "inbox"}))["id"])
+            for i in range(3):
+                await start(c, sid, f"t{i}")
+                await end(c, sid, f"t{i}", createNotification=True)
+            notes = [n["id"] for n in (await c.call("notifications.list", {}))["notifications"]]
+            damage(tmp_path, "UPDATE notifications SET kind = 'task.complexed' WHERE id = ?", notes[1])
+            whole = NotificationsListResult.model_validate(await c.call("notifications.list", {}))
+            assert [n.id for n in whole.notifications] == [notes[0], notes[2]] and whole.unreadable == [notes[1]]
+            assert whole.unread_count == 3
+            listed: list[str] = []
+            unreadable: list[str] = []
+            cursor: str | None = None
+            for _ in range(3):  # one a page: the damaged one's page is empty and leads on
+                page = NotificationsListResult.model_validate(await c.call("notifications.list", {
+                    "limit": 1, **({"cursor": cursor} if cursor else {})}))
+                listed += [n.id for n in page.notifications]
+                unreadable += page.unreadable or []
+                cursor = page.next_cursor
+            assert (listed, unreadable, cursor) == ([notes[0], notes[2]], [notes[1]], None)
+            # it can still be marked read and cleared by its id
+            assert (await c.call("notifications.markRead", {"ids": [notes[1]]}))["updated"] == 1
+            assert (await c.call("notifications.clear", {"ids": [notes[1]]}))["deleted"] == 1
 
 
 async def test_plugin_list_sessions_names_a_session_whose_origin_is_damaged(tmp_path: Path) -> None:
@@ -286,3 +345,26 @@ def test_the_store_lists_runs_of_a_damaged_task_and_pending_plans_around_a_damag
     assert [r["requestId"] for r in pending.items] == ["q0"] and pending.unreadable == ["q2", "q1"]
     held = plans.pending_of(conn, "s2", NOW)  # a damaged one still holds its session
     assert held is not None and held["requestId"] == "q2"
+
+
+def test_the_store_lists_notifications_and_deliveries_around_a_damaged_one(tmp_path: Path) -> None:
+    conn = fresh_db(tmp_path / "pi.sqlite")
+    conn.execute("PRAGMA ignore_check_constraints = ON")
+    add_session(conn, "s1")
+    for i, kind in enumerate(("task.completed", "task.complexed", "task.failed")):
+        conn.execute("INSERT INTO notifications(id, kind, session_id, session_title, turn_id, created_at) "
+                     "VALUES (?, ?, 's1', 't', ?, ?)", (f"n{i}", kind, f"t{i}", NOW + i))
+    page, nxt, unread = notifications.list_notifications(conn, unread_only=False, limit=2, cursor=None)
+    assert [n["id"] for n in page.items] == ["n2"] and page.unreadable == ["n1"] and unread == 3
+    assert nxt == (NOW + 1, "n1")  # from the damaged row's key: the next page starts past it
+    for i, (status, ceiling) in enumerate((("queued", "ask"), ("queueb", "ask"), ("failed", "al"))):
+        conn.execute(
+            "INSERT INTO session_collaboration_messages(id, plugin_id, source_session_id, source_title, "
+            "target_session_id, target_title, kind, content, status, idempotency_key, remaining_hops, "
+            "permission_ceiling, created_at, updated_at) VALUES (?, 'p', 's1', 'a', 's1', 'b', 'task', 'c', ?, ?, "
+            "4, ?, ?, ?)", (f"d{i}", status, f"k{i}", ceiling, NOW + i, NOW + i))
+    found, after = collab.list_deliveries(conn, session_id="s1", direction="all", status=None, limit=3, before=None)
+    assert [d["id"] for d in found.items] == ["d0"] and found.unreadable == ["d2", "d1"] and after is None
+    with pytest.raises(DamagedRecord):
+        collab.get(conn, "d1", checked=True)
+    assert collab.get(conn, "d1")["status"] == "queueb"  # the host's own transitions read it unchecked

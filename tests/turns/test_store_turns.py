@@ -140,11 +140,11 @@ def test_mark_read_mark_all_and_clear(conn):
     for i in range(4):
         start(conn, f"t{i}")
         end(conn, f"t{i}", now=NOW + i)
-    ids = [n["id"] for n in notifications.list_notifications(conn, unread_only=False, limit=10, cursor=None)[0]]
+    ids = [n["id"] for n in notifications.list_notifications(conn, unread_only=False, limit=10, cursor=None)[0].items]
     assert notifications.mark_read(conn, [ids[0], ids[0], "missing"], NOW + 50) == 1
     assert notifications.mark_read(conn, [ids[0]], NOW + 60) == 0
     items, _, unread = notifications.list_notifications(conn, unread_only=True, limit=10, cursor=None)
-    assert unread == 3 and ids[0] not in [n["id"] for n in items]
+    assert unread == 3 and ids[0] not in [n["id"] for n in items.items]
     assert notifications.mark_all_read(conn, NOW + 70) == 3
     assert notifications.mark_all_read(conn, NOW + 80) == 0
     read_at = conn.execute("SELECT read_at FROM notifications WHERE id = ?", (ids[0],)).fetchone()[0]

@@ -445,6 +445,7 @@ class CollabListParams(TypedDict):
 class CollabListResult(TypedDict):
     deliveries: list[CollabDelivery]
     nextCursor: NotRequired[str | None]
+    unreadable: NotRequired[list[str] | None]
 
 
 class CollabSettleParams(TypedDict):
@@ -1106,6 +1107,7 @@ class NotificationsListResult(TypedDict):
     notifications: list[Notification]
     unreadCount: int
     nextCursor: NotRequired[str | None]
+    unreadable: NotRequired[list[str] | None]
 
 
 class NotificationsMarkAllReadParams(TypedDict):

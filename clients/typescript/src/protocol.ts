@@ -598,6 +598,8 @@ export interface CollabListResult {
   /** Newest first. */
   deliveries: CollabDelivery[];
   nextCursor?: string | null;
+  /** Ids of this page's deliveries whose stored record is damaged (a kind, status or permission ceiling outside its set): left out of deliveries, so the others still list; they count toward limit and nextCursor moves past them; collab.get of one answers CORRUPT_DATA. Absent when every record reads. */
+  unreadable?: string[] | null;
 }
 
 export interface CollabSettleParams {
@@ -1427,6 +1429,8 @@ export interface NotificationsListResult {
   notifications: Notification[];
   unreadCount: number;
   nextCursor?: string | null;
+  /** Ids of this page's notifications whose stored record is damaged (a kind outside its set): left out of notifications, so the others still list; they count toward limit and unreadCount, nextCursor moves past them, and notifications.markRead / clear take their ids. Absent when every record reads. */
+  unreadable?: string[] | null;
 }
 
 export interface NotificationsMarkAllReadParams {
