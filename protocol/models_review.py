@@ -99,6 +99,13 @@ class ReviewListParams(Params):
 class ReviewListResult(Result):
     snapshots: list[ReviewSnapshot] = Field(description="Oldest first (createdAt, then snapshotId).")
     truncated: bool = Field(description="More snapshots matched than limit.")
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="Ids of the session's snapshots whose stored meta.json is damaged (it no longer parses, or "
+        "lost a field the host wrote): left out of snapshots, so the others still list; named whatever the "
+        "messageId filter (theirs no longer reads); review.get of one answers CORRUPT_DATA. Absent when every "
+        "snapshot reads.",
+    )
 
 
 class ReviewRestoreParams(MutatingParams):

@@ -37,6 +37,7 @@ import orjson
 from store.errors import (
     Conflict,
     CorruptData,
+    DamagedRecord,
     IdempotencyConflict,
     InvalidInput,
     NotFound,
@@ -45,6 +46,7 @@ from store.errors import (
 )
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import TEMP_MARKER, atomic_write, fsync_dir, open_nofollow, sweep_temp_files, write_all
+from store.jsonio import Readable, readable
 from store.receipts import ReceiptKey, file_record, key_of_record
 from store.rules import MAX_REVIEW_FILE_BYTES, MAX_REVIEW_META_BYTES, REVIEW_SNAPSHOT_ID_RE
 
@@ -265,7 +267,8 @@ def write_snapshot(session_dir: Path, meta: Mapping[str, Any], before: bytes | N
 
 
 def load_meta(session_dir: Path, snapshot_id: str) -> dict[str, Any] | None:
-    """A published snapshot's ``meta.json`` (``None``: no such snapshot)."""
+    """A published snapshot's ``meta.json`` (``None``: no such snapshot); ``DamagedRecord`` (CORRUPT_DATA) when
+    it no longer reads as the host wrote it."""
     path = _snapshot_dir(session_dir, snapshot_id) / META
     try:
         fd = open_nofollow(path, os.O_RDONLY)
@@ -282,8 +285,8 @@ def load_meta(session_dir: Path, snapshot_id: str) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         meta = None
     if not isinstance(meta, dict) or meta.get("snapshotId") != snapshot_id or not _well_formed(meta):
-        raise CorruptData(f"review snapshot {snapshot_id} has an unreadable meta.json",
-                          data={"snapshotId": snapshot_id})
+        raise DamagedRecord(f"review snapshot {snapshot_id} has an unreadable meta.json",
+                            data={"snapshotId": snapshot_id})
     return meta
 
 
@@ -317,10 +320,14 @@ def count_snapshots(session_dir: Path) -> int:
     return len(_published_ids(session_dir))
 
 
-def list_snapshots(session_dir: Path) -> list[dict[str, Any]]:
-    """Every published snapshot's meta, oldest first (``createdAt``, then id)."""
-    metas = [m for m in (load_meta(session_dir, sid) for sid in _published_ids(session_dir)) if m is not None]
-    return sorted(metas, key=lambda m: (int(m.get("createdAt", 0)), str(m["snapshotId"])))
+def list_snapshots(session_dir: Path) -> Readable[dict[str, Any]]:
+    """Every published snapshot's meta, oldest first (``createdAt``, then id); a snapshot whose ``meta.json``
+    is damaged (:func:`load_meta`'s ``DamagedRecord``) is named in ``unreadable`` (snapshot ids, in id order),
+    never the others lost for it."""
+    found = readable(_published_ids(session_dir), lambda sid: load_meta(session_dir, sid), str)
+    metas = [m for m in found.items if m is not None]
+    return Readable(sorted(metas, key=lambda m: (int(m.get("createdAt", 0)), str(m["snapshotId"]))),
+                    found.unreadable)
 
 
 def read_before(session_dir: Path, meta: Mapping[str, Any]) -> bytes | None:

@@ -86,11 +86,15 @@ async def get(ctx: SessionContext, p: m.ReviewGetParams, key: ReceiptKey | None)
 
 
 async def list_snapshots(ctx: SessionContext, p: m.ReviewListParams, key: ReceiptKey | None) -> Any:
-    metas = await ctx.io(review.list_snapshots, ctx.paths.review_changes)
-    if p.message_id is not None:
+    found = await ctx.io(review.list_snapshots, ctx.paths.review_changes)
+    metas = found.items
+    if p.message_id is not None:  # a damaged one is named whatever the filter: its messageId no longer reads
         metas = [meta for meta in metas if meta.get("messageId") == p.message_id]
-    return {"snapshots": [review.wire_snapshot(meta) for meta in metas[: p.limit]],
-            "truncated": len(metas) > p.limit}
+    out: dict[str, Any] = {"snapshots": [review.wire_snapshot(meta) for meta in metas[: p.limit]],
+                           "truncated": len(metas) > p.limit}
+    if found.unreadable:
+        out["unreadable"] = found.unreadable
+    return out
 
 
 async def restore(ctx: SessionContext, p: m.ReviewRestoreParams, key: ReceiptKey | None) -> Any:

@@ -18,6 +18,7 @@ from protocol.models_collab import CollabListResult
 from protocol.models_notifications import NotificationsListResult
 from protocol.models_plans import PlansPendingResult
 from protocol.models_plugin_imports import PluginListSessionsResult
+from protocol.models_review import ReviewListResult
 from protocol.models_session import SessionListResult
 from protocol.models_tasks import TasksListResult, TasksRunsResult
 from protocol.models_usage import ListTurnsResult
@@ -183,6 +184,29 @@ async def test_notifications_list_names_a_damaged_notification_and_its_cursor_mo
             # it can still be marked read and cleared by its id
             assert (await c.call("notifications.markRead", {"ids": [notes[1]]}))["updated"] == 1
             assert (await c.call("notifications.clear", {"ids": [notes[1]]}))["deleted"] == 1
+
+
+async def test_review_list_names_a_snapshot_whose_meta_is_damaged(tmp_path: Path) -> None:
+    """A review snapshot's meta.json is its only record. Before, one that no longer parsed made review.list
+    answer CORRUPT_DATA for every snapshot of the session."""
+    data, ws = tmp_path / "data", tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.md").write_bytes(b"after\n")
+    with trio.fail_after(60):
+        async with inprocess_host(data) as host, client_for(host) as c:
+            sid = str((await c.call("session.create", {"title": "review", "projectPath": str(ws)}))["id"])
+            snaps = [(await c.call("review.record", {
+                "sessionId": sid, "path": "a.md", "beforeBase64": None, "toolName": "Edit",
+                "toolCallId": f"call_{i}", "messageId": f"a{i}"}))["snapshot"]["snapshotId"] for i in range(3)]
+            meta = data / "review-changes" / sid / snaps[1] / "meta.json"
+            meta.write_bytes(meta.read_bytes()[:-7])
+            listed = ReviewListResult.model_validate(await c.call("review.list", {"sessionId": sid}))
+            assert [r.snapshot_id for r in listed.snapshots] == [snaps[0], snaps[2]]
+            assert listed.unreadable == [snaps[1]] and listed.truncated is False
+            mine = ReviewListResult.model_validate(await c.call("review.list", {"sessionId": sid, "messageId": "a2"}))
+            assert [r.snapshot_id for r in mine.snapshots] == [snaps[2]] and mine.unreadable == [snaps[1]]
+            got = await rpc_error(c.call("review.get", {"sessionId": sid, "snapshotId": snaps[1]}))
+            assert got.data_code == "CORRUPT_DATA"
 
 
 async def test_plugin_list_sessions_names_a_session_whose_origin_is_damaged(tmp_path: Path) -> None:

@@ -1743,6 +1743,7 @@ class ReviewListParams(TypedDict):
 class ReviewListResult(TypedDict):
     snapshots: list[ReviewSnapshot]
     truncated: bool
+    unreadable: NotRequired[list[str] | None]
 
 
 class ReviewRecordParams(TypedDict):

@@ -2240,6 +2240,8 @@ export interface ReviewListResult {
   snapshots: ReviewSnapshot[];
   /** More snapshots matched than limit. */
   truncated: boolean;
+  /** Ids of the session's snapshots whose stored meta.json is damaged (it no longer parses, or lost a field the host wrote): left out of snapshots, so the others still list; named whatever the messageId filter (theirs no longer reads); review.get of one answers CORRUPT_DATA. Absent when every snapshot reads. */
+  unreadable?: string[] | null;
 }
 
 /** Record the file's previous bytes once a Write/Edit tool has succeeded on it. */
