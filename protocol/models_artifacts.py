@@ -37,6 +37,12 @@ class Artifact(Result):
 class ArtifactsListResult(Result):
     artifacts: list[Artifact] = Field(description="Newest updatedAt first.")
     next_cursor: str | None = None
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="Paths of this page's artifacts whose stored record is damaged (an op outside its set): left "
+        "out of artifacts, so the others still list; they count toward limit and nextCursor moves past them. "
+        "Absent when every record reads.",
+    )
 
 
 __all__ = [

@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 from store.errors import InvalidCursor
+from store.jsonio import Readable, readable, stored_value
 
 TOOL_OPS: Mapping[str, str] = {"write": "write", "edit": "edit", "multiedit": "edit", "delete": "delete"}
 OPS = ("write", "edit", "delete")
@@ -234,11 +235,19 @@ def _cursor_path_back(conn: sqlite3.Connection, session_id: str, held: str) -> s
                         data={"field": "cursor"})
 
 
+def _artifact(row: Sequence[Any]) -> dict[str, Any]:
+    """A listed row; ``DamagedRecord`` when its op is outside :data:`OPS` (the host writes no other)."""
+    sid, path, op, turn_id, updated = row
+    return {"sessionId": sid, "path": path, "op": stored_value(op, OPS, f"artifact {path}'s op"), "turnId": turn_id,
+            "updatedAt": updated}
+
+
 def list_artifacts(
     conn: sqlite3.Connection, *, session_id: str | None, limit: int, cursor: Sequence[Any] | None
-) -> tuple[list[dict[str, Any]], list[Any] | None]:
+) -> tuple[Readable[dict[str, Any]], list[Any] | None]:
     """Newest ``updated_at`` first (ties by session, path); per session or global. The next cursor's key is
-    ``[updatedAt, sessionId, cursor_path(path)]`` of the last item."""
+    ``[updatedAt, sessionId, cursor_path(path)]`` of the page's last row. A row whose record is damaged (its op
+    outside its set) is named in ``unreadable`` (its path), not listed; the cursor moves past it."""
     where: list[str] = []
     args: list[Any] = []
     if session_id is not None:
@@ -256,6 +265,6 @@ def list_artifacts(
         (*args, limit + 1),
     ).fetchall()
     more = len(rows) > limit
-    items = [{"sessionId": r[0], "path": r[1], "op": r[2], "turnId": r[3], "updatedAt": r[4]} for r in rows[:limit]]
-    nxt = [items[-1]["updatedAt"], items[-1]["sessionId"], cursor_path(items[-1]["path"])] if more and items else None
-    return items, nxt
+    rows = rows[:limit]
+    nxt = [rows[-1][4], rows[-1][0], cursor_path(rows[-1][1])] if more and rows else None
+    return readable(rows, _artifact, lambda r: str(r[1])), nxt

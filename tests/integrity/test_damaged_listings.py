@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import trio
 
+from protocol.models_artifacts import ArtifactsListResult
 from protocol.models_collab import CollabListResult
 from protocol.models_notifications import NotificationsListResult
 from protocol.models_plans import PlansPendingResult
@@ -23,7 +24,7 @@ from protocol.models_session import SessionListResult
 from protocol.models_tasks import TasksListResult, TasksRunsResult
 from protocol.models_usage import ListTurnsResult
 from runtime.client import HostClient
-from store import approvals, collab, notifications, plans, tasks, thread_meta, turns
+from store import approvals, artifacts, collab, notifications, plans, tasks, thread_meta, turns
 from store.errors import DamagedRecord, NotFound
 from store.interchange.plugin_imports import list_plugin_sessions
 from tests.collab.test_collab_host import deliver
@@ -209,6 +210,35 @@ async def test_review_list_names_a_snapshot_whose_meta_is_damaged(tmp_path: Path
             assert got.data_code == "CORRUPT_DATA"
 
 
+async def test_artifacts_list_names_a_damaged_artifact_and_its_cursor_moves_past_it(tmp_path: Path) -> None:
+    """Before, artifacts.list sent a stored op outside its set as it was (no client model accepts it)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host) as c:
+            sid = str((await c.call("session.create", {"title": "files", "projectPath": str(ws)}))["id"])
+            for i in range(3):
+                write = {"type": "tool_call", "callId": f"call_{i}", "name": "Write", "args": {"path": f"f{i}.md"},
+                         "status": "ok", "result": {"output": "written"}}
+                await c.call("session.appendMessage", {"sessionId": sid,
+                                                       "message": msg(f"a{i}", "", "assistant", blocks=[write])})
+            paths = [a["path"] for a in (await c.call("artifacts.list", {"sessionId": sid}))["artifacts"]]
+            assert len(paths) == 3
+            damage(tmp_path / "data", "UPDATE artifacts SET op = 'wrote' WHERE path = ?", paths[1])
+            whole = ArtifactsListResult.model_validate(await c.call("artifacts.list", {"sessionId": sid}))
+            assert [a.path for a in whole.artifacts] == [paths[0], paths[2]] and whole.unreadable == [paths[1]]
+            listed: list[str] = []
+            unreadable: list[str] = []
+            cursor: str | None = None
+            for _ in range(3):  # one a page: the damaged one's page is empty and leads on
+                page = ArtifactsListResult.model_validate(await c.call("artifacts.list", {
+                    "limit": 1, **({"cursor": cursor} if cursor else {})}))
+                listed += [a.path for a in page.artifacts]
+                unreadable += page.unreadable or []
+                cursor = page.next_cursor
+            assert (listed, unreadable, cursor) == ([paths[0], paths[2]], [paths[1]], None)
+
+
 async def test_plugin_list_sessions_names_a_session_whose_origin_is_damaged(tmp_path: Path) -> None:
     with trio.fail_after(60):
         async with inprocess_host(tmp_path) as host, \
@@ -392,3 +422,15 @@ def test_the_store_lists_notifications_and_deliveries_around_a_damaged_one(tmp_p
     with pytest.raises(DamagedRecord):
         collab.get(conn, "d1", checked=True)
     assert collab.get(conn, "d1")["status"] == "queueb"  # the host's own transitions read it unchecked
+
+
+def test_the_store_lists_artifacts_around_a_damaged_one(tmp_path: Path) -> None:
+    conn = fresh_db(tmp_path / "pi.sqlite")
+    add_session(conn, "s1")
+    for i, op in enumerate(("write", "wrote", "edit")):
+        conn.execute("INSERT INTO artifacts VALUES ('s1', ?, ?, NULL, ?)", (f"/w/f{i}", op, NOW + i))
+    page, nxt = artifacts.list_artifacts(conn, session_id="s1", limit=2, cursor=None)
+    assert [a["path"] for a in page.items] == ["/w/f2"] and page.unreadable == ["/w/f1"]
+    assert nxt is not None and nxt[:2] == [NOW + 1, "s1"]  # the damaged row's key: the next page is past it
+    rest, after = artifacts.list_artifacts(conn, session_id="s1", limit=2, cursor=nxt)
+    assert [a["path"] for a in rest.items] == ["/w/f0"] and rest.unreadable == [] and after is None

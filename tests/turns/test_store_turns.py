@@ -222,14 +222,14 @@ def test_list_artifacts_per_session_and_global_with_cursor(conn):
     cursor = None
     while True:
         items, cursor = artifacts.list_artifacts(conn, session_id=None, limit=2, cursor=cursor)
-        seen += [(a["sessionId"], a["path"]) for a in items]
+        seen += [(a["sessionId"], a["path"]) for a in items.items]
         if cursor is None:
             break
     assert len(seen) == 5 and len(set(seen)) == 5
     times = [conn.execute("SELECT updated_at FROM artifacts WHERE path = ?", (p,)).fetchone()[0] for _, p in seen]
     assert times == sorted(times, reverse=True)
     mine, _ = artifacts.list_artifacts(conn, session_id="s1", limit=10, cursor=None)
-    assert {a["path"] for a in mine} == {"/w/f0", "/w/f2", "/w/f4"}
+    assert {a["path"] for a in mine.items} == {"/w/f0", "/w/f2", "/w/f4"}
 
 
 def test_audit_retention_prunes_old_rows(conn):

@@ -177,6 +177,7 @@ class ArtifactsListParams(TypedDict):
 class ArtifactsListResult(TypedDict):
     artifacts: list[Artifact]
     nextCursor: NotRequired[str | None]
+    unreadable: NotRequired[list[str] | None]
 
 
 class AssistantEditParams(TypedDict):

@@ -234,6 +234,8 @@ export interface ArtifactsListResult {
   /** Newest updatedAt first. */
   artifacts: Artifact[];
   nextCursor?: string | null;
+  /** Paths of this page's artifacts whose stored record is damaged (an op outside its set): left out of artifacts, so the others still list; they count toward limit and nextCursor moves past them. Absent when every record reads. */
+  unreadable?: string[] | null;
 }
 
 /** Assistant Edit (seed 003 §4.5): fork through an assistant reply with that reply's content replaced. */
