@@ -45,6 +45,13 @@ class ProjectGroupsListParams(Params):
 
 class ProjectGroupsListResult(Result):
     groups: list[ProjectGroup] = Field(description="Stored groups by name, then legacy projections.")
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="Ids of stored groups whose record is damaged (it no longer parses as an object): left "
+        "out of groups, so the others still list; the roots it claimed are not known, so their path projects are "
+        "listed as legacy projections; projectGroups.get of one answers CORRUPT_DATA, projectGroups.delete "
+        "removes it. Absent when every record reads.",
+    )
 
 
 class ProjectGroupsGetParams(Params):

@@ -28,6 +28,7 @@ from typing import Any, Final
 from store.config.settings import delete_value, get_value, namespace_rows, set_value
 from store.config.settings_rules import canonical_path
 from store.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
+from store.jsonio import Readable, loads_stored, readable
 from store.project_memory import EMPTY, memory_view, normalize_memory
 from store.rules import MAX_GROUP_ROOTS, MAX_MEMORY_BYTES, MAX_PATH_CHARS
 
@@ -57,9 +58,21 @@ def _stored(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
     return {k: v for k, (v, _) in namespace_rows(conn, GROUPS_NS, MAX_GROUPS).items() if isinstance(v, dict)}
 
 
-def list_groups(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    """Stored groups by name, then the legacy single-root projections of unclaimed path projects."""
-    groups = sorted(_stored(conn).values(), key=lambda g: (str(g.get("name", "")).lower(), str(g.get("id"))))
+def _group(row: tuple[str, str]) -> dict[str, Any]:
+    """A stored group; ``DamagedRecord`` (CORRUPT_DATA) when its record no longer parses as an object (a record
+    written by the app before this host may lack fields this host writes: it is not damaged for that)."""
+    key, raw = row
+    group: dict[str, Any] = loads_stored(raw, f"project group {key}", dict)
+    return group
+
+
+def list_groups(conn: sqlite3.Connection) -> Readable[dict[str, Any]]:
+    """Stored groups by name, then the legacy single-root projections of unclaimed path projects. A stored group
+    whose record is damaged is named in ``unreadable`` (group ids), not listed; the roots it claimed are not
+    known, so their path projects are projected as legacy groups."""
+    stored = readable(conn.execute("SELECT key, value_json FROM kv WHERE ns = ? ORDER BY key LIMIT ?",
+                                   (GROUPS_NS, MAX_GROUPS)).fetchall(), _group, lambda r: str(r[0]))
+    groups = sorted(stored.items, key=lambda g: (str(g.get("name", "")).lower(), str(g.get("id"))))
     claimed = {p for g in groups for p in (*g.get("roots", []), *g.get("detachedPaths", []))}
     legacy = [
         {"id": f"{LEGACY_PREFIX}{pid}", "name": name, "roots": [path], "primaryRoot": path, "legacy": True,
@@ -68,18 +81,20 @@ def list_groups(conn: sqlite3.Connection) -> list[dict[str, Any]]:
             "SELECT id, path, name, created_at, last_opened_at FROM projects ORDER BY last_opened_at DESC, id DESC")
         if path not in claimed
     ]
-    return [*groups, *legacy]
+    return Readable([*groups, *legacy], stored.unreadable)
 
 
 def get_group(conn: sqlite3.Connection, group_id: str) -> dict[str, Any]:
+    """The group; ``DamagedRecord`` (CORRUPT_DATA) when its stored record is damaged."""
     if group_id.startswith(LEGACY_PREFIX):
-        for group in list_groups(conn):
+        for group in list_groups(conn).items:
             if group["id"] == group_id:
                 return group
     else:
-        found = get_value(conn, GROUPS_NS, group_id)
-        if found is not None and isinstance(found[0], dict):
-            return dict(found[0])
+        found = conn.execute("SELECT key, value_json FROM kv WHERE ns = ? AND key = ?",
+                             (GROUPS_NS, group_id)).fetchone()
+        if found is not None:
+            return _group(found)
     raise NotFound(f"project group {group_id!r} not found", data={"groupId": group_id})
 
 

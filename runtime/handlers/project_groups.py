@@ -16,7 +16,7 @@ TOPIC = "settings.changed"
 
 
 def list_groups(ctx: ReadContext, p: m.ProjectGroupsListParams) -> Any:
-    return {"groups": groups.list_groups(ctx.conn)}
+    return groups.list_groups(ctx.conn).result("groups")
 
 
 def get(ctx: ReadContext, p: m.ProjectGroupsGetParams) -> Any:

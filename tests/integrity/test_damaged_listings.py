@@ -19,6 +19,7 @@ from protocol.models_collab import CollabListResult
 from protocol.models_notifications import NotificationsListResult
 from protocol.models_plans import PlansPendingResult
 from protocol.models_plugin_imports import PluginListSessionsResult
+from protocol.models_project_groups import ProjectGroupsListResult
 from protocol.models_review import ReviewListResult
 from protocol.models_session import SessionListResult
 from protocol.models_tasks import TasksListResult, TasksRunsResult
@@ -237,6 +238,28 @@ async def test_artifacts_list_names_a_damaged_artifact_and_its_cursor_moves_past
                 unreadable += page.unreadable or []
                 cursor = page.next_cursor
             assert (listed, unreadable, cursor) == ([paths[0], paths[2]], [paths[1]], None)
+
+
+async def test_project_groups_list_names_a_damaged_group(tmp_path: Path) -> None:
+    """Before, a stored group whose record no longer parsed was left out of projectGroups.list without a word
+    (and projectGroups.get of it answered NOT_FOUND, as if it had never been saved)."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "ui", kind="ui") as ui:
+            ids = []
+            for name in ("alpha", "beta", "gamma"):
+                (tmp_path / name).mkdir()
+                saved = await ui.call("projectGroups.save", {"name": name, "roots": [str(tmp_path / name)]})
+                ids.append(saved["group"]["id"])
+            damage(tmp_path / "data", "UPDATE kv SET value_json = '{\"cut' WHERE ns = 'projectGroups' AND key = ?",
+                   ids[1])
+            listed = ProjectGroupsListResult.model_validate(await ui.call("projectGroups.list", {}))
+            stored = [g.id for g in listed.groups if not g.legacy]
+            assert stored == [ids[0], ids[2]] and listed.unreadable == [ids[1]]
+            got = await rpc_error(ui.call("projectGroups.get", {"groupId": ids[1]}))
+            assert got.data_code == "CORRUPT_DATA"
+            assert (await ui.call("projectGroups.delete", {"groupId": ids[1]}))["deleted"] is True
+            again = ProjectGroupsListResult.model_validate(await ui.call("projectGroups.list", {}))
+            assert [g.id for g in again.groups if not g.legacy] == [ids[0], ids[2]] and again.unreadable is None
 
 
 async def test_plugin_list_sessions_names_a_session_whose_origin_is_damaged(tmp_path: Path) -> None:

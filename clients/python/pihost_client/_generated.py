@@ -1458,6 +1458,7 @@ class ProjectGroupsListParams(TypedDict):
 
 class ProjectGroupsListResult(TypedDict):
     groups: list[ProjectGroup]
+    unreadable: NotRequired[list[str] | None]
 
 
 class ProjectGroupsMemoryResult(TypedDict):

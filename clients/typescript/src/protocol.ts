@@ -1865,6 +1865,8 @@ export interface ProjectGroupsListParams {
 export interface ProjectGroupsListResult {
   /** Stored groups by name, then legacy projections. */
   groups: ProjectGroup[];
+  /** Ids of stored groups whose record is damaged (it no longer parses as an object): left out of groups, so the others still list; the roots it claimed are not known, so their path projects are listed as legacy projections; projectGroups.get of one answers CORRUPT_DATA, projectGroups.delete removes it. Absent when every record reads. */
+  unreadable?: string[] | null;
 }
 
 export interface ProjectGroupsMemoryResult {
