@@ -92,6 +92,7 @@ import orjson
 from store.errors import InvalidInput, NotFound, PayloadTooLarge, PermissionDenied, SessionNotFound, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import TEMP_MARKER, OwedSyncs, fsync_dir, open_nofollow, remove_file_durable, write_all
+from store.jsonio import loads_stored
 from store.receipts import ReceiptKey, conflict
 from store.safe_open import check_path, is_under, open_under
 from store.stamps import after_newest
@@ -376,19 +377,25 @@ _BLOB_COLUMNS = ("sha256, size_bytes, mime_type, created_at, last_used_at, marke
                  "provenance, source, run_id, meta_json, deletion_state, evicted_at")
 
 
-def blob_row(conn: sqlite3.Connection, sha: str) -> dict[str, object] | None:
+def blob_row(conn: sqlite3.Connection, sha: str, *, meta: bool = False) -> dict[str, object] | None:
+    """The blob's row; with ``meta`` its ``meta_json`` decoded (``DamagedRecord``, CORRUPT_DATA, when it no
+    longer parses: ``attachments.get``). Without, ``meta`` is left out: a reference or a re-put of the blob
+    needs none of it, and a damaged one never stops them."""
     row = conn.execute(f"SELECT {_BLOB_COLUMNS} FROM attachment_blobs WHERE sha256 = ?", (sha,)).fetchone()
     if row is None:
         return None
-    return {"sha256": row[0], "size": row[1], "mimeType": row[2], "createdAt": row[3], "lastUsedAt": row[4],
-            "marked": bool(row[5]), "kind": row[6], "trust": row[7], "provenance": row[8], "source": row[9],
-            "runId": row[10], "meta": orjson.loads(row[11]) if row[11] else None, "deletionState": row[12],
-            "evictedAt": row[13]}
+    out: dict[str, object] = {
+        "sha256": row[0], "size": row[1], "mimeType": row[2], "createdAt": row[3], "lastUsedAt": row[4],
+        "marked": bool(row[5]), "kind": row[6], "trust": row[7], "provenance": row[8], "source": row[9],
+        "runId": row[10], "meta": None, "deletionState": row[12], "evictedAt": row[13]}
+    if meta and row[11]:
+        out["meta"] = loads_stored(row[11], f"attachment {row[0]}'s meta_json", dict)
+    return out
 
 
 def blob_wire(conn: sqlite3.Connection, sha: str) -> dict[str, Any] | None:
     """``attachments.get``: the row's metadata, its deletion state and its references (None keys left out)."""
-    row = blob_row(conn, validate_sha(sha))
+    row = blob_row(conn, validate_sha(sha), meta=True)
     if row is None:
         return None
     out: dict[str, Any] = {"ref": ref_for(sha)}

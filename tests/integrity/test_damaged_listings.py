@@ -15,6 +15,7 @@ import pytest
 import trio
 
 from protocol.models_artifacts import ArtifactsListResult
+from protocol.models_attachments import AttachmentsRefResult
 from protocol.models_collab import CollabListResult
 from protocol.models_notifications import NotificationsListResult
 from protocol.models_plans import PlansPendingResult
@@ -260,6 +261,23 @@ async def test_project_groups_list_names_a_damaged_group(tmp_path: Path) -> None
             assert (await ui.call("projectGroups.delete", {"groupId": ids[1]}))["deleted"] is True
             again = ProjectGroupsListResult.model_validate(await ui.call("projectGroups.list", {}))
             assert [g.id for g in again.groups if not g.legacy] == [ids[0], ids[2]] and again.unreadable is None
+
+
+async def test_a_blob_whose_meta_is_damaged_is_corrupt_to_get_and_can_still_be_put_and_referenced(
+        tmp_path: Path) -> None:
+    """Before, attachments.get of it, a second put of its bytes and attachments.ref of it all answered INTERNAL
+    (a bare JSON error, "a host bug"): the reference and the put need nothing of its meta."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            sid = str((await ui.call("session.create", {"title": "blobs"}))["id"])
+            put = {"name": "a.txt", "mimeType": "text/plain", "dataBase64": "aGVsbG8=", "meta": {"page": 1}}
+            sha = (await ui.call("attachments.put", put))["sha256"]
+            damage(tmp_path, "UPDATE attachment_blobs SET meta_json = '{\"cut' WHERE sha256 = ?", sha)
+            assert (await rpc_error(ui.call("attachments.get", {"sha256": sha}))).data_code == "CORRUPT_DATA"
+            assert (await ui.call("attachments.put", put))["sha256"] == sha
+            referenced = AttachmentsRefResult.model_validate(await ui.call("attachments.ref", {
+                "sha256": sha, "sessionId": sid}))
+            assert referenced.created is True
 
 
 async def test_plugin_list_sessions_names_a_session_whose_origin_is_damaged(tmp_path: Path) -> None:
