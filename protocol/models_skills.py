@@ -48,6 +48,12 @@ class SkillsListParams(Params):
 
 class SkillsListResult(Result):
     skills: list[SkillMeta] = Field(max_length=MAX_SKILLS, description="Every skill, by name, without its source.")
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="Names of skills whose stored record is damaged (it no longer parses as an object): left out "
+        "of skills, so the others still list; skills.get of one answers CORRUPT_DATA, skills.put writes over it "
+        "and skills.delete removes it. Absent when every record reads.",
+    )
 
 
 class SkillsGetParams(Params):

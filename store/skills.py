@@ -43,7 +43,8 @@ from typing import Any, Final
 import orjson
 
 from store.config.settings import delete_value, get_value, set_value
-from store.errors import Conflict, InvalidInput, LimitExceeded, PayloadTooLarge
+from store.errors import Conflict, DamagedRecord, InvalidInput, LimitExceeded, PayloadTooLarge
+from store.jsonio import Readable, readable
 from store.project_memory import memory_view
 from store.rules import (
     MAX_SKILL_DESCRIPTION_CHARS,
@@ -166,23 +167,37 @@ def put_skill(conn: sqlite3.Connection, *, name: object, version: object, source
     return stored, True
 
 
-def get_skill(conn: sqlite3.Connection, name: str) -> dict[str, Any] | None:
+def get_skill(conn: sqlite3.Connection, name: str, *, checked: bool = False) -> dict[str, Any] | None:
+    """The stored skill, None when there is none. A record that no longer parses as an object is None too (a
+    put writes over it, a delete removes it), or with ``checked`` (``skills.get``) ``DamagedRecord``
+    (CORRUPT_DATA)."""
     found = get_value(conn, SKILLS_NS, validate_skill_name(name))
-    if found is None or not isinstance(found[0], dict):
+    if found is None:
+        return None
+    if not isinstance(found[0], dict):
+        if checked:
+            raise DamagedRecord(f"skill {name}'s stored record no longer reads", data={"name": name})
         return None
     return dict(found[0])
 
 
-def list_skills(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    """Every skill's metadata (no source), by name; at most :data:`MAX_SKILLS` rows exist."""
-    fields = ", ".join(f"json_extract(value_json, '$.{f}')" for f in _META)
-    out: list[dict[str, Any]] = []
-    for row in conn.execute(f"SELECT key, {fields} FROM kv WHERE ns = ? AND json_valid(value_json) "
-                            "ORDER BY key LIMIT ?", (SKILLS_NS, MAX_SKILLS)):
-        item = {f: v for f, v in zip(_META, row[1:], strict=True) if v is not None}
-        item["name"] = row[0]
-        out.append(item)
-    return out
+def list_skills(conn: sqlite3.Connection) -> Readable[dict[str, Any]]:
+    """Every skill's metadata (no source), by name; at most :data:`MAX_SKILLS` rows exist. A skill whose record
+    no longer parses as an object is named in ``unreadable`` (skill names)."""
+    fields = ", ".join(f"CASE WHEN ok THEN json_extract(value_json, '$.{f}') END" for f in _META)
+    rows = conn.execute(
+        f"SELECT key, ok, {fields} FROM (SELECT key, value_json, CASE WHEN json_valid(value_json) "
+        "THEN json_type(value_json) = 'object' ELSE 0 END AS ok FROM kv WHERE ns = ?) ORDER BY key LIMIT ?",
+        (SKILLS_NS, MAX_SKILLS)).fetchall()
+    return readable(rows, _meta_of, lambda r: str(r[0]))
+
+
+def _meta_of(row: tuple[Any, ...]) -> dict[str, Any]:
+    if not row[1]:
+        raise DamagedRecord(f"skill {row[0]}'s stored record no longer reads")
+    item = {f: v for f, v in zip(_META, row[2:], strict=True) if v is not None}
+    item["name"] = row[0]
+    return item
 
 
 def delete_skill(conn: sqlite3.Connection, name: str, *, now_ms: int) -> bool:

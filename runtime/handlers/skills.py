@@ -22,11 +22,11 @@ TOPIC = "settings.changed"
 
 
 def list_skills(ctx: ReadContext, p: m.SkillsListParams) -> Any:
-    return {"skills": skills.list_skills(ctx.conn)}
+    return skills.list_skills(ctx.conn).result("skills")
 
 
 def get(ctx: ReadContext, p: m.SkillsGetParams) -> Any:
-    skill = skills.get_skill(ctx.conn, p.name)
+    skill = skills.get_skill(ctx.conn, p.name, checked=True)
     if skill is None:
         raise NotFound(f"skill {p.name!r} is not stored", data={"name": p.name})
     return {"skill": skill}

@@ -205,7 +205,7 @@ def export_portable(conn: sqlite3.Connection, now_ms: int, platform: str) -> dic
         "projectMemory": ns_rows["projectMemory"],
         "projectGroupMemory": ns_rows[project_groups.MEMORY_NS],
         "projectGroupInstructions": ns_rows[project_groups.INSTRUCTIONS_NS],
-        "skills": [_portable_skill(conn, item["name"]) for item in skills.list_skills(conn)],
+        "skills": [_portable_skill(conn, item["name"]) for item in skills.list_skills(conn).items],
     }
 
 

@@ -23,6 +23,7 @@ from protocol.models_plugin_imports import PluginListSessionsResult
 from protocol.models_project_groups import ProjectGroupsListResult
 from protocol.models_review import ReviewListResult
 from protocol.models_session import SessionListResult
+from protocol.models_skills import SkillsListResult
 from protocol.models_tasks import TasksListResult, TasksRunsResult
 from protocol.models_usage import ListTurnsResult
 from runtime.client import HostClient
@@ -278,6 +279,23 @@ async def test_a_blob_whose_meta_is_damaged_is_corrupt_to_get_and_can_still_be_p
             referenced = AttachmentsRefResult.model_validate(await ui.call("attachments.ref", {
                 "sha256": sha, "sessionId": sid}))
             assert referenced.created is True
+
+
+async def test_skills_list_names_a_damaged_skill(tmp_path: Path) -> None:
+    """Before, a skill whose record no longer parsed was left out of skills.list without a word, and skills.get
+    of it answered NOT_FOUND, as if it had never been stored."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            names = ["alpha", "beta", "gamma"]
+            for name in names:
+                await ui.call("skills.put", {"name": name, "version": "1", "source": f"# {name}\n"})
+            damage(tmp_path, "UPDATE kv SET value_json = '{\"cut' WHERE ns = 'skills' AND key = 'beta'")
+            listed = SkillsListResult.model_validate(await ui.call("skills.list", {}))
+            assert [sk.name for sk in listed.skills] == ["alpha", "gamma"] and listed.unreadable == ["beta"]
+            assert (await rpc_error(ui.call("skills.get", {"name": "beta"}))).data_code == "CORRUPT_DATA"
+            await ui.call("skills.put", {"name": "beta", "version": "2", "source": "# beta again\n"})  # over it
+            again = SkillsListResult.model_validate(await ui.call("skills.list", {}))
+            assert [sk.name for sk in again.skills] == names and again.unreadable is None
 
 
 async def test_plugin_list_sessions_names_a_session_whose_origin_is_damaged(tmp_path: Path) -> None:

@@ -117,7 +117,7 @@ def test_a_stored_name_at_version_keeps_its_source_after_newer_versions_and_a_de
     with pytest.raises(Conflict):  # a delete frees the name, not what its versions were
         put(lambda c: skills.put_skill(c, name="a", version="2", source="other", now_ms=NOW + 6))
     fresh, changed = put(lambda c: skills.put_skill(c, name="a", version="2", source="two", now_ms=NOW + 7))
-    assert changed and fresh["createdAt"] == NOW + 7 and skills.list_skills(conn)[0]["version"] == "2"
+    assert changed and fresh["createdAt"] == NOW + 7 and skills.list_skills(conn).items[0]["version"] == "2"
 
 
 def test_a_skill_stored_before_versions_were_kept_is_held_to_its_source(conn: sqlite3.Connection) -> None:
@@ -153,7 +153,7 @@ def test_skill_count_and_text_bounds(conn: sqlite3.Connection) -> None:
     with pytest.raises(LimitExceeded):
         tx(conn)(lambda c: skills.put_skill(c, name="one-more", version="1", source="x", now_ms=NOW))
     tx(conn)(lambda c: skills.put_skill(c, name="s0", version="2", source="y", now_ms=NOW))
-    assert len(skills.list_skills(conn)) == MAX_SKILLS
+    assert len(skills.list_skills(conn).items) == MAX_SKILLS
     with pytest.raises(PayloadTooLarge):
         skills.put_skill(conn, name="s1", version="3", source="x" * (MAX_SKILL_SOURCE_BYTES + 1), now_ms=NOW)
     with pytest.raises(InvalidInput):

@@ -2282,6 +2282,7 @@ class SkillsListParams(TypedDict):
 
 class SkillsListResult(TypedDict):
     skills: list[SkillMeta]
+    unreadable: NotRequired[list[str] | None]
 
 
 class SkillsPutParams(TypedDict):

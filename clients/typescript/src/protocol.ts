@@ -2940,6 +2940,8 @@ export interface SkillsListParams {
 export interface SkillsListResult {
   /** Every skill, by name, without its source. */
   skills: SkillMeta[];
+  /** Names of skills whose stored record is damaged (it no longer parses as an object): left out of skills, so the others still list; skills.get of one answers CORRUPT_DATA, skills.put writes over it and skills.delete removes it. Absent when every record reads. */
+  unreadable?: string[] | null;
 }
 
 export interface SkillsPutParams {
