@@ -309,10 +309,11 @@ def find_by_tool_call(conn: sqlite3.Connection, kind: Kind, session_id: str,
 
 
 def list_pending(conn: sqlite3.Connection, kind: Kind, session_id: str | None,
-                 now_ms: int) -> Readable[dict[str, Any]]:
+                 now_ms: int, lenient: bool = False) -> Readable[dict[str, Any]]:
     """Pending rows (newest first) that have not passed their deadline, with the original ``expiresAt``.
     A row whose record is damaged is named in ``unreadable`` (request ids), not listed: one damaged prompt
-    never hides the others."""
+    never hides the others; ``lenient`` (a recorded decision's replay): listed with :func:`get_request`'s
+    stand-ins instead."""
     sql, row = _select(kind)
     where = "status = 'pending' AND (expires_at IS NULL OR expires_at > ?)"
     args: tuple[Any, ...] = (now_ms,)
@@ -320,7 +321,7 @@ def list_pending(conn: sqlite3.Connection, kind: Kind, session_id: str | None,
         where += " AND session_id = ?"
         args += (session_id,)
     rows = conn.execute(f"{sql} WHERE {where} ORDER BY created_at DESC, request_id", args).fetchall()
-    return readable(rows, row, lambda r: str(r[0]))  # request_id: the first column of both tables
+    return readable(rows, lambda r: row(r, lenient), lambda r: str(r[0]))  # request_id: column 1 of both
 
 
 def _check_existing(existing: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -658,7 +659,7 @@ def apply_recorded_decisions(conn: sqlite3.Connection, transcript_of: Callable[[
     """
     by_session: dict[str, list[tuple[Kind, dict[str, Any]]]] = {}
     for kind in KINDS:
-        for row in list_pending(conn, kind, None, -1).items:  # a damaged one: the fence settles it by SQL alone
+        for row in list_pending(conn, kind, None, -1, lenient=True).items:  # a damaged one too: its deny
             by_session.setdefault(row["sessionId"], []).append((kind, row))
     applied = 0
     for sid, pending in sorted(by_session.items()):
@@ -673,7 +674,7 @@ def apply_decision_lines(conn: sqlite3.Connection, session_id: str, records: Seq
     answer wrote its line, its row stayed pending): each still-pending request takes the decision its line
     records, and the answer's receipt; a retry of that answer is then answered from it, not decided twice."""
     lines = {str(rec["id"]): dict(rec) for rec in records if isinstance(rec.get("id"), str)}
-    pending = [(kind, row) for kind in KINDS for row in list_pending(conn, kind, session_id, -1).items
+    pending = [(kind, row) for kind in KINDS for row in list_pending(conn, kind, session_id, -1, lenient=True).items
                if row["requestId"] in lines]
     for rec in records:  # a request the database lost (rebuilt): an answer's receipt, with the answer it gave
         _restore_carried(conn, session_id, rec, now_ms)
@@ -727,7 +728,8 @@ def _apply_decisions(conn: sqlite3.Connection, sid: str, lines: Mapping[str, Map
             link_rule(conn, row["requestId"], rule_id)
         key = receipts.key_of_record(rec.get("receipt"))
         if key is not None and receipts.get(conn, key.client_id, key.submission_id) is None:
-            receipts.store(conn, key, response_of(conn, kind, row["requestId"]), session_id=sid, now_ms=at)
+            receipts.store(conn, key, response_of(conn, kind, row["requestId"], lenient=True), session_id=sid,
+                           now_ms=at)
         applied += 1
     return applied
 

@@ -23,6 +23,7 @@ from protocol.models_approvals import (
 )
 from protocol.models_turns import EndTurnResult
 from tests.approvals.test_approvals_host import answer, ask, decision_lines, next_event, session_with_turn, turn_of
+from tests.dbkit import rows
 from tests.hostkit import client_for, inprocess_host
 from tests.turns.turnkit import end, rpc_error
 
@@ -177,3 +178,27 @@ async def test_the_expiry_timer_expires_a_damaged_request_and_the_others_after_i
             heard = [(await next_event(c, "approval.resolved", 30)).data["request"] for _ in range(2)]
             assert [(r["requestId"], r["status"]) for r in heard] == [(damaged, "expired"), (intact, "expired")]
             assert heard[0]["options"] == [] and heard[1]["options"] != []
+
+
+async def test_a_deny_of_a_damaged_approval_whose_line_landed_before_a_crash_is_applied_at_boot(
+        tmp_path: Path) -> None:
+    """The deny's decision line is fsynced, its transaction never commits. Before, boot's replay read only the
+    pending requests that read: the damaged one kept its line unapplied, the fence interrupted it, and the
+    retried deny answered CONFLICT (interrupted) instead of the denial the person gave."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid = await session_with_turn(c, tmp_path)
+            rid = (await ask(c, sid))["request"]["requestId"]
+            damage(tmp_path, "approvals", "risk", rid, "higt")
+            host.faults.add("approvals.respond.before_commit", action="raise")
+            params = {"sessionId": sid, "requestId": rid, "optionId": "deny", "submissionId": "deny-1"}
+            await rpc_error(ui.call("approvals.respond", params))
+            host.faults.clear()
+            assert rows(tmp_path, "SELECT status FROM approvals") == [("pending",)]
+            assert len(decision_lines(tmp_path, sid)) == 1
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            assert host.boot.report["decisionsRecovered"] == 1
+            assert rows(tmp_path, "SELECT status, option_id FROM approvals") == [("denied", "deny")]
+            retried = ApprovalsRespondResult.model_validate(await ui.call("approvals.respond", params))
+            assert (retried.request.status, retried.request.unreadable) == ("denied", ["risk"])
