@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 import trio
 
+from protocol.models_review import ReviewListResult
 from runtime.client import ClientClosed, HostClient, RpcError, open_client
 from tests.hostkit import REPO, HostProcess, msg, start_host_process
 
@@ -633,8 +634,9 @@ REVIEW_META_CHANGES: dict[str, Callable[[dict[str, Any]], None]] = {
 async def test_a_review_meta_json_that_parses_but_lost_its_shape(
         tmp_path: Path, template: tuple[Path, dict[str, str]], change: str) -> None:
     """A snapshot's ``meta.json`` that still parses, with a key or a type changed (one flipped byte in a key
-    does it): review.get / list / restore answer CORRUPT_DATA, as for one that does not parse, never
-    INTERNAL (a KeyError on ``meta["before"]``)."""
+    does it): review.get / restore answer CORRUPT_DATA, as for one that does not parse, never INTERNAL (a
+    KeyError on ``meta["before"]``); review.list answers, the snapshot named in ``unreadable`` (one damaged
+    snapshot never hides the others)."""
     src, names = template
     data = tmp_path / "data"
     shutil.copytree(src, data, symlinks=True)
@@ -644,11 +646,12 @@ async def test_a_review_meta_json_that_parses_but_lost_its_shape(
     target.write_bytes(json.dumps(meta).encode() + b"\n")
     snap = {"sessionId": "s1", "snapshotId": names["snapshotId"]}
     async with _host(data) as (_, c):
-        for method, params in (("review.get", {**snap, "includeBefore": True}), ("review.list", {"sessionId": "s1"}),
-                               ("review.restore", snap)):
+        for method, params in (("review.get", {**snap, "includeBefore": True}), ("review.restore", snap)):
             with pytest.raises(RpcError) as failed:
                 await c.call(method, params)
             assert failed.value.data_code == "CORRUPT_DATA", (method, failed.value.data_code)
+        listed = ReviewListResult.model_validate(await c.call("review.list", {"sessionId": "s1"}))
+        assert listed.snapshots == [] and listed.unreadable == [names["snapshotId"]]
         await _undamaged_serves(c, "review")
     assert _log_problems(data) == []
 
