@@ -29,6 +29,12 @@ class ModelsListParams(Params):
 
 class ModelsListResult(Result):
     models: list[Model] = Field(description="By providerId, then modelId.")
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="<providerId>/<modelId> of models whose stored record is damaged (capabilities that no longer "
+        "parse as a list of strings, a source outside its set): left out of models, so the others still list; "
+        "models.add of its id writes over it (as the user's model). Absent when every record reads.",
+    )
 
 
 class ModelsAddParams(MutatingParams):

@@ -43,13 +43,13 @@ TOPIC = "models.changed"
 def list_models(ctx: ReadContext, p: m.ModelsListParams) -> Any:
     plugin = ctx.caller.plugin_id
     if plugin is None:
-        return {"models": catalog.list_models(ctx.conn, p.provider_id)}
+        return catalog.list_models(ctx.conn, p.provider_id).result("models")
     if p.provider_id is not None:
         row = providers.get_provider(ctx.conn, p.provider_id)
         require_owner(ctx.caller, row["ownerPluginId"], what=f"provider {p.provider_id}")
-        return {"models": catalog.list_models(ctx.conn, p.provider_id)}
+        return catalog.list_models(ctx.conn, p.provider_id).result("models")
     own = [r["id"] for r in providers.list_providers(ctx.conn, owner=plugin)]
-    return {"models": catalog.list_models(ctx.conn, providers=own) if own else []}
+    return catalog.list_models(ctx.conn, providers=own).result("models") if own else {"models": []}
 
 
 def add(ctx: WriterContext, p: m.ModelsAddParams, key: ReceiptKey | None) -> Any:

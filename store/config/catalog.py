@@ -28,7 +28,8 @@ import orjson
 
 from store.config.settings import set_value
 from store.config.settings_rules import REFRESH_STAMP_PREFIX
-from store.errors import InvalidInput, LimitExceeded, NotFound, StoreError
+from store.errors import DamagedRecord, InvalidInput, LimitExceeded, NotFound, StoreError
+from store.jsonio import Readable, loads_stored, readable, stored_value
 from store.rules import MAX_MODELS_PER_PROVIDER, MAX_REF_CHARS
 
 __all__ = [
@@ -104,14 +105,15 @@ def parse_model_list(body: bytes) -> list[DiscoveredModel]:
 
 
 def _model(row: tuple[Any, ...]) -> dict[str, Any]:
+    """A model row; ``DamagedRecord`` (CORRUPT_DATA) when its capabilities no longer parse as a list of strings
+    or its source is outside its set (the host writes no other)."""
     pid, mid, name, source, caps, ctx, max_out, deprecated, updated = row
-    try:
-        capabilities = orjson.loads(caps)
-    except orjson.JSONDecodeError:
-        capabilities = []
-    out: dict[str, Any] = {"providerId": pid, "modelId": mid, "displayName": name, "source": source,
-                           "capabilities": capabilities if isinstance(capabilities, list) else [],
-                           "deprecated": bool(deprecated), "updatedAt": updated}
+    capabilities = loads_stored(caps, f"model {pid}/{mid}'s capabilities_json", list)
+    if not all(isinstance(c, str) for c in capabilities):
+        raise DamagedRecord(f"model {pid}/{mid}'s capabilities_json holds an entry that is not a string")
+    out: dict[str, Any] = {"providerId": pid, "modelId": mid, "displayName": name,
+                           "source": stored_value(source, SOURCES, f"model {pid}/{mid}'s source"),
+                           "capabilities": capabilities, "deprecated": bool(deprecated), "updatedAt": updated}
     if ctx is not None:
         out["contextWindow"] = ctx
     if max_out is not None:
@@ -120,7 +122,9 @@ def _model(row: tuple[Any, ...]) -> dict[str, Any]:
 
 
 def list_models(conn: sqlite3.Connection, provider_id: str | None = None,
-                providers: list[str] | None = None) -> list[dict[str, Any]]:
+                providers: list[str] | None = None) -> Readable[dict[str, Any]]:
+    """By provider, then model id; a model whose record is damaged is named in ``unreadable`` as
+    ``<providerId>/<modelId>``, not listed."""
     sql = f"SELECT {_COLUMNS} FROM models"  # noqa: S608
     args: list[Any] = []
     if provider_id is not None:
@@ -129,7 +133,8 @@ def list_models(conn: sqlite3.Connection, provider_id: str | None = None,
     elif providers is not None:
         sql += f" WHERE provider_id IN ({', '.join('?' * len(providers))})"
         args.extend(providers)
-    return [_model(r) for r in conn.execute(sql + " ORDER BY provider_id, model_id", args)]
+    rows = conn.execute(sql + " ORDER BY provider_id, model_id", args).fetchall()
+    return readable(rows, _model, lambda r: f"{r[0]}/{r[1]}")
 
 
 def _require_provider(conn: sqlite3.Connection, provider_id: str) -> None:

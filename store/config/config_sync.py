@@ -186,7 +186,8 @@ def export_portable(conn: sqlite3.Connection, now_ms: int, platform: str) -> dic
     found = get_value(conn, APP_NS, APP_SETTINGS_KEY)
     rows = [r for r in providers.list_providers(conn) if r["ownerPluginId"] is None]
     provider_docs = [{k: r[k] for k in ("id", *providers.PROVIDER_FIELDS) if r.get(k) is not None} for r in rows]
-    user_models = [m for m in catalog.list_models(conn, providers=[r["id"] for r in rows]) if m["source"] == "user"]
+    user_models = [m for m in catalog.list_models(conn, providers=[r["id"] for r in rows]).items
+                   if m["source"] == "user"]
     projects = [{"path": path, "name": name, "pinned": bool(pinned)}
                 for path, name, pinned in conn.execute("SELECT path, name, pinned FROM projects ORDER BY path")]
     ns_rows = {ns: {k: v for k, (v, _) in namespace_rows(conn, ns, _MAX_ROWS).items()}

@@ -16,6 +16,7 @@ import trio
 
 from protocol.models_artifacts import ArtifactsListResult
 from protocol.models_attachments import AttachmentsRefResult
+from protocol.models_catalog import ModelsListResult
 from protocol.models_collab import CollabListResult
 from protocol.models_notifications import NotificationsListResult
 from protocol.models_plans import PlansPendingResult
@@ -296,6 +297,25 @@ async def test_skills_list_names_a_damaged_skill(tmp_path: Path) -> None:
             await ui.call("skills.put", {"name": "beta", "version": "2", "source": "# beta again\n"})  # over it
             again = SkillsListResult.model_validate(await ui.call("skills.list", {}))
             assert [sk.name for sk in again.skills] == names and again.unreadable is None
+
+
+async def test_models_list_names_a_damaged_model_and_models_add_writes_over_it(tmp_path: Path) -> None:
+    """Before, models.list showed capabilities that no longer parsed as [] (a silent change of the record) and
+    sent a source outside its set as it was."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            await ui.call("providers.create", {"id": "local", "name": "Local"})
+            for mid in ("a", "b", "c"):
+                await ui.call("models.add", {"providerId": "local", "modelId": mid, "capabilities": ["tools"]})
+            damage(tmp_path, "UPDATE models SET capabilities_json = '[\"to' WHERE model_id = 'b'")
+            damage(tmp_path, "UPDATE models SET source = 'usen' WHERE model_id = 'c'")
+            for params in ({}, {"providerId": "local"}):
+                listed = ModelsListResult.model_validate(await ui.call("models.list", params))
+                assert [x.model_id for x in listed.models] == ["a"] and listed.unreadable == ["local/b", "local/c"]
+            await ui.call("models.add", {"providerId": "local", "modelId": "b", "capabilities": ["vision"]})
+            again = ModelsListResult.model_validate(await ui.call("models.list", {}))
+            assert [(x.model_id, x.capabilities) for x in again.models] == [("a", ["tools"]), ("b", ["vision"])]
+            assert again.unreadable == ["local/c"]
 
 
 async def test_plugin_list_sessions_names_a_session_whose_origin_is_damaged(tmp_path: Path) -> None:

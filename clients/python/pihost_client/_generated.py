@@ -1042,6 +1042,7 @@ class ModelsListParams(TypedDict):
 
 class ModelsListResult(TypedDict):
     models: list[Model]
+    unreadable: NotRequired[list[str] | None]
 
 
 class ModelsRefreshParams(TypedDict):

@@ -1348,6 +1348,8 @@ export interface ModelsListParams {
 export interface ModelsListResult {
   /** By providerId, then modelId. */
   models: Model[];
+  /** <providerId>/<modelId> of models whose stored record is damaged (capabilities that no longer parse as a list of strings, a source outside its set): left out of models, so the others still list; models.add of its id writes over it (as the user's model). Absent when every record reads. */
+  unreadable?: string[] | null;
 }
 
 export interface ModelsRefreshParams {
