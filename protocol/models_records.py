@@ -44,7 +44,9 @@ from .models_common import (
     WireId,
 )
 
-RESERVED_META_KEYS: frozenset[str] = frozenset({"receipt"})
+RESERVED_META_KEYS: frozenset[str] = frozenset({"receipt", "collabDelivered"})
+"""Host-only meta (``store.transcripts.records.INTERNAL_META``), refused in any message a client sends: a line's
+receipt, and a collaboration input's deliver answer (a rebuilt index restores receipts from both)."""
 HOST_META_KEYS: frozenset[str] = frozenset({"sessionMessage", "fromAgent"})
 """Written by the host only, refused in a client's new message: ``sessionMessage`` (collaboration
 provenance, collab.begin) and ``fromAgent`` (an imported sub-agent thread's prompt from its parent agent)."""
@@ -118,7 +120,7 @@ class TranscriptMessage(Record):
         default=None,
         description="Parsed metadata: usage, modelId, providerId, status, error, "
         "revision fields, steering, parentToolCallId, agentName ... "
-        "'receipt' is reserved for the host.",
+        "'receipt' and 'collabDelivered' are reserved for the host.",
     )
 
     @field_validator("meta")

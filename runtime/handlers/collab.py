@@ -38,7 +38,7 @@ from store.indexing import cursors, index
 from store.jsonio import loads_line
 from store.receipts import ReceiptKey, file_record
 from store.transcripts.records import meta_of, ms_to_rfc3339
-from store.transcripts.transcript import read_spans
+from store.transcripts.transcript import read_header, read_spans
 
 __all__ = ["begin", "cancel", "cancel_target", "deliver", "deliver_target", "get", "list_deliveries", "publish",
            "settle", "settle_for_turn"]
@@ -103,16 +103,23 @@ async def deliver(ctx: SessionContext, p: m.CollabDeliverParams, key: ReceiptKey
 async def _began_without_row(ctx: SessionContext, delivery_id: str) -> dict[str, Any] | None:
     """A retry of a delivery whose ledger row a lost database took, while its input line (it began) is in
     the target's transcript: answered from the line (what the first deliver answered, ``replayed``), never
-    delivered again. ``None``: no such line, or the row is there (the ledger answers)."""
+    delivered again. A rewrite that dropped the line since (cut, or archived by an edit) left what it carried
+    in the transcript's header (``store.transcripts.rewrite.carried_delivered``): answered from there the same
+    way. ``None``: no such line nor header entry, or the row is there (the ledger answers)."""
     mid = collab.input_message_id(delivery_id)
     hit = (await ctx.read(index.lookup_ids, [mid])).get(mid)
-    if hit is None or await ctx.read(collab.has_row, delivery_id):
+    carried: Any = None
+    if hit is None:
+        header = await ctx.io(read_header, ctx.paths.transcript)
+        carried = next((d for d in header.delivered if d["deliveryId"] == delivery_id), None)
+    if (hit is None and carried is None) or await ctx.read(collab.has_row, delivery_id):
         return None
-    if hit[0] != ctx.sid:  # the key's delivery began in another target: not this request's
-        raise IdempotencyConflict(f"idempotencyKey of delivery {delivery_id} was already used for a delivery to "
-                                  "another session", data={"deliveryId": delivery_id, "differs": ["target"]})
-    blob = (await ctx.io(read_spans, ctx.paths.transcript, [(hit[2], hit[3])]))[0]
-    carried = meta_of(loads_line(blob)).get(collab.DELIVERED_META)
+    if hit is not None:
+        if hit[0] != ctx.sid:  # the key's delivery began in another target: not this request's
+            raise IdempotencyConflict(f"idempotencyKey of delivery {delivery_id} was already used for a delivery "
+                                      "to another session", data={"deliveryId": delivery_id, "differs": ["target"]})
+        blob = (await ctx.io(read_spans, ctx.paths.transcript, [(hit[2], hit[3])]))[0]
+        carried = meta_of(loads_line(blob)).get(collab.DELIVERED_META)
     said = carried.get("response") if isinstance(carried, dict) else None
     if not isinstance(said, dict) or not isinstance(said.get("delivery"), dict):
         raise Conflict(f"delivery {delivery_id} began (its input line is in the transcript) and its ledger "

@@ -67,13 +67,14 @@ from store.revisions import (
     with_stamp,
 )
 from store.tombstones import deleted_ids
-from store.transcripts.records import normalize_message, receipt_of, rfc3339_to_ms, wire_record, with_receipt
+from store.transcripts.records import normalize_message, rfc3339_to_ms, wire_record, with_internal_meta
 from store.transcripts.rewrite import (
     LiveTranscript,
     RewritePlan,
     Rewritten,
     apply_rewrite,
     as_reindexed,
+    carried_delivered,
     load_live,
     plan_rewrite,
     reindex,
@@ -307,8 +308,10 @@ async def commit_rewrite(
 
     def write() -> Rewritten:
         # the old header's receipts ride on: a later rewrite must not leave an earlier one only in SQLite
+        # and the deliver answers of collaboration input lines (the old header's, and those of lines it drops)
         return apply_rewrite(path, sid, live.created_at_ms, plan, receipt=receipt, carried=live.receipts,
-                             faults=faults, dropped_offsets=[*live.dropped_offsets, *plan.left_out], now_ms=now)
+                             faults=faults, dropped_offsets=[*live.dropped_offsets, *plan.left_out], now_ms=now,
+                             delivered=carried_delivered(live.delivered, live.messages, plan.messages))
 
     def reindexed(conn: Any, rewritten: Rewritten) -> None:
         reindex(conn, sid, rewritten, now_ms=now, turn_overrides=turn_overrides)
@@ -624,9 +627,8 @@ async def replace_messages(ctx: SessionContext, p: m.ReplaceMessagesParams, key:
     old_by_id = {msg["id"]: msg for msg in live.messages}
     collab.check_rewrite(old_by_id, recs)  # collaboration input is never stripped, edited or forged
     for i, rec in enumerate(recs):
-        carried = receipt_of(old_by_id.get(rec["id"], {}))
-        if carried is not None and receipt_of(rec) is None:
-            recs[i] = with_receipt(rec, carried)  # keep the append's receipt durable in its line
+        # an append's receipt, a collaboration input's deliver answer: they stay durable in the line
+        recs[i] = with_internal_meta(rec, old_by_id.get(rec["id"], {}))
     for rec in recs:
         dumps_line(rec)  # an unencodable message fails here, before anything changed
     turns = await ctx.read(turn_map, ctx.sid)

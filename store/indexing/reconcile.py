@@ -38,10 +38,17 @@ from store.revisions import (
     revision_rows,
     sync_active,
 )
+from store.rules import COLLAB_INPUT_ID_PREFIX
 from store.transcripts.deleted_log import LoggedDelete
 from store.transcripts.records import meta_of, rfc3339_to_ms
 from store.transcripts.session_files import REVISIONS_SUFFIX, PendingDelete
-from store.transcripts.transcript import IMPORT_RECEIPT, MAX_LINE_BYTES, bounded_lines, header_receipts
+from store.transcripts.transcript import (
+    IMPORT_RECEIPT,
+    MAX_LINE_BYTES,
+    bounded_lines,
+    header_delivered,
+    header_receipts,
+)
 
 
 @dataclass
@@ -193,7 +200,8 @@ def _take(scan: TailScan, rec: dict[str, Any], offset: int, line: bytes) -> None
     kind = rec.get("type")
     if kind == "message" and isinstance(rec.get("id"), str):
         scan.messages.append(IndexRecord(rec, offset, len(line), line=line))
-        delivered = meta_of(rec).get(DELIVERED_META)  # a collaboration input: its deliver's receipt
+        # a collaboration input (its id the host's, never a client's): its deliver's receipt
+        delivered = meta_of(rec).get(DELIVERED_META) if rec["id"].startswith(COLLAB_INPUT_ID_PREFIX) else None
         if isinstance(delivered, dict) and isinstance(delivered.get("receipt"), dict):
             scan.line_receipts.append(delivered["receipt"])
     elif kind == "compaction":
@@ -581,6 +589,9 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
             restored = restore_receipt(conn, session_id, rec, now_ms=now_ms)
             if rec == own:
                 report["restoredReceipt"] = restored
+        for delivered in header_delivered(scan.header):  # a keyed deliver whose input line a rewrite dropped
+            if isinstance(delivered.get("receipt"), dict):
+                restore_receipt(conn, session_id, delivered["receipt"], now_ms=now_ms)
     for carried in scan.line_receipts:  # a crash between a line's fsync and its receipt's commit
         restore_receipt(conn, session_id, carried, now_ms=now_ms)
     if plan.archived is not None and plan.kind == "full":

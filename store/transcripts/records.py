@@ -168,6 +168,19 @@ def with_receipt(record: dict[str, Any], receipt: Mapping[str, Any]) -> dict[str
     return out
 
 
+def with_internal_meta(record: dict[str, Any], before: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` (a client's new version of a line, as ``session.replaceMessages`` sends it) with the
+    host-only meta (:data:`INTERNAL_META`) the line it replaces holds: the client never sees it (it is not on
+    the wire, and a client cannot set it), so a rewrite from the client's records would drop it otherwise. A
+    line's receipt, and a collaboration input's deliver answer, stay as durable as the line."""
+    kept = {k: v for k, v in meta_of(before).items() if k in INTERNAL_META and k not in meta_of(record)}
+    if not kept:
+        return record
+    out = dict(record)
+    out["meta"] = {**meta_of(record), **kept}
+    return out
+
+
 def _projected(meta: Any) -> tuple[bool, bool]:
     """What :func:`wire_record` lifts out of ``meta`` to the top level: (provenance, steering)."""
     if not isinstance(meta, Mapping):

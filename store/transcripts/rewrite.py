@@ -35,11 +35,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from store.collab import DELIVERED_META
 from store.compaction import split_valid
 from store.faults import NO_FAULTS, Faults
 from store.indexing.index import CompactionRecord, IndexRecord, reindex_session, set_message_count
 from store.jsonio import dumps_line
-from store.transcripts.records import rfc3339_to_ms
+from store.rules import COLLAB_INPUT_ID_PREFIX
+from store.transcripts.records import meta_of, rfc3339_to_ms
 from store.transcripts.transcript import (
     keep_dropped_lines,
     read_transcript,
@@ -59,7 +61,35 @@ by every rewrite whatever came after it, so its retry after a lost database is a
 answer (``extra.response``), never CONFLICT."""
 
 
+CARRIED_DELIVERED = 64
+"""At most this many deliver answers of dropped collaboration input lines ride in a rewritten header
+(:func:`carried_delivered`), the newest kept."""
+
+
 # --------------------------------------------------------------------------- receipts in the header
+
+
+def carried_delivered(previous: Sequence[Mapping[str, Any]], live: Sequence[Mapping[str, Any]],
+                      kept: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The deliver answers a new header carries (``transcript.HEADER_DELIVERED``): ``previous`` (the old header's), then
+    those of the collaboration input lines in ``live`` (the old live messages) that ``kept`` (the new ones)
+    leaves out, cut or archived. Such a line's ``meta.collabDelivered`` is the one trace of its delivery a lost
+    database leaves (``store.collab.DELIVERED_META``): without it a retry of the deliver would deliver the task
+    again. One per delivery (the newest), the newest :data:`CARRIED_DELIVERED`."""
+    staying = {str(rec.get("id")) for rec in kept}
+    newest: dict[str, dict[str, Any]] = {}
+    for rec in previous:
+        newest.pop(str(rec["deliveryId"]), None)
+        newest[str(rec["deliveryId"])] = dict(rec)
+    for rec in live:
+        rid = str(rec.get("id"))
+        carried = meta_of(rec).get(DELIVERED_META)
+        if rid.startswith(COLLAB_INPUT_ID_PREFIX) and rid not in staying and isinstance(carried, Mapping):
+            did = rid.removeprefix(COLLAB_INPUT_ID_PREFIX)
+            newest.pop(did, None)
+            newest[did] = {"deliveryId": did, **{k: v for k, v in carried.items() if k in ("response", "receipt")}}
+    return list(newest.values())[-CARRIED_DELIVERED:]
+
 
 
 def carried_receipts(previous: Sequence[Mapping[str, Any]],
@@ -111,6 +141,8 @@ class LiveTranscript:
     receipts: list[dict[str, Any]] = field(default_factory=list)
     """The receipts the header carries (``TranscriptHeader.receipts``), then those of the ``session_info``
     lines (``Transcript.info_receipts``): a rewrite carries them forward."""
+    delivered: list[dict[str, Any]] = field(default_factory=list)
+    """The deliver answers the header carries (``TranscriptHeader.delivered``): a rewrite carries them forward."""
 
     @property
     def ids(self) -> list[str]:
@@ -150,6 +182,7 @@ def load_live(path: str | os.PathLike[str], *, default_created_ms: int = 0) -> L
                          *sorted(set(t.unknown_line_offsets) - {off for _, off, _ in t.unknown})],
         unknown=list(t.unknown),
         receipts=_carried_in(header.receipts if header is not None else (), t.info_receipts),
+        delivered=list(header.delivered) if header is not None else [],
     )
     for mid, tomb in t.tombstones.items():
         live.tombstones[mid] = {"type": "tombstone", "id": tomb.id or f"t-{mid}", "messageId": mid,
@@ -304,6 +337,7 @@ def apply_rewrite(
     faults: Faults = NO_FAULTS,
     dropped_offsets: Sequence[int] = (),
     now_ms: int = 0,
+    delivered: Sequence[Mapping[str, Any]] = (),
 ) -> Rewritten:
     """Atomically replace the transcript with ``plan`` (fault points ``rewrite.*``).
 
@@ -312,12 +346,13 @@ def apply_rewrite(
     (``LiveTranscript.receipts``); the new header keeps them (:func:`carried_receipts`), so every
     rewrite that is a request's effect stays answerable after a database rebuild.
     ``dropped_offsets``: lines of the old file the plan cannot hold (``LiveTranscript.dropped_offsets``),
-    copied aside first, never lost.
+    copied aside first, never lost. ``delivered``: the deliver answers the new header carries
+    (:func:`carried_delivered`).
     """
     keep_dropped_lines(path, dropped_offsets, now_ms)
     header = rewrite_transcript(path, session_id, created_at_ms, plan.body, receipt=receipt,
                                 receipts=carried_receipts(carried, receipt), faults=faults,
-                                written_at_ms=now_ms or None)
+                                written_at_ms=now_ms or None, delivered=delivered)
     return rewritten(plan, header.epoch, header.length)
 
 
@@ -371,12 +406,14 @@ def turn_map(conn: Any, session_id: str, ids: Iterable[str] | None = None) -> di
 
 
 __all__ = [
+    "CARRIED_DELIVERED",
     "CARRIED_RECEIPTS",
     "as_reindexed",
     "LiveTranscript",
     "RewritePlan",
     "Rewritten",
     "apply_rewrite",
+    "carried_delivered",
     "carried_receipts",
     "load_live",
     "plan_rewrite",

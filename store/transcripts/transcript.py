@@ -30,7 +30,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from store.errors import (
     Conflict,
@@ -49,6 +49,7 @@ from store.jsonio import dumps_line, loads_line, now_rfc3339
 
 __all__ = [
     "DROPPED_MARKER",
+    "HEADER_DELIVERED",
     "IMPORT_RECEIPT",
     "MAX_LINE_BYTES",
     "SCHEMA",
@@ -62,12 +63,14 @@ __all__ = [
     "TranscriptWriter",
     "bounded_lines",
     "create_transcript",
+    "header_delivered",
     "header_line",
     "keep_dropped_lines",
     "lines_naming",
     "open_error",
     "parse_header",
     "read_first_line",
+    "read_header",
     "read_spans",
     "read_transcript",
     "rewrite_transcript",
@@ -148,6 +151,8 @@ class TranscriptHeader:
     """Bytes of the header line, newline included (= offset of the first body line)."""
     receipts: tuple[dict[str, Any], ...] = field(default=(), compare=False)
     """Every receipt the header carries, oldest first (:func:`header_receipts`)."""
+    delivered: tuple[dict[str, Any], ...] = field(default=(), compare=False)
+    """The deliver answers of collaboration input lines earlier rewrites dropped (:func:`header_delivered`)."""
 
 
 IMPORT_RECEIPT = "import_receipt"
@@ -171,9 +176,24 @@ def header_receipts(header: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     return out
 
 
+HEADER_DELIVERED: Final = "collabDelivered"
+"""The header's list of collaboration deliveries whose input line a rewrite dropped from the live transcript
+(cut, or archived into the revisions file): ``{"deliveryId", "response", "receipt"?}`` each, what the line's
+``meta.collabDelivered`` held (``store.collab.DELIVERED_META``). Internal: never on the wire."""
+
+
+def header_delivered(header: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The header's :data:`HEADER_DELIVERED` entries, oldest first (malformed ones skipped)."""
+    raw = header.get(HEADER_DELIVERED) if header else None
+    if not isinstance(raw, list):
+        return []
+    return [dict(r) for r in raw if isinstance(r, Mapping) and isinstance(r.get("deliveryId"), str)]
+
+
 def header_line(
     session_id: str, created_at_ms: int, *, receipt: Mapping[str, Any] | None = None,
     receipts: Sequence[Mapping[str, Any]] = (), written_at_ms: int | None = None,
+    delivered: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[bytes, TranscriptHeader]:
     """A new header line with a fresh epoch, and its parsed form.
 
@@ -183,6 +203,7 @@ def header_line(
     ``receipts``: those of earlier rewrites, carried forward (``store.transcripts.rewrite``).
     ``written_at_ms``: when a rewrite wrote the file (``writtenAt``): the session's ``updatedAt`` as that
     rewrite's commit sets it, which a reindex after a crash before the commit restores from here.
+    ``delivered``: :data:`HEADER_DELIVERED`, carried forward by a rewrite (``store.transcripts.rewrite``).
     """
     validate_session_id(session_id)
     created_at = now_rfc3339(created_at_ms)
@@ -200,6 +221,8 @@ def header_line(
         record["receipts"] = [dict(r) for r in receipts]
     if written_at_ms is not None:
         record["writtenAt"] = written_at_ms
+    if delivered:
+        record[HEADER_DELIVERED] = [dict(r) for r in delivered]
     line = dumps_line(record)
     return line, TranscriptHeader(session_id, created_at, epoch, SCHEMA, len(line))
 
@@ -221,6 +244,7 @@ def parse_header(record: dict[str, Any], length: int) -> TranscriptHeader | None
         schema=schema if isinstance(schema, int) else SCHEMA,
         length=length,
         receipts=tuple(header_receipts(record)),
+        delivered=tuple(header_delivered(record)),
     )
 
 
@@ -236,6 +260,19 @@ def read_first_line(fd: int, *, limit: int = _MAX_HEADER) -> bytes | None:
             return buf + chunk[: nl + 1]
         buf += chunk
     return None
+
+
+def read_header(path: str | os.PathLike[str]) -> TranscriptHeader:
+    """The header of the transcript at ``path`` (its first line only)."""
+    target = os.fspath(path)
+    try:
+        fd = open_nofollow(target, os.O_RDONLY)
+    except OSError as exc:
+        raise open_error(exc, target, "read transcript") from exc
+    try:
+        return _read_header(fd, target)
+    finally:
+        os.close(fd)
 
 
 def _read_header(fd: int, path: str) -> TranscriptHeader:
@@ -307,16 +344,17 @@ def rewrite_transcript(
     receipts: Sequence[Mapping[str, Any]] = (),
     faults: Faults = NO_FAULTS,
     written_at_ms: int | None = None,
+    delivered: Sequence[Mapping[str, Any]] = (),
 ) -> TranscriptHeader:
     """Atomically replace the whole file: new header (new epoch, ``receipt``, the carried ``receipts``,
-    ``writtenAt``) + ``body_lines``.
+    ``writtenAt``, the carried ``delivered``) + ``body_lines``.
 
     Any open :class:`TranscriptWriter` on the old file must be closed first and
     a new one opened afterwards (appends through the old one are refused).
     """
     _check_lines(body_lines)
     line, header = header_line(session_id, created_at_ms, receipt=receipt, receipts=receipts,
-                               written_at_ms=written_at_ms)
+                               written_at_ms=written_at_ms, delivered=delivered)
     atomic_write(path, b"".join([line, *body_lines]), faults=faults, point_prefix="rewrite")
     return header
 

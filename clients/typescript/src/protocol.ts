@@ -3289,7 +3289,7 @@ export interface TranscriptMessage {
   createdAt?: string | null;
   toolName?: string | null;
   turnId?: string | null;
-  /** Parsed metadata: usage, modelId, providerId, status, error, revision fields, steering, parentToolCallId, agentName ... 'receipt' is reserved for the host. */
+  /** Parsed metadata: usage, modelId, providerId, status, error, revision fields, steering, parentToolCallId, agentName ... 'receipt' and 'collabDelivered' are reserved for the host. */
   meta?: JsonObject | null;
 }
 
