@@ -6,8 +6,12 @@
   re-running after a crash writes the same secrets again.
 * ``configSync.export``: the portable document is read in one snapshot,
   encrypted (``store/config_sync``), written to ``config-sync/pending.bin``
-  (temp + rename), and returned; the receipt (with the bundle) commits last, so
-  a retry after a crash exports again (a fresh nonce: a new, equally valid bundle).
+  (temp + rename), and returned; the receipt (with the bundle) commits last. A
+  keyed export then records itself beside it (``pending.receipt``: its receipt
+  with the answer but the bundle): a retry whose receipt row a crash before the
+  commit, or a lost database, took answers the bundle ``pending.bin`` still holds
+  and writes nothing. Once another export replaced it (or before the record was
+  written), the retry exports again (a fresh nonce: a new, equally valid bundle).
 * ``configSync.apply``: the bundle is verified and decrypted with this host's
   vault key before anything is written (a flipped byte or another key's bundle
   is ``CORRUPT_DATA`` and changes nothing), kept as ``config-sync/base.bin``
@@ -41,7 +45,7 @@ from store.config import secrets as secret_store
 from store.config.providers import validate_base_url
 from store.config.settings import get_value, set_value
 from store.errors import Conflict, InvalidInput, NotFound, StoreError
-from store.receipts import ReceiptKey
+from store.receipts import ReceiptKey, file_record
 from store.upgrade.seed_migrations import current_platform
 
 from .secrets import SERVICE as VAULT
@@ -161,14 +165,21 @@ async def _vault_key(ctx: HostContext) -> bytes:
 
 
 async def export(ctx: HostContext, p: m.ConfigSyncExportParams, key: ReceiptKey | None) -> Any:
+    directory = ctx.services.data_dir.root / "config-sync"
+    if key is not None:  # its receipt row lost with the database: pending.bin may still hold what it exported
+        said = await ctx.in_thread(sync.exported_answer, directory, key)
+        if said is not None:
+            return await ctx.commit(lambda conn: said)
     vault_key = await _vault_key(ctx)
     now = ctx.now()
     doc = await ctx.read(sync.export_portable, now, current_platform())
     blob = sync.encode_bundle(vault_key, doc)
-    directory = ctx.services.data_dir.root / "config-sync"
     await ctx.in_thread(sync.write_bundle, directory, sync.PENDING_FILE, blob)
     result = {"bundleBase64": base64.b64encode(blob).decode("ascii"), "sha256": hashlib.sha256(blob).hexdigest(),
               "bytes": len(blob), "exportedAt": now}
+    if key is not None:
+        said_now = {k: result[k] for k in ("sha256", "bytes", "exportedAt")}
+        await ctx.in_thread(sync.write_export_receipt, directory, file_record(key, response=said_now))
     return await ctx.commit(lambda conn: result)
 
 

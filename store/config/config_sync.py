@@ -33,6 +33,7 @@ import hashlib
 import os
 import secrets as _random
 import sqlite3
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -44,15 +45,25 @@ from store import project_groups, skills
 from store.config import catalog, providers
 from store.config.settings import get_value, namespace_rows, set_value
 from store.config.settings_rules import APP_NS, APP_SETTINGS_KEY, clean_app, plan_write
-from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge, classify_os_error
+from store.errors import (
+    Conflict,
+    CorruptData,
+    IdempotencyConflict,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    classify_os_error,
+)
 from store.fsutil import atomic_write, open_nofollow, remove_file_durable
 from store.indexing import index
 from store.project_memory import EMPTY, normalize_memory
+from store.receipts import ReceiptKey, key_of_record
 from store.rules import MAX_BUNDLE_BYTES
 from store.safe_open import read_bounded
 
 __all__ = [
     "BASE_FILE",
+    "EXPORT_RECEIPT_FILE",
     "MAGIC",
     "MERGED_NAMESPACES",
     "PENDING_FILE",
@@ -65,11 +76,13 @@ __all__ = [
     "decode_vault_key",
     "encode_bundle",
     "export_portable",
+    "exported_answer",
     "model_providers",
     "new_vault_key",
     "read_bundle",
     "restore_bundle",
     "write_bundle",
+    "write_export_receipt",
 ]
 
 MAGIC: Final = b"PICFG01\n"
@@ -169,6 +182,56 @@ def restore_bundle(directory: Path, name: str, previous: bytes | None) -> None:
         remove_file_durable(directory / name)
     else:
         write_bundle(directory, name, previous)
+
+
+EXPORT_RECEIPT_FILE: Final = "pending.receipt"
+"""Beside ``pending.bin``: the receipt record of the keyed export that wrote it, with its answer but the bundle
+(``{"clientId", "submissionId", "fingerprint", "method", "extra": {"response": {sha256, bytes, exportedAt}}}``).
+The export's receipt row is a database row: after the database was lost, its retry is answered from here
+(:func:`exported_answer`) as long as ``pending.bin`` still holds that bundle, instead of exporting a new one
+(a fresh nonce, and what the loss left) over it."""
+_MAX_EXPORT_RECEIPT: Final = 64 * 1024
+
+
+def write_export_receipt(directory: Path, record: Mapping[str, Any]) -> None:
+    """Record the keyed export whose bundle ``pending.bin`` holds now (durable: temp file + rename)."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    atomic_write(directory / EXPORT_RECEIPT_FILE, orjson.dumps(dict(record)) + b"\n",
+                 point_prefix="configSync.pending.receipt")
+
+
+def exported_answer(directory: Path, key: ReceiptKey) -> dict[str, Any] | None:
+    """What the keyed export ``key`` answered, if :data:`EXPORT_RECEIPT_FILE` names it and ``pending.bin`` still
+    holds the bundle it wrote (its SHA-256); ``None`` otherwise (another export wrote since: run again).
+    The same key with another request is ``IDEMPOTENCY_CONFLICT``."""
+    path = directory / EXPORT_RECEIPT_FILE
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise classify_os_error(exc, f"read {path}") from exc
+    try:
+        raw = read_bounded(fd, _MAX_EXPORT_RECEIPT, path=str(path))
+    finally:
+        os.close(fd)
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    found = key_of_record(record)
+    if found is None or (found.client_id, found.submission_id) != (key.client_id, key.submission_id):
+        return None
+    if (found.method, found.fingerprint) != (key.method, key.fingerprint):
+        raise IdempotencyConflict("submissionId was already used for another request",
+                                  data={"submissionId": key.submission_id})
+    extra = record.get("extra")
+    said = extra.get("response") if isinstance(extra, Mapping) else None
+    blob = read_bundle(directory, PENDING_FILE)
+    if not isinstance(said, Mapping) or blob is None or hashlib.sha256(blob).hexdigest() != said.get("sha256"):
+        return None
+    return {"bundleBase64": base64.b64encode(blob).decode("ascii"), "sha256": said["sha256"], "bytes": len(blob),
+            "exportedAt": said.get("exportedAt")}
 
 
 def bundle_info(directory: Path, name: str) -> dict[str, Any] | None:
