@@ -134,6 +134,11 @@ async def begin(ctx: SessionContext, p: m.CollabBeginParams, key: ReceiptKey | N
     held = (await ctx.read(index.message_refs, [mid])).get(mid)
     landed = held if held is not None and held["sessionId"] == sid else None
     began = landed.get("turnId") if landed is not None else None
+    # (a rebuilt index knows no turn: its rows hold no turn id, the line does)
+    if landed is not None and began in (p.turn_id, None) and not await ctx.read(collab.has_row, p.delivery_id):
+        answered = await _begun_without_row(ctx, p.delivery_id, p.turn_id, landed)
+        if answered is not None:
+            return await ctx.commit(lambda conn: answered) if key is not None else answered
     if isinstance(began, str) and began != p.turn_id:  # its line landed in another turn: that turn began it
         await _bind_landed(ctx, p.delivery_id, began)
     row, how = await ctx.read(collab.check_begin, p.delivery_id, sid, p.turn_id, landed)  # refused before any write
@@ -162,6 +167,26 @@ async def begin(ctx: SessionContext, p: m.CollabBeginParams, key: ReceiptKey | N
         result, _ = await append_record(ctx, record, begun)
     publish(ctx, *effects[0])
     return result
+
+
+async def _begun_without_row(ctx: SessionContext, delivery_id: str, turn_id: str,
+                             landed: dict[str, Any]) -> dict[str, Any] | None:
+    """A retry of a begin whose ledger row a lost database took, while its input line (written in ``turn_id``)
+    stands: answered as the first try was (:func:`collab.as_begun` of the delivery the line's deliver answer
+    holds, running in ``turn_id`` since the line's time, and the line's ref), never written again. ``None``: the
+    line is another turn's, or carries no deliver answer (the row is gone: nothing to answer with)."""
+    mid = collab.input_message_id(delivery_id)
+    hit = (await ctx.read(index.lookup_ids, [mid])).get(mid)
+    if hit is None or hit[0] != ctx.sid:
+        return None
+    rec = loads_line((await ctx.io(read_spans, ctx.paths.transcript, [(hit[2], hit[3])]))[0])
+    carried = meta_of(rec).get(collab.DELIVERED_META)
+    said = carried.get("response") if isinstance(carried, dict) else None
+    delivery = said.get("delivery") if isinstance(said, dict) else None
+    if rec.get("turnId") != turn_id or not isinstance(delivery, dict) or delivery.get("id") != delivery_id:
+        return None
+    return {"delivery": collab.as_begun(delivery, turn_id, int(landed["createdAt"])),
+            "message": {**landed, "turnId": turn_id}}
 
 
 async def _bind_landed(ctx: SessionContext, delivery_id: str, turn_id: str) -> None:
