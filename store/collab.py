@@ -67,6 +67,7 @@ SQL functions run inside the caller's transaction; the rest is pure.
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -88,6 +89,7 @@ from store.errors import (
 from store.faults import NO_FAULTS, Faults
 from store.ids import derived_id
 from store.jsonio import Readable, readable, stored_value
+from store.receipts import ReceiptKey
 from store.rules import COLLAB_INPUT_ID_PREFIX
 from store.stamps import after_newest
 from store.transcripts.records import meta_of
@@ -98,6 +100,7 @@ __all__ = [
     "MAX_HOPS",
     "RESULT_PROJECTION_CHARS",
     "Changed",
+    "answer_from_header",
     "as_begun",
     "begin",
     "bind_landed",
@@ -395,6 +398,29 @@ def delivery_ids(plugin_id: str, source_session_id: str, idempotency_key: str) -
     the database was lost finds the input line of the delivery it made (:func:`input_message_id`)."""
     digest = derived_id("collab.deliver", plugin_id, source_session_id, idempotency_key)
     return "col_" + digest, "q_" + digest
+
+
+def answer_from_header(entry: Mapping[str, Any], content: str, key: ReceiptKey | None) -> dict[str, Any]:
+    """What a retry of a deliver is answered from a transcript header's entry of it
+    (``store.transcripts.rewrite.header_delivery``: its input line was cut or archived since): the retry's
+    ``content`` put back where the entry names its hash (another content is ``IDEMPOTENCY_CONFLICT``, as the
+    ledger row would say); the first answer for the keyed call the entry names, the delivery ``replayed``
+    for any other retry."""
+    if hashlib.sha256(content.encode("utf-8")).hexdigest() != entry.get("contentSha256"):
+        raise IdempotencyConflict(f"idempotencyKey of delivery {entry.get('deliveryId')} was already used for "
+                                  "another delivery (content differs)",
+                                  data={"deliveryId": entry.get("deliveryId"), "differs": ["content"]})
+    said = entry.get("response")
+    response = {k: ({**part, "content": content} if k in ("delivery", "entry") and isinstance(part, Mapping)
+                    else part) for k, part in (said.items() if isinstance(said, Mapping) else ())}
+    receipt = entry.get("receipt")
+    if key is not None and isinstance(receipt, Mapping) \
+            and (receipt.get("clientId"), receipt.get("submissionId")) == (key.client_id, key.submission_id):
+        if (receipt.get("method"), receipt.get("fingerprint")) != (key.method, key.fingerprint):
+            raise IdempotencyConflict("submissionId was already used for another request",
+                                      data={"submissionId": key.submission_id})
+        return response
+    return {"delivery": response["delivery"], "replayed": True}
 
 
 def has_row(conn: sqlite3.Connection, delivery_id: str) -> bool:

@@ -71,9 +71,9 @@ async def deliver(ctx: SessionContext, p: m.CollabDeliverParams, key: ReceiptKey
     now, faults = ctx.now(), ctx.faults
     # derived from the idempotency triple: a retry after the database was lost finds its input line
     delivery_id, entry_id = collab.delivery_ids(p.plugin_id, p.source_session_id, p.idempotency_key)
-    began = await _began_without_row(ctx, delivery_id)
+    began = await _began_without_row(ctx, delivery_id, p.content, key)
     if began is not None:
-        return began
+        return await ctx.commit(lambda conn: began) if key is not None else began
     effects: list[tuple[Changed, dict[str, Any]]] = []
 
     def op(conn: Any) -> dict[str, Any]:
@@ -100,26 +100,30 @@ async def deliver(ctx: SessionContext, p: m.CollabDeliverParams, key: ReceiptKey
     return result
 
 
-async def _began_without_row(ctx: SessionContext, delivery_id: str) -> dict[str, Any] | None:
+async def _began_without_row(ctx: SessionContext, delivery_id: str, content: str,
+                             key: ReceiptKey | None) -> dict[str, Any] | None:
     """A retry of a delivery whose ledger row a lost database took, while its input line (it began) is in
     the target's transcript: answered from the line (what the first deliver answered, ``replayed``), never
     delivered again. A rewrite that dropped the line since (cut, or archived by an edit) left what it carried
-    in the transcript's header (``store.transcripts.rewrite.carried_delivered``): answered from there the same
-    way. ``None``: no such line nor header entry, or the row is there (the ledger answers)."""
+    in the transcript's header (``store.transcripts.rewrite.carried_delivered``): answered from there
+    (:func:`collab.answer_from_header`: the keyed call's first answer, else ``replayed``). ``None``: no such
+    line nor header entry, or the row is there (the ledger answers)."""
     mid = collab.input_message_id(delivery_id)
     hit = (await ctx.read(index.lookup_ids, [mid])).get(mid)
-    carried: Any = None
+    entry: dict[str, Any] | None = None
     if hit is None:
         header = await ctx.io(read_header, ctx.paths.transcript)
-        carried = next((d for d in header.delivered if d["deliveryId"] == delivery_id), None)
-    if (hit is None and carried is None) or await ctx.read(collab.has_row, delivery_id):
+        entry = next((d for d in header.delivered if d["deliveryId"] == delivery_id), None)
+    if (hit is None and entry is None) or await ctx.read(collab.has_row, delivery_id):
         return None
-    if hit is not None:
-        if hit[0] != ctx.sid:  # the key's delivery began in another target: not this request's
-            raise IdempotencyConflict(f"idempotencyKey of delivery {delivery_id} was already used for a delivery "
-                                      "to another session", data={"deliveryId": delivery_id, "differs": ["target"]})
-        blob = (await ctx.io(read_spans, ctx.paths.transcript, [(hit[2], hit[3])]))[0]
-        carried = meta_of(loads_line(blob)).get(collab.DELIVERED_META)
+    if entry is not None:
+        return collab.answer_from_header(entry, content, key)
+    assert hit is not None
+    if hit[0] != ctx.sid:  # the key's delivery began in another target: not this request's
+        raise IdempotencyConflict(f"idempotencyKey of delivery {delivery_id} was already used for a delivery to "
+                                  "another session", data={"deliveryId": delivery_id, "differs": ["target"]})
+    blob = (await ctx.io(read_spans, ctx.paths.transcript, [(hit[2], hit[3])]))[0]
+    carried = meta_of(loads_line(blob)).get(collab.DELIVERED_META)
     said = carried.get("response") if isinstance(carried, dict) else None
     if not isinstance(said, dict) or not isinstance(said.get("delivery"), dict):
         raise Conflict(f"delivery {delivery_id} began (its input line is in the transcript) and its ledger "

@@ -42,13 +42,7 @@ from store.rules import COLLAB_INPUT_ID_PREFIX
 from store.transcripts.deleted_log import LoggedDelete
 from store.transcripts.records import meta_of, rfc3339_to_ms
 from store.transcripts.session_files import REVISIONS_SUFFIX, PendingDelete
-from store.transcripts.transcript import (
-    IMPORT_RECEIPT,
-    MAX_LINE_BYTES,
-    bounded_lines,
-    header_delivered,
-    header_receipts,
-)
+from store.transcripts.transcript import IMPORT_RECEIPT, MAX_LINE_BYTES, bounded_lines, header_receipts
 
 
 @dataclass
@@ -589,9 +583,6 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
             restored = restore_receipt(conn, session_id, rec, now_ms=now_ms)
             if rec == own:
                 report["restoredReceipt"] = restored
-        for delivered in header_delivered(scan.header):  # a keyed deliver whose input line a rewrite dropped
-            if isinstance(delivered.get("receipt"), dict):
-                restore_receipt(conn, session_id, delivered["receipt"], now_ms=now_ms)
     for carried in scan.line_receipts:  # a crash between a line's fsync and its receipt's commit
         restore_receipt(conn, session_id, carried, now_ms=now_ms)
     if plan.archived is not None and plan.kind == "full":

@@ -30,6 +30,7 @@ the index always ends up matching the file.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,11 +72,12 @@ CARRIED_DELIVERED = 64
 
 def carried_delivered(previous: Sequence[Mapping[str, Any]], live: Sequence[Mapping[str, Any]],
                       kept: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The deliver answers a new header carries (``transcript.HEADER_DELIVERED``): ``previous`` (the old header's), then
-    those of the collaboration input lines in ``live`` (the old live messages) that ``kept`` (the new ones)
-    leaves out, cut or archived. Such a line's ``meta.collabDelivered`` is the one trace of its delivery a lost
-    database leaves (``store.collab.DELIVERED_META``): without it a retry of the deliver would deliver the task
-    again. One per delivery (the newest), the newest :data:`CARRIED_DELIVERED`."""
+    """The deliver answers a new header carries (``transcript.HEADER_DELIVERED``): ``previous`` (the old
+    header's), then those of the collaboration input lines in ``live`` (the old live messages) that ``kept``
+    (the new ones) leaves out, cut or archived. Such a line's ``meta.collabDelivered`` is the one trace of its
+    delivery a lost database leaves (``store.collab.DELIVERED_META``): without it a retry of the deliver would
+    deliver the task again. One per delivery (the newest), the newest :data:`CARRIED_DELIVERED`, each as
+    :func:`header_delivery` keeps it (no content: a header stays small)."""
     staying = {str(rec.get("id")) for rec in kept}
     newest: dict[str, dict[str, Any]] = {}
     for rec in previous:
@@ -85,10 +87,31 @@ def carried_delivered(previous: Sequence[Mapping[str, Any]], live: Sequence[Mapp
         rid = str(rec.get("id"))
         carried = meta_of(rec).get(DELIVERED_META)
         if rid.startswith(COLLAB_INPUT_ID_PREFIX) and rid not in staying and isinstance(carried, Mapping):
-            did = rid.removeprefix(COLLAB_INPUT_ID_PREFIX)
-            newest.pop(did, None)
-            newest[did] = {"deliveryId": did, **{k: v for k, v in carried.items() if k in ("response", "receipt")}}
+            entry = header_delivery(rid.removeprefix(COLLAB_INPUT_ID_PREFIX), carried)
+            if entry is not None:
+                newest.pop(entry["deliveryId"], None)
+                newest[entry["deliveryId"]] = entry
     return list(newest.values())[-CARRIED_DELIVERED:]
+
+
+def header_delivery(delivery_id: str, carried: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A line's ``meta.collabDelivered`` as a header keeps it: the deliver's answer without the task's content
+    (up to a million characters, twice: the delivery's and its queue entry's), which ``contentSha256`` names
+    instead (a retry carries that content again: ``store.collab.answer_from_header`` puts it back), and the
+    receipt's key without its copy of the answer. ``None``: nothing well-formed to keep."""
+    response = carried.get("response")
+    delivery = response.get("delivery") if isinstance(response, Mapping) else None
+    if not isinstance(response, Mapping) or not isinstance(delivery, Mapping) \
+            or not isinstance(delivery.get("content"), str):
+        return None
+    stripped = {k: ({f: v for f, v in part.items() if f != "content"} if k in ("delivery", "entry")
+                    and isinstance(part, Mapping) else part) for k, part in response.items()}
+    entry: dict[str, Any] = {"deliveryId": delivery_id, "response": stripped,
+                             "contentSha256": hashlib.sha256(delivery["content"].encode("utf-8")).hexdigest()}
+    receipt = carried.get("receipt")
+    if isinstance(receipt, Mapping):
+        entry["receipt"] = {k: v for k, v in receipt.items() if k != "extra"}
+    return entry
 
 
 
@@ -414,6 +437,7 @@ __all__ = [
     "Rewritten",
     "apply_rewrite",
     "carried_delivered",
+    "header_delivery",
     "carried_receipts",
     "load_live",
     "plan_rewrite",

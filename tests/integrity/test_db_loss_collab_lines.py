@@ -85,6 +85,41 @@ async def test_a_delivery_whose_input_line_was_rewritten_is_not_delivered_again_
     assert transcript_path(tmp_path, "tgt").read_bytes() == transcript
 
 
+@pytest.mark.parametrize("how", ["deleted", "corrupt"])
+async def test_a_large_task_cut_from_the_transcript_keeps_its_header_small(tmp_path: Path, how: str) -> None:
+    """A delivery's answer holds its task's content (up to a million characters) twice, and its receipt a copy
+    of the answer: a header keeping that whole for each cut line outgrew what a header may be (1 MiB), and the
+    session could not be opened again. The header keeps the answers without the content (its hash instead),
+    and the retry, which carries the content again, is answered whole."""
+    big = {**KEYED, "content": "x" * 900_000}
+
+    async def build(c: HostClient) -> Any:
+        for sid in ("src", "tgt"):
+            await c.call("session.create", {"sessionId": sid, "title": sid})
+        first = await c.call("collab.deliver", big)
+        did = first["delivery"]["id"]
+        await c.call("session.startTurn", {"sessionId": "tgt", "turnId": "t1"})
+        await c.call("collab.begin", {"sessionId": "tgt", "deliveryId": did, "turnId": "t1"})
+        await c.call("session.endTurn", {"sessionId": "tgt", "turnId": "t1", "status": "completed"})
+        await c.call("session.truncateFrom", {"sessionId": "tgt", "messageId": f"collab-{did}"})
+        return first
+
+    async def retry(c: HostClient) -> Any:
+        with pytest.raises(RpcError) as other:  # the key's delivery had other content
+            await c.call("collab.deliver", {**DELIVER, "content": "y"})
+        assert other.value.data_code == "IDEMPOTENCY_CONFLICT"
+        return (await c.call("collab.deliver", big), (await c.call("session.get", {"sessionId": "tgt"}))["session"],
+                (await c.call("session.queueList", {"sessionId": "tgt"}))["entries"])
+
+    with trio.fail_after(60):
+        first = await _on_host(tmp_path, build)
+        header = transcript_path(tmp_path, "tgt").read_bytes().split(b"\n", 1)[0]
+        _damage(tmp_path, how)
+        again, session, queued = await _on_host(tmp_path, retry)
+    assert len(header) < 16_384
+    assert again == first and session["messageCount"] == 0 and queued == []
+
+
 async def test_a_client_cannot_write_the_host_only_deliver_answer(tmp_path: Path) -> None:
     """``meta.collabDelivered`` is the host's (a rebuilt index restores the receipt it holds): a client's
     message carrying it is refused, as one carrying ``meta.receipt`` is."""
