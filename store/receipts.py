@@ -86,6 +86,13 @@ def get(conn: sqlite3.Connection, client_id: str, submission_id: str) -> dict[st
     }
 
 
+def session_of(conn: sqlite3.Connection, client_id: str, submission_id: str) -> str | None:
+    """The session a stored receipt was recorded for (``None``: no such receipt, or none named)."""
+    row = conn.execute("SELECT session_id FROM command_receipts WHERE client_id = ? AND submission_id = ?",
+                       (client_id, submission_id)).fetchone()
+    return str(row[0]) if row is not None and row[0] is not None else None
+
+
 def keys_of_session(conn: sqlite3.Connection, session_id: str) -> set[tuple[str, str]]:
     """``(clientId, submissionId)`` of every receipt recorded for the session (a full scan: no index on
     ``session_id``; only a session whose storage failed asks, around a catch-up)."""

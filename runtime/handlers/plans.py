@@ -49,8 +49,8 @@ from actors.session_context import Lines, SessionContext
 from protocol import models as m
 from runtime.context import ReadContext, Services
 from runtime.handlers.approvals import note_deadline
-from store import approvals, plans, tasks
-from store.errors import Conflict, CorruptData, InvalidInput, StoreError
+from store import approvals, plans, receipts, tasks
+from store.errors import Conflict, CorruptData, InvalidInput, NotFound, StoreError
 from store.fsutil import remove_file_durable
 from store.ids import derived_id, new_id
 from store.indexing import index
@@ -154,8 +154,17 @@ async def submit(ctx: SessionContext, p: m.PlansSubmitParams, key: ReceiptKey | 
 
 
 async def respond_target(services: Services, p: m.PlansRespondParams, key: ReceiptKey | None) -> str:
-    """The session a response goes to: the one its request belongs to."""
-    request = await services.reads.run(plans.get_request, p.request_id)
+    """The session a response goes to: the one its request belongs to. A keyed retry whose request a lost
+    database took goes to the session its receipt names (restored from the approval's mode line, which
+    carries the answer): it is answered there."""
+    try:
+        request = await services.reads.run(plans.get_request, p.request_id)
+    except NotFound:
+        found = None if key is None else await services.reads.run(receipts.session_of, key.client_id,
+                                                                  key.submission_id)
+        if found is None:
+            raise
+        return found
     return str(request["sessionId"])
 
 
@@ -204,9 +213,11 @@ async def respond(ctx: SessionContext, p: m.PlansRespondParams, key: ReceiptKey 
         return {"approval": approval, "session": index.public_session(index.require_session(conn, sid))}
 
     try:
-        # the line names the approval: killed before the row changes, boot applies it (store/plan_recovery.py)
-        line = ctx.session_info_line({**after, **plans.approval_note(request_id, execution_id, target)})
-        result = (await ctx.append_lines(Lines([line]), then=approve_op)).value
+        # the line names the approval: killed before the row changes, boot applies it (store/plan_recovery.py);
+        # keyed, its receipt carries the answer (a retry after the database was lost, the approval row gone
+        # with it, is answered with it)
+        result = await ctx.append_info({**after, **plans.approval_note(request_id, execution_id, target)},
+                                       approve_op)
     except Exception:
         await _undo_mode_line(ctx, request_id, before)
         raise

@@ -645,7 +645,7 @@ ANSWER_CARRIED: Final[Mapping[str, str | None]] = {
     "session.create": None, "session.fork": None, "session.rename": None, "session.update": None,
     "session.updateMetadata": None, "sessions.trash": "session", "sessions.restore": "session",
     "session.truncateFrom": "session", "session.replaceMessages": "session", "session.activateRevision": "session",
-    "session.assistantEdit": "session",
+    "session.assistantEdit": "session", "plans.respond": "session",
 }
 """The methods whose receipt in a transcript carries the answer they gave (``extra.response``), and where
 that answer names its session: the summary itself (None) or under that key."""

@@ -207,10 +207,11 @@ async def test_retried_turn_ledger_and_file_changes_after_the_loss(tmp_path: Pat
       and ``deleted-sessions.log``), ``attachments.gc`` (nothing to collect either time): the first answer;
     * ``collab.begin``: its input line stands and carries the deliver's answer: the retry answers what the
       first try answered (before, the ledger row gone, it was NOT_FOUND), and writes no second line;
-    * ``collab.settle``, ``collab.cancel``, ``plans.respond``: the ledger row, the plan approval row are
-      database rows only, so the retry finds none (NOT_FOUND). The plan's mode line stands, and nothing is
-      written again: no second completion is queued back to the source (the settle's callback went with the
-      database, and nothing makes it again);
+    * ``plans.respond`` (an approval): its mode line carries the answer now; the request row gone, the retry
+      goes to the session its restored receipt names and is answered that (before, NOT_FOUND);
+    * ``collab.settle``, ``collab.cancel``: the ledger row is a database row only, so the retry finds none
+      (NOT_FOUND), and nothing is written again: no second completion is queued back to the source (the
+      settle's callback went with the database, and nothing makes it again);
     * ``session.startTurn`` and ``session.endTurn``: a turn is a database row; the retried start starts the
       turn again on what the loss left (a running turn, its new start time), and the retried end ends it;
     * ``session.saveInflightMessage``: the checkpoint it wrote is gone (the final reply replaced it), and its
@@ -274,10 +275,10 @@ async def test_retried_turn_ledger_and_file_changes_after_the_loss(tmp_path: Pat
         got = await _on_host(data, retry, sidecar=True)
     assert first["inflight"] == {"saved": True} and first["settle"]["callback"]["kind"] == "completion"
     assert [e["sessionMessageId"] for e in first["src-queue"]] == [first["settle"]["callback"]["id"]]
-    for name in ("restoreMessage", "purge", "gc", "begin"):
+    for name in ("restoreMessage", "purge", "gc", "begin", "planRespond"):
         assert got[name] == first[name], name
-    assert {n: got[n] for n in ("settle", "cancel", "planRespond", "inflight")} == dict.fromkeys(
-        ("settle", "cancel", "planRespond", "inflight"), "NOT_FOUND")
+    assert {n: got[n] for n in ("settle", "cancel", "inflight")} == dict.fromkeys(
+        ("settle", "cancel", "inflight"), "NOT_FOUND")
     assert got["src-queue"] == []  # no second completion queued back (the first went with the database)
     assert got["startTurn"]["status"] == "running" and got["startTurn"]["startedAt"] > first["startTurn"]["startedAt"]
     assert got["endTurn"]["turn"]["status"] == "completed"
