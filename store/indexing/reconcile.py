@@ -666,6 +666,18 @@ def carried_answer(method: Any, session_id: str, extra: Mapping[str, Any]) -> di
     return dict(said)
 
 
+def _approval_stands(conn: Any, extra: Mapping[str, Any]) -> bool:
+    """Whether the plan approval a ``plans.respond`` answer names still has its row: the answer that receipt
+    carries counts only once the row is gone with a lost database. Its mode line is written before the row
+    changes: while the row is there, a commit that failed or never came is finished by the retry (or by
+    boot, ``store/plan_recovery.py``), which answers then."""
+    said = extra.get("response")
+    approval = said.get("approval") if isinstance(said, Mapping) else None
+    rid = approval.get("requestId") if isinstance(approval, Mapping) else None
+    return not isinstance(rid, str) or conn.execute(
+        "SELECT 1 FROM plan_approvals WHERE request_id = ?", (rid,)).fetchone() is not None
+
+
 def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any | None:
     """The terminal response of a file-carried receipt, from the state its file left behind; the answer it
     carries (``extra.response``, :data:`ANSWER_CARRIED`) when it does.
@@ -689,6 +701,8 @@ def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any 
     if method == "session.saveActiveRevision":  # its reference line carries the answer it gave
         said = extra.get("response")
         return dict(said) if isinstance(said, Mapping) and isinstance(said.get("revision"), Mapping) else None
+    if method == "plans.respond" and _approval_stands(conn, extra):
+        return None  # its commit failed or never came, the database whole: the retry (or boot) finishes it
     row = index.session_row(conn, session_id)
     if row is None:
         return None

@@ -77,7 +77,9 @@ EXEMPT: dict[str, str] = {
     **dict.fromkeys(("notifications.markRead", "notifications.markAllRead", "notifications.clear"),
                     "database only: notification rows"),
     **dict.fromkeys(("approvals.request", "interactions.request", "approvals.removeRule"),
-                    "database only: a pending request row (its sidecar asks again), a permission rule"),
+                    "database only: a pending request row (its sidecar asks again), a permission rule. Not "
+                    "probed: a request a rule answers at once also writes a decision line (its retry after the "
+                    "loss needs its running turn, a database row)"),
     "attachments.ref": "database only: a blob's reference rows",
     **dict.fromkeys(("tasks.update", "tasks.delete", "tasks.startRun", "tasks.finishRun"),
                     "database only: scheduled tasks and their runs"),
