@@ -163,7 +163,11 @@ def write_bundle(directory: Path, name: str, blob: bytes) -> None:
 
 def read_bundle(directory: Path, name: str) -> bytes | None:
     """The bytes of a bundle file (``None``: there is none)."""
-    path = directory / name
+    return _read_small(directory / name, MAX_BUNDLE_BYTES)
+
+
+def _read_small(path: Path, limit: int) -> bytes | None:
+    """The bytes of ``path``, at most ``limit`` of them (``None``: there is no such file; a symlink is refused)."""
     try:
         fd = open_nofollow(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -171,7 +175,7 @@ def read_bundle(directory: Path, name: str) -> bytes | None:
     except OSError as exc:
         raise classify_os_error(exc, f"read {path}") from exc
     try:
-        return read_bounded(fd, MAX_BUNDLE_BYTES, path=str(path))
+        return read_bounded(fd, limit, path=str(path))
     finally:
         os.close(fd)
 
@@ -204,17 +208,9 @@ def exported_answer(directory: Path, key: ReceiptKey) -> dict[str, Any] | None:
     """What the keyed export ``key`` answered, if :data:`EXPORT_RECEIPT_FILE` names it and ``pending.bin`` still
     holds the bundle it wrote (its SHA-256); ``None`` otherwise (another export wrote since: run again).
     The same key with another request is ``IDEMPOTENCY_CONFLICT``."""
-    path = directory / EXPORT_RECEIPT_FILE
-    try:
-        fd = open_nofollow(path, os.O_RDONLY)
-    except FileNotFoundError:
+    raw = _read_small(directory / EXPORT_RECEIPT_FILE, _MAX_EXPORT_RECEIPT)
+    if raw is None:
         return None
-    except OSError as exc:
-        raise classify_os_error(exc, f"read {path}") from exc
-    try:
-        raw = read_bounded(fd, _MAX_EXPORT_RECEIPT, path=str(path))
-    finally:
-        os.close(fd)
     try:
         record = orjson.loads(raw)
     except orjson.JSONDecodeError:
