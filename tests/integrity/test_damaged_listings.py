@@ -49,20 +49,27 @@ def damage(root: Path, sql: str, *args: Any) -> None:
         conn.close()
 
 
-async def all_pages(c: HostClient, sid: str) -> tuple[list[str], list[str], int]:
-    """Every page of session.listTurns, one turn a page: (turn ids, unreadable ids, pages)."""
+async def pages_of(c: HostClient, method: str, params: dict[str, Any], model: type[Any], items: str,
+                   key: str = "id") -> tuple[list[str], list[str], int]:
+    """Every page of a listing, one record a page: (the records' ``key`` values, the unreadable ids, pages);
+    a page whose record is damaged is empty and its cursor leads on."""
     listed: list[str] = []
     unreadable: list[str] = []
     cursor: str | None = None
     for pages in range(1, 20):
-        page = ListTurnsResult.model_validate(await c.call("session.listTurns", {
-            "sessionId": sid, "limit": 1, **({"cursor": cursor} if cursor else {})}))
-        listed += [t.id for t in page.turns]
+        more = {"cursor": cursor} if cursor else {}
+        page = model.model_validate(await c.call(method, {**params, "limit": 1, **more}))
+        listed += [getattr(r, key) for r in getattr(page, items)]
         unreadable += page.unreadable or []
         cursor = page.next_cursor
         if cursor is None:
             return listed, unreadable, pages
     raise AssertionError("the cursor never ended")
+
+
+async def all_pages(c: HostClient, sid: str) -> tuple[list[str], list[str], int]:
+    """Every page of session.listTurns, one turn a page: (turn ids, unreadable ids, pages)."""
+    return await pages_of(c, "session.listTurns", {"sessionId": sid}, ListTurnsResult, "turns")
 
 
 async def test_list_turns_names_a_damaged_turn_and_its_cursor_moves_past_it(tmp_path: Path) -> None:
@@ -148,16 +155,9 @@ async def test_collab_list_names_a_damaged_delivery_and_its_cursor_moves_past_it
                    ids[1])
             whole = CollabListResult.model_validate(await c.call("collab.list", {"sessionId": tgt}))
             assert [d.id for d in whole.deliveries] == [ids[3], ids[0]] and whole.unreadable == [ids[2], ids[1]]
-            listed: list[str] = []
-            unreadable: list[str] = []
-            cursor: str | None = None
-            for _ in range(4):  # one delivery a page: the pages of damaged ones are empty and lead on
-                page = CollabListResult.model_validate(await c.call("collab.list", {
-                    "sessionId": tgt, "limit": 1, **({"cursor": cursor} if cursor else {})}))
-                listed += [d.id for d in page.deliveries]
-                unreadable += page.unreadable or []
-                cursor = page.next_cursor
-            assert (listed, unreadable, cursor) == ([ids[3], ids[0]], [ids[2], ids[1]], None)
+            listed, unreadable, _ = await pages_of(c, "collab.list", {"sessionId": tgt}, CollabListResult,
+                                                   "deliveries")
+            assert (listed, unreadable) == ([ids[3], ids[0]], [ids[2], ids[1]])
             assert (await rpc_error(c.call("collab.get", {"deliveryId": ids[2]}))).data_code == "CORRUPT_DATA"
             assert (await c.call("collab.get", {"deliveryId": ids[0]}))["id"] == ids[0]
 
@@ -176,16 +176,9 @@ async def test_notifications_list_names_a_damaged_notification_and_its_cursor_mo
             whole = NotificationsListResult.model_validate(await c.call("notifications.list", {}))
             assert [n.id for n in whole.notifications] == [notes[0], notes[2]] and whole.unreadable == [notes[1]]
             assert whole.unread_count == 3
-            listed: list[str] = []
-            unreadable: list[str] = []
-            cursor: str | None = None
-            for _ in range(3):  # one a page: the damaged one's page is empty and leads on
-                page = NotificationsListResult.model_validate(await c.call("notifications.list", {
-                    "limit": 1, **({"cursor": cursor} if cursor else {})}))
-                listed += [n.id for n in page.notifications]
-                unreadable += page.unreadable or []
-                cursor = page.next_cursor
-            assert (listed, unreadable, cursor) == ([notes[0], notes[2]], [notes[1]], None)
+            listed, unreadable, _ = await pages_of(c, "notifications.list", {}, NotificationsListResult,
+                                                   "notifications")
+            assert (listed, unreadable) == ([notes[0], notes[2]], [notes[1]])
             # it can still be marked read and cleared by its id
             assert (await c.call("notifications.markRead", {"ids": [notes[1]]}))["updated"] == 1
             assert (await c.call("notifications.clear", {"ids": [notes[1]]}))["deleted"] == 1
@@ -231,16 +224,8 @@ async def test_artifacts_list_names_a_damaged_artifact_and_its_cursor_moves_past
             damage(tmp_path / "data", "UPDATE artifacts SET op = 'wrote' WHERE path = ?", paths[1])
             whole = ArtifactsListResult.model_validate(await c.call("artifacts.list", {"sessionId": sid}))
             assert [a.path for a in whole.artifacts] == [paths[0], paths[2]] and whole.unreadable == [paths[1]]
-            listed: list[str] = []
-            unreadable: list[str] = []
-            cursor: str | None = None
-            for _ in range(3):  # one a page: the damaged one's page is empty and leads on
-                page = ArtifactsListResult.model_validate(await c.call("artifacts.list", {
-                    "limit": 1, **({"cursor": cursor} if cursor else {})}))
-                listed += [a.path for a in page.artifacts]
-                unreadable += page.unreadable or []
-                cursor = page.next_cursor
-            assert (listed, unreadable, cursor) == ([paths[0], paths[2]], [paths[1]], None)
+            listed, unreadable, _ = await pages_of(c, "artifacts.list", {}, ArtifactsListResult, "artifacts", "path")
+            assert (listed, unreadable) == ([paths[0], paths[2]], [paths[1]])
 
 
 async def test_project_groups_list_names_a_damaged_group(tmp_path: Path) -> None:
