@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -146,6 +147,37 @@ def _launch(data_dir: Path, extra: tuple[str, ...], env: dict[str, str] | None,
         return ForkedHost(argv, full_env, REPO)  # the same main, without importing the host again
     return subprocess.Popen([sys.executable, "-m", "runtime.cli", *argv], cwd=REPO, env=full_env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=preexec_fn)
+
+
+def run_cli(*argv: str, env: dict[str, str] | None = None, timeout: float = 120,
+            errors: str = "strict") -> subprocess.CompletedProcess[str]:
+    """``pi-host <argv>`` run to its end as ``subprocess.run([python, "-m", "runtime.cli", *argv],
+    capture_output=True, text=True)`` would, forked from the warm forkserver like a host (no interpreter start
+    and host import per call; ``PIHOST_TEST_EXEC_HOSTS=1``: a fresh interpreter). For the tests that read a
+    damaged data directory with the offline commands; the tests of the command itself (tests/cli) run the real
+    executable. An exception out of ``main`` still ends the process with status 1 and its traceback on stderr.
+    ``errors``: how bytes that do not decode read (``"replace"``: as ``bytes.decode(errors="replace")``)."""
+    full_env = {**os.environ, **(env or {})}
+    if exec_hosts():
+        return subprocess.run([sys.executable, "-m", "runtime.cli", *argv], cwd=REPO, capture_output=True,
+                              text=True, errors=errors, timeout=timeout, env=full_env, check=False)
+    proc = ForkedHost(list(argv), full_env, REPO)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    code = proc.returncode
+    assert code is not None
+    return subprocess.CompletedProcess([sys.executable, "-m", "runtime.cli", *argv], code, _text(out, errors),
+                                       _text(err, errors))
+
+
+def _text(raw: bytes, errors: str) -> str:
+    """Bytes a child wrote, decoded as ``subprocess.run(text=True)`` decodes them (locale encoding, universal
+    newlines)."""
+    return io.TextIOWrapper(io.BytesIO(raw), errors=errors).read()
 
 
 def msg(mid: str, text: str, role: str = "user", **extra: Any) -> dict[str, Any]:

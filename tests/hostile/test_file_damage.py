@@ -21,8 +21,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -33,7 +31,7 @@ import trio
 
 from protocol.models_review import ReviewListResult
 from runtime.client import ClientClosed, HostClient, RpcError, open_client
-from tests.hostkit import REPO, HostProcess, msg, start_host_process
+from tests.hostkit import HostProcess, msg, run_cli, start_host_process
 
 CLIENT = "damage"
 SOAK = os.environ.get("PIHOST_SOAK") == "1"
@@ -749,9 +747,8 @@ def test_the_offline_cli_reads_a_damaged_transcript_without_a_traceback(
     shutil.copytree(src, data, symlinks=True)
     _rewrite_messages(FILES["transcript"](data), ("u1", "a1"), CLI_DAMAGE[damage])
     for argv in (["show", "s1"], ["show", "s2"], ["sessions"], ["search", "question"], ["doctor"]):
-        done = subprocess.run([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), *argv], cwd=REPO,
-                              capture_output=True, timeout=120, check=False)
-        said = done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
+        done = run_cli("--data-dir", str(data), *argv, errors="replace")
+        said = done.stdout + done.stderr
         assert "Traceback" not in said, (argv, said[-3000:])
         if argv == ["show", "s2"]:
             assert done.returncode == 0 and all(f"kept {i}" in said for i in range(4)), said

@@ -24,7 +24,6 @@ import os
 import random
 import sqlite3
 import subprocess
-import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ import trio
 from protocol.methods import METHODS
 from runtime.client import ClientClosed, HostClient, RpcError, open_client
 from runtime.routes import ROUTES, Via
-from tests.hostkit import REPO, HostProcess, msg, once_rebuilt, start_host_process
+from tests.hostkit import REPO, HostProcess, msg, once_rebuilt, run_cli, start_host_process
 from tests.integrity.test_index_damage_kinds import _damage
 from tests.integrity.test_reliability_outsider_a import log_records
 from tests.pipeline import scenarios as sc
@@ -449,8 +448,7 @@ async def test_the_db_writer_meeting_damage_in_its_idle_upkeep_rebuilds_with_no_
 # ---------------------------------------------------------------------------------------------- the CLI
 
 def cli(data: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), *argv], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return run_cli("--data-dir", str(data), *argv, env={"PYTHONPATH": str(REPO)})
 
 
 CLI_DAMAGE = [("stretch", 1), ("stretch", 4), ("text-not-utf8", 0), ("fts5-format", 0), ("fts5-schema", 0),
