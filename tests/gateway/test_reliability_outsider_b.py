@@ -13,7 +13,6 @@ import re
 import shutil
 import stat
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -31,7 +30,7 @@ from store.config.secrets import SecretStore
 from tests.acceptance.outsiderkit import code_of
 from tests.hostile.wire import hello_frame
 from tests.hostile.wire import raw_connection as raw_ws
-from tests.hostkit import REPO, HostProcess, boot_killed_at, msg, start_host_process
+from tests.hostkit import HostProcess, boot_killed_at, msg, run_cli, start_host_process
 
 MIB = 1024 * 1024
 MAX_FRAME = 16 * MIB  # protocol/README.md §7: a text frame longer than 16 MiB (characters) closes with 1009
@@ -673,8 +672,7 @@ async def _recovered_once(data: Path, point: str) -> None:
 # --------------------------------------------------------------- row 18: two instances on one directory
 
 def _serve(data: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), "serve", "--port", "0",
-                           "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    return run_cli("--data-dir", str(data), "serve", "--port", "0", "--quiet", timeout=60)
 
 
 async def test_row18_a_second_host_is_refused_clearly_and_the_lock_is_free_after_kill_9(tmp_path: Path) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,7 @@ import trio
 
 from runtime.client import HostClient, RpcError
 from runtime.datadir import DataDir, DataDirUnsafe
-from tests.hostkit import REPO, client_for, inprocess_host, msg, start_host_process
+from tests.hostkit import client_for, inprocess_host, msg, run_cli, start_host_process
 
 MARKDOWN = "# Plan\n\n1. do it\n"
 
@@ -201,8 +199,7 @@ def test_symlinked_data_directory_folders_are_refused(tmp_path: Path, folder: st
     (data / folder).symlink_to(target)
     with pytest.raises(DataDirUnsafe, match="symbolic link"):
         DataDir(data).ensure()
-    proc = subprocess.run([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), "serve", "--port", "0",
-                           "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = run_cli("--data-dir", str(data), "serve", "--port", "0", "--quiet", timeout=60)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "symbolic link" in lines[0] and folder in lines[0], proc.stderr

@@ -11,7 +11,6 @@ import os
 import random
 import resource
 import sqlite3
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,7 +21,7 @@ import trio
 
 from runtime.client import ClientClosed, HostClient, RpcError, open_client
 from tests.acceptance.outsiderkit import error_of
-from tests.hostkit import REPO, HostProcess, call_killed_at, msg, once_rebuilt, start_host_process
+from tests.hostkit import HostProcess, call_killed_at, msg, once_rebuilt, run_cli, start_host_process
 
 CLIENT = "outsider-a"
 
@@ -565,8 +564,7 @@ async def test_a_bad_line_inside_the_indexed_part_is_reported_by_doctor_and_read
     raw = path.read_bytes()
     at = raw.index(b'{"type":"message","id":"m1"')
     path.write_bytes(raw[:at] + b"X" + raw[at + 1:])  # same length; the line no longer parses
-    doctor = await trio.run_process([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), "doctor", "--json"],
-                                    cwd=REPO, capture_stdout=True, capture_stderr=True, check=False)
+    doctor = await trio.to_thread.run_sync(lambda: run_cli("--data-dir", str(data), "doctor", "--json"))
     findings = json.loads(doctor.stdout)["findings"]
     bad = [f for f in findings if f["check"] == "transcript.bad_lines" and "s1" in f["subject"]]
     assert len(bad) == 1 and bad[0]["detail"].startswith("1 line"), findings

@@ -21,8 +21,6 @@ behind when it was SIGKILLed mid-state, with a manifest of what that build ackno
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -31,7 +29,7 @@ import pytest
 import trio
 
 from runtime.client import HostClient, RpcError, open_client
-from tests.hostkit import REPO, HostProcess, start_host_process
+from tests.hostkit import REPO, HostProcess, run_cli, start_host_process
 
 FIXTURES = REPO / "tests" / "fixtures" / "upgrades"
 TARBALLS = sorted(FIXTURES.glob("*.tar.gz"))
@@ -223,8 +221,7 @@ def test_current_build_boots_an_earlier_builds_data_dir(tmp_path: Path, tarball:
         _stop(host)
     assert second == first, "a restart changed what reads answer"
     assert diffs == [], "\n".join(diffs)
-    doctor = subprocess.run([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), "doctor", "--json"],
-                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    doctor = run_cli("--data-dir", str(data), "doctor", "--json")
     report = json.loads(doctor.stdout)
     assert doctor.returncode == 0, report
 

@@ -12,7 +12,6 @@ import json
 import signal
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import pytest
 from store.indexing.database import open_writer
 from store.upgrade.migrations import MigrationFailed
 from store.upgrade.schema import SCHEMA_VERSION
-from tests.hostkit import REPO, start_host_process
+from tests.hostkit import run_cli, start_host_process
 from tests.migrations.dbcheck import dump, sha256, sqlite3_cli, user_version
 from tests.migrations.seedkit import SeedDir, build_seed_dir
 
@@ -105,10 +104,7 @@ def test_guarded_step_refuses_leaving_the_file_untouched(tmp_path: Path, case: s
 
 
 def _serve(data: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "--data-dir", str(data), "serve", "--port", "0", "--quiet"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )
+    return run_cli("--data-dir", str(data), "serve", "--port", "0", "--quiet")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -134,10 +134,7 @@ def test_serve_opens_a_seed_data_directory_without_losing_a_byte(tmp_path: Path,
 
 @pytest.mark.parametrize("version", [12, 13])
 def test_serve_refuses_a_version_no_release_wrote(tmp_path: Path, version: int) -> None:
-    import subprocess
-    import sys
-
-    from tests.hostkit import REPO
+    from tests.hostkit import run_cli
     from tests.migrations.dbcheck import sha256
     from tests.migrations.seedkit import create_seed_db, seed_sql
 
@@ -145,8 +142,7 @@ def test_serve_refuses_a_version_no_release_wrote(tmp_path: Path, version: int) 
     data.mkdir()
     create_seed_db(data / "pi.sqlite", version, statements=seed_sql(17))
     digest = sha256(data / "pi.sqlite")
-    done = subprocess.run([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), "serve", "--port", "0",
-                           "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = run_cli("--data-dir", str(data), "serve", "--port", "0", "--quiet")
     assert done.returncode != 0
     assert f"schema version {version}, which no pi-desktop release wrote" in done.stderr
     assert sha256(data / "pi.sqlite") == digest
