@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import trio
 
 from runtime.client import RpcError, open_client
 from tests.hostile.test_full_disk import fill, small_disk
-from tests.hostkit import REPO, HostProcess, msg, start_host_process
+from tests.hostkit import REPO, HostProcess, msg, run_cli, start_host_process
 
 pytestmark = pytest.mark.slow
 
@@ -35,19 +34,14 @@ def _sums(root: Path) -> dict[str, str]:
 
 
 def _boot_once(data: Path, fault: str | None = None) -> subprocess.CompletedProcess[str]:
-    """A start that must end by itself (a refusal): a fresh interpreter, its output captured; ``fault``:
-    ``RT_CRASHPOINT``. A start that serves instead is stopped after 60 s (and fails the caller's check)."""
-    env = {**os.environ, **({"RT_CRASHPOINT": fault} if fault else {})}
-    proc = subprocess.Popen([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), "serve", "--port", "0",
-                             "--quiet"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    """A start that must end by itself (a refusal): ``pi-host serve`` (forked, ``run_cli``), its output
+    captured; ``fault``: ``RT_CRASHPOINT``. A start that serves instead is killed after 60 s (and fails the
+    caller's check)."""
+    argv = ("--data-dir", str(data), "serve", "--port", "0", "--quiet")
     try:
-        out, err = proc.communicate(timeout=60)
+        return run_cli(*argv, env={"RT_CRASHPOINT": fault} if fault else None, timeout=60)
     except subprocess.TimeoutExpired:
-        proc.terminate()
-        out, err = proc.communicate()
-        err += "\n(still serving after 60 s: terminated)"
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        return subprocess.CompletedProcess(argv, -9, "", "(still serving after 60 s: killed)")
 
 
 def _refused_full(proc: subprocess.CompletedProcess[str]) -> None:
