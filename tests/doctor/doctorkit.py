@@ -8,7 +8,6 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import trio
 from runtime.datadir import DataDir
 from store.doctor.doctor import run_doctor
 from store.doctor.doctor_report import DoctorReport
-from tests.hostkit import REPO, client_for, inprocess_host, msg
+from tests.hostkit import client_for, inprocess_host, msg, run_cli
 
 ATTACHMENT = b"doctor attachment bytes\n" * 10
 ATTACHMENT_SHA = hashlib.sha256(ATTACHMENT).hexdigest()
@@ -66,8 +65,8 @@ def doctor(data: DataDir, *, repair: bool = False) -> DoctorReport:
 
 
 def cli(data: DataDir, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "runtime.cli", "--data-dir", str(data.root), "doctor", *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    """``pi-host doctor`` on ``data`` (forked like a test host, :func:`tests.hostkit.run_cli`)."""
+    return run_cli("--data-dir", str(data.root), "doctor", *args)
 
 
 def db(data: DataDir) -> sqlite3.Connection:

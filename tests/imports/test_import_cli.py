@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from store.interchange.importers.common import session_id_for
-from tests.hostkit import REPO, HostProcess, start_host_process
+from tests.hostkit import REPO, HostProcess, run_cli, start_host_process
 from tests.importers import gen
 
 CONV = [gen.User("find the cli word pelican"), gen.Response((("thinking", "hidden thoughts"),
@@ -22,8 +22,7 @@ CONV = [gen.User("find the cli word pelican"), gen.Response((("thinking", "hidde
 
 
 def cli(data: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
+    return run_cli("--data-dir", str(data), *args, env=env)
 
 
 def on_terminal(data: Path, *args: str) -> tuple[int, str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ import pytest
 import trio
 
 from runtime.client import RpcError
-from tests.hostkit import REPO, client_for, inprocess_host, start_host_process
+from tests.hostkit import client_for, inprocess_host, run_cli, start_host_process
 from tests.pipeline import probe
 
 
@@ -87,8 +86,7 @@ async def test_a_key_that_is_not_set_reads_without_a_value_and_a_stored_null_rea
 
 
 def _cli(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "runtime.cli", "--data-dir", str(data), *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    return run_cli("--data-dir", str(data), *args, timeout=60)
 
 
 def test_cli_settings_providers_and_models(tmp_path: Path) -> None:
