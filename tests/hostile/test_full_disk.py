@@ -24,7 +24,7 @@ from runtime.datadir import DataDir
 from scripts.chaos_powercut import LoopMount, PowerCutUnavailable, unavailable_reason
 from store.jsonio import dumps_line
 from store.transcripts.transcript import TranscriptWriter
-from tests.hostkit import REPO, client_for, inprocess_host, msg
+from tests.hostkit import REPO, client_for, inprocess_host, msg, run_cli
 
 
 @contextmanager
@@ -270,8 +270,7 @@ def test_serve_on_a_full_disk_says_so_in_one_line(tmp_path: Path) -> None:
     exit status 5."""
     with small_disk("tmpfs", tmp_path, size_mb=4) as mnt:
         fill(mnt / "filler")
-        done = subprocess.run([sys.executable, "-m", "runtime.cli", "--data-dir", str(mnt / "data"), "serve",
-                               "--port", "0", "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=60)
+        done = run_cli("--data-dir", str(mnt / "data"), "serve", "--port", "0", "--quiet", timeout=60)
         assert done.returncode == 5, done.stderr
         assert "Traceback" not in done.stderr and "STORAGE_FULL" in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr

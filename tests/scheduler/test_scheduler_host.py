@@ -4,9 +4,7 @@ no burst after downtime, plan/goal refusals, and a SIGKILL inside the fire trans
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from protocol.methods import dump_event
 from runtime.client import HostClient, RpcError, open_client
 from runtime.host import RunningHost
 from store import schedule, tasks
-from tests.hostkit import REPO, HostProcess, client_for, start_host_process
+from tests.hostkit import HostProcess, client_for, run_cli, start_host_process
 from tests.scheduler.hostclock import SetClock, host_at
 from tests.scheduler.schedkit import BASE, HOUR, HOURLY_SCHEDULE, MINUTE
 
@@ -150,11 +148,10 @@ async def test_sigkill_inside_the_fire_transaction_never_double_fires(tmp_path: 
     with conn:
         conn.execute("UPDATE scheduled_tasks SET config_json = ? WHERE id = 't'", (json.dumps(config),))
     conn.close()
-    env = {**os.environ, "RT_CRASHPOINT": f"{schedule.FIRE_POINT}:1:kill"}
+    env = {"RT_CRASHPOINT": f"{schedule.FIRE_POINT}:1:kill"}
     with trio.fail_after(60):
-        crashed = await trio.run_process(
-            [sys.executable, "-m", "runtime.cli", "--data-dir", str(tmp_path), "serve", "--port", "0", "--quiet"],
-            cwd=REPO, env=env, capture_stdout=True, capture_stderr=True, check=False)
+        crashed = await trio.to_thread.run_sync(lambda: run_cli("--data-dir", str(tmp_path), "serve", "--port", "0",
+                                                                "--quiet", env=env, timeout=60))
     assert crashed.returncode == -9  # killed inside the transaction that starts the run
     config, runs = _db_task(tmp_path, "t")
     assert (config["nextRunAt"], runs) == (missed, 0)  # neither the run nor the advance survived
