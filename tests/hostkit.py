@@ -116,7 +116,7 @@ def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None =
                 return HostProcess(proc, data_dir, info["url"], token)
         except (FileNotFoundError, ValueError):
             pass
-        time.sleep(0.05)
+        time.sleep(0.01)
     proc.kill()
     raise RuntimeError("host did not write host.json in time")
 
