@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import trio
 
 from protocol import models as m
@@ -76,6 +75,10 @@ def _target(conn: Any, provider_id: str) -> tuple[dict[str, Any], Any]:
 
 async def fetch_model_list(url: str, headers: dict[str, str], *, timeout_s: float, proxy: Any) -> bytes:
     """GET ``url``: the body of a 2xx reply (at most ``MAX_MODEL_LIST_BYTES``), else a clear error."""
+    # httpx (with the click, pygments and http.* modules it brings) is imported by the first refresh, not by the
+    # host's boot: about 30 ms of a start that no other method needs (tests/host/test_boot_imports.py).
+    import httpx
+
     try:
         proxy_url, trust_env = catalog.proxy_for(urlsplit(url).hostname or "", proxy)
     except ValueError:  # urlsplit: an unbalanced "[" in the host

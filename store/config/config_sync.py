@@ -38,8 +38,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import orjson
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from store import project_groups, skills
 from store.config import catalog, providers
@@ -120,6 +118,8 @@ def _key_id(key: bytes) -> bytes:
 
 
 def encode_bundle(key: bytes, doc: dict[str, Any], *, nonce: bytes | None = None) -> bytes:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # not at boot: see decode_bundle
+
     plain = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
     nonce = nonce if nonce is not None else _random.token_bytes(NONCE_BYTES)
     head = MAGIC + _key_id(key)
@@ -132,6 +132,10 @@ def encode_bundle(key: bytes, doc: dict[str, Any], *, nonce: bytes | None = None
 
 def decode_bundle(key: bytes, blob: bytes) -> dict[str, Any]:
     """Verify and decrypt a bundle; any mismatch raises ``CorruptData`` and returns nothing."""
+    # cryptography is imported by the first bundle, not when the host boots (tests/host/test_boot_imports.py)
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     def refuse(reason: str, text: str) -> CorruptData:
         return CorruptData(f"config-sync bundle refused: {text}", data={"reason": reason})
 

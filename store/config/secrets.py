@@ -89,8 +89,6 @@ from pathlib import Path
 from typing import Literal
 
 import orjson
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from store.errors import CorruptData, InvalidInput, NotFound, PayloadTooLarge, classify_os_error
 from store.faults import NO_FAULTS, Faults
@@ -216,6 +214,8 @@ def validate_ref(ref: object) -> str:
 def encode_file(key: bytes, ref: str, version: int, value: str, *, receipt: bytes = NO_RECEIPT,
                 written_at: int = 0, history: tuple[Written, ...] = (), nonce: bytes | None = None) -> bytes:
     """The file bytes for one secret (pure; ``nonce`` only for tests)."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # not at import: see decode_file
+
     if len(receipt) != RECEIPT_BYTES:
         raise ValueError("receipt must be 32 bytes")
     if len(history) > MAX_HISTORY:
@@ -230,6 +230,11 @@ def encode_file(key: bytes, ref: str, version: int, value: str, *, receipt: byte
 
 def decode_file(key: bytes, ref: str, blob: bytes) -> StoredSecret:
     """Verify and decrypt; any mismatch raises ``CorruptData`` (never returns garbage)."""
+    # cryptography is imported by the first secret read or write, not when the host boots (boot reads
+    # only the files' headers): tests/host/test_boot_imports.py
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     def bad(reason: str) -> CorruptData:
         return CorruptData(f"{TAMPERED}: {reason} (ref {ref!r})", data={"ref": ref, "reason": reason})
 
