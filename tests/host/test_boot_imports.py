@@ -34,3 +34,24 @@ def test_serve_imports_no_rare_capability() -> None:
     modules = boot_modules()
     assert "runtime.host" in modules and "runtime.handlers.catalog" in modules  # the probe did import the host
     assert imported(modules, RARE) == []
+
+
+GC_PROBE = """
+import gc, json
+from runtime.cli import import_serve
+seen = []
+gc.callbacks.append(lambda phase, info: seen.append(info["generation"]) if phase == "start" else None)
+import_serve()
+print(json.dumps({"collections": len(seen), "enabled": gc.isenabled()}))
+"""
+
+
+def test_serve_imports_the_host_without_running_the_collector() -> None:
+    """What importing the host makes lives as long as the process: no collection runs while it is made
+    (some 130 did), and the collector is on again afterwards (serve freezes what boot left when boot is
+    done). The young generation's count has grown meanwhile: one collection follows the import at most."""
+    done = subprocess.run([sys.executable, "-c", GC_PROBE], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout)
+    assert found["enabled"] is True
+    assert found["collections"] <= 1
