@@ -138,7 +138,8 @@ class Scheduler(WallTimer):
                          outcome.task["mode"], outcome.run and outcome.run["id"], schedule.REFUSED_CODE)
             else:
                 self._counts["skipped"] += 1
-                log.warning("scheduler: task %s slot %s skipped: its previous run is still running",
+                log.warning("scheduler: task %s slot %s skipped: its previous run is still running "
+                            "(or its stored status is damaged)",
                             outcome.task["id"], outcome.slot)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from store import approvals, collab, plans, queue
+from store import approvals, collab, plans, queue, tasks
 
 NOTIFICATION_CAP = 200
 DAY_MS = 86_400_000
@@ -47,10 +47,12 @@ def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -
         "execution_ended_at = ?, updated_at = ? WHERE execution_state IN ('queued', 'running')",
         (now_ms, now_ms),
     ).rowcount
-    # Scheduled-task runs that were running: aborted, never resumed (seed §4.11, no replay).
+    # Scheduled-task runs that were running: aborted, never resumed (seed §4.11, no replay). So is a run whose
+    # stored status is damaged (store.tasks.MAY_BE_RUNNING): it kept its task from starting again, and nothing
+    # runs past a restart; an end it already had is kept.
     runs = conn.execute(
         "UPDATE task_runs SET status = 'aborted', error_code = COALESCE(error_code, 'INTERRUPTED'), "
-        "ended_at = MAX(started_at, ?) WHERE status = 'running'",  # never before its start (a clock stepped back)
+        f"ended_at = COALESCE(ended_at, MAX(started_at, ?)) WHERE {tasks.MAY_BE_RUNNING}",  # never before its start
         (now_ms,),
     ).rowcount
     deliveries = interrupt_deliveries(conn, now_ms=now_ms, running=True)

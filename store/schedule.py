@@ -13,7 +13,8 @@ integer; it is *due* when ``nextRunAt <= now``.
   artifact); the refusal is recorded as a finished run with status ``error``
   and ``error_code = PLAN_REQUIRES_INTERACTIVE_SESSION``, and ``nextRunAt``
   advances;
-* a task whose previous run is still ``running``: the slot is skipped (no
+* a task whose previous run is still ``running``, or may be (its stored status
+  is damaged, :data:`store.tasks.MAY_BE_RUNNING`): the slot is skipped (no
   overlapping runs) and ``nextRunAt`` advances.
 
 ``nextRunAt`` is always recomputed from *now*, so slots missed while the host

@@ -89,6 +89,9 @@ MODES = ("plan", "goal", "agent")
 CONTRACT_MODES = ("plan", "goal")
 RUN_STATUSES = ("completed", "aborted", "error")
 RUNS_KEPT = 100
+# A run "may be running" unless its stored status says it ended: a status outside its set (a damaged record)
+# is not proof the run ended, and a second run of the task would send its prompt twice.
+MAY_BE_RUNNING = "status NOT IN ('completed', 'aborted', 'error')"
 HOUR_MS = 3_600_000
 _PERMISSION_MODES = ("inherit", "ask", "accept-edits", "auto")
 _THINKING = ("off", "minimal", "low", "medium", "high", "xhigh", "max", "omit")
@@ -480,8 +483,15 @@ def start_run(conn: sqlite3.Connection, *, task_id: str, run_id: str, session_id
               now_ms: int) -> dict[str, Any]:
     task = get_task(conn, task_id)
     check_runnable(conn, task, session_id)
-    if conn.execute("SELECT 1 FROM task_runs WHERE task_id = ? AND status = 'running'", (task_id,)).fetchone():
-        raise Conflict(f"task {task_id} already has a running run", data={"taskId": task_id})
+    live = conn.execute(f"SELECT id, status FROM task_runs WHERE task_id = ? AND {MAY_BE_RUNNING} "
+                        "ORDER BY status = 'running' DESC LIMIT 1", (task_id,)).fetchone()
+    if live is not None and live[1] == "running":
+        raise Conflict(f"task {task_id} already has a running run", data={"taskId": task_id, "runId": live[0]})
+    if live is not None:
+        raise Conflict(
+            f"task {task_id} may still be running: run {live[0]}'s stored status {live[1]!r} is damaged (not one "
+            f"of running, {', '.join(RUN_STATUSES)}); end it (tasks.finishRun {live[0]}), or a restart aborts it",
+            data={"taskId": task_id, "runId": live[0], "damaged": True})
     started = run_started_at(conn, task_id, now_ms)
     try:
         conn.execute(f"INSERT INTO task_runs({_RUN_COLS}) VALUES (?, ?, ?, 'running', NULL, ?, NULL)",
@@ -519,10 +529,13 @@ def finish_run(conn: sqlite3.Connection, *, run_id: str, status: str, error_code
                now_ms: int, session_id: str | None = None) -> dict[str, Any]:
     if status not in RUN_STATUSES:
         raise _bad(f"status must be one of {', '.join(RUN_STATUSES)}", "status")
-    run = get_run(conn, run_id)
-    if run["status"] != "running":
-        raise Conflict(f"task run {run_id} already ended ({run['status']})",
-                       data={"runId": run_id, "status": run["status"]})
+    found = conn.execute("SELECT status FROM task_runs WHERE id = ?", (run_id,)).fetchone()
+    if found is None:
+        raise NotFound(f"task run {run_id} not found", data={"runId": run_id})
+    if found[0] in RUN_STATUSES:
+        raise Conflict(f"task run {run_id} already ended ({found[0]})", data={"runId": run_id, "status": found[0]})
+    # running, or a damaged status (start_run counts it as may be running): ending it records the end the
+    # caller reports, and the task can run again
     if session_id is not None:
         if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
             raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
