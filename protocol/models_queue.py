@@ -82,6 +82,12 @@ class QueueState(Result):
     entries: list[QueueEntry] = Field(max_length=MAX_QUEUE_ENTRIES)
     held: bool = Field(description="True until a controller attaches after a restart.")
     controller_id: str | None = None
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="Ids of the session's queue entries whose stored record is damaged; absent when every "
+        "one reads. They are not in entries, session.queueTake hands nothing out (CORRUPT_DATA) while "
+        "one is there, and session.queueRemove of its id removes it.",
+    )
 
 
 class QueueEntryParams(MutatingParams):

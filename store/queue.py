@@ -87,6 +87,7 @@ from store import ids
 from store.errors import (
     Conflict,
     CorruptData,
+    DamagedRecord,
     IdempotencyConflict,
     InvalidInput,
     LimitExceeded,
@@ -196,6 +197,19 @@ class Consumed:
 
 
 @dataclass(frozen=True)
+class Damaged:
+    """A queue row of the session that does not read (:func:`_entry` raised :class:`DamagedRecord`): its
+    state, place and lease are unknown, so it may be ahead of every entry that reads. What its plain
+    columns still say is kept, so no operation repeats its effect (a push retried with its key is refused,
+    its position is never reused)."""
+
+    id: str
+    principal: Any
+    idempotency_key: Any
+    position: int | None
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """One session's queue: entries in delivery order plus its kv ledger."""
 
@@ -205,6 +219,11 @@ class Snapshot:
     consumed: tuple[Consumed, ...] = ()
     session_created_at: int | None = None  # ties the kv ledger to this incarnation of the session id
     leased: tuple[Entry, ...] = ()  # handed out (taken or started) and not yet settled
+    damaged: tuple[Damaged, ...] = ()  # rows that do not read: named in ``unreadable``, removable by id
+
+    @property
+    def unreadable(self) -> tuple[str, ...]:
+        return tuple(d.id for d in self.damaged)
 
     def find_any(self, entry_id: str) -> Entry:
         """``entry_id`` waiting or handed out."""
@@ -412,6 +431,14 @@ def plan_push(snap: Snapshot, inp: PushInput, *, new_id: str, now_ms: int, bindi
     h = input_hash(inp.content, inp.attachments, inp.permission_mode)
     sid = snap.session_id
     if inp.idempotency_key is not None:
+        for bad in snap.damaged:
+            if (bad.principal, bad.idempotency_key) == (inp.principal, inp.idempotency_key):
+                # maybe this very push, queued before: a new entry would queue its prompt twice
+                raise DamagedRecord(
+                    f"idempotencyKey {inp.idempotency_key!r} of principal {inp.principal!r} names queue entry "
+                    f"{bad.id} of session {sid}, whose record is damaged; remove it (session.queueRemove) "
+                    "to push the prompt again",
+                    data={"sessionId": sid, "entryId": bad.id})
         for entry in snap.entries + snap.leased:
             if (entry.principal, entry.idempotency_key) == (inp.principal, inp.idempotency_key):
                 _check_same_input(entry.input_hash, entry.session_message_id, h, inp, sid)
@@ -429,7 +456,7 @@ def plan_push(snap: Snapshot, inp: PushInput, *, new_id: str, now_ms: int, bindi
     # A handed-out entry whose turn has not run may wait again (a restart or an attach offers a taken
     # one again, an aborted turn re-queues its prompt): it still holds its place, or the queue would
     # list a ninth entry then.
-    waiting = len(snap.entries) + sum(e.id not in ran for e in snap.leased)
+    waiting = len(snap.entries) + sum(e.id not in ran for e in snap.leased) + len(snap.damaged)
     if waiting >= MAX_ENTRIES:
         raise LimitExceeded(
             f"session {sid} already has {waiting} queued prompts (at most {MAX_ENTRIES}); "
@@ -444,7 +471,17 @@ def plan_push(snap: Snapshot, inp: PushInput, *, new_id: str, now_ms: int, bindi
     return Plan(effects=(Insert(entry), WriteLedger(position, snap.consumed, snap.session_created_at)), entry=entry)
 
 
+def _remove_damaged(snap: Snapshot, entry_id: str) -> Plan | None:
+    """Removing a damaged row by its id (the one way past it): it goes, and its position stays used."""
+    if entry_id not in snap.unreadable:
+        return None
+    return Plan(effects=(Delete(entry_id), WriteLedger(snap.high_water, snap.consumed, snap.session_created_at)))
+
+
 def plan_remove(snap: Snapshot, entry_id: str) -> Plan:
+    gone = _remove_damaged(snap, entry_id)
+    if gone is not None:
+        return gone
     entry = snap.find(entry_id)
     transition(entry, "remove")
     return Plan(effects=(Delete(entry.id), _ledger_after(snap, entry)), entry=entry)
@@ -513,7 +550,17 @@ def plan_take(snap: Snapshot, *, ran: frozenset[str] = frozenset(), last_seq: in
     (:func:`turns_ran`); ``new_id``: gives the id a ``started`` entry whose turn did not run waits
     under again; ``last_seq``: the session's last seq now (a user message after it means a prompt
     landed); ``client``: the client id taking it (only its turns carry the entry).
+
+    ``DamagedRecord`` (nothing handed out or settled) while a row of the session does not read: it may be
+    ahead of the next entry, or be the entry handed out before; only removing it (by the id ``unreadable``
+    names) lets the queue go on, so no prompt is skipped, or handed out twice, unseen.
     """
+    if snap.damaged:
+        names = list(snap.unreadable)
+        raise DamagedRecord(
+            f"session {snap.session_id}'s queue holds entries whose record is damaged ({', '.join(names)}); "
+            "none is handed out until they are removed (session.queueRemove)",
+            data={"sessionId": snap.session_id, "entryIds": names})
     offered = next((e for e in snap.entries if e.lease == "offered"), None)
     if offered is not None:  # a restart or a new controller: the same entry again
         takers = _takers(offered.lease_clients, client)
@@ -539,6 +586,9 @@ def _takers(before: tuple[str, ...], client: str | None) -> tuple[str, ...]:
 
 def plan_drop(snap: Snapshot, entry_id: str) -> Plan:
     """Remove an entry waiting or handed out (a collaboration delivery began or was cancelled)."""
+    gone = _remove_damaged(snap, entry_id)
+    if gone is not None:
+        return gone
     entry = snap.find_any(entry_id)
     return Plan(effects=(Delete(entry.id), _ledger_after(snap, entry)), entry=entry)
 
@@ -547,14 +597,25 @@ def plan_drop(snap: Snapshot, entry_id: str) -> Plan:
 # SQL
 
 
+def _int(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
 def _entry(row: Sequence[Any]) -> Entry:
+    """One queue row; ``DamagedRecord`` naming it when a column holds what the host never writes there."""
     try:
-        attachments = tuple(orjson.loads(row[6])) if row[6] else ()
+        loaded = orjson.loads(row[6]) if row[6] else []
     except orjson.JSONDecodeError as exc:
-        raise CorruptData(f"queue entry {row[0]} has unreadable attachments_json: {exc}") from None
+        raise DamagedRecord(f"queue entry {row[0]} has unreadable attachments_json: {exc}") from None
+    attachments = tuple(loaded) if isinstance(loaded, list) else None
+    if attachments is None or not all(isinstance(a, dict) for a in attachments):
+        raise DamagedRecord(f"queue entry {row[0]}'s attachments_json is not a list of objects")
     lease = row[12]
     if lease not in (None, "taken", "offered", "started"):
-        raise CorruptData(f"queue entry {row[0]} has an unknown lease {lease!r}")
+        raise DamagedRecord(f"queue entry {row[0]} has an unknown lease {lease!r}")
+    if (_int(row[8]) is None or _int(row[11]) is None  # position, created_at
+            or any(v is not None and _int(v) is None for v in (row[9], row[14]))):  # priority, lease_seq
+        raise DamagedRecord(f"queue entry {row[0]} has a position, priority or time that is not an integer")
     return Entry(row[0], row[1], row[2], row[3], row[4], row[5], attachments, row[7], int(row[8]),
                  None if row[9] is None else int(row[9]), row[10], int(row[11]), lease, row[13],
                  None if row[14] is None else int(row[14]), _clients(row[0], row[15]))
@@ -572,7 +633,7 @@ def _clients(entry_id: str, raw: str | None) -> tuple[str, ...]:
     except orjson.JSONDecodeError:
         got = None
     if not isinstance(got, list) or not all(isinstance(c, str) for c in got):
-        raise CorruptData(f"queue entry {entry_id} has an unreadable lease_client {raw!r}")
+        raise DamagedRecord(f"queue entry {entry_id} has an unreadable lease_client {raw!r}")
     return tuple(got)
 
 
@@ -580,18 +641,48 @@ def _clients_json(clients: tuple[str, ...]) -> str | None:
     return orjson.dumps(list(clients)).decode() if clients else None
 
 
+@dataclass(frozen=True)
+class Rows:
+    """A session's queue rows as read: waiting (or offered again), handed out, and damaged."""
+
+    entries: tuple[Entry, ...]  # delivery order
+    leased: tuple[Entry, ...]  # delivery order
+    damaged: tuple[Damaged, ...]  # by id
+
+    @property
+    def unreadable(self) -> tuple[str, ...]:
+        return tuple(d.id for d in self.damaged)
+
+
+def read_rows(conn: sqlite3.Connection, session_id: str) -> Rows:
+    """Every queue row of the session, each decoded on its own: one that does not read (a damaged
+    record; a lease outside its set too, which no query by lease would ever see) is kept apart in
+    ``damaged``, never left out unseen."""
+    # every row read before any is decoded (a raise mid-iteration would keep the statement active)
+    rows = conn.execute(f"SELECT {_COLUMNS} FROM turn_queue WHERE session_id = ? ORDER BY id",
+                        (session_id,)).fetchall()
+    waiting: list[Entry] = []
+    leased: list[Entry] = []
+    damaged: list[Damaged] = []
+    for row in rows:
+        try:
+            entry = _entry(row)
+        except DamagedRecord:
+            damaged.append(Damaged(str(row[0]), row[2], row[3], _int(row[8])))
+            continue
+        (waiting if entry.lease in (None, "offered") else leased).append(entry)
+    return Rows(delivery_order(waiting), delivery_order(leased), tuple(damaged))
+
+
 def list_entries(conn: sqlite3.Connection, session_id: str) -> tuple[Entry, ...]:
-    """The entries that wait, or are offered again (the queue a person sees), in delivery order."""
-    rows = conn.execute(f"SELECT {_COLUMNS} FROM turn_queue WHERE session_id = ? "
-                        "AND (lease IS NULL OR lease = 'offered')", (session_id,)).fetchall()
-    return delivery_order([_entry(r) for r in rows])
+    """The entries that wait, or are offered again (the queue a person sees), in delivery order; a
+    damaged one is not among them (:func:`read_rows` names it)."""
+    return read_rows(conn, session_id).entries
 
 
 def list_leased(conn: sqlite3.Connection, session_id: str) -> tuple[Entry, ...]:
     """The entries handed out (taken or started) and not yet settled, in delivery order."""
-    rows = conn.execute(f"SELECT {_COLUMNS} FROM turn_queue WHERE session_id = ? AND lease IN ('taken', 'started')",
-                        (session_id,)).fetchall()
-    return delivery_order([_entry(r) for r in rows])
+    return read_rows(conn, session_id).leased
 
 
 def _read_ledger(
@@ -613,15 +704,16 @@ def _read_ledger(
 
 
 def load(conn: sqlite3.Connection, session_id: str) -> Snapshot:
-    entries = list_entries(conn, session_id)
+    rows = read_rows(conn, session_id)
     row = conn.execute("SELECT created_at FROM sessions WHERE id = ?", (session_id,)).fetchone()
     if row is None:
         raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
     created = int(row[0])
     floor, consumed = _read_ledger(conn, session_id, created)
-    leased = list_leased(conn, session_id)
-    high = max([floor, *(e.position for e in entries + leased)])
-    return Snapshot(session_id, entries, high, consumed, created, leased)
+    positions = [e.position for e in rows.entries + rows.leased]
+    positions += [d.position for d in rows.damaged if d.position is not None]
+    return Snapshot(session_id, rows.entries, max([floor, *positions]), consumed, created, rows.leased,
+                    rows.damaged)
 
 
 def load_binding(conn: sqlite3.Connection, session_message_id: str | None) -> Binding | None:
@@ -684,12 +776,14 @@ def forget_session(conn: sqlite3.Connection, session_id: str) -> None:
 class Outcome:
     plan: Plan
     entries: tuple[Entry, ...] = field(default=())  # the queue afterwards, delivery order
+    unreadable: tuple[str, ...] = ()  # the ids of its damaged rows afterwards
 
 
 def _run(conn: sqlite3.Connection, session_id: str, plan: Plan, now_ms: int, faults: Faults) -> Outcome:
     if plan.changed:
         apply(conn, session_id, plan, now_ms=now_ms, faults=faults)
-    return Outcome(plan, list_entries(conn, session_id))
+    rows = read_rows(conn, session_id)
+    return Outcome(plan, rows.entries, rows.unreadable)
 
 
 def push(conn: sqlite3.Connection, session_id: str, inp: PushInput, *, new_id: str, now_ms: int,

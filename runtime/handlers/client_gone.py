@@ -24,9 +24,8 @@ from actors.session import SessionOp
 from protocol import models as m
 from runtime.context import Services, session_call
 from runtime.handlers import inflight
-from runtime.handlers.queue import CONTROLLER_KIND, SERVICE, TOPIC, QueueControl, queue_state
+from runtime.handlers.queue import CONTROLLER_KIND, SERVICE, TOPIC, QueueControl, read_state
 from store import queue
-from store.attachments import mark_evicted_blocks
 from store.errors import StoreError
 
 __all__ = ["on_client_gone"]
@@ -46,8 +45,7 @@ async def on_client_gone(services: Services, caller: CallContext) -> None:
 
     def settle(conn: Any) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
         changed = sorted({*queue.offer_again_taken_by(conn, client), *released})
-        states = [{**mark_evicted_blocks(conn, queue_state(control.peek(sid), queue.list_entries(conn, sid))),
-                   "sessionId": sid} for sid in changed]
+        states = [{**read_state(conn, control.peek(sid), sid), "sessionId": sid} for sid in changed]
         return states, queue.running_turns_started_by(conn, client)
 
     changed, running = await services.db.write(settle, durable=True, label="queue.clientGone")

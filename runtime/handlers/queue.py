@@ -31,7 +31,7 @@ from store.errors import Conflict
 from store.receipts import ReceiptKey
 
 __all__ = ["QueueControl", "after_turn_end", "attach", "list_queue", "prioritize", "publish_deliveries", "push",
-           "remove", "reorder", "take"]
+           "read_state", "remove", "reorder", "take"]
 
 SERVICE = "queue"
 TOPIC = "session.queue"
@@ -101,12 +101,21 @@ def _slot(ctx: SessionContext) -> ControllerSlot:
     return control.slot(ctx.sid, ctx.row.get("createdAt"))
 
 
-def queue_state(slot: ControllerSlot, entries: tuple[queue.Entry, ...]) -> dict[str, Any]:
-    """The ``QueueState`` wire shape."""
+def queue_state(slot: ControllerSlot, entries: tuple[queue.Entry, ...],
+                unreadable: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The ``QueueState`` wire shape; ``unreadable``: the ids of the damaged rows (absent when none)."""
     state: dict[str, Any] = {"entries": [e.to_wire() for e in entries], "held": slot.held}
     if slot.controller_id is not None:
         state["controllerId"] = slot.controller_id
+    if unreadable:
+        state["unreadable"] = list(unreadable)
     return state
+
+
+def read_state(conn: Any, slot: ControllerSlot, sid: str) -> dict[str, Any]:
+    """The session's ``QueueState`` as stored now (an evicted attachment's blob marked, seed 000 §2.3)."""
+    rows = queue.read_rows(conn, sid)
+    return mark_evicted_blocks(conn, queue_state(slot, rows.entries, rows.unreadable))
 
 
 def _publish(ctx: SessionContext, state: Mapping[str, Any]) -> None:
@@ -134,7 +143,7 @@ async def push(ctx: SessionContext, p: m.QueuePushParams, key: ReceiptKey | None
         out = queue.push(conn, sid, inp, new_id=entry_id, now_ms=now, faults=faults)
         assert out.plan.entry is not None
         outcome.append(out)
-        states.append(mark_evicted_blocks(conn, queue_state(slot, out.entries)))
+        states.append(mark_evicted_blocks(conn, queue_state(slot, out.entries, out.unreadable)))
         return {"entry": mark_evicted_blocks(conn, out.plan.entry.to_wire()), "replayed": out.plan.replayed}
 
     result = await ctx.commit(op)
@@ -146,11 +155,7 @@ async def push(ctx: SessionContext, p: m.QueuePushParams, key: ReceiptKey | None
 async def list_queue(ctx: SessionContext, p: m.QueueListParams, key: ReceiptKey | None) -> Any:
     slot = _slot(ctx)
 
-    def read(conn: Any, sid: str) -> dict[str, Any]:
-        # an entry's attachment whose blob was evicted reads back marked (seed 000 §2.3)
-        return mark_evicted_blocks(conn, queue_state(slot, queue.list_entries(conn, sid)))
-
-    return await ctx.read(read, ctx.sid)
+    return await ctx.read(lambda conn, sid: read_state(conn, slot, sid), ctx.sid)
 
 
 async def _edit(ctx: SessionContext, run: Callable[[Any, str, int], queue.Outcome]) -> Any:
@@ -161,7 +166,7 @@ async def _edit(ctx: SessionContext, run: Callable[[Any, str, int], queue.Outcom
     def op(conn: Any) -> dict[str, Any]:
         out = run(conn, sid, now)
         changed.append(out.plan.changed)
-        return mark_evicted_blocks(conn, queue_state(slot, out.entries))
+        return mark_evicted_blocks(conn, queue_state(slot, out.entries, out.unreadable))
 
     state = await ctx.commit(op)
     if changed[0]:
@@ -247,7 +252,7 @@ async def _attach(ctx: SessionContext, p: m.QueueControllerParams) -> tuple[dict
         # with is offered again. A flow that goes on after a reconnect still binds it at its startTurn.
         if await ctx.db(lambda conn: queue.offer_again(conn, sid)):
             changed = True
-    return queue_state(slot, await ctx.read(queue.list_entries, ctx.sid)), changed
+    return await ctx.read(lambda conn, sid: read_state(conn, slot, sid), ctx.sid), changed
 
 
 async def after_turn_end(ctx: SessionContext) -> None:
@@ -257,8 +262,8 @@ async def after_turn_end(ctx: SessionContext) -> None:
     sid, now, faults, slot = ctx.sid, ctx.now(), ctx.faults, _slot(ctx)
 
     def waiting(conn: Any) -> dict[str, Any] | None:
-        entries = queue.list_entries(conn, sid)
-        return mark_evicted_blocks(conn, queue_state(slot, entries)) if entries else None
+        rows = queue.read_rows(conn, sid)
+        return mark_evicted_blocks(conn, queue_state(slot, rows.entries, rows.unreadable)) if rows.entries else None
 
     def settle(conn: Any) -> dict[str, Any] | None:
         if not queue.has_running_turn(conn, sid):
@@ -301,7 +306,7 @@ async def take(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey 
         out = queue.take(conn, sid, now_ms=now, client=client, faults=faults)
         if out.plan.entry is None:
             return {"entry": None, "reason": "empty"}
-        taken.append(mark_evicted_blocks(conn, queue_state(slot, out.entries)))
+        taken.append(mark_evicted_blocks(conn, queue_state(slot, out.entries, out.unreadable)))
         return {"entry": mark_evicted_blocks(conn, out.plan.entry.to_wire())}
 
     result = await ctx.commit(op)

@@ -1695,6 +1695,7 @@ class QueueState(TypedDict):
     entries: list[QueueEntry]
     held: bool
     controllerId: NotRequired[str | None]
+    unreadable: NotRequired[list[str] | None]
 
 
 class QueueTakeResult(TypedDict):
@@ -2078,6 +2079,7 @@ class SessionQueueEvent(TypedDict):
     entries: list[QueueEntry]
     held: bool
     controllerId: NotRequired[str | None]
+    unreadable: NotRequired[list[str] | None]
     sessionId: str
 
 

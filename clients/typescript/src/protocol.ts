@@ -2176,6 +2176,8 @@ export interface QueueState {
   /** True until a controller attaches after a restart. */
   held: boolean;
   controllerId?: string | null;
+  /** Ids of the session's queue entries whose stored record is damaged; absent when every one reads. They are not in entries, session.queueTake hands nothing out (CORRUPT_DATA) while one is there, and session.queueRemove of its id removes it. */
+  unreadable?: string[] | null;
 }
 
 export interface QueueTakeResult {
@@ -2674,6 +2676,8 @@ export interface SessionQueueEvent {
   /** True until a controller attaches after a restart. */
   held: boolean;
   controllerId?: string | null;
+  /** Ids of the session's queue entries whose stored record is damaged; absent when every one reads. They are not in entries, session.queueTake hands nothing out (CORRUPT_DATA) while one is there, and session.queueRemove of its id removes it. */
+  unreadable?: string[] | null;
   /** Session id (becomes a file name). */
   sessionId: string;
 }
