@@ -887,13 +887,18 @@ def bind_lease(conn: sqlite3.Connection, session_id: str, turn_id: str, client: 
     """A turn ``client`` starts: the entry handed out to that client (if any; to it among others, when
     it was offered again and another took it meanwhile) is now ``started`` by it, and ``client`` is its
     only client. An entry handed to other clients only is left alone (their own turn carries it); one
-    handed out before schema v31 (no taker kept) goes with any turn, as it did then."""
+    handed out before schema v31 (no taker kept) goes with any turn, as it did then. A ``lease_client``
+    kept as plain text (the first v31 build, :func:`_clients`) names that one client; a damaged one (not
+    JSON) names none, so no turn carries that entry and the turn still starts (``json_each`` of it would
+    fail the statement)."""
     conn.execute(
         "UPDATE turn_queue SET lease = 'started', lease_turn_id = ?, "
         "lease_client = CASE WHEN ? IS NULL THEN lease_client ELSE json_array(?) END "
         "WHERE session_id = ? AND lease IN ('taken', 'offered') AND (lease_client IS NULL OR "
-        "EXISTS (SELECT 1 FROM json_each(turn_queue.lease_client) WHERE value = ?))",
-        (turn_id, client, client, session_id, client))
+        "CASE WHEN json_valid(lease_client) AND json_type(lease_client) = 'array' "
+        "THEN EXISTS (SELECT 1 FROM json_each(turn_queue.lease_client) WHERE value = ?) "
+        "ELSE lease_client = ? END)",
+        (turn_id, client, client, session_id, client, client))
 
 
 def offer_again(conn: sqlite3.Connection, session_id: str | None = None) -> int:
@@ -906,8 +911,11 @@ def offer_again(conn: sqlite3.Connection, session_id: str | None = None) -> int:
 
 
 def _last_client(column: str = "lease_client") -> str:
-    """SQL: the client an entry was handed to last (``lease_client`` is a JSON array of client ids)."""
-    return f"json_extract({column}, '$[#-1]')"
+    """SQL: the client an entry was handed to last (``lease_client`` is a JSON array of client ids; plain
+    text is the one client the first v31 build kept, as :func:`_clients` reads it). A damaged array (not
+    JSON, starting with "[" as no client id does) matches no client instead of failing the statement: one
+    damaged entry would otherwise keep a gone client's entries in every session from being offered again."""
+    return f"CASE WHEN json_valid({column}) THEN json_extract({column}, '$[#-1]') ELSE {column} END"
 
 
 def offer_again_taken_by(conn: sqlite3.Connection, client: str) -> list[str]:

@@ -66,3 +66,23 @@ def test_a_lease_outside_its_set_is_named_not_left_out_unseen(tmp_path: Path) ->
     out = queue.drop(conn, "s", "q0", now_ms=NOW + 6)  # a collaboration delivery that began: its admission goes
     assert out.unreadable == () and [e.id for e in out.entries] == ["q1"]
     assert queue.take(conn, "s", now_ms=NOW + 7).plan.entry is not None
+
+
+def test_a_damaged_lease_client_fails_neither_a_gone_client_nor_a_turn_start(tmp_path: Path) -> None:
+    """Before, ``json_each``/``json_extract`` of a ``lease_client`` that is not JSON failed the statement: a
+    controller client gone could offer nothing again in any session (its entries stayed hidden), and a turn
+    starting in that session failed."""
+    conn = fresh_db(tmp_path / "pi.sqlite")
+    for sid in ("s1", "s2", "s3"):
+        add_session(conn, sid)
+        queue.push(conn, sid, queue.PushInput("ui", f"p-{sid}", "ask"), new_id=f"q-{sid}", now_ms=NOW)
+        assert queue.take(conn, sid, now_ms=NOW + 1, client="c").plan.entry is not None
+    conn.execute("UPDATE turn_queue SET lease_client = '[\"c' WHERE id = 'q-s1'")  # damaged
+    conn.execute("UPDATE turn_queue SET lease_client = 'c' WHERE id = 'q-s3'")  # the first v31 build's form
+    assert queue.offer_again_taken_by(conn, "c") == ["s2", "s3"]
+    assert queue.running_turns_started_by(conn, "c") == []
+    queue.bind_lease(conn, "s1", "t1", "c")  # the turn starts; the damaged entry is not carried by it
+    queue.bind_lease(conn, "s3", "t3", "c")
+    leases = dict(conn.execute("SELECT id, lease FROM turn_queue").fetchall())
+    assert leases == {"q-s1": "taken", "q-s2": "offered", "q-s3": "started"}
+    assert queue.read_rows(conn, "s1").unreadable == ("q-s1",)
