@@ -161,6 +161,9 @@ REVIEW_SNAPSHOT_ID_RE = re.compile(r"^rv-[0-9a-f]{32}$")
 COLLAB_INPUT_ID_PREFIX: Final = "collab-"
 """The id of a delivery's input line in its target is this prefix + the delivery id
 (``store/collab.py``): the host writes such lines (``collab.begin``), a client never sends one."""
+TURN_INDEX_LOST: Final = "INDEX_LOST"
+"""The ``errorCode`` of a turn whose row a rebuilt index restored from the lines naming it (``store.turns``:
+its row and how it ended went with a lost database)."""
 PLUGIN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 """Plugin ids (they name the ``plugin:<id>`` kv namespace)."""
 SKILL_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")

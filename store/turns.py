@@ -12,7 +12,7 @@ session that a running task run is bound to is refused with
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,13 +21,20 @@ import orjson
 from store import notifications, queue, tasks
 from store.errors import Conflict, InvalidInput, NotFound
 from store.jsonio import Readable, loads_stored, readable, stored_value
+from store.rules import TURN_INDEX_LOST
 from store.snapshots import PreparedSnapshot, store_snapshot
 from store.stamps import after_newest
+from store.transcripts.records import rfc3339_to_ms
 from store.usage import cost_micros
 
 TERMINAL = ("completed", "aborted", "error")
 STATUSES = ("running", *TERMINAL)
 INTERRUPTED = "INTERRUPTED"  # error_code the boot fence gives the turns it aborts
+INDEX_LOST = TURN_INDEX_LOST
+"""error_code of a turn row rebuilt from the transcript lines that name it (:func:`restore_named`): its row
+went with a lost database, and how it ended went with it. It is ``aborted`` (no lost turn runs on: one that
+was running would have been fenced), with no usage; its start retried answers it as it stands, its end
+retried settles it once as a running turn's would (``start_turn``, ``end_turn``)."""
 
 _COLUMNS = (
     "t.id, t.session_id, t.status, t.provider_id, t.model_id, t.error_code, t.input_tokens, "
@@ -103,13 +110,18 @@ def start_turn(
     ``client_id``: who starts it; the queue entry that client took, if any, goes with the turn.
 
     Starting an id again in the same session while it is still running with
-    the same snapshot returns the existing row (a retry); anything else is a
+    the same snapshot returns the existing row (a retry), and so does starting
+    a turn the index rebuilt from its lines after a lost database (``INDEX_LOST``:
+    the retry of a start whose receipt went with the database; the turn is
+    answered as it stands, never started again); anything else is a
     CONFLICT, and so is a new turn while another one of the session is still
     running (one running turn per session). Provider/model default to the session's current binding (the
     snapshot at run time). A new turn in a Plan/Goal session while a task run bound to it is running is
     ``PLAN_REQUIRES_INTERACTIVE_SESSION``: it would be the unattended run doing contract work (§4.11).
     """
     existing = get_turn(conn, turn_id)
+    if existing is not None and existing["sessionId"] == session_id and existing["errorCode"] == INDEX_LOST:
+        return existing, False  # a start from before the database was lost: the turn is not run again
     if existing is not None:
         same = (existing["sessionId"] == session_id and existing["status"] == "running"
                 and existing["environmentDigest"] == (snapshot.digest if snapshot else None)
@@ -186,6 +198,9 @@ def end_turn(
 ) -> EndOutcome:
     """Settle a turn; for completed/error (and ``create_notification``) insert its notification.
 
+    A turn rebuilt after a lost database (``INDEX_LOST``) is settled as a running one: the retried end
+    says how it ended, which the lost row knew.
+
     Everything happens in the caller's transaction: the turn update, the
     notification insert (at most one per turn: ``turn_id`` is UNIQUE) and the
     newest-200 prune.
@@ -195,7 +210,7 @@ def end_turn(
     if status == "completed" and error_code is not None:
         raise InvalidInput("errorCode is only valid for an error or aborted turn", data={"field": "errorCode"})
     turn = require_turn(conn, session_id, turn_id)
-    if turn["status"] != "running":
+    if turn["status"] != "running" and turn["errorCode"] != INDEX_LOST:
         if turn["status"] != status:
             raise Conflict(
                 f"turn {turn_id} already ended as {turn['status']}; a later {status} update is stale",
@@ -209,7 +224,8 @@ def end_turn(
         args += [_token(usage, "inputTokens", "input_tokens", "input"),
                  _token(usage, "outputTokens", "output_tokens", "output"),
                  orjson.dumps(dict(usage)).decode(), cost_micros(usage)]
-    conn.execute(f"UPDATE turns SET {', '.join(sets)} WHERE id = ? AND status = 'running'", (*args, turn_id))
+    conn.execute(f"UPDATE turns SET {', '.join(sets)} WHERE id = ? AND (status = 'running' OR error_code = ?)",
+                 (*args, turn_id, INDEX_LOST))
     note = None
     if create_notification and status != "aborted":
         note = notifications.insert_for_turn(
@@ -220,6 +236,24 @@ def end_turn(
     settled = get_turn(conn, turn_id)
     assert settled is not None
     return EndOutcome(settled, note, True)
+
+
+def restore_named(conn: sqlite3.Connection, session_id: str, records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """After the database was lost: a turn row (``aborted``, ``INDEX_LOST``) for each turn the session's
+    lines name (``turnId``) that has no row, so the rebuilt messages link to their turn again and the
+    turn is not started anew by a retried start. It spans the times of its lines. A turn another
+    session's row holds is left alone. The ids it restored, in first-named order."""
+    spans: dict[str, tuple[int, int]] = {}
+    for rec in records:
+        turn = rec.get("turnId")
+        if not isinstance(turn, str) or not turn:
+            continue
+        at = rfc3339_to_ms(rec.get("createdAt"), 0)
+        first, last = spans.get(turn, (at, at))
+        spans[turn] = (min(first, at), max(last, at))
+    return [turn for turn, (first, last) in spans.items() if conn.execute(
+        "INSERT OR IGNORE INTO turns(id, session_id, status, error_code, started_at, ended_at) "
+        "VALUES (?, ?, 'aborted', ?, ?, ?)", (turn, session_id, INDEX_LOST, first, last)).rowcount]
 
 
 def turn_status(conn: sqlite3.Connection, turn_id: str) -> tuple[str, str | None, str] | None:

@@ -18,7 +18,7 @@ from store.errors import Conflict, CorruptData, LimitExceeded, SessionNotFound
 from store.ids import remapped_message_id
 from store.indexing.sql_lists import in_chunks
 from store.interchange import origin_history
-from store.rules import canonical_project_path
+from store.rules import TURN_INDEX_LOST, canonical_project_path
 from store.session_state import with_projection
 from store.transcripts.records import blocks_of, extract_text, rfc3339_to_ms, searchable, tool_info
 from store.transcripts.window_reply import describe_line
@@ -890,9 +890,11 @@ def store_append_receipt(
         said = extra.get("response") if isinstance(extra, Mapping) else None
         turn = said.get("turn") if isinstance(said, Mapping) and said.get("action") == "promoted" else None
         # only once the database that held its turn is gone: with the turn's row here, the line may be all of
-        # the promotion that landed (its commit failed or never came): the retry finishes it and answers then
+        # the promotion that landed (its commit failed or never came): the retry finishes it and answers then.
+        # A row the rebuild restored from the lines (``TURN_INDEX_LOST``) is the database gone.
         if isinstance(said, Mapping) and isinstance(turn, Mapping) and conn.execute(
-                "SELECT 1 FROM turns WHERE id = ? AND session_id = ?", (turn.get("id"), session_id)).fetchone() is None:
+                "SELECT 1 FROM turns WHERE id = ? AND session_id = ? AND error_code IS NOT ?",
+                (turn.get("id"), session_id, TURN_INDEX_LOST)).fetchone() is None:
             receipts.store(conn, key, dict(said), session_id=session_id, now_ms=now_ms)
         return
     receipts.store(conn, key, append_response(ref, carried), session_id=session_id, now_ms=now_ms)

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import orjson
 
-from store import approvals, assistant_edit, orphans, receipts, thread_meta, trash
+from store import approvals, assistant_edit, orphans, receipts, thread_meta, trash, turns
 from store.collab import DELIVERED_META
 from store.errors import CorruptData, classify_os_error
 from store.fsutil import open_nofollow
@@ -541,6 +541,8 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
         before = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)).fetchone()[0]
         msgs = dedupe(scan.messages)
         deleted = [mid for mid, flag in scan.tombstones.items() if flag]
+        if report["restoredRow"]:  # the database lost the session, its turns with it: the lines name them
+            turns.restore_named(conn, session_id, (item.record for item in msgs))
         index.reindex_session(
             conn, session_id, msgs, scan.compactions, deleted,
             indexed_len=plan.file_len, file_epoch=plan.epoch, now_ms=now_ms,

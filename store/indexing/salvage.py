@@ -18,7 +18,9 @@ database, table by table, the rows that read back cleanly:
   longer hold, a provider, a task, a turn) is skipped when the schema would cascade (``orphans``) and has
   the reference cleared when the schema would set it NULL;
 * a row whose key the rebuild already wrote keeps the rebuilt one (``INSERT OR IGNORE``: ``kept``), and one
-  the rebuilt index refuses for another constraint is skipped (``rejected``).
+  the rebuilt index refuses for another constraint is skipped (``rejected``); a turn the rebuild restored
+  from the lines that name it (``store.turns.INDEX_LOST``: how it ended unknown) takes the salvaged row
+  of that turn instead (counted ``copied``).
 
 Projects are numbered anew by the rebuild (protocol/README.md §8.2: an old id names nothing): a salvaged
 project takes the rebuilt row of its path (its ``pinned`` flag copied) or a new id, and every project
@@ -40,6 +42,7 @@ from typing import Any, Final
 
 import orjson
 
+from store import turns
 from store.attachments import PENDING_GC_NS
 from store.faults import NO_FAULTS, Faults
 from store.indexing.group_commit import is_key_conflict
@@ -426,6 +429,9 @@ class _Salvager:
                 self.report.skip(table, bad.why)
                 continue
             params = [values[c] for c in columns]
+            if table == "turns" and self._over_lost_turn(columns, values):
+                copied += 1
+                continue
             try:
                 added = self.dst.execute(sql, params).rowcount
             except sqlite3.IntegrityError:  # a constraint OR IGNORE does not cover (a foreign key checked above)
@@ -436,6 +442,17 @@ class _Salvager:
             if added:
                 copied += 1
         self.report.copied[table] = copied
+
+    def _over_lost_turn(self, columns: list[str], values: dict[str, Any]) -> bool:
+        """A turn the rebuild restored from the lines that name it (``store.turns.INDEX_LOST``: how it ended
+        unknown) takes the salvaged row of that turn in its session, which knows it. Whether it did."""
+        try:
+            return bool(self.dst.execute(
+                f"UPDATE turns SET ({', '.join(columns)}) = ({', '.join('?' for _ in columns)}) "
+                "WHERE id = ? AND session_id = ? AND error_code = ?",
+                [*(values[c] for c in columns), values["id"], values["session_id"], turns.INDEX_LOST]).rowcount)
+        except sqlite3.IntegrityError:  # a value the schema refuses: the INSERT OR IGNORE after it tells
+            return False
 
     def _ignored(self, table: str, columns: list[str], params: list[Any]) -> int:
         """Why OR IGNORE left a row out: a row the rebuild wrote under its key (``kept``), or a value the

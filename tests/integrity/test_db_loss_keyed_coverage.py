@@ -214,10 +214,13 @@ async def test_retried_turn_ledger_and_file_changes_after_the_loss(tmp_path: Pat
     * ``collab.settle``, ``collab.cancel``: the ledger row is a database row only, so the retry finds none
       (NOT_FOUND), and nothing is written again: no second completion is queued back to the source (the
       settle's callback went with the database, and nothing makes it again);
-    * ``session.startTurn`` and ``session.endTurn``: a turn is a database row; the retried start starts the
-      turn again on what the loss left (a running turn, its new start time), and the retried end ends it;
+    * ``session.startTurn`` and ``session.endTurn``: a turn is a database row, which the rebuild restores from
+      the lines that name it, ended (``INDEX_LOST``): the retried start answers it as it stands and does not
+      run it again (before, a running turn with a new start time, for work that had finished), and the
+      retried end ends it as the first end did;
     * ``session.saveInflightMessage``: the checkpoint it wrote is gone (the final reply replaced it), and its
-      turn's row too: the retry is NOT_FOUND (its turn), and writes nothing.
+      turn is back ended: the retry is CONFLICT (no checkpoint for a turn that is not running; before, its
+      row gone, NOT_FOUND), and writes nothing.
     """
     data, ws = tmp_path / "data", tmp_path / "ws"
     data.mkdir()
@@ -279,10 +282,11 @@ async def test_retried_turn_ledger_and_file_changes_after_the_loss(tmp_path: Pat
     assert [e["sessionMessageId"] for e in first["src-queue"]] == [first["settle"]["callback"]["id"]]
     for name in ("restoreMessage", "purge", "gc", "begin", "planRespond"):
         assert got[name] == first[name], name
-    assert {n: got[n] for n in ("settle", "cancel", "inflight")} == dict.fromkeys(
-        ("settle", "cancel", "inflight"), "NOT_FOUND")
+    assert {n: got[n] for n in ("settle", "cancel", "inflight")} == {
+        "settle": "NOT_FOUND", "cancel": "NOT_FOUND", "inflight": "CONFLICT"}
     assert got["src-queue"] == []  # no second completion queued back (the first went with the database)
-    assert got["startTurn"]["status"] == "running" and got["startTurn"]["startedAt"] > first["startTurn"]["startedAt"]
+    assert (got["startTurn"]["id"], got["startTurn"]["status"], got["startTurn"]["errorCode"]) == (
+        "t1", "aborted", "INDEX_LOST")
     assert got["endTurn"]["turn"]["status"] == "completed"
     assert got["sessions"] == sorted(sessions)  # pu stays purged
     assert {sid: transcript_path(data, sid).read_bytes() for sid in sessions} == files  # nothing written again

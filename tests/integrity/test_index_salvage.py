@@ -116,6 +116,9 @@ async def _read_state(c: HostClient) -> dict[str, Any]:
         "audit": sorted((e["kind"], e.get("sessionId")) for e in
                         (await c.call("audit.list", {"kind": "tool_denied", "limit": 50}))["entries"]),
         "s1": await ids(c, "s1"),
+        # a turn its lines name: the rebuild restores it from them (ended, how unknown), the salvage as it was
+        "turns": [(t["id"], t["status"], t.get("errorCode")) for t in
+                  (await c.call("session.listTurns", {"sessionId": "s1"}))["turns"]],
         "titles": sorted(s["title"] for s in (await c.call("session.list", {}))["sessions"]),
         "search": sorted(r["messageId"] for r in
                          (await c.call("search.query", {"query": "needle", "limit": 50}))["results"]),

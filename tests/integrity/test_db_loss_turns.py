@@ -1,0 +1,80 @@
+"""Turns after a lost or corrupt ``pi.sqlite``: the index rebuilt from the transcripts links every message to
+the turn its line names again, and a turn that ended before the loss is not started again by its retried
+``session.startTurn`` (protocol/README.md, receipts table: ``INDEX_LOST``).
+
+Black-box, on a real host process, as tests/integrity/test_db_loss_receipts.py: built through the wire, the
+host stopped, the database removed (with its ``-wal``/``-shm``) or its header overwritten, the host started
+again, the sidecar's keyed calls retried.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.client import HostClient, open_client
+from tests.hostkit import msg, start_host_process
+from tests.integrity.test_db_loss_receipts import _damage
+
+SID = "s1"
+START = {"sessionId": SID, "turnId": "t1", "submissionId": "k-start"}
+PROMPT = {"sessionId": SID, "turnId": "t1", "message": msg("u1", "question"), "submissionId": "k-u1"}
+REPLY = {"sessionId": SID, "turnId": "t1", "message": msg("a1", "answer", role="assistant"),
+         "submissionId": "k-a1"}
+END = {"sessionId": SID, "turnId": "t1", "status": "completed", "submissionId": "k-end"}
+
+
+async def _on_host(root: Path, work: Any) -> Any:
+    proc = await trio.to_thread.run_sync(start_host_process, root)
+    try:
+        async with open_client(proc.url, proc.token, client_id="sidecar", client_kind="agent") as c:
+            return await work(c)
+    finally:
+        assert await trio.to_thread.run_sync(proc.terminate) == 0
+
+
+async def _turns(c: HostClient) -> list[tuple[str, str, str | None]]:
+    listed = await c.call("session.listTurns", {"sessionId": SID})
+    return [(t["id"], t["status"], t.get("errorCode")) for t in listed["turns"]]
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupt"])
+async def test_a_turn_that_ended_before_the_loss_keeps_its_messages_and_is_not_run_again(
+        tmp_path: Path, how: str) -> None:
+    """The rebuilt index used to drop every message's turn (the turn rows went with the database, and a
+    row links only to a turn row): a keyed append's retry answered ``turnId: null``. And the retried start
+    of the turn, which had completed, started it again: a turn ``running`` for work that had finished, until
+    its end was retried or a restart's fence aborted it."""
+
+    async def build(c: HostClient) -> Any:
+        await c.call("session.create", {"sessionId": SID, "title": "t"})
+        first = [await c.call("session.startTurn", START), await c.call("session.appendMessage", PROMPT),
+                 await c.call("session.appendMessage", REPLY), await c.call("session.endTurn", END)]
+        return first, await _turns(c)
+
+    async def retry(c: HostClient) -> Any:
+        lost = await _turns(c)
+        prompt, reply = await c.call("session.appendMessage", PROMPT), await c.call("session.appendMessage", REPLY)
+        started = await c.call("session.startTurn", START)
+        after_start = await _turns(c)
+        ended = await c.call("session.endTurn", END)
+        return lost, (prompt, reply), started, after_start, ended, await _turns(c)
+
+    with trio.fail_after(60):
+        (first, before) = await _on_host(tmp_path, build)
+        _damage(tmp_path, how)
+        lost, appends, started, after_start, ended, settled = await _on_host(tmp_path, retry)
+    assert before == [("t1", "completed", None)]
+    # the messages' turn, as the first answers gave it
+    assert [a["message"]["turnId"] for a in appends] == ["t1", "t1"]
+    assert list(appends) == first[1:3]
+    # the turn is back, ended (how, the lost row knew), and its retried start does not run it again
+    assert lost == [("t1", "aborted", "INDEX_LOST")]
+    assert (started["id"], started["status"], started["errorCode"]) == ("t1", "aborted", "INDEX_LOST")
+    assert after_start == lost
+    # its retried end settles it as the first end did, once
+    assert ended["turn"]["status"] == "completed" and ended["notification"]["turnId"] == "t1"
+    assert settled == before
