@@ -30,6 +30,16 @@ def turn_of(sid: str) -> str:
     return f"t-{sid}"
 
 
+async def respond_failing_before_commit(host: Any, ui: HostClient, root: Path, params: dict[str, Any]) -> None:
+    """``approvals.respond`` whose decision line is fsynced and whose transaction never commits (a fault
+    raised before the commit): the request is still pending, its one decision line stands."""
+    host.faults.add("approvals.respond.before_commit", action="raise")
+    await rpc_error(ui.call("approvals.respond", params))
+    host.faults.clear()
+    assert rows(root, "SELECT status FROM approvals") == [("pending",)]
+    assert len(decision_lines(root, params["sessionId"])) == 1
+
+
 async def session_with_turn(c: HostClient, root: Path | None = None) -> str:
     fields: dict[str, Any] = {"title": "approvals"}
     if root is not None:
@@ -356,12 +366,8 @@ async def test_a_decision_whose_line_landed_before_a_crash_is_applied_at_boot(tm
                 client_for(host, "ui", kind="ui") as ui:
             sid = await session_with_turn(c, tmp_path)
             rid = (await ask(c, sid))["request"]["requestId"]
-            host.faults.add("approvals.respond.before_commit", action="raise")
             params = {"sessionId": sid, "requestId": rid, "optionId": "allow_project", "submissionId": "ans-1"}
-            await rpc_error(ui.call("approvals.respond", params))
-            host.faults.clear()
-            assert rows(tmp_path, "SELECT status FROM approvals") == [("pending",)]
-            assert len(decision_lines(tmp_path, sid)) == 1
+            await respond_failing_before_commit(host, ui, tmp_path, params)
         async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
             assert host.boot.report["decisionsRecovered"] == 1
             assert rows(tmp_path, "SELECT status, option_id, responded_by FROM approvals") == \

@@ -22,7 +22,15 @@ from protocol.models_approvals import (
     InteractionsPendingResult,
 )
 from protocol.models_turns import EndTurnResult
-from tests.approvals.test_approvals_host import answer, ask, decision_lines, next_event, session_with_turn, turn_of
+from tests.approvals.test_approvals_host import (
+    answer,
+    ask,
+    decision_lines,
+    next_event,
+    respond_failing_before_commit,
+    session_with_turn,
+    turn_of,
+)
 from tests.dbkit import rows
 from tests.hostkit import client_for, inprocess_host
 from tests.turns.turnkit import end, rpc_error
@@ -191,12 +199,8 @@ async def test_a_deny_of_a_damaged_approval_whose_line_landed_before_a_crash_is_
             sid = await session_with_turn(c, tmp_path)
             rid = (await ask(c, sid))["request"]["requestId"]
             damage(tmp_path, "approvals", "risk", rid, "higt")
-            host.faults.add("approvals.respond.before_commit", action="raise")
             params = {"sessionId": sid, "requestId": rid, "optionId": "deny", "submissionId": "deny-1"}
-            await rpc_error(ui.call("approvals.respond", params))
-            host.faults.clear()
-            assert rows(tmp_path, "SELECT status FROM approvals") == [("pending",)]
-            assert len(decision_lines(tmp_path, sid)) == 1
+            await respond_failing_before_commit(host, ui, tmp_path, params)
         async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
             assert host.boot.report["decisionsRecovered"] == 1
             assert rows(tmp_path, "SELECT status, option_id FROM approvals") == [("denied", "deny")]
