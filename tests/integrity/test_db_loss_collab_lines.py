@@ -17,7 +17,7 @@ import trio
 
 from runtime.client import HostClient, RpcError
 from tests.hostkit import msg
-from tests.integrity.test_db_loss_receipts import _damage, _on_host
+from tests.integrity.test_db_loss_receipts import _damage, _on_host, deliver_and_run
 from tests.revisions.helpers import transcript_path
 
 DELIVER = {"pluginId": "team", "sourceSessionId": "src", "targetSessionId": "tgt", "kind": "task",
@@ -96,12 +96,8 @@ async def test_a_large_task_cut_from_the_transcript_keeps_its_header_small(tmp_p
     async def build(c: HostClient) -> Any:
         for sid in ("src", "tgt"):
             await c.call("session.create", {"sessionId": sid, "title": sid})
-        first = await c.call("collab.deliver", big)
-        did = first["delivery"]["id"]
-        await c.call("session.startTurn", {"sessionId": "tgt", "turnId": "t1"})
-        await c.call("collab.begin", {"sessionId": "tgt", "deliveryId": did, "turnId": "t1"})
-        await c.call("session.endTurn", {"sessionId": "tgt", "turnId": "t1", "status": "completed"})
-        await c.call("session.truncateFrom", {"sessionId": "tgt", "messageId": f"collab-{did}"})
+        first = await deliver_and_run(c, big)
+        await c.call("session.truncateFrom", {"sessionId": "tgt", "messageId": f"collab-{first['delivery']['id']}"})
         return first
 
     async def retry(c: HostClient) -> Any:

@@ -39,6 +39,16 @@ async def _on_host(root: Path, work: Any, *, sidecar: bool = False) -> Any:
         assert await trio.to_thread.run_sync(proc.terminate) == 0
 
 
+async def deliver_and_run(c: HostClient, params: dict[str, Any]) -> Any:
+    """``collab.deliver`` to ``tgt``, then its turn ``t1`` begins it and completes: the first answer."""
+    first = await c.call("collab.deliver", params)
+    did = first["delivery"]["id"]
+    await c.call("session.startTurn", {"sessionId": "tgt", "turnId": "t1"})
+    await c.call("collab.begin", {"sessionId": "tgt", "deliveryId": did, "turnId": "t1"})
+    await c.call("session.endTurn", {"sessionId": "tgt", "turnId": "t1", "status": "completed"})
+    return first
+
+
 def _damage(root: Path, how: str) -> None:
     if how == "deleted":
         for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
@@ -645,12 +655,7 @@ async def test_a_retried_delivery_that_began_is_not_delivered_again_after_the_lo
     async def build(c: HostClient) -> Any:
         for sid in ("src", "tgt", "other"):
             await c.call("session.create", {"sessionId": sid, "title": sid})
-        first = await c.call("collab.deliver", keyed)
-        did = first["delivery"]["id"]
-        await c.call("session.startTurn", {"sessionId": "tgt", "turnId": "t1"})
-        await c.call("collab.begin", {"sessionId": "tgt", "deliveryId": did, "turnId": "t1"})
-        await c.call("session.endTurn", {"sessionId": "tgt", "turnId": "t1", "status": "completed"})
-        return first
+        return await deliver_and_run(c, keyed)
 
     async def retry(c: HostClient) -> Any:
         again = await c.call("collab.deliver", keyed)
