@@ -695,14 +695,19 @@ def remove_admission(conn: sqlite3.Connection, target: str, entry_id: str, *, no
                      faults: Faults = NO_FAULTS) -> tuple[queue.Outcome, Changed]:
     """``session.queueRemove``: the entry goes (:func:`store.queue.remove`); a queued delivery it admitted
     is cancelled with it. Without its admission the delivery could never begin, and it would have stayed
-    ``queued`` until the next start interrupted it.
+    ``queued`` until the next start interrupted it. A damaged entry (its record does not read) names its
+    delivery by its ``session_message_id`` column when that still reads, and the delivery is cancelled the
+    same way.
 
     Only a delivery addressed to ``target`` (the entry's session): an entry elsewhere naming it is no
     admission of it (``store/queue.py`` refuses to write one now; a row written before that must still
     not let one session's queue cancel another session's work)."""
     out = queue.remove(conn, target, entry_id, now_ms=now_ms, faults=faults)
     changed = Changed()
-    delivery_id = out.plan.entry.session_message_id if out.plan.entry is not None else None
+    if out.plan.entry is not None:
+        delivery_id = out.plan.entry.session_message_id
+    else:  # a damaged entry: the delivery its session_message_id names, if that column still reads
+        delivery_id = out.plan.damaged.delivery_id if out.plan.damaged is not None else None
     if delivery_id is not None and out.plan.changed:
         if conn.execute("UPDATE session_collaboration_messages SET status = 'cancelled', updated_at = ? "
                         "WHERE id = ? AND target_session_id = ? AND status = 'queued'",

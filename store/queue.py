@@ -20,8 +20,9 @@ Rules:
   entry; the same key with another input hash (or another
   ``session_message_id``) fails with ``IDEMPOTENCY_CONFLICT``. The same kv row
   remembers the last :data:`CONSUMED_KEYS_KEPT` keys whose entries were taken
-  or removed, so a late retry of an already delivered push is answered as a
-  replay instead of queueing the prompt twice.
+  or removed (a damaged one too, as far as its record still reads:
+  :meth:`Damaged.consumed`), so a late retry of an already delivered push is
+  answered as a replay instead of queueing the prompt twice.
 * At most :data:`MAX_ENTRIES` entries per session (``LIMIT_EXCEEDED``), counting the handed-out ones
   whose turn has not run: they may wait again (see leases below).
 * ``session_message_id`` binds an admission to a collaboration delivery (seed
@@ -201,12 +202,30 @@ class Damaged:
     """A queue row of the session that does not read (:func:`_entry` raised :class:`DamagedRecord`): its
     state, place and lease are unknown, so it may be ahead of every entry that reads. What its plain
     columns still say is kept, so no operation repeats its effect (a push retried with its key is refused,
-    its position is never reused)."""
+    its position is never reused) and its removal does what a healthy entry's does (its key remembered,
+    the delivery it admitted cancelled: ``store.collab.remove_admission``)."""
 
     id: str
     principal: Any
     idempotency_key: Any
     position: int | None
+    input_hash: Any = None
+    session_message_id: Any = None
+    created_at: int | None = None
+
+    @property
+    def delivery_id(self) -> str | None:
+        """The collaboration delivery it admitted, when its ``session_message_id`` still reads."""
+        return self.session_message_id if isinstance(self.session_message_id, str) else None
+
+    def consumed(self) -> Consumed | None:
+        """Its key as :func:`_remember` keeps a removed entry's, so a late retry of its push is answered as a
+        replay (not queued again); None when its principal, key or input hash do not read (no retry can
+        match them). A position or time that does not read is kept as 0 (no entry has either)."""
+        if not all(isinstance(v, str) for v in (self.principal, self.idempotency_key, self.input_hash)):
+            return None
+        return Consumed(self.principal, self.idempotency_key, self.input_hash, self.id, self.position or 0,
+                        self.delivery_id, self.created_at or 0)
 
 
 @dataclass(frozen=True)
@@ -309,6 +328,7 @@ class Plan:
     effects: tuple[Effect, ...] = ()
     entry: Entry | None = None  # the entry the operation was about (pushed, taken, removed...)
     replayed: bool = False
+    damaged: Damaged | None = None  # the damaged row it removed (its record did not read: no entry)
 
     @property
     def changed(self) -> bool:
@@ -369,17 +389,22 @@ def validate_push(inp: PushInput) -> None:
         raise InvalidInput("attachments must be JSON objects", data={"field": "attachments"})
 
 
-def _remember(snap: Snapshot, entry: Entry) -> tuple[Consumed, ...]:
-    if entry.idempotency_key is None:
+def _remember(snap: Snapshot, entry: Entry | Damaged) -> tuple[Consumed, ...]:
+    if isinstance(entry, Damaged):
+        item = entry.consumed()
+    elif entry.idempotency_key is not None:
+        item = Consumed(entry.principal, entry.idempotency_key, entry.input_hash, entry.id, entry.position,
+                        entry.session_message_id, entry.created_at)
+    else:
+        item = None
+    if item is None:
         return snap.consumed
-    item = Consumed(entry.principal, entry.idempotency_key, entry.input_hash, entry.id, entry.position,
-                    entry.session_message_id, entry.created_at)
     kept = tuple(c for c in snap.consumed
-                 if (c.principal, c.idempotency_key) != (entry.principal, entry.idempotency_key))
+                 if (c.principal, c.idempotency_key) != (item.principal, item.idempotency_key))
     return (kept + (item,))[-CONSUMED_KEYS_KEPT:]
 
 
-def _ledger_after(snap: Snapshot, gone: Entry) -> WriteLedger:
+def _ledger_after(snap: Snapshot, gone: Entry | Damaged) -> WriteLedger:
     return WriteLedger(snap.high_water, _remember(snap, gone), snap.session_created_at)
 
 
@@ -472,10 +497,12 @@ def plan_push(snap: Snapshot, inp: PushInput, *, new_id: str, now_ms: int, bindi
 
 
 def _remove_damaged(snap: Snapshot, entry_id: str) -> Plan | None:
-    """Removing a damaged row by its id (the one way past it): it goes, and its position stays used."""
-    if entry_id not in snap.unreadable:
+    """Removing a damaged row by its id (the one way past it): it goes, its position stays used, and its
+    key is remembered as a removed entry's is (a late retry of its push replays it, not queued again)."""
+    bad = next((d for d in snap.damaged if d.id == entry_id), None)
+    if bad is None:
         return None
-    return Plan(effects=(Delete(entry_id), WriteLedger(snap.high_water, snap.consumed, snap.session_created_at)))
+    return Plan(effects=(Delete(entry_id), _ledger_after(snap, bad)), damaged=bad)
 
 
 def plan_remove(snap: Snapshot, entry_id: str) -> Plan:
@@ -668,7 +695,7 @@ def read_rows(conn: sqlite3.Connection, session_id: str) -> Rows:
         try:
             entry = _entry(row)
         except DamagedRecord:
-            damaged.append(Damaged(str(row[0]), row[2], row[3], _int(row[8])))
+            damaged.append(Damaged(str(row[0]), row[2], row[3], _int(row[8]), row[4], row[10], _int(row[11])))
             continue
         (waiting if entry.lease in (None, "offered") else leased).append(entry)
     return Rows(delivery_order(waiting), delivery_order(leased), tuple(damaged))

@@ -15,8 +15,9 @@ import trio
 
 from protocol.models_queue import QueueState
 from runtime.client import RpcError
-from store import queue
-from store.errors import DamagedRecord
+from store import collab, queue
+from store.errors import DamagedRecord, IdempotencyConflict
+from tests.collab.test_collab_host import deliver
 from tests.dbkit import NOW, add_session, fresh_db
 from tests.hostkit import client_for, inprocess_host
 from tests.integrity.test_damaged_listings import damage
@@ -86,3 +87,65 @@ def test_a_damaged_lease_client_fails_neither_a_gone_client_nor_a_turn_start(tmp
     leases = dict(conn.execute("SELECT id, lease FROM turn_queue").fetchall())
     assert leases == {"q-s1": "taken", "q-s2": "offered", "q-s3": "started"}
     assert queue.read_rows(conn, "s1").unreadable == ("q-s1",)
+
+
+def test_removing_a_damaged_admission_cancels_its_delivery(tmp_path: Path) -> None:
+    """A damaged entry that admitted a collaboration delivery (its ``session_message_id`` still reads):
+    ``session.queueRemove`` of it cancels that queued delivery, as removing a healthy admission does.
+    Before, the delivery stayed ``queued`` with no admission until the next boot interrupted it."""
+    conn = fresh_db(tmp_path / "pi.sqlite")
+    for sid in ("src", "tgt"):
+        add_session(conn, sid)
+    collab.deliver(conn, delivery_id="col_1", entry_id="q_1", plugin_id="team", source_session_id="src",
+                   target_session_id="tgt", kind="task", content="do", notify_on_completion=False,
+                   idempotency_key="k1", remaining_hops=None, permission_ceiling=None, now_ms=NOW)
+    conn.execute("UPDATE turn_queue SET attachments_json = '[{\"cut' WHERE id = 'q_1'")
+    assert queue.read_rows(conn, "tgt").unreadable == ("q_1",)
+    out, changed = collab.remove_admission(conn, "tgt", "q_1", now_ms=NOW + 1)
+    assert out.plan.changed and out.unreadable == () and out.entries == ()
+    assert [(d["id"], d["status"]) for d in changed.deliveries] == [("col_1", "cancelled")]
+    assert collab.get(conn, "col_1")["status"] == "cancelled"
+
+
+def test_a_removed_damaged_entry_keeps_its_key_a_late_push_retry_replays(tmp_path: Path) -> None:
+    """A push retried with its idempotency key after its damaged entry was removed is answered as a
+    replay of that entry (as after a healthy entry's removal), not queued a second time."""
+    conn = fresh_db(tmp_path / "pi.sqlite")
+    add_session(conn, "s")
+    first = queue.PushInput("ui", "p0", "ask", idempotency_key="k0", attachments=({"type": "image"},))
+    queue.push(conn, "s", first, new_id="q0", now_ms=NOW)
+    queue.push(conn, "s", queue.PushInput("ui", "p1", "ask", idempotency_key="k1"), new_id="q1", now_ms=NOW + 1)
+    for sql in ("UPDATE turn_queue SET attachments_json = '[{\"cut' WHERE id = 'q0'",
+                "UPDATE turn_queue SET position = 'x', created_at = 'y' WHERE id = 'q1'"):
+        conn.execute(sql)
+    queue.remove(conn, "s", "q0", now_ms=NOW + 2)
+    queue.remove(conn, "s", "q1", now_ms=NOW + 3)
+    again = queue.push(conn, "s", first, new_id="q2", now_ms=NOW + 4)
+    assert again.plan.replayed and not again.plan.changed and again.entries == ()
+    assert again.plan.entry is not None and (again.plan.entry.id, again.plan.entry.position) == ("q0", 1)
+    assert again.plan.entry.attachments == ({"type": "image"},)
+    later = queue.push(conn, "s", queue.PushInput("ui", "p1", "ask", idempotency_key="k1"), new_id="q3",
+                       now_ms=NOW + 5)  # its position and time did not read: answered without them
+    assert later.plan.replayed and later.plan.entry is not None and later.plan.entry.id == "q1"
+    assert later.entries == ()
+    with pytest.raises(IdempotencyConflict):  # the same key for another prompt
+        queue.push(conn, "s", queue.PushInput("ui", "other", "ask", idempotency_key="k0"), new_id="q4",
+                   now_ms=NOW + 6)
+
+
+async def test_removing_a_damaged_admission_over_the_wire(tmp_path: Path) -> None:
+    """The host path of both: ``session.queueRemove`` of a damaged collaboration admission cancels its
+    delivery (``collab.get``), and the admission's push retried with its key afterwards replays it."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as ui:
+            src, tgt = await new_session(ui), await new_session(ui)
+            out = await deliver(ui, src, tgt)
+            d, entry = out["delivery"], out["entry"]
+            damage(tmp_path, "UPDATE turn_queue SET lease = 'tekan' WHERE id = ?", entry["id"])
+            await ui.call("session.queueRemove", {"sessionId": tgt, "entryId": entry["id"]})
+            assert (await ui.call("collab.get", {"deliveryId": d["id"]}))["status"] == "cancelled"
+            again = await ui.call("session.queuePush", {
+                "sessionId": tgt, "principal": entry["principal"], "idempotencyKey": entry["idempotencyKey"],
+                "content": entry["content"], "permissionMode": entry["permissionMode"], "sessionMessageId": d["id"]})
+            assert again["replayed"] is True and again["entry"]["id"] == entry["id"]
+            assert (await ui.call("session.queueList", {"sessionId": tgt}))["entries"] == []
