@@ -239,8 +239,9 @@ def end_turn(
 
 
 def restore_named(conn: sqlite3.Connection, session_id: str, records: Iterable[Mapping[str, Any]]) -> list[str]:
-    """After the database was lost: a turn row (``aborted``, ``INDEX_LOST``) for each turn the session's
-    lines name (``turnId``) that has no row, so the rebuilt messages link to their turn again and the
+    """After the database was lost (whole, or its newest commits: ``reconcile.restore_lost_turns`` picks the
+    lines): a turn row (``aborted``, ``INDEX_LOST``) for each turn the session's lines name (``turnId``) that
+    has no row, so the rebuilt messages link to their turn again and the
     turn is not started anew by a retried start. It spans the times of its lines. A turn another
     session's row holds is left alone. The ids it restored, in first-named order."""
     spans: dict[str, tuple[int, int]] = {}

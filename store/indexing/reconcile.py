@@ -23,8 +23,10 @@ from store import approvals, assistant_edit, orphans, receipts, thread_meta, tra
 from store.collab import DELIVERED_META
 from store.errors import CorruptData, classify_os_error
 from store.fsutil import open_nofollow
+from store.ids import remapped_message_id
 from store.indexing import index
 from store.indexing.index import CompactionRecord, IndexRecord
+from store.indexing.sql_lists import in_chunks
 from store.interchange.import_rebuild import restore_imported
 from store.interchange.origin_history import origin_row
 from store.jsonio import loads_line, now_rfc3339
@@ -497,6 +499,32 @@ def created_answer(conn: Any, session_id: str, created_at_ms: int, info_line: by
     return index.dry_run(conn, insert)
 
 
+def restore_lost_turns(conn: Any, session_id: str, records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Before ``records`` are indexed: the turns whose row the database lost with the rows of the lines naming
+    them get a row again (:func:`store.turns.restore_named`: ``aborted``, ``INDEX_LOST``), so the rows link to
+    them and a retried start does not run them anew. The whole database lost (the session's row too: no line
+    has a row), or only its newest commits (a lost ``-wal``, the main file kept): a turn's row commits before
+    any line naming it is appended, so a line the index lacks naming a turn with no row lost it with the
+    database. A turn a line the index holds names is left alone: that line was appended while the turn had
+    no row (never started), and the rows linked to none. The ids restored."""
+    ids = sorted({mid for rec in records if isinstance(mid := rec.get("id"), str)}
+                 | {remapped_message_id(session_id, mid) for rec in records
+                    if isinstance(mid := rec.get("id"), str)})
+    held: set[str] = set()
+    rows = conn.execute("SELECT 1 FROM messages WHERE session_id = ? LIMIT 1", (session_id,)).fetchone()
+    for marks, chunk in in_chunks(ids if rows is not None else []):  # a rebuilt session has none yet
+        held.update(r[0] for r in conn.execute(
+            f"SELECT id FROM messages WHERE session_id = ? AND id IN ({marks})", (session_id, *chunk)))
+
+    def has_row(rec: Mapping[str, Any]) -> bool:
+        mid = rec.get("id")
+        return isinstance(mid, str) and (mid in held or remapped_message_id(session_id, mid) in held)
+
+    named_by_held = {rec.get("turnId") for rec in records if has_row(rec)}
+    return turns.restore_named(conn, session_id, (rec for rec in records
+                                                  if not has_row(rec) and rec.get("turnId") not in named_by_held))
+
+
 def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) -> dict[str, Any]:
     """Bring the index in line with the transcript (runs in the DB writer's transaction).
 
@@ -538,8 +566,7 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
         before = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)).fetchone()[0]
         msgs = dedupe(scan.messages)
         deleted = [mid for mid, flag in scan.tombstones.items() if flag]
-        if report["restoredRow"]:  # the database lost the session, its turns with it: the lines name them
-            turns.restore_named(conn, session_id, (item.record for item in msgs))
+        restore_lost_turns(conn, session_id, [item.record for item in msgs])
         index.reindex_session(
             conn, session_id, msgs, scan.compactions, deleted,
             indexed_len=plan.file_len, file_epoch=plan.epoch, now_ms=now_ms,
@@ -558,6 +585,7 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
         if isinstance(written, int) and not isinstance(written, bool):  # a rewrite's time: as its commit set it
             index.touch_session(conn, session_id, written)
     else:
+        restore_lost_turns(conn, session_id, [item.record for item in scan.messages])
         index.index_messages(
             conn, session_id, scan.messages, indexed_len=plan.file_len, file_epoch=plan.epoch,
             now_ms=now_ms, touch=False,

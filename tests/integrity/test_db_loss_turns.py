@@ -78,3 +78,40 @@ async def test_a_turn_that_ended_before_the_loss_keeps_its_messages_and_is_not_r
     # its retried end settles it as the first end did, once
     assert ended["turn"]["status"] == "completed" and ended["notification"]["turnId"] == "t1"
     assert settled == before
+
+
+async def test_a_lost_wal_takes_the_turns_row_the_session_row_kept(tmp_path: Path) -> None:
+    """Only the database's newest commits lost (its ``-wal`` gone after a kill, the main file kept): the
+    session's row stays, the turn's row and its messages' rows went. The boot reconcile indexes the lines
+    again and restores the turn they name, as a rebuild does: before, the rows linked to no turn (a keyed
+    append's retry answered ``turnId: null``), the turn was missing from ``listTurns``, and its retried
+    start ran it again."""
+
+    async def create(c: HostClient) -> None:
+        await c.call("session.create", {"sessionId": SID, "title": "t"})
+
+    with trio.fail_after(90):
+        await _on_host(tmp_path, create)  # a clean stop: the session's row is in the main file
+        assert not (tmp_path / "pi.sqlite-wal").exists()
+        proc = await trio.to_thread.run_sync(start_host_process, tmp_path)
+        async with open_client(proc.url, proc.token, client_id="sidecar", client_kind="agent") as c:
+            first = [await c.call("session.startTurn", START), await c.call("session.appendMessage", PROMPT),
+                     await c.call("session.appendMessage", REPLY), await c.call("session.endTurn", END)]
+            before = await _turns(c)
+        await trio.to_thread.run_sync(proc.kill9)
+        assert (tmp_path / "pi.sqlite-wal").stat().st_size > 0  # the turn's commits are there only
+        for name in ("pi.sqlite-wal", "pi.sqlite-shm"):
+            (tmp_path / name).unlink()
+
+        async def retry(c: HostClient) -> Any:
+            lost = await _turns(c)
+            appends = [await c.call("session.appendMessage", PROMPT), await c.call("session.appendMessage", REPLY)]
+            started = await c.call("session.startTurn", START)
+            return lost, appends, started, await c.call("session.endTurn", END), await _turns(c)
+
+        lost, appends, started, ended, settled = await _on_host(tmp_path, retry)
+    assert before == [("t1", "completed", None)]
+    assert lost == [("t1", "aborted", "INDEX_LOST")]
+    assert appends == first[1:3] and [a["message"]["turnId"] for a in appends] == ["t1", "t1"]
+    assert (started["id"], started["status"], started["errorCode"]) == ("t1", "aborted", "INDEX_LOST")
+    assert ended["turn"]["status"] == "completed" and settled == before

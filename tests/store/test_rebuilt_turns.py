@@ -100,3 +100,51 @@ def test_a_retried_start_answers_the_turn_as_it_stands_and_its_retried_end_settl
     assert links(conn) == {"u1": "t1", "a1": "t1"}
     conn.execute("COMMIT")
     conn.close()
+
+
+def never_started(conn: sqlite3.Connection) -> sqlite3.Connection:
+    """The index as the append of a line naming turn ``tX``, which was never started, left it: the row
+    bound to no turn, no turn row."""
+    conn.execute("UPDATE messages SET turn_id = NULL WHERE turn_id = 'tX'")
+    conn.execute("DELETE FROM turns WHERE id = 'tX'")
+    assert links(conn) == {"u0": None}
+    return conn
+
+
+def test_the_session_row_kept_and_its_newest_commits_lost_the_tail_restores_its_turns(tmp_path: Path) -> None:
+    """The database kept the session's row but lost its newest commits (its ``-wal`` lost, the main file
+    kept): the tail the index lacks names a turn whose row went with them. The reconcile of that tail (boot,
+    a catch-up) restores the turn as a rebuild does, and links the rows to it; the line the index held,
+    whose turn had no row when it was appended (a turn never started), stays bound to none."""
+    conn = never_started(rebuilt(tmp_path, line("u0", "tX", T0)))  # indexed before the loss, bound to no turn
+    mark = index.session_row(conn, SID)
+    path = tmp_path / f"{SID}.jsonl"
+    with TranscriptWriter.open(path) as w:  # what the lost commits had indexed: t1's row and these rows
+        w.append([line("u1", "t1", T1), line("a1", "t1", T2, "assistant")])
+    plan = plan_reconcile(path, mark["_indexedLen"], mark["_fileEpoch"])
+    assert plan.kind == "tail"
+    conn.execute("BEGIN")
+    apply_plan(conn, SID, plan, now_ms=NOW + 200)
+    conn.execute("COMMIT")
+    assert links(conn) == {"u0": None, "u1": "t1", "a1": "t1"}
+    t1 = turns.get_turn(conn, "t1")
+    assert t1 is not None and (t1["status"], t1["errorCode"]) == ("aborted", turns.INDEX_LOST)
+    assert (t1["startedAt"], t1["endedAt"]) == (rfc3339_to_ms(T1, 0), rfc3339_to_ms(T2, 0))
+    assert turns.get_turn(conn, "tX") is None
+    conn.close()
+
+
+def test_a_full_reindex_of_a_kept_session_restores_the_turns_only_its_lost_rows_name(tmp_path: Path) -> None:
+    """The same through a full reindex of a session whose row the database kept (``doctor --repair``, an
+    epoch the index does not know): the turns named only by lines the index lacked come back; a turn a line
+    the index held names (appended while it had no row: never started) does not."""
+    conn = never_started(rebuilt(tmp_path, line("u0", "tX", T0)))
+    path = tmp_path / f"{SID}.jsonl"
+    with TranscriptWriter.open(path) as w:
+        w.append([line("u1", "t1", T1), line("u2", "tX", T2)])
+    conn.execute("BEGIN")
+    apply_plan(conn, SID, plan_reconcile(path, 0, None), now_ms=NOW + 200)
+    conn.execute("COMMIT")
+    assert links(conn) == {"u0": None, "u1": "t1", "u2": None}
+    assert [r[0] for r in conn.execute("SELECT id FROM turns")] == ["t1"]
+    conn.close()
