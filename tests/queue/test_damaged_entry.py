@@ -149,3 +149,11 @@ async def test_removing_a_damaged_admission_over_the_wire(tmp_path: Path) -> Non
                 "content": entry["content"], "permissionMode": entry["permissionMode"], "sessionMessageId": d["id"]})
             assert again["replayed"] is True and again["entry"]["id"] == entry["id"]
             assert (await ui.call("session.queueList", {"sessionId": tgt}))["entries"] == []
+            # a prompt pushed with a submissionId: its receipt outlives the removal, its key is remembered
+            first = await push(ui, tgt, "p", idempotencyKey="k-p", submissionId="sub-p")
+            damage(tmp_path, "UPDATE turn_queue SET attachments_json = '[{\"cut' WHERE id = ?", first["entry"]["id"])
+            await ui.call("session.queueRemove", {"sessionId": tgt, "entryId": first["entry"]["id"]})
+            assert await push(ui, tgt, "p", idempotencyKey="k-p", submissionId="sub-p") == first
+            late = await push(ui, tgt, "p", idempotencyKey="k-p", submissionId="sub-p2")
+            assert late["replayed"] is True and late["entry"] == first["entry"]
+            assert (await ui.call("session.queueList", {"sessionId": tgt}))["entries"] == []
