@@ -432,13 +432,14 @@ def check_binding(snap: Snapshot, binding: Binding) -> None:
             f"session; only its target's queue may hold its admission (not session {sid})",
             data={"field": "sessionMessageId", "sessionId": sid, "deliveryId": binding.delivery_id},
         )
-    held = next((e for e in snap.entries + snap.leased if e.session_message_id == binding.delivery_id), None)
-    if held is not None:
+    held = next((e.id for e in snap.entries + snap.leased if e.session_message_id == binding.delivery_id),
+                next((d.id for d in snap.damaged if d.delivery_id == binding.delivery_id), None))
+    if held is not None:  # a damaged admission too: it may be handed out once repaired
         raise InvalidInput(
-            f"collaboration delivery {binding.delivery_id} already has its admission {held.id} in session "
+            f"collaboration delivery {binding.delivery_id} already has its admission {held} in session "
             f"{sid}; a second one would hand it out twice",
             data={"field": "sessionMessageId", "sessionId": sid, "deliveryId": binding.delivery_id,
-                  "entryId": held.id},
+                  "entryId": held},
         )
 
 

@@ -16,7 +16,7 @@ import trio
 from protocol.models_queue import QueueState
 from runtime.client import RpcError
 from store import collab, queue
-from store.errors import DamagedRecord, IdempotencyConflict
+from store.errors import DamagedRecord, IdempotencyConflict, InvalidInput
 from tests.collab.test_collab_host import deliver
 from tests.dbkit import NOW, add_session, fresh_db
 from tests.hostkit import client_for, inprocess_host
@@ -101,6 +101,10 @@ def test_removing_a_damaged_admission_cancels_its_delivery(tmp_path: Path) -> No
                    idempotency_key="k1", remaining_hops=None, permission_ceiling=None, now_ms=NOW)
     conn.execute("UPDATE turn_queue SET attachments_json = '[{\"cut' WHERE id = 'q_1'")
     assert queue.read_rows(conn, "tgt").unreadable == ("q_1",)
+    with pytest.raises(InvalidInput) as second:  # while it is there, no second admission of its delivery
+        queue.push(conn, "tgt", queue.PushInput("ui", "again", "ask", session_message_id="col_1"), new_id="q_2",
+                   now_ms=NOW + 1)
+    assert second.value.data["entryId"] == "q_1"
     out, changed = collab.remove_admission(conn, "tgt", "q_1", now_ms=NOW + 1)
     assert out.plan.changed and out.unreadable == () and out.entries == ()
     assert [(d["id"], d["status"]) for d in changed.deliveries] == [("col_1", "cancelled")]
