@@ -390,7 +390,13 @@ def gather(
     lookup = [mid for mid in candidates if ids is None or ids.might_hold(mid)]
     reads = sum(req.receipt is not None for req in requests)
     reads += bool(lookup)
-    reads += any(isinstance(turn, str) for turn, _ in _named_turns(requests))
+    named_turn = any(isinstance(turn, str) for turn, _ in _named_turns(requests))
+    reads += named_turn
+    if not reads and not any(named_root(req.message) is not None for req in requests):
+        # The usual append (new ids the filter rules out, no receipt, turn or revision root): nothing to read,
+        # only what the index log holds of the candidates (what :func:`_gather` finds then, without its scans)
+        held = {mid: h for mid in candidates if (h := pending.get(mid)) is not None} if pending else {}
+        return Known([None] * len(requests), held)
     if reads < 2 or conn.in_transaction:
         return _gather(conn, path, session_id, requests, pending, revisions_path, candidates, lookup)
     conn.execute("BEGIN")
