@@ -42,7 +42,7 @@ from actors.db_writer import DbOp
 from actors.events import EventBus
 from actors.gateway_types import CallContext
 from actors.index_log import IndexLog
-from actors.session_context import UNSET, Lines, SessionContext, session_info_line, settings_of
+from actors.session_context import UNSET, Borrow, Lines, SessionContext, session_info_line, settings_of
 from runtime.kernel.actor import Actor, Envelope, InternalBug
 from runtime.kernel.threads import run_in_thread
 from store import orphans, receipts
@@ -720,11 +720,12 @@ class SessionActor(Actor):
         await self.catch_up()
 
     # ------------------------------------------------------------------ the line primitive's state
-    async def write_durably(self, lines: Lines | Callable[[Any], tuple[Any, Lines]],
+    async def write_durably(self, lines: Lines | Callable[[Borrow], tuple[Any, Lines]],
                             after_write: Callable[[], object] | None = None) -> tuple[Any, Lines, int, int]:
-        """Write ``lines`` (or what ``step(conn)`` plans, in the same worker-thread hop) with one
-        write + one fdatasync: ``(planned, lines, start, end)``. Only :meth:`SessionContext.append_lines`
-        calls this; the file length it records is the actor's."""
+        """Write ``lines`` (or what ``step(borrow)`` plans, in the same worker-thread hop; ``borrow()``: a
+        read connection, taken only by a step that reads) with one write + one fdatasync:
+        ``(planned, lines, start, end)``. Only :meth:`SessionContext.append_lines` calls this; the file
+        length it records is the actor's."""
         writer = await self.open_writer()
         reads = self.deps.reads
 
@@ -732,8 +733,7 @@ class SessionActor(Actor):
             if isinstance(lines, Lines):
                 planned, batch = None, lines
             else:
-                with reads.borrow() as conn:
-                    planned, batch = lines(conn)
+                planned, batch = lines(reads.borrow)
             if not batch.lines:
                 return planned, batch, writer.length, writer.length
             first, new_len = writer.append(list(batch.lines))

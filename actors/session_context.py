@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, TypeVarTuple
 
@@ -49,7 +50,7 @@ T = TypeVar("T")
 log = logging.getLogger("pi_host")
 Ts = TypeVarTuple("Ts")
 
-__all__ = ["SETTING_KEYS", "Appended", "CarriedAnswer", "FileShape", "Lines", "SessionContext", "UNSET",
+__all__ = ["SETTING_KEYS", "Appended", "Borrow", "CarriedAnswer", "FileShape", "Lines", "SessionContext", "UNSET",
            "session_info_line", "settings_of"]
 
 SETTING_KEYS = ("title", "projectPath", "providerId", "modelId", "mode", "thinkingLevel", "permissionMode")
@@ -69,6 +70,10 @@ class FileShape(Protocol):
 
     @property
     def epoch(self) -> str | None: ...
+
+
+Borrow = Callable[[], AbstractContextManager[Any]]
+"""A read connection for a line-planning step, taken when the step reads (``ReadPool.borrow``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +300,7 @@ class SessionContext:
     # -- lines: the only way anything enters the transcript
     async def append_lines(
         self,
-        lines: Lines | Callable[[Any], tuple[Any, Lines]],
+        lines: Lines | Callable[[Borrow], tuple[Any, Lines]],
         *,
         later: bool = False,
         then: Callable[[Any, list[dict[str, Any]]], Any] | None = None,
@@ -305,9 +310,10 @@ class SessionContext:
     ) -> Appended:
         """Append lines to the transcript durably, then index them: the one way lines enter it.
 
-        ``lines`` is a :class:`Lines`, or ``step(conn) -> (planned, Lines)`` that plans
-        them with a read connection in the same worker-thread hop as the write (the
-        append group: one hop for read, plan, write and fdatasync). Then the index
+        ``lines`` is a :class:`Lines`, or ``step(borrow) -> (planned, Lines)`` that plans
+        them in the same worker-thread hop as the write, with a read connection
+        (``with borrow() as conn``) when it reads (the append group: one hop for read, plan,
+        write and fdatasync). Then the index
         op (``store.indexing.appends.index_written``) indexes exactly these lines and
         moves the session's index mark by compare-and-set from the length before
         the write; if the mark is not there (an earlier op was lost) it indexes the

@@ -2,7 +2,8 @@
 
 The session actor hands every append that waited in its mailbox together to
 :func:`append_group`. In ONE hop to the actor's worker thread it reads what
-the index knows (stored receipts, held ids — ``store.indexing.appends.gather``, plus
+the index knows (stored receipts, held ids — ``store.indexing.appends.gather``; nothing, and no read
+connection taken, for new ids the message-id filter rules out: ``known_without_reads``; plus
 what the index log holds of ids acknowledged but not indexed yet), plans each
 request purely (``store.indexing.appends.plan_appends``: replay, D444 remap, steering
 replacement, refusal), and writes + fdatasyncs the planned lines, each carrying
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from actors.session import SessionCall
-from actors.session_context import Lines, SessionContext
+from actors.session_context import Borrow, Lines, SessionContext
 from protocol import models as m
 from runtime.context import Pinned
 from runtime.handlers import inflight
@@ -36,6 +37,7 @@ from store.indexing.appends import (
     Write,
     content_of,
     gather,
+    known_without_reads,
     named_root,
     plan_appends,
 )
@@ -72,11 +74,15 @@ async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> lis
     checkpoint = inflight.AfterAppend(ctx)
     planned: list[Lines] = []
 
-    def step(conn: Any) -> tuple[AppendPlan, Lines]:
+    def step(borrow: Borrow) -> tuple[AppendPlan, Lines]:
         # The row as it is once the writer is open: opening it may have found lines the actor did not
         # know (a torn tail cut, another program's line) and caught the index up: seqs follow those.
         last_seq = int(ctx.row["messageCount"])
-        known = gather(conn, path, sid, requests, pending=pending, revisions_path=revisions_path, ids=ids)
+        # the usual append reads nothing: no read connection is taken for it
+        known = known_without_reads(sid, requests, pending=pending, ids=ids)
+        if known is None:
+            with borrow() as conn:
+                known = gather(conn, path, sid, requests, pending=pending, revisions_path=revisions_path, ids=ids)
         plan = plan_appends(sid, requests, known, last_seq=last_seq, now_ms=now)
         writes = plan.writes
         held = {w.record["id"]: Held(sid, w.ref, awaits_final(w.record), content_of(w.record)) for w in writes}

@@ -102,6 +102,7 @@ __all__ = [
     "index_written_batch",
     "index_written_run",
     "join_written",
+    "known_without_reads",
     "plan_appends",
 ]
 
@@ -386,17 +387,14 @@ def gather(
     statement reads, they run in one read transaction, the snapshot this promises. One statement
     (an append without receipt or turn: the id lookup) runs as it is.
     """
+    quick = known_without_reads(session_id, requests, pending=pending, ids=ids)
+    if quick is not None:
+        return quick
     candidates = _candidates(session_id, requests)
     lookup = [mid for mid in candidates if ids is None or ids.might_hold(mid)]
     reads = sum(req.receipt is not None for req in requests)
     reads += bool(lookup)
-    named_turn = any(isinstance(turn, str) for turn, _ in _named_turns(requests))
-    reads += named_turn
-    if not reads and not any(named_root(req.message) is not None for req in requests):
-        # The usual append (new ids the filter rules out, no receipt, turn or revision root): nothing to read,
-        # only what the index log holds of the candidates (what :func:`_gather` finds then, without its scans)
-        held = {mid: h for mid in candidates if (h := pending.get(mid)) is not None} if pending else {}
-        return Known([None] * len(requests), held)
+    reads += any(isinstance(turn, str) for turn, _ in _named_turns(requests))
     if reads < 2 or conn.in_transaction:
         return _gather(conn, path, session_id, requests, pending, revisions_path, candidates, lookup)
     conn.execute("BEGIN")
@@ -409,6 +407,27 @@ def gather(
         raise
     conn.execute("COMMIT")  # a read transaction: it ends, nothing else
     return known
+
+
+def known_without_reads(session_id: str, requests: Sequence[AppendRequest], *,
+                        pending: Mapping[str, Held] | None = None, ids: MessageIds | None = None) -> Known | None:
+    """What :func:`gather` finds for a group that needs no read (None: it needs one): no receipt, no named
+    turn or revision root, and only new ids, ones the filter (``ids``) rules out in both spellings. Then the
+    index holds none of them, and what the index log holds of them (``pending``) is all there is to know:
+    the caller need not take a read connection at all (the usual append)."""
+    if ids is None:
+        return None
+    for req in requests:
+        if req.receipt is not None or named_root(req.message) is not None:
+            return None
+        turn = req.turn_id if req.turn_id is not None else req.message.get("turnId")
+        if isinstance(turn, str):
+            return None
+    candidates = _candidates(session_id, requests)
+    if any(ids.might_hold(mid) for mid in candidates):
+        return None
+    held = {mid: h for mid in candidates if (h := pending.get(mid)) is not None} if pending else {}
+    return Known([None] * len(requests), held)
 
 
 def _candidates(session_id: str, requests: Sequence[AppendRequest]) -> list[str]:
