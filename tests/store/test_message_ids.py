@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from store.indexing import index
-from store.indexing.appends import AppendRequest, Held, gather
+from store.indexing.appends import AppendRequest, Held, gather, known_without_reads
 from store.indexing.database import open_reader, open_writer
 from store.indexing.message_ids import MessageIds
 from store.indexing.reconcile import apply_plan, plan_reconcile
 from store.jsonio import dumps_line
+from store.receipts import ReceiptKey
 from store.transcripts.transcript import TranscriptWriter, create_transcript
 
 SID = "s1"
@@ -233,4 +234,34 @@ def test_an_id_acknowledged_but_not_indexed_is_still_held_on_the_filter_path(tmp
     assert not ids.might_hold("m1")
     known = gather(conn, path, SID, [AppendRequest(message("m1"))], pending=held, ids=ids)
     assert known.held["m1"].session_id == "other"
+    conn.close()
+
+
+def test_an_append_that_needs_no_read_is_answered_without_a_connection(tmp_path: Path) -> None:
+    """``known_without_reads`` (the append's write hop then takes no read connection): only for new ids the
+    filter rules out, with no receipt, named turn or revision root; then exactly what ``gather`` finds,
+    the index log's held ids included. Anything that must read declines (None)."""
+    conn = writer(tmp_path)
+    path = tmp_path / f"{SID}.jsonl"
+    create_transcript(path, SID, NOW)
+    put(conn, "other", "taken")
+    ids = MessageIds()
+    ids.attach(conn)
+    held = {"m1": Held("other", {"id": "m1", "sessionId": "other", "seq": 1, "turnId": None, "role": "user",
+                                 "createdAt": 1})}
+    quiet = [AppendRequest(message("m1")), AppendRequest(message("brand-new"))]
+    for pending in (held, {}, None):
+        quick = known_without_reads(SID, quiet, pending=pending, ids=ids)
+        assert quick is not None
+        assert quick == gather(conn, path, SID, quiet, pending=pending, ids=ids)
+    assert known_without_reads(SID, quiet, pending=held, ids=ids).held["m1"].session_id == "other"  # type: ignore[union-attr]
+    key = ReceiptKey("client", "sub-1", "session.appendMessage", "fp")
+    revising = {**message("e1"), "meta": {"revisionRootId": "m0"}}
+    for reads in ([AppendRequest(message("taken"))],  # the filter holds it: D444 must look it up
+                  [AppendRequest(message("n1"), receipt=key)],
+                  [AppendRequest(message("n1"), turn_id="t1")],
+                  [AppendRequest({**message("n1"), "turnId": "t1"})],
+                  [AppendRequest(revising)]):
+        assert known_without_reads(SID, reads, pending=held, ids=ids) is None
+    assert known_without_reads(SID, quiet, pending=held, ids=None) is None  # no filter: every id is looked up
     conn.close()
