@@ -53,6 +53,12 @@ class SettingsGetAllResult(Result):
     ns: str
     values: dict[str, Any] = Field(description="Every key of the namespace (app: the normalized settings blob).")
     updated_at: TimestampMs | None = Field(default=None, description="Newest write to the namespace.")
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="Keys whose stored value is damaged (it no longer parses): left out of values, so the others "
+        "still read; settings.get of one is CORRUPT_DATA, a settings.set or settings.delete of it writes over it. "
+        "Absent when every key reads (app: its one blob is CORRUPT_DATA instead).",
+    )
 
 
 class SettingsSetParams(MutatingParams):

@@ -106,6 +106,12 @@ class MemorySummary(Result):
 class MemoriesListResult(Result):
     memories: list[MemorySummary] = Field(max_length=MAX_MEMORY_LIST)
     next_after: str | None = Field(default=None, description="Set when more may follow: pass it as `after`.")
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="Keys (project paths or group ids) whose stored memory is damaged (it no longer parses, or "
+        "its entries lost their shape): left out of memories, counted toward limit; reading it is CORRUPT_DATA, "
+        "writing it replaces it. Absent when every memory of the page reads.",
+    )
 
 
 __all__ = [

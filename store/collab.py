@@ -434,7 +434,7 @@ def keep_delivered(conn: sqlite3.Connection, delivery_id: str, carried: Mapping[
 
 
 def delivered_record(conn: sqlite3.Connection, delivery_id: str) -> dict[str, Any] | None:
-    got = get_value(conn, _DELIVERED_NS, delivery_id)
+    got = get_value(conn, _DELIVERED_NS, delivery_id, lenient=True)
     return dict(got[0]) if got is not None and isinstance(got[0], Mapping) else None
 
 

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from store.config.settings import delete_value, get_value, namespace_rows, set_value
 from store.config.settings_rules import canonical_path
-from store.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
+from store.errors import Conflict, DamagedRecord, InvalidInput, NotFound, PayloadTooLarge
 from store.jsonio import Readable, loads_stored, readable
 from store.project_memory import EMPTY, memory_view, normalize_memory
 from store.rules import MAX_GROUP_ROOTS, MAX_MEMORY_BYTES, MAX_PATH_CHARS
@@ -55,7 +55,7 @@ _GROUP_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
 def _stored(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
-    return {k: v for k, (v, _) in namespace_rows(conn, GROUPS_NS, MAX_GROUPS).items() if isinstance(v, dict)}
+    return {k: v for k, (v, _) in namespace_rows(conn, GROUPS_NS, MAX_GROUPS)[0].items() if isinstance(v, dict)}
 
 
 def _group(row: tuple[str, str]) -> dict[str, Any]:
@@ -161,7 +161,7 @@ def delete_group(conn: sqlite3.Connection, group_id: str) -> bool:
 
 
 def _require_stored(conn: sqlite3.Connection, group_id: str) -> None:
-    if get_value(conn, GROUPS_NS, group_id) is None:
+    if get_value(conn, GROUPS_NS, group_id, lenient=True) is None:
         raise NotFound(f"project group {group_id!r} not found (memory belongs to stored groups)",
                        data={"groupId": group_id})
 
@@ -197,8 +197,11 @@ def group_details(conn: sqlite3.Connection, group_id: str) -> dict[str, Any]:
         found = get_value(conn, "projectMemory", group["primaryRoot"])
     else:
         found = get_value(conn, MEMORY_NS, group_id)
-    out["memory"] = memory_view(found[0] if found else None)
+    out["memory"] = memory_view(found[0] if found else None, f"memory of project group {group_id}")
     instructions = None if group.get("legacy") else get_value(conn, INSTRUCTIONS_NS, group_id)
-    if instructions is not None and isinstance(instructions[0], str):
+    if instructions is not None:
+        if not isinstance(instructions[0], str):
+            raise DamagedRecord(f"instructions of project group {group_id} are a JSON "
+                                f"{type(instructions[0]).__name__}, not text", data={"groupId": group_id})
         out["instructions"] = instructions[0]
     return out

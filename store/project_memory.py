@@ -18,6 +18,10 @@ structured form::
 * Memory with no entries left stores no key (:data:`EMPTY`).
 * A legacy plain-text value (written by an older build) reads back as one
   untitled entry.
+* A stored value of another shape (entries that no longer validate, not an
+  object or text) is damaged: :func:`memory_view` raises ``DamagedRecord``
+  (CORRUPT_DATA), never an empty memory a reader (or an editor saving it back)
+  would take for the real one.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from store.errors import InvalidInput, PayloadTooLarge
+from store.errors import DamagedRecord, InvalidInput, PayloadTooLarge
 from store.rules import MAX_MEMORY_BYTES, MAX_MEMORY_ENTRIES
 
 __all__ = ["EMPTY", "FORMAT", "derive_content", "normalize_memory", "memory_view"]
@@ -111,8 +115,11 @@ def normalize_memory(value: Any, now_ms: int, *, field: str = "memory") -> dict[
     return {"format": FORMAT, "entries": entries, "content": content, "updatedAt": now_ms}
 
 
-def memory_view(stored: Any) -> dict[str, Any]:
-    """What a reader gets: the structured form (legacy text is one untitled entry)."""
+def memory_view(stored: Any, what: str = "memory") -> dict[str, Any]:
+    """What a reader gets: the structured form (legacy text is one untitled entry; ``None``, no value stored, is
+    the empty memory). A stored value the host did not write that way is ``DamagedRecord`` naming ``what``."""
+    if stored is None:
+        return {"format": FORMAT, "entries": [], "content": ""}
     if isinstance(stored, str):
         text = stored.strip()
         entries = [{"id": "legacy", "title": "", "content": text}] if text else []
@@ -120,10 +127,10 @@ def memory_view(stored: Any) -> dict[str, Any]:
     if isinstance(stored, dict) and isinstance(stored.get("entries"), list):
         try:
             entries = _entries(stored["entries"], "memory")
-        except InvalidInput:
-            entries = []
+        except InvalidInput as exc:
+            raise DamagedRecord(f"{what} is unreadable: {exc}") from None
         view: dict[str, Any] = {"format": FORMAT, "entries": entries, "content": derive_content(entries)}
         if isinstance(stored.get("updatedAt"), int):
             view["updatedAt"] = stored["updatedAt"]
         return view
-    return {"format": FORMAT, "entries": [], "content": ""}
+    raise DamagedRecord(f"{what} is unreadable: a JSON {type(stored).__name__} that is neither memory nor text")

@@ -44,7 +44,7 @@ import orjson
 
 from store.config.settings import delete_value, get_value, set_value
 from store.errors import Conflict, DamagedRecord, InvalidInput, LimitExceeded, PayloadTooLarge
-from store.jsonio import Readable, readable
+from store.jsonio import Readable, loads_stored, readable
 from store.project_memory import memory_view
 from store.rules import (
     MAX_SKILL_DESCRIPTION_CHARS,
@@ -121,7 +121,7 @@ def _version_key(name: str, version: str) -> str:
 def _stored_digest(conn: sqlite3.Connection, name: str, version: str, current: dict[str, Any] | None) -> str | None:
     """The digest ``name@version`` was stored with: its ``kv(skillVersions)`` row, else (a skill stored by an
     older build) the current row when it holds that version."""
-    found = get_value(conn, VERSIONS_NS, _version_key(name, version))
+    found = get_value(conn, VERSIONS_NS, _version_key(name, version), lenient=True)
     if found is not None and isinstance(found[0], dict) and isinstance(found[0].get("sha256"), str):
         return str(found[0]["sha256"])
     if current is not None and current.get("version") == version and isinstance(current.get("sha256"), str):
@@ -144,7 +144,7 @@ def put_skill(conn: sqlite3.Connection, *, name: object, version: object, source
               description: object = None, origin: object = None, now_ms: int) -> tuple[dict[str, Any], bool]:
     """Store a skill; (the stored skill, whether anything changed). Raises before writing on a bad value."""
     new = _checked(name, version, source, description, origin)
-    found = get_value(conn, SKILLS_NS, new["name"])
+    found = get_value(conn, SKILLS_NS, new["name"], lenient=True)
     old = found[0] if found is not None and isinstance(found[0], dict) else None
     digest = _stored_digest(conn, new["name"], new["version"], old)
     if digest is not None and digest != new["sha256"]:
@@ -171,7 +171,7 @@ def get_skill(conn: sqlite3.Connection, name: str, *, checked: bool = False) -> 
     """The stored skill, None when there is none. A record that no longer parses as an object is None too (a
     put writes over it, a delete removes it), or with ``checked`` (``skills.get``) ``DamagedRecord``
     (CORRUPT_DATA)."""
-    found = get_value(conn, SKILLS_NS, validate_skill_name(name))
+    found = get_value(conn, SKILLS_NS, validate_skill_name(name), lenient=True)
     if found is None:
         return None
     if not isinstance(found[0], dict):
@@ -208,24 +208,26 @@ def delete_skill(conn: sqlite3.Connection, name: str, *, now_ms: int) -> bool:
     return delete_value(conn, SKILLS_NS, validate_skill_name(name))
 
 
-def list_memories(conn: sqlite3.Connection, scope: str, *, after: str | None, limit: int) -> list[dict[str, Any]]:
-    """One page of the stored memories of ``scope`` (project paths or group ids, key order, after ``after``).
+def list_memories(conn: sqlite3.Connection, scope: str, *, after: str | None,
+                  limit: int) -> list[tuple[str, dict[str, Any] | None]]:
+    """One page of the stored memories of ``scope`` (project paths or group ids, key order, after ``after``):
+    (key, summary) pairs, the summary None when the stored memory is damaged (the caller names it).
 
-    Each item: key, entry count, content size, updatedAt; the content itself is
+    Each summary: key, entry count, content size, updatedAt; the content itself is
     read with ``settings.get`` / ``projectGroups.get``.
     """
     ns = MEMORY_SCOPES.get(scope)
     if ns is None:
         raise _bad("scope", f"must be one of {', '.join(MEMORY_SCOPES)}")
-    out: list[dict[str, Any]] = []
+    out: list[tuple[str, dict[str, Any] | None]] = []
     for key, raw, updated in conn.execute(
             "SELECT key, value_json, updated_at FROM kv WHERE ns = ? AND key > ? ORDER BY key LIMIT ?",
-            (ns, after or "", limit)):
+            (ns, after or "", limit)).fetchall():
         try:
-            value = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            value = None
-        view = memory_view(value)
-        out.append({"scope": scope, "key": key, "entries": len(view["entries"]),
-                    "contentBytes": len(view["content"].encode("utf-8")), "updatedAt": int(updated)})
+            view = memory_view(loads_stored(raw, f"memory {ns}/{key}"), f"memory {ns}/{key}")
+        except DamagedRecord:
+            out.append((str(key), None))
+            continue
+        out.append((str(key), {"scope": scope, "key": key, "entries": len(view["entries"]),
+                               "contentBytes": len(view["content"].encode("utf-8")), "updatedAt": int(updated)}))
     return out

@@ -41,7 +41,7 @@ def open_workspace(conn: sqlite3.Connection, path: str, name: str | None, now_ms
 
 
 def current_project(conn: sqlite3.Connection) -> dict[str, Any] | None:
-    found = get_value(conn, *CURRENT_KEY)
+    found = get_value(conn, *CURRENT_KEY, lenient=True)
     value = found[0] if found else None
     if isinstance(value, str) and value.isdigit():
         value = int(value)

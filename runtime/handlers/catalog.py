@@ -24,7 +24,7 @@ from protocol import models as m
 from runtime.context import HostContext, ReadContext, WriterContext
 from store.config import catalog, providers
 from store.config import settings as kv
-from store.config.settings_rules import APP_NS, APP_SETTINGS_KEY, clean_app
+from store.config.settings_rules import clean_app
 from store.errors import InvalidInput, NotFound
 from store.receipts import ReceiptKey
 from store.rules import MAX_MODEL_LIST_BYTES
@@ -68,7 +68,7 @@ def remove(ctx: WriterContext, p: m.ModelsRemoveParams, key: ReceiptKey | None) 
 
 def _target(conn: Any, provider_id: str) -> tuple[dict[str, Any], Any]:
     row = providers.get_provider(conn, provider_id)
-    found = kv.get_value(conn, APP_NS, APP_SETTINGS_KEY)
+    found = kv.app_blob(conn)
     proxy = clean_app(found[0] if found else None, current_platform()).get("networkProxy")
     return row, proxy
 

@@ -63,7 +63,7 @@ async def fingerprint(services: Services, method: str, raw: Mapping[str, Any]) -
 
 
 def _settings(conn: Any) -> dict[str, Any]:
-    found = get_value(conn, *sync.SETTINGS_KEY)
+    found = get_value(conn, *sync.SETTINGS_KEY, lenient=True)
     value = found[0] if found else None
     return dict(value) if isinstance(value, dict) else {"enabled": False}
 
@@ -124,7 +124,7 @@ async def configure(ctx: HostContext, p: m.ConfigSyncConfigureParams, key: Recei
         return {"settings": settings, "hasVaultKey": True, "hasWebdavPassword": has_password}
 
     def landed(conn: Any) -> bool:
-        found = get_value(conn, *sync.SETTINGS_KEY)
+        found = get_value(conn, *sync.SETTINGS_KEY, lenient=True)
         return found is not None and found[1] == now
 
     try:

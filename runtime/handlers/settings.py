@@ -51,7 +51,7 @@ def get(ctx: ReadContext, p: m.SettingsGetParams) -> Any:
     ns = p.ns
     check_key(ns, p.key)
     if ns == APP_NS and p.key not in HOST_OWNED_APP_KEYS.keys() - {APP_SETTINGS_KEY}:
-        found = settings.get_value(ctx.conn, APP_NS, APP_SETTINGS_KEY)
+        found = settings.app_blob(ctx.conn)
         view = app_view(found[0] if found else None, current_platform())
         if p.key != APP_SETTINGS_KEY and p.key not in view:
             return _got(ns, p.key, _UNSET, found[1] if found else None)
@@ -62,7 +62,7 @@ def get(ctx: ReadContext, p: m.SettingsGetParams) -> Any:
         return _got(ns, p.key, _UNSET, None)
     value, updated = found
     if ns == "projectMemory":
-        value = memory_view(value)
+        value = memory_view(value, f"setting {ns}/{canonical_key(ns, p.key)}")
     return _got(ns, p.key, value, updated)
 
 
@@ -85,15 +85,17 @@ def get_all(ctx: ReadContext, p: m.SettingsGetAllParams) -> Any:
     if not rules.listable:
         raise InvalidInput(f"namespace {p.ns} is read one key at a time (settings.get)", data={"field": "ns"})
     if p.ns == APP_NS:
-        found = settings.get_value(ctx.conn, APP_NS, APP_SETTINGS_KEY)
+        found = settings.app_blob(ctx.conn)
         out: dict[str, Any] = {"ns": APP_NS, "values": app_view(found[0] if found else None, current_platform())}
         if found is not None:
             out["updatedAt"] = found[1]
         return out
-    rows = settings.namespace_rows(ctx.conn, p.ns, rules.max_keys)
+    rows, damaged = settings.namespace_rows(ctx.conn, p.ns, rules.max_keys)
     out = {"ns": p.ns, "values": {k: v for k, (v, _) in rows.items()}}
     if rows:
         out["updatedAt"] = max(u for _, u in rows.values())
+    if damaged:
+        out["unreadable"] = damaged
     return out
 
 

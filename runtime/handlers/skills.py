@@ -49,7 +49,11 @@ def delete(ctx: WriterContext, p: m.SkillsDeleteParams, key: ReceiptKey | None) 
 
 def list_memories(ctx: ReadContext, p: m.MemoriesListParams) -> Any:
     page = skills.list_memories(ctx.conn, p.scope, after=p.after, limit=p.limit + 1)
-    out: dict[str, Any] = {"memories": page[:p.limit]}
+    shown = page[:p.limit]
+    out: dict[str, Any] = {"memories": [summary for _, summary in shown if summary is not None]}
+    damaged = [key for key, summary in shown if summary is None]
+    if damaged:
+        out["unreadable"] = damaged
     if len(page) > p.limit:
-        out["nextAfter"] = page[p.limit - 1]["key"]
+        out["nextAfter"] = shown[-1][0]
     return out

@@ -41,7 +41,7 @@ import orjson
 
 from store import project_groups, skills
 from store.config import catalog, providers
-from store.config.settings import get_value, namespace_rows, set_value
+from store.config.settings import app_blob, get_value, namespace_rows, set_value
 from store.config.settings_rules import APP_NS, APP_SETTINGS_KEY, clean_app, plan_write
 from store.errors import (
     Conflict,
@@ -246,14 +246,14 @@ def bundle_info(directory: Path, name: str) -> dict[str, Any] | None:
 
 
 def export_portable(conn: sqlite3.Connection, now_ms: int, platform: str) -> dict[str, Any]:
-    found = get_value(conn, APP_NS, APP_SETTINGS_KEY)
+    found = app_blob(conn)
     rows = [r for r in providers.list_providers(conn) if r["ownerPluginId"] is None]
     provider_docs = [{k: r[k] for k in ("id", *providers.PROVIDER_FIELDS) if r.get(k) is not None} for r in rows]
     user_models = [m for m in catalog.list_models(conn, providers=[r["id"] for r in rows]).items
                    if m["source"] == "user"]
     projects = [{"path": path, "name": name, "pinned": bool(pinned)}
                 for path, name, pinned in conn.execute("SELECT path, name, pinned FROM projects ORDER BY path")]
-    ns_rows = {ns: {k: v for k, (v, _) in namespace_rows(conn, ns, _MAX_ROWS).items()}
+    ns_rows = {ns: {k: v for k, (v, _) in namespace_rows(conn, ns, _MAX_ROWS)[0].items()}
                for ns in ("projectMemory", project_groups.GROUPS_NS, project_groups.MEMORY_NS,
                           project_groups.INSTRUCTIONS_NS)}
     return {
@@ -325,7 +325,7 @@ def _put_group(conn: sqlite3.Connection, record: Any, now_ms: int) -> None:
     if not isinstance(record, dict) or not isinstance(record.get("id"), str):
         raise InvalidInput("bundle.projectGroups: each entry needs an id", data={"field": "bundle.projectGroups"})
     gid = record["id"]
-    exists = get_value(conn, project_groups.GROUPS_NS, gid) is not None
+    exists = get_value(conn, project_groups.GROUPS_NS, gid, lenient=True) is not None
     saved = project_groups.save_group(conn, gid if exists else None, str(record.get("name", "")),
                                       list(record.get("roots", [])), record.get("primaryRoot"),
                                       new_id=gid, now_ms=now_ms)
@@ -350,7 +350,7 @@ def apply_portable(conn: sqlite3.Connection, doc: dict[str, Any], now_ms: int, p
               "skills": 0}
     settings = _section(doc, "settings", dict)
     if settings:
-        found = get_value(conn, APP_NS, APP_SETTINGS_KEY)
+        found = app_blob(conn)
         changes = clean_app(settings, platform)
         plan = plan_write(APP_NS, {APP_SETTINGS_KEY: found[0]} if found else {}, changes, existing_keys=0,
                           now_ms=now_ms, platform=platform)
@@ -399,7 +399,7 @@ def apply_portable(conn: sqlite3.Connection, doc: dict[str, Any], now_ms: int, p
         if not isinstance(text, str):
             raise InvalidInput("bundle.projectGroupInstructions: values are text",
                                data={"field": "bundle.projectGroupInstructions"})
-        if get_value(conn, project_groups.GROUPS_NS, gid) is None:
+        if get_value(conn, project_groups.GROUPS_NS, gid, lenient=True) is None:
             raise Conflict(f"bundle.projectGroupInstructions names unknown group {gid!r}", data={"groupId": gid})
         project_groups.set_instructions(conn, gid, text, now_ms)
     for item in _section(doc, "skills", list):

@@ -196,7 +196,7 @@ def get_provider(conn: sqlite3.Connection, provider_id: str) -> dict[str, Any]:
 
 
 def order_ids(conn: sqlite3.Connection) -> list[str]:
-    found = get_value(conn, *ORDER_KEY)
+    found = get_value(conn, *ORDER_KEY, lenient=True)
     value = found[0] if found else None
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 

@@ -14,8 +14,10 @@ from typing import Any
 import orjson
 
 from store.config.settings_rules import APP_NS, APP_SETTINGS_KEY, DELETE, KvPlan, canonical_key
+from store.errors import DamagedRecord
 
 __all__ = [
+    "app_blob",
     "apply_plan",
     "count_keys",
     "delete_namespace",
@@ -27,15 +29,41 @@ __all__ = [
 ]
 
 
-def get_value(conn: sqlite3.Connection, ns: str, key: str) -> tuple[Any, int] | None:
-    """(value, updated_at) of ``ns``/``key``, or None when unset."""
+_DAMAGED: Any = object()
+"""A stored value that no longer parses, as :func:`read_for_write` hands it to the plan."""
+
+
+def _damaged(ns: str, key: str, why: str) -> DamagedRecord:
+    return DamagedRecord(f"setting {ns}/{key} is unreadable: {why}", data={"ns": ns, "key": key})
+
+
+def get_value(conn: sqlite3.Connection, ns: str, key: str, *, lenient: bool = False) -> tuple[Any, int] | None:
+    """(value, updated_at) of ``ns``/``key``, or None when unset.
+
+    A stored value that no longer parses (the host writes JSON only) is ``DamagedRecord`` (CORRUPT_DATA, data
+    ``ns`` and ``key``): never read as unset, so no write merges into an empty view of it. ``lenient`` is for the
+    few readers whose own record a damaged value may stand in for as ``(None, updated_at)`` (a write of theirs
+    replaces it whole): the saved provider order, the current project, a skill's rows, a delivery's carried
+    answer, the config-sync settings, a group's existence."""
     row = conn.execute("SELECT value_json, updated_at FROM kv WHERE ns = ? AND key = ?", (ns, key)).fetchone()
     if row is None:
         return None
     try:
         return orjson.loads(row[0]), int(row[1])
-    except orjson.JSONDecodeError:
-        return None, int(row[1])  # a hand-edited row: readers normalize it
+    except orjson.JSONDecodeError as exc:
+        if lenient:
+            return None, int(row[1])
+        raise _damaged(ns, key, str(exc)) from None
+
+
+def app_blob(conn: sqlite3.Connection) -> tuple[dict[str, Any], int] | None:
+    """The app settings blob ``kv(app, settings)`` and its updated_at, None when unset; ``DamagedRecord`` when
+    it no longer parses as an object (the host writes only objects): every app key lives in it, so no app
+    setting reads or writes until it is repaired."""
+    found = get_value(conn, APP_NS, APP_SETTINGS_KEY)
+    if found is not None and not isinstance(found[0], dict):
+        raise _damaged(APP_NS, APP_SETTINGS_KEY, f"a JSON {type(found[0]).__name__}, not an object")
+    return found
 
 
 def set_value(conn: sqlite3.Connection, ns: str, key: str, value: Any, now_ms: int) -> None:
@@ -59,24 +87,36 @@ def count_keys(conn: sqlite3.Connection, ns: str) -> int:
     return int(conn.execute("SELECT COUNT(*) FROM kv WHERE ns = ?", (ns,)).fetchone()[0])
 
 
-def namespace_rows(conn: sqlite3.Connection, ns: str, limit: int) -> dict[str, tuple[Any, int]]:
-    """Up to ``limit`` keys of ``ns`` (key order): key -> (value, updated_at)."""
+def namespace_rows(conn: sqlite3.Connection, ns: str,
+                   limit: int) -> tuple[dict[str, tuple[Any, int]], list[str]]:
+    """Up to ``limit`` keys of ``ns`` (key order): (key -> (value, updated_at), the keys whose stored value no
+    longer parses: left out of the first, named in the second)."""
     out: dict[str, tuple[Any, int]] = {}
+    damaged: list[str] = []
     for key, raw, updated in conn.execute(
-            "SELECT key, value_json, updated_at FROM kv WHERE ns = ? ORDER BY key LIMIT ?", (ns, limit)):
+            "SELECT key, value_json, updated_at FROM kv WHERE ns = ? ORDER BY key LIMIT ?", (ns, limit)).fetchall():
         try:
             out[key] = (orjson.loads(raw), int(updated))
         except orjson.JSONDecodeError:
-            out[key] = (None, int(updated))
-    return out
+            damaged.append(str(key))
+    return out, damaged
 
 
 def read_for_write(conn: sqlite3.Connection, ns: str, keys: Iterable[str]) -> tuple[dict[str, Any], int]:
-    """The stored values a write of ``keys`` to ``ns`` can touch, and the key count of ``ns``."""
-    wanted = [APP_SETTINGS_KEY] if ns == APP_NS else sorted({canonical_key(ns, k) for k in keys})
+    """The stored values a write of ``keys`` to ``ns`` can touch, and the key count of ``ns``. For ``app`` the
+    blob every key merges into: ``DamagedRecord`` when it is damaged (:func:`app_blob`), never an empty blob the
+    write would replace it with. A damaged value of another namespace's key is read as present (its whole
+    value is replaced or deleted by the write, nothing merged into it)."""
+    if ns == APP_NS:
+        found = app_blob(conn)
+        return ({APP_SETTINGS_KEY: found[0]} if found is not None else {}), count_keys(conn, ns)
     current: dict[str, Any] = {}
-    for key in wanted:
-        found = get_value(conn, ns, key)
+    for key in sorted({canonical_key(ns, k) for k in keys}):
+        try:
+            found = get_value(conn, ns, key)
+        except DamagedRecord:
+            current[key] = _DAMAGED  # unequal to any value: the write changes it
+            continue
         if found is not None:
             current[key] = found[0]
     return current, count_keys(conn, ns)

@@ -17,7 +17,7 @@ import pytest
 
 from store.config import settings
 from store.config.settings_rules import DELETE, KvPlan, app_view, plan_write
-from store.errors import InvalidInput, PayloadTooLarge
+from store.errors import DamagedRecord, InvalidInput, PayloadTooLarge
 from store.project_memory import memory_view
 from tests.dbkit import NOW, tx
 
@@ -96,9 +96,18 @@ def test_large_paste_threshold_reads_normalize_to_600(conn: sqlite3.Connection, 
     assert read(conn, "largePasteThreshold") == 600
 
 
-def test_a_blob_that_is_not_json_reads_as_defaults(conn: sqlite3.Connection) -> None:
-    conn.execute("INSERT INTO kv VALUES ('app', 'settings', '{not json', ?)", (NOW,))
-    assert read(conn, "largePasteThreshold") == 600 and read(conn, "thinkingDisplayMode") == "detailed"
+@pytest.mark.parametrize("stored", ["{not json", "[600]"], ids=["not-json", "not-an-object"])
+def test_a_damaged_blob_is_corrupt_to_read_and_to_write(conn: sqlite3.Connection, stored: str) -> None:
+    """Before, a blob that did not parse read as defaults, and a write of one field replaced it with that field
+    alone (every other app setting lost)."""
+    conn.execute("INSERT INTO kv VALUES ('app', 'settings', ?, ?)", (stored, NOW))
+    with pytest.raises(DamagedRecord):
+        settings.app_blob(conn)
+    before = dump(conn)
+    with pytest.raises(DamagedRecord) as exc:
+        write(conn, "app", {"largePasteThreshold": 1000}, now=NOW + 1)
+    assert exc.value.data == {"ns": "app", "key": "settings"}
+    assert dump(conn) == before
 
 
 # -- thinkingDisplayMode ---------------------------------------------------------------------------

@@ -945,6 +945,7 @@ class MemoriesListParams(TypedDict):
 class MemoriesListResult(TypedDict):
     memories: list[MemorySummary]
     nextAfter: NotRequired[str | None]
+    unreadable: NotRequired[list[str] | None]
 
 
 class Memory(TypedDict):
@@ -2196,6 +2197,7 @@ class SettingsGetAllResult(TypedDict):
     ns: str
     values: JsonObject
     updatedAt: NotRequired[int | None]
+    unreadable: NotRequired[list[str] | None]
 
 
 class SettingsGetParams(TypedDict):

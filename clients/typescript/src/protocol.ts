@@ -1229,6 +1229,8 @@ export interface MemoriesListResult {
   memories: MemorySummary[];
   /** Set when more may follow: pass it as `after`. */
   nextAfter?: string | null;
+  /** Keys (project paths or group ids) whose stored memory is damaged (it no longer parses, or its entries lost their shape): left out of memories, counted toward limit; reading it is CORRUPT_DATA, writing it replaces it. Absent when every memory of the page reads. */
+  unreadable?: string[] | null;
 }
 
 export interface Memory {
@@ -2829,6 +2831,8 @@ export interface SettingsGetAllResult {
   values: JsonObject;
   /** Newest write to the namespace. */
   updatedAt?: number | null;
+  /** Keys whose stored value is damaged (it no longer parses): left out of values, so the others still read; settings.get of one is CORRUPT_DATA, a settings.set or settings.delete of it writes over it. Absent when every key reads (app: its one blob is CORRUPT_DATA instead). */
+  unreadable?: string[] | null;
 }
 
 export interface SettingsGetParams {

@@ -1,0 +1,94 @@
+"""A stored setting or memory that no longer reads (a value_json cut by index damage, a memory whose entries lost
+their shape) answers CORRUPT_DATA for that key and is named in a listing's ``unreadable``; before, it read as
+unset (or as an empty memory), and a write to the app settings merged into that empty view and replaced every
+other app setting with it."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import trio
+
+from protocol.models_settings import SettingsGetAllResult
+from protocol.models_skills import MemoriesListResult
+from tests.hostkit import client_for, inprocess_host
+from tests.integrity.test_damaged_listings import damage
+from tests.turns.turnkit import rpc_error
+
+
+def stored(root: Path, ns: str, key: str) -> str:
+    conn = sqlite3.connect(root / "pi.sqlite")
+    try:
+        return str(conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = ?", (ns, key)).fetchone()[0])
+    finally:
+        conn.close()
+
+
+async def test_a_damaged_app_settings_blob_is_corrupt_to_read_and_to_write(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            values = {"largePasteThreshold": 1200, "thinkingDisplayMode": "compact"}
+            await ui.call("settings.update", {"values": values})
+            for cut in ('{"largePasteThreshold": 12', '[1200]'):
+                damage(tmp_path, "UPDATE kv SET value_json = ? WHERE ns = 'app' AND key = 'settings'", cut)
+                for method, params in (("settings.get", {"key": "largePasteThreshold"}), ("settings.getAll", {}),
+                                       ("settings.set", {"key": "thinkingDisplayMode", "value": "detailed"}),
+                                       ("settings.delete", {"key": "largePasteThreshold"})):
+                    err = await rpc_error(ui.call(method, params))
+                    assert err.data_code == "CORRUPT_DATA", (cut, method)
+                    assert (err.data["ns"], err.data["key"]) == ("app", "settings")
+                assert stored(tmp_path, "app", "settings") == cut  # no write replaced it with an empty blob's merge
+
+
+async def test_a_damaged_key_is_corrupt_to_get_named_by_get_all_and_a_set_writes_over_it(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            await ui.call("settings.update", {"ns": "ui", "values": {"a": 1, "b": {"open": True}, "c": 3}})
+            damage(tmp_path, "UPDATE kv SET value_json = '{\"op' WHERE ns = 'ui' AND key = 'b'")
+            err = await rpc_error(ui.call("settings.get", {"ns": "ui", "key": "b"}))
+            assert (err.data_code, err.data["ns"], err.data["key"]) == ("CORRUPT_DATA", "ui", "b")
+            listed = SettingsGetAllResult.model_validate(await ui.call("settings.getAll", {"ns": "ui"}))
+            assert listed.values == {"a": 1, "c": 3} and listed.unreadable == ["b"]
+            wrote = await ui.call("settings.set", {"ns": "ui", "key": "b", "value": {"open": False}})
+            assert wrote["changed"] == ["b"]
+            again = SettingsGetAllResult.model_validate(await ui.call("settings.getAll", {"ns": "ui"}))
+            assert again.values == {"a": 1, "b": {"open": False}, "c": 3} and again.unreadable is None
+
+
+async def test_a_damaged_project_memory_is_corrupt_to_read_and_named_by_memories_list(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            for path in ("/w/a", "/w/b", "/w/c"):
+                await ui.call("settings.set", {"ns": "projectMemory", "key": path, "value": f"notes of {path}"})
+            damage(tmp_path, "UPDATE kv SET value_json = '{\"format\": \"entries-v1\", \"entries\": [{\"x\": 1}]}' "
+                   "WHERE ns = 'projectMemory' AND key = '/w/b'")
+            damage(tmp_path, "UPDATE kv SET value_json = '{\"format\": \"entr' "
+                   "WHERE ns = 'projectMemory' AND key = '/w/c'")
+            for path in ("/w/b", "/w/c"):
+                err = await rpc_error(ui.call("settings.get", {"ns": "projectMemory", "key": path}))
+                assert err.data_code == "CORRUPT_DATA", path
+            got = await ui.call("settings.get", {"ns": "projectMemory", "key": "/w/a"})
+            assert got["value"]["content"] == "notes of /w/a"
+            listed = MemoriesListResult.model_validate(await ui.call("memories.list", {}))
+            assert [x.key for x in listed.memories] == ["/w/a"] and listed.unreadable == ["/w/b", "/w/c"]
+            page = MemoriesListResult.model_validate(await ui.call("memories.list", {"limit": 2}))
+            assert [x.key for x in page.memories] == ["/w/a"] and page.unreadable == ["/w/b"]
+            assert page.next_after == "/w/b"
+            await ui.call("settings.set", {"ns": "projectMemory", "key": "/w/b", "value": "new notes"})
+            got = await ui.call("settings.get", {"ns": "projectMemory", "key": "/w/b"})
+            assert got["value"]["content"] == "new notes"
+
+
+async def test_a_damaged_group_memory_makes_project_groups_get_corrupt_until_set_again(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            root = tmp_path / "proj"
+            root.mkdir()
+            gid = (await ui.call("projectGroups.save", {"name": "G", "roots": [str(root)]}))["group"]["id"]
+            await ui.call("projectGroups.setMemory", {"groupId": gid, "memory": "group notes"})
+            damage(tmp_path, "UPDATE kv SET value_json = '7' WHERE ns = 'projectGroupMemory' AND key = ?", gid)
+            err = await rpc_error(ui.call("projectGroups.get", {"groupId": gid}))
+            assert err.data_code == "CORRUPT_DATA"
+            await ui.call("projectGroups.setMemory", {"groupId": gid, "memory": "again"})
+            assert (await ui.call("projectGroups.get", {"groupId": gid}))["memory"]["content"] == "again"
