@@ -63,6 +63,12 @@ class ProvidersListParams(Params):
 
 class ProvidersListResult(Result):
     providers: list[Provider] = Field(description="In display order (providers.reorder), then creation order.")
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="Ids of providers whose stored config is damaged (it no longer parses as an object): left out "
+        "of providers, so the others still list; providers.get and models.refresh of one are CORRUPT_DATA, "
+        "providers.update with config writes over it, providers.delete removes it. Absent when every row reads.",
+    )
 
 
 class ProvidersGetParams(Params):
@@ -116,6 +122,11 @@ class ProvidersSyncParams(MutatingParams):
 class ProvidersSyncResult(Result):
     providers: list[Provider] = Field(description="The plugin's rows after the sync.")
     removed: list[str] = Field(description="Rows of the plugin it no longer declares (deleted).")
+    unreadable: list[str] | None = Field(
+        default=None,
+        description="Ids of the plugin's rows whose stored config is damaged, left out of providers (a declaration "
+        "with config writes over it). Absent when every row reads.",
+    )
 
 
 __all__ = [

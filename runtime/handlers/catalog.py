@@ -44,10 +44,11 @@ def list_models(ctx: ReadContext, p: m.ModelsListParams) -> Any:
     if plugin is None:
         return catalog.list_models(ctx.conn, p.provider_id).result("models")
     if p.provider_id is not None:
-        row = providers.get_provider(ctx.conn, p.provider_id)
+        row = providers.provider_head(ctx.conn, p.provider_id)
         require_owner(ctx.caller, row["ownerPluginId"], what=f"provider {p.provider_id}")
         return catalog.list_models(ctx.conn, p.provider_id).result("models")
-    own = [r["id"] for r in providers.list_providers(ctx.conn, owner=plugin)]
+    listed = providers.list_providers(ctx.conn, owner=plugin)  # a provider's models list whatever its config holds
+    own = [*(r["id"] for r in listed.items), *listed.unreadable]
     return catalog.list_models(ctx.conn, providers=own).result("models") if own else {"models": []}
 
 

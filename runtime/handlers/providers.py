@@ -84,8 +84,7 @@ def _visible(caller: Any, row: Mapping[str, Any]) -> None:
 
 
 def list_providers(ctx: ReadContext, p: m.ProvidersListParams) -> Any:
-    rows = store.list_providers(ctx.conn, owner=ctx.caller.plugin_id)
-    return {"providers": [store.provider_view(r) for r in rows]}
+    return store.list_providers(ctx.conn, owner=ctx.caller.plugin_id).map(store.provider_view).result("providers")
 
 
 def get(ctx: ReadContext, p: m.ProvidersGetParams) -> Any:
@@ -144,7 +143,7 @@ async def create(ctx: HostContext, p: m.ProvidersCreateParams, key: ReceiptKey |
 
 def _exists(conn: Any, pid: str) -> bool:
     try:
-        store.get_provider(conn, pid)
+        store.provider_head(conn, pid)
     except NotFound:
         return False
     return True
@@ -157,7 +156,7 @@ async def update(ctx: HostContext, p: m.ProvidersUpdateParams, key: ReceiptKey |
     ref = store.secret_ref_for(pid)
     key_change = "api_key" in p.model_fields_set
     async with _lock(ctx.services):
-        row = await ctx.read(store.get_provider, pid)
+        row = await ctx.read(store.provider_head, pid)
         require_owner(ctx.caller, row["ownerPluginId"], what=f"provider {pid}", user_may_change=False)
         now = ctx.now()
         before: dict[str, bytes | None] = {}
@@ -171,23 +170,24 @@ async def update(ctx: HostContext, p: m.ProvidersUpdateParams, key: ReceiptKey |
                     await vault.run(lambda: vault.store.delete(ref, now_ms=now))
 
         def effect(conn: Any) -> Any:
-            current = store.get_provider(conn, pid)
+            current = store.provider_head(conn, pid)
             require_owner(ctx.caller, current["ownerPluginId"], what=f"provider {pid}", user_may_change=False)
             if key_change and p.api_key is not None:
-                updated = store.update_provider(conn, pid, changes, now_ms=now, secret_ref=ref)
+                store.update_provider(conn, pid, changes, now_ms=now, secret_ref=ref)
                 secret_store.upsert_meta(conn, ref, owner_kind="provider", owner_id=pid, kind="api_key", now_ms=now)
             elif key_change:
-                updated = store.update_provider(conn, pid, changes, now_ms=now, secret_ref=None)
+                store.update_provider(conn, pid, changes, now_ms=now, secret_ref=None)
                 secret_store.delete_meta(conn, ref)
             else:
-                updated = store.update_provider(conn, pid, changes, now_ms=now)
-            return {"provider": store.provider_view(updated)}
+                store.update_provider(conn, pid, changes, now_ms=now)
+            # a row whose config is damaged and is not written over stays damaged: CORRUPT_DATA, rolled back
+            return {"provider": store.provider_view(store.get_provider(conn, pid))}
 
         try:
             result = await ctx.commit(effect)
         except StoreError:
             async with vault.lock:
-                await vault.take_back(ctx, before, lambda conn: store.get_provider(conn, pid)["updatedAt"] == now)
+                await vault.take_back(ctx, before, lambda conn: store.provider_head(conn, pid)["updatedAt"] == now)
             raise
     ctx.publish(TOPIC, {"providerIds": [pid]})
     return result
@@ -206,7 +206,7 @@ async def delete(ctx: HostContext, p: m.ProvidersDeleteParams, key: ReceiptKey |
     pid = p.provider_id
     vault: Vault = ctx.services.get(VAULT)
     async with _lock(ctx.services):
-        row = await ctx.read(store.get_provider, pid)
+        row = await ctx.read(store.provider_head, pid)
         require_owner(ctx.caller, row["ownerPluginId"], what=f"provider {pid}", user_may_change=False)
         now = ctx.now()
         # its key, whether or not the row knew of it (one stored by secrets.set before the row existed)
@@ -218,7 +218,7 @@ async def delete(ctx: HostContext, p: m.ProvidersDeleteParams, key: ReceiptKey |
         ref = key_ref if stored or row["secretRef"] is not None else None
 
         def effect(conn: Any) -> Any:
-            current = store.get_provider(conn, pid)
+            current = store.provider_head(conn, pid)
             require_owner(ctx.caller, current["ownerPluginId"], what=f"provider {pid}", user_may_change=False)
             store.delete_provider(conn, pid, now)
             if ref is not None:
@@ -253,17 +253,18 @@ def sync(ctx: WriterContext, p: m.ProvidersSyncParams, key: ReceiptKey | None) -
     for pid, decl in declared.items():
         fields = _fields(decl, only_set=False)
         try:
-            row = store.get_provider(conn, pid)
+            row = store.provider_head(conn, pid)
         except NotFound:
             store.insert_provider(conn, pid, fields, secret_ref=None, owner=plugin, now_ms=now)
             continue
         require_owner(ctx.caller, row["ownerPluginId"], what=f"provider {pid}")
         store.update_provider(conn, pid, fields, now_ms=now)
-    removed = [r["id"] for r in store.list_providers(conn, owner=plugin) if r["id"] not in declared]
+    before = store.list_providers(conn, owner=plugin)
+    removed = [pid for pid in [*(r["id"] for r in before.items), *before.unreadable] if pid not in declared]
     for pid in removed:
         store.delete_provider(conn, pid, now)
     rows = store.list_providers(conn, owner=plugin)
     changed = sorted({*declared, *removed})
     if changed:
         ctx.publish(TOPIC, {"providerIds": changed})
-    return {"providers": [store.provider_view(r) for r in rows], "removed": removed}
+    return rows.map(store.provider_view).result("providers", removed=removed)

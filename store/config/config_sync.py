@@ -247,7 +247,7 @@ def bundle_info(directory: Path, name: str) -> dict[str, Any] | None:
 
 def export_portable(conn: sqlite3.Connection, now_ms: int, platform: str) -> dict[str, Any]:
     found = app_blob(conn)
-    rows = [r for r in providers.list_providers(conn) if r["ownerPluginId"] is None]
+    rows = [r for r in providers.list_providers(conn).items if r["ownerPluginId"] is None]  # a damaged one: not
     provider_docs = [{k: r[k] for k in ("id", *providers.PROVIDER_FIELDS) if r.get(k) is not None} for r in rows]
     user_models = [m for m in catalog.list_models(conn, providers=[r["id"] for r in rows]).items
                    if m["source"] == "user"]
@@ -311,7 +311,7 @@ def _apply_provider(conn: sqlite3.Connection, item: Any, now_ms: int) -> bool:
     if "config" in fields:
         providers.validate_config(fields["config"])
     try:
-        current = providers.get_provider(conn, item["id"])
+        current = providers.provider_head(conn, item["id"])
     except NotFound:
         providers.insert_provider(conn, item["id"], fields, secret_ref=None, owner=None, now_ms=now_ms)
         return True

@@ -25,6 +25,7 @@ import orjson
 
 from store.config.settings import get_value, set_value
 from store.errors import Conflict, InvalidInput, LimitExceeded, NotFound, PayloadTooLarge
+from store.jsonio import Readable, loads_stored, readable
 from store.rules import MAX_PROVIDER_CONFIG_BYTES, MAX_PROVIDERS, is_credential_value
 from store.snapshots import find_secret
 
@@ -36,6 +37,7 @@ __all__ = [
     "insert_provider",
     "list_providers",
     "order_ids",
+    "provider_head",
     "provider_view",
     "follow_key",
     "follow_stored_keys",
@@ -140,15 +142,14 @@ def validate_config(config: object) -> dict[str, Any]:
 
 
 def _row(row: Sequence[Any]) -> dict[str, Any]:
+    """A provider row; ``DamagedRecord`` (CORRUPT_DATA) when its ``config_json`` no longer parses as an object
+    (the host writes only checked objects): never shown, nor used for a request, as ``{}``."""
     (pid, name, vendor, typ, proto, style, auth, base, enabled, secret_ref, default_model, config,
      created, updated, owner) = row
-    try:
-        parsed = orjson.loads(config)
-    except orjson.JSONDecodeError:
-        parsed = {}
+    parsed: dict[str, Any] = loads_stored(config, f"provider {pid}'s config_json", dict)
     return {"id": pid, "name": name, "vendorKey": vendor, "type": typ, "protocol": proto, "apiStyle": style,
             "authKind": auth, "baseUrl": base, "enabled": bool(enabled), "secretRef": secret_ref,
-            "defaultModelId": default_model, "config": parsed if isinstance(parsed, dict) else {},
+            "defaultModelId": default_model, "config": parsed,
             "createdAt": created, "updatedAt": updated, "ownerPluginId": owner}
 
 
@@ -188,7 +189,18 @@ def follow_stored_keys(conn: sqlite3.Connection, *, now_ms: int) -> list[str]:
     return changed
 
 
+def provider_head(conn: sqlite3.Connection, provider_id: str) -> dict[str, Any]:
+    """The columns of a row that a write checks (``id``, ``ownerPluginId``, ``secretRef``, ``updatedAt``), read
+    whatever its ``config_json`` holds: an update that sets ``config`` and a delete reach a damaged row."""
+    row = conn.execute("SELECT id, owner_plugin_id, secret_ref, updated_at FROM providers WHERE id = ?",
+                       (provider_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"provider {provider_id!r} not found", data={"providerId": provider_id})
+    return {"id": row[0], "ownerPluginId": row[1], "secretRef": row[2], "updatedAt": row[3]}
+
+
 def get_provider(conn: sqlite3.Connection, provider_id: str) -> dict[str, Any]:
+    """The row; ``DamagedRecord`` (CORRUPT_DATA) when its stored config is damaged."""
     row = conn.execute(f"SELECT {_COLUMNS} FROM providers WHERE id = ?", (provider_id,)).fetchone()  # noqa: S608
     if row is None:
         raise NotFound(f"provider {provider_id!r} not found", data={"providerId": provider_id})
@@ -201,16 +213,18 @@ def order_ids(conn: sqlite3.Connection) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
-def list_providers(conn: sqlite3.Connection, *, owner: str | None = None) -> list[dict[str, Any]]:
-    """Every row in display order (``owner``: only that plugin's rows)."""
+def list_providers(conn: sqlite3.Connection, *, owner: str | None = None) -> Readable[dict[str, Any]]:
+    """Every row in display order (``owner``: only that plugin's rows); a row whose config is damaged is named in
+    ``unreadable`` (creation order), not listed."""
     sql = f"SELECT {_COLUMNS} FROM providers"  # noqa: S608
     args: tuple[Any, ...] = ()
     if owner is not None:
         sql += " WHERE owner_plugin_id = ?"
         args = (owner,)
-    rows = [_row(r) for r in conn.execute(sql + " ORDER BY created_at, id", args)]
+    listed = readable(conn.execute(sql + " ORDER BY created_at, id", args).fetchall(), _row, lambda r: str(r[0]))
     rank = {pid: i for i, pid in enumerate(dict.fromkeys(order_ids(conn)))}
-    return sorted(rows, key=lambda r: (0, rank[r["id"]]) if r["id"] in rank else (1, 0))
+    rows = sorted(listed.items, key=lambda r: (0, rank[r["id"]]) if r["id"] in rank else (1, 0))
+    return Readable(rows, listed.unreadable)
 
 
 def _count(conn: sqlite3.Connection) -> int:
@@ -242,8 +256,9 @@ def insert_provider(conn: sqlite3.Connection, provider_id: str, fields: Mapping[
 
 
 def update_provider(conn: sqlite3.Connection, provider_id: str, changes: Mapping[str, Any], *, now_ms: int,
-                    secret_ref: Any = ..., owner: Any = ...) -> dict[str, Any]:
-    """Set the given wire fields (a ``None`` clears a nullable column); ``...`` leaves a host column."""
+                    secret_ref: Any = ..., owner: Any = ...) -> None:
+    """Set the given wire fields (a ``None`` clears a nullable column); ``...`` leaves a host column. A ``config``
+    written over a damaged one repairs the row (:func:`get_provider` reads it again)."""
     sets: list[str] = ["updated_at = ?"]
     vals: list[Any] = [now_ms]
     for wire, value in changes.items():
@@ -256,7 +271,6 @@ def update_provider(conn: sqlite3.Connection, provider_id: str, changes: Mapping
         sets.append("owner_plugin_id = ?")
         vals.append(owner)
     conn.execute(f"UPDATE providers SET {', '.join(sets)} WHERE id = ?", (*vals, provider_id))  # noqa: S608
-    return get_provider(conn, provider_id)
 
 
 def delete_provider(conn: sqlite3.Connection, provider_id: str, now_ms: int) -> None:

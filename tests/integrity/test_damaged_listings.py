@@ -22,6 +22,7 @@ from protocol.models_notifications import NotificationsListResult
 from protocol.models_plans import PlansPendingResult
 from protocol.models_plugin_imports import PluginListSessionsResult
 from protocol.models_project_groups import ProjectGroupsListResult
+from protocol.models_providers import ProvidersListResult
 from protocol.models_review import ReviewListResult
 from protocol.models_session import SessionListResult
 from protocol.models_skills import SkillsListResult
@@ -301,6 +302,42 @@ async def test_models_list_names_a_damaged_model_and_models_add_writes_over_it(t
             again = ModelsListResult.model_validate(await ui.call("models.list", {}))
             assert [(x.model_id, x.capabilities) for x in again.models] == [("a", ["tools"]), ("b", ["vision"])]
             assert again.unreadable == ["local/c"]
+
+
+def stored_provider(root: Path, pid: str) -> tuple[str, str]:
+    conn = sqlite3.connect(root / "pi.sqlite")
+    try:
+        name, config = conn.execute("SELECT name, config_json FROM providers WHERE id = ?", (pid,)).fetchone()
+        return str(name), str(config)
+    finally:
+        conn.close()
+
+
+async def test_providers_list_names_a_provider_whose_config_is_damaged_and_its_use_is_corrupt(tmp_path: Path) -> None:
+    """Before, a config_json that no longer parsed (or was not an object) was shown as {} by providers.list and
+    providers.get, and models.refresh sent its request without the provider's headers."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            for pid in ("a", "b", "c"):
+                await ui.call("providers.create", {"id": pid, "name": pid.upper(), "baseUrl": "http://127.0.0.1:9/v1",
+                                                   "config": {"headers": {"X-Team": "core"}}})
+            await ui.call("models.add", {"providerId": "b", "modelId": "m1"})
+            damage(tmp_path, "UPDATE providers SET config_json = '{\"headers\": {\"X-Te' WHERE id = 'b'")
+            damage(tmp_path, "UPDATE providers SET config_json = '[1]' WHERE id = 'c'")
+            listed = ProvidersListResult.model_validate(await ui.call("providers.list", {}))
+            assert [x.id for x in listed.providers] == ["a"] and listed.unreadable == ["b", "c"]
+            for method, params in (("providers.get", {"providerId": "b"}), ("models.refresh", {"providerId": "b"}),
+                                   ("providers.update", {"providerId": "b", "name": "Bee"})):
+                err = await rpc_error(ui.call(method, params))
+                assert err.data_code == "CORRUPT_DATA", method
+            assert stored_provider(tmp_path, "b")[0] == "B"  # the refused update wrote nothing
+            models = ModelsListResult.model_validate(await ui.call("models.list", {"providerId": "b"}))
+            assert [x.model_id for x in models.models] == ["m1"]
+            fixed = await ui.call("providers.update", {"providerId": "b", "config": {"headers": {"X-Team": "b"}}})
+            assert fixed["provider"]["config"] == {"headers": {"X-Team": "b"}}
+            assert (await ui.call("providers.delete", {"providerId": "c"}))["deleted"] is True
+            again = ProvidersListResult.model_validate(await ui.call("providers.list", {}))
+            assert [x.id for x in again.providers] == ["a", "b"] and again.unreadable is None
 
 
 async def test_plugin_list_sessions_names_a_session_whose_origin_is_damaged(tmp_path: Path) -> None:

@@ -1595,6 +1595,7 @@ class ProvidersListParams(TypedDict):
 
 class ProvidersListResult(TypedDict):
     providers: list[Provider]
+    unreadable: NotRequired[list[str] | None]
 
 
 class ProvidersReorderParams(TypedDict):
@@ -1614,6 +1615,7 @@ class ProvidersSyncParams(TypedDict):
 class ProvidersSyncResult(TypedDict):
     providers: list[Provider]
     removed: list[str]
+    unreadable: NotRequired[list[str] | None]
 
 
 class ProvidersUpdateParams(TypedDict):

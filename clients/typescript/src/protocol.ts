@@ -2039,6 +2039,8 @@ export interface ProvidersListParams {
 export interface ProvidersListResult {
   /** In display order (providers.reorder), then creation order. */
   providers: Provider[];
+  /** Ids of providers whose stored config is damaged (it no longer parses as an object): left out of providers, so the others still list; providers.get and models.refresh of one are CORRUPT_DATA, providers.update with config writes over it, providers.delete removes it. Absent when every row reads. */
+  unreadable?: string[] | null;
 }
 
 export interface ProvidersReorderParams {
@@ -2064,6 +2066,8 @@ export interface ProvidersSyncResult {
   providers: Provider[];
   /** Rows of the plugin it no longer declares (deleted). */
   removed: string[];
+  /** Ids of the plugin's rows whose stored config is damaged, left out of providers (a declaration with config writes over it). Absent when every row reads. */
+  unreadable?: string[] | null;
 }
 
 export interface ProvidersUpdateParams {
