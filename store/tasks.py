@@ -460,7 +460,8 @@ def check_runnable(conn: sqlite3.Connection, task: Mapping[str, Any], session_id
 
 
 def require_interactive(conn: sqlite3.Connection, session_id: str, mode: str | None, *, work: str) -> None:
-    """§4.11: no Plan/Goal ``work`` in a session a ``running`` task run is bound to (nothing written).
+    """§4.11: no Plan/Goal ``work`` in a session a ``running`` task run is bound to (nothing written), nor one
+    whose stored status is damaged (it may be running: ``data.damaged``).
 
     :func:`check_runnable` refuses a run whose session is already in a contract
     mode; this covers a session switched to one while its run is running, at the
@@ -468,15 +469,19 @@ def require_interactive(conn: sqlite3.Connection, session_id: str, mode: str | N
     """
     if mode not in CONTRACT_MODES:
         return  # agent work in a run's session is the run itself; no lookup on the common path
+    # A run whose stored status is damaged may be running (MAY_BE_RUNNING): refused too, named as damaged.
     row = conn.execute(
-        "SELECT id, task_id FROM task_runs WHERE session_id = ? AND status = 'running' "
-        "ORDER BY started_at DESC, id DESC LIMIT 1", (session_id,)).fetchone()
+        f"SELECT id, task_id, status FROM task_runs WHERE session_id = ? AND {MAY_BE_RUNNING} "
+        "ORDER BY status = 'running' DESC, started_at DESC, id DESC LIMIT 1", (session_id,)).fetchone()
     if row is None:
         return
+    damaged = row[2] != "running"
+    state = f"may be running (its stored status {row[2]!r} is damaged)" if damaged else "is running"
     raise PlanRequiresInteractiveSession(
-        f"session {session_id} is in {mode} mode while task run {row[0]} (task {row[1]}) is running in it: "
+        f"session {session_id} is in {mode} mode while task run {row[0]} (task {row[1]}) {state} in it: "
         f"an unattended run cannot {work}; end the run (tasks.finishRun) or switch the session to agent mode",
-        data={"sessionId": session_id, "mode": mode, "runId": row[0], "taskId": row[1]})
+        data={"sessionId": session_id, "mode": mode, "runId": row[0], "taskId": row[1],
+              **({"damaged": True} if damaged else {})})
 
 
 def start_run(conn: sqlite3.Connection, *, task_id: str, run_id: str, session_id: str | None,

@@ -98,3 +98,26 @@ def test_a_damaged_status_is_not_proof_of_an_end_and_ended_runs_do_not_hold_the_
         tasks.start_run(conn, task_id="t", run_id="r2", session_id=None, now_ms=NOW + 53)
     conn.execute("UPDATE task_runs SET status = 'completed' WHERE id = 'r1'")
     assert tasks.start_run(conn, task_id="t", run_id="r2", session_id=None, now_ms=NOW + 53)["status"] == "running"
+
+
+async def test_contract_work_is_refused_in_the_session_of_a_run_whose_status_is_damaged(tmp_path: Path) -> None:
+    """Before, require_interactive read status = 'running' only: a run with a damaged status counted as ended, and
+    a Plan/Goal turn (or a queued prompt) started in the session the unattended run may still be driving."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "sidecar", kind="agent") as c:
+            sid = (await c.call("session.create", {"title": "s", "projectPath": str(ws)}))["id"]
+            tid = (await c.call("tasks.create", {"title": "t", "prompt": "p"}))["id"]
+            await c.call("tasks.startRun", {"taskId": tid, "runId": "r0", "sessionId": sid})
+            await c.call("session.update", {"sessionId": sid, "mode": "plan"})
+            damage(tmp_path / "data", "UPDATE task_runs SET status = ? WHERE id = 'r0'", BAD)
+            for method, params in (("session.startTurn", {"sessionId": sid, "turnId": "t1"}),
+                                   ("session.queuePush", {"sessionId": sid, "principal": "ui", "content": "x",
+                                                          "permissionMode": "ask"})):
+                with pytest.raises(RpcError) as refused:
+                    await c.call(method, params)
+                assert refused.value.data_code == "PLAN_REQUIRES_INTERACTIVE_SESSION", method
+                assert refused.value.data["runId"] == "r0" and refused.value.data["damaged"] is True
+            await c.call("tasks.finishRun", {"runId": "r0", "status": "aborted"})
+            assert (await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"}))["status"] == "running"
