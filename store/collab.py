@@ -90,7 +90,7 @@ from store.faults import NO_FAULTS, Faults
 from store.ids import derived_id
 from store.jsonio import Readable, readable, stored_value
 from store.receipts import ReceiptKey
-from store.rules import COLLAB_INPUT_ID_PREFIX
+from store.rules import COLLAB_INPUT_ID_PREFIX, turn_may_be_running
 from store.stamps import after_newest
 from store.transcripts.records import meta_of
 
@@ -279,7 +279,7 @@ def _parent(conn: sqlite3.Connection, session_id: str) -> tuple[str, int, str] |
     found = conn.execute(
         "SELECT m.id, m.remaining_hops, m.permission_ceiling FROM session_collaboration_messages m "
         "WHERE m.target_session_id = ? AND (m.status = 'running' OR EXISTS (SELECT 1 FROM turns t "
-        "WHERE t.id = m.turn_id AND t.session_id = m.target_session_id AND t.status = 'running')) "
+        f"WHERE t.id = m.turn_id AND t.session_id = m.target_session_id AND {turn_may_be_running('t.status')})) "
         "ORDER BY m.remaining_hops ASC, m.updated_at DESC LIMIT 1", (session_id,)).fetchone()
     return None if found is None else (str(found[0]), int(found[1]), str(found[2]))
 

@@ -18,13 +18,15 @@ from typing import Any
 import orjson
 
 from store import approvals, collab, plans, queue, tasks
+from store.rules import turn_may_be_running
 
 NOTIFICATION_CAP = 200
 DAY_MS = 86_400_000
 
 
 def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -> dict[str, Any]:
-    running = conn.execute("SELECT id, session_id FROM turns WHERE status = 'running'").fetchall()
+    # a turn whose stored status is damaged may be running too: aborted with them (nothing runs past a restart)
+    running = conn.execute(f"SELECT id, session_id FROM turns WHERE {turn_may_be_running()}").fetchall()
     for turn_id, session_id in running:
         conn.execute(
             "INSERT INTO audit_log(ts, kind, session_id, payload_json) VALUES (?, 'turn_interrupted', ?, ?)",
@@ -33,7 +35,7 @@ def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -
         )
     conn.execute(
         "UPDATE turns SET status = 'aborted', error_code = COALESCE(error_code, 'INTERRUPTED'), "
-        "ended_at = MAX(started_at, ?) WHERE status = 'running'",  # never before its start (a clock stepped back)
+        f"ended_at = MAX(started_at, ?) WHERE {turn_may_be_running()}",  # never before its start (a clock stepped back)
         (now_ms,),
     )
     plans.expire_all_stale(conn, now_ms)  # past its deadline before the restart: expired, not interrupted

@@ -96,6 +96,7 @@ from store.errors import (
     SessionNotFound,
 )
 from store.faults import NO_FAULTS, Faults
+from store.rules import turn_may_be_running
 
 MAX_ENTRIES: Final = 8
 CONSUMED_KEYS_KEPT: Final = 64
@@ -960,10 +961,11 @@ def running_turns_started_by(conn: sqlite3.Connection, client: str) -> list[tupl
     return [(str(r[0]), str(r[1])) for r in conn.execute(
         "SELECT q.session_id, q.lease_turn_id FROM turn_queue q JOIN turns t ON t.id = q.lease_turn_id "
         f"WHERE q.lease = 'started' AND {_last_client('q.lease_client')} = ? "
-        "AND t.status = 'running' ORDER BY q.session_id", (client,))]
+        f"AND {turn_may_be_running('t.status')} ORDER BY q.session_id", (client,))]
 
 
 def has_running_turn(conn: sqlite3.Connection, session_id: str) -> bool:
-    row = conn.execute("SELECT 1 FROM turns WHERE session_id = ? AND status = 'running' LIMIT 1",
+    """A turn of the session is running, or may be (its stored status is damaged): nothing is handed out."""
+    row = conn.execute(f"SELECT 1 FROM turns WHERE session_id = ? AND {turn_may_be_running()} LIMIT 1",
                        (session_id,)).fetchone()
     return row is not None

@@ -164,6 +164,17 @@ COLLAB_INPUT_ID_PREFIX: Final = "collab-"
 TURN_INDEX_LOST: Final = "INDEX_LOST"
 """The ``errorCode`` of a turn whose row a rebuilt index restored from the lines naming it (``store.turns``:
 its row and how it ended went with a lost database)."""
+TURN_ENDED: Final = ("completed", "aborted", "error")
+"""The statuses of an ended turn (``store.turns.TERMINAL``)."""
+
+
+def turn_may_be_running(column: str = "status") -> str:
+    """SQL: a turn "may be running" unless its stored status says it ended. A status outside its set (a damaged
+    record) is not proof the turn ended: a second turn beside it, or a queue entry handed out under it, could
+    run beside the one it was; the boot fence aborts it, its end settles it."""
+    return f"{column} NOT IN ({', '.join(repr(s) for s in TURN_ENDED)})"
+
+
 PLUGIN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 """Plugin ids (they name the ``plugin:<id>`` kv namespace)."""
 SKILL_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")

@@ -21,13 +21,13 @@ import orjson
 from store import notifications, queue, tasks
 from store.errors import Conflict, InvalidInput, NotFound
 from store.jsonio import Readable, loads_stored, readable, stored_value
-from store.rules import TURN_INDEX_LOST
+from store.rules import TURN_ENDED, TURN_INDEX_LOST, turn_may_be_running
 from store.snapshots import PreparedSnapshot, store_snapshot
 from store.stamps import after_newest
 from store.transcripts.records import rfc3339_to_ms
 from store.usage import cost_micros
 
-TERMINAL = ("completed", "aborted", "error")
+TERMINAL = TURN_ENDED
 STATUSES = ("running", *TERMINAL)
 INTERRUPTED = "INTERRUPTED"  # error_code the boot fence gives the turns it aborts
 INDEX_LOST = TURN_INDEX_LOST
@@ -146,14 +146,19 @@ def start_turn(
         if earlier["status"] == "running":
             raise Conflict(f"turn {retry_of} is still running; a retry starts after it ended",
                            data={"turnId": retry_of, "status": "running"})
-    running = conn.execute("SELECT id FROM turns WHERE session_id = ? AND status = 'running' LIMIT 1",
-                           (session_id,)).fetchone()
+    running = conn.execute(f"SELECT id, status FROM turns WHERE session_id = ? AND {turn_may_be_running()} "
+                           "ORDER BY status = 'running' DESC LIMIT 1", (session_id,)).fetchone()
     if running is not None:
         # One running turn per session (seed 003 §4.6b: prompts wait behind the active turn; a turn ends
-        # before the next starts): a second start is refused, the running one is named.
+        # before the next starts): a second start is refused, the running one is named. So is one whose
+        # stored status is damaged: it may still be running (its end or the boot fence settles it).
+        damaged = running[1] != "running"
+        state = f"may still be running (its stored status {running[1]!r} is damaged)" if damaged \
+            else "is still running"
         raise Conflict(
-            f"turn {running[0]} is still running in session {session_id}; end it before starting {turn_id}",
-            data={"sessionId": session_id, "turnId": turn_id, "runningTurnId": running[0]},
+            f"turn {running[0]} {state} in session {session_id}; end it before starting {turn_id}",
+            data={"sessionId": session_id, "turnId": turn_id, "runningTurnId": running[0],
+                  **({"damaged": True} if damaged else {})},
         )
     conn.execute(
         "INSERT INTO turns(id, session_id, status, provider_id, model_id, started_at, retry_of) "
@@ -209,7 +214,11 @@ def end_turn(
         raise InvalidInput(f"status must be one of {', '.join(TERMINAL)}", data={"field": "status"})
     if status == "completed" and error_code is not None:
         raise InvalidInput("errorCode is only valid for an error or aborted turn", data={"field": "errorCode"})
-    turn = require_turn(conn, session_id, turn_id)
+    found = turn_status(conn, turn_id)
+    if found is None or found[2] != session_id or found[0] in STATUSES:
+        turn = require_turn(conn, session_id, turn_id)
+    else:  # a stored status outside its set: the turn may be running, and its end settles it as a running one
+        turn = {"status": "running", "errorCode": found[1]}
     if turn["status"] != "running" and turn["errorCode"] != INDEX_LOST:
         if turn["status"] != status:
             raise Conflict(
@@ -224,7 +233,7 @@ def end_turn(
         args += [_token(usage, "inputTokens", "input_tokens", "input"),
                  _token(usage, "outputTokens", "output_tokens", "output"),
                  orjson.dumps(dict(usage)).decode(), cost_micros(usage)]
-    conn.execute(f"UPDATE turns SET {', '.join(sets)} WHERE id = ? AND (status = 'running' OR error_code = ?)",
+    conn.execute(f"UPDATE turns SET {', '.join(sets)} WHERE id = ? AND ({turn_may_be_running()} OR error_code = ?)",
                  (*args, turn_id, INDEX_LOST))
     note = None
     if create_notification and status != "aborted":
@@ -264,10 +273,11 @@ def turn_status(conn: sqlite3.Connection, turn_id: str) -> tuple[str, str | None
 
 
 def abort_running(conn: sqlite3.Connection, session_id: str, now_ms: int) -> list[str]:
-    """A rewrite cut the reply a running turn was producing: the turn ends ``aborted``. The ids it ended."""
+    """A rewrite cut the reply a running turn was producing: the turn ends ``aborted`` (so does one whose stored
+    status is damaged: it may be running). The ids it ended."""
     return [r[0] for r in conn.execute(
         "UPDATE turns SET status = 'aborted', ended_at = MAX(started_at, ?) WHERE session_id = ? "
-        "AND status = 'running' RETURNING id",
+        f"AND {turn_may_be_running()} RETURNING id",
         (now_ms, session_id),
     ).fetchall()]
 

@@ -262,7 +262,7 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
         status = turns.turn_status(conn, turn_id)
         if status is None or status[2] != sid:
             return None
-        if status[0] == "running":
+        if status[0] not in turns.TERMINAL:  # running, or a damaged status (it may be running): ended here
             out = turns.end_turn(conn, session_id=sid, turn_id=turn_id, status="aborted",
                                  error_code=SIDECAR_LOST, usage=None, create_notification=False, now_ms=now)
             if dry:  # a rolled-back run asking what the commit answers: nothing to settle or publish
