@@ -370,10 +370,12 @@ def _row(row: tuple[Any, ...]) -> dict[str, Any]:
 
 
 def get_request(conn: sqlite3.Connection, request_id: str) -> dict[str, Any]:
+    """The request; ``DamagedRecord`` (CORRUPT_DATA) when a column with a fixed set holds another value: it is
+    never answered, approved or announced with a value the host did not write."""
     row = conn.execute(f"SELECT {_COLS} FROM plan_approvals WHERE request_id = ?", (request_id,)).fetchone()
     if row is None:
         raise NotFound(f"approval request {request_id} not found", data={"requestId": request_id})
-    return _row(row)
+    return _checked(row)
 
 
 def markdown_of(conn: sqlite3.Connection, request_id: str) -> str:
@@ -400,7 +402,8 @@ def _checked(row: tuple[Any, ...]) -> dict[str, Any]:
     writes only)."""
     for at, allowed, column in _SETS:
         if row[at] not in allowed:
-            raise DamagedRecord(f"plan approval {row[0]}'s {column} is {row[at]!r}, not one of its set")
+            raise DamagedRecord(f"plan approval {row[0]}'s {column} is {row[at]!r}, not one of its set",
+                                data={"requestId": row[0]})
     return _row(row)
 
 
@@ -543,7 +546,7 @@ def get_execution(conn: sqlite3.Connection, session_id: str, execution_id: str) 
     if row is None or row[1] != session_id:
         raise NotFound(f"execution {execution_id} not found in session {session_id}",
                        data={"executionId": execution_id, "sessionId": session_id})
-    return _row(row)
+    return _checked(row)
 
 
 def _turn_running(conn: sqlite3.Connection, session_id: str, turn_id: str) -> None:
@@ -609,7 +612,9 @@ def settle_for_turn(conn: sqlite3.Connection, session_id: str, turn_id: str, tur
         "AND execution_state = 'running'", (session_id, turn_id))]
     for execution_id in ids:
         _end(conn, execution_id, outcome, error_code if outcome != "completed" else None, now_ms)
-    return [get_execution(conn, session_id, e) for e in ids]
+    ended = [conn.execute(f"SELECT {_COLS} FROM plan_approvals WHERE execution_id = ?", (e,)).fetchone()
+             for e in ids]
+    return readable(ended, _checked, lambda r: str(r[0])).items  # a damaged one ends unannounced, never unended
 
 
 def active_contract(conn: sqlite3.Connection, session_id: str, now_ms: int) -> dict[str, Any] | None:

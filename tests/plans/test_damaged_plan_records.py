@@ -1,0 +1,51 @@
+"""A plan/goal approval whose stored record is damaged (a kind, a status, a permission mode or an execution state
+outside its set; SQLite checks a CHECK on writes only) is never answered, approved or announced with a value the
+host did not write: ``plans.respond`` and the execution methods of it are CORRUPT_DATA. Before, get_request and
+get_execution passed the stored values unchecked: a request whose kind no longer read was approved (the session
+switched to agent mode) and answered with that kind."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import trio
+
+from tests.hostkit import client_for, inprocess_host
+from tests.integrity.test_damaged_listings import damage
+from tests.plans.test_executions import approved, contract_session, submit
+from tests.turns.turnkit import rpc_error, start
+
+
+def mode_of(root: Path, sid: str) -> str:
+    conn = sqlite3.connect(root / "pi.sqlite")
+    try:
+        return str(conn.execute("SELECT mode FROM sessions WHERE id = ?", (sid,)).fetchone()[0])
+    finally:
+        conn.close()
+
+
+async def test_a_request_whose_kind_is_damaged_is_not_approved(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid, ws = await contract_session(c, tmp_path / "p")
+            rid = (await submit(c, sid, ws))["requestId"]
+            damage(tmp_path, "UPDATE plan_approvals SET kind = 'plab' WHERE request_id = ?", rid)
+            for action in ("approve", "reject"):
+                err = await rpc_error(ui.call("plans.respond", {"requestId": rid, "action": action}))
+                assert (err.data_code, err.data["requestId"]) == ("CORRUPT_DATA", rid), action
+            assert mode_of(tmp_path, sid) == "plan"  # not switched to agent by an approval of an unreadable request
+
+
+async def test_an_execution_whose_record_is_damaged_is_not_started_or_announced(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid, execution = await approved(c, ui, tmp_path / "p")
+            damage(tmp_path, "UPDATE plan_approvals SET target_permission_mode = 'sure' WHERE execution_id = ?",
+                   execution)
+            await start(c, sid, "t1")
+            err = await rpc_error(c.call("plans.startExecution", {"sessionId": sid, "executionId": execution,
+                                                                  "turnId": "t1"}))
+            assert err.data_code == "CORRUPT_DATA"
