@@ -8,6 +8,10 @@ state; otherwise a Plan or Goal session is ``planning``; an Agent session with
 no execution has no projected state. The row's ``kind`` (plan | goal) is the
 ``contractKind``. §4.6: the latest turn (``idx_turns_session``) gives the
 failed/aborted badge. Both are read, never stored, so they cannot go stale.
+
+A value they come from that is damaged (a ``kind`` or a turn ``status`` outside its set: SQLite checks a CHECK
+on writes only) is not shown: ``contractKind`` or ``latestTurn`` is left out and named in the summary's own
+``unreadable``, so the summary still reads (and the session still lists).
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ from typing import Any
 
 from store.indexing.sql_lists import in_chunks
 from store.plans import LIVE_PENDING
+from store.rules import TURN_ENDED
 
 __all__ = ["DERIVED", "projections", "with_projection"]
 
-DERIVED = ("state", "contractKind", "latestTurn")
+DERIVED = ("state", "contractKind", "latestTurn", "unreadable")
 """The summary fields this module derives."""
 
 _STATE_RANK = {"awaiting_approval": 0, "running": 1, "queued": 2}
@@ -47,6 +52,7 @@ def projections(conn: sqlite3.Connection, modes: Mapping[str, str],
             held = out[sid].get("state")
             if held is None or _STATE_RANK[state] < _STATE_RANK[held]:
                 out[sid].update(state=state, contractKind=kind)
+                _unread(out[sid], "contractKind", kind not in _KINDS)
         for sid, tid, status, error_code, ended_at in conn.execute(
             "SELECT t.session_id, t.id, t.status, t.error_code, t.ended_at FROM turns t "
             f"WHERE t.session_id IN ({marks}) AND t.id = (SELECT i.id FROM turns i WHERE i.session_id = t.session_id "
@@ -55,10 +61,27 @@ def projections(conn: sqlite3.Connection, modes: Mapping[str, str],
         ):
             latest = {"id": tid, "status": status, "errorCode": error_code, "endedAt": ended_at}
             out[sid]["latestTurn"] = {k: v for k, v in latest.items() if v is not None}
+            _unread(out[sid], "latestTurn", status not in TURN_STATUSES)
     for sid, mode in modes.items():
         if "state" not in out[sid] and mode in ("plan", "goal"):
             out[sid].update(state="planning", contractKind=mode)
     return out
+
+
+_KINDS = ("plan", "goal")
+TURN_STATUSES = ("running", *TURN_ENDED)
+
+
+def _unread(summary: dict[str, Any], part: str, damaged: bool) -> None:
+    """``part`` was just set from a stored value: left out and named in ``unreadable`` when it is damaged."""
+    named = [p for p in summary.get("unreadable", []) if p != part]
+    if damaged:
+        summary.pop(part)
+        named.append(part)
+    if named:
+        summary["unreadable"] = sorted(named)
+    else:
+        summary.pop("unreadable", None)
 
 
 def with_projection(conn: sqlite3.Connection, rows: Iterable[dict[str, Any]], now_ms: int | None = None) -> None:

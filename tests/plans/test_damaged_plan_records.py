@@ -11,6 +11,7 @@ from pathlib import Path
 
 import trio
 
+from protocol.models_session import SessionListResult
 from tests.hostkit import client_for, inprocess_host
 from tests.integrity.test_damaged_listings import damage
 from tests.plans.test_executions import approved, contract_session, submit
@@ -49,3 +50,24 @@ async def test_an_execution_whose_record_is_damaged_is_not_started_or_announced(
             err = await rpc_error(c.call("plans.startExecution", {"sessionId": sid, "executionId": execution,
                                                                   "turnId": "t1"}))
             assert err.data_code == "CORRUPT_DATA"
+
+
+async def test_a_session_whose_contract_kind_or_latest_turn_is_damaged_still_lists_without_that_part(
+        tmp_path: Path) -> None:
+    """Before, session.get and session.list sent the stored kind and turn status as they were: the result no longer
+    matched its protocol model and the call answered INTERNAL, session.list for every session."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid, ws = await contract_session(c, tmp_path / "p")
+            rid = (await submit(c, sid, ws))["requestId"]
+            other = str((await c.call("session.create", {"title": "other"}))["id"])
+            await start(c, other, "t1")
+            damage(tmp_path, "UPDATE plan_approvals SET kind = 'plab' WHERE request_id = ?", rid)
+            damage(tmp_path, "UPDATE turns SET status = 'runnimg' WHERE id = 't1'")
+            listed = {s.id: s for s in SessionListResult.model_validate(await ui.call("session.list", {})).sessions}
+            held = listed[sid]
+            assert (held.state, held.contract_kind, held.unreadable) == ("awaiting_approval", None, ["contractKind"])
+            assert (listed[other].latest_turn, listed[other].unreadable) == (None, ["latestTurn"])
+            page = await ui.call("session.get", {"sessionId": other, "messageLimit": 1})
+            assert page["session"]["unreadable"] == ["latestTurn"] and "latestTurn" not in page["session"]
