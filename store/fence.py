@@ -46,7 +46,7 @@ def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -
     ).rowcount
     executions = conn.execute(
         "UPDATE plan_approvals SET execution_state = 'interrupted', execution_outcome = 'interrupted', "
-        "execution_ended_at = ?, updated_at = ? WHERE execution_state IN ('queued', 'running')",
+        f"execution_ended_at = ?, updated_at = ? WHERE {plans.EXECUTION_MAY_RUN}",  # a damaged one too
         (now_ms, now_ms),
     ).rowcount
     # Scheduled-task runs that were running: aborted, never resumed (seed §4.11, no replay). So is a run whose

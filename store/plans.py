@@ -354,6 +354,10 @@ _KEYS = ("requestId", "sessionId", "turnId", "toolCallId", "kind", "title", "que
          "artifactPath", "artifactSha256", "artifactSize", "version", "executionId", "executionState",
          "executionTurnId", "_outcome", "executionErrorCode", "executionStartedAt", "executionEndedAt")
 EXECUTION_OUTCOMES = ("completed", "failed", "cancelled")
+EXECUTION_MAY_RUN = "(execution_state IS NOT NULL AND execution_state NOT IN ('completed', 'interrupted'))"
+"""SQL: an execution that is queued or running, or may be: its stored state is damaged (outside its set), which
+is no proof it ended. It keeps its session in agent mode, its turn's end and the boot fence end it, and
+``plans.finishExecution`` accepts it."""
 
 LIVE_PENDING = "(status = 'pending' AND (expires_at IS NULL OR expires_at > ?))"
 """SQL: a pending row whose deadline has not passed at ``?`` (the host's clock): what holds a session."""
@@ -549,6 +553,15 @@ def get_execution(conn: sqlite3.Connection, session_id: str, execution_id: str) 
     return _checked(row)
 
 
+def _raw_execution(conn: sqlite3.Connection, session_id: str, execution_id: str) -> dict[str, Any]:
+    """:func:`get_execution` unchecked, for a transition that ends an execution whatever it holds."""
+    row = conn.execute(f"SELECT {_COLS} FROM plan_approvals WHERE execution_id = ?", (execution_id,)).fetchone()
+    if row is None or row[1] != session_id:
+        raise NotFound(f"execution {execution_id} not found in session {session_id}",
+                       data={"executionId": execution_id, "sessionId": session_id})
+    return _row(row)
+
+
 def _turn_running(conn: sqlite3.Connection, session_id: str, turn_id: str) -> None:
     found = conn.execute("SELECT status FROM turns WHERE id = ? AND session_id = ?", (turn_id, session_id)).fetchone()
     if found is None:
@@ -576,7 +589,7 @@ def start_execution(conn: sqlite3.Connection, session_id: str, execution_id: str
 def _end(conn: sqlite3.Connection, execution_id: str, outcome: str, error_code: str | None, now_ms: int) -> None:
     conn.execute(
         "UPDATE plan_approvals SET execution_state = ?, execution_outcome = ?, execution_error_code = ?, "
-        "execution_ended_at = ?, updated_at = ? WHERE execution_id = ? AND execution_state IN ('queued', 'running')",
+        f"execution_ended_at = ?, updated_at = ? WHERE execution_id = ? AND {EXECUTION_MAY_RUN}",
         ("completed" if outcome == "completed" else "interrupted", outcome, error_code, now_ms, now_ms, execution_id))
 
 
@@ -585,8 +598,11 @@ def finish_execution(conn: sqlite3.Connection, session_id: str, execution_id: st
     """running → completed | failed | cancelled (by its own turn); queued → cancelled (before it ran)."""
     if outcome not in EXECUTION_OUTCOMES:
         raise InvalidInput("outcome must be completed, failed or cancelled", data={"field": "outcome"})
-    row = get_execution(conn, session_id, execution_id)
+    row = _raw_execution(conn, session_id, execution_id)
     state = row.get("executionState")
+    if state not in (None, "queued", "running", *EXECUTION_OUTCOMES, "interrupted"):
+        # damaged: it may be running. Bound to a turn, it ran there (only that turn ends it); else it had not.
+        state = "running" if row.get("executionTurnId") is not None else "queued"
     if state == "queued":
         if outcome != "cancelled":
             raise Conflict(f"execution {execution_id} has not started: it can only be cancelled",
@@ -609,7 +625,7 @@ def settle_for_turn(conn: sqlite3.Connection, session_id: str, turn_id: str, tur
     outcome = {"completed": "completed", "error": "failed", "aborted": "cancelled"}[turn_status]
     ids = [r[0] for r in conn.execute(
         "SELECT execution_id FROM plan_approvals WHERE session_id = ? AND execution_turn_id = ? "
-        "AND execution_state = 'running'", (session_id, turn_id))]
+        f"AND {EXECUTION_MAY_RUN} AND execution_state != 'queued'", (session_id, turn_id))]
     for execution_id in ids:
         _end(conn, execution_id, outcome, error_code if outcome != "completed" else None, now_ms)
     ended = [conn.execute(f"SELECT {_COLS} FROM plan_approvals WHERE execution_id = ?", (e,)).fetchone()
@@ -622,6 +638,6 @@ def active_contract(conn: sqlite3.Connection, session_id: str, now_ms: int) -> d
     a pending row past its deadline holds nothing (seed 003 §4.5: expiry returns planning to editable)."""
     row = conn.execute(
         f"SELECT {_COLS} FROM plan_approvals WHERE session_id = ? AND ({LIVE_PENDING} "
-        "OR execution_state IN ('queued', 'running')) "
+        f"OR {EXECUTION_MAY_RUN}) "
         "ORDER BY status = 'pending' DESC, created_at DESC LIMIT 1", (session_id, now_ms)).fetchone()
-    return _row(row) if row else None
+    return _row(row) if row else None  # raw: a damaged one holds the session all the same

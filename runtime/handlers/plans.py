@@ -329,8 +329,11 @@ async def check_mode_change(ctx: SessionContext, mode: str | None) -> None:
                 "until the approval is answered or expires",
                 data={"sessionId": ctx.sid, "requestId": contract["requestId"], "state": "awaiting_approval"})
     elif mode != "agent":
+        state = contract["executionState"]
+        damaged = state not in ("queued", "running")  # damaged: it may be running (plans.EXECUTION_MAY_RUN)
         raise Conflict(
-            f"session {ctx.sid} is executing an approved {contract['kind']} ({contract['executionState']}); "
+            f"session {ctx.sid} is executing an approved {contract['kind']} "
+            f"({f'its stored state {state!r} is damaged: it may be running' if damaged else state}); "
             "it stays in agent mode until the execution ends",
             data={"sessionId": ctx.sid, "executionId": contract.get("executionId"),
-                  "state": contract["executionState"]})
+                  **({"damaged": True} if damaged else {"state": state})})

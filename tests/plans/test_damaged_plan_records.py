@@ -12,6 +12,9 @@ from pathlib import Path
 import trio
 
 from protocol.models_session import SessionListResult
+from store import plans
+from store.fence import interruption_fence
+from tests.dbkit import NOW, add_session, fresh_db
 from tests.hostkit import client_for, inprocess_host
 from tests.integrity.test_damaged_listings import damage
 from tests.plans.test_executions import approved, contract_session, submit
@@ -71,3 +74,41 @@ async def test_a_session_whose_contract_kind_or_latest_turn_is_damaged_still_lis
             assert (listed[other].latest_turn, listed[other].unreadable) == (None, ["latestTurn"])
             page = await ui.call("session.get", {"sessionId": other, "messageLimit": 1})
             assert page["session"]["unreadable"] == ["latestTurn"] and "latestTurn" not in page["session"]
+
+
+async def test_an_execution_whose_state_is_damaged_may_be_running_until_its_turn_ends_it(tmp_path: Path) -> None:
+    """Before, every check read execution_state IN ('queued', 'running'): a damaged state counted as ended, so the
+    session could leave agent mode while the execution may still run, its turn's end left it as it was, and
+    plans.finishExecution answered CONFLICT "already ended"."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid, execution = await approved(c, ui, tmp_path / "p")
+            await start(c, sid, "t1")
+            await c.call("plans.startExecution", {"sessionId": sid, "executionId": execution, "turnId": "t1"})
+            damage(tmp_path, "UPDATE plan_approvals SET execution_state = 'runnimg' WHERE execution_id = ?",
+                   execution)
+            refused = await rpc_error(ui.call("session.update", {"sessionId": sid, "mode": "plan"}))
+            assert refused.data_code == "CONFLICT"
+            assert refused.data["executionId"] == execution and refused.data["damaged"] is True
+            done = await c.call("plans.finishExecution", {"sessionId": sid, "executionId": execution,
+                                                          "turnId": "t1", "outcome": "failed"})
+            assert done["approval"]["executionState"] == "failed"
+            assert (await ui.call("session.update", {"sessionId": sid, "mode": "plan"}))["mode"] == "plan"
+
+
+def test_the_turn_end_and_the_boot_fence_end_an_execution_whose_state_is_damaged(tmp_path: Path) -> None:
+    conn = fresh_db(tmp_path / "pi.sqlite")
+    add_session(conn, "s1")
+    conn.execute("PRAGMA ignore_check_constraints = ON")
+    for rid, turn in (("r1", "t1"), ("r2", "t2")):
+        conn.execute(
+            "INSERT INTO plan_approvals(request_id, session_id, turn_id, tool_call_id, kind, plan_json, title, "
+            "question, status, created_at, updated_at, artifact_relative_path, artifact_sha256, "
+            "artifact_size_bytes, execution_id, execution_state, execution_turn_id) VALUES "
+            "(?, 's1', 't0', ?, 'plan', 'm', 't', 'q', 'approved', ?, ?, '.pi/plan/x.md', 'h', 1, ?, 'runnimg', ?)",
+            (rid, f"c-{rid}", NOW, NOW, f"e-{rid}", turn))
+    ended = plans.settle_for_turn(conn, "s1", "t1", "error", "BOOM", NOW + 1)
+    assert [e["executionId"] for e in ended] == ["e-r1"] and ended[0]["executionState"] == "failed"
+    assert interruption_fence(conn, now_ms=NOW + 2, boot_id="b")["interruptedExecutions"] == 1
+    assert plans.get_execution(conn, "s1", "e-r2")["executionState"] == "interrupted"
