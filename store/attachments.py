@@ -89,7 +89,15 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 
-from store.errors import InvalidInput, NotFound, PayloadTooLarge, PermissionDenied, SessionNotFound, classify_os_error
+from store.errors import (
+    DamagedRecord,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+    SessionNotFound,
+    classify_os_error,
+)
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import TEMP_MARKER, OwedSyncs, fsync_dir, open_nofollow, remove_file_durable, write_all
 from store.jsonio import loads_stored
@@ -289,33 +297,40 @@ def _unlink_quietly(path: Path) -> None:
 # -- SQL ---------------------------------------------------------------------
 
 
+def _app_setting(conn: sqlite3.Connection, key: str) -> Any:
+    """The value of ``kv(app, key)`` (None: unset); ``DamagedRecord`` (CORRUPT_DATA, data ns/key) when it no longer
+    parses, or for the blob ``settings`` is not an object (as ``store.config.settings.app_blob`` reads it: that
+    module imports this one's importers)."""
+    row = conn.execute("SELECT value_json FROM kv WHERE ns = 'app' AND key = ?", (key,)).fetchone()
+    if row is None:
+        return None
+    try:
+        value = orjson.loads(row[0])
+    except orjson.JSONDecodeError as exc:
+        raise DamagedRecord(f"setting app/{key} is unreadable: {exc}", data={"ns": "app", "key": key}) from None
+    if key == "settings" and not isinstance(value, dict):
+        raise DamagedRecord(f"setting app/settings is unreadable: a JSON {type(value).__name__}, not an object",
+                            data={"ns": "app", "key": key})
+    return value
+
+
 def budget_bytes(conn: sqlite3.Connection, default: int = DEFAULT_BUDGET_BYTES) -> int:
-    """``attachmentBudgetBytes`` of the app settings blob (an older build's own row as a fallback)."""
-    for key in ("settings", BUDGET_SETTING[1]):
-        row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = ?", (BUDGET_SETTING[0], key)).fetchone()
-        if row is None:
-            continue
-        try:
-            value = orjson.loads(row[0])
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(value, dict):
-            value = value.get(BUDGET_SETTING[1])
-        if type(value) is int and value > 0:
-            return value
-    return default
+    """``attachmentBudgetBytes`` of the app settings blob (an older build's own row as a fallback). A damaged
+    blob (or own row) is ``DamagedRecord`` (CORRUPT_DATA): a GC never evicts by the default budget in place of
+    the user's."""
+    blob = _app_setting(conn, "settings")
+    value = blob.get(BUDGET_SETTING[1]) if blob is not None else None
+    if type(value) is int and value > 0:
+        return value
+    own = _app_setting(conn, BUDGET_SETTING[1])
+    return own if type(own) is int and own > 0 else default
 
 
 def grace_ms(conn: sqlite3.Connection, default: int = DEFAULT_GRACE_MS) -> int:
-    """``attachmentUnreferencedGraceMs`` of the app settings blob (``settings.set`` validated it)."""
-    row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = 'settings'", (GRACE_SETTING[0],)).fetchone()
-    if row is None:
-        return default
-    try:
-        value = orjson.loads(row[0])
-    except orjson.JSONDecodeError:
-        return default
-    value = value.get(GRACE_SETTING[1]) if isinstance(value, dict) else None
+    """``attachmentUnreferencedGraceMs`` of the app settings blob (``settings.set`` validated it); a damaged blob
+    is ``DamagedRecord``: a GC never sweeps by the default grace in place of the user's."""
+    blob = _app_setting(conn, "settings")
+    value = blob.get(GRACE_SETTING[1]) if blob is not None else None
     return value if type(value) is int and value >= 0 else default
 
 

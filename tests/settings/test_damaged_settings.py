@@ -92,3 +92,20 @@ async def test_a_damaged_group_memory_makes_project_groups_get_corrupt_until_set
             assert err.data_code == "CORRUPT_DATA"
             await ui.call("projectGroups.setMemory", {"groupId": gid, "memory": "again"})
             assert (await ui.call("projectGroups.get", {"groupId": gid}))["memory"]["content"] == "again"
+
+
+async def test_attachments_gc_with_a_damaged_app_settings_blob_is_corrupt_and_evicts_nothing(tmp_path: Path) -> None:
+    """Before, the budget and the grace of a damaged blob read as their defaults (200 MB, one hour): a GC evicted
+    and swept by those in place of the user's settings."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            await ui.call("settings.update", {"values": {"attachmentBudgetBytes": 10**12,
+                                                         "attachmentUnreferencedGraceMs": 31_536_000_000}})
+            blob = await ui.call("attachments.put", {"name": "f.bin", "mimeType": "application/octet-stream",
+                                                     "dataBase64": "aGVsbG8="})
+            damage(tmp_path, "UPDATE kv SET value_json = '{\"attachmentBud' WHERE ns = 'app' AND key = 'settings'")
+            for method in ("attachments.gc", "attachments.estimate"):
+                err = await rpc_error(ui.call(method, {}))
+                assert (err.data_code, err.data["key"]) == ("CORRUPT_DATA", "settings"), method
+            got = await ui.call("attachments.get", {"sha256": blob["sha256"]})
+            assert got["deletionState"] == "live"
