@@ -44,7 +44,7 @@ from store.config import config_sync as sync
 from store.config import secrets as secret_store
 from store.config.providers import validate_base_url
 from store.config.settings import get_value, set_value
-from store.errors import Conflict, InvalidInput, NotFound, StoreError
+from store.errors import Conflict, DamagedRecord, InvalidInput, NotFound, StoreError
 from store.receipts import ReceiptKey, file_record
 from store.upgrade.seed_migrations import current_platform
 
@@ -63,9 +63,17 @@ async def fingerprint(services: Services, method: str, raw: Mapping[str, Any]) -
 
 
 def _settings(conn: Any) -> dict[str, Any]:
-    found = get_value(conn, *sync.SETTINGS_KEY, lenient=True)
-    value = found[0] if found else None
-    return dict(value) if isinstance(value, dict) else {"enabled": False}
+    """The stored config-sync settings (``{"enabled": false}`` when none); ``DamagedRecord`` (CORRUPT_DATA) when
+    they no longer read as an object: never shown as unset, nor a configure merged into that empty view (which
+    would drop the WebDAV address, user and folder it did not send)."""
+    found = get_value(conn, *sync.SETTINGS_KEY)
+    if found is None:
+        return {"enabled": False}
+    if not isinstance(found[0], dict):
+        ns, key = sync.SETTINGS_KEY
+        raise DamagedRecord(f"setting {ns}/{key} is unreadable: a JSON {type(found[0]).__name__}, not an object",
+                            data={"ns": ns, "key": key})
+    return dict(found[0])
 
 
 async def get(ctx: HostContext, p: m.ConfigSyncGetParams, key: ReceiptKey | None) -> Any:

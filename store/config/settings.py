@@ -44,7 +44,7 @@ def get_value(conn: sqlite3.Connection, ns: str, key: str, *, lenient: bool = Fa
     ``ns`` and ``key``): never read as unset, so no write merges into an empty view of it. ``lenient`` is for the
     few readers whose own record a damaged value may stand in for as ``(None, updated_at)`` (a write of theirs
     replaces it whole): the saved provider order, the current project, a skill's rows, a delivery's carried
-    answer, the config-sync settings, a group's existence."""
+    answer, a group's existence, whether a config-sync configure landed."""
     row = conn.execute("SELECT value_json, updated_at FROM kv WHERE ns = ? AND key = ?", (ns, key)).fetchone()
     if row is None:
         return None

@@ -109,3 +109,18 @@ async def test_attachments_gc_with_a_damaged_app_settings_blob_is_corrupt_and_ev
                 assert (err.data_code, err.data["key"]) == ("CORRUPT_DATA", "settings"), method
             got = await ui.call("attachments.get", {"sha256": blob["sha256"]})
             assert got["deletionState"] == "live"
+
+
+async def test_damaged_config_sync_settings_are_corrupt_to_read_and_to_configure(tmp_path: Path) -> None:
+    """Before, they read as {"enabled": false}, and a configure merged into that view: the WebDAV address, user and
+    folder it did not send were dropped."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            await ui.call("configSync.configure", {"enabled": True, "webdavUrl": "https://dav.example/pi",
+                                                   "webdavUsername": "ada"})
+            cut = '{"enabled": true, "webdavUrl": "https://dav.exa'
+            damage(tmp_path, "UPDATE kv SET value_json = ? WHERE ns = 'configSync' AND key = 'settings'", cut)
+            for method, params in (("configSync.get", {}), ("configSync.configure", {"remoteDir": "pi2"})):
+                err = await rpc_error(ui.call(method, params))
+                assert (err.data_code, err.data["ns"]) == ("CORRUPT_DATA", "configSync"), method
+            assert stored(tmp_path, "configSync", "settings") == cut
