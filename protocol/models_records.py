@@ -287,11 +287,11 @@ class SessionSummary(Result):
     latest_turn: LatestTurn | None = Field(
         default=None, description="The newest turn (failed/aborted badges); absent before the first turn."
     )
-    unreadable: list[Literal["contractKind", "latestTurn"]] | None = Field(
+    unreadable: list[Literal["state", "contractKind", "latestTurn"]] | None = Field(
         default=None,
-        description="Derived fields left out because the stored value they come from is damaged (the pending "
-        "approval's kind, the newest turn's status, outside their sets): the rest of the summary reads. Absent "
-        "when every part reads.",
+        description="Derived fields left out because the stored value they come from is damaged (an execution's "
+        "state: it may be running; the pending approval's kind; the newest turn's status; outside their sets): "
+        "the rest of the summary reads. Absent when every part reads.",
     )
     thread: ThreadMeta | None = Field(
         default=None, description="Tags, folder, preset, archive flag, parent thread and origins "

@@ -9,9 +9,10 @@ no execution has no projected state. The row's ``kind`` (plan | goal) is the
 ``contractKind``. §4.6: the latest turn (``idx_turns_session``) gives the
 failed/aborted badge. Both are read, never stored, so they cannot go stale.
 
-A value they come from that is damaged (a ``kind`` or a turn ``status`` outside its set: SQLite checks a CHECK
-on writes only) is not shown: ``contractKind`` or ``latestTurn`` is left out and named in the summary's own
-``unreadable``, so the summary still reads (and the session still lists).
+A value they come from that is damaged (an ``execution_state``, a ``kind`` or a turn ``status`` outside its set:
+SQLite checks a CHECK on writes only) is not shown: ``state`` (with its ``contractKind``), ``contractKind`` or
+``latestTurn`` is left out and named in the summary's own ``unreadable``, so the summary still reads (and the
+session still lists). A damaged execution state ranks as ``running`` (it may be) and is never ``planning``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from store.indexing.sql_lists import in_chunks
-from store.plans import LIVE_PENDING
+from store.plans import EXECUTION_MAY_RUN, LIVE_PENDING
 from store.rules import TURN_ENDED
 
 __all__ = ["DERIVED", "projections", "with_projection"]
@@ -41,18 +42,28 @@ def projections(conn: sqlite3.Connection, modes: Mapping[str, str],
     when not given)."""
     now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     out: dict[str, dict[str, Any]] = {sid: {} for sid in modes}
+    ranks: dict[str, int] = {}
     ids = list(modes)
     for marks, chunk in in_chunks(ids):
         for sid, kind, status, execution in conn.execute(
             "SELECT session_id, kind, status, execution_state FROM plan_approvals "
-            f"WHERE session_id IN ({marks}) AND ({LIVE_PENDING} OR execution_state IN ('queued', 'running'))",
+            f"WHERE session_id IN ({marks}) AND ({LIVE_PENDING} OR {EXECUTION_MAY_RUN})",
             (*chunk, now),
         ):
-            state = "awaiting_approval" if status == "pending" else str(execution)
-            held = out[sid].get("state")
-            if held is None or _STATE_RANK[state] < _STATE_RANK[held]:
+            # an execution state outside its set may be running (plans.EXECUTION_MAY_RUN): ranked as running,
+            # shown as no state, named
+            state = "awaiting_approval" if status == "pending" else \
+                str(execution) if execution in ("queued", "running") else None
+            rank = _STATE_RANK[state or "running"]
+            if sid not in ranks or rank < ranks[sid]:
+                ranks[sid] = rank
                 out[sid].update(state=state, contractKind=kind)
-                _unread(out[sid], "contractKind", kind not in _KINDS)
+                _unread(out[sid], "state", state is None)
+                if state is None:
+                    out[sid].pop("contractKind")  # the kind of a state not shown
+                    _unread(out[sid], "contractKind", False)
+                else:
+                    _unread(out[sid], "contractKind", kind not in _KINDS)
         for sid, tid, status, error_code, ended_at in conn.execute(
             "SELECT t.session_id, t.id, t.status, t.error_code, t.ended_at FROM turns t "
             f"WHERE t.session_id IN ({marks}) AND t.id = (SELECT i.id FROM turns i WHERE i.session_id = t.session_id "
@@ -63,7 +74,7 @@ def projections(conn: sqlite3.Connection, modes: Mapping[str, str],
             out[sid]["latestTurn"] = {k: v for k, v in latest.items() if v is not None}
             _unread(out[sid], "latestTurn", status not in TURN_STATUSES)
     for sid, mode in modes.items():
-        if "state" not in out[sid] and mode in ("plan", "goal"):
+        if sid not in ranks and mode in ("plan", "goal"):
             out[sid].update(state="planning", contractKind=mode)
     return out
 

@@ -91,6 +91,8 @@ async def test_an_execution_whose_state_is_damaged_may_be_running_until_its_turn
             refused = await rpc_error(ui.call("session.update", {"sessionId": sid, "mode": "plan"}))
             assert refused.data_code == "CONFLICT"
             assert refused.data["executionId"] == execution and refused.data["damaged"] is True
+            summary = (await ui.call("session.get", {"sessionId": sid, "messageLimit": 1}))["session"]
+            assert summary["unreadable"] == ["state"] and "state" not in summary and "contractKind" not in summary
             done = await c.call("plans.finishExecution", {"sessionId": sid, "executionId": execution,
                                                           "turnId": "t1", "outcome": "failed"})
             assert done["approval"]["executionState"] == "failed"

@@ -1717,8 +1717,8 @@ export interface PluginSession {
   contractKind?: "plan" | "goal" | null;
   /** The newest turn (failed/aborted badges); absent before the first turn. */
   latestTurn?: LatestTurn | null;
-  /** Derived fields left out because the stored value they come from is damaged (the pending approval's kind, the newest turn's status, outside their sets): the rest of the summary reads. Absent when every part reads. */
-  unreadable?: ("contractKind" | "latestTurn")[] | null;
+  /** Derived fields left out because the stored value they come from is damaged (an execution's state: it may be running; the pending approval's kind; the newest turn's status; outside their sets): the rest of the summary reads. Absent when every part reads. */
+  unreadable?: ("state" | "contractKind" | "latestTurn")[] | null;
   /** Tags, folder, preset, archive flag, parent thread and origins (session.updateMetadata); absent while none is set. */
   thread?: ThreadMeta | null;
   /** Imported sessions: the model the history named last (never a binding). */
@@ -2768,8 +2768,8 @@ export interface SessionSummary {
   contractKind?: "plan" | "goal" | null;
   /** The newest turn (failed/aborted badges); absent before the first turn. */
   latestTurn?: LatestTurn | null;
-  /** Derived fields left out because the stored value they come from is damaged (the pending approval's kind, the newest turn's status, outside their sets): the rest of the summary reads. Absent when every part reads. */
-  unreadable?: ("contractKind" | "latestTurn")[] | null;
+  /** Derived fields left out because the stored value they come from is damaged (an execution's state: it may be running; the pending approval's kind; the newest turn's status; outside their sets): the rest of the summary reads. Absent when every part reads. */
+  unreadable?: ("state" | "contractKind" | "latestTurn")[] | null;
   /** Tags, folder, preset, archive flag, parent thread and origins (session.updateMetadata); absent while none is set. */
   thread?: ThreadMeta | null;
   /** Imported sessions: the model the history named last (never a binding). */
