@@ -35,17 +35,18 @@ _STATE_RANK = {"awaiting_approval": 0, "running": 1, "queued": 2}
 
 
 def projections(conn: sqlite3.Connection, modes: Mapping[str, str],
-                now_ms: int | None = None) -> dict[str, dict[str, Any]]:
+                now_ms: int | None = None, *, plans: bool = True, turns: bool = True) -> dict[str, dict[str, Any]]:
     """``session id → {state?, contractKind?, latestTurn?}`` for the sessions in ``modes`` (id → mode).
 
     ``now_ms``: the host's clock, which decides whether a pending row is still live (the wall clock
-    when not given)."""
+    when not given). ``plans`` / ``turns`` False: the caller knows, from the same snapshot, that these
+    sessions have no ``plan_approvals`` / ``turns`` row (``index.session_row_present``): not read."""
     now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     out: dict[str, dict[str, Any]] = {sid: {} for sid in modes}
     ranks: dict[str, int] = {}
-    ids = list(modes)
+    ids = list(modes) if plans or turns else []
     for marks, chunk in in_chunks(ids):
-        for sid, kind, status, execution in conn.execute(
+        for sid, kind, status, execution in () if not plans else conn.execute(
             "SELECT session_id, kind, status, execution_state FROM plan_approvals "
             f"WHERE session_id IN ({marks}) AND ({LIVE_PENDING} OR {EXECUTION_MAY_RUN})",
             (*chunk, now),
@@ -64,7 +65,7 @@ def projections(conn: sqlite3.Connection, modes: Mapping[str, str],
                     _unread(out[sid], "contractKind", False)
                 else:
                     _unread(out[sid], "contractKind", kind not in _KINDS)
-        for sid, tid, status, error_code, ended_at in conn.execute(
+        for sid, tid, status, error_code, ended_at in () if not turns else conn.execute(
             "SELECT t.session_id, t.id, t.status, t.error_code, t.ended_at FROM turns t "
             f"WHERE t.session_id IN ({marks}) AND t.id = (SELECT i.id FROM turns i WHERE i.session_id = t.session_id "
             "ORDER BY i.started_at DESC, i.id DESC LIMIT 1)",
@@ -95,10 +96,11 @@ def _unread(summary: dict[str, Any], part: str, damaged: bool) -> None:
         summary.pop("unreadable", None)
 
 
-def with_projection(conn: sqlite3.Connection, rows: Iterable[dict[str, Any]], now_ms: int | None = None) -> None:
-    """Add the derived fields to session rows (in place)."""
+def with_projection(conn: sqlite3.Connection, rows: Iterable[dict[str, Any]], now_ms: int | None = None, *,
+                    plans: bool = True, turns: bool = True) -> None:
+    """Add the derived fields to session rows (in place); ``plans`` / ``turns``: as :func:`projections`."""
     rows = list(rows)
-    found = projections(conn, {r["id"]: r.get("mode") or "agent" for r in rows}, now_ms)
+    found = projections(conn, {r["id"]: r.get("mode") or "agent" for r in rows}, now_ms, plans=plans, turns=turns)
     for row in rows:
         for key in DERIVED:
             row.pop(key, None)

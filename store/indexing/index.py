@@ -201,6 +201,57 @@ def session_row(conn: sqlite3.Connection, session_id: str, now_ms: int | None = 
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Present:
+    """Which kinds of a session's optional rows exist, as one read snapshot has them
+    (:func:`session_row_present`). A read in that same snapshot skips the statements that could only find
+    nothing (most sessions have no plan approval, metadata, compaction or evicted attachment; a new one no
+    turn): each is a statement less on every ``session.get`` served without the session actor."""
+
+    plans: bool = True
+    """A ``plan_approvals`` row (its projected state)."""
+    turns: bool = True
+    """A ``turns`` row (the latest turn, the turns a newest window asks decisions for)."""
+    thread: bool = True
+    """A ``thread_meta`` row."""
+    compactions: bool = True
+    """A ``compactions`` row."""
+    evicted: bool = True
+    """An ``attachment_refs`` row whose blob was evicted."""
+
+
+EVERY_KIND: Final = Present()
+"""Nothing known to be absent: every statement runs (a row read outside the snapshot, e.g. the actor's)."""
+
+_SESSION_PRESENT_SQL: Final = (
+    f"SELECT {SESSION_COLUMNS}, (SELECT path FROM projects p WHERE p.id = s.project_id), "
+    "EXISTS (SELECT 1 FROM plan_approvals a WHERE a.session_id = s.id), "
+    "EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id), "
+    "EXISTS (SELECT 1 FROM thread_meta m WHERE m.session_id = s.id), "
+    "EXISTS (SELECT 1 FROM compactions c WHERE c.session_id = s.id), "
+    "EXISTS (SELECT 1 FROM attachment_refs r WHERE r.session_id = s.id AND r.evicted_at IS NOT NULL) "
+    "FROM sessions s WHERE id = ?"
+)
+_PRESENT_COLUMNS: Final = 5
+
+
+def session_row_present(conn: sqlite3.Connection, session_id: str,
+                        now_ms: int | None = None) -> tuple[dict[str, Any] | None, Present]:
+    """:func:`session_row` (the same dict), and which optional rows of the session exist, from one
+    statement: the derived fields read only the tables that hold a row of it. Exact within the caller's
+    read snapshot (``windows.read_cold``), where a later read can rely on the flags."""
+    row = conn.execute(_SESSION_PRESENT_SQL, (session_id,)).fetchone()
+    if not row:
+        return None, EVERY_KIND
+    out = _session_dict(row[:-_PRESENT_COLUMNS])
+    present = Present(*(bool(v) for v in row[-_PRESENT_COLUMNS:]))
+    with_projection(conn, [out], now_ms, plans=present.plans, turns=present.turns)
+    if present.thread:
+        thread_meta.attach(conn, [out])
+    origin_history.attach(conn, [out])
+    return out, present
+
+
 def require_session(conn: sqlite3.Connection, session_id: str, now_ms: int | None = None) -> dict[str, Any]:
     row = session_row(conn, session_id, now_ms)
     if row is None:

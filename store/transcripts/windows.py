@@ -14,6 +14,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,7 @@ def window_bounds(total: int, req: WindowRequest, target_pos: int | None) -> tup
 
 def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: WindowRequest,
               session: Mapping[str, Any], *, derived_fresh: bool = False, now_ms: int | None = None,
-              fd: int | None = None) -> Window:
+              fd: int | None = None, present: index.Present = index.EVERY_KIND) -> Window:
     """Target position, bounds, window rows, the compaction chain, and the encoded reply, in one snapshot.
 
     The bytes are read in the same call (not in a second worker-thread hop):
@@ -132,7 +133,9 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
     (``sessions.get_direct``), every byte (message and compaction lines) is read through ``fd``,
     the file the snapshot's mark was checked against. ``derived_fresh``: ``session`` was read
     in this same snapshot with its derived fields (``read_cold``), so they are not derived again.
-    ``fd``: the transcript, open already (``read_cold``); the caller closes it.
+    ``fd``: the transcript, open already (``read_cold``); the caller closes it. ``present``: which of the
+    session's optional rows exist in this snapshot (``read_cold`` read them with ``session``); the compaction,
+    eviction and turn statements run only for kinds that have a row.
     """
     w = Window(total=total)
     if req.around is not None:
@@ -141,7 +144,7 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
             w.missing_target = True
             return w
     w.start, w.end = window_bounds(total, req, w.target_pos)
-    compactions = index.compaction_rows(conn, sid)
+    compactions = index.compaction_rows(conn, sid) if present.compactions else []
     if req.max_bytes is None:
         rows = index.window_spans(conn, sid, w.start, w.end)
     else:
@@ -154,13 +157,13 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
     else:  # the summary's derived fields as this snapshot has them, not as the actor cached them
         summary = {k: v for k, v in index.public_session(session).items() if k not in session_state.DERIVED}
         summary.update(session_state.projections(conn, {sid: str(session.get("mode") or "agent")}, now_ms)[sid])
-    evicted = attachments.evicted_marks(conn, sid, rows[0][0], rows[-1][0]) if rows else None
+    evicted = attachments.evicted_marks(conn, sid, rows[0][0], rows[-1][0]) if rows and present.evicted else None
     w.reply, w.target = encode_window(path, summary, rows, lines, start=w.start, end=w.end,
                                       total=total, content_limit=req.content_limit, target_pos=w.target_pos,
                                       evicted=evicted, fd=fd)
     turns = {r[4] for r in rows if r[4] is not None}
-    if w.end >= total:  # the newest window: also the turns that have no row yet (asked before replying)
-        turns.update(_turns_after(conn, sid, total))
+    if w.end >= total and present.turns:  # the newest window: also the turns that have no row yet (asked before
+        turns.update(_turns_after(conn, sid, total))  # replying)
     if turns:
         found = approvals.decisions_for_turns(conn, sid, turns, now_ms)
         if found.items:
@@ -192,6 +195,7 @@ def prepare_reads(conn: sqlite3.Connection) -> None:
     """
     none = ""
     index.session_row(conn, none)
+    index.session_row_present(conn, none)
     session_state.projections(conn, {none: "agent"})
     thread_meta.attach(conn, [{"id": none}])
     index.compaction_rows(conn, none)
@@ -291,7 +295,7 @@ def _first_kept(rows: Sequence[Any], w: Window, req: WindowRequest) -> Any:
 
 
 def _fit_rows(rows: list[Any], w: Window, req: WindowRequest, room: int) -> list[Any]:
-    if sum(int(r[_LEN]) + PER_MESSAGE_OVERHEAD for r in rows) <= room:
+    if sum(map(itemgetter(_LEN), rows)) + PER_MESSAGE_OVERHEAD * len(rows) <= room:  # the usual page: all fit
         return rows
     if req.around is not None and w.target_pos is not None:
         return _around(rows, w, room)
@@ -383,7 +387,7 @@ def read_cold(conn: sqlite3.Connection, sid: str, path: Path, req: WindowRequest
     """
     conn.execute("BEGIN")
     try:
-        row = index.session_row(conn, sid, now_ms)
+        row, present = index.session_row_present(conn, sid, now_ms)
         if row is None:
             return Window()
         try:  # the usual clean file: one open serves the check and the window's bytes
@@ -399,7 +403,7 @@ def read_cold(conn: sqlite3.Connection, sid: str, path: Path, req: WindowRequest
             if plan.kind != "clean" or plan.file_len != row["_indexedLen"]:
                 return Window(row=row, plan_kind=plan.kind)
             w = read_warm(conn, sid, path, int(row["messageCount"]), req, row, derived_fresh=True, now_ms=now_ms,
-                          fd=fd)
+                          fd=fd, present=present)
         finally:
             if fd is not None:
                 os.close(fd)

@@ -120,9 +120,11 @@ class _Recording:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
         self.statements: set[str] = set()
+        self.ran: list[str] = []
 
     def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
         self.statements.add(sql)
+        self.ran.append(sql)
         return self._conn.execute(sql, params)
 
     def __getattr__(self, name: str) -> Any:
@@ -154,6 +156,47 @@ async def test_prepare_reads_runs_every_statement_of_a_newest_page_read(tmp_path
     finally:
         read._conn.close()
         prepared._conn.close()
+
+
+async def test_a_first_read_runs_only_the_statements_of_rows_its_session_has(tmp_path: Path) -> None:
+    """The session's row says, in the read's own snapshot, which of its optional rows exist (plan approvals,
+    turns, thread metadata, compactions, evicted attachments): the newest page of a session with none of
+    them is four statements (begin, the row, the window's spans, rollback), not ten; and a session with a
+    turn and metadata is answered as a read that runs every statement answers it."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            plain = await new_session(c)
+            for i in range(3):
+                await c.call("session.appendMessage", {"sessionId": plain, "message": msg(f"p{i}", f"text {i}")})
+            busy = await new_session(c)
+            await start(c, busy, "t1")
+            await c.call("session.appendMessage", {"sessionId": busy, "turnId": "t1", "message": msg("u1", "question")})
+            await c.call("session.appendMessage", {"sessionId": busy, "turnId": "t1",
+                                                   "message": assistant("a1", "answer")})
+            await c.call("session.updateMetadata", {"sessionId": busy, "tags": ["x"]})
+            await host.services.index_log.barrier()
+    conn = _Recording(open_reader(tmp_path / "pi.sqlite"))
+    req = windows.WindowRequest(limit=50)
+    try:
+        window = windows.read_cold(conn, plain, tmp_path / "sessions" / f"{plain}.jsonl",  # type: ignore[arg-type]
+                                   req)
+        assert window.plan_kind == "clean" and window.total == 3
+        assert len(conn.ran) == 4, conn.ran
+        for sid in (plain, busy):
+            path = tmp_path / "sessions" / f"{sid}.jsonl"
+            cold = windows.read_cold(conn, sid, path, req)  # type: ignore[arg-type]
+            assert cold.row is not None
+            conn.execute("BEGIN")
+            try:  # every statement, the derived fields read again (``present`` left at "every kind")
+                full = windows.read_warm(conn, sid, path, cold.total, req, cold.row)  # type: ignore[arg-type]
+            finally:
+                conn.execute("ROLLBACK")
+            assert orjson.loads(cold.reply) == orjson.loads(full.reply)
+        page = orjson.loads(cold.reply)
+        assert _ids(page) == ["u1", "a1"]
+        assert page["session"]["thread"]["tags"] == ["x"] and page["session"]["latestTurn"]["id"] == "t1"
+    finally:
+        conn._conn.close()
 
 
 async def test_the_read_pool_prepares_every_connection_it_opens(tmp_path: Path) -> None:
