@@ -243,13 +243,13 @@ def test_read_targets_print_their_bounds_from_this_run(report: dict[str, Any]) -
     windows = report["sections"]["windows"]
     for n, row in windows["figures"]["sessions"].items():
         for fig in ("freshHostFirstGetMs", "freshHostWarmGetMs", "freshHostWarmSpeedupVsParse",
-                    "freshProcessLaterSpeedupVsParse"):
+                    "freshProcessLaterSpeedupVsParse", "freshHostEmptyHopMs", "freshHostDecodeMs"):
             _positive(row, fig)
         _quotient(row, "freshHostWarmSpeedupVsParse", "parseWholeFileMs", "freshHostWarmGetMs")
         _quotient(row, "freshProcessLaterSpeedupVsParse", "parseWholeFileMs", "freshProcessLaterGetMs")
         if n != "50":  # the smallest session is the warm targets' reference, it has no first-get target
             _floor_shown(windows, f"fresh host first get (in-process), {n} msgs", row["freshHostWarmGetMs"],
-                         row["freshHostWarmSpeedupVsParse"])
+                         row["freshHostWarmSpeedupVsParse"], row["freshHostEmptyHopMs"], row["freshHostDecodeMs"])
             _floor_shown(windows, f"fresh process first get over WebSocket, {n} msgs",
                          row["freshProcessLaterSpeedupVsParse"])
     history = report["sections"]["history"]
