@@ -44,13 +44,7 @@ from store.rules import COLLAB_INPUT_ID_PREFIX
 from store.transcripts.deleted_log import LoggedDelete
 from store.transcripts.records import meta_of, rfc3339_to_ms
 from store.transcripts.session_files import REVISIONS_SUFFIX, PendingDelete
-from store.transcripts.transcript import (
-    IMPORT_RECEIPT,
-    MAX_LINE_BYTES,
-    bounded_lines,
-    header_receipts,
-    read_first_line,
-)
+from store.transcripts.transcript import IMPORT_RECEIPT, MAX_LINE_BYTES, bounded_lines, header_receipts
 
 
 @dataclass
@@ -126,10 +120,19 @@ def read_header(path: Path) -> dict[str, Any] | None:
 
 
 def header_of(fd: int) -> dict[str, Any] | None:
-    """:func:`read_header` of a transcript open as ``fd`` (read from offset 0; its position stays)."""
-    line = read_first_line(fd)
-    if line is None:
+    """:func:`read_header` of a transcript open as ``fd`` (read from offset 0; its position moves)."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    head = b""
+    nl = -1
+    while nl < 0 and len(head) < 1 << 20:  # the header line only, in small reads
+        chunk = os.read(fd, 4096 if not head else len(head))
+        if not chunk:
+            break
+        head += chunk
+        nl = head.find(b"\n")
+    if nl < 0:
         return None
+    line = head[: nl + 1]
     try:
         rec = loads_line(line)
     except ValueError:
