@@ -90,13 +90,13 @@ from typing import Any, Protocol, TypeVar
 import orjson
 
 from store.errors import (
-    DamagedRecord,
     InvalidInput,
     NotFound,
     PayloadTooLarge,
     PermissionDenied,
     SessionNotFound,
     classify_os_error,
+    damaged_setting,
 )
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import TEMP_MARKER, OwedSyncs, fsync_dir, open_nofollow, remove_file_durable, write_all
@@ -298,8 +298,8 @@ def _unlink_quietly(path: Path) -> None:
 
 
 def _app_setting(conn: sqlite3.Connection, key: str) -> Any:
-    """The value of ``kv(app, key)`` (None: unset); ``DamagedRecord`` (CORRUPT_DATA, data ns/key) when it no longer
-    parses, or for the blob ``settings`` is not an object (as ``store.config.settings.app_blob`` reads it: that
+    """The value of ``kv(app, key)`` (None: unset); ``DamagedRecord`` (CORRUPT_DATA, data ns/key/repair) when it no
+    longer parses, or for the blob ``settings`` is not an object (as ``store.config.settings.app_blob`` reads it: that
     module imports this one's importers)."""
     row = conn.execute("SELECT value_json FROM kv WHERE ns = 'app' AND key = ?", (key,)).fetchone()
     if row is None:
@@ -307,10 +307,9 @@ def _app_setting(conn: sqlite3.Connection, key: str) -> Any:
     try:
         value = orjson.loads(row[0])
     except orjson.JSONDecodeError as exc:
-        raise DamagedRecord(f"setting app/{key} is unreadable: {exc}", data={"ns": "app", "key": key}) from None
+        raise damaged_setting("app", key, str(exc)) from None
     if key == "settings" and not isinstance(value, dict):
-        raise DamagedRecord(f"setting app/settings is unreadable: a JSON {type(value).__name__}, not an object",
-                            data={"ns": "app", "key": key})
+        raise damaged_setting("app", key, f"a JSON {type(value).__name__}, not an object")
     return value
 
 

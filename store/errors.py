@@ -131,6 +131,19 @@ class DamagedRecord(CorruptData):
     ``CORRUPT_DATA``; a listing leaves the record out and names it (``unreadable``)."""
 
 
+KV_REPAIR = "pi-host doctor --repair"
+"""The way out named by every damaged ``kv`` record's CORRUPT_DATA (``data.repair``): the offline doctor sets the
+stored bytes aside in ``quarantine/`` and deletes the row, so the host reads the record as unset again."""
+
+
+def damaged_setting(ns: str, key: str, why: str, what: str | None = None) -> DamagedRecord:
+    """``kv(ns, key)`` does not read (``why``): CORRUPT_DATA with ``data`` ``ns``, ``key`` and ``repair``
+    (:data:`KV_REPAIR`); ``what`` names the record in the message (default ``setting <ns>/<key>``)."""
+    return DamagedRecord(f"{what or f'setting {ns}/{key}'} is unreadable: {why}; `{KV_REPAIR}` on the stopped "
+                         "host sets it aside (quarantine/) so it reads as unset again",
+                         data={"ns": ns, "key": key, "repair": KV_REPAIR})
+
+
 class SchemaTooNew(StoreError):
     code = "SCHEMA_TOO_NEW"
 

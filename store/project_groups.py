@@ -193,11 +193,10 @@ def set_instructions(conn: sqlite3.Connection, group_id: str, text: str, now_ms:
 def group_details(conn: sqlite3.Connection, group_id: str) -> dict[str, Any]:
     group = get_group(conn, group_id)
     out: dict[str, Any] = {"group": group}
-    if group.get("legacy"):  # a path project: its path-scoped memory
-        found = get_value(conn, "projectMemory", group["primaryRoot"])
-    else:
-        found = get_value(conn, MEMORY_NS, group_id)
-    out["memory"] = memory_view(found[0] if found else None, f"memory of project group {group_id}")
+    # a path project: its path-scoped memory
+    where = ("projectMemory", str(group["primaryRoot"])) if group.get("legacy") else (MEMORY_NS, group_id)
+    found = get_value(conn, *where)
+    out["memory"] = memory_view(found[0] if found else None, f"memory of project group {group_id}", kv=where)
     instructions = None if group.get("legacy") else get_value(conn, INSTRUCTIONS_NS, group_id)
     if instructions is not None:
         if not isinstance(instructions[0], str):

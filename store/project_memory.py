@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from store.errors import DamagedRecord, InvalidInput, PayloadTooLarge
+from store.errors import DamagedRecord, InvalidInput, PayloadTooLarge, damaged_setting
 from store.rules import MAX_MEMORY_BYTES, MAX_MEMORY_ENTRIES
 
 __all__ = ["EMPTY", "FORMAT", "derive_content", "normalize_memory", "memory_view"]
@@ -115,9 +115,15 @@ def normalize_memory(value: Any, now_ms: int, *, field: str = "memory") -> dict[
     return {"format": FORMAT, "entries": entries, "content": content, "updatedAt": now_ms}
 
 
-def memory_view(stored: Any, what: str = "memory") -> dict[str, Any]:
+def memory_view(stored: Any, what: str = "memory", *, kv: tuple[str, str] | None = None) -> dict[str, Any]:
     """What a reader gets: the structured form (legacy text is one untitled entry; ``None``, no value stored, is
-    the empty memory). A stored value the host did not write that way is ``DamagedRecord`` naming ``what``."""
+    the empty memory). A stored value the host did not write that way is ``DamagedRecord`` naming ``what``; with
+    ``kv`` (the ``(ns, key)`` it was read from) its data names the record and its repair, as every damaged
+    setting's does (``store.errors.damaged_setting``)."""
+
+    def refuse(why: str) -> DamagedRecord:
+        return damaged_setting(*kv, why, what) if kv is not None else DamagedRecord(f"{what} is unreadable: {why}")
+
     if stored is None:
         return {"format": FORMAT, "entries": [], "content": ""}
     if isinstance(stored, str):
@@ -128,9 +134,9 @@ def memory_view(stored: Any, what: str = "memory") -> dict[str, Any]:
         try:
             entries = _entries(stored["entries"], "memory")
         except InvalidInput as exc:
-            raise DamagedRecord(f"{what} is unreadable: {exc}") from None
+            raise refuse(str(exc)) from None
         view: dict[str, Any] = {"format": FORMAT, "entries": entries, "content": derive_content(entries)}
         if isinstance(stored.get("updatedAt"), int):
             view["updatedAt"] = stored["updatedAt"]
         return view
-    raise DamagedRecord(f"{what} is unreadable: a JSON {type(stored).__name__} that is neither memory nor text")
+    raise refuse(f"a JSON {type(stored).__name__} that is neither memory nor text")

@@ -44,7 +44,7 @@ from store.config import config_sync as sync
 from store.config import secrets as secret_store
 from store.config.providers import validate_base_url
 from store.config.settings import get_value, set_value
-from store.errors import Conflict, DamagedRecord, InvalidInput, NotFound, StoreError
+from store.errors import Conflict, InvalidInput, NotFound, StoreError
 from store.receipts import ReceiptKey, file_record
 from store.upgrade.seed_migrations import current_platform
 
@@ -62,24 +62,10 @@ async def fingerprint(services: Services, method: str, raw: Mapping[str, Any]) -
     return await fingerprint_hiding(services, method, raw, ("webdavPassword", "vaultKey"))
 
 
-def _settings(conn: Any) -> dict[str, Any]:
-    """The stored config-sync settings (``{"enabled": false}`` when none); ``DamagedRecord`` (CORRUPT_DATA) when
-    they no longer read as an object: never shown as unset, nor a configure merged into that empty view (which
-    would drop the WebDAV address, user and folder it did not send)."""
-    found = get_value(conn, *sync.SETTINGS_KEY)
-    if found is None:
-        return {"enabled": False}
-    if not isinstance(found[0], dict):
-        ns, key = sync.SETTINGS_KEY
-        raise DamagedRecord(f"setting {ns}/{key} is unreadable: a JSON {type(found[0]).__name__}, not an object",
-                            data={"ns": ns, "key": key})
-    return dict(found[0])
-
-
 async def get(ctx: HostContext, p: m.ConfigSyncGetParams, key: ReceiptKey | None) -> Any:
     vault: Vault = ctx.services.get(VAULT)
     directory = ctx.services.data_dir.root / "config-sync"
-    settings = await ctx.read(_settings)
+    settings = await ctx.read(sync.stored_settings)
     out: dict[str, Any] = {
         "settings": settings,
         "hasVaultKey": await vault.run(vault.store.exists, sync.VAULT_KEY_REF),
@@ -110,7 +96,7 @@ async def configure(ctx: HostContext, p: m.ConfigSyncConfigureParams, key: Recei
             raise
 
     def effect(conn: Any) -> Any:
-        settings = _settings(conn)
+        settings = sync.stored_settings(conn)
         for attr, wire in _FIELDS.items():
             if attr in sent:
                 value = getattr(p, attr)

@@ -62,7 +62,8 @@ def get(ctx: ReadContext, p: m.SettingsGetParams) -> Any:
         return _got(ns, p.key, _UNSET, None)
     value, updated = found
     if ns == "projectMemory":
-        value = memory_view(value, f"setting {ns}/{canonical_key(ns, p.key)}")
+        stored_key = canonical_key(ns, p.key)
+        value = memory_view(value, f"setting {ns}/{stored_key}", kv=(ns, stored_key))
     return _got(ns, p.key, value, updated)
 
 

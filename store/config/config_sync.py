@@ -51,6 +51,7 @@ from store.errors import (
     NotFound,
     PayloadTooLarge,
     classify_os_error,
+    damaged_setting,
 )
 from store.fsutil import atomic_write, open_nofollow, remove_file_durable
 from store.indexing import index
@@ -79,6 +80,7 @@ __all__ = [
     "new_vault_key",
     "read_bundle",
     "restore_bundle",
+    "stored_settings",
     "write_bundle",
     "write_export_receipt",
 ]
@@ -97,6 +99,18 @@ VAULT_KEY_REF: Final = "configSync/vaultKey"
 PASSWORD_REF: Final = "configSync/webdavPassword"
 DOC_SCHEMA: Final = 1
 _MAX_ROWS: Final = 100_000
+
+
+def stored_settings(conn: sqlite3.Connection) -> dict[str, Any]:
+    """The stored config-sync settings (``{"enabled": false}`` when none); ``DamagedRecord`` (CORRUPT_DATA, data
+    ``ns``, ``key`` and ``repair``) when they no longer read as an object: never shown as unset, nor a configure
+    merged into that empty view (which would drop the WebDAV address, user and folder it did not send)."""
+    found = get_value(conn, *SETTINGS_KEY)
+    if found is None:
+        return {"enabled": False}
+    if not isinstance(found[0], dict):
+        raise damaged_setting(*SETTINGS_KEY, f"a JSON {type(found[0]).__name__}, not an object")
+    return dict(found[0])
 
 
 def new_vault_key() -> str:

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from store.config.settings_rules import APP_NS, APP_SETTINGS_KEY, DELETE, KvPlan, canonical_key
-from store.errors import DamagedRecord
+from store.errors import DamagedRecord, damaged_setting
 
 __all__ = [
     "app_blob",
@@ -34,17 +34,18 @@ _DAMAGED: Any = object()
 
 
 def _damaged(ns: str, key: str, why: str) -> DamagedRecord:
-    return DamagedRecord(f"setting {ns}/{key} is unreadable: {why}", data={"ns": ns, "key": key})
+    return damaged_setting(ns, key, why)
 
 
 def get_value(conn: sqlite3.Connection, ns: str, key: str, *, lenient: bool = False) -> tuple[Any, int] | None:
     """(value, updated_at) of ``ns``/``key``, or None when unset.
 
     A stored value that no longer parses (the host writes JSON only) is ``DamagedRecord`` (CORRUPT_DATA, data
-    ``ns`` and ``key``): never read as unset, so no write merges into an empty view of it. ``lenient`` is for the
-    few readers whose own record a damaged value may stand in for as ``(None, updated_at)`` (a write of theirs
-    replaces it whole): the saved provider order, the current project, a skill's rows, a delivery's carried
-    answer, a group's existence, whether a config-sync configure landed."""
+    ``ns``, ``key`` and ``repair``: ``pi-host doctor --repair`` sets it aside): never read as unset, so no write
+    merges into an empty view of it. ``lenient`` is for the few readers whose own record a damaged value may stand
+    in for as ``(None, updated_at)`` (a write of theirs replaces it whole): the saved provider order, the current
+    project, a skill's rows, a delivery's carried answer, a group's existence, whether a config-sync configure
+    landed."""
     row = conn.execute("SELECT value_json, updated_at FROM kv WHERE ns = ? AND key = ?", (ns, key)).fetchone()
     if row is None:
         return None

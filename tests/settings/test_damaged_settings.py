@@ -16,6 +16,9 @@ from tests.hostkit import client_for, inprocess_host
 from tests.integrity.test_damaged_listings import damage
 from tests.turns.turnkit import rpc_error
 
+REPAIR = "pi-host doctor --repair"
+"""What every damaged setting's CORRUPT_DATA names as the way out (``data.repair``; its message too)."""
+
 
 def stored(root: Path, ns: str, key: str) -> str:
     conn = sqlite3.connect(root / "pi.sqlite")
@@ -37,7 +40,7 @@ async def test_a_damaged_app_settings_blob_is_corrupt_to_read_and_to_write(tmp_p
                                        ("settings.delete", {"key": "largePasteThreshold"})):
                     err = await rpc_error(ui.call(method, params))
                     assert err.data_code == "CORRUPT_DATA", (cut, method)
-                    assert (err.data["ns"], err.data["key"]) == ("app", "settings")
+                    assert (err.data["ns"], err.data["key"], err.data["repair"]) == ("app", "settings", REPAIR)
                 assert stored(tmp_path, "app", "settings") == cut  # no write replaced it with an empty blob's merge
 
 
@@ -48,6 +51,7 @@ async def test_a_damaged_key_is_corrupt_to_get_named_by_get_all_and_a_set_writes
             damage(tmp_path, "UPDATE kv SET value_json = '{\"op' WHERE ns = 'ui' AND key = 'b'")
             err = await rpc_error(ui.call("settings.get", {"ns": "ui", "key": "b"}))
             assert (err.data_code, err.data["ns"], err.data["key"]) == ("CORRUPT_DATA", "ui", "b")
+            assert err.data["repair"] == REPAIR and REPAIR in err.message
             listed = SettingsGetAllResult.model_validate(await ui.call("settings.getAll", {"ns": "ui"}))
             assert listed.values == {"a": 1, "c": 3} and listed.unreadable == ["b"]
             wrote = await ui.call("settings.set", {"ns": "ui", "key": "b", "value": {"open": False}})
@@ -68,6 +72,7 @@ async def test_a_damaged_project_memory_is_corrupt_to_read_and_named_by_memories
             for path in ("/w/b", "/w/c"):
                 err = await rpc_error(ui.call("settings.get", {"ns": "projectMemory", "key": path}))
                 assert err.data_code == "CORRUPT_DATA", path
+                assert (err.data["ns"], err.data["key"], err.data["repair"]) == ("projectMemory", path, REPAIR)
             got = await ui.call("settings.get", {"ns": "projectMemory", "key": "/w/a"})
             assert got["value"]["content"] == "notes of /w/a"
             listed = MemoriesListResult.model_validate(await ui.call("memories.list", {}))
@@ -90,6 +95,7 @@ async def test_a_damaged_group_memory_makes_project_groups_get_corrupt_until_set
             damage(tmp_path, "UPDATE kv SET value_json = '7' WHERE ns = 'projectGroupMemory' AND key = ?", gid)
             err = await rpc_error(ui.call("projectGroups.get", {"groupId": gid}))
             assert err.data_code == "CORRUPT_DATA"
+            assert (err.data["ns"], err.data["key"], err.data["repair"]) == ("projectGroupMemory", gid, REPAIR)
             await ui.call("projectGroups.setMemory", {"groupId": gid, "memory": "again"})
             assert (await ui.call("projectGroups.get", {"groupId": gid}))["memory"]["content"] == "again"
 
@@ -107,6 +113,7 @@ async def test_attachments_gc_with_a_damaged_app_settings_blob_is_corrupt_and_ev
             for method in ("attachments.gc", "attachments.estimate"):
                 err = await rpc_error(ui.call(method, {}))
                 assert (err.data_code, err.data["key"]) == ("CORRUPT_DATA", "settings"), method
+                assert err.data["repair"] == REPAIR, method
             got = await ui.call("attachments.get", {"sha256": blob["sha256"]})
             assert got["deletionState"] == "live"
 
@@ -123,4 +130,5 @@ async def test_damaged_config_sync_settings_are_corrupt_to_read_and_to_configure
             for method, params in (("configSync.get", {}), ("configSync.configure", {"remoteDir": "pi2"})):
                 err = await rpc_error(ui.call(method, params))
                 assert (err.data_code, err.data["ns"]) == ("CORRUPT_DATA", "configSync"), method
+                assert err.data["repair"] == REPAIR and REPAIR in err.message, method
             assert stored(tmp_path, "configSync", "settings") == cut

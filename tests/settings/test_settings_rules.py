@@ -106,7 +106,7 @@ def test_a_damaged_blob_is_corrupt_to_read_and_to_write(conn: sqlite3.Connection
     before = dump(conn)
     with pytest.raises(DamagedRecord) as exc:
         write(conn, "app", {"largePasteThreshold": 1000}, now=NOW + 1)
-    assert exc.value.data == {"ns": "app", "key": "settings"}
+    assert exc.value.data == {"ns": "app", "key": "settings", "repair": "pi-host doctor --repair"}
     assert dump(conn) == before
 
 
