@@ -4,8 +4,9 @@ Synchronous, no host and no trio: the CLI holds the data directory's lock
 (so no host can start meanwhile) and calls :func:`run_doctor`. Without
 ``repair`` nothing is written (the read-only database connection's own
 ``-wal``/``-shm``, if it had to create them, are removed again). The checks and
-what each repair does are described in ``store.doctor.doctor_db`` and
-``store.doctor.doctor_sessions``; severities and exit codes in ``store.doctor.doctor_report``.
+what each repair does are described in ``store.doctor.doctor_db``,
+``store.doctor.doctor_sessions`` and ``store.doctor.doctor_settings``; severities
+and exit codes in ``store.doctor.doctor_report``.
 
 A database at an older schema (a seed-era file, or one of this host's older
 versions) is not migrated here — ``pi-host serve`` does that, behind its
@@ -28,6 +29,7 @@ from store.doctor.doctor_db import (
 )
 from store.doctor.doctor_report import DoctorReport, Progress, Severity
 from store.doctor.doctor_sessions import DataDirPaths, check_sessions, check_surroundings
+from store.doctor.doctor_settings import kv_records
 from store.indexing.database import apply_pragmas
 from store.upgrade.migrations import OpenAction, classify
 from store.upgrade.schema import SCHEMA_VERSION
@@ -115,6 +117,7 @@ def run_doctor(paths: DataDirPaths, *, repair: bool, now_ms: int, progress: Prog
             tool_search_index(usable, db, report, repair=repair)
             attachments(usable, paths, facts, report, repair=repair, now_ms=now_ms, progress=progress)
             secrets(usable, paths, report, repair=repair)
+            kv_records(usable, paths, report, repair=repair, now_ms=now_ms)
             receipts(usable, paths, facts, report, repair=repair)
         _backups(paths, report)
     finally:

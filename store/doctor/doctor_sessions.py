@@ -313,8 +313,9 @@ def check_surroundings(conn: sqlite3.Connection | None, paths: DataDirPaths, rep
                 finding.data["movedTo"] = str(_move_to_quarantine(path, paths.quarantine_dir, now_ms))
                 finding.repaired = True
     for name in _names(paths.quarantine_dir):
-        report.add("quarantine.file", f"quarantine/{name}", "kept for inspection (a corrupt database copy "
-                   "or a checkpoint boot could not use)", Severity.INFO)
+        report.add("quarantine.file", f"quarantine/{name}", "kept for inspection (a corrupt database copy, "
+                   "a checkpoint boot could not use, or a damaged setting's bytes doctor set aside: kv.*)",
+                   Severity.INFO)
     if live is not None:
         for root, label in ((paths.scratch_root, "scratch"), (paths.review_changes_dir, "review-changes")):
             for name in _names(root):

@@ -75,7 +75,8 @@ def test_a_clean_directory_is_reported_clean_and_left_alone(data: DataDir) -> No
     before = snapshot(data.root)
     report = doctor(data)
     assert report.exit_code == EXIT_CLEAN and report.findings == []
-    assert report.checked == {"sessions": 2, "transcripts": 2, "attachments": 1, "secrets": 1, "receipts": 4}
+    assert report.checked == {"sessions": 2, "transcripts": 2, "attachments": 1, "secrets": 1, "receipts": 4,
+                              "settings": 2}
     assert snapshot(data.root) == before
     assert doctor(data, repair=True).findings == []
 

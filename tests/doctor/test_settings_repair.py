@@ -1,0 +1,176 @@
+"""``pi-host doctor``: a stored setting the host refuses to read (``settings.damaged``).
+
+The app settings blob and the config-sync settings have no repair over the wire (every read and write of them
+is CORRUPT_DATA while they are damaged); before, only editing SQLite by hand got a user out. Doctor finds every
+``kv`` row the host's own readers refuse, and ``--repair`` sets its exact bytes aside in ``quarantine/`` and
+deletes the row, so the host reads the record as unset (its defaults) and a write sets it again.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+import trio
+
+from runtime.datadir import DataDir
+from store.doctor.doctor import run_doctor
+from store.doctor.doctor_report import EXIT_CLEAN, EXIT_REPAIRABLE
+from store.doctor.doctor_settings import quarantine_name, read_as_host
+from store.errors import KV_REPAIR
+from tests.doctor.doctorkit import build_template, cli, copy_dir, db, doctor, problems, row, snapshot
+from tests.hostkit import client_for, inprocess_host
+from tests.turns.turnkit import rpc_error
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_template(tmp_path_factory.mktemp("doctor") / "template")
+
+
+@pytest.fixture
+def data(template: Path, tmp_path: Path) -> DataDir:
+    return copy_dir(template, tmp_path / "data")
+
+
+def _put(data: DataDir, ns: str, key: str, value_json: str | bytes) -> None:
+    conn = db(data)
+    try:
+        conn.execute("INSERT INTO kv(ns, key, value_json, updated_at) VALUES (?, ?, ?, 1) ON CONFLICT(ns, key) "
+                     "DO UPDATE SET value_json = excluded.value_json", (ns, key, value_json))
+    finally:
+        conn.close()
+
+
+def _kv(data: DataDir) -> dict[tuple[str, str], bytes]:
+    return {(r[0], r[1]): bytes(r[2]) for r in row(data, "SELECT ns, key, CAST(value_json AS BLOB) FROM kv")}
+
+
+DAMAGE = [
+    ("app", "settings", '{"language": "e'),  # cut: not JSON
+    ("app", "settings", "[1200]"),  # JSON, but the blob is an object
+    ("configSync", "settings", '"enabled"'),
+    ("projectMemory", "/w/a b", '{"format": "entries-v1", "entries": [{"x": 1}]}'),  # memory_view refuses it
+    ("projectGroupMemory", "g1", "7"),
+    ("ui", "panel", '{"open": tr'),
+    ("plugin:acme", "state", "\x00{"),
+]
+
+
+@pytest.mark.parametrize(("ns", "key", "stored"), DAMAGE, ids=[f"{n}/{k}:{i}" for i, (n, k, _) in enumerate(DAMAGE)])
+def test_a_damaged_setting_is_found_then_set_aside_and_deleted(data: DataDir, ns: str, key: str,
+                                                               stored: str) -> None:
+    _put(data, "ui", "fine", '[1, 2]')  # any JSON is a healthy value of a namespace the host does not own
+    _put(data, ns, key, stored)
+    before = snapshot(data.root)
+    kept = {k: v for k, v in _kv(data).items() if k != (ns, key)}
+
+    found = doctor(data)
+    assert found.exit_code == EXIT_REPAIRABLE
+    assert problems(found) == [("settings.damaged", f"kv {ns}/{key}", "repairable", False)]
+    finding = next(f for f in found.findings if f.check == "settings.damaged")
+    assert (finding.data["ns"], finding.data["key"]) == (ns, key)
+    assert KV_REPAIR not in finding.detail  # the refusal's reason, not its pointer back to doctor
+    assert snapshot(data.root) == before, "doctor without --repair changed a file"
+
+    fixed = doctor(data, repair=True)
+    finding = next(f for f in fixed.findings if f.check == "settings.damaged")
+    assert finding.repaired, problems(fixed)
+    moved = Path(finding.data["movedTo"])
+    assert moved.parent == data.quarantine_dir and moved.name.startswith(quarantine_name(ns, key, 0)[:-1])
+    assert str(moved) in finding.detail
+    assert moved.read_bytes() == stored.encode("utf-8")  # the exact bytes, set aside before the row went
+    assert _kv(data) == kept  # that row alone is gone
+    conn = sqlite3.connect(data.db_path)
+    try:
+        read_as_host(conn, ns, key)  # reads as unset now
+    finally:
+        conn.close()
+
+    again = doctor(data)
+    assert again.exit_code == EXIT_CLEAN, problems(again)
+    assert [f.subject for f in again.findings if f.check == "quarantine.file"] == [f"quarantine/{moved.name}"]
+
+
+def test_quarantine_names_are_safe_distinct_and_never_reused(data: DataDir) -> None:
+    assert quarantine_name("app", "settings", 5) == "kv.app.settings.5"
+    odd = quarantine_name("plugin:acme", "/w/a b/../x", 5)
+    assert "/" not in odd and ".." not in odd and odd.startswith("kv.plugin_acme-")
+    assert quarantine_name("ui", "a b", 5) != quarantine_name("ui", "a_b", 5)
+    _put(data, "app", "settings", "{")
+    data.quarantine_dir.mkdir(exist_ok=True)
+    name = quarantine_name("app", "settings", 7)
+    (data.quarantine_dir / name).write_bytes(b"an earlier run's")
+    report = run_doctor(data, repair=True, now_ms=7)
+    finding = next(f for f in report.findings if f.check == "settings.damaged")
+    assert finding.repaired and finding.data["movedTo"] == str(data.quarantine_dir / f"{name}-1")
+    assert (data.quarantine_dir / name).read_bytes() == b"an earlier run's"
+    assert (data.quarantine_dir / f"{name}-1").read_bytes() == b"{"
+
+
+def _stop_damage(root: Path, ns: str, key: str, stored: str) -> None:
+    conn = sqlite3.connect(root / "pi.sqlite")
+    try:
+        with conn:
+            assert conn.execute("UPDATE kv SET value_json = ? WHERE ns = ? AND key = ?",
+                                (stored, ns, key)).rowcount == 1
+    finally:
+        conn.close()
+
+
+def test_end_to_end_a_damaged_app_blob_is_repaired_by_doctor_and_set_again(tmp_path: Path) -> None:
+    """Set → stop → damage → doctor reports it (exit 1) → --repair → the next host reads defaults and sets."""
+    root = tmp_path / "data"
+    cut = '{"largePasteThreshold": 12'
+
+    async def before() -> dict[str, object]:
+        async with inprocess_host(root) as host, client_for(host, "ui", kind="ui") as ui:
+            defaults = (await ui.call("settings.getAll", {}))["values"]
+            await ui.call("settings.update", {"values": {"largePasteThreshold": 1200,
+                                                         "thinkingDisplayMode": "compact"}})
+            await ui.call("configSync.configure", {"enabled": True, "webdavUrl": "https://dav.example/pi"})
+            assert (await ui.call("settings.getAll", {}))["values"] != defaults
+        return dict(defaults)
+
+    async def damaged() -> None:
+        async with inprocess_host(root) as host, client_for(host, "ui", kind="ui") as ui:
+            for method, params in (("settings.getAll", {}), ("settings.set", {"key": "language", "value": "de"}),
+                                   ("configSync.get", {})):
+                err = await rpc_error(ui.call(method, params))
+                assert err.data_code == "CORRUPT_DATA", method
+                assert err.data["repair"] == KV_REPAIR and KV_REPAIR in str(err), method
+
+    async def after(defaults: dict[str, object]) -> None:
+        async with inprocess_host(root) as host, client_for(host, "ui", kind="ui") as ui:
+            assert (await ui.call("settings.getAll", {}))["values"] == defaults
+            assert (await ui.call("configSync.get", {}))["settings"] == {"enabled": False}
+            await ui.call("settings.set", {"key": "largePasteThreshold", "value": 900})
+            assert (await ui.call("settings.get", {"key": "largePasteThreshold"}))["value"] == 900
+            await ui.call("configSync.configure", {"enabled": True, "webdavUrl": "https://dav.example/again"})
+
+    defaults = trio.run(before)
+    _stop_damage(root, "app", "settings", cut)
+    _stop_damage(root, "configSync", "settings", "[]")
+    trio.run(damaged)
+
+    data = DataDir(root)
+    checked = cli(data, "--json")
+    assert checked.returncode == EXIT_REPAIRABLE, checked.stderr
+    report = json.loads(checked.stdout)
+    damaged_rows = sorted(f["subject"] for f in report["findings"] if f["check"] == "settings.damaged")
+    assert damaged_rows == ["kv app/settings", "kv configSync/settings"]
+    assert all(f["severity"] == "repairable" for f in report["findings"] if f["check"] == "settings.damaged")
+    text = cli(data)
+    assert text.returncode == EXIT_REPAIRABLE and "settings.damaged  kv app/settings" in text.stdout
+
+    repaired = cli(data, "--repair", "--json")
+    assert repaired.returncode == EXIT_REPAIRABLE, repaired.stderr  # the doctor's convention: 1 when repairable
+    moved = {f["subject"]: Path(f["data"]["movedTo"]) for f in json.loads(repaired.stdout)["findings"]
+             if f["check"] == "settings.damaged" and f["repaired"]}
+    assert moved["kv app/settings"].read_bytes() == cut.encode()
+    assert moved["kv configSync/settings"].read_bytes() == b"[]"
+    assert cli(data).returncode == EXIT_CLEAN
+
+    trio.run(after, defaults)
