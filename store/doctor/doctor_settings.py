@@ -34,6 +34,7 @@ from store.doctor.doctor_report import DoctorReport, Severity
 from store.doctor.doctor_sessions import DataDirPaths
 from store.errors import KV_REPAIR, Conflict, DamagedRecord, StoreError
 from store.fsutil import atomic_write, fsync_dir
+from store.project_groups import GROUPS_NS
 from store.project_memory import memory_view
 from store.skills import MEMORY_SCOPES
 
@@ -77,11 +78,11 @@ def quarantine_name(ns: str, key: str, now_ms: int) -> str:
     return f"kv.{_safe(ns)}.{_safe(key)}.{now_ms}"
 
 
-def _set_aside(quarantine_dir: Path, root: Path, name: str, raw: bytes) -> Path:
+def _set_aside(quarantine_dir: Path, name: str, raw: bytes) -> Path:
     """``raw`` in a new file ``quarantine_dir/name`` (``-<n>`` when taken), durable before this returns."""
     if not quarantine_dir.is_dir():
         quarantine_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fsync_dir(root)
+        fsync_dir(quarantine_dir.parent)
     n = 0
     while True:
         target = quarantine_dir / (name if n == 0 else f"{name}-{n}")
@@ -114,14 +115,17 @@ def _damaged(conn: sqlite3.Connection, paths: DataDirPaths, report: DoctorReport
     raw = conn.execute("SELECT CAST(value_json AS BLOB) FROM kv WHERE ns = ? AND key = ?", (ns, key)).fetchone()[0]
     raw = bytes(raw or b"")
     consequence = _CONSEQUENCE.get((ns, key), "a read of it is CORRUPT_DATA until it is written over or repaired")
+    if ns == GROUPS_NS:
+        consequence += (" (repair removes this group's record alone: its memory and instructions rows stay; "
+                        "projectGroups.delete over the wire removes all three)")
     finding = report.add("settings.damaged", f"kv {ns}/{key}", f"{why}; {consequence}. Repair sets the stored "
                          f"{len(raw)} byte(s) aside in quarantine/ and deletes the row, so the host reads it as "
                          "unset and a write sets it again", Severity.REPAIRABLE, ns=ns, key=key, bytes=len(raw))
     if not repair:
         return
     try:
-        target = _set_aside(paths.quarantine_dir, paths.root, quarantine_name(ns, key, now_ms), raw)
-    except StoreError as exc:  # nothing is deleted whose bytes are not safely aside
+        target = _set_aside(paths.quarantine_dir, quarantine_name(ns, key, now_ms), raw)
+    except (StoreError, OSError) as exc:  # nothing is deleted whose bytes are not safely aside
         finding.data["repairError"] = str(exc)
         return
     finding.data["movedTo"] = str(target)

@@ -16,10 +16,11 @@ import pytest
 import trio
 
 from runtime.datadir import DataDir
+from store.doctor import doctor_settings
 from store.doctor.doctor import run_doctor
 from store.doctor.doctor_report import EXIT_CLEAN, EXIT_REPAIRABLE
 from store.doctor.doctor_settings import quarantine_name, read_as_host
-from store.errors import KV_REPAIR
+from store.errors import KV_REPAIR, IOFailure
 from tests.doctor.doctorkit import build_template, cli, copy_dir, db, doctor, problems, row, snapshot
 from tests.hostkit import client_for, inprocess_host
 from tests.turns.turnkit import rpc_error
@@ -108,6 +109,22 @@ def test_quarantine_names_are_safe_distinct_and_never_reused(data: DataDir) -> N
     assert finding.repaired and finding.data["movedTo"] == str(data.quarantine_dir / f"{name}-1")
     assert (data.quarantine_dir / name).read_bytes() == b"an earlier run's"
     assert (data.quarantine_dir / f"{name}-1").read_bytes() == b"{"
+
+
+def test_bytes_that_cannot_be_set_aside_keep_their_row(data: DataDir, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The row goes only once its bytes are durably in quarantine/: a failed write of them deletes nothing."""
+    _put(data, "app", "settings", "{")
+
+    def no_room(*_args: object, **_kwargs: object) -> None:
+        raise IOFailure("fsync failed")
+
+    monkeypatch.setattr(doctor_settings, "atomic_write", no_room)
+    report = doctor(data, repair=True)
+    finding = next(f for f in report.findings if f.check == "settings.damaged")
+    assert not finding.repaired and "fsync failed" in finding.data["repairError"] and "movedTo" not in finding.data
+    assert _kv(data)[("app", "settings")] == b"{"
+    monkeypatch.undo()
+    assert next(f for f in doctor(data, repair=True).findings if f.check == "settings.damaged").repaired
 
 
 def _stop_damage(root: Path, ns: str, key: str, stored: str) -> None:
