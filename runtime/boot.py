@@ -291,13 +291,15 @@ def run_boot(
     clean_shutdown: bool | None = None,
     stop_requested: Callable[[], bool] = lambda: False,
     rebuild_index: bool = False,
+    keep_quarantined: bool = False,
 ) -> BootResult:
     """Recover the data directory before anything is served (``inflight_sweep``: tests inject
     their own; the default is :func:`inflight_boot_sweep` with ``faults``).
 
     ``stop_requested`` is asked between steps (from this worker thread): True stops the boot
     with :class:`BootInterrupted`. ``rebuild_index``: quarantine the index and rebuild it from the files
-    whatever its check says (the running host met it corrupt)."""
+    whatever its check says (the running host met it corrupt). ``keep_quarantined``: prune no quarantined copy
+    of the index (diagnostics; by default the newest ``QUARANTINED_INDEXES_KEPT`` are kept)."""
     t0 = time.perf_counter()
     boot_id = secrets.token_hex(8)
     report: dict[str, Any] = {"bootId": boot_id}
@@ -313,7 +315,7 @@ def run_boot(
         return _recover(conn, open_report, data_dir, report, t0=t0, boot_id=boot_id, faults=faults,
                         now_ms=now_ms, audit_retention_days=audit_retention_days,
                         inflight_sweep=inflight_sweep, clean_shutdown=clean_shutdown,
-                        stop_requested=stop_requested)
+                        stop_requested=stop_requested, keep_quarantined=keep_quarantined)
     except BootInterrupted:
         raise
     except BaseException as exc:
@@ -335,7 +337,7 @@ def run_boot(
 def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDir, report: dict[str, Any], *,
              t0: float, boot_id: str, faults: Faults, now_ms: Callable[[], int], audit_retention_days: int,
              inflight_sweep: InflightSweep | None, clean_shutdown: bool | None,
-             stop_requested: Callable[[], bool]) -> BootResult:
+             stop_requested: Callable[[], bool], keep_quarantined: bool) -> BootResult:
     """The steps of :func:`run_boot` after the index opened."""
 
     def between(step: str) -> None:
@@ -471,7 +473,8 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
                       boot_id=boot_id, faults=faults)
     # 3c. older quarantined copies of the index (each as large as the index): the newest few are kept
     try:
-        pruned = prune_quarantined(data_dir.quarantine_dir, data_dir.db_path.name, protect=pending_salvage(conn))
+        pruned = [] if keep_quarantined else prune_quarantined(
+            data_dir.quarantine_dir, data_dir.db_path.name, protect=pending_salvage(conn))
     except StoreError as exc:
         log.warning("pruning old quarantined index copies failed: %s", exc)
     else:

@@ -113,6 +113,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--native-pi-root", metavar="DIR", default=None,
                        help="list the pi sessions under DIR read-only as native-pi:<id> sessions")
     serve.add_argument("--quiet", action="store_true", help="no human log lines on stderr")
+    serve.add_argument("--keep-quarantined", action="store_true",
+                       help="diagnostics: keep every quarantined copy of a corrupt index (default: the newest few)")
     serve.add_argument("--count-task-steps", action="store_true",
                        help="diagnostics: count the trio thread's task steps and I/O waits (host.status.trio)")
     serve.add_argument("--import-root", action="append", default=[], metavar="DIR",

@@ -37,6 +37,26 @@ __all__ = ["serve"]
 log = logging.getLogger("pi_host")
 
 
+def host_config(args: argparse.Namespace, data_dir: DataDir) -> HostConfig:
+    """The host's configuration from ``pi-host serve``'s arguments."""
+    return HostConfig(
+        data_dir=data_dir,
+        host=args.host,
+        port=args.port,
+        allowed_origins=frozenset(args.allow_origin),
+        session_idle_timeout=args.idle_timeout,
+        synchronous=args.synchronous,
+        search_upkeep_after=args.search_upkeep_after if args.search_upkeep_after > 0 else None,
+        integrity_sweep_interval=args.integrity_sweep if args.integrity_sweep > 0 else None,
+        integrity_sweep_after=max(0.0, args.integrity_sweep_after),
+        import_roots=tuple(os.path.abspath(r) for r in args.import_root),
+        disk_warn_below_bytes=args.disk_warn_below,
+        native_pi_root=Path(args.native_pi_root).resolve() if args.native_pi_root else None,
+        count_task_steps=args.count_task_steps,
+        keep_quarantined=args.keep_quarantined,
+    )
+
+
 def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
     # The first line says which default root (seed §2, D599: a packaged app and a dev build run side by
     # side); a root given by --data-dir or PI_DESKTOP_DATA_DIR is named by the "listening" line.
@@ -55,21 +75,7 @@ def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
     setup_logging(data_dir.logs_dir, stderr=not args.quiet)
     tune_allocator()
     raise_fd_limit()
-    config = HostConfig(
-        data_dir=data_dir,
-        host=args.host,
-        port=args.port,
-        allowed_origins=frozenset(args.allow_origin),
-        session_idle_timeout=args.idle_timeout,
-        synchronous=args.synchronous,
-        search_upkeep_after=args.search_upkeep_after if args.search_upkeep_after > 0 else None,
-        integrity_sweep_interval=args.integrity_sweep if args.integrity_sweep > 0 else None,
-        integrity_sweep_after=max(0.0, args.integrity_sweep_after),
-        import_roots=tuple(os.path.abspath(r) for r in args.import_root),
-        disk_warn_below_bytes=args.disk_warn_below,
-        native_pi_root=Path(args.native_pi_root).resolve() if args.native_pi_root else None,
-        count_task_steps=args.count_task_steps,
-    )
+    config = host_config(args, data_dir)
 
     signals_seen: list[int] = []
 

@@ -30,6 +30,8 @@ class HostConfig:
     warm_reads: int = 12  # boot: the newest page of the last-updated session read this often (0: none)
     faults_spec: str | None = None
     audit_retention_days: int = 90
+    # Boot keeps every quarantined copy of a corrupt index, not the newest few (diagnostics: chaos runs).
+    keep_quarantined: bool = False
     restart_intensity: int = 20  # core actors (db-writer): past this many restarts per period the host exits
     restart_period: float = 10.0
     # Session actors are many and rebuilt from their files; a burst of session crashes is

@@ -445,7 +445,8 @@ async def _boot(config: HostConfig, *, faults: Faults, now_ms: Callable[[], int]
         try:
             boot = await trio.to_thread.run_sync(partial(
                 run_boot, data_dir, faults=faults, now_ms=now_ms, audit_retention_days=config.audit_retention_days,
-                clean_shutdown=clean_shutdown, stop_requested=shutdown.asked, rebuild_index=rebuild))
+                clean_shutdown=clean_shutdown, stop_requested=shutdown.asked, rebuild_index=rebuild,
+                keep_quarantined=config.keep_quarantined))
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # run_boot closed its connection
             if rebuild or not is_corruption(exc):
                 raise

@@ -106,6 +106,9 @@ class RunConfig:
     sessions: int = 4
     workdir: Path | None = None
     keep: bool = False
+    keep_quarantined: bool = False
+    """Corrupt mode: the host keeps every quarantined copy of the index (``pi-host serve --keep-quarantined``),
+    and the work directory is kept with them."""
     run_time: tuple[float, float] = (0.3, 2.0)
     crashpoint_rate: float = 0.3
     kills: int = 12
@@ -300,7 +303,9 @@ class Runner:
         env = {"RT_CRASHPOINT": spec} if spec else {"RT_CRASHPOINT": ""}
         # corrupt mode: the host's own idle integrity sweep runs a pass every 2 s, so damage no request reads
         # is found by the host (a self-restart), not only by the runner's SIGKILL and the next boot
-        extra = ("--integrity-sweep", "2") if self.cfg.mode == "corrupt" else ()
+        extra: tuple[str, ...] = ("--integrity-sweep", "2") if self.cfg.mode == "corrupt" else ()
+        if self.cfg.keep_quarantined:
+            extra += ("--keep-quarantined",)
         try:
             return await trio.to_thread.run_sync(lambda: start_host_process(data_dir, *extra, env=env))
         except RuntimeError as exc:
@@ -308,7 +313,8 @@ class Runner:
                 raise
             self.totals.boot_crashes += 1
             self.log(f"  boot died at crash point {spec} ({str(exc).splitlines()[0][:80]}); booting again")
-            return await trio.to_thread.run_sync(lambda: start_host_process(data_dir, env={"RT_CRASHPOINT": ""}))
+            return await trio.to_thread.run_sync(
+                lambda: start_host_process(data_dir, *extra, env={"RT_CRASHPOINT": ""}))
 
     def pick_crashpoint(self) -> str | None:
         if self.rng.random() >= self.cfg.crashpoint_rate:
@@ -697,10 +703,13 @@ def parse_args(argv: Sequence[str]) -> RunConfig:
     ap.add_argument("--image-mb", type=int, default=64, help="powercut: size of the ext4 image")
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a new temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory even when the run passes")
+    ap.add_argument("--keep-quarantined", action="store_true",
+                    help="the host keeps every quarantined copy of the index (data/quarantine/); implies --keep")
     ap.add_argument("--quiet", action="store_true", help="only the summary lines")
     a = ap.parse_args(argv)
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1, 2**31)
-    return RunConfig(mode=a.mode, cycles=a.cycles, seed=seed, sessions=a.sessions, workdir=a.dir, keep=a.keep,
+    return RunConfig(mode=a.mode, cycles=a.cycles, seed=seed, sessions=a.sessions, workdir=a.dir,
+                     keep=a.keep or a.keep_quarantined, keep_quarantined=a.keep_quarantined,
                      run_time=(a.run_min, a.run_max), crashpoint_rate=a.crashpoint_rate, kills=a.kills,
                      image_mb=a.image_mb, frames=a.frames, verbose=not a.quiet, clients=a.clients)
 
@@ -713,7 +722,7 @@ def run(cfg: RunConfig, out: Callable[[str], None] = print) -> Totals:
     totals = trio.run(Runner(cfg, workdir, out).run)
     if totals.valid and made and not cfg.keep:
         shutil.rmtree(workdir, ignore_errors=True)
-    elif not totals.valid:
+    elif not totals.valid or cfg.keep:
         out(f"work directory kept for inspection: {workdir} (history.jsonl)")
     return totals
 

@@ -540,6 +540,36 @@ def test_quarantine_keeps_the_newest_three_index_copies_and_every_transcript_qua
     assert set(user_files) <= set(left) and ".salvage-abc" not in left
 
 
+def test_a_boot_told_to_keep_quarantined_copies_prunes_none(tmp_path: Path) -> None:
+    """``pi-host serve --keep-quarantined`` (``HostConfig.keep_quarantined``, for chaos runs whose losses are
+    inspected in the copies afterwards): boot deletes no quarantined copy of the index, however many."""
+    from runtime.cli import _parser
+    from runtime.cli_serve import host_config
+
+    data = DataDir(tmp_path / "data")
+    data.ensure()
+    create_transcript(data.transcript("s-a"), "s-a", NOW, body_lines=[session_info_line({"title": "kept"}, NOW)])
+    run_boot(data, faults=NO_FAULTS, now_ms=lambda: NOW).conn.close()
+    q = data.quarantine_dir
+    q.mkdir(exist_ok=True)
+    old = [f"pi.sqlite.corrupt-{NOW - 5000 + i}" for i in range(5)]
+    for name in old:
+        (q / name).write_bytes(b"x")
+    _damage_fts_pages(data.db_path)
+    boot = run_boot(data, faults=NO_FAULTS, now_ms=lambda: NOW, keep_quarantined=True)
+    try:
+        assert boot.report["dbRebuilt"] is True and "salvaged" in boot.report
+        assert "quarantinePruned" not in boot.report
+    finally:
+        boot.conn.close()
+    copies = [p.name for p in q.iterdir() if p.name.startswith("pi.sqlite.corrupt-") and "-" not in p.name[18:]]
+    assert set(old) < set(copies) and len(copies) == 6, copies
+    # the flag reaches the host's configuration; without it the newest few are kept, as before
+    args = _parser().parse_args(["serve", "--keep-quarantined"])
+    assert host_config(args, data).keep_quarantined is True
+    assert host_config(_parser().parse_args(["serve"]), data).keep_quarantined is False
+
+
 def test_a_copy_whose_salvage_is_owed_is_never_pruned(tmp_path: Path) -> None:
     from store.indexing.database import prune_quarantined
 
