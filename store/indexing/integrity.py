@@ -28,7 +28,6 @@ from store.indexing.corruption import is_corruption
 __all__ = ["check_fts", "check_table", "fts_tables", "TableDamage", "table_damage", "open_fts_checker", "sweep_tables"]
 
 _ROW_MISSING: Final = re.compile(r"^row (\d+) missing from index ")
-_WRONG_COUNT: Final = re.compile(r"^wrong # of entries in index (.+)$")
 _PROBLEMS_PER_TABLE: Final = 100
 _PARTIAL: Final = re.compile(r"\sWHERE\s(.*)$", re.IGNORECASE | re.DOTALL)
 
@@ -99,9 +98,12 @@ class TableDamage:
     """Rowids named as missing from one of the table's indexes: a row whose indexed value no longer matches
     its index entry (a byte changed inside it)."""
     hidden: int = 0
-    """How many more rows a full index of the table holds than a scan of the table finds: rows a damaged page
-    hides from every read of the table (a leaf's cell count lowered by a changed byte leaves its last rows
-    out, with the page otherwise well formed). Their bytes cannot be read back through SQLite."""
+    """How many rowids a full index of the table names that no scan of the table finds (the most of any such
+    index): rows a damaged page hides from every read of the table, with the pages otherwise well formed. A
+    leaf's cell count lowered by a changed byte leaves its last rows out; a child pointer of an interior page,
+    or a cell pointer of a leaf, that now names another leaf or cell of the table hides that leaf's rows (or
+    that cell's row) and shows others twice, so the scan's count can match the index's. Their bytes cannot be
+    read back through SQLite."""
 
 
 def table_damage(conn: sqlite3.Connection, table: str) -> TableDamage:
@@ -111,16 +113,16 @@ def table_damage(conn: sqlite3.Connection, table: str) -> TableDamage:
     except sqlite3.Error:
         return TableDamage()
     missing: dict[str, set[int]] = {}
-    miscounted: list[str] = []
+    tree_damaged = False  # a problem of the table's b-tree or an index's count, not of one row's index entry
     for problem in problems:
         if m := _ROW_MISSING.match(problem):
             missing.setdefault(problem[m.end():], set()).add(int(m.group(1)))
-        elif m := _WRONG_COUNT.match(problem):
-            miscounted.append(m.group(1))
+        else:
+            tree_damaged = True
     rows: set[int] = set()
     for index, named in missing.items():
         rows |= named - _index_damaged(conn, table, index, named)
-    return TableDamage(frozenset(rows), _hidden_rows(conn, table, miscounted) if miscounted else 0)
+    return TableDamage(frozenset(rows), _hidden_rows(conn, table) if tree_damaged else 0)
 
 
 def _index_damaged(conn: sqlite3.Connection, table: str, index: str, rows: set[int]) -> set[int]:
@@ -177,23 +179,22 @@ def _garbled(values: tuple[object, ...]) -> bool:
     return False
 
 
-def _hidden_rows(conn: sqlite3.Connection, table: str, indexes: list[str]) -> int:
-    """The most rows one of ``indexes`` (full ones only: a partial index holds fewer by design) holds beyond
-    what a scan of ``table`` finds."""
+def _hidden_rows(conn: sqlite3.Connection, table: str) -> int:
+    """The most rowids one of the table's full indexes (a partial index holds fewer by design) names that a scan
+    of ``table`` does not find. Not a difference of counts: rows a damaged pointer shows twice (a leaf named by
+    two interior cells, a cell pointer naming another cell) would make up for the rows it hides."""
     try:
-        scanned = int(conn.execute(f"SELECT count(*) FROM {_quoted(table)} NOT INDEXED").fetchone()[0])
-        partial = {_text(r[1]): bool(r[4]) for r in conn.execute(f"PRAGMA index_list({_quoted(table)})")}
+        scanned = {r[0] for r in conn.execute(f"SELECT rowid FROM {_quoted(table)} NOT INDEXED")}
+        full = [_text(r[1]) for r in conn.execute(f"PRAGMA index_list({_quoted(table)})") if not r[4]]
     except sqlite3.Error:
         return 0
     most = 0
-    for name in indexes:
-        if partial.get(name, True):
-            continue
+    for name in full:
         try:
-            held = int(conn.execute(f"SELECT count(*) FROM {_quoted(table)} INDEXED BY {_quoted(name)}").fetchone()[0])
+            named = {r[0] for r in conn.execute(f"SELECT rowid FROM {_quoted(table)} INDEXED BY {_quoted(name)}")}
         except sqlite3.Error:
             continue
-        most = max(most, held - scanned)
+        most = max(most, len(named - scanned))
     return most
 
 

@@ -12,6 +12,9 @@ database, table by table, the rows that read back cleanly:
   found from the table's other end (``readError``);
 * a row whose indexed value no longer matches its index entry (``inconsistent``: ``PRAGMA
   integrity_check(<table>)`` names it; a byte changed inside it, so some value of it is wrong) is skipped;
+* rows a damaged page hides from every read (a lowered cell count; a pointer now naming another leaf or cell
+  of the table, whose rows are then read twice, the second copy ``kept``) are counted as ``hidden``: the
+  rowids a full index of the table names that no scan of it finds (``store.indexing.integrity``);
 * a row with a text value that is not UTF-8 (``badText``) or a ``*_json`` value that does not parse
   (``badJson``) is skipped;
 * a row whose foreign key names a row the rebuilt database does not have (a session the transcripts no

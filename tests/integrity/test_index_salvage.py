@@ -478,6 +478,65 @@ def test_rows_a_damaged_leaf_hides_from_every_read_are_counted_as_hidden(tmp_pat
     assert out.skipped["audit_log"] == {"hidden": 2}, out
 
 
+def _notifications_source(src: Path, rows: int) -> tuple[int, int, list[tuple[int, int]]]:
+    """A fresh index at ``src`` holding ``rows`` notifications of one session (``s``): its page size, the
+    notifications table's root page and its leaves (page, cell count) in key order."""
+    conn = sqlite3.connect(src, isolation_level=None)
+    apply_schema(conn)
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO sessions(id, title, created_at, updated_at) VALUES ('s', 'chaos s', 1, 1)")
+    for i in range(rows):
+        conn.execute("INSERT INTO notifications(id, kind, session_id, session_title, turn_id, created_at) "
+                      "VALUES (?, 'task.completed', 's', 'chaos s', ?, ?)", (f"n_{i:05d}", f"s.t{i}", 1000 + i))
+    conn.execute("COMMIT")
+    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    root = int(conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'notifications'").fetchone()[0])
+    leaves = [(int(r[0]), int(r[1])) for r in conn.execute(
+        "SELECT pageno, ncell FROM dbstat WHERE name = 'notifications' AND pagetype = 'leaf' ORDER BY path")]
+    conn.close()
+    return page_size, root, leaves
+
+
+@pytest.mark.parametrize("pointer", ["leaf cell", "interior cell"])
+def test_rows_a_damaged_pointer_hides_behind_rows_it_shows_twice_are_counted_as_hidden(
+        tmp_path: Path, pointer: str) -> None:
+    """Found by scripts/chaos --mode corrupt (seed 1498681220: an acknowledged notification missing after the
+    salvage, which named no notification skipped): a changed byte makes a pointer name another well formed
+    cell of the same table, a leaf's cell pointer its neighbour's cell, or an interior cell's child pointer the
+    sibling leaf. No read fails: the rows behind the old pointer are hidden from every read, and the rows it
+    names now are read twice. The second copy of each is left out as ``kept`` (which the boot report does not
+    count: a row the rebuild wrote), and a table scan counts as many rows as the table's indexes, so the
+    hidden ones were lost silently. They are counted as ``hidden``: the rowids the indexes name that no scan
+    finds."""
+    src = tmp_path / "old.sqlite"
+    page_size, root, leaves = _notifications_source(src, 30 if pointer == "leaf cell" else 200)
+    data = bytearray(src.read_bytes())
+    if pointer == "leaf cell":  # the newest row's cell pointer (the last) names the cell before it
+        assert leaves == [(root, 30)]
+        at = (root - 1) * page_size + 8 + 2 * 29
+        data[at:at + 2] = data[at - 2:at]
+        hidden = twice = 1
+    else:  # the child pointer of an interior cell names the leaf left of its own
+        at = (root - 1) * page_size
+        assert data[at] == 5  # an interior table page: the cell pointers follow its 12-byte header
+        cells = [int.from_bytes(data[at + 12 + 2 * i:at + 14 + 2 * i], "big") for i in range(len(leaves) - 1)]
+        # a leaf of no more rows than the one named twice: the scan counts no fewer rows than the indexes hold
+        k = next(i for i in range(1, len(cells)) if leaves[i][1] <= leaves[i - 1][1])
+        data[at + cells[k]:at + cells[k] + 4] = leaves[k - 1][0].to_bytes(4, "big")
+        hidden, twice = leaves[k][1], leaves[k - 1][1]
+    damaged = tmp_path / "damaged.sqlite"
+    damaged.write_bytes(bytes(data))
+    dst = sqlite3.connect(tmp_path / "new.sqlite", isolation_level=None)
+    apply_schema(dst)
+    dst.execute("INSERT INTO sessions(id, title, created_at, updated_at) VALUES ('s', 'chaos s', 1, 1)")
+    out = salvage(dst, damaged, now_ms=5)
+    copied = dst.execute("SELECT count(*) FROM notifications").fetchone()[0]
+    dst.close()
+    rows = 30 if pointer == "leaf cell" else 200
+    assert copied == out.copied["notifications"] == rows - hidden, out
+    assert out.skipped["notifications"] == {"kept": twice, "hidden": hidden}, out
+
+
 def test_a_row_whose_changed_byte_breaks_a_check_constraint_is_a_bad_value_not_kept(tmp_path: Path) -> None:
     """A random byte turned an approval's ``risk`` from ``low`` into ``lOw`` (corrupt mode, seed 1467108257): the
     row reads back well formed, the schema's CHECK refuses it, and OR IGNORE left it out silently, counted as
