@@ -97,11 +97,24 @@ def retention(conn: sqlite3.Connection, *, now_ms: int, audit_days: int = 90) ->
 
 
 def prune_notifications(conn: sqlite3.Connection, cap: int = NOTIFICATION_CAP) -> int:
+    """Keep the newest ``cap`` notifications by ``(created_at, id)``: delete only the rows older than the
+    ``cap``-th newest row a scan of the table itself finds (``NOT INDEXED``; the table holds about ``cap`` rows).
+
+    Never "every row but those the newest-first list names": that list is read through
+    ``idx_notifications_created``, and a changed byte in one of its entries (its rowid now another row's) hides
+    a row from it with the page well formed; the prune then deleted that acknowledged row in a commit that
+    succeeded, and no later check or salvage could tell it had been there (corrupt mode). A row some read
+    misses is never deleted for being missed: only rows proven older than ``cap`` others go."""
+    if cap <= 0:
+        return conn.execute("DELETE FROM notifications").rowcount
+    edge = conn.execute(
+        "SELECT DISTINCT created_at, id FROM notifications NOT INDEXED ORDER BY created_at DESC, id DESC "
+        "LIMIT 1 OFFSET ?", (cap - 1,)).fetchone()
+    if edge is None:
+        return 0
     return conn.execute(
-        "DELETE FROM notifications WHERE id NOT IN (SELECT id FROM notifications "
-        "ORDER BY created_at DESC, id DESC LIMIT ?)",
-        (cap,),
-    ).rowcount
+        "DELETE FROM notifications NOT INDEXED WHERE created_at < ? OR (created_at = ? AND id < ?)",
+        (edge[0], edge[0], edge[1])).rowcount
 
 
 def previous_boot_started(conn: sqlite3.Connection) -> int | None:

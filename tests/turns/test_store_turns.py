@@ -12,10 +12,11 @@ from runtime.datadir import DataDir
 from store import artifacts, notifications, turns
 from store.errors import Conflict, InvalidInput, NotFound
 from store.faults import NO_FAULTS
-from store.fence import retention
+from store.fence import prune_notifications, retention
 from store.indexing import index
 from store.indexing.database import open_writer
 from store.snapshots import prepare_snapshot
+from store.upgrade.schema import apply_schema
 
 NOW = 1_700_000_000_000
 
@@ -125,6 +126,57 @@ def test_cap_is_repaired_at_boot_and_survives_restart(tmp_path):
     ids = [r[0] for r in conn.execute("SELECT id FROM notifications ORDER BY created_at DESC")]
     assert len(ids) == 200 and ids[0] == "n229" and ids[-1] == "n030"
     conn.close()
+
+
+def test_a_damaged_inbox_index_never_prunes_the_notifications_it_hides(tmp_path):
+    """A loss scripts/chaos --mode corrupt reported once (seed 1498681220: an acknowledged notification gone after
+    the salvage, which named no notification skipped, its turn row back ``completed``) and that random bytes over
+    the inbox's pages reproduce: a changed byte in an entry of ``idx_notifications_created`` (its payload size:
+    a scan reads its rowid as another row's) hides a row from the index's newest-first scan, with the page well
+    formed. The newest-N prune kept the ids that scan listed and deleted every other row, so the next
+    ``endTurn`` deleted the hidden, acknowledged notification in a commit that succeeded, and no salvage could
+    see it had ever been there. The prune now deletes only the rows older than the N-th newest row a scan of
+    the table itself finds."""
+    path = tmp_path / "pi.sqlite"
+    conn = sqlite3.connect(path, isolation_level=None)
+    apply_schema(conn)
+    conn.execute("INSERT INTO sessions(id, title, created_at, updated_at) VALUES ('s1', 'Title', 1, 1)")
+    for i in range(30):  # rowid i + 1
+        conn.execute("INSERT INTO notifications(id, kind, session_id, session_title, turn_id, created_at) "
+                     "VALUES (?, 'task.completed', 's1', 'Title', ?, ?)", (f"n{i:03d}", f"t{i}", NOW + i))
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    leaf = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'idx_notifications_created'").fetchone()[0]
+    conn.close()
+    with open(path, "r+b") as f:
+        f.seek((leaf - 1) * page_size)
+        page = bytearray(f.read(page_size))
+        # an index leaf: an 8-byte header, a 2-byte pointer per cell (newest first); a cell is its payload size,
+        # the record header (3, 5: a 6-byte created_at, 1: a 1-byte rowid), created_at, then the rowid
+        assert page[0] == 10 and int.from_bytes(page[3:5], "big") == 30
+        cell = int.from_bytes(page[8 + 2 * 6:8 + 2 * 7], "big")  # the 7th newest: t23, rowid 24
+        assert page[cell:cell + 4] == bytes([10, 3, 5, 1]) and page[cell + 10] == 24
+        # its payload size changed: a scan reads an entry's rowid from its payload's last byte, now a byte of a
+        # later cell that names another row; a seek still finds the entry by its record (created_at, 24)
+        size = next(n for n in range(11, 64) if page[cell + n] in range(1, 31) and page[cell + n] != 24)
+        page[cell] = size
+        f.seek((leaf - 1) * page_size)
+        f.write(page)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        listed = [r[0] for r in conn.execute("SELECT turn_id FROM notifications ORDER BY created_at DESC, id DESC")]
+        assert "t23" not in listed and len(listed) == 30  # the inbox's own order reads through the index
+        conn.execute("BEGIN")
+        note = notifications.insert_for_turn(conn, session_id="s1", turn_id="t-new", kind="task.completed",
+                                             error_code=None, now_ms=NOW + 100)
+        conn.execute("COMMIT")
+        assert note is not None
+        kept = {r[0] for r in conn.execute("SELECT turn_id FROM notifications NOT INDEXED")}
+        assert kept == {f"t{i}" for i in range(30)} | {"t-new"}  # 31 of at most 200: none goes
+        assert prune_notifications(conn, 25) == 6  # past the cap, the oldest by the table go, t23 stays
+        kept = {r[0] for r in conn.execute("SELECT turn_id FROM notifications NOT INDEXED")}
+        assert kept == {f"t{i}" for i in range(6, 30)} | {"t-new"}
+    finally:
+        conn.close()
 
 
 def test_inbox_queries_use_the_documented_indexes(conn):
