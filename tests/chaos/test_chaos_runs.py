@@ -91,3 +91,14 @@ async def test_a_check_that_gets_no_answer_is_a_problem_not_a_hang(tmp_path) -> 
     assert not totals.valid
     stalls = [p for p in totals.problems if "a check got no answer within 0 s" in p]
     assert stalls and all("bootId" in p for p in stalls), "\n".join(lines[-30:])
+
+
+def test_keep_quarantined_is_passed_on_and_keeps_the_work_directory() -> None:
+    """``scripts/chaos --keep-quarantined``: the host keeps every quarantined index copy (``serve
+    --keep-quarantined``, tests/integrity/test_index_salvage.py) and the work directory stays with them."""
+    from scripts.chaos_run import parse_args
+
+    cfg = parse_args(["--mode", "corrupt", "--keep-quarantined"])
+    assert cfg.keep_quarantined and cfg.keep
+    cfg = parse_args(["--mode", "corrupt"])
+    assert not cfg.keep_quarantined and not cfg.keep
